@@ -1,0 +1,33 @@
+// Shared option handling for every subcommand: --help, --config FILE (INI, same keys as the
+// long flags), command-line flags overriding the file, clear errors for unknown/missing options.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+namespace zt {
+
+namespace po = boost::program_options;
+
+struct CommandSpec {
+  std::string name;         // e.g. "init"
+  std::string summary;      // one line for `zerotrain --help`
+  std::string usage;        // e.g. "zerotrain init --preset NAME --out DIR [options]"
+};
+
+// Parses argv (argv[0] is the subcommand name) against `options` plus the common --help and
+// --config. Positional options may be given. Returns false when --help was printed (the caller
+// returns 0). Throws zt::Error on bad input.
+bool parse_command_line(const CommandSpec& spec, po::options_description& options,
+                        const po::positional_options_description* positional, int argc,
+                        char** argv, po::variables_map& vm);
+
+// Fails with a message naming the missing option unless vm has it.
+void require_option(const po::variables_map& vm, const std::string& name,
+                    const std::string& command);
+
+// Refuses to write into an existing non-empty directory unless overwrite is set.
+void check_output_dir(const std::string& path, bool overwrite);
+
+}  // namespace zt

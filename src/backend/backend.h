@@ -1,0 +1,114 @@
+// Backend: the math a Llama layer needs, forward and backward side by side. The model calls only
+// these; a backend knows nothing of layers or ranks. All tensors are row-major and contiguous.
+// The CPU backend computes and stores activations in fp32 (OpenMP + BLAS); the CUDA backend
+// (issue 6) implements the same operations with bf16 storage.
+//
+// Conventions: "=" overwrites the output, "+=" accumulates into it. Gradients of parameters are
+// always accumulated (+=) in fp32, so micro-batches add up without extra copies. Every reduction
+// is deterministic: the same inputs give bitwise-identical outputs on every call, whatever the
+// number of threads.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "util/bf16.h"
+
+namespace zt {
+
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled: master -= lr * wd * master
+  int64_t step = 1;           // 1-based, for bias correction
+  float grad_scale = 1.0f;    // gradient multiplier applied before the update (clipping)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- linear layer: y = x · Wᵀ (nn.Linear, W is [N, K] = [out, in]) ----
+  // y[M,N] = x[M,K] · w[N,K]ᵀ
+  virtual void matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
+                              int64_t K) = 0;
+  // dx[M,K] (= or += per accumulate_dx) dy[M,N] · w[N,K];   dw[N,K] += dy[M,N]ᵀ · x[M,K]
+  // dx or dw may be null to skip that product.
+  virtual void matmul_backward(float* dx, float* dw, const float* dy, const float* x,
+                               const float* w, int64_t M, int64_t N, int64_t K,
+                               bool accumulate_dx) = 0;
+
+  // ---- RMSNorm over the last dimension D of x[M,D] ----
+  // rstd[m] = 1/sqrt(mean_d x² + eps);  y = x · rstd · g
+  virtual void rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
+                               int64_t D, float eps) = 0;
+  // dx[M,D] += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x);   dg[D] += Σ_m dy·x·rstd
+  virtual void rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x,
+                                const float* g, const float* rstd, int64_t M, int64_t D) = 0;
+
+  // ---- rotary position embedding, HF rotate-half convention, in place ----
+  // x is [B, T, H, hd]; position of token t is t. With c=cos(t·θ_i), s=sin(t·θ_i),
+  // θ_i = theta^(−2i/hd), i < hd/2:  x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:hd/2]).
+  virtual void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                            float theta) = 0;
+  // The transpose (inverse) rotation applied to the gradient, in place.
+  virtual void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd,
+                             float theta) = 0;
+
+  // ---- causal attention with grouped-query heads ----
+  // q[B,T,H,hd], k/v[B,T,Hkv,hd], out[B,T,H,hd]; head h uses kv head h/(H/Hkv).
+  // out = softmax(q·kᵀ/sqrt(hd) + causal mask)·v, softmax in fp32; lse[B,H,T] = log Σ exp(s).
+  virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
+                                 const float* v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                 int64_t hd) = 0;
+  // dq (=), dk (=), dv (=) from dout, recomputing probabilities from q, k and lse.
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                  const float* q, const float* k, const float* v,
+                                  const float* out, const float* lse, int64_t B, int64_t T,
+                                  int64_t H, int64_t Hkv, int64_t hd) = 0;
+
+  // ---- SwiGLU: h = silu(gate) · up, silu(a) = a·σ(a), elementwise over n ----
+  virtual void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) = 0;
+  // dgate = dh·up·σ(a)·(1 + a·(1−σ(a))),  dup = dh·silu(a)   (both =)
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                               const float* up, int64_t n) = 0;
+
+  // ---- token embedding: x[n,D] = table[tokens[n]] ----
+  virtual void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+                                 int64_t D) = 0;
+  // dtable[v] += Σ_{i: tokens[i]=v} dx[i]  (deterministic order)
+  virtual void embedding_backward(float* dtable, const float* dx, const int32_t* tokens,
+                                  int64_t n, int64_t D) = 0;
+
+  // ---- fused softmax + cross-entropy over logits[M,V] ----
+  // losses[m] = logsumexp(logits[m]) − logits[m, targets[m]] (natural log).
+  // If dlogits is not null: dlogits[m] = (softmax(logits[m]) − onehot(targets[m])) · grad_scale.
+  // dlogits may alias logits (computed in place).
+  virtual void cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const int32_t* targets, int64_t M, int64_t V, float grad_scale) = 0;
+
+  // ---- optimizer ----
+  // AdamW on fp32 master weights, n elements:
+  //   g = grad·grad_scale; m = β1 m + (1−β1) g; v = β2 v + (1−β2) g²
+  //   master -= lr·(m/(1−β1^t)) / (sqrt(v/(1−β2^t)) + eps) + lr·wd·master
+  // then writes the new master rounded to bf16 into param_bf16 (if not null) or copied into
+  // param_f32 (if not null).
+  virtual void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
+                     float* param_f32, int64_t n, const AdamWHyper& h) = 0;
+
+  // Σ x² in double, deterministic (fixed blocking independent of thread count).
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+
+  // ---- elementwise helpers ----
+  virtual void add_inplace(float* y, const float* x, int64_t n) = 0;  // y += x
+  virtual void scale_inplace(float* y, float s, int64_t n) = 0;       // y *= s
+  virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
+  virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace zt

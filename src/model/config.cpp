@@ -1,0 +1,137 @@
+#include "model/config.h"
+
+#include <fstream>
+#include <map>
+
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+struct PresetRow {
+  int64_t d, layers, heads, kv_heads, ffn, vocab;
+};
+
+const std::map<std::string, PresetRow>& presets() {
+  static const std::map<std::string, PresetRow> table = {
+      {"tiny", {64, 2, 4, 2, 192, 256}},          {"small", {256, 4, 8, 4, 688, 256}},
+      {"125m", {768, 12, 12, 12, 2048, 32000}},   {"1b", {2048, 16, 16, 16, 5504, 32000}},
+      {"6b", {4096, 28, 32, 32, 11008, 32000}},   {"7b", {4096, 32, 32, 32, 11008, 32000}},
+  };
+  return table;
+}
+
+template <typename T>
+T required(const nlohmann::json& j, const char* key, const std::string& source) {
+  if (!j.contains(key)) fail(source + ": missing required key '" + key + "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail(source + ": key '" + key + "' has the wrong type");
+  }
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    ZT_CHECK(v > 0, std::string("model config: ") + name + " must be positive, got " +
+                        std::to_string(v));
+  };
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_layers, "num_hidden_layers");
+  positive(num_heads, "num_attention_heads");
+  positive(num_kv_heads, "num_key_value_heads");
+  positive(vocab_size, "vocab_size");
+  positive(max_position_embeddings, "max_position_embeddings");
+  ZT_CHECK(hidden_size % num_heads == 0,
+           "model config: hidden_size must be a multiple of num_attention_heads");
+  ZT_CHECK(num_heads % num_kv_heads == 0,
+           "model config: num_attention_heads must be a multiple of num_key_value_heads");
+  ZT_CHECK(head_dim() % 2 == 0, "model config: head_dim must be even for RoPE");
+  ZT_CHECK(rms_norm_eps > 0, "model config: rms_norm_eps must be positive");
+  ZT_CHECK(rope_theta > 0, "model config: rope_theta must be positive");
+}
+
+nlohmann::json ModelConfig::to_hf_json() const {
+  return nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+                        {"model_type", "llama"},
+                        {"hidden_size", hidden_size},
+                        {"intermediate_size", intermediate_size},
+                        {"num_hidden_layers", num_layers},
+                        {"num_attention_heads", num_heads},
+                        {"num_key_value_heads", num_kv_heads},
+                        {"vocab_size", vocab_size},
+                        {"max_position_embeddings", max_position_embeddings},
+                        {"rms_norm_eps", rms_norm_eps},
+                        {"rope_theta", rope_theta},
+                        {"tie_word_embeddings", tie_word_embeddings},
+                        {"hidden_act", "silu"},
+                        {"attention_bias", false},
+                        {"mlp_bias", false},
+                        {"torch_dtype", "bfloat16"}};
+}
+
+ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string& source) {
+  ZT_CHECK(j.is_object(), source + ": expected a JSON object");
+  ModelConfig c;
+  c.hidden_size = required<int64_t>(j, "hidden_size", source);
+  c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
+  c.num_layers = required<int64_t>(j, "num_hidden_layers", source);
+  c.num_heads = required<int64_t>(j, "num_attention_heads", source);
+  c.num_kv_heads = j.contains("num_key_value_heads")
+                       ? required<int64_t>(j, "num_key_value_heads", source)
+                       : c.num_heads;
+  c.vocab_size = required<int64_t>(j, "vocab_size", source);
+  c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
+  c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
+  c.rope_theta = j.contains("rope_theta") ? required<double>(j, "rope_theta", source) : 10000.0;
+  c.tie_word_embeddings =
+      j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail(source + ": " + e.what());
+  }
+  return c;
+}
+
+ModelConfig ModelConfig::from_hf_file(const std::string& path) {
+  std::ifstream in(path);
+  ZT_CHECK(in.good(), "cannot open model config '" + path + "'");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail(path + ": invalid JSON: " + e.what());
+  }
+  return from_hf_json(j, path);
+}
+
+ModelConfig preset_config(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::string known;
+    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("unknown preset '" + name + "' (known: " + known + ")");
+  }
+  const PresetRow& p = it->second;
+  ModelConfig c;
+  c.hidden_size = p.d;
+  c.num_layers = p.layers;
+  c.num_heads = p.heads;
+  c.num_kv_heads = p.kv_heads;
+  c.intermediate_size = p.ffn;
+  c.vocab_size = p.vocab;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.validate();
+  return c;
+}
+
+std::vector<std::string> preset_names() { return {"tiny", "small", "125m", "1b", "6b", "7b"}; }
+
+}  // namespace zt

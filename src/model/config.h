@@ -1,0 +1,42 @@
+// Llama model configuration (Hugging Face LlamaConfig keys) and the built-in presets.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+struct ModelConfig {
+  int64_t hidden_size = 0;        // d_model
+  int64_t intermediate_size = 0;  // SwiGLU hidden width
+  int64_t num_layers = 0;         // num_hidden_layers
+  int64_t num_heads = 0;          // num_attention_heads
+  int64_t num_kv_heads = 0;       // num_key_value_heads (grouped-query attention)
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t kv_dim() const { return head_dim() * num_kv_heads; }
+
+  // Throws zt::Error naming the offending field when the shape is inconsistent.
+  void validate() const;
+
+  // HF config.json (LlamaForCausalLM, torch_dtype bfloat16).
+  nlohmann::json to_hf_json() const;
+  // Parses an HF config.json object; `source` names the file in error messages.
+  static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source);
+  static ModelConfig from_hf_file(const std::string& path);
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Presets of DESIGN.md §2: tiny, small, 125m, 1b, 6b, 7b.
+ModelConfig preset_config(const std::string& name);
+std::vector<std::string> preset_names();
+
+}  // namespace zt

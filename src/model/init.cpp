@@ -1,0 +1,48 @@
+#include "model/init.h"
+
+#include <cmath>
+
+namespace zt {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// Standard normal from a counter: Box-Muller on two 32-bit uniforms of one 64-bit hash.
+float normal_at(uint64_t key, uint64_t index) {
+  const uint64_t r = splitmix64(key ^ splitmix64(index));
+  const double u1 = (static_cast<double>(r >> 32) + 1.0) / 4294967297.0;  // (0, 1]
+  const double u2 = static_cast<double>(r & 0xffffffffull) / 4294967296.0;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+}  // namespace
+
+void init_tensor_range(const ModelConfig& config, const TensorInfo& tensor, uint64_t seed,
+                       int64_t begin, int64_t count, float* out) {
+  const bool is_norm = tensor.shape.size() == 1;
+  if (is_norm) {
+    for (int64_t i = 0; i < count; ++i) out[i] = 1.0f;
+    return;
+  }
+  double std = 0.02;
+  if (tensor.is_output_projection()) std /= std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  const uint64_t key = splitmix64(seed) ^ hash_name(tensor.name);
+  const float scale = static_cast<float>(std);
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+  for (int64_t i = 0; i < count; ++i)
+    out[i] = scale * normal_at(key, static_cast<uint64_t>(begin + i));
+}
+
+}  // namespace zt

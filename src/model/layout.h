@@ -1,0 +1,80 @@
+// Parameter layout: every tensor of the model, by its Hugging Face name, placed in one of a few
+// flat contiguous groups. Group 0 is the embedding, groups 1..L are the decoder layers in order,
+// group L+1 holds the final norm and the LM head. The ZeRO engine partitions each group's flat
+// buffer into equal shards; the model addresses tensors by (group, offset).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace zt {
+
+// Role of a tensor inside a decoder layer (or the model's ends); the model uses it to find
+// tensors without string lookups.
+enum class TensorRole {
+  kEmbedding,
+  kInputNorm,
+  kQProj,
+  kKProj,
+  kVProj,
+  kOProj,
+  kPostAttnNorm,
+  kGateProj,
+  kUpProj,
+  kDownProj,
+  kFinalNorm,
+  kLmHead,
+};
+constexpr int kTensorsPerLayer = 9;
+
+struct TensorInfo {
+  std::string name;             // HF name, e.g. model.layers.3.mlp.up_proj.weight
+  std::vector<int64_t> shape;   // HF shape, [out, in] for projections
+  int64_t numel = 0;
+  int group = 0;                // flat group index
+  int64_t offset = 0;           // element offset inside its group's flat buffer
+  TensorRole role = TensorRole::kEmbedding;
+  int layer = -1;               // decoder layer index, -1 for embedding/final tensors
+  bool weight_decay = true;     // AdamW decay: off for norms and the embedding
+  bool is_output_projection() const {
+    return role == TensorRole::kOProj || role == TensorRole::kDownProj;
+  }
+};
+
+struct GroupInfo {
+  std::string name;             // "embed", "layer.3", "head"
+  int64_t numel = 0;            // unpadded element count
+  std::vector<int> tensors;     // indices into ParamLayout::tensors, in offset order
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& config);
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::vector<GroupInfo>& groups() const { return groups_; }
+  int num_groups() const { return static_cast<int>(groups_.size()); }
+  int embed_group() const { return 0; }
+  int layer_group(int layer) const { return 1 + layer; }
+  int head_group() const { return num_groups() - 1; }
+
+  // Index of the tensor with this HF name, or -1.
+  int find(const std::string& name) const;
+  // The tensor playing `role` in decoder layer `layer` (layer ignored for end tensors).
+  const TensorInfo& tensor(TensorRole role, int layer = -1) const;
+
+  int64_t total_numel() const;
+  // Parameters excluding the token embedding (torchtitan's MFU convention counts the head).
+  int64_t non_embedding_numel() const;
+
+ private:
+  void add(int group, const std::string& name, std::vector<int64_t> shape, TensorRole role,
+           int layer, bool decay);
+  ModelConfig config_;
+  std::vector<TensorInfo> tensors_;
+  std::vector<GroupInfo> groups_;
+};
+
+}  // namespace zt

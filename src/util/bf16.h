@@ -1,0 +1,35 @@
+// bfloat16 <-> float32. bf16 is the top 16 bits of an IEEE float32; conversion from fp32 rounds
+// to nearest, ties to even, and keeps NaN a (quiet) NaN.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <cstddef>
+
+namespace zt {
+
+using bf16_t = uint16_t;
+
+inline float bf16_to_float(bf16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline bf16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
+    return static_cast<bf16_t>((bits >> 16) | 0x0040u);  // quiet NaN
+  }
+  uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<bf16_t>((bits + rounding_bias) >> 16);
+}
+
+// Rounds a float to the nearest bf16-representable float.
+inline float round_to_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+
+void floats_to_bf16(const float* in, bf16_t* out, size_t n);
+void bf16_to_floats(const bf16_t* in, float* out, size_t n);
+
+}  // namespace zt

@@ -1,0 +1,71 @@
+#include "util/memory.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace zt {
+
+const char* mem_category_name(MemCategory c) {
+  switch (c) {
+    case MemCategory::kParams: return "params";
+    case MemCategory::kGrads: return "grads";
+    case MemCategory::kOptimizer: return "optimizer";
+    case MemCategory::kActivations: return "activations";
+    case MemCategory::kCommBuffers: return "buffers";
+    case MemCategory::kHostOffload: return "host";
+    default: return "?";
+  }
+}
+
+void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int i = static_cast<int>(c);
+  current_[i] += bytes;
+  if (current_[i] > peak_[i]) peak_[i] = current_[i];
+  if (c != MemCategory::kHostOffload) {
+    current_total_ += bytes;
+    if (current_total_ > peak_total_) peak_total_ = current_total_;
+  }
+}
+
+void MemoryTracker::on_free(MemCategory c, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  current_[static_cast<int>(c)] -= bytes;
+  if (c != MemCategory::kHostOffload) current_total_ -= bytes;
+}
+
+size_t MemoryTracker::current(MemCategory c) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_[static_cast<int>(c)];
+}
+
+size_t MemoryTracker::peak(MemCategory c) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_[static_cast<int>(c)];
+}
+
+size_t MemoryTracker::peak_total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_total_;
+}
+
+void MemoryTracker::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = current_;
+  peak_total_ = current_total_;
+}
+
+void* aligned_zeroed_alloc(size_t bytes) {
+  if (bytes == 0) bytes = 64;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  ZT_CHECK(p != nullptr, "out of host memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+void aligned_free(void* p) { std::free(p); }
+
+}  // namespace zt

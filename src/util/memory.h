@@ -1,0 +1,104 @@
+// Tracked memory: every long-lived buffer is allocated through a MemoryTracker with a category,
+// so each run can report current and peak bytes per category per rank (and compare them with the
+// estimator). Pools are separate: the "device" pool (GPU memory, or the CPU backend's stand-in
+// for it) and the "host" pool (pinned/offloaded host memory, CPU checkpointed activations).
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace zt {
+
+enum class MemCategory : int {
+  kParams = 0,     // working (bf16/fp32) parameters, gathered layers included
+  kGrads,          // fp32 gradient accumulators (full or sharded)
+  kOptimizer,      // fp32 master weights and Adam moments
+  kActivations,    // activation arena
+  kCommBuffers,    // buckets, gather/scatter staging, compute scratch
+  kHostOffload,    // host-pool: offloaded optimizer state / params / checkpointed activations
+  kCount
+};
+constexpr int kNumMemCategories = static_cast<int>(MemCategory::kCount);
+const char* mem_category_name(MemCategory c);
+
+class MemoryTracker {
+ public:
+  void on_alloc(MemCategory c, size_t bytes);
+  void on_free(MemCategory c, size_t bytes);
+  size_t current(MemCategory c) const;
+  size_t peak(MemCategory c) const;
+  size_t peak_total() const;      // peak of the sum over categories
+  void reset_peaks();             // peaks := current
+ private:
+  mutable std::mutex mu_;
+  std::array<size_t, kNumMemCategories> current_{};
+  std::array<size_t, kNumMemCategories> peak_{};
+  size_t current_total_ = 0;
+  size_t peak_total_ = 0;
+};
+
+// A tracked, 64-byte-aligned host buffer of T (move-only). Zero-initialised.
+template <typename T>
+class TrackedBuffer {
+ public:
+  TrackedBuffer() = default;
+  TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count);
+  ~TrackedBuffer() { reset(); }
+  TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
+  TrackedBuffer& operator=(TrackedBuffer&& o) noexcept;
+  TrackedBuffer(const TrackedBuffer&) = delete;
+  TrackedBuffer& operator=(const TrackedBuffer&) = delete;
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+  void reset();
+
+ private:
+  MemoryTracker* tracker_ = nullptr;
+  MemCategory cat_ = MemCategory::kParams;
+  T* data_ = nullptr;
+  size_t count_ = 0;
+};
+
+void* aligned_zeroed_alloc(size_t bytes);  // throws zt::Error on failure
+void aligned_free(void* p);
+
+template <typename T>
+TrackedBuffer<T>::TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count)
+    : tracker_(&tracker), cat_(cat), count_(count) {
+  data_ = static_cast<T*>(aligned_zeroed_alloc(count * sizeof(T)));
+  tracker_->on_alloc(cat_, count * sizeof(T));
+}
+
+template <typename T>
+TrackedBuffer<T>& TrackedBuffer<T>::operator=(TrackedBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    tracker_ = o.tracker_;
+    cat_ = o.cat_;
+    data_ = o.data_;
+    count_ = o.count_;
+    o.tracker_ = nullptr;
+    o.data_ = nullptr;
+    o.count_ = 0;
+  }
+  return *this;
+}
+
+template <typename T>
+void TrackedBuffer<T>::reset() {
+  if (data_) {
+    aligned_free(data_);
+    if (tracker_) tracker_->on_free(cat_, count_ * sizeof(T));
+  }
+  data_ = nullptr;
+  count_ = 0;
+}
+
+}  // namespace zt

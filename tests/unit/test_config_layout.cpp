@@ -1,0 +1,88 @@
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/init.h"
+#include "model/layout.h"
+#include "util/bf16.h"
+#include "util/error.h"
+
+namespace zt {
+
+TEST(Presets, ParameterCounts) {
+  // 6b: 28 layers of (4·d² + 3·d·f + 2d) + 2·V·d + d.
+  const ModelConfig c = preset_config("6b");
+  const ParamLayout layout(c);
+  const int64_t d = 4096, f = 11008, V = 32000, L = 28;
+  EXPECT_EQ(layout.total_numel(), L * (4 * d * d + 3 * d * f + 2 * d) + 2 * V * d + d);
+  EXPECT_NEAR(static_cast<double>(layout.total_numel()) / 1e9, 5.9, 0.1);
+  EXPECT_EQ(layout.num_groups(), L + 2);
+  EXPECT_THROW(preset_config("13b"), Error);
+}
+
+TEST(Layout, GroupsAreContiguousAndOrdered) {
+  const ParamLayout layout(preset_config("tiny"));
+  for (const auto& g : layout.groups()) {
+    int64_t off = 0;
+    for (int ti : g.tensors) {
+      EXPECT_EQ(layout.tensors()[static_cast<size_t>(ti)].offset, off);
+      off += layout.tensors()[static_cast<size_t>(ti)].numel;
+    }
+    EXPECT_EQ(off, g.numel);
+  }
+  EXPECT_EQ(layout.tensor(TensorRole::kDownProj, 1).name, "model.layers.1.mlp.down_proj.weight");
+  EXPECT_EQ(layout.tensor(TensorRole::kKProj, 0).shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(layout.tensor(TensorRole::kLmHead).name, "lm_head.weight");
+  EXPECT_FALSE(layout.tensor(TensorRole::kInputNorm, 0).weight_decay);
+  EXPECT_FALSE(layout.tensor(TensorRole::kEmbedding).weight_decay);
+  EXPECT_TRUE(layout.tensor(TensorRole::kQProj, 0).weight_decay);
+}
+
+TEST(Config, HfJsonRoundTripAndMissingKey) {
+  const ModelConfig c = preset_config("small");
+  EXPECT_EQ(ModelConfig::from_hf_json(c.to_hf_json(), "x"), c);
+  auto j = c.to_hf_json();
+  j.erase("intermediate_size");
+  try {
+    ModelConfig::from_hf_json(j, "cfg.json");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("intermediate_size"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cfg.json"), std::string::npos);
+  }
+}
+
+TEST(Init, DeterministicPieceIndependentAndScaled) {
+  const ModelConfig c = preset_config("small");
+  const ParamLayout layout(c);
+  const TensorInfo& q = layout.tensor(TensorRole::kQProj, 0);
+  std::vector<float> full(static_cast<size_t>(q.numel)), piece(100);
+  init_tensor_range(c, q, 7, 0, q.numel, full.data());
+  init_tensor_range(c, q, 7, 1000, 100, piece.data());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(piece[static_cast<size_t>(i)], full[1000 + static_cast<size_t>(i)]);
+  double s = 0, s2 = 0;
+  for (float x : full) s += x, s2 += double(x) * x;
+  const double n = static_cast<double>(full.size());
+  EXPECT_NEAR(s / n, 0.0, 1e-3);
+  EXPECT_NEAR(std::sqrt(s2 / n), 0.02, 1e-3);
+  std::vector<float> other(100);
+  init_tensor_range(c, q, 8, 1000, 100, other.data());
+  EXPECT_NE(other, piece);
+  const TensorInfo& o = layout.tensor(TensorRole::kOProj, 0);
+  std::vector<float> ov(static_cast<size_t>(o.numel));
+  init_tensor_range(c, o, 7, 0, o.numel, ov.data());
+  s2 = 0;
+  for (float x : ov) s2 += double(x) * x;
+  EXPECT_NEAR(std::sqrt(s2 / static_cast<double>(ov.size())), 0.02 / std::sqrt(8.0), 5e-4);
+}
+
+TEST(Bf16, RoundToNearestEven) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  // 1 + 2^-8 is exactly halfway between 1 and 1+2^-7: ties to even -> 1.
+  EXPECT_EQ(float_to_bf16(1.00390625f), 0x3f80);
+  // 1 + 3·2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6: ties to even -> up.
+  EXPECT_EQ(float_to_bf16(1.01171875f), 0x3f82);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(-2.5f)), -2.5f);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
+}
+
+}  // namespace zt
