@@ -1,0 +1,319 @@
+#include "comm/communicator.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <thread>
+
+#include "util/error.h"
+
+namespace zt {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat64:
+      return 8;
+    case DType::kBf16:
+      return 2;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kUint8:
+      return 1;
+  }
+  fail("dtype_size: unknown DType " + std::to_string(static_cast<int>(dtype)));
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kUint8:
+      return "uint8";
+  }
+  return "unknown";
+}
+
+bool dtype_is_reducible(DType dtype) {
+  return dtype != DType::kBf16;
+}
+
+const char* collective_op_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllGather:
+      return "all_gather";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::kAllReduce:
+      return "all_reduce";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
+    case CollectiveOp::kBarrier:
+      return "barrier";
+  }
+  return "unknown";
+}
+
+uint64_t ring_bytes_sent(CollectiveOp op, int world_size, uint64_t elements, size_t elem_size) {
+  const uint64_t n = static_cast<uint64_t>(world_size);
+  const uint64_t bytes = elements * elem_size;
+  switch (op) {
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kBroadcast:
+      return bytes * (n - 1) / n;
+    case CollectiveOp::kAllReduce:
+      return 2 * bytes * (n - 1) / n;
+    case CollectiveOp::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
+uint64_t CommCounters::total_bytes_sent() const {
+  uint64_t total = 0;
+  for (const CollectiveCounter& c : by_op) total += c.bytes_sent;
+  return total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CommHandle
+
+namespace {
+
+// Polls this many times back to back before sleeping between polls: short collectives finish
+// with no sleep latency, long waits do not burn a core that compute threads could use.
+constexpr int kSpinPolls = 2000;
+constexpr auto kPollSleep = std::chrono::microseconds(50);
+constexpr int kTimeoutExitCode = 3;
+
+std::string describe_count(const CollectiveCall& call) {
+  switch (call.op) {
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+      return std::to_string(call.count) + " elements per rank (" +
+             std::to_string(call.count * static_cast<size_t>(call.world_size)) + " in all)";
+    case CollectiveOp::kAllReduce:
+      return std::to_string(call.count) + " elements";
+    case CollectiveOp::kBroadcast:
+      return std::to_string(call.count) + " elements from root " + std::to_string(call.root);
+    case CollectiveOp::kBarrier:
+      return "no data";
+  }
+  return "";
+}
+
+}  // namespace
+
+CommHandle::~CommHandle() {
+  if (!request_) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    // A destructor cannot throw: report and end the job rather than leave peers hanging.
+    std::fprintf(stderr, "zerotrain: rank %d: %s failed while its handle was destroyed: %s\n",
+                 request_->call().rank, collective_op_name(request_->call().op), e.what());
+    std::fflush(stderr);
+    request_->abort_job(kTimeoutExitCode);
+    std::abort();
+  }
+}
+
+CommHandle& CommHandle::operator=(CommHandle&& other) noexcept {
+  if (this != &other) {
+    CommHandle finished_first(std::move(*this));  // waits for the collective we held, if any
+    request_ = std::move(other.request_);
+  }
+  return *this;
+}
+
+bool CommHandle::test() {
+  if (request_ && request_->poll()) request_.reset();
+  return done();
+}
+
+void CommHandle::wait() {
+  if (!request_) return;
+  const auto wait_start = std::chrono::steady_clock::now();
+  const auto deadline =
+      wait_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(request_->call().timeout_seconds));
+  for (int polls = 0; !request_->poll(); ++polls) {
+    if (polls < kSpinPolls) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      report_timeout_and_abort(std::chrono::duration<double>(now - wait_start).count());
+    }
+    std::this_thread::sleep_for(kPollSleep);
+  }
+  request_.reset();
+}
+
+void CommHandle::report_timeout_and_abort(double waited_seconds) {
+  const CollectiveCall& call = request_->call();
+  const double since_issue =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - request_->issued()).count();
+  std::fprintf(stderr,
+               "zerotrain: COMMUNICATION TIMEOUT on rank %d of %d: collective %s "
+               "(dtype %s, %s, collective #%llu on this communicator) did not complete within "
+               "%.3g s (waited %.3f s, issued %.3f s ago) at step %lld, phase '%s'. A peer rank "
+               "probably skipped, reordered or mismatched this collective, or died. "
+               "Aborting the job.\n",
+               call.rank, call.world_size, collective_op_name(call.op), dtype_name(call.dtype),
+               describe_count(call).c_str(), static_cast<unsigned long long>(call.sequence),
+               call.timeout_seconds, waited_seconds, since_issue, static_cast<long long>(call.step),
+               call.phase.c_str());
+  std::fflush(stderr);
+  request_->abort_job(kTimeoutExitCode);
+  std::abort();  // abort_job does not return; this is the fallback if it ever did
+}
+
+// ---------------------------------------------------------------------------------------------
+// Communicator
+
+namespace {
+
+bool ranges_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a);
+  const auto b0 = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+void check_count(CollectiveOp op, size_t count) {
+  ZT_CHECK(count <= static_cast<size_t>(INT_MAX),
+           std::string(collective_op_name(op)) + ": count " + std::to_string(count) +
+               " exceeds INT_MAX elements; split the buffer into buckets");
+}
+
+void check_buffer(CollectiveOp op, const void* ptr, size_t count, const char* which) {
+  ZT_CHECK(ptr != nullptr || count == 0, std::string(collective_op_name(op)) + ": " + which +
+                                             " buffer is null for " + std::to_string(count) +
+                                             " elements");
+}
+
+void check_reducible(CollectiveOp op, DType dtype) {
+  ZT_CHECK(dtype_is_reducible(dtype), std::string(collective_op_name(op)) +
+                                          ": sums are not defined for dtype " + dtype_name(dtype));
+}
+
+}  // namespace
+
+CommHandle Communicator::all_gather(DType dtype, const void* send, void* recv,
+                                    size_t count_per_rank) {
+  const CollectiveOp op = CollectiveOp::kAllGather;
+  check_count(op, count_per_rank);
+  check_buffer(op, send, count_per_rank, "send");
+  check_buffer(op, recv, count_per_rank, "recv");
+  const size_t block_bytes = count_per_rank * dtype_size(dtype);
+  const size_t world = static_cast<size_t>(world_size());
+  const void* own_block =
+      static_cast<const char*>(recv) + static_cast<size_t>(rank()) * block_bytes;
+  const bool in_place = block_bytes > 0 && send == own_block;
+  ZT_CHECK(in_place || !ranges_overlap(send, block_bytes, recv, world * block_bytes),
+           "all_gather: send overlaps recv without being this rank's block of it");
+  CollectiveCall call;
+  call.op = op;
+  call.dtype = dtype;
+  call.send = send;
+  call.recv = recv;
+  call.count = count_per_rank;
+  call.in_place = in_place;
+  return issue(std::move(call), world * count_per_rank);
+}
+
+CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void* recv,
+                                            size_t count_per_rank) {
+  const CollectiveOp op = CollectiveOp::kReduceScatter;
+  check_reducible(op, dtype);
+  check_count(op, count_per_rank);
+  check_buffer(op, send, count_per_rank, "send");
+  check_buffer(op, recv, count_per_rank, "recv");
+  const size_t block_bytes = count_per_rank * dtype_size(dtype);
+  const size_t world = static_cast<size_t>(world_size());
+  ZT_CHECK(!ranges_overlap(send, world * block_bytes, recv, block_bytes),
+           "reduce_scatter: send and recv overlap");
+  CollectiveCall call;
+  call.op = op;
+  call.dtype = dtype;
+  call.send = send;
+  call.recv = recv;
+  call.count = count_per_rank;
+  return issue(std::move(call), world * count_per_rank);
+}
+
+CommHandle Communicator::all_reduce_sum(DType dtype, void* inout, size_t count) {
+  const CollectiveOp op = CollectiveOp::kAllReduce;
+  check_reducible(op, dtype);
+  check_count(op, count);
+  check_buffer(op, inout, count, "inout");
+  CollectiveCall call;
+  call.op = op;
+  call.dtype = dtype;
+  call.recv = inout;
+  call.count = count;
+  return issue(std::move(call), count);
+}
+
+CommHandle Communicator::broadcast(DType dtype, void* buf, size_t count, int root) {
+  const CollectiveOp op = CollectiveOp::kBroadcast;
+  check_count(op, count);
+  check_buffer(op, buf, count, "buf");
+  ZT_CHECK(root >= 0 && root < world_size(), "broadcast: root " + std::to_string(root) +
+                                                 " is not a rank of a world of " +
+                                                 std::to_string(world_size()));
+  CollectiveCall call;
+  call.op = op;
+  call.dtype = dtype;
+  call.recv = buf;
+  call.count = count;
+  call.root = root;
+  return issue(std::move(call), count);
+}
+
+void Communicator::barrier() {
+  CollectiveCall call;
+  call.op = CollectiveOp::kBarrier;
+  issue(std::move(call), 0).wait();
+}
+
+CommHandle Communicator::issue(CollectiveCall call, uint64_t full_elements) {
+  call.rank = rank();
+  call.world_size = world_size();
+  call.sequence = next_sequence_;
+  call.step = step_;
+  call.phase = phase_;
+  call.timeout_seconds = timeout_seconds_;
+  const CollectiveOp op = call.op;
+  const size_t elem_size = dtype_size(call.dtype);
+  CommHandle handle(start_collective(std::move(call)));
+  ++next_sequence_;
+  CollectiveCounter& counter = counters_[op];
+  counter.calls += 1;
+  counter.elements += full_elements;
+  counter.bytes_sent += ring_bytes_sent(op, world_size(), full_elements, elem_size);
+  return handle;
+}
+
+void Communicator::set_context(int64_t step, const char* phase) {
+  step_ = step;
+  phase_ = phase ? phase : "";
+}
+
+void Communicator::set_timeout_seconds(double seconds) {
+  ZT_CHECK(seconds > 0.0, "communicator timeout must be positive, got " + std::to_string(seconds));
+  timeout_seconds_ = seconds;
+}
+
+}  // namespace zt

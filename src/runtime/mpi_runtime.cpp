@@ -1,0 +1,67 @@
+#include "runtime/mpi_runtime.h"
+
+#include <algorithm>
+#include <string>
+
+#include "comm/mpi_communicator.h"
+#include "util/error.h"
+
+namespace zt {
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int initialized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  if (initialized) {
+    check_mpi(MPI_Query_thread(&thread_level_), "MPI_Query_thread");
+  } else {
+    check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &thread_level_), "MPI_Init_thread");
+    initialized_here_ = true;
+  }
+  if (thread_level_ < MPI_THREAD_FUNNELED) {
+    if (initialized_here_) MPI_Finalize();
+    fail("MPI provides thread level " + std::to_string(thread_level_) +
+         ", below MPI_THREAD_FUNNELED");
+  }
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size");
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (!initialized_here_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::vector<std::string> hostnames(MPI_Comm comm) {
+  int size = 0;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  std::string own(MPI_MAX_PROCESSOR_NAME, '\0');
+  int length = 0;
+  check_mpi(MPI_Get_processor_name(own.data(), &length), "MPI_Get_processor_name");
+  std::string all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME, '\0');
+  check_mpi(MPI_Allgather(own.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
+                          MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm),
+            "MPI_Allgather");
+  std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const char* name = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    names.emplace_back(name, std::find(name, name + MPI_MAX_PROCESSOR_NAME, '\0'));
+  }
+  return names;
+}
+
+LocalRank local_rank_by_hostname(MPI_Comm comm) {
+  int rank = 0;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  const std::vector<std::string> names = hostnames(comm);
+  LocalRank local;
+  local.hostname = names[static_cast<size_t>(rank)];
+  local.local_rank =
+      static_cast<int>(std::count(names.begin(), names.begin() + rank, local.hostname));
+  local.local_size = static_cast<int>(std::count(names.begin(), names.end(), local.hostname));
+  return local;
+}
+
+}  // namespace zt

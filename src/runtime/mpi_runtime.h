@@ -1,0 +1,47 @@
+// MPI process setup. MpiRuntime initialises MPI (MPI_Init_thread, MPI_THREAD_FUNNELED: only the
+// main thread calls MPI) unless someone already did, and finalises it on destruction if it
+// initialised it. Works without a launcher (an MPI singleton: world size 1).
+//
+// local_rank_by_hostname() numbers the ranks that share a host (by MPI_Get_processor_name), in
+// rank order, for mapping ranks to the devices of their node.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace zt {
+
+class MpiRuntime {
+ public:
+  // argc/argv may be null. Throws zt::Error if MPI cannot give MPI_THREAD_FUNNELED.
+  MpiRuntime(int* argc, char*** argv);
+  MpiRuntime() : MpiRuntime(nullptr, nullptr) {}
+  ~MpiRuntime();  // MPI_Finalize, if this object called MPI_Init_thread
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  int thread_level() const { return thread_level_; }  // MPI_THREAD_* provided
+  bool initialized_here() const { return initialized_here_; }
+
+ private:
+  bool initialized_here_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+};
+
+struct LocalRank {
+  int local_rank = 0;  // index of this rank among the ranks on its host, in rank order
+  int local_size = 1;  // number of ranks on this host
+  std::string hostname;
+};
+
+// Processor names of all ranks of `comm`, indexed by rank (collective over comm).
+std::vector<std::string> hostnames(MPI_Comm comm = MPI_COMM_WORLD);
+// This rank's position among the ranks of `comm` on the same host (collective over comm).
+LocalRank local_rank_by_hostname(MPI_Comm comm = MPI_COMM_WORLD);
+
+}  // namespace zt
