@@ -1,0 +1,82 @@
+// CPU backend: fp32 activations, OpenMP over independent rows / heads / column blocks, OpenBLAS
+// for the linear layers. Determinism: every output element (or fixed-size block of a reduction)
+// is produced by exactly one thread in a fixed summation order, so results are bitwise identical
+// on every call and for any OMP_NUM_THREADS.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace zt::cpu {
+
+// cos(t·θ_i) and sin(t·θ_i) for t < T, i < hd/2, rounded exactly as Hugging Face's
+// LlamaRotaryEmbedding computes them in fp32 (see make_rope_table).
+struct RopeTable {
+  int64_t max_positions = 0;
+  int64_t head_dim = 0;
+  float theta = 0.0f;
+  std::vector<float> cos;  // [max_positions, head_dim/2]
+  std::vector<float> sin;
+};
+std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t head_dim,
+                                                 float theta);
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  void matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
+                      int64_t K) override;
+  void matmul_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                       int64_t M, int64_t N, int64_t K, bool accumulate_dx) override;
+
+  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M, int64_t D,
+                       float eps) override;
+  void rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x, const float* g,
+                        const float* rstd, int64_t M, int64_t D) override;
+
+  void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) override;
+  void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) override;
+
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                          const float* k, const float* v, const float* out, const float* lse,
+                          int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) override;
+
+  void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) override;
+  void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                       const float* up, int64_t n) override;
+
+  void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+                         int64_t D) override;
+  void embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+                          int64_t D) override;
+
+  void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                     int64_t M, int64_t V, float grad_scale) override;
+
+  void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
+             float* param_f32, int64_t n, const AdamWHyper& h) override;
+  double sum_squares(const float* x, int64_t n) override;
+
+  void add_inplace(float* y, const float* x, int64_t n) override;
+  void scale_inplace(float* y, float s, int64_t n) override;
+  void to_bf16(bf16_t* out, const float* in, int64_t n) override;
+  void from_bf16(float* out, const bf16_t* in, int64_t n) override;
+
+ private:
+  // Rotates x[B,T,H,hd] by +angle (forward) or −angle (backward, sin_sign = −1).
+  void rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta,
+                  float sin_sign);
+  // The cached table if it covers (T, hd, theta), else a new one (kept for the next call).
+  std::shared_ptr<const RopeTable> rope_table(int64_t T, int64_t hd, float theta);
+
+  std::mutex rope_mutex_;
+  std::shared_ptr<const RopeTable> rope_cache_;
+};
+
+}  // namespace zt::cpu

@@ -1,0 +1,145 @@
+// CPU backend: RMSNorm and rotary position embedding, forward and backward side by side.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
+#include "util/error.h"
+
+namespace zt::cpu {
+namespace {
+
+// Columns per work item when a reduction over rows is split by columns (rmsnorm's dg).
+constexpr int64_t kColumnBlock = 64;
+
+}  // namespace
+
+// ---- RMSNorm ----
+// Forward: rstd[m] = 1/sqrt(mean_d x² + eps), y = g · (x · rstd) (Hugging Face's order of the two
+// products). The mean of squares is accumulated in double.
+void CpuBackend::rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
+                                 int64_t D, float eps) {
+#pragma omp parallel for schedule(static) if (M * D > kParallelMinElements)
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * D;
+    const double mean_square = dot_double(xr, xr, D) / static_cast<double>(D);
+    const float r = static_cast<float>(1.0 / std::sqrt(mean_square + static_cast<double>(eps)));
+    rstd[m] = r;
+    float* yr = y + m * D;
+    for (int64_t d = 0; d < D; ++d) yr[d] = g[d] * (xr[d] * r);
+  }
+}
+
+// Backward: dx += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x), rows in parallel;
+// dg[d] += Σ_m dy·x·rstd, columns in parallel (each column summed over m in order, in double).
+void CpuBackend::rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x,
+                                  const float* g, const float* rstd, int64_t M, int64_t D) {
+  const bool parallel = M * D > kParallelMinElements;
+  if (dx) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * D;
+      const float* dyr = dy + m * D;
+      double gdy_x = 0.0;
+      for (int64_t d = 0; d < D; ++d) gdy_x += static_cast<double>(g[d] * dyr[d]) * xr[d];
+      const float r = rstd[m];
+      const float coef = static_cast<float>(gdy_x / static_cast<double>(D)) * r * r * r;
+      float* dxr = dx + m * D;
+      for (int64_t d = 0; d < D; ++d) dxr[d] += r * (g[d] * dyr[d]) - xr[d] * coef;
+    }
+  }
+  if (dg) {
+    const int64_t blocks = (D + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t d0 = blk * kColumnBlock;
+      const int64_t width = std::min(kColumnBlock, D - d0);
+      double acc[kColumnBlock] = {};
+      for (int64_t m = 0; m < M; ++m) {
+        const float* xr = x + m * D + d0;
+        const float* dyr = dy + m * D + d0;
+        const float r = rstd[m];
+        for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(dyr[j] * xr[j] * r);
+      }
+      for (int64_t j = 0; j < width; ++j) dg[d0 + j] += static_cast<float>(acc[j]);
+    }
+  }
+}
+
+// ---- rotary position embedding (rotate-half) ----
+// Hugging Face computes, in fp32: inv_freq_i = 1 / theta^(float(2i)/hd), angle =
+// float(t)·inv_freq_i (one fp32 product), then cos/sin of that fp32 angle rounded to fp32. The same
+// roundings here, with pow/cos/sin evaluated in double and rounded once (correctly rounded in
+// practice).
+std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t head_dim,
+                                                 float theta) {
+  auto table = std::make_shared<RopeTable>();
+  table->max_positions = max_positions;
+  table->head_dim = head_dim;
+  table->theta = theta;
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float power = static_cast<float>(std::pow(static_cast<double>(theta), exponent));
+    inv_freq[static_cast<size_t>(i)] = 1.0f / power;
+  }
+  table->cos.resize(static_cast<size_t>(max_positions * half));
+  table->sin.resize(table->cos.size());
+  for (int64_t t = 0; t < max_positions; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(t) * inv_freq[static_cast<size_t>(i)];
+      const size_t at = static_cast<size_t>(t * half + i);
+      table->cos[at] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      table->sin[at] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+  return table;
+}
+
+std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd, float theta) {
+  std::lock_guard<std::mutex> lock(rope_mutex_);
+  if (!rope_cache_ || rope_cache_->head_dim != hd || rope_cache_->theta != theta ||
+      rope_cache_->max_positions < T) {
+    rope_cache_ = make_rope_table(T, hd, theta);
+  }
+  return rope_cache_;
+}
+
+// x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:hd/2], x2 = x[hd/2:].
+// σ = +1 is the rotation by t·θ_i; σ = −1 its transpose (= inverse).
+void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta,
+                            float sin_sign) {
+  ZT_CHECK(hd % 2 == 0, "rope: head dim " + std::to_string(hd) + " is odd");
+  const auto table = rope_table(T, hd, theta);
+  const int64_t half = hd / 2;
+#pragma omp parallel for schedule(static) if (B * T * H * hd > kParallelMinElements)
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const int64_t t = bt % T;
+    const float* cos_t = table->cos.data() + t * half;
+    const float* sin_t = table->sin.data() + t * half;
+    for (int64_t h = 0; h < H; ++h) {
+      float* x1 = x + (bt * H + h) * hd;
+      float* x2 = x1 + half;
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cos_t[i];
+        const float s = sin_sign * sin_t[i];
+        const float a = x1[i];
+        const float b = x2[i];
+        x1[i] = a * c - b * s;
+        x2[i] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void CpuBackend::rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) {
+  rope_apply(x, B, T, H, hd, theta, 1.0f);
+}
+
+void CpuBackend::rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd,
+                               float theta) {
+  rope_apply(dx, B, T, H, hd, theta, -1.0f);
+}
+
+}  // namespace zt::cpu

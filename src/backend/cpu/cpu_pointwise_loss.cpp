@@ -1,0 +1,109 @@
+// CPU backend: SwiGLU, token embedding and fused softmax cross-entropy, forward and backward side
+// by side.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
+#include "util/error.h"
+
+namespace zt::cpu {
+namespace {
+
+// Columns per work item in embedding_backward.
+constexpr int64_t kEmbeddingColumnBlock = 64;
+
+void check_ids(const int32_t* ids, int64_t n, int64_t limit, const char* what) {
+  for (int64_t i = 0; i < n; ++i) {
+    ZT_CHECK(ids[i] >= 0 && ids[i] < limit, std::string(what) + " " + std::to_string(ids[i]) +
+                                                " at position " + std::to_string(i) +
+                                                " is outside [0, " + std::to_string(limit) + ")");
+  }
+}
+
+}  // namespace
+
+// ---- SwiGLU ----
+// Forward: h = silu(a)·u, silu(a) = a / (1 + exp(−a)) (PyTorch's form).
+void CpuBackend::swiglu_forward(float* h, const float* gate, const float* up, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = gate[i];
+    h[i] = a / (1.0f + fast_expf(-a)) * up[i];
+  }
+}
+
+// Backward: σ = 1/(1 + exp(−a));  dgate = dh·u·σ·(1 + a·(1 − σ));  dup = dh·a·σ.
+void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                                 const float* up, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = gate[i];
+    const float sigma = 1.0f / (1.0f + fast_expf(-a));
+    const float g = dh[i];
+    dgate[i] = g * up[i] * sigma * (1.0f + a * (1.0f - sigma));
+    dup[i] = g * (a * sigma);
+  }
+}
+
+// ---- token embedding ----
+// Forward: x[i] = table[tokens[i]].
+void CpuBackend::embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+                                   int64_t D) {
+  // The vocabulary size is not passed; ids are only checked for sign here.
+  check_ids(tokens, n, INT32_MAX, "embedding: token id");
+#pragma omp parallel for schedule(static) if (n * D > kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(x + i * D, table + static_cast<int64_t>(tokens[i]) * D,
+                static_cast<size_t>(D) * sizeof(float));
+  }
+}
+
+// Backward: dtable[v] += Σ_{i: tokens[i]=v} dx[i]. Threads own blocks of columns and walk the
+// tokens in order, so every element is summed in token order whatever the thread count.
+void CpuBackend::embedding_backward(float* dtable, const float* dx, const int32_t* tokens,
+                                    int64_t n, int64_t D) {
+  check_ids(tokens, n, INT32_MAX, "embedding: token id");
+  const int64_t blocks = (D + kEmbeddingColumnBlock - 1) / kEmbeddingColumnBlock;
+#pragma omp parallel for schedule(static) if (n * D > kParallelMinElements)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t d0 = blk * kEmbeddingColumnBlock;
+    const int64_t width = std::min(kEmbeddingColumnBlock, D - d0);
+    for (int64_t i = 0; i < n; ++i) {
+      axpy(dtable + static_cast<int64_t>(tokens[i]) * D + d0, 1.0f, dx + i * D + d0, width);
+    }
+  }
+}
+
+// ---- fused softmax + cross-entropy ----
+// losses[m] = lse_m − logits[m, t_m] with lse_m = max + log Σ_j exp(logits[m,j] − max);
+// dlogits[m, j] = (exp(logits[m,j] − max)/Σ − [j = t_m]) · grad_scale, written in place when
+// dlogits aliases logits (the target logit is read before its row is overwritten).
+void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
+                               const int32_t* targets, int64_t M, int64_t V, float grad_scale) {
+  check_ids(targets, M, V, "cross_entropy: target");
+#pragma omp parallel for schedule(static) if (M * V > kParallelMinElements)
+  for (int64_t m = 0; m < M; ++m) {
+    const float* row = logits + m * V;
+    const float target_logit = row[targets[m]];
+    float row_max = row[0];
+    for (int64_t j = 1; j < V; ++j) row_max = std::max(row_max, row[j]);
+    double sum = 0.0;
+    if (dlogits) {
+      float* drow = dlogits + m * V;
+      for (int64_t j = 0; j < V; ++j) drow[j] = fast_expf(row[j] - row_max);
+      for (int64_t j = 0; j < V; ++j) sum += drow[j];
+      const float factor = static_cast<float>(static_cast<double>(grad_scale) / sum);
+      for (int64_t j = 0; j < V; ++j) drow[j] *= factor;
+      drow[targets[m]] -= grad_scale;
+    } else {
+      for (int64_t j = 0; j < V; ++j) sum += fast_expf(row[j] - row_max);
+    }
+    losses[m] = static_cast<float>(static_cast<double>(row_max) + std::log(sum) -
+                                   static_cast<double>(target_logit));
+  }
+}
+
+}  // namespace zt::cpu
