@@ -9,6 +9,7 @@
 // number of threads.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -105,6 +106,8 @@ class Backend {
   // ---- elementwise helpers ----
   virtual void add_inplace(float* y, const float* x, int64_t n) = 0;  // y += x
   virtual void scale_inplace(float* y, float s, int64_t n) = 0;       // y *= s
+  // y = 0 (host memory by default; device backends override).
+  virtual void zero(float* y, int64_t n) { std::memset(y, 0, static_cast<size_t>(n) * sizeof(float)); }
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
   virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
 };

@@ -1,0 +1,103 @@
+#include "engine/grad_reducer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+GradReducer::GradReducer(Communicator& comm, MemoryTracker& memory, int64_t max_padded_group,
+                         int64_t bucket_elements, int num_slots)
+    : comm_(comm), world_(comm.world_size()), bucket_elements_(bucket_elements) {
+  slots_.resize(static_cast<size_t>(num_slots));
+  const int64_t max_shard = max_padded_group / world_;
+  const bool needs_packing = bucket_elements_ < max_padded_group;
+  for (Slot& s : slots_) {
+    s.bucket = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
+                                    static_cast<size_t>(max_padded_group));
+    if (needs_packing)
+      s.packed = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
+                                      static_cast<size_t>(max_padded_group));
+    s.recv = TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_shard));
+  }
+}
+
+float* GradReducer::acquire_bucket(int64_t padded, bool zeroed) {
+  Slot& s = slots_[next_slot_];
+  if (s.busy) drain(s);
+  ZT_CHECK(static_cast<size_t>(padded) <= s.bucket.size(), "gradient bucket too small");
+  if (zeroed) std::memset(s.bucket.data(), 0, static_cast<size_t>(padded) * sizeof(float));
+  current_ = &s;
+  return s.bucket.data();
+}
+
+void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest) {
+  Slot& s = current_ ? *current_ : slots_[next_slot_];
+  if (s.busy) drain(s);
+  current_ = nullptr;
+  next_slot_ = (next_slot_ + 1) % slots_.size();
+  s.mode = mode;
+  s.dest = dest;
+  s.busy = true;
+  s.shard = padded / world_;
+  if (mode == Mode::kAllReduce) {
+    // In place, in chunks of the bucket size.
+    for (int64_t off = 0; off < padded; off += bucket_elements_) {
+      const int64_t n = std::min(bucket_elements_, padded - off);
+      s.handles.push_back(comm_.all_reduce_sum(grads + off, static_cast<size_t>(n)));
+    }
+    return;
+  }
+  // Reduce-scatter: chunks of at most bucket/N elements of every rank's shard.
+  const int64_t per_rank = std::max<int64_t>(1, bucket_elements_ / world_);
+  if (per_rank >= s.shard) {
+    s.handles.push_back(comm_.reduce_scatter_sum(grads, s.recv.data(), static_cast<size_t>(s.shard)));
+    return;
+  }
+  float* packed = s.packed.data();
+  for (int64_t c0 = 0; c0 < s.shard; c0 += per_rank) {
+    const int64_t len = std::min(per_rank, s.shard - c0);
+    float* chunk = packed + c0 * world_;
+    for (int r = 0; r < world_; ++r)
+      std::memcpy(chunk + r * len, grads + r * s.shard + c0, static_cast<size_t>(len) * sizeof(float));
+    s.handles.push_back(comm_.reduce_scatter_sum(chunk, s.recv.data() + c0, static_cast<size_t>(len)));
+  }
+}
+
+double GradReducer::drain(Slot& s) {
+  if (!s.busy) return 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (CommHandle& h : s.handles) h.wait();
+  const double waited = seconds_since(t0);
+  s.handles.clear();
+  if (s.mode == Mode::kReduceScatterStore) {
+    std::memcpy(s.dest, s.recv.data(), static_cast<size_t>(s.shard) * sizeof(float));
+  } else if (s.mode == Mode::kReduceScatterAccumulate) {
+    const float* r = s.recv.data();
+    for (int64_t i = 0; i < s.shard; ++i) s.dest[i] += r[i];
+  }
+  s.busy = false;
+  return waited;
+}
+
+double GradReducer::drain_all() {
+  double waited = 0.0;
+  // Drain in issue order so accumulation order is fixed.
+  for (size_t k = 0; k < slots_.size(); ++k) waited += drain(slots_[(next_slot_ + k) % slots_.size()]);
+  return waited;
+}
+
+void GradReducer::poll() {
+  for (Slot& s : slots_)
+    for (CommHandle& h : s.handles) h.test();
+}
+
+}  // namespace zt

@@ -1,0 +1,56 @@
+// Gradient reduction for the ZeRO stages, bucketed and asynchronous:
+//   all-reduce (stage 0): the group's full fp32 gradient, in place, in reduce_bucket_size chunks;
+//   reduce-scatter (stages 1-3): rank r receives the sum of shard r. A bucket covers at most
+//   reduce_bucket_size elements of the group (per-rank chunks of the shard range, packed when the
+//   bucket is smaller than the group).
+// Results land when the slot is drained: stage 1 writes the reduced shard into the full
+// accumulator at the rank's offset, stages 2/3 add it into the fp32 shard accumulator.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "util/memory.h"
+
+namespace zt {
+
+class GradReducer {
+ public:
+  enum class Mode { kAllReduce, kReduceScatterStore, kReduceScatterAccumulate };
+
+  GradReducer(Communicator& comm, MemoryTracker& memory, int64_t max_padded_group,
+              int64_t bucket_elements, int num_slots);
+
+  // A full-group fp32 buffer (padded size) the model may write a group's gradients into; the
+  // slot is free (its previous reduction drained). Zeroed when `zeroed`.
+  float* acquire_bucket(int64_t padded, bool zeroed);
+  // Starts reducing `padded` elements at `grads` (the acquired bucket, or a caller-owned
+  // accumulator in all-reduce/store modes); `dest` receives the shard (null for all-reduce).
+  void start(Mode mode, float* grads, int64_t padded, float* dest);
+  // Waits for every outstanding reduction and lands the results. Returns seconds spent waiting.
+  double drain_all();
+  // Polls outstanding handles so the library makes progress during compute.
+  void poll();
+
+ private:
+  struct Slot {
+    TrackedBuffer<float> bucket;  // full padded group, written by the model
+    TrackedBuffer<float> packed;  // chunk-major packed copy when buckets split the group
+    TrackedBuffer<float> recv;    // this rank's reduced shard
+    std::vector<CommHandle> handles;
+    Mode mode = Mode::kAllReduce;
+    float* dest = nullptr;
+    int64_t shard = 0;
+    bool busy = false;
+  };
+  double drain(Slot& s);
+
+  Communicator& comm_;
+  int world_;
+  int64_t bucket_elements_;
+  std::vector<Slot> slots_;
+  size_t next_slot_ = 0;
+  Slot* current_ = nullptr;
+};
+
+}  // namespace zt

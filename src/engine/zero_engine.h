@@ -1,0 +1,79 @@
+// ZeRO engine: owns who holds which bytes. Every parameter group's flat buffer is padded to a
+// multiple of N ranks and split into N equal contiguous shards; rank r owns shard r of every
+// group (fp32 master, Adam m and v, and at stages 2/3 the fp32 gradient shard).
+//   stage 0: full replicas; gradients all-reduced (bucketed) after the last micro-batch.
+//   stage 1: full fp32 gradient accumulators; reduce-scatter after the last micro-batch;
+//            each rank updates its shard; bf16 params all-gathered.
+//   stage 2: gradients reduce-scattered bucket by bucket during backward into fp32 shards.
+//   stage 3: params sharded too; each group gathered before its forward and its backward,
+//            released after use, prefetched ahead within the configured bounds.
+// The model (LlamaModel) computes; the engine decides when parameters exist and where
+// gradients go.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "engine/zero_config.h"
+#include "model/llama.h"
+#include "util/memory.h"
+
+namespace zt {
+
+class ModelDirReader;
+
+// How one group is split: padded = shard·N, rank r owns [r·shard, (r+1)·shard).
+struct GroupPartition {
+  int64_t numel = 0;
+  int64_t padded = 0;
+  int64_t shard = 0;
+};
+
+struct StepStats {
+  double loss = 0.0;        // mean next-token loss over the global batch
+  double grad_norm = 0.0;   // global gradient norm before clipping
+  double clip_scale = 1.0;  // factor applied to the gradients
+  int64_t tokens = 0;       // tokens in the global batch
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
+};
+
+class ZeroEngine {
+ public:
+  ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
+             const AdamWConfig& optim, Backend& backend, Communicator& comm,
+             MemoryTracker& memory, int64_t micro_batch, int64_t seq_len,
+             ActivationCheckpointing ac);
+  ~ZeroEngine();
+
+  const ParamLayout& layout() const { return model_.layout(); }
+  const GroupPartition& partition(int g) const { return parts_[static_cast<size_t>(g)]; }
+  LlamaModel& model() { return model_; }
+
+  // Parameters: each rank produces only the elements it holds.
+  void init_from_seed(uint64_t seed);
+  void load_from(ModelDirReader& reader);
+
+  // One optimizer step over `accum` micro-batches of this rank. inputs[i]/targets[i] point at
+  // B·T tokens each. lr is the scheduled learning rate of this step (1-based `step`).
+  StepStats train_step(const std::vector<const int32_t*>& inputs,
+                       const std::vector<const int32_t*>& targets, float lr, int64_t step);
+  // Σ per-token loss over this rank's micro-batch (forward only), all-reduced over ranks.
+  double eval_loss_sum(const int32_t* inputs, const int32_t* targets);
+
+  // Visits every tensor in layout order with its full values as bf16 (or fp32 for the fp32
+  // master when `master` is true), one tensor at a time. Collective: every rank must call it;
+  // only rank 0's callback receives data (others get nullptr).
+  void for_each_full_tensor(bool master,
+                            const std::function<void(const TensorInfo&, const void*)>& fn);
+
+ private:
+  struct Impl;
+  LlamaModel model_;
+  std::vector<GroupPartition> parts_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zt

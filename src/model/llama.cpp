@@ -1,0 +1,254 @@
+#include "model/llama.h"
+
+#include <string>
+
+#include "util/error.h"
+
+namespace zt {
+
+int64_t ActivationPlan::per_layer_saved(const ModelConfig& c, int64_t B, int64_t T) {
+  const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
+  // xn1, q, att, x2, xn2: M·D each; k, v: M·KV; gate, up, h: M·F; rstd1, rstd2: M; lse: B·H·T.
+  return 5 * M * D + 2 * M * KV + 3 * M * F + 2 * M + B * c.num_heads * T;
+}
+
+ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
+                                    const ActivationCheckpointing& ac) {
+  const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
+  const int64_t L = c.num_layers;
+  int64_t checkpointed = 0;
+  for (int64_t l = 0; l < L; ++l) checkpointed += ac.is_checkpointed(l) ? 1 : 0;
+  ActivationPlan p;
+  p.host_residual = ac.on_host ? checkpointed * M * D : 0;
+  p.residual = (L + 1) * M * D - p.host_residual;
+  p.layer_saved = (L - checkpointed + (checkpointed > 0 ? 1 : 0)) * per_layer_saved(c, B, T);
+  p.head = M * D + M + M * c.vocab_size + M;
+  p.grad_scratch = 4 * M * D + 2 * M * KV + 3 * M * F;
+  return p;
+}
+
+LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
+                       int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac)
+    : config_(config), layout_(config), be_(backend), B_(micro_batch), T_(seq_len),
+      M_(micro_batch * seq_len), ac_(ac) {
+  ZT_CHECK(B_ > 0 && T_ > 0, "micro-batch and sequence length must be positive");
+  ZT_CHECK(T_ <= config_.max_position_embeddings,
+           "seq-len " + std::to_string(T_) + " exceeds max_position_embeddings " +
+               std::to_string(config_.max_position_embeddings));
+  const ActivationPlan plan = ActivationPlan::make(config_, B_, T_, ac_);
+  arena_ = TrackedBuffer<float>(memory, MemCategory::kActivations,
+                                static_cast<size_t>(plan.device_elements()));
+  if (plan.host_residual > 0)
+    host_arena_ = TrackedBuffer<float>(memory, MemCategory::kHostOffload,
+                                       static_cast<size_t>(plan.host_residual));
+  tokens_ = TrackedBuffer<int32_t>(memory, MemCategory::kActivations, static_cast<size_t>(2 * M_));
+
+  const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
+  const int64_t L = config_.num_layers;
+  float* cursor = arena_.data();
+  float* host_cursor = host_arena_.data();
+  auto take = [](float*& c, int64_t n) {
+    float* p = c;
+    c += n;
+    return p;
+  };
+  resid_.resize(static_cast<size_t>(L + 1));
+  for (int64_t l = 0; l <= L; ++l) {
+    const bool to_host = l < L && ac_.on_host && ac_.is_checkpointed(l);
+    resid_[static_cast<size_t>(l)] = to_host ? take(host_cursor, M_ * D) : take(cursor, M_ * D);
+  }
+  layer_acts_.resize(static_cast<size_t>(L));
+  bool any_checkpointed = false;
+  for (int64_t l = 0; l < L; ++l) {
+    if (ac_.is_checkpointed(l)) {
+      any_checkpointed = true;
+    } else {
+      layer_acts_[static_cast<size_t>(l)] = carve_layer(cursor);
+    }
+  }
+  if (any_checkpointed) scratch_acts_ = carve_layer(cursor);
+  final_norm_out_ = take(cursor, M_ * D);
+  final_rstd_ = take(cursor, M_);
+  logits_ = take(cursor, M_ * config_.vocab_size);
+  losses_ = take(cursor, M_);
+  dresid_ = take(cursor, M_ * D);
+  dxn_ = take(cursor, M_ * D);
+  dq_ = take(cursor, M_ * D);
+  datt_ = take(cursor, M_ * D);
+  dk_ = take(cursor, M_ * KV);
+  dv_ = take(cursor, M_ * KV);
+  dgate_ = take(cursor, M_ * F);
+  dup_ = take(cursor, M_ * F);
+  dh_ = take(cursor, M_ * F);
+  ZT_CHECK(cursor == arena_.data() + plan.device_elements(), "activation arena plan mismatch");
+}
+
+LlamaModel::LayerActs LlamaModel::carve_layer(float*& c) const {
+  const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
+  auto take = [&c](int64_t n) {
+    float* p = c;
+    c += n;
+    return p;
+  };
+  LayerActs a{};
+  a.xn1 = take(M_ * D);
+  a.rstd1 = take(M_);
+  a.q = take(M_ * D);
+  a.k = take(M_ * KV);
+  a.v = take(M_ * KV);
+  a.att = take(M_ * D);
+  a.lse = take(B_ * config_.num_heads * T_);
+  a.x2 = take(M_ * D);
+  a.xn2 = take(M_ * D);
+  a.rstd2 = take(M_);
+  a.gate = take(M_ * F);
+  a.up = take(M_ * F);
+  a.h = take(M_ * F);
+  return a;
+}
+
+LlamaModel::LayerActs& LlamaModel::acts_for(int layer) {
+  return ac_.is_checkpointed(layer) ? scratch_acts_ : layer_acts_[static_cast<size_t>(layer)];
+}
+
+LlamaModel::LayerParams LlamaModel::layer_params(int layer, const float* group) const {
+  auto at = [&](TensorRole r) { return group + layout_.tensor(r, layer).offset; };
+  return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),       at(TensorRole::kKProj),
+          at(TensorRole::kVProj),     at(TensorRole::kOProj),       at(TensorRole::kPostAttnNorm),
+          at(TensorRole::kGateProj),  at(TensorRole::kUpProj),      at(TensorRole::kDownProj)};
+}
+
+void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets) {
+  for (int64_t i = 0; i < M_; ++i) {
+    for (int32_t tok : {inputs[i], targets[i]}) {
+      ZT_CHECK(tok >= 0 && tok < config_.vocab_size,
+               "token " + std::to_string(tok) + " is outside the vocabulary (vocab_size " +
+                   std::to_string(config_.vocab_size) + ")");
+    }
+  }
+  std::copy(inputs, inputs + M_, tokens_.data());
+  std::copy(targets, targets + M_, tokens_.data() + M_);
+}
+
+void LlamaModel::forward_group(int g, const float* params, bool training, float grad_scale) {
+  if (g == layout_.embed_group()) {
+    embed_forward(params);
+  } else if (g == layout_.head_group()) {
+    head_forward(params, training, grad_scale);
+  } else {
+    layer_forward(g - 1, params);
+  }
+}
+
+void LlamaModel::backward_group(int g, const float* params, float* grads) {
+  if (g == layout_.embed_group()) {
+    embed_backward(grads);
+  } else if (g == layout_.head_group()) {
+    head_backward(params, grads);
+  } else {
+    layer_backward(g - 1, params, grads);
+  }
+}
+
+// ---- embedding: x = table[tokens];  dtable[tok] += dx ----
+void LlamaModel::embed_forward(const float* params) {
+  be_.embedding_forward(resid_[0], tokens_.data(), params, M_, config_.hidden_size);
+}
+
+void LlamaModel::embed_backward(float* grads) {
+  be_.embedding_backward(grads, dresid_, tokens_.data(), M_, config_.hidden_size);
+}
+
+// ---- decoder layer ----
+// xn1 = rms(x)·g1; q,k,v = xn1·W{q,k,v}ᵀ; rope(q,k); att = causal_softmax(q kᵀ/√hd)·v;
+// x2 = x + att·Woᵀ; xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
+void LlamaModel::layer_forward(int layer, const float* params) {
+  const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
+  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const float theta = static_cast<float>(config_.rope_theta);
+  const LayerParams P = layer_params(layer, params);
+  const LayerActs& A = acts_for(layer);
+  const float* x = resid_[static_cast<size_t>(layer)];
+  float* out = resid_[static_cast<size_t>(layer) + 1];
+
+  be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);
+  be_.matmul_forward(A.q, A.xn1, P.wq, M_, D, D);
+  be_.matmul_forward(A.k, A.xn1, P.wk, M_, KV, D);
+  be_.matmul_forward(A.v, A.xn1, P.wv, M_, KV, D);
+  be_.rope_forward(A.q, B_, T_, H, hd, theta);
+  be_.rope_forward(A.k, B_, T_, Hkv, hd, theta);
+  be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd);
+  be_.matmul_forward(A.x2, A.att, P.wo, M_, D, D);
+  be_.add_inplace(A.x2, x, M_ * D);
+  be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
+  be_.matmul_forward(A.gate, A.xn2, P.wgate, M_, F, D);
+  be_.matmul_forward(A.up, A.xn2, P.wup, M_, F, D);
+  be_.swiglu_forward(A.h, A.gate, A.up, M_ * F);
+  be_.matmul_forward(out, A.h, P.wdown, M_, D, F);
+  be_.add_inplace(out, A.x2, M_ * D);
+}
+
+// On entry dresid_ = ∂L/∂out; on exit dresid_ = ∂L/∂x. Parameter gradients are accumulated.
+void LlamaModel::layer_backward(int layer, const float* params, float* grads) {
+  if (ac_.is_checkpointed(layer)) layer_forward(layer, params);  // recompute from the input
+  const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
+  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
+  const float theta = static_cast<float>(config_.rope_theta);
+  const LayerParams P = layer_params(layer, params);
+  const LayerActs& A = acts_for(layer);
+  const float* x = resid_[static_cast<size_t>(layer)];
+  auto grad = [&](TensorRole r) { return grads + layout_.tensor(r, layer).offset; };
+
+  // MLP: out = x2 + (silu(gate)·up)·Wdᵀ
+  be_.matmul_backward(dh_, grad(TensorRole::kDownProj), dresid_, A.h, P.wdown, M_, D, F, false);
+  be_.swiglu_backward(dgate_, dup_, dh_, A.gate, A.up, M_ * F);
+  be_.matmul_backward(dxn_, grad(TensorRole::kGateProj), dgate_, A.xn2, P.wgate, M_, F, D, false);
+  be_.matmul_backward(dxn_, grad(TensorRole::kUpProj), dup_, A.xn2, P.wup, M_, F, D, true);
+  // dresid_ becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
+  be_.rmsnorm_backward(dresid_, grad(TensorRole::kPostAttnNorm), dxn_, A.x2, P.post_norm, A.rstd2,
+                       M_, D);
+  // attention: x2 = x + att·Woᵀ
+  be_.matmul_backward(datt_, grad(TensorRole::kOProj), dresid_, A.att, P.wo, M_, D, D, false);
+  be_.attention_backward(dq_, dk_, dv_, datt_, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv, hd);
+  be_.rope_backward(dq_, B_, T_, H, hd, theta);
+  be_.rope_backward(dk_, B_, T_, Hkv, hd, theta);
+  be_.matmul_backward(dxn_, grad(TensorRole::kQProj), dq_, A.xn1, P.wq, M_, D, D, false);
+  be_.matmul_backward(dxn_, grad(TensorRole::kKProj), dk_, A.xn1, P.wk, M_, KV, D, true);
+  be_.matmul_backward(dxn_, grad(TensorRole::kVProj), dv_, A.xn1, P.wv, M_, KV, D, true);
+  // dresid_ becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
+  be_.rmsnorm_backward(dresid_, grad(TensorRole::kInputNorm), dxn_, x, P.input_norm, A.rstd1, M_,
+                       D);
+}
+
+// ---- head: xf = rms(x_L)·gF; logits = xf·Whᵀ; loss = CE(logits, targets) ----
+void LlamaModel::head_forward(const float* params, bool training, float grad_scale) {
+  const int64_t D = config_.hidden_size, V = config_.vocab_size;
+  const float* norm = params + layout_.tensor(TensorRole::kFinalNorm).offset;
+  const float* head = params + layout_.tensor(TensorRole::kLmHead).offset;
+  be_.rmsnorm_forward(final_norm_out_, final_rstd_, resid_.back(), norm, M_, D,
+                      static_cast<float>(config_.rms_norm_eps));
+  be_.matmul_forward(logits_, final_norm_out_, head, M_, V, D);
+  // In training the logits buffer is overwritten by dlogits (fused softmax + cross-entropy).
+  be_.cross_entropy(losses_, training ? logits_ : nullptr, logits_, tokens_.data() + M_, M_, V,
+                    grad_scale);
+}
+
+void LlamaModel::head_backward(const float* params, float* grads) {
+  const int64_t D = config_.hidden_size, V = config_.vocab_size;
+  const TensorInfo& norm_t = layout_.tensor(TensorRole::kFinalNorm);
+  const TensorInfo& head_t = layout_.tensor(TensorRole::kLmHead);
+  be_.matmul_backward(dxn_, grads + head_t.offset, logits_, final_norm_out_,
+                      params + head_t.offset, M_, V, D, false);
+  be_.zero(dresid_, M_ * D);
+  be_.rmsnorm_backward(dresid_, grads + norm_t.offset, dxn_, resid_.back(),
+                       params + norm_t.offset, final_rstd_, M_, D);
+}
+
+double LlamaModel::loss_sum() const {
+  double s = 0.0;
+  for (int64_t i = 0; i < M_; ++i) s += losses_[i];
+  return s;
+}
+
+}  // namespace zt

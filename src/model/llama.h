@@ -1,0 +1,102 @@
+// Llama decoder forward and backward over one micro-batch [B, T], in terms of Backend ops.
+// The model knows nothing of ranks: the engine hands it each parameter group's flat fp32 buffer
+// (embedding, layer 0..L-1, head) just before it is used, in the static order
+//   forward:  embed, layer 0, ..., layer L-1, head
+//   backward: head, layer L-1, ..., layer 0, embed
+// and receives that group's gradients (+=) right after its backward, so it can reduce or
+// release them. All activations live in one arena sized up front (ActivationPlan).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "util/memory.h"
+
+namespace zt {
+
+// Activation checkpointing: a checkpointed layer keeps only its input (the residual stream) and
+// is recomputed during backward. every = 0: none; every = 1: full; every = K: layers l % K == 0.
+// on_host: the kept inputs of checkpointed layers go to the host pool (cpu_checkpointing).
+struct ActivationCheckpointing {
+  int every = 0;
+  bool on_host = false;
+  bool is_checkpointed(int64_t layer) const { return every > 0 && layer % every == 0; }
+};
+
+// Element counts of the activation arena; used by the model and by the estimator.
+struct ActivationPlan {
+  int64_t residual = 0;       // (L+1)·M·D, minus what goes to the host pool
+  int64_t host_residual = 0;  // inputs of checkpointed layers when on_host
+  int64_t layer_saved = 0;    // per-layer saved activations × layers kept (+1 scratch if any ckpt)
+  int64_t head = 0;           // final-norm output, rstd, logits/dlogits, per-token losses
+  int64_t grad_scratch = 0;   // backward temporaries
+  int64_t device_elements() const { return residual + layer_saved + head + grad_scratch; }
+  static ActivationPlan make(const ModelConfig& c, int64_t B, int64_t T,
+                             const ActivationCheckpointing& ac);
+  static int64_t per_layer_saved(const ModelConfig& c, int64_t B, int64_t T);
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
+             int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac = {});
+
+  const ModelConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  int64_t micro_batch() const { return B_; }
+  int64_t seq_len() const { return T_; }
+  int64_t tokens_per_micro_batch() const { return B_ * T_; }
+
+  // Inputs and targets of the next micro-batch, B·T tokens each (copied). Tokens are validated
+  // against the vocabulary size.
+  void set_batch(const int32_t* inputs, const int32_t* targets);
+
+  // Runs group g's forward. For the head group it computes per-token losses and, when training,
+  // the loss gradient dlogits = (softmax − onehot)·grad_scale (grad_scale = 1/global tokens).
+  void forward_group(int g, const float* params, bool training, float grad_scale);
+  // Runs group g's backward, accumulating (+=) its parameter gradients into grads.
+  void backward_group(int g, const float* params, float* grads);
+
+  // Σ of per-token losses of the last head forward (double, sequential order).
+  double loss_sum() const;
+  // Logits [B·T, V] of the last head forward with training == false.
+  const float* logits() const { return logits_; }
+
+ private:
+  struct LayerActs {  // pointers into the arena for one layer's saved activations
+    float *xn1, *rstd1, *q, *k, *v, *att, *lse, *x2, *xn2, *rstd2, *gate, *up, *h;
+  };
+  struct LayerParams {
+    const float *input_norm, *wq, *wk, *wv, *wo, *post_norm, *wgate, *wup, *wdown;
+  };
+  LayerParams layer_params(int layer, const float* group) const;
+  LayerActs carve_layer(float*& cursor) const;
+  void layer_forward(int layer, const float* params);
+  void layer_backward(int layer, const float* params, float* grads);
+  void embed_forward(const float* params);
+  void embed_backward(float* grads);
+  void head_forward(const float* params, bool training, float grad_scale);
+  void head_backward(const float* params, float* grads);
+  LayerActs& acts_for(int layer);
+
+  ModelConfig config_;
+  ParamLayout layout_;
+  Backend& be_;
+  int64_t B_, T_, M_;
+  ActivationCheckpointing ac_;
+  TrackedBuffer<float> arena_;
+  TrackedBuffer<float> host_arena_;
+  TrackedBuffer<int32_t> tokens_;  // inputs then targets, 2·M
+  std::vector<float*> resid_;      // L+1 residual-stream buffers [M, D]
+  std::vector<LayerActs> layer_acts_;  // per layer; checkpointed layers share the scratch slot
+  LayerActs scratch_acts_{};
+  float *final_norm_out_ = nullptr, *final_rstd_ = nullptr, *logits_ = nullptr,
+        *losses_ = nullptr;
+  // backward temporaries
+  float *dresid_ = nullptr, *dxn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
+        *datt_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr, *dh_ = nullptr;
+};
+
+}  // namespace zt
