@@ -1,0 +1,179 @@
+// zerotrain info: summarises a model directory, a token dataset or a training checkpoint.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "io/fs_util.h"
+#include "io/model_dir.h"
+#include "io/token_dataset.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// 5933109248 -> "5,933,109,248".
+std::string with_commas(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// 5933109248 -> "5.93 B", 1.2e6 -> "1.20 M".
+std::string short_count(uint64_t n) {
+  const double v = static_cast<double>(n);
+  char buf[32];
+  if (v >= 1e9) {
+    std::snprintf(buf, sizeof buf, "%.2f B", v / 1e9);
+  } else if (v >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f K", v / 1e3);
+  }
+  return buf;
+}
+
+// Reads every tensor in bounded chunks so NaN/Inf values and unreadable data are reported.
+void verify_model_values(ModelDirReader& reader) {
+  constexpr int64_t kChunk = int64_t{4} << 20;
+  std::vector<float> buf(kChunk);
+  for (const auto& t : reader.layout().tensors())
+    for (int64_t off = 0; off < t.numel; off += kChunk)
+      reader.read_tensor_range_f32(t.name, off, std::min(kChunk, t.numel - off), buf.data());
+}
+
+void info_model(const std::string& dir, bool json, bool verify) {
+  ModelDirReader reader(dir);
+  nlohmann::json tensors = nlohmann::json::array();
+  uint64_t bytes = 0;
+  for (const auto& t : reader.layout().tensors()) {
+    const h5::DType dtype = reader.stored_dtype(t.name);
+    bytes += static_cast<uint64_t>(t.numel) * h5::dtype_size(dtype);
+    tensors.push_back({{"name", t.name},
+                       {"shape", t.shape},
+                       {"dtype", h5::dtype_name(dtype)},
+                       {"file", reader.shard_of(t.name)}});
+  }
+  if (verify) verify_model_values(reader);
+  const auto params = static_cast<uint64_t>(reader.layout().total_numel());
+  if (json) {
+    std::cout << nlohmann::json{{"kind", "model"},
+                                {"path", dir},
+                                {"config", reader.config().to_hf_json()},
+                                {"tensors", tensors},
+                                {"parameters", params},
+                                {"bytes", bytes},
+                                {"shards", reader.shard_files()},
+                                {"verified", verify}}
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << "model directory: " << dir << "\nconfig:\n";
+  const nlohmann::json config = reader.config().to_hf_json();
+  for (auto it = config.begin(); it != config.end(); ++it)
+    std::cout << "  " << it.key() << ": " << it.value().dump() << "\n";
+  std::cout << "tensors:\n";
+  for (const auto& t : tensors) {
+    const std::string shape = h5::shape_string(t["shape"].get<std::vector<int64_t>>());
+    std::printf("  %-48s %-16s %-9s %s\n", t["name"].get<std::string>().c_str(), shape.c_str(),
+                t["dtype"].get<std::string>().c_str(), t["file"].get<std::string>().c_str());
+  }
+  std::fflush(stdout);
+  std::cout << "shards: " << reader.shard_files().size() << "\n"
+            << "parameters: " << with_commas(params) << " (" << short_count(params) << ")\n"
+            << "bytes: " << with_commas(bytes) << " (" << static_cast<double>(bytes) / (1ull << 30)
+            << " GiB)\n";
+  if (verify) std::cout << "values: all finite\n";
+}
+
+void info_tokens(const std::string& path, bool json) {
+  const TokenDataset data(path);
+  int32_t lo = 0, hi = 0;
+  data.min_max(&lo, &hi);
+  const nlohmann::json j = {{"kind", "tokens"},
+                            {"path", path},
+                            {"tokens", data.size()},
+                            {"vocab_size", data.vocab_size()},
+                            {"tokenizer", data.tokenizer()},
+                            {"dtype", h5::dtype_name(data.dtype())},
+                            {"min_token", lo},
+                            {"max_token", hi}};
+  if (json) {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << "token dataset: " << path << "\n"
+            << "tokens: " << with_commas(static_cast<uint64_t>(data.size())) << "\n"
+            << "vocab_size: " << data.vocab_size() << "\n"
+            << "tokenizer: " << data.tokenizer() << "\n"
+            << "dtype: " << h5::dtype_name(data.dtype()) << "\n"
+            << "min_token: " << lo << "\nmax_token: " << hi << "\n";
+  if (hi >= data.vocab_size())
+    std::cout << "warning: max token " << hi << " is not below vocab_size\n";
+}
+
+void info_checkpoint(const std::string& dir, bool json) {
+  const nlohmann::json manifest = read_json_file(dir + "/manifest.json");
+  nlohmann::json j = {{"kind", "checkpoint"}, {"path", dir}};
+  for (const char* key : {"step", "tokens_seen", "world_size", "stage", "precision"})
+    if (manifest.contains(key)) j[key] = manifest[key];
+  if (json) {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << "training checkpoint: " << dir << "\n";
+  for (const auto& [key, value] : j.items())
+    if (key != "kind" && key != "path") std::cout << key << ": " << value.dump() << "\n";
+}
+
+}  // namespace
+
+int cmd_info(int argc, char** argv) {
+  const CommandSpec spec{"info",
+                         "Summarise a model directory, a token dataset (.h5) or a training "
+                         "checkpoint directory.",
+                         "zerotrain info PATH [--json] [--verify]"};
+  po::options_description options("info options");
+  options.add_options()("path", po::value<std::string>(), "what to describe")(
+      "json", po::bool_switch(), "print machine-readable JSON")(
+      "verify", po::bool_switch(), "model directory: read every tensor and check it is finite");
+  po::positional_options_description positional;
+  positional.add("path", 1);
+  po::variables_map vm;
+  if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
+  require_option(vm, "path", spec.name);
+  const std::string path = vm["path"].as<std::string>();
+  const bool json = vm["json"].as<bool>();
+  std::error_code ec;
+  ZT_CHECK(fs::exists(path, ec), "'" + path + "' does not exist");
+  const std::string what = "'" + path + "' is not a model directory, token dataset or checkpoint";
+  if (fs::is_directory(path, ec)) {
+    if (fs::exists(path + "/" + kModelConfigFile) || fs::exists(path + "/" + kModelIndexFile)) {
+      info_model(path, json, vm["verify"].as<bool>());
+    } else if (fs::exists(path + "/manifest.json")) {
+      info_checkpoint(path, json);
+    } else {
+      fail(what);
+    }
+    return 0;
+  }
+  ZT_CHECK(h5::is_hdf5_file(path),
+           "'" + path +
+               "' is not an HDF5 file (expected a model directory, token dataset or checkpoint)");
+  {
+    const h5::Id file = h5::open_file(path);
+    ZT_CHECK(h5::has_dataset(file, "tokens"), what + " (HDF5 file without a /tokens dataset)");
+  }
+  info_tokens(path, json);
+  return 0;
+}
+
+}  // namespace zt

@@ -1,0 +1,338 @@
+#include "io/hdf5_util.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "util/error.h"
+
+namespace zt::h5 {
+
+Id& Id::operator=(Id&& o) noexcept {
+  if (this != &o) {
+    reset();
+    id_ = o.id_;
+    closer_ = o.closer_;
+    o.id_ = H5I_INVALID_HID;
+  }
+  return *this;
+}
+
+void Id::close(const std::string& where) {
+  if (id_ < 0) return;
+  const hid_t id = id_;
+  id_ = H5I_INVALID_HID;
+  check(closer_(id), "HDF5 close failed", where);
+}
+
+void Id::reset() {
+  if (id_ >= 0 && closer_) closer_(id_);
+  id_ = H5I_INVALID_HID;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF32:
+      return "float32";
+    case DType::kU16:
+      return "uint16";
+    case DType::kU32:
+      return "uint32";
+    case DType::kI32:
+      return "int32";
+    default:
+      return "unsupported";
+  }
+}
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kBF16:
+    case DType::kU16:
+      return 2;
+    case DType::kF32:
+    case DType::kU32:
+    case DType::kI32:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+void silence_errors() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+void check(herr_t rc, const std::string& what, const std::string& where) {
+  if (rc < 0) fail(what + ": " + where);
+}
+
+Id wrap(hid_t id, Id::Closer closer, const std::string& what, const std::string& where) {
+  if (id < 0) fail(what + ": " + where);
+  return Id(id, closer);
+}
+
+Id bf16_type() {
+  // Start from IEEE float32 LE; move the fields into the low 16 bits, then shrink precision and
+  // size (HDF5 refuses a size smaller than offset+precision, so this order matters).
+  Id t = wrap(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, "cannot copy float32 type", "bf16 type");
+  check(H5Tset_fields(t, 15, 7, 8, 0, 7), "H5Tset_fields failed", "bf16 type");
+  check(H5Tset_offset(t, 0), "H5Tset_offset failed", "bf16 type");
+  check(H5Tset_precision(t, 16), "H5Tset_precision failed", "bf16 type");
+  check(H5Tset_size(t, 2), "H5Tset_size failed", "bf16 type");
+  check(H5Tset_ebias(t, 127), "H5Tset_ebias failed", "bf16 type");
+  return t;
+}
+
+Id type_for(DType t) {
+  hid_t base = H5I_INVALID_HID;
+  switch (t) {
+    case DType::kBF16:
+      return bf16_type();
+    case DType::kF32:
+      base = H5T_IEEE_F32LE;
+      break;
+    case DType::kU16:
+      base = H5T_STD_U16LE;
+      break;
+    case DType::kU32:
+      base = H5T_STD_U32LE;
+      break;
+    case DType::kI32:
+      base = H5T_STD_I32LE;
+      break;
+    default:
+      fail("no HDF5 type for an unsupported element type");
+  }
+  return wrap(H5Tcopy(base), H5Tclose, "cannot copy HDF5 type", dtype_name(t));
+}
+
+DType classify(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  if (H5Tget_order(type) != H5T_ORDER_LE) return DType::kOther;
+  if (cls == H5T_FLOAT) {
+    if (size == 4 && H5Tequal(type, H5T_IEEE_F32LE) > 0) return DType::kF32;
+    Id bf16 = bf16_type();
+    if (size == 2 && H5Tequal(type, bf16) > 0) return DType::kBF16;
+    return DType::kOther;
+  }
+  if (cls == H5T_INTEGER) {
+    const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+    if (!is_signed && size == 2) return DType::kU16;
+    if (!is_signed && size == 4) return DType::kU32;
+    if (is_signed && size == 4) return DType::kI32;
+  }
+  return DType::kOther;
+}
+
+bool is_hdf5_file(const std::string& path) {
+  silence_errors();
+  return H5Fis_hdf5(path.c_str()) > 0;
+}
+
+Id create_file(const std::string& path) {
+  silence_errors();
+  return wrap(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
+              "cannot create HDF5 file", "'" + path + "'");
+}
+
+Id open_file(const std::string& path, bool writable) {
+  silence_errors();
+  return wrap(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
+              H5Fclose, "cannot open HDF5 file", "'" + path + "'");
+}
+
+namespace {
+
+std::vector<hsize_t> to_hsize(const std::vector<int64_t>& v) {
+  return std::vector<hsize_t>(v.begin(), v.end());
+}
+
+// Selects the box in the dataset's file space and transfers it to/from a dense memory buffer.
+void transfer_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
+                  const std::vector<int64_t>& count, void* buffer, bool write,
+                  const std::string& where) {
+  Id file_space = wrap(H5Dget_space(dataset), H5Sclose, "cannot get dataspace", where);
+  const int rank = H5Sget_simple_extent_ndims(file_space);
+  ZT_CHECK(rank == static_cast<int>(start.size()),
+           "dataset rank " + std::to_string(rank) + " does not match the selection: " + where);
+  const auto hstart = to_hsize(start), hcount = to_hsize(count);
+  check(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, hstart.data(), nullptr, hcount.data(),
+                            nullptr),
+        "invalid hyperslab " + shape_string(start) + "+" + shape_string(count), where);
+  Id mem_space = wrap(H5Screate_simple(rank, hcount.data(), nullptr), H5Sclose,
+                      "cannot create memory dataspace", where);
+  Id type = type_for(mem_type);
+  if (write) {
+    check(H5Dwrite(dataset, type, mem_space, file_space, H5P_DEFAULT, buffer), "HDF5 write failed",
+          where);
+  } else {
+    check(H5Dread(dataset, type, mem_space, file_space, H5P_DEFAULT, buffer), "HDF5 read failed",
+          where);
+  }
+}
+
+}  // namespace
+
+Id create_dataset(hid_t file, const std::string& name, DType type,
+                  const std::vector<int64_t>& shape, const std::string& where, int64_t chunk) {
+  const auto dims = to_hsize(shape);
+  std::vector<hsize_t> max_dims = dims;
+  Id dcpl = wrap(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "cannot create property list", where);
+  if (chunk > 0) {
+    ZT_CHECK(shape.size() == 1, "extendible datasets are 1-D: " + where);
+    max_dims[0] = H5S_UNLIMITED;
+    const hsize_t chunk_dims[1] = {static_cast<hsize_t>(chunk)};
+    check(H5Pset_chunk(dcpl, 1, chunk_dims), "H5Pset_chunk failed", where);
+  }
+  check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time failed", where);
+  Id space = wrap(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max_dims.data()),
+                  H5Sclose, "cannot create dataspace", where);
+  Id file_type = type_for(type);
+  return wrap(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+              H5Dclose, "cannot create dataset", where);
+}
+
+Id open_dataset(hid_t file, const std::string& name, const std::string& where) {
+  return wrap(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose, "cannot open dataset", where);
+}
+
+bool has_dataset(hid_t file, const std::string& name) {
+  silence_errors();
+  return H5Lexists(file, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& where) {
+  Id space = wrap(H5Dget_space(dataset), H5Sclose, "cannot get dataspace", where);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  ZT_CHECK(rank >= 0, "cannot read dataset rank: " + where);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  check(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "cannot read dataset shape", where);
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+DType dataset_dtype(hid_t dataset, const std::string& where) {
+  Id type = wrap(H5Dget_type(dataset), H5Tclose, "cannot get dataset type", where);
+  return classify(type);
+}
+
+void set_extent(hid_t dataset, int64_t size0, const std::string& where) {
+  const hsize_t dims[1] = {static_cast<hsize_t>(size0)};
+  check(H5Dset_extent(dataset, dims), "cannot extend dataset", where);
+}
+
+void read_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
+              const std::vector<int64_t>& count, void* out, const std::string& where) {
+  transfer_box(dataset, mem_type, start, count, out, /*write=*/false, where);
+}
+
+void write_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
+               const std::vector<int64_t>& count, const void* data, const std::string& where) {
+  transfer_box(dataset, mem_type, start, count, const_cast<void*>(data), /*write=*/true, where);
+}
+
+void write_attr_int64(hid_t object, const std::string& name, int64_t value,
+                      const std::string& where) {
+  const std::string at = where + ", attribute '" + name + "'";
+  Id space = wrap(H5Screate(H5S_SCALAR), H5Sclose, "cannot create dataspace", at);
+  Id attr = wrap(H5Acreate2(object, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+                 H5Aclose, "cannot create attribute", at);
+  check(H5Awrite(attr, H5T_NATIVE_INT64, &value), "cannot write attribute", at);
+}
+
+void write_attr_string(hid_t object, const std::string& name, const std::string& value,
+                       const std::string& where) {
+  const std::string at = where + ", attribute '" + name + "'";
+  Id type = wrap(H5Tcopy(H5T_C_S1), H5Tclose, "cannot copy string type", at);
+  check(H5Tset_size(type, std::max<size_t>(1, value.size())), "H5Tset_size failed", at);
+  Id space = wrap(H5Screate(H5S_SCALAR), H5Sclose, "cannot create dataspace", at);
+  Id attr = wrap(H5Acreate2(object, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+                 "cannot create attribute", at);
+  std::string padded = value;
+  padded.resize(std::max<size_t>(1, value.size()), '\0');
+  check(H5Awrite(attr, type, padded.data()), "cannot write attribute", at);
+}
+
+namespace {
+
+Id open_attr(hid_t object, const std::string& name, const std::string& at) {
+  silence_errors();
+  ZT_CHECK(H5Aexists(object, name.c_str()) > 0, "missing attribute: " + at);
+  return wrap(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose, "cannot open attribute", at);
+}
+
+}  // namespace
+
+int64_t read_attr_int64(hid_t object, const std::string& name, const std::string& where) {
+  const std::string at = where + ", attribute '" + name + "'";
+  Id attr = open_attr(object, name, at);
+  int64_t value = 0;
+  check(H5Aread(attr, H5T_NATIVE_INT64, &value), "cannot read integer attribute", at);
+  return value;
+}
+
+std::string read_attr_string(hid_t object, const std::string& name, const std::string& where) {
+  const std::string at = where + ", attribute '" + name + "'";
+  Id attr = open_attr(object, name, at);
+  Id type = wrap(H5Aget_type(attr), H5Tclose, "cannot get attribute type", at);
+  ZT_CHECK(H5Tget_class(type) == H5T_STRING, "attribute is not a string: " + at);
+  if (H5Tis_variable_str(type) > 0) {
+    char* raw = nullptr;
+    check(H5Aread(attr, type, &raw), "cannot read string attribute", at);
+    std::string value = raw ? raw : "";
+    H5free_memory(raw);
+    return value;
+  }
+  std::string value(H5Tget_size(type), '\0');
+  check(H5Aread(attr, type, value.data()), "cannot read string attribute", at);
+  value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
+  return value;
+}
+
+std::vector<FlatBox> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin,
+                                      int64_t count) {
+  ZT_CHECK(shape.size() == 1 || shape.size() == 2,
+           "flat range reads need a 1-D or 2-D tensor, got shape " + shape_string(shape));
+  std::vector<FlatBox> boxes;
+  if (count <= 0) return boxes;
+  if (shape.size() == 1) {
+    boxes.push_back({{begin}, {count}, 0, count});
+    return boxes;
+  }
+  const int64_t cols = shape[1];
+  int64_t pos = begin;
+  const int64_t end = begin + count;
+  while (pos < end) {
+    const int64_t row = pos / cols, col = pos % cols;
+    FlatBox box;
+    box.flat_offset = pos - begin;
+    if (col != 0 || end - pos < cols) {  // part of one row
+      const int64_t n = std::min(cols - col, end - pos);
+      box.start = {row, col};
+      box.count = {1, n};
+      box.numel = n;
+    } else {  // whole rows
+      const int64_t rows = (end - pos) / cols;
+      box.start = {row, 0};
+      box.count = {rows, cols};
+      box.numel = rows * cols;
+    }
+    pos += box.numel;
+    boxes.push_back(std::move(box));
+  }
+  return boxes;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace zt::h5

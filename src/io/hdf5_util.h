@@ -1,0 +1,101 @@
+// Thin RAII layer over the HDF5 C API. Every call is checked; a failure throws zt::Error with a
+// message naming the file and dataset (`where`). HDF5's own error-stack printing is silenced.
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt::h5 {
+
+// Owns one HDF5 identifier (file, dataset, dataspace, datatype, attribute, property list) and
+// closes it with the matching H5*close function. Move-only.
+class Id {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Id() = default;
+  Id(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Id() { reset(); }
+  Id(Id&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = H5I_INVALID_HID; }
+  Id& operator=(Id&& o) noexcept;
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }  // NOLINT: lets an Id be passed to H5* calls
+  bool valid() const { return id_ >= 0; }
+  // Closes now; throws zt::Error naming `where` if HDF5 reports a failure (e.g. on flush).
+  void close(const std::string& where);
+  void reset();  // closes, ignoring errors (destructor path)
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+// Element types zerotrain stores.
+enum class DType { kBF16, kF32, kU16, kU32, kI32, kOther };
+const char* dtype_name(DType t);
+size_t dtype_size(DType t);
+
+// Turns off HDF5's automatic error-stack printing (idempotent; called by every opener).
+void silence_errors();
+
+// Throws zt::Error("<what>: <where>") when rc < 0.
+void check(herr_t rc, const std::string& what, const std::string& where);
+// Wraps a freshly returned identifier, throwing when it is invalid.
+Id wrap(hid_t id, Id::Closer closer, const std::string& what, const std::string& where);
+
+// The bfloat16 floating-point type of DESIGN.md §3 (a caller-owned copy).
+Id bf16_type();
+// An HDF5 type (file or memory, both little-endian here) for one of our element types.
+Id type_for(DType t);
+// Classifies a dataset's stored type.
+DType classify(hid_t type);
+
+// True if `path` is a readable HDF5 file.
+bool is_hdf5_file(const std::string& path);
+Id create_file(const std::string& path);  // truncates
+Id open_file(const std::string& path, bool writable = false);
+
+// Creates a dataset of `shape` (contiguous, no fill writes) or, when `chunk` > 0, a 1-D chunked
+// dataset extendible to unlimited size starting at shape[0] elements.
+Id create_dataset(hid_t file, const std::string& name, DType type,
+                  const std::vector<int64_t>& shape, const std::string& where, int64_t chunk = 0);
+Id open_dataset(hid_t file, const std::string& name, const std::string& where);
+bool has_dataset(hid_t file, const std::string& name);
+std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& where);
+DType dataset_dtype(hid_t dataset, const std::string& where);
+// Resizes an extendible dataset's first dimension.
+void set_extent(hid_t dataset, int64_t size0, const std::string& where);
+
+// Reads/writes the box [start, start+count) (one entry per dimension) of a dataset, the memory
+// side being a dense buffer of `mem_type` elements.
+void read_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
+              const std::vector<int64_t>& count, void* out, const std::string& where);
+void write_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
+               const std::vector<int64_t>& count, const void* data, const std::string& where);
+
+// Scalar attributes on an object (file or dataset).
+void write_attr_int64(hid_t object, const std::string& name, int64_t value,
+                      const std::string& where);
+void write_attr_string(hid_t object, const std::string& name, const std::string& value,
+                       const std::string& where);
+int64_t read_attr_int64(hid_t object, const std::string& name, const std::string& where);
+std::string read_attr_string(hid_t object, const std::string& name, const std::string& where);
+
+// A flat element range [begin, begin+count) of a row-major tensor of `shape` (rank 1 or 2)
+// decomposed into at most three boxes (partial first row, whole rows, partial last row), each
+// contiguous in flat order; `flat_offset` is the box's first element relative to begin.
+struct FlatBox {
+  std::vector<int64_t> start, count;
+  int64_t flat_offset = 0;
+  int64_t numel = 0;
+};
+std::vector<FlatBox> flat_range_boxes(const std::vector<int64_t>& shape, int64_t begin,
+                                      int64_t count);
+
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace zt::h5

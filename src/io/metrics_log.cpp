@@ -1,0 +1,77 @@
+#include "io/metrics_log.h"
+
+#include "util/error.h"
+
+namespace zt {
+
+double training_flops_per_token(const ModelConfig& config, int64_t non_embedding_params,
+                                int64_t seq_len) {
+  return 6.0 * static_cast<double>(non_embedding_params) +
+         12.0 * static_cast<double>(config.num_layers) * static_cast<double>(config.num_heads) *
+             static_cast<double>(config.head_dim()) * static_cast<double>(seq_len);
+}
+
+MemoryByCategory memory_peaks(const MemoryTracker& tracker) {
+  MemoryByCategory out{};
+  for (int c = 0; c < kNumMemCategories; ++c)
+    out[static_cast<size_t>(c)] = tracker.peak(static_cast<MemCategory>(c));
+  return out;
+}
+
+BytesByCollective comm_bytes_between(const CommCounters& before, const CommCounters& after) {
+  BytesByCollective out{};
+  for (size_t op = 0; op < out.size(); ++op)
+    out[op] = after.by_op[op].bytes_sent - before.by_op[op].bytes_sent;
+  return out;
+}
+
+nlohmann::json memory_json(const MemoryByCategory& bytes) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int c = 0; c < kNumMemCategories; ++c)
+    j[mem_category_name(static_cast<MemCategory>(c))] = bytes[static_cast<size_t>(c)];
+  return j;
+}
+
+nlohmann::json comm_bytes_json(const BytesByCollective& bytes) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int op = 0; op < kNumCollectiveOps; ++op)
+    j[collective_op_name(static_cast<CollectiveOp>(op))] = bytes[static_cast<size_t>(op)];
+  return j;
+}
+
+nlohmann::json StepRecord::to_json() const {
+  nlohmann::json j;
+  j["step"] = step;
+  j["loss"] = loss;
+  j["lr"] = lr;
+  j["grad_norm"] = grad_norm;
+  j["clip_scale"] = clip_scale;
+  j["tokens"] = tokens;
+  j["tokens_seen"] = tokens_seen;
+  j["step_time_s"] = step_time_s;
+  j["tokens_per_s"] = tokens_per_s;
+  j["flops_per_token"] = flops_per_token;
+  j["tflops_per_device"] = tflops_per_device;
+  j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);
+  j["time"] = {{"forward_s", forward_s},
+               {"backward_s", backward_s},
+               {"optimizer_s", optimizer_s},
+               {"comm_wait_s", comm_wait_s},
+               {"data_s", data_s}};
+  j["peak_memory_bytes"] = memory_json(peak_memory);
+  j["comm_bytes"] = comm_bytes_json(comm_bytes);
+  return j;
+}
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+  ZT_CHECK(out_.good(), "cannot create metrics file '" + path + "'");
+}
+
+void MetricsLog::append(const StepRecord& record) {
+  if (!out_.is_open()) return;
+  out_ << record.to_json().dump() << '\n';
+  out_.flush();
+  ZT_CHECK(out_.good(), "cannot write metrics file '" + path_ + "'");
+}
+
+}  // namespace zt

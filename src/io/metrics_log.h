@@ -1,0 +1,60 @@
+// Per-step training metrics (DESIGN.md §5): one JSON object per step appended to
+// OUT/metrics.jsonl and flushed at once, so a crash keeps every line written so far.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "util/memory.h"
+
+namespace zt {
+
+using MemoryByCategory = std::array<uint64_t, kNumMemCategories>;
+using BytesByCollective = std::array<uint64_t, kNumCollectiveOps>;
+
+// Useful training FLOPs per token (torchtitan's convention, DESIGN.md §5):
+// 6·Ψ_nonembedding + 12·L·H·head_dim·T. Recomputation is not counted.
+double training_flops_per_token(const ModelConfig& config, int64_t non_embedding_params,
+                                int64_t seq_len);
+
+// Peak bytes per category since the tracker's last reset_peaks().
+MemoryByCategory memory_peaks(const MemoryTracker& tracker);
+// bytes_sent per collective op between two counter snapshots.
+BytesByCollective comm_bytes_between(const CommCounters& before, const CommCounters& after);
+
+nlohmann::json memory_json(const MemoryByCategory& bytes);       // {"params": .., ...}
+nlohmann::json comm_bytes_json(const BytesByCollective& bytes);  // {"all_gather": .., ...}
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based
+  double loss = 0, lr = 0, grad_norm = 0, clip_scale = 1;
+  int64_t tokens = 0;       // global batch tokens
+  int64_t tokens_seen = 0;  // cumulative
+  double step_time_s = 0, tokens_per_s = 0;
+  double flops_per_token = 0, tflops_per_device = 0;
+  std::optional<double> mfu;  // null when the device has no meaningful peak (CPU)
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0, data_s = 0;
+  MemoryByCategory peak_memory{};
+  BytesByCollective comm_bytes{};
+
+  nlohmann::json to_json() const;
+};
+
+class MetricsLog {
+ public:
+  MetricsLog() = default;  // inactive: append() does nothing (ranks other than 0)
+  explicit MetricsLog(const std::string& path);
+  void append(const StepRecord& record);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace zt

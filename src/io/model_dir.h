@@ -1,0 +1,111 @@
+// Model directory (DESIGN.md §3): config.json, model.h5.index.json and HDF5 shards
+// model-0000i-of-0000K.h5 with one dataset per tensor (bf16 or fp32), split at tensor boundaries.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/hdf5_util.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "util/bf16.h"
+
+namespace zt {
+
+constexpr uint64_t kDefaultShardLimitBytes = 2ull << 30;  // 2 GiB
+constexpr const char* kModelIndexFile = "model.h5.index.json";
+constexpr const char* kModelConfigFile = "config.json";
+
+// Writes a model directory into a temporary sibling (DIR.tmp-<pid>) and moves it into place on
+// finish(); without finish() (an exception, say) the temporary directory is removed.
+class ModelDirWriter {
+ public:
+  ModelDirWriter(std::string dir, const ModelConfig& config,
+                 uint64_t shard_limit_bytes = kDefaultShardLimitBytes, bool overwrite = false);
+  ~ModelDirWriter();
+  ModelDirWriter(const ModelDirWriter&) = delete;
+  ModelDirWriter& operator=(const ModelDirWriter&) = delete;
+
+  // Writes a whole tensor (bf16 or fp32 storage according to the pointer type).
+  void add_tensor(const std::string& name, const std::vector<int64_t>& shape, const bf16_t* data);
+  void add_tensor(const std::string& name, const std::vector<int64_t>& shape, const float* data);
+
+  // Streaming: begin a tensor, write its rows in order (a row is shape[1] elements of a 2-D
+  // tensor, one element of a 1-D tensor), end it. The data type must match `dtype`.
+  void begin_tensor(const std::string& name, const std::vector<int64_t>& shape, h5::DType dtype);
+  void write_rows(const bf16_t* rows, int64_t num_rows);
+  void write_rows(const float* rows, int64_t num_rows);
+  void end_tensor();
+
+  // Writes config.json and the index, renames shards, fsyncs, moves the directory into place.
+  void finish();
+
+ private:
+  void write_rows_raw(const void* rows, int64_t num_rows, h5::DType dtype);
+  void open_new_shard();
+  std::string shard_tmp_name(int index) const;
+
+  std::string dir_, tmp_dir_;
+  ModelConfig config_;
+  uint64_t shard_limit_;
+  bool overwrite_;
+  bool finished_ = false;
+  int num_shards_ = 0;
+  uint64_t shard_bytes_ = 0;
+  uint64_t total_bytes_ = 0;
+  h5::Id shard_file_;
+  std::map<std::string, int> tensor_shard_;  // tensor name -> shard index (1-based)
+  // The tensor being streamed.
+  h5::Id dataset_;
+  std::string tensor_name_;
+  std::vector<int64_t> tensor_shape_;
+  h5::DType tensor_dtype_ = h5::DType::kBF16;
+  int64_t rows_written_ = 0;
+};
+
+// Reads and validates a model directory. Tensors are read one at a time (or a flat range of
+// one), converting between bf16 and fp32 as asked; values are checked finite by default.
+class ModelDirReader {
+ public:
+  explicit ModelDirReader(const std::string& dir, bool check_finite = true);
+
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  uint64_t total_size() const { return total_size_; }  // from the index
+  const std::string& shard_of(const std::string& name) const;
+  std::vector<std::string> shard_files() const;
+
+  // Stored type of a tensor after checking its shape and type against the layout.
+  h5::DType stored_dtype(const std::string& name);
+
+  void read_tensor_f32(const std::string& name, float* out);
+  void read_tensor_bf16(const std::string& name, bf16_t* out);
+  // Elements [begin, begin+count) of the flattened tensor.
+  void read_tensor_range_f32(const std::string& name, int64_t begin, int64_t count, float* out);
+  void read_tensor_range_bf16(const std::string& name, int64_t begin, int64_t count, bf16_t* out);
+
+ private:
+  const TensorInfo& info(const std::string& name) const;
+  h5::Id open_checked(const std::string& name, h5::DType* stored);
+  void read_range(const std::string& name, int64_t begin, int64_t count, h5::DType want, void* out);
+  hid_t shard_file(const std::string& file);
+
+  std::string dir_;
+  bool check_finite_;
+  ModelConfig config_;
+  ParamLayout layout_;
+  uint64_t total_size_ = 0;
+  std::map<std::string, std::string> weight_map_;  // tensor -> shard file name
+  std::map<std::string, h5::Id> open_files_;
+};
+
+// Streams the deterministic initialisation (model/init.h) of every tensor into a bf16 model
+// directory, a bounded row chunk (≤ 64 MiB of fp32) at a time.
+void write_model_dir_from_init(const std::string& dir, const ModelConfig& config, uint64_t seed,
+                               uint64_t shard_limit_bytes = kDefaultShardLimitBytes,
+                               bool overwrite = false);
+
+}  // namespace zt

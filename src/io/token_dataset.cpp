@@ -1,0 +1,231 @@
+#include "io/token_dataset.h"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "io/fs_util.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kChunkTokens = int64_t{1} << 20;  // HDF5 chunk and streaming buffer
+constexpr const char* kTokensDataset = "tokens";
+
+std::string in_file(const std::string& path) {
+  return "token dataset '" + path + "'";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TokenDatasetWriter
+
+TokenDatasetWriter::TokenDatasetWriter(std::string path, int64_t vocab_size, std::string tokenizer,
+                                       bool overwrite)
+    : path_(std::move(path)),
+      tmp_path_(temp_sibling(path_)),
+      vocab_size_(vocab_size),
+      tokenizer_(std::move(tokenizer)),
+      overwrite_(overwrite),
+      dtype_(vocab_size <= 65536 ? h5::DType::kU16 : h5::DType::kU32) {
+  ZT_CHECK(vocab_size_ > 0 && vocab_size_ <= std::numeric_limits<int32_t>::max(),
+           "vocab size must be in [1, 2^31), got " + std::to_string(vocab_size_));
+  check_output_file_writable(path_, overwrite_);
+  std::error_code ec;
+  if (!dir_parent(path_).empty()) fs::create_directories(dir_parent(path_), ec);
+  file_ = h5::create_file(tmp_path_);
+  dataset_ =
+      h5::create_dataset(file_, kTokensDataset, dtype_, {0}, in_file(tmp_path_), kChunkTokens);
+}
+
+TokenDatasetWriter::~TokenDatasetWriter() {
+  if (finished_) return;
+  dataset_.reset();
+  file_.reset();
+  std::error_code ec;
+  fs::remove(tmp_path_, ec);
+}
+
+void TokenDatasetWriter::append(const uint32_t* tokens, int64_t count, const std::string& source) {
+  ZT_CHECK(!finished_, "token dataset '" + path_ + "' is already finished");
+  for (int64_t i = 0; i < count; ++i)
+    ZT_CHECK(tokens[i] < static_cast<uint64_t>(vocab_size_),
+             source + ": token " + std::to_string(tokens[i]) + " (dataset position " +
+                 std::to_string(size_ + i) + ") is not below the vocab size " +
+                 std::to_string(vocab_size_));
+  if (count == 0) return;
+  const std::string where = in_file(tmp_path_);
+  h5::set_extent(dataset_, size_ + count, where);
+  h5::write_box(dataset_, h5::DType::kU32, {size_}, {count}, tokens, where);
+  size_ += count;
+}
+
+void TokenDatasetWriter::finish() {
+  ZT_CHECK(!finished_, "token dataset '" + path_ + "' finished twice");
+  ZT_CHECK(size_ > 0, "no tokens to write to '" + path_ + "'");
+  const std::string where = in_file(tmp_path_);
+  h5::write_attr_int64(dataset_, "vocab_size", vocab_size_, where);
+  h5::write_attr_string(dataset_, "tokenizer", tokenizer_, where);
+  h5::write_attr_int64(file_, "vocab_size", vocab_size_, where);
+  h5::write_attr_string(file_, "tokenizer", tokenizer_, where);
+  dataset_.close(where);
+  file_.close(where);
+  fsync_path(tmp_path_);
+  move_into_place(tmp_path_, path_, overwrite_);
+  finished_ = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TokenDataset
+
+TokenDataset::TokenDataset(const std::string& path) : path_(path) {
+  ZT_CHECK(fs::exists(path_), "token dataset '" + path_ + "' does not exist");
+  ZT_CHECK(h5::is_hdf5_file(path_), "'" + path_ + "' is not an HDF5 file");
+  file_ = h5::open_file(path_);
+  const std::string where = in_file(path_) + ", dataset '/tokens'";
+  ZT_CHECK(h5::has_dataset(file_, kTokensDataset), where + " does not exist");
+  dataset_ = h5::open_dataset(file_, kTokensDataset, where);
+  const auto shape = h5::dataset_shape(dataset_, where);
+  ZT_CHECK(shape.size() == 1, where + " must be 1-D, has shape " + h5::shape_string(shape));
+  size_ = shape[0];
+  dtype_ = h5::dataset_dtype(dataset_, where);
+  ZT_CHECK(dtype_ == h5::DType::kU16 || dtype_ == h5::DType::kU32,
+           where + " has element type " + h5::dtype_name(dtype_) + ", expected uint16 or uint32");
+  // Attributes live on the file (root group); datasets written by others may carry them on
+  // /tokens only.
+  const hid_t holder = H5Aexists(file_, "vocab_size") > 0 ? file_.get() : dataset_.get();
+  vocab_size_ = h5::read_attr_int64(holder, "vocab_size", in_file(path_));
+  tokenizer_ = H5Aexists(holder, "tokenizer") > 0
+                   ? h5::read_attr_string(holder, "tokenizer", in_file(path_))
+                   : "unknown";
+  ZT_CHECK(vocab_size_ > 0, in_file(path_) + ": vocab_size must be positive");
+}
+
+void TokenDataset::read(int64_t begin, int64_t count, int32_t* out) const {
+  ZT_CHECK(begin >= 0 && count >= 0 && begin + count <= size_,
+           in_file(path_) + ": range [" + std::to_string(begin) + ", " +
+               std::to_string(begin + count) + ") is outside its " + std::to_string(size_) +
+               " tokens");
+  if (count == 0) return;
+  // uint32 -> int32 is exact because the vocab is below 2^31.
+  h5::read_box(dataset_, h5::DType::kI32, {begin}, {count}, out, in_file(path_));
+}
+
+template <typename Fn>
+void TokenDataset::for_each_chunk(Fn&& fn) const {
+  std::vector<int32_t> buf(static_cast<size_t>(std::min(size_, kChunkTokens)));
+  for (int64_t off = 0; off < size_; off += kChunkTokens) {
+    const int64_t n = std::min(kChunkTokens, size_ - off);
+    read(off, n, buf.data());
+    fn(off, buf.data(), n);
+  }
+}
+
+void TokenDataset::check_max_token(int64_t vocab) const {
+  for_each_chunk([&](int64_t off, const int32_t* tokens, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      ZT_CHECK(tokens[i] >= 0 && tokens[i] < vocab,
+               in_file(path_) + ": token " + std::to_string(tokens[i]) + " at index " +
+                   std::to_string(off + i) + " is not below the vocab size " +
+                   std::to_string(vocab));
+  });
+}
+
+void TokenDataset::min_max(int32_t* min_token, int32_t* max_token) const {
+  int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
+  for_each_chunk([&](int64_t, const int32_t* tokens, int64_t n) {
+    const auto [mn, mx] = std::minmax_element(tokens, tokens + n);
+    lo = std::min(lo, *mn);
+    hi = std::max(hi, *mx);
+  });
+  *min_token = size_ > 0 ? lo : 0;
+  *max_token = size_ > 0 ? hi : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// prepare-data
+
+namespace {
+
+// Byte-level tokenizer: every byte of the file is one token.
+void append_text_file(TokenDatasetWriter& writer, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in.good(), "cannot open text file '" + path + "'");
+  std::vector<char> bytes(static_cast<size_t>(kChunkTokens));
+  std::vector<uint32_t> tokens(bytes.size());
+  int64_t total = 0;
+  while (in) {
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    const auto n = static_cast<int64_t>(in.gcount());
+    for (int64_t i = 0; i < n; ++i)
+      tokens[static_cast<size_t>(i)] = static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+    writer.append(tokens.data(), n, "text file '" + path + "'");
+    total += n;
+  }
+  ZT_CHECK(!in.bad(), "error reading text file '" + path + "'");
+  ZT_CHECK(total > 0, "text file '" + path + "' is empty");
+}
+
+// llm.c / nanoGPT shard: 256 little-endian int32 header (magic, version 1, token count), then
+// uint16 tokens.
+void append_llmc_bin(TokenDatasetWriter& writer, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in.good(), "cannot open token file '" + path + "'");
+  std::array<int32_t, 256> header{};
+  in.read(reinterpret_cast<char*>(header.data()), sizeof header);
+  ZT_CHECK(in.gcount() == static_cast<std::streamsize>(sizeof header),
+           "'" + path + "' is too short for an llm.c .bin header (1024 bytes)");
+  ZT_CHECK(header[0] == kLlmcMagic, "'" + path + "' has bad magic " + std::to_string(header[0]) +
+                                        " (expected " + std::to_string(kLlmcMagic) +
+                                        ", an llm.c/nanoGPT .bin token file)");
+  ZT_CHECK(header[1] == 1, "'" + path + "' has unsupported .bin version " +
+                               std::to_string(header[1]) + " (expected 1)");
+  const int64_t expected = header[2];
+  ZT_CHECK(expected >= 0, "'" + path + "' has a negative token count");
+  const auto body_bytes = static_cast<int64_t>(fs::file_size(path)) - 1024;
+  ZT_CHECK(body_bytes >= 2 * expected,
+           "'" + path + "' is truncated: header promises " + std::to_string(expected) +
+               " tokens but the file holds " + std::to_string(body_bytes / 2));
+  std::vector<uint16_t> raw(static_cast<size_t>(std::min(expected, kChunkTokens)));
+  std::vector<uint32_t> tokens(raw.size());
+  for (int64_t done = 0; done < expected;) {
+    const int64_t n = std::min(kChunkTokens, expected - done);
+    in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(n * 2));
+    ZT_CHECK(in.gcount() == n * 2, "error reading tokens of '" + path + "'");
+    std::copy_n(raw.begin(), n, tokens.begin());
+    writer.append(tokens.data(), n, "'" + path + "'");
+    done += n;
+  }
+}
+
+}  // namespace
+
+int64_t prepare_token_dataset(const std::vector<std::string>& inputs, TokenSource kind,
+                              const std::string& out, int64_t vocab_size, bool overwrite) {
+  ZT_CHECK(!inputs.empty(), "no input files given");
+  for (const auto& path : inputs) {
+    ZT_CHECK(fs::exists(path), "input file '" + path + "' does not exist");
+    ZT_CHECK(fs::is_regular_file(path), "input '" + path + "' is not a regular file");
+  }
+  const bool text = kind == TokenSource::kText;
+  if (text) vocab_size = kByteVocabSize;
+  TokenDatasetWriter writer(out, vocab_size, text ? "byte" : "gpt2", overwrite);
+  for (const auto& path : inputs) {
+    if (text) {
+      append_text_file(writer, path);
+    } else {
+      append_llmc_bin(writer, path);
+    }
+  }
+  writer.finish();
+  return writer.size();
+}
+
+}  // namespace zt

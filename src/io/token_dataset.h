@@ -1,0 +1,84 @@
+// Token datasets (DESIGN.md §3): one HDF5 file with a 1-D dataset /tokens (uint16 when
+// vocab ≤ 65536, else uint32) and attributes vocab_size (int64) and tokenizer (string).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/hdf5_util.h"
+
+namespace zt {
+
+constexpr int64_t kByteVocabSize = 256;
+constexpr int64_t kGpt2VocabSize = 50257;
+constexpr int32_t kLlmcMagic = 20240520;
+
+// Streams tokens into PATH.tmp-<pid> (chunked, extendible dataset) and renames it to PATH on
+// finish(); without finish() the temporary file is removed.
+class TokenDatasetWriter {
+ public:
+  TokenDatasetWriter(std::string path, int64_t vocab_size, std::string tokenizer,
+                     bool overwrite = false);
+  ~TokenDatasetWriter();
+  TokenDatasetWriter(const TokenDatasetWriter&) = delete;
+  TokenDatasetWriter& operator=(const TokenDatasetWriter&) = delete;
+
+  // Appends tokens; each must be < vocab_size (`source` names their origin in errors).
+  void append(const uint32_t* tokens, int64_t count, const std::string& source);
+  int64_t size() const { return size_; }
+  // Closes the file, fsyncs it and moves it into place. Fails when no token was written.
+  void finish();
+
+ private:
+  std::string path_, tmp_path_;
+  int64_t vocab_size_;
+  std::string tokenizer_;
+  bool overwrite_;
+  bool finished_ = false;
+  int64_t size_ = 0;
+  h5::DType dtype_;
+  h5::Id file_, dataset_;
+};
+
+// Read access to a token dataset.
+class TokenDataset {
+ public:
+  explicit TokenDataset(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  int64_t size() const { return size_; }
+  int64_t vocab_size() const { return vocab_size_; }
+  const std::string& tokenizer() const { return tokenizer_; }
+  h5::DType dtype() const { return dtype_; }
+
+  // Tokens [begin, begin+count) into out.
+  void read(int64_t begin, int64_t count, int32_t* out) const;
+  // Fails naming the file and the first index whose token is ≥ vocab.
+  void check_max_token(int64_t vocab) const;
+  // Smallest and largest token (a full pass over the data).
+  void min_max(int32_t* min_token, int32_t* max_token) const;
+
+ private:
+  // Calls fn(offset, tokens, count) over the whole dataset in bounded chunks.
+  template <typename Fn>
+  void for_each_chunk(Fn&& fn) const;
+
+  std::string path_;
+  h5::Id file_, dataset_;
+  int64_t size_ = 0;
+  int64_t vocab_size_ = 0;
+  std::string tokenizer_;
+  h5::DType dtype_ = h5::DType::kU16;
+};
+
+// Input kinds of prepare-data.
+enum class TokenSource { kText, kLlmcBin };
+
+// Builds a token dataset at `out` from text files (byte tokenizer, vocab 256) or llm.c/nanoGPT
+// .bin shards (tokenizer "gpt2", vocab `vocab_size`), concatenated in order. Returns the number
+// of tokens. Any bad input (missing or empty file, bad header, truncated body) throws naming the
+// file, and nothing is left at `out`.
+int64_t prepare_token_dataset(const std::vector<std::string>& inputs, TokenSource kind,
+                              const std::string& out, int64_t vocab_size, bool overwrite);
+
+}  // namespace zt
