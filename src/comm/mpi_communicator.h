@@ -9,6 +9,10 @@
 // are bitwise reproducible from call to call and identical on every rank (all_reduce results
 // are computed once and distributed, or reduced in the same order everywhere).
 #pragma once
+// The C interface only: Open MPI's deprecated C++ bindings need libmpi_cxx, which is not linked.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <memory>

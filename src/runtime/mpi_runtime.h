@@ -5,6 +5,10 @@
 // local_rank_by_hostname() numbers the ranks that share a host (by MPI_Get_processor_name), in
 // rank order, for mapping ranks to the devices of their node.
 #pragma once
+// The C interface only: Open MPI's deprecated C++ bindings need libmpi_cxx, which is not linked.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <string>

@@ -1,0 +1,73 @@
+// MpiRuntime and the hostname-based local rank numbering.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/mpi_runtime.h"
+
+namespace zt {
+namespace {
+
+TEST(MpiRuntime, ProvidesFunneledThreadsAndNestsWithoutFinalizing) {
+  int provided = MPI_THREAD_SINGLE;
+  ASSERT_EQ(MPI_Query_thread(&provided), MPI_SUCCESS);
+  EXPECT_GE(provided, MPI_THREAD_FUNNELED);
+  {
+    MpiRuntime nested;  // MPI is already up (main's runtime): this one must not finalise it
+    EXPECT_FALSE(nested.initialized_here());
+    EXPECT_GE(nested.thread_level(), MPI_THREAD_FUNNELED);
+    int world_rank = -1, world_size = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    EXPECT_EQ(nested.world_rank(), world_rank);
+    EXPECT_EQ(nested.world_size(), world_size);
+  }
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  EXPECT_EQ(finalized, 0);
+}
+
+TEST(MpiRuntime, HostnamesAreGatheredInRankOrder) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  char own[MPI_MAX_PROCESSOR_NAME];
+  int length = 0;
+  MPI_Get_processor_name(own, &length);
+  const std::vector<std::string> names = hostnames();
+  ASSERT_EQ(names.size(), static_cast<size_t>(size));
+  EXPECT_EQ(names[static_cast<size_t>(rank)], std::string(own, static_cast<size_t>(length)));
+  for (const std::string& name : names) EXPECT_FALSE(name.empty());
+}
+
+TEST(MpiRuntime, LocalRanksNumberTheRanksOfEachHostFromZero) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const LocalRank local = local_rank_by_hostname();
+  const int mine[2] = {local.local_rank, local.local_size};
+  std::vector<int> all(2 * static_cast<size_t>(size));
+  ASSERT_EQ(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, MPI_COMM_WORLD), MPI_SUCCESS);
+
+  const std::vector<std::string> names = hostnames();
+  EXPECT_EQ(local.hostname, names[static_cast<size_t>(rank)]);
+  for (int r = 0; r < size; ++r) {
+    int before = 0, same_host = 0;
+    for (int q = 0; q < size; ++q) {
+      if (names[static_cast<size_t>(q)] != names[static_cast<size_t>(r)]) continue;
+      ++same_host;
+      if (q < r) ++before;
+    }
+    EXPECT_EQ(all[2 * static_cast<size_t>(r)], before) << "local rank of rank " << r;
+    EXPECT_EQ(all[2 * static_cast<size_t>(r) + 1], same_host) << "local size of rank " << r;
+  }
+  // Every rank of a single-host job (this sandbox) is local: local rank = rank.
+  if (local.local_size == size) {
+    EXPECT_EQ(local.local_rank, rank);
+  }
+}
+
+}  // namespace
+}  // namespace zt
