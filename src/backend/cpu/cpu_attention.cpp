@@ -33,6 +33,11 @@ AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64
   return AttentionShape{B, T, H, Hkv, hd};
 }
 
+// Small problems (unit tests, tiny models) stay on the calling thread.
+bool worth_parallel(const AttentionShape& sh) {
+  return sh.B * sh.H * sh.T * sh.T * sh.hd > 4 * kParallelMinElements;
+}
+
 // dst[d·T + t] = src[t·stride + d] for t < T, d < hd.
 void transpose_head(float* dst, const float* src, int64_t T, int64_t hd, int64_t stride) {
   for (int64_t t = 0; t < T; ++t) {
@@ -71,7 +76,7 @@ void CpuBackend::attention_forward(float* out, float* lse, const float* q, const
                                    int64_t hd) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(sh))
   {
     std::vector<float> k_t(static_cast<size_t>(hd * T));
     std::vector<float> probs(static_cast<size_t>(T));
@@ -106,7 +111,7 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
                                     int64_t H, int64_t Hkv, int64_t hd) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(sh))
   {
     std::vector<float> k_t(static_cast<size_t>(hd * T));
     std::vector<float> v_t(static_cast<size_t>(hd * T));

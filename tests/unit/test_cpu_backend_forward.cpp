@@ -1,0 +1,248 @@
+// CPU backend: forward ops against direct double-precision implementations written here, plus
+// the RoPE convention, numerical stability and aliasing contracts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_math.h"
+#include "test_cpu_backend_support.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+using test::max_relative_error;
+using test::random_ids;
+using test::random_normal;
+
+TEST(CpuBackendForward, MatmulMatchesDirectSum) {
+  auto be = make_cpu_backend();
+  const int64_t M = 7, N = 5, K = 9;
+  const auto x = random_normal(M * K, 21);
+  const auto w = random_normal(N * K, 22);
+  std::vector<float> y(M * N);
+  be->matmul_forward(y.data(), x.data(), w.data(), M, N, K);
+  std::vector<double> ref(M * N);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) ref[m * N + n] += double(x[m * K + k]) * w[n * K + k];
+    }
+  }
+  EXPECT_LT(max_relative_error(y, ref), 1e-5);
+}
+
+TEST(CpuBackendForward, RmsNormMatchesFormula) {
+  auto be = make_cpu_backend();
+  const int64_t M = 4, D = 33;
+  const float eps = 1e-6f;
+  const auto x = random_normal(M * D, 23, 3.0f);
+  const auto g = random_normal(D, 24);
+  std::vector<float> y(M * D), rstd(M);
+  be->rmsnorm_forward(y.data(), rstd.data(), x.data(), g.data(), M, D, eps);
+  std::vector<double> ref(M * D);
+  for (int64_t m = 0; m < M; ++m) {
+    double ss = 0.0;
+    for (int64_t d = 0; d < D; ++d) ss += double(x[m * D + d]) * x[m * D + d];
+    const double r = 1.0 / std::sqrt(ss / D + eps);
+    EXPECT_NEAR(rstd[m], r, 1e-6 * r);
+    for (int64_t d = 0; d < D; ++d) ref[m * D + d] = x[m * D + d] * r * g[d];
+  }
+  EXPECT_LT(max_relative_error(y, ref), 1e-5);
+}
+
+// Rotate-half pairs element i with i + hd/2; the interleaved (GPT-J) convention pairs 2i with
+// 2i+1. A unit vector e_0 at position 1 must therefore move into element hd/2, not element 1.
+TEST(CpuBackendForward, RopeIsRotateHalfNotInterleaved) {
+  auto be = make_cpu_backend();
+  const int64_t T = 2, hd = 8;
+  std::vector<float> x(T * hd, 0.0f);
+  x[hd] = 1.0f;  // position 1, element 0
+  be->rope_forward(x.data(), 1, T, 1, hd, 10000.0f);
+  EXPECT_FLOAT_EQ(x[hd + 0], static_cast<float>(std::cos(1.0)));
+  EXPECT_FLOAT_EQ(x[hd + hd / 2], static_cast<float>(std::sin(1.0)));
+  EXPECT_EQ(x[hd + 1], 0.0f);
+}
+
+// y against the formula x1' = x1·c − x2·s, x2' = x2·c + x1·s with angles rounded as Hugging Face
+// rounds them in fp32 (inv_freq and t·inv_freq are fp32), over positions where that rounding
+// matters (t up to 4000).
+TEST(CpuBackendForward, RopeMatchesHfFp32Angles) {
+  auto be = make_cpu_backend();
+  const int64_t B = 1, T = 4001, H = 2, hd = 16;
+  const float theta = 10000.0f;
+  const auto x = random_normal(B * T * H * hd, 25);
+  std::vector<float> y(x);
+  be->rope_forward(y.data(), B, T, H, hd, theta);
+  double worst = 0.0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      const float* xr = x.data() + (t * H + h) * hd;
+      const float* yr = y.data() + (t * H + h) * hd;
+      for (int64_t i = 0; i < hd / 2; ++i) {
+        const float inv_freq =
+            1.0f / static_cast<float>(std::pow(double(theta), float(2 * i) / float(hd)));
+        const double angle = static_cast<float>(t) * inv_freq;
+        const double c = std::cos(angle), s = std::sin(angle);
+        worst = std::max(worst, std::abs(yr[i] - (xr[i] * c - xr[i + hd / 2] * s)));
+        worst = std::max(worst, std::abs(yr[i + hd / 2] - (xr[i + hd / 2] * c + xr[i] * s)));
+      }
+    }
+  }
+  EXPECT_LT(worst, 2e-6);
+}
+
+// The cached cos/sin table must serve shorter and longer sequences alike.
+TEST(CpuBackendForward, RopeTableCacheAcrossLengths) {
+  auto be = make_cpu_backend();
+  const int64_t H = 2, hd = 8;
+  const auto x = random_normal(9 * H * hd, 26);
+  std::vector<float> short_a(x.begin(), x.begin() + 4 * H * hd), long_seq(x), short_b(short_a);
+  be->rope_forward(short_a.data(), 1, 4, H, hd, 500.0f);
+  be->rope_forward(long_seq.data(), 1, 9, H, hd, 500.0f);
+  be->rope_forward(short_b.data(), 1, 4, H, hd, 500.0f);
+  for (size_t i = 0; i < short_a.size(); ++i) {
+    EXPECT_EQ(short_a[i], long_seq[i]);
+    EXPECT_EQ(short_a[i], short_b[i]);
+  }
+  std::vector<float> other_theta(x.begin(), x.begin() + 4 * H * hd);
+  be->rope_forward(other_theta.data(), 1, 4, H, hd, 10000.0f);
+  EXPECT_NE(other_theta[H * hd + 1], short_a[H * hd + 1]);  // theta is part of the cache key
+}
+
+// Direct causal GQA attention in double: out and lse.
+void attention_reference(std::vector<double>& out, std::vector<double>& lse,
+                         const std::vector<float>& q, const std::vector<float>& k,
+                         const std::vector<float>& v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                         int64_t hd) {
+  out.assign(B * T * H * hd, 0.0);
+  lse.assign(B * H * T, 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / Hkv);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(i + 1);
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t d = 0; d < hd; ++d) {
+            s[j] += double(q[((b * T + i) * H + h) * hd + d]) * k[((b * T + j) * Hkv + g) * hd + d];
+          }
+          s[j] /= std::sqrt(double(hd));
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0.0;
+        for (double sj : s) sum += std::exp(sj - mx);
+        lse[(b * H + h) * T + i] = mx + std::log(sum);
+        for (int64_t j = 0; j <= i; ++j) {
+          const double p = std::exp(s[j] - mx) / sum;
+          for (int64_t d = 0; d < hd; ++d) {
+            out[((b * T + i) * H + h) * hd + d] += p * v[((b * T + j) * Hkv + g) * hd + d];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendForward, AttentionMatchesDirectGqa) {
+  auto be = make_cpu_backend();
+  struct Case {
+    int64_t B, T, H, Hkv, hd;
+  };
+  for (const Case c : {Case{2, 7, 4, 2, 8}, Case{1, 33, 6, 3, 16}, Case{1, 20, 4, 4, 32}}) {
+    const auto q = random_normal(c.B * c.T * c.H * c.hd, 27, 1.5f);
+    const auto k = random_normal(c.B * c.T * c.Hkv * c.hd, 28, 1.5f);
+    const auto v = random_normal(c.B * c.T * c.Hkv * c.hd, 29);
+    std::vector<float> out(q.size()), lse(c.B * c.H * c.T);
+    be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H,
+                          c.Hkv, c.hd);
+    std::vector<double> out_ref, lse_ref;
+    attention_reference(out_ref, lse_ref, q, k, v, c.B, c.T, c.H, c.Hkv, c.hd);
+    // |out| ≲ 1, so an absolute bound is a relative one on the typical element.
+    EXPECT_LT(max_relative_error(out, out_ref, 1.0), 2e-6) << "T=" << c.T;
+    EXPECT_LT(max_relative_error(lse, lse_ref, 1.0), 2e-6) << "T=" << c.T;
+  }
+}
+
+TEST(CpuBackendForward, SwiGluMatchesFormulaIncludingSaturation) {
+  auto be = make_cpu_backend();
+  auto gate = random_normal(64, 30, 3.0f);
+  gate[0] = 100.0f;
+  gate[1] = -100.0f;
+  gate[2] = 0.0f;
+  const auto up = random_normal(64, 31);
+  std::vector<float> h(64);
+  be->swiglu_forward(h.data(), gate.data(), up.data(), 64);
+  std::vector<double> ref(64);
+  for (size_t i = 0; i < 64; ++i) ref[i] = gate[i] / (1.0 + std::exp(-double(gate[i]))) * up[i];
+  EXPECT_LT(max_relative_error(h, ref, 1e-6), 1e-6);
+}
+
+TEST(CpuBackendForward, EmbeddingCopiesRowsAndRejectsBadIds) {
+  auto be = make_cpu_backend();
+  const int64_t V = 6, D = 5;
+  const auto table = random_normal(V * D, 32);
+  const auto tokens = random_ids(11, V, 33);
+  std::vector<float> x(tokens.size() * D);
+  be->embedding_forward(x.data(), tokens.data(), table.data(), 11, D);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    for (int64_t d = 0; d < D; ++d) EXPECT_EQ(x[i * D + d], table[tokens[i] * D + d]);
+  }
+  const int32_t bad = -1;
+  EXPECT_THROW(be->embedding_forward(x.data(), &bad, table.data(), 1, D), Error);
+}
+
+TEST(CpuBackendForward, CrossEntropyStableAndInPlace) {
+  auto be = make_cpu_backend();
+  const int64_t M = 3, V = 50;
+  auto logits = random_normal(M * V, 34, 3.0f);
+  for (int64_t j = 0; j < V; ++j) logits[2 * V + j] += 1000.0f;  // exp would overflow unshifted
+  const std::vector<int32_t> targets = {7, 0, 49};
+  std::vector<float> losses(M), dlogits(M * V);
+  be->cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), M, V, 0.5f);
+  std::vector<double> loss_ref(M), grad_ref(M * V);
+  for (int64_t m = 0; m < M; ++m) {
+    double mx = -1e300, sum = 0.0;
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, double(logits[m * V + j]));
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(logits[m * V + j] - mx);
+    loss_ref[m] = mx + std::log(sum) - logits[m * V + targets[m]];
+    for (int64_t j = 0; j < V; ++j) {
+      grad_ref[m * V + j] = 0.5 * (std::exp(logits[m * V + j] - mx) / sum - (j == targets[m]));
+    }
+  }
+  EXPECT_LT(max_relative_error(losses, loss_ref, 1.0), 1e-6);
+  EXPECT_LT(max_relative_error(dlogits, grad_ref, 1e-2), 2e-6);
+
+  // In place: dlogits == logits gives the same bits; losses alone (no dlogits) too.
+  std::vector<float> in_place(logits), losses_in_place(M), losses_only(M);
+  be->cross_entropy(losses_in_place.data(), in_place.data(), in_place.data(), targets.data(), M, V,
+                    0.5f);
+  be->cross_entropy(losses_only.data(), nullptr, logits.data(), targets.data(), M, V, 0.5f);
+  EXPECT_EQ(in_place, dlogits);
+  EXPECT_EQ(losses_in_place, losses);
+  EXPECT_EQ(losses_only, losses);
+
+  const int32_t bad_target = static_cast<int32_t>(V);
+  EXPECT_THROW(be->cross_entropy(losses.data(), nullptr, logits.data(), &bad_target, 1, V, 1.0f),
+               Error);
+}
+
+TEST(CpuBackendForward, FastExpAccuracyAndRange) {
+  double worst = 0.0;
+  for (double x = -87.0; x <= 88.0; x += 0.0137) {
+    const float xf = static_cast<float>(x);
+    const double exact = std::exp(double(xf));
+    worst = std::max(worst, std::abs(cpu::fast_expf(xf) - exact) / exact);
+  }
+  EXPECT_LT(worst, 3e-7);  // a few ulp
+  EXPECT_EQ(cpu::fast_expf(0.0f), 1.0f);
+  EXPECT_EQ(cpu::fast_expf(-88.0f), 0.0f);
+  EXPECT_EQ(cpu::fast_expf(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isfinite(cpu::fast_expf(1e30f)));
+  EXPECT_TRUE(std::isnan(cpu::fast_expf(std::numeric_limits<float>::quiet_NaN())));
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,164 @@
+// CPU backend: every backward against central finite differences of its forward, on the scalar
+// objective L = Σ r·y with random r. Parameter gradients are pre-filled to check that they are
+// accumulated (+=); "=" outputs are pre-filled with garbage to check that they are overwritten.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "test_cpu_backend_support.h"
+
+namespace zt {
+namespace {
+
+using test::expect_gradient_matches;
+using test::random_normal;
+using test::weighted_sum;
+
+// Linear ops are checked with a large step (their finite differences are exact up to rounding)
+// and a tight tolerance; smooth non-linear ones with a small step and a looser tolerance.
+constexpr float kLinearStep = 0.5f;
+constexpr double kLinearTol = 1e-4;
+constexpr float kSmoothStep = 1e-2f;
+constexpr double kSmoothTol = 5e-3;
+
+std::vector<float> minus(const std::vector<float>& a, float b) {
+  std::vector<float> out(a);
+  for (float& x : out) x -= b;
+  return out;
+}
+
+TEST(CpuBackendGrad, Matmul) {
+  auto be = make_cpu_backend();
+  const int64_t M = 5, N = 4, K = 6;
+  auto x = random_normal(M * K, 1);
+  auto w = random_normal(N * K, 2);
+  const auto r = random_normal(M * N, 3);
+  std::vector<float> y(M * N);
+  auto objective = [&] {
+    be->matmul_forward(y.data(), x.data(), w.data(), M, N, K);
+    return weighted_sum(r, y);
+  };
+  std::vector<float> dx(M * K, 123.0f), dw(N * K, 0.25f);
+  be->matmul_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), M, N, K, false);
+  expect_gradient_matches("dx", x, dx, objective, kLinearStep, kLinearTol);
+  expect_gradient_matches("dw", w, minus(dw, 0.25f), objective, kLinearStep, kLinearTol);
+
+  // accumulate_dx adds onto dx; a null dw is skipped.
+  std::vector<float> dx_acc(M * K, 1.0f);
+  be->matmul_backward(dx_acc.data(), nullptr, r.data(), x.data(), w.data(), M, N, K, true);
+  expect_gradient_matches("dx (+=)", x, minus(dx_acc, 1.0f), objective, kLinearStep, kLinearTol);
+}
+
+TEST(CpuBackendGrad, RmsNorm) {
+  auto be = make_cpu_backend();
+  const int64_t M = 3, D = 8;
+  const float eps = 1e-5f;
+  auto x = random_normal(M * D, 4);
+  auto g = random_normal(D, 5, 0.3f);
+  for (float& v : g) v += 1.0f;
+  const auto r = random_normal(M * D, 6);
+  std::vector<float> y(M * D), rstd(M);
+  auto objective = [&] {
+    be->rmsnorm_forward(y.data(), rstd.data(), x.data(), g.data(), M, D, eps);
+    return weighted_sum(r, y);
+  };
+  objective();
+  std::vector<float> dx(M * D, 0.5f), dg(D, -1.0f);
+  be->rmsnorm_backward(dx.data(), dg.data(), r.data(), x.data(), g.data(), rstd.data(), M, D);
+  expect_gradient_matches("dx", x, minus(dx, 0.5f), objective, kSmoothStep, kSmoothTol);
+  expect_gradient_matches("dg", g, minus(dg, -1.0f), objective, kSmoothStep, kSmoothTol);
+}
+
+TEST(CpuBackendGrad, Rope) {
+  auto be = make_cpu_backend();
+  const int64_t B = 2, T = 5, H = 3, hd = 8;
+  const float theta = 10.0f;  // small base: every frequency pair rotates noticeably
+  auto x = random_normal(B * T * H * hd, 7);
+  const auto r = random_normal(x.size(), 8);
+  std::vector<float> y(x.size());
+  auto objective = [&] {
+    y = x;
+    be->rope_forward(y.data(), B, T, H, hd, theta);
+    return weighted_sum(r, y);
+  };
+  std::vector<float> dx(r);
+  be->rope_backward(dx.data(), B, T, H, hd, theta);
+  expect_gradient_matches("dx", x, dx, objective, kLinearStep, kLinearTol);
+}
+
+TEST(CpuBackendGrad, AttentionGqaOddLength) {
+  auto be = make_cpu_backend();
+  const int64_t B = 2, T = 7, H = 4, Hkv = 2, hd = 8;
+  auto q = random_normal(B * T * H * hd, 9);
+  auto k = random_normal(B * T * Hkv * hd, 10);
+  auto v = random_normal(B * T * Hkv * hd, 11);
+  const auto r = random_normal(q.size(), 12);
+  std::vector<float> out(q.size()), lse(B * H * T);
+  auto objective = [&] {
+    be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, hd);
+    return weighted_sum(r, out);
+  };
+  objective();
+  std::vector<float> dq(q.size(), 123.0f), dk(k.size(), 123.0f), dv(v.size(), 123.0f);
+  be->attention_backward(dq.data(), dk.data(), dv.data(), r.data(), q.data(), k.data(), v.data(),
+                         out.data(), lse.data(), B, T, H, Hkv, hd);
+  expect_gradient_matches("dq", q, dq, objective, kSmoothStep, kSmoothTol);
+  expect_gradient_matches("dk", k, dk, objective, kSmoothStep, kSmoothTol);
+  expect_gradient_matches("dv", v, dv, objective, kSmoothStep, kSmoothTol);
+}
+
+TEST(CpuBackendGrad, SwiGlu) {
+  auto be = make_cpu_backend();
+  const int64_t n = 24;
+  auto gate = random_normal(n, 13, 2.0f);
+  auto up = random_normal(n, 14);
+  const auto r = random_normal(n, 15);
+  std::vector<float> h(n);
+  auto objective = [&] {
+    be->swiglu_forward(h.data(), gate.data(), up.data(), n);
+    return weighted_sum(r, h);
+  };
+  std::vector<float> dgate(n, 123.0f), dup(n, 123.0f);
+  be->swiglu_backward(dgate.data(), dup.data(), r.data(), gate.data(), up.data(), n);
+  expect_gradient_matches("dgate", gate, dgate, objective, kSmoothStep, kSmoothTol);
+  expect_gradient_matches("dup", up, dup, objective, kSmoothStep, kSmoothTol);
+}
+
+TEST(CpuBackendGrad, EmbeddingWithRepeatedTokens) {
+  auto be = make_cpu_backend();
+  const int64_t V = 5, D = 6;
+  const std::vector<int32_t> tokens = {3, 1, 3, 0, 3, 1, 4, 4, 0};
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  auto table = random_normal(V * D, 16);
+  const auto r = random_normal(n * D, 17);
+  std::vector<float> x(n * D);
+  auto objective = [&] {
+    be->embedding_forward(x.data(), tokens.data(), table.data(), n, D);
+    return weighted_sum(r, x);
+  };
+  std::vector<float> dtable(V * D, 2.0f);
+  be->embedding_backward(dtable.data(), r.data(), tokens.data(), n, D);
+  expect_gradient_matches("dtable", table, minus(dtable, 2.0f), objective, kLinearStep, kLinearTol);
+}
+
+TEST(CpuBackendGrad, CrossEntropyMeanLoss) {
+  auto be = make_cpu_backend();
+  const int64_t M = 4, V = 11;
+  auto logits = random_normal(M * V, 18, 2.0f);
+  const std::vector<int32_t> targets = {0, 10, 3, 3};
+  std::vector<float> losses(M);
+  auto objective = [&] {
+    be->cross_entropy(losses.data(), nullptr, logits.data(), targets.data(), M, V, 1.0f);
+    double mean = 0.0;
+    for (float l : losses) mean += l;
+    return mean / static_cast<double>(M);
+  };
+  std::vector<float> dlogits(M * V, 123.0f);
+  be->cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), M, V,
+                    1.0f / static_cast<float>(M));
+  expect_gradient_matches("dlogits", logits, dlogits, objective, kSmoothStep, kSmoothTol);
+}
+
+}  // namespace
+}  // namespace zt
