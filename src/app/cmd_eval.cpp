@@ -1,0 +1,118 @@
+// zerotrain eval: mean next-token cross-entropy (natural log) of a model directory on the first
+// K·B non-overlapping windows of T+1 tokens of a token dataset (DESIGN.md §3), printed as
+// {"batches": K, "loss": L, "tokens": K·B·T} on stdout.
+//
+// Under mpirun each rank holds the whole model (a stage-0 engine on its own single-rank
+// communicator) and scores batches k ≡ rank (mod N); the per-batch loss sums are combined in
+// batch order, so the printed loss is the same for every N.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "app/run_setup.h"
+#include "backend/backend.h"
+#include "comm/mpi_communicator.h"
+#include "engine/data_loader.h"
+#include "engine/zero_engine.h"
+#include "io/model_dir.h"
+#include "io/token_dataset.h"
+#include "runtime/mpi_runtime.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+const char* const kCommand = "eval";
+
+struct EvalOptions {
+  std::string model_dir, data, precision = "fp32";
+  int64_t batches = 1, micro_batch = 1, seq_len = 256;
+};
+
+bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
+  po::options_description opts("eval options");
+  auto add = opts.add_options();
+  add("model", po::value(&o.model_dir), "model directory");
+  add("data", po::value(&o.data), "token dataset (HDF5, /tokens)");
+  add("batches", po::value(&o.batches)->default_value(o.batches), "K: number of batches");
+  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
+      "B: windows per batch");
+  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "T: tokens per window - 1");
+  add("precision", po::value(&o.precision)->default_value(o.precision),
+      "working precision of the weights: fp32 (exact stored values) or bf16");
+  const CommandSpec spec{kCommand,
+                         "Mean next-token cross-entropy of a model on the first K*B windows of "
+                         "T+1 tokens of a dataset.",
+                         "zerotrain eval --model DIR --data FILE.h5 --batches K --micro-batch B "
+                         "--seq-len T"};
+  po::variables_map vm;
+  if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  require_option(vm, "model", kCommand);
+  require_option(vm, "data", kCommand);
+  check_positive(static_cast<double>(o.batches), "batches", kCommand);
+  check_positive(static_cast<double>(o.micro_batch), "micro-batch", kCommand);
+  check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
+  parse_precision(o.precision);
+  return true;
+}
+
+int run_eval(const EvalOptions& o) {
+  MpiRuntime runtime;
+  MpiCommunicator world;
+  MpiCommunicator self(MPI_COMM_SELF);
+  const int64_t K = o.batches, B = o.micro_batch, T = o.seq_len;
+
+  ModelDirReader reader(o.model_dir);
+  const ModelConfig& config = reader.config();
+  check_seq_len(config, T, "model '" + o.model_dir + "'", kCommand);
+  TokenDataset data(o.data);
+  check_eval_windows(data, K * B, T);
+
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  MemoryTracker memory;
+  ZeroConfig zero;
+  zero.stage = 0;
+  ZeroEngine engine(config, zero, parse_precision(o.precision), AdamWConfig{}, *backend, self,
+                    memory, B, T, ActivationCheckpointing{});
+  engine.load_from(reader);
+
+  std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
+  std::vector<double> batch_sums(static_cast<size_t>(K), 0.0);  // zeros add exactly
+  auto check_vocab = [&](const std::vector<int32_t>& tokens) {
+    for (int32_t t : tokens)
+      ZT_CHECK(t >= 0 && t < config.vocab_size,
+               "token " + std::to_string(t) + " in '" + o.data + "' is outside the vocabulary (" +
+                   std::to_string(config.vocab_size) + ") of model '" + o.model_dir + "'");
+  };
+  run_collectively(world, [&] {
+    for (int64_t k = world.rank(); k < K; k += world.world_size()) {
+      read_eval_windows(data, k * B, B, T, inputs.data(), targets.data());
+      check_vocab(inputs);
+      check_vocab(targets);
+      batch_sums[static_cast<size_t>(k)] = engine.eval_loss_sum(inputs.data(), targets.data());
+    }
+  });
+  world.all_reduce_sum_blocking(batch_sums.data(), batch_sums.size());
+  double loss_sum = 0;
+  for (double s : batch_sums) loss_sum += s;
+  const int64_t tokens = K * B * T;
+  if (world.rank() == 0) {
+    const nlohmann::json result = {
+        {"loss", loss_sum / static_cast<double>(tokens)}, {"tokens", tokens}, {"batches", K}};
+    std::cout << result.dump() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_eval(int argc, char** argv) {
+  EvalOptions options;
+  if (!parse_eval_options(argc, argv, options)) return 0;
+  return run_eval(options);
+}
+
+}  // namespace zt

@@ -1,0 +1,445 @@
+// zerotrain train: the training loop. Options → MPI runtime, communicator, backend → ZeroEngine
+// (initialised from a seed or loaded from a model directory) → for each step: learning rate,
+// this rank's micro-batches, engine.train_step, one metrics line. At the end: optional eval,
+// report files and the final bf16 model directory. Only rank 0 writes files.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "app/run_setup.h"
+#include "backend/backend.h"
+#include "comm/mpi_communicator.h"
+#include "engine/data_loader.h"
+#include "engine/zero_engine.h"
+#include "io/fs_util.h"
+#include "io/metrics_log.h"
+#include "io/model_dir.h"
+#include "io/run_report.h"
+#include "io/token_dataset.h"
+#include "runtime/mpi_runtime.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+const char* const kCommand = "train";
+
+struct TrainOptions {
+  std::string model_dir, preset, data, out;
+  bool overwrite = false;
+  int64_t steps = 100, micro_batch = 4, grad_accum = 1, seq_len = 256;
+  int64_t seed = 1234;
+  AdamWConfig optim;
+  std::string precision = "bf16";
+  ZeroConfig zero;
+  std::string activation_checkpointing = "none";
+  bool cpu_checkpointing = false;
+  double comm_timeout = Communicator::kDefaultTimeoutSeconds;
+  int64_t eval_batches = 0;
+  int64_t log_every = 10;
+
+  nlohmann::json to_json() const;
+};
+
+// A float option as the shortest decimal that reads back to it (0.9f as 0.9, not 0.8999999762).
+double shortest_decimal(float v) {
+  for (int digits = 6; digits < 9; ++digits) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) return std::strtod(buf, nullptr);
+  }
+  return v;
+}
+
+nlohmann::json TrainOptions::to_json() const {
+  return {{"model", model_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(model_dir)},
+          {"preset", preset.empty() ? nlohmann::json(nullptr) : nlohmann::json(preset)},
+          {"data", data},
+          {"out", out},
+          {"overwrite", overwrite},
+          {"steps", steps},
+          {"micro_batch", micro_batch},
+          {"grad_accum", grad_accum},
+          {"seq_len", seq_len},
+          {"seed", seed},
+          {"lr", shortest_decimal(optim.lr)},
+          {"min_lr", shortest_decimal(optim.min_lr)},
+          {"warmup_steps", optim.warmup_steps},
+          {"beta1", shortest_decimal(optim.beta1)},
+          {"beta2", shortest_decimal(optim.beta2)},
+          {"eps", shortest_decimal(optim.eps)},
+          {"weight_decay", shortest_decimal(optim.weight_decay)},
+          {"clip", shortest_decimal(optim.clip)},
+          {"precision", precision},
+          {"zero_stage", zero.stage},
+          {"overlap_comm", zero.overlap_comm},
+          {"reduce_bucket_size", zero.reduce_bucket_size},
+          {"allgather_bucket_size", zero.allgather_bucket_size},
+          {"prefetch_bucket_size", zero.prefetch_bucket_size},
+          {"param_persistence_threshold", zero.param_persistence_threshold},
+          {"max_live_parameters", zero.max_live_parameters},
+          {"max_reuse_distance", zero.max_reuse_distance},
+          {"activation_checkpointing", activation_checkpointing},
+          {"cpu_checkpointing", cpu_checkpointing},
+          {"comm_timeout", comm_timeout},
+          {"eval_batches", eval_batches},
+          {"log_every", log_every}};
+}
+
+// Returns false when --help was printed.
+bool parse_train_options(int argc, char** argv, TrainOptions& o) {
+  po::options_description opts("train options");
+  auto flag = [](bool* target, bool fallback) {
+    return po::value<bool>(target)->default_value(fallback)->implicit_value(true);
+  };
+  auto add = opts.add_options();
+  add("model", po::value(&o.model_dir), "model directory to start from (or --preset)");
+  add("preset", po::value(&o.preset), "start from a fresh preset model: tiny, small, 125m, ...");
+  add("data", po::value(&o.data), "token dataset (HDF5, /tokens)");
+  add("out", po::value(&o.out), "output directory");
+  add("overwrite", flag(&o.overwrite, false), "allow a non-empty --out");
+  add("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
+  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
+      "sequences per micro-batch per rank");
+  add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
+      "micro-batches per optimizer step");
+  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
+  add("lr", po::value(&o.optim.lr)->default_value(o.optim.lr), "peak learning rate");
+  add("min-lr", po::value(&o.optim.min_lr)->default_value(o.optim.min_lr), "cosine floor");
+  add("warmup-steps", po::value(&o.optim.warmup_steps)->default_value(o.optim.warmup_steps),
+      "linear warmup steps");
+  add("beta1", po::value(&o.optim.beta1)->default_value(o.optim.beta1), "AdamW beta1");
+  add("beta2", po::value(&o.optim.beta2)->default_value(o.optim.beta2), "AdamW beta2");
+  add("eps", po::value(&o.optim.eps)->default_value(o.optim.eps), "AdamW epsilon");
+  add("weight-decay", po::value(&o.optim.weight_decay)->default_value(o.optim.weight_decay),
+      "decoupled weight decay (not on norms and the embedding)");
+  add("clip", po::value(&o.optim.clip)->default_value(o.optim.clip),
+      "global gradient-norm clip (<= 0 disables)");
+  add("seed", po::value(&o.seed)->default_value(o.seed),
+      "seed of the data order and of --preset init");
+  add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
+  add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
+  add("overlap-comm", flag(&o.zero.overlap_comm, o.zero.overlap_comm),
+      "overlap collectives with compute");
+  add("reduce-bucket-size",
+      po::value(&o.zero.reduce_bucket_size)->default_value(o.zero.reduce_bucket_size),
+      "elements per gradient bucket");
+  add("allgather-bucket-size",
+      po::value(&o.zero.allgather_bucket_size)->default_value(o.zero.allgather_bucket_size),
+      "elements per parameter all-gather");
+  add("prefetch-bucket-size",
+      po::value(&o.zero.prefetch_bucket_size)->default_value(o.zero.prefetch_bucket_size),
+      "stage 3 prefetch (elements)");
+  add("param-persistence-threshold",
+      po::value(&o.zero.param_persistence_threshold)
+          ->default_value(o.zero.param_persistence_threshold),
+      "stage 3: groups up to this many elements stay gathered");
+  add("max-live-parameters",
+      po::value(&o.zero.max_live_parameters)->default_value(o.zero.max_live_parameters),
+      "stage 3: gathered elements at once");
+  add("max-reuse-distance",
+      po::value(&o.zero.max_reuse_distance)->default_value(o.zero.max_reuse_distance),
+      "stage 3: reuse distance (elements)");
+  add("activation-checkpointing",
+      po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
+      "none | full | every:K");
+  add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
+      "keep checkpointed layer inputs in host memory");
+  add("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
+      "seconds before a stuck collective aborts the job");
+  add("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
+      "eval batches at the end (0 = skip)");
+  add("log-every", po::value(&o.log_every)->default_value(o.log_every),
+      "log a line to stderr every N steps (0 = never)");
+  const CommandSpec spec{kCommand, "Train a Llama-style model with ZeRO stage 0-3.",
+                         "zerotrain train (--model DIR | --preset NAME) --data FILE.h5 --out DIR "
+                         "[options]"};
+  po::variables_map vm;
+  if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  require_option(vm, "data", kCommand);
+  require_option(vm, "out", kCommand);
+  ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
+           std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
+  return true;
+}
+
+void validate(const TrainOptions& o) {
+  check_positive(static_cast<double>(o.steps), "steps", kCommand);
+  check_positive(static_cast<double>(o.micro_batch), "micro-batch", kCommand);
+  check_positive(static_cast<double>(o.grad_accum), "grad-accum", kCommand);
+  check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
+  check_positive(o.optim.lr, "lr", kCommand);
+  check_positive(o.optim.eps, "eps", kCommand);
+  check_positive(o.comm_timeout, "comm-timeout", kCommand);
+  auto at_least_zero = [](double v, const char* option) {
+    ZT_CHECK(v >= 0,
+             std::string(kCommand) + ": --" + option + " must be >= 0, got " + std::to_string(v));
+  };
+  at_least_zero(o.optim.min_lr, "min-lr");
+  at_least_zero(static_cast<double>(o.optim.warmup_steps), "warmup-steps");
+  at_least_zero(o.optim.weight_decay, "weight-decay");
+  at_least_zero(static_cast<double>(o.seed), "seed");
+  at_least_zero(static_cast<double>(o.eval_batches), "eval-batches");
+  at_least_zero(static_cast<double>(o.log_every), "log-every");
+  for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
+    ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
+                                        " must be in [0, 1), got " + std::to_string(beta));
+  ZT_CHECK(o.zero.stage >= 0 && o.zero.stage <= 3, std::string(kCommand) +
+                                                       ": --zero-stage must be 0, 1, 2 or 3, got " +
+                                                       std::to_string(o.zero.stage));
+  check_positive(static_cast<double>(o.zero.reduce_bucket_size), "reduce-bucket-size", kCommand);
+  check_positive(static_cast<double>(o.zero.allgather_bucket_size), "allgather-bucket-size",
+                 kCommand);
+  check_positive(static_cast<double>(o.zero.prefetch_bucket_size), "prefetch-bucket-size",
+                 kCommand);
+  check_positive(static_cast<double>(o.zero.max_live_parameters), "max-live-parameters", kCommand);
+  at_least_zero(static_cast<double>(o.zero.param_persistence_threshold),
+                "param-persistence-threshold");
+  at_least_zero(static_cast<double>(o.zero.max_reuse_distance), "max-reuse-distance");
+  o.zero.validate();
+  parse_precision(o.precision);
+  parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
+}
+
+// Dense bf16 peak of the device a backend runs on, in TFLOP/s; none for the CPU backend.
+std::optional<double> dense_bf16_peak_tflops(const std::string& backend_name) {
+  if (backend_name.find("h100") != std::string::npos ||
+      backend_name.find("h200") != std::string::npos)
+    return 989.0;
+  if (backend_name.find("a100") != std::string::npos) return 312.0;
+  return std::nullopt;
+}
+
+// The one-line progress display (rank 0, stderr a terminal) and the periodic log lines.
+class Progress {
+ public:
+  Progress(bool active, int64_t total_steps, int64_t log_every)
+      : tty_(active && isatty(STDERR_FILENO)),
+        active_(active),
+        total_(total_steps),
+        log_every_(log_every) {}
+  void update(const StepRecord& r, double elapsed_s) {
+    if (!active_) return;
+    const double eta =
+        elapsed_s / static_cast<double>(r.step) * static_cast<double>(total_ - r.step);
+    char line[200];
+    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  ETA %s",
+                  static_cast<long long>(r.step), static_cast<long long>(total_), r.loss,
+                  r.tokens_per_s, clock_string(eta).c_str());
+    if (tty_) std::fprintf(stderr, "\r\033[K%s", line);
+    if (log_every_ > 0 && (r.step % log_every_ == 0 || r.step == total_))
+      std::fprintf(stderr, tty_ ? "\n" : "%s\n", line);
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  static std::string clock_string(double seconds) {
+    const auto s = static_cast<long long>(std::max(0.0, seconds));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+    return buf;
+  }
+  bool tty_, active_;
+  int64_t total_, log_every_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// --eval-batches K at the end of training: K rounds in which every rank scores B windows, i.e.
+// the first K·N·B non-overlapping windows (DESIGN.md §3) — the same figure as
+// `zerotrain eval --batches K --micro-batch N·B` on the trained weights.
+nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& data,
+                                       const TrainOptions& o, int rank, int world) {
+  const int64_t B = o.micro_batch, T = o.seq_len;
+  check_eval_windows(data, o.eval_batches * world * B, T);
+  std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
+  double loss_sum = 0;
+  for (int64_t k = 0; k < o.eval_batches; ++k) {
+    read_eval_windows(data, (k * world + rank) * B, B, T, inputs.data(), targets.data());
+    loss_sum += engine.eval_loss_sum(inputs.data(), targets.data());
+  }
+  const int64_t tokens = o.eval_batches * world * B * T;
+  return {{"loss", loss_sum / static_cast<double>(tokens)},
+          {"tokens", tokens},
+          {"batches", o.eval_batches},
+          {"micro_batch", world * B}};
+}
+
+// Streams the trained weights (bf16) into OUT/final; rank 0 writes, one tensor at a time.
+void write_final_model(ZeroEngine& engine, const ModelConfig& config, const std::string& dir,
+                       Communicator& comm) {
+  std::unique_ptr<ModelDirWriter> writer;
+  run_collectively(comm, [&] {
+    if (comm.rank() == 0)
+      writer = std::make_unique<ModelDirWriter>(dir, config, kDefaultShardLimitBytes, true);
+  });
+  std::string error;  // keep visiting (the walk is collective) and report once at the end
+  engine.for_each_full_tensor(false, [&](const TensorInfo& t, const void* data) {
+    if (!writer || !error.empty()) return;
+    try {
+      writer->add_tensor(t.name, t.shape, static_cast<const bf16_t*>(data));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  run_collectively(comm, [&] {
+    if (!error.empty()) fail(error);
+    if (writer) writer->finish();
+  });
+}
+
+int run_training(const TrainOptions& o) {
+  const auto t_start = std::chrono::steady_clock::now();
+  MpiRuntime runtime;
+  MpiCommunicator comm;
+  comm.set_timeout_seconds(o.comm_timeout);
+  const int rank = comm.rank(), world = comm.world_size();
+  const bool is_root = rank == 0;
+
+  std::unique_ptr<ModelDirReader> reader;
+  if (!o.model_dir.empty()) reader = std::make_unique<ModelDirReader>(o.model_dir);
+  const ModelConfig config = reader ? reader->config() : preset_config(o.preset);
+  const std::string model_source =
+      reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'";
+  check_seq_len(config, o.seq_len, model_source, kCommand);
+  const Precision precision = parse_precision(o.precision);
+  const ActivationCheckpointing ac =
+      parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
+
+  check_output_dir(o.out, o.overwrite);
+  TokenDataset data(o.data);
+  WindowSampler sampler(data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world,
+                        rank, static_cast<uint64_t>(o.seed));
+
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  MemoryTracker memory;
+  ZeroEngine engine(config, o.zero, precision, o.optim, *backend, comm, memory, o.micro_batch,
+                    o.seq_len, ac);
+  if (reader)
+    engine.load_from(*reader);
+  else
+    engine.init_from_seed(static_cast<uint64_t>(o.seed));
+
+  const ParamLayout& layout = engine.layout();
+  RunInfo info{kCommand,
+               o.to_json(),
+               world,
+               hostnames(comm.comm()),
+               backend->name(),
+               comm.backend_name(),
+               o.precision,
+               config.to_hf_json(),
+               layout.total_numel(),
+               layout.non_embedding_numel()};
+  info.config["activation_checkpointing"] = checkpointing_policy_name(ac);
+  MetricsLog metrics;
+  run_collectively(comm, [&] {
+    if (!is_root) return;
+    std::filesystem::create_directories(o.out);
+    write_text_file(o.out + "/run.json", run_json(info).dump(2) + "\n");
+    metrics = MetricsLog(o.out + "/metrics.jsonl");
+  });
+
+  const double flops_per_token =
+      training_flops_per_token(config, layout.non_embedding_numel(), o.seq_len);
+  const std::optional<double> peak_tflops = dense_bf16_peak_tflops(backend->name());
+  RunSummary summary;
+  MemoryByCategory run_peaks = memory_peaks(memory);
+  Progress progress(is_root, o.steps, o.log_every);
+  const auto t_loop = std::chrono::steady_clock::now();
+  int64_t tokens_seen = 0;
+  for (int64_t step = 1; step <= o.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    memory.reset_peaks();
+    const CommCounters counters_before = comm.counters();
+    sampler.next_step();
+    const double data_s = seconds_since(t0);
+    const float lr = learning_rate_at(o.optim, step, o.steps);
+    const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step);
+    StepRecord r;
+    r.step_time_s = seconds_since(t0);
+    if (!std::isfinite(stats.loss)) {
+      progress.finish();
+      fail("loss is " + std::to_string(stats.loss) + " at step " + std::to_string(step) +
+           "; stopping (metrics so far are in " + o.out + "/metrics.jsonl, no final model)");
+    }
+    tokens_seen += stats.tokens;
+    r.step = step;
+    r.loss = stats.loss;
+    r.lr = lr;
+    r.grad_norm = stats.grad_norm;
+    r.clip_scale = stats.clip_scale;
+    r.tokens = stats.tokens;
+    r.tokens_seen = tokens_seen;
+    r.tokens_per_s = static_cast<double>(stats.tokens) / r.step_time_s;
+    r.flops_per_token = flops_per_token;
+    r.tflops_per_device = flops_per_token * r.tokens_per_s / world / 1e12;
+    if (peak_tflops) r.mfu = r.tflops_per_device / *peak_tflops;
+    r.forward_s = stats.forward_s;
+    r.backward_s = stats.backward_s;
+    r.optimizer_s = stats.optimizer_s;
+    r.comm_wait_s = stats.comm_wait_s;
+    r.data_s = data_s;
+    r.peak_memory = memory_peaks(memory);
+    r.comm_bytes = comm_bytes_between(counters_before, comm.counters());
+    for (size_t c = 0; c < run_peaks.size(); ++c)
+      run_peaks[c] = std::max(run_peaks[c], r.peak_memory[c]);
+    metrics.append(r);
+    summary.add(r);
+    progress.update(r, seconds_since(t_loop));
+  }
+  progress.finish();
+
+  nlohmann::json eval_result;
+  if (o.eval_batches > 0) eval_result = evaluate_after_training(engine, data, o, rank, world);
+  write_final_model(engine, config, o.out + "/final", comm);
+
+  // Peak memory of every rank, gathered to all (int64 is a reducible comm type).
+  std::vector<int64_t> mine(run_peaks.begin(), run_peaks.end());
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(world));
+  comm.all_gather_blocking(mine.data(), all.data(), mine.size());
+  std::vector<MemoryByCategory> per_rank(static_cast<size_t>(world));
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    for (size_t c = 0; c < mine.size(); ++c)
+      per_rank[r][c] = static_cast<uint64_t>(all[r * mine.size() + c]);
+
+  run_collectively(comm, [&] {
+    if (!is_root) return;
+    nlohmann::json report = summary.to_json(per_rank, seconds_since(t_start));
+    report["world_size"] = world;
+    report["zero_stage"] = o.zero.stage;
+    report["precision"] = o.precision;
+    report["global_batch_tokens"] = o.micro_batch * o.grad_accum * world * o.seq_len;
+    if (!eval_result.is_null()) report["eval"] = eval_result;
+    write_report_files(o.out, report);
+    if (!eval_result.is_null()) std::cerr << "eval: " << eval_result.dump() << "\n";
+  });
+  return 0;
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  TrainOptions options;
+  if (!parse_train_options(argc, argv, options)) return 0;
+  validate(options);
+  return run_training(options);
+}
+
+}  // namespace zt

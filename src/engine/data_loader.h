@@ -1,0 +1,117 @@
+// Training data order. The token dataset is cut into W = (n_tokens − 1) / T windows of T+1
+// tokens; window w starts at token w·T (consecutive windows share one token: the last target
+// of window w is the first input of window w+1). Each epoch visits every window once, in an
+// order given by a seeded Fisher–Yates shuffle (splitmix64, seed + epoch), so the order is a
+// pure function of (seed, W) and reproducible on any platform.
+//
+// Windows are consumed through a global cursor: position p (p = 0, 1, 2, ...) is window
+// perm_{p / W}[p % W], and step s (0-based) takes positions [s·G, (s+1)·G) with
+// G = micro_batch · grad_accum · world (the global batch). Within a step, micro-batch m of
+// rank r takes the B consecutive positions starting at (m·N + r)·B:
+//
+//     step positions:  | m=0: r0 r1 .. rN-1 | m=1: r0 r1 .. rN-1 | ... |   (each slot B windows)
+//
+// so the union over ranks and micro-batches is the same G windows for every world size N, and
+// only the grouping into micro-batches changes. A batch may straddle an epoch boundary; it then
+// continues with the next epoch's permutation.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+class TokenDataset;
+
+// splitmix64: a small deterministic 64-bit generator (Steele et al.), identical everywhere.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  // Uniform integer in [0, bound) (bound > 0), by rejection so that there is no modulo bias.
+  uint64_t below(uint64_t bound);
+
+ private:
+  uint64_t state_;
+};
+
+// The permutation of [0, n) used for `epoch` (Fisher–Yates driven by SplitMix64(seed + epoch)).
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
+
+// Position in the data stream; saved in checkpoints.
+struct DataCursor {
+  int64_t epoch = 0;     // epoch of the next window to be consumed
+  int64_t position = 0;  // index of that window within its epoch's permutation
+  bool operator==(const DataCursor&) const = default;
+};
+
+// Pure index arithmetic of the data order (no I/O): which windows a step gives to each rank.
+class WindowSchedule {
+ public:
+  // n_tokens: dataset length; seq_len T; micro_batch B; grad_accum A; world N.
+  WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_batch, int64_t grad_accum,
+                 int world_size, uint64_t seed);
+
+  int64_t num_windows() const { return num_windows_; }
+  int64_t global_batch_windows() const { return B_ * A_ * N_; }
+  int64_t window_tokens() const { return T_ + 1; }
+  int64_t window_start(int64_t window) const { return window * T_; }
+
+  const DataCursor& cursor() const { return cursor_; }
+  void set_cursor(const DataCursor& c);  // validates position < W
+  int64_t windows_consumed() const { return cursor_.epoch * num_windows_ + cursor_.position; }
+
+  // Window indices of the current step (not advancing), [micro][B] for rank `rank`.
+  std::vector<std::vector<int64_t>> rank_windows(int rank);
+  // All G window indices of the current step in position order.
+  std::vector<int64_t> global_windows();
+  // Moves the cursor past the current step's G windows.
+  void advance();
+
+ private:
+  int64_t window_at(int64_t global_position);  // global_position counts from epoch 0
+  int64_t T_, B_, A_, N_;
+  uint64_t seed_;
+  int64_t num_windows_;
+  DataCursor cursor_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> perm_;
+};
+
+// Reads this rank's micro-batches of each step from a token dataset.
+class WindowSampler {
+ public:
+  // Validates once that every token is < vocab_size, and that the dataset holds at least one
+  // global batch of windows (the error names the file and the numbers).
+  WindowSampler(const TokenDataset& data, int64_t vocab_size, int64_t seq_len, int64_t micro_batch,
+                int64_t grad_accum, int world_size, int rank, uint64_t seed);
+
+  // Fills the current step's micro-batches for this rank and advances the cursor.
+  // inputs()[m] / targets()[m] then hold B·T tokens each.
+  void next_step();
+  const std::vector<const int32_t*>& inputs() const { return input_ptrs_; }
+  const std::vector<const int32_t*>& targets() const { return target_ptrs_; }
+
+  const WindowSchedule& schedule() const { return schedule_; }
+  const DataCursor& cursor() const { return schedule_.cursor(); }
+  void set_cursor(const DataCursor& c) { schedule_.set_cursor(c); }
+
+ private:
+  const TokenDataset& data_;
+  WindowSchedule schedule_;
+  int rank_;
+  int64_t B_, T_;
+  std::vector<int32_t> window_;                         // one window of T+1 tokens
+  std::vector<std::vector<int32_t>> inputs_, targets_;  // [micro][B·T]
+  std::vector<const int32_t*> input_ptrs_, target_ptrs_;
+};
+
+// Evaluation windows (DESIGN.md §3): window j is tokens [j·(T+1), (j+1)·(T+1)) from the start of
+// /tokens, non-overlapping and unshuffled; inputs are its first T tokens, targets its last T.
+// Fails naming the file when the dataset holds fewer than num_windows windows.
+void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t seq_len);
+// Reads windows [first, first+count) into inputs/targets (count·T tokens each).
+void read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
+                       int32_t* inputs, int32_t* targets);
+
+}  // namespace zt

@@ -1,0 +1,199 @@
+// Training data order (WindowSchedule / WindowSampler), eval windows and the LR schedule.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/data_loader.h"
+#include "engine/zero_config.h"
+#include "io/token_dataset.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+// All windows of one step as the union over ranks and micro-batches, in position order.
+std::vector<int64_t> step_union(WindowSchedule& s, int world) {
+  const int64_t per_slot = s.global_batch_windows();
+  std::vector<int64_t> positions(static_cast<size_t>(per_slot), -1);
+  // Recover each window's slot from the documented mapping: rank r, micro m, element b sits at
+  // position (m·N + r)·B + b.
+  int64_t B = 0, A = 0;
+  for (int r = 0; r < world; ++r) {
+    const auto micro = s.rank_windows(r);
+    A = static_cast<int64_t>(micro.size());
+    for (size_t m = 0; m < micro.size(); ++m) {
+      B = static_cast<int64_t>(micro[m].size());
+      for (size_t b = 0; b < micro[m].size(); ++b) {
+        const int64_t p = (static_cast<int64_t>(m) * world + r) * B + static_cast<int64_t>(b);
+        EXPECT_EQ(positions[static_cast<size_t>(p)], -1);
+        positions[static_cast<size_t>(p)] = micro[m][b];
+      }
+    }
+  }
+  EXPECT_EQ(A * B * world, per_slot);
+  return positions;
+}
+
+TEST(TrainData, EpochPermutationIsADeterministicPermutation) {
+  const auto p = epoch_permutation(1000, 7, 0);
+  EXPECT_EQ(p, epoch_permutation(1000, 7, 0));
+  EXPECT_NE(p, epoch_permutation(1000, 7, 1));
+  EXPECT_NE(p, epoch_permutation(1000, 8, 0));
+  std::vector<int64_t> sorted = p;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) EXPECT_EQ(sorted[static_cast<size_t>(i)], i);
+  // Golden values pin the generator: the order must not depend on the platform's library.
+  SplitMix64 rng(0);
+  EXPECT_EQ(rng.next(), 0xe220a8397b1dcdafull);
+  EXPECT_EQ(rng.next(), 0x6e789e6aa1b965f4ull);
+}
+
+TEST(TrainData, GlobalBatchIsIndependentOfWorldSize) {
+  // Global batch of 8 windows: (B, A, N) = (8,1,1), (4,2,1), (2,2,2), (1,2,4), (2,1,4).
+  const int64_t n_tokens = 1000, T = 16;  // W = 62 windows: batches straddle epochs
+  struct Shape {
+    int64_t B, A;
+    int N;
+  };
+  const std::vector<Shape> shapes = {{8, 1, 1}, {4, 2, 1}, {2, 2, 2}, {1, 2, 4}, {2, 1, 4}};
+  std::vector<std::vector<int64_t>> reference;
+  for (const Shape& sh : shapes) {
+    WindowSchedule s(n_tokens, T, sh.B, sh.A, sh.N, 42);
+    EXPECT_EQ(s.num_windows(), 62);
+    std::vector<std::vector<int64_t>> steps;
+    for (int step = 0; step < 20; ++step) {
+      auto u = step_union(s, sh.N);
+      EXPECT_EQ(u, s.global_windows());
+      steps.push_back(u);
+      s.advance();
+    }
+    if (reference.empty()) {
+      reference = steps;
+    } else {
+      EXPECT_EQ(steps, reference) << "B=" << sh.B << " A=" << sh.A << " N=" << sh.N;
+    }
+    EXPECT_EQ(s.windows_consumed(), 20 * 8);
+    EXPECT_EQ(s.cursor(), (DataCursor{160 / 62, 160 % 62}));
+  }
+  // Each epoch visits every window exactly once: the first 62 positions are a permutation.
+  std::vector<int64_t> first_epoch;
+  for (const auto& step : reference)
+    for (int64_t w : step)
+      if (first_epoch.size() < 62) first_epoch.push_back(w);
+  EXPECT_EQ(std::set<int64_t>(first_epoch.begin(), first_epoch.end()).size(), 62u);
+}
+
+TEST(TrainData, CursorCanBeRestored) {
+  WindowSchedule a(1000, 16, 2, 2, 2, 5), b(1000, 16, 2, 2, 2, 5);
+  for (int i = 0; i < 9; ++i) a.advance();
+  b.set_cursor(a.cursor());
+  EXPECT_EQ(a.global_windows(), b.global_windows());
+  EXPECT_THROW(b.set_cursor(DataCursor{0, 62}), Error);
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("zt_train_data_" + std::to_string(getpid()) + "_" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+// Dataset whose token i is i % 251 (so a window's tokens tell where it starts).
+std::string write_ramp_dataset(const TempDir& dir, int64_t n) {
+  const std::string path = dir.file("ramp.h5");
+  TokenDatasetWriter w(path, 256, "byte");
+  std::vector<uint32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint32_t>(i % 251);
+  w.append(tokens.data(), n, "ramp");
+  w.finish();
+  return path;
+}
+
+TEST(TrainData, SamplerReadsTheScheduledWindows) {
+  TempDir dir;
+  const int64_t T = 8, B = 2, A = 2;
+  TokenDataset data(write_ramp_dataset(dir, 200));
+  WindowSchedule schedule(200, T, B, A, 2, 3);
+  WindowSampler sampler(data, 256, T, B, A, 2, 1, 3);
+  for (int step = 0; step < 5; ++step) {
+    const auto windows = schedule.rank_windows(1);
+    sampler.next_step();
+    schedule.advance();
+    for (size_t m = 0; m < windows.size(); ++m)
+      for (size_t b = 0; b < windows[m].size(); ++b)
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t start = windows[m][b] * T;
+          const int64_t i = static_cast<int64_t>(b) * T + t;
+          EXPECT_EQ(sampler.inputs()[m][i], (start + t) % 251);
+          EXPECT_EQ(sampler.targets()[m][i], (start + t + 1) % 251);
+        }
+    EXPECT_EQ(sampler.cursor(), schedule.cursor());
+  }
+}
+
+TEST(TrainData, SamplerRejectsShortDatasetAndBadTokens) {
+  TempDir dir;
+  const std::string path = write_ramp_dataset(dir, 100);  // 12 windows of 9 tokens
+  TokenDataset data(path);
+  try {
+    WindowSampler s(data, 256, 8, 4, 2, 2, 0, 1);  // needs 16 windows
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find("12 windows"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("16 windows"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(WindowSampler(data, 200, 8, 1, 1, 1, 0, 1), Error);  // token 250 ≥ 200
+  EXPECT_NO_THROW(WindowSampler(data, 256, 8, 4, 3, 1, 0, 1));
+}
+
+TEST(TrainData, EvalWindowsAreConsecutiveAndNonOverlapping) {
+  TempDir dir;
+  TokenDataset data(write_ramp_dataset(dir, 100));
+  const int64_t T = 9;  // windows of 10 tokens
+  std::vector<int32_t> in(3 * T), tg(3 * T);
+  read_eval_windows(data, 2, 3, T, in.data(), tg.data());
+  for (int64_t w = 0; w < 3; ++w)
+    for (int64_t t = 0; t < T; ++t) {
+      EXPECT_EQ(in[static_cast<size_t>(w * T + t)], (2 + w) * 10 + t);
+      EXPECT_EQ(tg[static_cast<size_t>(w * T + t)], (2 + w) * 10 + t + 1);
+    }
+  EXPECT_NO_THROW(check_eval_windows(data, 10, T));
+  EXPECT_THROW(check_eval_windows(data, 11, T), Error);
+}
+
+TEST(TrainData, LearningRateWarmupAndCosine) {
+  AdamWConfig c;
+  c.lr = 1e-3f;
+  c.min_lr = 1e-4f;
+  c.warmup_steps = 10;
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 1, 110), 1e-4f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 5, 110), 5e-4f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 10, 110), 1e-3f);
+  // Halfway through the decay the cosine is at its midpoint.
+  EXPECT_NEAR(learning_rate_at(c, 60, 110), 5.5e-4f, 1e-9);
+  EXPECT_NEAR(learning_rate_at(c, 35, 110), 1e-4 + 0.9e-3 * 0.5 * (1 + std::cos(M_PI * 0.25)),
+              1e-8);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 110, 110), 1e-4f);
+  c.warmup_steps = 0;
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 0, 100), 1e-3f);
+  EXPECT_LT(learning_rate_at(c, 2, 100), learning_rate_at(c, 1, 100));
+}
+
+}  // namespace
+}  // namespace zt
