@@ -15,18 +15,21 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GradReducer::GradReducer(Communicator& comm, MemoryTracker& memory, int64_t max_padded_group,
-                         int64_t bucket_elements, int num_slots)
+                         int64_t bucket_elements, int num_slots, bool own_buckets,
+                         bool reduce_scatter)
     : comm_(comm), world_(comm.world_size()), bucket_elements_(bucket_elements) {
   slots_.resize(static_cast<size_t>(num_slots));
   const int64_t max_shard = max_padded_group / world_;
-  const bool needs_packing = bucket_elements_ < max_padded_group;
+  const bool needs_packing = reduce_scatter && bucket_elements_ / world_ < max_shard;
   for (Slot& s : slots_) {
-    s.bucket = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
-                                    static_cast<size_t>(max_padded_group));
+    if (own_buckets)
+      s.bucket = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
+                                      static_cast<size_t>(max_padded_group));
     if (needs_packing)
       s.packed = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
                                       static_cast<size_t>(max_padded_group));
-    s.recv = TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_shard));
+    if (reduce_scatter)
+      s.recv = TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_shard));
   }
 }
 

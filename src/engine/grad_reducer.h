@@ -18,8 +18,10 @@ class GradReducer {
  public:
   enum class Mode { kAllReduce, kReduceScatterStore, kReduceScatterAccumulate };
 
+  // max_padded_group: largest padded group. Buckets (model-written gradients) are allocated
+  // only when `own_buckets` (stages 2/3); receive/pack buffers only for reduce-scatter modes.
   GradReducer(Communicator& comm, MemoryTracker& memory, int64_t max_padded_group,
-              int64_t bucket_elements, int num_slots);
+              int64_t bucket_elements, int num_slots, bool own_buckets, bool reduce_scatter);
 
   // A full-group fp32 buffer (padded size) the model may write a group's gradients into; the
   // slot is free (its previous reduction drained). Zeroed when `zeroed`.

@@ -125,9 +125,9 @@ void ZeroEngine::Impl::allocate() {
   }
   if (bf16()) compute = TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
   const int slots = zero.overlap_comm ? 2 : 1;
-  const int64_t bucket_max = zero.stage >= 2 ? max_padded : 0;  // stage 0/1 reduce in place
-  reducer = std::make_unique<GradReducer>(comm, memory, std::max<int64_t>(bucket_max, world),
-                                          zero.reduce_bucket_size, slots);
+  reducer = std::make_unique<GradReducer>(comm, memory, max_padded, zero.reduce_bucket_size, slots,
+                                          /*own_buckets=*/zero.stage >= 2,
+                                          /*reduce_scatter=*/zero.stage >= 1);
   if (zero.stage == 3) {
     std::vector<const void*> shards;
     for (int g = 0; g < G; ++g) shards.push_back(work(g));
