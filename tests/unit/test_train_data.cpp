@@ -158,7 +158,7 @@ TEST(TrainData, SamplerRejectsShortDatasetAndBadTokens) {
     EXPECT_NE(msg.find("12 windows"), std::string::npos) << msg;
     EXPECT_NE(msg.find("16 windows"), std::string::npos) << msg;
   }
-  EXPECT_THROW(WindowSampler(data, 200, 8, 1, 1, 1, 0, 1), Error);  // token 250 ≥ 200
+  EXPECT_THROW(WindowSampler(data, 50, 8, 1, 1, 1, 0, 1), Error);  // token 99 ≥ 50
   EXPECT_NO_THROW(WindowSampler(data, 256, 8, 4, 3, 1, 0, 1));
 }
 

@@ -1,0 +1,283 @@
+// End-to-end runs of the zerotrain binary: train on the tiny preset, reports, final model, eval,
+// reproducibility, gradient accumulation and input errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/model_dir.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult run_zerotrain(const std::string& args) {
+  const std::string cmd = std::string(ZT_BINARY) + " " + args + " 2>&1";
+  RunResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// The raw text of each "loss" value in metrics.jsonl (to compare runs bit for bit).
+std::vector<std::string> loss_strings(const std::string& path) {
+  std::vector<std::string> out;
+  for (const auto& j : read_jsonl(path)) out.push_back(j["loss"].dump());
+  return out;
+}
+
+class TrainE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("zt_train_e2e_" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    const RunResult r = run_zerotrain("prepare-data --text " + std::string(ZT_SOURCE_DIR) +
+                                      "/inputs/data/sample.txt --out " + path("sample.h5"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    // A dataset of 100 tokens: too short for most batches.
+    std::ofstream(path("short.txt")) << std::string(100, 'a');
+    const RunResult s =
+        run_zerotrain("prepare-data --text " + path("short.txt") + " --out " + path("short.h5"));
+    ASSERT_EQ(s.exit_code, 0) << s.output;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string path(const std::string& name) { return (*dir_ / name).string(); }
+
+  // Trains the tiny preset for `steps` into OUT=path(out) with extra options.
+  // Trains the tiny preset for `steps` into OUT=path(out) with extra options (--seed 7 and
+  // --lr 5e-3 unless given).
+  static RunResult train(const std::string& out, const std::string& extra, int steps = 6) {
+    std::string args = "train --preset tiny --data " + path("sample.h5") + " --out " + path(out) +
+                       " --steps " + std::to_string(steps) + " --seq-len 32 --log-every 0 " + extra;
+    if (extra.find("--seed") == std::string::npos) args += " --seed 7";
+    if (extra.find("--lr") == std::string::npos) args += " --lr 5e-3";
+    return run_zerotrain(args);
+  }
+
+  static fs::path* dir_;
+};
+fs::path* TrainE2E::dir_ = nullptr;
+
+TEST_F(TrainE2E, TinyRunWritesMetricsReportsAndFinalModel) {
+  const RunResult r = train("run", "--micro-batch 4 --eval-batches 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = read_jsonl(path("run/metrics.jsonl"));
+  ASSERT_EQ(lines.size(), 6u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& j = lines[i];
+    EXPECT_EQ(j["step"].get<int>(), static_cast<int>(i) + 1);
+    EXPECT_TRUE(std::isfinite(j["loss"].get<double>()));
+    EXPECT_EQ(j["tokens"].get<int>(), 4 * 32);
+    EXPECT_EQ(j["tokens_seen"].get<int>(), 4 * 32 * (static_cast<int>(i) + 1));
+    EXPECT_TRUE(j["mfu"].is_null());  // CPU backend: no meaningful peak
+    EXPECT_GT(j["tflops_per_device"].get<double>(), 0);
+    EXPECT_GT(j["peak_memory_bytes"]["params"].get<double>(), 0);
+    EXPECT_TRUE(j["comm_bytes"].contains("all_reduce"));
+    EXPECT_TRUE(j["time"].contains("forward_s"));
+  }
+  // Byte-level text starts near ln(256) ≈ 5.55 and must come down within six steps.
+  EXPECT_NEAR(lines.front()["loss"].get<double>(), std::log(256.0), 0.3);
+  EXPECT_LT(lines.back()["loss"].get<double>(), lines.front()["loss"].get<double>() - 0.3);
+
+  for (const char* f : {"run.json", "report.json", "report.md"})
+    EXPECT_TRUE(fs::exists(path("run") + "/" + f)) << f;
+  std::ifstream report_in(path("run/report.json"));
+  const auto report = nlohmann::json::parse(report_in);
+  EXPECT_EQ(report["steps"].get<int>(), 6);
+  EXPECT_EQ(report["final_loss"], lines.back()["loss"]);
+  EXPECT_EQ(report["peak_memory_bytes_per_rank"].size(), 1u);
+  ASSERT_TRUE(report.contains("eval"));
+
+  ModelDirReader final_model(path("run/final"));
+  EXPECT_EQ(final_model.config().hidden_size, 64);
+  EXPECT_EQ(final_model.stored_dtype("lm_head.weight"), h5::DType::kBF16);
+
+  // eval of the final model on the same windows reproduces the end-of-training eval.
+  const RunResult e =
+      run_zerotrain("eval --model " + path("run/final") + " --data " + path("sample.h5") +
+                    " --batches 2 --micro-batch 4 --seq-len 32");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto result = nlohmann::json::parse(e.output);
+  EXPECT_EQ(result["tokens"].get<int>(), 2 * 4 * 32);
+  EXPECT_EQ(result["batches"].get<int>(), 2);
+  EXPECT_NEAR(result["loss"].get<double>(), report["eval"]["loss"].get<double>(), 1e-3);
+
+  // A second run into the same directory is refused without --overwrite.
+  const RunResult again = train("run", "--micro-batch 4", 1);
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.output.find("--overwrite"), std::string::npos) << again.output;
+}
+
+TEST_F(TrainE2E, SameSeedGivesBitwiseIdenticalLosses) {
+  ASSERT_EQ(train("seed_a", "--micro-batch 2").exit_code, 0);
+  ASSERT_EQ(train("seed_b", "--micro-batch 2").exit_code, 0);
+  const auto a = loss_strings(path("seed_a/metrics.jsonl"));
+  EXPECT_EQ(a.size(), 6u);
+  EXPECT_EQ(a, loss_strings(path("seed_b/metrics.jsonl")));
+  ASSERT_EQ(train("seed_c", "--micro-batch 2 --seed 8").exit_code, 0);
+  EXPECT_NE(a, loss_strings(path("seed_c/metrics.jsonl")));
+}
+
+TEST_F(TrainE2E, GradAccumulationEqualsLargerMicroBatch) {
+  const RunResult a = train("accum", "--precision fp32 --micro-batch 4 --grad-accum 2");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const RunResult b = train("single", "--precision fp32 --micro-batch 8 --grad-accum 1");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto la = read_jsonl(path("accum/metrics.jsonl"));
+  const auto lb = read_jsonl(path("single/metrics.jsonl"));
+  ASSERT_EQ(la.size(), 6u);
+  ASSERT_EQ(lb.size(), 6u);
+  for (size_t i = 0; i < la.size(); ++i) {
+    const double x = la[i]["loss"].get<double>(), y = lb[i]["loss"].get<double>();
+    EXPECT_NEAR(x, y, 1e-5 * std::abs(y)) << "step " << i + 1;
+    EXPECT_EQ(la[i]["tokens"], lb[i]["tokens"]);
+  }
+}
+
+TEST_F(TrainE2E, EveryZeroStageGivesTheSameLossesAtOneRank) {
+  std::vector<std::vector<nlohmann::json>> runs;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::string out = "stage" + std::to_string(stage);
+    const RunResult r = train(out,
+                              "--precision fp32 --micro-batch 2 --grad-accum 2 --zero-stage " +
+                                  std::to_string(stage) + " --reduce-bucket-size 5000",
+                              3);
+    ASSERT_EQ(r.exit_code, 0) << "stage " << stage << ": " << r.output;
+    runs.push_back(read_jsonl(path(out + "/metrics.jsonl")));
+    ASSERT_EQ(runs.back().size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      const double x = runs.back()[i]["loss"].get<double>();
+      const double y = runs.front()[i]["loss"].get<double>();
+      EXPECT_NEAR(x, y, 1e-5 * std::abs(y)) << "stage " << stage << " step " << i + 1;
+    }
+  }
+}
+
+TEST_F(TrainE2E, NonFiniteLossStopsWithoutFinalModel) {
+  const RunResult r = train("nan", "--micro-batch 2 --lr 1e30 --clip 0", 5);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("at step"), std::string::npos) << r.output;
+  EXPECT_GE(read_jsonl(path("nan/metrics.jsonl")).size(), 1u);
+  EXPECT_LT(read_jsonl(path("nan/metrics.jsonl")).size(), 5u);
+  EXPECT_FALSE(fs::exists(path("nan/final")));
+}
+
+TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
+  struct Case {
+    std::string args, culprit;
+  };
+  const std::string base = "--data " + path("sample.h5") + " --out " + path("bad");
+  const std::vector<Case> cases = {
+      {"--preset tiny " + base + " --lr 0", "--lr"},
+      {"--preset tiny " + base + " --lr -1", "--lr"},
+      {"--preset tiny " + base + " --steps 0", "--steps"},
+      {"--preset tiny " + base + " --micro-batch 0", "--micro-batch"},
+      {"--preset tiny " + base + " --grad-accum -2", "--grad-accum"},
+      {"--preset tiny " + base + " --seq-len 0", "--seq-len"},
+      {"--preset tiny " + base + " --seq-len 4096", "max_position_embeddings 2048"},
+      {"--preset tiny " + base + " --zero-stage 4", "--zero-stage"},
+      {"--preset tiny " + base + " --reduce-bucket-size -5", "--reduce-bucket-size"},
+      {"--preset tiny " + base + " --allgather-bucket-size -1", "--allgather-bucket-size"},
+      {"--preset tiny " + base + " --activation-checkpointing every:x", "every:x"},
+      {"--preset tiny " + base + " --activation-checkpointing some", "some"},
+      {"--preset tiny " + base + " --precision fp8", "fp8"},
+      {"--preset huge " + base, "huge"},
+      {base, "--preset"},
+      {"--preset tiny --out " + path("bad"), "--data"},
+      {"--preset tiny --data " + path("missing.h5") + " --out " + path("bad"), "missing.h5"},
+      {"--preset tiny --data " + path("short.h5") + " --out " + path("bad") +
+           " --seq-len 32 --micro-batch 4",
+       "short.h5"},
+      {"--preset tiny " + base + " --no-such-flag 1", "no-such-flag"},
+  };
+  for (const Case& c : cases) {
+    const RunResult r = run_zerotrain("train " + c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.output.find(c.culprit), std::string::npos)
+        << "args: " << c.args << "\noutput: " << r.output;
+  }
+  EXPECT_FALSE(fs::exists(path("bad/final")));
+}
+
+TEST_F(TrainE2E, OptionsAreAcceptedFromConfigFile) {
+  std::ofstream(path("train.ini")) << "weight-decay = -1\n";
+  const RunResult bad = train("ini_bad", "--config " + path("train.ini"), 2);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--weight-decay"), std::string::npos) << bad.output;
+  std::ofstream(path("train2.ini")) << "micro-batch = 2\ngrad-accum = 2\nzero-stage = 2\n"
+                                    << "activation-checkpointing = every:2\nlr = 0\n";
+  std::ofstream(path("train2.ini")) << "micro-batch = 2\ngrad-accum = 2\nzero-stage = 2\n"
+                                    << "activation-checkpointing = every:2\n";
+  const RunResult ok = train("ini_ok", "--config " + path("train2.ini"), 2);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  std::ifstream run_in(path("ini_ok/run.json"));
+  const auto run = nlohmann::json::parse(run_in);
+  EXPECT_EQ(run["config"]["micro_batch"].get<int>(), 2);
+  EXPECT_EQ(run["config"]["grad_accum"].get<int>(), 2);
+  EXPECT_EQ(run["config"]["zero_stage"].get<int>(), 2);
+  EXPECT_EQ(run["config"]["activation_checkpointing"], "every:2");
+  EXPECT_EQ(run["config"]["lr"].get<double>(), 5e-3);  // command line wins over the file
+}
+
+TEST_F(TrainE2E, EvalPrintsJsonAndRejectsShortDataset) {
+  const RunResult init = run_zerotrain("init --preset tiny --seed 3 --out " + path("init_model"));
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  const RunResult e =
+      run_zerotrain("eval --model " + path("init_model") + " --data " + path("sample.h5") +
+                    " --batches 3 --micro-batch 2 --seq-len 16");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto j = nlohmann::json::parse(e.output);
+  EXPECT_EQ(j["tokens"].get<int>(), 3 * 2 * 16);
+  EXPECT_EQ(j["batches"].get<int>(), 3);
+  EXPECT_NEAR(j["loss"].get<double>(), std::log(256.0), 0.2);  // a fresh model is near uniform
+
+  // 100 tokens hold 5 windows of 17 tokens; 3·2 = 6 windows are too many.
+  const RunResult s = run_zerotrain("eval --model " + path("init_model") + " --data " +
+                                    path("short.h5") + " --batches 3 --micro-batch 2 --seq-len 16");
+  EXPECT_NE(s.exit_code, 0);
+  EXPECT_NE(s.output.find("short.h5"), std::string::npos) << s.output;
+  EXPECT_NE(s.output.find("102"), std::string::npos) << s.output;  // tokens needed: 6·17
+  const RunResult fits =
+      run_zerotrain("eval --model " + path("init_model") + " --data " + path("short.h5") +
+                    " --batches 5 --micro-batch 1 --seq-len 16");
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+  const RunResult long_seq = run_zerotrain("eval --model " + path("init_model") + " --data " +
+                                           path("sample.h5") + " --seq-len 5000");
+  EXPECT_NE(long_seq.exit_code, 0);
+  EXPECT_NE(long_seq.output.find("max_position_embeddings"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zt
