@@ -2,9 +2,12 @@
 //
 // Work is split over heads: the forward over (batch, query head), the backward over (batch, kv
 // head) so that dK/dV — sums over the query rows of every head sharing a kv head — are each
-// accumulated by one thread in a fixed order. Keys and values of the head are first transposed to
-// [hd, T] so that a row of scores is a sequence of contiguous axpys (vectorises without reordering
-// any sum); the softmax runs in fp32 with the vectorisable fast_expf.
+// accumulated by one thread in a fixed order. Within a head, query rows go in blocks of
+// kQueryBlock; a block of rows [i0, i1) only meets keys [0, i1), so the score, value and gradient
+// products are single-threaded sgemm calls on strided views of q/k/v (about half the work of
+// the full T×T square is skipped). The softmax runs in fp32 with the vectorisable fast_expf.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -16,6 +19,8 @@
 namespace zt::cpu {
 namespace {
 
+constexpr int64_t kQueryBlock = 64;
+
 struct AttentionShape {
   int64_t B, T, H, Hkv, hd;
   int64_t group() const { return H / Hkv; }  // query heads per kv head
@@ -24,6 +29,9 @@ struct AttentionShape {
   int64_t kv_offset(int64_t b, int64_t t, int64_t g) const { return ((b * T + t) * Hkv + g) * hd; }
   int64_t q_stride() const { return H * hd; }     // between consecutive t of one head
   int64_t kv_stride() const { return Hkv * hd; }  // same for k/v
+  float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))); }
+  // Small problems (unit tests, tiny models) stay on the calling thread.
+  bool worth_parallel() const { return B * H * T * T * hd > 4 * kParallelMinElements; }
 };
 
 AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
@@ -33,37 +41,27 @@ AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64
   return AttentionShape{B, T, H, Hkv, hd};
 }
 
-// Small problems (unit tests, tiny models) stay on the calling thread.
-bool worth_parallel(const AttentionShape& sh) {
-  return sh.B * sh.H * sh.T * sh.T * sh.hd > 4 * kParallelMinElements;
-}
+// OpenMP already runs one head per thread; OpenBLAS (pthread build) would otherwise split every
+// small per-head GEMM over its own threads as well. Within this scope each sgemm runs on its
+// calling thread. (OpenBLAS's thread count is process-wide: a BLAS call made concurrently from
+// another thread would also run single-threaded, which changes its speed, not its bits.)
+class SerialBlasScope {
+ public:
+  SerialBlasScope() : saved_threads_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+  ~SerialBlasScope() { openblas_set_num_threads(saved_threads_); }
+  SerialBlasScope(const SerialBlasScope&) = delete;
+  SerialBlasScope& operator=(const SerialBlasScope&) = delete;
 
-// dst[d·T + t] = src[t·stride + d] for t < T, d < hd.
-void transpose_head(float* dst, const float* src, int64_t T, int64_t hd, int64_t stride) {
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t d = 0; d < hd; ++d) dst[d * T + t] = src[t * stride + d];
-  }
-}
+ private:
+  int saved_threads_;
+};
 
-// out[j] = scale · Σ_d row[d]·mat_t[d·T + j] for j < count (mat_t is a transposed head [hd, T]).
-void row_times_transposed(float* out, const float* row, const float* mat_t, int64_t T,
-                          int64_t count, int64_t hd, float scale) {
-  std::fill(out, out + count, 0.0f);
-  for (int64_t d = 0; d < hd; ++d) axpy(out, scale * row[d], mat_t + d * T, count);
-}
-
-float max_of(const float* x, int64_t n) {
-  float m = x[0];
-  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
-  return m;
-}
-
-// x[j] = exp(x[j] − shift) in place; returns Σ x[j] (summed in double, in order).
-double exp_shifted(float* x, int64_t n, float shift) {
-  for (int64_t j = 0; j < n; ++j) x[j] = fast_expf(x[j] - shift);
-  double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j) sum += x[j];
-  return sum;
+// scores[r, j] = scale · q_{i0+r}·k_j for a block of `rows` query rows of head (b, h) against keys
+// j < keys; row stride of scores is `keys`.
+void block_scores(float* scores, const float* q, const float* k, const AttentionShape& sh,
+                  int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t keys) {
+  sgemm(false, true, rows, keys, sh.hd, sh.scale(), q + sh.q_offset(b, i0, h), sh.q_stride(),
+        k + sh.kv_offset(b, 0, h / sh.group()), sh.kv_stride(), 0.0f, scores, keys);
 }
 
 }  // namespace
@@ -75,84 +73,93 @@ void CpuBackend::attention_forward(float* out, float* lse, const float* q, const
                                    const float* v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
                                    int64_t hd) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-#pragma omp parallel if (worth_parallel(sh))
+  const SerialBlasScope serial_blas;
+#pragma omp parallel if (sh.worth_parallel())
   {
-    std::vector<float> k_t(static_cast<size_t>(hd * T));
-    std::vector<float> probs(static_cast<size_t>(T));
+    std::vector<float> probs(static_cast<size_t>(std::min(kQueryBlock, T) * T));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const int64_t b = bh / H;
       const int64_t h = bh % H;
-      const int64_t g = h / sh.group();
-      transpose_head(k_t.data(), k + sh.kv_offset(b, 0, g), T, hd, sh.kv_stride());
-      for (int64_t i = 0; i < T; ++i) {
-        const int64_t n = i + 1;
-        row_times_transposed(probs.data(), q + sh.q_offset(b, i, h), k_t.data(), T, n, hd, scale);
-        const float row_max = max_of(probs.data(), n);
-        const double sum = exp_shifted(probs.data(), n, row_max);
-        float* out_row = out + sh.q_offset(b, i, h);
-        std::fill(out_row, out_row + hd, 0.0f);
-        for (int64_t j = 0; j < n; ++j) axpy(out_row, probs[j], v + sh.kv_offset(b, j, g), hd);
-        const float inv_sum = static_cast<float>(1.0 / sum);
-        for (int64_t d = 0; d < hd; ++d) out_row[d] *= inv_sum;
-        lse[(b * H + h) * T + i] = row_max + static_cast<float>(std::log(sum));
+      for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, T - i0);
+        const int64_t keys = i0 + rows;
+        block_scores(probs.data(), q, k, sh, b, h, i0, rows, keys);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t n = i0 + r + 1;  // keys visible to row i0 + r
+          float* p = probs.data() + r * keys;
+          const float row_max = max_of(p, n);
+          for (int64_t j = 0; j < n; ++j) p[j] = fast_expf(p[j] - row_max);
+          const double sum = sum_double(p, n);
+          const float inv_sum = static_cast<float>(1.0 / sum);
+          for (int64_t j = 0; j < n; ++j) p[j] *= inv_sum;
+          std::fill(p + n, p + keys, 0.0f);
+          lse[(b * H + h) * T + i0 + r] = row_max + static_cast<float>(std::log(sum));
+        }
+        sgemm(false, false, rows, hd, keys, 1.0f, probs.data(), keys,
+              v + sh.kv_offset(b, 0, h / sh.group()), sh.kv_stride(), 0.0f,
+              out + sh.q_offset(b, i0, h), sh.q_stride());
       }
     }
   }
 }
 
-// Backward, per query row i with p_j = exp(s_j − lse_i) recomputed:
-//   dp_j = dout_i·v_j;  D_i = dout_i·out_i;  ds_j = p_j·(dp_j − D_i)
-//   dq_i = Σ_j ds_j·k_j / sqrt(hd);  dk_j += ds_j·q_i / sqrt(hd);  dv_j += p_j·dout_i
+// Backward, per query row i with p_j = exp(s_j − lse_i) recomputed (0 for j > i):
+//   dp_j = dout_i·v_j;  D_i = dout_i·out_i;  ds_j = p_j·(dp_j − D_i)/sqrt(hd)
+//   dq_i = Σ_j ds_j·k_j;  dk_j = Σ_{heads of the group, i} ds_j·q_i;  dv_j = Σ p_j·dout_i
 void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                     const float* q, const float* k, const float* v,
                                     const float* out, const float* lse, int64_t B, int64_t T,
                                     int64_t H, int64_t Hkv, int64_t hd) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-#pragma omp parallel if (worth_parallel(sh))
+  const float scale = sh.scale();
+  const SerialBlasScope serial_blas;
+#pragma omp parallel if (sh.worth_parallel())
   {
-    std::vector<float> k_t(static_cast<size_t>(hd * T));
-    std::vector<float> v_t(static_cast<size_t>(hd * T));
-    std::vector<float> probs(static_cast<size_t>(T));
-    std::vector<float> dscores(static_cast<size_t>(T));
-    std::vector<float> dk_acc(static_cast<size_t>(T * hd));
-    std::vector<float> dv_acc(static_cast<size_t>(T * hd));
+    const size_t block_elems = static_cast<size_t>(std::min(kQueryBlock, T) * T);
+    std::vector<float> probs(block_elems);
+    std::vector<float> dscores(block_elems);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bg = 0; bg < B * Hkv; ++bg) {
       const int64_t b = bg / Hkv;
       const int64_t g = bg % Hkv;
-      const float* k_head = k + sh.kv_offset(b, 0, g);
-      transpose_head(k_t.data(), k_head, T, hd, sh.kv_stride());
-      transpose_head(v_t.data(), v + sh.kv_offset(b, 0, g), T, hd, sh.kv_stride());
-      std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
-      std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
-      for (int64_t h = g * sh.group(); h < (g + 1) * sh.group(); ++h) {
-        for (int64_t i = 0; i < T; ++i) {
-          const int64_t n = i + 1;
-          const float* q_row = q + sh.q_offset(b, i, h);
-          const float* dout_row = dout + sh.q_offset(b, i, h);
-          row_times_transposed(probs.data(), q_row, k_t.data(), T, n, hd, scale);
-          const float row_lse = lse[(b * H + h) * T + i];
-          for (int64_t j = 0; j < n; ++j) probs[j] = fast_expf(probs[j] - row_lse);
-          row_times_transposed(dscores.data(), dout_row, v_t.data(), T, n, hd, 1.0f);
-          const float dout_dot_out =
-              static_cast<float>(dot_double(dout_row, out + sh.q_offset(b, i, h), hd));
-          for (int64_t j = 0; j < n; ++j) dscores[j] = probs[j] * (dscores[j] - dout_dot_out);
-          float* dq_row = dq + sh.q_offset(b, i, h);
-          std::fill(dq_row, dq_row + hd, 0.0f);
-          for (int64_t j = 0; j < n; ++j) {
-            const float ds = scale * dscores[j];
-            axpy(dq_row, ds, k_head + j * sh.kv_stride(), hd);
-            axpy(dk_acc.data() + j * hd, ds, q_row, hd);
-            axpy(dv_acc.data() + j * hd, probs[j], dout_row, hd);
-          }
-        }
-      }
+      float* dk_head = dk + sh.kv_offset(b, 0, g);
+      float* dv_head = dv + sh.kv_offset(b, 0, g);
       for (int64_t t = 0; t < T; ++t) {
-        std::copy_n(dk_acc.data() + t * hd, hd, dk + sh.kv_offset(b, t, g));
-        std::copy_n(dv_acc.data() + t * hd, hd, dv + sh.kv_offset(b, t, g));
+        std::fill_n(dk_head + t * sh.kv_stride(), hd, 0.0f);
+        std::fill_n(dv_head + t * sh.kv_stride(), hd, 0.0f);
+      }
+      for (int64_t h = g * sh.group(); h < (g + 1) * sh.group(); ++h) {
+        for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
+          const int64_t rows = std::min(kQueryBlock, T - i0);
+          const int64_t keys = i0 + rows;
+          const float* q_block = q + sh.q_offset(b, i0, h);
+          const float* dout_block = dout + sh.q_offset(b, i0, h);
+          block_scores(probs.data(), q, k, sh, b, h, i0, rows, keys);
+          // dscores = dout_block · v[0:keys]ᵀ
+          sgemm(false, true, rows, keys, hd, 1.0f, dout_block, sh.q_stride(),
+                v + sh.kv_offset(b, 0, g), sh.kv_stride(), 0.0f, dscores.data(), keys);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t n = i0 + r + 1;
+            const int64_t row_offset = sh.q_offset(b, i0 + r, h);
+            const float row_lse = lse[(b * H + h) * T + i0 + r];
+            const float dout_dot_out =
+                static_cast<float>(dot_double(dout + row_offset, out + row_offset, hd));
+            float* p = probs.data() + r * keys;
+            float* ds = dscores.data() + r * keys;
+            for (int64_t j = 0; j < n; ++j) p[j] = fast_expf(p[j] - row_lse);
+            for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - dout_dot_out) * scale;
+            std::fill(p + n, p + keys, 0.0f);
+            std::fill(ds + n, ds + keys, 0.0f);
+          }
+          // dq_block = ds · k[0:keys];  dk[0:keys] += dsᵀ · q_block;  dv[0:keys] += pᵀ · dout_block
+          sgemm(false, false, rows, hd, keys, 1.0f, dscores.data(), keys, k + sh.kv_offset(b, 0, g),
+                sh.kv_stride(), 0.0f, dq + sh.q_offset(b, i0, h), sh.q_stride());
+          sgemm(true, false, keys, hd, rows, 1.0f, dscores.data(), keys, q_block, sh.q_stride(),
+                1.0f, dk_head, sh.kv_stride());
+          sgemm(true, false, keys, hd, rows, 1.0f, probs.data(), keys, dout_block, sh.q_stride(),
+                1.0f, dv_head, sh.kv_stride());
+        }
       }
     }
   }

@@ -3,8 +3,6 @@
 
 #include <cblas.h>
 
-#include <algorithm>
-
 #include "backend/cpu/cpu_math.h"
 #include "util/error.h"
 
@@ -15,41 +13,39 @@ std::unique_ptr<Backend> make_cpu_backend() {
 }
 
 namespace cpu {
-namespace {
 
-// C[rows, cols] = alpha · op(A) · op(B) + beta · C, all row-major; `inner` is the contracted
-// dimension. OpenBLAS splits a GEMM over rows and columns of C, never over the inner dimension,
-// so each element's summation order does not depend on the number of BLAS threads.
-void gemm(bool transpose_a, bool transpose_b, int64_t rows, int64_t cols, int64_t inner,
-          const float* a, const float* b, float beta, float* c) {
+// OpenBLAS splits a GEMM over rows and columns of C, never over the inner dimension, so each
+// element's summation order does not depend on the number of BLAS threads.
+void sgemm(bool transpose_a, bool transpose_b, int64_t rows, int64_t cols, int64_t inner,
+           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+           float* c, int64_t ldc) {
   if (rows == 0 || cols == 0) return;
   if (inner == 0) {
-    if (beta == 0.0f) std::fill(c, c + rows * cols, 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols; ++j)
+        c[r * ldc + j] = beta == 0.0f ? 0.0f : beta * c[r * ldc + j];
+    }
     return;
   }
-  const int64_t lda = transpose_a ? rows : inner;
-  const int64_t ldb = transpose_b ? inner : cols;
   cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
               transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(rows),
-              static_cast<int>(cols), static_cast<int>(inner), 1.0f, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(cols));
+              static_cast<int>(cols), static_cast<int>(inner), alpha, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
-
-}  // namespace
 
 // ---- linear layer ----
 // Forward: y[M,N] = x[M,K] · w[N,K]ᵀ.
 void CpuBackend::matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
                                 int64_t K) {
-  gemm(false, true, M, N, K, x, w, 0.0f, y);
+  sgemm(false, true, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
 }
 
 // Backward: dx[M,K] (= or +=) dy[M,N] · w[N,K];  dw[N,K] += dy[M,N]ᵀ · x[M,K].
 void CpuBackend::matmul_backward(float* dx, float* dw, const float* dy, const float* x,
                                  const float* w, int64_t M, int64_t N, int64_t K,
                                  bool accumulate_dx) {
-  if (dx) gemm(false, false, M, K, N, dy, w, accumulate_dx ? 1.0f : 0.0f, dx);
-  if (dw) gemm(true, false, N, K, M, dy, x, 1.0f, dw);
+  if (dx) sgemm(false, false, M, K, N, 1.0f, dy, N, w, K, accumulate_dx ? 1.0f : 0.0f, dx, K);
+  if (dw) sgemm(true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
 }
 
 // ---- elementwise helpers ----

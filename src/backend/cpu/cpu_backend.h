@@ -24,6 +24,13 @@ struct RopeTable {
 std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t head_dim,
                                                  float theta);
 
+// C[rows, cols] = alpha · op(A) · op(B) + beta · C, row-major with explicit leading dimensions
+// (cblas_sgemm); `inner` is the contracted dimension. rows or cols of 0 do nothing; inner = 0
+// scales C by beta.
+void sgemm(bool transpose_a, bool transpose_b, int64_t rows, int64_t cols, int64_t inner,
+           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+           float* c, int64_t ldc);
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }

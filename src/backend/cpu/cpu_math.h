@@ -47,11 +47,41 @@ inline float fast_expf(float x) {
   return select_float(x < kMin, 0.0f, result);  // NaN in, NaN out
 }
 
-// Σ a[i]·b[i] accumulated in double, in index order.
+// Sums in double over kSumLanes interleaved partial sums (lane l takes the elements i ≡ l mod
+// kSumLanes, the tail goes to lane 0), combined pairwise in lane order at the end. The order is
+// fixed by n alone, and the independent lanes avoid one long chain of dependent additions.
+constexpr int64_t kSumLanes = 8;
+
+template <typename Term>
+double lane_sum(int64_t n, Term term) {
+  double lanes[kSumLanes] = {};
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes) {
+    for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] += term(i + l);
+  }
+  for (; i < n; ++i) lanes[0] += term(i);
+  for (int64_t width = kSumLanes / 2; width > 0; width /= 2) {
+    for (int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+// Σ x[i] in double.
+inline double sum_double(const float* x, int64_t n) {
+  return lane_sum(n, [x](int64_t i) { return static_cast<double>(x[i]); });
+}
+
+// Σ a[i]·b[i] in double.
 inline double dot_double(const float* a, const float* b, int64_t n) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
-  return sum;
+  return lane_sum(n, [a, b](int64_t i) { return static_cast<double>(a[i]) * b[i]; });
+}
+
+// max_i x[i] for n ≥ 1 (max is exact, so the vectorised order does not matter).
+inline float max_of(const float* x, int64_t n) {
+  float m = x[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
 }
 
 // y[i] += alpha·x[i]

@@ -40,8 +40,8 @@ void CpuBackend::rmsnorm_backward(float* dx, float* dg, const float* dy, const f
     for (int64_t m = 0; m < M; ++m) {
       const float* xr = x + m * D;
       const float* dyr = dy + m * D;
-      double gdy_x = 0.0;
-      for (int64_t d = 0; d < D; ++d) gdy_x += static_cast<double>(g[d] * dyr[d]) * xr[d];
+      const double gdy_x =
+          lane_sum(D, [&](int64_t d) { return static_cast<double>(g[d] * dyr[d]) * xr[d]; });
       const float r = rstd[m];
       const float coef = static_cast<float>(gdy_x / static_cast<double>(D)) * r * r * r;
       float* dxr = dx + m * D;

@@ -88,18 +88,19 @@ void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logit
   for (int64_t m = 0; m < M; ++m) {
     const float* row = logits + m * V;
     const float target_logit = row[targets[m]];
-    float row_max = row[0];
-    for (int64_t j = 1; j < V; ++j) row_max = std::max(row_max, row[j]);
+    const float row_max = max_of(row, V);
     double sum = 0.0;
     if (dlogits) {
       float* drow = dlogits + m * V;
       for (int64_t j = 0; j < V; ++j) drow[j] = fast_expf(row[j] - row_max);
-      for (int64_t j = 0; j < V; ++j) sum += drow[j];
+      sum = sum_double(drow, V);
       const float factor = static_cast<float>(static_cast<double>(grad_scale) / sum);
       for (int64_t j = 0; j < V; ++j) drow[j] *= factor;
       drow[targets[m]] -= grad_scale;
     } else {
-      for (int64_t j = 0; j < V; ++j) sum += fast_expf(row[j] - row_max);
+      sum = lane_sum(V, [row, row_max](int64_t j) {
+        return static_cast<double>(fast_expf(row[j] - row_max));
+      });
     }
     losses[m] = static_cast<float>(static_cast<double>(row_max) + std::log(sum) -
                                    static_cast<double>(target_logit));
