@@ -1,67 +1,32 @@
 // End-to-end runs of the zerotrain binary: train on the tiny preset, reports, final model, eval,
 // reproducibility, gradient accumulation and input errors.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "io/model_dir.h"
+#include "test_train_support.h"
 
 namespace zt {
 namespace {
 
+using namespace train_test;  // NOLINT
+
 namespace fs = std::filesystem;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-RunResult run_zerotrain(const std::string& args) {
-  const std::string cmd = std::string(ZT_BINARY) + " " + args + " 2>&1";
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
-// The raw text of each "loss" value in metrics.jsonl (to compare runs bit for bit).
-std::vector<std::string> loss_strings(const std::string& path) {
-  std::vector<std::string> out;
-  for (const auto& j : read_jsonl(path)) out.push_back(j["loss"].dump());
-  return out;
-}
 
 class TrainE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() / ("zt_train_e2e_" + std::to_string(getpid())));
     fs::create_directories(*dir_);
-    const RunResult r = run_zerotrain("prepare-data --text " + std::string(ZT_SOURCE_DIR) +
-                                      "/inputs/data/sample.txt --out " + path("sample.h5"));
+    const RunResult r = prepare_sample_dataset(path("sample.h5"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // A dataset of 100 tokens: too short for most batches.
     std::ofstream(path("short.txt")) << std::string(100, 'a');

@@ -1,0 +1,59 @@
+// Helpers of the train/eval end-to-end tests: run the zerotrain binary, read metrics.jsonl.
+#pragma once
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zt::train_test {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command line, capturing stdout and stderr together.
+inline RunResult run_command(const std::string& cmd_line) {
+  const std::string cmd = cmd_line + " 2>&1";
+  RunResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// The raw text of each "loss" value in metrics.jsonl (to compare runs bit for bit).
+inline std::vector<std::string> loss_strings(const std::string& path) {
+  std::vector<std::string> out;
+  for (const auto& j : read_jsonl(path)) out.push_back(j["loss"].dump());
+  return out;
+}
+
+inline RunResult run_zerotrain(const std::string& args) {
+  return run_command(std::string(ZT_BINARY) + " " + args);
+}
+
+// prepare-data on inputs/data/sample.txt (byte tokens) into `out`.
+inline RunResult prepare_sample_dataset(const std::string& out) {
+  return run_zerotrain("prepare-data --text " + std::string(ZT_SOURCE_DIR) +
+                       "/inputs/data/sample.txt --out " + out);
+}
+
+}  // namespace zt::train_test
