@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "test_cpu_backend_support.h"
+#include "util/error.h"
 
 namespace zt {
 namespace {
@@ -56,6 +57,9 @@ TEST(CpuBackendOptimizer, AdamWMatchesDoubleReference) {
       ASSERT_EQ(std::memcmp(&param_f32[i], &master[i], sizeof(float)), 0);
     }
   }
+  h.step = 0;  // bias correction needs a 1-based step
+  EXPECT_THROW(be->adamw(master.data(), m.data(), v.data(), master.data(), nullptr, nullptr, n, h),
+               Error);
 }
 
 TEST(CpuBackendOptimizer, SumSquares) {

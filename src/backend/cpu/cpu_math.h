@@ -21,7 +21,8 @@ inline float select_float(bool take, float a, float b) {
 // calling it vectorise. x = n·ln2 + r with |r| ≤ ln2/2 (Cody–Waite split of ln2, n·kLn2Hi is
 // exact), exp(r) by its degree-7 Taylor polynomial (truncation < 6e-9 relative), 2^n assembled in
 // the exponent bits. Inputs below −87.3 (where exp leaves the normal range) give 0; inputs above
-// 88.3 saturate at exp(88.3) ≈ 2.1e38 (+inf included); NaN stays NaN.
+// 88.3 saturate at exp(88.3) ≈ 2.1e38 (+inf included); NaN stays NaN. Relies on IEEE semantics
+// (the rounding trick breaks under -ffast-math; FastExpAccuracyAndRange would catch it).
 inline float fast_expf(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;              // 355/512: 9 significant bits

@@ -1,10 +1,12 @@
 // CPU backend: AdamW and the deterministic sum of squares (gradient norm).
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "util/error.h"
 
 namespace zt::cpu {
 namespace {
@@ -21,6 +23,7 @@ constexpr int64_t kSumSquaresBlock = 8192;
 // with bc1 = 1 − β1^t and bc2 = 1 − β2^t computed in double and rounded to fp32 once per call.
 void CpuBackend::adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
                        float* param_f32, int64_t n, const AdamWHyper& h) {
+  ZT_CHECK(h.step >= 1, "adamw: step " + std::to_string(h.step) + " is not 1-based");
   const double t = static_cast<double>(h.step);
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), t));
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), t));
