@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# zerotrain: setup, build, demo and tests in one script.
+#   ./run.sh demo    install missing Debian packages, build, train the demo model, evaluate it
+#   ./run.sh test    install missing Debian packages, build, run the whole test suite (ctest -j2)
+#   ./run.sh build   install missing packages and build only (build/)
+#   ./run.sh deps    install missing Debian packages only
+# Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo).
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$PWD
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+
+# Debian packages zerotrain needs to build and test (all from Debian 12 / Ubuntu).
+PACKAGES=(
+  cmake make g++ gcc pkg-config
+  libopenmpi-dev openmpi-bin
+  libhdf5-openmpi-dev hdf5-tools
+  libboost-program-options-dev nlohmann-json3-dev
+  libopenblas-dev libgtest-dev
+  python3 python3-numpy python3-h5py python3-torch
+)
+
+log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }
+
+install_deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    log "all Debian packages present"
+    return
+  fi
+  log "installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+build() {
+  # shellcheck disable=SC2086
+  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+  cmake --build "$BUILD_DIR" -j "$(nproc)"
+}
+
+# Open MPI as root and with more ranks than cores (the tests and the demo use mpirun).
+mpi_env() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+}
+
+run_tests() {
+  mpi_env
+  cd "$BUILD_DIR"
+  ctest -j2 --output-on-failure "$@"
+}
+
+# The demo: byte-level dataset from the bundled text, the `small` preset trained from scratch,
+# then evaluated. Outputs land in outputs/demo/.
+demo() {
+  local out=${DEMO_OUT:-$ROOT/outputs/demo}
+  local steps=${DEMO_STEPS:-300} mb=${DEMO_MICRO_BATCH:-8} seq=${DEMO_SEQ_LEN:-64}
+  local zt=$BUILD_DIR/zerotrain
+  mkdir -p "$out"
+  "$zt" prepare-data --text "$ROOT/inputs/data/sample.txt" --out "$out/data.h5" --overwrite
+  "$zt" info "$out/data.h5"
+  "$zt" train --preset small --seed 1 --data "$out/data.h5" --out "$out/run" --overwrite \
+    --steps "$steps" --micro-batch "$mb" --seq-len "$seq" --lr 3e-3 --min-lr 3e-4 \
+    --warmup-steps 20 --weight-decay 0.1 --log-every 25
+  "$zt" info "$out/run/final"
+  log "evaluating the trained model (first 16 windows of $((seq + 1)) tokens)"
+  "$zt" eval --model "$out/run/final" --data "$out/data.h5" --batches 2 --micro-batch 8 \
+    --seq-len "$seq" | tee "$out/eval.json"
+  python3 - "$ROOT/inputs/data/sample.txt" "$out/eval.json" <<'PY'
+import collections, json, math, sys
+data = open(sys.argv[1], "rb").read()
+counts = collections.Counter(data)
+entropy = -sum(c / len(data) * math.log(c / len(data)) for c in counts.values())
+loss = json.load(open(sys.argv[2]))["loss"]
+print(f"unigram entropy of the text: {entropy:.3f} nats/byte; final eval loss: {loss:.3f} nats/byte")
+PY
+  log "outputs in $out: run/metrics.jsonl, run/report.md, run/final/ (bf16 model), eval.json"
+}
+
+case "${1:-}" in
+  deps) install_deps ;;
+  build) install_deps; build ;;
+  demo) install_deps; build; demo ;;
+  test) shift; install_deps; build; run_tests "$@" ;;
+  *) sed -n '2,8p' "$0"; exit 2 ;;
+esac
