@@ -336,6 +336,31 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   return stats;
 }
 
+OptimizerShard ZeroEngine::optimizer_shard(int g) {
+  Impl& I = *impl_;
+  const size_t i = static_cast<size_t>(g);
+  return {I.master[i].data(), I.adam_m[i].data(), I.adam_v[i].data(), I.own_begin(g),
+          I.own_size(g)};
+}
+
+void ZeroEngine::refresh_working_params() {
+  Impl& I = *impl_;
+  for (int g = 0; g < I.num_groups(); ++g) {
+    const int64_t off = I.zero.stage == 3 ? 0 : I.own_begin(g), n = I.own_size(g);
+    const float* m = I.master[static_cast<size_t>(g)].data();
+    if (I.bf16())
+      I.be.to_bf16(I.work_bf16[static_cast<size_t>(g)].data() + off, m, n);
+    else
+      std::memcpy(I.work_f32[static_cast<size_t>(g)].data() + off, m, static_cast<size_t>(n) * 4);
+  }
+  if (I.zero.stage == 1 || I.zero.stage == 2) I.gather_updated_params();
+  if (I.gatherer) I.gatherer->release_all();
+}
+
+const ZeroConfig& ZeroEngine::zero_config() const { return impl_->zero; }
+Precision ZeroEngine::precision() const { return impl_->precision; }
+Communicator& ZeroEngine::communicator() { return impl_->comm; }
+
 double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets) {
   Impl& I = *impl_;
   const int G = I.num_groups();

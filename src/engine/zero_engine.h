@@ -40,6 +40,16 @@ struct StepStats {
   double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
 };
 
+// The optimizer state a rank owns for one group: elements [begin, begin+count) of the group's
+// flat (padded) range. Stage 0 owns the whole group (count = numel), stages 1-3 one shard.
+struct OptimizerShard {
+  float* master = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
 class ZeroEngine {
  public:
   ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
@@ -62,6 +72,16 @@ class ZeroEngine {
                        const std::vector<const int32_t*>& targets, float lr, int64_t step);
   // Σ per-token loss over this rank's micro-batch (forward only), all-reduced over ranks.
   double eval_loss_sum(const int32_t* inputs, const int32_t* targets);
+
+  // Checkpoint access: this rank's fp32 master and Adam moments of group g.
+  OptimizerShard optimizer_shard(int g);
+  // After every rank has overwritten its optimizer shards (checkpoint load), rebuilds the
+  // working params from the masters (bf16 rounding in bf16 mode; stages 1/2 all-gather).
+  // Collective.
+  void refresh_working_params();
+  const ZeroConfig& zero_config() const;
+  Precision precision() const;
+  Communicator& communicator();
 
   // Visits every tensor in layout order with its full values as bf16 (or fp32 for the fp32
   // master when `master` is true), one tensor at a time. Collective: every rank must call it;
