@@ -1,0 +1,251 @@
+// init / prepare-data / info through the real binary: good paths and every bad input. Each bad
+// input must exit non-zero, name the culprit, and leave no partial output.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "io/model_dir.h"
+#include "io/token_dataset.h"
+#include "test_io_support.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+using testing::no_output_left;
+using testing::run_zerotrain;
+using testing::TempDir;
+
+// Asserts a failed run whose output mentions every one of `culprits`.
+void expect_failure_naming(const testing::RunResult& r, const std::vector<std::string>& culprits) {
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  for (const auto& c : culprits)
+    EXPECT_NE(r.output.find(c), std::string::npos) << "expected '" << c << "' in: " << r.output;
+}
+
+std::string q(const std::string& s) {
+  return "'" + s + "'";
+}
+
+// A tiny model directory with several shards, written by the binary.
+std::string make_tiny_model(const TempDir& tmp, const std::string& name = "m") {
+  const auto r =
+      run_zerotrain("init --preset tiny --seed 3 --shard-size-mb 1 --out " + q(tmp / name));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return tmp / name;
+}
+
+// Replaces a tensor's dataset in its shard by one of `dtype` and `shape` holding `value`.
+void replace_dataset(const std::string& dir, const std::string& tensor, h5::DType dtype,
+                     const std::vector<int64_t>& shape, float value) {
+  const std::string shard = dir + "/" + ModelDirReader(dir).shard_of(tensor);
+  h5::Id f = h5::open_file(shard, /*writable=*/true);
+  h5::check(H5Ldelete(f, tensor.c_str(), H5P_DEFAULT), "H5Ldelete", shard);
+  h5::Id ds = h5::create_dataset(f, tensor, dtype, shape, shard);
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::vector<float> values(static_cast<size_t>(n), value);
+  std::vector<int64_t> start(shape.size(), 0);
+  if (dtype == h5::DType::kI32) {
+    std::vector<int32_t> ints(values.size(), 1);
+    h5::write_box(ds, h5::DType::kI32, start, shape, ints.data(), shard);
+  } else {
+    h5::write_box(ds, h5::DType::kF32, start, shape, values.data(), shard);
+  }
+}
+
+TEST(IoCli, InitInfoAndPrepareDataWork) {
+  TempDir tmp;
+  const std::string dir = make_tiny_model(tmp);
+  auto r = run_zerotrain("info " + q(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("parameters: 131,392"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model.layers.1.mlp.down_proj.weight"), std::string::npos);
+  EXPECT_NE(r.output.find("bfloat16"), std::string::npos);
+  r = run_zerotrain("info --json --verify " + q(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["parameters"], 131392);
+  EXPECT_EQ(j["tensors"].size(), 3u + 2u * 9u);  // embed, norm, head + 2 layers
+
+  const std::string sample = std::string(ZT_SOURCE_DIR) + "/inputs/data/sample.txt";
+  r = run_zerotrain("prepare-data --text " + q(sample) + " --out " + q(tmp / "t.h5"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_zerotrain("info --json " + q(tmp / "t.h5"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto t = nlohmann::json::parse(r.output);
+  EXPECT_EQ(t["tokens"], std::filesystem::file_size(sample));
+  EXPECT_EQ(t["tokenizer"], "byte");
+  EXPECT_EQ(t["vocab_size"], 256);
+  EXPECT_LE(t["max_token"].get<int>(), 127);
+
+  std::filesystem::create_directories(tmp / "ckpt");
+  testing::write_file(tmp / "ckpt/manifest.json", R"({"step": 12, "world_size": 4, "stage": 3})");
+  r = run_zerotrain("info " + q(tmp / "ckpt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step: 12"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stage: 3"), std::string::npos) << r.output;
+}
+
+TEST(IoCli, InitFromConfigJsonAndConfigIni) {
+  TempDir tmp;
+  testing::write_file(tmp / "config.json", preset_config("tiny").to_hf_json().dump());
+  testing::write_file(tmp / "init.ini", "seed = 9\nout = " + (tmp / "m") + "\n");
+  auto r = run_zerotrain("init --config-json " + q(tmp / "config.json") + " --config " +
+                         q(tmp / "init.ini"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ModelDirReader(tmp / "m").config(), preset_config("tiny"));
+}
+
+TEST(IoCli, MissingAndUnknownOptions) {
+  TempDir tmp;
+  auto r = run_zerotrain("init --preset tiny --out " + q(tmp / "m"));
+  expect_failure_naming(r, {"--seed"});
+  EXPECT_TRUE(no_output_left(tmp / "m"));
+  r = run_zerotrain("init --preset tiny --seed 1 --out " + q(tmp / "m") + " --bogus-flag 3");
+  expect_failure_naming(r, {"bogus-flag"});
+  EXPECT_TRUE(no_output_left(tmp / "m"));
+  r = run_zerotrain("init --preset huge --seed 1 --out " + q(tmp / "m"));
+  expect_failure_naming(r, {"huge"});
+  EXPECT_TRUE(no_output_left(tmp / "m"));
+  r = run_zerotrain("prepare-data --text " + q(tmp / "a.txt"));
+  expect_failure_naming(r, {"--out"});
+  r = run_zerotrain("info");
+  expect_failure_naming(r, {"path"});
+}
+
+TEST(IoCli, MissingAndNonHdf5Files) {
+  TempDir tmp;
+  auto r = run_zerotrain("info " + q(tmp / "nope.h5"));
+  expect_failure_naming(r, {tmp / "nope.h5", "does not exist"});
+  testing::write_file(tmp / "plain.h5", "just some text, not HDF5\n");
+  r = run_zerotrain("info " + q(tmp / "plain.h5"));
+  expect_failure_naming(r, {tmp / "plain.h5", "not an HDF5 file"});
+  std::filesystem::create_directories(tmp / "empty");
+  r = run_zerotrain("info " + q(tmp / "empty"));
+  expect_failure_naming(r, {"is not a model directory, token dataset or checkpoint"});
+  r = run_zerotrain("prepare-data --text " + q(tmp / "missing.txt") + " --out " + q(tmp / "o.h5"));
+  expect_failure_naming(r, {tmp / "missing.txt"});
+  EXPECT_TRUE(no_output_left(tmp / "o.h5"));
+}
+
+TEST(IoCli, ShardListedInIndexButMissing) {
+  TempDir tmp;
+  const std::string dir = make_tiny_model(tmp);
+  const std::string shard = ModelDirReader(dir).shard_of("lm_head.weight");
+  std::filesystem::remove(dir + "/" + shard);
+  const auto r = run_zerotrain("info " + q(dir));
+  expect_failure_naming(r, {shard, "lm_head.weight", "does not exist"});
+}
+
+TEST(IoCli, TensorWithWrongShape) {
+  TempDir tmp;
+  const std::string dir = make_tiny_model(tmp);
+  replace_dataset(dir, "model.layers.0.self_attn.k_proj.weight", h5::DType::kF32, {64, 64}, 0.5f);
+  const auto r = run_zerotrain("info " + q(dir));
+  expect_failure_naming(r, {"model.layers.0.self_attn.k_proj.weight", "[64, 64]", "[32, 64]"});
+}
+
+TEST(IoCli, TensorWithWrongDtype) {
+  TempDir tmp;
+  const std::string dir = make_tiny_model(tmp);
+  replace_dataset(dir, "model.norm.weight", h5::DType::kI32, {64}, 1.0f);
+  const auto r = run_zerotrain("info " + q(dir));
+  expect_failure_naming(r, {"model.norm.weight", "int32"});
+}
+
+TEST(IoCli, NanInTensorIsRejected) {
+  TempDir tmp;
+  const std::string dir = make_tiny_model(tmp);
+  replace_dataset(dir, "model.layers.1.post_attention_layernorm.weight", h5::DType::kF32, {64},
+                  std::numeric_limits<float>::quiet_NaN());
+  auto r = run_zerotrain("info --verify " + q(dir));
+  expect_failure_naming(r, {"model.layers.1.post_attention_layernorm.weight", "NaN"});
+  std::vector<float> out(64);
+  EXPECT_THROW(ModelDirReader(dir).read_tensor_f32("model.layers.1.post_attention_layernorm.weight",
+                                                   out.data()),
+               Error);
+  ModelDirReader unchecked(dir, /*check_finite=*/false);
+  unchecked.read_tensor_f32("model.layers.1.post_attention_layernorm.weight", out.data());
+  EXPECT_TRUE(std::isnan(out[0]));
+}
+
+TEST(IoCli, ConfigJsonMissingAKey) {
+  TempDir tmp;
+  const std::string dir = make_tiny_model(tmp);
+  auto config = preset_config("tiny").to_hf_json();
+  config.erase("intermediate_size");
+  testing::write_file(dir + "/config.json", config.dump());
+  auto r = run_zerotrain("info " + q(dir));
+  expect_failure_naming(r, {"intermediate_size", "config.json"});
+  r = run_zerotrain("init --config-json " + q(dir + "/config.json") + " --seed 1 --out " +
+                    q(tmp / "m2"));
+  expect_failure_naming(r, {"intermediate_size"});
+  EXPECT_TRUE(no_output_left(tmp / "m2"));
+}
+
+TEST(IoCli, BadLlmcBinFiles) {
+  TempDir tmp;
+  std::vector<int32_t> header(256, 0);
+  header[0] = 12345;  // bad magic
+  header[1] = 1;
+  header[2] = 4;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+  bytes += std::string(8, '\0');
+  testing::write_file(tmp / "magic.bin", bytes);
+  auto r =
+      run_zerotrain("prepare-data --bin " + q(tmp / "magic.bin") + " --out " + q(tmp / "o.h5"));
+  expect_failure_naming(r, {tmp / "magic.bin", "magic"});
+  EXPECT_TRUE(no_output_left(tmp / "o.h5"));
+
+  header[0] = kLlmcMagic;
+  header[1] = 2;
+  testing::write_file(
+      tmp / "version.bin",
+      std::string(reinterpret_cast<const char*>(header.data()), 1024) + std::string(8, '\0'));
+  r = run_zerotrain("prepare-data --bin " + q(tmp / "version.bin") + " --out " + q(tmp / "o.h5"));
+  expect_failure_naming(r, {tmp / "version.bin", "version"});
+  EXPECT_TRUE(no_output_left(tmp / "o.h5"));
+
+  header[1] = 1;
+  header[2] = 1000;  // claims 1000 tokens, holds 4
+  testing::write_file(
+      tmp / "good.bin",
+      std::string(reinterpret_cast<const char*>(header.data()), 1024) + std::string(2000, '\1'));
+  testing::write_file(
+      tmp / "short.bin",
+      std::string(reinterpret_cast<const char*>(header.data()), 1024) + std::string(8, '\0'));
+  r = run_zerotrain("prepare-data --bin " + q(tmp / "good.bin") + " " + q(tmp / "short.bin") +
+                    " --out " + q(tmp / "o.h5"));
+  expect_failure_naming(r, {tmp / "short.bin", "truncated"});
+  EXPECT_TRUE(no_output_left(tmp / "o.h5"));
+}
+
+TEST(IoCli, EmptyTextFile) {
+  TempDir tmp;
+  testing::write_file(tmp / "full.txt", "some text");
+  testing::write_file(tmp / "empty.txt", "");
+  const auto r = run_zerotrain("prepare-data --text " + q(tmp / "full.txt") + " " +
+                               q(tmp / "empty.txt") + " --out " + q(tmp / "o.h5"));
+  expect_failure_naming(r, {tmp / "empty.txt", "empty"});
+  EXPECT_TRUE(no_output_left(tmp / "o.h5"));
+}
+
+TEST(IoCli, NonEmptyOutputDirNeedsOverwrite) {
+  TempDir tmp;
+  std::filesystem::create_directories(tmp / "m");
+  testing::write_file(tmp / "m/precious.txt", "keep me");
+  auto r = run_zerotrain("init --preset tiny --seed 1 --out " + q(tmp / "m"));
+  expect_failure_naming(r, {tmp / "m", "--overwrite"});
+  EXPECT_EQ(testing::read_file(tmp / "m/precious.txt"), "keep me");
+  // No temporary sibling of m was left behind.
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos);
+  r = run_zerotrain("init --preset tiny --seed 1 --overwrite --out " + q(tmp / "m"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(tmp / "m/precious.txt"));
+}
+
+}  // namespace
+}  // namespace zt

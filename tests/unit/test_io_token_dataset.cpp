@@ -1,0 +1,122 @@
+// Token datasets: text (byte tokenizer) and llm.c .bin round trips, range reads, validation.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "io/token_dataset.h"
+#include "test_io_support.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+using testing::TempDir;
+
+// An llm.c/nanoGPT shard: 256 int32 header (magic, version, count) then uint16 tokens.
+std::string llmc_bin(const std::vector<uint16_t>& tokens, int32_t magic = kLlmcMagic,
+                     int32_t version = 1, int64_t claimed = -1) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = static_cast<int32_t>(claimed >= 0 ? claimed : static_cast<int64_t>(tokens.size()));
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  return bytes;
+}
+
+std::vector<int32_t> read_all(const TokenDataset& d) {
+  std::vector<int32_t> out(static_cast<size_t>(d.size()));
+  d.read(0, d.size(), out.data());
+  return out;
+}
+
+TEST(IoTokenDataset, TextFilesRoundTripAsBytes) {
+  TempDir tmp;
+  const char raw[] = "caf\xc3\xa9 \xff\x00 end";  // UTF-8, a stray byte, a NUL
+  const std::string a = "Hello, world!\n", b(raw, sizeof raw - 1);
+  testing::write_file(tmp / "a.txt", a);
+  testing::write_file(tmp / "b.txt", b);
+  const int64_t n = prepare_token_dataset({tmp / "a.txt", tmp / "b.txt"}, TokenSource::kText,
+                                          tmp / "out.h5", 0, false);
+  const std::string all = a + b;
+  EXPECT_EQ(n, static_cast<int64_t>(all.size()));
+  const TokenDataset d(tmp / "out.h5");
+  EXPECT_EQ(d.size(), n);
+  EXPECT_EQ(d.vocab_size(), 256);
+  EXPECT_EQ(d.tokenizer(), "byte");
+  EXPECT_EQ(d.dtype(), h5::DType::kU16);
+  const auto tokens = read_all(d);
+  for (size_t i = 0; i < all.size(); ++i)
+    ASSERT_EQ(tokens[i], static_cast<unsigned char>(all[i])) << i;
+  std::vector<int32_t> part(5);
+  d.read(7, 5, part.data());
+  EXPECT_EQ(part, std::vector<int32_t>(tokens.begin() + 7, tokens.begin() + 12));
+  EXPECT_THROW(d.read(n - 2, 5, part.data()), Error);
+  int32_t lo = 0, hi = 0;
+  d.min_max(&lo, &hi);
+  EXPECT_EQ(lo, *std::min_element(tokens.begin(), tokens.end()));
+  EXPECT_EQ(hi, 255);
+  EXPECT_NO_THROW(d.check_max_token(256));
+}
+
+TEST(IoTokenDataset, LlmcBinFilesConcatenateInOrder) {
+  TempDir tmp;
+  std::vector<uint16_t> first(3000), second(17);
+  std::iota(first.begin(), first.end(), 0);
+  std::iota(second.begin(), second.end(), 50000);
+  testing::write_file(tmp / "a.bin", llmc_bin(first));
+  testing::write_file(tmp / "b.bin", llmc_bin(second));
+  prepare_token_dataset({tmp / "a.bin", tmp / "b.bin"}, TokenSource::kLlmcBin, tmp / "out.h5",
+                        kGpt2VocabSize, false);
+  const TokenDataset d(tmp / "out.h5");
+  EXPECT_EQ(d.size(), 3017);
+  EXPECT_EQ(d.vocab_size(), kGpt2VocabSize);
+  EXPECT_EQ(d.tokenizer(), "gpt2");
+  const auto tokens = read_all(d);
+  EXPECT_EQ(tokens[2999], 2999);
+  EXPECT_EQ(tokens[3000], 50000);
+  EXPECT_EQ(tokens[3016], 50016);
+  // The first offending index is named when validating against a smaller vocab.
+  try {
+    d.check_max_token(2500);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 2500"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(tmp / "out.h5"), std::string::npos) << e.what();
+  }
+}
+
+TEST(IoTokenDataset, LargeVocabUsesUint32AndOutOfVocabTokensFail) {
+  TempDir tmp;
+  TokenDatasetWriter w(tmp / "big.h5", 100000, "custom");
+  const std::vector<uint32_t> tokens = {0, 70000, 99999};
+  w.append(tokens.data(), 3, "test");
+  const std::vector<uint32_t> bad = {100000};
+  EXPECT_THROW(w.append(bad.data(), 1, "test"), Error);
+  w.finish();
+  const TokenDataset d(tmp / "big.h5");
+  EXPECT_EQ(d.dtype(), h5::DType::kU32);
+  EXPECT_EQ(read_all(d), (std::vector<int32_t>{0, 70000, 99999}));
+  // A .bin token above the vocab is rejected and no output is left.
+  testing::write_file(tmp / "x.bin", llmc_bin({1, 2, 60000}));
+  EXPECT_THROW(prepare_token_dataset({tmp / "x.bin"}, TokenSource::kLlmcBin, tmp / "x.h5",
+                                     kGpt2VocabSize, false),
+               Error);
+  EXPECT_TRUE(testing::no_output_left(tmp / "x.h5"));
+}
+
+TEST(IoTokenDataset, ExistingOutputNeedsOverwrite) {
+  TempDir tmp;
+  testing::write_file(tmp / "a.txt", "abc");
+  testing::write_file(tmp / "b.txt", "defg");
+  prepare_token_dataset({tmp / "a.txt"}, TokenSource::kText, tmp / "o.h5", 0, false);
+  EXPECT_THROW(prepare_token_dataset({tmp / "b.txt"}, TokenSource::kText, tmp / "o.h5", 0, false),
+               Error);
+  EXPECT_EQ(TokenDataset(tmp / "o.h5").size(), 3);
+  prepare_token_dataset({tmp / "b.txt"}, TokenSource::kText, tmp / "o.h5", 0, true);
+  EXPECT_EQ(TokenDataset(tmp / "o.h5").size(), 4);
+}
+
+}  // namespace
+}  // namespace zt
