@@ -24,7 +24,7 @@
 //   Element types: float, double, int32_t, int64_t, uint8_t for every op; uint16_t holds bf16
 //   bits and is accepted by all_gather and broadcast only (summing bit patterns is
 //   meaningless: the templates reject it at compile time, the DType entry points with
-//   zt::Error). Integer sums wrap as the C++ unsigned/two's-complement types do in MPI.
+//   zt::Error). Integer sums are not overflow-checked: keep values in range.
 // * Determinism: a backend's sums are a fixed function of (world size, count, dtype): the same
 //   inputs give bitwise-identical outputs on every call and on every rank. Different world
 //   sizes may round fp32 differently (reduction order changes with N).
