@@ -251,19 +251,22 @@ def adamw_losses(weights, config, inputs, targets, steps, lr, weight_decay, beta
     Master weights (the optimizer's parameters) stay in the weights' dtype. Each step computes
     the loss and gradients at the working weights - the masters themselves, or the masters
     rounded to bf16 when `bf16_working` (zerotrain's bf16 mode) - and hands those gradients to
-    the optimizer as the masters' gradients. Clipping is off. Returns one loss per step, each
-    measured before that step's update.
+    the optimizer as the masters' gradients. Clipping is off. Returns (one loss per step, each
+    measured before that step's update; (logits, loss, grads) of the first step).
     """
     masters = {n: t.detach().clone().requires_grad_(True) for n, t in weights.items()}
     optimizer = make_adamw(masters, lr, weight_decay, betas, eps)
     losses = []
+    first = None
     for _ in range(steps):
         working = {n: (round_to_bf16(t.detach()) if bf16_working else t.detach())
                    for n, t in masters.items()}
-        _, loss, grads = loss_and_grads(working, config, inputs, targets)
+        logits, loss, grads = loss_and_grads(working, config, inputs, targets)
+        if first is None:
+            first = (logits, loss, grads)
         losses.append(loss)
         for n, t in masters.items():
             t.grad = grads[n].to(t.dtype)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return losses
+    return losses, first
