@@ -17,6 +17,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/deepspeed_config.h"
 #include "app/run_setup.h"
 #include "backend/backend.h"
 #include "comm/mpi_communicator.h"
@@ -48,6 +49,8 @@ struct TrainOptions {
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
   int64_t eval_batches = 0;
   int64_t log_every = 10;
+  std::string deepspeed;      // --deepspeed FILE
+  BatchSizeRule batch_rule;   // its train_batch_size rule, applied once the world size is known
 
   nlohmann::json to_json() const;
 };
@@ -162,6 +165,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "eval batches at the end (0 = skip)");
   add("log-every", po::value(&o.log_every)->default_value(o.log_every),
       "log a line to stderr every N steps (0 = never)");
+  add("deepspeed", po::value(&o.deepspeed),
+      "DeepSpeed JSON config (DESIGN.md §4). Precedence: command line > --config INI > "
+      "--deepspeed JSON > defaults");
   const CommandSpec spec{kCommand, "Train a Llama-style model with ZeRO stage 0-3.",
                          "zerotrain train (--model DIR | --preset NAME) --data FILE.h5 --out DIR "
                          "[options]"};
@@ -171,6 +177,14 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   require_option(vm, "out", kCommand);
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
            std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
+  // ---- DeepSpeed JSON (app/deepspeed_config.h): fills options left unset above ----
+  if (!o.deepspeed.empty())
+    o.batch_rule = apply_deepspeed_file(
+        o.deepspeed,
+        o.model_dir.empty() ? preset_config(o.preset)
+                            : ModelConfig::from_hf_file(o.model_dir + "/config.json"),
+        opts, vm);
+  // ---- end DeepSpeed JSON ----
   return true;
 }
 
@@ -304,13 +318,15 @@ void write_final_model(ZeroEngine& engine, const ModelConfig& config, const std:
   });
 }
 
-int run_training(const TrainOptions& o) {
+int run_training(TrainOptions o) {
   const auto t_start = std::chrono::steady_clock::now();
   MpiRuntime runtime;
   MpiCommunicator comm;
   comm.set_timeout_seconds(o.comm_timeout);
   const int rank = comm.rank(), world = comm.world_size();
   const bool is_root = rank == 0;
+  // ---- DeepSpeed train_batch_size rule (needs the world size) ----
+  apply_batch_size_rule(o.batch_rule, world, o.micro_batch, o.grad_accum);
 
   std::unique_ptr<ModelDirReader> reader;
   if (!o.model_dir.empty()) reader = std::make_unique<ModelDirReader>(o.model_dir);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "engine/checkpoint_policy.h"  // parse_checkpointing_policy (moved there)
 #include "model/config.h"
 #include "model/llama.h"
 
@@ -17,10 +18,6 @@ void check_positive(double value, const std::string& option, const std::string& 
 // Fails naming both numbers when seq_len exceeds the model's max_position_embeddings.
 void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string& model_source,
                    const std::string& command);
-
-// "none" | "full" | "every:K" (K ≥ 1); on_host from --cpu-checkpointing.
-ActivationCheckpointing parse_checkpointing_policy(const std::string& policy, bool on_host);
-std::string checkpointing_policy_name(const ActivationCheckpointing& ac);
 
 // Runs fn on this rank (it may do rank-local work, e.g. rank 0 writing a file), then agrees
 // with every rank of comm on the outcome: if fn threw anywhere, every rank throws — the failing

@@ -1,0 +1,245 @@
+// zerotrain estimate: per-rank memory of every ZeRO stage for a model, world size, micro-batch
+// and sequence length (engine/estimator.h), next to DESIGN.md §4's theory figures; with
+// --device-memory, the lowest stage (least communication) that fits, else checkpointing or
+// offload. No MPI, no allocation: pure arithmetic.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "app/deepspeed_config.h"
+#include "app/run_setup.h"
+#include "engine/estimator.h"
+#include "model/layout.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+const char* const kCommand = "estimate";
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct EstimateOptions {
+  std::string model_dir, preset, deepspeed;
+  int world = 1;
+  int64_t micro_batch = 1, grad_accum = 1, seq_len = 2048;
+  std::string precision = "bf16";
+  ZeroConfig zero;
+  std::string activation_checkpointing = "none";
+  bool cpu_checkpointing = false;
+  std::string offload_optimizer = "none";
+  double device_memory_gib = 0;  // 0: no recommendation
+  int ranks_per_node = 0;        // 0: min(world, 8)
+  bool json = false;
+};
+
+bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConfig& model) {
+  po::options_description opts("estimate options");
+  auto flag = [](bool* target, bool fallback) {
+    return po::value<bool>(target)->default_value(fallback)->implicit_value(true);
+  };
+  auto add = opts.add_options();
+  add("model", po::value(&o.model_dir), "model directory (its config.json), or --preset");
+  add("preset", po::value(&o.preset), "preset: tiny, small, 125m, 1b, 6b, 7b");
+  add("world", po::value(&o.world)->default_value(o.world), "data-parallel ranks N");
+  add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage),
+      "requested ZeRO stage (marked in the table)");
+  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
+      "sequences per micro-batch per rank");
+  add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
+      "micro-batches per step (only for the DeepSpeed batch-size rule)");
+  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
+  add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
+  add("activation-checkpointing",
+      po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
+      "none | full | every:K");
+  add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
+      "checkpointed layer inputs in host memory");
+  add("offload-optimizer", po::value(&o.offload_optimizer)->default_value(o.offload_optimizer),
+      "none | cpu: fp32 master and Adam moments in host memory");
+  add("overlap-comm", flag(&o.zero.overlap_comm, o.zero.overlap_comm),
+      "two reduce slots (overlap) instead of one");
+  add("reduce-bucket-size",
+      po::value(&o.zero.reduce_bucket_size)->default_value(o.zero.reduce_bucket_size),
+      "elements per gradient bucket");
+  add("allgather-bucket-size",
+      po::value(&o.zero.allgather_bucket_size)->default_value(o.zero.allgather_bucket_size),
+      "elements per parameter all-gather");
+  add("prefetch-bucket-size",
+      po::value(&o.zero.prefetch_bucket_size)->default_value(o.zero.prefetch_bucket_size),
+      "stage 3 prefetch (elements)");
+  add("param-persistence-threshold",
+      po::value(&o.zero.param_persistence_threshold)
+          ->default_value(o.zero.param_persistence_threshold),
+      "stage 3: groups below stay gathered");
+  add("max-live-parameters",
+      po::value(&o.zero.max_live_parameters)->default_value(o.zero.max_live_parameters),
+      "stage 3: gathered elements at once");
+  add("max-reuse-distance",
+      po::value(&o.zero.max_reuse_distance)->default_value(o.zero.max_reuse_distance),
+      "stage 3: reuse distance (elements)");
+  add("device-memory", po::value(&o.device_memory_gib),
+      "GiB per device: recommend the lowest stage that fits");
+  add("ranks-per-node", po::value(&o.ranks_per_node),
+      "ranks sharing a node's host memory (DeepSpeed offload figure; default min(N, 8))");
+  add("deepspeed", po::value(&o.deepspeed),
+      "DeepSpeed JSON config (precedence: command line > --config INI > --deepspeed > "
+      "defaults)");
+  add("json", flag(&o.json, false), "print JSON instead of a table");
+  const CommandSpec spec{kCommand, "Estimate per-rank memory of ZeRO stages 0-3.",
+                         "zerotrain estimate (--preset NAME | --model DIR) [--world N] "
+                         "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]"};
+  po::variables_map vm;
+  if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
+           std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
+  model = o.model_dir.empty() ? preset_config(o.preset)
+                              : ModelConfig::from_hf_file(o.model_dir + "/config.json");
+  check_positive(o.world, "world", kCommand);
+  // ---- DeepSpeed JSON: fills what the command line / INI left unset ----
+  if (!o.deepspeed.empty()) {
+    const BatchSizeRule rule = apply_deepspeed_file(o.deepspeed, model, opts, vm);
+    apply_batch_size_rule(rule, o.world, o.micro_batch, o.grad_accum);
+  }
+  return true;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
+  return buf;
+}
+
+nlohmann::json estimate_json(const MemoryEstimate& e) {
+  return {{"params", e.params},
+          {"stage3_gathered", e.stage3_gathered},
+          {"grads", e.grads},
+          {"optimizer", e.optimizer},
+          {"model_states", e.model_states()},
+          {"activations", e.activations},
+          {"buffers", e.buffers},
+          {"init_scratch", e.init_scratch},
+          {"step_total", e.step_total()},
+          {"device_total", e.device_total()},
+          {"host", e.host}};
+}
+
+int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
+  check_positive(static_cast<double>(o.micro_batch), "micro-batch", kCommand);
+  check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
+  check_seq_len(model, o.seq_len, o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir,
+                kCommand);
+  ZT_CHECK(o.offload_optimizer == "none" || o.offload_optimizer == "cpu",
+           std::string(kCommand) + ": --offload-optimizer must be none or cpu, got '" +
+               o.offload_optimizer + "'");
+  const Precision precision = parse_precision(o.precision);
+  const ActivationCheckpointing ac =
+      parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
+  const bool offload = o.offload_optimizer == "cpu";
+  o.zero.validate();
+  const int64_t psi = ParamLayout(model).total_numel();
+  const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
+
+  nlohmann::json out = {{"psi", psi},
+                        {"world", o.world},
+                        {"requested_stage", o.zero.stage},
+                        {"micro_batch", o.micro_batch},
+                        {"seq_len", o.seq_len},
+                        {"precision", o.precision},
+                        {"activation_checkpointing", checkpointing_policy_name(ac)},
+                        {"cpu_checkpointing", ac.on_host},
+                        {"offload_optimizer", o.offload_optimizer},
+                        {"stages", nlohmann::json::array()}};
+  char line[256];
+  std::string table;
+  std::snprintf(line, sizeof line, "%-7s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "stage", "params",
+                "grads", "optim", "states", "theory", "activ", "buffers", "total", "host");
+  table += line;
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZeroConfig z = o.zero;
+    z.stage = stage;
+    const MemoryEstimate e =
+        estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len, ac, offload);
+    const double theory = theory_model_states_bytes(psi, o.world, stage, precision);
+    nlohmann::json row = estimate_json(e);
+    row["stage"] = stage;
+    row["theory_model_states"] = theory;
+    if (offload) {
+      const OffloadFigure f = deepspeed_offload_figure(model, o.world, stage, ranks_per_node);
+      row["deepspeed_offload"] = {{"device", f.device_bytes},
+                                  {"host_per_node", f.host_bytes_per_node}};
+    }
+    out["stages"].push_back(row);
+    std::snprintf(line, sizeof line, "%c %-5d %9s %9s %9s %9s %9s %9s %9s %9s %9s\n",
+                  stage == o.zero.stage ? '*' : ' ', stage, gib(e.params).c_str(),
+                  gib(e.grads).c_str(), gib(e.optimizer).c_str(), gib(e.model_states()).c_str(),
+                  gib(theory).c_str(), gib(e.activations).c_str(), gib(e.buffers_peak()).c_str(),
+                  gib(e.device_total()).c_str(), gib(e.host).c_str());
+    table += line;
+  }
+  std::string advice;
+  if (o.device_memory_gib > 0) {
+    const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
+    const FitRecommendation rec = recommend_configuration(
+        model, o.world, o.zero, precision, o.micro_batch, o.seq_len, ac, device_bytes);
+    nlohmann::json tried = nlohmann::json::array();
+    for (const FitCandidate& c : rec.candidates)
+      tried.push_back({{"label", c.label},
+                       {"stage", c.stage},
+                       {"activation_checkpointing", checkpointing_policy_name(c.ac)},
+                       {"offload_optimizer", c.offload_optimizer ? "cpu" : "none"},
+                       {"device_total", c.estimate.device_total()},
+                       {"fits", c.fits}});
+    out["device_memory_bytes"] = device_bytes;
+    out["candidates"] = tried;
+    if (rec.chosen >= 0) {
+      const FitCandidate& c = rec.candidates[static_cast<size_t>(rec.chosen)];
+      out["recommendation"] = c.label;
+      advice = "recommendation for " + gib(static_cast<double>(device_bytes)) +
+               " GiB per device: " + c.label + " (" + gib(c.estimate.device_total()) +
+               " GiB per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
+               " --activation-checkpointing " + checkpointing_policy_name(c.ac) +
+               (c.offload_optimizer ? ", optimizer offload: not implemented yet in train" : "") +
+               ")\n";
+    } else {
+      out["recommendation"] = nullptr;
+      advice = "nothing fits in " + gib(static_cast<double>(device_bytes)) +
+               " GiB per device, even stage 3 + checkpointing + CPU optimizer offload (" +
+               gib(rec.candidates.back().estimate.device_total()) +
+               " GiB); use more ranks, a smaller micro-batch or a shorter sequence\n";
+    }
+  }
+  if (o.json) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "model: " << (o.model_dir.empty() ? "preset " + o.preset : o.model_dir)
+            << ", psi = " << psi << " parameters, world " << o.world << ", micro-batch "
+            << o.micro_batch << " x seq-len " << o.seq_len << ", " << o.precision
+            << ", checkpointing " << checkpointing_policy_name(ac) << (ac.on_host ? " (host)" : "")
+            << ", optimizer offload " << o.offload_optimizer
+            << "\nper-rank GiB (states = params + grads + optim; theory = DESIGN.md §4 model "
+               "states; total = device peak incl. start-up scratch; * = requested stage)\n"
+            << table;
+  if (offload) {
+    const OffloadFigure f = deepspeed_offload_figure(model, o.world, o.zero.stage, ranks_per_node);
+    std::cout << "DeepSpeed-style offload figure (stage " << o.zero.stage << "): device "
+              << gib(f.device_bytes) << " GiB per rank, host " << gib(f.host_bytes_per_node)
+              << " GiB per node (" << ranks_per_node << " ranks per node)\n";
+  }
+  std::cout << advice;
+  return 0;
+}
+
+}  // namespace
+
+int cmd_estimate(int argc, char** argv) {
+  EstimateOptions options;
+  ModelConfig model;
+  if (!parse_estimate_options(argc, argv, options, model)) return 0;
+  return run_estimate(options, model);
+}
+
+}  // namespace zt

@@ -1,0 +1,74 @@
+// DeepSpeed JSON configs (`--deepspeed FILE`, DESIGN.md §4) mapped onto zerotrain's options.
+// The file's values are translated into the commands' long option names (zero-stage, lr,
+// micro-batch, ...) and stored only for options the command line or the --config INI left at
+// their defaults, so the precedence is: command line > --config INI > --deepspeed JSON >
+// built-in defaults. "auto" resolves as the Hugging Face integration does: reduce_bucket_size =
+// d², stage3_prefetch_bucket_size = 0.9·d², stage3_param_persistence_threshold = 10·d; other
+// "auto" values keep the command-line/INI/default value. Unknown keys are warnings naming the
+// dotted key; bad values are zt::Errors naming the file and the key.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace zt {
+
+// zero_optimization.offload_optimizer / offload_param.
+struct OffloadSettings {
+  std::string device = "none";  // none | cpu | nvme
+  std::string nvme_path;
+  bool pin_memory = false;
+  int64_t buffer_count = 0;  // 0: not given
+  bool fast_init = false;
+  bool enabled() const { return device != "none"; }
+};
+
+// DeepSpeed's rule train_batch_size = micro × accum × world; any two determine the third.
+struct BatchSizeRule {
+  std::optional<int64_t> train_batch_size, micro_batch, grad_accum;  // explicitly given
+  std::string source;                                                // the file, for messages
+};
+
+// Resolves micro/accum for `world` ranks (their values are used where the rule leaves them
+// free). Throws naming the numbers on a contradiction or a world size that does not divide.
+void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro, int64_t& accum);
+
+struct DeepSpeedConfig {
+  std::string source;
+  // (long option name, value) pairs, in file order; "auto" values already resolved or left out.
+  std::vector<std::pair<std::string, std::string>> options;
+  std::optional<int64_t> train_batch_size;
+  std::optional<double> cos_min_ratio;          // WarmupCosineLR: min-lr = ratio × lr
+  std::optional<int64_t> schedule_total_steps;  // WarmupDecayLR/WarmupCosineLR
+  OffloadSettings offload_optimizer, offload_param;
+  bool contiguous_gradients = true;                // accepted; buckets are always contiguous
+  bool gather_16bit_weights_on_model_save = true;  // accepted; the final model is always bf16
+  int64_t sub_group_size = 0;                      // accepted; the optimizer steps per group
+  std::vector<std::string> warnings;               // unknown keys, inexact mappings
+
+  // The value mapped onto `option`, if any.
+  std::optional<std::string> option(const std::string& name) const;
+};
+
+// Parses a DeepSpeed config object; `model` resolves the size-dependent "auto" values.
+DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& j, const std::string& source,
+                                       const ModelConfig& model);
+DeepSpeedConfig load_deepspeed_config(const std::string& path, const ModelConfig& model);
+
+// Loads FILE, prints its warnings on stderr (rank 0 of the launch only), stores its values into
+// vm for the options of `desc` that are unset or defaulted, and re-notifies vm. Offload devices
+// the command cannot run (offload_param always; offload_optimizer unless `desc` has an
+// --offload-optimizer option) are a "not implemented yet" error naming the key. Returns the
+// batch-size rule with micro/accum as finally given (JSON or command line/INI).
+BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& model,
+                                   const boost::program_options::options_description& desc,
+                                   boost::program_options::variables_map& vm);
+
+}  // namespace zt

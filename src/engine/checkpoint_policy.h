@@ -1,0 +1,15 @@
+// Activation-checkpointing policy strings, shared by every command and config mapping that
+// selects a policy (train, eval, estimate, the DeepSpeed JSON mapping).
+#pragma once
+#include <string>
+
+#include "model/llama.h"
+
+namespace zt {
+
+// "none" | "full" | "every:K" (K >= 1); on_host from --cpu-checkpointing. Throws zt::Error
+// naming the bad policy.
+ActivationCheckpointing parse_checkpointing_policy(const std::string& policy, bool on_host);
+std::string checkpointing_policy_name(const ActivationCheckpointing& ac);
+
+}  // namespace zt

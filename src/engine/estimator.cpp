@@ -1,0 +1,240 @@
+#include "engine/estimator.h"
+
+#include <algorithm>
+#include <set>
+
+#include "model/layout.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+// A group as ZeroEngine partitions it: padded to a multiple of N, N equal shards.
+struct GroupSize {
+  int64_t numel = 0, shard = 0, padded = 0;
+};
+
+std::vector<GroupSize> partition_groups(const ModelConfig& model, int world) {
+  const ParamLayout layout(model);
+  std::vector<GroupSize> groups;
+  for (const GroupInfo& g : layout.groups()) {
+    GroupSize s;
+    s.numel = g.numel;
+    s.shard = (g.numel + world - 1) / world;
+    s.padded = s.shard * world;
+    groups.push_back(s);
+  }
+  return groups;
+}
+
+// Replays ParamGatherer's residency rules over one micro-batch's schedule (forward 0..G-1,
+// backward G-1..0) and returns the most gathered elements alive at once. `live` holds the
+// groups already gathered when the pass starts (the persistent ones from an earlier pass).
+class GatherSimulation {
+ public:
+  GatherSimulation(const std::vector<GroupSize>& groups, const ZeroConfig& zero)
+      : groups_(groups), zero_(zero), live_(groups.size(), false), inflight_(groups.size(), false) {
+    const int G = static_cast<int>(groups.size());
+    for (int g = 0; g < G; ++g) uses_.push_back(g);
+    for (int g = G - 1; g >= 0; --g) uses_.push_back(g);
+  }
+
+  // Runs one pass; returns the peak of live elements during it.
+  int64_t run_pass() {
+    for (size_t i = 0; i < uses_.size(); ++i) {
+      acquire(i);
+      release_after(i);
+    }
+    return peak_;
+  }
+
+ private:
+  int64_t padded(int g) const { return groups_[static_cast<size_t>(g)].padded; }
+  void gather(int g) {
+    live_[static_cast<size_t>(g)] = inflight_[static_cast<size_t>(g)] = true;
+    live_elements_ += padded(g);
+    inflight_elements_ += padded(g);
+    peak_ = std::max(peak_, live_elements_);
+  }
+  void landed(int g) {
+    if (!inflight_[static_cast<size_t>(g)]) return;
+    inflight_[static_cast<size_t>(g)] = false;
+    inflight_elements_ -= padded(g);
+  }
+  void acquire(size_t i) {
+    const int g = uses_[i];
+    if (!live_[static_cast<size_t>(g)]) gather(g);
+    if (zero_.overlap_comm) {
+      for (size_t j = i + 1; j < uses_.size(); ++j) {
+        const int h = uses_[j];
+        if (live_[static_cast<size_t>(h)]) continue;
+        if (inflight_elements_ + padded(h) > zero_.prefetch_bucket_size) break;
+        if (live_elements_ + padded(h) > zero_.max_live_parameters) break;
+        gather(h);
+      }
+    }
+    landed(g);
+  }
+  void release_after(size_t i) {
+    const int g = uses_[i];
+    if (groups_[static_cast<size_t>(g)].numel < zero_.param_persistence_threshold) return;
+    for (size_t k = i + 1; k < uses_.size(); ++k) {
+      if (uses_[k] != g) continue;
+      const std::set<int> between(uses_.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                  uses_.begin() + static_cast<std::ptrdiff_t>(k));
+      int64_t distance = 0;
+      for (int b : between) distance += groups_[static_cast<size_t>(b)].numel;
+      if (distance < zero_.max_reuse_distance && live_elements_ <= zero_.max_live_parameters)
+        return;
+      break;
+    }
+    landed(g);
+    live_[static_cast<size_t>(g)] = false;
+    live_elements_ -= padded(g);
+  }
+
+  const std::vector<GroupSize>& groups_;
+  ZeroConfig zero_;
+  std::vector<int> uses_;
+  std::vector<bool> live_, inflight_;
+  int64_t live_elements_ = 0, inflight_elements_ = 0, peak_ = 0;
+};
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
+                               Precision precision, int64_t micro_batch, int64_t seq_len,
+                               const ActivationCheckpointing& ac, bool offload_optimizer_cpu) {
+  ZT_CHECK(world >= 1, "estimate: world size must be >= 1, got " + std::to_string(world));
+  ZT_CHECK(micro_batch > 0 && seq_len > 0, "estimate: micro-batch and seq-len must be positive");
+  zero.validate();
+  const std::vector<GroupSize> groups = partition_groups(model, world);
+  const bool bf16 = precision == Precision::kBf16;
+  const int64_t work_bytes = bf16 ? 2 : 4;
+  const int stage = zero.stage;
+  int64_t sum_numel = 0, sum_shard = 0, sum_padded = 0, max_padded = 0;
+  for (const GroupSize& g : groups) {
+    sum_numel += g.numel;
+    sum_shard += g.shard;
+    sum_padded += g.padded;
+    max_padded = std::max(max_padded, g.padded);
+  }
+  const int64_t max_shard = max_padded / world;
+
+  MemoryEstimate e;
+  // Working params: stages 0-2 the full padded groups; stage 3 shards + gathered groups. The
+  // peak is taken over a first pass and a pass that starts with the persistent groups kept
+  // (gradient accumulation keeps them across micro-batches).
+  if (stage == 3) {
+    GatherSimulation sim(groups, zero);
+    sim.run_pass();
+    const int64_t gathered = sim.run_pass();
+    e.stage3_gathered = gathered * work_bytes;
+    e.params = sum_shard * work_bytes + e.stage3_gathered;
+  } else {
+    e.params = sum_padded * work_bytes;
+  }
+  e.grads = (stage <= 1 ? sum_padded : sum_shard) * 4;
+  const int64_t optimizer = 12 * (stage == 0 ? sum_numel : sum_shard);
+  if (offload_optimizer_cpu) {
+    e.host += optimizer;
+  } else {
+    e.optimizer = optimizer;
+  }
+
+  const ActivationPlan plan = ActivationPlan::make(model, micro_batch, seq_len, ac);
+  e.activations = plan.device_elements() * 4 + 2 * micro_batch * seq_len * 4;
+  e.host += plan.host_residual * 4;
+
+  // Buffers: the fp32 upcast of the group being computed (bf16 only), then per reduce slot a
+  // model-written bucket (stages 2/3), a packing copy when buckets split a group and a receive
+  // shard (reduce-scatter, stages 1-3).
+  const int64_t slots = zero.overlap_comm ? 2 : 1;
+  const bool reduce_scatter = stage >= 1;
+  const bool packs = reduce_scatter && zero.reduce_bucket_size / world < max_shard;
+  int64_t per_slot = 0;
+  if (stage >= 2) per_slot += max_padded;
+  if (packs) per_slot += max_padded;
+  if (reduce_scatter) per_slot += max_shard;
+  e.buffers = ((bf16 ? max_padded : 0) + slots * per_slot) * 4;
+  // Stages 0-2 build each full group in fp32 once while initialising the working params.
+  e.init_scratch = stage <= 2 ? max_padded * 4 : 0;
+  return e;
+}
+
+double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision) {
+  const double k = precision == Precision::kBf16 ? 2.0 : 4.0;
+  const double p = static_cast<double>(psi), n = static_cast<double>(world);
+  switch (stage) {
+    case 0:
+      return (k + 16.0) * p;
+    case 1:
+      return (k + 4.0) * p + 12.0 * p / n;
+    case 2:
+      return k * p + 16.0 * p / n;
+    case 3:
+      return (k + 16.0) * p / n;
+    default:
+      fail("theory_model_states_bytes: stage must be 0-3, got " + std::to_string(stage));
+  }
+}
+
+OffloadFigure deepspeed_offload_figure(const ModelConfig& model, int world, int stage,
+                                       int ranks_per_node) {
+  const ParamLayout layout(model);
+  const double psi = static_cast<double>(layout.total_numel());
+  int64_t largest = 0;
+  for (const GroupInfo& g : layout.groups()) largest = std::max(largest, g.numel);
+  OffloadFigure f;
+  f.device_bytes = stage == 3 ? 4.0 * static_cast<double>(largest) + 2.0 * psi / world : 2.0 * psi;
+  f.host_bytes_per_node = psi * std::max(4.0 * ranks_per_node, 16.0) * 1.5;
+  return f;
+}
+
+FitRecommendation recommend_configuration(const ModelConfig& model, int world,
+                                          const ZeroConfig& zero, Precision precision,
+                                          int64_t micro_batch, int64_t seq_len,
+                                          const ActivationCheckpointing& requested,
+                                          int64_t device_bytes) {
+  ActivationCheckpointing full;
+  full.every = 1;
+  full.on_host = requested.on_host;
+  // With a checkpointing policy already requested, the plain rows use it too.
+  const ActivationCheckpointing& plain = requested;
+  const ActivationCheckpointing& ckpt = requested.every > 0 ? requested : full;
+  struct Step {
+    const char* label;
+    int stage;
+    const ActivationCheckpointing* ac;
+    bool offload;
+  };
+  const Step steps[] = {
+      {"stage 0", 0, &plain, false},
+      {"stage 1", 1, &plain, false},
+      {"stage 2", 2, &plain, false},
+      {"stage 2 + checkpointing", 2, &ckpt, false},
+      {"stage 3", 3, &plain, false},
+      {"stage 3 + checkpointing", 3, &ckpt, false},
+      {"stage 3 + checkpointing + CPU optimizer offload", 3, &ckpt, true},
+  };
+  FitRecommendation rec;
+  for (const Step& s : steps) {
+    // The "+ checkpointing" rows repeat the plain row when checkpointing was requested anyway.
+    if (s.ac == &ckpt && plain.every > 0 && !s.offload) continue;
+    FitCandidate c;
+    c.label = s.label;
+    c.stage = s.stage;
+    c.ac = *s.ac;
+    c.offload_optimizer = s.offload;
+    ZeroConfig z = zero;
+    z.stage = s.stage;
+    c.estimate = estimate_memory(model, world, z, precision, micro_batch, seq_len, c.ac, s.offload);
+    c.fits = c.estimate.device_total() <= device_bytes;
+    if (c.fits && rec.chosen < 0) rec.chosen = static_cast<int>(rec.candidates.size());
+    rec.candidates.push_back(c);
+  }
+  return rec;
+}
+
+}  // namespace zt

@@ -1,0 +1,77 @@
+// Memory estimator: per-rank bytes by MemoryTracker category, computed from the same rules
+// ZeroEngine, GradReducer, ParamGatherer and the activation arena (ActivationPlan) allocate by,
+// so a run's measured peaks can be put next to the prediction. Also the ZeRO-paper theory
+// figures of DESIGN.md §4 and a DeepSpeed-style offload figure, and the "which stage fits"
+// decision tree used by `zerotrain estimate --device-memory`.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/zero_config.h"
+#include "model/config.h"
+#include "model/llama.h"
+
+namespace zt {
+
+// Peak bytes per rank. Device-pool categories match MemCategory; host is the host pool.
+struct MemoryEstimate {
+  int64_t params = 0;           // working params; stage 3: own shards + peak gathered groups
+  int64_t stage3_gathered = 0;  // the gathered part of params (stage 3 only)
+  int64_t grads = 0;            // fp32 accumulators: full padded (stage 0/1) or shards (2/3)
+  int64_t optimizer = 0;        // fp32 master + Adam m, v of the own range (0 when offloaded)
+  int64_t activations = 0;      // activation arena + token ids
+  int64_t buffers = 0;          // steady state: compute upcast scratch, reduce slots
+  int64_t init_scratch = 0;     // transient while parameters are initialised (stages 0-2)
+  int64_t host = 0;             // host pool: CPU-checkpointed residuals, offloaded optimizer
+
+  int64_t model_states() const { return params + grads + optimizer; }
+  int64_t buffers_peak() const { return buffers + init_scratch; }
+  // Device peak during a training step, and over the run (start-up included).
+  int64_t step_total() const { return model_states() + activations + buffers; }
+  int64_t device_total() const { return step_total() + init_scratch; }
+};
+
+MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
+                               Precision precision, int64_t micro_batch, int64_t seq_len,
+                               const ActivationCheckpointing& ac, bool offload_optimizer_cpu);
+
+// DESIGN.md §4 model states per rank with k-byte working params (k = 2 for bf16):
+// stage 0 (k+16)Ψ, 1 (k+4)Ψ + 12Ψ/N, 2 kΨ + 16Ψ/N, 3 (k+16)Ψ/N — i.e. 18Ψ, 6Ψ+12Ψ/N,
+// 2Ψ+16Ψ/N, 18Ψ/N for bf16.
+double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision);
+
+// DeepSpeed's published rule of thumb for ZeRO-Offload (optimizer state on CPU, 16-bit
+// params): device 2Ψ (stages 0-2) or 4·largest group + 2Ψ/N (stage 3); host per node
+// Ψ·max(4·ranks_per_node, 16)·1.5 (fp32 master, m, v, grads, with a 1.5× buffer factor).
+struct OffloadFigure {
+  double device_bytes = 0;
+  double host_bytes_per_node = 0;
+};
+OffloadFigure deepspeed_offload_figure(const ModelConfig& model, int world, int stage,
+                                       int ranks_per_node);
+
+// One configuration tried by the decision tree.
+struct FitCandidate {
+  std::string label;  // e.g. "stage 2 + checkpointing"
+  int stage = 0;
+  ActivationCheckpointing ac;
+  bool offload_optimizer = false;
+  MemoryEstimate estimate;
+  bool fits = false;
+};
+
+// Tries stage 0 → 1 → 2 → 2+full checkpointing → 3 → 3+checkpointing → 3+checkpointing+CPU
+// optimizer offload and returns every candidate in that order; the first that fits in
+// device_bytes (device_total ≤ device_bytes) is the recommendation (index, or -1 if none).
+struct FitRecommendation {
+  std::vector<FitCandidate> candidates;
+  int chosen = -1;
+};
+FitRecommendation recommend_configuration(const ModelConfig& model, int world,
+                                          const ZeroConfig& zero, Precision precision,
+                                          int64_t micro_batch, int64_t seq_len,
+                                          const ActivationCheckpointing& requested,
+                                          int64_t device_bytes);
+
+}  // namespace zt

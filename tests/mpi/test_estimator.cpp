@@ -1,0 +1,142 @@
+// The memory estimator (engine/estimator.h) against what a ZeroEngine really allocates: tiny and
+// small presets, stages 0-3, with and without activation checkpointing, at the world size the
+// binary runs with. Every category and the device total must be within 10% of the measured
+// peaks (over the engine's life, and during a training step).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/mpi_communicator.h"
+#include "engine/estimator.h"
+#include "engine/zero_engine.h"
+
+namespace zt {
+namespace {
+
+constexpr int64_t kMicro = 2, kSeq = 16;
+
+struct Measured {
+  size_t peak[kNumMemCategories] = {};
+  size_t peak_total = 0;
+  size_t step_peak_total = 0;  // during step 2 only
+};
+
+Measured train_two_steps(Communicator& comm, const ModelConfig& cfg, const ZeroConfig& zero,
+                         Precision precision, const ActivationCheckpointing& ac) {
+  auto backend = make_cpu_backend();
+  MemoryTracker memory;
+  AdamWConfig adam;
+  ZeroEngine engine(cfg, zero, precision, adam, *backend, comm, memory, kMicro, kSeq, ac);
+  engine.init_from_seed(7);
+  std::vector<int32_t> in(static_cast<size_t>(kMicro * kSeq)), tg(in.size());
+  Measured m;
+  for (int step = 1; step <= 2; ++step) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(step + comm.rank())) %
+                                   static_cast<size_t>(cfg.vocab_size));
+      tg[i] = static_cast<int32_t>((i * 7 + 3) % static_cast<size_t>(cfg.vocab_size));
+    }
+    if (step == 2) {
+      for (int c = 0; c < kNumMemCategories; ++c)
+        m.peak[c] = memory.peak(static_cast<MemCategory>(c));
+      m.peak_total = memory.peak_total();
+      memory.reset_peaks();
+    }
+    engine.train_step({in.data()}, {tg.data()}, 1e-3f, step);
+  }
+  for (int c = 0; c < kNumMemCategories; ++c)
+    m.peak[c] = std::max(m.peak[c], memory.peak(static_cast<MemCategory>(c)));
+  m.step_peak_total = memory.peak_total();
+  m.peak_total = std::max(m.peak_total, m.step_peak_total);
+  return m;
+}
+
+void expect_within_10_percent(int64_t estimated, size_t measured, const std::string& what) {
+  const double e = static_cast<double>(estimated), m = static_cast<double>(measured);
+  if (m == 0) {
+    EXPECT_EQ(estimated, 0) << what;
+    return;
+  }
+  EXPECT_NEAR(e, m, 0.1 * m) << what << ": estimated " << estimated << " measured " << measured;
+}
+
+TEST(Estimator, MatchesMeasuredPeaks) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int N = comm.world_size();
+  const bool root = comm.rank() == 0;
+  if (root)
+    std::printf("%-6s N stage ckpt zero   %10s %10s %10s %10s %10s %10s\n", "preset", "params",
+                "grads", "optim", "activ", "buffers", "total");
+  for (const std::string preset : {"tiny", "small"}) {
+    const ModelConfig cfg = preset_config(preset);
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (int ckpt : {0, 1}) {
+        for (bool tight : {false, true}) {
+          ZeroConfig zero;
+          zero.stage = stage;
+          if (tight) {  // small buckets and stage-3 bounds: packing, prefetch, release
+            zero.overlap_comm = stage % 2 == 0;
+            zero.reduce_bucket_size = 10'000;
+            zero.prefetch_bucket_size = 2 * cfg.hidden_size * cfg.hidden_size;
+            zero.param_persistence_threshold = 0;
+            zero.max_reuse_distance = 0;
+          }
+          ActivationCheckpointing ac;
+          ac.every = ckpt;
+          const Precision precision = tight ? Precision::kFp32 : Precision::kBf16;
+          const MemoryEstimate e =
+              estimate_memory(cfg, N, zero, precision, kMicro, kSeq, ac, false);
+          const Measured m = train_two_steps(comm, cfg, zero, precision, ac);
+          const std::string what = preset + " N=" + std::to_string(N) + " stage " +
+                                   std::to_string(stage) + " ckpt " + std::to_string(ckpt) +
+                                   (tight ? " tight/fp32" : " default/bf16");
+          auto peak = [&](MemCategory c) { return m.peak[static_cast<int>(c)]; };
+          expect_within_10_percent(e.params, peak(MemCategory::kParams), what + " params");
+          expect_within_10_percent(e.grads, peak(MemCategory::kGrads), what + " grads");
+          expect_within_10_percent(e.optimizer, peak(MemCategory::kOptimizer), what + " optimizer");
+          expect_within_10_percent(e.activations, peak(MemCategory::kActivations),
+                                   what + " activations");
+          expect_within_10_percent(e.buffers_peak(), peak(MemCategory::kCommBuffers),
+                                   what + " buffers");
+          expect_within_10_percent(e.host, peak(MemCategory::kHostOffload), what + " host");
+          expect_within_10_percent(e.device_total(), m.peak_total, what + " total");
+          expect_within_10_percent(e.step_total(), m.step_peak_total, what + " step total");
+          if (root)
+            std::printf(
+                "%-6s %d %5d %4d %-6s est %10lld %10lld %10lld %10lld %10lld %10lld\n"
+                "%-6s %d %5d %4d %-6s got %10zu %10zu %10zu %10zu %10zu %10zu\n",
+                preset.c_str(), N, stage, ckpt, tight ? "tight" : "dflt",
+                static_cast<long long>(e.params), static_cast<long long>(e.grads),
+                static_cast<long long>(e.optimizer), static_cast<long long>(e.activations),
+                static_cast<long long>(e.buffers_peak()), static_cast<long long>(e.device_total()),
+                preset.c_str(), N, stage, ckpt, tight ? "tight" : "dflt",
+                peak(MemCategory::kParams), peak(MemCategory::kGrads),
+                peak(MemCategory::kOptimizer), peak(MemCategory::kActivations),
+                peak(MemCategory::kCommBuffers), m.peak_total);
+        }
+      }
+    }
+  }
+}
+
+TEST(Estimator, CpuCheckpointingGoesToTheHostPool) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const ModelConfig cfg = preset_config("small");
+  ZeroConfig zero;
+  zero.stage = 2;
+  ActivationCheckpointing ac;
+  ac.every = 2;
+  ac.on_host = true;
+  const MemoryEstimate e =
+      estimate_memory(cfg, comm.world_size(), zero, Precision::kBf16, kMicro, kSeq, ac, false);
+  const Measured m = train_two_steps(comm, cfg, zero, Precision::kBf16, ac);
+  EXPECT_GT(e.host, 0);
+  expect_within_10_percent(e.host, m.peak[static_cast<int>(MemCategory::kHostOffload)], "host");
+  expect_within_10_percent(e.device_total(), m.peak_total, "total");
+}
+
+}  // namespace
+}  // namespace zt

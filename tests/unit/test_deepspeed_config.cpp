@@ -1,0 +1,209 @@
+// DeepSpeed JSON mapping (app/deepspeed_config.h): the example configs, "auto" resolution,
+// the batch-size rule, warnings and errors naming the key, and `train --deepspeed` end to end.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "app/deepspeed_config.h"
+#include "test_train_support.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+using nlohmann::json;
+
+std::string config_path(const std::string& name) {
+  return std::string(ZT_SOURCE_DIR) + "/inputs/configs/" + name;
+}
+
+// The zt::Error message of parsing `j`, or "" when it parses.
+std::string parse_error(const json& j, const ModelConfig& model = preset_config("small")) {
+  try {
+    parse_deepspeed_config(j, "test.json", model);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(DeepSpeedConfig, ExampleConfigsParse) {
+  const ModelConfig model = preset_config("small");
+  const DeepSpeedConfig z2 = load_deepspeed_config(config_path("zero2.json"), model);
+  EXPECT_EQ(z2.option("zero-stage"), "2");
+  EXPECT_EQ(z2.option("reduce-bucket-size"), "500000000");
+  EXPECT_EQ(z2.option("allgather-bucket-size"), "500000000");
+  EXPECT_EQ(z2.option("overlap-comm"), "true");
+  EXPECT_EQ(z2.option("precision"), "bf16");
+  EXPECT_EQ(z2.option("beta2"), "0.95");
+  EXPECT_EQ(z2.cos_min_ratio, 0.1);
+  EXPECT_TRUE(z2.warnings.empty()) << z2.warnings.front();
+
+  const DeepSpeedConfig z3 = load_deepspeed_config(config_path("zero3.json"), model);
+  EXPECT_EQ(z3.option("zero-stage"), "3");
+  EXPECT_EQ(z3.sub_group_size, 1'000'000'000);
+  EXPECT_TRUE(z3.gather_16bit_weights_on_model_save);
+  EXPECT_FALSE(z3.option("lr").has_value());  // "auto": the command line's value
+  EXPECT_TRUE(z3.warnings.empty()) << z3.warnings.front();
+
+  const DeepSpeedConfig off = load_deepspeed_config(config_path("zero3-offload.json"), model);
+  EXPECT_EQ(off.offload_optimizer.device, "cpu");
+  EXPECT_TRUE(off.offload_optimizer.pin_memory);
+  EXPECT_EQ(off.offload_param.device, "cpu");
+  EXPECT_EQ(off.option("activation-checkpointing"), "full");
+  EXPECT_EQ(off.option("cpu-checkpointing"), "true");
+  EXPECT_EQ(off.option("offload-optimizer"), "cpu");
+}
+
+TEST(DeepSpeedConfig, AutoSizesFollowTheHiddenSize) {
+  const ModelConfig model = preset_config("small");  // d = 256
+  const DeepSpeedConfig c = load_deepspeed_config(config_path("zero3.json"), model);
+  EXPECT_EQ(c.option("reduce-bucket-size"), std::to_string(256 * 256));
+  EXPECT_EQ(c.option("prefetch-bucket-size"), std::to_string(256 * 256 * 9 / 10));
+  EXPECT_EQ(c.option("param-persistence-threshold"), std::to_string(10 * 256));
+  EXPECT_EQ(c.option("max-live-parameters"), "1000000000");
+}
+
+TEST(DeepSpeedConfig, BatchSizeRule) {
+  BatchSizeRule rule;
+  rule.source = "ds.json";
+  int64_t micro = 4, accum = 1;
+  apply_batch_size_rule(rule, 2, micro, accum);  // no train_batch_size: unchanged
+  EXPECT_EQ(micro, 4);
+  EXPECT_EQ(accum, 1);
+
+  rule.train_batch_size = 32;
+  rule.micro_batch = 4;
+  apply_batch_size_rule(rule, 2, micro, accum);
+  EXPECT_EQ(accum, 4);
+  rule.micro_batch.reset();
+  rule.grad_accum = 2;
+  apply_batch_size_rule(rule, 4, micro, accum);
+  EXPECT_EQ(micro, 4);
+  EXPECT_EQ(accum, 2);
+  rule.grad_accum.reset();
+  apply_batch_size_rule(rule, 8, micro, accum);
+  EXPECT_EQ(micro, 4);
+  EXPECT_EQ(accum, 1);
+
+  rule.micro_batch = 4;
+  rule.grad_accum = 2;
+  try {
+    apply_batch_size_rule(rule, 2, micro, accum);
+    FAIL() << "contradiction accepted";
+  } catch (const Error& e) {
+    for (const char* n : {"ds.json", "32", "4", "2", "16"})
+      EXPECT_TRUE(contains(e.what(), n)) << e.what();
+  }
+  rule.grad_accum.reset();
+  rule.micro_batch = 5;
+  try {
+    apply_batch_size_rule(rule, 2, micro, accum);
+    FAIL() << "indivisible batch accepted";
+  } catch (const Error& e) {
+    for (const char* n : {"32", "5", "10", "divisible"})
+      EXPECT_TRUE(contains(e.what(), n)) << e.what();
+  }
+}
+
+TEST(DeepSpeedConfig, UnknownKeysWarnWithTheirPath) {
+  const json j = {{"zero_optimization", {{"stage", 1}, {"bogus_knob", 3}}}, {"mystery", true}};
+  const DeepSpeedConfig c = parse_deepspeed_config(j, "x.json", preset_config("tiny"));
+  ASSERT_EQ(c.warnings.size(), 2u);
+  std::string all = c.warnings[0] + "\n" + c.warnings[1];
+  EXPECT_TRUE(contains(all, "'zero_optimization.bogus_knob'")) << all;
+  EXPECT_TRUE(contains(all, "'mystery'")) << all;
+  EXPECT_EQ(c.option("zero-stage"), "1");
+}
+
+TEST(DeepSpeedConfig, BadValuesAreErrorsNamingTheKey) {
+  EXPECT_TRUE(contains(parse_error({{"zero_optimization", {{"reduce_bucket_size", -5}}}}),
+                       "zero_optimization.reduce_bucket_size"));
+  EXPECT_TRUE(contains(parse_error({{"zero_optimization", {{"allgather_bucket_size", -5e8}}}}),
+                       "zero_optimization.allgather_bucket_size"));
+  const std::string stage = parse_error({{"zero_optimization", {{"stage", 4}}}});
+  EXPECT_TRUE(contains(stage, "zero_optimization.stage") && contains(stage, "4")) << stage;
+  const std::string fp16 = parse_error({{"fp16", {{"enabled", true}}}});
+  EXPECT_TRUE(contains(fp16, "fp16") && contains(fp16, "bf16")) << fp16;
+  EXPECT_TRUE(contains(parse_error({{"train_batch_size", 2.5}}), "train_batch_size"));
+  EXPECT_TRUE(contains(parse_error({{"optimizer", {{"type", "Lamb"}}}}), "optimizer.type"));
+  EXPECT_EQ(parse_error({{"fp16", {{"enabled", false}}}}), "");
+}
+
+TEST(DeepSpeedConfig, IntegralFloatsAndSchedulers) {
+  const json j = {
+      {"zero_optimization", {{"reduce_bucket_size", 5e8}}},
+      {"scheduler",
+       {{"type", "WarmupLR"},
+        {"params",
+         {{"warmup_max_lr", 0.002}, {"warmup_num_steps", 50}, {"warmup_type", "linear"}}}}}};
+  const DeepSpeedConfig c = parse_deepspeed_config(j, "s.json", preset_config("tiny"));
+  EXPECT_EQ(c.option("reduce-bucket-size"), "500000000");
+  EXPECT_EQ(c.option("lr"), "0.002");
+  EXPECT_EQ(c.option("warmup-steps"), "50");
+  EXPECT_EQ(c.cos_min_ratio, 1.0);  // WarmupLR: constant after warmup
+  EXPECT_TRUE(c.warnings.empty());
+  const json decay = {
+      {"scheduler", {{"type", "WarmupDecayLR"}, {"params", {{"total_num_steps", 10}}}}}};
+  const DeepSpeedConfig d = parse_deepspeed_config(decay, "d.json", preset_config("tiny"));
+  EXPECT_EQ(d.option("min-lr"), "0");
+  EXPECT_EQ(d.schedule_total_steps, 10);
+  EXPECT_FALSE(d.warnings.empty());  // log warmup and linear decay are approximated
+}
+
+// ---- the binary ----
+
+class DeepSpeedE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("zt_ds_e2e_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    const auto r = train_test::prepare_sample_dataset((dir_ / "sample.h5").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  train_test::RunResult train(const std::string& config, const std::string& extra) {
+    return train_test::run_zerotrain(
+        "train --deepspeed " + config_path(config) + " --preset tiny --data " +
+        (dir_ / "sample.h5").string() + " --out " + (dir_ / "out").string() +
+        " --steps 2 --seq-len 32 --micro-batch 2 --log-every 0 " + extra);
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(DeepSpeedE2E, Zero2ConfigTrainsAndCommandLineWins) {
+  const auto r = train("zero2.json", "--lr 0.001");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json run = json::parse(std::ifstream((dir_ / "out" / "run.json").string()));
+  const std::string text = run.dump();
+  EXPECT_TRUE(contains(text, "\"zero_stage\":2")) << text;
+  EXPECT_TRUE(contains(text, "\"lr\":0.001")) << text;       // command line beats the file
+  EXPECT_TRUE(contains(text, "\"min_lr\":0.0001")) << text;  // cos_min_ratio 0.1 × the final lr
+  EXPECT_TRUE(contains(text, "\"beta2\":0.95")) << text;     // from the file
+}
+
+TEST_F(DeepSpeedE2E, OffloadConfigIsNotImplementedYet) {
+  const auto r = train("zero3-offload.json", "");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "offload_param.device")) << r.output;
+  EXPECT_TRUE(contains(r.output, "not implemented yet")) << r.output;
+}
+
+TEST_F(DeepSpeedE2E, BatchContradictionFailsNamingTheNumbers) {
+  const std::string bad = (dir_ / "bad.json").string();
+  std::ofstream(bad) << R"({"train_batch_size": 7, "gradient_accumulation_steps": 2})";
+  const auto r = train_test::run_zerotrain(
+      "train --deepspeed " + bad + " --preset tiny --data " + (dir_ / "sample.h5").string() +
+      " --out " + (dir_ / "out").string() + " --steps 1 --seq-len 32 --micro-batch 2");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "train_batch_size 7")) << r.output;
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,99 @@
+// Estimator arithmetic (engine/estimator.h): DESIGN.md §4's theory rows on the 6b preset, the
+// estimate's model states against them, and the "lowest stage that fits" decision tree.
+#include <gtest/gtest.h>
+
+#include "engine/estimator.h"
+#include "model/layout.h"
+
+namespace zt {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+class EstimatorSixB : public ::testing::Test {
+ protected:
+  const ModelConfig model_ = preset_config("6b");
+  const int64_t psi_ = ParamLayout(model_).total_numel();
+  MemoryEstimate estimate(int world, int stage, int ckpt_every = 0, bool offload = false) const {
+    ZeroConfig z;
+    z.stage = stage;
+    ActivationCheckpointing ac;
+    ac.every = ckpt_every;
+    return estimate_memory(model_, world, z, Precision::kBf16, 1, 2048, ac, offload);
+  }
+};
+
+TEST_F(EstimatorSixB, TheoryRowsAreDesignFormulas) {
+  const double p = static_cast<double>(psi_);
+  EXPECT_DOUBLE_EQ(theory_model_states_bytes(psi_, 8, 0, Precision::kBf16), 18 * p);
+  EXPECT_DOUBLE_EQ(theory_model_states_bytes(psi_, 8, 1, Precision::kBf16), 6 * p + 12 * p / 8);
+  EXPECT_DOUBLE_EQ(theory_model_states_bytes(psi_, 8, 2, Precision::kBf16), 2 * p + 16 * p / 8);
+  EXPECT_DOUBLE_EQ(theory_model_states_bytes(psi_, 8, 3, Precision::kBf16), 18 * p / 8);
+  EXPECT_DOUBLE_EQ(theory_model_states_bytes(psi_, 8, 3, Precision::kFp32), 20 * p / 8);
+}
+
+TEST_F(EstimatorSixB, ModelStatesMatchTheoryWithinPadding) {
+  for (int world : {1, 8, 64}) {
+    for (int stage = 0; stage <= 2; ++stage) {
+      const double theory = theory_model_states_bytes(psi_, world, stage, Precision::kBf16);
+      const double got = static_cast<double>(estimate(world, stage).model_states());
+      // Padding adds < N elements per group (30 groups): far below 1e-6 of Ψ.
+      EXPECT_NEAR(got, theory, 1e-6 * theory) << "N " << world << " stage " << stage;
+    }
+    // Stage 3 also holds the gathered groups (the default bounds keep up to 1e9 elements live).
+    const MemoryEstimate s3 = estimate(world, 3);
+    const double theory3 = theory_model_states_bytes(psi_, world, 3, Precision::kBf16);
+    EXPECT_NEAR(static_cast<double>(s3.model_states() - s3.stage3_gathered), theory3,
+                1e-6 * theory3);
+    EXPECT_GT(s3.stage3_gathered, 0);
+    EXPECT_LE(s3.stage3_gathered,
+              int64_t{2} * (1'000'000'000 + 131'072'000));  // live bound + one group
+  }
+  // Offloading moves exactly the 12 bytes/element optimizer state to the host.
+  const MemoryEstimate on = estimate(8, 2), off = estimate(8, 2, 0, true);
+  EXPECT_EQ(off.optimizer, 0);
+  EXPECT_EQ(off.host, on.optimizer + on.host);
+}
+
+TEST_F(EstimatorSixB, CheckpointingShrinksActivations) {
+  const MemoryEstimate plain = estimate(8, 3), full = estimate(8, 3, 1), half = estimate(8, 3, 2);
+  EXPECT_LT(full.activations, half.activations);
+  EXPECT_LT(half.activations, plain.activations);
+  EXPECT_EQ(full.model_states(), plain.model_states());
+}
+
+TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
+  auto pick = [&](double gib, int world) {
+    ZeroConfig z;
+    const FitRecommendation r = recommend_configuration(model_, world, z, Precision::kBf16, 1, 2048,
+                                                        {}, static_cast<int64_t>(gib * kGiB));
+    // The chosen candidate is the first that fits; everything before it does not.
+    const size_t first = r.chosen < 0 ? r.candidates.size() : static_cast<size_t>(r.chosen);
+    for (size_t i = 0; i < first; ++i) EXPECT_FALSE(r.candidates[i].fits) << i;
+    if (r.chosen >= 0) {
+      EXPECT_TRUE(r.candidates[first].fits);
+    }
+    return r.chosen < 0 ? std::string("none") : r.candidates[static_cast<size_t>(r.chosen)].label;
+  };
+  // 6b, N = 8, B = 1, T = 2048: activations without checkpointing are ~15 GiB per rank.
+  EXPECT_EQ(pick(4096, 8), "stage 0");                // everything fits (~116 GiB)
+  EXPECT_EQ(pick(80, 8), "stage 1");                  // 6Ψ + 12Ψ/N ≈ 41 GiB + activations
+  EXPECT_EQ(pick(48, 8), "stage 2");                  // 2Ψ + 16Ψ/N ≈ 22 GiB + activations
+  EXPECT_EQ(pick(40, 8), "stage 2 + checkpointing");  // stage 2 needs ~40.1 GiB
+  EXPECT_EQ(pick(20, 8), "stage 3 + checkpointing");  // ~18.9 GiB
+  EXPECT_EQ(pick(16, 8), "stage 3 + checkpointing + CPU optimizer offload");  // ~10.6 GiB
+  EXPECT_EQ(pick(8, 8), "none");
+  // Larger devices never need a higher rung.
+  ZeroConfig z;
+  int last = 1 << 30;
+  for (double gib : {8.0, 16.0, 24.0, 40.0, 80.0, 141.0, 400.0}) {
+    const FitRecommendation r = recommend_configuration(model_, 8, z, Precision::kBf16, 1, 2048, {},
+                                                        static_cast<int64_t>(gib * kGiB));
+    const int rung = r.chosen < 0 ? 1 << 30 : r.chosen;
+    EXPECT_LE(rung, last) << gib << " GiB";
+    last = rung;
+  }
+}
+
+}  // namespace
+}  // namespace zt
