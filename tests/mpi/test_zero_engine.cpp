@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
+#include "engine_test_support.h"
 #include "model/config.h"
 
 namespace zt {
@@ -38,18 +39,6 @@ struct RunResult {
   size_t peak[kNumMemCategories] = {};
 };
 
-// Token of global sequence `seq` at position t of step `step` (inputs: t < T, target: t + 1):
-// a random start, then a fixed bigram chain, so the model has something to learn.
-int32_t token_at(int64_t step, int64_t seq, int64_t t, int64_t vocab) {
-  uint64_t x = static_cast<uint64_t>(step * 1'000'003 + seq * 7919) * 0x9e3779b97f4a7c15ull;
-  x ^= x >> 29;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 32;
-  int64_t tok = static_cast<int64_t>(x % static_cast<uint64_t>(vocab));
-  for (int64_t i = 0; i < t; ++i) tok = (tok * 5 + 3) % vocab;
-  return static_cast<int32_t>(tok);
-}
-
 // Trains kSteps on `comm`. Rank r, micro-batch m takes global sequences
 // [(m·N + r)·B, +B) where B is the per-rank micro-batch; the global batch is identical for any N.
 RunResult run(Communicator& comm, const RunOptions& o, int64_t micro_per_rank) {
@@ -70,35 +59,19 @@ RunResult run(Communicator& comm, const RunOptions& o, int64_t micro_per_rank) {
   adam.clip = 0.5f;  // active: exercises the global norm across shards
   ActivationCheckpointing ac;
   ac.every = o.ckpt_every;
-  ZeroEngine engine(cfg, zero, o.precision, adam, *backend, comm, memory, micro_per_rank, kSeq,
-                    ac);
+  ZeroEngine engine(cfg, zero, o.precision, adam, *backend, comm, memory, micro_per_rank, kSeq, ac);
   engine.init_from_seed(1234);
   const int N = comm.world_size(), r = comm.rank();
   RunResult result;
-  std::vector<std::vector<int32_t>> in(static_cast<size_t>(o.accum)), tg(in.size());
   for (int step = 1; step <= kSteps; ++step) {
-    std::vector<const int32_t*> ip, tp;
-    for (int64_t m = 0; m < o.accum; ++m) {
-      auto& a = in[static_cast<size_t>(m)];
-      auto& b = tg[static_cast<size_t>(m)];
-      a.clear();
-      b.clear();
-      for (int64_t s = 0; s < micro_per_rank; ++s) {
-        const int64_t seq = (m * N + r) * micro_per_rank + s;
-        for (int64_t t = 0; t < kSeq; ++t) {
-          a.push_back(token_at(step, seq, t, cfg.vocab_size));
-          b.push_back(token_at(step, seq, t + 1, cfg.vocab_size));
-        }
-      }
-      ip.push_back(a.data());
-      tp.push_back(b.data());
-    }
+    const engine_test::StepBatches batch(step, o.accum, micro_per_rank, N, r, kSeq, cfg.vocab_size);
     comm.reset_counters();
-    const StepStats st = engine.train_step(ip, tp, 1e-3f, step);
+    const StepStats st = engine.train_step(batch.input_ptrs, batch.target_ptrs, 1e-3f, step);
     result.losses.push_back(st.loss);
     result.last_step_counters = comm.counters();
   }
-  for (int c = 0; c < kNumMemCategories; ++c) result.peak[c] = memory.peak(static_cast<MemCategory>(c));
+  for (int c = 0; c < kNumMemCategories; ++c)
+    result.peak[c] = memory.peak(static_cast<MemCategory>(c));
   engine.for_each_full_tensor(true, [&](const TensorInfo& t, const void* data) {
     if (!data) return;
     const float* f = static_cast<const float*>(data);
@@ -126,8 +99,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // weights are held to 1% of that total movement; losses are held to 2e-6 relative.
 constexpr double kWeightTolerance = 1e-4;
 
-void expect_close(const RunResult& got, const RunResult& ref, const std::string& what,
-                  bool root) {
+void expect_close(const RunResult& got, const RunResult& ref, const std::string& what, bool root) {
   ASSERT_EQ(got.losses.size(), ref.losses.size());
   for (size_t i = 0; i < ref.losses.size(); ++i)
     EXPECT_NEAR(got.losses[i], ref.losses[i], 2e-6 * std::fabs(ref.losses[i]))

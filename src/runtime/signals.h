@@ -1,0 +1,43 @@
+// Graceful stop on SIGUSR1 / SIGTERM (a scheduler's "time is nearly up"), so a job can save a
+// checkpoint and exit with code 124 instead of dying mid-step.
+//
+// The handler only records the signal in a sig_atomic_t (async-signal-safe); the training loop
+// asks stop_requested_anywhere() at each step boundary, which all-reduces the flag so every rank
+// takes the same decision even when only one rank was signalled. A second SIGTERM means "now":
+// the handler calls _exit(143) at once. Checkpoints stay consistent because a checkpoint only
+// becomes visible by the final rename of its directory (io/checkpoint.h).
+#pragma once
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace zt {
+
+// Exit code of a run stopped early by a stop request, after saving a resumable checkpoint.
+constexpr int kStoppedExitCode = 124;
+// Exit code of the immediate exit on a second SIGTERM (128 + SIGTERM).
+constexpr int kSecondTermExitCode = 143;
+
+// Installs the SIGUSR1/SIGTERM handlers for its lifetime and restores the previous ones on
+// destruction. Clears any stop recorded before. One instance at a time.
+class StopSignalHandlers {
+ public:
+  StopSignalHandlers();
+  ~StopSignalHandlers();
+  StopSignalHandlers(const StopSignalHandlers&) = delete;
+  StopSignalHandlers& operator=(const StopSignalHandlers&) = delete;
+};
+
+// The signal number this process received (SIGUSR1 or SIGTERM), 0 when none.
+int received_stop_signal();
+// Collective over comm: SIGTERM when any rank received SIGTERM, else SIGUSR1 when any rank
+// received SIGUSR1, else 0.
+int stop_requested_anywhere(Communicator& comm);
+// "SIGUSR1", "SIGTERM", or "signal N".
+std::string stop_signal_name(int signal_number);
+
+// Debug aid for tests: when the environment variable ZT_DEBUG_PID_DIR names a directory, writes
+// DIR/rank-R.pid holding this process's pid (so a test can signal one rank of an mpirun job).
+void write_pid_file_if_requested(int rank);
+
+}  // namespace zt

@@ -1,0 +1,48 @@
+// Synthetic training data for the ZeRO engine tests: the global batch of each step is a pure
+// function of the step, and each rank takes its part of it, so runs at any world size (or split
+// into pieces by a checkpoint) train on the same data.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace zt::engine_test {
+
+// Token of global sequence `seq` at position t of step `step` (inputs: t < T, target: t + 1):
+// a random start, then a fixed bigram chain, so the model has something to learn.
+inline int32_t token_at(int64_t step, int64_t seq, int64_t t, int64_t vocab) {
+  uint64_t x = static_cast<uint64_t>(step * 1'000'003 + seq * 7919) * 0x9e3779b97f4a7c15ull;
+  x ^= x >> 29;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 32;
+  int64_t tok = static_cast<int64_t>(x % static_cast<uint64_t>(vocab));
+  for (int64_t i = 0; i < t; ++i) tok = (tok * 5 + 3) % vocab;
+  return static_cast<int32_t>(tok);
+}
+
+// One step's micro-batches for rank r of N: micro-batch m holds global sequences
+// [(m·N + r)·B, +B) where B is the per-rank micro-batch, so the global batch is identical for
+// any N. The pointer vectors are what ZeroEngine::train_step takes.
+struct StepBatches {
+  std::vector<std::vector<int32_t>> inputs, targets;
+  std::vector<const int32_t*> input_ptrs, target_ptrs;
+
+  StepBatches(int64_t step, int64_t accum, int64_t micro_per_rank, int world, int rank,
+              int64_t seq_len, int64_t vocab)
+      : inputs(static_cast<size_t>(accum)), targets(static_cast<size_t>(accum)) {
+    for (int64_t m = 0; m < accum; ++m) {
+      auto& in = inputs[static_cast<size_t>(m)];
+      auto& tg = targets[static_cast<size_t>(m)];
+      for (int64_t s = 0; s < micro_per_rank; ++s) {
+        const int64_t seq = (m * world + rank) * micro_per_rank + s;
+        for (int64_t t = 0; t < seq_len; ++t) {
+          in.push_back(token_at(step, seq, t, vocab));
+          tg.push_back(token_at(step, seq, t + 1, vocab));
+        }
+      }
+      input_ptrs.push_back(in.data());
+      target_ptrs.push_back(tg.data());
+    }
+  }
+};
+
+}  // namespace zt::engine_test
