@@ -1,0 +1,105 @@
+// CUDA backend: the row-wise parts of causal attention (the products QKᵀ, P·V and their gradients
+// are cuBLASLt GEMMs, cuda_attention.cpp). One block per score row; fixed-order block
+// reductions, so both kernels are deterministic.
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_reduce.cuh"
+
+namespace zt::cuda {
+namespace {
+
+// Block max (exact in any order).
+__device__ float block_max(float value) {
+  __shared__ float warp_max[kWarpSize];
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  __syncthreads();
+  if (lane == 0) warp_max[warp] = value;
+  __syncthreads();
+  float result = lane < static_cast<int>(blockDim.x) / kWarpSize ? warp_max[lane] : -INFINITY;
+  if (warp == 0) {
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+      result = fmaxf(result, __shfl_xor_sync(0xffffffffu, result, offset));
+    if (lane == 0) warp_max[0] = result;
+  }
+  __syncthreads();
+  return warp_max[0];
+}
+
+// Forward, row i of local head c (keys j ≤ i visible):
+//   p_j = exp(s_j − max)/Σ (fp32 exp, double sum), 0 for j > i;  lse_i = max + log Σ.
+__global__ void attention_softmax_kernel(float* scores, AttentionPass pass) {
+  const int64_t r = blockIdx.x;  // c·T + i
+  const int64_t c = r / pass.T;
+  const int64_t i = r % pass.T;
+  float* s = scores + r * pass.T;
+  float local_max = -INFINITY;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) local_max = fmaxf(local_max, s[j]);
+  const float row_max = block_max(local_max);
+  double local_sum = 0.0;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+    local_sum += static_cast<double>(expf(s[j] - row_max));
+  const double sum = block_sum(local_sum);
+  const float inv_sum = static_cast<float>(1.0 / sum);
+  for (int64_t j = threadIdx.x; j < pass.T; j += blockDim.x)
+    s[j] = j <= i ? expf(s[j] - row_max) * inv_sum : 0.0f;
+  if (threadIdx.x == 0)
+    pass.lse[c * pass.lse_head_stride + i] = row_max + static_cast<float>(log(sum));
+}
+
+// Backward, row i of local head c: D_i = dout_i·out_i (double); p_j = exp(s_j − lse_i) and
+// ds_j = p_j·(dP_j − D_i)·scale for j ≤ i, both 0 above the diagonal.
+__global__ void attention_backward_rows_kernel(float* probs, float* dscores, AttentionPass pass) {
+  const int64_t r = blockIdx.x;
+  const int64_t c = r / pass.T;
+  const int64_t i = r % pass.T;
+  const float* dout_row = pass.dout + i * pass.row_stride + c * pass.head_stride;
+  const float* out_row = pass.out + i * pass.row_stride + c * pass.head_stride;
+  double local_dot = 0.0;
+  for (int64_t d = threadIdx.x; d < pass.hd; d += blockDim.x)
+    local_dot += static_cast<double>(dout_row[d]) * out_row[d];
+  const float dout_dot_out = static_cast<float>(block_sum(local_dot));
+  const float row_lse = pass.lse[c * pass.lse_head_stride + i];
+  float* p = probs + r * pass.T;
+  float* ds = dscores + r * pass.T;
+  for (int64_t j = threadIdx.x; j < pass.T; j += blockDim.x) {
+    if (j <= i) {
+      const float pj = expf(p[j] - row_lse);
+      p[j] = pj;
+      ds[j] = pj * (ds[j] - dout_dot_out) * pass.scale;
+    } else {
+      p[j] = 0.0f;
+      ds[j] = 0.0f;
+    }
+  }
+}
+
+// Rows shorter than a warp waste most of a 256-thread block; size the block to the row.
+unsigned row_threads(int64_t T) {
+  return T <= 64 ? 64u : (T <= 128 ? 128u : static_cast<unsigned>(kRowThreads));
+}
+
+}  // namespace
+
+void launch_attention_softmax(float* scores, const AttentionPass& pass, cudaStream_t stream) {
+  const int64_t rows = pass.heads * pass.T;
+  if (rows == 0) return;
+  attention_softmax_kernel<<<static_cast<unsigned>(rows), row_threads(pass.T), 0, stream>>>(scores,
+                                                                                            pass);
+  ZT_CUDA_CHECK_LAUNCH("attention_softmax_kernel");
+}
+
+void launch_attention_backward_rows(float* probs, float* dscores, const AttentionPass& pass,
+                                    cudaStream_t stream) {
+  const int64_t rows = pass.heads * pass.T;
+  if (rows == 0) return;
+  attention_backward_rows_kernel<<<static_cast<unsigned>(rows), row_threads(pass.T), 0, stream>>>(
+      probs, dscores, pass);
+  ZT_CUDA_CHECK_LAUNCH("attention_backward_rows_kernel");
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,298 @@
+// CudaBackend: the Backend ops as kernel launches and cuBLASLt GEMMs on one stream (see
+// cuda_backend.h for the contract, cuda_gemm.h for the row-major mapping).
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>  // the typed cudaMalloc/cudaMallocHost overloads
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_device_arena.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "util/error.h"
+
+namespace zt {
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver/device" error
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
+                                                     const cuda::CudaBackendOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(device, options);
+}
+
+namespace cuda {
+
+// The RoPE table on the device: cpu::make_rope_table's fp32 values, uploaded once per
+// (positions, head dim, theta) and kept while later calls fit in it.
+struct DeviceRopeTable {
+  std::shared_ptr<const cpu::RopeTable> host;
+  float* cos = nullptr;  // [max_positions, head_dim/2]
+  float* sin = nullptr;
+
+  ~DeviceRopeTable() {
+    cudaFree(cos);
+    cudaFree(sin);
+  }
+};
+
+struct CudaBackend::State {
+  int device = 0;
+  CudaBackendOptions options;
+  std::string name;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<DeviceArena> arena;
+  std::unique_ptr<LtGemm> gemm;
+  std::unique_ptr<DeviceRopeTable> rope;
+  double* sum_result_host = nullptr;  // pinned
+
+  ~State() {
+    gemm.reset();
+    rope.reset();
+    arena.reset();
+    if (sum_result_host) cudaFreeHost(sum_result_host);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+CudaBackend::CudaBackend(int device, const CudaBackendOptions& options)
+    : state_(std::make_unique<State>()) {
+  const int count = cuda_device_count();
+  ZT_CHECK(device >= 0 && device < count, "CUDA backend: device " + std::to_string(device) +
+                                              " does not exist (" + std::to_string(count) +
+                                              " visible)");
+  State& s = *state_;
+  s.device = device;
+  s.options = options;
+  ZT_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  s.name = "cuda:";
+  for (const char* c = prop.name; *c; ++c)
+    s.name += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
+  // A blocking stream: plain cudaMemcpy (legacy default stream) orders after its work.
+  ZT_CUDA_CHECK(cudaStreamCreate(&s.stream));
+  ZT_CUDA_CHECK(cudaMallocHost(&s.sum_result_host, sizeof(double)));
+  const size_t reduction_floor = kSumSquaresBlocks * sizeof(double) + 2 * kArenaAlignment;
+  s.arena = std::make_unique<DeviceArena>(std::array<size_t, kNumScratchCategories>{
+      options.gemm_workspace_bytes, options.attention_scratch_bytes,
+      std::max(options.reduction_scratch_bytes, reduction_floor)});
+  s.gemm = std::make_unique<LtGemm>(s.stream, s.arena->base(ScratchCategory::kGemmWorkspace),
+                                    s.arena->region(ScratchCategory::kGemmWorkspace).capacity(),
+                                    options.gemm_compute);
+}
+
+CudaBackend::~CudaBackend() = default;
+
+std::string CudaBackend::name() const {
+  return state_->name;
+}
+void CudaBackend::synchronize() {
+  ZT_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
+}
+void* CudaBackend::stream_handle() const {
+  return state_->stream;
+}
+int CudaBackend::device() const {
+  return state_->device;
+}
+const CudaBackendOptions& CudaBackend::options() const {
+  return state_->options;
+}
+
+// ---- linear layer (row-major mapping: cuda_gemm.h) ----
+// y[M,N] = x[M,K]·w[N,K]ᵀ
+void CudaBackend::matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
+                                 int64_t K) {
+  RowMajorGemm g;
+  g.transpose_b = true;
+  g.rows = M, g.cols = N, g.inner = K;
+  g.a = x, g.lda = K, g.b = w, g.ldb = K, g.c = y, g.ldc = N;
+  state_->gemm->run(g);
+}
+
+// dx[M,K] (= or +=) dy[M,N]·w[N,K];  dw[N,K] += dy[M,N]ᵀ·x[M,K]
+void CudaBackend::matmul_backward(float* dx, float* dw, const float* dy, const float* x,
+                                  const float* w, int64_t M, int64_t N, int64_t K,
+                                  bool accumulate_dx) {
+  if (dx) {
+    RowMajorGemm g;
+    g.rows = M, g.cols = K, g.inner = N, g.beta = accumulate_dx ? 1.0f : 0.0f;
+    g.a = dy, g.lda = N, g.b = w, g.ldb = K, g.c = dx, g.ldc = K;
+    state_->gemm->run(g);
+  }
+  if (dw) {
+    RowMajorGemm g;
+    g.transpose_a = true;
+    g.rows = N, g.cols = K, g.inner = M, g.beta = 1.0f;
+    g.a = dy, g.lda = N, g.b = x, g.ldb = K, g.c = dw, g.ldc = K;
+    state_->gemm->run(g);
+  }
+}
+
+// ---- RMSNorm ----
+void CudaBackend::rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
+                                  int64_t D, float eps) {
+  launch_rmsnorm_forward(y, rstd, x, g, M, D, eps, state_->stream);
+}
+
+void CudaBackend::rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x,
+                                   const float* g, const float* rstd, int64_t M, int64_t D) {
+  if (dx) launch_rmsnorm_backward_dx(dx, dy, x, g, rstd, M, D, state_->stream);
+  if (dg && M > 0 && D > 0) {
+    const ArenaScope scope(*state_->arena);
+    const BumpRegion& region = state_->arena->region(ScratchCategory::kReduction);
+    const int64_t rows_per_chunk =
+        column_sum_rows_per_chunk(M, D, region.capacity() - region.used());
+    const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
+    double* partials = state_->arena->allocate<double>(ScratchCategory::kReduction,
+                                                       static_cast<size_t>(chunks * D));
+    launch_rmsnorm_backward_dg(dg, partials, dy, x, rstd, M, D, rows_per_chunk, state_->stream);
+  }
+}
+
+// ---- RoPE: the CPU's table, rotated by +angle (forward) or −angle (backward) ----
+namespace {
+
+const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64_t T, int64_t hd,
+                                  float theta) {
+  ZT_CHECK(hd % 2 == 0, "rope: head dim " + std::to_string(hd) + " is odd");
+  if (cache && cache->host->head_dim == hd && cache->host->theta == theta &&
+      cache->host->max_positions >= T) {
+    return *cache;
+  }
+  auto table = std::make_unique<DeviceRopeTable>();
+  table->host = cpu::make_rope_table(T, hd, theta);
+  const size_t bytes = table->host->cos.size() * sizeof(float);
+  if (bytes > 0) {
+    ZT_CUDA_CHECK(cudaMalloc(&table->cos, bytes));
+    ZT_CUDA_CHECK(cudaMalloc(&table->sin, bytes));
+    // Synchronous copies: the previous table may still be read by queued kernels, so it is only
+    // freed (when `cache` is replaced) after the device is idle.
+    ZT_CUDA_CHECK(cudaMemcpy(table->cos, table->host->cos.data(), bytes, cudaMemcpyHostToDevice));
+    ZT_CUDA_CHECK(cudaMemcpy(table->sin, table->host->sin.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  if (cache) ZT_CUDA_CHECK(cudaDeviceSynchronize());
+  cache = std::move(table);
+  return *cache;
+}
+
+}  // namespace
+
+void CudaBackend::rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) {
+  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, theta);
+  launch_rope(x, table.cos, table.sin, B, T, H, hd, 1.0f, state_->stream);
+}
+
+void CudaBackend::rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                float theta) {
+  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, theta);
+  launch_rope(dx, table.cos, table.sin, B, T, H, hd, -1.0f, state_->stream);
+}
+
+// ---- attention (cuda_attention.cpp) ----
+void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
+                                    const float* v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                    int64_t hd) {
+  cuda::attention_forward(*state_->gemm, *state_->arena, state_->stream, out, lse, q, k, v,
+                          {B, T, H, Hkv, hd});
+}
+
+void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                     const float* q, const float* k, const float* v,
+                                     const float* out, const float* lse, int64_t B, int64_t T,
+                                     int64_t H, int64_t Hkv, int64_t hd) {
+  cuda::attention_backward(*state_->gemm, *state_->arena, state_->stream, dq, dk, dv, dout, q, k, v,
+                           out, lse, {B, T, H, Hkv, hd});
+}
+
+// ---- SwiGLU, embedding, cross-entropy (cuda_pointwise.cu) ----
+void CudaBackend::swiglu_forward(float* h, const float* gate, const float* up, int64_t n) {
+  launch_swiglu_forward(h, gate, up, n, state_->stream);
+}
+
+void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                                  const float* up, int64_t n) {
+  launch_swiglu_backward(dgate, dup, dh, gate, up, n, state_->stream);
+}
+
+void CudaBackend::embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+                                    int64_t D) {
+  launch_embedding_forward(x, tokens, table, n, D, state_->stream);
+}
+
+void CudaBackend::embedding_backward(float* dtable, const float* dx, const int32_t* tokens,
+                                     int64_t n, int64_t D) {
+  launch_embedding_backward(dtable, dx, tokens, n, D, state_->stream);
+}
+
+void CudaBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
+                                const int32_t* targets, int64_t M, int64_t V, float grad_scale) {
+  launch_cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, state_->stream);
+}
+
+// ---- optimizer (cuda_optimizer.cu) ----
+void CudaBackend::adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
+                        float* param_f32, int64_t n, const AdamWHyper& h) {
+  ZT_CHECK(h.step >= 1, "adamw: step " + std::to_string(h.step) + " is not 1-based");
+  const double t = static_cast<double>(h.step);
+  AdamConstantsF32 c;
+  c.lr = h.lr;
+  c.beta1 = h.beta1;
+  c.beta2 = h.beta2;
+  c.one_minus_beta1 = 1.0f - h.beta1;
+  c.one_minus_beta2 = 1.0f - h.beta2;
+  c.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), t));
+  c.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), t));
+  c.eps = h.eps;
+  c.decay = h.lr * h.weight_decay;
+  c.grad_scale = h.grad_scale;
+  launch_adamw(master, m, v, grad, param_bf16, param_f32, n, c, state_->stream);
+}
+
+double CudaBackend::sum_squares(const float* x, int64_t n) {
+  const ArenaScope scope(*state_->arena);
+  double* scratch =
+      state_->arena->allocate<double>(ScratchCategory::kReduction, kSumSquaresBlocks + 1);
+  launch_sum_squares(scratch + kSumSquaresBlocks, scratch, x, n, state_->stream);
+  ZT_CUDA_CHECK(cudaMemcpyAsync(state_->sum_result_host, scratch + kSumSquaresBlocks,
+                                sizeof(double), cudaMemcpyDeviceToHost, state_->stream));
+  synchronize();
+  return *state_->sum_result_host;
+}
+
+// ---- elementwise helpers ----
+void CudaBackend::add_inplace(float* y, const float* x, int64_t n) {
+  launch_add(y, x, n, state_->stream);
+}
+
+void CudaBackend::scale_inplace(float* y, float s, int64_t n) {
+  launch_scale(y, s, n, state_->stream);
+}
+
+void CudaBackend::zero(float* y, int64_t n) {
+  if (n > 0)
+    ZT_CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<size_t>(n) * sizeof(float), state_->stream));
+}
+
+void CudaBackend::to_bf16(bf16_t* out, const float* in, int64_t n) {
+  launch_to_bf16(out, in, n, state_->stream);
+}
+
+void CudaBackend::from_bf16(float* out, const bf16_t* in, int64_t n) {
+  launch_from_bf16(out, in, n, state_->stream);
+}
+
+}  // namespace cuda
+}  // namespace zt

@@ -1,0 +1,144 @@
+// CudaBackend: the Backend interface (backend.h) on one NVIDIA GPU. Same fp32 pointer contract as
+// the CPU backend, but every pointer is DEVICE memory (cudaMalloc); the header includes no CUDA
+// header, so host code can name it under `#if ZEROTRAIN_HAVE_CUDA`.
+//
+// Execution model: every op is enqueued on the backend's own stream (stream_handle()) and returns
+// without waiting, except sum_squares (returns a host double, so it synchronises). Ops run in
+// issue order; synchronize() waits for all of them. Another stream (e.g. the NCCL stream) must
+// wait on an event recorded on stream_handle() before it reads an op's output.
+//
+// Numerics (what tests/gpu checks against the CPU backend):
+//   * GEMMs (linear layers, attention QKᵀ/PV and their gradients) go through cuBLASLt with fp32
+//     storage and fp32 accumulation; by default CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to
+//     bf16 for the tensor cores, ≈1e-2 relative), or exact fp32 (GemmCompute::kFp32).
+//   * Reductions (RMSNorm, softmax, cross-entropy, sum_squares, rmsnorm's dg, embedding backward)
+//     use fixed trees / fixed block counts and no float atomics: bitwise reproducible.
+//   * RoPE uses the CPU's fp32 table (cpu::make_rope_table), embedding forward/backward add in the
+//     CPU's order and AdamW evaluates cpu_adam.h's formula with the same roundings: bitwise equal
+//     to the CPU backend.
+//   * Kernels cannot throw: an out-of-range token id gives a NaN embedding row / NaN loss and
+//     NaN dlogits row, which the engine's non-finite check reports; embedding_backward skips
+//     negative ids.
+//
+// Scratch memory: a DeviceArena (cuda_device_arena.h) with one cudaMalloc per category (cuBLASLt
+// workspace, attention score matrices, reduction partials), sized once from CudaBackendOptions.
+// Attention processes as many heads per pass as its scratch holds (device_arena_plan.h).
+//
+// ---------------------------------------------------------------------------------------------
+// What remains for the ZeRO engine to train on the device (the engine is host-only today):
+//  1. Allocation: the engine's TrackedBuffers (flat bf16/fp32 parameter groups, fp32 gradient
+//     accumulators, gradient buckets, gathered stage-3 layers, optimizer master/m/v shards unless
+//     offloaded) and the model's activation arena must come from device memory — a
+//     DeviceArena per category (params, grads, optimizer, activations, comm buckets) sized from
+//     the estimate, counted by the MemoryTracker. Host-side code that reads these buffers
+//     (checkpoint save/load, grad-norm, NaN checks, final model export) needs explicit
+//     cudaMemcpy staging (pinned host buffers), and token batches an upload per micro-batch.
+//  2. Streams and events: compute on CudaBackend's stream; collectives on NcclCommunicator's
+//     comm stream. Before a reduce-scatter/all-reduce of a gradient bucket: record an event on the
+//     compute stream after the bucket's last backward GEMM and make the comm stream wait on it
+//     (NcclCommunicator::set_producer_stream does this per collective). Before the compute
+//     stream reads a gathered layer (stage 3 prefetch) or reuses a bucket: make it wait on the
+//     collective's completion event (NcclCommunicator::make_stream_wait), instead of a host
+//     wait(), so the host keeps issuing. The optimizer step waits for the last reduce-scatter.
+//  3. Offload: optimizer offload copies fp32 grad shards device→pinned host on a third (copy)
+//     stream and bf16 params back; NVMe offload stages through the same pinned buffers.
+//  4. Backend selection is wired (--backend cpu|cuda|auto, app/cmd_train.cpp); with the engine
+//     still host-only, `auto` runs on the CPU and `cuda` stops with an error saying so.
+// ---------------------------------------------------------------------------------------------
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace zt {
+namespace cuda {
+
+// Compute type of the fp32-storage GEMMs.
+enum class GemmCompute {
+  kBf16TensorCores,  // CUBLAS_COMPUTE_32F_FAST_16BF: bf16 products, fp32 accumulation
+  kFp32,             // CUBLAS_COMPUTE_32F: exact fp32
+};
+
+struct CudaBackendOptions {
+  GemmCompute gemm_compute = GemmCompute::kBf16TensorCores;
+  size_t gemm_workspace_bytes = size_t{32} << 20;      // cuBLASLt workspace
+  size_t attention_scratch_bytes = size_t{512} << 20;  // score/probability matrices
+  size_t reduction_scratch_bytes = size_t{8} << 20;    // rmsnorm dg / sum_squares partials
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Selects `device` (cudaSetDevice), creates the stream, cuBLASLt handle and scratch arena.
+  CudaBackend(int device, const CudaBackendOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // "cuda:<device name, lower case>" (cmd_train derives the bf16 peak from it).
+  std::string name() const override;
+
+  void matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
+                      int64_t K) override;
+  void matmul_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                       int64_t M, int64_t N, int64_t K, bool accumulate_dx) override;
+
+  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M, int64_t D,
+                       float eps) override;
+  void rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x, const float* g,
+                        const float* rstd, int64_t M, int64_t D) override;
+
+  void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) override;
+  void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) override;
+
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                          const float* k, const float* v, const float* out, const float* lse,
+                          int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) override;
+
+  void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) override;
+  void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                       const float* up, int64_t n) override;
+
+  void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+                         int64_t D) override;
+  void embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+                          int64_t D) override;
+
+  void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                     int64_t M, int64_t V, float grad_scale) override;
+
+  void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
+             float* param_f32, int64_t n, const AdamWHyper& h) override;
+  double sum_squares(const float* x, int64_t n) override;
+
+  void add_inplace(float* y, const float* x, int64_t n) override;
+  void scale_inplace(float* y, float s, int64_t n) override;
+  void zero(float* y, int64_t n) override;
+  void to_bf16(bf16_t* out, const float* in, int64_t n) override;
+  void from_bf16(float* out, const bf16_t* in, int64_t n) override;
+
+  // Waits for every op issued so far.
+  void synchronize();
+  // The cudaStream_t every op runs on (as void*, to keep CUDA headers out of this header).
+  void* stream_handle() const;
+  int device() const;
+  const CudaBackendOptions& options() const;
+
+ private:
+  struct State;  // stream, cuBLASLt, arena, RoPE table (cuda_backend.cpp)
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace cuda
+
+// Number of CUDA devices this process sees; 0 when there is no driver or no device.
+int cuda_device_count();
+
+std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
+                                                     const cuda::CudaBackendOptions& options = {});
+
+}  // namespace zt

@@ -1,0 +1,148 @@
+#include "backend/cuda/cuda_gemm.h"
+
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "util/error.h"
+
+namespace zt::cuda {
+
+struct LtGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t layout_a = nullptr;  // cuBLAS's A (our B buffer)
+  cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLAS's B (our A buffer)
+  cublasLtMatrixLayout_t layout_c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  ~Plan() {
+    if (layout_c) cublasLtMatrixLayoutDestroy(layout_c);
+    if (layout_b) cublasLtMatrixLayoutDestroy(layout_b);
+    if (layout_a) cublasLtMatrixLayoutDestroy(layout_a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+namespace {
+
+// Largest power of two ≤ 256 dividing the address of every batch entry.
+int64_t alignment_bytes(const void* ptr, int64_t stride_elements, int64_t batch) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(ptr);
+  if (batch > 1) bits |= static_cast<uint64_t>(stride_elements) * sizeof(float);
+  int64_t alignment = 256;
+  while (alignment > 4 && (bits & static_cast<uint64_t>(alignment - 1)) != 0) alignment /= 2;
+  return alignment;
+}
+
+cublasLtMatrixLayout_t make_layout(int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                   int64_t stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, static_cast<uint64_t>(rows),
+                                             static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                     &count, sizeof(count)));
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return layout;
+}
+
+std::string describe(const RowMajorGemm& g) {
+  return std::string("gemm ") + (g.transpose_a ? "Aᵀ" : "A") + "·" + (g.transpose_b ? "Bᵀ" : "B") +
+         " rows=" + std::to_string(g.rows) + " cols=" + std::to_string(g.cols) +
+         " inner=" + std::to_string(g.inner) + " batch=" + std::to_string(g.batch);
+}
+
+}  // namespace
+
+LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes, GemmCompute compute)
+    : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes), compute_(compute) {
+  ZT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+LtGemm::~LtGemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+const LtGemm::Plan& LtGemm::plan_for(const RowMajorGemm& g) {
+  const int64_t align_a = alignment_bytes(g.b, g.stride_b, g.batch);  // cuBLAS's A = our B
+  const int64_t align_b = alignment_bytes(g.a, g.stride_a, g.batch);
+  const int64_t align_c = alignment_bytes(g.c, g.stride_c, g.batch);
+  std::vector<int64_t> key = {
+      g.transpose_a, g.transpose_b, g.rows,     g.cols,  g.inner,     g.lda,   g.ldb,   g.ldc,
+      g.stride_a,    g.stride_b,    g.stride_c, g.batch, g.beta != 0, align_a, align_b, align_c};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return *found->second;
+
+  auto plan = std::make_unique<Plan>();
+  const cublasComputeType_t compute =
+      compute_ == GemmCompute::kFp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_16BF;
+  ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+  const cublasOperation_t op_a = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ZT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  ZT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  // Stored (column-major) shapes: cuBLAS A is m×k (N) or k×m (T); cuBLAS B is k×n (N) or n×k (T).
+  const int64_t m = g.cols, n = g.rows, k = g.inner;
+  plan->layout_a = g.transpose_b ? make_layout(k, m, g.ldb, g.batch, g.stride_b)
+                                 : make_layout(m, k, g.ldb, g.batch, g.stride_b);
+  plan->layout_b = g.transpose_a ? make_layout(n, k, g.lda, g.batch, g.stride_a)
+                                 : make_layout(k, n, g.lda, g.batch, g.stride_a);
+  plan->layout_c = make_layout(m, n, g.ldc, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  try {
+    const uint64_t workspace = workspace_bytes_;
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+    const uint32_t alignments[4] = {static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
+                                    static_cast<uint32_t>(align_c), static_cast<uint32_t>(align_c)};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i) {
+      ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &alignments[i],
+                                                           sizeof(alignments[i])));
+    }
+    ZT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->layout_a,
+                                                   plan->layout_b, plan->layout_c, plan->layout_c,
+                                                   preference, 1, &result, &returned));
+  } catch (...) {
+    cublasLtMatmulPreferenceDestroy(preference);
+    throw;
+  }
+  cublasLtMatmulPreferenceDestroy(preference);
+  ZT_CHECK(returned > 0 && result.state == CUBLAS_STATUS_SUCCESS,
+           "cuBLASLt has no algorithm for " + describe(g));
+  plan->algo = result.algo;
+  return *plans_.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+void LtGemm::run(const RowMajorGemm& g) {
+  if (g.rows == 0 || g.cols == 0 || g.batch == 0) return;
+  if (g.inner == 0) {
+    ZT_CHECK(g.beta == 0.0f || g.beta == 1.0f,
+             describe(g) + ": an empty product with beta other than 0 or 1");
+    if (g.beta == 0.0f) {
+      for (int64_t b = 0; b < g.batch; ++b) {
+        ZT_CUDA_CHECK(cudaMemset2DAsync(g.c + b * g.stride_c, static_cast<size_t>(g.ldc) * 4, 0,
+                                        static_cast<size_t>(g.cols) * 4,
+                                        static_cast<size_t>(g.rows), stream_));
+      }
+    }
+    return;
+  }
+  const Plan& plan = plan_for(g);
+  ZT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.layout_a, g.a,
+                                 plan.layout_b, &g.beta, g.c, plan.layout_c, g.c, plan.layout_c,
+                                 &plan.algo, workspace_, workspace_bytes_, stream_));
+}
+
+}  // namespace zt::cuda

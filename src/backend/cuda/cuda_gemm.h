@@ -1,0 +1,74 @@
+// Row-major fp32 GEMMs (single or strided-batched) on cuBLASLt.
+//
+// Row-major ↔ column-major: a row-major matrix X[r, c] with leading dimension ld is, read by a
+// column-major library, the matrix Xᵀ [c, r] with the same ld. So the row-major product
+//     C[rows, cols] = α·op(A)·op(B) + β·C
+// is computed as the column-major product of the transposes,
+//     Cᵀ[cols, rows] = α·op(B)ᵀ·op(A)ᵀ + β·Cᵀ,
+// i.e. cuBLAS gets (m, n, k) = (cols, rows, inner), its first operand is our B buffer and its
+// second our A buffer, each with its own transpose flag and leading dimension unchanged:
+//     cuBLAS A := B buffer, op = transpose_b ? T : N, stored [cols × inner] (N) or [inner × cols]
+//     (T) cuBLAS B := A buffer, op = transpose_a ? T : N, stored [inner × rows] (N) or [rows ×
+//     inner] (T) cuBLAS C := C buffer, [cols × rows], ldc
+// The linear layer (x[M,K], w[N,K], y[M,N]) then reads:
+//     forward  y  = x·wᵀ      rows=M cols=N inner=K  transpose_b   → cuBLAS (T, N), m=N n=M k=K
+//     backward dx = dy·w      rows=M cols=K inner=N               → cuBLAS (N, N), m=K n=M k=N
+//              dw += dyᵀ·x    rows=N cols=K inner=M  transpose_a  → cuBLAS (N, T), m=K n=N k=M,
+//                                                                   β = 1
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+
+namespace zt::cuda {
+
+struct RowMajorGemm {
+  bool transpose_a = false;
+  bool transpose_b = false;
+  int64_t rows = 0, cols = 0, inner = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  int64_t stride_a = 0;  // elements between batch entries
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  int64_t stride_b = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  int64_t stride_c = 0;
+  int64_t batch = 1;
+};
+
+class LtGemm {
+ public:
+  LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes, GemmCompute compute);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  // Enqueues g on the stream. rows, cols or batch of 0 do nothing; inner = 0 sets C = β·C for
+  // β ∈ {0, 1}. Heuristic results are cached per shape/alignment (the same shape always runs the
+  // same algorithm: reproducible).
+  void run(const RowMajorGemm& g);
+
+ private:
+  struct Plan;
+  const Plan& plan_for(const RowMajorGemm& g);
+
+  cudaStream_t stream_;
+  void* workspace_;
+  size_t workspace_bytes_;
+  GemmCompute compute_;
+  cublasLtHandle_t handle_ = nullptr;
+  std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace zt::cuda

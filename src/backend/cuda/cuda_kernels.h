@@ -1,0 +1,77 @@
+// Launchers of the CUDA backend's kernels (defined in the .cu files, called by cuda_backend.cpp
+// and cuda_attention.cpp). Every launcher enqueues on `stream`, checks the launch
+// (cudaGetLastError) and throws zt::Error on failure. Pointers are device memory.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace zt::cuda {
+
+// ---- cuda_norm_rope.cu ----
+void launch_rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
+                            int64_t D, float eps, cudaStream_t stream);
+void launch_rmsnorm_backward_dx(float* dx, const float* dy, const float* x, const float* g,
+                                const float* rstd, int64_t M, int64_t D, cudaStream_t stream);
+// dg[d] += Σ_m dy·x·rstd in two passes: partials[chunk][d] (doubles, rows_per_chunk rows each),
+// then the chunks in order.
+void launch_rmsnorm_backward_dg(float* dg, double* partials, const float* dy, const float* x,
+                                const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
+                                cudaStream_t stream);
+// x[B,T,H,hd] rotated by ±angle from the [T, hd/2] cos/sin tables (sin_sign = ±1).
+void launch_rope(float* x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
+                 int64_t H, int64_t hd, float sin_sign, cudaStream_t stream);
+
+// ---- cuda_pointwise.cu ----
+void launch_swiglu_forward(float* h, const float* gate, const float* up, int64_t n,
+                           cudaStream_t stream);
+void launch_swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                            const float* up, int64_t n, cudaStream_t stream);
+void launch_embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+                              int64_t D, cudaStream_t stream);
+void launch_embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+                               int64_t D, cudaStream_t stream);
+void launch_cross_entropy(float* losses, float* dlogits, const float* logits,
+                          const int32_t* targets, int64_t M, int64_t V, float grad_scale,
+                          cudaStream_t stream);
+void launch_add(float* y, const float* x, int64_t n, cudaStream_t stream);
+void launch_scale(float* y, float s, int64_t n, cudaStream_t stream);
+void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
+void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
+
+// ---- cuda_optimizer.cu ----
+// Per-call AdamW constants, each rounded to fp32 once on the host (as cpu_adam.h does).
+struct AdamConstantsF32 {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, bc1, bc2, eps, decay, grad_scale;
+};
+void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t* out_bf16,
+                  float* out_f32, int64_t n, const AdamConstantsF32& c, cudaStream_t stream);
+// Σ x² in double: kSumSquaresBlocks fixed blocks write partials[kSumSquaresBlocks], one block adds
+// them into *result (device). The order depends on n only.
+constexpr int kSumSquaresBlocks = 1024;
+void launch_sum_squares(double* result, double* partials, const float* x, int64_t n,
+                        cudaStream_t stream);
+
+// ---- cuda_attention_kernels.cu ----
+// One pass of attention covers `heads` query heads of one batch entry that share the offset j in
+// their kv group: local head c is query head h = (g0 + c)·group + j. scores holds [heads, T, T].
+struct AttentionPass {
+  int64_t T = 0;
+  int64_t heads = 0;
+  int64_t hd = 0;
+  float* lse = nullptr;  // lse of local head 0, row 0; head c at + c·lse_head_stride
+  int64_t lse_head_stride = 0;
+  const float* dout = nullptr;  // dout/out row t of local head c at + t·row_stride + c·head_stride
+  const float* out = nullptr;
+  int64_t row_stride = 0;
+  int64_t head_stride = 0;
+  float scale = 1.0f;  // 1/sqrt(hd)
+};
+// Forward: scores (already scaled) → causal softmax probabilities in place, lse written.
+void launch_attention_softmax(float* scores, const AttentionPass& pass, cudaStream_t stream);
+// Backward: probs holds the recomputed scaled scores, dscores holds dP = dout·vᵀ; on return
+// probs = exp(s − lse) (0 above the diagonal) and dscores = p·(dP − dout·out)·scale.
+void launch_attention_backward_rows(float* probs, float* dscores, const AttentionPass& pass,
+                                    cudaStream_t stream);
+
+}  // namespace zt::cuda

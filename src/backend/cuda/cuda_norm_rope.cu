@@ -1,0 +1,125 @@
+// CUDA backend: RMSNorm and rotary position embedding, forward and backward side by side.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_reduce.cuh"
+
+namespace zt::cuda {
+namespace {
+
+// ---- RMSNorm ----
+// Forward, one block per row: rstd = 1/sqrt(mean_d x² + eps) (fp32 block sum); y = g·(x·rstd).
+__global__ void rmsnorm_forward_kernel(float* y, float* rstd, const float* x, const float* g,
+                                       int64_t D, float eps) {
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * D;
+  float acc = 0.0f;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc += xr[d] * xr[d];
+  const float mean_square = block_sum(acc) / static_cast<float>(D);
+  const float r = 1.0f / sqrtf(mean_square + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  float* yr = y + row * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) yr[d] = g[d] * (xr[d] * r);
+}
+
+// Backward dx, one block per row: dx += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x).
+__global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dy, const float* x,
+                                           const float* g, const float* rstd, int64_t D) {
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * D;
+  const float* dyr = dy + row * D;
+  float acc = 0.0f;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc += (g[d] * dyr[d]) * xr[d];
+  const float r = rstd[row];
+  const float coef = block_sum(acc) / static_cast<float>(D) * r * r * r;
+  float* dxr = dx + row * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+    dxr[d] += r * (g[d] * dyr[d]) - xr[d] * coef;
+}
+
+// Backward dg, pass 1: partials[c][d] = Σ_{m in chunk c} dy·x·rstd in double, rows in order.
+// Grid (column blocks, chunks); one thread per column (coalesced over d).
+__global__ void rmsnorm_dg_partials_kernel(double* partials, const float* dy, const float* x,
+                                           const float* rstd, int64_t M, int64_t D,
+                                           int64_t rows_per_chunk) {
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  const int64_t chunk = blockIdx.y;
+  const int64_t m0 = chunk * rows_per_chunk;
+  const int64_t m1 = m0 + rows_per_chunk < M ? m0 + rows_per_chunk : M;
+  double acc = 0.0;
+  for (int64_t m = m0; m < m1; ++m)
+    acc += static_cast<double>(dy[m * D + d] * x[m * D + d] * rstd[m]);
+  partials[chunk * D + d] = acc;
+}
+
+// Backward dg, pass 2: dg[d] += Σ_c partials[c][d], chunks in order.
+__global__ void rmsnorm_dg_finish_kernel(float* dg, const double* partials, int64_t chunks,
+                                         int64_t D) {
+  const int64_t d = global_thread();
+  if (d >= D) return;
+  double acc = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) acc += partials[c * D + d];
+  dg[d] += static_cast<float>(acc);
+}
+
+// ---- RoPE (rotate-half) ----
+// One thread per (b, t, h, i < hd/2): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs). The explicit
+// _rn intrinsics keep nvcc from fusing into FMAs, so the result is the CPU's bit for bit (same
+// table, same unfused fp32 operations).
+__global__ void rope_kernel(float* x, const float* cos_table, const float* sin_table, int64_t pairs,
+                            int64_t T, int64_t H, int64_t half, float sin_sign) {
+  for (int64_t idx = global_thread(); idx < pairs; idx += grid_threads()) {
+    const int64_t i = idx % half;
+    const int64_t bth = idx / half;  // (b·T + t)·H + h
+    const int64_t t = (bth / H) % T;
+    const float c = cos_table[t * half + i];
+    const float s = sin_sign * sin_table[t * half + i];
+    float* x1 = x + bth * 2 * half;
+    const float a = x1[i];
+    const float b = x1[i + half];
+    x1[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    x1[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  }
+}
+
+}  // namespace
+
+void launch_rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
+                            int64_t D, float eps, cudaStream_t stream) {
+  if (M == 0) return;
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(y, rstd, x, g, D,
+                                                                               eps);
+  ZT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
+}
+
+void launch_rmsnorm_backward_dx(float* dx, const float* dy, const float* x, const float* g,
+                                const float* rstd, int64_t M, int64_t D, cudaStream_t stream) {
+  if (M == 0) return;
+  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(dx, dy, x, g,
+                                                                                   rstd, D);
+  ZT_CUDA_CHECK_LAUNCH("rmsnorm_backward_dx_kernel");
+}
+
+void launch_rmsnorm_backward_dg(float* dg, double* partials, const float* dy, const float* x,
+                                const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
+                                cudaStream_t stream) {
+  if (M == 0 || D == 0) return;
+  const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
+  const unsigned column_blocks = static_cast<unsigned>((D + kRowThreads - 1) / kRowThreads);
+  rmsnorm_dg_partials_kernel<<<dim3(column_blocks, static_cast<unsigned>(chunks)), kRowThreads, 0,
+                               stream>>>(partials, dy, x, rstd, M, D, rows_per_chunk);
+  ZT_CUDA_CHECK_LAUNCH("rmsnorm_dg_partials_kernel");
+  rmsnorm_dg_finish_kernel<<<column_blocks, kRowThreads, 0, stream>>>(dg, partials, chunks, D);
+  ZT_CUDA_CHECK_LAUNCH("rmsnorm_dg_finish_kernel");
+}
+
+void launch_rope(float* x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
+                 int64_t H, int64_t hd, float sin_sign, cudaStream_t stream) {
+  const int64_t pairs = B * T * H * (hd / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<elementwise_blocks(pairs), kElementwiseThreads, 0, stream>>>(
+      x, cos_table, sin_table, pairs, T, H, hd / 2, sin_sign);
+  ZT_CUDA_CHECK_LAUNCH("rope_kernel");
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,72 @@
+// CUDA backend: AdamW and the deterministic sum of squares (gradient norm).
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_reduce.cuh"
+
+namespace zt::cuda {
+namespace {
+
+// AdamW, cpu_adam.h's definition with the same roundings (every operation spelled with an _rn
+// intrinsic so that nvcc fuses nothing but the three explicit fmas):
+//   g = grad·grad_scale;  m' = fma(β1, m, (1−β1)·g);  v' = fma(β2, v, (1−β2)·(g·g))
+//   u = lr·(m'/bc1) / (sqrt(v'/bc2) + eps);  w' = w − fma(lr·wd, w, u)
+// then w' rounded to bf16 (RNE, quiet NaN) and/or copied to fp32.
+__global__ void adamw_kernel(float* master, float* m, float* v, const float* grad,
+                             uint16_t* out_bf16, float* out_f32, int64_t n, AdamConstantsF32 c) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float g = __fmul_rn(grad[i], c.grad_scale);
+    const float mi = fmaf(c.beta1, m[i], __fmul_rn(c.one_minus_beta1, g));
+    const float vi = fmaf(c.beta2, v[i], __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
+    m[i] = mi;
+    v[i] = vi;
+    const float w = master[i];
+    const float numerator = __fmul_rn(c.lr, __fdiv_rn(mi, c.bc1));
+    const float denominator = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, c.bc2)), c.eps);
+    const float step = __fdiv_rn(numerator, denominator);
+    const float updated = __fsub_rn(w, fmaf(c.decay, w, step));
+    master[i] = updated;
+    if (out_bf16) out_bf16[i] = float_to_bf16_bits(updated);
+    if (out_f32) out_f32[i] = updated;
+  }
+}
+
+// Σ x², pass 1: kSumSquaresBlocks blocks (a constant, not the device's SM count), each thread a
+// grid-stride sequence in double, then a block tree → partials[block].
+__global__ void sum_squares_partials_kernel(double* partials, const float* x, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const double value = x[i];
+    acc += value * value;
+  }
+  const double total = block_sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+// Pass 2: one block of kSumSquaresBlocks threads sums the partials with the same tree.
+__global__ void sum_squares_finish_kernel(double* result, const double* partials) {
+  const double total = block_sum(partials[threadIdx.x]);
+  if (threadIdx.x == 0) *result = total;
+}
+
+}  // namespace
+
+void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t* out_bf16,
+                  float* out_f32, int64_t n, const AdamConstantsF32& c, cudaStream_t stream) {
+  if (n == 0) return;
+  adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(master, m, v, grad,
+                                                                          out_bf16, out_f32, n, c);
+  ZT_CUDA_CHECK_LAUNCH("adamw_kernel");
+}
+
+void launch_sum_squares(double* result, double* partials, const float* x, int64_t n,
+                        cudaStream_t stream) {
+  static_assert(kSumSquaresBlocks % kWarpSize == 0 && kSumSquaresBlocks <= 1024,
+                "the finishing block has one thread per partial");
+  sum_squares_partials_kernel<<<kSumSquaresBlocks, kElementwiseThreads, 0, stream>>>(partials, x,
+                                                                                     n);
+  ZT_CUDA_CHECK_LAUNCH("sum_squares_partials_kernel");
+  sum_squares_finish_kernel<<<1, kSumSquaresBlocks, 0, stream>>>(result, partials);
+  ZT_CUDA_CHECK_LAUNCH("sum_squares_finish_kernel");
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,260 @@
+// CUDA backend: SwiGLU, token embedding, fused softmax cross-entropy and the elementwise helpers,
+// forward and backward side by side.
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_reduce.cuh"
+
+namespace zt::cuda {
+namespace {
+
+// ---- SwiGLU ----
+// Forward: h = silu(a)·u with silu(a) = a / (1 + exp(−a)).
+__global__ void swiglu_forward_kernel(float* h, const float* gate, const float* up, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float a = gate[i];
+    h[i] = a / (1.0f + expf(-a)) * up[i];
+  }
+}
+
+// Backward: σ = 1/(1 + exp(−a)); dgate = dh·u·σ·(1 + a·(1 − σ)); dup = dh·a·σ.
+__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dh, const float* gate,
+                                       const float* up, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float a = gate[i];
+    const float sigma = 1.0f / (1.0f + expf(-a));
+    const float g = dh[i];
+    dgate[i] = g * up[i] * sigma * (1.0f + a * (1.0f - sigma));
+    dup[i] = g * (a * sigma);
+  }
+}
+
+// ---- token embedding ----
+// Forward, one block per token: x[i] = table[tokens[i]]; a negative id gives a NaN row.
+__global__ void embedding_forward_kernel(float* x, const int32_t* tokens, const float* table,
+                                         int64_t D) {
+  const int64_t i = blockIdx.x;
+  const int32_t id = tokens[i];
+  float* xr = x + i * D;
+  if (id < 0) {
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xr[d] = NAN;
+    return;
+  }
+  const float* row = table + static_cast<int64_t>(id) * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xr[d] = row[d];
+}
+
+// Backward: dtable[v] += Σ_{i: tokens[i]=v} dx[i], deterministic without atomics or a sort.
+// Block i handles token position i. It first looks for an earlier position with the same id; if
+// there is one, that position's block owns the id and block i exits. The owner (the first
+// occurrence) walks positions i..n−1 in tiles of blockDim, compacts the matching positions of a
+// tile in order (warp ballots), and adds their dx rows into dtable[v] column by column. Every
+// element of dtable[v] is therefore updated by one thread, in position order — the CPU backend's
+// order, so the sums are bitwise equal. Cost O(n · distinct ids) id comparisons (L2-resident).
+__global__ void embedding_backward_kernel(float* dtable, const float* dx, const int32_t* tokens,
+                                          int64_t n, int64_t D) {
+  __shared__ int64_t matches[kRowThreads];
+  __shared__ int warp_counts[kRowThreads / kWarpSize];
+  const int64_t i = blockIdx.x;
+  const int32_t id = tokens[i];
+  if (id < 0) return;
+  for (int64_t j0 = 0; j0 < i; j0 += blockDim.x) {
+    const int64_t j = j0 + threadIdx.x;
+    if (__syncthreads_or(j < i && tokens[j] == id)) return;  // uniform across the block
+  }
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  float* row = dtable + static_cast<int64_t>(id) * D;
+  for (int64_t j0 = i; j0 < n; j0 += blockDim.x) {
+    const int64_t j = j0 + threadIdx.x;
+    const bool hit = j < n && tokens[j] == id;
+    const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int offset = __popc(ballot & lanes_below);
+    int total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) {
+      if (w < warp) offset += warp_counts[w];
+      total += warp_counts[w];
+    }
+    if (hit) matches[offset] = j;
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < D && total > 0; d += blockDim.x) {
+      float acc = row[d];
+      for (int k = 0; k < total; ++k) acc += dx[matches[k] * D + d];
+      row[d] = acc;
+    }
+    __syncthreads();  // matches and warp_counts are rewritten by the next tile
+  }
+}
+
+// ---- fused softmax + cross-entropy ----
+// Online (max, Σ exp) pair: merging (m1, s1) and (m2, s2) gives (m, s1·e^(m1−m) + s2·e^(m2−m)).
+struct MaxSum {
+  float max;
+  double sum;
+};
+
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  if (b.sum == 0.0) return a;
+  if (a.sum == 0.0) return b;
+  const float m = fmaxf(a.max, b.max);
+  return {m, a.sum * static_cast<double>(expf(a.max - m)) +
+                 b.sum * static_cast<double>(expf(b.max - m))};
+}
+
+__device__ MaxSum block_max_sum(MaxSum value) {
+  __shared__ float maxes[kWarpSize];
+  __shared__ double sums[kWarpSize];
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, value.max, offset),
+                       __shfl_xor_sync(0xffffffffu, value.sum, offset)};
+    value = merge(value, other);
+  }
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  if (lane == 0) {
+    maxes[warp] = value.max;
+    sums[warp] = value.sum;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const bool present = lane < static_cast<int>(blockDim.x) / kWarpSize;
+    value = present ? MaxSum{maxes[lane], sums[lane]} : MaxSum{-INFINITY, 0.0};
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+      const MaxSum other{__shfl_xor_sync(0xffffffffu, value.max, offset),
+                         __shfl_xor_sync(0xffffffffu, value.sum, offset)};
+      value = merge(value, other);
+    }
+    if (lane == 0) {
+      maxes[0] = value.max;
+      sums[0] = value.sum;
+    }
+  }
+  __syncthreads();
+  return {maxes[0], sums[0]};
+}
+
+// One block per row: lse = max + log Σ exp(x − max) (one online pass), loss = lse − x[target];
+// dlogits = (exp(x − max)/Σ − [j = target])·grad_scale. Every read of the row (the target logit
+// included) happens before the block-wide reduction, every write after it, so dlogits may alias
+// logits. An out-of-range target gives a NaN loss and a NaN dlogits row.
+__global__ void cross_entropy_kernel(float* losses, float* dlogits, const float* logits,
+                                     const int32_t* targets, int64_t V, float grad_scale) {
+  const int64_t row = blockIdx.x;
+  const float* x = logits + row * V;
+  const int32_t target = targets[row];
+  const bool valid = target >= 0 && target < V;
+  const float target_logit = valid ? x[target] : NAN;
+  MaxSum local{-INFINITY, 0.0};
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float value = x[j];
+    if (local.sum == 0.0) {
+      local = {value, 1.0};
+    } else if (value > local.max) {
+      local.sum = local.sum * static_cast<double>(expf(local.max - value)) + 1.0;
+      local.max = value;
+    } else {
+      local.sum += static_cast<double>(expf(value - local.max));
+    }
+  }
+  const MaxSum total = block_max_sum(local);
+  if (threadIdx.x == 0) {
+    losses[row] = static_cast<float>(static_cast<double>(total.max) + log(total.sum) -
+                                     static_cast<double>(target_logit));
+  }
+  if (dlogits == nullptr) return;
+  float* dx = dlogits + row * V;
+  const float factor = static_cast<float>(static_cast<double>(grad_scale) / total.sum);
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float p = expf(x[j] - total.max) * factor;
+    dx[j] = !valid ? NAN : (j == target ? p - grad_scale : p);
+  }
+}
+
+// ---- elementwise helpers ----
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] += x[i];
+}
+
+__global__ void scale_kernel(float* y, float s, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] *= s;
+}
+
+__global__ void to_bf16_kernel(uint16_t* out, const float* in, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = float_to_bf16_bits(in[i]);
+}
+
+__global__ void from_bf16_kernel(float* out, const uint16_t* in, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = bf16_bits_to_float(in[i]);
+}
+
+}  // namespace
+
+void launch_swiglu_forward(float* h, const float* gate, const float* up, int64_t n,
+                           cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(h, gate, up, n);
+  ZT_CUDA_CHECK_LAUNCH("swiglu_forward_kernel");
+}
+
+void launch_swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
+                            const float* up, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dgate, dup, dh,
+                                                                                    gate, up, n);
+  ZT_CUDA_CHECK_LAUNCH("swiglu_backward_kernel");
+}
+
+void launch_embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+                              int64_t D, cudaStream_t stream) {
+  if (n == 0 || D == 0) return;
+  embedding_forward_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(x, tokens, table,
+                                                                                 D);
+  ZT_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
+}
+
+void launch_embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+                               int64_t D, cudaStream_t stream) {
+  if (n == 0 || D == 0) return;
+  embedding_backward_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dtable, dx,
+                                                                                  tokens, n, D);
+  ZT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
+}
+
+void launch_cross_entropy(float* losses, float* dlogits, const float* logits,
+                          const int32_t* targets, int64_t M, int64_t V, float grad_scale,
+                          cudaStream_t stream) {
+  if (M == 0) return;
+  cross_entropy_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
+      losses, dlogits, logits, targets, V, grad_scale);
+  ZT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
+}
+
+void launch_add(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(y, x, n);
+  ZT_CUDA_CHECK_LAUNCH("add_kernel");
+}
+
+void launch_scale(float* y, float s, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(y, s, n);
+  ZT_CUDA_CHECK_LAUNCH("scale_kernel");
+}
+
+void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  to_bf16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, in, n);
+  ZT_CUDA_CHECK_LAUNCH("to_bf16_kernel");
+}
+
+void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  from_bf16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, in, n);
+  ZT_CUDA_CHECK_LAUNCH("from_bf16_kernel");
+}
+
+}  // namespace zt::cuda

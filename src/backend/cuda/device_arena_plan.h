@@ -1,0 +1,56 @@
+// Host-side bookkeeping of the CUDA backend's scratch memory, free of CUDA so that CPU-only unit
+// tests cover it: bump regions (one per DeviceArena category), and how many attention heads or
+// row chunks a scratch region of a given size holds.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace zt::cuda {
+
+// Every allocation starts on this boundary (cudaMalloc's own alignment; cuBLASLt's preferred one).
+constexpr size_t kArenaAlignment = 256;
+
+// Rounds bytes up to a multiple of alignment (a power of two); throws zt::Error on overflow.
+size_t align_up(size_t bytes, size_t alignment = kArenaAlignment);
+
+// A bump allocator over [0, capacity): allocate() hands out aligned offsets in order, release_to()
+// frees everything allocated after a mark. Errors name the region.
+class BumpRegion {
+ public:
+  BumpRegion(std::string name, size_t capacity);
+
+  // Offset of a new block of `bytes` (aligned); throws zt::Error naming the region, the request,
+  // the bytes in use and the capacity when it does not fit. bytes = 0 returns the current top.
+  size_t allocate(size_t bytes);
+  size_t mark() const { return used_; }
+  void release_to(size_t mark);  // mark must come from mark() and be ≤ used()
+
+  const std::string& name() const { return name_; }
+  size_t capacity() const { return capacity_; }
+  size_t used() const { return used_; }
+  size_t peak() const { return peak_; }
+
+ private:
+  std::string name_;
+  size_t capacity_;
+  size_t used_ = 0;
+  size_t peak_ = 0;
+};
+
+// Attention scores are T×T fp32 matrices, `matrices_per_head` of them per head (1 forward: the
+// probabilities; 2 backward: probabilities and score gradients). The most heads (≤ max_heads)
+// whose matrices fit in scratch_bytes; throws zt::Error naming the bytes one head needs when not
+// even one fits.
+int64_t attention_heads_per_pass(size_t scratch_bytes, int64_t T, int64_t matrices_per_head,
+                                 int64_t max_heads);
+
+// Column sums over `rows` rows go in chunks of consecutive rows whose partial sums (one double
+// per column per chunk) fit in scratch_bytes: at most kMaxColumnSumChunks chunks of at least
+// kMinRowsPerChunk rows. Returns the number of rows per chunk (≥ 1); throws when one chunk's
+// partials do not fit. The chunking depends only on (rows, cols, scratch_bytes): deterministic.
+constexpr int64_t kMaxColumnSumChunks = 128;
+constexpr int64_t kMinRowsPerChunk = 32;
+int64_t column_sum_rows_per_chunk(int64_t rows, int64_t cols, size_t scratch_bytes);
+
+}  // namespace zt::cuda
