@@ -16,7 +16,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev nlohmann-json3-dev
-  libopenblas-dev libgtest-dev
+  libopenblas-dev libgtest-dev liburing-dev
   python3 python3-numpy python3-h5py python3-torch
 )
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "util/error.h"
 
@@ -42,13 +43,15 @@ float* GradReducer::acquire_bucket(int64_t padded, bool zeroed) {
   return s.bucket.data();
 }
 
-void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest) {
+void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
+                        std::function<void()> on_landed) {
   Slot& s = current_ ? *current_ : slots_[next_slot_];
   if (s.busy) drain(s);
   current_ = nullptr;
   next_slot_ = (next_slot_ + 1) % slots_.size();
   s.mode = mode;
   s.dest = dest;
+  s.on_landed = std::move(on_landed);
   s.busy = true;
   s.shard = padded / world_;
   if (mode == Mode::kAllReduce) {
@@ -88,6 +91,7 @@ double GradReducer::drain(Slot& s) {
     for (int64_t i = 0; i < s.shard; ++i) s.dest[i] += r[i];
   }
   s.busy = false;
+  if (s.on_landed) std::exchange(s.on_landed, {})();
   return waited;
 }
 

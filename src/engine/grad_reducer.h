@@ -7,6 +7,7 @@
 // accumulator at the rank's offset, stages 2/3 add it into the fp32 shard accumulator.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -28,7 +29,9 @@ class GradReducer {
   float* acquire_bucket(int64_t padded, bool zeroed);
   // Starts reducing `padded` elements at `grads` (the acquired bucket, or a caller-owned
   // accumulator in all-reduce/store modes); `dest` receives the shard (null for all-reduce).
-  void start(Mode mode, float* grads, int64_t padded, float* dest);
+  // `on_landed`, if set, runs once the result has landed in `dest` (offload: copy it to host).
+  void start(Mode mode, float* grads, int64_t padded, float* dest,
+             std::function<void()> on_landed = {});
   // Waits for every outstanding reduction and lands the results. Returns seconds spent waiting.
   double drain_all();
   // Polls outstanding handles so the library makes progress during compute.
@@ -42,6 +45,7 @@ class GradReducer {
     std::vector<CommHandle> handles;
     Mode mode = Mode::kAllReduce;
     float* dest = nullptr;
+    std::function<void()> on_landed;
     int64_t shard = 0;
     bool busy = false;
   };

@@ -10,9 +10,10 @@ namespace zt {
 
 ParamGatherer::ParamGatherer(Communicator& comm, MemoryTracker& memory,
                              const std::vector<GroupPartition>& parts, DType dtype,
-                             const ZeroConfig& zero, std::vector<const void*> shards)
+                             const ZeroConfig& zero, std::vector<const void*> shards,
+                             HostDeviceCopier* host_shards)
     : comm_(comm), memory_(memory), parts_(parts), dtype_(dtype), elem_size_(dtype_size(dtype)),
-      zero_(zero), shards_(std::move(shards)), gathered_(parts.size()),
+      zero_(zero), shards_(std::move(shards)), host_shards_(host_shards), gathered_(parts.size()),
       inflight_(parts.size(), false) {}
 
 void ParamGatherer::begin_pass(std::vector<int> uses) { uses_ = std::move(uses); }
@@ -22,8 +23,15 @@ void ParamGatherer::start_gather(int g) {
   Gathered& G = gathered_[static_cast<size_t>(g)];
   G.buffer = TrackedBuffer<uint8_t>(memory_, MemCategory::kParams,
                                     static_cast<size_t>(p.padded) * elem_size_);
-  G.handle = comm_.all_gather(dtype_, shards_[static_cast<size_t>(g)], G.buffer.data(),
-                              static_cast<size_t>(p.shard));
+  const void* shard = shards_[static_cast<size_t>(g)];
+  if (host_shards_) {
+    const size_t bytes = static_cast<size_t>(p.shard) * elem_size_;
+    G.staged_shard = TrackedBuffer<uint8_t>(memory_, MemCategory::kCommBuffers, bytes);
+    host_shards_->host_to_device(G.staged_shard.data(), shard, bytes);
+    host_shards_->synchronize();  // a GPU would record an event and make the gather wait on it
+    shard = G.staged_shard.data();
+  }
+  G.handle = comm_.all_gather(dtype_, shard, G.buffer.data(), static_cast<size_t>(p.shard));
   live_elements_ += p.padded;
   inflight_[static_cast<size_t>(g)] = true;
   inflight_elements_ += p.padded;
@@ -36,6 +44,7 @@ void ParamGatherer::wait_gather(int g) {
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   inflight_[static_cast<size_t>(g)] = false;
   inflight_elements_ -= parts_[static_cast<size_t>(g)].padded;
+  gathered_[static_cast<size_t>(g)].staged_shard.reset();
 }
 
 void ParamGatherer::free_group(int g) {

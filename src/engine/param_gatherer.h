@@ -5,11 +5,14 @@
 // stage3_max_reuse_distance elements of other groups and the live budget allows it.
 // With overlap, upcoming groups are prefetched while the current one computes, bounded by
 // stage3_prefetch_bucket_size (elements in flight) and stage3_max_live_parameters.
+// offload_param: the shards are host memory; each gather first stages the shard host→device
+// (`host_shards` copier) into a device buffer that lives until the gather completes.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/host_device_copier.h"
 #include "engine/zero_config.h"
 #include "util/memory.h"
 
@@ -21,7 +24,7 @@ class ParamGatherer {
  public:
   ParamGatherer(Communicator& comm, MemoryTracker& memory,
                 const std::vector<GroupPartition>& parts, DType dtype, const ZeroConfig& zero,
-                std::vector<const void*> shards);
+                std::vector<const void*> shards, HostDeviceCopier* host_shards = nullptr);
 
   // Starts a pass over `uses` (group ids in execution order, e.g. one micro-batch's forward
   // and backward).
@@ -50,8 +53,10 @@ class ParamGatherer {
   size_t elem_size_;
   ZeroConfig zero_;
   std::vector<const void*> shards_;
+  HostDeviceCopier* host_shards_;
   struct Gathered {
     TrackedBuffer<uint8_t> buffer;
+    TrackedBuffer<uint8_t> staged_shard;  // offload_param: the shard on the device
     CommHandle handle;
     bool empty() const { return buffer.size() == 0; }
   };

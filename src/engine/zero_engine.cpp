@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/decay_segments.h"
 #include "engine/grad_reducer.h"
+#include "engine/host_device_copier.h"
+#include "engine/offload_optimizer.h"
 #include "engine/param_gatherer.h"
 #include "io/model_dir.h"
 #include "model/init.h"
@@ -50,6 +53,10 @@ struct ZeroEngine::Impl {
   Communicator& comm;
   MemoryTracker& memory;
   int world, rank;
+  OffloadConfig offload;
+  std::unique_ptr<HostDeviceCopier> copier = std::make_unique<CpuHostDeviceCopier>();
+  std::unique_ptr<OffloadOptimizer> offloader;  // optimizer offload (cpu | nvme)
+  uint64_t d2h_at_step_start = 0;
 
   // Working params: stage 0-2 the full padded group, stage 3 the rank's shard.
   std::vector<TrackedBuffer<bf16_t>> work_bf16;
@@ -79,6 +86,8 @@ struct ZeroEngine::Impl {
   void fill(const GroupSource& source);
   const float* as_compute(const void* w, int g);
   const float* params_for(int g, size_t use);
+  std::vector<DecaySegment> own_segments(int g) const;
+  const float* resident_master(int g);
   void release(size_t use);
   void run_micro_batch(bool last, float grad_scale, StepStats& stats);
   void optimizer_step(float lr, int64_t step, StepStats& stats);
@@ -88,10 +97,12 @@ struct ZeroEngine::Impl {
 ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
                        const AdamWConfig& optim, Backend& backend, Communicator& comm,
                        MemoryTracker& memory, int64_t micro_batch, int64_t seq_len,
-                       ActivationCheckpointing ac)
+                       ActivationCheckpointing ac, const OffloadConfig& offload)
     : model_(model, backend, memory, micro_batch, seq_len, ac),
       impl_(std::make_unique<Impl>(*this, zero, precision, optim, backend, comm, memory)) {
   zero.validate();
+  offload.validate(zero.stage);
+  impl_->offload = offload;
   const int64_t N = comm.world_size();
   for (const GroupInfo& g : model_.layout().groups()) {
     GroupPartition p;
@@ -112,16 +123,32 @@ void ZeroEngine::Impl::allocate() {
   for (int g = 0; g < G; ++g) {
     const GroupPartition& p = part(g);
     const size_t work_n = static_cast<size_t>(zero.stage == 3 ? p.shard : p.padded);
+    // offload_param: the stage-3 working shards live in the host pool.
+    const MemCategory work_cat =
+        offload.param_offloaded() ? MemCategory::kHostOffload : MemCategory::kParams;
     if (bf16())
-      work_bf16.emplace_back(memory, MemCategory::kParams, work_n);
+      work_bf16.emplace_back(memory, work_cat, work_n);
     else
-      work_f32.emplace_back(memory, MemCategory::kParams, work_n);
+      work_f32.emplace_back(memory, work_cat, work_n);
+    grads.emplace_back(memory, MemCategory::kGrads,
+                       static_cast<size_t>(zero.stage <= 1 ? p.padded : p.shard));
+    if (offload.optimizer_offloaded()) continue;  // master/m/v: OffloadOptimizer's store
     const size_t own = static_cast<size_t>(own_size(g));
     master.emplace_back(memory, MemCategory::kOptimizer, own);
     adam_m.emplace_back(memory, MemCategory::kOptimizer, own);
     adam_v.emplace_back(memory, MemCategory::kOptimizer, own);
-    grads.emplace_back(memory, MemCategory::kGrads,
-                       static_cast<size_t>(zero.stage <= 1 ? p.padded : p.shard));
+  }
+  if (offload.optimizer_offloaded()) {
+    std::vector<int64_t> own_sizes;
+    std::vector<std::vector<DecaySegment>> segments;
+    for (int g = 0; g < G; ++g) {
+      own_sizes.push_back(own_size(g));
+      segments.push_back(own_segments(g));
+      for (DecaySegment& s : segments.back()) s.begin -= own_begin(g), s.end -= own_begin(g);
+    }
+    offloader = std::make_unique<OffloadOptimizer>(offload, std::move(own_sizes),
+                                                   std::move(segments), precision, memory, comm,
+                                                   *copier);
   }
   if (bf16()) compute = TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
   const int slots = zero.overlap_comm ? 2 : 1;
@@ -131,8 +158,9 @@ void ZeroEngine::Impl::allocate() {
   if (zero.stage == 3) {
     std::vector<const void*> shards;
     for (int g = 0; g < G; ++g) shards.push_back(work(g));
-    gatherer = std::make_unique<ParamGatherer>(comm, memory, self.parts_, work_dtype(), zero,
-                                               std::move(shards));
+    gatherer = std::make_unique<ParamGatherer>(
+        comm, memory, self.parts_, work_dtype(), zero, std::move(shards),
+        offload.param_offloaded() ? copier.get() : nullptr);
   }
 }
 
@@ -141,8 +169,13 @@ void ZeroEngine::Impl::fill(const GroupSource& source) {
   const ParamLayout& layout = self.model_.layout();
   for (int g = 0; g < num_groups(); ++g) {
     const GroupPartition& p = part(g);
-    float* m = master[static_cast<size_t>(g)].data();
+    TrackedBuffer<float> offload_master;  // optimizer offload: handed to the store below
+    if (offloader)
+      offload_master = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
+                                            static_cast<size_t>(own_size(g)));
+    float* m = offloader ? offload_master.data() : master[static_cast<size_t>(g)].data();
     produce_group_range(layout, g, own_begin(g), own_size(g), source, m);
+    if (offloader) offloader->initialize(g, m);
     if (zero.stage == 3) {  // working shard = master shard
       if (bf16()) be.to_bf16(work_bf16[static_cast<size_t>(g)].data(), m, p.shard);
       else std::memcpy(work_f32[static_cast<size_t>(g)].data(), m, static_cast<size_t>(p.shard) * 4);
@@ -184,6 +217,16 @@ const float* ZeroEngine::Impl::params_for(int g, size_t use) {
   return as_compute(work(g), g);
 }
 
+// Weight-decay segments of the own range, in group coordinates.
+std::vector<DecaySegment> ZeroEngine::Impl::own_segments(int g) const {
+  return decay_segments(self.model_.layout(), g, own_begin(g), own_size(g));
+}
+
+// The fp32 master of the own range (offload: made resident until the store is flushed).
+const float* ZeroEngine::Impl::resident_master(int g) {
+  return offloader ? offloader->store().resident(g).master : master[static_cast<size_t>(g)].data();
+}
+
 void ZeroEngine::Impl::release(size_t use) {
   if (zero.stage == 3) gatherer->release_after(use);
 }
@@ -212,17 +255,24 @@ void ZeroEngine::Impl::run_micro_batch(bool last, float grad_scale, StepStats& s
     const GroupPartition& p = part(g);
     const float* params = params_for(g, use);
     float* full_grads = grads[static_cast<size_t>(g)].data();
+    // Optimizer offload: the final reduced shard goes to the host as soon as it lands.
+    std::function<void()> landed;
+    if (offloader && last) {
+      const float* shard = zero.stage == 1 ? full_grads + rank * p.shard : full_grads;
+      landed = [this, g, shard] { offloader->gradient_ready(g, shard); };
+    }
     if (zero.stage >= 2) {
       float* bucket = reducer->acquire_bucket(p.padded, true);
       model.backward_group(g, params, bucket);
-      reducer->start(GradReducer::Mode::kReduceScatterAccumulate, bucket, p.padded, full_grads);
+      reducer->start(GradReducer::Mode::kReduceScatterAccumulate, bucket, p.padded, full_grads,
+                     std::move(landed));
     } else {
       model.backward_group(g, params, full_grads);
       if (last && zero.stage == 0)
         reducer->start(GradReducer::Mode::kAllReduce, full_grads, p.padded, nullptr);
       if (last && zero.stage == 1)
         reducer->start(GradReducer::Mode::kReduceScatterStore, full_grads, p.padded,
-                       full_grads + rank * p.shard);
+                       full_grads + rank * p.shard, std::move(landed));
     }
     release(use);
     if (zero.overlap_comm) reducer->poll();
@@ -235,7 +285,6 @@ void ZeroEngine::Impl::run_micro_batch(bool last, float grad_scale, StepStats& s
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
   const auto t0 = Clock::now();
   comm.set_context(step, "optimizer");
-  const ParamLayout& layout = self.model_.layout();
   const int G = num_groups();
   // Own gradient range of group g (stage 1 keeps it inside the full accumulator).
   auto own_grads = [&](int g) {
@@ -256,28 +305,32 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   h.eps = optim.eps;
   h.step = step;
   h.grad_scale = static_cast<float>(stats.clip_scale);
-  for (int g = 0; g < G; ++g) {
-    const int64_t begin = own_begin(g), size = own_size(g);
-    // Output position of the own range inside the working buffer (stage 3 holds the shard).
-    const int64_t work_off = zero.stage == 3 ? 0 : begin;
-    // Segments of the own range with one weight-decay setting each (padding: no decay).
-    int64_t pos = begin;
-    auto update = [&](int64_t lo, int64_t hi, bool decay) {
-      if (lo >= hi) return;
-      const int64_t i = lo - begin, n = hi - lo;
-      h.weight_decay = decay ? optim.weight_decay : 0.0f;
-      bf16_t* out16 = bf16() ? work_bf16[static_cast<size_t>(g)].data() + work_off + i : nullptr;
-      float* out32 = bf16() ? nullptr : work_f32[static_cast<size_t>(g)].data() + work_off + i;
+  // Output position of the own range inside the working buffer (stage 3 holds the shard).
+  auto work_out = [&](int g) {
+    const int64_t off = zero.stage == 3 ? 0 : own_begin(g);
+    return static_cast<uint8_t*>(work(g)) + static_cast<size_t>(off) * work_elem();
+  };
+  if (offloader) {
+    const OffloadTraffic before = offloader->traffic();
+    offloader->step(h, optim.weight_decay, work_out);
+    const OffloadTraffic after = offloader->traffic();
+    stats.offload_h2d_bytes = after.host_to_device - before.host_to_device;
+    stats.nvme_read_bytes = after.nvme_read - before.nvme_read;
+    stats.nvme_write_bytes = after.nvme_written - before.nvme_written;
+    stats.nvme_resident_bytes = after.nvme_resident;
+    stats.offload_d2h_bytes = after.device_to_host - d2h_at_step_start;
+  }
+  for (int g = 0; g < G && !offloader; ++g) {
+    const int64_t begin = own_begin(g);
+    for (const DecaySegment& s : own_segments(g)) {
+      const int64_t i = s.begin - begin;
+      h.weight_decay = s.decay ? optim.weight_decay : 0.0f;
+      uint8_t* out = work_out(g) + static_cast<size_t>(i) * work_elem();
       be.adamw(master[static_cast<size_t>(g)].data() + i, adam_m[static_cast<size_t>(g)].data() + i,
-               adam_v[static_cast<size_t>(g)].data() + i, own_grads(g) + i, out16, out32, n, h);
-    };
-    for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
-      const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
-      const int64_t lo = std::max(pos, t.offset), hi = std::min(begin + size, t.offset + t.numel);
-      update(lo, hi, t.weight_decay);
-      pos = std::max(pos, hi);
+               adam_v[static_cast<size_t>(g)].data() + i, own_grads(g) + i,
+               bf16() ? reinterpret_cast<bf16_t*>(out) : nullptr,
+               bf16() ? nullptr : reinterpret_cast<float*>(out), s.end - s.begin, h);
     }
-    update(pos, begin + size, false);
   }
   stats.optimizer_s += seconds_since(t0);
   if (zero.stage == 1 || zero.stage == 2) gather_updated_params();
@@ -317,6 +370,10 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   ZT_CHECK(!inputs.empty() && inputs.size() == targets.size(), "train_step: bad micro-batches");
   Impl& I = *impl_;
   I.comm.set_context(step, "start");
+  if (I.offloader) {
+    I.offloader->store().flush();  // state staged for a checkpoint goes back to its store
+    I.d2h_at_step_start = I.offloader->traffic().device_to_host;
+  }
   for (auto& g : I.grads) std::memset(g.data(), 0, g.bytes());
   const int64_t accum = static_cast<int64_t>(inputs.size());
   StepStats stats;
@@ -339,6 +396,11 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
 OptimizerShard ZeroEngine::optimizer_shard(int g) {
   Impl& I = *impl_;
   const size_t i = static_cast<size_t>(g);
+  if (I.offloader) {
+    OptimizerShard held = I.offloader->store().resident(g);
+    held.begin = I.own_begin(g);
+    return held;
+  }
   return {I.master[i].data(), I.adam_m[i].data(), I.adam_v[i].data(), I.own_begin(g),
           I.own_size(g)};
 }
@@ -347,12 +409,13 @@ void ZeroEngine::refresh_working_params() {
   Impl& I = *impl_;
   for (int g = 0; g < I.num_groups(); ++g) {
     const int64_t off = I.zero.stage == 3 ? 0 : I.own_begin(g), n = I.own_size(g);
-    const float* m = I.master[static_cast<size_t>(g)].data();
+    const float* m = I.resident_master(g);
     if (I.bf16())
       I.be.to_bf16(I.work_bf16[static_cast<size_t>(g)].data() + off, m, n);
     else
       std::memcpy(I.work_f32[static_cast<size_t>(g)].data() + off, m, static_cast<size_t>(n) * 4);
   }
+  if (I.offloader) I.offloader->store().flush();
   if (I.zero.stage == 1 || I.zero.stage == 2) I.gather_updated_params();
   if (I.gatherer) I.gatherer->release_all();
 }
@@ -391,10 +454,10 @@ void ZeroEngine::for_each_full_tensor(
     const void* full = nullptr;
     bool full_is_f32 = master || !I.bf16();
     if (master && I.zero.stage == 0) {
-      full = I.master[static_cast<size_t>(g)].data();
+      full = I.resident_master(g);
     } else if (master || I.zero.stage == 3) {
       const DType dt = master ? DType::kFloat32 : I.work_dtype();
-      const void* shard = master ? static_cast<const void*>(I.master[static_cast<size_t>(g)].data()) : I.work(g);
+      const void* shard = master ? static_cast<const void*>(I.resident_master(g)) : I.work(g);
       gathered.resize(static_cast<size_t>(p.padded) * dtype_size(dt));
       I.comm.all_gather(dt, shard, gathered.data(), static_cast<size_t>(p.shard)).wait();
       full = gathered.data();
@@ -416,6 +479,7 @@ void ZeroEngine::for_each_full_tensor(
       }
     }
   }
+  if (I.offloader) I.offloader->store().flush();
   if (!root) {
     for (const TensorInfo& t : layout.tensors()) fn(t, nullptr);
   }

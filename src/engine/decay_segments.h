@@ -1,0 +1,35 @@
+// The runs of a group's range [begin, begin+count) that share one weight-decay setting: each
+// tensor's overlap with the range (its `weight_decay` flag), then the padding past the last
+// tensor (no decay). AdamW is elementwise, so updating segment by segment is the same math.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "model/layout.h"
+
+namespace zt {
+
+struct DecaySegment {
+  int64_t begin = 0, end = 0;  // group coordinates
+  bool decay = false;
+};
+
+inline std::vector<DecaySegment> decay_segments(const ParamLayout& layout, int g, int64_t begin,
+                                                int64_t count) {
+  std::vector<DecaySegment> out;
+  int64_t pos = begin;
+  auto add = [&](int64_t lo, int64_t hi, bool decay) {
+    if (lo < hi) out.push_back({lo, hi, decay});
+  };
+  for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
+    const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
+    const int64_t lo = std::max(pos, t.offset), hi = std::min(begin + count, t.offset + t.numel);
+    add(lo, hi, t.weight_decay);
+    pos = std::max(pos, hi);
+  }
+  add(pos, begin + count, false);
+  return out;
+}
+
+}  // namespace zt

@@ -1,0 +1,37 @@
+// ZeRO-Offload / ZeRO-Infinity settings (DeepSpeed's zero_optimization.offload_optimizer and
+// offload_param, or --offload-optimizer / --offload-param / --nvme-path / ...).
+//   optimizer = cpu  (stages 1-3): fp32 master, Adam m and v of the rank's shard live in the host
+//                    pool; the reduced gradient shard is copied device→host group by group as its
+//                    reduction lands; CPU AdamW (backend/cpu/cpu_adam.h) updates it tile by tile
+//                    (sub_group_size elements) and the bf16 result is copied host→device.
+//   optimizer = nvme (stages 1-3): as cpu, but master/m/v are swapped between buffer_count
+//                    rotating host buffers and a per-rank file under nvme_path.
+//   param = cpu      (stage 3): the working param shards live in the host pool and are staged
+//                    host→device right before each all-gather.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace zt {
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+OffloadDevice parse_offload_device(const std::string& s, const std::string& what);
+const char* offload_device_name(OffloadDevice d);
+
+struct OffloadConfig {
+  OffloadDevice optimizer = OffloadDevice::kNone;
+  OffloadDevice param = OffloadDevice::kNone;
+  std::string nvme_path;                   // directory for nvme swap files
+  int64_t buffer_count = 4;                // rotating host buffers for nvme swapping (>= 2)
+  int64_t sub_group_size = 1'000'000'000;  // optimizer tile (elements), DeepSpeed's default
+  bool pin_memory = false;                 // accepted: page-locked on a CUDA backend
+  bool fast_init = false;                  // accepted: no effect (state is initialised in place)
+
+  bool optimizer_offloaded() const { return optimizer != OffloadDevice::kNone; }
+  bool param_offloaded() const { return param != OffloadDevice::kNone; }
+  // Throws naming the DeepSpeed key: offload needs stage >= 1, param offload stage 3 and cpu,
+  // nvme needs nvme_path, buffer_count >= 2, sub_group_size >= 1.
+  void validate(int stage) const;
+};
+
+}  // namespace zt

@@ -1,0 +1,68 @@
+#include "engine/offload_optimizer.h"
+
+#include <algorithm>
+
+#include "backend/cpu/cpu_adam.h"
+#include "engine/nvme_swapper.h"
+#include "util/error.h"
+
+namespace zt {
+
+OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
+                                   std::vector<std::vector<DecaySegment>> segments,
+                                   Precision precision, MemoryTracker& memory, Communicator& comm,
+                                   HostDeviceCopier& copier)
+    : own_sizes_(std::move(own_sizes)),
+      segments_(std::move(segments)),
+      precision_(precision),
+      copier_(copier) {
+  int64_t max_own = 1;
+  for (int64_t n : own_sizes_) {
+    host_grads_.emplace_back(memory, MemCategory::kHostOffload, static_cast<size_t>(n));
+    max_own = std::max(max_own, n);
+  }
+  const int64_t tile = std::min(config.sub_group_size, max_own);
+  const size_t elem = precision_ == Precision::kBf16 ? sizeof(bf16_t) : sizeof(float);
+  staging_ =
+      TrackedBuffer<uint8_t>(memory, MemCategory::kHostOffload, static_cast<size_t>(tile) * elem);
+  if (config.optimizer == OffloadDevice::kNvme)
+    store_ = make_nvme_state_store(own_sizes_, tile, static_cast<int>(config.buffer_count),
+                                   config.nvme_path, comm, memory);
+  else
+    store_ = make_host_state_store(own_sizes_, tile, memory);
+}
+
+void OffloadOptimizer::gradient_ready(int g, const float* device_grads) {
+  const size_t i = static_cast<size_t>(g);
+  copier_.device_to_host(host_grads_[i].data(), device_grads, host_grads_[i].bytes());
+}
+
+void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
+                            const std::function<void*(int g)>& work_out) {
+  copier_.synchronize();  // every gradient shard is on the host
+  const cpu::AdamSimd path = cpu::best_adam_simd();
+  const bool bf16 = precision_ == Precision::kBf16;
+  const size_t elem = bf16 ? sizeof(bf16_t) : sizeof(float);
+  store_->update_tiles([&](const StateTile& t) {
+    const float* grads = host_grads_[static_cast<size_t>(t.group)].data();
+    for (const DecaySegment& s : segments_[static_cast<size_t>(t.group)]) {
+      const int64_t lo = std::max(s.begin, t.begin), hi = std::min(s.end, t.begin + t.count);
+      if (lo >= hi) continue;
+      const int64_t at = lo - t.begin;
+      h.weight_decay = s.decay ? weight_decay : 0.0f;
+      cpu::adam_update(path, t.master + at, t.m + at, t.v + at, grads + lo,
+                       bf16 ? reinterpret_cast<bf16_t*>(staging_.data()) + at : nullptr,
+                       bf16 ? nullptr : reinterpret_cast<float*>(staging_.data()) + at, hi - lo, h);
+    }
+    auto* out = static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem;
+    copier_.host_to_device(out, staging_.data(), static_cast<size_t>(t.count) * elem);
+    copier_.synchronize();  // the staging tile is reused by the next tile
+  });
+}
+
+OffloadTraffic OffloadOptimizer::traffic() const {
+  return {copier_.device_to_host_bytes(), copier_.host_to_device_bytes(), store_->bytes_read(),
+          store_->bytes_written(), store_->bytes_on_nvme()};
+}
+
+}  // namespace zt

@@ -1,0 +1,59 @@
+// ZeRO-Offload optimizer step (engine/offload_config.h): the rank's optimizer state lives in an
+// OptimizerStateStore (host memory or NVMe), the reduced fp32 gradient shard of each group is
+// copied device→host as soon as its reduction lands (gradient_ready, called from the reducer's
+// completion during backward), and step() runs the CPU AdamW kernel (backend/cpu/cpu_adam.h) tile
+// by tile, copying each tile's updated working values (bf16 or fp32) host→device.
+// The kernel is the one the CPU backend's adamw uses, segments split only where the weight-decay
+// setting changes (as the engine's own step does), so results are bitwise those of the
+// non-offloaded engine.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "engine/decay_segments.h"
+#include "engine/host_device_copier.h"
+#include "engine/offload_config.h"
+#include "engine/optimizer_state_store.h"
+#include "engine/zero_config.h"
+#include "util/memory.h"
+
+namespace zt {
+
+struct OffloadTraffic {
+  uint64_t device_to_host = 0, host_to_device = 0, nvme_read = 0, nvme_written = 0,
+           nvme_resident = 0;
+};
+
+class OffloadOptimizer {
+ public:
+  // own_sizes[g]: elements of group g's own range; segments[g]: its decay segments in own-range
+  // coordinates. Host pool: fp32 gradient shards, one tile of working-dtype staging, and the
+  // store (master/m/v, or NVMe swap buffers).
+  OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
+                   std::vector<std::vector<DecaySegment>> segments, Precision precision,
+                   MemoryTracker& memory, Communicator& comm, HostDeviceCopier& copier);
+
+  void initialize(int g, const float* master) { store_->initialize(g, master); }
+  // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final.
+  void gradient_ready(int g, const float* device_grads);
+  // AdamW (h.weight_decay is replaced per segment by weight_decay or 0) over every tile; tile
+  // [b, b+n) of group g lands at work_out(g) + b elements of the working dtype.
+  void step(AdamWHyper h, float weight_decay, const std::function<void*(int g)>& work_out);
+  OptimizerStateStore& store() { return *store_; }
+  OffloadTraffic traffic() const;
+
+ private:
+  std::vector<int64_t> own_sizes_;
+  std::vector<std::vector<DecaySegment>> segments_;
+  Precision precision_;
+  HostDeviceCopier& copier_;
+  std::unique_ptr<OptimizerStateStore> store_;
+  std::vector<TrackedBuffer<float>> host_grads_;
+  TrackedBuffer<uint8_t> staging_;  // one tile of working values
+};
+
+}  // namespace zt
