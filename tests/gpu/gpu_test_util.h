@@ -1,0 +1,128 @@
+// Helpers of the GPU tests: device buffers with upload/download/poison, random inputs, and the
+// comparisons (relative tolerance against the CPU backend, bitwise equality).
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+
+namespace zt::gpu_test {
+
+// Tolerances (relative, see close()): bf16 tensor-core GEMM paths and exact fp32 paths.
+constexpr double kBf16Tolerance = 1e-2;
+constexpr double kFp32Tolerance = 1e-5;
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    ZT_CUDA_CHECK(cudaMalloc(&data_, std::max<size_t>(count, 1) * sizeof(T)));
+    poison();
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() { return data_; }
+  const T* get() const { return data_; }
+  size_t size() const { return count_; }
+  void upload(const std::vector<T>& host) {
+    ZT_CUDA_CHECK(cudaMemcpy(data_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    ZT_CUDA_CHECK(cudaDeviceSynchronize());
+    ZT_CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  // All bytes 0xFF: a NaN in every float, so an output element the kernel forgot stays NaN.
+  void poison() { ZT_CUDA_CHECK(cudaMemset(data_, 0xFF, std::max<size_t>(count_, 1) * sizeof(T))); }
+
+ private:
+  T* data_ = nullptr;
+  size_t count_;
+};
+
+inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> out(n);
+  for (float& x : out) x = dist(rng);
+  return out;
+}
+
+inline std::vector<int32_t> random_ids(size_t n, int32_t limit, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, limit - 1);
+  std::vector<int32_t> out(n);
+  for (int32_t& x : out) x = dist(rng);
+  return out;
+}
+
+// |gpu − cpu| ≤ rtol·(|cpu| + rms(cpu)) for every element, and no NaN where cpu is finite (a
+// poisoned element never written fails). The rms term keeps elements near zero (cancellation)
+// from demanding more than the data's scale allows.
+inline ::testing::AssertionResult close(const std::vector<float>& gpu,
+                                        const std::vector<float>& cpu, double rtol,
+                                        const std::string& what) {
+  if (gpu.size() != cpu.size()) return ::testing::AssertionFailure() << what << ": size differs";
+  double sum_sq = 0.0;
+  for (float c : cpu) sum_sq += static_cast<double>(c) * c;
+  const double rms = cpu.empty() ? 0.0 : std::sqrt(sum_sq / static_cast<double>(cpu.size()));
+  size_t bad = 0, first = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double c = cpu[i], g = gpu[i];
+    const double err = std::fabs(g - c);
+    const double allowed = rtol * (std::fabs(c) + rms);
+    if (!(err <= allowed) && !(std::isnan(c) && std::isnan(g))) {
+      if (bad++ == 0) first = i;
+      worst = std::max(worst, std::isnan(err) ? INFINITY : err / (std::fabs(c) + rms));
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << cpu.size() << " elements beyond rtol " << rtol
+         << " (first at " << first << ": gpu " << gpu[first] << " cpu " << cpu[first]
+         << "; worst scaled error " << worst << ")";
+}
+
+template <typename T>
+::testing::AssertionResult bitwise_equal(const std::vector<T>& a, const std::vector<T>& b,
+                                         const std::string& what) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << what << ": size differs";
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) {
+      return ::testing::AssertionFailure() << what << ": first difference at " << i << " of "
+                                           << a.size() << " (" << a[i] << " vs " << b[i] << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Small scratch sizes so the tests need little memory (and attention runs several passes).
+inline cuda::CudaBackendOptions test_options(cuda::GemmCompute compute) {
+  cuda::CudaBackendOptions options;
+  options.gemm_compute = compute;
+  options.gemm_workspace_bytes = size_t{8} << 20;
+  options.attention_scratch_bytes = size_t{16} << 20;
+  options.reduction_scratch_bytes = size_t{1} << 20;
+  return options;
+}
+
+inline double tolerance(cuda::GemmCompute compute) {
+  return compute == cuda::GemmCompute::kFp32 ? kFp32Tolerance : kBf16Tolerance;
+}
+
+}  // namespace zt::gpu_test

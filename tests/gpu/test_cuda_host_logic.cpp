@@ -1,0 +1,98 @@
+// CPU-only checks of the CUDA backend's host-side logic (no GPU, no CUDA headers): the scratch
+// arena's bump regions and pass sizing, and --backend resolution.
+#include <gtest/gtest.h>
+
+#include "backend/cuda/backend_choice.h"
+#include "backend/cuda/device_arena_plan.h"
+#include "util/error.h"
+
+namespace zt::cuda {
+namespace {
+
+TEST(DeviceArenaPlan, AlignUp) {
+  EXPECT_EQ(align_up(0), 0u);
+  EXPECT_EQ(align_up(1), 256u);
+  EXPECT_EQ(align_up(256), 256u);
+  EXPECT_EQ(align_up(257), 512u);
+  EXPECT_EQ(align_up(5, 4), 8u);
+  EXPECT_THROW(align_up(10, 3), Error);
+  EXPECT_THROW(align_up(SIZE_MAX - 10), Error);
+}
+
+TEST(DeviceArenaPlan, BumpRegionAllocatesAlignedAndRollsBack) {
+  BumpRegion region("attention", 1024);
+  EXPECT_EQ(region.allocate(10), 0u);
+  EXPECT_EQ(region.allocate(300), 256u);  // aligned start, 512 bytes used by it
+  EXPECT_EQ(region.used(), 768u);
+  const size_t mark = region.mark();
+  EXPECT_EQ(region.allocate(256), 768u);
+  EXPECT_EQ(region.used(), 1024u);
+  region.release_to(mark);
+  EXPECT_EQ(region.used(), 768u);
+  EXPECT_EQ(region.peak(), 1024u);
+  EXPECT_THROW(region.release_to(2000), Error);
+}
+
+TEST(DeviceArenaPlan, BumpRegionOverflowNamesTheRegion) {
+  BumpRegion region("reduction", 512);
+  region.allocate(300);
+  try {
+    region.allocate(300);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'reduction'"), std::string::npos) << what;
+    EXPECT_NE(what.find("300 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("512 bytes in use"), std::string::npos) << what;
+  }
+  EXPECT_EQ(region.used(), 512u);  // the failed request allocated nothing
+}
+
+TEST(DeviceArenaPlan, AttentionHeadsPerPass) {
+  // T = 37: one matrix is 37·37·4 = 5476 bytes, 5632 aligned.
+  EXPECT_EQ(attention_heads_per_pass(3 * 2 * 5632, 37, 2, 8), 3);
+  EXPECT_EQ(attention_heads_per_pass(3 * 2 * 5632 - 1, 37, 2, 8), 2);
+  EXPECT_EQ(attention_heads_per_pass(3 * 2 * 5632, 37, 1, 8), 6);
+  EXPECT_EQ(attention_heads_per_pass(size_t{1} << 30, 37, 2, 8), 8);  // capped at the heads
+  EXPECT_THROW(attention_heads_per_pass(5632, 37, 2, 8), Error);
+  // 7B-sized: T = 4096 backward needs 2 · 64 MiB per head; 512 MiB holds 4.
+  EXPECT_EQ(attention_heads_per_pass(size_t{512} << 20, 4096, 2, 32), 4);
+}
+
+TEST(DeviceArenaPlan, ColumnSumChunks) {
+  // Few rows: one chunk; many rows: at most kMaxColumnSumChunks chunks covering every row.
+  EXPECT_EQ(column_sum_rows_per_chunk(10, 64, 1 << 20), 10);
+  EXPECT_EQ(column_sum_rows_per_chunk(64, 64, 1 << 20), 32);
+  const int64_t rows = 100000;
+  const int64_t per = column_sum_rows_per_chunk(rows, 4096, size_t{8} << 20);
+  EXPECT_LE((rows + per - 1) / per, kMaxColumnSumChunks);
+  EXPECT_LE(((rows + per - 1) / per) * 4096 * 8, int64_t{8} << 20);
+  // The scratch limits the chunk count: room for 2 chunks of 4096 doubles.
+  EXPECT_EQ(column_sum_rows_per_chunk(1000, 4096, 2 * 4096 * 8), 500);
+  EXPECT_THROW(column_sum_rows_per_chunk(10, 4096, 1000), Error);
+}
+
+TEST(BackendChoice, Resolution) {
+  EXPECT_EQ(resolve_backend("cpu", true, 4, "train"), BackendKind::kCpu);
+  EXPECT_EQ(resolve_backend("auto", true, 1, "train"), BackendKind::kCuda);
+  EXPECT_EQ(resolve_backend("auto", true, 0, "train"), BackendKind::kCpu);
+  EXPECT_EQ(resolve_backend("auto", false, 0, "train"), BackendKind::kCpu);
+  EXPECT_EQ(resolve_backend("cuda", true, 2, "train"), BackendKind::kCuda);
+  EXPECT_THROW(resolve_backend("tpu", true, 1, "train"), Error);
+  try {
+    resolve_backend("cuda", false, 0, "train");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("built without the CUDA backend"), std::string::npos);
+  }
+  try {
+    resolve_backend("cuda", true, 0, "train");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos);
+  }
+  EXPECT_STREQ(backend_kind_name(BackendKind::kCuda), "cuda");
+}
+
+}  // namespace
+}  // namespace zt::cuda

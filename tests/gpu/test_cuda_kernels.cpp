@@ -1,0 +1,225 @@
+// CUDA backend kernels (everything but the GEMM paths) against the CPU backend on random inputs,
+// ragged shapes included; "=" outputs are poisoned (NaN) before each run; every op is also run
+// twice and must give the same bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "gpu_test_util.h"
+
+namespace zt::gpu_test {
+namespace {
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  cpu::CpuBackend cpu_;
+  std::unique_ptr<cuda::CudaBackend> gpu_ =
+      make_cuda_backend(0, test_options(cuda::GemmCompute::kFp32));
+};
+
+TEST_F(CudaKernels, RmsNormForwardBackward) {
+  const int64_t shapes[][2] = {{1, 8}, {33, 100}, {7, 4096}, {300, 64}};
+  for (const auto& shape : shapes) {
+    const int64_t M = shape[0], D = shape[1];
+    SCOPED_TRACE("M=" + std::to_string(M) + " D=" + std::to_string(D));
+    const auto x = random_floats(M * D, 1), g = random_floats(D, 2), dy = random_floats(M * D, 3);
+    const auto dx0 = random_floats(M * D, 4), dg0 = random_floats(D, 5);
+    std::vector<float> y(M * D), rstd(M), dx = dx0, dg = dg0;
+    cpu_.rmsnorm_forward(y.data(), rstd.data(), x.data(), g.data(), M, D, 1e-5f);
+    cpu_.rmsnorm_backward(dx.data(), dg.data(), dy.data(), x.data(), g.data(), rstd.data(), M, D);
+
+    DeviceBuffer<float> d_x(x), d_g(g), d_dy(dy), d_y(M * D), d_rstd(M);
+    std::vector<float> first_dx, first_dg;
+    for (int run = 0; run < 2; ++run) {
+      d_y.poison();
+      d_rstd.poison();
+      DeviceBuffer<float> d_dx(dx0), d_dg(dg0);
+      gpu_->rmsnorm_forward(d_y.get(), d_rstd.get(), d_x.get(), d_g.get(), M, D, 1e-5f);
+      gpu_->rmsnorm_backward(d_dx.get(), d_dg.get(), d_dy.get(), d_x.get(), d_g.get(), d_rstd.get(),
+                             M, D);
+      EXPECT_TRUE(close(d_y.download(), y, kFp32Tolerance, "y"));
+      EXPECT_TRUE(close(d_rstd.download(), rstd, kFp32Tolerance, "rstd"));
+      EXPECT_TRUE(close(d_dx.download(), dx, kFp32Tolerance, "dx"));
+      EXPECT_TRUE(close(d_dg.download(), dg, kFp32Tolerance, "dg"));
+      if (run == 0) {
+        first_dx = d_dx.download();
+        first_dg = d_dg.download();
+      } else {
+        EXPECT_TRUE(bitwise_equal(d_dx.download(), first_dx, "dx run 2"));
+        EXPECT_TRUE(bitwise_equal(d_dg.download(), first_dg, "dg run 2"));
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
+  const int64_t shapes[][4] = {{1, 1, 1, 2}, {2, 37, 3, 16}, {1, 130, 2, 64}, {2, 5, 4, 128}};
+  for (float theta : {10000.0f, 500000.0f}) {
+    for (const auto& s : shapes) {
+      const int64_t B = s[0], T = s[1], H = s[2], hd = s[3];
+      SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                   " H=" + std::to_string(H) + " hd=" + std::to_string(hd));
+      const auto x = random_floats(B * T * H * hd, 6);
+      std::vector<float> fwd = x, bwd = x;
+      cpu_.rope_forward(fwd.data(), B, T, H, hd, theta);
+      cpu_.rope_backward(bwd.data(), B, T, H, hd, theta);
+      DeviceBuffer<float> d_fwd(x), d_bwd(x);
+      gpu_->rope_forward(d_fwd.get(), B, T, H, hd, theta);
+      gpu_->rope_backward(d_bwd.get(), B, T, H, hd, theta);
+      EXPECT_TRUE(bitwise_equal(d_fwd.download(), fwd, "rope forward"));
+      EXPECT_TRUE(bitwise_equal(d_bwd.download(), bwd, "rope backward"));
+    }
+  }
+}
+
+TEST_F(CudaKernels, SwiGluForwardBackward) {
+  for (int64_t n : {1, 1000, 4097}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const auto gate = random_floats(n, 7, 3.0f), up = random_floats(n, 8), dh = random_floats(n, 9);
+    std::vector<float> h(n), dgate(n), dup(n);
+    cpu_.swiglu_forward(h.data(), gate.data(), up.data(), n);
+    cpu_.swiglu_backward(dgate.data(), dup.data(), dh.data(), gate.data(), up.data(), n);
+    DeviceBuffer<float> d_gate(gate), d_up(up), d_dh(dh), d_h(n), d_dgate(n), d_dup(n);
+    gpu_->swiglu_forward(d_h.get(), d_gate.get(), d_up.get(), n);
+    gpu_->swiglu_backward(d_dgate.get(), d_dup.get(), d_dh.get(), d_gate.get(), d_up.get(), n);
+    EXPECT_TRUE(close(d_h.download(), h, kFp32Tolerance, "h"));
+    EXPECT_TRUE(close(d_dgate.download(), dgate, kFp32Tolerance, "dgate"));
+    EXPECT_TRUE(close(d_dup.download(), dup, kFp32Tolerance, "dup"));
+  }
+}
+
+// Forward copies rows; backward adds in token order like the CPU: both bitwise equal, repeats
+// (few distinct ids) and many distinct ids alike.
+TEST_F(CudaKernels, EmbeddingForwardBackwardBitwise) {
+  const int64_t shapes[][3] = {{1, 3, 5}, {37, 64, 7}, {300, 130, 50}, {1000, 33, 5000}};
+  for (const auto& s : shapes) {
+    const int64_t n = s[0], D = s[1];
+    const int32_t V = static_cast<int32_t>(s[2]);
+    SCOPED_TRACE("n=" + std::to_string(n) + " D=" + std::to_string(D) + " V=" + std::to_string(V));
+    const auto tokens = random_ids(n, V, 10);
+    const auto table = random_floats(V * D, 11), dx = random_floats(n * D, 12);
+    const auto dtable0 = random_floats(V * D, 13);
+    std::vector<float> x(n * D), dtable = dtable0;
+    cpu_.embedding_forward(x.data(), tokens.data(), table.data(), n, D);
+    cpu_.embedding_backward(dtable.data(), dx.data(), tokens.data(), n, D);
+    DeviceBuffer<int32_t> d_tokens(tokens);
+    DeviceBuffer<float> d_table(table), d_dx(dx), d_x(n * D), d_dtable(dtable0);
+    gpu_->embedding_forward(d_x.get(), d_tokens.get(), d_table.get(), n, D);
+    gpu_->embedding_backward(d_dtable.get(), d_dx.get(), d_tokens.get(), n, D);
+    EXPECT_TRUE(bitwise_equal(d_x.download(), x, "embedding forward"));
+    EXPECT_TRUE(bitwise_equal(d_dtable.download(), dtable, "embedding backward"));
+  }
+}
+
+TEST_F(CudaKernels, CrossEntropyLossAndGradient) {
+  const int64_t shapes[][2] = {{1, 2}, {5, 1000}, {33, 32000}, {7, 50257}};
+  for (const auto& s : shapes) {
+    const int64_t M = s[0], V = s[1];
+    SCOPED_TRACE("M=" + std::to_string(M) + " V=" + std::to_string(V));
+    const auto logits = random_floats(M * V, 14, 4.0f);
+    const auto targets = random_ids(M, static_cast<int32_t>(V), 15);
+    std::vector<float> losses(M), dlogits(M * V), losses_only(M);
+    cpu_.cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), M, V, 0.5f);
+    cpu_.cross_entropy(losses_only.data(), nullptr, logits.data(), targets.data(), M, V, 0.5f);
+    DeviceBuffer<int32_t> d_targets(targets);
+    DeviceBuffer<float> d_logits(logits), d_losses(M), d_dlogits(M * V);
+    gpu_->cross_entropy(d_losses.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), M, V,
+                        0.5f);
+    EXPECT_TRUE(close(d_losses.download(), losses, kFp32Tolerance, "losses"));
+    EXPECT_TRUE(close(d_dlogits.download(), dlogits, kFp32Tolerance, "dlogits"));
+    d_losses.poison();
+    gpu_->cross_entropy(d_losses.get(), nullptr, d_logits.get(), d_targets.get(), M, V, 0.5f);
+    EXPECT_TRUE(close(d_losses.download(), losses_only, kFp32Tolerance, "losses without grad"));
+    // In place (dlogits aliases logits), and bitwise equal to the out-of-place run.
+    DeviceBuffer<float> d_inplace(logits);
+    d_losses.poison();
+    gpu_->cross_entropy(d_losses.get(), d_inplace.get(), d_inplace.get(), d_targets.get(), M, V,
+                        0.5f);
+    EXPECT_TRUE(bitwise_equal(d_inplace.download(), d_dlogits.download(), "in-place dlogits"));
+  }
+}
+
+TEST_F(CudaKernels, CrossEntropyBadTargetIsNaN) {
+  const std::vector<float> logits = random_floats(2 * 10, 16);
+  DeviceBuffer<float> d_logits(logits), d_losses(2), d_dlogits(20);
+  DeviceBuffer<int32_t> d_targets(std::vector<int32_t>{3, 10});
+  gpu_->cross_entropy(d_losses.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), 2, 10,
+                      1.0f);
+  const auto losses = d_losses.download();
+  EXPECT_TRUE(std::isfinite(losses[0]));
+  EXPECT_TRUE(std::isnan(losses[1]));
+}
+
+TEST_F(CudaKernels, AdamWMatchesCpuBitwise) {
+  for (int64_t n : {1, 1000, 100003}) {
+    for (int64_t step : {1, 10}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " step=" + std::to_string(step));
+      AdamWHyper h;
+      h.lr = 3e-4f, h.weight_decay = 0.1f, h.step = step, h.grad_scale = 0.7f;
+      const auto master0 = random_floats(n, 17), grad = random_floats(n, 18);
+      auto m0 = random_floats(n, 19, 0.1f), v0 = random_floats(n, 20, 0.1f);
+      for (float& x : v0) x = x * x;
+      std::vector<float> master = master0, m = m0, v = v0, out_f32(n);
+      std::vector<bf16_t> out_bf16(n);
+      cpu_.adamw(master.data(), m.data(), v.data(), grad.data(), out_bf16.data(), out_f32.data(), n,
+                 h);
+      DeviceBuffer<float> d_master(master0), d_m(m0), d_v(v0), d_grad(grad), d_f32(n);
+      DeviceBuffer<bf16_t> d_bf16(n);
+      gpu_->adamw(d_master.get(), d_m.get(), d_v.get(), d_grad.get(), d_bf16.get(), d_f32.get(), n,
+                  h);
+      EXPECT_TRUE(bitwise_equal(d_master.download(), master, "master"));
+      EXPECT_TRUE(bitwise_equal(d_m.download(), m, "m"));
+      EXPECT_TRUE(bitwise_equal(d_v.download(), v, "v"));
+      EXPECT_TRUE(bitwise_equal(d_f32.download(), out_f32, "fp32 params"));
+      EXPECT_TRUE(bitwise_equal(d_bf16.download(), out_bf16, "bf16 params"));
+    }
+  }
+}
+
+TEST_F(CudaKernels, SumSquaresDeterministicAndClose) {
+  for (int64_t n : {0, 1, 12345, 3000001}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const auto x = random_floats(n, 21);
+    const double expected = cpu_.sum_squares(x.data(), n);
+    DeviceBuffer<float> d_x(x);
+    const double first = gpu_->sum_squares(d_x.get(), n);
+    EXPECT_NEAR(first, expected, 1e-12 * std::max(1.0, expected));
+    EXPECT_EQ(gpu_->sum_squares(d_x.get(), n), first);  // bitwise: same double
+  }
+}
+
+TEST_F(CudaKernels, ElementwiseHelpers) {
+  const int64_t n = 5003;
+  auto x = random_floats(n, 22), y0 = random_floats(n, 23);
+  // bf16 edge cases: a tie to even, the largest finite, infinities, NaN, a subnormal.
+  x[0] = 1.00390625f;
+  x[1] = std::numeric_limits<float>::max();
+  x[2] = std::numeric_limits<float>::infinity();
+  x[3] = -std::numeric_limits<float>::infinity();
+  x[4] = std::numeric_limits<float>::quiet_NaN();
+  x[5] = 1e-40f;
+  std::vector<float> y = y0, scaled = y0, back(n);
+  std::vector<bf16_t> bf(n);
+  cpu_.add_inplace(y.data(), x.data(), n);
+  cpu_.scale_inplace(scaled.data(), -1.5f, n);
+  cpu_.to_bf16(bf.data(), x.data(), n);
+  cpu_.from_bf16(back.data(), bf.data(), n);
+  DeviceBuffer<float> d_x(x), d_y(y0), d_scaled(y0), d_back(n), d_zero(random_floats(n, 24));
+  DeviceBuffer<bf16_t> d_bf(n);
+  gpu_->add_inplace(d_y.get(), d_x.get(), n);
+  gpu_->scale_inplace(d_scaled.get(), -1.5f, n);
+  gpu_->to_bf16(d_bf.get(), d_x.get(), n);
+  gpu_->from_bf16(d_back.get(), d_bf.get(), n);
+  gpu_->zero(d_zero.get(), n);
+  // Exact values; NaN only as NaN (the GPU returns the canonical NaN, the CPU the input's payload).
+  EXPECT_TRUE(close(d_y.download(), y, 0.0, "add_inplace"));
+  EXPECT_TRUE(close(d_scaled.download(), scaled, 0.0, "scale_inplace"));
+  EXPECT_TRUE(bitwise_equal(d_bf.download(), bf, "to_bf16"));
+  EXPECT_TRUE(bitwise_equal(d_back.download(), back, "from_bf16"));
+  EXPECT_TRUE(bitwise_equal(d_zero.download(), std::vector<float>(n, 0.0f), "zero"));
+}
+
+}  // namespace
+}  // namespace zt::gpu_test
