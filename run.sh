@@ -18,6 +18,7 @@ PACKAGES=(
   libboost-program-options-dev nlohmann-json3-dev
   libopenblas-dev libgtest-dev liburing-dev
   python3 python3-numpy python3-h5py python3-torch
+  slurm-wlm munge librsvg2-bin
 )
 
 log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }

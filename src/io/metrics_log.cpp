@@ -57,7 +57,8 @@ nlohmann::json StepRecord::to_json() const {
                {"backward_s", backward_s},
                {"optimizer_s", optimizer_s},
                {"comm_wait_s", comm_wait_s},
-               {"data_s", data_s}};
+               {"data_s", data_s},
+               {"checkpoint_s", checkpoint_s}};
   j["peak_memory_bytes"] = memory_json(peak_memory);
   j["comm_bytes"] = comm_bytes_json(comm_bytes);
   return j;

@@ -40,6 +40,7 @@ struct StepRecord {
   double flops_per_token = 0, tflops_per_device = 0;
   std::optional<double> mfu;  // null when the device has no meaningful peak (CPU)
   double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0, data_s = 0;
+  double checkpoint_s = 0;  // after the step: stop agreement + checkpoint save (0 when none)
   MemoryByCategory peak_memory{};
   BytesByCollective comm_bytes{};
 

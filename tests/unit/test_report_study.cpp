@@ -1,0 +1,147 @@
+// Scaling-study aggregation (io/study_report.h) and the per-rank timeline (io/step_timeline.h)
+// on hand-written run directories.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/step_timeline.h"
+#include "io/study_report.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ReportStudy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("zt_report_study_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A run directory of `ranks` ranks at `stage` whose steps after the first run at tokens_per_s.
+  std::string make_run(const std::string& name, int stage, int ranks, double tokens_per_s) {
+    const fs::path run = dir_ / name;
+    fs::create_directories(run);
+    const nlohmann::json model = {{"hidden_size", 64},
+                                  {"intermediate_size", 192},
+                                  {"num_hidden_layers", 2},
+                                  {"num_attention_heads", 4},
+                                  {"num_key_value_heads", 2},
+                                  {"vocab_size", 256},
+                                  {"rms_norm_eps", 1e-5},
+                                  {"rope_theta", 10000.0},
+                                  {"max_position_embeddings", 1024},
+                                  {"tie_word_embeddings", false}};
+    const nlohmann::json config = {
+        {"zero_stage", stage},       {"micro_batch", 2},
+        {"grad_accum", 1},           {"seq_len", 32},
+        {"precision", "bf16"},       {"activation_checkpointing", "none"},
+        {"cpu_checkpointing", false}};
+    std::ofstream(run / "run.json")
+        << nlohmann::json{{"config", config}, {"world_size", ranks}, {"model", model}}.dump();
+    std::ofstream metrics(run / "metrics.jsonl");
+    for (int step = 1; step <= 3; ++step)
+      metrics << nlohmann::json{{"step", step},
+                                {"loss", 5.5 - 0.1 * step},
+                                {"tokens_per_s", step == 1 ? 1.0 : tokens_per_s},
+                                {"mfu", nullptr},
+                                {"peak_memory_bytes", {{"params", 1000 * stage}, {"grads", 10}}},
+                                {"comm_bytes", {{"all_gather", 100}, {"reduce_scatter", 50}}},
+                                {"time", {{"forward_s", 0.1}, {"checkpoint_s", 0.0}}}}
+                     .dump()
+              << "\n";
+    std::ofstream(run / "report.json") << nlohmann::json{
+        {"peak_memory_bytes_per_rank",
+         {{{"params", 1000 * stage}},
+          {{"params", 1500 * stage}}}}}.dump();
+    return run.string();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ReportStudy, RowsCarryThroughputEfficiencyMemoryAndBytes) {
+  std::vector<RunData> runs;
+  runs.push_back(load_run_dir(make_run("s3x4", 3, 4, 300)));
+  runs.push_back(load_run_dir(make_run("s3x1", 3, 1, 100)));
+  runs.push_back(load_run_dir(make_run("s2x2", 2, 2, 150)));
+  const auto rows = scaling_rows(runs);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].run, "s2x2");  // sorted by stage, then ranks
+  EXPECT_EQ(rows[1].run, "s3x1");
+  EXPECT_EQ(rows[2].run, "s3x4");
+  EXPECT_DOUBLE_EQ(rows[2].tokens_per_s, 300);  // the first step is left out of the mean
+  EXPECT_DOUBLE_EQ(rows[2].tokens_per_s_per_rank, 75);
+  ASSERT_TRUE(rows[2].efficiency.has_value());
+  EXPECT_DOUBLE_EQ(*rows[2].efficiency, 0.75);  // vs the 1-rank stage-3 run
+  EXPECT_EQ(rows[2].baseline_ranks, 1);
+  EXPECT_DOUBLE_EQ(*rows[0].efficiency, 1.0);  // its own stage's smallest run
+  EXPECT_EQ(rows[0].baseline_ranks, 2);
+  EXPECT_FALSE(rows[0].mfu.has_value());
+  EXPECT_EQ(rows[2].measured_memory["params"].get<uint64_t>(), 4500u);  // max over ranks
+  EXPECT_EQ(rows[2].comm_bytes_per_step, 150u);
+  EXPECT_TRUE(rows[2].estimated_memory.is_object());
+  EXPECT_GT(rows[2].estimated_memory["params"].get<int64_t>(), 0);
+
+  const std::string csv = scaling_table_csv(rows);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  EXPECT_NE(csv.find("s3x4,3,4,2,1,32,none,300.000,75.000,0.7500,1,,150,"), std::string::npos)
+      << csv;
+  const std::string md = scaling_table_markdown(rows);
+  EXPECT_NE(md.find("0.750 (vs 1 rank)"), std::string::npos) << md;
+
+  const auto files = write_study_report(runs, (dir_ / "out").string());
+  for (const char* f : {"scaling.md", "scaling.csv", "scaling.json", "throughput_vs_ranks.svg",
+                        "memory_per_rank.svg", "loss_curves.svg"})
+    EXPECT_TRUE(fs::exists(dir_ / "out" / f)) << f;
+  EXPECT_EQ(files.size(), 6u);
+}
+
+TEST_F(ReportStudy, EmptyOrForeignDirectoriesAreRejectedByName) {
+  fs::create_directories(dir_ / "empty");
+  fs::create_directories(dir_ / "foreign");
+  std::ofstream(dir_ / "foreign" / "notes.txt") << "hello";
+  for (const char* name : {"empty", "foreign", "missing"}) {
+    try {
+      load_run_dir((dir_ / name).string());
+      ADD_FAILURE() << name << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find((dir_ / name).string()), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(StepTimeline, ChromeTraceAndSkewFromPerRankPhases) {
+  std::vector<std::vector<StepPhases>> per_rank(3);
+  for (int r = 0; r < 3; ++r)
+    for (int step = 1; step <= 4; ++step)
+      per_rank[static_cast<size_t>(r)].push_back(
+          {step, step * 1.0, r == 2 ? 0.5 : 0.25, 0.01, 0.1, 0.1, 0.04, 0.02, step == 2 ? 0.3 : 0});
+  const nlohmann::json trace = chrome_trace(per_rank);
+  int spans = 0, checkpoints = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++spans;
+    EXPECT_GT(e["dur"].get<int64_t>(), 0);
+    if (e["name"] == "checkpoint") ++checkpoints;
+  }
+  EXPECT_EQ(spans, 3 * 4 * 6 + 3);  // step, data, fwd, bwd, opt, comm per step + 3 checkpoints
+  EXPECT_EQ(checkpoints, 3);
+  const nlohmann::json skew = rank_skew(per_rank);
+  EXPECT_DOUBLE_EQ(skew["mean_slowest_over_median"].get<double>(), 2.0);
+  EXPECT_EQ(skew["most_often_slowest_rank"].get<int>(), 2);
+  EXPECT_NE(rank_skew_markdown(skew).find("rank 2 (4 of 4 steps)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zt
