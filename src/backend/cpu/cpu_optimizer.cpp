@@ -25,8 +25,8 @@ void CpuBackend::adamw(float* master, float* m, float* v, const float* grad, bf1
   adam_update(best_adam_simd(), master, m, v, grad, param_bf16, param_f32, n, h);
 }
 
-// Σ x²: each block of kSumSquaresBlock elements is summed in double in index order, then the
-// block sums are added in block order on the calling thread.
+// Σ x²: each block of kSumSquaresBlock elements is summed in double (dot_double's fixed lane
+// order), then the block sums are added in block order on the calling thread.
 double CpuBackend::sum_squares(const float* x, int64_t n) {
   const int64_t blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
   std::vector<double> block_sums(static_cast<size_t>(blocks));
