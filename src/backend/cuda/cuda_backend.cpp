@@ -58,6 +58,7 @@ struct CudaBackend::State {
   double* sum_result_host = nullptr;  // pinned
 
   ~State() {
+    if (stream) cudaStreamSynchronize(stream);  // queued kernels may still use the scratch
     gemm.reset();
     rope.reset();
     arena.reset();

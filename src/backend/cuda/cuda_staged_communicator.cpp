@@ -116,8 +116,8 @@ std::unique_ptr<CommRequest> StagedDeviceCommunicator::start_collective(Collecti
   CommHandle inner;
   switch (call.op) {
     case CollectiveOp::kAllGather: {
-      // In place (send is this rank's block of recv) stages the same bytes: copy the whole recv
-      // is unnecessary, the host send copy is enough.
+      // In place (send is this rank's block of recv on the device) needs nothing special: the
+      // host copies of send and recv are separate buffers.
       ZT_CUDA_CHECK(cudaMemcpy(send.data, call.send, sizes.send, cudaMemcpyDeviceToHost));
       inner = mpi_.all_gather(call.dtype, send.data, recv.data, call.count);
       break;
