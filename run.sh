@@ -62,7 +62,7 @@ run_tests() {
 # then evaluated. Outputs land in outputs/demo/.
 demo() {
   local out=${DEMO_OUT:-$ROOT/outputs/demo}
-  local steps=${DEMO_STEPS:-300} mb=${DEMO_MICRO_BATCH:-8} seq=${DEMO_SEQ_LEN:-64}
+  local steps=${DEMO_STEPS:-200} mb=${DEMO_MICRO_BATCH:-8} seq=${DEMO_SEQ_LEN:-64}
   local zt=$BUILD_DIR/zerotrain
   mkdir -p "$out"
   "$zt" prepare-data --text "$ROOT/inputs/data/sample.txt" --out "$out/data.h5" --overwrite
