@@ -2,11 +2,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <set>
 
 #include "app/cli.h"
 #include "app/commands.h"
 #include "io/fs_util.h"
 #include "io/model_dir.h"
+#include "io/safetensors.h"
 #include "io/token_dataset.h"
 #include "util/error.h"
 
@@ -134,6 +137,45 @@ void info_checkpoint(const std::string& dir, bool json) {
     if (key != "kind" && key != "path") std::cout << key << ": " << value.dump() << "\n";
 }
 
+// A Hugging Face directory written by `export`: every safetensors file's header is validated.
+void info_safetensors(const std::string& dir, bool json) {
+  const auto weight_map = safetensors_weight_map(dir);
+  std::map<std::string, SafetensorsEntry> entries;
+  std::set<std::string> files;
+  for (const auto& [name, file] : weight_map) files.insert(file);
+  for (const std::string& file : files) {
+    const SafetensorsReader reader(dir + "/" + file);
+    for (const SafetensorsEntry& e : reader.tensors()) entries[e.name] = e;
+  }
+  nlohmann::json tensors = nlohmann::json::array();
+  uint64_t params = 0, bytes = 0;
+  for (const auto& [name, file] : weight_map) {
+    ZT_CHECK(entries.count(name), "'" + dir + "/" + file + "' has no tensor '" + name + "'");
+    const SafetensorsEntry& e = entries.at(name);
+    uint64_t numel = 1;
+    for (int64_t s : e.shape) numel *= static_cast<uint64_t>(s);
+    params += numel;
+    bytes += e.end - e.begin;
+    tensors.push_back({{"name", name}, {"shape", e.shape}, {"dtype", e.dtype}, {"file", file}});
+  }
+  if (json) {
+    std::cout << nlohmann::json{{"kind", "safetensors"}, {"path", dir},    {"tensors", tensors},
+                                {"parameters", params},  {"bytes", bytes}, {"files", files}}
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << "Hugging Face safetensors directory: " << dir << "\ntensors:\n";
+  for (const auto& t : tensors) {
+    const std::string shape = h5::shape_string(t["shape"].get<std::vector<int64_t>>());
+    std::printf("  %-48s %-16s %-5s %s\n", t["name"].get<std::string>().c_str(), shape.c_str(),
+                t["dtype"].get<std::string>().c_str(), t["file"].get<std::string>().c_str());
+  }
+  std::fflush(stdout);
+  std::cout << "files: " << files.size() << "\nparameters: " << with_commas(params) << " ("
+            << short_count(params) << ")\nbytes: " << with_commas(bytes) << "\n";
+}
+
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
@@ -156,7 +198,11 @@ int cmd_info(int argc, char** argv) {
   ZT_CHECK(fs::exists(path, ec), "'" + path + "' does not exist");
   const std::string what = "'" + path + "' is not a model directory, token dataset or checkpoint";
   if (fs::is_directory(path, ec)) {
-    if (fs::exists(path + "/" + kModelConfigFile) || fs::exists(path + "/" + kModelIndexFile)) {
+    if (fs::exists(path + "/" + kSafetensorsFile) ||
+        fs::exists(path + "/" + kSafetensorsIndexFile)) {
+      info_safetensors(path, json);
+    } else if (fs::exists(path + "/" + kModelConfigFile) ||
+               fs::exists(path + "/" + kModelIndexFile)) {
       info_model(path, json, vm["verify"].as<bool>());
     } else if (fs::exists(path + "/manifest.json")) {
       info_checkpoint(path, json);

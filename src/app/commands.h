@@ -10,6 +10,8 @@ int cmd_info(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_estimate(int argc, char** argv);
+int cmd_consolidate(int argc, char** argv);
+int cmd_export(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 
 }  // namespace zt

@@ -26,6 +26,10 @@ const std::vector<Subcommand>& subcommands() {
       {"train", "train a model (ZeRO stages 0-3)", zt::cmd_train},
       {"eval", "mean next-token cross-entropy of a model on a token dataset", zt::cmd_eval},
       {"estimate", "per-rank memory of ZeRO stages 0-3; which stage fits", zt::cmd_estimate},
+      {"consolidate", "write a training checkpoint's weights as a bf16 model directory",
+       zt::cmd_consolidate},
+      {"export", "write a model directory as Hugging Face safetensors + config.json",
+       zt::cmd_export},
       {"report", "scaling table and plots over train output directories", zt::cmd_report},
   };
   return table;

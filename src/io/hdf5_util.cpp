@@ -157,7 +157,7 @@ std::vector<hsize_t> to_hsize(const std::vector<int64_t>& v) {
 // Selects the box in the dataset's file space and transfers it to/from a dense memory buffer.
 void transfer_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
                   const std::vector<int64_t>& count, void* buffer, bool write,
-                  const std::string& where) {
+                  const std::string& where, hid_t transfer = H5P_DEFAULT) {
   Id file_space = wrap(H5Dget_space(dataset), H5Sclose, "cannot get dataspace", where);
   const int rank = H5Sget_simple_extent_ndims(file_space);
   ZT_CHECK(rank == static_cast<int>(start.size()),
@@ -170,7 +170,7 @@ void transfer_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& sta
                       "cannot create memory dataspace", where);
   Id type = type_for(mem_type);
   if (write) {
-    check(H5Dwrite(dataset, type, mem_space, file_space, H5P_DEFAULT, buffer), "HDF5 write failed",
+    check(H5Dwrite(dataset, type, mem_space, file_space, transfer, buffer), "HDF5 write failed",
           where);
   } else {
     check(H5Dread(dataset, type, mem_space, file_space, H5P_DEFAULT, buffer), "HDF5 read failed",
@@ -233,8 +233,10 @@ void read_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
 }
 
 void write_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
-               const std::vector<int64_t>& count, const void* data, const std::string& where) {
-  transfer_box(dataset, mem_type, start, count, const_cast<void*>(data), /*write=*/true, where);
+               const std::vector<int64_t>& count, const void* data, const std::string& where,
+               hid_t transfer) {
+  transfer_box(dataset, mem_type, start, count, const_cast<void*>(data), /*write=*/true, where,
+               transfer);
 }
 
 void write_attr_int64(hid_t object, const std::string& name, int64_t value,

@@ -74,8 +74,10 @@ void set_extent(hid_t dataset, int64_t size0, const std::string& where);
 // side being a dense buffer of `mem_type` elements.
 void read_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
               const std::vector<int64_t>& count, void* out, const std::string& where);
+// `transfer` is a dataset transfer property list (parallel HDF5: independent or collective).
 void write_box(hid_t dataset, DType mem_type, const std::vector<int64_t>& start,
-               const std::vector<int64_t>& count, const void* data, const std::string& where);
+               const std::vector<int64_t>& count, const void* data, const std::string& where,
+               hid_t transfer = H5P_DEFAULT);
 
 // Scalar attributes on an object (file or dataset).
 void write_attr_int64(hid_t object, const std::string& name, int64_t value,

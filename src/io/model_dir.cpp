@@ -20,14 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t kReadChunkElems = int64_t{4} << 20;   // conversion buffer bound
-constexpr int64_t kInitChunkBytes = int64_t{64} << 20;  // fp32 init chunk bound
-
-std::string shard_final_name(int index, int count) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.h5", index, count);
-  return buf;
-}
+constexpr int64_t kReadChunkElems = int64_t{4} << 20;     // conversion buffer bound
+constexpr int64_t kStreamChunkBytes = int64_t{64} << 20;  // fp32 streaming chunk bound
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -40,6 +34,40 @@ int64_t row_elems(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+std::string model_shard_file_name(int index, int count, const std::string& extension) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.", index, count);
+  return buf + extension;
+}
+
+std::vector<int> plan_shards(const std::vector<uint64_t>& tensor_bytes, uint64_t limit) {
+  std::vector<int> shard_of;
+  int shard = 0;
+  uint64_t shard_bytes = 0;
+  for (uint64_t bytes : tensor_bytes) {
+    if (shard == 0 || starts_new_shard(shard_bytes, bytes, limit)) {
+      ++shard;
+      shard_bytes = 0;
+    }
+    shard_bytes += bytes;
+    shard_of.push_back(shard);
+  }
+  return shard_of;
+}
+
+void write_model_config_file(const std::string& dir, const ModelConfig& config) {
+  write_text_file(dir + "/" + kModelConfigFile, config.to_hf_json().dump(2) + "\n");
+}
+
+void write_weight_index_file(const std::string& path,
+                             const std::map<std::string, std::string>& weight_map,
+                             uint64_t total_bytes) {
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& [name, file] : weight_map) files[name] = file;
+  const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", files}};
+  write_text_file(path, index.dump(2) + "\n");
+}
 
 // ---------------------------------------------------------------------------------------------
 // ModelDirWriter
@@ -91,8 +119,7 @@ void ModelDirWriter::begin_tensor(const std::string& name, const std::vector<int
   ZT_CHECK(!shape.empty() && shape.size() <= 2,
            "tensor '" + name + "': shape must be 1-D or 2-D, got " + h5::shape_string(shape));
   const uint64_t bytes = static_cast<uint64_t>(numel_of(shape)) * h5::dtype_size(dtype);
-  if (!shard_file_.valid() || (shard_bytes_ > 0 && shard_bytes_ + bytes > shard_limit_))
-    open_new_shard();
+  if (!shard_file_.valid() || starts_new_shard(shard_bytes_, bytes, shard_limit_)) open_new_shard();
   const std::string where = "tensor '" + name + "' in '" + shard_tmp_name(num_shards_) + "'";
   dataset_ = h5::create_dataset(shard_file_, name, dtype, shape, where);
   tensor_name_ = name;
@@ -155,17 +182,15 @@ void ModelDirWriter::finish() {
   if (shard_file_.valid()) shard_file_.close("'" + shard_tmp_name(num_shards_) + "'");
   std::vector<std::string> files;
   for (int i = 1; i <= num_shards_; ++i) {
-    const std::string final_name = shard_final_name(i, num_shards_);
+    const std::string final_name = model_shard_file_name(i, num_shards_);
     fs::rename(shard_tmp_name(i), tmp_dir_ + "/" + final_name);
     files.push_back(final_name);
   }
-  nlohmann::json weight_map = nlohmann::json::object();
+  std::map<std::string, std::string> weight_map;
   for (const auto& [name, shard] : tensor_shard_)
     weight_map[name] = files[static_cast<size_t>(shard - 1)];
-  const nlohmann::json index = {{"metadata", {{"total_size", total_bytes_}}},
-                                {"weight_map", weight_map}};
-  write_text_file(tmp_dir_ + "/" + kModelIndexFile, index.dump(2) + "\n");
-  write_text_file(tmp_dir_ + "/" + kModelConfigFile, config_.to_hf_json().dump(2) + "\n");
+  write_weight_index_file(tmp_dir_ + "/" + kModelIndexFile, weight_map, total_bytes_);
+  write_model_config_file(tmp_dir_, config_);
   for (const auto& f : files) fsync_path(tmp_dir_ + "/" + f);
   fsync_path(tmp_dir_);
   move_into_place(tmp_dir_, dir_, overwrite_);
@@ -340,29 +365,43 @@ void ModelDirReader::read_tensor_range_bf16(const std::string& name, int64_t beg
 
 // ---------------------------------------------------------------------------------------------
 
-void write_model_dir_from_init(const std::string& dir, const ModelConfig& config, uint64_t seed,
-                               uint64_t shard_limit_bytes, bool overwrite) {
+uint64_t write_model_dir_streaming(const std::string& dir, const ModelConfig& config,
+                                   const TensorValuesFn& values, uint64_t shard_limit_bytes,
+                                   bool overwrite) {
   const ParamLayout layout(config);
   ModelDirWriter writer(dir, config, shard_limit_bytes, overwrite);
-  std::vector<float> values;
+  std::vector<float> chunk;
   std::vector<bf16_t> packed;
+  uint64_t bytes = 0;
   for (const auto& t : layout.tensors()) {
     const int64_t cols = row_elems(t.shape);
     const int64_t rows_per_chunk =
-        std::max<int64_t>(1, kInitChunkBytes / static_cast<int64_t>(sizeof(float)) / cols);
+        std::max<int64_t>(1, kStreamChunkBytes / static_cast<int64_t>(sizeof(float)) / cols);
     writer.begin_tensor(t.name, t.shape, h5::DType::kBF16);
     for (int64_t row = 0; row < t.shape[0]; row += rows_per_chunk) {
       const int64_t rows = std::min(rows_per_chunk, t.shape[0] - row);
       const size_t n = static_cast<size_t>(rows * cols);
-      values.resize(n);
+      chunk.resize(n);
       packed.resize(n);
-      init_tensor_range(config, t, seed, row * cols, rows * cols, values.data());
-      floats_to_bf16(values.data(), packed.data(), n);
+      values(t, row * cols, rows * cols, chunk.data());
+      floats_to_bf16(chunk.data(), packed.data(), n);
       writer.write_rows(packed.data(), rows);
     }
     writer.end_tensor();
+    bytes += static_cast<uint64_t>(t.numel) * sizeof(bf16_t);
   }
   writer.finish();
+  return bytes;
+}
+
+void write_model_dir_from_init(const std::string& dir, const ModelConfig& config, uint64_t seed,
+                               uint64_t shard_limit_bytes, bool overwrite) {
+  write_model_dir_streaming(
+      dir, config,
+      [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
+        init_tensor_range(config, t, seed, begin, count, out);
+      },
+      shard_limit_bytes, overwrite);
 }
 
 }  // namespace zt

@@ -2,6 +2,7 @@
 // model-0000i-of-0000K.h5 with one dataset per tensor (bf16 or fp32), split at tensor boundaries.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +18,24 @@ namespace zt {
 constexpr uint64_t kDefaultShardLimitBytes = 2ull << 30;  // 2 GiB
 constexpr const char* kModelIndexFile = "model.h5.index.json";
 constexpr const char* kModelConfigFile = "config.json";
+
+// "model-00002-of-00005.h5" (extension "h5"), "model-00001-of-00001.safetensors", ...
+std::string model_shard_file_name(int index, int count, const std::string& extension = "h5");
+
+// The sharding rule of model directories and exports: shards split at tensor boundaries, and a
+// tensor starts a new shard when the current one is non-empty and would pass the limit.
+inline bool starts_new_shard(uint64_t shard_bytes, uint64_t tensor_bytes, uint64_t limit) {
+  return shard_bytes > 0 && shard_bytes + tensor_bytes > limit;
+}
+// The rule applied to tensors of these sizes in writing order: each one's shard (1-based).
+std::vector<int> plan_shards(const std::vector<uint64_t>& tensor_bytes, uint64_t limit);
+
+// Writes (and fsyncs) DIR/config.json: the model's Hugging Face LlamaConfig.
+void write_model_config_file(const std::string& dir, const ModelConfig& config);
+// Writes (and fsyncs) an index file {"metadata":{"total_size":N},"weight_map":{tensor: file}}.
+void write_weight_index_file(const std::string& path,
+                             const std::map<std::string, std::string>& weight_map,
+                             uint64_t total_bytes);
 
 // Writes a model directory into a temporary sibling (DIR.tmp-<pid>) and moves it into place on
 // finish(); without finish() (an exception, say) the temporary directory is removed.
@@ -102,8 +121,20 @@ class ModelDirReader {
   std::map<std::string, h5::Id> open_files_;
 };
 
+// Fills out[0, count) with elements [begin, begin+count) of tensor t as fp32.
+using TensorValuesFn =
+    std::function<void(const TensorInfo& t, int64_t begin, int64_t count, float* out)>;
+
+// Streams every tensor of the config's layout, in layout order, into a bf16 model directory, a
+// bounded row chunk (≤ 64 MiB of fp32) at a time, taking the values from `values`. Returns the
+// tensor bytes written.
+uint64_t write_model_dir_streaming(const std::string& dir, const ModelConfig& config,
+                                   const TensorValuesFn& values,
+                                   uint64_t shard_limit_bytes = kDefaultShardLimitBytes,
+                                   bool overwrite = false);
+
 // Streams the deterministic initialisation (model/init.h) of every tensor into a bf16 model
-// directory, a bounded row chunk (≤ 64 MiB of fp32) at a time.
+// directory (write_model_dir_streaming).
 void write_model_dir_from_init(const std::string& dir, const ModelConfig& config, uint64_t seed,
                                uint64_t shard_limit_bytes = kDefaultShardLimitBytes,
                                bool overwrite = false);

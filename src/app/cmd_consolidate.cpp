@@ -1,0 +1,60 @@
+// zerotrain consolidate: a training checkpoint's fp32 masters as a bf16 model directory
+// (io/consolidate.h). Runs as a singleton or under mpirun with any number of ranks; with
+// parallel HDF5 every rank writes its slice of every tensor into the shared shards, otherwise
+// (or with --serial) rank 0 writes one tensor at a time. Prints a JSON summary on stdout.
+#include <cmath>
+#include <iostream>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "comm/mpi_communicator.h"
+#include "io/consolidate.h"
+#include "runtime/mpi_runtime.h"
+#include "util/error.h"
+
+namespace zt {
+
+int cmd_consolidate(int argc, char** argv) {
+  const CommandSpec spec{"consolidate",
+                         "Write a training checkpoint's weights as a bf16 model directory "
+                         "(config.json, model.h5.index.json, HDF5 shards).",
+                         "[mpirun -np N] zerotrain consolidate CHECKPOINT_DIR --out DIR "
+                         "[--serial] [--shard-size-mb N] [--overwrite]"};
+  po::options_description options("consolidate options");
+  options.add_options()("checkpoint", po::value<std::string>(),
+                        "training checkpoint directory (OUT/checkpoints/step-NNNNNNNN)")(
+      "out", po::value<std::string>(), "output model directory")(
+      "serial", po::bool_switch(),
+      "write one tensor at a time through rank 0 even when HDF5 is parallel")(
+      "shard-size-mb", po::value<double>()->default_value(2048),
+      "largest shard file size in MiB (shards split at tensor boundaries)")(
+      "overwrite", po::bool_switch(), "replace an existing non-empty output directory");
+  po::positional_options_description positional;
+  positional.add("checkpoint", 1);
+  po::variables_map vm;
+  if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
+  require_option(vm, "checkpoint", spec.name);
+  require_option(vm, "out", spec.name);
+  const double shard_mb = vm["shard-size-mb"].as<double>();
+  ZT_CHECK(std::isfinite(shard_mb) && shard_mb > 0,
+           "consolidate: '--shard-size-mb' must be positive");
+  ConsolidateOptions o;
+  o.overwrite = vm["overwrite"].as<bool>();
+  o.serial = vm["serial"].as<bool>();
+  o.shard_limit_bytes = static_cast<uint64_t>(std::max(1.0, shard_mb * (1 << 20)));
+
+  MpiRuntime runtime;
+  MpiCommunicator comm;
+  const std::string checkpoint = vm["checkpoint"].as<std::string>();
+  const ConsolidatedModel model =
+      consolidate_checkpoint(checkpoint, vm["out"].as<std::string>(), comm, o);
+  if (comm.rank() == 0)
+    std::cout << nlohmann::json{{"checkpoint", checkpoint},   {"out", model.dir},
+                                {"bytes", model.bytes},       {"seconds", model.seconds},
+                                {"ranks", comm.world_size()}, {"parallel_hdf5", model.parallel}}
+                     .dump()
+              << std::endl;
+  return 0;
+}
+
+}  // namespace zt

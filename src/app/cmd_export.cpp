@@ -1,0 +1,51 @@
+// zerotrain export: a model directory as a Hugging Face directory (io/safetensors.h):
+// model.safetensors (or shards + model.safetensors.index.json) and config.json. Streams tensor by
+// tensor; prints a JSON summary on stdout.
+#include <cmath>
+#include <iostream>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "io/safetensors.h"
+#include "util/error.h"
+
+namespace zt {
+
+int cmd_export(int argc, char** argv) {
+  const CommandSpec spec{"export",
+                         "Write a model directory in Hugging Face format (safetensors + "
+                         "config.json).",
+                         "zerotrain export MODEL_DIR --format safetensors --out HF_DIR "
+                         "[--max-shard-size-mb N] [--overwrite]"};
+  po::options_description options("export options");
+  options.add_options()("model", po::value<std::string>(), "model directory to export")(
+      "format", po::value<std::string>()->default_value("safetensors"),
+      "output format: safetensors")("out", po::value<std::string>(), "output directory")(
+      "max-shard-size-mb", po::value<double>()->default_value(5120),
+      "largest safetensors file in MiB; larger models are sharded with an index")(
+      "overwrite", po::bool_switch(), "replace an existing non-empty output directory");
+  po::positional_options_description positional;
+  positional.add("model", 1);
+  po::variables_map vm;
+  if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
+  require_option(vm, "model", spec.name);
+  require_option(vm, "out", spec.name);
+  const std::string format = vm["format"].as<std::string>();
+  ZT_CHECK(format == "safetensors",
+           "export: unknown --format '" + format + "' (supported: safetensors)");
+  const double shard_mb = vm["max-shard-size-mb"].as<double>();
+  ZT_CHECK(std::isfinite(shard_mb) && shard_mb > 0,
+           "export: '--max-shard-size-mb' must be positive");
+  const SafetensorsExport result = export_safetensors(
+      vm["model"].as<std::string>(), vm["out"].as<std::string>(),
+      static_cast<uint64_t>(std::max(1.0, shard_mb * (1 << 20))), vm["overwrite"].as<bool>());
+  std::cout << nlohmann::json{{"out", result.dir},
+                              {"files", result.files},
+                              {"bytes", result.bytes},
+                              {"seconds", result.seconds}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
+}  // namespace zt

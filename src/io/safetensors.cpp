@@ -1,0 +1,343 @@
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "io/fs_util.h"
+#include "io/model_dir.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; this writer copies memory as is");
+
+namespace {
+
+constexpr int64_t kExportChunkElems = int64_t{4} << 20;
+constexpr const char* kMetadataKey = "__metadata__";
+
+uint64_t numel_of(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t s : shape) n *= static_cast<uint64_t>(s);
+  return n;
+}
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+// pread until `bytes` arrived; errors name the file.
+void read_exact(int fd, uint64_t offset, void* out, size_t bytes, const std::string& path) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    ZT_CHECK(n > 0,
+             "cannot read '" + path + "': " + (n == 0 ? "unexpected end of file" : errno_text()));
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+// An open file descriptor, closed on scope exit.
+struct ReadOnlyFile {
+  explicit ReadOnlyFile(const std::string& path) : fd(::open(path.c_str(), O_RDONLY)) {
+    ZT_CHECK(fd >= 0, "cannot open '" + path + "': " + errno_text());
+  }
+  ~ReadOnlyFile() { ::close(fd); }
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+  int fd;
+};
+
+std::string safetensors_dtype_of(h5::DType t) {
+  switch (t) {
+    case h5::DType::kBF16:
+      return "BF16";
+    case h5::DType::kF32:
+      return "F32";
+    default:
+      fail(std::string("no safetensors dtype for ") + h5::dtype_name(t));
+  }
+}
+
+}  // namespace
+
+size_t safetensors_dtype_size(const std::string& dtype) {
+  static const std::map<std::string, size_t> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"I16", 2}, {"U16", 2}, {"F16", 2}, {"BF16", 2},
+      {"I32", 4},  {"U32", 4}, {"F32", 4}, {"I64", 8}, {"U64", 8}, {"F64", 8}};
+  const auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+std::string safetensors_header(std::vector<SafetensorsEntry>& tensors,
+                               const nlohmann::json& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t offset = 0;
+  for (SafetensorsEntry& t : tensors) {
+    const size_t size = safetensors_dtype_size(t.dtype);
+    ZT_CHECK(size > 0, "tensor '" + t.name + "': unknown safetensors dtype '" + t.dtype + "'");
+    ZT_CHECK(t.name != kMetadataKey && !header.contains(t.name),
+             "tensor name '" + t.name + "' is reserved or repeated");
+    t.begin = offset;
+    t.end = offset + numel_of(t.shape) * size;
+    offset = t.end;
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
+  }
+  if (!metadata.is_null()) header[kMetadataKey] = nlohmann::ordered_json::parse(metadata.dump());
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // 8 + N stays a multiple of 8
+  std::string out(8, '\0');
+  const uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + json;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SafetensorsFileWriter
+
+SafetensorsFileWriter::SafetensorsFileWriter(std::string path,
+                                             std::vector<SafetensorsEntry> tensors)
+    : path_(std::move(path)), tensors_(std::move(tensors)) {
+  const std::string header = safetensors_header(tensors_);
+  data_bytes_ = tensors_.empty() ? 0 : tensors_.back().end;
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ZT_CHECK(fd_ >= 0, "cannot create '" + path_ + "': " + errno_text());
+  write_all(header.data(), header.size());
+}
+
+SafetensorsFileWriter::~SafetensorsFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsFileWriter::write_all(const void* data, size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    ZT_CHECK(n > 0, "cannot write '" + path_ + "': " + errno_text());
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void SafetensorsFileWriter::append(const void* data, size_t bytes) {
+  ZT_CHECK(fd_ >= 0, "'" + path_ + "' is already finished");
+  ZT_CHECK(written_ + bytes <= data_bytes_, "'" + path_ + "': more tensor data than the header " +
+                                                "announces (" + std::to_string(data_bytes_) +
+                                                " bytes)");
+  write_all(data, bytes);
+  written_ += bytes;
+}
+
+void SafetensorsFileWriter::finish() {
+  ZT_CHECK(fd_ >= 0, "'" + path_ + "' finished twice");
+  ZT_CHECK(written_ == data_bytes_, "'" + path_ + "': " + std::to_string(written_) + " of " +
+                                        std::to_string(data_bytes_) + " tensor bytes written");
+  ZT_CHECK(::fsync(fd_) == 0, "fsync failed on '" + path_ + "': " + errno_text());
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  ZT_CHECK(rc == 0, "cannot close '" + path_ + "': " + errno_text());
+}
+
+// ---------------------------------------------------------------------------------------------
+// SafetensorsReader
+
+SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  std::error_code ec;
+  ZT_CHECK(fs::is_regular_file(path_, ec), "'" + path_ + "' is not a file");
+  const uint64_t file_size = fs::file_size(path_, ec);
+  ZT_CHECK(!ec && file_size >= 8, "'" + path_ + "' is too short for a safetensors file");
+  ReadOnlyFile file(path_);
+  uint8_t prefix[8];
+  read_exact(file.fd, 0, prefix, 8, path_);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[i];
+  ZT_CHECK(n <= kMaxSafetensorsHeaderBytes && 8 + n <= file_size,
+           "'" + path_ + "': header length " + std::to_string(n) + " does not fit the file (" +
+               std::to_string(file_size) + " bytes)");
+  header_bytes_ = 8 + n;
+  std::string text(n, '\0');
+  read_exact(file.fd, 8, text.data(), n, path_);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("'" + path_ + "': the header is not JSON: " + e.what());
+  }
+  ZT_CHECK(header.is_object(), "'" + path_ + "': the header is not a JSON object");
+  for (const auto& [name, value] : header.items()) {
+    if (name == kMetadataKey) {
+      metadata_ = value;
+      continue;
+    }
+    SafetensorsEntry t;
+    t.name = name;
+    try {
+      t.dtype = value.at("dtype").get<std::string>();
+      t.shape = value.at("shape").get<std::vector<int64_t>>();
+      const auto offsets = value.at("data_offsets").get<std::vector<uint64_t>>();
+      ZT_CHECK(offsets.size() == 2,
+               "'" + path_ + "': tensor '" + name + "' needs data_offsets [begin, end]");
+      t.begin = offsets[0];
+      t.end = offsets[1];
+    } catch (const nlohmann::json::exception& e) {
+      fail("'" + path_ + "': tensor '" + name + "': " + e.what());
+    }
+    const size_t size = safetensors_dtype_size(t.dtype);
+    ZT_CHECK(size > 0, "'" + path_ + "': tensor '" + name + "' has unknown dtype " + t.dtype);
+    for (int64_t s : t.shape)
+      ZT_CHECK(s >= 0, "'" + path_ + "': tensor '" + name + "' has a negative dimension");
+    ZT_CHECK(t.end >= t.begin && t.end - t.begin == numel_of(t.shape) * size,
+             "'" + path_ + "': tensor '" + name + "': data_offsets [" + std::to_string(t.begin) +
+                 ", " + std::to_string(t.end) + ") do not match its dtype and shape");
+    tensors_.push_back(std::move(t));
+  }
+  std::sort(tensors_.begin(), tensors_.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin; });
+  uint64_t expected = 0;
+  for (const SafetensorsEntry& t : tensors_) {
+    ZT_CHECK(t.begin == expected, "'" + path_ + "': tensor '" + t.name + "' starts at " +
+                                      std::to_string(t.begin) + ", expected " +
+                                      std::to_string(expected) + " (offsets must be contiguous)");
+    expected = t.end;
+  }
+  ZT_CHECK(header_bytes_ + expected == file_size,
+           "'" + path_ + "': the tensors end at byte " + std::to_string(header_bytes_ + expected) +
+               " but the file has " + std::to_string(file_size));
+}
+
+const SafetensorsEntry& SafetensorsReader::tensor(const std::string& name) const {
+  for (const SafetensorsEntry& t : tensors_)
+    if (t.name == name) return t;
+  fail("'" + path_ + "' has no tensor '" + name + "'");
+}
+
+std::vector<uint8_t> SafetensorsReader::read_bytes(const std::string& name) const {
+  const SafetensorsEntry& t = tensor(name);
+  std::vector<uint8_t> bytes(t.end - t.begin);
+  ReadOnlyFile file(path_);
+  read_exact(file.fd, header_bytes_ + t.begin, bytes.data(), bytes.size(), path_);
+  return bytes;
+}
+
+std::map<std::string, std::string> safetensors_weight_map(const std::string& dir) {
+  const std::string index = dir + "/" + kSafetensorsIndexFile;
+  std::map<std::string, std::string> map;
+  std::error_code ec;
+  if (fs::exists(index, ec)) {
+    const nlohmann::json j = read_json_file(index);
+    try {
+      for (const auto& [name, file] : j.at("weight_map").items())
+        map[name] = file.get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      fail(index + ": expected {\"weight_map\":{...}}: " + e.what());
+    }
+    return map;
+  }
+  const std::string single = dir + "/" + kSafetensorsFile;
+  ZT_CHECK(fs::exists(single, ec),
+           "'" + dir + "' has neither " + kSafetensorsFile + " nor " + kSafetensorsIndexFile);
+  const SafetensorsReader reader(single);
+  for (const SafetensorsEntry& t : reader.tensors()) map[t.name] = kSafetensorsFile;
+  return map;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Export
+
+namespace {
+
+// Streams the tensors of one output file from the model directory.
+void write_safetensors_shard(ModelDirReader& model, const std::string& path,
+                             std::vector<SafetensorsEntry> tensors) {
+  SafetensorsFileWriter writer(path, std::move(tensors));
+  std::vector<uint8_t> buffer;
+  for (const SafetensorsEntry& t : writer.tensors()) {
+    const int64_t numel = static_cast<int64_t>(numel_of(t.shape));
+    const size_t size = safetensors_dtype_size(t.dtype);
+    for (int64_t done = 0; done < numel; done += kExportChunkElems) {
+      const int64_t n = std::min(kExportChunkElems, numel - done);
+      buffer.resize(static_cast<size_t>(n) * size);
+      if (t.dtype == "BF16")
+        model.read_tensor_range_bf16(t.name, done, n, reinterpret_cast<bf16_t*>(buffer.data()));
+      else
+        model.read_tensor_range_f32(t.name, done, n, reinterpret_cast<float*>(buffer.data()));
+      writer.append(buffer.data(), buffer.size());
+    }
+  }
+  writer.finish();
+}
+
+}  // namespace
+
+SafetensorsExport export_safetensors(const std::string& model_dir, const std::string& out_dir,
+                                     uint64_t max_shard_bytes, bool overwrite) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ZT_CHECK(max_shard_bytes > 0, "export: the shard size limit must be positive");
+  ModelDirReader model(model_dir);
+  SafetensorsExport result;
+  result.dir = strip_trailing_slashes(out_dir);
+  check_output_dir_writable(result.dir, overwrite);
+
+  std::vector<SafetensorsEntry> all;
+  std::vector<uint64_t> bytes;
+  for (const TensorInfo& t : model.layout().tensors()) {
+    SafetensorsEntry e;
+    e.name = t.name;
+    e.dtype = safetensors_dtype_of(model.stored_dtype(t.name));
+    e.shape = t.shape;
+    bytes.push_back(numel_of(t.shape) * safetensors_dtype_size(e.dtype));
+    result.bytes += bytes.back();
+    all.push_back(std::move(e));
+  }
+  const std::vector<int> shard_of = plan_shards(bytes, max_shard_bytes);
+  const int num_shards = shard_of.empty() ? 1 : shard_of.back();
+
+  const std::string tmp = temp_sibling(result.dir);
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!dir_parent(result.dir).empty()) fs::create_directories(dir_parent(result.dir), ec);
+  fs::create_directory(tmp, ec);
+  ZT_CHECK(!ec, "cannot create temporary directory '" + tmp + "': " + ec.message());
+  try {
+    std::map<std::string, std::string> weight_map;
+    for (int s = 1; s <= num_shards; ++s) {
+      const std::string file =
+          num_shards == 1 ? kSafetensorsFile : model_shard_file_name(s, num_shards, "safetensors");
+      std::vector<SafetensorsEntry> tensors;
+      for (size_t i = 0; i < all.size(); ++i)
+        if (shard_of[i] == s) {
+          tensors.push_back(all[i]);
+          weight_map[all[i].name] = file;
+        }
+      write_safetensors_shard(model, tmp + "/" + file, std::move(tensors));
+      result.files.push_back(file);
+    }
+    if (num_shards > 1)
+      write_weight_index_file(tmp + "/" + kSafetensorsIndexFile, weight_map, result.bytes);
+    write_model_config_file(tmp, model.config());
+    fsync_path(tmp);
+    move_into_place(tmp, result.dir, overwrite);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace zt

@@ -1,0 +1,104 @@
+// Hugging Face safetensors (DESIGN.md §3 "Consolidated checkpoint": `export --format
+// safetensors`). A file is
+//
+//   8 bytes     N, the header length, unsigned little-endian
+//   N bytes     JSON {"<tensor>":{"dtype":"BF16","shape":[...],"data_offsets":[b,e]}, ...,
+//               "__metadata__":{"format":"pt"}}, padded with spaces so that 8 + N is a
+//               multiple of 8
+//   data        every tensor's raw little-endian bytes at [b, e) of this section, contiguous,
+//               in header order
+//
+// A model larger than the shard limit is split at tensor boundaries into
+// model-0000k-of-0000K.safetensors plus model.safetensors.index.json
+// ({"metadata":{"total_size":N},"weight_map":{tensor: file}}); otherwise it is one
+// model.safetensors. config.json (HF LlamaConfig) sits next to them, as in a model directory.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+constexpr const char* kSafetensorsFile = "model.safetensors";
+constexpr const char* kSafetensorsIndexFile = "model.safetensors.index.json";
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;  // as the reference library
+
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;  // "BF16", "F32", "F16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // data_offsets, relative to the start of the data section
+};
+
+// Bytes per element of a safetensors dtype name; 0 when unknown.
+size_t safetensors_dtype_size(const std::string& dtype);
+
+// The 8-byte length prefix and the padded JSON header for these tensors, whose data_offsets it
+// assigns (contiguous, in the given order).
+std::string safetensors_header(std::vector<SafetensorsEntry>& tensors,
+                               const nlohmann::json& metadata = {{"format", "pt"}});
+
+// Writes one safetensors file: the header at construction, then the tensors' bytes in header
+// order through append(), then finish() (checks every byte arrived, fsyncs, closes). Errors
+// name the file. Without finish() the partial file is left for the caller to remove.
+class SafetensorsFileWriter {
+ public:
+  SafetensorsFileWriter(std::string path, std::vector<SafetensorsEntry> tensors);
+  ~SafetensorsFileWriter();
+  SafetensorsFileWriter(const SafetensorsFileWriter&) = delete;
+  SafetensorsFileWriter& operator=(const SafetensorsFileWriter&) = delete;
+
+  void append(const void* data, size_t bytes);
+  void finish();
+  const std::vector<SafetensorsEntry>& tensors() const { return tensors_; }
+
+ private:
+  void write_all(const void* data, size_t bytes);
+
+  std::string path_;
+  std::vector<SafetensorsEntry> tensors_;
+  int fd_ = -1;
+  uint64_t data_bytes_ = 0, written_ = 0;
+};
+
+// Reads and validates one safetensors file's header (length, JSON, dtypes, shapes, offsets
+// contiguous from 0 to the end of the file); reads tensors' raw bytes on request.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(std::string path);
+
+  const std::string& path() const { return path_; }
+  uint64_t header_bytes() const { return header_bytes_; }  // 8 + N
+  const nlohmann::json& metadata() const { return metadata_; }
+  const std::vector<SafetensorsEntry>& tensors() const { return tensors_; }  // offset order
+  const SafetensorsEntry& tensor(const std::string& name) const;
+  std::vector<uint8_t> read_bytes(const std::string& name) const;
+
+ private:
+  std::string path_;
+  uint64_t header_bytes_ = 0;
+  nlohmann::json metadata_;
+  std::vector<SafetensorsEntry> tensors_;
+};
+
+// Tensor name -> file name of a Hugging Face directory (from model.safetensors.index.json, or
+// every tensor of a single model.safetensors).
+std::map<std::string, std::string> safetensors_weight_map(const std::string& dir);
+
+struct SafetensorsExport {
+  std::string dir;
+  std::vector<std::string> files;  // safetensors files written
+  uint64_t bytes = 0;              // tensor bytes
+  double seconds = 0;
+};
+
+// Streams a model directory, tensor by tensor in bounded chunks, into `out_dir` as safetensors
+// (each tensor in its stored dtype, bf16 or fp32) plus config.json; shards past
+// max_shard_bytes. Written into a temporary sibling and moved into place.
+SafetensorsExport export_safetensors(const std::string& model_dir, const std::string& out_dir,
+                                     uint64_t max_shard_bytes, bool overwrite);
+
+}  // namespace zt
