@@ -23,6 +23,7 @@
 #include "comm/mpi_communicator.h"
 #include "engine/data_loader.h"
 #include "engine/zero_engine.h"
+#include "io/consolidate.h"
 #include "io/fs_util.h"
 #include "io/metrics_log.h"
 #include "io/model_dir.h"
@@ -49,6 +50,7 @@ struct TrainOptions {
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
   int64_t eval_batches = 0;
   int64_t log_every = 10;
+  int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
   std::string deepspeed;      // --deepspeed FILE
   BatchSizeRule batch_rule;   // its train_batch_size rule, applied once the world size is known
 
@@ -97,7 +99,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"cpu_checkpointing", cpu_checkpointing},
           {"comm_timeout", comm_timeout},
           {"eval_batches", eval_batches},
-          {"log_every", log_every}};
+          {"log_every", log_every},
+          {"save_consolidated_every", save_consolidated_every}};
 }
 
 // Returns false when --help was printed.
@@ -165,6 +168,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "eval batches at the end (0 = skip)");
   add("log-every", po::value(&o.log_every)->default_value(o.log_every),
       "log a line to stderr every N steps (0 = never)");
+  add("save-consolidated-every",
+      po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
+      "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
   add("deepspeed", po::value(&o.deepspeed),
       "DeepSpeed JSON config (DESIGN.md §4). Precedence: command line > --config INI > "
       "--deepspeed JSON > defaults");
@@ -206,6 +212,7 @@ void validate(const TrainOptions& o) {
   at_least_zero(static_cast<double>(o.seed), "seed");
   at_least_zero(static_cast<double>(o.eval_batches), "eval-batches");
   at_least_zero(static_cast<double>(o.log_every), "log-every");
+  at_least_zero(static_cast<double>(o.save_consolidated_every), "save-consolidated-every");
   for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
     ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
                                         " must be in [0, 1), got " + std::to_string(beta));
@@ -293,29 +300,6 @@ nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& d
           {"tokens", tokens},
           {"batches", o.eval_batches},
           {"micro_batch", world * B}};
-}
-
-// Streams the trained weights (bf16) into OUT/final; rank 0 writes, one tensor at a time.
-void write_final_model(ZeroEngine& engine, const ModelConfig& config, const std::string& dir,
-                       Communicator& comm) {
-  std::unique_ptr<ModelDirWriter> writer;
-  run_collectively(comm, [&] {
-    if (comm.rank() == 0)
-      writer = std::make_unique<ModelDirWriter>(dir, config, kDefaultShardLimitBytes, true);
-  });
-  std::string error;  // keep visiting (the walk is collective) and report once at the end
-  engine.for_each_full_tensor(false, [&](const TensorInfo& t, const void* data) {
-    if (!writer || !error.empty()) return;
-    try {
-      writer->add_tensor(t.name, t.shape, static_cast<const bf16_t*>(data));
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  });
-  run_collectively(comm, [&] {
-    if (!error.empty()) fail(error);
-    if (writer) writer->finish();
-  });
 }
 
 int run_training(TrainOptions o) {
@@ -416,6 +400,9 @@ int run_training(TrainOptions o) {
     r.comm_bytes = comm_bytes_between(counters_before, comm.counters());
     for (size_t c = 0; c < run_peaks.size(); ++c)
       run_peaks[c] = std::max(run_peaks[c], r.peak_memory[c]);
+    if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
+      write_consolidated_model(engine, consolidated_step_dir(o.out, step), comm,
+                               {.overwrite = true});
     metrics.append(r);
     summary.add(r);
     progress.update(r, seconds_since(t_loop));
@@ -424,7 +411,7 @@ int run_training(TrainOptions o) {
 
   nlohmann::json eval_result;
   if (o.eval_batches > 0) eval_result = evaluate_after_training(engine, data, o, rank, world);
-  write_final_model(engine, config, o.out + "/final", comm);
+  write_consolidated_model(engine, o.out + "/final", comm, {.overwrite = true});
 
   // Peak memory of every rank, gathered to all (int64 is a reducible comm type).
   std::vector<int64_t> mine(run_peaks.begin(), run_peaks.end());
