@@ -28,6 +28,8 @@
 #include "io/metrics_log.h"
 #include "io/model_dir.h"
 #include "io/run_report.h"
+#include "io/step_timeline.h"
+#include "io/study_report.h"
 #include "io/token_dataset.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
@@ -362,6 +364,7 @@ int run_training(TrainOptions o) {
   RunSummary summary;
   MemoryByCategory run_peaks = memory_peaks(memory);
   Progress progress(is_root, o.steps, o.log_every);
+  StepTimeline timeline;  // every step's phases on this rank (trace.json, rank skew)
   const auto t_loop = std::chrono::steady_clock::now();
   int64_t tokens_seen = 0;
   for (int64_t step = 1; step <= o.steps; ++step) {
@@ -400,9 +403,14 @@ int run_training(TrainOptions o) {
     r.comm_bytes = comm_bytes_between(counters_before, comm.counters());
     for (size_t c = 0; c < run_peaks.size(); ++c)
       run_peaks[c] = std::max(run_peaks[c], r.peak_memory[c]);
+    // Checkpoint saves after the step, timed into this step's line before it is logged.
+    const auto t_checkpoint = std::chrono::steady_clock::now();
     if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
       write_consolidated_model(engine, consolidated_step_dir(o.out, step), comm,
                                {.overwrite = true});
+    r.checkpoint_s = seconds_since(t_checkpoint);
+    timeline.add({step, std::chrono::duration<double>(t0 - t_loop).count(), r.step_time_s, r.data_s,
+                  r.forward_s, r.backward_s, r.optimizer_s, r.comm_wait_s, r.checkpoint_s});
     metrics.append(r);
     summary.add(r);
     progress.update(r, seconds_since(t_loop));
@@ -422,6 +430,8 @@ int run_training(TrainOptions o) {
     for (size_t c = 0; c < mine.size(); ++c)
       per_rank[r][c] = static_cast<uint64_t>(all[r * mine.size() + c]);
 
+  // Every rank's step phases: OUT/trace.json (rank 0 writes) and the rank skew below.
+  const auto per_rank_phases = write_chrome_trace(timeline, comm, o.out);
   run_collectively(comm, [&] {
     if (!is_root) return;
     nlohmann::json report = summary.to_json(per_rank, seconds_since(t_start));
@@ -430,7 +440,9 @@ int run_training(TrainOptions o) {
     report["precision"] = o.precision;
     report["global_batch_tokens"] = o.micro_batch * o.grad_accum * world * o.seq_len;
     if (!eval_result.is_null()) report["eval"] = eval_result;
+    report["rank_skew"] = rank_skew(per_rank_phases);
     write_report_files(o.out, report);
+    add_plots_and_skew_to_report(o.out, report["rank_skew"]);
     if (!eval_result.is_null()) std::cerr << "eval: " << eval_result.dump() << "\n";
   });
   return 0;
