@@ -7,6 +7,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "io/checkpoint_files.h"
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
@@ -123,11 +124,17 @@ void info_tokens(const std::string& path, bool json) {
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";
 }
 
-void info_checkpoint(const std::string& dir, bool json) {
-  const nlohmann::json manifest = read_json_file(dir + "/manifest.json");
+void info_checkpoint(const std::string& dir, bool json, bool verify) {
+  const nlohmann::json manifest = read_json_file(dir + "/" + kCheckpointManifestFile);
   nlohmann::json j = {{"kind", "checkpoint"}, {"path", dir}};
-  for (const char* key : {"step", "tokens_seen", "world_size", "stage", "precision"})
+  for (const char* key :
+       {"step", "tokens_seen", "world_size", "zero_stage", "precision", "config_fingerprint"})
     if (manifest.contains(key)) j[key] = manifest[key];
+  if (verify) {  // every rank file's size and CRC-32C against the manifest
+    const CheckpointManifest m = CheckpointManifest::from_json(manifest, dir);
+    for (const CheckpointFile& f : m.files) verify_checkpoint_file(dir, f);
+    j["verified_files"] = m.files.size();
+  }
   if (json) {
     std::cout << j.dump(2) << "\n";
     return;
@@ -186,7 +193,9 @@ int cmd_info(int argc, char** argv) {
   po::options_description options("info options");
   options.add_options()("path", po::value<std::string>(), "what to describe")(
       "json", po::bool_switch(), "print machine-readable JSON")(
-      "verify", po::bool_switch(), "model directory: read every tensor and check it is finite");
+      "verify", po::bool_switch(),
+      "model directory: read every tensor and check it is finite; checkpoint: check every "
+      "file's CRC-32C");
   po::positional_options_description positional;
   positional.add("path", 1);
   po::variables_map vm;
@@ -204,8 +213,8 @@ int cmd_info(int argc, char** argv) {
     } else if (fs::exists(path + "/" + kModelConfigFile) ||
                fs::exists(path + "/" + kModelIndexFile)) {
       info_model(path, json, vm["verify"].as<bool>());
-    } else if (fs::exists(path + "/manifest.json")) {
-      info_checkpoint(path, json);
+    } else if (fs::exists(path + "/" + kCheckpointManifestFile)) {
+      info_checkpoint(path, json, vm["verify"].as<bool>());
     } else {
       fail(what);
     }

@@ -19,6 +19,7 @@
 #include "app/commands.h"
 #include "app/deepspeed_config.h"
 #include "app/run_setup.h"
+#include "app/train_checkpointing.h"
 #include "backend/backend.h"
 #include "comm/mpi_communicator.h"
 #include "engine/data_loader.h"
@@ -53,6 +54,7 @@ struct TrainOptions {
   int64_t eval_batches = 0;
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
+  CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
   std::string deepspeed;      // --deepspeed FILE
   BatchSizeRule batch_rule;   // its train_batch_size rule, applied once the world size is known
 
@@ -102,7 +104,10 @@ nlohmann::json TrainOptions::to_json() const {
           {"comm_timeout", comm_timeout},
           {"eval_batches", eval_batches},
           {"log_every", log_every},
-          {"save_consolidated_every", save_consolidated_every}};
+          {"save_consolidated_every", save_consolidated_every},
+          {"save_every", checkpoint.save_every},
+          {"keep_last", checkpoint.keep_last},
+          {"resume", checkpoint.resume}};
 }
 
 // Returns false when --help was printed.
@@ -173,6 +178,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("save-consolidated-every",
       po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
       "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
+  add_checkpoint_options(opts, o.checkpoint);
   add("deepspeed", po::value(&o.deepspeed),
       "DeepSpeed JSON config (DESIGN.md §4). Precedence: command line > --config INI > "
       "--deepspeed JSON > defaults");
@@ -233,6 +239,7 @@ void validate(const TrainOptions& o) {
   o.zero.validate();
   parse_precision(o.precision);
   parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
+  validate_checkpoint_flags(o.checkpoint, kCommand);
 }
 
 // Dense bf16 peak of the device a backend runs on, in TFLOP/s; none for the CPU backend.
@@ -324,7 +331,8 @@ int run_training(TrainOptions o) {
   const ActivationCheckpointing ac =
       parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
 
-  check_output_dir(o.out, o.overwrite);
+  // --resume continues a run in its own (non-empty) --out.
+  if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
   TokenDataset data(o.data);
   WindowSampler sampler(data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world,
                         rank, static_cast<uint64_t>(o.seed));
@@ -333,10 +341,25 @@ int run_training(TrainOptions o) {
   MemoryTracker memory;
   ZeroEngine engine(config, o.zero, precision, o.optim, *backend, comm, memory, o.micro_batch,
                     o.seq_len, ac);
-  if (reader)
+  TrainCheckpointing checkpointing(
+      o.checkpoint, o.out,
+      {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len, static_cast<uint64_t>(o.seed)},
+      comm);
+  TrainingProgress start;  // steps done before this run (a resumed checkpoint's)
+  if (!checkpointing.resume_dir().empty()) {
+    start = checkpointing.resume(engine);
+    sampler.set_cursor(start.cursor);
+    if (start.step >= o.steps) {
+      if (is_root)
+        std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
+                  << ": nothing to train\n";
+      return 0;
+    }
+  } else if (reader) {
     engine.load_from(*reader);
-  else
+  } else {
     engine.init_from_seed(static_cast<uint64_t>(o.seed));
+  }
 
   const ParamLayout& layout = engine.layout();
   RunInfo info{kCommand,
@@ -355,7 +378,8 @@ int run_training(TrainOptions o) {
     if (!is_root) return;
     std::filesystem::create_directories(o.out);
     write_text_file(o.out + "/run.json", run_json(info).dump(2) + "\n");
-    metrics = MetricsLog(o.out + "/metrics.jsonl");
+    metrics =
+        MetricsLog(o.out + "/metrics.jsonl", checkpointing.resume_dir().empty() ? -1 : start.step);
   });
 
   const double flops_per_token =
@@ -366,8 +390,9 @@ int run_training(TrainOptions o) {
   Progress progress(is_root, o.steps, o.log_every);
   StepTimeline timeline;  // every step's phases on this rank (trace.json, rank skew)
   const auto t_loop = std::chrono::steady_clock::now();
-  int64_t tokens_seen = 0;
-  for (int64_t step = 1; step <= o.steps; ++step) {
+  int64_t tokens_seen = start.tokens_seen;
+  for (int64_t step = start.step + 1; step <= o.steps; ++step) {
+    checkpointing.before_step(step);
     const auto t0 = std::chrono::steady_clock::now();
     memory.reset_peaks();
     const CommCounters counters_before = comm.counters();
@@ -403,8 +428,9 @@ int run_training(TrainOptions o) {
     r.comm_bytes = comm_bytes_between(counters_before, comm.counters());
     for (size_t c = 0; c < run_peaks.size(); ++c)
       run_peaks[c] = std::max(run_peaks[c], r.peak_memory[c]);
-    // Checkpoint saves after the step, timed into this step's line before it is logged.
+    // Stop agreement + checkpoint save, timed into this step's line before it is logged.
     const auto t_checkpoint = std::chrono::steady_clock::now();
+    const bool stop = checkpointing.after_step(engine, {step, tokens_seen, sampler.cursor()});
     if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
       write_consolidated_model(engine, consolidated_step_dir(o.out, step), comm,
                                {.overwrite = true});
@@ -414,6 +440,11 @@ int run_training(TrainOptions o) {
     metrics.append(r);
     summary.add(r);
     progress.update(r, seconds_since(t_loop));
+    if (stop) {
+      write_chrome_trace(timeline, comm, o.out);
+      progress.finish();
+      return kStoppedExitCode;
+    }
   }
   progress.finish();
 

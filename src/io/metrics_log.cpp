@@ -1,5 +1,8 @@
 #include "io/metrics_log.h"
 
+#include <cstdio>
+
+#include "io/fs_util.h"
 #include "util/error.h"
 
 namespace zt {
@@ -64,7 +67,35 @@ nlohmann::json StepRecord::to_json() const {
   return j;
 }
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+namespace {
+
+// Rewrites a metrics file keeping only the lines of steps <= last_step (temporary file, rename).
+void keep_steps_through(const std::string& path, int64_t last_step) {
+  std::ifstream in(path);
+  if (!in.good()) return;  // nothing logged yet
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      break;  // a line cut short by the crash: it and anything after it go
+    }
+    if (j.value("step", int64_t{0}) <= last_step) kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = temp_sibling(path);
+  write_text_file(tmp, kept);
+  ZT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
+           "cannot rename '" + tmp + "' to '" + path + "'");
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_after_step) : path_(path) {
+  if (resume_after_step >= 0) keep_steps_through(path, resume_after_step);
+  out_.open(path, resume_after_step >= 0 ? std::ios::app : std::ios::trunc);
   ZT_CHECK(out_.good(), "cannot create metrics file '" + path + "'");
 }
 

@@ -50,7 +50,9 @@ struct StepRecord {
 class MetricsLog {
  public:
   MetricsLog() = default;  // inactive: append() does nothing (ranks other than 0)
-  explicit MetricsLog(const std::string& path);
+  // Starts a new log, or with `resume_after_step` >= 0 continues an existing one: lines of later
+  // steps (written after the checkpoint being resumed) are dropped first, then appended to.
+  explicit MetricsLog(const std::string& path, int64_t resume_after_step = -1);
   void append(const StepRecord& record);
 
  private:

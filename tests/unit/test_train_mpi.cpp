@@ -22,13 +22,6 @@ using namespace train_test;  // NOLINT
 
 namespace fs = std::filesystem;
 
-// Open MPI as root, oversubscribed, shared-memory transport only.
-std::string mpirun(int np) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-         "OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun --oversubscribe -np " +
-         std::to_string(np) + " " + ZT_BINARY + " ";
-}
-
 class TrainMpi : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -56,8 +49,8 @@ TEST_F(TrainMpi, GlobalBatchGivesTheSameLossesAtAnyWorldSize) {
   for (const Run& run : runs) {
     const std::string out = "np" + std::to_string(run.np) + "_s" + std::to_string(run.stage);
     const RunResult r = run_command(
-        mpirun(run.np) + "train --preset tiny --seed 5 --data " + path("sample.h5") + " --out " +
-        path(out) + " --steps 3 --seq-len 32 --lr 5e-3 --precision fp32 --log-every 0" +
+        mpirun_zerotrain(run.np) + "train --preset tiny --seed 5 --data " + path("sample.h5") +
+        " --out " + path(out) + " --steps 3 --seq-len 32 --lr 5e-3 --precision fp32 --log-every 0" +
         " --micro-batch " + std::to_string(run.micro_batch) + " --zero-stage " +
         std::to_string(run.stage) + " --eval-batches 1 --comm-timeout 60");
     ASSERT_EQ(r.exit_code, 0) << out << ": " << r.output;
@@ -92,7 +85,7 @@ TEST_F(TrainMpi, EvalIsIndependentOfWorldSize) {
                            " --batches 3 --micro-batch 2 --seq-len 16";
   const RunResult one = run_zerotrain(args);
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const RunResult three = run_command(mpirun(3) + args);
+  const RunResult three = run_command(mpirun_zerotrain(3) + args);
   ASSERT_EQ(three.exit_code, 0) << three.output;
   // One JSON line from rank 0 only, bitwise the same figure.
   EXPECT_EQ(nlohmann::json::parse(three.output), nlohmann::json::parse(one.output));

@@ -50,6 +50,15 @@ inline RunResult run_zerotrain(const std::string& args) {
   return run_command(std::string(ZT_BINARY) + " " + args);
 }
 
+// "mpirun ... -np N zerotrain " for Open MPI as root, oversubscribed, shared-memory transport
+// only, one OpenMP thread per rank.
+inline std::string mpirun_zerotrain(int np) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 mpirun --oversubscribe "
+         "-np " +
+         std::to_string(np) + " " + ZT_BINARY + " ";
+}
+
 // prepare-data on inputs/data/sample.txt (byte tokens) into `out`.
 inline RunResult prepare_sample_dataset(const std::string& out) {
   return run_zerotrain("prepare-data --text " + std::string(ZT_SOURCE_DIR) +

@@ -1,0 +1,114 @@
+#include "app/train_checkpointing.h"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <vector>
+
+#include "comm/collective_outcome.h"
+#include "engine/zero_config.h"
+#include "util/error.h"
+
+namespace zt {
+
+void add_checkpoint_options(po::options_description& options, CheckpointFlags& f) {
+  auto add = options.add_options();
+  add("save-every", po::value(&f.save_every)->default_value(f.save_every),
+      "save a resumable checkpoint every N steps and after the last (0 = never)");
+  add("keep-last", po::value(&f.keep_last)->default_value(f.keep_last),
+      "keep only the newest K complete checkpoints (0 = all)");
+  add("resume", po::value(&f.resume)->default_value(f.resume),
+      "none | auto (OUT/checkpoints/latest, if any) | PATH of a checkpoint directory");
+  add("stop-after-step", po::value(&f.stop_after_step)->default_value(f.stop_after_step),
+      "save a checkpoint after step S and exit 124, as on SIGUSR1 (0 = off)");
+  add("debug-kill-rank", po::value(&f.debug_kill_rank)->default_value(f.debug_kill_rank),
+      "fault injection: this rank kills itself (SIGKILL) at --debug-kill-step");
+  add("debug-kill-step", po::value(&f.debug_kill_step)->default_value(f.debug_kill_step),
+      "fault injection: step at whose start --debug-kill-rank dies");
+  add("debug-fail-checkpoint-write",
+      po::value(&f.debug.fail_write_rank)->default_value(f.debug.fail_write_rank),
+      "fault injection: this rank's checkpoint file write fails (env "
+      "ZT_DEBUG_FAIL_CHECKPOINT_WRITE)");
+  add("debug-stall-checkpoint",
+      po::value(&f.debug.stall_seconds)->default_value(f.debug.stall_seconds),
+      "fault injection: sleep SECONDS with the rank files half written (env "
+      "ZT_DEBUG_STALL_CHECKPOINT)");
+}
+
+void validate_checkpoint_flags(const CheckpointFlags& f, const std::string& command) {
+  auto at_least_zero = [&](double v, const char* option) {
+    ZT_CHECK(v >= 0, command + ": --" + option + " must be >= 0, got " + std::to_string(v));
+  };
+  at_least_zero(static_cast<double>(f.save_every), "save-every");
+  at_least_zero(static_cast<double>(f.keep_last), "keep-last");
+  at_least_zero(static_cast<double>(f.stop_after_step), "stop-after-step");
+  at_least_zero(f.debug.stall_seconds, "debug-stall-checkpoint");
+  ZT_CHECK(!f.resume.empty(), command + ": --resume must be none, auto or a checkpoint directory");
+}
+
+TrainCheckpointing::TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
+                                       const TrainingHyperparameters& hyper, Communicator& comm)
+    : flags_(flags), out_dir_(out_dir), hyper_(hyper), comm_(comm) {
+  write_pid_file_if_requested(comm_.rank());  // tests signal one rank by its pid
+  run_collectively(comm_,
+                   [&] { resume_dir_ = resolve_resume_checkpoint(flags_.resume, out_dir_); });
+}
+
+TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int world = comm_.world_size();
+  const std::string precision = precision_name(engine.precision());
+  std::vector<std::string> warnings;
+  const CheckpointManifest manifest =
+      load_checkpoint(engine, resume_dir_, [&](const CheckpointManifest& m) {
+        warnings = check_resume_hyperparameters(m, hyper_, world, precision, resume_dir_);
+      });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (comm_.rank() == 0) {
+    for (const std::string& w : warnings)
+      std::fprintf(stderr, "warning: resuming from %s: %s\n", resume_dir_.c_str(), w.c_str());
+    std::fprintf(stderr,
+                 "resumed from %s at step %lld (saved by %d ranks at ZeRO stage %d; loaded in "
+                 "%.3f s)\n",
+                 resume_dir_.c_str(), static_cast<long long>(manifest.progress.step),
+                 manifest.world_size, manifest.zero_stage, seconds);
+  }
+  return manifest.progress;
+}
+
+void TrainCheckpointing::before_step(int64_t step) const {
+  if (flags_.debug_kill_rank == comm_.rank() && flags_.debug_kill_step == step) {
+    std::fprintf(stderr, "rank %d: --debug-kill-rank: SIGKILL at the start of step %lld\n",
+                 comm_.rank(), static_cast<long long>(step));
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+}
+
+void TrainCheckpointing::save(ZeroEngine& engine, const TrainingProgress& progress) {
+  CheckpointSaveOptions options;
+  options.root = checkpoints_root(out_dir_);
+  options.keep_last = static_cast<int>(flags_.keep_last);
+  options.debug = flags_.debug;
+  const SavedCheckpoint saved = save_checkpoint(engine, progress, hyper_, options);
+  if (comm_.rank() == 0)
+    std::fprintf(stderr, "checkpoint %s saved (%.2f MiB in %d files, %.3f s)\n", saved.dir.c_str(),
+                 static_cast<double>(saved.bytes) / (1 << 20), comm_.world_size(), saved.seconds);
+}
+
+bool TrainCheckpointing::after_step(ZeroEngine& engine, const TrainingProgress& progress) {
+  const int signal_number = stop_requested_anywhere(comm_);
+  const bool last = progress.step >= hyper_.total_steps;
+  const bool stop_flag = flags_.stop_after_step > 0 && progress.step == flags_.stop_after_step;
+  const bool stop = !last && (signal_number != 0 || stop_flag);
+  const bool periodic = flags_.save_every > 0 && (progress.step % flags_.save_every == 0 || last);
+  if (stop || periodic) save(engine, progress);
+  if (stop && comm_.rank() == 0)
+    std::fprintf(stderr, "stopped after step %lld (%s); resume with --resume auto\n",
+                 static_cast<long long>(progress.step),
+                 signal_number ? stop_signal_name(signal_number).c_str() : "--stop-after-step");
+  return stop;
+}
+
+}  // namespace zt

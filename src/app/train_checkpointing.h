@@ -1,0 +1,58 @@
+// The checkpoint side of `zerotrain train`: --save-every / --keep-last / --resume, the stop on
+// SIGUSR1/SIGTERM (save, exit 124), and the fault-injection flags the crash-safety tests use.
+// cmd_train calls resume() once before the loop, before_step() and after_step() around each step.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "app/cli.h"
+#include "comm/communicator.h"
+#include "engine/zero_engine.h"
+#include "io/checkpoint.h"
+#include "runtime/signals.h"
+
+namespace zt {
+
+struct CheckpointFlags {
+  int64_t save_every = 0;       // 0: no periodic checkpoints
+  int64_t keep_last = 0;        // 0: keep all
+  std::string resume = "none";  // none | auto | PATH
+  int64_t stop_after_step = 0;  // > 0: behave as if signalled after that step
+  int64_t debug_kill_rank = -1, debug_kill_step = 0;
+  CheckpointDebug debug = CheckpointDebug::from_environment();
+};
+
+// Registers the flags above on a command's options.
+void add_checkpoint_options(po::options_description& options, CheckpointFlags& flags);
+void validate_checkpoint_flags(const CheckpointFlags& flags, const std::string& command);
+
+class TrainCheckpointing {
+ public:
+  // Installs the stop-signal handlers and resolves --resume (collective over comm).
+  TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
+                     const TrainingHyperparameters& hyper, Communicator& comm);
+
+  // The checkpoint --resume names ("" to start fresh).
+  const std::string& resume_dir() const { return resume_dir_; }
+  // Loads resume_dir() into the engine (collective) after checking the run's settings against
+  // it; rank 0 prints warnings and the load time. Returns the restored progress.
+  TrainingProgress resume(ZeroEngine& engine);
+
+  // --debug-kill-rank/--debug-kill-step: that rank dies by SIGKILL at the start of that step.
+  void before_step(int64_t step) const;
+  // After step `progress.step`: agrees on stop requests, saves when due. Returns true when the
+  // run must stop now (the caller exits with kStoppedExitCode). Collective.
+  bool after_step(ZeroEngine& engine, const TrainingProgress& progress);
+
+ private:
+  void save(ZeroEngine& engine, const TrainingProgress& progress);
+
+  CheckpointFlags flags_;
+  std::string out_dir_;
+  TrainingHyperparameters hyper_;
+  Communicator& comm_;
+  StopSignalHandlers signal_handlers_;
+  std::string resume_dir_;
+};
+
+}  // namespace zt

@@ -1,0 +1,313 @@
+// Checkpoints and resume through the zerotrain binary: a stopped-and-resumed run is bitwise the
+// uninterrupted one; damaged or foreign checkpoints are refused naming the file or key; a failed
+// or killed save leaves the previous checkpoint complete and `latest`; SIGUSR1 to one rank of a
+// 4-rank job saves and exits 124; a rank that dies mid-step ends the job within the timeout.
+// The mpirun cases are skipped when mpirun is not on PATH.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/model_dir.h"
+#include "test_train_support.h"
+
+namespace zt {
+namespace {
+
+using namespace train_test;  // NOLINT
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// A shell command running in the background (its own process group, so that a test can end
+// it and every process it started).
+class BackgroundJob {
+ public:
+  explicit BackgroundJob(const std::string& cmd) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~BackgroundJob() {
+    if (pid_ > 0 && exit_code_ == kRunning) {
+      kill(-pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // The exit code, or -1 after `seconds` (the job keeps running) or when killed by a signal.
+  int wait(double seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (exit_code_ == kRunning && Clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_)
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return exit_code_ == kRunning ? -1 : exit_code_;
+  }
+  bool running() {
+    wait(0);
+    return exit_code_ == kRunning;
+  }
+
+ private:
+  static constexpr int kRunning = -1000;
+  pid_t pid_ = -1;
+  int exit_code_ = kRunning;
+};
+
+// Polls `ready` every 50 ms for up to `seconds`.
+bool wait_until(double seconds, const std::function<bool()>& ready) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return ready();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+size_t count_lines(const std::string& path) {
+  return read_jsonl(path).size();
+}
+
+// Every tensor of a model directory as raw bf16 bits, in layout order.
+std::vector<std::vector<bf16_t>> model_bits(const std::string& dir) {
+  ModelDirReader reader(dir);
+  std::vector<std::vector<bf16_t>> out;
+  for (const TensorInfo& t : reader.layout().tensors()) {
+    out.emplace_back(static_cast<size_t>(t.numel));
+    reader.read_tensor_bf16(t.name, out.back().data());
+  }
+  return out;
+}
+
+class CheckpointE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("zt_ckpt_e2e_" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    const RunResult r = prepare_sample_dataset(path("sample.h5"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string path(const std::string& name) { return (*dir_ / name).string(); }
+  static bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+  // The tiny preset on sample.h5 into OUT=path(out): seq-len 16, micro-batch 2, seed 7.
+  static std::string train_args(const std::string& out, int steps, const std::string& extra) {
+    return "train --preset tiny --data " + path("sample.h5") + " --out " + path(out) + " --steps " +
+           std::to_string(steps) +
+           " --seq-len 16 --micro-batch 2 --seed 7 --lr 5e-3 --warmup-steps 2 --log-every 0 " +
+           extra;
+  }
+  static RunResult train(const std::string& out, int steps, const std::string& extra) {
+    return run_zerotrain(train_args(out, steps, extra));
+  }
+  static std::string latest(const std::string& out) {
+    std::string name = read_file(path(out) + "/checkpoints/latest");
+    while (!name.empty() && name.back() == '\n') name.pop_back();
+    return name;
+  }
+  static std::string checkpoint(const std::string& out, int64_t step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+    return path(out) + "/checkpoints/" + name;
+  }
+  // A run stopped after step 2 with a checkpoint there (shared by the refusal tests).
+  static std::string base_checkpoint() {
+    if (!fs::exists(checkpoint("base", 2))) {
+      const RunResult r = train("base", 6, "--save-every 2 --stop-after-step 2");
+      EXPECT_EQ(r.exit_code, 124) << r.output;
+    }
+    return checkpoint("base", 2);
+  }
+  // A copy of the base checkpoint to damage.
+  static std::string copy_of_base(const std::string& name) {
+    const std::string copy = path(name);
+    fs::remove_all(copy);
+    fs::copy(base_checkpoint(), copy, fs::copy_options::recursive);
+    return copy;
+  }
+
+  static fs::path* dir_;
+};
+fs::path* CheckpointE2E::dir_ = nullptr;
+
+TEST_F(CheckpointE2E, StopAndResumeIsBitwiseTheUninterruptedRun) {
+  const RunResult straight = train("straight", 20, "");
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const RunResult first = train("pieces", 20, "--save-every 5 --keep-last 1 --stop-after-step 10");
+  ASSERT_EQ(first.exit_code, 124) << first.output;
+  EXPECT_EQ(latest("pieces"), "step-00000010");
+  EXPECT_FALSE(fs::exists(checkpoint("pieces", 5))) << "--keep-last 1 kept step 5";
+  EXPECT_EQ(count_lines(path("pieces/metrics.jsonl")), 10u);
+  const RunResult second = train("pieces", 20, "--save-every 5 --keep-last 1 --resume auto");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+  EXPECT_EQ(latest("pieces"), "step-00000020");
+  EXPECT_FALSE(fs::exists(checkpoint("pieces", 10)));
+  const auto want = loss_strings(path("straight/metrics.jsonl"));
+  const auto got = loss_strings(path("pieces/metrics.jsonl"));
+  ASSERT_EQ(want.size(), 20u);
+  EXPECT_EQ(got, want);
+  const auto lines = read_jsonl(path("pieces/metrics.jsonl"));
+  EXPECT_EQ(lines.back()["tokens_seen"],
+            read_jsonl(path("straight/metrics.jsonl")).back()["tokens_seen"]);
+  EXPECT_TRUE(model_bits(path("pieces/final")) == model_bits(path("straight/final")))
+      << "final weights differ";
+  // Without --resume a non-empty --out is still refused.
+  EXPECT_NE(train("pieces", 20, "").exit_code, 0);
+}
+
+TEST_F(CheckpointE2E, CorruptedRankFileIsRefusedNamingIt) {
+  const std::string copy = copy_of_base("corrupt");
+  const std::string file = copy + "/rank-00000.h5";
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  const auto size = static_cast<std::streamoff>(fs::file_size(file));
+  f.seekg(size / 2);
+  char byte = 0;
+  f.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x5a);
+  f.seekp(size / 2);
+  f.write(&byte, 1);
+  f.close();
+  const RunResult r = train("corrupt_out", 6, "--resume " + copy);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(file), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("corrupt"), std::string::npos) << r.output;
+}
+
+TEST_F(CheckpointE2E, TruncatedRankFileIsRefused) {
+  const std::string copy = copy_of_base("truncated");
+  const std::string file = copy + "/rank-00000.h5";
+  fs::resize_file(file, fs::file_size(file) / 2);
+  const RunResult r = train("truncated_out", 6, "--resume " + copy);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(file + "' has"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+}
+
+TEST_F(CheckpointE2E, CheckpointOfAnotherModelIsRefusedNamingTheKey) {
+  const std::string args = train_args("other_out", 6, "--resume " + base_checkpoint());
+  const std::string small = args.substr(0, args.find("--preset tiny")) + "--preset small" +
+                            args.substr(args.find("--preset tiny") + 13);
+  const RunResult r = run_zerotrain(small);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("hidden_size: checkpoint 64, run 256"), std::string::npos) << r.output;
+  // Settings that change the update rule are refused too, naming the setting.
+  const RunResult wd = train("other_wd", 6, "--weight-decay 0.2 --resume " + base_checkpoint());
+  EXPECT_EQ(wd.exit_code, 1) << wd.output;
+  EXPECT_NE(wd.output.find("weight_decay: checkpoint 0.1, run 0.2"), std::string::npos)
+      << wd.output;
+}
+
+TEST_F(CheckpointE2E, FailedWriteKeepsThePreviousCheckpoint) {
+  ASSERT_EQ(train("failing", 6, "--save-every 2 --stop-after-step 2").exit_code, 124);
+  const std::string manifest_before = read_file(checkpoint("failing", 2) + "/manifest.json");
+  const RunResult r =
+      train("failing", 6, "--save-every 2 --resume auto --debug-fail-checkpoint-write 0");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(path("failing/checkpoints/.tmp-step-00000004/rank-00000.h5")),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(latest("failing"), "step-00000002");
+  EXPECT_FALSE(fs::exists(checkpoint("failing", 4)));
+  EXPECT_FALSE(fs::exists(path("failing/checkpoints/.tmp-step-00000004")));
+  EXPECT_EQ(read_file(checkpoint("failing", 2) + "/manifest.json"), manifest_before);
+  // The previous checkpoint still verifies and resumes.
+  const RunResult again = train("failing", 6, "--save-every 2 --resume auto");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(latest("failing"), "step-00000006");
+}
+
+TEST_F(CheckpointE2E, KillDuringStalledSaveKeepsLatestAndResumesBitwise) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string mpi2 = mpirun_zerotrain(2);
+  const RunResult reference = run_command(mpi2 + train_args("kill_ref", 6, "--zero-stage 2"));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const std::string args = "--zero-stage 2 --save-every 2 --comm-timeout 60 ";
+  const RunResult first = run_command(mpi2 + train_args("kill", 6, args + "--stop-after-step 2"));
+  ASSERT_EQ(first.exit_code, 124) << first.output;
+  fs::create_directories(path("kill_pids"));
+  BackgroundJob job("ZT_DEBUG_PID_DIR=" + path("kill_pids") + " " + mpi2 +
+                    train_args("kill", 6, args + "--resume auto --debug-stall-checkpoint 60") +
+                    " > " + path("kill.log") + " 2>&1");
+  const std::string tmp = path("kill/checkpoints/.tmp-step-00000004");
+  ASSERT_TRUE(wait_until(120, [&] {
+    return (fs::exists(tmp + "/rank-00000.h5") && fs::exists(tmp + "/rank-00001.h5")) ||
+           !job.running();
+  }));
+  ASSERT_TRUE(job.running()) << read_file(path("kill.log"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // well inside the stall
+  const pid_t victim = std::stoi(read_file(path("kill_pids/rank-1.pid")));
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  EXPECT_NE(job.wait(90), 0) << read_file(path("kill.log"));
+  EXPECT_EQ(latest("kill"), "step-00000002");
+  EXPECT_FALSE(fs::exists(checkpoint("kill", 4)));
+  const RunResult resumed = run_command(mpi2 + train_args("kill", 6, args + "--resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(loss_strings(path("kill/metrics.jsonl")), loss_strings(path("kill_ref/metrics.jsonl")));
+}
+
+TEST_F(CheckpointE2E, SigusrToOneRankSavesExits124AndResumesBitwise) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string mpi4 = mpirun_zerotrain(4);
+  const int steps = 150;  // far more than the steps a signal needs to arrive
+  const std::string args = "--zero-stage 3 --comm-timeout 60 ";
+  fs::create_directories(path("sig_pids"));
+  BackgroundJob job("ZT_DEBUG_PID_DIR=" + path("sig_pids") + " " + mpi4 +
+                    train_args("sig", steps, args) + " > " + path("sig.log") + " 2>&1");
+  ASSERT_TRUE(wait_until(
+      120, [&] { return count_lines(path("sig/metrics.jsonl")) >= 2 || !job.running(); }));
+  ASSERT_TRUE(job.running()) << read_file(path("sig.log"));
+  const pid_t victim = std::stoi(read_file(path("sig_pids/rank-2.pid")));
+  ASSERT_EQ(kill(victim, SIGUSR1), 0);
+  ASSERT_EQ(job.wait(120), 124) << read_file(path("sig.log"));
+  const auto manifest =
+      nlohmann::json::parse(read_file(path("sig/checkpoints/") + latest("sig") + "/manifest.json"));
+  const int64_t step = manifest["step"].get<int64_t>();
+  EXPECT_GE(step, 2);
+  EXPECT_LT(step, steps) << "the signal arrived too late to test anything";
+  EXPECT_EQ(static_cast<int64_t>(count_lines(path("sig/metrics.jsonl"))), step);
+  const RunResult resumed = run_command(mpi4 + train_args("sig", steps, args + "--resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const RunResult reference = run_command(mpi4 + train_args("sig_ref", steps, args));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_EQ(loss_strings(path("sig/metrics.jsonl")), loss_strings(path("sig_ref/metrics.jsonl")));
+  EXPECT_TRUE(model_bits(path("sig/final")) == model_bits(path("sig_ref/final")));
+}
+
+TEST_F(CheckpointE2E, RankDeathEndsTheJobWithinTheTimeout) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const auto t0 = Clock::now();
+  const RunResult r = run_command(
+      mpirun_zerotrain(2) +
+      train_args("death", 200, "--comm-timeout 20 --debug-kill-rank 1 --debug-kill-step 3"));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(seconds, 20 + 40) << r.output;
+  EXPECT_NE(r.output.find("SIGKILL at the start of step 3"), std::string::npos) << r.output;
+  EXPECT_LT(count_lines(path("death/metrics.jsonl")), 3u);
+}
+
+}  // namespace
+}  // namespace zt

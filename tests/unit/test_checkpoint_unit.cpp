@@ -1,0 +1,187 @@
+// Checkpoint building blocks without MPI: CRC-32C (known vectors, hardware = software, files),
+// the manifest (round trip, consistency checks, model and hyperparameter comparisons) and the
+// metrics log's resume mode.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint_manifest.h"
+#include "io/metrics_log.h"
+#include "util/crc32c.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint32_t crc_of(const std::string& s) {
+  return crc32c(s.data(), s.size());
+}
+
+TEST(Crc32c, KnownVectors) {
+  EXPECT_EQ(crc_of("123456789"), 0xE3069283u);
+  EXPECT_EQ(crc_of(""), 0u);
+  EXPECT_EQ(crc_of(std::string(32, '\0')), 0x8A9136AAu);    // RFC 3720 B.4
+  EXPECT_EQ(crc_of(std::string(32, '\xff')), 0x62A8AB43u);  // RFC 3720 B.4
+  std::string ascending(32, '\0');
+  for (int i = 0; i < 32; ++i) ascending[static_cast<size_t>(i)] = static_cast<char>(i);
+  EXPECT_EQ(crc_of(ascending), 0x46DD794Eu);  // RFC 3720 B.4
+}
+
+TEST(Crc32c, HardwareMatchesSoftwareAtAnyLengthAndSplit) {
+  std::mt19937 rng(3);
+  std::vector<uint8_t> data(4099);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  for (size_t offset : {0u, 1u, 3u, 7u}) {
+    for (size_t n : {0u, 1u, 7u, 8u, 9u, 63u, 64u, 1000u, 4091u}) {
+      const uint8_t* p = data.data() + offset;
+      const uint32_t whole = crc32c(p, n);
+      EXPECT_EQ(whole, crc32c_extend_software(0, p, n)) << offset << "+" << n;
+      const size_t half = n / 3;
+      EXPECT_EQ(whole, crc32c_extend(crc32c(p, half), p + half, n - half)) << offset << "+" << n;
+    }
+  }
+  std::cout << "crc32c hardware path: " << (crc32c_hardware_available() ? "yes" : "no") << "\n";
+}
+
+TEST(Crc32c, FileChecksumNamesMissingFile) {
+  const std::string path = fs::temp_directory_path() / ("zt_crc_" + std::to_string(getpid()));
+  std::ofstream(path) << "123456789";
+  const FileChecksum sum = crc32c_file(path);
+  EXPECT_EQ(sum.crc32c, 0xE3069283u);
+  EXPECT_EQ(sum.bytes, 9u);
+  fs::remove(path);
+  try {
+    crc32c_file(path);
+    FAIL() << "no error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+CheckpointManifest tiny_manifest(int world) {
+  const ModelConfig config = preset_config("tiny");
+  const ParamLayout layout(config);
+  CheckpointManifest m;
+  m.progress = {7, 7 * 128, {1, 5}};
+  m.hyper.optim.lr = 5e-3f;
+  m.hyper.optim.beta2 = 0.95f;
+  m.hyper.total_steps = 20;
+  m.hyper.micro_batch = 2;
+  m.hyper.grad_accum = 1;
+  m.hyper.seq_len = 32;
+  m.hyper.data_seed = 7;
+  m.world_size = world;
+  m.zero_stage = 2;
+  m.precision = "bf16";
+  m.model_config = config.to_hf_json();
+  m.config_fingerprint = model_config_fingerprint(config);
+  m.groups = checkpoint_groups(layout, world);
+  m.tensors = checkpoint_tensors(layout);
+  for (int r = 0; r < world; ++r)
+    m.files.push_back({checkpoint_rank_file_name(r), 0xdeadbeefu + static_cast<uint32_t>(r), 100});
+  return m;
+}
+
+TEST(CheckpointManifest, RoundTripsThroughJson) {
+  const CheckpointManifest m = tiny_manifest(3);
+  const CheckpointManifest back = CheckpointManifest::from_json(m.to_json(), "test");
+  EXPECT_EQ(back.to_json(), m.to_json());
+  EXPECT_EQ(back.progress.cursor, (DataCursor{1, 5}));
+  EXPECT_EQ(back.hyper.optim.lr, 5e-3f);  // floats come back bit for bit
+  EXPECT_EQ(back.hyper.optim.beta2, 0.95f);
+  EXPECT_EQ(back.files[2].crc32c, 0xdeadbef1u);
+  EXPECT_EQ(checkpoint_step_dir_name(10), "step-00000010");
+  EXPECT_EQ(checkpoint_rank_file_name(3), "rank-00003.h5");
+  EXPECT_EQ(checkpoint_group_name(17), "group_017");
+  // Ranges tile each group; the last rank's slice is the remainder.
+  for (const CheckpointGroup& g : m.groups) {
+    EXPECT_EQ(g.ranges[0].begin, 0);
+    EXPECT_EQ(g.ranges[2].end(), g.numel);
+    EXPECT_EQ(g.ranges[1].count, g.shard);
+  }
+}
+
+TEST(CheckpointManifest, RejectsRangesThatDoNotTile) {
+  nlohmann::json j = tiny_manifest(2).to_json();
+  j["groups"][1]["file_ranges"][1][0] = 5;
+  try {
+    CheckpointManifest::from_json(j, "m.json");
+    FAIL() << "accepted a broken layout";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("group 1"), std::string::npos) << e.what();
+  }
+  j = tiny_manifest(2).to_json();
+  j["format_version"] = 99;
+  EXPECT_THROW(CheckpointManifest::from_json(j, "m.json"), Error);
+}
+
+TEST(CheckpointManifest, OtherModelIsRefusedNamingTheKey) {
+  const CheckpointManifest m = tiny_manifest(1);
+  const ModelConfig small = preset_config("small");
+  try {
+    check_checkpoint_model(m, small, ParamLayout(small), "ckpt");
+    FAIL() << "accepted another model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden_size: checkpoint 64, run 256"), std::string::npos)
+        << e.what();
+  }
+  const ModelConfig tiny = preset_config("tiny");
+  EXPECT_NO_THROW(check_checkpoint_model(m, tiny, ParamLayout(tiny), "ckpt"));
+}
+
+TEST(CheckpointManifest, HyperparameterChangesFailOrWarn) {
+  const CheckpointManifest m = tiny_manifest(2);
+  TrainingHyperparameters run = m.hyper;
+  EXPECT_TRUE(check_resume_hyperparameters(m, run, 2, "bf16", "c").empty());
+  run.optim.lr = 1e-3f;  // schedule change: warning only
+  run.total_steps = 40;
+  const auto warnings = check_resume_hyperparameters(m, run, 2, "bf16", "c");
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("lr: checkpoint 0.005, run 0.001"), std::string::npos) << warnings[0];
+  run.micro_batch = 1;  // same world, other micro-batch: refused
+  EXPECT_THROW(check_resume_hyperparameters(m, run, 2, "bf16", "c"), Error);
+  // At another world size the micro-batch may change (a warning when the global batch does).
+  EXPECT_NO_THROW(check_resume_hyperparameters(m, run, 4, "bf16", "c"));
+  run = m.hyper;
+  run.seq_len = 16;
+  try {
+    check_resume_hyperparameters(m, run, 2, "bf16", "c");
+    FAIL() << "accepted another seq_len";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("seq_len: checkpoint 32, run 16"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(MetricsLog, ResumeDropsLaterStepsAndAppends) {
+  const std::string path = fs::temp_directory_path() / ("zt_metrics_" + std::to_string(getpid()));
+  {
+    MetricsLog log(path);
+    StepRecord r;
+    for (r.step = 1; r.step <= 5; ++r.step) log.append(r);
+  }
+  std::ofstream(path, std::ios::app) << "{\"step\": 6, \"lo";  // cut short by a crash
+  {
+    MetricsLog log(path, 3);
+    StepRecord r;
+    r.step = 4;
+    log.append(r);
+  }
+  std::ifstream in(path);
+  std::vector<int64_t> steps;
+  std::string line;
+  while (std::getline(in, line))
+    steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace zt
