@@ -21,6 +21,7 @@
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "backend/backend.h"
+#include "backend/cuda/backend_choice.h"
 #include "comm/mpi_communicator.h"
 #include "engine/data_loader.h"
 #include "engine/zero_engine.h"
@@ -34,11 +35,30 @@
 #include "io/token_dataset.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
+#if ZEROTRAIN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace zt {
 namespace {
 
 const char* const kCommand = "train";
+
+// --backend cpu|cuda|auto (backend/cuda/backend_choice.h). The ZeRO engine keeps its buffers in
+// host memory (TrackedBuffer), so it cannot run on the CUDA backend yet (cuda_backend.h lists
+// what remains): `auto` stays on the CPU, `cuda` stops with an error that says so.
+std::unique_ptr<Backend> make_engine_backend(const std::string& requested) {
+#if ZEROTRAIN_HAVE_CUDA
+  const BackendKind kind = resolve_backend(requested, true, cuda_device_count(), kCommand);
+#else
+  const BackendKind kind = resolve_backend(requested, false, 0, kCommand);
+#endif
+  ZT_CHECK(kind == BackendKind::kCpu || requested == "auto",
+           std::string(kCommand) +
+               ": --backend cuda: the ZeRO engine does not run on the CUDA backend yet (its "
+               "buffers are host memory); use --backend cpu or auto");
+  return make_cpu_backend();
+}
 
 struct TrainOptions {
   std::string model_dir, preset, data, out;
@@ -47,6 +67,7 @@ struct TrainOptions {
   int64_t seed = 1234;
   AdamWConfig optim;
   std::string precision = "bf16";
+  std::string backend = "auto";  // --backend cpu | cuda | auto
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;
@@ -55,11 +76,22 @@ struct TrainOptions {
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
-  std::string deepspeed;      // --deepspeed FILE
-  BatchSizeRule batch_rule;   // its train_batch_size rule, applied once the world size is known
+  // --offload-optimizer/--offload-param/--nvme-path/--offload-buffer-count/--sub-group-size
+  std::string offload_optimizer = "none", offload_param = "none";
+  OffloadConfig offload;
+  std::string deepspeed;     // --deepspeed FILE
+  BatchSizeRule batch_rule;  // its train_batch_size rule, applied once the world size is known
 
   nlohmann::json to_json() const;
 };
+
+// The --offload-* options as the engine's OffloadConfig (devices parsed, keys named on errors).
+OffloadConfig resolved_offload(const TrainOptions& o) {
+  OffloadConfig c = o.offload;
+  c.optimizer = parse_offload_device(o.offload_optimizer, "--offload-optimizer");
+  c.param = parse_offload_device(o.offload_param, "--offload-param");
+  return c;
+}
 
 // A float option as the shortest decimal that reads back to it (0.9f as 0.9, not 0.8999999762).
 double shortest_decimal(float v) {
@@ -91,6 +123,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"weight_decay", shortest_decimal(optim.weight_decay)},
           {"clip", shortest_decimal(optim.clip)},
           {"precision", precision},
+          {"backend", backend},
           {"zero_stage", zero.stage},
           {"overlap_comm", zero.overlap_comm},
           {"reduce_bucket_size", zero.reduce_bucket_size},
@@ -99,6 +132,11 @@ nlohmann::json TrainOptions::to_json() const {
           {"param_persistence_threshold", zero.param_persistence_threshold},
           {"max_live_parameters", zero.max_live_parameters},
           {"max_reuse_distance", zero.max_reuse_distance},
+          {"offload_optimizer", offload_optimizer},
+          {"offload_param", offload_param},
+          {"nvme_path", offload.nvme_path},
+          {"offload_buffer_count", offload.buffer_count},
+          {"sub_group_size", offload.sub_group_size},
           {"activation_checkpointing", activation_checkpointing},
           {"cpu_checkpointing", cpu_checkpointing},
           {"comm_timeout", comm_timeout},
@@ -142,6 +180,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("seed", po::value(&o.seed)->default_value(o.seed),
       "seed of the data order and of --preset init");
   add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
+  add("backend", po::value(&o.backend)->default_value(o.backend),
+      "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
+      "visible, else cpu; the ZeRO engine runs on the CPU backend only for now)");
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
   add("overlap-comm", flag(&o.zero.overlap_comm, o.zero.overlap_comm),
       "overlap collectives with compute");
@@ -175,6 +216,17 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "eval batches at the end (0 = skip)");
   add("log-every", po::value(&o.log_every)->default_value(o.log_every),
       "log a line to stderr every N steps (0 = never)");
+  add("offload-optimizer", po::value(&o.offload_optimizer)->default_value(o.offload_optimizer),
+      "none | cpu | nvme: fp32 master and Adam moments in host memory or on NVMe (stage 1-3)");
+  add("offload-param", po::value(&o.offload_param)->default_value(o.offload_param),
+      "none | cpu: stage-3 parameter shards in host memory");
+  add("nvme-path", po::value(&o.offload.nvme_path), "directory for --offload-optimizer nvme");
+  add("offload-buffer-count",
+      po::value(&o.offload.buffer_count)->default_value(o.offload.buffer_count),
+      "rotating host buffers for NVMe swapping (>= 2)");
+  add("sub-group-size",
+      po::value(&o.offload.sub_group_size)->default_value(o.offload.sub_group_size),
+      "offloaded optimizer tile (elements)");
   add("save-consolidated-every",
       po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
       "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
@@ -238,8 +290,10 @@ void validate(const TrainOptions& o) {
   at_least_zero(static_cast<double>(o.zero.max_reuse_distance), "max-reuse-distance");
   o.zero.validate();
   parse_precision(o.precision);
+  make_engine_backend(o.backend);  // rejects unknown or unavailable backends early
   parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
+  resolved_offload(o).validate(o.zero.stage);
 }
 
 // Dense bf16 peak of the device a backend runs on, in TFLOP/s; none for the CPU backend.
@@ -337,10 +391,10 @@ int run_training(TrainOptions o) {
   WindowSampler sampler(data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world,
                         rank, static_cast<uint64_t>(o.seed));
 
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend = make_engine_backend(o.backend);
   MemoryTracker memory;
   ZeroEngine engine(config, o.zero, precision, o.optim, *backend, comm, memory, o.micro_batch,
-                    o.seq_len, ac);
+                    o.seq_len, ac, resolved_offload(o));
   TrainCheckpointing checkpointing(
       o.checkpoint, o.out,
       {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len, static_cast<uint64_t>(o.seed)},

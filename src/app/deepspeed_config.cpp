@@ -264,6 +264,13 @@ void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c)
   parse_offload(s, "offload_optimizer", c.offload_optimizer, c);
   parse_offload(s, "offload_param", c.offload_param, c);
   if (c.offload_optimizer.enabled()) set_option(c, "offload-optimizer", c.offload_optimizer.device);
+  if (c.offload_param.enabled()) set_option(c, "offload-param", c.offload_param.device);
+  const std::string& nvme = c.offload_optimizer.nvme_path.empty() ? c.offload_param.nvme_path
+                                                                  : c.offload_optimizer.nvme_path;
+  if (!nvme.empty()) set_option(c, "nvme-path", nvme);
+  if (c.offload_optimizer.buffer_count > 0)
+    set_integer(c, "offload-buffer-count", c.offload_optimizer.buffer_count);
+  if (c.sub_group_size > 0) set_integer(c, "sub-group-size", c.sub_group_size);
 }
 
 // A present block turns checkpointing on: every layer, or every K-th layer when
@@ -374,7 +381,8 @@ BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& m
     not_implemented += (not_implemented.empty() ? "" : "; ") + std::string("zero_optimization.") +
                        key + ".device '" + o.device + "'";
   };
-  refuse("offload_param", c.offload_param);
+  if (desc.find_nothrow("offload-param", false) == nullptr)
+    refuse("offload_param", c.offload_param);
   if (desc.find_nothrow("offload-optimizer", false) == nullptr)
     refuse("offload_optimizer", c.offload_optimizer);
   ZT_CHECK(not_implemented.empty(),
