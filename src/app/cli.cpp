@@ -9,8 +9,8 @@
 namespace zt {
 
 bool parse_command_line(const CommandSpec& spec, po::options_description& options,
-                        const po::positional_options_description* positional, int argc,
-                        char** argv, po::variables_map& vm) {
+                        const po::positional_options_description* positional, int argc, char** argv,
+                        po::variables_map& vm) {
   po::options_description common("Common options");
   common.add_options()("help,h", "print this help")(
       "config", po::value<std::string>(), "INI file with the same keys as the long options");
@@ -37,6 +37,10 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
     fail(spec.name + ": " + e.what() + " (see 'zerotrain " + spec.name + " --help')");
   }
   return true;
+}
+
+po::typed_value<bool>* bool_flag(bool* target, bool fallback) {
+  return po::value<bool>(target)->default_value(fallback)->implicit_value(true);
 }
 
 void require_option(const po::variables_map& vm, const std::string& name,

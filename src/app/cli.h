@@ -11,17 +11,20 @@ namespace zt {
 namespace po = boost::program_options;
 
 struct CommandSpec {
-  std::string name;         // e.g. "init"
-  std::string summary;      // one line for `zerotrain --help`
-  std::string usage;        // e.g. "zerotrain init --preset NAME --out DIR [options]"
+  std::string name;     // e.g. "init"
+  std::string summary;  // one line for `zerotrain --help`
+  std::string usage;    // e.g. "zerotrain init --preset NAME --out DIR [options]"
 };
 
 // Parses argv (argv[0] is the subcommand name) against `options` plus the common --help and
 // --config. Positional options may be given. Returns false when --help was printed (the caller
 // returns 0). Throws zt::Error on bad input.
 bool parse_command_line(const CommandSpec& spec, po::options_description& options,
-                        const po::positional_options_description* positional, int argc,
-                        char** argv, po::variables_map& vm);
+                        const po::positional_options_description* positional, int argc, char** argv,
+                        po::variables_map& vm);
+
+// A boolean option: `--name` alone means true, `--name=false` is accepted too.
+po::typed_value<bool>* bool_flag(bool* target, bool fallback);
 
 // Fails with a message naming the missing option unless vm has it.
 void require_option(const po::variables_map& vm, const std::string& name,

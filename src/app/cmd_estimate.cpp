@@ -37,9 +37,7 @@ struct EstimateOptions {
 
 bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConfig& model) {
   po::options_description opts("estimate options");
-  auto flag = [](bool* target, bool fallback) {
-    return po::value<bool>(target)->default_value(fallback)->implicit_value(true);
-  };
+  const auto flag = bool_flag;
   auto add = opts.add_options();
   add("model", po::value(&o.model_dir), "model directory (its config.json), or --preset");
   add("preset", po::value(&o.preset), "preset: tiny, small, 125m, 1b, 6b, 7b");
@@ -59,27 +57,6 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "checkpointed layer inputs in host memory");
   add("offload-optimizer", po::value(&o.offload_optimizer)->default_value(o.offload_optimizer),
       "none | cpu: fp32 master and Adam moments in host memory");
-  add("overlap-comm", flag(&o.zero.overlap_comm, o.zero.overlap_comm),
-      "two reduce slots (overlap) instead of one");
-  add("reduce-bucket-size",
-      po::value(&o.zero.reduce_bucket_size)->default_value(o.zero.reduce_bucket_size),
-      "elements per gradient bucket");
-  add("allgather-bucket-size",
-      po::value(&o.zero.allgather_bucket_size)->default_value(o.zero.allgather_bucket_size),
-      "elements per parameter all-gather");
-  add("prefetch-bucket-size",
-      po::value(&o.zero.prefetch_bucket_size)->default_value(o.zero.prefetch_bucket_size),
-      "stage 3 prefetch (elements)");
-  add("param-persistence-threshold",
-      po::value(&o.zero.param_persistence_threshold)
-          ->default_value(o.zero.param_persistence_threshold),
-      "stage 3: groups below stay gathered");
-  add("max-live-parameters",
-      po::value(&o.zero.max_live_parameters)->default_value(o.zero.max_live_parameters),
-      "stage 3: gathered elements at once");
-  add("max-reuse-distance",
-      po::value(&o.zero.max_reuse_distance)->default_value(o.zero.max_reuse_distance),
-      "stage 3: reuse distance (elements)");
   add("device-memory", po::value(&o.device_memory_gib),
       "GiB per device: recommend the lowest stage that fits");
   add("ranks-per-node", po::value(&o.ranks_per_node),
@@ -91,6 +68,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   const CommandSpec spec{kCommand, "Estimate per-rank memory of ZeRO stages 0-3.",
                          "zerotrain estimate (--preset NAME | --model DIR) [--world N] "
                          "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]"};
+  add_zero_bucket_options(opts, o.zero);
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,

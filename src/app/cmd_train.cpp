@@ -151,9 +151,7 @@ nlohmann::json TrainOptions::to_json() const {
 // Returns false when --help was printed.
 bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   po::options_description opts("train options");
-  auto flag = [](bool* target, bool fallback) {
-    return po::value<bool>(target)->default_value(fallback)->implicit_value(true);
-  };
+  const auto flag = bool_flag;
   auto add = opts.add_options();
   add("model", po::value(&o.model_dir), "model directory to start from (or --preset)");
   add("preset", po::value(&o.preset), "start from a fresh preset model: tiny, small, 125m, ...");
@@ -184,27 +182,6 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu; the ZeRO engine runs on the CPU backend only for now)");
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
-  add("overlap-comm", flag(&o.zero.overlap_comm, o.zero.overlap_comm),
-      "overlap collectives with compute");
-  add("reduce-bucket-size",
-      po::value(&o.zero.reduce_bucket_size)->default_value(o.zero.reduce_bucket_size),
-      "elements per gradient bucket");
-  add("allgather-bucket-size",
-      po::value(&o.zero.allgather_bucket_size)->default_value(o.zero.allgather_bucket_size),
-      "elements per parameter all-gather");
-  add("prefetch-bucket-size",
-      po::value(&o.zero.prefetch_bucket_size)->default_value(o.zero.prefetch_bucket_size),
-      "stage 3 prefetch (elements)");
-  add("param-persistence-threshold",
-      po::value(&o.zero.param_persistence_threshold)
-          ->default_value(o.zero.param_persistence_threshold),
-      "stage 3: groups up to this many elements stay gathered");
-  add("max-live-parameters",
-      po::value(&o.zero.max_live_parameters)->default_value(o.zero.max_live_parameters),
-      "stage 3: gathered elements at once");
-  add("max-reuse-distance",
-      po::value(&o.zero.max_reuse_distance)->default_value(o.zero.max_reuse_distance),
-      "stage 3: reuse distance (elements)");
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
       "none | full | every:K");
@@ -237,6 +214,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   const CommandSpec spec{kCommand, "Train a Llama-style model with ZeRO stage 0-3.",
                          "zerotrain train (--model DIR | --preset NAME) --data FILE.h5 --out DIR "
                          "[options]"};
+  add_zero_bucket_options(opts, o.zero);
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   require_option(vm, "data", kCommand);

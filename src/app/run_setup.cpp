@@ -22,4 +22,26 @@ void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string
                std::to_string(config.max_position_embeddings) + " of " + model_source);
 }
 
+void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {
+  auto add = options.add_options();
+  add("overlap-comm", bool_flag(&z.overlap_comm, z.overlap_comm),
+      "overlap collectives with compute (two reduce slots, stage-3 prefetch)");
+  add("reduce-bucket-size", po::value(&z.reduce_bucket_size)->default_value(z.reduce_bucket_size),
+      "elements per gradient bucket");
+  add("allgather-bucket-size",
+      po::value(&z.allgather_bucket_size)->default_value(z.allgather_bucket_size),
+      "elements per parameter all-gather");
+  add("prefetch-bucket-size",
+      po::value(&z.prefetch_bucket_size)->default_value(z.prefetch_bucket_size),
+      "stage 3 prefetch (elements)");
+  add("param-persistence-threshold",
+      po::value(&z.param_persistence_threshold)->default_value(z.param_persistence_threshold),
+      "stage 3: groups below this many elements stay gathered");
+  add("max-live-parameters",
+      po::value(&z.max_live_parameters)->default_value(z.max_live_parameters),
+      "stage 3: gathered elements at once");
+  add("max-reuse-distance", po::value(&z.max_reuse_distance)->default_value(z.max_reuse_distance),
+      "stage 3: reuse distance (elements)");
+}
+
 }  // namespace zt

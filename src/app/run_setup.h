@@ -5,9 +5,11 @@
 #include <functional>
 #include <string>
 
+#include "app/cli.h"
 #include "comm/collective_outcome.h"  // run_collectively (lives in the core library)
 #include "comm/communicator.h"
 #include "engine/checkpoint_policy.h"  // parse_checkpointing_policy (moved there)
+#include "engine/zero_config.h"
 #include "model/config.h"
 #include "model/llama.h"
 
@@ -19,5 +21,9 @@ void check_positive(double value, const std::string& option, const std::string& 
 // Fails naming both numbers when seq_len exceeds the model's max_position_embeddings.
 void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string& model_source,
                    const std::string& command);
+
+// Registers the ZeRO tuning options shared by train and estimate: --overlap-comm and the bucket,
+// prefetch, persistence, live-parameter and reuse-distance bounds (zero_optimization keys).
+void add_zero_bucket_options(po::options_description& options, ZeroConfig& zero);
 
 }  // namespace zt
