@@ -2,6 +2,7 @@
 # zerotrain: setup, build, demo and tests in one script.
 #   ./run.sh demo    install missing Debian packages, build, train the demo model, evaluate it
 #   ./run.sh test    install missing Debian packages, build, run the whole test suite (ctest -j2)
+#   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
 #   ./run.sh build   install missing packages and build only (build/)
 #   ./run.sh deps    install missing Debian packages only
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo).
@@ -85,10 +86,22 @@ PY
   log "outputs in $out: run/metrics.jsonl, run/report.md, run/final/ (bf16 model), eval.json"
 }
 
+# The CPU path under AddressSanitizer and UndefinedBehaviorSanitizer (no CUDA, Debug).
+# Leak detection is off: Open MPI's own allocations are reported as leaks.
+test_asan() {
+  BUILD_DIR=${BUILD_DIR_ASAN:-$ROOT/build-asan}
+  CMAKE_ARGS="-DZEROTRAIN_SANITIZE=ON -DZEROTRAIN_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug ${CMAKE_ARGS:-}"
+  cmake -S "$ROOT" -B "$BUILD_DIR" $CMAKE_ARGS
+  cmake --build "$BUILD_DIR" -j "$(nproc)"
+  export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  run_tests -L "unit|mpi" "$@"
+}
+
 case "${1:-}" in
   deps) install_deps ;;
   build) install_deps; build ;;
   demo) install_deps; build; demo ;;
   test) shift; install_deps; build; run_tests "$@" ;;
-  *) sed -n '2,8p' "$0"; exit 2 ;;
+  test-asan) shift; install_deps; test_asan "$@" ;;
+  *) sed -n '2,9p' "$0"; exit 2 ;;
 esac
