@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "backend/adam_constants.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_check.h"
@@ -247,19 +248,7 @@ void CudaBackend::cross_entropy(float* losses, float* dlogits, const float* logi
 void CudaBackend::adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
                         float* param_f32, int64_t n, const AdamWHyper& h) {
   ZT_CHECK(h.step >= 1, "adamw: step " + std::to_string(h.step) + " is not 1-based");
-  const double t = static_cast<double>(h.step);
-  AdamConstantsF32 c;
-  c.lr = h.lr;
-  c.beta1 = h.beta1;
-  c.beta2 = h.beta2;
-  c.one_minus_beta1 = 1.0f - h.beta1;
-  c.one_minus_beta2 = 1.0f - h.beta2;
-  c.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), t));
-  c.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), t));
-  c.eps = h.eps;
-  c.decay = h.lr * h.weight_decay;
-  c.grad_scale = h.grad_scale;
-  launch_adamw(master, m, v, grad, param_bf16, param_f32, n, c, state_->stream);
+  launch_adamw(master, m, v, grad, param_bf16, param_f32, n, adam_constants(h), state_->stream);
 }
 
 double CudaBackend::sum_squares(const float* x, int64_t n) {

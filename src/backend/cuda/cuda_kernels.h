@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "backend/adam_constants.h"
+
 namespace zt::cuda {
 
 // ---- cuda_norm_rope.cu ----
@@ -41,11 +43,8 @@ void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t st
 
 // ---- cuda_optimizer.cu ----
 // Per-call AdamW constants, each rounded to fp32 once on the host (as cpu_adam.h does).
-struct AdamConstantsF32 {
-  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, bc1, bc2, eps, decay, grad_scale;
-};
 void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t* out_bf16,
-                  float* out_f32, int64_t n, const AdamConstantsF32& c, cudaStream_t stream);
+                  float* out_f32, int64_t n, const AdamConstants& c, cudaStream_t stream);
 // Σ x² in double: kSumSquaresBlocks fixed blocks write partials[kSumSquaresBlocks], one block adds
 // them into *result (device). The order depends on n only.
 constexpr int kSumSquaresBlocks = 1024;

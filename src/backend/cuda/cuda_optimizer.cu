@@ -12,7 +12,7 @@ namespace {
 //   u = lr·(m'/bc1) / (sqrt(v'/bc2) + eps);  w' = w − fma(lr·wd, w, u)
 // then w' rounded to bf16 (RNE, quiet NaN) and/or copied to fp32.
 __global__ void adamw_kernel(float* master, float* m, float* v, const float* grad,
-                             uint16_t* out_bf16, float* out_f32, int64_t n, AdamConstantsF32 c) {
+                             uint16_t* out_bf16, float* out_f32, int64_t n, AdamConstants c) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const float g = __fmul_rn(grad[i], c.grad_scale);
     const float mi = fmaf(c.beta1, m[i], __fmul_rn(c.one_minus_beta1, g));
@@ -51,7 +51,7 @@ __global__ void sum_squares_finish_kernel(double* result, const double* partials
 }  // namespace
 
 void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t* out_bf16,
-                  float* out_f32, int64_t n, const AdamConstantsF32& c, cudaStream_t stream) {
+                  float* out_f32, int64_t n, const AdamConstants& c, cudaStream_t stream) {
   if (n == 0) return;
   adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(master, m, v, grad,
                                                                           out_bf16, out_f32, n, c);
