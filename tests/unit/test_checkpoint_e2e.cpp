@@ -97,21 +97,11 @@ std::vector<std::vector<bf16_t>> model_bits(const std::string& dir) {
   return out;
 }
 
-class CheckpointE2E : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("zt_ckpt_e2e_" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    const RunResult r = prepare_sample_dataset(path("sample.h5"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
-  }
-  static std::string path(const std::string& name) { return (*dir_ / name).string(); }
-  static bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+class CheckpointE2E : public SampleDataSuite<CheckpointE2E> {
+ public:
+  static constexpr const char* kDirPrefix = "zt_ckpt_e2e_";
 
+ protected:
   // The tiny preset on sample.h5 into OUT=path(out): seq-len 16, micro-batch 2, seed 7.
   static std::string train_args(const std::string& out, int steps, const std::string& extra) {
     return "train --preset tiny --data " + path("sample.h5") + " --out " + path(out) + " --steps " +
@@ -147,10 +137,7 @@ class CheckpointE2E : public ::testing::Test {
     fs::copy(base_checkpoint(), copy, fs::copy_options::recursive);
     return copy;
   }
-
-  static fs::path* dir_;
 };
-fs::path* CheckpointE2E::dir_ = nullptr;
 
 TEST_F(CheckpointE2E, StopAndResumeIsBitwiseTheUninterruptedRun) {
   const RunResult straight = train("straight", 20, "");

@@ -45,22 +45,11 @@ void expect_same_model(const std::string& got, const std::string& want) {
   }
 }
 
-class ConsolidateE2E : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() /
-                        ("zt_consolidate_e2e_" + std::to_string(getpid())));
-    fs::create_directories(*dir_);
-    const RunResult r = prepare_sample_dataset(path("sample.h5"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
-  static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
-  }
-  static std::string path(const std::string& name) { return (*dir_ / name).string(); }
-  static bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+class ConsolidateE2E : public SampleDataSuite<ConsolidateE2E> {
+ public:
+  static constexpr const char* kDirPrefix = "zt_consolidate_e2e_";
 
+ protected:
   // Tiny preset, 4 steps of micro-batch 2 × seq-len 16, checkpoints and consolidated models at
   // steps 2 and 4, eval of 2 batches at the end. `launcher` is "" or mpirun_zerotrain(N).
   static RunResult train(const std::string& out, const std::string& launcher,
@@ -83,10 +72,7 @@ class ConsolidateE2E : public ::testing::Test {
     const std::string args = "consolidate " + checkpoint + " --out " + path(out) + " " + extra;
     return launcher.empty() ? run_zerotrain(args) : run_command(launcher + args);
   }
-
-  static fs::path* dir_;
 };
-fs::path* ConsolidateE2E::dir_ = nullptr;
 
 TEST_F(ConsolidateE2E, SingletonParallelAndSerialMatchTheLiveEngine) {
   const RunResult t = train("run", "", "");

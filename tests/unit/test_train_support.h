@@ -1,8 +1,12 @@
 // Helpers of the train/eval end-to-end tests: run the zerotrain binary, read metrics.jsonl.
 #pragma once
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -64,5 +68,28 @@ inline RunResult prepare_sample_dataset(const std::string& out) {
   return run_zerotrain("prepare-data --text " + std::string(ZT_SOURCE_DIR) +
                        "/inputs/data/sample.txt --out " + out);
 }
+
+// A test suite that owns a temporary directory holding sample.h5 (the bundled text, byte
+// tokens) for all its tests. Suite names the directory through its kDirPrefix.
+template <typename Suite>
+class SampleDataSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                     (std::string(Suite::kDirPrefix) + std::to_string(getpid())));
+    std::filesystem::create_directories(*dir_);
+    const RunResult r = prepare_sample_dataset(path("sample.h5"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string path(const std::string& name) { return (*dir_ / name).string(); }
+  static bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+  static inline std::filesystem::path* dir_ = nullptr;
+};
 
 }  // namespace zt::train_test
