@@ -29,7 +29,7 @@ struct EstimateOptions {
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;
-  std::string offload_optimizer = "none";
+  OffloadOptions offload;        // --offload-optimizer, --offload-param, --sub-group-size, ...
   double device_memory_gib = 0;  // 0: no recommendation
   int ranks_per_node = 0;        // 0: min(world, 8)
   bool json = false;
@@ -55,8 +55,6 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "none | full | every:K");
   add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
       "checkpointed layer inputs in host memory");
-  add("offload-optimizer", po::value(&o.offload_optimizer)->default_value(o.offload_optimizer),
-      "none | cpu: fp32 master and Adam moments in host memory");
   add("device-memory", po::value(&o.device_memory_gib),
       "GiB per device: recommend the lowest stage that fits");
   add("ranks-per-node", po::value(&o.ranks_per_node),
@@ -69,6 +67,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
                          "zerotrain estimate (--preset NAME | --model DIR) [--world N] "
                          "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]"};
   add_zero_bucket_options(opts, o.zero);
+  add_offload_options(opts, o.offload);
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
@@ -101,7 +100,25 @@ nlohmann::json estimate_json(const MemoryEstimate& e) {
           {"init_scratch", e.init_scratch},
           {"step_total", e.step_total()},
           {"device_total", e.device_total()},
-          {"host", e.host}};
+          {"host", e.host},
+          {"nvme", e.nvme}};
+}
+
+// The requested offload as it applies at `stage`: optimizer offload needs stage >= 1, param
+// offload stage 3 (rows of other stages show what they would hold without it).
+OffloadConfig offload_at_stage(OffloadConfig c, int stage) {
+  if (stage < 1) c.optimizer = OffloadDevice::kNone;
+  if (stage < 3) c.param = OffloadDevice::kNone;
+  return c;
+}
+
+// "--offload-optimizer cpu --offload-param cpu" (empty when nothing is offloaded).
+std::string offload_flags(const OffloadConfig& c) {
+  std::string flags;
+  if (c.optimizer_offloaded())
+    flags += " --offload-optimizer " + std::string(offload_device_name(c.optimizer));
+  if (c.param_offloaded()) flags += " --offload-param " + std::string(offload_device_name(c.param));
+  return flags;
 }
 
 int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
@@ -109,13 +126,13 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
   check_seq_len(model, o.seq_len, o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir,
                 kCommand);
-  ZT_CHECK(o.offload_optimizer == "none" || o.offload_optimizer == "cpu",
-           std::string(kCommand) + ": --offload-optimizer must be none or cpu, got '" +
-               o.offload_optimizer + "'");
   const Precision precision = parse_precision(o.precision);
   const ActivationCheckpointing ac =
       parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
-  const bool offload = o.offload_optimizer == "cpu";
+  OffloadConfig offload = o.offload.resolved();
+  // The estimate touches no disk: nvme needs no real path here.
+  if (offload.nvme_path.empty()) offload.nvme_path = "(not needed by estimate)";
+  offload.validate(o.zero.stage);  // the requested stage must allow it (errors name the key)
   o.zero.validate();
   const int64_t psi = ParamLayout(model).total_numel();
   const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
@@ -128,33 +145,39 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                         {"precision", o.precision},
                         {"activation_checkpointing", checkpointing_policy_name(ac)},
                         {"cpu_checkpointing", ac.on_host},
-                        {"offload_optimizer", o.offload_optimizer},
+                        {"offload_optimizer", offload_device_name(offload.optimizer)},
+                        {"offload_param", offload_device_name(offload.param)},
                         {"stages", nlohmann::json::array()}};
   char line[256];
   std::string table;
-  std::snprintf(line, sizeof line, "%-7s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "stage", "params",
-                "grads", "optim", "states", "theory", "activ", "buffers", "total", "host");
+  std::snprintf(line, sizeof line, "%-7s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "stage",
+                "params", "grads", "optim", "states", "theory", "activ", "buffers", "total", "host",
+                "nvme");
   table += line;
   for (int stage = 0; stage <= 3; ++stage) {
     ZeroConfig z = o.zero;
     z.stage = stage;
+    const OffloadConfig applied = offload_at_stage(offload, stage);
     const MemoryEstimate e =
-        estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len, ac, offload);
+        estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len, ac, applied);
     const double theory = theory_model_states_bytes(psi, o.world, stage, precision);
     nlohmann::json row = estimate_json(e);
     row["stage"] = stage;
     row["theory_model_states"] = theory;
-    if (offload) {
-      const OffloadFigure f = deepspeed_offload_figure(model, o.world, stage, ranks_per_node);
+    row["offload_optimizer"] = offload_device_name(applied.optimizer);
+    row["offload_param"] = offload_device_name(applied.param);
+    if (applied.optimizer_offloaded()) {
+      const OffloadFigure f = deepspeed_offload_figure(model, o.world, stage, ranks_per_node,
+                                                       applied.param_offloaded());
       row["deepspeed_offload"] = {{"device", f.device_bytes},
                                   {"host_per_node", f.host_bytes_per_node}};
     }
     out["stages"].push_back(row);
-    std::snprintf(line, sizeof line, "%c %-5d %9s %9s %9s %9s %9s %9s %9s %9s %9s\n",
+    std::snprintf(line, sizeof line, "%c %-5d %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n",
                   stage == o.zero.stage ? '*' : ' ', stage, gib(e.params).c_str(),
                   gib(e.grads).c_str(), gib(e.optimizer).c_str(), gib(e.model_states()).c_str(),
                   gib(theory).c_str(), gib(e.activations).c_str(), gib(e.buffers_peak()).c_str(),
-                  gib(e.device_total()).c_str(), gib(e.host).c_str());
+                  gib(e.device_total()).c_str(), gib(e.host).c_str(), gib(e.nvme).c_str());
     table += line;
   }
   std::string advice;
@@ -167,7 +190,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
       tried.push_back({{"label", c.label},
                        {"stage", c.stage},
                        {"activation_checkpointing", checkpointing_policy_name(c.ac)},
-                       {"offload_optimizer", c.offload_optimizer ? "cpu" : "none"},
+                       {"offload_optimizer", offload_device_name(c.offload.optimizer)},
+                       {"offload_param", offload_device_name(c.offload.param)},
                        {"device_total", c.estimate.device_total()},
                        {"fits", c.fits}});
     out["device_memory_bytes"] = device_bytes;
@@ -179,12 +203,11 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                " GiB per device: " + c.label + " (" + gib(c.estimate.device_total()) +
                " GiB per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
                " --activation-checkpointing " + checkpointing_policy_name(c.ac) +
-               (c.offload_optimizer ? ", optimizer offload: not implemented yet in train" : "") +
-               ")\n";
+               offload_flags(c.offload) + ")\n";
     } else {
       out["recommendation"] = nullptr;
       advice = "nothing fits in " + gib(static_cast<double>(device_bytes)) +
-               " GiB per device, even stage 3 + checkpointing + CPU optimizer offload (" +
+               " GiB per device, even " + rec.candidates.back().label + " (" +
                gib(rec.candidates.back().estimate.device_total()) +
                " GiB); use more ranks, a smaller micro-batch or a shorter sequence\n";
     }
@@ -197,13 +220,16 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
             << ", psi = " << psi << " parameters, world " << o.world << ", micro-batch "
             << o.micro_batch << " x seq-len " << o.seq_len << ", " << o.precision
             << ", checkpointing " << checkpointing_policy_name(ac) << (ac.on_host ? " (host)" : "")
-            << ", optimizer offload " << o.offload_optimizer
+            << ", offload: optimizer " << offload_device_name(offload.optimizer) << ", params "
+            << offload_device_name(offload.param)
             << "\nper-rank GiB (states = params + grads + optim; theory = DESIGN.md §4 model "
-               "states; total = device peak incl. start-up scratch; * = requested stage)\n"
+               "states; total = device peak incl. start-up scratch; host and nvme pools apart; "
+               "* = requested stage)\n"
             << table;
-  if (offload) {
-    const OffloadFigure f = deepspeed_offload_figure(model, o.world, o.zero.stage, ranks_per_node);
-    std::cout << "DeepSpeed-style offload figure (stage " << o.zero.stage << "): device "
+  if (offload.optimizer_offloaded()) {
+    const OffloadFigure f = deepspeed_offload_figure(model, o.world, o.zero.stage, ranks_per_node,
+                                                     offload.param_offloaded());
+    std::cout << "DeepSpeed's offload figure (stage " << o.zero.stage << "): device "
               << gib(f.device_bytes) << " GiB per rank, host " << gib(f.host_bytes_per_node)
               << " GiB per node (" << ranks_per_node << " ranks per node)\n";
   }

@@ -76,22 +76,12 @@ struct TrainOptions {
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
-  // --offload-optimizer/--offload-param/--nvme-path/--offload-buffer-count/--sub-group-size
-  std::string offload_optimizer = "none", offload_param = "none";
-  OffloadConfig offload;
-  std::string deepspeed;     // --deepspeed FILE
-  BatchSizeRule batch_rule;  // its train_batch_size rule, applied once the world size is known
+  OffloadOptions offload;      // --offload-optimizer, --offload-param, --nvme-path, ...
+  std::string deepspeed;       // --deepspeed FILE
+  BatchSizeRule batch_rule;    // its train_batch_size rule, applied once the world size is known
 
   nlohmann::json to_json() const;
 };
-
-// The --offload-* options as the engine's OffloadConfig (devices parsed, keys named on errors).
-OffloadConfig resolved_offload(const TrainOptions& o) {
-  OffloadConfig c = o.offload;
-  c.optimizer = parse_offload_device(o.offload_optimizer, "--offload-optimizer");
-  c.param = parse_offload_device(o.offload_param, "--offload-param");
-  return c;
-}
 
 // A float option as the shortest decimal that reads back to it (0.9f as 0.9, not 0.8999999762).
 double shortest_decimal(float v) {
@@ -132,11 +122,11 @@ nlohmann::json TrainOptions::to_json() const {
           {"param_persistence_threshold", zero.param_persistence_threshold},
           {"max_live_parameters", zero.max_live_parameters},
           {"max_reuse_distance", zero.max_reuse_distance},
-          {"offload_optimizer", offload_optimizer},
-          {"offload_param", offload_param},
-          {"nvme_path", offload.nvme_path},
-          {"offload_buffer_count", offload.buffer_count},
-          {"sub_group_size", offload.sub_group_size},
+          {"offload_optimizer", offload.optimizer},
+          {"offload_param", offload.param},
+          {"nvme_path", offload.config.nvme_path},
+          {"offload_buffer_count", offload.config.buffer_count},
+          {"sub_group_size", offload.config.sub_group_size},
           {"activation_checkpointing", activation_checkpointing},
           {"cpu_checkpointing", cpu_checkpointing},
           {"comm_timeout", comm_timeout},
@@ -193,17 +183,6 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "eval batches at the end (0 = skip)");
   add("log-every", po::value(&o.log_every)->default_value(o.log_every),
       "log a line to stderr every N steps (0 = never)");
-  add("offload-optimizer", po::value(&o.offload_optimizer)->default_value(o.offload_optimizer),
-      "none | cpu | nvme: fp32 master and Adam moments in host memory or on NVMe (stage 1-3)");
-  add("offload-param", po::value(&o.offload_param)->default_value(o.offload_param),
-      "none | cpu: stage-3 parameter shards in host memory");
-  add("nvme-path", po::value(&o.offload.nvme_path), "directory for --offload-optimizer nvme");
-  add("offload-buffer-count",
-      po::value(&o.offload.buffer_count)->default_value(o.offload.buffer_count),
-      "rotating host buffers for NVMe swapping (>= 2)");
-  add("sub-group-size",
-      po::value(&o.offload.sub_group_size)->default_value(o.offload.sub_group_size),
-      "offloaded optimizer tile (elements)");
   add("save-consolidated-every",
       po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
       "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
@@ -215,6 +194,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
                          "zerotrain train (--model DIR | --preset NAME) --data FILE.h5 --out DIR "
                          "[options]"};
   add_zero_bucket_options(opts, o.zero);
+  add_offload_options(opts, o.offload);
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   require_option(vm, "data", kCommand);
@@ -271,7 +251,7 @@ void validate(const TrainOptions& o) {
   make_engine_backend(o.backend);  // rejects unknown or unavailable backends early
   parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
-  resolved_offload(o).validate(o.zero.stage);
+  o.offload.resolved().validate(o.zero.stage);
 }
 
 // Dense bf16 peak of the device a backend runs on, in TFLOP/s; none for the CPU backend.
@@ -372,7 +352,7 @@ int run_training(TrainOptions o) {
   std::unique_ptr<Backend> backend = make_engine_backend(o.backend);
   MemoryTracker memory;
   ZeroEngine engine(config, o.zero, precision, o.optim, *backend, comm, memory, o.micro_batch,
-                    o.seq_len, ac, resolved_offload(o));
+                    o.seq_len, ac, o.offload.resolved());
   TrainCheckpointing checkpointing(
       o.checkpoint, o.out,
       {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len, static_cast<uint64_t>(o.seed)},
@@ -458,6 +438,10 @@ int run_training(TrainOptions o) {
     r.data_s = data_s;
     r.peak_memory = memory_peaks(memory);
     r.comm_bytes = comm_bytes_between(counters_before, comm.counters());
+    r.offload_d2h_bytes = stats.offload_d2h_bytes;
+    r.offload_h2d_bytes = stats.offload_h2d_bytes;
+    r.nvme_read_bytes = stats.nvme_read_bytes;
+    r.nvme_write_bytes = stats.nvme_write_bytes;
     for (size_t c = 0; c < run_peaks.size(); ++c)
       run_peaks[c] = std::max(run_peaks[c], r.peak_memory[c]);
     // Stop agreement + checkpoint save, timed into this step's line before it is logged.

@@ -44,4 +44,25 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {
       "stage 3: reuse distance (elements)");
 }
 
+OffloadConfig OffloadOptions::resolved() const {
+  OffloadConfig c = config;
+  c.optimizer = parse_offload_device(optimizer, "--offload-optimizer");
+  c.param = parse_offload_device(param, "--offload-param");
+  return c;
+}
+
+void add_offload_options(po::options_description& options, OffloadOptions& o) {
+  auto add = options.add_options();
+  add("offload-optimizer", po::value(&o.optimizer)->default_value(o.optimizer),
+      "none | cpu | nvme: fp32 master and Adam moments in host memory or on NVMe (stage 1-3)");
+  add("offload-param", po::value(&o.param)->default_value(o.param),
+      "none | cpu: stage-3 parameter shards in host memory");
+  add("nvme-path", po::value(&o.config.nvme_path), "directory for --offload-optimizer nvme");
+  add("offload-buffer-count",
+      po::value(&o.config.buffer_count)->default_value(o.config.buffer_count),
+      "rotating host buffers for NVMe swapping (>= 2)");
+  add("sub-group-size", po::value(&o.config.sub_group_size)->default_value(o.config.sub_group_size),
+      "offloaded optimizer tile (elements)");
+}
+
 }  // namespace zt

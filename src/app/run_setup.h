@@ -9,6 +9,7 @@
 #include "comm/collective_outcome.h"  // run_collectively (lives in the core library)
 #include "comm/communicator.h"
 #include "engine/checkpoint_policy.h"  // parse_checkpointing_policy (moved there)
+#include "engine/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/config.h"
 #include "model/llama.h"
@@ -25,5 +26,15 @@ void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string
 // Registers the ZeRO tuning options shared by train and estimate: --overlap-comm and the bucket,
 // prefetch, persistence, live-parameter and reuse-distance bounds (zero_optimization keys).
 void add_zero_bucket_options(po::options_description& options, ZeroConfig& zero);
+
+// The offload options shared by train and estimate (DeepSpeed's offload_optimizer/offload_param):
+// --offload-optimizer, --offload-param, --nvme-path, --offload-buffer-count, --sub-group-size.
+struct OffloadOptions {
+  std::string optimizer = "none", param = "none";
+  OffloadConfig config;  // nvme_path, buffer_count, sub_group_size (devices come from the strings)
+  // The engine's OffloadConfig, devices parsed (errors name the flag); not yet validated.
+  OffloadConfig resolved() const;
+};
+void add_offload_options(po::options_description& options, OffloadOptions& offload);
 
 }  // namespace zt

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "engine/nvme_swapper.h"
 #include "model/layout.h"
 #include "util/error.h"
 
@@ -48,6 +49,8 @@ class GatherSimulation {
     }
     return peak_;
   }
+  // Peak of the padded elements of gathers in flight (issued, not yet waited for).
+  int64_t peak_inflight() const { return peak_inflight_; }
 
  private:
   int64_t padded(int g) const { return groups_[static_cast<size_t>(g)].padded; }
@@ -56,6 +59,7 @@ class GatherSimulation {
     live_elements_ += padded(g);
     inflight_elements_ += padded(g);
     peak_ = std::max(peak_, live_elements_);
+    peak_inflight_ = std::max(peak_inflight_, inflight_elements_);
   }
   void landed(int g) {
     if (!inflight_[static_cast<size_t>(g)]) return;
@@ -98,49 +102,69 @@ class GatherSimulation {
   ZeroConfig zero_;
   std::vector<int> uses_;
   std::vector<bool> live_, inflight_;
-  int64_t live_elements_ = 0, inflight_elements_ = 0, peak_ = 0;
+  int64_t live_elements_ = 0, inflight_elements_ = 0, peak_ = 0, peak_inflight_ = 0;
 };
 
 }  // namespace
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
                                Precision precision, int64_t micro_batch, int64_t seq_len,
-                               const ActivationCheckpointing& ac, bool offload_optimizer_cpu) {
+                               const ActivationCheckpointing& ac, const OffloadConfig& offload) {
   ZT_CHECK(world >= 1, "estimate: world size must be >= 1, got " + std::to_string(world));
   ZT_CHECK(micro_batch > 0 && seq_len > 0, "estimate: micro-batch and seq-len must be positive");
   zero.validate();
+  offload.validate(zero.stage);
   const std::vector<GroupSize> groups = partition_groups(model, world);
   const bool bf16 = precision == Precision::kBf16;
   const int64_t work_bytes = bf16 ? 2 : 4;
   const int stage = zero.stage;
   int64_t sum_numel = 0, sum_shard = 0, sum_padded = 0, max_padded = 0;
+  std::vector<int64_t> own_sizes;  // rank 0's own range per group
   for (const GroupSize& g : groups) {
     sum_numel += g.numel;
     sum_shard += g.shard;
     sum_padded += g.padded;
     max_padded = std::max(max_padded, g.padded);
+    own_sizes.push_back(stage == 0 ? g.numel : g.shard);
   }
   const int64_t max_shard = max_padded / world;
+  const int64_t sum_own = stage == 0 ? sum_numel : sum_shard;
+  const int64_t max_own = stage == 0 ? max_padded : max_shard;
 
   MemoryEstimate e;
   // Working params: stages 0-2 the full padded groups; stage 3 shards + gathered groups. The
   // peak is taken over a first pass and a pass that starts with the persistent groups kept
-  // (gradient accumulation keeps them across micro-batches).
+  // (gradient accumulation keeps them across micro-batches). offload_param moves the shards to
+  // the host pool; each gather in flight then holds a device copy of its shard (buffers).
+  int64_t staged_shards = 0;
   if (stage == 3) {
     GatherSimulation sim(groups, zero);
     sim.run_pass();
     const int64_t gathered = sim.run_pass();
     e.stage3_gathered = gathered * work_bytes;
-    e.params = sum_shard * work_bytes + e.stage3_gathered;
+    e.params = e.stage3_gathered;
+    if (offload.param_offloaded()) {
+      e.host += sum_shard * work_bytes;
+      staged_shards = sim.peak_inflight() / world * work_bytes;
+    } else {
+      e.params += sum_shard * work_bytes;
+    }
   } else {
     e.params = sum_padded * work_bytes;
   }
   e.grads = (stage <= 1 ? sum_padded : sum_shard) * 4;
-  const int64_t optimizer = 12 * (stage == 0 ? sum_numel : sum_shard);
-  if (offload_optimizer_cpu) {
-    e.host += optimizer;
+  if (offload.optimizer_offloaded()) {
+    // OffloadOptimizer: fp32 gradient shards + one working-dtype tile, then the state store.
+    const int64_t tile = std::min(offload.sub_group_size, std::max<int64_t>(1, max_own));
+    e.host += 4 * sum_own + tile * work_bytes;
+    if (offload.optimizer == OffloadDevice::kCpu) {
+      e.host += 12 * sum_own;
+    } else {
+      e.host += offload.buffer_count * std::max<int64_t>(4096, nvme_record_bytes(tile));
+      e.nvme = nvme_file_bytes(own_sizes, tile);
+    }
   } else {
-    e.optimizer = optimizer;
+    e.optimizer = 12 * sum_own;
   }
 
   const ActivationPlan plan = ActivationPlan::make(model, micro_batch, seq_len, ac);
@@ -149,7 +173,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
 
   // Buffers: the fp32 upcast of the group being computed (bf16 only), then per reduce slot a
   // model-written bucket (stages 2/3), a packing copy when buckets split a group and a receive
-  // shard (reduce-scatter, stages 1-3).
+  // shard (reduce-scatter, stages 1-3), and the staged shards of param offload.
   const int64_t slots = zero.overlap_comm ? 2 : 1;
   const bool reduce_scatter = stage >= 1;
   const bool packs = reduce_scatter && zero.reduce_bucket_size / world < max_shard;
@@ -157,9 +181,13 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   if (stage >= 2) per_slot += max_padded;
   if (packs) per_slot += max_padded;
   if (reduce_scatter) per_slot += max_shard;
-  e.buffers = ((bf16 ? max_padded : 0) + slots * per_slot) * 4;
-  // Stages 0-2 build each full group in fp32 once while initialising the working params.
-  e.init_scratch = stage <= 2 ? max_padded * 4 : 0;
+  e.buffers = ((bf16 ? max_padded : 0) + slots * per_slot) * 4 + staged_shards;
+  // While the working params are initialised: stages 0-2 build each full group in fp32 once,
+  // and optimizer offload builds each own range in fp32 before handing it to the store. The
+  // staged shards of a step are not alive then.
+  const int64_t init =
+      (stage <= 2 ? max_padded * 4 : 0) + (offload.optimizer_offloaded() ? max_own * 4 : 0);
+  e.init_scratch = std::max<int64_t>(0, init - staged_shards);
   return e;
 }
 
@@ -181,13 +209,19 @@ double theory_model_states_bytes(int64_t psi, int world, int stage, Precision pr
 }
 
 OffloadFigure deepspeed_offload_figure(const ModelConfig& model, int world, int stage,
-                                       int ranks_per_node) {
+                                       int ranks_per_node, bool params_on_cpu) {
   const ParamLayout layout(model);
   const double psi = static_cast<double>(layout.total_numel());
   int64_t largest = 0;
   for (const GroupInfo& g : layout.groups()) largest = std::max(largest, g.numel);
+  const double largest_bytes = 4.0 * static_cast<double>(largest);
   OffloadFigure f;
-  f.device_bytes = stage == 3 ? 4.0 * static_cast<double>(largest) + 2.0 * psi / world : 2.0 * psi;
+  if (stage == 3 && params_on_cpu) {
+    f.device_bytes = largest_bytes;
+    f.host_bytes_per_node = psi * std::max(4.0 * ranks_per_node, 18.0) * 1.5;
+    return f;
+  }
+  f.device_bytes = stage == 3 ? largest_bytes + 2.0 * psi / world : 2.0 * psi;
   f.host_bytes_per_node = psi * std::max(4.0 * ranks_per_node, 16.0) * 1.5;
   return f;
 }
@@ -203,33 +237,36 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
   // With a checkpointing policy already requested, the plain rows use it too.
   const ActivationCheckpointing& plain = requested;
   const ActivationCheckpointing& ckpt = requested.every > 0 ? requested : full;
+  OffloadConfig none, cpu_optimizer, cpu_all;
+  cpu_optimizer.optimizer = cpu_all.optimizer = cpu_all.param = OffloadDevice::kCpu;
   struct Step {
     const char* label;
     int stage;
     const ActivationCheckpointing* ac;
-    bool offload;
+    const OffloadConfig* offload;
   };
   const Step steps[] = {
-      {"stage 0", 0, &plain, false},
-      {"stage 1", 1, &plain, false},
-      {"stage 2", 2, &plain, false},
-      {"stage 2 + checkpointing", 2, &ckpt, false},
-      {"stage 3", 3, &plain, false},
-      {"stage 3 + checkpointing", 3, &ckpt, false},
-      {"stage 3 + checkpointing + CPU optimizer offload", 3, &ckpt, true},
+      {"stage 0", 0, &plain, &none},
+      {"stage 1", 1, &plain, &none},
+      {"stage 2", 2, &plain, &none},
+      {"stage 2 + checkpointing", 2, &ckpt, &none},
+      {"stage 3", 3, &plain, &none},
+      {"stage 3 + checkpointing", 3, &ckpt, &none},
+      {"stage 3 + checkpointing + CPU optimizer offload", 3, &ckpt, &cpu_optimizer},
+      {"stage 3 + checkpointing + CPU optimizer and param offload", 3, &ckpt, &cpu_all},
   };
   FitRecommendation rec;
   for (const Step& s : steps) {
     // The "+ checkpointing" rows repeat the plain row when checkpointing was requested anyway.
-    if (s.ac == &ckpt && plain.every > 0 && !s.offload) continue;
+    if (s.ac == &ckpt && plain.every > 0 && s.offload == &none) continue;
     FitCandidate c;
     c.label = s.label;
     c.stage = s.stage;
     c.ac = *s.ac;
-    c.offload_optimizer = s.offload;
+    c.offload = *s.offload;
     ZeroConfig z = zero;
     z.stage = s.stage;
-    c.estimate = estimate_memory(model, world, z, precision, micro_batch, seq_len, c.ac, s.offload);
+    c.estimate = estimate_memory(model, world, z, precision, micro_batch, seq_len, c.ac, c.offload);
     c.fits = c.estimate.device_total() <= device_bytes;
     if (c.fits && rec.chosen < 0) rec.chosen = static_cast<int>(rec.candidates.size());
     rec.candidates.push_back(c);

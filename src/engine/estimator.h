@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/config.h"
 #include "model/llama.h"
@@ -22,8 +23,9 @@ struct MemoryEstimate {
   int64_t optimizer = 0;        // fp32 master + Adam m, v of the own range (0 when offloaded)
   int64_t activations = 0;      // activation arena + token ids
   int64_t buffers = 0;          // steady state: compute upcast scratch, reduce slots
-  int64_t init_scratch = 0;     // transient while parameters are initialised (stages 0-2)
-  int64_t host = 0;             // host pool: CPU-checkpointed residuals, offloaded optimizer
+  int64_t init_scratch = 0;     // extra transient while parameters are initialised
+  int64_t host = 0;             // host pool: CPU-checkpointed residuals, offloaded state
+  int64_t nvme = 0;             // nvme pool: this rank's swap file (optimizer offload to nvme)
 
   int64_t model_states() const { return params + grads + optimizer; }
   int64_t buffers_peak() const { return buffers + init_scratch; }
@@ -32,38 +34,51 @@ struct MemoryEstimate {
   int64_t device_total() const { return step_total() + init_scratch; }
 };
 
+// Offload (offload_config.h) moves state out of the device pool: optimizer = cpu puts master,
+// m, v (12 B per own element) plus the fp32 gradient shard (4 B) and one working-dtype tile in
+// the host pool; nvme keeps the gradient shard and tile there but swaps master/m/v through
+// buffer_count tile records (host) to a file (nvme); param = cpu (stage 3) puts the working
+// shards in the host pool and adds their device staging copies while gathers are in flight.
+// Throws if the offload configuration is not valid at zero.stage (OffloadConfig::validate).
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
                                Precision precision, int64_t micro_batch, int64_t seq_len,
-                               const ActivationCheckpointing& ac, bool offload_optimizer_cpu);
+                               const ActivationCheckpointing& ac,
+                               const OffloadConfig& offload = {});
 
 // DESIGN.md §4 model states per rank with k-byte working params (k = 2 for bf16):
 // stage 0 (k+16)Ψ, 1 (k+4)Ψ + 12Ψ/N, 2 kΨ + 16Ψ/N, 3 (k+16)Ψ/N — i.e. 18Ψ, 6Ψ+12Ψ/N,
 // 2Ψ+16Ψ/N, 18Ψ/N for bf16.
 double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision);
 
-// DeepSpeed's published rule of thumb for ZeRO-Offload (optimizer state on CPU, 16-bit
-// params): device 2Ψ (stages 0-2) or 4·largest group + 2Ψ/N (stage 3); host per node
-// Ψ·max(4·ranks_per_node, 16)·1.5 (fp32 master, m, v, grads, with a 1.5× buffer factor).
+// DeepSpeed's published rules of thumb (estimate_zero2/zero3_model_states_mem_needs, "cold"
+// variant, 1.5× buffer factor) for ZeRO-Offload with 16-bit params, "largest" = the largest
+// layer group:
+//   optimizer on CPU, stages 1-2: device 2Ψ, host per node Ψ·max(4·ranks_per_node, 16)·1.5;
+//   optimizer on CPU, stage 3:    device 4·largest + 2Ψ/N, host Ψ·max(4·ranks_per_node, 16)·1.5;
+//   + params on CPU (stage 3):    device 4·largest, host Ψ·max(4·ranks_per_node, 18)·1.5.
+// DeepSpeed publishes no NVMe figure; for nvme the same figures apply with the 12Ψ of optimizer
+// state on NVMe instead of in host memory.
 struct OffloadFigure {
   double device_bytes = 0;
   double host_bytes_per_node = 0;
 };
 OffloadFigure deepspeed_offload_figure(const ModelConfig& model, int world, int stage,
-                                       int ranks_per_node);
+                                       int ranks_per_node, bool params_on_cpu = false);
 
 // One configuration tried by the decision tree.
 struct FitCandidate {
   std::string label;  // e.g. "stage 2 + checkpointing"
   int stage = 0;
   ActivationCheckpointing ac;
-  bool offload_optimizer = false;
+  OffloadConfig offload;
   MemoryEstimate estimate;
   bool fits = false;
 };
 
 // Tries stage 0 → 1 → 2 → 2+full checkpointing → 3 → 3+checkpointing → 3+checkpointing+CPU
-// optimizer offload and returns every candidate in that order; the first that fits in
-// device_bytes (device_total ≤ device_bytes) is the recommendation (index, or -1 if none).
+// optimizer offload → the same + CPU param offload, and returns every candidate in that order;
+// the first that fits in device_bytes (device_total ≤ device_bytes) is the recommendation
+// (index, or -1 if none).
 struct FitRecommendation {
   std::vector<FitCandidate> candidates;
   int chosen = -1;

@@ -50,6 +50,7 @@ class NvmeStateStore final : public OptimizerStateStore {
       max_record = std::max(max_record, nvme_record_bytes(t.count));
     }
     file_bytes_ = static_cast<uint64_t>(offset);
+    memory_.on_alloc(MemCategory::kNvme, file_bytes_);
     buffer_bytes_ = static_cast<size_t>(max_record);
     for (int b = 0; b < buffer_count; ++b) {
       void* p = std::aligned_alloc(kIoAlign, buffer_bytes_);
@@ -65,6 +66,7 @@ class NvmeStateStore final : public OptimizerStateStore {
     ::close(fd_);
     ::unlink(path_.c_str());
     memory_.on_free(MemCategory::kHostOffload, buffer_bytes_ * buffers_.size());
+    memory_.on_free(MemCategory::kNvme, file_bytes_);
   }
 
   void initialize(int g, const float* master) override {

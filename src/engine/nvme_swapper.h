@@ -1,12 +1,13 @@
 // ZeRO-Infinity optimizer state on NVMe: the rank's fp32 master, Adam m and v live in one file,
 // `nvme_path/zerotrain-rankRRRRR-PID.swp`, tile by tile (a tile's record is master|m|v, padded to
 // a 4 KiB multiple), and are swapped through `buffer_count` rotating 4 KiB-aligned host buffers
-// (kHostOffload). The file is opened with O_DIRECT when the filesystem allows it (else buffered,
-// with a warning) and accessed asynchronously (async_file_io.h). During update_tiles the reads of
-// the next tiles are in flight while tile k is updated, and tile k's write-back overlaps the
-// following updates; a buffer is reused only once its write has completed. The file is removed
-// when the store is destroyed (normal end, or an exception unwinding the engine).
-// Checkpoints: resident(g) stages a whole group in host memory until flush().
+// (kHostOffload); the file's bytes are counted in the kNvme pool. The file is opened with O_DIRECT
+// when the filesystem allows it (else buffered, with a warning) and accessed asynchronously
+// (async_file_io.h). During update_tiles the reads of the next tiles are in flight while tile k is
+// updated, and tile k's write-back overlaps the following updates; a buffer is reused only once its
+// write has completed. The file is removed when the store is destroyed (normal end, or an exception
+// unwinding the engine). Checkpoints: resident(g) stages a whole group in host memory until
+// flush().
 #pragma once
 #include <memory>
 #include <string>

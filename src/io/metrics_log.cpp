@@ -56,14 +56,15 @@ nlohmann::json StepRecord::to_json() const {
   j["flops_per_token"] = flops_per_token;
   j["tflops_per_device"] = tflops_per_device;
   j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);
-  j["time"] = {{"forward_s", forward_s},
-               {"backward_s", backward_s},
-               {"optimizer_s", optimizer_s},
-               {"comm_wait_s", comm_wait_s},
-               {"data_s", data_s},
-               {"checkpoint_s", checkpoint_s}};
+  j["time"] = {{"forward_s", forward_s},     {"backward_s", backward_s},
+               {"optimizer_s", optimizer_s}, {"comm_wait_s", comm_wait_s},
+               {"data_s", data_s},           {"checkpoint_s", checkpoint_s}};
   j["peak_memory_bytes"] = memory_json(peak_memory);
   j["comm_bytes"] = comm_bytes_json(comm_bytes);
+  j["offload_bytes"] = {{"device_to_host", offload_d2h_bytes},
+                        {"host_to_device", offload_h2d_bytes},
+                        {"nvme_read", nvme_read_bytes},
+                        {"nvme_write", nvme_write_bytes}};
   return j;
 }
 

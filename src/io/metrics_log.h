@@ -43,6 +43,8 @@ struct StepRecord {
   double checkpoint_s = 0;  // after the step: stop agreement + checkpoint save (0 when none)
   MemoryByCategory peak_memory{};
   BytesByCollective comm_bytes{};
+  // ZeRO-Offload traffic of the step (bytes): device↔host copies and NVMe swap-file I/O.
+  uint64_t offload_d2h_bytes = 0, offload_h2d_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;
 
   nlohmann::json to_json() const;
 };

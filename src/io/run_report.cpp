@@ -98,6 +98,9 @@ void RunSummary::add(const StepRecord& r) {
   flops_per_token_ = r.flops_per_token;
   for (size_t op = 0; op < comm_bytes_total_.size(); ++op)
     comm_bytes_total_[op] += r.comm_bytes[op];
+  const uint64_t offload[] = {r.offload_d2h_bytes, r.offload_h2d_bytes, r.nvme_read_bytes,
+                              r.nvme_write_bytes};
+  for (size_t i = 0; i < offload_bytes_total_.size(); ++i) offload_bytes_total_[i] += offload[i];
 }
 
 nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_memory_per_rank,
@@ -121,6 +124,13 @@ nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_mem
     per_step[op] = steps_ > 0 ? comm_bytes_total_[op] / static_cast<uint64_t>(steps_) : 0;
   j["comm_bytes_per_step"] = comm_bytes_json(per_step);
   j["comm_bytes_total"] = comm_bytes_json(comm_bytes_total_);
+  const char* const offload_names[] = {"device_to_host", "host_to_device", "nvme_read",
+                                       "nvme_write"};
+  nlohmann::json offload = nlohmann::json::object();
+  for (size_t i = 0; i < offload_bytes_total_.size(); ++i)
+    offload[offload_names[i]] =
+        steps_ > 0 ? offload_bytes_total_[i] / static_cast<uint64_t>(steps_) : 0;
+  j["offload_bytes_per_step"] = offload;
   nlohmann::json memory = nlohmann::json::array();
   for (const auto& rank_peaks : peak_memory_per_rank) memory.push_back(memory_json(rank_peaks));
   j["peak_memory_bytes_per_rank"] = memory;
@@ -150,6 +160,16 @@ std::string report_markdown(const nlohmann::json& report) {
   md << "## Communication per step (bytes sent per rank)\n\n| collective | bytes |\n|---|---|\n";
   for (const auto& [op, bytes] : report["comm_bytes_per_step"].items())
     md << "| " << op << " | " << human_bytes(bytes.get<double>()) << " |\n";
+  if (report.contains("offload_bytes_per_step")) {
+    bool any = false;
+    for (const auto& [what, bytes] : report["offload_bytes_per_step"].items())
+      any = any || bytes.get<uint64_t>() > 0;
+    if (any) {
+      md << "\n## Offload traffic per step (bytes per rank)\n\n| transfer | bytes |\n|---|---|\n";
+      for (const auto& [what, bytes] : report["offload_bytes_per_step"].items())
+        md << "| " << what << " | " << human_bytes(bytes.get<double>()) << " |\n";
+    }
+  }
 
   md << "\n## Peak memory per rank\n\n| rank |";
   const auto& ranks = report["peak_memory_bytes_per_rank"];

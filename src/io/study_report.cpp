@@ -25,8 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // The measured categories, in report order (MemoryTracker's names).
-const char* const kMemoryCategories[] = {"params",      "grads",   "optimizer",
-                                         "activations", "buffers", "host"};
+const char* const kMemoryCategories[] = {"params",  "grads", "optimizer", "activations",
+                                         "buffers", "host",  "nvme"};
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -71,14 +71,24 @@ nlohmann::json estimate_for(const RunData& r) {
     const ActivationCheckpointing ac =
         parse_checkpointing_policy(c.value("activation_checkpointing", std::string("none")),
                                    c.value("cpu_checkpointing", false));
-    const MemoryEstimate e =
-        estimate_memory(model, r.run.at("world_size").get<int>(), zero,
-                        parse_precision(c.value("precision", "bf16")),
-                        c.at("micro_batch").get<int64_t>(), c.at("seq_len").get<int64_t>(), ac,
-                        c.value("offload_optimizer", std::string("none")) == "cpu");
-    return {{"params", e.params},          {"grads", e.grads},
-            {"optimizer", e.optimizer},    {"activations", e.activations},
-            {"buffers", e.buffers_peak()}, {"host", e.host}};
+    OffloadConfig offload;
+    offload.optimizer =
+        parse_offload_device(c.value("offload_optimizer", "none"), "offload_optimizer");
+    offload.param = parse_offload_device(c.value("offload_param", "none"), "offload_param");
+    offload.nvme_path = c.value("nvme_path", std::string());
+    offload.buffer_count = c.value("offload_buffer_count", offload.buffer_count);
+    offload.sub_group_size = c.value("sub_group_size", offload.sub_group_size);
+    const MemoryEstimate e = estimate_memory(model, r.run.at("world_size").get<int>(), zero,
+                                             parse_precision(c.value("precision", "bf16")),
+                                             c.at("micro_batch").get<int64_t>(),
+                                             c.at("seq_len").get<int64_t>(), ac, offload);
+    return {{"params", e.params},
+            {"grads", e.grads},
+            {"optimizer", e.optimizer},
+            {"activations", e.activations},
+            {"buffers", e.buffers_peak()},
+            {"host", e.host},
+            {"nvme", e.nvme}};
   } catch (const std::exception&) {
     return nullptr;
   }

@@ -7,15 +7,28 @@
 
 namespace zt {
 
+bool is_device_pool(MemCategory c) {
+  return c != MemCategory::kHostOffload && c != MemCategory::kNvme;
+}
+
 const char* mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::kParams: return "params";
-    case MemCategory::kGrads: return "grads";
-    case MemCategory::kOptimizer: return "optimizer";
-    case MemCategory::kActivations: return "activations";
-    case MemCategory::kCommBuffers: return "buffers";
-    case MemCategory::kHostOffload: return "host";
-    default: return "?";
+    case MemCategory::kParams:
+      return "params";
+    case MemCategory::kGrads:
+      return "grads";
+    case MemCategory::kOptimizer:
+      return "optimizer";
+    case MemCategory::kActivations:
+      return "activations";
+    case MemCategory::kCommBuffers:
+      return "buffers";
+    case MemCategory::kHostOffload:
+      return "host";
+    case MemCategory::kNvme:
+      return "nvme";
+    default:
+      return "?";
   }
 }
 
@@ -24,7 +37,7 @@ void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
   const int i = static_cast<int>(c);
   current_[i] += bytes;
   if (current_[i] > peak_[i]) peak_[i] = current_[i];
-  if (c != MemCategory::kHostOffload) {
+  if (is_device_pool(c)) {
     current_total_ += bytes;
     if (current_total_ > peak_total_) peak_total_ = current_total_;
   }
@@ -33,7 +46,7 @@ void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
 void MemoryTracker::on_free(MemCategory c, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   current_[static_cast<int>(c)] -= bytes;
-  if (c != MemCategory::kHostOffload) current_total_ -= bytes;
+  if (is_device_pool(c)) current_total_ -= bytes;
 }
 
 size_t MemoryTracker::current(MemCategory c) const {
@@ -66,6 +79,8 @@ void* aligned_zeroed_alloc(size_t bytes) {
   return p;
 }
 
-void aligned_free(void* p) { std::free(p); }
+void aligned_free(void* p) {
+  std::free(p);
+}
 
 }  // namespace zt

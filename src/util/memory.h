@@ -1,7 +1,8 @@
 // Tracked memory: every long-lived buffer is allocated through a MemoryTracker with a category,
 // so each run can report current and peak bytes per category per rank (and compare them with the
 // estimator). Pools are separate: the "device" pool (GPU memory, or the CPU backend's stand-in
-// for it) and the "host" pool (pinned/offloaded host memory, CPU checkpointed activations).
+// for it), the "host" pool (pinned/offloaded host memory, CPU checkpointed activations) and the
+// "nvme" pool (bytes of ZeRO-Infinity swap files). Only the device pool counts in peak_total().
 #pragma once
 #include <array>
 #include <cstddef>
@@ -12,16 +13,18 @@
 namespace zt {
 
 enum class MemCategory : int {
-  kParams = 0,     // working (bf16/fp32) parameters, gathered layers included
-  kGrads,          // fp32 gradient accumulators (full or sharded)
-  kOptimizer,      // fp32 master weights and Adam moments
-  kActivations,    // activation arena
-  kCommBuffers,    // buckets, gather/scatter staging, compute scratch
-  kHostOffload,    // host-pool: offloaded optimizer state / params / checkpointed activations
+  kParams = 0,   // working (bf16/fp32) parameters, gathered layers included
+  kGrads,        // fp32 gradient accumulators (full or sharded)
+  kOptimizer,    // fp32 master weights and Adam moments
+  kActivations,  // activation arena
+  kCommBuffers,  // buckets, gather/scatter staging, compute scratch
+  kHostOffload,  // host-pool: offloaded optimizer state / params / checkpointed activations
+  kNvme,         // nvme-pool: swap-file bytes of optimizer state offloaded to NVMe
   kCount
 };
 constexpr int kNumMemCategories = static_cast<int>(MemCategory::kCount);
 const char* mem_category_name(MemCategory c);
+bool is_device_pool(MemCategory c);  // false for the host and nvme pools
 
 class MemoryTracker {
  public:
@@ -29,8 +32,8 @@ class MemoryTracker {
   void on_free(MemCategory c, size_t bytes);
   size_t current(MemCategory c) const;
   size_t peak(MemCategory c) const;
-  size_t peak_total() const;      // peak of the sum over categories
-  void reset_peaks();             // peaks := current
+  size_t peak_total() const;  // peak of the sum over the device-pool categories
+  void reset_peaks();         // peaks := current
  private:
   mutable std::mutex mu_;
   std::array<size_t, kNumMemCategories> current_{};

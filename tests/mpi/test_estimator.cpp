@@ -1,10 +1,13 @@
 // The memory estimator (engine/estimator.h) against what a ZeroEngine really allocates: tiny and
 // small presets, stages 0-3, with and without activation checkpointing, at the world size the
-// binary runs with. Every category and the device total must be within 10% of the measured
-// peaks (over the engine's life, and during a training step).
+// binary runs with, and every offload mode. Every category and the device total must be within
+// 10% of the measured peaks (over the engine's life, and during a training step).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -25,11 +28,12 @@ struct Measured {
 };
 
 Measured train_two_steps(Communicator& comm, const ModelConfig& cfg, const ZeroConfig& zero,
-                         Precision precision, const ActivationCheckpointing& ac) {
+                         Precision precision, const ActivationCheckpointing& ac,
+                         const OffloadConfig& offload = {}) {
   auto backend = make_cpu_backend();
   MemoryTracker memory;
   AdamWConfig adam;
-  ZeroEngine engine(cfg, zero, precision, adam, *backend, comm, memory, kMicro, kSeq, ac);
+  ZeroEngine engine(cfg, zero, precision, adam, *backend, comm, memory, kMicro, kSeq, ac, offload);
   engine.init_from_seed(7);
   std::vector<int32_t> in(static_cast<size_t>(kMicro * kSeq)), tg(in.size());
   Measured m;
@@ -87,8 +91,7 @@ TEST(Estimator, MatchesMeasuredPeaks) {
           ActivationCheckpointing ac;
           ac.every = ckpt;
           const Precision precision = tight ? Precision::kFp32 : Precision::kBf16;
-          const MemoryEstimate e =
-              estimate_memory(cfg, N, zero, precision, kMicro, kSeq, ac, false);
+          const MemoryEstimate e = estimate_memory(cfg, N, zero, precision, kMicro, kSeq, ac);
           const Measured m = train_two_steps(comm, cfg, zero, precision, ac);
           const std::string what = preset + " N=" + std::to_string(N) + " stage " +
                                    std::to_string(stage) + " ckpt " + std::to_string(ckpt) +
@@ -131,11 +134,69 @@ TEST(Estimator, CpuCheckpointingGoesToTheHostPool) {
   ac.every = 2;
   ac.on_host = true;
   const MemoryEstimate e =
-      estimate_memory(cfg, comm.world_size(), zero, Precision::kBf16, kMicro, kSeq, ac, false);
+      estimate_memory(cfg, comm.world_size(), zero, Precision::kBf16, kMicro, kSeq, ac);
   const Measured m = train_two_steps(comm, cfg, zero, Precision::kBf16, ac);
   EXPECT_GT(e.host, 0);
   expect_within_10_percent(e.host, m.peak[static_cast<int>(MemCategory::kHostOffload)], "host");
   expect_within_10_percent(e.device_total(), m.peak_total, "total");
+}
+
+// Offload modes: the host and nvme pools and the device categories the offload shrinks, against
+// the measured peaks. Small tiles so that the NVMe store has several records per group.
+TEST(Estimator, OffloadModesMatchMeasuredPeaks) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int N = comm.world_size();
+  const ModelConfig cfg = preset_config("small");
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zt_estimator_nvme_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  struct Mode {
+    const char* name;
+    OffloadDevice optimizer, param;
+    int min_stage;
+  };
+  const Mode modes[] = {{"cpu optimizer", OffloadDevice::kCpu, OffloadDevice::kNone, 1},
+                        {"nvme optimizer", OffloadDevice::kNvme, OffloadDevice::kNone, 1},
+                        {"cpu optimizer+params", OffloadDevice::kCpu, OffloadDevice::kCpu, 3}};
+  for (const Mode& mode : modes) {
+    for (int stage = mode.min_stage; stage <= 3; ++stage) {
+      ZeroConfig zero;
+      zero.stage = stage;
+      zero.prefetch_bucket_size = 2 * cfg.hidden_size * cfg.hidden_size;
+      zero.param_persistence_threshold = 0;
+      OffloadConfig offload;
+      offload.optimizer = mode.optimizer;
+      offload.param = mode.param;
+      offload.nvme_path = dir.string();
+      offload.sub_group_size = 20'000;
+      ActivationCheckpointing ac;
+      const MemoryEstimate e =
+          estimate_memory(cfg, N, zero, Precision::kBf16, kMicro, kSeq, ac, offload);
+      const Measured m = train_two_steps(comm, cfg, zero, Precision::kBf16, ac, offload);
+      const std::string what =
+          std::string(mode.name) + " N=" + std::to_string(N) + " stage " + std::to_string(stage);
+      auto peak = [&](MemCategory c) { return m.peak[static_cast<int>(c)]; };
+      EXPECT_EQ(peak(MemCategory::kOptimizer), 0u) << what;
+      EXPECT_EQ(e.optimizer, 0) << what;
+      expect_within_10_percent(e.params, peak(MemCategory::kParams), what + " params");
+      expect_within_10_percent(e.grads, peak(MemCategory::kGrads), what + " grads");
+      expect_within_10_percent(e.buffers_peak(), peak(MemCategory::kCommBuffers),
+                               what + " buffers");
+      expect_within_10_percent(e.host, peak(MemCategory::kHostOffload), what + " host");
+      expect_within_10_percent(e.nvme, peak(MemCategory::kNvme), what + " nvme");
+      expect_within_10_percent(e.device_total(), m.peak_total, what + " total");
+      expect_within_10_percent(e.step_total(), m.step_peak_total, what + " step total");
+      if (comm.rank() == 0)
+        std::printf(
+            "%-22s stage %d host est %10lld got %10zu  nvme est %10lld got %10zu  "
+            "device est %10lld got %10zu\n",
+            mode.name, stage, static_cast<long long>(e.host), peak(MemCategory::kHostOffload),
+            static_cast<long long>(e.nvme), peak(MemCategory::kNvme),
+            static_cast<long long>(e.device_total()), m.peak_total);
+    }
+  }
+  comm.barrier();
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

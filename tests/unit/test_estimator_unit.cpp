@@ -4,6 +4,7 @@
 
 #include "engine/estimator.h"
 #include "model/layout.h"
+#include "util/error.h"
 
 namespace zt {
 namespace {
@@ -14,7 +15,8 @@ class EstimatorSixB : public ::testing::Test {
  protected:
   const ModelConfig model_ = preset_config("6b");
   const int64_t psi_ = ParamLayout(model_).total_numel();
-  MemoryEstimate estimate(int world, int stage, int ckpt_every = 0, bool offload = false) const {
+  MemoryEstimate estimate(int world, int stage, int ckpt_every = 0,
+                          const OffloadConfig& offload = {}) const {
     ZeroConfig z;
     z.stage = stage;
     ActivationCheckpointing ac;
@@ -49,10 +51,58 @@ TEST_F(EstimatorSixB, ModelStatesMatchTheoryWithinPadding) {
     EXPECT_LE(s3.stage3_gathered,
               int64_t{2} * (1'000'000'000 + 131'072'000));  // live bound + one group
   }
-  // Offloading moves exactly the 12 bytes/element optimizer state to the host.
-  const MemoryEstimate on = estimate(8, 2), off = estimate(8, 2, 0, true);
+}
+
+// Offload modes against hand-computed bytes for the 6b preset at N = 8, stage 2 and 3.
+TEST_F(EstimatorSixB, OffloadMovesStateOutOfTheDevicePool) {
+  const int64_t own = (psi_ + 0) / 8;  // Σ own ranges (6b's groups divide by 8 exactly)
+  OffloadConfig cpu;
+  cpu.optimizer = OffloadDevice::kCpu;
+  cpu.sub_group_size = 1'000'000;
+  const MemoryEstimate on = estimate(8, 2), off = estimate(8, 2, 0, cpu);
+  ASSERT_EQ(on.optimizer, 12 * own);
+  // Optimizer offload: master, m, v (12 B) and the fp32 gradient shard (4 B) go to the host,
+  // plus one bf16 tile of staging; the device keeps the bf16 params and fp32 grads.
   EXPECT_EQ(off.optimizer, 0);
-  EXPECT_EQ(off.host, on.optimizer + on.host);
+  EXPECT_EQ(off.host, on.host + 16 * own + 2 * cpu.sub_group_size);
+  EXPECT_EQ(off.params, on.params);
+  EXPECT_EQ(off.grads, on.grads);
+  EXPECT_EQ(off.nvme, 0);
+
+  // NVMe: the 12 B live in the swap file (records of 4 KiB multiples), the host holds the
+  // gradient shard, the staging tile and buffer_count tile records.
+  OffloadConfig nvme = cpu;
+  nvme.optimizer = OffloadDevice::kNvme;
+  nvme.nvme_path = "/unused";
+  const MemoryEstimate nv = estimate(8, 2, 0, nvme);
+  EXPECT_EQ(nv.optimizer, 0);
+  EXPECT_GE(nv.nvme, 12 * own);
+  EXPECT_LT(nv.nvme, 12 * own + 4096 * (own / cpu.sub_group_size + 31));
+  const int64_t record = (12 * cpu.sub_group_size + 4095) / 4096 * 4096;
+  EXPECT_EQ(nv.host, on.host + 4 * own + 2 * cpu.sub_group_size + nvme.buffer_count * record);
+
+  // Param offload (stage 3): the bf16 shards (2 B of each own element) leave the device pool.
+  OffloadConfig all = cpu;
+  all.param = OffloadDevice::kCpu;
+  const MemoryEstimate s3 = estimate(8, 3, 1, cpu), s3p = estimate(8, 3, 1, all);
+  EXPECT_EQ(s3p.params, s3.params - 2 * own);
+  EXPECT_EQ(s3p.host, s3.host + 2 * own);
+  EXPECT_GT(s3p.buffers, s3.buffers);  // device copies of the shards being gathered
+  EXPECT_LT(s3p.device_total(), s3.device_total());
+
+  // Offload where the stage does not allow it is refused, naming the key.
+  EXPECT_THROW(estimate(8, 0, 0, cpu), Error);
+  EXPECT_THROW(estimate(8, 2, 0, all), Error);
+}
+
+TEST_F(EstimatorSixB, DeepSpeedOffloadFigures) {
+  const double p = static_cast<double>(psi_);
+  const OffloadFigure s2 = deepspeed_offload_figure(model_, 8, 2, 8);
+  EXPECT_DOUBLE_EQ(s2.device_bytes, 2 * p);
+  EXPECT_DOUBLE_EQ(s2.host_bytes_per_node, p * 32 * 1.5);
+  const OffloadFigure s3 = deepspeed_offload_figure(model_, 1, 3, 1, /*params_on_cpu=*/true);
+  EXPECT_DOUBLE_EQ(s3.host_bytes_per_node, p * 18 * 1.5);
+  EXPECT_LT(s3.device_bytes, deepspeed_offload_figure(model_, 1, 3, 1).device_bytes);
 }
 
 TEST_F(EstimatorSixB, CheckpointingShrinksActivations) {
