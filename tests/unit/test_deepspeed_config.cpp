@@ -192,11 +192,24 @@ TEST_F(DeepSpeedE2E, OffloadConfigTrainsWithCpuOffload) {
   // zero3-offload.json: optimizer and params offloaded to CPU, CPU-checkpointed activations.
   const auto r = train("zero3-offload.json", "");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string text =
-      json::parse(std::ifstream((dir_ / "out" / "run.json").string())).dump();
+  const std::string text = json::parse(std::ifstream((dir_ / "out" / "run.json").string())).dump();
   EXPECT_TRUE(contains(text, "\"zero_stage\":3")) << text;
   EXPECT_TRUE(contains(text, "\"offload_optimizer\":\"cpu\"")) << text;
   EXPECT_TRUE(contains(text, "\"offload_param\":\"cpu\"")) << text;
+  // Every step line reports the offload traffic and the state in the host pool, none on device.
+  const auto steps = train_test::read_jsonl((dir_ / "out" / "metrics.jsonl").string());
+  ASSERT_FALSE(steps.empty());
+  for (const json& m : steps) {
+    const json& bytes = m.at("offload_bytes");
+    EXPECT_GT(bytes.at("device_to_host").get<uint64_t>(), 0u) << m.dump();
+    EXPECT_GT(bytes.at("host_to_device").get<uint64_t>(), 0u) << m.dump();
+    EXPECT_EQ(bytes.at("nvme_read").get<uint64_t>(), 0u) << m.dump();
+    EXPECT_EQ(m.at("peak_memory_bytes").at("optimizer").get<uint64_t>(), 0u) << m.dump();
+    EXPECT_GT(m.at("peak_memory_bytes").at("host").get<uint64_t>(), 0u) << m.dump();
+  }
+  std::ifstream md((dir_ / "out" / "report.md").string());
+  const std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(report, "Offload traffic per step")) << report;
 }
 
 TEST_F(DeepSpeedE2E, ParamOffloadToNvmeIsRefusedNamingTheKey) {

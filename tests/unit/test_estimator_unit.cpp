@@ -2,8 +2,11 @@
 // estimate's model states against them, and the "lowest stage that fits" decision tree.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/estimator.h"
 #include "model/layout.h"
+#include "test_train_support.h"
 #include "util/error.h"
 
 namespace zt {
@@ -143,6 +146,39 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
     EXPECT_LE(rung, last) << gib << " GiB";
     last = rung;
   }
+}
+
+// `zerotrain estimate` with offload flags: the JSON rows carry the host and nvme pools of the
+// estimator, and an offload the requested stage cannot do is an error naming the key.
+TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
+  const auto r = train_test::run_zerotrain(
+      "estimate --preset tiny --world 2 --zero-stage 2 --offload-optimizer nvme "
+      "--sub-group-size 5000 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j.at("offload_optimizer"), "nvme");
+  OffloadConfig nvme;
+  nvme.optimizer = OffloadDevice::kNvme;
+  nvme.nvme_path = "/unused";
+  nvme.sub_group_size = 5000;
+  ZeroConfig z;
+  z.stage = 2;
+  const MemoryEstimate e =
+      estimate_memory(preset_config("tiny"), 2, z, Precision::kBf16, 1, 2048, {}, nvme);
+  const nlohmann::json& row = j.at("stages").at(2);
+  EXPECT_EQ(row.at("nvme").get<int64_t>(), e.nvme);
+  EXPECT_EQ(row.at("host").get<int64_t>(), e.host);
+  EXPECT_EQ(row.at("optimizer").get<int64_t>(), 0);
+  EXPECT_EQ(j.at("stages").at(0).at("offload_optimizer"), "none");  // stage 0 cannot offload
+
+  const auto bad = train_test::run_zerotrain(
+      "estimate --preset tiny --zero-stage 2 "
+      "--offload-param cpu");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("offload_param"), std::string::npos) << bad.output;
+  const auto typo = train_test::run_zerotrain("estimate --preset tiny --offload-optimizer disk");
+  EXPECT_NE(typo.exit_code, 0);
+  EXPECT_NE(typo.output.find("--offload-optimizer"), std::string::npos) << typo.output;
 }
 
 }  // namespace
