@@ -201,6 +201,15 @@ int open_swap_file(const std::string& dir, const std::string& file, int64_t need
                 << "' does not support O_DIRECT; using buffered I/O (page cache)\n";
   }
   ZT_CHECK(fd >= 0, "cannot create nvme swap file '" + file + "': " + errno_text());
+  // Full size from the start (sparse): a record never written reads as zeros instead of short,
+  // e.g. when a checkpoint is loaded into an engine that was not initialised.
+  if (::ftruncate(fd, static_cast<off_t>(needed)) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    ::unlink(file.c_str());
+    fail("cannot size nvme swap file '" + file + "' to " + std::to_string(needed) +
+         " bytes: " + why);
+  }
   return fd;
 }
 

@@ -255,6 +255,37 @@ TEST_F(CheckpointE2E, KillDuringStalledSaveKeepsLatestAndResumesBitwise) {
   EXPECT_EQ(loss_strings(path("kill/metrics.jsonl")), loss_strings(path("kill_ref/metrics.jsonl")));
 }
 
+// A checkpoint taken with the optimizer state on NVMe resumes without offload, and one taken
+// without offload resumes onto NVMe; both continue like the uninterrupted run without offload.
+TEST_F(CheckpointE2E, ResumesAcrossNvmeOffloadBitwise) {
+  if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  const std::string mpi2 = mpirun_zerotrain(2);
+  const std::string stage2 = "--zero-stage 2 --save-every 4 ";
+  fs::create_directories(path("swap"));
+  const std::string nvme = "--offload-optimizer nvme --nvme-path " + path("swap") +
+                           " --offload-buffer-count 3 --sub-group-size 3000 ";
+  const RunResult reference = run_command(mpi2 + train_args("nvme_ref", 8, "--zero-stage 2"));
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto want = loss_strings(path("nvme_ref/metrics.jsonl"));
+  ASSERT_EQ(want.size(), 8u);
+  const std::pair<std::string, std::string> directions[] = {{nvme, ""}, {"", nvme}};
+  for (const auto& [first_half, second_half] : directions) {
+    const std::string out = first_half.empty() ? "to_nvme" : "from_nvme";
+    const RunResult first =
+        run_command(mpi2 + train_args(out, 8, stage2 + first_half + "--stop-after-step 4"));
+    ASSERT_EQ(first.exit_code, 124) << first.output;
+    EXPECT_EQ(latest(out), "step-00000004");
+    const RunResult second =
+        run_command(mpi2 + train_args(out, 8, stage2 + second_half + "--resume auto"));
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+    EXPECT_EQ(loss_strings(path(out + "/metrics.jsonl")), want) << out;
+    EXPECT_TRUE(model_bits(path(out + "/final")) == model_bits(path("nvme_ref/final")))
+        << out << ": final weights differ";
+  }
+  EXPECT_TRUE(fs::is_empty(path("swap"))) << "swap files outlive their runs";
+}
+
 TEST_F(CheckpointE2E, SigusrToOneRankSavesExits124AndResumesBitwise) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
   const std::string mpi4 = mpirun_zerotrain(4);

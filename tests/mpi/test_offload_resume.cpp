@@ -1,0 +1,235 @@
+// Checkpoints across ZeRO-Offload settings, at the world size the binary is launched with (1, 2,
+// 4): a checkpoint saved by an engine with its optimizer state offloaded (cpu, nvme; at stage 3
+// also the params on cpu) resumes in an engine without offload, and a checkpoint saved without
+// offload resumes in an offloading engine, both continuing bitwise like an uninterrupted run
+// without offload (offload itself is bitwise no offload, test_offload.cpp). The writer that
+// offloads keeps training after its save, which must not disturb it either. NVMe swap files are
+// gone once the engines are.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/mpi_communicator.h"
+#include "engine/zero_engine.h"
+#include "engine_test_support.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kSeq = 16, kMicro = 2, kAccum = 2;
+constexpr int kHalf = 2;         // steps before the checkpoint; as many after it
+constexpr int64_t kTile = 3000;  // nvme/cpu sub_group_size: several tiles per group
+constexpr int kSwapBuffers = 3;
+
+using Masters = std::map<std::string, std::vector<float>>;
+
+// One bf16 engine of the tiny preset on `comm` with the given offload settings.
+class Trainer {
+ public:
+  Trainer(Communicator& comm, int stage, const OffloadConfig& offload)
+      : comm_(comm), backend_(make_cpu_backend()) {
+    ZeroConfig zero;
+    zero.stage = stage;
+    zero.reduce_bucket_size = 20'000;
+    zero.allgather_bucket_size = 20'000;
+    optim_.lr = 2e-3f;
+    optim_.weight_decay = 0.1f;
+    optim_.clip = 0.5f;
+    engine_ = std::make_unique<ZeroEngine>(preset_config("tiny"), zero, Precision::kBf16, optim_,
+                                           *backend_, comm, memory_, kMicro, kSeq,
+                                           ActivationCheckpointing{}, offload);
+  }
+
+  ZeroEngine& engine() { return *engine_; }
+  void init() { engine_->init_from_seed(1234); }
+
+  // Trains steps [first, last]; returns their losses.
+  std::vector<double> train(int first, int last) {
+    std::vector<double> losses;
+    for (int step = first; step <= last; ++step) {
+      const engine_test::StepBatches batch(step, kAccum, kMicro, comm_.world_size(), comm_.rank(),
+                                           kSeq, engine_->model().config().vocab_size);
+      const float lr = learning_rate_at(optim_, step, 2 * kHalf);
+      losses.push_back(engine_->train_step(batch.input_ptrs, batch.target_ptrs, lr, step).loss);
+      progress_.step = step;
+      progress_.tokens_seen += kAccum * kMicro * comm_.world_size() * kSeq;
+    }
+    return losses;
+  }
+
+  SavedCheckpoint save(const std::string& root) {
+    TrainingHyperparameters hyper;
+    hyper.optim = optim_;
+    hyper.total_steps = 2 * kHalf;
+    hyper.micro_batch = kMicro;
+    hyper.grad_accum = kAccum;
+    hyper.seq_len = kSeq;
+    CheckpointSaveOptions options;
+    options.root = root;
+    return save_checkpoint(*engine_, progress_, hyper, options);
+  }
+
+  // The fp32 masters on rank 0 of comm (empty elsewhere).
+  Masters masters() {
+    Masters out;
+    engine_->for_each_full_tensor(true, [&](const TensorInfo& t, const void* data) {
+      if (!data) return;
+      const float* f = static_cast<const float*>(data);
+      out[t.name].assign(f, f + t.numel);
+    });
+    return out;
+  }
+
+ private:
+  Communicator& comm_;
+  std::unique_ptr<Backend> backend_;
+  MemoryTracker memory_;
+  AdamWConfig optim_;
+  std::unique_ptr<ZeroEngine> engine_;
+  TrainingProgress progress_;
+};
+
+class CheckpointResumeOffloadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // One directory for all ranks (rank 0's pid names it): checkpoints and swap files, whose
+    // names carry the rank and the pid.
+    int64_t pid = getpid();
+    world_.broadcast_blocking(&pid, 1, 0);
+    dir_ = fs::temp_directory_path() / ("zt_ckpt_offload_" + std::to_string(pid));
+    world_.barrier();
+    if (root()) fs::create_directories(dir_ / "nvme");
+    world_.barrier();
+  }
+  void TearDown() override {
+    world_.barrier();
+    if (root()) fs::remove_all(dir_);
+    world_.barrier();
+  }
+  bool root() const { return world_.rank() == 0; }
+
+  // The offload modes at `stage`, by name.
+  std::vector<std::pair<std::string, OffloadConfig>> modes(int stage) const {
+    std::vector<std::pair<std::string, OffloadConfig>> out;
+    OffloadConfig cpu;
+    cpu.optimizer = OffloadDevice::kCpu;
+    cpu.sub_group_size = kTile;
+    out.push_back({"cpu optimizer", cpu});
+    OffloadConfig nvme;
+    nvme.optimizer = OffloadDevice::kNvme;
+    nvme.nvme_path = (dir_ / "nvme").string();
+    nvme.buffer_count = kSwapBuffers;
+    nvme.sub_group_size = kTile;
+    out.push_back({"nvme optimizer", nvme});
+    if (stage == 3) {
+      OffloadConfig both = cpu;
+      both.param = OffloadDevice::kCpu;
+      out.push_back({"cpu optimizer + cpu params", both});
+    }
+    return out;
+  }
+  // Swap files of any rank left in the shared nvme directory (collective).
+  bool swap_files_left() {
+    world_.barrier();
+    double left = 0;
+    if (root())
+      for (const auto& e : fs::directory_iterator(dir_ / "nvme"))
+        if (e.path().extension() == ".swp") left = 1;
+    world_.all_reduce_sum_blocking(&left, 1);
+    return left > 0;
+  }
+
+  MpiCommunicator world_{MPI_COMM_WORLD};
+  fs::path dir_;
+};
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+// Losses of the resumed steps and rank 0's final masters against the uninterrupted run.
+void expect_bitwise(const std::vector<double>& losses, const Masters& masters,
+                    const std::vector<double>& ref_losses, const Masters& ref_masters, bool root,
+                    const std::string& what) {
+  EXPECT_TRUE(same_bits(losses, std::vector<double>(ref_losses.begin() + kHalf, ref_losses.end())))
+      << what << ": losses of steps " << kHalf + 1 << ".." << 2 * kHalf << " differ";
+  if (!root) return;
+  ASSERT_EQ(masters.size(), ref_masters.size()) << what;
+  for (const auto& [name, values] : ref_masters) {
+    const std::vector<float>& got = masters.at(name);
+    EXPECT_EQ(std::memcmp(got.data(), values.data(), values.size() * sizeof(float)), 0)
+        << what << ": master " << name << " differs";
+  }
+}
+
+TEST_F(CheckpointResumeOffloadTest, ResumesAcrossOffloadSettingsBitwise) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::string at = " at stage " + std::to_string(stage);
+    // The uninterrupted run without offload, and a checkpoint of its first half.
+    std::vector<double> ref_losses;
+    Masters ref_masters;
+    {
+      Trainer straight(world_, stage, {});
+      straight.init();
+      ref_losses = straight.train(1, 2 * kHalf);
+      ref_masters = straight.masters();
+    }
+    SavedCheckpoint plain;
+    {
+      Trainer writer(world_, stage, {});
+      writer.init();
+      writer.train(1, kHalf);
+      plain = writer.save((dir_ / ("plain_s" + std::to_string(stage))).string());
+    }
+    int index = 0;
+    for (const auto& [name, offload] : modes(stage)) {
+      const bool nvme = offload.optimizer == OffloadDevice::kNvme;
+      // Offload -> no offload. The writer trains on after its save.
+      SavedCheckpoint saved;
+      {
+        Trainer writer(world_, stage, offload);
+        writer.init();
+        writer.train(1, kHalf);
+        EXPECT_EQ(swap_files_left(), nvme) << name << at;
+        saved = writer.save(
+            (dir_ / ("offload_s" + std::to_string(stage) + "_" + std::to_string(index++)))
+                .string());
+        const std::vector<double> rest = writer.train(kHalf + 1, 2 * kHalf);
+        expect_bitwise(rest, writer.masters(), ref_losses, ref_masters, root(),
+                       name + at + ", training on after its save");
+      }
+      {
+        Trainer resumed(world_, stage, {});  // not initialised: the load fills it all
+        const CheckpointManifest m = load_checkpoint(resumed.engine(), saved.dir);
+        EXPECT_EQ(m.progress.step, kHalf);
+        const std::vector<double> rest = resumed.train(kHalf + 1, 2 * kHalf);
+        expect_bitwise(rest, resumed.masters(), ref_losses, ref_masters, root(),
+                       name + " -> no offload" + at);
+      }
+      // No offload -> offload.
+      {
+        Trainer resumed(world_, stage, offload);
+        load_checkpoint(resumed.engine(), plain.dir);
+        const std::vector<double> rest = resumed.train(kHalf + 1, 2 * kHalf);
+        expect_bitwise(rest, resumed.masters(), ref_losses, ref_masters, root(),
+                       "no offload -> " + name + at);
+      }
+      EXPECT_FALSE(swap_files_left()) << name << at << ": swap files outlive their engines";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt
