@@ -17,7 +17,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev nlohmann-json3-dev
-  libopenblas-dev libgtest-dev liburing-dev
+  libopenblas-dev libgtest-dev liburing-dev patchelf
   python3 python3-numpy python3-h5py python3-torch
   slurm-wlm munge librsvg2-bin
 )
