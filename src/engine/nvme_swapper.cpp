@@ -113,15 +113,15 @@ class NvmeStateStore final : public OptimizerStateStore {
     return {s.master.data(), s.m.data(), s.v.data(), 0, static_cast<int64_t>(s.master.size())};
   }
 
+  void release(int g, bool write_back) override {
+    const auto it = staged_.find(g);
+    if (it == staged_.end()) return;
+    if (write_back) write_staged(g, it->second);
+    staged_.erase(it);
+  }
+
   void flush() override {
-    for (auto& [g, s] : staged_) {
-      for (size_t k = 0; k < tiles_.size(); ++k) {
-        if (tiles_[k].group != g) continue;
-        std::memset(buffers_[0].get(), 0, buffer_bytes_);
-        copy_tile(view(k, 0), s, /*to_stage=*/false);
-        transfer(true, k, 0);
-      }
-    }
+    for (auto& [g, s] : staged_) write_staged(g, s);
     staged_.clear();
   }
 
@@ -152,6 +152,14 @@ class NvmeStateStore final : public OptimizerStateStore {
     io_->wait(b);
     start(write, k, b);
     io_->wait(b);
+  }
+  void write_staged(int g, Staged& s) {
+    for (size_t k = 0; k < tiles_.size(); ++k) {
+      if (tiles_[k].group != g) continue;
+      std::memset(buffers_[0].get(), 0, buffer_bytes_);
+      copy_tile(view(k, 0), s, /*to_stage=*/false);
+      transfer(true, k, 0);
+    }
   }
   static void copy_tile(const StateTile& t, Staged& s, bool to_stage) {
     const size_t bytes = static_cast<size_t>(t.count) * 4;

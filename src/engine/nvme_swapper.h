@@ -7,7 +7,8 @@
 // updated, and tile k's write-back overlaps the following updates; a buffer is reused only once its
 // write has completed. The file is removed when the store is destroyed (normal end, or an exception
 // unwinding the engine). Checkpoints: resident(g) stages a whole group in host memory until
-// flush().
+// release(g) (written back only when modified) or flush(); checkpoint save, load, consolidation
+// and exports stage one group at a time.
 #pragma once
 #include <memory>
 #include <string>

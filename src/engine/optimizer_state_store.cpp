@@ -45,6 +45,7 @@ class HostStateStore final : public OptimizerStateStore {
     return {master_[i].data(), m_[i].data(), v_[i].data(), 0,
             static_cast<int64_t>(master_[i].size())};
   }
+  void release(int, bool) override {}
   void flush() override {}
 
  private:

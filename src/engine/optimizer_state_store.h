@@ -29,9 +29,12 @@ class OptimizerStateStore {
   virtual void initialize(int g, const float* master) = 0;
   // Visits every tile in plan order with its state resident; what fn writes persists.
   virtual void update_tiles(const std::function<void(const StateTile&)>& fn) = 0;
-  // Group g's whole state resident in host memory (begin is left 0) until flush().
+  // Group g's whole state resident in host memory (begin is left 0) until release(g) or flush().
   virtual OptimizerShard resident(int g) = 0;
-  // Ends resident(): writes back what it exposed (NVMe) and frees staging.
+  // Ends resident(g): writes the group back when the caller modified it (NVMe) and frees its
+  // staging, so that callers visiting the groups one by one stage one group at a time.
+  virtual void release(int g, bool write_back) = 0;
+  // Ends every resident(): writes back what it exposed (NVMe) and frees staging.
   virtual void flush() = 0;
   // NVMe traffic so far and bytes kept on NVMe (0 for host memory).
   virtual uint64_t bytes_read() const { return 0; }

@@ -42,8 +42,15 @@ void produce_group_range(const ParamLayout& layout, int g, int64_t begin, int64_
 struct ZeroEngine::Impl {
   Impl(ZeroEngine& e, const ZeroConfig& z, Precision p, const AdamWConfig& o, Backend& b,
        Communicator& c, MemoryTracker& m)
-      : self(e), zero(z), precision(p), optim(o), be(b), comm(c), memory(m),
-        world(c.world_size()), rank(c.rank()) {}
+      : self(e),
+        zero(z),
+        precision(p),
+        optim(o),
+        be(b),
+        comm(c),
+        memory(m),
+        world(c.world_size()),
+        rank(c.rank()) {}
 
   ZeroEngine& self;
   ZeroConfig zero;
@@ -146,11 +153,12 @@ void ZeroEngine::Impl::allocate() {
       segments.push_back(own_segments(g));
       for (DecaySegment& s : segments.back()) s.begin -= own_begin(g), s.end -= own_begin(g);
     }
-    offloader = std::make_unique<OffloadOptimizer>(offload, std::move(own_sizes),
-                                                   std::move(segments), precision, memory, comm,
-                                                   *copier);
+    offloader = std::make_unique<OffloadOptimizer>(
+        offload, std::move(own_sizes), std::move(segments), precision, memory, comm, *copier);
   }
-  if (bf16()) compute = TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
+  if (bf16())
+    compute =
+        TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
   const int slots = zero.overlap_comm ? 2 : 1;
   reducer = std::make_unique<GradReducer>(comm, memory, max_padded, zero.reduce_bucket_size, slots,
                                           /*own_buckets=*/zero.stage >= 2,
@@ -158,9 +166,9 @@ void ZeroEngine::Impl::allocate() {
   if (zero.stage == 3) {
     std::vector<const void*> shards;
     for (int g = 0; g < G; ++g) shards.push_back(work(g));
-    gatherer = std::make_unique<ParamGatherer>(
-        comm, memory, self.parts_, work_dtype(), zero, std::move(shards),
-        offload.param_offloaded() ? copier.get() : nullptr);
+    gatherer = std::make_unique<ParamGatherer>(comm, memory, self.parts_, work_dtype(), zero,
+                                               std::move(shards),
+                                               offload.param_offloaded() ? copier.get() : nullptr);
   }
 }
 
@@ -171,22 +179,29 @@ void ZeroEngine::Impl::fill(const GroupSource& source) {
     const GroupPartition& p = part(g);
     TrackedBuffer<float> offload_master;  // optimizer offload: handed to the store below
     if (offloader)
-      offload_master = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
-                                            static_cast<size_t>(own_size(g)));
+      offload_master =
+          TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(own_size(g)));
     float* m = offloader ? offload_master.data() : master[static_cast<size_t>(g)].data();
     produce_group_range(layout, g, own_begin(g), own_size(g), source, m);
     if (offloader) offloader->initialize(g, m);
     if (zero.stage == 3) {  // working shard = master shard
-      if (bf16()) be.to_bf16(work_bf16[static_cast<size_t>(g)].data(), m, p.shard);
-      else std::memcpy(work_f32[static_cast<size_t>(g)].data(), m, static_cast<size_t>(p.shard) * 4);
+      if (bf16())
+        be.to_bf16(work_bf16[static_cast<size_t>(g)].data(), m, p.shard);
+      else
+        std::memcpy(work_f32[static_cast<size_t>(g)].data(), m, static_cast<size_t>(p.shard) * 4);
       continue;
     }
     // Stages 0-2 hold the full working group.
     TrackedBuffer<float> full(memory, MemCategory::kCommBuffers, static_cast<size_t>(p.padded));
-    if (zero.stage == 0) std::memcpy(full.data(), m, static_cast<size_t>(p.numel) * 4);
-    else produce_group_range(layout, g, 0, p.padded, source, full.data());
-    if (bf16()) be.to_bf16(work_bf16[static_cast<size_t>(g)].data(), full.data(), p.padded);
-    else std::memcpy(work_f32[static_cast<size_t>(g)].data(), full.data(), static_cast<size_t>(p.padded) * 4);
+    if (zero.stage == 0)
+      std::memcpy(full.data(), m, static_cast<size_t>(p.numel) * 4);
+    else
+      produce_group_range(layout, g, 0, p.padded, source, full.data());
+    if (bf16())
+      be.to_bf16(work_bf16[static_cast<size_t>(g)].data(), full.data(), p.padded);
+    else
+      std::memcpy(work_f32[static_cast<size_t>(g)].data(), full.data(),
+                  static_cast<size_t>(p.padded) * 4);
   }
 }
 
@@ -275,8 +290,10 @@ void ZeroEngine::Impl::run_micro_batch(bool last, float grad_scale, StepStats& s
                        full_grads + rank * p.shard, std::move(landed));
     }
     release(use);
-    if (zero.overlap_comm) reducer->poll();
-    else stats.comm_wait_s += reducer->drain_all();
+    if (zero.overlap_comm)
+      reducer->poll();
+    else
+      stats.comm_wait_s += reducer->drain_all();
   }
   stats.comm_wait_s += reducer->drain_all();
   stats.backward_s += seconds_since(t0);
@@ -348,14 +365,16 @@ void ZeroEngine::Impl::gather_updated_params() {
     auto* base = static_cast<uint8_t*>(work(g));
     const int64_t per_rank = std::max<int64_t>(1, zero.allgather_bucket_size / world);
     if (per_rank >= p.shard) {
-      comm.all_gather(work_dtype(), base + rank * p.shard * es, base, static_cast<size_t>(p.shard)).wait();
+      comm.all_gather(work_dtype(), base + rank * p.shard * es, base, static_cast<size_t>(p.shard))
+          .wait();
       continue;
     }
     std::vector<uint8_t> staging(static_cast<size_t>(per_rank * world) * es);
     for (int64_t c0 = 0; c0 < p.shard; c0 += per_rank) {
       const int64_t len = std::min(per_rank, p.shard - c0);
       comm.all_gather(work_dtype(), base + (rank * p.shard + c0) * es, staging.data(),
-                      static_cast<size_t>(len)).wait();
+                      static_cast<size_t>(len))
+          .wait();
       for (int r = 0; r < world; ++r)
         std::memcpy(base + (r * p.shard + c0) * es, staging.data() + r * len * es,
                     static_cast<size_t>(len) * es);
@@ -386,8 +405,8 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   }
   I.comm.all_reduce_sum_blocking(&stats.loss, 1);
   stats.loss /= static_cast<double>(stats.tokens);
-  ZT_CHECK(std::isfinite(stats.loss), "loss is " + std::to_string(stats.loss) + " at step " +
-                                          std::to_string(step));
+  ZT_CHECK(std::isfinite(stats.loss),
+           "loss is " + std::to_string(stats.loss) + " at step " + std::to_string(step));
   I.optimizer_step(lr, step, stats);
   if (I.gatherer) stats.comm_wait_s += I.gatherer->wait_seconds();
   return stats;
@@ -405,8 +424,13 @@ OptimizerShard ZeroEngine::optimizer_shard(int g) {
           I.own_size(g)};
 }
 
+void ZeroEngine::release_optimizer_shard(int g, bool modified) {
+  if (impl_->offloader) impl_->offloader->store().release(g, modified);
+}
+
 void ZeroEngine::refresh_working_params() {
   Impl& I = *impl_;
+  if (I.offloader) I.offloader->store().flush();  // shards a caller modified and kept staged
   for (int g = 0; g < I.num_groups(); ++g) {
     const int64_t off = I.zero.stage == 3 ? 0 : I.own_begin(g), n = I.own_size(g);
     const float* m = I.resident_master(g);
@@ -414,15 +438,21 @@ void ZeroEngine::refresh_working_params() {
       I.be.to_bf16(I.work_bf16[static_cast<size_t>(g)].data() + off, m, n);
     else
       std::memcpy(I.work_f32[static_cast<size_t>(g)].data() + off, m, static_cast<size_t>(n) * 4);
+    release_optimizer_shard(g, /*modified=*/false);
   }
-  if (I.offloader) I.offloader->store().flush();
   if (I.zero.stage == 1 || I.zero.stage == 2) I.gather_updated_params();
   if (I.gatherer) I.gatherer->release_all();
 }
 
-const ZeroConfig& ZeroEngine::zero_config() const { return impl_->zero; }
-Precision ZeroEngine::precision() const { return impl_->precision; }
-Communicator& ZeroEngine::communicator() { return impl_->comm; }
+const ZeroConfig& ZeroEngine::zero_config() const {
+  return impl_->zero;
+}
+Precision ZeroEngine::precision() const {
+  return impl_->precision;
+}
+Communicator& ZeroEngine::communicator() {
+  return impl_->comm;
+}
 
 double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets) {
   Impl& I = *impl_;
@@ -448,6 +478,7 @@ void ZeroEngine::for_each_full_tensor(
   Impl& I = *impl_;
   const ParamLayout& layout = model_.layout();
   const bool root = I.rank == 0;
+  if (I.offloader) I.offloader->store().flush();  // shards a caller modified and kept staged
   for (int g = 0; g < I.num_groups(); ++g) {
     const GroupPartition& p = parts_[static_cast<size_t>(g)];
     std::vector<uint8_t> gathered;
@@ -460,6 +491,7 @@ void ZeroEngine::for_each_full_tensor(
       const void* shard = master ? static_cast<const void*>(I.resident_master(g)) : I.work(g);
       gathered.resize(static_cast<size_t>(p.padded) * dtype_size(dt));
       I.comm.all_gather(dt, shard, gathered.data(), static_cast<size_t>(p.shard)).wait();
+      release_optimizer_shard(g, /*modified=*/false);
       full = gathered.data();
     } else {
       full = I.work(g);

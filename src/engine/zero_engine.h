@@ -40,8 +40,7 @@ struct StepStats {
   int64_t tokens = 0;       // tokens in the global batch
   double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
   // Offload traffic of this step (bytes): device↔host copies, NVMe reads/writes.
-  uint64_t offload_d2h_bytes = 0, offload_h2d_bytes = 0, nvme_read_bytes = 0,
-           nvme_write_bytes = 0;
+  uint64_t offload_d2h_bytes = 0, offload_h2d_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;
   uint64_t nvme_resident_bytes = 0;  // this rank's optimizer state held on NVMe
 };
 
@@ -58,9 +57,9 @@ struct OptimizerShard {
 class ZeroEngine {
  public:
   ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
-             const AdamWConfig& optim, Backend& backend, Communicator& comm,
-             MemoryTracker& memory, int64_t micro_batch, int64_t seq_len,
-             ActivationCheckpointing ac, const OffloadConfig& offload = {});
+             const AdamWConfig& optim, Backend& backend, Communicator& comm, MemoryTracker& memory,
+             int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac,
+             const OffloadConfig& offload = {});
   ~ZeroEngine();
 
   const ParamLayout& layout() const { return model_.layout(); }
@@ -79,8 +78,10 @@ class ZeroEngine {
   double eval_loss_sum(const int32_t* inputs, const int32_t* targets);
 
   // Checkpoint access: this rank's fp32 master and Adam moments of group g. With NVMe offload
-  // the group is staged in host memory until refresh_working_params or the next train_step.
+  // the group is staged in host memory until release_optimizer_shard(g) (written back to its
+  // store when `modified`), refresh_working_params or the next train_step.
   OptimizerShard optimizer_shard(int g);
+  void release_optimizer_shard(int g, bool modified);
   // After every rank has overwritten its optimizer shards (checkpoint load), rebuilds the
   // working params from the masters (bf16 rounding in bf16 mode; stages 1/2 all-gather).
   // Collective.

@@ -54,22 +54,18 @@ void prepare_temp_dir(const std::string& root, const std::string& tmp) {
   ZT_CHECK(!ec, "cannot create '" + tmp + "': " + ec.message());
 }
 
-// This rank's slice of every group: elements [r·shard, (r+1)·shard) ∩ [0, numel), taken from
-// the optimizer state it holds (which contains that slice at every stage).
-std::vector<OptimizerSlice> own_slices(ZeroEngine& engine,
-                                       const std::vector<CheckpointGroup>& groups, int rank) {
-  std::vector<OptimizerSlice> slices;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const OptimizerShard held = engine.optimizer_shard(static_cast<int>(g));
-    const ElementRange range = groups[g].ranges[static_cast<size_t>(rank)];
-    ZT_CHECK(
-        range.count == 0 || (range.begin >= held.begin && range.end() <= held.begin + held.count),
-        "checkpoint: rank " + std::to_string(rank) + " does not hold its slice of group " +
-            std::to_string(g));
-    const int64_t at = range.count == 0 ? 0 : range.begin - held.begin;
-    slices.push_back({static_cast<int>(g), range, held.master + at, held.m + at, held.v + at});
-  }
-  return slices;
+// This rank's slice of group g: elements [r·shard, (r+1)·shard) ∩ [0, numel), taken from the
+// optimizer state it holds (which contains that slice at every stage).
+OptimizerSlice own_slice(ZeroEngine& engine, const std::vector<CheckpointGroup>& groups, int rank,
+                         int g) {
+  const OptimizerShard held = engine.optimizer_shard(g);
+  const ElementRange range = groups[static_cast<size_t>(g)].ranges[static_cast<size_t>(rank)];
+  ZT_CHECK(
+      range.count == 0 || (range.begin >= held.begin && range.end() <= held.begin + held.count),
+      "checkpoint: rank " + std::to_string(rank) + " does not hold its slice of group " +
+          std::to_string(g));
+  const int64_t at = range.count == 0 ? 0 : range.begin - held.begin;
+  return {g, range, held.master + at, held.m + at, held.v + at};
 }
 
 // Rank 0, after every rank file is complete: manifest, rename, `latest`, pruning.
@@ -147,8 +143,19 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
       RankFileFaults faults;
       faults.fail_write = options.debug.fail_write_rank == rank;
       faults.stall_seconds = options.debug.stall_seconds;
-      mine =
-          write_checkpoint_rank_file(tmp, rank, own_slices(engine, manifest.groups, rank), faults);
+      // One group staged at a time (NVMe offload): the previous one is released unmodified.
+      const int groups = static_cast<int>(manifest.groups.size());
+      const auto slice_of = [&](int g) {
+        if (g > 0) engine.release_optimizer_shard(g - 1, /*modified=*/false);
+        return own_slice(engine, manifest.groups, rank, g);
+      };
+      try {
+        mine = write_checkpoint_rank_file(tmp, rank, groups, slice_of, faults);
+      } catch (...) {
+        for (int g = 0; g < groups; ++g) engine.release_optimizer_shard(g, false);
+        throw;
+      }
+      engine.release_optimizer_shard(groups - 1, /*modified=*/false);
     });
     // Every file is complete and fsynced: gather their checksums and sizes.
     std::vector<int64_t> own = {static_cast<int64_t>(mine.crc32c),
@@ -223,6 +230,7 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
         reader.read(g, kind, data, out);
         std::fill(out + data.count, out + held.count, 0.0f);
       }
+      engine.release_optimizer_shard(g, /*modified=*/true);  // NVMe: written back, unstaged
     }
   });
   engine.refresh_working_params();

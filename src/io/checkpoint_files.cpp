@@ -60,8 +60,8 @@ const char* optimizer_tensor_name(OptimizerTensor t) {
   return "?";
 }
 
-CheckpointFile write_checkpoint_rank_file(const std::string& dir, int rank,
-                                          const std::vector<OptimizerSlice>& slices,
+CheckpointFile write_checkpoint_rank_file(const std::string& dir, int rank, int num_groups,
+                                          const OptimizerSliceSource& slice_of,
                                           const RankFileFaults& faults) {
   CheckpointFile entry;
   entry.name = checkpoint_rank_file_name(rank);
@@ -69,11 +69,11 @@ CheckpointFile write_checkpoint_rank_file(const std::string& dir, int rank,
   {
     h5::Id file = h5::create_file(path);
     h5::write_attr_int64(file, "rank", rank, "'" + path + "'");
-    for (size_t i = 0; i < slices.size(); ++i) {
-      write_slice(file, slices[i], path);
+    for (int g = 0; g < num_groups; ++g) {
+      write_slice(file, slice_of(g), path);
       ZT_CHECK(!faults.fail_write,
                "cannot write checkpoint file '" + path + "': injected write failure");
-      if (faults.stall_seconds > 0 && i + 1 == (slices.size() + 1) / 2) {
+      if (faults.stall_seconds > 0 && g + 1 == (num_groups + 1) / 2) {
         // The part written so far reaches the file before the stall.
         h5::check(H5Fflush(file, H5F_SCOPE_LOCAL), "H5Fflush failed", "'" + path + "'");
         std::this_thread::sleep_for(std::chrono::duration<double>(faults.stall_seconds));

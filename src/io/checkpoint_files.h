@@ -4,6 +4,7 @@
 // coordinates). Readers take any element range of a group from whichever files hold it
 // (hyperslab reads), so a checkpoint written at N ranks loads at any other world size or stage.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,10 +34,14 @@ struct RankFileFaults {
   double stall_seconds = 0;  // sleep after half of the groups are written
 };
 
-// Writes `dir`/rank-RRRRR.h5 with the slices, closes and fsyncs it, then checksums its bytes.
-// Errors name the file.
-CheckpointFile write_checkpoint_rank_file(const std::string& dir, int rank,
-                                          const std::vector<OptimizerSlice>& slices,
+// Group g's slice, valid until the source is called again (so that a source backed by NVMe
+// stages one group at a time).
+using OptimizerSliceSource = std::function<OptimizerSlice(int g)>;
+
+// Writes `dir`/rank-RRRRR.h5 with the slices of groups 0..num_groups-1, asked for in order,
+// closes and fsyncs it, then checksums its bytes. Errors name the file.
+CheckpointFile write_checkpoint_rank_file(const std::string& dir, int rank, int num_groups,
+                                          const OptimizerSliceSource& slice_of,
                                           const RankFileFaults& faults);
 
 // Verifies a rank file's size and CRC-32C against the manifest entry; the error names the file.

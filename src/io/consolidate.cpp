@@ -157,8 +157,9 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
   const ParamLayout& layout = engine.layout();
   const int rank = comm.rank();
   const std::vector<CheckpointGroup> groups = checkpoint_groups(layout, comm.world_size());
-  std::vector<OptimizerShard> held;
-  for (int g = 0; g < layout.num_groups(); ++g) held.push_back(engine.optimizer_shard(g));
+  // Tensors come in layout order, so groups in order: one group's shard staged at a time.
+  int staged_group = -1;
+  OptimizerShard shard;
   const OwnRangeFn own_range = [&](const TensorInfo& t) {
     const ElementRange slice =
         groups[static_cast<size_t>(t.group)].ranges[static_cast<size_t>(rank)];
@@ -168,7 +169,11 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
   };
   const TensorValuesFn masters = [&](const TensorInfo& t, int64_t begin, int64_t count,
                                      float* out) {
-    const OptimizerShard& shard = held[static_cast<size_t>(t.group)];
+    if (t.group != staged_group) {
+      if (staged_group >= 0) engine.release_optimizer_shard(staged_group, /*modified=*/false);
+      shard = engine.optimizer_shard(t.group);
+      staged_group = t.group;
+    }
     const int64_t at = t.offset + begin - shard.begin;
     ZT_CHECK(at >= 0 && at + count <= shard.count, "consolidate: rank " + std::to_string(rank) +
                                                        " does not hold its slice of '" + t.name +
@@ -178,6 +183,7 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
   ParallelModelDirWriter writer(result.dir, engine.model().config(), comm,
                                 options.shard_limit_bytes, options.overwrite);
   run_collectively(comm, [&] { write_own_ranges(writer, own_range, masters); });
+  if (staged_group >= 0) engine.release_optimizer_shard(staged_group, /*modified=*/false);
   result.bytes = writer.finish();
   result.seconds = seconds_since(t0);
   return result;

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +55,7 @@ class Trainer {
   }
 
   ZeroEngine& engine() { return *engine_; }
+  MemoryTracker& memory() { return memory_; }
   void init() { engine_->init_from_seed(1234); }
 
   // Trains steps [first, last]; returns their losses.
@@ -229,6 +232,38 @@ TEST_F(CheckpointResumeOffloadTest, ResumesAcrossOffloadSettingsBitwise) {
       EXPECT_FALSE(swap_files_left()) << name << at << ": swap files outlive their engines";
     }
   }
+}
+
+// With the optimizer state on NVMe, saving and loading a checkpoint stage one group's state in
+// host memory at a time, never the whole state.
+TEST_F(CheckpointResumeOffloadTest, NvmeCheckpointStagesOneGroupAtATime) {
+  const int N = world_.world_size();
+  const OffloadConfig nvme = modes(2)[1].second;
+  ASSERT_EQ(nvme.optimizer, OffloadDevice::kNvme);
+  Trainer writer(world_, 2, nvme);
+  writer.init();
+  writer.train(1, 1);
+  int64_t max_shard = 0, sum_shard = 0;
+  for (const GroupInfo& g : writer.engine().layout().groups()) {
+    max_shard = std::max(max_shard, (g.numel + N - 1) / N);
+    sum_shard += (g.numel + N - 1) / N;
+  }
+  const size_t one_group = static_cast<size_t>(12 * max_shard);
+  ASSERT_LT(2 * one_group, static_cast<size_t>(12 * sum_shard)) << "the test needs >2 groups";
+  auto staged_peak = [&](const std::function<void()>& action) {
+    const size_t before = writer.memory().current(MemCategory::kHostOffload);
+    writer.memory().reset_peaks();
+    action();
+    EXPECT_EQ(writer.memory().current(MemCategory::kHostOffload), before) << "staging left over";
+    return writer.memory().peak(MemCategory::kHostOffload) - before;
+  };
+  SavedCheckpoint saved;
+  const size_t save_peak = staged_peak([&] { saved = writer.save((dir_ / "staging").string()); });
+  EXPECT_GT(save_peak, 0u);
+  EXPECT_LE(save_peak, one_group) << "save staged more than one group";
+  const size_t load_peak = staged_peak([&] { load_checkpoint(writer.engine(), saved.dir); });
+  EXPECT_GT(load_peak, 0u);
+  EXPECT_LE(load_peak, one_group) << "load staged more than one group";
 }
 
 }  // namespace
