@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""ZeRO-Offload modes against no offload in the same run: step time, optimizer time, offload
+traffic and peak bytes per pool (device total, host, nvme) per rank.
+
+Rows: at --stage (default 2) no offload (the reference), optimizer on cpu, optimizer on nvme;
+then at stage 3 no offload and optimizer + params on cpu. Each row trains --steps steps under
+`mpirun -np --ranks`; times are means over the steps after the first. "vs ref" is the row's
+step time over the no-offload step time at the same stage (DeepSpeed users report 2-5x).
+
+  /usr/bin/python3 bench/bench_offload.py --zerotrain build/zerotrain --preset 125m \\
+      --nvme-path /tmp
+"""
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+
+MIB = 1024.0 * 1024.0
+DEVICE_POOLS = ("params", "grads", "optimizer", "activations", "buffers")
+
+
+def train(args, data, out, stage, flags):
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    cmd = ["mpirun", "--oversubscribe", "-np", str(args.ranks), args.zerotrain, "train",
+           "--preset", args.preset, "--data", data, "--out", out, "--steps", str(args.steps),
+           "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
+           "--zero-stage", str(stage), "--log-every", "0",
+           "--sub-group-size", str(args.sub_group_size)] + flags
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    timed = steps[1:] if len(steps) > 1 else steps
+
+    def mean(get):
+        return sum(get(s) for s in timed) / len(timed)
+
+    peak = {k: max(s["peak_memory_bytes"].get(k, 0) for s in steps)
+            for k in DEVICE_POOLS + ("host", "nvme")}
+    return {
+        "step_s": mean(lambda s: s["step_time_s"]),
+        "optimizer_s": mean(lambda s: s["time"]["optimizer_s"]),
+        "d2h": mean(lambda s: s["offload_bytes"]["device_to_host"]),
+        "h2d": mean(lambda s: s["offload_bytes"]["host_to_device"]),
+        "nvme_rw": mean(lambda s: s["offload_bytes"]["nvme_read"] +
+                        s["offload_bytes"]["nvme_write"]),
+        "device": max(sum(s["peak_memory_bytes"][k] for k in DEVICE_POOLS) for s in steps),
+        "host": peak["host"], "nvme": peak["nvme"],
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--zerotrain", required=True)
+    p.add_argument("--preset", default="125m")
+    p.add_argument("--stage", type=int, default=2, choices=(1, 2, 3))
+    p.add_argument("--ranks", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS per rank")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--sub-group-size", type=int, default=10_000_000)
+    p.add_argument("--nvme-path", default=tempfile.gettempdir())
+    p.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "inputs",
+                                                  "data", "sample.txt"))
+    args = p.parse_args()
+    rows = [(args.stage, "none", []),
+            (args.stage, "optimizer cpu", ["--offload-optimizer", "cpu"]),
+            (args.stage, "optimizer nvme", ["--offload-optimizer", "nvme",
+                                            "--nvme-path", args.nvme_path]),
+            (3, "none", []),
+            (3, "optimizer+params cpu", ["--offload-optimizer", "cpu", "--offload-param", "cpu"])]
+    if args.stage == 3:
+        rows = [rows[0], rows[1], rows[2], rows[4]]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data.h5")
+        subprocess.run([args.zerotrain, "prepare-data", "--text", args.data, "--out", data],
+                       check=True, stdout=subprocess.DEVNULL)
+        print(f"preset {args.preset}, {args.ranks} rank(s) x {args.threads} threads, micro-batch "
+              f"{args.micro_batch}, seq-len {args.seq_len}, sub_group_size {args.sub_group_size}, "
+              f"mean of steps 2..{args.steps}; MiB per rank")
+        print(f"{'st':>2} {'offload':<21} {'step s':>7} {'vs ref':>6} {'optim s':>7} "
+              f"{'D2H':>7} {'H2D':>7} {'NVMe rw':>8} | {'device':>8} {'host':>8} {'nvme':>8}")
+        reference = {}
+        for i, (stage, name, flags) in enumerate(rows):
+            r = train(args, data, os.path.join(tmp, f"run{i}"), stage, flags)
+            if name == "none":
+                reference[stage] = r["step_s"]
+            print(f"{stage:>2} {name:<21} {r['step_s']:>7.2f} "
+                  f"{r['step_s'] / reference[stage]:>6.2f} {r['optimizer_s']:>7.2f} "
+                  f"{r['d2h'] / MIB:>7.1f} {r['h2d'] / MIB:>7.1f} {r['nvme_rw'] / MIB:>8.1f} | "
+                  f"{r['device'] / MIB:>8.1f} {r['host'] / MIB:>8.1f} {r['nvme'] / MIB:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
