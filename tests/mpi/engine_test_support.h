@@ -1,9 +1,15 @@
 // Synthetic training data for the ZeRO engine tests: the global batch of each step is a pure
 // function of the step, and each rank takes its part of it, so runs at any world size (or split
-// into pieces by a checkpoint) train on the same data.
+// into pieces by a checkpoint) train on the same data. Also the checkpoint helpers the resume
+// tests share: rank 0's fp32 masters by name, and a save with the test's hyperparameters.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
+
+#include "engine/zero_engine.h"
+#include "io/checkpoint.h"
 
 namespace zt::engine_test {
 
@@ -44,5 +50,34 @@ struct StepBatches {
     }
   }
 };
+
+using Masters = std::map<std::string, std::vector<float>>;
+
+// Every tensor's fp32 master on rank 0 (empty elsewhere). Collective.
+inline Masters rank0_masters(ZeroEngine& engine) {
+  Masters out;
+  engine.for_each_full_tensor(true, [&](const TensorInfo& t, const void* data) {
+    if (!data) return;
+    const float* f = static_cast<const float*>(data);
+    out[t.name].assign(f, f + t.numel);
+  });
+  return out;
+}
+
+// A training checkpoint of `engine` under `root` with the hyperparameters a test trains with.
+inline SavedCheckpoint save_test_checkpoint(ZeroEngine& engine, const TrainingProgress& progress,
+                                            const AdamWConfig& optim, int64_t total_steps,
+                                            int64_t micro_batch, int64_t grad_accum,
+                                            int64_t seq_len, const std::string& root) {
+  TrainingHyperparameters hyper;
+  hyper.optim = optim;
+  hyper.total_steps = total_steps;
+  hyper.micro_batch = micro_batch;
+  hyper.grad_accum = grad_accum;
+  hyper.seq_len = seq_len;
+  CheckpointSaveOptions options;
+  options.root = root;
+  return save_checkpoint(engine, progress, hyper, options);
+}
 
 }  // namespace zt::engine_test

@@ -31,7 +31,7 @@ constexpr int64_t kMicro = 2;  // per rank of the launched world
 constexpr int64_t kAccum = 2;
 constexpr int kHalf = 3;  // steps before the checkpoint; as many after it
 
-using Masters = std::map<std::string, std::vector<float>>;
+using engine_test::Masters;
 
 // One engine on `comm` plus the bookkeeping a checkpoint needs.
 class Trainer {
@@ -69,27 +69,12 @@ class Trainer {
   }
 
   SavedCheckpoint save(const std::string& root) {
-    TrainingHyperparameters hyper;
-    hyper.optim = optim_;
-    hyper.total_steps = 2 * kHalf;
-    hyper.micro_batch = micro_;
-    hyper.grad_accum = kAccum;
-    hyper.seq_len = kSeq;
-    CheckpointSaveOptions options;
-    options.root = root;
-    return save_checkpoint(*engine_, progress_, hyper, options);
+    return engine_test::save_test_checkpoint(*engine_, progress_, optim_, 2 * kHalf, micro_, kAccum,
+                                             kSeq, root);
   }
 
   // The fp32 masters on rank 0 of comm (empty elsewhere).
-  Masters masters() {
-    Masters out;
-    engine_->for_each_full_tensor(true, [&](const TensorInfo& t, const void* data) {
-      if (!data) return;
-      const float* f = static_cast<const float*>(data);
-      out[t.name].assign(f, f + t.numel);
-    });
-    return out;
-  }
+  Masters masters() { return engine_test::rank0_masters(*engine_); }
 
   TrainingProgress progress_;
 

@@ -63,11 +63,7 @@ Outcome train(Communicator& comm, int stage, Precision precision, const OffloadC
     out.peak[c] = memory.peak(static_cast<MemCategory>(c));
   for (int g = 0; g < engine.layout().num_groups(); ++g)
     out.own_elements += engine.partition(g).shard;
-  engine.for_each_full_tensor(true, [&](const TensorInfo& t, const void* data) {
-    if (data)
-      out.master[t.name].assign(static_cast<const float*>(data),
-                                static_cast<const float*>(data) + t.numel);
-  });
+  out.master = engine_test::rank0_masters(engine);
   return out;
 }
 

@@ -35,7 +35,7 @@ constexpr int kHalf = 2;         // steps before the checkpoint; as many after i
 constexpr int64_t kTile = 3000;  // nvme/cpu sub_group_size: several tiles per group
 constexpr int kSwapBuffers = 3;
 
-using Masters = std::map<std::string, std::vector<float>>;
+using engine_test::Masters;
 
 // One bf16 engine of the tiny preset on `comm` with the given offload settings.
 class Trainer {
@@ -73,27 +73,12 @@ class Trainer {
   }
 
   SavedCheckpoint save(const std::string& root) {
-    TrainingHyperparameters hyper;
-    hyper.optim = optim_;
-    hyper.total_steps = 2 * kHalf;
-    hyper.micro_batch = kMicro;
-    hyper.grad_accum = kAccum;
-    hyper.seq_len = kSeq;
-    CheckpointSaveOptions options;
-    options.root = root;
-    return save_checkpoint(*engine_, progress_, hyper, options);
+    return engine_test::save_test_checkpoint(*engine_, progress_, optim_, 2 * kHalf, kMicro, kAccum,
+                                             kSeq, root);
   }
 
   // The fp32 masters on rank 0 of comm (empty elsewhere).
-  Masters masters() {
-    Masters out;
-    engine_->for_each_full_tensor(true, [&](const TensorInfo& t, const void* data) {
-      if (!data) return;
-      const float* f = static_cast<const float*>(data);
-      out[t.name].assign(f, f + t.numel);
-    });
-    return out;
-  }
+  Masters masters() { return engine_test::rank0_masters(*engine_); }
 
  private:
   Communicator& comm_;
