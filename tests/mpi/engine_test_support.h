@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/zero_engine.h"
@@ -50,6 +51,23 @@ struct StepBatches {
     }
   }
 };
+
+// The offload modes valid at `stage`, by name: the optimizer on cpu (tiles of `tile` elements),
+// the given nvme configuration, and at stage 3 the optimizer and the params on cpu.
+inline std::vector<std::pair<std::string, OffloadConfig>> offload_modes(int stage, int64_t tile,
+                                                                        const OffloadConfig& nvme) {
+  OffloadConfig cpu;
+  cpu.optimizer = OffloadDevice::kCpu;
+  cpu.sub_group_size = tile;
+  std::vector<std::pair<std::string, OffloadConfig>> modes = {{"cpu optimizer", cpu},
+                                                              {"nvme optimizer", nvme}};
+  if (stage == 3) {
+    OffloadConfig both = cpu;
+    both.param = OffloadDevice::kCpu;
+    modes.push_back({"cpu optimizer + cpu params", both});
+  }
+  return modes;
+}
 
 using Masters = std::map<std::string, std::vector<float>>;
 

@@ -114,18 +114,7 @@ TEST_F(OffloadTest, EveryModeMatchesNoOffloadBitwise) {
     for (int stage = 1; stage <= 3; ++stage) {
       const Outcome ref = train(world_, stage, precision, {});
       EXPECT_GT(peak(ref, MemCategory::kOptimizer), 0u);
-      std::vector<std::pair<std::string, OffloadConfig>> modes;
-      OffloadConfig cpu;
-      cpu.optimizer = OffloadDevice::kCpu;
-      cpu.sub_group_size = kTile;
-      modes.push_back({"cpu optimizer", cpu});
-      if (stage == 3) {
-        OffloadConfig both = cpu;
-        both.param = OffloadDevice::kCpu;
-        modes.push_back({"cpu optimizer + cpu params", both});
-      }
-      modes.push_back({"nvme optimizer", nvme()});
-      for (const auto& [name, offload] : modes) {
+      for (const auto& [name, offload] : engine_test::offload_modes(stage, kTile, nvme())) {
         const std::string what =
             name + " stage " + std::to_string(stage) + " " + precision_name(precision);
         const Outcome got = train(world_, stage, precision, offload);

@@ -110,23 +110,12 @@ class CheckpointResumeOffloadTest : public ::testing::Test {
 
   // The offload modes at `stage`, by name.
   std::vector<std::pair<std::string, OffloadConfig>> modes(int stage) const {
-    std::vector<std::pair<std::string, OffloadConfig>> out;
-    OffloadConfig cpu;
-    cpu.optimizer = OffloadDevice::kCpu;
-    cpu.sub_group_size = kTile;
-    out.push_back({"cpu optimizer", cpu});
     OffloadConfig nvme;
     nvme.optimizer = OffloadDevice::kNvme;
     nvme.nvme_path = (dir_ / "nvme").string();
     nvme.buffer_count = kSwapBuffers;
     nvme.sub_group_size = kTile;
-    out.push_back({"nvme optimizer", nvme});
-    if (stage == 3) {
-      OffloadConfig both = cpu;
-      both.param = OffloadDevice::kCpu;
-      out.push_back({"cpu optimizer + cpu params", both});
-    }
-    return out;
+    return engine_test::offload_modes(stage, kTile, nvme);
   }
   // Swap files of any rank left in the shared nvme directory (collective).
   bool swap_files_left() {
