@@ -438,10 +438,8 @@ int run_training(TrainOptions o) {
     r.data_s = data_s;
     r.peak_memory = memory_peaks(memory);
     r.comm_bytes = comm_bytes_between(counters_before, comm.counters());
-    r.offload_d2h_bytes = stats.offload_d2h_bytes;
-    r.offload_h2d_bytes = stats.offload_h2d_bytes;
-    r.nvme_read_bytes = stats.nvme_read_bytes;
-    r.nvme_write_bytes = stats.nvme_write_bytes;
+    r.offload_bytes = {stats.offload_d2h_bytes, stats.offload_h2d_bytes, stats.nvme_read_bytes,
+                       stats.nvme_write_bytes};
     for (size_t c = 0; c < run_peaks.size(); ++c)
       run_peaks[c] = std::max(run_peaks[c], r.peak_memory[c]);
     // Stop agreement + checkpoint save, timed into this step's line before it is logged.

@@ -35,6 +35,26 @@ nlohmann::json memory_json(const MemoryByCategory& bytes) {
   return j;
 }
 
+OffloadBytes& OffloadBytes::operator+=(const OffloadBytes& o) {
+  device_to_host += o.device_to_host;
+  host_to_device += o.host_to_device;
+  nvme_read += o.nvme_read;
+  nvme_write += o.nvme_write;
+  return *this;
+}
+
+OffloadBytes OffloadBytes::divided_by(uint64_t n) const {
+  if (n == 0) return {};
+  return {device_to_host / n, host_to_device / n, nvme_read / n, nvme_write / n};
+}
+
+nlohmann::json offload_bytes_json(const OffloadBytes& b) {
+  return {{"device_to_host", b.device_to_host},
+          {"host_to_device", b.host_to_device},
+          {"nvme_read", b.nvme_read},
+          {"nvme_write", b.nvme_write}};
+}
+
 nlohmann::json comm_bytes_json(const BytesByCollective& bytes) {
   nlohmann::json j = nlohmann::json::object();
   for (int op = 0; op < kNumCollectiveOps; ++op)
@@ -61,10 +81,7 @@ nlohmann::json StepRecord::to_json() const {
                {"data_s", data_s},           {"checkpoint_s", checkpoint_s}};
   j["peak_memory_bytes"] = memory_json(peak_memory);
   j["comm_bytes"] = comm_bytes_json(comm_bytes);
-  j["offload_bytes"] = {{"device_to_host", offload_d2h_bytes},
-                        {"host_to_device", offload_h2d_bytes},
-                        {"nvme_read", nvme_read_bytes},
-                        {"nvme_write", nvme_write_bytes}};
+  j["offload_bytes"] = offload_bytes_json(offload_bytes);
   return j;
 }
 

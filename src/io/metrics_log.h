@@ -28,7 +28,15 @@ MemoryByCategory memory_peaks(const MemoryTracker& tracker);
 // bytes_sent per collective op between two counter snapshots.
 BytesByCollective comm_bytes_between(const CommCounters& before, const CommCounters& after);
 
+// ZeRO-Offload traffic (bytes): device↔host copies and NVMe swap-file I/O.
+struct OffloadBytes {
+  uint64_t device_to_host = 0, host_to_device = 0, nvme_read = 0, nvme_write = 0;
+  OffloadBytes& operator+=(const OffloadBytes& o);
+  OffloadBytes divided_by(uint64_t n) const;  // per-step means (n = 0 gives zeros)
+};
+
 nlohmann::json memory_json(const MemoryByCategory& bytes);       // {"params": .., ...}
+nlohmann::json offload_bytes_json(const OffloadBytes& bytes);    // {"device_to_host": .., ...}
 nlohmann::json comm_bytes_json(const BytesByCollective& bytes);  // {"all_gather": .., ...}
 
 struct StepRecord {
@@ -43,8 +51,7 @@ struct StepRecord {
   double checkpoint_s = 0;  // after the step: stop agreement + checkpoint save (0 when none)
   MemoryByCategory peak_memory{};
   BytesByCollective comm_bytes{};
-  // ZeRO-Offload traffic of the step (bytes): device↔host copies and NVMe swap-file I/O.
-  uint64_t offload_d2h_bytes = 0, offload_h2d_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;
+  OffloadBytes offload_bytes;  // this step's offload traffic
 
   nlohmann::json to_json() const;
 };

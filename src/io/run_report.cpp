@@ -98,9 +98,7 @@ void RunSummary::add(const StepRecord& r) {
   flops_per_token_ = r.flops_per_token;
   for (size_t op = 0; op < comm_bytes_total_.size(); ++op)
     comm_bytes_total_[op] += r.comm_bytes[op];
-  const uint64_t offload[] = {r.offload_d2h_bytes, r.offload_h2d_bytes, r.nvme_read_bytes,
-                              r.nvme_write_bytes};
-  for (size_t i = 0; i < offload_bytes_total_.size(); ++i) offload_bytes_total_[i] += offload[i];
+  offload_bytes_total_ += r.offload_bytes;
 }
 
 nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_memory_per_rank,
@@ -124,13 +122,8 @@ nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_mem
     per_step[op] = steps_ > 0 ? comm_bytes_total_[op] / static_cast<uint64_t>(steps_) : 0;
   j["comm_bytes_per_step"] = comm_bytes_json(per_step);
   j["comm_bytes_total"] = comm_bytes_json(comm_bytes_total_);
-  const char* const offload_names[] = {"device_to_host", "host_to_device", "nvme_read",
-                                       "nvme_write"};
-  nlohmann::json offload = nlohmann::json::object();
-  for (size_t i = 0; i < offload_bytes_total_.size(); ++i)
-    offload[offload_names[i]] =
-        steps_ > 0 ? offload_bytes_total_[i] / static_cast<uint64_t>(steps_) : 0;
-  j["offload_bytes_per_step"] = offload;
+  j["offload_bytes_per_step"] =
+      offload_bytes_json(offload_bytes_total_.divided_by(static_cast<uint64_t>(steps_)));
   nlohmann::json memory = nlohmann::json::array();
   for (const auto& rank_peaks : peak_memory_per_rank) memory.push_back(memory_json(rank_peaks));
   j["peak_memory_bytes_per_rank"] = memory;

@@ -1,7 +1,6 @@
 // End-of-run files (DESIGN.md §5): OUT/run.json (what ran: version, resolved configuration,
 // world, hosts, libraries) and OUT/report.json + OUT/report.md (summary of the metrics).
 #pragma once
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,8 +47,7 @@ class RunSummary {
   int64_t tokens_seen_ = 0;
   double flops_per_token_ = 0;
   BytesByCollective comm_bytes_total_{};
-  // Offload traffic summed over the steps: d2h, h2d, nvme read, nvme write.
-  std::array<uint64_t, 4> offload_bytes_total_{};
+  OffloadBytes offload_bytes_total_;
 };
 
 // Human-readable rendering of a report.json object.
