@@ -97,7 +97,6 @@ nlohmann::json estimate_json(const MemoryEstimate& e) {
           {"model_states", e.model_states()},
           {"activations", e.activations},
           {"buffers", e.buffers},
-          {"init_scratch", e.init_scratch},
           {"step_total", e.step_total()},
           {"device_total", e.device_total()},
           {"host", e.host},
@@ -223,7 +222,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
             << ", offload: optimizer " << offload_device_name(offload.optimizer) << ", params "
             << offload_device_name(offload.param)
             << "\nper-rank GiB (states = params + grads + optim; theory = DESIGN.md §4 model "
-               "states; total = device peak incl. start-up scratch; host and nvme pools apart; "
+               "states; total = device peak; host and nvme pools apart; "
                "* = requested stage)\n"
             << table;
   if (offload.optimizer_offloaded()) {

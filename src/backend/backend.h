@@ -9,11 +9,11 @@
 // number of threads.
 #pragma once
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 
 #include "util/bf16.h"
+#include "util/memory.h"
 
 namespace zt {
 
@@ -53,8 +53,7 @@ class Backend {
   // ---- rotary position embedding, HF rotate-half convention, in place ----
   // x is [B, T, H, hd]; position of token t is t. With c=cos(t·θ_i), s=sin(t·θ_i),
   // θ_i = theta^(−2i/hd), i < hd/2:  x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:hd/2]).
-  virtual void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                            float theta) = 0;
+  virtual void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) = 0;
   // The transpose (inverse) rotation applied to the gradient, in place.
   virtual void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                              float theta) = 0;
@@ -67,9 +66,9 @@ class Backend {
                                  int64_t hd) = 0;
   // dq (=), dk (=), dv (=) from dout, recomputing probabilities from q, k and lse.
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                  const float* q, const float* k, const float* v,
-                                  const float* out, const float* lse, int64_t B, int64_t T,
-                                  int64_t H, int64_t Hkv, int64_t hd) = 0;
+                                  const float* q, const float* k, const float* v, const float* out,
+                                  const float* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                  int64_t hd) = 0;
 
   // ---- SwiGLU: h = silu(gate) · up, silu(a) = a·σ(a), elementwise over n ----
   virtual void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) = 0;
@@ -81,8 +80,8 @@ class Backend {
   virtual void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
                                  int64_t D) = 0;
   // dtable[v] += Σ_{i: tokens[i]=v} dx[i]  (deterministic order)
-  virtual void embedding_backward(float* dtable, const float* dx, const int32_t* tokens,
-                                  int64_t n, int64_t D) = 0;
+  virtual void embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+                                  int64_t D) = 0;
 
   // ---- fused softmax + cross-entropy over logits[M,V] ----
   // losses[m] = logsumexp(logits[m]) − logits[m, targets[m]] (natural log).
@@ -106,8 +105,15 @@ class Backend {
   // ---- elementwise helpers ----
   virtual void add_inplace(float* y, const float* x, int64_t n) = 0;  // y += x
   virtual void scale_inplace(float* y, float s, int64_t n) = 0;       // y *= s
-  // y = 0 (host memory by default; device backends override).
-  virtual void zero(float* y, int64_t n) { std::memset(y, 0, static_cast<size_t>(n) * sizeof(float)); }
+  // y = 0
+  virtual void zero(float* y, int64_t n) {
+    device_memory().zero(y, static_cast<size_t>(n) * sizeof(float));
+  }
+
+  // ---- memory ----
+  // Where every tensor pointer above lives (host memory for the CPU backend). Copies through it
+  // are ordered with this backend's ops.
+  virtual DeviceMemory& device_memory() { return host_device_memory(); }
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
   virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
 };

@@ -316,4 +316,41 @@ void Communicator::set_timeout_seconds(double seconds) {
   timeout_seconds_ = seconds;
 }
 
+CollectiveBytes collective_bytes(const CollectiveCall& call) {
+  const size_t block = call.count * dtype_size(call.dtype);
+  const size_t world = static_cast<size_t>(call.world_size);
+  switch (call.op) {
+    case CollectiveOp::kAllGather:
+      return {block, world * block};
+    case CollectiveOp::kReduceScatter:
+      return {world * block, block};
+    case CollectiveOp::kAllReduce:
+    case CollectiveOp::kBroadcast:
+      return {0, block};
+    case CollectiveOp::kBarrier:
+      return {0, 0};
+  }
+  return {0, 0};
+}
+
+CommHandle forward_collective(Communicator& target, const CollectiveCall& call, const void* send,
+                              void* recv) {
+  target.set_timeout_seconds(call.timeout_seconds);
+  target.set_context(call.step, call.phase.c_str());
+  switch (call.op) {
+    case CollectiveOp::kAllGather:
+      return target.all_gather(call.dtype, send, recv, call.count);
+    case CollectiveOp::kReduceScatter:
+      return target.reduce_scatter_sum(call.dtype, send, recv, call.count);
+    case CollectiveOp::kAllReduce:
+      return target.all_reduce_sum(call.dtype, recv, call.count);
+    case CollectiveOp::kBroadcast:
+      return target.broadcast(call.dtype, recv, call.count, call.root);
+    case CollectiveOp::kBarrier:
+      target.barrier();
+      return {};
+  }
+  fail("forward_collective: unknown op");
+}
+
 }  // namespace zt

@@ -183,6 +183,14 @@ class CommHandle {
   std::unique_ptr<CommRequest> request_;  // null once complete
 };
 
+// Bytes of one rank's input (send) and output (recv) buffers of a collective; all_reduce and
+// broadcast work in place in recv (send = 0).
+struct CollectiveBytes {
+  size_t send = 0;
+  size_t recv = 0;
+};
+CollectiveBytes collective_bytes(const CollectiveCall& call);
+
 class Communicator {
  public:
   static constexpr double kDefaultTimeoutSeconds = 600.0;
@@ -261,5 +269,11 @@ class Communicator {
   std::string phase_ = "none";
   double timeout_seconds_ = kDefaultTimeoutSeconds;
 };
+
+// Issues `call`'s collective (op, dtype, count, root) on `target` over the buffers send/recv:
+// for communicators that wrap another one (staging, guarding). A barrier blocks and returns a
+// completed handle.
+CommHandle forward_collective(Communicator& target, const CollectiveCall& call, const void* send,
+                              void* recv);
 
 }  // namespace zt

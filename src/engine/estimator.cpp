@@ -181,13 +181,13 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   if (stage >= 2) per_slot += max_padded;
   if (packs) per_slot += max_padded;
   if (reduce_scatter) per_slot += max_shard;
-  e.buffers = ((bf16 ? max_padded : 0) + slots * per_slot) * 4 + staged_shards;
-  // While the working params are initialised: stages 0-2 build each full group in fp32 once,
-  // and optimizer offload builds each own range in fp32 before handing it to the store. The
-  // staged shards of a step are not alive then.
-  const int64_t init =
-      (stage <= 2 ? max_padded * 4 : 0) + (offload.optimizer_offloaded() ? max_own * 4 : 0);
-  e.init_scratch = std::max<int64_t>(0, init - staged_shards);
+  // offload_param without optimizer offload: the device AdamW writes a group's updated shard
+  // into a device tile before it goes to the host (optimizer step, when no gather is staged).
+  const int64_t update_tile =
+      offload.param_offloaded() && !offload.optimizer_offloaded() ? max_shard * work_bytes : 0;
+  e.buffers =
+      ((bf16 ? max_padded : 0) + slots * per_slot) * 4 + std::max(staged_shards, update_tile);
+  // Parameters are initialised and loaded through host memory (never a device-pool scratch).
   return e;
 }
 

@@ -23,15 +23,15 @@ struct MemoryEstimate {
   int64_t optimizer = 0;        // fp32 master + Adam m, v of the own range (0 when offloaded)
   int64_t activations = 0;      // activation arena + token ids
   int64_t buffers = 0;          // steady state: compute upcast scratch, reduce slots
-  int64_t init_scratch = 0;     // extra transient while parameters are initialised
   int64_t host = 0;             // host pool: CPU-checkpointed residuals, offloaded state
   int64_t nvme = 0;             // nvme pool: this rank's swap file (optimizer offload to nvme)
 
   int64_t model_states() const { return params + grads + optimizer; }
-  int64_t buffers_peak() const { return buffers + init_scratch; }
-  // Device peak during a training step, and over the run (start-up included).
+  int64_t buffers_peak() const { return buffers; }
+  // Device peak during a training step, and over the run (start-up builds values on the host,
+  // so it adds nothing).
   int64_t step_total() const { return model_states() + activations + buffers; }
-  int64_t device_total() const { return step_total() + init_scratch; }
+  int64_t device_total() const { return step_total(); }
 };
 
 // Offload (offload_config.h) moves state out of the device pool: optimizer = cpu puts master,

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <utility>
 
 #include "util/error.h"
@@ -15,10 +14,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-GradReducer::GradReducer(Communicator& comm, MemoryTracker& memory, int64_t max_padded_group,
-                         int64_t bucket_elements, int num_slots, bool own_buckets,
-                         bool reduce_scatter)
-    : comm_(comm), world_(comm.world_size()), bucket_elements_(bucket_elements) {
+GradReducer::GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory,
+                         int64_t max_padded_group, int64_t bucket_elements, int num_slots,
+                         bool own_buckets, bool reduce_scatter)
+    : be_(backend), comm_(comm), world_(comm.world_size()), bucket_elements_(bucket_elements) {
   slots_.resize(static_cast<size_t>(num_slots));
   const int64_t max_shard = max_padded_group / world_;
   const bool needs_packing = reduce_scatter && bucket_elements_ / world_ < max_shard;
@@ -30,7 +29,8 @@ GradReducer::GradReducer(Communicator& comm, MemoryTracker& memory, int64_t max_
       s.packed = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
                                       static_cast<size_t>(max_padded_group));
     if (reduce_scatter)
-      s.recv = TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_shard));
+      s.recv =
+          TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_shard));
   }
 }
 
@@ -38,7 +38,7 @@ float* GradReducer::acquire_bucket(int64_t padded, bool zeroed) {
   Slot& s = slots_[next_slot_];
   if (s.busy) drain(s);
   ZT_CHECK(static_cast<size_t>(padded) <= s.bucket.size(), "gradient bucket too small");
-  if (zeroed) std::memset(s.bucket.data(), 0, static_cast<size_t>(padded) * sizeof(float));
+  if (zeroed) be_.zero(s.bucket.data(), padded);
   current_ = &s;
   return s.bucket.data();
 }
@@ -65,16 +65,20 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   // Reduce-scatter: chunks of at most bucket/N elements of every rank's shard.
   const int64_t per_rank = std::max<int64_t>(1, bucket_elements_ / world_);
   if (per_rank >= s.shard) {
-    s.handles.push_back(comm_.reduce_scatter_sum(grads, s.recv.data(), static_cast<size_t>(s.shard)));
+    s.handles.push_back(
+        comm_.reduce_scatter_sum(grads, s.recv.data(), static_cast<size_t>(s.shard)));
     return;
   }
   float* packed = s.packed.data();
+  DeviceMemory& device = be_.device_memory();
   for (int64_t c0 = 0; c0 < s.shard; c0 += per_rank) {
     const int64_t len = std::min(per_rank, s.shard - c0);
     float* chunk = packed + c0 * world_;
     for (int r = 0; r < world_; ++r)
-      std::memcpy(chunk + r * len, grads + r * s.shard + c0, static_cast<size_t>(len) * sizeof(float));
-    s.handles.push_back(comm_.reduce_scatter_sum(chunk, s.recv.data() + c0, static_cast<size_t>(len)));
+      device.copy(chunk + r * len, grads + r * s.shard + c0,
+                  static_cast<size_t>(len) * sizeof(float));
+    s.handles.push_back(
+        comm_.reduce_scatter_sum(chunk, s.recv.data() + c0, static_cast<size_t>(len)));
   }
 }
 
@@ -85,10 +89,9 @@ double GradReducer::drain(Slot& s) {
   const double waited = seconds_since(t0);
   s.handles.clear();
   if (s.mode == Mode::kReduceScatterStore) {
-    std::memcpy(s.dest, s.recv.data(), static_cast<size_t>(s.shard) * sizeof(float));
+    be_.device_memory().copy(s.dest, s.recv.data(), static_cast<size_t>(s.shard) * sizeof(float));
   } else if (s.mode == Mode::kReduceScatterAccumulate) {
-    const float* r = s.recv.data();
-    for (int64_t i = 0; i < s.shard; ++i) s.dest[i] += r[i];
+    be_.add_inplace(s.dest, s.recv.data(), s.shard);  // dest += recv, elementwise
   }
   s.busy = false;
   if (s.on_landed) std::exchange(s.on_landed, {})();
@@ -98,7 +101,8 @@ double GradReducer::drain(Slot& s) {
 double GradReducer::drain_all() {
   double waited = 0.0;
   // Drain in issue order so accumulation order is fixed.
-  for (size_t k = 0; k < slots_.size(); ++k) waited += drain(slots_[(next_slot_ + k) % slots_.size()]);
+  for (size_t k = 0; k < slots_.size(); ++k)
+    waited += drain(slots_[(next_slot_ + k) % slots_.size()]);
   return waited;
 }
 

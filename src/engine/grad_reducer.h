@@ -4,12 +4,14 @@
 //   reduce_bucket_size elements of the group (per-rank chunks of the shard range, packed when the
 //   bucket is smaller than the group).
 // Results land when the slot is drained: stage 1 writes the reduced shard into the full
-// accumulator at the rank's offset, stages 2/3 add it into the fp32 shard accumulator.
+// accumulator at the rank's offset, stages 2/3 add it into the fp32 shard accumulator. Every
+// buffer is device memory: packing, landing and zeroing go through the backend.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "util/memory.h"
 
@@ -21,7 +23,7 @@ class GradReducer {
 
   // max_padded_group: largest padded group. Buckets (model-written gradients) are allocated
   // only when `own_buckets` (stages 2/3); receive/pack buffers only for reduce-scatter modes.
-  GradReducer(Communicator& comm, MemoryTracker& memory, int64_t max_padded_group,
+  GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory, int64_t max_padded_group,
               int64_t bucket_elements, int num_slots, bool own_buckets, bool reduce_scatter);
 
   // A full-group fp32 buffer (padded size) the model may write a group's gradients into; the
@@ -51,6 +53,7 @@ class GradReducer {
   };
   double drain(Slot& s);
 
+  Backend& be_;
   Communicator& comm_;
   int world_;
   int64_t bucket_elements_;

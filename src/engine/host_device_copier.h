@@ -1,11 +1,13 @@
-// Copies between the device pool and the host pool for offloading. The CPU backend's "device" is
-// host memory too, so CpuHostDeviceCopier is a memcpy; a CUDA backend implements the same
-// interface with cudaMemcpyAsync on a copy stream plus events, and `synchronize` waits on them.
-// Callers enqueue copies where a GPU would overlap them and synchronize before using the data.
+// Copies between the device pool and the host pool for offloading. BlockingHostDeviceCopier
+// copies through the backend's DeviceMemory and returns when done (a memcpy on the CPU backend);
+// a CUDA copier implements the same interface with cudaMemcpyAsync on a copy stream plus events,
+// and `synchronize` waits on them. Callers enqueue copies where a GPU would overlap them and
+// synchronize before using the data.
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
+
+#include "util/memory.h"
 
 namespace zt {
 
@@ -25,17 +27,21 @@ class HostDeviceCopier {
   uint64_t d2h_bytes_ = 0, h2d_bytes_ = 0;
 };
 
-class CpuHostDeviceCopier final : public HostDeviceCopier {
+class BlockingHostDeviceCopier final : public HostDeviceCopier {
  public:
+  explicit BlockingHostDeviceCopier(DeviceMemory& memory) : memory_(memory) {}
   void device_to_host(void* host, const void* device, size_t bytes) override {
-    std::memcpy(host, device, bytes);
+    memory_.to_host(host, device, bytes);
     d2h_bytes_ += bytes;
   }
   void host_to_device(void* device, const void* host, size_t bytes) override {
-    std::memcpy(device, host, bytes);
+    memory_.to_device(device, host, bytes);
     h2d_bytes_ += bytes;
   }
   void synchronize() override {}
+
+ private:
+  DeviceMemory& memory_;
 };
 
 }  // namespace zt

@@ -1,6 +1,7 @@
 #include "engine/offload_optimizer.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "backend/cpu/cpu_adam.h"
 #include "engine/nvme_swapper.h"
@@ -10,11 +11,12 @@ namespace zt {
 
 OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
                                    std::vector<std::vector<DecaySegment>> segments,
-                                   Precision precision, MemoryTracker& memory, Communicator& comm,
-                                   HostDeviceCopier& copier)
+                                   Precision precision, MemoryTracker& memory,
+                                   Communicator& host_comm, HostDeviceCopier& copier)
     : own_sizes_(std::move(own_sizes)),
       segments_(std::move(segments)),
       precision_(precision),
+      params_on_host_(config.param_offloaded()),
       copier_(copier) {
   int64_t max_own = 1;
   for (int64_t n : own_sizes_) {
@@ -27,7 +29,7 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
       TrackedBuffer<uint8_t>(memory, MemCategory::kHostOffload, static_cast<size_t>(tile) * elem);
   if (config.optimizer == OffloadDevice::kNvme)
     store_ = make_nvme_state_store(own_sizes_, tile, static_cast<int>(config.buffer_count),
-                                   config.nvme_path, comm, memory);
+                                   config.nvme_path, host_comm, memory);
   else
     store_ = make_host_state_store(own_sizes_, tile, memory);
 }
@@ -55,8 +57,13 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
                        bf16 ? nullptr : reinterpret_cast<float*>(staging_.data()) + at, hi - lo, h);
     }
     auto* out = static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem;
-    copier_.host_to_device(out, staging_.data(), static_cast<size_t>(t.count) * elem);
-    copier_.synchronize();  // the staging tile is reused by the next tile
+    const size_t bytes = static_cast<size_t>(t.count) * elem;
+    if (params_on_host_) {
+      std::memcpy(out, staging_.data(), bytes);
+    } else {
+      copier_.host_to_device(out, staging_.data(), bytes);
+      copier_.synchronize();  // the staging tile is reused by the next tile
+    }
   });
 }
 

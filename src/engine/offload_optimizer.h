@@ -2,7 +2,8 @@
 // OptimizerStateStore (host memory or NVMe), the reduced fp32 gradient shard of each group is
 // copied device→host as soon as its reduction lands (gradient_ready, called from the reducer's
 // completion during backward), and step() runs the CPU AdamW kernel (backend/cpu/cpu_adam.h) tile
-// by tile, copying each tile's updated working values (bf16 or fp32) host→device.
+// by tile, copying each tile's updated working values (bf16 or fp32) host→device (or, with the
+// working params themselves offloaded, writing them in host memory).
 // The kernel is the one the CPU backend's adamw uses, segments split only where the weight-decay
 // setting changes (as the engine's own step does), so results are bitwise those of the
 // non-offloaded engine.
@@ -32,16 +33,18 @@ class OffloadOptimizer {
  public:
   // own_sizes[g]: elements of group g's own range; segments[g]: its decay segments in own-range
   // coordinates. Host pool: fp32 gradient shards, one tile of working-dtype staging, and the
-  // store (master/m/v, or NVMe swap buffers).
+  // store (master/m/v, or NVMe swap buffers). host_comm: the host-buffer communicator (NVMe
+  // setup checks).
   OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
                    std::vector<std::vector<DecaySegment>> segments, Precision precision,
-                   MemoryTracker& memory, Communicator& comm, HostDeviceCopier& copier);
+                   MemoryTracker& memory, Communicator& host_comm, HostDeviceCopier& copier);
 
   void initialize(int g, const float* master) { store_->initialize(g, master); }
   // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final.
   void gradient_ready(int g, const float* device_grads);
   // AdamW (h.weight_decay is replaced per segment by weight_decay or 0) over every tile; tile
-  // [b, b+n) of group g lands at work_out(g) + b elements of the working dtype.
+  // [b, b+n) of group g lands at work_out(g) + b elements of the working dtype: device memory,
+  // or host memory when the config offloads params.
   void step(AdamWHyper h, float weight_decay, const std::function<void*(int g)>& work_out);
   OptimizerStateStore& store() { return *store_; }
   OffloadTraffic traffic() const;
@@ -50,6 +53,7 @@ class OffloadOptimizer {
   std::vector<int64_t> own_sizes_;
   std::vector<std::vector<DecaySegment>> segments_;
   Precision precision_;
+  bool params_on_host_;
   HostDeviceCopier& copier_;
   std::unique_ptr<OptimizerStateStore> store_;
   std::vector<TrackedBuffer<float>> host_grads_;

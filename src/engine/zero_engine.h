@@ -8,7 +8,9 @@
 //   stage 3: params sharded too; each group gathered before its forward and its backward,
 //            released after use, prefetched ahead within the configured bounds.
 // The model (LlamaModel) computes; the engine decides when parameters exist and where
-// gradients go.
+// gradients go. Parameters, gradients, optimizer state and buffers are device memory (the
+// backend's DeviceMemory): host code here only moves bytes through its copies, and collectives
+// on them use the data-plane communicator (NCCL on GPUs); host scalars use the host one (MPI).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -59,7 +61,7 @@ class ZeroEngine {
   ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
              const AdamWConfig& optim, Backend& backend, Communicator& comm, MemoryTracker& memory,
              int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac,
-             const OffloadConfig& offload = {});
+             const OffloadConfig& offload = {}, Communicator* host_comm = nullptr);
   ~ZeroEngine();
 
   const ParamLayout& layout() const { return model_.layout(); }
@@ -77,9 +79,9 @@ class ZeroEngine {
   // Σ per-token loss over this rank's micro-batch (forward only), all-reduced over ranks.
   double eval_loss_sum(const int32_t* inputs, const int32_t* targets);
 
-  // Checkpoint access: this rank's fp32 master and Adam moments of group g. With NVMe offload
-  // the group is staged in host memory until release_optimizer_shard(g) (written back to its
-  // store when `modified`), refresh_working_params or the next train_step.
+  // Checkpoint access: this rank's fp32 master and Adam moments of group g, in HOST memory: the
+  // group is staged on the host (copied from the device, or read from NVMe) until
+  // release_optimizer_shard(g), which writes it back when `modified`. Stage one group at a time.
   OptimizerShard optimizer_shard(int g);
   void release_optimizer_shard(int g, bool modified);
   // After every rank has overwritten its optimizer shards (checkpoint load), rebuilds the
@@ -88,6 +90,8 @@ class ZeroEngine {
   void refresh_working_params();
   const ZeroConfig& zero_config() const;
   Precision precision() const;
+  // The communicator for host buffers (checkpoint metadata, scalars); device buffers go through
+  // the data-plane communicator given to the constructor. The same object on the CPU backend.
   Communicator& communicator();
 
   // Visits every tensor in layout order with its full values as bf16 (or fp32 for the fp32

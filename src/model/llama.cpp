@@ -1,6 +1,7 @@
 #include "model/llama.h"
 
 #include <string>
+#include <vector>
 
 #include "util/error.h"
 
@@ -29,9 +30,19 @@ ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
 
 LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
                        int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac)
-    : config_(config), layout_(config), be_(backend), B_(micro_batch), T_(seq_len),
-      M_(micro_batch * seq_len), ac_(ac) {
+    : config_(config),
+      layout_(config),
+      be_(backend),
+      B_(micro_batch),
+      T_(seq_len),
+      M_(micro_batch * seq_len),
+      ac_(ac) {
   ZT_CHECK(B_ > 0 && T_ > 0, "micro-batch and sequence length must be positive");
+  // Activations (and every device-pool buffer of the engine) live in the backend's memory.
+  memory.set_device_memory(&backend.device_memory());
+  ZT_CHECK(!ac_.on_host || backend.device_memory().host_accessible(),
+           "activation_checkpointing.cpu_checkpointing is not supported on backend '" +
+               backend.name() + "' yet (checkpointed layer inputs would need device staging)");
   ZT_CHECK(T_ <= config_.max_position_embeddings,
            "seq-len " + std::to_string(T_) + " exceeds max_position_embeddings " +
                std::to_string(config_.max_position_embeddings));
@@ -113,21 +124,23 @@ LlamaModel::LayerActs& LlamaModel::acts_for(int layer) {
 
 LlamaModel::LayerParams LlamaModel::layer_params(int layer, const float* group) const {
   auto at = [&](TensorRole r) { return group + layout_.tensor(r, layer).offset; };
-  return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),       at(TensorRole::kKProj),
-          at(TensorRole::kVProj),     at(TensorRole::kOProj),       at(TensorRole::kPostAttnNorm),
-          at(TensorRole::kGateProj),  at(TensorRole::kUpProj),      at(TensorRole::kDownProj)};
+  return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),  at(TensorRole::kKProj),
+          at(TensorRole::kVProj),     at(TensorRole::kOProj),  at(TensorRole::kPostAttnNorm),
+          at(TensorRole::kGateProj),  at(TensorRole::kUpProj), at(TensorRole::kDownProj)};
 }
 
 void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets) {
   for (int64_t i = 0; i < M_; ++i) {
     for (int32_t tok : {inputs[i], targets[i]}) {
-      ZT_CHECK(tok >= 0 && tok < config_.vocab_size,
-               "token " + std::to_string(tok) + " is outside the vocabulary (vocab_size " +
-                   std::to_string(config_.vocab_size) + ")");
+      ZT_CHECK(tok >= 0 && tok < config_.vocab_size, "token " + std::to_string(tok) +
+                                                         " is outside the vocabulary (vocab_size " +
+                                                         std::to_string(config_.vocab_size) + ")");
     }
   }
-  std::copy(inputs, inputs + M_, tokens_.data());
-  std::copy(targets, targets + M_, tokens_.data() + M_);
+  std::vector<int32_t> both(static_cast<size_t>(2 * M_));
+  std::copy(inputs, inputs + M_, both.begin());
+  std::copy(targets, targets + M_, both.begin() + M_);
+  be_.device_memory().to_device(tokens_.data(), both.data(), both.size() * sizeof(int32_t));
 }
 
 void LlamaModel::forward_group(int g, const float* params, bool training, float grad_scale) {
@@ -238,17 +251,25 @@ void LlamaModel::head_backward(const float* params, float* grads) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const TensorInfo& norm_t = layout_.tensor(TensorRole::kFinalNorm);
   const TensorInfo& head_t = layout_.tensor(TensorRole::kLmHead);
-  be_.matmul_backward(dxn_, grads + head_t.offset, logits_, final_norm_out_,
-                      params + head_t.offset, M_, V, D, false);
+  be_.matmul_backward(dxn_, grads + head_t.offset, logits_, final_norm_out_, params + head_t.offset,
+                      M_, V, D, false);
   be_.zero(dresid_, M_ * D);
-  be_.rmsnorm_backward(dresid_, grads + norm_t.offset, dxn_, resid_.back(),
-                       params + norm_t.offset, final_rstd_, M_, D);
+  be_.rmsnorm_backward(dresid_, grads + norm_t.offset, dxn_, resid_.back(), params + norm_t.offset,
+                       final_rstd_, M_, D);
 }
 
 double LlamaModel::loss_sum() const {
+  std::vector<float> losses(static_cast<size_t>(M_));
+  be_.device_memory().to_host(losses.data(), losses_, losses.size() * sizeof(float));
   double s = 0.0;
-  for (int64_t i = 0; i < M_; ++i) s += losses_[i];
+  for (float l : losses) s += l;
   return s;
+}
+
+std::vector<float> LlamaModel::logits() const {
+  std::vector<float> out(static_cast<size_t>(M_ * config_.vocab_size));
+  be_.device_memory().to_host(out.data(), logits_, out.size() * sizeof(float));
+  return out;
 }
 
 }  // namespace zt

@@ -61,8 +61,8 @@ class LlamaModel {
 
   // Σ of per-token losses of the last head forward (double, sequential order).
   double loss_sum() const;
-  // Logits [B·T, V] of the last head forward with training == false.
-  const float* logits() const { return logits_; }
+  // Logits [B·T, V] of the last head forward with training == false, copied to the host.
+  std::vector<float> logits() const;
 
  private:
   struct LayerActs {  // pointers into the arena for one layer's saved activations
@@ -88,12 +88,11 @@ class LlamaModel {
   ActivationCheckpointing ac_;
   TrackedBuffer<float> arena_;
   TrackedBuffer<float> host_arena_;
-  TrackedBuffer<int32_t> tokens_;  // inputs then targets, 2·M
-  std::vector<float*> resid_;      // L+1 residual-stream buffers [M, D]
+  TrackedBuffer<int32_t> tokens_;      // inputs then targets, 2·M
+  std::vector<float*> resid_;          // L+1 residual-stream buffers [M, D]
   std::vector<LayerActs> layer_acts_;  // per layer; checkpointed layers share the scratch slot
   LayerActs scratch_acts_{};
-  float *final_norm_out_ = nullptr, *final_rstd_ = nullptr, *logits_ = nullptr,
-        *losses_ = nullptr;
+  float *final_norm_out_ = nullptr, *final_rstd_ = nullptr, *logits_ = nullptr, *losses_ = nullptr;
   // backward temporaries
   float *dresid_ = nullptr, *dxn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
         *datt_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr, *dh_ = nullptr;

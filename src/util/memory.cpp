@@ -32,6 +32,42 @@ const char* mem_category_name(MemCategory c) {
   }
 }
 
+namespace {
+
+class HostDeviceMemory final : public DeviceMemory {
+ public:
+  void* allocate(size_t bytes) override { return aligned_zeroed_alloc(bytes); }
+  void release(void* p, size_t) override { aligned_free(p); }
+  void to_device(void* device, const void* host, size_t bytes) override {
+    if (bytes) std::memcpy(device, host, bytes);
+  }
+  void to_host(void* host, const void* device, size_t bytes) override {
+    if (bytes) std::memcpy(host, device, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memmove(dst, src, bytes);
+  }
+  void zero(void* device, size_t bytes) override {
+    if (bytes) std::memset(device, 0, bytes);
+  }
+  bool host_accessible() const override { return true; }
+};
+
+}  // namespace
+
+DeviceMemory& host_device_memory() {
+  static HostDeviceMemory memory;
+  return memory;
+}
+
+void MemoryTracker::set_device_memory(DeviceMemory* device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ZT_CHECK(device != nullptr, "MemoryTracker: null device memory");
+  ZT_CHECK(device == device_ || current_total_ == 0,
+           "MemoryTracker: device memory changed while device buffers are allocated");
+  device_ = device;
+}
+
 void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const int i = static_cast<int>(c);

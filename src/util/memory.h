@@ -3,6 +3,11 @@
 // estimator). Pools are separate: the "device" pool (GPU memory, or the CPU backend's stand-in
 // for it), the "host" pool (pinned/offloaded host memory, CPU checkpointed activations) and the
 // "nvme" pool (bytes of ZeRO-Infinity swap files). Only the device pool counts in peak_total().
+//
+// Device-pool buffers are allocated by the tracker's DeviceMemory: plain host memory for the CPU
+// backend, GPU memory for the CUDA backend. Host code must therefore never dereference a
+// device-pool pointer; it moves bytes with DeviceMemory's copies (to_host / to_device), and only
+// Backend ops, communicators and copiers read or write device memory.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -26,8 +31,31 @@ constexpr int kNumMemCategories = static_cast<int>(MemCategory::kCount);
 const char* mem_category_name(MemCategory c);
 bool is_device_pool(MemCategory c);  // false for the host and nvme pools
 
+// Where device-pool buffers live and how host code reaches them. Copies are ordered after every
+// operation issued before them on the owning backend (its stream): to_host returns with the
+// bytes on the host; to_device returns when the host source may be reused.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* allocate(size_t bytes) = 0;  // zero-filled, 64-byte aligned; throws on failure
+  virtual void release(void* p, size_t bytes) = 0;
+  virtual void to_device(void* device, const void* host, size_t bytes) = 0;
+  virtual void to_host(void* host, const void* device, size_t bytes) = 0;
+  virtual void copy(void* device_dst, const void* device_src, size_t bytes) = 0;
+  virtual void zero(void* device, size_t bytes) = 0;
+  // True when device memory is ordinary host memory that host code may also read directly.
+  virtual bool host_accessible() const = 0;
+};
+// The CPU backend's device memory: aligned host allocations and memcpy.
+DeviceMemory& host_device_memory();
+
 class MemoryTracker {
  public:
+  // Device memory for device-pool categories (default: host_device_memory()). Must be set
+  // before any device-pool buffer is allocated, or to the same object.
+  void set_device_memory(DeviceMemory* device);
+  DeviceMemory& device_memory() const { return *device_; }
+
   void on_alloc(MemCategory c, size_t bytes);
   void on_free(MemCategory c, size_t bytes);
   size_t current(MemCategory c) const;
@@ -36,13 +64,15 @@ class MemoryTracker {
   void reset_peaks();         // peaks := current
  private:
   mutable std::mutex mu_;
+  DeviceMemory* device_ = &host_device_memory();
   std::array<size_t, kNumMemCategories> current_{};
   std::array<size_t, kNumMemCategories> peak_{};
   size_t current_total_ = 0;
   size_t peak_total_ = 0;
 };
 
-// A tracked, 64-byte-aligned host buffer of T (move-only). Zero-initialised.
+// A tracked, 64-byte-aligned buffer of T (move-only), zero-initialised: device memory for a
+// device-pool category (see DeviceMemory), host memory for the host pool.
 template <typename T>
 class TrackedBuffer {
  public:
@@ -64,6 +94,7 @@ class TrackedBuffer {
 
  private:
   MemoryTracker* tracker_ = nullptr;
+  DeviceMemory* device_ = nullptr;  // null: host memory
   MemCategory cat_ = MemCategory::kParams;
   T* data_ = nullptr;
   size_t count_ = 0;
@@ -75,7 +106,9 @@ void aligned_free(void* p);
 template <typename T>
 TrackedBuffer<T>::TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count)
     : tracker_(&tracker), cat_(cat), count_(count) {
-  data_ = static_cast<T*>(aligned_zeroed_alloc(count * sizeof(T)));
+  if (is_device_pool(cat)) device_ = &tracker.device_memory();
+  data_ = static_cast<T*>(device_ ? device_->allocate(count * sizeof(T))
+                                  : aligned_zeroed_alloc(count * sizeof(T)));
   tracker_->on_alloc(cat_, count * sizeof(T));
 }
 
@@ -84,6 +117,7 @@ TrackedBuffer<T>& TrackedBuffer<T>::operator=(TrackedBuffer&& o) noexcept {
   if (this != &o) {
     reset();
     tracker_ = o.tracker_;
+    device_ = o.device_;
     cat_ = o.cat_;
     data_ = o.data_;
     count_ = o.count_;
@@ -97,7 +131,10 @@ TrackedBuffer<T>& TrackedBuffer<T>::operator=(TrackedBuffer&& o) noexcept {
 template <typename T>
 void TrackedBuffer<T>::reset() {
   if (data_) {
-    aligned_free(data_);
+    if (device_)
+      device_->release(data_, count_ * sizeof(T));
+    else
+      aligned_free(data_);
     if (tracker_) tracker_->on_free(cat_, count_ * sizeof(T));
   }
   data_ = nullptr;

@@ -217,8 +217,7 @@ int run(int argc, char** argv) {
   engine.load_from(reader);
   const double eval_loss =
       engine.eval_loss_sum(batch.inputs.data(), batch.targets.data()) / static_cast<double>(B * T);
-  const float* logits = engine.model().logits();
-  const std::vector<float> logits_copy(logits, logits + B * T * config.vocab_size);
+  const std::vector<float> logits_copy = engine.model().logits();
 
   std::vector<double> losses;
   for (int64_t step = 1; step <= o.steps; ++step) {

@@ -37,29 +37,6 @@ void PinnedBufferPool::release(Block block) {
 
 namespace {
 
-// Bytes of the input and output of a collective (per rank, in the layout of communicator.h).
-struct StagedSizes {
-  size_t send = 0;
-  size_t recv = 0;
-};
-
-StagedSizes staged_sizes(const CollectiveCall& call) {
-  const size_t block = call.count * dtype_size(call.dtype);
-  const size_t world = static_cast<size_t>(call.world_size);
-  switch (call.op) {
-    case CollectiveOp::kAllGather:
-      return {block, world * block};
-    case CollectiveOp::kReduceScatter:
-      return {world * block, block};
-    case CollectiveOp::kAllReduce:
-    case CollectiveOp::kBroadcast:
-      return {0, block};  // in place in recv
-    case CollectiveOp::kBarrier:
-      return {0, 0};
-  }
-  return {0, 0};
-}
-
 class StagedRequest final : public CommRequest {
  public:
   StagedRequest(CollectiveCall call, std::shared_ptr<PinnedBufferPool> pool,
@@ -108,38 +85,19 @@ StagedDeviceCommunicator::StagedDeviceCommunicator(MPI_Comm parent)
 StagedDeviceCommunicator::~StagedDeviceCommunicator() = default;
 
 std::unique_ptr<CommRequest> StagedDeviceCommunicator::start_collective(CollectiveCall call) {
-  mpi_.set_timeout_seconds(call.timeout_seconds);
-  mpi_.set_context(call.step, call.phase.c_str());
-  const StagedSizes sizes = staged_sizes(call);
+  const CollectiveBytes sizes = collective_bytes(call);
   PinnedBufferPool::Block send = pool_->acquire(sizes.send);
   PinnedBufferPool::Block recv = pool_->acquire(sizes.recv);
-  CommHandle inner;
-  switch (call.op) {
-    case CollectiveOp::kAllGather: {
-      // In place (send is this rank's block of recv on the device) needs nothing special: the
-      // host copies of send and recv are separate buffers.
-      ZT_CUDA_CHECK(cudaMemcpy(send.data, call.send, sizes.send, cudaMemcpyDeviceToHost));
-      inner = mpi_.all_gather(call.dtype, send.data, recv.data, call.count);
-      break;
-    }
-    case CollectiveOp::kReduceScatter:
-      ZT_CUDA_CHECK(cudaMemcpy(send.data, call.send, sizes.send, cudaMemcpyDeviceToHost));
-      inner = mpi_.reduce_scatter_sum(call.dtype, send.data, recv.data, call.count);
-      break;
-    case CollectiveOp::kAllReduce:
-      ZT_CUDA_CHECK(cudaMemcpy(recv.data, call.recv, sizes.recv, cudaMemcpyDeviceToHost));
-      inner = mpi_.all_reduce_sum(call.dtype, recv.data, call.count);
-      break;
-    case CollectiveOp::kBroadcast:
-      if (call.rank == call.root) {
-        ZT_CUDA_CHECK(cudaMemcpy(recv.data, call.recv, sizes.recv, cudaMemcpyDeviceToHost));
-      }
-      inner = mpi_.broadcast(call.dtype, recv.data, call.count, call.root);
-      break;
-    case CollectiveOp::kBarrier:
-      mpi_.barrier();
-      break;
+  // The device input goes to its host copy: send for all_gather/reduce_scatter (an in-place
+  // all_gather needs nothing special, the host send and recv are separate), recv for all_reduce
+  // and for the root of a broadcast.
+  if (sizes.send > 0) {
+    ZT_CUDA_CHECK(cudaMemcpy(send.data, call.send, sizes.send, cudaMemcpyDeviceToHost));
+  } else if (call.op == CollectiveOp::kAllReduce ||
+             (call.op == CollectiveOp::kBroadcast && call.rank == call.root)) {
+    ZT_CUDA_CHECK(cudaMemcpy(recv.data, call.recv, sizes.recv, cudaMemcpyDeviceToHost));
   }
+  CommHandle inner = forward_collective(mpi_, call, send.data, recv.data);
   return std::make_unique<StagedRequest>(std::move(call), pool_, send, recv, sizes.recv,
                                          std::move(inner));
 }

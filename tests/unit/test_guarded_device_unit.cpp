@@ -1,0 +1,85 @@
+// Guarded device memory (backend/cpu/guarded_device.h) can fail: a host read of a device buffer
+// outside an access scope kills the process, the guarded backend refuses host tensors, and the
+// model refuses host-resident activation checkpoints on memory the host cannot read. The MPI
+// suite GuardedDeviceTest relies on these to prove the engine is GPU-clean.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/guarded_device.h"
+#include "model/config.h"
+#include "model/llama.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+TEST(GuardedDeviceMemory, HostReadOutsideAnAccessScopeCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  GuardedDeviceMemory device;
+  auto* p = static_cast<volatile float*>(device.allocate(64));
+  EXPECT_DEATH({ [[maybe_unused]] const float x = p[3]; }, "");
+  {
+    GuardedDeviceMemory::Access access(device);
+    EXPECT_EQ(p[3], 0.0f);  // zero-filled, readable inside a scope
+  }
+  device.release(const_cast<float*>(p), 64);
+  EXPECT_EQ(device.live_buffers(), 0u);
+}
+
+TEST(GuardedDeviceMemory, CopiesRoundTripAndRangesAreChecked) {
+  GuardedDeviceMemory device;
+  auto* d = static_cast<float*>(device.allocate(8 * sizeof(float)));
+  const std::vector<float> in = {1, 2, 3, 4, 5, 6, 7, 8};
+  device.to_device(d, in.data(), in.size() * sizeof(float));
+  device.copy(d + 4, d, 4 * sizeof(float));
+  std::vector<float> out(8);
+  device.to_host(out.data(), d, out.size() * sizeof(float));
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4}));
+  EXPECT_TRUE(device.contains(d + 2, 6 * sizeof(float)));
+  EXPECT_FALSE(device.contains(in.data(), sizeof(float)));
+  // Past the page the buffer was rounded up to.
+  EXPECT_FALSE(device.contains(d, size_t{1} << 20));
+  EXPECT_THROW(device.to_host(out.data(), in.data(), sizeof(float)), Error);
+  device.release(d, 8 * sizeof(float));
+}
+
+TEST(GuardedBackend, RefusesHostTensorsNamingTheArgument) {
+  GuardedDeviceMemory device;
+  auto cpu = make_cpu_backend();
+  auto backend = make_guarded_backend(*cpu, device);
+  auto* d = static_cast<float*>(device.allocate(16 * sizeof(float)));
+  std::vector<float> host(16, 1.0f);
+  try {
+    backend->add_inplace(d, host.data(), 16);
+    ADD_FAILURE() << "a host tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("add_inplace x"), std::string::npos) << e.what();
+  }
+  // Device tensors compute as the wrapped backend does.
+  device.to_device(d, host.data(), 16 * sizeof(float));
+  backend->scale_inplace(d, 3.0f, 16);
+  EXPECT_DOUBLE_EQ(backend->sum_squares(d, 16), 16 * 9.0);
+  device.release(d, 16 * sizeof(float));
+}
+
+TEST(GuardedBackend, CpuCheckpointingIsRefusedOnHostUnreadableMemory) {
+  GuardedDeviceMemory device;
+  auto cpu = make_cpu_backend();
+  auto backend = make_guarded_backend(*cpu, device);
+  MemoryTracker memory;
+  ActivationCheckpointing ac;
+  ac.every = 1;
+  ac.on_host = true;
+  try {
+    LlamaModel model(preset_config("tiny"), *backend, memory, 1, 8, ac);
+    ADD_FAILURE() << "host-resident checkpoints were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu_checkpointing"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zt
