@@ -22,6 +22,7 @@
 #include "engine_test_support.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
+#include "shared_dir_test.h"
 #include "util/error.h"
 
 namespace zt {
@@ -112,22 +113,9 @@ Outcome train(MpiCommunicator& world, const RunSpec& spec, bool guarded, const f
   return out;
 }
 
-class GuardedDeviceTest : public ::testing::Test {
+class GuardedDeviceTest : public engine_test::SharedDirTest {
  protected:
-  void SetUp() override {
-    int64_t pid = getpid();
-    world_.broadcast_blocking(&pid, 1, 0);
-    dir_ = fs::temp_directory_path() / ("zt_guarded_" + std::to_string(pid));
-    world_.barrier();
-    if (root()) fs::create_directories(dir_ / "nvme");
-    world_.barrier();
-  }
-  void TearDown() override {
-    world_.barrier();
-    if (root()) fs::remove_all(dir_);
-    world_.barrier();
-  }
-  bool root() const { return world_.rank() == 0; }
+  const char* dir_prefix() const override { return "zt_guarded_"; }
 
   void expect_guarded_matches_plain(const RunSpec& spec) {
     const Outcome plain = train(world_, spec, false, dir_ / (spec.label + "_plain"));
@@ -143,9 +131,6 @@ class GuardedDeviceTest : public ::testing::Test {
     EXPECT_EQ(plain.masters, guarded.masters) << spec.label << ": fp32 masters differ";
     EXPECT_EQ(plain.exported, guarded.exported) << spec.label << ": exported bf16 weights differ";
   }
-
-  MpiCommunicator world_{MPI_COMM_WORLD};
-  fs::path dir_;
 };
 
 TEST_F(GuardedDeviceTest, EveryStageMatchesThePlainCpuBackendBitwise) {
@@ -155,11 +140,7 @@ TEST_F(GuardedDeviceTest, EveryStageMatchesThePlainCpuBackendBitwise) {
 }
 
 TEST_F(GuardedDeviceTest, EveryOffloadModeMatchesThePlainCpuBackendBitwise) {
-  OffloadConfig nvme;
-  nvme.optimizer = OffloadDevice::kNvme;
-  nvme.nvme_path = (dir_ / "nvme").string();
-  nvme.buffer_count = 3;
-  nvme.sub_group_size = kTile;
+  const OffloadConfig nvme = nvme_offload(3, kTile);
   for (int stage = 1; stage <= 3; ++stage) {
     int i = 0;
     for (const auto& [name, offload] : engine_test::offload_modes(stage, kTile, nvme))

@@ -24,6 +24,7 @@
 #include "engine_test_support.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
+#include "shared_dir_test.h"
 
 namespace zt {
 namespace {
@@ -89,33 +90,13 @@ class Trainer {
   TrainingProgress progress_;
 };
 
-class CheckpointResumeOffloadTest : public ::testing::Test {
+class CheckpointResumeOffloadTest : public engine_test::SharedDirTest {
  protected:
-  void SetUp() override {
-    // One directory for all ranks (rank 0's pid names it): checkpoints and swap files, whose
-    // names carry the rank and the pid.
-    int64_t pid = getpid();
-    world_.broadcast_blocking(&pid, 1, 0);
-    dir_ = fs::temp_directory_path() / ("zt_ckpt_offload_" + std::to_string(pid));
-    world_.barrier();
-    if (root()) fs::create_directories(dir_ / "nvme");
-    world_.barrier();
-  }
-  void TearDown() override {
-    world_.barrier();
-    if (root()) fs::remove_all(dir_);
-    world_.barrier();
-  }
-  bool root() const { return world_.rank() == 0; }
+  const char* dir_prefix() const override { return "zt_ckpt_offload_"; }
 
   // The offload modes at `stage`, by name.
   std::vector<std::pair<std::string, OffloadConfig>> modes(int stage) const {
-    OffloadConfig nvme;
-    nvme.optimizer = OffloadDevice::kNvme;
-    nvme.nvme_path = (dir_ / "nvme").string();
-    nvme.buffer_count = kSwapBuffers;
-    nvme.sub_group_size = kTile;
-    return engine_test::offload_modes(stage, kTile, nvme);
+    return engine_test::offload_modes(stage, kTile, nvme_offload(kSwapBuffers, kTile));
   }
   // Swap files of any rank left in the shared nvme directory (collective).
   bool swap_files_left() {
@@ -127,9 +108,6 @@ class CheckpointResumeOffloadTest : public ::testing::Test {
     world_.all_reduce_sum_blocking(&left, 1);
     return left > 0;
   }
-
-  MpiCommunicator world_{MPI_COMM_WORLD};
-  fs::path dir_;
 };
 
 bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
