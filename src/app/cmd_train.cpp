@@ -18,10 +18,10 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/deepspeed_config.h"
+#include "app/engine_device.h"
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "backend/backend.h"
-#include "backend/cuda/backend_choice.h"
 #include "comm/mpi_communicator.h"
 #include "engine/data_loader.h"
 #include "engine/zero_engine.h"
@@ -35,30 +35,11 @@
 #include "io/token_dataset.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
-#if ZEROTRAIN_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 
 namespace zt {
 namespace {
 
 const char* const kCommand = "train";
-
-// --backend cpu|cuda|auto (backend/cuda/backend_choice.h). The ZeRO engine keeps its buffers in
-// host memory (TrackedBuffer), so it cannot run on the CUDA backend yet (cuda_backend.h lists
-// what remains): `auto` stays on the CPU, `cuda` stops with an error that says so.
-std::unique_ptr<Backend> make_engine_backend(const std::string& requested) {
-#if ZEROTRAIN_HAVE_CUDA
-  const BackendKind kind = resolve_backend(requested, true, cuda_device_count(), kCommand);
-#else
-  const BackendKind kind = resolve_backend(requested, false, 0, kCommand);
-#endif
-  ZT_CHECK(kind == BackendKind::kCpu || requested == "auto",
-           std::string(kCommand) +
-               ": --backend cuda: the ZeRO engine does not run on the CUDA backend yet (its "
-               "buffers are host memory); use --backend cpu or auto");
-  return make_cpu_backend();
-}
 
 struct TrainOptions {
   std::string model_dir, preset, data, out;
@@ -170,7 +151,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
-      "visible, else cpu; the ZeRO engine runs on the CPU backend only for now)");
+      "visible, else cpu)");
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
@@ -248,7 +229,7 @@ void validate(const TrainOptions& o) {
   at_least_zero(static_cast<double>(o.zero.max_reuse_distance), "max-reuse-distance");
   o.zero.validate();
   parse_precision(o.precision);
-  make_engine_backend(o.backend);  // rejects unknown or unavailable backends early
+  resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
   parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.offload.resolved().validate(o.zero.stage);
@@ -349,10 +330,16 @@ int run_training(TrainOptions o) {
   WindowSampler sampler(data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world,
                         rank, static_cast<uint64_t>(o.seed));
 
-  std::unique_ptr<Backend> backend = make_engine_backend(o.backend);
+  const OffloadConfig offload = o.offload.resolved();
+  EngineDevice device = make_engine_device(
+      o.backend, comm,
+      estimate_memory(config, world, o.zero, precision, o.micro_batch, o.seq_len, ac, offload),
+      kCommand);
+  Backend* backend = device.backend.get();
+  Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   MemoryTracker memory;
-  ZeroEngine engine(config, o.zero, precision, o.optim, *backend, comm, memory, o.micro_batch,
-                    o.seq_len, ac, o.offload.resolved());
+  ZeroEngine engine(config, o.zero, precision, o.optim, *backend, data_comm, memory, o.micro_batch,
+                    o.seq_len, ac, offload, &comm);
   TrainCheckpointing checkpointing(
       o.checkpoint, o.out,
       {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len, static_cast<uint64_t>(o.seed)},
@@ -379,7 +366,7 @@ int run_training(TrainOptions o) {
                world,
                hostnames(comm.comm()),
                backend->name(),
-               comm.backend_name(),
+               data_comm.backend_name(),
                o.precision,
                config.to_hf_json(),
                layout.total_numel(),
@@ -407,7 +394,7 @@ int run_training(TrainOptions o) {
     checkpointing.before_step(step);
     const auto t0 = std::chrono::steady_clock::now();
     memory.reset_peaks();
-    const CommCounters counters_before = comm.counters();
+    const CommCounters counters_before = data_comm.counters();
     sampler.next_step();
     const double data_s = seconds_since(t0);
     const float lr = learning_rate_at(o.optim, step, o.steps);
@@ -437,7 +424,7 @@ int run_training(TrainOptions o) {
     r.comm_wait_s = stats.comm_wait_s;
     r.data_s = data_s;
     r.peak_memory = memory_peaks(memory);
-    r.comm_bytes = comm_bytes_between(counters_before, comm.counters());
+    r.comm_bytes = comm_bytes_between(counters_before, data_comm.counters());
     r.offload_bytes = {stats.offload_d2h_bytes, stats.offload_h2d_bytes, stats.nvme_read_bytes,
                        stats.nvme_write_bytes};
     for (size_t c = 0; c < run_peaks.size(); ++c)

@@ -114,6 +114,8 @@ class Backend {
   // Where every tensor pointer above lives (host memory for the CPU backend). Copies through it
   // are ordered with this backend's ops.
   virtual DeviceMemory& device_memory() { return host_device_memory(); }
+  // Waits for every op issued so far (a device backend's queue; nothing to wait for on the CPU).
+  virtual void synchronize() {}
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
   virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
 };

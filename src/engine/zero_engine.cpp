@@ -477,6 +477,7 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   I.optimizer_step(lr, step, stats);
   stats.offload_d2h_bytes = I.copier->device_to_host_bytes() - I.d2h_at_step_start;
   stats.offload_h2d_bytes = I.copier->host_to_device_bytes() - I.h2d_at_step_start;
+  I.be.synchronize();  // the step's device work is done when it returns (honest step times)
   if (I.gatherer) stats.comm_wait_s += I.gatherer->wait_seconds();
   return stats;
 }

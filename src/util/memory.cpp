@@ -36,7 +36,7 @@ namespace {
 
 class HostDeviceMemory final : public DeviceMemory {
  public:
-  void* allocate(size_t bytes) override { return aligned_zeroed_alloc(bytes); }
+  void* allocate(size_t bytes, MemCategory) override { return aligned_zeroed_alloc(bytes); }
   void release(void* p, size_t) override { aligned_free(p); }
   void to_device(void* device, const void* host, size_t bytes) override {
     if (bytes) std::memcpy(device, host, bytes);

@@ -37,7 +37,9 @@ bool is_device_pool(MemCategory c);  // false for the host and nvme pools
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
-  virtual void* allocate(size_t bytes) = 0;  // zero-filled, 64-byte aligned; throws on failure
+  // Zero-filled, 64-byte aligned; throws on failure. `category` lets a device keep one arena per
+  // category.
+  virtual void* allocate(size_t bytes, MemCategory category) = 0;
   virtual void release(void* p, size_t bytes) = 0;
   virtual void to_device(void* device, const void* host, size_t bytes) = 0;
   virtual void to_host(void* host, const void* device, size_t bytes) = 0;
@@ -107,7 +109,7 @@ template <typename T>
 TrackedBuffer<T>::TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count)
     : tracker_(&tracker), cat_(cat), count_(count) {
   if (is_device_pool(cat)) device_ = &tracker.device_memory();
-  data_ = static_cast<T*>(device_ ? device_->allocate(count * sizeof(T))
+  data_ = static_cast<T*>(device_ ? device_->allocate(count * sizeof(T), cat)
                                   : aligned_zeroed_alloc(count * sizeof(T)));
   tracker_->on_alloc(cat_, count * sizeof(T));
 }

@@ -48,6 +48,40 @@ TEST(DeviceArenaPlan, BumpRegionOverflowNamesTheRegion) {
   EXPECT_EQ(region.used(), 512u);  // the failed request allocated nothing
 }
 
+TEST(DeviceArenaPlan, FreeListReusesAndMergesReleasedBlocks) {
+  FreeListRegion r("params", 4096 + 100);  // capacity rounds down to 16 alignment units
+  EXPECT_EQ(r.capacity(), 4096u);
+  const size_t a = *r.allocate(1000), b = *r.allocate(256), c = *r.allocate(1);
+  EXPECT_EQ(a, 0u);     // 1000 → 1024
+  EXPECT_EQ(b, 1024u);  // exact
+  EXPECT_EQ(c, 1280u);  // 1 → 256
+  EXPECT_EQ(r.used(), 1536u);
+  EXPECT_FALSE(r.allocate(4096 - 1536 + 1).has_value());  // more than is free
+  r.release(b);
+  EXPECT_EQ(*r.allocate(200), b);  // first fit: the hole b left
+  r.release(a);
+  r.release(b);                                // merges with the free range before it
+  EXPECT_EQ(r.largest_free(), 4096u - 1536u);  // the tail is still the largest
+  r.release(c);                                // merges both sides: everything free again
+  EXPECT_EQ(r.used(), 0u);
+  EXPECT_EQ(r.largest_free(), 4096u);
+  EXPECT_EQ(r.peak(), 1536u);
+  EXPECT_EQ(*r.allocate(4096), 0u);
+}
+
+TEST(DeviceArenaPlan, FreeListReleaseOfAnUnknownOffsetNamesTheRegion) {
+  FreeListRegion r("grads", 1024);
+  const size_t a = *r.allocate(256);
+  try {
+    r.release(a + 256);
+    FAIL() << "release of an unknown offset was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'grads'"), std::string::npos) << e.what();
+  }
+  r.release(a);
+  EXPECT_THROW(r.release(a), Error);  // twice
+}
+
 TEST(DeviceArenaPlan, AttentionHeadsPerPass) {
   // T = 37: one matrix is 37·37·4 = 5476 bytes, 5632 aligned.
   EXPECT_EQ(attention_heads_per_pass(3 * 2 * 5632, 37, 2, 8), 3);

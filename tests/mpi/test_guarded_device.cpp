@@ -163,7 +163,8 @@ TEST_F(GuardedDeviceTest, CommunicatorRefusesHostBuffers) {
     EXPECT_NE(std::string(e.what()).find("collective recv buffer"), std::string::npos) << e.what();
   }
   // A device buffer goes through, and the sum is right.
-  auto* d = static_cast<float*>(device.allocate(host.size() * sizeof(float)));
+  auto* d =
+      static_cast<float*>(device.allocate(host.size() * sizeof(float), MemCategory::kCommBuffers));
   device.to_device(d, host.data(), host.size() * sizeof(float));
   comm->all_reduce_sum(d, host.size()).wait();
   device.to_host(host.data(), d, host.size() * sizeof(float));

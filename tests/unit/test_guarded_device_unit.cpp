@@ -19,7 +19,7 @@ namespace {
 TEST(GuardedDeviceMemory, HostReadOutsideAnAccessScopeCrashes) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   GuardedDeviceMemory device;
-  auto* p = static_cast<volatile float*>(device.allocate(64));
+  auto* p = static_cast<volatile float*>(device.allocate(64, MemCategory::kCommBuffers));
   EXPECT_DEATH({ [[maybe_unused]] const float x = p[3]; }, "");
   {
     GuardedDeviceMemory::Access access(device);
@@ -31,7 +31,7 @@ TEST(GuardedDeviceMemory, HostReadOutsideAnAccessScopeCrashes) {
 
 TEST(GuardedDeviceMemory, CopiesRoundTripAndRangesAreChecked) {
   GuardedDeviceMemory device;
-  auto* d = static_cast<float*>(device.allocate(8 * sizeof(float)));
+  auto* d = static_cast<float*>(device.allocate(8 * sizeof(float), MemCategory::kCommBuffers));
   const std::vector<float> in = {1, 2, 3, 4, 5, 6, 7, 8};
   device.to_device(d, in.data(), in.size() * sizeof(float));
   device.copy(d + 4, d, 4 * sizeof(float));
@@ -50,7 +50,7 @@ TEST(GuardedBackend, RefusesHostTensorsNamingTheArgument) {
   GuardedDeviceMemory device;
   auto cpu = make_cpu_backend();
   auto backend = make_guarded_backend(*cpu, device);
-  auto* d = static_cast<float*>(device.allocate(16 * sizeof(float)));
+  auto* d = static_cast<float*>(device.allocate(16 * sizeof(float), MemCategory::kCommBuffers));
   std::vector<float> host(16, 1.0f);
   try {
     backend->add_inplace(d, host.data(), 16);

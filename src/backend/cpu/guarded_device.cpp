@@ -26,7 +26,7 @@ GuardedDeviceMemory::~GuardedDeviceMemory() {
   for (const auto& [start, bytes] : regions_) munmap(reinterpret_cast<void*>(start), bytes);
 }
 
-void* GuardedDeviceMemory::allocate(size_t bytes) {
+void* GuardedDeviceMemory::allocate(size_t bytes, MemCategory) {
   const size_t mapped = page_rounded(bytes);
   // Anonymous mappings are zero-filled; the guard state follows the current scope.
   void* p = mmap(nullptr, mapped, depth_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE,

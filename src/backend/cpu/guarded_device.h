@@ -30,7 +30,7 @@ class GuardedDeviceMemory final : public DeviceMemory {
   GuardedDeviceMemory(const GuardedDeviceMemory&) = delete;
   GuardedDeviceMemory& operator=(const GuardedDeviceMemory&) = delete;
 
-  void* allocate(size_t bytes) override;
+  void* allocate(size_t bytes, MemCategory category) override;
   void release(void* p, size_t bytes) override;
   void to_device(void* device, const void* host, size_t bytes) override;
   void to_host(void* host, const void* device, size_t bytes) override;

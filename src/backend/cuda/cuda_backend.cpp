@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device_arena.h"
+#include "backend/cuda/cuda_device_memory.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "util/error.h"
@@ -56,10 +57,12 @@ struct CudaBackend::State {
   std::unique_ptr<DeviceArena> arena;
   std::unique_ptr<LtGemm> gemm;
   std::unique_ptr<DeviceRopeTable> rope;
-  double* sum_result_host = nullptr;  // pinned
+  std::unique_ptr<CudaDeviceMemory> memory;  // the engine's buffers
+  double* sum_result_host = nullptr;         // pinned
 
   ~State() {
     if (stream) cudaStreamSynchronize(stream);  // queued kernels may still use the scratch
+    memory.reset();
     gemm.reset();
     rope.reset();
     arena.reset();
@@ -85,6 +88,7 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options)
     s.name += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
   // A blocking stream: plain cudaMemcpy (legacy default stream) orders after its work.
   ZT_CUDA_CHECK(cudaStreamCreate(&s.stream));
+  s.memory = std::make_unique<CudaDeviceMemory>(s.stream);
   ZT_CUDA_CHECK(cudaMallocHost(&s.sum_result_host, sizeof(double)));
   const size_t reduction_floor = kSumSquaresBlocks * sizeof(double) + 2 * kArenaAlignment;
   s.arena = std::make_unique<DeviceArena>(std::array<size_t, kNumScratchCategories>{
@@ -274,6 +278,14 @@ void CudaBackend::scale_inplace(float* y, float s, int64_t n) {
 void CudaBackend::zero(float* y, int64_t n) {
   if (n > 0)
     ZT_CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<size_t>(n) * sizeof(float), state_->stream));
+}
+
+DeviceMemory& CudaBackend::device_memory() {
+  return *state_->memory;
+}
+
+CudaDeviceMemory& CudaBackend::cuda_memory() {
+  return *state_->memory;
 }
 
 void CudaBackend::to_bf16(bf16_t* out, const float* in, int64_t n) {

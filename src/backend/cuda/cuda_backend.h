@@ -25,25 +25,17 @@
 // Attention processes as many heads per pass as its scratch holds (device_arena_plan.h).
 //
 // ---------------------------------------------------------------------------------------------
-// What remains for the ZeRO engine to train on the device (the engine is host-only today):
-//  1. Allocation: the engine's TrackedBuffers (flat bf16/fp32 parameter groups, fp32 gradient
-//     accumulators, gradient buckets, gathered stage-3 layers, optimizer master/m/v shards unless
-//     offloaded) and the model's activation arena must come from device memory — a
-//     DeviceArena per category (params, grads, optimizer, activations, comm buckets) sized from
-//     the estimate, counted by the MemoryTracker. Host-side code that reads these buffers
-//     (checkpoint save/load, grad-norm, NaN checks, final model export) needs explicit
-//     cudaMemcpy staging (pinned host buffers), and token batches an upload per micro-batch.
-//  2. Streams and events: compute on CudaBackend's stream; collectives on NcclCommunicator's
-//     comm stream. Before a reduce-scatter/all-reduce of a gradient bucket: record an event on the
-//     compute stream after the bucket's last backward GEMM and make the comm stream wait on it
-//     (NcclCommunicator::set_producer_stream does this per collective). Before the compute
-//     stream reads a gathered layer (stage 3 prefetch) or reuses a bucket: make it wait on the
-//     collective's completion event (NcclCommunicator::make_stream_wait), instead of a host
-//     wait(), so the host keeps issuing. The optimizer step waits for the last reduce-scatter.
-//  3. Offload: optimizer offload copies fp32 grad shards device→pinned host on a third (copy)
-//     stream and bf16 params back; NVMe offload stages through the same pinned buffers.
-//  4. Backend selection is wired (--backend cpu|cuda|auto, app/cmd_train.cpp); with the engine
-//     still host-only, `auto` runs on the CPU and `cuda` stops with an error saying so.
+// The ZeRO engine on this backend (app/engine_device.cpp wires it for --backend cuda):
+//  * Memory: device_memory() is a CudaDeviceMemory (cuda_device_memory.h): the engine's
+//    TrackedBuffers of the device-pool categories come from one arena per category, reserved
+//    from the memory estimate; host code reaches them only through its copies. The CPU suite
+//    GuardedDeviceTest runs the engine on memory the host cannot read to prove that.
+//  * Streams: every op, copy and memset on this backend's stream; collectives on NCCL's comm
+//    stream after an event on this one (NcclCommunicator::set_producer_stream); results are used
+//    after a host wait on the collective's handle. train_step ends with synchronize().
+//  * Not yet: comm-stream/compute-stream overlap without host waits (make_stream_wait), pinned
+//    host buffers and a copy stream for offload (offload copies are synchronous), activation
+//    checkpoints in host memory (refused). None of it has run on a GPU yet.
 // ---------------------------------------------------------------------------------------------
 #pragma once
 #include <cstddef>
@@ -55,6 +47,8 @@
 
 namespace zt {
 namespace cuda {
+
+class CudaDeviceMemory;  // cuda_device_memory.h
 
 // Compute type of the fp32-storage GEMMs.
 enum class GemmCompute {
@@ -118,11 +112,14 @@ class CudaBackend final : public Backend {
   void add_inplace(float* y, const float* x, int64_t n) override;
   void scale_inplace(float* y, float s, int64_t n) override;
   void zero(float* y, int64_t n) override;
+  DeviceMemory& device_memory() override;
+  // The same object, for reserving its per-category arenas before the engine allocates.
+  CudaDeviceMemory& cuda_memory();
   void to_bf16(bf16_t* out, const float* in, int64_t n) override;
   void from_bf16(float* out, const bf16_t* in, int64_t n) override;
 
   // Waits for every op issued so far.
-  void synchronize();
+  void synchronize() override;
   // The cudaStream_t every op runs on (as void*, to keep CUDA headers out of this header).
   void* stream_handle() const;
   int device() const;

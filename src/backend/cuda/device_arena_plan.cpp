@@ -1,6 +1,7 @@
 #include "backend/cuda/device_arena_plan.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "util/error.h"
@@ -34,6 +35,55 @@ void BumpRegion::release_to(size_t mark) {
   ZT_CHECK(mark <= used_, "device arena '" + name_ + "': release to " + std::to_string(mark) +
                               " above the top " + std::to_string(used_));
   used_ = mark;
+}
+
+FreeListRegion::FreeListRegion(std::string name, size_t capacity)
+    : name_(std::move(name)), capacity_(capacity / kArenaAlignment * kArenaAlignment) {
+  if (capacity_ > 0) free_[0] = capacity_;
+}
+
+std::optional<size_t> FreeListRegion::allocate(size_t bytes) {
+  const size_t size = align_up(std::max<size_t>(bytes, 1));
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < size) continue;
+    const size_t offset = it->first, left = it->second - size;
+    free_.erase(it);
+    if (left > 0) free_[offset + size] = left;
+    blocks_[offset] = size;
+    used_ += size;
+    peak_ = std::max(peak_, used_);
+    return offset;
+  }
+  return std::nullopt;
+}
+
+void FreeListRegion::release(size_t offset) {
+  auto block = blocks_.find(offset);
+  ZT_CHECK(block != blocks_.end(), "device region '" + name_ + "': release of offset " +
+                                       std::to_string(offset) + ", which is not a live block");
+  size_t begin = offset, size = block->second;
+  blocks_.erase(block);
+  used_ -= size;
+  auto next = free_.lower_bound(offset);
+  if (next != free_.end() && next->first == begin + size) {  // merge with the range after
+    size += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {  // merge with the range before
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == begin) {
+      begin = prev->first;
+      size += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[begin] = size;
+}
+
+size_t FreeListRegion::largest_free() const {
+  size_t largest = 0;
+  for (const auto& [offset, bytes] : free_) largest = std::max(largest, bytes);
+  return largest;
 }
 
 int64_t attention_heads_per_pass(size_t scratch_bytes, int64_t T, int64_t matrices_per_head,

@@ -1,9 +1,12 @@
 // Host-side bookkeeping of the CUDA backend's scratch memory, free of CUDA so that CPU-only unit
-// tests cover it: bump regions (one per DeviceArena category), and how many attention heads or
-// row chunks a scratch region of a given size holds.
+// tests cover it: bump regions (one per DeviceArena category), free-list regions (one per engine
+// memory category, CudaDeviceMemory), and how many attention heads or row chunks a scratch region
+// of a given size holds.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 namespace zt::cuda {
@@ -34,6 +37,35 @@ class BumpRegion {
  private:
   std::string name_;
   size_t capacity_;
+  size_t used_ = 0;
+  size_t peak_ = 0;
+};
+
+// A first-fit free-list allocator over [0, capacity) for blocks of any lifetime (the engine's
+// buffers: one region per memory category): allocate() takes the lowest free range that fits,
+// release() returns a block and merges it with its free neighbours. Deterministic: the same
+// sequence of calls gives the same offsets.
+class FreeListRegion {
+ public:
+  FreeListRegion(std::string name, size_t capacity);
+
+  // Offset of a new aligned block of `bytes` (≥ 1 alignment unit), or nullopt when no free range
+  // holds it.
+  std::optional<size_t> allocate(size_t bytes);
+  // Returns the block at `offset`; throws zt::Error naming the region for an unknown offset.
+  void release(size_t offset);
+
+  const std::string& name() const { return name_; }
+  size_t capacity() const { return capacity_; }
+  size_t used() const { return used_; }
+  size_t peak() const { return peak_; }
+  size_t largest_free() const;
+
+ private:
+  std::string name_;
+  size_t capacity_;
+  std::map<size_t, size_t> free_;    // offset → bytes, no two adjacent
+  std::map<size_t, size_t> blocks_;  // offset → bytes in use
   size_t used_ = 0;
   size_t peak_ = 0;
 };

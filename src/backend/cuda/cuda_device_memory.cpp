@@ -1,0 +1,107 @@
+#include "backend/cuda/cuda_device_memory.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "util/error.h"
+
+namespace zt::cuda {
+
+namespace {
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+}  // namespace
+
+CudaDeviceMemory::CudaDeviceMemory(void* stream) : stream_(stream) {}
+
+CudaDeviceMemory::~CudaDeviceMemory() {
+  cudaStreamSynchronize(as_stream(stream_));  // queued work may still use the blocks
+  for (const auto& [p, owner] : owner_)
+    if (owner == kFallback) cudaFree(p);
+  for (Arena& a : arenas_) cudaFree(a.base);
+}
+
+void CudaDeviceMemory::reserve(MemCategory category, size_t bytes) {
+  Arena& a = arenas_[static_cast<size_t>(category)];
+  ZT_CHECK(a.base == nullptr, std::string("CUDA device memory: category '") +
+                                  mem_category_name(category) + "' is already reserved");
+  a.region = std::make_unique<FreeListRegion>(mem_category_name(category), bytes);
+  if (a.region->capacity() == 0) return;
+  void* base = nullptr;
+  ZT_CUDA_CHECK(cudaMalloc(&base, a.region->capacity()));
+  a.base = static_cast<char*>(base);
+}
+
+size_t CudaDeviceMemory::reserved(MemCategory category) const {
+  const Arena& a = arenas_[static_cast<size_t>(category)];
+  return a.region ? a.region->capacity() : 0;
+}
+
+void* CudaDeviceMemory::allocate(size_t bytes, MemCategory category) {
+  const int index = static_cast<int>(category);
+  Arena& a = arenas_[static_cast<size_t>(index)];
+  void* p = nullptr;
+  int owner = kFallback;
+  if (a.base != nullptr) {
+    if (const std::optional<size_t> offset = a.region->allocate(bytes)) {
+      p = a.base + *offset;
+      owner = index;
+    }
+  }
+  if (p == nullptr) {
+    if (a.base != nullptr && !warned_) {
+      std::fprintf(stderr,
+                   "zerotrain: warning: device arena '%s' (%zu bytes, %zu in use) has no room for "
+                   "%zu bytes; using cudaMalloc (the memory estimate is low)\n",
+                   mem_category_name(category), a.region->capacity(), a.region->used(), bytes);
+      warned_ = true;
+    }
+    ZT_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+    ++fallbacks_;
+  }
+  owner_[p] = owner;
+  zero(p, bytes);
+  return p;
+}
+
+void CudaDeviceMemory::release(void* p, size_t) {
+  auto it = owner_.find(p);
+  ZT_CHECK(it != owner_.end(), "CUDA device memory: release of an unknown pointer");
+  if (it->second == kFallback) {
+    ZT_CUDA_CHECK(cudaFree(p));  // synchronises the device
+  } else {
+    Arena& a = arenas_[static_cast<size_t>(it->second)];
+    a.region->release(static_cast<size_t>(static_cast<char*>(p) - a.base));
+  }
+  owner_.erase(it);
+}
+
+void CudaDeviceMemory::to_device(void* device, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, as_stream(stream_)));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+}
+
+void CudaDeviceMemory::to_host(void* host, const void* device, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, as_stream(stream_)));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
+}
+
+void CudaDeviceMemory::copy(void* device_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(
+      cudaMemcpyAsync(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream_)));
+}
+
+void CudaDeviceMemory::zero(void* device, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(cudaMemsetAsync(device, 0, bytes, as_stream(stream_)));
+}
+
+}  // namespace zt::cuda

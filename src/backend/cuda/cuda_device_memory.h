@@ -1,0 +1,62 @@
+// CudaDeviceMemory: the engine's device memory (util/memory.h DeviceMemory) on one GPU.
+//
+// Allocation: one cudaMalloc'd arena per MemCategory, reserved up front from the memory estimate
+// (reserve(), app/engine_device.cpp), sub-allocated first-fit with merging on release
+// (FreeListRegion, device_arena_plan.h). A category without an arena, or one whose arena has no
+// free range large enough, falls back to a plain cudaMalloc, counted and reported once on stderr
+// with the category, so a low estimate costs speed, never the run. No managed memory.
+//
+// Ordering: allocations are zero-filled and every copy/memset is issued on the backend's stream,
+// after the kernels queued before it. to_host waits for its copy; to_device waits too, so the host
+// source may be reused at once. A block released while kernels that use it are still queued may be
+// handed out again at once: its next user's work runs later on the same stream. (Other streams —
+// NCCL's — finish with a buffer before the engine releases it: it waits on their handles first.)
+#pragma once
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <unordered_map>
+
+#include "backend/cuda/device_arena_plan.h"
+#include "util/memory.h"
+
+namespace zt::cuda {
+
+class CudaDeviceMemory final : public DeviceMemory {
+ public:
+  // `stream`: the cudaStream_t every copy and memset is issued on.
+  explicit CudaDeviceMemory(void* stream);
+  ~CudaDeviceMemory() override;
+  CudaDeviceMemory(const CudaDeviceMemory&) = delete;
+  CudaDeviceMemory& operator=(const CudaDeviceMemory&) = delete;
+
+  // One cudaMalloc of `bytes` for `category` (once per category, before its first allocation).
+  void reserve(MemCategory category, size_t bytes);
+  size_t reserved(MemCategory category) const;
+
+  void* allocate(size_t bytes, MemCategory category) override;
+  void release(void* p, size_t bytes) override;
+  void to_device(void* device, const void* host, size_t bytes) override;
+  void to_host(void* host, const void* device, size_t bytes) override;
+  void copy(void* device_dst, const void* device_src, size_t bytes) override;
+  void zero(void* device, size_t bytes) override;
+  bool host_accessible() const override { return false; }
+
+  // Allocations that did not fit their category's arena (plain cudaMalloc instead).
+  size_t fallback_allocations() const { return fallbacks_; }
+
+ private:
+  struct Arena {
+    char* base = nullptr;
+    std::unique_ptr<FreeListRegion> region;
+  };
+  static constexpr int kFallback = -1;
+
+  void* stream_;
+  std::array<Arena, kNumMemCategories> arenas_{};
+  std::unordered_map<void*, int> owner_;  // live block → arena index, or kFallback
+  size_t fallbacks_ = 0;
+  bool warned_ = false;
+};
+
+}  // namespace zt::cuda
