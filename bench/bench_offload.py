@@ -3,12 +3,17 @@
 traffic and peak bytes per pool (device total, host, nvme) per rank.
 
 Rows: at --stage (default 2) no offload (the reference), optimizer on cpu, optimizer on nvme;
-then at stage 3 no offload and optimizer + params on cpu. Each row trains --steps steps under
-`mpirun -np --ranks`; times are means over the steps after the first. "vs ref" is the row's
-step time over the no-offload step time at the same stage (DeepSpeed users report 2-5x).
+then at stage 3 no offload and optimizer + params on cpu (--rows picks some). Each row trains
+--steps steps under `mpirun -np --ranks` on --backend; figures are means over the steps after
+the first. "vs ref" is the row's step time over the no-offload step time at the same stage
+(DeepSpeed users report 2-5x); "thru" is the row's tokens/s over that reference's (the goal for
+optimizer offload on a GPU is >= 0.70). MFU is the metrics' (a GPU backend only).
 
   /usr/bin/python3 bench/bench_offload.py --zerotrain build/zerotrain --preset 125m \\
       --nvme-path /tmp
+  # on a GPU host, from a bundle: 1b with and without optimizer offload
+  python3 bench/bench_offload.py --zerotrain B/bin/zerotrain --mpirun B/bin/mpirun \\
+      --backend cuda --preset 1b --seq-len 2048 --micro-batch 4 --rows none,opt-cpu
 """
 import argparse
 import json
@@ -24,10 +29,11 @@ def train(args, data, out, stage, flags):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
-    cmd = ["mpirun", "--oversubscribe", "-np", str(args.ranks), args.zerotrain, "train",
+    cmd = [args.mpirun, "--oversubscribe", "-np", str(args.ranks), args.zerotrain, "train",
            "--preset", args.preset, "--data", data, "--out", out, "--steps", str(args.steps),
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
-           "--zero-stage", str(stage), "--log-every", "0",
+           "--zero-stage", str(stage), "--log-every", "0", "--backend", args.backend,
+           "--activation-checkpointing", args.activation_checkpointing,
            "--sub-group-size", str(args.sub_group_size)] + flags
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
@@ -40,6 +46,8 @@ def train(args, data, out, stage, flags):
             for k in DEVICE_POOLS + ("host", "nvme")}
     return {
         "step_s": mean(lambda s: s["step_time_s"]),
+        "tokens_s": mean(lambda s: s["tokens_per_s"]),
+        "mfu": mean(lambda s: s["mfu"] or 0.0),
         "optimizer_s": mean(lambda s: s["time"]["optimizer_s"]),
         "d2h": mean(lambda s: s["offload_bytes"]["device_to_host"]),
         "h2d": mean(lambda s: s["offload_bytes"]["host_to_device"]),
@@ -62,33 +70,51 @@ def main():
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--sub-group-size", type=int, default=10_000_000)
     p.add_argument("--nvme-path", default=tempfile.gettempdir())
+    p.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"))
+    p.add_argument("--mpirun", default="mpirun", help="the launcher (a bundle's bin/mpirun)")
+    p.add_argument("--activation-checkpointing", default="none")
+    p.add_argument("--rows", default="none,opt-cpu,opt-nvme,s3-none,s3-opt-param-cpu",
+                   help="comma-separated subset of the default rows")
     p.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "inputs",
                                                   "data", "sample.txt"))
     args = p.parse_args()
-    rows = [(args.stage, "none", []),
-            (args.stage, "optimizer cpu", ["--offload-optimizer", "cpu"]),
-            (args.stage, "optimizer nvme", ["--offload-optimizer", "nvme",
-                                            "--nvme-path", args.nvme_path]),
-            (3, "none", []),
-            (3, "optimizer+params cpu", ["--offload-optimizer", "cpu", "--offload-param", "cpu"])]
-    if args.stage == 3:
-        rows = [rows[0], rows[1], rows[2], rows[4]]
+    all_rows = {
+        "none": (args.stage, "none", []),
+        "opt-cpu": (args.stage, "optimizer cpu", ["--offload-optimizer", "cpu"]),
+        "opt-nvme": (args.stage, "optimizer nvme", ["--offload-optimizer", "nvme",
+                                                    "--nvme-path", args.nvme_path]),
+        "s3-none": (3, "none", []),
+        "s3-opt-param-cpu": (3, "optimizer+params cpu", ["--offload-optimizer", "cpu",
+                                                         "--offload-param", "cpu"]),
+    }
+    picked = args.rows.split(",")
+    unknown = [r for r in picked if r not in all_rows]
+    if unknown:
+        p.error(f"--rows: unknown {unknown}; choose from {list(all_rows)}")
+    rows = [all_rows[r] for r in picked]
+    if args.stage == 3:  # the stage-3 reference is the first "none" row
+        rows = [r for r in rows if r is not all_rows["s3-none"]] or rows
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.h5")
         subprocess.run([args.zerotrain, "prepare-data", "--text", args.data, "--out", data],
                        check=True, stdout=subprocess.DEVNULL)
-        print(f"preset {args.preset}, {args.ranks} rank(s) x {args.threads} threads, micro-batch "
-              f"{args.micro_batch}, seq-len {args.seq_len}, sub_group_size {args.sub_group_size}, "
-              f"mean of steps 2..{args.steps}; MiB per rank")
-        print(f"{'st':>2} {'offload':<21} {'step s':>7} {'vs ref':>6} {'optim s':>7} "
-              f"{'D2H':>7} {'H2D':>7} {'NVMe rw':>8} | {'device':>8} {'host':>8} {'nvme':>8}")
+        print(f"preset {args.preset}, backend {args.backend}, {args.ranks} rank(s) x "
+              f"{args.threads} threads, micro-batch {args.micro_batch}, seq-len {args.seq_len}, "
+              f"checkpointing {args.activation_checkpointing}, sub_group_size "
+              f"{args.sub_group_size}, mean of steps 2..{args.steps}; MiB per rank")
+        print(f"{'st':>2} {'offload':<21} {'step s':>7} {'vs ref':>6} {'tok/s':>9} {'thru':>5} "
+              f"{'MFU':>6} {'optim s':>7} {'D2H':>7} {'H2D':>7} {'NVMe rw':>8} | {'device':>8} "
+              f"{'host':>8} {'nvme':>8}")
         reference = {}
         for i, (stage, name, flags) in enumerate(rows):
             r = train(args, data, os.path.join(tmp, f"run{i}"), stage, flags)
             if name == "none":
-                reference[stage] = r["step_s"]
-            print(f"{stage:>2} {name:<21} {r['step_s']:>7.2f} "
-                  f"{r['step_s'] / reference[stage]:>6.2f} {r['optimizer_s']:>7.2f} "
+                reference[stage] = r
+            ref = reference.get(stage)
+            vs = f"{r['step_s'] / ref['step_s']:>6.2f}" if ref else f"{'-':>6}"
+            thru = f"{r['tokens_s'] / ref['tokens_s']:>5.2f}" if ref else f"{'-':>5}"
+            print(f"{stage:>2} {name:<21} {r['step_s']:>7.2f} {vs} {r['tokens_s']:>9.0f} {thru} "
+                  f"{100 * r['mfu']:>5.1f}% {r['optimizer_s']:>7.2f} "
                   f"{r['d2h'] / MIB:>7.1f} {r['h2d'] / MIB:>7.1f} {r['nvme_rw'] / MIB:>8.1f} | "
                   f"{r['device'] / MIB:>8.1f} {r['host'] / MIB:>8.1f} {r['nvme'] / MIB:>8.1f}")
 
