@@ -1,8 +1,7 @@
-// Copies between the device pool and the host pool for offloading. BlockingHostDeviceCopier
-// copies through the backend's DeviceMemory and returns when done (a memcpy on the CPU backend);
-// a CUDA copier implements the same interface with cudaMemcpyAsync on a copy stream plus events,
-// and `synchronize` waits on them. Callers enqueue copies where a GPU would overlap them and
-// synchronize before using the data.
+// Copies between the device pool and the host pool for offloading, counted. DeviceMemoryCopier
+// issues them as the backend DeviceMemory's asynchronous copies (a memcpy on the CPU backend,
+// cudaMemcpyAsync on a copy stream on the CUDA one) and `synchronize` waits for them. Callers
+// enqueue copies where a GPU would overlap them and synchronize before using the data.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,18 +26,18 @@ class HostDeviceCopier {
   uint64_t d2h_bytes_ = 0, h2d_bytes_ = 0;
 };
 
-class BlockingHostDeviceCopier final : public HostDeviceCopier {
+class DeviceMemoryCopier final : public HostDeviceCopier {
  public:
-  explicit BlockingHostDeviceCopier(DeviceMemory& memory) : memory_(memory) {}
+  explicit DeviceMemoryCopier(DeviceMemory& memory) : memory_(memory) {}
   void device_to_host(void* host, const void* device, size_t bytes) override {
-    memory_.to_host(host, device, bytes);
+    memory_.to_host_async(host, device, bytes);
     d2h_bytes_ += bytes;
   }
   void host_to_device(void* device, const void* host, size_t bytes) override {
-    memory_.to_device(device, host, bytes);
+    memory_.to_device_async(device, host, bytes);
     h2d_bytes_ += bytes;
   }
-  void synchronize() override {}
+  void synchronize() override { memory_.wait_copies(); }
 
  private:
   DeviceMemory& memory_;

@@ -53,7 +53,7 @@ struct ZeroEngine::Impl {
         memory(m),
         world(c.world_size()),
         rank(c.rank()),
-        copier(std::make_unique<BlockingHostDeviceCopier>(b.device_memory())) {}
+        copier(std::make_unique<DeviceMemoryCopier>(b.device_memory())) {}
 
   ZeroEngine& self;
   ZeroConfig zero;

@@ -31,6 +31,9 @@ constexpr int kNumMemCategories = static_cast<int>(MemCategory::kCount);
 const char* mem_category_name(MemCategory c);
 bool is_device_pool(MemCategory c);  // false for the host and nvme pools
 
+void* aligned_zeroed_alloc(size_t bytes);  // throws zt::Error on failure
+void aligned_free(void* p);
+
 // Where device-pool buffers live and how host code reaches them. Copies are ordered after every
 // operation issued before them on the owning backend (its stream): to_host returns with the
 // bytes on the host; to_device returns when the host source may be reused.
@@ -47,6 +50,20 @@ class DeviceMemory {
   virtual void zero(void* device, size_t bytes) = 0;
   // True when device memory is ordinary host memory that host code may also read directly.
   virtual bool host_accessible() const = 0;
+
+  // Host-pool buffers, in memory the device copies fastest (pinned on a GPU); zero-filled.
+  virtual void* allocate_host(size_t bytes) { return aligned_zeroed_alloc(bytes); }
+  virtual void release_host(void* p, size_t /*bytes*/) { aligned_free(p); }
+  // Copies on a queue of their own (a GPU's copy stream), ordered after every op issued before
+  // them; both buffers belong to the copy until wait_copies() returns. Host buffers should come
+  // from allocate_host. Default: the synchronous copies above.
+  virtual void to_host_async(void* host, const void* device, size_t bytes) {
+    to_host(host, device, bytes);
+  }
+  virtual void to_device_async(void* device, const void* host, size_t bytes) {
+    to_device(device, host, bytes);
+  }
+  virtual void wait_copies() {}
 };
 // The CPU backend's device memory: aligned host allocations and memcpy.
 DeviceMemory& host_device_memory();
@@ -73,8 +90,8 @@ class MemoryTracker {
   size_t peak_total_ = 0;
 };
 
-// A tracked, 64-byte-aligned buffer of T (move-only), zero-initialised: device memory for a
-// device-pool category (see DeviceMemory), host memory for the host pool.
+// A tracked, 64-byte-aligned buffer of T (move-only), zero-initialised, from the tracker's
+// DeviceMemory: device memory for a device-pool category, its host memory for the host pool.
 template <typename T>
 class TrackedBuffer {
  public:
@@ -96,21 +113,18 @@ class TrackedBuffer {
 
  private:
   MemoryTracker* tracker_ = nullptr;
-  DeviceMemory* device_ = nullptr;  // null: host memory
+  DeviceMemory* memory_ = nullptr;  // allocate (device pool) or allocate_host (host pool)
   MemCategory cat_ = MemCategory::kParams;
   T* data_ = nullptr;
   size_t count_ = 0;
 };
 
-void* aligned_zeroed_alloc(size_t bytes);  // throws zt::Error on failure
-void aligned_free(void* p);
-
 template <typename T>
 TrackedBuffer<T>::TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count)
     : tracker_(&tracker), cat_(cat), count_(count) {
-  if (is_device_pool(cat)) device_ = &tracker.device_memory();
-  data_ = static_cast<T*>(device_ ? device_->allocate(count * sizeof(T), cat)
-                                  : aligned_zeroed_alloc(count * sizeof(T)));
+  memory_ = &tracker.device_memory();
+  data_ = static_cast<T*>(is_device_pool(cat) ? memory_->allocate(count * sizeof(T), cat)
+                                              : memory_->allocate_host(count * sizeof(T)));
   tracker_->on_alloc(cat_, count * sizeof(T));
 }
 
@@ -119,7 +133,7 @@ TrackedBuffer<T>& TrackedBuffer<T>::operator=(TrackedBuffer&& o) noexcept {
   if (this != &o) {
     reset();
     tracker_ = o.tracker_;
-    device_ = o.device_;
+    memory_ = o.memory_;
     cat_ = o.cat_;
     data_ = o.data_;
     count_ = o.count_;
@@ -133,10 +147,10 @@ TrackedBuffer<T>& TrackedBuffer<T>::operator=(TrackedBuffer&& o) noexcept {
 template <typename T>
 void TrackedBuffer<T>::reset() {
   if (data_) {
-    if (device_)
-      device_->release(data_, count_ * sizeof(T));
+    if (is_device_pool(cat_))
+      memory_->release(data_, count_ * sizeof(T));
     else
-      aligned_free(data_);
+      memory_->release_host(data_, count_ * sizeof(T));
     if (tracker_) tracker_->on_free(cat_, count_ * sizeof(T));
   }
   data_ = nullptr;

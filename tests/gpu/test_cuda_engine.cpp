@@ -3,6 +3,8 @@
 //     bf16 tensor cores, the CPU fp32);
 //   * two GPU runs give bitwise-identical losses (deterministic kernels, no float atomics);
 //   * at world size 1 over NCCL, stages 1-3 give bitwise stage 0's losses (as on the CPU);
+//   * optimizer offload to the CPU (pinned buffers, copy stream, CPU AdamW) and optimizer +
+//     param offload give bitwise the losses without offload (the CUDA AdamW is the CPU formula);
 //   * ranks sharing one GPU (the staged MPI communicator; run under mpirun -np 2): every stage
 //     tracks one rank's stage 0 within fp32 reduction-order tolerance.
 #include <gtest/gtest.h>
@@ -31,7 +33,8 @@ constexpr int64_t kSeq = 64, kMicro = 2, kAccum = 2;
 // Losses of `steps` steps of the small preset at `stage`, on `backend` with collectives on
 // `data` (host scalars on `host`), `accum` micro-batches per rank and step.
 std::vector<double> train_losses(Backend& backend, Communicator& data, Communicator& host,
-                                 int stage, int steps, int64_t accum = kAccum) {
+                                 int stage, int steps, int64_t accum = kAccum,
+                                 const OffloadConfig& offload = {}) {
   const ModelConfig cfg = preset_config("small");
   ZeroConfig zero;
   zero.stage = stage;
@@ -43,7 +46,7 @@ std::vector<double> train_losses(Backend& backend, Communicator& data, Communica
   adam.clip = 1.0f;
   MemoryTracker memory;
   ZeroEngine engine(cfg, zero, Precision::kBf16, adam, backend, data, memory, kMicro, kSeq,
-                    ActivationCheckpointing{}, OffloadConfig{}, &host);
+                    ActivationCheckpointing{}, offload, &host);
   engine.init_from_seed(42);
   std::vector<double> losses;
   for (int step = 1; step <= steps; ++step) {
@@ -73,6 +76,25 @@ TEST(CudaEngine, SmallPresetTracksTheCpuLossesAndIsDeterministic) {
   EXPECT_EQ(first, second) << "two GPU runs differ";
   for (size_t i = 0; i < first.size(); ++i)
     std::printf("step %2zu  cpu %.6f  cuda %.6f\n", i + 1, reference[i], first[i]);
+}
+
+TEST(CudaEngine, OffloadMatchesNoOffloadBitwise) {
+  MpiCommunicator self(MPI_COMM_SELF);
+  auto gpu = make_cuda_backend(0);
+  cuda::StagedDeviceCommunicator staged(MPI_COMM_SELF);
+  OffloadConfig cpu;
+  cpu.optimizer = OffloadDevice::kCpu;
+  cpu.sub_group_size = 100'000;  // several tiles per group
+  for (int stage : {1, 2, 3}) {
+    const std::vector<double> plain = train_losses(*gpu, staged, self, stage, 4);
+    EXPECT_EQ(train_losses(*gpu, staged, self, stage, 4, kAccum, cpu), plain)
+        << "optimizer offload, stage " << stage;
+  }
+  OffloadConfig both = cpu;
+  both.param = OffloadDevice::kCpu;
+  EXPECT_EQ(train_losses(*gpu, staged, self, 3, 4, kAccum, both),
+            train_losses(*gpu, staged, self, 3, 4))
+      << "optimizer + param offload, stage 3";
 }
 
 #if ZEROTRAIN_HAVE_NCCL

@@ -33,9 +33,9 @@
 //  * Streams: every op, copy and memset on this backend's stream; collectives on NCCL's comm
 //    stream after an event on this one (NcclCommunicator::set_producer_stream); results are used
 //    after a host wait on the collective's handle. train_step ends with synchronize().
-//  * Not yet: comm-stream/compute-stream overlap without host waits (make_stream_wait), pinned
-//    host buffers and a copy stream for offload (offload copies are synchronous), activation
-//    checkpoints in host memory (refused). None of it has run on a GPU yet.
+//  * Offload: pinned host pool and a copy stream (CudaDeviceMemory's *_async copies).
+//  * Not yet: comm-stream/compute-stream overlap without host waits (make_stream_wait),
+//    activation checkpoints in host memory (refused). None of it has run on a GPU yet.
 // ---------------------------------------------------------------------------------------------
 #pragma once
 #include <cstddef>

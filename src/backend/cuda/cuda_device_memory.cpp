@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -17,10 +18,20 @@ cudaStream_t as_stream(void* s) {
 }
 }  // namespace
 
-CudaDeviceMemory::CudaDeviceMemory(void* stream) : stream_(stream) {}
+CudaDeviceMemory::CudaDeviceMemory(void* stream) : stream_(stream) {
+  cudaStream_t copy = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
+  copy_stream_ = copy;
+  cudaEvent_t event = nullptr;
+  ZT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  compute_done_ = event;
+}
 
 CudaDeviceMemory::~CudaDeviceMemory() {
+  cudaStreamSynchronize(as_stream(copy_stream_));
   cudaStreamSynchronize(as_stream(stream_));  // queued work may still use the blocks
+  cudaEventDestroy(static_cast<cudaEvent_t>(compute_done_));
+  cudaStreamDestroy(as_stream(copy_stream_));
   for (const auto& [p, owner] : owner_)
     if (owner == kFallback) cudaFree(p);
   for (Arena& a : arenas_) cudaFree(a.base);
@@ -102,6 +113,40 @@ void CudaDeviceMemory::copy(void* device_dst, const void* device_src, size_t byt
 void CudaDeviceMemory::zero(void* device, size_t bytes) {
   if (bytes == 0) return;
   ZT_CUDA_CHECK(cudaMemsetAsync(device, 0, bytes, as_stream(stream_)));
+}
+
+void* CudaDeviceMemory::allocate_host(size_t bytes) {
+  void* p = nullptr;
+  ZT_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable));
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+void CudaDeviceMemory::release_host(void* p, size_t) {
+  ZT_CUDA_CHECK(cudaFreeHost(p));
+}
+
+void* CudaDeviceMemory::after_compute() {
+  const auto event = static_cast<cudaEvent_t>(compute_done_);
+  ZT_CUDA_CHECK(cudaEventRecord(event, as_stream(stream_)));
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(as_stream(copy_stream_), event, 0));
+  return copy_stream_;
+}
+
+void CudaDeviceMemory::to_host_async(void* host, const void* device, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(
+      cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, as_stream(after_compute())));
+}
+
+void CudaDeviceMemory::to_device_async(void* device, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(
+      cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, as_stream(after_compute())));
+}
+
+void CudaDeviceMemory::wait_copies() {
+  ZT_CUDA_CHECK(cudaStreamSynchronize(as_stream(copy_stream_)));
 }
 
 }  // namespace zt::cuda

@@ -11,6 +11,11 @@
 // source may be reused at once. A block released while kernels that use it are still queued may be
 // handed out again at once: its next user's work runs later on the same stream. (Other streams —
 // NCCL's — finish with a buffer before the engine releases it: it waits on their handles first.)
+//
+// Offload copies (to_host_async / to_device_async) run on a copy stream of their own, after an
+// event recorded on the backend's stream (so after the kernels that produce or still read the
+// device bytes); wait_copies() synchronises the copy stream. Host-pool buffers are pinned
+// (cudaHostAlloc), so those copies are truly asynchronous DMA.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -41,6 +46,11 @@ class CudaDeviceMemory final : public DeviceMemory {
   void copy(void* device_dst, const void* device_src, size_t bytes) override;
   void zero(void* device, size_t bytes) override;
   bool host_accessible() const override { return false; }
+  void* allocate_host(size_t bytes) override;
+  void release_host(void* p, size_t bytes) override;
+  void to_host_async(void* host, const void* device, size_t bytes) override;
+  void to_device_async(void* device, const void* host, size_t bytes) override;
+  void wait_copies() override;
 
   // Allocations that did not fit their category's arena (plain cudaMalloc instead).
   size_t fallback_allocations() const { return fallbacks_; }
@@ -52,7 +62,11 @@ class CudaDeviceMemory final : public DeviceMemory {
   };
   static constexpr int kFallback = -1;
 
+  void* after_compute();  // the copy stream, made to wait for the work queued on stream_
+
   void* stream_;
+  void* copy_stream_ = nullptr;   // cudaStream_t
+  void* compute_done_ = nullptr;  // cudaEvent_t
   std::array<Arena, kNumMemCategories> arenas_{};
   std::unordered_map<void*, int> owner_;  // live block → arena index, or kFallback
   size_t fallbacks_ = 0;
