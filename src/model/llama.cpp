@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,9 @@ ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
   for (int64_t l = 0; l < L; ++l) checkpointed += ac.is_checkpointed(l) ? 1 : 0;
   ActivationPlan p;
   p.host_residual = ac.on_host ? checkpointed * M * D : 0;
-  p.residual = (L + 1) * M * D - p.host_residual;
+  // The residuals that go to the host pass through (at most) two device transit buffers.
+  const int64_t transit = ac.on_host ? std::min<int64_t>(2, checkpointed) : 0;
+  p.residual = (L + 1 + transit) * M * D - p.host_residual;
   p.layer_saved = (L - checkpointed + (checkpointed > 0 ? 1 : 0)) * per_layer_saved(c, B, T);
   p.head = M * D + M + M * c.vocab_size + M;
   p.grad_scratch = 4 * M * D + 2 * M * KV + 3 * M * F;
@@ -40,9 +43,6 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
   ZT_CHECK(B_ > 0 && T_ > 0, "micro-batch and sequence length must be positive");
   // Activations (and every device-pool buffer of the engine) live in the backend's memory.
   memory.set_device_memory(&backend.device_memory());
-  ZT_CHECK(!ac_.on_host || backend.device_memory().host_accessible(),
-           "activation_checkpointing.cpu_checkpointing is not supported on backend '" +
-               backend.name() + "' yet (checkpointed layer inputs would need device staging)");
   ZT_CHECK(T_ <= config_.max_position_embeddings,
            "seq-len " + std::to_string(T_) + " exceeds max_position_embeddings " +
                std::to_string(config_.max_position_embeddings));
@@ -63,10 +63,25 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
     c += n;
     return p;
   };
+  // cpu_checkpointing: the input of a checkpointed layer lives in a device transit buffer while
+  // the layer runs and is kept in the host pool; consecutive such layers alternate between two
+  // transits, so a layer's output never overwrites its own input.
+  auto on_host = [&](int64_t l) { return l < L && ac_.on_host && ac_.is_checkpointed(l); };
+  int64_t host_layers = 0;
+  for (int64_t l = 0; l < L; ++l) host_layers += on_host(l) ? 1 : 0;
+  std::vector<float*> transit;
+  for (int64_t i = 0; i < std::min<int64_t>(2, host_layers); ++i)
+    transit.push_back(take(cursor, M_ * D));
   resid_.resize(static_cast<size_t>(L + 1));
+  host_resid_.assign(static_cast<size_t>(L + 1), nullptr);
+  int64_t seen = 0;
   for (int64_t l = 0; l <= L; ++l) {
-    const bool to_host = l < L && ac_.on_host && ac_.is_checkpointed(l);
-    resid_[static_cast<size_t>(l)] = to_host ? take(host_cursor, M_ * D) : take(cursor, M_ * D);
+    if (on_host(l)) {
+      host_resid_[static_cast<size_t>(l)] = take(host_cursor, M_ * D);
+      resid_[static_cast<size_t>(l)] = transit[static_cast<size_t>(seen++ % 2)];
+    } else {
+      resid_[static_cast<size_t>(l)] = take(cursor, M_ * D);
+    }
   }
   layer_acts_.resize(static_cast<size_t>(L));
   bool any_checkpointed = false;
@@ -149,7 +164,7 @@ void LlamaModel::forward_group(int g, const float* params, bool training, float 
   } else if (g == layout_.head_group()) {
     head_forward(params, training, grad_scale);
   } else {
-    layer_forward(g - 1, params);
+    layer_forward(g - 1, params, false);
   }
 }
 
@@ -175,15 +190,23 @@ void LlamaModel::embed_backward(float* grads) {
 // ---- decoder layer ----
 // xn1 = rms(x)·g1; q,k,v = xn1·W{q,k,v}ᵀ; rope(q,k); att = causal_softmax(q kᵀ/√hd)·v;
 // x2 = x + att·Woᵀ; xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
-void LlamaModel::layer_forward(int layer, const float* params) {
+void LlamaModel::layer_forward(int layer, const float* params, bool recompute) {
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const float theta = static_cast<float>(config_.rope_theta);
   const LayerParams P = layer_params(layer, params);
   const LayerActs& A = acts_for(layer);
-  const float* x = resid_[static_cast<size_t>(layer)];
+  float* x = resid_[static_cast<size_t>(layer)];
   float* out = resid_[static_cast<size_t>(layer) + 1];
+  // cpu_checkpointing: keep the input on the host; a recompute brings it back.
+  if (float* kept = host_resid_[static_cast<size_t>(layer)]) {
+    const size_t bytes = static_cast<size_t>(M_ * D) * sizeof(float);
+    if (recompute)
+      be_.device_memory().to_device(x, kept, bytes);
+    else
+      be_.device_memory().to_host(kept, x, bytes);
+  }
 
   be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);
   be_.matmul_forward(A.q, A.xn1, P.wq, M_, D, D);
@@ -204,7 +227,7 @@ void LlamaModel::layer_forward(int layer, const float* params) {
 
 // On entry dresid_ = ∂L/∂out; on exit dresid_ = ∂L/∂x. Parameter gradients are accumulated.
 void LlamaModel::layer_backward(int layer, const float* params, float* grads) {
-  if (ac_.is_checkpointed(layer)) layer_forward(layer, params);  // recompute from the input
+  if (ac_.is_checkpointed(layer)) layer_forward(layer, params, true);  // recompute from the input
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const float theta = static_cast<float>(config_.rope_theta);

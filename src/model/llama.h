@@ -27,7 +27,7 @@ struct ActivationCheckpointing {
 
 // Element counts of the activation arena; used by the model and by the estimator.
 struct ActivationPlan {
-  int64_t residual = 0;       // (L+1)·M·D, minus what goes to the host pool
+  int64_t residual = 0;       // (L+1)·M·D, minus what goes to the host pool, plus ≤ 2 transits
   int64_t host_residual = 0;  // inputs of checkpointed layers when on_host
   int64_t layer_saved = 0;    // per-layer saved activations × layers kept (+1 scratch if any ckpt)
   int64_t head = 0;           // final-norm output, rstd, logits/dlogits, per-token losses
@@ -73,7 +73,8 @@ class LlamaModel {
   };
   LayerParams layer_params(int layer, const float* group) const;
   LayerActs carve_layer(float*& cursor) const;
-  void layer_forward(int layer, const float* params);
+  // recompute: the backward's second forward of a checkpointed layer.
+  void layer_forward(int layer, const float* params, bool recompute);
   void layer_backward(int layer, const float* params, float* grads);
   void embed_forward(const float* params);
   void embed_backward(float* grads);
@@ -89,7 +90,8 @@ class LlamaModel {
   TrackedBuffer<float> arena_;
   TrackedBuffer<float> host_arena_;
   TrackedBuffer<int32_t> tokens_;      // inputs then targets, 2·M
-  std::vector<float*> resid_;          // L+1 residual-stream buffers [M, D]
+  std::vector<float*> resid_;          // L+1 residual-stream buffers [M, D] (device)
+  std::vector<float*> host_resid_;     // cpu_checkpointing: host copies of kept inputs, else null
   std::vector<LayerActs> layer_acts_;  // per layer; checkpointed layers share the scratch slot
   LayerActs scratch_acts_{};
   float *final_norm_out_ = nullptr, *final_rstd_ = nullptr, *logits_ = nullptr, *losses_ = nullptr;

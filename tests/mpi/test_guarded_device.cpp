@@ -1,7 +1,8 @@
 // The ZeRO engine on guarded device memory (backend/cpu/guarded_device.h), at the world size the
 // binary is launched with (1, 2, 4). Device-pool buffers are unreadable from host code, the
 // backend refuses host tensors and the data-plane communicator refuses host buffers, as on a GPU
-// with NCCL. Training at every stage (bf16, and fp32 at stage 1), every offload mode, a
+// with NCCL. Training at every stage (bf16, and fp32 at stage 1), activation checkpointing (in
+// device memory and cpu_checkpointing), every offload mode, a
 // checkpoint save and load in the middle, the fp32 master gather and the bf16 export must all run
 // that way and give bitwise the losses, masters and exported weights of the plain CPU backend:
 // what the CUDA backend needs of the engine, checked without a GPU.
@@ -46,6 +47,7 @@ struct RunSpec {
   Precision precision = Precision::kBf16;
   OffloadConfig offload;
   std::string label;
+  ActivationCheckpointing ac{};
 };
 
 // Trains kSteps steps on the tiny preset, saving after step 2 and continuing in a new engine
@@ -78,8 +80,7 @@ Outcome train(MpiCommunicator& world, const RunSpec& spec, bool guarded, const f
   MemoryTracker memory;
   auto make = [&] {
     return std::make_unique<ZeroEngine>(cfg, zero, spec.precision, adam, *backend, *data, memory,
-                                        kMicro, kSeq, ActivationCheckpointing{}, spec.offload,
-                                        &world);
+                                        kMicro, kSeq, spec.ac, spec.offload, &world);
   };
   Outcome out;
   TrainingProgress progress;
@@ -137,6 +138,11 @@ TEST_F(GuardedDeviceTest, EveryStageMatchesThePlainCpuBackendBitwise) {
   for (int stage = 0; stage <= 3; ++stage)
     expect_guarded_matches_plain({stage, Precision::kBf16, {}, "s" + std::to_string(stage)});
   expect_guarded_matches_plain({1, Precision::kFp32, {}, "s1_fp32"});
+  // Activation checkpointing: full, and every other layer with the kept inputs in host memory
+  // (cpu_checkpointing: device transit buffers, copies out and back).
+  expect_guarded_matches_plain({2, Precision::kBf16, {}, "s2_ckpt_full", {1, false}});
+  expect_guarded_matches_plain({3, Precision::kBf16, {}, "s3_ckpt_cpu", {1, true}});
+  expect_guarded_matches_plain({0, Precision::kBf16, {}, "s0_ckpt2_cpu", {2, true}});
 }
 
 TEST_F(GuardedDeviceTest, EveryOffloadModeMatchesThePlainCpuBackendBitwise) {

@@ -25,6 +25,7 @@ struct RunOptions {
   int stage = 0;
   bool overlap = true;
   int ckpt_every = 0;
+  bool ckpt_on_host = false;  // cpu_checkpointing
   int64_t accum = 2;
   Precision precision = Precision::kFp32;
   int64_t bucket = 500'000'000;
@@ -59,6 +60,7 @@ RunResult run(Communicator& comm, const RunOptions& o, int64_t micro_per_rank) {
   adam.clip = 0.5f;  // active: exercises the global norm across shards
   ActivationCheckpointing ac;
   ac.every = o.ckpt_every;
+  ac.on_host = o.ckpt_on_host;
   ZeroEngine engine(cfg, zero, o.precision, adam, *backend, comm, memory, micro_per_rank, kSeq, ac);
   engine.init_from_seed(1234);
   const int N = comm.world_size(), r = comm.rank();
@@ -145,9 +147,16 @@ TEST_F(ZeroEngineTest, CheckpointingIsBitwiseIdentical) {
     const RunResult full = run(world_, o, kMicro);
     o.ckpt_every = 2;
     const RunResult every2 = run(world_, o, kMicro);
+    o.ckpt_on_host = true;  // kept inputs in host memory, through device transit buffers
+    const RunResult every2_host = run(world_, o, kMicro);
+    o.ckpt_every = 1;
+    const RunResult full_host = run(world_, o, kMicro);
     EXPECT_EQ(plain.losses, full.losses) << "stage " << stage;
     EXPECT_EQ(plain.losses, every2.losses) << "stage " << stage;
+    EXPECT_EQ(plain.losses, every2_host.losses) << "stage " << stage << ", on host";
+    EXPECT_EQ(plain.losses, full_host.losses) << "stage " << stage << ", on host";
     EXPECT_EQ(plain.master, full.master) << "stage " << stage;
+    EXPECT_EQ(plain.master, full_host.master) << "stage " << stage << ", on host";
   }
 }
 

@@ -34,8 +34,8 @@
 //    stream after an event on this one (NcclCommunicator::set_producer_stream); results are used
 //    after a host wait on the collective's handle. train_step ends with synchronize().
 //  * Offload: pinned host pool and a copy stream (CudaDeviceMemory's *_async copies).
-//  * Not yet: comm-stream/compute-stream overlap without host waits (make_stream_wait),
-//    activation checkpoints in host memory (refused). None of it has run on a GPU yet.
+//  * Not yet: comm-stream/compute-stream overlap without host waits (make_stream_wait). None of
+//    it has run on a GPU yet.
 // ---------------------------------------------------------------------------------------------
 #pragma once
 #include <cstddef>
