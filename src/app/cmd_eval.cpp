@@ -12,6 +12,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/engine_device.h"
 #include "app/run_setup.h"
 #include "backend/backend.h"
 #include "comm/mpi_communicator.h"
@@ -29,6 +30,7 @@ const char* const kCommand = "eval";
 
 struct EvalOptions {
   std::string model_dir, data, precision = "fp32";
+  std::string backend = "auto";  // --backend cpu | cuda | auto
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
 };
 
@@ -43,6 +45,9 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "T: tokens per window - 1");
   add("precision", po::value(&o.precision)->default_value(o.precision),
       "working precision of the weights: fp32 (exact stored values) or bf16");
+  add("backend", po::value(&o.backend)->default_value(o.backend),
+      "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
+      "visible, else cpu)");
   const CommandSpec spec{kCommand,
                          "Mean next-token cross-entropy of a model on the first K*B windows of "
                          "T+1 tokens of a dataset.",
@@ -56,6 +61,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   check_positive(static_cast<double>(o.micro_batch), "micro-batch", kCommand);
   check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
   parse_precision(o.precision);
+  resolve_engine_backend(o.backend, kCommand);
   return true;
 }
 
@@ -71,12 +77,16 @@ int run_eval(const EvalOptions& o) {
   TokenDataset data(o.data);
   check_eval_windows(data, K * B, T);
 
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  MemoryTracker memory;
+  // Each rank evaluates its batches alone: a stage-0 engine over MPI_COMM_SELF.
   ZeroConfig zero;
   zero.stage = 0;
-  ZeroEngine engine(config, zero, parse_precision(o.precision), AdamWConfig{}, *backend, self,
-                    memory, B, T, ActivationCheckpointing{});
+  const Precision precision = parse_precision(o.precision);
+  EngineDevice device = make_engine_device(
+      o.backend, world, MPI_COMM_SELF,
+      estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}), kCommand);
+  MemoryTracker memory;
+  ZeroEngine engine(config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self),
+                    memory, B, T, ActivationCheckpointing{}, OffloadConfig{}, &self);
   engine.load_from(reader);
 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());

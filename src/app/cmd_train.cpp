@@ -332,7 +332,7 @@ int run_training(TrainOptions o) {
 
   const OffloadConfig offload = o.offload.resolved();
   EngineDevice device = make_engine_device(
-      o.backend, comm,
+      o.backend, comm, comm.comm(),
       estimate_memory(config, world, o.zero, precision, o.micro_batch, o.seq_len, ac, offload),
       kCommand);
   Backend* backend = device.backend.get();

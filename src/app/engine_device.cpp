@@ -39,7 +39,8 @@ void reserve_arenas(cuda::CudaDeviceMemory& memory, const MemoryEstimate& e) {
   }
 }
 
-EngineDevice make_cuda_device(MpiCommunicator& host, const MemoryEstimate& estimate) {
+EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
+                              const MemoryEstimate& estimate) {
   const LocalRank local = local_rank_by_hostname(host.comm());
   const int gpus = cuda_device_count();
   const int device = local.local_rank % gpus;
@@ -50,13 +51,13 @@ EngineDevice make_cuda_device(MpiCommunicator& host, const MemoryEstimate& estim
   out.summary = backend->name() + " (device " + std::to_string(device) + ")";
 #if ZEROTRAIN_HAVE_NCCL
   if (!shares_gpu) {
-    auto nccl = std::make_unique<NcclCommunicator>(host.comm(), device);
+    auto nccl = std::make_unique<NcclCommunicator>(data_group, device);
     nccl->set_producer_stream(backend->stream_handle());  // collectives follow the compute
     out.device_comm = std::move(nccl);
   }
 #endif
   if (!out.device_comm)
-    out.device_comm = std::make_unique<cuda::StagedDeviceCommunicator>(host.comm());
+    out.device_comm = std::make_unique<cuda::StagedDeviceCommunicator>(data_group);
   out.device_comm->set_timeout_seconds(host.timeout_seconds());
   out.summary += std::string(", ") + out.device_comm->backend_name() +
                  (shares_gpu ? " (" + std::to_string(local.local_size) + " ranks share " +
@@ -70,12 +71,14 @@ EngineDevice make_cuda_device(MpiCommunicator& host, const MemoryEstimate& estim
 #endif
 
 EngineDevice make_engine_device(const std::string& requested, MpiCommunicator& host,
-                                const MemoryEstimate& estimate, const std::string& command) {
+                                MPI_Comm data_group, const MemoryEstimate& estimate,
+                                const std::string& command) {
   const BackendKind kind = resolve_engine_backend(requested, command);
 #if ZEROTRAIN_HAVE_CUDA
-  if (kind == BackendKind::kCuda) return make_cuda_device(host, estimate);
+  if (kind == BackendKind::kCuda) return make_cuda_device(host, data_group, estimate);
 #else
   (void)kind;
+  (void)data_group;
   (void)estimate;
 #endif
   EngineDevice out;

@@ -30,8 +30,11 @@ struct EngineDevice {
 // unknown value or an unavailable CUDA backend. Not collective.
 BackendKind resolve_engine_backend(const std::string& requested, const std::string& command);
 
-// Builds it. Collective over `host` (hostname exchange, NCCL setup).
+// Builds it: the GPU is placed among the ranks of `host` (collective over it: hostname
+// exchange); the data-plane communicator spans `data_group` (collective over it: NCCL setup) —
+// host's own group for training, MPI_COMM_SELF for per-rank evaluation.
 EngineDevice make_engine_device(const std::string& requested, MpiCommunicator& host,
-                                const MemoryEstimate& estimate, const std::string& command);
+                                MPI_Comm data_group, const MemoryEstimate& estimate,
+                                const std::string& command);
 
 }  // namespace zt
