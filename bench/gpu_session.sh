@@ -15,7 +15,8 @@
 #     offload  bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #     big      ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
 #              optimizer offload to cpu (DeepSpeed's single-GPU 6B recipe): the same figures plus
-#              host memory
+#              host memory; then, on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), the same
+#              model without offload at stage 0 as the throughput reference
 # Every part logs to OUT/<part>.log and appends its figures to OUT/summary.txt; a failing part
 # does not stop the next one. ZT_BACKEND=cpu ZT_PRESETS=tiny ZT_OFFLOAD_PRESET=tiny
 # ZT_BIG_PRESET=tiny runs the same steps on a CPU host (a dry run of this script).
@@ -118,6 +119,14 @@ run_part_big() {
   train_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
     --preset "$preset" --zero-stage 2 --activation-checkpointing full --offload-optimizer cpu \
     --steps "${ZT_BIG_STEPS:-4}" --micro-batch 1 --seq-len "$seq"
+  # The no-offload reference where it fits (6b: ~102 GiB, an H200 but not an H100).
+  local mib
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+  if [ "${ZT_BIG_REFERENCE:-0}" = 1 ] || [ "${mib:-0}" -ge 120000 ]; then
+    train_run "$preset stage 0 + full checkpointing, no offload ($backend)" "$work/big_ref" \
+      --preset "$preset" --zero-stage 0 --activation-checkpointing full \
+      --steps "${ZT_BIG_STEPS:-4}" --micro-batch 1 --seq-len "$seq"
+  fi
 }
 
 case "${1:-}" in
