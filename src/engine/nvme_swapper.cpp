@@ -52,17 +52,26 @@ class NvmeStateStore final : public OptimizerStateStore {
     file_bytes_ = static_cast<uint64_t>(offset);
     memory_.on_alloc(MemCategory::kNvme, file_bytes_);
     buffer_bytes_ = static_cast<size_t>(max_record);
-    for (int b = 0; b < buffer_count; ++b) {
-      void* p = std::aligned_alloc(kIoAlign, buffer_bytes_);
-      ZT_CHECK(p != nullptr, "out of host memory for nvme swap buffers");
-      std::memset(p, 0, buffer_bytes_);
-      buffers_.emplace_back(static_cast<char*>(p), &std::free);
-      memory_.on_alloc(MemCategory::kHostOffload, buffer_bytes_);
+    try {
+      for (int b = 0; b < buffer_count; ++b) {
+        void* p = std::aligned_alloc(kIoAlign, buffer_bytes_);
+        ZT_CHECK(p != nullptr, "out of host memory for nvme swap buffers");
+        std::memset(p, 0, buffer_bytes_);
+        buffers_.emplace_back(static_cast<char*>(p), &std::free);
+        memory_.on_alloc(MemCategory::kHostOffload, buffer_bytes_);
+      }
+      io_ = make_async_file_io(fd_, path_, buffer_count);
+    } catch (...) {
+      release_file_and_counts();  // no destructor runs: the file must not outlive the failure
+      throw;
     }
-    io_ = make_async_file_io(fd_, path_, buffer_count);
   }
   ~NvmeStateStore() override {
     io_.reset();  // waits for requests in flight
+    release_file_and_counts();
+  }
+  // Closes and removes the swap file; uncounts it and the swap buffers (freed by buffers_).
+  void release_file_and_counts() {
     ::close(fd_);
     ::unlink(path_.c_str());
     memory_.on_free(MemCategory::kHostOffload, buffer_bytes_ * buffers_.size());
