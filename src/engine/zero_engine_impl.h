@@ -1,0 +1,103 @@
+// ZeroEngine's internals, shared by zero_engine.cpp (allocation, the training step) and
+// zero_engine_state.cpp (initialisation, checkpoint access, full-tensor export). Not a public
+// header.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/decay_segments.h"
+#include "engine/grad_reducer.h"
+#include "engine/host_device_copier.h"
+#include "engine/offload_optimizer.h"
+#include "engine/param_gatherer.h"
+#include "engine/zero_engine.h"
+
+namespace zt {
+
+// A source of a group's fp32 values over [begin, begin+count) of its flat (unpadded) range;
+// padding beyond numel is zero.
+using GroupSource = std::function<void(const TensorInfo&, int64_t begin, int64_t count, float*)>;
+
+struct ZeroEngine::Impl {
+  Impl(ZeroEngine& e, const ZeroConfig& z, Precision p, const AdamWConfig& o, Backend& b,
+       Communicator& c, Communicator& h, MemoryTracker& m)
+      : self(e),
+        zero(z),
+        precision(p),
+        optim(o),
+        be(b),
+        dev(b.device_memory()),
+        comm(c),
+        host(h),
+        memory(m),
+        world(c.world_size()),
+        rank(c.rank()),
+        copier(std::make_unique<DeviceMemoryCopier>(b.device_memory())) {}
+
+  ZeroEngine& self;
+  ZeroConfig zero;
+  Precision precision;
+  AdamWConfig optim;
+  Backend& be;
+  DeviceMemory& dev;   // where the buffers below live (host-pool ones excepted)
+  Communicator& comm;  // data plane: device buffers
+  Communicator& host;  // host buffers: scalars
+  MemoryTracker& memory;
+  int world, rank;
+  OffloadConfig offload;
+  std::unique_ptr<HostDeviceCopier> copier;
+  std::unique_ptr<OffloadOptimizer> offloader;            // optimizer offload (cpu | nvme)
+  uint64_t d2h_at_step_start = 0, h2d_at_step_start = 0;  // the copier's counters
+
+  // Working params: stage 0-2 the full padded group, stage 3 the rank's shard.
+  std::vector<TrackedBuffer<bf16_t>> work_bf16;
+  std::vector<TrackedBuffer<float>> work_f32;
+  // Optimizer state over the rank's own range (stage 0: the whole group).
+  std::vector<TrackedBuffer<float>> master, adam_m, adam_v;
+  // Gradients: stage 0/1 full padded accumulators, stage 2/3 fp32 shards.
+  std::vector<TrackedBuffer<float>> grads;
+  TrackedBuffer<float> compute;  // fp32 upcast of the group being computed (bf16 mode)
+  // Host copies of optimizer shards handed out by optimizer_shard() (no optimizer offload).
+  struct HostShard {
+    std::vector<float> master, m, v;
+    bool held = false;
+  };
+  std::vector<HostShard> staged;
+  std::unique_ptr<GradReducer> reducer;
+  std::unique_ptr<ParamGatherer> gatherer;
+
+  const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }
+  int num_groups() const { return static_cast<int>(self.parts_.size()); }
+  bool bf16() const { return precision == Precision::kBf16; }
+  DType work_dtype() const { return bf16() ? DType::kBf16 : DType::kFloat32; }
+  size_t work_elem() const { return bf16() ? sizeof(bf16_t) : sizeof(float); }
+  void* work(int g) {
+    return bf16() ? static_cast<void*>(work_bf16[static_cast<size_t>(g)].data())
+                  : static_cast<void*>(work_f32[static_cast<size_t>(g)].data());
+  }
+  // Own range of the optimizer state, in group coordinates.
+  int64_t own_begin(int g) const { return zero.stage == 0 ? 0 : rank * part(g).shard; }
+  int64_t own_size(int g) const { return zero.stage == 0 ? part(g).numel : part(g).shard; }
+
+  // Step and phase for both communicators' timeout reports.
+  void set_phase(int64_t step, const char* phase) {
+    comm.set_context(step, phase);
+    if (&host != &comm) host.set_context(step, phase);
+  }
+  void allocate();
+  void fill(const GroupSource& source);
+  void put_working(int g, int64_t offset, const float* host_values, int64_t n);
+  void master_to_working(int g);
+  const float* as_compute(const void* w, int g);
+  const float* params_for(int g, size_t use);
+  std::vector<DecaySegment> own_segments(int g) const;
+  const float* resident_master(int g);
+  void release(size_t use);
+  void run_micro_batch(bool last, float grad_scale, StepStats& stats);
+  void optimizer_step(float lr, int64_t step, StepStats& stats);
+  void gather_updated_params();
+};
+
+}  // namespace zt

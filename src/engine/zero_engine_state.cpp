@@ -1,0 +1,211 @@
+// ZeroEngine: where parameters and optimizer state come from and go to — initialisation and
+// loading (values built on the host, uploaded), checkpoint access (one group staged on the
+// host at a time) and the full-tensor export (gathered on the device, downloaded to rank 0).
+#include <algorithm>
+#include <cstring>
+
+#include "engine/zero_engine_impl.h"
+#include "io/model_dir.h"
+#include "model/init.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+void produce_group_range(const ParamLayout& layout, int g, int64_t begin, int64_t count,
+                         const GroupSource& source, float* out) {
+  std::fill(out, out + count, 0.0f);
+  for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
+    const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
+    const int64_t lo = std::max(begin, t.offset), hi = std::min(begin + count, t.offset + t.numel);
+    if (lo < hi) source(t, lo - t.offset, hi - lo, out + (lo - begin));
+  }
+}
+
+}  // namespace
+
+// Fills working params and fp32 masters from `source`; each rank produces only what it holds,
+// on the host, and copies it to where it lives.
+void ZeroEngine::Impl::fill(const GroupSource& source) {
+  const ParamLayout& layout = self.model_.layout();
+  for (int g = 0; g < num_groups(); ++g) {
+    const GroupPartition& p = part(g);
+    std::vector<float> own(static_cast<size_t>(own_size(g)));
+    produce_group_range(layout, g, own_begin(g), own_size(g), source, own.data());
+    if (offloader)
+      offloader->initialize(g, own.data());
+    else
+      dev.to_device(master[static_cast<size_t>(g)].data(), own.data(), own.size() * sizeof(float));
+    if (zero.stage == 3) {  // working shard = master shard
+      put_working(g, 0, own.data(), p.shard);
+      continue;
+    }
+    // Stages 0-2 hold the full working group (stage 0's own range is the group).
+    std::vector<float> full(static_cast<size_t>(p.padded));
+    if (zero.stage == 0)
+      std::copy(own.begin(), own.end(), full.begin());
+    else
+      produce_group_range(layout, g, 0, p.padded, source, full.data());
+    put_working(g, 0, full.data(), p.padded);
+  }
+}
+
+// Working params [offset, offset+n) of group g := host fp32 values (rounded to bf16 in bf16 mode,
+// the same rounding as Backend::to_bf16).
+void ZeroEngine::Impl::put_working(int g, int64_t offset, const float* host_values, int64_t n) {
+  const size_t bytes = static_cast<size_t>(n) * work_elem();
+  auto* dst = static_cast<uint8_t*>(work(g)) + static_cast<size_t>(offset) * work_elem();
+  std::vector<bf16_t> rounded;
+  const void* src = host_values;
+  if (bf16()) {
+    rounded.resize(static_cast<size_t>(n));
+    floats_to_bf16(host_values, rounded.data(), rounded.size());
+    src = rounded.data();
+  }
+  if (offload.param_offloaded())
+    std::memcpy(dst, src, bytes);  // stage-3 shards in the host pool
+  else
+    dev.to_device(dst, src, bytes);
+}
+
+// Working params of the own range := the fp32 masters (bf16-rounded in bf16 mode).
+void ZeroEngine::Impl::master_to_working(int g) {
+  const int64_t off = zero.stage == 3 ? 0 : own_begin(g), n = own_size(g);
+  if (offloader) {  // masters on the host
+    put_working(g, off, offloader->store().resident(g).master, n);
+    return;
+  }
+  const float* m = master[static_cast<size_t>(g)].data();
+  if (offload.param_offloaded()) {  // device masters, host working shards
+    std::vector<float> host_master(static_cast<size_t>(n));
+    dev.to_host(host_master.data(), m, host_master.size() * sizeof(float));
+    put_working(g, off, host_master.data(), n);
+  } else if (bf16()) {
+    be.to_bf16(work_bf16[static_cast<size_t>(g)].data() + off, m, n);
+  } else {
+    dev.copy(work_f32[static_cast<size_t>(g)].data() + off, m,
+             static_cast<size_t>(n) * sizeof(float));
+  }
+}
+
+void ZeroEngine::init_from_seed(uint64_t seed) {
+  const ModelConfig& c = model_.config();
+  impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
+    init_tensor_range(c, t, seed, b, n, out);
+  });
+}
+
+void ZeroEngine::load_from(ModelDirReader& reader) {
+  ZT_CHECK(reader.config() == model_.config(),
+           "model directory '" + reader.dir() + "' does not match the configured model");
+  impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
+    reader.read_tensor_range_f32(t.name, b, n, out);
+  });
+}
+
+OptimizerShard ZeroEngine::optimizer_shard(int g) {
+  Impl& I = *impl_;
+  const size_t i = static_cast<size_t>(g);
+  if (I.offloader) {
+    OptimizerShard held = I.offloader->store().resident(g);
+    held.begin = I.own_begin(g);
+    return held;
+  }
+  Impl::HostShard& s = I.staged[i];
+  const size_t n = static_cast<size_t>(I.own_size(g)), bytes = n * sizeof(float);
+  if (!s.held) {
+    s.master.resize(n);
+    s.m.resize(n);
+    s.v.resize(n);
+    I.dev.to_host(s.master.data(), I.master[i].data(), bytes);
+    I.dev.to_host(s.m.data(), I.adam_m[i].data(), bytes);
+    I.dev.to_host(s.v.data(), I.adam_v[i].data(), bytes);
+    s.held = true;
+  }
+  return {s.master.data(), s.m.data(), s.v.data(), I.own_begin(g), I.own_size(g)};
+}
+
+void ZeroEngine::release_optimizer_shard(int g, bool modified) {
+  Impl& I = *impl_;
+  if (I.offloader) {
+    I.offloader->store().release(g, modified);
+    return;
+  }
+  const size_t i = static_cast<size_t>(g);
+  Impl::HostShard& s = I.staged[i];
+  if (!s.held) return;
+  if (modified) {
+    const size_t bytes = s.master.size() * sizeof(float);
+    I.dev.to_device(I.master[i].data(), s.master.data(), bytes);
+    I.dev.to_device(I.adam_m[i].data(), s.m.data(), bytes);
+    I.dev.to_device(I.adam_v[i].data(), s.v.data(), bytes);
+  }
+  s = Impl::HostShard{};
+}
+
+void ZeroEngine::refresh_working_params() {
+  Impl& I = *impl_;
+  if (I.offloader) I.offloader->store().flush();  // shards a caller modified and kept staged
+  for (int g = 0; g < I.num_groups(); ++g) {
+    I.master_to_working(g);
+    release_optimizer_shard(g, /*modified=*/false);
+  }
+  if (I.zero.stage == 1 || I.zero.stage == 2) I.gather_updated_params();
+  if (I.gatherer) I.gatherer->release_all();
+}
+
+void ZeroEngine::for_each_full_tensor(
+    bool master, const std::function<void(const TensorInfo&, const void*)>& fn) {
+  Impl& I = *impl_;
+  const ParamLayout& layout = model_.layout();
+  const bool root = I.rank == 0;
+  if (I.offloader) I.offloader->store().flush();  // shards a caller modified and kept staged
+  for (int g = 0; g < I.num_groups(); ++g) {
+    const GroupPartition& p = parts_[static_cast<size_t>(g)];
+    const DType dt = master ? DType::kFloat32 : I.work_dtype();
+    const size_t es = dtype_size(dt);
+    // What this rank holds: the masters (host with optimizer offload) or working params (host
+    // with param offload); a shard at stages 1-3 (masters) or 3 (params), else the whole group.
+    const void* mine = master ? static_cast<const void*>(I.resident_master(g)) : I.work(g);
+    const bool on_host = master ? I.offloader != nullptr : I.offload.param_offloaded();
+    const bool sharded = master ? I.zero.stage > 0 : I.zero.stage == 3;
+    std::vector<uint8_t> full(root ? static_cast<size_t>(p.numel) * es : 0);
+    if (!sharded) {
+      if (root) I.dev.to_host(full.data(), mine, full.size());
+    } else {
+      // All-gathered on the device (a host-resident shard is uploaded), then to rank 0's host.
+      TrackedBuffer<uint8_t> uploaded;
+      const size_t shard_bytes = static_cast<size_t>(p.shard) * es;
+      if (on_host) {
+        uploaded = TrackedBuffer<uint8_t>(I.memory, MemCategory::kCommBuffers, shard_bytes);
+        I.dev.to_device(uploaded.data(), mine, shard_bytes);
+        mine = uploaded.data();
+      }
+      TrackedBuffer<uint8_t> gathered(I.memory, MemCategory::kCommBuffers,
+                                      static_cast<size_t>(p.padded) * es);
+      I.comm.all_gather(dt, mine, gathered.data(), static_cast<size_t>(p.shard)).wait();
+      if (root) I.dev.to_host(full.data(), gathered.data(), full.size());
+    }
+    if (master) release_optimizer_shard(g, /*modified=*/false);
+    if (!root) continue;
+    std::vector<bf16_t> as_bf16;
+    for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
+      const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
+      const uint8_t* at = full.data() + static_cast<size_t>(t.offset) * es;
+      if (master || dt == DType::kBf16) {
+        fn(t, at);
+      } else {  // fp32 working params, exported as bf16
+        as_bf16.resize(static_cast<size_t>(t.numel));
+        floats_to_bf16(reinterpret_cast<const float*>(at), as_bf16.data(), as_bf16.size());
+        fn(t, as_bf16.data());
+      }
+    }
+  }
+  if (I.offloader) I.offloader->store().flush();
+  if (!root) {
+    for (const TensorInfo& t : layout.tensors()) fn(t, nullptr);
+  }
+}
+
+}  // namespace zt
