@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device_memory.h"
 #include "backend/cuda/cuda_staged_communicator.h"
+#include "backend/cuda/device_arena_plan.h"
 #endif
 #if ZEROTRAIN_HAVE_NCCL
 #include "comm/nccl_communicator.h"
@@ -25,8 +26,8 @@ BackendKind resolve_engine_backend(const std::string& requested, const std::stri
 #if ZEROTRAIN_HAVE_CUDA
 namespace {
 
-// An arena per device-pool category: the estimate plus 10% and 16 MiB of slack (the estimate is
-// within 10% of measured peaks, DESIGN.md §4); an overflow falls back to cudaMalloc.
+// An arena per device-pool category, sized from its estimated peak (arena_reservation_bytes);
+// an overflow falls back to cudaMalloc.
 void reserve_arenas(cuda::CudaDeviceMemory& memory, const MemoryEstimate& e) {
   const std::pair<MemCategory, int64_t> planned[] = {{MemCategory::kParams, e.params},
                                                      {MemCategory::kGrads, e.grads},
@@ -34,8 +35,8 @@ void reserve_arenas(cuda::CudaDeviceMemory& memory, const MemoryEstimate& e) {
                                                      {MemCategory::kActivations, e.activations},
                                                      {MemCategory::kCommBuffers, e.buffers_peak()}};
   for (const auto& [category, bytes] : planned) {
-    if (bytes <= 0) continue;
-    memory.reserve(category, static_cast<size_t>(bytes + bytes / 10 + (int64_t{16} << 20)));
+    if (const size_t reserve = cuda::arena_reservation_bytes(bytes))
+      memory.reserve(category, reserve);
   }
 }
 

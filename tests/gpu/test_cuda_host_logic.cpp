@@ -82,6 +82,17 @@ TEST(DeviceArenaPlan, FreeListReleaseOfAnUnknownOffsetNamesTheRegion) {
   EXPECT_THROW(r.release(a), Error);  // twice
 }
 
+TEST(DeviceArenaPlan, ArenaReservationAddsSlackOverTheEstimate) {
+  EXPECT_EQ(arena_reservation_bytes(0), 0u);  // no arena
+  const size_t mib = size_t{1} << 20;
+  EXPECT_EQ(arena_reservation_bytes(100 * mib), 110 * mib + 16 * mib);
+  const size_t odd = arena_reservation_bytes(1000);  // 1000 + 100 + 16 MiB, aligned
+  EXPECT_EQ(odd % kArenaAlignment, 0u);
+  EXPECT_GE(odd, 1100 + 16 * mib);
+  EXPECT_LT(odd, 1100 + 16 * mib + kArenaAlignment);
+  EXPECT_THROW(arena_reservation_bytes(-1), Error);
+}
+
 TEST(DeviceArenaPlan, AttentionHeadsPerPass) {
   // T = 37: one matrix is 37·37·4 = 5476 bytes, 5632 aligned.
   EXPECT_EQ(attention_heads_per_pass(3 * 2 * 5632, 37, 2, 8), 3);

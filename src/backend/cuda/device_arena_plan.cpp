@@ -86,6 +86,14 @@ size_t FreeListRegion::largest_free() const {
   return largest;
 }
 
+size_t arena_reservation_bytes(int64_t estimated_peak) {
+  ZT_CHECK(estimated_peak >= 0,
+           "arena reservation: negative estimate " + std::to_string(estimated_peak));
+  if (estimated_peak == 0) return 0;
+  const auto bytes = static_cast<size_t>(estimated_peak);
+  return align_up(bytes + bytes / 10 + (size_t{16} << 20));
+}
+
 int64_t attention_heads_per_pass(size_t scratch_bytes, int64_t T, int64_t matrices_per_head,
                                  int64_t max_heads) {
   ZT_CHECK(T > 0 && matrices_per_head > 0 && max_heads > 0,

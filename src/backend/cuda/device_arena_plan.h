@@ -70,6 +70,11 @@ class FreeListRegion {
   size_t peak_ = 0;
 };
 
+// Bytes to reserve for a category's arena from its estimated peak: the estimate plus 10% and
+// 16 MiB of slack (the estimator is within 10% of measured peaks, not an upper bound), rounded
+// to the arena alignment; 0 for an estimate of 0 (no arena: that category never allocates).
+size_t arena_reservation_bytes(int64_t estimated_peak);
+
 // Attention scores are T×T fp32 matrices, `matrices_per_head` of them per head (1 forward: the
 // probabilities; 2 backward: probabilities and score gradients). The most heads (≤ max_heads)
 // whose matrices fit in scratch_bytes; throws zt::Error naming the bytes one head needs when not
