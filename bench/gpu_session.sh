@@ -71,6 +71,10 @@ PY
 run_part_tests() {
   nvidia-smi || true
   local t=$dir/zt_gpu_tests group
+  if [ ! -x "$t" ]; then
+    echo "zt_gpu_tests: absent (a build without CUDA)" | tee -a "$summary"
+    return
+  fi
   for group in 'CudaKernels.*' '*CudaGemm.*:*CudaAttention.*' 'CudaEngine.*' 'NcclComm.*:StagedComm.*'; do
     echo "== zt_gpu_tests --gtest_filter=$group"
     "$t" --gtest_filter="$group" --gtest_brief=1
