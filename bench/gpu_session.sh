@@ -80,7 +80,7 @@ run_part_tests() {
     "$t" --gtest_filter="$group" --gtest_brief=1
     echo "$group: exit $?" >>"$summary"
   done
-  for group in 'StagedComm.*' 'CudaEngineShared.*'; do
+  for group in 'StagedComm.*' 'CudaEngineShared.*' 'CudaEngineNccl.*'; do
     echo "== mpirun -np 2 zt_gpu_tests --gtest_filter=$group"
     "$B/bin/mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$t" --gtest_filter="$group" \
       --gtest_brief=1

@@ -6,7 +6,8 @@
 //   * optimizer offload to the CPU (pinned buffers, copy stream, CPU AdamW) and optimizer +
 //     param offload give bitwise the losses without offload (the CUDA AdamW is the CPU formula);
 //   * ranks sharing one GPU (the staged MPI communicator; run under mpirun -np 2): every stage
-//     tracks one rank's stage 0 within fp32 reduction-order tolerance.
+//     tracks one rank's stage 0 within fp32 reduction-order tolerance;
+//   * one GPU per rank over NCCL (mpirun -np 2, skipped with fewer GPUs): the same.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,6 +130,26 @@ TEST(CudaEngineShared, EveryStageTracksOneRankStageZero) {
           "stage " + std::to_string(stage) + " on " + std::to_string(world_size) + " ranks");
   }
 }
+
+#if ZEROTRAIN_HAVE_NCCL
+// Under mpirun -np 2 (gpu_engine_nccl_np2): one GPU per rank over NCCL, every stage against one
+// rank's stage 0; skipped where fewer GPUs than ranks are visible (NCCL cannot share a GPU).
+TEST(CudaEngineNccl, EveryStageOnSeveralGpusTracksOneRankStageZero) {
+  MpiCommunicator world(MPI_COMM_WORLD), self(MPI_COMM_SELF);
+  const int world_size = world.world_size();
+  if (cuda_device_count() < world_size)
+    GTEST_SKIP() << world_size << " ranks need as many GPUs; " << cuda_device_count() << " visible";
+  auto gpu = make_cuda_backend(world.rank());
+  cuda::StagedDeviceCommunicator alone(MPI_COMM_SELF);
+  NcclCommunicator nccl(MPI_COMM_WORLD, world.rank());
+  nccl.set_producer_stream(gpu->stream_handle());
+  const std::vector<double> one_rank = train_losses(*gpu, alone, self, 0, 4, kAccum * world_size);
+  for (int stage = 0; stage <= 3; ++stage)
+    expect_close(
+        train_losses(*gpu, nccl, world, stage, 4), one_rank, 1e-3,
+        "NCCL stage " + std::to_string(stage) + " on " + std::to_string(world_size) + " GPUs");
+}
+#endif
 
 }  // namespace
 }  // namespace zt
