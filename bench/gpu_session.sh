@@ -41,8 +41,24 @@ cuda_library_path() {
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && dirs+=("$d")
   done
-  while IFS= read -r d; do dirs+=("$(dirname "$d")"); done < <(
-    find / -xdev \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \) 2>/dev/null | head -n 4)
+  # pip's nvidia-nccl-cu13 / nvidia-cublas wheels (PyTorch's), else a search of the root fs.
+  while IFS= read -r d; do [ -d "$d" ] && dirs+=("$d"); done < <(
+    python3 - 2>/dev/null <<'PY'
+import importlib, os
+for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime"):
+    try:
+        for p in importlib.import_module(name).__path__:
+            print(os.path.join(p, "lib"))
+    except Exception:
+        pass
+PY
+  )
+  local have_nccl=0
+  for d in "${dirs[@]}"; do [ -e "$d/libnccl.so.2" ] && have_nccl=1; done
+  if [ "$have_nccl" = 0 ]; then
+    while IFS= read -r d; do dirs+=("$(dirname "$d")"); done < <(
+      find / -xdev \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \) 2>/dev/null | head -n 4)
+  fi
   local IFS=:
   echo "${dirs[*]}"
 }
