@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 
 #include "engine/zero_engine_impl.h"
 #include "util/error.h"

@@ -26,28 +26,24 @@ void produce_group_range(const ParamLayout& layout, int g, int64_t begin, int64_
 }  // namespace
 
 // Fills working params and fp32 masters from `source`; each rank produces only what it holds,
-// on the host, and copies it to where it lives.
+// on the host (each value read once), and copies it to where it lives.
 void ZeroEngine::Impl::fill(const GroupSource& source) {
   const ParamLayout& layout = self.model_.layout();
   for (int g = 0; g < num_groups(); ++g) {
     const GroupPartition& p = part(g);
-    std::vector<float> own(static_cast<size_t>(own_size(g)));
-    produce_group_range(layout, g, own_begin(g), own_size(g), source, own.data());
+    // Stages 0-2 hold the full working group, whose slice is the own range; stage 3 holds only
+    // the own range (working shard = master shard).
+    const bool full_group = zero.stage != 3;
+    const int64_t begin = full_group ? 0 : own_begin(g), count = full_group ? p.padded : p.shard;
+    std::vector<float> values(static_cast<size_t>(count));
+    produce_group_range(layout, g, begin, count, source, values.data());
+    const float* own = values.data() + (own_begin(g) - begin);
     if (offloader)
-      offloader->initialize(g, own.data());
+      offloader->initialize(g, own);
     else
-      dev.to_device(master[static_cast<size_t>(g)].data(), own.data(), own.size() * sizeof(float));
-    if (zero.stage == 3) {  // working shard = master shard
-      put_working(g, 0, own.data(), p.shard);
-      continue;
-    }
-    // Stages 0-2 hold the full working group (stage 0's own range is the group).
-    std::vector<float> full(static_cast<size_t>(p.padded));
-    if (zero.stage == 0)
-      std::copy(own.begin(), own.end(), full.begin());
-    else
-      produce_group_range(layout, g, 0, p.padded, source, full.data());
-    put_working(g, 0, full.data(), p.padded);
+      dev.to_device(master[static_cast<size_t>(g)].data(), own,
+                    static_cast<size_t>(own_size(g)) * sizeof(float));
+    put_working(g, 0, values.data(), count);
   }
 }
 
