@@ -157,8 +157,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     ZeroConfig z = o.zero;
     z.stage = stage;
     const OffloadConfig applied = offload_at_stage(offload, stage);
-    const MemoryEstimate e =
-        estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len, ac, applied);
+    const MemoryEstimate e = estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len,
+                                             ac, applied, o.grad_accum);
     const double theory = theory_model_states_bytes(psi, o.world, stage, precision);
     nlohmann::json row = estimate_json(e);
     row["stage"] = stage;

@@ -331,10 +331,11 @@ int run_training(TrainOptions o) {
                         rank, static_cast<uint64_t>(o.seed));
 
   const OffloadConfig offload = o.offload.resolved();
-  EngineDevice device = make_engine_device(
-      o.backend, comm, comm.comm(),
-      estimate_memory(config, world, o.zero, precision, o.micro_batch, o.seq_len, ac, offload),
-      kCommand);
+  EngineDevice device =
+      make_engine_device(o.backend, comm, comm.comm(),
+                         estimate_memory(config, world, o.zero, precision, o.micro_batch, o.seq_len,
+                                         ac, offload, o.grad_accum),
+                         kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   MemoryTracker memory;

@@ -306,6 +306,23 @@ CommHandle Communicator::issue(CollectiveCall call, uint64_t full_elements) {
   return handle;
 }
 
+void Communicator::device_wait(CommHandle& handle) {
+  if (handle.done()) return;
+  if (!handle.request_->enqueue_device_wait()) {
+    handle.wait();
+    return;
+  }
+  device_waited_.push_back(std::move(handle));
+  ++device_ordered_waits_;
+}
+
+double Communicator::finish_device_waits() {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (CommHandle& h : device_waited_) h.wait();
+  device_waited_.clear();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void Communicator::set_context(int64_t step, const char* phase) {
   step_ = step;
   phase_ = phase ? phase : "";

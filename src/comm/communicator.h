@@ -34,6 +34,14 @@
 //   number on this communicator, and the engine's step and phase (set_context(), captured when
 //   the collective was issued), and aborts the whole job with a non-zero exit code (MPI_Abort
 //   for MPI). A mismatched or skipped collective therefore never hangs silently.
+// * Device-ordered waits: device_wait(handle) makes the backend work issued AFTER the call run
+//   after the collective, without blocking the host where the communicator can (NCCL with a
+//   consumer stream enqueues cudaStreamWaitEvent; the guarded test communicator models it).
+//   Elsewhere it is wait(). Either way the handle is done for the caller, and its buffers may be
+//   used by later backend work and released (a later user is ordered after that work). The host
+//   must not read them before finish_device_waits(), which host-waits every collective so
+//   ordered, with the timeout report above. An engine calls it before reading device results on
+//   the host and before a device-wide synchronisation, so a lost peer is reported, not a hang.
 // * Threading: one thread issues and waits (MPI_THREAD_FUNNELED). The Communicator must outlive
 //   its handles.
 // * Limits: a count must fit in an int (the MPI-3 interface); larger buffers go in buckets.
@@ -61,6 +69,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace zt {
 
@@ -150,6 +159,9 @@ class CommRequest {
   // One nonblocking progress-and-completion check; true once complete. Throws zt::Error when
   // the library reports a failure.
   virtual bool poll() = 0;
+  // Orders the backend's later work after this collective on the device; false when the
+  // backend cannot (the caller then waits on the host).
+  virtual bool enqueue_device_wait() { return false; }
   // Ends the whole job with a non-zero exit code; does not return.
   virtual void abort_job(int exit_code) = 0;
 
@@ -178,6 +190,8 @@ class CommHandle {
   bool done() const { return request_ == nullptr; }
 
  private:
+  friend class Communicator;  // device_wait takes the request over
+
   [[noreturn]] void report_timeout_and_abort(double waited_seconds);
 
   std::unique_ptr<CommRequest> request_;  // null once complete
@@ -243,6 +257,15 @@ class Communicator {
     broadcast(buf, count, root).wait();
   }
 
+  // ---- device-ordered waits (see the header comment) ----
+  void device_wait(CommHandle& handle);
+  // Host-waits every collective passed to device_wait since the last call; returns the seconds
+  // it blocked.
+  double finish_device_waits();
+  size_t pending_device_waits() const { return device_waited_.size(); }
+  // Handles ordered on the device (not host-waited) by device_wait, since construction.
+  uint64_t device_ordered_waits() const { return device_ordered_waits_; }
+
   // ---- context for timeout reports ----
   void set_context(int64_t step, const char* phase);
   int64_t step() const { return step_; }
@@ -264,6 +287,8 @@ class Communicator {
   CommHandle issue(CollectiveCall call, uint64_t full_elements);
 
   CommCounters counters_;
+  std::vector<CommHandle> device_waited_;  // ordered on the device, not yet seen complete
+  uint64_t device_ordered_waits_ = 0;
   uint64_t next_sequence_ = 0;
   int64_t step_ = -1;
   std::string phase_ = "none";

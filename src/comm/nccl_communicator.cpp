@@ -54,8 +54,20 @@ struct Completion {
 
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(CollectiveCall call, ncclComm_t comm, std::shared_ptr<Completion> completion)
-      : CommRequest(std::move(call)), comm_(comm), completion_(std::move(completion)) {}
+  NcclRequest(CollectiveCall call, ncclComm_t comm, std::shared_ptr<Completion> completion,
+              cudaStream_t consumer)
+      : CommRequest(std::move(call)),
+        comm_(comm),
+        completion_(std::move(completion)),
+        consumer_(consumer) {}
+
+  // The consumer (compute) stream waits for the completion event; impossible before the event
+  // is recorded (a handle of a still-open group) or without a consumer stream.
+  bool enqueue_device_wait() override {
+    if (!consumer_ || !completion_->recorded) return false;
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(consumer_, completion_->event, 0));
+    return true;
+  }
 
   bool poll() override {
     if (completion_->recorded) {
@@ -78,6 +90,7 @@ class NcclRequest final : public CommRequest {
  private:
   ncclComm_t comm_;
   std::shared_ptr<Completion> completion_;
+  cudaStream_t consumer_;
 };
 
 }  // namespace
@@ -127,7 +140,9 @@ NcclCommunicator::NcclCommunicator(MPI_Comm parent, int device) : impl_(std::mak
   ZT_CUDA_CHECK(cudaMemset(impl_->barrier_word, 0, sizeof(int32_t)));
 }
 
-NcclCommunicator::~NcclCommunicator() = default;
+NcclCommunicator::~NcclCommunicator() {
+  finish_device_waits();  // their requests poll the NCCL comm that Impl destroys
+}
 
 void* NcclCommunicator::comm_stream() const {
   return impl_->stream;
@@ -190,7 +205,8 @@ std::unique_ptr<CommRequest> NcclCommunicator::start_collective(CollectiveCall c
     ZT_CUDA_CHECK(cudaEventRecord(completion->event, s.stream));
     completion->recorded = true;
   }
-  return std::make_unique<NcclRequest>(std::move(call), s.comm, std::move(completion));
+  return std::make_unique<NcclRequest>(std::move(call), s.comm, std::move(completion),
+                                       static_cast<cudaStream_t>(producer_stream_));
 }
 
 }  // namespace zt

@@ -12,8 +12,9 @@
 // recorded on the producer, so it reads its buffers only after the compute work queued before
 // the call. After the collective an event is recorded on the comm stream; the handle's poll is
 // cudaEventQuery on it (plus ncclCommGetAsyncError, which turns a failed peer into zt::Error),
-// so CommHandle::wait/test and the timeout report work as for MPI. make_stream_wait(handle
-// event) lets a consumer stream wait on the device without a host wait.
+// so CommHandle::wait/test and the timeout report work as for MPI. device_wait(handle) makes the
+// producer stream (the compute stream, which consumes the results) wait for that event on the
+// device, with no host wait; make_stream_wait lets any other stream wait for the comm stream.
 //
 // Grouping: group_start()/group_end() bracket several collectives (bucketed ops) in one
 // ncclGroupStart/ncclGroupEnd. Their handles complete together, after group_end(); waiting on

@@ -109,9 +109,11 @@ class GatherSimulation {
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
                                Precision precision, int64_t micro_batch, int64_t seq_len,
-                               const ActivationCheckpointing& ac, const OffloadConfig& offload) {
+                               const ActivationCheckpointing& ac, const OffloadConfig& offload,
+                               int64_t grad_accum) {
   ZT_CHECK(world >= 1, "estimate: world size must be >= 1, got " + std::to_string(world));
-  ZT_CHECK(micro_batch > 0 && seq_len > 0, "estimate: micro-batch and seq-len must be positive");
+  ZT_CHECK(micro_batch > 0 && seq_len > 0 && grad_accum > 0,
+           "estimate: micro-batch, seq-len and grad-accum must be positive");
   zero.validate();
   offload.validate(zero.stage);
   const std::vector<GroupSize> groups = partition_groups(model, world);
@@ -185,8 +187,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // into a device tile before it goes to the host (optimizer step, when no gather is staged).
   const int64_t update_tile =
       offload.param_offloaded() && !offload.optimizer_offloaded() ? max_shard * work_bytes : 0;
-  e.buffers =
-      ((bf16 ? max_padded : 0) + slots * per_slot) * 4 + std::max(staged_shards, update_tile);
+  // The per-token losses of every micro-batch stay on the device until the step's end.
+  const int64_t step_losses = grad_accum * micro_batch * seq_len;
+  e.buffers = ((bf16 ? max_padded : 0) + slots * per_slot + step_losses) * 4 +
+              std::max(staged_shards, update_tile);
   // Parameters are initialised and loaded through host memory (never a device-pool scratch).
   return e;
 }

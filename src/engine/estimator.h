@@ -22,7 +22,7 @@ struct MemoryEstimate {
   int64_t grads = 0;            // fp32 accumulators: full padded (stage 0/1) or shards (2/3)
   int64_t optimizer = 0;        // fp32 master + Adam m, v of the own range (0 when offloaded)
   int64_t activations = 0;      // activation arena + token ids
-  int64_t buffers = 0;          // steady state: compute upcast scratch, reduce slots
+  int64_t buffers = 0;          // compute upcast scratch, reduce slots, the step's token losses
   int64_t host = 0;             // host pool: CPU-checkpointed residuals, offloaded state
   int64_t nvme = 0;             // nvme pool: this rank's swap file (optimizer offload to nvme)
 
@@ -42,8 +42,8 @@ struct MemoryEstimate {
 // Throws if the offload configuration is not valid at zero.stage (OffloadConfig::validate).
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
                                Precision precision, int64_t micro_batch, int64_t seq_len,
-                               const ActivationCheckpointing& ac,
-                               const OffloadConfig& offload = {});
+                               const ActivationCheckpointing& ac, const OffloadConfig& offload = {},
+                               int64_t grad_accum = 1);
 
 // DESIGN.md §4 model states per rank with k-byte working params (k = 2 for bf16):
 // stage 0 (k+16)Ψ, 1 (k+4)Ψ + 12Ψ/N, 2 kΨ + 16Ψ/N, 3 (k+16)Ψ/N — i.e. 18Ψ, 6Ψ+12Ψ/N,

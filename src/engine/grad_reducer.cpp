@@ -85,7 +85,7 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
 double GradReducer::drain(Slot& s) {
   if (!s.busy) return 0.0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (CommHandle& h : s.handles) h.wait();
+  for (CommHandle& h : s.handles) comm_.device_wait(h);  // landing and reuse come after it
   const double waited = seconds_since(t0);
   s.handles.clear();
   if (s.mode == Mode::kReduceScatterStore) {

@@ -12,11 +12,20 @@ ParamGatherer::ParamGatherer(Communicator& comm, MemoryTracker& memory,
                              const std::vector<GroupPartition>& parts, DType dtype,
                              const ZeroConfig& zero, std::vector<const void*> shards,
                              HostDeviceCopier* host_shards)
-    : comm_(comm), memory_(memory), parts_(parts), dtype_(dtype), elem_size_(dtype_size(dtype)),
-      zero_(zero), shards_(std::move(shards)), host_shards_(host_shards), gathered_(parts.size()),
+    : comm_(comm),
+      memory_(memory),
+      parts_(parts),
+      dtype_(dtype),
+      elem_size_(dtype_size(dtype)),
+      zero_(zero),
+      shards_(std::move(shards)),
+      host_shards_(host_shards),
+      gathered_(parts.size()),
       inflight_(parts.size(), false) {}
 
-void ParamGatherer::begin_pass(std::vector<int> uses) { uses_ = std::move(uses); }
+void ParamGatherer::begin_pass(std::vector<int> uses) {
+  uses_ = std::move(uses);
+}
 
 void ParamGatherer::start_gather(int g) {
   const GroupPartition& p = parts_[static_cast<size_t>(g)];
@@ -40,7 +49,7 @@ void ParamGatherer::start_gather(int g) {
 void ParamGatherer::wait_gather(int g) {
   if (!inflight_[static_cast<size_t>(g)]) return;
   const auto t0 = std::chrono::steady_clock::now();
-  gathered_[static_cast<size_t>(g)].handle.wait();
+  comm_.device_wait(gathered_[static_cast<size_t>(g)].handle);  // the forward is ordered after it
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   inflight_[static_cast<size_t>(g)] = false;
   inflight_elements_ -= parts_[static_cast<size_t>(g)].padded;

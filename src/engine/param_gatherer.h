@@ -22,9 +22,9 @@ struct GroupPartition;
 
 class ParamGatherer {
  public:
-  ParamGatherer(Communicator& comm, MemoryTracker& memory,
-                const std::vector<GroupPartition>& parts, DType dtype, const ZeroConfig& zero,
-                std::vector<const void*> shards, HostDeviceCopier* host_shards = nullptr);
+  ParamGatherer(Communicator& comm, MemoryTracker& memory, const std::vector<GroupPartition>& parts,
+                DType dtype, const ZeroConfig& zero, std::vector<const void*> shards,
+                HostDeviceCopier* host_shards = nullptr);
 
   // Starts a pass over `uses` (group ids in execution order, e.g. one micro-batch's forward
   // and backward).

@@ -12,7 +12,9 @@ Precision parse_precision(const std::string& s) {
   fail("unknown precision '" + s + "' (expected bf16 or fp32)");
 }
 
-const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+const char* precision_name(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : "fp32";
+}
 
 void ZeroConfig::validate() const {
   ZT_CHECK(stage >= 0 && stage <= 3,

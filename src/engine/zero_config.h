@@ -5,20 +5,20 @@
 
 namespace zt {
 
-enum class Precision { kBf16, kFp32 };  // working params: bf16 (default) or fp32
+enum class Precision { kBf16, kFp32 };            // working params: bf16 (default) or fp32
 Precision parse_precision(const std::string& s);  // "bf16" | "fp32"
 const char* precision_name(Precision p);
 
 struct ZeroConfig {
-  int stage = 0;                                   // 0..3
-  bool overlap_comm = true;                        // async collectives overlap compute
-  int64_t reduce_bucket_size = 500'000'000;        // elements per gradient reduce bucket
-  int64_t allgather_bucket_size = 500'000'000;     // elements per param all-gather (stage 1/2)
-  int64_t prefetch_bucket_size = 50'000'000;       // stage 3: elements in flight ahead of use
-  int64_t param_persistence_threshold = 100'000;   // stage 3: groups below stay gathered
-  int64_t max_live_parameters = 1'000'000'000;     // stage 3: gathered elements at once
-  int64_t max_reuse_distance = 1'000'000'000;      // stage 3: keep if reused within (elements)
-  void validate() const;                           // throws naming the bad key
+  int stage = 0;                                  // 0..3
+  bool overlap_comm = true;                       // async collectives overlap compute
+  int64_t reduce_bucket_size = 500'000'000;       // elements per gradient reduce bucket
+  int64_t allgather_bucket_size = 500'000'000;    // elements per param all-gather (stage 1/2)
+  int64_t prefetch_bucket_size = 50'000'000;      // stage 3: elements in flight ahead of use
+  int64_t param_persistence_threshold = 100'000;  // stage 3: groups below stay gathered
+  int64_t max_live_parameters = 1'000'000'000;    // stage 3: gathered elements at once
+  int64_t max_reuse_distance = 1'000'000'000;     // stage 3: keep if reused within (elements)
+  void validate() const;                          // throws naming the bad key
 };
 
 struct AdamWConfig {

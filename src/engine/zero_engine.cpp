@@ -119,7 +119,8 @@ void ZeroEngine::Impl::release(size_t use) {
   if (zero.stage == 3) gatherer->release_after(use);
 }
 
-void ZeroEngine::Impl::run_micro_batch(bool last, float grad_scale, StepStats& stats) {
+void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float grad_scale,
+                                       StepStats& stats) {
   LlamaModel& model = self.model_;
   const int G = num_groups();
   if (zero.stage == 3) {
@@ -134,7 +135,9 @@ void ZeroEngine::Impl::run_micro_batch(bool last, float grad_scale, StepStats& s
     model.forward_group(g, params_for(g, static_cast<size_t>(g)), true, grad_scale);
     release(static_cast<size_t>(g));
   }
-  stats.loss += model.loss_sum();
+  const int64_t M = model.tokens_per_micro_batch();
+  dev.copy(step_losses.data() + micro_batch * M, model.token_losses(),
+           static_cast<size_t>(M) * sizeof(float));
   stats.forward_s += seconds_since(t0);
   t0 = Clock::now();
   set_phase(comm.step(), "backward");
@@ -170,6 +173,19 @@ void ZeroEngine::Impl::run_micro_batch(bool last, float grad_scale, StepStats& s
   }
   stats.comm_wait_s += reducer->drain_all();
   stats.backward_s += seconds_since(t0);
+}
+
+double ZeroEngine::Impl::read_step_loss(int64_t micro_batches) {
+  const size_t M = static_cast<size_t>(self.model_.tokens_per_micro_batch());
+  std::vector<float> losses(M * static_cast<size_t>(micro_batches));
+  dev.to_host(losses.data(), step_losses.data(), losses.size() * sizeof(float));
+  double total = 0.0;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    double s = 0.0;
+    for (size_t i = 0; i < M; ++i) s += losses[static_cast<size_t>(m) * M + i];
+    total += s;
+  }
+  return total;
 }
 
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
@@ -247,8 +263,9 @@ void ZeroEngine::Impl::gather_updated_params() {
     const GroupPartition& p = part(g);
     auto* base = static_cast<uint8_t*>(work(g));
     if (per_rank >= p.shard) {
-      comm.all_gather(work_dtype(), base + rank * p.shard * es, base, static_cast<size_t>(p.shard))
-          .wait();
+      CommHandle h = comm.all_gather(work_dtype(), base + rank * p.shard * es, base,
+                                     static_cast<size_t>(p.shard));
+      comm.device_wait(h);  // the next forward is ordered after it
       continue;
     }
     if (staging.size() == 0)
@@ -256,9 +273,9 @@ void ZeroEngine::Impl::gather_updated_params() {
                                        static_cast<size_t>(per_rank * world) * es);
     for (int64_t c0 = 0; c0 < p.shard; c0 += per_rank) {
       const int64_t len = std::min(per_rank, p.shard - c0);
-      comm.all_gather(work_dtype(), base + (rank * p.shard + c0) * es, staging.data(),
-                      static_cast<size_t>(len))
-          .wait();
+      CommHandle h = comm.all_gather(work_dtype(), base + (rank * p.shard + c0) * es,
+                                     staging.data(), static_cast<size_t>(len));
+      comm.device_wait(h);  // the copies out of staging come after it
       for (int r = 0; r < world; ++r)
         dev.copy(base + (r * p.shard + c0) * es, staging.data() + r * len * es,
                  static_cast<size_t>(len) * es);
@@ -286,10 +303,18 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   stats.tokens = model_.tokens_per_micro_batch() * accum * I.world;
   const float grad_scale = 1.0f / static_cast<float>(stats.tokens);
   if (I.gatherer) I.gatherer->reset_wait_seconds();
+  const size_t loss_elements = static_cast<size_t>(model_.tokens_per_micro_batch() * accum);
+  if (I.step_losses.size() != loss_elements)
+    I.step_losses = TrackedBuffer<float>(I.memory, MemCategory::kCommBuffers, loss_elements);
   for (int64_t m = 0; m < accum; ++m) {
     model_.set_batch(inputs[static_cast<size_t>(m)], targets[static_cast<size_t>(m)]);
-    I.run_micro_batch(m == accum - 1, grad_scale, stats);
+    I.run_micro_batch(m, m == accum - 1, grad_scale, stats);
   }
+  // Every reduction seen complete on the host (with the timeout report) before the first host
+  // read of device results (the losses; then the gradient norms). On a GPU this is where the
+  // host catches up with the queued backward kernels and the last reductions: backward time.
+  stats.backward_s += I.comm.finish_device_waits();
+  stats.loss = I.read_step_loss(accum);
   I.host.all_reduce_sum_blocking(&stats.loss, 1);
   stats.loss /= static_cast<double>(stats.tokens);
   ZT_CHECK(std::isfinite(stats.loss),
@@ -297,6 +322,7 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   I.optimizer_step(lr, step, stats);
   stats.offload_d2h_bytes = I.copier->device_to_host_bytes() - I.d2h_at_step_start;
   stats.offload_h2d_bytes = I.copier->host_to_device_bytes() - I.h2d_at_step_start;
+  stats.comm_wait_s += I.comm.finish_device_waits();  // the parameter all-gathers
   I.be.synchronize();  // the step's device work is done when it returns (honest step times)
   if (I.gatherer) stats.comm_wait_s += I.gatherer->wait_seconds();
   return stats;
@@ -326,6 +352,7 @@ double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets) 
     I.release(static_cast<size_t>(g));
   }
   if (I.gatherer) I.gatherer->release_all();
+  I.comm.finish_device_waits();
   double loss = model_.loss_sum();
   I.host.all_reduce_sum_blocking(&loss, 1);
   return loss;

@@ -58,7 +58,8 @@ struct ZeroEngine::Impl {
   std::vector<TrackedBuffer<float>> master, adam_m, adam_v;
   // Gradients: stage 0/1 full padded accumulators, stage 2/3 fp32 shards.
   std::vector<TrackedBuffer<float>> grads;
-  TrackedBuffer<float> compute;  // fp32 upcast of the group being computed (bf16 mode)
+  TrackedBuffer<float> step_losses;  // [micro-batches · tokens] per-token losses of this step
+  TrackedBuffer<float> compute;      // fp32 upcast of the group being computed (bf16 mode)
   // Host copies of optimizer shards handed out by optimizer_shard() (no optimizer offload).
   struct HostShard {
     std::vector<float> master, m, v;
@@ -95,7 +96,10 @@ struct ZeroEngine::Impl {
   std::vector<DecaySegment> own_segments(int g) const;
   const float* resident_master(int g);
   void release(size_t use);
-  void run_micro_batch(bool last, float grad_scale, StepStats& stats);
+  void run_micro_batch(int64_t micro_batch, bool last, float grad_scale, StepStats& stats);
+  // Σ of the per-token losses kept by run_micro_batch: read once, after the step's device work
+  // (no host synchronisation between micro-batches). Sums each micro-batch in double, in order.
+  double read_step_loss(int64_t micro_batches);
   void optimizer_step(float lr, int64_t step, StepStats& stats);
   void gather_updated_params();
 };

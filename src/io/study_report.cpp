@@ -78,10 +78,10 @@ nlohmann::json estimate_for(const RunData& r) {
     offload.nvme_path = c.value("nvme_path", std::string());
     offload.buffer_count = c.value("offload_buffer_count", offload.buffer_count);
     offload.sub_group_size = c.value("sub_group_size", offload.sub_group_size);
-    const MemoryEstimate e = estimate_memory(model, r.run.at("world_size").get<int>(), zero,
-                                             parse_precision(c.value("precision", "bf16")),
-                                             c.at("micro_batch").get<int64_t>(),
-                                             c.at("seq_len").get<int64_t>(), ac, offload);
+    const MemoryEstimate e = estimate_memory(
+        model, r.run.at("world_size").get<int>(), zero,
+        parse_precision(c.value("precision", "bf16")), c.at("micro_batch").get<int64_t>(),
+        c.at("seq_len").get<int64_t>(), ac, offload, c.value("grad_accum", int64_t{1}));
     return {{"params", e.params},
             {"grads", e.grads},
             {"optimizer", e.optimizer},

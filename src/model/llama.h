@@ -61,6 +61,8 @@ class LlamaModel {
 
   // Σ of per-token losses of the last head forward (double, sequential order).
   double loss_sum() const;
+  // Those per-token losses [B·T], in device memory (valid until the next head forward).
+  const float* token_losses() const { return losses_; }
   // Logits [B·T, V] of the last head forward with training == false, copied to the host.
   std::vector<float> logits() const;
 

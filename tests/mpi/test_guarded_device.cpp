@@ -40,6 +40,7 @@ struct Outcome {
   engine_test::Masters masters;                         // rank 0
   std::map<std::string, std::vector<bf16_t>> exported;  // rank 0
   size_t device_buffers_left = 0;                       // guarded: live device buffers at the end
+  uint64_t device_ordered_waits = 0;  // guarded: collectives the engine ordered on the device
 };
 
 struct RunSpec {
@@ -49,6 +50,19 @@ struct RunSpec {
   std::string label;
   ActivationCheckpointing ac{};
 };
+
+// Built member by member: brace-initialising RunSpec in place trips GCC 12's
+// -Wmaybe-uninitialized on the OffloadConfig string.
+RunSpec run_spec(int stage, Precision precision, const OffloadConfig& offload, std::string label,
+                 ActivationCheckpointing ac = {}) {
+  RunSpec spec;
+  spec.stage = stage;
+  spec.precision = precision;
+  spec.offload = offload;
+  spec.label = std::move(label);
+  spec.ac = ac;
+  return spec;
+}
 
 // Trains kSteps steps on the tiny preset, saving after step 2 and continuing in a new engine
 // loaded from that checkpoint. guarded: the guarded backend and communicator over the plain ones
@@ -90,6 +104,8 @@ Outcome train(MpiCommunicator& world, const RunSpec& spec, bool guarded, const f
                                            kSeq, cfg.vocab_size);
       out.losses.push_back(
           engine.train_step(batch.input_ptrs, batch.target_ptrs, 1e-3f, step).loss);
+      // A step returns with every device-ordered collective seen complete on the host.
+      EXPECT_EQ(data->pending_device_waits(), 0u) << spec.label << " step " << step;
       progress.step = step;
       progress.tokens_seen += kAccum * kMicro * world.world_size() * kSeq;
     }
@@ -111,6 +127,7 @@ Outcome train(MpiCommunicator& world, const RunSpec& spec, bool guarded, const f
   });
   engine.reset();
   out.device_buffers_left = device.live_buffers();
+  out.device_ordered_waits = data->device_ordered_waits();
   return out;
 }
 
@@ -127,6 +144,13 @@ class GuardedDeviceTest : public engine_test::SharedDirTest {
               0)
         << spec.label << ": losses differ";
     EXPECT_EQ(guarded.device_buffers_left, 0u) << spec.label << ": device buffers leaked";
+    // The engine orders its reductions and gathers on the device (no host wait inside a step);
+    // the plain MPI communicator cannot, and waits on the host. (Stage 0 on one rank issues no
+    // collective.)
+    if (spec.stage > 0 || world_.world_size() > 1) {
+      EXPECT_GT(guarded.device_ordered_waits, 0u) << spec.label;
+    }
+    EXPECT_EQ(plain.device_ordered_waits, 0u) << spec.label;
     if (!root()) return;
     ASSERT_FALSE(plain.masters.empty()) << spec.label;
     EXPECT_EQ(plain.masters, guarded.masters) << spec.label << ": fp32 masters differ";
@@ -136,13 +160,17 @@ class GuardedDeviceTest : public engine_test::SharedDirTest {
 
 TEST_F(GuardedDeviceTest, EveryStageMatchesThePlainCpuBackendBitwise) {
   for (int stage = 0; stage <= 3; ++stage)
-    expect_guarded_matches_plain({stage, Precision::kBf16, {}, "s" + std::to_string(stage)});
-  expect_guarded_matches_plain({1, Precision::kFp32, {}, "s1_fp32"});
+    expect_guarded_matches_plain(
+        run_spec(stage, Precision::kBf16, OffloadConfig{}, "s" + std::to_string(stage)));
+  expect_guarded_matches_plain(run_spec(1, Precision::kFp32, OffloadConfig{}, "s1_fp32"));
   // Activation checkpointing: full, and every other layer with the kept inputs in host memory
   // (cpu_checkpointing: device transit buffers, copies out and back).
-  expect_guarded_matches_plain({2, Precision::kBf16, {}, "s2_ckpt_full", {1, false}});
-  expect_guarded_matches_plain({3, Precision::kBf16, {}, "s3_ckpt_cpu", {1, true}});
-  expect_guarded_matches_plain({0, Precision::kBf16, {}, "s0_ckpt2_cpu", {2, true}});
+  expect_guarded_matches_plain(
+      run_spec(2, Precision::kBf16, OffloadConfig{}, "s2_ckpt_full", {1, false}));
+  expect_guarded_matches_plain(
+      run_spec(3, Precision::kBf16, OffloadConfig{}, "s3_ckpt_cpu", {1, true}));
+  expect_guarded_matches_plain(
+      run_spec(0, Precision::kBf16, OffloadConfig{}, "s0_ckpt2_cpu", {2, true}));
 }
 
 TEST_F(GuardedDeviceTest, EveryOffloadModeMatchesThePlainCpuBackendBitwise) {
@@ -150,12 +178,13 @@ TEST_F(GuardedDeviceTest, EveryOffloadModeMatchesThePlainCpuBackendBitwise) {
   for (int stage = 1; stage <= 3; ++stage) {
     int i = 0;
     for (const auto& [name, offload] : engine_test::offload_modes(stage, kTile, nvme))
-      expect_guarded_matches_plain({stage, Precision::kBf16, offload,
-                                    "s" + std::to_string(stage) + "_o" + std::to_string(i++)});
+      expect_guarded_matches_plain(
+          run_spec(stage, Precision::kBf16, offload,
+                   "s" + std::to_string(stage) + "_o" + std::to_string(i++)));
   }
   OffloadConfig params_only;  // device optimizer, host params
   params_only.param = OffloadDevice::kCpu;
-  expect_guarded_matches_plain({3, Precision::kBf16, params_only, "s3_params_only"});
+  expect_guarded_matches_plain(run_spec(3, Precision::kBf16, params_only, "s3_params_only"));
 }
 
 TEST_F(GuardedDeviceTest, CommunicatorRefusesHostBuffers) {
@@ -176,6 +205,52 @@ TEST_F(GuardedDeviceTest, CommunicatorRefusesHostBuffers) {
   device.to_host(host.data(), d, host.size() * sizeof(float));
   EXPECT_EQ(host[3], static_cast<float>(world_.world_size()));
   device.release(d, host.size() * sizeof(float));
+}
+
+// A collective's buffers are off limits to device work until it is waited for, on the host or
+// with device_wait; device_wait leaves it pending for the host until finish_device_waits().
+TEST_F(GuardedDeviceTest, BuffersOfACollectiveInFlightAreOffLimitsUntilWaited) {
+  GuardedDeviceMemory device;
+  auto cpu = make_cpu_backend();
+  auto backend = make_guarded_backend(*cpu, device);
+  std::unique_ptr<Communicator> comm = make_guarded_communicator(world_, device);
+  const size_t n = 8;
+  auto* d = static_cast<float*>(device.allocate(n * sizeof(float), MemCategory::kCommBuffers));
+  auto* other = static_cast<float*>(device.allocate(n * sizeof(float), MemCategory::kCommBuffers));
+  const std::vector<float> ones(n, 1.0f);
+  device.to_device(d, ones.data(), n * sizeof(float));
+  CommHandle h = comm->all_reduce_sum(d, n);
+  EXPECT_EQ(device.in_flight_buffers(), 1u);
+  try {
+    backend->add_inplace(other, d + 2, 4);
+    ADD_FAILURE() << "a read of an in-flight recv buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("add_inplace x"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("all_reduce #0 recv"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(device.zero(d, sizeof(float)), Error);
+  EXPECT_THROW(comm->all_reduce_sum(d + 4, 4), Error);  // another collective on the same bytes
+  backend->add_inplace(other, other, n);                // untouched buffers stay usable
+  comm->device_wait(h);
+  EXPECT_TRUE(h.done());
+  EXPECT_EQ(device.in_flight_buffers(), 0u);
+  EXPECT_EQ(comm->pending_device_waits(), 1u);
+  backend->scale_inplace(d, 0.5f, static_cast<int64_t>(n));  // ordered after the collective
+  EXPECT_GE(comm->finish_device_waits(), 0.0);
+  EXPECT_EQ(comm->pending_device_waits(), 0u);
+  EXPECT_EQ(comm->device_ordered_waits(), 1u);
+  std::vector<float> out(n);
+  device.to_host(out.data(), d, n * sizeof(float));
+  EXPECT_EQ(out[n - 1], 0.5f * static_cast<float>(world_.world_size()));
+  // The plain MPI communicator has no device to order: device_wait is a host wait.
+  std::vector<float> host(n, 1.0f);
+  CommHandle mpi = world_.all_reduce_sum(host.data(), n);
+  world_.device_wait(mpi);
+  EXPECT_TRUE(mpi.done());
+  EXPECT_EQ(world_.pending_device_waits(), 0u);
+  EXPECT_EQ(host[0], static_cast<float>(world_.world_size()));
+  device.release(d, n * sizeof(float));
+  device.release(other, n * sizeof(float));
 }
 
 }  // namespace

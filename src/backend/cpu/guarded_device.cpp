@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "util/error.h"
 
@@ -37,9 +38,17 @@ void* GuardedDeviceMemory::allocate(size_t bytes, MemCategory) {
   return p;
 }
 
-void GuardedDeviceMemory::release(void* p, size_t) {
+void GuardedDeviceMemory::release(void* p, size_t bytes) {
   auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
   ZT_CHECK(it != regions_.end(), "guarded device memory: release of an unknown pointer");
+  if (const InFlight* busy = in_flight_overlap(p, bytes)) {
+    // Called from destructors: report and stop rather than throw.
+    std::fprintf(stderr,
+                 "guarded device: a buffer of %zu bytes was released while it is the %s of a "
+                 "collective in flight (wait for it on the host or the device first)\n",
+                 bytes, busy->what.c_str());
+    std::abort();
+  }
   munmap(p, it->second);
   regions_.erase(it);
 }
@@ -53,9 +62,34 @@ bool GuardedDeviceMemory::contains(const void* p, size_t bytes) const {
 }
 
 void GuardedDeviceMemory::require_device(const void* p, size_t bytes, const char* what) const {
-  if (p == nullptr || contains(p, bytes)) return;
-  fail(std::string("guarded device: ") + what + " (" + std::to_string(bytes) +
-       " bytes) is not device memory");
+  if (p == nullptr) return;
+  if (!contains(p, bytes))
+    fail(std::string("guarded device: ") + what + " (" + std::to_string(bytes) +
+         " bytes) is not device memory");
+  if (const InFlight* busy = in_flight_overlap(p, bytes))
+    fail(std::string("guarded device: ") + what + " (" + std::to_string(bytes) +
+         " bytes) overlaps the " + busy->what +
+         " of a collective in flight: wait for it on the host or the device first");
+}
+
+const GuardedDeviceMemory::InFlight* GuardedDeviceMemory::in_flight_overlap(const void* p,
+                                                                            size_t bytes) const {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = begin + bytes;
+  for (const auto& [token, f] : in_flight_)
+    if (bytes > 0 && begin < f.end && f.begin < end) return &f;
+  return nullptr;
+}
+
+uint64_t GuardedDeviceMemory::begin_in_flight(const void* p, size_t bytes, std::string what) {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uint64_t token = next_token_++;
+  in_flight_[token] = InFlight{begin, begin + bytes, std::move(what)};
+  return token;
+}
+
+void GuardedDeviceMemory::end_in_flight(uint64_t token) {
+  in_flight_.erase(token);
 }
 
 void GuardedDeviceMemory::protect_all(int prot) {
@@ -284,15 +318,36 @@ class GuardedBackend final : public Backend {
 class GuardedRequest final : public CommRequest {
  public:
   GuardedRequest(CollectiveCall call, GuardedDeviceMemory& memory, CommHandle inner)
-      : CommRequest(std::move(call)), mem_(memory), inner_(std::move(inner)) {}
+      : CommRequest(std::move(call)), mem_(memory), inner_(std::move(inner)) {
+    const CollectiveBytes bytes = collective_bytes(this->call());
+    const std::string op = collective_op_name(this->call().op);
+    const std::string seq = " #" + std::to_string(this->call().sequence);
+    if (bytes.send > 0)
+      tokens_.push_back(mem_.begin_in_flight(this->call().send, bytes.send, op + seq + " send"));
+    if (bytes.recv > 0)
+      tokens_.push_back(mem_.begin_in_flight(this->call().recv, bytes.recv, op + seq + " recv"));
+  }
   ~GuardedRequest() override {
-    if (inner_.done()) return;
-    GuardedDeviceMemory::Access a(mem_);
-    inner_.wait();
+    if (!inner_.done()) {
+      GuardedDeviceMemory::Access a(mem_);
+      inner_.wait();
+    }
+    completed();
   }
   bool poll() override {
     GuardedDeviceMemory::Access a(mem_);
-    return inner_.test();
+    if (!inner_.test()) return false;
+    completed();
+    return true;
+  }
+  // The host thread is this model's device: work issued later runs after the collective.
+  bool enqueue_device_wait() override {
+    {
+      GuardedDeviceMemory::Access a(mem_);
+      inner_.wait();
+    }
+    completed();
+    return true;
   }
   void abort_job(int exit_code) override {
     std::fflush(nullptr);
@@ -300,14 +355,21 @@ class GuardedRequest final : public CommRequest {
   }
 
  private:
+  void completed() {
+    for (uint64_t t : tokens_) mem_.end_in_flight(t);
+    tokens_.clear();
+  }
+
   GuardedDeviceMemory& mem_;
   CommHandle inner_;
+  std::vector<uint64_t> tokens_;
 };
 
 class GuardedCommunicator final : public Communicator {
  public:
   GuardedCommunicator(Communicator& inner, GuardedDeviceMemory& memory)
       : inner_(inner), mem_(memory) {}
+  ~GuardedCommunicator() override { finish_device_waits(); }
   int rank() const override { return inner_.rank(); }
   int world_size() const override { return inner_.world_size(); }
   const char* backend_name() const override { return inner_.backend_name(); }

@@ -8,6 +8,12 @@
 //     cannot read a host pointer);
 //   * the guarded communicator refuses host buffers (NCCL cannot either): host scalars go
 //     through the engine's host communicator.
+//   * a buffer of a collective in flight (issued, neither waited on the host nor ordered with
+//     Communicator::device_wait) may not be touched by a backend op, a copy or another
+//     collective, nor released: on a GPU that is a race between the comm and compute streams.
+//     device_wait is modelled as a stream would see it: the "device" here is the host thread, so
+//     the wait completes the collective before any later op runs, and the handle stays pending
+//     for the host until Communicator::finish_device_waits().
 // The arithmetic is the wrapped backend's and the transport the wrapped communicator's, so a
 // guarded run must give bitwise the same losses and weights as a plain one (tests check it).
 // Single-threaded use (the engine's thread); OpenMP inside backend ops is fine.
@@ -16,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
@@ -40,8 +47,14 @@ class GuardedDeviceMemory final : public DeviceMemory {
 
   // Whether [p, p+bytes) lies inside one live device buffer.
   bool contains(const void* p, size_t bytes) const;
-  // Throws zt::Error naming `what` unless p is null or contains(p, bytes).
+  // Throws zt::Error naming `what` unless p is null, or contains(p, bytes) and no collective in
+  // flight uses any of those bytes.
   void require_device(const void* p, size_t bytes, const char* what) const;
+  // Marks [p, p+bytes) as a buffer of the collective `what` in flight; end_in_flight(token)
+  // when it has completed.
+  uint64_t begin_in_flight(const void* p, size_t bytes, std::string what);
+  void end_in_flight(uint64_t token);
+  size_t in_flight_buffers() const { return in_flight_.size(); }
   size_t live_buffers() const { return regions_.size(); }
 
   // While one is alive, device memory is readable and writable.
@@ -61,7 +74,15 @@ class GuardedDeviceMemory final : public DeviceMemory {
   void close();
   void protect_all(int prot);
 
+  struct InFlight {
+    uintptr_t begin = 0, end = 0;
+    std::string what;
+  };
+  const InFlight* in_flight_overlap(const void* p, size_t bytes) const;
+
   std::map<uintptr_t, size_t> regions_;  // start → mapped bytes
+  std::map<uint64_t, InFlight> in_flight_;
+  uint64_t next_token_ = 1;
   int depth_ = 0;
 };
 
