@@ -39,6 +39,8 @@ class DeviceBuffer {
   size_t size() const { return count_; }
   void upload(const std::vector<T>& host) {
     ZT_CUDA_CHECK(cudaMemcpy(data_, host.data(), count_ * sizeof(T), cudaMemcpyHostToDevice));
+    // Complete before work on non-blocking streams (NCCL's, the backend's) may read it.
+    ZT_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);
@@ -47,7 +49,10 @@ class DeviceBuffer {
     return host;
   }
   // All bytes 0xFF: a NaN in every float, so an output element the kernel forgot stays NaN.
-  void poison() { ZT_CUDA_CHECK(cudaMemset(data_, 0xFF, std::max<size_t>(count_, 1) * sizeof(T))); }
+  void poison() {
+    ZT_CUDA_CHECK(cudaMemset(data_, 0xFF, std::max<size_t>(count_, 1) * sizeof(T)));
+    ZT_CUDA_CHECK(cudaDeviceSynchronize());  // done before other streams write the buffer
+  }
 
  private:
   T* data_ = nullptr;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_staged_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "gpu_test_util.h"
@@ -72,6 +73,31 @@ TEST(NcclComm, GroupedCollectivesCompleteTogether) {
   ha.wait();
   EXPECT_TRUE(bitwise_equal(a.download(), std::vector<float>(100, 1.0f), "grouped a"));
   EXPECT_TRUE(bitwise_equal(b.download(), std::vector<float>(50, 2.0f), "grouped b"));
+}
+
+// device_wait: the compute stream waits for the collective on the device; the host does not.
+// A backend op issued right after it sees the collective's result; the handle stays pending for
+// the host until finish_device_waits().
+TEST(NcclComm, DeviceWaitOrdersTheComputeStreamAfterTheCollective) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world > 1) GTEST_SKIP() << "NCCL needs one GPU per rank";
+  auto gpu = make_cuda_backend(0);
+  NcclCommunicator comm(MPI_COMM_WORLD, 0);
+  comm.set_producer_stream(gpu->stream_handle());
+  const size_t count = size_t{1} << 22;  // 16 MiB: the gather takes a while
+  std::vector<float> ones(count, 1.0f);
+  DeviceBuffer<float> send(ones), gathered(count);
+  CommHandle h = comm.all_gather(send.get(), gathered.get(), count);
+  comm.device_wait(h);
+  EXPECT_TRUE(h.done());
+  EXPECT_EQ(comm.pending_device_waits(), 1u);
+  gpu->scale_inplace(gathered.get(), 3.0f, static_cast<int64_t>(count));  // after the gather
+  EXPECT_GE(comm.finish_device_waits(), 0.0);
+  EXPECT_EQ(comm.pending_device_waits(), 0u);
+  EXPECT_EQ(comm.device_ordered_waits(), 1u);
+  gpu->synchronize();
+  EXPECT_TRUE(bitwise_equal(gathered.download(), std::vector<float>(count, 3.0f), "ordered"));
 }
 
 TEST(StagedComm, CollectivesOnDeviceBuffers) {

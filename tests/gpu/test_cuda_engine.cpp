@@ -107,6 +107,9 @@ TEST(CudaEngine, NcclWorldOfOneEveryStageMatchesStageZeroBitwise) {
   const std::vector<double> stage0 = train_losses(*gpu, nccl, self, 0, 4);
   for (int stage = 1; stage <= 3; ++stage)
     EXPECT_EQ(train_losses(*gpu, nccl, self, stage, 4), stage0) << "stage " << stage;
+  // The engine ordered its collectives on the compute stream instead of waiting on the host.
+  EXPECT_GT(nccl.device_ordered_waits(), 0u);
+  EXPECT_EQ(nccl.pending_device_waits(), 0u);
 }
 #endif
 
