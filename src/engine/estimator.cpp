@@ -156,9 +156,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   }
   e.grads = (stage <= 1 ? sum_padded : sum_shard) * 4;
   if (offload.optimizer_offloaded()) {
-    // OffloadOptimizer: fp32 gradient shards + one working-dtype tile, then the state store.
+    // OffloadOptimizer: fp32 gradient shards + two working-dtype staging tiles, then the store.
     const int64_t tile = std::min(offload.sub_group_size, std::max<int64_t>(1, max_own));
-    e.host += 4 * sum_own + tile * work_bytes;
+    e.host += 4 * sum_own + 2 * tile * work_bytes;
     if (offload.optimizer == OffloadDevice::kCpu) {
       e.host += 12 * sum_own;
     } else {

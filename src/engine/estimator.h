@@ -35,9 +35,9 @@ struct MemoryEstimate {
 };
 
 // Offload (offload_config.h) moves state out of the device pool: optimizer = cpu puts master,
-// m, v (12 B per own element) plus the fp32 gradient shard (4 B) and one working-dtype tile in
-// the host pool; nvme keeps the gradient shard and tile there but swaps master/m/v through
-// buffer_count tile records (host) to a file (nvme); param = cpu (stage 3) puts the working
+// m, v (12 B per own element) plus the fp32 gradient shard (4 B) and two working-dtype staging
+// tiles in the host pool; nvme keeps the gradient shard and tiles there but swaps master/m/v
+// through buffer_count tile records (host) to a file (nvme); param = cpu (stage 3) puts the working
 // shards in the host pool and adds their device staging copies while gathers are in flight.
 // Throws if the offload configuration is not valid at zero.stage (OffloadConfig::validate).
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,

@@ -18,6 +18,9 @@ class HostDeviceCopier {
   virtual void host_to_device(void* device, const void* host, size_t bytes) = 0;
   // Waits for every enqueued copy.
   virtual void synchronize() = 0;
+  // A mark after the copies enqueued so far, and a wait for those only.
+  virtual uint64_t mark() = 0;
+  virtual void synchronize_until(uint64_t mark) = 0;
 
   uint64_t device_to_host_bytes() const { return d2h_bytes_; }
   uint64_t host_to_device_bytes() const { return h2d_bytes_; }
@@ -38,6 +41,8 @@ class DeviceMemoryCopier final : public HostDeviceCopier {
     h2d_bytes_ += bytes;
   }
   void synchronize() override { memory_.wait_copies(); }
+  uint64_t mark() override { return memory_.mark_copies(); }
+  void synchronize_until(uint64_t mark) override { memory_.wait_copies_until(mark); }
 
  private:
   DeviceMemory& memory_;

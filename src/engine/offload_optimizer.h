@@ -8,6 +8,7 @@
 // setting changes (as the engine's own step does), so results are bitwise those of the
 // non-offloaded engine.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -32,7 +33,7 @@ struct OffloadTraffic {
 class OffloadOptimizer {
  public:
   // own_sizes[g]: elements of group g's own range; segments[g]: its decay segments in own-range
-  // coordinates. Host pool: fp32 gradient shards, one tile of working-dtype staging, and the
+  // coordinates. Host pool: fp32 gradient shards, two tiles of working-dtype staging, and the
   // store (master/m/v, or NVMe swap buffers). host_comm: the host-buffer communicator (NVMe
   // setup checks).
   OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
@@ -57,7 +58,9 @@ class OffloadOptimizer {
   HostDeviceCopier& copier_;
   std::unique_ptr<OptimizerStateStore> store_;
   std::vector<TrackedBuffer<float>> host_grads_;
-  TrackedBuffer<uint8_t> staging_;  // one tile of working values
+  // Two tiles of working values: the host→device copy of one overlaps the update of the next.
+  std::array<TrackedBuffer<uint8_t>, 2> staging_;
+  std::array<uint64_t, 2> staging_copied_{};  // copier marks after each staging tile's copy
 };
 
 }  // namespace zt

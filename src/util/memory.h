@@ -64,6 +64,10 @@ class DeviceMemory {
     to_device(device, host, bytes);
   }
   virtual void wait_copies() {}
+  // A mark after the asynchronous copies issued so far; wait_copies_until(mark) waits for those
+  // only (later copies may still run). Default: marks mean "everything".
+  virtual uint64_t mark_copies() { return 0; }
+  virtual void wait_copies_until(uint64_t /*mark*/) { wait_copies(); }
 };
 // The CPU backend's device memory: aligned host allocations and memcpy.
 DeviceMemory& host_device_memory();

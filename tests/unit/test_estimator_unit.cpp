@@ -65,15 +65,15 @@ TEST_F(EstimatorSixB, OffloadMovesStateOutOfTheDevicePool) {
   const MemoryEstimate on = estimate(8, 2), off = estimate(8, 2, 0, cpu);
   ASSERT_EQ(on.optimizer, 12 * own);
   // Optimizer offload: master, m, v (12 B) and the fp32 gradient shard (4 B) go to the host,
-  // plus one bf16 tile of staging; the device keeps the bf16 params and fp32 grads.
+  // plus two bf16 staging tiles; the device keeps the bf16 params and fp32 grads.
   EXPECT_EQ(off.optimizer, 0);
-  EXPECT_EQ(off.host, on.host + 16 * own + 2 * cpu.sub_group_size);
+  EXPECT_EQ(off.host, on.host + 16 * own + 2 * 2 * cpu.sub_group_size);
   EXPECT_EQ(off.params, on.params);
   EXPECT_EQ(off.grads, on.grads);
   EXPECT_EQ(off.nvme, 0);
 
   // NVMe: the 12 B live in the swap file (records of 4 KiB multiples), the host holds the
-  // gradient shard, the staging tile and buffer_count tile records.
+  // gradient shard, the staging tiles and buffer_count tile records.
   OffloadConfig nvme = cpu;
   nvme.optimizer = OffloadDevice::kNvme;
   nvme.nvme_path = "/unused";
@@ -82,7 +82,7 @@ TEST_F(EstimatorSixB, OffloadMovesStateOutOfTheDevicePool) {
   EXPECT_GE(nv.nvme, 12 * own);
   EXPECT_LT(nv.nvme, 12 * own + 4096 * (own / cpu.sub_group_size + 31));
   const int64_t record = (12 * cpu.sub_group_size + 4095) / 4096 * 4096;
-  EXPECT_EQ(nv.host, on.host + 4 * own + 2 * cpu.sub_group_size + nvme.buffer_count * record);
+  EXPECT_EQ(nv.host, on.host + 4 * own + 2 * 2 * cpu.sub_group_size + nvme.buffer_count * record);
 
   // Param offload (stage 3): the bf16 shards (2 B of each own element) leave the device pool.
   OffloadConfig all = cpu;

@@ -43,6 +43,29 @@ TEST(GuardedDeviceMemory, CopiesRoundTripAndRangesAreChecked) {
   device.release(d, 8 * sizeof(float));
 }
 
+// Asynchronous copies land at the wait that covers them, in issue order: a program that reads a
+// destination or rewrites a source before waiting sees the race a copy stream would give it.
+TEST(GuardedDeviceMemory, AsyncCopiesLandAtTheirWait) {
+  GuardedDeviceMemory device;
+  auto* d = static_cast<float*>(device.allocate(4 * sizeof(float), MemCategory::kCommBuffers));
+  std::vector<float> staging = {1, 2, 3, 4}, out(4, -1.0f);
+  device.to_device_async(d, staging.data(), 2 * sizeof(float));
+  const uint64_t first = device.mark_copies();
+  device.to_device_async(d + 2, staging.data() + 2, 2 * sizeof(float));
+  staging[2] = 30;  // rewritten before its copy was waited for: the device gets 30
+  device.to_host(out.data(), d, 4 * sizeof(float));
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 0, 0}));  // nothing has landed yet
+  device.wait_copies_until(first);
+  EXPECT_EQ(device.pending_copies(), 1u);
+  out.assign(4, -1.0f);
+  device.to_host_async(out.data(), d, 4 * sizeof(float));
+  EXPECT_EQ(out[0], -1.0f);  // not before the wait
+  device.wait_copies();
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 30, 4}));
+  EXPECT_EQ(device.pending_copies(), 0u);
+  device.release(d, 4 * sizeof(float));
+}
+
 TEST(GuardedBackend, RefusesHostTensorsNamingTheArgument) {
   GuardedDeviceMemory device;
   auto cpu = make_cpu_backend();

@@ -134,6 +134,29 @@ void GuardedDeviceMemory::zero(void* device, size_t bytes) {
   if (bytes) std::memset(device, 0, bytes);
 }
 
+void GuardedDeviceMemory::to_host_async(void* host, const void* device, size_t bytes) {
+  require_device(device, bytes, "to_host_async source");
+  pending_copies_.push_back({host, device, bytes, copies_issued_++});
+}
+
+void GuardedDeviceMemory::to_device_async(void* device, const void* host, size_t bytes) {
+  require_device(device, bytes, "to_device_async destination");
+  pending_copies_.push_back({device, host, bytes, copies_issued_++});
+}
+
+void GuardedDeviceMemory::wait_copies() {
+  wait_copies_until(copies_issued_);
+}
+
+void GuardedDeviceMemory::wait_copies_until(uint64_t mark) {
+  Access access(*this);
+  while (!pending_copies_.empty() && pending_copies_.front().sequence < mark) {
+    const PendingCopy& c = pending_copies_.front();
+    if (c.bytes) std::memcpy(c.dst, c.src, c.bytes);
+    pending_copies_.pop_front();
+  }
+}
+
 namespace {
 
 constexpr size_t kF = sizeof(float);

@@ -14,12 +14,15 @@
 //     device_wait is modelled as a stream would see it: the "device" here is the host thread, so
 //     the wait completes the collective before any later op runs, and the handle stays pending
 //     for the host until Communicator::finish_device_waits().
+//   * asynchronous copies (to_host_async / to_device_async) are deferred to the wait that covers
+//     them, the latest moment a copy stream could run them.
 // The arithmetic is the wrapped backend's and the transport the wrapped communicator's, so a
 // guarded run must give bitwise the same losses and weights as a plain one (tests check it).
 // Single-threaded use (the engine's thread); OpenMP inside backend ops is fine.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +47,15 @@ class GuardedDeviceMemory final : public DeviceMemory {
   void copy(void* device_dst, const void* device_src, size_t bytes) override;
   void zero(void* device, size_t bytes) override;
   bool host_accessible() const override { return false; }
+  // Asynchronous copies run as late as a copy stream may run them: at the wait that covers
+  // them. Rewriting a copy's source, or reading its destination, before that wait then gives
+  // wrong numbers (the guarded tests compare bitwise), as it races on a GPU.
+  void to_host_async(void* host, const void* device, size_t bytes) override;
+  void to_device_async(void* device, const void* host, size_t bytes) override;
+  void wait_copies() override;
+  uint64_t mark_copies() override { return copies_issued_; }
+  void wait_copies_until(uint64_t mark) override;
+  size_t pending_copies() const { return pending_copies_.size(); }
 
   // Whether [p, p+bytes) lies inside one live device buffer.
   bool contains(const void* p, size_t bytes) const;
@@ -82,6 +94,14 @@ class GuardedDeviceMemory final : public DeviceMemory {
 
   std::map<uintptr_t, size_t> regions_;  // start → mapped bytes
   std::map<uint64_t, InFlight> in_flight_;
+  struct PendingCopy {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+    uint64_t sequence = 0;
+  };
+  std::deque<PendingCopy> pending_copies_;
+  uint64_t copies_issued_ = 0;
   uint64_t next_token_ = 1;
   int depth_ = 0;
 };

@@ -31,6 +31,8 @@ CudaDeviceMemory::~CudaDeviceMemory() {
   cudaStreamSynchronize(as_stream(copy_stream_));
   cudaStreamSynchronize(as_stream(stream_));  // queued work may still use the blocks
   cudaEventDestroy(static_cast<cudaEvent_t>(compute_done_));
+  for (const auto& [mark, event] : marks_) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  for (void* event : spare_events_) cudaEventDestroy(static_cast<cudaEvent_t>(event));
   cudaStreamDestroy(as_stream(copy_stream_));
   for (const auto& [p, owner] : owner_)
     if (owner == kFallback) cudaFree(p);
@@ -147,6 +149,31 @@ void CudaDeviceMemory::to_device_async(void* device, const void* host, size_t by
 
 void CudaDeviceMemory::wait_copies() {
   ZT_CUDA_CHECK(cudaStreamSynchronize(as_stream(copy_stream_)));
+  for (auto& [mark, event] : marks_) spare_events_.push_back(event);
+  marks_.clear();
+}
+
+uint64_t CudaDeviceMemory::mark_copies() {
+  cudaEvent_t event = nullptr;
+  if (spare_events_.empty()) {
+    ZT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  } else {
+    event = static_cast<cudaEvent_t>(spare_events_.back());
+    spare_events_.pop_back();
+  }
+  ZT_CUDA_CHECK(cudaEventRecord(event, as_stream(copy_stream_)));
+  marks_.emplace_back(next_mark_, event);
+  return next_mark_++;
+}
+
+void CudaDeviceMemory::wait_copies_until(uint64_t mark) {
+  // Marks are recorded in order on one stream: waiting for `mark` completes every earlier one.
+  while (!marks_.empty() && marks_.front().first <= mark) {
+    const auto event = static_cast<cudaEvent_t>(marks_.front().second);
+    ZT_CUDA_CHECK(cudaEventSynchronize(event));
+    spare_events_.push_back(event);
+    marks_.pop_front();
+  }
 }
 
 }  // namespace zt::cuda

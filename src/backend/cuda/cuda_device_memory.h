@@ -14,13 +14,18 @@
 //
 // Offload copies (to_host_async / to_device_async) run on a copy stream of their own, after an
 // event recorded on the backend's stream (so after the kernels that produce or still read the
-// device bytes); wait_copies() synchronises the copy stream. Host-pool buffers are pinned
+// device bytes); wait_copies() synchronises the copy stream, wait_copies_until(mark) an event
+// recorded on it by mark_copies(). Host-pool buffers are pinned
 // (cudaHostAlloc), so those copies are truly asynchronous DMA.
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/device_arena_plan.h"
 #include "util/memory.h"
@@ -51,6 +56,8 @@ class CudaDeviceMemory final : public DeviceMemory {
   void to_host_async(void* host, const void* device, size_t bytes) override;
   void to_device_async(void* device, const void* host, size_t bytes) override;
   void wait_copies() override;
+  uint64_t mark_copies() override;
+  void wait_copies_until(uint64_t mark) override;
 
   // Allocations that did not fit their category's arena (plain cudaMalloc instead).
   size_t fallback_allocations() const { return fallbacks_; }
@@ -65,7 +72,10 @@ class CudaDeviceMemory final : public DeviceMemory {
   void* after_compute();  // the copy stream, made to wait for the work queued on stream_
 
   void* stream_;
-  void* copy_stream_ = nullptr;   // cudaStream_t
+  void* copy_stream_ = nullptr;                   // cudaStream_t
+  std::deque<std::pair<uint64_t, void*>> marks_;  // mark → cudaEvent_t recorded on copy_stream_
+  std::vector<void*> spare_events_;
+  uint64_t next_mark_ = 1;
   void* compute_done_ = nullptr;  // cudaEvent_t
   std::array<Arena, kNumMemCategories> arenas_{};
   std::unordered_map<void*, int> owner_;  // live block → arena index, or kFallback
