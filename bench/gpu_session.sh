@@ -8,7 +8,8 @@
 #           .git/info/exclude; about 26 MiB to carry)
 #   there:  bash .gpu/bench/gpu_session.sh --run .gpu "$OUT" PARTS
 #           PARTS, comma-separated (default tests,train): each part fits one 10-minute call
-#     tests    nvidia-smi, then zt_gpu_tests by group (kernels, gemm_attention, engine, comm) and
+#     tests    nvidia-smi, bench_gpu_ceilings (copy GB/s; GEMM TFLOP/s, square and the presets'
+#              shapes), then zt_gpu_tests by group (kernels, gemm_attention, engine, comm) and
 #              the groups with 2 ranks sharing the GPU, under the bundle's mpirun
 #     train    `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b") at stage 0:
 #              tokens/s, TFLOP/s, MFU, peak device memory (mean of the steps after the first)
@@ -27,10 +28,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 pack() {
   local dest=$1 root
   root=$(cd "$here/.." && pwd)
-  cmake --build "$root/build" --target bundle zt_gpu_tests -j "$(nproc)" || exit 1
+  cmake --build "$root/build" --target bundle zt_gpu_tests bench_gpu_ceilings -j "$(nproc)" || exit 1
   rm -rf "$dest" && mkdir -p "$dest"
   tar -C "$root/build" -czf "$dest/zerotrain-bundle.tar.gz" bundle || exit 1
-  cp "$root/build/tests/gpu/zt_gpu_tests" "$dest/" || exit 1
+  cp "$root/build/tests/gpu/zt_gpu_tests" "$root/build/bench_gpu_ceilings" "$dest/" || exit 1
   cp -r "$root/bench" "$root/inputs" "$dest/" || exit 1
   du -sh "$dest"
 }
@@ -86,6 +87,14 @@ PY
 
 run_part_tests() {
   nvidia-smi || true
+  # The copy and GEMM ceilings the training figures are read against (bench_gpu_ceilings.cpp).
+  if [ -x "$dir/bench_gpu_ceilings" ]; then
+    echo "== bench_gpu_ceilings"
+    "$dir/bench_gpu_ceilings" >"$work/ceilings.txt" 2>&1
+    local rc=$?
+    cat "$work/ceilings.txt"
+    { echo "bench_gpu_ceilings: exit $rc"; cat "$work/ceilings.txt"; } >>"$summary"
+  fi
   local t=$dir/zt_gpu_tests group
   if [ ! -x "$t" ]; then
     echo "zt_gpu_tests: absent (a build without CUDA)" | tee -a "$summary"
