@@ -1,4 +1,5 @@
 // zerotrain: one SPMD executable, subcommands dispatched by name.
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -35,6 +36,23 @@ const std::vector<Subcommand>& subcommands() {
   return table;
 }
 
+// " (rank R of N)" when the launcher started several ranks (Open MPI, PMIx or Slurm variables),
+// so that N error lines of one job say whose they are; "" for a single process.
+std::string rank_label() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::string(v) : std::string();
+  };
+  std::string rank = env("OMPI_COMM_WORLD_RANK"), size = env("OMPI_COMM_WORLD_SIZE");
+  if (rank.empty()) rank = env("PMIX_RANK");
+  if (rank.empty() || size.empty()) {
+    rank = rank.empty() ? env("SLURM_PROCID") : rank;
+    size = size.empty() ? env("SLURM_NTASKS") : size;
+  }
+  if (rank.empty() || size.empty() || size == "1") return "";
+  return " (rank " + rank + " of " + size + ")";
+}
+
 void print_usage(std::ostream& out) {
   out << "zerotrain " << ZEROTRAIN_VERSION << " - ZeRO training engine for Llama-style models\n\n"
       << "usage: zerotrain COMMAND [options]   (zerotrain COMMAND --help for its options)\n\n"
@@ -58,10 +76,12 @@ int main(int argc, char** argv) {
       try {
         return c.run(argc - 1, argv + 1);
       } catch (const zt::Error& e) {
-        std::cerr << "zerotrain " << c.name << ": error: " << e.what() << "\n";
+        std::cerr << "zerotrain " << c.name << ": error" << rank_label() << ": " << e.what()
+                  << "\n";
         return 1;
       } catch (const std::exception& e) {
-        std::cerr << "zerotrain " << c.name << ": internal error: " << e.what() << "\n";
+        std::cerr << "zerotrain " << c.name << ": internal error" << rank_label() << ": "
+                  << e.what() << "\n";
         return 1;
       }
     }
