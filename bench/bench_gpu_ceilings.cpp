@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -100,20 +101,25 @@ int main(int argc, char** argv) {
   };
   std::printf("%-18s %6s %6s %6s | %12s %10s | %12s %10s\n", "gemm", "M", "N", "K", "bf16-TC ms",
               "TFLOP/s", "fp32 ms", "TFLOP/s");
+  // One backend per compute mode, made once (each holds a stream, handles and scratch arenas).
+  std::unique_ptr<zt::cuda::CudaBackend> backends[2];
+  const zt::cuda::GemmCompute modes[2] = {zt::cuda::GemmCompute::kBf16TensorCores,
+                                          zt::cuda::GemmCompute::kFp32};
+  for (int i = 0; i < 2; ++i) {
+    zt::cuda::CudaBackendOptions options;
+    options.gemm_compute = modes[i];
+    backends[i] = zt::make_cuda_backend(0, options);
+  }
   for (const Shape& s : shapes) {
     float* x = random_device_floats(static_cast<size_t>(s.M * s.K), 2);
     float* w = random_device_floats(static_cast<size_t>(s.N * s.K), 3);
     float* y = nullptr;
     ZT_CUDA_CHECK(cudaMalloc(&y, static_cast<size_t>(s.M * s.N) * sizeof(float)));
     double ms[2] = {0, 0};
-    const zt::cuda::GemmCompute modes[2] = {zt::cuda::GemmCompute::kBf16TensorCores,
-                                            zt::cuda::GemmCompute::kFp32};
     for (int i = 0; i < 2; ++i) {
-      zt::cuda::CudaBackendOptions options;
-      options.gemm_compute = modes[i];
-      auto backend = zt::make_cuda_backend(0, options);
-      const auto stream = static_cast<cudaStream_t>(backend->stream_handle());
-      ms[i] = median_ms(stream, repeats, [&] { backend->matmul_forward(y, x, w, s.M, s.N, s.K); });
+      zt::cuda::CudaBackend& backend = *backends[i];
+      const auto stream = static_cast<cudaStream_t>(backend.stream_handle());
+      ms[i] = median_ms(stream, repeats, [&] { backend.matmul_forward(y, x, w, s.M, s.N, s.K); });
     }
     const double flop =
         2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);

@@ -180,15 +180,11 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
 }
 
 double ZeroEngine::Impl::read_step_loss(int64_t micro_batches) {
-  const size_t M = static_cast<size_t>(self.model_.tokens_per_micro_batch());
-  std::vector<float> losses(M * static_cast<size_t>(micro_batches));
+  const int64_t M = self.model_.tokens_per_micro_batch();
+  std::vector<float> losses(static_cast<size_t>(M * micro_batches));
   dev.to_host(losses.data(), step_losses.data(), losses.size() * sizeof(float));
   double total = 0.0;
-  for (int64_t m = 0; m < micro_batches; ++m) {
-    double s = 0.0;
-    for (size_t i = 0; i < M; ++i) s += losses[static_cast<size_t>(m) * M + i];
-    total += s;
-  }
+  for (int64_t m = 0; m < micro_batches; ++m) total += sum_token_losses(losses.data() + m * M, M);
   return total;
 }
 
@@ -258,7 +254,6 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
 // Stages 1/2: every rank updated its shard of the full working params; all-gather them, in
 // chunks of at most allgather_bucket_size elements.
 void ZeroEngine::Impl::gather_updated_params() {
-  const auto t0 = Clock::now();
   set_phase(comm.step(), "param all-gather");
   const size_t es = work_elem();
   const int64_t per_rank = std::max<int64_t>(1, zero.allgather_bucket_size / world);
@@ -285,7 +280,6 @@ void ZeroEngine::Impl::gather_updated_params() {
                  static_cast<size_t>(len) * es);
     }
   }
-  (void)t0;
 }
 
 StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,

@@ -281,12 +281,16 @@ void LlamaModel::head_backward(const float* params, float* grads) {
                        final_rstd_, M_, D);
 }
 
+double sum_token_losses(const float* losses, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += losses[i];
+  return s;
+}
+
 double LlamaModel::loss_sum() const {
   std::vector<float> losses(static_cast<size_t>(M_));
   be_.device_memory().to_host(losses.data(), losses_, losses.size() * sizeof(float));
-  double s = 0.0;
-  for (float l : losses) s += l;
-  return s;
+  return sum_token_losses(losses.data(), M_);
 }
 
 std::vector<float> LlamaModel::logits() const {

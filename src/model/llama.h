@@ -38,6 +38,10 @@ struct ActivationPlan {
   static int64_t per_layer_saved(const ModelConfig& c, int64_t B, int64_t T);
 };
 
+// Σ of n per-token losses in double, in order: the one reduction every loss reader uses, so a
+// training step's loss and an evaluation's agree bitwise.
+double sum_token_losses(const float* losses, int64_t n);
+
 class LlamaModel {
  public:
   LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
@@ -59,7 +63,7 @@ class LlamaModel {
   // Runs group g's backward, accumulating (+=) its parameter gradients into grads.
   void backward_group(int g, const float* params, float* grads);
 
-  // Σ of per-token losses of the last head forward (double, sequential order).
+  // Σ of per-token losses of the last head forward (sum_token_losses of them).
   double loss_sum() const;
   // Whether the forward/backward copies activations between device and host synchronously
   // (cpu_checkpointing): such a copy waits for the device work queued before it.
