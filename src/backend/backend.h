@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/phase_timeline.h"
 #include "util/bf16.h"
 #include "util/memory.h"
 
@@ -101,6 +102,12 @@ class Backend {
 
   // Σ x² in double, deterministic (fixed blocking independent of thread count).
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  // The same sum written to *out, one double of device memory, in issue order: a device backend
+  // does not wait for it (the engine reads every group's sum with one copy).
+  virtual void sum_squares_to(double* out, const float* x, int64_t n) {
+    const double sum = sum_squares(x, n);
+    device_memory().to_device(out, &sum, sizeof(double));
+  }
 
   // ---- elementwise helpers ----
   virtual void add_inplace(float* y, const float* x, int64_t n) = 0;  // y += x
@@ -116,8 +123,13 @@ class Backend {
   virtual DeviceMemory& device_memory() { return host_device_memory(); }
   // Waits for every op issued so far (a device backend's queue; nothing to wait for on the CPU).
   virtual void synchronize() {}
+  // Marks in this backend's issue order, timed as the device passes them (host clock here).
+  virtual PhaseTimeline& timeline() { return host_timeline_; }
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
   virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
+
+ private:
+  HostClockTimeline host_timeline_;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

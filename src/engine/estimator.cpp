@@ -187,9 +187,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // into a device tile before it goes to the host (optimizer step, when no gather is staged).
   const int64_t update_tile =
       offload.param_offloaded() && !offload.optimizer_offloaded() ? max_shard * work_bytes : 0;
-  // The per-token losses of every micro-batch stay on the device until the step's end.
+  // The per-token losses of every micro-batch stay on the device until the step's end, and so
+  // do the groups' gradient sums of squares (one double each) until the norm is read.
   const int64_t step_losses = grad_accum * micro_batch * seq_len;
-  e.buffers = ((bf16 ? max_padded : 0) + slots * per_slot + step_losses) * 4 +
+  const auto group_sums = static_cast<int64_t>(groups.size()) * 8;
+  e.buffers = ((bf16 ? max_padded : 0) + slots * per_slot + step_losses) * 4 + group_sums +
               std::max(staged_shards, update_tile);
   // Parameters are initialised and loaded through host memory (never a device-pool scratch).
   return e;

@@ -1,23 +1,21 @@
 #include "engine/grad_reducer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 #include "util/error.h"
 
 namespace zt {
 
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
 GradReducer::GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory,
-                         int64_t max_padded_group, int64_t bucket_elements, int num_slots,
-                         bool own_buckets, bool reduce_scatter)
-    : be_(backend), comm_(comm), world_(comm.world_size()), bucket_elements_(bucket_elements) {
+                         StepIntervals& intervals, int64_t max_padded_group,
+                         int64_t bucket_elements, int num_slots, bool own_buckets,
+                         bool reduce_scatter)
+    : be_(backend),
+      comm_(comm),
+      intervals_(intervals),
+      world_(comm.world_size()),
+      bucket_elements_(bucket_elements) {
   slots_.resize(static_cast<size_t>(num_slots));
   const int64_t max_shard = max_padded_group / world_;
   const bool needs_packing = reduce_scatter && bucket_elements_ / world_ < max_shard;
@@ -82,11 +80,11 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   }
 }
 
-double GradReducer::drain(Slot& s) {
-  if (!s.busy) return 0.0;
-  const auto t0 = std::chrono::steady_clock::now();
+void GradReducer::drain(Slot& s) {
+  if (!s.busy) return;
+  const PhaseTimeline::Mark waiting = intervals_.begin();
   for (CommHandle& h : s.handles) comm_.device_wait(h);  // landing and reuse come after it
-  const double waited = seconds_since(t0);
+  intervals_.end(StepIntervals::kCommWait, waiting);
   s.handles.clear();
   if (s.mode == Mode::kReduceScatterStore) {
     be_.device_memory().copy(s.dest, s.recv.data(), static_cast<size_t>(s.shard) * sizeof(float));
@@ -95,15 +93,11 @@ double GradReducer::drain(Slot& s) {
   }
   s.busy = false;
   if (s.on_landed) std::exchange(s.on_landed, {})();
-  return waited;
 }
 
-double GradReducer::drain_all() {
-  double waited = 0.0;
+void GradReducer::drain_all() {
   // Drain in issue order so accumulation order is fixed.
-  for (size_t k = 0; k < slots_.size(); ++k)
-    waited += drain(slots_[(next_slot_ + k) % slots_.size()]);
-  return waited;
+  for (size_t k = 0; k < slots_.size(); ++k) drain(slots_[(next_slot_ + k) % slots_.size()]);
 }
 
 void GradReducer::poll() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/phase_timeline.h"
 #include "comm/communicator.h"
 #include "util/memory.h"
 
@@ -23,8 +24,10 @@ class GradReducer {
 
   // max_padded_group: largest padded group. Buckets (model-written gradients) are allocated
   // only when `own_buckets` (stages 2/3); receive/pack buffers only for reduce-scatter modes.
-  GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory, int64_t max_padded_group,
-              int64_t bucket_elements, int num_slots, bool own_buckets, bool reduce_scatter);
+  // Every wait for a reduction is a kCommWait interval of `intervals`.
+  GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory, StepIntervals& intervals,
+              int64_t max_padded_group, int64_t bucket_elements, int num_slots, bool own_buckets,
+              bool reduce_scatter);
 
   // A full-group fp32 buffer (padded size) the model may write a group's gradients into; the
   // slot is free (its previous reduction drained). Zeroed when `zeroed`.
@@ -34,8 +37,8 @@ class GradReducer {
   // `on_landed`, if set, runs once the result has landed in `dest` (offload: copy it to host).
   void start(Mode mode, float* grads, int64_t padded, float* dest,
              std::function<void()> on_landed = {});
-  // Waits for every outstanding reduction and lands the results. Returns seconds spent waiting.
-  double drain_all();
+  // Waits for every outstanding reduction and lands the results.
+  void drain_all();
   // Polls outstanding handles so the library makes progress during compute.
   void poll();
 
@@ -51,10 +54,11 @@ class GradReducer {
     int64_t shard = 0;
     bool busy = false;
   };
-  double drain(Slot& s);
+  void drain(Slot& s);
 
   Backend& be_;
   Communicator& comm_;
+  StepIntervals& intervals_;
   int world_;
   int64_t bucket_elements_;
   std::vector<Slot> slots_;

@@ -1,6 +1,5 @@
 #include "engine/param_gatherer.h"
 
-#include <chrono>
 #include <set>
 
 #include "engine/zero_engine.h"
@@ -8,12 +7,13 @@
 
 namespace zt {
 
-ParamGatherer::ParamGatherer(Communicator& comm, MemoryTracker& memory,
+ParamGatherer::ParamGatherer(Communicator& comm, MemoryTracker& memory, StepIntervals& intervals,
                              const std::vector<GroupPartition>& parts, DType dtype,
                              const ZeroConfig& zero, std::vector<const void*> shards,
                              HostDeviceCopier* host_shards)
     : comm_(comm),
       memory_(memory),
+      intervals_(intervals),
       parts_(parts),
       dtype_(dtype),
       elem_size_(dtype_size(dtype)),
@@ -48,9 +48,9 @@ void ParamGatherer::start_gather(int g) {
 
 void ParamGatherer::wait_gather(int g) {
   if (!inflight_[static_cast<size_t>(g)]) return;
-  const auto t0 = std::chrono::steady_clock::now();
+  const PhaseTimeline::Mark waiting = intervals_.begin();
   comm_.device_wait(gathered_[static_cast<size_t>(g)].handle);  // the forward is ordered after it
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  intervals_.end(StepIntervals::kCommWait, waiting);
   inflight_[static_cast<size_t>(g)] = false;
   inflight_elements_ -= parts_[static_cast<size_t>(g)].padded;
   gathered_[static_cast<size_t>(g)].staged_shard.reset();

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/phase_timeline.h"
 #include "comm/communicator.h"
 #include "engine/host_device_copier.h"
 #include "engine/zero_config.h"
@@ -22,9 +23,10 @@ struct GroupPartition;
 
 class ParamGatherer {
  public:
-  ParamGatherer(Communicator& comm, MemoryTracker& memory, const std::vector<GroupPartition>& parts,
-                DType dtype, const ZeroConfig& zero, std::vector<const void*> shards,
-                HostDeviceCopier* host_shards = nullptr);
+  // Every wait for a gather is a kCommWait interval of `intervals`.
+  ParamGatherer(Communicator& comm, MemoryTracker& memory, StepIntervals& intervals,
+                const std::vector<GroupPartition>& parts, DType dtype, const ZeroConfig& zero,
+                std::vector<const void*> shards, HostDeviceCopier* host_shards = nullptr);
 
   // Starts a pass over `uses` (group ids in execution order, e.g. one micro-batch's forward
   // and backward).
@@ -35,8 +37,6 @@ class ParamGatherer {
   void release_after(size_t i);
   // Frees every gathered group (after the optimizer has changed the shards).
   void release_all();
-  double wait_seconds() const { return wait_seconds_; }
-  void reset_wait_seconds() { wait_seconds_ = 0.0; }
   int64_t live_elements() const { return live_elements_; }
 
  private:
@@ -48,6 +48,7 @@ class ParamGatherer {
 
   Communicator& comm_;
   MemoryTracker& memory_;
+  StepIntervals& intervals_;
   const std::vector<GroupPartition>& parts_;
   DType dtype_;
   size_t elem_size_;
@@ -65,7 +66,6 @@ class ParamGatherer {
   int64_t live_elements_ = 0;
   int64_t inflight_elements_ = 0;
   std::vector<bool> inflight_;
-  double wait_seconds_ = 0.0;
 };
 
 }  // namespace zt

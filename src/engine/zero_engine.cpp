@@ -1,22 +1,12 @@
 #include "engine/zero_engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "engine/zero_engine_impl.h"
 #include "util/error.h"
 
 namespace zt {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-}  // namespace
 
 ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
                        const AdamWConfig& optim, Backend& backend, Communicator& comm,
@@ -79,15 +69,16 @@ void ZeroEngine::Impl::allocate() {
     compute =
         TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
   const int slots = zero.overlap_comm ? 2 : 1;
-  reducer =
-      std::make_unique<GradReducer>(be, comm, memory, max_padded, zero.reduce_bucket_size, slots,
-                                    /*own_buckets=*/zero.stage >= 2,
-                                    /*reduce_scatter=*/zero.stage >= 1);
+  reducer = std::make_unique<GradReducer>(be, comm, memory, intervals, max_padded,
+                                          zero.reduce_bucket_size, slots,
+                                          /*own_buckets=*/zero.stage >= 2,
+                                          /*reduce_scatter=*/zero.stage >= 1);
+  group_sumsq = TrackedBuffer<double>(memory, MemCategory::kCommBuffers, static_cast<size_t>(G));
   if (zero.stage == 3) {
     std::vector<const void*> shards;
     for (int g = 0; g < G; ++g) shards.push_back(work(g));
-    gatherer = std::make_unique<ParamGatherer>(comm, memory, self.parts_, work_dtype(), zero,
-                                               std::move(shards),
+    gatherer = std::make_unique<ParamGatherer>(comm, memory, intervals, self.parts_, work_dtype(),
+                                               zero, std::move(shards),
                                                offload.param_offloaded() ? copier.get() : nullptr);
   }
   staged.resize(static_cast<size_t>(G));
@@ -133,7 +124,7 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     for (int g = G - 1; g >= 0; --g) uses.push_back(g);
     gatherer->begin_pass(std::move(uses));
   }
-  auto t0 = Clock::now();
+  PhaseTimeline::Mark phase = intervals.begin();
   set_phase(comm.step(), "forward");
   for (int g = 0; g < G; ++g) {
     model.forward_group(g, params_for(g, static_cast<size_t>(g)), true, grad_scale);
@@ -142,8 +133,8 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
   const int64_t M = model.tokens_per_micro_batch();
   dev.copy(step_losses.data() + micro_batch * M, model.token_losses(),
            static_cast<size_t>(M) * sizeof(float));
-  stats.forward_s += seconds_since(t0);
-  t0 = Clock::now();
+  intervals.end(StepIntervals::kForward, phase);
+  phase = intervals.begin();
   set_phase(comm.step(), "backward");
   for (int g = G - 1; g >= 0; --g) {
     const size_t use = static_cast<size_t>(2 * G - 1 - g);
@@ -173,10 +164,10 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     if (zero.overlap_comm)
       reducer->poll();
     else
-      stats.comm_wait_s += reducer->drain_all();
+      reducer->drain_all();
   }
-  stats.comm_wait_s += reducer->drain_all();
-  stats.backward_s += seconds_since(t0);
+  reducer->drain_all();
+  intervals.end(StepIntervals::kBackward, phase);
 }
 
 double ZeroEngine::Impl::read_step_loss(int64_t micro_batches) {
@@ -188,19 +179,27 @@ double ZeroEngine::Impl::read_step_loss(int64_t micro_batches) {
   return total;
 }
 
+float* ZeroEngine::Impl::own_grads(int g) {
+  float* base = grads[static_cast<size_t>(g)].data();
+  return zero.stage == 1 ? base + own_begin(g) : base;  // stage 1: inside the full accumulator
+}
+
+double ZeroEngine::Impl::gradient_norm() {
+  const int G = num_groups();
+  for (int g = 0; g < G; ++g) be.sum_squares_to(group_sumsq.data() + g, own_grads(g), own_size(g));
+  std::vector<double> sums(static_cast<size_t>(G));
+  dev.to_host(sums.data(), group_sumsq.data(), sums.size() * sizeof(double));
+  double sumsq = 0.0;
+  for (double s : sums) sumsq += s;
+  if (zero.stage > 0) host.all_reduce_sum_blocking(&sumsq, 1);
+  return std::sqrt(sumsq);
+}
+
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
-  const auto t0 = Clock::now();
+  const PhaseTimeline::Mark phase = intervals.begin();
   set_phase(step, "optimizer");
   const int G = num_groups();
-  // Own gradient range of group g (stage 1 keeps it inside the full accumulator).
-  auto own_grads = [&](int g) {
-    float* base = grads[static_cast<size_t>(g)].data();
-    return zero.stage == 1 ? base + own_begin(g) : base;
-  };
-  double sumsq = 0.0;
-  for (int g = 0; g < G; ++g) sumsq += be.sum_squares(own_grads(g), own_size(g));
-  if (zero.stage > 0) host.all_reduce_sum_blocking(&sumsq, 1);
-  stats.grad_norm = std::sqrt(sumsq);
+  stats.grad_norm = gradient_norm();
   stats.clip_scale = (optim.clip > 0 && stats.grad_norm > optim.clip)
                          ? optim.clip / (stats.grad_norm + 1e-6)
                          : 1.0;
@@ -246,7 +245,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
       copier->synchronize();
     }
   }
-  stats.optimizer_s += seconds_since(t0);
+  intervals.end(StepIntervals::kOptimizer, phase);
   if (zero.stage == 1 || zero.stage == 2) gather_updated_params();
   if (zero.stage == 3) gatherer->release_all();
 }
@@ -264,7 +263,9 @@ void ZeroEngine::Impl::gather_updated_params() {
     if (per_rank >= p.shard) {
       CommHandle h = comm.all_gather(work_dtype(), base + rank * p.shard * es, base,
                                      static_cast<size_t>(p.shard));
+      const PhaseTimeline::Mark waiting = intervals.begin();
       comm.device_wait(h);  // the next forward is ordered after it
+      intervals.end(StepIntervals::kCommWait, waiting);
       continue;
     }
     if (staging.size() == 0)
@@ -274,7 +275,9 @@ void ZeroEngine::Impl::gather_updated_params() {
       const int64_t len = std::min(per_rank, p.shard - c0);
       CommHandle h = comm.all_gather(work_dtype(), base + (rank * p.shard + c0) * es,
                                      staging.data(), static_cast<size_t>(len));
+      const PhaseTimeline::Mark waiting = intervals.begin();
       comm.device_wait(h);  // the copies out of staging come after it
+      intervals.end(StepIntervals::kCommWait, waiting);
       for (int r = 0; r < world; ++r)
         dev.copy(base + (r * p.shard + c0) * es, staging.data() + r * len * es,
                  static_cast<size_t>(len) * es);
@@ -295,12 +298,12 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   // fetched shards up.
   I.d2h_at_step_start = I.copier->device_to_host_bytes();
   I.h2d_at_step_start = I.copier->host_to_device_bytes();
+  I.intervals.reset();
   for (auto& g : I.grads) I.be.zero(g.data(), static_cast<int64_t>(g.size()));
   const int64_t accum = static_cast<int64_t>(inputs.size());
   StepStats stats;
   stats.tokens = model_.tokens_per_micro_batch() * accum * I.world;
   const float grad_scale = 1.0f / static_cast<float>(stats.tokens);
-  if (I.gatherer) I.gatherer->reset_wait_seconds();
   const size_t loss_elements = static_cast<size_t>(model_.tokens_per_micro_batch() * accum);
   if (I.step_losses.size() != loss_elements)
     I.step_losses = TrackedBuffer<float>(I.memory, MemCategory::kCommBuffers, loss_elements);
@@ -310,8 +313,8 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   }
   // Every reduction seen complete on the host (with the timeout report) before the first host
   // read of device results (the losses; then the gradient norms). On a GPU this is where the
-  // host catches up with the queued backward kernels and the last reductions: backward time.
-  stats.backward_s += I.comm.finish_device_waits();
+  // host catches up with the queued backward kernels and the last reductions.
+  I.comm.finish_device_waits();
   stats.loss = I.read_step_loss(accum);
   I.host.all_reduce_sum_blocking(&stats.loss, 1);
   stats.loss /= static_cast<double>(stats.tokens);
@@ -320,9 +323,14 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   I.optimizer_step(lr, step, stats);
   stats.offload_d2h_bytes = I.copier->device_to_host_bytes() - I.d2h_at_step_start;
   stats.offload_h2d_bytes = I.copier->host_to_device_bytes() - I.h2d_at_step_start;
-  stats.comm_wait_s += I.comm.finish_device_waits();  // the parameter all-gathers
+  I.comm.finish_device_waits();  // the parameter all-gathers
   I.be.synchronize();  // the step's device work is done when it returns (honest step times)
-  if (I.gatherer) stats.comm_wait_s += I.gatherer->wait_seconds();
+  // Phase times as the device saw them. Collective waits lie inside forward/backward (stage 3
+  // gathers, gradient reductions) or after the optimizer (stage 1/2 parameter all-gathers).
+  stats.forward_s = I.intervals.total(StepIntervals::kForward);
+  stats.backward_s = I.intervals.total(StepIntervals::kBackward);
+  stats.optimizer_s = I.intervals.total(StepIntervals::kOptimizer);
+  stats.comm_wait_s = I.intervals.total(StepIntervals::kCommWait);
   return stats;
 }
 

@@ -32,6 +32,7 @@ struct ZeroEngine::Impl {
         comm(c),
         host(h),
         memory(m),
+        intervals(b.timeline()),
         world(c.world_size()),
         rank(c.rank()),
         copier(std::make_unique<DeviceMemoryCopier>(b.device_memory())) {}
@@ -45,6 +46,7 @@ struct ZeroEngine::Impl {
   Communicator& comm;  // data plane: device buffers
   Communicator& host;  // host buffers: scalars
   MemoryTracker& memory;
+  StepIntervals intervals;  // the step's phases and collective waits, on the device's timeline
   int world, rank;
   OffloadConfig offload;
   std::unique_ptr<HostDeviceCopier> copier;
@@ -58,8 +60,9 @@ struct ZeroEngine::Impl {
   std::vector<TrackedBuffer<float>> master, adam_m, adam_v;
   // Gradients: stage 0/1 full padded accumulators, stage 2/3 fp32 shards.
   std::vector<TrackedBuffer<float>> grads;
-  TrackedBuffer<float> step_losses;  // [micro-batches · tokens] per-token losses of this step
-  TrackedBuffer<float> compute;      // fp32 upcast of the group being computed (bf16 mode)
+  TrackedBuffer<float> step_losses;   // [micro-batches · tokens] per-token losses of this step
+  TrackedBuffer<double> group_sumsq;  // [groups] Σ grad² of the own range, read once per step
+  TrackedBuffer<float> compute;       // fp32 upcast of the group being computed (bf16 mode)
   // Host copies of optimizer shards handed out by optimizer_shard() (no optimizer offload).
   struct HostShard {
     std::vector<float> master, m, v;
@@ -100,6 +103,9 @@ struct ZeroEngine::Impl {
   // Σ of the per-token losses kept by run_micro_batch: read once, after the step's device work
   // (no host synchronisation between micro-batches). Sums each micro-batch in double, in order.
   double read_step_loss(int64_t micro_batches);
+  // Global gradient norm: every group's Σ grad² on the device, one read, summed in group order.
+  double gradient_norm();
+  float* own_grads(int g);  // the own range's gradients
   void optimizer_step(float lr, int64_t step, StepStats& stats);
   void gather_updated_params();
 };

@@ -3,11 +3,14 @@
 // twice and must give the same bits.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 
 #include "gpu_test_util.h"
+#include "util/error.h"
 
 namespace zt::gpu_test {
 namespace {
@@ -187,7 +190,38 @@ TEST_F(CudaKernels, SumSquaresDeterministicAndClose) {
     const double first = gpu_->sum_squares(d_x.get(), n);
     EXPECT_NEAR(first, expected, 1e-12 * std::max(1.0, expected));
     EXPECT_EQ(gpu_->sum_squares(d_x.get(), n), first);  // bitwise: same double
+    DeviceBuffer<double> d_sum(1);                      // poisoned: NaN until written
+    gpu_->sum_squares_to(d_sum.get(), d_x.get(), n);
+    EXPECT_EQ(d_sum.download()[0], first);  // the same kernels, left on the device
   }
+}
+
+// Marks on the backend's stream time what the stream did between them: a queue of GEMMs issued
+// in microseconds takes the device far longer, and the interval is no longer than the host's
+// wall time until the queue drained.
+TEST_F(CudaKernels, EventTimelineTimesTheStreamNotTheIssue) {
+  const int64_t n = 2048;
+  DeviceBuffer<float> a(random_floats(n * n, 31)), b(random_floats(n * n, 32)), c(n * n);
+  gpu_->synchronize();
+  PhaseTimeline& timeline = gpu_->timeline();
+  timeline.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto begin = timeline.mark();
+  for (int i = 0; i < 20; ++i) gpu_->matmul_forward(c.get(), a.get(), b.get(), n, n, n);
+  const auto end = timeline.mark();
+  const double issue_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  gpu_->synchronize();
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double device_s = timeline.seconds(begin, end);
+  // 20 GEMMs of 2·2048³ = 17 GFLOP each: at least ~0.4 ms on any GPU below 1000 TFLOP/s.
+  EXPECT_GT(device_s, 20 * 2.0 * n * n * n / 1e15);
+  EXPECT_LE(device_s, wall_s);
+  std::printf("[ timeline ] 20 GEMMs %lld³: issued in %.3f ms, device %.3f ms, wall %.3f ms\n",
+              static_cast<long long>(n), issue_s * 1e3, device_s * 1e3, wall_s * 1e3);
+  timeline.reset();
+  EXPECT_THROW(timeline.seconds(begin, end), Error);  // marks of the last step are gone
 }
 
 TEST_F(CudaKernels, ElementwiseHelpers) {

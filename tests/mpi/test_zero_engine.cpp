@@ -3,6 +3,7 @@
 // world of one rank (MPI_COMM_SELF), computed on every rank.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <string>
@@ -37,6 +38,8 @@ struct RunResult {
   std::vector<double> losses;
   std::map<std::string, std::vector<float>> master;  // rank 0 only
   CommCounters last_step_counters;
+  std::vector<StepStats> stats;
+  std::vector<double> wall_s;  // host clock around each train_step
   size_t peak[kNumMemCategories] = {};
 };
 
@@ -68,7 +71,11 @@ RunResult run(Communicator& comm, const RunOptions& o, int64_t micro_per_rank) {
   for (int step = 1; step <= kSteps; ++step) {
     const engine_test::StepBatches batch(step, o.accum, micro_per_rank, N, r, kSeq, cfg.vocab_size);
     comm.reset_counters();
+    const auto t0 = std::chrono::steady_clock::now();
     const StepStats st = engine.train_step(batch.input_ptrs, batch.target_ptrs, 1e-3f, step);
+    result.wall_s.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    result.stats.push_back(st);
     result.losses.push_back(st.loss);
     result.last_step_counters = comm.counters();
   }
@@ -203,6 +210,33 @@ TEST_F(ZeroEngineTest, CommunicationVolumeMatchesTheory) {
       EXPECT_EQ(c[Op::kReduceScatter].bytes_sent, padded / n * (n - 1) * 4) << what;
       EXPECT_EQ(c[Op::kAllGather].bytes_sent, (stage == 3 ? 2 : 1) * padded / n * (n - 1) * 2)
           << what;
+    }
+  }
+}
+
+// The step's phase times are intervals of the backend's timeline (the host clock on the CPU):
+// forward, backward and optimizer are disjoint parts of the step, and collective waits lie
+// inside forward/backward or after the optimizer (stage 1/2 parameter all-gathers), so neither
+// sum can exceed the step's wall time.
+TEST_F(ZeroEngineTest, PhaseTimesAreDisjointPartsOfTheStep) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (bool overlap : {true, false}) {
+      RunOptions o;
+      o.stage = stage;
+      o.overlap = overlap;
+      o.precision = Precision::kBf16;
+      const RunResult r = run(world_, o, kMicro);
+      for (size_t i = 0; i < r.stats.size(); ++i) {
+        const StepStats& st = r.stats[i];
+        const std::string what = "stage " + std::to_string(stage) + " overlap " +
+                                 std::to_string(overlap) + " step " + std::to_string(i + 1);
+        EXPECT_GT(st.forward_s, 0.0) << what;
+        EXPECT_GT(st.backward_s, 0.0) << what;
+        EXPECT_GT(st.optimizer_s, 0.0) << what;
+        EXPECT_GE(st.comm_wait_s, 0.0) << what;
+        EXPECT_LE(st.forward_s + st.backward_s + st.optimizer_s, r.wall_s[i]) << what;
+        EXPECT_LE(st.optimizer_s + st.comm_wait_s, r.wall_s[i]) << what;
+      }
     }
   }
 }

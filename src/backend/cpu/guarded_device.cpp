@@ -304,6 +304,13 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     return be_.sum_squares(x, n);
   }
+  void sum_squares_to(double* out, const float* x, int64_t n) override {
+    need(x, n, "sum_squares_to x");
+    mem_.require_device(out, sizeof(double), "sum_squares_to out");
+    GuardedDeviceMemory::Access a(mem_);
+    *out = be_.sum_squares(x, n);
+  }
+  PhaseTimeline& timeline() override { return be_.timeline(); }
   void add_inplace(float* y, const float* x, int64_t n) override {
     need(y, n, "add_inplace y");
     need(x, n, "add_inplace x");

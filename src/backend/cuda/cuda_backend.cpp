@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device_arena.h"
 #include "backend/cuda/cuda_device_memory.h"
+#include "backend/cuda/cuda_event_timeline.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "util/error.h"
@@ -58,11 +59,13 @@ struct CudaBackend::State {
   std::unique_ptr<LtGemm> gemm;
   std::unique_ptr<DeviceRopeTable> rope;
   std::unique_ptr<CudaDeviceMemory> memory;  // the engine's buffers
-  double* sum_result_host = nullptr;         // pinned
+  std::unique_ptr<CudaEventTimeline> timeline;
+  double* sum_result_host = nullptr;  // pinned
 
   ~State() {
     if (stream) cudaStreamSynchronize(stream);  // queued kernels may still use the scratch
     memory.reset();
+    timeline.reset();
     gemm.reset();
     rope.reset();
     arena.reset();
@@ -89,6 +92,7 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options)
   // A blocking stream: plain cudaMemcpy (legacy default stream) orders after its work.
   ZT_CUDA_CHECK(cudaStreamCreate(&s.stream));
   s.memory = std::make_unique<CudaDeviceMemory>(s.stream);
+  s.timeline = std::make_unique<CudaEventTimeline>(s.stream);
   ZT_CUDA_CHECK(cudaMallocHost(&s.sum_result_host, sizeof(double)));
   const size_t reduction_floor = kSumSquaresBlocks * sizeof(double) + 2 * kArenaAlignment;
   s.arena = std::make_unique<DeviceArena>(std::array<size_t, kNumScratchCategories>{
@@ -106,6 +110,9 @@ std::string CudaBackend::name() const {
 }
 void CudaBackend::synchronize() {
   ZT_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
+}
+PhaseTimeline& CudaBackend::timeline() {
+  return *state_->timeline;
 }
 void* CudaBackend::stream_handle() const {
   return state_->stream;
@@ -264,6 +271,13 @@ double CudaBackend::sum_squares(const float* x, int64_t n) {
                                 sizeof(double), cudaMemcpyDeviceToHost, state_->stream));
   synchronize();
   return *state_->sum_result_host;
+}
+
+void CudaBackend::sum_squares_to(double* out, const float* x, int64_t n) {
+  const ArenaScope scope(*state_->arena);
+  double* partials =
+      state_->arena->allocate<double>(ScratchCategory::kReduction, kSumSquaresBlocks);
+  launch_sum_squares(out, partials, x, n, state_->stream);
 }
 
 // ---- elementwise helpers ----

@@ -3,7 +3,8 @@
 // header, so host code can name it under `#if ZEROTRAIN_HAVE_CUDA`.
 //
 // Execution model: every op is enqueued on the backend's own stream (stream_handle()) and returns
-// without waiting, except sum_squares (returns a host double, so it synchronises). Ops run in
+// without waiting, except sum_squares (returns a host double, so it synchronises; sum_squares_to
+// leaves its sum in device memory and does not). Ops run in
 // issue order; synchronize() waits for all of them. Another stream (e.g. the NCCL stream) must
 // wait on an event recorded on stream_handle() before it reads an op's output.
 //
@@ -31,11 +32,13 @@
 //    from the memory estimate; host code reaches them only through its copies. The CPU suite
 //    GuardedDeviceTest runs the engine on memory the host cannot read to prove that.
 //  * Streams: every op, copy and memset on this backend's stream; collectives on NCCL's comm
-//    stream after an event on this one (NcclCommunicator::set_producer_stream); results are used
-//    after a host wait on the collective's handle. train_step ends with synchronize().
+//    stream after an event on this one (NcclCommunicator::set_producer_stream); this stream waits
+//    on a collective's completion event before it uses the result (Communicator::device_wait),
+//    and the host catches up once per step (finish_device_waits). train_step ends with
+//    synchronize().
+//  * Phase times: CUDA events on this stream (timeline()), read after the step's synchronize.
 //  * Offload: pinned host pool and a copy stream (CudaDeviceMemory's *_async copies).
-//  * Not yet: comm-stream/compute-stream overlap without host waits (make_stream_wait). None of
-//    it has run on a GPU yet.
+//  * None of it has run on a GPU yet.
 // ---------------------------------------------------------------------------------------------
 #pragma once
 #include <cstddef>
@@ -108,6 +111,7 @@ class CudaBackend final : public Backend {
   void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
              float* param_f32, int64_t n, const AdamWHyper& h) override;
   double sum_squares(const float* x, int64_t n) override;
+  void sum_squares_to(double* out, const float* x, int64_t n) override;  // does not wait
 
   void add_inplace(float* y, const float* x, int64_t n) override;
   void scale_inplace(float* y, float s, int64_t n) override;
@@ -120,6 +124,8 @@ class CudaBackend final : public Backend {
 
   // Waits for every op issued so far.
   void synchronize() override;
+  // CUDA events on the stream (cuda_event_timeline.h).
+  PhaseTimeline& timeline() override;
   // The cudaStream_t every op runs on (as void*, to keep CUDA headers out of this header).
   void* stream_handle() const;
   int device() const;
