@@ -92,12 +92,7 @@ const float* ZeroEngine::Impl::as_compute(const void* w, int g) {
 
 // Working params of the group at schedule position `use` (stage 3 gathers them).
 const float* ZeroEngine::Impl::params_for(int g, size_t use) {
-  const float* params = as_compute(zero.stage == 3 ? gatherer->acquire(use) : work(g), g);
-  // cpu_checkpointing copies wait for the device on the host; a collective ordered on the device
-  // before them would make that wait hang without the timeout report if a peer is lost, so see
-  // the collectives complete on the host first.
-  if (self.model_.host_synchronous_copies()) comm.finish_device_waits();
-  return params;
+  return as_compute(zero.stage == 3 ? gatherer->acquire(use) : work(g), g);
 }
 
 // Weight-decay segments of the own range, in group coordinates.

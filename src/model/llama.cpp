@@ -199,13 +199,14 @@ void LlamaModel::layer_forward(int layer, const float* params, bool recompute) {
   const LayerActs& A = acts_for(layer);
   float* x = resid_[static_cast<size_t>(layer)];
   float* out = resid_[static_cast<size_t>(layer) + 1];
-  // cpu_checkpointing: keep the input on the host; a recompute brings it back.
+  // cpu_checkpointing: keep the input on the host; a recompute brings it back. Both copies are
+  // queued with the layer's ops: the host never reads `kept`, so it need not wait for them.
   if (float* kept = host_resid_[static_cast<size_t>(layer)]) {
     const size_t bytes = static_cast<size_t>(M_ * D) * sizeof(float);
     if (recompute)
-      be_.device_memory().to_device(x, kept, bytes);
+      be_.device_memory().to_device_queued(x, kept, bytes);
     else
-      be_.device_memory().to_host(kept, x, bytes);
+      be_.device_memory().to_host_queued(kept, x, bytes);
   }
 
   be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);

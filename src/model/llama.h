@@ -65,9 +65,6 @@ class LlamaModel {
 
   // Σ of per-token losses of the last head forward (sum_token_losses of them).
   double loss_sum() const;
-  // Whether the forward/backward copies activations between device and host synchronously
-  // (cpu_checkpointing): such a copy waits for the device work queued before it.
-  bool host_synchronous_copies() const { return ac_.on_host && ac_.every > 0; }
   // Those per-token losses [B·T], in device memory (valid until the next head forward).
   const float* token_losses() const { return losses_; }
   // Logits [B·T, V] of the last head forward with training == false, copied to the host.

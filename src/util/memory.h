@@ -64,6 +64,16 @@ class DeviceMemory {
     to_device(device, host, bytes);
   }
   virtual void wait_copies() {}
+  // Copies queued with the backend's ops (a GPU's compute stream) that the host does not wait
+  // for: later ops and queued copies see them in order. The host buffer (from allocate_host)
+  // belongs to the queue until the backend's next synchronize(). Default: the synchronous
+  // copies, which a synchronous backend's order already gives.
+  virtual void to_host_queued(void* host, const void* device, size_t bytes) {
+    to_host(host, device, bytes);
+  }
+  virtual void to_device_queued(void* device, const void* host, size_t bytes) {
+    to_device(device, host, bytes);
+  }
   // A mark after the asynchronous copies issued so far; wait_copies_until(mark) waits for those
   // only (later copies may still run). Default: marks mean "everything".
   virtual uint64_t mark_copies() { return 0; }

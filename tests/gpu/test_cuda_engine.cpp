@@ -7,10 +7,14 @@
 //     param offload give bitwise the losses without offload (the CUDA AdamW is the CPU formula);
 //   * ranks sharing one GPU (the staged MPI communicator; run under mpirun -np 2): every stage
 //     tracks one rank's stage 0 within fp32 reduction-order tolerance;
-//   * one GPU per rank over NCCL (mpirun -np 2, skipped with fewer GPUs): the same.
+//   * one GPU per rank over NCCL (mpirun -np 2, skipped with fewer GPUs): the same;
+//   * activation checkpointing (kept inputs on the device or the host) changes no bit, and the
+//     phase times are device intervals inside the step.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,11 +35,13 @@ namespace {
 
 constexpr int64_t kSeq = 64, kMicro = 2, kAccum = 2;
 
-// Losses of `steps` steps of the small preset at `stage`, on `backend` with collectives on
-// `data` (host scalars on `host`), `accum` micro-batches per rank and step.
-std::vector<double> train_losses(Backend& backend, Communicator& data, Communicator& host,
-                                 int stage, int steps, int64_t accum = kAccum,
-                                 const OffloadConfig& offload = {}) {
+// `steps` steps of the small preset at `stage`, on `backend` with collectives on `data` (host
+// scalars on `host`), `accum` micro-batches per rank and step; the host clock's seconds around
+// each train_step go to `wall_s` when given.
+std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communicator& host,
+                                   int stage, int steps, int64_t accum,
+                                   const OffloadConfig& offload, const ActivationCheckpointing& ac,
+                                   std::vector<double>* wall_s = nullptr) {
   const ModelConfig cfg = preset_config("small");
   ZeroConfig zero;
   zero.stage = stage;
@@ -46,15 +52,29 @@ std::vector<double> train_losses(Backend& backend, Communicator& data, Communica
   adam.weight_decay = 0.1f;
   adam.clip = 1.0f;
   MemoryTracker memory;
-  ZeroEngine engine(cfg, zero, Precision::kBf16, adam, backend, data, memory, kMicro, kSeq,
-                    ActivationCheckpointing{}, offload, &host);
+  ZeroEngine engine(cfg, zero, Precision::kBf16, adam, backend, data, memory, kMicro, kSeq, ac,
+                    offload, &host);
   engine.init_from_seed(42);
-  std::vector<double> losses;
+  std::vector<StepStats> stats;
   for (int step = 1; step <= steps; ++step) {
     const engine_test::StepBatches batch(step, accum, kMicro, data.world_size(), data.rank(), kSeq,
                                          cfg.vocab_size);
-    losses.push_back(engine.train_step(batch.input_ptrs, batch.target_ptrs, 1e-3f, step).loss);
+    const auto t0 = std::chrono::steady_clock::now();
+    stats.push_back(engine.train_step(batch.input_ptrs, batch.target_ptrs, 1e-3f, step));
+    if (wall_s)
+      wall_s->push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  return stats;
+}
+
+std::vector<double> train_losses(Backend& backend, Communicator& data, Communicator& host,
+                                 int stage, int steps, int64_t accum = kAccum,
+                                 const OffloadConfig& offload = {},
+                                 const ActivationCheckpointing& ac = {}) {
+  std::vector<double> losses;
+  for (const StepStats& s : train_steps(backend, data, host, stage, steps, accum, offload, ac))
+    losses.push_back(s.loss);
   return losses;
 }
 
@@ -110,6 +130,55 @@ TEST(CudaEngine, NcclWorldOfOneEveryStageMatchesStageZeroBitwise) {
   // The engine ordered its collectives on the compute stream instead of waiting on the host.
   EXPECT_GT(nccl.device_ordered_waits(), 0u);
   EXPECT_EQ(nccl.pending_device_waits(), 0u);
+}
+
+// Activation checkpointing recomputes the same kernels on the same inputs: bitwise the losses
+// without it, also when the kept inputs travel to pinned host memory and back on the compute
+// stream (cpu_checkpointing's queued copies) behind NCCL's device-ordered waits.
+TEST(CudaEngine, CheckpointingOnDeviceAndHostIsBitwiseIdentical) {
+  MpiCommunicator self(MPI_COMM_SELF);
+  auto gpu = make_cuda_backend(0);
+  NcclCommunicator nccl(MPI_COMM_SELF, 0);
+  nccl.set_producer_stream(gpu->stream_handle());
+  for (int stage : {0, 3}) {
+    const std::vector<double> plain = train_losses(*gpu, nccl, self, stage, 3);
+    for (bool on_host : {false, true}) {
+      ActivationCheckpointing ac;
+      ac.every = 1;
+      ac.on_host = on_host;
+      EXPECT_EQ(train_losses(*gpu, nccl, self, stage, 3, kAccum, {}, ac), plain)
+          << "stage " << stage << (on_host ? ", cpu_checkpointing" : ", on the device");
+    }
+  }
+}
+
+// Phase times come from CUDA events on the compute stream: the device's forward, backward and
+// optimizer are disjoint parts of the step, so they add up to no more than the host's wall time
+// around train_step (which ends with a synchronize); each is a real interval.
+TEST(CudaEngine, PhaseTimesAreDeviceIntervalsWithinTheStep) {
+  MpiCommunicator self(MPI_COMM_SELF);
+  auto gpu = make_cuda_backend(0);
+  NcclCommunicator nccl(MPI_COMM_SELF, 0);
+  nccl.set_producer_stream(gpu->stream_handle());
+  for (int stage : {0, 2, 3}) {
+    std::vector<double> wall;
+    const std::vector<StepStats> stats =
+        train_steps(*gpu, nccl, self, stage, 4, kAccum, {}, {}, &wall);
+    for (size_t i = 0; i < stats.size(); ++i) {
+      const StepStats& s = stats[i];
+      const std::string what = "stage " + std::to_string(stage) + " step " + std::to_string(i + 1);
+      EXPECT_GT(s.forward_s, 0.0) << what;
+      EXPECT_GT(s.backward_s, 0.0) << what;
+      EXPECT_GT(s.optimizer_s, 0.0) << what;
+      EXPECT_GE(s.comm_wait_s, 0.0) << what;
+      EXPECT_LE(s.forward_s + s.backward_s + s.optimizer_s, wall[i]) << what;
+      std::printf(
+          "[ phases ] %s: forward %.3f ms, backward %.3f ms, optimizer %.3f ms, comm wait "
+          "%.3f ms, wall %.3f ms\n",
+          what.c_str(), s.forward_s * 1e3, s.backward_s * 1e3, s.optimizer_s * 1e3,
+          s.comm_wait_s * 1e3, wall[i] * 1e3);
+    }
+  }
 }
 #endif
 

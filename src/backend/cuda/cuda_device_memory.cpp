@@ -106,6 +106,16 @@ void CudaDeviceMemory::to_host(void* host, const void* device, size_t bytes) {
   ZT_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream_)));
 }
 
+void CudaDeviceMemory::to_device_queued(void* device, const void* host, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, as_stream(stream_)));
+}
+
+void CudaDeviceMemory::to_host_queued(void* host, const void* device, size_t bytes) {
+  if (bytes == 0) return;
+  ZT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, as_stream(stream_)));
+}
+
 void CudaDeviceMemory::copy(void* device_dst, const void* device_src, size_t bytes) {
   if (bytes == 0) return;
   ZT_CUDA_CHECK(

@@ -53,6 +53,9 @@ class CudaDeviceMemory final : public DeviceMemory {
   bool host_accessible() const override { return false; }
   void* allocate_host(size_t bytes) override;
   void release_host(void* p, size_t bytes) override;
+  // On the compute stream, not waited for (cpu_checkpointing's activation copies).
+  void to_host_queued(void* host, const void* device, size_t bytes) override;
+  void to_device_queued(void* device, const void* host, size_t bytes) override;
   void to_host_async(void* host, const void* device, size_t bytes) override;
   void to_device_async(void* device, const void* host, size_t bytes) override;
   void wait_copies() override;
