@@ -47,6 +47,7 @@ struct TrainOptions {
   int64_t steps = 100, micro_batch = 4, grad_accum = 1, seq_len = 256;
   int64_t seed = 1234;
   AdamWConfig optim;
+  std::string lr_schedule = "cosine", warmup_type = "linear";  // --lr-schedule, --warmup-type
   std::string precision = "bf16";
   std::string backend = "auto";  // --backend cpu | cuda | auto
   ZeroConfig zero;
@@ -88,6 +89,9 @@ nlohmann::json TrainOptions::to_json() const {
           {"lr", shortest_decimal(optim.lr)},
           {"min_lr", shortest_decimal(optim.min_lr)},
           {"warmup_steps", optim.warmup_steps},
+          {"lr_schedule", lr_schedule_name(optim.schedule)},
+          {"warmup_type", warmup_shape_name(optim.warmup_shape)},
+          {"warmup_start_lr", shortest_decimal(optim.warmup_start_lr)},
           {"beta1", shortest_decimal(optim.beta1)},
           {"beta2", shortest_decimal(optim.beta2)},
           {"eps", shortest_decimal(optim.eps)},
@@ -136,9 +140,17 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "micro-batches per optimizer step");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
   add("lr", po::value(&o.optim.lr)->default_value(o.optim.lr), "peak learning rate");
-  add("min-lr", po::value(&o.optim.min_lr)->default_value(o.optim.min_lr), "cosine floor");
+  add("min-lr", po::value(&o.optim.min_lr)->default_value(o.optim.min_lr),
+      "floor of the decay (cosine, WarmupDecayLR, WarmupCosineLR)");
   add("warmup-steps", po::value(&o.optim.warmup_steps)->default_value(o.optim.warmup_steps),
-      "linear warmup steps");
+      "warmup steps");
+  add("lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule),
+      "cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR (DeepSpeed's formulas)");
+  add("warmup-type", po::value(&o.warmup_type)->default_value(o.warmup_type),
+      "linear | log (log: DeepSpeed schedules)");
+  add("warmup-start-lr",
+      po::value(&o.optim.warmup_start_lr)->default_value(o.optim.warmup_start_lr),
+      "learning rate the warmup starts from");
   add("beta1", po::value(&o.optim.beta1)->default_value(o.optim.beta1), "AdamW beta1");
   add("beta2", po::value(&o.optim.beta2)->default_value(o.optim.beta2), "AdamW beta2");
   add("eps", po::value(&o.optim.eps)->default_value(o.optim.eps), "AdamW epsilon");
@@ -190,6 +202,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
                             : ModelConfig::from_hf_file(o.model_dir + "/config.json"),
         opts, vm);
   // ---- end DeepSpeed JSON ----
+  o.optim.schedule = parse_lr_schedule(o.lr_schedule, std::string(kCommand) + ": --lr-schedule");
+  o.optim.warmup_shape =
+      parse_warmup_shape(o.warmup_type, std::string(kCommand) + ": --warmup-type");
   return true;
 }
 
@@ -228,6 +243,7 @@ void validate(const TrainOptions& o) {
                 "param-persistence-threshold");
   at_least_zero(static_cast<double>(o.zero.max_reuse_distance), "max-reuse-distance");
   o.zero.validate();
+  validate_schedule(o.optim);
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
   parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);

@@ -169,8 +169,9 @@ void parse_optimizer(const json& block, DeepSpeedConfig& c) {
                          ": false (L2 Adam) is not available; zerotrain's AdamW decouples decay");
 }
 
-// DeepSpeed's schedulers onto linear warmup (0 → lr over warmup-steps) then cosine to min-lr at
-// --steps. Absent parameters take DeepSpeed's defaults; "auto" keeps our value.
+// DeepSpeed's schedulers onto --lr-schedule of the same name (their formulas, lr_schedule.h), with
+// the warmup from --warmup-start-lr and the decay to --min-lr at --steps. Absent parameters take
+// DeepSpeed's defaults (log warmup over 1000 steps); "auto" keeps our value.
 void parse_scheduler(const json& block, DeepSpeedConfig& c) {
   Section s(block, "scheduler.", c);
   const std::string type = s.string("type").value_or("");
@@ -184,27 +185,28 @@ void parse_scheduler(const json& block, DeepSpeedConfig& c) {
   auto warn = [&](const std::string& key, const std::string& what) {
     c.warnings.push_back(p.where(key) + ": " + what);
   };
+  set_option(c, "lr-schedule", type);
   if (!p.is_auto("warmup_num_steps"))
     set_integer(c, "warmup-steps", p.integer_at_least("warmup_num_steps", 0).value_or(1000));
-  const std::string warmup_type = p.string("warmup_type").value_or("log");
-  if (warmup_type != "linear")
-    warn("warmup_type", "'" + warmup_type + "' warmup is approximated by a linear warmup");
-  if (type == "WarmupCosineLR") {
-    if (p.number("warmup_min_ratio").value_or(0.0) != 0.0)
-      warn("warmup_min_ratio", "zerotrain warms up from 0, not from a ratio of the peak");
+  std::string warmup_type = p.string("warmup_type").value_or("log");
+  if (warmup_type != "linear" && warmup_type != "log") {
+    warn("warmup_type", "'" + warmup_type + "' is not log or linear; log, as DeepSpeed does");
+    warmup_type = "log";
+  }
+  set_option(c, "warmup-type", warmup_type);
+  if (type != "WarmupLR") c.schedule_total_steps = p.integer_at_least("total_num_steps", 1);
+  if (type == "WarmupCosineLR") {  // ratios of the optimizer's lr
+    if (!p.is_auto("warmup_min_ratio"))
+      c.warmup_min_ratio = p.number("warmup_min_ratio").value_or(0.0);
     if (!p.is_auto("cos_min_ratio")) c.cos_min_ratio = p.number("cos_min_ratio").value_or(1e-4);
-    c.schedule_total_steps = p.integer_at_least("total_num_steps", 1);
     return;
   }
+  // WarmupLR / WarmupDecayLR: absolute rates; WarmupDecayLR decays back to warmup_min_lr.
   if (!p.is_auto("warmup_max_lr")) set_number(c, "lr", p.number("warmup_max_lr").value_or(1e-3));
-  if (p.number("warmup_min_lr").value_or(0.0) != 0.0)
-    warn("warmup_min_lr", "zerotrain warms up from 0, not from warmup_min_lr");
-  if (type == "WarmupLR") {
-    c.cos_min_ratio = 1.0;  // constant after warmup: the cosine floor is the peak
-  } else {
-    set_option(c, "min-lr", "0");
-    warn("total_num_steps", "WarmupDecayLR's linear decay to 0 is approximated by a cosine");
-    c.schedule_total_steps = p.integer_at_least("total_num_steps", 1);
+  if (!p.is_auto("warmup_min_lr")) {
+    const double start = p.number("warmup_min_lr").value_or(0.0);
+    set_number(c, "warmup-start-lr", start);
+    if (type == "WarmupDecayLR") set_number(c, "min-lr", start);
   }
 }
 
@@ -405,6 +407,9 @@ BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& m
   // Values that depend on the final peak learning rate / step count.
   if (c.cos_min_ratio && vm.count("lr"))
     store({{"min-lr", float_text(static_cast<float>(*c.cos_min_ratio * vm["lr"].as<float>()))}});
+  if (c.warmup_min_ratio && vm.count("lr"))
+    store({{"warmup-start-lr",
+            float_text(static_cast<float>(*c.warmup_min_ratio * vm["lr"].as<float>()))}});
   if (c.schedule_total_steps && vm.count("steps") &&
       vm["steps"].as<int64_t>() != *c.schedule_total_steps)
     c.warnings.push_back(path + ": scheduler.params.total_num_steps " +

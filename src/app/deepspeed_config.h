@@ -46,6 +46,7 @@ struct DeepSpeedConfig {
   std::vector<std::pair<std::string, std::string>> options;
   std::optional<int64_t> train_batch_size;
   std::optional<double> cos_min_ratio;          // WarmupCosineLR: min-lr = ratio × lr
+  std::optional<double> warmup_min_ratio;       // WarmupCosineLR: warmup-start-lr = ratio × lr
   std::optional<int64_t> schedule_total_steps;  // WarmupDecayLR/WarmupCosineLR
   OffloadSettings offload_optimizer, offload_param;
   bool contiguous_gradients = true;                // accepted; buckets are always contiguous

@@ -32,16 +32,4 @@ void ZeroConfig::validate() const {
   ZT_CHECK(max_reuse_distance >= 0, "zero_optimization.stage3_max_reuse_distance must be >= 0");
 }
 
-float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps) {
-  // step is 1-based.
-  if (c.warmup_steps > 0 && step <= c.warmup_steps)
-    return c.lr * static_cast<float>(step) / static_cast<float>(c.warmup_steps);
-  const int64_t decay_steps = total_steps - c.warmup_steps;
-  if (decay_steps <= 0) return c.lr;
-  const double progress =
-      std::min(1.0, static_cast<double>(step - c.warmup_steps) / static_cast<double>(decay_steps));
-  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
-  return static_cast<float>(c.min_lr + (c.lr - c.min_lr) * cosine);
-}
-
 }  // namespace zt

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/lr_schedule.h"
+
 namespace zt {
 
 enum class Precision { kBf16, kFp32 };            // working params: bf16 (default) or fp32
@@ -23,8 +25,11 @@ struct ZeroConfig {
 
 struct AdamWConfig {
   float lr = 3e-4f;          // peak learning rate
-  float min_lr = 3e-5f;      // cosine floor
-  int64_t warmup_steps = 0;  // linear warmup
+  float min_lr = 3e-5f;      // floor of the decay (cosine, WarmupDecayLR, WarmupCosineLR)
+  int64_t warmup_steps = 0;  // warmup length (lr_schedule.h)
+  LrScheduleKind schedule = LrScheduleKind::kCosine;
+  WarmupShape warmup_shape = WarmupShape::kLinear;  // log: DeepSpeed schedules only
+  float warmup_start_lr = 0.0f;                     // the warmup starts here
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
@@ -32,7 +37,9 @@ struct AdamWConfig {
   float clip = 1.0f;          // global-norm clipping; <= 0 disables
 };
 
-// Linear warmup to lr over warmup_steps, then cosine from lr to min_lr at total_steps.
+// The scheduled learning rate of 1-based `step` in a run of `total_steps` (lr_schedule.h).
 float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps);
+// Throws naming the option (`--lr-schedule`, ...) when the schedule settings contradict.
+void validate_schedule(const AdamWConfig& c);
 
 }  // namespace zt

@@ -67,6 +67,9 @@ nlohmann::json TrainingHyperparameters::to_json() const {
   return {{"lr", static_cast<double>(optim.lr)},
           {"min_lr", static_cast<double>(optim.min_lr)},
           {"warmup_steps", optim.warmup_steps},
+          {"lr_schedule", lr_schedule_name(optim.schedule)},
+          {"warmup_type", warmup_shape_name(optim.warmup_shape)},
+          {"warmup_start_lr", static_cast<double>(optim.warmup_start_lr)},
           {"total_steps", total_steps},
           {"beta1", static_cast<double>(optim.beta1)},
           {"beta2", static_cast<double>(optim.beta2)},
@@ -84,6 +87,14 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
   h.optim.lr = read_float(j, "lr");
   h.optim.min_lr = read_float(j, "min_lr");
   h.optim.warmup_steps = j.at("warmup_steps").get<int64_t>();
+  // Absent from checkpoints written before the DeepSpeed schedules: the cosine defaults.
+  if (j.contains("lr_schedule"))
+    h.optim.schedule =
+        parse_lr_schedule(j.at("lr_schedule").get<std::string>(), "hyperparameters.lr_schedule");
+  if (j.contains("warmup_type"))
+    h.optim.warmup_shape =
+        parse_warmup_shape(j.at("warmup_type").get<std::string>(), "hyperparameters.warmup_type");
+  if (j.contains("warmup_start_lr")) h.optim.warmup_start_lr = read_float(j, "warmup_start_lr");
   h.total_steps = j.at("total_steps").get<int64_t>();
   h.optim.beta1 = read_float(j, "beta1");
   h.optim.beta2 = read_float(j, "beta2");
@@ -148,7 +159,11 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
     m.precision = j.at("precision").get<std::string>();
     m.model_config = j.at("model_config");
     m.config_fingerprint = j.at("config_fingerprint").get<std::string>();
-    m.hyper = TrainingHyperparameters::from_json(j.at("hyperparameters"));
+    try {
+      m.hyper = TrainingHyperparameters::from_json(j.at("hyperparameters"));
+    } catch (const Error& e) {  // a value out of its set (an unknown schedule name)
+      fail(source + ": malformed checkpoint manifest: " + e.what());
+    }
     for (const auto& g : j.at("groups")) {
       CheckpointGroup group;
       group.numel = g.at("numel").get<int64_t>();
@@ -288,6 +303,14 @@ std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& 
   compare(warnings, "lr", saved.optim.lr, run.optim.lr, float_text);
   compare(warnings, "min_lr", saved.optim.min_lr, run.optim.min_lr, float_text);
   compare(warnings, "warmup_steps", saved.optim.warmup_steps, run.optim.warmup_steps, int_text);
+  compare(warnings, "lr_schedule", std::string(lr_schedule_name(saved.optim.schedule)),
+          std::string(lr_schedule_name(run.optim.schedule)),
+          [](const std::string& s) { return s; });
+  compare(warnings, "warmup_type", std::string(warmup_shape_name(saved.optim.warmup_shape)),
+          std::string(warmup_shape_name(run.optim.warmup_shape)),
+          [](const std::string& s) { return s; });
+  compare(warnings, "warmup_start_lr", saved.optim.warmup_start_lr, run.optim.warmup_start_lr,
+          float_text);
   compare(warnings, "steps (schedule length)", saved.total_steps, run.total_steps, int_text);
   compare(warnings, "precision", manifest.precision, run_precision,
           [](const std::string& s) { return s; });

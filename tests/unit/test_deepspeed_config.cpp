@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "app/deepspeed_config.h"
 #include "test_train_support.h"
@@ -147,14 +149,40 @@ TEST(DeepSpeedConfig, IntegralFloatsAndSchedulers) {
   EXPECT_EQ(c.option("reduce-bucket-size"), "500000000");
   EXPECT_EQ(c.option("lr"), "0.002");
   EXPECT_EQ(c.option("warmup-steps"), "50");
-  EXPECT_EQ(c.cos_min_ratio, 1.0);  // WarmupLR: constant after warmup
+  EXPECT_EQ(c.option("lr-schedule"), "WarmupLR");
+  EXPECT_EQ(c.option("warmup-type"), "linear");
+  EXPECT_EQ(c.option("warmup-start-lr"), "0");  // DeepSpeed's default warmup_min_lr
+  EXPECT_FALSE(c.cos_min_ratio);
   EXPECT_TRUE(c.warnings.empty());
-  const json decay = {
-      {"scheduler", {{"type", "WarmupDecayLR"}, {"params", {{"total_num_steps", 10}}}}}};
+  // WarmupDecayLR with DeepSpeed's defaults: log warmup over 1000 steps from 0, decay back to
+  // warmup_min_lr; nothing is approximated any more.
+  const json decay = {{"scheduler",
+                       {{"type", "WarmupDecayLR"},
+                        {"params", {{"total_num_steps", 10}, {"warmup_min_lr", 1e-5}}}}}};
   const DeepSpeedConfig d = parse_deepspeed_config(decay, "d.json", preset_config("tiny"));
-  EXPECT_EQ(d.option("min-lr"), "0");
+  EXPECT_EQ(d.option("lr-schedule"), "WarmupDecayLR");
+  EXPECT_EQ(d.option("warmup-type"), "log");
+  EXPECT_EQ(d.option("warmup-steps"), "1000");
+  EXPECT_EQ(d.option("lr"), "0.001");
+  EXPECT_EQ(d.option("warmup-start-lr"), "1e-05");
+  EXPECT_EQ(d.option("min-lr"), "1e-05");
   EXPECT_EQ(d.schedule_total_steps, 10);
-  EXPECT_FALSE(d.warnings.empty());  // log warmup and linear decay are approximated
+  EXPECT_TRUE(d.warnings.empty()) << d.warnings.front();
+  // WarmupCosineLR: ratios of the optimizer's lr, resolved once the final lr is known.
+  const json cosine = {{"scheduler",
+                        {{"type", "WarmupCosineLR"},
+                         {"params",
+                          {{"total_num_steps", 10},
+                           {"warmup_min_ratio", 0.1},
+                           {"cos_min_ratio", 0.01},
+                           {"warmup_type", "cubic"}}}}}};
+  const DeepSpeedConfig k = parse_deepspeed_config(cosine, "k.json", preset_config("tiny"));
+  EXPECT_EQ(k.option("lr-schedule"), "WarmupCosineLR");
+  EXPECT_EQ(k.warmup_min_ratio, 0.1);
+  EXPECT_EQ(k.cos_min_ratio, 0.01);
+  EXPECT_EQ(k.option("warmup-type"), "log");  // DeepSpeed falls back to log, and says so
+  ASSERT_EQ(k.warnings.size(), 1u);
+  EXPECT_TRUE(contains(k.warnings[0], "scheduler.params.warmup_type")) << k.warnings[0];
 }
 
 // ---- the binary ----
@@ -186,6 +214,15 @@ TEST_F(DeepSpeedE2E, Zero2ConfigTrainsAndCommandLineWins) {
   EXPECT_TRUE(contains(text, "\"lr\":0.001")) << text;       // command line beats the file
   EXPECT_TRUE(contains(text, "\"min_lr\":0.0001")) << text;  // cos_min_ratio 0.1 × the final lr
   EXPECT_TRUE(contains(text, "\"beta2\":0.95")) << text;     // from the file
+  EXPECT_TRUE(contains(text, "\"lr_schedule\":\"WarmupCosineLR\"")) << text;
+  // DeepSpeed's WarmupCosineLR with warmup_num_steps "auto" (0 here) warms up linearly over
+  // max(2, 0) = 2 iterations from warmup_min_ratio 0: step 1 at 0, step 2 at half the peak.
+  std::ifstream metrics((dir_ / "out" / "metrics.jsonl").string());
+  std::vector<double> lrs;
+  for (std::string line; std::getline(metrics, line);) lrs.push_back(json::parse(line).at("lr"));
+  ASSERT_EQ(lrs.size(), 2u);
+  EXPECT_EQ(lrs[0], 0.0);
+  EXPECT_EQ(lrs[1], static_cast<double>(0.0005f));  // the float the step used
 }
 
 TEST_F(DeepSpeedE2E, OffloadConfigTrainsWithCpuOffload) {

@@ -193,6 +193,72 @@ TEST(TrainData, LearningRateWarmupAndCosine) {
   c.warmup_steps = 0;
   EXPECT_FLOAT_EQ(learning_rate_at(c, 0, 100), 1e-3f);
   EXPECT_LT(learning_rate_at(c, 2, 100), learning_rate_at(c, 1, 100));
+  // A warmup from a non-zero start.
+  c.warmup_steps = 10;
+  c.warmup_start_lr = 2e-4f;
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 5, 110), 2e-4f + 8e-4f * 0.5f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 10, 110), 1e-3f);
+}
+
+// DeepSpeed's schedulers (deepspeed/runtime/lr_schedules.py) at last_batch_iteration i = step - 1:
+// values worked out by hand from their docstrings' definitions.
+TEST(TrainData, LearningRateDeepSpeedSchedules) {
+  AdamWConfig c;
+  c.lr = 1e-3f;
+  c.warmup_steps = 10;
+  c.warmup_start_lr = 1e-4f;
+  c.warmup_shape = WarmupShape::kLog;
+  c.schedule = LrScheduleKind::kWarmupLR;
+  // Log warmup: γ = ln(i+1)/ln(10); step 1 (i = 0) starts at warmup_min_lr.
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 1, 100), 1e-4f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 4, 100), 1e-4f + 9e-4f * std::log10(4.0f));
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 10, 100), 1e-4f + 9e-4f * std::log10(10.0f));  // i = 9 < 10
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 100), 1e-3f);  // i = 10: warmup over, constant
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 100, 100), 1e-3f);
+  c.warmup_shape = WarmupShape::kLinear;
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 6, 100), 1e-4f + 9e-4f * 0.5f);  // γ = i/W = 5/10
+  // warmup_num_steps below 2 warms up over 2 iterations (DeepSpeed's max(2, W)).
+  c.warmup_steps = 0;
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 1, 100), 1e-4f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 2, 100), 1e-4f + 9e-4f * 0.5f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 3, 100), 1e-3f);
+
+  // WarmupDecayLR: linear from lr at i = W to min_lr (its warmup_min_lr) at i = S.
+  c.schedule = LrScheduleKind::kWarmupDecayLR;
+  c.warmup_steps = 10;
+  c.min_lr = 1e-4f;
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 110), 1e-3f);                   // i = 10: (110-10)/100
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 61, 110), 1e-4f + 9e-4f * 0.5f);    // i = 60: 50/100
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 110, 110), 1e-4f + 9e-4f * 0.01f);  // i = 109: 1/100
+
+  // WarmupCosineLR: ratio (1 + cos(π·(i − W + 1)/(S − W)))/2 between min_lr and lr.
+  c.schedule = LrScheduleKind::kWarmupCosineLR;
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 110),
+                  static_cast<float>(1e-4 + 9e-4 * 0.5 * (1 + std::cos(M_PI * 0.01))));
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 60, 110), 1e-4f + 9e-4f * 0.5f);  // i − W + 1 = 50
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 110, 110), 1e-4f);                // i − W + 1 = 100
+  // A schedule no longer than its warmup stays at the floor afterwards (DeepSpeed divides by 0).
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 10), 1e-4f);
+}
+
+TEST(TrainData, LearningRateScheduleNamesAndContradictions) {
+  EXPECT_EQ(parse_lr_schedule("WarmupCosineLR", "x"), LrScheduleKind::kWarmupCosineLR);
+  EXPECT_STREQ(lr_schedule_name(LrScheduleKind::kWarmupDecayLR), "WarmupDecayLR");
+  EXPECT_EQ(parse_warmup_shape("log", "x"), WarmupShape::kLog);
+  try {
+    parse_lr_schedule("OneCycle", "--lr-schedule");
+    FAIL() << "an unknown schedule was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--lr-schedule: unknown schedule 'OneCycle'"),
+              std::string::npos);
+  }
+  AdamWConfig c;
+  c.warmup_shape = WarmupShape::kLog;
+  EXPECT_THROW(validate_schedule(c), Error);  // log warmup is DeepSpeed's
+  c.schedule = LrScheduleKind::kWarmupLR;
+  EXPECT_NO_THROW(validate_schedule(c));
+  c.warmup_start_lr = 2 * c.lr;
+  EXPECT_THROW(validate_schedule(c), Error);
 }
 
 }  // namespace

@@ -1,0 +1,98 @@
+#include "engine/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/zero_config.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+struct ScheduleName {
+  LrScheduleKind kind;
+  const char* name;
+};
+constexpr ScheduleName kSchedules[] = {{LrScheduleKind::kCosine, "cosine"},
+                                       {LrScheduleKind::kWarmupLR, "WarmupLR"},
+                                       {LrScheduleKind::kWarmupDecayLR, "WarmupDecayLR"},
+                                       {LrScheduleKind::kWarmupCosineLR, "WarmupCosineLR"}};
+
+// zerotrain's cosine: 1-based steps, linear warmup reaching lr at step W.
+double native_cosine(const AdamWConfig& c, int64_t step, int64_t total_steps) {
+  const double lr = c.lr, start = c.warmup_start_lr;
+  if (c.warmup_steps > 0 && step <= c.warmup_steps)
+    return start + (lr - start) * static_cast<double>(step) / static_cast<double>(c.warmup_steps);
+  const int64_t decay_steps = total_steps - c.warmup_steps;
+  if (decay_steps <= 0) return lr;
+  const double progress =
+      std::min(1.0, static_cast<double>(step - c.warmup_steps) / static_cast<double>(decay_steps));
+  return c.min_lr + (lr - c.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+// DeepSpeed's schedulers at last_batch_iteration i = step − 1.
+double deepspeed_schedule(const AdamWConfig& c, int64_t step, int64_t total_steps) {
+  const double lr = c.lr, start = c.warmup_start_lr, floor = c.min_lr;
+  const double i = static_cast<double>(step - 1);
+  const double W = static_cast<double>(std::max<int64_t>(2, c.warmup_steps));
+  const double S = static_cast<double>(total_steps);
+  if (i < W) {
+    const double gamma =
+        c.warmup_shape == WarmupShape::kLog ? std::log(i + 1.0) / std::log(W) : i / W;
+    return start + (lr - start) * gamma;
+  }
+  switch (c.schedule) {
+    case LrScheduleKind::kWarmupDecayLR:
+      return floor + (lr - floor) * std::max(0.0, (S - i) / std::max(1.0, S - W));
+    case LrScheduleKind::kWarmupCosineLR: {
+      // A schedule no longer than its warmup has nothing left to decay over: the floor.
+      const double progress = S > W ? std::min(1.0, (i - W + 1.0) / (S - W)) : 1.0;
+      return std::max(0.0, floor + (lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+    }
+    default:
+      return lr;  // WarmupLR
+  }
+}
+
+}  // namespace
+
+LrScheduleKind parse_lr_schedule(const std::string& s, const std::string& what) {
+  for (const ScheduleName& n : kSchedules)
+    if (s == n.name) return n.kind;
+  fail(what + ": unknown schedule '" + s +
+       "' (expected cosine, WarmupLR, WarmupDecayLR or WarmupCosineLR)");
+}
+
+const char* lr_schedule_name(LrScheduleKind k) {
+  for (const ScheduleName& n : kSchedules)
+    if (k == n.kind) return n.name;
+  return "?";
+}
+
+WarmupShape parse_warmup_shape(const std::string& s, const std::string& what) {
+  if (s == "linear") return WarmupShape::kLinear;
+  if (s == "log") return WarmupShape::kLog;
+  fail(what + ": unknown warmup type '" + s + "' (expected linear or log)");
+}
+
+const char* warmup_shape_name(WarmupShape w) {
+  return w == WarmupShape::kLog ? "log" : "linear";
+}
+
+float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps) {
+  const double lr = c.schedule == LrScheduleKind::kCosine
+                        ? native_cosine(c, step, total_steps)
+                        : deepspeed_schedule(c, step, total_steps);
+  return static_cast<float>(lr);
+}
+
+void validate_schedule(const AdamWConfig& c) {
+  ZT_CHECK(c.warmup_start_lr >= 0.0f && c.warmup_start_lr <= c.lr,
+           "--warmup-start-lr must lie in [0, --lr], got " + std::to_string(c.warmup_start_lr));
+  ZT_CHECK(c.warmup_shape == WarmupShape::kLinear || c.schedule != LrScheduleKind::kCosine,
+           "--warmup-type log needs one of DeepSpeed's schedules (--lr-schedule WarmupLR, "
+           "WarmupDecayLR or WarmupCosineLR); the cosine schedule warms up linearly");
+}
+
+}  // namespace zt
