@@ -182,8 +182,9 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   std::string advice;
   if (o.device_memory_gib > 0) {
     const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
-    const FitRecommendation rec = recommend_configuration(
-        model, o.world, o.zero, precision, o.micro_batch, o.seq_len, ac, device_bytes);
+    const FitRecommendation rec =
+        recommend_configuration(model, o.world, o.zero, precision, o.micro_batch, o.seq_len,
+                                o.grad_accum, ac, device_bytes);
     nlohmann::json tried = nlohmann::json::array();
     for (const FitCandidate& c : rec.candidates)
       tried.push_back({{"label", c.label},

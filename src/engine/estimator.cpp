@@ -234,7 +234,7 @@ OffloadFigure deepspeed_offload_figure(const ModelConfig& model, int world, int 
 
 FitRecommendation recommend_configuration(const ModelConfig& model, int world,
                                           const ZeroConfig& zero, Precision precision,
-                                          int64_t micro_batch, int64_t seq_len,
+                                          int64_t micro_batch, int64_t seq_len, int64_t grad_accum,
                                           const ActivationCheckpointing& requested,
                                           int64_t device_bytes) {
   ActivationCheckpointing full;
@@ -272,7 +272,8 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
     c.offload = *s.offload;
     ZeroConfig z = zero;
     z.stage = s.stage;
-    c.estimate = estimate_memory(model, world, z, precision, micro_batch, seq_len, c.ac, c.offload);
+    c.estimate = estimate_memory(model, world, z, precision, micro_batch, seq_len, c.ac, c.offload,
+                                 grad_accum);
     c.fits = c.estimate.device_total() <= device_bytes;
     if (c.fits && rec.chosen < 0) rec.chosen = static_cast<int>(rec.candidates.size());
     rec.candidates.push_back(c);

@@ -85,7 +85,7 @@ struct FitRecommendation {
 };
 FitRecommendation recommend_configuration(const ModelConfig& model, int world,
                                           const ZeroConfig& zero, Precision precision,
-                                          int64_t micro_batch, int64_t seq_len,
+                                          int64_t micro_batch, int64_t seq_len, int64_t grad_accum,
                                           const ActivationCheckpointing& requested,
                                           int64_t device_bytes);
 

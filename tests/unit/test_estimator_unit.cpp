@@ -119,7 +119,7 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
   auto pick = [&](double gib, int world) {
     ZeroConfig z;
     const FitRecommendation r = recommend_configuration(model_, world, z, Precision::kBf16, 1, 2048,
-                                                        {}, static_cast<int64_t>(gib * kGiB));
+                                                        1, {}, static_cast<int64_t>(gib * kGiB));
     // The chosen candidate is the first that fits; everything before it does not.
     const size_t first = r.chosen < 0 ? r.candidates.size() : static_cast<size_t>(r.chosen);
     for (size_t i = 0; i < first; ++i) EXPECT_FALSE(r.candidates[i].fits) << i;
@@ -140,12 +140,23 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
   ZeroConfig z;
   int last = 1 << 30;
   for (double gib : {8.0, 16.0, 24.0, 40.0, 80.0, 141.0, 400.0}) {
-    const FitRecommendation r = recommend_configuration(model_, 8, z, Precision::kBf16, 1, 2048, {},
-                                                        static_cast<int64_t>(gib * kGiB));
+    const FitRecommendation r = recommend_configuration(model_, 8, z, Precision::kBf16, 1, 2048, 1,
+                                                        {}, static_cast<int64_t>(gib * kGiB));
     const int rung = r.chosen < 0 ? 1 << 30 : r.chosen;
     EXPECT_LE(rung, last) << gib << " GiB";
     last = rung;
   }
+  // Every candidate is estimated at the run's gradient accumulation: the step's per-token
+  // losses (4 bytes each) stay on the device for all its micro-batches.
+  const FitRecommendation one =
+      recommend_configuration(model_, 8, z, Precision::kBf16, 1, 2048, 1, {}, int64_t{80} * kGiB);
+  const FitRecommendation many =
+      recommend_configuration(model_, 8, z, Precision::kBf16, 1, 2048, 64, {}, int64_t{80} * kGiB);
+  ASSERT_EQ(one.candidates.size(), many.candidates.size());
+  for (size_t i = 0; i < one.candidates.size(); ++i)
+    EXPECT_EQ(many.candidates[i].estimate.buffers - one.candidates[i].estimate.buffers,
+              63 * 2048 * 4)
+        << one.candidates[i].label;
 }
 
 // `zerotrain estimate` with offload flags: the JSON rows carry the host and nvme pools of the
