@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # zerotrain: setup, build, demo and tests in one script.
 #   ./run.sh demo    install missing Debian packages, build, train the demo model, evaluate it
-#   ./run.sh test    install missing Debian packages, build, run the whole test suite (ctest -j2)
+#   ./run.sh test    install missing packages and .deps/, build, run the whole test suite (ctest -j2)
 #   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
 #   ./run.sh build   install missing packages and build only (build/)
-#   ./run.sh deps    install missing Debian packages only
+#   ./run.sh deps    install missing Debian packages, fetch the test reference sources (.deps/)
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -18,7 +18,7 @@ PACKAGES=(
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev nlohmann-json3-dev
   libopenblas-dev libgtest-dev liburing-dev patchelf
-  python3 python3-numpy python3-h5py python3-torch
+  python3 python3-numpy python3-h5py python3-torch python3-pip
   slurm-wlm munge librsvg2-bin
 )
 
@@ -38,6 +38,21 @@ install_deps() {
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Sources the tests read, not installed: DeepSpeed's lr_schedules.py is the reference of
+# oracle_deepspeed_lr_schedules. Fetched from PyPI once into .deps/, checked by its SHA-256.
+DEEPSPEED_VERSION=0.19.8
+DEEPSPEED_SDIST_SHA256=9e491abd0827ea5c389dd702e15e11e13d83d904bac4a20d6c2a4cb37207a9af
+fetch_test_sources() {
+  local file=$ROOT/.deps/deepspeed-$DEEPSPEED_VERSION.tar.gz
+  echo "$DEEPSPEED_SDIST_SHA256  $file" | sha256sum -c --status 2>/dev/null && return
+  log "fetching deepspeed-$DEEPSPEED_VERSION.tar.gz from PyPI (the schedule oracle's reference)"
+  rm -f "$file"
+  /usr/bin/python3 -m pip download --quiet --no-deps --no-binary :all: \
+    "deepspeed==$DEEPSPEED_VERSION" -d "$ROOT/.deps" >&2
+  echo "$DEEPSPEED_SDIST_SHA256  $file" | sha256sum -c --status ||
+    { log "$file: SHA-256 differs from the pinned one"; exit 1; }
 }
 
 build() {
@@ -98,10 +113,10 @@ test_asan() {
 }
 
 case "${1:-}" in
-  deps) install_deps ;;
+  deps) install_deps; fetch_test_sources ;;
   build) install_deps; build ;;
   demo) install_deps; build; demo ;;
-  test) shift; install_deps; build; run_tests "$@" ;;
-  test-asan) shift; install_deps; test_asan "$@" ;;
+  test) shift; install_deps; fetch_test_sources; build; run_tests "$@" ;;
+  test-asan) shift; install_deps; fetch_test_sources; test_asan "$@" ;;
   *) sed -n '2,9p' "$0"; exit 2 ;;
 esac

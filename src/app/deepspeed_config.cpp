@@ -118,6 +118,12 @@ class Section {
 void set_option(DeepSpeedConfig& c, const std::string& name, const std::string& value) {
   c.options.emplace_back(name, value);
 }
+// For a key that overrides another block's mapping of the same option (the scheduler's peak
+// over the optimizer's lr).
+void replace_option(DeepSpeedConfig& c, const std::string& name, const std::string& value) {
+  std::erase_if(c.options, [&](const auto& option) { return option.first == name; });
+  set_option(c, name, value);
+}
 void set_number(DeepSpeedConfig& c, const std::string& name, std::optional<double> v) {
   if (v) set_option(c, name, number_text(*v));
 }
@@ -201,8 +207,13 @@ void parse_scheduler(const json& block, DeepSpeedConfig& c) {
     if (!p.is_auto("cos_min_ratio")) c.cos_min_ratio = p.number("cos_min_ratio").value_or(1e-4);
     return;
   }
-  // WarmupLR / WarmupDecayLR: absolute rates; WarmupDecayLR decays back to warmup_min_lr.
-  if (!p.is_auto("warmup_max_lr")) set_number(c, "lr", p.number("warmup_max_lr").value_or(1e-3));
+  // WarmupLR / WarmupDecayLR: absolute rates; WarmupDecayLR decays back to warmup_min_lr. The
+  // peak is warmup_max_lr, over the optimizer's lr; absent, WarmupLR keeps the optimizer's and
+  // WarmupDecayLR takes 0.001 (DeepSpeed 0.19.8's defaults).
+  if (!p.is_auto("warmup_max_lr")) {
+    const std::optional<double> peak = p.number("warmup_max_lr");
+    if (peak || type == "WarmupDecayLR") replace_option(c, "lr", number_text(peak.value_or(1e-3)));
+  }
   if (!p.is_auto("warmup_min_lr")) {
     const double start = p.number("warmup_min_lr").value_or(0.0);
     set_number(c, "warmup-start-lr", start);

@@ -31,10 +31,11 @@ double native_cosine(const AdamWConfig& c, int64_t step, int64_t total_steps) {
   return c.min_lr + (lr - c.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-// DeepSpeed's schedulers at last_batch_iteration i = step − 1.
+// DeepSpeed's schedulers at last_batch_iteration i = step − 2 (lr_schedule.h).
 double deepspeed_schedule(const AdamWConfig& c, int64_t step, int64_t total_steps) {
   const double lr = c.lr, start = c.warmup_start_lr, floor = c.min_lr;
-  const double i = static_cast<double>(step - 1);
+  const double i = static_cast<double>(step - 2);
+  if (i < 0) return c.schedule == LrScheduleKind::kWarmupCosineLR ? 0.0 : start;
   const double W = static_cast<double>(std::max<int64_t>(2, c.warmup_steps));
   const double S = static_cast<double>(total_steps);
   if (i < W) {
@@ -47,7 +48,7 @@ double deepspeed_schedule(const AdamWConfig& c, int64_t step, int64_t total_step
       return floor + (lr - floor) * std::max(0.0, (S - i) / std::max(1.0, S - W));
     case LrScheduleKind::kWarmupCosineLR: {
       // A schedule no longer than its warmup has nothing left to decay over: the floor.
-      const double progress = S > W ? std::min(1.0, (i - W + 1.0) / (S - W)) : 1.0;
+      const double progress = std::min(1.0, (i - W + 1.0) / std::max(1.0, S - W));
       return std::max(0.0, floor + (lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress)));
     }
     default:

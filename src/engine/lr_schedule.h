@@ -3,12 +3,15 @@
 // cosine (the default): step s (1-based) of a run of S steps gets
 //   s ≤ W:  start + (lr − start)·s/W                       (linear warmup, W = warmup_steps)
 //   s > W:  min_lr + (lr − min_lr)·½(1 + cos(π·(s−W)/(S−W)))   (min_lr at the last step)
-// WarmupLR, WarmupDecayLR, WarmupCosineLR: DeepSpeed's formulas (deepspeed/runtime/lr_schedules.py)
-// with step s taking the value at last_batch_iteration i = s − 1, the schedule once s − 1 steps
-// have completed. Warmup spans W' = max(2, warmup_steps) iterations:
+// WarmupLR, WarmupDecayLR, WarmupCosineLR: the learning rates a DeepSpeed run trains with
+// (deepspeed/runtime/lr_schedules.py, as of DeepSpeed 0.19.8; tests/oracle checks against it).
+// DeepSpeed's engine steps the scheduler after each optimizer step, and the scheduler's
+// constructor sets the rate of last_batch_iteration −1, so step s trains at iteration
+// i = s − 2: step 1 at the constructor's rate (start for WarmupLR/WarmupDecayLR, 0 for
+// WarmupCosineLR), step 2 at i = 0. Warmup spans W' = max(2, warmup_steps) iterations:
 //   γ = ln(i+1)/ln(W') (log, DeepSpeed's default) or i/W' (linear);  lr = start + (lr − start)·γ
 // then WarmupLR holds lr; WarmupDecayLR decays linearly to min_lr (its warmup_min_lr) at i = S;
-// WarmupCosineLR follows min_lr + (lr − min_lr)·½(1 + cos(π·(i − W' + 1)/(S − W'))).
+// WarmupCosineLR follows min_lr + (lr − min_lr)·½(1 + cos(π·p)), p = min(1, (i − W' + 1)/(S − W')).
 #pragma once
 #include <string>
 

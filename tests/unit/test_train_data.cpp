@@ -200,8 +200,9 @@ TEST(TrainData, LearningRateWarmupAndCosine) {
   EXPECT_FLOAT_EQ(learning_rate_at(c, 10, 110), 1e-3f);
 }
 
-// DeepSpeed's schedulers (deepspeed/runtime/lr_schedules.py) at last_batch_iteration i = step - 1:
-// values worked out by hand from their docstrings' definitions.
+// DeepSpeed's schedulers as a DeepSpeed run applies them: step s trains at last_batch_iteration
+// i = s - 2, step 1 at the constructor's rate. Values worked out by hand from the formulas in
+// lr_schedule.h (tests/oracle/test_lr_schedules.py checks against DeepSpeed's own code).
 TEST(TrainData, LearningRateDeepSpeedSchedules) {
   AdamWConfig c;
   c.lr = 1e-3f;
@@ -209,36 +210,42 @@ TEST(TrainData, LearningRateDeepSpeedSchedules) {
   c.warmup_start_lr = 1e-4f;
   c.warmup_shape = WarmupShape::kLog;
   c.schedule = LrScheduleKind::kWarmupLR;
-  // Log warmup: γ = ln(i+1)/ln(10); step 1 (i = 0) starts at warmup_min_lr.
+  // Log warmup: γ = ln(i+1)/ln(10); steps 1 (the constructor) and 2 (i = 0) at warmup_min_lr.
   EXPECT_FLOAT_EQ(learning_rate_at(c, 1, 100), 1e-4f);
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 4, 100), 1e-4f + 9e-4f * std::log10(4.0f));
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 10, 100), 1e-4f + 9e-4f * std::log10(10.0f));  // i = 9 < 10
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 100), 1e-3f);  // i = 10: warmup over, constant
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 2, 100), 1e-4f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 5, 100), 1e-4f + 9e-4f * std::log10(4.0f));    // i = 3
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 100), 1e-4f + 9e-4f * std::log10(10.0f));  // i = 9
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 12, 100), 1e-3f);  // i = 10: warmup over, constant
   EXPECT_FLOAT_EQ(learning_rate_at(c, 100, 100), 1e-3f);
   c.warmup_shape = WarmupShape::kLinear;
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 6, 100), 1e-4f + 9e-4f * 0.5f);  // γ = i/W = 5/10
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 7, 100), 1e-4f + 9e-4f * 0.5f);  // γ = i/W = 5/10
   // warmup_num_steps below 2 warms up over 2 iterations (DeepSpeed's max(2, W)).
   c.warmup_steps = 0;
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 1, 100), 1e-4f);
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 2, 100), 1e-4f + 9e-4f * 0.5f);
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 3, 100), 1e-3f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 2, 100), 1e-4f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 3, 100), 1e-4f + 9e-4f * 0.5f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 4, 100), 1e-3f);
 
   // WarmupDecayLR: linear from lr at i = W to min_lr (its warmup_min_lr) at i = S.
   c.schedule = LrScheduleKind::kWarmupDecayLR;
   c.warmup_steps = 10;
   c.min_lr = 1e-4f;
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 110), 1e-3f);                   // i = 10: (110-10)/100
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 61, 110), 1e-4f + 9e-4f * 0.5f);    // i = 60: 50/100
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 110, 110), 1e-4f + 9e-4f * 0.01f);  // i = 109: 1/100
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 1, 110), 1e-4f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 12, 110), 1e-3f);                   // i = 10: 100/100
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 62, 110), 1e-4f + 9e-4f * 0.5f);    // i = 60: 50/100
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 110, 110), 1e-4f + 9e-4f * 0.02f);  // i = 108: 2/100
 
-  // WarmupCosineLR: ratio (1 + cos(π·(i − W + 1)/(S − W)))/2 between min_lr and lr.
+  // WarmupCosineLR: step 1 at 0; then ½(1 + cos(π·(i − W + 1)/(S − W))) between min_lr and lr.
   c.schedule = LrScheduleKind::kWarmupCosineLR;
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 110),
+  EXPECT_EQ(learning_rate_at(c, 1, 110), 0.0f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 2, 110), 1e-4f);  // i = 0: the warmup's start
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 12, 110),
                   static_cast<float>(1e-4 + 9e-4 * 0.5 * (1 + std::cos(M_PI * 0.01))));
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 60, 110), 1e-4f + 9e-4f * 0.5f);  // i − W + 1 = 50
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 110, 110), 1e-4f);                // i − W + 1 = 100
-  // A schedule no longer than its warmup stays at the floor afterwards (DeepSpeed divides by 0).
-  EXPECT_FLOAT_EQ(learning_rate_at(c, 11, 10), 1e-4f);
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 61, 110), 1e-4f + 9e-4f * 0.5f);  // i − W + 1 = 50
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 110, 110),
+                  static_cast<float>(1e-4 + 9e-4 * 0.5 * (1 + std::cos(M_PI * 0.99))));
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 112, 110), 1e-4f);  // past the end: the floor, no rise
+  // A schedule no longer than its warmup stays at the floor afterwards.
+  EXPECT_FLOAT_EQ(learning_rate_at(c, 12, 10), 1e-4f);
 }
 
 TEST(TrainData, LearningRateScheduleNamesAndContradictions) {
