@@ -192,8 +192,9 @@ void parse_scheduler(const json& block, DeepSpeedConfig& c) {
     c.warnings.push_back(p.where(key) + ": " + what);
   };
   set_option(c, "lr-schedule", type);
+  // DeepSpeed refuses a warmup of 0 steps (and warms up over at least 2 iterations).
   if (!p.is_auto("warmup_num_steps"))
-    set_integer(c, "warmup-steps", p.integer_at_least("warmup_num_steps", 0).value_or(1000));
+    set_integer(c, "warmup-steps", p.integer_at_least("warmup_num_steps", 1).value_or(1000));
   std::string warmup_type = p.string("warmup_type").value_or("log");
   if (warmup_type != "linear" && warmup_type != "log") {
     warn("warmup_type", "'" + warmup_type + "' is not log or linear; log, as DeepSpeed does");

@@ -96,6 +96,7 @@ CASES = [
     ("WarmupLR", {"warmup_min_lr": 1e-5, "warmup_max_lr": 2e-3, "warmup_num_steps": 12}),
     ("WarmupLR", {"warmup_max_lr": 1e-3, "warmup_num_steps": 9, "warmup_type": "linear"}),
     ("WarmupLR", {"warmup_num_steps": 7}),  # the peak is the optimizer's lr
+    ("WarmupLR", {"warmup_max_lr": 1e-3, "warmup_num_steps": 1}),  # a warmup of max(2, 1)
     ("WarmupDecayLR", {"total_num_steps": STEPS, "warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3,
                        "warmup_num_steps": 8}),
     ("WarmupDecayLR", {"total_num_steps": STEPS, "warmup_max_lr": 1e-3, "warmup_num_steps": 5,

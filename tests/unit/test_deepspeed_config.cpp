@@ -136,6 +136,9 @@ TEST(DeepSpeedConfig, BadValuesAreErrorsNamingTheKey) {
   EXPECT_TRUE(contains(fp16, "fp16") && contains(fp16, "bf16")) << fp16;
   EXPECT_TRUE(contains(parse_error({{"train_batch_size", 2.5}}), "train_batch_size"));
   EXPECT_TRUE(contains(parse_error({{"optimizer", {{"type", "Lamb"}}}}), "optimizer.type"));
+  EXPECT_TRUE(contains(
+      parse_error({{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 0}}}}}}),
+      "scheduler.params.warmup_num_steps"));
   EXPECT_EQ(parse_error({{"fp16", {{"enabled", false}}}}), "");
 }
 
