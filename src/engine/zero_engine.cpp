@@ -342,6 +342,7 @@ Communicator& ZeroEngine::communicator() {
 double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets) {
   Impl& I = *impl_;
   const int G = I.num_groups();
+  I.intervals.reset();  // the gathers' waits of an eval pass are nobody's step (bounded marks)
   model_.set_batch(inputs, targets);
   if (I.gatherer) {
     std::vector<int> uses;
