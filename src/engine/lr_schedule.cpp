@@ -19,40 +19,48 @@ constexpr ScheduleName kSchedules[] = {{LrScheduleKind::kCosine, "cosine"},
                                        {LrScheduleKind::kWarmupDecayLR, "WarmupDecayLR"},
                                        {LrScheduleKind::kWarmupCosineLR, "WarmupCosineLR"}};
 
+// from + (to − from)·t: the warmups (t from 0 to 1) and the decays (t from 1 to 0).
+double between(double from, double to, double t) {
+  return from + (to - from) * t;
+}
+// ½(1 + cos(π·p)): 1 at p = 0, 0 at p = 1.
+double half_cosine(double p) {
+  return 0.5 * (1.0 + std::cos(M_PI * p));
+}
+
 // zerotrain's cosine: 1-based steps, linear warmup reaching lr at step W.
 double native_cosine(const AdamWConfig& c, int64_t step, int64_t total_steps) {
-  const double lr = c.lr, start = c.warmup_start_lr;
   if (c.warmup_steps > 0 && step <= c.warmup_steps)
-    return start + (lr - start) * static_cast<double>(step) / static_cast<double>(c.warmup_steps);
+    return between(c.warmup_start_lr, c.lr,
+                   static_cast<double>(step) / static_cast<double>(c.warmup_steps));
   const int64_t decay_steps = total_steps - c.warmup_steps;
-  if (decay_steps <= 0) return lr;
+  if (decay_steps <= 0) return c.lr;
   const double progress =
       std::min(1.0, static_cast<double>(step - c.warmup_steps) / static_cast<double>(decay_steps));
-  return c.min_lr + (lr - c.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+  return between(c.min_lr, c.lr, half_cosine(progress));
 }
 
 // DeepSpeed's schedulers at last_batch_iteration i = step − 2 (lr_schedule.h).
 double deepspeed_schedule(const AdamWConfig& c, int64_t step, int64_t total_steps) {
-  const double lr = c.lr, start = c.warmup_start_lr, floor = c.min_lr;
   const double i = static_cast<double>(step - 2);
-  if (i < 0) return c.schedule == LrScheduleKind::kWarmupCosineLR ? 0.0 : start;
+  if (i < 0) return c.schedule == LrScheduleKind::kWarmupCosineLR ? 0.0 : c.warmup_start_lr;
   const double W = static_cast<double>(std::max<int64_t>(2, c.warmup_steps));
   const double S = static_cast<double>(total_steps);
   if (i < W) {
     const double gamma =
         c.warmup_shape == WarmupShape::kLog ? std::log(i + 1.0) / std::log(W) : i / W;
-    return start + (lr - start) * gamma;
+    return between(c.warmup_start_lr, c.lr, gamma);
   }
   switch (c.schedule) {
     case LrScheduleKind::kWarmupDecayLR:
-      return floor + (lr - floor) * std::max(0.0, (S - i) / std::max(1.0, S - W));
+      return between(c.min_lr, c.lr, std::max(0.0, (S - i) / std::max(1.0, S - W)));
     case LrScheduleKind::kWarmupCosineLR: {
       // A schedule no longer than its warmup has nothing left to decay over: the floor.
       const double progress = std::min(1.0, (i - W + 1.0) / std::max(1.0, S - W));
-      return std::max(0.0, floor + (lr - floor) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+      return std::max(0.0, between(c.min_lr, c.lr, half_cosine(progress)));
     }
     default:
-      return lr;  // WarmupLR
+      return c.lr;  // WarmupLR
   }
 }
 
