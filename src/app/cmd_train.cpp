@@ -92,6 +92,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"lr_schedule", lr_schedule_name(optim.schedule)},
           {"warmup_type", warmup_shape_name(optim.warmup_shape)},
           {"warmup_start_lr", shortest_decimal(optim.warmup_start_lr)},
+          {"schedule_steps", optim.schedule_steps > 0 ? optim.schedule_steps : steps},
           {"beta1", shortest_decimal(optim.beta1)},
           {"beta2", shortest_decimal(optim.beta2)},
           {"eps", shortest_decimal(optim.eps)},
@@ -151,6 +152,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("warmup-start-lr",
       po::value(&o.optim.warmup_start_lr)->default_value(o.optim.warmup_start_lr),
       "learning rate the warmup starts from");
+  add("schedule-steps", po::value(&o.optim.schedule_steps)->default_value(0),
+      "length of the schedule's decay, in steps (0: --steps)");
   add("beta1", po::value(&o.optim.beta1)->default_value(o.optim.beta1), "AdamW beta1");
   add("beta2", po::value(&o.optim.beta2)->default_value(o.optim.beta2), "AdamW beta2");
   add("eps", po::value(&o.optim.eps)->default_value(o.optim.eps), "AdamW epsilon");

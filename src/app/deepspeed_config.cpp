@@ -201,7 +201,9 @@ void parse_scheduler(const json& block, DeepSpeedConfig& c) {
     warmup_type = "log";
   }
   set_option(c, "warmup-type", warmup_type);
-  if (type != "WarmupLR") c.schedule_total_steps = p.integer_at_least("total_num_steps", 1);
+  // The decay's length, as DeepSpeed takes it, whatever --steps the run makes ("auto": --steps).
+  if (type != "WarmupLR" && !p.is_auto("total_num_steps"))
+    set_integer(c, "schedule-steps", p.integer_at_least("total_num_steps", 1));
   if (type == "WarmupCosineLR") {  // ratios of the optimizer's lr
     if (!p.is_auto("warmup_min_ratio"))
       c.warmup_min_ratio = p.number("warmup_min_ratio").value_or(0.0);
@@ -422,12 +424,6 @@ BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& m
   if (c.warmup_min_ratio && vm.count("lr"))
     store({{"warmup-start-lr",
             float_text(static_cast<float>(*c.warmup_min_ratio * vm["lr"].as<float>()))}});
-  if (c.schedule_total_steps && vm.count("steps") &&
-      vm["steps"].as<int64_t>() != *c.schedule_total_steps)
-    c.warnings.push_back(path + ": scheduler.params.total_num_steps " +
-                         std::to_string(*c.schedule_total_steps) + " differs from --steps " +
-                         std::to_string(vm["steps"].as<int64_t>()) +
-                         "; the schedule ends at --steps");
   if (launch_rank_is_zero())
     for (const std::string& w : c.warnings) std::cerr << "warning: " << w << "\n";
   BatchSizeRule rule;

@@ -45,9 +45,8 @@ struct DeepSpeedConfig {
   // (long option name, value) pairs, in file order; "auto" values already resolved or left out.
   std::vector<std::pair<std::string, std::string>> options;
   std::optional<int64_t> train_batch_size;
-  std::optional<double> cos_min_ratio;          // WarmupCosineLR: min-lr = ratio × lr
-  std::optional<double> warmup_min_ratio;       // WarmupCosineLR: warmup-start-lr = ratio × lr
-  std::optional<int64_t> schedule_total_steps;  // WarmupDecayLR/WarmupCosineLR
+  std::optional<double> cos_min_ratio;     // WarmupCosineLR: min-lr = ratio × lr
+  std::optional<double> warmup_min_ratio;  // WarmupCosineLR: warmup-start-lr = ratio × lr
   OffloadSettings offload_optimizer, offload_param;
   bool contiguous_gradients = true;                // accepted; buckets are always contiguous
   bool gather_16bit_weights_on_model_save = true;  // accepted; the final model is always bf16

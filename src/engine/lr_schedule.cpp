@@ -89,7 +89,8 @@ const char* warmup_shape_name(WarmupShape w) {
   return w == WarmupShape::kLog ? "log" : "linear";
 }
 
-float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps) {
+float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t run_steps) {
+  const int64_t total_steps = c.schedule_steps > 0 ? c.schedule_steps : run_steps;
   const double lr = c.schedule == LrScheduleKind::kCosine
                         ? native_cosine(c, step, total_steps)
                         : deepspeed_schedule(c, step, total_steps);
@@ -97,6 +98,8 @@ float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps) 
 }
 
 void validate_schedule(const AdamWConfig& c) {
+  ZT_CHECK(c.schedule_steps >= 0,
+           "--schedule-steps must be >= 0 (0: --steps), got " + std::to_string(c.schedule_steps));
   ZT_CHECK(c.warmup_start_lr >= 0.0f && c.warmup_start_lr <= c.lr,
            "--warmup-start-lr must lie in [0, --lr], got " + std::to_string(c.warmup_start_lr));
   ZT_CHECK(c.warmup_shape == WarmupShape::kLinear || c.schedule != LrScheduleKind::kCosine,

@@ -30,6 +30,7 @@ struct AdamWConfig {
   LrScheduleKind schedule = LrScheduleKind::kCosine;
   WarmupShape warmup_shape = WarmupShape::kLinear;  // log: DeepSpeed schedules only
   float warmup_start_lr = 0.0f;                     // the warmup starts here
+  int64_t schedule_steps = 0;                       // the schedule's length S; 0: the run's --steps
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
@@ -37,7 +38,8 @@ struct AdamWConfig {
   float clip = 1.0f;          // global-norm clipping; <= 0 disables
 };
 
-// The scheduled learning rate of 1-based `step` in a run of `total_steps` (lr_schedule.h).
+// The scheduled learning rate of 1-based `step` in a run of `total_steps` (lr_schedule.h); the
+// schedule spans c.schedule_steps when set, else total_steps.
 float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps);
 // Throws naming the option (`--lr-schedule`, ...) when the schedule settings contradict.
 void validate_schedule(const AdamWConfig& c);

@@ -70,6 +70,7 @@ nlohmann::json TrainingHyperparameters::to_json() const {
           {"lr_schedule", lr_schedule_name(optim.schedule)},
           {"warmup_type", warmup_shape_name(optim.warmup_shape)},
           {"warmup_start_lr", static_cast<double>(optim.warmup_start_lr)},
+          {"schedule_steps", optim.schedule_steps},
           {"total_steps", total_steps},
           {"beta1", static_cast<double>(optim.beta1)},
           {"beta2", static_cast<double>(optim.beta2)},
@@ -95,6 +96,7 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
     h.optim.warmup_shape =
         parse_warmup_shape(j.at("warmup_type").get<std::string>(), "hyperparameters.warmup_type");
   if (j.contains("warmup_start_lr")) h.optim.warmup_start_lr = read_float(j, "warmup_start_lr");
+  if (j.contains("schedule_steps")) h.optim.schedule_steps = j.at("schedule_steps").get<int64_t>();
   h.total_steps = j.at("total_steps").get<int64_t>();
   h.optim.beta1 = read_float(j, "beta1");
   h.optim.beta2 = read_float(j, "beta2");
@@ -311,6 +313,8 @@ std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& 
           [](const std::string& s) { return s; });
   compare(warnings, "warmup_start_lr", saved.optim.warmup_start_lr, run.optim.warmup_start_lr,
           float_text);
+  compare(warnings, "schedule_steps", saved.optim.schedule_steps, run.optim.schedule_steps,
+          int_text);
   compare(warnings, "steps (schedule length)", saved.total_steps, run.total_steps, int_text);
   compare(warnings, "precision", manifest.precision, run_precision,
           [](const std::string& s) { return s; });

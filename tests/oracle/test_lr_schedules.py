@@ -104,6 +104,9 @@ CASES = [
     ("WarmupCosineLR", {"total_num_steps": STEPS, "warmup_num_steps": 10,
                         "warmup_min_ratio": 0.1, "cos_min_ratio": 0.05}),
     ("WarmupCosineLR", {"total_num_steps": STEPS, "warmup_num_steps": 6, "warmup_type": "linear"}),
+    # A schedule longer than the run: DeepSpeed decays over total_num_steps, not the run's steps.
+    ("WarmupCosineLR", {"total_num_steps": 3 * STEPS, "warmup_num_steps": 5}),
+    ("WarmupDecayLR", {"total_num_steps": 2 * STEPS, "warmup_num_steps": 3}),
 ]
 OPTIMIZER_LR = 6e-4  # WarmupCosineLR scales it; the Warmup(Decay)LR cases set their own peak
 

@@ -170,7 +170,7 @@ TEST(DeepSpeedConfig, IntegralFloatsAndSchedulers) {
   EXPECT_EQ(d.option("lr"), "0.001");
   EXPECT_EQ(d.option("warmup-start-lr"), "1e-05");
   EXPECT_EQ(d.option("min-lr"), "1e-05");
-  EXPECT_EQ(d.schedule_total_steps, 10);
+  EXPECT_EQ(d.option("schedule-steps"), "10");
   EXPECT_TRUE(d.warnings.empty()) << d.warnings.front();
   // WarmupCosineLR: ratios of the optimizer's lr, resolved once the final lr is known.
   const json cosine = {{"scheduler",

@@ -193,6 +193,11 @@ TEST(TrainData, LearningRateWarmupAndCosine) {
   c.warmup_steps = 0;
   EXPECT_FLOAT_EQ(learning_rate_at(c, 0, 100), 1e-3f);
   EXPECT_LT(learning_rate_at(c, 2, 100), learning_rate_at(c, 1, 100));
+  // --schedule-steps: the cosine spans 210 steps although the run stops at 110.
+  c.warmup_steps = 10;
+  c.schedule_steps = 210;
+  EXPECT_NEAR(learning_rate_at(c, 110, 110), 5.5e-4f, 1e-9);  // halfway through the decay
+  c.schedule_steps = 0;
   // A warmup from a non-zero start.
   c.warmup_steps = 10;
   c.warmup_start_lr = 2e-4f;
