@@ -419,11 +419,10 @@ BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& m
   };
   store(c.options);
   // Values that depend on the final peak learning rate / step count.
-  if (c.cos_min_ratio && vm.count("lr"))
-    store({{"min-lr", float_text(static_cast<float>(*c.cos_min_ratio * vm["lr"].as<float>()))}});
-  if (c.warmup_min_ratio && vm.count("lr"))
-    store({{"warmup-start-lr",
-            float_text(static_cast<float>(*c.warmup_min_ratio * vm["lr"].as<float>()))}});
+  for (const auto& [option, ratio] :
+       {std::pair{"min-lr", c.cos_min_ratio}, std::pair{"warmup-start-lr", c.warmup_min_ratio}})
+    if (ratio && vm.count("lr"))
+      store({{option, float_text(static_cast<float>(*ratio * vm["lr"].as<float>()))}});
   if (launch_rank_is_zero())
     for (const std::string& w : c.warnings) std::cerr << "warning: " << w << "\n";
   BatchSizeRule rule;

@@ -45,6 +45,13 @@ class StepIntervals {
   PhaseTimeline::Mark begin() { return timeline_.mark(); }
   // Ends an interval of `kind` that began at `from`, here in issue order.
   void end(Kind kind, PhaseTimeline::Mark from);
+  // Issues `work` inside an interval of `kind`.
+  template <typename Work>
+  void time(Kind kind, Work&& work) {
+    const PhaseTimeline::Mark from = begin();
+    work();
+    end(kind, from);
+  }
   // Seconds per kind over every interval since reset() (waits for the last mark).
   double total(Kind kind);
 

@@ -82,9 +82,9 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
 
 void GradReducer::drain(Slot& s) {
   if (!s.busy) return;
-  const PhaseTimeline::Mark waiting = intervals_.begin();
-  for (CommHandle& h : s.handles) comm_.device_wait(h);  // landing and reuse come after it
-  intervals_.end(StepIntervals::kCommWait, waiting);
+  intervals_.time(StepIntervals::kCommWait, [&] {
+    for (CommHandle& h : s.handles) comm_.device_wait(h);  // landing and reuse come after it
+  });
   s.handles.clear();
   if (s.mode == Mode::kReduceScatterStore) {
     be_.device_memory().copy(s.dest, s.recv.data(), static_cast<size_t>(s.shard) * sizeof(float));

@@ -48,9 +48,9 @@ void ParamGatherer::start_gather(int g) {
 
 void ParamGatherer::wait_gather(int g) {
   if (!inflight_[static_cast<size_t>(g)]) return;
-  const PhaseTimeline::Mark waiting = intervals_.begin();
-  comm_.device_wait(gathered_[static_cast<size_t>(g)].handle);  // the forward is ordered after it
-  intervals_.end(StepIntervals::kCommWait, waiting);
+  intervals_.time(StepIntervals::kCommWait, [&] {
+    comm_.device_wait(gathered_[static_cast<size_t>(g)].handle);  // the forward comes after it
+  });
   inflight_[static_cast<size_t>(g)] = false;
   inflight_elements_ -= parts_[static_cast<size_t>(g)].padded;
   gathered_[static_cast<size_t>(g)].staged_shard.reset();

@@ -258,9 +258,8 @@ void ZeroEngine::Impl::gather_updated_params() {
     if (per_rank >= p.shard) {
       CommHandle h = comm.all_gather(work_dtype(), base + rank * p.shard * es, base,
                                      static_cast<size_t>(p.shard));
-      const PhaseTimeline::Mark waiting = intervals.begin();
-      comm.device_wait(h);  // the next forward is ordered after it
-      intervals.end(StepIntervals::kCommWait, waiting);
+      // The next forward is ordered after it.
+      intervals.time(StepIntervals::kCommWait, [&] { comm.device_wait(h); });
       continue;
     }
     if (staging.size() == 0)
@@ -270,9 +269,8 @@ void ZeroEngine::Impl::gather_updated_params() {
       const int64_t len = std::min(per_rank, p.shard - c0);
       CommHandle h = comm.all_gather(work_dtype(), base + (rank * p.shard + c0) * es,
                                      staging.data(), static_cast<size_t>(len));
-      const PhaseTimeline::Mark waiting = intervals.begin();
-      comm.device_wait(h);  // the copies out of staging come after it
-      intervals.end(StepIntervals::kCommWait, waiting);
+      // The copies out of staging come after it.
+      intervals.time(StepIntervals::kCommWait, [&] { comm.device_wait(h); });
       for (int r = 0; r < world; ++r)
         dev.copy(base + (r * p.shard + c0) * es, staging.data() + r * len * es,
                  static_cast<size_t>(len) * es);

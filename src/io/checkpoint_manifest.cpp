@@ -44,6 +44,9 @@ void compare(std::vector<std::string>& out, const char* key, const T& saved, con
 std::string int_text(int64_t v) {
   return std::to_string(v);
 }
+const std::string& as_is(const std::string& s) {
+  return s;
+}
 
 std::string joined(const std::vector<std::string>& parts) {
   std::string s;
@@ -305,19 +308,15 @@ std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& 
   compare(warnings, "lr", saved.optim.lr, run.optim.lr, float_text);
   compare(warnings, "min_lr", saved.optim.min_lr, run.optim.min_lr, float_text);
   compare(warnings, "warmup_steps", saved.optim.warmup_steps, run.optim.warmup_steps, int_text);
-  compare(warnings, "lr_schedule", std::string(lr_schedule_name(saved.optim.schedule)),
-          std::string(lr_schedule_name(run.optim.schedule)),
-          [](const std::string& s) { return s; });
-  compare(warnings, "warmup_type", std::string(warmup_shape_name(saved.optim.warmup_shape)),
-          std::string(warmup_shape_name(run.optim.warmup_shape)),
-          [](const std::string& s) { return s; });
+  compare(warnings, "lr_schedule", saved.optim.schedule, run.optim.schedule, lr_schedule_name);
+  compare(warnings, "warmup_type", saved.optim.warmup_shape, run.optim.warmup_shape,
+          warmup_shape_name);
   compare(warnings, "warmup_start_lr", saved.optim.warmup_start_lr, run.optim.warmup_start_lr,
           float_text);
   compare(warnings, "schedule_steps", saved.optim.schedule_steps, run.optim.schedule_steps,
           int_text);
   compare(warnings, "steps (schedule length)", saved.total_steps, run.total_steps, int_text);
-  compare(warnings, "precision", manifest.precision, run_precision,
-          [](const std::string& s) { return s; });
+  compare(warnings, "precision", manifest.precision, run_precision, as_is);
   for (std::string& w : warnings) w += " (the continuation will differ from an uninterrupted run)";
   return warnings;
 }
