@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -154,11 +155,13 @@ TEST(CpuBackendDeterminism, EmbeddingAndRmsNormBackwardAcrossThreadCounts) {
   });
 }
 
-// OpenBLAS splits a GEMM over rows and columns, never the inner dimension: the linear layer's
-// bits do not depend on the number of BLAS threads.
-TEST(CpuBackendDeterminism, MatmulAcrossBlasThreadCounts) {
+// OpenBLAS's own thread split changes an element's bits (its kernels treat tile edges
+// differently); the backend cuts C into fixed tiles and runs OpenBLAS single-threaded, so the
+// linear layer's bits depend on neither OMP_NUM_THREADS nor the BLAS thread setting a caller
+// left behind. The shapes span several tiles in both directions, with ragged edges.
+TEST(CpuBackendDeterminism, MatmulAcrossThreadCounts) {
   auto be = make_cpu_backend();
-  const int64_t M = 192, N = 160, K = 320;
+  const int64_t M = 300, N = 520, K = 72;
   const auto x = random_normal(M * K, 53);
   const auto w = random_normal(N * K, 54);
   const auto dy = random_normal(M * N, 55);
@@ -170,13 +173,50 @@ TEST(CpuBackendDeterminism, MatmulAcrossBlasThreadCounts) {
     y.insert(y.end(), dw.begin(), dw.end());
     return y;
   };
-  const int saved = openblas_get_num_threads();
+  const int saved_blas = openblas_get_num_threads();
   openblas_set_num_threads(1);
+  const int saved_omp = omp_get_max_threads();
+  omp_set_num_threads(1);
   const auto one = run();
-  openblas_set_num_threads(2);
-  const auto two = run();
-  openblas_set_num_threads(saved);
-  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+  for (int threads : {2, 3}) {
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);  // what another library might leave behind
+    const auto many = run();
+    EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0)
+        << "matmul differs between 1 and " << threads << " threads";
+  }
+  omp_set_num_threads(saved_omp);
+  openblas_set_num_threads(saved_blas);
+}
+
+// The linear layer's token rows come from tiles of 128 rows: a product over 256 rows gives every
+// row the same bits as two products over 128 rows (one micro-batch of 8 × 32 tokens or two of
+// 4 × 32), forward and for the input gradient.
+TEST(CpuBackendDeterminism, MatmulRowsDoNotDependOnTheBatch) {
+  auto be = make_cpu_backend();
+  const int64_t M = 256, half = 128, N = 300, K = 96;
+  const auto x = random_normal(M * K, 56);
+  const auto w = random_normal(N * K, 57);
+  const auto dy = random_normal(M * N, 58);
+  std::vector<float> y(M * N), dx(M * K), y_parts(M * N), dx_parts(M * K);
+  be->matmul_forward(y.data(), x.data(), w.data(), M, N, K);
+  be->matmul_backward(dx.data(), nullptr, dy.data(), x.data(), w.data(), M, N, K, false);
+  for (int64_t r0 : {int64_t{0}, half}) {
+    be->matmul_forward(y_parts.data() + r0 * N, x.data() + r0 * K, w.data(), half, N, K);
+    be->matmul_backward(dx_parts.data() + r0 * K, nullptr, dy.data() + r0 * N, x.data() + r0 * K,
+                        w.data(), half, N, K, false);
+  }
+  EXPECT_EQ(std::memcmp(y.data(), y_parts.data(), y.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(dx.data(), dx_parts.data(), dx.size() * sizeof(float)), 0);
+}
+
+// ./run.sh test's variants choose OpenBLAS's kernels with OPENBLAS_CORETYPE; OpenBLAS falls back
+// to the detected core without a word when it does not know the name, so check it took effect.
+TEST(CpuBackendDeterminism, OpenBlasRunsTheRequestedCoreType) {
+  const char* want = std::getenv("OPENBLAS_CORETYPE");
+  if (!want || !*want)
+    GTEST_SKIP() << "OPENBLAS_CORETYPE not set; detected " << openblas_get_corename();
+  EXPECT_STRCASEEQ(openblas_get_corename(), want);
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 // kQueryBlock; a block of rows [i0, i1) only meets keys [0, i1), so the score, value and gradient
 // products are single-threaded sgemm calls on strided views of q/k/v (about half the work of
 // the full T×T square is skipped). The softmax runs in fp32 with the vectorisable fast_expf.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -41,21 +40,6 @@ AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64
   return AttentionShape{B, T, H, Hkv, hd};
 }
 
-// OpenMP already runs one head per thread; OpenBLAS (pthread build) would otherwise split every
-// small per-head GEMM over its own threads as well. Within this scope each sgemm runs on its
-// calling thread. (OpenBLAS's thread count is process-wide: a BLAS call made concurrently from
-// another thread would also run single-threaded, which changes its speed, not its bits.)
-class SerialBlasScope {
- public:
-  SerialBlasScope() : saved_threads_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-  ~SerialBlasScope() { openblas_set_num_threads(saved_threads_); }
-  SerialBlasScope(const SerialBlasScope&) = delete;
-  SerialBlasScope& operator=(const SerialBlasScope&) = delete;
-
- private:
-  int saved_threads_;
-};
-
 // scores[r, j] = scale · q_{i0+r}·k_j for a block of `rows` query rows of head (b, h) against keys
 // j < keys; row stride of scores is `keys`.
 void block_scores(float* scores, const float* q, const float* k, const AttentionShape& sh,
@@ -73,7 +57,7 @@ void CpuBackend::attention_forward(float* out, float* lse, const float* q, const
                                    const float* v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
                                    int64_t hd) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
-  const SerialBlasScope serial_blas;
+  use_single_threaded_blas();  // OpenMP runs one head per thread; each sgemm on its caller
 #pragma omp parallel if (sh.worth_parallel())
   {
     std::vector<float> probs(static_cast<size_t>(std::min(kQueryBlock, T) * T));
@@ -113,7 +97,7 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
                                     int64_t H, int64_t Hkv, int64_t hd) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
   const float scale = sh.scale();
-  const SerialBlasScope serial_blas;
+  use_single_threaded_blas();  // OpenMP runs one head per thread; each sgemm on its caller
 #pragma omp parallel if (sh.worth_parallel())
   {
     const size_t block_elems = static_cast<size_t>(std::min(kQueryBlock, T) * T);

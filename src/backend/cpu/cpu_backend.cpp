@@ -2,6 +2,9 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
 
 #include "backend/cpu/cpu_math.h"
 #include "util/error.h"
@@ -14,8 +17,22 @@ std::unique_ptr<Backend> make_cpu_backend() {
 
 namespace cpu {
 
-// OpenBLAS splits a GEMM over rows and columns of C, never over the inner dimension, so each
-// element's summation order does not depend on the number of BLAS threads.
+// An element of an OpenBLAS product depends on the shape of the call that computed it: its
+// kernels treat tile edges differently (seen with the Haswell and Zen kernels), so when OpenBLAS
+// splits C over its own threads the result changes with the thread count. Here the split is
+// ours and fixed by the shape: C is cut into kGemmTileRows × kGemmTileCols tiles, each computed
+// by one single-threaded OpenBLAS call, and OpenMP spreads the tiles over threads. Every element
+// is therefore computed by the same call whatever OMP_NUM_THREADS or the BLAS thread setting is.
+// The rows of the linear layers' products are tokens: when a micro-batch's B·T tokens are a
+// multiple of kGemmTileRows, every token's row is computed by a tile of the same shape whatever
+// B is, so the forward pass gives the same bits for a micro-batch of 8 as for two of 4.
+constexpr int64_t kGemmTileRows = 128;
+constexpr int64_t kGemmTileCols = 256;
+
+void use_single_threaded_blas() {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
 void sgemm(bool transpose_a, bool transpose_b, int64_t rows, int64_t cols, int64_t inner,
            float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
            float* c, int64_t ldc) {
@@ -27,10 +44,26 @@ void sgemm(bool transpose_a, bool transpose_b, int64_t rows, int64_t cols, int64
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(rows),
-              static_cast<int>(cols), static_cast<int>(inner), alpha, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  if (!omp_in_parallel()) use_single_threaded_blas();
+  const int64_t row_tiles = (rows + kGemmTileRows - 1) / kGemmTileRows;
+  const int64_t col_tiles = (cols + kGemmTileCols - 1) / kGemmTileCols;
+  const int64_t tiles = row_tiles * col_tiles;
+#pragma omp parallel for schedule(static) if (tiles > 1 && \
+                                              rows * cols * inner > kParallelMinElements)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t r0 = t / col_tiles * kGemmTileRows;
+    const int64_t c0 = t % col_tiles * kGemmTileCols;
+    const int64_t tile_rows = std::min(kGemmTileRows, rows - r0);
+    const int64_t tile_cols = std::min(kGemmTileCols, cols - c0);
+    // op(A) rows r0.. and op(B) columns c0.. (row-major, leading dimensions unchanged).
+    const float* a_tile = transpose_a ? a + r0 : a + r0 * lda;
+    const float* b_tile = transpose_b ? b + c0 * ldb : b + c0;
+    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+                transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(tile_rows),
+                static_cast<int>(tile_cols), static_cast<int>(inner), alpha, a_tile,
+                static_cast<int>(lda), b_tile, static_cast<int>(ldb), beta, c + r0 * ldc + c0,
+                static_cast<int>(ldc));
+  }
 }
 
 // ---- linear layer ----

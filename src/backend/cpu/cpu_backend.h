@@ -24,9 +24,15 @@ struct RopeTable {
 std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t head_dim,
                                                  float theta);
 
+// OpenBLAS's thread count is process-wide: sgemm sets it to 1 (its own OpenMP loop over fixed
+// tiles is the parallelism). A caller that runs sgemm inside an OpenMP parallel region calls this
+// first, outside the region.
+void use_single_threaded_blas();
+
 // C[rows, cols] = alpha · op(A) · op(B) + beta · C, row-major with explicit leading dimensions
-// (cblas_sgemm); `inner` is the contracted dimension. rows or cols of 0 do nothing; inner = 0
-// scales C by beta.
+// (cblas_sgemm over fixed tiles of C, so every element's rounding is a function of the shape
+// alone, not of the thread count); `inner` is the contracted dimension. rows or cols of 0 do
+// nothing; inner = 0 scales C by beta.
 void sgemm(bool transpose_a, bool transpose_b, int64_t rows, int64_t cols, int64_t inner,
            float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
            float* c, int64_t ldc);
