@@ -80,7 +80,8 @@ class Backend {
   // ---- token embedding: x[n,D] = table[tokens[n]] ----
   virtual void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
                                  int64_t D) = 0;
-  // dtable[v] += Σ_{i: tokens[i]=v} dx[i]  (deterministic order)
+  // dtable[v] += Σ_{i: tokens[i]=v} dx[i]: each row's sum formed first (from zero, positions in
+  // order) and added once, so a call contributes one float per element of dtable
   virtual void embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
                                   int64_t D) = 0;
 

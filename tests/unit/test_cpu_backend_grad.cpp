@@ -3,6 +3,7 @@
 // accumulated (+=); "=" outputs are pre-filled with garbage to check that they are overwritten.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "backend/backend.h"
@@ -140,6 +141,28 @@ TEST(CpuBackendGrad, EmbeddingWithRepeatedTokens) {
   std::vector<float> dtable(V * D, 2.0f);
   be->embedding_backward(dtable.data(), r.data(), tokens.data(), n, D);
   expect_gradient_matches("dtable", table, minus(dtable, 2.0f), objective, kLinearStep, kLinearTol);
+}
+
+// A call's contribution is one float per element: each id's rows summed from zero in position
+// order, then added to dtable once (so a micro-batch adds the same bits to an accumulator as to
+// a zeroed buffer). dtable starts large, where adding token by token would round differently.
+TEST(CpuBackendGrad, EmbeddingAddsEachRowSumOnce) {
+  auto be = make_cpu_backend();
+  const int64_t V = 4, D = 70, n = 40;  // D spans two column blocks
+  const auto tokens = test::random_ids(n, static_cast<int32_t>(V), 18);
+  const auto dx = random_normal(n * D, 19);
+  std::vector<float> dtable(V * D), expected(V * D);
+  for (int64_t e = 0; e < V * D; ++e) dtable[e] = 1000.0f + static_cast<float>(e);
+  for (int64_t v = 0; v < V; ++v) {
+    for (int64_t d = 0; d < D; ++d) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < n; ++i)
+        if (tokens[i] == v) sum += dx[i * D + d];
+      expected[v * D + d] = dtable[v * D + d] + sum;
+    }
+  }
+  be->embedding_backward(dtable.data(), dx.data(), tokens.data(), n, D);
+  EXPECT_EQ(std::memcmp(dtable.data(), expected.data(), dtable.size() * sizeof(float)), 0);
 }
 
 TEST(CpuBackendGrad, CrossEntropyMeanLoss) {

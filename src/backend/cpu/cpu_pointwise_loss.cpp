@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
@@ -12,7 +13,7 @@
 namespace zt::cpu {
 namespace {
 
-// Columns per work item in embedding_backward.
+// Columns summed at once in embedding_backward.
 constexpr int64_t kEmbeddingColumnBlock = 64;
 
 void check_ids(const int32_t* ids, int64_t n, int64_t limit, const char* what) {
@@ -61,18 +62,35 @@ void CpuBackend::embedding_forward(float* x, const int32_t* tokens, const float*
   }
 }
 
-// Backward: dtable[v] += Σ_{i: tokens[i]=v} dx[i]. Threads own blocks of columns and walk the
-// tokens in order, so every element is summed in token order whatever the thread count.
+// Backward: dtable[v] += Σ_{i: tokens[i]=v} dx[i], the sum formed first (from zero, positions in
+// order) and added once, so a call contributes one float per element — as its GEMMs do to dW,
+// and as PyTorch adds a micro-batch's gradient into .grad. Positions are grouped by id (stable
+// sort); threads own ids, so every element's order is fixed whatever the thread count.
 void CpuBackend::embedding_backward(float* dtable, const float* dx, const int32_t* tokens,
                                     int64_t n, int64_t D) {
   check_ids(tokens, n, INT32_MAX, "embedding: token id");
-  const int64_t blocks = (D + kEmbeddingColumnBlock - 1) / kEmbeddingColumnBlock;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [tokens](int64_t a, int64_t b) { return tokens[a] < tokens[b]; });
+  std::vector<int64_t> starts;  // where each id's run of positions begins in `order`
+  for (int64_t k = 0; k < n; ++k) {
+    if (k == 0 ||
+        tokens[order[static_cast<size_t>(k)]] != tokens[order[static_cast<size_t>(k - 1)]])
+      starts.push_back(k);
+  }
+  starts.push_back(n);
+  const int64_t ids = static_cast<int64_t>(starts.size()) - 1;
 #pragma omp parallel for schedule(static) if (n * D > kParallelMinElements)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t d0 = blk * kEmbeddingColumnBlock;
-    const int64_t width = std::min(kEmbeddingColumnBlock, D - d0);
-    for (int64_t i = 0; i < n; ++i) {
-      axpy(dtable + static_cast<int64_t>(tokens[i]) * D + d0, 1.0f, dx + i * D + d0, width);
+  for (int64_t u = 0; u < ids; ++u) {
+    const int64_t* run = order.data() + starts[static_cast<size_t>(u)];
+    const int64_t count = starts[static_cast<size_t>(u) + 1] - starts[static_cast<size_t>(u)];
+    float* row = dtable + static_cast<int64_t>(tokens[run[0]]) * D;
+    for (int64_t d0 = 0; d0 < D; d0 += kEmbeddingColumnBlock) {
+      const int64_t width = std::min(kEmbeddingColumnBlock, D - d0);
+      float sum[kEmbeddingColumnBlock] = {};
+      for (int64_t k = 0; k < count; ++k) axpy(sum, 1.0f, dx + run[k] * D + d0, width);
+      for (int64_t j = 0; j < width; ++j) row[d0 + j] += sum[j];
     }
   }
 }

@@ -1,10 +1,12 @@
 // CUDA backend: SwiGLU, token embedding, fused softmax cross-entropy and the elementwise helpers,
 // forward and backward side by side.
 #include <cmath>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
+#include "util/error.h"
 
 namespace zt::cuda {
 namespace {
@@ -49,9 +51,13 @@ __global__ void embedding_forward_kernel(float* x, const int32_t* tokens, const 
 // Block i handles token position i. It first looks for an earlier position with the same id; if
 // there is one, that position's block owns the id and block i exits. The owner (the first
 // occurrence) walks positions i..n−1 in tiles of blockDim, compacts the matching positions of a
-// tile in order (warp ballots), and adds their dx rows into dtable[v] column by column. Every
-// element of dtable[v] is therefore updated by one thread, in position order — the CPU backend's
-// order, so the sums are bitwise equal. Cost O(n · distinct ids) id comparisons (L2-resident).
+// tile in order (warp ballots), and adds their dx rows into per-thread register sums, thread t
+// holding columns t, t + blockDim, ... (at most kEmbeddingColumnsPerThread of them). After the
+// last tile each sum is added into dtable[v] once. Every element is therefore the sum over
+// positions in position order, from zero, added once — the CPU backend's order, so the results
+// are bitwise equal. Cost O(n · distinct ids) id comparisons (L2-resident).
+constexpr int kEmbeddingColumnsPerThread = 64;  // D ≤ 64·kRowThreads = 16384
+
 __global__ void embedding_backward_kernel(float* dtable, const float* dx, const int32_t* tokens,
                                           int64_t n, int64_t D) {
   __shared__ int64_t matches[kRowThreads];
@@ -66,7 +72,9 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dx, const 
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const unsigned lanes_below = (1u << lane) - 1u;
-  float* row = dtable + static_cast<int64_t>(id) * D;
+  float sum[kEmbeddingColumnsPerThread];
+#pragma unroll
+  for (int c = 0; c < kEmbeddingColumnsPerThread; ++c) sum[c] = 0.0f;
   for (int64_t j0 = i; j0 < n; j0 += blockDim.x) {
     const int64_t j = j0 + threadIdx.x;
     const bool hit = j < n && tokens[j] == id;
@@ -81,12 +89,21 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dx, const 
     }
     if (hit) matches[offset] = j;
     __syncthreads();
-    for (int64_t d = threadIdx.x; d < D && total > 0; d += blockDim.x) {
-      float acc = row[d];
-      for (int k = 0; k < total; ++k) acc += dx[matches[k] * D + d];
-      row[d] = acc;
+    for (int k = 0; k < total; ++k) {
+      const float* src = dx + matches[k] * D;
+#pragma unroll
+      for (int c = 0; c < kEmbeddingColumnsPerThread; ++c) {
+        const int64_t d = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+        if (d < D) sum[c] += src[d];
+      }
     }
     __syncthreads();  // matches and warp_counts are rewritten by the next tile
+  }
+  float* row = dtable + static_cast<int64_t>(id) * D;
+#pragma unroll
+  for (int c = 0; c < kEmbeddingColumnsPerThread; ++c) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
+    if (d < D) row[d] += sum[c];
   }
 }
 
@@ -219,6 +236,9 @@ void launch_embedding_forward(float* x, const int32_t* tokens, const float* tabl
 void launch_embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
                                int64_t D, cudaStream_t stream) {
   if (n == 0 || D == 0) return;
+  ZT_CHECK(D <= static_cast<int64_t>(kEmbeddingColumnsPerThread) * kRowThreads,
+           "embedding backward: hidden size " + std::to_string(D) + " is above the CUDA kernel's " +
+               std::to_string(kEmbeddingColumnsPerThread * kRowThreads));
   embedding_backward_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dtable, dx,
                                                                                   tokens, n, D);
   ZT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
