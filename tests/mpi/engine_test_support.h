@@ -3,14 +3,18 @@
 // into pieces by a checkpoint) train on the same data. Also the checkpoint helpers the resume
 // tests share: rank 0's fp32 masters by name, and a save with the test's hyperparameters.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backend/backend.h"
 #include "engine/zero_engine.h"
 #include "io/checkpoint.h"
+#include "model/config.h"
 
 namespace zt::engine_test {
 
@@ -68,6 +72,108 @@ inline std::vector<std::pair<std::string, OffloadConfig>> offload_modes(int stag
   }
   return modes;
 }
+
+// This rank's own optimizer range of every group (stage 0: the whole group; stages 1-3 its shard,
+// without the padding past the group's end), copied to the host: master, Adam m and v.
+struct OwnState {
+  std::vector<int64_t> begin;  // group coordinates of the range's first element
+  std::vector<std::vector<float>> master, m, v;
+};
+
+inline OwnState own_state(ZeroEngine& engine) {
+  OwnState out;
+  for (int g = 0; g < static_cast<int>(engine.layout().groups().size()); ++g) {
+    const OptimizerShard s = engine.optimizer_shard(g);
+    const int64_t numel = engine.partition(g).numel;
+    const size_t n = static_cast<size_t>(std::max<int64_t>(0, std::min(s.count, numel - s.begin)));
+    out.begin.push_back(s.begin);
+    out.master.emplace_back(s.master, s.master + n);
+    out.m.emplace_back(s.m, s.m + n);
+    out.v.emplace_back(s.v, s.v + n);
+    engine.release_optimizer_shard(g, false);
+  }
+  return out;
+}
+
+// What a test engine is built with: the ZeRO knobs, the tiny preset, fp32 or bf16 working params,
+// the tests' AdamW (clipping active, so the global norm across shards matters).
+struct EngineOptions {
+  int stage = 0;
+  bool overlap = true;
+  int ckpt_every = 0;
+  bool ckpt_on_host = false;  // cpu_checkpointing
+  Precision precision = Precision::kFp32;
+  int64_t bucket = 500'000'000;
+  int64_t reuse = 1'000'000'000;
+  int64_t persistence = 0;
+  int64_t micro = 2;  // sequences per micro-batch of this rank
+  int64_t seq = 16;
+  AdamWConfig optim = [] {
+    AdamWConfig a;
+    a.lr = 2e-3f;
+    a.weight_decay = 0.1f;
+    a.clip = 0.5f;
+    return a;
+  }();
+};
+
+// A ZeroEngine on `comm` with its own backend and memory tracker, trained on StepBatches.
+class TestEngine {
+ public:
+  TestEngine(Communicator& comm, const EngineOptions& o)
+      : comm_(comm), options_(o), backend_(make_cpu_backend()) {
+    ZeroConfig zero;
+    zero.stage = o.stage;
+    zero.overlap_comm = o.overlap;
+    zero.reduce_bucket_size = o.bucket;
+    zero.allgather_bucket_size = o.bucket;
+    zero.prefetch_bucket_size = 3 * 50'000;
+    zero.param_persistence_threshold = o.persistence;
+    zero.max_reuse_distance = o.reuse;
+    ActivationCheckpointing ac;
+    ac.every = o.ckpt_every;
+    ac.on_host = o.ckpt_on_host;
+    engine_ = std::make_unique<ZeroEngine>(preset_config("tiny"), zero, o.precision, o.optim,
+                                           *backend_, comm, memory_, o.micro, o.seq, ac);
+  }
+
+  ZeroEngine& engine() { return *engine_; }
+  MemoryTracker& memory() { return memory_; }
+  void init() { engine_->init_from_seed(1234); }
+
+  // One step over `accum` micro-batches of this rank of the communicator's world.
+  StepStats step(int64_t step, int64_t accum, float lr) {
+    return run(StepBatches(step, accum, options_.micro, comm_.world_size(), comm_.rank(),
+                           options_.seq, vocab()),
+               step, lr);
+  }
+  // One step of micro-batch `leaf` of a global batch of `leaves` micro-batches, alone: the global
+  // sequences [leaf·B, (leaf+1)·B) that rank r's micro-batch m holds when leaf = m·N + r.
+  StepStats leaf_step(int64_t step, int64_t leaf, int64_t leaves, float lr) {
+    return run(StepBatches(step, 1, options_.micro, static_cast<int>(leaves),
+                           static_cast<int>(leaf), options_.seq, vocab()),
+               step, lr);
+  }
+  // The reduced gradient of one step over `accum` micro-batches, read through the gradient probe
+  // (one_step_bound.h): m after a step at lr 0 with β1 = 0 and no clipping. Per group, full.
+  std::vector<std::vector<float>> probe_gradient(int64_t step, int64_t accum) {
+    this->step(step, accum, 0.0f);
+    return own_state().m;
+  }
+  OwnState own_state() { return engine_test::own_state(*engine_); }
+
+ private:
+  int64_t vocab() const { return engine_->model().config().vocab_size; }
+  StepStats run(const StepBatches& batch, int64_t step, float lr) {
+    return engine_->train_step(batch.input_ptrs, batch.target_ptrs, lr, step);
+  }
+
+  Communicator& comm_;
+  EngineOptions options_;
+  std::unique_ptr<Backend> backend_;
+  MemoryTracker memory_;
+  std::unique_ptr<ZeroEngine> engine_;
+};
 
 using Masters = std::map<std::string, std::vector<float>>;
 

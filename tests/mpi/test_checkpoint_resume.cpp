@@ -1,8 +1,8 @@
 // Training checkpoints through the ZeroEngine, at the world size the binary is launched with
 // (1, 2, 4): save + fresh engine + load continues bitwise at every stage; a checkpoint written at
 // N ranks / stage s loads into a world of one rank and into the full world at another stage and
-// continues like an uninterrupted run there (fp32 reduction-order tolerance); each rank reads
-// only the files that hold its range.
+// continues like the run that wrote it (bitwise on one rank, within one_step_bound.h's derived
+// bounds across world sizes); each rank reads only the files that hold its range.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,6 +20,7 @@
 #include "io/checkpoint.h"
 #include "io/checkpoint_files.h"
 #include "model/config.h"
+#include "one_step_bound.h"
 
 namespace zt {
 namespace {
@@ -33,58 +34,60 @@ constexpr int kHalf = 3;  // steps before the checkpoint; as many after it
 
 using engine_test::Masters;
 
-// One engine on `comm` plus the bookkeeping a checkpoint needs.
+// One engine on `comm` (micro-batches of kMicro sequences, `accum` of them per rank and step)
+// plus the bookkeeping a checkpoint needs.
 class Trainer {
  public:
-  Trainer(Communicator& comm, int stage, Precision precision, int64_t micro_per_rank)
-      : comm_(comm), micro_(micro_per_rank), backend_(make_cpu_backend()) {
-    ZeroConfig zero;
-    zero.stage = stage;
-    zero.reduce_bucket_size = 20'000;  // several buckets: exercises the chunked paths
-    zero.allgather_bucket_size = 20'000;
-    optim_.lr = 2e-3f;
-    optim_.weight_decay = 0.1f;
-    optim_.clip = 0.5f;
-    engine_ = std::make_unique<ZeroEngine>(preset_config("tiny"), zero, precision, optim_,
-                                           *backend_, comm, memory_, micro_per_rank, kSeq,
-                                           ActivationCheckpointing{});
+  Trainer(Communicator& comm, int stage, Precision precision, int64_t accum = kAccum,
+          const AdamWConfig* optim = nullptr)
+      : comm_(comm), accum_(accum), engine_(comm, options(stage, precision, optim)) {}
+
+  static engine_test::EngineOptions options(int stage, Precision precision,
+                                            const AdamWConfig* optim) {
+    engine_test::EngineOptions o;
+    o.stage = stage;
+    o.precision = precision;
+    o.bucket = 20'000;  // several buckets: exercises the chunked paths
+    o.micro = kMicro;
+    o.seq = kSeq;
+    if (optim) o.optim = *optim;
+    return o;
   }
 
-  ZeroEngine& engine() { return *engine_; }
-  void init() { engine_->init_from_seed(1234); }
+  ZeroEngine& engine() { return engine_.engine(); }
+  engine_test::TestEngine& test_engine() { return engine_; }
+  void init() { engine_.init(); }
+  static float lr_at(int64_t step) {
+    return learning_rate_at(engine_test::EngineOptions{}.optim, step, 2 * kHalf);
+  }
 
   // Trains steps [first, last]; returns their losses.
   std::vector<double> train(int first, int last) {
     std::vector<double> losses;
     for (int step = first; step <= last; ++step) {
-      const engine_test::StepBatches batch(step, kAccum, micro_, comm_.world_size(), comm_.rank(),
-                                           kSeq, engine_->model().config().vocab_size);
-      const float lr = learning_rate_at(optim_, step, 2 * kHalf);
-      losses.push_back(engine_->train_step(batch.input_ptrs, batch.target_ptrs, lr, step).loss);
+      losses.push_back(engine_.step(step, accum_, lr_at(step)).loss);
       progress_.step = step;
-      progress_.tokens_seen += kAccum * micro_ * comm_.world_size() * kSeq;
+      progress_.tokens_seen += accum_ * kMicro * comm_.world_size() * kSeq;
       progress_.cursor.position = step;  // any value: the test checks it comes back
     }
     return losses;
   }
 
   SavedCheckpoint save(const std::string& root) {
-    return engine_test::save_test_checkpoint(*engine_, progress_, optim_, 2 * kHalf, micro_, kAccum,
-                                             kSeq, root);
+    return engine_test::save_test_checkpoint(engine(), progress_,
+                                             engine_test::EngineOptions{}.optim, 2 * kHalf, kMicro,
+                                             accum_, kSeq, root);
   }
 
   // The fp32 masters on rank 0 of comm (empty elsewhere).
-  Masters masters() { return engine_test::rank0_masters(*engine_); }
+  Masters masters() { return engine_test::rank0_masters(engine()); }
 
   TrainingProgress progress_;
 
  private:
   Communicator& comm_;
-  int64_t micro_;
-  std::unique_ptr<Backend> backend_;
-  MemoryTracker memory_;
-  AdamWConfig optim_;
-  std::unique_ptr<ZeroEngine> engine_;
+  int64_t accum_;
+  engine_test::TestEngine engine_;
 };
 
 class CheckpointResumeTest : public ::testing::Test {
@@ -113,7 +116,7 @@ TEST_F(CheckpointResumeTest, SaveLoadContinuesBitwiseAtEveryStage) {
   const Precision bf16 = Precision::kBf16;
   for (int stage = 0; stage <= 3; ++stage) {
     const std::string what = "stage " + std::to_string(stage);
-    Trainer straight(world_, stage, bf16, kMicro);
+    Trainer straight(world_, stage, bf16);
     straight.init();
     const std::vector<double> all = straight.train(1, 2 * kHalf);
     const Masters final_masters = straight.masters();
@@ -121,13 +124,13 @@ TEST_F(CheckpointResumeTest, SaveLoadContinuesBitwiseAtEveryStage) {
     SavedCheckpoint saved;
     TrainingProgress progress;
     {
-      Trainer first(world_, stage, bf16, kMicro);
+      Trainer first(world_, stage, bf16);
       first.init();
       first.train(1, kHalf);
       progress = first.progress_;
       saved = first.save(dir_ + "/bitwise_s" + std::to_string(stage));
     }
-    Trainer second(world_, stage, bf16, kMicro);  // not initialised: the load fills it all
+    Trainer second(world_, stage, bf16);  // not initialised: the load fills it all
     const CheckpointManifest m = load_checkpoint(second.engine(), saved.dir);
     EXPECT_EQ(m.progress.step, kHalf) << what;
     EXPECT_EQ(m.progress.tokens_seen, progress.tokens_seen) << what;
@@ -144,75 +147,78 @@ TEST_F(CheckpointResumeTest, SaveLoadContinuesBitwiseAtEveryStage) {
   }
 }
 
-double max_abs_diff(const Masters& a, const Masters& b) {
-  double diff = 0;
-  for (const auto& [name, values] : b) {
-    const std::vector<float>& other = a.at(name);
-    for (size_t i = 0; i < values.size(); ++i)
-      diff = std::max(diff, static_cast<double>(std::fabs(values[i] - other[i])));
+// Bitwise equality of this rank's own optimizer range (loaded) with the same elements of a full
+// one-rank state.
+void expect_same_range(const engine_test::OwnState& got, const engine_test::OwnState& full,
+                       const std::string& what) {
+  for (size_t g = 0; g < got.master.size(); ++g) {
+    const size_t b = static_cast<size_t>(got.begin[g]), n = got.master[g].size();
+    auto slice = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(b),
+                                v.begin() + static_cast<std::ptrdiff_t>(b + n));
+    };
+    EXPECT_EQ(got.master[g], slice(full.master[g])) << what << ": group " << g << " master";
+    EXPECT_EQ(got.m[g], slice(full.m[g])) << what << ": group " << g << " m";
+    EXPECT_EQ(got.v[g], slice(full.v[g])) << what << ": group " << g << " v";
   }
-  return diff;
 }
 
-// test_zero_engine.cpp's tolerances: losses 2e-6 relative, weights 1e-4 absolute.
-void expect_close(const std::vector<double>& got, const std::vector<double>& ref,
-                  const Masters& got_masters, const Masters& ref_masters, const std::string& what,
-                  bool compare_masters) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  for (size_t i = 0; i < ref.size(); ++i)
-    EXPECT_NEAR(got[i], ref[i], 2e-6 * std::fabs(ref[i])) << what << " step " << kHalf + 1 + i;
-  if (!compare_masters) return;
-  ASSERT_EQ(got_masters.size(), ref_masters.size()) << what;
-  EXPECT_LT(max_abs_diff(got_masters, ref_masters), 1e-4) << what;
-}
-
+// A checkpoint written at N ranks, stage s, loads at another world size and stage and continues
+// like the run that wrote it. Compared: the loaded optimizer state, bitwise with a one-rank
+// stage-0 load of the same checkpoint; one rank at stage 3 − s, bitwise with that one-rank stage-0
+// run for the remaining steps (on one rank the stages give the same bits); and the next step of
+// the writer itself (uninterrupted, N ranks) and of a load at stage s + 1 (N ranks), both within
+// the bounds of one_step_bound.h against the one-rank stage-0 load, which trains the same
+// micro-batches with grad-accum N·A.
 TEST_F(CheckpointResumeTest, ReshardsToOneRankAndToAnotherStage) {
   const Precision fp32 = Precision::kFp32;
-  // Uninterrupted references: a world of one rank, and the launched world (stage 0; the stages
-  // agree to this tolerance, test_zero_engine.cpp).
-  Trainer one_rank(self_, 0, fp32, kMicro * N());
-  one_rank.init();
-  const std::vector<double> one_rank_losses = one_rank.train(1, 2 * kHalf);
-  const Masters one_rank_masters = one_rank.masters();
-  Trainer reference(world_, 0, fp32, kMicro);
-  reference.init();
-  const std::vector<double> ref_losses = reference.train(1, 2 * kHalf);
-  const Masters ref_masters = reference.masters();
+  const int64_t leaves = kAccum * N(), next_step = kHalf + 1;
   for (int stage = 0; stage <= 3; ++stage) {
-    const std::string ckpt_root = dir_ + "/reshard_s" + std::to_string(stage);
-    SavedCheckpoint saved;
-    {
-      Trainer writer(world_, stage, fp32, kMicro);
-      writer.init();
-      writer.train(1, kHalf);
-      saved = writer.save(ckpt_root);
-    }
-    // Into a world of one rank (every rank on its own), at stage 3 - s.
+    const std::string from = "N=" + std::to_string(N()) + " stage " + std::to_string(stage);
+    Trainer writer(world_, stage, fp32);
+    writer.init();
+    writer.train(1, kHalf);
+    const SavedCheckpoint saved = writer.save(dir_ + "/reshard_s" + std::to_string(stage));
+    const StepStats uninterrupted =
+        writer.test_engine().step(next_step, kAccum, Trainer::lr_at(next_step));
+
+    const auto one_rank_load = [&](const AdamWConfig& optim) {
+      auto t = std::make_unique<engine_test::TestEngine>(self_, Trainer::options(0, fp32, &optim));
+      load_checkpoint(t->engine(), saved.dir);
+      return t;
+    };
+    const engine_test::OneStepReference ref(one_rank_load, engine_test::EngineOptions{}.optim,
+                                            next_step, leaves, Trainer::lr_at(next_step));
+    ref.expect_step(uninterrupted, writer.test_engine().own_state(), from + ", uninterrupted");
+
+    // Into a world of one rank (every rank on its own), at stage 3 − s.
     const int one_stage = 3 - stage;
-    Trainer alone(self_, one_stage, fp32, kMicro * N());
+    const std::string alone_what = from + " -> 1 rank stage " + std::to_string(one_stage);
+    Trainer alone(self_, one_stage, fp32, leaves);
     load_checkpoint(alone.engine(), saved.dir);
-    const std::vector<double> alone_losses = alone.train(kHalf + 1, 2 * kHalf);
-    expect_close(alone_losses,
-                 std::vector<double>(one_rank_losses.begin() + kHalf, one_rank_losses.end()),
-                 alone.masters(), one_rank_masters,
-                 "N=" + std::to_string(N()) + " stage " + std::to_string(stage) +
-                     " -> 1 rank stage " + std::to_string(one_stage),
-                 true);
+    Trainer one_rank(self_, 0, fp32, leaves);
+    load_checkpoint(one_rank.engine(), saved.dir);
+    expect_same_range(alone.test_engine().own_state(), one_rank.test_engine().own_state(),
+                      alone_what);
+    EXPECT_EQ(alone.train(next_step, 2 * kHalf), one_rank.train(next_step, 2 * kHalf))
+        << alone_what;
+    EXPECT_TRUE(alone.masters() == one_rank.masters()) << alone_what << ": final masters differ";
+
     // Into the full world at the next stage.
     const int next = (stage + 1) % 4;
-    Trainer moved(world_, next, fp32, kMicro);
+    const std::string moved_what = from + " -> stage " + std::to_string(next);
+    Trainer moved(world_, next, fp32);
     load_checkpoint(moved.engine(), saved.dir);
-    const std::vector<double> moved_losses = moved.train(kHalf + 1, 2 * kHalf);
-    expect_close(moved_losses, std::vector<double>(ref_losses.begin() + kHalf, ref_losses.end()),
-                 moved.masters(), ref_masters,
-                 "N=" + std::to_string(N()) + " stage " + std::to_string(stage) + " -> stage " +
-                     std::to_string(next),
-                 root());
+    expect_same_range(moved.test_engine().own_state(),
+                      one_rank_load(engine_test::EngineOptions{}.optim)->own_state(), moved_what);
+    const StepStats moved_step =
+        moved.test_engine().step(next_step, kAccum, Trainer::lr_at(next_step));
+    ref.expect_step(moved_step, moved.test_engine().own_state(), moved_what);
   }
 }
 
 TEST_F(CheckpointResumeTest, EachRankReadsOnlyTheFilesHoldingItsRange) {
-  Trainer writer(world_, 1, Precision::kBf16, kMicro);
+  Trainer writer(world_, 1, Precision::kBf16);
   writer.init();
   writer.train(1, 1);
   const SavedCheckpoint saved = writer.save(dir_ + "/ranges");
