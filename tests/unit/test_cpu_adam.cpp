@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -82,6 +83,18 @@ TEST(CpuAdam, ReportsPaths) {
             << "best: " << cpu::adam_simd_name(cpu::best_adam_simd()) << "\n";
   EXPECT_TRUE(cpu::adam_simd_available(AdamSimd::kScalar));
   EXPECT_TRUE(cpu::adam_simd_available(cpu::best_adam_simd()));
+}
+
+// ./run.sh test's variants cap the path with ZT_CPU_ADAM_SIMD: the widest available path up to
+// the cap must be the one in use, or the variant would test the default path twice.
+TEST(CpuAdam, HonoursTheRequestedCap) {
+  const char* env = std::getenv("ZT_CPU_ADAM_SIMD");
+  if (!env) GTEST_SKIP() << "ZT_CPU_ADAM_SIMD not set";
+  const std::string cap = env;
+  AdamSimd want = AdamSimd::kScalar;
+  for (AdamSimd p : available_paths())
+    if (static_cast<int>(p) <= (cap == "scalar" ? 0 : cap == "avx2" ? 1 : 2)) want = p;
+  EXPECT_EQ(cpu::best_adam_simd(), want) << "ZT_CPU_ADAM_SIMD=" << cap;
 }
 
 // Ragged sizes: below, at and around every vector width, and above an OpenMP chunk.
