@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # zerotrain: setup, build, demo and tests in one script.
 #   ./run.sh demo    install missing Debian packages, build, train the demo model, evaluate it
-#   ./run.sh test    install missing packages and .deps/, build, run the whole test suite (ctest -j2)
+#   ./run.sh test    install missing packages and .deps/, build, run the whole test suite (ctest -j2),
+#                    then the unit and mpi labels under other OpenBLAS kernels and CPU Adam paths
 #   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
 #   ./run.sh build   install missing packages and build only (build/)
 #   ./run.sh deps    install missing Debian packages, fetch the test reference sources (.deps/)
-# Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo).
+# Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo),
+#   ZT_TEST_VARIANTS=0 (test: skip the kernel variants).
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
@@ -74,6 +76,41 @@ run_tests() {
   ctest -j2 --output-on-failure "$@"
 }
 
+# The numeric tests (labels unit and mpi) again under other OpenBLAS kernels and CPU Adam paths:
+# OpenBLAS picks its kernels per CPU, and an element's rounding depends on the kernel, so a claim
+# that holds for one machine's kernels only shows up here. name:OPENBLAS_CORETYPE:ZT_CPU_ADAM_SIMD
+# (empty: OpenBLAS's own detection / the widest Adam path this CPU has). ZT_TEST_VARIANTS=0 skips.
+VARIANTS=(native:: haswell:Haswell:scalar skylakex:SkylakeX:avx2 zen:Zen:)
+cpu_has() { grep -qw "$1" /proc/cpuinfo; }
+run_variants() {
+  if [ "${ZT_TEST_VARIANTS:-1}" = 0 ]; then
+    log "numeric variants skipped (ZT_TEST_VARIANTS=0)"
+    return 0
+  fi
+  local failed=() name core simd
+  for v in "${VARIANTS[@]}"; do
+    IFS=: read -r name core simd <<<"$v"
+    case $core in
+      SkylakeX) cpu_has avx512f || { log "variant $name skipped: this CPU has no AVX-512"; continue; } ;;
+      Haswell | Zen) cpu_has avx2 || { log "variant $name skipped: this CPU has no AVX2"; continue; } ;;
+    esac
+    log "variant $name: OPENBLAS_CORETYPE=${core:-(detected)} ZT_CPU_ADAM_SIMD=${simd:-(widest)}"
+    if ! (
+      if [ -n "$core" ]; then export OPENBLAS_CORETYPE=$core; else unset OPENBLAS_CORETYPE; fi
+      if [ -n "$simd" ]; then export ZT_CPU_ADAM_SIMD=$simd; else unset ZT_CPU_ADAM_SIMD; fi
+      run_tests -L "unit|mpi" "$@"
+    ); then
+      log "FAILED under variant $name (OPENBLAS_CORETYPE=${core:-(detected)} ZT_CPU_ADAM_SIMD=${simd:-(widest)})"
+      failed+=("$name")
+    fi
+  done
+  if [ ${#failed[@]} -gt 0 ]; then
+    log "numeric variants that failed: ${failed[*]}"
+    return 1
+  fi
+  log "numeric variants passed: ${VARIANTS[*]}"
+}
+
 # The demo: byte-level dataset from the bundled text, the `small` preset trained from scratch,
 # then evaluated. Outputs land in outputs/demo/.
 demo() {
@@ -116,7 +153,16 @@ case "${1:-}" in
   deps) install_deps; fetch_test_sources ;;
   build) install_deps; build ;;
   demo) install_deps; build; demo ;;
-  test) shift; install_deps; fetch_test_sources; build; run_tests "$@" ;;
+  test)
+    shift
+    install_deps
+    fetch_test_sources
+    build
+    status=0
+    run_tests "$@" || status=$?
+    run_variants "$@" || status=1
+    exit $status
+    ;;
   test-asan) shift; install_deps; fetch_test_sources; test_asan "$@" ;;
-  *) sed -n '2,9p' "$0"; exit 2 ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
 esac
