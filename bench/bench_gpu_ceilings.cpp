@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The NVMe optimizer swapper (engine/nvme_swapper.h) on a directory: GB/s of its own reads and
+// The NVMe optimizer swapper (engine/offload/nvme_swapper.h) on a directory: GB/s of its own reads and
 // writes, and how much of the swap the CPU Adam hides. Three timed passes over the same state:
 //   initialize   writes every tile record once (write GB/s);
 //   swap only    update_tiles with an empty update: each tile read and written back (GB/s);
@@ -17,7 +17,7 @@
 
 #include "backend/cpu/cpu_adam.h"
 #include "comm/mpi_communicator.h"
-#include "engine/nvme_swapper.h"
+#include "engine/offload/nvme_swapper.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
 

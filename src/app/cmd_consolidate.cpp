@@ -1,5 +1,5 @@
 // zerotrain consolidate: a training checkpoint's fp32 masters as a bf16 model directory
-// (io/consolidate.h). Runs as a singleton or under mpirun with any number of ranks; with
+// (checkpoint/consolidate.h). Runs as a singleton or under mpirun with any number of ranks; with
 // parallel HDF5 every rank writes its slice of every tensor into the shared shards, otherwise
 // (or with --serial) rank 0 writes one tensor at a time. Prints a JSON summary on stdout.
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "comm/mpi_communicator.h"
-#include "io/consolidate.h"
+#include "checkpoint/consolidate.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
 

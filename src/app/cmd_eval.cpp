@@ -16,7 +16,7 @@
 #include "app/run_setup.h"
 #include "backend/backend.h"
 #include "comm/mpi_communicator.h"
-#include "engine/data_loader.h"
+#include "io/data_loader.h"
 #include "engine/zero_engine.h"
 #include "io/model_dir.h"
 #include "io/token_dataset.h"

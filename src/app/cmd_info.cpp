@@ -7,7 +7,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
-#include "io/checkpoint_files.h"
+#include "checkpoint/checkpoint_files.h"
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"

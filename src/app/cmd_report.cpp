@@ -1,12 +1,12 @@
 // zerotrain report RUN_DIRS... --out DIR: a scaling study over finished train output directories
-// (io/study_report.h): scaling.md / scaling.csv / scaling.json and SVG plots in DIR.
+// (report/study_report.h): scaling.md / scaling.csv / scaling.json and SVG plots in DIR.
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "app/cli.h"
 #include "app/commands.h"
-#include "io/study_report.h"
+#include "report/study_report.h"
 #include "util/error.h"
 
 namespace zt {

@@ -1,16 +1,16 @@
 #include "app/engine_device.h"
 
-#include "backend/cuda/backend_choice.h"
+#include "backend/backend_choice.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
 #if ZEROTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device_memory.h"
-#include "backend/cuda/cuda_staged_communicator.h"
-#include "backend/cuda/device_arena_plan.h"
+#include "comm/cuda/staged_device_communicator.h"
+#include "backend/device_arena_plan.h"
 #endif
 #if ZEROTRAIN_HAVE_NCCL
-#include "comm/nccl_communicator.h"
+#include "comm/cuda/nccl_communicator.h"
 #endif
 
 namespace zt {

@@ -1,5 +1,5 @@
 // The compute backend and the data-plane communicator a command runs the ZeRO engine on
-// (--backend cpu|cuda|auto, backend/cuda/backend_choice.h):
+// (--backend cpu|cuda|auto, backend/backend_choice.h):
 //   cpu   the CPU backend; its device memory is host memory, so the host MPI communicator carries
 //         device buffers too.
 //   cuda  the CUDA backend on this rank's GPU (its index among the ranks on its host, by hostname,
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "backend/cuda/backend_choice.h"
+#include "backend/backend_choice.h"
 #include "comm/mpi_communicator.h"
 #include "engine/estimator.h"
 

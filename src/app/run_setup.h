@@ -8,8 +8,8 @@
 #include "app/cli.h"
 #include "comm/collective_outcome.h"  // run_collectively (lives in the core library)
 #include "comm/communicator.h"
-#include "engine/checkpoint_policy.h"  // parse_checkpointing_policy (moved there)
-#include "engine/offload_config.h"
+#include "engine/activation_checkpointing.h"  // parse_checkpointing_policy (moved there)
+#include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/config.h"
 #include "model/llama.h"

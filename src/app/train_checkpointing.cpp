@@ -7,9 +7,25 @@
 
 #include "comm/collective_outcome.h"
 #include "engine/zero_config.h"
+#include "runtime/signals.h"
 #include "util/error.h"
 
 namespace zt {
+namespace {
+
+// Collective over comm: SIGTERM when any rank received SIGTERM, else SIGUSR1 when any rank
+// received SIGUSR1, else 0.
+int stop_requested_anywhere(Communicator& comm) {
+  // Sum of one-hot flags per kind keeps the op a plain sum (the only reduction comm offers).
+  const int received = received_stop_signal();
+  int32_t seen[2] = {received == SIGUSR1 ? 1 : 0, received == SIGTERM ? 1 : 0};
+  comm.all_reduce_sum_blocking(seen, 2);
+  if (seen[1] > 0) return SIGTERM;
+  if (seen[0] > 0) return SIGUSR1;
+  return 0;
+}
+
+}  // namespace
 
 void add_checkpoint_options(po::options_description& options, CheckpointFlags& f) {
   auto add = options.add_options();

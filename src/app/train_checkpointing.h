@@ -8,7 +8,7 @@
 #include "app/cli.h"
 #include "comm/communicator.h"
 #include "engine/zero_engine.h"
-#include "io/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "runtime/signals.h"
 
 namespace zt {

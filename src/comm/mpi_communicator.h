@@ -43,9 +43,6 @@ class MpiCommunicator final : public Communicator {
   int world_size_ = 1;
 };
 
-// Throws zt::Error "<call> failed: <MPI error string>" when rc != MPI_SUCCESS.
-void check_mpi(int rc, const char* call);
-
 MPI_Datatype mpi_datatype(DType dtype);
 
 }  // namespace zt

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "engine/nvme_swapper.h"
+#include "engine/offload/nvme_swapper.h"
 #include "model/layout.h"
 #include "util/error.h"
 

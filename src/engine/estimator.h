@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/offload_config.h"
+#include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/config.h"
 #include "model/llama.h"

@@ -13,7 +13,7 @@
 
 #include "backend/phase_timeline.h"
 #include "comm/communicator.h"
-#include "engine/host_device_copier.h"
+#include "engine/offload/host_device_copier.h"
 #include "engine/zero_config.h"
 #include "util/memory.h"
 

@@ -19,14 +19,13 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
-#include "engine/offload_config.h"
+#include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/llama.h"
+#include "model/tensor_source.h"
 #include "util/memory.h"
 
 namespace zt {
-
-class ModelDirReader;
 
 // How one group is split: padded = shard·N, rank r owns [r·shard, (r+1)·shard).
 struct GroupPartition {
@@ -70,7 +69,7 @@ class ZeroEngine {
 
   // Parameters: each rank produces only the elements it holds.
   void init_from_seed(uint64_t seed);
-  void load_from(ModelDirReader& reader);
+  void load_from(TensorSource& source);
 
   // One optimizer step over `accum` micro-batches of this rank. inputs[i]/targets[i] point at
   // B·T tokens each. lr is the scheduled learning rate of this step (1-based `step`).

@@ -9,8 +9,8 @@
 
 #include "engine/decay_segments.h"
 #include "engine/grad_reducer.h"
-#include "engine/host_device_copier.h"
-#include "engine/offload_optimizer.h"
+#include "engine/offload/host_device_copier.h"
+#include "engine/offload/offload_optimizer.h"
 #include "engine/param_gatherer.h"
 #include "engine/zero_engine.h"
 

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "engine/zero_engine_impl.h"
-#include "io/model_dir.h"
 #include "model/init.h"
 #include "util/error.h"
 
@@ -92,11 +91,11 @@ void ZeroEngine::init_from_seed(uint64_t seed) {
   });
 }
 
-void ZeroEngine::load_from(ModelDirReader& reader) {
-  ZT_CHECK(reader.config() == model_.config(),
-           "model directory '" + reader.dir() + "' does not match the configured model");
+void ZeroEngine::load_from(TensorSource& source) {
+  ZT_CHECK(source.config() == model_.config(),
+           source.description() + " does not match the configured model");
   impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
-    reader.read_tensor_range_f32(t.name, b, n, out);
+    source.read_range_f32(t, b, n, out);
   });
 }
 

@@ -11,6 +11,7 @@
 #include "io/hdf5_util.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/tensor_source.h"
 #include "util/bf16.h"
 
 namespace zt {
@@ -86,12 +87,16 @@ class ModelDirWriter {
 
 // Reads and validates a model directory. Tensors are read one at a time (or a flat range of
 // one), converting between bf16 and fp32 as asked; values are checked finite by default.
-class ModelDirReader {
+class ModelDirReader : public TensorSource {
  public:
   explicit ModelDirReader(const std::string& dir, bool check_finite = true);
 
   const std::string& dir() const { return dir_; }
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
+  std::string description() const override { return "model directory '" + dir_ + "'"; }
+  void read_range_f32(const TensorInfo& t, int64_t begin, int64_t count, float* out) override {
+    read_tensor_range_f32(t.name, begin, count, out);
+  }
   const ParamLayout& layout() const { return layout_; }
   uint64_t total_size() const { return total_size_; }  // from the index
   const std::string& shard_of(const std::string& name) const;

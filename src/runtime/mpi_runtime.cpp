@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "comm/mpi_communicator.h"
+#include "runtime/mpi_check.h"
 #include "util/error.h"
 
 namespace zt {

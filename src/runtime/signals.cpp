@@ -61,15 +61,6 @@ int received_stop_signal() {
   return g_stop_signal;
 }
 
-int stop_requested_anywhere(Communicator& comm) {
-  // Sum of one-hot flags per kind keeps the op a plain sum (the only reduction comm offers).
-  int32_t seen[2] = {g_stop_signal == SIGUSR1 ? 1 : 0, g_stop_signal == SIGTERM ? 1 : 0};
-  comm.all_reduce_sum_blocking(seen, 2);
-  if (seen[1] > 0) return SIGTERM;
-  if (seen[0] > 0) return SIGUSR1;
-  return 0;
-}
-
 std::string stop_signal_name(int signal_number) {
   if (signal_number == SIGUSR1) return "SIGUSR1";
   if (signal_number == SIGTERM) return "SIGTERM";

@@ -1,15 +1,13 @@
 // Graceful stop on SIGUSR1 / SIGTERM (a scheduler's "time is nearly up"), so a job can save a
 // checkpoint and exit with code 124 instead of dying mid-step.
 //
-// The handler only records the signal in a sig_atomic_t (async-signal-safe); the training loop
-// asks stop_requested_anywhere() at each step boundary, which all-reduces the flag so every rank
-// takes the same decision even when only one rank was signalled. A second SIGTERM means "now":
+// The handler only records the signal in a sig_atomic_t (async-signal-safe); at each step
+// boundary the training loop all-reduces received_stop_signal() (app/train_checkpointing.cpp) so
+// every rank takes the same decision even when only one rank was signalled. A second SIGTERM means "now":
 // the handler calls _exit(143) at once. Checkpoints stay consistent because a checkpoint only
-// becomes visible by the final rename of its directory (io/checkpoint.h).
+// becomes visible by the final rename of its directory (checkpoint/checkpoint.h).
 #pragma once
 #include <string>
-
-#include "comm/communicator.h"
 
 namespace zt {
 
@@ -30,9 +28,6 @@ class StopSignalHandlers {
 
 // The signal number this process received (SIGUSR1 or SIGTERM), 0 when none.
 int received_stop_signal();
-// Collective over comm: SIGTERM when any rank received SIGTERM, else SIGUSR1 when any rank
-// received SIGUSR1, else 0.
-int stop_requested_anywhere(Communicator& comm);
 // "SIGUSR1", "SIGTERM", or "signal N".
 std::string stop_signal_name(int signal_number);
 

@@ -14,7 +14,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 
 namespace zt::gpu_test {
 

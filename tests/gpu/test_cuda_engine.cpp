@@ -22,12 +22,12 @@
 #include "../mpi/engine_test_support.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_staged_communicator.h"
+#include "comm/cuda/staged_device_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "model/config.h"
 #if ZEROTRAIN_HAVE_NCCL
-#include "comm/nccl_communicator.h"
+#include "comm/cuda/nccl_communicator.h"
 #endif
 
 namespace zt {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "backend/cuda/device_arena_plan.h"
+#include "backend/device_arena_plan.h"
 #include "gpu_test_util.h"
 #include "util/error.h"
 

@@ -2,8 +2,8 @@
 // arena's bump regions and pass sizing, and --backend resolution.
 #include <gtest/gtest.h>
 
-#include "backend/cuda/backend_choice.h"
-#include "backend/cuda/device_arena_plan.h"
+#include "backend/backend_choice.h"
+#include "backend/device_arena_plan.h"
 #include "util/error.h"
 
 namespace zt::cuda {

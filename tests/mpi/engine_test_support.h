@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "engine/zero_engine.h"
-#include "io/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "model/config.h"
 
 namespace zt::engine_test {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "comm/mpi_communicator.h"
-#include "engine/offload_config.h"
+#include "engine/offload/offload_config.h"
 
 namespace zt::engine_test {
 

@@ -17,8 +17,8 @@
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
-#include "io/checkpoint.h"
-#include "io/checkpoint_files.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_files.h"
 #include "model/config.h"
 #include "one_step_bound.h"
 

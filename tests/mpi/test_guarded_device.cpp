@@ -1,4 +1,4 @@
-// The ZeRO engine on guarded device memory (backend/cpu/guarded_device.h), at the world size the
+// The ZeRO engine on guarded device memory (tests/support/guarded_device.h), at the world size the
 // binary is launched with (1, 2, 4). Device-pool buffers are unreadable from host code, the
 // backend refuses host tensors and the data-plane communicator refuses host buffers, as on a GPU
 // with NCCL. Training at every stage (bf16, and fp32 at stage 1), activation checkpointing (in
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/guarded_device.h"
+#include "support/guarded_device.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
-#include "io/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "model/config.h"
 #include "shared_dir_test.h"
 #include "util/error.h"

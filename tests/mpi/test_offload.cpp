@@ -1,4 +1,4 @@
-// ZeRO-Offload / ZeRO-Infinity on the CPU backend (engine/offload_config.h): every offload mode at
+// ZeRO-Offload / ZeRO-Infinity on the CPU backend (engine/offload/offload_config.h): every offload mode at
 // stages 1-3 reproduces the non-offloaded run bitwise (losses and fp32 masters), model-state
 // bytes move from the device pool to the host pool as the accounting says, and NVMe faults give
 // clear errors before training (unusable path, too little space) or a clean abort (full disk).
@@ -15,7 +15,7 @@
 
 #include "backend/backend.h"
 #include "comm/mpi_communicator.h"
-#include "engine/nvme_swapper.h"
+#include "engine/offload/nvme_swapper.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
 #include "model/config.h"

@@ -22,7 +22,7 @@
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
-#include "io/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "model/config.h"
 #include "shared_dir_test.h"
 

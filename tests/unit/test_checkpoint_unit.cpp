@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "io/checkpoint_manifest.h"
-#include "io/metrics_log.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "report/metrics_log.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 

@@ -1,4 +1,4 @@
-// Guarded device memory (backend/cpu/guarded_device.h) can fail: a host read of a device buffer
+// Guarded device memory (tests/support/guarded_device.h) can fail: a host read of a device buffer
 // outside an access scope kills the process and the guarded backend refuses host tensors. The MPI
 // suite GuardedDeviceTest relies on these to prove the engine is GPU-clean.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/guarded_device.h"
+#include "support/guarded_device.h"
 #include "util/error.h"
 
 namespace zt {

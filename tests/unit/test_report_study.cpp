@@ -1,4 +1,4 @@
-// Scaling-study aggregation (io/study_report.h) and the per-rank timeline (io/step_timeline.h)
+// Scaling-study aggregation (report/study_report.h) and the per-rank timeline (report/step_timeline.h)
 // on hand-written run directories.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/step_timeline.h"
-#include "io/study_report.h"
+#include "report/step_timeline.h"
+#include "report/study_report.h"
 #include "util/error.h"
 
 namespace zt {

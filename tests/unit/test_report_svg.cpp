@@ -1,10 +1,10 @@
-// The SVG chart writer (io/svg_plot.h): well-formed documents, escaping, ticks, skipped points.
+// The SVG chart writer (report/svg_plot.h): well-formed documents, escaping, ticks, skipped points.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
-#include "io/svg_plot.h"
+#include "report/svg_plot.h"
 
 namespace zt {
 namespace {

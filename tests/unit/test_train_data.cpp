@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/data_loader.h"
+#include "io/data_loader.h"
 #include "engine/zero_config.h"
 #include "io/token_dataset.h"
 #include "util/error.h"

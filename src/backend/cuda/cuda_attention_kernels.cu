@@ -3,7 +3,7 @@
 // reductions, so both kernels are deterministic.
 #include <cmath>
 
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 

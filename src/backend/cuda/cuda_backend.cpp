@@ -11,7 +11,7 @@
 #include "backend/adam_constants.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_attention.h"
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device_arena.h"
 #include "backend/cuda/cuda_device_memory.h"
 #include "backend/cuda/cuda_event_timeline.h"

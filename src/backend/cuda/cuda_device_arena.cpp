@@ -2,7 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 
 namespace zt::cuda {
 

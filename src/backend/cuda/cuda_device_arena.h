@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <string>
 
-#include "backend/cuda/device_arena_plan.h"
+#include "backend/device_arena_plan.h"
 
 namespace zt::cuda {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 #include "util/error.h"
 
 namespace zt::cuda {

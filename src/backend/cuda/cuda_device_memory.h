@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cuda/device_arena_plan.h"
+#include "backend/device_arena_plan.h"
 #include "util/memory.h"
 
 namespace zt::cuda {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 #include "util/error.h"
 
 namespace zt::cuda {

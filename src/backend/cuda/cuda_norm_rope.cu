@@ -1,5 +1,5 @@
 // CUDA backend: RMSNorm and rotary position embedding, forward and backward side by side.
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 

@@ -1,5 +1,5 @@
 // CUDA backend: AdamW and the deterministic sum of squares (gradient norm).
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "backend/cuda/cuda_check.h"
+#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "util/error.h"

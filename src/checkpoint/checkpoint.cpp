@@ -1,0 +1,240 @@
+#include "checkpoint/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "comm/collective_outcome.h"
+#include "checkpoint/checkpoint_files.h"
+#include "io/fs_util.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTempPrefix = ".tmp-";
+constexpr const char* kStepPrefix = "step-";
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The step of a "step-NNNNNNNN" directory name, or -1.
+int64_t step_of(const std::string& name) {
+  if (name.rfind(kStepPrefix, 0) != 0) return -1;
+  const std::string digits = name.substr(std::string(kStepPrefix).size());
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(digits);
+}
+
+void remove_tree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  ZT_CHECK(!ec, "cannot remove '" + path + "': " + ec.message());
+}
+
+// Rank 0, before any rank writes: OUT/checkpoints exists, leftovers of interrupted saves are
+// gone, and an empty temporary directory waits.
+void prepare_temp_dir(const std::string& root, const std::string& tmp) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  ZT_CHECK(!ec, "cannot create checkpoint directory '" + root + "': " + ec.message());
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0)
+      remove_tree(entry.path().string());
+  ZT_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
+  fs::create_directory(tmp, ec);
+  ZT_CHECK(!ec, "cannot create '" + tmp + "': " + ec.message());
+}
+
+// This rank's slice of group g: elements [r·shard, (r+1)·shard) ∩ [0, numel), taken from the
+// optimizer state it holds (which contains that slice at every stage).
+OptimizerSlice own_slice(ZeroEngine& engine, const std::vector<CheckpointGroup>& groups, int rank,
+                         int g) {
+  const OptimizerShard held = engine.optimizer_shard(g);
+  const ElementRange range = groups[static_cast<size_t>(g)].ranges[static_cast<size_t>(rank)];
+  ZT_CHECK(
+      range.count == 0 || (range.begin >= held.begin && range.end() <= held.begin + held.count),
+      "checkpoint: rank " + std::to_string(rank) + " does not hold its slice of group " +
+          std::to_string(g));
+  const int64_t at = range.count == 0 ? 0 : range.begin - held.begin;
+  return {g, range, held.master + at, held.m + at, held.v + at};
+}
+
+// Rank 0, after every rank file is complete: manifest, rename, `latest`, pruning.
+void publish(const CheckpointManifest& manifest, const std::string& tmp,
+             const std::string& final_dir, const CheckpointSaveOptions& options) {
+  write_text_file(tmp + "/" + kCheckpointManifestFile, manifest.to_json().dump(1) + "\n");
+  fsync_path(tmp);
+  move_into_place(tmp, final_dir, /*overwrite=*/true);  // fsyncs the parent
+  const std::string latest = options.root + "/" + kLatestCheckpointFile;
+  const std::string latest_tmp = temp_sibling(latest);
+  write_text_file(latest_tmp, fs::path(final_dir).filename().string() + "\n");
+  std::error_code ec;
+  fs::rename(latest_tmp, latest, ec);
+  ZT_CHECK(!ec, "cannot rename '" + latest_tmp + "' to '" + latest + "': " + ec.message());
+  fsync_path(options.root);
+  if (options.keep_last <= 0) return;
+  // Complete checkpoints, newest first; the one just published is the newest kept.
+  std::vector<std::pair<int64_t, std::string>> complete;
+  for (const auto& entry : fs::directory_iterator(options.root, ec)) {
+    const std::string name = entry.path().filename().string();
+    const int64_t step = step_of(name);
+    if (step >= 0 && fs::exists(entry.path() / kCheckpointManifestFile))
+      complete.emplace_back(step, entry.path().string());
+  }
+  ZT_CHECK(!ec, "cannot list checkpoint directory '" + options.root + "': " + ec.message());
+  std::sort(complete.rbegin(), complete.rend());
+  for (size_t i = static_cast<size_t>(options.keep_last); i < complete.size(); ++i)
+    if (complete[i].second != final_dir) remove_tree(complete[i].second);
+}
+
+}  // namespace
+
+std::string checkpoints_root(const std::string& out_dir) {
+  return strip_trailing_slashes(out_dir) + "/" + kCheckpointsSubdir;
+}
+
+CheckpointDebug CheckpointDebug::from_environment() {
+  CheckpointDebug d;
+  if (const char* r = std::getenv("ZT_DEBUG_FAIL_CHECKPOINT_WRITE"); r && *r)
+    d.fail_write_rank = std::atoi(r);
+  if (const char* s = std::getenv("ZT_DEBUG_STALL_CHECKPOINT"); s && *s)
+    d.stall_seconds = std::atof(s);
+  return d;
+}
+
+SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& progress,
+                                const TrainingHyperparameters& hyper,
+                                const CheckpointSaveOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Communicator& comm = engine.communicator();
+  const int rank = comm.rank(), world = comm.world_size();
+  const std::string name = checkpoint_step_dir_name(progress.step);
+  const std::string tmp = options.root + "/" + kTempPrefix + name;
+  SavedCheckpoint saved;
+  saved.dir = options.root + "/" + name;
+
+  CheckpointManifest manifest;
+  manifest.progress = progress;
+  manifest.hyper = hyper;
+  manifest.world_size = world;
+  manifest.zero_stage = engine.zero_config().stage;
+  manifest.precision = precision_name(engine.precision());
+  manifest.model_config = engine.model().config().to_hf_json();
+  manifest.config_fingerprint = model_config_fingerprint(engine.model().config());
+  manifest.groups = checkpoint_groups(engine.layout(), world);
+  manifest.tensors = checkpoint_tensors(engine.layout());
+
+  comm.set_context(progress.step, "checkpoint save");
+  run_collectively(comm, [&] {
+    if (rank == 0) prepare_temp_dir(options.root, tmp);
+  });
+  try {
+    CheckpointFile mine;
+    run_collectively(comm, [&] {
+      RankFileFaults faults;
+      faults.fail_write = options.debug.fail_write_rank == rank;
+      faults.stall_seconds = options.debug.stall_seconds;
+      // One group staged at a time (NVMe offload): the previous one is released unmodified.
+      const int groups = static_cast<int>(manifest.groups.size());
+      const auto slice_of = [&](int g) {
+        if (g > 0) engine.release_optimizer_shard(g - 1, /*modified=*/false);
+        return own_slice(engine, manifest.groups, rank, g);
+      };
+      try {
+        mine = write_checkpoint_rank_file(tmp, rank, groups, slice_of, faults);
+      } catch (...) {
+        for (int g = 0; g < groups; ++g) engine.release_optimizer_shard(g, false);
+        throw;
+      }
+      engine.release_optimizer_shard(groups - 1, /*modified=*/false);
+    });
+    // Every file is complete and fsynced: gather their checksums and sizes.
+    std::vector<int64_t> own = {static_cast<int64_t>(mine.crc32c),
+                                static_cast<int64_t>(mine.bytes)};
+    std::vector<int64_t> all(2 * static_cast<size_t>(world));
+    comm.all_gather_blocking(own.data(), all.data(), 2);
+    for (int r = 0; r < world; ++r) {
+      const CheckpointFile f{checkpoint_rank_file_name(r),
+                             static_cast<uint32_t>(all[2 * static_cast<size_t>(r)]),
+                             static_cast<uint64_t>(all[2 * static_cast<size_t>(r) + 1])};
+      saved.bytes += f.bytes;
+      manifest.files.push_back(f);
+    }
+    run_collectively(comm, [&] {
+      if (rank == 0) publish(manifest, tmp, saved.dir, options);
+    });
+  } catch (...) {
+    if (rank == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // best effort: the error being reported matters more
+    }
+    throw;
+  }
+  saved.seconds = seconds_since(t0);
+  return saved;
+}
+
+std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir) {
+  if (mode.empty() || mode == "none") return "";
+  std::string dir = mode;
+  if (mode == "auto") {
+    const std::string root = checkpoints_root(out_dir);
+    const std::string latest = root + "/" + kLatestCheckpointFile;
+    std::error_code ec;
+    if (!fs::exists(latest, ec)) return "";
+    std::ifstream in(latest);
+    std::string name;
+    std::getline(in, name);
+    ZT_CHECK(!in.bad() && !name.empty() && name.find('/') == std::string::npos,
+             "'" + latest + "' does not name a checkpoint directory");
+    dir = root + "/" + name;
+  }
+  dir = strip_trailing_slashes(dir);
+  ZT_CHECK(fs::exists(dir + "/" + kCheckpointManifestFile),
+           "'" + dir + "' is not a complete checkpoint (no " + kCheckpointManifestFile + ")");
+  return dir;
+}
+
+CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
+                                   const std::function<void(const CheckpointManifest&)>& check) {
+  Communicator& comm = engine.communicator();
+  comm.set_context(comm.step(), "checkpoint load");
+  CheckpointManifest manifest;
+  run_collectively(comm, [&] {
+    manifest = CheckpointManifest::read(dir);
+    check_checkpoint_model(manifest, engine.model().config(), engine.layout(), dir);
+    if (check) check(manifest);
+  });
+  run_collectively(comm, [&] {
+    CheckpointRangeReader reader(dir, manifest);
+    for (int g = 0; g < engine.layout().num_groups(); ++g) {
+      const OptimizerShard held = engine.optimizer_shard(g);
+      const int64_t numel = manifest.groups[static_cast<size_t>(g)].numel;
+      // The held range may run past numel into the padding, which stays zero.
+      const ElementRange data{std::min(held.begin, numel),
+                              std::max<int64_t>(0, std::min(held.begin + held.count, numel) -
+                                                       std::min(held.begin, numel))};
+      for (OptimizerTensor kind : kOptimizerTensors) {
+        float* out = kind == OptimizerTensor::kMaster  ? held.master
+                     : kind == OptimizerTensor::kAdamM ? held.m
+                                                       : held.v;
+        reader.read(g, kind, data, out);
+        std::fill(out + data.count, out + held.count, 0.0f);
+      }
+      engine.release_optimizer_shard(g, /*modified=*/true);  // NVMe: written back, unstaged
+    }
+  });
+  engine.refresh_working_params();
+  return manifest;
+}
+
+}  // namespace zt

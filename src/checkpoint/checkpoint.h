@@ -1,0 +1,78 @@
+// Resumable training checkpoints (DESIGN.md §3):
+//
+//   OUT/checkpoints/step-NNNNNNNN/manifest.json      (checkpoint/checkpoint_manifest.h)
+//   OUT/checkpoints/step-NNNNNNNN/rank-RRRRR.h5      (checkpoint/checkpoint_files.h)
+//   OUT/checkpoints/latest                           text: the newest complete directory's name
+//
+// Every rank writes its own file in parallel: rank r writes elements [r·shard, (r+1)·shard) of
+// every group (shard = ceil(numel/N)) — its own optimizer shard at stages 1-3, the same slice of
+// its full replica at stage 0 — so the format is the same for every stage.
+//
+// Crash safety. All ranks write into OUT/checkpoints/.tmp-step-NNNNNNNN/ and fsync their files;
+// the ranks agree that every file is complete (a failure anywhere fails every rank); rank 0
+// writes the manifest (with every file's CRC-32C), fsyncs it and the directory, renames the
+// directory to step-NNNNNNNN, fsyncs the parent, and only then replaces `latest` atomically
+// (temporary name, fsync, rename). --keep-last K deletes older complete checkpoints after that.
+// A crash or kill at any point leaves the previous checkpoint complete and `latest` naming it;
+// a failed save removes the temporary directory.
+//
+// Loading works at any world size and stage: each rank reads, for each group, the intersection
+// of its own range with every saved rank's range (HDF5 hyperslabs), from those files only, after
+// verifying their size and CRC-32C.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "engine/zero_engine.h"
+#include "checkpoint/checkpoint_manifest.h"
+
+namespace zt {
+
+constexpr const char* kCheckpointsSubdir = "checkpoints";
+constexpr const char* kLatestCheckpointFile = "latest";
+
+// OUT/checkpoints.
+std::string checkpoints_root(const std::string& out_dir);
+
+// Fault injection for tests of the crash-safety protocol. Defaults come from the environment:
+// ZT_DEBUG_FAIL_CHECKPOINT_WRITE=R (rank R's file write fails) and
+// ZT_DEBUG_STALL_CHECKPOINT=SECONDS (every rank sleeps with its file half written).
+struct CheckpointDebug {
+  int fail_write_rank = -1;
+  double stall_seconds = 0;
+  static CheckpointDebug from_environment();
+};
+
+struct CheckpointSaveOptions {
+  std::string root;   // OUT/checkpoints
+  int keep_last = 0;  // > 0: keep only the newest K complete checkpoints
+  CheckpointDebug debug;
+};
+
+struct SavedCheckpoint {
+  std::string dir;     // OUT/checkpoints/step-NNNNNNNN
+  uint64_t bytes = 0;  // rank files, all ranks
+  double seconds = 0;  // wall time of the whole save (as seen by this rank)
+};
+
+// Saves the engine's optimizer state and the training progress. Collective over the engine's
+// communicator; on failure every rank throws (the message names the file) and the previous
+// checkpoint and `latest` are untouched.
+SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& progress,
+                                const TrainingHyperparameters& hyper,
+                                const CheckpointSaveOptions& options);
+
+// The checkpoint directory that --resume MODE names: "none" gives ""; "auto" gives the one
+// OUT/checkpoints/latest names, or "" when there is no `latest`; anything else is a checkpoint
+// directory, which must hold a manifest.
+std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir);
+
+// Loads a checkpoint into the engine: checks the model (config key by key, tensor layout), runs
+// `check` on the manifest (e.g. hyperparameter comparisons; it may throw), restores this rank's
+// master/m/v range from the files that hold it, verifying their checksums, and rebuilds the
+// working parameters. Collective; on failure every rank throws.
+CheckpointManifest load_checkpoint(
+    ZeroEngine& engine, const std::string& dir,
+    const std::function<void(const CheckpointManifest&)>& check = nullptr);
+
+}  // namespace zt

@@ -1,0 +1,148 @@
+#include "checkpoint/checkpoint_files.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "io/fs_util.h"
+#include "util/crc32c.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+std::string dataset_path(int group, OptimizerTensor kind) {
+  return "/" + checkpoint_group_name(group) + "/" + optimizer_tensor_name(kind);
+}
+
+const float* slice_data(const OptimizerSlice& s, OptimizerTensor kind) {
+  switch (kind) {
+    case OptimizerTensor::kMaster:
+      return s.master;
+    case OptimizerTensor::kAdamM:
+      return s.m;
+    case OptimizerTensor::kAdamV:
+      return s.v;
+  }
+  return nullptr;
+}
+
+void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
+  const std::string group_where = "'" + path + "' " + checkpoint_group_name(s.group);
+  h5::Id group = h5::wrap(H5Gcreate2(file, checkpoint_group_name(s.group).c_str(), H5P_DEFAULT,
+                                     H5P_DEFAULT, H5P_DEFAULT),
+                          H5Gclose, "cannot create HDF5 group", group_where);
+  for (OptimizerTensor kind : kOptimizerTensors) {
+    const std::string name = dataset_path(s.group, kind);
+    const std::string where = "'" + path + "' " + name;
+    h5::Id ds = h5::create_dataset(file, name, h5::DType::kF32, {s.range.count}, where);
+    h5::write_attr_int64(ds, "begin", s.range.begin, where);
+    h5::write_attr_int64(ds, "count", s.range.count, where);
+    if (s.range.count > 0)
+      h5::write_box(ds, h5::DType::kF32, {0}, {s.range.count}, slice_data(s, kind), where);
+    ds.close(where);
+  }
+  group.close(group_where);
+}
+
+}  // namespace
+
+const char* optimizer_tensor_name(OptimizerTensor t) {
+  switch (t) {
+    case OptimizerTensor::kMaster:
+      return "master";
+    case OptimizerTensor::kAdamM:
+      return "m";
+    case OptimizerTensor::kAdamV:
+      return "v";
+  }
+  return "?";
+}
+
+CheckpointFile write_checkpoint_rank_file(const std::string& dir, int rank, int num_groups,
+                                          const OptimizerSliceSource& slice_of,
+                                          const RankFileFaults& faults) {
+  CheckpointFile entry;
+  entry.name = checkpoint_rank_file_name(rank);
+  const std::string path = dir + "/" + entry.name;
+  {
+    h5::Id file = h5::create_file(path);
+    h5::write_attr_int64(file, "rank", rank, "'" + path + "'");
+    for (int g = 0; g < num_groups; ++g) {
+      write_slice(file, slice_of(g), path);
+      ZT_CHECK(!faults.fail_write,
+               "cannot write checkpoint file '" + path + "': injected write failure");
+      if (faults.stall_seconds > 0 && g + 1 == (num_groups + 1) / 2) {
+        // The part written so far reaches the file before the stall.
+        h5::check(H5Fflush(file, H5F_SCOPE_LOCAL), "H5Fflush failed", "'" + path + "'");
+        std::this_thread::sleep_for(std::chrono::duration<double>(faults.stall_seconds));
+      }
+    }
+    file.close("'" + path + "'");
+  }
+  fsync_path(path);
+  const FileChecksum sum = crc32c_file(path);
+  entry.crc32c = sum.crc32c;
+  entry.bytes = sum.bytes;
+  return entry;
+}
+
+void verify_checkpoint_file(const std::string& dir, const CheckpointFile& entry) {
+  const std::string path = dir + "/" + entry.name;
+  const FileChecksum sum = crc32c_file(path);
+  ZT_CHECK(sum.bytes == entry.bytes, "checkpoint file '" + path + "' has " +
+                                         std::to_string(sum.bytes) + " bytes, the manifest says " +
+                                         std::to_string(entry.bytes) + " (truncated or replaced)");
+  ZT_CHECK(sum.crc32c == entry.crc32c, "checkpoint file '" + path + "' is corrupt: CRC-32C " +
+                                           crc32c_hex(sum.crc32c) + ", the manifest says " +
+                                           crc32c_hex(entry.crc32c));
+}
+
+CheckpointRangeReader::CheckpointRangeReader(std::string dir, const CheckpointManifest& manifest)
+    : dir_(std::move(dir)), manifest_(manifest) {}
+
+hid_t CheckpointRangeReader::file(int rank) {
+  auto it = open_.find(rank);
+  if (it != open_.end()) return it->second;
+  const CheckpointFile& entry = manifest_.files[static_cast<size_t>(rank)];
+  verify_checkpoint_file(dir_, entry);
+  const std::string path = dir_ + "/" + entry.name;
+  h5::Id f = h5::open_file(path);
+  const int64_t stored_rank = h5::read_attr_int64(f, "rank", "'" + path + "'");
+  ZT_CHECK(stored_rank == rank, "checkpoint file '" + path + "' belongs to rank " +
+                                    std::to_string(stored_rank) + ", expected " +
+                                    std::to_string(rank));
+  return open_.emplace(rank, std::move(f)).first->second;
+}
+
+void CheckpointRangeReader::read(int group, OptimizerTensor kind, ElementRange range, float* out) {
+  const CheckpointGroup& g = manifest_.groups.at(static_cast<size_t>(group));
+  ZT_CHECK(range.begin >= 0 && range.count >= 0 && range.end() <= g.numel,
+           "checkpoint read outside group " + std::to_string(group));
+  for (size_t r = 0; r < g.ranges.size(); ++r) {
+    const ElementRange& held = g.ranges[r];
+    const int64_t lo = std::max(range.begin, held.begin);
+    const int64_t hi = std::min(range.end(), held.end());
+    if (lo >= hi) continue;
+    const int rank = static_cast<int>(r);
+    const hid_t f = file(rank);
+    const std::string name = dataset_path(group, kind);
+    const std::string where = "'" + dir_ + "/" + manifest_.files[r].name + "' " + name;
+    h5::Id ds = h5::open_dataset(f, name, where);
+    ZT_CHECK(h5::read_attr_int64(ds, "begin", where) == held.begin &&
+                 h5::read_attr_int64(ds, "count", where) == held.count &&
+                 h5::dataset_shape(ds, where) == std::vector<int64_t>{held.count},
+             "checkpoint dataset " + where + " does not hold the range the manifest lists");
+    h5::read_box(ds, h5::DType::kF32, {lo - held.begin}, {hi - lo}, out + (lo - range.begin),
+                 where);
+  }
+}
+
+std::vector<int> CheckpointRangeReader::files_opened() const {
+  std::vector<int> ranks;
+  for (const auto& [rank, id] : open_) ranks.push_back(rank);
+  return ranks;
+}
+
+}  // namespace zt

@@ -1,0 +1,324 @@
+#include "checkpoint/checkpoint_manifest.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "io/fs_util.h"
+#include "util/crc32c.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+std::string numbered(const char* format, int64_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, static_cast<long long>(n));
+  return buf;
+}
+
+// A float as the shortest decimal that reads back to it (0.9f as "0.9").
+std::string float_text(float v) {
+  char buf[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+// Floats are stored as the double of the exact float value, so they read back bit for bit.
+float read_float(const nlohmann::json& j, const char* key) {
+  return static_cast<float>(j.at(key).get<double>());
+}
+
+// One "key: checkpoint X, run Y" entry when the values differ.
+template <typename T, typename Text>
+void compare(std::vector<std::string>& out, const char* key, const T& saved, const T& run,
+             Text text) {
+  if (saved != run)
+    out.push_back(std::string(key) + ": checkpoint " + text(saved) + ", run " + text(run));
+}
+
+std::string int_text(int64_t v) {
+  return std::to_string(v);
+}
+const std::string& as_is(const std::string& s) {
+  return s;
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const std::string& p : parts) s += (s.empty() ? "" : "; ") + p;
+  return s;
+}
+
+}  // namespace
+
+std::string checkpoint_step_dir_name(int64_t step) {
+  return numbered("step-%08lld", step);
+}
+std::string checkpoint_rank_file_name(int rank) {
+  return numbered("rank-%05lld.h5", rank);
+}
+std::string checkpoint_group_name(int group) {
+  return numbered("group_%03lld", group);
+}
+
+nlohmann::json TrainingHyperparameters::to_json() const {
+  return {{"lr", static_cast<double>(optim.lr)},
+          {"min_lr", static_cast<double>(optim.min_lr)},
+          {"warmup_steps", optim.warmup_steps},
+          {"lr_schedule", lr_schedule_name(optim.schedule)},
+          {"warmup_type", warmup_shape_name(optim.warmup_shape)},
+          {"warmup_start_lr", static_cast<double>(optim.warmup_start_lr)},
+          {"schedule_steps", optim.schedule_steps},
+          {"total_steps", total_steps},
+          {"beta1", static_cast<double>(optim.beta1)},
+          {"beta2", static_cast<double>(optim.beta2)},
+          {"eps", static_cast<double>(optim.eps)},
+          {"weight_decay", static_cast<double>(optim.weight_decay)},
+          {"clip", static_cast<double>(optim.clip)},
+          {"micro_batch", micro_batch},
+          {"grad_accum", grad_accum},
+          {"seq_len", seq_len},
+          {"data_seed", data_seed}};
+}
+
+TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json& j) {
+  TrainingHyperparameters h;
+  h.optim.lr = read_float(j, "lr");
+  h.optim.min_lr = read_float(j, "min_lr");
+  h.optim.warmup_steps = j.at("warmup_steps").get<int64_t>();
+  // Absent from checkpoints written before the DeepSpeed schedules: the cosine defaults.
+  if (j.contains("lr_schedule"))
+    h.optim.schedule =
+        parse_lr_schedule(j.at("lr_schedule").get<std::string>(), "hyperparameters.lr_schedule");
+  if (j.contains("warmup_type"))
+    h.optim.warmup_shape =
+        parse_warmup_shape(j.at("warmup_type").get<std::string>(), "hyperparameters.warmup_type");
+  if (j.contains("warmup_start_lr")) h.optim.warmup_start_lr = read_float(j, "warmup_start_lr");
+  if (j.contains("schedule_steps")) h.optim.schedule_steps = j.at("schedule_steps").get<int64_t>();
+  h.total_steps = j.at("total_steps").get<int64_t>();
+  h.optim.beta1 = read_float(j, "beta1");
+  h.optim.beta2 = read_float(j, "beta2");
+  h.optim.eps = read_float(j, "eps");
+  h.optim.weight_decay = read_float(j, "weight_decay");
+  h.optim.clip = read_float(j, "clip");
+  h.micro_batch = j.at("micro_batch").get<int64_t>();
+  h.grad_accum = j.at("grad_accum").get<int64_t>();
+  h.seq_len = j.at("seq_len").get<int64_t>();
+  h.data_seed = j.at("data_seed").get<uint64_t>();
+  return h;
+}
+
+nlohmann::json CheckpointManifest::to_json() const {
+  nlohmann::json groups_json = nlohmann::json::array();
+  for (const CheckpointGroup& g : groups) {
+    nlohmann::json ranges = nlohmann::json::array();
+    for (const ElementRange& r : g.ranges) ranges.push_back({r.begin, r.count});
+    groups_json.push_back({{"numel", g.numel}, {"shard", g.shard}, {"file_ranges", ranges}});
+  }
+  nlohmann::json tensors_json = nlohmann::json::array();
+  for (const CheckpointTensor& t : tensors)
+    tensors_json.push_back(
+        {{"name", t.name}, {"group", t.group}, {"offset", t.offset}, {"shape", t.shape}});
+  nlohmann::json files_json = nlohmann::json::array();
+  for (const CheckpointFile& f : files)
+    files_json.push_back({{"name", f.name}, {"crc32c", crc32c_hex(f.crc32c)}, {"bytes", f.bytes}});
+  return {
+      {"format", "zerotrain-checkpoint"},
+      {"format_version", format_version},
+      {"step", progress.step},
+      {"tokens_seen", progress.tokens_seen},
+      {"data_cursor", {{"epoch", progress.cursor.epoch}, {"position", progress.cursor.position}}},
+      {"rng_state", {{"data_seed", hyper.data_seed}, {"note", "no other random state"}}},
+      {"world_size", world_size},
+      {"zero_stage", zero_stage},
+      {"precision", precision},
+      {"model_config", model_config},
+      {"config_fingerprint", config_fingerprint},
+      {"hyperparameters", hyper.to_json()},
+      {"groups", groups_json},
+      {"tensors", tensors_json},
+      {"files", files_json}};
+}
+
+CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
+                                                 const std::string& source) {
+  CheckpointManifest m;
+  try {
+    ZT_CHECK(j.value("format", "") == "zerotrain-checkpoint",
+             source + ": not a zerotrain checkpoint manifest");
+    m.format_version = j.at("format_version").get<int>();
+    ZT_CHECK(m.format_version == kCheckpointFormatVersion,
+             source + ": checkpoint format version " + std::to_string(m.format_version) +
+                 ", this build reads version " + std::to_string(kCheckpointFormatVersion));
+    m.progress.step = j.at("step").get<int64_t>();
+    m.progress.tokens_seen = j.at("tokens_seen").get<int64_t>();
+    m.progress.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();
+    m.progress.cursor.position = j.at("data_cursor").at("position").get<int64_t>();
+    m.world_size = j.at("world_size").get<int>();
+    m.zero_stage = j.at("zero_stage").get<int>();
+    m.precision = j.at("precision").get<std::string>();
+    m.model_config = j.at("model_config");
+    m.config_fingerprint = j.at("config_fingerprint").get<std::string>();
+    try {
+      m.hyper = TrainingHyperparameters::from_json(j.at("hyperparameters"));
+    } catch (const Error& e) {  // a value out of its set (an unknown schedule name)
+      fail(source + ": malformed checkpoint manifest: " + e.what());
+    }
+    for (const auto& g : j.at("groups")) {
+      CheckpointGroup group;
+      group.numel = g.at("numel").get<int64_t>();
+      group.shard = g.at("shard").get<int64_t>();
+      for (const auto& r : g.at("file_ranges"))
+        group.ranges.push_back({r.at(0).get<int64_t>(), r.at(1).get<int64_t>()});
+      m.groups.push_back(std::move(group));
+    }
+    for (const auto& t : j.at("tensors"))
+      m.tensors.push_back({t.at("name").get<std::string>(), t.at("group").get<int>(),
+                           t.at("offset").get<int64_t>(),
+                           t.at("shape").get<std::vector<int64_t>>()});
+    for (const auto& f : j.at("files")) {
+      const std::string hex = f.at("crc32c").get<std::string>();
+      m.files.push_back({f.at("name").get<std::string>(),
+                         static_cast<uint32_t>(std::strtoul(hex.c_str(), nullptr, 16)),
+                         f.at("bytes").get<uint64_t>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(source + ": malformed checkpoint manifest: " + e.what());
+  }
+  // Internal consistency: one file per rank, each group's ranges tile [0, numel).
+  ZT_CHECK(m.world_size >= 1 && m.files.size() == static_cast<size_t>(m.world_size),
+           source + ": " + std::to_string(m.files.size()) + " files listed for world size " +
+               std::to_string(m.world_size));
+  for (size_t g = 0; g < m.groups.size(); ++g) {
+    const CheckpointGroup& group = m.groups[g];
+    int64_t next = 0;
+    bool tiles = group.ranges.size() == m.files.size();
+    for (const ElementRange& r : group.ranges) {
+      tiles = tiles && r.count >= 0 && (r.count == 0 || r.begin == next);
+      next = r.count > 0 ? r.end() : next;
+    }
+    ZT_CHECK(tiles && next == group.numel, source + ": the file ranges of group " +
+                                               std::to_string(g) + " do not cover its " +
+                                               std::to_string(group.numel) + " elements once");
+  }
+  return m;
+}
+
+CheckpointManifest CheckpointManifest::read(const std::string& checkpoint_dir) {
+  const std::string path = checkpoint_dir + "/" + kCheckpointManifestFile;
+  return from_json(read_json_file(path), path);
+}
+
+std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int world) {
+  std::vector<CheckpointGroup> groups;
+  for (const GroupInfo& info : layout.groups()) {
+    CheckpointGroup g;
+    g.numel = info.numel;
+    g.shard = (info.numel + world - 1) / world;  // the engine's shard size
+    for (int r = 0; r < world; ++r) {
+      const int64_t begin = std::min<int64_t>(r * g.shard, g.numel);
+      g.ranges.push_back({begin, std::min(g.shard, g.numel - begin)});
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout) {
+  std::vector<CheckpointTensor> tensors;
+  for (const TensorInfo& t : layout.tensors())
+    tensors.push_back({t.name, t.group, t.offset, t.shape});
+  return tensors;
+}
+
+std::string model_config_fingerprint(const ModelConfig& config) {
+  const std::string canonical = config.to_hf_json().dump();
+  return "crc32c:" + crc32c_hex(crc32c(canonical.data(), canonical.size()));
+}
+
+void check_checkpoint_model(const CheckpointManifest& manifest, const ModelConfig& config,
+                            const ParamLayout& layout, const std::string& checkpoint_dir) {
+  const nlohmann::json run = config.to_hf_json();
+  std::set<std::string> keys;
+  for (const auto& [key, value] : run.items()) keys.insert(key);
+  for (const auto& [key, value] : manifest.model_config.items()) keys.insert(key);
+  std::vector<std::string> diffs;
+  for (const std::string& key : keys) {
+    const nlohmann::json saved = manifest.model_config.value(key, nlohmann::json());
+    const nlohmann::json now = run.value(key, nlohmann::json());
+    if (saved != now) diffs.push_back(key + ": checkpoint " + saved.dump() + ", run " + now.dump());
+  }
+  ZT_CHECK(diffs.empty(),
+           "checkpoint '" + checkpoint_dir + "' holds a different model (" + joined(diffs) + ")");
+  ZT_CHECK(manifest.config_fingerprint == model_config_fingerprint(config),
+           "checkpoint '" + checkpoint_dir + "': model config fingerprint " +
+               manifest.config_fingerprint + " does not match its config (edited manifest?)");
+  const std::vector<CheckpointTensor> expected = checkpoint_tensors(layout);
+  ZT_CHECK(manifest.tensors.size() == expected.size() &&
+               manifest.groups.size() == layout.groups().size(),
+           "checkpoint '" + checkpoint_dir + "': " + std::to_string(manifest.tensors.size()) +
+               " tensors in " + std::to_string(manifest.groups.size()) + " groups, the model has " +
+               std::to_string(expected.size()) + " in " + std::to_string(layout.groups().size()));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const CheckpointTensor &a = manifest.tensors[i], &b = expected[i];
+    ZT_CHECK(a.name == b.name && a.group == b.group && a.offset == b.offset && a.shape == b.shape,
+             "checkpoint '" + checkpoint_dir + "': tensor " + std::to_string(i) + " is '" + a.name +
+                 "' at group " + std::to_string(a.group) + " offset " + std::to_string(a.offset) +
+                 ", this build places '" + b.name + "' at group " + std::to_string(b.group) +
+                 " offset " + std::to_string(b.offset));
+  }
+  for (size_t g = 0; g < layout.groups().size(); ++g) {
+    ZT_CHECK(manifest.groups[g].numel == layout.groups()[g].numel,
+             "checkpoint '" + checkpoint_dir + "': group " + std::to_string(g) + " has " +
+                 std::to_string(manifest.groups[g].numel) + " elements, the model " +
+                 std::to_string(layout.groups()[g].numel));
+  }
+}
+
+std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& manifest,
+                                                      const TrainingHyperparameters& run,
+                                                      int run_world_size,
+                                                      const std::string& run_precision,
+                                                      const std::string& checkpoint_dir) {
+  const TrainingHyperparameters& saved = manifest.hyper;
+  std::vector<std::string> errors, warnings;
+  compare(errors, "seq_len", saved.seq_len, run.seq_len, int_text);
+  compare(errors, "seed (data order)", saved.data_seed, run.data_seed,
+          [](uint64_t v) { return std::to_string(v); });
+  compare(errors, "beta1", saved.optim.beta1, run.optim.beta1, float_text);
+  compare(errors, "beta2", saved.optim.beta2, run.optim.beta2, float_text);
+  compare(errors, "eps", saved.optim.eps, run.optim.eps, float_text);
+  compare(errors, "weight_decay", saved.optim.weight_decay, run.optim.weight_decay, float_text);
+  compare(errors, "clip", saved.optim.clip, run.optim.clip, float_text);
+  if (manifest.world_size == run_world_size) {
+    compare(errors, "micro_batch", saved.micro_batch, run.micro_batch, int_text);
+    compare(errors, "grad_accum", saved.grad_accum, run.grad_accum, int_text);
+  } else {
+    compare(warnings, "global batch (sequences)",
+            saved.micro_batch * saved.grad_accum * manifest.world_size,
+            run.micro_batch * run.grad_accum * run_world_size, int_text);
+  }
+  ZT_CHECK(errors.empty(), "cannot resume from '" + checkpoint_dir +
+                               "': settings differ from the checkpoint's (" + joined(errors) + ")");
+  compare(warnings, "lr", saved.optim.lr, run.optim.lr, float_text);
+  compare(warnings, "min_lr", saved.optim.min_lr, run.optim.min_lr, float_text);
+  compare(warnings, "warmup_steps", saved.optim.warmup_steps, run.optim.warmup_steps, int_text);
+  compare(warnings, "lr_schedule", saved.optim.schedule, run.optim.schedule, lr_schedule_name);
+  compare(warnings, "warmup_type", saved.optim.warmup_shape, run.optim.warmup_shape,
+          warmup_shape_name);
+  compare(warnings, "warmup_start_lr", saved.optim.warmup_start_lr, run.optim.warmup_start_lr,
+          float_text);
+  compare(warnings, "schedule_steps", saved.optim.schedule_steps, run.optim.schedule_steps,
+          int_text);
+  compare(warnings, "steps (schedule length)", saved.total_steps, run.total_steps, int_text);
+  compare(warnings, "precision", manifest.precision, run_precision, as_is);
+  for (std::string& w : warnings) w += " (the continuation will differ from an uninterrupted run)";
+  return warnings;
+}
+
+}  // namespace zt

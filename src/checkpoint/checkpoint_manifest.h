@@ -1,0 +1,118 @@
+// The manifest of a training checkpoint (DESIGN.md §3): OUT/checkpoints/step-NNNNNNNN/
+// manifest.json next to one HDF5 file per rank. It records where training stands (step, tokens,
+// data cursor), what it was (world, stage, precision, model config and its fingerprint, the
+// hyperparameters a bitwise resume needs), where every byte lives (each group's range in each
+// rank file, each tensor's place in its group) and a CRC-32C of every rank file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/data_loader.h"
+#include "engine/zero_config.h"
+#include "model/config.h"
+#include "model/layout.h"
+
+namespace zt {
+
+constexpr int kCheckpointFormatVersion = 1;
+constexpr const char* kCheckpointManifestFile = "manifest.json";
+
+// "step-00000010", "rank-00003.h5", "group_017".
+std::string checkpoint_step_dir_name(int64_t step);
+std::string checkpoint_rank_file_name(int rank);
+std::string checkpoint_group_name(int group);
+
+// Where training stands after `step` optimizer steps; what a resume restores.
+struct TrainingProgress {
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  DataCursor cursor;  // next window of the global data order
+};
+
+// The settings a resumed run is compared with. The learning-rate schedule (lr, min_lr,
+// warmup_steps, total_steps) may change with a warning; the rest must match (see
+// check_resume_hyperparameters).
+struct TrainingHyperparameters {
+  AdamWConfig optim;
+  int64_t total_steps = 0;
+  int64_t micro_batch = 0;
+  int64_t grad_accum = 0;
+  int64_t seq_len = 0;
+  uint64_t data_seed = 0;  // seed of the data order (data_loader.h)
+
+  nlohmann::json to_json() const;
+  static TrainingHyperparameters from_json(const nlohmann::json& j);
+};
+
+// Elements [begin, begin+count) of a group's flat (unpadded) range.
+struct ElementRange {
+  int64_t begin = 0;
+  int64_t count = 0;
+  int64_t end() const { return begin + count; }
+};
+
+// Group g of a checkpoint: ranges[r] is what rank file r holds (r·shard clipped to numel).
+struct CheckpointGroup {
+  int64_t numel = 0;
+  int64_t shard = 0;
+  std::vector<ElementRange> ranges;
+};
+
+struct CheckpointTensor {
+  std::string name;
+  int group = 0;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+};
+
+struct CheckpointFile {
+  std::string name;  // relative to the checkpoint directory
+  uint32_t crc32c = 0;
+  uint64_t bytes = 0;
+};
+
+struct CheckpointManifest {
+  int format_version = kCheckpointFormatVersion;
+  TrainingProgress progress;
+  TrainingHyperparameters hyper;
+  int world_size = 1;
+  int zero_stage = 0;
+  std::string precision;
+  nlohmann::json model_config;  // Hugging Face config.json object
+  std::string config_fingerprint;
+  std::vector<CheckpointGroup> groups;
+  std::vector<CheckpointTensor> tensors;
+  std::vector<CheckpointFile> files;  // files[r] is rank r's file
+
+  nlohmann::json to_json() const;
+  // Parses and checks internal consistency; errors name `source`.
+  static CheckpointManifest from_json(const nlohmann::json& j, const std::string& source);
+  static CheckpointManifest read(const std::string& checkpoint_dir);
+};
+
+// The rank-file ranges of a layout split over `world` ranks: ranges[g][r].
+std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int world);
+std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout);
+
+// "crc32c:xxxxxxxx" of the model config's canonical JSON (sorted keys, no whitespace).
+std::string model_config_fingerprint(const ModelConfig& config);
+
+// Fails unless the checkpoint holds this model: the message names the first differing key
+// ("hidden_size: checkpoint 64, run 256"), then any difference in the tensor layout.
+void check_checkpoint_model(const CheckpointManifest& manifest, const ModelConfig& config,
+                            const ParamLayout& layout, const std::string& checkpoint_dir);
+
+// Compares a resumed run's settings with the checkpoint's. Fails on what changes the data order
+// or the update rule (seq_len, data seed, betas, eps, weight decay, clip; micro-batch and
+// grad-accum at the same world size). Returns warnings for the rest: learning-rate schedule,
+// a global batch changed by a new world size, precision.
+std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& manifest,
+                                                      const TrainingHyperparameters& run,
+                                                      int run_world_size,
+                                                      const std::string& run_precision,
+                                                      const std::string& checkpoint_dir);
+
+}  // namespace zt

@@ -1,0 +1,213 @@
+#include "comm/cuda/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "comm/mpi_communicator.h"
+#include "runtime/mpi_check.h"
+#include "runtime/mpi_runtime.h"
+#include "util/cuda/cuda_check.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+void check_nccl(ncclResult_t result, const char* call, const char* file, int line) {
+  if (result == ncclSuccess || result == ncclInProgress) return;
+  fail(std::string(call) + " failed: " + ncclGetErrorString(result) + " (" + file + ":" +
+       std::to_string(line) + ")");
+}
+#define ZT_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
+
+ncclDataType_t nccl_datatype(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kBf16:
+      return ncclBfloat16;  // moved, never summed (the base class rejects bf16 sums)
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kUint8:
+      return ncclUint8;
+  }
+  fail("nccl_datatype: unknown DType " + std::to_string(static_cast<int>(dtype)));
+}
+
+// A completion event shared by the handles of one collective or one group; `recorded` turns true
+// once the event has been recorded after the op(s) (cudaEventQuery on an unrecorded event would
+// report success).
+struct Completion {
+  cudaEvent_t event = nullptr;
+  bool recorded = false;
+
+  Completion() { ZT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~Completion() { cudaEventDestroy(event); }
+  Completion(const Completion&) = delete;
+  Completion& operator=(const Completion&) = delete;
+};
+
+class NcclRequest final : public CommRequest {
+ public:
+  NcclRequest(CollectiveCall call, ncclComm_t comm, std::shared_ptr<Completion> completion,
+              cudaStream_t consumer)
+      : CommRequest(std::move(call)),
+        comm_(comm),
+        completion_(std::move(completion)),
+        consumer_(consumer) {}
+
+  // The consumer (compute) stream waits for the completion event; impossible before the event
+  // is recorded (a handle of a still-open group) or without a consumer stream.
+  bool enqueue_device_wait() override {
+    if (!consumer_ || !completion_->recorded) return false;
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(consumer_, completion_->event, 0));
+    return true;
+  }
+
+  bool poll() override {
+    if (completion_->recorded) {
+      const cudaError_t status = cudaEventQuery(completion_->event);
+      if (status == cudaSuccess) return true;
+      if (status != cudaErrorNotReady) ZT_CUDA_CHECK(status);
+    }
+    ncclResult_t async_error = ncclSuccess;
+    ZT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async_error));
+    ZT_NCCL_CHECK(async_error);
+    return false;
+  }
+
+  void abort_job(int exit_code) override {
+    ncclCommAbort(comm_);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::abort();
+  }
+
+ private:
+  ncclComm_t comm_;
+  std::shared_ptr<Completion> completion_;
+  cudaStream_t consumer_;
+};
+
+}  // namespace
+
+struct NcclCommunicator::Impl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t producer_ready = nullptr;
+  int32_t* barrier_word = nullptr;  // device
+  int group_depth = 0;
+  std::shared_ptr<Completion> group_completion;  // shared by the handles of the open group
+
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    if (comm) ncclCommDestroy(comm);
+    cudaFree(barrier_word);
+    if (producer_ready) cudaEventDestroy(producer_ready);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+NcclCommunicator::NcclCommunicator(MPI_Comm parent, int device) : impl_(std::make_unique<Impl>()) {
+  int initialized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  ZT_CHECK(initialized, "NcclCommunicator: MPI is not initialised (create an MpiRuntime first)");
+  check_mpi(MPI_Comm_rank(parent, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(parent, &world_size_), "MPI_Comm_size");
+  const LocalRank local = local_rank_by_hostname(parent);
+  int devices = 0;
+  ZT_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  device_ = device >= 0 ? device : local.local_rank;
+  ZT_CHECK(device_ < devices, "NcclCommunicator: rank " + std::to_string(rank_) +
+                                  " is local rank " + std::to_string(local.local_rank) + " of " +
+                                  std::to_string(local.local_size) + " on " + local.hostname +
+                                  " but that host has " + std::to_string(devices) +
+                                  " GPU(s); NCCL needs one GPU per rank");
+  ZT_CUDA_CHECK(cudaSetDevice(device_));
+
+  ncclUniqueId id{};
+  if (rank_ == 0) ZT_NCCL_CHECK(ncclGetUniqueId(&id));
+  check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, parent), "MPI_Bcast(ncclUniqueId)");
+  ZT_NCCL_CHECK(ncclCommInitRank(&impl_->comm, world_size_, id, rank_));
+
+  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  ZT_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->producer_ready, cudaEventDisableTiming));
+  ZT_CUDA_CHECK(cudaMalloc(&impl_->barrier_word, sizeof(int32_t)));
+  ZT_CUDA_CHECK(cudaMemset(impl_->barrier_word, 0, sizeof(int32_t)));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  finish_device_waits();  // their requests poll the NCCL comm that Impl destroys
+}
+
+void* NcclCommunicator::comm_stream() const {
+  return impl_->stream;
+}
+
+void NcclCommunicator::make_stream_wait(void* stream) {
+  auto done = std::make_shared<Completion>();
+  ZT_CUDA_CHECK(cudaEventRecord(done->event, impl_->stream));
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done->event, 0));
+}
+
+void NcclCommunicator::group_start() {
+  if (impl_->group_depth++ == 0) impl_->group_completion = std::make_shared<Completion>();
+  ZT_NCCL_CHECK(ncclGroupStart());
+}
+
+void NcclCommunicator::group_end() {
+  ZT_CHECK(impl_->group_depth > 0, "NcclCommunicator: group_end without group_start");
+  ZT_NCCL_CHECK(ncclGroupEnd());
+  if (--impl_->group_depth == 0) {
+    ZT_CUDA_CHECK(cudaEventRecord(impl_->group_completion->event, impl_->stream));
+    impl_->group_completion->recorded = true;
+    impl_->group_completion.reset();
+  }
+}
+
+std::unique_ptr<CommRequest> NcclCommunicator::start_collective(CollectiveCall call) {
+  Impl& s = *impl_;
+  if (producer_stream_) {
+    ZT_CUDA_CHECK(cudaEventRecord(s.producer_ready, static_cast<cudaStream_t>(producer_stream_)));
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.producer_ready, 0));
+  }
+  const ncclDataType_t type = nccl_datatype(call.dtype);
+  const size_t count = call.count;
+  switch (call.op) {
+    case CollectiveOp::kAllGather: {
+      // NCCL's in-place form is exactly ours: send == recv + rank·count.
+      ZT_NCCL_CHECK(ncclAllGather(call.send, call.recv, count, type, s.comm, s.stream));
+      break;
+    }
+    case CollectiveOp::kReduceScatter:
+      ZT_NCCL_CHECK(
+          ncclReduceScatter(call.send, call.recv, count, type, ncclSum, s.comm, s.stream));
+      break;
+    case CollectiveOp::kAllReduce:
+      ZT_NCCL_CHECK(ncclAllReduce(call.recv, call.recv, count, type, ncclSum, s.comm, s.stream));
+      break;
+    case CollectiveOp::kBroadcast:
+      ZT_NCCL_CHECK(ncclBroadcast(call.recv, call.recv, count, type, call.root, s.comm, s.stream));
+      break;
+    case CollectiveOp::kBarrier:
+      ZT_CHECK(s.group_depth == 0, "NcclCommunicator: barrier inside a group");
+      ZT_NCCL_CHECK(
+          ncclAllReduce(s.barrier_word, s.barrier_word, 1, ncclInt32, ncclSum, s.comm, s.stream));
+      break;
+  }
+  std::shared_ptr<Completion> completion = s.group_completion;
+  if (!completion) {
+    completion = std::make_shared<Completion>();
+    ZT_CUDA_CHECK(cudaEventRecord(completion->event, s.stream));
+    completion->recorded = true;
+  }
+  return std::make_unique<NcclRequest>(std::move(call), s.comm, std::move(completion),
+                                       static_cast<cudaStream_t>(producer_stream_));
+}
+
+}  // namespace zt

@@ -1,0 +1,41 @@
+#include "engine/activation_checkpointing.h"
+
+#include "util/error.h"
+
+namespace zt {
+
+ActivationCheckpointing parse_checkpointing_policy(const std::string& policy, bool on_host) {
+  ActivationCheckpointing ac;
+  ac.on_host = on_host;
+  const std::string expected = " (expected none, full or every:K with K >= 1)";
+  if (policy == "none") {
+    ac.every = 0;
+  } else if (policy == "full") {
+    ac.every = 1;
+  } else if (policy.rfind("every:", 0) == 0) {
+    const std::string k = policy.substr(6);
+    size_t used = 0;
+    long value = 0;
+    try {
+      value = std::stol(k, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    ZT_CHECK(!k.empty() && used == k.size() && value >= 1 && value <= 1'000'000,
+             "--activation-checkpointing: bad policy '" + policy + "'" + expected);
+    ac.every = static_cast<int>(value);
+  } else {
+    fail("--activation-checkpointing: bad policy '" + policy + "'" + expected);
+  }
+  ZT_CHECK(!(on_host && ac.every == 0),
+           "--cpu-checkpointing needs --activation-checkpointing full or every:K");
+  return ac;
+}
+
+std::string checkpointing_policy_name(const ActivationCheckpointing& ac) {
+  if (ac.every == 0) return "none";
+  if (ac.every == 1) return "full";
+  return "every:" + std::to_string(ac.every);
+}
+
+}  // namespace zt

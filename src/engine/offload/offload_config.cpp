@@ -1,0 +1,49 @@
+#include "engine/offload/offload_config.h"
+
+#include "util/error.h"
+
+namespace zt {
+
+OffloadDevice parse_offload_device(const std::string& s, const std::string& what) {
+  if (s == "none") return OffloadDevice::kNone;
+  if (s == "cpu") return OffloadDevice::kCpu;
+  if (s == "nvme") return OffloadDevice::kNvme;
+  fail(what + " must be none, cpu or nvme, got '" + s + "'");
+}
+
+const char* offload_device_name(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kCpu:
+      return "cpu";
+    case OffloadDevice::kNvme:
+      return "nvme";
+    case OffloadDevice::kNone:
+      break;
+  }
+  return "none";
+}
+
+void OffloadConfig::validate(int stage) const {
+  const std::string opt = "zero_optimization.offload_optimizer.device";
+  const std::string par = "zero_optimization.offload_param.device";
+  ZT_CHECK(!optimizer_offloaded() || stage >= 1, opt + " '" + offload_device_name(optimizer) +
+                                                     "' needs ZeRO stage 1, 2 or 3 (stage is " +
+                                                     std::to_string(stage) + ")");
+  ZT_CHECK(!param_offloaded() || stage == 3, par + " '" + offload_device_name(param) +
+                                                 "' needs ZeRO stage 3 (stage is " +
+                                                 std::to_string(stage) + ")");
+  ZT_CHECK(param != OffloadDevice::kNvme,
+           par + " 'nvme' is not implemented (parameters offload to cpu only)");
+  ZT_CHECK(sub_group_size >= 1,
+           "zero_optimization.sub_group_size must be >= 1, got " + std::to_string(sub_group_size));
+  if (optimizer == OffloadDevice::kNvme) {
+    ZT_CHECK(!nvme_path.empty(),
+             opt + " 'nvme' needs zero_optimization.offload_optimizer.nvme_path (--nvme-path)");
+    ZT_CHECK(buffer_count >= 2,
+             "zero_optimization.offload_optimizer.buffer_count must be >= 2 "
+             "for nvme, got " +
+                 std::to_string(buffer_count));
+  }
+}
+
+}  // namespace zt

@@ -1,0 +1,82 @@
+#include "engine/offload/offload_optimizer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_adam.h"
+#include "engine/offload/nvme_swapper.h"
+#include "util/error.h"
+
+namespace zt {
+
+OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
+                                   std::vector<std::vector<DecaySegment>> segments,
+                                   Precision precision, MemoryTracker& memory,
+                                   Communicator& host_comm, HostDeviceCopier& copier)
+    : own_sizes_(std::move(own_sizes)),
+      segments_(std::move(segments)),
+      precision_(precision),
+      params_on_host_(config.param_offloaded()),
+      copier_(copier) {
+  int64_t max_own = 1;
+  for (int64_t n : own_sizes_) {
+    host_grads_.emplace_back(memory, MemCategory::kHostOffload, static_cast<size_t>(n));
+    max_own = std::max(max_own, n);
+  }
+  const int64_t tile = std::min(config.sub_group_size, max_own);
+  const size_t elem = precision_ == Precision::kBf16 ? sizeof(bf16_t) : sizeof(float);
+  for (TrackedBuffer<uint8_t>& s : staging_)
+    s = TrackedBuffer<uint8_t>(memory, MemCategory::kHostOffload, static_cast<size_t>(tile) * elem);
+  if (config.optimizer == OffloadDevice::kNvme)
+    store_ = make_nvme_state_store(own_sizes_, tile, static_cast<int>(config.buffer_count),
+                                   config.nvme_path, host_comm, memory);
+  else
+    store_ = make_host_state_store(own_sizes_, tile, memory);
+}
+
+void OffloadOptimizer::gradient_ready(int g, const float* device_grads) {
+  const size_t i = static_cast<size_t>(g);
+  copier_.device_to_host(host_grads_[i].data(), device_grads, host_grads_[i].bytes());
+}
+
+void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
+                            const std::function<void*(int g)>& work_out) {
+  copier_.synchronize();  // every gradient shard is on the host
+  const cpu::AdamSimd path = cpu::best_adam_simd();
+  const bool bf16 = precision_ == Precision::kBf16;
+  const size_t elem = bf16 ? sizeof(bf16_t) : sizeof(float);
+  size_t tile_index = 0;
+  store_->update_tiles([&](const StateTile& t) {
+    const size_t slot = tile_index++ % staging_.size();
+    uint8_t* staging = staging_[slot].data();
+    // The copy that last read this staging tile (two tiles ago) must be done before the rewrite;
+    // the previous tile's copy keeps running under this tile's update.
+    if (tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
+    const float* grads = host_grads_[static_cast<size_t>(t.group)].data();
+    for (const DecaySegment& s : segments_[static_cast<size_t>(t.group)]) {
+      const int64_t lo = std::max(s.begin, t.begin), hi = std::min(s.end, t.begin + t.count);
+      if (lo >= hi) continue;
+      const int64_t at = lo - t.begin;
+      h.weight_decay = s.decay ? weight_decay : 0.0f;
+      cpu::adam_update(path, t.master + at, t.m + at, t.v + at, grads + lo,
+                       bf16 ? reinterpret_cast<bf16_t*>(staging) + at : nullptr,
+                       bf16 ? nullptr : reinterpret_cast<float*>(staging) + at, hi - lo, h);
+    }
+    auto* out = static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem;
+    const size_t bytes = static_cast<size_t>(t.count) * elem;
+    if (params_on_host_) {
+      std::memcpy(out, staging, bytes);
+    } else {
+      copier_.host_to_device(out, staging, bytes);
+      staging_copied_[slot] = copier_.mark();
+    }
+  });
+  copier_.synchronize();  // every updated tile is on the device before the params are used
+}
+
+OffloadTraffic OffloadOptimizer::traffic() const {
+  return {copier_.device_to_host_bytes(), copier_.host_to_device_bytes(), store_->bytes_read(),
+          store_->bytes_written(), store_->bytes_on_nvme()};
+}
+
+}  // namespace zt

@@ -1,0 +1,66 @@
+// ZeRO-Offload optimizer step (engine/offload/offload_config.h): the rank's optimizer state lives in an
+// OptimizerStateStore (host memory or NVMe), the reduced fp32 gradient shard of each group is
+// copied device→host as soon as its reduction lands (gradient_ready, called from the reducer's
+// completion during backward), and step() runs the CPU AdamW kernel (backend/cpu/cpu_adam.h) tile
+// by tile, copying each tile's updated working values (bf16 or fp32) host→device (or, with the
+// working params themselves offloaded, writing them in host memory).
+// The kernel is the one the CPU backend's adamw uses, segments split only where the weight-decay
+// setting changes (as the engine's own step does), so results are bitwise those of the
+// non-offloaded engine.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "engine/decay_segments.h"
+#include "engine/offload/host_device_copier.h"
+#include "engine/offload/offload_config.h"
+#include "engine/offload/optimizer_state_store.h"
+#include "engine/zero_config.h"
+#include "util/memory.h"
+
+namespace zt {
+
+struct OffloadTraffic {
+  uint64_t device_to_host = 0, host_to_device = 0, nvme_read = 0, nvme_written = 0,
+           nvme_resident = 0;
+};
+
+class OffloadOptimizer {
+ public:
+  // own_sizes[g]: elements of group g's own range; segments[g]: its decay segments in own-range
+  // coordinates. Host pool: fp32 gradient shards, two tiles of working-dtype staging, and the
+  // store (master/m/v, or NVMe swap buffers). host_comm: the host-buffer communicator (NVMe
+  // setup checks).
+  OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
+                   std::vector<std::vector<DecaySegment>> segments, Precision precision,
+                   MemoryTracker& memory, Communicator& host_comm, HostDeviceCopier& copier);
+
+  void initialize(int g, const float* master) { store_->initialize(g, master); }
+  // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final.
+  void gradient_ready(int g, const float* device_grads);
+  // AdamW (h.weight_decay is replaced per segment by weight_decay or 0) over every tile; tile
+  // [b, b+n) of group g lands at work_out(g) + b elements of the working dtype: device memory,
+  // or host memory when the config offloads params.
+  void step(AdamWHyper h, float weight_decay, const std::function<void*(int g)>& work_out);
+  OptimizerStateStore& store() { return *store_; }
+  OffloadTraffic traffic() const;
+
+ private:
+  std::vector<int64_t> own_sizes_;
+  std::vector<std::vector<DecaySegment>> segments_;
+  Precision precision_;
+  bool params_on_host_;
+  HostDeviceCopier& copier_;
+  std::unique_ptr<OptimizerStateStore> store_;
+  std::vector<TrackedBuffer<float>> host_grads_;
+  // Two tiles of working values: the host→device copy of one overlaps the update of the next.
+  std::array<TrackedBuffer<uint8_t>, 2> staging_;
+  std::array<uint64_t, 2> staging_copied_{};  // copier marks after each staging tile's copy
+};
+
+}  // namespace zt

@@ -1,0 +1,149 @@
+#include "io/data_loader.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "io/token_dataset.h"
+#include "util/error.h"
+
+namespace zt {
+
+uint64_t SplitMix64::next() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t SplitMix64::below(uint64_t bound) {
+  // Reject the top partial copy of [0, bound) so every residue is equally likely.
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  uint64_t x;
+  do {
+    x = next();
+  } while (x >= limit);
+  return x % bound;
+}
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  SplitMix64 rng(seed + static_cast<uint64_t>(epoch));
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
+    std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
+  }
+  return perm;
+}
+
+WindowSchedule::WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_batch,
+                               int64_t grad_accum, int world_size, uint64_t seed)
+    : T_(seq_len), B_(micro_batch), A_(grad_accum), N_(world_size), seed_(seed) {
+  ZT_CHECK(T_ > 0 && B_ > 0 && A_ > 0 && N_ > 0,
+           "data schedule: seq_len, micro_batch, grad_accum and world size must be positive");
+  num_windows_ = n_tokens > 0 ? (n_tokens - 1) / T_ : 0;
+}
+
+void WindowSchedule::set_cursor(const DataCursor& c) {
+  ZT_CHECK(c.epoch >= 0 && c.position >= 0 && c.position < num_windows_,
+           "data cursor (epoch " + std::to_string(c.epoch) + ", position " +
+               std::to_string(c.position) + ") is outside the dataset's " +
+               std::to_string(num_windows_) + " windows");
+  cursor_ = c;
+}
+
+int64_t WindowSchedule::window_at(int64_t global_position) {
+  const int64_t epoch = global_position / num_windows_;
+  if (epoch != cached_epoch_) {
+    perm_ = epoch_permutation(num_windows_, seed_, epoch);
+    cached_epoch_ = epoch;
+  }
+  return perm_[static_cast<size_t>(global_position % num_windows_)];
+}
+
+std::vector<std::vector<int64_t>> WindowSchedule::rank_windows(int rank) {
+  ZT_CHECK(rank >= 0 && rank < N_, "data schedule: rank " + std::to_string(rank) +
+                                       " outside world of " + std::to_string(N_));
+  const int64_t start = windows_consumed();
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(A_));
+  for (int64_t m = 0; m < A_; ++m) {
+    const int64_t first = start + (m * N_ + rank) * B_;
+    for (int64_t b = 0; b < B_; ++b) out[static_cast<size_t>(m)].push_back(window_at(first + b));
+  }
+  return out;
+}
+
+std::vector<int64_t> WindowSchedule::global_windows() {
+  const int64_t start = windows_consumed();
+  std::vector<int64_t> out;
+  for (int64_t p = 0; p < global_batch_windows(); ++p) out.push_back(window_at(start + p));
+  return out;
+}
+
+void WindowSchedule::advance() {
+  const int64_t next = windows_consumed() + global_batch_windows();
+  cursor_ = DataCursor{next / num_windows_, next % num_windows_};
+}
+
+WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64_t seq_len,
+                             int64_t micro_batch, int64_t grad_accum, int world_size, int rank,
+                             uint64_t seed)
+    : data_(data),
+      schedule_(data.size(), seq_len, micro_batch, grad_accum, world_size, seed),
+      rank_(rank),
+      B_(micro_batch),
+      T_(seq_len) {
+  const int64_t G = schedule_.global_batch_windows();
+  ZT_CHECK(schedule_.num_windows() >= G,
+           "token dataset '" + data.path() + "' has " + std::to_string(data.size()) +
+               " tokens = " + std::to_string(schedule_.num_windows()) + " windows of " +
+               std::to_string(seq_len + 1) + " tokens, fewer than one global batch of " +
+               std::to_string(G) + " windows (micro-batch " + std::to_string(micro_batch) +
+               " x grad-accum " + std::to_string(grad_accum) + " x world " +
+               std::to_string(world_size) + ")");
+  data.check_max_token(vocab_size);
+  window_.resize(static_cast<size_t>(T_ + 1));
+  inputs_.assign(static_cast<size_t>(grad_accum),
+                 std::vector<int32_t>(static_cast<size_t>(B_ * T_)));
+  targets_.assign(static_cast<size_t>(grad_accum),
+                  std::vector<int32_t>(static_cast<size_t>(B_ * T_)));
+  for (int64_t m = 0; m < grad_accum; ++m) {
+    input_ptrs_.push_back(inputs_[static_cast<size_t>(m)].data());
+    target_ptrs_.push_back(targets_[static_cast<size_t>(m)].data());
+  }
+}
+
+void WindowSampler::next_step() {
+  const auto windows = schedule_.rank_windows(rank_);
+  for (size_t m = 0; m < windows.size(); ++m) {
+    for (size_t b = 0; b < windows[m].size(); ++b) {
+      data_.read(schedule_.window_start(windows[m][b]), T_ + 1, window_.data());
+      const auto row = static_cast<std::ptrdiff_t>(b) * T_;
+      std::copy(window_.begin(), window_.end() - 1, inputs_[m].begin() + row);
+      std::copy(window_.begin() + 1, window_.end(), targets_[m].begin() + row);
+    }
+  }
+  schedule_.advance();
+}
+
+void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t seq_len) {
+  const int64_t needed = num_windows * (seq_len + 1);
+  ZT_CHECK(data.size() >= needed,
+           "token dataset '" + data.path() + "' has " + std::to_string(data.size()) +
+               " tokens; evaluating " + std::to_string(num_windows) + " windows of " +
+               std::to_string(seq_len + 1) + " tokens needs " + std::to_string(needed));
+}
+
+void read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
+                       int32_t* inputs, int32_t* targets) {
+  std::vector<int32_t> window(static_cast<size_t>(count * (seq_len + 1)));
+  data.read(first * (seq_len + 1), count * (seq_len + 1), window.data());
+  for (int64_t w = 0; w < count; ++w) {
+    const int32_t* src = window.data() + w * (seq_len + 1);
+    std::copy(src, src + seq_len, inputs + w * seq_len);
+    std::copy(src + 1, src + seq_len + 1, targets + w * seq_len);
+  }
+}
+
+}  // namespace zt

@@ -1,0 +1,127 @@
+#include "report/metrics_log.h"
+
+#include <cstdio>
+
+#include "io/fs_util.h"
+#include "util/error.h"
+
+namespace zt {
+
+double training_flops_per_token(const ModelConfig& config, int64_t non_embedding_params,
+                                int64_t seq_len) {
+  return 6.0 * static_cast<double>(non_embedding_params) +
+         12.0 * static_cast<double>(config.num_layers) * static_cast<double>(config.num_heads) *
+             static_cast<double>(config.head_dim()) * static_cast<double>(seq_len);
+}
+
+MemoryByCategory memory_peaks(const MemoryTracker& tracker) {
+  MemoryByCategory out{};
+  for (int c = 0; c < kNumMemCategories; ++c)
+    out[static_cast<size_t>(c)] = tracker.peak(static_cast<MemCategory>(c));
+  return out;
+}
+
+BytesByCollective comm_bytes_between(const CommCounters& before, const CommCounters& after) {
+  BytesByCollective out{};
+  for (size_t op = 0; op < out.size(); ++op)
+    out[op] = after.by_op[op].bytes_sent - before.by_op[op].bytes_sent;
+  return out;
+}
+
+nlohmann::json memory_json(const MemoryByCategory& bytes) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int c = 0; c < kNumMemCategories; ++c)
+    j[mem_category_name(static_cast<MemCategory>(c))] = bytes[static_cast<size_t>(c)];
+  return j;
+}
+
+OffloadBytes& OffloadBytes::operator+=(const OffloadBytes& o) {
+  device_to_host += o.device_to_host;
+  host_to_device += o.host_to_device;
+  nvme_read += o.nvme_read;
+  nvme_write += o.nvme_write;
+  return *this;
+}
+
+OffloadBytes OffloadBytes::divided_by(uint64_t n) const {
+  if (n == 0) return {};
+  return {device_to_host / n, host_to_device / n, nvme_read / n, nvme_write / n};
+}
+
+nlohmann::json offload_bytes_json(const OffloadBytes& b) {
+  return {{"device_to_host", b.device_to_host},
+          {"host_to_device", b.host_to_device},
+          {"nvme_read", b.nvme_read},
+          {"nvme_write", b.nvme_write}};
+}
+
+nlohmann::json comm_bytes_json(const BytesByCollective& bytes) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int op = 0; op < kNumCollectiveOps; ++op)
+    j[collective_op_name(static_cast<CollectiveOp>(op))] = bytes[static_cast<size_t>(op)];
+  return j;
+}
+
+nlohmann::json StepRecord::to_json() const {
+  nlohmann::json j;
+  j["step"] = step;
+  j["loss"] = loss;
+  j["lr"] = lr;
+  j["grad_norm"] = grad_norm;
+  j["clip_scale"] = clip_scale;
+  j["tokens"] = tokens;
+  j["tokens_seen"] = tokens_seen;
+  j["step_time_s"] = step_time_s;
+  j["tokens_per_s"] = tokens_per_s;
+  j["flops_per_token"] = flops_per_token;
+  j["tflops_per_device"] = tflops_per_device;
+  j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);
+  j["time"] = {{"forward_s", forward_s},     {"backward_s", backward_s},
+               {"optimizer_s", optimizer_s}, {"comm_wait_s", comm_wait_s},
+               {"data_s", data_s},           {"checkpoint_s", checkpoint_s}};
+  j["peak_memory_bytes"] = memory_json(peak_memory);
+  j["comm_bytes"] = comm_bytes_json(comm_bytes);
+  j["offload_bytes"] = offload_bytes_json(offload_bytes);
+  return j;
+}
+
+namespace {
+
+// Rewrites a metrics file keeping only the lines of steps <= last_step (temporary file, rename).
+void keep_steps_through(const std::string& path, int64_t last_step) {
+  std::ifstream in(path);
+  if (!in.good()) return;  // nothing logged yet
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      break;  // a line cut short by the crash: it and anything after it go
+    }
+    if (j.value("step", int64_t{0}) <= last_step) kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = temp_sibling(path);
+  write_text_file(tmp, kept);
+  ZT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
+           "cannot rename '" + tmp + "' to '" + path + "'");
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_after_step) : path_(path) {
+  if (resume_after_step >= 0) keep_steps_through(path, resume_after_step);
+  out_.open(path, resume_after_step >= 0 ? std::ios::app : std::ios::trunc);
+  ZT_CHECK(out_.good(), "cannot create metrics file '" + path + "'");
+}
+
+void MetricsLog::append(const StepRecord& record) {
+  if (!out_.is_open()) return;
+  out_ << record.to_json().dump() << '\n';
+  out_.flush();
+  ZT_CHECK(out_.good(), "cannot write metrics file '" + path_ + "'");
+}
+
+}  // namespace zt

@@ -1,0 +1,189 @@
+#include "report/run_report.h"
+
+#include <cblas.h>
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "io/fs_util.h"
+
+namespace zt {
+
+namespace {
+
+std::string compiler_version() {
+#if defined(__clang__)
+  return std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  return std::string("gcc ") + __VERSION__;
+#else
+  return "unknown";
+#endif
+}
+
+std::string mpi_library_version() {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  if (MPI_Get_library_version(buf, &len) != MPI_SUCCESS) return "unknown";
+  std::string s(buf, static_cast<size_t>(len));
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string hdf5_library_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  if (H5get_libversion(&major, &minor, &release) < 0) return "unknown";
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json library_versions() {
+  const char* blas = openblas_get_config();
+  return {{"zerotrain", ZEROTRAIN_VERSION},
+          {"mpi", mpi_library_version()},
+          {"hdf5", hdf5_library_version()},
+          {"hdf5_parallel", static_cast<bool>(ZEROTRAIN_HDF5_PARALLEL)},
+          {"openblas", blas ? blas : "unknown"},
+          {"compiler", compiler_version()}};
+}
+
+nlohmann::json run_json(const RunInfo& info) {
+  return {{"version", ZEROTRAIN_VERSION},
+          {"command", info.command},
+          {"config", info.config},
+          {"world_size", info.world_size},
+          {"hostnames", info.hostnames},
+          {"backend", info.backend},
+          {"communicator", info.communicator},
+          {"precision", info.precision},
+          {"model", info.model},
+          {"parameters", info.parameters},
+          {"non_embedding_parameters", info.non_embedding_parameters},
+          {"libraries", library_versions()}};
+}
+
+void RunSummary::add(const StepRecord& r) {
+  if (steps_ == 0) {
+    first_loss_ = r.loss;
+  } else {
+    tokens_per_s_after_first_ += r.tokens_per_s;
+    tflops_after_first_ += r.tflops_per_device;
+  }
+  ++steps_;
+  final_loss_ = r.loss;
+  train_time_s_ += r.step_time_s;
+  tokens_seen_ = r.tokens_seen;
+  flops_per_token_ = r.flops_per_token;
+  for (size_t op = 0; op < comm_bytes_total_.size(); ++op)
+    comm_bytes_total_[op] += r.comm_bytes[op];
+  offload_bytes_total_ += r.offload_bytes;
+}
+
+nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_memory_per_rank,
+                                   double total_time_s) const {
+  nlohmann::json j;
+  j["steps"] = steps_;
+  j["first_loss"] = steps_ > 0 ? nlohmann::json(first_loss_) : nlohmann::json(nullptr);
+  j["final_loss"] = steps_ > 0 ? nlohmann::json(final_loss_) : nlohmann::json(nullptr);
+  j["tokens_seen"] = tokens_seen_;
+  j["flops_per_token"] = flops_per_token_;
+  // The first step pays one-time costs (page faults, thread pools); leave it out of the means.
+  if (steps_ > 1) {
+    j["mean_tokens_per_s"] = tokens_per_s_after_first_ / static_cast<double>(steps_ - 1);
+    j["mean_tflops_per_device"] = tflops_after_first_ / static_cast<double>(steps_ - 1);
+  } else {
+    j["mean_tokens_per_s"] = nullptr;
+    j["mean_tflops_per_device"] = nullptr;
+  }
+  BytesByCollective per_step{};
+  for (size_t op = 0; op < per_step.size(); ++op)
+    per_step[op] = steps_ > 0 ? comm_bytes_total_[op] / static_cast<uint64_t>(steps_) : 0;
+  j["comm_bytes_per_step"] = comm_bytes_json(per_step);
+  j["comm_bytes_total"] = comm_bytes_json(comm_bytes_total_);
+  j["offload_bytes_per_step"] =
+      offload_bytes_json(offload_bytes_total_.divided_by(static_cast<uint64_t>(steps_)));
+  nlohmann::json memory = nlohmann::json::array();
+  for (const auto& rank_peaks : peak_memory_per_rank) memory.push_back(memory_json(rank_peaks));
+  j["peak_memory_bytes_per_rank"] = memory;
+  j["train_time_s"] = train_time_s_;
+  j["total_time_s"] = total_time_s;
+  return j;
+}
+
+std::string report_markdown(const nlohmann::json& report) {
+  auto num = [](const nlohmann::json& v, int digits) {
+    return v.is_number() ? fixed(v.get<double>(), digits) : std::string("n/a");
+  };
+  std::ostringstream md;
+  md << "# zerotrain run report\n\n";
+  md << "| quantity | value |\n|---|---|\n";
+  md << "| steps | " << report.value("steps", 0) << " |\n";
+  md << "| first loss | " << num(report["first_loss"], 4) << " |\n";
+  md << "| final loss | " << num(report["final_loss"], 4) << " |\n";
+  md << "| tokens seen | " << report.value("tokens_seen", 0) << " |\n";
+  md << "| mean tokens/s (steps after the first) | " << num(report["mean_tokens_per_s"], 1)
+     << " |\n";
+  md << "| mean TFLOP/s per device (steps after the first) | "
+     << num(report["mean_tflops_per_device"], 4) << " |\n";
+  md << "| training time (s) | " << num(report["train_time_s"], 2) << " |\n";
+  md << "| total time (s) | " << num(report["total_time_s"], 2) << " |\n\n";
+
+  md << "## Communication per step (bytes sent per rank)\n\n| collective | bytes |\n|---|---|\n";
+  for (const auto& [op, bytes] : report["comm_bytes_per_step"].items())
+    md << "| " << op << " | " << human_bytes(bytes.get<double>()) << " |\n";
+  if (report.contains("offload_bytes_per_step")) {
+    bool any = false;
+    for (const auto& [what, bytes] : report["offload_bytes_per_step"].items())
+      any = any || bytes.get<uint64_t>() > 0;
+    if (any) {
+      md << "\n## Offload traffic per step (bytes per rank)\n\n| transfer | bytes |\n|---|---|\n";
+      for (const auto& [what, bytes] : report["offload_bytes_per_step"].items())
+        md << "| " << what << " | " << human_bytes(bytes.get<double>()) << " |\n";
+    }
+  }
+
+  md << "\n## Peak memory per rank\n\n| rank |";
+  const auto& ranks = report["peak_memory_bytes_per_rank"];
+  std::vector<std::string> categories;
+  if (!ranks.empty())
+    for (const auto& [cat, bytes] : ranks[0].items()) categories.push_back(cat);
+  for (const auto& c : categories) md << " " << c << " |";
+  md << "\n|---|";
+  for (size_t i = 0; i < categories.size(); ++i) md << "---|";
+  md << "\n";
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    md << "| " << r << " |";
+    for (const auto& c : categories) md << " " << human_bytes(ranks[r][c].get<double>()) << " |";
+    md << "\n";
+  }
+  return md.str();
+}
+
+void write_report_files(const std::string& out_dir, const nlohmann::json& report) {
+  write_text_file(out_dir + "/report.json", report.dump(2) + "\n");
+  write_text_file(out_dir + "/report.md", report_markdown(report));
+}
+
+}  // namespace zt

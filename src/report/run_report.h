@@ -1,0 +1,59 @@
+// End-of-run files (DESIGN.md §5): OUT/run.json (what ran: version, resolved configuration,
+// world, hosts, libraries) and OUT/report.json + OUT/report.md (summary of the metrics).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "report/metrics_log.h"
+
+namespace zt {
+
+// {"zerotrain", "mpi", "hdf5", "openblas", "compiler"} version strings.
+nlohmann::json library_versions();
+
+struct RunInfo {
+  std::string command;    // "train"
+  nlohmann::json config;  // every resolved option value
+  int world_size = 1;
+  std::vector<std::string> hostnames;  // by rank
+  std::string backend;                 // compute backend name ("cpu")
+  std::string communicator;            // "mpi"
+  std::string precision;               // "bf16" | "fp32"
+  nlohmann::json model;                // HF config of the trained model
+  int64_t parameters = 0;
+  int64_t non_embedding_parameters = 0;
+};
+nlohmann::json run_json(const RunInfo& info);
+
+// Accumulates the per-step records into the summary of report.json.
+class RunSummary {
+ public:
+  void add(const StepRecord& record);
+  int64_t steps() const { return steps_; }
+
+  // peak_memory_per_rank[r]: rank r's peak bytes per category over the whole run.
+  nlohmann::json to_json(const std::vector<MemoryByCategory>& peak_memory_per_rank,
+                         double total_time_s) const;
+
+ private:
+  int64_t steps_ = 0;
+  double first_loss_ = 0, final_loss_ = 0;
+  double tokens_per_s_after_first_ = 0;  // sum over steps 2..n
+  double tflops_after_first_ = 0;        // sum over steps 2..n
+  double train_time_s_ = 0;
+  int64_t tokens_seen_ = 0;
+  double flops_per_token_ = 0;
+  BytesByCollective comm_bytes_total_{};
+  OffloadBytes offload_bytes_total_;
+};
+
+// Human-readable rendering of a report.json object.
+std::string report_markdown(const nlohmann::json& report);
+
+// Writes OUT/report.json and OUT/report.md.
+void write_report_files(const std::string& out_dir, const nlohmann::json& report);
+
+}  // namespace zt

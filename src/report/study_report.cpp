@@ -1,0 +1,349 @@
+#include "report/study_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "engine/activation_checkpointing.h"
+#include "engine/estimator.h"
+#include "io/fs_util.h"
+#include "report/step_timeline.h"
+#include "report/svg_plot.h"
+#include "model/config.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The measured categories, in report order (MemoryTracker's names).
+const char* const kMemoryCategories[] = {"params",  "grads", "optimizer", "activations",
+                                         "buffers", "host",  "nvme"};
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+double mib(double bytes) {
+  return bytes / (1024.0 * 1024.0);
+}
+
+// Mean of a numeric metrics field over the steps after the first (all steps when only one).
+std::optional<double> mean_after_first(const std::vector<nlohmann::json>& metrics,
+                                       const char* key) {
+  double sum = 0;
+  int n = 0;
+  for (size_t i = metrics.size() > 1 ? 1 : 0; i < metrics.size(); ++i) {
+    const auto it = metrics[i].find(key);
+    if (it == metrics[i].end() || !it->is_number()) continue;
+    sum += it->get<double>();
+    ++n;
+  }
+  if (n == 0) return std::nullopt;
+  return sum / n;
+}
+
+// The estimator's per-category prediction for the run's configuration (null when the run.json
+// lacks what it needs).
+nlohmann::json estimate_for(const RunData& r) {
+  try {
+    const nlohmann::json& c = r.run.at("config");
+    const ModelConfig model = ModelConfig::from_hf_json(r.run.at("model"), r.dir + "/run.json");
+    ZeroConfig zero;
+    zero.stage = c.at("zero_stage").get<int>();
+    zero.reduce_bucket_size = c.value("reduce_bucket_size", zero.reduce_bucket_size);
+    zero.allgather_bucket_size = c.value("allgather_bucket_size", zero.allgather_bucket_size);
+    zero.prefetch_bucket_size = c.value("prefetch_bucket_size", zero.prefetch_bucket_size);
+    zero.param_persistence_threshold =
+        c.value("param_persistence_threshold", zero.param_persistence_threshold);
+    zero.max_live_parameters = c.value("max_live_parameters", zero.max_live_parameters);
+    zero.max_reuse_distance = c.value("max_reuse_distance", zero.max_reuse_distance);
+    const ActivationCheckpointing ac =
+        parse_checkpointing_policy(c.value("activation_checkpointing", std::string("none")),
+                                   c.value("cpu_checkpointing", false));
+    OffloadConfig offload;
+    offload.optimizer =
+        parse_offload_device(c.value("offload_optimizer", "none"), "offload_optimizer");
+    offload.param = parse_offload_device(c.value("offload_param", "none"), "offload_param");
+    offload.nvme_path = c.value("nvme_path", std::string());
+    offload.buffer_count = c.value("offload_buffer_count", offload.buffer_count);
+    offload.sub_group_size = c.value("sub_group_size", offload.sub_group_size);
+    const MemoryEstimate e = estimate_memory(
+        model, r.run.at("world_size").get<int>(), zero,
+        parse_precision(c.value("precision", "bf16")), c.at("micro_batch").get<int64_t>(),
+        c.at("seq_len").get<int64_t>(), ac, offload, c.value("grad_accum", int64_t{1}));
+    return {{"params", e.params},
+            {"grads", e.grads},
+            {"optimizer", e.optimizer},
+            {"activations", e.activations},
+            {"buffers", e.buffers_peak()},
+            {"host", e.host},
+            {"nvme", e.nvme}};
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+ScalingRow row_of(const RunData& r) {
+  const nlohmann::json& c = r.run.at("config");
+  ScalingRow row;
+  row.run = fs::path(r.dir).filename().string();
+  if (row.run.empty()) row.run = fs::path(r.dir).parent_path().filename().string();
+  row.stage = c.value("zero_stage", 0);
+  row.ranks = r.run.value("world_size", 1);
+  row.micro_batch = c.value("micro_batch", int64_t{0});
+  row.grad_accum = c.value("grad_accum", int64_t{0});
+  row.seq_len = c.value("seq_len", int64_t{0});
+  row.checkpointing = c.value("activation_checkpointing", std::string("none"));
+  row.tokens_per_s = mean_after_first(r.metrics, "tokens_per_s").value_or(0.0);
+  row.tokens_per_s_per_rank = row.tokens_per_s / std::max(1, row.ranks);
+  row.mfu = mean_after_first(r.metrics, "mfu");
+  row.measured_memory = nlohmann::json::object();
+  for (const char* cat : kMemoryCategories) row.measured_memory[cat] = 0;
+  for (const auto& m : r.metrics)  // rank 0's per-step peaks
+    for (const char* cat : kMemoryCategories)
+      if (m.contains("peak_memory_bytes") && m["peak_memory_bytes"].contains(cat))
+        row.measured_memory[cat] = std::max(row.measured_memory[cat].get<uint64_t>(),
+                                            m["peak_memory_bytes"][cat].get<uint64_t>());
+  if (r.report.is_object() && r.report.contains("peak_memory_bytes_per_rank"))
+    for (const auto& rank : r.report["peak_memory_bytes_per_rank"])  // every rank, whole run
+      for (const char* cat : kMemoryCategories)
+        if (rank.contains(cat))
+          row.measured_memory[cat] =
+              std::max(row.measured_memory[cat].get<uint64_t>(), rank[cat].get<uint64_t>());
+  row.estimated_memory = estimate_for(r);
+  uint64_t bytes = 0;
+  int steps = 0;
+  for (const auto& m : r.metrics) {
+    if (!m.contains("comm_bytes")) continue;
+    for (const auto& [op, b] : m["comm_bytes"].items()) bytes += b.get<uint64_t>();
+    ++steps;
+  }
+  row.comm_bytes_per_step = steps > 0 ? bytes / static_cast<uint64_t>(steps) : 0;
+  row.final_loss = r.metrics.empty() ? 0.0 : r.metrics.back().value("loss", 0.0);
+  return row;
+}
+
+std::string memory_cell(const ScalingRow& row, const char* cat) {
+  std::string cell = fixed(mib(row.measured_memory.value(cat, 0.0)), 2);
+  if (row.estimated_memory.is_object())
+    cell += " / " + fixed(mib(row.estimated_memory.value(cat, 0.0)), 2);
+  return cell;
+}
+
+}  // namespace
+
+RunData load_run_dir(const std::string& dir) {
+  ZT_CHECK(fs::is_directory(dir), "report: '" + dir + "' is not a directory");
+  ZT_CHECK(!fs::is_empty(dir), "report: '" + dir + "' is empty (not a zerotrain run directory)");
+  for (const char* f : {"run.json", "metrics.jsonl"})
+    ZT_CHECK(fs::exists(fs::path(dir) / f),
+             "report: '" + dir + "' has no " + f + " (not a zerotrain train output directory)");
+  RunData r;
+  r.dir = dir;
+  r.run = read_json_file(dir + "/run.json");
+  ZT_CHECK(
+      r.run.is_object() && r.run.contains("config") && r.run.contains("world_size"),
+      "report: '" + dir + "/run.json' lacks config/world_size (not written by zerotrain train)");
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    try {
+      r.metrics.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception&) {
+      fail("report: '" + dir + "/metrics.jsonl' line " + std::to_string(line_no) +
+           " is not valid JSON");
+    }
+  }
+  ZT_CHECK(!r.metrics.empty(), "report: '" + dir + "/metrics.jsonl' has no steps");
+  if (fs::exists(fs::path(dir) / "report.json")) r.report = read_json_file(dir + "/report.json");
+  return r;
+}
+
+std::vector<ScalingRow> scaling_rows(const std::vector<RunData>& runs) {
+  std::vector<ScalingRow> rows;
+  for (const auto& r : runs) rows.push_back(row_of(r));
+  std::stable_sort(rows.begin(), rows.end(), [](const ScalingRow& a, const ScalingRow& b) {
+    return std::tie(a.stage, a.ranks, a.micro_batch, a.grad_accum) <
+           std::tie(b.stage, b.ranks, b.micro_batch, b.grad_accum);
+  });
+  // Baseline per stage: its 1-rank run if any, else its smallest rank count (first in order).
+  std::map<int, const ScalingRow*> baseline;
+  for (const auto& row : rows)
+    if (!baseline.count(row.stage)) baseline[row.stage] = &row;
+  for (auto& row : rows) {
+    const ScalingRow& base = *baseline[row.stage];
+    row.baseline_ranks = base.ranks;
+    if (base.tokens_per_s_per_rank > 0)
+      row.efficiency = row.tokens_per_s_per_rank / base.tokens_per_s_per_rank;
+  }
+  return rows;
+}
+
+std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
+  std::ostringstream md;
+  md << "| run | stage | ranks | micro-batch | grad-accum | checkpointing | tokens/s | tokens/s "
+        "per rank | scaling efficiency | MFU | comm bytes/step/rank |";
+  for (const char* cat : kMemoryCategories) md << " " << cat << " MiB |";
+  md << "\n|---|---|---|---|---|---|---|---|---|---|---|";
+  for (size_t i = 0; i < std::size(kMemoryCategories); ++i) md << "---|";
+  md << "\n";
+  bool estimated = false;
+  for (const auto& r : rows) {
+    estimated = estimated || r.estimated_memory.is_object();
+    md << "| " << r.run << " | " << r.stage << " | " << r.ranks << " | " << r.micro_batch << " | "
+       << r.grad_accum << " | " << r.checkpointing << " | " << fixed(r.tokens_per_s, 1) << " | "
+       << fixed(r.tokens_per_s_per_rank, 1) << " | "
+       << (r.efficiency ? fixed(*r.efficiency, 3) + " (vs " + std::to_string(r.baseline_ranks) +
+                              " rank" + (r.baseline_ranks == 1 ? "" : "s") + ")"
+                        : std::string("n/a"))
+       << " | " << (r.mfu ? fixed(*r.mfu, 4) : std::string("n/a (CPU)")) << " | "
+       << r.comm_bytes_per_step << " |";
+    for (const char* cat : kMemoryCategories) md << " " << memory_cell(r, cat) << " |";
+    md << "\n";
+  }
+  md << "\nMemory cells: peak MiB per rank (largest over ranks)"
+     << (estimated ? " / estimate of engine/estimator.h for the same configuration."
+                   : "; measured only (no estimate available).")
+     << " Scaling efficiency: tokens/s per rank relative to the same stage's 1-rank run, or its "
+        "smallest rank count. MFU is n/a on the CPU backend (no meaningful peak).\n";
+  return md.str();
+}
+
+std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
+  std::ostringstream csv;
+  csv << "run,stage,ranks,micro_batch,grad_accum,seq_len,checkpointing,tokens_per_s,"
+         "tokens_per_s_per_rank,scaling_efficiency,baseline_ranks,mfu,comm_bytes_per_step,"
+         "final_loss";
+  for (const char* cat : kMemoryCategories) csv << ",peak_" << cat << "_bytes";
+  for (const char* cat : kMemoryCategories) csv << ",estimated_" << cat << "_bytes";
+  csv << "\n";
+  for (const auto& r : rows) {
+    csv << r.run << "," << r.stage << "," << r.ranks << "," << r.micro_batch << "," << r.grad_accum
+        << "," << r.seq_len << "," << r.checkpointing << "," << fixed(r.tokens_per_s, 3) << ","
+        << fixed(r.tokens_per_s_per_rank, 3) << "," << (r.efficiency ? fixed(*r.efficiency, 4) : "")
+        << "," << r.baseline_ranks << "," << (r.mfu ? fixed(*r.mfu, 6) : "") << ","
+        << r.comm_bytes_per_step << "," << fixed(r.final_loss, 6);
+    for (const char* cat : kMemoryCategories) csv << "," << r.measured_memory.value(cat, 0);
+    for (const char* cat : kMemoryCategories)
+      csv << ","
+          << (r.estimated_memory.is_object() ? std::to_string(r.estimated_memory.value(cat, 0))
+                                             : std::string());
+    csv << "\n";
+  }
+  return csv.str();
+}
+
+std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
+                                            const std::string& out_dir) {
+  fs::create_directories(out_dir);
+  const std::vector<ScalingRow> rows = scaling_rows(runs);
+  std::vector<std::string> written;
+  auto write = [&](const std::string& name, const std::string& text) {
+    write_text_file(out_dir + "/" + name, text);
+    written.push_back(out_dir + "/" + name);
+  };
+  nlohmann::json table = nlohmann::json::array();
+  for (const auto& r : rows)
+    table.push_back({{"run", r.run},
+                     {"stage", r.stage},
+                     {"ranks", r.ranks},
+                     {"micro_batch", r.micro_batch},
+                     {"grad_accum", r.grad_accum},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"tokens_per_s_per_rank", r.tokens_per_s_per_rank},
+                     {"scaling_efficiency", r.efficiency ? nlohmann::json(*r.efficiency) : nullptr},
+                     {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nullptr},
+                     {"peak_memory_bytes", r.measured_memory},
+                     {"estimated_memory_bytes", r.estimated_memory},
+                     {"comm_bytes_per_step", r.comm_bytes_per_step}});
+
+  LinePlot throughput{"Throughput vs ranks", "ranks", "tokens/s", true, true, {}};
+  std::map<int, PlotSeries> by_stage;
+  for (const auto& r : rows) {
+    PlotSeries& s = by_stage[r.stage];
+    s.label = "ZeRO-" + std::to_string(r.stage);
+    s.x.push_back(r.ranks);
+    s.y.push_back(r.tokens_per_s);
+  }
+  for (auto& [stage, s] : by_stage) throughput.series.push_back(s);
+
+  BarChart memory{"Peak memory per rank by run", "MiB", {}, {}};
+  for (const char* cat : kMemoryCategories) memory.series.push_back({cat, {}, {}});
+  for (const auto& r : rows) {
+    memory.categories.push_back("Z" + std::to_string(r.stage) + " x" + std::to_string(r.ranks));
+    for (size_t c = 0; c < std::size(kMemoryCategories); ++c)
+      memory.series[c].y.push_back(mib(r.measured_memory.value(kMemoryCategories[c], 0.0)));
+  }
+
+  LinePlot losses{"Loss curves", "step", "loss", false, false, {}};
+  for (const auto& run : runs) {
+    PlotSeries s{fs::path(run.dir).filename().string(), {}, {}};
+    for (const auto& m : run.metrics) {
+      s.x.push_back(m.value("step", 0.0));
+      s.y.push_back(m.value("loss", NAN));
+    }
+    losses.series.push_back(s);
+  }
+
+  write("scaling.md", "# zerotrain scaling study\n\n" + scaling_table_markdown(rows) +
+                          "\n![throughput](throughput_vs_ranks.svg)\n![memory](memory_per_rank.svg)"
+                          "\n![loss](loss_curves.svg)\n");
+  write("scaling.csv", scaling_table_csv(rows));
+  write("scaling.json", table.dump(2) + "\n");
+  write("throughput_vs_ranks.svg", render_svg(throughput));
+  write("memory_per_rank.svg", render_svg(memory));
+  write("loss_curves.svg", render_svg(losses));
+  return written;
+}
+
+std::string write_run_plots(const std::vector<nlohmann::json>& metrics,
+                            const std::string& out_dir) {
+  LinePlot loss{"Training loss", "step", "loss", false, false, {{"loss", {}, {}}}};
+  LinePlot time{"Step time breakdown", "step", "seconds", false, false, {}};
+  const char* const phases[] = {"forward_s",   "backward_s", "optimizer_s",
+                                "comm_wait_s", "data_s",     "checkpoint_s"};
+  time.series.push_back({"step", {}, {}});
+  for (const char* p : phases) time.series.push_back({std::string(p, std::strlen(p) - 2), {}, {}});
+  for (const auto& m : metrics) {
+    const double step = m.value("step", 0.0);
+    loss.series[0].x.push_back(step);
+    loss.series[0].y.push_back(m.value("loss", NAN));
+    time.series[0].x.push_back(step);
+    time.series[0].y.push_back(m.value("step_time_s", NAN));
+    for (size_t p = 0; p < std::size(phases); ++p) {
+      time.series[p + 1].x.push_back(step);
+      time.series[p + 1].y.push_back(m.contains("time") ? m["time"].value(phases[p], NAN) : NAN);
+    }
+  }
+  write_text_file(out_dir + "/loss.svg", render_svg(loss));
+  write_text_file(out_dir + "/step_time.svg", render_svg(time));
+  return "\n## Plots\n\n![loss per step](loss.svg)\n\n![step time per step](step_time.svg)\n";
+}
+
+void add_plots_and_skew_to_report(const std::string& out_dir, const nlohmann::json& skew) {
+  std::vector<nlohmann::json> metrics;
+  std::ifstream in(out_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) metrics.push_back(nlohmann::json::parse(line));
+  const std::string markdown = rank_skew_markdown(skew) + write_run_plots(metrics, out_dir);
+  std::ofstream md(out_dir + "/report.md", std::ios::app);
+  md << markdown;
+  ZT_CHECK(md.good(), "cannot append to '" + out_dir + "/report.md'");
+}
+
+}  // namespace zt
