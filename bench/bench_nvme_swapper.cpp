@@ -1,5 +1,5 @@
-// The NVMe optimizer swapper (engine/offload/nvme_swapper.h) on a directory: GB/s of its own reads and
-// writes, and how much of the swap the CPU Adam hides. Three timed passes over the same state:
+// The NVMe optimizer swapper (engine/offload/nvme_swapper.h) on a directory: GB/s of its own reads
+// and writes, and how much of the swap the CPU Adam hides. Three timed passes over the same state:
 //   initialize   writes every tile record once (write GB/s);
 //   swap only    update_tiles with an empty update: each tile read and written back (GB/s);
 //   swap + Adam  update_tiles running the CPU AdamW kernel on each tile, next to the same kernel

@@ -7,8 +7,8 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
-#include "comm/mpi_communicator.h"
 #include "checkpoint/consolidate.h"
+#include "comm/mpi_communicator.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
 

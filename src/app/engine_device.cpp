@@ -6,8 +6,8 @@
 #if ZEROTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device_memory.h"
-#include "comm/cuda/staged_device_communicator.h"
 #include "backend/device_arena_plan.h"
+#include "comm/cuda/staged_device_communicator.h"
 #endif
 #if ZEROTRAIN_HAVE_NCCL
 #include "comm/cuda/nccl_communicator.h"

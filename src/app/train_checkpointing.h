@@ -6,9 +6,9 @@
 #include <string>
 
 #include "app/cli.h"
+#include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
 #include "engine/zero_engine.h"
-#include "checkpoint/checkpoint.h"
 #include "runtime/signals.h"
 
 namespace zt {

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "comm/collective_outcome.h"
 #include "checkpoint/checkpoint_files.h"
+#include "comm/collective_outcome.h"
 #include "io/fs_util.h"
 #include "util/error.h"
 

@@ -23,8 +23,8 @@
 #include <functional>
 #include <string>
 
-#include "engine/zero_engine.h"
 #include "checkpoint/checkpoint_manifest.h"
+#include "engine/zero_engine.h"
 
 namespace zt {
 

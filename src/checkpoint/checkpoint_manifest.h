@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/data_loader.h"
 #include "engine/zero_config.h"
+#include "io/data_loader.h"
 #include "model/config.h"
 #include "model/layout.h"
 

@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
-#include "comm/collective_outcome.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_manifest.h"
+#include "comm/collective_outcome.h"
 #include "io/fs_util.h"
 #include "io/parallel_model_dir.h"
 #include "util/error.h"

@@ -15,9 +15,9 @@ struct PresetRow {
 
 const std::map<std::string, PresetRow>& presets() {
   static const std::map<std::string, PresetRow> table = {
-      {"tiny", {64, 2, 4, 2, 192, 256}},          {"small", {256, 4, 8, 4, 688, 256}},
-      {"125m", {768, 12, 12, 12, 2048, 32000}},   {"1b", {2048, 16, 16, 16, 5504, 32000}},
-      {"6b", {4096, 28, 32, 32, 11008, 32000}},   {"7b", {4096, 32, 32, 32, 11008, 32000}},
+      {"tiny", {64, 2, 4, 2, 192, 256}},        {"small", {256, 4, 8, 4, 688, 256}},
+      {"125m", {768, 12, 12, 12, 2048, 32000}}, {"1b", {2048, 16, 16, 16, 5504, 32000}},
+      {"6b", {4096, 28, 32, 32, 11008, 32000}}, {"7b", {4096, 32, 32, 32, 11008, 32000}},
   };
   return table;
 }
@@ -36,8 +36,8 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
 
 void ModelConfig::validate() const {
   auto positive = [](int64_t v, const char* name) {
-    ZT_CHECK(v > 0, std::string("model config: ") + name + " must be positive, got " +
-                        std::to_string(v));
+    ZT_CHECK(v > 0,
+             std::string("model config: ") + name + " must be positive, got " + std::to_string(v));
   };
   positive(hidden_size, "hidden_size");
   positive(intermediate_size, "intermediate_size");
@@ -132,6 +132,8 @@ ModelConfig preset_config(const std::string& name) {
   return c;
 }
 
-std::vector<std::string> preset_names() { return {"tiny", "small", "125m", "1b", "6b", "7b"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "small", "125m", "1b", "6b", "7b"};
+}
 
 }  // namespace zt

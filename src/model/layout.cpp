@@ -79,6 +79,8 @@ int64_t ParamLayout::total_numel() const {
   return n;
 }
 
-int64_t ParamLayout::non_embedding_numel() const { return total_numel() - groups_[0].numel; }
+int64_t ParamLayout::non_embedding_numel() const {
+  return total_numel() - groups_[0].numel;
+}
 
 }  // namespace zt

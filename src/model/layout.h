@@ -30,23 +30,23 @@ enum class TensorRole {
 constexpr int kTensorsPerLayer = 9;
 
 struct TensorInfo {
-  std::string name;             // HF name, e.g. model.layers.3.mlp.up_proj.weight
-  std::vector<int64_t> shape;   // HF shape, [out, in] for projections
+  std::string name;            // HF name, e.g. model.layers.3.mlp.up_proj.weight
+  std::vector<int64_t> shape;  // HF shape, [out, in] for projections
   int64_t numel = 0;
-  int group = 0;                // flat group index
-  int64_t offset = 0;           // element offset inside its group's flat buffer
+  int group = 0;       // flat group index
+  int64_t offset = 0;  // element offset inside its group's flat buffer
   TensorRole role = TensorRole::kEmbedding;
-  int layer = -1;               // decoder layer index, -1 for embedding/final tensors
-  bool weight_decay = true;     // AdamW decay: off for norms and the embedding
+  int layer = -1;            // decoder layer index, -1 for embedding/final tensors
+  bool weight_decay = true;  // AdamW decay: off for norms and the embedding
   bool is_output_projection() const {
     return role == TensorRole::kOProj || role == TensorRole::kDownProj;
   }
 };
 
 struct GroupInfo {
-  std::string name;             // "embed", "layer.3", "head"
-  int64_t numel = 0;            // unpadded element count
-  std::vector<int> tensors;     // indices into ParamLayout::tensors, in offset order
+  std::string name;          // "embed", "layer.3", "head"
+  int64_t numel = 0;         // unpadded element count
+  std::vector<int> tensors;  // indices into ParamLayout::tensors, in offset order
 };
 
 class ParamLayout {

@@ -13,9 +13,9 @@
 #include "engine/activation_checkpointing.h"
 #include "engine/estimator.h"
 #include "io/fs_util.h"
+#include "model/config.h"
 #include "report/step_timeline.h"
 #include "report/svg_plot.h"
-#include "model/config.h"
 #include "util/error.h"
 
 namespace zt {

@@ -3,9 +3,9 @@
 //
 // The handler only records the signal in a sig_atomic_t (async-signal-safe); at each step
 // boundary the training loop all-reduces received_stop_signal() (app/train_checkpointing.cpp) so
-// every rank takes the same decision even when only one rank was signalled. A second SIGTERM means "now":
-// the handler calls _exit(143) at once. Checkpoints stay consistent because a checkpoint only
-// becomes visible by the final rename of its directory (checkpoint/checkpoint.h).
+// every rank takes the same decision even when only one rank was signalled. A second SIGTERM means
+// "now": the handler calls _exit(143) at once. Checkpoints stay consistent because a checkpoint
+// only becomes visible by the final rename of its directory (checkpoint/checkpoint.h).
 #pragma once
 #include <string>
 

@@ -1,9 +1,9 @@
 // bfloat16 <-> float32. bf16 is the top 16 bits of an IEEE float32; conversion from fp32 rounds
 // to nearest, ties to even, and keeps NaN a (quiet) NaN.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <cstddef>
 
 namespace zt {
 
@@ -27,7 +27,9 @@ inline bf16_t float_to_bf16(float f) {
 }
 
 // Rounds a float to the nearest bf16-representable float.
-inline float round_to_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+inline float round_to_bf16(float f) {
+  return bf16_to_float(float_to_bf16(f));
+}
 
 void floats_to_bf16(const float* in, bf16_t* out, size_t n);
 void bf16_to_floats(const bf16_t* in, float* out, size_t n);

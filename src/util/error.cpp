@@ -2,6 +2,8 @@
 
 namespace zt {
 
-void fail(const std::string& message) { throw Error(message); }
+void fail(const std::string& message) {
+  throw Error(message);
+}
 
 }  // namespace zt

@@ -16,7 +16,7 @@ class Error : public std::runtime_error {
 }  // namespace zt
 
 // ZT_CHECK(cond, message-expression): throws zt::Error with the message when cond is false.
-#define ZT_CHECK(cond, msg)                                    \
-  do {                                                         \
-    if (!(cond)) ::zt::fail(std::string(msg));                 \
+#define ZT_CHECK(cond, msg)                    \
+  do {                                         \
+    if (!(cond)) ::zt::fail(std::string(msg)); \
   } while (0)

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "comm/cuda/staged_device_communicator.h"
 #include "comm/cuda/nccl_communicator.h"
+#include "comm/cuda/staged_device_communicator.h"
 #include "gpu_test_util.h"
 
 namespace zt::gpu_test {

@@ -97,7 +97,8 @@ TEST_F(CudaKernels, SwiGluForwardBackward) {
 // the CPU: both bitwise equal, repeats (few distinct ids) and many distinct ids alike, and rows
 // wider than the block (several columns per thread).
 TEST_F(CudaKernels, EmbeddingForwardBackwardBitwise) {
-  const int64_t shapes[][3] = {{1, 3, 5}, {37, 64, 7}, {300, 130, 50}, {1000, 33, 5000}, {70, 4100, 9}};
+  const int64_t shapes[][3] = {
+      {1, 3, 5}, {37, 64, 7}, {300, 130, 50}, {1000, 33, 5000}, {70, 4100, 9}};
   for (const auto& s : shapes) {
     const int64_t n = s[0], D = s[1];
     const int32_t V = static_cast<int32_t>(s[2]);

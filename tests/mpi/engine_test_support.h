@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/zero_engine.h"
 #include "checkpoint/checkpoint.h"
+#include "engine/zero_engine.h"
 #include "model/config.h"
 
 namespace zt::engine_test {

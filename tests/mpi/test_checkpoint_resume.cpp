@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_files.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_files.h"
 #include "model/config.h"
 #include "one_step_bound.h"
 

@@ -1,7 +1,8 @@
-// ZeRO-Offload / ZeRO-Infinity on the CPU backend (engine/offload/offload_config.h): every offload mode at
-// stages 1-3 reproduces the non-offloaded run bitwise (losses and fp32 masters), model-state
-// bytes move from the device pool to the host pool as the accounting says, and NVMe faults give
-// clear errors before training (unusable path, too little space) or a clean abort (full disk).
+// ZeRO-Offload / ZeRO-Infinity on the CPU backend (engine/offload/offload_config.h): every offload
+// mode at stages 1-3 reproduces the non-offloaded run bitwise (losses and fp32 masters),
+// model-state bytes move from the device pool to the host pool as the accounting says, and NVMe
+// faults give clear errors before training (unusable path, too little space) or a clean abort (full
+// disk).
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <unistd.h>

@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "checkpoint/checkpoint.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
-#include "checkpoint/checkpoint.h"
 #include "model/config.h"
 #include "shared_dir_test.h"
 

@@ -58,7 +58,8 @@ TEST(Init, DeterministicPieceIndependentAndScaled) {
   std::vector<float> full(static_cast<size_t>(q.numel)), piece(100);
   init_tensor_range(c, q, 7, 0, q.numel, full.data());
   init_tensor_range(c, q, 7, 1000, 100, piece.data());
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(piece[static_cast<size_t>(i)], full[1000 + static_cast<size_t>(i)]);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(piece[static_cast<size_t>(i)], full[1000 + static_cast<size_t>(i)]);
   double s = 0, s2 = 0;
   for (float x : full) s += x, s2 += double(x) * x;
   const double n = static_cast<double>(full.size());

@@ -1,5 +1,5 @@
-// Scaling-study aggregation (report/study_report.h) and the per-rank timeline (report/step_timeline.h)
-// on hand-written run directories.
+// Scaling-study aggregation (report/study_report.h) and the per-rank timeline
+// (report/step_timeline.h) on hand-written run directories.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "io/data_loader.h"
 #include "engine/zero_config.h"
+#include "io/data_loader.h"
 #include "io/token_dataset.h"
 #include "util/error.h"
 

@@ -1,6 +1,6 @@
 // CPU AdamW kernel shared by the CPU backend's `adamw` and the offloaded optimizer
-// (engine/offload/offload_optimizer.h): one scalar reference and AVX2 / AVX-512 paths chosen at run time
-// (__builtin_cpu_supports), OpenMP over fixed chunks of the range.
+// (engine/offload/offload_optimizer.h): one scalar reference and AVX2 / AVX-512 paths chosen at
+// run time (__builtin_cpu_supports), OpenMP over fixed chunks of the range.
 //
 // Numerics: every path is BITWISE identical to the scalar path, which defines the update:
 //   g  = grad·grad_scale

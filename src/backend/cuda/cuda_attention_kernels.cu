@@ -3,9 +3,9 @@
 // reductions, so both kernels are deterministic.
 #include <cmath>
 
-#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
+#include "util/cuda/cuda_check.h"
 
 namespace zt::cuda {
 namespace {

@@ -11,12 +11,12 @@
 #include "backend/adam_constants.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_attention.h"
-#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device_arena.h"
 #include "backend/cuda/cuda_device_memory.h"
 #include "backend/cuda/cuda_event_timeline.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "util/cuda/cuda_check.h"
 #include "util/error.h"
 
 namespace zt {

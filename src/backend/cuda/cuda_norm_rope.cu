@@ -1,7 +1,7 @@
 // CUDA backend: RMSNorm and rotary position embedding, forward and backward side by side.
-#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
+#include "util/cuda/cuda_check.h"
 
 namespace zt::cuda {
 namespace {

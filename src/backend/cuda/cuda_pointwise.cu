@@ -3,9 +3,9 @@
 #include <cmath>
 #include <string>
 
-#include "util/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
+#include "util/cuda/cuda_check.h"
 #include "util/error.h"
 
 namespace zt::cuda {

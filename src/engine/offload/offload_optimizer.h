@@ -1,5 +1,5 @@
-// ZeRO-Offload optimizer step (engine/offload/offload_config.h): the rank's optimizer state lives in an
-// OptimizerStateStore (host memory or NVMe), the reduced fp32 gradient shard of each group is
+// ZeRO-Offload optimizer step (engine/offload/offload_config.h): the rank's optimizer state lives
+// in an OptimizerStateStore (host memory or NVMe), the reduced fp32 gradient shard of each group is
 // copied device→host as soon as its reduction lands (gradient_ready, called from the reducer's
 // completion during backward), and step() runs the CPU AdamW kernel (backend/cpu/cpu_adam.h) tile
 // by tile, copying each tile's updated working values (bf16 or fp32) host→device (or, with the
