@@ -3,8 +3,8 @@
 //   copy     device-to-device copy of a large buffer: bytes read + bytes written per second;
 //   gemm     CudaBackend::matmul_forward (cuBLASLt, fp32 storage) y[M,N] = x[M,K]·w[N,K]ᵀ,
 //            2·M·N·K FLOP per call, with bf16 tensor cores (the training default) and exact fp32.
-// The MFU that `train` reports divides by the dense bf16 datasheet peak (DESIGN.md §5: 989
-// TFLOP/s for H100/H200 SXM); the measured square-GEMM rate says how much of it this GEMM path
+// The MFU that `train` reports divides by the dense bf16 datasheet peak (docs/ARCHITECTURE.md §5:
+// 989 TFLOP/s for H100/H200 SXM); the measured square-GEMM rate says how much of it this GEMM path
 // reaches at all. Random inputs (never zeros), warm-up first, event-timed, median of the
 // repeats. Usage: bench_gpu_ceilings [repeats=20]. Exit 77 without a GPU.
 #include <cuda_runtime.h>
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
     ZT_CUDA_CHECK(cudaFree(y));
   }
   std::printf(
-      "reference: dense bf16 datasheet peak used for MFU (DESIGN.md §5) = 989 TFLOP/s "
+      "reference: dense bf16 datasheet peak used for MFU (docs/ARCHITECTURE.md §5) = 989 TFLOP/s "
       "(H100/H200 SXM)\n");
   return 0;
 }

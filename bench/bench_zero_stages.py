@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ZeRO stages on the CPU backend: tokens/s, peak bytes per category and counted bytes per
-collective per rank, at N = 1, 2, 4 ranks, next to DESIGN.md §4's theory.
+collective per rank, at N = 1, 2, 4 ranks, next to docs/ARCHITECTURE.md §4's theory.
 
 Each configuration trains `--steps` steps (the last one is reported) of the same preset with the
 same per-rank micro-batch, under `mpirun --oversubscribe -np N` (OMP_NUM_THREADS=1 per rank).

@@ -1,5 +1,5 @@
 // zerotrain estimate: per-rank memory of every ZeRO stage for a model, world size, micro-batch
-// and sequence length (engine/estimator.h), next to DESIGN.md §4's theory figures; with
+// and sequence length (engine/estimator.h), next to docs/ARCHITECTURE.md §4's theory figures; with
 // --device-memory, the lowest stage (least communication) that fits, else checkpointing or
 // offload. No MPI, no allocation: pure arithmetic.
 #include <algorithm>
@@ -216,16 +216,16 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << "model: " << (o.model_dir.empty() ? "preset " + o.preset : o.model_dir)
-            << ", psi = " << psi << " parameters, world " << o.world << ", micro-batch "
-            << o.micro_batch << " x seq-len " << o.seq_len << ", " << o.precision
-            << ", checkpointing " << checkpointing_policy_name(ac) << (ac.on_host ? " (host)" : "")
-            << ", offload: optimizer " << offload_device_name(offload.optimizer) << ", params "
-            << offload_device_name(offload.param)
-            << "\nper-rank GiB (states = params + grads + optim; theory = DESIGN.md §4 model "
-               "states; total = device peak; host and nvme pools apart; "
-               "* = requested stage)\n"
-            << table;
+  std::cout
+      << "model: " << (o.model_dir.empty() ? "preset " + o.preset : o.model_dir)
+      << ", psi = " << psi << " parameters, world " << o.world << ", micro-batch " << o.micro_batch
+      << " x seq-len " << o.seq_len << ", " << o.precision << ", checkpointing "
+      << checkpointing_policy_name(ac) << (ac.on_host ? " (host)" : "") << ", offload: optimizer "
+      << offload_device_name(offload.optimizer) << ", params " << offload_device_name(offload.param)
+      << "\nper-rank GiB (states = params + grads + optim; theory = docs/ARCHITECTURE.md §4 model "
+         "states; total = device peak; host and nvme pools apart; "
+         "* = requested stage)\n"
+      << table;
   if (offload.optimizer_offloaded()) {
     const OffloadFigure f = deepspeed_offload_figure(model, o.world, o.zero.stage, ranks_per_node,
                                                      offload.param_offloaded());

@@ -1,5 +1,6 @@
 // zerotrain eval: mean next-token cross-entropy (natural log) of a model directory on the first
-// K·B non-overlapping windows of T+1 tokens of a token dataset (DESIGN.md §3), printed as
+// K·B non-overlapping windows of T+1 tokens of a token dataset (docs/ARCHITECTURE.md §3), printed
+// as
 // {"batches": K, "loss": L, "tokens": K·B·T} on stdout.
 //
 // Under mpirun each rank holds the whole model (a stage-0 engine on its own single-rank

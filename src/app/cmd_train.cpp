@@ -184,7 +184,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
   add_checkpoint_options(opts, o.checkpoint);
   add("deepspeed", po::value(&o.deepspeed),
-      "DeepSpeed JSON config (DESIGN.md §4). Precedence: command line > --config INI > "
+      "DeepSpeed JSON config. Precedence: command line > --config INI > "
       "--deepspeed JSON > defaults");
   const CommandSpec spec{kCommand, "Train a Llama-style model with ZeRO stage 0-3.",
                          "zerotrain train (--model DIR | --preset NAME) --data FILE.h5 --out DIR "
@@ -304,7 +304,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // --eval-batches K at the end of training: K rounds in which every rank scores B windows, i.e.
-// the first K·N·B non-overlapping windows (DESIGN.md §3) — the same figure as
+// the first K·N·B non-overlapping windows (docs/ARCHITECTURE.md §3) — the same figure as
 // `zerotrain eval --batches K --micro-batch N·B` on the trained weights.
 nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& data,
                                        const TrainOptions& o, int rank, int world) {

@@ -1,4 +1,4 @@
-// DeepSpeed JSON configs (`--deepspeed FILE`, DESIGN.md §4) mapped onto zerotrain's options.
+// DeepSpeed JSON configs (`--deepspeed FILE`) mapped onto zerotrain's options.
 // The file's values are translated into the commands' long option names (zero-stage, lr,
 // micro-batch, ...) and stored only for options the command line or the --config INI left at
 // their defaults, so the precedence is: command line > --config INI > --deepspeed JSON >

@@ -1,4 +1,4 @@
-// Resumable training checkpoints (DESIGN.md §3):
+// Resumable training checkpoints (docs/ARCHITECTURE.md §3):
 //
 //   OUT/checkpoints/step-NNNNNNNN/manifest.json      (checkpoint/checkpoint_manifest.h)
 //   OUT/checkpoints/step-NNNNNNNN/rank-RRRRR.h5      (checkpoint/checkpoint_files.h)

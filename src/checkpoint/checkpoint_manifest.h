@@ -1,4 +1,4 @@
-// The manifest of a training checkpoint (DESIGN.md §3): OUT/checkpoints/step-NNNNNNNN/
+// The manifest of a training checkpoint (docs/ARCHITECTURE.md §3): OUT/checkpoints/step-NNNNNNNN/
 // manifest.json next to one HDF5 file per rank. It records where training stands (step, tokens,
 // data cursor), what it was (world, stage, precision, model config and its fingerprint, the
 // hyperparameters a bitwise resume needs), where every byte lives (each group's range in each

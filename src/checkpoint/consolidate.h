@@ -1,4 +1,4 @@
-// Consolidated bf16 models (DESIGN.md §3 "Consolidated checkpoint"; DeepSpeed's
+// Consolidated bf16 models (docs/ARCHITECTURE.md §3 "Consolidated checkpoint"; DeepSpeed's
 // stage3_gather_16bit_weights_on_model_save): a model directory that `train --model` and
 // `eval --model` load, written from a training checkpoint's fp32 masters (`zerotrain
 // consolidate`) or from a live engine (`train`'s OUT/final and --save-consolidated-every).

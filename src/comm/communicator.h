@@ -46,12 +46,12 @@
 //   its handles.
 // * Limits: a count must fit in an int (the MPI-3 interface); larger buffers go in buckets.
 //
-// Byte counters (what DESIGN.md §4 compares with)
+// Byte counters (what docs/ARCHITECTURE.md §4 compares with)
 // -----------------------------------------------
 // counters()[op] holds, since construction or reset_counters(): `calls`, `elements` and
 // `bytes_sent`, counted when a collective is issued. `elements` is the size of the logical
-// full buffer, the "Ψ" of DESIGN.md §4: N·count for all_gather and reduce_scatter, count for
-// all_reduce and broadcast. `bytes_sent` is the bytes this rank sends under the standard ring
+// full buffer, the "Ψ" of docs/ARCHITECTURE.md §4: N·count for all_gather and reduce_scatter, count
+// for all_reduce and broadcast. `bytes_sent` is the bytes this rank sends under the standard ring
 // algorithms, whatever algorithm the library really picks (E = elements · sizeof(T)):
 //     all_gather       (N−1)/N · E   = (N−1)·count_per_rank·sizeof(T)   (exact)
 //     reduce_scatter   (N−1)/N · E   = (N−1)·count_per_rank·sizeof(T)   (exact)

@@ -1,8 +1,8 @@
 // Memory estimator: per-rank bytes by MemoryTracker category, computed from the same rules
 // ZeroEngine, GradReducer, ParamGatherer and the activation arena (ActivationPlan) allocate by,
 // so a run's measured peaks can be put next to the prediction. Also the ZeRO-paper theory
-// figures of DESIGN.md §4 and a DeepSpeed-style offload figure, and the "which stage fits"
-// decision tree used by `zerotrain estimate --device-memory`.
+// figures of docs/ARCHITECTURE.md §4 and a DeepSpeed-style offload figure, and the "which stage
+// fits" decision tree used by `zerotrain estimate --device-memory`.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,7 +45,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
                                const ActivationCheckpointing& ac, const OffloadConfig& offload = {},
                                int64_t grad_accum = 1);
 
-// DESIGN.md §4 model states per rank with k-byte working params (k = 2 for bf16):
+// docs/ARCHITECTURE.md §4 model states per rank with k-byte working params (k = 2 for bf16):
 // stage 0 (k+16)Ψ, 1 (k+4)Ψ + 12Ψ/N, 2 kΨ + 16Ψ/N, 3 (k+16)Ψ/N — i.e. 18Ψ, 6Ψ+12Ψ/N,
 // 2Ψ+16Ψ/N, 18Ψ/N for bf16.
 double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision);

@@ -106,9 +106,9 @@ class WindowSampler {
   std::vector<const int32_t*> input_ptrs_, target_ptrs_;
 };
 
-// Evaluation windows (DESIGN.md §3): window j is tokens [j·(T+1), (j+1)·(T+1)) from the start of
-// /tokens, non-overlapping and unshuffled; inputs are its first T tokens, targets its last T.
-// Fails naming the file when the dataset holds fewer than num_windows windows.
+// Evaluation windows (docs/ARCHITECTURE.md §3): window j is tokens [j·(T+1), (j+1)·(T+1)) from the
+// start of /tokens, non-overlapping and unshuffled; inputs are its first T tokens, targets its last
+// T. Fails naming the file when the dataset holds fewer than num_windows windows.
 void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t seq_len);
 // Reads windows [first, first+count) into inputs/targets (count·T tokens each).
 void read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,

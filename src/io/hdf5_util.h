@@ -47,7 +47,7 @@ void check(herr_t rc, const std::string& what, const std::string& where);
 // Wraps a freshly returned identifier, throwing when it is invalid.
 Id wrap(hid_t id, Id::Closer closer, const std::string& what, const std::string& where);
 
-// The bfloat16 floating-point type of DESIGN.md §3 (a caller-owned copy).
+// The bfloat16 floating-point type of docs/ARCHITECTURE.md §3 (a caller-owned copy).
 Id bf16_type();
 // An HDF5 type (file or memory, both little-endian here) for one of our element types.
 Id type_for(DType t);

@@ -1,4 +1,4 @@
-// Model directory (DESIGN.md §3): config.json, model.h5.index.json and HDF5 shards
+// Model directory (docs/ARCHITECTURE.md §3): config.json, model.h5.index.json and HDF5 shards
 // model-0000i-of-0000K.h5 with one dataset per tensor (bf16 or fp32), split at tensor boundaries.
 #pragma once
 #include <cstdint>

@@ -1,6 +1,6 @@
-// A model directory (DESIGN.md §3) written by every rank of a communicator at once through
-// parallel HDF5 (MPI-IO): each rank writes its own element ranges of the tensors straight into
-// the shared bf16 shard files, so no rank ever holds a whole tensor, let alone the model.
+// A model directory (docs/ARCHITECTURE.md §3) written by every rank of a communicator at once
+// through parallel HDF5 (MPI-IO): each rank writes its own element ranges of the tensors straight
+// into the shared bf16 shard files, so no rank ever holds a whole tensor, let alone the model.
 //
 // Protocol (the shard files and datasets are the same as ModelDirWriter's, same sharding rule):
 //   constructor (collective)  rank 0 checks the output directory and creates the temporary

@@ -1,4 +1,4 @@
-// Hugging Face safetensors (DESIGN.md §3 "Consolidated checkpoint": `export --format
+// Hugging Face safetensors (docs/ARCHITECTURE.md §3 "Consolidated checkpoint": `export --format
 // safetensors`). A file is
 //
 //   8 bytes     N, the header length, unsigned little-endian

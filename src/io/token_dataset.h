@@ -1,4 +1,4 @@
-// Token datasets (DESIGN.md §3): one HDF5 file with a 1-D dataset /tokens (uint16 when
+// Token datasets (docs/ARCHITECTURE.md §3): one HDF5 file with a 1-D dataset /tokens (uint16 when
 // vocab ≤ 65536, else uint32) and attributes vocab_size (int64) and tokenizer (string).
 #pragma once
 #include <cstdint>

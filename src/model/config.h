@@ -35,7 +35,7 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-// Presets of DESIGN.md §2: tiny, small, 125m, 1b, 6b, 7b.
+// Presets (the README lists their shapes): tiny, small, 125m, 1b, 6b, 7b.
 ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();
 

@@ -1,4 +1,4 @@
-// Per-step training metrics (DESIGN.md §5): one JSON object per step appended to
+// Per-step training metrics (docs/ARCHITECTURE.md §5): one JSON object per step appended to
 // OUT/metrics.jsonl and flushed at once, so a crash keeps every line written so far.
 #pragma once
 #include <array>
@@ -18,7 +18,7 @@ namespace zt {
 using MemoryByCategory = std::array<uint64_t, kNumMemCategories>;
 using BytesByCollective = std::array<uint64_t, kNumCollectiveOps>;
 
-// Useful training FLOPs per token (torchtitan's convention, DESIGN.md §5):
+// Useful training FLOPs per token (torchtitan's convention, docs/ARCHITECTURE.md §5):
 // 6·Ψ_nonembedding + 12·L·H·head_dim·T. Recomputation is not counted.
 double training_flops_per_token(const ModelConfig& config, int64_t non_embedding_params,
                                 int64_t seq_len);

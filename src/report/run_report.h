@@ -1,5 +1,6 @@
-// End-of-run files (DESIGN.md §5): OUT/run.json (what ran: version, resolved configuration,
-// world, hosts, libraries) and OUT/report.json + OUT/report.md (summary of the metrics).
+// End-of-run files (docs/ARCHITECTURE.md §5): OUT/run.json (what ran: version, resolved
+// configuration, world, hosts, libraries) and OUT/report.json + OUT/report.md (summary of the
+// metrics).
 #pragma once
 #include <cstdint>
 #include <string>

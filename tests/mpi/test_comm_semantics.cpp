@@ -1,4 +1,4 @@
-// Communicator semantics beyond the values: byte counters against DESIGN.md §4's ring
+// Communicator semantics beyond the values: byte counters against docs/ARCHITECTURE.md §4's ring
 // formulas, handle behaviour (overlap, reverse-order waits, idempotence, moves, destruction),
 // argument checks, determinism of float sums and the settings used by timeout reports.
 #include <gtest/gtest.h>
@@ -88,8 +88,8 @@ TEST_F(CommTest, CountersFollowTheRingConvention) {
   }
 }
 
-// DESIGN.md §4, per step and rank in elements of Ψ: stage 0 all-reduce 2Ψ(N−1)/N; stage 1/2
-// reduce-scatter Ψ(N−1)/N + all-gather Ψ(N−1)/N; stage 3 two all-gathers + one reduce-scatter.
+// docs/ARCHITECTURE.md §4, per step and rank in elements of Ψ: stage 0 all-reduce 2Ψ(N−1)/N; stage
+// 1/2 reduce-scatter Ψ(N−1)/N + all-gather Ψ(N−1)/N; stage 3 two all-gathers + one reduce-scatter.
 TEST_F(CommTest, CountersReproduceTheZeroStageVolumes) {
   const uint64_t n = static_cast<uint64_t>(world());
   const size_t shard = 48;  // Ψ = N·48 fp32 elements, split evenly

@@ -15,7 +15,7 @@ does); the angles t·inv_freq, their cos/sin and everything else are computed in
 weights handed in (float64 for the oracle, so the reference is far more precise than the fp32
 engine).
 
-The model directory (DESIGN.md §3) is read with h5py: config.json, model.h5.index.json and the
+The model directory (docs/ARCHITECTURE.md §3) is read with h5py: config.json, model.h5.index.json and the
 HDF5 shards; bf16-typed datasets are read as exact float32 via `ds.astype('float32')`.
 
 Fault injection (proves the oracle is sensitive, see test_oracle.py): the environment variable

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A throw-away single-node Slurm cluster for the `slurm` tests (DESIGN.md §7), every file in a
+# A throw-away single-node Slurm cluster for the `slurm` tests (docs/ARCHITECTURE.md §7), every file in a
 # temporary directory, daemons stopped by their pid files.
 #
 #   slurm_cluster.sh start LINK   installs slurm-wlm + munge when missing (apt-get, as root),

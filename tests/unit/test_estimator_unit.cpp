@@ -1,5 +1,5 @@
-// Estimator arithmetic (engine/estimator.h): DESIGN.md §4's theory rows on the 6b preset, the
-// estimate's model states against them, and the "lowest stage that fits" decision tree.
+// Estimator arithmetic (engine/estimator.h): docs/ARCHITECTURE.md §4's theory rows on the 6b
+// preset, the estimate's model states against them, and the "lowest stage that fits" decision tree.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

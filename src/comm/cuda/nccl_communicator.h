@@ -4,8 +4,8 @@
 // Setup (collective over the parent MPI communicator): the local GPU is this rank's index among
 // the ranks on its host (local_rank_by_hostname), unless a device is given; rank 0 creates the
 // ncclUniqueId and broadcasts it with MPI_Bcast; every rank calls ncclCommInitRank. NCCL refuses
-// two ranks of one communicator on the same GPU (DESIGN.md §7): for tests that share a GPU, use
-// StagedDeviceCommunicator (comm/cuda/staged_device_communicator.h) instead.
+// two ranks of one communicator on the same GPU (docs/ARCHITECTURE.md §7): for tests that share a
+// GPU, use StagedDeviceCommunicator (comm/cuda/staged_device_communicator.h) instead.
 //
 // Streams and events: collectives run on a dedicated comm stream. When a producer stream is set
 // (the backend's compute stream), each collective first makes the comm stream wait on an event

@@ -1,6 +1,6 @@
 // StagedDeviceCommunicator: the MPI communicator for DEVICE buffers, staged through pinned host
-// memory — so several ranks can share one GPU in tests (NCCL refuses that, DESIGN.md §7), and a
-// build without NCCL can still run multi-rank on GPUs.
+// memory — so several ranks can share one GPU in tests (NCCL refuses that, docs/ARCHITECTURE.md
+// §7), and a build without NCCL can still run multi-rank on GPUs.
 //
 // Issuing a collective copies its input device→pinned host (cudaMemcpy: synchronous, and on the
 // legacy default stream it orders after the work of blocking streams such as CudaBackend's),
