@@ -12,6 +12,7 @@
 #include "app/deepspeed_config.h"
 #include "app/run_setup.h"
 #include "engine/estimator.h"
+#include "engine/stage_traits.h"
 #include "model/layout.h"
 #include "util/error.h"
 
@@ -106,8 +107,9 @@ nlohmann::json estimate_json(const MemoryEstimate& e) {
 // The requested offload as it applies at `stage`: optimizer offload needs stage >= 1, param
 // offload stage 3 (rows of other stages show what they would hold without it).
 OffloadConfig offload_at_stage(OffloadConfig c, int stage) {
-  if (stage < 1) c.optimizer = OffloadDevice::kNone;
-  if (stage < 3) c.param = OffloadDevice::kNone;
+  const StageTraits traits = StageTraits::of(stage);
+  if (!traits.shard_optimizer) c.optimizer = OffloadDevice::kNone;
+  if (!traits.shard_parameters) c.param = OffloadDevice::kNone;
   return c;
 }
 
@@ -127,7 +129,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                 kCommand);
   const Precision precision = parse_precision(o.precision);
   const ActivationCheckpointing ac =
-      parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
+      parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   OffloadConfig offload = o.offload.resolved();
   // The estimate touches no disk: nvme needs no real path here.
   if (offload.nvme_path.empty()) offload.nvme_path = "(not needed by estimate)";
@@ -142,7 +144,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                         {"micro_batch", o.micro_batch},
                         {"seq_len", o.seq_len},
                         {"precision", o.precision},
-                        {"activation_checkpointing", checkpointing_policy_name(ac)},
+                        {"activation_checkpointing", activation_checkpointing_name(ac)},
                         {"cpu_checkpointing", ac.on_host},
                         {"offload_optimizer", offload_device_name(offload.optimizer)},
                         {"offload_param", offload_device_name(offload.param)},
@@ -189,7 +191,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     for (const FitCandidate& c : rec.candidates)
       tried.push_back({{"label", c.label},
                        {"stage", c.stage},
-                       {"activation_checkpointing", checkpointing_policy_name(c.ac)},
+                       {"activation_checkpointing", activation_checkpointing_name(c.ac)},
                        {"offload_optimizer", offload_device_name(c.offload.optimizer)},
                        {"offload_param", offload_device_name(c.offload.param)},
                        {"device_total", c.estimate.device_total()},
@@ -202,7 +204,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
       advice = "recommendation for " + gib(static_cast<double>(device_bytes)) +
                " GiB per device: " + c.label + " (" + gib(c.estimate.device_total()) +
                " GiB per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
-               " --activation-checkpointing " + checkpointing_policy_name(c.ac) +
+               " --activation-checkpointing " + activation_checkpointing_name(c.ac) +
                offload_flags(c.offload) + ")\n";
     } else {
       out["recommendation"] = nullptr;
@@ -220,8 +222,9 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
       << "model: " << (o.model_dir.empty() ? "preset " + o.preset : o.model_dir)
       << ", psi = " << psi << " parameters, world " << o.world << ", micro-batch " << o.micro_batch
       << " x seq-len " << o.seq_len << ", " << o.precision << ", checkpointing "
-      << checkpointing_policy_name(ac) << (ac.on_host ? " (host)" : "") << ", offload: optimizer "
-      << offload_device_name(offload.optimizer) << ", params " << offload_device_name(offload.param)
+      << activation_checkpointing_name(ac) << (ac.on_host ? " (host)" : "")
+      << ", offload: optimizer " << offload_device_name(offload.optimizer) << ", params "
+      << offload_device_name(offload.param)
       << "\nper-rank GiB (states = params + grads + optim; theory = docs/ARCHITECTURE.md §4 model "
          "states; total = device peak; host and nvme pools apart; "
          "* = requested stage)\n"

@@ -249,7 +249,7 @@ void validate(const TrainOptions& o) {
   validate_schedule(o.optim);
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
-  parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
+  parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.offload.resolved().validate(o.zero.stage);
 }
@@ -341,7 +341,7 @@ int run_training(TrainOptions o) {
   check_seq_len(config, o.seq_len, model_source, kCommand);
   const Precision precision = parse_precision(o.precision);
   const ActivationCheckpointing ac =
-      parse_checkpointing_policy(o.activation_checkpointing, o.cpu_checkpointing);
+      parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
 
   // --resume continues a run in its own (non-empty) --out.
   if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
@@ -391,7 +391,7 @@ int run_training(TrainOptions o) {
                config.to_hf_json(),
                layout.total_numel(),
                layout.non_embedding_numel()};
-  info.config["activation_checkpointing"] = checkpointing_policy_name(ac);
+  info.config["activation_checkpointing"] = activation_checkpointing_name(ac);
   MetricsLog metrics;
   run_collectively(comm, [&] {
     if (!is_root) return;

@@ -8,7 +8,7 @@
 #include "app/cli.h"
 #include "comm/collective_outcome.h"  // run_collectively (lives in the core library)
 #include "comm/communicator.h"
-#include "engine/activation_checkpointing.h"  // parse_checkpointing_policy (moved there)
+#include "engine/activation_checkpointing.h"  // parse_activation_checkpointing (moved there)
 #include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/config.h"

@@ -4,7 +4,7 @@
 
 namespace zt {
 
-ActivationCheckpointing parse_checkpointing_policy(const std::string& policy, bool on_host) {
+ActivationCheckpointing parse_activation_checkpointing(const std::string& policy, bool on_host) {
   ActivationCheckpointing ac;
   ac.on_host = on_host;
   const std::string expected = " (expected none, full or every:K with K >= 1)";
@@ -32,7 +32,7 @@ ActivationCheckpointing parse_checkpointing_policy(const std::string& policy, bo
   return ac;
 }
 
-std::string checkpointing_policy_name(const ActivationCheckpointing& ac) {
+std::string activation_checkpointing_name(const ActivationCheckpointing& ac) {
   if (ac.every == 0) return "none";
   if (ac.every == 1) return "full";
   return "every:" + std::to_string(ac.every);

@@ -9,7 +9,7 @@ namespace zt {
 
 // "none" | "full" | "every:K" (K >= 1); on_host from --cpu-checkpointing. Throws zt::Error
 // naming the bad policy.
-ActivationCheckpointing parse_checkpointing_policy(const std::string& policy, bool on_host);
-std::string checkpointing_policy_name(const ActivationCheckpointing& ac);
+ActivationCheckpointing parse_activation_checkpointing(const std::string& policy, bool on_host);
+std::string activation_checkpointing_name(const ActivationCheckpointing& ac);
 
 }  // namespace zt

@@ -20,13 +20,8 @@ ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precisi
   offload.validate(zero.stage);
   impl_->offload = offload;
   const int64_t N = comm.world_size();
-  for (const GroupInfo& g : model_.layout().groups()) {
-    GroupPartition p;
-    p.numel = g.numel;
-    p.shard = (g.numel + N - 1) / N;
-    p.padded = p.shard * N;
-    parts_.push_back(p);
-  }
+  for (const GroupInfo& g : model_.layout().groups())
+    parts_.push_back(GroupPartition::of(g.numel, N));
   impl_->allocate();
 }
 
@@ -38,7 +33,7 @@ void ZeroEngine::Impl::allocate() {
   for (int g = 0; g < G; ++g) max_padded = std::max(max_padded, part(g).padded);
   for (int g = 0; g < G; ++g) {
     const GroupPartition& p = part(g);
-    const size_t work_n = static_cast<size_t>(zero.stage == 3 ? p.shard : p.padded);
+    const size_t work_n = static_cast<size_t>(traits.shard_parameters ? p.shard : p.padded);
     // offload_param: the stage-3 working shards live in the host pool.
     const MemCategory work_cat =
         offload.param_offloaded() ? MemCategory::kHostOffload : MemCategory::kParams;
@@ -47,7 +42,7 @@ void ZeroEngine::Impl::allocate() {
     else
       work_f32.emplace_back(memory, work_cat, work_n);
     grads.emplace_back(memory, MemCategory::kGrads,
-                       static_cast<size_t>(zero.stage <= 1 ? p.padded : p.shard));
+                       static_cast<size_t>(traits.shard_gradients ? p.shard : p.padded));
     if (offload.optimizer_offloaded()) continue;  // master/m/v: OffloadOptimizer's store
     const size_t own = static_cast<size_t>(own_size(g));
     master.emplace_back(memory, MemCategory::kOptimizer, own);
@@ -71,10 +66,10 @@ void ZeroEngine::Impl::allocate() {
   const int slots = zero.overlap_comm ? 2 : 1;
   reducer = std::make_unique<GradReducer>(be, comm, memory, intervals, max_padded,
                                           zero.reduce_bucket_size, slots,
-                                          /*own_buckets=*/zero.stage >= 2,
-                                          /*reduce_scatter=*/zero.stage >= 1);
+                                          /*own_buckets=*/traits.reduces_each_micro_batch(),
+                                          /*reduce_scatter=*/traits.shard_optimizer);
   group_sumsq = TrackedBuffer<double>(memory, MemCategory::kCommBuffers, static_cast<size_t>(G));
-  if (zero.stage == 3) {
+  if (traits.shard_parameters) {
     std::vector<const void*> shards;
     for (int g = 0; g < G; ++g) shards.push_back(work(g));
     gatherer = std::make_unique<ParamGatherer>(comm, memory, intervals, self.parts_, work_dtype(),
@@ -92,7 +87,7 @@ const float* ZeroEngine::Impl::as_compute(const void* w, int g) {
 
 // Working params of the group at schedule position `use` (stage 3 gathers them).
 const float* ZeroEngine::Impl::params_for(int g, size_t use) {
-  return as_compute(zero.stage == 3 ? gatherer->acquire(use) : work(g), g);
+  return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(g), g);
 }
 
 // Weight-decay segments of the own range, in group coordinates.
@@ -106,19 +101,14 @@ const float* ZeroEngine::Impl::resident_master(int g) {
 }
 
 void ZeroEngine::Impl::release(size_t use) {
-  if (zero.stage == 3) gatherer->release_after(use);
+  if (traits.shard_parameters) gatherer->release_after(use);
 }
 
 void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float grad_scale,
                                        StepStats& stats) {
   LlamaModel& model = self.model_;
   const int G = num_groups();
-  if (zero.stage == 3) {
-    std::vector<int> uses;
-    for (int g = 0; g < G; ++g) uses.push_back(g);
-    for (int g = G - 1; g >= 0; --g) uses.push_back(g);
-    gatherer->begin_pass(std::move(uses));
-  }
+  if (traits.shard_parameters) gatherer->begin_pass(Stage3Residency::training_pass(G));
   PhaseTimeline::Mark phase = intervals.begin();
   set_phase(comm.step(), "forward");
   for (int g = 0; g < G; ++g) {
@@ -139,21 +129,21 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     // Optimizer offload: the final reduced shard goes to the host as soon as it lands.
     std::function<void()> landed;
     if (offloader && last) {
-      const float* shard = zero.stage == 1 ? full_grads + rank * p.shard : full_grads;
+      const float* shard = own_grads(g);
       landed = [this, g, shard] { offloader->gradient_ready(g, shard); };
     }
-    if (zero.stage >= 2) {
+    if (traits.reduces_each_micro_batch()) {
       float* bucket = reducer->acquire_bucket(p.padded, true);
       model.backward_group(g, params, bucket);
       reducer->start(GradReducer::Mode::kReduceScatterAccumulate, bucket, p.padded, full_grads,
                      std::move(landed));
     } else {
       model.backward_group(g, params, full_grads);
-      if (last && zero.stage == 0)
+      if (last && traits.reduction == GradReduction::kAllReduceAfterLast)
         reducer->start(GradReducer::Mode::kAllReduce, full_grads, p.padded, nullptr);
-      if (last && zero.stage == 1)
-        reducer->start(GradReducer::Mode::kReduceScatterStore, full_grads, p.padded,
-                       full_grads + rank * p.shard, std::move(landed));
+      if (last && traits.reduction == GradReduction::kReduceScatterAfterLast)
+        reducer->start(GradReducer::Mode::kReduceScatterStore, full_grads, p.padded, own_grads(g),
+                       std::move(landed));
     }
     release(use);
     if (zero.overlap_comm)
@@ -176,7 +166,8 @@ double ZeroEngine::Impl::read_step_loss(int64_t micro_batches) {
 
 float* ZeroEngine::Impl::own_grads(int g) {
   float* base = grads[static_cast<size_t>(g)].data();
-  return zero.stage == 1 ? base + own_begin(g) : base;  // stage 1: inside the full accumulator
+  // A sharded optimizer over a full accumulator (stage 1): the own range inside it.
+  return traits.shard_gradients ? base : base + own_begin(g);
 }
 
 double ZeroEngine::Impl::gradient_norm() {
@@ -186,7 +177,7 @@ double ZeroEngine::Impl::gradient_norm() {
   dev.to_host(sums.data(), group_sumsq.data(), sums.size() * sizeof(double));
   double sumsq = 0.0;
   for (double s : sums) sumsq += s;
-  if (zero.stage > 0) host.all_reduce_sum_blocking(&sumsq, 1);
+  if (traits.shard_optimizer) host.all_reduce_sum_blocking(&sumsq, 1);
   return std::sqrt(sumsq);
 }
 
@@ -207,7 +198,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   h.grad_scale = static_cast<float>(stats.clip_scale);
   // Output position of the own range inside the working buffer (stage 3 holds the shard).
   auto work_out = [&](int g) {
-    const int64_t off = zero.stage == 3 ? 0 : own_begin(g);
+    const int64_t off = traits.shard_parameters ? 0 : own_begin(g);
     return static_cast<uint8_t*>(work(g)) + static_cast<size_t>(off) * work_elem();
   };
   if (offloader) {
@@ -241,8 +232,8 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     }
   }
   intervals.end(StepIntervals::kOptimizer, phase);
-  if (zero.stage == 1 || zero.stage == 2) gather_updated_params();
-  if (zero.stage == 3) gatherer->release_all();
+  if (traits.gather_after_update) gather_updated_params();
+  if (traits.shard_parameters) gatherer->release_all();
 }
 
 // Stages 1/2: every rank updated its shard of the full working params; all-gather them, in

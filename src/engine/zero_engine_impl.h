@@ -12,6 +12,7 @@
 #include "engine/offload/host_device_copier.h"
 #include "engine/offload/offload_optimizer.h"
 #include "engine/param_gatherer.h"
+#include "engine/stage_traits.h"
 #include "engine/zero_engine.h"
 
 namespace zt {
@@ -25,6 +26,7 @@ struct ZeroEngine::Impl {
        Communicator& c, Communicator& h, MemoryTracker& m)
       : self(e),
         zero(z),
+        traits(StageTraits::of(z.stage)),
         precision(p),
         optim(o),
         be(b),
@@ -39,6 +41,7 @@ struct ZeroEngine::Impl {
 
   ZeroEngine& self;
   ZeroConfig zero;
+  StageTraits traits;  // what zero.stage means
   Precision precision;
   AdamWConfig optim;
   Backend& be;
@@ -82,8 +85,8 @@ struct ZeroEngine::Impl {
                   : static_cast<void*>(work_f32[static_cast<size_t>(g)].data());
   }
   // Own range of the optimizer state, in group coordinates.
-  int64_t own_begin(int g) const { return zero.stage == 0 ? 0 : rank * part(g).shard; }
-  int64_t own_size(int g) const { return zero.stage == 0 ? part(g).numel : part(g).shard; }
+  int64_t own_begin(int g) const { return traits.shard_optimizer ? rank * part(g).shard : 0; }
+  int64_t own_size(int g) const { return traits.shard_optimizer ? part(g).shard : part(g).numel; }
 
   // Step and phase for both communicators' timeout reports.
   void set_phase(int64_t step, const char* phase) {

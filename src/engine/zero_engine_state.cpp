@@ -32,7 +32,7 @@ void ZeroEngine::Impl::fill(const GroupSource& source) {
     const GroupPartition& p = part(g);
     // Stages 0-2 hold the full working group, whose slice is the own range; stage 3 holds only
     // the own range (working shard = master shard).
-    const bool full_group = zero.stage != 3;
+    const bool full_group = !traits.shard_parameters;
     const int64_t begin = full_group ? 0 : own_begin(g), count = full_group ? p.padded : p.shard;
     std::vector<float> values(static_cast<size_t>(count));
     produce_group_range(layout, g, begin, count, source, values.data());
@@ -66,7 +66,7 @@ void ZeroEngine::Impl::put_working(int g, int64_t offset, const float* host_valu
 
 // Working params of the own range := the fp32 masters (bf16-rounded in bf16 mode).
 void ZeroEngine::Impl::master_to_working(int g) {
-  const int64_t off = zero.stage == 3 ? 0 : own_begin(g), n = own_size(g);
+  const int64_t off = traits.shard_parameters ? 0 : own_begin(g), n = own_size(g);
   if (offloader) {  // masters on the host
     put_working(g, off, offloader->store().resident(g).master, n);
     return;
@@ -146,7 +146,7 @@ void ZeroEngine::refresh_working_params() {
     I.master_to_working(g);
     release_optimizer_shard(g, /*modified=*/false);
   }
-  if (I.zero.stage == 1 || I.zero.stage == 2) I.gather_updated_params();
+  if (I.traits.gather_after_update) I.gather_updated_params();
   if (I.gatherer) I.gatherer->release_all();
 }
 
@@ -164,7 +164,7 @@ void ZeroEngine::for_each_full_tensor(
     // with param offload); a shard at stages 1-3 (masters) or 3 (params), else the whole group.
     const void* mine = master ? static_cast<const void*>(I.resident_master(g)) : I.work(g);
     const bool on_host = master ? I.offloader != nullptr : I.offload.param_offloaded();
-    const bool sharded = master ? I.zero.stage > 0 : I.zero.stage == 3;
+    const bool sharded = master ? I.traits.shard_optimizer : I.traits.shard_parameters;
     std::vector<uint8_t> full(root ? static_cast<size_t>(p.numel) * es : 0);
     if (!sharded) {
       if (root) I.dev.to_host(full.data(), mine, full.size());

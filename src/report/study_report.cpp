@@ -69,8 +69,8 @@ nlohmann::json estimate_for(const RunData& r) {
     zero.max_live_parameters = c.value("max_live_parameters", zero.max_live_parameters);
     zero.max_reuse_distance = c.value("max_reuse_distance", zero.max_reuse_distance);
     const ActivationCheckpointing ac =
-        parse_checkpointing_policy(c.value("activation_checkpointing", std::string("none")),
-                                   c.value("cpu_checkpointing", false));
+        parse_activation_checkpointing(c.value("activation_checkpointing", std::string("none")),
+                                       c.value("cpu_checkpointing", false));
     OffloadConfig offload;
     offload.optimizer =
         parse_offload_device(c.value("offload_optimizer", "none"), "offload_optimizer");

@@ -1,5 +1,6 @@
 #include "engine/offload/offload_config.h"
 
+#include "engine/stage_traits.h"
 #include "util/error.h"
 
 namespace zt {
@@ -24,14 +25,16 @@ const char* offload_device_name(OffloadDevice d) {
 }
 
 void OffloadConfig::validate(int stage) const {
+  const StageTraits traits = StageTraits::of(stage);
   const std::string opt = "zero_optimization.offload_optimizer.device";
   const std::string par = "zero_optimization.offload_param.device";
-  ZT_CHECK(!optimizer_offloaded() || stage >= 1, opt + " '" + offload_device_name(optimizer) +
-                                                     "' needs ZeRO stage 1, 2 or 3 (stage is " +
-                                                     std::to_string(stage) + ")");
-  ZT_CHECK(!param_offloaded() || stage == 3, par + " '" + offload_device_name(param) +
-                                                 "' needs ZeRO stage 3 (stage is " +
-                                                 std::to_string(stage) + ")");
+  // The offloaded optimizer updates a shard; offloaded parameters are gathered shards.
+  ZT_CHECK(!optimizer_offloaded() || traits.shard_optimizer,
+           opt + " '" + offload_device_name(optimizer) + "' needs ZeRO stage 1, 2 or 3 (stage is " +
+               std::to_string(stage) + ")");
+  ZT_CHECK(!param_offloaded() || traits.shard_parameters, par + " '" + offload_device_name(param) +
+                                                              "' needs ZeRO stage 3 (stage is " +
+                                                              std::to_string(stage) + ")");
   ZT_CHECK(param != OffloadDevice::kNvme,
            par + " 'nvme' is not implemented (parameters offload to cpu only)");
   ZT_CHECK(sub_group_size >= 1,

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/zero_engine.h"
+#include "engine/engine_types.h"
 #include "util/memory.h"
 
 namespace zt {

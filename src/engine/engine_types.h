@@ -1,0 +1,46 @@
+// The ZeRO engine's plain value types: how a group is partitioned, a rank's optimizer shard, and
+// one step's statistics. Rooms and files that need only these include this header, not
+// engine/zero_engine.h.
+#pragma once
+#include <cstdint>
+
+namespace zt {
+
+// How one group is split: padded = shard·N, rank r owns [r·shard, (r+1)·shard).
+struct GroupPartition {
+  int64_t numel = 0;
+  int64_t padded = 0;
+  int64_t shard = 0;
+
+  // A group of `numel` elements over `world` ranks: padded to a multiple of world, equal shards.
+  static GroupPartition of(int64_t numel, int64_t world) {
+    GroupPartition p;
+    p.numel = numel;
+    p.shard = (numel + world - 1) / world;
+    p.padded = p.shard * world;
+    return p;
+  }
+};
+
+struct StepStats {
+  double loss = 0.0;        // mean next-token loss over the global batch
+  double grad_norm = 0.0;   // global gradient norm before clipping
+  double clip_scale = 1.0;  // factor applied to the gradients
+  int64_t tokens = 0;       // tokens in the global batch
+  double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
+  // Offload traffic of this step (bytes): device↔host copies, NVMe reads/writes.
+  uint64_t offload_d2h_bytes = 0, offload_h2d_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;
+  uint64_t nvme_resident_bytes = 0;  // this rank's optimizer state held on NVMe
+};
+
+// The optimizer state a rank owns for one group: elements [begin, begin+count) of the group's
+// flat (padded) range. Stage 0 owns the whole group (count = numel), stages 1-3 one shard.
+struct OptimizerShard {
+  float* master = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
+}  // namespace zt
