@@ -85,7 +85,7 @@ int run_eval(const EvalOptions& o) {
   EngineDevice device = make_engine_device(
       o.backend, world, MPI_COMM_SELF,
       estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}), kCommand);
-  MemoryTracker memory;
+  MemoryTracker memory(device.backend->device_memory());
   ZeroEngine engine(config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self),
                     memory, B, T, ActivationCheckpointing{}, OffloadConfig{}, &self);
   engine.load_from(reader);

@@ -29,10 +29,7 @@
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/token_dataset.h"
-#include "report/metrics_log.h"
-#include "report/run_report.h"
-#include "report/step_timeline.h"
-#include "report/study_report.h"
+#include "report/run_recorder.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
 
@@ -254,15 +251,6 @@ void validate(const TrainOptions& o) {
   o.offload.resolved().validate(o.zero.stage);
 }
 
-// Dense bf16 peak of the device a backend runs on, in TFLOP/s; none for the CPU backend.
-std::optional<double> dense_bf16_peak_tflops(const std::string& backend_name) {
-  if (backend_name.find("h100") != std::string::npos ||
-      backend_name.find("h200") != std::string::npos)
-    return 989.0;
-  if (backend_name.find("a100") != std::string::npos) return 312.0;
-  return std::nullopt;
-}
-
 // The one-line progress display (rank 0, stderr a terminal) and the periodic log lines.
 class Progress {
  public:
@@ -277,7 +265,7 @@ class Progress {
         elapsed_s / static_cast<double>(r.step) * static_cast<double>(total_ - r.step);
     char line[200];
     std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  ETA %s",
-                  static_cast<long long>(r.step), static_cast<long long>(total_), r.loss,
+                  static_cast<long long>(r.step), static_cast<long long>(total_), r.stats.loss,
                   r.tokens_per_s, clock_string(eta).c_str());
     if (tty_) std::fprintf(stderr, "\r\033[K%s", line);
     if (log_every_ > 0 && (r.step % log_every_ == 0 || r.step == total_))
@@ -323,6 +311,56 @@ nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& d
           {"micro_batch", world * B}};
 }
 
+// The model's configuration: the --model directory's (opened into `reader`) or the preset's.
+ModelConfig model_config(const TrainOptions& o, std::unique_ptr<ModelDirReader>& reader) {
+  if (!o.model_dir.empty()) reader = std::make_unique<ModelDirReader>(o.model_dir);
+  const ModelConfig config = reader ? reader->config() : preset_config(o.preset);
+  check_seq_len(config, o.seq_len,
+                reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
+  return config;
+}
+
+// OUT/run.json: what ran (collective; rank 0 writes).
+void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& comm,
+                    const std::string& backend, const std::string& communicator,
+                    const ActivationCheckpointing& ac) {
+  const ParamLayout& layout = engine.layout();
+  const ModelConfig& config = engine.model().config();
+  RunInfo info{kCommand,
+               o.to_json(),
+               comm.world_size(),
+               hostnames(MPI_COMM_WORLD),
+               backend,
+               communicator,
+               o.precision,
+               config.to_hf_json(),
+               layout.total_numel(),
+               layout.non_embedding_numel()};
+  info.config["activation_checkpointing"] = activation_checkpointing_name(ac);
+  run_collectively(comm, [&] {
+    if (comm.rank() != 0) return;
+    std::filesystem::create_directories(o.out);
+    write_text_file(o.out + "/run.json", run_json(info).dump(2) + "\n");
+  });
+}
+
+// After the last step: the optional evaluation, OUT/final/ and the report files. Collective.
+void finish_run(ZeroEngine& engine, const TokenDataset& data, const TrainOptions& o,
+                MpiCommunicator& comm, RunRecorder& recorder, double total_time_s) {
+  const int world = comm.world_size();
+  nlohmann::json eval;
+  if (o.eval_batches > 0) eval = evaluate_after_training(engine, data, o, comm.rank(), world);
+  write_consolidated_model(engine, o.out + "/final", comm, {.overwrite = true});
+  nlohmann::json extra = {
+      {"world_size", world},
+      {"zero_stage", o.zero.stage},
+      {"precision", o.precision},
+      {"global_batch_tokens", o.micro_batch * o.grad_accum * world * o.seq_len}};
+  if (!eval.is_null()) extra["eval"] = eval;
+  recorder.write_report(extra, total_time_s);
+  if (comm.rank() == 0 && !eval.is_null()) std::cerr << "eval: " << eval.dump() << "\n";
+}
+
 int run_training(TrainOptions o) {
   const auto t_start = std::chrono::steady_clock::now();
   MpiRuntime runtime;
@@ -333,12 +371,8 @@ int run_training(TrainOptions o) {
   // ---- DeepSpeed train_batch_size rule (needs the world size) ----
   apply_batch_size_rule(o.batch_rule, world, o.micro_batch, o.grad_accum);
 
-  std::unique_ptr<ModelDirReader> reader;
-  if (!o.model_dir.empty()) reader = std::make_unique<ModelDirReader>(o.model_dir);
-  const ModelConfig config = reader ? reader->config() : preset_config(o.preset);
-  const std::string model_source =
-      reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'";
-  check_seq_len(config, o.seq_len, model_source, kCommand);
+  std::unique_ptr<ModelDirReader> reader;  // --model: the weights to start from
+  const ModelConfig config = model_config(o, reader);
   const Precision precision = parse_precision(o.precision);
   const ActivationCheckpointing ac =
       parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
@@ -357,7 +391,7 @@ int run_training(TrainOptions o) {
                          kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
-  MemoryTracker memory;
+  MemoryTracker memory(backend->device_memory());
   ZeroEngine engine(config, o.zero, precision, o.optim, *backend, data_comm, memory, o.micro_batch,
                     o.seq_len, ac, offload, &comm);
   TrainCheckpointing checkpointing(
@@ -380,123 +414,41 @@ int run_training(TrainOptions o) {
     engine.init_from_seed(static_cast<uint64_t>(o.seed));
   }
 
-  const ParamLayout& layout = engine.layout();
-  RunInfo info{kCommand,
-               o.to_json(),
-               world,
-               hostnames(comm.comm()),
-               backend->name(),
-               data_comm.backend_name(),
-               o.precision,
-               config.to_hf_json(),
-               layout.total_numel(),
-               layout.non_embedding_numel()};
-  info.config["activation_checkpointing"] = activation_checkpointing_name(ac);
-  MetricsLog metrics;
-  run_collectively(comm, [&] {
-    if (!is_root) return;
-    std::filesystem::create_directories(o.out);
-    write_text_file(o.out + "/run.json", run_json(info).dump(2) + "\n");
-    metrics =
-        MetricsLog(o.out + "/metrics.jsonl", checkpointing.resume_dir().empty() ? -1 : start.step);
-  });
-
-  const double flops_per_token =
-      training_flops_per_token(config, layout.non_embedding_numel(), o.seq_len);
-  const std::optional<double> peak_tflops = dense_bf16_peak_tflops(backend->name());
-  RunSummary summary;
-  MemoryByCategory run_peaks = memory_peaks(memory);
+  write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), ac);
+  RunRecorder recorder(
+      comm, data_comm, memory,
+      {o.out, checkpointing.resume_dir().empty() ? -1 : start.step, start.tokens_seen,
+       config.training_flops_per_token(o.seq_len), backend->name()});
   Progress progress(is_root, o.steps, o.log_every);
-  StepTimeline timeline;  // every step's phases on this rank (trace.json, rank skew)
-  const auto t_loop = std::chrono::steady_clock::now();
-  int64_t tokens_seen = start.tokens_seen;
+
   for (int64_t step = start.step + 1; step <= o.steps; ++step) {
     checkpointing.before_step(step);
-    const auto t0 = std::chrono::steady_clock::now();
-    memory.reset_peaks();
-    const CommCounters counters_before = data_comm.counters();
+    recorder.begin_step(step);
     sampler.next_step();
-    const double data_s = seconds_since(t0);
+    recorder.data_ready();
     const float lr = learning_rate_at(o.optim, step, o.steps);
     const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step);
-    StepRecord r;
-    r.step_time_s = seconds_since(t0);
+    const StepRecord& r = recorder.trained(lr, stats);
     if (!std::isfinite(stats.loss)) {
       progress.finish();
       fail("loss is " + std::to_string(stats.loss) + " at step " + std::to_string(step) +
            "; stopping (metrics so far are in " + o.out + "/metrics.jsonl, no final model)");
     }
-    tokens_seen += stats.tokens;
-    r.step = step;
-    r.loss = stats.loss;
-    r.lr = lr;
-    r.grad_norm = stats.grad_norm;
-    r.clip_scale = stats.clip_scale;
-    r.tokens = stats.tokens;
-    r.tokens_seen = tokens_seen;
-    r.tokens_per_s = static_cast<double>(stats.tokens) / r.step_time_s;
-    r.flops_per_token = flops_per_token;
-    r.tflops_per_device = flops_per_token * r.tokens_per_s / world / 1e12;
-    if (peak_tflops) r.mfu = r.tflops_per_device / *peak_tflops;
-    r.forward_s = stats.forward_s;
-    r.backward_s = stats.backward_s;
-    r.optimizer_s = stats.optimizer_s;
-    r.comm_wait_s = stats.comm_wait_s;
-    r.data_s = data_s;
-    r.peak_memory = memory_peaks(memory);
-    r.comm_bytes = comm_bytes_between(counters_before, data_comm.counters());
-    r.offload_bytes = {stats.offload_d2h_bytes, stats.offload_h2d_bytes, stats.nvme_read_bytes,
-                       stats.nvme_write_bytes};
-    for (size_t c = 0; c < run_peaks.size(); ++c)
-      run_peaks[c] = std::max(run_peaks[c], r.peak_memory[c]);
-    // Stop agreement + checkpoint save, timed into this step's line before it is logged.
-    const auto t_checkpoint = std::chrono::steady_clock::now();
-    const bool stop = checkpointing.after_step(engine, {step, tokens_seen, sampler.cursor()});
+    // Stop agreement + checkpoint save, timed into this step's record before it is written.
+    const bool stop = checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()});
     if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
       write_consolidated_model(engine, consolidated_step_dir(o.out, step), comm,
                                {.overwrite = true});
-    r.checkpoint_s = seconds_since(t_checkpoint);
-    timeline.add({step, std::chrono::duration<double>(t0 - t_loop).count(), r.step_time_s, r.data_s,
-                  r.forward_s, r.backward_s, r.optimizer_s, r.comm_wait_s, r.checkpoint_s});
-    metrics.append(r);
-    summary.add(r);
-    progress.update(r, seconds_since(t_loop));
+    progress.update(recorder.end_step(), recorder.loop_seconds());
     if (stop) {
-      write_chrome_trace(timeline, comm, o.out);
+      recorder.write_trace();
       progress.finish();
       return kStoppedExitCode;
     }
   }
   progress.finish();
 
-  nlohmann::json eval_result;
-  if (o.eval_batches > 0) eval_result = evaluate_after_training(engine, data, o, rank, world);
-  write_consolidated_model(engine, o.out + "/final", comm, {.overwrite = true});
-
-  // Peak memory of every rank, gathered to all (int64 is a reducible comm type).
-  std::vector<int64_t> mine(run_peaks.begin(), run_peaks.end());
-  std::vector<int64_t> all(mine.size() * static_cast<size_t>(world));
-  comm.all_gather_blocking(mine.data(), all.data(), mine.size());
-  std::vector<MemoryByCategory> per_rank(static_cast<size_t>(world));
-  for (size_t r = 0; r < per_rank.size(); ++r)
-    for (size_t c = 0; c < mine.size(); ++c)
-      per_rank[r][c] = static_cast<uint64_t>(all[r * mine.size() + c]);
-
-  // Every rank's step phases: OUT/trace.json (rank 0 writes) and the rank skew below.
-  const auto per_rank_phases = write_chrome_trace(timeline, comm, o.out);
-  run_collectively(comm, [&] {
-    if (!is_root) return;
-    nlohmann::json report = summary.to_json(per_rank, seconds_since(t_start));
-    report["world_size"] = world;
-    report["zero_stage"] = o.zero.stage;
-    report["precision"] = o.precision;
-    report["global_batch_tokens"] = o.micro_batch * o.grad_accum * world * o.seq_len;
-    if (!eval_result.is_null()) report["eval"] = eval_result;
-    report["rank_skew"] = rank_skew(per_rank_phases);
-    write_report_files(o.out, report);
-    add_plots_and_skew_to_report(o.out, report["rank_skew"]);
-    if (!eval_result.is_null()) std::cerr << "eval: " << eval_result.dump() << "\n";
-  });
+  finish_run(engine, data, o, comm, recorder, seconds_since(t_start));
   return 0;
 }
 

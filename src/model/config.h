@@ -22,6 +22,9 @@ struct ModelConfig {
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t kv_dim() const { return head_dim() * num_kv_heads; }
+  // Useful training FLOPs per token at sequence length T, torchtitan's convention
+  // (docs/ARCHITECTURE.md §5): 6·Ψ_non-embedding + 12·L·H·head_dim·T; recomputation not counted.
+  double training_flops_per_token(int64_t seq_len) const;
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;

@@ -42,7 +42,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
       ac_(ac) {
   ZT_CHECK(B_ > 0 && T_ > 0, "micro-batch and sequence length must be positive");
   // Activations (and every device-pool buffer of the engine) live in the backend's memory.
-  memory.set_device_memory(&backend.device_memory());
+  ZT_CHECK(&memory.device_memory() == &backend.device_memory(),
+           "the memory tracker accounts another device memory than the " + backend.name() +
+               " backend's");
   ZT_CHECK(T_ <= config_.max_position_embeddings,
            "seq-len " + std::to_string(T_) + " exceeds max_position_embeddings " +
                std::to_string(config_.max_position_embeddings));

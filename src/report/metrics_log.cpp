@@ -7,13 +7,6 @@
 
 namespace zt {
 
-double training_flops_per_token(const ModelConfig& config, int64_t non_embedding_params,
-                                int64_t seq_len) {
-  return 6.0 * static_cast<double>(non_embedding_params) +
-         12.0 * static_cast<double>(config.num_layers) * static_cast<double>(config.num_heads) *
-             static_cast<double>(config.head_dim()) * static_cast<double>(seq_len);
-}
-
 MemoryByCategory memory_peaks(const MemoryTracker& tracker) {
   MemoryByCategory out{};
   for (int c = 0; c < kNumMemCategories; ++c)
@@ -65,23 +58,26 @@ nlohmann::json comm_bytes_json(const BytesByCollective& bytes) {
 nlohmann::json StepRecord::to_json() const {
   nlohmann::json j;
   j["step"] = step;
-  j["loss"] = loss;
+  j["loss"] = stats.loss;
   j["lr"] = lr;
-  j["grad_norm"] = grad_norm;
-  j["clip_scale"] = clip_scale;
-  j["tokens"] = tokens;
+  j["grad_norm"] = stats.grad_norm;
+  j["clip_scale"] = stats.clip_scale;
+  j["tokens"] = stats.tokens;
   j["tokens_seen"] = tokens_seen;
   j["step_time_s"] = step_time_s;
   j["tokens_per_s"] = tokens_per_s;
   j["flops_per_token"] = flops_per_token;
   j["tflops_per_device"] = tflops_per_device;
   j["mfu"] = mfu ? nlohmann::json(*mfu) : nlohmann::json(nullptr);
-  j["time"] = {{"forward_s", forward_s},     {"backward_s", backward_s},
-               {"optimizer_s", optimizer_s}, {"comm_wait_s", comm_wait_s},
-               {"data_s", data_s},           {"checkpoint_s", checkpoint_s}};
+  j["time"] = {{"forward_s", stats.forward_s},
+               {"backward_s", stats.backward_s},
+               {"optimizer_s", stats.optimizer_s},
+               {"comm_wait_s", stats.comm_wait_s},
+               {"data_s", data_s},
+               {"checkpoint_s", checkpoint_s}};
   j["peak_memory_bytes"] = memory_json(peak_memory);
   j["comm_bytes"] = comm_bytes_json(comm_bytes);
-  j["offload_bytes"] = offload_bytes_json(offload_bytes);
+  j["offload_bytes"] = offload_bytes_json(offload_bytes());
   return j;
 }
 

@@ -10,18 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
-#include "model/config.h"
+#include "engine/engine_types.h"
 #include "util/memory.h"
 
 namespace zt {
 
 using MemoryByCategory = std::array<uint64_t, kNumMemCategories>;
 using BytesByCollective = std::array<uint64_t, kNumCollectiveOps>;
-
-// Useful training FLOPs per token (torchtitan's convention, docs/ARCHITECTURE.md §5):
-// 6·Ψ_nonembedding + 12·L·H·head_dim·T. Recomputation is not counted.
-double training_flops_per_token(const ModelConfig& config, int64_t non_embedding_params,
-                                int64_t seq_len);
 
 // Peak bytes per category since the tracker's last reset_peaks().
 MemoryByCategory memory_peaks(const MemoryTracker& tracker);
@@ -39,20 +34,26 @@ nlohmann::json memory_json(const MemoryByCategory& bytes);       // {"params": .
 nlohmann::json offload_bytes_json(const OffloadBytes& bytes);    // {"device_to_host": .., ...}
 nlohmann::json comm_bytes_json(const BytesByCollective& bytes);  // {"all_gather": .., ...}
 
+// One training step, as the run records it: what the engine reported (StepStats) and what the
+// loop measured around it, with the derived throughput figures. metrics.jsonl, the timeline and
+// the summary are all written from this one record.
 struct StepRecord {
   int64_t step = 0;  // 1-based
-  double loss = 0, lr = 0, grad_norm = 0, clip_scale = 1;
-  int64_t tokens = 0;       // global batch tokens
+  double lr = 0;
+  StepStats stats;          // loss, norm, tokens, phase times, offload traffic of the step
   int64_t tokens_seen = 0;  // cumulative
-  double step_time_s = 0, tokens_per_s = 0;
-  double flops_per_token = 0, tflops_per_device = 0;
-  std::optional<double> mfu;  // null when the device has no meaningful peak (CPU)
-  double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0, data_s = 0;
+  double start_s = 0;       // since the rank's training loop started
+  double step_time_s = 0, data_s = 0;
   double checkpoint_s = 0;  // after the step: stop agreement + checkpoint save (0 when none)
+  double tokens_per_s = 0, flops_per_token = 0, tflops_per_device = 0;
+  std::optional<double> mfu;  // null when the device has no meaningful peak (CPU)
   MemoryByCategory peak_memory{};
   BytesByCollective comm_bytes{};
-  OffloadBytes offload_bytes;  // this step's offload traffic
 
+  OffloadBytes offload_bytes() const {
+    return {stats.offload_d2h_bytes, stats.offload_h2d_bytes, stats.nvme_read_bytes,
+            stats.nvme_write_bytes};
+  }
   nlohmann::json to_json() const;
 };
 

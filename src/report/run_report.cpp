@@ -86,19 +86,19 @@ nlohmann::json run_json(const RunInfo& info) {
 
 void RunSummary::add(const StepRecord& r) {
   if (steps_ == 0) {
-    first_loss_ = r.loss;
+    first_loss_ = r.stats.loss;
   } else {
     tokens_per_s_after_first_ += r.tokens_per_s;
     tflops_after_first_ += r.tflops_per_device;
   }
   ++steps_;
-  final_loss_ = r.loss;
+  final_loss_ = r.stats.loss;
   train_time_s_ += r.step_time_s;
   tokens_seen_ = r.tokens_seen;
   flops_per_token_ = r.flops_per_token;
   for (size_t op = 0; op < comm_bytes_total_.size(); ++op)
     comm_bytes_total_[op] += r.comm_bytes[op];
-  offload_bytes_total_ += r.offload_bytes;
+  offload_bytes_total_ += r.offload_bytes();
 }
 
 nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_memory_per_rank,

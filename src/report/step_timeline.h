@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "report/metrics_log.h"
 
 namespace zt {
 
@@ -23,7 +24,11 @@ struct StepPhases {
 
 class StepTimeline {
  public:
-  void add(const StepPhases& phases) { steps_.push_back(phases); }
+  void add(const StepRecord& r) {
+    steps_.push_back({r.step, r.start_s, r.step_time_s, r.data_s, r.stats.forward_s,
+                      r.stats.backward_s, r.stats.optimizer_s, r.stats.comm_wait_s,
+                      r.checkpoint_s});
+  }
   const std::vector<StepPhases>& steps() const { return steps_; }
 
   // Every rank's phases, indexed by rank, on every rank. Collective; every rank must have

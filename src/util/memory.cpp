@@ -60,14 +60,6 @@ DeviceMemory& host_device_memory() {
   return memory;
 }
 
-void MemoryTracker::set_device_memory(DeviceMemory* device) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ZT_CHECK(device != nullptr, "MemoryTracker: null device memory");
-  ZT_CHECK(device == device_ || current_total_ == 0,
-           "MemoryTracker: device memory changed while device buffers are allocated");
-  device_ = device;
-}
-
 void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   const int i = static_cast<int>(c);

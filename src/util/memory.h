@@ -84,9 +84,9 @@ DeviceMemory& host_device_memory();
 
 class MemoryTracker {
  public:
-  // Device memory for device-pool categories (default: host_device_memory()). Must be set
-  // before any device-pool buffer is allocated, or to the same object.
-  void set_device_memory(DeviceMemory* device);
+  // `device`: where device-pool buffers are allocated — the backend's device memory (the CPU
+  // backend's is host_device_memory()). Fixed for the tracker's life.
+  explicit MemoryTracker(DeviceMemory& device = host_device_memory()) : device_(&device) {}
   DeviceMemory& device_memory() const { return *device_; }
 
   void on_alloc(MemCategory c, size_t bytes);
@@ -97,7 +97,7 @@ class MemoryTracker {
   void reset_peaks();         // peaks := current
  private:
   mutable std::mutex mu_;
-  DeviceMemory* device_ = &host_device_memory();
+  DeviceMemory* device_;
   std::array<size_t, kNumMemCategories> current_{};
   std::array<size_t, kNumMemCategories> peak_{};
   size_t current_total_ = 0;

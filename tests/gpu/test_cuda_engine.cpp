@@ -51,7 +51,7 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
   adam.lr = 1e-3f;
   adam.weight_decay = 0.1f;
   adam.clip = 1.0f;
-  MemoryTracker memory;
+  MemoryTracker memory(backend.device_memory());
   ZeroEngine engine(cfg, zero, Precision::kBf16, adam, backend, data, memory, kMicro, kSeq, ac,
                     offload, &host);
   engine.init_from_seed(42);

@@ -91,7 +91,7 @@ Outcome train(MpiCommunicator& world, const RunSpec& spec, bool guarded, const f
   adam.lr = 2e-3f;
   adam.weight_decay = 0.1f;
   adam.clip = 0.5f;
-  MemoryTracker memory;
+  MemoryTracker memory(backend->device_memory());
   auto make = [&] {
     return std::make_unique<ZeroEngine>(cfg, zero, spec.precision, adam, *backend, *data, memory,
                                         kMicro, kSeq, spec.ac, spec.offload, &world);

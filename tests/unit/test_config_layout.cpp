@@ -86,4 +86,16 @@ TEST(Bf16, RoundToNearestEven) {
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
 }
 
+// torchtitan's useful FLOPs per token, 6·Ψ_non-embedding + 12·L·H·head_dim·T, for the 1b preset
+// at T = 2048, the parameter count written out from the shapes: each of 16 layers has q, k, v, o
+// (4·2048²), gate, up, down (3·2048·5504) and two norms (2·2048); then the final norm and the
+// untied LM head (2048 + 2048·32000). The embedding table is not counted.
+TEST(ModelConfig, TrainingFlopsPerTokenIsTorchtitansFormula) {
+  const double per_layer = 4.0 * 2048 * 2048 + 3.0 * 2048 * 5504 + 2.0 * 2048;
+  const double non_embedding = 16 * per_layer + 2048 + 2048.0 * 32000;
+  const double expected = 6 * non_embedding + 12.0 * 16 * 16 * 128 * 2048;
+  EXPECT_EQ(preset_config("1b").training_flops_per_token(2048), expected);
+  EXPECT_EQ(expected, 6055931904.0);
+}
+
 }  // namespace zt

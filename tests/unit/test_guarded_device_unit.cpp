@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/config.h"
+#include "model/llama.h"
 #include "support/guarded_device.h"
 #include "util/error.h"
 
@@ -83,6 +85,24 @@ TEST(GuardedBackend, RefusesHostTensorsNamingTheArgument) {
   backend->scale_inplace(d, 3.0f, 16);
   EXPECT_DOUBLE_EQ(backend->sum_squares(d, 16), 16 * 9.0);
   device.release(d, 16 * sizeof(float));
+}
+
+// A model's buffers are accounted on the memory its backend allocates from: a tracker built on
+// other memory is refused at once, naming the backend, instead of accounting the wrong pool.
+TEST(GuardedDeviceMemory, ModelRefusesATrackerOnAnotherDeviceMemory) {
+  auto cpu = make_cpu_backend();
+  GuardedDeviceMemory device;
+  auto guarded = make_guarded_backend(*cpu, device);
+  MemoryTracker host_tracker;  // host_device_memory(), the CPU backend's
+  try {
+    LlamaModel model(preset_config("tiny"), *guarded, host_tracker, 1, 8);
+    FAIL() << "a tracker on host memory was accepted for the guarded backend";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory tracker"), std::string::npos) << e.what();
+  }
+  MemoryTracker tracker(guarded->device_memory());
+  LlamaModel model(preset_config("tiny"), *guarded, tracker, 1, 8);
+  EXPECT_GT(tracker.current(MemCategory::kActivations), 0u);
 }
 
 }  // namespace

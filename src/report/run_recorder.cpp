@@ -1,0 +1,111 @@
+#include "report/run_recorder.h"
+
+#include <algorithm>
+
+#include "comm/collective_outcome.h"
+#include "report/study_report.h"
+
+namespace zt {
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+std::optional<double> dense_bf16_peak_tflops(const std::string& backend_name) {
+  if (backend_name.find("h100") != std::string::npos ||
+      backend_name.find("h200") != std::string::npos)
+    return 989.0;
+  if (backend_name.find("a100") != std::string::npos) return 312.0;
+  return std::nullopt;
+}
+
+RunRecorder::RunRecorder(Communicator& host, Communicator& data, MemoryTracker& memory,
+                         const Setup& setup)
+    : host_(host),
+      data_(data),
+      memory_(memory),
+      setup_(setup),
+      peak_tflops_(dense_bf16_peak_tflops(setup.backend_name)),
+      run_peaks_(memory_peaks(memory)) {
+  current_.tokens_seen = setup.tokens_seen;
+  run_collectively(host_, [&] {
+    if (host_.rank() == 0)
+      metrics_ = MetricsLog(setup_.out_dir + "/metrics.jsonl", setup_.resume_step);
+  });
+}
+
+void RunRecorder::begin_step(int64_t step) {
+  step_start_ = Clock::now();
+  if (!started_) loop_start_ = step_start_, started_ = true;
+  memory_.reset_peaks();
+  counters_at_start_ = data_.counters();
+  const int64_t tokens_seen = current_.tokens_seen;
+  current_ = StepRecord{};
+  current_.step = step;
+  current_.tokens_seen = tokens_seen;
+  current_.start_s = seconds_between(loop_start_, step_start_);
+}
+
+void RunRecorder::data_ready() {
+  current_.data_s = seconds_between(step_start_, Clock::now());
+}
+
+const StepRecord& RunRecorder::trained(float lr, const StepStats& stats) {
+  trained_at_ = Clock::now();
+  StepRecord& r = current_;
+  r.lr = lr;
+  r.stats = stats;
+  r.step_time_s = seconds_between(step_start_, trained_at_);
+  r.tokens_seen += stats.tokens;
+  r.tokens_per_s = static_cast<double>(stats.tokens) / r.step_time_s;
+  r.flops_per_token = setup_.flops_per_token;
+  r.tflops_per_device = r.flops_per_token * r.tokens_per_s / data_.world_size() / 1e12;
+  if (peak_tflops_) r.mfu = r.tflops_per_device / *peak_tflops_;
+  r.peak_memory = memory_peaks(memory_);
+  r.comm_bytes = comm_bytes_between(counters_at_start_, data_.counters());
+  for (size_t c = 0; c < run_peaks_.size(); ++c)
+    run_peaks_[c] = std::max(run_peaks_[c], r.peak_memory[c]);
+  return r;
+}
+
+const StepRecord& RunRecorder::end_step() {
+  current_.checkpoint_s = seconds_between(trained_at_, Clock::now());
+  timeline_.add(current_);
+  metrics_.append(current_);
+  summary_.add(current_);
+  return current_;
+}
+
+double RunRecorder::loop_seconds() const {
+  return started_ ? seconds_between(loop_start_, Clock::now()) : 0.0;
+}
+
+void RunRecorder::write_trace() {
+  per_rank_phases_ = write_chrome_trace(timeline_, host_, setup_.out_dir);
+}
+
+void RunRecorder::write_report(const nlohmann::json& extra, double total_time_s) {
+  // Peak memory of every rank, gathered to all (int64 is a reducible comm type).
+  std::vector<int64_t> mine(run_peaks_.begin(), run_peaks_.end());
+  std::vector<int64_t> all(mine.size() * static_cast<size_t>(host_.world_size()));
+  host_.all_gather_blocking(mine.data(), all.data(), mine.size());
+  std::vector<MemoryByCategory> per_rank(static_cast<size_t>(host_.world_size()));
+  for (size_t r = 0; r < per_rank.size(); ++r)
+    for (size_t c = 0; c < mine.size(); ++c)
+      per_rank[r][c] = static_cast<uint64_t>(all[r * mine.size() + c]);
+  write_trace();
+  run_collectively(host_, [&] {
+    if (host_.rank() != 0) return;
+    nlohmann::json report = summary_.to_json(per_rank, total_time_s);
+    report.update(extra);
+    report["rank_skew"] = rank_skew(per_rank_phases_);
+    write_report_files(setup_.out_dir, report);
+    add_plots_and_skew_to_report(setup_.out_dir, report["rank_skew"]);
+  });
+}
+
+}  // namespace zt
