@@ -1,8 +1,10 @@
 #include "app/cli.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <vector>
 
 #include "util/error.h"
 
@@ -18,7 +20,8 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
   all.add(options).add(common);
   try {
     po::command_line_parser parser(argc, argv);
-    parser.options(all);
+    parser.options(all).style(po::command_line_style::default_style &
+                              ~po::command_line_style::allow_guessing);
     if (positional) parser.positional(*positional);
     po::store(parser.run(), vm);
     if (vm.count("help")) {
@@ -33,10 +36,54 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
       po::store(po::parse_config_file(in, options, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    std::string name = e.get_option_name();
+    name.erase(0, name.find_first_not_of('-'));
+    fail(spec.name + ": " + e.what() + did_you_mean(name, all) + " (see 'zerotrain " + spec.name +
+         " --help')");
   } catch (const po::error& e) {
     fail(spec.name + ": " + e.what() + " (see 'zerotrain " + spec.name + " --help')");
   }
   return true;
+}
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string did_you_mean(const std::string& given, const po::options_description& options) {
+  std::vector<std::string> prefixed;
+  std::string closest;
+  size_t best = std::string::npos;
+  for (const auto& option : options.options()) {
+    const std::string& name = option->long_name();
+    if (name.empty()) continue;
+    if (name.rfind(given, 0) == 0) prefixed.push_back(name);
+    const size_t d = edit_distance(given, name);
+    if (d < best) best = d, closest = name;
+  }
+  std::vector<std::string> names = prefixed;
+  if (names.empty() && best <= std::max<size_t>(2, given.size() / 3)) names.push_back(closest);
+  if (names.empty()) return "";
+  std::string text = " (did you mean ";
+  for (size_t i = 0; i < names.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + ("--" + names[i]);
+  return text + "?)";
 }
 
 po::typed_value<bool>* bool_flag(bool* target, bool fallback) {

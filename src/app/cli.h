@@ -6,6 +6,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "util/decimal.h"
+
 namespace zt {
 
 namespace po = boost::program_options;
@@ -17,14 +19,27 @@ struct CommandSpec {
 };
 
 // Parses argv (argv[0] is the subcommand name) against `options` plus the common --help and
-// --config. Positional options may be given. Returns false when --help was printed (the caller
-// returns 0). Throws zt::Error on bad input.
+// --config. Positional options may be given. Only full option names are accepted (Boost's
+// abbreviation guessing is off: a script that worked must not break when an option is added);
+// an unknown one is refused with the names it may have meant. Returns false when --help was printed
+// (the caller returns 0). Throws zt::Error on bad input.
 bool parse_command_line(const CommandSpec& spec, po::options_description& options,
                         const po::positional_options_description* positional, int argc, char** argv,
                         po::variables_map& vm);
 
 // A boolean option: `--name` alone means true, `--name=false` is accepted too.
 po::typed_value<bool>* bool_flag(bool* target, bool fallback);
+
+// A float or double option whose --help default is the shortest decimal that reads back to it
+// (--lr (=0.0003), not (=0.000300000014)).
+template <typename T>
+po::typed_value<T>* decimal_option(T* target) {
+  return po::value<T>(target)->default_value(*target, shortest_decimal(*target));
+}
+
+// " (did you mean --a or --b?)" for an unknown option `given`: every known long name it is a
+// prefix of, else the closest one by edit distance when it is close; "" when nothing is.
+std::string did_you_mean(const std::string& given, const po::options_description& options);
 
 // Fails with a message naming the missing option unless vm has it.
 void require_option(const po::variables_map& vm, const std::string& name,

@@ -58,11 +58,11 @@ void info_model(const std::string& dir, bool json, bool verify) {
   nlohmann::json tensors = nlohmann::json::array();
   uint64_t bytes = 0;
   for (const auto& t : reader.layout().tensors()) {
-    const h5::DType dtype = reader.stored_dtype(t.name);
-    bytes += static_cast<uint64_t>(t.numel) * h5::dtype_size(dtype);
+    const DType dtype = reader.stored_dtype(t.name);
+    bytes += static_cast<uint64_t>(t.numel) * dtype_size(dtype);
     tensors.push_back({{"name", t.name},
                        {"shape", t.shape},
-                       {"dtype", h5::dtype_name(dtype)},
+                       {"dtype", dtype_name(dtype)},
                        {"file", reader.shard_of(t.name)}});
   }
   if (verify) verify_model_values(reader);
@@ -107,7 +107,7 @@ void info_tokens(const std::string& path, bool json) {
                             {"tokens", data.size()},
                             {"vocab_size", data.vocab_size()},
                             {"tokenizer", data.tokenizer()},
-                            {"dtype", h5::dtype_name(data.dtype())},
+                            {"dtype", dtype_name(data.dtype())},
                             {"min_token", lo},
                             {"max_token", hi}};
   if (json) {
@@ -118,7 +118,7 @@ void info_tokens(const std::string& path, bool json) {
             << "tokens: " << with_commas(static_cast<uint64_t>(data.size())) << "\n"
             << "vocab_size: " << data.vocab_size() << "\n"
             << "tokenizer: " << data.tokenizer() << "\n"
-            << "dtype: " << h5::dtype_name(data.dtype()) << "\n"
+            << "dtype: " << dtype_name(data.dtype()) << "\n"
             << "min_token: " << lo << "\nmax_token: " << hi << "\n";
   if (hi >= data.vocab_size())
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";

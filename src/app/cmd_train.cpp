@@ -31,6 +31,7 @@
 #include "io/token_dataset.h"
 #include "report/run_recorder.h"
 #include "runtime/mpi_runtime.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -62,14 +63,9 @@ struct TrainOptions {
   nlohmann::json to_json() const;
 };
 
-// A float option as the shortest decimal that reads back to it (0.9f as 0.9, not 0.8999999762).
-double shortest_decimal(float v) {
-  for (int digits = 6; digits < 9; ++digits) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
-    if (std::strtof(buf, nullptr) == v) return std::strtod(buf, nullptr);
-  }
-  return v;
+// A float setting in run.json: the number its shortest decimal reads as (0.9f as 0.9).
+double json_number(float v) {
+  return std::strtod(shortest_decimal(v).c_str(), nullptr);
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -83,18 +79,18 @@ nlohmann::json TrainOptions::to_json() const {
           {"grad_accum", grad_accum},
           {"seq_len", seq_len},
           {"seed", seed},
-          {"lr", shortest_decimal(optim.lr)},
-          {"min_lr", shortest_decimal(optim.min_lr)},
+          {"lr", json_number(optim.lr)},
+          {"min_lr", json_number(optim.min_lr)},
           {"warmup_steps", optim.warmup_steps},
           {"lr_schedule", lr_schedule_name(optim.schedule)},
           {"warmup_type", warmup_shape_name(optim.warmup_shape)},
-          {"warmup_start_lr", shortest_decimal(optim.warmup_start_lr)},
+          {"warmup_start_lr", json_number(optim.warmup_start_lr)},
           {"schedule_steps", optim.schedule_steps > 0 ? optim.schedule_steps : steps},
-          {"beta1", shortest_decimal(optim.beta1)},
-          {"beta2", shortest_decimal(optim.beta2)},
-          {"eps", shortest_decimal(optim.eps)},
-          {"weight_decay", shortest_decimal(optim.weight_decay)},
-          {"clip", shortest_decimal(optim.clip)},
+          {"beta1", json_number(optim.beta1)},
+          {"beta2", json_number(optim.beta2)},
+          {"eps", json_number(optim.eps)},
+          {"weight_decay", json_number(optim.weight_decay)},
+          {"clip", json_number(optim.clip)},
           {"precision", precision},
           {"backend", backend},
           {"zero_stage", zero.stage},
@@ -137,8 +133,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
       "micro-batches per optimizer step");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
-  add("lr", po::value(&o.optim.lr)->default_value(o.optim.lr), "peak learning rate");
-  add("min-lr", po::value(&o.optim.min_lr)->default_value(o.optim.min_lr),
+  add("lr", decimal_option(&o.optim.lr), "peak learning rate");
+  add("min-lr", decimal_option(&o.optim.min_lr),
       "floor of the decay (cosine, WarmupDecayLR, WarmupCosineLR)");
   add("warmup-steps", po::value(&o.optim.warmup_steps)->default_value(o.optim.warmup_steps),
       "warmup steps");
@@ -146,18 +142,16 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR (DeepSpeed's formulas)");
   add("warmup-type", po::value(&o.warmup_type)->default_value(o.warmup_type),
       "linear | log (log: DeepSpeed schedules)");
-  add("warmup-start-lr",
-      po::value(&o.optim.warmup_start_lr)->default_value(o.optim.warmup_start_lr),
+  add("warmup-start-lr", decimal_option(&o.optim.warmup_start_lr),
       "learning rate the warmup starts from");
   add("schedule-steps", po::value(&o.optim.schedule_steps)->default_value(0),
       "length of the schedule's decay, in steps (0: --steps)");
-  add("beta1", po::value(&o.optim.beta1)->default_value(o.optim.beta1), "AdamW beta1");
-  add("beta2", po::value(&o.optim.beta2)->default_value(o.optim.beta2), "AdamW beta2");
-  add("eps", po::value(&o.optim.eps)->default_value(o.optim.eps), "AdamW epsilon");
-  add("weight-decay", po::value(&o.optim.weight_decay)->default_value(o.optim.weight_decay),
+  add("beta1", decimal_option(&o.optim.beta1), "AdamW beta1");
+  add("beta2", decimal_option(&o.optim.beta2), "AdamW beta2");
+  add("eps", decimal_option(&o.optim.eps), "AdamW epsilon");
+  add("weight-decay", decimal_option(&o.optim.weight_decay),
       "decoupled weight decay (not on norms and the embedding)");
-  add("clip", po::value(&o.optim.clip)->default_value(o.optim.clip),
-      "global gradient-norm clip (<= 0 disables)");
+  add("clip", decimal_option(&o.optim.clip), "global gradient-norm clip (<= 0 disables)");
   add("seed", po::value(&o.seed)->default_value(o.seed),
       "seed of the data order and of --preset init");
   add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
@@ -170,7 +164,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "none | full | every:K");
   add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
       "keep checkpointed layer inputs in host memory");
-  add("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
+  add("comm-timeout", decimal_option(&o.comm_timeout),
       "seconds before a stuck collective aborts the job");
   add("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
       "eval batches at the end (0 = skip)");
@@ -180,6 +174,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
       "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
   add_checkpoint_options(opts, o.checkpoint);
+  po::options_description testing("testing (fault injection)");
+  add_fault_injection_options(testing, o.checkpoint);
   add("deepspeed", po::value(&o.deepspeed),
       "DeepSpeed JSON config. Precedence: command line > --config INI > "
       "--deepspeed JSON > defaults");
@@ -188,6 +184,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
                          "[options]"};
   add_zero_bucket_options(opts, o.zero);
   add_offload_options(opts, o.offload);
+  opts.add(testing);
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   require_option(vm, "data", kCommand);

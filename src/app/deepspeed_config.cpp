@@ -7,6 +7,7 @@
 #include <iostream>
 #include <set>
 
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -15,28 +16,6 @@ namespace po = boost::program_options;
 using nlohmann::json;
 
 namespace {
-
-// Shortest decimal that reads back to the same float/double.
-std::string number_text(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  for (int digits = 6; digits < 17; ++digits) {
-    char shorter[40];
-    std::snprintf(shorter, sizeof shorter, "%.*g", digits, v);
-    if (std::strtod(shorter, nullptr) == v) return shorter;
-  }
-  return buf;
-}
-
-// Shortest decimal that reads back to the same float.
-std::string float_text(float v) {
-  char buf[40];
-  for (int digits = 6; digits < 10; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
-    if (std::strtof(buf, nullptr) == v) break;
-  }
-  return buf;
-}
 
 // One JSON object of the config at a dotted path. Typed getters name "source: path.key" in
 // errors; every key looked up is known, and finish() warns about the others.
@@ -125,7 +104,7 @@ void replace_option(DeepSpeedConfig& c, const std::string& name, const std::stri
   set_option(c, name, value);
 }
 void set_number(DeepSpeedConfig& c, const std::string& name, std::optional<double> v) {
-  if (v) set_option(c, name, number_text(*v));
+  if (v) set_option(c, name, shortest_decimal(*v));
 }
 void set_integer(DeepSpeedConfig& c, const std::string& name, std::optional<int64_t> v) {
   if (v) set_option(c, name, std::to_string(*v));
@@ -215,7 +194,8 @@ void parse_scheduler(const json& block, DeepSpeedConfig& c) {
   // WarmupDecayLR takes 0.001 (DeepSpeed 0.19.8's defaults).
   if (!p.is_auto("warmup_max_lr")) {
     const std::optional<double> peak = p.number("warmup_max_lr");
-    if (peak || type == "WarmupDecayLR") replace_option(c, "lr", number_text(peak.value_or(1e-3)));
+    if (peak || type == "WarmupDecayLR")
+      replace_option(c, "lr", shortest_decimal(peak.value_or(1e-3)));
   }
   if (!p.is_auto("warmup_min_lr")) {
     const double start = p.number("warmup_min_lr").value_or(0.0);
@@ -422,7 +402,7 @@ BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& m
   for (const auto& [option, ratio] :
        {std::pair{"min-lr", c.cos_min_ratio}, std::pair{"warmup-start-lr", c.warmup_min_ratio}})
     if (ratio && vm.count("lr"))
-      store({{option, float_text(static_cast<float>(*ratio * vm["lr"].as<float>()))}});
+      store({{option, shortest_decimal(static_cast<float>(*ratio * vm["lr"].as<float>()))}});
   if (launch_rank_is_zero())
     for (const std::string& w : c.warnings) std::cerr << "warning: " << w << "\n";
   BatchSizeRule rule;

@@ -37,6 +37,10 @@ void add_checkpoint_options(po::options_description& options, CheckpointFlags& f
       "none | auto (OUT/checkpoints/latest, if any) | PATH of a checkpoint directory");
   add("stop-after-step", po::value(&f.stop_after_step)->default_value(f.stop_after_step),
       "save a checkpoint after step S and exit 124, as on SIGUSR1 (0 = off)");
+}
+
+void add_fault_injection_options(po::options_description& options, CheckpointFlags& f) {
+  auto add = options.add_options();
   add("debug-kill-rank", po::value(&f.debug_kill_rank)->default_value(f.debug_kill_rank),
       "fault injection: this rank kills itself (SIGKILL) at --debug-kill-step");
   add("debug-kill-step", po::value(&f.debug_kill_step)->default_value(f.debug_kill_step),

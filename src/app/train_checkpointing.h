@@ -24,6 +24,8 @@ struct CheckpointFlags {
 
 // Registers the flags above on a command's options.
 void add_checkpoint_options(po::options_description& options, CheckpointFlags& flags);
+// The fault-injection options the tests use (--debug-*), for a separate --help group.
+void add_fault_injection_options(po::options_description& options, CheckpointFlags& flags);
 void validate_checkpoint_flags(const CheckpointFlags& flags, const std::string& command);
 
 class TrainCheckpointing {

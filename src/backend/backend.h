@@ -1,7 +1,7 @@
 // Backend: the math a Llama layer needs, forward and backward side by side. The model calls only
 // these; a backend knows nothing of layers or ranks. All tensors are row-major and contiguous.
-// The CPU backend computes and stores activations in fp32 (OpenMP + BLAS); the CUDA backend
-// (issue 6) implements the same operations with bf16 storage.
+// Both backends store activations in fp32: the CPU backend computes with OpenMP + OpenBLAS, the
+// CUDA backend with its kernels and cuBLASLt GEMMs (bf16 tensor cores by default, fp32 storage).
 //
 // Conventions: "=" overwrites the output, "+=" accumulates into it. Gradients of parameters are
 // always accumulated (+=) in fp32, so micro-batches add up without extra copies. Every reduction

@@ -36,11 +36,11 @@ void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
   for (OptimizerTensor kind : kOptimizerTensors) {
     const std::string name = dataset_path(s.group, kind);
     const std::string where = "'" + path + "' " + name;
-    h5::Id ds = h5::create_dataset(file, name, h5::DType::kF32, {s.range.count}, where);
+    h5::Id ds = h5::create_dataset(file, name, DType::kFloat32, {s.range.count}, where);
     h5::write_attr_int64(ds, "begin", s.range.begin, where);
     h5::write_attr_int64(ds, "count", s.range.count, where);
     if (s.range.count > 0)
-      h5::write_box(ds, h5::DType::kF32, {0}, {s.range.count}, slice_data(s, kind), where);
+      h5::write_box(ds, DType::kFloat32, {0}, {s.range.count}, slice_data(s, kind), where);
     ds.close(where);
   }
   group.close(group_where);
@@ -134,7 +134,7 @@ void CheckpointRangeReader::read(int group, OptimizerTensor kind, ElementRange r
                  h5::read_attr_int64(ds, "count", where) == held.count &&
                  h5::dataset_shape(ds, where) == std::vector<int64_t>{held.count},
              "checkpoint dataset " + where + " does not hold the range the manifest lists");
-    h5::read_box(ds, h5::DType::kF32, {lo - held.begin}, {hi - lo}, out + (lo - range.begin),
+    h5::read_box(ds, DType::kFloat32, {lo - held.begin}, {hi - lo}, out + (lo - range.begin),
                  where);
   }
 }

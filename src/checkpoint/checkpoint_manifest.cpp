@@ -6,6 +6,7 @@
 
 #include "io/fs_util.h"
 #include "util/crc32c.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -15,16 +16,6 @@ namespace {
 std::string numbered(const char* format, int64_t n) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, static_cast<long long>(n));
-  return buf;
-}
-
-// A float as the shortest decimal that reads back to it (0.9f as "0.9").
-std::string float_text(float v) {
-  char buf[32];
-  for (int digits = 6; digits <= 9; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
-    if (std::strtof(buf, nullptr) == v) break;
-  }
   return buf;
 }
 
@@ -43,6 +34,10 @@ void compare(std::vector<std::string>& out, const char* key, const T& saved, con
 
 std::string int_text(int64_t v) {
   return std::to_string(v);
+}
+
+std::string float_text(float v) {
+  return shortest_decimal(v);
 }
 const std::string& as_is(const std::string& s) {
   return s;

@@ -10,44 +10,22 @@
 
 namespace zt {
 
-size_t dtype_size(DType dtype) {
+bool dtype_is_collective(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
-      return 4;
     case DType::kFloat64:
-      return 8;
     case DType::kBf16:
-      return 2;
     case DType::kInt32:
-      return 4;
     case DType::kInt64:
-      return 8;
     case DType::kUint8:
-      return 1;
+      return true;
+    default:
+      return false;
   }
-  fail("dtype_size: unknown DType " + std::to_string(static_cast<int>(dtype)));
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat64:
-      return "float64";
-    case DType::kBf16:
-      return "bf16";
-    case DType::kInt32:
-      return "int32";
-    case DType::kInt64:
-      return "int64";
-    case DType::kUint8:
-      return "uint8";
-  }
-  return "unknown";
 }
 
 bool dtype_is_reducible(DType dtype) {
-  return dtype != DType::kBf16;
+  return dtype_is_collective(dtype) && dtype != DType::kBf16;
 }
 
 const char* collective_op_name(CollectiveOp op) {
@@ -191,7 +169,9 @@ bool ranges_overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes
   return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
 }
 
-void check_count(CollectiveOp op, size_t count) {
+void check_count(CollectiveOp op, DType dtype, size_t count) {
+  ZT_CHECK(dtype_is_collective(dtype), std::string(collective_op_name(op)) +
+                                           ": collectives do not move dtype " + dtype_name(dtype));
   ZT_CHECK(count <= static_cast<size_t>(INT_MAX),
            std::string(collective_op_name(op)) + ": count " + std::to_string(count) +
                " exceeds INT_MAX elements; split the buffer into buckets");
@@ -213,7 +193,7 @@ void check_reducible(CollectiveOp op, DType dtype) {
 CommHandle Communicator::all_gather(DType dtype, const void* send, void* recv,
                                     size_t count_per_rank) {
   const CollectiveOp op = CollectiveOp::kAllGather;
-  check_count(op, count_per_rank);
+  check_count(op, dtype, count_per_rank);
   check_buffer(op, send, count_per_rank, "send");
   check_buffer(op, recv, count_per_rank, "recv");
   const size_t block_bytes = count_per_rank * dtype_size(dtype);
@@ -237,7 +217,7 @@ CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void*
                                             size_t count_per_rank) {
   const CollectiveOp op = CollectiveOp::kReduceScatter;
   check_reducible(op, dtype);
-  check_count(op, count_per_rank);
+  check_count(op, dtype, count_per_rank);
   check_buffer(op, send, count_per_rank, "send");
   check_buffer(op, recv, count_per_rank, "recv");
   const size_t block_bytes = count_per_rank * dtype_size(dtype);
@@ -256,7 +236,7 @@ CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void*
 CommHandle Communicator::all_reduce_sum(DType dtype, void* inout, size_t count) {
   const CollectiveOp op = CollectiveOp::kAllReduce;
   check_reducible(op, dtype);
-  check_count(op, count);
+  check_count(op, dtype, count);
   check_buffer(op, inout, count, "inout");
   CollectiveCall call;
   call.op = op;
@@ -268,7 +248,7 @@ CommHandle Communicator::all_reduce_sum(DType dtype, void* inout, size_t count) 
 
 CommHandle Communicator::broadcast(DType dtype, void* buf, size_t count, int root) {
   const CollectiveOp op = CollectiveOp::kBroadcast;
-  check_count(op, count);
+  check_count(op, dtype, count);
   check_buffer(op, buf, count, "buf");
   ZT_CHECK(root >= 0 && root < world_size(), "broadcast: root " + std::to_string(root) +
                                                  " is not a rank of a world of " +

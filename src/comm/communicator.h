@@ -71,13 +71,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "util/dtype.h"
+
 namespace zt {
 
 // ---- element types ----
-enum class DType : uint8_t { kFloat32, kFloat64, kBf16, kInt32, kInt64, kUint8 };
-size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);
-// Whether sums are defined for the type (every type but bf16 bit patterns).
+// The element types a collective moves: float32, float64, bf16 (bit patterns), int32, int64,
+// uint8 (util/dtype.h's enum; the others are refused).
+bool dtype_is_collective(DType dtype);
+// Whether sums are defined for the type (every collective type but bf16 bit patterns).
 bool dtype_is_reducible(DType dtype);
 
 template <typename T>

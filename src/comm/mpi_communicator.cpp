@@ -22,8 +22,10 @@ MPI_Datatype mpi_datatype(DType dtype) {
       return MPI_INT64_T;
     case DType::kUint8:
       return MPI_UINT8_T;
+    default:
+      break;
   }
-  fail("mpi_datatype: unknown DType " + std::to_string(static_cast<int>(dtype)));
+  fail("mpi_datatype: no collective dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
 namespace {

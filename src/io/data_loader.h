@@ -54,7 +54,6 @@ class WindowSchedule {
 
   int64_t num_windows() const { return num_windows_; }
   int64_t global_batch_windows() const { return B_ * A_ * N_; }
-  int64_t window_tokens() const { return T_ + 1; }
   int64_t window_start(int64_t window) const { return window * T_; }
 
   const DataCursor& cursor() const { return cursor_; }

@@ -29,37 +29,6 @@ void Id::reset() {
   id_ = H5I_INVALID_HID;
 }
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::kBF16:
-      return "bfloat16";
-    case DType::kF32:
-      return "float32";
-    case DType::kU16:
-      return "uint16";
-    case DType::kU32:
-      return "uint32";
-    case DType::kI32:
-      return "int32";
-    default:
-      return "unsupported";
-  }
-}
-
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::kBF16:
-    case DType::kU16:
-      return 2;
-    case DType::kF32:
-    case DType::kU32:
-    case DType::kI32:
-      return 4;
-    default:
-      return 0;
-  }
-}
-
 void silence_errors() {
   static const bool done = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -92,18 +61,18 @@ Id bf16_type() {
 Id type_for(DType t) {
   hid_t base = H5I_INVALID_HID;
   switch (t) {
-    case DType::kBF16:
+    case DType::kBf16:
       return bf16_type();
-    case DType::kF32:
+    case DType::kFloat32:
       base = H5T_IEEE_F32LE;
       break;
-    case DType::kU16:
+    case DType::kUint16:
       base = H5T_STD_U16LE;
       break;
-    case DType::kU32:
+    case DType::kUint32:
       base = H5T_STD_U32LE;
       break;
-    case DType::kI32:
+    case DType::kInt32:
       base = H5T_STD_I32LE;
       break;
     default:
@@ -115,20 +84,20 @@ Id type_for(DType t) {
 DType classify(hid_t type) {
   const H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);
-  if (H5Tget_order(type) != H5T_ORDER_LE) return DType::kOther;
+  if (H5Tget_order(type) != H5T_ORDER_LE) return DType::kUnsupported;
   if (cls == H5T_FLOAT) {
-    if (size == 4 && H5Tequal(type, H5T_IEEE_F32LE) > 0) return DType::kF32;
+    if (size == 4 && H5Tequal(type, H5T_IEEE_F32LE) > 0) return DType::kFloat32;
     Id bf16 = bf16_type();
-    if (size == 2 && H5Tequal(type, bf16) > 0) return DType::kBF16;
-    return DType::kOther;
+    if (size == 2 && H5Tequal(type, bf16) > 0) return DType::kBf16;
+    return DType::kUnsupported;
   }
   if (cls == H5T_INTEGER) {
     const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
-    if (!is_signed && size == 2) return DType::kU16;
-    if (!is_signed && size == 4) return DType::kU32;
-    if (is_signed && size == 4) return DType::kI32;
+    if (!is_signed && size == 2) return DType::kUint16;
+    if (!is_signed && size == 4) return DType::kUint32;
+    if (is_signed && size == 4) return DType::kInt32;
   }
-  return DType::kOther;
+  return DType::kUnsupported;
 }
 
 bool is_hdf5_file(const std::string& path) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "util/dtype.h"
+
 namespace zt::h5 {
 
 // Owns one HDF5 identifier (file, dataset, dataspace, datatype, attribute, property list) and
@@ -35,9 +37,6 @@ class Id {
 };
 
 // Element types zerotrain stores.
-enum class DType { kBF16, kF32, kU16, kU32, kI32, kOther };
-const char* dtype_name(DType t);
-size_t dtype_size(DType t);
 
 // Turns off HDF5's automatic error-stack printing (idempotent; called by every opener).
 void silence_errors();

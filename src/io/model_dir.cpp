@@ -109,16 +109,16 @@ void ModelDirWriter::open_new_shard() {
 }
 
 void ModelDirWriter::begin_tensor(const std::string& name, const std::vector<int64_t>& shape,
-                                  h5::DType dtype) {
+                                  DType dtype) {
   ZT_CHECK(!finished_, "model writer for '" + dir_ + "' is already finished");
   ZT_CHECK(!dataset_.valid(),
            "begin_tensor('" + name + "') while tensor '" + tensor_name_ + "' is still open");
-  ZT_CHECK(dtype == h5::DType::kBF16 || dtype == h5::DType::kF32,
+  ZT_CHECK(dtype == DType::kBf16 || dtype == DType::kFloat32,
            "tensor '" + name + "': model tensors are bfloat16 or float32");
   ZT_CHECK(!tensor_shard_.count(name), "tensor '" + name + "' written twice");
   ZT_CHECK(!shape.empty() && shape.size() <= 2,
            "tensor '" + name + "': shape must be 1-D or 2-D, got " + h5::shape_string(shape));
-  const uint64_t bytes = static_cast<uint64_t>(numel_of(shape)) * h5::dtype_size(dtype);
+  const uint64_t bytes = static_cast<uint64_t>(numel_of(shape)) * dtype_size(dtype);
   if (!shard_file_.valid() || starts_new_shard(shard_bytes_, bytes, shard_limit_)) open_new_shard();
   const std::string where = "tensor '" + name + "' in '" + shard_tmp_name(num_shards_) + "'";
   dataset_ = h5::create_dataset(shard_file_, name, dtype, shape, where);
@@ -131,11 +131,11 @@ void ModelDirWriter::begin_tensor(const std::string& name, const std::vector<int
   tensor_shard_[name] = num_shards_;
 }
 
-void ModelDirWriter::write_rows_raw(const void* rows, int64_t num_rows, h5::DType dtype) {
+void ModelDirWriter::write_rows_raw(const void* rows, int64_t num_rows, DType dtype) {
   ZT_CHECK(dataset_.valid(), "write_rows without begin_tensor");
   ZT_CHECK(dtype == tensor_dtype_, "tensor '" + tensor_name_ + "' is stored as " +
-                                       h5::dtype_name(tensor_dtype_) + " but rows are " +
-                                       h5::dtype_name(dtype));
+                                       dtype_name(tensor_dtype_) + " but rows are " +
+                                       dtype_name(dtype));
   ZT_CHECK(num_rows >= 0 && rows_written_ + num_rows <= tensor_shape_[0],
            "tensor '" + tensor_name_ + "': too many rows written");
   if (num_rows == 0) return;
@@ -147,11 +147,11 @@ void ModelDirWriter::write_rows_raw(const void* rows, int64_t num_rows, h5::DTyp
 }
 
 void ModelDirWriter::write_rows(const bf16_t* rows, int64_t num_rows) {
-  write_rows_raw(rows, num_rows, h5::DType::kBF16);
+  write_rows_raw(rows, num_rows, DType::kBf16);
 }
 
 void ModelDirWriter::write_rows(const float* rows, int64_t num_rows) {
-  write_rows_raw(rows, num_rows, h5::DType::kF32);
+  write_rows_raw(rows, num_rows, DType::kFloat32);
 }
 
 void ModelDirWriter::end_tensor() {
@@ -164,14 +164,14 @@ void ModelDirWriter::end_tensor() {
 
 void ModelDirWriter::add_tensor(const std::string& name, const std::vector<int64_t>& shape,
                                 const bf16_t* data) {
-  begin_tensor(name, shape, h5::DType::kBF16);
+  begin_tensor(name, shape, DType::kBf16);
   write_rows(data, shape[0]);
   end_tensor();
 }
 
 void ModelDirWriter::add_tensor(const std::string& name, const std::vector<int64_t>& shape,
                                 const float* data) {
-  begin_tensor(name, shape, h5::DType::kF32);
+  begin_tensor(name, shape, DType::kFloat32);
   write_rows(data, shape[0]);
   end_tensor();
 }
@@ -285,7 +285,7 @@ hid_t ModelDirReader::shard_file(const std::string& file) {
   return open_files_.emplace(file, h5::open_file(path)).first->second;
 }
 
-h5::Id ModelDirReader::open_checked(const std::string& name, h5::DType* stored) {
+h5::Id ModelDirReader::open_checked(const std::string& name, DType* stored) {
   const TensorInfo& t = info(name);
   const std::string& file = shard_of(name);
   const hid_t f = shard_file(file);
@@ -296,21 +296,20 @@ h5::Id ModelDirReader::open_checked(const std::string& name, h5::DType* stored) 
   ZT_CHECK(shape == t.shape, where + " has shape " + h5::shape_string(shape) + ", expected " +
                                  h5::shape_string(t.shape));
   *stored = h5::dataset_dtype(ds, where);
-  ZT_CHECK(
-      *stored == h5::DType::kBF16 || *stored == h5::DType::kF32,
-      where + " has element type " + h5::dtype_name(*stored) + ", expected bfloat16 or float32");
+  ZT_CHECK(*stored == DType::kBf16 || *stored == DType::kFloat32,
+           where + " has element type " + dtype_name(*stored) + ", expected bfloat16 or float32");
   return ds;
 }
 
-h5::DType ModelDirReader::stored_dtype(const std::string& name) {
-  h5::DType stored;
+DType ModelDirReader::stored_dtype(const std::string& name) {
+  DType stored;
   open_checked(name, &stored);
   return stored;
 }
 
-void ModelDirReader::read_range(const std::string& name, int64_t begin, int64_t count,
-                                h5::DType want, void* out) {
-  h5::DType stored;
+void ModelDirReader::read_range(const std::string& name, int64_t begin, int64_t count, DType want,
+                                void* out) {
+  DType stored;
   h5::Id ds = open_checked(name, &stored);
   const TensorInfo& t = info(name);
   ZT_CHECK(begin >= 0 && count >= 0 && begin + count <= t.numel,
@@ -318,26 +317,26 @@ void ModelDirReader::read_range(const std::string& name, int64_t begin, int64_t 
                std::to_string(begin + count) + ") is outside its " + std::to_string(t.numel) +
                " elements");
   const std::string where = "tensor '" + name + "' in shard '" + dir_ + "/" + shard_of(name) + "'";
-  const size_t out_size = h5::dtype_size(want);
+  const size_t out_size = dtype_size(want);
   std::vector<uint8_t> staging;
   if (stored != want)
-    staging.resize(static_cast<size_t>(std::min(count, kReadChunkElems)) * h5::dtype_size(stored));
+    staging.resize(static_cast<size_t>(std::min(count, kReadChunkElems)) * dtype_size(stored));
   for (int64_t done = 0; done < count; done += kReadChunkElems) {
     const int64_t n = std::min(kReadChunkElems, count - done);
     uint8_t* dest = static_cast<uint8_t*>(out) + static_cast<size_t>(done) * out_size;
     uint8_t* buffer = stored == want ? dest : staging.data();
     for (const auto& box : h5::flat_range_boxes(t.shape, begin + done, n))
       h5::read_box(ds, stored, box.start, box.count,
-                   buffer + static_cast<size_t>(box.flat_offset) * h5::dtype_size(stored), where);
-    if (stored == h5::DType::kBF16 && want == h5::DType::kF32)
+                   buffer + static_cast<size_t>(box.flat_offset) * dtype_size(stored), where);
+    if (stored == DType::kBf16 && want == DType::kFloat32)
       bf16_to_floats(reinterpret_cast<const bf16_t*>(buffer), reinterpret_cast<float*>(dest),
                      static_cast<size_t>(n));
-    else if (stored == h5::DType::kF32 && want == h5::DType::kBF16)
+    else if (stored == DType::kFloat32 && want == DType::kBf16)
       floats_to_bf16(reinterpret_cast<const float*>(buffer), reinterpret_cast<bf16_t*>(dest),
                      static_cast<size_t>(n));
     if (!check_finite_) continue;
     int64_t bad = 0;
-    const bool ok = want == h5::DType::kF32
+    const bool ok = want == DType::kFloat32
                         ? all_finite(reinterpret_cast<const float*>(dest), n, &bad)
                         : all_finite(reinterpret_cast<const bf16_t*>(dest), n, &bad);
     ZT_CHECK(ok, where + " contains a non-finite value (NaN or Inf) at element " +
@@ -346,21 +345,21 @@ void ModelDirReader::read_range(const std::string& name, int64_t begin, int64_t 
 }
 
 void ModelDirReader::read_tensor_f32(const std::string& name, float* out) {
-  read_range(name, 0, info(name).numel, h5::DType::kF32, out);
+  read_range(name, 0, info(name).numel, DType::kFloat32, out);
 }
 
 void ModelDirReader::read_tensor_bf16(const std::string& name, bf16_t* out) {
-  read_range(name, 0, info(name).numel, h5::DType::kBF16, out);
+  read_range(name, 0, info(name).numel, DType::kBf16, out);
 }
 
 void ModelDirReader::read_tensor_range_f32(const std::string& name, int64_t begin, int64_t count,
                                            float* out) {
-  read_range(name, begin, count, h5::DType::kF32, out);
+  read_range(name, begin, count, DType::kFloat32, out);
 }
 
 void ModelDirReader::read_tensor_range_bf16(const std::string& name, int64_t begin, int64_t count,
                                             bf16_t* out) {
-  read_range(name, begin, count, h5::DType::kBF16, out);
+  read_range(name, begin, count, DType::kBf16, out);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -377,7 +376,7 @@ uint64_t write_model_dir_streaming(const std::string& dir, const ModelConfig& co
     const int64_t cols = row_elems(t.shape);
     const int64_t rows_per_chunk =
         std::max<int64_t>(1, kStreamChunkBytes / static_cast<int64_t>(sizeof(float)) / cols);
-    writer.begin_tensor(t.name, t.shape, h5::DType::kBF16);
+    writer.begin_tensor(t.name, t.shape, DType::kBf16);
     for (int64_t row = 0; row < t.shape[0]; row += rows_per_chunk) {
       const int64_t rows = std::min(rows_per_chunk, t.shape[0] - row);
       const size_t n = static_cast<size_t>(rows * cols);

@@ -54,7 +54,7 @@ class ModelDirWriter {
 
   // Streaming: begin a tensor, write its rows in order (a row is shape[1] elements of a 2-D
   // tensor, one element of a 1-D tensor), end it. The data type must match `dtype`.
-  void begin_tensor(const std::string& name, const std::vector<int64_t>& shape, h5::DType dtype);
+  void begin_tensor(const std::string& name, const std::vector<int64_t>& shape, DType dtype);
   void write_rows(const bf16_t* rows, int64_t num_rows);
   void write_rows(const float* rows, int64_t num_rows);
   void end_tensor();
@@ -63,7 +63,7 @@ class ModelDirWriter {
   void finish();
 
  private:
-  void write_rows_raw(const void* rows, int64_t num_rows, h5::DType dtype);
+  void write_rows_raw(const void* rows, int64_t num_rows, DType dtype);
   void open_new_shard();
   std::string shard_tmp_name(int index) const;
 
@@ -81,7 +81,7 @@ class ModelDirWriter {
   h5::Id dataset_;
   std::string tensor_name_;
   std::vector<int64_t> tensor_shape_;
-  h5::DType tensor_dtype_ = h5::DType::kBF16;
+  DType tensor_dtype_ = DType::kBf16;
   int64_t rows_written_ = 0;
 };
 
@@ -103,7 +103,7 @@ class ModelDirReader : public TensorSource {
   std::vector<std::string> shard_files() const;
 
   // Stored type of a tensor after checking its shape and type against the layout.
-  h5::DType stored_dtype(const std::string& name);
+  DType stored_dtype(const std::string& name);
 
   void read_tensor_f32(const std::string& name, float* out);
   void read_tensor_bf16(const std::string& name, bf16_t* out);
@@ -113,8 +113,8 @@ class ModelDirReader : public TensorSource {
 
  private:
   const TensorInfo& info(const std::string& name) const;
-  h5::Id open_checked(const std::string& name, h5::DType* stored);
-  void read_range(const std::string& name, int64_t begin, int64_t count, h5::DType want, void* out);
+  h5::Id open_checked(const std::string& name, DType* stored);
+  void read_range(const std::string& name, int64_t begin, int64_t count, DType want, void* out);
   hid_t shard_file(const std::string& file);
 
   std::string dir_;

@@ -90,7 +90,7 @@ void ParallelModelDirWriter::open_files() {
       const TensorInfo& t = layout_.tensors()[i];
       const int s = shard_of_[i];
       datasets_.push_back(h5::create_dataset(files_[static_cast<size_t>(s - 1)], t.name,
-                                             h5::DType::kBF16, t.shape,
+                                             DType::kBf16, t.shape,
                                              "tensor '" + t.name + "' in '" + shard_path(s) + "'"));
     }
   });
@@ -128,7 +128,7 @@ void ParallelModelDirWriter::write(const TensorInfo& t, int64_t begin, int64_t c
   const std::string where =
       "tensor '" + t.name + "' in '" + shard_path(shard_of_[static_cast<size_t>(index)]) + "'";
   for (const h5::FlatBox& box : h5::flat_range_boxes(info.shape, begin, count))
-    h5::write_box(datasets_[static_cast<size_t>(index)], h5::DType::kBF16, box.start, box.count,
+    h5::write_box(datasets_[static_cast<size_t>(index)], DType::kBf16, box.start, box.count,
                   values + box.flat_offset, where, transfer_);
 }
 

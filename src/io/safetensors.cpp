@@ -61,14 +61,14 @@ struct ReadOnlyFile {
   int fd;
 };
 
-std::string safetensors_dtype_of(h5::DType t) {
+std::string safetensors_dtype_of(DType t) {
   switch (t) {
-    case h5::DType::kBF16:
+    case DType::kBf16:
       return "BF16";
-    case h5::DType::kF32:
+    case DType::kFloat32:
       return "F32";
     default:
-      fail(std::string("no safetensors dtype for ") + h5::dtype_name(t));
+      fail(std::string("no safetensors dtype for ") + dtype_name(t));
   }
 }
 

@@ -34,7 +34,7 @@ TokenDatasetWriter::TokenDatasetWriter(std::string path, int64_t vocab_size, std
       vocab_size_(vocab_size),
       tokenizer_(std::move(tokenizer)),
       overwrite_(overwrite),
-      dtype_(vocab_size <= 65536 ? h5::DType::kU16 : h5::DType::kU32) {
+      dtype_(vocab_size <= 65536 ? DType::kUint16 : DType::kUint32) {
   ZT_CHECK(vocab_size_ > 0 && vocab_size_ <= std::numeric_limits<int32_t>::max(),
            "vocab size must be in [1, 2^31), got " + std::to_string(vocab_size_));
   check_output_file_writable(path_, overwrite_);
@@ -63,7 +63,7 @@ void TokenDatasetWriter::append(const uint32_t* tokens, int64_t count, const std
   if (count == 0) return;
   const std::string where = in_file(tmp_path_);
   h5::set_extent(dataset_, size_ + count, where);
-  h5::write_box(dataset_, h5::DType::kU32, {size_}, {count}, tokens, where);
+  h5::write_box(dataset_, DType::kUint32, {size_}, {count}, tokens, where);
   size_ += count;
 }
 
@@ -96,8 +96,8 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
   ZT_CHECK(shape.size() == 1, where + " must be 1-D, has shape " + h5::shape_string(shape));
   size_ = shape[0];
   dtype_ = h5::dataset_dtype(dataset_, where);
-  ZT_CHECK(dtype_ == h5::DType::kU16 || dtype_ == h5::DType::kU32,
-           where + " has element type " + h5::dtype_name(dtype_) + ", expected uint16 or uint32");
+  ZT_CHECK(dtype_ == DType::kUint16 || dtype_ == DType::kUint32,
+           where + " has element type " + dtype_name(dtype_) + ", expected uint16 or uint32");
   // Attributes live on the file (root group); datasets written by others may carry them on
   // /tokens only.
   const hid_t holder = H5Aexists(file_, "vocab_size") > 0 ? file_.get() : dataset_.get();
@@ -115,7 +115,7 @@ void TokenDataset::read(int64_t begin, int64_t count, int32_t* out) const {
                " tokens");
   if (count == 0) return;
   // uint32 -> int32 is exact because the vocab is below 2^31.
-  h5::read_box(dataset_, h5::DType::kI32, {begin}, {count}, out, in_file(path_));
+  h5::read_box(dataset_, DType::kInt32, {begin}, {count}, out, in_file(path_));
 }
 
 template <typename Fn>

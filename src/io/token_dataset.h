@@ -36,7 +36,7 @@ class TokenDatasetWriter {
   bool overwrite_;
   bool finished_ = false;
   int64_t size_ = 0;
-  h5::DType dtype_;
+  DType dtype_;
   h5::Id file_, dataset_;
 };
 
@@ -49,7 +49,7 @@ class TokenDataset {
   int64_t size() const { return size_; }
   int64_t vocab_size() const { return vocab_size_; }
   const std::string& tokenizer() const { return tokenizer_; }
-  h5::DType dtype() const { return dtype_; }
+  DType dtype() const { return dtype_; }
 
   // Tokens [begin, begin+count) into out.
   void read(int64_t begin, int64_t count, int32_t* out) const;
@@ -68,7 +68,7 @@ class TokenDataset {
   int64_t size_ = 0;
   int64_t vocab_size_ = 0;
   std::string tokenizer_;
-  h5::DType dtype_ = h5::DType::kU16;
+  DType dtype_ = DType::kUint16;
 };
 
 // Input kinds of prepare-data.

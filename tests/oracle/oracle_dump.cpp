@@ -162,8 +162,8 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
 
 void write_f32(hid_t file, const std::string& name, const std::vector<int64_t>& shape,
                const float* data, const std::string& where) {
-  h5::Id ds = h5::create_dataset(file, name, h5::DType::kF32, shape, where + ":" + name);
-  h5::write_box(ds, h5::DType::kF32, std::vector<int64_t>(shape.size(), 0), shape, data,
+  h5::Id ds = h5::create_dataset(file, name, DType::kFloat32, shape, where + ":" + name);
+  h5::write_box(ds, DType::kFloat32, std::vector<int64_t>(shape.size(), 0), shape, data,
                 where + ":" + name);
   ds.close(where + ":" + name);
 }
@@ -234,8 +234,8 @@ int run(int argc, char** argv) {
   write_f64(file, "loss_grad_pass", {grads.loss}, where);
   write_f64(file, "losses_adamw", losses, where);
   {
-    h5::Id ds = h5::create_dataset(file, "tokens", h5::DType::kI32, {B, T + 1}, where + ":tokens");
-    h5::write_box(ds, h5::DType::kI32, {0, 0}, {B, T + 1}, batch.window.data(), where + ":tokens");
+    h5::Id ds = h5::create_dataset(file, "tokens", DType::kInt32, {B, T + 1}, where + ":tokens");
+    h5::write_box(ds, DType::kInt32, {0, 0}, {B, T + 1}, batch.window.data(), where + ":tokens");
     ds.close(where + ":tokens");
   }
   {

@@ -37,7 +37,7 @@ void expect_same_model(const std::string& got, const std::string& want) {
   EXPECT_EQ(read_text(got + "/model.h5.index.json"), read_text(want + "/model.h5.index.json"));
   ModelDirReader a(got), b(want);
   for (const TensorInfo& t : b.layout().tensors()) {
-    ASSERT_EQ(a.stored_dtype(t.name), h5::DType::kBF16) << t.name;
+    ASSERT_EQ(a.stored_dtype(t.name), DType::kBf16) << t.name;
     std::vector<bf16_t> x(static_cast<size_t>(t.numel)), y(x.size());
     a.read_tensor_bf16(t.name, x.data());
     b.read_tensor_bf16(t.name, y.data());

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <regex>
+#include <string>
 
 #include "io/model_dir.h"
 #include "io/token_dataset.h"
@@ -37,7 +39,7 @@ std::string make_tiny_model(const TempDir& tmp, const std::string& name = "m") {
 }
 
 // Replaces a tensor's dataset in its shard by one of `dtype` and `shape` holding `value`.
-void replace_dataset(const std::string& dir, const std::string& tensor, h5::DType dtype,
+void replace_dataset(const std::string& dir, const std::string& tensor, DType dtype,
                      const std::vector<int64_t>& shape, float value) {
   const std::string shard = dir + "/" + ModelDirReader(dir).shard_of(tensor);
   h5::Id f = h5::open_file(shard, /*writable=*/true);
@@ -47,11 +49,11 @@ void replace_dataset(const std::string& dir, const std::string& tensor, h5::DTyp
   for (int64_t s : shape) n *= s;
   std::vector<float> values(static_cast<size_t>(n), value);
   std::vector<int64_t> start(shape.size(), 0);
-  if (dtype == h5::DType::kI32) {
+  if (dtype == DType::kInt32) {
     std::vector<int32_t> ints(values.size(), 1);
-    h5::write_box(ds, h5::DType::kI32, start, shape, ints.data(), shard);
+    h5::write_box(ds, DType::kInt32, start, shape, ints.data(), shard);
   } else {
-    h5::write_box(ds, h5::DType::kF32, start, shape, values.data(), shard);
+    h5::write_box(ds, DType::kFloat32, start, shape, values.data(), shard);
   }
 }
 
@@ -118,6 +120,31 @@ TEST(IoCli, MissingAndUnknownOptions) {
   expect_failure_naming(r, {"path"});
 }
 
+// Options are taken by their full names only: an abbreviation that worked until a longer option
+// was added (--warmup, once --warmup-steps alone) is refused with the names it may mean, and a
+// near miss with the closest name. --help prints float defaults as short decimals and keeps the
+// fault-injection options in a group of their own.
+TEST(IoCli, FullOptionNamesOnlyWithSuggestions) {
+  TempDir tmp;
+  const std::string base = "train --preset tiny --data x.h5 --out " + q(tmp / "o");
+  auto r = run_zerotrain(base + " --warmup 3");
+  expect_failure_naming(
+      r, {"'--warmup'", "did you mean --warmup-steps", "--warmup-type", "--warmup-start-lr"});
+  r = run_zerotrain(base + " --weight-decy 0.1");
+  expect_failure_naming(r, {"did you mean --weight-decay?"});
+  r = run_zerotrain(base + " --qqqqqqq 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.output.find("did you mean"), std::string::npos) << r.output;
+  r = run_zerotrain("train --help");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--lr arg (=0.0003)"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::regex_search(r.output, std::regex(R"(\(=[0-9]*\.[0-9]{7,}\))")))
+      << r.output;  // no float noise such as (=0.899999976)
+  const size_t testing = r.output.find("testing (fault injection):");
+  ASSERT_NE(testing, std::string::npos) << r.output;
+  EXPECT_GT(r.output.find("--debug-kill-rank"), testing);
+}
+
 TEST(IoCli, MissingAndNonHdf5Files) {
   TempDir tmp;
   auto r = run_zerotrain("info " + q(tmp / "nope.h5"));
@@ -145,7 +172,7 @@ TEST(IoCli, ShardListedInIndexButMissing) {
 TEST(IoCli, TensorWithWrongShape) {
   TempDir tmp;
   const std::string dir = make_tiny_model(tmp);
-  replace_dataset(dir, "model.layers.0.self_attn.k_proj.weight", h5::DType::kF32, {64, 64}, 0.5f);
+  replace_dataset(dir, "model.layers.0.self_attn.k_proj.weight", DType::kFloat32, {64, 64}, 0.5f);
   const auto r = run_zerotrain("info " + q(dir));
   expect_failure_naming(r, {"model.layers.0.self_attn.k_proj.weight", "[64, 64]", "[32, 64]"});
 }
@@ -153,7 +180,7 @@ TEST(IoCli, TensorWithWrongShape) {
 TEST(IoCli, TensorWithWrongDtype) {
   TempDir tmp;
   const std::string dir = make_tiny_model(tmp);
-  replace_dataset(dir, "model.norm.weight", h5::DType::kI32, {64}, 1.0f);
+  replace_dataset(dir, "model.norm.weight", DType::kInt32, {64}, 1.0f);
   const auto r = run_zerotrain("info " + q(dir));
   expect_failure_naming(r, {"model.norm.weight", "int32"});
 }
@@ -161,7 +188,7 @@ TEST(IoCli, TensorWithWrongDtype) {
 TEST(IoCli, NanInTensorIsRejected) {
   TempDir tmp;
   const std::string dir = make_tiny_model(tmp);
-  replace_dataset(dir, "model.layers.1.post_attention_layernorm.weight", h5::DType::kF32, {64},
+  replace_dataset(dir, "model.layers.1.post_attention_layernorm.weight", DType::kFloat32, {64},
                   std::numeric_limits<float>::quiet_NaN());
   auto r = run_zerotrain("info --verify " + q(dir));
   expect_failure_naming(r, {"model.layers.1.post_attention_layernorm.weight", "NaN"});

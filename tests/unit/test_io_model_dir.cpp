@@ -88,13 +88,13 @@ TEST(IoModelDir, RoundTripIsBitwiseAcrossManyShards) {
     r.read_tensor_f32(name, as_float.data());
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_EQ(as_float[i], bf16_to_float(want[i])) << name << " element " << i;
-    EXPECT_EQ(r.stored_dtype(name), h5::DType::kBF16);
+    EXPECT_EQ(r.stored_dtype(name), DType::kBf16);
   }
   for (const auto& [name, want] : data.f32) {
     std::vector<float> got(want.size());
     r.read_tensor_f32(name, got.data());
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << name;
-    EXPECT_EQ(r.stored_dtype(name), h5::DType::kF32);
+    EXPECT_EQ(r.stored_dtype(name), DType::kFloat32);
   }
 }
 
@@ -137,7 +137,7 @@ TEST(IoModelDir, StreamingRowsEqualsWholeTensorWrite) {
     ModelDirWriter w(tmp / "m", c);
     for (const auto& t : layout.tensors()) {
       const bool is_norm = t.shape.size() == 1;
-      w.begin_tensor(t.name, t.shape, is_norm ? h5::DType::kF32 : h5::DType::kBF16);
+      w.begin_tensor(t.name, t.shape, is_norm ? DType::kFloat32 : DType::kBf16);
       const int64_t cols = is_norm ? 1 : t.shape[1];
       for (int64_t row = 0; row < t.shape[0]; row += 5) {
         const int64_t rows = std::min<int64_t>(5, t.shape[0] - row);
@@ -167,7 +167,7 @@ TEST(IoModelDir, UnfinishedWriterLeavesNothing) {
   {
     ModelDirWriter w(tmp / "m", c);
     w.add_tensor("model.norm.weight", {64}, v.data());
-    w.begin_tensor("lm_head.weight", {256, 64}, h5::DType::kBF16);
+    w.begin_tensor("lm_head.weight", {256, 64}, DType::kBf16);
     EXPECT_THROW(w.end_tensor(), Error);  // rows missing
   }
   EXPECT_TRUE(testing::no_output_left(tmp / "m"));
@@ -242,13 +242,13 @@ TEST(IoHdf5, Bf16TypeConvertsExactlyToFloat) {
   {
     h5::Id f = h5::create_file(tmp / "x.h5");
     h5::Id ds =
-        h5::create_dataset(f, "x", h5::DType::kBF16, {static_cast<int64_t>(values.size())}, "test");
-    h5::write_box(ds, h5::DType::kBF16, {0}, {static_cast<int64_t>(values.size())}, values.data(),
+        h5::create_dataset(f, "x", DType::kBf16, {static_cast<int64_t>(values.size())}, "test");
+    h5::write_box(ds, DType::kBf16, {0}, {static_cast<int64_t>(values.size())}, values.data(),
                   "test");
   }
   h5::Id f = h5::open_file(tmp / "x.h5");
   h5::Id ds = h5::open_dataset(f, "x", "test");
-  EXPECT_EQ(h5::dataset_dtype(ds, "test"), h5::DType::kBF16);
+  EXPECT_EQ(h5::dataset_dtype(ds, "test"), DType::kBf16);
   std::vector<float> got(values.size());
   h5::check(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, got.data()), "read",
             "test");

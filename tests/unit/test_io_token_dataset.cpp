@@ -45,7 +45,7 @@ TEST(IoTokenDataset, TextFilesRoundTripAsBytes) {
   EXPECT_EQ(d.size(), n);
   EXPECT_EQ(d.vocab_size(), 256);
   EXPECT_EQ(d.tokenizer(), "byte");
-  EXPECT_EQ(d.dtype(), h5::DType::kU16);
+  EXPECT_EQ(d.dtype(), DType::kUint16);
   const auto tokens = read_all(d);
   for (size_t i = 0; i < all.size(); ++i)
     ASSERT_EQ(tokens[i], static_cast<unsigned char>(all[i])) << i;
@@ -96,7 +96,7 @@ TEST(IoTokenDataset, LargeVocabUsesUint32AndOutOfVocabTokensFail) {
   EXPECT_THROW(w.append(bad.data(), 1, "test"), Error);
   w.finish();
   const TokenDataset d(tmp / "big.h5");
-  EXPECT_EQ(d.dtype(), h5::DType::kU32);
+  EXPECT_EQ(d.dtype(), DType::kUint32);
   EXPECT_EQ(read_all(d), (std::vector<int32_t>{0, 70000, 99999}));
   // A .bin token above the vocab is rejected and no output is left.
   testing::write_file(tmp / "x.bin", llmc_bin({1, 2, 60000}));

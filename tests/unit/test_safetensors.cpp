@@ -51,7 +51,7 @@ void write_random_model(const std::string& dir) {
 
 // The stored bytes of a tensor of a model directory (bf16 or fp32 as stored).
 std::vector<uint8_t> model_tensor_bytes(ModelDirReader& model, const TensorInfo& t) {
-  if (model.stored_dtype(t.name) == h5::DType::kBF16) {
+  if (model.stored_dtype(t.name) == DType::kBf16) {
     std::vector<uint8_t> bytes(static_cast<size_t>(t.numel) * 2);
     model.read_tensor_bf16(t.name, reinterpret_cast<bf16_t*>(bytes.data()));
     return bytes;

@@ -87,7 +87,7 @@ TEST_F(TrainE2E, TinyRunWritesMetricsReportsAndFinalModel) {
 
   ModelDirReader final_model(path("run/final"));
   EXPECT_EQ(final_model.config().hidden_size, 64);
-  EXPECT_EQ(final_model.stored_dtype("lm_head.weight"), h5::DType::kBF16);
+  EXPECT_EQ(final_model.stored_dtype("lm_head.weight"), DType::kBf16);
 
   // eval of the final model on the same windows reproduces the end-of-training eval.
   const RunResult e =

@@ -75,7 +75,6 @@ void* CudaDeviceMemory::allocate(size_t bytes, MemCategory category) {
       warned_ = true;
     }
     ZT_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
-    ++fallbacks_;
   }
   owner_[p] = owner;
   zero(p, bytes);

@@ -63,7 +63,6 @@ class CudaDeviceMemory final : public DeviceMemory {
   void wait_copies_until(uint64_t mark) override;
 
   // Allocations that did not fit their category's arena (plain cudaMalloc instead).
-  size_t fallback_allocations() const { return fallbacks_; }
 
  private:
   struct Arena {
@@ -82,7 +81,6 @@ class CudaDeviceMemory final : public DeviceMemory {
   void* compute_done_ = nullptr;  // cudaEvent_t
   std::array<Arena, kNumMemCategories> arenas_{};
   std::unordered_map<void*, int> owner_;  // live block → arena index, or kFallback
-  size_t fallbacks_ = 0;
   bool warned_ = false;
 };
 

@@ -36,8 +36,10 @@ ncclDataType_t nccl_datatype(DType dtype) {
       return ncclInt64;
     case DType::kUint8:
       return ncclUint8;
+    default:
+      break;
   }
-  fail("nccl_datatype: unknown DType " + std::to_string(static_cast<int>(dtype)));
+  fail("nccl_datatype: no collective dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
 // A completion event shared by the handles of one collective or one group; `recorded` turns true
