@@ -32,4 +32,15 @@ void ZeroConfig::validate() const {
   ZT_CHECK(max_reuse_distance >= 0, "zero_optimization.stage3_max_reuse_distance must be >= 0");
 }
 
+AdamWHyper adamw_hyper(const AdamWConfig& c, float lr, int64_t step, float grad_scale) {
+  AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = c.beta1;
+  h.beta2 = c.beta2;
+  h.eps = c.eps;
+  h.step = step;
+  h.grad_scale = grad_scale;
+  return h;
+}
+
 }  // namespace zt

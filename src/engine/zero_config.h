@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/backend.h"
 #include "engine/lr_schedule.h"
 
 namespace zt {
@@ -37,6 +38,11 @@ struct AdamWConfig {
   float weight_decay = 0.1f;  // not applied to norms and the embedding
   float clip = 1.0f;          // global-norm clipping; <= 0 disables
 };
+
+// The backend's AdamW arguments for one step: the configuration's betas and epsilon, the step's
+// learning rate, the 1-based step (bias correction) and the clipping factor. Weight decay is set
+// per segment by the caller (norms and the embedding are not decayed).
+AdamWHyper adamw_hyper(const AdamWConfig& c, float lr, int64_t step, float grad_scale);
 
 // The scheduled learning rate of 1-based `step` in a run of `total_steps` (lr_schedule.h); the
 // schedule spans c.schedule_steps when set, else total_steps.

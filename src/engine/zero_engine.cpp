@@ -189,13 +189,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   stats.clip_scale = (optim.clip > 0 && stats.grad_norm > optim.clip)
                          ? optim.clip / (stats.grad_norm + 1e-6)
                          : 1.0;
-  AdamWHyper h;
-  h.lr = lr;
-  h.beta1 = optim.beta1;
-  h.beta2 = optim.beta2;
-  h.eps = optim.eps;
-  h.step = step;
-  h.grad_scale = static_cast<float>(stats.clip_scale);
+  AdamWHyper h = adamw_hyper(optim, lr, step, static_cast<float>(stats.clip_scale));
   // Output position of the own range inside the working buffer (stage 3 holds the shard).
   auto work_out = [&](int g) {
     const int64_t off = traits.shard_parameters ? 0 : own_begin(g);

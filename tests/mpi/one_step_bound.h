@@ -206,14 +206,8 @@ class OneStepReference {
  private:
   void expect_masters_in_range(const StepStats& stats, const OwnState& after, double gamma,
                                const std::string& what) const {
-    AdamWHyper h;
-    h.lr = lr_;
-    h.beta1 = optim_.beta1;
-    h.beta2 = optim_.beta2;
-    h.eps = optim_.eps;
-    h.step = step_;
-    h.grad_scale = static_cast<float>(stats.clip_scale);
-    const AdamConstants c = adam_constants(h);
+    const AdamConstants c =
+        adam_constants(adamw_hyper(optim_, lr_, step_, static_cast<float>(stats.clip_scale)));
     const float decay = lr_ * optim_.weight_decay;  // adam_constants' lr·wd, for decayed tensors
     for (size_t g = 0; g < gradient_.size(); ++g) {
       const int64_t begin = after.begin[g], count = static_cast<int64_t>(after.master[g].size());
