@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "runtime/mpi_runtime.h"
 #include "util/error.h"
 
 namespace {
@@ -73,15 +74,23 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : subcommands()) {
     if (c.name == std::string(argv[1])) {
+      // The error first, then MPI's end: the whole job stops, and this rank's line is out.
       try {
         return c.run(argc - 1, argv + 1);
+      } catch (const zt::AgreedError& e) {
+        std::cerr << "zerotrain " << c.name << ": error" << rank_label() << ": " << e.what()
+                  << "\n";
+        zt::end_mpi_after_error(/*agreed=*/true, 1);
+        return 1;
       } catch (const zt::Error& e) {
         std::cerr << "zerotrain " << c.name << ": error" << rank_label() << ": " << e.what()
                   << "\n";
+        zt::end_mpi_after_error(/*agreed=*/false, 1);
         return 1;
       } catch (const std::exception& e) {
         std::cerr << "zerotrain " << c.name << ": internal error" << rank_label() << ": "
                   << e.what() << "\n";
+        zt::end_mpi_after_error(/*agreed=*/false, 1);
         return 1;
       }
     }

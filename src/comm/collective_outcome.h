@@ -9,9 +9,10 @@
 namespace zt {
 
 // Runs fn on this rank (it may do rank-local work, e.g. rank 0 writing a file), then agrees
-// with every rank of comm on the outcome: if fn threw anywhere, every rank throws — the failing
-// rank its own error, the others one that names the failing rank — so no rank is left waiting
-// in a collective. Collective over comm.
+// with every rank of comm on the outcome: if fn threw anywhere, every rank throws an AgreedError
+// — a failing rank its own message, the others "rank R failed: <R's message>" for the first
+// failing rank R — so no rank is left waiting in a collective and every rank's output says why.
+// fn must not itself issue collectives that a failing rank could skip. Collective over comm.
 void run_collectively(Communicator& comm, const std::function<void()>& fn);
 
 }  // namespace zt

@@ -1,6 +1,7 @@
 #include "runtime/mpi_runtime.h"
 
 #include <algorithm>
+#include <exception>
 #include <string>
 
 #include "runtime/mpi_check.h"
@@ -8,7 +9,7 @@
 
 namespace zt {
 
-MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+MpiRuntime::MpiRuntime(int* argc, char*** argv) : uncaught_at_start_(std::uncaught_exceptions()) {
   int initialized = 0;
   check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
   if (initialized) {
@@ -28,9 +29,22 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 
 MpiRuntime::~MpiRuntime() {
   if (!initialized_here_) return;
+  if (std::uncaught_exceptions() > uncaught_at_start_) return;  // end_mpi_after_error decides
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+void end_mpi_after_error(bool agreed, int exit_code) {
+  int initialized = 0, finalized = 0;
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (agreed || size == 1)
+    MPI_Finalize();
+  else
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
 }
 
 std::vector<std::string> hostnames(MPI_Comm comm) {

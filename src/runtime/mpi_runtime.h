@@ -1,6 +1,8 @@
 // MPI process setup. MpiRuntime initialises MPI (MPI_Init_thread, MPI_THREAD_FUNNELED: only the
 // main thread calls MPI) unless someone already did, and finalises it on destruction if it
-// initialised it. Works without a launcher (an MPI singleton: world size 1).
+// initialised it — but not while an exception unwinds through it: on an error path MPI is left
+// to end_mpi_after_error(), which main() calls once it has printed the error. Works without a
+// launcher (an MPI singleton: world size 1).
 //
 // local_rank_by_hostname() numbers the ranks that share a host (by MPI_Get_processor_name), in
 // rank order, for mapping ranks to the devices of their node.
@@ -21,7 +23,7 @@ class MpiRuntime {
   // argc/argv may be null. Throws zt::Error if MPI cannot give MPI_THREAD_FUNNELED.
   MpiRuntime(int* argc, char*** argv);
   MpiRuntime() : MpiRuntime(nullptr, nullptr) {}
-  ~MpiRuntime();  // MPI_Finalize, if this object called MPI_Init_thread
+  ~MpiRuntime();  // MPI_Finalize, if this object called MPI_Init_thread and no error unwinds
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
 
@@ -32,10 +34,17 @@ class MpiRuntime {
 
  private:
   bool initialized_here_ = false;
+  int uncaught_at_start_ = 0;  // std::uncaught_exceptions() when constructed
   int thread_level_ = MPI_THREAD_SINGLE;
   int world_rank_ = 0;
   int world_size_ = 1;
 };
+
+// After main() printed an error: if MPI is running, ends it so that the job stops in bounded
+// time. An error every rank agreed on (`agreed`), or a world of one rank, finalises; any other
+// error aborts the whole job (MPI_Abort with `exit_code`), since other ranks may be waiting in a
+// collective that this rank will never join. Never throws.
+void end_mpi_after_error(bool agreed, int exit_code);
 
 struct LocalRank {
   int local_rank = 0;  // index of this rank among the ranks on its host, in rank order

@@ -1,0 +1,204 @@
+#include "app/train_options.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "app/cli.h"
+#include "app/engine_device.h"
+#include "model/config.h"
+#include "util/decimal.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+const char* const kCommand = kTrainCommand;
+
+// A float setting in run.json: the number its shortest decimal reads as (0.9f as 0.9).
+double json_number(float v) {
+  return std::strtod(shortest_decimal(v).c_str(), nullptr);
+}
+
+}  // namespace
+
+nlohmann::json TrainOptions::to_json() const {
+  return {{"model", model_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(model_dir)},
+          {"preset", preset.empty() ? nlohmann::json(nullptr) : nlohmann::json(preset)},
+          {"data", data},
+          {"out", out},
+          {"overwrite", overwrite},
+          {"steps", steps},
+          {"micro_batch", micro_batch},
+          {"grad_accum", grad_accum},
+          {"seq_len", seq_len},
+          {"seed", seed},
+          {"lr", json_number(optim.lr)},
+          {"min_lr", json_number(optim.min_lr)},
+          {"warmup_steps", optim.warmup_steps},
+          {"lr_schedule", lr_schedule_name(optim.schedule)},
+          {"warmup_type", warmup_shape_name(optim.warmup_shape)},
+          {"warmup_start_lr", json_number(optim.warmup_start_lr)},
+          {"schedule_steps", optim.schedule_steps > 0 ? optim.schedule_steps : steps},
+          {"beta1", json_number(optim.beta1)},
+          {"beta2", json_number(optim.beta2)},
+          {"eps", json_number(optim.eps)},
+          {"weight_decay", json_number(optim.weight_decay)},
+          {"clip", json_number(optim.clip)},
+          {"precision", precision},
+          {"backend", backend},
+          {"zero_stage", zero.stage},
+          {"overlap_comm", zero.overlap_comm},
+          {"reduce_bucket_size", zero.reduce_bucket_size},
+          {"allgather_bucket_size", zero.allgather_bucket_size},
+          {"prefetch_bucket_size", zero.prefetch_bucket_size},
+          {"param_persistence_threshold", zero.param_persistence_threshold},
+          {"max_live_parameters", zero.max_live_parameters},
+          {"max_reuse_distance", zero.max_reuse_distance},
+          {"offload_optimizer", offload.optimizer},
+          {"offload_param", offload.param},
+          {"nvme_path", offload.config.nvme_path},
+          {"offload_buffer_count", offload.config.buffer_count},
+          {"sub_group_size", offload.config.sub_group_size},
+          {"activation_checkpointing", activation_checkpointing},
+          {"cpu_checkpointing", cpu_checkpointing},
+          {"comm_timeout", comm_timeout},
+          {"eval_batches", eval_batches},
+          {"log_every", log_every},
+          {"save_consolidated_every", save_consolidated_every},
+          {"save_every", checkpoint.save_every},
+          {"keep_last", checkpoint.keep_last},
+          {"resume", checkpoint.resume}};
+}
+
+// Returns false when --help was printed.
+bool parse_train_options(int argc, char** argv, TrainOptions& o) {
+  po::options_description opts("train options");
+  const auto flag = bool_flag;
+  auto add = opts.add_options();
+  add("model", po::value(&o.model_dir), "model directory to start from (or --preset)");
+  add("preset", po::value(&o.preset), "start from a fresh preset model: tiny, small, 125m, ...");
+  add("data", po::value(&o.data), "token dataset (HDF5, /tokens)");
+  add("out", po::value(&o.out), "output directory");
+  add("overwrite", flag(&o.overwrite, false), "allow a non-empty --out");
+  add("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
+  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
+      "sequences per micro-batch per rank");
+  add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
+      "micro-batches per optimizer step");
+  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
+  add("lr", decimal_option(&o.optim.lr), "peak learning rate");
+  add("min-lr", decimal_option(&o.optim.min_lr),
+      "floor of the decay (cosine, WarmupDecayLR, WarmupCosineLR)");
+  add("warmup-steps", po::value(&o.optim.warmup_steps)->default_value(o.optim.warmup_steps),
+      "warmup steps");
+  add("lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule),
+      "cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR (DeepSpeed's formulas)");
+  add("warmup-type", po::value(&o.warmup_type)->default_value(o.warmup_type),
+      "linear | log (log: DeepSpeed schedules)");
+  add("warmup-start-lr", decimal_option(&o.optim.warmup_start_lr),
+      "learning rate the warmup starts from");
+  add("schedule-steps", po::value(&o.optim.schedule_steps)->default_value(0),
+      "length of the schedule's decay, in steps (0: --steps)");
+  add("beta1", decimal_option(&o.optim.beta1), "AdamW beta1");
+  add("beta2", decimal_option(&o.optim.beta2), "AdamW beta2");
+  add("eps", decimal_option(&o.optim.eps), "AdamW epsilon");
+  add("weight-decay", decimal_option(&o.optim.weight_decay),
+      "decoupled weight decay (not on norms and the embedding)");
+  add("clip", decimal_option(&o.optim.clip), "global gradient-norm clip (<= 0 disables)");
+  add("seed", po::value(&o.seed)->default_value(o.seed),
+      "seed of the data order and of --preset init");
+  add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
+  add("backend", po::value(&o.backend)->default_value(o.backend),
+      "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
+      "visible, else cpu)");
+  add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
+  add("activation-checkpointing",
+      po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
+      "none | full | every:K");
+  add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
+      "keep checkpointed layer inputs in host memory");
+  add("comm-timeout", decimal_option(&o.comm_timeout),
+      "seconds before a stuck collective aborts the job");
+  add("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
+      "eval batches at the end (0 = skip)");
+  add("log-every", po::value(&o.log_every)->default_value(o.log_every),
+      "log a line to stderr every N steps (0 = never)");
+  add("save-consolidated-every",
+      po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
+      "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
+  add_checkpoint_options(opts, o.checkpoint);
+  po::options_description testing("testing (fault injection)");
+  add_fault_injection_options(testing, o.checkpoint);
+  add("deepspeed", po::value(&o.deepspeed),
+      "DeepSpeed JSON config. Precedence: command line > --config INI > "
+      "--deepspeed JSON > defaults");
+  const CommandSpec spec{kCommand, "Train a Llama-style model with ZeRO stage 0-3.",
+                         "zerotrain train (--model DIR | --preset NAME) --data FILE.h5 --out DIR "
+                         "[options]"};
+  add_zero_bucket_options(opts, o.zero);
+  add_offload_options(opts, o.offload);
+  opts.add(testing);
+  po::variables_map vm;
+  if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  require_option(vm, "data", kCommand);
+  require_option(vm, "out", kCommand);
+  ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
+           std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
+  // ---- DeepSpeed JSON (app/deepspeed_config.h): fills options left unset above ----
+  if (!o.deepspeed.empty())
+    o.batch_rule = apply_deepspeed_file(
+        o.deepspeed,
+        o.model_dir.empty() ? preset_config(o.preset)
+                            : ModelConfig::from_hf_file(o.model_dir + "/config.json"),
+        opts, vm);
+  // ---- end DeepSpeed JSON ----
+  o.optim.schedule = parse_lr_schedule(o.lr_schedule, std::string(kCommand) + ": --lr-schedule");
+  o.optim.warmup_shape =
+      parse_warmup_shape(o.warmup_type, std::string(kCommand) + ": --warmup-type");
+  return true;
+}
+
+void validate(const TrainOptions& o) {
+  check_positive(static_cast<double>(o.steps), "steps", kCommand);
+  check_positive(static_cast<double>(o.micro_batch), "micro-batch", kCommand);
+  check_positive(static_cast<double>(o.grad_accum), "grad-accum", kCommand);
+  check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
+  check_positive(o.optim.lr, "lr", kCommand);
+  check_positive(o.optim.eps, "eps", kCommand);
+  check_positive(o.comm_timeout, "comm-timeout", kCommand);
+  auto at_least_zero = [](double v, const char* option) {
+    ZT_CHECK(v >= 0,
+             std::string(kCommand) + ": --" + option + " must be >= 0, got " + std::to_string(v));
+  };
+  at_least_zero(o.optim.min_lr, "min-lr");
+  at_least_zero(static_cast<double>(o.optim.warmup_steps), "warmup-steps");
+  at_least_zero(o.optim.weight_decay, "weight-decay");
+  at_least_zero(static_cast<double>(o.seed), "seed");
+  at_least_zero(static_cast<double>(o.eval_batches), "eval-batches");
+  at_least_zero(static_cast<double>(o.log_every), "log-every");
+  at_least_zero(static_cast<double>(o.save_consolidated_every), "save-consolidated-every");
+  for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
+    ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
+                                        " must be in [0, 1), got " + std::to_string(beta));
+  ZT_CHECK(o.zero.stage >= 0 && o.zero.stage <= 3, std::string(kCommand) +
+                                                       ": --zero-stage must be 0, 1, 2 or 3, got " +
+                                                       std::to_string(o.zero.stage));
+  check_positive(static_cast<double>(o.zero.reduce_bucket_size), "reduce-bucket-size", kCommand);
+  check_positive(static_cast<double>(o.zero.allgather_bucket_size), "allgather-bucket-size",
+                 kCommand);
+  check_positive(static_cast<double>(o.zero.prefetch_bucket_size), "prefetch-bucket-size",
+                 kCommand);
+  check_positive(static_cast<double>(o.zero.max_live_parameters), "max-live-parameters", kCommand);
+  at_least_zero(static_cast<double>(o.zero.param_persistence_threshold),
+                "param-persistence-threshold");
+  at_least_zero(static_cast<double>(o.zero.max_reuse_distance), "max-reuse-distance");
+  o.zero.validate();
+  validate_schedule(o.optim);
+  parse_precision(o.precision);
+  resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
+  parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
+  validate_checkpoint_flags(o.checkpoint, kCommand);
+  o.offload.resolved().validate(o.zero.stage);
+}
+
+}  // namespace zt

@@ -1,0 +1,48 @@
+// train's options: every setting of a training run, from the command line, a --config INI file
+// and a --deepspeed JSON (app/deepspeed_config.h), parsed, validated and written to run.json.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "app/deepspeed_config.h"
+#include "app/run_setup.h"
+#include "app/train_checkpointing.h"
+#include "comm/communicator.h"
+#include "engine/zero_config.h"
+
+namespace zt {
+
+inline constexpr const char* kTrainCommand = "train";
+
+struct TrainOptions {
+  std::string model_dir, preset, data, out;
+  bool overwrite = false;
+  int64_t steps = 100, micro_batch = 4, grad_accum = 1, seq_len = 256;
+  int64_t seed = 1234;
+  AdamWConfig optim;
+  std::string lr_schedule = "cosine", warmup_type = "linear";  // --lr-schedule, --warmup-type
+  std::string precision = "bf16";
+  std::string backend = "auto";  // --backend cpu | cuda | auto
+  ZeroConfig zero;
+  std::string activation_checkpointing = "none";
+  bool cpu_checkpointing = false;
+  double comm_timeout = Communicator::kDefaultTimeoutSeconds;
+  int64_t eval_batches = 0;
+  int64_t log_every = 10;
+  int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
+  CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
+  OffloadOptions offload;      // --offload-optimizer, --offload-param, --nvme-path, ...
+  std::string deepspeed;       // --deepspeed FILE
+  BatchSizeRule batch_rule;    // its train_batch_size rule, applied once the world size is known
+
+  nlohmann::json to_json() const;
+};
+
+// Parses train's options; false when --help was printed. Throws zt::Error on bad input.
+bool parse_train_options(int argc, char** argv, TrainOptions& o);
+// Throws zt::Error naming the option whose value is out of range.
+void validate(const TrainOptions& o);
+
+}  // namespace zt
