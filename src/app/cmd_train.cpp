@@ -4,6 +4,7 @@
 // report files and the final bf16 model directory. Only rank 0 writes files.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,10 +20,12 @@
 #include "app/commands.h"
 #include "app/deepspeed_config.h"
 #include "app/engine_device.h"
+#include "app/run_agreement.h"
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "app/train_options.h"
 #include "backend/backend.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/consolidate.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
@@ -32,6 +35,7 @@
 #include "io/token_dataset.h"
 #include "report/run_recorder.h"
 #include "runtime/mpi_runtime.h"
+#include "util/crc32c.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -100,13 +104,57 @@ nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& d
           {"micro_batch", world * B}};
 }
 
-// The model's configuration: the --model directory's (opened into `reader`) or the preset's.
-ModelConfig model_config(const TrainOptions& o, std::unique_ptr<ModelDirReader>& reader) {
-  if (!o.model_dir.empty()) reader = std::make_unique<ModelDirReader>(o.model_dir);
-  const ModelConfig config = reader ? reader->config() : preset_config(o.preset);
-  check_seq_len(config, o.seq_len,
-                reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
-  return config;
+// What every rank opens on its own before the job's first collective: the model (configuration,
+// and with --model its weights), the dataset and its data order, the checkpoint to resume.
+struct TrainInputs {
+  std::unique_ptr<ModelDirReader> reader;  // --model: the weights to start from
+  ModelConfig config;
+  Precision precision = Precision::kBf16;
+  ActivationCheckpointing ac;
+  std::unique_ptr<TokenDataset> data;
+  std::unique_ptr<WindowSampler> sampler;
+  std::string resume_dir;  // "" when the run starts fresh
+};
+
+TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
+  apply_batch_size_rule(o.batch_rule, world, o.micro_batch, o.grad_accum);  // needs the world
+  TrainInputs in;
+  if (!o.model_dir.empty()) in.reader = std::make_unique<ModelDirReader>(o.model_dir);
+  in.config = in.reader ? in.reader->config() : preset_config(o.preset);
+  check_seq_len(in.config, o.seq_len,
+                in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
+  in.precision = parse_precision(o.precision);
+  in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
+  // --resume continues a run in its own (non-empty) --out.
+  if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
+  in.data = std::make_unique<TokenDataset>(o.data);
+  in.sampler =
+      std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len, o.micro_batch,
+                                      o.grad_accum, world, rank, static_cast<uint64_t>(o.seed));
+  in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out);
+  return in;
+}
+
+// What must be the same on every rank (app/run_agreement.h): every resolved option but the
+// paths a node may hold its own copy under, the model's configuration, the data, the checkpoint.
+RunSettings run_settings(const TrainOptions& o, const TrainInputs& in) {
+  RunSettings settings;
+  const nlohmann::json options = o.to_json();
+  for (const auto& [key, value] : options.items()) {
+    if (key == "model" || key == "data" || key == "nvme_path") continue;
+    std::string option = "--" + key;
+    std::replace(option.begin(), option.end(), '_', '-');
+    settings.emplace_back(option, value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  settings.emplace_back("model configuration", in.config.to_hf_json().dump());
+  settings.emplace_back("dataset", in.data->identity());
+  settings.emplace_back("checkpoint resumed",
+                        in.resume_dir.empty()
+                            ? "none"
+                            : in.resume_dir + " (manifest CRC-32C " +
+                                  crc32c_hex(crc32c_file(in.resume_dir + "/manifest.json").crc32c) +
+                                  ")");
+  return settings;
 }
 
 // OUT/run.json: what ran (collective; rank 0 writes).
@@ -157,38 +205,42 @@ int run_training(TrainOptions o) {
   comm.set_timeout_seconds(o.comm_timeout);
   const int rank = comm.rank(), world = comm.world_size();
   const bool is_root = rank == 0;
-  // ---- DeepSpeed train_batch_size rule (needs the world size) ----
-  apply_batch_size_rule(o.batch_rule, world, o.micro_batch, o.grad_accum);
-
-  std::unique_ptr<ModelDirReader> reader;  // --model: the weights to start from
-  const ModelConfig config = model_config(o, reader);
-  const Precision precision = parse_precision(o.precision);
-  const ActivationCheckpointing ac =
-      parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
-
-  // --resume continues a run in its own (non-empty) --out.
-  if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
-  TokenDataset data(o.data);
-  WindowSampler sampler(data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world,
-                        rank, static_cast<uint64_t>(o.seed));
+  // Every rank opens its inputs, then the ranks agree that they did and that they are about to
+  // run the same job, before any collective whose shape depends on the options.
+  TrainInputs in;
+  run_collectively(comm, [&] { in = open_inputs(o, rank, world); });
+  agree_on_run(comm, run_settings(o, in));
+  const ModelConfig& config = in.config;
+  WindowSampler& sampler = *in.sampler;
 
   const OffloadConfig offload = o.offload.resolved();
   EngineDevice device =
       make_engine_device(o.backend, comm, comm.comm(),
-                         estimate_memory(config, world, o.zero, precision, o.micro_batch, o.seq_len,
-                                         ac, offload, o.grad_accum),
+                         estimate_memory(config, world, o.zero, in.precision, o.micro_batch,
+                                         o.seq_len, in.ac, offload, o.grad_accum),
                          kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   MemoryTracker memory(backend->device_memory());
-  ZeroEngine engine(config, o.zero, precision, o.optim, *backend, data_comm, memory, o.micro_batch,
-                    o.seq_len, ac, offload, &comm);
+  std::unique_ptr<ZeroEngine> engine_ptr;
   TrainCheckpointing checkpointing(
       o.checkpoint, o.out,
       {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len, static_cast<uint64_t>(o.seed)},
-      comm);
+      comm, in.resume_dir);
+  // The engine's buffers and its first values (rank-local work), agreed before any collective.
+  run_collectively(comm, [&] {
+    engine_ptr =
+        std::make_unique<ZeroEngine>(config, o.zero, in.precision, o.optim, *backend, data_comm,
+                                     memory, o.micro_batch, o.seq_len, in.ac, offload, &comm);
+    if (!in.resume_dir.empty()) return;
+    if (in.reader)
+      engine_ptr->load_from(*in.reader);
+    else
+      engine_ptr->init_from_seed(static_cast<uint64_t>(o.seed));
+  });
+  ZeroEngine& engine = *engine_ptr;
   TrainingProgress start;  // steps done before this run (a resumed checkpoint's)
-  if (!checkpointing.resume_dir().empty()) {
+  if (!in.resume_dir.empty()) {
     start = checkpointing.resume(engine);
     sampler.set_cursor(start.cursor);
     if (start.step >= o.steps) {
@@ -197,13 +249,9 @@ int run_training(TrainOptions o) {
                   << ": nothing to train\n";
       return 0;
     }
-  } else if (reader) {
-    engine.load_from(*reader);
-  } else {
-    engine.init_from_seed(static_cast<uint64_t>(o.seed));
   }
 
-  write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), ac);
+  write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac);
   RunRecorder recorder(
       comm, data_comm, memory,
       {o.out, checkpointing.resume_dir().empty() ? -1 : start.step, start.tokens_seen,
@@ -237,7 +285,7 @@ int run_training(TrainOptions o) {
   }
   progress.finish();
 
-  finish_run(engine, data, o, comm, recorder, seconds_since(t_start));
+  finish_run(engine, *in.data, o, comm, recorder, seconds_since(t_start));
   return 0;
 }
 

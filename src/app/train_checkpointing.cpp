@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "comm/collective_outcome.h"
@@ -67,11 +68,14 @@ void validate_checkpoint_flags(const CheckpointFlags& f, const std::string& comm
 }
 
 TrainCheckpointing::TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
-                                       const TrainingHyperparameters& hyper, Communicator& comm)
-    : flags_(flags), out_dir_(out_dir), hyper_(hyper), comm_(comm) {
+                                       const TrainingHyperparameters& hyper, Communicator& comm,
+                                       std::string resume_dir)
+    : flags_(flags),
+      out_dir_(out_dir),
+      hyper_(hyper),
+      comm_(comm),
+      resume_dir_(std::move(resume_dir)) {
   write_pid_file_if_requested(comm_.rank());  // tests signal one rank by its pid
-  run_collectively(comm_,
-                   [&] { resume_dir_ = resolve_resume_checkpoint(flags_.resume, out_dir_); });
 }
 
 TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {

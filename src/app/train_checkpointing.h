@@ -30,11 +30,13 @@ void validate_checkpoint_flags(const CheckpointFlags& flags, const std::string& 
 
 class TrainCheckpointing {
  public:
-  // Installs the stop-signal handlers and resolves --resume (collective over comm).
+  // Installs the stop-signal handlers. resume_dir: the checkpoint --resume resolved to
+  // (resolve_resume_checkpoint; "" to start fresh).
   TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
-                     const TrainingHyperparameters& hyper, Communicator& comm);
+                     const TrainingHyperparameters& hyper, Communicator& comm,
+                     std::string resume_dir);
 
-  // The checkpoint --resume names ("" to start fresh).
+  // The checkpoint this run resumes ("" when it starts fresh).
   const std::string& resume_dir() const { return resume_dir_; }
   // Loads resume_dir() into the engine (collective) after checking the run's settings against
   // it; rank 0 prints warnings and the load time. Returns the restored progress.

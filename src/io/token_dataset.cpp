@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "io/fs_util.h"
+#include "util/crc32c.h"
 #include "util/error.h"
 
 namespace zt {
@@ -226,6 +227,19 @@ int64_t prepare_token_dataset(const std::vector<std::string>& inputs, TokenSourc
   }
   writer.finish();
   return writer.size();
+}
+
+std::string TokenDataset::identity() const {
+  constexpr int64_t kSample = 65536;
+  std::vector<int32_t> tokens(static_cast<size_t>(std::min(kSample, size_)));
+  uint32_t crc = 0;
+  for (const int64_t begin : {int64_t{0}, std::max<int64_t>(0, size_ - kSample)}) {
+    read(begin, static_cast<int64_t>(tokens.size()), tokens.data());
+    crc = crc32c_extend(crc, tokens.data(), tokens.size() * sizeof(int32_t));
+  }
+  return std::to_string(size_) + " " + dtype_name(dtype_) + " tokens, vocabulary " +
+         std::to_string(vocab_size_) + ", tokenizer " + tokenizer_ + ", sample CRC-32C " +
+         crc32c_hex(crc);
 }
 
 }  // namespace zt

@@ -57,6 +57,10 @@ class TokenDataset {
   void check_max_token(int64_t vocab) const;
   // Smallest and largest token (a full pass over the data).
   void min_max(int32_t* min_token, int32_t* max_token) const;
+  // What identifies the data, cheaply: the token count and type, the vocabulary, the tokenizer
+  // and a CRC-32C of the first and last 65536 tokens. Two ranks (or a run and the checkpoint it
+  // resumes) with the same identity read the same data; the path is not part of it.
+  std::string identity() const;
 
  private:
   // Calls fn(offset, tokens, count) over the whole dataset in bounded chunks.

@@ -1,0 +1,115 @@
+// A job whose ranks do not all succeed stops, says why, and in bounded time: one rank given a
+// truncated shard or a different dataset, ranks given different options. Every rank gets its own
+// arguments through mpirun's MPMD form ("-np 1 A : -np 1 B").
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "test_train_support.h"
+
+namespace zt {
+namespace {
+
+using namespace train_test;  // NOLINT
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+class RankFailures : public SampleDataSuite<RankFailures> {
+ public:
+  static constexpr const char* kDirPrefix = "zt_rank_failures_";
+
+ protected:
+  void SetUp() override {
+    if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
+  }
+  // mpirun with rank 0 running `args0` and rank 1 `args1` (each after "zerotrain train").
+  static RunResult run_two(const std::string& args0, const std::string& args1, double* seconds) {
+    const std::string mpirun = mpirun_zerotrain(1);  // "... -np 1 BINARY "
+    const auto t0 = Clock::now();
+    const RunResult r =
+        run_command(mpirun + "train " + args0 + " : -np 1 " + ZT_BINARY + " train " + args1);
+    *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  }
+  // train's arguments: a short run, with `changed` ({"--seq-len", "32"}, ...) in place of the
+  // defaults of those options.
+  static std::string train(const std::string& model, const std::string& data,
+                           const std::string& out,
+                           std::map<std::string, std::string> changed = {}) {
+    std::map<std::string, std::string> options = {
+        {"--steps", "2"}, {"--seq-len", "16"}, {"--micro-batch", "1"}, {"--comm-timeout", "60"}};
+    for (const auto& [option, value] : changed) options[option] = value;
+    std::string args = model + " --data " + data + " --out " + out;
+    for (const auto& [option, value] : options) args += " " + option + " " + value;
+    return args;
+  }
+};
+
+TEST_F(RankFailures, ATruncatedShardOnOneRankStopsTheJobWithThatRanksMessage) {
+  ASSERT_EQ(run_zerotrain("init --preset tiny --seed 1 --out " + path("good")).exit_code, 0);
+  fs::remove_all(path("bad"));
+  fs::copy(path("good"), path("bad"));
+  for (const auto& f : fs::directory_iterator(path("bad")))
+    if (f.path().extension() == ".h5") fs::resize_file(f.path(), fs::file_size(f.path()) / 3);
+  double seconds = 0;
+  const RunResult r =
+      run_two(train("--model " + path("good"), path("sample.h5"), path("out_shard")),
+              train("--model " + path("bad"), path("sample.h5"), path("out_shard")), &seconds);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(seconds, 30) << r.output;
+  EXPECT_NE(r.output.find("error (rank 1 of 2): "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad/model-00001-of-00001.h5"), std::string::npos) << r.output;
+  // Rank 0 says who failed and why, instead of waiting or timing out.
+  EXPECT_NE(r.output.find("error (rank 0 of 2): rank 1 failed: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("COMMUNICATION TIMEOUT"), std::string::npos) << r.output;
+}
+
+TEST_F(RankFailures, RanksThatDisagreeOnTheRunAreRefusedNamingTheSetting) {
+  struct Case {
+    std::string args0, args1, setting, value0, value1;
+  };
+  const std::string data = path("sample.h5");
+  ASSERT_EQ(prepare_sample_dataset(path("other.h5")).exit_code, 0);
+  ASSERT_EQ(run_zerotrain("prepare-data --text " + std::string(ZT_SOURCE_DIR) +
+                          "/README.md --out " + path("readme.h5"))
+                .exit_code,
+            0);
+  const std::string tiny = "--preset tiny";
+  const Case cases[] = {
+      {train(tiny, data, path("d1")), train(tiny, data, path("d1"), {{"--seq-len", "32"}}),
+       "--seq-len", "'16'", "'32'"},
+      {train(tiny, data, path("d2")), train(tiny, data, path("d2"), {{"--zero-stage", "2"}}),
+       "--zero-stage", "'0'", "'2'"},
+      {train(tiny, data, path("d3")), train(tiny, data, path("d3"), {{"--grad-accum", "3"}}),
+       "--grad-accum", "'1'", "'3'"},
+      {train(tiny, data, path("d4")), train(tiny, data, path("d4"), {{"--lr", "0.001"}}), "--lr",
+       "'0.0003'", "'0.001'"},
+      {train(tiny, data, path("d5")), train("--preset small", data, path("d5")), "--preset",
+       "'tiny'", "'small'"},
+      // The same data under another path is the same run; other data is not.
+      {train(tiny, data, path("d6")), train(tiny, path("readme.h5"), path("d6")), "dataset", "",
+       ""},
+  };
+  for (const Case& c : cases) {
+    double seconds = 0;
+    const RunResult r = run_two(c.args0, c.args1, &seconds);
+    EXPECT_NE(r.exit_code, 0) << c.setting << ": " << r.output;
+    EXPECT_LT(seconds, 30) << r.output;
+    const std::string expected = c.setting + ": rank 0 " + c.value0;
+    EXPECT_NE(r.output.find("the ranks disagree on the run: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.value0.empty() ? c.setting + ":" : expected), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("rank 1 " + c.value1), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(path("d1/final")));
+  }
+  double seconds = 0;
+  const RunResult same = run_two(train(tiny, data, path("same")),
+                                 train(tiny, path("other.h5"), path("same")), &seconds);
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+}
+
+}  // namespace
+}  // namespace zt
