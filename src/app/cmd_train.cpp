@@ -266,11 +266,6 @@ int run_training(TrainOptions o) {
     const float lr = learning_rate_at(o.optim, step, o.steps);
     const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step);
     const StepRecord& r = recorder.trained(lr, stats);
-    if (!std::isfinite(stats.loss)) {
-      progress.finish();
-      fail("loss is " + std::to_string(stats.loss) + " at step " + std::to_string(step) +
-           "; stopping (metrics so far are in " + o.out + "/metrics.jsonl, no final model)");
-    }
     // Stop agreement + checkpoint save, timed into this step's record before it is written.
     const bool stop = checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()});
     if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)

@@ -134,6 +134,12 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   manifest.tensors = checkpoint_tensors(engine.layout());
 
   comm.set_context(progress.step, "checkpoint save");
+  // A poisoned state is never saved: it would become `latest` and, under --keep-last, replace
+  // the good checkpoints a resume needs.
+  const std::string poisoned = engine.non_finite_master_tensor();
+  if (!poisoned.empty())
+    throw AgreedError("checkpoint " + name + " not saved: the master weights of " + poisoned +
+                      " are not finite (NaN or infinity); the earlier checkpoints are kept");
   run_collectively(comm, [&] {
     if (rank == 0) prepare_temp_dir(options.root, tmp);
   });

@@ -146,6 +146,11 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
   const auto t0 = std::chrono::steady_clock::now();
   ConsolidatedModel result;
   result.dir = strip_trailing_slashes(dir);
+  // A model with NaN or infinite weights is not written: it would look like a result.
+  const std::string poisoned = engine.non_finite_master_tensor();
+  if (!poisoned.empty())
+    throw AgreedError("model '" + result.dir + "' not written: the master weights of " + poisoned +
+                      " are not finite (NaN or infinity); training diverged");
   result.parallel = use_parallel_hdf5(options);
   if (!result.parallel) {
     result.bytes = write_through_rank0(engine, result.dir, comm, options);

@@ -186,6 +186,18 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   set_phase(step, "optimizer");
   const int G = num_groups();
   stats.grad_norm = gradient_norm();
+  if (!std::isfinite(stats.grad_norm)) {
+    const int64_t t = first_non_finite_tensor(/*gradients=*/true);
+    const ParamLayout& layout = self.model_.layout();
+    throw AgreedError(
+        "the gradient norm is " + std::to_string(stats.grad_norm) + " at step " +
+        std::to_string(step) +
+        (t < 0 ? std::string()
+               : ": the first non-finite gradient is in " +
+                     layout.tensors()[static_cast<size_t>(t)].name + " (parameter group " +
+                     std::to_string(layout.tensors()[static_cast<size_t>(t)].group) + ")") +
+        "; training stopped before the update");
+  }
   stats.clip_scale = (optim.clip > 0 && stats.grad_norm > optim.clip)
                          ? optim.clip / (stats.grad_norm + 1e-6)
                          : 1.0;
@@ -296,8 +308,10 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   stats.loss = I.read_step_loss(accum);
   I.host.all_reduce_sum_blocking(&stats.loss, 1);
   stats.loss /= static_cast<double>(stats.tokens);
-  ZT_CHECK(std::isfinite(stats.loss),
-           "loss is " + std::to_string(stats.loss) + " at step " + std::to_string(step));
+  // Every rank holds the same reduced loss and norm, so these stops are agreed (AgreedError).
+  if (!std::isfinite(stats.loss))
+    throw AgreedError("the loss is " + std::to_string(stats.loss) + " at step " +
+                      std::to_string(step) + "; training stopped before the update");
   I.optimizer_step(lr, step, stats);
   stats.offload_d2h_bytes = I.copier->device_to_host_bytes() - I.d2h_at_step_start;
   stats.offload_h2d_bytes = I.copier->host_to_device_bytes() - I.h2d_at_step_start;

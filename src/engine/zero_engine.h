@@ -66,6 +66,11 @@ class ZeroEngine {
   // the data-plane communicator given to the constructor. The same object on the CPU backend.
   Communicator& communicator();
 
+  // The name of the first tensor (layout order) whose fp32 master holds a NaN or an infinity on
+  // any rank, "" when every master is finite: checked before a checkpoint or a model is written.
+  // Collective.
+  std::string non_finite_master_tensor();
+
   // Visits every tensor in layout order with its full values as bf16 (or fp32 for the fp32
   // master when `master` is true), one tensor at a time. Collective: every rank must call it;
   // only rank 0's callback receives data (others get nullptr).

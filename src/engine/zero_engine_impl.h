@@ -109,6 +109,9 @@ struct ZeroEngine::Impl {
   // Global gradient norm: every group's Σ grad² on the device, one read, summed in group order.
   double gradient_norm();
   float* own_grads(int g);  // the own range's gradients
+  // Collective over `host`: the layout index of the first tensor in which any rank's own range of
+  // the gradients (or of the fp32 masters) holds a NaN or an infinity; -1 when none does.
+  int64_t first_non_finite_tensor(bool gradients);
   void optimizer_step(float lr, int64_t step, StepStats& stats);
   void gather_updated_params();
 };

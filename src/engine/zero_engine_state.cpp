@@ -2,7 +2,10 @@
 // loading (values built on the host, uploaded), checkpoint access (one group staged on the
 // host at a time) and the full-tensor export (gathered on the device, downloaded to rank 0).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "engine/zero_engine_impl.h"
 #include "model/init.h"
@@ -201,6 +204,46 @@ void ZeroEngine::for_each_full_tensor(
   if (!root) {
     for (const TensorInfo& t : layout.tensors()) fn(t, nullptr);
   }
+}
+
+int64_t ZeroEngine::Impl::first_non_finite_tensor(bool gradients) {
+  const ParamLayout& layout = self.model_.layout();
+  int64_t first = std::numeric_limits<int64_t>::max();
+  for (int g = 0; g < num_groups() && first == std::numeric_limits<int64_t>::max(); ++g) {
+    const int64_t begin = own_begin(g), end = begin + own_size(g);
+    // Masters offloaded to the host (or NVMe) are staged one group at a time and read there;
+    // everything else is summed by the backend where it lives.
+    const bool on_host = !gradients && offloader != nullptr;
+    const float* values = gradients ? own_grads(g)
+                          : on_host ? self.optimizer_shard(g).master
+                                    : master[static_cast<size_t>(g)].data();
+    for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
+      const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
+      const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+      if (lo >= hi) continue;
+      const float* x = values + (lo - begin);
+      // Σx² in double is finite exactly when every x is (no float squared overflows a double).
+      double sum = 0;
+      if (on_host)
+        for (int64_t i = 0; i < hi - lo; ++i) sum += static_cast<double>(x[i]) * x[i];
+      else
+        sum = be.sum_squares(x, hi - lo);
+      if (!std::isfinite(sum)) {
+        first = ti;
+        break;
+      }
+    }
+    if (on_host) self.release_optimizer_shard(g, /*modified=*/false);
+  }
+  std::vector<int64_t> all(static_cast<size_t>(host.world_size()));
+  host.all_gather_blocking(&first, all.data(), 1);
+  const int64_t found = *std::min_element(all.begin(), all.end());
+  return found == std::numeric_limits<int64_t>::max() ? -1 : found;
+}
+
+std::string ZeroEngine::non_finite_master_tensor() {
+  const int64_t t = impl_->first_non_finite_tensor(/*gradients=*/false);
+  return t < 0 ? "" : model_.layout().tensors()[static_cast<size_t>(t)].name;
 }
 
 }  // namespace zt

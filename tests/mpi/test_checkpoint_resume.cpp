@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,11 +18,13 @@
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_files.h"
+#include "checkpoint/consolidate.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
 #include "model/config.h"
 #include "one_step_bound.h"
+#include "util/error.h"
 
 namespace zt {
 namespace {
@@ -215,6 +219,42 @@ TEST_F(CheckpointResumeTest, ReshardsToOneRankAndToAnotherStage) {
         moved.test_engine().step(next_step, kAccum, Trainer::lr_at(next_step));
     ref.expect_step(moved_step, moved.test_engine().own_state(), moved_what);
   }
+}
+
+// A master that is NaN on one rank (here: the first element the last rank owns of layer 0's
+// group) is never committed: the checkpoint and the consolidated model are refused on every rank,
+// naming the tensor, and `latest` still names the last good checkpoint.
+TEST_F(CheckpointResumeTest, ANonFiniteMasterIsNeverSaved) {
+  const std::string root = dir_ + "/poisoned";
+  Trainer t(world_, 3, Precision::kFp32);
+  t.init();
+  t.train(1, 1);
+  const SavedCheckpoint good = t.save(root);
+  if (world_.rank() == N() - 1) {
+    const OptimizerShard shard = t.engine().optimizer_shard(1);
+    shard.master[0] = std::numeric_limits<float>::quiet_NaN();
+    t.engine().release_optimizer_shard(1, /*modified=*/true);
+  }
+  t.progress_.step = 2;
+  try {
+    t.save(root);
+    ADD_FAILURE() << "a checkpoint with a NaN master was saved";
+  } catch (const AgreedError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.0."), std::string::npos) << e.what();
+  }
+  try {
+    write_consolidated_model(t.engine(), dir_ + "/poisoned_model", world_, {});
+    ADD_FAILURE() << "a model with a NaN master was written";
+  } catch (const AgreedError& e) {
+    EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+  }
+  world_.barrier();
+  std::ifstream latest(root + "/latest");
+  std::string name;
+  std::getline(latest, name);
+  EXPECT_EQ(root + "/" + name, good.dir);
+  EXPECT_FALSE(fs::exists(root + "/step-00000002"));
+  EXPECT_FALSE(fs::exists(dir_ + "/poisoned_model"));
 }
 
 TEST_F(CheckpointResumeTest, EachRankReadsOnlyTheFilesHoldingItsRange) {
