@@ -90,6 +90,19 @@ po::typed_value<bool>* bool_flag(bool* target, bool fallback) {
   return po::value<bool>(target)->default_value(fallback)->implicit_value(true);
 }
 
+void add_comm_timeout_option(po::options_description& options, double* seconds) {
+  options.add_options()("comm-timeout", decimal_option(seconds),
+                        "seconds a collective may wait before the job ends with a report naming "
+                        "the rank, the operation and the step (0 or inf: no timeout)");
+}
+
+void check_comm_timeout(double seconds, const std::string& command) {
+  ZT_CHECK(seconds >= 0, command +
+                             ": --comm-timeout must be >= 0 seconds (0 or inf: no "
+                             "timeout), got " +
+                             shortest_decimal(seconds));
+}
+
 void require_option(const po::variables_map& vm, const std::string& name,
                     const std::string& command) {
   ZT_CHECK(vm.count(name) > 0, command + ": missing required option '--" + name + "'");

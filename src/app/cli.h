@@ -37,6 +37,12 @@ po::typed_value<T>* decimal_option(T* target) {
   return po::value<T>(target)->default_value(*target, shortest_decimal(*target));
 }
 
+// --comm-timeout SECONDS (default Communicator::kDefaultTimeoutSeconds): how long a collective
+// may wait before the job is ended with a report; 0 or inf: no timeout.
+void add_comm_timeout_option(po::options_description& options, double* seconds);
+// Fails naming `command`'s --comm-timeout unless it is >= 0 (NaN refused).
+void check_comm_timeout(double seconds, const std::string& command);
+
 // " (did you mean --a or --b?)" for an unknown option `given`: every known long name it is a
 // prefix of, else the closest one by edit distance when it is close; "" when nothing is.
 std::string did_you_mean(const std::string& given, const po::options_description& options);

@@ -19,7 +19,7 @@ int cmd_consolidate(int argc, char** argv) {
                          "Write a training checkpoint's weights as a bf16 model directory "
                          "(config.json, model.h5.index.json, HDF5 shards).",
                          "[mpirun -np N] zerotrain consolidate CHECKPOINT_DIR --out DIR "
-                         "[--serial] [--shard-size-mb N] [--overwrite]"};
+                         "[--serial] [--shard-size-mb N] [--overwrite] [--comm-timeout S]"};
   po::options_description options("consolidate options");
   options.add_options()("checkpoint", po::value<std::string>(),
                         "training checkpoint directory (OUT/checkpoints/step-NNNNNNNN)")(
@@ -29,6 +29,8 @@ int cmd_consolidate(int argc, char** argv) {
       "shard-size-mb", po::value<double>()->default_value(2048),
       "largest shard file size in MiB (shards split at tensor boundaries)")(
       "overwrite", po::bool_switch(), "replace an existing non-empty output directory");
+  double comm_timeout = Communicator::kDefaultTimeoutSeconds;
+  add_comm_timeout_option(options, &comm_timeout);
   po::positional_options_description positional;
   positional.add("checkpoint", 1);
   po::variables_map vm;
@@ -38,6 +40,7 @@ int cmd_consolidate(int argc, char** argv) {
   const double shard_mb = vm["shard-size-mb"].as<double>();
   ZT_CHECK(std::isfinite(shard_mb) && shard_mb > 0,
            "consolidate: '--shard-size-mb' must be positive");
+  check_comm_timeout(comm_timeout, spec.name);
   ConsolidateOptions o;
   o.overwrite = vm["overwrite"].as<bool>();
   o.serial = vm["serial"].as<bool>();
@@ -45,6 +48,7 @@ int cmd_consolidate(int argc, char** argv) {
 
   MpiRuntime runtime;
   MpiCommunicator comm;
+  comm.set_timeout_seconds(comm_timeout);
   const std::string checkpoint = vm["checkpoint"].as<std::string>();
   const ConsolidatedModel model =
       consolidate_checkpoint(checkpoint, vm["out"].as<std::string>(), comm, o);

@@ -33,6 +33,7 @@ struct EvalOptions {
   std::string model_dir, data, precision = "fp32";
   std::string backend = "auto";  // --backend cpu | cuda | auto
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
+  double comm_timeout = Communicator::kDefaultTimeoutSeconds;
 };
 
 bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
@@ -49,6 +50,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
+  add_comm_timeout_option(opts, &o.comm_timeout);
   const CommandSpec spec{kCommand,
                          "Mean next-token cross-entropy of a model on the first K*B windows of "
                          "T+1 tokens of a dataset.",
@@ -63,12 +65,14 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);
+  check_comm_timeout(o.comm_timeout, kCommand);
   return true;
 }
 
 int run_eval(const EvalOptions& o) {
   MpiRuntime runtime;
   MpiCommunicator world;
+  world.set_timeout_seconds(o.comm_timeout);
   MpiCommunicator self(MPI_COMM_SELF);
   const int64_t K = o.batches, B = o.micro_batch, T = o.seq_len;
 

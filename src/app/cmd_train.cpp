@@ -244,9 +244,15 @@ int run_training(TrainOptions o) {
     start = checkpointing.resume(engine);
     sampler.set_cursor(start.cursor);
     if (start.step >= o.steps) {
+      // Training is complete; a run that saved its last checkpoint but could not write final/
+      // (a full disk, a kill) gets it now.
+      const std::string final_dir = o.out + "/final";
+      const bool have_final = std::filesystem::exists(final_dir + "/" + kModelIndexFile);
+      if (!have_final) write_consolidated_model(engine, final_dir, comm, {.overwrite = true});
       if (is_root)
         std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
-                  << ": nothing to train\n";
+                  << (have_final ? ": nothing to train\n"
+                                 : ": training is complete; wrote " + final_dir + "\n");
       return 0;
     }
   }

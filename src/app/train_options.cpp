@@ -117,8 +117,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "none | full | every:K");
   add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
       "keep checkpointed layer inputs in host memory");
-  add("comm-timeout", decimal_option(&o.comm_timeout),
-      "seconds before a stuck collective aborts the job");
+  add_comm_timeout_option(opts, &o.comm_timeout);
   add("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
       "eval batches at the end (0 = skip)");
   add("log-every", po::value(&o.log_every)->default_value(o.log_every),
@@ -165,7 +164,7 @@ void validate(const TrainOptions& o) {
   check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
   check_positive(o.optim.lr, "lr", kCommand);
   check_positive(o.optim.eps, "eps", kCommand);
-  check_positive(o.comm_timeout, "comm-timeout", kCommand);
+  check_comm_timeout(o.comm_timeout, kCommand);
   auto at_least_zero = [](double v, const char* option) {
     ZT_CHECK(v >= 0,
              std::string(kCommand) + ": --" + option + " must be >= 0, got " + std::to_string(v));

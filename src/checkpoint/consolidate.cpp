@@ -123,7 +123,7 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
   if (result.parallel) {
     ParallelModelDirWriter writer(result.dir, config, comm, options.shard_limit_bytes,
                                   options.overwrite);
-    run_collectively(comm, [&] {
+    writer.write_on_every_rank([&] {
       write_own_ranges(
           writer, [&](const TensorInfo& t) { return even_slice(t.numel, rank, world); }, masters);
     });
@@ -187,7 +187,7 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
   };
   ParallelModelDirWriter writer(result.dir, engine.model().config(), comm,
                                 options.shard_limit_bytes, options.overwrite);
-  run_collectively(comm, [&] { write_own_ranges(writer, own_range, masters); });
+  writer.write_on_every_rank([&] { write_own_ranges(writer, own_range, masters); });
   if (staged_group >= 0) engine.release_optimizer_shard(staged_group, /*modified=*/false);
   result.bytes = writer.finish();
   result.seconds = seconds_since(t0);

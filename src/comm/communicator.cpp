@@ -1,9 +1,11 @@
 #include "comm/communicator.h"
 
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <thread>
 
 #include "util/error.h"
@@ -125,9 +127,14 @@ bool CommHandle::test() {
 void CommHandle::wait() {
   if (!request_) return;
   const auto wait_start = std::chrono::steady_clock::now();
+  // An infinite timeout (none) never expires; a finite one is at most kMaxTimeoutSeconds, so the
+  // deadline fits the clock's 64-bit nanoseconds.
+  const double timeout = request_->call().timeout_seconds;
   const auto deadline =
-      wait_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                       std::chrono::duration<double>(request_->call().timeout_seconds));
+      std::isfinite(timeout)
+          ? wait_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(timeout))
+          : std::chrono::steady_clock::time_point::max();
   for (int polls = 0; !request_->poll(); ++polls) {
     if (polls < kSpinPolls) continue;
     const auto now = std::chrono::steady_clock::now();
@@ -309,8 +316,11 @@ void Communicator::set_context(int64_t step, const char* phase) {
 }
 
 void Communicator::set_timeout_seconds(double seconds) {
-  ZT_CHECK(seconds > 0.0, "communicator timeout must be positive, got " + std::to_string(seconds));
-  timeout_seconds_ = seconds;
+  ZT_CHECK(seconds >= 0.0,
+           "communicator timeout must be >= 0 seconds (0: none), got " + std::to_string(seconds));
+  timeout_seconds_ = seconds == 0.0 || seconds > kMaxTimeoutSeconds
+                         ? std::numeric_limits<double>::infinity()
+                         : seconds;
 }
 
 CollectiveBytes collective_bytes(const CollectiveCall& call) {

@@ -210,6 +210,8 @@ CollectiveBytes collective_bytes(const CollectiveCall& call);
 class Communicator {
  public:
   static constexpr double kDefaultTimeoutSeconds = 600.0;
+  // Longer timeouts are none at all (as are 0 and infinity).
+  static constexpr double kMaxTimeoutSeconds = 1e9;
 
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
@@ -273,7 +275,7 @@ class Communicator {
   int64_t step() const { return step_; }
   const std::string& phase() const { return phase_; }
 
-  // ---- timeout (seconds, > 0) ----
+  // ---- timeout (seconds; 0, infinity or more than kMaxTimeoutSeconds: none) ----
   void set_timeout_seconds(double seconds);
   double timeout_seconds() const { return timeout_seconds_; }
 

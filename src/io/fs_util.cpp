@@ -1,8 +1,12 @@
 #include "io/fs_util.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -39,6 +43,60 @@ void check_output_file_writable(const std::string& file, bool overwrite) {
   if (!fs::exists(file, ec)) return;
   ZT_CHECK(!fs::is_directory(file, ec), "output path '" + file + "' is a directory");
   ZT_CHECK(overwrite, "output file '" + file + "' already exists (use --overwrite)");
+}
+
+namespace {
+
+// "No space left on device (ENOSPC)": the system's text and the symbol users search for.
+std::string errno_text(int e) {
+  const char* name = e == ENOSPC   ? "ENOSPC"
+                     : e == EACCES ? "EACCES"
+                     : e == EROFS  ? "EROFS"
+                     : e == EDQUOT ? "EDQUOT"
+                     : e == ENOENT ? "ENOENT"
+                     : e == EPERM  ? "EPERM"
+                                   : nullptr;
+  return std::string(std::strerror(e)) + (name ? std::string(" (") + name + ")" : "");
+}
+
+// `path` itself when it exists, else its nearest existing ancestor ("." for a relative path).
+std::string existing_ancestor(const std::string& path) {
+  std::error_code ec;
+  fs::path p = path.empty() ? fs::path(".") : fs::path(path);
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  return p.empty() ? "." : p.string();
+}
+
+// Free bytes for an unprivileged writer under `dir`; 0 when statvfs fails.
+uint64_t free_bytes(const std::string& dir) {
+  struct statvfs s;
+  if (statvfs(dir.c_str(), &s) != 0) return 0;
+  return static_cast<uint64_t>(s.f_bavail) * s.f_frsize;
+}
+
+}  // namespace
+
+void check_room_to_write(const std::string& dir, uint64_t bytes, const std::string& what) {
+  const std::string base = existing_ancestor(dir);
+  ZT_CHECK(access(base.c_str(), W_OK) == 0,
+           "cannot write " + what + ": " + errno_text(errno) + " on '" + base + "'");
+  // Fault injection for tests: write until the disk is really full (ENOSPC mid-write).
+  const char* skip = std::getenv("ZT_DEBUG_SKIP_SPACE_CHECK");
+  if (skip && std::string(skip) == "1") return;
+  const uint64_t available = free_bytes(base);
+  ZT_CHECK(available >= bytes,
+           "cannot write " + what + ": No space left on device (ENOSPC): " + std::to_string(bytes) +
+               " bytes needed, " + std::to_string(available) + " free under '" + base + "'");
+}
+
+std::string write_failure_cause(const std::string& path) {
+  const std::string base = existing_ancestor(dir_parent(path).empty() ? "." : dir_parent(path));
+  if (access(base.c_str(), W_OK) != 0) return " (" + errno_text(errno) + " on '" + base + "')";
+  const uint64_t available = free_bytes(base);
+  if (available < (uint64_t{1} << 20))
+    return " (No space left on device (ENOSPC): " + std::to_string(available) +
+           " bytes free under '" + base + "')";
+  return "";
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

@@ -1,6 +1,7 @@
 // Filesystem helpers for writers that must never leave partial output: temporary sibling names,
 // fsync, atomic move into place, small text/JSON files.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,17 @@ std::string temp_sibling(const std::string& path);
 void check_output_dir_writable(const std::string& dir, bool overwrite);
 // Refuses an output file that exists (or is a directory) unless overwrite is set.
 void check_output_file_writable(const std::string& file, bool overwrite);
+
+// Refuses to start writing `bytes` under `dir` (or its nearest existing ancestor) when its
+// filesystem has less free space, or when the directory is not writable: "No space left on
+// device (ENOSPC)", "Permission denied (EACCES)", "Read-only file system (EROFS)", naming
+// `what` and the directory. The
+// environment variable ZT_DEBUG_SKIP_SPACE_CHECK=1 skips the space check (fault tests: a disk
+// that fills up mid-write).
+void check_room_to_write(const std::string& dir, uint64_t bytes, const std::string& what);
+// Why a write under `path` may have failed, as far as the filesystem tells: " (No space left on
+// device (ENOSPC): N bytes free under DIR)", " (Permission denied (EACCES) on DIR)", or "".
+std::string write_failure_cause(const std::string& path);
 
 // Writes a text file and fsyncs it; throws zt::Error naming it.
 void write_text_file(const std::string& path, const std::string& text);

@@ -30,6 +30,9 @@ class Id {
   // Closes now; throws zt::Error naming `where` if HDF5 reports a failure (e.g. on flush).
   void close(const std::string& where);
   void reset();  // closes, ignoring errors (destructor path)
+  // Forgets the identifier without closing it: for MPI-IO files after a failed collective, where
+  // a close would wait for ranks that will not join it.
+  void forget() { id_ = H5I_INVALID_HID; }
 
  private:
   hid_t id_ = H5I_INVALID_HID;

@@ -4,6 +4,7 @@
 
 #include "comm/collective_outcome.h"
 #include "io/fs_util.h"
+#include "runtime/deadline.h"
 #include "util/error.h"
 
 namespace zt {
@@ -39,11 +40,21 @@ ParallelModelDirWriter::ParallelModelDirWriter(std::string dir, const ModelConfi
       comm_(comm),
       overwrite_(overwrite) {
   ZT_CHECK(shard_limit_bytes > 0, "shard size limit must be positive");
+  std::vector<uint64_t> bytes;
+  for (const TensorInfo& t : layout_.tensors()) {
+    bytes.push_back(static_cast<uint64_t>(t.numel) * sizeof(bf16_t));
+    total_bytes_ += bytes.back();
+  }
+  shard_of_ = plan_shards(bytes, shard_limit_bytes);
+  num_shards_ = shard_of_.empty() ? 0 : shard_of_.back();
   std::string tmp;
   run_collectively(comm_, [&] {
     config_.validate();
     if (comm_.rank() != 0) return;
     check_output_dir_writable(dir_, overwrite_);
+    // The tensors, plus HDF5's metadata (a few KiB per dataset) and the JSON files.
+    const uint64_t metadata = (64u << 10) + (4u << 10) * layout_.tensors().size();
+    check_room_to_write(dir_parent(dir_), total_bytes_ + metadata, "model '" + dir_ + "'");
     tmp = temp_sibling(dir_);
     std::error_code ec;
     fs::remove_all(tmp, ec);
@@ -52,24 +63,16 @@ ParallelModelDirWriter::ParallelModelDirWriter(std::string dir, const ModelConfi
     ZT_CHECK(!ec, "cannot create temporary directory '" + tmp + "': " + ec.message());
   });
   tmp_dir_ = broadcast_string(comm_, tmp);
-
-  std::vector<uint64_t> bytes;
-  for (const TensorInfo& t : layout_.tensors()) {
-    bytes.push_back(static_cast<uint64_t>(t.numel) * sizeof(bf16_t));
-    total_bytes_ += bytes.back();
-  }
-  shard_of_ = plan_shards(bytes, shard_limit_bytes);
-  num_shards_ = shard_of_.empty() ? 0 : shard_of_.back();
-
   try {
     open_files();
-  } catch (...) {
-    abandon();
-    throw;
+  } catch (const std::exception& e) {
+    abandon_after_failure(e.what());
   }
 }
 
 void ParallelModelDirWriter::open_files() {
+  const Deadline deadline(comm_.timeout_seconds(),
+                          "creating the parallel HDF5 files of '" + tmp_dir_ + "'", comm_.rank());
   run_collectively(comm_, [&] {
     h5::silence_errors();
     const std::string where = "parallel model directory '" + tmp_dir_ + "'";
@@ -97,18 +100,36 @@ void ParallelModelDirWriter::open_files() {
 }
 
 ParallelModelDirWriter::~ParallelModelDirWriter() {
-  if (!finished_) abandon();
+  if (finished_) return;
+  // Left by an exception of the caller's (every rank's, agreed): close collectively, under the
+  // deadline, and drop the temporary directory.
+  {
+    const Deadline deadline(comm_.timeout_seconds(),
+                            "closing the parallel HDF5 files of '" + tmp_dir_ + "'", comm_.rank());
+    datasets_.clear();
+    files_.clear();
+    transfer_.reset();
+  }
+  remove_temp_dir();
 }
 
-void ParallelModelDirWriter::abandon() {
-  // Every rank gets here together (failures are agreed), so the collective closes match up.
-  datasets_.clear();
-  files_.clear();
+void ParallelModelDirWriter::remove_temp_dir() {
+  if (comm_.rank() != 0 || tmp_dir_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(tmp_dir_, ec);
+}
+
+void ParallelModelDirWriter::abandon_after_failure(const std::string& error) {
+  const std::string cause = write_failure_cause(tmp_dir_ + "/x");
+  for (h5::Id& d : datasets_) d.forget();
+  for (h5::Id& f : files_) f.forget();
   transfer_.reset();
-  if (comm_.rank() == 0 && !tmp_dir_.empty()) {
-    std::error_code ec;
-    fs::remove_all(tmp_dir_, ec);
-  }
+  remove_temp_dir();
+  comm_.barrier();  // the temporary directory is gone before any rank ends the job
+  finished_ = true;
+  // Not an AgreedError: MPI-IO files are still open, so the job must end by MPI_Abort rather
+  // than MPI_Finalize.
+  fail(error + cause);
 }
 
 std::string ParallelModelDirWriter::shard_path(int shard) const {
@@ -132,6 +153,14 @@ void ParallelModelDirWriter::write(const TensorInfo& t, int64_t begin, int64_t c
                   values + box.flat_offset, where, transfer_);
 }
 
+void ParallelModelDirWriter::write_on_every_rank(const std::function<void()>& fn) {
+  try {
+    run_collectively(comm_, fn);
+  } catch (const std::exception& e) {
+    abandon_after_failure(e.what());
+  }
+}
+
 void ParallelModelDirWriter::close_files() {
   for (size_t i = 0; i < datasets_.size(); ++i)
     datasets_[i].close("tensor '" + layout_.tensors()[i].name + "'");
@@ -144,7 +173,13 @@ void ParallelModelDirWriter::close_files() {
 
 uint64_t ParallelModelDirWriter::finish() {
   ZT_CHECK(!finished_, "parallel model writer for '" + dir_ + "' finished twice");
-  run_collectively(comm_, [&] { close_files(); });
+  try {
+    const Deadline deadline(comm_.timeout_seconds(),
+                            "closing the parallel HDF5 files of '" + tmp_dir_ + "'", comm_.rank());
+    run_collectively(comm_, [&] { close_files(); });
+  } catch (const std::exception& e) {
+    abandon_after_failure(e.what());
+  }
   run_collectively(comm_, [&] {
     if (comm_.rank() != 0) return;
     std::map<std::string, std::string> weight_map;
@@ -177,9 +212,17 @@ ParallelModelDirWriter::~ParallelModelDirWriter() = default;
 
 void ParallelModelDirWriter::open_files() {}
 
-void ParallelModelDirWriter::abandon() {}
+void ParallelModelDirWriter::remove_temp_dir() {}
+
+void ParallelModelDirWriter::abandon_after_failure(const std::string& error) {
+  fail(error);
+}
 
 void ParallelModelDirWriter::write(const TensorInfo&, int64_t, int64_t, const bf16_t*) {
+  fail("parallel HDF5 is not available");
+}
+
+void ParallelModelDirWriter::write_on_every_rank(const std::function<void()>&) {
   fail("parallel HDF5 is not available");
 }
 

@@ -12,13 +12,18 @@
 //   finish (collective)       every rank closes the datasets and files; the ranks agree that all
 //                             writes succeeded; rank 0 writes config.json and the index, fsyncs
 //                             and moves the directory into place.
-// A failure on any rank makes every rank throw (run_collectively); the destructor closes the
-// files on every rank and rank 0 removes the temporary directory.
+// Before anything is written, rank 0 checks that the filesystem has room for the model and is
+// writable (an ENOSPC or EACCES error names the directory). A failure on any rank makes every
+// rank agree (run_collectively); rank 0 removes the temporary directory and every rank then
+// throws, without the collective HDF5 close that a failed MPI-IO file can no longer complete
+// (so the job ends, by MPI_Abort, instead of hanging). Every collective HDF5 call runs under a
+// Deadline of the communicator's timeout.
 //
 // Only builds with parallel HDF5 (ZEROTRAIN_HDF5_PARALLEL) can construct one; available() says
 // whether this one can.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,13 +55,20 @@ class ParallelModelDirWriter {
   // only this rank takes part.
   void write(const TensorInfo& t, int64_t begin, int64_t count, const bf16_t* values);
 
+  // Collective: runs fn (this rank's write() calls) and agrees on the outcome with every rank; a
+  // failure anywhere abandons the files (see above) and throws on every rank.
+  void write_on_every_rank(const std::function<void()>& fn);
+
   // Collective: closes the files, publishes the directory. Returns the tensor bytes written.
   uint64_t finish();
 
  private:
   void open_files();   // collective: every shard file and dataset
   void close_files();  // collective
-  void abandon();      // closes everything, removes the temporary directory (rank 0)
+  // After an agreed failure: forgets the HDF5 files without their collective close, removes the
+  // temporary directory (rank 0) and throws `error` (plus what the filesystem says) on every rank.
+  [[noreturn]] void abandon_after_failure(const std::string& error);
+  void remove_temp_dir();  // rank 0
   std::string shard_path(int shard) const;
 
   std::string dir_, tmp_dir_;

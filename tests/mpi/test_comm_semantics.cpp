@@ -2,11 +2,13 @@
 // formulas, handle behaviour (overlap, reverse-order waits, idempotence, moves, destruction),
 // argument checks, determinism of float sums and the settings used by timeout reports.
 #include <gtest/gtest.h>
+
 #include <mpi.h>
 
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -273,9 +275,19 @@ TEST_F(CommTest, ContextAndTimeoutSettings) {
   EXPECT_EQ(comm().step(), 7);
   EXPECT_EQ(comm().phase(), "backward");
   EXPECT_DOUBLE_EQ(comm().timeout_seconds(), 60.0);
-  EXPECT_THROW(comm().set_timeout_seconds(0.0), Error);
   EXPECT_THROW(comm().set_timeout_seconds(-1.0), Error);
+  EXPECT_THROW(comm().set_timeout_seconds(std::nan("")), Error);
   EXPECT_DOUBLE_EQ(comm().timeout_seconds(), 60.0);
+  // 0, infinity and timeouts too long to mean anything are "none": a collective waited under
+  // them completes (a deadline of now + 1e30 s would overflow the clock's nanoseconds).
+  for (double none : {0.0, 1e10, 1e30, std::numeric_limits<double>::infinity()}) {
+    comm().set_timeout_seconds(none);
+    EXPECT_EQ(comm().timeout_seconds(), std::numeric_limits<double>::infinity()) << none;
+    double x = 1.0;
+    comm().all_reduce_sum_blocking(&x, 1);
+    EXPECT_EQ(x, comm().world_size()) << none;
+  }
+  comm().set_timeout_seconds(60.0);
   EXPECT_DOUBLE_EQ(MpiCommunicator().timeout_seconds(), Communicator::kDefaultTimeoutSeconds);
   EXPECT_STREQ(comm().backend_name(), "mpi");
 }
