@@ -39,9 +39,7 @@ void end_mpi_after_error(bool agreed, int exit_code) {
   int initialized = 0, finalized = 0;
   if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return;
   if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (agreed || size == 1)
+  if (agreed)
     MPI_Finalize();
   else
     MPI_Abort(MPI_COMM_WORLD, exit_code);

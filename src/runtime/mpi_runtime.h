@@ -41,9 +41,10 @@ class MpiRuntime {
 };
 
 // After main() printed an error: if MPI is running, ends it so that the job stops in bounded
-// time. An error every rank agreed on (`agreed`), or a world of one rank, finalises; any other
-// error aborts the whole job (MPI_Abort with `exit_code`), since other ranks may be waiting in a
-// collective that this rank will never join. Never throws.
+// time. An error every rank agreed on (`agreed`) finalises; any other error aborts the whole
+// job (MPI_Abort with `exit_code`), since other ranks may be waiting in a collective that this
+// rank will never join, and libraries may hold state (open MPI-IO files) that MPI_Finalize would
+// trip over. Never throws.
 void end_mpi_after_error(bool agreed, int exit_code);
 
 struct LocalRank {
