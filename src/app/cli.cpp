@@ -6,6 +6,7 @@
 #include <iostream>
 #include <vector>
 
+#include "io/run_directory.h"
 #include "util/error.h"
 
 namespace zt {
@@ -113,7 +114,7 @@ void check_output_dir(const std::string& path, bool overwrite) {
   std::error_code ec;
   if (fs::exists(path, ec) && !fs::is_directory(path, ec))
     fail("output path '" + path + "' exists and is not a directory");
-  if (fs::is_directory(path, ec) && !fs::is_empty(path, ec) && !overwrite)
+  if (fs::is_directory(path, ec) && !run_directory_is_empty(path) && !overwrite)
     fail("output directory '" + path + "' exists and is not empty (use --overwrite)");
 }
 

@@ -32,6 +32,7 @@
 #include "io/data_loader.h"
 #include "io/fs_util.h"
 #include "io/model_dir.h"
+#include "io/run_directory.h"
 #include "io/token_dataset.h"
 #include "report/run_recorder.h"
 #include "runtime/mpi_runtime.h"
@@ -107,13 +108,15 @@ nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& d
 // What every rank opens on its own before the job's first collective: the model (configuration,
 // and with --model its weights), the dataset and its data order, the checkpoint to resume.
 struct TrainInputs {
+  std::unique_ptr<RunDirectoryLock> lock;  // rank 0: one run at a time in --out
   std::unique_ptr<ModelDirReader> reader;  // --model: the weights to start from
   ModelConfig config;
   Precision precision = Precision::kBf16;
   ActivationCheckpointing ac;
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<WindowSampler> sampler;
-  std::string resume_dir;  // "" when the run starts fresh
+  std::string data_identity;  // TokenDataset::identity()
+  std::string resume_dir;     // "" when the run starts fresh
 };
 
 TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
@@ -125,12 +128,15 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
   in.precision = parse_precision(o.precision);
   in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
-  // --resume continues a run in its own (non-empty) --out.
+  // --resume continues a run in its own (non-empty) --out; --overwrite replaces one.
+  if (rank == 0) in.lock = std::make_unique<RunDirectoryLock>(o.out);
   if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
+  if (rank == 0 && o.checkpoint.resume == "none" && o.overwrite) clear_previous_run(o.out);
   in.data = std::make_unique<TokenDataset>(o.data);
   in.sampler =
       std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len, o.micro_batch,
                                       o.grad_accum, world, rank, static_cast<uint64_t>(o.seed));
+  in.data_identity = in.data->identity();
   in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out);
   return in;
 }
@@ -147,7 +153,7 @@ RunSettings run_settings(const TrainOptions& o, const TrainInputs& in) {
     settings.emplace_back(option, value.is_string() ? value.get<std::string>() : value.dump());
   }
   settings.emplace_back("model configuration", in.config.to_hf_json().dump());
-  settings.emplace_back("dataset", in.data->identity());
+  settings.emplace_back("dataset", in.data_identity);
   settings.emplace_back("checkpoint resumed",
                         in.resume_dir.empty()
                             ? "none"
@@ -223,10 +229,10 @@ int run_training(TrainOptions o) {
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   MemoryTracker memory(backend->device_memory());
   std::unique_ptr<ZeroEngine> engine_ptr;
-  TrainCheckpointing checkpointing(
-      o.checkpoint, o.out,
-      {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len, static_cast<uint64_t>(o.seed)},
-      comm, in.resume_dir);
+  TrainCheckpointing checkpointing(o.checkpoint, o.out,
+                                   {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len,
+                                    static_cast<uint64_t>(o.seed), in.data_identity},
+                                   comm, in.resume_dir);
   // The engine's buffers and its first values (rank-local work), agreed before any collective.
   run_collectively(comm, [&] {
     engine_ptr =
@@ -258,10 +264,10 @@ int run_training(TrainOptions o) {
   }
 
   write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac);
-  RunRecorder recorder(
-      comm, data_comm, memory,
-      {o.out, checkpointing.resume_dir().empty() ? -1 : start.step, start.tokens_seen,
-       config.training_flops_per_token(o.seq_len), backend->name()});
+  RunRecorder recorder(comm, data_comm, memory,
+                       {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
+                        checkpointing.resumed_metrics_line(), start.tokens_seen,
+                        config.training_flops_per_token(o.seq_len), backend->name()});
   Progress progress(is_root, o.steps, o.log_every);
 
   for (int64_t step = start.step + 1; step <= o.steps; ++step) {
@@ -273,7 +279,8 @@ int run_training(TrainOptions o) {
     const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step);
     const StepRecord& r = recorder.trained(lr, stats);
     // Stop agreement + checkpoint save, timed into this step's record before it is written.
-    const bool stop = checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()});
+    const bool stop =
+        checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
     if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
       write_consolidated_model(engine, consolidated_step_dir(o.out, step), comm,
                                {.overwrite = true});

@@ -38,6 +38,8 @@ void add_checkpoint_options(po::options_description& options, CheckpointFlags& f
       "none | auto (OUT/checkpoints/latest, if any) | PATH of a checkpoint directory");
   add("stop-after-step", po::value(&f.stop_after_step)->default_value(f.stop_after_step),
       "save a checkpoint after step S and exit 124, as on SIGUSR1 (0 = off)");
+  add("allow-data-change", bool_flag(&f.allow_data_change, false),
+      "resume from a checkpoint written on another dataset (refused by default)");
 }
 
 void add_fault_injection_options(po::options_description& options, CheckpointFlags& f) {
@@ -85,7 +87,8 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
   std::vector<std::string> warnings;
   const CheckpointManifest manifest =
       load_checkpoint(engine, resume_dir_, [&](const CheckpointManifest& m) {
-        warnings = check_resume_hyperparameters(m, hyper_, world, precision, resume_dir_);
+        warnings = check_resume_hyperparameters(m, hyper_, world, precision, resume_dir_,
+                                                flags_.allow_data_change);
       });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -98,6 +101,7 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
                  resume_dir_.c_str(), static_cast<long long>(manifest.progress.step),
                  manifest.world_size, manifest.zero_stage, seconds);
   }
+  resumed_metrics_line_ = manifest.metrics_line;
   return manifest.progress;
 }
 
@@ -110,8 +114,10 @@ void TrainCheckpointing::before_step(int64_t step) const {
   }
 }
 
-void TrainCheckpointing::save(ZeroEngine& engine, const TrainingProgress& progress) {
+void TrainCheckpointing::save(ZeroEngine& engine, const TrainingProgress& progress,
+                              const nlohmann::json& metrics_line) {
   CheckpointSaveOptions options;
+  options.metrics_line = metrics_line;
   options.root = checkpoints_root(out_dir_);
   options.keep_last = static_cast<int>(flags_.keep_last);
   options.debug = flags_.debug;
@@ -121,13 +127,14 @@ void TrainCheckpointing::save(ZeroEngine& engine, const TrainingProgress& progre
                  static_cast<double>(saved.bytes) / (1 << 20), comm_.world_size(), saved.seconds);
 }
 
-bool TrainCheckpointing::after_step(ZeroEngine& engine, const TrainingProgress& progress) {
+bool TrainCheckpointing::after_step(ZeroEngine& engine, const TrainingProgress& progress,
+                                    const nlohmann::json& metrics_line) {
   const int signal_number = stop_requested_anywhere(comm_);
   const bool last = progress.step >= hyper_.total_steps;
   const bool stop_flag = flags_.stop_after_step > 0 && progress.step == flags_.stop_after_step;
   const bool stop = !last && (signal_number != 0 || stop_flag);
   const bool periodic = flags_.save_every > 0 && (progress.step % flags_.save_every == 0 || last);
-  if (stop || periodic) save(engine, progress);
+  if (stop || periodic) save(engine, progress, metrics_line);
   if (stop && comm_.rank() == 0)
     std::fprintf(stderr, "stopped after step %lld (%s); resume with --resume auto\n",
                  static_cast<long long>(progress.step),

@@ -14,10 +14,11 @@
 namespace zt {
 
 struct CheckpointFlags {
-  int64_t save_every = 0;       // 0: no periodic checkpoints
-  int64_t keep_last = 0;        // 0: keep all
-  std::string resume = "none";  // none | auto | PATH
-  int64_t stop_after_step = 0;  // > 0: behave as if signalled after that step
+  int64_t save_every = 0;          // 0: no periodic checkpoints
+  int64_t keep_last = 0;           // 0: keep all
+  std::string resume = "none";     // none | auto | PATH
+  int64_t stop_after_step = 0;     // > 0: behave as if signalled after that step
+  bool allow_data_change = false;  // resume on another dataset than the checkpoint's
   int64_t debug_kill_rank = -1, debug_kill_step = 0;
   CheckpointDebug debug = CheckpointDebug::from_environment();
 };
@@ -41,15 +42,20 @@ class TrainCheckpointing {
   // Loads resume_dir() into the engine (collective) after checking the run's settings against
   // it; rank 0 prints warnings and the load time. Returns the restored progress.
   TrainingProgress resume(ZeroEngine& engine);
+  // The metrics.jsonl line the resumed checkpoint carries (null before resume() or in an old one).
+  const nlohmann::json& resumed_metrics_line() const { return resumed_metrics_line_; }
 
   // --debug-kill-rank/--debug-kill-step: that rank dies by SIGKILL at the start of that step.
   void before_step(int64_t step) const;
-  // After step `progress.step`: agrees on stop requests, saves when due. Returns true when the
-  // run must stop now (the caller exits with kStoppedExitCode). Collective.
-  bool after_step(ZeroEngine& engine, const TrainingProgress& progress);
+  // After step `progress.step`: agrees on stop requests, saves when due (with `metrics_line`, the
+  // step's metrics.jsonl line). Returns true when the run must stop now (the caller exits with
+  // kStoppedExitCode). Collective.
+  bool after_step(ZeroEngine& engine, const TrainingProgress& progress,
+                  const nlohmann::json& metrics_line);
 
  private:
-  void save(ZeroEngine& engine, const TrainingProgress& progress);
+  void save(ZeroEngine& engine, const TrainingProgress& progress,
+            const nlohmann::json& metrics_line);
 
   CheckpointFlags flags_;
   std::string out_dir_;
@@ -57,6 +63,7 @@ class TrainCheckpointing {
   Communicator& comm_;
   StopSignalHandlers signal_handlers_;
   std::string resume_dir_;
+  nlohmann::json resumed_metrics_line_;
 };
 
 }  // namespace zt

@@ -132,6 +132,7 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   manifest.config_fingerprint = model_config_fingerprint(engine.model().config());
   manifest.groups = checkpoint_groups(engine.layout(), world);
   manifest.tensors = checkpoint_tensors(engine.layout());
+  manifest.metrics_line = options.metrics_line;
 
   comm.set_context(progress.step, "checkpoint save");
   // A poisoned state is never saved: it would become `latest` and, under --keep-last, replace

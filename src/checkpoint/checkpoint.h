@@ -47,6 +47,7 @@ struct CheckpointSaveOptions {
   std::string root;   // OUT/checkpoints
   int keep_last = 0;  // > 0: keep only the newest K complete checkpoints
   CheckpointDebug debug;
+  nlohmann::json metrics_line;  // the step's metrics.jsonl line, kept in the manifest
 };
 
 struct SavedCheckpoint {

@@ -19,6 +19,13 @@ std::string numbered(const char* format, int64_t n) {
   return buf;
 }
 
+// "crc32c:xxxxxxxx" of a manifest object without its own CRC, dumped compactly (the keys of
+// nlohmann::json objects are sorted, so the text is canonical).
+std::string manifest_crc(const nlohmann::json& without_crc) {
+  const std::string text = without_crc.dump();
+  return "crc32c:" + crc32c_hex(crc32c(text.data(), text.size()));
+}
+
 // Floats are stored as the double of the exact float value, so they read back bit for bit.
 float read_float(const nlohmann::json& j, const char* key) {
   return static_cast<float>(j.at(key).get<double>());
@@ -78,7 +85,8 @@ nlohmann::json TrainingHyperparameters::to_json() const {
           {"micro_batch", micro_batch},
           {"grad_accum", grad_accum},
           {"seq_len", seq_len},
-          {"data_seed", data_seed}};
+          {"data_seed", data_seed},
+          {"data_identity", data_identity}};
 }
 
 TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json& j) {
@@ -105,6 +113,7 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
   h.grad_accum = j.at("grad_accum").get<int64_t>();
   h.seq_len = j.at("seq_len").get<int64_t>();
   h.data_seed = j.at("data_seed").get<uint64_t>();
+  h.data_identity = j.value("data_identity", "");
   return h;
 }
 
@@ -122,7 +131,7 @@ nlohmann::json CheckpointManifest::to_json() const {
   nlohmann::json files_json = nlohmann::json::array();
   for (const CheckpointFile& f : files)
     files_json.push_back({{"name", f.name}, {"crc32c", crc32c_hex(f.crc32c)}, {"bytes", f.bytes}});
-  return {
+  nlohmann::json j = {
       {"format", "zerotrain-checkpoint"},
       {"format_version", format_version},
       {"step", progress.step},
@@ -137,7 +146,10 @@ nlohmann::json CheckpointManifest::to_json() const {
       {"hyperparameters", hyper.to_json()},
       {"groups", groups_json},
       {"tensors", tensors_json},
-      {"files", files_json}};
+      {"files", files_json},
+      {"metrics_line", metrics_line}};
+  j["manifest_crc32c"] = manifest_crc(j);
+  return j;
 }
 
 CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
@@ -147,9 +159,19 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
     ZT_CHECK(j.value("format", "") == "zerotrain-checkpoint",
              source + ": not a zerotrain checkpoint manifest");
     m.format_version = j.at("format_version").get<int>();
-    ZT_CHECK(m.format_version == kCheckpointFormatVersion,
+    ZT_CHECK(m.format_version >= 1 && m.format_version <= kCheckpointFormatVersion,
              source + ": checkpoint format version " + std::to_string(m.format_version) +
-                 ", this build reads version " + std::to_string(kCheckpointFormatVersion));
+                 ", this build reads versions 1 to " + std::to_string(kCheckpointFormatVersion));
+    if (m.format_version >= 2) {
+      ZT_CHECK(j.contains("manifest_crc32c"), source + ": the manifest has no manifest_crc32c");
+      nlohmann::json rest = j;
+      rest.erase("manifest_crc32c");
+      ZT_CHECK(j.at("manifest_crc32c") == manifest_crc(rest),
+               source +
+                   ": the manifest's CRC-32C does not match its content (it was edited or "
+                   "damaged); refusing to resume from it");
+    }
+    m.metrics_line = j.value("metrics_line", nlohmann::json());
     m.progress.step = j.at("step").get<int64_t>();
     m.progress.tokens_seen = j.at("tokens_seen").get<int64_t>();
     m.progress.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();
@@ -275,11 +297,9 @@ void check_checkpoint_model(const CheckpointManifest& manifest, const ModelConfi
   }
 }
 
-std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& manifest,
-                                                      const TrainingHyperparameters& run,
-                                                      int run_world_size,
-                                                      const std::string& run_precision,
-                                                      const std::string& checkpoint_dir) {
+std::vector<std::string> check_resume_hyperparameters(
+    const CheckpointManifest& manifest, const TrainingHyperparameters& run, int run_world_size,
+    const std::string& run_precision, const std::string& checkpoint_dir, bool allow_data_change) {
   const TrainingHyperparameters& saved = manifest.hyper;
   std::vector<std::string> errors, warnings;
   compare(errors, "seq_len", saved.seq_len, run.seq_len, int_text);
@@ -290,6 +310,9 @@ std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& 
   compare(errors, "eps", saved.optim.eps, run.optim.eps, float_text);
   compare(errors, "weight_decay", saved.optim.weight_decay, run.optim.weight_decay, float_text);
   compare(errors, "clip", saved.optim.clip, run.optim.clip, float_text);
+  if (!allow_data_change && !saved.data_identity.empty())
+    compare(errors, "dataset (use --allow-data-change to resume on other data)",
+            saved.data_identity, run.data_identity, as_is);
   if (manifest.world_size == run_world_size) {
     compare(errors, "micro_batch", saved.micro_batch, run.micro_batch, int_text);
     compare(errors, "grad_accum", saved.grad_accum, run.grad_accum, int_text);

@@ -17,7 +17,9 @@
 
 namespace zt {
 
-constexpr int kCheckpointFormatVersion = 1;
+// Version 2 adds the manifest's own CRC-32C (required from version 2 on), the dataset's identity
+// and the metrics line of the checkpoint's step; version 1 manifests are still read.
+constexpr int kCheckpointFormatVersion = 2;
 constexpr const char* kCheckpointManifestFile = "manifest.json";
 
 // "step-00000010", "rank-00003.h5", "group_017".
@@ -41,7 +43,8 @@ struct TrainingHyperparameters {
   int64_t micro_batch = 0;
   int64_t grad_accum = 0;
   int64_t seq_len = 0;
-  uint64_t data_seed = 0;  // seed of the data order (data_loader.h)
+  uint64_t data_seed = 0;     // seed of the data order (data_loader.h)
+  std::string data_identity;  // TokenDataset::identity() ("" in version-1 checkpoints)
 
   nlohmann::json to_json() const;
   static TrainingHyperparameters from_json(const nlohmann::json& j);
@@ -86,9 +89,15 @@ struct CheckpointManifest {
   std::vector<CheckpointGroup> groups;
   std::vector<CheckpointTensor> tensors;
   std::vector<CheckpointFile> files;  // files[r] is rank r's file
+  // metrics.jsonl's line of this step, written with the checkpoint so that a kill between the
+  // checkpoint's commit and the line's write loses nothing (a resume restores it).
+  nlohmann::json metrics_line;
 
+  // The JSON written to manifest.json: every field above and "manifest_crc32c", the CRC-32C of
+  // the rest (the object without that key, dumped compactly), so an edited step or data cursor
+  // is refused rather than silently skipping a step or shifting the data.
   nlohmann::json to_json() const;
-  // Parses and checks internal consistency; errors name `source`.
+  // Parses and checks the CRC and internal consistency; errors name `source`.
   static CheckpointManifest from_json(const nlohmann::json& j, const std::string& source);
   static CheckpointManifest read(const std::string& checkpoint_dir);
 };
@@ -106,13 +115,14 @@ void check_checkpoint_model(const CheckpointManifest& manifest, const ModelConfi
                             const ParamLayout& layout, const std::string& checkpoint_dir);
 
 // Compares a resumed run's settings with the checkpoint's. Fails on what changes the data order
-// or the update rule (seq_len, data seed, betas, eps, weight decay, clip; micro-batch and
-// grad-accum at the same world size). Returns warnings for the rest: learning-rate schedule,
-// a global batch changed by a new world size, precision.
+// or the update rule (seq_len, data seed, the dataset unless allow_data_change, betas, eps,
+// weight decay, clip; micro-batch and grad-accum at the same world size). Returns warnings for the
+// rest: learning-rate schedule, a global batch changed by a new world size, precision.
 std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& manifest,
                                                       const TrainingHyperparameters& run,
                                                       int run_world_size,
                                                       const std::string& run_precision,
-                                                      const std::string& checkpoint_dir);
+                                                      const std::string& checkpoint_dir,
+                                                      bool allow_data_change = false);
 
 }  // namespace zt

@@ -1,5 +1,6 @@
 #include "report/metrics_log.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "io/fs_util.h"
@@ -84,9 +85,11 @@ nlohmann::json StepRecord::to_json() const {
 namespace {
 
 // Rewrites a metrics file keeping only the lines of steps <= last_step (temporary file, rename).
-void keep_steps_through(const std::string& path, int64_t last_step) {
+// Returns the last step kept (-1 when none).
+int64_t keep_steps_through(const std::string& path, int64_t last_step) {
+  int64_t last_kept = -1;
   std::ifstream in(path);
-  if (!in.good()) return;  // nothing logged yet
+  if (!in.good()) return last_kept;  // nothing logged yet
   std::string kept, line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -96,21 +99,33 @@ void keep_steps_through(const std::string& path, int64_t last_step) {
     } catch (const nlohmann::json::exception&) {
       break;  // a line cut short by the crash: it and anything after it go
     }
-    if (j.value("step", int64_t{0}) <= last_step) kept += line + "\n";
+    const int64_t step = j.value("step", int64_t{0});
+    if (step > last_step) continue;
+    kept += line + "\n";
+    last_kept = std::max(last_kept, step);
   }
   in.close();
   const std::string tmp = temp_sibling(path);
   write_text_file(tmp, kept);
   ZT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
            "cannot rename '" + tmp + "' to '" + path + "'");
+  return last_kept;
 }
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& path, int64_t resume_after_step) : path_(path) {
-  if (resume_after_step >= 0) keep_steps_through(path, resume_after_step);
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_after_step,
+                       const nlohmann::json& resumed_line)
+    : path_(path) {
+  const int64_t last_kept =
+      resume_after_step >= 0 ? keep_steps_through(path, resume_after_step) : -1;
   out_.open(path, resume_after_step >= 0 ? std::ios::app : std::ios::trunc);
   ZT_CHECK(out_.good(), "cannot create metrics file '" + path + "'");
+  if (resume_after_step >= 0 && last_kept < resume_after_step && resumed_line.is_object()) {
+    out_ << resumed_line.dump() << '\n';
+    out_.flush();
+    ZT_CHECK(out_.good(), "cannot write metrics file '" + path_ + "'");
+  }
 }
 
 void MetricsLog::append(const StepRecord& record) {

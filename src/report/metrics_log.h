@@ -62,7 +62,10 @@ class MetricsLog {
   MetricsLog() = default;  // inactive: append() does nothing (ranks other than 0)
   // Starts a new log, or with `resume_after_step` >= 0 continues an existing one: lines of later
   // steps (written after the checkpoint being resumed) are dropped first, then appended to.
-  explicit MetricsLog(const std::string& path, int64_t resume_after_step = -1);
+  // `resumed_line`: the line of step resume_after_step that the checkpoint carries; appended
+  // when the log lacks it (a kill between the checkpoint's commit and the line's write).
+  explicit MetricsLog(const std::string& path, int64_t resume_after_step = -1,
+                      const nlohmann::json& resumed_line = nullptr);
   void append(const StepRecord& record);
 
  private:

@@ -34,7 +34,8 @@ RunRecorder::RunRecorder(Communicator& host, Communicator& data, MemoryTracker& 
   current_.tokens_seen = setup.tokens_seen;
   run_collectively(host_, [&] {
     if (host_.rank() == 0)
-      metrics_ = MetricsLog(setup_.out_dir + "/metrics.jsonl", setup_.resume_step);
+      metrics_ =
+          MetricsLog(setup_.out_dir + "/metrics.jsonl", setup_.resume_step, setup_.resumed_line);
   });
 }
 

@@ -27,8 +27,9 @@ class RunRecorder {
  public:
   struct Setup {
     std::string out_dir;
-    int64_t resume_step = -1;  // >= 0: metrics.jsonl continues after this (resumed) step
-    int64_t tokens_seen = 0;   // before this run's first step
+    int64_t resume_step = -1;     // >= 0: metrics.jsonl continues after this (resumed) step
+    nlohmann::json resumed_line;  // that step's line, from its checkpoint (MetricsLog)
+    int64_t tokens_seen = 0;      // before this run's first step
     double flops_per_token = 0;
     std::string backend_name;  // for the device's peak (MFU)
   };

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,8 +109,12 @@ TEST(CheckpointManifest, RoundTripsThroughJson) {
   }
 }
 
+// A manifest of format 1 (no CRC of its own) is read; its layout is still checked.
 TEST(CheckpointManifest, RejectsRangesThatDoNotTile) {
   nlohmann::json j = tiny_manifest(2).to_json();
+  j.erase("manifest_crc32c");
+  j["format_version"] = 1;
+  EXPECT_NO_THROW(CheckpointManifest::from_json(j, "m.json"));
   j["groups"][1]["file_ranges"][1][0] = 5;
   try {
     CheckpointManifest::from_json(j, "m.json");
@@ -120,6 +125,27 @@ TEST(CheckpointManifest, RejectsRangesThatDoNotTile) {
   j = tiny_manifest(2).to_json();
   j["format_version"] = 99;
   EXPECT_THROW(CheckpointManifest::from_json(j, "m.json"), Error);
+}
+
+// The manifest carries its own CRC: an edited step, data cursor or any other value is refused,
+// as is a format-2 manifest without the CRC; the written one reads back.
+TEST(CheckpointManifest, AnEditedManifestIsRefused) {
+  const nlohmann::json good = tiny_manifest(2).to_json();
+  EXPECT_NO_THROW(CheckpointManifest::from_json(good, "m.json"));
+  for (const auto& edit : std::vector<std::function<void(nlohmann::json&)>>{
+           [](nlohmann::json& j) { j["step"] = j["step"].get<int64_t>() + 1; },
+           [](nlohmann::json& j) { j["data_cursor"]["position"] = 12345; },
+           [](nlohmann::json& j) { j["hyperparameters"]["data_identity"] = "other"; },
+           [](nlohmann::json& j) { j.erase("manifest_crc32c"); }}) {
+    nlohmann::json j = good;
+    edit(j);
+    try {
+      CheckpointManifest::from_json(j, "m.json");
+      ADD_FAILURE() << "accepted an edited manifest: " << j.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("m.json: the manifest"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(CheckpointManifest, OtherModelIsRefusedNamingTheKey) {

@@ -1,0 +1,75 @@
+#include "io/run_directory.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "util/error.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+RunDirectoryLock::RunDirectoryLock(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string path = dir + "/" + kRunLockFile;
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ZT_CHECK(fd_ >= 0, "cannot create the lock file '" + path + "': " + std::strerror(errno));
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  if (fcntl(fd_, F_SETLK, &lock) != 0) {
+    const int error = errno;
+    char holder[256] = {};
+    const ssize_t n = pread(fd_, holder, sizeof holder - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    ZT_CHECK(error != EAGAIN && error != EACCES,
+             "output directory '" + dir + "' is in use by another run (" +
+                 (who.empty() ? std::string("holder unknown") : who) + "; lock file '" + path +
+                 "'); wait for it to end or choose another --out");
+    fail("cannot lock '" + path + "': " + std::strerror(error));
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string who = "host " + std::string(host) + " pid " + std::to_string(getpid()) + "\n";
+  ZT_CHECK(ftruncate(fd_, 0) == 0 &&
+               pwrite(fd_, who.data(), who.size(), 0) == static_cast<ssize_t>(who.size()),
+           "cannot write the lock file '" + path + "': " + std::strerror(errno));
+}
+
+RunDirectoryLock::~RunDirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+}
+
+bool run_directory_is_empty(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename() != kRunLockFile) return false;
+  return true;
+}
+
+void clear_previous_run(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || run_directory_is_empty(dir)) return;
+  bool is_run = false;
+  for (const char* mark : {"run.json", "metrics.jsonl", "checkpoints", "final"})
+    is_run = is_run || fs::exists(fs::path(dir) / mark, ec);
+  ZT_CHECK(is_run, "--overwrite: '" + dir +
+                       "' is not empty and holds no zerotrain run (no run.json, metrics.jsonl, "
+                       "checkpoints/ or final/); refusing to delete its files");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename() == kRunLockFile) continue;
+    fs::remove_all(entry.path(), ec);
+    ZT_CHECK(!ec, "--overwrite: cannot remove '" + entry.path().string() + "': " + ec.message());
+  }
+}
+
+}  // namespace zt

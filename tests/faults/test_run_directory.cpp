@@ -1,0 +1,125 @@
+// The run directory is safe: one run at a time per --out, --overwrite replaces a previous run
+// instead of mixing files, the metrics line of a checkpointed step survives a kill before it was
+// written, and a resume on other data is refused unless asked for.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_train_support.h"
+
+namespace zt {
+namespace {
+
+using namespace train_test;  // NOLINT
+namespace fs = std::filesystem;
+
+class RunDirectory : public SampleDataSuite<RunDirectory> {
+ public:
+  static constexpr const char* kDirPrefix = "zt_run_directory_";
+
+ protected:
+  static std::string train(const std::string& out, const std::string& extra) {
+    return "train --preset tiny --data " + path("sample.h5") + " --out " + out +
+           " --seq-len 16 --micro-batch 1 " + extra;
+  }
+  static std::string read_file(const std::string& file) {
+    std::ifstream in(file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+TEST_F(RunDirectory, ASecondRunOnTheSameOutIsRefusedNamingTheFirst) {
+  const std::string out = path("busy"), pids = path("pids");
+  fs::create_directories(pids);
+  // The first run trains for long; its pid file says when it is up.
+  const std::string first = "ZT_DEBUG_PID_DIR=" + pids + " " + ZT_BINARY + " " +
+                            train(out, "--steps 1000000 --log-every 0") + " > " +
+                            path("first.log") + " 2>&1 &";
+  ASSERT_EQ(std::system(first.c_str()), 0);
+  pid_t pid = 0;
+  for (int i = 0; i < 200 && pid == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(pids + "/rank-0.pid");
+    in >> pid;
+  }
+  ASSERT_GT(pid, 0) << read_file(path("first.log"));
+  const RunResult second = run_zerotrain(train(out, "--steps 2 --overwrite"));
+  kill(pid, SIGKILL);
+  EXPECT_NE(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("is in use by another run (host "), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("pid " + std::to_string(pid)), std::string::npos) << second.output;
+  // Once the first is gone (its lock with it), the directory is free again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const RunResult third = run_zerotrain(train(out, "--steps 2 --overwrite"));
+  EXPECT_EQ(third.exit_code, 0) << third.output;
+}
+
+TEST_F(RunDirectory, OverwriteReplacesThePreviousRun) {
+  const std::string out = path("replaced");
+  ASSERT_EQ(run_zerotrain(train(out, "--steps 3 --save-every 1")).exit_code, 0);
+  ASSERT_TRUE(fs::exists(out + "/checkpoints/step-00000003"));
+  const RunResult r = run_zerotrain(train(out, "--steps 1 --overwrite"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(out + "/checkpoints")) << "the old run's checkpoints were left";
+  EXPECT_EQ(read_jsonl(out + "/metrics.jsonl").size(), 1u);
+  EXPECT_TRUE(fs::exists(out + "/final/config.json"));
+  // A directory that holds no run is not emptied by --overwrite.
+  const std::string mine = path("not_a_run");
+  fs::create_directories(mine);
+  std::ofstream(mine + "/thesis.tex") << "keep me";
+  const RunResult refused = run_zerotrain(train(mine, "--steps 1 --overwrite"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("holds no zerotrain run"), std::string::npos) << refused.output;
+  EXPECT_EQ(read_file(mine + "/thesis.tex"), "keep me");
+}
+
+TEST_F(RunDirectory, TheMetricsLineOfACheckpointedStepIsNeverLost) {
+  const std::string out = path("metrics");
+  const RunResult stopped =
+      run_zerotrain(train(out, "--steps 6 --save-every 2 --stop-after-step 4"));
+  ASSERT_EQ(stopped.exit_code, 124) << stopped.output;
+  std::vector<nlohmann::json> lines = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 4u);
+  // A kill between the checkpoint's commit and the line's write: step 4's line is missing.
+  {
+    std::ofstream rewrite(out + "/metrics.jsonl", std::ios::trunc);
+    for (size_t i = 0; i < 3; ++i) rewrite << lines[i].dump() << "\n";
+  }
+  const RunResult resumed = run_zerotrain(train(out, "--steps 6 --save-every 2 --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::vector<nlohmann::json> after = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(after.size(), 6u);
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i]["step"], i + 1);
+  EXPECT_EQ(after[3]["loss"].dump(), lines[3]["loss"].dump());
+  EXPECT_EQ(after[3]["grad_norm"].dump(), lines[3]["grad_norm"].dump());
+}
+
+TEST_F(RunDirectory, ResumingOnOtherDataIsRefusedUnlessAllowed) {
+  const std::string out = path("data_change");
+  ASSERT_EQ(run_zerotrain(train(out, "--steps 4 --save-every 2 --stop-after-step 2")).exit_code,
+            124);
+  ASSERT_EQ(run_zerotrain("prepare-data --text " + std::string(ZT_SOURCE_DIR) +
+                          "/README.md --out " + path("other.h5"))
+                .exit_code,
+            0);
+  const std::string other = "train --preset tiny --data " + path("other.h5") + " --out " + out +
+                            " --seq-len 16 --micro-batch 1 --steps 4 --save-every 2 --resume auto";
+  const RunResult refused = run_zerotrain(other);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("dataset (use --allow-data-change to resume on other data)"),
+            std::string::npos)
+      << refused.output;
+  const RunResult allowed = run_zerotrain(other + " --allow-data-change");
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+}
+
+}  // namespace
+}  // namespace zt
