@@ -123,8 +123,8 @@ std::string offload_flags(const OffloadConfig& c) {
 }
 
 int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
-  check_positive(static_cast<double>(o.micro_batch), "micro-batch", kCommand);
-  check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
+  check_count(o.micro_batch, 1, "micro-batch", kCommand);
+  check_count(o.seq_len, 1, "seq-len", kCommand);
   check_seq_len(model, o.seq_len, o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir,
                 kCommand);
   const Precision precision = parse_precision(o.precision);

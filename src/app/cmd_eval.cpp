@@ -60,9 +60,9 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   require_option(vm, "model", kCommand);
   require_option(vm, "data", kCommand);
-  check_positive(static_cast<double>(o.batches), "batches", kCommand);
-  check_positive(static_cast<double>(o.micro_batch), "micro-batch", kCommand);
-  check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
+  check_count(o.batches, 1, "batches", kCommand);
+  check_count(o.micro_batch, 1, "micro-batch", kCommand);
+  check_count(o.seq_len, 1, "seq-len", kCommand);
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);
   check_comm_timeout(o.comm_timeout, kCommand);

@@ -220,9 +220,7 @@ int cmd_info(int argc, char** argv) {
     }
     return 0;
   }
-  ZT_CHECK(h5::is_hdf5_file(path),
-           "'" + path +
-               "' is not an HDF5 file (expected a model directory, token dataset or checkpoint)");
+  h5::require_readable_hdf5(path, "expected a model directory, token dataset or checkpoint, but");
   {
     const h5::Id file = h5::open_file(path);
     ZT_CHECK(h5::has_dataset(file, "tokens"), what + " (HDF5 file without a /tokens dataset)");

@@ -4,6 +4,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/run_setup.h"
 #include "io/model_dir.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -21,9 +22,9 @@ int cmd_init(int argc, char** argv) {
   options.add_options()("preset", po::value<std::string>(),
                         "model preset: tiny, small, 125m, 1b, 6b, 7b")(
       "config-json", po::value<std::string>(), "Hugging Face config.json describing the model")(
-      "seed", po::value<uint64_t>(), "initialisation seed")("out", po::value<std::string>(),
-                                                            "output model directory")(
-      "shard-size-mb", po::value<uint64_t>()->default_value(2048),
+      "seed", po::value<int64_t>(), "initialisation seed")("out", po::value<std::string>(),
+                                                           "output model directory")(
+      "shard-size-mb", po::value<int64_t>()->default_value(2048),
       "largest shard file size in MiB (shards split at tensor boundaries)")(
       "overwrite", po::bool_switch(), "replace an existing non-empty output directory");
   po::variables_map vm;
@@ -35,12 +36,14 @@ int cmd_init(int argc, char** argv) {
   const ModelConfig config = vm.count("preset")
                                  ? preset_config(vm["preset"].as<std::string>())
                                  : ModelConfig::from_hf_file(vm["config-json"].as<std::string>());
-  const uint64_t shard_mb = vm["shard-size-mb"].as<uint64_t>();
-  ZT_CHECK(shard_mb > 0, "init: '--shard-size-mb' must be positive");
+  // Signed: Boost would read "-1" into an unsigned as 2^64 - 1.
+  const int64_t seed = vm["seed"].as<int64_t>(), shard_mb = vm["shard-size-mb"].as<int64_t>();
+  ZT_CHECK(seed >= 0, "init: --seed must be >= 0, got " + std::to_string(seed));
+  check_count(shard_mb, 1, "shard-size-mb", spec.name);
   const std::string out = vm["out"].as<std::string>();
   const auto start = std::chrono::steady_clock::now();
-  write_model_dir_from_init(out, config, vm["seed"].as<uint64_t>(), shard_mb << 20,
-                            vm["overwrite"].as<bool>());
+  write_model_dir_from_init(out, config, static_cast<uint64_t>(seed),
+                            static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "wrote " << out << ": " << ParamLayout(config).total_numel() << " parameters in "

@@ -1,8 +1,10 @@
 #include "app/run_setup.h"
 
+#include <cmath>
 #include <sstream>
 #include <vector>
 
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -12,6 +14,20 @@ void check_positive(double value, const std::string& option, const std::string& 
   std::ostringstream v;
   v << value;
   fail(command + ": --" + option + " must be positive, got " + v.str());
+}
+
+void check_finite_at_least(double value, double minimum, const std::string& option,
+                           const std::string& command) {
+  ZT_CHECK(std::isfinite(value) && value >= minimum,
+           command + ": --" + option + " must be a finite number >= " + shortest_decimal(minimum) +
+               ", got " + shortest_decimal(value));
+}
+
+void check_count(int64_t value, int64_t minimum, const std::string& option,
+                 const std::string& command) {
+  ZT_CHECK(value >= minimum && value < kMaxCount,
+           command + ": --" + option + " must be at least " + std::to_string(minimum) +
+               " and below " + std::to_string(kMaxCount) + ", got " + std::to_string(value));
 }
 
 void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string& model_source,

@@ -16,8 +16,18 @@
 
 namespace zt {
 
-// Fails "<command>: --<option> must be positive, got <value>" unless value > 0.
+// Fails "<command>: --<option> must be positive, got <value>" unless value > 0 (NaN fails).
 void check_positive(double value, const std::string& option, const std::string& command);
+// Fails unless value is a finite number >= minimum ("--eps inf", "--clip nan").
+void check_finite_at_least(double value, double minimum, const std::string& option,
+                           const std::string& command);
+
+// Counts (steps, micro-batches, windows, ...) stay below 2^31, so no product of a few of them
+// overflows 64 bits anywhere downstream.
+constexpr int64_t kMaxCount = int64_t{1} << 31;
+// Fails naming the option unless minimum <= value < kMaxCount.
+void check_count(int64_t value, int64_t minimum, const std::string& option,
+                 const std::string& command);
 
 // Fails naming both numbers when seq_len exceeds the model's max_position_embeddings.
 void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string& model_source,

@@ -1,5 +1,6 @@
 #include "app/train_options.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -158,24 +159,33 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
 }
 
 void validate(const TrainOptions& o) {
-  check_positive(static_cast<double>(o.steps), "steps", kCommand);
-  check_positive(static_cast<double>(o.micro_batch), "micro-batch", kCommand);
-  check_positive(static_cast<double>(o.grad_accum), "grad-accum", kCommand);
-  check_positive(static_cast<double>(o.seq_len), "seq-len", kCommand);
+  check_count(o.steps, 1, "steps", kCommand);
+  check_count(o.micro_batch, 1, "micro-batch", kCommand);
+  check_count(o.grad_accum, 1, "grad-accum", kCommand);
+  check_count(o.seq_len, 1, "seq-len", kCommand);
+  ZT_CHECK(o.seed >= 0,
+           std::string(kCommand) + ": --seed must be >= 0, got " + std::to_string(o.seed));
+  check_count(o.eval_batches, 0, "eval-batches", kCommand);
+  check_count(o.log_every, 0, "log-every", kCommand);
+  check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
+  check_count(o.optim.warmup_steps, 0, "warmup-steps", kCommand);
+  check_count(o.optim.schedule_steps, 0, "schedule-steps", kCommand);
   check_positive(o.optim.lr, "lr", kCommand);
+  check_finite_at_least(o.optim.lr, 0, "lr", kCommand);
   check_positive(o.optim.eps, "eps", kCommand);
+  check_finite_at_least(o.optim.eps, 0, "eps", kCommand);
+  check_finite_at_least(o.optim.min_lr, 0, "min-lr", kCommand);
+  check_finite_at_least(o.optim.weight_decay, 0, "weight-decay", kCommand);
+  ZT_CHECK(std::isfinite(o.optim.clip), std::string(kCommand) +
+                                            ": --clip must be a finite number (<= 0 disables), "
+                                            "got " +
+                                            shortest_decimal(o.optim.clip));
+  // The schedules decay from --lr to --min-lr; a floor above the peak would make them rise.
+  ZT_CHECK(o.optim.min_lr <= o.optim.lr || o.optim.schedule == LrScheduleKind::kWarmupLR,
+           std::string(kCommand) + ": --min-lr " + shortest_decimal(o.optim.min_lr) +
+               " is above --lr " + shortest_decimal(o.optim.lr) +
+               " (the schedule decays from --lr to --min-lr)");
   check_comm_timeout(o.comm_timeout, kCommand);
-  auto at_least_zero = [](double v, const char* option) {
-    ZT_CHECK(v >= 0,
-             std::string(kCommand) + ": --" + option + " must be >= 0, got " + std::to_string(v));
-  };
-  at_least_zero(o.optim.min_lr, "min-lr");
-  at_least_zero(static_cast<double>(o.optim.warmup_steps), "warmup-steps");
-  at_least_zero(o.optim.weight_decay, "weight-decay");
-  at_least_zero(static_cast<double>(o.seed), "seed");
-  at_least_zero(static_cast<double>(o.eval_batches), "eval-batches");
-  at_least_zero(static_cast<double>(o.log_every), "log-every");
-  at_least_zero(static_cast<double>(o.save_consolidated_every), "save-consolidated-every");
   for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
     ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
                                         " must be in [0, 1), got " + std::to_string(beta));
@@ -188,9 +198,11 @@ void validate(const TrainOptions& o) {
   check_positive(static_cast<double>(o.zero.prefetch_bucket_size), "prefetch-bucket-size",
                  kCommand);
   check_positive(static_cast<double>(o.zero.max_live_parameters), "max-live-parameters", kCommand);
-  at_least_zero(static_cast<double>(o.zero.param_persistence_threshold),
-                "param-persistence-threshold");
-  at_least_zero(static_cast<double>(o.zero.max_reuse_distance), "max-reuse-distance");
+  for (auto [v, name] :
+       {std::pair{o.zero.param_persistence_threshold, "param-persistence-threshold"},
+        {o.zero.max_reuse_distance, "max-reuse-distance"}})
+    ZT_CHECK(v >= 0,
+             std::string(kCommand) + ": --" + name + " must be >= 0, got " + std::to_string(v));
   o.zero.validate();
   validate_schedule(o.optim);
   parse_precision(o.precision);

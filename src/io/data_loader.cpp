@@ -128,11 +128,15 @@ void WindowSampler::next_step() {
 }
 
 void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t seq_len) {
-  const int64_t needed = num_windows * (seq_len + 1);
-  ZT_CHECK(data.size() >= needed,
+  // Compared in windows, so that a huge request cannot overflow a token count.
+  const int64_t available = data.size() / (seq_len + 1);
+  int64_t needed = 0;
+  const bool overflow = __builtin_mul_overflow(num_windows, seq_len + 1, &needed);
+  ZT_CHECK(num_windows <= available,
            "token dataset '" + data.path() + "' has " + std::to_string(data.size()) +
                " tokens; evaluating " + std::to_string(num_windows) + " windows of " +
-               std::to_string(seq_len + 1) + " tokens needs " + std::to_string(needed));
+               std::to_string(seq_len + 1) + " tokens needs " +
+               (overflow ? std::string("more than 2^63") : std::to_string(needed)));
 }
 
 void read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,

@@ -1,7 +1,12 @@
 #include "io/hdf5_util.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 #include "util/error.h"
 
@@ -105,6 +110,20 @@ bool is_hdf5_file(const std::string& path) {
   return H5Fis_hdf5(path.c_str()) > 0;
 }
 
+void require_readable_hdf5(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const std::string name = what + " '" + path + "'";
+  ZT_CHECK(std::filesystem::exists(path, ec), name + " does not exist");
+  if (::access(path.c_str(), R_OK) != 0) {
+    const int e = errno;
+    fail(name + " cannot be read: " + std::strerror(e) +
+         (e == EACCES  ? " (EACCES)"
+          : e == EPERM ? " (EPERM)"
+                       : ""));
+  }
+  ZT_CHECK(is_hdf5_file(path), name + " is not an HDF5 file");
+}
+
 Id create_file(const std::string& path) {
   silence_errors();
   return wrap(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
@@ -113,8 +132,17 @@ Id create_file(const std::string& path) {
 
 Id open_file(const std::string& path, bool writable) {
   silence_errors();
-  return wrap(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT),
-              H5Fclose, "cannot open HDF5 file", "'" + path + "'");
+  const hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) {
+    // Say what can be said: missing, unreadable, not HDF5 — or HDF5 but damaged (a file cut
+    // short by a crash or a failed copy is the usual case).
+    require_readable_hdf5(path, "HDF5 file");
+    std::error_code ec;
+    fail("cannot open HDF5 file '" + path + "': it has an HDF5 signature but HDF5 cannot open it " +
+         "(truncated or damaged? " + std::to_string(std::filesystem::file_size(path, ec)) +
+         " bytes on disk)");
+  }
+  return Id(id, H5Fclose);
 }
 
 namespace {

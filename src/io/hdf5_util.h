@@ -58,6 +58,9 @@ DType classify(hid_t type);
 
 // True if `path` is a readable HDF5 file.
 bool is_hdf5_file(const std::string& path);
+// Fails "<what> '<path>' <why>" unless `path` can be read as an HDF5 file: it does not exist, it
+// cannot be read (the system's reason: "Permission denied (EACCES)"), or it is not an HDF5 file.
+void require_readable_hdf5(const std::string& path, const std::string& what);
 Id create_file(const std::string& path);  // truncates
 Id open_file(const std::string& path, bool writable = false);
 

@@ -281,7 +281,7 @@ hid_t ModelDirReader::shard_file(const std::string& file) {
   auto it = open_files_.find(file);
   if (it != open_files_.end()) return it->second;
   const std::string path = dir_ + "/" + file;
-  ZT_CHECK(h5::is_hdf5_file(path), "shard '" + path + "' is not an HDF5 file");
+  h5::require_readable_hdf5(path, "shard");
   return open_files_.emplace(file, h5::open_file(path)).first->second;
 }
 

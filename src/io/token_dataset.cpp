@@ -87,8 +87,7 @@ void TokenDatasetWriter::finish() {
 // TokenDataset
 
 TokenDataset::TokenDataset(const std::string& path) : path_(path) {
-  ZT_CHECK(fs::exists(path_), "token dataset '" + path_ + "' does not exist");
-  ZT_CHECK(h5::is_hdf5_file(path_), "'" + path_ + "' is not an HDF5 file");
+  h5::require_readable_hdf5(path_, "token dataset");
   file_ = h5::open_file(path_);
   const std::string where = in_file(path_) + ", dataset '/tokens'";
   ZT_CHECK(h5::has_dataset(file_, kTokensDataset), where + " does not exist");

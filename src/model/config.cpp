@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <map>
+#include <type_traits>
 
 #include "model/layout.h"
 #include "util/error.h"
@@ -33,6 +34,10 @@ const std::map<std::string, PresetRow>& presets() {
 template <typename T>
 T required(const nlohmann::json& j, const char* key, const std::string& source) {
   if (!j.contains(key)) fail(source + ": missing required key '" + key + "'");
+  // A count must be an integer: 64.5 is refused, not truncated to 64.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    ZT_CHECK(j.at(key).is_number_integer(),
+             source + ": key '" + key + "' must be an integer, got " + j.at(key).dump());
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {

@@ -111,6 +111,12 @@ TEST(IoCli, MissingAndUnknownOptions) {
   r = run_zerotrain("init --preset tiny --seed 1 --out " + q(tmp / "m") + " --bogus-flag 3");
   expect_failure_naming(r, {"bogus-flag"});
   EXPECT_TRUE(no_output_left(tmp / "m"));
+  // Boost reads "-1" into an unsigned as 2^64 - 1; these are refused instead.
+  r = run_zerotrain("init --preset tiny --seed -1 --out " + q(tmp / "m"));
+  expect_failure_naming(r, {"--seed must be >= 0"});
+  r = run_zerotrain("init --preset tiny --seed 1 --shard-size-mb -1 --out " + q(tmp / "m"));
+  expect_failure_naming(r, {"--shard-size-mb"});
+  EXPECT_TRUE(no_output_left(tmp / "m"));
   r = run_zerotrain("init --preset huge --seed 1 --out " + q(tmp / "m"));
   expect_failure_naming(r, {"huge"});
   EXPECT_TRUE(no_output_left(tmp / "m"));
@@ -169,6 +175,16 @@ TEST(IoCli, ShardListedInIndexButMissing) {
   expect_failure_naming(r, {shard, "lm_head.weight", "does not exist"});
 }
 
+// A shard cut short (a crash mid-copy) is named as an HDF5 file HDF5 cannot open, with its size.
+TEST(IoCli, TruncatedShardIsNamedAsDamaged) {
+  TempDir tmp;
+  const std::string dir = make_tiny_model(tmp);
+  const std::string shard = dir + "/" + ModelDirReader(dir).shard_of("lm_head.weight");
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 3);
+  const auto r = run_zerotrain("info --verify " + q(dir));
+  expect_failure_naming(r, {shard, "truncated or damaged?"});
+}
+
 TEST(IoCli, TensorWithWrongShape) {
   TempDir tmp;
   const std::string dir = make_tiny_model(tmp);
@@ -212,6 +228,14 @@ TEST(IoCli, ConfigJsonMissingAKey) {
   r = run_zerotrain("init --config-json " + q(dir + "/config.json") + " --seed 1 --out " +
                     q(tmp / "m2"));
   expect_failure_naming(r, {"intermediate_size"});
+  EXPECT_TRUE(no_output_left(tmp / "m2"));
+  // A count that is not an integer is refused, not truncated.
+  config = preset_config("tiny").to_hf_json();
+  config["hidden_size"] = 64.5;
+  testing::write_file(dir + "/config.json", config.dump());
+  r = run_zerotrain("init --config-json " + q(dir + "/config.json") + " --seed 1 --out " +
+                    q(tmp / "m2"));
+  expect_failure_naming(r, {"'hidden_size' must be an integer, got 64.5"});
   EXPECT_TRUE(no_output_left(tmp / "m2"));
 }
 
