@@ -78,8 +78,8 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   check_positive(o.world, "world", kCommand);
   // ---- DeepSpeed JSON: fills what the command line / INI left unset ----
   if (!o.deepspeed.empty()) {
-    const BatchSizeRule rule = apply_deepspeed_file(o.deepspeed, model, opts, vm);
-    apply_batch_size_rule(rule, o.world, o.micro_batch, o.grad_accum);
+    const AppliedDeepSpeedFile applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
+    apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
   }
   return true;
 }

@@ -120,7 +120,9 @@ struct TrainInputs {
 };
 
 TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
-  apply_batch_size_rule(o.batch_rule, world, o.micro_batch, o.grad_accum);  // needs the world
+  apply_batch_size_rule(o.from_deepspeed.batch_rule, world, o.micro_batch, o.grad_accum);
+  validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set,
+                                 [&] { check_run_size(o, world); });
   TrainInputs in;
   if (!o.model_dir.empty()) in.reader = std::make_unique<ModelDirReader>(o.model_dir);
   in.config = in.reader ? in.reader->config() : preset_config(o.preset);

@@ -1,5 +1,6 @@
 #include "app/deepspeed_config.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -342,23 +343,32 @@ void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro,
   if (!rule.train_batch_size) return;
   const int64_t total = *rule.train_batch_size, n = world;
   const std::string tbs = rule.source + ": train_batch_size " + std::to_string(total);
-  auto divide = [&](int64_t by, const std::string& what) {
-    ZT_CHECK(total % by == 0, tbs + " is not divisible by " + what + " = " + std::to_string(by));
-    return total / by;
+  // Products past int64 exceed any train_batch_size: they are "not divisible" / "!=" too.
+  auto times = [](int64_t a, int64_t b) {
+    int64_t p = 0;
+    return __builtin_mul_overflow(a, b, &p) ? std::optional<int64_t>() : std::optional(p);
+  };
+  auto text = [](std::optional<int64_t> v) {
+    return v ? std::to_string(*v) : std::string("more than 2^63");
+  };
+  auto divide = [&](std::optional<int64_t> by, const std::string& what) {
+    ZT_CHECK(by && total % *by == 0, tbs + " is not divisible by " + what + " = " + text(by));
+    return total / *by;
   };
   if (rule.micro_batch && rule.grad_accum) {
-    const int64_t product = *rule.micro_batch * *rule.grad_accum * n;
+    const std::optional<int64_t> micro_accum = times(*rule.micro_batch, *rule.grad_accum);
+    const std::optional<int64_t> product = micro_accum ? times(*micro_accum, n) : micro_accum;
     ZT_CHECK(product == total, tbs + " != micro-batch " + std::to_string(*rule.micro_batch) +
                                    " × gradient_accumulation_steps " +
                                    std::to_string(*rule.grad_accum) + " × world size " +
-                                   std::to_string(n) + " = " + std::to_string(product));
+                                   std::to_string(n) + " = " + text(product));
   } else if (rule.micro_batch) {
-    accum = divide(*rule.micro_batch * n, "micro-batch " + std::to_string(*rule.micro_batch) +
-                                              " × world size " + std::to_string(n));
+    accum = divide(times(*rule.micro_batch, n), "micro-batch " + std::to_string(*rule.micro_batch) +
+                                                    " × world size " + std::to_string(n));
   } else if (rule.grad_accum) {
-    micro = divide(*rule.grad_accum * n, "gradient_accumulation_steps " +
-                                             std::to_string(*rule.grad_accum) + " × world size " +
-                                             std::to_string(n));
+    micro = divide(times(*rule.grad_accum, n), "gradient_accumulation_steps " +
+                                                   std::to_string(*rule.grad_accum) +
+                                                   " × world size " + std::to_string(n));
   } else {
     micro = divide(n, "world size " + std::to_string(n));
     accum = 1;
@@ -367,8 +377,9 @@ void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro,
   if (rule.grad_accum) accum = *rule.grad_accum;
 }
 
-BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& model,
-                                   const po::options_description& desc, po::variables_map& vm) {
+AppliedDeepSpeedFile apply_deepspeed_file(const std::string& path, const ModelConfig& model,
+                                          const po::options_description& desc,
+                                          po::variables_map& vm) {
   DeepSpeedConfig c = load_deepspeed_config(path, model);
   // Offload devices the engine does not implement yet: every such key in one error.
   std::string not_implemented;
@@ -386,10 +397,14 @@ BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& m
   auto unset = [&](const std::string& name) {
     return desc.find_nothrow(name, false) && (!vm.count(name) || vm[name].defaulted());
   };
+  AppliedDeepSpeedFile applied;
   auto store = [&](const std::vector<std::pair<std::string, std::string>>& options) {
     std::vector<std::string> args;
     for (const auto& [name, value] : options)
-      if (unset(name)) args.push_back("--" + name + "=" + value);
+      if (unset(name)) {
+        args.push_back("--" + name + "=" + value);
+        applied.options_set.push_back(name);
+      }
     try {
       po::store(po::command_line_parser(args).options(desc).run(), vm);
       po::notify(vm);
@@ -405,7 +420,7 @@ BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& m
       store({{option, shortest_decimal(static_cast<float>(*ratio * vm["lr"].as<float>()))}});
   if (launch_rank_is_zero())
     for (const std::string& w : c.warnings) std::cerr << "warning: " << w << "\n";
-  BatchSizeRule rule;
+  BatchSizeRule& rule = applied.batch_rule;
   rule.source = path;
   rule.train_batch_size = c.train_batch_size;
   auto given = [&](const char* name) -> std::optional<int64_t> {
@@ -414,7 +429,21 @@ BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& m
   };
   rule.micro_batch = given("micro-batch");
   rule.grad_accum = given("grad-accum");
-  return rule;
+  return applied;
+}
+
+std::string attributed_to_deepspeed_file(const std::string& what, const std::string& path,
+                                         const std::vector<std::string>& options_set) {
+  for (const std::string& name : options_set) {
+    const std::string flag = "--" + name;
+    for (size_t at = what.find(flag); at != std::string::npos; at = what.find(flag, at + 1)) {
+      const size_t end = at + flag.size();
+      const bool whole = end == what.size() ||
+                         !(std::isalnum(static_cast<unsigned char>(what[end])) || what[end] == '-');
+      if (whole) return what + " (the value comes from DeepSpeed config '" + path + "')";
+    }
+  }
+  return what;
 }
 
 }  // namespace zt

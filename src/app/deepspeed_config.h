@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "util/error.h"
 
 namespace zt {
 
@@ -62,13 +63,40 @@ DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& j, const std::strin
                                        const ModelConfig& model);
 DeepSpeedConfig load_deepspeed_config(const std::string& path, const ModelConfig& model);
 
+struct AppliedDeepSpeedFile {
+  BatchSizeRule batch_rule;
+  std::vector<std::string> options_set;  // long option names whose value came from the file
+};
+
+// Runs `validate`; an error naming one of `applied`'s options (as "--name") is rethrown saying
+// that the value came from the DeepSpeed file, so a bad JSON value is traced to its file.
+template <typename Validate>
+void validate_naming_deepspeed_file(const std::string& path,
+                                    const std::vector<std::string>& options_set, Validate validate);
+
 // Loads FILE, prints its warnings on stderr (rank 0 of the launch only), stores its values into
 // vm for the options of `desc` that are unset or defaulted, and re-notifies vm. Offload devices
 // the command cannot run (offload_param always; offload_optimizer unless `desc` has an
 // --offload-optimizer option) are a "not implemented yet" error naming the key. Returns the
-// batch-size rule with micro/accum as finally given (JSON or command line/INI).
-BatchSizeRule apply_deepspeed_file(const std::string& path, const ModelConfig& model,
-                                   const boost::program_options::options_description& desc,
-                                   boost::program_options::variables_map& vm);
+// batch-size rule with micro/accum as finally given (JSON or command line/INI) and the options
+// the file set.
+AppliedDeepSpeedFile apply_deepspeed_file(const std::string& path, const ModelConfig& model,
+                                          const boost::program_options::options_description& desc,
+                                          boost::program_options::variables_map& vm);
+
+// The error's text with " (from DeepSpeed config PATH)" when it names one of the options.
+std::string attributed_to_deepspeed_file(const std::string& what, const std::string& path,
+                                         const std::vector<std::string>& options_set);
+
+template <typename Validate>
+void validate_naming_deepspeed_file(const std::string& path,
+                                    const std::vector<std::string>& options_set,
+                                    Validate validate) {
+  try {
+    validate();
+  } catch (const Error& e) {
+    fail(attributed_to_deepspeed_file(e.what(), path, options_set));
+  }
+}
 
 }  // namespace zt

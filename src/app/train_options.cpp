@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "app/cli.h"
@@ -70,6 +71,64 @@ nlohmann::json TrainOptions::to_json() const {
           {"keep_last", checkpoint.keep_last},
           {"resume", checkpoint.resume}};
 }
+
+namespace {
+
+void validate_settings(const TrainOptions& o) {
+  check_count(o.steps, 1, "steps", kCommand);
+  check_count(o.micro_batch, 1, "micro-batch", kCommand);
+  check_count(o.grad_accum, 1, "grad-accum", kCommand);
+  check_count(o.seq_len, 1, "seq-len", kCommand);
+  ZT_CHECK(o.seed >= 0,
+           std::string(kCommand) + ": --seed must be >= 0, got " + std::to_string(o.seed));
+  check_count(o.eval_batches, 0, "eval-batches", kCommand);
+  check_count(o.log_every, 0, "log-every", kCommand);
+  check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
+  check_count(o.optim.warmup_steps, 0, "warmup-steps", kCommand);
+  check_count(o.optim.schedule_steps, 0, "schedule-steps", kCommand);
+  check_positive(o.optim.lr, "lr", kCommand);
+  check_finite_at_least(o.optim.lr, 0, "lr", kCommand);
+  check_positive(o.optim.eps, "eps", kCommand);
+  check_finite_at_least(o.optim.eps, 0, "eps", kCommand);
+  check_finite_at_least(o.optim.min_lr, 0, "min-lr", kCommand);
+  check_finite_at_least(o.optim.weight_decay, 0, "weight-decay", kCommand);
+  ZT_CHECK(std::isfinite(o.optim.clip), std::string(kCommand) +
+                                            ": --clip must be a finite number (<= 0 disables), "
+                                            "got " +
+                                            shortest_decimal(o.optim.clip));
+  // The schedules decay from --lr to --min-lr; a floor above the peak would make them rise.
+  ZT_CHECK(o.optim.min_lr <= o.optim.lr || o.optim.schedule == LrScheduleKind::kWarmupLR,
+           std::string(kCommand) + ": --min-lr " + shortest_decimal(o.optim.min_lr) +
+               " is above --lr " + shortest_decimal(o.optim.lr) +
+               " (the schedule decays from --lr to --min-lr)");
+  check_comm_timeout(o.comm_timeout, kCommand);
+  for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
+    ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
+                                        " must be in [0, 1), got " + std::to_string(beta));
+  ZT_CHECK(o.zero.stage >= 0 && o.zero.stage <= 3, std::string(kCommand) +
+                                                       ": --zero-stage must be 0, 1, 2 or 3, got " +
+                                                       std::to_string(o.zero.stage));
+  check_positive(static_cast<double>(o.zero.reduce_bucket_size), "reduce-bucket-size", kCommand);
+  check_positive(static_cast<double>(o.zero.allgather_bucket_size), "allgather-bucket-size",
+                 kCommand);
+  check_positive(static_cast<double>(o.zero.prefetch_bucket_size), "prefetch-bucket-size",
+                 kCommand);
+  check_positive(static_cast<double>(o.zero.max_live_parameters), "max-live-parameters", kCommand);
+  for (auto [v, name] :
+       {std::pair{o.zero.param_persistence_threshold, "param-persistence-threshold"},
+        {o.zero.max_reuse_distance, "max-reuse-distance"}})
+    ZT_CHECK(v >= 0,
+             std::string(kCommand) + ": --" + name + " must be >= 0, got " + std::to_string(v));
+  o.zero.validate();
+  validate_schedule(o.optim);
+  parse_precision(o.precision);
+  resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
+  parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
+  validate_checkpoint_flags(o.checkpoint, kCommand);
+  o.offload.resolved().validate(o.zero.stage);
+}
+
+}  // namespace
 
 // Returns false when --help was printed.
 bool parse_train_options(int argc, char** argv, TrainOptions& o) {
@@ -146,70 +205,43 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
            std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
   // ---- DeepSpeed JSON (app/deepspeed_config.h): fills options left unset above ----
   if (!o.deepspeed.empty())
-    o.batch_rule = apply_deepspeed_file(
+    o.from_deepspeed = apply_deepspeed_file(
         o.deepspeed,
         o.model_dir.empty() ? preset_config(o.preset)
                             : ModelConfig::from_hf_file(o.model_dir + "/config.json"),
         opts, vm);
   // ---- end DeepSpeed JSON ----
-  o.optim.schedule = parse_lr_schedule(o.lr_schedule, std::string(kCommand) + ": --lr-schedule");
-  o.optim.warmup_shape =
-      parse_warmup_shape(o.warmup_type, std::string(kCommand) + ": --warmup-type");
+  validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set, [&] {
+    o.optim.schedule = parse_lr_schedule(o.lr_schedule, std::string(kCommand) + ": --lr-schedule");
+    o.optim.warmup_shape =
+        parse_warmup_shape(o.warmup_type, std::string(kCommand) + ": --warmup-type");
+  });
   return true;
 }
 
 void validate(const TrainOptions& o) {
-  check_count(o.steps, 1, "steps", kCommand);
-  check_count(o.micro_batch, 1, "micro-batch", kCommand);
-  check_count(o.grad_accum, 1, "grad-accum", kCommand);
-  check_count(o.seq_len, 1, "seq-len", kCommand);
-  ZT_CHECK(o.seed >= 0,
-           std::string(kCommand) + ": --seed must be >= 0, got " + std::to_string(o.seed));
-  check_count(o.eval_batches, 0, "eval-batches", kCommand);
-  check_count(o.log_every, 0, "log-every", kCommand);
-  check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
-  check_count(o.optim.warmup_steps, 0, "warmup-steps", kCommand);
-  check_count(o.optim.schedule_steps, 0, "schedule-steps", kCommand);
-  check_positive(o.optim.lr, "lr", kCommand);
-  check_finite_at_least(o.optim.lr, 0, "lr", kCommand);
-  check_positive(o.optim.eps, "eps", kCommand);
-  check_finite_at_least(o.optim.eps, 0, "eps", kCommand);
-  check_finite_at_least(o.optim.min_lr, 0, "min-lr", kCommand);
-  check_finite_at_least(o.optim.weight_decay, 0, "weight-decay", kCommand);
-  ZT_CHECK(std::isfinite(o.optim.clip), std::string(kCommand) +
-                                            ": --clip must be a finite number (<= 0 disables), "
-                                            "got " +
-                                            shortest_decimal(o.optim.clip));
-  // The schedules decay from --lr to --min-lr; a floor above the peak would make them rise.
-  ZT_CHECK(o.optim.min_lr <= o.optim.lr || o.optim.schedule == LrScheduleKind::kWarmupLR,
-           std::string(kCommand) + ": --min-lr " + shortest_decimal(o.optim.min_lr) +
-               " is above --lr " + shortest_decimal(o.optim.lr) +
-               " (the schedule decays from --lr to --min-lr)");
-  check_comm_timeout(o.comm_timeout, kCommand);
-  for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
-    ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
-                                        " must be in [0, 1), got " + std::to_string(beta));
-  ZT_CHECK(o.zero.stage >= 0 && o.zero.stage <= 3, std::string(kCommand) +
-                                                       ": --zero-stage must be 0, 1, 2 or 3, got " +
-                                                       std::to_string(o.zero.stage));
-  check_positive(static_cast<double>(o.zero.reduce_bucket_size), "reduce-bucket-size", kCommand);
-  check_positive(static_cast<double>(o.zero.allgather_bucket_size), "allgather-bucket-size",
-                 kCommand);
-  check_positive(static_cast<double>(o.zero.prefetch_bucket_size), "prefetch-bucket-size",
-                 kCommand);
-  check_positive(static_cast<double>(o.zero.max_live_parameters), "max-live-parameters", kCommand);
-  for (auto [v, name] :
-       {std::pair{o.zero.param_persistence_threshold, "param-persistence-threshold"},
-        {o.zero.max_reuse_distance, "max-reuse-distance"}})
-    ZT_CHECK(v >= 0,
-             std::string(kCommand) + ": --" + name + " must be >= 0, got " + std::to_string(v));
-  o.zero.validate();
-  validate_schedule(o.optim);
-  parse_precision(o.precision);
-  resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
-  parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
-  validate_checkpoint_flags(o.checkpoint, kCommand);
-  o.offload.resolved().validate(o.zero.stage);
+  validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set,
+                                 [&] { validate_settings(o); });
+}
+
+void check_run_size(const TrainOptions& o, int world) {
+  // Activation buffers hold micro-batch × seq-len tokens with 32-bit GEMM dimensions, and the
+  // token counters (tokens_seen, the data cursor) are int64 sums over the whole run.
+  int64_t micro_tokens = 0, step_tokens = 0, run_tokens = 0;
+  ZT_CHECK(!__builtin_mul_overflow(o.micro_batch, o.seq_len, &micro_tokens) &&
+               micro_tokens <= std::numeric_limits<int32_t>::max(),
+           std::string(kCommand) + ": --micro-batch " + std::to_string(o.micro_batch) +
+               " × --seq-len " + std::to_string(o.seq_len) +
+               " tokens per micro-batch is beyond 2^31 - 1");
+  const bool fits = !__builtin_mul_overflow(micro_tokens, o.grad_accum, &step_tokens) &&
+                    !__builtin_mul_overflow(step_tokens, int64_t{world}, &step_tokens) &&
+                    !__builtin_mul_overflow(step_tokens, o.steps, &run_tokens) &&
+                    run_tokens <= (int64_t{1} << 62);
+  ZT_CHECK(fits, std::string(kCommand) + ": --steps " + std::to_string(o.steps) +
+                     " × global batch (micro-batch " + std::to_string(o.micro_batch) +
+                     " × grad-accum " + std::to_string(o.grad_accum) + " × " +
+                     std::to_string(world) + " ranks) × seq-len " + std::to_string(o.seq_len) +
+                     " tokens is beyond 2^62");
 }
 
 }  // namespace zt

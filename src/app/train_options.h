@@ -35,7 +35,9 @@ struct TrainOptions {
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
   OffloadOptions offload;      // --offload-optimizer, --offload-param, --nvme-path, ...
   std::string deepspeed;       // --deepspeed FILE
-  BatchSizeRule batch_rule;    // its train_batch_size rule, applied once the world size is known
+  // The file's train_batch_size rule (applied once the world size is known) and the options it
+  // set (named in validation errors).
+  AppliedDeepSpeedFile from_deepspeed;
 
   nlohmann::json to_json() const;
 };
@@ -44,5 +46,8 @@ struct TrainOptions {
 bool parse_train_options(int argc, char** argv, TrainOptions& o);
 // Throws zt::Error naming the option whose value is out of range.
 void validate(const TrainOptions& o);
+// Once the world size is known: the tokens of a micro-batch fit 32-bit GEMM dimensions and
+// those of the whole run fit the int64 counters. Throws zt::Error naming the options.
+void check_run_size(const TrainOptions& o, int world);
 
 }  // namespace zt

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 
 #include "io/fs_util.h"
@@ -207,7 +208,23 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
   } catch (const nlohmann::json::exception& e) {
     fail(source + ": malformed checkpoint manifest: " + e.what());
   }
-  // Internal consistency: one file per rank, each group's ranges tile [0, numel).
+  // Internal consistency: counts are non-negative, one file per rank, each group's ranges tile
+  // [0, numel), each tensor lies inside its group.
+  const TrainingProgress& p = m.progress;
+  ZT_CHECK(p.step >= 0 && p.tokens_seen >= 0 && p.cursor.epoch >= 0 && p.cursor.position >= 0,
+           source + ": negative step, tokens_seen or data_cursor (step " + int_text(p.step) +
+               ", tokens_seen " + int_text(p.tokens_seen) + ", epoch " + int_text(p.cursor.epoch) +
+               ", position " + int_text(p.cursor.position) + ")");
+  ZT_CHECK(m.zero_stage >= 0 && m.zero_stage <= 3,
+           source + ": zero_stage " + int_text(m.zero_stage) + " is not 0, 1, 2 or 3");
+  for (const CheckpointTensor& t : m.tensors) {
+    bool inside = t.group >= 0 && static_cast<size_t>(t.group) < m.groups.size() && t.offset >= 0;
+    int64_t numel = 1;
+    for (int64_t extent : t.shape)
+      inside = inside && extent >= 0 && !__builtin_mul_overflow(numel, extent, &numel);
+    ZT_CHECK(inside && numel <= m.groups[static_cast<size_t>(t.group)].numel - t.offset,
+             source + ": tensor " + t.name + " does not lie inside its group " + int_text(t.group));
+  }
   ZT_CHECK(m.world_size >= 1 && m.files.size() == static_cast<size_t>(m.world_size),
            source + ": " + std::to_string(m.files.size()) + " files listed for world size " +
                std::to_string(m.world_size));
@@ -228,7 +245,16 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
 
 CheckpointManifest CheckpointManifest::read(const std::string& checkpoint_dir) {
   const std::string path = checkpoint_dir + "/" + kCheckpointManifestFile;
-  return from_json(read_json_file(path), path);
+  CheckpointManifest m = from_json(read_json_file(path), path);
+  // A checkpoint directory is named after its step; a manifest that says otherwise was edited.
+  const std::string dir_name = std::filesystem::path(checkpoint_dir).filename().string();
+  long long named_step = -1;
+  char rest = 0;
+  if (std::sscanf(dir_name.c_str(), "step-%lld%c", &named_step, &rest) == 1)
+    ZT_CHECK(named_step == m.progress.step, path + ": the manifest says step " +
+                                                int_text(m.progress.step) +
+                                                " but its directory is " + dir_name);
+  return m;
 }
 
 std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int world) {

@@ -1,10 +1,13 @@
 #include "model/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <type_traits>
 
 #include "model/layout.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -64,8 +67,24 @@ void ModelConfig::validate() const {
   ZT_CHECK(num_heads % num_kv_heads == 0,
            "model config: num_attention_heads must be a multiple of num_key_value_heads");
   ZT_CHECK(head_dim() % 2 == 0, "model config: head_dim must be even for RoPE");
-  ZT_CHECK(rms_norm_eps > 0, "model config: rms_norm_eps must be positive");
-  ZT_CHECK(rope_theta > 0, "model config: rope_theta must be positive");
+  ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
+           "model config: rms_norm_eps must be a positive finite number");
+  ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
+           "model config: rope_theta must be a positive finite number");
+  // Element offsets, byte counts and FLOP counts are int64/double products of these sizes; a
+  // bound far above any real model (2^48 parameters, 2^40 per matrix) keeps them exact.
+  const double d = static_cast<double>(hidden_size), ff = static_cast<double>(intermediate_size);
+  const double v = static_cast<double>(vocab_size), layers = static_cast<double>(num_layers);
+  const double largest_matrix = std::max({d * d, d * ff, d * v});
+  const double params = layers * (2 * d * d + 2 * d * kv_dim() + 3 * d * ff + 2 * d) +
+                        (tie_word_embeddings ? 1 : 2) * d * v + d;
+  ZT_CHECK(largest_matrix <= 0x1p40 && params <= 0x1p48,
+           "model config: " + shortest_decimal(params) +
+               " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "
+               "are beyond what zerotrain can address (2^48 parameters, 2^40 per matrix)");
+  ZT_CHECK(max_position_embeddings <= (int64_t{1} << 31),
+           "model config: max_position_embeddings " + std::to_string(max_position_embeddings) +
+               " is beyond 2^31");
 }
 
 nlohmann::json ModelConfig::to_hf_json() const {

@@ -4,9 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "test_train_support.h"
 
@@ -65,6 +71,49 @@ TEST_F(RankFailures, ATruncatedShardOnOneRankStopsTheJobWithThatRanksMessage) {
   // Rank 0 says who failed and why, instead of waiting or timing out.
   EXPECT_NE(r.output.find("error (rank 0 of 2): rank 1 failed: "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("COMMUNICATION TIMEOUT"), std::string::npos) << r.output;
+}
+
+// The two other startup failures the fault audit saw hang or time out: rank 1 alone given
+// tokens beyond the model's vocabulary, or a model whose index misses a layer's tensor.
+TEST_F(RankFailures, OneRankGivenBadDataOrAModelMissingALayerStopsTheJobAtOnce) {
+  ASSERT_EQ(run_zerotrain("init --preset tiny --seed 1 --out " + path("whole")).exit_code, 0);
+  // An llm.c shard (header: magic, version, count) whose GPT-2 tokens exceed tiny's 256.
+  {
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520, header[1] = 1, header[2] = 4096;
+    std::vector<uint16_t> tokens(4096);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 1000);
+    std::ofstream bin(path("gpt2.bin"), std::ios::binary);
+    bin.write(reinterpret_cast<const char*>(header.data()), 1024);
+    bin.write(reinterpret_cast<const char*>(tokens.data()), 8192);
+  }
+  ASSERT_EQ(run_zerotrain("prepare-data --bin " + path("gpt2.bin") + " --out " + path("gpt2.h5"))
+                .exit_code,
+            0);
+  // The same model with a layer's tensor missing from its index.
+  fs::remove_all(path("holed"));
+  fs::copy(path("whole"), path("holed"));
+  {
+    const std::string index = path("holed") + "/model.h5.index.json";
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(index));
+    ASSERT_EQ(j["weight_map"].erase("model.layers.1.mlp.down_proj.weight"), 1u);
+    std::ofstream(index) << j.dump();
+  }
+  const std::string model = "--model " + path("whole");
+  for (const auto& [rank1, expected] : std::vector<std::pair<std::string, std::string>>{
+           {train(model, path("gpt2.h5"), path("out_vocab")), "gpt2.h5"},
+           {train("--model " + path("holed"), path("sample.h5"), path("out_holed")),
+            "model.layers.1.mlp.down_proj.weight"}}) {
+    double seconds = 0;
+    const RunResult r =
+        run_two(train(model, path("sample.h5"), path("out_rank0")), rank1, &seconds);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_LT(seconds, 30) << r.output;
+    EXPECT_NE(r.output.find("error (rank 1 of 2): "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("error (rank 0 of 2): rank 1 failed: "), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("COMMUNICATION TIMEOUT"), std::string::npos) << r.output;
+  }
 }
 
 TEST_F(RankFailures, RanksThatDisagreeOnTheRunAreRefusedNamingTheSetting) {

@@ -148,6 +148,46 @@ TEST(CheckpointManifest, AnEditedManifestIsRefused) {
   }
 }
 
+// A manifest re-signed after an edit still has to be in range and in its step's directory.
+TEST(CheckpointManifest, AResignedEditIsStillCheckedForRange) {
+  auto signed_with = [](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = tiny_manifest(2).to_json();
+    edit(j);
+    j.erase("manifest_crc32c");
+    const std::string text = j.dump();
+    j["manifest_crc32c"] = "crc32c:" + crc32c_hex(crc32c(text.data(), text.size()));
+    return j;
+  };
+  for (const auto& [edit, expected] :
+       std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
+           {[](nlohmann::json& j) { j["data_cursor"]["position"] = -5; }, "negative step"},
+           {[](nlohmann::json& j) { j["tokens_seen"] = -1; }, "negative step"},
+           {[](nlohmann::json& j) { j["zero_stage"] = 7; }, "zero_stage 7"},
+           {[](nlohmann::json& j) { j["tensors"][0]["offset"] = int64_t{1} << 40; },
+            "does not lie inside its group"}}) {
+    try {
+      CheckpointManifest::from_json(signed_with(edit), "m.json");
+      ADD_FAILURE() << "accepted: " << expected;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  // A step that is not its directory's.
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("zt_manifest_" + std::to_string(getpid())) / "step-00000003";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/" + kCheckpointManifestFile) << tiny_manifest(2).to_json().dump();
+  try {
+    CheckpointManifest::read(dir);
+    ADD_FAILURE() << "a step-7 manifest was accepted in step-00000003";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("says step 7 but its directory is step-00000003"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
+}
+
 TEST(CheckpointManifest, OtherModelIsRefusedNamingTheKey) {
   const CheckpointManifest m = tiny_manifest(1);
   const ModelConfig small = preset_config("small");

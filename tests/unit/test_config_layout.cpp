@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "model/config.h"
 #include "model/init.h"
 #include "model/layout.h"
@@ -49,6 +51,28 @@ TEST(Config, HfJsonRoundTripAndMissingKey) {
     EXPECT_NE(std::string(e.what()).find("intermediate_size"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("cfg.json"), std::string::npos);
   }
+}
+
+TEST(Config, SizesBeyondWhatCanBeAddressedAreRefused) {
+  auto refused = [](const char* key, nlohmann::json value, const char* expected) {
+    auto j = preset_config("tiny").to_hf_json();
+    j[key] = value;
+    try {
+      ModelConfig::from_hf_json(j, "cfg.json");
+      ADD_FAILURE() << key << " = " << value.dump() << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cfg.json"), std::string::npos) << e.what();
+    }
+  };
+  refused("vocab_size", int64_t{1} << 40, "beyond what zerotrain can address");
+  refused("num_hidden_layers", int64_t{1} << 40, "beyond what zerotrain can address");
+  refused("intermediate_size", INT64_MAX, "beyond what zerotrain can address");
+  refused("max_position_embeddings", int64_t{1} << 40, "max_position_embeddings");
+  refused("rope_theta", std::numeric_limits<double>::infinity(), "rope_theta");
+  refused("rms_norm_eps", std::numeric_limits<double>::infinity(), "rms_norm_eps");
+  // The largest preset is far inside the bound.
+  EXPECT_NO_THROW(ModelConfig::from_hf_json(preset_config("7b").to_hf_json(), "7b"));
 }
 
 TEST(Init, DeterministicPieceIndependentAndScaled) {

@@ -115,6 +115,36 @@ TEST(DeepSpeedConfig, BatchSizeRule) {
   }
 }
 
+TEST(DeepSpeedConfig, BatchSizeRuleProductsDoNotOverflow) {
+  BatchSizeRule rule;
+  rule.source = "ds.json";
+  rule.train_batch_size = 4;
+  rule.micro_batch = INT64_MAX / 2;
+  rule.grad_accum = 4;
+  int64_t micro = 1, accum = 1;
+  try {
+    apply_batch_size_rule(rule, 2, micro, accum);
+    FAIL() << "an overflowing product was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "more than 2^63")) << e.what();
+  }
+  rule.grad_accum.reset();
+  EXPECT_THROW(apply_batch_size_rule(rule, 4, micro, accum), Error);
+}
+
+// A value the file set and validation refused names the file (the option alone would point at a
+// command line that does not hold it).
+TEST(DeepSpeedConfig, ValidationErrorsNameTheFileThatSetTheValue) {
+  const std::vector<std::string> set = {"lr", "clip"};
+  EXPECT_EQ(attributed_to_deepspeed_file("train: --lr must be positive", "ds.json", set),
+            "train: --lr must be positive (the value comes from DeepSpeed config 'ds.json')");
+  // --lr-schedule is another option: not attributed.
+  EXPECT_EQ(attributed_to_deepspeed_file("train: --lr-schedule 'x'", "ds.json", set),
+            "train: --lr-schedule 'x'");
+  EXPECT_EQ(attributed_to_deepspeed_file("train: --steps must be >= 1", "ds.json", set),
+            "train: --steps must be >= 1");
+}
+
 TEST(DeepSpeedConfig, UnknownKeysWarnWithTheirPath) {
   const json j = {{"zero_optimization", {{"stage", 1}, {"bogus_knob", 3}}}, {"mystery", true}};
   const DeepSpeedConfig c = parse_deepspeed_config(j, "x.json", preset_config("tiny"));

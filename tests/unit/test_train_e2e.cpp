@@ -190,6 +190,11 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
       {"--preset tiny " + base + " --comm-timeout -1", "--comm-timeout must be >= 0"},
       {"--preset tiny " + base + " --comm-timeout nan", "--comm-timeout must be >= 0"},
       {"--preset tiny " + base + " --steps 0", "--steps"},
+      {"--preset tiny " + base + " --micro-batch 200000000 --seq-len 16",
+       "tokens per micro-batch is beyond 2^31 - 1"},
+      {"--preset tiny " + base +
+           " --steps 2000000000 --micro-batch 1000000 --grad-accum 1000000 --seq-len 64",
+       "tokens is beyond 2^62"},
       {"--preset tiny " + base + " --micro-batch 0", "--micro-batch"},
       {"--preset tiny " + base + " --grad-accum -2", "--grad-accum"},
       {"--preset tiny " + base + " --seq-len 0", "--seq-len"},
