@@ -34,7 +34,8 @@ def train(args, data, out, stage, flags):
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
            "--zero-stage", str(stage), "--log-every", "0", "--backend", args.backend,
            "--activation-checkpointing", args.activation_checkpointing,
-           "--sub-group-size", str(args.sub_group_size)] + flags
+           "--sub-group-size", str(args.sub_group_size),
+           "--comm-timeout", str(args.comm_timeout)] + flags
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     timed = steps[1:] if len(steps) > 1 else steps
@@ -72,6 +73,8 @@ def main():
     p.add_argument("--nvme-path", default=tempfile.gettempdir())
     p.add_argument("--backend", default="cpu", choices=("cpu", "cuda", "auto"))
     p.add_argument("--mpirun", default="mpirun", help="the launcher (a bundle's bin/mpirun)")
+    p.add_argument("--comm-timeout", type=float, default=60,
+                   help="zerotrain's --comm-timeout: a hang fails the row instead of the call")
     p.add_argument("--activation-checkpointing", default="none")
     p.add_argument("--rows", default="none,opt-cpu,opt-nvme,s3-none,s3-opt-param-cpu",
                    help="comma-separated subset of the default rows")

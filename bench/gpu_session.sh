@@ -1,52 +1,79 @@
 #!/usr/bin/env bash
-# GPU validation and figures for issues 6 and 8 in as few device calls as possible, run from the
-# relocatable bundle (the lent GPU host has the CUDA toolkit and NCCL but not the Debian
-# packages zerotrain links: Open MPI, HDF5, OpenBLAS, Boost).
+# GPU validation and figures in as few device calls as possible, run from the relocatable bundle
+# (the lent GPU host has the CUDA toolkit and NCCL but not the Debian packages zerotrain links:
+# Open MPI, HDF5, OpenBLAS, Boost).
 #
 #   here:   bench/gpu_session.sh --pack .gpu
-#           builds the bundle and zt_gpu_tests, puts them with bench/ under .gpu (add .gpu to
-#           .git/info/exclude; about 26 MiB to carry)
+#           a bundle of zerotrain, zt_gpu_tests and bench_gpu_ceilings (each with its libraries,
+#           run with the bundle's env.sh), bench/, inputs/ and COMMIT under .gpu (add .gpu to
+#           .git/info/exclude; about 30 MiB to carry)
 #   there:  bash .gpu/bench/gpu_session.sh --run .gpu "$OUT" PARTS
-#           PARTS, comma-separated (default tests,train): each part fits one 10-minute call
-#     tests    nvidia-smi, bench_gpu_ceilings (copy GB/s; GEMM TFLOP/s, square and the presets'
-#              shapes), then zt_gpu_tests by group (kernels, gemm_attention, engine, comm) and
-#              the groups with 2 ranks sharing the GPU, under the bundle's mpirun
-#     train    `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b") at stage 0:
-#              tokens/s, TFLOP/s, MFU, peak device memory (mean of the steps after the first)
-#     offload  bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
-#     big      ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
-#              optimizer offload to cpu (DeepSpeed's single-GPU 6B recipe): the same figures plus
-#              host memory; then, on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), the same
-#              model without offload at stage 0 as the throughput reference
-# Every part logs to OUT/<part>.log and appends its figures to OUT/summary.txt; a failing part
-# does not stop the next one. ZT_BACKEND=cpu ZT_PRESETS=tiny ZT_OFFLOAD_PRESET=tiny
-# ZT_BIG_PRESET=tiny runs the same steps on a CPU host (a dry run of this script).
+#           PARTS, comma-separated (default preflight,tests,sanitize); preflight always runs first.
+#           A 30-minute session is three calls of at most 10 minutes:
+#             1. preflight,tests,sanitize   2. train,pytorch   3. offload,big
+#     preflight  commit, GPU name, driver, memory, `free -g`, the library directories found,
+#                compute-sanitizer and torch versions, and `ldd` of every bundled binary and
+#                library (a "not found" fails the preflight)
+#     tests      bench_gpu_ceilings (copy GB/s; GEMM TFLOP/s), then zt_gpu_tests by group
+#                (kernels, gemm_attention, engine, comm) and the groups with 2 ranks sharing
+#                the GPU, under the bundle's mpirun
+#     sanitize   compute-sanitizer --tool memcheck over the kernel, GEMM/attention and engine
+#                groups, --tool racecheck over the kernel group
+#     train      `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b"): stage
+#                0, and stage 3 with full activation checkpointing; tokens/s, TFLOP/s, MFU, peak
+#                device memory (mean of the steps after the first)
+#     pytorch    bench_gpu_vs_pytorch.py: ZT_PYTORCH_PRESET (default 1b), seq 2048, micro-batch
+#                4, PyTorch eager and torch.compile beside zerotrain on the same GPU
+#     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
+#     big        ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
+#                optimizer offload to cpu, if the host has the memory it pins (checked first);
+#                then, on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), without offload
+# Every step runs under `timeout` (ZT_STEP_SECONDS, default 300) and within the call's budget
+# (ZT_CALL_SECONDS, default 540, from the script's start): one hang cannot eat a call, and every
+# train run has --comm-timeout 60. A failing step does not stop the next one.
+# What comes back in OUT (at most 8 files): summary.txt, the figures and exit codes; and
+# evidence.tar.gz, every part's log, metrics.jsonl and run.json of each run and the summary,
+# re-packed after every step so a killed call still returns what it did.
+# ZT_BACKEND=cpu ZT_PRESETS=tiny ZT_PYTORCH_PRESET=tiny ZT_OFFLOAD_PRESET=tiny ZT_BIG_PRESET=tiny
+# runs the same steps on a CPU host (the dry run, tests/bundle/gpu_session_dry_run_test.sh).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 pack() {
-  local dest=$1 root
+  local dest=$1 root build
   root=$(cd "$here/.." && pwd)
-  cmake --build "$root/build" --target bundle zt_gpu_tests bench_gpu_ceilings -j "$(nproc)" || exit 1
+  build=${ZT_BUILD_DIR:-$root/build}
+  # ZT_PACK_NO_BUILD=1: pack what is built (the dry run test, inside ctest).
+  if [ "${ZT_PACK_NO_BUILD:-0}" != 1 ]; then
+    cmake --build "$build" --target zerotrain zt_gpu_tests bench_gpu_ceilings -j "$(nproc)" ||
+      exit 1
+  fi
   rm -rf "$dest" && mkdir -p "$dest"
-  tar -C "$root/build" -czf "$dest/zerotrain-bundle.tar.gz" bundle || exit 1
-  cp "$root/build/tests/gpu/zt_gpu_tests" "$root/build/bench_gpu_ceilings" "$dest/" || exit 1
+  local work extras=() f
+  work=$(mktemp -d)
+  for f in "$build/tests/gpu/zt_gpu_tests" "$build/bench_gpu_ceilings"; do
+    if [ -x "$f" ]; then extras+=(--extra "$f"); else echo "pack: $f absent (a build without CUDA)"; fi
+  done
+  "$root/cmake/make_bundle.sh" "${extras[@]}" "$build/zerotrain" "$work/bundle" || exit 1
+  tar -C "$work" -czf "$dest/zerotrain-bundle.tar.gz" bundle || exit 1
+  rm -rf "$work"
   cp -r "$root/bench" "$root/inputs" "$dest/" || exit 1
+  { git -C "$root" rev-parse HEAD && git -C "$root" status --short | head -n 20; } >"$dest/COMMIT"
   du -sh "$dest"
 }
 
-# CUDA runtime, cuBLASLt and NCCL on the GPU host: the toolkit's lib64 and pip's nvidia-* wheels.
+# CUDA runtime, cuBLASLt, cuDNN and NCCL on the GPU host: the toolkit's lib64 and pip's nvidia-*
+# wheels (PyTorch's), else a search of the root filesystem.
 cuda_library_path() {
   local dirs=() d
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && dirs+=("$d")
   done
-  # pip's nvidia-nccl-cu13 / nvidia-cublas wheels (PyTorch's), else a search of the root fs.
   while IFS= read -r d; do [ -d "$d" ] && dirs+=("$d"); done < <(
-    python3 - 2>/dev/null <<'PY'
+    "$python" - 2>/dev/null <<'PY'
 import importlib, os
-for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime"):
+for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cudnn"):
     try:
         for p in importlib.import_module(name).__path__:
             print(os.path.join(p, "lib"))
@@ -58,16 +85,58 @@ PY
   for d in "${dirs[@]}"; do [ -e "$d/libnccl.so.2" ] && have_nccl=1; done
   if [ "$have_nccl" = 0 ]; then
     while IFS= read -r d; do dirs+=("$(dirname "$d")"); done < <(
-      find / -xdev \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \) 2>/dev/null | head -n 4)
+      timeout 60 find / -xdev \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \) 2>/dev/null |
+        head -n 4)
   fi
   local IFS=:
   echo "${dirs[*]}"
 }
 
+say() { echo "$*" | tee -a "$summary"; }
+
+# Packs the evidence directory into OUT/evidence.tar.gz (logs past 4 MiB keep their head and
+# tail), so whatever ran so far comes back even if the call is killed.
+pack_evidence() {
+  cp "$summary" "$evidence/summary.txt"
+  local f
+  for f in "$evidence"/*.log; do
+    [ -f "$f" ] || continue
+    if [ "$(stat -c %s "$f")" -gt $((4 << 20)) ]; then
+      { head -c 1M "$f" && printf '\n[... cut by gpu_session.sh ...]\n' && tail -c 3M "$f"; } \
+        >"$f.cut" && mv "$f.cut" "$f"
+    fi
+  done
+  tar -C "$work" -czf "$out/evidence.tar.gz.part" evidence && mv "$out/evidence.tar.gz.part" \
+    "$out/evidence.tar.gz"
+}
+
+# step LABEL SECONDS CMD...: runs CMD under timeout, bounded by what is left of the call's
+# budget; appends "LABEL: exit N" (or TIMED OUT / skipped) to the summary; returns CMD's status.
+step() {
+  local label=$1 seconds=$2 left rc
+  shift 2
+  left=$((call_deadline - $(date +%s)))
+  if [ "$left" -lt 20 ]; then
+    say "$label: skipped (the call's budget is spent)"
+    return 125
+  fi
+  [ "$seconds" -le "$left" ] || seconds=$left
+  echo "== $label ($seconds s at most): $*"
+  timeout -k 10 "$seconds" "$@"
+  rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    say "$label: TIMED OUT after $seconds s"
+  else
+    echo "$label: exit $rc" >>"$summary"
+  fi
+  pack_evidence
+  return "$rc"
+}
+
 # Mean figures of metrics.jsonl over the steps after the first: one summary line.
 figures() {
   local label=$1 metrics=$2
-  python3 - "$label" "$metrics" <<'PY'
+  "$python" - "$label" "$metrics" <<'PY'
 import json, sys
 label, path = sys.argv[1], sys.argv[2]
 steps = [json.loads(l) for l in open(path)]
@@ -80,74 +149,169 @@ host = max(s["peak_memory_bytes"].get("host", 0) for s in steps)
 mfu = mean(lambda s: s["mfu"] or 0.0)
 print(f"{label}: {mean(lambda s: s['tokens_per_s']):.0f} tokens/s, "
       f"{mean(lambda s: s['tflops_per_device']):.1f} TFLOP/s per device, MFU {100 * mfu:.1f}%, "
-      f"step {mean(lambda s: s['step_time_s']):.3f} s, loss {steps[-1]['loss']:.4f}, peak device "
-      f"{device / gib:.2f} GiB, host {host / gib:.2f} GiB ({len(steps)} steps)")
+      f"step {mean(lambda s: s['step_time_s']):.3f} s, loss {steps[0]['loss']:.4f} -> "
+      f"{steps[-1]['loss']:.4f}, peak device {device / gib:.2f} GiB, host {host / gib:.2f} GiB "
+      f"({len(steps)} steps)")
 PY
 }
 
-run_part_tests() {
-  nvidia-smi || true
-  # The copy and GEMM ceilings the training figures are read against (bench_gpu_ceilings.cpp).
-  if [ -x "$dir/bench_gpu_ceilings" ]; then
-    echo "== bench_gpu_ceilings"
-    "$dir/bench_gpu_ceilings" >"$work/ceilings.txt" 2>&1
-    local rc=$?
-    cat "$work/ceilings.txt"
-    { echo "bench_gpu_ceilings: exit $rc"; cat "$work/ceilings.txt"; } >>"$summary"
+run_part_preflight() {
+  local ok=1 f missing
+  say "commit: $(head -n 1 "$dir/COMMIT" 2>/dev/null || echo unknown)"
+  say "host: $(hostname), $(nproc) cores, kernel $(uname -r)"
+  say "memory: $(free -g | awk '/^Mem:/ { print $2 " GiB total, " $7 " GiB available" }')"
+  if command -v nvidia-smi >/dev/null; then
+    say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
+      --format=csv,noheader 2>&1 | head -n 1)"
+    nvidia-smi
+  else
+    say "gpu: no nvidia-smi on this host"
   fi
-  local t=$dir/zt_gpu_tests group
-  if [ ! -x "$t" ]; then
-    echo "zt_gpu_tests: absent (a build without CUDA)" | tee -a "$summary"
+  say "library path: $LD_LIBRARY_PATH"
+  local d found
+  for f in libcudart.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9; do
+    found=""
+    while IFS= read -r -d: d; do
+      if [ -z "$found" ] && [ -e "$d/$f" ]; then found="$d/$f"; fi
+    done <<<"$LD_LIBRARY_PATH:"
+    [ -n "$found" ] || found=$(ldconfig -p 2>/dev/null | awk -v f="$f" '$1 == f { print $NF; exit }')
+    say "  $f: ${found:-not found}"
+  done
+  say "compute-sanitizer: ${sanitizer:-not found} $([ -n "$sanitizer" ] &&
+    "$sanitizer" --version 2>/dev/null | tail -n 1)"
+  say "python: $("$python" --version 2>&1), torch: $("$python" -c \
+    'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no cuda")' \
+    2>&1 | tail -n 1)"
+  for f in "$B"/libexec/* "$B"/lib/*.so*; do
+    missing=$(ldd "$f" 2>&1 | grep "not found")
+    if [ -n "$missing" ]; then
+      say "ldd ${f#"$B"/}: $missing"
+      ok=0
+    fi
+  done
+  if [ "$ok" = 1 ]; then say "preflight: ldd finds every library of the bundle"; else
+    say "preflight: FAILED (libraries not found, above)"
+  fi
+}
+
+gpu_test_groups=('kernels=CudaKernels.*' 'gemm_attention=*CudaGemm.*:*CudaAttention.*'
+  'engine=CudaEngine.*' 'comm=NcclComm.*:StagedComm.*')
+gpu_test_np2_groups=('staged_comm=StagedComm.*' 'engine_shared=CudaEngineShared.*'
+  'engine_nccl=CudaEngineNccl.*')
+
+run_part_tests() {
+  if [ -x "$B/libexec/bench_gpu_ceilings" ]; then
+    step bench_gpu_ceilings "$step_seconds" "$B/libexec/bench_gpu_ceilings" \
+      >"$evidence/ceilings.txt" 2>&1
+    tee -a "$summary" <"$evidence/ceilings.txt"
+  fi
+  if [ ! -x "$B/libexec/zt_gpu_tests" ]; then
+    say "zt_gpu_tests: absent from the bundle"
     return
   fi
-  for group in 'CudaKernels.*' '*CudaGemm.*:*CudaAttention.*' 'CudaEngine.*' 'NcclComm.*:StagedComm.*'; do
-    echo "== zt_gpu_tests --gtest_filter=$group"
-    "$t" --gtest_filter="$group" --gtest_brief=1
-    echo "$group: exit $?" >>"$summary"
+  local entry
+  for entry in "${gpu_test_groups[@]}"; do
+    step "gpu_${entry%%=*}" "$step_seconds" "$B/libexec/zt_gpu_tests" \
+      --gtest_filter="${entry#*=}" --gtest_brief=1
   done
-  for group in 'StagedComm.*' 'CudaEngineShared.*' 'CudaEngineNccl.*'; do
-    echo "== mpirun -np 2 zt_gpu_tests --gtest_filter=$group"
-    "$B/bin/mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$t" --gtest_filter="$group" \
-      --gtest_brief=1
-    echo "np2 $group: exit $?" >>"$summary"
+  for entry in "${gpu_test_np2_groups[@]}"; do
+    step "gpu_${entry%%=*}_np2" "$step_seconds" "$B/bin/mpirun" --oversubscribe -np 2 \
+      -x LD_LIBRARY_PATH "$B/bin/zt_gpu_tests" --gtest_filter="${entry#*=}" --gtest_brief=1
   done
 }
 
-train_run() {  # train_run LABEL OUTDIR ARGS...
-  local label=$1 out=$2
-  shift 2
-  rm -rf "$out"
-  echo "== $label: zerotrain train $*"
-  if "$B/bin/zerotrain" train --backend "$backend" --data "$data" --out "$out" --log-every 1 \
-    --seed 1 "$@"; then
-    figures "$label" "$out/metrics.jsonl" | tee -a "$summary"
-  else
-    echo "$label: FAILED (exit $?)" | tee -a "$summary"
+run_part_sanitize() {
+  if [ -z "$sanitizer" ]; then
+    say "sanitize: skipped (no compute-sanitizer on this host)"
+    return
   fi
+  if [ ! -x "$B/libexec/zt_gpu_tests" ]; then
+    say "sanitize: skipped (zt_gpu_tests absent from the bundle)"
+    return
+  fi
+  local entry
+  for entry in "${gpu_test_groups[@]:0:3}"; do
+    step "memcheck gpu_${entry%%=*}" "$step_seconds" "$sanitizer" --tool memcheck \
+      --error-exitcode 99 --leak-check full "$B/libexec/zt_gpu_tests" --gtest_filter="${entry#*=}" \
+      --gtest_brief=1
+  done
+  step "racecheck gpu_kernels" "$step_seconds" "$sanitizer" --tool racecheck --error-exitcode 99 \
+    "$B/libexec/zt_gpu_tests" --gtest_filter="${gpu_test_groups[0]#*=}" --gtest_brief=1
+}
+
+train_run() {  # train_run LABEL OUTDIR ARGS...
+  local label=$1 run=$2
+  shift 2
+  rm -rf "$run"
+  if step "$label" "$step_seconds" "$B/libexec/zerotrain" train --backend "$backend" \
+    --data "$data" --out "$run" --log-every 1 --seed 1 --comm-timeout 60 "$@"; then
+    figures "$label" "$run/metrics.jsonl" | tee -a "$summary"
+  else
+    say "$label: FAILED"
+  fi
+  mkdir -p "$evidence/runs/$(basename "$run")"
+  cp "$run"/metrics.jsonl "$run"/run.json "$evidence/runs/$(basename "$run")/" 2>/dev/null
 }
 
 run_part_train() {
   local preset
   for preset in ${ZT_PRESETS:-125m 1b}; do
-    train_run "$preset stage 0 $backend" "$work/train_$preset" --preset "$preset" --zero-stage 0 \
-      --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq"
+    train_run "$preset stage 0 $backend" "$work/train_${preset}_s0" --preset "$preset" \
+      --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq"
+    train_run "$preset stage 3 + full checkpointing $backend" "$work/train_${preset}_s3" \
+      --preset "$preset" --zero-stage 3 --activation-checkpointing full --steps "$steps" \
+      --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq"
   done
 }
 
+run_part_pytorch() {
+  if ! "$python" -c 'import torch' 2>/dev/null; then
+    say "pytorch: skipped ($python has no torch)"
+    return
+  fi
+  local device=cuda
+  [ "$backend" = cuda ] || device=cpu
+  step "bench_gpu_vs_pytorch" "$step_seconds" "$python" "$dir/bench/bench_gpu_vs_pytorch.py" \
+    --zerotrain "$B/libexec/zerotrain" --device "$device" --backend "$backend" \
+    --preset "${ZT_PYTORCH_PRESET:-1b}" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+    --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
+    --json-out "$evidence/bench_gpu_vs_pytorch.json" >"$evidence/pytorch.txt" 2>&1
+  grep -v '^step ' "$evidence/pytorch.txt" | tee -a "$summary"
+}
+
 run_part_offload() {
-  python3 "$dir/bench/bench_offload.py" --zerotrain "$B/bin/zerotrain" --mpirun "$B/bin/mpirun" \
-    --backend "$backend" --preset "${ZT_OFFLOAD_PRESET:-1b}" --steps "$steps" --seq-len "$seq" \
+  step "bench_offload" "$step_seconds" "$python" "$dir/bench/bench_offload.py" \
+    --zerotrain "$B/bin/zerotrain" --comm-timeout 60 --mpirun "$B/bin/mpirun" --backend "$backend" \
+    --preset "${ZT_OFFLOAD_PRESET:-1b}" --steps "$steps" --seq-len "$seq" \
     --micro-batch "${ZT_MICRO_BATCH:-4}" --threads "$(nproc)" --rows none,opt-cpu \
-    --data "$dir/inputs/data/sample.txt" | tee -a "$summary"
+    --data "$dir/inputs/data/sample.txt" >"$evidence/offload.txt" 2>&1
+  tee -a "$summary" <"$evidence/offload.txt"
+}
+
+# Host bytes the offloaded run needs (zerotrain estimate), against MemAvailable.
+host_memory_suffices() {
+  local preset=$1 need avail
+  need=$("$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
+    --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
+    --json | "$python" -c 'import json, sys
+j = json.load(sys.stdin)
+print(max(s["host"] for s in j["stages"] if s["stage"] == 2))') || return 1
+  avail=$(($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024))
+  say "big: host memory needed $((need >> 30)) GiB (estimate), available $((avail >> 30)) GiB"
+  [ "$((need + (8 << 30)))" -le "$avail" ]
 }
 
 run_part_big() {
   local preset=${ZT_BIG_PRESET:-6b}
-  "$B/bin/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 --micro-batch 1 \
+  "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 --micro-batch 1 \
     --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu | tee -a "$summary"
-  train_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
-    --preset "$preset" --zero-stage 2 --activation-checkpointing full --offload-optimizer cpu \
-    --steps "${ZT_BIG_STEPS:-4}" --micro-batch 1 --seq-len "$seq"
+  if host_memory_suffices "$preset"; then
+    train_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
+      --preset "$preset" --zero-stage 2 --activation-checkpointing full --offload-optimizer cpu \
+      --steps "${ZT_BIG_STEPS:-4}" --micro-batch 1 --seq-len "$seq"
+  else
+    say "big: skipped the offloaded run (host memory, above, leaves less than 8 GiB spare)"
+  fi
   # The no-offload reference where it fits (6b: ~102 GiB, an H200 but not an H100).
   local mib
   mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
@@ -165,34 +329,47 @@ case "${1:-}" in
     ;;
   --run) ;;
   *)
-    echo "usage: $0 --pack DIR | --run DIR OUT [tests,train,offload,big]" >&2
+    echo "usage: $0 --pack DIR | --run DIR OUT [preflight,tests,sanitize,train,pytorch,offload,big]" >&2
     exit 2
     ;;
 esac
 
+call_deadline=$(($(date +%s) + ${ZT_CALL_SECONDS:-540}))
+step_seconds=${ZT_STEP_SECONDS:-300}
 dir=$(cd "${2:?--run DIR}" && pwd)
 out=${3:?--run DIR OUT}
-parts=${4:-tests,train}
+parts=${4:-preflight,tests,sanitize}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 summary=$out/summary.txt
 work=$(mktemp -d /tmp/zt-gpu-session.XXXXXX)
+evidence=$work/evidence
+mkdir -p "$evidence"
 backend=${ZT_BACKEND:-cuda}
 steps=${ZT_STEPS:-6}
 seq=${ZT_SEQ_LEN:-2048}
+python=${ZT_PYTHON:-python3}
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 tar -C "$work" -xzf "$dir/zerotrain-bundle.tar.gz" || exit 1
 B=$work/bundle
-export LD_LIBRARY_PATH="$B/lib:$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The bundle's Open MPI and PMIx paths for every binary run from libexec/ (as bin/ wrappers do).
+# shellcheck source=/dev/null
+. "$B/env.sh"
+export LD_LIBRARY_PATH="$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 data=$work/data.h5
-"$B/bin/zerotrain" prepare-data --text "$dir/inputs/data/sample.txt" --out "$data" >/dev/null ||
+"$B/libexec/zerotrain" prepare-data --text "$dir/inputs/data/sample.txt" --out "$data" >/dev/null ||
   exit 1
 echo "gpu_session $(date -u +%FT%TZ) parts=$parts backend=$backend" >>"$summary"
+[[ ",$parts," == *,preflight,* ]] || parts="preflight,$parts"
 for part in ${parts//,/ }; do
   case $part in
-    tests | train | offload | big) "run_part_$part" >"$out/$part.log" 2>&1 ;;
-    *) echo "unknown part '$part'" | tee -a "$summary" ;;
+    preflight | tests | sanitize | train | pytorch | offload | big)
+      "run_part_$part" >>"$evidence/$part.log" 2>&1
+      pack_evidence
+      ;;
+    *) say "unknown part '$part'" ;;
   esac
 done
 rm -rf "$work"

@@ -5,7 +5,10 @@
 # plus env.sh and wrappers in bin/ that point Open MPI at its relocated files. Copy the directory
 # anywhere (another host with the same glibc) and run bin/zerotrain or bin/mpirun.
 #
-#   make_bundle.sh [--include-cuda] ZEROTRAIN_BINARY OUT_DIR
+#   make_bundle.sh [--include-cuda] [--extra BINARY]... ZEROTRAIN_BINARY OUT_DIR
+#
+# --extra adds another executable built with zerotrain (the GPU test binary, a benchmark) the same
+# way: libexec/NAME with its libraries in lib/, and a wrapper bin/NAME that sources env.sh.
 #
 # Not bundled: glibc (libc, libm, libdl, libpthread, librt, ld-linux, ...), libstdc++, libgcc_s
 # (the target host's own), the CUDA driver (libcuda, libnvidia-*) and, unless --include-cuda, the
@@ -22,12 +25,19 @@ die() {
   exit 1
 }
 note() { printf 'make_bundle: %s\n' "$*" >&2; }
-usage() { echo "usage: make_bundle.sh [--include-cuda] ZEROTRAIN_BINARY OUT_DIR"; }
+usage() { echo "usage: make_bundle.sh [--include-cuda] [--extra BINARY]... ZEROTRAIN_BINARY OUT_DIR"; }
 
 include_cuda=0
+EXTRAS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --include-cuda) include_cuda=1 ;;
+    --extra)
+      [ $# -ge 2 ] || die "--extra needs a binary"
+      [ -f "$2" ] && [ -x "$2" ] || die "--extra $2 is not an executable file"
+      EXTRAS+=("$(readlink -f "$2")")
+      shift
+      ;;
     -h | --help)
       usage
       exit 0
@@ -218,6 +228,7 @@ done
 [ ${#COMPONENTS[@]} -gt 0 ] || die "no Open MPI components in $OMPI_PKGLIBDIR"
 
 collect "$BIN"
+for extra in "${EXTRAS[@]}"; do collect "$extra"; done
 for exe in orterun orted ompi_info; do collect "$OMPI_BINDIR/$exe"; done
 for c in "${COMPONENTS[@]}"; do collect "$c"; done
 if [ -n "$PMIX_COMPDIR" ]; then
@@ -233,6 +244,7 @@ if [ ${#EXTRA_DIRS[@]} -gt 0 ]; then
   for d in "${EXTRA_DIRS[@]}"; do zt_runpath+=":$d"; done
 fi
 copy_elf "$BIN" libexec/zerotrain "$zt_runpath"
+for extra in "${EXTRAS[@]}"; do copy_elf "$extra" "libexec/$(basename "$extra")" "$zt_runpath"; done
 # shellcheck disable=SC2016
 {
   for exe in orterun orted ompi_info; do copy_elf "$OMPI_BINDIR/$exe" "libexec/$exe" '$ORIGIN/../lib'; done
@@ -305,6 +317,7 @@ EOF
   chmod 755 "$STAGE/bin/$1"
 }
 wrapper zerotrain zerotrain
+for extra in "${EXTRAS[@]}"; do wrapper "$(basename "$extra")" "$(basename "$extra")"; done
 for name in mpirun mpiexec orterun; do wrapper "$name" orterun; done
 wrapper orted orted
 wrapper ompi_info ompi_info

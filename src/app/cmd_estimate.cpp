@@ -139,6 +139,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
 
   nlohmann::json out = {{"psi", psi},
+                        {"model_config", model.to_hf_json()},
+                        {"training_flops_per_token", model.training_flops_per_token(o.seq_len)},
                         {"world", o.world},
                         {"requested_stage", o.zero.stage},
                         {"micro_batch", o.micro_batch},

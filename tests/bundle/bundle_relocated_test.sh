@@ -65,28 +65,17 @@ train_runs() {
   note "np=$np: trained $steps steps ($(tail -n 1 "$out.log"))"
 }
 
-# manifest_sources BUNDLE: the build-host paths the bundle's files and directories came from.
-manifest_sources() { awk '$2 == "<-" { print $3 }' "$1/MANIFEST"; }
+# shellcheck source=hide_system_copies.sh
+. "$(dirname "$(readlink -f "$0")")/hide_system_copies.sh"
 
 # ---- (e), in a private mount namespace: the system copies hidden ----
 if [ "${1:-}" = "--hidden" ]; then
   B=$2 WORK=$3
-  empty=$(mktemp -d "$WORK/empty.XXXXXX")
-  dirs=(/usr/share/openmpi /etc/openmpi)
-  n=0
-  while IFS= read -r src; do
-    if [ -d "$src" ]; then
-      dirs+=("$src")
-    elif [ -f "$src" ]; then
-      mount --bind /dev/null "$src" || fail "cannot hide $src"
-      n=$((n + 1))
-    fi
-  done < <(manifest_sources "$B")
-  for d in "${dirs[@]}"; do [ ! -d "$d" ] || mount --bind "$empty" "$d" || fail "cannot hide $d"; done
+  hidden=$(hide_system_copies "$B" "$WORK") || exit 1
   libmpi_src=$(awk '$1 == "lib/libmpi.so.40" { print $3 }' "$B/MANIFEST")
   [ ! -s "$libmpi_src" ] || fail "$libmpi_src still readable after hiding"
   ! mpirun --version >/dev/null 2>&1 || fail "the system mpirun still runs after hiding"
-  note "(e) hidden: $n system files and ${#dirs[@]} directories (Open MPI, PMIx); the system mpirun fails"
+  note "(e) hidden: $hidden (Open MPI, PMIx); the system mpirun fails"
   train_runs "$B" "$WORK/data.h5" "$WORK/hidden1" 1
   train_runs "$B" "$WORK/data.h5" "$WORK/hidden2" 2
   exit 0

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""zerotrain's training throughput on a GPU beside PyTorch training the same Llama on that GPU.
+
+In one call: `zerotrain train` runs the preset (stage 0, one rank, bf16 with fp32 masters), then
+PyTorch trains a model of the same shapes (taken from `zerotrain estimate --json`) with fp32
+parameters under bf16 autocast, SDPA attention and fused AdamW, eager and under torch.compile.
+Every figure uses one FLOP count per token, the one zerotrain reports (torchtitan's
+6·N_non-embedding + 12·L·D·T) and one peak (default 989 TFLOP/s, H100 SXM / H200 dense bf16),
+so the ratio of tokens/s is the figure that counts. The first --warmup steps are not timed.
+
+  python3 bench/bench_gpu_vs_pytorch.py --zerotrain BUNDLE/bin/zerotrain --preset 1b \\
+      --seq-len 2048 --micro-batch 4 --steps 8 --json-out result.json
+
+--device cpu runs the same on the CPU (the dry run of bench/gpu_session.sh); an old PyTorch
+without SDPA or torch.compile falls back to explicit attention and skips the compiled row.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def run_zerotrain(args, data, out):
+    """zerotrain's steady tokens/s (steps after the first) and peak device memory."""
+    cmd = [args.zerotrain, "train", "--backend", args.backend, "--preset", args.preset,
+           "--data", data, "--out", out, "--steps", str(args.steps),
+           "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
+           "--comm-timeout", "60", "--log-every", "1", "--seed", "1"] + args.zerotrain_arg
+    print("zerotrain:", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, timeout=args.timeout)
+    steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    timed = steps[args.warmup:] or steps[-1:]
+    tokens = sum(s["tokens"] for s in timed)
+    seconds = sum(s["step_time_s"] for s in timed)
+    device = max(sum(v for k, v in s["peak_memory_bytes"].items() if k not in ("host", "nvme"))
+                 for s in steps)
+    return {"tokens_per_s": tokens / seconds, "peak_device_gib": device / 2**30,
+            "loss_first": steps[0]["loss"], "loss_last": steps[-1]["loss"]}
+
+
+class Llama(torch.nn.Module):
+    """Llama (RMSNorm, RoPE, grouped-query attention, SwiGLU) from an HF config dict."""
+
+    def __init__(self, c):
+        super().__init__()
+        d, self.heads, self.kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+        self.hd, self.eps = d // self.heads, c["rms_norm_eps"]
+        lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+        self.embed = torch.nn.Embedding(c["vocab_size"], d)
+        self.layers = torch.nn.ModuleList()
+        for _ in range(c["num_hidden_layers"]):
+            layer = torch.nn.Module()
+            layer.q, layer.k = lin(d, d), lin(d, self.kv * self.hd)
+            layer.v, layer.o = lin(d, self.kv * self.hd), lin(d, d)
+            layer.gate, layer.up = lin(d, c["intermediate_size"]), lin(d, c["intermediate_size"])
+            layer.down = lin(c["intermediate_size"], d)
+            layer.norm1, layer.norm2 = torch.nn.Parameter(torch.ones(d)), torch.nn.Parameter(torch.ones(d))
+            self.layers.append(layer)
+        self.norm = torch.nn.Parameter(torch.ones(d))
+        self.head = lin(d, c["vocab_size"])
+        for p in self.parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, std=0.02)
+        inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        self.inv_freq = inv
+
+    def rms(self, x, w):
+        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps).to(x.dtype) * w
+
+    def rope(self, x, cos, sin):
+        a, b = x[..., : self.hd // 2], x[..., self.hd // 2:]
+        return x * cos + torch.cat((-b, a), dim=-1) * sin
+
+    def attend(self, q, k, v):
+        if self.kv != self.heads:
+            k = k.repeat_interleave(self.heads // self.kv, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv, dim=1)
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        T = q.shape[-2]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.hd)
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+
+    def forward(self, tokens):
+        B, T = tokens.shape
+        freqs = torch.outer(torch.arange(T, device=tokens.device).float(),
+                            self.inv_freq.to(tokens.device))
+        cos = torch.cat((freqs, freqs), -1).cos()
+        sin = torch.cat((freqs, freqs), -1).sin()
+        x = self.embed(tokens)
+        for L in self.layers:
+            h = self.rms(x, L.norm1)
+            q = L.q(h).view(B, T, self.heads, self.hd).transpose(1, 2)
+            k = L.k(h).view(B, T, self.kv, self.hd).transpose(1, 2)
+            v = L.v(h).view(B, T, self.kv, self.hd).transpose(1, 2)
+            a = self.attend(self.rope(q, cos, sin).to(v.dtype), self.rope(k, cos, sin).to(v.dtype), v)
+            x = x + L.o(a.transpose(1, 2).reshape(B, T, -1))
+            h = self.rms(x, L.norm2)
+            x = x + L.down(F.silu(L.gate(h)) * L.up(h))
+        return self.head(self.rms(x, self.norm))
+
+
+def run_pytorch(args, config, compiled):
+    """PyTorch's steady tokens/s and peak device memory, eager or compiled."""
+    device = torch.device(args.device)
+    torch.manual_seed(1)
+    model = Llama(config).to(device)
+    fused = {"fused": True} if device.type == "cuda" else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            **fused)
+    step_fn = model
+    if compiled:
+        step_fn = torch.compile(model)
+    vocab = config["vocab_size"]
+    tokens = torch.randint(0, vocab, (args.micro_batch, args.seq_len + 1), device=device)
+    autocast = device.type == "cuda"
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = step_fn(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().view(-1, vocab), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    losses = []
+    t0 = time.perf_counter()
+    for i in range(args.steps):
+        if i == args.warmup:
+            sync()
+            t0 = time.perf_counter()
+        losses.append(float(step()))
+    sync()
+    seconds = time.perf_counter() - t0
+    timed = max(1, args.steps - args.warmup)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+    del model, opt
+    return {"tokens_per_s": timed * args.micro_batch * args.seq_len / seconds,
+            "peak_device_gib": peak, "loss_first": losses[0], "loss_last": losses[-1]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--zerotrain", required=True, help="the binary (a bundle's bin/zerotrain)")
+    p.add_argument("--preset", default="1b")
+    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2, help="steps not timed (compile, autotune)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--backend", default=None, help="zerotrain's --backend (default: --device)")
+    p.add_argument("--zerotrain-arg", action="append", default=[],
+                   help="an extra argument for zerotrain train (repeat)")
+    p.add_argument("--modes", default="eager,compile", help="PyTorch rows: eager, compile")
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak per GPU")
+    p.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "..", "inputs", "data", "sample.txt"))
+    p.add_argument("--timeout", type=float, default=300, help="seconds for zerotrain's run")
+    p.add_argument("--json-out", help="write the figures here as JSON")
+    args = p.parse_args()
+    args.backend = args.backend or args.device
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench_gpu_vs_pytorch: torch sees no GPU (torch.cuda.is_available() is False)")
+
+    estimate = json.loads(subprocess.run(
+        [args.zerotrain, "estimate", "--preset", args.preset, "--seq-len", str(args.seq_len),
+         "--json"], check=True, capture_output=True, text=True).stdout)
+    config, flops_per_token = estimate["model_config"], estimate["training_flops_per_token"]
+    peak = args.peak_tflops * 1e12
+    rows = {}
+    with tempfile.TemporaryDirectory() as work:
+        data = os.path.join(work, "data.h5")
+        subprocess.run([args.zerotrain, "prepare-data", "--text", args.data, "--out", data],
+                       check=True, capture_output=True)
+        try:
+            rows["zerotrain"] = run_zerotrain(args, data, os.path.join(work, "run"))
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+            print(f"zerotrain: FAILED ({e})", flush=True)
+    for mode in args.modes.split(","):
+        if mode == "compile" and not hasattr(torch, "compile"):
+            print(f"pytorch compile: skipped (torch {torch.__version__} has no torch.compile)")
+            continue
+        try:
+            rows["pytorch " + mode] = run_pytorch(args, config, compiled=(mode == "compile"))
+        except Exception as e:  # noqa: BLE001  (an OOM or a compile failure is a result too)
+            print(f"pytorch {mode}: FAILED ({type(e).__name__}: {e})", flush=True)
+    print(f"\n{args.preset} on {args.device} ({torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}), "
+          f"seq {args.seq_len}, micro-batch {args.micro_batch}, {args.steps} steps "
+          f"({args.warmup} untimed), {flops_per_token / 1e9:.3f} GFLOP/token, "
+          f"peak {args.peak_tflops:g} TFLOP/s, torch {torch.__version__}")
+    for name, r in rows.items():
+        r["tflops"] = r["tokens_per_s"] * flops_per_token / 1e12
+        r["mfu"] = r["tokens_per_s"] * flops_per_token / peak
+        print(f"{name:>18}: {r['tokens_per_s']:10.0f} tokens/s  {r['tflops']:7.1f} TFLOP/s  "
+              f"MFU {100 * r['mfu']:5.1f}%  peak device {r['peak_device_gib']:6.2f} GiB  "
+              f"loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}")
+    for name in [n for n in rows if n.startswith("pytorch")]:
+        if "zerotrain" in rows:
+            ratio = rows["zerotrain"]["tokens_per_s"] / rows[name]["tokens_per_s"]
+            print(f"ratio zerotrain / {name}: {ratio:.3f}")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"preset": args.preset, "device": args.device, "seq_len": args.seq_len,
+                       "micro_batch": args.micro_batch, "flops_per_token": flops_per_token,
+                       "peak_tflops": args.peak_tflops, "torch": torch.__version__,
+                       "rows": rows}, f, indent=1)
+    return 0 if "zerotrain" in rows and len(rows) > 1 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
