@@ -26,6 +26,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+# SDPA takes grouped-query K/V directly from torch 2.5 on.
+_SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+
 
 def run_zerotrain(args, data, out):
     """zerotrain's steady tokens/s (steps after the first) and peak device memory."""
@@ -69,7 +72,7 @@ class Llama(torch.nn.Module):
             if p.dim() == 2:
                 torch.nn.init.normal_(p, std=0.02)
         inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, self.hd, 2).float() / self.hd))
-        self.inv_freq = inv
+        self.register_buffer("inv_freq", inv, persistent=False)  # moves with the model
 
     def rms(self, x, w):
         return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps).to(x.dtype) * w
@@ -79,6 +82,8 @@ class Llama(torch.nn.Module):
         return x * cos + torch.cat((-b, a), dim=-1) * sin
 
     def attend(self, q, k, v):
+        if self.kv != self.heads and _SDPA_GQA:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         if self.kv != self.heads:
             k = k.repeat_interleave(self.heads // self.kv, dim=1)
             v = v.repeat_interleave(self.heads // self.kv, dim=1)
@@ -91,8 +96,7 @@ class Llama(torch.nn.Module):
 
     def forward(self, tokens):
         B, T = tokens.shape
-        freqs = torch.outer(torch.arange(T, device=tokens.device).float(),
-                            self.inv_freq.to(tokens.device))
+        freqs = torch.outer(torch.arange(T, device=tokens.device).float(), self.inv_freq)
         cos = torch.cat((freqs, freqs), -1).cos()
         sin = torch.cat((freqs, freqs), -1).sin()
         x = self.embed(tokens)

@@ -49,7 +49,12 @@ pack() {
     cmake --build "$build" --target zerotrain zt_gpu_tests bench_gpu_ceilings -j "$(nproc)" ||
       exit 1
   fi
-  rm -rf "$dest" && mkdir -p "$dest"
+  # Only a previous pack (marker file) or an empty directory is replaced.
+  if [ -e "$dest" ] && [ ! -e "$dest/.zt-gpu-pack" ] && [ -n "$(ls -A "$dest" 2>/dev/null)" ]; then
+    echo "pack: $dest exists and is not a previous pack (no .zt-gpu-pack): refusing" >&2
+    exit 1
+  fi
+  rm -rf "$dest" && mkdir -p "$dest" && touch "$dest/.zt-gpu-pack"
   local work extras=() f
   work=$(mktemp -d)
   for f in "$build/tests/gpu/zt_gpu_tests" "$build/bench_gpu_ceilings"; do
@@ -83,6 +88,7 @@ PY
   )
   local have_nccl=0
   for d in "${dirs[@]}"; do [ -e "$d/libnccl.so.2" ] && have_nccl=1; done
+  ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 ' && have_nccl=1  # the loader finds it
   if [ "$have_nccl" = 0 ]; then
     while IFS= read -r d; do dirs+=("$(dirname "$d")"); done < <(
       timeout 60 find / -xdev \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \) 2>/dev/null |
@@ -98,16 +104,19 @@ say() { echo "$*" | tee -a "$summary"; }
 # tail), so whatever ran so far comes back even if the call is killed.
 pack_evidence() {
   cp "$summary" "$evidence/summary.txt"
-  local f
-  for f in "$evidence"/*.log; do
+  # A copy is cut, never the logs themselves: a part may still be writing to its log.
+  local staged=$work/staged f
+  rm -rf "$staged" && mkdir -p "$staged" && cp -r "$evidence" "$staged/"
+  for f in "$staged"/evidence/*.log "$staged"/evidence/*.txt; do
     [ -f "$f" ] || continue
     if [ "$(stat -c %s "$f")" -gt $((4 << 20)) ]; then
       { head -c 1M "$f" && printf '\n[... cut by gpu_session.sh ...]\n' && tail -c 3M "$f"; } \
         >"$f.cut" && mv "$f.cut" "$f"
     fi
   done
-  tar -C "$work" -czf "$out/evidence.tar.gz.part" evidence && mv "$out/evidence.tar.gz.part" \
-    "$out/evidence.tar.gz"
+  tar -C "$staged" -czf "$out/evidence.tar.gz.part" evidence &&
+    mv "$out/evidence.tar.gz.part" "$out/evidence.tar.gz"
+  rm -rf "$staged"
 }
 
 # step LABEL SECONDS CMD...: runs CMD under timeout, bounded by what is left of the call's
@@ -161,9 +170,9 @@ run_part_preflight() {
   say "host: $(hostname), $(nproc) cores, kernel $(uname -r)"
   say "memory: $(free -g | awk '/^Mem:/ { print $2 " GiB total, " $7 " GiB available" }')"
   if command -v nvidia-smi >/dev/null; then
-    say "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
+    say "gpu: $(timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
       --format=csv,noheader 2>&1 | head -n 1)"
-    nvidia-smi
+    timeout 60 nvidia-smi
   else
     say "gpu: no nvidia-smi on this host"
   fi
@@ -178,8 +187,8 @@ run_part_preflight() {
     say "  $f: ${found:-not found}"
   done
   say "compute-sanitizer: ${sanitizer:-not found} $([ -n "$sanitizer" ] &&
-    "$sanitizer" --version 2>/dev/null | tail -n 1)"
-  say "python: $("$python" --version 2>&1), torch: $("$python" -c \
+    timeout 60 "$sanitizer" --version 2>/dev/null | tail -n 1)"
+  say "python: $("$python" --version 2>&1), torch: $(host_env timeout 120 "$python" -c \
     'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no cuda")' \
     2>&1 | tail -n 1)"
   for f in "$B"/libexec/* "$B"/lib/*.so*; do
@@ -229,14 +238,18 @@ run_part_sanitize() {
     say "sanitize: skipped (zt_gpu_tests absent from the bundle)"
     return
   fi
-  local entry
-  for entry in "${gpu_test_groups[@]:0:3}"; do
-    step "memcheck gpu_${entry%%=*}" "$step_seconds" "$sanitizer" --tool memcheck \
+  # The kernels first under both tools, the slower engine group last; each at most 150 s.
+  local entry seconds=${ZT_SANITIZE_SECONDS:-150}
+  step "memcheck gpu_kernels" "$seconds" "$sanitizer" --tool memcheck --error-exitcode 99 \
+    --leak-check full "$B/libexec/zt_gpu_tests" --gtest_filter="${gpu_test_groups[0]#*=}" \
+    --gtest_brief=1
+  step "racecheck gpu_kernels" "$seconds" "$sanitizer" --tool racecheck --error-exitcode 99 \
+    "$B/libexec/zt_gpu_tests" --gtest_filter="${gpu_test_groups[0]#*=}" --gtest_brief=1
+  for entry in "${gpu_test_groups[@]:1:2}"; do
+    step "memcheck gpu_${entry%%=*}" "$seconds" "$sanitizer" --tool memcheck \
       --error-exitcode 99 --leak-check full "$B/libexec/zt_gpu_tests" --gtest_filter="${entry#*=}" \
       --gtest_brief=1
   done
-  step "racecheck gpu_kernels" "$step_seconds" "$sanitizer" --tool racecheck --error-exitcode 99 \
-    "$B/libexec/zt_gpu_tests" --gtest_filter="${gpu_test_groups[0]#*=}" --gtest_brief=1
 }
 
 train_run() {  # train_run LABEL OUTDIR ARGS...
@@ -265,14 +278,15 @@ run_part_train() {
 }
 
 run_part_pytorch() {
-  if ! "$python" -c 'import torch' 2>/dev/null; then
+  if ! host_env timeout 120 "$python" -c 'import torch' 2>/dev/null; then
     say "pytorch: skipped ($python has no torch)"
     return
   fi
   local device=cuda
   [ "$backend" = cuda ] || device=cpu
-  step "bench_gpu_vs_pytorch" "$step_seconds" "$python" "$dir/bench/bench_gpu_vs_pytorch.py" \
-    --zerotrain "$B/libexec/zerotrain" --device "$device" --backend "$backend" \
+  step "bench_gpu_vs_pytorch" "$step_seconds" env LD_LIBRARY_PATH="$host_ld_path" "$python" \
+    "$dir/bench/bench_gpu_vs_pytorch.py" \
+    --zerotrain "$zt_for_python" --device "$device" --backend "$backend" \
     --preset "${ZT_PYTORCH_PRESET:-1b}" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
     --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
     --json-out "$evidence/bench_gpu_vs_pytorch.json" >"$evidence/pytorch.txt" 2>&1
@@ -280,8 +294,9 @@ run_part_pytorch() {
 }
 
 run_part_offload() {
-  step "bench_offload" "$step_seconds" "$python" "$dir/bench/bench_offload.py" \
-    --zerotrain "$B/bin/zerotrain" --comm-timeout 60 --mpirun "$B/bin/mpirun" --backend "$backend" \
+  step "bench_offload" "$step_seconds" env LD_LIBRARY_PATH="$host_ld_path" "$python" \
+    "$dir/bench/bench_offload.py" --zerotrain "$zt_for_python" --comm-timeout 60 \
+    --mpirun "$B/bin/mpirun" --backend "$backend" \
     --preset "${ZT_OFFLOAD_PRESET:-1b}" --steps "$steps" --seq-len "$seq" \
     --micro-batch "${ZT_MICRO_BATCH:-4}" --threads "$(nproc)" --rows none,opt-cpu \
     --data "$dir/inputs/data/sample.txt" >"$evidence/offload.txt" 2>&1
@@ -291,7 +306,7 @@ run_part_offload() {
 # Host bytes the offloaded run needs (zerotrain estimate), against MemAvailable.
 host_memory_suffices() {
   local preset=$1 need avail
-  need=$("$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
+  need=$(timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
     --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
     --json | "$python" -c 'import json, sys
 j = json.load(sys.stdin)
@@ -303,8 +318,9 @@ print(max(s["host"] for s in j["stages"] if s["stage"] == 2))') || return 1
 
 run_part_big() {
   local preset=${ZT_BIG_PRESET:-6b}
-  "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 --micro-batch 1 \
-    --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu | tee -a "$summary"
+  timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
+    --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu |
+    tee -a "$summary"
   if host_memory_suffices "$preset"; then
     train_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
       --preset "$preset" --zero-stage 2 --activation-checkpointing full --offload-optimizer cpu \
@@ -314,7 +330,7 @@ run_part_big() {
   fi
   # The no-offload reference where it fits (6b: ~102 GiB, an H200 but not an H100).
   local mib
-  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+  mib=$(timeout 60 nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
   if [ "${ZT_BIG_REFERENCE:-0}" = 1 ] || [ "${mib:-0}" -ge 120000 ]; then
     train_run "$preset stage 0 + full checkpointing, no offload ($backend)" "$work/big_ref" \
       --preset "$preset" --zero-stage 0 --activation-checkpointing full \
@@ -355,17 +371,28 @@ B=$work/bundle
 # The bundle's Open MPI and PMIx paths for every binary run from libexec/ (as bin/ wrappers do).
 # shellcheck source=/dev/null
 . "$B/env.sh"
+# Python (PyTorch brings its own CUDA libraries) runs with the host's library path: host_env.
+host_ld_path=${LD_LIBRARY_PATH:-}
+host_env() { LD_LIBRARY_PATH=$host_ld_path "$@"; }
 export LD_LIBRARY_PATH="$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-data=$work/data.h5
-"$B/libexec/zerotrain" prepare-data --text "$dir/inputs/data/sample.txt" --out "$data" >/dev/null ||
-  exit 1
+# zerotrain as the Python benchmarks launch it: our library path again, whatever Python's is.
+zt_for_python=$work/zerotrain-with-cuda-path
+printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$LD_LIBRARY_PATH" \
+  "$B/bin/zerotrain" >"$zt_for_python"
+chmod +x "$zt_for_python"
 echo "gpu_session $(date -u +%FT%TZ) parts=$parts backend=$backend" >>"$summary"
-[[ ",$parts," == *,preflight,* ]] || parts="preflight,$parts"
+run_part_preflight >>"$evidence/preflight.log" 2>&1
+pack_evidence
+data=$work/data.h5
+timeout 120 "$B/libexec/zerotrain" prepare-data --text "$dir/inputs/data/sample.txt" \
+  --out "$data" >>"$evidence/preflight.log" 2>&1 ||
+  say "prepare-data: FAILED (exit $?; evidence/preflight.log): the train parts will fail too"
+parts=${parts//preflight/}
 for part in ${parts//,/ }; do
   case $part in
-    preflight | tests | sanitize | train | pytorch | offload | big)
+    tests | sanitize | train | pytorch | offload | big)
       "run_part_$part" >>"$evidence/$part.log" 2>&1
       pack_evidence
       ;;

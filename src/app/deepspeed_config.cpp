@@ -351,8 +351,12 @@ void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro,
   auto text = [](std::optional<int64_t> v) {
     return v ? std::to_string(*v) : std::string("more than 2^63");
   };
+  for (auto [value, name] : {std::pair{micro, "micro-batch"}, std::pair{accum, "grad-accum"}})
+    ZT_CHECK(value >= 1,
+             rule.source + ": --" + name + " must be at least 1, got " + std::to_string(value));
   auto divide = [&](std::optional<int64_t> by, const std::string& what) {
-    ZT_CHECK(by && total % *by == 0, tbs + " is not divisible by " + what + " = " + text(by));
+    ZT_CHECK(by && *by > 0 && total % *by == 0,
+             tbs + " is not divisible by " + what + " = " + text(by));
     return total / *by;
   };
   if (rule.micro_batch && rule.grad_accum) {
@@ -429,6 +433,10 @@ AppliedDeepSpeedFile apply_deepspeed_file(const std::string& path, const ModelCo
   };
   rule.micro_batch = given("micro-batch");
   rule.grad_accum = given("grad-accum");
+  // With train_batch_size, micro-batch and grad-accum may be derived from the file's numbers.
+  if (rule.train_batch_size)
+    for (const char* derived : {"micro-batch", "grad-accum"})
+      applied.options_set.push_back(derived);
   return applied;
 }
 

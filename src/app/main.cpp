@@ -3,6 +3,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,12 @@ int main(int argc, char** argv) {
       } catch (const zt::Error& e) {
         std::cerr << "zerotrain " << c.name << ": error" << rank_label() << ": " << e.what()
                   << "\n";
+        zt::end_mpi_after_error(/*agreed=*/false, 1);
+        return 1;
+      } catch (const std::bad_alloc&) {
+        std::cerr << "zerotrain " << c.name << ": error" << rank_label()
+                  << ": out of memory: an allocation failed (the model, the batch or a buffer "
+                     "is larger than this host's memory; see `zerotrain estimate`)\n";
         zt::end_mpi_after_error(/*agreed=*/false, 1);
         return 1;
       } catch (const std::exception& e) {

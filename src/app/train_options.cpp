@@ -148,7 +148,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
   add("lr", decimal_option(&o.optim.lr), "peak learning rate");
   add("min-lr", decimal_option(&o.optim.min_lr),
-      "floor of the decay (cosine, WarmupDecayLR, WarmupCosineLR)");
+      "floor of the decay (cosine, WarmupDecayLR, WarmupCosineLR); when not given and --lr is "
+      "below the default, --lr / 10");
   add("warmup-steps", po::value(&o.optim.warmup_steps)->default_value(o.optim.warmup_steps),
       "warmup steps");
   add("lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule),
@@ -211,6 +212,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
                             : ModelConfig::from_hf_file(o.model_dir + "/config.json"),
         opts, vm);
   // ---- end DeepSpeed JSON ----
+  // The default floor is for the default peak: a lower --lr alone (fine-tuning) keeps the ratio.
+  if ((!vm.count("min-lr") || vm["min-lr"].defaulted()) && o.optim.min_lr > o.optim.lr)
+    o.optim.min_lr = o.optim.lr / 10;
   validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set, [&] {
     o.optim.schedule = parse_lr_schedule(o.lr_schedule, std::string(kCommand) + ": --lr-schedule");
     o.optim.warmup_shape =
@@ -238,8 +242,8 @@ void check_run_size(const TrainOptions& o, int world) {
                     !__builtin_mul_overflow(step_tokens, o.steps, &run_tokens) &&
                     run_tokens <= (int64_t{1} << 62);
   ZT_CHECK(fits, std::string(kCommand) + ": --steps " + std::to_string(o.steps) +
-                     " × global batch (micro-batch " + std::to_string(o.micro_batch) +
-                     " × grad-accum " + std::to_string(o.grad_accum) + " × " +
+                     " × global batch (--micro-batch " + std::to_string(o.micro_batch) +
+                     " × --grad-accum " + std::to_string(o.grad_accum) + " × " +
                      std::to_string(world) + " ranks) × seq-len " + std::to_string(o.seq_len) +
                      " tokens is beyond 2^62");
 }

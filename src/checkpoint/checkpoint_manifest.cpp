@@ -217,6 +217,9 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
                ", position " + int_text(p.cursor.position) + ")");
   ZT_CHECK(m.zero_stage >= 0 && m.zero_stage <= 3,
            source + ": zero_stage " + int_text(m.zero_stage) + " is not 0, 1, 2 or 3");
+  for (size_t g = 0; g < m.groups.size(); ++g)
+    ZT_CHECK(m.groups[g].numel >= 0 && m.groups[g].shard >= 0,
+             source + ": group " + std::to_string(g) + " has a negative size");
   for (const CheckpointTensor& t : m.tensors) {
     bool inside = t.group >= 0 && static_cast<size_t>(t.group) < m.groups.size() && t.offset >= 0;
     int64_t numel = 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <type_traits>
 
@@ -51,9 +52,11 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
 }  // namespace
 
 void ModelConfig::validate() const {
+  // Each size is a GEMM or index dimension: 32-bit for the BLAS and CUDA libraries.
   auto positive = [](int64_t v, const char* name) {
-    ZT_CHECK(v > 0,
-             std::string("model config: ") + name + " must be positive, got " + std::to_string(v));
+    ZT_CHECK(v > 0 && v <= std::numeric_limits<int32_t>::max(),
+             std::string("model config: ") + name + " must be positive and below 2^31, got " +
+                 std::to_string(v));
   };
   positive(hidden_size, "hidden_size");
   positive(intermediate_size, "intermediate_size");
@@ -82,9 +85,6 @@ void ModelConfig::validate() const {
            "model config: " + shortest_decimal(params) +
                " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "
                "are beyond what zerotrain can address (2^48 parameters, 2^40 per matrix)");
-  ZT_CHECK(max_position_embeddings <= (int64_t{1} << 31),
-           "model config: max_position_embeddings " + std::to_string(max_position_embeddings) +
-               " is beyond 2^31");
 }
 
 nlohmann::json ModelConfig::to_hf_json() const {

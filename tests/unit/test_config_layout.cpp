@@ -65,10 +65,21 @@ TEST(Config, SizesBeyondWhatCanBeAddressedAreRefused) {
       EXPECT_NE(std::string(e.what()).find("cfg.json"), std::string::npos) << e.what();
     }
   };
-  refused("vocab_size", int64_t{1} << 40, "beyond what zerotrain can address");
-  refused("num_hidden_layers", int64_t{1} << 40, "beyond what zerotrain can address");
-  refused("intermediate_size", INT64_MAX, "beyond what zerotrain can address");
+  refused("vocab_size", int64_t{1} << 40, "vocab_size must be positive and below 2^31");
+  refused("num_hidden_layers", int64_t{1} << 31, "num_hidden_layers must be positive and below");
+  refused("intermediate_size", INT64_MAX, "intermediate_size must be positive and below 2^31");
   refused("max_position_embeddings", int64_t{1} << 40, "max_position_embeddings");
+  // Every size below 2^31, but a 2^20 × 2^21 embedding: beyond 2^40 elements per matrix.
+  auto j = preset_config("tiny").to_hf_json();
+  j["hidden_size"] = int64_t{1} << 20;
+  j["vocab_size"] = int64_t{1} << 21;
+  try {
+    ModelConfig::from_hf_json(j, "cfg.json");
+    ADD_FAILURE() << "a 2^41-element embedding was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("beyond what zerotrain can address"), std::string::npos)
+        << e.what();
+  }
   refused("rope_theta", std::numeric_limits<double>::infinity(), "rope_theta");
   refused("rms_norm_eps", std::numeric_limits<double>::infinity(), "rms_norm_eps");
   // The largest preset is far inside the bound.

@@ -6,7 +6,9 @@
 #include <limits>
 #include <regex>
 #include <string>
+#include <vector>
 
+#include "app/train_options.h"
 #include "io/model_dir.h"
 #include "io/token_dataset.h"
 #include "test_io_support.h"
@@ -299,6 +301,31 @@ TEST(IoCli, NonEmptyOutputDirNeedsOverwrite) {
   r = run_zerotrain("init --preset tiny --seed 1 --overwrite --out " + q(tmp / "m"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(std::filesystem::exists(tmp / "m/precious.txt"));
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+TrainOptions parsed_train_options(std::vector<std::string> args) {
+  args.insert(args.begin(), {"train", "--preset", "tiny", "--data", "d.h5", "--out", "o"});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  TrainOptions o;
+  parse_train_options(static_cast<int>(argv.size()), argv.data(), o);
+  validate(o);
+  return o;
+}
+
+// A lower --lr alone (fine-tuning) is not refused for the default floor: that keeps its ratio.
+TEST(TrainOptionsMinLr, ALowerLrAloneLowersTheDefaultFloor) {
+  EXPECT_FLOAT_EQ(parsed_train_options({}).optim.min_lr, 3e-5f);
+  EXPECT_FLOAT_EQ(parsed_train_options({"--lr", "1e-5"}).optim.min_lr, 1e-6f);
+  EXPECT_FLOAT_EQ(parsed_train_options({"--lr", "1e-3"}).optim.min_lr, 3e-5f);
+  EXPECT_FLOAT_EQ(parsed_train_options({"--lr", "1e-5", "--min-lr", "0"}).optim.min_lr, 0.0f);
+  EXPECT_THROW(parsed_train_options({"--lr", "1e-5", "--min-lr", "2e-5"}), Error);
 }
 
 }  // namespace
