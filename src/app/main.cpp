@@ -1,4 +1,6 @@
 // zerotrain: one SPMD executable, subcommands dispatched by name.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -55,6 +57,18 @@ std::string rank_label() {
   return " (rank " + rank + " of " + size + ")";
 }
 
+// "zerotrain CMD: error (rank R of N): WHAT" as one write(2), so that the lines of several ranks
+// failing at once never interleave mid-line in a shared log.
+void print_error_line(const std::string& command, const char* kind, const std::string& what) {
+  const std::string line = "zerotrain " + command + ": " + kind + rank_label() + ": " + what + "\n";
+  std::cerr.flush();
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+}
+
 void print_usage(std::ostream& out) {
   out << "zerotrain " << ZEROTRAIN_VERSION << " - ZeRO training engine for Llama-style models\n\n"
       << "usage: zerotrain COMMAND [options]   (zerotrain COMMAND --help for its options)\n\n"
@@ -79,24 +93,21 @@ int main(int argc, char** argv) {
       try {
         return c.run(argc - 1, argv + 1);
       } catch (const zt::AgreedError& e) {
-        std::cerr << "zerotrain " << c.name << ": error" << rank_label() << ": " << e.what()
-                  << "\n";
+        print_error_line(c.name, "error", e.what());
         zt::end_mpi_after_error(/*agreed=*/true, 1);
         return 1;
       } catch (const zt::Error& e) {
-        std::cerr << "zerotrain " << c.name << ": error" << rank_label() << ": " << e.what()
-                  << "\n";
+        print_error_line(c.name, "error", e.what());
         zt::end_mpi_after_error(/*agreed=*/false, 1);
         return 1;
       } catch (const std::bad_alloc&) {
-        std::cerr << "zerotrain " << c.name << ": error" << rank_label()
-                  << ": out of memory: an allocation failed (the model, the batch or a buffer "
-                     "is larger than this host's memory; see `zerotrain estimate`)\n";
+        print_error_line(c.name, "error",
+                         "out of memory: an allocation failed (the model, the batch or a buffer "
+                         "is larger than this host's memory; see `zerotrain estimate`)");
         zt::end_mpi_after_error(/*agreed=*/false, 1);
         return 1;
       } catch (const std::exception& e) {
-        std::cerr << "zerotrain " << c.name << ": internal error" << rank_label() << ": "
-                  << e.what() << "\n";
+        print_error_line(c.name, "internal error", e.what());
         zt::end_mpi_after_error(/*agreed=*/false, 1);
         return 1;
       }
