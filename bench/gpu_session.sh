@@ -188,7 +188,7 @@ run_part_preflight() {
   done
   say "compute-sanitizer: ${sanitizer:-not found} $([ -n "$sanitizer" ] &&
     timeout 60 "$sanitizer" --version 2>/dev/null | tail -n 1)"
-  say "python: $("$python" --version 2>&1), torch: $(host_env timeout 120 "$python" -c \
+  say "python: $("$python" --version 2>&1), torch: $(timeout 120 "${host_python[@]}" -c \
     'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "no cuda")' \
     2>&1 | tail -n 1)"
   for f in "$B"/libexec/* "$B"/lib/*.so*; do
@@ -278,13 +278,13 @@ run_part_train() {
 }
 
 run_part_pytorch() {
-  if ! host_env timeout 120 "$python" -c 'import torch' 2>/dev/null; then
+  if ! timeout 120 "${host_python[@]}" -c 'import torch' 2>/dev/null; then
     say "pytorch: skipped ($python has no torch)"
     return
   fi
   local device=cuda
   [ "$backend" = cuda ] || device=cpu
-  step "bench_gpu_vs_pytorch" "$step_seconds" env LD_LIBRARY_PATH="$host_ld_path" "$python" \
+  step "bench_gpu_vs_pytorch" "$step_seconds" "${host_python[@]}" \
     "$dir/bench/bench_gpu_vs_pytorch.py" \
     --zerotrain "$zt_for_python" --device "$device" --backend "$backend" \
     --preset "${ZT_PYTORCH_PRESET:-1b}" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
@@ -294,7 +294,7 @@ run_part_pytorch() {
 }
 
 run_part_offload() {
-  step "bench_offload" "$step_seconds" env LD_LIBRARY_PATH="$host_ld_path" "$python" \
+  step "bench_offload" "$step_seconds" "${host_python[@]}" \
     "$dir/bench/bench_offload.py" --zerotrain "$zt_for_python" --comm-timeout 60 \
     --mpirun "$B/bin/mpirun" --backend "$backend" \
     --preset "${ZT_OFFLOAD_PRESET:-1b}" --steps "$steps" --seq-len "$seq" \
@@ -371,9 +371,8 @@ B=$work/bundle
 # The bundle's Open MPI and PMIx paths for every binary run from libexec/ (as bin/ wrappers do).
 # shellcheck source=/dev/null
 . "$B/env.sh"
-# Python (PyTorch brings its own CUDA libraries) runs with the host's library path: host_env.
-host_ld_path=${LD_LIBRARY_PATH:-}
-host_env() { LD_LIBRARY_PATH=$host_ld_path "$@"; }
+# Python (PyTorch brings its own CUDA libraries) runs with the host's library path.
+host_python=(env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$python")
 export LD_LIBRARY_PATH="$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_btl_vader_single_copy_mechanism=none

@@ -21,59 +21,6 @@ double json_number(float v) {
   return std::strtod(shortest_decimal(v).c_str(), nullptr);
 }
 
-}  // namespace
-
-nlohmann::json TrainOptions::to_json() const {
-  return {{"model", model_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(model_dir)},
-          {"preset", preset.empty() ? nlohmann::json(nullptr) : nlohmann::json(preset)},
-          {"data", data},
-          {"out", out},
-          {"overwrite", overwrite},
-          {"steps", steps},
-          {"micro_batch", micro_batch},
-          {"grad_accum", grad_accum},
-          {"seq_len", seq_len},
-          {"seed", seed},
-          {"lr", json_number(optim.lr)},
-          {"min_lr", json_number(optim.min_lr)},
-          {"warmup_steps", optim.warmup_steps},
-          {"lr_schedule", lr_schedule_name(optim.schedule)},
-          {"warmup_type", warmup_shape_name(optim.warmup_shape)},
-          {"warmup_start_lr", json_number(optim.warmup_start_lr)},
-          {"schedule_steps", optim.schedule_steps > 0 ? optim.schedule_steps : steps},
-          {"beta1", json_number(optim.beta1)},
-          {"beta2", json_number(optim.beta2)},
-          {"eps", json_number(optim.eps)},
-          {"weight_decay", json_number(optim.weight_decay)},
-          {"clip", json_number(optim.clip)},
-          {"precision", precision},
-          {"backend", backend},
-          {"zero_stage", zero.stage},
-          {"overlap_comm", zero.overlap_comm},
-          {"reduce_bucket_size", zero.reduce_bucket_size},
-          {"allgather_bucket_size", zero.allgather_bucket_size},
-          {"prefetch_bucket_size", zero.prefetch_bucket_size},
-          {"param_persistence_threshold", zero.param_persistence_threshold},
-          {"max_live_parameters", zero.max_live_parameters},
-          {"max_reuse_distance", zero.max_reuse_distance},
-          {"offload_optimizer", offload.optimizer},
-          {"offload_param", offload.param},
-          {"nvme_path", offload.config.nvme_path},
-          {"offload_buffer_count", offload.config.buffer_count},
-          {"sub_group_size", offload.config.sub_group_size},
-          {"activation_checkpointing", activation_checkpointing},
-          {"cpu_checkpointing", cpu_checkpointing},
-          {"comm_timeout", comm_timeout},
-          {"eval_batches", eval_batches},
-          {"log_every", log_every},
-          {"save_consolidated_every", save_consolidated_every},
-          {"save_every", checkpoint.save_every},
-          {"keep_last", checkpoint.keep_last},
-          {"resume", checkpoint.resume}};
-}
-
-namespace {
-
 void validate_settings(const TrainOptions& o) {
   check_count(o.steps, 1, "steps", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
@@ -129,6 +76,55 @@ void validate_settings(const TrainOptions& o) {
 }
 
 }  // namespace
+
+nlohmann::json TrainOptions::to_json() const {
+  return {{"model", model_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(model_dir)},
+          {"preset", preset.empty() ? nlohmann::json(nullptr) : nlohmann::json(preset)},
+          {"data", data},
+          {"out", out},
+          {"overwrite", overwrite},
+          {"steps", steps},
+          {"micro_batch", micro_batch},
+          {"grad_accum", grad_accum},
+          {"seq_len", seq_len},
+          {"seed", seed},
+          {"lr", json_number(optim.lr)},
+          {"min_lr", json_number(optim.min_lr)},
+          {"warmup_steps", optim.warmup_steps},
+          {"lr_schedule", lr_schedule_name(optim.schedule)},
+          {"warmup_type", warmup_shape_name(optim.warmup_shape)},
+          {"warmup_start_lr", json_number(optim.warmup_start_lr)},
+          {"schedule_steps", optim.schedule_steps > 0 ? optim.schedule_steps : steps},
+          {"beta1", json_number(optim.beta1)},
+          {"beta2", json_number(optim.beta2)},
+          {"eps", json_number(optim.eps)},
+          {"weight_decay", json_number(optim.weight_decay)},
+          {"clip", json_number(optim.clip)},
+          {"precision", precision},
+          {"backend", backend},
+          {"zero_stage", zero.stage},
+          {"overlap_comm", zero.overlap_comm},
+          {"reduce_bucket_size", zero.reduce_bucket_size},
+          {"allgather_bucket_size", zero.allgather_bucket_size},
+          {"prefetch_bucket_size", zero.prefetch_bucket_size},
+          {"param_persistence_threshold", zero.param_persistence_threshold},
+          {"max_live_parameters", zero.max_live_parameters},
+          {"max_reuse_distance", zero.max_reuse_distance},
+          {"offload_optimizer", offload.optimizer},
+          {"offload_param", offload.param},
+          {"nvme_path", offload.config.nvme_path},
+          {"offload_buffer_count", offload.config.buffer_count},
+          {"sub_group_size", offload.config.sub_group_size},
+          {"activation_checkpointing", activation_checkpointing},
+          {"cpu_checkpointing", cpu_checkpointing},
+          {"comm_timeout", comm_timeout},
+          {"eval_batches", eval_batches},
+          {"log_every", log_every},
+          {"save_consolidated_every", save_consolidated_every},
+          {"save_every", checkpoint.save_every},
+          {"keep_last", checkpoint.keep_last},
+          {"resume", checkpoint.resume}};
+}
 
 // Returns false when --help was printed.
 bool parse_train_options(int argc, char** argv, TrainOptions& o) {

@@ -20,18 +20,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kTempPrefix = ".tmp-";
-constexpr const char* kStepPrefix = "step-";
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// The step of a "step-NNNNNNNN" directory name, or -1.
-int64_t step_of(const std::string& name) {
-  if (name.rfind(kStepPrefix, 0) != 0) return -1;
-  const std::string digits = name.substr(std::string(kStepPrefix).size());
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(digits);
 }
 
 void remove_tree(const std::string& path) {
@@ -86,7 +77,7 @@ void publish(const CheckpointManifest& manifest, const std::string& tmp,
   std::vector<std::pair<int64_t, std::string>> complete;
   for (const auto& entry : fs::directory_iterator(options.root, ec)) {
     const std::string name = entry.path().filename().string();
-    const int64_t step = step_of(name);
+    const int64_t step = checkpoint_step_of_dir_name(name);
     if (step >= 0 && fs::exists(entry.path() / kCheckpointManifestFile))
       complete.emplace_back(step, entry.path().string());
   }

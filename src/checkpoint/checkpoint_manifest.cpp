@@ -1,9 +1,11 @@
 #include "checkpoint/checkpoint_manifest.h"
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <string_view>
 
 #include "io/fs_util.h"
 #include "util/crc32c.h"
@@ -61,6 +63,14 @@ std::string joined(const std::vector<std::string>& parts) {
 
 std::string checkpoint_step_dir_name(int64_t step) {
   return numbered("step-%08lld", step);
+}
+int64_t checkpoint_step_of_dir_name(const std::string& name) {
+  constexpr std::string_view kPrefix = "step-";
+  if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size()) return -1;
+  int64_t step = -1;
+  const char* end = name.data() + name.size();
+  const auto [at, ec] = std::from_chars(name.data() + kPrefix.size(), end, step);
+  return ec == std::errc() && at == end && step >= 0 ? step : -1;
 }
 std::string checkpoint_rank_file_name(int rank) {
   return numbered("rank-%05lld.h5", rank);
@@ -251,9 +261,8 @@ CheckpointManifest CheckpointManifest::read(const std::string& checkpoint_dir) {
   CheckpointManifest m = from_json(read_json_file(path), path);
   // A checkpoint directory is named after its step; a manifest that says otherwise was edited.
   const std::string dir_name = std::filesystem::path(checkpoint_dir).filename().string();
-  long long named_step = -1;
-  char rest = 0;
-  if (std::sscanf(dir_name.c_str(), "step-%lld%c", &named_step, &rest) == 1)
+  const int64_t named_step = checkpoint_step_of_dir_name(dir_name);
+  if (named_step >= 0)
     ZT_CHECK(named_step == m.progress.step, path + ": the manifest says step " +
                                                 int_text(m.progress.step) +
                                                 " but its directory is " + dir_name);

@@ -24,6 +24,8 @@ constexpr const char* kCheckpointManifestFile = "manifest.json";
 
 // "step-00000010", "rank-00003.h5", "group_017".
 std::string checkpoint_step_dir_name(int64_t step);
+// The step of a "step-NNNNNNNN" directory name, or -1 for any other name.
+int64_t checkpoint_step_of_dir_name(const std::string& name);
 std::string checkpoint_rank_file_name(int rank);
 std::string checkpoint_group_name(int group);
 
