@@ -5,7 +5,8 @@
 #                    then the unit and mpi labels under other OpenBLAS kernels and CPU Adam paths
 #   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
 #   ./run.sh build   install missing packages and build only (build/)
-#   ./run.sh deps    install missing Debian packages, fetch the test reference sources (.deps/)
+#   ./run.sh deps    install missing Debian packages, fetch the test reference sources and the
+#                    cuDNN frontend headers (.deps/)
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo),
 #   ZT_TEST_VARIANTS=0 (test: skip the kernel variants).
 set -euo pipefail
@@ -57,7 +58,38 @@ fetch_test_sources() {
     { log "$file: SHA-256 differs from the pinned one"; exit 1; }
 }
 
+# cuDNN frontend (header-only C++ API of the fused attention, backend/cuda/cudnn_attention.*):
+# the headers of PyPI's nvidia-cudnn-frontend wheel, pinned and checked like the sdist above,
+# unpacked into .deps/cudnn-frontend-<version>/include. Fetched only when nvcc exists (a CPU-only
+# build never needs it); CMake builds without the fused path when the headers are missing.
+CUDNN_FRONTEND_VERSION=1.16.0
+CUDNN_FRONTEND_WHEEL=nvidia_cudnn_frontend-$CUDNN_FRONTEND_VERSION-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+CUDNN_FRONTEND_SHA256=5c4a8fc573d85a86e08b15d9bf37f729e2487298781867a492a59cde6ac295e2
+fetch_cudnn_frontend() {
+  command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+  local dir=$ROOT/.deps/cudnn-frontend-$CUDNN_FRONTEND_VERSION
+  [ -f "$dir/include/cudnn_frontend.h" ] && return
+  local wheel=$ROOT/.deps/$CUDNN_FRONTEND_WHEEL
+  if ! echo "$CUDNN_FRONTEND_SHA256  $wheel" | sha256sum -c --status 2>/dev/null; then
+    log "fetching nvidia-cudnn-frontend $CUDNN_FRONTEND_VERSION headers from PyPI (fused attention)"
+    rm -f "$wheel"
+    # The wheel is per Python version; the headers inside are not. Ask for one fixed file.
+    /usr/bin/python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+      --platform manylinux_2_28_x86_64 "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" \
+      -d "$ROOT/.deps" >&2
+    echo "$CUDNN_FRONTEND_SHA256  $wheel" | sha256sum -c --status ||
+      { log "$wheel: SHA-256 differs from the pinned one"; exit 1; }
+  fi
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+  /usr/bin/python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' "$wheel" "$dir.tmp"
+  [ -f "$dir.tmp/include/cudnn_frontend.h" ] || { log "$wheel: no include/cudnn_frontend.h"; exit 1; }
+  mv "$dir.tmp" "$dir"
+}
+
 build() {
+  fetch_cudnn_frontend
   # shellcheck disable=SC2086
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
   cmake --build "$BUILD_DIR" -j "$(nproc)"
@@ -150,7 +182,7 @@ test_asan() {
 }
 
 case "${1:-}" in
-  deps) install_deps; fetch_test_sources ;;
+  deps) install_deps; fetch_test_sources; fetch_cudnn_frontend ;;
   build) install_deps; build ;;
   demo) install_deps; build; demo ;;
   test)
@@ -164,5 +196,5 @@ case "${1:-}" in
     exit $status
     ;;
   test-asan) shift; install_deps; fetch_test_sources; test_asan "$@" ;;
-  *) sed -n '2,10p' "$0"; exit 2 ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
 esac

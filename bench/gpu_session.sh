@@ -15,15 +15,17 @@
 #                compute-sanitizer and torch versions, and `ldd` of every bundled binary and
 #                library (a "not found" fails the preflight)
 #     tests      bench_gpu_ceilings (copy GB/s; GEMM TFLOP/s), then zt_gpu_tests by group
-#                (kernels, gemm_attention, engine, comm) and the groups with 2 ranks sharing
-#                the GPU, under the bundle's mpirun
-#     sanitize   compute-sanitizer --tool memcheck over the kernel, GEMM/attention and engine
-#                groups, --tool racecheck over the kernel group
+#                (kernels, gemm_attention, engine, comm, fused_attention) and the groups with
+#                2 ranks sharing the GPU, under the bundle's mpirun
+#     sanitize   compute-sanitizer --tool memcheck over the kernel, GEMM/attention, engine and
+#                fused attention groups, --tool racecheck over the kernel group
 #     train      `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b"): stage
-#                0, and stage 3 with full activation checkpointing; tokens/s, TFLOP/s, MFU, peak
-#                device memory (mean of the steps after the first)
+#                0 (GEMM attention, then fused on CUDA), and stage 3 with full activation
+#                checkpointing; tokens/s, TFLOP/s, MFU, peak device memory (mean of the steps
+#                after the first)
 #     pytorch    bench_gpu_vs_pytorch.py: ZT_PYTORCH_PRESET (default 1b), seq 2048, micro-batch
-#                4, PyTorch eager and torch.compile beside zerotrain on the same GPU
+#                4, PyTorch eager and torch.compile beside zerotrain (GEMM and fused attention)
+#                on the same GPU
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #     big        ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
 #                optimizer offload to cpu, if the host has the memory it pins (checked first);
@@ -86,13 +88,19 @@ for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cudn
         pass
 PY
   )
-  local have_nccl=0
-  for d in "${dirs[@]}"; do [ -e "$d/libnccl.so.2" ] && have_nccl=1; done
-  ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 ' && have_nccl=1  # the loader finds it
-  if [ "$have_nccl" = 0 ]; then
+  # NCCL and cuDNN are the ones a bare toolkit may lack: search the filesystem for what neither
+  # the directories above nor the loader's cache has.
+  local lib wanted=()
+  for lib in libnccl.so.2 libcudnn.so.9; do
+    local have=0
+    for d in "${dirs[@]}"; do [ -e "$d/$lib" ] && have=1; done
+    ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*${lib//./\\.} " && have=1
+    [ "$have" = 1 ] || wanted+=(-o -name "$lib")
+  done
+  if [ ${#wanted[@]} -gt 0 ]; then
     while IFS= read -r d; do dirs+=("$(dirname "$d")"); done < <(
-      timeout 60 find / -xdev \( -name 'libnccl.so.2' -o -name 'libcublasLt.so.13' \) 2>/dev/null |
-        head -n 4)
+      timeout 60 find / -xdev \( -name 'libcublasLt.so.13' "${wanted[@]}" \) 2>/dev/null |
+        head -n 6)
   fi
   local IFS=:
   echo "${dirs[*]}"
@@ -204,7 +212,7 @@ run_part_preflight() {
 }
 
 gpu_test_groups=('kernels=CudaKernels.*' 'gemm_attention=*CudaGemm.*:*CudaAttention.*'
-  'engine=CudaEngine.*' 'comm=NcclComm.*:StagedComm.*')
+  'engine=CudaEngine.*' 'comm=NcclComm.*:StagedComm.*' 'fused_attention=CudnnAttention.*')
 gpu_test_np2_groups=('staged_comm=StagedComm.*' 'engine_shared=CudaEngineShared.*'
   'engine_nccl=CudaEngineNccl.*')
 
@@ -245,7 +253,7 @@ run_part_sanitize() {
     --gtest_brief=1
   step "racecheck gpu_kernels" "$seconds" "$sanitizer" --tool racecheck --error-exitcode 99 \
     "$B/libexec/zt_gpu_tests" --gtest_filter="${gpu_test_groups[0]#*=}" --gtest_brief=1
-  for entry in "${gpu_test_groups[@]:1:2}"; do
+  for entry in "${gpu_test_groups[@]:1:2}" "${gpu_test_groups[4]}"; do
     step "memcheck gpu_${entry%%=*}" "$seconds" "$sanitizer" --tool memcheck \
       --error-exitcode 99 --leak-check full "$B/libexec/zt_gpu_tests" --gtest_filter="${entry#*=}" \
       --gtest_brief=1
@@ -271,6 +279,12 @@ run_part_train() {
   for preset in ${ZT_PRESETS:-125m 1b}; do
     train_run "$preset stage 0 $backend" "$work/train_${preset}_s0" --preset "$preset" \
       --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq"
+    # The fused attention (cuDNN SDPA) beside it: same seed, so the losses compare.
+    if [ "$backend" = cuda ]; then
+      train_run "$preset stage 0 fused attention $backend" "$work/train_${preset}_s0_fused" \
+        --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+        --seq-len "$seq" --attention fused
+    fi
     train_run "$preset stage 3 + full checkpointing $backend" "$work/train_${preset}_s3" \
       --preset "$preset" --zero-stage 3 --activation-checkpointing full --steps "$steps" \
       --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq"
@@ -289,6 +303,7 @@ run_part_pytorch() {
     --zerotrain "$zt_for_python" --device "$device" --backend "$backend" \
     --preset "${ZT_PYTORCH_PRESET:-1b}" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
     --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
+    --attentions "$([ "$backend" = cuda ] && echo gemm,fused || echo gemm)" \
     --json-out "$evidence/bench_gpu_vs_pytorch.json" >"$evidence/pytorch.txt" 2>&1
   grep -v '^step ' "$evidence/pytorch.txt" | tee -a "$summary"
 }

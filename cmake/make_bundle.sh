@@ -12,7 +12,7 @@
 #
 # Not bundled: glibc (libc, libm, libdl, libpthread, librt, ld-linux, ...), libstdc++, libgcc_s
 # (the target host's own), the CUDA driver (libcuda, libnvidia-*) and, unless --include-cuda, the
-# CUDA toolkit libraries (libcudart, libcublas*, libnccl, ...: found at run time under
+# CUDA toolkit libraries (libcudart, libcublas*, libnccl, libcudnn, ...: found at run time under
 # /usr/local/cuda or through LD_LIBRARY_PATH). Open MPI components that need network stacks which
 # are not bundled (UCX, libfabric/OFI, verbs, PSM/PSM2) or OpenSHMEM are left out: Open MPI then
 # uses its shared-memory (vader) and TCP transports.
@@ -111,7 +111,7 @@ is_cuda_driver() {  # must come from the host's driver install: never bundled
 }
 is_cuda_toolkit() {  # /usr/local/cuda on the target host, unless --include-cuda
   case $1 in
-    libcudart.so* | libcublas.so* | libcublasLt.so* | libnccl.so* | libnvrtc*.so* | \
+    libcudart.so* | libcublas.so* | libcublasLt.so* | libnccl.so* | libcudnn*.so* | libnvrtc*.so* | \
       libnvJitLink.so* | libcufft*.so* | libcurand.so* | libcusolver*.so* | libcusparse.so* | \
       libnvToolsExt.so* | libcupti.so*) return 0 ;;
   esac
@@ -333,8 +333,9 @@ bin/ holds wrappers: they source env.sh (OPAL_*/PMIx paths relative to this dire
 the real binaries in libexec/. lib/ holds every non-system shared library (RUNPATH $ORIGIN),
 lib/openmpi/ Open MPI's components, etc/ its parameter file. MANIFEST lists every file's source.
 Needs on the host: the same or a newer glibc, libstdc++ and libgcc_s (x86-64 Linux); for the
-CUDA backend the NVIDIA driver and the CUDA toolkit libraries (libcudart, libcublasLt, libnccl)
-under /usr/local/cuda/lib64 (or on LD_LIBRARY_PATH).
+CUDA backend the NVIDIA driver and the CUDA toolkit libraries (libcudart, libcublasLt, libnccl,
+and libcudnn 9 when built with the fused attention) under /usr/local/cuda/lib64 (or on
+LD_LIBRARY_PATH; pip's nvidia-cudnn-cu13 wheel has libcudnn).
 EOF
 touch "$STAGE/.zt-bundle"
 

@@ -97,6 +97,13 @@ void add_comm_timeout_option(po::options_description& options, double* seconds) 
                         "the rank, the operation and the step (0 or inf: no timeout)");
 }
 
+void add_attention_option(po::options_description& options, std::string* value) {
+  options.add_options()("attention", po::value(value)->default_value(*value),
+                        "CUDA attention: gemm (GEMMs + row kernels, the default until the fused "
+                        "path has run on a GPU) | fused (cuDNN SDPA) | auto (fused where built "
+                        "and supported, else gemm)");
+}
+
 void check_comm_timeout(double seconds, const std::string& command) {
   ZT_CHECK(seconds >= 0, command +
                              ": --comm-timeout must be >= 0 seconds (0 or inf: no "

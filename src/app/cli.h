@@ -43,6 +43,9 @@ void add_comm_timeout_option(po::options_description& options, double* seconds);
 // Fails naming `command`'s --comm-timeout unless it is >= 0 (NaN refused).
 void check_comm_timeout(double seconds, const std::string& command);
 
+// --attention gemm | fused | auto (backend/attention_choice.h): the CUDA backend's attention.
+void add_attention_option(po::options_description& options, std::string* value);
+
 // " (did you mean --a or --b?)" for an unknown option `given`: every known long name it is a
 // prefix of, else the closest one by edit distance when it is close; "" when nothing is.
 std::string did_you_mean(const std::string& given, const po::options_description& options);

@@ -31,7 +31,8 @@ const char* const kCommand = "eval";
 
 struct EvalOptions {
   std::string model_dir, data, precision = "fp32";
-  std::string backend = "auto";  // --backend cpu | cuda | auto
+  std::string backend = "auto";    // --backend cpu | cuda | auto
+  std::string attention = "gemm";  // --attention gemm | fused | auto (CUDA backend)
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
 };
@@ -50,6 +51,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
+  add_attention_option(opts, &o.attention);
   add_comm_timeout_option(opts, &o.comm_timeout);
   const CommandSpec spec{kCommand,
                          "Mean next-token cross-entropy of a model on the first K*B windows of "
@@ -65,6 +67,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   check_count(o.seq_len, 1, "seq-len", kCommand);
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);
+  resolve_attention_request(o.attention, o.backend, kCommand);
   check_comm_timeout(o.comm_timeout, kCommand);
   return true;
 }
@@ -88,7 +91,9 @@ int run_eval(const EvalOptions& o) {
   const Precision precision = parse_precision(o.precision);
   EngineDevice device = make_engine_device(
       o.backend, world, MPI_COMM_SELF,
-      estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}), kCommand);
+      estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}),
+      {resolve_attention_request(o.attention, o.backend, kCommand), attention_shape(config, B, T)},
+      kCommand);
   MemoryTracker memory(device.backend->device_memory());
   ZeroEngine engine(config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self),
                     memory, B, T, ActivationCheckpointing{}, OffloadConfig{}, &self);

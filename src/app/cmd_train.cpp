@@ -226,6 +226,8 @@ int run_training(TrainOptions o) {
       make_engine_device(o.backend, comm, comm.comm(),
                          estimate_memory(config, world, o.zero, in.precision, o.micro_batch,
                                          o.seq_len, in.ac, offload, o.grad_accum),
+                         {resolve_attention_request(o.attention, o.backend, kCommand),
+                          attention_shape(config, o.micro_batch, o.seq_len)},
                          kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones

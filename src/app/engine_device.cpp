@@ -1,5 +1,7 @@
 #include "app/engine_device.h"
 
+#include <algorithm>
+
 #include "backend/backend_choice.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
@@ -23,8 +25,43 @@ BackendKind resolve_engine_backend(const std::string& requested, const std::stri
 #endif
 }
 
+AttentionRequest resolve_attention_request(const std::string& attention, const std::string& backend,
+                                           const std::string& command) {
+  const AttentionRequest request = parse_attention_request(attention);
+  ZT_CHECK(request != AttentionRequest::kFused ||
+               resolve_engine_backend(backend, command) == BackendKind::kCuda,
+           command +
+               ": --attention fused needs the CUDA backend (this run uses the CPU backend, "
+               "which has one attention)");
+  return request;
+}
+
+AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) {
+  return {B, T, config.num_heads, config.num_kv_heads, config.head_dim()};
+}
+
 #if ZEROTRAIN_HAVE_CUDA
 namespace {
+
+// The run's attention on `device`: --attention resolved, the scratch sized for the fused path.
+cuda::CudaBackendOptions backend_options(int device, const AttentionSetup& attention,
+                                         std::string& summary) {
+  cuda::CudaBackendOptions options;
+#if ZEROTRAIN_HAVE_CUDNN
+  const bool fused_built = true;
+#else
+  const bool fused_built = false;
+#endif
+  const AttentionShape& s = attention.shape;
+  const AttentionChoice choice = choose_attention(
+      attention.request, fused_built, cuda_compute_capability_major(device), s.H, s.Hkv, s.hd);
+  options.attention = choice.kernel;
+  if (choice.kernel == AttentionKernel::kFused)
+    options.attention_scratch_bytes = std::max(
+        options.attention_scratch_bytes, fused_attention_scratch_bytes(s, cuda::kArenaAlignment));
+  summary += ", attention " + choice.why;
+  return options;
+}
 
 // An arena per device-pool category, sized from its estimated peak (arena_reservation_bytes);
 // an overflow falls back to cudaMalloc.
@@ -41,13 +78,15 @@ void reserve_arenas(cuda::CudaDeviceMemory& memory, const MemoryEstimate& e) {
 }
 
 EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
-                              const MemoryEstimate& estimate) {
+                              const MemoryEstimate& estimate, const AttentionSetup& attention) {
   const LocalRank local = local_rank_by_hostname(host.comm());
   const int gpus = cuda_device_count();
   const int device = local.local_rank % gpus;
   const bool shares_gpu = local.local_size > gpus;
   EngineDevice out;
-  std::unique_ptr<cuda::CudaBackend> backend = make_cuda_backend(device);
+  std::string attention_summary;
+  std::unique_ptr<cuda::CudaBackend> backend =
+      make_cuda_backend(device, backend_options(device, attention, attention_summary));
   reserve_arenas(backend->cuda_memory(), estimate);
   out.summary = backend->name() + " (device " + std::to_string(device) + ")";
 #if ZEROTRAIN_HAVE_NCCL
@@ -63,7 +102,8 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   out.summary += std::string(", ") + out.device_comm->backend_name() +
                  (shares_gpu ? " (" + std::to_string(local.local_size) + " ranks share " +
                                    std::to_string(gpus) + " GPU(s) on " + local.hostname + ")"
-                             : "");
+                             : "") +
+                 attention_summary;
   out.backend = std::move(backend);
   return out;
 }
@@ -73,15 +113,17 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
 
 EngineDevice make_engine_device(const std::string& requested, MpiCommunicator& host,
                                 MPI_Comm data_group, const MemoryEstimate& estimate,
-                                const std::string& command) {
+                                const AttentionSetup& attention, const std::string& command) {
   const BackendKind kind = resolve_engine_backend(requested, command);
 #if ZEROTRAIN_HAVE_CUDA
-  if (kind == BackendKind::kCuda) return make_cuda_device(host, data_group, estimate);
+  if (kind == BackendKind::kCuda) return make_cuda_device(host, data_group, estimate, attention);
 #else
   (void)kind;
   (void)data_group;
   (void)estimate;
 #endif
+  ZT_CHECK(attention.request != AttentionRequest::kFused,
+           command + ": --attention fused needs the CUDA backend");
   EngineDevice out;
   out.backend = make_cpu_backend();
   out.summary = "cpu";

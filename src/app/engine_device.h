@@ -5,16 +5,19 @@
 //   cuda  the CUDA backend on this rank's GPU (its index among the ranks on its host, by hostname,
 //         modulo the visible GPUs), with one device arena per memory category reserved from the
 //         memory estimate; collectives over NCCL, or over the host-staged MPI communicator when
-//         ranks share a GPU (NCCL refuses that) or the build has no NCCL.
+//         ranks share a GPU (NCCL refuses that) or the build has no NCCL; attention by --attention
+//         (gemm | fused | auto, backend/attention_choice.h).
 // Host scalars and checkpoint metadata always go through the host MPI communicator.
 #pragma once
 #include <memory>
 #include <string>
 
+#include "backend/attention_choice.h"
 #include "backend/backend.h"
 #include "backend/backend_choice.h"
 #include "comm/mpi_communicator.h"
 #include "engine/estimator.h"
+#include "model/config.h"
 
 namespace zt {
 
@@ -30,11 +33,26 @@ struct EngineDevice {
 // unknown value or an unavailable CUDA backend. Not collective.
 BackendKind resolve_engine_backend(const std::string& requested, const std::string& command);
 
+// --attention for this run: the request parsed, and `fused` refused (naming `command`) when the
+// backend resolves to the CPU, which has one attention. Not collective.
+AttentionRequest resolve_attention_request(const std::string& attention, const std::string& backend,
+                                           const std::string& command);
+
+// The micro-batch's attention and what was asked for it; the CUDA backend resolves the request
+// with choose_attention on its GPU and sizes the attention scratch for the fused path.
+struct AttentionSetup {
+  AttentionRequest request = AttentionRequest::kGemm;
+  AttentionShape shape;
+};
+
+// The attention of one micro-batch [B, T] of `config`.
+AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T);
+
 // Builds it: the GPU is placed among the ranks of `host` (collective over it: hostname
 // exchange); the data-plane communicator spans `data_group` (collective over it: NCCL setup) —
 // host's own group for training, MPI_COMM_SELF for per-rank evaluation.
 EngineDevice make_engine_device(const std::string& requested, MpiCommunicator& host,
                                 MPI_Comm data_group, const MemoryEstimate& estimate,
-                                const std::string& command);
+                                const AttentionSetup& attention, const std::string& command);
 
 }  // namespace zt

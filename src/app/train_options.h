@@ -24,7 +24,8 @@ struct TrainOptions {
   AdamWConfig optim;
   std::string lr_schedule = "cosine", warmup_type = "linear";  // --lr-schedule, --warmup-type
   std::string precision = "bf16";
-  std::string backend = "auto";  // --backend cpu | cuda | auto
+  std::string backend = "auto";    // --backend cpu | cuda | auto
+  std::string attention = "gemm";  // --attention gemm | fused | auto (CUDA backend)
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;

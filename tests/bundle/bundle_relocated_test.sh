@@ -24,7 +24,7 @@ fail() {
 note() { printf '[bundle test] %s\n' "$*" >&2; }
 
 SYSTEM_RE='^(linux-vdso|ld-linux.*|libc|libm|libdl|libpthread|librt|libutil|libresolv|libanl|libnsl|libmvec|libstdc\+\+|libgcc_s)\.so'
-CUDA_RE='^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvrtc.*|libnvJitLink|libnvidia-.*)\.so'
+CUDA_RE='^(libcuda|libcudart|libcublas|libcublasLt|libnccl|libcudnn.*|libnvrtc.*|libnvJitLink|libnvidia-.*)\.so'
 
 # check_inside BUNDLE FILE: prints each non-system, non-CUDA library of FILE that is not found or
 # resolves outside BUNDLE; returns 1 if there is one.

@@ -84,10 +84,11 @@ wants=('^preflight: ldd finds every library of the bundle' '^commit: [0-9a-f]{40
   'tiny stage 2 \+ full checkpointing \+ optimizer cpu \(cpu\): [0-9]* tokens/s'
   'tiny stage 0 \+ full checkpointing, no offload \(cpu\): [0-9]* tokens/s')
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  wants+=('ratio zerotrain / pytorch eager: [0-9.]+')
+  wants+=('ratio zerotrain gemm / pytorch eager: [0-9.]+')
 fi
 if [ "$gpu_tests" = 1 ]; then
-  for g in kernels gemm_attention engine comm staged_comm_np2 engine_shared_np2 engine_nccl_np2; do
+  for g in kernels gemm_attention engine comm fused_attention staged_comm_np2 engine_shared_np2 \
+    engine_nccl_np2; do
     wants+=("^gpu_$g: exit 77\$")  # the skip code: no GPU here, and no crash
   done
   wants+=('^(memcheck gpu_kernels: exit 77$|sanitize: skipped)')

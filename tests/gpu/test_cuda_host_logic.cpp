@@ -1,7 +1,13 @@
 // CPU-only checks of the CUDA backend's host-side logic (no GPU, no CUDA headers): the scratch
-// arena's bump regions and pass sizing, and --backend resolution.
+// arena's bump regions and pass sizing, --backend resolution, and the fused attention's host side
+// (--attention resolution, what cuDNN's SDPA accepts, the graph cache, staging and workspace).
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/attention_choice.h"
 #include "backend/backend_choice.h"
 #include "backend/device_arena_plan.h"
 #include "util/error.h"
@@ -137,6 +143,126 @@ TEST(BackendChoice, Resolution) {
     EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos);
   }
   EXPECT_STREQ(backend_kind_name(BackendKind::kCuda), "cuda");
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(AttentionChoice, ParsesTheRequestAndNamesABadValue) {
+  EXPECT_EQ(parse_attention_request("gemm"), AttentionRequest::kGemm);
+  EXPECT_EQ(parse_attention_request("fused"), AttentionRequest::kFused);
+  EXPECT_EQ(parse_attention_request("auto"), AttentionRequest::kAuto);
+  for (AttentionRequest r :
+       {AttentionRequest::kGemm, AttentionRequest::kFused, AttentionRequest::kAuto})
+    EXPECT_EQ(parse_attention_request(attention_request_name(r)), r);
+  const std::string e = error_of([] { parse_attention_request("flash"); });
+  EXPECT_NE(e.find("'flash'"), std::string::npos) << e;
+  EXPECT_NE(e.find("gemm, fused or auto"), std::string::npos) << e;
+}
+
+TEST(AttentionChoice, FusedSupportFollowsCudnnLimits) {
+  EXPECT_EQ(fused_attention_unsupported(32, 8, 128, 9), "");  // Llama-3-8B-like heads on H100
+  EXPECT_EQ(fused_attention_unsupported(16, 16, 64, 8), "");  // A100
+  EXPECT_NE(fused_attention_unsupported(16, 16, 64, 7).find("8.0 or newer"), std::string::npos);
+  EXPECT_NE(fused_attention_unsupported(16, 16, 256, 9).find("head_dim 256"), std::string::npos);
+  EXPECT_NE(fused_attention_unsupported(16, 16, 20, 9).find("head_dim 20"), std::string::npos);
+  EXPECT_NE(fused_attention_unsupported(12, 8, 64, 9).find("not a multiple"), std::string::npos);
+}
+
+TEST(AttentionChoice, ResolvesRequestsAgainstBuildAndShape) {
+  // gemm is always gemm; fused and auto run fused where built and supported.
+  EXPECT_EQ(choose_attention(AttentionRequest::kGemm, true, 9, 16, 16, 64).kernel,
+            AttentionKernel::kGemm);
+  EXPECT_EQ(choose_attention(AttentionRequest::kFused, true, 9, 16, 16, 64).kernel,
+            AttentionKernel::kFused);
+  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, 16, 16, 64).kernel,
+            AttentionKernel::kFused);
+  // auto falls back and says why; an explicit fused request that cannot run is an error.
+  const AttentionChoice fallback = choose_attention(AttentionRequest::kAuto, false, 9, 16, 16, 64);
+  EXPECT_EQ(fallback.kernel, AttentionKernel::kGemm);
+  EXPECT_NE(fallback.why.find("no cuDNN"), std::string::npos) << fallback.why;
+  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, 16, 16, 192).kernel,
+            AttentionKernel::kGemm);
+  std::string e =
+      error_of([] { choose_attention(AttentionRequest::kFused, false, 9, 16, 16, 64); });
+  EXPECT_NE(e.find("--attention fused: this build has no cuDNN"), std::string::npos) << e;
+  e = error_of([] { choose_attention(AttentionRequest::kFused, true, 9, 16, 16, 192); });
+  EXPECT_NE(e.find("head_dim 192"), std::string::npos) << e;
+}
+
+TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
+  BuildOnceCache<SdpaGraphKey, int, SdpaGraphKeyHash> cache;
+  int built = 0;
+  auto build = [&](const SdpaGraphKey& key) {
+    ++built;
+    return std::make_shared<int>(static_cast<int>(key.shape.T) * (key.backward ? -1 : 1));
+  };
+  const AttentionShape a{4, 2048, 16, 8, 128};
+  AttentionShape b = a;
+  b.T = 1024;
+  for (int step = 0; step < 5; ++step) {
+    EXPECT_EQ(cache.get({a, false}, build), 2048);
+    EXPECT_EQ(cache.get({a, true}, build), -2048);
+  }
+  EXPECT_EQ(cache.builds(), 2);
+  EXPECT_EQ(cache.get({b, false}, build), 1024);
+  EXPECT_EQ(cache.builds(), 3);
+  EXPECT_EQ(built, 3);
+  EXPECT_EQ(cache.size(), 3u);
+  // Every field is part of the key: a change in any one is another graph.
+  const SdpaGraphKeyHash hash;
+  const SdpaGraphKey base{a, false};
+  for (int field = 0; field < 6; ++field) {
+    SdpaGraphKey other = base;
+    int64_t* dims[] = {&other.shape.B, &other.shape.T, &other.shape.H, &other.shape.Hkv,
+                       &other.shape.hd};
+    if (field < 5)
+      *dims[field] += 1;
+    else
+      other.backward = true;
+    EXPECT_FALSE(other == base) << field;
+    EXPECT_NE(hash(other), hash(base)) << field;
+  }
+  EXPECT_EQ(describe(base), "forward B=4 T=2048 H=16 Hkv=8 hd=128");
+}
+
+TEST(AttentionChoice, StagingAndScratchBytes) {
+  // forward: q, out (B·T·H·hd bf16 each) and k, v (B·T·Hkv·hd); backward twice as many.
+  const AttentionShape s{4, 2048, 16, 8, 128};
+  const size_t q_bytes = size_t{4} * 2048 * 16 * 128 * 2, kv_bytes = q_bytes / 2;
+  EXPECT_EQ(fused_attention_staging_bytes(s, false, 256), 2 * q_bytes + 2 * kv_bytes);
+  EXPECT_EQ(fused_attention_staging_bytes(s, true, 256), 4 * q_bytes + 4 * kv_bytes);
+  EXPECT_EQ(fused_attention_scratch_bytes(s, 256),
+            4 * q_bytes + 4 * kv_bytes + 2 * q_bytes + kFusedAttentionWorkspaceSlack);
+  // Each block is aligned: one token, one head of 8 → 16 bytes, rounded up to 256.
+  EXPECT_EQ(fused_attention_staging_bytes({1, 1, 1, 1, 8}, false, 256), 4u * 256);
+  // The 1b preset's micro-batch (B=4, T=2048, d=2048) stages far less than one T×T fp32 score
+  // matrix per head of the GEMM path's batch (16 heads × 16 MiB).
+  EXPECT_LT(fused_attention_staging_bytes({4, 2048, 16, 16, 128}, true, 256),
+            size_t{16} * 2048 * 2048 * 4 * 4);
+  EXPECT_THROW(fused_attention_staging_bytes({0, 1, 1, 1, 8}, false, 256), Error);
+  EXPECT_THROW(fused_attention_staging_bytes({1, 1, 1, 1, 8}, false, 3), Error);
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_THROW(fused_attention_staging_bytes({big, big, 1, 1, 8}, false, 256), Error);
+}
+
+TEST(AttentionChoice, WorkspaceThatDoesNotFitNamesTheBytes) {
+  const SdpaGraphKey key{{1, 64, 4, 2, 32}, true};
+  check_fused_attention_fits(key, 1000, 500, 1500);  // exactly full
+  const std::string e = error_of([&] { check_fused_attention_fits(key, 1000, 501, 1500); });
+  EXPECT_NE(e.find("backward B=1 T=64"), std::string::npos) << e;
+  EXPECT_NE(e.find("1000 bytes of bf16 staging and 501 bytes of cuDNN workspace"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("has 1500 free"), std::string::npos) << e;
+  EXPECT_THROW(check_fused_attention_fits(key, 2000, 0, 1500), Error);
+  EXPECT_THROW(check_fused_attention_fits(key, 0, -1, 1500), Error);
 }
 
 }  // namespace

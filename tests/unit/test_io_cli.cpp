@@ -328,5 +328,27 @@ TEST(TrainOptionsMinLr, ALowerLrAloneLowersTheDefaultFloor) {
   EXPECT_THROW(parsed_train_options({"--lr", "1e-5", "--min-lr", "2e-5"}), Error);
 }
 
+// --attention: the default is gemm, run.json records it, a bad value or fused on the CPU backend
+// is refused naming the option (the CUDA backend's resolution: zt_cuda_host_tests).
+TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
+  EXPECT_EQ(parsed_train_options({}).attention, "gemm");
+  EXPECT_EQ(parsed_train_options({"--attention", "auto"}).to_json()["attention"], "auto");
+  try {
+    parsed_train_options({"--attention", "flash"});
+    ADD_FAILURE() << "--attention flash was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--attention: unknown value 'flash'"), std::string::npos)
+        << e.what();
+  }
+  try {
+    parsed_train_options({"--backend", "cpu", "--attention", "fused"});
+    ADD_FAILURE() << "--attention fused was accepted on the CPU backend";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--attention fused needs the CUDA backend"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace zt

@@ -5,14 +5,13 @@
 
 #include <cstdint>
 
+#include "backend/attention_choice.h"
 #include "backend/cuda/cuda_device_arena.h"
 #include "backend/cuda/cuda_gemm.h"
 
 namespace zt::cuda {
 
-struct AttentionShape {
-  int64_t B, T, H, Hkv, hd;
-};
+using zt::AttentionShape;  // backend/attention_choice.h
 
 // Same contract as Backend::attention_forward / attention_backward (device pointers).
 void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* out,

@@ -11,6 +11,9 @@
 #include "backend/adam_constants.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_attention.h"
+#if ZEROTRAIN_HAVE_CUDNN
+#include "backend/cuda/cudnn_attention.h"
+#endif
 #include "backend/cuda/cuda_device_arena.h"
 #include "backend/cuda/cuda_device_memory.h"
 #include "backend/cuda/cuda_event_timeline.h"
@@ -28,6 +31,12 @@ int cuda_device_count() {
     return 0;
   }
   return count;
+}
+
+int cuda_compute_capability_major(int device) {
+  int major = 0;
+  ZT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major;
 }
 
 std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
@@ -57,6 +66,9 @@ struct CudaBackend::State {
   cudaStream_t stream = nullptr;
   std::unique_ptr<DeviceArena> arena;
   std::unique_ptr<LtGemm> gemm;
+#if ZEROTRAIN_HAVE_CUDNN
+  std::unique_ptr<CudnnAttention> fused_attention;  // --attention fused
+#endif
   std::unique_ptr<DeviceRopeTable> rope;
   std::unique_ptr<CudaDeviceMemory> memory;  // the engine's buffers
   std::unique_ptr<CudaEventTimeline> timeline;
@@ -67,6 +79,9 @@ struct CudaBackend::State {
     memory.reset();
     timeline.reset();
     gemm.reset();
+#if ZEROTRAIN_HAVE_CUDNN
+    fused_attention.reset();
+#endif
     rope.reset();
     arena.reset();
     if (sum_result_host) cudaFreeHost(sum_result_host);
@@ -101,6 +116,13 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options)
   s.gemm = std::make_unique<LtGemm>(s.stream, s.arena->base(ScratchCategory::kGemmWorkspace),
                                     s.arena->region(ScratchCategory::kGemmWorkspace).capacity(),
                                     options.gemm_compute);
+  if (options.attention == AttentionKernel::kFused) {
+#if ZEROTRAIN_HAVE_CUDNN
+    s.fused_attention = std::make_unique<CudnnAttention>(s.stream);
+#else
+    throw Error("CUDA backend: fused attention requested, but this build has no cuDNN");
+#endif
+  }
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -214,10 +236,16 @@ void CudaBackend::rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int6
   launch_rope(dx, table.cos, table.sin, B, T, H, hd, -1.0f, state_->stream);
 }
 
-// ---- attention (cuda_attention.cpp) ----
+// ---- attention (cudnn_attention.cpp when fused, else cuda_attention.cpp) ----
 void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
                                     const float* v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
                                     int64_t hd) {
+#if ZEROTRAIN_HAVE_CUDNN
+  if (state_->fused_attention) {
+    state_->fused_attention->forward(*state_->arena, out, lse, q, k, v, {B, T, H, Hkv, hd});
+    return;
+  }
+#endif
   cuda::attention_forward(*state_->gemm, *state_->arena, state_->stream, out, lse, q, k, v,
                           {B, T, H, Hkv, hd});
 }
@@ -226,6 +254,13 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
                                      const float* q, const float* k, const float* v,
                                      const float* out, const float* lse, int64_t B, int64_t T,
                                      int64_t H, int64_t Hkv, int64_t hd) {
+#if ZEROTRAIN_HAVE_CUDNN
+  if (state_->fused_attention) {
+    state_->fused_attention->backward(*state_->arena, dq, dk, dv, dout, q, k, v, out, lse,
+                                      {B, T, H, Hkv, hd});
+    return;
+  }
+#endif
   cuda::attention_backward(*state_->gemm, *state_->arena, state_->stream, dq, dk, dv, dout, q, k, v,
                            out, lse, {B, T, H, Hkv, hd});
 }

@@ -17,13 +17,16 @@
 //   * RoPE uses the CPU's fp32 table (cpu::make_rope_table), embedding forward/backward add in the
 //     CPU's order and AdamW evaluates cpu_adam.h's formula with the same roundings: bitwise equal
 //     to the CPU backend.
+//   * Fused attention (--attention fused, cudnn_attention.h): cuDNN SDPA on bf16 copies of q/k/v,
+//     fp32 statistics; deterministic backward. Not yet run on a GPU.
 //   * Kernels cannot throw: an out-of-range token id gives a NaN embedding row / NaN loss and
 //     NaN dlogits row, which the engine's non-finite check reports; embedding_backward skips
 //     negative ids.
 //
 // Scratch memory: a DeviceArena (cuda_device_arena.h) with one cudaMalloc per category (cuBLASLt
 // workspace, attention score matrices, reduction partials), sized once from CudaBackendOptions.
-// Attention processes as many heads per pass as its scratch holds (device_arena_plan.h).
+// GEMM attention processes as many heads per pass as its scratch holds (device_arena_plan.h);
+// fused attention (options.attention = kFused) stages bf16 copies and cuDNN's workspace there.
 //
 // ---------------------------------------------------------------------------------------------
 // The ZeRO engine on this backend (app/engine_device.cpp wires it for --backend cuda):
@@ -46,6 +49,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/attention_choice.h"
 #include "backend/backend.h"
 
 namespace zt {
@@ -61,9 +65,14 @@ enum class GemmCompute {
 
 struct CudaBackendOptions {
   GemmCompute gemm_compute = GemmCompute::kBf16TensorCores;
-  size_t gemm_workspace_bytes = size_t{32} << 20;      // cuBLASLt workspace
-  size_t attention_scratch_bytes = size_t{512} << 20;  // score/probability matrices
-  size_t reduction_scratch_bytes = size_t{8} << 20;    // rmsnorm dg / sum_squares partials
+  // kFused: cuDNN SDPA (cudnn_attention.h), which this build must have (ZEROTRAIN_HAVE_CUDNN);
+  // the app resolves --attention to it with choose_attention (attention_choice.h).
+  AttentionKernel attention = AttentionKernel::kGemm;
+  size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt workspace
+  // gemm: score/probability matrices; fused: bf16 staging + cuDNN's workspace
+  // (fused_attention_scratch_bytes sizes it for a micro-batch).
+  size_t attention_scratch_bytes = size_t{512} << 20;
+  size_t reduction_scratch_bytes = size_t{8} << 20;  // rmsnorm dg / sum_squares partials
 };
 
 class CudaBackend final : public Backend {
@@ -140,6 +149,9 @@ class CudaBackend final : public Backend {
 
 // Number of CUDA devices this process sees; 0 when there is no driver or no device.
 int cuda_device_count();
+// The major compute capability of `device` (8 for A100, 9 for H100/H200); zt::Error when the
+// device does not exist.
+int cuda_compute_capability_major(int device);
 
 std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
                                                      const cuda::CudaBackendOptions& options = {});

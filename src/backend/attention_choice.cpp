@@ -1,0 +1,142 @@
+#include "backend/attention_choice.h"
+
+#include <limits>
+
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+// a + b, a zt::Error when it overflows size_t.
+size_t add_bytes(size_t a, size_t b, const std::string& what) {
+  ZT_CHECK(b <= std::numeric_limits<size_t>::max() - a, what + ": byte count overflows");
+  return a + b;
+}
+
+// Bytes of `elements` values of `width` bytes, rounded up to `alignment` (a power of two).
+size_t aligned_block(int64_t elements, size_t width, size_t alignment, const std::string& what) {
+  ZT_CHECK(elements >= 0, what + ": negative element count");
+  ZT_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0,
+           what + ": alignment " + std::to_string(alignment) + " is not a power of two");
+  const auto n = static_cast<size_t>(elements);
+  ZT_CHECK(n <= (std::numeric_limits<size_t>::max() - alignment) / width,
+           what + ": byte count overflows");
+  return (n * width + alignment - 1) & ~(alignment - 1);
+}
+
+void check_shape(const AttentionShape& s, const std::string& what) {
+  ZT_CHECK(s.B > 0 && s.T > 0 && s.H > 0 && s.Hkv > 0 && s.hd > 0,
+           what + ": every dimension must be positive, got " + describe(s));
+  // B·T·H·hd, the largest element count below, must fit int64.
+  const auto max = std::numeric_limits<int64_t>::max();
+  ZT_CHECK(s.B <= max / s.T && s.B * s.T <= max / s.H && s.B * s.T * s.H <= max / s.hd,
+           what + ": " + describe(s) + " has more elements than int64 holds");
+}
+
+}  // namespace
+
+AttentionRequest parse_attention_request(const std::string& text) {
+  if (text == "gemm") return AttentionRequest::kGemm;
+  if (text == "fused") return AttentionRequest::kFused;
+  if (text == "auto") return AttentionRequest::kAuto;
+  throw Error("--attention: unknown value '" + text + "' (expected gemm, fused or auto)");
+}
+
+const char* attention_request_name(AttentionRequest request) {
+  switch (request) {
+    case AttentionRequest::kGemm:
+      return "gemm";
+    case AttentionRequest::kFused:
+      return "fused";
+    case AttentionRequest::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  return kernel == AttentionKernel::kFused ? "fused" : "gemm";
+}
+
+std::string describe(const AttentionShape& s) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
+         " Hkv=" + std::to_string(s.Hkv) + " hd=" + std::to_string(s.hd);
+}
+
+std::string fused_attention_unsupported(int64_t H, int64_t Hkv, int64_t hd, int sm_major) {
+  if (sm_major < 8)
+    return "cuDNN's bf16 SDPA needs compute capability 8.0 or newer, this GPU has " +
+           std::to_string(sm_major) + ".x";
+  if (H <= 0 || Hkv <= 0 || H % Hkv != 0)
+    return std::to_string(H) + " query heads are not a multiple of " + std::to_string(Hkv) +
+           " kv heads";
+  if (hd % 8 != 0 || hd <= 0 || hd > 128)
+    return "head_dim " + std::to_string(hd) +
+           " is not supported by cuDNN's SDPA (a multiple of 8, at most 128)";
+  return "";
+}
+
+AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
+                                 int64_t H, int64_t Hkv, int64_t hd) {
+  if (request == AttentionRequest::kGemm) return {AttentionKernel::kGemm, "gemm (requested)"};
+  std::string reason = fused_built ? fused_attention_unsupported(H, Hkv, hd, sm_major)
+                                   : "this build has no cuDNN fused attention (no cuDNN or "
+                                     "cuDNN frontend headers at build time; ./run.sh fetches "
+                                     "the headers)";
+  if (reason.empty()) {
+    return {AttentionKernel::kFused, request == AttentionRequest::kAuto
+                                         ? "fused cuDNN SDPA (auto)"
+                                         : "fused cuDNN SDPA (requested)"};
+  }
+  ZT_CHECK(request == AttentionRequest::kAuto, "--attention fused: " + reason);
+  return {AttentionKernel::kGemm, "gemm (auto: " + reason + ")"};
+}
+
+size_t SdpaGraphKeyHash::operator()(const SdpaGraphKey& key) const {
+  size_t h = key.backward ? 0x9e3779b97f4a7c15ULL : 0;
+  for (int64_t v : {key.shape.B, key.shape.T, key.shape.H, key.shape.Hkv, key.shape.hd})
+    h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+
+std::string describe(const SdpaGraphKey& key) {
+  return std::string(key.backward ? "backward" : "forward") + " " + describe(key.shape);
+}
+
+size_t fused_attention_staging_bytes(const AttentionShape& s, bool backward, size_t alignment) {
+  const std::string what = "fused attention staging (" + describe(s) + ")";
+  check_shape(s, what);
+  const int64_t q_like = s.B * s.T * s.H * s.hd, kv_like = s.B * s.T * s.Hkv * s.hd;
+  const size_t q_block = aligned_block(q_like, 2, alignment, what);
+  const size_t kv_block = aligned_block(kv_like, 2, alignment, what);
+  // forward: q, out (q-like) and k, v; backward adds dout, dq (q-like) and dk, dv.
+  const size_t q_blocks = backward ? 4 : 2, kv_blocks = backward ? 4 : 2;
+  ZT_CHECK(q_block <= std::numeric_limits<size_t>::max() / 8 &&
+               kv_block <= std::numeric_limits<size_t>::max() / 8,
+           what + ": byte count overflows");
+  return add_bytes(q_blocks * q_block, kv_blocks * kv_block, what);
+}
+
+size_t fused_attention_scratch_bytes(const AttentionShape& s, size_t alignment) {
+  const std::string what = "fused attention scratch (" + describe(s) + ")";
+  const size_t staging = fused_attention_staging_bytes(s, true, alignment);
+  const size_t accumulator = aligned_block(s.B * s.T * s.H * s.hd, 4, alignment, what);
+  return add_bytes(add_bytes(staging, accumulator, what), kFusedAttentionWorkspaceSlack, what);
+}
+
+void check_fused_attention_fits(const SdpaGraphKey& key, size_t staging, int64_t workspace,
+                                size_t available) {
+  ZT_CHECK(workspace >= 0, "fused attention " + describe(key) +
+                               ": cuDNN reported a negative "
+                               "workspace size");
+  const auto ws = static_cast<size_t>(workspace);
+  const bool fits = staging <= available && ws <= available - staging;
+  ZT_CHECK(fits, "fused attention " + describe(key) + " needs " + std::to_string(staging) +
+                     " bytes of bf16 staging and " + std::to_string(ws) +
+                     " bytes of cuDNN workspace; the attention scratch has " +
+                     std::to_string(available) +
+                     " free (raise CudaBackendOptions::attention_scratch_bytes, or use a smaller "
+                     "micro-batch)");
+}
+
+}  // namespace zt

@@ -1,0 +1,103 @@
+// --attention gemm|fused|auto: which causal attention the CUDA backend runs, and the host-side
+// bookkeeping of the fused path (cuDNN SDPA, backend/cuda/cudnn_attention.*), free of CUDA so the
+// CPU suite tests it: what the fused kernels accept, the key its graph cache is built on, and the
+// scratch bytes it stages through.
+//
+//   gemm   today's path (backend/cuda/cuda_attention.*): the T×T scores as strided-batched
+//          cuBLASLt GEMMs and row kernels; exact fp32 storage, 2× the causal FLOPs.
+//   fused  cuDNN's flash-style SDPA forward and deterministic backward: no T×T matrix, bf16
+//          inputs and outputs, fp32 statistics.
+//   auto   fused where this build has it and the shape is supported, else gemm.
+// The default is gemm until the fused path has passed the GPU tests on a GPU (README, "GPU").
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+namespace zt {
+
+enum class AttentionRequest { kGemm, kFused, kAuto };
+enum class AttentionKernel { kGemm, kFused };
+
+// "gemm" | "fused" | "auto"; anything else is a zt::Error naming the value.
+AttentionRequest parse_attention_request(const std::string& text);
+const char* attention_request_name(AttentionRequest request);
+const char* attention_kernel_name(AttentionKernel kernel);
+
+// q[B,T,H,hd], k/v[B,T,Hkv,hd] (Backend::attention_forward's layout).
+struct AttentionShape {
+  int64_t B = 0, T = 0, H = 0, Hkv = 0, hd = 0;
+  friend bool operator==(const AttentionShape&, const AttentionShape&) = default;
+};
+std::string describe(const AttentionShape& shape);
+
+// Why the fused kernels cannot run the model's heads on a GPU of compute capability major.minor
+// ("" when they can): cuDNN's bf16 SDPA needs sm_80 or newer, a head dimension that is a multiple
+// of 8 and at most 128 (forward and backward), and H a multiple of Hkv.
+std::string fused_attention_unsupported(int64_t H, int64_t Hkv, int64_t hd, int sm_major);
+
+struct AttentionChoice {
+  AttentionKernel kernel = AttentionKernel::kGemm;
+  std::string why;  // one line for the run summary
+};
+// Resolves the request for the CUDA backend. fused_built: the build has cuDNN and its frontend.
+// `--attention fused` that cannot run is a zt::Error naming the reason; auto falls back to gemm
+// and says why.
+AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
+                                 int64_t H, int64_t Hkv, int64_t hd);
+
+// Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
+// The scale (1/√hd) and the causal mask follow from the shape.
+struct SdpaGraphKey {
+  AttentionShape shape;
+  bool backward = false;
+  friend bool operator==(const SdpaGraphKey&, const SdpaGraphKey&) = default;
+};
+struct SdpaGraphKeyHash {
+  size_t operator()(const SdpaGraphKey& key) const;
+};
+std::string describe(const SdpaGraphKey& key);
+
+// Builds each value once per key and keeps it: get() calls build(key) only for a key it has not
+// seen. builds() counts the calls (a training run builds 2 graphs: one forward, one backward).
+template <typename Key, typename Value, typename Hash>
+class BuildOnceCache {
+ public:
+  using Builder = std::function<std::shared_ptr<Value>(const Key&)>;
+  Value& get(const Key& key, const Builder& build) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      std::shared_ptr<Value> value = build(key);
+      ++builds_;
+      it = entries_.emplace(key, std::move(value)).first;
+    }
+    return *it->second;
+  }
+  size_t size() const { return entries_.size(); }
+  int64_t builds() const { return builds_; }
+
+ private:
+  std::unordered_map<Key, std::shared_ptr<Value>, Hash> entries_;
+  int64_t builds_ = 0;
+};
+
+// The fused kernels read and write bf16; while activations are stored in fp32 the backend stages
+// them through its attention scratch: forward q, k, v, out; backward q, k, v, out, dout, dq, dk,
+// dv (each bf16, each block aligned to `alignment`). The statistics (lse, fp32) are not staged.
+size_t fused_attention_staging_bytes(const AttentionShape& shape, bool backward, size_t alignment);
+
+// Attention scratch the fused path needs for a micro-batch: the backward's staging plus room for
+// cuDNN's workspace, which the deterministic backward sizes like an fp32 dQ accumulator
+// (B·T·H·hd·4 bytes) plus its own buffers; `workspace_slack` covers the latter.
+constexpr size_t kFusedAttentionWorkspaceSlack = size_t{64} << 20;
+size_t fused_attention_scratch_bytes(const AttentionShape& shape, size_t alignment);
+
+// Throws a zt::Error naming the pass, the shape and the bytes when the graph's workspace does not
+// fit beside the staging in `available` scratch bytes.
+void check_fused_attention_fits(const SdpaGraphKey& key, size_t staging, int64_t workspace,
+                                size_t available);
+
+}  // namespace zt

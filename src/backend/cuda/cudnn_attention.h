@@ -1,0 +1,52 @@
+// Causal grouped-query attention through cuDNN's fused SDPA (the cuDNN frontend's graph API):
+// one flash-style kernel per pass, no T×T matrix in memory, and the deterministic backward.
+// Built only when cuDNN and its frontend headers were found (ZEROTRAIN_HAVE_CUDNN); the backend's
+// --attention choice (backend/attention_choice.h) decides whether it runs.
+//
+// Layout: our q/out [B,T,H,hd] and k/v [B,T,Hkv,hd] are handed to cuDNN as [B,H,T,hd] with
+// strides (T·H·hd, hd, H·hd, 1) — no transpose; lse [B,H,T] is cuDNN's fp32 Stats tensor
+// [B,H,T,1] (natural log-sum-exp of the scaled scores, the GEMM path's definition). GQA is
+// cuDNN's own: H a multiple of Hkv, head h reads kv head h/(H/Hkv).
+//
+// Precision: the kernels read and write bf16 and keep softmax statistics and accumulation in
+// fp32. While activations are stored in fp32, q/k/v/out/dout are rounded to bf16 into the
+// attention scratch and the results widened back (fused_attention_staging_bytes): exact for
+// `out`, which a forward wrote from bf16.
+//
+// Graphs are built once per (shape, direction) and cached (SdpaGraphKey); a training run builds
+// two. Each call takes its staging and cuDNN's workspace from the attention scratch and checks
+// they fit (check_fused_attention_fits) before it enqueues anything.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "backend/attention_choice.h"
+#include "backend/cuda/cuda_device_arena.h"
+
+namespace zt::cuda {
+
+class CudnnAttention {
+ public:
+  // Creates the cuDNN handle on `stream` (every graph runs there).
+  explicit CudnnAttention(cudaStream_t stream);
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // Backend::attention_forward's contract (device pointers).
+  void forward(DeviceArena& arena, float* out, float* lse, const float* q, const float* k,
+               const float* v, const AttentionShape& shape);
+  // Backend::attention_backward's contract: dq, dk, dv overwritten.
+  void backward(DeviceArena& arena, float* dq, float* dk, float* dv, const float* dout,
+                const float* q, const float* k, const float* v, const float* out, const float* lse,
+                const AttentionShape& shape);
+
+  int64_t graphs_built() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zt::cuda

@@ -1,0 +1,265 @@
+// Fused attention (cuDNN SDPA, --attention fused) against an fp64 reference and against the GEMM
+// path, forward and backward, with a tolerance derived from bf16 rounding; determinism; the
+// graph cache; a scratch too small is an error before anything runs.
+//
+// Inputs q, k, v, dout are rounded to bf16 on the host first, so the fused path's own input
+// rounding is exact and the reference sees the same values. What remains, with u = 2⁻⁸ (bf16's
+// unit roundoff) and e = 2⁻²⁴ (fp32's), for a flash-style kernel that rounds P and dS to bf16
+// before its second GEMMs and writes bf16 results:
+//   Δs_i  = 2·hd·e·scale·max_j Σ_d |q_id|·|k_jd|       fp32 error of a score, so |δp_ij| ≤
+//   2Δs_i·p_ij |δO_id|  ≤ (u + 2Δs_i + 2T·e)·Σ_j p_ij|v_jd| + u·|O_id| |δdV_jd| ≤ Σ_i (u + 2Δs_i +
+//   2T·e)·p_ij|dO_id| + u·|dV_jd| |δdS_ij| ≤ (u + 2Δs_i)·|dS_ij| + p_ij·scale·2hd·e·(Σ_d
+//   |dO_id||v_jd| + Σ_d |dO_id||O_id|) |δdQ_id| ≤ Σ_j (|δdS_ij| + 2T·e·|dS_ij|)·|k_jd| + u·|dQ_id|,
+//   dK likewise with q
+// (Δs_i also carries the fp32 rounding of the lse the backward is given.) The backward of both
+// paths gets the reference's output rounded to bf16 and its lse, so its check does not inherit
+// the forward's differences. These are first-order in u; the comparison allows twice the bound for
+// the second-order terms. The GEMM path with exact fp32 GEMMs must meet the same bound (it is more
+// accurate).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_device_arena.h"
+#include "backend/cuda/cudnn_attention.h"
+#include "gpu_test_util.h"
+#include "util/bf16.h"
+#include "util/error.h"
+
+namespace zt::gpu_test {
+namespace {
+
+constexpr double kU = 1.0 / 256.0;         // bf16 unit roundoff
+constexpr double kE = 1.0 / 16777216.0;    // fp32 unit roundoff
+constexpr double kSecondOrderSlack = 2.0;  // see the header comment
+
+std::vector<float> bf16_rounded(std::vector<float> x) {
+  for (float& v : x) v = round_to_bf16(v);
+  return x;
+}
+
+// The fp64 reference and the per-element bounds of the header comment.
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;                     // values
+  std::vector<double> out_bound, dq_bound, dk_bound, dv_bound;  // allowed |error|
+};
+
+Reference reference(const std::vector<float>& q, const std::vector<float>& k,
+                    const std::vector<float>& v, const std::vector<float>& dout,
+                    const AttentionShape& s) {
+  const int64_t group = s.H / s.Hkv, q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.hd));
+  Reference r;
+  r.out.assign(q_n, 0), r.out_bound.assign(q_n, 0), r.lse.assign(s.B * s.H * s.T, 0);
+  r.dq.assign(q_n, 0), r.dq_bound.assign(q_n, 0);
+  r.dk.assign(kv_n, 0), r.dk_bound.assign(kv_n, 0), r.dv.assign(kv_n, 0),
+      r.dv_bound.assign(kv_n, 0);
+  auto qi = [&](int64_t b, int64_t t, int64_t h) { return ((b * s.T + t) * s.H + h) * s.hd; };
+  auto ki = [&](int64_t b, int64_t t, int64_t g) { return ((b * s.T + t) * s.Hkv + g) * s.hd; };
+  std::vector<double> p(s.T), ds(s.T), ds_err(s.T);
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.H; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < s.T; ++i) {
+        const float* qr = &q[qi(b, i, h)];
+        double max_s = -INFINITY, max_abs_dot = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0, abs_dot = 0;
+          for (int64_t d = 0; d < s.hd; ++d) {
+            dot += static_cast<double>(qr[d]) * k[ki(b, j, g) + d];
+            abs_dot += std::fabs(static_cast<double>(qr[d]) * k[ki(b, j, g) + d]);
+          }
+          p[j] = dot * scale;
+          max_s = std::max(max_s, p[j]);
+          max_abs_dot = std::max(max_abs_dot, abs_dot);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[j] - max_s);
+        const double lse = max_s + std::log(sum);
+        r.lse[(b * s.H + h) * s.T + i] = lse;
+        for (int64_t j = 0; j <= i; ++j) p[j] = std::exp(p[j] - lse);
+        const double ds_i = 2.0 * s.hd * kE * scale * max_abs_dot + 2 * kE * (1 + std::fabs(lse));
+        const double p_rel = kU + 2 * ds_i + 2 * s.T * kE;
+        // forward
+        for (int64_t d = 0; d < s.hd; ++d) {
+          double o = 0, abs_o = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            o += p[j] * v[ki(b, j, g) + d];
+            abs_o += p[j] * std::fabs(v[ki(b, j, g) + d]);
+          }
+          r.out[qi(b, i, h) + d] = o;
+          r.out_bound[qi(b, i, h) + d] = p_rel * abs_o + kU * std::fabs(o);
+        }
+        // backward: both paths get the reference output rounded to bf16, so D uses it too
+        const float* dor = &dout[qi(b, i, h)];
+        double D = 0, abs_D = 0;
+        for (int64_t d = 0; d < s.hd; ++d) {
+          const double o16 = round_to_bf16(static_cast<float>(r.out[qi(b, i, h) + d]));
+          D += dor[d] * o16;
+          abs_D += std::fabs(dor[d] * o16);
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          double dp = 0, abs_dp = 0;
+          for (int64_t d = 0; d < s.hd; ++d) {
+            dp += static_cast<double>(dor[d]) * v[ki(b, j, g) + d];
+            abs_dp += std::fabs(static_cast<double>(dor[d]) * v[ki(b, j, g) + d]);
+          }
+          ds[j] = p[j] * (dp - D) * scale;
+          ds_err[j] = (kU + 2 * ds_i) * std::fabs(ds[j]) +
+                      p[j] * scale * 2.0 * s.hd * kE * (abs_dp + abs_D) +
+                      2 * s.T * kE * std::fabs(ds[j]);
+          for (int64_t d = 0; d < s.hd; ++d) {
+            const int64_t kv = ki(b, j, g) + d;
+            r.dv[kv] += p[j] * dor[d];
+            r.dv_bound[kv] += p_rel * p[j] * std::fabs(dor[d]);
+            r.dq[qi(b, i, h) + d] += ds[j] * k[kv];
+            r.dq_bound[qi(b, i, h) + d] += ds_err[j] * std::fabs(k[kv]);
+            r.dk[kv] += ds[j] * qr[d];
+            r.dk_bound[kv] += ds_err[j] * std::fabs(qr[d]);
+          }
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < r.dq.size(); ++i) r.dq_bound[i] += kU * std::fabs(r.dq[i]);
+  for (size_t i = 0; i < r.dk.size(); ++i) r.dk_bound[i] += kU * std::fabs(r.dk[i]);
+  for (size_t i = 0; i < r.dv.size(); ++i) r.dv_bound[i] += kU * std::fabs(r.dv[i]);
+  return r;
+}
+
+::testing::AssertionResult within(const std::vector<float>& got, const std::vector<double>& want,
+                                  const std::vector<double>& bound, const std::string& what) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double allowed = kSecondOrderSlack * bound[i] + 1e-12;
+    if (!(std::fabs(got[i] - want[i]) <= allowed) && bad++ == 0) first = i;
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << want.size()
+                                       << " elements beyond the bf16 bound (first at " << first
+                                       << ": got " << got[first] << ", reference " << want[first]
+                                       << ", allowed " << kSecondOrderSlack * bound[first] << ")";
+}
+
+struct AttentionRun {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+std::vector<float> to_floats(const std::vector<double>& x, bool round_to_bf16) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i]);
+  return round_to_bf16 ? bf16_rounded(std::move(out)) : out;
+}
+
+// One forward and one backward on `backend`; the backward gets the reference's output (rounded
+// to bf16) and lse.
+AttentionRun run(Backend& backend, const std::vector<float>& q, const std::vector<float>& k,
+                 const std::vector<float>& v, const std::vector<float>& dout, const Reference& ref,
+                 const AttentionShape& s) {
+  DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(q.size()), d_lse(s.B * s.H * s.T),
+      d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
+  DeviceBuffer<float> d_ref_out(to_floats(ref.out, true)), d_ref_lse(to_floats(ref.lse, false));
+  backend.attention_forward(d_out.get(), d_lse.get(), d_q.get(), d_k.get(), d_v.get(), s.B, s.T,
+                            s.H, s.Hkv, s.hd);
+  backend.attention_backward(d_dq.get(), d_dk.get(), d_dv.get(), d_dout.get(), d_q.get(), d_k.get(),
+                             d_v.get(), d_ref_out.get(), d_ref_lse.get(), s.B, s.T, s.H, s.Hkv,
+                             s.hd);
+  return {d_out.download(), d_lse.download(), d_dq.download(), d_dk.download(), d_dv.download()};
+}
+
+std::unique_ptr<cuda::CudaBackend> backend_with(AttentionKernel kernel, const AttentionShape& s) {
+  cuda::CudaBackendOptions options = test_options(cuda::GemmCompute::kFp32);
+  options.attention = kernel;
+  if (kernel == AttentionKernel::kFused)
+    options.attention_scratch_bytes = fused_attention_scratch_bytes(s, cuda::kArenaAlignment);
+  return make_cuda_backend(0, options);
+}
+
+void check_case(const AttentionShape& s) {
+  SCOPED_TRACE(describe(s));
+  const int64_t q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
+  const auto q = bf16_rounded(random_floats(q_n, 51, 0.5f)),
+             k = bf16_rounded(random_floats(kv_n, 52, 0.5f)),
+             v = bf16_rounded(random_floats(kv_n, 53)), dout = bf16_rounded(random_floats(q_n, 54));
+  const Reference ref = reference(q, k, v, dout, s);
+  auto fused_backend = backend_with(AttentionKernel::kFused, s);
+  auto gemm_backend = backend_with(AttentionKernel::kGemm, s);
+  const AttentionRun fused = run(*fused_backend, q, k, v, dout, ref, s);
+  const AttentionRun gemm = run(*gemm_backend, q, k, v, dout, ref, s);
+  for (const auto& [name, got] : {std::pair{"fused", &fused}, std::pair{"gemm fp32", &gemm}}) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(within(got->out, ref.out, ref.out_bound, "out"));
+    // lse is fp32 from the same bf16 inputs on both paths: only fp32 rounding differs.
+    std::vector<double> lse_bound(ref.lse.size());
+    for (size_t i = 0; i < lse_bound.size(); ++i) lse_bound[i] = 1e-5 * (1 + std::fabs(ref.lse[i]));
+    EXPECT_TRUE(within(got->lse, ref.lse, lse_bound, "lse"));
+    EXPECT_TRUE(within(got->dq, ref.dq, ref.dq_bound, "dq"));
+    EXPECT_TRUE(within(got->dk, ref.dk, ref.dk_bound, "dk"));
+    EXPECT_TRUE(within(got->dv, ref.dv, ref.dv_bound, "dv"));
+  }
+  // The deterministic backward: a second run gives the same bits.
+  const AttentionRun again = run(*fused_backend, q, k, v, dout, ref, s);
+  EXPECT_TRUE(bitwise_equal(again.out, fused.out, "out run 2"));
+  EXPECT_TRUE(bitwise_equal(again.dq, fused.dq, "dq run 2"));
+  EXPECT_TRUE(bitwise_equal(again.dk, fused.dk, "dk run 2"));
+  EXPECT_TRUE(bitwise_equal(again.dv, fused.dv, "dv run 2"));
+}
+
+TEST(CudnnAttention, MatchesReferenceAndGemmPath) {
+  const AttentionShape cases[] = {
+      {1, 1, 1, 1, 8},      // one token
+      {2, 37, 4, 2, 16},    // ragged T, GQA group 2
+      {1, 65, 6, 3, 32},    // ragged T, odd kv heads
+      {2, 100, 4, 1, 64},   // multi-query
+      {1, 128, 8, 8, 64},   // multi-head
+      {1, 130, 4, 2, 128},  // the largest head dimension
+  };
+  for (const AttentionShape& s : cases) check_case(s);
+}
+
+TEST(CudnnAttention, BuildsEachGraphOnce) {
+  cudaStream_t stream = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    const AttentionShape a{2, 40, 4, 2, 32}, b{1, 64, 4, 2, 32};
+    cuda::DeviceArena arena({0, fused_attention_scratch_bytes(a, cuda::kArenaAlignment), 0});
+    cuda::CudnnAttention attention(stream);
+    DeviceBuffer<float> q(2 * 64 * 4 * 32), kv(2 * 64 * 2 * 32), out(q.size()), lse(2 * 4 * 64),
+        dq(q.size()), dk(kv.size()), dv(kv.size());
+    q.upload(random_floats(q.size(), 61)), kv.upload(random_floats(kv.size(), 62));
+    for (int call = 0; call < 3; ++call) {
+      attention.forward(arena, out.get(), lse.get(), q.get(), kv.get(), kv.get(), a);
+      attention.backward(arena, dq.get(), dk.get(), dv.get(), q.get(), q.get(), kv.get(), kv.get(),
+                         out.get(), lse.get(), a);
+    }
+    EXPECT_EQ(attention.graphs_built(), 2);
+    attention.forward(arena, out.get(), lse.get(), q.get(), kv.get(), kv.get(), b);
+    EXPECT_EQ(attention.graphs_built(), 3);
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  ZT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(CudnnAttention, ScratchTooSmallIsAnErrorNamingTheBytes) {
+  const AttentionShape s{1, 64, 4, 2, 32};
+  cudaStream_t stream = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    cuda::DeviceArena arena({0, 4096, 0});
+    cuda::CudnnAttention attention(stream);
+    DeviceBuffer<float> q(64 * 4 * 32), kv(64 * 2 * 32), out(q.size()), lse(4 * 64);
+    try {
+      attention.forward(arena, out.get(), lse.get(), q.get(), kv.get(), kv.get(), s);
+      ADD_FAILURE() << "a 4 KiB scratch was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("attention scratch has 4096"), std::string::npos)
+          << e.what();
+    }
+  }
+  ZT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace zt::gpu_test
