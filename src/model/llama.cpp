@@ -8,6 +8,12 @@
 
 namespace zt {
 
+int64_t head_rows_per_chunk(int64_t rows, int64_t vocab) {
+  ZT_CHECK(rows > 0 && vocab > 0, "head_rows_per_chunk: rows and vocab must be positive");
+  const int64_t budget = kHeadChunkElements / vocab / kHeadChunkRowMultiple * kHeadChunkRowMultiple;
+  return std::min(rows, std::max(kHeadChunkRowMultiple, budget));
+}
+
 int64_t ActivationPlan::per_layer_saved(const ModelConfig& c, int64_t B, int64_t T) {
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
   // xn1, q, att, x2, xn2: M·D each; k, v: M·KV; gate, up, h: M·F; rstd1, rstd2: M; lse: B·H·T.
@@ -15,7 +21,7 @@ int64_t ActivationPlan::per_layer_saved(const ModelConfig& c, int64_t B, int64_t
 }
 
 ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
-                                    const ActivationCheckpointing& ac) {
+                                    const ActivationCheckpointing& ac, int64_t head_chunk_rows) {
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
   const int64_t L = c.num_layers;
   int64_t checkpointed = 0;
@@ -26,13 +32,16 @@ ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
   const int64_t transit = ac.on_host ? std::min<int64_t>(2, checkpointed) : 0;
   p.residual = (L + 1 + transit) * M * D - p.host_residual;
   p.layer_saved = (L - checkpointed + (checkpointed > 0 ? 1 : 0)) * per_layer_saved(c, B, T);
-  p.head = M * D + M + M * c.vocab_size + M;
+  const int64_t chunk =
+      head_chunk_rows > 0 ? std::min(head_chunk_rows, M) : head_rows_per_chunk(M, c.vocab_size);
+  p.head = M * D + M + chunk * c.vocab_size + M;
   p.grad_scratch = 4 * M * D + 2 * M * KV + 3 * M * F;
   return p;
 }
 
 LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
-                       int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac)
+                       int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac,
+                       int64_t head_chunk_rows)
     : config_(config),
       layout_(config),
       be_(backend),
@@ -41,6 +50,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
       M_(micro_batch * seq_len),
       ac_(ac) {
   ZT_CHECK(B_ > 0 && T_ > 0, "micro-batch and sequence length must be positive");
+  ZT_CHECK(head_chunk_rows >= 0, "head_chunk_rows must be >= 0");
+  head_chunk_ = head_chunk_rows > 0 ? std::min(head_chunk_rows, M_)
+                                    : head_rows_per_chunk(M_, config_.vocab_size);
   // Activations (and every device-pool buffer of the engine) live in the backend's memory.
   ZT_CHECK(&memory.device_memory() == &backend.device_memory(),
            "the memory tracker accounts another device memory than the " + backend.name() +
@@ -48,7 +60,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
   ZT_CHECK(T_ <= config_.max_position_embeddings,
            "seq-len " + std::to_string(T_) + " exceeds max_position_embeddings " +
                std::to_string(config_.max_position_embeddings));
-  const ActivationPlan plan = ActivationPlan::make(config_, B_, T_, ac_);
+  const ActivationPlan plan = ActivationPlan::make(config_, B_, T_, ac_, head_chunk_);
   arena_ = TrackedBuffer<float>(memory, MemCategory::kActivations,
                                 static_cast<size_t>(plan.device_elements()));
   if (plan.host_residual > 0)
@@ -97,7 +109,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
   if (any_checkpointed) scratch_acts_ = carve_layer(cursor);
   final_norm_out_ = take(cursor, M_ * D);
   final_rstd_ = take(cursor, M_);
-  logits_ = take(cursor, M_ * config_.vocab_size);
+  logits_ = take(cursor, head_chunk_ * config_.vocab_size);
   losses_ = take(cursor, M_);
   dresid_ = take(cursor, M_ * D);
   dxn_ = take(cursor, M_ * D);
@@ -261,24 +273,48 @@ void LlamaModel::layer_backward(int layer, const float* params, float* grads) {
 }
 
 // ---- head: xf = rms(x_L)·gF; logits = xf·Whᵀ; loss = CE(logits, targets) ----
+// Rows go in chunks of head_chunk_ (logits_ holds one chunk). Per chunk c of rows R:
+//   forward   logits_R = xf_R·Whᵀ;  loss_R = CE(logits_R)  (dlogits_R in place when training)
+//   backward  dxf_R = dlogits_R·Wh;  dWh += dlogits_Rᵀ·xf_R
+// With one chunk the forward's dlogits are used as they are; with several, the backward
+// recomputes each chunk's logits and dlogits (bitwise the forward's) before its two products.
+void LlamaModel::head_logits(const float* head, int64_t r0, int64_t rows) {
+  const int64_t D = config_.hidden_size, V = config_.vocab_size;
+  be_.matmul_forward(logits_, final_norm_out_ + r0 * D, head, rows, V, D);
+}
+
 void LlamaModel::head_forward(const float* params, bool training, float grad_scale) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const float* norm = params + layout_.tensor(TensorRole::kFinalNorm).offset;
   const float* head = params + layout_.tensor(TensorRole::kLmHead).offset;
   be_.rmsnorm_forward(final_norm_out_, final_rstd_, resid_.back(), norm, M_, D,
                       static_cast<float>(config_.rms_norm_eps));
-  be_.matmul_forward(logits_, final_norm_out_, head, M_, V, D);
-  // In training the logits buffer is overwritten by dlogits (fused softmax + cross-entropy).
-  be_.cross_entropy(losses_, training ? logits_ : nullptr, logits_, tokens_.data() + M_, M_, V,
-                    grad_scale);
+  head_grad_scale_ = grad_scale;
+  // Training computes dlogits even when a later chunk overwrites them: the losses are then the
+  // ones the backward's recompute writes, bitwise, whatever the chunking.
+  for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
+    const int64_t rows = std::min(head_chunk_, M_ - r0);
+    head_logits(head, r0, rows);
+    be_.cross_entropy(losses_ + r0, training ? logits_ : nullptr, logits_, tokens_.data() + M_ + r0,
+                      rows, V, grad_scale);
+  }
 }
 
 void LlamaModel::head_backward(const float* params, float* grads) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const TensorInfo& norm_t = layout_.tensor(TensorRole::kFinalNorm);
   const TensorInfo& head_t = layout_.tensor(TensorRole::kLmHead);
-  be_.matmul_backward(dxn_, grads + head_t.offset, logits_, final_norm_out_, params + head_t.offset,
-                      M_, V, D, false);
+  const float* head = params + head_t.offset;
+  for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
+    const int64_t rows = std::min(head_chunk_, M_ - r0);
+    if (head_chunks() > 1) {  // recompute this chunk's dlogits (and, identically, its losses)
+      head_logits(head, r0, rows);
+      be_.cross_entropy(losses_ + r0, logits_, logits_, tokens_.data() + M_ + r0, rows, V,
+                        head_grad_scale_);
+    }
+    be_.matmul_backward(dxn_ + r0 * D, grads + head_t.offset, logits_, final_norm_out_ + r0 * D,
+                        head, rows, V, D, false);
+  }
   be_.zero(dresid_, M_ * D);
   be_.rmsnorm_backward(dresid_, grads + norm_t.offset, dxn_, resid_.back(), params + norm_t.offset,
                        final_rstd_, M_, D);
@@ -297,6 +333,9 @@ double LlamaModel::loss_sum() const {
 }
 
 std::vector<float> LlamaModel::logits() const {
+  ZT_CHECK(head_chunks() == 1, "LlamaModel::logits(): the head runs in " +
+                                   std::to_string(head_chunks()) +
+                                   " chunks; only one chunk keeps every logit");
   std::vector<float> out(static_cast<size_t>(M_ * config_.vocab_size));
   be_.device_memory().to_host(out.data(), logits_, out.size() * sizeof(float));
   return out;

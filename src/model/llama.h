@@ -25,16 +25,27 @@ struct ActivationCheckpointing {
   bool is_checkpointed(int64_t layer) const { return every > 0 && layer % every == 0; }
 };
 
+// The head computes logits in chunks of rows, never all [B·T, V] at once: about
+// kHeadChunkElements floats of logits (64 MiB) live at a time. A chunk is a multiple of
+// kHeadChunkRowMultiple rows, the CPU backend's GEMM row tile, so a chunk's logits are bitwise
+// the rows of one whole-batch product (and the GPU's GEMMs stay large). The rows per chunk depend
+// only on (B·T, V), so every rank, stage and world size chunks alike.
+constexpr int64_t kHeadChunkElements = int64_t{1} << 24;
+constexpr int64_t kHeadChunkRowMultiple = 128;
+// min(rows, max(kHeadChunkRowMultiple, kHeadChunkElements / V rounded down to that multiple)).
+int64_t head_rows_per_chunk(int64_t rows, int64_t vocab);
+
 // Element counts of the activation arena; used by the model and by the estimator.
 struct ActivationPlan {
   int64_t residual = 0;       // (L+1)·M·D, minus what goes to the host pool, plus ≤ 2 transits
   int64_t host_residual = 0;  // inputs of checkpointed layers when on_host
   int64_t layer_saved = 0;    // per-layer saved activations × layers kept (+1 scratch if any ckpt)
-  int64_t head = 0;           // final-norm output, rstd, logits/dlogits, per-token losses
-  int64_t grad_scratch = 0;   // backward temporaries
+  int64_t head = 0;  // final-norm output, rstd, one chunk of logits/dlogits, per-token losses
+  int64_t grad_scratch = 0;  // backward temporaries
   int64_t device_elements() const { return residual + layer_saved + head + grad_scratch; }
+  // head_chunk_rows: rows of logits at a time (0: head_rows_per_chunk).
   static ActivationPlan make(const ModelConfig& c, int64_t B, int64_t T,
-                             const ActivationCheckpointing& ac);
+                             const ActivationCheckpointing& ac, int64_t head_chunk_rows = 0);
   static int64_t per_layer_saved(const ModelConfig& c, int64_t B, int64_t T);
 };
 
@@ -44,8 +55,10 @@ double sum_token_losses(const float* losses, int64_t n);
 
 class LlamaModel {
  public:
+  // head_chunk_rows: rows of logits the head computes at a time (0: head_rows_per_chunk).
   LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
-             int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac = {});
+             int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac = {},
+             int64_t head_chunk_rows = 0);
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -58,7 +71,9 @@ class LlamaModel {
   void set_batch(const int32_t* inputs, const int32_t* targets);
 
   // Runs group g's forward. For the head group it computes per-token losses and, when training,
-  // the loss gradient dlogits = (softmax − onehot)·grad_scale (grad_scale = 1/global tokens).
+  // the loss gradient dlogits = (softmax − onehot)·grad_scale (grad_scale = 1/global tokens):
+  // kept from the forward when the head is one chunk, recomputed chunk by chunk in the backward
+  // otherwise (one more head GEMM instead of all the logits in memory).
   void forward_group(int g, const float* params, bool training, float grad_scale);
   // Runs group g's backward, accumulating (+=) its parameter gradients into grads.
   void backward_group(int g, const float* params, float* grads);
@@ -67,8 +82,10 @@ class LlamaModel {
   double loss_sum() const;
   // Those per-token losses [B·T], in device memory (valid until the next head forward).
   const float* token_losses() const { return losses_; }
-  // Logits [B·T, V] of the last head forward with training == false, copied to the host.
+  // Logits [B·T, V] of the last head forward with training == false, copied to the host; only
+  // when the head is one chunk (B·T·V ≤ kHeadChunkElements, or head_chunk_rows ≥ B·T).
   std::vector<float> logits() const;
+  int64_t head_chunk_rows() const { return head_chunk_; }
 
  private:
   struct LayerActs {  // pointers into the arena for one layer's saved activations
@@ -86,6 +103,9 @@ class LlamaModel {
   void embed_backward(float* grads);
   void head_forward(const float* params, bool training, float grad_scale);
   void head_backward(const float* params, float* grads);
+  // logits of rows [r0, r0 + rows) into logits_ (one chunk).
+  void head_logits(const float* head, int64_t r0, int64_t rows);
+  int64_t head_chunks() const { return (M_ + head_chunk_ - 1) / head_chunk_; }
   LayerActs& acts_for(int layer);
 
   ModelConfig config_;
@@ -93,6 +113,8 @@ class LlamaModel {
   Backend& be_;
   int64_t B_, T_, M_;
   ActivationCheckpointing ac_;
+  int64_t head_chunk_;            // rows of logits at a time
+  float head_grad_scale_ = 0.0f;  // of the last training head forward
   TrackedBuffer<float> arena_;
   TrackedBuffer<float> host_arena_;
   TrackedBuffer<int32_t> tokens_;      // inputs then targets, 2·M
