@@ -109,34 +109,25 @@ size_t fused_attention_staging_bytes(const AttentionShape& s, bool backward, siz
   const int64_t q_like = s.B * s.T * s.H * s.hd, kv_like = s.B * s.T * s.Hkv * s.hd;
   const size_t q_block = aligned_block(q_like, 2, alignment, what);
   const size_t kv_block = aligned_block(kv_like, 2, alignment, what);
+  const size_t stats_block = aligned_block(s.B * s.H * s.T, 4, alignment, what);
   // forward: q, out (q-like) and k, v; backward adds dout, dq (q-like) and dk, dv.
   const size_t q_blocks = backward ? 4 : 2, kv_blocks = backward ? 4 : 2;
   ZT_CHECK(q_block <= std::numeric_limits<size_t>::max() / 8 &&
                kv_block <= std::numeric_limits<size_t>::max() / 8,
            what + ": byte count overflows");
-  return add_bytes(q_blocks * q_block, kv_blocks * kv_block, what);
+  return add_bytes(add_bytes(q_blocks * q_block, kv_blocks * kv_block, what), stats_block, what);
 }
 
 size_t fused_attention_scratch_bytes(const AttentionShape& s, size_t alignment) {
-  const std::string what = "fused attention scratch (" + describe(s) + ")";
-  const size_t staging = fused_attention_staging_bytes(s, true, alignment);
-  const size_t accumulator = aligned_block(s.B * s.T * s.H * s.hd, 4, alignment, what);
-  return add_bytes(add_bytes(staging, accumulator, what), kFusedAttentionWorkspaceSlack, what);
+  return fused_attention_staging_bytes(s, true, alignment);
 }
 
-void check_fused_attention_fits(const SdpaGraphKey& key, size_t staging, int64_t workspace,
-                                size_t available) {
-  ZT_CHECK(workspace >= 0, "fused attention " + describe(key) +
-                               ": cuDNN reported a negative "
-                               "workspace size");
-  const auto ws = static_cast<size_t>(workspace);
-  const bool fits = staging <= available && ws <= available - staging;
-  ZT_CHECK(fits, "fused attention " + describe(key) + " needs " + std::to_string(staging) +
-                     " bytes of bf16 staging and " + std::to_string(ws) +
-                     " bytes of cuDNN workspace; the attention scratch has " +
-                     std::to_string(available) +
-                     " free (raise CudaBackendOptions::attention_scratch_bytes, or use a smaller "
-                     "micro-batch)");
+void check_fused_attention_fits(const SdpaGraphKey& key, size_t staging, size_t available) {
+  ZT_CHECK(staging <= available,
+           "fused attention " + describe(key) + " needs " + std::to_string(staging) +
+               " bytes of staging; the attention scratch has " + std::to_string(available) +
+               " free (it is sized for the run's --micro-batch and --seq-len; a smaller one, or "
+               "--attention gemm, avoids this)");
 }
 
 }  // namespace zt

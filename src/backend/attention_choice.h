@@ -5,8 +5,9 @@
 //
 //   gemm   today's path (backend/cuda/cuda_attention.*): the T×T scores as strided-batched
 //          cuBLASLt GEMMs and row kernels; exact fp32 storage, 2× the causal FLOPs.
-//   fused  cuDNN's flash-style SDPA forward and deterministic backward: no T×T matrix, bf16
-//          inputs and outputs, fp32 statistics.
+//   fused  cuDNN's flash-style SDPA forward and deterministic backward: no T×T score matrix in
+//          the forward, bf16 inputs and outputs, fp32 statistics. (The deterministic backward's
+//          cuDNN workspace holds dP, B·H·T² bf16: half the GEMM path's one T×T fp32 per head.)
 //   auto   fused where this build has it and the shape is supported, else gemm.
 // The default is gemm until the fused path has passed the GPU tests on a GPU (README, "GPU").
 #pragma once
@@ -86,18 +87,15 @@ class BuildOnceCache {
 
 // The fused kernels read and write bf16; while activations are stored in fp32 the backend stages
 // them through its attention scratch: forward q, k, v, out; backward q, k, v, out, dout, dq, dk,
-// dv (each bf16, each block aligned to `alignment`). The statistics (lse, fp32) are not staged.
+// dv (each bf16), and the fp32 statistics [B,H,T] in both (aligned for cuDNN); each block aligned
+// to `alignment`. cuDNN's own workspace is not in the scratch (CudnnAttention holds it).
 size_t fused_attention_staging_bytes(const AttentionShape& shape, bool backward, size_t alignment);
 
-// Attention scratch the fused path needs for a micro-batch: the backward's staging plus room for
-// cuDNN's workspace, which the deterministic backward sizes like an fp32 dQ accumulator
-// (B·T·H·hd·4 bytes) plus its own buffers; `workspace_slack` covers the latter.
-constexpr size_t kFusedAttentionWorkspaceSlack = size_t{64} << 20;
+// Attention scratch the fused path needs for a micro-batch: the backward's staging.
 size_t fused_attention_scratch_bytes(const AttentionShape& shape, size_t alignment);
 
-// Throws a zt::Error naming the pass, the shape and the bytes when the graph's workspace does not
-// fit beside the staging in `available` scratch bytes.
-void check_fused_attention_fits(const SdpaGraphKey& key, size_t staging, int64_t workspace,
-                                size_t available);
+// Throws a zt::Error naming the pass, the shape and the bytes when the staging does not fit in
+// `available` scratch bytes.
+void check_fused_attention_fits(const SdpaGraphKey& key, size_t staging, size_t available);
 
 }  // namespace zt

@@ -25,11 +25,12 @@ struct ActivationCheckpointing {
   bool is_checkpointed(int64_t layer) const { return every > 0 && layer % every == 0; }
 };
 
-// The head computes logits in chunks of rows, never all [B·T, V] at once: about
-// kHeadChunkElements floats of logits (64 MiB) live at a time. A chunk is a multiple of
-// kHeadChunkRowMultiple rows, the CPU backend's GEMM row tile, so a chunk's logits are bitwise
-// the rows of one whole-batch product (and the GPU's GEMMs stay large). The rows per chunk depend
-// only on (B·T, V), so every rank, stage and world size chunks alike.
+// The head computes logits in chunks of rows, never all [B·T, V] at once: at most
+// kHeadChunkElements floats of logits (64 MiB) live at a time, unless V > 2^17, where a chunk is
+// the floor of kHeadChunkRowMultiple rows. A chunk is a multiple of that, the CPU backend's GEMM
+// row tile, so on the CPU a chunk's logits are bitwise the rows of one whole-batch product (a GPU
+// GEMM may pick another algorithm for another row count; the chunking is fixed per run anyway). The
+// rows per chunk depend only on (B·T, V), so every rank, stage and world size chunks alike.
 constexpr int64_t kHeadChunkElements = int64_t{1} << 24;
 constexpr int64_t kHeadChunkRowMultiple = 128;
 // min(rows, max(kHeadChunkRowMultiple, kHeadChunkElements / V rounded down to that multiple)).
@@ -83,7 +84,7 @@ class LlamaModel {
   // Those per-token losses [B·T], in device memory (valid until the next head forward).
   const float* token_losses() const { return losses_; }
   // Logits [B·T, V] of the last head forward with training == false, copied to the host; only
-  // when the head is one chunk (B·T·V ≤ kHeadChunkElements, or head_chunk_rows ≥ B·T).
+  // when the head is one chunk (head_rows_per_chunk(B·T, V) ≥ B·T, or head_chunk_rows ≥ B·T).
   std::vector<float> logits() const;
   int64_t head_chunk_rows() const { return head_chunk_; }
 

@@ -233,36 +233,35 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
 }
 
 TEST(AttentionChoice, StagingAndScratchBytes) {
-  // forward: q, out (B·T·H·hd bf16 each) and k, v (B·T·Hkv·hd); backward twice as many.
+  // forward: q, out (B·T·H·hd bf16 each), k, v (B·T·Hkv·hd) and the fp32 statistics (B·H·T);
+  // backward: twice the bf16 blocks, the same statistics.
   const AttentionShape s{4, 2048, 16, 8, 128};
   const size_t q_bytes = size_t{4} * 2048 * 16 * 128 * 2, kv_bytes = q_bytes / 2;
-  EXPECT_EQ(fused_attention_staging_bytes(s, false, 256), 2 * q_bytes + 2 * kv_bytes);
-  EXPECT_EQ(fused_attention_staging_bytes(s, true, 256), 4 * q_bytes + 4 * kv_bytes);
-  EXPECT_EQ(fused_attention_scratch_bytes(s, 256),
-            4 * q_bytes + 4 * kv_bytes + 2 * q_bytes + kFusedAttentionWorkspaceSlack);
-  // Each block is aligned: one token, one head of 8 → 16 bytes, rounded up to 256.
-  EXPECT_EQ(fused_attention_staging_bytes({1, 1, 1, 1, 8}, false, 256), 4u * 256);
-  // The 1b preset's micro-batch (B=4, T=2048, d=2048) stages far less than one T×T fp32 score
-  // matrix per head of the GEMM path's batch (16 heads × 16 MiB).
+  const size_t stats_bytes = size_t{4} * 16 * 2048 * 4;
+  EXPECT_EQ(fused_attention_staging_bytes(s, false, 256), 2 * q_bytes + 2 * kv_bytes + stats_bytes);
+  EXPECT_EQ(fused_attention_staging_bytes(s, true, 256), 4 * q_bytes + 4 * kv_bytes + stats_bytes);
+  EXPECT_EQ(fused_attention_scratch_bytes(s, 256), fused_attention_staging_bytes(s, true, 256));
+  // Each block is aligned: one token, one head of 8 → 16 bytes (4 for the statistics), each
+  // rounded up to 256.
+  EXPECT_EQ(fused_attention_staging_bytes({1, 1, 1, 1, 8}, false, 256), 5u * 256);
+  // The 1b preset's micro-batch (B=4, T=2048, d=2048) stages less than the GEMM path's scratch
+  // for its 16 heads' T×T fp32 probabilities and score gradients (16 × 2 × 16 MiB).
   EXPECT_LT(fused_attention_staging_bytes({4, 2048, 16, 16, 128}, true, 256),
-            size_t{16} * 2048 * 2048 * 4 * 4);
+            size_t{16} * 2 * 2048 * 2048 * 4);
   EXPECT_THROW(fused_attention_staging_bytes({0, 1, 1, 1, 8}, false, 256), Error);
   EXPECT_THROW(fused_attention_staging_bytes({1, 1, 1, 1, 8}, false, 3), Error);
   const int64_t big = int64_t{1} << 40;
   EXPECT_THROW(fused_attention_staging_bytes({big, big, 1, 1, 8}, false, 256), Error);
 }
 
-TEST(AttentionChoice, WorkspaceThatDoesNotFitNamesTheBytes) {
+TEST(AttentionChoice, StagingThatDoesNotFitNamesTheBytesAndTheWayOut) {
   const SdpaGraphKey key{{1, 64, 4, 2, 32}, true};
-  check_fused_attention_fits(key, 1000, 500, 1500);  // exactly full
-  const std::string e = error_of([&] { check_fused_attention_fits(key, 1000, 501, 1500); });
+  check_fused_attention_fits(key, 1500, 1500);  // exactly full
+  const std::string e = error_of([&] { check_fused_attention_fits(key, 1501, 1500); });
   EXPECT_NE(e.find("backward B=1 T=64"), std::string::npos) << e;
-  EXPECT_NE(e.find("1000 bytes of bf16 staging and 501 bytes of cuDNN workspace"),
-            std::string::npos)
-      << e;
+  EXPECT_NE(e.find("needs 1501 bytes of staging"), std::string::npos) << e;
   EXPECT_NE(e.find("has 1500 free"), std::string::npos) << e;
-  EXPECT_THROW(check_fused_attention_fits(key, 2000, 0, 1500), Error);
-  EXPECT_THROW(check_fused_attention_fits(key, 0, -1, 1500), Error);
+  EXPECT_NE(e.find("--attention gemm"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -2,20 +2,25 @@
 // path, forward and backward, with a tolerance derived from bf16 rounding; determinism; the
 // graph cache; a scratch too small is an error before anything runs.
 //
+// clang-format off
 // Inputs q, k, v, dout are rounded to bf16 on the host first, so the fused path's own input
 // rounding is exact and the reference sees the same values. What remains, with u = 2⁻⁸ (bf16's
 // unit roundoff) and e = 2⁻²⁴ (fp32's), for a flash-style kernel that rounds P and dS to bf16
 // before its second GEMMs and writes bf16 results:
-//   Δs_i  = 2·hd·e·scale·max_j Σ_d |q_id|·|k_jd|       fp32 error of a score, so |δp_ij| ≤
-//   2Δs_i·p_ij |δO_id|  ≤ (u + 2Δs_i + 2T·e)·Σ_j p_ij|v_jd| + u·|O_id| |δdV_jd| ≤ Σ_i (u + 2Δs_i +
-//   2T·e)·p_ij|dO_id| + u·|dV_jd| |δdS_ij| ≤ (u + 2Δs_i)·|dS_ij| + p_ij·scale·2hd·e·(Σ_d
-//   |dO_id||v_jd| + Σ_d |dO_id||O_id|) |δdQ_id| ≤ Σ_j (|δdS_ij| + 2T·e·|dS_ij|)·|k_jd| + u·|dQ_id|,
-//   dK likewise with q
+//   Δs_i     = 2·hd·e·scale·max_j Σ_d |q_id|·|k_jd|   (fp32 error of a score), so |δp_ij| ≤ 2Δs_i·p_ij
+//   |δO_id|  ≤ (u + 2Δs_i + 2T·e)·Σ_j p_ij|v_jd| + u·|O_id|
+//   |δdV_jd| ≤ Σ_i (u + 2Δs_i + 2T·e)·p_ij|dO_id| + u·|dV_jd|
+//   |δdS_ij| ≤ (u + 2Δs_i)·|dS_ij| + p_ij·scale·2hd·e·(Σ_d |dO_id||v_jd| + Σ_d |dO_id||O_id|)
+//   |δdQ_id| ≤ Σ_j (|δdS_ij| + 2T·e·|dS_ij|)·|k_jd| + u·|dQ_id|,   dK likewise with q
+// With GQA (group = H/Hkv > 1) cuDNN forms dK/dV per query head in bf16 and then sums the group:
+// each head's partial adds u·|its partial| ≤ u·Σ_i |dS_ij||q_id| (p_ij|dO_id| for dV), and the
+// accumulation runs over T·group terms (2T·group·e).
 // (Δs_i also carries the fp32 rounding of the lse the backward is given.) The backward of both
 // paths gets the reference's output rounded to bf16 and its lse, so its check does not inherit
-// the forward's differences. These are first-order in u; the comparison allows twice the bound for
-// the second-order terms. The GEMM path with exact fp32 GEMMs must meet the same bound (it is more
-// accurate).
+// the forward's differences. These are first-order in u; the comparison allows twice the bound
+// for the second-order terms. The GEMM path with exact fp32 GEMMs must meet the same bound (it
+// is more accurate).
+// clang-format on
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,14 +115,16 @@ Reference reference(const std::vector<float>& q, const std::vector<float>& k,
           ds_err[j] = (kU + 2 * ds_i) * std::fabs(ds[j]) +
                       p[j] * scale * 2.0 * s.hd * kE * (abs_dp + abs_D) +
                       2 * s.T * kE * std::fabs(ds[j]);
+          // dK/dV sum over the group's query heads too, with bf16 per-head partials under GQA.
+          const double kv_extra = (group > 1 ? kU : 0.0) + 2 * s.T * (group - 1) * kE;
           for (int64_t d = 0; d < s.hd; ++d) {
             const int64_t kv = ki(b, j, g) + d;
             r.dv[kv] += p[j] * dor[d];
-            r.dv_bound[kv] += p_rel * p[j] * std::fabs(dor[d]);
+            r.dv_bound[kv] += (p_rel + kv_extra) * p[j] * std::fabs(dor[d]);
             r.dq[qi(b, i, h) + d] += ds[j] * k[kv];
             r.dq_bound[qi(b, i, h) + d] += ds_err[j] * std::fabs(k[kv]);
             r.dk[kv] += ds[j] * qr[d];
-            r.dk_bound[kv] += ds_err[j] * std::fabs(qr[d]);
+            r.dk_bound[kv] += (ds_err[j] + kv_extra * std::fabs(ds[j])) * std::fabs(qr[d]);
           }
         }
       }

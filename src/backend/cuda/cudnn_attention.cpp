@@ -74,13 +74,20 @@ struct BuiltGraph {
   int64_t workspace = 0;
 };
 
-std::shared_ptr<fe::graph::Graph> new_bf16_graph() {
-  auto graph = std::make_shared<fe::graph::Graph>();
-  graph->set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return graph;
-}
+// A new bf16-in/out, fp32-compute graph with the q, k, v inputs both directions read.
+struct GraphStart {
+  std::shared_ptr<BuiltGraph> built = std::make_shared<BuiltGraph>();
+  std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
+  explicit GraphStart(const AttentionShape& s) {
+    built->graph = std::make_shared<fe::graph::Graph>();
+    built->graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    q = rows_tensor(*built->graph, "q", kQ, s, s.H);
+    k = rows_tensor(*built->graph, "k", kK, s, s.Hkv);
+    v = rows_tensor(*built->graph, "v", kV, s, s.Hkv);
+  }
+};
 
 void finish_build(BuiltGraph& built, cudnnHandle_t handle, const SdpaGraphKey& key) {
   check_frontend(built.graph->validate(), key, "validate");
@@ -94,18 +101,14 @@ void finish_build(BuiltGraph& built, cudnnHandle_t handle, const SdpaGraphKey& k
 
 std::shared_ptr<BuiltGraph> build_forward(cudnnHandle_t handle, const SdpaGraphKey& key) {
   const AttentionShape& s = key.shape;
-  auto built = std::make_shared<BuiltGraph>();
-  built->graph = new_bf16_graph();
-  fe::graph::Graph& g = *built->graph;
-  auto q = rows_tensor(g, "q", kQ, s, s.H);
-  auto k = rows_tensor(g, "k", kK, s, s.Hkv);
-  auto v = rows_tensor(g, "v", kV, s, s.Hkv);
+  GraphStart start(s);
+  fe::graph::Graph& g = *start.built->graph;
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sdpa_forward")
                      .set_generate_stats(true)
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s));
-  auto [o, stats] = g.sdpa(q, k, v, options);
+  auto [o, stats] = g.sdpa(start.q, start.k, start.v, options);
   mark_rows_output(o, "o", kO, s, s.H);
   stats->set_output(true)
       .set_name("stats")
@@ -113,18 +116,14 @@ std::shared_ptr<BuiltGraph> build_forward(cudnnHandle_t handle, const SdpaGraphK
       .set_data_type(fe::DataType_t::FLOAT)
       .set_dim(stats_dims(s))
       .set_stride(stats_strides(s));
-  finish_build(*built, handle, key);
-  return built;
+  finish_build(*start.built, handle, key);
+  return start.built;
 }
 
 std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraphKey& key) {
   const AttentionShape& s = key.shape;
-  auto built = std::make_shared<BuiltGraph>();
-  built->graph = new_bf16_graph();
-  fe::graph::Graph& g = *built->graph;
-  auto q = rows_tensor(g, "q", kQ, s, s.H);
-  auto k = rows_tensor(g, "k", kK, s, s.Hkv);
-  auto v = rows_tensor(g, "v", kV, s, s.Hkv);
+  GraphStart start(s);
+  fe::graph::Graph& g = *start.built->graph;
   auto o = rows_tensor(g, "o", kO, s, s.H);
   auto dout = rows_tensor(g, "dO", kDO, s, s.H);
   auto stats = g.tensor(fe::graph::Tensor_attributes()
@@ -138,12 +137,12 @@ std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraph
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s))
                      .set_deterministic_algorithm(true);
-  auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dout, stats, options);
+  auto [dq, dk, dv] = g.sdpa_backward(start.q, start.k, start.v, o, dout, stats, options);
   mark_rows_output(dq, "dQ", kDQ, s, s.H);
   mark_rows_output(dk, "dK", kDK, s, s.Hkv);
   mark_rows_output(dv, "dV", kDV, s, s.Hkv);
-  finish_build(*built, handle, key);
-  return built;
+  finish_build(*start.built, handle, key);
+  return start.built;
 }
 
 // A bf16 copy of n fp32 values in the attention scratch (rounded to nearest even).
@@ -151,6 +150,16 @@ uint16_t* stage_in(DeviceArena& arena, const float* src, int64_t n, cudaStream_t
   auto* dst = arena.allocate<uint16_t>(ScratchCategory::kAttention, static_cast<size_t>(n));
   launch_to_bf16(dst, src, n, stream);
   return dst;
+}
+
+// The statistics [B,H,T] fp32 go through the (aligned) scratch too: the model's lse lives inside
+// its activation arena at a 4-byte boundary, and cuDNN's kernels want 16.
+float* stage_stats(DeviceArena& arena, const AttentionShape& s) {
+  return arena.allocate<float>(ScratchCategory::kAttention, static_cast<size_t>(s.B * s.H * s.T));
+}
+void copy_stats(float* dst, const float* src, const AttentionShape& s, cudaStream_t stream) {
+  ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(s.B * s.H * s.T) * sizeof(float),
+                                cudaMemcpyDeviceToDevice, stream));
 }
 
 // Room for n bf16 results in the attention scratch.
@@ -164,6 +173,32 @@ struct CudnnAttention::Impl {
   cudaStream_t stream = nullptr;
   cudnnHandle_t handle = nullptr;
   BuildOnceCache<SdpaGraphKey, BuiltGraph, SdpaGraphKeyHash> graphs;
+  // cuDNN's workspace, sized for the largest graph built so far: grown (never during a step
+  // after the first, as graphs are built once) when a new graph needs more. The deterministic
+  // backward's is large: it keeps dP as B·H·T² bf16.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  void* workspace_for(const SdpaGraphKey& key, const BuiltGraph& built) {
+    ZT_CHECK(built.workspace >= 0,
+             "fused attention " + describe(key) + ": cuDNN reported a negative workspace size");
+    const auto need = static_cast<size_t>(built.workspace);
+    if (need > workspace_bytes) {
+      ZT_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued graphs may still use the old one
+      ZT_CUDA_CHECK(cudaFree(workspace));
+      workspace = nullptr, workspace_bytes = 0;
+      const cudaError_t status = cudaMalloc(&workspace, need);
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        throw Error("fused attention " + describe(key) + ": cannot allocate " +
+                    std::to_string(need) + " bytes of cuDNN workspace (" +
+                    cudaGetErrorString(status) +
+                    "); use a smaller --micro-batch or --seq-len, or --attention gemm");
+      }
+      workspace_bytes = need;
+    }
+    return need > 0 ? workspace : nullptr;
+  }
 
   BuiltGraph& graph(const SdpaGraphKey& key) {
     return graphs.get(key, [this](const SdpaGraphKey& k) {
@@ -171,33 +206,56 @@ struct CudnnAttention::Impl {
     });
   }
 
-  // Throws, before anything is enqueued, when staging + workspace do not fit in the scratch.
-  static void check_fits(const DeviceArena& arena, const SdpaGraphKey& key,
-                         const BuiltGraph& built) {
+  // Throws, before anything is enqueued, when the staging does not fit in the scratch.
+  static void check_fits(const DeviceArena& arena, const SdpaGraphKey& key) {
     const BumpRegion& region = arena.region(ScratchCategory::kAttention);
     const size_t staging = fused_attention_staging_bytes(key.shape, key.backward, kArenaAlignment);
-    check_fused_attention_fits(key, staging, built.workspace, region.capacity() - region.used());
+    check_fused_attention_fits(key, staging, region.capacity() - region.used());
   }
 
-  static void* allocate_workspace(DeviceArena& arena, const BuiltGraph& built) {
-    if (built.workspace == 0) return nullptr;
-    return arena.allocate_bytes(ScratchCategory::kAttention, static_cast<size_t>(built.workspace));
-  }
-
-  void execute(const SdpaGraphKey& key, BuiltGraph& built, std::unordered_map<int64_t, void*>& pack,
-               void* workspace) {
-    check_frontend(built.graph->execute(handle, pack, workspace), key, "execute");
-  }
+  // One call: the graph (built on first use), the fit check and cuDNN's workspace before
+  // anything is enqueued, then the staging in the scratch (returned when the call ends) with the
+  // statistics' block.
+  struct Call {
+    Call(Impl& impl, DeviceArena& arena, const SdpaGraphKey& key)
+        : impl(impl),
+          key(key),
+          built(impl.graph(key)),
+          workspace((check_fits(arena, key), impl.workspace_for(key, built))),
+          scope(arena),
+          q_n(key.shape.B * key.shape.T * key.shape.H * key.shape.hd),
+          kv_n(key.shape.B * key.shape.T * key.shape.Hkv * key.shape.hd),
+          stats(stage_stats(arena, key.shape)) {}
+    // Runs the graph on the staged tensors of `pack` (the statistics added here).
+    void execute(std::unordered_map<int64_t, void*> pack) {
+      pack[kStats] = stats;
+      check_frontend(built.graph->execute(impl.handle, pack, workspace), key, "execute");
+    }
+    Impl& impl;
+    const SdpaGraphKey key;
+    BuiltGraph& built;
+    void* workspace;
+    const ArenaScope scope;
+    const int64_t q_n, kv_n;
+    float* stats;
+  };
 };
 
 CudnnAttention::CudnnAttention(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
   impl_->stream = stream;
   check_cudnn(cudnnCreate(&impl_->handle), "cudnnCreate");
-  check_cudnn(cudnnSetStream(impl_->handle, stream), "cudnnSetStream");
+  const cudnnStatus_t status = cudnnSetStream(impl_->handle, stream);
+  if (status != CUDNN_STATUS_SUCCESS) {
+    cudnnDestroy(impl_->handle);
+    check_cudnn(status, "cudnnSetStream");
+  }
 }
 
 CudnnAttention::~CudnnAttention() {
+  cudaStreamSynchronize(impl_->stream);  // queued graphs may still use the workspace
+  impl_->graphs = {};                    // the plans before the handle they were built on
   if (impl_->handle) cudnnDestroy(impl_->handle);
+  cudaFree(impl_->workspace);
 }
 
 int64_t CudnnAttention::graphs_built() const {
@@ -206,41 +264,35 @@ int64_t CudnnAttention::graphs_built() const {
 
 void CudnnAttention::forward(DeviceArena& arena, float* out, float* lse, const float* q,
                              const float* k, const float* v, const AttentionShape& s) {
-  const SdpaGraphKey key{s, false};
-  BuiltGraph& built = impl_->graph(key);
-  Impl::check_fits(arena, key, built);
-  const ArenaScope scope(arena);
-  const int64_t q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
+  Impl::Call call(*impl_, arena, {s, false});
   cudaStream_t stream = impl_->stream;
+  const int64_t q_n = call.q_n, kv_n = call.kv_n;
   uint16_t *q16 = stage_in(arena, q, q_n, stream), *k16 = stage_in(arena, k, kv_n, stream),
            *v16 = stage_in(arena, v, kv_n, stream), *o16 = stage_out(arena, q_n);
-  void* ws = Impl::allocate_workspace(arena, built);
-  std::unordered_map<int64_t, void*> pack{
-      {kQ, q16}, {kK, k16}, {kV, v16}, {kO, o16}, {kStats, lse}};
-  impl_->execute(key, built, pack, ws);
+  call.execute({{kQ, q16}, {kK, k16}, {kV, v16}, {kO, o16}});
   launch_from_bf16(out, o16, q_n, stream);
+  copy_stats(lse, call.stats, s, stream);
 }
 
 void CudnnAttention::backward(DeviceArena& arena, float* dq, float* dk, float* dv,
                               const float* dout, const float* q, const float* k, const float* v,
                               const float* out, const float* lse, const AttentionShape& s) {
-  const SdpaGraphKey key{s, true};
-  BuiltGraph& built = impl_->graph(key);
-  Impl::check_fits(arena, key, built);
-  const ArenaScope scope(arena);
-  const int64_t q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
+  Impl::Call call(*impl_, arena, {s, true});
   cudaStream_t stream = impl_->stream;
+  const int64_t q_n = call.q_n, kv_n = call.kv_n;
   uint16_t *q16 = stage_in(arena, q, q_n, stream), *k16 = stage_in(arena, k, kv_n, stream),
            *v16 = stage_in(arena, v, kv_n, stream), *o16 = stage_in(arena, out, q_n, stream),
            *do16 = stage_in(arena, dout, q_n, stream), *dq16 = stage_out(arena, q_n),
            *dk16 = stage_out(arena, kv_n), *dv16 = stage_out(arena, kv_n);
-  void* ws = Impl::allocate_workspace(arena, built);
-  // The frontend's variant pack holds non-const pointers; cuDNN only reads the inputs.
-  std::unordered_map<int64_t, void*> pack{
-      {kQ, q16},   {kK, k16},   {kV, v16},
-      {kO, o16},   {kDO, do16}, {kDQ, dq16},
-      {kDK, dk16}, {kDV, dv16}, {kStats, const_cast<float*>(lse)}};
-  impl_->execute(key, built, pack, ws);
+  copy_stats(call.stats, lse, s, stream);
+  call.execute({{kQ, q16},
+                {kK, k16},
+                {kV, v16},
+                {kO, o16},
+                {kDO, do16},
+                {kDQ, dq16},
+                {kDK, dk16},
+                {kDV, dv16}});
   launch_from_bf16(dq, dq16, q_n, stream);
   launch_from_bf16(dk, dk16, kv_n, stream);
   launch_from_bf16(dv, dv16, kv_n, stream);

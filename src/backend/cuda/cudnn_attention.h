@@ -1,12 +1,13 @@
 // Causal grouped-query attention through cuDNN's fused SDPA (the cuDNN frontend's graph API):
-// one flash-style kernel per pass, no T×T matrix in memory, and the deterministic backward.
+// one flash-style kernel per pass (the forward keeps no T×T matrix; the deterministic backward's
+// cuDNN workspace holds dP, B·H·T² bf16, which this class allocates once per largest graph).
 // Built only when cuDNN and its frontend headers were found (ZEROTRAIN_HAVE_CUDNN); the backend's
 // --attention choice (backend/attention_choice.h) decides whether it runs.
 //
 // Layout: our q/out [B,T,H,hd] and k/v [B,T,Hkv,hd] are handed to cuDNN as [B,H,T,hd] with
 // strides (T·H·hd, hd, H·hd, 1) — no transpose; lse [B,H,T] is cuDNN's fp32 Stats tensor
-// [B,H,T,1] (natural log-sum-exp of the scaled scores, the GEMM path's definition). GQA is
-// cuDNN's own: H a multiple of Hkv, head h reads kv head h/(H/Hkv).
+// [B,H,T,1] (natural log-sum-exp of the scaled scores, the GEMM path's definition), copied
+// through the scratch. GQA is cuDNN's own: H a multiple of Hkv, head h reads kv head h/(H/Hkv).
 //
 // Precision: the kernels read and write bf16 and keep softmax statistics and accumulation in
 // fp32. While activations are stored in fp32, q/k/v/out/dout are rounded to bf16 into the
@@ -14,8 +15,9 @@
 // `out`, which a forward wrote from bf16.
 //
 // Graphs are built once per (shape, direction) and cached (SdpaGraphKey); a training run builds
-// two. Each call takes its staging and cuDNN's workspace from the attention scratch and checks
-// they fit (check_fused_attention_fits) before it enqueues anything.
+// two. Each call takes its staging (bf16 copies and the fp32 statistics, aligned) from the
+// attention scratch and checks it fits (check_fused_attention_fits) before it enqueues anything;
+// the statistics go through the scratch because the model's lse is only 4-byte aligned.
 #pragma once
 #include <cuda_runtime_api.h>
 
