@@ -54,10 +54,6 @@ const char* attention_request_name(AttentionRequest request) {
   return "?";
 }
 
-const char* attention_kernel_name(AttentionKernel kernel) {
-  return kernel == AttentionKernel::kFused ? "fused" : "gemm";
-}
-
 std::string describe(const AttentionShape& s) {
   return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
          " Hkv=" + std::to_string(s.Hkv) + " hd=" + std::to_string(s.hd);

@@ -26,7 +26,6 @@ enum class AttentionKernel { kGemm, kFused };
 // "gemm" | "fused" | "auto"; anything else is a zt::Error naming the value.
 AttentionRequest parse_attention_request(const std::string& text);
 const char* attention_request_name(AttentionRequest request);
-const char* attention_kernel_name(AttentionKernel kernel);
 
 // q[B,T,H,hd], k/v[B,T,Hkv,hd] (Backend::attention_forward's layout).
 struct AttentionShape {

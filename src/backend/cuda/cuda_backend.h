@@ -26,7 +26,8 @@
 // Scratch memory: a DeviceArena (cuda_device_arena.h) with one cudaMalloc per category (cuBLASLt
 // workspace, attention score matrices, reduction partials), sized once from CudaBackendOptions.
 // GEMM attention processes as many heads per pass as its scratch holds (device_arena_plan.h);
-// fused attention (options.attention = kFused) stages bf16 copies and cuDNN's workspace there.
+// fused attention (options.attention = kFused) stages its bf16 copies and statistics there
+// (cuDNN's workspace is CudnnAttention's own).
 //
 // ---------------------------------------------------------------------------------------------
 // The ZeRO engine on this backend (app/engine_device.cpp wires it for --backend cuda):
@@ -69,7 +70,7 @@ struct CudaBackendOptions {
   // the app resolves --attention to it with choose_attention (attention_choice.h).
   AttentionKernel attention = AttentionKernel::kGemm;
   size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt workspace
-  // gemm: score/probability matrices; fused: bf16 staging + cuDNN's workspace
+  // gemm: score/probability matrices; fused: the bf16 and statistics staging
   // (fused_attention_scratch_bytes sizes it for a micro-batch).
   size_t attention_scratch_bytes = size_t{512} << 20;
   size_t reduction_scratch_bytes = size_t{8} << 20;  // rmsnorm dg / sum_squares partials
