@@ -104,6 +104,12 @@ void add_attention_option(po::options_description& options, std::string* value) 
                         "and supported, else gemm)");
 }
 
+void add_activations_option(po::options_description& options, std::string* value) {
+  options.add_options()("activations", po::value(value)->default_value(*value),
+                        "storage type of activations and their gradients: fp32 | bf16 (needs "
+                        "--precision bf16; CPU backend only so far); statistics stay fp32");
+}
+
 void check_comm_timeout(double seconds, const std::string& command) {
   ZT_CHECK(seconds >= 0, command +
                              ": --comm-timeout must be >= 0 seconds (0 or inf: no "

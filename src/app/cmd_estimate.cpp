@@ -10,6 +10,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/deepspeed_config.h"
+#include "app/engine_device.h"
 #include "app/run_setup.h"
 #include "engine/estimator.h"
 #include "engine/stage_traits.h"
@@ -27,6 +28,7 @@ struct EstimateOptions {
   int world = 1;
   int64_t micro_batch = 1, grad_accum = 1, seq_len = 2048;
   std::string precision = "bf16";
+  std::string activations = "fp32";  // --activations fp32 | bf16
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;
@@ -51,6 +53,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "micro-batches per step (only for the DeepSpeed batch-size rule)");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
   add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
+  add_activations_option(opts, &o.activations);
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
       "none | full | every:K");
@@ -128,6 +131,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   check_seq_len(model, o.seq_len, o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir,
                 kCommand);
   const Precision precision = parse_precision(o.precision);
+  const DType storage = parse_activation_storage(o.activations, o.precision, kCommand);
   const ActivationCheckpointing ac =
       parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   OffloadConfig offload = o.offload.resolved();
@@ -146,6 +150,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                         {"micro_batch", o.micro_batch},
                         {"seq_len", o.seq_len},
                         {"precision", o.precision},
+                        {"activations", o.activations},
                         {"activation_checkpointing", activation_checkpointing_name(ac)},
                         {"cpu_checkpointing", ac.on_host},
                         {"offload_optimizer", offload_device_name(offload.optimizer)},
@@ -162,7 +167,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     z.stage = stage;
     const OffloadConfig applied = offload_at_stage(offload, stage);
     const MemoryEstimate e = estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len,
-                                             ac, applied, o.grad_accum);
+                                             ac, applied, o.grad_accum, storage);
     const double theory = theory_model_states_bytes(psi, o.world, stage, precision);
     nlohmann::json row = estimate_json(e);
     row["stage"] = stage;
@@ -188,7 +193,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
     const FitRecommendation rec =
         recommend_configuration(model, o.world, o.zero, precision, o.micro_batch, o.seq_len,
-                                o.grad_accum, ac, device_bytes);
+                                o.grad_accum, ac, device_bytes, storage);
     nlohmann::json tried = nlohmann::json::array();
     for (const FitCandidate& c : rec.candidates)
       tried.push_back({{"label", c.label},
@@ -223,10 +228,10 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   std::cout
       << "model: " << (o.model_dir.empty() ? "preset " + o.preset : o.model_dir)
       << ", psi = " << psi << " parameters, world " << o.world << ", micro-batch " << o.micro_batch
-      << " x seq-len " << o.seq_len << ", " << o.precision << ", checkpointing "
-      << activation_checkpointing_name(ac) << (ac.on_host ? " (host)" : "")
-      << ", offload: optimizer " << offload_device_name(offload.optimizer) << ", params "
-      << offload_device_name(offload.param)
+      << " x seq-len " << o.seq_len << ", " << o.precision << ", " << o.activations
+      << " activations, checkpointing " << activation_checkpointing_name(ac)
+      << (ac.on_host ? " (host)" : "") << ", offload: optimizer "
+      << offload_device_name(offload.optimizer) << ", params " << offload_device_name(offload.param)
       << "\nper-rank GiB (states = params + grads + optim; theory = docs/ARCHITECTURE.md §4 model "
          "states; total = device peak; host and nvme pools apart; "
          "* = requested stage)\n"

@@ -31,8 +31,9 @@ const char* const kCommand = "eval";
 
 struct EvalOptions {
   std::string model_dir, data, precision = "fp32";
-  std::string backend = "auto";    // --backend cpu | cuda | auto
-  std::string attention = "gemm";  // --attention gemm | fused | auto (CUDA backend)
+  std::string backend = "auto";      // --backend cpu | cuda | auto
+  std::string attention = "gemm";    // --attention gemm | fused | auto (CUDA backend)
+  std::string activations = "fp32";  // --activations fp32 | bf16
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
 };
@@ -52,6 +53,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
   add_attention_option(opts, &o.attention);
+  add_activations_option(opts, &o.activations);
   add_comm_timeout_option(opts, &o.comm_timeout);
   const CommandSpec spec{kCommand,
                          "Mean next-token cross-entropy of a model on the first K*B windows of "
@@ -68,6 +70,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);
   resolve_attention_request(o.attention, o.backend, kCommand);
+  resolve_activation_storage(o.activations, o.precision, o.backend, kCommand);
   check_comm_timeout(o.comm_timeout, kCommand);
   return true;
 }
@@ -89,14 +92,15 @@ int run_eval(const EvalOptions& o) {
   ZeroConfig zero;
   zero.stage = 0;
   const Precision precision = parse_precision(o.precision);
+  const DType storage = resolve_activation_storage(o.activations, o.precision, o.backend, kCommand);
   EngineDevice device = make_engine_device(
       o.backend, world, MPI_COMM_SELF,
-      estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}),
+      estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}, {}, 1, storage),
       {resolve_attention_request(o.attention, o.backend, kCommand), attention_shape(config, B, T)},
       kCommand);
   MemoryTracker memory(device.backend->device_memory());
   ZeroEngine engine(config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self),
-                    memory, B, T, ActivationCheckpointing{}, OffloadConfig{}, &self);
+                    memory, B, T, ActivationCheckpointing{}, OffloadConfig{}, &self, storage);
   engine.load_from(reader);
 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());

@@ -113,6 +113,7 @@ struct TrainInputs {
   ModelConfig config;
   Precision precision = Precision::kBf16;
   ActivationCheckpointing ac;
+  DType activation_storage = DType::kFloat32;  // --activations
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<WindowSampler> sampler;
   std::string data_identity;  // TokenDataset::identity()
@@ -130,6 +131,8 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
   in.precision = parse_precision(o.precision);
   in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
+  in.activation_storage =
+      resolve_activation_storage(o.activations, o.precision, o.backend, kCommand);
   // --resume continues a run in its own (non-empty) --out; --overwrite replaces one.
   if (rank == 0) in.lock = std::make_unique<RunDirectoryLock>(o.out);
   if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
@@ -222,13 +225,13 @@ int run_training(TrainOptions o) {
   WindowSampler& sampler = *in.sampler;
 
   const OffloadConfig offload = o.offload.resolved();
-  EngineDevice device =
-      make_engine_device(o.backend, comm, comm.comm(),
-                         estimate_memory(config, world, o.zero, in.precision, o.micro_batch,
-                                         o.seq_len, in.ac, offload, o.grad_accum),
-                         {resolve_attention_request(o.attention, o.backend, kCommand),
-                          attention_shape(config, o.micro_batch, o.seq_len)},
-                         kCommand);
+  EngineDevice device = make_engine_device(
+      o.backend, comm, comm.comm(),
+      estimate_memory(config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac, offload,
+                      o.grad_accum, in.activation_storage),
+      {resolve_attention_request(o.attention, o.backend, kCommand),
+       attention_shape(config, o.micro_batch, o.seq_len)},
+      kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   MemoryTracker memory(backend->device_memory());
@@ -239,9 +242,9 @@ int run_training(TrainOptions o) {
                                    comm, in.resume_dir);
   // The engine's buffers and its first values (rank-local work), agreed before any collective.
   run_collectively(comm, [&] {
-    engine_ptr =
-        std::make_unique<ZeroEngine>(config, o.zero, in.precision, o.optim, *backend, data_comm,
-                                     memory, o.micro_batch, o.seq_len, in.ac, offload, &comm);
+    engine_ptr = std::make_unique<ZeroEngine>(config, o.zero, in.precision, o.optim, *backend,
+                                              data_comm, memory, o.micro_batch, o.seq_len, in.ac,
+                                              offload, &comm, in.activation_storage);
     if (!in.resume_dir.empty()) return;
     if (in.reader)
       engine_ptr->load_from(*in.reader);

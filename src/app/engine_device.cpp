@@ -36,6 +36,28 @@ AttentionRequest resolve_attention_request(const std::string& attention, const s
   return request;
 }
 
+DType parse_activation_storage(const std::string& activations, const std::string& precision,
+                               const std::string& command) {
+  ZT_CHECK(activations == "fp32" || activations == "bf16",
+           command + ": --activations must be fp32 or bf16, got '" + activations + "'");
+  if (activations == "fp32") return DType::kFloat32;
+  ZT_CHECK(parse_precision(precision) == Precision::kBf16,
+           command + ": --activations bf16 needs --precision bf16 (this run's precision is " +
+               precision + ", whose activations are fp32)");
+  return DType::kBf16;
+}
+
+DType resolve_activation_storage(const std::string& activations, const std::string& precision,
+                                 const std::string& backend, const std::string& command) {
+  if (parse_activation_storage(activations, precision, command) == DType::kFloat32)
+    return DType::kFloat32;
+  ZT_CHECK(resolve_engine_backend(backend, command) != BackendKind::kCuda,
+           command +
+               ": --activations bf16 runs on the CPU backend only so far: the CUDA kernels "
+               "store fp32 activations (use --activations fp32, or --backend cpu)");
+  return DType::kBf16;
+}
+
 AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) {
   return {B, T, config.num_heads, config.num_kv_heads, config.head_dim()};
 }

@@ -71,6 +71,7 @@ void validate_settings(const TrainOptions& o) {
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
   resolve_attention_request(o.attention, o.backend, kCommand);
+  resolve_activation_storage(o.activations, o.precision, o.backend, kCommand);
   parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.offload.resolved().validate(o.zero.stage);
@@ -104,6 +105,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"precision", precision},
           {"backend", backend},
           {"attention", attention},
+          {"activations", activations},
           {"zero_stage", zero.stage},
           {"overlap_comm", zero.overlap_comm},
           {"reduce_bucket_size", zero.reduce_bucket_size},
@@ -171,6 +173,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
   add_attention_option(opts, &o.attention);
+  add_activations_option(opts, &o.activations);
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),

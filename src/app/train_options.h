@@ -24,8 +24,9 @@ struct TrainOptions {
   AdamWConfig optim;
   std::string lr_schedule = "cosine", warmup_type = "linear";  // --lr-schedule, --warmup-type
   std::string precision = "bf16";
-  std::string backend = "auto";    // --backend cpu | cuda | auto
-  std::string attention = "gemm";  // --attention gemm | fused | auto (CUDA backend)
+  std::string backend = "auto";      // --backend cpu | cuda | auto
+  std::string attention = "gemm";    // --attention gemm | fused | auto (CUDA backend)
+  std::string activations = "fp32";  // --activations fp32 | bf16 (storage of activations)
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;

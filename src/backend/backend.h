@@ -1,7 +1,15 @@
 // Backend: the math a Llama layer needs, forward and backward side by side. The model calls only
 // these; a backend knows nothing of layers or ranks. All tensors are row-major and contiguous.
-// Both backends store activations in fp32: the CPU backend computes with OpenMP + OpenBLAS, the
-// CUDA backend with its kernels and cuBLASLt GEMMs (bf16 tensor cores by default, fp32 storage).
+// The CPU backend computes with OpenMP + OpenBLAS, the CUDA backend with its kernels and cuBLASLt
+// GEMMs (bf16 tensor cores by default).
+//
+// Storage types (docs/ARCHITECTURE.md §2, "Activation storage"): activations, their gradients and
+// working parameters are passed as views (util/tensor_view.h) stored in fp32 or bf16; statistics
+// (rstd, lse, per-token losses), parameter gradients and optimizer state are always fp32 pointers.
+// Every op reads its inputs widened to fp32, computes in fp32 and rounds each output once, to
+// nearest even, when it stores it in bf16; an accumulating output (+=) is read, added to in fp32
+// and rounded once. With every view fp32 nothing is rounded, as before views existed. A backend
+// that cannot store a type in some op throws zt::Error naming the op and the type.
 //
 // Conventions: "=" overwrites the output, "+=" accumulates into it. Gradients of parameters are
 // always accumulated (+=) in fp32, so micro-batches add up without extra copies. Every reduction
@@ -15,6 +23,7 @@
 #include "backend/phase_timeline.h"
 #include "util/bf16.h"
 #include "util/memory.h"
+#include "util/tensor_view.h"
 
 namespace zt {
 
@@ -35,61 +44,63 @@ class Backend {
 
   // ---- linear layer: y = x · Wᵀ (nn.Linear, W is [N, K] = [out, in]) ----
   // y[M,N] = x[M,K] · w[N,K]ᵀ
-  virtual void matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
-                              int64_t K) = 0;
+  virtual void matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M,
+                              int64_t N, int64_t K) = 0;
   // dx[M,K] (= or += per accumulate_dx) dy[M,N] · w[N,K];   dw[N,K] += dy[M,N]ᵀ · x[M,K]
   // dx or dw may be null to skip that product.
-  virtual void matmul_backward(float* dx, float* dw, const float* dy, const float* x,
-                               const float* w, int64_t M, int64_t N, int64_t K,
+  virtual void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
+                               ConstTensorView w, int64_t M, int64_t N, int64_t K,
                                bool accumulate_dx) = 0;
 
   // ---- RMSNorm over the last dimension D of x[M,D] ----
   // rstd[m] = 1/sqrt(mean_d x² + eps);  y = x · rstd · g
-  virtual void rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
-                               int64_t D, float eps) = 0;
+  virtual void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
+                               int64_t M, int64_t D, float eps) = 0;
   // dx[M,D] += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x);   dg[D] += Σ_m dy·x·rstd
-  virtual void rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x,
-                                const float* g, const float* rstd, int64_t M, int64_t D) = 0;
+  virtual void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
+                                ConstTensorView g, const float* rstd, int64_t M, int64_t D) = 0;
 
   // ---- rotary position embedding, HF rotate-half convention, in place ----
   // x is [B, T, H, hd]; position of token t is t. With c=cos(t·θ_i), s=sin(t·θ_i),
   // θ_i = theta^(−2i/hd), i < hd/2:  x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:hd/2]).
-  virtual void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) = 0;
+  virtual void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                            float theta) = 0;
   // The transpose (inverse) rotation applied to the gradient, in place.
-  virtual void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd,
+  virtual void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                              float theta) = 0;
 
   // ---- causal attention with grouped-query heads ----
   // q[B,T,H,hd], k/v[B,T,Hkv,hd], out[B,T,H,hd]; head h uses kv head h/(H/Hkv).
   // out = softmax(q·kᵀ/sqrt(hd) + causal mask)·v, softmax in fp32; lse[B,H,T] = log Σ exp(s).
-  virtual void attention_forward(float* out, float* lse, const float* q, const float* k,
-                                 const float* v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+  virtual void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
+                                 ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
                                  int64_t hd) = 0;
   // dq (=), dk (=), dv (=) from dout, recomputing probabilities from q, k and lse.
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                  const float* q, const float* k, const float* v, const float* out,
-                                  const float* lse, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                                  int64_t hd) = 0;
+  virtual void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
+                                  ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                  ConstTensorView out, const float* lse, int64_t B, int64_t T,
+                                  int64_t H, int64_t Hkv, int64_t hd) = 0;
 
   // ---- SwiGLU: h = silu(gate) · up, silu(a) = a·σ(a), elementwise over n ----
-  virtual void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) = 0;
+  virtual void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up,
+                              int64_t n) = 0;
   // dgate = dh·up·σ(a)·(1 + a·(1−σ(a))),  dup = dh·silu(a)   (both =)
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                               const float* up, int64_t n) = 0;
+  virtual void swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
+                               ConstTensorView gate, ConstTensorView up, int64_t n) = 0;
 
   // ---- token embedding: x[n,D] = table[tokens[n]] ----
-  virtual void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
-                                 int64_t D) = 0;
+  virtual void embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table,
+                                 int64_t n, int64_t D) = 0;
   // dtable[v] += Σ_{i: tokens[i]=v} dx[i]: each row's sum formed first (from zero, positions in
   // order) and added once, so a call contributes one float per element of dtable
-  virtual void embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
-                                  int64_t D) = 0;
+  virtual void embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens,
+                                  int64_t n, int64_t D) = 0;
 
   // ---- fused softmax + cross-entropy over logits[M,V] ----
   // losses[m] = logsumexp(logits[m]) − logits[m, targets[m]] (natural log).
   // If dlogits is not null: dlogits[m] = (softmax(logits[m]) − onehot(targets[m])) · grad_scale.
-  // dlogits may alias logits (computed in place).
-  virtual void cross_entropy(float* losses, float* dlogits, const float* logits,
+  // dlogits may alias logits (computed in place, same storage type).
+  virtual void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                              const int32_t* targets, int64_t M, int64_t V, float grad_scale) = 0;
 
   // ---- optimizer ----
@@ -111,12 +122,10 @@ class Backend {
   }
 
   // ---- elementwise helpers ----
-  virtual void add_inplace(float* y, const float* x, int64_t n) = 0;  // y += x
-  virtual void scale_inplace(float* y, float s, int64_t n) = 0;       // y *= s
+  virtual void add_inplace(TensorView y, ConstTensorView x, int64_t n) = 0;  // y += x
+  virtual void scale_inplace(float* y, float s, int64_t n) = 0;              // y *= s
   // y = 0
-  virtual void zero(float* y, int64_t n) {
-    device_memory().zero(y, static_cast<size_t>(n) * sizeof(float));
-  }
+  virtual void zero(TensorView y, int64_t n) { device_memory().zero(y.data, view_bytes(y, n)); }
 
   // ---- memory ----
   // Where every tensor pointer above lives (host memory for the CPU backend). Copies through it

@@ -44,7 +44,7 @@ std::pair<int64_t, int64_t> replay_stage3_residency(const std::vector<GroupParti
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
                                Precision precision, int64_t micro_batch, int64_t seq_len,
                                const ActivationCheckpointing& ac, const OffloadConfig& offload,
-                               int64_t grad_accum) {
+                               int64_t grad_accum, DType activation_storage) {
   ZT_CHECK(world >= 1, "estimate: world size must be >= 1, got " + std::to_string(world));
   ZT_CHECK(micro_batch > 0 && seq_len > 0 && grad_accum > 0,
            "estimate: micro-batch, seq-len and grad-accum must be positive");
@@ -101,9 +101,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
     e.optimizer = 12 * sum_own;
   }
 
-  const ActivationPlan plan = ActivationPlan::make(model, micro_batch, seq_len, ac);
-  e.activations = plan.device_elements() * 4 + 2 * micro_batch * seq_len * 4;
-  e.host += plan.host_residual * 4;
+  const ActivationPlan plan =
+      ActivationPlan::make(model, micro_batch, seq_len, ac, 0, activation_storage);
+  e.activations = plan.device_bytes() + 2 * micro_batch * seq_len * 4;
+  e.host += plan.host_residual;
 
   // Buffers: the fp32 upcast of the group being computed (bf16 only), then per reduce slot a
   // model-written bucket (stages 2/3), a packing copy when buckets split a group and a receive
@@ -161,7 +162,7 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
                                           const ZeroConfig& zero, Precision precision,
                                           int64_t micro_batch, int64_t seq_len, int64_t grad_accum,
                                           const ActivationCheckpointing& requested,
-                                          int64_t device_bytes) {
+                                          int64_t device_bytes, DType activation_storage) {
   ActivationCheckpointing full;
   full.every = 1;
   full.on_host = requested.on_host;
@@ -198,7 +199,7 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
     ZeroConfig z = zero;
     z.stage = s.stage;
     c.estimate = estimate_memory(model, world, z, precision, micro_batch, seq_len, c.ac, c.offload,
-                                 grad_accum);
+                                 grad_accum, activation_storage);
     c.fits = c.estimate.device_total() <= device_bytes;
     if (c.fits && rec.chosen < 0) rec.chosen = static_cast<int>(rec.candidates.size());
     rec.candidates.push_back(c);

@@ -43,7 +43,7 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
                                Precision precision, int64_t micro_batch, int64_t seq_len,
                                const ActivationCheckpointing& ac, const OffloadConfig& offload = {},
-                               int64_t grad_accum = 1);
+                               int64_t grad_accum = 1, DType activation_storage = DType::kFloat32);
 
 // docs/ARCHITECTURE.md §4 model states per rank with k-byte working params (k = 2 for bf16):
 // stage 0 (k+16)Ψ, 1 (k+4)Ψ + 12Ψ/N, 2 kΨ + 16Ψ/N, 3 (k+16)Ψ/N — i.e. 18Ψ, 6Ψ+12Ψ/N,
@@ -87,6 +87,7 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
                                           const ZeroConfig& zero, Precision precision,
                                           int64_t micro_batch, int64_t seq_len, int64_t grad_accum,
                                           const ActivationCheckpointing& requested,
-                                          int64_t device_bytes);
+                                          int64_t device_bytes,
+                                          DType activation_storage = DType::kFloat32);
 
 }  // namespace zt

@@ -12,8 +12,8 @@ ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precisi
                        const AdamWConfig& optim, Backend& backend, Communicator& comm,
                        MemoryTracker& memory, int64_t micro_batch, int64_t seq_len,
                        ActivationCheckpointing ac, const OffloadConfig& offload,
-                       Communicator* host_comm)
-    : model_(model, backend, memory, micro_batch, seq_len, ac),
+                       Communicator* host_comm, DType activation_storage)
+    : model_(model, backend, memory, micro_batch, seq_len, ac, 0, activation_storage),
       impl_(std::make_unique<Impl>(*this, zero, precision, optim, backend, comm,
                                    host_comm ? *host_comm : comm, memory)) {
   zero.validate();

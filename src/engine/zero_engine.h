@@ -33,7 +33,8 @@ class ZeroEngine {
   ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
              const AdamWConfig& optim, Backend& backend, Communicator& comm, MemoryTracker& memory,
              int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac,
-             const OffloadConfig& offload = {}, Communicator* host_comm = nullptr);
+             const OffloadConfig& offload = {}, Communicator* host_comm = nullptr,
+             DType activation_storage = DType::kFloat32);
   ~ZeroEngine();
 
   const ParamLayout& layout() const { return model_.layout(); }

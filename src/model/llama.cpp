@@ -14,41 +14,132 @@ int64_t head_rows_per_chunk(int64_t rows, int64_t vocab) {
   return std::min(rows, std::max(kHeadChunkRowMultiple, budget));
 }
 
-int64_t ActivationPlan::per_layer_saved(const ModelConfig& c, int64_t B, int64_t T) {
+namespace {
+
+// Hands out consecutive tensors of an arena, each rounded up to kActivationAlignment bytes; with
+// a null base it only counts (the pointers are null).
+class ArenaCursor {
+ public:
+  explicit ArenaCursor(std::byte* base) : base_(base) {}
+  TensorView take(int64_t n, DType dtype) {
+    const int64_t bytes = n * static_cast<int64_t>(dtype_size(dtype));
+    void* p = base_ ? base_ + used_ : nullptr;
+    used_ += (bytes + kActivationAlignment - 1) / kActivationAlignment * kActivationAlignment;
+    return {p, dtype};
+  }
+  float* take_f32(int64_t n) { return static_cast<float*>(take(n, DType::kFloat32).data); }
+  int64_t used() const { return used_; }
+
+ private:
+  std::byte* base_;
+  int64_t used_ = 0;
+};
+
+LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t B, int64_t T,
+                             DType s) {
+  const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim();
+  const int64_t F = config.intermediate_size;
+  LayerActivations a;
+  a.xn1 = c.take(M * D, s);
+  a.rstd1 = c.take_f32(M);
+  a.q = c.take(M * D, s);
+  a.k = c.take(M * KV, s);
+  a.v = c.take(M * KV, s);
+  a.att = c.take(M * D, s);
+  a.lse = c.take_f32(B * config.num_heads * T);
+  a.x2 = c.take(M * D, s);
+  a.xn2 = c.take(M * D, s);
+  a.rstd2 = c.take_f32(M);
+  a.gate = c.take(M * F, s);
+  a.up = c.take(M * F, s);
+  a.h = c.take(M * F, s);
+  return a;
+}
+
+}  // namespace
+
+ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T,
+                                      const ActivationCheckpointing& ac, int64_t head_chunk_rows,
+                                      DType storage, std::byte* device_base, std::byte* host_base,
+                                      ActivationTensors& t) {
+  ZT_CHECK(is_activation_dtype(storage),
+           std::string("activations cannot be stored as ") + dtype_name(storage));
+  ZT_CHECK(head_chunk_rows > 0, "carve_activation_arena: head_chunk_rows must be positive");
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
-  // xn1, q, att, x2, xn2: M·D each; k, v: M·KV; gate, up, h: M·F; rstd1, rstd2: M; lse: B·H·T.
-  return 5 * M * D + 2 * M * KV + 3 * M * F + 2 * M + B * c.num_heads * T;
+  const int64_t L = c.num_layers;
+  ArenaCursor dev(device_base), host(host_base);
+  ActivationPlan plan;
+  // cpu_checkpointing: the input of a checkpointed layer lives in a device transit buffer while
+  // the layer runs and is kept in the host pool; consecutive such layers alternate between two
+  // transits, so a layer's output never overwrites its own input.
+  auto on_host = [&](int64_t l) { return l < L && ac.on_host && ac.is_checkpointed(l); };
+  int64_t host_layers = 0;
+  for (int64_t l = 0; l < L; ++l) host_layers += on_host(l) ? 1 : 0;
+  std::vector<TensorView> transit;
+  for (int64_t i = 0; i < std::min<int64_t>(2, host_layers); ++i)
+    transit.push_back(dev.take(M * D, storage));
+  t.resid.assign(static_cast<size_t>(L + 1), nullptr);
+  t.host_resid.assign(static_cast<size_t>(L + 1), nullptr);
+  int64_t seen = 0;
+  for (int64_t l = 0; l <= L; ++l) {
+    if (on_host(l)) {
+      t.host_resid[static_cast<size_t>(l)] = host.take(M * D, storage);
+      t.resid[static_cast<size_t>(l)] = transit[static_cast<size_t>(seen++ % 2)];
+    } else {
+      t.resid[static_cast<size_t>(l)] = dev.take(M * D, storage);
+    }
+  }
+  plan.residual = dev.used();
+  plan.host_residual = host.used();
+  t.layers.assign(static_cast<size_t>(L), LayerActivations{});
+  bool any_checkpointed = false;
+  for (int64_t l = 0; l < L; ++l) {
+    if (ac.is_checkpointed(l)) {
+      any_checkpointed = true;
+    } else {
+      t.layers[static_cast<size_t>(l)] = carve_layer(dev, c, B, T, storage);
+    }
+  }
+  t.scratch = any_checkpointed ? carve_layer(dev, c, B, T, storage) : LayerActivations{};
+  plan.layer_saved = dev.used() - plan.residual;
+  t.final_norm_out = dev.take(M * D, storage);
+  t.final_rstd = dev.take_f32(M);
+  t.logits = dev.take(std::min(head_chunk_rows, M) * c.vocab_size, storage);
+  t.losses = dev.take_f32(M);
+  plan.head = dev.used() - plan.residual - plan.layer_saved;
+  t.dresid = dev.take(M * D, storage);
+  t.dxn = dev.take(M * D, storage);
+  t.dq = dev.take(M * D, storage);
+  t.datt = dev.take(M * D, storage);
+  t.dk = dev.take(M * KV, storage);
+  t.dv = dev.take(M * KV, storage);
+  t.dgate = dev.take(M * F, storage);
+  t.dup = dev.take(M * F, storage);
+  t.dh = dev.take(M * F, storage);
+  plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;
+  return plan;
 }
 
 ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
-                                    const ActivationCheckpointing& ac, int64_t head_chunk_rows) {
-  const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
-  const int64_t L = c.num_layers;
-  int64_t checkpointed = 0;
-  for (int64_t l = 0; l < L; ++l) checkpointed += ac.is_checkpointed(l) ? 1 : 0;
-  ActivationPlan p;
-  p.host_residual = ac.on_host ? checkpointed * M * D : 0;
-  // The residuals that go to the host pass through (at most) two device transit buffers.
-  const int64_t transit = ac.on_host ? std::min<int64_t>(2, checkpointed) : 0;
-  p.residual = (L + 1 + transit) * M * D - p.host_residual;
-  p.layer_saved = (L - checkpointed + (checkpointed > 0 ? 1 : 0)) * per_layer_saved(c, B, T);
-  const int64_t chunk =
-      head_chunk_rows > 0 ? std::min(head_chunk_rows, M) : head_rows_per_chunk(M, c.vocab_size);
-  p.head = M * D + M + chunk * c.vocab_size + M;
-  p.grad_scratch = 4 * M * D + 2 * M * KV + 3 * M * F;
-  return p;
+                                    const ActivationCheckpointing& ac, int64_t head_chunk_rows,
+                                    DType storage) {
+  const int64_t chunk = head_chunk_rows > 0 ? std::min(head_chunk_rows, B * T)
+                                            : head_rows_per_chunk(B * T, c.vocab_size);
+  ActivationTensors counted;
+  return carve_activation_arena(c, B, T, ac, chunk, storage, nullptr, nullptr, counted);
 }
 
 LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
                        int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac,
-                       int64_t head_chunk_rows)
+                       int64_t head_chunk_rows, DType storage)
     : config_(config),
       layout_(config),
       be_(backend),
       B_(micro_batch),
       T_(seq_len),
       M_(micro_batch * seq_len),
-      ac_(ac) {
+      ac_(ac),
+      storage_(storage) {
   ZT_CHECK(B_ > 0 && T_ > 0, "micro-batch and sequence length must be positive");
   ZT_CHECK(head_chunk_rows >= 0, "head_chunk_rows must be >= 0");
   head_chunk_ = head_chunk_rows > 0 ? std::min(head_chunk_rows, M_)
@@ -60,95 +151,22 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
   ZT_CHECK(T_ <= config_.max_position_embeddings,
            "seq-len " + std::to_string(T_) + " exceeds max_position_embeddings " +
                std::to_string(config_.max_position_embeddings));
-  const ActivationPlan plan = ActivationPlan::make(config_, B_, T_, ac_, head_chunk_);
-  arena_ = TrackedBuffer<float>(memory, MemCategory::kActivations,
-                                static_cast<size_t>(plan.device_elements()));
+  const ActivationPlan plan = ActivationPlan::make(config_, B_, T_, ac_, head_chunk_, storage_);
+  arena_ = TrackedBuffer<std::byte>(memory, MemCategory::kActivations,
+                                    static_cast<size_t>(plan.device_bytes()));
   if (plan.host_residual > 0)
-    host_arena_ = TrackedBuffer<float>(memory, MemCategory::kHostOffload,
-                                       static_cast<size_t>(plan.host_residual));
+    host_arena_ = TrackedBuffer<std::byte>(memory, MemCategory::kHostOffload,
+                                           static_cast<size_t>(plan.host_residual));
   tokens_ = TrackedBuffer<int32_t>(memory, MemCategory::kActivations, static_cast<size_t>(2 * M_));
-
-  const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
-  const int64_t L = config_.num_layers;
-  float* cursor = arena_.data();
-  float* host_cursor = host_arena_.data();
-  auto take = [](float*& c, int64_t n) {
-    float* p = c;
-    c += n;
-    return p;
-  };
-  // cpu_checkpointing: the input of a checkpointed layer lives in a device transit buffer while
-  // the layer runs and is kept in the host pool; consecutive such layers alternate between two
-  // transits, so a layer's output never overwrites its own input.
-  auto on_host = [&](int64_t l) { return l < L && ac_.on_host && ac_.is_checkpointed(l); };
-  int64_t host_layers = 0;
-  for (int64_t l = 0; l < L; ++l) host_layers += on_host(l) ? 1 : 0;
-  std::vector<float*> transit;
-  for (int64_t i = 0; i < std::min<int64_t>(2, host_layers); ++i)
-    transit.push_back(take(cursor, M_ * D));
-  resid_.resize(static_cast<size_t>(L + 1));
-  host_resid_.assign(static_cast<size_t>(L + 1), nullptr);
-  int64_t seen = 0;
-  for (int64_t l = 0; l <= L; ++l) {
-    if (on_host(l)) {
-      host_resid_[static_cast<size_t>(l)] = take(host_cursor, M_ * D);
-      resid_[static_cast<size_t>(l)] = transit[static_cast<size_t>(seen++ % 2)];
-    } else {
-      resid_[static_cast<size_t>(l)] = take(cursor, M_ * D);
-    }
-  }
-  layer_acts_.resize(static_cast<size_t>(L));
-  bool any_checkpointed = false;
-  for (int64_t l = 0; l < L; ++l) {
-    if (ac_.is_checkpointed(l)) {
-      any_checkpointed = true;
-    } else {
-      layer_acts_[static_cast<size_t>(l)] = carve_layer(cursor);
-    }
-  }
-  if (any_checkpointed) scratch_acts_ = carve_layer(cursor);
-  final_norm_out_ = take(cursor, M_ * D);
-  final_rstd_ = take(cursor, M_);
-  logits_ = take(cursor, head_chunk_ * config_.vocab_size);
-  losses_ = take(cursor, M_);
-  dresid_ = take(cursor, M_ * D);
-  dxn_ = take(cursor, M_ * D);
-  dq_ = take(cursor, M_ * D);
-  datt_ = take(cursor, M_ * D);
-  dk_ = take(cursor, M_ * KV);
-  dv_ = take(cursor, M_ * KV);
-  dgate_ = take(cursor, M_ * F);
-  dup_ = take(cursor, M_ * F);
-  dh_ = take(cursor, M_ * F);
-  ZT_CHECK(cursor == arena_.data() + plan.device_elements(), "activation arena plan mismatch");
-}
-
-LlamaModel::LayerActs LlamaModel::carve_layer(float*& c) const {
-  const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
-  auto take = [&c](int64_t n) {
-    float* p = c;
-    c += n;
-    return p;
-  };
-  LayerActs a{};
-  a.xn1 = take(M_ * D);
-  a.rstd1 = take(M_);
-  a.q = take(M_ * D);
-  a.k = take(M_ * KV);
-  a.v = take(M_ * KV);
-  a.att = take(M_ * D);
-  a.lse = take(B_ * config_.num_heads * T_);
-  a.x2 = take(M_ * D);
-  a.xn2 = take(M_ * D);
-  a.rstd2 = take(M_);
-  a.gate = take(M_ * F);
-  a.up = take(M_ * F);
-  a.h = take(M_ * F);
-  return a;
+  const ActivationPlan carved = carve_activation_arena(config_, B_, T_, ac_, head_chunk_, storage_,
+                                                       arena_.data(), host_arena_.data(), t_);
+  ZT_CHECK(
+      carved.device_bytes() == plan.device_bytes() && carved.host_residual == plan.host_residual,
+      "activation arena plan mismatch");
 }
 
 LlamaModel::LayerActs& LlamaModel::acts_for(int layer) {
-  return ac_.is_checkpointed(layer) ? scratch_acts_ : layer_acts_[static_cast<size_t>(layer)];
+  return ac_.is_checkpointed(layer) ? t_.scratch : t_.layers[static_cast<size_t>(layer)];
 }
 
 LlamaModel::LayerParams LlamaModel::layer_params(int layer, const float* group) const {
@@ -194,11 +212,11 @@ void LlamaModel::backward_group(int g, const float* params, float* grads) {
 
 // ---- embedding: x = table[tokens];  dtable[tok] += dx ----
 void LlamaModel::embed_forward(const float* params) {
-  be_.embedding_forward(resid_[0], tokens_.data(), params, M_, config_.hidden_size);
+  be_.embedding_forward(t_.resid[0], tokens_.data(), params, M_, config_.hidden_size);
 }
 
 void LlamaModel::embed_backward(float* grads) {
-  be_.embedding_backward(grads, dresid_, tokens_.data(), M_, config_.hidden_size);
+  be_.embedding_backward(grads, t_.dresid, tokens_.data(), M_, config_.hidden_size);
 }
 
 // ---- decoder layer ----
@@ -211,16 +229,16 @@ void LlamaModel::layer_forward(int layer, const float* params, bool recompute) {
   const float theta = static_cast<float>(config_.rope_theta);
   const LayerParams P = layer_params(layer, params);
   const LayerActs& A = acts_for(layer);
-  float* x = resid_[static_cast<size_t>(layer)];
-  float* out = resid_[static_cast<size_t>(layer) + 1];
+  const TensorView x = t_.resid[static_cast<size_t>(layer)];
+  const TensorView out = t_.resid[static_cast<size_t>(layer) + 1];
   // cpu_checkpointing: keep the input on the host; a recompute brings it back. Both copies are
   // queued with the layer's ops: the host never reads `kept`, so it need not wait for them.
-  if (float* kept = host_resid_[static_cast<size_t>(layer)]) {
-    const size_t bytes = static_cast<size_t>(M_ * D) * sizeof(float);
+  if (const TensorView kept = t_.host_resid[static_cast<size_t>(layer)]) {
+    const size_t bytes = view_bytes(kept, M_ * D);
     if (recompute)
-      be_.device_memory().to_device_queued(x, kept, bytes);
+      be_.device_memory().to_device_queued(x.data, kept.data, bytes);
     else
-      be_.device_memory().to_host_queued(kept, x, bytes);
+      be_.device_memory().to_host_queued(kept.data, x.data, bytes);
   }
 
   be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);
@@ -240,7 +258,7 @@ void LlamaModel::layer_forward(int layer, const float* params, bool recompute) {
   be_.add_inplace(out, A.x2, M_ * D);
 }
 
-// On entry dresid_ = ∂L/∂out; on exit dresid_ = ∂L/∂x. Parameter gradients are accumulated.
+// On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated.
 void LlamaModel::layer_backward(int layer, const float* params, float* grads) {
   if (ac_.is_checkpointed(layer)) layer_forward(layer, params, true);  // recompute from the input
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
@@ -248,46 +266,48 @@ void LlamaModel::layer_backward(int layer, const float* params, float* grads) {
   const float theta = static_cast<float>(config_.rope_theta);
   const LayerParams P = layer_params(layer, params);
   const LayerActs& A = acts_for(layer);
-  const float* x = resid_[static_cast<size_t>(layer)];
+  const ConstTensorView x = t_.resid[static_cast<size_t>(layer)];
   auto grad = [&](TensorRole r) { return grads + layout_.tensor(r, layer).offset; };
 
   // MLP: out = x2 + (silu(gate)·up)·Wdᵀ
-  be_.matmul_backward(dh_, grad(TensorRole::kDownProj), dresid_, A.h, P.wdown, M_, D, F, false);
-  be_.swiglu_backward(dgate_, dup_, dh_, A.gate, A.up, M_ * F);
-  be_.matmul_backward(dxn_, grad(TensorRole::kGateProj), dgate_, A.xn2, P.wgate, M_, F, D, false);
-  be_.matmul_backward(dxn_, grad(TensorRole::kUpProj), dup_, A.xn2, P.wup, M_, F, D, true);
-  // dresid_ becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
-  be_.rmsnorm_backward(dresid_, grad(TensorRole::kPostAttnNorm), dxn_, A.x2, P.post_norm, A.rstd2,
-                       M_, D);
+  be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false);
+  be_.swiglu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F);
+  be_.matmul_backward(t_.dxn, grad(TensorRole::kGateProj), t_.dgate, A.xn2, P.wgate, M_, F, D,
+                      false);
+  be_.matmul_backward(t_.dxn, grad(TensorRole::kUpProj), t_.dup, A.xn2, P.wup, M_, F, D, true);
+  // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
+  be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
+                       A.rstd2, M_, D);
   // attention: x2 = x + att·Woᵀ
-  be_.matmul_backward(datt_, grad(TensorRole::kOProj), dresid_, A.att, P.wo, M_, D, D, false);
-  be_.attention_backward(dq_, dk_, dv_, datt_, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv, hd);
-  be_.rope_backward(dq_, B_, T_, H, hd, theta);
-  be_.rope_backward(dk_, B_, T_, Hkv, hd, theta);
-  be_.matmul_backward(dxn_, grad(TensorRole::kQProj), dq_, A.xn1, P.wq, M_, D, D, false);
-  be_.matmul_backward(dxn_, grad(TensorRole::kKProj), dk_, A.xn1, P.wk, M_, KV, D, true);
-  be_.matmul_backward(dxn_, grad(TensorRole::kVProj), dv_, A.xn1, P.wv, M_, KV, D, true);
-  // dresid_ becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
-  be_.rmsnorm_backward(dresid_, grad(TensorRole::kInputNorm), dxn_, x, P.input_norm, A.rstd1, M_,
-                       D);
+  be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, D, false);
+  be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
+                         hd);
+  be_.rope_backward(t_.dq, B_, T_, H, hd, theta);
+  be_.rope_backward(t_.dk, B_, T_, Hkv, hd, theta);
+  be_.matmul_backward(t_.dxn, grad(TensorRole::kQProj), t_.dq, A.xn1, P.wq, M_, D, D, false);
+  be_.matmul_backward(t_.dxn, grad(TensorRole::kKProj), t_.dk, A.xn1, P.wk, M_, KV, D, true);
+  be_.matmul_backward(t_.dxn, grad(TensorRole::kVProj), t_.dv, A.xn1, P.wv, M_, KV, D, true);
+  // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
+  be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
+                       M_, D);
 }
 
 // ---- head: xf = rms(x_L)·gF; logits = xf·Whᵀ; loss = CE(logits, targets) ----
-// Rows go in chunks of head_chunk_ (logits_ holds one chunk). Per chunk c of rows R:
+// Rows go in chunks of head_chunk_ (t_.logits holds one chunk). Per chunk c of rows R:
 //   forward   logits_R = xf_R·Whᵀ;  loss_R = CE(logits_R)  (dlogits_R in place when training)
 //   backward  dxf_R = dlogits_R·Wh;  dWh += dlogits_Rᵀ·xf_R
 // With one chunk the forward's dlogits are used as they are; with several, the backward
 // recomputes each chunk's logits and dlogits (bitwise the forward's) before its two products.
 void LlamaModel::head_logits(const float* head, int64_t r0, int64_t rows) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
-  be_.matmul_forward(logits_, final_norm_out_ + r0 * D, head, rows, V, D);
+  be_.matmul_forward(t_.logits, t_.final_norm_out.at(r0 * D), head, rows, V, D);
 }
 
 void LlamaModel::head_forward(const float* params, bool training, float grad_scale) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const float* norm = params + layout_.tensor(TensorRole::kFinalNorm).offset;
   const float* head = params + layout_.tensor(TensorRole::kLmHead).offset;
-  be_.rmsnorm_forward(final_norm_out_, final_rstd_, resid_.back(), norm, M_, D,
+  be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
                       static_cast<float>(config_.rms_norm_eps));
   head_grad_scale_ = grad_scale;
   // Training computes dlogits even when a later chunk overwrites them: the losses are then the
@@ -295,8 +315,8 @@ void LlamaModel::head_forward(const float* params, bool training, float grad_sca
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     head_logits(head, r0, rows);
-    be_.cross_entropy(losses_ + r0, training ? logits_ : nullptr, logits_, tokens_.data() + M_ + r0,
-                      rows, V, grad_scale);
+    be_.cross_entropy(t_.losses + r0, training ? t_.logits : TensorView(), t_.logits,
+                      tokens_.data() + M_ + r0, rows, V, grad_scale);
   }
 }
 
@@ -309,15 +329,15 @@ void LlamaModel::head_backward(const float* params, float* grads) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     if (head_chunks() > 1) {  // recompute this chunk's dlogits (and, identically, its losses)
       head_logits(head, r0, rows);
-      be_.cross_entropy(losses_ + r0, logits_, logits_, tokens_.data() + M_ + r0, rows, V,
+      be_.cross_entropy(t_.losses + r0, t_.logits, t_.logits, tokens_.data() + M_ + r0, rows, V,
                         head_grad_scale_);
     }
-    be_.matmul_backward(dxn_ + r0 * D, grads + head_t.offset, logits_, final_norm_out_ + r0 * D,
-                        head, rows, V, D, false);
+    be_.matmul_backward(t_.dxn.at(r0 * D), grads + head_t.offset, t_.logits,
+                        t_.final_norm_out.at(r0 * D), head, rows, V, D, false);
   }
-  be_.zero(dresid_, M_ * D);
-  be_.rmsnorm_backward(dresid_, grads + norm_t.offset, dxn_, resid_.back(), params + norm_t.offset,
-                       final_rstd_, M_, D);
+  be_.zero(t_.dresid, M_ * D);
+  be_.rmsnorm_backward(t_.dresid, grads + norm_t.offset, t_.dxn, t_.resid.back(),
+                       params + norm_t.offset, t_.final_rstd, M_, D);
 }
 
 double sum_token_losses(const float* losses, int64_t n) {
@@ -328,7 +348,7 @@ double sum_token_losses(const float* losses, int64_t n) {
 
 double LlamaModel::loss_sum() const {
   std::vector<float> losses(static_cast<size_t>(M_));
-  be_.device_memory().to_host(losses.data(), losses_, losses.size() * sizeof(float));
+  be_.device_memory().to_host(losses.data(), t_.losses, losses.size() * sizeof(float));
   return sum_token_losses(losses.data(), M_);
 }
 
@@ -336,8 +356,15 @@ std::vector<float> LlamaModel::logits() const {
   ZT_CHECK(head_chunks() == 1, "LlamaModel::logits(): the head runs in " +
                                    std::to_string(head_chunks()) +
                                    " chunks; only one chunk keeps every logit");
-  std::vector<float> out(static_cast<size_t>(M_ * config_.vocab_size));
-  be_.device_memory().to_host(out.data(), logits_, out.size() * sizeof(float));
+  const int64_t n = M_ * config_.vocab_size;
+  std::vector<float> out(static_cast<size_t>(n));
+  if (storage_ == DType::kFloat32) {
+    be_.device_memory().to_host(out.data(), t_.logits.data, view_bytes(t_.logits, n));
+  } else {
+    std::vector<bf16_t> stored(static_cast<size_t>(n));
+    be_.device_memory().to_host(stored.data(), t_.logits.data, view_bytes(t_.logits, n));
+    bf16_to_floats(stored.data(), out.data(), stored.size());
+  }
   return out;
 }
 

@@ -5,7 +5,14 @@
 //   backward: head, layer L-1, ..., layer 0, embed
 // and receives that group's gradients (+=) right after its backward, so it can reduce or
 // release them. All activations live in one arena sized up front (ActivationPlan).
+//
+// Activation storage (docs/ARCHITECTURE.md §2): the activations, their gradients and the logits
+// are stored in the model's activation type, fp32 or bf16; the softmax and norm statistics (lse,
+// rstd) and the per-token losses are always fp32. With bf16 every op rounds its output once
+// (backend.h), so bf16 storage halves the arena and the math is that of a bf16 PyTorch model whose
+// ops compute in fp32.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -13,6 +20,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "util/memory.h"
+#include "util/tensor_view.h"
 
 namespace zt {
 
@@ -36,30 +44,62 @@ constexpr int64_t kHeadChunkRowMultiple = 128;
 // min(rows, max(kHeadChunkRowMultiple, kHeadChunkElements / V rounded down to that multiple)).
 int64_t head_rows_per_chunk(int64_t rows, int64_t vocab);
 
-// Element counts of the activation arena; used by the model and by the estimator.
+// Every tensor of the activation arena starts on this many bytes (a GPU's widest vector load).
+constexpr int64_t kActivationAlignment = 256;
+
+// Bytes of the activation arena, by what they hold; used by the model and by the estimator. Each
+// tensor is rounded up to kActivationAlignment, exactly as the model carves the arena.
 struct ActivationPlan {
   int64_t residual = 0;       // (L+1)·M·D, minus what goes to the host pool, plus ≤ 2 transits
   int64_t host_residual = 0;  // inputs of checkpointed layers when on_host
   int64_t layer_saved = 0;    // per-layer saved activations × layers kept (+1 scratch if any ckpt)
   int64_t head = 0;  // final-norm output, rstd, one chunk of logits/dlogits, per-token losses
   int64_t grad_scratch = 0;  // backward temporaries
-  int64_t device_elements() const { return residual + layer_saved + head + grad_scratch; }
-  // head_chunk_rows: rows of logits at a time (0: head_rows_per_chunk).
+  int64_t device_bytes() const { return residual + layer_saved + head + grad_scratch; }
+  // head_chunk_rows: rows of logits at a time (0: head_rows_per_chunk); storage: kFloat32 or
+  // kBf16, the type of every activation except the statistics.
   static ActivationPlan make(const ModelConfig& c, int64_t B, int64_t T,
-                             const ActivationCheckpointing& ac, int64_t head_chunk_rows = 0);
-  static int64_t per_layer_saved(const ModelConfig& c, int64_t B, int64_t T);
+                             const ActivationCheckpointing& ac, int64_t head_chunk_rows = 0,
+                             DType storage = DType::kFloat32);
 };
 
 // Σ of n per-token losses in double, in order: the one reduction every loss reader uses, so a
 // training step's loss and an evaluation's agree bitwise.
 double sum_token_losses(const float* losses, int64_t n);
 
+// One layer's saved activations in the arena (the statistics in fp32).
+struct LayerActivations {
+  TensorView xn1, q, k, v, att, x2, xn2, gate, up, h;
+  float *rstd1 = nullptr, *lse = nullptr, *rstd2 = nullptr;
+};
+
+// Where each activation of a micro-batch lives: carve_activation_arena lays them out, the model
+// uses them and ActivationPlan::make counts them (the same function, so plan and arena agree).
+struct ActivationTensors {
+  std::vector<TensorView> resid;         // L+1 residual-stream buffers [M, D] (device)
+  std::vector<TensorView> host_resid;    // cpu_checkpointing: host copies of kept inputs, else null
+  std::vector<LayerActivations> layers;  // per layer; checkpointed layers share `scratch`
+  LayerActivations scratch;
+  TensorView final_norm_out, logits;  // logits: one chunk of rows
+  float *final_rstd = nullptr, *losses = nullptr;
+  // backward temporaries
+  TensorView dresid, dxn, dq, dk, dv, datt, dgate, dup, dh;
+};
+
+// Lays the activations out from `device_base` and `host_base` (null: only count) and returns
+// what each part takes (ActivationPlan); head_chunk_rows > 0.
+ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T,
+                                      const ActivationCheckpointing& ac, int64_t head_chunk_rows,
+                                      DType storage, std::byte* device_base, std::byte* host_base,
+                                      ActivationTensors& out);
+
 class LlamaModel {
  public:
-  // head_chunk_rows: rows of logits the head computes at a time (0: head_rows_per_chunk).
+  // head_chunk_rows: rows of logits the head computes at a time (0: head_rows_per_chunk);
+  // storage: the activations' type (kFloat32 or kBf16).
   LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
              int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac = {},
-             int64_t head_chunk_rows = 0);
+             int64_t head_chunk_rows = 0, DType storage = DType::kFloat32);
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -82,21 +122,21 @@ class LlamaModel {
   // Σ of per-token losses of the last head forward (sum_token_losses of them).
   double loss_sum() const;
   // Those per-token losses [B·T], in device memory (valid until the next head forward).
-  const float* token_losses() const { return losses_; }
+  const float* token_losses() const { return t_.losses; }
   // Logits [B·T, V] of the last head forward with training == false, copied to the host; only
   // when the head is one chunk (head_rows_per_chunk(B·T, V) ≥ B·T, or head_chunk_rows ≥ B·T).
   std::vector<float> logits() const;
   int64_t head_chunk_rows() const { return head_chunk_; }
+  DType activation_storage() const { return storage_; }
+  // Where the activations live (device memory), for tests that inspect what a pass stored.
+  const ActivationTensors& activation_tensors() const { return t_; }
 
  private:
-  struct LayerActs {  // pointers into the arena for one layer's saved activations
-    float *xn1, *rstd1, *q, *k, *v, *att, *lse, *x2, *xn2, *rstd2, *gate, *up, *h;
-  };
+  using LayerActs = LayerActivations;
   struct LayerParams {
     const float *input_norm, *wq, *wk, *wv, *wo, *post_norm, *wgate, *wup, *wdown;
   };
   LayerParams layer_params(int layer, const float* group) const;
-  LayerActs carve_layer(float*& cursor) const;
   // recompute: the backward's second forward of a checkpointed layer.
   void layer_forward(int layer, const float* params, bool recompute);
   void layer_backward(int layer, const float* params, float* grads);
@@ -115,18 +155,12 @@ class LlamaModel {
   int64_t B_, T_, M_;
   ActivationCheckpointing ac_;
   int64_t head_chunk_;            // rows of logits at a time
+  DType storage_;                 // of the activations
   float head_grad_scale_ = 0.0f;  // of the last training head forward
-  TrackedBuffer<float> arena_;
-  TrackedBuffer<float> host_arena_;
-  TrackedBuffer<int32_t> tokens_;      // inputs then targets, 2·M
-  std::vector<float*> resid_;          // L+1 residual-stream buffers [M, D] (device)
-  std::vector<float*> host_resid_;     // cpu_checkpointing: host copies of kept inputs, else null
-  std::vector<LayerActs> layer_acts_;  // per layer; checkpointed layers share the scratch slot
-  LayerActs scratch_acts_{};
-  float *final_norm_out_ = nullptr, *final_rstd_ = nullptr, *logits_ = nullptr, *losses_ = nullptr;
-  // backward temporaries
-  float *dresid_ = nullptr, *dxn_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
-        *datt_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr, *dh_ = nullptr;
+  TrackedBuffer<std::byte> arena_;
+  TrackedBuffer<std::byte> host_arena_;
+  TrackedBuffer<int32_t> tokens_;  // inputs then targets, 2·M
+  ActivationTensors t_;            // every tensor of the two arenas
 };
 
 }  // namespace zt

@@ -20,7 +20,8 @@ HDF5 shards; bf16-typed datasets are read as exact float32 via `ds.astype('float
 
 Fault injection (proves the oracle is sensitive, see test_oracle.py): the environment variable
 ZT_ORACLE_BREAK=rope pairs RoPE dimensions interleaved (GPT-J style: (0,1), (2,3), ...) instead
-of rotate-half ((i, i+hd/2)); ZT_ORACLE_BREAK=eps uses 10·rms_norm_eps.
+of rotate-half ((i, i+hd/2)); ZT_ORACLE_BREAK=eps uses 10·rms_norm_eps; ZT_ORACLE_BREAK=act keeps
+the bf16-storage reference's activations in float32.
 
 AdamW: `make_adamw` builds torch.optim.AdamW with the two parameter groups zerotrain uses
 (weight decay on the q/k/v/o and gate/up/down projections and lm_head; none on the norms and
@@ -193,6 +194,153 @@ def loss_and_grads(weights, config, inputs, targets):
     loss.backward()
     grads = {n: t.grad.detach() for n, t in leaves.items()}
     return logits.detach().reshape(-1, logits.shape[-1]), loss.item(), grads
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16 activation storage (zerotrain --activations bf16)
+# ---------------------------------------------------------------------------------------------
+#
+# The same equations with every activation and activation gradient stored as torch.bfloat16 and
+# every op computed in float32, rounding where backend.h's storage contract says: an op reads its
+# inputs widened, computes in float32 and rounds its output once; an accumulating output (+=) is
+# read, added to in float32 and rounded once. The forward and the backward are written out op by
+# op so that these rounding points are explicit; the derivative of each op comes from autograd
+# on its float32 definition (the attention's from the flash-attention identity
+# ds = p·(dp − rowsum(dout·out)) with the stored out, as every fused attention computes it).
+# Weight gradients accumulate in float32. ZT_ORACLE_BREAK=act rounds nothing (a check that the
+# oracle test can fail).
+
+def _bf16(t):
+    """t rounded to bf16, kept as float32 (the stored value, widened)."""
+    if _break_mode() == "act":
+        return t
+    return t.to(torch.bfloat16).float()
+
+
+def _rms_f32(x, weight, eps):
+    return weight * (x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps))
+
+
+def _vjp(fn, inputs, grad_out):
+    """Gradients of sum(fn(*inputs)·grad_out) with respect to every input (float32)."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = fn(*leaves)
+    return torch.autograd.grad(out, leaves, grad_out)
+
+
+def _attention_f32(q, k, v, causal):
+    """q [B,T,H,hd], k/v [B,T,Hkv,hd] -> (out [B,T,H,hd], probs [B,H,T,T])."""
+    H, Hkv, hd = q.shape[2], k.shape[2], q.shape[3]
+    kk = k.repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
+    vv = v.repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
+    scores = (q.transpose(1, 2) @ kk.transpose(-1, -2)) / math.sqrt(hd)
+    probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    return (probs @ vv).transpose(1, 2), probs
+
+
+def _attention_backward_f32(dout, q, k, v, out, probs):
+    """dq, dk, dv of _attention_f32 with D = rowsum(dout·out) from the stored out."""
+    H, Hkv, hd = q.shape[2], k.shape[2], q.shape[3]
+    group = H // Hkv
+    kk = k.repeat_interleave(group, dim=2).transpose(1, 2)
+    vv = v.repeat_interleave(group, dim=2).transpose(1, 2)
+    do = dout.transpose(1, 2)                                     # [B,H,T,hd]
+    dp = do @ vv.transpose(-1, -2)                                # [B,H,T,T]
+    D = (do * out.transpose(1, 2)).sum(dim=-1, keepdim=True)
+    ds = probs * (dp - D) / math.sqrt(hd)
+    dq = (ds @ kk).transpose(1, 2)
+    dkk = (ds.transpose(-1, -2) @ q.transpose(1, 2))              # [B,H,T,hd]
+    dvv = (probs.transpose(-1, -2) @ do)
+    B, T = q.shape[0], q.shape[1]
+    dk = dkk.view(B, Hkv, group, T, hd).sum(dim=2).transpose(1, 2)
+    dv = dvv.view(B, Hkv, group, T, hd).sum(dim=2).transpose(1, 2)
+    return dq, dk, dv
+
+
+def loss_and_grads_bf16_storage(weights, config, inputs, targets):
+    """loss_and_grads with bf16 activation storage at the weights rounded to bf16."""
+    w = {n: round_to_bf16(t.detach()).float() for n, t in weights.items()}
+    eps = float(config["rms_norm_eps"])
+    theta = float(config.get("rope_theta", 10000.0))
+    B, T = inputs.shape
+    D = config["hidden_size"]
+    H = config["num_attention_heads"]
+    Hkv = config["num_key_value_heads"]
+    hd = D // H
+    L = config["num_hidden_layers"]
+    cos, sin = rope_cos_sin(T, hd, theta, torch.float32)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    rope = lambda t: apply_rope(t, cos, sin)  # noqa: E731
+    grads = {n: torch.zeros_like(t) for n, t in w.items()}
+
+    # Forward, keeping what the backward reads.
+    x = _bf16(w["model.embed_tokens.weight"][inputs])
+    saved = []
+    for i in range(L):
+        p = f"model.layers.{i}."
+        a = {"x": x}
+        a["xn"] = _bf16(_rms_f32(x, w[p + "input_layernorm.weight"], eps))
+        a["q"] = _bf16(rope(_bf16(a["xn"] @ w[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd)))
+        a["k"] = _bf16(rope(_bf16(a["xn"] @ w[p + "self_attn.k_proj.weight"].T)
+                            .view(B, T, Hkv, hd)))
+        a["v"] = _bf16(a["xn"] @ w[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, hd)
+        att, a["probs"] = _attention_f32(a["q"], a["k"], a["v"], causal)
+        a["att"] = _bf16(att)
+        a["x2"] = _bf16(_bf16(a["att"].reshape(B, T, D) @ w[p + "self_attn.o_proj.weight"].T) + x)
+        a["xn2"] = _bf16(_rms_f32(a["x2"], w[p + "post_attention_layernorm.weight"], eps))
+        a["gate"] = _bf16(a["xn2"] @ w[p + "mlp.gate_proj.weight"].T)
+        a["up"] = _bf16(a["xn2"] @ w[p + "mlp.up_proj.weight"].T)
+        a["h"] = _bf16(torch.nn.functional.silu(a["gate"]) * a["up"])
+        x = _bf16(_bf16(a["h"] @ w[p + "mlp.down_proj.weight"].T) + a["x2"])
+        saved.append(a)
+    xf = _bf16(_rms_f32(x, w["model.norm.weight"], eps))
+    logits = _bf16(xf @ w["lm_head.weight"].T)
+    V = logits.shape[-1]
+    flat = logits.reshape(-1, V)
+    loss = torch.nn.functional.cross_entropy(flat.double(), targets.reshape(-1))
+
+    # Backward. dlogits = (softmax − onehot)/N, stored in bf16.
+    N = flat.shape[0]
+    dlogits = torch.softmax(flat, dim=-1)
+    dlogits[torch.arange(N), targets.reshape(-1)] -= 1.0
+    dlogits = _bf16(dlogits * (1.0 / N)).view(B, T, V)
+
+    def linear_back(dy, xin, name, dx=None):
+        """dW += dyᵀ·x (float32); returns the stored dx (= or += dy·W, rounded once)."""
+        grads[name] += dy.reshape(-1, dy.shape[-1]).T @ xin.reshape(-1, xin.shape[-1])
+        prod = dy @ w[name]
+        return _bf16(prod if dx is None else dx + prod)
+
+    def rms_back(dres, dxn, xin, name):
+        dx, dg = _vjp(lambda t, g: _rms_f32(t, g, eps), (xin, w[name]), dxn)
+        grads[name] += dg
+        return _bf16(dres + dx)
+
+    dxf = linear_back(dlogits, xf, "lm_head.weight")
+    dres = rms_back(torch.zeros_like(dxf), dxf, x, "model.norm.weight")
+    for i in reversed(range(L)):
+        p = f"model.layers.{i}."
+        a = saved[i]
+        dh = linear_back(dres, a["h"], p + "mlp.down_proj.weight")
+        dgate, dup = _vjp(lambda g, u: torch.nn.functional.silu(g) * u, (a["gate"], a["up"]), dh)
+        dgate, dup = _bf16(dgate), _bf16(dup)
+        dxn = linear_back(dgate, a["xn2"], p + "mlp.gate_proj.weight")
+        dxn = linear_back(dup, a["xn2"], p + "mlp.up_proj.weight", dxn)
+        dres = rms_back(dres, dxn, a["x2"], p + "post_attention_layernorm.weight")
+        datt = linear_back(dres, a["att"].reshape(B, T, D), p + "self_attn.o_proj.weight")
+        dq, dk, dv = _attention_backward_f32(datt.view(B, T, H, hd), a["q"], a["k"], a["v"],
+                                             a["att"], a["probs"])
+        dq, dk, dv = _bf16(dq), _bf16(dk), _bf16(dv)
+        # RoPE's transpose, then rounded (the rotation is linear: its vjp is the transpose).
+        dq = _bf16(_vjp(rope, (torch.zeros_like(dq),), dq)[0]).reshape(B, T, D)
+        dk = _bf16(_vjp(rope, (torch.zeros_like(dk),), dk)[0]).reshape(B, T, Hkv * hd)
+        dv = dv.reshape(B, T, Hkv * hd)
+        dxn = linear_back(dq, a["xn"], p + "self_attn.q_proj.weight")
+        dxn = linear_back(dk, a["xn"], p + "self_attn.k_proj.weight", dxn)
+        dxn = linear_back(dv, a["xn"], p + "self_attn.v_proj.weight", dxn)
+        dres = rms_back(dres, dxn, a["x"], p + "input_layernorm.weight")
+    grads["model.embed_tokens.weight"].index_add_(0, inputs.reshape(-1), dres.reshape(-1, D))
+    return (flat.detach().double(), loss.item(), {n: g.double() for n, g in grads.items()})
 
 
 # ---------------------------------------------------------------------------------------------

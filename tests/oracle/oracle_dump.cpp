@@ -7,6 +7,10 @@
 //   grad/<hf name>    shape    fp32  d(mean loss over the B·T tokens)/d(tensor), one micro-batch
 //   losses_adamw      [steps]  fp64  losses of `steps` ZeroEngine::train_step calls on that batch
 //   tokens            [B, T+1] int32 the window the batch came from (inputs | targets)
+//   act/<l>/<name>    fp32     what the gradient pass's forward stored for layer l (x, xn1, q, k,
+//                              v, att, x2, xn2, gate, up, h; q and k after RoPE), widened from
+//                              the storage type; act/final/{x, xf}: the last residual and the
+//                              final norm's output
 //
 // The batch is the first B non-overlapping windows of T+1 tokens of /tokens (inputs = first T,
 // targets = last T), as `zerotrain eval` reads them. Gradients come from a LlamaModel of our own
@@ -19,6 +23,9 @@
 // master -= lr·wd·master with the pre-update master) on projections and the LM head only (not on
 // norms or the embedding), clipping disabled. fp32 masters; in bf16 mode the working params are
 // the masters rounded to bf16 after every update.
+//
+// --activations bf16 (with --precision bf16) stores the activations of both passes in bf16
+// (LlamaModel's storage type); the default fp32 keeps them in fp32.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +33,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -50,14 +59,14 @@ constexpr float kEps = 1e-8f;
 constexpr float kWeightDecay = 0.1f;
 
 struct DumpOptions {
-  std::string model_dir, tokens_path, out_path, precision;
+  std::string model_dir, tokens_path, out_path, precision, activations = "fp32";
   int64_t micro_batch = 0, seq_len = 0, steps = 5;
   float lr = 1e-3f;
 };
 
 const char* const kUsage =
     "usage: zt_oracle_dump --model DIR --tokens FILE.h5 --out FILE.h5 --precision fp32|bf16 "
-    "--micro-batch B --seq-len T [--steps 5] [--lr 1e-3]";
+    "--micro-batch B --seq-len T [--steps 5] [--lr 1e-3] [--activations fp32|bf16]";
 
 DumpOptions parse_options(int argc, char** argv) {
   std::map<std::string, std::string> values;
@@ -85,11 +94,14 @@ DumpOptions parse_options(int argc, char** argv) {
   o.seq_len = std::stoll(take("seq-len", true));
   if (std::string s = take("steps", false); !s.empty()) o.steps = std::stoll(s);
   if (std::string s = take("lr", false); !s.empty()) o.lr = std::stof(s);
+  if (std::string s = take("activations", false); !s.empty()) o.activations = s;
   ZT_CHECK(values.empty(),
            "unknown option --" + (values.empty() ? "" : values.begin()->first) + "\n" + kUsage);
   ZT_CHECK(o.micro_batch > 0 && o.seq_len > 0 && o.steps > 0 && o.lr > 0,
            "micro-batch, seq-len, steps and lr must be positive");
   parse_precision(o.precision);  // validates
+  ZT_CHECK(o.activations == "fp32" || (o.activations == "bf16" && o.precision == "bf16"),
+           "--activations must be fp32, or bf16 with --precision bf16");
   return o;
 }
 
@@ -122,13 +134,27 @@ Batch read_batch(const std::string& path, int64_t B, int64_t T, int64_t vocab) {
 struct GradPass {
   std::vector<std::vector<float>> group_grads;  // flat fp32, one per parameter group
   double loss = 0.0;                            // mean loss of the pass
+  // Stored forward activations, widened to fp32: name -> (shape, values).
+  std::vector<std::pair<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>> acts;
 };
 
+std::vector<float> widened(Backend& backend, ConstTensorView v, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (v.is_f32()) {
+    backend.device_memory().to_host(out.data(), v.data, view_bytes(v, n));
+  } else {
+    std::vector<bf16_t> stored(static_cast<size_t>(n));
+    backend.device_memory().to_host(stored.data(), v.data, view_bytes(v, n));
+    bf16_to_floats(stored.data(), out.data(), stored.size());
+  }
+  return out;
+}
+
 GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch& batch, int64_t B,
-                           int64_t T, bool bf16_params) {
+                           int64_t T, bool bf16_params, DType storage) {
   const ModelConfig& config = reader.config();
   MemoryTracker memory;
-  LlamaModel model(config, backend, memory, B, T);
+  LlamaModel model(config, backend, memory, B, T, {}, 0, storage);
   const ParamLayout& layout = model.layout();
   const int G = layout.num_groups();
 
@@ -157,6 +183,33 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
   for (int g = G - 1; g >= 0; --g)
     model.backward_group(g, params[static_cast<size_t>(g)].data(),
                          pass.group_grads[static_cast<size_t>(g)].data());
+  // The backward reads the saved activations and writes only its own temporaries.
+  const ActivationTensors& t = model.activation_tensors();
+  const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim();
+  const int64_t F = config.intermediate_size;
+  auto keep = [&](const std::string& name, ConstTensorView v, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    pass.acts.push_back({name, {shape, widened(backend, v, n)}});
+  };
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const LayerActivations& a = t.layers[static_cast<size_t>(l)];
+    const std::string p = "act/" + std::to_string(l) + "/";
+    keep(p + "x", t.resid[static_cast<size_t>(l)], {M, D});
+    for (auto [name, v, width] : {std::tuple{"xn1", a.xn1, D},
+                                  {"q", a.q, D},
+                                  {"k", a.k, KV},
+                                  {"v", a.v, KV},
+                                  {"att", a.att, D},
+                                  {"x2", a.x2, D},
+                                  {"xn2", a.xn2, D},
+                                  {"gate", a.gate, F},
+                                  {"up", a.up, F},
+                                  {"h", a.h, F}})
+      keep(p + name, v, {M, width});
+  }
+  keep("act/final/x", t.resid.back(), {M, D});
+  keep("act/final/xf", t.final_norm_out, {M, D});
   return pass;
 }
 
@@ -189,6 +242,7 @@ int run(int argc, char** argv) {
   ZT_CHECK(world.world_size() == 1, "zt_oracle_dump runs on one rank");
   const int64_t B = o.micro_batch, T = o.seq_len;
   const Precision precision = parse_precision(o.precision);
+  const DType storage = o.activations == "bf16" ? DType::kBf16 : DType::kFloat32;
 
   ModelDirReader reader(o.model_dir);
   const ModelConfig& config = reader.config();
@@ -197,7 +251,7 @@ int run(int argc, char** argv) {
 
   // 1. Gradients of one micro-batch.
   const GradPass grads =
-      compute_gradients(reader, *backend, batch, B, T, precision == Precision::kBf16);
+      compute_gradients(reader, *backend, batch, B, T, precision == Precision::kBf16, storage);
 
   // 2. Eval forward and 3. AdamW steps through a stage-0 engine.
   MemoryTracker memory;
@@ -213,7 +267,7 @@ int run(int argc, char** argv) {
   adam.weight_decay = kWeightDecay;
   adam.clip = 0.0f;  // disabled
   ZeroEngine engine(config, zero, precision, adam, *backend, world, memory, B, T,
-                    ActivationCheckpointing{});
+                    ActivationCheckpointing{}, OffloadConfig{}, nullptr, storage);
   engine.load_from(reader);
   const double eval_loss =
       engine.eval_loss_sum(batch.inputs.data(), batch.targets.data()) / static_cast<double>(B * T);
@@ -247,6 +301,7 @@ int run(int argc, char** argv) {
                           where);
     h5::write_attr_string(ds, "clip", "disabled", where);
     h5::write_attr_string(ds, "precision", o.precision, where);
+    h5::write_attr_string(ds, "activations", o.activations, where);
     ds.close(where + ":losses_adamw");
   }
   {
@@ -254,6 +309,19 @@ int run(int argc, char** argv) {
                                  H5Gclose, "cannot create group 'grad'", where);
     grad_group.close(where + ":grad");
   }
+  for (const char* group : {"act", "act/final"}) {
+    h5::Id g = h5::wrap(H5Gcreate2(file, group, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                        std::string("cannot create group '") + group + "'", where);
+    g.close(where + ":" + group);
+  }
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const std::string name = "act/" + std::to_string(l);
+    h5::Id g = h5::wrap(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                        H5Gclose, "cannot create group '" + name + "'", where);
+    g.close(where + ":" + name);
+  }
+  for (const auto& [name, act] : grads.acts)
+    write_f32(file, name, act.first, act.second.data(), where);
   const ParamLayout& layout = engine.layout();
   for (const TensorInfo& t : layout.tensors())
     write_f32(file, "grad/" + t.name, t.shape,

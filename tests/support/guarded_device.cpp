@@ -172,7 +172,7 @@ class GuardedBackend final : public Backend {
   std::string name() const override { return be_.name() + "+guarded"; }
   DeviceMemory& device_memory() override { return mem_; }
 
-  void matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
+  void matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M, int64_t N,
                       int64_t K) override {
     need(y, M * N, "matmul_forward y");
     need(x, M * K, "matmul_forward x");
@@ -180,8 +180,9 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.matmul_forward(y, x, w, M, N, K);
   }
-  void matmul_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
-                       int64_t M, int64_t N, int64_t K, bool accumulate_dx) override {
+  void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
+                       ConstTensorView w, int64_t M, int64_t N, int64_t K,
+                       bool accumulate_dx) override {
     need(dx, M * K, "matmul_backward dx");
     need(dw, N * K, "matmul_backward dw");
     need(dy, M * N, "matmul_backward dy");
@@ -190,8 +191,8 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.matmul_backward(dx, dw, dy, x, w, M, N, K, accumulate_dx);
   }
-  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M, int64_t D,
-                       float eps) override {
+  void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
+                       int64_t D, float eps) override {
     need(y, M * D, "rmsnorm_forward y");
     need(rstd, M, "rmsnorm_forward rstd");
     need(x, M * D, "rmsnorm_forward x");
@@ -199,8 +200,8 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.rmsnorm_forward(y, rstd, x, g, M, D, eps);
   }
-  void rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x, const float* g,
-                        const float* rstd, int64_t M, int64_t D) override {
+  void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
+                        ConstTensorView g, const float* rstd, int64_t M, int64_t D) override {
     need(dx, M * D, "rmsnorm_backward dx");
     need(dg, D, "rmsnorm_backward dg");
     need(dy, M * D, "rmsnorm_backward dy");
@@ -210,18 +211,21 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D);
   }
-  void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) override {
+  void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                    float theta) override {
     need(x, B * T * H * hd, "rope_forward x");
     GuardedDeviceMemory::Access a(mem_);
     be_.rope_forward(x, B, T, H, hd, theta);
   }
-  void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) override {
+  void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
+                     float theta) override {
     need(dx, B * T * H * hd, "rope_backward dx");
     GuardedDeviceMemory::Access a(mem_);
     be_.rope_backward(dx, B, T, H, hd, theta);
   }
-  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                         int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) override {
+  void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
+                         ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                         int64_t hd) override {
     need(out, B * T * H * hd, "attention_forward out");
     need(lse, B * H * T, "attention_forward lse");
     need(q, B * T * H * hd, "attention_forward q");
@@ -230,9 +234,10 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.attention_forward(out, lse, q, k, v, B, T, H, Hkv, hd);
   }
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                          const float* k, const float* v, const float* out, const float* lse,
-                          int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) override {
+  void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
+                          ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                          ConstTensorView out, const float* lse, int64_t B, int64_t T, int64_t H,
+                          int64_t Hkv, int64_t hd) override {
     const int64_t nq = B * T * H * hd, nkv = B * T * Hkv * hd;
     need(dq, nq, "attention_backward dq");
     need(dk, nkv, "attention_backward dk");
@@ -246,15 +251,15 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, hd);
   }
-  void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) override {
+  void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n) override {
     need(h, n, "swiglu_forward h");
     need(gate, n, "swiglu_forward gate");
     need(up, n, "swiglu_forward up");
     GuardedDeviceMemory::Access a(mem_);
     be_.swiglu_forward(h, gate, up, n);
   }
-  void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                       const float* up, int64_t n) override {
+  void swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
+                       ConstTensorView up, int64_t n) override {
     need(dgate, n, "swiglu_backward dgate");
     need(dup, n, "swiglu_backward dup");
     need(dh, n, "swiglu_backward dh");
@@ -263,15 +268,15 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.swiglu_backward(dgate, dup, dh, gate, up, n);
   }
-  void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+  void embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                          int64_t D) override {
     need(x, n * D, "embedding_forward x");
     mem_.require_device(tokens, bytes_of(n, sizeof(int32_t)), "embedding_forward tokens");
-    mem_.require_device(table, kF, "embedding_forward table");
+    mem_.require_device(table.data, dtype_size(table.dtype), "embedding_forward table");
     GuardedDeviceMemory::Access a(mem_);
     be_.embedding_forward(x, tokens, table, n, D);
   }
-  void embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+  void embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens, int64_t n,
                           int64_t D) override {
     mem_.require_device(dtable, kF, "embedding_backward dtable");
     need(dx, n * D, "embedding_backward dx");
@@ -279,8 +284,8 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.embedding_backward(dtable, dx, tokens, n, D);
   }
-  void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
-                     int64_t M, int64_t V, float grad_scale) override {
+  void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
+                     const int32_t* targets, int64_t M, int64_t V, float grad_scale) override {
     need(losses, M, "cross_entropy losses");
     need(dlogits, M * V, "cross_entropy dlogits");
     need(logits, M * V, "cross_entropy logits");
@@ -311,7 +316,7 @@ class GuardedBackend final : public Backend {
     *out = be_.sum_squares(x, n);
   }
   PhaseTimeline& timeline() override { return be_.timeline(); }
-  void add_inplace(float* y, const float* x, int64_t n) override {
+  void add_inplace(TensorView y, ConstTensorView x, int64_t n) override {
     need(y, n, "add_inplace y");
     need(x, n, "add_inplace x");
     GuardedDeviceMemory::Access a(mem_);
@@ -322,7 +327,7 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.scale_inplace(y, s, n);
   }
-  void zero(float* y, int64_t n) override { mem_.zero(y, bytes_of(n, kF)); }
+  void zero(TensorView y, int64_t n) override { mem_.zero(y.data, view_bytes(y, n)); }
   void to_bf16(bf16_t* out, const float* in, int64_t n) override {
     mem_.require_device(out, bytes_of(n, sizeof(bf16_t)), "to_bf16 out");
     need(in, n, "to_bf16 in");
@@ -337,8 +342,9 @@ class GuardedBackend final : public Backend {
   }
 
  private:
-  void need(const float* p, int64_t n, const char* what) const {
-    mem_.require_device(p, bytes_of(n, kF), what);
+  // n elements of the view's storage type (float32 for a plain float pointer).
+  void need(ConstTensorView p, int64_t n, const char* what) const {
+    mem_.require_device(p.data, view_bytes(p, n), what);
   }
 
   Backend& be_;

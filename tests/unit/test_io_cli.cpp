@@ -6,6 +6,7 @@
 #include <limits>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/train_options.h"
@@ -347,6 +348,25 @@ TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
     EXPECT_NE(std::string(e.what()).find("--attention fused needs the CUDA backend"),
               std::string::npos)
         << e.what();
+  }
+}
+
+TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
+  EXPECT_EQ(parsed_train_options({}).to_json()["activations"], "fp32");
+  EXPECT_EQ(parsed_train_options({"--backend", "cpu", "--activations", "bf16"}).activations,
+            "bf16");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--activations", "fp16"}, "--activations must be fp32 or bf16, got 'fp16'"},
+      {{"--backend", "cpu", "--precision", "fp32", "--activations", "bf16"},
+       "--activations bf16 needs --precision bf16"},
+  };
+  for (const auto& [args, message] : refused) {
+    try {
+      parsed_train_options(args);
+      ADD_FAILURE() << args.back() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
   }
 }
 

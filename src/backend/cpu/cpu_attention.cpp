@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/cpu_staging.h"
 #include "util/error.h"
 
 namespace zt::cpu {
@@ -53,10 +54,17 @@ void block_scores(float* scores, const float* q, const float* k, const Attention
 // Forward, per query row i of head h (kv head g = h / group):
 //   s_j = q_i·k_j / sqrt(hd) for j ≤ i;  lse_i = log Σ_j exp(s_j);  out_i = Σ_j exp(s_j −
 //   lse_i)·v_j
-void CpuBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
-                                   const float* v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                                   int64_t hd) {
+void CpuBackend::attention_forward(TensorView out_view, float* lse, ConstTensorView q_view,
+                                   ConstTensorView k_view, ConstTensorView v_view, int64_t B,
+                                   int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
+  const Fp32Input q32(q_view, B * T * H * hd), k32(k_view, B * T * Hkv * hd),
+      v32(v_view, B * T * Hkv * hd);
+  Fp32Output out32(out_view, B * T * H * hd, Fp32Output::Contents::kOverwrite);
+  const float* q = q32.get();
+  const float* k = k32.get();
+  const float* v = v32.get();
+  float* out = out32.get();
   use_single_threaded_blas();  // OpenMP runs one head per thread; each sgemm on its caller
 #pragma omp parallel if (sh.worth_parallel())
   {
@@ -86,16 +94,32 @@ void CpuBackend::attention_forward(float* out, float* lse, const float* q, const
       }
     }
   }
+  out32.commit();
 }
 
 // Backward, per query row i with p_j = exp(s_j − lse_i) recomputed (0 for j > i):
 //   dp_j = dout_i·v_j;  D_i = dout_i·out_i;  ds_j = p_j·(dp_j − D_i)/sqrt(hd)
 //   dq_i = Σ_j ds_j·k_j;  dk_j = Σ_{heads of the group, i} ds_j·q_i;  dv_j = Σ p_j·dout_i
-void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                    const float* q, const float* k, const float* v,
-                                    const float* out, const float* lse, int64_t B, int64_t T,
-                                    int64_t H, int64_t Hkv, int64_t hd) {
+void CpuBackend::attention_backward(TensorView dq_view, TensorView dk_view, TensorView dv_view,
+                                    ConstTensorView dout_view, ConstTensorView q_view,
+                                    ConstTensorView k_view, ConstTensorView v_view,
+                                    ConstTensorView out_view, const float* lse, int64_t B,
+                                    int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
+  const int64_t q_elements = B * T * H * hd, kv_elements = B * T * Hkv * hd;
+  const Fp32Input dout32(dout_view, q_elements), q32(q_view, q_elements), k32(k_view, kv_elements),
+      v32(v_view, kv_elements), out32(out_view, q_elements);
+  Fp32Output dq32(dq_view, q_elements, Fp32Output::Contents::kOverwrite),
+      dk32(dk_view, kv_elements, Fp32Output::Contents::kOverwrite),
+      dv32(dv_view, kv_elements, Fp32Output::Contents::kOverwrite);
+  const float* dout = dout32.get();
+  const float* q = q32.get();
+  const float* k = k32.get();
+  const float* v = v32.get();
+  const float* out = out32.get();
+  float* dq = dq32.get();
+  float* dk = dk32.get();
+  float* dv = dv32.get();
   const float scale = sh.scale();
   use_single_threaded_blas();  // OpenMP runs one head per thread; each sgemm on its caller
 #pragma omp parallel if (sh.worth_parallel())
@@ -147,6 +171,9 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
       }
     }
   }
+  dq32.commit();
+  dk32.commit();
+  dv32.commit();
 }
 
 }  // namespace zt::cpu

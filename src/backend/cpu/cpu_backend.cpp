@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/cpu_staging.h"
 #include "util/error.h"
 
 namespace zt {
@@ -68,23 +69,42 @@ void sgemm(bool transpose_a, bool transpose_b, int64_t rows, int64_t cols, int64
 
 // ---- linear layer ----
 // Forward: y[M,N] = x[M,K] · w[N,K]ᵀ.
-void CpuBackend::matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
-                                int64_t K) {
-  sgemm(false, true, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
+void CpuBackend::matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M,
+                                int64_t N, int64_t K) {
+  const Fp32Input x32(x, M * K), w32(w, N * K);
+  Fp32Output y32(y, M * N, Fp32Output::Contents::kOverwrite);
+  sgemm(false, true, M, N, K, 1.0f, x32.get(), K, w32.get(), K, 0.0f, y32.get(), N);
+  y32.commit();
 }
 
 // Backward: dx[M,K] (= or +=) dy[M,N] · w[N,K];  dw[N,K] += dy[M,N]ᵀ · x[M,K].
-void CpuBackend::matmul_backward(float* dx, float* dw, const float* dy, const float* x,
-                                 const float* w, int64_t M, int64_t N, int64_t K,
+void CpuBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
+                                 ConstTensorView w, int64_t M, int64_t N, int64_t K,
                                  bool accumulate_dx) {
-  if (dx) sgemm(false, false, M, K, N, 1.0f, dy, N, w, K, accumulate_dx ? 1.0f : 0.0f, dx, K);
-  if (dw) sgemm(true, false, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K);
+  const Fp32Input dy32(dy, M * N);
+  if (dx) {
+    const Fp32Input w32(w, N * K);
+    Fp32Output dx32(dx, M * K,
+                    accumulate_dx ? Fp32Output::Contents::kKeep : Fp32Output::Contents::kOverwrite);
+    sgemm(false, false, M, K, N, 1.0f, dy32.get(), N, w32.get(), K, accumulate_dx ? 1.0f : 0.0f,
+          dx32.get(), K);
+    dx32.commit();
+  }
+  if (dw) {
+    const Fp32Input x32(x, M * K);
+    sgemm(true, false, N, K, M, 1.0f, dy32.get(), N, x32.get(), K, 1.0f, dw, K);
+  }
 }
 
 // ---- elementwise helpers ----
-void CpuBackend::add_inplace(float* y, const float* x, int64_t n) {
+void CpuBackend::add_inplace(TensorView y_view, ConstTensorView x_view, int64_t n) {
+  const Fp32Input x32(x_view, n);
+  Fp32Output y32(y_view, n, Fp32Output::Contents::kKeep);
+  const float* x = x32.get();
+  float* y = y32.get();
 #pragma omp parallel for schedule(static) if (n > kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  y32.commit();
 }
 
 void CpuBackend::scale_inplace(float* y, float s, int64_t n) {

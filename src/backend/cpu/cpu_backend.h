@@ -1,7 +1,7 @@
-// CPU backend: fp32 activations, OpenMP over independent rows / heads / column blocks, OpenBLAS
-// for the linear layers. Determinism: every output element (or fixed-size block of a reduction)
-// is produced by exactly one thread in a fixed summation order, so results are bitwise identical
-// on every call and for any OMP_NUM_THREADS.
+// CPU backend: fp32 arithmetic on fp32 or bf16 storage (cpu_staging.h), OpenMP over independent
+// rows / heads / column blocks, OpenBLAS for the linear layers. Determinism: every output element
+// (or fixed-size block of a reduction) is produced by exactly one thread in a fixed summation
+// order, so results are bitwise identical on every call and for any OMP_NUM_THREADS.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -41,42 +41,47 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
 
-  void matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
+  void matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M, int64_t N,
                       int64_t K) override;
-  void matmul_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
-                       int64_t M, int64_t N, int64_t K, bool accumulate_dx) override;
+  void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
+                       ConstTensorView w, int64_t M, int64_t N, int64_t K,
+                       bool accumulate_dx) override;
 
-  void rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M, int64_t D,
-                       float eps) override;
-  void rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x, const float* g,
-                        const float* rstd, int64_t M, int64_t D) override;
+  void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
+                       int64_t D, float eps) override;
+  void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
+                        ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
 
-  void rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) override;
-  void rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) override;
+  void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                    float theta) override;
+  void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
+                     float theta) override;
 
-  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                         int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) override;
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                          const float* k, const float* v, const float* out, const float* lse,
-                          int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) override;
+  void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
+                         ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                         int64_t hd) override;
+  void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
+                          ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                          ConstTensorView out, const float* lse, int64_t B, int64_t T, int64_t H,
+                          int64_t Hkv, int64_t hd) override;
 
-  void swiglu_forward(float* h, const float* gate, const float* up, int64_t n) override;
-  void swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                       const float* up, int64_t n) override;
+  void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n) override;
+  void swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
+                       ConstTensorView up, int64_t n) override;
 
-  void embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+  void embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                          int64_t D) override;
-  void embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+  void embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens, int64_t n,
                           int64_t D) override;
 
-  void cross_entropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
-                     int64_t M, int64_t V, float grad_scale) override;
+  void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
+                     const int32_t* targets, int64_t M, int64_t V, float grad_scale) override;
 
   void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
              float* param_f32, int64_t n, const AdamWHyper& h) override;
   double sum_squares(const float* x, int64_t n) override;
 
-  void add_inplace(float* y, const float* x, int64_t n) override;
+  void add_inplace(TensorView y, ConstTensorView x, int64_t n) override;
   void scale_inplace(float* y, float s, int64_t n) override;
   void to_bf16(bf16_t* out, const float* in, int64_t n) override;
   void from_bf16(float* out, const bf16_t* in, int64_t n) override;

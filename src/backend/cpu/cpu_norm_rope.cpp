@@ -4,6 +4,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/cpu_staging.h"
 #include "util/error.h"
 
 namespace zt::cpu {
@@ -17,8 +18,13 @@ constexpr int64_t kColumnBlock = 64;
 // ---- RMSNorm ----
 // Forward: rstd[m] = 1/sqrt(mean_d x² + eps), y = g · (x · rstd) (Hugging Face's order of the two
 // products). The mean of squares is accumulated in double.
-void CpuBackend::rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
-                                 int64_t D, float eps) {
+void CpuBackend::rmsnorm_forward(TensorView y_view, float* rstd, ConstTensorView x_view,
+                                 ConstTensorView g_view, int64_t M, int64_t D, float eps) {
+  const Fp32Input x32(x_view, M * D), g32(g_view, D);
+  Fp32Output y32(y_view, M * D, Fp32Output::Contents::kOverwrite);
+  const float* x = x32.get();
+  const float* g = g32.get();
+  float* y = y32.get();
 #pragma omp parallel for schedule(static) if (M * D > kParallelMinElements)
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * D;
@@ -28,12 +34,20 @@ void CpuBackend::rmsnorm_forward(float* y, float* rstd, const float* x, const fl
     float* yr = y + m * D;
     for (int64_t d = 0; d < D; ++d) yr[d] = g[d] * (xr[d] * r);
   }
+  y32.commit();
 }
 
 // Backward: dx += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x), rows in parallel;
 // dg[d] += Σ_m dy·x·rstd, columns in parallel (each column summed over m in order, in double).
-void CpuBackend::rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x,
-                                  const float* g, const float* rstd, int64_t M, int64_t D) {
+void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView dy_view,
+                                  ConstTensorView x_view, ConstTensorView g_view, const float* rstd,
+                                  int64_t M, int64_t D) {
+  const Fp32Input dy32(dy_view, M * D), x32(x_view, M * D), g32(g_view, D);
+  Fp32Output dx32(dx_view, M * D, Fp32Output::Contents::kKeep);
+  const float* dy = dy32.get();
+  const float* x = x32.get();
+  const float* g = g32.get();
+  float* dx = dx32.get();
   const bool parallel = M * D > kParallelMinElements;
   if (dx) {
 #pragma omp parallel for schedule(static) if (parallel)
@@ -64,6 +78,7 @@ void CpuBackend::rmsnorm_backward(float* dx, float* dg, const float* dy, const f
       for (int64_t j = 0; j < width; ++j) dg[d0 + j] += static_cast<float>(acc[j]);
     }
   }
+  dx32.commit();
 }
 
 // ---- rotary position embedding (rotate-half) ----
@@ -133,13 +148,18 @@ void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t h
   }
 }
 
-void CpuBackend::rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) {
-  rope_apply(x, B, T, H, hd, theta, 1.0f);
+void CpuBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                              float theta) {
+  Fp32Output x32(x, B * T * H * hd, Fp32Output::Contents::kKeep);
+  rope_apply(x32.get(), B, T, H, hd, theta, 1.0f);
+  x32.commit();
 }
 
-void CpuBackend::rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd,
+void CpuBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                                float theta) {
-  rope_apply(dx, B, T, H, hd, theta, -1.0f);
+  Fp32Output dx32(dx, B * T * H * hd, Fp32Output::Contents::kKeep);
+  rope_apply(dx32.get(), B, T, H, hd, theta, -1.0f);
+  dx32.commit();
 }
 
 }  // namespace zt::cpu

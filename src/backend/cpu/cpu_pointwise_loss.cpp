@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/cpu_staging.h"
 #include "util/error.h"
 
 namespace zt::cpu {
@@ -28,17 +29,33 @@ void check_ids(const int32_t* ids, int64_t n, int64_t limit, const char* what) {
 
 // ---- SwiGLU ----
 // Forward: h = silu(a)·u, silu(a) = a / (1 + exp(−a)) (PyTorch's form).
-void CpuBackend::swiglu_forward(float* h, const float* gate, const float* up, int64_t n) {
+void CpuBackend::swiglu_forward(TensorView h_view, ConstTensorView gate_view,
+                                ConstTensorView up_view, int64_t n) {
+  const Fp32Input gate32(gate_view, n), up32(up_view, n);
+  Fp32Output h32(h_view, n, Fp32Output::Contents::kOverwrite);
+  const float* gate = gate32.get();
+  const float* up = up32.get();
+  float* h = h32.get();
 #pragma omp parallel for schedule(static) if (n > kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) {
     const float a = gate[i];
     h[i] = a / (1.0f + fast_expf(-a)) * up[i];
   }
+  h32.commit();
 }
 
 // Backward: σ = 1/(1 + exp(−a));  dgate = dh·u·σ·(1 + a·(1 − σ));  dup = dh·a·σ.
-void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                                 const float* up, int64_t n) {
+void CpuBackend::swiglu_backward(TensorView dgate_view, TensorView dup_view,
+                                 ConstTensorView dh_view, ConstTensorView gate_view,
+                                 ConstTensorView up_view, int64_t n) {
+  const Fp32Input dh32(dh_view, n), gate32(gate_view, n), up32(up_view, n);
+  Fp32Output dgate32(dgate_view, n, Fp32Output::Contents::kOverwrite),
+      dup32(dup_view, n, Fp32Output::Contents::kOverwrite);
+  const float* dh = dh32.get();
+  const float* gate = gate32.get();
+  const float* up = up32.get();
+  float* dgate = dgate32.get();
+  float* dup = dup32.get();
 #pragma omp parallel for schedule(static) if (n > kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) {
     const float a = gate[i];
@@ -47,18 +64,33 @@ void CpuBackend::swiglu_backward(float* dgate, float* dup, const float* dh, cons
     dgate[i] = g * up[i] * sigma * (1.0f + a * (1.0f - sigma));
     dup[i] = g * (a * sigma);
   }
+  dgate32.commit();
+  dup32.commit();
 }
 
 // ---- token embedding ----
 // Forward: x[i] = table[tokens[i]].
-void CpuBackend::embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
-                                   int64_t D) {
+// Rows are copied in the table's type, or converted (bf16 → fp32 exactly, fp32 → bf16 rounded)
+// one row at a time: a bf16 table is never widened as a whole.
+void CpuBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table,
+                                   int64_t n, int64_t D) {
   // The vocabulary size is not passed; ids are only checked for sign here.
   check_ids(tokens, n, INT32_MAX, "embedding: token id");
+  ZT_CHECK(is_activation_dtype(x.dtype) && is_activation_dtype(table.dtype),
+           "embedding_forward: unsupported tensor storage");
 #pragma omp parallel for schedule(static) if (n * D > kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(x + i * D, table + static_cast<int64_t>(tokens[i]) * D,
-                static_cast<size_t>(D) * sizeof(float));
+    const ConstTensorView src = table.at(static_cast<int64_t>(tokens[i]) * D);
+    const TensorView dst = x.at(i * D);
+    if (src.dtype == dst.dtype) {
+      std::memcpy(dst.data, src.data, view_bytes(src, D));
+    } else if (src.is_f32()) {
+      for (int64_t d = 0; d < D; ++d)
+        static_cast<bf16_t*>(dst.data)[d] = float_to_bf16(static_cast<const float*>(src.data)[d]);
+    } else {
+      for (int64_t d = 0; d < D; ++d)
+        static_cast<float*>(dst.data)[d] = bf16_to_float(static_cast<const bf16_t*>(src.data)[d]);
+    }
   }
 }
 
@@ -66,9 +98,11 @@ void CpuBackend::embedding_forward(float* x, const int32_t* tokens, const float*
 // order) and added once, so a call contributes one float per element — as its GEMMs do to dW,
 // and as PyTorch adds a micro-batch's gradient into .grad. Positions are grouped by id (stable
 // sort); threads own ids, so every element's order is fixed whatever the thread count.
-void CpuBackend::embedding_backward(float* dtable, const float* dx, const int32_t* tokens,
+void CpuBackend::embedding_backward(float* dtable, ConstTensorView dx_view, const int32_t* tokens,
                                     int64_t n, int64_t D) {
   check_ids(tokens, n, INT32_MAX, "embedding: token id");
+  const Fp32Input dx32(dx_view, n * D);
+  const float* dx = dx32.get();
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -99,9 +133,17 @@ void CpuBackend::embedding_backward(float* dtable, const float* dx, const int32_
 // losses[m] = lse_m − logits[m, t_m] with lse_m = max + log Σ_j exp(logits[m,j] − max);
 // dlogits[m, j] = (exp(logits[m,j] − max)/Σ − [j = t_m]) · grad_scale, written in place when
 // dlogits aliases logits (the target logit is read before its row is overwritten).
-void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
+void CpuBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTensorView logits_view,
                                const int32_t* targets, int64_t M, int64_t V, float grad_scale) {
   check_ids(targets, M, V, "cross_entropy: target");
+  ZT_CHECK(!dlogits_view || dlogits_view.data != logits_view.data ||
+               dlogits_view.dtype == logits_view.dtype,
+           "cross_entropy: dlogits aliases logits in another storage type");
+  // A bf16 logits row is widened before its dlogits (which may alias it) are stored.
+  const Fp32Input logits32(logits_view, M * V);
+  Fp32Output dlogits32(dlogits_view, M * V, Fp32Output::Contents::kOverwrite);
+  const float* logits = logits32.get();
+  float* dlogits = dlogits32.get();
 #pragma omp parallel for schedule(static) if (M * V > kParallelMinElements)
   for (int64_t m = 0; m < M; ++m) {
     const float* row = logits + m * V;
@@ -123,6 +165,7 @@ void CpuBackend::cross_entropy(float* losses, float* dlogits, const float* logit
     losses[m] = static_cast<float>(static_cast<double>(row_max) + std::log(sum) -
                                    static_cast<double>(target_logit));
   }
+  dlogits32.commit();
 }
 
 }  // namespace zt::cpu

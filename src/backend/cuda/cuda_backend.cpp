@@ -146,10 +146,31 @@ const CudaBackendOptions& CudaBackend::options() const {
   return state_->options;
 }
 
+namespace {
+// The CUDA kernels store activations in fp32 only, so far: a bf16 view is refused, naming the op.
+float* fp32_only(TensorView v, const char* what) {
+  ZT_CHECK(!v || v.is_f32(), std::string("CUDA backend: ") + what + " is stored in " +
+                                 dtype_name(v.dtype) +
+                                 "; its kernels read and write float32 activations only (run "
+                                 "with --activations fp32)");
+  return static_cast<float*>(v.data);
+}
+const float* fp32_only(ConstTensorView v, const char* what) {
+  ZT_CHECK(!v || v.is_f32(), std::string("CUDA backend: ") + what + " is stored in " +
+                                 dtype_name(v.dtype) +
+                                 "; its kernels read and write float32 activations only (run "
+                                 "with --activations fp32)");
+  return static_cast<const float*>(v.data);
+}
+}  // namespace
+
 // ---- linear layer (row-major mapping: cuda_gemm.h) ----
 // y[M,N] = x[M,K]·w[N,K]ᵀ
-void CudaBackend::matmul_forward(float* y, const float* x, const float* w, int64_t M, int64_t N,
-                                 int64_t K) {
+void CudaBackend::matmul_forward(TensorView y_view, ConstTensorView x_view, ConstTensorView w_view,
+                                 int64_t M, int64_t N, int64_t K) {
+  float* y = fp32_only(y_view, "matmul_forward y");
+  const float* x = fp32_only(x_view, "matmul_forward x");
+  const float* w = fp32_only(w_view, "matmul_forward w");
   RowMajorGemm g;
   g.transpose_b = true;
   g.rows = M, g.cols = N, g.inner = K;
@@ -158,9 +179,13 @@ void CudaBackend::matmul_forward(float* y, const float* x, const float* w, int64
 }
 
 // dx[M,K] (= or +=) dy[M,N]·w[N,K];  dw[N,K] += dy[M,N]ᵀ·x[M,K]
-void CudaBackend::matmul_backward(float* dx, float* dw, const float* dy, const float* x,
-                                  const float* w, int64_t M, int64_t N, int64_t K,
-                                  bool accumulate_dx) {
+void CudaBackend::matmul_backward(TensorView dx_view, float* dw, ConstTensorView dy_view,
+                                  ConstTensorView x_view, ConstTensorView w_view, int64_t M,
+                                  int64_t N, int64_t K, bool accumulate_dx) {
+  float* dx = fp32_only(dx_view, "matmul_backward dx");
+  const float* dy = fp32_only(dy_view, "matmul_backward dy");
+  const float* x = fp32_only(x_view, "matmul_backward x");
+  const float* w = fp32_only(w_view, "matmul_backward w");
   if (dx) {
     RowMajorGemm g;
     g.rows = M, g.cols = K, g.inner = N, g.beta = accumulate_dx ? 1.0f : 0.0f;
@@ -177,13 +202,21 @@ void CudaBackend::matmul_backward(float* dx, float* dw, const float* dy, const f
 }
 
 // ---- RMSNorm ----
-void CudaBackend::rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
-                                  int64_t D, float eps) {
+void CudaBackend::rmsnorm_forward(TensorView y_view, float* rstd, ConstTensorView x_view,
+                                  ConstTensorView g_view, int64_t M, int64_t D, float eps) {
+  float* y = fp32_only(y_view, "rmsnorm_forward y");
+  const float* x = fp32_only(x_view, "rmsnorm_forward x");
+  const float* g = fp32_only(g_view, "rmsnorm_forward g");
   launch_rmsnorm_forward(y, rstd, x, g, M, D, eps, state_->stream);
 }
 
-void CudaBackend::rmsnorm_backward(float* dx, float* dg, const float* dy, const float* x,
-                                   const float* g, const float* rstd, int64_t M, int64_t D) {
+void CudaBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView dy_view,
+                                   ConstTensorView x_view, ConstTensorView g_view,
+                                   const float* rstd, int64_t M, int64_t D) {
+  float* dx = fp32_only(dx_view, "rmsnorm_backward dx");
+  const float* dy = fp32_only(dy_view, "rmsnorm_backward dy");
+  const float* x = fp32_only(x_view, "rmsnorm_backward x");
+  const float* g = fp32_only(g_view, "rmsnorm_backward g");
   if (dx) launch_rmsnorm_backward_dx(dx, dy, x, g, rstd, M, D, state_->stream);
   if (dg && M > 0 && D > 0) {
     const ArenaScope scope(*state_->arena);
@@ -225,21 +258,28 @@ const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64
 
 }  // namespace
 
-void CudaBackend::rope_forward(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta) {
+void CudaBackend::rope_forward(TensorView x_view, int64_t B, int64_t T, int64_t H, int64_t hd,
+                               float theta) {
+  float* x = fp32_only(x_view, "rope_forward x");
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, theta);
   launch_rope(x, table.cos, table.sin, B, T, H, hd, 1.0f, state_->stream);
 }
 
-void CudaBackend::rope_backward(float* dx, int64_t B, int64_t T, int64_t H, int64_t hd,
+void CudaBackend::rope_backward(TensorView dx_view, int64_t B, int64_t T, int64_t H, int64_t hd,
                                 float theta) {
+  float* dx = fp32_only(dx_view, "rope_backward dx");
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, theta);
   launch_rope(dx, table.cos, table.sin, B, T, H, hd, -1.0f, state_->stream);
 }
 
 // ---- attention (cudnn_attention.cpp when fused, else cuda_attention.cpp) ----
-void CudaBackend::attention_forward(float* out, float* lse, const float* q, const float* k,
-                                    const float* v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                                    int64_t hd) {
+void CudaBackend::attention_forward(TensorView out_view, float* lse, ConstTensorView q_view,
+                                    ConstTensorView k_view, ConstTensorView v_view, int64_t B,
+                                    int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
+  float* out = fp32_only(out_view, "attention_forward out");
+  const float* q = fp32_only(q_view, "attention_forward q");
+  const float* k = fp32_only(k_view, "attention_forward k");
+  const float* v = fp32_only(v_view, "attention_forward v");
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
     state_->fused_attention->forward(*state_->arena, out, lse, q, k, v, {B, T, H, Hkv, hd});
@@ -250,10 +290,19 @@ void CudaBackend::attention_forward(float* out, float* lse, const float* q, cons
                           {B, T, H, Hkv, hd});
 }
 
-void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                                     const float* q, const float* k, const float* v,
-                                     const float* out, const float* lse, int64_t B, int64_t T,
-                                     int64_t H, int64_t Hkv, int64_t hd) {
+void CudaBackend::attention_backward(TensorView dq_view, TensorView dk_view, TensorView dv_view,
+                                     ConstTensorView dout_view, ConstTensorView q_view,
+                                     ConstTensorView k_view, ConstTensorView v_view,
+                                     ConstTensorView out_view, const float* lse, int64_t B,
+                                     int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
+  float* dq = fp32_only(dq_view, "attention_backward dq");
+  float* dk = fp32_only(dk_view, "attention_backward dk");
+  float* dv = fp32_only(dv_view, "attention_backward dv");
+  const float* dout = fp32_only(dout_view, "attention_backward dout");
+  const float* q = fp32_only(q_view, "attention_backward q");
+  const float* k = fp32_only(k_view, "attention_backward k");
+  const float* v = fp32_only(v_view, "attention_backward v");
+  const float* out = fp32_only(out_view, "attention_backward out");
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
     state_->fused_attention->backward(*state_->arena, dq, dk, dv, dout, q, k, v, out, lse,
@@ -266,27 +315,42 @@ void CudaBackend::attention_backward(float* dq, float* dk, float* dv, const floa
 }
 
 // ---- SwiGLU, embedding, cross-entropy (cuda_pointwise.cu) ----
-void CudaBackend::swiglu_forward(float* h, const float* gate, const float* up, int64_t n) {
+void CudaBackend::swiglu_forward(TensorView h_view, ConstTensorView gate_view,
+                                 ConstTensorView up_view, int64_t n) {
+  float* h = fp32_only(h_view, "swiglu_forward h");
+  const float* gate = fp32_only(gate_view, "swiglu_forward gate");
+  const float* up = fp32_only(up_view, "swiglu_forward up");
   launch_swiglu_forward(h, gate, up, n, state_->stream);
 }
 
-void CudaBackend::swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                                  const float* up, int64_t n) {
+void CudaBackend::swiglu_backward(TensorView dgate_view, TensorView dup_view,
+                                  ConstTensorView dh_view, ConstTensorView gate_view,
+                                  ConstTensorView up_view, int64_t n) {
+  float* dgate = fp32_only(dgate_view, "swiglu_backward dgate");
+  float* dup = fp32_only(dup_view, "swiglu_backward dup");
+  const float* dh = fp32_only(dh_view, "swiglu_backward dh");
+  const float* gate = fp32_only(gate_view, "swiglu_backward gate");
+  const float* up = fp32_only(up_view, "swiglu_backward up");
   launch_swiglu_backward(dgate, dup, dh, gate, up, n, state_->stream);
 }
 
-void CudaBackend::embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
-                                    int64_t D) {
+void CudaBackend::embedding_forward(TensorView x_view, const int32_t* tokens,
+                                    ConstTensorView table_view, int64_t n, int64_t D) {
+  float* x = fp32_only(x_view, "embedding_forward x");
+  const float* table = fp32_only(table_view, "embedding_forward table");
   launch_embedding_forward(x, tokens, table, n, D, state_->stream);
 }
 
-void CudaBackend::embedding_backward(float* dtable, const float* dx, const int32_t* tokens,
+void CudaBackend::embedding_backward(float* dtable, ConstTensorView dx_view, const int32_t* tokens,
                                      int64_t n, int64_t D) {
+  const float* dx = fp32_only(dx_view, "embedding_backward dx");
   launch_embedding_backward(dtable, dx, tokens, n, D, state_->stream);
 }
 
-void CudaBackend::cross_entropy(float* losses, float* dlogits, const float* logits,
+void CudaBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTensorView logits_view,
                                 const int32_t* targets, int64_t M, int64_t V, float grad_scale) {
+  float* dlogits = fp32_only(dlogits_view, "cross_entropy dlogits");
+  const float* logits = fp32_only(logits_view, "cross_entropy logits");
   launch_cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, state_->stream);
 }
 
@@ -316,7 +380,9 @@ void CudaBackend::sum_squares_to(double* out, const float* x, int64_t n) {
 }
 
 // ---- elementwise helpers ----
-void CudaBackend::add_inplace(float* y, const float* x, int64_t n) {
+void CudaBackend::add_inplace(TensorView y_view, ConstTensorView x_view, int64_t n) {
+  float* y = fp32_only(y_view, "add_inplace y");
+  const float* x = fp32_only(x_view, "add_inplace x");
   launch_add(y, x, n, state_->stream);
 }
 
@@ -324,9 +390,8 @@ void CudaBackend::scale_inplace(float* y, float s, int64_t n) {
   launch_scale(y, s, n, state_->stream);
 }
 
-void CudaBackend::zero(float* y, int64_t n) {
-  if (n > 0)
-    ZT_CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<size_t>(n) * sizeof(float), state_->stream));
+void CudaBackend::zero(TensorView y, int64_t n) {
+  if (n > 0) ZT_CUDA_CHECK(cudaMemsetAsync(y.data, 0, view_bytes(y, n), state_->stream));
 }
 
 DeviceMemory& CudaBackend::device_memory() {

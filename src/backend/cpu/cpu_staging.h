@@ -1,0 +1,64 @@
+// How the CPU backend honours the storage types of backend.h: its kernels compute in fp32, so a
+// bf16 input is widened into an fp32 copy first and an fp32 result is rounded once into a bf16
+// output after. fp32 views pass straight through (no copy, nothing rounded), so an all-fp32 run
+// computes exactly as it did before views existed. The copies live only for one op.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "util/bf16.h"
+#include "util/tensor_view.h"
+
+namespace zt::cpu {
+
+// An input as fp32: the view itself, or a widened copy of its bf16 values (exact).
+class Fp32Input {
+ public:
+  Fp32Input(ConstTensorView v, int64_t n) {
+    if (v.data == nullptr || v.is_f32()) {
+      data_ = static_cast<const float*>(v.data);
+      return;
+    }
+    ZT_CHECK(v.dtype == DType::kBf16,
+             std::string("cpu backend: unsupported tensor storage ") + dtype_name(v.dtype));
+    copy_.resize(static_cast<size_t>(n));
+    bf16_to_floats(static_cast<const bf16_t*>(v.data), copy_.data(), copy_.size());
+    data_ = copy_.data();
+  }
+  const float* get() const { return data_; }
+
+ private:
+  const float* data_ = nullptr;
+  std::vector<float> copy_;
+};
+
+// An output as fp32. kKeep: the kernel reads the current values (+= or in place); kOverwrite: it
+// writes every element. commit() rounds the fp32 result into a bf16 view (a no-op for fp32).
+class Fp32Output {
+ public:
+  enum class Contents { kOverwrite, kKeep };
+  Fp32Output(TensorView v, int64_t n, Contents contents) : view_(v) {
+    if (v.data == nullptr || v.is_f32()) {
+      data_ = static_cast<float*>(v.data);
+      return;
+    }
+    ZT_CHECK(v.dtype == DType::kBf16,
+             std::string("cpu backend: unsupported tensor storage ") + dtype_name(v.dtype));
+    copy_.resize(static_cast<size_t>(n));
+    if (contents == Contents::kKeep)
+      bf16_to_floats(static_cast<const bf16_t*>(v.data), copy_.data(), copy_.size());
+    data_ = copy_.data();
+  }
+  float* get() const { return data_; }
+  void commit() {
+    if (!copy_.empty())
+      floats_to_bf16(copy_.data(), static_cast<bf16_t*>(view_.data), copy_.size());
+  }
+
+ private:
+  TensorView view_;
+  float* data_ = nullptr;
+  std::vector<float> copy_;
+};
+
+}  // namespace zt::cpu

@@ -1,0 +1,76 @@
+// A pointer to a tensor's first element together with its storage type: how the backend contract
+// (backend/backend.h) passes activations and working parameters, which may be stored in fp32 or
+// in bf16. Statistics, gradients of parameters and optimizer state stay plain float pointers.
+// A view converts implicitly from float* (fp32) and bf16_t* (bf16), and from nullptr (no
+// tensor), so code that has fp32 buffers passes them as before.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "util/bf16.h"
+#include "util/dtype.h"
+#include "util/error.h"
+
+namespace zt {
+
+// The storage types an activation or a working parameter may have.
+inline bool is_activation_dtype(DType d) {
+  return d == DType::kFloat32 || d == DType::kBf16;
+}
+
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+
+  TensorView() = default;
+  TensorView(std::nullptr_t) {}                              // NOLINT(google-explicit-constructor)
+  TensorView(float* p) : data(p), dtype(DType::kFloat32) {}  // NOLINT
+  TensorView(bf16_t* p) : data(p), dtype(DType::kBf16) {}    // NOLINT
+  TensorView(void* p, DType d) : data(p), dtype(d) {}
+
+  explicit operator bool() const { return data != nullptr; }
+  bool is_f32() const { return dtype == DType::kFloat32; }
+  // The element `elements` further on, same type.
+  TensorView at(int64_t elements) const {
+    return {static_cast<std::byte*>(data) + elements * static_cast<int64_t>(dtype_size(dtype)),
+            dtype};
+  }
+  // The fp32 pointer; a zt::Error naming `what` when the tensor is stored in another type.
+  float* f32(const char* what) const {
+    ZT_CHECK(data == nullptr || is_f32(),
+             std::string(what) + ": expected a float32 tensor, got " + dtype_name(dtype));
+    return static_cast<float*>(data);
+  }
+};
+
+struct ConstTensorView {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;
+
+  ConstTensorView() = default;
+  ConstTensorView(std::nullptr_t) {}                                    // NOLINT
+  ConstTensorView(const float* p) : data(p), dtype(DType::kFloat32) {}  // NOLINT
+  ConstTensorView(const bf16_t* p) : data(p), dtype(DType::kBf16) {}    // NOLINT
+  ConstTensorView(TensorView v) : data(v.data), dtype(v.dtype) {}       // NOLINT
+  ConstTensorView(const void* p, DType d) : data(p), dtype(d) {}
+
+  explicit operator bool() const { return data != nullptr; }
+  bool is_f32() const { return dtype == DType::kFloat32; }
+  ConstTensorView at(int64_t elements) const {
+    return {
+        static_cast<const std::byte*>(data) + elements * static_cast<int64_t>(dtype_size(dtype)),
+        dtype};
+  }
+  const float* f32(const char* what) const {
+    ZT_CHECK(data == nullptr || is_f32(),
+             std::string(what) + ": expected a float32 tensor, got " + dtype_name(dtype));
+    return static_cast<const float*>(data);
+  }
+};
+
+// Bytes of n elements of the view's type.
+inline size_t view_bytes(ConstTensorView v, int64_t n) {
+  return static_cast<size_t>(n) * dtype_size(v.dtype);
+}
+
+}  // namespace zt
