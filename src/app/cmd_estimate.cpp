@@ -212,7 +212,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                " GiB per device: " + c.label + " (" + gib(c.estimate.device_total()) +
                " GiB per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
                " --activation-checkpointing " + activation_checkpointing_name(c.ac) +
-               offload_flags(c.offload) + ")\n";
+               (storage == DType::kBf16 ? " --activations bf16" : "") + offload_flags(c.offload) +
+               ")\n";
     } else {
       out["recommendation"] = nullptr;
       advice = "nothing fits in " + gib(static_cast<double>(device_bytes)) +

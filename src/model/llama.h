@@ -9,8 +9,9 @@
 // Activation storage (docs/ARCHITECTURE.md §2): the activations, their gradients and the logits
 // are stored in the model's activation type, fp32 or bf16; the softmax and norm statistics (lse,
 // rstd) and the per-token losses are always fp32. With bf16 every op rounds its output once
-// (backend.h), so bf16 storage halves the arena and the math is that of a bf16 PyTorch model whose
-// ops compute in fp32.
+// (backend.h), so bf16 storage halves the arena; the math is that of a model whose activations are
+// bf16 tensors and whose ops compute in fp32 and round where backend.h says (the oracle test's
+// reference is written to those rounding points; PyTorch autograd rounds some gradients more).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -81,7 +81,8 @@ nlohmann::json estimate_for(const RunData& r) {
     const MemoryEstimate e = estimate_memory(
         model, r.run.at("world_size").get<int>(), zero,
         parse_precision(c.value("precision", "bf16")), c.at("micro_batch").get<int64_t>(),
-        c.at("seq_len").get<int64_t>(), ac, offload, c.value("grad_accum", int64_t{1}));
+        c.at("seq_len").get<int64_t>(), ac, offload, c.value("grad_accum", int64_t{1}),
+        c.value("activations", std::string("fp32")) == "bf16" ? DType::kBf16 : DType::kFloat32);
     return {{"params", e.params},
             {"grads", e.grads},
             {"optimizer", e.optimizer},

@@ -31,7 +31,9 @@ struct TensorView {
   explicit operator bool() const { return data != nullptr; }
   bool is_f32() const { return dtype == DType::kFloat32; }
   // The element `elements` further on, same type.
+  // A null view stays null.
   TensorView at(int64_t elements) const {
+    if (data == nullptr) return {nullptr, dtype};
     return {static_cast<std::byte*>(data) + elements * static_cast<int64_t>(dtype_size(dtype)),
             dtype};
   }
@@ -57,6 +59,7 @@ struct ConstTensorView {
   explicit operator bool() const { return data != nullptr; }
   bool is_f32() const { return dtype == DType::kFloat32; }
   ConstTensorView at(int64_t elements) const {
+    if (data == nullptr) return {nullptr, dtype};
     return {
         static_cast<const std::byte*>(data) + elements * static_cast<int64_t>(dtype_size(dtype)),
         dtype};

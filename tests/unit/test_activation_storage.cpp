@@ -161,6 +161,7 @@ TEST(ActivationStorage, EveryOpRoundsItsOutputOnce) {
 
 struct StorageRun {
   std::vector<float> losses;
+  std::vector<std::vector<float>> grads;  // per group
   int64_t activation_bytes = 0;
 };
 
@@ -191,6 +192,7 @@ StorageRun train_one(const ModelConfig& c, int64_t B, int64_t T, DType storage) 
   }
   StorageRun run;
   run.losses.assign(model.token_losses(), model.token_losses() + B * T);
+  run.grads = grads;
   run.activation_bytes = static_cast<int64_t>(memory.current(MemCategory::kActivations));
   return run;
 }
@@ -217,6 +219,7 @@ TEST(ActivationStorage, Bf16TrainingIsDeterministicAndNearFp32) {
   const StorageRun a = train_one(c, 2, 16, DType::kBf16);
   const StorageRun b = train_one(c, 2, 16, DType::kBf16);
   EXPECT_EQ(a.losses, b.losses) << "bf16 storage must be deterministic";
+  EXPECT_EQ(a.grads, b.grads) << "bf16 storage's backward must be deterministic";
   const StorageRun f = train_one(c, 2, 16, DType::kFloat32);
   double sa = 0, sf = 0;
   for (size_t i = 0; i < a.losses.size(); ++i) sa += a.losses[i], sf += f.losses[i];
