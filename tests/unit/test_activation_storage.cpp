@@ -165,10 +165,11 @@ struct StorageRun {
   int64_t activation_bytes = 0;
 };
 
-StorageRun train_one(const ModelConfig& c, int64_t B, int64_t T, DType storage) {
+StorageRun train_one(const ModelConfig& c, int64_t B, int64_t T, DType storage,
+                     ActivationCheckpointing ac = {}) {
   auto be = make_cpu_backend();
   MemoryTracker memory;
-  LlamaModel model(c, *be, memory, B, T, {}, 0, storage);
+  LlamaModel model(c, *be, memory, B, T, ac, 0, storage);
   const ParamLayout& layout = model.layout();
   std::vector<std::vector<float>> params(layout.num_groups());
   for (int g = 0; g < layout.num_groups(); ++g) {
@@ -226,6 +227,21 @@ TEST(ActivationStorage, Bf16TrainingIsDeterministicAndNearFp32) {
   // Guards gross mistakes only: the oracle test measures the real agreement (about 1e-5).
   EXPECT_NEAR(sa / sf, 1.0, 1e-2);
   EXPECT_NE(a.losses, f.losses) << "bf16 storage rounded nothing";
+}
+
+// Checkpointed layers recompute their bf16 activations from the kept (bf16) input: the same
+// ops on the same stored values, so the same bits, whether the input stays on the device or goes
+// to the host pool and back.
+TEST(ActivationStorage, Bf16CheckpointingRecomputesTheSameBits) {
+  const ModelConfig c = preset_config("tiny");
+  const StorageRun plain = train_one(c, 2, 16, DType::kBf16);
+  for (const ActivationCheckpointing ac :
+       {ActivationCheckpointing{1, false}, ActivationCheckpointing{1, true},
+        ActivationCheckpointing{2, true}}) {
+    const StorageRun ckpt = train_one(c, 2, 16, DType::kBf16, ac);
+    EXPECT_EQ(ckpt.losses, plain.losses) << "every " << ac.every << " on_host " << ac.on_host;
+    EXPECT_EQ(ckpt.grads, plain.grads) << "every " << ac.every << " on_host " << ac.on_host;
+  }
 }
 
 }  // namespace
