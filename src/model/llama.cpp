@@ -356,16 +356,7 @@ std::vector<float> LlamaModel::logits() const {
   ZT_CHECK(head_chunks() == 1, "LlamaModel::logits(): the head runs in " +
                                    std::to_string(head_chunks()) +
                                    " chunks; only one chunk keeps every logit");
-  const int64_t n = M_ * config_.vocab_size;
-  std::vector<float> out(static_cast<size_t>(n));
-  if (storage_ == DType::kFloat32) {
-    be_.device_memory().to_host(out.data(), t_.logits.data, view_bytes(t_.logits, n));
-  } else {
-    std::vector<bf16_t> stored(static_cast<size_t>(n));
-    be_.device_memory().to_host(stored.data(), t_.logits.data, view_bytes(t_.logits, n));
-    bf16_to_floats(stored.data(), out.data(), stored.size());
-  }
-  return out;
+  return widened_to_host(be_.device_memory(), t_.logits, M_ * config_.vocab_size);
 }
 
 }  // namespace zt

@@ -6,10 +6,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "util/bf16.h"
 #include "util/dtype.h"
 #include "util/error.h"
+#include "util/memory.h"
 
 namespace zt {
 
@@ -74,6 +76,19 @@ struct ConstTensorView {
 // Bytes of n elements of the view's type.
 inline size_t view_bytes(ConstTensorView v, int64_t n) {
   return static_cast<size_t>(n) * dtype_size(v.dtype);
+}
+
+// n elements of a view in `memory`, copied to the host and widened to fp32 (exact for bf16).
+inline std::vector<float> widened_to_host(DeviceMemory& memory, ConstTensorView v, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (v.is_f32()) {
+    memory.to_host(out.data(), v.data, view_bytes(v, n));
+  } else {
+    std::vector<bf16_t> stored(static_cast<size_t>(n));
+    memory.to_host(stored.data(), v.data, view_bytes(v, n));
+    bf16_to_floats(stored.data(), out.data(), stored.size());
+  }
+  return out;
 }
 
 }  // namespace zt

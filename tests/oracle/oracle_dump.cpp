@@ -138,18 +138,6 @@ struct GradPass {
   std::vector<std::pair<std::string, std::pair<std::vector<int64_t>, std::vector<float>>>> acts;
 };
 
-std::vector<float> widened(Backend& backend, ConstTensorView v, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
-  if (v.is_f32()) {
-    backend.device_memory().to_host(out.data(), v.data, view_bytes(v, n));
-  } else {
-    std::vector<bf16_t> stored(static_cast<size_t>(n));
-    backend.device_memory().to_host(stored.data(), v.data, view_bytes(v, n));
-    bf16_to_floats(stored.data(), out.data(), stored.size());
-  }
-  return out;
-}
-
 GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch& batch, int64_t B,
                            int64_t T, bool bf16_params, DType storage) {
   const ModelConfig& config = reader.config();
@@ -190,7 +178,7 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
   auto keep = [&](const std::string& name, ConstTensorView v, std::vector<int64_t> shape) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    pass.acts.push_back({name, {shape, widened(backend, v, n)}});
+    pass.acts.push_back({name, {shape, widened_to_host(backend.device_memory(), v, n)}});
   };
   for (int64_t l = 0; l < config.num_layers; ++l) {
     const LayerActivations& a = t.layers[static_cast<size_t>(l)];

@@ -85,11 +85,11 @@ void CpuBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTen
     if (src.dtype == dst.dtype) {
       std::memcpy(dst.data, src.data, view_bytes(src, D));
     } else if (src.is_f32()) {
-      for (int64_t d = 0; d < D; ++d)
-        static_cast<bf16_t*>(dst.data)[d] = float_to_bf16(static_cast<const float*>(src.data)[d]);
+      floats_to_bf16(static_cast<const float*>(src.data), static_cast<bf16_t*>(dst.data),
+                     static_cast<size_t>(D));
     } else {
-      for (int64_t d = 0; d < D; ++d)
-        static_cast<float*>(dst.data)[d] = bf16_to_float(static_cast<const bf16_t*>(src.data)[d]);
+      bf16_to_floats(static_cast<const bf16_t*>(src.data), static_cast<float*>(dst.data),
+                     static_cast<size_t>(D));
     }
   }
 }

@@ -11,16 +11,23 @@
 
 namespace zt::cpu {
 
+// Whether a view needs an fp32 copy: false for fp32 (or no tensor), true for bf16; any other
+// type is refused.
+inline bool needs_fp32_copy(ConstTensorView v) {
+  if (v.data == nullptr || v.is_f32()) return false;
+  ZT_CHECK(v.dtype == DType::kBf16,
+           std::string("cpu backend: unsupported tensor storage ") + dtype_name(v.dtype));
+  return true;
+}
+
 // An input as fp32: the view itself, or a widened copy of its bf16 values (exact).
 class Fp32Input {
  public:
   Fp32Input(ConstTensorView v, int64_t n) {
-    if (v.data == nullptr || v.is_f32()) {
+    if (!needs_fp32_copy(v)) {
       data_ = static_cast<const float*>(v.data);
       return;
     }
-    ZT_CHECK(v.dtype == DType::kBf16,
-             std::string("cpu backend: unsupported tensor storage ") + dtype_name(v.dtype));
     copy_.resize(static_cast<size_t>(n));
     bf16_to_floats(static_cast<const bf16_t*>(v.data), copy_.data(), copy_.size());
     data_ = copy_.data();
@@ -38,12 +45,10 @@ class Fp32Output {
  public:
   enum class Contents { kOverwrite, kKeep };
   Fp32Output(TensorView v, int64_t n, Contents contents) : view_(v) {
-    if (v.data == nullptr || v.is_f32()) {
+    if (!needs_fp32_copy(v)) {
       data_ = static_cast<float*>(v.data);
       return;
     }
-    ZT_CHECK(v.dtype == DType::kBf16,
-             std::string("cpu backend: unsupported tensor storage ") + dtype_name(v.dtype));
     copy_.resize(static_cast<size_t>(n));
     if (contents == Contents::kKeep)
       bf16_to_floats(static_cast<const bf16_t*>(v.data), copy_.data(), copy_.size());

@@ -148,19 +148,14 @@ const CudaBackendOptions& CudaBackend::options() const {
 
 namespace {
 // The CUDA kernels store activations in fp32 only, so far: a bf16 view is refused, naming the op.
-float* fp32_only(TensorView v, const char* what) {
+// View is TensorView (gives float*) or ConstTensorView (gives const float*).
+template <typename View>
+auto fp32_only(View v, const char* what) {
   ZT_CHECK(!v || v.is_f32(), std::string("CUDA backend: ") + what + " is stored in " +
                                  dtype_name(v.dtype) +
                                  "; its kernels read and write float32 activations only (run "
                                  "with --activations fp32)");
-  return static_cast<float*>(v.data);
-}
-const float* fp32_only(ConstTensorView v, const char* what) {
-  ZT_CHECK(!v || v.is_f32(), std::string("CUDA backend: ") + what + " is stored in " +
-                                 dtype_name(v.dtype) +
-                                 "; its kernels read and write float32 activations only (run "
-                                 "with --activations fp32)");
-  return static_cast<const float*>(v.data);
+  return v.f32(what);
 }
 }  // namespace
 
