@@ -30,14 +30,18 @@ import torch.nn.functional as F
 _SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 
 
-def run_zerotrain(args, data, out, attention):
-    """zerotrain's steady tokens/s (steps after the first) and peak device memory."""
+def run_zerotrain(args, data, out, row):
+    """zerotrain's steady tokens/s (steps after the first) and peak device memory. row is an
+    --attention value, optionally with "+bf16" for --activations bf16 (e.g. "fused+bf16")."""
+    attention, _, activations = row.partition("+")
     cmd = [args.zerotrain, "train", "--backend", args.backend, "--preset", args.preset,
            "--data", data, "--out", out, "--steps", str(args.steps),
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
            "--comm-timeout", "60", "--log-every", "1", "--seed", "1"] + args.zerotrain_arg
     if attention:
         cmd += ["--attention", attention]
+    if activations:
+        cmd += ["--activations", activations]
     print("zerotrain:", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, timeout=args.timeout)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
@@ -172,7 +176,8 @@ def main():
                    help="an extra argument for zerotrain train (repeat)")
     p.add_argument("--modes", default="eager,compile", help="PyTorch rows: eager, compile")
     p.add_argument("--attentions", default="",
-                   help="zerotrain rows, one per --attention value (e.g. gemm,fused); "
+                   help="zerotrain rows, one per --attention value, each optionally with "
+                        "+bf16 for --activations bf16 (e.g. gemm,fused,fused+bf16); "
                         "default: one row with zerotrain's default")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak per GPU")
     p.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),

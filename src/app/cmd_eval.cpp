@@ -70,7 +70,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);
   resolve_attention_request(o.attention, o.backend, kCommand);
-  resolve_activation_storage(o.activations, o.precision, o.backend, kCommand);
+  parse_activation_storage(o.activations, o.precision, kCommand);
   check_comm_timeout(o.comm_timeout, kCommand);
   return true;
 }
@@ -92,11 +92,12 @@ int run_eval(const EvalOptions& o) {
   ZeroConfig zero;
   zero.stage = 0;
   const Precision precision = parse_precision(o.precision);
-  const DType storage = resolve_activation_storage(o.activations, o.precision, o.backend, kCommand);
+  const DType storage = parse_activation_storage(o.activations, o.precision, kCommand);
   EngineDevice device = make_engine_device(
       o.backend, world, MPI_COMM_SELF,
       estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}, {}, 1, storage),
-      {resolve_attention_request(o.attention, o.backend, kCommand), attention_shape(config, B, T)},
+      {resolve_attention_request(o.attention, o.backend, kCommand), attention_shape(config, B, T),
+       storage},
       kCommand);
   MemoryTracker memory(device.backend->device_memory());
   ZeroEngine engine(config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self),

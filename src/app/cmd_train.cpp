@@ -131,8 +131,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
   in.precision = parse_precision(o.precision);
   in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
-  in.activation_storage =
-      resolve_activation_storage(o.activations, o.precision, o.backend, kCommand);
+  in.activation_storage = parse_activation_storage(o.activations, o.precision, kCommand);
   // --resume continues a run in its own (non-empty) --out; --overwrite replaces one.
   if (rank == 0) in.lock = std::make_unique<RunDirectoryLock>(o.out);
   if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
@@ -230,7 +229,7 @@ int run_training(TrainOptions o) {
       estimate_memory(config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac, offload,
                       o.grad_accum, in.activation_storage),
       {resolve_attention_request(o.attention, o.backend, kCommand),
-       attention_shape(config, o.micro_batch, o.seq_len)},
+       attention_shape(config, o.micro_batch, o.seq_len), in.activation_storage},
       kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones

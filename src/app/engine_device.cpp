@@ -47,17 +47,6 @@ DType parse_activation_storage(const std::string& activations, const std::string
   return DType::kBf16;
 }
 
-DType resolve_activation_storage(const std::string& activations, const std::string& precision,
-                                 const std::string& backend, const std::string& command) {
-  if (parse_activation_storage(activations, precision, command) == DType::kFloat32)
-    return DType::kFloat32;
-  ZT_CHECK(resolve_engine_backend(backend, command) != BackendKind::kCuda,
-           command +
-               ": --activations bf16 runs on the CPU backend only so far: the CUDA kernels "
-               "store fp32 activations (use --activations fp32, or --backend cpu)");
-  return DType::kBf16;
-}
-
 AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) {
   return {B, T, config.num_heads, config.num_kv_heads, config.head_dim()};
 }
@@ -78,9 +67,8 @@ cuda::CudaBackendOptions backend_options(int device, const AttentionSetup& atten
   const AttentionChoice choice = choose_attention(
       attention.request, fused_built, cuda_compute_capability_major(device), s.H, s.Hkv, s.hd);
   options.attention = choice.kernel;
-  if (choice.kernel == AttentionKernel::kFused)
-    options.attention_scratch_bytes = std::max(
-        options.attention_scratch_bytes, fused_attention_scratch_bytes(s, cuda::kArenaAlignment));
+  options.attention_scratch_bytes = attention_scratch_bytes(
+      s, choice.kernel, attention.storage, options.attention_scratch_bytes, cuda::kArenaAlignment);
   summary += ", attention " + choice.why;
   return options;
 }

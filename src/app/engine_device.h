@@ -39,17 +39,16 @@ AttentionRequest resolve_attention_request(const std::string& attention, const s
                                            const std::string& command);
 
 // --activations: kFloat32 or kBf16; bf16 refused (naming `command`) with a precision other than
-// bf16. resolve_ also refuses it on the CUDA backend, whose kernels store fp32. Not collective.
+// bf16. Both backends store either. Not collective.
 DType parse_activation_storage(const std::string& activations, const std::string& precision,
                                const std::string& command);
-DType resolve_activation_storage(const std::string& activations, const std::string& precision,
-                                 const std::string& backend, const std::string& command);
 
 // The micro-batch's attention and what was asked for it; the CUDA backend resolves the request
 // with choose_attention on its GPU and sizes the attention scratch for the fused path.
 struct AttentionSetup {
   AttentionRequest request = AttentionRequest::kGemm;
   AttentionShape shape;
+  DType storage = DType::kFloat32;  // the activations' (--activations)
 };
 
 // The attention of one micro-batch [B, T] of `config`.

@@ -71,7 +71,7 @@ void validate_settings(const TrainOptions& o) {
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
   resolve_attention_request(o.attention, o.backend, kCommand);
-  resolve_activation_storage(o.activations, o.precision, o.backend, kCommand);
+  parse_activation_storage(o.activations, o.precision, kCommand);
   parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.offload.resolved().validate(o.zero.stage);

@@ -1,5 +1,6 @@
 #include "backend/attention_choice.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "util/error.h"
@@ -99,23 +100,35 @@ std::string describe(const SdpaGraphKey& key) {
   return std::string(key.backward ? "backward" : "forward") + " " + describe(key.shape);
 }
 
-size_t fused_attention_staging_bytes(const AttentionShape& s, bool backward, size_t alignment) {
-  const std::string what = "fused attention staging (" + describe(s) + ")";
+size_t attention_staging_bytes(const AttentionShape& s, AttentionKernel kernel, DType storage,
+                               bool backward, size_t alignment) {
+  const std::string what = std::string(kernel == AttentionKernel::kFused ? "fused" : "gemm") +
+                           " attention staging (" + describe(s) + ", " + dtype_name(storage) + ")";
   check_shape(s, what);
+  ZT_CHECK(storage == DType::kFloat32 || storage == DType::kBf16,
+           what + ": activations are stored in float32 or bfloat16");
+  const bool tensors_staged = (kernel == AttentionKernel::kFused) == (storage == DType::kFloat32);
   const int64_t q_like = s.B * s.T * s.H * s.hd, kv_like = s.B * s.T * s.Hkv * s.hd;
-  const size_t q_block = aligned_block(q_like, 2, alignment, what);
-  const size_t kv_block = aligned_block(kv_like, 2, alignment, what);
-  const size_t stats_block = aligned_block(s.B * s.H * s.T, 4, alignment, what);
+  // The staged copies have the type the kernels compute in: bf16 for cuDNN, fp32 for the GEMMs.
+  const size_t element = kernel == AttentionKernel::kFused ? 2 : 4;
+  const size_t q_block = aligned_block(q_like, element, alignment, what);
+  const size_t kv_block = aligned_block(kv_like, element, alignment, what);
+  const size_t stats_block =
+      kernel == AttentionKernel::kFused ? aligned_block(s.B * s.H * s.T, 4, alignment, what) : 0;
   // forward: q, out (q-like) and k, v; backward adds dout, dq (q-like) and dk, dv.
-  const size_t q_blocks = backward ? 4 : 2, kv_blocks = backward ? 4 : 2;
+  const size_t q_blocks = tensors_staged ? (backward ? 4 : 2) : 0;
+  const size_t kv_blocks = q_blocks;
   ZT_CHECK(q_block <= std::numeric_limits<size_t>::max() / 8 &&
                kv_block <= std::numeric_limits<size_t>::max() / 8,
            what + ": byte count overflows");
   return add_bytes(add_bytes(q_blocks * q_block, kv_blocks * kv_block, what), stats_block, what);
 }
 
-size_t fused_attention_scratch_bytes(const AttentionShape& s, size_t alignment) {
-  return fused_attention_staging_bytes(s, true, alignment);
+size_t attention_scratch_bytes(const AttentionShape& s, AttentionKernel kernel, DType storage,
+                               size_t score_bytes, size_t alignment) {
+  const size_t staging = attention_staging_bytes(s, kernel, storage, true, alignment);
+  if (kernel == AttentionKernel::kFused) return std::max(score_bytes, staging);
+  return add_bytes(staging, score_bytes, "gemm attention scratch (" + describe(s) + ")");
 }
 
 void check_fused_attention_fits(const SdpaGraphKey& key, size_t staging, size_t available) {

@@ -18,6 +18,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "util/dtype.h"
+
 namespace zt {
 
 enum class AttentionRequest { kGemm, kFused, kAuto };
@@ -84,14 +86,23 @@ class BuildOnceCache {
   int64_t builds_ = 0;
 };
 
-// The fused kernels read and write bf16; while activations are stored in fp32 the backend stages
-// them through its attention scratch: forward q, k, v, out; backward q, k, v, out, dout, dq, dk,
-// dv (each bf16), and the fp32 statistics [B,H,T] in both (aligned for cuDNN); each block aligned
-// to `alignment`. cuDNN's own workspace is not in the scratch (CudnnAttention holds it).
-size_t fused_attention_staging_bytes(const AttentionShape& shape, bool backward, size_t alignment);
+// Bytes one attention call stages through the backend's attention scratch before its own work,
+// for activations stored in `storage` (float32 or bfloat16), each block aligned to `alignment`:
+//   fused, fp32 storage  bf16 copies of the tensors (forward q, k, v, out; backward also dout, dq,
+//                        dk, dv) and the fp32 statistics [B,H,T] (aligned for cuDNN)
+//   fused, bf16 storage  the statistics only: cuDNN reads and writes the tensors where they are
+//   gemm,  fp32 storage  nothing
+//   gemm,  bf16 storage  fp32 copies of the same tensors: the GEMM path computes in fp32 and
+//                        rounds its outputs once (the backend contract), so it stays the reference
+// The GEMM path's T×T matrices come after the staging; cuDNN's own workspace is not in the scratch
+// (CudnnAttention holds it).
+size_t attention_staging_bytes(const AttentionShape& shape, AttentionKernel kernel, DType storage,
+                               bool backward, size_t alignment);
 
-// Attention scratch the fused path needs for a micro-batch: the backward's staging.
-size_t fused_attention_scratch_bytes(const AttentionShape& shape, size_t alignment);
+// The attention scratch a micro-batch needs: the backward's staging, plus `score_bytes` for the
+// GEMM path's T×T matrices (the fused path needs at least score_bytes too: its historic size).
+size_t attention_scratch_bytes(const AttentionShape& shape, AttentionKernel kernel, DType storage,
+                               size_t score_bytes, size_t alignment);
 
 // Throws a zt::Error naming the pass, the shape and the bytes when the staging does not fit in
 // `available` scratch bytes.

@@ -106,7 +106,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   e.activations = plan.device_bytes() + 2 * micro_batch * seq_len * 4;
   e.host += plan.host_residual;
 
-  // Buffers: the fp32 upcast of the group being computed (bf16 only), then per reduce slot a
+  // Buffers: the fp32 upcast of the group being computed (bf16 params read by fp32-activation
+  // ops; bf16 activations read the bf16 params as stored), then per reduce slot a
   // model-written bucket (stages 2/3), a packing copy when buckets split a group and a receive
   // shard (reduce-scatter, stages 1-3), and the staged shards of param offload.
   const int64_t slots = zero.overlap_comm ? 2 : 1;
@@ -124,8 +125,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // do the groups' gradient sums of squares (one double each) until the norm is read.
   const int64_t step_losses = grad_accum * micro_batch * seq_len;
   const auto group_sums = static_cast<int64_t>(groups.size()) * 8;
-  e.buffers = ((bf16 ? max_padded : 0) + slots * per_slot + step_losses) * 4 + group_sums +
-              std::max(staged_shards, update_tile);
+  const bool upcasts_params = bf16 && activation_storage != DType::kBf16;
+  e.buffers = ((upcasts_params ? max_padded : 0) + slots * per_slot + step_losses) * 4 +
+              group_sums + std::max(staged_shards, update_tile);
   // Parameters are initialised and loaded through host memory (never a device-pool scratch).
   return e;
 }

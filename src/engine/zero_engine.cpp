@@ -60,7 +60,7 @@ void ZeroEngine::Impl::allocate() {
     offloader = std::make_unique<OffloadOptimizer>(
         offload, std::move(own_sizes), std::move(segments), precision, memory, host, *copier);
   }
-  if (bf16())
+  if (upcasts_params())
     compute =
         TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
   const int slots = zero.overlap_comm ? 2 : 1;
@@ -79,14 +79,16 @@ void ZeroEngine::Impl::allocate() {
   staged.resize(static_cast<size_t>(G));
 }
 
-const float* ZeroEngine::Impl::as_compute(const void* w, int g) {
+// The working params as the ops read them (see upcasts_params).
+ConstTensorView ZeroEngine::Impl::as_compute(const void* w, int g) {
   if (!bf16()) return static_cast<const float*>(w);
+  if (!upcasts_params()) return static_cast<const bf16_t*>(w);
   be.from_bf16(compute.data(), static_cast<const bf16_t*>(w), part(g).numel);
   return compute.data();
 }
 
 // Working params of the group at schedule position `use` (stage 3 gathers them).
-const float* ZeroEngine::Impl::params_for(int g, size_t use) {
+ConstTensorView ZeroEngine::Impl::params_for(int g, size_t use) {
   return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(g), g);
 }
 
@@ -124,7 +126,7 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
   for (int g = G - 1; g >= 0; --g) {
     const size_t use = static_cast<size_t>(2 * G - 1 - g);
     const GroupPartition& p = part(g);
-    const float* params = params_for(g, use);
+    const ConstTensorView params = params_for(g, use);
     float* full_grads = grads[static_cast<size_t>(g)].data();
     // Optimizer offload: the final reduced shard goes to the host as soon as it lands.
     std::function<void()> landed;

@@ -65,7 +65,7 @@ struct ZeroEngine::Impl {
   std::vector<TrackedBuffer<float>> grads;
   TrackedBuffer<float> step_losses;   // [micro-batches · tokens] per-token losses of this step
   TrackedBuffer<double> group_sumsq;  // [groups] Σ grad² of the own range, read once per step
-  TrackedBuffer<float> compute;       // fp32 upcast of the group being computed (bf16 mode)
+  TrackedBuffer<float> compute;       // fp32 upcast of the group being computed (upcasts_params)
   // Host copies of optimizer shards handed out by optimizer_shard() (no optimizer offload).
   struct HostShard {
     std::vector<float> master, m, v;
@@ -78,6 +78,9 @@ struct ZeroEngine::Impl {
   const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }
   int num_groups() const { return static_cast<int>(self.parts_.size()); }
   bool bf16() const { return precision == Precision::kBf16; }
+  // The ops read bf16 working params as they are stored when the activations are bf16 too;
+  // with fp32 activations each group use is widened into `compute` (fp32 results unchanged).
+  bool upcasts_params() const { return bf16() && self.model_.activation_storage() != DType::kBf16; }
   DType work_dtype() const { return bf16() ? DType::kBf16 : DType::kFloat32; }
   size_t work_elem() const { return bf16() ? sizeof(bf16_t) : sizeof(float); }
   void* work(int g) {
@@ -97,8 +100,8 @@ struct ZeroEngine::Impl {
   void fill(const GroupSource& source);
   void put_working(int g, int64_t offset, const float* host_values, int64_t n);
   void master_to_working(int g);
-  const float* as_compute(const void* w, int g);
-  const float* params_for(int g, size_t use);
+  ConstTensorView as_compute(const void* w, int g);
+  ConstTensorView params_for(int g, size_t use);
   std::vector<DecaySegment> own_segments(int g) const;
   const float* resident_master(int g);
   void release(size_t use);

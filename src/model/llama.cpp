@@ -169,8 +169,8 @@ LlamaModel::LayerActs& LlamaModel::acts_for(int layer) {
   return ac_.is_checkpointed(layer) ? t_.scratch : t_.layers[static_cast<size_t>(layer)];
 }
 
-LlamaModel::LayerParams LlamaModel::layer_params(int layer, const float* group) const {
-  auto at = [&](TensorRole r) { return group + layout_.tensor(r, layer).offset; };
+LlamaModel::LayerParams LlamaModel::layer_params(int layer, ConstTensorView group) const {
+  auto at = [&](TensorRole r) { return group.at(layout_.tensor(r, layer).offset); };
   return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),  at(TensorRole::kKProj),
           at(TensorRole::kVProj),     at(TensorRole::kOProj),  at(TensorRole::kPostAttnNorm),
           at(TensorRole::kGateProj),  at(TensorRole::kUpProj), at(TensorRole::kDownProj)};
@@ -190,7 +190,7 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets) {
   be_.device_memory().to_device(tokens_.data(), both.data(), both.size() * sizeof(int32_t));
 }
 
-void LlamaModel::forward_group(int g, const float* params, bool training, float grad_scale) {
+void LlamaModel::forward_group(int g, ConstTensorView params, bool training, float grad_scale) {
   if (g == layout_.embed_group()) {
     embed_forward(params);
   } else if (g == layout_.head_group()) {
@@ -200,7 +200,7 @@ void LlamaModel::forward_group(int g, const float* params, bool training, float 
   }
 }
 
-void LlamaModel::backward_group(int g, const float* params, float* grads) {
+void LlamaModel::backward_group(int g, ConstTensorView params, float* grads) {
   if (g == layout_.embed_group()) {
     embed_backward(grads);
   } else if (g == layout_.head_group()) {
@@ -211,7 +211,7 @@ void LlamaModel::backward_group(int g, const float* params, float* grads) {
 }
 
 // ---- embedding: x = table[tokens];  dtable[tok] += dx ----
-void LlamaModel::embed_forward(const float* params) {
+void LlamaModel::embed_forward(ConstTensorView params) {
   be_.embedding_forward(t_.resid[0], tokens_.data(), params, M_, config_.hidden_size);
 }
 
@@ -222,7 +222,7 @@ void LlamaModel::embed_backward(float* grads) {
 // ---- decoder layer ----
 // xn1 = rms(x)·g1; q,k,v = xn1·W{q,k,v}ᵀ; rope(q,k); att = causal_softmax(q kᵀ/√hd)·v;
 // x2 = x + att·Woᵀ; xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
-void LlamaModel::layer_forward(int layer, const float* params, bool recompute) {
+void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute) {
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -259,7 +259,7 @@ void LlamaModel::layer_forward(int layer, const float* params, bool recompute) {
 }
 
 // On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated.
-void LlamaModel::layer_backward(int layer, const float* params, float* grads) {
+void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads) {
   if (ac_.is_checkpointed(layer)) layer_forward(layer, params, true);  // recompute from the input
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
@@ -298,15 +298,15 @@ void LlamaModel::layer_backward(int layer, const float* params, float* grads) {
 //   backward  dxf_R = dlogits_R·Wh;  dWh += dlogits_Rᵀ·xf_R
 // With one chunk the forward's dlogits are used as they are; with several, the backward
 // recomputes each chunk's logits and dlogits (bitwise the forward's) before its two products.
-void LlamaModel::head_logits(const float* head, int64_t r0, int64_t rows) {
+void LlamaModel::head_logits(ConstTensorView head, int64_t r0, int64_t rows) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   be_.matmul_forward(t_.logits, t_.final_norm_out.at(r0 * D), head, rows, V, D);
 }
 
-void LlamaModel::head_forward(const float* params, bool training, float grad_scale) {
+void LlamaModel::head_forward(ConstTensorView params, bool training, float grad_scale) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
-  const float* norm = params + layout_.tensor(TensorRole::kFinalNorm).offset;
-  const float* head = params + layout_.tensor(TensorRole::kLmHead).offset;
+  const ConstTensorView norm = params.at(layout_.tensor(TensorRole::kFinalNorm).offset);
+  const ConstTensorView head = params.at(layout_.tensor(TensorRole::kLmHead).offset);
   be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
                       static_cast<float>(config_.rms_norm_eps));
   head_grad_scale_ = grad_scale;
@@ -320,11 +320,11 @@ void LlamaModel::head_forward(const float* params, bool training, float grad_sca
   }
 }
 
-void LlamaModel::head_backward(const float* params, float* grads) {
+void LlamaModel::head_backward(ConstTensorView params, float* grads) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const TensorInfo& norm_t = layout_.tensor(TensorRole::kFinalNorm);
   const TensorInfo& head_t = layout_.tensor(TensorRole::kLmHead);
-  const float* head = params + head_t.offset;
+  const ConstTensorView head = params.at(head_t.offset);
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     if (head_chunks() > 1) {  // recompute this chunk's dlogits (and, identically, its losses)
@@ -337,7 +337,7 @@ void LlamaModel::head_backward(const float* params, float* grads) {
   }
   be_.zero(t_.dresid, M_ * D);
   be_.rmsnorm_backward(t_.dresid, grads + norm_t.offset, t_.dxn, t_.resid.back(),
-                       params + norm_t.offset, t_.final_rstd, M_, D);
+                       params.at(norm_t.offset), t_.final_rstd, M_, D);
 }
 
 double sum_token_losses(const float* losses, int64_t n) {

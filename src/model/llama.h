@@ -116,9 +116,10 @@ class LlamaModel {
   // the loss gradient dlogits = (softmax − onehot)·grad_scale (grad_scale = 1/global tokens):
   // kept from the forward when the head is one chunk, recomputed chunk by chunk in the backward
   // otherwise (one more head GEMM instead of all the logits in memory).
-  void forward_group(int g, const float* params, bool training, float grad_scale);
+  // params: the group's working parameters, fp32 or bf16 (a view: util/tensor_view.h).
+  void forward_group(int g, ConstTensorView params, bool training, float grad_scale);
   // Runs group g's backward, accumulating (+=) its parameter gradients into grads.
-  void backward_group(int g, const float* params, float* grads);
+  void backward_group(int g, ConstTensorView params, float* grads);
 
   // Σ of per-token losses of the last head forward (sum_token_losses of them).
   double loss_sum() const;
@@ -135,18 +136,18 @@ class LlamaModel {
  private:
   using LayerActs = LayerActivations;
   struct LayerParams {
-    const float *input_norm, *wq, *wk, *wv, *wo, *post_norm, *wgate, *wup, *wdown;
+    ConstTensorView input_norm, wq, wk, wv, wo, post_norm, wgate, wup, wdown;
   };
-  LayerParams layer_params(int layer, const float* group) const;
+  LayerParams layer_params(int layer, ConstTensorView group) const;
   // recompute: the backward's second forward of a checkpointed layer.
-  void layer_forward(int layer, const float* params, bool recompute);
-  void layer_backward(int layer, const float* params, float* grads);
-  void embed_forward(const float* params);
+  void layer_forward(int layer, ConstTensorView params, bool recompute);
+  void layer_backward(int layer, ConstTensorView params, float* grads);
+  void embed_forward(ConstTensorView params);
   void embed_backward(float* grads);
-  void head_forward(const float* params, bool training, float grad_scale);
-  void head_backward(const float* params, float* grads);
+  void head_forward(ConstTensorView params, bool training, float grad_scale);
+  void head_backward(ConstTensorView params, float* grads);
   // logits of rows [r0, r0 + rows) into logits_ (one chunk).
-  void head_logits(const float* head, int64_t r0, int64_t rows);
+  void head_logits(ConstTensorView head, int64_t r0, int64_t rows);
   int64_t head_chunks() const { return (M_ + head_chunk_ - 1) / head_chunk_; }
   LayerActs& acts_for(int layer);
 

@@ -9,7 +9,8 @@
 //     tracks one rank's stage 0 within fp32 reduction-order tolerance;
 //   * one GPU per rank over NCCL (mpirun -np 2, skipped with fewer GPUs): the same;
 //   * activation checkpointing (kept inputs on the device or the host) changes no bit, and the
-//     phase times are device intervals inside the step.
+//     phase times are device intervals inside the step;
+//   * bf16 activation storage tracks the CPU's and is deterministic.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -41,6 +42,7 @@ constexpr int64_t kSeq = 64, kMicro = 2, kAccum = 2;
 std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communicator& host,
                                    int stage, int steps, int64_t accum,
                                    const OffloadConfig& offload, const ActivationCheckpointing& ac,
+                                   DType storage = DType::kFloat32,
                                    std::vector<double>* wall_s = nullptr) {
   const ModelConfig cfg = preset_config("small");
   ZeroConfig zero;
@@ -53,7 +55,7 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
   adam.clip = 1.0f;
   MemoryTracker memory(backend.device_memory());
   ZeroEngine engine(cfg, zero, Precision::kBf16, adam, backend, data, memory, kMicro, kSeq, ac,
-                    offload, &host);
+                    offload, &host, storage);
   engine.init_from_seed(42);
   std::vector<StepStats> stats;
   for (int step = 1; step <= steps; ++step) {
@@ -71,9 +73,11 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
 std::vector<double> train_losses(Backend& backend, Communicator& data, Communicator& host,
                                  int stage, int steps, int64_t accum = kAccum,
                                  const OffloadConfig& offload = {},
-                                 const ActivationCheckpointing& ac = {}) {
+                                 const ActivationCheckpointing& ac = {},
+                                 DType storage = DType::kFloat32) {
   std::vector<double> losses;
-  for (const StepStats& s : train_steps(backend, data, host, stage, steps, accum, offload, ac))
+  for (const StepStats& s :
+       train_steps(backend, data, host, stage, steps, accum, offload, ac, storage))
     losses.push_back(s.loss);
   return losses;
 }
@@ -97,6 +101,32 @@ TEST(CudaEngine, SmallPresetTracksTheCpuLossesAndIsDeterministic) {
   EXPECT_EQ(first, second) << "two GPU runs differ";
   for (size_t i = 0; i < first.size(); ++i)
     std::printf("step %2zu  cpu %.6f  cuda %.6f\n", i + 1, reference[i], first[i]);
+}
+
+// bf16 activation storage (--activations bf16, bf16 working params read as stored): tracks the
+// CPU backend's implementation of the same contract within the fp32-storage tolerance (the
+// GEMMs' summation order differs, the rounding points do not), is deterministic, and stage 3
+// and activation checkpointing give stage 0's bits; the fp32-storage run differs (it took effect).
+TEST(CudaEngine, Bf16ActivationStorageTracksTheCpuAndIsDeterministic) {
+  MpiCommunicator self(MPI_COMM_SELF);
+  const DType bf16 = DType::kBf16;
+  auto cpu = make_cpu_backend();
+  const std::vector<double> reference = train_losses(*cpu, self, self, 0, 10, kAccum, {}, {}, bf16);
+  auto gpu = make_cuda_backend(0);
+  cuda::StagedDeviceCommunicator staged(MPI_COMM_SELF);
+  const std::vector<double> first = train_losses(*gpu, staged, self, 0, 10, kAccum, {}, {}, bf16);
+  expect_close(first, reference, 2e-2, "cuda vs cpu, bf16 activations");
+  EXPECT_EQ(train_losses(*gpu, staged, self, 0, 10, kAccum, {}, {}, bf16), first)
+      << "two GPU runs differ";
+  EXPECT_EQ(train_losses(*gpu, staged, self, 3, 10, kAccum, {}, {}, bf16), first) << "stage 3";
+  ActivationCheckpointing ac;
+  ac.every = 1;
+  EXPECT_EQ(train_losses(*gpu, staged, self, 0, 10, kAccum, {}, ac, bf16), first)
+      << "checkpointing";
+  EXPECT_NE(train_losses(*gpu, staged, self, 0, 10), first) << "fp32 storage gave the same bits";
+  for (size_t i = 0; i < first.size(); ++i)
+    std::printf("step %2zu  cpu bf16-act %.6f  cuda bf16-act %.6f\n", i + 1, reference[i],
+                first[i]);
 }
 
 TEST(CudaEngine, OffloadMatchesNoOffloadBitwise) {
@@ -163,7 +193,7 @@ TEST(CudaEngine, PhaseTimesAreDeviceIntervalsWithinTheStep) {
   for (int stage : {0, 2, 3}) {
     std::vector<double> wall;
     const std::vector<StepStats> stats =
-        train_steps(*gpu, nccl, self, stage, 4, kAccum, {}, {}, &wall);
+        train_steps(*gpu, nccl, self, stage, 4, kAccum, {}, {}, DType::kFloat32, &wall);
     for (size_t i = 0; i < stats.size(); ++i) {
       const StepStats& s = stats[i];
       const std::string what = "stage " + std::to_string(stage) + " step " + std::to_string(i + 1);

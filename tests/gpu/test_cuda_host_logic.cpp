@@ -233,25 +233,44 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
 }
 
 TEST(AttentionChoice, StagingAndScratchBytes) {
-  // forward: q, out (B·T·H·hd bf16 each), k, v (B·T·Hkv·hd) and the fp32 statistics (B·H·T);
-  // backward: twice the bf16 blocks, the same statistics.
+  constexpr auto kFused = AttentionKernel::kFused, kGemm = AttentionKernel::kGemm;
+  constexpr auto kF32 = DType::kFloat32, kBf16 = DType::kBf16;
+  // Fused with fp32 storage: forward q, out (B·T·H·hd bf16 each), k, v (B·T·Hkv·hd) and the
+  // fp32 statistics (B·H·T); backward: twice the bf16 blocks, the same statistics.
   const AttentionShape s{4, 2048, 16, 8, 128};
   const size_t q_bytes = size_t{4} * 2048 * 16 * 128 * 2, kv_bytes = q_bytes / 2;
   const size_t stats_bytes = size_t{4} * 16 * 2048 * 4;
-  EXPECT_EQ(fused_attention_staging_bytes(s, false, 256), 2 * q_bytes + 2 * kv_bytes + stats_bytes);
-  EXPECT_EQ(fused_attention_staging_bytes(s, true, 256), 4 * q_bytes + 4 * kv_bytes + stats_bytes);
-  EXPECT_EQ(fused_attention_scratch_bytes(s, 256), fused_attention_staging_bytes(s, true, 256));
+  EXPECT_EQ(attention_staging_bytes(s, kFused, kF32, false, 256),
+            2 * q_bytes + 2 * kv_bytes + stats_bytes);
+  EXPECT_EQ(attention_staging_bytes(s, kFused, kF32, true, 256),
+            4 * q_bytes + 4 * kv_bytes + stats_bytes);
+  // Fused with bf16 storage: cuDNN reads and writes the tensors in place; only the statistics.
+  EXPECT_EQ(attention_staging_bytes(s, kFused, kBf16, false, 256), stats_bytes);
+  EXPECT_EQ(attention_staging_bytes(s, kFused, kBf16, true, 256), stats_bytes);
+  // GEMM with fp32 storage stages nothing; with bf16 storage, fp32 copies of the same tensors.
+  EXPECT_EQ(attention_staging_bytes(s, kGemm, kF32, true, 256), 0u);
+  EXPECT_EQ(attention_staging_bytes(s, kGemm, kBf16, false, 256), 2 * (2 * q_bytes + 2 * kv_bytes));
+  EXPECT_EQ(attention_staging_bytes(s, kGemm, kBf16, true, 256), 2 * (4 * q_bytes + 4 * kv_bytes));
+  // The scratch: fused takes the larger of the score bytes and its staging; gemm adds them.
+  const size_t scores = size_t{512} << 20;
+  EXPECT_EQ(attention_scratch_bytes(s, kFused, kF32, 0, 256),
+            attention_staging_bytes(s, kFused, kF32, true, 256));
+  EXPECT_EQ(attention_scratch_bytes(s, kFused, kBf16, scores, 256), scores);
+  EXPECT_EQ(attention_scratch_bytes(s, kGemm, kF32, scores, 256), scores);
+  EXPECT_EQ(attention_scratch_bytes(s, kGemm, kBf16, scores, 256),
+            scores + attention_staging_bytes(s, kGemm, kBf16, true, 256));
   // Each block is aligned: one token, one head of 8 → 16 bytes (4 for the statistics), each
   // rounded up to 256.
-  EXPECT_EQ(fused_attention_staging_bytes({1, 1, 1, 1, 8}, false, 256), 5u * 256);
+  EXPECT_EQ(attention_staging_bytes({1, 1, 1, 1, 8}, kFused, kF32, false, 256), 5u * 256);
   // The 1b preset's micro-batch (B=4, T=2048, d=2048) stages less than the GEMM path's scratch
   // for its 16 heads' T×T fp32 probabilities and score gradients (16 × 2 × 16 MiB).
-  EXPECT_LT(fused_attention_staging_bytes({4, 2048, 16, 16, 128}, true, 256),
+  EXPECT_LT(attention_staging_bytes({4, 2048, 16, 16, 128}, kFused, kF32, true, 256),
             size_t{16} * 2 * 2048 * 2048 * 4);
-  EXPECT_THROW(fused_attention_staging_bytes({0, 1, 1, 1, 8}, false, 256), Error);
-  EXPECT_THROW(fused_attention_staging_bytes({1, 1, 1, 1, 8}, false, 3), Error);
+  EXPECT_THROW(attention_staging_bytes({0, 1, 1, 1, 8}, kFused, kF32, false, 256), Error);
+  EXPECT_THROW(attention_staging_bytes({1, 1, 1, 1, 8}, kFused, kF32, false, 3), Error);
+  EXPECT_THROW(attention_staging_bytes({1, 1, 1, 1, 8}, kGemm, DType::kInt32, false, 256), Error);
   const int64_t big = int64_t{1} << 40;
-  EXPECT_THROW(fused_attention_staging_bytes({big, big, 1, 1, 8}, false, 256), Error);
+  EXPECT_THROW(attention_staging_bytes({big, big, 1, 1, 8}, kFused, kF32, false, 256), Error);
 }
 
 TEST(AttentionChoice, StagingThatDoesNotFitNamesTheBytesAndTheWayOut) {

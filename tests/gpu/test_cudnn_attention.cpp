@@ -19,10 +19,12 @@
 // paths gets the reference's output rounded to bf16 and its lse, so its check does not inherit
 // the forward's differences. These are first-order in u; the comparison allows twice the bound
 // for the second-order terms. The GEMM path with exact fp32 GEMMs must meet the same bound (it
-// is more accurate).
+// is more accurate). With bf16 storage both paths must give bitwise what fp32 storage gives,
+// rounded once (the backend contract's rounding points).
 // clang-format on
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -176,11 +178,58 @@ AttentionRun run(Backend& backend, const std::vector<float>& q, const std::vecto
   return {d_out.download(), d_lse.download(), d_dq.download(), d_dk.download(), d_dv.download()};
 }
 
+std::vector<bf16_t> to_bf16_bits(const std::vector<float>& x) {
+  std::vector<bf16_t> out(x.size());
+  floats_to_bf16(x.data(), out.data(), x.size());
+  return out;
+}
+std::vector<float> widened(const std::vector<bf16_t>& x) {
+  std::vector<float> out(x.size());
+  bf16_to_floats(x.data(), out.data(), x.size());
+  return out;
+}
+
+// The same run with every tensor stored in bf16 (--activations bf16); lse stays fp32. The inputs
+// are bf16 values already, so storing them is exact.
+AttentionRun run_bf16_storage(Backend& backend, const std::vector<float>& q,
+                              const std::vector<float>& k, const std::vector<float>& v,
+                              const std::vector<float>& dout, const Reference& ref,
+                              const AttentionShape& s) {
+  DeviceBuffer<bf16_t> d_q(to_bf16_bits(q)), d_k(to_bf16_bits(k)), d_v(to_bf16_bits(v)),
+      d_dout(to_bf16_bits(dout)), d_out(q.size()), d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
+  DeviceBuffer<bf16_t> d_ref_out(to_bf16_bits(to_floats(ref.out, true)));
+  DeviceBuffer<float> d_lse(s.B * s.H * s.T), d_ref_lse(to_floats(ref.lse, false));
+  backend.attention_forward(d_out.get(), d_lse.get(), d_q.get(), d_k.get(), d_v.get(), s.B, s.T,
+                            s.H, s.Hkv, s.hd);
+  backend.attention_backward(d_dq.get(), d_dk.get(), d_dv.get(), d_dout.get(), d_q.get(), d_k.get(),
+                             d_v.get(), d_ref_out.get(), d_ref_lse.get(), s.B, s.T, s.H, s.Hkv,
+                             s.hd);
+  return {widened(d_out.download()), d_lse.download(), widened(d_dq.download()),
+          widened(d_dk.download()), widened(d_dv.download())};
+}
+
+AttentionRun rounded_to_bf16(AttentionRun r) {
+  for (auto* t : {&r.out, &r.dq, &r.dk, &r.dv}) *t = bf16_rounded(std::move(*t));
+  return r;
+}
+
+void expect_bitwise(const AttentionRun& got, const AttentionRun& want) {
+  EXPECT_TRUE(bitwise_equal(got.out, want.out, "out"));
+  EXPECT_TRUE(bitwise_equal(got.lse, want.lse, "lse"));
+  EXPECT_TRUE(bitwise_equal(got.dq, want.dq, "dq"));
+  EXPECT_TRUE(bitwise_equal(got.dk, want.dk, "dk"));
+  EXPECT_TRUE(bitwise_equal(got.dv, want.dv, "dv"));
+}
+
+// A backend whose attention scratch holds the staging of both storage types.
 std::unique_ptr<cuda::CudaBackend> backend_with(AttentionKernel kernel, const AttentionShape& s) {
   cuda::CudaBackendOptions options = test_options(cuda::GemmCompute::kFp32);
   options.attention = kernel;
-  if (kernel == AttentionKernel::kFused)
-    options.attention_scratch_bytes = fused_attention_scratch_bytes(s, cuda::kArenaAlignment);
+  options.attention_scratch_bytes =
+      std::max(attention_scratch_bytes(s, kernel, DType::kFloat32, options.attention_scratch_bytes,
+                                       cuda::kArenaAlignment),
+               attention_scratch_bytes(s, kernel, DType::kBf16, options.attention_scratch_bytes,
+                                       cuda::kArenaAlignment));
   return make_cuda_backend(0, options);
 }
 
@@ -205,6 +254,18 @@ void check_case(const AttentionShape& s) {
     EXPECT_TRUE(within(got->dq, ref.dq, ref.dq_bound, "dq"));
     EXPECT_TRUE(within(got->dk, ref.dk, ref.dk_bound, "dk"));
     EXPECT_TRUE(within(got->dv, ref.dv, ref.dv_bound, "dv"));
+  }
+  // bf16 storage (--activations bf16): the fused path reads and writes the tensors in place and
+  // gives the bits of the fp32-storage run, whose inputs were staged to bf16 exactly and whose
+  // bf16 results were widened; the GEMM path widens, computes in fp32 and rounds its outputs
+  // once, so it gives the fp32-storage run rounded once.
+  {
+    SCOPED_TRACE("fused, bf16 storage");
+    expect_bitwise(run_bf16_storage(*fused_backend, q, k, v, dout, ref, s), fused);
+  }
+  {
+    SCOPED_TRACE("gemm, bf16 storage");
+    expect_bitwise(run_bf16_storage(*gemm_backend, q, k, v, dout, ref, s), rounded_to_bf16(gemm));
   }
   // The deterministic backward: a second run gives the same bits.
   const AttentionRun again = run(*fused_backend, q, k, v, dout, ref, s);
@@ -231,7 +292,10 @@ TEST(CudnnAttention, BuildsEachGraphOnce) {
   ZT_CUDA_CHECK(cudaStreamCreate(&stream));
   {
     const AttentionShape a{2, 40, 4, 2, 32}, b{1, 64, 4, 2, 32};
-    cuda::DeviceArena arena({0, fused_attention_scratch_bytes(a, cuda::kArenaAlignment), 0});
+    cuda::DeviceArena arena({0,
+                             attention_scratch_bytes(a, AttentionKernel::kFused, DType::kFloat32, 0,
+                                                     cuda::kArenaAlignment),
+                             0});
     cuda::CudnnAttention attention(stream);
     DeviceBuffer<float> q(2 * 64 * 4 * 32), kv(2 * 64 * 2 * 32), out(q.size()), lse(2 * 4 * 64),
         dq(q.size()), dk(kv.size()), dv(kv.size());

@@ -29,11 +29,12 @@ struct Measured {
 
 Measured train_two_steps(Communicator& comm, const ModelConfig& cfg, const ZeroConfig& zero,
                          Precision precision, const ActivationCheckpointing& ac,
-                         const OffloadConfig& offload = {}) {
+                         const OffloadConfig& offload = {}, DType storage = DType::kFloat32) {
   auto backend = make_cpu_backend();
   MemoryTracker memory;
   AdamWConfig adam;
-  ZeroEngine engine(cfg, zero, precision, adam, *backend, comm, memory, kMicro, kSeq, ac, offload);
+  ZeroEngine engine(cfg, zero, precision, adam, *backend, comm, memory, kMicro, kSeq, ac, offload,
+                    nullptr, storage);
   engine.init_from_seed(7);
   std::vector<int32_t> in(static_cast<size_t>(kMicro * kSeq)), tg(in.size());
   Measured m;
@@ -122,6 +123,36 @@ TEST(Estimator, MatchesMeasuredPeaks) {
         }
       }
     }
+  }
+}
+
+// bf16 activations read the bf16 working params as they are stored: the engine keeps no fp32
+// upcast of the group being computed. The buffers shrink by exactly that upcast, measured and
+// estimated alike, and every category stays within 10% of the estimate.
+TEST(Estimator, Bf16ActivationsNeedNoParamUpcastBuffer) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const ModelConfig cfg = preset_config("small");
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZeroConfig zero;
+    zero.stage = stage;
+    const std::string what = "stage " + std::to_string(stage);
+    const MemoryEstimate e32 = estimate_memory(cfg, comm.world_size(), zero, Precision::kBf16,
+                                               kMicro, kSeq, {}, {}, 1, DType::kFloat32);
+    const MemoryEstimate e16 = estimate_memory(cfg, comm.world_size(), zero, Precision::kBf16,
+                                               kMicro, kSeq, {}, {}, 1, DType::kBf16);
+    const Measured m32 = train_two_steps(comm, cfg, zero, Precision::kBf16, {}, {});
+    const Measured m16 = train_two_steps(comm, cfg, zero, Precision::kBf16, {}, {}, DType::kBf16);
+    const auto buffers = static_cast<int>(MemCategory::kCommBuffers);
+    // The largest group's padded size, in fp32: the upcast buffer.
+    const int64_t upcast = e32.buffers - e16.buffers;
+    EXPECT_GT(upcast, 0) << what;
+    EXPECT_EQ(static_cast<int64_t>(m32.peak[buffers]) - static_cast<int64_t>(m16.peak[buffers]),
+              upcast)
+        << what;
+    expect_within_10_percent(e16.buffers_peak(), m16.peak[buffers], what + " buffers");
+    expect_within_10_percent(e16.activations, m16.peak[static_cast<int>(MemCategory::kActivations)],
+                             what + " activations");
+    expect_within_10_percent(e16.device_total(), m16.peak_total, what + " total");
   }
 }
 

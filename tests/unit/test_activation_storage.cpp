@@ -165,8 +165,10 @@ struct StorageRun {
   int64_t activation_bytes = 0;
 };
 
+// bf16_params: the working params passed as bf16 views (the engine with bf16 activations)
+// instead of their exact fp32 widening.
 StorageRun train_one(const ModelConfig& c, int64_t B, int64_t T, DType storage,
-                     ActivationCheckpointing ac = {}) {
+                     ActivationCheckpointing ac = {}, bool bf16_params = false) {
   auto be = make_cpu_backend();
   MemoryTracker memory;
   LlamaModel model(c, *be, memory, B, T, ac, 0, storage);
@@ -180,16 +182,25 @@ StorageRun train_one(const ModelConfig& c, int64_t B, int64_t T, DType storage,
     }
     for (float& p : params[g]) p = round_to_bf16(p);
   }
+  std::vector<std::vector<bf16_t>> params_bf16(layout.num_groups());
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    params_bf16[g].resize(params[g].size());
+    floats_to_bf16(params[g].data(), params_bf16[g].data(), params[g].size());
+  }
+  auto group_params = [&](int g) -> ConstTensorView {
+    if (bf16_params) return params_bf16[g].data();
+    return params[g].data();
+  };
   std::vector<int32_t> tokens(2 * B * T);
   for (size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = static_cast<int32_t>((i * 31 + 3) % c.vocab_size);
   model.set_batch(tokens.data(), tokens.data() + B * T);
   for (int g = 0; g < layout.num_groups(); ++g)
-    model.forward_group(g, params[g].data(), true, 1.0f / static_cast<float>(B * T));
+    model.forward_group(g, group_params(g), true, 1.0f / static_cast<float>(B * T));
   std::vector<std::vector<float>> grads(layout.num_groups());
   for (int g = layout.num_groups() - 1; g >= 0; --g) {
     grads[g].assign(params[g].size(), 0.0f);
-    model.backward_group(g, params[g].data(), grads[g].data());
+    model.backward_group(g, group_params(g), grads[g].data());
   }
   StorageRun run;
   run.losses.assign(model.token_losses(), model.token_losses() + B * T);
@@ -227,6 +238,16 @@ TEST(ActivationStorage, Bf16TrainingIsDeterministicAndNearFp32) {
   // Guards gross mistakes only: the oracle test measures the real agreement (about 1e-5).
   EXPECT_NEAR(sa / sf, 1.0, 1e-2);
   EXPECT_NE(a.losses, f.losses) << "bf16 storage rounded nothing";
+}
+
+// The engine hands bf16 activations the bf16 working params as stored (no fp32 upcast): every op
+// widens them exactly, so the losses and gradients are the bits of the fp32-widened params.
+TEST(ActivationStorage, Bf16ParamsReadAsStoredGiveTheUpcastBits) {
+  const ModelConfig c = preset_config("tiny");
+  const StorageRun upcast = train_one(c, 2, 16, DType::kBf16);
+  const StorageRun as_stored = train_one(c, 2, 16, DType::kBf16, {}, /*bf16_params=*/true);
+  EXPECT_EQ(as_stored.losses, upcast.losses);
+  EXPECT_EQ(as_stored.grads, upcast.grads);
 }
 
 // Checkpointed layers recompute their bf16 activations from the kept (bf16) input: the same

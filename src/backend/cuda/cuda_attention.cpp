@@ -8,8 +8,9 @@
 //             dQ = dS·K;  dK (=, then += over j) dSᵀ·Q;  dV (=, then += over j) Pᵀ·dO
 // Passes run in a fixed order on one stream and dK/dV accumulate over j in increasing order
 // (β = 0 for j = 0, then 1): deterministic. The full T×T products are computed and the upper
-// triangle discarded — twice the causal FLOPs; fine for correctness, replaced by a fused kernel
-// for speed later.
+// triangle discarded — twice the causal FLOPs; fine for correctness and as the reference of the
+// fused path (cudnn_attention.h). With bf16 storage the tensors are widened into fp32 copies
+// first and the outputs rounded once at the end (cuda_attention.h).
 #include "backend/cuda/cuda_attention.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_storage.h"
 #include "util/error.h"
 
 namespace zt::cuda {
@@ -99,12 +101,11 @@ void for_each_pass(const AttentionShape& s, int64_t heads_per_pass, Fn fn) {
 
 }  // namespace
 
-void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* out,
-                       float* lse, const float* q, const float* k, const float* v,
-                       const AttentionShape& shape) {
-  check_shape(shape);
-  if (shape.B == 0 || shape.T == 0 || shape.H == 0) return;
-  const ArenaScope scope(arena);
+namespace {
+
+void attention_forward_f32(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* out,
+                           float* lse, const float* q, const float* k, const float* v,
+                           const AttentionShape& shape) {
   const int64_t heads_per_pass =
       attention_heads_per_pass(arena.region(ScratchCategory::kAttention).capacity() -
                                    arena.region(ScratchCategory::kAttention).used(),
@@ -118,13 +119,10 @@ void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, fl
   });
 }
 
-void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* dq, float* dk,
-                        float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse,
-                        const AttentionShape& shape) {
-  check_shape(shape);
-  if (shape.B == 0 || shape.T == 0 || shape.H == 0) return;
-  const ArenaScope scope(arena);
+void attention_backward_f32(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* dq,
+                            float* dk, float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* out, const float* lse,
+                            const AttentionShape& shape) {
   const BumpRegion& region = arena.region(ScratchCategory::kAttention);
   const int64_t heads_per_pass =
       attention_heads_per_pass(region.capacity() - region.used(), shape.T, 2, shape.Hkv);
@@ -142,6 +140,65 @@ void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, f
     gemm.run(pass.scores_t_times_q(dscores, q, beta, dk));
     gemm.run(pass.scores_t_times_q(probs, dout, beta, dv));
   });
+}
+
+// The fp32 tensor the GEMM path reads for `src`: itself when stored in fp32, else a widened copy
+// in the attention scratch.
+const float* fp32_input(DeviceArena& arena, ConstTensorView src, int64_t n, cudaStream_t stream) {
+  if (src.is_f32()) return src.f32("attention input");
+  float* dst = arena.allocate<float>(ScratchCategory::kAttention, static_cast<size_t>(n));
+  launch_from_bf16(dst, static_cast<const uint16_t*>(src.data), n, stream);
+  return dst;
+}
+// Where the GEMM path writes the fp32 result for `dst`: dst itself, or room in the scratch that
+// round_output stores into dst, rounded once, after the path has run.
+float* fp32_output(DeviceArena& arena, TensorView dst, int64_t n) {
+  if (dst.is_f32()) return dst.f32("attention output");
+  return arena.allocate<float>(ScratchCategory::kAttention, static_cast<size_t>(n));
+}
+void round_output(TensorView dst, const float* staged, int64_t n, cudaStream_t stream) {
+  if (!dst.is_f32()) launch_to_bf16(static_cast<uint16_t*>(dst.data), staged, n, stream);
+}
+
+}  // namespace
+
+void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, TensorView out,
+                       float* lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                       const AttentionShape& shape) {
+  check_shape(shape);
+  shared_storage("attention_forward", {out, q, k, v});
+  if (shape.B == 0 || shape.T == 0 || shape.H == 0) return;
+  const ArenaScope scope(arena);
+  const int64_t q_n = shape.B * shape.T * shape.H * shape.hd;
+  const int64_t kv_n = shape.B * shape.T * shape.Hkv * shape.hd;
+  const float *q32 = fp32_input(arena, q, q_n, stream), *k32 = fp32_input(arena, k, kv_n, stream),
+              *v32 = fp32_input(arena, v, kv_n, stream);
+  float* out32 = fp32_output(arena, out, q_n);
+  attention_forward_f32(gemm, arena, stream, out32, lse, q32, k32, v32, shape);
+  round_output(out, out32, q_n, stream);
+}
+
+void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, TensorView dq,
+                        TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                        ConstTensorView k, ConstTensorView v, ConstTensorView out, const float* lse,
+                        const AttentionShape& shape) {
+  check_shape(shape);
+  shared_storage("attention_backward", {dq, dk, dv, dout, q, k, v, out});
+  if (shape.B == 0 || shape.T == 0 || shape.H == 0) return;
+  const ArenaScope scope(arena);
+  const int64_t q_n = shape.B * shape.T * shape.H * shape.hd;
+  const int64_t kv_n = shape.B * shape.T * shape.Hkv * shape.hd;
+  const float *q32 = fp32_input(arena, q, q_n, stream), *k32 = fp32_input(arena, k, kv_n, stream),
+              *v32 = fp32_input(arena, v, kv_n, stream),
+              *out32 = fp32_input(arena, out, q_n, stream),
+              *dout32 = fp32_input(arena, dout, q_n, stream);
+  float *dq32 = fp32_output(arena, dq, q_n), *dk32 = fp32_output(arena, dk, kv_n),
+        *dv32 = fp32_output(arena, dv, kv_n);
+  attention_backward_f32(gemm, arena, stream, dq32, dk32, dv32, dout32, q32, k32, v32, out32, lse,
+                         shape);
+  round_output(dq, dq32, q_n, stream);
+  round_output(dk, dk32, kv_n, stream);
+  round_output(dv, dv32, kv_n, stream);
 }
 
 }  // namespace zt::cuda

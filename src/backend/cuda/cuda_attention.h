@@ -8,18 +8,22 @@
 #include "backend/attention_choice.h"
 #include "backend/cuda/cuda_device_arena.h"
 #include "backend/cuda/cuda_gemm.h"
+#include "util/tensor_view.h"
 
 namespace zt::cuda {
 
 using zt::AttentionShape;  // backend/attention_choice.h
 
-// Same contract as Backend::attention_forward / attention_backward (device pointers).
-void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* out,
-                       float* lse, const float* q, const float* k, const float* v,
+// Same contract as Backend::attention_forward / attention_backward (device memory; the views of
+// one call share a storage type). The GEMMs and row kernels compute in fp32: bf16 tensors are
+// widened into fp32 copies at the start of the attention scratch (attention_staging_bytes) and
+// the outputs rounded once into their bf16 storage at the end.
+void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, TensorView out,
+                       float* lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                        const AttentionShape& shape);
-void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* dq, float* dk,
-                        float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse,
+void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, TensorView dq,
+                        TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                        ConstTensorView k, ConstTensorView v, ConstTensorView out, const float* lse,
                         const AttentionShape& shape);
 
 }  // namespace zt::cuda

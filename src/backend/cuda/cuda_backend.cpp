@@ -147,71 +147,62 @@ const CudaBackendOptions& CudaBackend::options() const {
 }
 
 namespace {
-// The CUDA kernels store activations in fp32 only, so far: a bf16 view is refused, naming the op.
-// View is TensorView (gives float*) or ConstTensorView (gives const float*).
-template <typename View>
-auto fp32_only(View v, const char* what) {
-  ZT_CHECK(!v || v.is_f32(), std::string("CUDA backend: ") + what + " is stored in " +
-                                 dtype_name(v.dtype) +
-                                 "; its kernels read and write float32 activations only (run "
-                                 "with --activations fp32)");
-  return v.f32(what);
+// The two GEMM operands of a product share one element type (cuda_gemm.h). The model passes bf16
+// working parameters with bf16 activations (ZeroEngine), so a mixed pair is a wiring error.
+void check_operands(const char* op, const char* a_name, ConstTensorView a, const char* b_name,
+                    ConstTensorView b) {
+  ZT_CHECK(!a || !b || a.dtype == b.dtype,
+           std::string("CUDA backend: ") + op + " multiplies " + a_name + " (" +
+               dtype_name(a.dtype) + ") by " + b_name + " (" + dtype_name(b.dtype) +
+               "); its GEMMs take one operand type (bf16 activations need bf16 working "
+               "parameters)");
 }
 }  // namespace
 
 // ---- linear layer (row-major mapping: cuda_gemm.h) ----
 // y[M,N] = x[M,K]·w[N,K]ᵀ
-void CudaBackend::matmul_forward(TensorView y_view, ConstTensorView x_view, ConstTensorView w_view,
-                                 int64_t M, int64_t N, int64_t K) {
-  float* y = fp32_only(y_view, "matmul_forward y");
-  const float* x = fp32_only(x_view, "matmul_forward x");
-  const float* w = fp32_only(w_view, "matmul_forward w");
+void CudaBackend::matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M,
+                                 int64_t N, int64_t K) {
+  check_operands("matmul_forward", "x", x, "w", w);
   RowMajorGemm g;
   g.transpose_b = true;
   g.rows = M, g.cols = N, g.inner = K;
-  g.a = x, g.lda = K, g.b = w, g.ldb = K, g.c = y, g.ldc = N;
+  g.a = x.data, g.lda = K, g.b = w.data, g.ldb = K, g.c = y.data, g.ldc = N;
+  g.a_type = x.dtype, g.b_type = w.dtype, g.c_type = y.dtype;
   state_->gemm->run(g);
 }
 
-// dx[M,K] (= or +=) dy[M,N]·w[N,K];  dw[N,K] += dy[M,N]ᵀ·x[M,K]
-void CudaBackend::matmul_backward(TensorView dx_view, float* dw, ConstTensorView dy_view,
-                                  ConstTensorView x_view, ConstTensorView w_view, int64_t M,
-                                  int64_t N, int64_t K, bool accumulate_dx) {
-  float* dx = fp32_only(dx_view, "matmul_backward dx");
-  const float* dy = fp32_only(dy_view, "matmul_backward dy");
-  const float* x = fp32_only(x_view, "matmul_backward x");
-  const float* w = fp32_only(w_view, "matmul_backward w");
+// dx[M,K] (= or +=) dy[M,N]·w[N,K];  dw[N,K] += dy[M,N]ᵀ·x[M,K] (fp32)
+void CudaBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
+                                  ConstTensorView w, int64_t M, int64_t N, int64_t K,
+                                  bool accumulate_dx) {
   if (dx) {
+    check_operands("matmul_backward", "dy", dy, "w", w);
     RowMajorGemm g;
     g.rows = M, g.cols = K, g.inner = N, g.beta = accumulate_dx ? 1.0f : 0.0f;
-    g.a = dy, g.lda = N, g.b = w, g.ldb = K, g.c = dx, g.ldc = K;
+    g.a = dy.data, g.lda = N, g.b = w.data, g.ldb = K, g.c = dx.data, g.ldc = K;
+    g.a_type = dy.dtype, g.b_type = w.dtype, g.c_type = dx.dtype;
     state_->gemm->run(g);
   }
   if (dw) {
+    check_operands("matmul_backward", "dy", dy, "x", x);
     RowMajorGemm g;
     g.transpose_a = true;
     g.rows = N, g.cols = K, g.inner = M, g.beta = 1.0f;
-    g.a = dy, g.lda = N, g.b = x, g.ldb = K, g.c = dw, g.ldc = K;
+    g.a = dy.data, g.lda = N, g.b = x.data, g.ldb = K, g.c = dw, g.ldc = K;
+    g.a_type = dy.dtype, g.b_type = x.dtype, g.c_type = DType::kFloat32;
     state_->gemm->run(g);
   }
 }
 
 // ---- RMSNorm ----
-void CudaBackend::rmsnorm_forward(TensorView y_view, float* rstd, ConstTensorView x_view,
-                                  ConstTensorView g_view, int64_t M, int64_t D, float eps) {
-  float* y = fp32_only(y_view, "rmsnorm_forward y");
-  const float* x = fp32_only(x_view, "rmsnorm_forward x");
-  const float* g = fp32_only(g_view, "rmsnorm_forward g");
+void CudaBackend::rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
+                                  int64_t M, int64_t D, float eps) {
   launch_rmsnorm_forward(y, rstd, x, g, M, D, eps, state_->stream);
 }
 
-void CudaBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView dy_view,
-                                   ConstTensorView x_view, ConstTensorView g_view,
-                                   const float* rstd, int64_t M, int64_t D) {
-  float* dx = fp32_only(dx_view, "rmsnorm_backward dx");
-  const float* dy = fp32_only(dy_view, "rmsnorm_backward dy");
-  const float* x = fp32_only(x_view, "rmsnorm_backward x");
-  const float* g = fp32_only(g_view, "rmsnorm_backward g");
+void CudaBackend::rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
+                                   ConstTensorView g, const float* rstd, int64_t M, int64_t D) {
   if (dx) launch_rmsnorm_backward_dx(dx, dy, x, g, rstd, M, D, state_->stream);
   if (dg && M > 0 && D > 0) {
     const ArenaScope scope(*state_->arena);
@@ -253,28 +244,22 @@ const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64
 
 }  // namespace
 
-void CudaBackend::rope_forward(TensorView x_view, int64_t B, int64_t T, int64_t H, int64_t hd,
+void CudaBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
                                float theta) {
-  float* x = fp32_only(x_view, "rope_forward x");
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, theta);
   launch_rope(x, table.cos, table.sin, B, T, H, hd, 1.0f, state_->stream);
 }
 
-void CudaBackend::rope_backward(TensorView dx_view, int64_t B, int64_t T, int64_t H, int64_t hd,
+void CudaBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                                 float theta) {
-  float* dx = fp32_only(dx_view, "rope_backward dx");
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, theta);
   launch_rope(dx, table.cos, table.sin, B, T, H, hd, -1.0f, state_->stream);
 }
 
 // ---- attention (cudnn_attention.cpp when fused, else cuda_attention.cpp) ----
-void CudaBackend::attention_forward(TensorView out_view, float* lse, ConstTensorView q_view,
-                                    ConstTensorView k_view, ConstTensorView v_view, int64_t B,
-                                    int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
-  float* out = fp32_only(out_view, "attention_forward out");
-  const float* q = fp32_only(q_view, "attention_forward q");
-  const float* k = fp32_only(k_view, "attention_forward k");
-  const float* v = fp32_only(v_view, "attention_forward v");
+void CudaBackend::attention_forward(TensorView out, float* lse, ConstTensorView q,
+                                    ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
+                                    int64_t H, int64_t Hkv, int64_t hd) {
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
     state_->fused_attention->forward(*state_->arena, out, lse, q, k, v, {B, T, H, Hkv, hd});
@@ -285,19 +270,10 @@ void CudaBackend::attention_forward(TensorView out_view, float* lse, ConstTensor
                           {B, T, H, Hkv, hd});
 }
 
-void CudaBackend::attention_backward(TensorView dq_view, TensorView dk_view, TensorView dv_view,
-                                     ConstTensorView dout_view, ConstTensorView q_view,
-                                     ConstTensorView k_view, ConstTensorView v_view,
-                                     ConstTensorView out_view, const float* lse, int64_t B,
-                                     int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
-  float* dq = fp32_only(dq_view, "attention_backward dq");
-  float* dk = fp32_only(dk_view, "attention_backward dk");
-  float* dv = fp32_only(dv_view, "attention_backward dv");
-  const float* dout = fp32_only(dout_view, "attention_backward dout");
-  const float* q = fp32_only(q_view, "attention_backward q");
-  const float* k = fp32_only(k_view, "attention_backward k");
-  const float* v = fp32_only(v_view, "attention_backward v");
-  const float* out = fp32_only(out_view, "attention_backward out");
+void CudaBackend::attention_backward(TensorView dq, TensorView dk, TensorView dv,
+                                     ConstTensorView dout, ConstTensorView q, ConstTensorView k,
+                                     ConstTensorView v, ConstTensorView out, const float* lse,
+                                     int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
     state_->fused_attention->backward(*state_->arena, dq, dk, dv, dout, q, k, v, out, lse,
@@ -310,42 +286,28 @@ void CudaBackend::attention_backward(TensorView dq_view, TensorView dk_view, Ten
 }
 
 // ---- SwiGLU, embedding, cross-entropy (cuda_pointwise.cu) ----
-void CudaBackend::swiglu_forward(TensorView h_view, ConstTensorView gate_view,
-                                 ConstTensorView up_view, int64_t n) {
-  float* h = fp32_only(h_view, "swiglu_forward h");
-  const float* gate = fp32_only(gate_view, "swiglu_forward gate");
-  const float* up = fp32_only(up_view, "swiglu_forward up");
+void CudaBackend::swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up,
+                                 int64_t n) {
   launch_swiglu_forward(h, gate, up, n, state_->stream);
 }
 
-void CudaBackend::swiglu_backward(TensorView dgate_view, TensorView dup_view,
-                                  ConstTensorView dh_view, ConstTensorView gate_view,
-                                  ConstTensorView up_view, int64_t n) {
-  float* dgate = fp32_only(dgate_view, "swiglu_backward dgate");
-  float* dup = fp32_only(dup_view, "swiglu_backward dup");
-  const float* dh = fp32_only(dh_view, "swiglu_backward dh");
-  const float* gate = fp32_only(gate_view, "swiglu_backward gate");
-  const float* up = fp32_only(up_view, "swiglu_backward up");
+void CudaBackend::swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
+                                  ConstTensorView gate, ConstTensorView up, int64_t n) {
   launch_swiglu_backward(dgate, dup, dh, gate, up, n, state_->stream);
 }
 
-void CudaBackend::embedding_forward(TensorView x_view, const int32_t* tokens,
-                                    ConstTensorView table_view, int64_t n, int64_t D) {
-  float* x = fp32_only(x_view, "embedding_forward x");
-  const float* table = fp32_only(table_view, "embedding_forward table");
+void CudaBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table,
+                                    int64_t n, int64_t D) {
   launch_embedding_forward(x, tokens, table, n, D, state_->stream);
 }
 
-void CudaBackend::embedding_backward(float* dtable, ConstTensorView dx_view, const int32_t* tokens,
+void CudaBackend::embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens,
                                      int64_t n, int64_t D) {
-  const float* dx = fp32_only(dx_view, "embedding_backward dx");
   launch_embedding_backward(dtable, dx, tokens, n, D, state_->stream);
 }
 
-void CudaBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTensorView logits_view,
+void CudaBackend::cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                                 const int32_t* targets, int64_t M, int64_t V, float grad_scale) {
-  float* dlogits = fp32_only(dlogits_view, "cross_entropy dlogits");
-  const float* logits = fp32_only(logits_view, "cross_entropy logits");
   launch_cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, state_->stream);
 }
 
@@ -375,9 +337,7 @@ void CudaBackend::sum_squares_to(double* out, const float* x, int64_t n) {
 }
 
 // ---- elementwise helpers ----
-void CudaBackend::add_inplace(TensorView y_view, ConstTensorView x_view, int64_t n) {
-  float* y = fp32_only(y_view, "add_inplace y");
-  const float* x = fp32_only(x_view, "add_inplace x");
+void CudaBackend::add_inplace(TensorView y, ConstTensorView x, int64_t n) {
   launch_add(y, x, n, state_->stream);
 }
 

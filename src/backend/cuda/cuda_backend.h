@@ -1,6 +1,7 @@
-// CudaBackend: the Backend interface (backend.h) on one NVIDIA GPU. Same fp32 pointer contract as
-// the CPU backend, but every pointer is DEVICE memory (cudaMalloc); the header includes no CUDA
-// header, so host code can name it under `#if ZEROTRAIN_HAVE_CUDA`.
+// CudaBackend: the Backend interface (backend.h) on one NVIDIA GPU. Same contract as the CPU
+// backend, activations and working parameters fp32 or bf16 views (cuda_storage.h), but every
+// pointer is DEVICE memory (cudaMalloc); the header includes no CUDA header, so host code can
+// name it under `#if ZEROTRAIN_HAVE_CUDA`.
 //
 // Execution model: every op is enqueued on the backend's own stream (stream_handle()) and returns
 // without waiting, except sum_squares (returns a host double, so it synchronises; sum_squares_to
@@ -10,15 +11,18 @@
 //
 // Numerics (what tests/gpu checks against the CPU backend):
 //   * GEMMs (linear layers, attention QKᵀ/PV and their gradients) go through cuBLASLt with fp32
-//     storage and fp32 accumulation; by default CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to
-//     bf16 for the tensor cores, ≈1e-2 relative), or exact fp32 (GemmCompute::kFp32).
+//     accumulation. fp32 operands: by default CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to
+//     bf16 for the tensor cores, ≈1e-2 relative), or exact fp32 (GemmCompute::kFp32). bf16
+//     operands (--activations bf16): bf16 products, a bf16 result rounded once (cuda_gemm.h).
+//   * bf16 activations: every kernel reads them widened, computes in fp32 and rounds each output
+//     once (cuda_storage.cuh), the CPU backend's rounding points. Not yet run on a GPU.
 //   * Reductions (RMSNorm, softmax, cross-entropy, sum_squares, rmsnorm's dg, embedding backward)
 //     use fixed trees / fixed block counts and no float atomics: bitwise reproducible.
 //   * RoPE uses the CPU's fp32 table (cpu::make_rope_table), embedding forward/backward add in the
 //     CPU's order and AdamW evaluates cpu_adam.h's formula with the same roundings: bitwise equal
 //     to the CPU backend.
-//   * Fused attention (--attention fused, cudnn_attention.h): cuDNN SDPA on bf16 copies of q/k/v,
-//     fp32 statistics; deterministic backward. Not yet run on a GPU.
+//   * Fused attention (--attention fused, cudnn_attention.h): cuDNN SDPA on bf16 q/k/v (copies
+//     when stored in fp32), fp32 statistics; deterministic backward. Not yet run on a GPU.
 //   * Kernels cannot throw: an out-of-range token id gives a NaN embedding row / NaN loss and
 //     NaN dlogits row, which the engine's non-finite check reports; embedding_backward skips
 //     negative ids.
@@ -26,8 +30,9 @@
 // Scratch memory: a DeviceArena (cuda_device_arena.h) with one cudaMalloc per category (cuBLASLt
 // workspace, attention score matrices, reduction partials), sized once from CudaBackendOptions.
 // GEMM attention processes as many heads per pass as its scratch holds (device_arena_plan.h);
-// fused attention (options.attention = kFused) stages its bf16 copies and statistics there
-// (cuDNN's workspace is CudnnAttention's own).
+// fused attention (options.attention = kFused) stages its bf16 copies and statistics there, the
+// GEMM attention its fp32 copies of bf16 tensors (attention_staging_bytes; cuDNN's workspace is
+// CudnnAttention's own).
 //
 // ---------------------------------------------------------------------------------------------
 // The ZeRO engine on this backend (app/engine_device.cpp wires it for --backend cuda):
@@ -58,7 +63,7 @@ namespace cuda {
 
 class CudaDeviceMemory;  // cuda_device_memory.h
 
-// Compute type of the fp32-storage GEMMs.
+// Compute type of the GEMMs with fp32 operands (bf16 operands always run CUBLAS_COMPUTE_32F).
 enum class GemmCompute {
   kBf16TensorCores,  // CUBLAS_COMPUTE_32F_FAST_16BF: bf16 products, fp32 accumulation
   kFp32,             // CUBLAS_COMPUTE_32F: exact fp32
@@ -70,8 +75,8 @@ struct CudaBackendOptions {
   // the app resolves --attention to it with choose_attention (attention_choice.h).
   AttentionKernel attention = AttentionKernel::kGemm;
   size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt workspace
-  // gemm: score/probability matrices; fused: the bf16 and statistics staging
-  // (fused_attention_scratch_bytes sizes it for a micro-batch).
+  // gemm: score/probability matrices (after fp32 copies of bf16 tensors); fused: the bf16 and
+  // statistics staging (attention_scratch_bytes sizes it for a micro-batch and storage type).
   size_t attention_scratch_bytes = size_t{512} << 20;
   size_t reduction_scratch_bytes = size_t{8} << 20;  // rmsnorm dg / sum_squares partials
 };

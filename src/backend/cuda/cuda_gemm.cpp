@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_gemm.h"
 
+#include <cstddef>
 #include <string>
 
 #include "util/cuda/cuda_check.h"
@@ -24,19 +25,28 @@ struct LtGemm::Plan {
 
 namespace {
 
-// Largest power of two ≤ 256 dividing the address of every batch entry.
-int64_t alignment_bytes(const void* ptr, int64_t stride_elements, int64_t batch) {
+// Largest power of two ≤ 256 dividing the address of every batch entry (elements of `type`).
+int64_t alignment_bytes(const void* ptr, int64_t stride_elements, int64_t batch, DType type) {
   uint64_t bits = reinterpret_cast<uintptr_t>(ptr);
-  if (batch > 1) bits |= static_cast<uint64_t>(stride_elements) * sizeof(float);
+  if (batch > 1) bits |= static_cast<uint64_t>(stride_elements) * dtype_size(type);
   int64_t alignment = 256;
-  while (alignment > 4 && (bits & static_cast<uint64_t>(alignment - 1)) != 0) alignment /= 2;
+  while (alignment > static_cast<int64_t>(dtype_size(type)) &&
+         (bits & static_cast<uint64_t>(alignment - 1)) != 0)
+    alignment /= 2;
   return alignment;
 }
 
-cublasLtMatrixLayout_t make_layout(int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                                   int64_t stride) {
+cudaDataType_t cuda_type(DType type, const std::string& what) {
+  if (type == DType::kFloat32) return CUDA_R_32F;
+  if (type == DType::kBf16) return CUDA_R_16BF;
+  throw Error(what + ": element type " + dtype_name(type) + " is not float32 or bfloat16");
+}
+
+cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64_t ld,
+                                   int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, static_cast<uint64_t>(rows),
+  ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, cuda_type(type, "gemm"),
+                                             static_cast<uint64_t>(rows),
                                              static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
@@ -51,7 +61,8 @@ cublasLtMatrixLayout_t make_layout(int64_t rows, int64_t cols, int64_t ld, int64
 std::string describe(const RowMajorGemm& g) {
   return std::string("gemm ") + (g.transpose_a ? "Aᵀ" : "A") + "·" + (g.transpose_b ? "Bᵀ" : "B") +
          " rows=" + std::to_string(g.rows) + " cols=" + std::to_string(g.cols) +
-         " inner=" + std::to_string(g.inner) + " batch=" + std::to_string(g.batch);
+         " inner=" + std::to_string(g.inner) + " batch=" + std::to_string(g.batch) + " (" +
+         dtype_name(g.a_type) + "·" + dtype_name(g.b_type) + " → " + dtype_name(g.c_type) + ")";
 }
 
 }  // namespace
@@ -67,18 +78,36 @@ LtGemm::~LtGemm() {
 }
 
 const LtGemm::Plan& LtGemm::plan_for(const RowMajorGemm& g) {
-  const int64_t align_a = alignment_bytes(g.b, g.stride_b, g.batch);  // cuBLAS's A = our B
-  const int64_t align_b = alignment_bytes(g.a, g.stride_a, g.batch);
-  const int64_t align_c = alignment_bytes(g.c, g.stride_c, g.batch);
-  std::vector<int64_t> key = {
-      g.transpose_a, g.transpose_b, g.rows,     g.cols,  g.inner,     g.lda,   g.ldb,   g.ldc,
-      g.stride_a,    g.stride_b,    g.stride_c, g.batch, g.beta != 0, align_a, align_b, align_c};
+  ZT_CHECK(g.a_type == g.b_type, describe(g) + ": A and B must have one element type");
+  const int64_t align_a = alignment_bytes(g.b, g.stride_b, g.batch, g.b_type);  // cuBLAS's A
+  const int64_t align_b = alignment_bytes(g.a, g.stride_a, g.batch, g.a_type);
+  const int64_t align_c = alignment_bytes(g.c, g.stride_c, g.batch, g.c_type);
+  std::vector<int64_t> key = {g.transpose_a,
+                              g.transpose_b,
+                              g.rows,
+                              g.cols,
+                              g.inner,
+                              g.lda,
+                              g.ldb,
+                              g.ldc,
+                              g.stride_a,
+                              g.stride_b,
+                              g.stride_c,
+                              g.batch,
+                              g.beta != 0,
+                              align_a,
+                              align_b,
+                              align_c,
+                              static_cast<int64_t>(g.a_type),
+                              static_cast<int64_t>(g.c_type)};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 
   auto plan = std::make_unique<Plan>();
-  const cublasComputeType_t compute =
-      compute_ == GemmCompute::kFp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_16BF;
+  // bf16 operands: bf16 products, fp32 accumulation. fp32 operands: the backend's choice.
+  const cublasComputeType_t compute = g.a_type == DType::kBf16 || compute_ == GemmCompute::kFp32
+                                          ? CUBLAS_COMPUTE_32F
+                                          : CUBLAS_COMPUTE_32F_FAST_16BF;
   ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
   const cublasOperation_t op_a = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -88,11 +117,11 @@ const LtGemm::Plan& LtGemm::plan_for(const RowMajorGemm& g) {
       cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   // Stored (column-major) shapes: cuBLAS A is m×k (N) or k×m (T); cuBLAS B is k×n (N) or n×k (T).
   const int64_t m = g.cols, n = g.rows, k = g.inner;
-  plan->layout_a = g.transpose_b ? make_layout(k, m, g.ldb, g.batch, g.stride_b)
-                                 : make_layout(m, k, g.ldb, g.batch, g.stride_b);
-  plan->layout_b = g.transpose_a ? make_layout(n, k, g.lda, g.batch, g.stride_a)
-                                 : make_layout(k, n, g.lda, g.batch, g.stride_a);
-  plan->layout_c = make_layout(m, n, g.ldc, g.batch, g.stride_c);
+  plan->layout_a = g.transpose_b ? make_layout(g.b_type, k, m, g.ldb, g.batch, g.stride_b)
+                                 : make_layout(g.b_type, m, k, g.ldb, g.batch, g.stride_b);
+  plan->layout_b = g.transpose_a ? make_layout(g.a_type, n, k, g.lda, g.batch, g.stride_a)
+                                 : make_layout(g.a_type, k, n, g.lda, g.batch, g.stride_a);
+  plan->layout_c = make_layout(g.c_type, m, n, g.ldc, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t preference = nullptr;
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
@@ -131,10 +160,12 @@ void LtGemm::run(const RowMajorGemm& g) {
     ZT_CHECK(g.beta == 0.0f || g.beta == 1.0f,
              describe(g) + ": an empty product with beta other than 0 or 1");
     if (g.beta == 0.0f) {
+      const size_t element = dtype_size(g.c_type);
       for (int64_t b = 0; b < g.batch; ++b) {
-        ZT_CUDA_CHECK(cudaMemset2DAsync(g.c + b * g.stride_c, static_cast<size_t>(g.ldc) * 4, 0,
-                                        static_cast<size_t>(g.cols) * 4,
-                                        static_cast<size_t>(g.rows), stream_));
+        ZT_CUDA_CHECK(cudaMemset2DAsync(
+            static_cast<std::byte*>(g.c) + static_cast<size_t>(b * g.stride_c) * element,
+            static_cast<size_t>(g.ldc) * element, 0, static_cast<size_t>(g.cols) * element,
+            static_cast<size_t>(g.rows), stream_));
       }
     }
     return;

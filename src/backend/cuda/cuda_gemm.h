@@ -1,4 +1,10 @@
-// Row-major fp32 GEMMs (single or strided-batched) on cuBLASLt.
+// Row-major GEMMs (single or strided-batched) on cuBLASLt, fp32 accumulation.
+//
+// Element types: A and B are both float32 or both bfloat16; C is either. fp32 A/B run in the
+// backend's GemmCompute (bf16 tensor cores with fp32 accumulation by default, or exact fp32);
+// bf16 A/B run CUBLAS_COMPUTE_32F (bf16 products, fp32 accumulation). A bf16 C is read (β ≠ 0)
+// and written once per element, rounded to nearest even from the fp32 result α·A·B + β·C: the
+// backend contract's "computed in fp32, rounded once".
 //
 // Row-major ↔ column-major: a row-major matrix X[r, c] with leading dimension ld is, read by a
 // column-major library, the matrix Xᵀ [c, r] with the same ld. So the row-major product
@@ -26,6 +32,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "util/dtype.h"
 
 namespace zt::cuda {
 
@@ -35,16 +42,19 @@ struct RowMajorGemm {
   int64_t rows = 0, cols = 0, inner = 0;
   float alpha = 1.0f;
   float beta = 0.0f;
-  const float* a = nullptr;
+  const void* a = nullptr;
   int64_t lda = 0;
   int64_t stride_a = 0;  // elements between batch entries
-  const float* b = nullptr;
+  const void* b = nullptr;
   int64_t ldb = 0;
   int64_t stride_b = 0;
-  float* c = nullptr;
+  void* c = nullptr;
   int64_t ldc = 0;
   int64_t stride_c = 0;
   int64_t batch = 1;
+  DType a_type = DType::kFloat32;  // A and B: the same type
+  DType b_type = DType::kFloat32;
+  DType c_type = DType::kFloat32;
 };
 
 class LtGemm {

@@ -7,36 +7,44 @@
 #include <cstdint>
 
 #include "backend/adam_constants.h"
+#include "util/tensor_view.h"
 
 namespace zt::cuda {
 
+// Activations and working parameters are views (util/tensor_view.h) stored in float32 or
+// bfloat16; the activations of one call share one type (cuda_storage.cuh), a weight (g, table)
+// may have another. Statistics and parameter gradients are fp32.
+
 // ---- cuda_norm_rope.cu ----
-void launch_rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
-                            int64_t D, float eps, cudaStream_t stream);
-void launch_rmsnorm_backward_dx(float* dx, const float* dy, const float* x, const float* g,
-                                const float* rstd, int64_t M, int64_t D, cudaStream_t stream);
+void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
+                            int64_t M, int64_t D, float eps, cudaStream_t stream);
+void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,
+                                ConstTensorView g, const float* rstd, int64_t M, int64_t D,
+                                cudaStream_t stream);
 // dg[d] += Σ_m dy·x·rstd in two passes: partials[chunk][d] (doubles, rows_per_chunk rows each),
 // then the chunks in order.
-void launch_rmsnorm_backward_dg(float* dg, double* partials, const float* dy, const float* x,
+void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
                                 cudaStream_t stream);
 // x[B,T,H,hd] rotated by ±angle from the [T, hd/2] cos/sin tables (sin_sign = ±1).
-void launch_rope(float* x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
+void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
                  int64_t H, int64_t hd, float sin_sign, cudaStream_t stream);
 
 // ---- cuda_pointwise.cu ----
-void launch_swiglu_forward(float* h, const float* gate, const float* up, int64_t n,
+void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
                            cudaStream_t stream);
-void launch_swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                            const float* up, int64_t n, cudaStream_t stream);
-void launch_embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+void launch_swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
+                            ConstTensorView gate, ConstTensorView up, int64_t n,
+                            cudaStream_t stream);
+void launch_embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                               int64_t D, cudaStream_t stream);
-void launch_embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+void launch_embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens, int64_t n,
                                int64_t D, cudaStream_t stream);
-void launch_cross_entropy(float* losses, float* dlogits, const float* logits,
+// dlogits may alias logits (then both have its type).
+void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                           const int32_t* targets, int64_t M, int64_t V, float grad_scale,
                           cudaStream_t stream);
-void launch_add(float* y, const float* x, int64_t n, cudaStream_t stream);
+void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream);  // y += x
 void launch_scale(float* y, float s, int64_t n, cudaStream_t stream);
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
 void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);

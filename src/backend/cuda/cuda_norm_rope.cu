@@ -1,6 +1,11 @@
 // CUDA backend: RMSNorm and rotary position embedding, forward and backward side by side.
+// Activations and the norm weight in either storage type (cuda_storage.cuh): read widened,
+// computed in fp32, each output rounded once.
+#include <type_traits>
+
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/cuda_storage.cuh"
 #include "util/cuda/cuda_check.h"
 
 namespace zt::cuda {
@@ -8,37 +13,46 @@ namespace {
 
 // ---- RMSNorm ----
 // Forward, one block per row: rstd = 1/sqrt(mean_d x² + eps) (fp32 block sum); y = g·(x·rstd).
-__global__ void rmsnorm_forward_kernel(float* y, float* rstd, const float* x, const float* g,
-                                       int64_t D, float eps) {
+template <typename A, typename W>
+__global__ void rmsnorm_forward_kernel(A* y, float* rstd, const A* x, const W* g, int64_t D,
+                                       float eps) {
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * D;
+  const A* xr = x + row * D;
   float acc = 0.0f;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc += xr[d] * xr[d];
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    const float xd = load(xr, d);
+    acc += xd * xd;
+  }
   const float mean_square = block_sum(acc) / static_cast<float>(D);
   const float r = 1.0f / sqrtf(mean_square + eps);
   if (threadIdx.x == 0) rstd[row] = r;
-  float* yr = y + row * D;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) yr[d] = g[d] * (xr[d] * r);
+  A* yr = y + row * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+    store(yr, d, load(g, d) * (load(xr, d) * r));
 }
 
 // Backward dx, one block per row: dx += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x).
-__global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dy, const float* x,
-                                           const float* g, const float* rstd, int64_t D) {
+// dx is accumulated: read, added to in fp32, rounded once.
+template <typename A, typename W>
+__global__ void rmsnorm_backward_dx_kernel(A* dx, const A* dy, const A* x, const W* g,
+                                           const float* rstd, int64_t D) {
   const int64_t row = blockIdx.x;
-  const float* xr = x + row * D;
-  const float* dyr = dy + row * D;
+  const A* xr = x + row * D;
+  const A* dyr = dy + row * D;
   float acc = 0.0f;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) acc += (g[d] * dyr[d]) * xr[d];
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+    acc += (load(g, d) * load(dyr, d)) * load(xr, d);
   const float r = rstd[row];
   const float coef = block_sum(acc) / static_cast<float>(D) * r * r * r;
-  float* dxr = dx + row * D;
+  A* dxr = dx + row * D;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-    dxr[d] += r * (g[d] * dyr[d]) - xr[d] * coef;
+    store(dxr, d, load(dxr, d) + (r * (load(g, d) * load(dyr, d)) - load(xr, d) * coef));
 }
 
 // Backward dg, pass 1: partials[c][d] = Σ_{m in chunk c} dy·x·rstd in double, rows in order.
 // Grid (column blocks, chunks); one thread per column (coalesced over d).
-__global__ void rmsnorm_dg_partials_kernel(double* partials, const float* dy, const float* x,
+template <typename A>
+__global__ void rmsnorm_dg_partials_kernel(double* partials, const A* dy, const A* x,
                                            const float* rstd, int64_t M, int64_t D,
                                            int64_t rows_per_chunk) {
   const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -48,7 +62,7 @@ __global__ void rmsnorm_dg_partials_kernel(double* partials, const float* dy, co
   const int64_t m1 = m0 + rows_per_chunk < M ? m0 + rows_per_chunk : M;
   double acc = 0.0;
   for (int64_t m = m0; m < m1; ++m)
-    acc += static_cast<double>(dy[m * D + d] * x[m * D + d] * rstd[m]);
+    acc += static_cast<double>(load(dy, m * D + d) * load(x, m * D + d) * rstd[m]);
   partials[chunk * D + d] = acc;
 }
 
@@ -66,7 +80,8 @@ __global__ void rmsnorm_dg_finish_kernel(float* dg, const double* partials, int6
 // One thread per (b, t, h, i < hd/2): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs). The explicit
 // _rn intrinsics keep nvcc from fusing into FMAs, so the result is the CPU's bit for bit (same
 // table, same unfused fp32 operations).
-__global__ void rope_kernel(float* x, const float* cos_table, const float* sin_table, int64_t pairs,
+template <typename A>
+__global__ void rope_kernel(A* x, const float* cos_table, const float* sin_table, int64_t pairs,
                             int64_t T, int64_t H, int64_t half, float sin_sign) {
   for (int64_t idx = global_thread(); idx < pairs; idx += grid_threads()) {
     const int64_t i = idx % half;
@@ -74,51 +89,72 @@ __global__ void rope_kernel(float* x, const float* cos_table, const float* sin_t
     const int64_t t = (bth / H) % T;
     const float c = cos_table[t * half + i];
     const float s = sin_sign * sin_table[t * half + i];
-    float* x1 = x + bth * 2 * half;
-    const float a = x1[i];
-    const float b = x1[i + half];
-    x1[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    x1[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    A* x1 = x + bth * 2 * half;
+    const float a = load(x1, i);
+    const float b = load(x1, i + half);
+    store(x1, i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    store(x1, i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
   }
 }
 
 }  // namespace
 
-void launch_rmsnorm_forward(float* y, float* rstd, const float* x, const float* g, int64_t M,
-                            int64_t D, float eps, cudaStream_t stream) {
+void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
+                            int64_t M, int64_t D, float eps, cudaStream_t stream) {
   if (M == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(y, rstd, x, g, D,
-                                                                               eps);
+  with_storage(shared_storage("rmsnorm_forward", {y, x}), "rmsnorm_forward", [&](auto x_tag) {
+    using A = std::remove_pointer_t<decltype(x_tag)>;
+    with_storage(g.dtype, "rmsnorm_forward g", [&](auto g_tag) {
+      using W = std::remove_pointer_t<decltype(g_tag)>;
+      rmsnorm_forward_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
+          typed<A>(y), rstd, typed<A>(x), typed<W>(g), D, eps);
+    });
+  });
   ZT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
 }
 
-void launch_rmsnorm_backward_dx(float* dx, const float* dy, const float* x, const float* g,
-                                const float* rstd, int64_t M, int64_t D, cudaStream_t stream) {
+void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,
+                                ConstTensorView g, const float* rstd, int64_t M, int64_t D,
+                                cudaStream_t stream) {
   if (M == 0) return;
-  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(dx, dy, x, g,
-                                                                                   rstd, D);
+  const DType storage = shared_storage("rmsnorm_backward", {dx, dy, x});
+  with_storage(storage, "rmsnorm_backward", [&](auto x_tag) {
+    using A = std::remove_pointer_t<decltype(x_tag)>;
+    with_storage(g.dtype, "rmsnorm_backward g", [&](auto g_tag) {
+      using W = std::remove_pointer_t<decltype(g_tag)>;
+      rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
+          typed<A>(dx), typed<A>(dy), typed<A>(x), typed<W>(g), rstd, D);
+    });
+  });
   ZT_CUDA_CHECK_LAUNCH("rmsnorm_backward_dx_kernel");
 }
 
-void launch_rmsnorm_backward_dg(float* dg, double* partials, const float* dy, const float* x,
+void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
                                 cudaStream_t stream) {
   if (M == 0 || D == 0) return;
   const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
   const unsigned column_blocks = static_cast<unsigned>((D + kRowThreads - 1) / kRowThreads);
-  rmsnorm_dg_partials_kernel<<<dim3(column_blocks, static_cast<unsigned>(chunks)), kRowThreads, 0,
-                               stream>>>(partials, dy, x, rstd, M, D, rows_per_chunk);
+  with_storage(shared_storage("rmsnorm_backward", {dy, x}), "rmsnorm_backward", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    rmsnorm_dg_partials_kernel<<<dim3(column_blocks, static_cast<unsigned>(chunks)), kRowThreads, 0,
+                                 stream>>>(partials, typed<A>(dy), typed<A>(x), rstd, M, D,
+                                           rows_per_chunk);
+  });
   ZT_CUDA_CHECK_LAUNCH("rmsnorm_dg_partials_kernel");
   rmsnorm_dg_finish_kernel<<<column_blocks, kRowThreads, 0, stream>>>(dg, partials, chunks, D);
   ZT_CUDA_CHECK_LAUNCH("rmsnorm_dg_finish_kernel");
 }
 
-void launch_rope(float* x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
+void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
                  int64_t H, int64_t hd, float sin_sign, cudaStream_t stream) {
   const int64_t pairs = B * T * H * (hd / 2);
   if (pairs == 0) return;
-  rope_kernel<<<elementwise_blocks(pairs), kElementwiseThreads, 0, stream>>>(
-      x, cos_table, sin_table, pairs, T, H, hd / 2, sin_sign);
+  with_storage(x.dtype, "rope x", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    rope_kernel<<<elementwise_blocks(pairs), kElementwiseThreads, 0, stream>>>(
+        typed<A>(x), cos_table, sin_table, pairs, T, H, hd / 2, sin_sign);
+  });
   ZT_CUDA_CHECK_LAUNCH("rope_kernel");
 }
 

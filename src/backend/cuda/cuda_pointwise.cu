@@ -1,10 +1,13 @@
 // CUDA backend: SwiGLU, token embedding, fused softmax cross-entropy and the elementwise helpers,
-// forward and backward side by side.
+// forward and backward side by side. Activations in either storage type (cuda_storage.cuh):
+// read widened, computed in fp32, each output rounded once.
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
+#include "backend/cuda/cuda_storage.cuh"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
 
@@ -13,38 +16,40 @@ namespace {
 
 // ---- SwiGLU ----
 // Forward: h = silu(a)·u with silu(a) = a / (1 + exp(−a)).
-__global__ void swiglu_forward_kernel(float* h, const float* gate, const float* up, int64_t n) {
+template <typename A>
+__global__ void swiglu_forward_kernel(A* h, const A* gate, const A* up, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const float a = gate[i];
-    h[i] = a / (1.0f + expf(-a)) * up[i];
+    const float a = load(gate, i);
+    store(h, i, a / (1.0f + expf(-a)) * load(up, i));
   }
 }
 
 // Backward: σ = 1/(1 + exp(−a)); dgate = dh·u·σ·(1 + a·(1 − σ)); dup = dh·a·σ.
-__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dh, const float* gate,
-                                       const float* up, int64_t n) {
+template <typename A>
+__global__ void swiglu_backward_kernel(A* dgate, A* dup, const A* dh, const A* gate, const A* up,
+                                       int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const float a = gate[i];
+    const float a = load(gate, i);
     const float sigma = 1.0f / (1.0f + expf(-a));
-    const float g = dh[i];
-    dgate[i] = g * up[i] * sigma * (1.0f + a * (1.0f - sigma));
-    dup[i] = g * (a * sigma);
+    const float g = load(dh, i);
+    store(dgate, i, g * load(up, i) * sigma * (1.0f + a * (1.0f - sigma)));
+    store(dup, i, g * (a * sigma));
   }
 }
 
 // ---- token embedding ----
 // Forward, one block per token: x[i] = table[tokens[i]]; a negative id gives a NaN row.
-__global__ void embedding_forward_kernel(float* x, const int32_t* tokens, const float* table,
-                                         int64_t D) {
+template <typename A, typename W>
+__global__ void embedding_forward_kernel(A* x, const int32_t* tokens, const W* table, int64_t D) {
   const int64_t i = blockIdx.x;
   const int32_t id = tokens[i];
-  float* xr = x + i * D;
+  A* xr = x + i * D;
   if (id < 0) {
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xr[d] = NAN;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store(xr, d, NAN);
     return;
   }
-  const float* row = table + static_cast<int64_t>(id) * D;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xr[d] = row[d];
+  const W* row = table + static_cast<int64_t>(id) * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) store(xr, d, load(row, d));
 }
 
 // Backward: dtable[v] += Σ_{i: tokens[i]=v} dx[i], deterministic without atomics or a sort.
@@ -58,7 +63,8 @@ __global__ void embedding_forward_kernel(float* x, const int32_t* tokens, const 
 // are bitwise equal. Cost O(n · distinct ids) id comparisons (L2-resident).
 constexpr int kEmbeddingColumnsPerThread = 64;  // D ≤ 64·kRowThreads = 16384
 
-__global__ void embedding_backward_kernel(float* dtable, const float* dx, const int32_t* tokens,
+template <typename A>
+__global__ void embedding_backward_kernel(float* dtable, const A* dx, const int32_t* tokens,
                                           int64_t n, int64_t D) {
   __shared__ int64_t matches[kRowThreads];
   __shared__ int warp_counts[kRowThreads / kWarpSize];
@@ -90,11 +96,11 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dx, const 
     if (hit) matches[offset] = j;
     __syncthreads();
     for (int k = 0; k < total; ++k) {
-      const float* src = dx + matches[k] * D;
+      const A* src = dx + matches[k] * D;
 #pragma unroll
       for (int c = 0; c < kEmbeddingColumnsPerThread; ++c) {
         const int64_t d = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
-        if (d < D) sum[c] += src[d];
+        if (d < D) sum[c] += load(src, d);
       }
     }
     __syncthreads();  // matches and warp_counts are rewritten by the next tile
@@ -158,16 +164,17 @@ __device__ MaxSum block_max_sum(MaxSum value) {
 // dlogits = (exp(x − max)/Σ − [j = target])·grad_scale. Every read of the row (the target logit
 // included) happens before the block-wide reduction, every write after it, so dlogits may alias
 // logits. An out-of-range target gives a NaN loss and a NaN dlogits row.
-__global__ void cross_entropy_kernel(float* losses, float* dlogits, const float* logits,
+template <typename A>
+__global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
                                      const int32_t* targets, int64_t V, float grad_scale) {
   const int64_t row = blockIdx.x;
-  const float* x = logits + row * V;
+  const A* x = logits + row * V;
   const int32_t target = targets[row];
   const bool valid = target >= 0 && target < V;
-  const float target_logit = valid ? x[target] : NAN;
+  const float target_logit = valid ? load(x, target) : NAN;
   MaxSum local{-INFINITY, 0.0};
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float value = x[j];
+    const float value = load(x, j);
     if (local.sum == 0.0) {
       local = {value, 1.0};
     } else if (value > local.max) {
@@ -183,17 +190,20 @@ __global__ void cross_entropy_kernel(float* losses, float* dlogits, const float*
                                      static_cast<double>(target_logit));
   }
   if (dlogits == nullptr) return;
-  float* dx = dlogits + row * V;
+  A* dx = dlogits + row * V;
   const float factor = static_cast<float>(static_cast<double>(grad_scale) / total.sum);
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float p = expf(x[j] - total.max) * factor;
-    dx[j] = !valid ? NAN : (j == target ? p - grad_scale : p);
+    const float p = expf(load(x, j) - total.max) * factor;
+    store(dx, j, !valid ? NAN : (j == target ? p - grad_scale : p));
   }
 }
 
 // ---- elementwise helpers ----
-__global__ void add_kernel(float* y, const float* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] += x[i];
+// y += x, read and added in fp32, rounded once.
+template <typename A>
+__global__ void add_kernel(A* y, const A* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads())
+    store(y, i, load(y, i) + load(x, i));
 }
 
 __global__ void scale_kernel(float* y, float s, int64_t n) {
@@ -210,52 +220,77 @@ __global__ void from_bf16_kernel(float* out, const uint16_t* in, int64_t n) {
 
 }  // namespace
 
-void launch_swiglu_forward(float* h, const float* gate, const float* up, int64_t n,
+void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
                            cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(h, gate, up, n);
+  with_storage(shared_storage("swiglu_forward", {h, gate, up}), "swiglu_forward", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    swiglu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+        typed<A>(h), typed<A>(gate), typed<A>(up), n);
+  });
   ZT_CUDA_CHECK_LAUNCH("swiglu_forward_kernel");
 }
 
-void launch_swiglu_backward(float* dgate, float* dup, const float* dh, const float* gate,
-                            const float* up, int64_t n, cudaStream_t stream) {
+void launch_swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
+                            ConstTensorView gate, ConstTensorView up, int64_t n,
+                            cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dgate, dup, dh,
-                                                                                    gate, up, n);
+  const DType storage = shared_storage("swiglu_backward", {dgate, dup, dh, gate, up});
+  with_storage(storage, "swiglu_backward", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    swiglu_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+        typed<A>(dgate), typed<A>(dup), typed<A>(dh), typed<A>(gate), typed<A>(up), n);
+  });
   ZT_CUDA_CHECK_LAUNCH("swiglu_backward_kernel");
 }
 
-void launch_embedding_forward(float* x, const int32_t* tokens, const float* table, int64_t n,
+void launch_embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                               int64_t D, cudaStream_t stream) {
   if (n == 0 || D == 0) return;
-  embedding_forward_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(x, tokens, table,
-                                                                                 D);
+  with_storage(x.dtype, "embedding_forward x", [&](auto x_tag) {
+    using A = std::remove_pointer_t<decltype(x_tag)>;
+    with_storage(table.dtype, "embedding_forward table", [&](auto table_tag) {
+      using W = std::remove_pointer_t<decltype(table_tag)>;
+      embedding_forward_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(
+          typed<A>(x), tokens, typed<W>(table), D);
+    });
+  });
   ZT_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
 }
 
-void launch_embedding_backward(float* dtable, const float* dx, const int32_t* tokens, int64_t n,
+void launch_embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens, int64_t n,
                                int64_t D, cudaStream_t stream) {
   if (n == 0 || D == 0) return;
   ZT_CHECK(D <= static_cast<int64_t>(kEmbeddingColumnsPerThread) * kRowThreads,
            "embedding backward: hidden size " + std::to_string(D) + " is above the CUDA kernel's " +
                std::to_string(kEmbeddingColumnsPerThread * kRowThreads));
-  embedding_backward_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dtable, dx,
-                                                                                  tokens, n, D);
+  with_storage(dx.dtype, "embedding_backward dx", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    embedding_backward_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(
+        dtable, typed<A>(dx), tokens, n, D);
+  });
   ZT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
 }
 
-void launch_cross_entropy(float* losses, float* dlogits, const float* logits,
+void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                           const int32_t* targets, int64_t M, int64_t V, float grad_scale,
                           cudaStream_t stream) {
   if (M == 0) return;
-  cross_entropy_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-      losses, dlogits, logits, targets, V, grad_scale);
+  with_storage(shared_storage("cross_entropy", {dlogits, logits}), "cross_entropy", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    cross_entropy_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
+        losses, typed<A>(dlogits), typed<A>(logits), targets, V, grad_scale);
+  });
   ZT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
 }
 
-void launch_add(float* y, const float* x, int64_t n, cudaStream_t stream) {
+void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(y, x, n);
+  with_storage(shared_storage("add_inplace", {y, x}), "add_inplace", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(typed<A>(y), typed<A>(x),
+                                                                          n);
+  });
   ZT_CUDA_CHECK_LAUNCH("add_kernel");
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_storage.h"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
 
@@ -145,10 +146,12 @@ std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraph
   return start.built;
 }
 
-// A bf16 copy of n fp32 values in the attention scratch (rounded to nearest even).
-uint16_t* stage_in(DeviceArena& arena, const float* src, int64_t n, cudaStream_t stream) {
+// The bf16 tensor cuDNN reads for `src`: the tensor itself when it is stored in bf16, else a
+// copy rounded to nearest even in the attention scratch.
+const void* bf16_input(DeviceArena& arena, ConstTensorView src, int64_t n, cudaStream_t stream) {
+  if (!src.is_f32()) return src.data;
   auto* dst = arena.allocate<uint16_t>(ScratchCategory::kAttention, static_cast<size_t>(n));
-  launch_to_bf16(dst, src, n, stream);
+  launch_to_bf16(dst, src.f32("fused attention input"), n, stream);
   return dst;
 }
 
@@ -162,9 +165,16 @@ void copy_stats(float* dst, const float* src, const AttentionShape& s, cudaStrea
                                 cudaMemcpyDeviceToDevice, stream));
 }
 
-// Room for n bf16 results in the attention scratch.
-uint16_t* stage_out(DeviceArena& arena, int64_t n) {
+// Where cuDNN writes the bf16 result for `dst`: the tensor itself when it is stored in bf16, else
+// room in the attention scratch, widened into dst by widen_output once the graph has run.
+void* bf16_output(DeviceArena& arena, TensorView dst, int64_t n) {
+  if (!dst.is_f32()) return dst.data;
   return arena.allocate<uint16_t>(ScratchCategory::kAttention, static_cast<size_t>(n));
+}
+void widen_output(TensorView dst, const void* staged, int64_t n, cudaStream_t stream) {
+  if (dst.is_f32())
+    launch_from_bf16(dst.f32("fused attention output"), static_cast<const uint16_t*>(staged), n,
+                     stream);
 }
 
 }  // namespace
@@ -207,9 +217,10 @@ struct CudnnAttention::Impl {
   }
 
   // Throws, before anything is enqueued, when the staging does not fit in the scratch.
-  static void check_fits(const DeviceArena& arena, const SdpaGraphKey& key) {
+  static void check_fits(const DeviceArena& arena, const SdpaGraphKey& key, DType storage) {
     const BumpRegion& region = arena.region(ScratchCategory::kAttention);
-    const size_t staging = fused_attention_staging_bytes(key.shape, key.backward, kArenaAlignment);
+    const size_t staging = attention_staging_bytes(key.shape, AttentionKernel::kFused, storage,
+                                                   key.backward, kArenaAlignment);
     check_fused_attention_fits(key, staging, region.capacity() - region.used());
   }
 
@@ -217,11 +228,11 @@ struct CudnnAttention::Impl {
   // anything is enqueued, then the staging in the scratch (returned when the call ends) with the
   // statistics' block.
   struct Call {
-    Call(Impl& impl, DeviceArena& arena, const SdpaGraphKey& key)
+    Call(Impl& impl, DeviceArena& arena, const SdpaGraphKey& key, DType storage)
         : impl(impl),
           key(key),
           built(impl.graph(key)),
-          workspace((check_fits(arena, key), impl.workspace_for(key, built))),
+          workspace((check_fits(arena, key, storage), impl.workspace_for(key, built))),
           scope(arena),
           q_n(key.shape.B * key.shape.T * key.shape.H * key.shape.hd),
           kv_n(key.shape.B * key.shape.T * key.shape.Hkv * key.shape.hd),
@@ -262,28 +273,39 @@ int64_t CudnnAttention::graphs_built() const {
   return impl_->graphs.builds();
 }
 
-void CudnnAttention::forward(DeviceArena& arena, float* out, float* lse, const float* q,
-                             const float* k, const float* v, const AttentionShape& s) {
-  Impl::Call call(*impl_, arena, {s, false});
+void CudnnAttention::forward(DeviceArena& arena, TensorView out, float* lse, ConstTensorView q,
+                             ConstTensorView k, ConstTensorView v, const AttentionShape& s) {
+  const DType storage = shared_storage("attention_forward", {out, q, k, v});
+  Impl::Call call(*impl_, arena, {s, false}, storage);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
-  uint16_t *q16 = stage_in(arena, q, q_n, stream), *k16 = stage_in(arena, k, kv_n, stream),
-           *v16 = stage_in(arena, v, kv_n, stream), *o16 = stage_out(arena, q_n);
-  call.execute({{kQ, q16}, {kK, k16}, {kV, v16}, {kO, o16}});
-  launch_from_bf16(out, o16, q_n, stream);
+  const void *q16 = bf16_input(arena, q, q_n, stream), *k16 = bf16_input(arena, k, kv_n, stream),
+             *v16 = bf16_input(arena, v, kv_n, stream);
+  void* o16 = bf16_output(arena, out, q_n);
+  call.execute({{kQ, const_cast<void*>(q16)},
+                {kK, const_cast<void*>(k16)},
+                {kV, const_cast<void*>(v16)},
+                {kO, o16}});
+  widen_output(out, o16, q_n, stream);
   copy_stats(lse, call.stats, s, stream);
 }
 
-void CudnnAttention::backward(DeviceArena& arena, float* dq, float* dk, float* dv,
-                              const float* dout, const float* q, const float* k, const float* v,
-                              const float* out, const float* lse, const AttentionShape& s) {
-  Impl::Call call(*impl_, arena, {s, true});
+void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, TensorView dv,
+                              ConstTensorView dout, ConstTensorView q, ConstTensorView k,
+                              ConstTensorView v, ConstTensorView out, const float* lse,
+                              const AttentionShape& s) {
+  const DType storage = shared_storage("attention_backward", {dq, dk, dv, dout, q, k, v, out});
+  Impl::Call call(*impl_, arena, {s, true}, storage);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
-  uint16_t *q16 = stage_in(arena, q, q_n, stream), *k16 = stage_in(arena, k, kv_n, stream),
-           *v16 = stage_in(arena, v, kv_n, stream), *o16 = stage_in(arena, out, q_n, stream),
-           *do16 = stage_in(arena, dout, q_n, stream), *dq16 = stage_out(arena, q_n),
-           *dk16 = stage_out(arena, kv_n), *dv16 = stage_out(arena, kv_n);
+  // The variant pack takes void*; cuDNN only reads the inputs.
+  auto input = [&](ConstTensorView t, int64_t n) {
+    return const_cast<void*>(bf16_input(arena, t, n, stream));
+  };
+  void *q16 = input(q, q_n), *k16 = input(k, kv_n), *v16 = input(v, kv_n), *o16 = input(out, q_n),
+       *do16 = input(dout, q_n);
+  void *dq16 = bf16_output(arena, dq, q_n), *dk16 = bf16_output(arena, dk, kv_n),
+       *dv16 = bf16_output(arena, dv, kv_n);
   copy_stats(call.stats, lse, s, stream);
   call.execute({{kQ, q16},
                 {kK, k16},
@@ -293,9 +315,9 @@ void CudnnAttention::backward(DeviceArena& arena, float* dq, float* dk, float* d
                 {kDQ, dq16},
                 {kDK, dk16},
                 {kDV, dv16}});
-  launch_from_bf16(dq, dq16, q_n, stream);
-  launch_from_bf16(dk, dk16, kv_n, stream);
-  launch_from_bf16(dv, dv16, kv_n, stream);
+  widen_output(dq, dq16, q_n, stream);
+  widen_output(dk, dk16, kv_n, stream);
+  widen_output(dv, dv16, kv_n, stream);
 }
 
 }  // namespace zt::cuda

@@ -10,9 +10,9 @@
 // through the scratch. GQA is cuDNN's own: H a multiple of Hkv, head h reads kv head h/(H/Hkv).
 //
 // Precision: the kernels read and write bf16 and keep softmax statistics and accumulation in
-// fp32. While activations are stored in fp32, q/k/v/out/dout are rounded to bf16 into the
-// attention scratch and the results widened back (fused_attention_staging_bytes): exact for
-// `out`, which a forward wrote from bf16.
+// fp32. Activations stored in bf16 are read and written where they are. Activations stored in
+// fp32 are staged: q/k/v/out/dout rounded to bf16 into the attention scratch and the results
+// widened back (attention_staging_bytes), exact for `out`, which a forward wrote from bf16.
 //
 // Graphs are built once per (shape, direction) and cached (SdpaGraphKey); a training run builds
 // two. Each call takes its staging (bf16 copies and the fp32 statistics, aligned) from the
@@ -25,6 +25,7 @@
 
 #include "backend/attention_choice.h"
 #include "backend/cuda/cuda_device_arena.h"
+#include "util/tensor_view.h"
 
 namespace zt::cuda {
 
@@ -36,13 +37,13 @@ class CudnnAttention {
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
-  // Backend::attention_forward's contract (device pointers).
-  void forward(DeviceArena& arena, float* out, float* lse, const float* q, const float* k,
-               const float* v, const AttentionShape& shape);
+  // Backend::attention_forward's contract (device memory; all views one storage type).
+  void forward(DeviceArena& arena, TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
+               ConstTensorView v, const AttentionShape& shape);
   // Backend::attention_backward's contract: dq, dk, dv overwritten.
-  void backward(DeviceArena& arena, float* dq, float* dk, float* dv, const float* dout,
-                const float* q, const float* k, const float* v, const float* out, const float* lse,
-                const AttentionShape& shape);
+  void backward(DeviceArena& arena, TensorView dq, TensorView dk, TensorView dv,
+                ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                ConstTensorView out, const float* lse, const AttentionShape& shape);
 
   int64_t graphs_built() const;
 
