@@ -12,6 +12,7 @@ int cmd_eval(int argc, char** argv);
 int cmd_estimate(int argc, char** argv);
 int cmd_consolidate(int argc, char** argv);
 int cmd_export(int argc, char** argv);
+int cmd_import(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 
 }  // namespace zt

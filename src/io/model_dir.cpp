@@ -1,5 +1,7 @@
 #include "io/model_dir.h"
 
+#include "io/hf_import.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -234,6 +236,11 @@ ModelDirReader::ModelDirReader(const std::string& dir, bool check_finite)
       config_(load_model_config(dir_)),
       layout_(config_) {
   const std::string index_path = dir_ + "/" + kModelIndexFile;
+  if (!fs::exists(index_path) && is_hf_checkpoint_dir(dir_))
+    fail("'" + dir_ +
+         "' is a Hugging Face checkpoint (config.json + safetensors), not a zerotrain "
+         "model directory: run `zerotrain import " +
+         dir_ + " --out MODEL_DIR` and pass MODEL_DIR");
   ZT_CHECK(fs::exists(index_path), "model directory '" + dir_ + "' has no " + kModelIndexFile);
   const nlohmann::json index = read_json_file(index_path);
   try {

@@ -13,6 +13,7 @@
 
 #include "io/fs_util.h"
 #include "io/model_dir.h"
+#include "util/bf16.h"
 #include "util/error.h"
 
 namespace zt {
@@ -232,6 +233,33 @@ std::vector<uint8_t> SafetensorsReader::read_bytes(const std::string& name) cons
   ReadOnlyFile file(path_);
   read_exact(file.fd, header_bytes_ + t.begin, bytes.data(), bytes.size(), path_);
   return bytes;
+}
+
+void SafetensorsReader::read_range_f32(const std::string& name, int64_t begin, int64_t count,
+                                       float* out) const {
+  const SafetensorsEntry& t = tensor(name);
+  const std::string what = "'" + path_ + "': tensor '" + name + "'";
+  ZT_CHECK(t.dtype == "BF16" || t.dtype == "F16" || t.dtype == "F32",
+           what + " is " + t.dtype + "; zerotrain reads BF16, F16 or F32 weights");
+  const size_t size = safetensors_dtype_size(t.dtype);
+  const auto numel = static_cast<int64_t>((t.end - t.begin) / size);
+  ZT_CHECK(begin >= 0 && count >= 0 && begin <= numel && count <= numel - begin,
+           what + ": elements [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+               ") are outside its " + std::to_string(numel));
+  if (count == 0) return;
+  ReadOnlyFile file(path_);
+  const uint64_t offset = header_bytes_ + t.begin + static_cast<uint64_t>(begin) * size;
+  if (size == 4) {
+    read_exact(file.fd, offset, out, static_cast<size_t>(count) * 4, path_);
+    return;
+  }
+  std::vector<uint16_t> half(static_cast<size_t>(count));
+  read_exact(file.fd, offset, half.data(), half.size() * 2, path_);
+  if (t.dtype == "BF16") {
+    bf16_to_floats(half.data(), out, half.size());
+  } else {
+    for (size_t i = 0; i < half.size(); ++i) out[i] = fp16_to_float(half[i]);
+  }
 }
 
 std::map<std::string, std::string> safetensors_weight_map(const std::string& dir) {

@@ -76,6 +76,9 @@ class SafetensorsReader {
   const std::vector<SafetensorsEntry>& tensors() const { return tensors_; }  // offset order
   const SafetensorsEntry& tensor(const std::string& name) const;
   std::vector<uint8_t> read_bytes(const std::string& name) const;
+  // Elements [begin, begin+count) of a BF16, F16 or F32 tensor, flattened, widened to fp32
+  // (exact); another dtype or a range outside the tensor is a zt::Error naming the file and tensor.
+  void read_range_f32(const std::string& name, int64_t begin, int64_t count, float* out) const;
 
  private:
   std::string path_;

@@ -49,7 +49,93 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
   }
 }
 
+// Keys of an HF config.json that do not change the model's mathematics (metadata, generation and
+// initialisation settings): read past.
+const std::vector<std::string>& ignored_hf_keys() {
+  static const std::vector<std::string> keys = {
+      "_name_or_path",        "architectures",  "bos_token_id",         "eos_token_id",
+      "pad_token_id",         "torch_dtype",    "transformers_version", "use_cache",
+      "initializer_range",    "pretraining_tp", "tokenizer_class",      "output_attentions",
+      "output_hidden_states", "return_dict",    "model_type",           "max_window_layers"};
+  return keys;
+}
+
+// Keys zerotrain implements only at one value (the Llama it computes): anything else is refused,
+// naming the key, instead of training a different model than the checkpoint's.
+void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source, int64_t head_dim) {
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    fail(source + ": '" + key + "': " + j.at(key).dump() + " " + why);
+  };
+  if (j.contains("model_type")) {
+    const auto& type = j.at("model_type");
+    if (!type.is_string() || (type != "llama" && type != "mistral"))
+      refuse("model_type",
+             "is not an architecture zerotrain implements (llama, mistral without a sliding "
+             "window); Qwen's q/k/v biases and q/k norms are not implemented yet");
+  }
+  if (j.contains("architectures")) {
+    const auto& archs = j.at("architectures");
+    bool ok = archs.is_array();
+    for (const auto& a : archs.is_array() ? archs : nlohmann::json::array())
+      ok = ok && (a == "LlamaForCausalLM" || a == "MistralForCausalLM");
+    if (!ok) refuse("architectures", "names a model zerotrain does not implement");
+  }
+  auto must_be = [&](const char* key, const nlohmann::json& value, const std::string& why) {
+    if (j.contains(key) && j.at(key) != value) refuse(key, why);
+  };
+  must_be("hidden_act", "silu", "is not implemented (zerotrain's MLP is SwiGLU with silu)");
+  must_be("attention_bias", false, "is not implemented (q/k/v/o projections have no bias)");
+  must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
+  must_be("rope_scaling", nullptr,
+          "is not implemented yet (RoPE without scaling: llama3 and linear scaling would "
+          "change every position's angle)");
+  must_be("sliding_window", nullptr,
+          "is not implemented (attention over the whole causal context, no sliding window)");
+  must_be("use_sliding_window", false, "is not implemented (no sliding window)");
+  if (j.contains("attention_dropout") &&
+      !(j.at("attention_dropout").is_number() && j.at("attention_dropout").get<double>() == 0.0))
+    refuse("attention_dropout", "is not implemented (no dropout)");
+  if (j.contains("head_dim") && j.at("head_dim") != head_dim)
+    refuse("head_dim", "differs from hidden_size / num_attention_heads = " +
+                           std::to_string(head_dim) + ", the only head size implemented");
+  must_be("tie_word_embeddings", false,
+          "is not implemented yet (zerotrain trains an untied lm_head; Llama-3.2-1B/3B and "
+          "SmolLM tie it)");
+}
+
+const std::vector<std::string>& read_hf_keys() {
+  static const std::vector<std::string> keys = {"hidden_size",
+                                                "intermediate_size",
+                                                "num_hidden_layers",
+                                                "num_attention_heads",
+                                                "num_key_value_heads",
+                                                "vocab_size",
+                                                "max_position_embeddings",
+                                                "rms_norm_eps",
+                                                "rope_theta",
+                                                "tie_word_embeddings",
+                                                "hidden_act",
+                                                "attention_bias",
+                                                "mlp_bias",
+                                                "rope_scaling",
+                                                "sliding_window",
+                                                "use_sliding_window",
+                                                "attention_dropout",
+                                                "head_dim"};
+  return keys;
+}
+
 }  // namespace
+
+std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  if (!j.is_object()) return out;
+  for (const auto& [key, value] : j.items()) {
+    const auto& ignored = ignored_hf_keys();
+    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) out.push_back(key);
+  }
+  return out;
+}
 
 void ModelConfig::validate() const {
   // Each size is a GEMM or index dimension: 32-bit for the BLAS and CUDA libraries.
@@ -126,6 +212,17 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
     c.validate();
   } catch (const Error& e) {
     fail(source + ": " + e.what());
+  }
+  check_fixed_hf_keys(j, source, c.head_dim());
+  // A key neither read nor known to be harmless might change the model: refused, named.
+  for (const auto& [key, value] : j.items()) {
+    const auto& read = read_hf_keys();
+    const auto& ignored = ignored_hf_keys();
+    if (std::find(read.begin(), read.end(), key) == read.end() &&
+        std::find(ignored.begin(), ignored.end(), key) == ignored.end())
+      fail(source + ": unknown key '" + key +
+           "': zerotrain cannot tell whether it changes the model (the README lists the keys it "
+           "reads and the ones it ignores)");
   }
   return c;
 }

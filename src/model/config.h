@@ -31,12 +31,19 @@ struct ModelConfig {
 
   // HF config.json (LlamaForCausalLM, torch_dtype bfloat16).
   nlohmann::json to_hf_json() const;
-  // Parses an HF config.json object; `source` names the file in error messages.
+  // Parses an HF config.json object; `source` names the file in error messages. A key that
+  // would change the mathematics away from what zerotrain implements (rope_scaling, biases,
+  // hidden_act other than silu, a sliding window, another head_dim, tied embeddings, another
+  // model_type) is refused naming it, and so is any key it does not know.
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_hf_file(const std::string& path);
 
   bool operator==(const ModelConfig&) const = default;
 };
+
+// The keys of an HF config.json object that ModelConfig::from_hf_json reads past because they do
+// not change the model (ids, dtype, versions, initialisation), for a run's record.
+std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j);
 
 // Presets (the README lists their shapes): tiny, small, 125m, 1b, 6b, 7b.
 ModelConfig preset_config(const std::string& name);

@@ -1,0 +1,64 @@
+// zerotrain import: a Hugging Face checkpoint directory as a zerotrain model directory
+// (io/hf_import.h). Prints what it read, rounded and ignored.
+#include <chrono>
+#include <iostream>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "app/run_setup.h"
+#include "io/hf_import.h"
+#include "model/layout.h"
+#include "util/error.h"
+
+namespace zt {
+
+int cmd_import(int argc, char** argv) {
+  const CommandSpec spec{"import",
+                         "Import a Hugging Face checkpoint (config.json + safetensors) as a "
+                         "zerotrain model directory (bf16 HDF5 shards).",
+                         "zerotrain import HF_DIR --out MODEL_DIR [--shard-size-mb N] "
+                         "[--overwrite]"};
+  po::options_description options("import options");
+  options.add_options()("hf-dir", po::value<std::string>(),
+                        "Hugging Face directory: config.json and model.safetensors or "
+                        "model.safetensors.index.json with its shards")(
+      "out", po::value<std::string>(), "output model directory")(
+      "shard-size-mb", po::value<int64_t>()->default_value(2048),
+      "largest shard file size in MiB (shards split at tensor boundaries)")(
+      "overwrite", po::bool_switch(), "replace an existing non-empty output directory");
+  po::positional_options_description positional;
+  positional.add("hf-dir", 1);
+  po::variables_map vm;
+  if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
+  require_option(vm, "hf-dir", spec.name);
+  require_option(vm, "out", spec.name);
+  const int64_t shard_mb = vm["shard-size-mb"].as<int64_t>();
+  check_count(shard_mb, 1, "shard-size-mb", spec.name);
+  const auto start = std::chrono::steady_clock::now();
+  const HfImportResult r =
+      import_hf_model(vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>(),
+                      static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "imported " << vm["hf-dir"].as<std::string>() << " -> "
+            << vm["out"].as<std::string>() << ": " << ParamLayout(r.config).total_numel()
+            << " parameters from " << r.source_files.size() << " safetensors file(s), "
+            << r.bytes_written << " bytes of bf16 in " << seconds << " s\n";
+  if (r.rounded_tensors > 0)
+    std::cout << "  " << r.rounded_tensors
+              << " tensor(s) stored in F16/F32 were rounded to bf16 (nearest even)\n";
+  auto list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  if (!r.ignored_keys.empty())
+    std::cout << "  config.json keys that do not change the model, ignored: "
+              << list(r.ignored_keys) << "\n";
+  if (!r.ignored_tensors.empty())
+    std::cout << "  stored buffers that are not weights, ignored: " << list(r.ignored_tensors)
+              << "\n";
+  return 0;
+}
+
+}  // namespace zt

@@ -1,0 +1,110 @@
+#include "io/hf_import.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "io/model_dir.h"
+#include "io/safetensors.h"
+#include "model/layout.h"
+#include "util/error.h"
+
+namespace zt {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Stored tensors of an HF checkpoint that are not parameters: older Llama checkpoints keep RoPE's
+// inverse frequencies as a buffer, which zerotrain recomputes from rope_theta.
+bool is_ignored_buffer(const std::string& name) {
+  const std::string suffix = "rotary_emb.inv_freq";
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+nlohmann::json read_config_json(const std::string& path) {
+  std::ifstream in(path);
+  ZT_CHECK(in.good(), "import: cannot open '" + path + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("import: '" + path + "' is not JSON: " + e.what());
+  }
+}
+
+}  // namespace
+
+bool is_hf_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / "config.json", ec) &&
+         (fs::is_regular_file(fs::path(dir) / kSafetensorsFile, ec) ||
+          fs::is_regular_file(fs::path(dir) / kSafetensorsIndexFile, ec));
+}
+
+HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out_dir,
+                               uint64_t shard_limit_bytes, bool overwrite) {
+  std::error_code ec;
+  ZT_CHECK(fs::is_directory(hf_dir, ec), "import: '" + hf_dir + "' is not a directory");
+  const std::string config_path = (fs::path(hf_dir) / "config.json").string();
+  const nlohmann::json config_json = read_config_json(config_path);
+  HfImportResult result;
+  result.config = ModelConfig::from_hf_json(config_json, config_path);
+  result.ignored_keys = hf_config_ignored_keys(config_json);
+  const ParamLayout layout(result.config);
+
+  // Where each tensor is, every file's header read and checked once.
+  const std::map<std::string, std::string> weight_map = safetensors_weight_map(hf_dir);
+  std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
+  for (const auto& [name, file] : weight_map) {
+    auto& reader = readers[file];
+    if (!reader) {
+      reader = std::make_unique<SafetensorsReader>((fs::path(hf_dir) / file).string());
+      result.source_files.push_back(reader->path());
+    }
+  }
+  std::set<std::string> expected;
+  for (const TensorInfo& t : layout.tensors()) {
+    expected.insert(t.name);
+    const auto where = weight_map.find(t.name);
+    ZT_CHECK(where != weight_map.end(), "import: '" + hf_dir + "' has no tensor '" + t.name +
+                                            "', which the model of " + config_path + " needs");
+    const SafetensorsReader& reader = *readers.at(where->second);
+    const SafetensorsEntry& stored = reader.tensor(t.name);
+    ZT_CHECK(stored.dtype == "BF16" || stored.dtype == "F16" || stored.dtype == "F32",
+             "import: '" + reader.path() + "': tensor '" + t.name + "' is " + stored.dtype +
+                 "; zerotrain reads BF16, F16 or F32 weights");
+    ZT_CHECK(stored.shape == t.shape, "import: '" + reader.path() + "': tensor '" + t.name +
+                                          "' has shape " + nlohmann::json(stored.shape).dump() +
+                                          ", " + config_path + " gives " +
+                                          nlohmann::json(t.shape).dump());
+    if (stored.dtype != "BF16") ++result.rounded_tensors;
+  }
+  for (const auto& [name, file] : weight_map) {
+    if (expected.count(name)) continue;
+    ZT_CHECK(is_ignored_buffer(name), "import: '" + (fs::path(hf_dir) / file).string() +
+                                          "' has tensor '" + name + "', which the model of " +
+                                          config_path + " does not have");
+    result.ignored_tensors.push_back(name);
+  }
+
+  result.bytes_written = write_model_dir_streaming(
+      out_dir, result.config,
+      [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
+        const SafetensorsReader& reader = *readers.at(weight_map.at(t.name));
+        reader.read_range_f32(t.name, begin, count, out);
+        for (int64_t i = 0; i < count; ++i) {
+          ZT_CHECK(std::isfinite(out[i]), "import: '" + reader.path() + "': tensor '" + t.name +
+                                              "' holds a non-finite value at element " +
+                                              std::to_string(begin + i));
+        }
+      },
+      shard_limit_bytes, overwrite);
+  return result;
+}
+
+}  // namespace zt

@@ -1,0 +1,34 @@
+// zerotrain import: a Hugging Face checkpoint directory (config.json + model.safetensors, or
+// shards listed by model.safetensors.index.json; BF16, F16 or F32 tensors) into a zerotrain model
+// directory (io/model_dir.h: bf16 HDF5 shards). The config goes through ModelConfig::from_hf_json,
+// which refuses every key that would change the model away from what zerotrain computes.
+// Everything is checked before a byte is written: each tensor of the layout present once, with
+// the layout's shape and a readable dtype, and no tensor left over. The tensors then stream one
+// bounded chunk at a time (write_model_dir_streaming), so a 7B/8B checkpoint needs no more memory
+// than a chunk; a non-finite value is an error naming the tensor. The output directory appears
+// only when complete (the writer builds it beside and renames it).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace zt {
+
+struct HfImportResult {
+  ModelConfig config;
+  std::vector<std::string> source_files;     // safetensors files read
+  std::vector<std::string> ignored_keys;     // config.json keys read past (hf_config_ignored_keys)
+  std::vector<std::string> ignored_tensors;  // stored buffers that are not weights (inv_freq)
+  uint64_t bytes_written = 0;
+  int64_t rounded_tensors = 0;  // F16/F32 tensors rounded to bf16
+};
+
+// Whether `dir` looks like a Hugging Face checkpoint (config.json and safetensors weights).
+bool is_hf_checkpoint_dir(const std::string& dir);
+
+HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out_dir,
+                               uint64_t shard_limit_bytes, bool overwrite);
+
+}  // namespace zt
