@@ -2,13 +2,13 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "model/layout.h"
@@ -27,16 +27,6 @@ bool is_ignored_buffer(const std::string& name) {
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-nlohmann::json read_config_json(const std::string& path) {
-  std::ifstream in(path);
-  ZT_CHECK(in.good(), "import: cannot open '" + path + "'");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("import: '" + path + "' is not JSON: " + e.what());
-  }
-}
-
 }  // namespace
 
 bool is_hf_checkpoint_dir(const std::string& dir) {
@@ -51,7 +41,7 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
   std::error_code ec;
   ZT_CHECK(fs::is_directory(hf_dir, ec), "import: '" + hf_dir + "' is not a directory");
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
-  const nlohmann::json config_json = read_config_json(config_path);
+  const nlohmann::json config_json = read_json_file(config_path);
   HfImportResult result;
   result.config = ModelConfig::from_hf_json(config_json, config_path);
   result.ignored_keys = hf_config_ignored_keys(config_json);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "../support/error_text.h"
 #include "backend/attention_choice.h"
 #include "backend/backend_choice.h"
 #include "backend/device_arena_plan.h"
@@ -143,15 +144,6 @@ TEST(BackendChoice, Resolution) {
     EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos);
   }
   EXPECT_STREQ(backend_kind_name(BackendKind::kCuda), "cuda");
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(AttentionChoice, ParsesTheRequestAndNamesABadValue) {

@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 
+#include "../support/error_text.h"
 #include "io/hf_import.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
@@ -29,15 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::TempDir;
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // The stored values of one tensor in a hand-written HF directory.
 struct StoredTensor {
