@@ -12,6 +12,7 @@
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "model/layout.h"
+#include "util/bf16.h"
 #include "util/error.h"
 
 namespace zt {
@@ -51,10 +52,22 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
   const std::map<std::string, std::string> weight_map = safetensors_weight_map(hf_dir);
   std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
   for (const auto& [name, file] : weight_map) {
+    ZT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
+             "import: '" + hf_dir + "': tensor '" + name + "' is mapped to '" + file +
+                 "', not a file name inside the directory");
     auto& reader = readers[file];
     if (!reader) {
       reader = std::make_unique<SafetensorsReader>((fs::path(hf_dir) / file).string());
       result.source_files.push_back(reader->path());
+    }
+  }
+  // Every tensor a shard holds must be one the index maps to that shard.
+  for (const auto& [file, reader] : readers) {
+    for (const SafetensorsEntry& t : reader->tensors()) {
+      const auto mapped = weight_map.find(t.name);
+      ZT_CHECK(mapped != weight_map.end() && mapped->second == file,
+               "import: '" + reader->path() + "' holds tensor '" + t.name +
+                   "', which the index does not map to it");
     }
   }
   std::set<std::string> expected;
@@ -87,10 +100,12 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
         const SafetensorsReader& reader = *readers.at(weight_map.at(t.name));
         reader.read_range_f32(t.name, begin, count, out);
+        // Checked as stored in bf16: an F32 value beyond bf16's range would round to infinity.
         for (int64_t i = 0; i < count; ++i) {
-          ZT_CHECK(std::isfinite(out[i]), "import: '" + reader.path() + "': tensor '" + t.name +
-                                              "' holds a non-finite value at element " +
-                                              std::to_string(begin + i));
+          ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
+                   "import: '" + reader.path() + "': tensor '" + t.name +
+                       "' holds a value that is not finite in bf16 at element " +
+                       std::to_string(begin + i) + " (" + std::to_string(out[i]) + ")");
         }
       },
       shard_limit_bytes, overwrite);

@@ -89,6 +89,11 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source, int
   must_be("rope_scaling", nullptr,
           "is not implemented yet (RoPE without scaling: llama3 and linear scaling would "
           "change every position's angle)");
+  // Mistral's config defaults the window to 4096 when the key is absent: it must say null.
+  if (j.contains("model_type") && j.at("model_type") == "mistral" && !j.contains("sliding_window"))
+    fail(source +
+         ": 'sliding_window' is missing; a Mistral config without it means a 4096-token "
+         "window, which is not implemented (give \"sliding_window\": null for full attention)");
   must_be("sliding_window", nullptr,
           "is not implemented (attention over the whole causal context, no sliding window)");
   must_be("use_sliding_window", false, "is not implemented (no sliding window)");

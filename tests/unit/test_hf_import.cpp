@@ -5,8 +5,9 @@
 //     fp16 widening is exact, subnormals and extremes included;
 //   - refusals naming the file and tensor or key, with no output directory left behind: a missing
 //     tensor, a shape or dtype mismatch, a tensor the model lacks, a non-finite value, a truncated
-//     file, and config keys that would change the model (rope_scaling, biases, another
-//     model_type, tied embeddings, an unknown key).
+//     file, a value beyond bf16's range, an index that disagrees with its shard or points outside
+//     the directory, and config keys that would change the model (rope_scaling, biases, another
+//     model_type, tied embeddings, Mistral without an explicit null window, an unknown key).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -206,7 +207,7 @@ TEST(HfImport, BadCheckpointsAreRefusedNamingTheTensor) {
                           reinterpret_cast<uint8_t*>(v.data() + v.size()));
          }
        },
-       "tensor '" + q + "' holds a non-finite value at element 7"},
+       "tensor '" + q + "' holds a value that is not finite in bf16 at element 7"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -218,6 +219,40 @@ TEST(HfImport, BadCheckpointsAreRefusedNamingTheTensor) {
     const std::string e = error_of([&] { import_hf_model(hf, out, uint64_t{1} << 30, false); });
     EXPECT_NE(e.find(c.expect), std::string::npos) << e;
     EXPECT_FALSE(fs::exists(out)) << "a refused import left " << out;
+  }
+  // An F32 value beyond bf16's range (it would round to infinity).
+  {
+    std::vector<StoredTensor> tensors = good;
+    for (auto& t : tensors) {
+      if (t.entry.name != q) continue;
+      t.entry.dtype = "F32";
+      std::vector<float> v(static_cast<size_t>(64 * 64), 0.5f);
+      v[3] = 3.4e38f;
+      t.bytes.assign(reinterpret_cast<uint8_t*>(v.data()),
+                     reinterpret_cast<uint8_t*>(v.data() + v.size()));
+    }
+    write_hf_dir(tmp / "hf_huge", tensors);
+    const std::string e = error_of(
+        [&] { import_hf_model(tmp / "hf_huge", tmp / "m_huge", uint64_t{1} << 30, false); });
+    EXPECT_NE(e.find("not finite in bf16 at element 3"), std::string::npos) << e;
+    EXPECT_FALSE(fs::exists(tmp / "m_huge"));
+  }
+  // An index that leaves out a tensor its shard holds, and one that points outside the directory.
+  {
+    write_hf_dir(tmp / "hf_index", good);
+    nlohmann::json map;
+    for (const StoredTensor& t : good)
+      if (t.entry.name != q) map[t.entry.name] = kSafetensorsFile;
+    write_json(tmp / ("hf_index/" + std::string(kSafetensorsIndexFile)), {{"weight_map", map}});
+    std::string e = error_of(
+        [&] { import_hf_model(tmp / "hf_index", tmp / "m_index", uint64_t{1} << 30, false); });
+    EXPECT_NE(e.find("holds tensor '" + q + "', which the index does not map"), std::string::npos)
+        << e;
+    map[q] = "../elsewhere.safetensors";
+    write_json(tmp / ("hf_index/" + std::string(kSafetensorsIndexFile)), {{"weight_map", map}});
+    e = error_of(
+        [&] { import_hf_model(tmp / "hf_index", tmp / "m_index", uint64_t{1} << 30, false); });
+    EXPECT_NE(e.find("not a file name inside the directory"), std::string::npos) << e;
   }
   // A truncated file: the header's offsets no longer fit.
   write_hf_dir(tmp / "hf_cut", good);
@@ -257,6 +292,13 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
     EXPECT_NE(e.find("'" + key + "'"), std::string::npos) << e;
     EXPECT_NE(e.find(hf + "/config.json"), std::string::npos) << e;
   }
+  // Mistral without the key means a 4096-token window in transformers: refused too.
+  nlohmann::json mistral = base;
+  mistral["model_type"] = "mistral";
+  write_hf_dir(tmp / "hf_mistral", tensors, mistral);
+  const std::string e = error_of(
+      [&] { import_hf_model(tmp / "hf_mistral", tmp / "m_mistral", uint64_t{1} << 30, false); });
+  EXPECT_NE(e.find("'sliding_window' is missing"), std::string::npos) << e;
   // The values zerotrain implements are accepted: explicit defaults, a null window, no dropout.
   nlohmann::json config = base;
   config["head_dim"] = 16;

@@ -140,6 +140,14 @@ const LtGemm::Plan& LtGemm::plan_for(const RowMajorGemm& g) {
       ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &alignments[i],
                                                            sizeof(alignments[i])));
     }
+    if (g.c_type != DType::kFloat32) {
+      // A split-K reduction in the output type would round a bf16 result more than once; only
+      // schemes that sum the partials in fp32 keep "computed in fp32, rounded once".
+      const uint32_t schemes =
+          CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+    }
     ZT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->layout_a,
                                                    plan->layout_b, plan->layout_c, plan->layout_c,
                                                    preference, 1, &result, &returned));
