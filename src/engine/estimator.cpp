@@ -125,8 +125,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // do the groups' gradient sums of squares (one double each) until the norm is read.
   const int64_t step_losses = grad_accum * micro_batch * seq_len;
   const auto group_sums = static_cast<int64_t>(groups.size()) * 8;
-  const bool upcasts_params = bf16 && activation_storage != DType::kBf16;
-  e.buffers = ((upcasts_params ? max_padded : 0) + slots * per_slot + step_losses) * 4 +
+  e.buffers = ((upcasts_working_params(precision, activation_storage) ? max_padded : 0) +
+               slots * per_slot + step_losses) *
+                  4 +
               group_sums + std::max(staged_shards, update_tile);
   // Parameters are initialised and loaded through host memory (never a device-pool scratch).
   return e;

@@ -11,6 +11,12 @@ namespace zt {
 enum class Precision { kBf16, kFp32 };            // working params: bf16 (default) or fp32
 Precision parse_precision(const std::string& s);  // "bf16" | "fp32"
 const char* precision_name(Precision p);
+// Whether each use of a group widens its bf16 working params into an fp32 copy: with fp32
+// activations yes (the ops then read fp32 weights, results as before views existed); with bf16
+// activations the ops read the bf16 params as stored.
+inline bool upcasts_working_params(Precision p, DType activation_storage) {
+  return p == Precision::kBf16 && activation_storage != DType::kBf16;
+}
 
 struct ZeroConfig {
   int stage = 0;                                  // 0..3

@@ -78,9 +78,9 @@ struct ZeroEngine::Impl {
   const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }
   int num_groups() const { return static_cast<int>(self.parts_.size()); }
   bool bf16() const { return precision == Precision::kBf16; }
-  // The ops read bf16 working params as they are stored when the activations are bf16 too;
-  // with fp32 activations each group use is widened into `compute` (fp32 results unchanged).
-  bool upcasts_params() const { return bf16() && self.model_.activation_storage() != DType::kBf16; }
+  bool upcasts_params() const {
+    return upcasts_working_params(precision, self.model_.activation_storage());
+  }
   DType work_dtype() const { return bf16() ? DType::kBf16 : DType::kFloat32; }
   size_t work_elem() const { return bf16() ? sizeof(bf16_t) : sizeof(float); }
   void* work(int g) {

@@ -130,15 +130,17 @@ const std::vector<std::string>& read_hf_keys() {
   return keys;
 }
 
+bool listed(const std::vector<std::string>& keys, const std::string& key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
 }  // namespace
 
 std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j) {
   std::vector<std::string> out;
   if (!j.is_object()) return out;
-  for (const auto& [key, value] : j.items()) {
-    const auto& ignored = ignored_hf_keys();
-    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) out.push_back(key);
-  }
+  for (const auto& [key, value] : j.items())
+    if (listed(ignored_hf_keys(), key)) out.push_back(key);
   return out;
 }
 
@@ -221,10 +223,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   check_fixed_hf_keys(j, source, c.head_dim());
   // A key neither read nor known to be harmless might change the model: refused, named.
   for (const auto& [key, value] : j.items()) {
-    const auto& read = read_hf_keys();
-    const auto& ignored = ignored_hf_keys();
-    if (std::find(read.begin(), read.end(), key) == read.end() &&
-        std::find(ignored.begin(), ignored.end(), key) == ignored.end())
+    if (!listed(read_hf_keys(), key) && !listed(ignored_hf_keys(), key))
       fail(source + ": unknown key '" + key +
            "': zerotrain cannot tell whether it changes the model (the README lists the keys it "
            "reads and the ones it ignores)");

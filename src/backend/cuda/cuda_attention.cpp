@@ -17,6 +17,7 @@
 #include <cmath>
 #include <string>
 
+#include "backend/cuda/cuda_attention_staging.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_storage.h"
 #include "util/error.h"
@@ -142,22 +143,13 @@ void attention_backward_f32(LtGemm& gemm, DeviceArena& arena, cudaStream_t strea
   });
 }
 
-// The fp32 tensor the GEMM path reads for `src`: itself when stored in fp32, else a widened copy
-// in the attention scratch.
+constexpr DType kF32 = DType::kFloat32;  // what the GEMM path computes in
+
 const float* fp32_input(DeviceArena& arena, ConstTensorView src, int64_t n, cudaStream_t stream) {
-  if (src.is_f32()) return src.f32("attention input");
-  float* dst = arena.allocate<float>(ScratchCategory::kAttention, static_cast<size_t>(n));
-  launch_from_bf16(dst, static_cast<const uint16_t*>(src.data), n, stream);
-  return dst;
+  return static_cast<const float*>(staged_input(arena, src, kF32, n, stream));
 }
-// Where the GEMM path writes the fp32 result for `dst`: dst itself, or room in the scratch that
-// round_output stores into dst, rounded once, after the path has run.
 float* fp32_output(DeviceArena& arena, TensorView dst, int64_t n) {
-  if (dst.is_f32()) return dst.f32("attention output");
-  return arena.allocate<float>(ScratchCategory::kAttention, static_cast<size_t>(n));
-}
-void round_output(TensorView dst, const float* staged, int64_t n, cudaStream_t stream) {
-  if (!dst.is_f32()) launch_to_bf16(static_cast<uint16_t*>(dst.data), staged, n, stream);
+  return static_cast<float*>(staged_output(arena, dst, kF32, n));
 }
 
 }  // namespace
@@ -175,7 +167,7 @@ void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, Te
               *v32 = fp32_input(arena, v, kv_n, stream);
   float* out32 = fp32_output(arena, out, q_n);
   attention_forward_f32(gemm, arena, stream, out32, lse, q32, k32, v32, shape);
-  round_output(out, out32, q_n, stream);
+  commit_output(out, out32, kF32, q_n, stream);
 }
 
 void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, TensorView dq,
@@ -196,9 +188,9 @@ void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, T
         *dv32 = fp32_output(arena, dv, kv_n);
   attention_backward_f32(gemm, arena, stream, dq32, dk32, dv32, dout32, q32, k32, v32, out32, lse,
                          shape);
-  round_output(dq, dq32, q_n, stream);
-  round_output(dk, dk32, kv_n, stream);
-  round_output(dv, dv32, kv_n, stream);
+  commit_output(dq, dq32, kF32, q_n, stream);
+  commit_output(dk, dk32, kF32, kv_n, stream);
+  commit_output(dv, dv32, kF32, kv_n, stream);
 }
 
 }  // namespace zt::cuda

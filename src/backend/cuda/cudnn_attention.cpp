@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_attention_staging.h"
 #include "backend/cuda/cuda_storage.h"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
@@ -146,15 +146,6 @@ std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraph
   return start.built;
 }
 
-// The bf16 tensor cuDNN reads for `src`: the tensor itself when it is stored in bf16, else a
-// copy rounded to nearest even in the attention scratch.
-const void* bf16_input(DeviceArena& arena, ConstTensorView src, int64_t n, cudaStream_t stream) {
-  if (!src.is_f32()) return src.data;
-  auto* dst = arena.allocate<uint16_t>(ScratchCategory::kAttention, static_cast<size_t>(n));
-  launch_to_bf16(dst, src.f32("fused attention input"), n, stream);
-  return dst;
-}
-
 // The statistics [B,H,T] fp32 go through the (aligned) scratch too: the model's lse lives inside
 // its activation arena at a 4-byte boundary, and cuDNN's kernels want 16.
 float* stage_stats(DeviceArena& arena, const AttentionShape& s) {
@@ -165,16 +156,11 @@ void copy_stats(float* dst, const float* src, const AttentionShape& s, cudaStrea
                                 cudaMemcpyDeviceToDevice, stream));
 }
 
-// Where cuDNN writes the bf16 result for `dst`: the tensor itself when it is stored in bf16, else
-// room in the attention scratch, widened into dst by widen_output once the graph has run.
-void* bf16_output(DeviceArena& arena, TensorView dst, int64_t n) {
-  if (!dst.is_f32()) return dst.data;
-  return arena.allocate<uint16_t>(ScratchCategory::kAttention, static_cast<size_t>(n));
-}
-void widen_output(TensorView dst, const void* staged, int64_t n, cudaStream_t stream) {
-  if (dst.is_f32())
-    launch_from_bf16(dst.f32("fused attention output"), static_cast<const uint16_t*>(staged), n,
-                     stream);
+constexpr DType kBf16 = DType::kBf16;  // what cuDNN's SDPA reads and writes
+
+// The variant pack takes void*; cuDNN only reads the inputs.
+void* bf16_input(DeviceArena& arena, ConstTensorView src, int64_t n, cudaStream_t stream) {
+  return const_cast<void*>(staged_input(arena, src, kBf16, n, stream));
 }
 
 }  // namespace
@@ -279,14 +265,10 @@ void CudnnAttention::forward(DeviceArena& arena, TensorView out, float* lse, Con
   Impl::Call call(*impl_, arena, {s, false}, storage);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
-  const void *q16 = bf16_input(arena, q, q_n, stream), *k16 = bf16_input(arena, k, kv_n, stream),
-             *v16 = bf16_input(arena, v, kv_n, stream);
-  void* o16 = bf16_output(arena, out, q_n);
-  call.execute({{kQ, const_cast<void*>(q16)},
-                {kK, const_cast<void*>(k16)},
-                {kV, const_cast<void*>(v16)},
-                {kO, o16}});
-  widen_output(out, o16, q_n, stream);
+  void *q16 = bf16_input(arena, q, q_n, stream), *k16 = bf16_input(arena, k, kv_n, stream),
+       *v16 = bf16_input(arena, v, kv_n, stream), *o16 = staged_output(arena, out, kBf16, q_n);
+  call.execute({{kQ, q16}, {kK, k16}, {kV, v16}, {kO, o16}});
+  commit_output(out, o16, kBf16, q_n, stream);
   copy_stats(lse, call.stats, s, stream);
 }
 
@@ -298,14 +280,11 @@ void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, 
   Impl::Call call(*impl_, arena, {s, true}, storage);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
-  // The variant pack takes void*; cuDNN only reads the inputs.
-  auto input = [&](ConstTensorView t, int64_t n) {
-    return const_cast<void*>(bf16_input(arena, t, n, stream));
-  };
-  void *q16 = input(q, q_n), *k16 = input(k, kv_n), *v16 = input(v, kv_n), *o16 = input(out, q_n),
-       *do16 = input(dout, q_n);
-  void *dq16 = bf16_output(arena, dq, q_n), *dk16 = bf16_output(arena, dk, kv_n),
-       *dv16 = bf16_output(arena, dv, kv_n);
+  void *q16 = bf16_input(arena, q, q_n, stream), *k16 = bf16_input(arena, k, kv_n, stream),
+       *v16 = bf16_input(arena, v, kv_n, stream), *o16 = bf16_input(arena, out, q_n, stream),
+       *do16 = bf16_input(arena, dout, q_n, stream);
+  void *dq16 = staged_output(arena, dq, kBf16, q_n), *dk16 = staged_output(arena, dk, kBf16, kv_n),
+       *dv16 = staged_output(arena, dv, kBf16, kv_n);
   copy_stats(call.stats, lse, s, stream);
   call.execute({{kQ, q16},
                 {kK, k16},
@@ -315,9 +294,9 @@ void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, 
                 {kDQ, dq16},
                 {kDK, dk16},
                 {kDV, dv16}});
-  widen_output(dq, dq16, q_n, stream);
-  widen_output(dk, dk16, kv_n, stream);
-  widen_output(dv, dv16, kv_n, stream);
+  commit_output(dq, dq16, kBf16, q_n, stream);
+  commit_output(dk, dk16, kBf16, kv_n, stream);
+  commit_output(dv, dv16, kBf16, kv_n, stream);
 }
 
 }  // namespace zt::cuda
