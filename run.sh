@@ -6,7 +6,7 @@
 #   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
 #   ./run.sh build   install missing packages and build only (build/)
 #   ./run.sh deps    install missing Debian packages, fetch the test reference sources and the
-#                    cuDNN frontend headers (.deps/)
+#                    cuDNN frontend headers (.deps/), create the oracle's venv (.venv/)
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo),
 #   ZT_TEST_VARIANTS=0 (test: skip the kernel variants).
 set -euo pipefail
@@ -21,7 +21,8 @@ PACKAGES=(
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev nlohmann-json3-dev
   libopenblas-dev libgtest-dev liburing-dev patchelf
-  python3 python3-numpy python3-h5py python3-torch python3-pip
+  python3 python3-numpy python3-h5py python3-torch python3-pip python3-venv
+  python3-yaml python3-requests
   slurm-wlm munge librsvg2-bin
 )
 
@@ -56,6 +57,25 @@ fetch_test_sources() {
     "deepspeed==$DEEPSPEED_VERSION" -d "$ROOT/.deps" >&2
   echo "$DEEPSPEED_SDIST_SHA256  $file" | sha256sum -c --status ||
     { log "$file: SHA-256 differs from the pinned one"; exit 1; }
+}
+
+# The Hugging Face clients the family oracle runs (transformers, safetensors, tokenizers): a
+# project venv, .venv/, that sees Debian's torch and numpy, with every package it adds pinned and
+# checked by SHA-256 (tests/oracle/requirements-hf.txt). Rebuilt when that file changes.
+VENV=$ROOT/.venv
+setup_venv() {
+  local req=$ROOT/tests/oracle/requirements-hf.txt stamp=$VENV/.requirements.sha256
+  local want
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return
+  log "creating .venv/ with the pinned Hugging Face clients (tests/oracle/requirements-hf.txt)"
+  rm -rf "$VENV"
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    --require-hashes -r "$req" >&2
+  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers' ||
+    { log ".venv/: the Hugging Face clients do not import"; exit 1; }
+  echo "$want" >"$stamp"
 }
 
 # cuDNN frontend (header-only C++ API of the fused attention, backend/cuda/cudnn_attention.*):
@@ -185,13 +205,14 @@ test_asan() {
 }
 
 case "${1:-}" in
-  deps) install_deps; fetch_test_sources; fetch_cudnn_frontend ;;
+  deps) install_deps; fetch_test_sources; setup_venv; fetch_cudnn_frontend ;;
   build) install_deps; build ;;
   demo) install_deps; build; demo ;;
   test)
     shift
     install_deps
     fetch_test_sources
+    setup_venv
     build
     status=0
     run_tests "$@" || status=$?

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "backend/phase_timeline.h"
+#include "backend/rope.h"
 #include "util/bf16.h"
 #include "util/memory.h"
 #include "util/tensor_view.h"
@@ -62,12 +63,13 @@ class Backend {
 
   // ---- rotary position embedding, HF rotate-half convention, in place ----
   // x is [B, T, H, hd]; position of token t is t. With c=cos(t·θ_i), s=sin(t·θ_i),
-  // θ_i = theta^(−2i/hd), i < hd/2:  x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:hd/2]).
+  // θ_i = rope_inv_freq(rope, hd)_i (theta^(−2i/hd), scaled; backend/rope.h), i < hd/2:
+  // x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:hd/2]).
   virtual void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                            float theta) = 0;
+                            const RopeSpec& rope) = 0;
   // The transpose (inverse) rotation applied to the gradient, in place.
   virtual void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                             float theta) = 0;
+                             const RopeSpec& rope) = 0;
 
   // ---- causal attention with grouped-query heads ----
   // q[B,T,H,hd], k/v[B,T,Hkv,hd], out[B,T,H,hd]; head h uses kv head h/(H/Hkv).

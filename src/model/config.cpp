@@ -86,17 +86,8 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source, int
   must_be("hidden_act", "silu", "is not implemented (zerotrain's MLP is SwiGLU with silu)");
   must_be("attention_bias", false, "is not implemented (q/k/v/o projections have no bias)");
   must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
-  must_be("rope_scaling", nullptr,
-          "is not implemented yet (RoPE without scaling: llama3 and linear scaling would "
-          "change every position's angle)");
-  // Mistral's config defaults the window to 4096 when the key is absent: it must say null.
-  if (j.contains("model_type") && j.at("model_type") == "mistral" && !j.contains("sliding_window"))
-    fail(source +
-         ": 'sliding_window' is missing; a Mistral config without it means a 4096-token "
-         "window, which is not implemented (give \"sliding_window\": null for full attention)");
-  must_be("sliding_window", nullptr,
-          "is not implemented (attention over the whole causal context, no sliding window)");
-  must_be("use_sliding_window", false, "is not implemented (no sliding window)");
+  must_be("use_sliding_window", false,
+          "is not implemented (Qwen's sliding window; Mistral's is read from sliding_window)");
   if (j.contains("attention_dropout") &&
       !(j.at("attention_dropout").is_number() && j.at("attention_dropout").get<double>() == 0.0))
     refuse("attention_dropout", "is not implemented (no dropout)");
@@ -134,6 +125,72 @@ bool listed(const std::vector<std::string>& keys, const std::string& key) {
   return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
+// config.json "rope_scaling": null, or {"rope_type" (or the older "type"): "linear", "factor"} or
+// {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+// "original_max_position_embeddings"}. Other types (dynamic, yarn, longrope) and keys are refused.
+RopeScalingParams rope_scaling_from_json(const nlohmann::json& j, const std::string& source) {
+  RopeScalingParams p;
+  if (!j.contains("rope_scaling") || j.at("rope_scaling").is_null()) return p;
+  const nlohmann::json& r = j.at("rope_scaling");
+  const std::string where = source + ": 'rope_scaling'";
+  ZT_CHECK(r.is_object(), where + " must be null or an object, got " + r.dump());
+  // transformers writes "rope_type" and keeps an older "type" beside it: they must agree.
+  ZT_CHECK(r.contains("rope_type") || r.contains("type"), where + " has no 'rope_type'");
+  const std::string type =
+      required<std::string>(r, r.contains("rope_type") ? "rope_type" : "type", where);
+  ZT_CHECK(!r.contains("type") || !r.contains("rope_type") || r.at("type") == r.at("rope_type"),
+           where + ": 'type' " + (r.contains("type") ? r.at("type").dump() : "") +
+               " and 'rope_type' " + (r.contains("rope_type") ? r.at("rope_type").dump() : "") +
+               " differ");
+  std::vector<std::string> keys = {"rope_type", "type", "factor"};
+  if (type == "linear") {
+    p.type = RopeScaling::kLinear;
+  } else if (type == "llama3") {
+    p.type = RopeScaling::kLlama3;
+    keys.insert(keys.end(),
+                {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+    p.low_freq_factor = required<double>(r, "low_freq_factor", where);
+    p.high_freq_factor = required<double>(r, "high_freq_factor", where);
+    p.original_max_positions = required<int64_t>(r, "original_max_position_embeddings", where);
+  } else {
+    fail(where + ": rope_type '" + type +
+         "' is not implemented (linear and llama3 are; dynamic, yarn and longrope change the "
+         "angles in other ways)");
+  }
+  p.factor = required<double>(r, "factor", where);
+  for (const auto& [key, value] : r.items())
+    if (!listed(keys, key))
+      fail(where + ": unknown key '" + key + "' for rope_type '" + type + "'");
+  return p;
+}
+
+nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
+  switch (p.type) {
+    case RopeScaling::kNone:
+      return nullptr;
+    case RopeScaling::kLinear:
+      return {{"rope_type", "linear"}, {"factor", p.factor}};
+    case RopeScaling::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", p.factor},
+              {"low_freq_factor", p.low_freq_factor},
+              {"high_freq_factor", p.high_freq_factor},
+              {"original_max_position_embeddings", p.original_max_positions}};
+  }
+  return nullptr;
+}
+
+// config.json "sliding_window": null (or absent outside Mistral) is none; Mistral's config
+// defaults an absent key to 4096, as transformers' MistralConfig does.
+int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.contains("sliding_window"))
+    return j.contains("model_type") && j.at("model_type") == "mistral" ? 4096 : 0;
+  if (j.at("sliding_window").is_null()) return 0;
+  const auto w = required<int64_t>(j, "sliding_window", source);
+  ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
+  return w;
+}
+
 }  // namespace
 
 std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j) {
@@ -167,6 +224,22 @@ void ModelConfig::validate() const {
            "model config: rms_norm_eps must be a positive finite number");
   ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
            "model config: rope_theta must be a positive finite number");
+  if (rope_scaling.type != RopeScaling::kNone) {
+    const RopeScalingParams& r = rope_scaling;
+    ZT_CHECK(r.factor >= 1 && std::isfinite(r.factor),
+             "model config: rope_scaling.factor must be a finite number >= 1, got " +
+                 shortest_decimal(r.factor));
+    if (r.type == RopeScaling::kLlama3) {
+      ZT_CHECK(r.low_freq_factor > 0 && r.low_freq_factor < r.high_freq_factor &&
+                   std::isfinite(r.high_freq_factor),
+               "model config: rope_scaling needs 0 < low_freq_factor < high_freq_factor, got " +
+                   shortest_decimal(r.low_freq_factor) + " and " +
+                   shortest_decimal(r.high_freq_factor));
+      ZT_CHECK(r.original_max_positions > 0,
+               "model config: rope_scaling.original_max_position_embeddings must be positive");
+    }
+  }
+  ZT_CHECK(sliding_window >= 0, "model config: sliding_window must be >= 0 (0: none)");
   // Element offsets, byte counts and FLOP counts are int64/double products of these sizes; a
   // bound far above any real model (2^48 parameters, 2^40 per matrix) keeps them exact.
   const double d = static_cast<double>(hidden_size), ff = static_cast<double>(intermediate_size);
@@ -181,22 +254,30 @@ void ModelConfig::validate() const {
 }
 
 nlohmann::json ModelConfig::to_hf_json() const {
-  return nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
-                        {"model_type", "llama"},
-                        {"hidden_size", hidden_size},
-                        {"intermediate_size", intermediate_size},
-                        {"num_hidden_layers", num_layers},
-                        {"num_attention_heads", num_heads},
-                        {"num_key_value_heads", num_kv_heads},
-                        {"vocab_size", vocab_size},
-                        {"max_position_embeddings", max_position_embeddings},
-                        {"rms_norm_eps", rms_norm_eps},
-                        {"rope_theta", rope_theta},
-                        {"tie_word_embeddings", tie_word_embeddings},
-                        {"hidden_act", "silu"},
-                        {"attention_bias", false},
-                        {"mlp_bias", false},
-                        {"torch_dtype", "bfloat16"}};
+  // A sliding window is Mistral's; without one the model is written as a Llama.
+  const bool mistral = sliding_window > 0;
+  nlohmann::json j{{"architectures", {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"}},
+                   {"model_type", mistral ? "mistral" : "llama"},
+                   {"hidden_size", hidden_size},
+                   {"intermediate_size", intermediate_size},
+                   {"num_hidden_layers", num_layers},
+                   {"num_attention_heads", num_heads},
+                   {"num_key_value_heads", num_kv_heads},
+                   {"vocab_size", vocab_size},
+                   {"max_position_embeddings", max_position_embeddings},
+                   {"rms_norm_eps", rms_norm_eps},
+                   {"rope_theta", rope_theta},
+                   {"rope_scaling", rope_scaling_to_json(rope_scaling)},
+                   {"tie_word_embeddings", tie_word_embeddings},
+                   {"hidden_act", "silu"},
+                   {"torch_dtype", "bfloat16"}};
+  if (mistral) {
+    j["sliding_window"] = sliding_window;
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  return j;
 }
 
 ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string& source) {
@@ -213,6 +294,8 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
   c.rope_theta = j.contains("rope_theta") ? required<double>(j, "rope_theta", source) : 10000.0;
+  c.rope_scaling = rope_scaling_from_json(j, source);
+  c.sliding_window = sliding_window_from_json(j, source);
   c.tie_word_embeddings =
       j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
   try {

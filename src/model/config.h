@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/rope.h"
+
 namespace zt {
 
 struct ModelConfig {
@@ -18,10 +20,15 @@ struct ModelConfig {
   int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  RopeScalingParams rope_scaling;  // config.json rope_scaling: none, linear or llama3
+  // Mistral's sliding attention window in tokens (0: none). A model trains or evaluates only at
+  // sequence lengths within the window, where it equals full causal attention.
+  int64_t sliding_window = 0;
   bool tie_word_embeddings = false;
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t kv_dim() const { return head_dim() * num_kv_heads; }
+  RopeSpec rope() const { return {static_cast<float>(rope_theta), rope_scaling}; }
   // Useful training FLOPs per token at sequence length T, torchtitan's convention
   // (docs/ARCHITECTURE.md §5): 6·Ψ_non-embedding + 12·L·H·head_dim·T; recomputation not counted.
   double training_flops_per_token(int64_t seq_len) const;
@@ -32,9 +39,9 @@ struct ModelConfig {
   // HF config.json (LlamaForCausalLM, torch_dtype bfloat16).
   nlohmann::json to_hf_json() const;
   // Parses an HF config.json object; `source` names the file in error messages. A key that
-  // would change the mathematics away from what zerotrain implements (rope_scaling, biases,
-  // hidden_act other than silu, a sliding window, another head_dim, tied embeddings, another
-  // model_type) is refused naming it, and so is any key it does not know.
+  // would change the mathematics away from what zerotrain implements (a rope_scaling other than
+  // linear or llama3, biases, hidden_act other than silu, another head_dim, tied embeddings,
+  // another model_type) is refused naming it, and so is any key it does not know.
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_hf_file(const std::string& path);
 

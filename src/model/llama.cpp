@@ -142,6 +142,13 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
       storage_(storage) {
   ZT_CHECK(B_ > 0 && T_ > 0, "micro-batch and sequence length must be positive");
   ZT_CHECK(head_chunk_rows >= 0, "head_chunk_rows must be >= 0");
+  // A window of W tokens masks keys more than W − 1 positions back: no key at T <= W.
+  ZT_CHECK(config_.sliding_window == 0 || T_ <= config_.sliding_window,
+           "sequence length " + std::to_string(T_) + " exceeds the model's sliding_window of " +
+               std::to_string(config_.sliding_window) +
+               " tokens: attention over a window shorter than the sequence is not implemented "
+               "(use --seq-len <= " +
+               std::to_string(config_.sliding_window) + ")");
   head_chunk_ = head_chunk_rows > 0 ? std::min(head_chunk_rows, M_)
                                     : head_rows_per_chunk(M_, config_.vocab_size);
   // Activations (and every device-pool buffer of the engine) live in the backend's memory.
@@ -226,7 +233,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const float theta = static_cast<float>(config_.rope_theta);
+  const RopeSpec rope = config_.rope();
   const LayerParams P = layer_params(layer, params);
   const LayerActs& A = acts_for(layer);
   const TensorView x = t_.resid[static_cast<size_t>(layer)];
@@ -245,8 +252,8 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   be_.matmul_forward(A.q, A.xn1, P.wq, M_, D, D);
   be_.matmul_forward(A.k, A.xn1, P.wk, M_, KV, D);
   be_.matmul_forward(A.v, A.xn1, P.wv, M_, KV, D);
-  be_.rope_forward(A.q, B_, T_, H, hd, theta);
-  be_.rope_forward(A.k, B_, T_, Hkv, hd, theta);
+  be_.rope_forward(A.q, B_, T_, H, hd, rope);
+  be_.rope_forward(A.k, B_, T_, Hkv, hd, rope);
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd);
   be_.matmul_forward(A.x2, A.att, P.wo, M_, D, D);
   be_.add_inplace(A.x2, x, M_ * D);
@@ -263,7 +270,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   if (ac_.is_checkpointed(layer)) layer_forward(layer, params, true);  // recompute from the input
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
-  const float theta = static_cast<float>(config_.rope_theta);
+  const RopeSpec rope = config_.rope();
   const LayerParams P = layer_params(layer, params);
   const LayerActs& A = acts_for(layer);
   const ConstTensorView x = t_.resid[static_cast<size_t>(layer)];
@@ -282,8 +289,8 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, D, false);
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
                          hd);
-  be_.rope_backward(t_.dq, B_, T_, H, hd, theta);
-  be_.rope_backward(t_.dk, B_, T_, Hkv, hd, theta);
+  be_.rope_backward(t_.dq, B_, T_, H, hd, rope);
+  be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope);
   be_.matmul_backward(t_.dxn, grad(TensorRole::kQProj), t_.dq, A.xn1, P.wq, M_, D, D, false);
   be_.matmul_backward(t_.dxn, grad(TensorRole::kKProj), t_.dk, A.xn1, P.wk, M_, KV, D, true);
   be_.matmul_backward(t_.dxn, grad(TensorRole::kVProj), t_.dv, A.xn1, P.wv, M_, KV, D, true);

@@ -73,11 +73,11 @@ TEST_F(CudaBf16Storage, RmsNormRopeSwiGluAdd) {
   // RoPE: the same table and unfused fp32 operations, so the same bits before and after rounding.
   const int64_t B = 2, T = 37, H = 3, hd = 16;
   Bf16Tensor r(random_floats(B * T * H * hd, 5));
-  cpu_.rope_forward(r.host.data(), B, T, H, hd, 10000.0f);
-  gpu_->rope_forward(r.device.get(), B, T, H, hd, 10000.0f);
+  cpu_.rope_forward(r.host.data(), B, T, H, hd, RopeSpec::unscaled(10000.0f));
+  gpu_->rope_forward(r.device.get(), B, T, H, hd, RopeSpec::unscaled(10000.0f));
   EXPECT_TRUE(bitwise_equal(r.device.download(), r.host, "rope forward"));
-  cpu_.rope_backward(r.host.data(), B, T, H, hd, 10000.0f);
-  gpu_->rope_backward(r.device.get(), B, T, H, hd, 10000.0f);
+  cpu_.rope_backward(r.host.data(), B, T, H, hd, RopeSpec::unscaled(10000.0f));
+  gpu_->rope_backward(r.device.get(), B, T, H, hd, RopeSpec::unscaled(10000.0f));
   EXPECT_TRUE(bitwise_equal(r.device.download(), r.host, "rope backward"));
 
   Bf16Tensor gate(random_floats(n, 6, 3.0f)), up(random_floats(n, 7)), dh(random_floats(n, 8)),

@@ -59,18 +59,27 @@ TEST_F(CudaKernels, RmsNormForwardBackward) {
 
 TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
   const int64_t shapes[][4] = {{1, 1, 1, 2}, {2, 37, 3, 16}, {1, 130, 2, 64}, {2, 5, 4, 128}};
-  for (float theta : {10000.0f, 500000.0f}) {
+  RopeSpec linear = RopeSpec::unscaled(10000.0f);
+  linear.scaling.type = RopeScaling::kLinear;
+  linear.scaling.factor = 4.0;
+  RopeSpec llama3 = RopeSpec::unscaled(500000.0f);
+  llama3.scaling.type = RopeScaling::kLlama3;
+  llama3.scaling.factor = 8.0;
+  llama3.scaling.original_max_positions = 64;  // low/high_freq_factor 1 and 4: Llama 3.1's
+  const RopeSpec specs[] = {RopeSpec::unscaled(10000.0f), RopeSpec::unscaled(500000.0f), linear,
+                            llama3};
+  for (const RopeSpec& rope : specs) {
     for (const auto& s : shapes) {
       const int64_t B = s[0], T = s[1], H = s[2], hd = s[3];
       SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) +
                    " H=" + std::to_string(H) + " hd=" + std::to_string(hd));
       const auto x = random_floats(B * T * H * hd, 6);
       std::vector<float> fwd = x, bwd = x;
-      cpu_.rope_forward(fwd.data(), B, T, H, hd, theta);
-      cpu_.rope_backward(bwd.data(), B, T, H, hd, theta);
+      cpu_.rope_forward(fwd.data(), B, T, H, hd, rope);
+      cpu_.rope_backward(bwd.data(), B, T, H, hd, rope);
       DeviceBuffer<float> d_fwd(x), d_bwd(x);
-      gpu_->rope_forward(d_fwd.get(), B, T, H, hd, theta);
-      gpu_->rope_backward(d_bwd.get(), B, T, H, hd, theta);
+      gpu_->rope_forward(d_fwd.get(), B, T, H, hd, rope);
+      gpu_->rope_backward(d_bwd.get(), B, T, H, hd, rope);
       EXPECT_TRUE(bitwise_equal(d_fwd.download(), fwd, "rope forward"));
       EXPECT_TRUE(bitwise_equal(d_bwd.download(), bwd, "rope backward"));
     }

@@ -212,16 +212,16 @@ class GuardedBackend final : public Backend {
     be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D);
   }
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float theta) override {
+                    const RopeSpec& rope) override {
     need(x, B * T * H * hd, "rope_forward x");
     GuardedDeviceMemory::Access a(mem_);
-    be_.rope_forward(x, B, T, H, hd, theta);
+    be_.rope_forward(x, B, T, H, hd, rope);
   }
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                     float theta) override {
+                     const RopeSpec& rope) override {
     need(dx, B * T * H * hd, "rope_backward dx");
     GuardedDeviceMemory::Access a(mem_);
-    be_.rope_backward(dx, B, T, H, hd, theta);
+    be_.rope_backward(dx, B, T, H, hd, rope);
   }
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,

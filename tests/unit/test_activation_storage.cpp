@@ -88,12 +88,12 @@ TEST(ActivationStorage, EveryOpRoundsItsOutputOnce) {
   {  // RoPE in place, both directions
     std::vector<float> r32 = x.f32;
     std::vector<bf16_t> rb = x.bf16;
-    be->rope_forward(r32.data(), B, T, H, hd, 10000.0f);
-    be->rope_forward(rb.data(), B, T, H, hd, 10000.0f);
+    be->rope_forward(r32.data(), B, T, H, hd, RopeSpec::unscaled(10000.0f));
+    be->rope_forward(rb.data(), B, T, H, hd, RopeSpec::unscaled(10000.0f));
     expect_rounded(rb, r32, "rope_forward");
     r32 = x.f32, rb = x.bf16;
-    be->rope_backward(r32.data(), B, T, H, hd, 10000.0f);
-    be->rope_backward(rb.data(), B, T, H, hd, 10000.0f);
+    be->rope_backward(r32.data(), B, T, H, hd, RopeSpec::unscaled(10000.0f));
+    be->rope_backward(rb.data(), B, T, H, hd, RopeSpec::unscaled(10000.0f));
     expect_rounded(rb, r32, "rope_backward");
   }
   {  // attention: outputs rounded, lse fp32; the backward reads the stored out

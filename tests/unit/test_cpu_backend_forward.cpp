@@ -73,7 +73,7 @@ TEST(CpuBackendForward, RopeIsRotateHalfNotInterleaved) {
   const int64_t T = 2, hd = 8;
   std::vector<float> x(T * hd, 0.0f);
   x[hd] = 1.0f;  // position 1, element 0
-  be->rope_forward(x.data(), 1, T, 1, hd, 10000.0f);
+  be->rope_forward(x.data(), 1, T, 1, hd, RopeSpec::unscaled(10000.0f));
   EXPECT_FLOAT_EQ(x[hd + 0], static_cast<float>(std::cos(1.0)));
   EXPECT_FLOAT_EQ(x[hd + hd / 2], static_cast<float>(std::sin(1.0)));
   EXPECT_EQ(x[hd + 1], 0.0f);
@@ -88,7 +88,7 @@ TEST(CpuBackendForward, RopeMatchesHfFp32Angles) {
   const float theta = 10000.0f;
   const auto x = random_normal(B * T * H * hd, 25);
   std::vector<float> y(x);
-  be->rope_forward(y.data(), B, T, H, hd, theta);
+  be->rope_forward(y.data(), B, T, H, hd, RopeSpec::unscaled(theta));
   double worst = 0.0;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < H; ++h) {
@@ -113,15 +113,15 @@ TEST(CpuBackendForward, RopeTableCacheAcrossLengths) {
   const int64_t H = 2, hd = 8;
   const auto x = random_normal(9 * H * hd, 26);
   std::vector<float> short_a(x.begin(), x.begin() + 4 * H * hd), long_seq(x), short_b(short_a);
-  be->rope_forward(short_a.data(), 1, 4, H, hd, 500.0f);
-  be->rope_forward(long_seq.data(), 1, 9, H, hd, 500.0f);
-  be->rope_forward(short_b.data(), 1, 4, H, hd, 500.0f);
+  be->rope_forward(short_a.data(), 1, 4, H, hd, RopeSpec::unscaled(500.0f));
+  be->rope_forward(long_seq.data(), 1, 9, H, hd, RopeSpec::unscaled(500.0f));
+  be->rope_forward(short_b.data(), 1, 4, H, hd, RopeSpec::unscaled(500.0f));
   for (size_t i = 0; i < short_a.size(); ++i) {
     EXPECT_EQ(short_a[i], long_seq[i]);
     EXPECT_EQ(short_a[i], short_b[i]);
   }
   std::vector<float> other_theta(x.begin(), x.begin() + 4 * H * hd);
-  be->rope_forward(other_theta.data(), 1, 4, H, hd, 10000.0f);
+  be->rope_forward(other_theta.data(), 1, 4, H, hd, RopeSpec::unscaled(10000.0f));
   EXPECT_NE(other_theta[H * hd + 1], short_a[H * hd + 1]);  // theta is part of the cache key
 }
 

@@ -80,11 +80,11 @@ TEST(CpuBackendGrad, Rope) {
   std::vector<float> y(x.size());
   auto objective = [&] {
     y = x;
-    be->rope_forward(y.data(), B, T, H, hd, theta);
+    be->rope_forward(y.data(), B, T, H, hd, RopeSpec::unscaled(theta));
     return weighted_sum(r, y);
   };
   std::vector<float> dx(r);
-  be->rope_backward(dx.data(), B, T, H, hd, theta);
+  be->rope_backward(dx.data(), B, T, H, hd, RopeSpec::unscaled(theta));
   expect_gradient_matches("dx", x, dx, objective, kLinearStep, kLinearTol);
 }
 

@@ -17,12 +17,12 @@ namespace zt::cpu {
 struct RopeTable {
   int64_t max_positions = 0;
   int64_t head_dim = 0;
-  float theta = 0.0f;
+  RopeSpec rope;
   std::vector<float> cos;  // [max_positions, head_dim/2]
   std::vector<float> sin;
 };
 std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t head_dim,
-                                                 float theta);
+                                                 const RopeSpec& rope);
 
 // OpenBLAS's thread count is process-wide: sgemm sets it to 1 (its own OpenMP loop over fixed
 // tiles is the parallelism). A caller that runs sgemm inside an OpenMP parallel region calls this
@@ -53,9 +53,9 @@ class CpuBackend final : public Backend {
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
 
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float theta) override;
+                    const RopeSpec& rope) override;
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                     float theta) override;
+                     const RopeSpec& rope) override;
 
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
@@ -88,10 +88,10 @@ class CpuBackend final : public Backend {
 
  private:
   // Rotates x[B,T,H,hd] by +angle (forward) or −angle (backward, sin_sign = −1).
-  void rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta,
+  void rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
                   float sin_sign);
-  // The cached table if it covers (T, hd, theta), else a new one (kept for the next call).
-  std::shared_ptr<const RopeTable> rope_table(int64_t T, int64_t hd, float theta);
+  // The cached table if it covers (T, hd, rope), else a new one (kept for the next call).
+  std::shared_ptr<const RopeTable> rope_table(int64_t T, int64_t hd, const RopeSpec& rope);
 
   std::mutex rope_mutex_;
   std::shared_ptr<const RopeTable> rope_cache_;

@@ -82,23 +82,18 @@ void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView
 }
 
 // ---- rotary position embedding (rotate-half) ----
-// Hugging Face computes, in fp32: inv_freq_i = 1 / theta^(float(2i)/hd), angle =
-// float(t)·inv_freq_i (one fp32 product), then cos/sin of that fp32 angle rounded to fp32. The same
-// roundings here, with pow/cos/sin evaluated in double and rounded once (correctly rounded in
-// practice).
+// Hugging Face computes, in fp32: inv_freq_i (rope_inv_freq: 1 / theta^(float(2i)/hd), then the
+// rope_scaling), angle = float(t)·inv_freq_i (one fp32 product), then cos/sin of that fp32 angle
+// rounded to fp32. The same roundings here, with pow/cos/sin evaluated in double and rounded once
+// (correctly rounded in practice).
 std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t head_dim,
-                                                 float theta) {
+                                                 const RopeSpec& rope) {
   auto table = std::make_shared<RopeTable>();
   table->max_positions = max_positions;
   table->head_dim = head_dim;
-  table->theta = theta;
+  table->rope = rope;
   const int64_t half = head_dim / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float power = static_cast<float>(std::pow(static_cast<double>(theta), exponent));
-    inv_freq[static_cast<size_t>(i)] = 1.0f / power;
-  }
+  const std::vector<float> inv_freq = rope_inv_freq(rope, head_dim);
   table->cos.resize(static_cast<size_t>(max_positions * half));
   table->sin.resize(table->cos.size());
   for (int64_t t = 0; t < max_positions; ++t) {
@@ -112,21 +107,22 @@ std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t 
   return table;
 }
 
-std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd, float theta) {
+std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd,
+                                                        const RopeSpec& rope) {
   std::lock_guard<std::mutex> lock(rope_mutex_);
-  if (!rope_cache_ || rope_cache_->head_dim != hd || rope_cache_->theta != theta ||
+  if (!rope_cache_ || rope_cache_->head_dim != hd || !(rope_cache_->rope == rope) ||
       rope_cache_->max_positions < T) {
-    rope_cache_ = make_rope_table(T, hd, theta);
+    rope_cache_ = make_rope_table(T, hd, rope);
   }
   return rope_cache_;
 }
 
 // x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:hd/2], x2 = x[hd/2:].
 // σ = +1 is the rotation by t·θ_i; σ = −1 its transpose (= inverse).
-void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, float theta,
-                            float sin_sign) {
+void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                            const RopeSpec& rope, float sin_sign) {
   ZT_CHECK(hd % 2 == 0, "rope: head dim " + std::to_string(hd) + " is odd");
-  const auto table = rope_table(T, hd, theta);
+  const auto table = rope_table(T, hd, rope);
   const int64_t half = hd / 2;
 #pragma omp parallel for schedule(static) if (B * T * H * hd > kParallelMinElements)
   for (int64_t bt = 0; bt < B * T; ++bt) {
@@ -149,16 +145,16 @@ void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t h
 }
 
 void CpuBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                              float theta) {
+                              const RopeSpec& rope) {
   Fp32Output x32(x, B * T * H * hd, Fp32Output::Contents::kKeep);
-  rope_apply(x32.get(), B, T, H, hd, theta, 1.0f);
+  rope_apply(x32.get(), B, T, H, hd, rope, 1.0f);
   x32.commit();
 }
 
 void CpuBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                               float theta) {
+                               const RopeSpec& rope) {
   Fp32Output dx32(dx, B * T * H * hd, Fp32Output::Contents::kKeep);
-  rope_apply(dx32.get(), B, T, H, hd, theta, -1.0f);
+  rope_apply(dx32.get(), B, T, H, hd, rope, -1.0f);
   dx32.commit();
 }
 

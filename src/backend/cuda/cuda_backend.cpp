@@ -47,7 +47,7 @@ std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
 namespace cuda {
 
 // The RoPE table on the device: cpu::make_rope_table's fp32 values, uploaded once per
-// (positions, head dim, theta) and kept while later calls fit in it.
+// (positions, head dim, RoPE parameters) and kept while later calls fit in it.
 struct DeviceRopeTable {
   std::shared_ptr<const cpu::RopeTable> host;
   float* cos = nullptr;  // [max_positions, head_dim/2]
@@ -220,14 +220,14 @@ void CudaBackend::rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy,
 namespace {
 
 const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64_t T, int64_t hd,
-                                  float theta) {
+                                  const RopeSpec& rope) {
   ZT_CHECK(hd % 2 == 0, "rope: head dim " + std::to_string(hd) + " is odd");
-  if (cache && cache->host->head_dim == hd && cache->host->theta == theta &&
+  if (cache && cache->host->head_dim == hd && cache->host->rope == rope &&
       cache->host->max_positions >= T) {
     return *cache;
   }
   auto table = std::make_unique<DeviceRopeTable>();
-  table->host = cpu::make_rope_table(T, hd, theta);
+  table->host = cpu::make_rope_table(T, hd, rope);
   const size_t bytes = table->host->cos.size() * sizeof(float);
   if (bytes > 0) {
     ZT_CUDA_CHECK(cudaMalloc(&table->cos, bytes));
@@ -245,14 +245,14 @@ const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64
 }  // namespace
 
 void CudaBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                               float theta) {
-  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, theta);
+                               const RopeSpec& rope) {
+  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
   launch_rope(x, table.cos, table.sin, B, T, H, hd, 1.0f, state_->stream);
 }
 
 void CudaBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                                float theta) {
-  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, theta);
+                                const RopeSpec& rope) {
+  const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
   launch_rope(dx, table.cos, table.sin, B, T, H, hd, -1.0f, state_->stream);
 }
 

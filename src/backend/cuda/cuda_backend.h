@@ -104,9 +104,9 @@ class CudaBackend final : public Backend {
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
 
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    float theta) override;
+                    const RopeSpec& rope) override;
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                     float theta) override;
+                     const RopeSpec& rope) override;
 
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,

@@ -1,0 +1,49 @@
+// Rotary position embedding parameters: the base θ and Hugging Face's rope_scaling of type
+// `linear` or `llama3` (docs/ARCHITECTURE.md §2). Both backends rotate by the same fp32 table,
+// built from rope_inv_freq on the host.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace zt {
+
+enum class RopeScaling { kNone, kLinear, kLlama3 };
+
+// Hugging Face's config.json `rope_scaling` object.
+struct RopeScalingParams {
+  RopeScaling type = RopeScaling::kNone;
+  // As config.json gives them (doubles, as Python reads them); rounded to fp32 where PyTorch
+  // meets them with an fp32 tensor.
+  double factor = 1.0;           // linear and llama3
+  double low_freq_factor = 1.0;  // llama3
+  double high_freq_factor = 4.0;
+  int64_t original_max_positions = 0;  // llama3: original_max_position_embeddings
+  // Written out: the CUDA sources that include this header are compiled as C++17.
+  bool operator==(const RopeScalingParams& o) const {
+    return type == o.type && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor &&
+           original_max_positions == o.original_max_positions;
+  }
+};
+
+struct RopeSpec {
+  float theta = 10000.0f;
+  RopeScalingParams scaling;
+  static RopeSpec unscaled(float theta) {
+    RopeSpec r;
+    r.theta = theta;
+    return r;
+  }
+  bool operator==(const RopeSpec& o) const { return theta == o.theta && scaling == o.scaling; }
+};
+
+// inv_freq_i for i < head_dim/2, rounded at the points where transformers (4.4x,
+// modeling_rope_utils) rounds them in fp32:
+//   default: inv_i = 1 / θ^(2i/hd)                           (the power correctly rounded)
+//   linear:  inv_i / factor
+//   llama3:  wavelen = (1/inv_i)·2π; below original/high_freq_factor kept, above
+//            original/low_freq_factor divided by factor, in between
+//            (1 − s)·inv_i/factor + s·inv_i with s = (original/wavelen − low)/(high − low).
+std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim);
+
+}  // namespace zt

@@ -1,0 +1,137 @@
+// config.json keys that change the model's math and are implemented: rope_scaling (linear,
+// llama3) and Mistral's sliding window. Read, validated, written back, and honoured by the model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/rope.h"
+#include "model/config.h"
+#include "model/llama.h"
+#include "support/error_text.h"
+#include "util/error.h"
+#include "util/memory.h"
+
+namespace zt {
+namespace {
+
+nlohmann::json llama3_scaling() {
+  return {{"rope_type", "llama3"},
+          {"factor", 8.0},
+          {"low_freq_factor", 1.0},
+          {"high_freq_factor", 4.0},
+          {"original_max_position_embeddings", 64}};
+}
+
+ModelConfig with_key(const std::string& key, const nlohmann::json& value) {
+  nlohmann::json j = preset_config("tiny").to_hf_json();
+  j[key] = value;
+  return ModelConfig::from_hf_json(j, "cfg.json");
+}
+
+TEST(HfConfig, RopeScalingIsReadAndWrittenBack) {
+  const ModelConfig c = with_key("rope_scaling", llama3_scaling());
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kLlama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.original_max_positions, 64);
+  EXPECT_EQ(ModelConfig::from_hf_json(c.to_hf_json(), "again"), c);
+  // The older spelling, as transformers keeps it beside rope_type.
+  const ModelConfig linear =
+      with_key("rope_scaling", {{"type", "linear"}, {"rope_type", "linear"}, {"factor", 2}});
+  EXPECT_EQ(linear.rope_scaling.type, RopeScaling::kLinear);
+  EXPECT_EQ(ModelConfig::from_hf_json(linear.to_hf_json(), "again"), linear);
+  EXPECT_EQ(with_key("rope_scaling", nullptr).rope_scaling.type, RopeScaling::kNone);
+}
+
+TEST(HfConfig, BadRopeScalingIsRefusedNamingTheKey) {
+  auto error = [](const nlohmann::json& value) {
+    return error_of([&] { with_key("rope_scaling", value); });
+  };
+  nlohmann::json extra = llama3_scaling();
+  extra["beta_fast"] = 32;
+  nlohmann::json missing = llama3_scaling();
+  missing.erase("high_freq_factor");
+  nlohmann::json inverted = llama3_scaling();
+  inverted["low_freq_factor"] = 4.0;
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {{{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_type 'yarn' is not implemented"},
+      {{{"rope_type", "dynamic"}, {"factor", 2.0}}, "rope_type 'dynamic'"},
+      {{{"factor", 2.0}}, "has no 'rope_type'"},
+      {{{"type", "linear"}, {"rope_type", "llama3"}, {"factor", 2.0}}, "differ"},
+      {{{"rope_type", "linear"}, {"factor", 0.5}}, "factor must be a finite number >= 1"},
+      {{{"rope_type", "linear"}}, "missing required key 'factor'"},
+      {extra, "unknown key 'beta_fast'"},
+      {missing, "missing required key 'high_freq_factor'"},
+      {inverted, "low_freq_factor < high_freq_factor"},
+      {"llama3", "must be null or an object"},
+  };
+  for (const auto& [value, expected] : cases) {
+    const std::string e = error(value);
+    EXPECT_NE(e.find(expected), std::string::npos) << value.dump() << " → " << e;
+    EXPECT_NE(e.find("cfg.json"), std::string::npos) << e;
+  }
+}
+
+// The scaled frequencies keep the structure of transformers' llama3 rule: the high-frequency band
+// untouched, the low-frequency band divided by the factor (both bitwise), the band between
+// strictly between the two; linear divides every frequency.
+TEST(HfConfig, RopeFrequenciesFollowTheScalingBands) {
+  RopeSpec plain = RopeSpec::unscaled(500000.0f), llama3 = plain, linear = plain;
+  llama3.scaling = with_key("rope_scaling", llama3_scaling()).rope_scaling;
+  linear.scaling.type = RopeScaling::kLinear;
+  linear.scaling.factor = 4.0;
+  const int64_t hd = 16;
+  const std::vector<float> base = rope_inv_freq(plain, hd), scaled = rope_inv_freq(llama3, hd);
+  const std::vector<float> lin = rope_inv_freq(linear, hd);
+  int bands[3] = {0, 0, 0};
+  for (size_t i = 0; i < base.size(); ++i) {
+    EXPECT_EQ(lin[i], base[i] / 4.0f);
+    const double wavelen = 2 * M_PI / base[i];
+    if (wavelen < 64.0 / 4.0) {
+      EXPECT_EQ(scaled[i], base[i]) << i;
+      ++bands[0];
+    } else if (wavelen > 64.0) {
+      EXPECT_EQ(scaled[i], base[i] / 8.0f) << i;
+      ++bands[2];
+    } else {
+      EXPECT_LT(scaled[i], base[i]) << i;
+      EXPECT_GT(scaled[i], base[i] / 8.0f) << i;
+      ++bands[1];
+    }
+  }
+  EXPECT_GT(bands[0], 0);
+  EXPECT_GT(bands[1], 0);
+  EXPECT_GT(bands[2], 0);
+}
+
+TEST(HfConfig, MistralSlidingWindowIsReadAndTheModelRefusesLongerSequences) {
+  nlohmann::json j = preset_config("tiny").to_hf_json();
+  j["model_type"] = "mistral";
+  j["architectures"] = {"MistralForCausalLM"};
+  // transformers' MistralConfig defaults an absent window to 4096.
+  EXPECT_EQ(ModelConfig::from_hf_json(j, "m.json").sliding_window, 4096);
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(ModelConfig::from_hf_json(j, "m.json").sliding_window, 0);
+  j["sliding_window"] = 16;
+  const ModelConfig c = ModelConfig::from_hf_json(j, "m.json");
+  EXPECT_EQ(c.sliding_window, 16);
+  const nlohmann::json back = c.to_hf_json();
+  EXPECT_EQ(back.at("model_type"), "mistral");
+  EXPECT_EQ(ModelConfig::from_hf_json(back, "again"), c);
+  j["sliding_window"] = -1;
+  EXPECT_NE(error_of([&] { ModelConfig::from_hf_json(j, "m.json"); }).find("sliding_window"),
+            std::string::npos);
+
+  auto be = make_cpu_backend();
+  MemoryTracker memory;
+  EXPECT_NO_THROW(LlamaModel(c, *be, memory, 1, 16));
+  const std::string e = error_of([&] { LlamaModel(c, *be, memory, 1, 17); });
+  EXPECT_NE(e.find("sequence length 17 exceeds the model's sliding_window of 16"),
+            std::string::npos)
+      << e;
+}
+
+}  // namespace
+}  // namespace zt
