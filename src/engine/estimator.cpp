@@ -23,17 +23,26 @@ std::vector<GroupPartition> partition_groups(const ModelConfig& model, int world
 // Replays the stage-3 residency policy the engine's gatherer executes over one micro-batch's
 // pass (forward 0..G-1, backward G-1..0), twice: the peak is taken over a first pass and a pass
 // that starts with the persistent groups kept (gradient accumulation keeps them across
-// micro-batches). Returns {peak gathered elements, peak elements of gathers in flight}.
+// micro-batches). Tied embeddings: the head's use and its embedding use are acquired together
+// and released together, as the engine does. Returns {peak gathered elements, peak elements of
+// gathers in flight}.
 std::pair<int64_t, int64_t> replay_stage3_residency(const std::vector<GroupPartition>& groups,
-                                                    const ZeroConfig& zero) {
+                                                    const ZeroConfig& zero, bool tied) {
   Stage3Residency residency(groups, zero);
+  const int head = static_cast<int>(groups.size()) - 1;
   for (int pass = 0; pass < 2; ++pass) {
-    residency.begin_pass(Stage3Residency::training_pass(static_cast<int>(groups.size())));
-    for (size_t i = 0; i < residency.uses().size(); ++i) {
-      residency.gathers_for(i);
-      const int g = residency.uses()[i];
-      residency.landed(g);
-      if (!residency.keep_after(i)) residency.released(g);
+    residency.begin_pass(Stage3Residency::training_pass(static_cast<int>(groups.size()), tied));
+    const std::vector<int> uses = residency.uses();
+    for (size_t i = 0; i < uses.size(); ++i) {
+      const bool paired = i + 1 < uses.size() && Stage3Residency::is_tied_use(uses, i + 1, head);
+      const size_t last = paired ? i + 1 : i;
+      for (size_t k = i; k <= last; ++k) {
+        residency.gathers_for(k);
+        residency.landed(uses[k]);
+      }
+      for (size_t k = i; k <= last; ++k)
+        if (!residency.keep_after(k)) residency.released(uses[k]);
+      i = last;
     }
   }
   return {residency.peak_live_elements(), residency.peak_in_flight_elements()};
@@ -74,7 +83,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // the host pool; each gather in flight then holds a device copy of its shard (buffers).
   int64_t staged_shards = 0;
   if (traits.shard_parameters) {
-    const auto [gathered, in_flight] = replay_stage3_residency(groups, zero);
+    const auto [gathered, in_flight] =
+        replay_stage3_residency(groups, zero, model.tie_word_embeddings);
     e.stage3_gathered = gathered * work_bytes;
     e.params = e.stage3_gathered;
     if (offload.param_offloaded()) {
@@ -125,9 +135,14 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // do the groups' gradient sums of squares (one double each) until the norm is read.
   const int64_t step_losses = grad_accum * micro_batch * seq_len;
   const auto group_sums = static_cast<int64_t>(groups.size()) * 8;
-  e.buffers = ((upcasts_working_params(precision, activation_storage) ? max_padded : 0) +
-               slots * per_slot + step_losses) *
-                  4 +
+  // Tied embeddings: the embedding is computed with the head, so its fp32 upcast is a second
+  // one, and its gradient collects the head's share in a bucket of its own until the
+  // embedding's backward.
+  const bool upcasts = upcasts_working_params(precision, activation_storage);
+  const bool tied = model.tie_word_embeddings;
+  const int64_t embed_padded = groups.front().padded;
+  const int64_t tied_buffers = tied ? (upcasts ? embed_padded : 0) + embed_padded : 0;
+  e.buffers = ((upcasts ? max_padded : 0) + tied_buffers + slots * per_slot + step_losses) * 4 +
               group_sums + std::max(staged_shards, update_tile);
   // Parameters are initialised and loaded through host memory (never a device-pool scratch).
   return e;

@@ -12,11 +12,20 @@ Stage3Residency::Stage3Residency(std::vector<GroupPartition> groups, const ZeroC
       resident_(groups_.size(), false),
       in_flight_(groups_.size(), false) {}
 
-std::vector<int> Stage3Residency::training_pass(int groups) {
+std::vector<int> Stage3Residency::training_pass(int groups, bool tied_embeddings) {
   std::vector<int> uses;
-  for (int g = 0; g < groups; ++g) uses.push_back(g);
-  for (int g = groups - 1; g >= 0; --g) uses.push_back(g);
+  const int head = groups - 1;
+  auto use = [&](int g) {
+    uses.push_back(g);
+    if (tied_embeddings && g == head) uses.push_back(0);
+  };
+  for (int g = 0; g < groups; ++g) use(g);
+  for (int g = groups - 1; g >= 0; --g) use(g);
   return uses;
+}
+
+bool Stage3Residency::is_tied_use(const std::vector<int>& uses, size_t i, int head_group) {
+  return i > 0 && uses[i] == 0 && uses[i - 1] == head_group && head_group != 0;
 }
 
 void Stage3Residency::begin_pass(std::vector<int> uses) {

@@ -63,6 +63,12 @@ void ZeroEngine::Impl::allocate() {
   if (upcasts_params())
     compute =
         TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
+  if (tied() && upcasts_params())
+    tied_compute = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
+                                        static_cast<size_t>(part(0).padded));
+  if (tied())
+    tied_grads = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
+                                      static_cast<size_t>(part(0).padded));
   const int slots = zero.overlap_comm ? 2 : 1;
   reducer = std::make_unique<GradReducer>(be, comm, memory, intervals, max_padded,
                                           zero.reduce_bucket_size, slots,
@@ -80,16 +86,34 @@ void ZeroEngine::Impl::allocate() {
 }
 
 // The working params as the ops read them (see upcasts_params).
-ConstTensorView ZeroEngine::Impl::as_compute(const void* w, int g) {
+ConstTensorView ZeroEngine::Impl::as_compute(const void* w, int g, float* upcast) {
   if (!bf16()) return static_cast<const float*>(w);
   if (!upcasts_params()) return static_cast<const bf16_t*>(w);
-  be.from_bf16(compute.data(), static_cast<const bf16_t*>(w), part(g).numel);
-  return compute.data();
+  be.from_bf16(upcast, static_cast<const bf16_t*>(w), part(g).numel);
+  return upcast;
 }
 
 // Working params of the group at schedule position `use` (stage 3 gathers them).
 ConstTensorView ZeroEngine::Impl::params_for(int g, size_t use) {
-  return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(g), g);
+  return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(g), g, compute.data());
+}
+
+ConstTensorView ZeroEngine::Impl::embedding_for_head(size_t use) {
+  return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(0), 0,
+                    tied_compute.data());
+}
+
+ZeroEngine::Impl::GroupUse ZeroEngine::Impl::acquire_use(int g, size_t use) {
+  GroupUse u;
+  u.use = use;
+  u.next = use + 1;
+  u.params = params_for(g, use);
+  if (tied() && g == self.model_.layout().head_group()) u.embedding = embedding_for_head(u.next++);
+  return u;
+}
+
+void ZeroEngine::Impl::release_use(const GroupUse& u) {
+  for (size_t i = u.use; i < u.next; ++i) release(i);
 }
 
 // Weight-decay segments of the own range, in group coordinates.
@@ -110,12 +134,15 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
                                        StepStats& stats) {
   LlamaModel& model = self.model_;
   const int G = num_groups();
-  if (traits.shard_parameters) gatherer->begin_pass(Stage3Residency::training_pass(G));
+  if (traits.shard_parameters) gatherer->begin_pass(Stage3Residency::training_pass(G, tied()));
   PhaseTimeline::Mark phase = intervals.begin();
   set_phase(comm.step(), "forward");
+  size_t use = 0;  // position in the pass (Stage3Residency::training_pass)
   for (int g = 0; g < G; ++g) {
-    model.forward_group(g, params_for(g, static_cast<size_t>(g)), true, grad_scale);
-    release(static_cast<size_t>(g));
+    const GroupUse u = acquire_use(g, use);
+    model.forward_group(g, u.params, true, grad_scale, u.embedding);
+    release_use(u);
+    use = u.next;
   }
   const int64_t M = model.tokens_per_micro_batch();
   dev.copy(step_losses.data() + micro_batch * M, model.token_losses(),
@@ -123,10 +150,17 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
   intervals.end(StepIntervals::kForward, phase);
   phase = intervals.begin();
   set_phase(comm.step(), "backward");
+  // Tied embeddings: the head's backward adds the embedding's gradient into tied_grads, the
+  // embedding's backward adds its own, then it is reduced (stages 2/3) or accumulated (0/1).
+  float* embedding_grads = nullptr;
+  if (tied()) {
+    embedding_grads = tied_grads.data();
+    be.zero(embedding_grads, part(0).padded);
+  }
   for (int g = G - 1; g >= 0; --g) {
-    const size_t use = static_cast<size_t>(2 * G - 1 - g);
     const GroupPartition& p = part(g);
-    const ConstTensorView params = params_for(g, use);
+    const GroupUse u = acquire_use(g, use);
+    const ConstTensorView params = u.params;
     float* full_grads = grads[static_cast<size_t>(g)].data();
     // Optimizer offload: the final reduced shard goes to the host as soon as it lands.
     std::function<void()> landed;
@@ -135,19 +169,25 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
       landed = [this, g, shard] { offloader->gradient_ready(g, shard); };
     }
     if (traits.reduces_each_micro_batch()) {
-      float* bucket = reducer->acquire_bucket(p.padded, true);
-      model.backward_group(g, params, bucket);
+      float* bucket = tied() && g == 0 ? embedding_grads : reducer->acquire_bucket(p.padded, true);
+      model.backward_group(g, params, bucket, u.embedding, embedding_grads);
       reducer->start(GradReducer::Mode::kReduceScatterAccumulate, bucket, p.padded, full_grads,
                      std::move(landed));
     } else {
-      model.backward_group(g, params, full_grads);
+      if (tied() && g == 0) {  // one addition per element, as every other group's
+        model.backward_group(g, params, embedding_grads);
+        be.add_inplace(full_grads, embedding_grads, p.padded);
+      } else {
+        model.backward_group(g, params, full_grads, u.embedding, embedding_grads);
+      }
       if (last && traits.reduction == GradReduction::kAllReduceAfterLast)
         reducer->start(GradReducer::Mode::kAllReduce, full_grads, p.padded, nullptr);
       if (last && traits.reduction == GradReduction::kReduceScatterAfterLast)
         reducer->start(GradReducer::Mode::kReduceScatterStore, full_grads, p.padded, own_grads(g),
                        std::move(landed));
     }
-    release(use);
+    release_use(u);
+    use = u.next;
     if (zero.overlap_comm)
       reducer->poll();
     else
@@ -344,13 +384,17 @@ double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets) 
   I.intervals.reset();  // the gathers' waits of an eval pass are nobody's step (bounded marks)
   model_.set_batch(inputs, targets);
   if (I.gatherer) {
-    std::vector<int> uses;
-    for (int g = 0; g < G; ++g) uses.push_back(g);
+    // The forward half of a training pass.
+    std::vector<int> uses = Stage3Residency::training_pass(G, I.tied());
+    uses.resize(uses.size() / 2);
     I.gatherer->begin_pass(std::move(uses));
   }
+  size_t use = 0;
   for (int g = 0; g < G; ++g) {
-    model_.forward_group(g, I.params_for(g, static_cast<size_t>(g)), false, 1.0f);
-    I.release(static_cast<size_t>(g));
+    const Impl::GroupUse u = I.acquire_use(g, use);
+    model_.forward_group(g, u.params, false, 1.0f, u.embedding);
+    I.release_use(u);
+    use = u.next;
   }
   if (I.gatherer) I.gatherer->release_all();
   I.comm.finish_device_waits();

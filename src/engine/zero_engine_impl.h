@@ -66,6 +66,11 @@ struct ZeroEngine::Impl {
   TrackedBuffer<float> step_losses;   // [micro-batches · tokens] per-token losses of this step
   TrackedBuffer<double> group_sumsq;  // [groups] Σ grad² of the own range, read once per step
   TrackedBuffer<float> compute;       // fp32 upcast of the group being computed (upcasts_params)
+  // Tied embeddings: the embedding's fp32 upcast while the head computes (upcasts_params), and
+  // the embedding's gradient bucket of the micro-batch, filled by the head's backward and then
+  // the embedding's own: reduced like a bucket (stages 2/3) or added to the accumulator in one
+  // addition per element (stages 0/1), as every other group's micro-batch gradient is.
+  TrackedBuffer<float> tied_compute, tied_grads;
   // Host copies of optimizer shards handed out by optimizer_shard() (no optimizer offload).
   struct HostShard {
     std::vector<float> master, m, v;
@@ -78,6 +83,7 @@ struct ZeroEngine::Impl {
   const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }
   int num_groups() const { return static_cast<int>(self.parts_.size()); }
   bool bf16() const { return precision == Precision::kBf16; }
+  bool tied() const { return self.model_.layout().tied_embeddings(); }
   bool upcasts_params() const {
     return upcasts_working_params(precision, self.model_.activation_storage());
   }
@@ -100,8 +106,18 @@ struct ZeroEngine::Impl {
   void fill(const GroupSource& source);
   void put_working(int g, int64_t offset, const float* host_values, int64_t n);
   void master_to_working(int g);
-  ConstTensorView as_compute(const void* w, int g);
+  ConstTensorView as_compute(const void* w, int g, float* upcast);
   ConstTensorView params_for(int g, size_t use);
+  // Tied embeddings: the embedding group's working params for the head, at pass position `use`.
+  ConstTensorView embedding_for_head(size_t use);
+  // The pass positions of one group's computation: `use`, and with tied embeddings at the head
+  // group also the embedding's `tied_use` (use + 1). Acquires the params of both.
+  struct GroupUse {
+    size_t use = 0, next = 0;
+    ConstTensorView params, embedding;
+  };
+  GroupUse acquire_use(int g, size_t use);
+  void release_use(const GroupUse& u);
   std::vector<DecaySegment> own_segments(int g) const;
   const float* resident_master(int g);
   void release(size_t use);

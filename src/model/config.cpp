@@ -94,9 +94,6 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source, int
   if (j.contains("head_dim") && j.at("head_dim") != head_dim)
     refuse("head_dim", "differs from hidden_size / num_attention_heads = " +
                            std::to_string(head_dim) + ", the only head size implemented");
-  must_be("tie_word_embeddings", false,
-          "is not implemented yet (zerotrain trains an untied lm_head; Llama-3.2-1B/3B and "
-          "SmolLM tie it)");
 }
 
 const std::vector<std::string>& read_hf_keys() {

@@ -31,6 +31,8 @@ struct ModelConfig {
   RopeSpec rope() const { return {static_cast<float>(rope_theta), rope_scaling}; }
   // Useful training FLOPs per token at sequence length T, torchtitan's convention
   // (docs/ARCHITECTURE.md §5): 6·Ψ_non-embedding + 12·L·H·head_dim·T; recomputation not counted.
+  // With tied embeddings the head's weight is the embedding, so its GEMMs are not counted either
+  // (as torchtitan counts a tied model): the MFU is then an underestimate.
   double training_flops_per_token(int64_t seq_len) const;
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
@@ -40,7 +42,7 @@ struct ModelConfig {
   nlohmann::json to_hf_json() const;
   // Parses an HF config.json object; `source` names the file in error messages. A key that
   // would change the mathematics away from what zerotrain implements (a rope_scaling other than
-  // linear or llama3, biases, hidden_act other than silu, another head_dim, tied embeddings,
+  // linear or llama3, biases, hidden_act other than silu, another head_dim,
   // another model_type) is refused naming it, and so is any key it does not know.
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_hf_file(const std::string& path);

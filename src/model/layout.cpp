@@ -6,8 +6,6 @@ namespace zt {
 
 ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
   c.validate();
-  ZT_CHECK(!c.tie_word_embeddings,
-           "tie_word_embeddings=true is not supported yet (zerotrain trains an untied LM head)");
   const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim();
   groups_.resize(static_cast<size_t>(c.num_layers + 2));
   groups_[0].name = "embed";
@@ -29,7 +27,8 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
   const int h = head_group();
   groups_[static_cast<size_t>(h)].name = "head";
   add(h, "model.norm.weight", {d}, TensorRole::kFinalNorm, -1, false);
-  add(h, "lm_head.weight", {c.vocab_size, d}, TensorRole::kLmHead, -1, true);
+  if (!c.tie_word_embeddings)
+    add(h, "lm_head.weight", {c.vocab_size, d}, TensorRole::kLmHead, -1, true);
 }
 
 void ParamLayout::add(int group, const std::string& name, std::vector<int64_t> shape,
@@ -61,9 +60,9 @@ const TensorInfo& ParamLayout::tensor(TensorRole role, int layer) const {
     case TensorRole::kEmbedding:
       return tensors_[0];
     case TensorRole::kFinalNorm:
-      return tensors_[tensors_.size() - 2];
+      return tensors_[static_cast<size_t>(groups_.back().tensors.front())];
     case TensorRole::kLmHead:
-      return tensors_[tensors_.size() - 1];
+      return tied_embeddings() ? tensors_[0] : tensors_[tensors_.size() - 1];
     default: {
       ZT_CHECK(layer >= 0 && layer < config_.num_layers, "layer index out of range");
       const auto& g = groups_[static_cast<size_t>(layer_group(layer))];

@@ -2,6 +2,9 @@
 // flat contiguous groups. Group 0 is the embedding, groups 1..L are the decoder layers in order,
 // group L+1 holds the final norm and the LM head. The ZeRO engine partitions each group's flat
 // buffer into equal shards; the model addresses tensors by (group, offset).
+// Tied embeddings (tie_word_embeddings): there is no lm_head tensor; the head multiplies by the
+// embedding table, one parameter in group 0 that the head group's forward and backward also use
+// (the engine hands it over with the head group: LlamaModel::forward_group).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -59,10 +62,12 @@ class ParamLayout {
   int embed_group() const { return 0; }
   int layer_group(int layer) const { return 1 + layer; }
   int head_group() const { return num_groups() - 1; }
+  bool tied_embeddings() const { return config_.tie_word_embeddings; }
 
   // Index of the tensor with this HF name, or -1.
   int find(const std::string& name) const;
-  // The tensor playing `role` in decoder layer `layer` (layer ignored for end tensors).
+  // The tensor playing `role` in decoder layer `layer` (layer ignored for end tensors). With tied
+  // embeddings kLmHead is the embedding (group 0).
   const TensorInfo& tensor(TensorRole role, int layer = -1) const;
 
   int64_t total_numel() const;

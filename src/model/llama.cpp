@@ -197,21 +197,23 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets) {
   be_.device_memory().to_device(tokens_.data(), both.data(), both.size() * sizeof(int32_t));
 }
 
-void LlamaModel::forward_group(int g, ConstTensorView params, bool training, float grad_scale) {
+void LlamaModel::forward_group(int g, ConstTensorView params, bool training, float grad_scale,
+                               ConstTensorView embedding) {
   if (g == layout_.embed_group()) {
     embed_forward(params);
   } else if (g == layout_.head_group()) {
-    head_forward(params, training, grad_scale);
+    head_forward(params, embedding, training, grad_scale);
   } else {
     layer_forward(g - 1, params, false);
   }
 }
 
-void LlamaModel::backward_group(int g, ConstTensorView params, float* grads) {
+void LlamaModel::backward_group(int g, ConstTensorView params, float* grads,
+                                ConstTensorView embedding, float* embedding_grads) {
   if (g == layout_.embed_group()) {
     embed_backward(grads);
   } else if (g == layout_.head_group()) {
-    head_backward(params, grads);
+    head_backward(params, grads, embedding, embedding_grads);
   } else {
     layer_backward(g - 1, params, grads);
   }
@@ -305,15 +307,25 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
 //   backward  dxf_R = dlogits_R·Wh;  dWh += dlogits_Rᵀ·xf_R
 // With one chunk the forward's dlogits are used as they are; with several, the backward
 // recomputes each chunk's logits and dlogits (bitwise the forward's) before its two products.
+// Tied embeddings: Wh is the embedding table E, and dE collects dWh here and the embedding
+// backward's scatter-add later (one parameter, one gradient).
 void LlamaModel::head_logits(ConstTensorView head, int64_t r0, int64_t rows) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   be_.matmul_forward(t_.logits, t_.final_norm_out.at(r0 * D), head, rows, V, D);
 }
 
-void LlamaModel::head_forward(ConstTensorView params, bool training, float grad_scale) {
+ConstTensorView LlamaModel::head_weight(ConstTensorView params, ConstTensorView embedding) const {
+  if (!layout_.tied_embeddings()) return params.at(layout_.tensor(TensorRole::kLmHead).offset);
+  ZT_CHECK(static_cast<bool>(embedding),
+           "tied embeddings: the head needs the embedding group's parameters");
+  return embedding.at(layout_.tensor(TensorRole::kEmbedding).offset);
+}
+
+void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding, bool training,
+                              float grad_scale) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const ConstTensorView norm = params.at(layout_.tensor(TensorRole::kFinalNorm).offset);
-  const ConstTensorView head = params.at(layout_.tensor(TensorRole::kLmHead).offset);
+  const ConstTensorView head = head_weight(params, embedding);
   be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
                       static_cast<float>(config_.rms_norm_eps));
   head_grad_scale_ = grad_scale;
@@ -327,11 +339,17 @@ void LlamaModel::head_forward(ConstTensorView params, bool training, float grad_
   }
 }
 
-void LlamaModel::head_backward(ConstTensorView params, float* grads) {
+void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensorView embedding,
+                               float* embedding_grads) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const TensorInfo& norm_t = layout_.tensor(TensorRole::kFinalNorm);
   const TensorInfo& head_t = layout_.tensor(TensorRole::kLmHead);
-  const ConstTensorView head = params.at(head_t.offset);
+  const ConstTensorView head = head_weight(params, embedding);
+  ZT_CHECK(!layout_.tied_embeddings() || embedding_grads != nullptr,
+           "tied embeddings: the head's backward needs the embedding group's gradients");
+  // Tied: dWh is the embedding's gradient, which its own backward adds to later.
+  float* head_grads =
+      layout_.tied_embeddings() ? embedding_grads + head_t.offset : grads + head_t.offset;
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     if (head_chunks() > 1) {  // recompute this chunk's dlogits (and, identically, its losses)
@@ -339,8 +357,8 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads) {
       be_.cross_entropy(t_.losses + r0, t_.logits, t_.logits, tokens_.data() + M_ + r0, rows, V,
                         head_grad_scale_);
     }
-    be_.matmul_backward(t_.dxn.at(r0 * D), grads + head_t.offset, t_.logits,
-                        t_.final_norm_out.at(r0 * D), head, rows, V, D, false);
+    be_.matmul_backward(t_.dxn.at(r0 * D), head_grads, t_.logits, t_.final_norm_out.at(r0 * D),
+                        head, rows, V, D, false);
   }
   be_.zero(t_.dresid, M_ * D);
   be_.rmsnorm_backward(t_.dresid, grads + norm_t.offset, t_.dxn, t_.resid.back(),

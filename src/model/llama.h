@@ -117,9 +117,15 @@ class LlamaModel {
   // kept from the forward when the head is one chunk, recomputed chunk by chunk in the backward
   // otherwise (one more head GEMM instead of all the logits in memory).
   // params: the group's working parameters, fp32 or bf16 (a view: util/tensor_view.h).
-  void forward_group(int g, ConstTensorView params, bool training, float grad_scale);
-  // Runs group g's backward, accumulating (+=) its parameter gradients into grads.
-  void backward_group(int g, ConstTensorView params, float* grads);
+  // Tied embeddings: the head group also needs `embedding`, the embedding group's working
+  // parameters (null for every other group and for an untied model).
+  void forward_group(int g, ConstTensorView params, bool training, float grad_scale,
+                     ConstTensorView embedding = {});
+  // Runs group g's backward, accumulating (+=) its parameter gradients into grads. Tied
+  // embeddings: the head's weight gradient goes (+=) into `embedding_grads`, the embedding
+  // group's gradient buffer (the engine passes the same buffer to the embedding's backward).
+  void backward_group(int g, ConstTensorView params, float* grads, ConstTensorView embedding = {},
+                      float* embedding_grads = nullptr);
 
   // Σ of per-token losses of the last head forward (sum_token_losses of them).
   double loss_sum() const;
@@ -144,8 +150,13 @@ class LlamaModel {
   void layer_backward(int layer, ConstTensorView params, float* grads);
   void embed_forward(ConstTensorView params);
   void embed_backward(float* grads);
-  void head_forward(ConstTensorView params, bool training, float grad_scale);
-  void head_backward(ConstTensorView params, float* grads);
+  void head_forward(ConstTensorView params, ConstTensorView embedding, bool training,
+                    float grad_scale);
+  void head_backward(ConstTensorView params, float* grads, ConstTensorView embedding,
+                     float* embedding_grads);
+  // The head's weight [V, D] and where its gradient accumulates: lm_head in the head group, or
+  // (tied) the embedding table and its gradient.
+  ConstTensorView head_weight(ConstTensorView params, ConstTensorView embedding) const;
   // logits of rows [r0, r0 + rows) into logits_ (one chunk).
   void head_logits(ConstTensorView head, int64_t r0, int64_t rows);
   int64_t head_chunks() const { return (M_ + head_chunk_ - 1) / head_chunk_; }

@@ -107,6 +107,7 @@ struct EngineOptions {
   int64_t reuse = 1'000'000'000;
   int64_t persistence = 0;
   int64_t micro = 2;  // sequences per micro-batch of this rank
+  bool tied = false;  // the tiny preset with tie_word_embeddings
   int64_t seq = 16;
   AdamWConfig optim = [] {
     AdamWConfig a;
@@ -133,8 +134,10 @@ class TestEngine {
     ActivationCheckpointing ac;
     ac.every = o.ckpt_every;
     ac.on_host = o.ckpt_on_host;
-    engine_ = std::make_unique<ZeroEngine>(preset_config("tiny"), zero, o.precision, o.optim,
-                                           *backend_, comm, memory_, o.micro, o.seq, ac);
+    ModelConfig model = preset_config("tiny");
+    model.tie_word_embeddings = o.tied;
+    engine_ = std::make_unique<ZeroEngine>(model, zero, o.precision, o.optim, *backend_, comm,
+                                           memory_, o.micro, o.seq, ac);
   }
 
   ZeroEngine& engine() { return *engine_; }

@@ -70,20 +70,25 @@ class ZeroEngineTest : public ::testing::Test {
 // sequences with grad-accum N·A (so every GEMM has the same shape), and the runs differ only in
 // how the micro-batches' gradients, the losses and the norm are summed. Checked: the reduced
 // gradient of every element each rank owns, the loss, the gradient norm, and every new master.
-TEST_F(ZeroEngineTest, AllStagesMatchOneRankStageZero) {
+// tied: the model with tied embeddings (reference and runs alike).
+void expect_all_stages_match_one_rank_stage_zero(Communicator& world, Communicator& self,
+                                                 bool tied) {
   const EngineOptions defaults;
   const auto make_reference = [&](const AdamWConfig& optim) {
     EngineOptions o;
     o.optim = optim;
-    auto t = std::make_unique<TestEngine>(self_, o);
+    o.tied = tied;
+    auto t = std::make_unique<TestEngine>(self, o);
     t->init();
     return t;
   };
-  const engine_test::OneStepReference ref(make_reference, defaults.optim, 1, kAccum * N(), kLr);
+  const int64_t N = world.world_size();
+  const engine_test::OneStepReference ref(make_reference, defaults.optim, 1, kAccum * N, kLr);
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool overlap : {true, false}) {
       for (int ckpt : {0, 1}) {
         EngineOptions o;
+        o.tied = tied;
         o.stage = stage;
         o.overlap = overlap;
         o.ckpt_every = ckpt;
@@ -91,21 +96,32 @@ TEST_F(ZeroEngineTest, AllStagesMatchOneRankStageZero) {
           o.bucket = 1000;
           o.reuse = 0;
         }
-        const std::string what = "stage " + std::to_string(stage) + " overlap " +
-                                 std::to_string(overlap) + " ckpt " + std::to_string(ckpt);
+        const std::string what = std::string(tied ? "tied, " : "") + "stage " +
+                                 std::to_string(stage) + " overlap " + std::to_string(overlap) +
+                                 " ckpt " + std::to_string(ckpt);
         EngineOptions probe = o;
         probe.optim = engine_test::OneStepReference::gradient_probe(o.optim);
-        TestEngine gradient(world_, probe);
+        TestEngine gradient(world, probe);
         gradient.init();
         gradient.step(1, kAccum, 0.0f);
         ref.expect_gradient(gradient.own_state(), what);
-        TestEngine trained(world_, o);
+        TestEngine trained(world, o);
         trained.init();
         const StepStats stats = trained.step(1, kAccum, kLr);
         ref.expect_step(stats, trained.own_state(), what);
       }
     }
   }
+}
+
+TEST_F(ZeroEngineTest, AllStagesMatchOneRankStageZero) {
+  expect_all_stages_match_one_rank_stage_zero(world_, self_, false);
+}
+
+// Tied embeddings: the one embedding parameter gets the head's gradient and the lookup's, is
+// reduced once and updated once, at every stage (stage 3 gathers it for the head as well).
+TEST_F(ZeroEngineTest, TiedEmbeddingsMatchOneRankStageZeroAtEveryStage) {
+  expect_all_stages_match_one_rank_stage_zero(world_, self_, true);
 }
 
 TEST_F(ZeroEngineTest, CheckpointingIsBitwiseIdentical) {

@@ -57,6 +57,12 @@ FAMILIES = {
                     dict(rope_theta=500000.0, rope_scaling={
                         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+    # Llama 3.2 1B/3B's shape: tied embeddings (no lm_head tensor in the checkpoint) with the
+    # llama3 rope_scaling.
+    "llama3.2-tied": ("LlamaConfig", "LlamaForCausalLM",
+                      dict(rope_theta=500000.0, tie_word_embeddings=True, rope_scaling={
+                          "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
     # Linear position interpolation (the older "type" key, as older checkpoints write it).
     "llama-linear-rope": ("LlamaConfig", "LlamaForCausalLM",
                           dict(rope_scaling={"type": "linear", "factor": 4.0})),

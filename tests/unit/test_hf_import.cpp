@@ -278,7 +278,6 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
       {"sliding_window", 0},
       {"use_sliding_window", true},
       {"head_dim", 32},
-      {"tie_word_embeddings", true},
       {"attention_dropout", 0.1},
       {"some_new_key", 1},
   };

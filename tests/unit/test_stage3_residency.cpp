@@ -20,7 +20,7 @@ Stage3Residency make(int64_t prefetch, int64_t persistence, int64_t reuse) {
   zero.max_reuse_distance = reuse;
   zero.max_live_parameters = 1000;
   Stage3Residency r(groups, zero);
-  r.begin_pass(Stage3Residency::training_pass(4));
+  r.begin_pass(Stage3Residency::training_pass(4, false));
   return r;
 }
 
