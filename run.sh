@@ -72,10 +72,14 @@ setup_venv() {
   rm -rf "$VENV"
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-    --require-hashes -r "$req" >&2
+    --require-hashes -r "$req" >&2 || { log ".venv/: pip could not install $req"; return 1; }
   "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers' ||
-    { log ".venv/: the Hugging Face clients do not import"; exit 1; }
+    { log ".venv/: the Hugging Face clients do not import"; return 1; }
   echo "$want" >"$stamp"
+}
+# test: without the venv everything else still runs; the oracle_hf_* tests then fail, naming it.
+setup_venv_or_warn() {
+  setup_venv || log "WARNING: .venv/ is incomplete: the oracle_hf_* tests will fail (./run.sh deps)"
 }
 
 # cuDNN frontend (header-only C++ API of the fused attention, backend/cuda/cudnn_attention.*):
@@ -212,7 +216,7 @@ case "${1:-}" in
     shift
     install_deps
     fetch_test_sources
-    setup_venv
+    setup_venv_or_warn
     build
     status=0
     run_tests "$@" || status=$?

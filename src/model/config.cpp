@@ -70,8 +70,8 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source, int
     const auto& type = j.at("model_type");
     if (!type.is_string() || (type != "llama" && type != "mistral"))
       refuse("model_type",
-             "is not an architecture zerotrain implements (llama, mistral without a sliding "
-             "window); Qwen's q/k/v biases and q/k norms are not implemented yet");
+             "is not an architecture zerotrain implements (llama, mistral); Qwen's q/k/v "
+             "biases and q/k norms are not implemented yet");
   }
   if (j.contains("architectures")) {
     const auto& archs = j.at("architectures");
@@ -179,10 +179,18 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
 
 // config.json "sliding_window": null (or absent outside Mistral) is none; Mistral's config
 // defaults an absent key to 4096, as transformers' MistralConfig does.
+// transformers' Llama ignores the key, so a window is refused outside Mistral; Mistral's rotary
+// embedding (4.46) has no scaling, so rope_scaling is refused there.
 int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& source) {
-  if (!j.contains("sliding_window"))
-    return j.contains("model_type") && j.at("model_type") == "mistral" ? 4096 : 0;
+  const bool mistral = j.contains("model_type") && j.at("model_type") == "mistral";
+  if (mistral && j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
+    fail(source +
+         ": 'rope_scaling' is not applied by transformers' Mistral; refused rather than "
+         "computing another model than transformers does");
+  if (!j.contains("sliding_window")) return mistral ? 4096 : 0;
   if (j.at("sliding_window").is_null()) return 0;
+  ZT_CHECK(mistral, source + ": 'sliding_window' " + j.at("sliding_window").dump() +
+                        " outside a Mistral config (model_type \"mistral\") is not implemented");
   const auto w = required<int64_t>(j, "sliding_window", source);
   ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
   return w;
@@ -237,6 +245,8 @@ void ModelConfig::validate() const {
     }
   }
   ZT_CHECK(sliding_window >= 0, "model config: sliding_window must be >= 0 (0: none)");
+  ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone,
+           "model config: a sliding window (Mistral) with rope_scaling is not implemented");
   // Element offsets, byte counts and FLOP counts are int64/double products of these sizes; a
   // bound far above any real model (2^48 parameters, 2^40 per matrix) keeps them exact.
   const double d = static_cast<double>(hidden_size), ff = static_cast<double>(intermediate_size);
@@ -264,10 +274,13 @@ nlohmann::json ModelConfig::to_hf_json() const {
                    {"max_position_embeddings", max_position_embeddings},
                    {"rms_norm_eps", rms_norm_eps},
                    {"rope_theta", rope_theta},
-                   {"rope_scaling", rope_scaling_to_json(rope_scaling)},
                    {"tie_word_embeddings", tie_word_embeddings},
                    {"hidden_act", "silu"},
                    {"torch_dtype", "bfloat16"}};
+  // Written only when set: the manifest's model fingerprint hashes this object, and checkpoints
+  // written before rope_scaling existed must keep matching it.
+  if (rope_scaling.type != RopeScaling::kNone)
+    j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
   if (mistral) {
     j["sliding_window"] = sliding_window;
   } else {

@@ -212,7 +212,7 @@ def main():
     final = os.path.join(run, "final")
     exported = os.path.join(work, "exported")
     run_tool([zt, "export", final, "--format", "safetensors", "--out", exported])
-    # The export is written as the Llama architecture (the math of every family above).
+    # The export is written as a Llama, or as a Mistral when the model has a window.
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(exported,
                                                                  torch_dtype=torch.float32)
     print(f"the export loads as {type(reloaded).__name__}", flush=True)

@@ -43,6 +43,9 @@ TEST(HfConfig, RopeScalingIsReadAndWrittenBack) {
   EXPECT_EQ(linear.rope_scaling.type, RopeScaling::kLinear);
   EXPECT_EQ(ModelConfig::from_hf_json(linear.to_hf_json(), "again"), linear);
   EXPECT_EQ(with_key("rope_scaling", nullptr).rope_scaling.type, RopeScaling::kNone);
+  // Unscaled configs are written without the key: checkpoint manifests fingerprint this object,
+  // and those written before rope_scaling was read must keep matching.
+  EXPECT_FALSE(preset_config("tiny").to_hf_json().contains("rope_scaling"));
 }
 
 TEST(HfConfig, BadRopeScalingIsRefusedNamingTheKey) {
@@ -120,6 +123,17 @@ TEST(HfConfig, MistralSlidingWindowIsReadAndTheModelRefusesLongerSequences) {
   const nlohmann::json back = c.to_hf_json();
   EXPECT_EQ(back.at("model_type"), "mistral");
   EXPECT_EQ(ModelConfig::from_hf_json(back, "again"), c);
+  // transformers' Mistral applies no rope_scaling and its Llama no window: both refused.
+  nlohmann::json scaled = j;
+  scaled["rope_scaling"] = llama3_scaling();
+  EXPECT_NE(error_of([&] { ModelConfig::from_hf_json(scaled, "m.json"); }).find("'rope_scaling'"),
+            std::string::npos);
+  nlohmann::json llama = preset_config("tiny").to_hf_json();
+  llama["sliding_window"] = 4096;
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_hf_json(llama, "l.json");
+            }).find("'sliding_window' 4096 outside a Mistral config"),
+            std::string::npos);
   j["sliding_window"] = -1;
   EXPECT_NE(error_of([&] { ModelConfig::from_hf_json(j, "m.json"); }).find("sliding_window"),
             std::string::npos);
