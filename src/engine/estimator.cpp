@@ -34,8 +34,7 @@ std::pair<int64_t, int64_t> replay_stage3_residency(const std::vector<GroupParti
     residency.begin_pass(Stage3Residency::training_pass(static_cast<int>(groups.size()), tied));
     const std::vector<int> uses = residency.uses();
     for (size_t i = 0; i < uses.size(); ++i) {
-      const bool paired = i + 1 < uses.size() && Stage3Residency::is_tied_use(uses, i + 1, head);
-      const size_t last = paired ? i + 1 : i;
+      const size_t last = tied && uses[i] == head ? i + 1 : i;
       for (size_t k = i; k <= last; ++k) {
         residency.gathers_for(k);
         residency.landed(uses[k]);

@@ -24,10 +24,6 @@ std::vector<int> Stage3Residency::training_pass(int groups, bool tied_embeddings
   return uses;
 }
 
-bool Stage3Residency::is_tied_use(const std::vector<int>& uses, size_t i, int head_group) {
-  return i > 0 && uses[i] == 0 && uses[i - 1] == head_group && head_group != 0;
-}
-
 void Stage3Residency::begin_pass(std::vector<int> uses) {
   uses_ = std::move(uses);
 }

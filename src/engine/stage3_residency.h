@@ -25,11 +25,8 @@ class Stage3Residency {
 
   // One micro-batch of training: forward over groups 0..G-1, then backward over G-1..0. Tied
   // embeddings: each use of the head group (G-1) is followed by a use of the embedding group
-  // (0), held together with it (see is_tied_use).
+  // (0) that the engine acquires with it and releases with it.
   static std::vector<int> training_pass(int groups, bool tied_embeddings);
-  // Whether uses[i] is the embedding use that pairs with the head use before it: the engine
-  // acquires both before the head computes and releases both after.
-  static bool is_tied_use(const std::vector<int>& uses, size_t i, int head_group);
 
   void begin_pass(std::vector<int> uses);
   const std::vector<int>& uses() const { return uses_; }

@@ -94,21 +94,17 @@ ConstTensorView ZeroEngine::Impl::as_compute(const void* w, int g, float* upcast
 }
 
 // Working params of the group at schedule position `use` (stage 3 gathers them).
-ConstTensorView ZeroEngine::Impl::params_for(int g, size_t use) {
-  return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(g), g, compute.data());
-}
-
-ConstTensorView ZeroEngine::Impl::embedding_for_head(size_t use) {
-  return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(0), 0,
-                    tied_compute.data());
+ConstTensorView ZeroEngine::Impl::params_for(int g, size_t use, float* upcast) {
+  return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(g), g, upcast);
 }
 
 ZeroEngine::Impl::GroupUse ZeroEngine::Impl::acquire_use(int g, size_t use) {
   GroupUse u;
   u.use = use;
   u.next = use + 1;
-  u.params = params_for(g, use);
-  if (tied() && g == self.model_.layout().head_group()) u.embedding = embedding_for_head(u.next++);
+  u.params = params_for(g, use, compute.data());
+  if (tied() && g == self.model_.layout().head_group())
+    u.embedding = params_for(0, u.next++, tied_compute.data());
   return u;
 }
 

@@ -107,9 +107,9 @@ struct ZeroEngine::Impl {
   void put_working(int g, int64_t offset, const float* host_values, int64_t n);
   void master_to_working(int g);
   ConstTensorView as_compute(const void* w, int g, float* upcast);
-  ConstTensorView params_for(int g, size_t use);
-  // Tied embeddings: the embedding group's working params for the head, at pass position `use`.
-  ConstTensorView embedding_for_head(size_t use);
+  // upcast: where fp32 params go when upcasts_params (compute, or tied_compute for the
+  // embedding computed with the head).
+  ConstTensorView params_for(int g, size_t use, float* upcast);
   // The pass positions of one group's computation: `use`, and with tied embeddings at the head
   // group also the embedding's `tied_use` (use + 1). Acquires the params of both.
   struct GroupUse {

@@ -136,9 +136,8 @@ RopeScalingParams rope_scaling_from_json(const nlohmann::json& j, const std::str
   const std::string type =
       required<std::string>(r, r.contains("rope_type") ? "rope_type" : "type", where);
   ZT_CHECK(!r.contains("type") || !r.contains("rope_type") || r.at("type") == r.at("rope_type"),
-           where + ": 'type' " + (r.contains("type") ? r.at("type").dump() : "") +
-               " and 'rope_type' " + (r.contains("rope_type") ? r.at("rope_type").dump() : "") +
-               " differ");
+           where + ": 'type' " + r.at("type").dump() + " and 'rope_type' " +
+               r.at("rope_type").dump() + " differ");
   std::vector<std::string> keys = {"rope_type", "type", "factor"};
   if (type == "linear") {
     p.type = RopeScaling::kLinear;

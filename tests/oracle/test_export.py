@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 
 import h5py
@@ -30,32 +29,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_reference as ref  # noqa: E402
+from oracle_harness import CheckFailed, SetupError, check, run_tool  # noqa: E402
 
 LOGITS_TOLERANCE = 1e-4
 DTYPES = {"BF16": (2, np.uint16), "F32": (4, np.float32)}
-
-
-class SetupError(Exception):
-    pass
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def run_tool(cmd):
-    print("+ " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.stdout.strip():
-        print(proc.stdout.rstrip(), flush=True)
-    if proc.returncode != 0:
-        raise SetupError(f"{cmd[0]} exited with {proc.returncode}")
-    return proc.stdout
-
-
-def check(condition, message):
-    if not condition:
-        raise CheckFailed(message)
 
 
 def read_safetensors_plain(path):

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 try:
@@ -40,6 +39,9 @@ except ImportError as e:  # not the venv: say how to make it
     print(f"cannot import {e.name}: run ./run.sh deps (it creates .venv/ with the pinned "
           f"Hugging Face clients) and run this test with .venv/bin/python", file=sys.stderr)
     sys.exit(2)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import CheckFailed, SetupError, check, run_tool  # noqa: E402
 
 U_FP32 = 2.0 ** -24
 
@@ -72,30 +74,6 @@ FAMILIES = {
     # Mistral with a window at least as long as every sequence here (33 tokens): full attention.
     "mistral-window": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=40)),
 }
-
-
-class SetupError(Exception):
-    pass
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(condition, message):
-    if not condition:
-        raise CheckFailed(message)
-
-
-def run_tool(cmd, env=None):
-    print("+ " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env)
-    if proc.stdout.strip():
-        print(proc.stdout.rstrip(), flush=True)
-    if proc.returncode != 0:
-        raise SetupError(f"{cmd[0]} exited with {proc.returncode}")
-    return proc.stdout
 
 
 def last_json_line(text):
