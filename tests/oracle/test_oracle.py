@@ -26,7 +26,6 @@ llama_reference.py) a setup failure exits 0 instead, so that the WILL_FAIL test
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -37,6 +36,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_reference as ref  # noqa: E402
+from oracle_harness import SetupError, run_tool  # noqa: E402
 
 TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "bf16-act": 2e-2}
 # bf16 activations, op by op: at most this fraction of an op's stored elements may differ from
@@ -48,20 +48,6 @@ BF16_ACT_MAX_FLIPS = 0.01
 BETAS = (0.9, 0.95)
 EPS = 1e-8
 WEIGHT_DECAY = 0.1
-
-
-class SetupError(Exception):
-    """The test could not run (as opposed to: the engine disagrees with the reference)."""
-
-
-def run_tool(cmd):
-    """Runs a command, echoing it; raises SetupError with its output when it fails."""
-    print("+ " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.stdout.strip():
-        print(proc.stdout.rstrip(), flush=True)
-    if proc.returncode != 0:
-        raise SetupError(f"{cmd[0]} exited with {proc.returncode}")
 
 
 def rel_norm_error(got, want):
