@@ -59,27 +59,28 @@ fetch_test_sources() {
     { log "$file: SHA-256 differs from the pinned one"; exit 1; }
 }
 
-# The Hugging Face clients the family oracle runs (transformers, safetensors, tokenizers): a
-# project venv, .venv/, that sees Debian's torch and numpy, with every package it adds pinned and
-# checked by SHA-256 (tests/oracle/requirements-hf.txt). Rebuilt when that file changes.
+# The oracle's Python clients: the Hugging Face ones the family oracle runs (transformers,
+# safetensors, tokenizers) and what DeepSpeed's config parser imports (pydantic, hjson, psutil).
+# A project venv, .venv/, that sees Debian's torch and numpy, with every package it adds pinned
+# and checked by SHA-256 (tests/oracle/requirements-hf.txt). Rebuilt when that file changes.
 VENV=$ROOT/.venv
 setup_venv() {
   local req=$ROOT/tests/oracle/requirements-hf.txt stamp=$VENV/.requirements.sha256
   local want
   want=$(sha256sum "$req" | cut -d' ' -f1)
   [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return
-  log "creating .venv/ with the pinned Hugging Face clients (tests/oracle/requirements-hf.txt)"
+  log "creating .venv/ with the pinned oracle clients (tests/oracle/requirements-hf.txt)"
   rm -rf "$VENV"
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     --require-hashes -r "$req" >&2 || { log ".venv/: pip could not install $req"; return 1; }
-  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers' ||
-    { log ".venv/: the Hugging Face clients do not import"; return 1; }
+  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson' ||
+    { log ".venv/: the oracle clients do not import"; return 1; }
   echo "$want" >"$stamp"
 }
 # test: without the venv everything else still runs; the oracle_hf_* tests then fail, naming it.
 setup_venv_or_warn() {
-  setup_venv || log "WARNING: .venv/ is incomplete: the oracle_hf_* tests will fail (./run.sh deps)"
+  setup_venv || log "WARNING: .venv/ is incomplete: the oracle_hf_* and oracle_deepspeed_parser tests will fail (./run.sh deps)"
 }
 
 # cuDNN frontend (header-only C++ API of the fused attention, backend/cuda/cudnn_attention.*):

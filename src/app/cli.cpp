@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "io/run_directory.h"
+#include "util/closest_name.h"
 #include "util/error.h"
 
 namespace zt {
@@ -47,25 +48,6 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
   }
   return true;
 }
-
-namespace {
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-}  // namespace
 
 std::string did_you_mean(const std::string& given, const po::options_description& options) {
   std::vector<std::string> prefixed;

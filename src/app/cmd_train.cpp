@@ -187,7 +187,10 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
   run_collectively(comm, [&] {
     if (comm.rank() != 0) return;
     std::filesystem::create_directories(o.out);
-    write_text_file(o.out + "/run.json", run_json(info).dump(2) + "\n");
+    nlohmann::json record = run_json(info);
+    // The DeepSpeed file: its path, SHA-256, what each key became and the warnings.
+    if (!o.deepspeed.empty()) record["deepspeed"] = o.from_deepspeed.record;
+    write_text_file(o.out + "/run.json", record.dump(2) + "\n");
   });
 }
 

@@ -2,10 +2,15 @@
 // The file's values are translated into the commands' long option names (zero-stage, lr,
 // micro-batch, ...) and stored only for options the command line or the --config INI left at
 // their defaults, so the precedence is: command line > --config INI > --deepspeed JSON >
-// built-in defaults. "auto" resolves as the Hugging Face integration does: reduce_bucket_size =
-// d², stage3_prefetch_bucket_size = 0.9·d², stage3_param_persistence_threshold = 10·d; other
-// "auto" values keep the command-line/INI/default value. Unknown keys are warnings naming the
-// dotted key; bad values are zt::Errors naming the file and the key.
+// built-in defaults. As in DeepSpeed, a file that enables neither fp16 nor bf16 trains in fp32.
+// "auto" resolves as the Hugging Face Trainer resolves it: reduce_bucket_size = d²,
+// stage3_prefetch_bucket_size = 0.9·d², stage3_param_persistence_threshold = 10·d; every other
+// "auto" takes the value of the matching zerotrain option (command line, INI or default), as the
+// Trainer takes its own arguments. Unknown keys inside zero_optimization (and its offload
+// blocks), optimizer, scheduler, fp16 and bf16 are refused naming the key and the closest valid
+// one, as DeepSpeed refuses them; elsewhere they are warnings. Keys DeepSpeed accepts that change
+// the training and are not implemented are refused unless they hold DeepSpeed's default. Bad
+// values are zt::Errors naming the file and the key. The README's table lists every key.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -41,10 +46,17 @@ struct BatchSizeRule {
 // free). Throws naming the numbers on a contradiction or a world size that does not divide.
 void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro, int64_t& accum);
 
+// One JSON key's value given to one zerotrain option.
+struct MappedOption {
+  std::string key;     // dotted JSON path, "optimizer.params.lr"
+  std::string option;  // long option name, "lr"
+  std::string value;
+};
+
 struct DeepSpeedConfig {
   std::string source;
-  // (long option name, value) pairs, in file order; "auto" values already resolved or left out.
-  std::vector<std::pair<std::string, std::string>> options;
+  // In file order; "auto" values already resolved or left out.
+  std::vector<MappedOption> options;
   std::optional<int64_t> train_batch_size;
   std::optional<double> cos_min_ratio;     // WarmupCosineLR: min-lr = ratio × lr
   std::optional<double> warmup_min_ratio;  // WarmupCosineLR: warmup-start-lr = ratio × lr
@@ -52,7 +64,7 @@ struct DeepSpeedConfig {
   bool contiguous_gradients = true;                // accepted; buckets are always contiguous
   bool gather_16bit_weights_on_model_save = true;  // accepted; the final model is always bf16
   int64_t sub_group_size = 0;                      // accepted; the optimizer steps per group
-  std::vector<std::string> warnings;               // unknown keys, inexact mappings
+  std::vector<std::string> warnings;  // unknown top-level keys, inexact mappings, the precision
 
   // The value mapped onto `option`, if any.
   std::optional<std::string> option(const std::string& name) const;
@@ -66,6 +78,9 @@ DeepSpeedConfig load_deepspeed_config(const std::string& path, const ModelConfig
 struct AppliedDeepSpeedFile {
   BatchSizeRule batch_rule;
   std::vector<std::string> options_set;  // long option names whose value came from the file
+  // For run.json: {"file", "sha256", "mapping": [{"key", "option", "value", "applied"}],
+  // "warnings"}; "applied" is false where the command line or INI set the option.
+  nlohmann::json record;
 };
 
 // Runs `validate`; an error naming one of `applied`'s options (as "--name") is rethrown saying

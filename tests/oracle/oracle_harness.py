@@ -26,3 +26,19 @@ def run_tool(cmd):
     if proc.returncode != 0:
         raise SetupError(f"{cmd[0]} exited with {proc.returncode}")
     return proc.stdout
+
+
+def argument_parser(description, deepspeed_sdist=False):
+    """The arguments every oracle script takes: the zerotrain binary, the repository root and a
+    scratch directory (recreated); with deepspeed_sdist, DeepSpeed's pinned sdist and
+    --expect-mismatch (the variant in which the comparison must fail)."""
+    import argparse
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--zerotrain", required=True, help="zerotrain binary")
+    parser.add_argument("--source-dir", required=True, help="repository root (for inputs/)")
+    parser.add_argument("--work-dir", required=True, help="scratch directory (recreated)")
+    if deepspeed_sdist:
+        parser.add_argument("--deepspeed-sdist", required=True,
+                            help="DeepSpeed's PyPI source distribution (./run.sh deps)")
+        parser.add_argument("--expect-mismatch", action="store_true")
+    return parser

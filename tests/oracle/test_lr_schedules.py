@@ -16,7 +16,6 @@ case then mismatches: the comparison can fail (an off-by-one step convention is 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
 
-import argparse
 import importlib.util
 import json
 import logging
@@ -28,6 +27,8 @@ import tarfile
 import types
 
 import torch
+
+from oracle_harness import argument_parser
 
 STEPS = 40
 REL_TOLERANCE = 2e-7  # a float32's rounding
@@ -112,13 +113,8 @@ OPTIMIZER_LR = 6e-4  # WarmupCosineLR scales it; the Warmup(Decay)LR cases set t
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--zerotrain", required=True)
-    parser.add_argument("--deepspeed-sdist", required=True)
-    parser.add_argument("--source-dir", required=True)
-    parser.add_argument("--work-dir", required=True)
+    parser = argument_parser(__doc__.split("\n")[0], deepspeed_sdist=True)
     parser.add_argument("--shift", type=int, default=0)
-    parser.add_argument("--expect-mismatch", action="store_true")
     args = parser.parse_args()
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)

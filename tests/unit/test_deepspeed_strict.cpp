@@ -1,0 +1,234 @@
+// DeepSpeed configs that behave as in DeepSpeed (app/deepspeed_config.h, app/deepspeed_block.h):
+// fp32 without a precision block, unknown keys refused with the closest valid key where DeepSpeed
+// refuses them, DeepSpeed's aliases and deprecated keys, keys that would change the training
+// refused, and run.json's record of the file (its SHA-256 against coreutils' sha256sum).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "app/deepspeed_config.h"
+#include "test_deepspeed_support.h"
+#include "test_train_support.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+namespace zt {
+namespace {
+
+using nlohmann::json;
+
+DeepSpeedConfig parse(const json& j) {
+  return parse_deepspeed_config(j, "ds.json", preset_config("tiny"));
+}
+
+using deepspeed_test::contains;
+using deepspeed_test::parse_error;
+
+TEST(Sha256, KnownAnswerVectors) {
+  // FIPS 180-4 examples (one block, two blocks) and the empty message.
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(sha256_hex(std::string(1'000'000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Sha256, FileDigestEqualsSha256sum) {
+  const std::string path =
+      std::filesystem::temp_directory_path() / ("zt_sha256_" + std::to_string(getpid()) + ".bin");
+  std::string bytes;
+  for (uint64_t i = 0; i < 3'000'000; ++i) bytes += static_cast<char>(i * 7919 % 251);
+  std::ofstream(path, std::ios::binary) << bytes;
+  const auto r = train_test::run_command("sha256sum " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(sha256_file_hex(path), r.output.substr(0, 64));
+  std::filesystem::remove(path);
+  EXPECT_THROW(sha256_file_hex(path), Error);
+}
+
+TEST(DeepSpeedPrecision, FollowsDeepSpeedsDefaultOfFp32) {
+  const DeepSpeedConfig none = parse(json::object());
+  EXPECT_EQ(none.option("precision"), "fp32");
+  ASSERT_EQ(none.warnings.size(), 1u);
+  EXPECT_TRUE(contains(none.warnings[0], "fp32")) << none.warnings[0];
+  EXPECT_EQ(parse({{"bf16", {{"enabled", false}}}}).option("precision"), "fp32");
+  EXPECT_EQ(parse({{"bf16", json::object()}}).option("precision"), "fp32");
+  EXPECT_EQ(parse({{"fp16", {{"enabled", false}}}}).option("precision"), "fp32");
+  EXPECT_EQ(parse({{"bf16", {{"enabled", true}}}}).option("precision"), "bf16");
+  EXPECT_EQ(parse({{"bfloat16", {{"enabled", true}}}}).option("precision"), "bf16");
+  // "auto": the Trainer's flag, here --precision.
+  const DeepSpeedConfig automatic = parse({{"bf16", {{"enabled", "auto"}}}});
+  EXPECT_FALSE(automatic.option("precision").has_value());
+  EXPECT_TRUE(automatic.warnings.empty());
+  const std::string both =
+      parse_error({{"bf16", {{"enabled", true}}}, {"bfloat16", {{"enabled", true}}}});
+  EXPECT_TRUE(contains(both, "'bf16'") && contains(both, "'bfloat16'")) << both;
+}
+
+// Each case: a config, the dotted key that must be named and the closest valid key suggested.
+struct UnknownKeyCase {
+  json config;
+  std::string key, closest;
+};
+
+TEST(DeepSpeedStrictKeys, UnknownKeysAreRefusedNamingTheClosestValidKey) {
+  const std::vector<UnknownKeyCase> cases = {
+      {{{"zero_optimization", {{"stage", 2}, {"overlap_com", true}}}},
+       "zero_optimization.overlap_com",
+       "zero_optimization.overlap_comm"},
+      {{{"zero_optimization", {{"stage3_prefetch_bucket_sise", 5}}}},
+       "zero_optimization.stage3_prefetch_bucket_sise",
+       "zero_optimization.stage3_prefetch_bucket_size"},
+      {{{"zero_optimization", {{"offload_optimizer", {{"device", "cpu"}, {"pin_memmory", 1}}}}}},
+       "zero_optimization.offload_optimizer.pin_memmory",
+       "zero_optimization.offload_optimizer.pin_memory"},
+      // offload_param has no fast_init: the key belongs to offload_optimizer only.
+      {{{"zero_optimization", {{"offload_param", {{"device", "cpu"}, {"fast_init", true}}}}}},
+       "zero_optimization.offload_param.fast_init",
+       ""},
+      {{{"optimizer", {{"type", "AdamW"}, {"parms", {{"lr", 1e-3}}}}}},
+       "optimizer.parms",
+       "optimizer.params"},
+      {{{"optimizer", {{"type", "AdamW"}, {"params", {{"weight_decy", 0.1}}}}}},
+       "optimizer.params.weight_decy",
+       "optimizer.params.weight_decay"},
+      // WarmupCosineLR's constructor has no warmup_max_lr: DeepSpeed fails with a TypeError.
+      {{{"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"warmup_max_lr", 1e-3}}}}}},
+       "scheduler.params.warmup_max_lr",
+       ""},
+      {{{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_step", 10}}}}}},
+       "scheduler.params.warmup_num_step",
+       "scheduler.params.warmup_num_steps"},
+      {{{"bf16", {{"enabeld", true}}}}, "bf16.enabeld", "bf16.enabled"},
+      {{{"fp16", {{"enabled", false}, {"loss_scal", 0}}}}, "fp16.loss_scal", "fp16.loss_scale"},
+  };
+  for (const UnknownKeyCase& c : cases) {
+    const std::string e = parse_error(c.config);
+    EXPECT_TRUE(contains(e, "ds.json") && contains(e, "'" + c.key + "'")) << c.config << ": " << e;
+    if (!c.closest.empty()) {
+      EXPECT_TRUE(contains(e, "closest valid key is '" + c.closest + "'")) << e;
+    }
+  }
+}
+
+TEST(DeepSpeedStrictKeys, TopLevelAndActivationCheckpointingKeysAreWarnings) {
+  const DeepSpeedConfig c = parse({{"bf16", {{"enabled", true}}},
+                                   {"zero_optimisation", {{"stage", 3}}},
+                                   {"tensorboard", {{"enabled", true}}},
+                                   {"activation_checkpointing", {{"cpu_checkpoint", true}}}});
+  ASSERT_EQ(c.warnings.size(), 3u);
+  EXPECT_TRUE(contains(c.warnings[0], "'zero_optimisation'") &&
+              contains(c.warnings[0], "'zero_optimization'"))
+      << c.warnings[0];
+  EXPECT_TRUE(contains(c.warnings[1], "tensorboard") && contains(c.warnings[1], "not implemented"))
+      << c.warnings[1];
+  EXPECT_TRUE(contains(c.warnings[2], "activation_checkpointing.cpu_checkpoint") &&
+              contains(c.warnings[2], "cpu_checkpointing"))
+      << c.warnings[2];
+  EXPECT_FALSE(c.option("zero-stage").has_value());  // the misspelt block did nothing
+}
+
+TEST(DeepSpeedStrictKeys, DeepSpeedsAliasesAndDeprecatedKeysAreAccepted) {
+  const DeepSpeedConfig c = parse(
+      {{"bf16", {{"enabled", true}, {"immediate_grad_update", false}}},
+       {"zero_optimization",
+        {{"stage", 3},
+         {"prefetch_bucket_size", 1000},
+         {"param_persistence_threshold", 7},
+         {"stage3_gather_fp16_weights_on_model_save", false},
+         {"reduce_scatter", true},
+         {"round_robin_gradients", true},
+         {"zero_quantized_weights", false},
+         {"cpu_offload", true}}},
+       {"optimizer",
+        {{"type", "Adam"}, {"params", {{"lr", 1e-3}, {"torch_adam", true}, {"amsgrad", false}}}}}});
+  EXPECT_EQ(c.option("prefetch-bucket-size"), "1000");
+  EXPECT_EQ(c.option("param-persistence-threshold"), "7");
+  EXPECT_FALSE(c.gather_16bit_weights_on_model_save);
+  EXPECT_EQ(c.option("offload-optimizer"), "cpu");  // cpu_offload: true
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
+  const std::string twice = parse_error(
+      {{"zero_optimization", {{"prefetch_bucket_size", 1}, {"stage3_prefetch_bucket_size", 2}}}});
+  EXPECT_TRUE(contains(twice, "prefetch_bucket_size") && contains(twice, "same setting")) << twice;
+}
+
+TEST(DeepSpeedStrictKeys, KeysThatWouldChangeTheTrainingAreRefused) {
+  const std::vector<std::pair<json, std::string>> refused = {
+      {{{"zero_optimization", {{"zero_quantized_gradients", true}}}},
+       "zero_optimization.zero_quantized_gradients"},
+      {{{"zero_optimization", {{"zenflow", {{"topk_ratio", 0.1}}}}}}, "zero_optimization.zenflow"},
+      {{{"bf16", {{"enabled", true}, {"bf16_master_weights_and_grads", true}}}},
+       "bf16.bf16_master_weights_and_grads"},
+      {{{"optimizer", {{"type", "AdamW"}, {"params", {{"amsgrad", true}}}}}},
+       "optimizer.params.amsgrad"},
+      {{{"optimizer", {{"type", "AdamW"}, {"params", {{"bias_correction", false}}}}}},
+       "optimizer.params.bias_correction"},
+      {{{"optimizer",
+         {{"type", "Adam"}, {"params", {{"adam_w_mode", false}, {"weight_decay", 0.1}}}}}},
+       "optimizer.params.adam_w_mode"},
+      {{{"optimizer", {{"type", "AdamW"}, {"params", {{"max_grad_norm", 1.0}}}}}},
+       "gradient_clipping"},
+  };
+  for (const auto& [config, named] : refused) {
+    const std::string e = parse_error(config);
+    EXPECT_TRUE(contains(e, named)) << config << ": " << e;
+  }
+  // L2 Adam without decay is AdamW; "AdamW" ignores adam_w_mode in DeepSpeed.
+  EXPECT_EQ(parse_error({{"optimizer",
+                          {{"type", "Adam"},
+                           {"params", {{"adam_w_mode", false}, {"weight_decay", 0.0}}}}}}),
+            "");
+  EXPECT_EQ(parse_error({{"optimizer",
+                          {{"type", "AdamW"},
+                           {"params", {{"adam_w_mode", false}, {"weight_decay", 0.1}}}}}}),
+            "");
+  // Features without effect on the result are warnings when they differ from DeepSpeed's default.
+  const DeepSpeedConfig hpz = parse(
+      {{"bf16", {{"enabled", true}}}, {"zero_optimization", {{"zero_hpz_partition_size", 8}}}});
+  ASSERT_EQ(hpz.warnings.size(), 1u);
+  EXPECT_TRUE(contains(hpz.warnings[0], "zero_hpz_partition_size")) << hpz.warnings[0];
+}
+
+TEST(DeepSpeedRunRecord, RunJsonRecordsTheFileItsDigestTheMappingAndTheWarnings) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zt_ds_record_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto data = train_test::prepare_sample_dataset((dir / "sample.h5").string());
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  const std::string config = (dir / "ds.json").string();
+  std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": 2, "wandb": {"enabled": true},
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "eps": 1e-6}}})";
+  const auto r = train_test::run_zerotrain(
+      "train --deepspeed " + config + " --preset tiny --data " + (dir / "sample.h5").string() +
+      " --out " + (dir / "out").string() + " --steps 1 --seq-len 16 --lr 0.001 --log-every 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "training precision fp32")) << r.output;
+  const json run = json::parse(std::ifstream((dir / "out" / "run.json").string()));
+  EXPECT_EQ(run.at("config").at("precision"), "fp32");
+  const json& record = run.at("deepspeed");
+  EXPECT_EQ(record.at("file"), config);
+  const auto digest = train_test::run_command("sha256sum " + config);
+  EXPECT_EQ(record.at("sha256"), digest.output.substr(0, 64));
+  auto entry = [&](const std::string& key) {
+    for (const json& m : record.at("mapping"))
+      if (m.at("key") == key) return m;
+    return json();
+  };
+  EXPECT_EQ(entry("optimizer.params.eps"), (json{{"key", "optimizer.params.eps"},
+                                                 {"option", "eps"},
+                                                 {"value", "1e-06"},
+                                                 {"applied", true}}));
+  EXPECT_EQ(entry("optimizer.params.lr").at("applied"), false);  // --lr 0.001 wins
+  EXPECT_EQ(entry("bf16.enabled").at("value"), "fp32");
+  ASSERT_EQ(record.at("warnings").size(), 2u) << record.dump();
+  EXPECT_TRUE(contains(record.at("warnings").dump(), "wandb")) << record.dump();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace zt
