@@ -1,4 +1,5 @@
-// zerotrain prepare-data: builds an HDF5 token dataset from text files or llm.c .bin shards.
+// zerotrain prepare-data: builds an HDF5 token dataset from text files, llm.c .bin shards or
+// nanoGPT's headerless .bin files.
 #include <iostream>
 
 #include "app/cli.h"
@@ -11,33 +12,48 @@ namespace zt {
 int cmd_prepare_data(int argc, char** argv) {
   const CommandSpec spec{
       "prepare-data",
-      "Build an HDF5 token dataset: text files with the byte-level tokenizer (vocab 256), or "
-      "llm.c/nanoGPT .bin token shards (GPT-2 tokens), concatenated in order.",
-      "zerotrain prepare-data (--text FILES... | --bin FILES...) --out FILE.h5 "
-      "[--vocab-size V] [--overwrite]"};
+      "Build an HDF5 token dataset: text files with the byte-level tokenizer (vocab 256), llm.c "
+      ".bin shards (GPT-2 uint16 or Llama 3 uint32 tokens, told by their header), or nanoGPT's "
+      "headerless uint16 .bin files, concatenated in order.",
+      "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
+      "--vocab-size V) --out FILE.h5 [--tokenizer-label NAME] [--overwrite]"};
   po::options_description options("prepare-data options");
   options.add_options()("text", po::value<std::vector<std::string>>()->multitoken(),
                         "UTF-8 text files (byte-level tokens)")(
-      "bin", po::value<std::vector<std::string>>()->multitoken(), "llm.c/nanoGPT .bin files")(
+      "bin", po::value<std::vector<std::string>>()->multitoken(),
+      "llm.c .bin files (magic 20240520: GPT-2, 20240801: Llama 3)")(
+      "nanogpt-bin", po::value<std::vector<std::string>>()->multitoken(),
+      "nanoGPT's headerless uint16 .bin files (needs --vocab-size)")(
       "out", po::value<std::string>(), "output token dataset (.h5)")(
-      "vocab-size", po::value<int64_t>()->default_value(kGpt2VocabSize),
-      "vocabulary size of --bin tokens")("overwrite", po::bool_switch(),
-                                         "replace an existing output file");
+      "vocab-size", po::value<int64_t>()->default_value(0),
+      "vocabulary size (default: the llm.c header's tokenizer, 50257 or 128256)")(
+      "tokenizer-label", po::value<std::string>()->default_value(""),
+      "the tokenizer the dataset is labelled with (default: byte, gpt2, llama3, or unknown for "
+      "nanoGPT files)")("overwrite", po::bool_switch(), "replace an existing output file");
   po::variables_map vm;
   if (!parse_command_line(spec, options, nullptr, argc, argv, vm)) return 0;
-  ZT_CHECK(vm.count("text") + vm.count("bin") == 1,
-           "prepare-data: give exactly one of '--text' or '--bin'");
+  ZT_CHECK(vm.count("text") + vm.count("bin") + vm.count("nanogpt-bin") == 1,
+           "prepare-data: give exactly one of '--text', '--bin' and '--nanogpt-bin'");
   require_option(vm, "out", spec.name);
-  ZT_CHECK(!vm.count("text") || vm["vocab-size"].defaulted(),
-           "prepare-data: '--vocab-size' applies to '--bin' only (text uses 256 byte tokens)");
   const bool text = vm.count("text") > 0;
-  const auto inputs = vm[text ? "text" : "bin"].as<std::vector<std::string>>();
+  ZT_CHECK(!text || (vm["vocab-size"].defaulted() && vm["tokenizer-label"].defaulted()),
+           "prepare-data: '--vocab-size' and '--tokenizer-label' do not apply to '--text' (256 "
+           "byte tokens)");
+  const TokenSource kind = text              ? TokenSource::kText
+                           : vm.count("bin") ? TokenSource::kLlmcBin
+                                             : TokenSource::kNanoGptBin;
+  const char* option = text ? "text" : kind == TokenSource::kLlmcBin ? "bin" : "nanogpt-bin";
+  const int64_t vocab = vm["vocab-size"].as<int64_t>();
+  ZT_CHECK(vocab >= 0, "prepare-data: --vocab-size must be positive, got " + std::to_string(vocab));
+  const auto inputs = vm[option].as<std::vector<std::string>>();
   const std::string out = vm["out"].as<std::string>();
   const int64_t tokens =
-      prepare_token_dataset(inputs, text ? TokenSource::kText : TokenSource::kLlmcBin, out,
-                            vm["vocab-size"].as<int64_t>(), vm["overwrite"].as<bool>());
+      prepare_token_dataset(inputs, kind, out, {vocab, vm["tokenizer-label"].as<std::string>()},
+                            vm["overwrite"].as<bool>());
+  const TokenDataset written(out);
   std::cout << "wrote " << out << ": " << tokens << " tokens from " << inputs.size()
-            << " file(s)\n";
+            << " file(s), tokenizer " << written.tokenizer() << ", vocabulary "
+            << written.vocab_size() << "\n";
   return 0;
 }
 

@@ -173,56 +173,130 @@ void append_text_file(TokenDatasetWriter& writer, const std::string& path) {
   ZT_CHECK(total > 0, "text file '" + path + "' is empty");
 }
 
-// llm.c / nanoGPT shard: 256 little-endian int32 header (magic, version 1, token count), then
-// uint16 tokens.
-void append_llmc_bin(TokenDatasetWriter& writer, const std::string& path) {
+// llm.c shard: a header of 256 little-endian int32 (magic, version, token count), then the
+// tokens: GPT-2 (magic 20240520, version 1, uint16) or Llama 3 (magic 20240801, version 7,
+// uint32), as llm.c's dev/data/data_common.py writes them.
+struct LlmcFormat {
+  int32_t magic, version;
+  int token_bytes;
+  const char* tokenizer;
+  int64_t vocab_size;
+};
+constexpr LlmcFormat kLlmcFormats[] = {
+    {kLlmcMagic, 1, 2, "gpt2", kGpt2VocabSize},
+    {kLlmcLlama3Magic, 7, 4, "llama3", kLlama3VocabSize},
+};
+
+struct LlmcHeader {
+  LlmcFormat format;
+  int64_t tokens;
+};
+
+LlmcHeader read_llmc_header(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open token file '" + path + "'");
   std::array<int32_t, 256> header{};
   in.read(reinterpret_cast<char*>(header.data()), sizeof header);
   ZT_CHECK(in.gcount() == static_cast<std::streamsize>(sizeof header),
            "'" + path + "' is too short for an llm.c .bin header (1024 bytes)");
-  ZT_CHECK(header[0] == kLlmcMagic, "'" + path + "' has bad magic " + std::to_string(header[0]) +
-                                        " (expected " + std::to_string(kLlmcMagic) +
-                                        ", an llm.c/nanoGPT .bin token file)");
-  ZT_CHECK(header[1] == 1, "'" + path + "' has unsupported .bin version " +
-                               std::to_string(header[1]) + " (expected 1)");
-  const int64_t expected = header[2];
-  ZT_CHECK(expected >= 0, "'" + path + "' has a negative token count");
+  const LlmcFormat* format = nullptr;
+  for (const LlmcFormat& f : kLlmcFormats)
+    if (f.magic == header[0]) format = &f;
+  ZT_CHECK(format != nullptr,
+           "'" + path + "' has bad magic " + std::to_string(header[0]) + " (expected " +
+               std::to_string(kLlmcMagic) + " or " + std::to_string(kLlmcLlama3Magic) +
+               ", an llm.c .bin token file; a headerless nanoGPT file needs --nanogpt-bin)");
+  ZT_CHECK(header[1] == format->version, "'" + path + "' has unsupported .bin version " +
+                                             std::to_string(header[1]) + " (expected " +
+                                             std::to_string(format->version) + " for magic " +
+                                             std::to_string(format->magic) + ")");
+  ZT_CHECK(header[2] >= 0, "'" + path + "' has a negative token count");
   const auto body_bytes = static_cast<int64_t>(fs::file_size(path)) - 1024;
-  ZT_CHECK(body_bytes >= 2 * expected,
-           "'" + path + "' is truncated: header promises " + std::to_string(expected) +
-               " tokens but the file holds " + std::to_string(body_bytes / 2));
-  std::vector<uint16_t> raw(static_cast<size_t>(std::min(expected, kChunkTokens)));
-  std::vector<uint32_t> tokens(raw.size());
-  for (int64_t done = 0; done < expected;) {
-    const int64_t n = std::min(kChunkTokens, expected - done);
-    in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(n * 2));
-    ZT_CHECK(in.gcount() == n * 2, "error reading tokens of '" + path + "'");
-    std::copy_n(raw.begin(), n, tokens.begin());
+  const int64_t width = format->token_bytes;
+  ZT_CHECK(body_bytes >= width * header[2],
+           "'" + path + "' is truncated: header promises " + std::to_string(header[2]) +
+               " tokens but the file holds " + std::to_string(body_bytes / width));
+  return {*format, header[2]};
+}
+
+// `count` little-endian tokens of `width` bytes from `in` (at its position) into the writer.
+void append_tokens(TokenDatasetWriter& writer, std::ifstream& in, int64_t count, int width,
+                   const std::string& path) {
+  std::vector<uint8_t> raw(static_cast<size_t>(std::min(count, kChunkTokens) * width));
+  std::vector<uint32_t> tokens(static_cast<size_t>(std::min(count, kChunkTokens)));
+  for (int64_t done = 0; done < count;) {
+    const int64_t n = std::min(kChunkTokens, count - done);
+    in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(n * width));
+    ZT_CHECK(in.gcount() == n * width, "error reading tokens of '" + path + "'");
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t t = 0;
+      for (int b = width - 1; b >= 0; --b) t = t << 8 | raw[static_cast<size_t>(i * width + b)];
+      tokens[static_cast<size_t>(i)] = t;
+    }
     writer.append(tokens.data(), n, "'" + path + "'");
     done += n;
   }
 }
 
+void append_llmc_bin(TokenDatasetWriter& writer, const std::string& path,
+                     const LlmcFormat& expected) {
+  const LlmcHeader header = read_llmc_header(path);
+  ZT_CHECK(header.format.magic == expected.magic,
+           "'" + path + "' holds " + header.format.tokenizer + " tokens (magic " +
+               std::to_string(header.format.magic) + ") but the first file holds " +
+               expected.tokenizer + " tokens: one dataset, one tokenizer");
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(1024);
+  append_tokens(writer, in, header.tokens, header.format.token_bytes, path);
+}
+
+// nanoGPT's prepare.py output: headerless uint16 tokens (numpy's tofile of a uint16 array).
+void append_nanogpt_bin(TokenDatasetWriter& writer, const std::string& path) {
+  const auto bytes = static_cast<int64_t>(fs::file_size(path));
+  ZT_CHECK(bytes > 0, "nanoGPT token file '" + path + "' is empty");
+  ZT_CHECK(bytes % 2 == 0, "nanoGPT token file '" + path + "' has an odd size (" +
+                               std::to_string(bytes) + " bytes): not headerless uint16 tokens");
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in.good(), "cannot open token file '" + path + "'");
+  append_tokens(writer, in, bytes / 2, 2, path);
+}
+
 }  // namespace
 
 int64_t prepare_token_dataset(const std::vector<std::string>& inputs, TokenSource kind,
-                              const std::string& out, int64_t vocab_size, bool overwrite) {
+                              const std::string& out, const TokenLabel& label, bool overwrite) {
   ZT_CHECK(!inputs.empty(), "no input files given");
   for (const auto& path : inputs) {
     ZT_CHECK(fs::exists(path), "input file '" + path + "' does not exist");
     ZT_CHECK(fs::is_regular_file(path), "input '" + path + "' is not a regular file");
   }
-  const bool text = kind == TokenSource::kText;
-  if (text) vocab_size = kByteVocabSize;
-  TokenDatasetWriter writer(out, vocab_size, text ? "byte" : "gpt2", overwrite);
+  int64_t vocab_size = label.vocab_size;
+  std::string tokenizer = label.tokenizer;
+  LlmcFormat llmc{};
+  switch (kind) {
+    case TokenSource::kText:
+      ZT_CHECK(vocab_size == 0 || vocab_size == kByteVocabSize,
+               "text uses 256 byte tokens: a vocabulary size does not apply");
+      vocab_size = kByteVocabSize;
+      tokenizer = "byte";
+      break;
+    case TokenSource::kLlmcBin:
+      llmc = read_llmc_header(inputs.front()).format;
+      if (vocab_size == 0) vocab_size = llmc.vocab_size;
+      if (tokenizer.empty()) tokenizer = llmc.tokenizer;
+      break;
+    case TokenSource::kNanoGptBin:
+      ZT_CHECK(vocab_size > 0,
+               "nanoGPT .bin files carry no header: give the vocabulary size (50257 for "
+               "nanoGPT's GPT-2 tokens, meta.pkl's vocab_size for character-level data)");
+      if (tokenizer.empty()) tokenizer = "unknown";
+      break;
+  }
+  TokenDatasetWriter writer(out, vocab_size, tokenizer, overwrite);
   for (const auto& path : inputs) {
-    if (text) {
-      append_text_file(writer, path);
-    } else {
-      append_llmc_bin(writer, path);
-    }
+    if (kind == TokenSource::kText) append_text_file(writer, path);
+    if (kind == TokenSource::kLlmcBin) append_llmc_bin(writer, path, llmc);
+    if (kind == TokenSource::kNanoGptBin) append_nanogpt_bin(writer, path);
   }
   writer.finish();
   return writer.size();

@@ -11,7 +11,9 @@ namespace zt {
 
 constexpr int64_t kByteVocabSize = 256;
 constexpr int64_t kGpt2VocabSize = 50257;
-constexpr int32_t kLlmcMagic = 20240520;
+constexpr int64_t kLlama3VocabSize = 128256;
+constexpr int32_t kLlmcMagic = 20240520;        // llm.c .bin, GPT-2 tokens (uint16)
+constexpr int32_t kLlmcLlama3Magic = 20240801;  // llm.c .bin, Llama 3 tokens (uint32)
 
 // Streams tokens into PATH.tmp-<pid> (chunked, extendible dataset) and renames it to PATH on
 // finish(); without finish() the temporary file is removed.
@@ -76,13 +78,24 @@ class TokenDataset {
 };
 
 // Input kinds of prepare-data.
-enum class TokenSource { kText, kLlmcBin };
+enum class TokenSource {
+  kText,        // UTF-8 text, byte tokenizer (vocab 256)
+  kLlmcBin,     // llm.c shards: GPT-2 uint16 or Llama 3 uint32 tokens, told by the header
+  kNanoGptBin,  // nanoGPT's headerless uint16 tokens
+};
 
-// Builds a token dataset at `out` from text files (byte tokenizer, vocab 256) or llm.c/nanoGPT
-// .bin shards (tokenizer "gpt2", vocab `vocab_size`), concatenated in order. Returns the number
-// of tokens. Any bad input (missing or empty file, bad header, truncated body) throws naming the
-// file, and nothing is left at `out`.
+// What the dataset is labelled with. 0 / "": what the format says (llm.c: gpt2 50257 or llama3
+// 128256); a headerless nanoGPT file needs vocab_size and is labelled "unknown" unless told.
+struct TokenLabel {
+  int64_t vocab_size = 0;
+  std::string tokenizer;
+};
+
+// Builds a token dataset at `out` from the inputs, concatenated in order (all llm.c files must
+// hold the same tokenizer's tokens). Returns the number of tokens. Any bad input (missing or
+// empty file, bad header, truncated body, a token ≥ the vocabulary) throws naming the file, and
+// nothing is left at `out`.
 int64_t prepare_token_dataset(const std::vector<std::string>& inputs, TokenSource kind,
-                              const std::string& out, int64_t vocab_size, bool overwrite);
+                              const std::string& out, const TokenLabel& label, bool overwrite);
 
 }  // namespace zt

@@ -38,7 +38,7 @@ TEST(IoTokenDataset, TextFilesRoundTripAsBytes) {
   testing::write_file(tmp / "a.txt", a);
   testing::write_file(tmp / "b.txt", b);
   const int64_t n = prepare_token_dataset({tmp / "a.txt", tmp / "b.txt"}, TokenSource::kText,
-                                          tmp / "out.h5", 0, false);
+                                          tmp / "out.h5", {}, false);
   const std::string all = a + b;
   EXPECT_EQ(n, static_cast<int64_t>(all.size()));
   const TokenDataset d(tmp / "out.h5");
@@ -67,8 +67,8 @@ TEST(IoTokenDataset, LlmcBinFilesConcatenateInOrder) {
   std::iota(second.begin(), second.end(), 50000);
   testing::write_file(tmp / "a.bin", llmc_bin(first));
   testing::write_file(tmp / "b.bin", llmc_bin(second));
-  prepare_token_dataset({tmp / "a.bin", tmp / "b.bin"}, TokenSource::kLlmcBin, tmp / "out.h5",
-                        kGpt2VocabSize, false);
+  prepare_token_dataset({tmp / "a.bin", tmp / "b.bin"}, TokenSource::kLlmcBin, tmp / "out.h5", {},
+                        false);
   const TokenDataset d(tmp / "out.h5");
   EXPECT_EQ(d.size(), 3017);
   EXPECT_EQ(d.vocab_size(), kGpt2VocabSize);
@@ -87,6 +87,79 @@ TEST(IoTokenDataset, LlmcBinFilesConcatenateInOrder) {
   }
 }
 
+// llm.c's Llama 3 shards: magic 20240801, version 7, uint32 tokens.
+TEST(IoTokenDataset, LlmcLlama3FilesAreUint32AndLabelledLlama3) {
+  TempDir tmp;
+  std::vector<int32_t> header(256, 0);
+  header[0] = kLlmcLlama3Magic;
+  header[1] = 7;
+  header[2] = 4;
+  const std::vector<uint32_t> tokens = {0, 65535, 65536, 128000};
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+  testing::write_file(tmp / "l3.bin", bytes);
+  prepare_token_dataset({tmp / "l3.bin"}, TokenSource::kLlmcBin, tmp / "l3.h5", {}, false);
+  const TokenDataset d(tmp / "l3.h5");
+  EXPECT_EQ(d.tokenizer(), "llama3");
+  EXPECT_EQ(d.vocab_size(), kLlama3VocabSize);
+  EXPECT_EQ(d.dtype(), DType::kUint32);
+  EXPECT_EQ(read_all(d), (std::vector<int32_t>{0, 65535, 65536, 128000}));
+  // Version 1 with the Llama 3 magic, and a GPT-2 shard after a Llama 3 one, are refused.
+  header[1] = 1;
+  testing::write_file(
+      tmp / "v1.bin",
+      std::string(reinterpret_cast<const char*>(header.data()), 1024) + bytes.substr(1024));
+  EXPECT_THROW(
+      prepare_token_dataset({tmp / "v1.bin"}, TokenSource::kLlmcBin, tmp / "v1.h5", {}, false),
+      Error);
+  testing::write_file(tmp / "g.bin", llmc_bin({1, 2, 3}));
+  try {
+    prepare_token_dataset({tmp / "l3.bin", tmp / "g.bin"}, TokenSource::kLlmcBin, tmp / "m.h5", {},
+                          false);
+    FAIL() << "a GPT-2 shard after a Llama 3 one was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(tmp / "g.bin"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gpt2"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(testing::no_output_left(tmp / "m.h5"));
+}
+
+// nanoGPT's prepare.py writes np.array(ids, dtype=np.uint16).tofile(path): no header.
+TEST(IoTokenDataset, NanoGptHeaderlessFilesNeedTheirVocabulary) {
+  TempDir tmp;
+  const std::vector<uint16_t> tokens = {5, 64, 0, 50256, 7};
+  testing::write_file(tmp / "train.bin",
+                      std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2));
+  EXPECT_THROW(
+      prepare_token_dataset({tmp / "train.bin"}, TokenSource::kNanoGptBin, tmp / "n.h5", {}, false),
+      Error);
+  prepare_token_dataset({tmp / "train.bin"}, TokenSource::kNanoGptBin, tmp / "n.h5",
+                        {kGpt2VocabSize, ""}, false);
+  const TokenDataset d(tmp / "n.h5");
+  EXPECT_EQ(d.tokenizer(), "unknown");
+  EXPECT_EQ(d.vocab_size(), kGpt2VocabSize);
+  EXPECT_EQ(read_all(d), (std::vector<int32_t>{5, 64, 0, 50256, 7}));
+  prepare_token_dataset({tmp / "train.bin"}, TokenSource::kNanoGptBin, tmp / "n.h5",
+                        {50304, "gpt2"}, true);
+  EXPECT_EQ(TokenDataset(tmp / "n.h5").tokenizer(), "gpt2");
+  // A token past the vocabulary, an odd size and an empty file are refused naming the file.
+  EXPECT_THROW(prepare_token_dataset({tmp / "train.bin"}, TokenSource::kNanoGptBin, tmp / "s.h5",
+                                     {65, ""}, false),
+               Error);
+  testing::write_file(tmp / "odd.bin", "abc");
+  testing::write_file(tmp / "empty.bin", "");
+  for (const char* name : {"odd.bin", "empty.bin"}) {
+    try {
+      prepare_token_dataset({tmp / name}, TokenSource::kNanoGptBin, tmp / "o.h5",
+                            {kGpt2VocabSize, ""}, false);
+      FAIL() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(tmp / name), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(testing::no_output_left(tmp / "s.h5"));
+}
+
 TEST(IoTokenDataset, LargeVocabUsesUint32AndOutOfVocabTokensFail) {
   TempDir tmp;
   TokenDatasetWriter w(tmp / "big.h5", 100000, "custom");
@@ -101,7 +174,7 @@ TEST(IoTokenDataset, LargeVocabUsesUint32AndOutOfVocabTokensFail) {
   // A .bin token above the vocab is rejected and no output is left.
   testing::write_file(tmp / "x.bin", llmc_bin({1, 2, 60000}));
   EXPECT_THROW(prepare_token_dataset({tmp / "x.bin"}, TokenSource::kLlmcBin, tmp / "x.h5",
-                                     kGpt2VocabSize, false),
+                                     {kGpt2VocabSize, ""}, false),
                Error);
   EXPECT_TRUE(testing::no_output_left(tmp / "x.h5"));
 }
@@ -110,11 +183,11 @@ TEST(IoTokenDataset, ExistingOutputNeedsOverwrite) {
   TempDir tmp;
   testing::write_file(tmp / "a.txt", "abc");
   testing::write_file(tmp / "b.txt", "defg");
-  prepare_token_dataset({tmp / "a.txt"}, TokenSource::kText, tmp / "o.h5", 0, false);
-  EXPECT_THROW(prepare_token_dataset({tmp / "b.txt"}, TokenSource::kText, tmp / "o.h5", 0, false),
+  prepare_token_dataset({tmp / "a.txt"}, TokenSource::kText, tmp / "o.h5", {}, false);
+  EXPECT_THROW(prepare_token_dataset({tmp / "b.txt"}, TokenSource::kText, tmp / "o.h5", {}, false),
                Error);
   EXPECT_EQ(TokenDataset(tmp / "o.h5").size(), 3);
-  prepare_token_dataset({tmp / "b.txt"}, TokenSource::kText, tmp / "o.h5", 0, true);
+  prepare_token_dataset({tmp / "b.txt"}, TokenSource::kText, tmp / "o.h5", {}, true);
   EXPECT_EQ(TokenDataset(tmp / "o.h5").size(), 4);
 }
 
