@@ -7,6 +7,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "io/safetensors.h"
+#include "io/tokenizer_files.h"
 #include "util/error.h"
 
 namespace zt {
@@ -39,8 +40,12 @@ int cmd_export(int argc, char** argv) {
   const SafetensorsExport result = export_safetensors(
       vm["model"].as<std::string>(), vm["out"].as<std::string>(),
       static_cast<uint64_t>(std::max(1.0, shard_mb * (1 << 20))), vm["overwrite"].as<bool>());
+  // The tokenizer files the model directory carries (train and import put them there).
+  const std::vector<std::string> tokenizer =
+      copy_tokenizer_files(vm["model"].as<std::string>(), result.dir);
   std::cout << nlohmann::json{{"out", result.dir},
                               {"files", result.files},
+                              {"tokenizer_files", tokenizer},
                               {"bytes", result.bytes},
                               {"seconds", result.seconds}}
                    .dump()

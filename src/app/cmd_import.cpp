@@ -7,6 +7,7 @@
 #include "app/commands.h"
 #include "app/run_setup.h"
 #include "io/hf_import.h"
+#include "io/tokenizer_files.h"
 #include "model/layout.h"
 #include "util/error.h"
 
@@ -38,20 +39,24 @@ int cmd_import(int argc, char** argv) {
   const HfImportResult r =
       import_hf_model(vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>(),
                       static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>());
+  const std::vector<std::string> tokenizer =
+      copy_tokenizer_files(vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "imported " << vm["hf-dir"].as<std::string>() << " -> "
             << vm["out"].as<std::string>() << ": " << ParamLayout(r.config).total_numel()
             << " parameters from " << r.source_files.size() << " safetensors file(s), "
             << r.bytes_written << " bytes of bf16 in " << seconds << " s\n";
-  if (r.rounded_tensors > 0)
-    std::cout << "  " << r.rounded_tensors
-              << " tensor(s) stored in F16/F32 were rounded to bf16 (nearest even)\n";
   auto list = [](const std::vector<std::string>& names) {
     std::string out;
     for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
     return out;
   };
+  if (!tokenizer.empty())
+    std::cout << "  tokenizer files copied beside the model: " << list(tokenizer) << "\n";
+  if (r.rounded_tensors > 0)
+    std::cout << "  " << r.rounded_tensors
+              << " tensor(s) stored in F16/F32 were rounded to bf16 (nearest even)\n";
   if (!r.ignored_keys.empty())
     std::cout << "  config.json keys that do not change the model, ignored: "
               << list(r.ignored_keys) << "\n";

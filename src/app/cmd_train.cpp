@@ -34,6 +34,7 @@
 #include "io/model_dir.h"
 #include "io/run_directory.h"
 #include "io/token_dataset.h"
+#include "io/tokenizer_files.h"
 #include "report/run_recorder.h"
 #include "runtime/mpi_runtime.h"
 #include "util/crc32c.h"
@@ -137,6 +138,12 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
   if (rank == 0 && o.checkpoint.resume == "none" && o.overwrite) clear_previous_run(o.out);
   in.data = std::make_unique<TokenDataset>(o.data);
+  // A Hugging Face tokenizer's ids must all be rows of the model's embedding.
+  ZT_CHECK(
+      in.data->tokenizer().rfind("hf:", 0) != 0 || in.data->vocab_size() <= in.config.vocab_size,
+      "--data '" + o.data + "' was tokenized by " + in.data->tokenizer() + " with " +
+          std::to_string(in.data->vocab_size()) + " tokens, more than the model's vocab_size " +
+          std::to_string(in.config.vocab_size));
   in.sampler =
       std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len, o.micro_batch,
                                       o.grad_accum, world, rank, static_cast<uint64_t>(o.seed));
@@ -201,6 +208,10 @@ void finish_run(ZeroEngine& engine, const TokenDataset& data, const TrainOptions
   nlohmann::json eval;
   if (o.eval_batches > 0) eval = evaluate_after_training(engine, data, o, comm.rank(), world);
   write_consolidated_model(engine, o.out + "/final", comm, {.overwrite = true});
+  // The tokenizer the data was made with goes beside the model, for export (io/tokenizer_files.h).
+  run_collectively(comm, [&] {
+    if (comm.rank() == 0) write_tokenizer_files(data.tokenizer_files(), o.out + "/final");
+  });
   nlohmann::json extra = {
       {"world_size", world},
       {"zero_stage", o.zero.stage},

@@ -71,6 +71,9 @@ Id type_for(DType t) {
     case DType::kFloat32:
       base = H5T_IEEE_F32LE;
       break;
+    case DType::kUint8:
+      base = H5T_STD_U8LE;
+      break;
     case DType::kUint16:
       base = H5T_STD_U16LE;
       break;

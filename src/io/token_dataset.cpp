@@ -76,6 +76,18 @@ void TokenDatasetWriter::finish() {
   h5::write_attr_string(dataset_, "tokenizer", tokenizer_, where);
   h5::write_attr_int64(file_, "vocab_size", vocab_size_, where);
   h5::write_attr_string(file_, "tokenizer", tokenizer_, where);
+  if (!tokenizer_files_.empty()) {
+    for (const auto& [name, text] : tokenizer_files_.files) {
+      h5::Id d = h5::create_dataset(file_, name, DType::kUint8, {static_cast<int64_t>(text.size())},
+                                    where);
+      if (!text.empty())
+        h5::write_box(d, DType::kUint8, {0}, {static_cast<int64_t>(text.size())}, text.data(),
+                      where);
+      d.close(where);
+    }
+    h5::write_attr_int64(file_, "bos_token_id", tokenizer_files_.bos_token_id, where);
+    h5::write_attr_int64(file_, "eos_token_id", tokenizer_files_.eos_token_id, where);
+  }
   dataset_.close(where);
   file_.close(where);
   fsync_path(tmp_path_);
@@ -116,6 +128,24 @@ void TokenDataset::read(int64_t begin, int64_t count, int32_t* out) const {
   if (count == 0) return;
   // uint32 -> int32 is exact because the vocab is below 2^31.
   h5::read_box(dataset_, DType::kInt32, {begin}, {count}, out, in_file(path_));
+}
+
+TokenizerFiles TokenDataset::tokenizer_files() const {
+  TokenizerFiles tokenizer;
+  const std::string where = in_file(path_);
+  for (const std::string& name : tokenizer_file_names()) {
+    if (!h5::has_dataset(file_, name)) continue;
+    const h5::Id d = h5::open_dataset(file_, name, where);
+    const auto shape = h5::dataset_shape(d, where + ", dataset '/" + name + "'");
+    ZT_CHECK(shape.size() == 1, where + ": '/" + name + "' must be 1-D bytes");
+    std::string text(static_cast<size_t>(shape[0]), '\0');
+    if (!text.empty()) h5::read_box(d, DType::kUint8, {0}, {shape[0]}, text.data(), where);
+    tokenizer.files[name] = std::move(text);
+  }
+  if (tokenizer.empty()) return tokenizer;
+  tokenizer.bos_token_id = h5::read_attr_int64(file_, "bos_token_id", where);
+  tokenizer.eos_token_id = h5::read_attr_int64(file_, "eos_token_id", where);
+  return tokenizer;
 }
 
 template <typename Fn>

@@ -1,11 +1,14 @@
 // Token datasets (docs/ARCHITECTURE.md §3): one HDF5 file with a 1-D dataset /tokens (uint16 when
-// vocab ≤ 65536, else uint32) and attributes vocab_size (int64) and tokenizer (string).
+// vocab ≤ 65536, else uint32) and attributes vocab_size (int64) and tokenizer (string). A dataset
+// made with a Hugging Face tokenizer also holds each tokenizer file as a uint8 dataset named after
+// it (/tokenizer.json, ...) and attributes bos_token_id and eos_token_id (-1: none).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "io/hdf5_util.h"
+#include "io/tokenizer_files.h"
 
 namespace zt {
 
@@ -25,6 +28,8 @@ class TokenDatasetWriter {
   TokenDatasetWriter(const TokenDatasetWriter&) = delete;
   TokenDatasetWriter& operator=(const TokenDatasetWriter&) = delete;
 
+  // The Hugging Face tokenizer the tokens came from, stored with them (written at finish()).
+  void set_tokenizer_files(TokenizerFiles tokenizer) { tokenizer_files_ = std::move(tokenizer); }
   // Appends tokens; each must be < vocab_size (`source` names their origin in errors).
   void append(const uint32_t* tokens, int64_t count, const std::string& source);
   int64_t size() const { return size_; }
@@ -35,6 +40,7 @@ class TokenDatasetWriter {
   std::string path_, tmp_path_;
   int64_t vocab_size_;
   std::string tokenizer_;
+  TokenizerFiles tokenizer_files_;
   bool overwrite_;
   bool finished_ = false;
   int64_t size_ = 0;
@@ -52,6 +58,8 @@ class TokenDataset {
   int64_t vocab_size() const { return vocab_size_; }
   const std::string& tokenizer() const { return tokenizer_; }
   DType dtype() const { return dtype_; }
+  // The Hugging Face tokenizer files stored with the tokens (empty for other datasets).
+  TokenizerFiles tokenizer_files() const;
 
   // Tokens [begin, begin+count) into out.
   void read(int64_t begin, int64_t count, int32_t* out) const;

@@ -42,3 +42,29 @@ def argument_parser(description, deepspeed_sdist=False):
                             help="DeepSpeed's PyPI source distribution (./run.sh deps)")
         parser.add_argument("--expect-mismatch", action="store_true")
     return parser
+
+
+def exit_status(checks):
+    """Runs checks(): 0 when it returns, 1 on a CheckFailed, 2 on a SetupError (printed)."""
+    try:
+        checks()
+    except SetupError as e:
+        print(f"SETUP ERROR: {e}")
+        return 2
+    except CheckFailed as e:
+        print(f"FAIL: {e}")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+def require_venv_modules(*names):
+    """Imports the named modules or exits 2 saying how to make the venv that has them."""
+    import importlib
+    import sys
+    try:
+        return [importlib.import_module(name) for name in names]
+    except ImportError as e:
+        print(f"cannot import {e.name}: run ./run.sh deps (it creates .venv/ with the pinned "
+              f"oracle clients) and run this test with .venv/bin/python", file=sys.stderr)
+        sys.exit(2)

@@ -38,7 +38,7 @@ import sys
 import tarfile
 import types
 
-from oracle_harness import CheckFailed, SetupError, argument_parser, check, run_tool
+from oracle_harness import SetupError, argument_parser, check, exit_status, run_tool
 
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
@@ -384,7 +384,8 @@ def main():
     args = parser.parse_args()
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
-    try:
+
+    def checks():
         deepspeed = DeepSpeed(args.deepspeed_sdist, args.work_dir)
         args.data = os.path.join(args.work_dir, "sample.h5")
         run_tool([args.zerotrain, "prepare-data", "--text",
@@ -393,14 +394,8 @@ def main():
         if not args.expect_mismatch:
             failures += key_checks(args, deepspeed)
         check(failures == 0, f"{failures} check(s) failed")
-    except SetupError as e:
-        print(f"SETUP ERROR: {e}")
-        return 2
-    except CheckFailed as e:
-        print(f"FAIL: {e}")
-        return 1
-    print("all checks passed")
-    return 0
+
+    return exit_status(checks)
 
 
 if __name__ == "__main__":

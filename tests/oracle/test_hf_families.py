@@ -30,18 +30,11 @@ import os
 import shutil
 import sys
 
-try:
-    import h5py
-    import numpy as np
-    import torch
-    import transformers
-except ImportError as e:  # not the venv: say how to make it
-    print(f"cannot import {e.name}: run ./run.sh deps (it creates .venv/ with the pinned "
-          f"Hugging Face clients) and run this test with .venv/bin/python", file=sys.stderr)
-    sys.exit(2)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import CheckFailed, SetupError, check, run_tool  # noqa: E402
+from oracle_harness import (CheckFailed, SetupError, check, require_venv_modules,  # noqa: E402
+                            run_tool)
+
+h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
 
 U_FP32 = 2.0 ** -24
 

@@ -1,8 +1,12 @@
-// Token datasets: text (byte tokenizer) and llm.c .bin round trips, range reads, validation.
+// Token datasets: text (byte tokenizer), llm.c and nanoGPT .bin round trips, tokenizer files,
+// range reads, validation.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <numeric>
+
+#include <nlohmann/json.hpp>
 
 #include "io/token_dataset.h"
 #include "test_io_support.h"
@@ -177,6 +181,39 @@ TEST(IoTokenDataset, LargeVocabUsesUint32AndOutOfVocabTokensFail) {
                                      {kGpt2VocabSize, ""}, false),
                Error);
   EXPECT_TRUE(testing::no_output_left(tmp / "x.h5"));
+}
+
+// The tokenizer files travel with the tokens, and out again with bos/eos in generation_config.
+TEST(IoTokenDataset, TokenizerFilesRoundTripAndWriteAGenerationConfig) {
+  TempDir tmp;
+  TokenDatasetWriter w(tmp / "t.h5", 400, "hf:tok");
+  TokenizerFiles files;
+  files.files["tokenizer.json"] = std::string("{\"model\": {}}\n") + std::string(100000, 'x');
+  files.files["tokenizer_config.json"] = "{}";
+  files.bos_token_id = 0;
+  files.eos_token_id = 1;
+  w.set_tokenizer_files(files);
+  const std::vector<uint32_t> tokens = {0, 399, 5};
+  w.append(tokens.data(), 3, "test");
+  w.finish();
+  const TokenDataset d(tmp / "t.h5");
+  const TokenizerFiles back = d.tokenizer_files();
+  EXPECT_EQ(back.files, files.files);
+  EXPECT_EQ(back.bos_token_id, 0);
+  EXPECT_EQ(back.eos_token_id, 1);
+  std::filesystem::create_directories(tmp / "model");
+  write_tokenizer_files(back, tmp / "model");
+  const auto generation =
+      nlohmann::json::parse(std::ifstream(tmp / "model/generation_config.json"));
+  EXPECT_EQ(generation, (nlohmann::json{{"bos_token_id", 0}, {"eos_token_id", 1}}));
+  std::filesystem::create_directories(tmp / "export");
+  EXPECT_EQ(copy_tokenizer_files(tmp / "model", tmp / "export"),
+            (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json",
+                                      "generation_config.json"}));
+  // A dataset without a tokenizer has none, and writes nothing.
+  testing::write_file(tmp / "a.txt", "abc");
+  prepare_token_dataset({tmp / "a.txt"}, TokenSource::kText, tmp / "b.h5", {}, false);
+  EXPECT_TRUE(TokenDataset(tmp / "b.h5").tokenizer_files().empty());
 }
 
 TEST(IoTokenDataset, ExistingOutputNeedsOverwrite) {

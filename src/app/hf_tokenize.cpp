@@ -1,0 +1,159 @@
+#include "app/hf_tokenize.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "io/fs_util.h"
+#include "io/token_dataset.h"
+#include "util/error.h"
+
+extern char** environ;
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The Python step. argv: tokenizer, text field ("" for text files), tokens file, metadata file,
+// inputs... It writes every document's ids as little-endian uint32 to the tokens file and
+// {"vocab_size", "bos_token_id", "eos_token_id", "name", "files"} to the metadata file. Errors
+// go to stderr as one line naming the file (and line, and key) and exit 1.
+constexpr const char* kTokenizeScript = R"PY(
+import json, os, sys
+from array import array
+try:
+    from tokenizers import Tokenizer
+except ImportError as e:
+    sys.exit(f"the Python step cannot import the tokenizers library ({e}); install it with "
+             "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
+tok_path, field, tokens_path, meta_path, *inputs = sys.argv[1:]
+names = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+tok_dir = tok_path if os.path.isdir(tok_path) else os.path.dirname(tok_path)
+tok_file = os.path.join(tok_path, "tokenizer.json") if os.path.isdir(tok_path) else tok_path
+if not os.path.isfile(tok_file):
+    sys.exit(f"{tok_file}: no tokenizer.json (give the file or a directory holding it)")
+files = {}
+for name in names:
+    path = tok_file if name == "tokenizer.json" else os.path.join(tok_dir, name)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            files[name] = f.read()
+try:
+    tok = Tokenizer.from_file(tok_file)
+except Exception as e:
+    sys.exit(f"{tok_file}: not a tokenizers file: {e}")
+
+def special_id(key):
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        if name not in files:
+            continue
+        value = json.loads(files[name]).get(key)
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str) and tok.token_to_id(value) is not None:
+            return tok.token_to_id(value)
+    return -1
+
+def documents(path):
+    if not field:
+        with open(path, encoding="utf-8") as f:
+            yield f.read()
+        return
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                sys.exit(f"{path}:{number}: not a JSON line: {e}")
+            if not isinstance(record, dict) or not isinstance(record.get(field), str):
+                sys.exit(f"{path}:{number}: no string field '{field}'")
+            yield record[field]
+
+with open(tokens_path, "wb") as out:
+    for path in inputs:
+        for text in documents(path):
+            array("I", tok.encode(text).ids).tofile(out)
+meta = {"vocab_size": tok.get_vocab_size(with_added_tokens=True),
+        "bos_token_id": special_id("bos_token"), "eos_token_id": special_id("eos_token"),
+        "name": os.path.basename(os.path.normpath(tok_dir if os.path.isdir(tok_path)
+                                                  else tok_path)), "files": files}
+with open(meta_path, "w", encoding="utf-8") as f:
+    json.dump(meta, f)
+)PY";
+
+// Runs argv[0] (found on PATH) with argv; its stdout and stderr are ours. Returns its exit status.
+int run_process(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+  ZT_CHECK(rc == 0, "cannot start '" + args[0] + "': " + std::strerror(rc) +
+                        " (give an interpreter with the tokenizers library: --python PATH)");
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    ZT_CHECK(errno == EINTR, "waiting for '" + args[0] + "' failed");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Removes the step's scratch directory on every exit path.
+struct ScratchDir {
+  std::string path;
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
+  ZT_CHECK(!request.inputs.empty(), "no input files given");
+  for (const std::string& path : request.inputs)
+    ZT_CHECK(fs::is_regular_file(path), "input file '" + path + "' does not exist");
+  ZT_CHECK(fs::exists(request.tokenizer), "tokenizer '" + request.tokenizer + "' does not exist");
+  check_output_file_writable(request.out, request.overwrite);
+  const ScratchDir scratch{temp_sibling(request.out) + ".tokenize"};
+  fs::create_directories(scratch.path);
+  const std::string tokens_path = scratch.path + "/tokens.u32", meta_path = scratch.path + "/meta";
+  std::vector<std::string> args = {
+      request.python,     "-c",        kTokenizeScript, request.tokenizer,
+      request.text_field, tokens_path, meta_path};
+  args.insert(args.end(), request.inputs.begin(), request.inputs.end());
+  const int status = run_process(args);
+  ZT_CHECK(status == 0, "the tokenizer step failed (" + request.python + " exited with " +
+                            std::to_string(status) + "; its message is above)");
+  const nlohmann::json meta = read_json_file(meta_path);
+  TokenizerFiles tokenizer;
+  for (const auto& [name, text] : meta.at("files").items())
+    tokenizer.files[name] = text.get<std::string>();
+  tokenizer.bos_token_id = meta.at("bos_token_id").get<int64_t>();
+  tokenizer.eos_token_id = meta.at("eos_token_id").get<int64_t>();
+  TokenDatasetWriter writer(request.out, meta.at("vocab_size").get<int64_t>(),
+                            "hf:" + meta.at("name").get<std::string>(), request.overwrite);
+  writer.set_tokenizer_files(std::move(tokenizer));
+  std::ifstream in(tokens_path, std::ios::binary);
+  std::vector<uint32_t> chunk(1 << 20);
+  while (in) {
+    in.read(reinterpret_cast<char*>(chunk.data()),
+            static_cast<std::streamsize>(chunk.size() * sizeof(uint32_t)));
+    const auto n = static_cast<int64_t>(in.gcount() / sizeof(uint32_t));
+    writer.append(chunk.data(), n, "tokenizer '" + request.tokenizer + "'");
+  }
+  ZT_CHECK(writer.size() > 0, "the inputs hold no text to tokenize");
+  writer.finish();
+  return writer.size();
+}
+
+}  // namespace zt

@@ -1,0 +1,28 @@
+// prepare-data --tokenizer: text files or JSON-lines documents tokenized by a Hugging Face
+// tokenizer (tokenizer.json, or a directory with it) through PyPI's `tokenizers` library, in a
+// Python step (./run.sh deps installs the library into .venv/). Each document is encoded with the
+// tokenizer's own special tokens (its post-processor: a Llama tokenizer's BOS, ...) as
+// transformers' run_clm.py encodes it, and the documents are concatenated in order. The dataset
+// is labelled "hf:<name>" and stores the tokenizer files and its bos/eos ids
+// (io/tokenizer_files.h).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+struct HfTokenizeRequest {
+  std::string tokenizer;            // tokenizer.json or a directory holding it
+  std::vector<std::string> inputs;  // text files (one document each) or JSON-lines files
+  std::string text_field;           // JSON lines: the field holding each document; "" for text
+  std::string python;               // interpreter with `tokenizers`
+  std::string out;
+  bool overwrite = false;
+};
+
+// Returns the number of tokens written. Errors (no tokenizers library, a bad tokenizer file, a
+// JSON line without its field) name the file, the line and the key; nothing is left at `out`.
+int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request);
+
+}  // namespace zt

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Hugging Face tokenizers through prepare-data, train and export (CTest label "oracle").
+
+A byte-level BPE tokenizer is trained here with PyPI's `tokenizers` on inputs/data/sample.txt
+(with a BOS template and a tokenizer_config.json naming bos/eos), then:
+1. `prepare-data --tokenizer DIR --text sample.txt`: the dataset's tokens equal
+   Tokenizer.encode(text).ids, its vocabulary the tokenizer's, its label "hf:DIR".
+2. `prepare-data --tokenizer DIR --jsonl docs.jsonl --text-field content`: the concatenation of
+   each document's encode(), in order.
+3. A transformers LlamaForCausalLM with the tokenizer's vocabulary, saved with the tokenizer
+   files, goes through `import` (which copies them), `train` (2 steps, its OUT/final/ gets them
+   and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
+   documents as the dataset holds them and GenerationConfig has the tokenizer's bos/eos ids.
+4. Bad input: a JSON line without the field, and a model whose vocabulary is smaller than the
+   tokenizer's, are refused naming the file, the line, the field or both vocabularies, and leave
+   no dataset or run behind.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (argument_parser, check, exit_status, require_venv_modules,  # noqa: E402
+                            run_tool)
+
+h5py, np, tokenizers, transformers = require_venv_modules("h5py", "numpy", "tokenizers",
+                                                          "transformers")
+
+DOCUMENTS = ["The first document.", "A second one, with more words in it.", "Third: last!"]
+
+
+def train_tokenizer(text_file, out_dir):
+    """A byte-level BPE of 320 tokens, <s> prepended to every sequence."""
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train([text_file], trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    os.makedirs(out_dir)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>",
+                   "tokenizer_class": "PreTrainedTokenizerFast"}, f)
+    return tok
+
+
+def dataset(path):
+    with h5py.File(path, "r") as f:
+        return (f["tokens"][:].astype(np.int64), int(f.attrs["vocab_size"]),
+                f.attrs["tokenizer"].decode() if isinstance(f.attrs["tokenizer"], bytes)
+                else str(f.attrs["tokenizer"]))
+
+
+def refused(cmd, named, leaves_nothing):
+    """cmd must fail, its output must contain every string of `named`, and `leaves_nothing` must
+    not exist afterwards."""
+    print("+ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout.rstrip())
+    check(proc.returncode != 0, f"{cmd[1]} accepted bad input")
+    for part in named:
+        check(part in proc.stdout, f"the error does not name {part!r}")
+    check(not os.path.exists(leaves_nothing), f"{leaves_nothing} was left behind")
+
+
+def main():
+    parser = argument_parser(__doc__.split("\n")[0])
+    args = parser.parse_args()
+    shutil.rmtree(args.work_dir, ignore_errors=True)
+    os.makedirs(args.work_dir)
+    work = lambda *p: os.path.join(args.work_dir, *p)  # noqa: E731
+    zt = args.zerotrain
+    python = ["--python", sys.executable]
+
+    def checks():
+        text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
+        tok = train_tokenizer(text_file, work("tok"))
+        vocab = tok.get_vocab_size()
+
+        # 1. Text: one document per file.
+        run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file,
+                  "--out", work("text.h5")] + python)
+        tokens, data_vocab, label = dataset(work("text.h5"))
+        with open(text_file, encoding="utf-8") as f:
+            want = tok.encode(f.read()).ids
+        check(tokens.tolist() == want, f"text: {len(tokens)} tokens differ from encode()'s "
+              f"{len(want)} (first difference at "
+              f"{next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b), None)})")
+        check(data_vocab == vocab and label == "hf:tok", f"text: vocab {data_vocab}, {label}")
+        print(f"ok   text: {len(tokens)} tokens equal Tokenizer.encode(), vocab {vocab}")
+
+        # 2. JSON lines, a named field.
+        with open(work("docs.jsonl"), "w") as f:
+            for i, doc in enumerate(DOCUMENTS):
+                f.write(json.dumps({"id": i, "content": doc}) + "\n\n")
+        run_tool([zt, "prepare-data", "--tokenizer", work("tok", "tokenizer.json"), "--jsonl",
+                  work("docs.jsonl"), "--text-field", "content", "--out", work("docs.h5")]
+                 + python)
+        tokens, _, _ = dataset(work("docs.h5"))
+        want = [i for doc in DOCUMENTS for i in tok.encode(doc).ids]
+        check(tokens.tolist() == want, f"jsonl: {tokens.tolist()} != {want}")
+        print(f"ok   jsonl: {len(DOCUMENTS)} documents, {len(tokens)} tokens as encode() gives")
+
+        # 3. import -> train -> export keeps the tokenizer; transformers loads it.
+        config = transformers.LlamaConfig(
+            vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+            bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"))
+        transformers.LlamaForCausalLM(config).save_pretrained(work("hf"))
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(work("tok", name), work("hf", name))
+        run_tool([zt, "import", work("hf"), "--out", work("model")])
+        check(os.path.isfile(work("model", "tokenizer.json")), "import did not copy the tokenizer")
+        run_tool([zt, "train", "--model", work("model"), "--data", work("text.h5"), "--out",
+                  work("run"), "--steps", "2", "--seq-len", "32", "--micro-batch", "2",
+                  "--log-every", "0"])
+        for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            check(os.path.isfile(work("run", "final", name)), f"train wrote no final/{name}")
+        run_tool([zt, "export", work("run", "final"), "--out", work("export")])
+        loaded = transformers.AutoTokenizer.from_pretrained(work("export"))
+        got = [i for doc in DOCUMENTS for i in loaded(doc)["input_ids"]]
+        check(got == want, f"AutoTokenizer on the export: {got} != {want}")
+        generation = transformers.GenerationConfig.from_pretrained(work("export"))
+        check((generation.bos_token_id, generation.eos_token_id) ==
+              (tok.token_to_id("<s>"), tok.token_to_id("</s>")),
+              f"generation_config bos/eos {generation.bos_token_id}/{generation.eos_token_id}")
+        print(f"ok   export: AutoTokenizer ({type(loaded).__name__}) encodes as the dataset, "
+              f"generation_config bos {generation.bos_token_id} eos {generation.eos_token_id}")
+
+        # 4. Bad input.
+        with open(work("bad.jsonl"), "w") as f:
+            f.write(json.dumps({"content": "fine"}) + "\n" + json.dumps({"text": "no"}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("bad.jsonl"),
+                 "--text-field", "content", "--out", work("bad.h5")] + python,
+                [work("bad.jsonl") + ":2", "'content'"], work("bad.h5"))
+        refused([zt, "train", "--preset", "tiny", "--data", work("text.h5"), "--out",
+                 work("small_vocab"), "--steps", "1", "--seq-len", "16"],
+                [work("text.h5"), str(vocab), "256"], work("small_vocab", "final"))
+        print("ok   bad inputs refused, naming the file, the line, the field, the vocabularies")
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
