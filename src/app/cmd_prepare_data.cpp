@@ -61,6 +61,10 @@ int cmd_prepare_data(int argc, char** argv) {
     ZT_CHECK(vm["vocab-size"].defaulted() && vm["tokenizer-label"].defaulted(),
              "prepare-data: with --tokenizer the vocabulary and the label are the tokenizer's");
     const bool jsonl = vm.count("jsonl") > 0;
+    ZT_CHECK(jsonl || vm["text-field"].defaulted(),
+             "prepare-data: --text-field applies to --jsonl files (a --text file is one document)");
+    ZT_CHECK(!jsonl || !vm["text-field"].as<std::string>().empty(),
+             "prepare-data: --text-field must name the JSON field that holds each document");
     const auto inputs = vm[jsonl ? "jsonl" : "text"].as<std::vector<std::string>>();
     return report(
         prepare_hf_token_dataset({vm["tokenizer"].as<std::string>(), inputs,

@@ -133,10 +133,6 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   in.precision = parse_precision(o.precision);
   in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   in.activation_storage = parse_activation_storage(o.activations, o.precision, kCommand);
-  // --resume continues a run in its own (non-empty) --out; --overwrite replaces one.
-  if (rank == 0) in.lock = std::make_unique<RunDirectoryLock>(o.out);
-  if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
-  if (rank == 0 && o.checkpoint.resume == "none" && o.overwrite) clear_previous_run(o.out);
   in.data = std::make_unique<TokenDataset>(o.data);
   // A Hugging Face tokenizer's ids must all be rows of the model's embedding.
   ZT_CHECK(
@@ -148,6 +144,11 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
       std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len, o.micro_batch,
                                       o.grad_accum, world, rank, static_cast<uint64_t>(o.seed));
   in.data_identity = in.data->identity();
+  // Only once the inputs are known to be usable (a refused dataset leaves the previous run in
+  // place): --resume continues a run in its own (non-empty) --out; --overwrite replaces one.
+  if (rank == 0) in.lock = std::make_unique<RunDirectoryLock>(o.out);
+  if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
+  if (rank == 0 && o.checkpoint.resume == "none" && o.overwrite) clear_previous_run(o.out);
   in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out);
   return in;
 }
@@ -201,17 +202,30 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
   });
 }
 
+// A bf16 model directory with the tokenizer the data was made with beside it, for export
+// (io/tokenizer_files.h). Collective.
+void write_model_with_tokenizer(ZeroEngine& engine, const std::string& dir, MpiCommunicator& comm,
+                                const TokenDataset& data) {
+  write_consolidated_model(engine, dir, comm, {.overwrite = true});
+  run_collectively(comm, [&] {
+    if (comm.rank() == 0) write_tokenizer_files(data.tokenizer_files(), dir);
+  });
+}
+
+// Whether `dir` holds a whole model, and its tokenizer when the data was made with one.
+bool have_model_with_tokenizer(const std::string& dir, const TokenDataset& data) {
+  const bool hf_tokenizer = data.tokenizer().rfind("hf:", 0) == 0;
+  return std::filesystem::exists(dir + "/" + kModelIndexFile) &&
+         (!hf_tokenizer || std::filesystem::exists(dir + "/tokenizer.json"));
+}
+
 // After the last step: the optional evaluation, OUT/final/ and the report files. Collective.
 void finish_run(ZeroEngine& engine, const TokenDataset& data, const TrainOptions& o,
                 MpiCommunicator& comm, RunRecorder& recorder, double total_time_s) {
   const int world = comm.world_size();
   nlohmann::json eval;
   if (o.eval_batches > 0) eval = evaluate_after_training(engine, data, o, comm.rank(), world);
-  write_consolidated_model(engine, o.out + "/final", comm, {.overwrite = true});
-  // The tokenizer the data was made with goes beside the model, for export (io/tokenizer_files.h).
-  run_collectively(comm, [&] {
-    if (comm.rank() == 0) write_tokenizer_files(data.tokenizer_files(), o.out + "/final");
-  });
+  write_model_with_tokenizer(engine, o.out + "/final", comm, data);
   nlohmann::json extra = {
       {"world_size", world},
       {"zero_stage", o.zero.stage},
@@ -273,8 +287,8 @@ int run_training(TrainOptions o) {
       // Training is complete; a run that saved its last checkpoint but could not write final/
       // (a full disk, a kill) gets it now.
       const std::string final_dir = o.out + "/final";
-      const bool have_final = std::filesystem::exists(final_dir + "/" + kModelIndexFile);
-      if (!have_final) write_consolidated_model(engine, final_dir, comm, {.overwrite = true});
+      const bool have_final = have_model_with_tokenizer(final_dir, *in.data);
+      if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, *in.data);
       if (is_root)
         std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
                   << (have_final ? ": nothing to train\n"
@@ -302,8 +316,7 @@ int run_training(TrainOptions o) {
     const bool stop =
         checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
     if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
-      write_consolidated_model(engine, consolidated_step_dir(o.out, step), comm,
-                               {.overwrite = true});
+      write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, *in.data);
     progress.update(recorder.end_step(), recorder.loop_seconds());
     if (stop) {
       recorder.write_trace();

@@ -2,6 +2,7 @@
 // batch-size rule, the precedence over defaults, the run.json record, and error attribution.
 #include "app/deepspeed_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
@@ -9,7 +10,6 @@
 
 #include "util/decimal.h"
 #include "util/error.h"
-#include "util/sha256.h"
 
 namespace zt {
 
@@ -116,14 +116,20 @@ AppliedDeepSpeedFile apply_deepspeed_file(const std::string& path, const ModelCo
       store({{key, option, shortest_decimal(static_cast<float>(*ratio * vm["lr"].as<float>()))}});
   if (launch_rank_is_zero()) {
     for (const std::string& w : c.warnings) std::cerr << "warning: " << w << "\n";
-    if (vm.count("precision"))
+    if (vm.count("precision")) {
+      const bool implied_fp32 = std::any_of(mapping.begin(), mapping.end(), [](const json& m) {
+        return m["key"] == kNoPrecisionBlock && m["applied"] == true;
+      });
       std::cerr << "DeepSpeed config " << path << ": training precision "
-                << vm["precision"].as<std::string>() << "\n";
+                << vm["precision"].as<std::string>()
+                << (implied_fp32 ? " (the file enables neither fp16 nor bf16: DeepSpeed trains "
+                                   "fp32; add \"bf16\": {\"enabled\": true} for bf16)"
+                                 : "")
+                << "\n";
+    }
   }
-  applied.record = {{"file", path},
-                    {"sha256", sha256_file_hex(path)},
-                    {"mapping", mapping},
-                    {"warnings", c.warnings}};
+  applied.record = {
+      {"file", path}, {"sha256", c.sha256}, {"mapping", mapping}, {"warnings", c.warnings}};
   if (c.train_batch_size) applied.record["train_batch_size"] = *c.train_batch_size;
   BatchSizeRule& rule = applied.batch_rule;
   rule.source = path;

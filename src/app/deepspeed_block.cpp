@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "util/closest_name.h"
 #include "util/error.h"
@@ -49,6 +50,9 @@ bool DeepSpeedBlock::is_auto(const std::string& key) const {
 std::optional<int64_t> DeepSpeedBlock::integer(const std::string& key) const {
   const json* v = get(key);
   if (!v || is_auto(key)) return std::nullopt;
+  if (v->is_number_unsigned())
+    ZT_CHECK(v->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+             where(key) + " is too large, got " + v->dump());
   if (v->is_number_integer()) return v->get<int64_t>();
   if (v->is_number_float()) {
     const double d = v->get<double>();

@@ -1,11 +1,15 @@
 #include "app/deepspeed_config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 
 #include "app/deepspeed_block.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 namespace zt {
 
@@ -15,6 +19,11 @@ using nlohmann::json;
 namespace {
 
 using Block = DeepSpeedBlock;
+
+// The mapping's key for what a file implies by leaving a key out.
+std::string absent(const std::string& key) {
+  return key + " (absent: DeepSpeed's default)";
+}
 
 void set_option(DeepSpeedConfig& c, const std::string& key, const std::string& name,
                 const std::string& value) {
@@ -27,16 +36,20 @@ void replace_option(DeepSpeedConfig& c, const std::string& key, const std::strin
   std::erase_if(c.options, [&](const MappedOption& option) { return option.option == name; });
   set_option(c, key, name, value);
 }
+// The key a value came from: `key` itself, or DeepSpeed's default for it.
+std::string source_of(const Block& b, const std::string& key) {
+  return b.has(key) ? b.dotted(key) : absent(b.dotted(key));
+}
 void set_number(Block& b, const std::string& key, const std::string& name,
                 std::optional<double> v) {
-  if (v) set_option(b.config(), b.dotted(key), name, shortest_decimal(*v));
+  if (v) set_option(b.config(), source_of(b, key), name, shortest_decimal(*v));
 }
 void set_integer(Block& b, const std::string& key, const std::string& name,
                  std::optional<int64_t> v) {
-  if (v) set_option(b.config(), b.dotted(key), name, std::to_string(*v));
+  if (v) set_option(b.config(), source_of(b, key), name, std::to_string(*v));
 }
 void set_bool(Block& b, const std::string& key, const std::string& name, std::optional<bool> v) {
-  if (v) set_option(b.config(), b.dotted(key), name, *v ? "true" : "false");
+  if (v) set_option(b.config(), source_of(b, key), name, *v ? "true" : "false");
 }
 
 // DeepSpeed trains in fp32 unless fp16 or bf16 ("bfloat16", its older name) is enabled. "auto"
@@ -67,21 +80,22 @@ void parse_precision_blocks(Block& top, DeepSpeedConfig& c) {
     }
   }
   if (bf16_auto) return;
-  set_option(c, bf16_key + ".enabled", "precision", "fp32");
-  c.warnings.push_back(c.source + ": neither fp16 nor bf16 is enabled, so training is in fp32 " +
-                       "as in DeepSpeed (add \"bf16\": {\"enabled\": true} for bf16)");
+  set_option(c, top.has(bf16_key) ? bf16_key + ".enabled" : kNoPrecisionBlock, "precision", "fp32");
 }
 
 void parse_optimizer(const json& block, DeepSpeedConfig& c) {
   Block s(block, "optimizer.", c, {"type", "params", "legacy_fusion"}, UnknownKeys::kRefuse);
-  const std::string type = s.string("type").value_or("");
-  ZT_CHECK(type == "AdamW" || type == "Adam" || type == "adamw" || type == "adam",
-           s.where("type") + ": optimizer '" + type + "' is not supported (AdamW or Adam)");
+  std::string type = s.string("type").value_or("");
+  std::transform(type.begin(), type.end(), type.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  ZT_CHECK(type == "adamw" || type == "adam", s.where("type") + ": optimizer '" +
+                                                  s.string("type").value_or("") +
+                                                  "' is not supported (AdamW or Adam)");
+  static const json kEmpty = json::object();
   const json* params = s.get("params");
-  if (!params) return;
   // The keywords of the classes DeepSpeed builds for Adam/AdamW: FusedAdam, DeepSpeedCPUAdam and
   // torch.optim.AdamW, with DeepSpeed's own torch_adam and adam_w_mode.
-  Block p(*params, "optimizer.params.", c,
+  Block p(params ? *params : kEmpty, "optimizer.params.", c,
           {"lr", "betas", "eps", "weight_decay", "bias_correction", "amsgrad", "adam_w_mode",
            "torch_adam", "set_grad_none", "fp32_optimizer_states", "maximize", "foreach",
            "capturable", "differentiable", "fused", "max_grad_norm"},
@@ -93,24 +107,34 @@ void parse_optimizer(const json& block, DeepSpeedConfig& c) {
   p.refuse_unless_default("bias_correction", true, "Adam without bias correction");
   p.refuse_unless_default("maximize", false, "gradient ascent");
   p.refuse_unless_default("fp32_optimizer_states", true, "low-precision Adam moments");
-  set_number(p, "lr", "lr", p.number("lr"));
-  if (const json* betas = p.get("betas"); betas && !p.is_auto("betas")) {
-    ZT_CHECK(betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() &&
-                 (*betas)[1].is_number(),
-             p.where("betas") + " must be [beta1, beta2], got " + betas->dump());
-    set_number(p, "betas", "beta1", (*betas)[0].get<double>());
-    set_number(p, "betas", "beta2", (*betas)[1].get<double>());
+  // A parameter left out takes FusedAdam's default (lr 1e-3, betas (0.9, 0.999), eps 1e-8, no
+  // decay), as in DeepSpeed; "auto" keeps zerotrain's option.
+  auto number = [&](const char* key, const char* option, double deepspeed_default) {
+    if (p.is_auto(key)) return std::optional<double>();
+    const std::optional<double> v = p.number(key);
+    set_option(c, source_of(p, key), option, shortest_decimal(v.value_or(deepspeed_default)));
+    return std::optional<double>(v.value_or(deepspeed_default));
+  };
+  number("lr", "lr", 1e-3);
+  if (!p.is_auto("betas")) {
+    const json* betas = p.get("betas");
+    ZT_CHECK(!betas || (betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() &&
+                        (*betas)[1].is_number()),
+             p.where("betas") + " must be [beta1, beta2], got " + (betas ? betas->dump() : ""));
+    const std::string key = source_of(p, "betas");
+    set_option(c, key, "beta1", shortest_decimal(betas ? (*betas)[0].get<double>() : 0.9));
+    set_option(c, key, "beta2", shortest_decimal(betas ? (*betas)[1].get<double>() : 0.999));
   }
-  set_number(p, "eps", "eps", p.number("eps"));
-  const std::optional<double> decay = p.number("weight_decay");
-  set_number(p, "weight_decay", "weight-decay", decay);
+  number("eps", "eps", 1e-8);
+  const std::optional<double> decay = number("weight_decay", "weight-decay", 0.0);
   // DeepSpeed's "Adam" with adam_w_mode false is L2-regularised Adam ("AdamW" ignores the flag);
   // zerotrain's decay is decoupled, which is the same only without decay.
-  const bool l2_adam = (type == "Adam" || type == "adam") && p.boolean("adam_w_mode") == false;
+  const bool l2_adam = type == "adam" && p.boolean("adam_w_mode") == false;
   ZT_CHECK(!l2_adam || decay == 0.0,
-           p.where("adam_w_mode") +
-               " = false with weight decay is L2-regularised Adam, which is not implemented "
-               "(zerotrain's AdamW decouples the decay; set adam_w_mode true or weight_decay 0)");
+           p.where("adam_w_mode") + " = false with weight decay " +
+               (decay ? shortest_decimal(*decay) : std::string("\"auto\"")) +
+               " is L2-regularised Adam, which is not implemented (zerotrain's AdamW decouples "
+               "the decay; set adam_w_mode true or weight_decay 0)");
 }
 
 // DeepSpeed's schedulers onto --lr-schedule of the same name (their formulas, lr_schedule.h), with
@@ -142,7 +166,7 @@ void parse_scheduler(const json& block, DeepSpeedConfig& c) {
     p.warn("warmup_type", "'" + warmup_type + "' is not log or linear; log, as DeepSpeed does");
     warmup_type = "log";
   }
-  set_option(c, p.dotted("warmup_type"), "warmup-type", warmup_type);
+  set_option(c, source_of(p, "warmup_type"), "warmup-type", warmup_type);
   // The decay's length, as DeepSpeed takes it, whatever --steps the run makes ("auto": --steps).
   if (type != "WarmupLR" && !p.is_auto("total_num_steps"))
     set_integer(p, "total_num_steps", "schedule-steps", p.integer_at_least("total_num_steps", 1));
@@ -158,7 +182,7 @@ void parse_scheduler(const json& block, DeepSpeedConfig& c) {
   if (!p.is_auto("warmup_max_lr")) {
     const std::optional<double> peak = p.number("warmup_max_lr");
     if (peak || type == "WarmupDecayLR")
-      replace_option(c, p.dotted("warmup_max_lr"), "lr", shortest_decimal(peak.value_or(1e-3)));
+      replace_option(c, source_of(p, "warmup_max_lr"), "lr", shortest_decimal(peak.value_or(1e-3)));
   }
   if (!p.is_auto("warmup_min_lr")) {
     const double start = p.number("warmup_min_lr").value_or(0.0);
@@ -404,6 +428,19 @@ const std::vector<std::string> kUnimplementedTopLevel = {"amp",
                                                          "use_node_local_storage",
                                                          "wandb",
                                                          "weight_quantization"};
+// Of those, the blocks that change what is trained when enabled ({"enabled": true}; any
+// sparse_attention or compression_training block): refused rather than ignored.
+const std::vector<std::string> kResultChangingTopLevel = {"amp",
+                                                          "compression_training",
+                                                          "curriculum_learning",
+                                                          "data_efficiency",
+                                                          "eigenvalue",
+                                                          "elasticity",
+                                                          "hybrid_engine",
+                                                          "progressive_layer_drop",
+                                                          "quantize_training",
+                                                          "sparse_attention",
+                                                          "torch_autocast"};
 
 }  // namespace
 
@@ -422,8 +459,20 @@ DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
   for (const auto* list : {&kSilentTopLevel, &kUnimplementedTopLevel})
     top_level.insert(top_level.end(), list->begin(), list->end());
   Block top(j, "", c, top_level, UnknownKeys::kWarn);
-  for (const std::string& key : kUnimplementedTopLevel)
-    if (top.has(key)) top.warn(key, "not implemented in zerotrain (ignored)");
+  for (const std::string& key : kUnimplementedTopLevel) {
+    if (!top.has(key)) continue;
+    const json& block = *top.get(key);
+    const bool enabled = block.is_object() && block.value("enabled", false) == true;
+    const bool changes_training =
+        std::find(kResultChangingTopLevel.begin(), kResultChangingTopLevel.end(), key) !=
+        kResultChangingTopLevel.end();
+    const bool whole_block = key == "sparse_attention" || key == "compression_training";
+    ZT_CHECK(!(changes_training && (enabled || (whole_block && !block.empty()))),
+             top.where(key) +
+                 " is enabled: it changes the training and is not implemented in "
+                 "zerotrain (remove the block or set \"enabled\": false)");
+    top.warn(key, "not implemented in zerotrain (ignored)");
+  }
   parse_precision_blocks(top, c);
   c.train_batch_size = top.integer_at_least("train_batch_size", 1);
   set_integer(top, "train_micro_batch_size_per_gpu", "micro-batch",
@@ -440,15 +489,22 @@ DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
 }
 
 DeepSpeedConfig load_deepspeed_config(const std::string& path, const ModelConfig& model) {
-  std::ifstream in(path);
+  // Read once: the digest is of the bytes that were parsed (a FIFO or a file being rewritten
+  // cannot differ between the two).
+  std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open DeepSpeed config '" + path + "'");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  ZT_CHECK(!in.bad(), "cannot read DeepSpeed config '" + path + "'");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(bytes.str());
   } catch (const json::exception& e) {
     fail("DeepSpeed config '" + path + "' is not valid JSON: " + e.what());
   }
-  return parse_deepspeed_config(j, path, model);
+  DeepSpeedConfig c = parse_deepspeed_config(j, path, model);
+  c.sha256 = sha256_hex(bytes.str());
+  return c;
 }
 
 }  // namespace zt

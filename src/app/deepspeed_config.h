@@ -46,6 +46,9 @@ struct BatchSizeRule {
 // free). Throws naming the numbers on a contradiction or a world size that does not divide.
 void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro, int64_t& accum);
 
+// The mapping's key of the fp32 precision a file implies by enabling neither fp16 nor bf16.
+constexpr const char* kNoPrecisionBlock = "(neither fp16 nor bf16 enabled)";
+
 // One JSON key's value given to one zerotrain option.
 struct MappedOption {
   std::string key;     // dotted JSON path, "optimizer.params.lr"
@@ -55,6 +58,7 @@ struct MappedOption {
 
 struct DeepSpeedConfig {
   std::string source;
+  std::string sha256;  // of the file's bytes (load_deepspeed_config)
   // In file order; "auto" values already resolved or left out.
   std::vector<MappedOption> options;
   std::optional<int64_t> train_batch_size;

@@ -24,7 +24,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // The Python step. argv: tokenizer, text field ("" for text files), tokens file, metadata file,
-// inputs... It writes every document's ids as little-endian uint32 to the tokens file and
+// inputs... The tokenizer's stored truncation and padding are turned off (transformers does the
+// same before encoding a document). It writes every document's ids as little-endian uint32 to
+// the tokens file and
 // {"vocab_size", "bos_token_id", "eos_token_id", "name", "files"} to the metadata file. Errors
 // go to stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
@@ -51,6 +53,8 @@ try:
     tok = Tokenizer.from_file(tok_file)
 except Exception as e:
     sys.exit(f"{tok_file}: not a tokenizers file: {e}")
+tok.no_truncation()
+tok.no_padding()
 
 def special_id(key):
     for name in ("tokenizer_config.json", "special_tokens_map.json"):
@@ -65,10 +69,10 @@ def special_id(key):
 
 def documents(path):
     if not field:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", newline="") as f:
             yield f.read()
         return
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -82,12 +86,17 @@ def documents(path):
 
 with open(tokens_path, "wb") as out:
     for path in inputs:
-        for text in documents(path):
-            array("I", tok.encode(text).ids).tofile(out)
+        try:
+            for text in documents(path):
+                ids = array("I", tok.encode(text).ids)
+                if sys.byteorder == "big":
+                    ids.byteswap()
+                ids.tofile(out)
+        except UnicodeDecodeError as e:
+            sys.exit(f"{path}: not UTF-8 text: {e}")
 meta = {"vocab_size": tok.get_vocab_size(with_added_tokens=True),
         "bos_token_id": special_id("bos_token"), "eos_token_id": special_id("eos_token"),
-        "name": os.path.basename(os.path.normpath(tok_dir if os.path.isdir(tok_path)
-                                                  else tok_path)), "files": files}
+        "name": os.path.basename(os.path.abspath(tok_dir or ".")), "files": files}
 with open(meta_path, "w", encoding="utf-8") as f:
     json.dump(meta, f)
 )PY";
@@ -104,7 +113,10 @@ int run_process(const std::vector<std::string>& args) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     ZT_CHECK(errno == EINTR, "waiting for '" + args[0] + "' failed");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ZT_CHECK(WIFEXITED(status), "'" + args[0] + "' was killed by signal " +
+                                  std::to_string(WTERMSIG(status)) + " (" +
+                                  strsignal(WTERMSIG(status)) + ")");
+  return WEXITSTATUS(status);
 }
 
 // Removes the step's scratch directory on every exit path.

@@ -52,9 +52,10 @@ std::vector<std::string> copy_tokenizer_files(const std::string& from_dir,
     std::error_code ec;
     if (!fs::is_regular_file(from, ec)) continue;
     std::ifstream in(from, std::ios::binary);
+    ZT_CHECK(in.is_open(), "cannot open tokenizer file '" + from.string() + "'");
     std::ostringstream text;
     text << in.rdbuf();
-    ZT_CHECK(in.good() || in.eof(), "cannot read tokenizer file '" + from.string() + "'");
+    ZT_CHECK(!in.bad(), "cannot read tokenizer file '" + from.string() + "'");
     write_whole_file(fs::path(to_dir) / name, text.str());
     copied.push_back(name);
   }

@@ -2,18 +2,21 @@
 """Hugging Face tokenizers through prepare-data, train and export (CTest label "oracle").
 
 A byte-level BPE tokenizer is trained here with PyPI's `tokenizers` on inputs/data/sample.txt
-(with a BOS template and a tokenizer_config.json naming bos/eos), then:
+(with a BOS template, a tokenizer_config.json naming bos/eos, and a truncation to 16 tokens
+stored in tokenizer.json, which transformers does not apply unless asked). The reference is
+transformers' PreTrainedTokenizerFast on the same files, called as a training script calls it:
 1. `prepare-data --tokenizer DIR --text sample.txt`: the dataset's tokens equal
-   Tokenizer.encode(text).ids, its vocabulary the tokenizer's, its label "hf:DIR".
-2. `prepare-data --tokenizer DIR --jsonl docs.jsonl --text-field content`: the concatenation of
-   each document's encode(), in order.
+   tokenizer(text)["input_ids"] (whole, not truncated), its vocabulary the tokenizer's, its label
+   "hf:DIR".
+2. `prepare-data --tokenizer DIR/tokenizer.json --jsonl docs.jsonl --text-field content`: the
+   concatenation of each document's ids, in order.
 3. A transformers LlamaForCausalLM with the tokenizer's vocabulary, saved with the tokenizer
    files, goes through `import` (which copies them), `train` (2 steps, its OUT/final/ gets them
    and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
    documents as the dataset holds them and GenerationConfig has the tokenizer's bos/eos ids.
 4. Bad input: a JSON line without the field, and a model whose vocabulary is smaller than the
    tokenizer's, are refused naming the file, the line, the field or both vocabularies, and leave
-   no dataset or run behind.
+   no dataset or run.json behind.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -45,6 +48,7 @@ def train_tokenizer(text_file, out_dir):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    tok.enable_truncation(max_length=16)  # stored in tokenizer.json; must not apply here
     os.makedirs(out_dir)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
@@ -85,18 +89,21 @@ def main():
         text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
         tok = train_tokenizer(text_file, work("tok"))
         vocab = tok.get_vocab_size()
+        reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("tok"))
 
         # 1. Text: one document per file.
         run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file,
                   "--out", work("text.h5")] + python)
         tokens, data_vocab, label = dataset(work("text.h5"))
-        with open(text_file, encoding="utf-8") as f:
-            want = tok.encode(f.read()).ids
-        check(tokens.tolist() == want, f"text: {len(tokens)} tokens differ from encode()'s "
+        with open(text_file, encoding="utf-8", newline="") as f:
+            want = reference(f.read())["input_ids"]
+        check(len(want) > 16, "the reference truncated the text")
+        check(tokens.tolist() == want, f"text: {len(tokens)} tokens differ from transformers' "
               f"{len(want)} (first difference at "
               f"{next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b), None)})")
         check(data_vocab == vocab and label == "hf:tok", f"text: vocab {data_vocab}, {label}")
-        print(f"ok   text: {len(tokens)} tokens equal Tokenizer.encode(), vocab {vocab}")
+        print(f"ok   text: {len(tokens)} tokens equal transformers' ids (not truncated), "
+              f"vocab {vocab}")
 
         # 2. JSON lines, a named field.
         with open(work("docs.jsonl"), "w") as f:
@@ -106,9 +113,10 @@ def main():
                   work("docs.jsonl"), "--text-field", "content", "--out", work("docs.h5")]
                  + python)
         tokens, _, _ = dataset(work("docs.h5"))
-        want = [i for doc in DOCUMENTS for i in tok.encode(doc).ids]
+        want = [i for doc in DOCUMENTS for i in reference(doc)["input_ids"]]
         check(tokens.tolist() == want, f"jsonl: {tokens.tolist()} != {want}")
-        print(f"ok   jsonl: {len(DOCUMENTS)} documents, {len(tokens)} tokens as encode() gives")
+        print(f"ok   jsonl: {len(DOCUMENTS)} documents, {len(tokens)} tokens as transformers "
+              "gives them")
 
         # 3. import -> train -> export keeps the tokenizer; transformers loads it.
         config = transformers.LlamaConfig(
@@ -144,7 +152,7 @@ def main():
                 [work("bad.jsonl") + ":2", "'content'"], work("bad.h5"))
         refused([zt, "train", "--preset", "tiny", "--data", work("text.h5"), "--out",
                  work("small_vocab"), "--steps", "1", "--seq-len", "16"],
-                [work("text.h5"), str(vocab), "256"], work("small_vocab", "final"))
+                [work("text.h5"), str(vocab), "256"], work("small_vocab", "run.json"))
         print("ok   bad inputs refused, naming the file, the line, the field, the vocabularies")
 
     return exit_status(checks)

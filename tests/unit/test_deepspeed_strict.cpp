@@ -54,8 +54,8 @@ TEST(Sha256, FileDigestEqualsSha256sum) {
 TEST(DeepSpeedPrecision, FollowsDeepSpeedsDefaultOfFp32) {
   const DeepSpeedConfig none = parse(json::object());
   EXPECT_EQ(none.option("precision"), "fp32");
-  ASSERT_EQ(none.warnings.size(), 1u);
-  EXPECT_TRUE(contains(none.warnings[0], "fp32")) << none.warnings[0];
+  ASSERT_EQ(none.options.size(), 1u);
+  EXPECT_EQ(none.options[0].key, kNoPrecisionBlock);
   EXPECT_EQ(parse({{"bf16", {{"enabled", false}}}}).option("precision"), "fp32");
   EXPECT_EQ(parse({{"bf16", json::object()}}).option("precision"), "fp32");
   EXPECT_EQ(parse({{"fp16", {{"enabled", false}}}}).option("precision"), "fp32");
@@ -194,6 +194,39 @@ TEST(DeepSpeedStrictKeys, KeysThatWouldChangeTheTrainingAreRefused) {
   EXPECT_TRUE(contains(hpz.warnings[0], "zero_hpz_partition_size")) << hpz.warnings[0];
 }
 
+TEST(DeepSpeedStrictKeys, OptimizerParamsLeftOutTakeDeepSpeedsDefaults) {
+  const DeepSpeedConfig c = parse({{"optimizer", {{"type", "ADAMW"}}}});
+  EXPECT_EQ(c.option("lr"), "0.001");
+  EXPECT_EQ(c.option("beta1"), "0.9");
+  EXPECT_EQ(c.option("beta2"), "0.999");
+  EXPECT_EQ(c.option("eps"), "1e-08");
+  EXPECT_EQ(c.option("weight-decay"), "0");
+  // "auto" keeps zerotrain's option: nothing is mapped.
+  const DeepSpeedConfig automatic =
+      parse({{"optimizer", {{"type", "AdamW"}, {"params", {{"lr", "auto"}, {"betas", "auto"}}}}}});
+  EXPECT_FALSE(automatic.option("lr").has_value());
+  EXPECT_FALSE(automatic.option("beta2").has_value());
+  // L2 Adam without a weight_decay key is Adam without decay, DeepSpeed's default.
+  EXPECT_EQ(parse_error({{"optimizer", {{"type", "Adam"}, {"params", {{"adam_w_mode", false}}}}}}),
+            "");
+}
+
+TEST(DeepSpeedStrictKeys, EnabledTopLevelFeaturesThatChangeTheTrainingAreRefused) {
+  for (const json& config :
+       {json{{"amp", {{"enabled", true}}}}, json{{"elasticity", {{"enabled", true}}}},
+        json{{"progressive_layer_drop", {{"enabled", true}}}},
+        json{{"compression_training", {{"weight_quantization", json::object()}}}},
+        json{{"sparse_attention", {{"mode", "fixed"}}}}}) {
+    const std::string e = parse_error(config);
+    EXPECT_TRUE(contains(e, config.begin().key()) && contains(e, "not implemented")) << e;
+  }
+  const DeepSpeedConfig off = parse({{"amp", {{"enabled", false}}}, {"bf16", {{"enabled", true}}}});
+  ASSERT_EQ(off.warnings.size(), 1u);
+  EXPECT_TRUE(contains(off.warnings[0], "amp")) << off.warnings[0];
+  const std::string huge = parse_error({{"train_batch_size", json(uint64_t{1} << 63)}});
+  EXPECT_TRUE(contains(huge, "train_batch_size") && contains(huge, "too large")) << huge;
+}
+
 TEST(DeepSpeedRunRecord, RunJsonRecordsTheFileItsDigestTheMappingAndTheWarnings) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("zt_ds_record_" + std::to_string(getpid()));
@@ -224,8 +257,12 @@ TEST(DeepSpeedRunRecord, RunJsonRecordsTheFileItsDigestTheMappingAndTheWarnings)
                                                  {"value", "1e-06"},
                                                  {"applied", true}}));
   EXPECT_EQ(entry("optimizer.params.lr").at("applied"), false);  // --lr 0.001 wins
-  EXPECT_EQ(entry("bf16.enabled").at("value"), "fp32");
-  ASSERT_EQ(record.at("warnings").size(), 2u) << record.dump();
+  EXPECT_EQ(entry(kNoPrecisionBlock).at("value"), "fp32");
+  // Left out of the optimizer's params: DeepSpeed's (FusedAdam's) default, marked as such.
+  EXPECT_EQ(entry("optimizer.params.weight_decay (absent: DeepSpeed's default)").at("value"), "0");
+  EXPECT_EQ(run.at("config").at("weight_decay"), 0.0);
+  EXPECT_NEAR(run.at("config").at("beta2").get<double>(), 0.999, 1e-7);
+  ASSERT_EQ(record.at("warnings").size(), 1u) << record.dump();
   EXPECT_TRUE(contains(record.at("warnings").dump(), "wandb")) << record.dump();
   std::filesystem::remove_all(dir);
 }
