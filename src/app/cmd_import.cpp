@@ -3,9 +3,12 @@
 #include <chrono>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
+#include "io/fs_util.h"
 #include "io/hf_import.h"
 #include "io/tokenizer_files.h"
 #include "model/layout.h"
@@ -41,6 +44,16 @@ int cmd_import(int argc, char** argv) {
                       static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>());
   const std::vector<std::string> tokenizer =
       copy_tokenizer_files(vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>());
+  // Where the model came from and what was read past, for run.json of the runs that use it.
+  write_text_file(vm["out"].as<std::string>() + "/" + kImportRecordFile,
+                  nlohmann::json{{"hf_dir", vm["hf-dir"].as<std::string>()},
+                                 {"source_files", r.source_files},
+                                 {"ignored_config_keys", r.ignored_keys},
+                                 {"ignored_tensors", r.ignored_tensors},
+                                 {"rounded_tensors", r.rounded_tensors},
+                                 {"tokenizer_files", tokenizer}}
+                          .dump(2) +
+                      "\n");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "imported " << vm["hf-dir"].as<std::string>() << " -> "
@@ -61,8 +74,8 @@ int cmd_import(int argc, char** argv) {
     std::cout << "  config.json keys that do not change the model, ignored: "
               << list(r.ignored_keys) << "\n";
   if (!r.ignored_tensors.empty())
-    std::cout << "  stored buffers that are not weights, ignored: " << list(r.ignored_tensors)
-              << "\n";
+    std::cout << "  stored tensors that are not parameters of the model, ignored: "
+              << list(r.ignored_tensors) << "\n";
   return 0;
 }
 

@@ -31,6 +31,7 @@
 #include "engine/zero_engine.h"
 #include "io/data_loader.h"
 #include "io/fs_util.h"
+#include "io/hf_import.h"
 #include "io/model_dir.h"
 #include "io/run_directory.h"
 #include "io/token_dataset.h"
@@ -198,6 +199,10 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
     nlohmann::json record = run_json(info);
     // The DeepSpeed file: its path, SHA-256, what each key became and the warnings.
     if (!o.deepspeed.empty()) record["deepspeed"] = o.from_deepspeed.record;
+    // An imported model's provenance: its Hugging Face directory and what import read past.
+    const std::string import_record = o.model_dir + "/" + kImportRecordFile;
+    if (!o.model_dir.empty() && std::filesystem::exists(import_record))
+      record["model_import"] = read_json_file(import_record);
     write_text_file(o.out + "/run.json", record.dump(2) + "\n");
   });
 }

@@ -1,5 +1,6 @@
 #include "io/hf_import.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -26,6 +27,31 @@ bool is_ignored_buffer(const std::string& name) {
   const std::string suffix = "rotary_emb.inv_freq";
   return name.size() >= suffix.size() &&
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A tied checkpoint that stores lm_head.weight anyway: transformers ties it to the embedding on
+// load, and so does zerotrain; the stored copy is compared (as fp32 values, in bounded chunks)
+// only to say whether it was the same. Returns the note for the ignored-tensor list.
+std::string tied_head_note(const SafetensorsReader& head, const SafetensorsReader& embedding,
+                           const std::vector<int64_t>& shape) {
+  const SafetensorsEntry& stored = head.tensor("lm_head.weight");
+  ZT_CHECK(stored.shape == shape, "import: '" + head.path() +
+                                      "': tensor 'lm_head.weight' has shape " +
+                                      nlohmann::json(stored.shape).dump() +
+                                      ", the tied embedding " + nlohmann::json(shape).dump());
+  const int64_t numel = shape[0] * shape[1];
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<float> a(static_cast<size_t>(std::min(numel, kChunk))), b(a.size());
+  for (int64_t begin = 0; begin < numel; begin += kChunk) {
+    const int64_t n = std::min(kChunk, numel - begin);
+    head.read_range_f32("lm_head.weight", begin, n, a.data());
+    embedding.read_range_f32("model.embed_tokens.weight", begin, n, b.data());
+    for (int64_t i = 0; i < n; ++i)
+      if (round_to_bf16(a[static_cast<size_t>(i)]) != round_to_bf16(b[static_cast<size_t>(i)]))
+        return "lm_head.weight (tie_word_embeddings: differs from the embedding at element " +
+               std::to_string(begin + i) + "; transformers also uses the embedding)";
+  }
+  return "lm_head.weight (tie_word_embeddings: the same values as the embedding)";
 }
 
 }  // namespace
@@ -89,6 +115,12 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
   }
   for (const auto& [name, file] : weight_map) {
     if (expected.count(name)) continue;
+    if (name == "lm_head.weight" && result.config.tie_word_embeddings) {
+      const TensorInfo& embedding = layout.tensor(TensorRole::kEmbedding);
+      result.ignored_tensors.push_back(tied_head_note(
+          *readers.at(file), *readers.at(weight_map.at(embedding.name)), embedding.shape));
+      continue;
+    }
     ZT_CHECK(is_ignored_buffer(name), "import: '" + (fs::path(hf_dir) / file).string() +
                                           "' has tensor '" + name + "', which the model of " +
                                           config_path + " does not have");

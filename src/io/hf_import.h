@@ -16,11 +16,16 @@
 
 namespace zt {
 
+// The record `import` leaves in the model directory (JSON: the Hugging Face directory, the files
+// read, the config keys and stored tensors read past); train copies it into run.json.
+constexpr const char* kImportRecordFile = "import.json";
+
 struct HfImportResult {
   ModelConfig config;
-  std::vector<std::string> source_files;     // safetensors files read
-  std::vector<std::string> ignored_keys;     // config.json keys read past (hf_config_ignored_keys)
-  std::vector<std::string> ignored_tensors;  // stored buffers that are not weights (inv_freq)
+  std::vector<std::string> source_files;  // safetensors files read
+  std::vector<std::string> ignored_keys;  // config.json keys read past (hf_config_ignored_keys)
+  // Stored tensors that are not parameters: buffers (inv_freq), a tied model's lm_head copy.
+  std::vector<std::string> ignored_tensors;
   uint64_t bytes_written = 0;
   int64_t rounded_tensors = 0;  // F16/F32 tensors rounded to bf16
 };

@@ -133,6 +133,10 @@ def main():
                   "--log-every", "0"])
         for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
             check(os.path.isfile(work("run", "final", name)), f"train wrote no final/{name}")
+        with open(work("run", "run.json")) as f:
+            ignored = json.load(f).get("model_import", {}).get("ignored_config_keys", [])
+        check("transformers_version" in ignored and "use_cache" in ignored,
+              f"run.json lists {ignored} as the imported config's ignored keys")
         run_tool([zt, "export", work("run", "final"), "--out", work("export")])
         loaded = transformers.AutoTokenizer.from_pretrained(work("export"))
         got = [i for doc in DOCUMENTS for i in loaded(doc)["input_ids"]]
