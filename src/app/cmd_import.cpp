@@ -1,6 +1,7 @@
 // zerotrain import: a Hugging Face checkpoint directory as a zerotrain model directory
 // (io/hf_import.h). Prints what it read, rounded and ignored.
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -42,24 +43,34 @@ int cmd_import(int argc, char** argv) {
   const HfImportResult r =
       import_hf_model(vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>(),
                       static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>());
-  const std::vector<std::string> tokenizer =
-      copy_tokenizer_files(vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>());
-  // Where the model came from and what was read past, for run.json of the runs that use it.
-  write_text_file(vm["out"].as<std::string>() + "/" + kImportRecordFile,
-                  nlohmann::json{{"hf_dir", vm["hf-dir"].as<std::string>()},
-                                 {"source_files", r.source_files},
-                                 {"ignored_config_keys", r.ignored_keys},
-                                 {"ignored_tensors", r.ignored_tensors},
-                                 {"rounded_tensors", r.rounded_tensors},
-                                 {"tokenizer_files", tokenizer}}
-                          .dump(2) +
-                      "\n");
+  const std::string out = vm["out"].as<std::string>();
+  std::vector<std::string> tokenizer;
+  try {
+    tokenizer = copy_tokenizer_files(vm["hf-dir"].as<std::string>(), out);
+    // Where the model came from and what was read past, for run.json of the runs that use it.
+    write_text_file(
+        out + "/" + kImportRecordFile,
+        nlohmann::json{
+            {"hf_dir", std::filesystem::absolute(vm["hf-dir"].as<std::string>()).string()},
+            {"source_files", r.source_files},
+            {"ignored_config_keys", r.ignored_keys},
+            {"ignored_tensors", r.ignored_tensors},
+            {"rounded_tensors", r.rounded_tensors},
+            {"tokenizer_files", tokenizer}}
+                .dump(2) +
+            "\n");
+  } catch (const Error&) {
+    // A refused import leaves no output, the model it had already written included.
+    std::error_code ec;
+    std::filesystem::remove_all(out, ec);
+    throw;
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "imported " << vm["hf-dir"].as<std::string>() << " -> "
-            << vm["out"].as<std::string>() << ": " << ParamLayout(r.config).total_numel()
-            << " parameters from " << r.source_files.size() << " safetensors file(s), "
-            << r.bytes_written << " bytes of bf16 in " << seconds << " s\n";
+  std::cout << "imported " << vm["hf-dir"].as<std::string>() << " -> " << out << ": "
+            << ParamLayout(r.config).total_numel() << " parameters from " << r.source_files.size()
+            << " safetensors file(s), " << r.bytes_written << " bytes of bf16 in " << seconds
+            << " s\n";
   auto list = [](const std::vector<std::string>& names) {
     std::string out;
     for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;

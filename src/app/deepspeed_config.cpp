@@ -107,8 +107,8 @@ void parse_optimizer(const json& block, DeepSpeedConfig& c) {
   p.refuse_unless_default("bias_correction", true, "Adam without bias correction");
   p.refuse_unless_default("maximize", false, "gradient ascent");
   p.refuse_unless_default("fp32_optimizer_states", true, "low-precision Adam moments");
-  // A parameter left out takes FusedAdam's default (lr 1e-3, betas (0.9, 0.999), eps 1e-8, no
-  // decay), as in DeepSpeed; "auto" keeps zerotrain's option.
+  // A parameter left out takes the default of the class DeepSpeed builds (lr 1e-3, betas (0.9,
+  // 0.999), eps 1e-8, no decay), as in DeepSpeed; "auto" keeps zerotrain's option.
   auto number = [&](const char* key, const char* option, double deepspeed_default) {
     if (p.is_auto(key)) return std::optional<double>();
     const std::optional<double> v = p.number(key);
@@ -126,7 +126,12 @@ void parse_optimizer(const json& block, DeepSpeedConfig& c) {
     set_option(c, key, "beta2", shortest_decimal(betas ? (*betas)[1].get<double>() : 0.999));
   }
   number("eps", "eps", 1e-8);
-  const std::optional<double> decay = number("weight_decay", "weight-decay", 0.0);
+  // torch_adam builds torch.optim.AdamW (AdamW, or Adam in its default AdamW mode), whose
+  // default decay is 0.01; FusedAdam's and DeepSpeedCPUAdam's is 0.
+  const bool torch_adamw = p.boolean("torch_adam").value_or(false) &&
+                           (type == "adamw" || p.boolean("adam_w_mode").value_or(true));
+  const std::optional<double> decay =
+      number("weight_decay", "weight-decay", torch_adamw ? 0.01 : 0.0);
   // DeepSpeed's "Adam" with adam_w_mode false is L2-regularised Adam ("AdamW" ignores the flag);
   // zerotrain's decay is decoupled, which is the same only without decay.
   const bool l2_adam = type == "adam" && p.boolean("adam_w_mode") == false;
@@ -428,19 +433,28 @@ const std::vector<std::string> kUnimplementedTopLevel = {"amp",
                                                          "use_node_local_storage",
                                                          "wandb",
                                                          "weight_quantization"};
-// Of those, the blocks that change what is trained when enabled ({"enabled": true}; any
-// sparse_attention or compression_training block): refused rather than ignored.
+// Of those, the blocks that change what is trained when enabled ("enabled": true anywhere in
+// them, as compression_training's techniques have it under shared_parameters; any
+// sparse_attention block): refused rather than ignored. "auto" (the Trainer's Apex amp) is off.
 const std::vector<std::string> kResultChangingTopLevel = {"amp",
                                                           "compression_training",
                                                           "curriculum_learning",
                                                           "data_efficiency",
-                                                          "eigenvalue",
                                                           "elasticity",
                                                           "hybrid_engine",
                                                           "progressive_layer_drop",
                                                           "quantize_training",
                                                           "sparse_attention",
                                                           "torch_autocast"};
+
+// Whether `block` or any object inside it has "enabled": true.
+bool enabled_anywhere(const json& block) {
+  if (!block.is_object()) return false;
+  for (const auto& [key, value] : block.items())
+    if ((key == "enabled" && value.is_boolean() && value.get<bool>()) || enabled_anywhere(value))
+      return true;
+  return false;
+}
 
 }  // namespace
 
@@ -462,12 +476,13 @@ DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
   for (const std::string& key : kUnimplementedTopLevel) {
     if (!top.has(key)) continue;
     const json& block = *top.get(key);
-    const bool enabled = block.is_object() && block.value("enabled", false) == true;
+    const bool enabled = enabled_anywhere(block);
     const bool changes_training =
         std::find(kResultChangingTopLevel.begin(), kResultChangingTopLevel.end(), key) !=
         kResultChangingTopLevel.end();
-    const bool whole_block = key == "sparse_attention" || key == "compression_training";
-    ZT_CHECK(!(changes_training && (enabled || (whole_block && !block.empty()))),
+    // sparse_attention has no "enabled": its presence switches it on.
+    const bool present_enables = key == "sparse_attention" && block.is_object() && !block.empty();
+    ZT_CHECK(!(changes_training && (enabled || present_enables)),
              top.where(key) +
                  " is enabled: it changes the training and is not implemented in "
                  "zerotrain (remove the block or set \"enabled\": false)");

@@ -92,6 +92,12 @@ def main():
     torch.set_num_threads(1)
 
     def checks():
+        # The control: the undamaged checkpoint imports.
+        good = os.path.join(args.work_dir, "undamaged")
+        save(good)
+        check(import_model(args.zerotrain, good, good + "_imported").returncode == 0,
+              "the undamaged checkpoint was refused")
+        print("ok   undamaged: imported")
         for name, damage, named in CASES:
             hf_dir = os.path.join(args.work_dir, name)
             damage(*save(hf_dir))
@@ -111,8 +117,19 @@ def main():
             {"lm_head.weight": t["model.embed_tokens.weight"].clone()}))
         proc = import_model(args.zerotrain, hf_dir, os.path.join(args.work_dir, "tied_imported"))
         check(proc.returncode == 0, "a tied checkpoint storing lm_head.weight was refused")
-        check("lm_head.weight" in proc.stdout, "the ignored lm_head.weight is not reported")
-        print("ok   tied checkpoint with a stored lm_head.weight: imported, the copy reported")
+        check("lm_head.weight (tie_word_embeddings: the same values" in proc.stdout,
+              "the ignored, equal lm_head.weight is not reported as such")
+        # A stored head that differs: transformers ties the head to the embedding all the same.
+        rewrite_tensors(weights, lambda t: t.update(
+            {"lm_head.weight": t["model.embed_tokens.weight"] * 2}))
+        loaded = transformers.LlamaForCausalLM.from_pretrained(hf_dir)
+        check(torch.equal(loaded.lm_head.weight, loaded.model.embed_tokens.weight),
+              "transformers did not tie the head to the embedding")
+        proc = import_model(args.zerotrain, hf_dir, os.path.join(args.work_dir, "tied_differs"))
+        check(proc.returncode == 0 and "differs from the embedding at element 0" in proc.stdout,
+              "a tied checkpoint with a different stored head is not imported and reported")
+        print("ok   tied checkpoint with a stored lm_head.weight: imported as transformers loads "
+              "it, the copy reported equal or different")
 
     return exit_status(checks)
 

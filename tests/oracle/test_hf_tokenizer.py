@@ -15,8 +15,8 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
    and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
    documents as the dataset holds them and GenerationConfig has the tokenizer's bos/eos ids.
 4. Bad input: a JSON line without the field, and a model whose vocabulary is smaller than the
-   tokenizer's, are refused naming the file, the line, the field or both vocabularies, and leave
-   no dataset or run.json behind.
+   tokenizer's, are refused naming the file, the line, the field or both vocabularies; the
+   refused dataset is not left behind, and a refused `train --overwrite` keeps the previous run.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -154,9 +154,13 @@ def main():
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("bad.jsonl"),
                  "--text-field", "content", "--out", work("bad.h5")] + python,
                 [work("bad.jsonl") + ":2", "'content'"], work("bad.h5"))
+        # Over the run of step 3 with --overwrite: refused before the old run is cleared.
         refused([zt, "train", "--preset", "tiny", "--data", work("text.h5"), "--out",
-                 work("small_vocab"), "--steps", "1", "--seq-len", "16"],
-                [work("text.h5"), str(vocab), "256"], work("small_vocab", "run.json"))
+                 work("run"), "--overwrite", "--steps", "1", "--seq-len", "16"],
+                [work("text.h5"), str(vocab), "256"], work("no_such_output"))
+        check(os.path.isfile(work("run", "run.json")) and
+              os.path.isfile(work("run", "final", "tokenizer.json")),
+              "a refused --overwrite run removed the previous run")
         print("ok   bad inputs refused, naming the file, the line, the field, the vocabularies")
 
     return exit_status(checks)

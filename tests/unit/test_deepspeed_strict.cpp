@@ -206,6 +206,10 @@ TEST(DeepSpeedStrictKeys, OptimizerParamsLeftOutTakeDeepSpeedsDefaults) {
       parse({{"optimizer", {{"type", "AdamW"}, {"params", {{"lr", "auto"}, {"betas", "auto"}}}}}});
   EXPECT_FALSE(automatic.option("lr").has_value());
   EXPECT_FALSE(automatic.option("beta2").has_value());
+  // torch_adam builds torch.optim.AdamW, whose default decay is 0.01.
+  EXPECT_EQ(parse({{"optimizer", {{"type", "AdamW"}, {"params", {{"torch_adam", true}}}}}})
+                .option("weight-decay"),
+            "0.01");
   // L2 Adam without a weight_decay key is Adam without decay, DeepSpeed's default.
   EXPECT_EQ(parse_error({{"optimizer", {{"type", "Adam"}, {"params", {{"adam_w_mode", false}}}}}}),
             "");
@@ -215,13 +219,21 @@ TEST(DeepSpeedStrictKeys, EnabledTopLevelFeaturesThatChangeTheTrainingAreRefused
   for (const json& config :
        {json{{"amp", {{"enabled", true}}}}, json{{"elasticity", {{"enabled", true}}}},
         json{{"progressive_layer_drop", {{"enabled", true}}}},
-        json{{"compression_training", {{"weight_quantization", json::object()}}}},
+        json{{"compression_training",
+              {{"weight_quantization", {{"shared_parameters", {{"enabled", true}}}}}}}},
         json{{"sparse_attention", {{"mode", "fixed"}}}}}) {
     const std::string e = parse_error(config);
     EXPECT_TRUE(contains(e, config.begin().key()) && contains(e, "not implemented")) << e;
   }
-  const DeepSpeedConfig off = parse({{"amp", {{"enabled", false}}}, {"bf16", {{"enabled", true}}}});
-  ASSERT_EQ(off.warnings.size(), 1u);
+  // Off, "auto" (the HF Trainer's Apex amp, which zerotrain lacks: off) or all techniques
+  // disabled: a warning each.
+  const DeepSpeedConfig off =
+      parse({{"amp", {{"enabled", "auto"}, {"opt_level", "auto"}}},
+             {"elasticity", {{"enabled", false}}},
+             {"compression_training",
+              {{"weight_quantization", {{"shared_parameters", {{"enabled", false}}}}}}},
+             {"bf16", {{"enabled", true}}}});
+  ASSERT_EQ(off.warnings.size(), 3u);
   EXPECT_TRUE(contains(off.warnings[0], "amp")) << off.warnings[0];
   const std::string huge = parse_error({{"train_batch_size", json(uint64_t{1} << 63)}});
   EXPECT_TRUE(contains(huge, "train_batch_size") && contains(huge, "too large")) << huge;
