@@ -119,6 +119,7 @@ struct TrainInputs {
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<WindowSampler> sampler;
   std::string data_identity;  // TokenDataset::identity()
+  TokenizerFiles tokenizer;   // the data's Hugging Face tokenizer, read once; empty for others
   std::string resume_dir;     // "" when the run starts fresh
 };
 
@@ -135,12 +136,12 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   in.activation_storage = parse_activation_storage(o.activations, o.precision, kCommand);
   in.data = std::make_unique<TokenDataset>(o.data);
+  in.tokenizer = in.data->tokenizer_files();
   // A Hugging Face tokenizer's ids must all be rows of the model's embedding.
-  ZT_CHECK(
-      in.data->tokenizer().rfind("hf:", 0) != 0 || in.data->vocab_size() <= in.config.vocab_size,
-      "--data '" + o.data + "' was tokenized by " + in.data->tokenizer() + " with " +
-          std::to_string(in.data->vocab_size()) + " tokens, more than the model's vocab_size " +
-          std::to_string(in.config.vocab_size));
+  ZT_CHECK(in.tokenizer.empty() || in.data->vocab_size() <= in.config.vocab_size,
+           "--data '" + o.data + "' was tokenized by " + in.data->tokenizer() + " with " +
+               std::to_string(in.data->vocab_size()) +
+               " tokens, more than the model's vocab_size " + std::to_string(in.config.vocab_size));
   in.sampler =
       std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len, o.micro_batch,
                                       o.grad_accum, world, rank, static_cast<uint64_t>(o.seed));
@@ -210,27 +211,27 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
 // A bf16 model directory with the tokenizer the data was made with beside it, for export
 // (io/tokenizer_files.h). Collective.
 void write_model_with_tokenizer(ZeroEngine& engine, const std::string& dir, MpiCommunicator& comm,
-                                const TokenDataset& data) {
+                                const TokenizerFiles& tokenizer) {
   write_consolidated_model(engine, dir, comm, {.overwrite = true});
   run_collectively(comm, [&] {
-    if (comm.rank() == 0) write_tokenizer_files(data.tokenizer_files(), dir);
+    if (comm.rank() == 0) write_tokenizer_files(tokenizer, dir);
   });
 }
 
 // Whether `dir` holds a whole model, and its tokenizer when the data was made with one.
-bool have_model_with_tokenizer(const std::string& dir, const TokenDataset& data) {
-  const bool hf_tokenizer = data.tokenizer().rfind("hf:", 0) == 0;
+bool have_model_with_tokenizer(const std::string& dir, const TokenizerFiles& tokenizer) {
   return std::filesystem::exists(dir + "/" + kModelIndexFile) &&
-         (!hf_tokenizer || std::filesystem::exists(dir + "/tokenizer.json"));
+         (tokenizer.empty() || std::filesystem::exists(dir + "/tokenizer.json"));
 }
 
 // After the last step: the optional evaluation, OUT/final/ and the report files. Collective.
-void finish_run(ZeroEngine& engine, const TokenDataset& data, const TrainOptions& o,
+void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o,
                 MpiCommunicator& comm, RunRecorder& recorder, double total_time_s) {
+  const TokenDataset& data = *in.data;
   const int world = comm.world_size();
   nlohmann::json eval;
   if (o.eval_batches > 0) eval = evaluate_after_training(engine, data, o, comm.rank(), world);
-  write_model_with_tokenizer(engine, o.out + "/final", comm, data);
+  write_model_with_tokenizer(engine, o.out + "/final", comm, in.tokenizer);
   nlohmann::json extra = {
       {"world_size", world},
       {"zero_stage", o.zero.stage},
@@ -292,8 +293,8 @@ int run_training(TrainOptions o) {
       // Training is complete; a run that saved its last checkpoint but could not write final/
       // (a full disk, a kill) gets it now.
       const std::string final_dir = o.out + "/final";
-      const bool have_final = have_model_with_tokenizer(final_dir, *in.data);
-      if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, *in.data);
+      const bool have_final = have_model_with_tokenizer(final_dir, in.tokenizer);
+      if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer);
       if (is_root)
         std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
                   << (have_final ? ": nothing to train\n"
@@ -321,7 +322,7 @@ int run_training(TrainOptions o) {
     const bool stop =
         checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
     if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
-      write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, *in.data);
+      write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, in.tokenizer);
     progress.update(recorder.end_step(), recorder.loop_seconds());
     if (stop) {
       recorder.write_trace();
@@ -331,7 +332,7 @@ int run_training(TrainOptions o) {
   }
   progress.finish();
 
-  finish_run(engine, *in.data, o, comm, recorder, seconds_since(t_start));
+  finish_run(engine, in, o, comm, recorder, seconds_since(t_start));
   return 0;
 }
 

@@ -19,10 +19,13 @@ namespace {
 void write_whole_file(const fs::path& path, const std::string& text) {
   const std::string tmp = temp_sibling(path.string());
   write_text_file(tmp, text);
-  std::error_code renamed, removed;
-  fs::rename(tmp, path, renamed);
-  if (renamed) fs::remove(tmp, removed);
-  ZT_CHECK(!renamed, "cannot move '" + tmp + "' to '" + path.string() + "': " + renamed.message());
+  try {
+    move_into_place(tmp, path.string(), /*overwrite=*/true);
+  } catch (const Error&) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
 }
 
 }  // namespace

@@ -28,15 +28,11 @@ import types
 
 import torch
 
-from oracle_harness import argument_parser
+from oracle_harness import SetupError, argument_parser
 
 STEPS = 40
 REL_TOLERANCE = 2e-7  # a float32's rounding
 ABS_TOLERANCE = 1e-12
-
-
-class SetupError(Exception):
-    pass
 
 
 def load_deepspeed_lr_schedules(sdist, work_dir):
