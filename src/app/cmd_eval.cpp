@@ -23,6 +23,7 @@
 #include "io/token_dataset.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
+#include "util/ignored_target.h"
 
 namespace zt {
 namespace {
@@ -105,28 +106,36 @@ int run_eval(const EvalOptions& o) {
   engine.load_from(reader);
 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
-  std::vector<double> batch_sums(static_cast<size_t>(K), 0.0);  // zeros add exactly
+  // Per batch: its loss sum, then its counted targets (zeros add exactly; counts are exact).
+  std::vector<double> batch_sums(static_cast<size_t>(2 * K), 0.0);
   auto check_vocab = [&](const std::vector<int32_t>& tokens) {
     for (int32_t t : tokens)
-      ZT_CHECK(t >= 0 && t < config.vocab_size,
+      ZT_CHECK((t >= 0 && t < config.vocab_size) || t == kIgnoredTarget,
                "token " + std::to_string(t) + " in '" + o.data + "' is outside the vocabulary (" +
                    std::to_string(config.vocab_size) + ") of model '" + o.model_dir + "'");
   };
   run_collectively(world, [&] {
     for (int64_t k = world.rank(); k < K; k += world.world_size()) {
-      read_eval_windows(data, k * B, B, T, inputs.data(), targets.data());
+      batch_sums[static_cast<size_t>(K + k)] =
+          static_cast<double>(read_eval_windows(data, k * B, B, T, inputs.data(), targets.data()));
       check_vocab(inputs);
       check_vocab(targets);
       batch_sums[static_cast<size_t>(k)] = engine.eval_loss_sum(inputs.data(), targets.data());
     }
   });
   world.all_reduce_sum_blocking(batch_sums.data(), batch_sums.size());
-  double loss_sum = 0;
-  for (double s : batch_sums) loss_sum += s;
-  const int64_t tokens = K * B * T;
+  double loss_sum = 0, counted = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    loss_sum += batch_sums[static_cast<size_t>(k)];
+    counted += batch_sums[static_cast<size_t>(K + k)];
+  }
+  const int64_t tokens = K * B * T, loss_tokens = static_cast<int64_t>(counted);
+  check_eval_targets_counted(data, K * B, loss_tokens);
   if (world.rank() == 0) {
-    const nlohmann::json result = {
-        {"loss", loss_sum / static_cast<double>(tokens)}, {"tokens", tokens}, {"batches", K}};
+    const nlohmann::json result = {{"loss", loss_sum / counted},
+                                   {"tokens", tokens},
+                                   {"loss_tokens", loss_tokens},
+                                   {"batches", K}};
     std::cout << result.dump() << std::endl;
   }
   return 0;

@@ -102,14 +102,17 @@ void info_tokens(const std::string& path, bool json) {
   const TokenDataset data(path);
   int32_t lo = 0, hi = 0;
   data.min_max(&lo, &hi);
-  const nlohmann::json j = {{"kind", "tokens"},
-                            {"path", path},
-                            {"tokens", data.size()},
-                            {"vocab_size", data.vocab_size()},
-                            {"tokenizer", data.tokenizer()},
-                            {"dtype", dtype_name(data.dtype())},
-                            {"min_token", lo},
-                            {"max_token", hi}};
+  nlohmann::json j = {{"kind", "tokens"},
+                      {"path", path},
+                      {"tokens", data.size()},
+                      {"vocab_size", data.vocab_size()},
+                      {"tokenizer", data.tokenizer()},
+                      {"dtype", dtype_name(data.dtype())},
+                      {"min_token", lo},
+                      {"max_token", hi}};
+  // SFT data: how many tokens the loss counts (the whole mask is read and checked).
+  const int64_t counted = data.has_loss_mask() ? data.counted_tokens() : -1;
+  if (counted >= 0) j["loss_mask_counted_tokens"] = counted;
   if (json) {
     std::cout << j.dump(2) << "\n";
     return;
@@ -120,6 +123,9 @@ void info_tokens(const std::string& path, bool json) {
             << "tokenizer: " << data.tokenizer() << "\n"
             << "dtype: " << dtype_name(data.dtype()) << "\n"
             << "min_token: " << lo << "\nmax_token: " << hi << "\n";
+  if (counted >= 0)
+    std::cout << "loss_mask: " << with_commas(static_cast<uint64_t>(counted))
+              << " tokens counted in the loss\n";
   if (hi >= data.vocab_size())
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";
 }

@@ -1,5 +1,6 @@
-// zerotrain prepare-data: builds an HDF5 token dataset from text files, llm.c .bin shards or
-// nanoGPT's headerless .bin files.
+// zerotrain prepare-data: builds an HDF5 token dataset from text files, llm.c .bin shards,
+// nanoGPT's headerless .bin files, or (with a Hugging Face tokenizer) text, JSON-lines documents
+// and SFT examples with a loss mask.
 #include <cstdlib>
 #include <iostream>
 
@@ -18,8 +19,9 @@ int cmd_prepare_data(int argc, char** argv) {
       ".bin shards (GPT-2 uint16 or Llama 3 uint32 tokens, told by their header), or nanoGPT's "
       "headerless uint16 .bin files, concatenated in order.",
       "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
-      "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME])) "
-      "--out FILE.h5 [--tokenizer-label NAME] [--overwrite]"};
+      "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
+      "| --sft-jsonl FILES... [--prompt-field NAME] [--response-field NAME])) --out FILE.h5 "
+      "[--tokenizer-label NAME] [--overwrite]"};
   const char* python_env = std::getenv("ZT_PYTHON");
   po::options_description options("prepare-data options");
   options.add_options()("text", po::value<std::vector<std::string>>()->multitoken(),
@@ -34,6 +36,13 @@ int cmd_prepare_data(int argc, char** argv) {
       "JSON-lines files, one document per line (with --tokenizer)")(
       "text-field", po::value<std::string>()->default_value("text"),
       "the field of each JSON line that holds its text")(
+      "sft-jsonl", po::value<std::vector<std::string>>()->multitoken(),
+      "JSON-lines files of SFT examples, a prompt and a response per line (with --tokenizer): "
+      "the dataset gets a loss mask so that only the responses are learned")(
+      "prompt-field", po::value<std::string>()->default_value("prompt"),
+      "the field of each --sft-jsonl line that holds the prompt")(
+      "response-field", po::value<std::string>()->default_value("response"),
+      "the field of each --sft-jsonl line that holds the response")(
       "python", po::value<std::string>()->default_value(python_env ? python_env : "python3"),
       "Python with the tokenizers library (default: $ZT_PYTHON, else python3)")(
       "out", po::value<std::string>(), "output token dataset (.h5)")(
@@ -44,20 +53,29 @@ int cmd_prepare_data(int argc, char** argv) {
       "nanoGPT files)")("overwrite", po::bool_switch(), "replace an existing output file");
   po::variables_map vm;
   if (!parse_command_line(spec, options, nullptr, argc, argv, vm)) return 0;
-  ZT_CHECK(vm.count("text") + vm.count("bin") + vm.count("nanogpt-bin") + vm.count("jsonl") == 1,
-           "prepare-data: give exactly one of '--text', '--jsonl', '--bin' and '--nanogpt-bin'");
+  ZT_CHECK(vm.count("text") + vm.count("bin") + vm.count("nanogpt-bin") + vm.count("jsonl") +
+                   vm.count("sft-jsonl") ==
+               1,
+           "prepare-data: give exactly one of '--text', '--jsonl', '--sft-jsonl', '--bin' and "
+           "'--nanogpt-bin'");
+  const bool sft = vm.count("sft-jsonl") > 0;
+  ZT_CHECK(sft || (vm["prompt-field"].defaulted() && vm["response-field"].defaulted()),
+           "prepare-data: --prompt-field and --response-field apply to --sft-jsonl files");
   require_option(vm, "out", spec.name);
   const std::string out = vm["out"].as<std::string>();
   const auto report = [&](int64_t tokens, size_t files) {
     const TokenDataset written(out);
     std::cout << "wrote " << out << ": " << tokens << " tokens from " << files
               << " file(s), tokenizer " << written.tokenizer() << ", vocabulary "
-              << written.vocab_size() << "\n";
+              << written.vocab_size();
+    if (written.has_loss_mask())
+      std::cout << ", loss mask: " << written.counted_tokens() << " tokens counted";
+    std::cout << "\n";
     return 0;
   };
   if (vm.count("tokenizer")) {
-    ZT_CHECK(vm.count("text") || vm.count("jsonl"),
-             "prepare-data: --tokenizer tokenizes '--text' or '--jsonl' files");
+    ZT_CHECK(vm.count("text") || vm.count("jsonl") || sft,
+             "prepare-data: --tokenizer tokenizes '--text', '--jsonl' or '--sft-jsonl' files");
     ZT_CHECK(vm["vocab-size"].defaulted() && vm["tokenizer-label"].defaulted(),
              "prepare-data: with --tokenizer the vocabulary and the label are the tokenizer's");
     const bool jsonl = vm.count("jsonl") > 0;
@@ -65,14 +83,28 @@ int cmd_prepare_data(int argc, char** argv) {
              "prepare-data: --text-field applies to --jsonl files (a --text file is one document)");
     ZT_CHECK(!jsonl || !vm["text-field"].as<std::string>().empty(),
              "prepare-data: --text-field must name the JSON field that holds each document");
-    const auto inputs = vm[jsonl ? "jsonl" : "text"].as<std::vector<std::string>>();
-    return report(
-        prepare_hf_token_dataset({vm["tokenizer"].as<std::string>(), inputs,
-                                  jsonl ? vm["text-field"].as<std::string>() : "",
-                                  vm["python"].as<std::string>(), out, vm["overwrite"].as<bool>()}),
-        inputs.size());
+    HfTokenizeRequest request;
+    request.tokenizer = vm["tokenizer"].as<std::string>();
+    request.inputs = vm[sft     ? "sft-jsonl"
+                        : jsonl ? "jsonl"
+                                : "text"]
+                         .as<std::vector<std::string>>();
+    if (jsonl) request.text_field = vm["text-field"].as<std::string>();
+    if (sft) {
+      request.sft =
+          SftFields{vm["prompt-field"].as<std::string>(), vm["response-field"].as<std::string>()};
+      ZT_CHECK(!request.sft->prompt.empty() && !request.sft->response.empty() &&
+                   request.sft->prompt != request.sft->response,
+               "prepare-data: --prompt-field and --response-field must name two different JSON "
+               "fields");
+    }
+    request.python = vm["python"].as<std::string>();
+    request.out = out;
+    request.overwrite = vm["overwrite"].as<bool>();
+    return report(prepare_hf_token_dataset(request), request.inputs.size());
   }
-  ZT_CHECK(!vm.count("jsonl"), "prepare-data: --jsonl needs --tokenizer PATH");
+  ZT_CHECK(!vm.count("jsonl") && !sft,
+           "prepare-data: --jsonl and --sft-jsonl need --tokenizer PATH");
   const bool text = vm.count("text") > 0;
   ZT_CHECK(!text || (vm["vocab-size"].defaulted() && vm["tokenizer-label"].defaulted()),
            "prepare-data: '--vocab-size' and '--tokenizer-label' do not apply to '--text' (256 "

@@ -95,14 +95,19 @@ nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& d
   const int64_t B = o.micro_batch, T = o.seq_len;
   check_eval_windows(data, o.eval_batches * world * B, T);
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
-  double loss_sum = 0;
+  double loss_sum = 0, counted = 0;  // counted targets: exact in a double below 2^53
   for (int64_t k = 0; k < o.eval_batches; ++k) {
-    read_eval_windows(data, (k * world + rank) * B, B, T, inputs.data(), targets.data());
+    counted += static_cast<double>(
+        read_eval_windows(data, (k * world + rank) * B, B, T, inputs.data(), targets.data()));
     loss_sum += engine.eval_loss_sum(inputs.data(), targets.data());
   }
+  engine.communicator().all_reduce_sum_blocking(&counted, 1);
   const int64_t tokens = o.eval_batches * world * B * T;
-  return {{"loss", loss_sum / static_cast<double>(tokens)},
+  const auto loss_tokens = static_cast<int64_t>(counted);
+  check_eval_targets_counted(data, o.eval_batches * world * B, loss_tokens);
+  return {{"loss", loss_sum / counted},
           {"tokens", tokens},
+          {"loss_tokens", loss_tokens},
           {"batches", o.eval_batches},
           {"micro_batch", world * B}};
 }
@@ -316,7 +321,8 @@ int run_training(TrainOptions o) {
     sampler.next_step();
     recorder.data_ready();
     const float lr = learning_rate_at(o.optim, step, o.steps);
-    const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step);
+    const StepStats stats =
+        engine.train_step(sampler.inputs(), sampler.targets(), lr, step, sampler.counted_targets());
     const StepRecord& r = recorder.trained(lr, stats);
     // Stop agreement + checkpoint save, timed into this step's record before it is written.
     const bool stop =

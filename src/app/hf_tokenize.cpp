@@ -23,12 +23,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The Python step. argv: tokenizer, text field ("" for text files), tokens file, metadata file,
-// inputs... The tokenizer's stored truncation and padding are turned off (transformers does the
-// same before encoding a document). It writes every document's ids as little-endian uint32 to
-// the tokens file and
-// {"vocab_size", "bos_token_id", "eos_token_id", "name", "files"} to the metadata file. Errors
-// go to stderr as one line naming the file (and line, and key) and exit 1.
+// The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
+// or {"prompt", "response"} field names), tokens file, loss-mask file, metadata file, inputs...
+// The tokenizer's stored truncation and padding are turned off (transformers does the same
+// before encoding a document). It writes every document's ids as little-endian uint32 to the
+// tokens file (SFT: one byte per token to the loss-mask file, 1 for the response) and
+// {"vocab_size", "bos_token_id", "eos_token_id", "name", "files", "examples"} to the metadata
+// file. Errors go to stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
 import json, os, sys
 from array import array
@@ -37,7 +38,9 @@ try:
 except ImportError as e:
     sys.exit(f"the Python step cannot import the tokenizers library ({e}); install it with "
              "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
-tok_path, field, tokens_path, meta_path, *inputs = sys.argv[1:]
+tok_path, options, tokens_path, mask_path, meta_path, *inputs = sys.argv[1:]
+options = json.loads(options)
+field, sft = options["text_field"], options["sft"]
 names = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
 tok_dir = tok_path if os.path.isdir(tok_path) else os.path.dirname(tok_path)
 tok_file = os.path.join(tok_path, "tokenizer.json") if os.path.isdir(tok_path) else tok_path
@@ -67,11 +70,9 @@ def special_id(key):
             return tok.token_to_id(value)
     return -1
 
-def documents(path):
-    if not field:
-        with open(path, encoding="utf-8", newline="") as f:
-            yield f.read()
-        return
+eos = special_id("eos_token")
+
+def records(path, keys):
     with open(path, encoding="utf-8", newline="") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -80,23 +81,49 @@ def documents(path):
                 record = json.loads(line)
             except ValueError as e:
                 sys.exit(f"{path}:{number}: not a JSON line: {e}")
-            if not isinstance(record, dict) or not isinstance(record.get(field), str):
-                sys.exit(f"{path}:{number}: no string field '{field}'")
-            yield record[field]
+            for key in keys:
+                if not isinstance(record, dict) or not isinstance(record.get(key), str):
+                    sys.exit(f"{path}:{number}: no string field '{key}'")
+            yield number, record
 
-with open(tokens_path, "wb") as out:
+def documents(path):
+    """(ids, loss mask or None) of each document: a text file is one, a JSON line one each."""
+    if sft:
+        for number, record in records(path, (sft["prompt"], sft["response"])):
+            # The prompt as a document of its own (the post-processor's BOS, ...), the response
+            # without special tokens, then EOS: the loss counts the response and its EOS.
+            prompt = tok.encode(record[sft["prompt"]]).ids
+            response = tok.encode(record[sft["response"]], add_special_tokens=False).ids
+            if eos >= 0 and (not response or response[-1] != eos):
+                response.append(eos)
+            if not response:
+                sys.exit(f"{path}:{number}: field '{sft['response']}' encodes to no token")
+            yield prompt + response, [0] * len(prompt) + [1] * len(response)
+    elif not field:
+        with open(path, encoding="utf-8", newline="") as f:
+            yield tok.encode(f.read()).ids, None
+    else:
+        for _, record in records(path, (field,)):
+            yield tok.encode(record[field]).ids, None
+
+examples = 0
+with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out:
     for path in inputs:
         try:
-            for text in documents(path):
-                ids = array("I", tok.encode(text).ids)
+            for ids, mask in documents(path):
+                ids = array("I", ids)
                 if sys.byteorder == "big":
                     ids.byteswap()
                 ids.tofile(out)
+                if mask is not None:
+                    mask_out.write(bytes(mask))
+                examples += 1
         except UnicodeDecodeError as e:
             sys.exit(f"{path}: not UTF-8 text: {e}")
 meta = {"vocab_size": tok.get_vocab_size(with_added_tokens=True),
-        "bos_token_id": special_id("bos_token"), "eos_token_id": special_id("eos_token"),
-        "name": os.path.basename(os.path.abspath(tok_dir or ".")), "files": files}
+        "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
+        "name": os.path.basename(os.path.abspath(tok_dir or ".")), "files": files,
+        "examples": examples}
 with open(meta_path, "w", encoding="utf-8") as f:
     json.dump(meta, f)
 )PY";
@@ -139,9 +166,12 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   const ScratchDir scratch{temp_sibling(request.out) + ".tokenize"};
   fs::create_directories(scratch.path);
   const std::string tokens_path = scratch.path + "/tokens.u32", meta_path = scratch.path + "/meta";
-  std::vector<std::string> args = {
-      request.python,     "-c",        kTokenizeScript, request.tokenizer,
-      request.text_field, tokens_path, meta_path};
+  const std::string mask_path = scratch.path + "/loss_mask.u8";
+  nlohmann::json options = {{"text_field", request.text_field}, {"sft", nullptr}};
+  if (request.sft)
+    options["sft"] = {{"prompt", request.sft->prompt}, {"response", request.sft->response}};
+  std::vector<std::string> args = {request.python, "-c",        kTokenizeScript, request.tokenizer,
+                                   options.dump(), tokens_path, mask_path,       meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
   const int status = run_process(args);
   ZT_CHECK(status == 0, "the tokenizer step failed (" + request.python + " exited with " +
@@ -155,15 +185,23 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   TokenDatasetWriter writer(request.out, meta.at("vocab_size").get<int64_t>(),
                             "hf:" + meta.at("name").get<std::string>(), request.overwrite);
   writer.set_tokenizer_files(std::move(tokenizer));
-  std::ifstream in(tokens_path, std::ios::binary);
+  std::ifstream in(tokens_path, std::ios::binary), mask_in(mask_path, std::ios::binary);
   std::vector<uint32_t> chunk(1 << 20);
+  std::vector<uint8_t> mask(request.sft ? chunk.size() : 0);
   while (in) {
     in.read(reinterpret_cast<char*>(chunk.data()),
             static_cast<std::streamsize>(chunk.size() * sizeof(uint32_t)));
     const auto n = static_cast<int64_t>(in.gcount() / sizeof(uint32_t));
-    writer.append(chunk.data(), n, "tokenizer '" + request.tokenizer + "'");
+    if (request.sft) {
+      mask_in.read(reinterpret_cast<char*>(mask.data()), static_cast<std::streamsize>(n));
+      ZT_CHECK(mask_in.gcount() == n,
+               "the tokenizer step wrote fewer loss-mask values than tokens");
+    }
+    writer.append(chunk.data(), n, "tokenizer '" + request.tokenizer + "'",
+                  request.sft ? mask.data() : nullptr);
   }
-  ZT_CHECK(writer.size() > 0, "the inputs hold no text to tokenize");
+  ZT_CHECK(writer.size() > 0,
+           request.sft ? "the inputs hold no SFT example" : "the inputs hold no text to tokenize");
   writer.finish();
   return writer.size();
 }

@@ -7,15 +7,25 @@
 // (io/tokenizer_files.h).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace zt {
 
+// SFT examples (--sft-jsonl): each JSON line's prompt and response. The prompt is encoded as a
+// document of its own (with the tokenizer's special tokens: a Llama tokenizer's BOS), the response
+// without special tokens and followed by the tokenizer's EOS; the dataset's /loss_mask is 0 over
+// the prompt and 1 over the response and its EOS, so only the response is learned.
+struct SftFields {
+  std::string prompt = "prompt", response = "response";
+};
+
 struct HfTokenizeRequest {
   std::string tokenizer;            // tokenizer.json or a directory holding it
   std::vector<std::string> inputs;  // text files (one document each) or JSON-lines files
   std::string text_field;           // JSON lines: the field holding each document; "" for text
+  std::optional<SftFields> sft;     // JSON lines of SFT examples (text_field unused)
   std::string python;               // interpreter with `tokenizers`
   std::string out;
   bool overwrite = false;

@@ -101,7 +101,8 @@ class Backend {
   // ---- fused softmax + cross-entropy over logits[M,V] ----
   // losses[m] = logsumexp(logits[m]) − logits[m, targets[m]] (natural log).
   // If dlogits is not null: dlogits[m] = (softmax(logits[m]) − onehot(targets[m])) · grad_scale.
-  // dlogits may alias logits (computed in place, same storage type).
+  // dlogits may alias logits (computed in place, same storage type). A target kIgnoredTarget
+  // (util/ignored_target.h) gives losses[m] = 0 and a zero dlogits row.
   virtual void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                              const int32_t* targets, int64_t M, int64_t V, float grad_scale) = 0;
 

@@ -23,10 +23,11 @@ struct GroupPartition {
 };
 
 struct StepStats {
-  double loss = 0.0;        // mean next-token loss over the global batch
-  double grad_norm = 0.0;   // global gradient norm before clipping
-  double clip_scale = 1.0;  // factor applied to the gradients
-  int64_t tokens = 0;       // tokens in the global batch
+  double loss = 0.0;         // mean next-token loss over the global batch
+  double grad_norm = 0.0;    // global gradient norm before clipping
+  double clip_scale = 1.0;   // factor applied to the gradients
+  int64_t tokens = 0;        // tokens in the global batch
+  int64_t loss_targets = 0;  // the targets its loss averages over (fewer with a loss mask)
   double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
   // Offload traffic of this step (bytes): device↔host copies, NVMe reads/writes.
   uint64_t offload_d2h_bytes = 0, offload_h2d_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;

@@ -314,8 +314,8 @@ void ZeroEngine::Impl::gather_updated_params() {
 }
 
 StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
-                                 const std::vector<const int32_t*>& targets, float lr,
-                                 int64_t step) {
+                                 const std::vector<const int32_t*>& targets, float lr, int64_t step,
+                                 int64_t counted_targets) {
   ZT_CHECK(!inputs.empty() && inputs.size() == targets.size(), "train_step: bad micro-batches");
   Impl& I = *impl_;
   I.set_phase(step, "start");
@@ -331,7 +331,14 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   const int64_t accum = static_cast<int64_t>(inputs.size());
   StepStats stats;
   stats.tokens = model_.tokens_per_micro_batch() * accum * I.world;
-  const float grad_scale = 1.0f / static_cast<float>(stats.tokens);
+  ZT_CHECK(counted_targets <= stats.tokens, "train_step: " + std::to_string(counted_targets) +
+                                                " counted targets in a batch of " +
+                                                std::to_string(stats.tokens) + " tokens");
+  stats.loss_targets = counted_targets < 0 ? stats.tokens : counted_targets;
+  // A global batch whose targets are all masked out has loss 0 and no loss gradient (the
+  // optimizer still steps: weight decay and the moments' momentum move the weights).
+  const float grad_scale =
+      stats.loss_targets > 0 ? 1.0f / static_cast<float>(stats.loss_targets) : 0.0f;
   const size_t loss_elements = static_cast<size_t>(model_.tokens_per_micro_batch() * accum);
   if (I.step_losses.size() != loss_elements)
     I.step_losses = TrackedBuffer<float>(I.memory, MemCategory::kCommBuffers, loss_elements);
@@ -345,7 +352,7 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   I.comm.finish_device_waits();
   stats.loss = I.read_step_loss(accum);
   I.host.all_reduce_sum_blocking(&stats.loss, 1);
-  stats.loss /= static_cast<double>(stats.tokens);
+  if (stats.loss_targets > 0) stats.loss /= static_cast<double>(stats.loss_targets);
   // Every rank holds the same reduced loss and norm, so these stops are agreed (AgreedError).
   if (!std::isfinite(stats.loss))
     throw AgreedError("the loss is " + std::to_string(stats.loss) + " at step " +

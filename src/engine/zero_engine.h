@@ -47,8 +47,11 @@ class ZeroEngine {
 
   // One optimizer step over `accum` micro-batches of this rank. inputs[i]/targets[i] point at
   // B·T tokens each. lr is the scheduled learning rate of this step (1-based `step`).
+  // counted_targets: the targets of the whole global batch that are not kIgnoredTarget (the loss
+  // is their mean); -1 when every target counts (B·T·accum·world).
   StepStats train_step(const std::vector<const int32_t*>& inputs,
-                       const std::vector<const int32_t*>& targets, float lr, int64_t step);
+                       const std::vector<const int32_t*>& targets, float lr, int64_t step,
+                       int64_t counted_targets = -1);
   // Σ per-token loss over this rank's micro-batch (forward only), all-reduced over ranks.
   double eval_loss_sum(const int32_t* inputs, const int32_t* targets);
 

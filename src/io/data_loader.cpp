@@ -6,6 +6,7 @@
 
 #include "io/token_dataset.h"
 #include "util/error.h"
+#include "util/ignored_target.h"
 
 namespace zt {
 
@@ -104,6 +105,7 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
                std::to_string(world_size) + ")");
   data.check_max_token(vocab_size);
   window_.resize(static_cast<size_t>(T_ + 1));
+  mask_.resize(static_cast<size_t>(T_));
   inputs_.assign(static_cast<size_t>(grad_accum),
                  std::vector<int32_t>(static_cast<size_t>(B_ * T_)));
   targets_.assign(static_cast<size_t>(grad_accum),
@@ -116,12 +118,27 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
 
 void WindowSampler::next_step() {
   const auto windows = schedule_.rank_windows(rank_);
+  const bool masked = data_.has_loss_mask();
   for (size_t m = 0; m < windows.size(); ++m) {
     for (size_t b = 0; b < windows[m].size(); ++b) {
-      data_.read(schedule_.window_start(windows[m][b]), T_ + 1, window_.data());
+      const int64_t start = schedule_.window_start(windows[m][b]);
+      data_.read(start, T_ + 1, window_.data());
       const auto row = static_cast<std::ptrdiff_t>(b) * T_;
       std::copy(window_.begin(), window_.end() - 1, inputs_[m].begin() + row);
       std::copy(window_.begin() + 1, window_.end(), targets_[m].begin() + row);
+      if (!masked) continue;
+      data_.read_loss_mask(start + 1, T_, mask_.data());
+      for (int64_t t = 0; t < T_; ++t)
+        if (mask_[static_cast<size_t>(t)] == 0)
+          targets_[m][static_cast<size_t>(row + t)] = kIgnoredTarget;
+    }
+  }
+  counted_targets_ = schedule_.global_batch_windows() * T_;
+  if (masked) {
+    counted_targets_ = 0;
+    for (const int64_t w : schedule_.global_windows()) {
+      data_.read_loss_mask(schedule_.window_start(w) + 1, T_, mask_.data());
+      counted_targets_ += std::count(mask_.begin(), mask_.end(), uint8_t{1});
     }
   }
   schedule_.advance();
@@ -139,15 +156,33 @@ void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t s
                (overflow ? std::string("more than 2^63") : std::to_string(needed)));
 }
 
-void read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
-                       int32_t* inputs, int32_t* targets) {
-  std::vector<int32_t> window(static_cast<size_t>(count * (seq_len + 1)));
-  data.read(first * (seq_len + 1), count * (seq_len + 1), window.data());
+void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, int64_t counted) {
+  if (counted > 0) return;
+  throw AgreedError("token dataset '" + data.path() +
+                    "': its loss mask is 0 at every target of the " + std::to_string(num_windows) +
+                    " evaluated windows, so there is no loss to average (evaluate more windows, "
+                    "or data whose responses fall inside them)");
+}
+
+int64_t read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
+                          int32_t* inputs, int32_t* targets) {
+  const int64_t n = count * (seq_len + 1);
+  std::vector<int32_t> window(static_cast<size_t>(n));
+  data.read(first * (seq_len + 1), n, window.data());
+  std::vector<uint8_t> mask(data.has_loss_mask() ? static_cast<size_t>(n) : 0);
+  if (!mask.empty()) data.read_loss_mask(first * (seq_len + 1), n, mask.data());
+  int64_t counted = 0;
   for (int64_t w = 0; w < count; ++w) {
-    const int32_t* src = window.data() + w * (seq_len + 1);
-    std::copy(src, src + seq_len, inputs + w * seq_len);
-    std::copy(src + 1, src + seq_len + 1, targets + w * seq_len);
+    const int64_t base = w * (seq_len + 1);
+    std::copy(window.data() + base, window.data() + base + seq_len, inputs + w * seq_len);
+    for (int64_t t = 0; t < seq_len; ++t) {
+      const bool counts = mask.empty() || mask[static_cast<size_t>(base + t + 1)] == 1;
+      targets[w * seq_len + t] =
+          counts ? window[static_cast<size_t>(base + t + 1)] : kIgnoredTarget;
+      counted += counts ? 1 : 0;
+    }
   }
+  return counted;
 }
 
 }  // namespace zt

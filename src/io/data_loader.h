@@ -77,7 +77,10 @@ class WindowSchedule {
   std::vector<int64_t> perm_;
 };
 
-// Reads this rank's micro-batches of each step from a token dataset.
+// Reads this rank's micro-batches of each step from a token dataset. With a loss mask (SFT data)
+// a target whose mask value is 0 is kIgnoredTarget (util/ignored_target.h), and the step's loss
+// averages over the counted targets of the whole global batch: every rank reads the mask of all
+// G windows to count them, so the count needs no collective and is the same at every world size.
 class WindowSampler {
  public:
   // Validates once that every token is < vocab_size, and that the dataset holds at least one
@@ -90,6 +93,8 @@ class WindowSampler {
   void next_step();
   const std::vector<const int32_t*>& inputs() const { return input_ptrs_; }
   const std::vector<const int32_t*>& targets() const { return target_ptrs_; }
+  // Targets of the last step's global batch that count in its loss: G·T without a loss mask.
+  int64_t counted_targets() const { return counted_targets_; }
 
   const WindowSchedule& schedule() const { return schedule_; }
   const DataCursor& cursor() const { return schedule_.cursor(); }
@@ -101,16 +106,22 @@ class WindowSampler {
   int rank_;
   int64_t B_, T_;
   std::vector<int32_t> window_;                         // one window of T+1 tokens
+  std::vector<uint8_t> mask_;                           // its targets' loss mask (T values)
   std::vector<std::vector<int32_t>> inputs_, targets_;  // [micro][B·T]
   std::vector<const int32_t*> input_ptrs_, target_ptrs_;
+  int64_t counted_targets_ = 0;
 };
 
 // Evaluation windows (docs/ARCHITECTURE.md §3): window j is tokens [j·(T+1), (j+1)·(T+1)) from the
 // start of /tokens, non-overlapping and unshuffled; inputs are its first T tokens, targets its last
 // T. Fails naming the file when the dataset holds fewer than num_windows windows.
 void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t seq_len);
-// Reads windows [first, first+count) into inputs/targets (count·T tokens each).
-void read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
-                       int32_t* inputs, int32_t* targets);
+// Fails (AgreedError: callers pass a count every rank holds) when the evaluated windows hold no
+// counted target, which leaves their mean loss undefined.
+void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, int64_t counted);
+// Reads windows [first, first+count) into inputs/targets (count·T tokens each); a target the loss
+// mask excludes is kIgnoredTarget. Returns the number of counted targets (count·T without a mask).
+int64_t read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
+                          int32_t* inputs, int32_t* targets);
 
 }  // namespace zt

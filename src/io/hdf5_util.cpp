@@ -92,7 +92,8 @@ Id type_for(DType t) {
 DType classify(hid_t type) {
   const H5T_class_t cls = H5Tget_class(type);
   const size_t size = H5Tget_size(type);
-  if (H5Tget_order(type) != H5T_ORDER_LE) return DType::kUnsupported;
+  // A single byte has no byte order (writers label it either way).
+  if (size > 1 && H5Tget_order(type) != H5T_ORDER_LE) return DType::kUnsupported;
   if (cls == H5T_FLOAT) {
     if (size == 4 && H5Tequal(type, H5T_IEEE_F32LE) > 0) return DType::kFloat32;
     Id bf16 = bf16_type();
@@ -101,6 +102,7 @@ DType classify(hid_t type) {
   }
   if (cls == H5T_INTEGER) {
     const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+    if (!is_signed && size == 1) return DType::kUint8;
     if (!is_signed && size == 2) return DType::kUint16;
     if (!is_signed && size == 4) return DType::kUint32;
     if (is_signed && size == 4) return DType::kInt32;

@@ -18,6 +18,7 @@ namespace {
 
 constexpr int64_t kChunkTokens = int64_t{1} << 20;  // HDF5 chunk and streaming buffer
 constexpr const char* kTokensDataset = "tokens";
+constexpr const char* kLossMaskDataset = "loss_mask";
 
 std::string in_file(const std::string& path) {
   return "token dataset '" + path + "'";
@@ -49,22 +50,37 @@ TokenDatasetWriter::TokenDatasetWriter(std::string path, int64_t vocab_size, std
 TokenDatasetWriter::~TokenDatasetWriter() {
   if (finished_) return;
   dataset_.reset();
+  mask_dataset_.reset();
   file_.reset();
   std::error_code ec;
   fs::remove(tmp_path_, ec);
 }
 
-void TokenDatasetWriter::append(const uint32_t* tokens, int64_t count, const std::string& source) {
+void TokenDatasetWriter::append(const uint32_t* tokens, int64_t count, const std::string& source,
+                                const uint8_t* loss_mask) {
   ZT_CHECK(!finished_, "token dataset '" + path_ + "' is already finished");
-  for (int64_t i = 0; i < count; ++i)
+  for (int64_t i = 0; i < count; ++i) {
     ZT_CHECK(tokens[i] < static_cast<uint64_t>(vocab_size_),
              source + ": token " + std::to_string(tokens[i]) + " (dataset position " +
                  std::to_string(size_ + i) + ") is not below the vocab size " +
                  std::to_string(vocab_size_));
+    ZT_CHECK(!loss_mask || loss_mask[i] <= 1,
+             source + ": loss mask value " + std::to_string(loss_mask ? loss_mask[i] : 0) +
+                 " (dataset position " + std::to_string(size_ + i) + ") is not 0 or 1");
+  }
   if (count == 0) return;
   const std::string where = in_file(tmp_path_);
+  if (size_ == 0 && loss_mask)
+    mask_dataset_ =
+        h5::create_dataset(file_, kLossMaskDataset, DType::kUint8, {0}, where, kChunkTokens);
+  ZT_CHECK(mask_dataset_.valid() == (loss_mask != nullptr),
+           source + ": a loss mask must come with every token of '" + path_ + "' or with none");
   h5::set_extent(dataset_, size_ + count, where);
   h5::write_box(dataset_, DType::kUint32, {size_}, {count}, tokens, where);
+  if (loss_mask) {
+    h5::set_extent(mask_dataset_, size_ + count, where);
+    h5::write_box(mask_dataset_, DType::kUint8, {size_}, {count}, loss_mask, where);
+  }
   size_ += count;
 }
 
@@ -89,6 +105,7 @@ void TokenDatasetWriter::finish() {
     h5::write_attr_int64(file_, "eos_token_id", tokenizer_files_.eos_token_id, where);
   }
   dataset_.close(where);
+  if (mask_dataset_.valid()) mask_dataset_.close(where);
   file_.close(where);
   fsync_path(tmp_path_);
   move_into_place(tmp_path_, path_, overwrite_);
@@ -118,6 +135,17 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
                    ? h5::read_attr_string(holder, "tokenizer", in_file(path_))
                    : "unknown";
   ZT_CHECK(vocab_size_ > 0, in_file(path_) + ": vocab_size must be positive");
+  if (h5::has_dataset(file_, kLossMaskDataset)) {
+    const std::string at = in_file(path_) + ", dataset '/loss_mask'";
+    mask_dataset_ = h5::open_dataset(file_, kLossMaskDataset, at);
+    const auto mask_shape = h5::dataset_shape(mask_dataset_, at);
+    ZT_CHECK(mask_shape == std::vector<int64_t>{size_},
+             at + " has shape " + h5::shape_string(mask_shape) + ", expected [" +
+                 std::to_string(size_) + "] (one value per token of '/tokens')");
+    const DType mask_dtype = h5::dataset_dtype(mask_dataset_, at);
+    ZT_CHECK(mask_dtype == DType::kUint8,
+             at + " has element type " + dtype_name(mask_dtype) + ", expected uint8");
+  }
 }
 
 void TokenDataset::read(int64_t begin, int64_t count, int32_t* out) const {
@@ -128,6 +156,32 @@ void TokenDataset::read(int64_t begin, int64_t count, int32_t* out) const {
   if (count == 0) return;
   // uint32 -> int32 is exact because the vocab is below 2^31.
   h5::read_box(dataset_, DType::kInt32, {begin}, {count}, out, in_file(path_));
+}
+
+void TokenDataset::read_loss_mask(int64_t begin, int64_t count, uint8_t* out) const {
+  ZT_CHECK(has_loss_mask(), in_file(path_) + " has no '/loss_mask'");
+  ZT_CHECK(begin >= 0 && count >= 0 && begin + count <= size_,
+           in_file(path_) + ": loss mask range [" + std::to_string(begin) + ", " +
+               std::to_string(begin + count) + ") is outside its " + std::to_string(size_) +
+               " values");
+  if (count == 0) return;
+  h5::read_box(mask_dataset_, DType::kUint8, {begin}, {count}, out, in_file(path_));
+  for (int64_t i = 0; i < count; ++i)
+    ZT_CHECK(out[i] <= 1, in_file(path_) + ", dataset '/loss_mask': value " +
+                              std::to_string(out[i]) + " at index " + std::to_string(begin + i) +
+                              " is not 0 or 1");
+}
+
+int64_t TokenDataset::counted_tokens() const {
+  if (!has_loss_mask()) return size_;
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min(size_, kChunkTokens)));
+  int64_t counted = 0;
+  for (int64_t off = 0; off < size_; off += kChunkTokens) {
+    const int64_t n = std::min(kChunkTokens, size_ - off);
+    read_loss_mask(off, n, buf.data());
+    counted += std::count(buf.begin(), buf.begin() + n, uint8_t{1});
+  }
+  return counted;
 }
 
 TokenizerFiles TokenDataset::tokenizer_files() const {
@@ -335,12 +389,17 @@ int64_t prepare_token_dataset(const std::vector<std::string>& inputs, TokenSourc
 std::string TokenDataset::identity() const {
   constexpr int64_t kSample = 65536;
   std::vector<int32_t> tokens(static_cast<size_t>(std::min(kSample, size_)));
+  std::vector<uint8_t> mask(has_loss_mask() ? tokens.size() : 0);
   uint32_t crc = 0;
   for (const int64_t begin : {int64_t{0}, std::max<int64_t>(0, size_ - kSample)}) {
     read(begin, static_cast<int64_t>(tokens.size()), tokens.data());
     crc = crc32c_extend(crc, tokens.data(), tokens.size() * sizeof(int32_t));
+    if (mask.empty()) continue;
+    read_loss_mask(begin, static_cast<int64_t>(mask.size()), mask.data());
+    crc = crc32c_extend(crc, mask.data(), mask.size());
   }
-  return std::to_string(size_) + " " + dtype_name(dtype_) + " tokens, vocabulary " +
+  return std::to_string(size_) + " " + dtype_name(dtype_) + " tokens" +
+         (has_loss_mask() ? " with a loss mask" : "") + ", vocabulary " +
          std::to_string(vocab_size_) + ", tokenizer " + tokenizer_ + ", sample CRC-32C " +
          crc32c_hex(crc);
 }

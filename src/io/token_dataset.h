@@ -1,7 +1,9 @@
 // Token datasets (docs/ARCHITECTURE.md §3): one HDF5 file with a 1-D dataset /tokens (uint16 when
 // vocab ≤ 65536, else uint32) and attributes vocab_size (int64) and tokenizer (string). A dataset
 // made with a Hugging Face tokenizer also holds each tokenizer file as a uint8 dataset named after
-// it (/tokenizer.json, ...) and attributes bos_token_id and eos_token_id (-1: none).
+// it (/tokenizer.json, ...) and attributes bos_token_id and eos_token_id (-1: none). SFT data adds
+// /loss_mask (uint8, one per token; 1: this token counts as a target, 0: it does not, such as a
+// prompt token).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,8 +32,11 @@ class TokenDatasetWriter {
 
   // The Hugging Face tokenizer the tokens came from, stored with them (written at finish()).
   void set_tokenizer_files(TokenizerFiles tokenizer) { tokenizer_files_ = std::move(tokenizer); }
-  // Appends tokens; each must be < vocab_size (`source` names their origin in errors).
-  void append(const uint32_t* tokens, int64_t count, const std::string& source);
+  // Appends tokens; each must be < vocab_size (`source` names their origin in errors). With
+  // loss_mask (count values, each 0 or 1) the dataset gets /loss_mask; the first append decides
+  // whether it has one, and every later append must agree.
+  void append(const uint32_t* tokens, int64_t count, const std::string& source,
+              const uint8_t* loss_mask = nullptr);
   int64_t size() const { return size_; }
   // Closes the file, fsyncs it and moves it into place. Fails when no token was written.
   void finish();
@@ -45,7 +50,7 @@ class TokenDatasetWriter {
   bool finished_ = false;
   int64_t size_ = 0;
   DType dtype_;
-  h5::Id file_, dataset_;
+  h5::Id file_, dataset_, mask_dataset_;
 };
 
 // Read access to a token dataset.
@@ -63,13 +68,20 @@ class TokenDataset {
 
   // Tokens [begin, begin+count) into out.
   void read(int64_t begin, int64_t count, int32_t* out) const;
+  // Whether the dataset has a /loss_mask (SFT data), and its values [begin, begin+count) into
+  // out; a value other than 0 or 1 fails naming the file and the index.
+  bool has_loss_mask() const { return mask_dataset_.valid(); }
+  void read_loss_mask(int64_t begin, int64_t count, uint8_t* out) const;
+  // The number of ones in the loss mask (size() without one): a full pass.
+  int64_t counted_tokens() const;
   // Fails naming the file and the first index whose token is ≥ vocab.
   void check_max_token(int64_t vocab) const;
   // Smallest and largest token (a full pass over the data).
   void min_max(int32_t* min_token, int32_t* max_token) const;
   // What identifies the data, cheaply: the token count and type, the vocabulary, the tokenizer
-  // and a CRC-32C of the first and last 65536 tokens. Two ranks (or a run and the checkpoint it
-  // resumes) with the same identity read the same data; the path is not part of it.
+  // and a CRC-32C of the first and last 65536 tokens (and of the loss mask there, if any). Two
+  // ranks (or a run and the checkpoint it resumes) with the same identity read the same data; the
+  // path is not part of it.
   std::string identity() const;
 
  private:
@@ -78,7 +90,7 @@ class TokenDataset {
   void for_each_chunk(Fn&& fn) const;
 
   std::string path_;
-  h5::Id file_, dataset_;
+  h5::Id file_, dataset_, mask_dataset_;
   int64_t size_ = 0;
   int64_t vocab_size_ = 0;
   std::string tokenizer_;

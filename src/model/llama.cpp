@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "util/ignored_target.h"
 
 namespace zt {
 
@@ -184,12 +185,14 @@ LlamaModel::LayerParams LlamaModel::layer_params(int layer, ConstTensorView grou
 }
 
 void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets) {
+  auto check = [&](int32_t tok) {
+    ZT_CHECK(tok >= 0 && tok < config_.vocab_size, "token " + std::to_string(tok) +
+                                                       " is outside the vocabulary (vocab_size " +
+                                                       std::to_string(config_.vocab_size) + ")");
+  };
   for (int64_t i = 0; i < M_; ++i) {
-    for (int32_t tok : {inputs[i], targets[i]}) {
-      ZT_CHECK(tok >= 0 && tok < config_.vocab_size, "token " + std::to_string(tok) +
-                                                         " is outside the vocabulary (vocab_size " +
-                                                         std::to_string(config_.vocab_size) + ")");
-    }
+    check(inputs[i]);
+    if (targets[i] != kIgnoredTarget) check(targets[i]);
   }
   std::vector<int32_t> both(static_cast<size_t>(2 * M_));
   std::copy(inputs, inputs + M_, both.begin());

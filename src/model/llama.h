@@ -109,7 +109,7 @@ class LlamaModel {
   int64_t tokens_per_micro_batch() const { return B_ * T_; }
 
   // Inputs and targets of the next micro-batch, B·T tokens each (copied). Tokens are validated
-  // against the vocabulary size.
+  // against the vocabulary size; a target may be kIgnoredTarget (util/ignored_target.h).
   void set_batch(const int32_t* inputs, const int32_t* targets);
 
   // Runs group g's forward. For the head group it computes per-token losses and, when training,

@@ -64,6 +64,7 @@ nlohmann::json StepRecord::to_json() const {
   j["grad_norm"] = stats.grad_norm;
   j["clip_scale"] = stats.clip_scale;
   j["tokens"] = stats.tokens;
+  j["loss_tokens"] = stats.loss_targets;
   j["tokens_seen"] = tokens_seen;
   j["step_time_s"] = step_time_s;
   j["tokens_per_s"] = tokens_per_s;

@@ -11,6 +11,7 @@
 
 #include "gpu_test_util.h"
 #include "util/error.h"
+#include "util/ignored_target.h"
 
 namespace zt::gpu_test {
 namespace {
@@ -133,7 +134,9 @@ TEST_F(CudaKernels, CrossEntropyLossAndGradient) {
     const int64_t M = s[0], V = s[1];
     SCOPED_TRACE("M=" + std::to_string(M) + " V=" + std::to_string(V));
     const auto logits = random_floats(M * V, 14, 4.0f);
-    const auto targets = random_ids(M, static_cast<int32_t>(V), 15);
+    auto targets = random_ids(M, static_cast<int32_t>(V), 15);
+    // SFT: every third target (but the first row of a one-row case) left out of the loss.
+    for (int64_t i = 2; i < M; i += 3) targets[static_cast<size_t>(i)] = kIgnoredTarget;
     std::vector<float> losses(M), dlogits(M * V), losses_only(M);
     cpu_.cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), M, V, 0.5f);
     cpu_.cross_entropy(losses_only.data(), nullptr, logits.data(), targets.data(), M, V, 0.5f);
@@ -153,6 +156,20 @@ TEST_F(CudaKernels, CrossEntropyLossAndGradient) {
                         0.5f);
     EXPECT_TRUE(bitwise_equal(d_inplace.download(), d_dlogits.download(), "in-place dlogits"));
   }
+}
+
+TEST_F(CudaKernels, CrossEntropyIgnoredTargetHasNoLossAndNoGradient) {
+  const std::vector<float> logits = random_floats(2 * 10, 16);
+  DeviceBuffer<float> d_logits(logits), d_losses(2), d_dlogits(20);
+  d_dlogits.poison();
+  DeviceBuffer<int32_t> d_targets(std::vector<int32_t>{kIgnoredTarget, 4});
+  gpu_->cross_entropy(d_losses.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), 2, 10,
+                      1.0f);
+  const auto losses = d_losses.download();
+  const auto dlogits = d_dlogits.download();
+  EXPECT_EQ(losses[0], 0.0f);
+  EXPECT_GT(losses[1], 0.0f);
+  for (int j = 0; j < 10; ++j) EXPECT_EQ(dlogits[static_cast<size_t>(j)], 0.0f) << j;
 }
 
 TEST_F(CudaKernels, CrossEntropyBadTargetIsNaN) {

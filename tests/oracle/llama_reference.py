@@ -181,7 +181,8 @@ def forward(weights, config, tokens):
 
 
 def mean_cross_entropy(logits, targets):
-    """Mean natural-log next-token cross-entropy over all B·T positions."""
+    """Mean natural-log next-token cross-entropy over the B·T positions (those whose target is not
+    PyTorch's ignore_index, -100, when a loss mask left some out)."""
     V = logits.shape[-1]
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
@@ -299,11 +300,15 @@ def loss_and_grads_bf16_storage(weights, config, inputs, targets):
     flat = logits.reshape(-1, V)
     loss = torch.nn.functional.cross_entropy(flat.double(), targets.reshape(-1))
 
-    # Backward. dlogits = (softmax − onehot)/N, stored in bf16.
+    # Backward. dlogits = (softmax − onehot)/C over the C counted targets, stored in bf16; a
+    # target left out (PyTorch's negative ignore_index) gets a zero row.
     N = flat.shape[0]
+    flat_targets = targets.reshape(-1)
+    counted = flat_targets >= 0
     dlogits = torch.softmax(flat, dim=-1)
-    dlogits[torch.arange(N), targets.reshape(-1)] -= 1.0
-    dlogits = _bf16(dlogits * (1.0 / N)).view(B, T, V)
+    dlogits[torch.arange(N)[counted], flat_targets[counted]] -= 1.0
+    dlogits[~counted] = 0.0
+    dlogits = _bf16(dlogits * (1.0 / int(counted.sum()))).view(B, T, V)
 
     def linear_back(dy, xin, name, dx=None):
         """dW += dyᵀ·x (float32); returns the stored dx (= or += dy·W, rounded once)."""

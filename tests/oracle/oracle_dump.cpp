@@ -13,9 +13,11 @@
 //                              final norm's output
 //
 // The batch is the first B non-overlapping windows of T+1 tokens of /tokens (inputs = first T,
-// targets = last T), as `zerotrain eval` reads them. Gradients come from a LlamaModel of our own
-// fed with the model directory's tensors (rounded to bf16 in bf16 mode, as the engine's working
-// params are) and grad_scale = 1/(B·T), accumulated into zeroed fp32 group buffers.
+// targets = last T), as `zerotrain eval` reads them; with a /loss_mask in the dataset the targets
+// it excludes are ignored and every loss is the mean over the C counted ones (C = B·T without a
+// mask). Gradients come from a LlamaModel of our own fed with the model directory's tensors
+// (rounded to bf16 in bf16 mode, as the engine's working params are) and grad_scale = 1/C,
+// accumulated into zeroed fp32 group buffers.
 //
 // AdamW of the training steps (the Python side mirrors it exactly; the values are also written
 // as attributes of /losses_adamw): stage 0 on a world of one rank, fixed lr (--lr, no warmup or
@@ -41,6 +43,7 @@
 #include "comm/mpi_communicator.h"
 #include "engine/zero_config.h"
 #include "engine/zero_engine.h"
+#include "io/data_loader.h"
 #include "io/hdf5_util.h"
 #include "io/model_dir.h"
 #include "io/token_dataset.h"
@@ -108,6 +111,7 @@ DumpOptions parse_options(int argc, char** argv) {
 // The training batch: row b of the dataset window is tokens[b·(T+1), (b+1)·(T+1)).
 struct Batch {
   std::vector<int32_t> window, inputs, targets;
+  int64_t counted = 0;  // targets that count (all of them unless the dataset has a loss mask)
 };
 
 Batch read_batch(const std::string& path, int64_t B, int64_t T, int64_t vocab) {
@@ -118,15 +122,13 @@ Batch read_batch(const std::string& path, int64_t B, int64_t T, int64_t vocab) {
   Batch batch;
   batch.window.resize(static_cast<size_t>(B * (T + 1)));
   data.read(0, B * (T + 1), batch.window.data());
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t* row = batch.window.data() + b * (T + 1);
-    for (int64_t t = 0; t < T; ++t) {
-      ZT_CHECK(row[t] >= 0 && row[t] < vocab && row[t + 1] >= 0 && row[t + 1] < vocab,
-               "token out of the model's vocabulary in '" + path + "'");
-      batch.inputs.push_back(row[t]);
-      batch.targets.push_back(row[t + 1]);
-    }
-  }
+  for (int32_t token : batch.window)
+    ZT_CHECK(token >= 0 && token < vocab, "token out of the model's vocabulary in '" + path + "'");
+  // The engine's own reader: a target the loss mask excludes becomes kIgnoredTarget.
+  batch.inputs.resize(static_cast<size_t>(B * T));
+  batch.targets.resize(batch.inputs.size());
+  batch.counted = read_eval_windows(data, 0, B, T, batch.inputs.data(), batch.targets.data());
+  ZT_CHECK(batch.counted > 0, "the loss mask of '" + path + "' counts no target of the batch");
   return batch;
 }
 
@@ -163,11 +165,11 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
     }
   }
 
-  const float grad_scale = 1.0f / static_cast<float>(B * T);
+  const float grad_scale = 1.0f / static_cast<float>(batch.counted);
   model.set_batch(batch.inputs.data(), batch.targets.data());
   for (int g = 0; g < G; ++g)
     model.forward_group(g, params[static_cast<size_t>(g)].data(), true, grad_scale);
-  pass.loss = model.loss_sum() / static_cast<double>(B * T);
+  pass.loss = model.loss_sum() / static_cast<double>(batch.counted);
   for (int g = G - 1; g >= 0; --g)
     model.backward_group(g, params[static_cast<size_t>(g)].data(),
                          pass.group_grads[static_cast<size_t>(g)].data());
@@ -257,14 +259,14 @@ int run(int argc, char** argv) {
   ZeroEngine engine(config, zero, precision, adam, *backend, world, memory, B, T,
                     ActivationCheckpointing{}, OffloadConfig{}, nullptr, storage);
   engine.load_from(reader);
-  const double eval_loss =
-      engine.eval_loss_sum(batch.inputs.data(), batch.targets.data()) / static_cast<double>(B * T);
+  const double eval_loss = engine.eval_loss_sum(batch.inputs.data(), batch.targets.data()) /
+                           static_cast<double>(batch.counted);
   const std::vector<float> logits_copy = engine.model().logits();
 
   std::vector<double> losses;
   for (int64_t step = 1; step <= o.steps; ++step) {
     const StepStats st =
-        engine.train_step({batch.inputs.data()}, {batch.targets.data()}, o.lr, step);
+        engine.train_step({batch.inputs.data()}, {batch.targets.data()}, o.lr, step, batch.counted);
     losses.push_back(st.loss);
   }
 

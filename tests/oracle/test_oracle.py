@@ -84,6 +84,33 @@ def read_dump(path, tensor_names):
     return dump
 
 
+# PyTorch's own ignore_index (torch.nn.functional.cross_entropy's default): the reference's way of
+# leaving a target out of the mean, independent of the engine's kIgnoredTarget.
+TORCH_IGNORE_INDEX = -100
+
+
+def add_loss_mask(tokens_path, seed):
+    """Gives the dataset a /loss_mask (SFT data, docs/ARCHITECTURE.md §3): random 0/1 values with
+    about a third of the targets left out, at least one counted and one left out per window."""
+    with h5py.File(tokens_path, "r+") as f:
+        n = f["tokens"].shape[0]
+        mask = (np.random.default_rng(seed).random(n) > 0.35).astype(np.uint8)
+        mask[1::2][:2] = (1, 0)
+        f.create_dataset("loss_mask", data=mask, dtype=np.uint8)
+
+
+def masked_targets(tokens_path, targets, B, T):
+    """targets [B, T] with TORCH_IGNORE_INDEX where the dataset's /loss_mask is 0 (unchanged when
+    it has none): the first B windows of T+1 tokens, targets at offsets 1..T of each."""
+    with h5py.File(tokens_path, "r") as f:
+        if "loss_mask" not in f or os.environ.get("ZT_ORACLE_BREAK") == "mask":
+            return targets
+        mask = f["loss_mask"][: B * (T + 1)].astype(np.int64).reshape(B, T + 1)[:, 1:]
+    out = targets.clone()
+    out[torch.from_numpy(mask) == 0] = TORCH_IGNORE_INDEX
+    return out
+
+
 def compare_precision(args, precision, model_dir, tokens_path, weights, config,
                       reference_losses):
     """Runs the dump in one precision and compares; returns (rows of the table, all_ok).
@@ -104,7 +131,7 @@ def compare_precision(args, precision, model_dir, tokens_path, weights, config,
     if not np.array_equal(window, dump["tokens"]):
         raise SetupError("zt_oracle_dump used a different token window than /tokens[:B*(T+1)]")
     tokens = torch.from_numpy(window)
-    inputs, targets = tokens[:, :T], tokens[:, 1:]
+    inputs, targets = tokens[:, :T], masked_targets(tokens_path, tokens[:, 1:], B, T)
 
     # The engine's working weights: bf16 mode rounds them to bf16 (a no-op for the bf16
     # directories `zerotrain init` writes, but not for fp32 directories).
@@ -279,7 +306,8 @@ def compare_bf16_activations(args, model_dir, tokens_path, weights, config):
     dump = read_dump(out, names)
     T = args.seq_len
     tokens = torch.from_numpy(dump["tokens"])
-    inputs, targets = tokens[:, :T], tokens[:, 1:]
+    inputs = tokens[:, :T]
+    targets = masked_targets(tokens_path, tokens[:, 1:], args.micro_batch, T)
     stored = ref.loss_and_grads_bf16_storage(weights, config, inputs, targets)
     exact = ref.loss_and_grads({n: ref.round_to_bf16(t) for n, t in weights.items()}, config,
                                inputs, targets)
@@ -350,6 +378,9 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--precisions", default="fp32,bf16,bf16-act")
+    p.add_argument("--loss-mask", action="store_true",
+                   help="give the dataset a random /loss_mask (SFT): losses and gradients are "
+                        "the mean over counted targets only")
     args = p.parse_args()
 
     # One thread: these problems are tiny, and on a shared 2-core machine OpenMP threads that
@@ -359,8 +390,8 @@ def main():
     if broken:
         print(f"ZT_ORACLE_BREAK={broken}: the reference is deliberately wrong; this run must fail")
     try:
-        if broken not in ("", "rope", "eps", "act"):
-            raise SetupError(f"unknown ZT_ORACLE_BREAK={broken!r} (rope, eps or act)")
+        if broken not in ("", "rope", "eps", "act", "mask"):
+            raise SetupError(f"unknown ZT_ORACLE_BREAK={broken!r} (rope, eps, act or mask)")
         adamw_gap = ref.check_torch_adamw_matches_header()
         print(f"torch.optim.AdamW vs backend.h formula: max |diff| = {adamw_gap:.3e}")
         if adamw_gap > 1e-12:
@@ -375,6 +406,8 @@ def main():
         run_tool([args.zerotrain, "prepare-data", "--text",
                   os.path.join(args.source_dir, "inputs", "data", "sample.txt"),
                   "--out", tokens_path])
+        if args.loss_mask:
+            add_loss_mask(tokens_path, args.seed)
         config = ref.load_config(model_dir)
         weights = ref.load_weights(model_dir, torch.float64)
         missing = set(ref.expected_tensor_names(config)) ^ set(weights)

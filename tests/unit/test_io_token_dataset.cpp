@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/hdf5_util.h"
 #include "io/token_dataset.h"
 #include "test_io_support.h"
 #include "util/error.h"
@@ -214,6 +215,75 @@ TEST(IoTokenDataset, TokenizerFilesRoundTripAndWriteAGenerationConfig) {
   testing::write_file(tmp / "a.txt", "abc");
   prepare_token_dataset({tmp / "a.txt"}, TokenSource::kText, tmp / "b.h5", {}, false);
   EXPECT_TRUE(TokenDataset(tmp / "b.h5").tokenizer_files().empty());
+}
+
+// Writes a dataset of `n` tokens, then gives it a /loss_mask dataset of the given type and values.
+std::string dataset_with_mask(const TempDir& tmp, const std::string& name, int64_t n, DType type,
+                              const std::vector<uint8_t>& mask_bytes) {
+  const std::string path = tmp / name;
+  TokenDatasetWriter w(path, 256, "byte");
+  const std::vector<uint32_t> tokens(static_cast<size_t>(n), 7);
+  w.append(tokens.data(), n, "test");
+  w.finish();
+  h5::Id file = h5::open_file(path, true);
+  const int64_t elements =
+      static_cast<int64_t>(mask_bytes.size()) / static_cast<int64_t>(dtype_size(type));
+  h5::Id d = h5::create_dataset(file, "loss_mask", type, {elements}, path);
+  h5::write_box(d, type, {0}, {elements}, mask_bytes.data(), path);
+  d.close(path);
+  file.close(path);
+  return path;
+}
+
+// SFT data: /loss_mask round trips through the writer (over several appends), counts its ones,
+// is part of the dataset's identity, and a mask of the wrong length, type or values is refused
+// naming the file, the dataset and the index.
+TEST(IoTokenDataset, LossMaskRoundTripsAndBadMasksAreRefused) {
+  TempDir tmp;
+  {
+    TokenDatasetWriter w(tmp / "sft.h5", 256, "byte");
+    const std::vector<uint32_t> tokens = {1, 2, 3, 4, 5};
+    const std::vector<uint8_t> mask = {0, 0, 1, 1, 0};
+    w.append(tokens.data(), 2, "test", mask.data());
+    w.append(tokens.data() + 2, 3, "test", mask.data() + 2);
+    EXPECT_THROW(w.append(tokens.data(), 1, "test"), Error);  // the mask must continue
+    const std::vector<uint8_t> bad = {2};
+    EXPECT_THROW(w.append(tokens.data(), 1, "test", bad.data()), Error);
+    w.finish();
+    const TokenDataset d(tmp / "sft.h5");
+    ASSERT_TRUE(d.has_loss_mask());
+    std::vector<uint8_t> back(5);
+    d.read_loss_mask(0, 5, back.data());
+    EXPECT_EQ(back, mask);
+    EXPECT_EQ(d.counted_tokens(), 2);
+    EXPECT_NE(d.identity().find("with a loss mask"), std::string::npos) << d.identity();
+  }
+  {
+    TokenDatasetWriter w(tmp / "plain.h5", 256, "byte");
+    const std::vector<uint32_t> tokens = {1, 2};
+    const std::vector<uint8_t> mask = {1, 1};
+    w.append(tokens.data(), 1, "test");
+    EXPECT_THROW(w.append(tokens.data() + 1, 1, "test", mask.data()), Error);
+  }
+  auto expect_refused = [](const std::string& path, const std::vector<std::string>& parts,
+                           bool on_read) {
+    try {
+      const TokenDataset d(path);
+      std::vector<uint8_t> all(static_cast<size_t>(d.size()));
+      if (on_read) d.read_loss_mask(0, d.size(), all.data());
+      FAIL() << "expected an error for " << path;
+    } catch (const Error& e) {
+      for (const std::string& part : parts)
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(dataset_with_mask(tmp, "short.h5", 4, DType::kUint8, {1, 1, 1}),
+                 {"short.h5", "/loss_mask", "[3]", "[4]"}, false);
+  const std::vector<uint8_t> wide(4 * sizeof(uint16_t), 0);
+  expect_refused(dataset_with_mask(tmp, "wide.h5", 4, DType::kUint16, wide),
+                 {"wide.h5", "/loss_mask", "uint16"}, false);
+  expect_refused(dataset_with_mask(tmp, "value.h5", 4, DType::kUint8, {1, 0, 3, 1}),
+                 {"value.h5", "/loss_mask", "value 3", "index 2"}, true);
 }
 
 TEST(IoTokenDataset, ExistingOutputNeedsOverwrite) {

@@ -13,6 +13,7 @@
 #include "io/data_loader.h"
 #include "io/token_dataset.h"
 #include "util/error.h"
+#include "util/ignored_target.h"
 
 namespace zt {
 namespace {
@@ -175,6 +176,75 @@ TEST(TrainData, EvalWindowsAreConsecutiveAndNonOverlapping) {
     }
   EXPECT_NO_THROW(check_eval_windows(data, 10, T));
   EXPECT_THROW(check_eval_windows(data, 11, T), Error);
+}
+
+// The ramp dataset with a loss mask that counts token i unless i % 3 == 0.
+std::string write_masked_ramp_dataset(const TempDir& dir, int64_t n) {
+  const std::string path = dir.file("masked_ramp.h5");
+  TokenDatasetWriter w(path, 256, "byte");
+  std::vector<uint32_t> tokens(static_cast<size_t>(n));
+  std::vector<uint8_t> mask(tokens.size());
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[static_cast<size_t>(i)] = static_cast<uint32_t>(i % 251);
+    mask[static_cast<size_t>(i)] = i % 3 == 0 ? 0 : 1;
+  }
+  w.append(tokens.data(), n / 2, "ramp", mask.data());  // two appends: the mask follows
+  w.append(tokens.data() + n / 2, n - n / 2, "ramp", mask.data() + n / 2);
+  w.finish();
+  return path;
+}
+
+// SFT data: a target whose mask value is 0 is kIgnoredTarget, the others are the dataset's
+// tokens, and every rank reports the same count of counted targets for the step: that of the
+// whole global batch, whatever the world size.
+TEST(TrainData, LossMaskIgnoresTargetsAndCountsTheGlobalBatch) {
+  TempDir dir;
+  const int64_t T = 8, B = 2, A = 2, n = 300;
+  TokenDataset data(write_masked_ramp_dataset(dir, n));
+  ASSERT_TRUE(data.has_loss_mask());
+  EXPECT_EQ(data.counted_tokens(), n - (n + 2) / 3);
+  WindowSchedule schedule(n, T, B, A, 2, 3);
+  WindowSampler rank0(data, 256, T, B, A, 2, 0, 3), rank1(data, 256, T, B, A, 2, 1, 3);
+  WindowSampler alone(data, 256, T, B, 2 * A, 1, 0, 3);  // the same global batch on one rank
+  for (int step = 0; step < 4; ++step) {
+    int64_t expected = 0;
+    for (int64_t w : schedule.global_windows())
+      for (int64_t t = 1; t <= T; ++t) expected += (w * T + t) % 3 == 0 ? 0 : 1;
+    const auto windows = schedule.rank_windows(1);
+    schedule.advance();
+    rank0.next_step();
+    rank1.next_step();
+    alone.next_step();
+    EXPECT_EQ(rank0.counted_targets(), expected);
+    EXPECT_EQ(rank1.counted_targets(), expected);
+    EXPECT_EQ(alone.counted_targets(), expected);
+    EXPECT_LT(expected, B * A * 2 * T);
+    for (size_t m = 0; m < windows.size(); ++m)
+      for (size_t b = 0; b < windows[m].size(); ++b)
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t target_index = windows[m][b] * T + t + 1;
+          const int64_t i = static_cast<int64_t>(b) * T + t;
+          EXPECT_EQ(rank1.inputs()[m][i], (target_index - 1) % 251);
+          EXPECT_EQ(rank1.targets()[m][i],
+                    target_index % 3 == 0 ? kIgnoredTarget : target_index % 251);
+        }
+  }
+  // Without a mask every target counts.
+  TokenDataset plain(write_ramp_dataset(dir, n));
+  EXPECT_FALSE(plain.has_loss_mask());
+  WindowSampler unmasked(plain, 256, T, B, A, 2, 0, 3);
+  unmasked.next_step();
+  EXPECT_EQ(unmasked.counted_targets(), B * A * 2 * T);
+  // Eval windows: the same rule, and the count is returned.
+  std::vector<int32_t> in(2 * T), tg(2 * T);
+  int64_t expected = 0;
+  for (int64_t w = 3; w < 5; ++w)
+    for (int64_t t = 1; t <= T; ++t) expected += (w * (T + 1) + t) % 3 == 0 ? 0 : 1;
+  EXPECT_EQ(read_eval_windows(data, 3, 2, T, in.data(), tg.data()), expected);
+  EXPECT_EQ(tg[0], (3 * (T + 1) + 1) % 3 == 0 ? kIgnoredTarget : 3 * (T + 1) + 1);
+  EXPECT_EQ(read_eval_windows(plain, 3, 2, T, in.data(), tg.data()), 2 * T);
+  EXPECT_THROW(check_eval_targets_counted(data, 2, 0), AgreedError);
+  EXPECT_NO_THROW(check_eval_targets_counted(data, 2, 1));
 }
 
 TEST(TrainData, LearningRateWarmupAndCosine) {

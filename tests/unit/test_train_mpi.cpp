@@ -1,6 +1,7 @@
 // train and eval under mpirun: with the same global batch, 1, 2 and 4 ranks see the same data
-// and give the same losses (within the derived bound of the double sums' association); eval
-// prints the same figure at any world size. Skipped when mpirun is not on PATH.
+// (with or without an SFT loss mask) and give the same losses (within the derived bound of the
+// double sums' association); eval prints the same figure at any world size. Skipped when mpirun is
+// not on PATH.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/token_dataset.h"
 #include "test_train_support.h"
 
 namespace zt {
@@ -34,8 +36,11 @@ class TrainMpi : public ::testing::Test {
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
+
+ public:
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
+ protected:
   fs::path dir_;
 };
 
@@ -46,50 +51,97 @@ class TrainMpi : public ::testing::Test {
 // ulp of every weight (and were one to move, the loss would change by some 1e-27). Each step's
 // loss then differs only in how the four windows' double sums are associated (over micro-batches,
 // then over ranks), which moves it by at most (2·γ_3 + 2u)·loss, u = 2^-53, γ_k = k·u/(1 − k·u)
-// (the last term: the division by the token count). Likewise the evaluation of four windows.
-TEST_F(TrainMpi, GlobalBatchGivesTheSameLossesAtAnyWorldSize) {
+// (the last term: the division by the counted targets). Likewise the evaluation of four windows.
+// Returns each run's metrics lines, the last one's report eval appended.
+std::vector<std::vector<nlohmann::json>> expect_same_losses_at_any_world_size(
+    const TrainMpi& t, const std::string& data, const std::string& name) {
   struct Run {
     int np, stage;
   };
   const std::vector<Run> runs = {{1, 0}, {2, 0}, {2, 2}, {4, 3}};
   constexpr double u = 0x1p-53;
   const double bound = 2 * (3 * u / (1 - 3 * u)) + 2 * u;
-  std::vector<nlohmann::json> reference;
+  std::vector<std::vector<nlohmann::json>> all;
   for (const Run& run : runs) {
-    const std::string out = "np" + std::to_string(run.np) + "_s" + std::to_string(run.stage);
+    const std::string out =
+        name + "_np" + std::to_string(run.np) + "_s" + std::to_string(run.stage);
     const std::string per_rank = std::to_string(4 / run.np);
     const RunResult r = run_command(
-        mpirun_zerotrain(run.np) + "train --preset tiny --seed 5 --data " + path("sample.h5") +
-        " --out " + path(out) + " --steps 3 --seq-len 32 --lr 1e-30 --min-lr 0 --precision fp32" +
+        mpirun_zerotrain(run.np) + "train --preset tiny --seed 5 --data " + data + " --out " +
+        t.path(out) + " --steps 3 --seq-len 32 --lr 1e-30 --min-lr 0 --precision fp32" +
         " --log-every 0 --micro-batch 1 --grad-accum " + per_rank + " --zero-stage " +
         std::to_string(run.stage) + " --eval-batches " + per_rank + " --comm-timeout 60");
-    ASSERT_EQ(r.exit_code, 0) << out << ": " << r.output;
-    const auto lines = read_jsonl(path(out + "/metrics.jsonl"));
-    ASSERT_EQ(lines.size(), 3u) << out;
-    std::ifstream report_in(path(out + "/report.json"));
+    EXPECT_EQ(r.exit_code, 0) << out << ": " << r.output;
+    if (r.exit_code != 0) return {};
+    auto lines = read_jsonl(t.path(out + "/metrics.jsonl"));
+    EXPECT_EQ(lines.size(), 3u) << out;
+    std::ifstream report_in(t.path(out + "/report.json"));
     const auto report = nlohmann::json::parse(report_in);
     EXPECT_EQ(report["peak_memory_bytes_per_rank"].size(), static_cast<size_t>(run.np));
     EXPECT_EQ(report["world_size"].get<int>(), run.np);
-    EXPECT_TRUE(fs::exists(path(out + "/final/config.json")));
-    if (reference.empty()) {
-      reference = lines;
-      reference.push_back(report["eval"]);
-      continue;
-    }
-    for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_TRUE(fs::exists(t.path(out + "/final/config.json")));
+    lines.push_back(report["eval"]);
+    all.push_back(lines);
+    const std::vector<nlohmann::json>& reference = all.front();
+    if (all.size() == 1) continue;
+    for (size_t i = 0; i + 1 < lines.size(); ++i) {
       const double x = lines[i]["loss"].get<double>(), y = reference[i]["loss"].get<double>();
       EXPECT_LE(std::abs(x - y), bound * std::abs(y)) << out << " step " << i + 1;
       EXPECT_EQ(lines[i]["tokens"].get<int>(), 4 * 32);
+      EXPECT_EQ(lines[i]["loss_tokens"], reference[i]["loss_tokens"]) << out << " step " << i + 1;
       double bytes = 0;
       for (const auto& [op, b] : lines[i]["comm_bytes"].items()) bytes += b.get<double>();
       EXPECT_GT(bytes, 0) << out << " step " << i + 1;  // np > 1 here: gradients must move
     }
-    const double e = report["eval"]["loss"].get<double>();
+    const double e = lines.back()["loss"].get<double>();
     const double e_ref = reference.back()["loss"].get<double>();
     EXPECT_LE(std::abs(e - e_ref), bound * std::abs(e_ref)) << out;
+    EXPECT_EQ(lines.back()["loss_tokens"], reference.back()["loss_tokens"]) << out;
   }
   // The steps saw different windows (the cursor moved), not one batch three times.
-  EXPECT_NE(reference[0]["loss"], reference[1]["loss"]);
+  if (!all.empty()) {
+    EXPECT_NE(all[0][0]["loss"], all[0][1]["loss"]);
+  }
+  return all;
+}
+
+TEST_F(TrainMpi, GlobalBatchGivesTheSameLossesAtAnyWorldSize) {
+  const auto runs = expect_same_losses_at_any_world_size(*this, path("sample.h5"), "plain");
+  ASSERT_FALSE(runs.empty());
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(runs[0][i]["loss_tokens"].get<int>(), 4 * 32);
+}
+
+// SFT data: the sample text with a loss mask that leaves out blocks of tokens. Every world size
+// and stage averages over the same counted targets of the global batch, and the loss differs from
+// the unmasked one: the mask is honoured, not ignored.
+TEST_F(TrainMpi, LossMaskedDataGivesTheSameMeanOverCountedTargetsAtAnyWorldSize) {
+  const TokenDataset sample(path("sample.h5"));
+  std::vector<int32_t> tokens(static_cast<size_t>(sample.size()));
+  sample.read(0, sample.size(), tokens.data());
+  std::vector<uint32_t> unsigned_tokens(tokens.begin(), tokens.end());
+  std::vector<uint8_t> mask(tokens.size());
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i / 7) % 3 == 0 ? 0 : 1;
+  {
+    TokenDatasetWriter w(path("sft.h5"), sample.vocab_size(), sample.tokenizer());
+    w.append(unsigned_tokens.data(), static_cast<int64_t>(unsigned_tokens.size()), "sample",
+             mask.data());
+    w.finish();
+  }
+  const auto masked = expect_same_losses_at_any_world_size(*this, path("sft.h5"), "sft");
+  ASSERT_FALSE(masked.empty());
+  for (size_t i = 0; i < 3; ++i) {
+    const int counted = masked[0][i]["loss_tokens"].get<int>();
+    EXPECT_GT(counted, 0);
+    EXPECT_LT(counted, 4 * 32);
+  }
+  // The same run on the unmasked data: same windows, same weights, a different mean.
+  const RunResult r = run_zerotrain(
+      "train --preset tiny --seed 5 --data " + path("sample.h5") + " --out " + path("unmasked") +
+      " --steps 1 --seq-len 32 --lr 1e-30 --min-lr 0 --precision fp32 --log-every 0 "
+      "--micro-batch 1 --grad-accum 4 --comm-timeout 60");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto plain = read_jsonl(path("unmasked/metrics.jsonl"));
+  EXPECT_NE(plain[0]["loss"], masked[0][0]["loss"]);
 }
 
 TEST_F(TrainMpi, EvalIsIndependentOfWorldSize) {

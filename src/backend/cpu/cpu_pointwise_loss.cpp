@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_staging.h"
 #include "util/error.h"
+#include "util/ignored_target.h"
 
 namespace zt::cpu {
 namespace {
@@ -135,7 +136,10 @@ void CpuBackend::embedding_backward(float* dtable, ConstTensorView dx_view, cons
 // dlogits aliases logits (the target logit is read before its row is overwritten).
 void CpuBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTensorView logits_view,
                                const int32_t* targets, int64_t M, int64_t V, float grad_scale) {
-  check_ids(targets, M, V, "cross_entropy: target");
+  for (int64_t m = 0; m < M; ++m)
+    ZT_CHECK(targets[m] == kIgnoredTarget || (targets[m] >= 0 && targets[m] < V),
+             "cross_entropy: target " + std::to_string(targets[m]) + " at position " +
+                 std::to_string(m) + " is outside [0, " + std::to_string(V) + ")");
   ZT_CHECK(!dlogits_view || dlogits_view.data != logits_view.data ||
                dlogits_view.dtype == logits_view.dtype,
            "cross_entropy: dlogits aliases logits in another storage type");
@@ -147,6 +151,11 @@ void CpuBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTens
 #pragma omp parallel for schedule(static) if (M * V > kParallelMinElements)
   for (int64_t m = 0; m < M; ++m) {
     const float* row = logits + m * V;
+    if (targets[m] == kIgnoredTarget) {  // a loss that does not count: 0, and no gradient
+      losses[m] = 0.0f;
+      if (dlogits) std::fill(dlogits + m * V, dlogits + (m + 1) * V, 0.0f);
+      continue;
+    }
     const float target_logit = row[targets[m]];
     const float row_max = max_of(row, V);
     double sum = 0.0;

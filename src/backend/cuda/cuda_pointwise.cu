@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_storage.cuh"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
+#include "util/ignored_target.h"
 
 namespace zt::cuda {
 namespace {
@@ -163,13 +164,20 @@ __device__ MaxSum block_max_sum(MaxSum value) {
 // One block per row: lse = max + log Σ exp(x − max) (one online pass), loss = lse − x[target];
 // dlogits = (exp(x − max)/Σ − [j = target])·grad_scale. Every read of the row (the target logit
 // included) happens before the block-wide reduction, every write after it, so dlogits may alias
-// logits. An out-of-range target gives a NaN loss and a NaN dlogits row.
+// logits. An ignored target (kIgnoredTarget) gives loss 0 and a zero dlogits row; any other
+// out-of-range target a NaN loss and a NaN dlogits row.
 template <typename A>
 __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
                                      const int32_t* targets, int64_t V, float grad_scale) {
   const int64_t row = blockIdx.x;
   const A* x = logits + row * V;
   const int32_t target = targets[row];
+  if (target == kIgnoredTarget) {  // uniform across the block: every thread returns here
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    if (dlogits != nullptr)
+      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) store(dlogits + row * V, j, 0.0f);
+    return;
+  }
   const bool valid = target >= 0 && target < V;
   const float target_logit = valid ? load(x, target) : NAN;
   MaxSum local{-INFINITY, 0.0};
