@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""SFT data (prepare-data --sft-jsonl) through eval and train, against transformers (label oracle).
+
+The tokenizer is test_hf_tokenizer.py's byte-level BPE (a BOS template, bos/eos named in
+tokenizer_config.json); the examples pair consecutive lines of inputs/data/sample.txt as
+"question" and "answer" (custom field names, so --prompt-field/--response-field are exercised).
+1. `prepare-data --sft-jsonl`: example by example, the tokens equal transformers'
+   tokenizer(prompt)["input_ids"] + tokenizer(response, add_special_tokens=False)["input_ids"] +
+   [eos], and /loss_mask is 0 over the prompt and 1 over the response and its EOS.
+2. A random transformers LlamaForCausalLM, imported: `zerotrain eval` on the SFT data equals the
+   loss transformers computes itself from labels with -100 where the mask is 0 (its shifted,
+   ignore_index mean over the batch of windows), and differs from the unmasked loss by more than
+   the bound (the mask is honoured).
+3. `train` at 2 ranks, ZeRO-3, on the SFT data, `export`: transformers' masked loss of the export
+   equals `zerotrain eval` of OUT/final; each step's metrics count the step's unmasked targets.
+4. Bad input: a line without its response field names the file, the line and the field; the SFT
+   field options without --sft-jsonl and two equal field names are refused; nothing is left.
+
+Bound of every loss comparison (fp32 logits on both sides): 10·u·sqrt(max(D, F, V))·(2L + 2)·
+max(1, |loss|), u = 2^-24, as test_hf_families.py derives it.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (argument_parser, check, exit_status, require_venv_modules,  # noqa: E402
+                            run_tool)
+from test_hf_tokenizer import dataset, refused, train_tokenizer  # noqa: E402
+
+h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
+
+U_FP32 = 2.0 ** -24
+SEQ_LEN, MICRO_BATCH, BATCHES = 32, 2, 2
+SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128)
+
+
+def examples(text_file, count):
+    lines = [line.strip() for line in open(text_file, encoding="utf-8") if line.strip()]
+    return [{"id": i, "question": lines[2 * i], "answer": lines[2 * i + 1]} for i in range(count)]
+
+
+def hf_masked_loss(model, tokens, mask, use_mask=True):
+    """transformers' own loss over the first MICRO_BATCH·BATCHES windows of SEQ_LEN+1 tokens (as
+    `zerotrain eval` reads them): labels are the window, -100 where the mask is 0; the model
+    shifts them and averages over the labels that are not -100."""
+    n = MICRO_BATCH * BATCHES * (SEQ_LEN + 1)
+    ids = torch.from_numpy(tokens[:n].astype(np.int64)).reshape(-1, SEQ_LEN + 1)
+    labels = ids.clone()
+    if use_mask:
+        labels[torch.from_numpy(mask[:n].reshape(-1, SEQ_LEN + 1)) == 0] = -100
+    with torch.no_grad():
+        return model(input_ids=ids, labels=labels).loss.item()
+
+
+def main():
+    parser = argument_parser(__doc__.split("\n")[0])
+    parser.add_argument("--mpirun", default="mpirun")
+    args = parser.parse_args()
+    shutil.rmtree(args.work_dir, ignore_errors=True)
+    os.makedirs(args.work_dir)
+    work = lambda *p: os.path.join(args.work_dir, *p)  # noqa: E731
+    zt = args.zerotrain
+    python = ["--python", sys.executable]
+
+    def checks():
+        text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
+        tok = train_tokenizer(text_file, work("tok"))
+        reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("tok"))
+        eos = tok.token_to_id("</s>")
+
+        # 1. The SFT dataset, example by example.
+        records = examples(text_file, 40)
+        with open(work("sft.jsonl"), "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
+                  "--prompt-field", "question", "--response-field", "answer",
+                  "--out", work("sft.h5")] + python)
+        tokens, _, label = dataset(work("sft.h5"))
+        with h5py.File(work("sft.h5"), "r") as f:
+            mask = f["loss_mask"][:].astype(np.int64)
+        want_ids, want_mask = [], []
+        for r in records:
+            prompt = reference(r["question"])["input_ids"]
+            response = reference(r["answer"], add_special_tokens=False)["input_ids"] + [eos]
+            want_ids += prompt + response
+            want_mask += [0] * len(prompt) + [1] * len(response)
+        check(tokens.tolist() == want_ids, "sft: the tokens differ from transformers' "
+              f"(first difference at {next((i for i, (a, b) in enumerate(zip(tokens, want_ids)) if a != b), None)}, "
+              f"{len(tokens)} vs {len(want_ids)} tokens)")
+        check(mask.tolist() == want_mask, "sft: the loss mask differs from prompt 0 / response 1")
+        check(label == "hf:tok", f"sft: label {label}")
+        print(f"ok   sft: {len(records)} examples, {len(tokens)} tokens, {int(mask.sum())} "
+              "counted: transformers' ids, the prompts masked")
+
+        # 2. Eval of an imported model: transformers' own ignore_index loss.
+        config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), **SIZES,
+                                          bos_token_id=tok.token_to_id("<s>"), eos_token_id=eos)
+        torch.manual_seed(0)
+        transformers.LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(work("hf"))
+        # The reference reads the bf16 files back in fp32 (the weights zerotrain imports).
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            work("hf"), torch_dtype=torch.float32).eval()
+        run_tool([zt, "import", work("hf"), "--out", work("model")])
+        D, F, V, L = SIZES["hidden_size"], SIZES["intermediate_size"], config.vocab_size, \
+            SIZES["num_hidden_layers"]
+
+        def zt_eval(model_dir):
+            out = run_tool([zt, "eval", "--model", model_dir, "--data", work("sft.h5"),
+                            "--batches", str(BATCHES), "--micro-batch", str(MICRO_BATCH),
+                            "--seq-len", str(SEQ_LEN), "--precision", "fp32"])
+            return json.loads(out.strip().splitlines()[-1])
+
+        def bound(value):
+            return 10 * U_FP32 * max(D, F, V) ** 0.5 * (2 * L + 2) * max(1.0, abs(value))
+
+        def compare(what, got, want):
+            diff = abs(got - want)
+            print(f"{what}: zerotrain {got:.9f} transformers {want:.9f} |diff| {diff:.3e} "
+                  f"bound {bound(want):.3e}", flush=True)
+            check(diff <= bound(want), f"{what}: |{got} - {want}| = {diff} > {bound(want)}")
+
+        result = zt_eval(work("model"))
+        n = MICRO_BATCH * BATCHES * (SEQ_LEN + 1)
+        counted = int(mask[:n].reshape(-1, SEQ_LEN + 1)[:, 1:].sum())
+        check(result["loss_tokens"] == counted,
+              f"eval averaged over {result['loss_tokens']} targets, the mask counts {counted}")
+        compare("imported, masked loss", result["loss"], hf_masked_loss(model, tokens, mask))
+        unmasked = hf_masked_loss(model, tokens, mask, use_mask=False)
+        check(abs(result["loss"] - unmasked) > bound(unmasked),
+              f"the masked loss {result['loss']} is the unmasked one {unmasked}")
+
+        # 3. Train at 2 ranks, ZeRO-3, export, transformers' masked loss of the export.
+        run_tool([args.mpirun, "-n", "2", zt, "train", "--model", work("model"), "--data",
+                  work("sft.h5"), "--out", work("run"), "--steps", "3", "--micro-batch",
+                  str(MICRO_BATCH), "--seq-len", str(SEQ_LEN), "--zero-stage", "3", "--lr",
+                  "1e-3", "--warmup-steps", "0", "--eval-batches", "0", "--comm-timeout", "60"])
+        with open(work("run", "metrics.jsonl")) as f:
+            steps = [json.loads(line) for line in f]
+        check(all(0 < s["loss_tokens"] < s["tokens"] for s in steps),
+              f"metrics loss_tokens {[s['loss_tokens'] for s in steps]} of "
+              f"{[s['tokens'] for s in steps]} tokens")
+        run_tool([zt, "export", work("run", "final"), "--format", "safetensors", "--out",
+                  work("export")])
+        reloaded = transformers.AutoModelForCausalLM.from_pretrained(
+            work("export"), torch_dtype=torch.float32).eval()
+        compare("trained, masked loss", zt_eval(work("run", "final"))["loss"],
+                hf_masked_loss(reloaded, tokens, mask))
+
+        # 4. Bad input.
+        with open(work("bad.jsonl"), "w") as f:
+            f.write(json.dumps(records[0]) + "\n" + json.dumps({"question": "no answer"}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("bad.jsonl"),
+                 "--prompt-field", "question", "--response-field", "answer",
+                 "--out", work("bad.h5")] + python,
+                [work("bad.jsonl") + ":2", "'answer'"], work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("sft.jsonl"),
+                 "--response-field", "answer", "--out", work("bad.h5")] + python,
+                ["--response-field", "--sft-jsonl"], work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
+                 "--prompt-field", "answer", "--response-field", "answer",
+                 "--out", work("bad.h5")] + python,
+                ["--prompt-field", "--response-field"], work("bad.h5"))
+        print("ok   bad inputs refused, naming the file, the line and the field")
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
