@@ -7,6 +7,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/hf_tokenize.h"
+#include "app/python_step.h"
 #include "io/token_dataset.h"
 #include "util/error.h"
 
@@ -22,7 +23,6 @@ int cmd_prepare_data(int argc, char** argv) {
       "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
       "| --sft-jsonl FILES... [--prompt-field NAME] [--response-field NAME])) --out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};
-  const char* python_env = std::getenv("ZT_PYTHON");
   po::options_description options("prepare-data options");
   options.add_options()("text", po::value<std::vector<std::string>>()->multitoken(),
                         "UTF-8 text files (byte-level tokens)")(
@@ -43,7 +43,7 @@ int cmd_prepare_data(int argc, char** argv) {
       "the field of each --sft-jsonl line that holds the prompt")(
       "response-field", po::value<std::string>()->default_value("response"),
       "the field of each --sft-jsonl line that holds the response")(
-      "python", po::value<std::string>()->default_value(python_env ? python_env : "python3"),
+      "python", po::value<std::string>()->default_value(default_python()),
       "Python with the tokenizers library (default: $ZT_PYTHON, else python3)")(
       "out", po::value<std::string>(), "output token dataset (.h5)")(
       "vocab-size", po::value<int64_t>()->default_value(0),

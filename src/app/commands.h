@@ -9,6 +9,7 @@ int cmd_prepare_data(int argc, char** argv);
 int cmd_info(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
 int cmd_estimate(int argc, char** argv);
 int cmd_consolidate(int argc, char** argv);
 int cmd_export(int argc, char** argv);

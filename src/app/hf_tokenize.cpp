@@ -1,21 +1,14 @@
 #include "app/hf_tokenize.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "app/python_step.h"
 #include "io/fs_util.h"
 #include "io/token_dataset.h"
 #include "util/error.h"
-
-extern char** environ;
 
 namespace zt {
 
@@ -128,33 +121,6 @@ with open(meta_path, "w", encoding="utf-8") as f:
     json.dump(meta, f)
 )PY";
 
-// Runs argv[0] (found on PATH) with argv; its stdout and stderr are ours. Returns its exit status.
-int run_process(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
-  ZT_CHECK(rc == 0, "cannot start '" + args[0] + "': " + std::strerror(rc) +
-                        " (give an interpreter with the tokenizers library: --python PATH)");
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    ZT_CHECK(errno == EINTR, "waiting for '" + args[0] + "' failed");
-  ZT_CHECK(WIFEXITED(status), "'" + args[0] + "' was killed by signal " +
-                                  std::to_string(WTERMSIG(status)) + " (" +
-                                  strsignal(WTERMSIG(status)) + ")");
-  return WEXITSTATUS(status);
-}
-
-// Removes the step's scratch directory on every exit path.
-struct ScratchDir {
-  std::string path;
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 }  // namespace
 
 int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
@@ -163,17 +129,17 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
     ZT_CHECK(fs::is_regular_file(path), "input file '" + path + "' does not exist");
   ZT_CHECK(fs::exists(request.tokenizer), "tokenizer '" + request.tokenizer + "' does not exist");
   check_output_file_writable(request.out, request.overwrite);
-  const ScratchDir scratch{temp_sibling(request.out) + ".tokenize"};
-  fs::create_directories(scratch.path);
-  const std::string tokens_path = scratch.path + "/tokens.u32", meta_path = scratch.path + "/meta";
-  const std::string mask_path = scratch.path + "/loss_mask.u8";
+  const ScratchDir scratch(temp_sibling(request.out) + ".tokenize");
+  const std::string tokens_path = scratch.path() + "/tokens.u32";
+  const std::string meta_path = scratch.path() + "/meta";
+  const std::string mask_path = scratch.path() + "/loss_mask.u8";
   nlohmann::json options = {{"text_field", request.text_field}, {"sft", nullptr}};
   if (request.sft)
     options["sft"] = {{"prompt", request.sft->prompt}, {"response", request.sft->response}};
   std::vector<std::string> args = {request.python, "-c",        kTokenizeScript, request.tokenizer,
                                    options.dump(), tokens_path, mask_path,       meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
-  const int status = run_process(args);
+  const int status = run_python_step(args);
   ZT_CHECK(status == 0, "the tokenizer step failed (" + request.python + " exited with " +
                             std::to_string(status) + "; its message is above)");
   const nlohmann::json meta = read_json_file(meta_path);

@@ -30,6 +30,7 @@ const std::vector<Subcommand>& subcommands() {
       {"info", "summarise a model directory, token dataset or checkpoint", zt::cmd_info},
       {"train", "train a model (ZeRO stages 0-3)", zt::cmd_train},
       {"eval", "mean next-token cross-entropy of a model on a token dataset", zt::cmd_eval},
+      {"generate", "continue a prompt with a model (greedy or sampled)", zt::cmd_generate},
       {"estimate", "per-rank memory of ZeRO stages 0-3; which stage fits", zt::cmd_estimate},
       {"consolidate", "write a training checkpoint's weights as a bf16 model directory",
        zt::cmd_consolidate},

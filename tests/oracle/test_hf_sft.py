@@ -15,6 +15,12 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    equals `zerotrain eval` of OUT/final; each step's metrics count the step's unmasked targets.
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
    field options without --sft-jsonl and two equal field names are refused; nothing is left.
+   generate refuses a model without a tokenizer (naming it and --tokenizer), a zero temperature
+   and a prompt longer than max_position_embeddings.
+5. `generate` on the trained model: the greedy continuation of a prompt equals greedy decoding
+   over transformers' forward token by token (a different choice is accepted only at a near tie of
+   transformers' own logits, within the bound below, where the comparison ends), the text equals
+   the tokenizer's decode, and sampling with top-k 1 gives the greedy tokens.
 
 Bound of every loss comparison (fp32 logits on both sides): 10·u·sqrt(max(D, F, V))·(2L + 2)·
 max(1, |loss|), u = 2^-24, as test_hf_families.py derives it.
@@ -153,6 +159,51 @@ def main():
         compare("trained, masked loss", zt_eval(work("run", "final"))["loss"],
                 hf_masked_loss(reloaded, tokens, mask))
 
+        # 5. generate on the trained model: greedy against transformers' generate(), the text
+        # against its tokenizer's decode; sampling with top-k 1 is greedy again.
+        prompt = records[0]["question"]
+        ours = json.loads(run_tool([zt, "generate", "--model", work("run", "final"), "--prompt",
+                                    prompt, "--max-new-tokens", "12", "--json"] + python)
+                          .strip().splitlines()[-1])
+        ids = torch.tensor([reference(prompt)["input_ids"]])
+        check(ours["prompt_tokens"] == ids[0].tolist(),
+              f"generate encoded the prompt as {ours['prompt_tokens']}, transformers as "
+              f"{ids[0].tolist()}")
+        # Greedy decoding over transformers' forward, as generate(do_sample=False) decodes (its
+        # generate() itself needs torch.distributed.fsdp, which Debian's torch 1.13 cannot import
+        # under Python 3.11).
+        hf_new, hf_scores, context = [], [], ids
+        with torch.no_grad():
+            while len(hf_new) < 12:
+                scores = reloaded(input_ids=context).logits[0, -1]
+                hf_scores.append(scores)
+                hf_new.append(int(scores.argmax()))
+                context = torch.cat([context, torch.tensor([[hf_new[-1]]])], dim=1)
+                if hf_new[-1] == eos:
+                    break
+        for i, (a, b) in enumerate(zip(ours["new_tokens"], hf_new)):
+            if a == b:
+                continue
+            # Only a near tie may go another way: then the contexts part and the rest is moot.
+            scores = hf_scores[i].double()
+            gap = abs(scores[a].item() - scores[b].item())
+            check(gap <= bound(scores.abs().max().item()),
+                  f"generate token {i}: zerotrain {a}, transformers {b}, logit gap {gap}")
+            print(f"generate: a near tie at token {i} (gap {gap:.2e}); compared up to it")
+            break
+        else:
+            check(len(ours["new_tokens"]) == len(hf_new),
+                  f"generate: {len(ours['new_tokens'])} new tokens, transformers {len(hf_new)}")
+        check(ours["text"] == reference.decode(ours["new_tokens"], skip_special_tokens=True),
+              f"generate decoded {ours['text']!r}")
+        top1 = json.loads(run_tool([zt, "generate", "--model", work("run", "final"), "--prompt",
+                                    prompt, "--max-new-tokens", "12", "--json", "--do-sample",
+                                    "--top-k", "1", "--seed", "9"] + python)
+                          .strip().splitlines()[-1])
+        check(top1["new_tokens"] == ours["new_tokens"], "sampling with top-k 1 is not greedy")
+        print(f"ok   generate: greedy {ours['new_tokens']} as transformers' greedy decoding, "
+              f"text {ours['text']!r} as its decode")
+
         # 4. Bad input.
         with open(work("bad.jsonl"), "w") as f:
             f.write(json.dumps(records[0]) + "\n" + json.dumps({"question": "no answer"}) + "\n")
@@ -167,6 +218,12 @@ def main():
                  "--prompt-field", "answer", "--response-field", "answer",
                  "--out", work("bad.h5")] + python,
                 ["--prompt-field", "--response-field"], work("bad.h5"))
+        refused([zt, "generate", "--model", work("model"), "--prompt", "x"] + python,
+                [work("model"), "tokenizer.json", "--tokenizer"], work("no_output"))
+        refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--do-sample",
+                 "--temperature", "0"] + python, ["--temperature"], work("no_output"))
+        refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x " * 200]
+                + python, ["max_position_embeddings is 128"], work("no_output"))
         print("ok   bad inputs refused, naming the file, the line and the field")
 
     return exit_status(checks)

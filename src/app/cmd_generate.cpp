@@ -1,0 +1,273 @@
+// zerotrain generate: continues a prompt with a model directory on one process (CPU backend):
+// greedy, or sampled with temperature / top-k / top-p as Hugging Face's generate() samples
+// (model/token_sampling.h), decoding with the model's tokenizer (the tokenizer.json that train,
+// import and export keep beside the weights, or --tokenizer) or bytes (--tokenizer byte). There is
+// no KV cache: each new token runs the whole context through the model, which is what checking a
+// trained model needs and no more.
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "app/python_step.h"
+#include "app/run_setup.h"
+#include "backend/backend.h"
+#include "io/data_loader.h"
+#include "io/fs_util.h"
+#include "io/model_dir.h"
+#include "model/llama.h"
+#include "model/token_sampling.h"
+#include "util/error.h"
+#include "util/ignored_target.h"
+#include "util/memory.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kCommand = "generate";
+
+// The Python step of a Hugging Face tokenizer. argv: mode (encode | decode), tokenizer.json or a
+// directory holding it, input file, output file. encode: the input's UTF-8 text as the tokenizer
+// encodes a document (its post-processor's BOS, ...) -> {"ids": [...], "eos_token_id": ID or -1}.
+// decode: {"ids": [...]} -> the text, special tokens skipped.
+constexpr const char* kTokenizerStep = R"PY(
+import json, os, sys
+try:
+    from tokenizers import Tokenizer
+except ImportError as e:
+    sys.exit(f"the Python step cannot import the tokenizers library ({e}); install it with "
+             "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
+mode, tok_path, in_path, out_path = sys.argv[1:]
+tok_dir = tok_path if os.path.isdir(tok_path) else os.path.dirname(tok_path)
+tok_file = os.path.join(tok_path, "tokenizer.json") if os.path.isdir(tok_path) else tok_path
+try:
+    tok = Tokenizer.from_file(tok_file)
+except Exception as e:
+    sys.exit(f"{tok_file}: not a tokenizers file: {e}")
+tok.no_truncation()
+tok.no_padding()
+if mode == "encode":
+    with open(in_path, encoding="utf-8", newline="") as f:
+        ids = tok.encode(f.read()).ids
+    eos = -1
+    config = os.path.join(tok_dir, "tokenizer_config.json")
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as f:
+            name = json.load(f).get("eos_token")
+        name = name.get("content") if isinstance(name, dict) else name
+        if isinstance(name, str) and tok.token_to_id(name) is not None:
+            eos = tok.token_to_id(name)
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump({"ids": ids, "eos_token_id": eos}, f)
+else:
+    with open(in_path, encoding="utf-8") as f:
+        ids = json.load(f)["ids"]
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write(tok.decode(ids, skip_special_tokens=True))
+)PY";
+
+struct GenerateOptions {
+  std::string model_dir, prompt, tokenizer, python = default_python();
+  int64_t max_new_tokens = 64;
+  SamplingConfig sampling;
+  int64_t seed = 0;
+  bool ignore_eos = false, json = false;
+};
+
+// The prompt's token ids and the id that ends generation (-1: none), and the text of new ids.
+class PromptTokenizer {
+ public:
+  PromptTokenizer(const GenerateOptions& o, const std::string& scratch)
+      : o_(o), scratch_(scratch), byte_(o.tokenizer == "byte") {
+    if (byte_) return;
+    path_ = o.tokenizer.empty() ? o.model_dir : o.tokenizer;
+    const std::string file = fs::is_directory(path_) ? path_ + "/tokenizer.json" : path_;
+    ZT_CHECK(
+        fs::is_regular_file(file),
+        o.tokenizer.empty()
+            ? "model '" + o.model_dir +
+                  "' carries no tokenizer.json: give --tokenizer PATH (a tokenizer.json or its "
+                  "directory), or --tokenizer byte for a model trained on `prepare-data "
+                  "--text` data"
+            : "tokenizer '" + file + "' does not exist");
+  }
+
+  std::vector<int32_t> encode(const std::string& text, int64_t* eos) {
+    if (byte_) {
+      *eos = -1;
+      return {text.begin(), text.end()};  // bytes as unsigned char: 0..255
+    }
+    write_text_file(scratch_ + "/prompt.txt", text);
+    step("encode", scratch_ + "/prompt.txt", scratch_ + "/encoded.json");
+    const nlohmann::json encoded = read_json_file(scratch_ + "/encoded.json");
+    *eos = encoded.at("eos_token_id").get<int64_t>();
+    return encoded.at("ids").get<std::vector<int32_t>>();
+  }
+
+  std::string decode(const std::vector<int32_t>& ids) {
+    if (byte_) {
+      std::string text;
+      for (int32_t id : ids) text.push_back(static_cast<char>(id));
+      return text;
+    }
+    write_text_file(scratch_ + "/ids.json", nlohmann::json{{"ids", ids}}.dump());
+    step("decode", scratch_ + "/ids.json", scratch_ + "/decoded.txt");
+    std::ifstream in(scratch_ + "/decoded.txt", std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+
+ private:
+  void step(const std::string& mode, const std::string& in, const std::string& out) {
+    const int status = run_python_step({o_.python, "-c", kTokenizerStep, mode, path_, in, out});
+    ZT_CHECK(status == 0, "the tokenizer step failed (" + o_.python + " exited with " +
+                              std::to_string(status) + "; its message is above)");
+  }
+  static void write_text_file(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    ZT_CHECK(out.good(), "cannot write '" + path + "'");
+  }
+
+  const GenerateOptions& o_;
+  std::string scratch_, path_;
+  bool byte_;
+};
+
+// generation_config.json's eos_token_id (a number or a list: the first), -1 when absent.
+int64_t generation_config_eos(const std::string& model_dir) {
+  const std::string path = model_dir + "/generation_config.json";
+  if (!fs::is_regular_file(path)) return -1;
+  const nlohmann::json j = read_json_file(path);
+  const auto it = j.find("eos_token_id");
+  if (it == j.end()) return -1;
+  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer())
+    return (*it)[0].get<int64_t>();
+  return it->is_number_integer() ? it->get<int64_t>() : -1;
+}
+
+bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
+  po::options_description opts("generate options");
+  auto add = opts.add_options();
+  add("model", po::value(&o.model_dir), "model directory");
+  add("prompt", po::value(&o.prompt), "the text to continue");
+  add("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
+      "tokens to generate at most (fewer at EOS or at max_position_embeddings)");
+  add("do-sample", bool_flag(&o.sampling.sample, false),
+      "sample (temperature, top-k, top-p) instead of the greedy choice");
+  add("temperature", decimal_option(&o.sampling.temperature), "divides the logits (sampling)");
+  add("top-k", po::value(&o.sampling.top_k)->default_value(50),
+      "sample among the k most likely tokens (0: all)");
+  add("top-p", decimal_option(&o.sampling.top_p),
+      "sample among the fewest most likely tokens holding this much probability (1: all)");
+  add("seed", po::value(&o.seed)->default_value(o.seed), "seed of the sampling");
+  add("tokenizer", po::value(&o.tokenizer),
+      "tokenizer.json or its directory (default: the model's), or 'byte'");
+  add("python", po::value(&o.python)->default_value(o.python),
+      "Python with the tokenizers library (default: $ZT_PYTHON, else python3)");
+  add("ignore-eos", bool_flag(&o.ignore_eos, false), "do not stop at the end-of-sequence token");
+  add("json", bool_flag(&o.json, false),
+      "print one JSON line (prompt and new token ids, the new text) instead of the text");
+  const CommandSpec spec{kCommand,
+                         "Continue a prompt with a model (one process, CPU): greedy or sampled.",
+                         "zerotrain generate --model DIR --prompt TEXT [--max-new-tokens N] "
+                         "[--do-sample --temperature T --top-k K --top-p P --seed S]"};
+  po::variables_map vm;
+  if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  require_option(vm, "model", kCommand);
+  require_option(vm, "prompt", kCommand);
+  check_count(o.max_new_tokens, 1, "max-new-tokens", kCommand);
+  check_sampling_config(o.sampling);
+  return true;
+}
+
+int run_generate(const GenerateOptions& o) {
+  ModelDirReader reader(o.model_dir);
+  const ModelConfig& config = reader.config();
+  const ScratchDir scratch(fs::temp_directory_path() /
+                           ("zerotrain-generate-" + std::to_string(::getpid())));
+  PromptTokenizer tokenizer(o, scratch.path());
+  int64_t eos = -1;
+  std::vector<int32_t> context = tokenizer.encode(o.prompt, &eos);
+  const int64_t configured_eos = generation_config_eos(o.model_dir);
+  if (configured_eos >= 0) eos = configured_eos;
+  ZT_CHECK(!context.empty(), "the prompt encodes to no token");
+  for (int32_t id : context)
+    ZT_CHECK(id >= 0 && id < config.vocab_size,
+             "prompt token " + std::to_string(id) + " is outside the vocabulary (" +
+                 std::to_string(config.vocab_size) + ") of model '" + o.model_dir + "'");
+  const auto prompt_length = static_cast<int64_t>(context.size());
+  const int64_t T = std::min(prompt_length + o.max_new_tokens, config.max_position_embeddings);
+  ZT_CHECK(prompt_length < T, "the prompt has " + std::to_string(prompt_length) +
+                                  " tokens; the model's max_position_embeddings is " +
+                                  std::to_string(config.max_position_embeddings));
+
+  // One window of T positions, its logits in one head chunk; the weights as stored, in fp32.
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  MemoryTracker memory(backend->device_memory());
+  LlamaModel model(config, *backend, memory, 1, T, ActivationCheckpointing{}, T);
+  const ParamLayout& layout = model.layout();
+  std::vector<TrackedBuffer<float>> params;
+  for (const GroupInfo& group : layout.groups()) {
+    params.emplace_back(memory, MemCategory::kParams, static_cast<size_t>(group.numel));
+    for (int ti : group.tensors) {
+      const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
+      reader.read_tensor_f32(t.name, params.back().data() + t.offset);
+    }
+  }
+  SplitMix64 rng(static_cast<uint64_t>(o.seed));
+  std::vector<int32_t> inputs(static_cast<size_t>(T), 0), generated;
+  const std::vector<int32_t> targets(static_cast<size_t>(T), kIgnoredTarget);
+  const int64_t V = config.vocab_size;
+  while (static_cast<int64_t>(context.size()) < T) {
+    // Positions past the context see only earlier ones (causal attention): their input is 0.
+    std::copy(context.begin(), context.end(), inputs.begin());
+    model.set_batch(inputs.data(), targets.data());
+    for (int g = 0; g < layout.num_groups(); ++g) {
+      const bool tied_head = layout.tied_embeddings() && g == layout.head_group();
+      model.forward_group(g, params[static_cast<size_t>(g)].data(), false, 1.0f,
+                          tied_head ? ConstTensorView(params[0].data()) : ConstTensorView());
+    }
+    const std::vector<float> logits = model.logits();
+    const float* row = logits.data() + (static_cast<int64_t>(context.size()) - 1) * V;
+    const double u = static_cast<double>(rng.next() >> 11) * 0x1p-53;
+    const int32_t next = o.sampling.sample
+                             ? draw_token(sampling_distribution(row, V, o.sampling), u)
+                             : greedy_token(row, V);
+    context.push_back(next);
+    generated.push_back(next);
+    if (next == eos && !o.ignore_eos) break;
+  }
+  const std::string text = tokenizer.decode(generated);
+  if (o.json) {
+    const std::vector<int32_t> prompt_ids(context.begin(), context.begin() + prompt_length);
+    std::cout << nlohmann::json{{"prompt_tokens", prompt_ids},
+                                {"new_tokens", generated},
+                                {"text", text}}
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << std::endl;
+  } else {
+    std::cout << o.prompt << text << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  GenerateOptions options;
+  if (!parse_generate_options(argc, argv, options)) return 0;
+  return run_generate(options);
+}
+
+}  // namespace zt

@@ -1,0 +1,49 @@
+#include "app/python_step.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "util/error.h"
+
+extern char** environ;
+
+namespace zt {
+
+std::string default_python() {
+  const char* env = std::getenv("ZT_PYTHON");
+  return env && *env ? env : "python3";
+}
+
+int run_python_step(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+  ZT_CHECK(rc == 0, "cannot start '" + args[0] + "': " + std::strerror(rc) +
+                        " (give an interpreter with the tokenizers library: --python PATH)");
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    ZT_CHECK(errno == EINTR, "waiting for '" + args[0] + "' failed");
+  ZT_CHECK(WIFEXITED(status), "'" + args[0] + "' was killed by signal " +
+                                  std::to_string(WTERMSIG(status)) + " (" +
+                                  strsignal(WTERMSIG(status)) + ")");
+  return WEXITSTATUS(status);
+}
+
+ScratchDir::ScratchDir(std::string path) : path_(std::move(path)) {
+  std::filesystem::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+}  // namespace zt
