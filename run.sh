@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # zerotrain: setup, build, demo and tests in one script.
-#   ./run.sh demo    install missing Debian packages, build, train the demo model, evaluate it
+#   ./run.sh demo    install missing Debian packages, build, train the demo model at 2 ranks with
+#                    ZeRO-3, show where the bytes went, evaluate it and print a sample from it
 #   ./run.sh test    install missing packages and .deps/, build, run the whole test suite (ctest -j2),
 #                    then the unit and mpi labels under other OpenBLAS kernels and CPU Adam paths
 #   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
@@ -171,19 +172,51 @@ run_variants() {
   log "numeric variants passed: ${VARIANTS[*]}"
 }
 
-# The demo: byte-level dataset from the bundled text, the `small` preset trained from scratch,
-# then evaluated. Outputs land in outputs/demo/.
+# The demo: what zerotrain is for, on this machine. A byte-level dataset from the bundled text;
+# the `small` preset trained from scratch at 2 ranks with ZeRO-3; where the bytes went (each
+# rank's model-state memory and the bytes communicated per step, against the same model on one
+# rank at stage 0, which runs DEMO_REFERENCE_STEPS steps for its figures); the evaluation; and a
+# sample from the trained model. Outputs land in outputs/demo/.
 demo() {
   local out=${DEMO_OUT:-$ROOT/outputs/demo}
   local steps=${DEMO_STEPS:-200} mb=${DEMO_MICRO_BATCH:-8} seq=${DEMO_SEQ_LEN:-64}
+  local reference_steps=${DEMO_REFERENCE_STEPS:-3}
   local zt=$BUILD_DIR/zerotrain
+  if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+  local mpirun=(mpirun --oversubscribe -n 2)
+  local common=(--preset small --seed 1 --data "$out/data.h5" --overwrite --micro-batch "$mb"
+                --seq-len "$seq" --lr 3e-3 --min-lr 3e-4 --warmup-steps 20 --weight-decay 0.1)
   mkdir -p "$out"
   "$zt" prepare-data --text "$ROOT/inputs/data/sample.txt" --out "$out/data.h5" --overwrite
-  "$zt" info "$out/data.h5"
-  "$zt" train --preset small --seed 1 --data "$out/data.h5" --out "$out/run" --overwrite \
-    --steps "$steps" --micro-batch "$mb" --seq-len "$seq" --lr 3e-3 --min-lr 3e-4 \
-    --warmup-steps 20 --weight-decay 0.1 --log-every 25
-  "$zt" info "$out/run/final"
+  log "training the small preset at 2 ranks, ZeRO-3, $steps steps"
+  "${mpirun[@]}" "$zt" train "${common[@]}" --out "$out/run" --zero-stage 3 --steps "$steps" \
+    --log-every 25
+  log "the same model at 1 rank, stage 0, $reference_steps steps (for its memory and traffic)"
+  "$zt" train "${common[@]}" --out "$out/one_rank" --zero-stage 0 --steps "$reference_steps" \
+    --log-every 0 --eval-batches 0 > /dev/null
+  python3 - "$out/one_rank/report.json" "$out/run/report.json" <<'PY'
+import json, sys
+one, zero3 = (json.load(open(p)) for p in sys.argv[1:])
+def state(report, rank):  # model state: working params, gradients, fp32 masters + Adam moments
+    m = report["peak_memory_bytes_per_rank"][rank]
+    return m["params"], m["grads"], m["optimizer"]
+def kib(b):
+    return f"{b / 1024:10.1f} KiB" if b >= 1024 else f"{b:6d} bytes"
+print("\nwhere the bytes went (peak per rank)      params       grads   optimizer       total")
+for label, report in (("1 rank, stage 0", one), ("2 ranks, ZeRO-3", zero3)):
+    for rank in range(report["world_size"]):
+        p, g, o = state(report, rank)
+        print(f"  {label}, rank {rank:<14} {kib(p)} {kib(g)} {kib(o)} {kib(p + g + o)}")
+p1, g1, o1 = state(one, 0)
+p3, g3, o3 = state(zero3, 0)
+print(f"  ZeRO-3 keeps {(p3 + g3 + o3) / (p1 + g1 + o1):.2f}x the one-rank model state per rank "
+      "(the optimizer state and gradients are sharded; parameters are gathered layer by layer)")
+print("\nbytes communicated per step (per rank)")
+for label, report in (("1 rank, stage 0", one), ("2 ranks, ZeRO-3", zero3)):
+    moved = {k: v for k, v in report["comm_bytes_per_step"].items() if v}
+    print(f"  {label}: " + (", ".join(f"{k} {kib(v).strip()}" for k, v in moved.items())
+                             or "nothing (one rank has no one to talk to)"))
+PY
   log "evaluating the trained model (first 16 windows of $((seq + 1)) tokens)"
   "$zt" eval --model "$out/run/final" --data "$out/data.h5" --batches 2 --micro-batch 8 \
     --seq-len "$seq" | tee "$out/eval.json"
@@ -195,6 +228,9 @@ entropy = -sum(c / len(data) * math.log(c / len(data)) for c in counts.values())
 loss = json.load(open(sys.argv[2]))["loss"]
 print(f"unigram entropy of the text: {entropy:.3f} nats/byte; final eval loss: {loss:.3f} nats/byte")
 PY
+  log "a sample from the trained model (greedy, 120 bytes)"
+  "$zt" generate --model "$out/run/final" --tokenizer byte --prompt "And God said" \
+    --max-new-tokens 120
   log "outputs in $out: run/metrics.jsonl, run/report.md, run/final/ (bf16 model), eval.json"
 }
 
