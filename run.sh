@@ -23,7 +23,7 @@ PACKAGES=(
   libboost-program-options-dev nlohmann-json3-dev
   libopenblas-dev libgtest-dev liburing-dev patchelf
   python3 python3-numpy python3-h5py python3-torch python3-pip python3-venv
-  python3-yaml python3-requests
+  python3-yaml python3-requests python3-jinja2
   slurm-wlm munge librsvg2-bin
 )
 
@@ -75,7 +75,7 @@ setup_venv() {
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     --require-hashes -r "$req" >&2 || { log ".venv/: pip could not install $req"; return 1; }
-  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson' ||
+  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2' ||
     { log ".venv/: the oracle clients do not import"; return 1; }
   echo "$want" >"$stamp"
 }

@@ -21,7 +21,8 @@ int cmd_prepare_data(int argc, char** argv) {
       "headerless uint16 .bin files, concatenated in order.",
       "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
       "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
-      "| --sft-jsonl FILES... [--prompt-field NAME] [--response-field NAME])) --out FILE.h5 "
+      "| --sft-jsonl FILES... [--prompt-field NAME] [--response-field NAME] [--chat-template])) "
+      "--out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};
   po::options_description options("prepare-data options");
   options.add_options()("text", po::value<std::vector<std::string>>()->multitoken(),
@@ -43,6 +44,8 @@ int cmd_prepare_data(int argc, char** argv) {
       "the field of each --sft-jsonl line that holds the prompt")(
       "response-field", po::value<std::string>()->default_value("response"),
       "the field of each --sft-jsonl line that holds the response")(
+      "chat-template", po::bool_switch(),
+      "render each --sft-jsonl example with the tokenizer's chat template (transformers)")(
       "python", po::value<std::string>()->default_value(default_python()),
       "Python with the tokenizers library (default: $ZT_PYTHON, else python3)")(
       "out", po::value<std::string>(), "output token dataset (.h5)")(
@@ -59,8 +62,10 @@ int cmd_prepare_data(int argc, char** argv) {
            "prepare-data: give exactly one of '--text', '--jsonl', '--sft-jsonl', '--bin' and "
            "'--nanogpt-bin'");
   const bool sft = vm.count("sft-jsonl") > 0;
-  ZT_CHECK(sft || (vm["prompt-field"].defaulted() && vm["response-field"].defaulted()),
-           "prepare-data: --prompt-field and --response-field apply to --sft-jsonl files");
+  ZT_CHECK(sft || (vm["prompt-field"].defaulted() && vm["response-field"].defaulted() &&
+                   !vm["chat-template"].as<bool>()),
+           "prepare-data: --prompt-field, --response-field and --chat-template apply to "
+           "--sft-jsonl files");
   require_option(vm, "out", spec.name);
   const std::string out = vm["out"].as<std::string>();
   const auto report = [&](int64_t tokens, size_t files) {
@@ -92,7 +97,8 @@ int cmd_prepare_data(int argc, char** argv) {
     if (jsonl) request.text_field = vm["text-field"].as<std::string>();
     if (sft) {
       request.sft =
-          SftFields{vm["prompt-field"].as<std::string>(), vm["response-field"].as<std::string>()};
+          SftFields{vm["prompt-field"].as<std::string>(), vm["response-field"].as<std::string>(),
+                    vm["chat-template"].as<bool>()};
       ZT_CHECK(!request.sft->prompt.empty() && !request.sft->response.empty() &&
                    request.sft->prompt != request.sft->response,
                "prepare-data: --prompt-field and --response-field must name two different JSON "

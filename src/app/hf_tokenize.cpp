@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
-// or {"prompt", "response"} field names), tokens file, loss-mask file, metadata file, inputs...
+// or {"prompt", "response"} field names and "chat_template"), tokens file, loss-mask file,
+// metadata file, inputs...
 // The tokenizer's stored truncation and padding are turned off (transformers does the same
 // before encoding a document). It writes every document's ids as little-endian uint32 to the
 // tokens file (SFT: one byte per token to the loss-mask file, 1 for the response) and
@@ -79,9 +80,43 @@ def records(path, keys):
                     sys.exit(f"{path}:{number}: no string field '{key}'")
             yield number, record
 
+chat = None
+if sft and sft["chat_template"]:
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError as e:
+        sys.exit(f"--chat-template needs the transformers library ({e}); install it with "
+                 "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
+    chat = PreTrainedTokenizerFast(tokenizer_file=tok_file, **{
+        k: v for k, v in json.loads(files.get("tokenizer_config.json", "{}")).items()
+        if k == "chat_template"})
+    if not chat.chat_template:
+        sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply")
+
+def chat_example(path, number, prompt, response):
+    """The conversation rendered by the tokenizer's chat template: the prompt turn with the
+    generation prompt, then the rest of the conversation (the response and what closes its turn)."""
+    user = [{"role": "user", "content": prompt}]
+    try:
+        head = chat.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+        whole = chat.apply_chat_template(user + [{"role": "assistant", "content": response}],
+                                         tokenize=False)
+    except Exception as e:
+        sys.exit(f"{path}:{number}: the chat template failed: {e}")
+    if not whole.startswith(head):
+        sys.exit(f"{path}:{number}: the chat template does not render the prompt turn as the "
+                 "start of the conversation")
+    return (tok.encode(head, add_special_tokens=False).ids,
+            tok.encode(whole[len(head):], add_special_tokens=False).ids)
+
 def documents(path):
     """(ids, loss mask or None) of each document: a text file is one, a JSON line one each."""
-    if sft:
+    if sft and chat:
+        for number, record in records(path, (sft["prompt"], sft["response"])):
+            prompt, response = chat_example(path, number, record[sft["prompt"]],
+                                            record[sft["response"]])
+            yield prompt + response, [0] * len(prompt) + [1] * len(response)
+    elif sft:
         for number, record in records(path, (sft["prompt"], sft["response"])):
             # The prompt as a document of its own (the post-processor's BOS, ...), the response
             # without special tokens, then EOS: the loss counts the response and its EOS.
@@ -135,7 +170,9 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   const std::string mask_path = scratch.path() + "/loss_mask.u8";
   nlohmann::json options = {{"text_field", request.text_field}, {"sft", nullptr}};
   if (request.sft)
-    options["sft"] = {{"prompt", request.sft->prompt}, {"response", request.sft->response}};
+    options["sft"] = {{"prompt", request.sft->prompt},
+                      {"response", request.sft->response},
+                      {"chat_template", request.sft->chat_template}};
   std::vector<std::string> args = {request.python, "-c",        kTokenizeScript, request.tokenizer,
                                    options.dump(), tokens_path, mask_path,       meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());

@@ -17,8 +17,13 @@ namespace zt {
 // document of its own (with the tokenizer's special tokens: a Llama tokenizer's BOS), the response
 // without special tokens and followed by the tokenizer's EOS; the dataset's /loss_mask is 0 over
 // the prompt and 1 over the response and its EOS, so only the response is learned.
+// With chat_template (--chat-template), transformers renders each example with the tokenizer's
+// chat template (tokenizer_config.json): the user turn with the generation prompt is masked, the
+// rest of the conversation (the response and whatever closes its turn) counts; no EOS is added
+// and no special token beyond what the template writes.
 struct SftFields {
   std::string prompt = "prompt", response = "response";
+  bool chat_template = false;
 };
 
 struct HfTokenizeRequest {

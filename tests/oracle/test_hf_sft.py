@@ -6,7 +6,9 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
 "question" and "answer" (custom field names, so --prompt-field/--response-field are exercised).
 1. `prepare-data --sft-jsonl`: example by example, the tokens equal transformers'
    tokenizer(prompt)["input_ids"] + tokenizer(response, add_special_tokens=False)["input_ids"] +
-   [eos], and /loss_mask is 0 over the prompt and 1 over the response and its EOS.
+   [eos], and /loss_mask is 0 over the prompt and 1 over the response and its EOS. With
+   --chat-template, the tokens and the mask equal transformers' apply_chat_template with
+   return_assistant_tokens_mask (a template marking the assistant turn with {% generation %}).
 2. A random transformers LlamaForCausalLM, imported: `zerotrain eval` on the SFT data equals the
    loss transformers computes itself from labels with -100 where the mask is 0 (its shifted,
    ignore_index mean over the batch of windows), and differs from the unmasked loss by more than
@@ -14,7 +16,8 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
 3. `train` at 2 ranks, ZeRO-3, on the SFT data, `export`: transformers' masked loss of the export
    equals `zerotrain eval` of OUT/final; each step's metrics count the step's unmasked targets.
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
-   field options without --sft-jsonl and two equal field names are refused; nothing is left.
+   field options without --sft-jsonl, two equal field names and --chat-template with a tokenizer
+   that has no chat template are refused; nothing is left.
    generate refuses a model without a tokenizer (naming it and --tokenizer), a zero temperature
    and a prompt longer than max_position_embeddings.
 5. `generate` on the trained model: the greedy continuation of a prompt equals greedy decoding
@@ -41,6 +44,12 @@ from test_hf_tokenizer import dataset, refused, train_tokenizer  # noqa: E402
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
 
 U_FP32 = 2.0 ** -24
+# A chat template whose assistant turn (its content and the EOS closing it) is marked with
+# {% generation %}, so transformers can say which tokens are the assistant's.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>\n{{ m['content'] }}\n"
+    "{% else %}<|assistant|>\n{% generation %}{{ m['content'] }}</s>{% endgeneration %}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 SEQ_LEN, MICRO_BATCH, BATCHES = 32, 2, 2
 SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=128)
@@ -104,6 +113,36 @@ def main():
         check(label == "hf:tok", f"sft: label {label}")
         print(f"ok   sft: {len(records)} examples, {len(tokens)} tokens, {int(mask.sum())} "
               "counted: transformers' ids, the prompts masked")
+
+        # 1b. --chat-template: transformers renders each example; its own assistant mask (the
+        # template's {% generation %} span, return_assistant_tokens_mask) is the reference.
+        shutil.copytree(work("tok"), work("chat_tok"))
+        with open(work("chat_tok", "tokenizer_config.json")) as f:
+            tok_config = json.load(f)
+        tok_config["chat_template"] = CHAT_TEMPLATE
+        with open(work("chat_tok", "tokenizer_config.json"), "w") as f:
+            json.dump(tok_config, f)
+        run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                  work("sft.jsonl"), "--prompt-field", "question", "--response-field", "answer",
+                  "--chat-template", "--out", work("chat.h5")] + python)
+        chat_tokens, _, _ = dataset(work("chat.h5"))
+        with h5py.File(work("chat.h5"), "r") as f:
+            chat_mask = f["loss_mask"][:].astype(np.int64)
+        chat_reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
+        want_ids, want_mask = [], []
+        for r in records:
+            rendered = chat_reference.apply_chat_template(
+                [{"role": "user", "content": r["question"]},
+                 {"role": "assistant", "content": r["answer"]}],
+                tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+            want_ids += rendered["input_ids"]
+            want_mask += rendered["assistant_masks"]
+        check(chat_tokens.tolist() == want_ids, "chat template: the tokens differ from "
+              "transformers' apply_chat_template")
+        check(chat_mask.tolist() == want_mask, "chat template: the loss mask differs from "
+              "transformers' assistant mask")
+        print(f"ok   chat template: {len(chat_tokens)} tokens and the mask of the assistant turns "
+              "as transformers' apply_chat_template gives them")
 
         # 2. Eval of an imported model: transformers' own ignore_index loss.
         config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), **SIZES,
@@ -218,6 +257,10 @@ def main():
                  "--prompt-field", "answer", "--response-field", "answer",
                  "--out", work("bad.h5")] + python,
                 ["--prompt-field", "--response-field"], work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
+                 "--prompt-field", "question", "--response-field", "answer", "--chat-template",
+                 "--out", work("bad.h5")] + python,
+                [work("tok", "tokenizer_config.json"), "chat_template"], work("bad.h5"))
         refused([zt, "generate", "--model", work("model"), "--prompt", "x"] + python,
                 [work("model"), "tokenizer.json", "--tokenizer"], work("no_output"))
         refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--do-sample",
