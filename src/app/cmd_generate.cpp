@@ -40,23 +40,8 @@ const char* const kCommand = "generate";
 // The Python step of a Hugging Face tokenizer. argv: mode (encode | decode), tokenizer.json or a
 // directory holding it, input file, output file. encode: the input's UTF-8 text as the tokenizer
 // encodes a document (its post-processor's BOS, ...) -> {"ids": [...], "eos_token_id": ID or -1}.
-// decode: {"ids": [...]} -> the text, special tokens skipped.
+// decode: {"ids": [...]} -> the text, special tokens skipped. It follows kLoadTokenizerPython.
 constexpr const char* kTokenizerStep = R"PY(
-import json, os, sys
-try:
-    from tokenizers import Tokenizer
-except ImportError as e:
-    sys.exit(f"the Python step cannot import the tokenizers library ({e}); install it with "
-             "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
-mode, tok_path, in_path, out_path = sys.argv[1:]
-tok_dir = tok_path if os.path.isdir(tok_path) else os.path.dirname(tok_path)
-tok_file = os.path.join(tok_path, "tokenizer.json") if os.path.isdir(tok_path) else tok_path
-try:
-    tok = Tokenizer.from_file(tok_file)
-except Exception as e:
-    sys.exit(f"{tok_file}: not a tokenizers file: {e}")
-tok.no_truncation()
-tok.no_padding()
 if mode == "encode":
     with open(in_path, encoding="utf-8", newline="") as f:
         ids = tok.encode(f.read()).ids
@@ -129,7 +114,10 @@ class PromptTokenizer {
 
  private:
   void step(const std::string& mode, const std::string& in, const std::string& out) {
-    const int status = run_python_step({o_.python, "-c", kTokenizerStep, mode, path_, in, out});
+    const std::string script =
+        std::string("import sys\nmode, tok_path, in_path, out_path = sys.argv[1:]\n") +
+        kLoadTokenizerPython + kTokenizerStep;
+    const int status = run_python_step({o_.python, "-c", script, mode, path_, in, out});
     ZT_CHECK(status == 0, "the tokenizer step failed (" + o_.python + " exited with " +
                               std::to_string(status) + "; its message is above)");
   }

@@ -18,40 +18,23 @@ namespace {
 
 // The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
 // or {"prompt", "response"} field names and "chat_template"), tokens file, loss-mask file,
-// metadata file, inputs...
-// The tokenizer's stored truncation and padding are turned off (transformers does the same
-// before encoding a document). It writes every document's ids as little-endian uint32 to the
-// tokens file (SFT: one byte per token to the loss-mask file, 1 for the response) and
+// metadata file, inputs... It follows kLoadTokenizerPython (app/python_step.h), which loads the
+// tokenizer with its stored truncation and padding turned off. It writes every document's ids as
+// little-endian uint32 to the tokens file (SFT: one byte per token to the loss-mask file, 1 for the
+// response) and
 // {"vocab_size", "bos_token_id", "eos_token_id", "name", "files", "examples"} to the metadata
 // file. Errors go to stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
-import json, os, sys
 from array import array
-try:
-    from tokenizers import Tokenizer
-except ImportError as e:
-    sys.exit(f"the Python step cannot import the tokenizers library ({e}); install it with "
-             "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
-tok_path, options, tokens_path, mask_path, meta_path, *inputs = sys.argv[1:]
 options = json.loads(options)
 field, sft = options["text_field"], options["sft"]
 names = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
-tok_dir = tok_path if os.path.isdir(tok_path) else os.path.dirname(tok_path)
-tok_file = os.path.join(tok_path, "tokenizer.json") if os.path.isdir(tok_path) else tok_path
-if not os.path.isfile(tok_file):
-    sys.exit(f"{tok_file}: no tokenizer.json (give the file or a directory holding it)")
 files = {}
 for name in names:
     path = tok_file if name == "tokenizer.json" else os.path.join(tok_dir, name)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             files[name] = f.read()
-try:
-    tok = Tokenizer.from_file(tok_file)
-except Exception as e:
-    sys.exit(f"{tok_file}: not a tokenizers file: {e}")
-tok.no_truncation()
-tok.no_padding()
 
 def special_id(key):
     for name in ("tokenizer_config.json", "special_tokens_map.json"):
@@ -173,8 +156,14 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
     options["sft"] = {{"prompt", request.sft->prompt},
                       {"response", request.sft->response},
                       {"chat_template", request.sft->chat_template}};
-  std::vector<std::string> args = {request.python, "-c",        kTokenizeScript, request.tokenizer,
-                                   options.dump(), tokens_path, mask_path,       meta_path};
+  // argv: tokenizer, options, tokens file, loss-mask file, metadata file, inputs...
+  const std::string script =
+      std::string(
+          "import sys\ntok_path, options, tokens_path, mask_path, meta_path, *inputs = "
+          "sys.argv[1:]\n") +
+      kLoadTokenizerPython + kTokenizeScript;
+  std::vector<std::string> args = {request.python, "-c",        script,    request.tokenizer,
+                                   options.dump(), tokens_path, mask_path, meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
   const int status = run_python_step(args);
   ZT_CHECK(status == 0, "the tokenizer step failed (" + request.python + " exited with " +

@@ -15,6 +15,25 @@ extern char** environ;
 
 namespace zt {
 
+const char* const kLoadTokenizerPython = R"PY(
+import json, os, sys
+try:
+    from tokenizers import Tokenizer
+except ImportError as e:
+    sys.exit(f"the Python step cannot import the tokenizers library ({e}); install it with "
+             "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
+tok_dir = tok_path if os.path.isdir(tok_path) else os.path.dirname(tok_path)
+tok_file = os.path.join(tok_path, "tokenizer.json") if os.path.isdir(tok_path) else tok_path
+if not os.path.isfile(tok_file):
+    sys.exit(f"{tok_file}: no tokenizer.json (give the file or a directory holding it)")
+try:
+    tok = Tokenizer.from_file(tok_file)
+except Exception as e:
+    sys.exit(f"{tok_file}: not a tokenizers file: {e}")
+tok.no_truncation()
+tok.no_padding()
+)PY";
+
 std::string default_python() {
   const char* env = std::getenv("ZT_PYTHON");
   return env && *env ? env : "python3";

@@ -7,6 +7,12 @@
 
 namespace zt {
 
+// The opening of every Python step that loads a Hugging Face tokenizer: given `tok_path` (a
+// tokenizer.json or a directory holding it) it defines tok_dir, tok_file and tok, a `tokenizers`
+// Tokenizer with its stored truncation and padding turned off (transformers does the same before
+// encoding a document); a missing library or a bad file exits 1 with one line naming it.
+extern const char* const kLoadTokenizerPython;
+
 // The interpreter a command uses unless told (--python): $ZT_PYTHON, else python3.
 std::string default_python();
 

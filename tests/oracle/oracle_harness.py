@@ -28,6 +28,15 @@ def run_tool(cmd):
     return proc.stdout
 
 
+def fresh_work_dir(path):
+    """Recreates the scratch directory; returns work(*parts), a path inside it."""
+    import os
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return lambda *parts: os.path.join(path, *parts)
+
+
 def argument_parser(description, deepspeed_sdist=False):
     """The arguments every oracle script takes: the zerotrain binary, the repository root and a
     scratch directory (recreated); with deepspeed_sdist, DeepSpeed's pinned sdist and

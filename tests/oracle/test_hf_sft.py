@@ -37,8 +37,8 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, exit_status, require_venv_modules,  # noqa: E402
-                            run_tool)
+from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
+                            require_venv_modules, run_tool)
 from test_hf_tokenizer import dataset, refused, train_tokenizer  # noqa: E402
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
@@ -77,9 +77,7 @@ def main():
     parser = argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--mpirun", default="mpirun")
     args = parser.parse_args()
-    shutil.rmtree(args.work_dir, ignore_errors=True)
-    os.makedirs(args.work_dir)
-    work = lambda *p: os.path.join(args.work_dir, *p)  # noqa: E731
+    work = fresh_work_dir(args.work_dir)
     zt = args.zerotrain
     python = ["--python", sys.executable]
 

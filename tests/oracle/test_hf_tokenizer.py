@@ -28,8 +28,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, exit_status, require_venv_modules,  # noqa: E402
-                            run_tool)
+from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
+                            require_venv_modules, run_tool)
 
 h5py, np, tokenizers, transformers = require_venv_modules("h5py", "numpy", "tokenizers",
                                                           "transformers")
@@ -79,9 +79,7 @@ def refused(cmd, named, leaves_nothing):
 def main():
     parser = argument_parser(__doc__.split("\n")[0])
     args = parser.parse_args()
-    shutil.rmtree(args.work_dir, ignore_errors=True)
-    os.makedirs(args.work_dir)
-    work = lambda *p: os.path.join(args.work_dir, *p)  # noqa: E731
+    work = fresh_work_dir(args.work_dir)
     zt = args.zerotrain
     python = ["--python", sys.executable]
 
