@@ -148,11 +148,15 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
   }
 }
 
-void TokenDataset::read(int64_t begin, int64_t count, int32_t* out) const {
+void TokenDataset::check_range(int64_t begin, int64_t count, const char* what) const {
   ZT_CHECK(begin >= 0 && count >= 0 && begin + count <= size_,
-           in_file(path_) + ": range [" + std::to_string(begin) + ", " +
+           in_file(path_) + ": " + what + " range [" + std::to_string(begin) + ", " +
                std::to_string(begin + count) + ") is outside its " + std::to_string(size_) +
                " tokens");
+}
+
+void TokenDataset::read(int64_t begin, int64_t count, int32_t* out) const {
+  check_range(begin, count, "token");
   if (count == 0) return;
   // uint32 -> int32 is exact because the vocab is below 2^31.
   h5::read_box(dataset_, DType::kInt32, {begin}, {count}, out, in_file(path_));
@@ -160,10 +164,7 @@ void TokenDataset::read(int64_t begin, int64_t count, int32_t* out) const {
 
 void TokenDataset::read_loss_mask(int64_t begin, int64_t count, uint8_t* out) const {
   ZT_CHECK(has_loss_mask(), in_file(path_) + " has no '/loss_mask'");
-  ZT_CHECK(begin >= 0 && count >= 0 && begin + count <= size_,
-           in_file(path_) + ": loss mask range [" + std::to_string(begin) + ", " +
-               std::to_string(begin + count) + ") is outside its " + std::to_string(size_) +
-               " values");
+  check_range(begin, count, "loss mask");
   if (count == 0) return;
   h5::read_box(mask_dataset_, DType::kUint8, {begin}, {count}, out, in_file(path_));
   for (int64_t i = 0; i < count; ++i)

@@ -85,6 +85,8 @@ class TokenDataset {
   std::string identity() const;
 
  private:
+  // Fails naming the file unless [begin, begin+count) lies within the tokens.
+  void check_range(int64_t begin, int64_t count, const char* what) const;
   // Calls fn(offset, tokens, count) over the whole dataset in bounded chunks.
   template <typename Fn>
   void for_each_chunk(Fn&& fn) const;
