@@ -108,9 +108,9 @@ int run_eval(const EvalOptions& o) {
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
   // Per batch: its loss sum, then its counted targets (zeros add exactly; counts are exact).
   std::vector<double> batch_sums(static_cast<size_t>(2 * K), 0.0);
-  auto check_vocab = [&](const std::vector<int32_t>& tokens) {
+  auto check_vocab = [&](const std::vector<int32_t>& tokens, bool are_targets) {
     for (int32_t t : tokens)
-      ZT_CHECK((t >= 0 && t < config.vocab_size) || t == kIgnoredTarget,
+      ZT_CHECK((t >= 0 && t < config.vocab_size) || (are_targets && t == kIgnoredTarget),
                "token " + std::to_string(t) + " in '" + o.data + "' is outside the vocabulary (" +
                    std::to_string(config.vocab_size) + ") of model '" + o.model_dir + "'");
   };
@@ -118,8 +118,8 @@ int run_eval(const EvalOptions& o) {
     for (int64_t k = world.rank(); k < K; k += world.world_size()) {
       batch_sums[static_cast<size_t>(K + k)] =
           static_cast<double>(read_eval_windows(data, k * B, B, T, inputs.data(), targets.data()));
-      check_vocab(inputs);
-      check_vocab(targets);
+      check_vocab(inputs, false);
+      check_vocab(targets, true);
       batch_sums[static_cast<size_t>(k)] = engine.eval_loss_sum(inputs.data(), targets.data());
     }
   });

@@ -132,18 +132,19 @@ class PromptTokenizer {
   bool byte_;
 };
 
-// generation_config.json's eos_token_id (a number or a list: the first), -1 when absent.
-int64_t generation_config_eos(const std::string& model_dir) {
+// generation_config.json's eos_token_id (a number or a list of them; generation stops at any),
+// empty when absent.
+std::vector<int64_t> generation_config_eos(const std::string& model_dir) {
   const std::string path = model_dir + "/generation_config.json";
-  if (!fs::is_regular_file(path)) return -1;
+  if (!fs::is_regular_file(path)) return {};
   const nlohmann::json j = read_json_file(path);
   const auto it = j.find("eos_token_id");
-  if (it == j.end()) return -1;
-  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer())
-    return (*it)[0].get<int64_t>();
-  return it->is_number_integer() ? it->get<int64_t>() : -1;
+  std::vector<int64_t> ids;
+  if (it == j.end()) return ids;
+  for (const nlohmann::json& id : it->is_array() ? *it : nlohmann::json::array({*it}))
+    if (id.is_number_integer()) ids.push_back(id.get<int64_t>());
+  return ids;
 }
-
 bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   po::options_description opts("generate options");
   auto add = opts.add_options();
@@ -185,10 +186,13 @@ int run_generate(const GenerateOptions& o) {
   const ScratchDir scratch(fs::temp_directory_path() /
                            ("zerotrain-generate-" + std::to_string(::getpid())));
   PromptTokenizer tokenizer(o, scratch.path());
-  int64_t eos = -1;
-  std::vector<int32_t> context = tokenizer.encode(o.prompt, &eos);
-  const int64_t configured_eos = generation_config_eos(o.model_dir);
-  if (configured_eos >= 0) eos = configured_eos;
+  ZT_CHECK(o.tokenizer != "byte" || config.vocab_size <= 256,
+           "--tokenizer byte decodes ids below 256; model '" + o.model_dir + "' has vocab_size " +
+               std::to_string(config.vocab_size) + " (give its tokenizer: --tokenizer PATH)");
+  int64_t tokenizer_eos = -1;
+  std::vector<int32_t> context = tokenizer.encode(o.prompt, &tokenizer_eos);
+  std::vector<int64_t> eos = generation_config_eos(o.model_dir);
+  if (eos.empty() && tokenizer_eos >= 0) eos.push_back(tokenizer_eos);
   ZT_CHECK(!context.empty(), "the prompt encodes to no token");
   for (int32_t id : context)
     ZT_CHECK(id >= 0 && id < config.vocab_size,
@@ -234,18 +238,22 @@ int run_generate(const GenerateOptions& o) {
                              : greedy_token(row, V);
     context.push_back(next);
     generated.push_back(next);
-    if (next == eos && !o.ignore_eos) break;
+    if (!o.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
   }
-  const std::string text = tokenizer.decode(generated);
+  // The whole sequence decoded, then the prompt's own decoding taken off: a decoder that drops
+  // the first token's leading space (SentencePiece's) keeps the space between the two parts.
+  const std::vector<int32_t> prompt_ids(context.begin(), context.begin() + prompt_length);
+  const std::string whole = tokenizer.decode(context), head = tokenizer.decode(prompt_ids);
+  const std::string text = whole.compare(0, head.size(), head) == 0 ? whole.substr(head.size())
+                                                                    : tokenizer.decode(generated);
   if (o.json) {
-    const std::vector<int32_t> prompt_ids(context.begin(), context.begin() + prompt_length);
     std::cout << nlohmann::json{{"prompt_tokens", prompt_ids},
                                 {"new_tokens", generated},
                                 {"text", text}}
                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
               << std::endl;
   } else {
-    std::cout << o.prompt << text << std::endl;
+    std::cout << head << text << std::endl;
   }
   return 0;
 }

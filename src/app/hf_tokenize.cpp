@@ -22,7 +22,7 @@ namespace {
 // tokenizer with its stored truncation and padding turned off. It writes every document's ids as
 // little-endian uint32 to the tokens file (SFT: one byte per token to the loss-mask file, 1 for the
 // response) and
-// {"vocab_size", "bos_token_id", "eos_token_id", "name", "files", "examples"} to the metadata
+// {"vocab_size", "bos_token_id", "eos_token_id", "name", "files"} to the metadata
 // file. Errors go to stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
 from array import array
@@ -70,15 +70,19 @@ if sft and sft["chat_template"]:
     except ImportError as e:
         sys.exit(f"--chat-template needs the transformers library ({e}); install it with "
                  "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
-    chat = PreTrainedTokenizerFast(tokenizer_file=tok_file, **{
-        k: v for k, v in json.loads(files.get("tokenizer_config.json", "{}")).items()
-        if k == "chat_template"})
+    # Every key of tokenizer_config.json (bos/eos tokens, ...): templates render them.
+    config = json.loads(files.get("tokenizer_config.json", "{}"))
+    config.pop("tokenizer_file", None)
+    try:
+        chat = PreTrainedTokenizerFast(tokenizer_file=tok_file, **config)
+    except Exception as e:
+        sys.exit(f"{tok_file}: transformers cannot load the tokenizer: {e}")
     if not chat.chat_template:
         sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply")
 
 def chat_example(path, number, prompt, response):
-    """The conversation rendered by the tokenizer's chat template: the prompt turn with the
-    generation prompt, then the rest of the conversation (the response and what closes its turn)."""
+    """(ids, mask) of the conversation the tokenizer's chat template renders: the prompt turn with
+    the generation prompt is masked, the rest (the response and what closes its turn) counts."""
     user = [{"role": "user", "content": prompt}]
     try:
         head = chat.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
@@ -89,16 +93,16 @@ def chat_example(path, number, prompt, response):
     if not whole.startswith(head):
         sys.exit(f"{path}:{number}: the chat template does not render the prompt turn as the "
                  "start of the conversation")
-    return (tok.encode(head, add_special_tokens=False).ids,
-            tok.encode(whole[len(head):], add_special_tokens=False).ids)
+    # One encoding of the whole conversation (as apply_chat_template(tokenize=True) gives it); a
+    # token counts when it starts inside the response part.
+    encoding = tok.encode(whole, add_special_tokens=False)
+    return encoding.ids, [int(start >= len(head)) for start, _ in encoding.offsets]
 
 def documents(path):
     """(ids, loss mask or None) of each document: a text file is one, a JSON line one each."""
     if sft and chat:
         for number, record in records(path, (sft["prompt"], sft["response"])):
-            prompt, response = chat_example(path, number, record[sft["prompt"]],
-                                            record[sft["response"]])
-            yield prompt + response, [0] * len(prompt) + [1] * len(response)
+            yield chat_example(path, number, record[sft["prompt"]], record[sft["response"]])
     elif sft:
         for number, record in records(path, (sft["prompt"], sft["response"])):
             # The prompt as a document of its own (the post-processor's BOS, ...), the response
@@ -117,7 +121,6 @@ def documents(path):
         for _, record in records(path, (field,)):
             yield tok.encode(record[field]).ids, None
 
-examples = 0
 with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out:
     for path in inputs:
         try:
@@ -128,13 +131,11 @@ with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out:
                 ids.tofile(out)
                 if mask is not None:
                     mask_out.write(bytes(mask))
-                examples += 1
         except UnicodeDecodeError as e:
             sys.exit(f"{path}: not UTF-8 text: {e}")
 meta = {"vocab_size": tok.get_vocab_size(with_added_tokens=True),
         "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
-        "name": os.path.basename(os.path.abspath(tok_dir or ".")), "files": files,
-        "examples": examples}
+        "name": os.path.basename(os.path.abspath(tok_dir or ".")), "files": files}
 with open(meta_path, "w", encoding="utf-8") as f:
     json.dump(meta, f)
 )PY";
@@ -192,6 +193,8 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
     writer.append(chunk.data(), n, "tokenizer '" + request.tokenizer + "'",
                   request.sft ? mask.data() : nullptr);
   }
+  ZT_CHECK(!request.sft || mask_in.peek() == std::char_traits<char>::eof(),
+           "the tokenizer step wrote more loss-mask values than tokens");
   ZT_CHECK(writer.size() > 0,
            request.sft ? "the inputs hold no SFT example" : "the inputs hold no text to tokenize");
   writer.finish();

@@ -104,6 +104,11 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
                " x grad-accum " + std::to_string(grad_accum) + " x world " +
                std::to_string(world_size) + ")");
   data.check_max_token(vocab_size);
+  // A loss mask is read whole once (every value 0 or 1) and must count something to train on.
+  ZT_CHECK(!data.has_loss_mask() || data.counted_tokens() > 0,
+           "token dataset '" + data.path() +
+               "': its loss mask is 0 at every token (no target "
+               "to train on)");
   window_.resize(static_cast<size_t>(T_ + 1));
   mask_.resize(static_cast<size_t>(T_));
   inputs_.assign(static_cast<size_t>(grad_accum),

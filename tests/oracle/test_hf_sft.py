@@ -44,11 +44,12 @@ from test_hf_tokenizer import dataset, refused, train_tokenizer  # noqa: E402
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
 
 U_FP32 = 2.0 ** -24
-# A chat template whose assistant turn (its content and the EOS closing it) is marked with
-# {% generation %}, so transformers can say which tokens are the assistant's.
+# A chat template whose assistant turn (its content and the EOS closing it, rendered from the
+# tokenizer's eos_token) is marked with {% generation %}, so transformers can say which tokens are
+# the assistant's.
 CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>\n{{ m['content'] }}\n"
-    "{% else %}<|assistant|>\n{% generation %}{{ m['content'] }}</s>{% endgeneration %}"
+    "{% else %}<|assistant|>\n{% generation %}{{ m['content'] }}{{ eos_token }}{% endgeneration %}"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 SEQ_LEN, MICRO_BATCH, BATCHES = 32, 2, 2
 SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,

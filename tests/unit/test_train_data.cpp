@@ -244,6 +244,21 @@ TEST(TrainData, LossMaskIgnoresTargetsAndCountsTheGlobalBatch) {
   EXPECT_EQ(tg[0], (3 * (T + 1) + 1) % 3 == 0 ? kIgnoredTarget : 3 * (T + 1) + 1);
   EXPECT_EQ(read_eval_windows(plain, 3, 2, T, in.data(), tg.data()), 2 * T);
   EXPECT_THROW(check_eval_targets_counted(data, 2, 0), AgreedError);
+  // A mask that counts nothing leaves nothing to train on: refused when the sampler opens it.
+  {
+    TokenDatasetWriter w(dir.file("nothing.h5"), 256, "byte");
+    const std::vector<uint32_t> tokens(static_cast<size_t>(n), 5);
+    const std::vector<uint8_t> zeros(tokens.size(), 0);
+    w.append(tokens.data(), n, "zeros", zeros.data());
+    w.finish();
+  }
+  TokenDataset nothing(dir.file("nothing.h5"));
+  try {
+    WindowSampler s(nothing, 256, T, B, A, 2, 0, 3);
+    ADD_FAILURE() << "a mask counting no token was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing.h5"), std::string::npos) << e.what();
+  }
   EXPECT_NO_THROW(check_eval_targets_counted(data, 2, 1));
 }
 
