@@ -68,10 +68,9 @@ std::vector<std::vector<int64_t>> WindowSchedule::rank_windows(int rank) {
                                        " outside world of " + std::to_string(N_));
   const int64_t start = windows_consumed();
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(A_));
-  for (int64_t m = 0; m < A_; ++m) {
-    const int64_t first = start + (m * N_ + rank) * B_;
-    for (int64_t b = 0; b < B_; ++b) out[static_cast<size_t>(m)].push_back(window_at(first + b));
-  }
+  for (int64_t m = 0; m < A_; ++m)
+    for (int64_t b = 0; b < B_; ++b)
+      out[static_cast<size_t>(m)].push_back(window_at(start + step_position(rank, m, b)));
   return out;
 }
 
@@ -110,7 +109,6 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
                "': its loss mask is 0 at every token (no target "
                "to train on)");
   window_.resize(static_cast<size_t>(T_ + 1));
-  mask_.resize(static_cast<size_t>(T_));
   inputs_.assign(static_cast<size_t>(grad_accum),
                  std::vector<int32_t>(static_cast<size_t>(B_ * T_)));
   targets_.assign(static_cast<size_t>(grad_accum),
@@ -122,28 +120,31 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
 }
 
 void WindowSampler::next_step() {
-  const auto windows = schedule_.rank_windows(rank_);
   const bool masked = data_.has_loss_mask();
+  counted_targets_ = schedule_.global_batch_windows() * T_;
+  if (masked) {
+    // The targets' mask of every window of the step, in position order, read once: it gives the
+    // global count, and this rank's windows (a subset) their ignored targets.
+    const std::vector<int64_t> global = schedule_.global_windows();
+    step_mask_.resize(global.size() * static_cast<size_t>(T_));
+    for (size_t p = 0; p < global.size(); ++p)
+      data_.read_loss_mask(schedule_.window_start(global[p]) + 1, T_,
+                           step_mask_.data() + p * static_cast<size_t>(T_));
+    counted_targets_ = std::count(step_mask_.begin(), step_mask_.end(), uint8_t{1});
+  }
+  const auto windows = schedule_.rank_windows(rank_);
   for (size_t m = 0; m < windows.size(); ++m) {
     for (size_t b = 0; b < windows[m].size(); ++b) {
-      const int64_t start = schedule_.window_start(windows[m][b]);
-      data_.read(start, T_ + 1, window_.data());
+      data_.read(schedule_.window_start(windows[m][b]), T_ + 1, window_.data());
       const auto row = static_cast<std::ptrdiff_t>(b) * T_;
       std::copy(window_.begin(), window_.end() - 1, inputs_[m].begin() + row);
       std::copy(window_.begin() + 1, window_.end(), targets_[m].begin() + row);
       if (!masked) continue;
-      data_.read_loss_mask(start + 1, T_, mask_.data());
+      const uint8_t* mask =
+          step_mask_.data() +
+          schedule_.step_position(rank_, static_cast<int64_t>(m), static_cast<int64_t>(b)) * T_;
       for (int64_t t = 0; t < T_; ++t)
-        if (mask_[static_cast<size_t>(t)] == 0)
-          targets_[m][static_cast<size_t>(row + t)] = kIgnoredTarget;
-    }
-  }
-  counted_targets_ = schedule_.global_batch_windows() * T_;
-  if (masked) {
-    counted_targets_ = 0;
-    for (const int64_t w : schedule_.global_windows()) {
-      data_.read_loss_mask(schedule_.window_start(w) + 1, T_, mask_.data());
-      counted_targets_ += std::count(mask_.begin(), mask_.end(), uint8_t{1});
+        if (mask[t] == 0) targets_[m][static_cast<size_t>(row + t)] = kIgnoredTarget;
     }
   }
   schedule_.advance();

@@ -60,6 +60,8 @@ class WindowSchedule {
   void set_cursor(const DataCursor& c);  // validates position < W
   int64_t windows_consumed() const { return cursor_.epoch * num_windows_ + cursor_.position; }
 
+  // The position within a step of rank r's micro-batch m, element b: (m·N + r)·B + b.
+  int64_t step_position(int rank, int64_t m, int64_t b) const { return (m * N_ + rank) * B_ + b; }
   // Window indices of the current step (not advancing), [micro][B] for rank `rank`.
   std::vector<std::vector<int64_t>> rank_windows(int rank);
   // All G window indices of the current step in position order.
@@ -80,7 +82,8 @@ class WindowSchedule {
 // Reads this rank's micro-batches of each step from a token dataset. With a loss mask (SFT data)
 // a target whose mask value is 0 is kIgnoredTarget (util/ignored_target.h), and the step's loss
 // averages over the counted targets of the whole global batch: every rank reads the mask of all
-// G windows to count them, so the count needs no collective and is the same at every world size.
+// G windows once a step to count them, so the count needs no collective and is the same at every
+// world size.
 class WindowSampler {
  public:
   // Validates once that every token is < vocab_size, and that the dataset holds at least one
@@ -105,8 +108,8 @@ class WindowSampler {
   WindowSchedule schedule_;
   int rank_;
   int64_t B_, T_;
-  std::vector<int32_t> window_;                         // one window of T+1 tokens
-  std::vector<uint8_t> mask_;                           // its targets' loss mask (T values)
+  std::vector<int32_t> window_;     // one window of T+1 tokens
+  std::vector<uint8_t> step_mask_;  // the step's targets' loss mask, [G·T] in position order
   std::vector<std::vector<int32_t>> inputs_, targets_;  // [micro][B·T]
   std::vector<const int32_t*> input_ptrs_, target_ptrs_;
   int64_t counted_targets_ = 0;
