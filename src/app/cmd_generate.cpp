@@ -40,21 +40,14 @@ const char* const kCommand = "generate";
 // The Python step of a Hugging Face tokenizer. argv: mode (encode | decode), tokenizer.json or a
 // directory holding it, input file, output file. encode: the input's UTF-8 text as the tokenizer
 // encodes a document (its post-processor's BOS, ...) -> {"ids": [...], "eos_token_id": ID or -1}.
-// decode: {"ids": [...]} -> the text, special tokens skipped. It follows kLoadTokenizerPython.
+// decode: {"ids": [...]} -> the text, special tokens skipped. It follows the opening of
+// app/python_step.h.
 constexpr const char* kTokenizerStep = R"PY(
 if mode == "encode":
     with open(in_path, encoding="utf-8", newline="") as f:
         ids = tok.encode(f.read()).ids
-    eos = -1
-    config = os.path.join(tok_dir, "tokenizer_config.json")
-    if os.path.isfile(config):
-        with open(config, encoding="utf-8") as f:
-            name = json.load(f).get("eos_token")
-        name = name.get("content") if isinstance(name, dict) else name
-        if isinstance(name, str) and tok.token_to_id(name) is not None:
-            eos = tok.token_to_id(name)
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump({"ids": ids, "eos_token_id": eos}, f)
+        json.dump({"ids": ids, "eos_token_id": special_id("eos_token")}, f)
 else:
     with open(in_path, encoding="utf-8") as f:
         ids = json.load(f)["ids"]
@@ -114,12 +107,8 @@ class PromptTokenizer {
 
  private:
   void step(const std::string& mode, const std::string& in, const std::string& out) {
-    const std::string script =
-        std::string("import sys\nmode, tok_path, in_path, out_path = sys.argv[1:]\n") +
-        kLoadTokenizerPython + kTokenizerStep;
-    const int status = run_python_step({o_.python, "-c", script, mode, path_, in, out});
-    ZT_CHECK(status == 0, "the tokenizer step failed (" + o_.python + " exited with " +
-                              std::to_string(status) + "; its message is above)");
+    run_tokenizer_step(o_.python, "mode, tok_path, in_path, out_path", kTokenizerStep,
+                       {mode, path_, in, out});
   }
   static void write_text_file(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary);

@@ -18,35 +18,16 @@ namespace {
 
 // The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
 // or {"prompt", "response"} field names and "chat_template"), tokens file, loss-mask file,
-// metadata file, inputs... It follows kLoadTokenizerPython (app/python_step.h), which loads the
-// tokenizer with its stored truncation and padding turned off. It writes every document's ids as
-// little-endian uint32 to the tokens file (SFT: one byte per token to the loss-mask file, 1 for the
-// response) and
+// metadata file, inputs... It follows the opening of app/python_step.h (the tokenizer loaded
+// with its stored truncation and padding turned off, its files, special_id). It writes every
+// document's ids as little-endian uint32 to the tokens file (SFT: one byte per token to the
+// loss-mask file, 1 for the response) and
 // {"vocab_size", "bos_token_id", "eos_token_id", "name", "files"} to the metadata
 // file. Errors go to stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
 from array import array
 options = json.loads(options)
 field, sft = options["text_field"], options["sft"]
-names = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
-files = {}
-for name in names:
-    path = tok_file if name == "tokenizer.json" else os.path.join(tok_dir, name)
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            files[name] = f.read()
-
-def special_id(key):
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        if name not in files:
-            continue
-        value = json.loads(files[name]).get(key)
-        if isinstance(value, dict):
-            value = value.get("content")
-        if isinstance(value, str) and tok.token_to_id(value) is not None:
-            return tok.token_to_id(value)
-    return -1
-
 eos = special_id("eos_token")
 
 def records(path, keys):
@@ -157,18 +138,12 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
     options["sft"] = {{"prompt", request.sft->prompt},
                       {"response", request.sft->response},
                       {"chat_template", request.sft->chat_template}};
-  // argv: tokenizer, options, tokens file, loss-mask file, metadata file, inputs...
-  const std::string script =
-      std::string(
-          "import sys\ntok_path, options, tokens_path, mask_path, meta_path, *inputs = "
-          "sys.argv[1:]\n") +
-      kLoadTokenizerPython + kTokenizeScript;
-  std::vector<std::string> args = {request.python, "-c",        script,    request.tokenizer,
-                                   options.dump(), tokens_path, mask_path, meta_path};
+  std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path, mask_path,
+                                   meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
-  const int status = run_python_step(args);
-  ZT_CHECK(status == 0, "the tokenizer step failed (" + request.python + " exited with " +
-                            std::to_string(status) + "; its message is above)");
+  run_tokenizer_step(request.python,
+                     "tok_path, options, tokens_path, mask_path, meta_path, *inputs",
+                     kTokenizeScript, args);
   const nlohmann::json meta = read_json_file(meta_path);
   TokenizerFiles tokenizer;
   for (const auto& [name, text] : meta.at("files").items())

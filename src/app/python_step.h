@@ -7,18 +7,20 @@
 
 namespace zt {
 
-// The opening of every Python step that loads a Hugging Face tokenizer: given `tok_path` (a
-// tokenizer.json or a directory holding it) it defines tok_dir, tok_file and tok, a `tokenizers`
-// Tokenizer with its stored truncation and padding turned off (transformers does the same before
-// encoding a document); a missing library or a bad file exits 1 with one line naming it.
-extern const char* const kLoadTokenizerPython;
-
 // The interpreter a command uses unless told (--python): $ZT_PYTHON, else python3.
 std::string default_python();
 
-// Runs args[0] (found on PATH) with args; its stdout and stderr are ours. Returns its exit status.
-// Fails naming the program when it cannot start or is killed by a signal.
-int run_python_step(const std::vector<std::string>& args);
+// Runs a Python step that uses a Hugging Face tokenizer: `python -c SCRIPT args...`, where SCRIPT
+// assigns sys.argv[1:] to `unpack` (Python names, `tok_path` among them: a tokenizer.json or a
+// directory holding it), then runs the shared opening, then `body`. The opening defines tok_dir,
+// tok_file, tok (a `tokenizers` Tokenizer with its stored truncation and padding turned off, as
+// transformers does before encoding a document), files (the text of tokenizer.json,
+// tokenizer_config.json and special_tokens_map.json where present) and special_id(key) (the id
+// of a special token those configs name, -1 when none). The step reports its own errors as one
+// line on stderr; this fails naming the interpreter when it cannot start, is killed or exits
+// non-zero.
+void run_tokenizer_step(const std::string& python, const std::string& unpack, const char* body,
+                        const std::vector<std::string>& args);
 
 // A scratch directory (created), removed with its contents when this goes out of scope.
 class ScratchDir {
