@@ -207,7 +207,7 @@ int run_generate(const GenerateOptions& o) {
     }
   }
   SplitMix64 rng(static_cast<uint64_t>(o.seed));
-  std::vector<int32_t> inputs(static_cast<size_t>(T), 0), generated;
+  std::vector<int32_t> inputs(static_cast<size_t>(T), 0);
   const std::vector<int32_t> targets(static_cast<size_t>(T), kIgnoredTarget);
   const int64_t V = config.vocab_size;
   while (static_cast<int64_t>(context.size()) < T) {
@@ -219,19 +219,18 @@ int run_generate(const GenerateOptions& o) {
       model.forward_group(g, params[static_cast<size_t>(g)].data(), false, 1.0f,
                           tied_head ? ConstTensorView(params[0].data()) : ConstTensorView());
     }
-    const std::vector<float> logits = model.logits();
-    const float* row = logits.data() + (static_cast<int64_t>(context.size()) - 1) * V;
+    const std::vector<float> row = model.logits_row(static_cast<int64_t>(context.size()) - 1);
     const double u = static_cast<double>(rng.next() >> 11) * 0x1p-53;
     const int32_t next = o.sampling.sample
-                             ? draw_token(sampling_distribution(row, V, o.sampling), u)
-                             : greedy_token(row, V);
+                             ? draw_token(sampling_distribution(row.data(), V, o.sampling), u)
+                             : greedy_token(row.data(), V);
     context.push_back(next);
-    generated.push_back(next);
     if (!o.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
   }
   // The whole sequence decoded, then the prompt's own decoding taken off: a decoder that drops
   // the first token's leading space (SentencePiece's) keeps the space between the two parts.
   const std::vector<int32_t> prompt_ids(context.begin(), context.begin() + prompt_length);
+  const std::vector<int32_t> generated(context.begin() + prompt_length, context.end());
   const std::string whole = tokenizer.decode(context), head = tokenizer.decode(prompt_ids);
   const std::string text = whole.compare(0, head.size(), head) == 0 ? whole.substr(head.size())
                                                                     : tokenizer.decode(generated);

@@ -134,6 +134,8 @@ class LlamaModel {
   // Logits [B·T, V] of the last head forward with training == false, copied to the host; only
   // when the head is one chunk (head_rows_per_chunk(B·T, V) ≥ B·T, or head_chunk_rows ≥ B·T).
   std::vector<float> logits() const;
+  // Row `row` of those logits [V] alone (same condition).
+  std::vector<float> logits_row(int64_t row) const;
   int64_t head_chunk_rows() const { return head_chunk_; }
   DType activation_storage() const { return storage_; }
   // Where the activations live (device memory), for tests that inspect what a pass stored.
