@@ -53,6 +53,12 @@ class Backend {
                                ConstTensorView w, int64_t M, int64_t N, int64_t K,
                                bool accumulate_dx) = 0;
 
+  // ---- bias of a linear layer: y = x · Wᵀ + b (q/k/v/o biases of Qwen2 and attention_bias) ----
+  // y[M,N] += b[N], read and added in fp32, rounded once (after matmul_forward's own rounding).
+  virtual void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) = 0;
+  // db[N] += Σ_m dy[m,n]: each column summed in double in a fixed order, added once.
+  virtual void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) = 0;
+
   // ---- RMSNorm over the last dimension D of x[M,D] ----
   // rstd[m] = 1/sqrt(mean_d x² + eps);  y = x · rstd · g
   virtual void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,

@@ -60,40 +60,72 @@ const std::vector<std::string>& ignored_hf_keys() {
   return keys;
 }
 
-// Keys zerotrain implements only at one value (the Llama it computes): anything else is refused,
+// The architectures zerotrain implements, by config.json model_type, and the class transformers
+// loads each as.
+const std::map<std::string, std::string>& hf_architectures() {
+  static const std::map<std::string, std::string> table = {{"llama", "LlamaForCausalLM"},
+                                                           {"mistral", "MistralForCausalLM"},
+                                                           {"qwen2", "Qwen2ForCausalLM"},
+                                                           {"qwen3", "Qwen3ForCausalLM"}};
+  return table;
+}
+
+bool is_qwen(const std::string& type) {
+  return type == "qwen2" || type == "qwen3";
+}
+
+// config.json's model_type ("llama" when absent), or "" when it is not one zerotrain implements.
+std::string model_type_of(const nlohmann::json& j) {
+  if (!j.contains("model_type")) return "llama";
+  const auto& type = j.at("model_type");
+  return type.is_string() && hf_architectures().count(type.get<std::string>())
+             ? type.get<std::string>()
+             : "";
+}
+
+// Keys that transformers reads but that do not change a family's model: Qwen's sliding window
+// settings while use_sliding_window is false (refused otherwise), and Qwen2's attention_bias
+// (its q/k/v projections have biases and its o projection none, whatever the key says).
+std::vector<std::string> family_ignored_keys(const std::string& type) {
+  if (type == "qwen2") return {"sliding_window", "attention_bias"};
+  if (type == "qwen3") return {"sliding_window"};
+  return {};
+}
+
+// Keys zerotrain implements only at one value (the model it computes): anything else is refused,
 // naming the key, instead of training a different model than the checkpoint's.
-void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source, int64_t head_dim) {
+void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
+                         const std::string& type) {
   auto refuse = [&](const std::string& key, const std::string& why) {
     fail(source + ": '" + key + "': " + j.at(key).dump() + " " + why);
   };
-  if (j.contains("model_type")) {
-    const auto& type = j.at("model_type");
-    if (!type.is_string() || (type != "llama" && type != "mistral"))
-      refuse("model_type",
-             "is not an architecture zerotrain implements (llama, mistral); Qwen's q/k/v "
-             "biases and q/k norms are not implemented yet");
-  }
   if (j.contains("architectures")) {
     const auto& archs = j.at("architectures");
     bool ok = archs.is_array();
     for (const auto& a : archs.is_array() ? archs : nlohmann::json::array())
-      ok = ok && (a == "LlamaForCausalLM" || a == "MistralForCausalLM");
-    if (!ok) refuse("architectures", "names a model zerotrain does not implement");
+      ok = ok && a == hf_architectures().at(type);
+    if (!ok)
+      refuse("architectures", "names another model than model_type \"" + type + "\" (" +
+                                  hf_architectures().at(type) + ")");
   }
   auto must_be = [&](const char* key, const nlohmann::json& value, const std::string& why) {
     if (j.contains(key) && j.at(key) != value) refuse(key, why);
   };
   must_be("hidden_act", "silu", "is not implemented (zerotrain's MLP is SwiGLU with silu)");
-  must_be("attention_bias", false, "is not implemented (q/k/v/o projections have no bias)");
   must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
+  if (type == "mistral")
+    must_be("attention_bias", false, "is not applied by transformers' Mistral (no biases)");
   must_be("use_sliding_window", false,
           "is not implemented (Qwen's sliding window; Mistral's is read from sliding_window)");
   if (j.contains("attention_dropout") &&
       !(j.at("attention_dropout").is_number() && j.at("attention_dropout").get<double>() == 0.0))
     refuse("attention_dropout", "is not implemented (no dropout)");
-  if (j.contains("head_dim") && j.at("head_dim") != head_dim)
-    refuse("head_dim", "differs from hidden_size / num_attention_heads = " +
-                           std::to_string(head_dim) + ", the only head size implemented");
+  if (j.contains("layer_types")) {
+    bool full = j.at("layer_types").is_array();
+    for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
+      full = full && t == "full_attention";
+    if (!full) refuse("layer_types", "is not implemented (every layer is \"full_attention\")");
+  }
 }
 
 const std::vector<std::string>& read_hf_keys() {
@@ -114,7 +146,8 @@ const std::vector<std::string>& read_hf_keys() {
                                                 "sliding_window",
                                                 "use_sliding_window",
                                                 "attention_dropout",
-                                                "head_dim"};
+                                                "head_dim",
+                                                "layer_types"};
   return keys;
 }
 
@@ -181,7 +214,9 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
 // transformers' Llama ignores the key, so a window is refused outside Mistral; Mistral's rotary
 // embedding (4.46) has no scaling, so rope_scaling is refused there.
 int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& source) {
-  const bool mistral = j.contains("model_type") && j.at("model_type") == "mistral";
+  const std::string type = model_type_of(j);
+  if (is_qwen(type)) return 0;  // use_sliding_window is false (check_fixed_hf_keys)
+  const bool mistral = type == "mistral";
   if (mistral && j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
     fail(source +
          ": 'rope_scaling' is not applied by transformers' Mistral; refused rather than "
@@ -195,13 +230,42 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
   return w;
 }
 
+// The attention's shape by family: head_dim (Qwen3's default 128, else hidden_size /
+// num_attention_heads), the projections' biases (Qwen2: q/k/v always; Llama and Qwen3:
+// attention_bias, all four) and Qwen3's q/k norms. A head_dim equal to the quotient is kept
+// implicit, so a config written with and without it is one model.
+void read_attention_shape(const nlohmann::json& j, const std::string& source,
+                          const std::string& type, ModelConfig& c) {
+  const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
+  int64_t head_dim = has_head_dim ? required<int64_t>(j, "head_dim", source) : 0;
+  if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
+  ZT_CHECK(head_dim >= 0,
+           source + ": 'head_dim' must be positive, got " + std::to_string(head_dim));
+  if (type == "qwen2" && has_head_dim && head_dim * c.num_heads != c.hidden_size)
+    fail(source + ": 'head_dim': " + std::to_string(head_dim) +
+         " is not applied by transformers' Qwen2 (head_dim = hidden_size / "
+         "num_attention_heads = " +
+         std::to_string(c.num_heads > 0 ? c.hidden_size / c.num_heads : 0) +
+         "); refused rather than computing another model");
+  const bool quotient = c.num_heads > 0 && head_dim * c.num_heads == c.hidden_size;
+  c.explicit_head_dim = quotient ? 0 : head_dim;
+  // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
+  const bool attention_bias = (type == "llama" || type == "qwen3") &&
+                              j.contains("attention_bias") &&
+                              required<bool>(j, "attention_bias", source);
+  c.qkv_bias = type == "qwen2" || attention_bias;
+  c.o_bias = type != "qwen2" && attention_bias;
+  c.qk_norm = type == "qwen3";
+}
+
 }  // namespace
 
 std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j) {
   std::vector<std::string> out;
   if (!j.is_object()) return out;
+  const std::vector<std::string> family = family_ignored_keys(model_type_of(j));
   for (const auto& [key, value] : j.items())
-    if (listed(ignored_hf_keys(), key)) out.push_back(key);
+    if (listed(ignored_hf_keys(), key) || listed(family, key)) out.push_back(key);
   return out;
 }
 
@@ -219,8 +283,13 @@ void ModelConfig::validate() const {
   positive(num_kv_heads, "num_key_value_heads");
   positive(vocab_size, "vocab_size");
   positive(max_position_embeddings, "max_position_embeddings");
-  ZT_CHECK(hidden_size % num_heads == 0,
-           "model config: hidden_size must be a multiple of num_attention_heads");
+  if (explicit_head_dim == 0) {
+    ZT_CHECK(hidden_size % num_heads == 0,
+             "model config: hidden_size must be a multiple of num_attention_heads (or head_dim "
+             "given)");
+  } else {
+    positive(explicit_head_dim, "head_dim");
+  }
   ZT_CHECK(num_heads % num_kv_heads == 0,
            "model config: num_attention_heads must be a multiple of num_key_value_heads");
   ZT_CHECK(head_dim() % 2 == 0, "model config: head_dim must be even for RoPE");
@@ -244,14 +313,28 @@ void ModelConfig::validate() const {
     }
   }
   ZT_CHECK(sliding_window >= 0, "model config: sliding_window must be >= 0 (0: none)");
+  // Only the combinations a Hugging Face architecture computes (model_type()).
+  ZT_CHECK(qkv_bias || !o_bias,
+           "model config: an o_proj bias without q/k/v biases is not a "
+           "Hugging Face architecture");
+  ZT_CHECK(!qk_norm || qkv_bias == o_bias,
+           "model config: q/k norms (Qwen3) take attention_bias for all four projections or none");
+  ZT_CHECK(sliding_window == 0 || (!qkv_bias && !qk_norm),
+           "model config: a sliding window (Mistral) with attention biases or q/k norms is not "
+           "implemented");
+  ZT_CHECK(!(qkv_bias && !o_bias && !qk_norm) || explicit_head_dim == 0 ||
+               explicit_head_dim * num_heads == hidden_size,
+           "model config: Qwen2 (q/k/v biases) computes head_dim as hidden_size / "
+           "num_attention_heads; another head_dim is not implemented");
   ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone,
            "model config: a sliding window (Mistral) with rope_scaling is not implemented");
   // Element offsets, byte counts and FLOP counts are int64/double products of these sizes; a
   // bound far above any real model (2^48 parameters, 2^40 per matrix) keeps them exact.
   const double d = static_cast<double>(hidden_size), ff = static_cast<double>(intermediate_size);
   const double v = static_cast<double>(vocab_size), layers = static_cast<double>(num_layers);
-  const double largest_matrix = std::max({d * d, d * ff, d * v});
-  const double params = layers * (2 * d * d + 2 * d * kv_dim() + 3 * d * ff + 2 * d) +
+  const double qd = static_cast<double>(q_dim());
+  const double largest_matrix = std::max({d * qd, d * ff, d * v});
+  const double params = layers * (2 * d * qd + 2 * d * kv_dim() + 3 * d * ff + 4 * d + 2 * qd) +
                         (tie_word_embeddings ? 1 : 2) * d * v + d;
   ZT_CHECK(largest_matrix <= 0x1p40 && params <= 0x1p48,
            "model config: " + shortest_decimal(params) +
@@ -259,11 +342,16 @@ void ModelConfig::validate() const {
                "are beyond what zerotrain can address (2^48 parameters, 2^40 per matrix)");
 }
 
+std::string ModelConfig::model_type() const {
+  if (qk_norm) return "qwen3";
+  if (qkv_bias && !o_bias) return "qwen2";
+  return sliding_window > 0 ? "mistral" : "llama";
+}
+
 nlohmann::json ModelConfig::to_hf_json() const {
-  // A sliding window is Mistral's; without one the model is written as a Llama.
-  const bool mistral = sliding_window > 0;
-  nlohmann::json j{{"architectures", {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"}},
-                   {"model_type", mistral ? "mistral" : "llama"},
+  const std::string type = model_type();
+  nlohmann::json j{{"architectures", {hf_architectures().at(type)}},
+                   {"model_type", type},
                    {"hidden_size", hidden_size},
                    {"intermediate_size", intermediate_size},
                    {"num_hidden_layers", num_layers},
@@ -277,20 +365,28 @@ nlohmann::json ModelConfig::to_hf_json() const {
                    {"hidden_act", "silu"},
                    {"torch_dtype", "bfloat16"}};
   // Written only when set: the manifest's model fingerprint hashes this object, and checkpoints
-  // written before rope_scaling existed must keep matching it.
+  // written before rope_scaling (or head_dim) existed must keep matching it.
   if (rope_scaling.type != RopeScaling::kNone)
     j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
-  if (mistral) {
+  if (explicit_head_dim > 0 || type == "qwen3") j["head_dim"] = head_dim();
+  if (type == "mistral") {
     j["sliding_window"] = sliding_window;
-  } else {
-    j["attention_bias"] = false;
+  } else if (type == "llama") {
+    j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
+  } else {
+    j["use_sliding_window"] = false;
+    if (type == "qwen3") j["attention_bias"] = qkv_bias;
   }
   return j;
 }
 
 ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string& source) {
   ZT_CHECK(j.is_object(), source + ": expected a JSON object");
+  const std::string type = model_type_of(j);
+  if (type.empty())
+    fail(source + ": 'model_type': " + j.at("model_type").dump() +
+         " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3)");
   ModelConfig c;
   c.hidden_size = required<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
@@ -307,15 +403,18 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.sliding_window = sliding_window_from_json(j, source);
   c.tie_word_embeddings =
       j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
+  read_attention_shape(j, source, type, c);
   try {
     c.validate();
   } catch (const Error& e) {
     fail(source + ": " + e.what());
   }
-  check_fixed_hf_keys(j, source, c.head_dim());
+  check_fixed_hf_keys(j, source, type);
   // A key neither read nor known to be harmless might change the model: refused, named.
+  const std::vector<std::string> family_ignored = family_ignored_keys(type);
   for (const auto& [key, value] : j.items()) {
-    if (!listed(read_hf_keys(), key) && !listed(ignored_hf_keys(), key))
+    if (!listed(read_hf_keys(), key) && !listed(ignored_hf_keys(), key) &&
+        !listed(family_ignored, key))
       fail(source + ": unknown key '" + key +
            "': zerotrain cannot tell whether it changes the model (the README lists the keys it "
            "reads and the ones it ignores)");

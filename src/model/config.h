@@ -25,9 +25,24 @@ struct ModelConfig {
   // sequence lengths within the window, where it equals full causal attention.
   int64_t sliding_window = 0;
   bool tie_word_embeddings = false;
+  // config.json's head_dim when it is not hidden_size / num_attention_heads (Qwen3, and Llama or
+  // Mistral configs that set it); 0: that quotient. q_proj is then [H·head_dim, hidden_size].
+  int64_t explicit_head_dim = 0;
+  // Biases of the attention projections (docs/ARCHITECTURE.md §3): q/k/v (Qwen2; attention_bias of
+  // Llama and Qwen3) and o (attention_bias of Llama and Qwen3; Qwen2 has none).
+  bool qkv_bias = false;
+  bool o_bias = false;
+  // Qwen3: an RMSNorm over each head of q and of k (weights [head_dim]) before RoPE.
+  bool qk_norm = false;
 
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads;
+  }
+  int64_t q_dim() const { return head_dim() * num_heads; }
   int64_t kv_dim() const { return head_dim() * num_kv_heads; }
+  // The Hugging Face architecture the model is written as: "qwen3" (q/k norms), "qwen2" (q/k/v
+  // biases without an o bias), "mistral" (a sliding window), else "llama".
+  std::string model_type() const;
   RopeSpec rope() const { return {static_cast<float>(rope_theta), rope_scaling}; }
   // Useful training FLOPs per token at sequence length T, torchtitan's convention
   // (docs/ARCHITECTURE.md §5): 6·Ψ_non-embedding + 12·L·H·head_dim·T; recomputation not counted.
@@ -38,12 +53,14 @@ struct ModelConfig {
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;
 
-  // HF config.json (LlamaForCausalLM, torch_dtype bfloat16).
+  // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
+  // Qwen3ForCausalLM; torch_dtype bfloat16).
   nlohmann::json to_hf_json() const;
   // Parses an HF config.json object; `source` names the file in error messages. A key that
   // would change the mathematics away from what zerotrain implements (a rope_scaling other than
-  // linear or llama3, biases, hidden_act other than silu, another head_dim,
-  // another model_type) is refused naming it, and so is any key it does not know.
+  // linear or llama3, MLP biases, hidden_act other than silu, a sliding window shorter than
+  // the sequence, a model_type other than llama, mistral, qwen2 and qwen3) is refused naming it,
+  // and so is any key it does not know.
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_hf_file(const std::string& path);
 

@@ -31,6 +31,10 @@ float normal_at(uint64_t key, uint64_t index) {
 
 void init_tensor_range(const ModelConfig& config, const TensorInfo& tensor, uint64_t seed,
                        int64_t begin, int64_t count, float* out) {
+  if (tensor.is_bias()) {  // nn.Linear biases start at zero, as Hugging Face initialises them
+    for (int64_t i = 0; i < count; ++i) out[i] = 0.0f;
+    return;
+  }
   const bool is_norm = tensor.shape.size() == 1;
   if (is_norm) {
     for (int64_t i = 0; i < count; ++i) out[i] = 1.0f;

@@ -6,8 +6,10 @@ namespace zt {
 
 ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
   c.validate();
-  const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim();
+  const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim(), qd = c.q_dim();
   groups_.resize(static_cast<size_t>(c.num_layers + 2));
+  layer_roles_.assign(static_cast<size_t>(c.num_layers), {});
+  for (auto& roles : layer_roles_) roles.fill(-1);
   groups_[0].name = "embed";
   add(0, "model.embed_tokens.weight", {c.vocab_size, d}, TensorRole::kEmbedding, -1, false);
   for (int l = 0; l < c.num_layers; ++l) {
@@ -15,14 +17,24 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
     groups_[static_cast<size_t>(g)].name = "layer." + std::to_string(l);
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(g, p + "input_layernorm.weight", {d}, TensorRole::kInputNorm, l, false);
-    add(g, p + "self_attn.q_proj.weight", {d, d}, TensorRole::kQProj, l, true);
+    add(g, p + "self_attn.q_proj.weight", {qd, d}, TensorRole::kQProj, l, true);
     add(g, p + "self_attn.k_proj.weight", {kv, d}, TensorRole::kKProj, l, true);
     add(g, p + "self_attn.v_proj.weight", {kv, d}, TensorRole::kVProj, l, true);
-    add(g, p + "self_attn.o_proj.weight", {d, d}, TensorRole::kOProj, l, true);
+    add(g, p + "self_attn.o_proj.weight", {d, qd}, TensorRole::kOProj, l, true);
     add(g, p + "post_attention_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
     add(g, p + "mlp.gate_proj.weight", {f, d}, TensorRole::kGateProj, l, true);
     add(g, p + "mlp.up_proj.weight", {f, d}, TensorRole::kUpProj, l, true);
     add(g, p + "mlp.down_proj.weight", {d, f}, TensorRole::kDownProj, l, true);
+    if (c.qkv_bias) {
+      add(g, p + "self_attn.q_proj.bias", {qd}, TensorRole::kQBias, l, false);
+      add(g, p + "self_attn.k_proj.bias", {kv}, TensorRole::kKBias, l, false);
+      add(g, p + "self_attn.v_proj.bias", {kv}, TensorRole::kVBias, l, false);
+    }
+    if (c.o_bias) add(g, p + "self_attn.o_proj.bias", {d}, TensorRole::kOBias, l, false);
+    if (c.qk_norm) {
+      add(g, p + "self_attn.q_norm.weight", {c.head_dim()}, TensorRole::kQNorm, l, false);
+      add(g, p + "self_attn.k_norm.weight", {c.head_dim()}, TensorRole::kKNorm, l, false);
+    }
   }
   const int h = head_group();
   groups_[static_cast<size_t>(h)].name = "head";
@@ -46,6 +58,10 @@ void ParamLayout::add(int group, const std::string& name, std::vector<int64_t> s
   t.weight_decay = decay;
   g.numel += t.numel;
   g.tensors.push_back(static_cast<int>(tensors_.size()));
+  if (layer >= 0)
+    layer_roles_[static_cast<size_t>(layer)][static_cast<size_t>(
+        static_cast<int>(role) - static_cast<int>(TensorRole::kInputNorm))] =
+        static_cast<int>(tensors_.size());
   tensors_.push_back(std::move(t));
 }
 
@@ -64,12 +80,21 @@ const TensorInfo& ParamLayout::tensor(TensorRole role, int layer) const {
     case TensorRole::kLmHead:
       return tied_embeddings() ? tensors_[0] : tensors_[tensors_.size() - 1];
     default: {
-      ZT_CHECK(layer >= 0 && layer < config_.num_layers, "layer index out of range");
-      const auto& g = groups_[static_cast<size_t>(layer_group(layer))];
-      const int slot = static_cast<int>(role) - static_cast<int>(TensorRole::kInputNorm);
-      return tensors_[static_cast<size_t>(g.tensors[static_cast<size_t>(slot)])];
+      const TensorInfo* t = find_role(role, layer);
+      ZT_CHECK(t != nullptr, "layer " + std::to_string(layer) +
+                                 " has no tensor of this role in a " + config_.model_type() +
+                                 " model");
+      return *t;
     }
   }
+}
+
+const TensorInfo* ParamLayout::find_role(TensorRole role, int layer) const {
+  const int slot = static_cast<int>(role) - static_cast<int>(TensorRole::kInputNorm);
+  ZT_CHECK(slot >= 0 && slot < kLayerRoles, "find_role: not a decoder layer's role");
+  ZT_CHECK(layer >= 0 && layer < config_.num_layers, "layer index out of range");
+  const int index = layer_roles_[static_cast<size_t>(layer)][static_cast<size_t>(slot)];
+  return index < 0 ? nullptr : &tensors_[static_cast<size_t>(index)];
 }
 
 int64_t ParamLayout::total_numel() const {

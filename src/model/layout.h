@@ -1,11 +1,14 @@
 // Parameter layout: every tensor of the model, by its Hugging Face name, placed in one of a few
 // flat contiguous groups. Group 0 is the embedding, groups 1..L are the decoder layers in order,
-// group L+1 holds the final norm and the LM head. The ZeRO engine partitions each group's flat
-// buffer into equal shards; the model addresses tensors by (group, offset).
-// Tied embeddings (tie_word_embeddings): there is no lm_head tensor; the head multiplies by the
-// embedding table, one parameter in group 0 that the head group's forward and backward also use
-// (the engine hands it over with the head group: LlamaModel::forward_group).
+// group L+1 holds the final norm and the LM head. A layer holds Llama's nine tensors, then the
+// family's extras when present (q/k/v biases, the o bias, Qwen3's q/k norms), so a Llama's layout
+// is the same whatever the code knows about other families. The ZeRO engine partitions each group's
+// flat buffer into equal shards; the model addresses tensors by (group, offset). Tied embeddings
+// (tie_word_embeddings): there is no lm_head tensor; the head multiplies by the embedding table,
+// one parameter in group 0 that the head group's forward and backward also use (the engine hands it
+// over with the head group: LlamaModel::forward_group).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,10 +30,19 @@ enum class TensorRole {
   kGateProj,
   kUpProj,
   kDownProj,
+  // Present only in some families (ModelConfig): q/k/v/o biases, Qwen3's per-head q/k norms.
+  kQBias,
+  kKBias,
+  kVBias,
+  kOBias,
+  kQNorm,
+  kKNorm,
   kFinalNorm,
   kLmHead,
 };
-constexpr int kTensorsPerLayer = 9;
+// Roles of a decoder layer: kInputNorm .. kKNorm.
+constexpr int kLayerRoles =
+    static_cast<int>(TensorRole::kKNorm) - static_cast<int>(TensorRole::kInputNorm) + 1;
 
 struct TensorInfo {
   std::string name;            // HF name, e.g. model.layers.3.mlp.up_proj.weight
@@ -40,10 +52,11 @@ struct TensorInfo {
   int64_t offset = 0;  // element offset inside its group's flat buffer
   TensorRole role = TensorRole::kEmbedding;
   int layer = -1;            // decoder layer index, -1 for embedding/final tensors
-  bool weight_decay = true;  // AdamW decay: off for norms and the embedding
+  bool weight_decay = true;  // AdamW decay: off for norms, biases and the embedding
   bool is_output_projection() const {
     return role == TensorRole::kOProj || role == TensorRole::kDownProj;
   }
+  bool is_bias() const { return role >= TensorRole::kQBias && role <= TensorRole::kOBias; }
 };
 
 struct GroupInfo {
@@ -67,8 +80,10 @@ class ParamLayout {
   // Index of the tensor with this HF name, or -1.
   int find(const std::string& name) const;
   // The tensor playing `role` in decoder layer `layer` (layer ignored for end tensors). With tied
-  // embeddings kLmHead is the embedding (group 0).
+  // embeddings kLmHead is the embedding (group 0). A role the model does not have (a bias of a
+  // Llama) is an error; find_role returns null for it instead.
   const TensorInfo& tensor(TensorRole role, int layer = -1) const;
+  const TensorInfo* find_role(TensorRole role, int layer) const;
 
   int64_t total_numel() const;
   // Parameters excluding the token embedding (torchtitan's MFU convention counts the head).
@@ -80,6 +95,8 @@ class ParamLayout {
   ModelConfig config_;
   std::vector<TensorInfo> tensors_;
   std::vector<GroupInfo> groups_;
+  // Per decoder layer, the index in tensors_ of each layer role (role − kInputNorm), −1 if absent.
+  std::vector<std::array<int, kLayerRoles>> layer_roles_;
 };
 
 }  // namespace zt

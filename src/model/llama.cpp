@@ -38,15 +38,21 @@ class ArenaCursor {
 
 LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t B, int64_t T,
                              DType s) {
-  const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim();
+  const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();
   const int64_t F = config.intermediate_size;
   LayerActivations a;
   a.xn1 = c.take(M * D, s);
   a.rstd1 = c.take_f32(M);
-  a.q = c.take(M * D, s);
+  a.q = c.take(M * QD, s);
   a.k = c.take(M * KV, s);
   a.v = c.take(M * KV, s);
-  a.att = c.take(M * D, s);
+  if (config.qk_norm) {
+    a.q_raw = c.take(M * QD, s);
+    a.k_raw = c.take(M * KV, s);
+    a.rstd_q = c.take_f32(M * config.num_heads);
+    a.rstd_k = c.take_f32(M * config.num_kv_heads);
+  }
+  a.att = c.take(M * QD, s);
   a.lse = c.take_f32(B * config.num_heads * T);
   a.x2 = c.take(M * D, s);
   a.xn2 = c.take(M * D, s);
@@ -67,7 +73,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
            std::string("activations cannot be stored as ") + dtype_name(storage));
   ZT_CHECK(head_chunk_rows > 0, "carve_activation_arena: head_chunk_rows must be positive");
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
-  const int64_t L = c.num_layers;
+  const int64_t QD = c.q_dim(), L = c.num_layers;
   ArenaCursor dev(device_base), host(host_base);
   ActivationPlan plan;
   // cpu_checkpointing: the input of a checkpointed layer lives in a device transit buffer while
@@ -110,8 +116,8 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   plan.head = dev.used() - plan.residual - plan.layer_saved;
   t.dresid = dev.take(M * D, storage);
   t.dxn = dev.take(M * D, storage);
-  t.dq = dev.take(M * D, storage);
-  t.datt = dev.take(M * D, storage);
+  t.dq = dev.take(M * QD, storage);
+  t.datt = dev.take(M * QD, storage);
   t.dk = dev.take(M * KV, storage);
   t.dv = dev.take(M * KV, storage);
   t.dgate = dev.take(M * F, storage);
@@ -178,10 +184,15 @@ LlamaModel::LayerActs& LlamaModel::acts_for(int layer) {
 }
 
 LlamaModel::LayerParams LlamaModel::layer_params(int layer, ConstTensorView group) const {
-  auto at = [&](TensorRole r) { return group.at(layout_.tensor(r, layer).offset); };
+  auto at = [&](TensorRole r) {
+    const TensorInfo* t = layout_.find_role(r, layer);
+    return t ? group.at(t->offset) : ConstTensorView();
+  };
   return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),  at(TensorRole::kKProj),
           at(TensorRole::kVProj),     at(TensorRole::kOProj),  at(TensorRole::kPostAttnNorm),
-          at(TensorRole::kGateProj),  at(TensorRole::kUpProj), at(TensorRole::kDownProj)};
+          at(TensorRole::kGateProj),  at(TensorRole::kUpProj), at(TensorRole::kDownProj),
+          at(TensorRole::kQBias),     at(TensorRole::kKBias),  at(TensorRole::kVBias),
+          at(TensorRole::kOBias),     at(TensorRole::kQNorm),  at(TensorRole::kKNorm)};
 }
 
 void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets) {
@@ -232,11 +243,14 @@ void LlamaModel::embed_backward(float* grads) {
 }
 
 // ---- decoder layer ----
-// xn1 = rms(x)·g1; q,k,v = xn1·W{q,k,v}ᵀ; rope(q,k); att = causal_softmax(q kᵀ/√hd)·v;
-// x2 = x + att·Woᵀ; xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
+// xn1 = rms(x)·g1; q,k,v = xn1·W{q,k,v}ᵀ (+ b{q,k,v}); [Qwen3: q,k = rms_head(q,k)·g{q,k}];
+// rope(q,k); att = causal_softmax(q kᵀ/√hd)·v; x2 = x + (att·Woᵀ + bo);
+// xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
+// (a bias or a q/k norm only where the family has one; rms_head normalises each head's hd values)
 void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute) {
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
+  const int64_t QD = config_.q_dim();
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const RopeSpec rope = config_.rope();
   const LayerParams P = layer_params(layer, params);
@@ -253,14 +267,25 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
       be_.device_memory().to_host_queued(kept.data, x.data, bytes);
   }
 
+  // y = x·Wᵀ (+ b)
+  auto linear = [&](TensorView y, ConstTensorView in, ConstTensorView w, ConstTensorView b,
+                    int64_t N, int64_t K) {
+    be_.matmul_forward(y, in, w, M_, N, K);
+    if (b) be_.bias_forward(y, b, M_, N);
+  };
   be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);
-  be_.matmul_forward(A.q, A.xn1, P.wq, M_, D, D);
-  be_.matmul_forward(A.k, A.xn1, P.wk, M_, KV, D);
-  be_.matmul_forward(A.v, A.xn1, P.wv, M_, KV, D);
+  const bool qk_norm = config_.qk_norm;
+  linear(qk_norm ? A.q_raw : A.q, A.xn1, P.wq, P.bq, QD, D);
+  linear(qk_norm ? A.k_raw : A.k, A.xn1, P.wk, P.bk, KV, D);
+  linear(A.v, A.xn1, P.wv, P.bv, KV, D);
+  if (qk_norm) {  // each head's hd values are one row of the norm
+    be_.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, M_ * H, hd, eps);
+    be_.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, M_ * Hkv, hd, eps);
+  }
   be_.rope_forward(A.q, B_, T_, H, hd, rope);
   be_.rope_forward(A.k, B_, T_, Hkv, hd, rope);
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd);
-  be_.matmul_forward(A.x2, A.att, P.wo, M_, D, D);
+  linear(A.x2, A.att, P.wo, P.bo, D, QD);
   be_.add_inplace(A.x2, x, M_ * D);
   be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
   be_.matmul_forward(A.gate, A.xn2, P.wgate, M_, F, D);
@@ -275,6 +300,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   if (ac_.is_checkpointed(layer)) layer_forward(layer, params, true);  // recompute from the input
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
+  const int64_t QD = config_.q_dim();
   const RopeSpec rope = config_.rope();
   const LayerParams P = layer_params(layer, params);
   const LayerActs& A = acts_for(layer);
@@ -290,15 +316,32 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
                        A.rstd2, M_, D);
-  // attention: x2 = x + att·Woᵀ
-  be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, D, false);
+  // attention: x2 = x + (att·Woᵀ + bo);  dbo += Σ_rows ∂L/∂x2
+  if (P.bo) be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
+  be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false);
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
                          hd);
   be_.rope_backward(t_.dq, B_, T_, H, hd, rope);
   be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope);
-  be_.matmul_backward(t_.dxn, grad(TensorRole::kQProj), t_.dq, A.xn1, P.wq, M_, D, D, false);
-  be_.matmul_backward(t_.dxn, grad(TensorRole::kKProj), t_.dk, A.xn1, P.wk, M_, KV, D, true);
-  be_.matmul_backward(t_.dxn, grad(TensorRole::kVProj), t_.dv, A.xn1, P.wv, M_, KV, D, true);
+  // dq, dk are now ∂L/∂(what RoPE rotated). Per projection: through the q/k norm when there is one
+  // (into datt, free after the attention's backward, as wide as q), then the bias and the GEMM.
+  auto projection_backward = [&](ConstTensorView dy, TensorRole w, TensorRole b, TensorRole norm,
+                                 ConstTensorView raw, const float* rstd, int64_t heads,
+                                 ConstTensorView g_norm, ConstTensorView W, int64_t N, bool acc) {
+    if (g_norm) {
+      be_.zero(t_.datt, M_ * N);
+      be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g_norm, rstd, M_ * heads, hd);
+      dy = t_.datt;
+    }
+    if (layout_.find_role(b, layer)) be_.bias_backward(grad(b), dy, M_, N);
+    be_.matmul_backward(t_.dxn, grad(w), dy, A.xn1, W, M_, N, D, acc);
+  };
+  projection_backward(t_.dq, TensorRole::kQProj, TensorRole::kQBias, TensorRole::kQNorm, A.q_raw,
+                      A.rstd_q, H, P.q_norm, P.wq, QD, false);
+  projection_backward(t_.dk, TensorRole::kKProj, TensorRole::kKBias, TensorRole::kKNorm, A.k_raw,
+                      A.rstd_k, Hkv, P.k_norm, P.wk, KV, true);
+  projection_backward(t_.dv, TensorRole::kVProj, TensorRole::kVBias, TensorRole::kKNorm, {},
+                      nullptr, Hkv, {}, P.wv, KV, true);
   // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
                        M_, D);

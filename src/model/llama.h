@@ -68,10 +68,14 @@ struct ActivationPlan {
 // training step's loss and an evaluation's agree bitwise.
 double sum_token_losses(const float* losses, int64_t n);
 
-// One layer's saved activations in the arena (the statistics in fp32).
+// One layer's saved activations in the arena (the statistics in fp32). With q/k norms (Qwen3)
+// q_raw and k_raw hold the projections before the norm and rstd_q/rstd_k their per-head
+// statistics; q and k are always what RoPE and attention see.
 struct LayerActivations {
   TensorView xn1, q, k, v, att, x2, xn2, gate, up, h;
+  TensorView q_raw, k_raw;
   float *rstd1 = nullptr, *lse = nullptr, *rstd2 = nullptr;
+  float *rstd_q = nullptr, *rstd_k = nullptr;
 };
 
 // Where each activation of a micro-batch lives: carve_activation_arena lays them out, the model
@@ -145,6 +149,7 @@ class LlamaModel {
   using LayerActs = LayerActivations;
   struct LayerParams {
     ConstTensorView input_norm, wq, wk, wv, wo, post_norm, wgate, wup, wdown;
+    ConstTensorView bq, bk, bv, bo, q_norm, k_norm;  // null when the family has none
   };
   LayerParams layer_params(int layer, ConstTensorView group) const;
   // recompute: the backward's second forward of a checkpointed layer.

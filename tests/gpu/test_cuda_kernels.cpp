@@ -158,6 +158,35 @@ TEST_F(CudaKernels, CrossEntropyLossAndGradient) {
   }
 }
 
+// The q/k/v/o biases (Qwen2, attention_bias): y += b broadcast over rows, db += the column sums
+// (in double, chunked on the GPU: the CPU's value within fp32 rounding, bitwise on a rerun).
+TEST_F(CudaKernels, BiasForwardBackward) {
+  const int64_t shapes[][2] = {{1, 8}, {33, 100}, {4096, 96}};
+  for (const auto& shape : shapes) {
+    const int64_t M = shape[0], N = shape[1];
+    SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N));
+    const auto y0 = random_floats(M * N, 21), b = random_floats(N, 22),
+               dy = random_floats(M * N, 23);
+    const auto db0 = random_floats(N, 24);
+    std::vector<float> y = y0, db = db0;
+    cpu_.bias_forward(y.data(), b.data(), M, N);
+    cpu_.bias_backward(db.data(), dy.data(), M, N);
+    DeviceBuffer<float> d_b(b), d_dy(dy);
+    std::vector<float> first_db;
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<float> d_y(y0), d_db(db0);
+      gpu_->bias_forward(d_y.get(), d_b.get(), M, N);
+      gpu_->bias_backward(d_db.get(), d_dy.get(), M, N);
+      EXPECT_TRUE(bitwise_equal(d_y.download(), y, "y"));
+      EXPECT_TRUE(close(d_db.download(), db, kFp32Tolerance, "db"));
+      if (run == 0)
+        first_db = d_db.download();
+      else
+        EXPECT_TRUE(bitwise_equal(d_db.download(), first_db, "db run 2"));
+    }
+  }
+}
+
 TEST_F(CudaKernels, CrossEntropyIgnoredTargetHasNoLossAndNoGradient) {
   const std::vector<float> logits = random_floats(2 * 10, 16);
   DeviceBuffer<float> d_logits(logits), d_losses(2), d_dlogits(20);

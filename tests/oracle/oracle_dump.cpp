@@ -167,15 +167,21 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
 
   const float grad_scale = 1.0f / static_cast<float>(batch.counted);
   model.set_batch(batch.inputs.data(), batch.targets.data());
+  // Tied embeddings: the head also multiplies by (and accumulates into) the embedding group.
+  const bool tied = layout.tied_embeddings();
+  auto tied_to = [&](int g) { return tied && g == layout.head_group(); };
   for (int g = 0; g < G; ++g)
-    model.forward_group(g, params[static_cast<size_t>(g)].data(), true, grad_scale);
+    model.forward_group(g, params[static_cast<size_t>(g)].data(), true, grad_scale,
+                        tied_to(g) ? ConstTensorView(params[0].data()) : ConstTensorView());
   pass.loss = model.loss_sum() / static_cast<double>(batch.counted);
   for (int g = G - 1; g >= 0; --g)
     model.backward_group(g, params[static_cast<size_t>(g)].data(),
-                         pass.group_grads[static_cast<size_t>(g)].data());
+                         pass.group_grads[static_cast<size_t>(g)].data(),
+                         tied_to(g) ? ConstTensorView(params[0].data()) : ConstTensorView(),
+                         tied_to(g) ? pass.group_grads[0].data() : nullptr);
   // The backward reads the saved activations and writes only its own temporaries.
   const ActivationTensors& t = model.activation_tensors();
-  const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim();
+  const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();
   const int64_t F = config.intermediate_size;
   auto keep = [&](const std::string& name, ConstTensorView v, std::vector<int64_t> shape) {
     int64_t n = 1;
@@ -187,10 +193,10 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
     const std::string p = "act/" + std::to_string(l) + "/";
     keep(p + "x", t.resid[static_cast<size_t>(l)], {M, D});
     for (auto [name, v, width] : {std::tuple{"xn1", a.xn1, D},
-                                  {"q", a.q, D},
+                                  {"q", a.q, QD},
                                   {"k", a.k, KV},
                                   {"v", a.v, KV},
-                                  {"att", a.att, D},
+                                  {"att", a.att, QD},
                                   {"x2", a.x2, D},
                                   {"xn2", a.xn2, D},
                                   {"gate", a.gate, F},

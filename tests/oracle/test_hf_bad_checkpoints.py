@@ -71,8 +71,11 @@ CASES = [
     ("unknown_architecture", lambda w, c: edit_json(c, model_type="gpt2",
                                                     architectures=["GPT2LMHeadModel"]),
      ["config.json", "gpt2"]),
-    ("unsupported_key", lambda w, c: edit_json(c, attention_bias=True),
-     ["config.json", "attention_bias"]),
+    ("unsupported_key", lambda w, c: edit_json(c, mlp_bias=True),
+     ["config.json", "mlp_bias"]),
+    # attention_bias is implemented: the checkpoint then lacks the biases it promises.
+    ("promised_biases_missing", lambda w, c: edit_json(c, attention_bias=True),
+     ["model.layers.0.self_attn.q_proj.bias", "config.json"]),
 ]
 
 

@@ -10,16 +10,28 @@ config, independently of zerotrain's code:
   2. `zerotrain import` reads that directory; `info --verify` passes on the result;
   3. `zerotrain eval` (fp32 compute) on the first K·B windows of a byte dataset equals the loss
      transformers computes on the same windows with the same bf16 weights in fp32;
-  4. `zerotrain train` at 2 ranks, ZeRO stage 3, from the imported model, then `export`:
+  4. the gradients of every tensor (zt_oracle_dump, one micro-batch, fp32) equal those
+     transformers' autograd computes in float64 on the same weights and windows;
+  5. `zerotrain train` at 2 ranks, ZeRO stage 3, from the imported model, then `export`:
      transformers loads the export with `from_pretrained` and its loss equals `zerotrain eval`'s
      on the trained model.
 
+Qwen3 (q/k norms) is newer than the transformers pinned here (the last release that runs on
+Debian's torch 1.13). Its reference is transformers' Llama with the same explicit head_dim and a
+per-head RMSNorm (Qwen3RMSNorm's arithmetic) on the outputs of q_proj and k_proj, added through
+forward hooks: Qwen3's attention is exactly that, since its norms act on each head of the
+projection's output before RoPE. The checkpoint is written as a Qwen3 one (model_type "qwen3",
+q_norm/k_norm tensors), and the export is read back into the same reference.
+
 Bound (both sides run fp32 on the same bf16 weights; they differ only in the order and
 association of fp32 sums): the logits pass through 2·L + 2 fp32 contractions of inner length
-≤ n = max(D, F, V). Rounding errors of an n-term sum behave as a random walk of standard deviation
-u·√n (u = 2^-24); allowing 10 of them per contraction, |Δloss| ≤ 10 · u · √n · (2L + 2) ·
-max(1, |loss|) ≈ 3e-5 here, against ≈ 1e-7 seen. Weights are drawn with std 0.1 so that attention
-is peaked and positions matter: a rope_theta off by 2× moves the loss by ≈ 1e-3.
+≤ n = max(D, F, V, H·hd). Rounding errors of an n-term sum behave as a random walk of standard
+deviation u·√n (u = 2^-24); allowing 10 of them per contraction, |Δloss| ≤ 10 · u · √n · (2L + 2) ·
+max(1, |loss|) ≈ 3e-5 here, against ≈ 1e-7 seen. A gradient passes through the forward's
+contractions and the backward's (twice as many): ‖Δg‖/‖g‖ ≤ 10 · u · √n · 3 · (2L + 2) against
+the float64 reference. Weights are drawn with std 0.1 so that attention is peaked and positions
+matter: a rope_theta off by 2× moves the loss by ≈ 1e-3. Biases are drawn with std 0.1 and q/k
+norm weights as 1 + 0.1·N(0, 1), so that a bias or norm left out moves every check.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -66,7 +78,105 @@ FAMILIES = {
                                                              rope_theta=1000000.0)),
     # Mistral with a window at least as long as every sequence here (33 tokens): full attention.
     "mistral-window": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=40)),
+    # Qwen2/2.5: q/k/v biases (no o bias), a large rope_theta, the sliding-window keys of every
+    # Qwen2 config.json with use_sliding_window false, tied embeddings as Qwen2.5-0.5B.
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
+              dict(rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
+                   sliding_window=4096, max_window_layers=2)),
+    # Llama's attention_bias (all four projections) with a head_dim other than D/H.
+    "llama-attention-bias": ("LlamaConfig", "LlamaForCausalLM",
+                             dict(attention_bias=True, head_dim=32)),
+    # Qwen3: q/k norms and head_dim 32 ≠ D/H (built as described above).
+    "qwen3": ("LlamaConfig", "LlamaForCausalLM", dict(head_dim=32, rope_theta=1000000.0)),
 }
+QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
+                  attention_bias=False)
+
+
+class HeadRMSNorm(torch.nn.Module):
+    """Qwen3RMSNorm over each head's hd values: weight · (x · rsqrt(mean(x²) + eps))."""
+
+    def __init__(self, head_dim, eps):
+        super().__init__()
+        self.head_dim, self.eps = head_dim, eps
+        self.weight = torch.nn.Parameter(torch.ones(head_dim))
+
+    def forward(self, x):
+        heads = x.view(*x.shape[:-1], -1, self.head_dim)
+        normed = heads * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight * normed).view(x.shape)
+
+
+def add_qk_norms(model, config):
+    """Qwen3's attention on transformers' Llama: q_norm/k_norm modules (named as Qwen3 names its
+    tensors) applied to q_proj's and k_proj's outputs by forward hooks."""
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        attn.q_norm = HeadRMSNorm(config.head_dim, config.rms_norm_eps)
+        attn.k_norm = HeadRMSNorm(config.head_dim, config.rms_norm_eps)
+        attn.q_proj.register_forward_hook(lambda mod, inp, out, n=attn.q_norm: n(out))
+        attn.k_proj.register_forward_hook(lambda mod, inp, out, n=attn.k_norm: n(out))
+    return model
+
+
+def randomize_small_tensors(model):
+    """Biases ~ N(0, 0.1²) and q/k norm weights ~ 1 + N(0, 0.1²): transformers starts them at 0
+    and 1, where leaving one out would change nothing."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0.0, 0.1)
+            elif name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
+                param.normal_(1.0, 0.1)
+
+
+def build_reference(family, config):
+    model = getattr(transformers, FAMILIES[family][1])(config)
+    return add_qk_norms(model, config) if family == "qwen3" else model
+
+
+def save_qwen3(model, config, out_dir):
+    """A Qwen3 checkpoint (config.json as Qwen3Config writes it, one safetensors file)."""
+    import safetensors.torch
+    os.makedirs(out_dir)
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()
+               if not k.endswith("rotary_emb.inv_freq")}
+    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"),
+                                metadata={"format": "pt"})
+    saved = {k: v for k, v in config.to_dict().items()
+             if k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                      "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+                      "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
+                      "head_dim", "hidden_act", "attention_dropout", "initializer_range")}
+    saved.update(QWEN3_KEYS, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
+                 torch_dtype="bfloat16")
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(saved, f, indent=2)
+
+
+def load_reference(family, config, hf_dir):
+    """The model of hf_dir in fp32: transformers' from_pretrained, or for Qwen3 the reference
+    above with every tensor of the directory's safetensors files loaded strictly."""
+    if family != "qwen3":
+        return transformers.AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
+    import safetensors.torch
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        saved = json.load(f)
+    check(saved.get("model_type") == "qwen3", f"{hf_dir}/config.json is not a Qwen3 config")
+    model = build_reference(family, config)
+    state = {}
+    for name in sorted(os.listdir(hf_dir)):
+        if name.endswith(".safetensors"):
+            state.update(safetensors.torch.load_file(os.path.join(hf_dir, name)))
+    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    missing = set(model.state_dict()) - set(state) - {
+        k for k in model.state_dict() if k.endswith("rotary_emb.inv_freq")}
+    if config.tie_word_embeddings:
+        missing.discard("lm_head.weight")
+    check(not missing and not set(state) - set(model.state_dict()),
+          f"{hf_dir}: tensors differ from the reference's: missing {sorted(missing)}, "
+          f"extra {sorted(set(state) - set(model.state_dict()))}")
+    return model.float()
 
 
 def last_json_line(text):
@@ -92,9 +202,27 @@ def hf_loss(model, tokens, windows, seq_len):
     return total / count
 
 
+def hf_gradients(model, tokens, micro_batch, seq_len):
+    """d(mean next-token cross-entropy over the first micro_batch windows)/d(parameter), by
+    autograd in float64, keyed by the Hugging Face tensor name."""
+    model = model.double()
+    model.zero_grad()
+    rows = [tokens[w * (seq_len + 1): (w + 1) * (seq_len + 1)].astype(np.int64)
+            for w in range(micro_batch)]
+    batch = torch.from_numpy(np.stack(rows))
+    logits = model(input_ids=batch[:, :-1]).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             batch[:, 1:].reshape(-1))
+    loss.backward()
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+    model.float()
+    return grads
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--zerotrain", required=True)
+    p.add_argument("--dump", required=True, help="zt_oracle_dump binary")
     p.add_argument("--source-dir", required=True)
     p.add_argument("--work-dir", required=True)
     p.add_argument("--family", required=True, choices=sorted(FAMILIES))
@@ -114,18 +242,21 @@ def main():
 
     config_name, model_name, extra = FAMILIES[args.family]
     config = getattr(transformers, config_name)(**COMMON, **extra)
-    model = getattr(transformers, model_name)(config)
+    model = build_reference(args.family, config)
+    randomize_small_tensors(model)
     model = model.to(torch.bfloat16)
     hf_dir = os.path.join(work, "hf")
-    model.save_pretrained(hf_dir, safe_serialization=True,
-                          max_shard_size="100KB" if args.sharded else "10GB")
+    if args.family == "qwen3":
+        save_qwen3(model, config, hf_dir)
+    else:
+        model.save_pretrained(hf_dir, safe_serialization=True,
+                              max_shard_size="100KB" if args.sharded else "10GB")
     if args.sharded:
         check(os.path.exists(os.path.join(hf_dir, "model.safetensors.index.json")),
               "save_pretrained wrote no index for --sharded")
     # The reference reads the saved files back in fp32 (the bf16 weights, exactly): the model
     # object itself would keep its rotary inv_freq buffer rounded to bf16 by .to(bfloat16).
-    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
-    model = model.eval()
+    model = load_reference(args.family, config, hf_dir).eval()
     if args.break_config:
         key, value = args.break_config.split("=", 1)
         path = os.path.join(hf_dir, "config.json")
@@ -149,6 +280,7 @@ def main():
     windows = list(range(micro_batch * batches))
     D, F, V, L = (COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_size"],
                   COMMON["num_hidden_layers"])
+    n = max(D, F, V, COMMON["num_attention_heads"] * extra.get("head_dim", 0))
 
     def zt_eval(model_dir):
         out = run_tool([zt, "eval", "--model", model_dir, "--data", data, "--batches",
@@ -157,7 +289,7 @@ def main():
         return last_json_line(out)["loss"]
 
     def compare(what, zt_value, hf_value):
-        bound = 10 * U_FP32 * max(D, F, V) ** 0.5 * (2 * L + 2) * max(1.0, abs(hf_value))
+        bound = 10 * U_FP32 * n ** 0.5 * (2 * L + 2) * max(1.0, abs(hf_value))
         diff = abs(zt_value - hf_value)
         print(f"{args.family} {what}: zerotrain {zt_value:.9f} transformers {hf_value:.9f} "
               f"|diff| {diff:.3e} bound {bound:.3e}", flush=True)
@@ -174,6 +306,28 @@ def main():
                           "cannot see that key")
     compare("imported loss", imported_zt, imported_hf)
 
+    # Gradients of one micro-batch of the imported model, tensor by tensor.
+    dump = os.path.join(work, "dump.h5")
+    run_tool([args.dump, "--model", imported, "--tokens", data, "--out", dump, "--precision",
+              "fp32", "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--steps",
+              "1"])
+    reference = hf_gradients(model, tokens, micro_batch, seq_len)
+    grad_bound = 10 * U_FP32 * n ** 0.5 * 3 * (2 * L + 2)
+    worst = (0.0, "")
+    with h5py.File(dump, "r") as f:
+        dumped = sorted(f["grad"].keys())
+        check(dumped == sorted(reference), f"zerotrain's tensors {dumped} differ from the "
+              f"reference's {sorted(reference)}")
+        for name, want in reference.items():
+            got = torch.from_numpy(f["grad/" + name][()]).double()
+            check(tuple(got.shape) == tuple(want.shape),
+                  f"grad {name}: shape {tuple(got.shape)} vs {tuple(want.shape)}")
+            error = ((got - want).norm() / want.norm()).item()
+            worst = max(worst, (error, name))
+            check(error <= grad_bound, f"grad {name}: ‖Δ‖/‖ref‖ = {error:.3e} > {grad_bound:.3e}")
+    print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ {worst[0]:.3e} "
+          f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
+
     # Train from the import at 2 ranks, stage 3, export, and let transformers read the export.
     run = os.path.join(work, "run")
     run_tool([args.mpirun, "-n", "2", zt, "train", "--model", imported, "--data", data, "--out",
@@ -183,10 +337,16 @@ def main():
     final = os.path.join(run, "final")
     exported = os.path.join(work, "exported")
     run_tool([zt, "export", final, "--format", "safetensors", "--out", exported])
-    # The export is written as a Llama, or as a Mistral when the model has a window.
-    reloaded = transformers.AutoModelForCausalLM.from_pretrained(exported,
-                                                                 torch_dtype=torch.float32)
-    print(f"the export loads as {type(reloaded).__name__}", flush=True)
+    # The export is written as its family: transformers reads it back (the reference for Qwen3).
+    with open(os.path.join(exported, "config.json")) as f:
+        exported_type = json.load(f)["model_type"]
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        imported_type = json.load(f).get("model_type")
+    # A Mistral without a window is a Llama: zerotrain writes it as one.
+    check(exported_type == imported_type or (imported_type, exported_type) == ("mistral", "llama"),
+          f"the export's model_type {exported_type} is not the checkpoint's {imported_type}")
+    reloaded = load_reference(args.family, config, exported)
+    print(f"the export ({exported_type}) loads as {type(reloaded).__name__}", flush=True)
     trained_hf = hf_loss(reloaded.eval(), tokens, windows, seq_len)
     compare("trained loss", zt_eval(final), trained_hf)
     return 0

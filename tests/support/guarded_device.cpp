@@ -191,6 +191,18 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.matmul_backward(dx, dw, dy, x, w, M, N, K, accumulate_dx);
   }
+  void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) override {
+    need(y, M * N, "bias_forward y");
+    need(b, N, "bias_forward b");
+    GuardedDeviceMemory::Access a(mem_);
+    be_.bias_forward(y, b, M, N);
+  }
+  void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override {
+    need(db, N, "bias_backward db");
+    need(dy, M * N, "bias_backward dy");
+    GuardedDeviceMemory::Access a(mem_);
+    be_.bias_backward(db, dy, M, N);
+  }
   void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
                        int64_t D, float eps) override {
     need(y, M * D, "rmsnorm_forward y");

@@ -1,7 +1,9 @@
 // config.json keys that change the model's math and are implemented: rope_scaling (linear,
-// llama3) and Mistral's sliding window. Read, validated, written back, and honoured by the model.
+// llama3), Mistral's sliding window, the attention biases, q/k norms and head_dim of Qwen2/Qwen3.
+// Read, validated, written back, and honoured by the model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/rope.h"
 #include "model/config.h"
+#include "model/layout.h"
 #include "model/llama.h"
 #include "support/error_text.h"
 #include "util/error.h"
@@ -145,6 +148,83 @@ TEST(HfConfig, MistralSlidingWindowIsReadAndTheModelRefusesLongerSequences) {
   EXPECT_NE(e.find("sequence length 17 exceeds the model's sliding_window of 16"),
             std::string::npos)
       << e;
+}
+
+// Qwen2 (q/k/v biases), Qwen3 (q/k norms, explicit head_dim, attention_bias) and Llama's own
+// attention_bias and head_dim: read by family, laid out as transformers names and shapes them,
+// written back to the same config.
+TEST(HfConfig, QwenFamiliesBiasesAndHeadDimAddTheirTensors) {
+  const nlohmann::json tiny = preset_config("tiny").to_hf_json();  // D 64, H 4, Hkv 2
+  auto family = [&](const std::string& type, const std::string& arch) {
+    nlohmann::json j = tiny;
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j["model_type"] = type;
+    j["architectures"] = {arch};
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = 4096;
+    j["max_window_layers"] = 2;
+    return j;
+  };
+  nlohmann::json qwen2 = family("qwen2", "Qwen2ForCausalLM");
+  qwen2["attention_bias"] = false;  // transformers' Qwen2 biases q/k/v whatever this says
+  const ModelConfig q2 = ModelConfig::from_hf_json(qwen2, "q2.json");
+  EXPECT_TRUE(q2.qkv_bias);
+  EXPECT_FALSE(q2.o_bias);
+  EXPECT_FALSE(q2.qk_norm);
+  EXPECT_EQ(q2.model_type(), "qwen2");
+  EXPECT_EQ(q2.sliding_window, 0);
+  const std::vector<std::string> ignored = hf_config_ignored_keys(qwen2);
+  for (const char* key : {"sliding_window", "attention_bias", "max_window_layers"})
+    EXPECT_NE(std::find(ignored.begin(), ignored.end(), key), ignored.end()) << key;
+  EXPECT_EQ(ModelConfig::from_hf_json(q2.to_hf_json(), "again"), q2);
+  const ParamLayout l2(q2);
+  EXPECT_EQ(l2.tensor(TensorRole::kQBias, 1).name, "model.layers.1.self_attn.q_proj.bias");
+  EXPECT_EQ(l2.tensor(TensorRole::kQBias, 1).shape, (std::vector<int64_t>{64}));
+  EXPECT_EQ(l2.tensor(TensorRole::kVBias, 0).shape, (std::vector<int64_t>{32}));
+  EXPECT_FALSE(l2.tensor(TensorRole::kKBias, 0).weight_decay);
+  EXPECT_EQ(l2.find_role(TensorRole::kOBias, 0), nullptr);
+  EXPECT_EQ(l2.find_role(TensorRole::kQNorm, 0), nullptr);
+  EXPECT_EQ(l2.total_numel(),
+            ParamLayout(preset_config("tiny")).total_numel() + 2 * (64 + 32 + 32));
+
+  // Qwen3: head_dim defaults to 128 as in transformers' Qwen3Config; q is [H·128, D].
+  nlohmann::json qwen3 = family("qwen3", "Qwen3ForCausalLM");
+  qwen3["attention_bias"] = true;
+  qwen3["layer_types"] = {"full_attention", "full_attention"};
+  const ModelConfig q3 = ModelConfig::from_hf_json(qwen3, "q3.json");
+  EXPECT_EQ(q3.head_dim(), 128);
+  EXPECT_EQ(q3.q_dim(), 512);
+  EXPECT_TRUE(q3.qk_norm && q3.qkv_bias && q3.o_bias);
+  EXPECT_EQ(q3.model_type(), "qwen3");
+  EXPECT_EQ(q3.to_hf_json().at("head_dim"), 128);
+  EXPECT_EQ(ModelConfig::from_hf_json(q3.to_hf_json(), "again"), q3);
+  const ParamLayout l3(q3);
+  EXPECT_EQ(l3.tensor(TensorRole::kQProj, 0).shape, (std::vector<int64_t>{512, 64}));
+  EXPECT_EQ(l3.tensor(TensorRole::kOProj, 0).shape, (std::vector<int64_t>{64, 512}));
+  EXPECT_EQ(l3.tensor(TensorRole::kKProj, 0).shape, (std::vector<int64_t>{256, 64}));
+  EXPECT_EQ(l3.tensor(TensorRole::kQNorm, 0).name, "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(l3.tensor(TensorRole::kKNorm, 1).shape, (std::vector<int64_t>{128}));
+  EXPECT_EQ(l3.tensor(TensorRole::kOBias, 1).shape, (std::vector<int64_t>{64}));
+  EXPECT_FALSE(l3.tensor(TensorRole::kQNorm, 0).weight_decay);
+  // A Qwen3 head_dim equal to D/H is one model with or without the key.
+  qwen3["head_dim"] = 16;
+  EXPECT_EQ(ModelConfig::from_hf_json(qwen3, "q3.json").explicit_head_dim, 0);
+
+  // Llama: attention_bias biases all four projections; head_dim may differ from D/H.
+  nlohmann::json llama = tiny;
+  llama["attention_bias"] = true;
+  llama["head_dim"] = 32;
+  const ModelConfig lb = ModelConfig::from_hf_json(llama, "l.json");
+  EXPECT_EQ(lb.model_type(), "llama");
+  EXPECT_TRUE(lb.qkv_bias && lb.o_bias && !lb.qk_norm);
+  EXPECT_EQ(lb.q_dim(), 128);
+  EXPECT_EQ(ModelConfig::from_hf_json(lb.to_hf_json(), "again"), lb);
+  EXPECT_EQ(ParamLayout(lb).tensor(TensorRole::kOBias, 0).name,
+            "model.layers.0.self_attn.o_proj.bias");
+  // Written without head_dim when it is the quotient, as before it was read.
+  llama["head_dim"] = 16;
+  EXPECT_FALSE(ModelConfig::from_hf_json(llama, "l.json").to_hf_json().contains("head_dim"));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "../support/error_text.h"
 #include "io/hf_import.h"
@@ -270,14 +271,14 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
   const nlohmann::json base = preset_config("tiny").to_hf_json();
   const std::vector<std::pair<std::string, nlohmann::json>> cases = {
       {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}}},
-      {"attention_bias", true},
       {"mlp_bias", true},
       {"hidden_act", "gelu"},
-      {"model_type", "qwen2"},
+      {"model_type", "gemma"},
       {"architectures", {"Qwen2ForCausalLM"}},
       {"sliding_window", 0},
       {"use_sliding_window", true},
-      {"head_dim", 32},
+      {"head_dim", -4},
+      {"layer_types", {"full_attention", "sliding_attention"}},
       {"attention_dropout", 0.1},
       {"some_new_key", 1},
   };
@@ -292,6 +293,28 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
     EXPECT_NE(e.find("'" + key + "'"), std::string::npos) << e;
     EXPECT_NE(e.find(hf + "/config.json"), std::string::npos) << e;
   }
+  // Keys refused only in one family: transformers' Mistral has no biases, its Qwen2 no head_dim.
+  const std::vector<std::tuple<std::string, std::string, nlohmann::json>> family_cases = {
+      {"mistral", "attention_bias", true}, {"qwen2", "head_dim", 32}};
+  for (const auto& [type, key, value] : family_cases) {
+    SCOPED_TRACE(type + " " + key);
+    nlohmann::json config = base;
+    config["model_type"] = type;
+    config["architectures"] = {type == "mistral" ? "MistralForCausalLM" : "Qwen2ForCausalLM"};
+    config[key] = value;
+    const std::string hf = tmp / ("hf_" + type + "_" + key);
+    write_hf_dir(hf, tensors, config);
+    const std::string e =
+        error_of([&] { import_hf_model(hf, hf + "_m", uint64_t{1} << 30, false); });
+    EXPECT_NE(e.find("'" + key + "'"), std::string::npos) << e;
+  }
+  // A family's extra tensor missing from the checkpoint is named (attention_bias adds 4 per layer).
+  nlohmann::json biased = base;
+  biased["attention_bias"] = true;
+  write_hf_dir(tmp / "hf_biased", tensors, biased);
+  const std::string e = error_of(
+      [&] { import_hf_model(tmp / "hf_biased", tmp / "m_biased", uint64_t{1} << 30, false); });
+  EXPECT_NE(e.find("has no tensor 'model.layers.0.self_attn.q_proj.bias'"), std::string::npos) << e;
   // The values zerotrain implements are accepted: explicit defaults, a null window, no dropout.
   nlohmann::json config = base;
   config["head_dim"] = 16;
@@ -299,6 +322,7 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
   config["attention_dropout"] = 0.0;
   config["rope_scaling"] = nullptr;
   config["model_type"] = "mistral";
+  config["architectures"] = {"MistralForCausalLM"};
   write_hf_dir(tmp / "hf_ok", tensors, config);
   EXPECT_NO_THROW(import_hf_model(tmp / "hf_ok", tmp / "m_ok", uint64_t{1} << 30, false));
 }

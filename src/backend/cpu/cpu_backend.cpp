@@ -107,6 +107,27 @@ void CpuBackend::add_inplace(TensorView y_view, ConstTensorView x_view, int64_t 
   y32.commit();
 }
 
+// ---- linear-layer bias ----
+// Forward: y[m, n] += b[n].
+void CpuBackend::bias_forward(TensorView y_view, ConstTensorView b_view, int64_t M, int64_t N) {
+  const Fp32Input b32(b_view, N);
+  Fp32Output y32(y_view, M * N, Fp32Output::Contents::kKeep);
+  const float* b = b32.get();
+  float* y = y32.get();
+#pragma omp parallel for schedule(static) if (M * N > kParallelMinElements)
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) y[m * N + n] += b[n];
+  y32.commit();
+}
+
+// Backward: db[n] += Σ_m dy[m, n].
+void CpuBackend::bias_backward(float* db, ConstTensorView dy_view, int64_t M, int64_t N) {
+  const Fp32Input dy32(dy_view, M * N);
+  const float* dy = dy32.get();
+  add_column_sums(db, M, N, M * N > kParallelMinElements,
+                  [&](int64_t m, int64_t n) { return static_cast<double>(dy[m * N + n]); });
+}
+
 void CpuBackend::scale_inplace(float* y, float s, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) y[i] *= s;

@@ -47,6 +47,9 @@ class CpuBackend final : public Backend {
                        ConstTensorView w, int64_t M, int64_t N, int64_t K,
                        bool accumulate_dx) override;
 
+  void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) override;
+  void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override;
+
   void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
                        int64_t D, float eps) override;
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,

@@ -85,6 +85,26 @@ inline float max_of(const float* x, int64_t n) {
   return m;
 }
 
+// Columns per work item when a reduction over rows is split by columns (add_column_sums).
+constexpr int64_t kColumnBlock = 64;
+
+// out[n] += Σ_m term(m, n) for n < N: each column's terms summed in double from zero, rows in
+// order, and added once; threads take blocks of kColumnBlock columns, so the order depends on
+// nothing but M. term(m, n) returns the double to add (rmsnorm's dg, a bias's gradient).
+template <typename Term>
+void add_column_sums(float* out, int64_t M, int64_t N, bool parallel, Term term) {
+  const int64_t blocks = (N + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t n0 = blk * kColumnBlock;
+    const int64_t width = N - n0 < kColumnBlock ? N - n0 : kColumnBlock;
+    double acc[kColumnBlock] = {};
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < width; ++j) acc[j] += term(m, n0 + j);
+    for (int64_t j = 0; j < width; ++j) out[n0 + j] += static_cast<float>(acc[j]);
+  }
+}
+
 // y[i] += alpha·x[i]
 inline void axpy(float* __restrict y, float alpha, const float* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];

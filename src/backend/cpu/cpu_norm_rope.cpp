@@ -8,12 +8,6 @@
 #include "util/error.h"
 
 namespace zt::cpu {
-namespace {
-
-// Columns per work item when a reduction over rows is split by columns (rmsnorm's dg).
-constexpr int64_t kColumnBlock = 64;
-
-}  // namespace
 
 // ---- RMSNorm ----
 // Forward: rstd[m] = 1/sqrt(mean_d x² + eps), y = g · (x · rstd) (Hugging Face's order of the two
@@ -63,20 +57,9 @@ void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView
     }
   }
   if (dg) {
-    const int64_t blocks = (D + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t d0 = blk * kColumnBlock;
-      const int64_t width = std::min(kColumnBlock, D - d0);
-      double acc[kColumnBlock] = {};
-      for (int64_t m = 0; m < M; ++m) {
-        const float* xr = x + m * D + d0;
-        const float* dyr = dy + m * D + d0;
-        const float r = rstd[m];
-        for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(dyr[j] * xr[j] * r);
-      }
-      for (int64_t j = 0; j < width; ++j) dg[d0 + j] += static_cast<float>(acc[j]);
-    }
+    add_column_sums(dg, M, D, parallel, [&](int64_t m, int64_t d) {
+      return static_cast<double>(dy[m * D + d] * x[m * D + d] * rstd[m]);
+    });
   }
   dx32.commit();
 }

@@ -206,14 +206,32 @@ void CudaBackend::rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy,
   if (dx) launch_rmsnorm_backward_dx(dx, dy, x, g, rstd, M, D, state_->stream);
   if (dg && M > 0 && D > 0) {
     const ArenaScope scope(*state_->arena);
-    const BumpRegion& region = state_->arena->region(ScratchCategory::kReduction);
-    const int64_t rows_per_chunk =
-        column_sum_rows_per_chunk(M, D, region.capacity() - region.used());
-    const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
-    double* partials = state_->arena->allocate<double>(ScratchCategory::kReduction,
-                                                       static_cast<size_t>(chunks * D));
-    launch_rmsnorm_backward_dg(dg, partials, dy, x, rstd, M, D, rows_per_chunk, state_->stream);
+    const ColumnSumScratch scratch = column_sum_scratch(M, D);
+    launch_rmsnorm_backward_dg(dg, scratch.partials, dy, x, rstd, M, D, scratch.rows_per_chunk,
+                               state_->stream);
   }
+}
+
+CudaBackend::ColumnSumScratch CudaBackend::column_sum_scratch(int64_t M, int64_t N) {
+  const BumpRegion& region = state_->arena->region(ScratchCategory::kReduction);
+  ColumnSumScratch scratch;
+  scratch.rows_per_chunk = column_sum_rows_per_chunk(M, N, region.capacity() - region.used());
+  const int64_t chunks = (M + scratch.rows_per_chunk - 1) / scratch.rows_per_chunk;
+  scratch.partials =
+      state_->arena->allocate<double>(ScratchCategory::kReduction, static_cast<size_t>(chunks * N));
+  return scratch;
+}
+
+// ---- linear-layer bias ----
+void CudaBackend::bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) {
+  launch_bias_forward(y, b, M, N, state_->stream);
+}
+
+void CudaBackend::bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) {
+  if (M == 0 || N == 0) return;
+  const ArenaScope scope(*state_->arena);
+  const ColumnSumScratch scratch = column_sum_scratch(M, N);
+  launch_bias_backward(db, scratch.partials, dy, M, N, scratch.rows_per_chunk, state_->stream);
 }
 
 // ---- RoPE: the CPU's table, rotated by +angle (forward) or −angle (backward) ----

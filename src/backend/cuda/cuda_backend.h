@@ -100,6 +100,8 @@ class CudaBackend final : public Backend {
 
   void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
                        int64_t D, float eps) override;
+  void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) override;
+  void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override;
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
 
@@ -152,6 +154,14 @@ class CudaBackend final : public Backend {
   const CudaBackendOptions& options() const;
 
  private:
+  // Device scratch of a column sum over M rows of N columns (cuda_column_sum.cuh), from the
+  // arena's reduction region; valid inside the caller's ArenaScope.
+  struct ColumnSumScratch {
+    double* partials = nullptr;
+    int64_t rows_per_chunk = 0;
+  };
+  ColumnSumScratch column_sum_scratch(int64_t M, int64_t N);
+
   struct State;  // stream, cuBLASLt, arena, RoPE table (cuda_backend.cpp)
   std::unique_ptr<State> state_;
 };

@@ -44,6 +44,12 @@ void launch_embedding_backward(float* dtable, ConstTensorView dx, const int32_t*
 void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                           const int32_t* targets, int64_t M, int64_t V, float grad_scale,
                           cudaStream_t stream);
+// y[M,N] += b[N] (b may be stored in another type than y).
+void launch_bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N,
+                         cudaStream_t stream);
+// db[n] += Σ_m dy[m,n], in two passes as rmsnorm's dg.
+void launch_bias_backward(float* db, double* partials, ConstTensorView dy, int64_t M, int64_t N,
+                          int64_t rows_per_chunk, cudaStream_t stream);
 void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream);  // y += x
 void launch_scale(float* y, float s, int64_t n, cudaStream_t stream);
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);

@@ -3,6 +3,7 @@
 // computed in fp32, each output rounded once.
 #include <type_traits>
 
+#include "backend/cuda/cuda_column_sum.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
@@ -49,32 +50,17 @@ __global__ void rmsnorm_backward_dx_kernel(A* dx, const A* dy, const A* x, const
     store(dxr, d, load(dxr, d) + (r * (load(g, d) * load(dyr, d)) - load(xr, d) * coef));
 }
 
-// Backward dg, pass 1: partials[c][d] = Σ_{m in chunk c} dy·x·rstd in double, rows in order.
-// Grid (column blocks, chunks); one thread per column (coalesced over d).
+// Backward dg's term: dy·x·rstd of row m, column d (summed over rows by cuda_column_sum.cuh).
 template <typename A>
-__global__ void rmsnorm_dg_partials_kernel(double* partials, const A* dy, const A* x,
-                                           const float* rstd, int64_t M, int64_t D,
-                                           int64_t rows_per_chunk) {
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (d >= D) return;
-  const int64_t chunk = blockIdx.y;
-  const int64_t m0 = chunk * rows_per_chunk;
-  const int64_t m1 = m0 + rows_per_chunk < M ? m0 + rows_per_chunk : M;
-  double acc = 0.0;
-  for (int64_t m = m0; m < m1; ++m)
-    acc += static_cast<double>(load(dy, m * D + d) * load(x, m * D + d) * rstd[m]);
-  partials[chunk * D + d] = acc;
-}
-
-// Backward dg, pass 2: dg[d] += Σ_c partials[c][d], chunks in order.
-__global__ void rmsnorm_dg_finish_kernel(float* dg, const double* partials, int64_t chunks,
-                                         int64_t D) {
-  const int64_t d = global_thread();
-  if (d >= D) return;
-  double acc = 0.0;
-  for (int64_t c = 0; c < chunks; ++c) acc += partials[c * D + d];
-  dg[d] += static_cast<float>(acc);
-}
+struct RmsnormDgTerm {
+  const A* dy;
+  const A* x;
+  const float* rstd;
+  int64_t D;
+  __device__ double operator()(int64_t m, int64_t d) const {
+    return static_cast<double>(load(dy, m * D + d) * load(x, m * D + d) * rstd[m]);
+  }
+};
 
 // ---- RoPE (rotate-half) ----
 // One thread per (b, t, h, i < hd/2): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs). The explicit
@@ -132,18 +118,11 @@ void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorVi
 void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
                                 cudaStream_t stream) {
-  if (M == 0 || D == 0) return;
-  const int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
-  const unsigned column_blocks = static_cast<unsigned>((D + kRowThreads - 1) / kRowThreads);
   with_storage(shared_storage("rmsnorm_backward", {dy, x}), "rmsnorm_backward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    rmsnorm_dg_partials_kernel<<<dim3(column_blocks, static_cast<unsigned>(chunks)), kRowThreads, 0,
-                                 stream>>>(partials, typed<A>(dy), typed<A>(x), rstd, M, D,
-                                           rows_per_chunk);
+    launch_column_sums(dg, partials, RmsnormDgTerm<A>{typed<A>(dy), typed<A>(x), rstd, D}, M, D,
+                       rows_per_chunk, stream);
   });
-  ZT_CUDA_CHECK_LAUNCH("rmsnorm_dg_partials_kernel");
-  rmsnorm_dg_finish_kernel<<<column_blocks, kRowThreads, 0, stream>>>(dg, partials, chunks, D);
-  ZT_CUDA_CHECK_LAUNCH("rmsnorm_dg_finish_kernel");
 }
 
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,

@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cuda/cuda_column_sum.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
@@ -207,6 +208,24 @@ __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
 }
 
 // ---- elementwise helpers ----
+// ---- linear-layer bias ----
+// Forward: y[m, n] += b[n], read and added in fp32, rounded once.
+template <typename A, typename W>
+__global__ void bias_forward_kernel(A* y, const W* b, int64_t n_total, int64_t N) {
+  for (int64_t i = global_thread(); i < n_total; i += grid_threads())
+    store(y, i, load(y, i) + load(b, i % N));
+}
+
+// Backward's term: db[n] += Σ_m dy[m, n] (summed over rows by cuda_column_sum.cuh).
+template <typename A>
+struct BiasGradTerm {
+  const A* dy;
+  int64_t N;
+  __device__ double operator()(int64_t m, int64_t n) const {
+    return static_cast<double>(load(dy, m * N + n));
+  }
+};
+
 // y += x, read and added in fp32, rounded once.
 template <typename A>
 __global__ void add_kernel(A* y, const A* x, int64_t n) {
@@ -300,6 +319,29 @@ void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream)
                                                                           n);
   });
   ZT_CUDA_CHECK_LAUNCH("add_kernel");
+}
+
+void launch_bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N,
+                         cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  with_storage(y.dtype, "bias_forward y", [&](auto y_tag) {
+    using A = std::remove_pointer_t<decltype(y_tag)>;
+    with_storage(b.dtype, "bias_forward b", [&](auto b_tag) {
+      using W = std::remove_pointer_t<decltype(b_tag)>;
+      bias_forward_kernel<<<elementwise_blocks(M * N), kElementwiseThreads, 0, stream>>>(
+          typed<A>(y), typed<W>(b), M * N, N);
+    });
+  });
+  ZT_CUDA_CHECK_LAUNCH("bias_forward_kernel");
+}
+
+void launch_bias_backward(float* db, double* partials, ConstTensorView dy, int64_t M, int64_t N,
+                          int64_t rows_per_chunk, cudaStream_t stream) {
+  with_storage(dy.dtype, "bias_backward dy", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    launch_column_sums(db, partials, BiasGradTerm<A>{typed<A>(dy), N}, M, N, rows_per_chunk,
+                       stream);
+  });
 }
 
 void launch_scale(float* y, float s, int64_t n, cudaStream_t stream) {
