@@ -21,7 +21,8 @@ int cmd_prepare_data(int argc, char** argv) {
       "headerless uint16 .bin files, concatenated in order.",
       "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
       "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
-      "| --sft-jsonl FILES... [--prompt-field NAME] [--response-field NAME] [--chat-template])) "
+      "| --sft-jsonl FILES... ([--prompt-field NAME] [--response-field NAME] | --messages-field "
+      "NAME) [--chat-template])) "
       "--out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};
   po::options_description options("prepare-data options");
@@ -46,6 +47,9 @@ int cmd_prepare_data(int argc, char** argv) {
       "the field of each --sft-jsonl line that holds the response")(
       "chat-template", po::bool_switch(),
       "render each --sft-jsonl example with the tokenizer's chat template (transformers)")(
+      "messages-field", po::value<std::string>(),
+      "the field of each --sft-jsonl line that holds a conversation, a list of {role: "
+      "system|user|assistant, content} (with --chat-template): every assistant turn is learned")(
       "python", po::value<std::string>()->default_value(default_python()),
       "Python with the tokenizers library (default: $ZT_PYTHON, else python3)")(
       "out", po::value<std::string>(), "output token dataset (.h5)")(
@@ -63,9 +67,15 @@ int cmd_prepare_data(int argc, char** argv) {
            "'--nanogpt-bin'");
   const bool sft = vm.count("sft-jsonl") > 0;
   ZT_CHECK(sft || (vm["prompt-field"].defaulted() && vm["response-field"].defaulted() &&
-                   !vm["chat-template"].as<bool>()),
-           "prepare-data: --prompt-field, --response-field and --chat-template apply to "
-           "--sft-jsonl files");
+                   !vm["chat-template"].as<bool>() && !vm.count("messages-field")),
+           "prepare-data: --prompt-field, --response-field, --messages-field and --chat-template "
+           "apply to --sft-jsonl files");
+  ZT_CHECK(!vm.count("messages-field") ||
+               (vm["prompt-field"].defaulted() && vm["response-field"].defaulted()),
+           "prepare-data: --messages-field replaces --prompt-field and --response-field");
+  ZT_CHECK(!vm.count("messages-field") || vm["chat-template"].as<bool>(),
+           "prepare-data: --messages-field needs --chat-template (the template renders the "
+           "conversation)");
   require_option(vm, "out", spec.name);
   const std::string out = vm["out"].as<std::string>();
   const auto report = [&](int64_t tokens, size_t files) {
@@ -98,7 +108,11 @@ int cmd_prepare_data(int argc, char** argv) {
     if (sft) {
       request.sft =
           SftFields{vm["prompt-field"].as<std::string>(), vm["response-field"].as<std::string>(),
-                    vm["chat-template"].as<bool>()};
+                    vm["chat-template"].as<bool>(),
+                    vm.count("messages-field") ? vm["messages-field"].as<std::string>() : ""};
+      ZT_CHECK(!vm.count("messages-field") || !request.sft->messages.empty(),
+               "prepare-data: --messages-field must name the JSON field that holds each "
+               "conversation");
       ZT_CHECK(!request.sft->prompt.empty() && !request.sft->response.empty() &&
                    request.sft->prompt != request.sft->response,
                "prepare-data: --prompt-field and --response-field must name two different JSON "

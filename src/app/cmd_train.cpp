@@ -323,6 +323,10 @@ int run_training(TrainOptions o) {
     const float lr = learning_rate_at(o.optim, step, o.steps);
     const StepStats stats =
         engine.train_step(sampler.inputs(), sampler.targets(), lr, step, sampler.counted_targets());
+    if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
+      std::cerr << "zerotrain train: warning: step " << step
+                << ": the loss mask counts no target of the global batch; the step has no loss "
+                   "gradient (AdamW's momentum and weight decay still move the weights)\n";
     const StepRecord& r = recorder.trained(lr, stats);
     // Stop agreement + checkpoint save, timed into this step's record before it is written.
     const bool stop =

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
-// or {"prompt", "response"} field names and "chat_template"), tokens file, loss-mask file,
+// or {"prompt", "response", "messages"} field names and "chat_template"), tokens file, loss-mask
+// file,
 // metadata file, inputs... It follows the opening of app/python_step.h (the tokenizer loaded
 // with its stored truncation and padding turned off, its files, special_id). It writes every
 // document's ids as little-endian uint32 to the tokens file (SFT: one byte per token to the
@@ -61,29 +62,62 @@ if sft and sft["chat_template"]:
     if not chat.chat_template:
         sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply")
 
-def chat_example(path, number, prompt, response):
-    """(ids, mask) of the conversation the tokenizer's chat template renders: the prompt turn with
-    the generation prompt is masked, the rest (the response and what closes its turn) counts."""
-    user = [{"role": "user", "content": prompt}]
+def render(path, number, messages, **kwargs):
     try:
-        head = chat.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
-        whole = chat.apply_chat_template(user + [{"role": "assistant", "content": response}],
-                                         tokenize=False)
+        return chat.apply_chat_template(messages, tokenize=False, **kwargs)
     except Exception as e:
         sys.exit(f"{path}:{number}: the chat template failed: {e}")
-    if not whole.startswith(head):
-        sys.exit(f"{path}:{number}: the chat template does not render the prompt turn as the "
-                 "start of the conversation")
+
+def chat_example(path, number, messages):
+    """(ids, mask) of the conversation the tokenizer's chat template renders: each assistant turn
+    (its content and whatever closes it) counts; everything before it, up to and including the
+    generation prompt, is masked. Assistant turn i spans the characters from the rendering of
+    messages[:i] with the generation prompt to the rendering of messages[:i+1]; both must be
+    prefixes of the whole conversation's rendering."""
+    whole = render(path, number, messages)
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        head = render(path, number, messages[:i], add_generation_prompt=True)
+        through = render(path, number, messages[:i + 1])
+        if not (whole.startswith(head) and whole.startswith(through)):
+            sys.exit(f"{path}:{number}: the chat template does not render the turns before "
+                     f"message {i} as the start of the conversation")
+        spans.append((len(head), len(through)))
     # One encoding of the whole conversation (as apply_chat_template(tokenize=True) gives it); a
-    # token counts when it starts inside the response part.
+    # token counts when it starts inside an assistant turn.
     encoding = tok.encode(whole, add_special_tokens=False)
-    return encoding.ids, [int(start >= len(head)) for start, _ in encoding.offsets]
+    return encoding.ids, [int(any(a <= start < b for a, b in spans))
+                          for start, _ in encoding.offsets]
+
+ROLES = ("system", "user", "assistant")
+
+def conversation(path, number, record, key):
+    """The record's list of {"role", "content"} messages (TRL's conversational format): roles
+    system, user and assistant, string contents, at least one assistant turn."""
+    messages = record.get(key) if isinstance(record, dict) else None
+    if not isinstance(messages, list) or not messages:
+        sys.exit(f"{path}:{number}: no list of messages in field '{key}'")
+    for i, m in enumerate(messages):
+        if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
+            sys.exit(f"{path}:{number}: '{key}'[{i}] is not a message with a role "
+                     f"({', '.join(ROLES)}) and a string content")
+    if not any(m["role"] == "assistant" for m in messages):
+        sys.exit(f"{path}:{number}: '{key}' has no assistant message to learn")
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 def documents(path):
     """(ids, loss mask or None) of each document: a text file is one, a JSON line one each."""
-    if sft and chat:
+    if sft and sft["messages"]:
+        for number, record in records(path, ()):
+            yield chat_example(path, number,
+                               conversation(path, number, record, sft["messages"]))
+    elif sft and chat:
         for number, record in records(path, (sft["prompt"], sft["response"])):
-            yield chat_example(path, number, record[sft["prompt"]], record[sft["response"]])
+            yield chat_example(path, number, [{"role": "user", "content": record[sft["prompt"]]},
+                                              {"role": "assistant",
+                                               "content": record[sft["response"]]}])
     elif sft:
         for number, record in records(path, (sft["prompt"], sft["response"])):
             # The prompt as a document of its own (the post-processor's BOS, ...), the response
@@ -137,7 +171,8 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   if (request.sft)
     options["sft"] = {{"prompt", request.sft->prompt},
                       {"response", request.sft->response},
-                      {"chat_template", request.sft->chat_template}};
+                      {"chat_template", request.sft->chat_template},
+                      {"messages", request.sft->messages}};
   std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path, mask_path,
                                    meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());

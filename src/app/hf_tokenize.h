@@ -21,9 +21,13 @@ namespace zt {
 // chat template (tokenizer_config.json): the user turn with the generation prompt is masked, the
 // rest of the conversation (the response and whatever closes its turn) counts; no EOS is added
 // and no special token beyond what the template writes.
+// With messages (--messages-field, needs chat_template) each line holds a conversation instead:
+// a list of {"role": system|user|assistant, "content"} (TRL's conversational format), rendered
+// whole by the template; every assistant turn counts, everything else is masked.
 struct SftFields {
   std::string prompt = "prompt", response = "response";
   bool chat_template = false;
+  std::string messages;  // "" : prompt/response lines
 };
 
 struct HfTokenizeRequest {

@@ -9,15 +9,19 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    [eos], and /loss_mask is 0 over the prompt and 1 over the response and its EOS. With
    --chat-template, the tokens and the mask equal transformers' apply_chat_template with
    return_assistant_tokens_mask (a template marking the assistant turn with {% generation %}).
+   With --messages-field, multi-turn conversations with a system prompt: the same comparison,
+   every assistant turn counted.
 2. A random transformers LlamaForCausalLM, imported: `zerotrain eval` on the SFT data equals the
    loss transformers computes itself from labels with -100 where the mask is 0 (its shifted,
    ignore_index mean over the batch of windows), and differs from the unmasked loss by more than
    the bound (the mask is honoured).
 3. `train` at 2 ranks, ZeRO-3, on the SFT data, `export`: transformers' masked loss of the export
-   equals `zerotrain eval` of OUT/final; each step's metrics count the step's unmasked targets.
+   equals `zerotrain eval` of OUT/final; each step's metrics count the step's unmasked targets. A
+   step whose whole global batch is masked is trained without a loss gradient and warned about.
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
-   field options without --sft-jsonl, two equal field names and --chat-template with a tokenizer
-   that has no chat template are refused; nothing is left.
+   field options without --sft-jsonl, two equal field names, --chat-template with a tokenizer
+   that has no chat template, --messages-field without --chat-template, a conversation without
+   an assistant turn or with an unknown role are refused; nothing is left.
    generate refuses a model without a tokenizer (naming it and --tokenizer), a zero temperature
    and a prompt longer than max_position_embeddings.
 5. `generate` on the trained model: the greedy continuation of a prompt equals greedy decoding
@@ -49,6 +53,7 @@ U_FP32 = 2.0 ** -24
 # the assistant's.
 CHAT_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>\n{{ m['content'] }}\n"
+    "{% elif m['role'] == 'system' %}<|system|>\n{{ m['content'] }}\n"
     "{% else %}<|assistant|>\n{% generation %}{{ m['content'] }}{{ eos_token }}{% endgeneration %}"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 SEQ_LEN, MICRO_BATCH, BATCHES = 32, 2, 2
@@ -143,6 +148,37 @@ def main():
         print(f"ok   chat template: {len(chat_tokens)} tokens and the mask of the assistant turns "
               "as transformers' apply_chat_template gives them")
 
+        # 1c. --messages-field: multi-turn conversations with a system prompt (TRL's
+        # conversational format); every assistant turn counts, as transformers' mask says.
+        conversations = [[{"role": "system", "content": "Answer in one line."},
+                          {"role": "user", "content": records[i]["question"]},
+                          {"role": "assistant", "content": records[i]["answer"]},
+                          {"role": "user", "content": records[i + 1]["question"]},
+                          {"role": "assistant", "content": records[i + 1]["answer"]}]
+                         for i in range(0, 20, 2)]
+        with open(work("chats.jsonl"), "w") as f:
+            for c in conversations:
+                f.write(json.dumps({"messages": c}) + "\n")
+        run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                  work("chats.jsonl"), "--messages-field", "messages", "--chat-template",
+                  "--out", work("chats.h5")] + python)
+        multi_tokens, _, _ = dataset(work("chats.h5"))
+        with h5py.File(work("chats.h5"), "r") as f:
+            multi_mask = f["loss_mask"][:].astype(np.int64)
+        want_ids, want_mask = [], []
+        for c in conversations:
+            rendered = chat_reference.apply_chat_template(
+                c, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+            want_ids += rendered["input_ids"]
+            want_mask += rendered["assistant_masks"]
+        check(multi_tokens.tolist() == want_ids, "messages: the tokens differ from transformers' "
+              "apply_chat_template")
+        check(multi_mask.tolist() == want_mask, "messages: the loss mask differs from "
+              "transformers' assistant mask")
+        print(f"ok   messages: {len(conversations)} conversations (system, 2 turns each), "
+              f"{len(multi_tokens)} tokens, {int(multi_mask.sum())} counted, as transformers' "
+              "assistant mask")
+
         # 2. Eval of an imported model: transformers' own ignore_index loss.
         config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), **SIZES,
                                           bos_token_id=tok.token_to_id("<s>"), eos_token_id=eos)
@@ -196,6 +232,24 @@ def main():
             work("export"), torch_dtype=torch.float32).eval()
         compare("trained, masked loss", zt_eval(work("run", "final"))["loss"],
                 hf_masked_loss(reloaded, tokens, mask))
+
+        # 3b. A step whose whole global batch is masked trains with no loss gradient, and says
+        # so: a mask that counts only the last window's targets leaves most steps without any.
+        shutil.copy(work("sft.h5"), work("blind.h5"))
+        with h5py.File(work("blind.h5"), "r+") as f:
+            f["loss_mask"][: -(SEQ_LEN + 1)] = 0
+        out = run_tool([args.mpirun, "-n", "2", zt, "train", "--model", work("model"), "--data",
+                        work("blind.h5"), "--out", work("blind_run"), "--steps", "3",
+                        "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN),
+                        "--zero-stage", "3", "--eval-batches", "0", "--comm-timeout", "60"])
+        with open(work("blind_run", "metrics.jsonl")) as f:
+            counted = [json.loads(line)["loss_tokens"] for line in f]
+        check(0 in counted, f"metrics loss_tokens {counted}: every step counted a target")
+        for step, n in enumerate(counted, 1):
+            warned = f"warning: step {step}: the loss mask counts no target" in out
+            check(warned == (n == 0), f"step {step}: {n} counted targets, warned: {warned}")
+        print(f"ok   steps without a counted target are trained without a loss gradient and "
+              f"warned about (loss_tokens {counted})")
 
         # 5. generate on the trained model: greedy against transformers' generate(), the text
         # against its tokenizer's decode; sampling with top-k 1 is greedy again.
@@ -260,6 +314,23 @@ def main():
                  "--prompt-field", "question", "--response-field", "answer", "--chat-template",
                  "--out", work("bad.h5")] + python,
                 [work("tok", "tokenizer_config.json"), "chat_template"], work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("chats.jsonl"), "--messages-field", "messages", "--out", work("bad.h5")]
+                + python, ["--messages-field", "--chat-template"], work("bad.h5"))
+        with open(work("bad_chats.jsonl"), "w") as f:
+            f.write(json.dumps({"messages": conversations[0]}) + "\n")
+            f.write(json.dumps({"messages": conversations[0][:2]}) + "\n")
+            f.write(json.dumps({"messages": [{"role": "tool", "content": "x"}]}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("bad_chats.jsonl"), "--messages-field", "messages", "--chat-template",
+                 "--out", work("bad.h5")] + python,
+                [work("bad_chats.jsonl") + ":2", "'messages'", "no assistant"], work("bad.h5"))
+        with open(work("bad_roles.jsonl"), "w") as f:
+            f.write(json.dumps({"messages": [{"role": "tool", "content": "x"}]}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("bad_roles.jsonl"), "--messages-field", "messages", "--chat-template",
+                 "--out", work("bad.h5")] + python,
+                [work("bad_roles.jsonl") + ":1", "'messages'[0]", "role"], work("bad.h5"))
         refused([zt, "generate", "--model", work("model"), "--prompt", "x"] + python,
                 [work("model"), "tokenizer.json", "--tokenizer"], work("no_output"))
         refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--do-sample",
