@@ -115,6 +115,7 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
   if (type == "mistral")
     must_be("attention_bias", false, "is not applied by transformers' Mistral (no biases)");
+  must_be("use_mrope", false, "is not implemented (multimodal rotary positions of Qwen2-VL)");
   must_be("use_sliding_window", false,
           "is not implemented (Qwen's sliding window; Mistral's is read from sliding_window)");
   if (j.contains("attention_dropout") &&
@@ -147,7 +148,8 @@ const std::vector<std::string>& read_hf_keys() {
                                                 "use_sliding_window",
                                                 "attention_dropout",
                                                 "head_dim",
-                                                "layer_types"};
+                                                "layer_types",
+                                                "use_mrope"};
   return keys;
 }
 

@@ -279,6 +279,7 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
       {"use_sliding_window", true},
       {"head_dim", -4},
       {"layer_types", {"full_attention", "sliding_attention"}},
+      {"use_mrope", true},
       {"attention_dropout", 0.1},
       {"some_new_key", 1},
   };
