@@ -103,6 +103,11 @@ def conversation(path, number, record, key):
         if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
             sys.exit(f"{path}:{number}: '{key}'[{i}] is not a message with a role "
                      f"({', '.join(ROLES)}) and a string content")
+        # Other keys (reasoning_content, tool_calls, name) change what templates render.
+        extra = sorted(set(m) - {"role", "content"})
+        if extra:
+            sys.exit(f"{path}:{number}: '{key}'[{i}] has keys {extra}; only role and content "
+                     "are read")
     if not any(m["role"] == "assistant" for m in messages):
         sys.exit(f"{path}:{number}: '{key}' has no assistant message to learn")
     return [{"role": m["role"], "content": m["content"]} for m in messages]

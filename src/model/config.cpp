@@ -241,14 +241,14 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
   int64_t head_dim = has_head_dim ? required<int64_t>(j, "head_dim", source) : 0;
   if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
-  ZT_CHECK(head_dim >= 0,
+  ZT_CHECK(!has_head_dim || head_dim > 0,
            source + ": 'head_dim' must be positive, got " + std::to_string(head_dim));
   if (type == "qwen2" && has_head_dim && head_dim * c.num_heads != c.hidden_size)
     fail(source + ": 'head_dim': " + std::to_string(head_dim) +
-         " is not applied by transformers' Qwen2 (head_dim = hidden_size / "
-         "num_attention_heads = " +
+         " differs from hidden_size / num_attention_heads = " +
          std::to_string(c.num_heads > 0 ? c.hidden_size / c.num_heads : 0) +
-         "); refused rather than computing another model");
+         ", which transformers' Qwen2 uses up to 4.46 (later releases read head_dim); refused "
+         "rather than computing another model than some release");
   const bool quotient = c.num_heads > 0 && head_dim * c.num_heads == c.hidden_size;
   c.explicit_head_dim = quotient ? 0 : head_dim;
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.

@@ -185,6 +185,31 @@ TEST_F(CudaKernels, BiasForwardBackward) {
         EXPECT_TRUE(bitwise_equal(d_db.download(), first_db, "db run 2"));
     }
   }
+  // bf16 activations with an fp32 or a bf16 bias: the CPU's bits (one rounding of an fp32 sum).
+  const int64_t M = 33, N = 100;
+  std::vector<bf16_t> y0(M * N), dy(M * N), b16(N);
+  const auto y_values = random_floats(M * N, 25), dy_values = random_floats(M * N, 26);
+  const auto b = random_floats(N, 27);
+  for (int64_t i = 0; i < M * N; ++i) y0[i] = float_to_bf16(y_values[i]);
+  for (int64_t i = 0; i < M * N; ++i) dy[i] = float_to_bf16(dy_values[i]);
+  for (int64_t i = 0; i < N; ++i) b16[i] = float_to_bf16(b[i]);
+  for (bool bf16_bias : {false, true}) {
+    SCOPED_TRACE(bf16_bias ? "bf16 bias" : "fp32 bias");
+    std::vector<bf16_t> y = y0;
+    std::vector<float> db(N, 0.0f);
+    const ConstTensorView cpu_b =
+        bf16_bias ? ConstTensorView(b16.data()) : ConstTensorView(b.data());
+    cpu_.bias_forward(y.data(), cpu_b, M, N);
+    cpu_.bias_backward(db.data(), dy.data(), M, N);
+    DeviceBuffer<bf16_t> d_y(y0), d_dy(dy), d_b16(b16);
+    DeviceBuffer<float> d_b(b), d_db(static_cast<size_t>(N));
+    const ConstTensorView gpu_b =
+        bf16_bias ? ConstTensorView(d_b16.get()) : ConstTensorView(d_b.get());
+    gpu_->bias_forward(d_y.get(), gpu_b, M, N);
+    gpu_->bias_backward(d_db.get(), d_dy.get(), M, N);
+    EXPECT_EQ(d_y.download(), y);
+    EXPECT_TRUE(close(d_db.download(), db, kFp32Tolerance, "db"));
+  }
 }
 
 TEST_F(CudaKernels, CrossEntropyIgnoredTargetHasNoLossAndNoGradient) {

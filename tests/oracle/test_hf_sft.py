@@ -234,17 +234,19 @@ def main():
                 hf_masked_loss(reloaded, tokens, mask))
 
         # 3b. A step whose whole global batch is masked trains with no loss gradient, and says
-        # so: a mask that counts only the last window's targets leaves most steps without any.
+        # so; the others do not warn. The mask keeps only the first 10 windows' targets, so
+        # some of the (shuffled) steps see one and the others none.
         shutil.copy(work("sft.h5"), work("blind.h5"))
         with h5py.File(work("blind.h5"), "r+") as f:
-            f["loss_mask"][: -(SEQ_LEN + 1)] = 0
+            f["loss_mask"][10 * (SEQ_LEN + 1):] = 0
         out = run_tool([args.mpirun, "-n", "2", zt, "train", "--model", work("model"), "--data",
-                        work("blind.h5"), "--out", work("blind_run"), "--steps", "3",
+                        work("blind.h5"), "--out", work("blind_run"), "--steps", "6",
                         "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN),
                         "--zero-stage", "3", "--eval-batches", "0", "--comm-timeout", "60"])
         with open(work("blind_run", "metrics.jsonl")) as f:
             counted = [json.loads(line)["loss_tokens"] for line in f]
-        check(0 in counted, f"metrics loss_tokens {counted}: every step counted a target")
+        check(0 in counted and any(counted), f"metrics loss_tokens {counted}: the steps should "
+              "include masked and counted ones")
         for step, n in enumerate(counted, 1):
             warned = f"warning: step {step}: the loss mask counts no target" in out
             check(warned == (n == 0), f"step {step}: {n} counted targets, warned: {warned}")
@@ -325,6 +327,15 @@ def main():
                  work("bad_chats.jsonl"), "--messages-field", "messages", "--chat-template",
                  "--out", work("bad.h5")] + python,
                 [work("bad_chats.jsonl") + ":2", "'messages'", "no assistant"], work("bad.h5"))
+        with open(work("bad_keys.jsonl"), "w") as f:
+            f.write(json.dumps({"messages": [{"role": "user", "content": "q"},
+                                             {"role": "assistant", "content": "a",
+                                              "reasoning_content": "r"}]}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("bad_keys.jsonl"), "--messages-field", "messages", "--chat-template",
+                 "--out", work("bad.h5")] + python,
+                [work("bad_keys.jsonl") + ":1", "'messages'[1]", "reasoning_content"],
+                work("bad.h5"))
         with open(work("bad_roles.jsonl"), "w") as f:
             f.write(json.dumps({"messages": [{"role": "tool", "content": "x"}]}) + "\n")
         refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",

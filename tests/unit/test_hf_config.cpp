@@ -222,6 +222,12 @@ TEST(HfConfig, QwenFamiliesBiasesAndHeadDimAddTheirTensors) {
   EXPECT_EQ(ModelConfig::from_hf_json(lb.to_hf_json(), "again"), lb);
   EXPECT_EQ(ParamLayout(lb).tensor(TensorRole::kOBias, 0).name,
             "model.layers.0.self_attn.o_proj.bias");
+  nlohmann::json zero = llama;
+  zero["head_dim"] = 0;
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_hf_json(zero, "z.json");
+            }).find("'head_dim' must be positive"),
+            std::string::npos);
   // Written without head_dim when it is the quotient, as before it was read.
   llama["head_dim"] = 16;
   EXPECT_FALSE(ModelConfig::from_hf_json(llama, "l.json").to_hf_json().contains("head_dim"));

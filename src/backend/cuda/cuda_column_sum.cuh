@@ -28,7 +28,7 @@ __global__ void column_sum_partials_kernel(double* partials, Term term, int64_t 
 }
 
 // Pass 2: out[n] += Σ_c partials[c][n], chunks in order.
-inline __global__ void column_sum_finish_kernel(float* out, const double* partials, int64_t chunks,
+static __global__ void column_sum_finish_kernel(float* out, const double* partials, int64_t chunks,
                                                 int64_t N) {
   const int64_t n = global_thread();
   if (n >= N) return;
