@@ -126,26 +126,34 @@ def main():
         tok_config["chat_template"] = CHAT_TEMPLATE
         with open(work("chat_tok", "tokenizer_config.json"), "w") as f:
             json.dump(tok_config, f)
-        run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                  work("sft.jsonl"), "--prompt-field", "question", "--response-field", "answer",
-                  "--chat-template", "--out", work("chat.h5")] + python)
-        chat_tokens, _, _ = dataset(work("chat.h5"))
-        with h5py.File(work("chat.h5"), "r") as f:
-            chat_mask = f["loss_mask"][:].astype(np.int64)
         chat_reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
-        want_ids, want_mask = [], []
-        for r in records:
-            rendered = chat_reference.apply_chat_template(
-                [{"role": "user", "content": r["question"]},
-                 {"role": "assistant", "content": r["answer"]}],
-                tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-            want_ids += rendered["input_ids"]
-            want_mask += rendered["assistant_masks"]
-        check(chat_tokens.tolist() == want_ids, "chat template: the tokens differ from "
-              "transformers' apply_chat_template")
-        check(chat_mask.tolist() == want_mask, "chat template: the loss mask differs from "
-              "transformers' assistant mask")
-        print(f"ok   chat template: {len(chat_tokens)} tokens and the mask of the assistant turns "
+
+        def check_against_chat_template(what, options, out, conversations):
+            """prepare-data with `options` gives the tokens and the mask that transformers'
+            apply_chat_template (return_assistant_tokens_mask) gives the conversations."""
+            run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--chat-template",
+                      "--out", work(out)] + options + python)
+            got_tokens, _, _ = dataset(work(out))
+            with h5py.File(work(out), "r") as f:
+                got_mask = f["loss_mask"][:].astype(np.int64)
+            want_ids, want_mask = [], []
+            for c in conversations:
+                rendered = chat_reference.apply_chat_template(
+                    c, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+                want_ids += rendered["input_ids"]
+                want_mask += rendered["assistant_masks"]
+            check(got_tokens.tolist() == want_ids, f"{what}: the tokens differ from "
+                  "transformers' apply_chat_template")
+            check(got_mask.tolist() == want_mask, f"{what}: the loss mask differs from "
+                  "transformers' assistant mask")
+            return len(got_tokens), int(got_mask.sum())
+
+        pairs = [[{"role": "user", "content": r["question"]},
+                  {"role": "assistant", "content": r["answer"]}] for r in records]
+        count, _ = check_against_chat_template(
+            "chat template", ["--sft-jsonl", work("sft.jsonl"), "--prompt-field", "question",
+                              "--response-field", "answer"], "chat.h5", pairs)
+        print(f"ok   chat template: {count} tokens and the mask of the assistant turns "
               "as transformers' apply_chat_template gives them")
 
         # 1c. --messages-field: multi-turn conversations with a system prompt (TRL's
@@ -159,25 +167,11 @@ def main():
         with open(work("chats.jsonl"), "w") as f:
             for c in conversations:
                 f.write(json.dumps({"messages": c}) + "\n")
-        run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                  work("chats.jsonl"), "--messages-field", "messages", "--chat-template",
-                  "--out", work("chats.h5")] + python)
-        multi_tokens, _, _ = dataset(work("chats.h5"))
-        with h5py.File(work("chats.h5"), "r") as f:
-            multi_mask = f["loss_mask"][:].astype(np.int64)
-        want_ids, want_mask = [], []
-        for c in conversations:
-            rendered = chat_reference.apply_chat_template(
-                c, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-            want_ids += rendered["input_ids"]
-            want_mask += rendered["assistant_masks"]
-        check(multi_tokens.tolist() == want_ids, "messages: the tokens differ from transformers' "
-              "apply_chat_template")
-        check(multi_mask.tolist() == want_mask, "messages: the loss mask differs from "
-              "transformers' assistant mask")
+        count, counted = check_against_chat_template(
+            "messages", ["--sft-jsonl", work("chats.jsonl"), "--messages-field", "messages"],
+            "chats.h5", conversations)
         print(f"ok   messages: {len(conversations)} conversations (system, 2 turns each), "
-              f"{len(multi_tokens)} tokens, {int(multi_mask.sum())} counted, as transformers' "
-              "assistant mask")
+              f"{count} tokens, {counted} counted, as transformers' assistant mask")
 
         # 2. Eval of an imported model: transformers' own ignore_index loss.
         config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), **SIZES,
