@@ -23,9 +23,6 @@ class PairwiseSum {
  public:
   PairwiseSum(Backend& backend, MemoryTracker& memory, int64_t n, int64_t leaves);
 
-  int64_t size() const { return n_; }
-  int64_t leaves() const { return leaves_; }
-  int64_t added() const { return added_; }
   // The zeroed buffer the next leaf is written (or accumulated, +=) into.
   float* next_leaf();
   // Merges the leaf written since next_leaf() into the tree.

@@ -215,8 +215,8 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
 // defaults an absent key to 4096, as transformers' MistralConfig does.
 // transformers' Llama ignores the key, so a window is refused outside Mistral; Mistral's rotary
 // embedding (4.46) has no scaling, so rope_scaling is refused there.
-int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& source) {
-  const std::string type = model_type_of(j);
+int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& source,
+                                 const std::string& type) {
   if (is_qwen(type)) return 0;  // use_sliding_window is false (check_fixed_hf_keys)
   const bool mistral = type == "mistral";
   if (mistral && j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
@@ -402,7 +402,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
   c.rope_theta = j.contains("rope_theta") ? required<double>(j, "rope_theta", source) : 10000.0;
   c.rope_scaling = rope_scaling_from_json(j, source);
-  c.sliding_window = sliding_window_from_json(j, source);
+  c.sliding_window = sliding_window_from_json(j, source, type);
   c.tie_word_embeddings =
       j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
   read_attention_shape(j, source, type, c);

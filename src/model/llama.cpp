@@ -323,25 +323,28 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
                          hd);
   be_.rope_backward(t_.dq, B_, T_, H, hd, rope);
   be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope);
-  // dq, dk are now ∂L/∂(what RoPE rotated). Per projection: through the q/k norm when there is one
-  // (into datt, free after the attention's backward, as wide as q), then the bias and the GEMM.
-  auto projection_backward = [&](ConstTensorView dy, TensorRole w, TensorRole b, TensorRole norm,
-                                 ConstTensorView raw, const float* rstd, int64_t heads,
-                                 ConstTensorView g_norm, ConstTensorView W, int64_t N, bool acc) {
-    if (g_norm) {
-      be_.zero(t_.datt, M_ * N);
-      be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g_norm, rstd, M_ * heads, hd);
-      dy = t_.datt;
-    }
-    if (layout_.find_role(b, layer)) be_.bias_backward(grad(b), dy, M_, N);
-    be_.matmul_backward(t_.dxn, grad(w), dy, A.xn1, W, M_, N, D, acc);
+  // dq, dk are now ∂L/∂(what RoPE rotated). Qwen3: back through the per-head norm into datt
+  // (free after the attention's backward, as wide as q), giving ∂L/∂(the projection's output).
+  auto head_norm_backward = [&](ConstTensorView dy, TensorRole norm, ConstTensorView g,
+                                ConstTensorView raw, const float* rstd, int64_t heads,
+                                int64_t N) -> ConstTensorView {
+    if (!g) return dy;
+    be_.zero(t_.datt, M_ * N);
+    be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g, rstd, M_ * heads, hd);
+    return t_.datt;
   };
-  projection_backward(t_.dq, TensorRole::kQProj, TensorRole::kQBias, TensorRole::kQNorm, A.q_raw,
-                      A.rstd_q, H, P.q_norm, P.wq, QD, false);
-  projection_backward(t_.dk, TensorRole::kKProj, TensorRole::kKBias, TensorRole::kKNorm, A.k_raw,
-                      A.rstd_k, Hkv, P.k_norm, P.wk, KV, true);
-  projection_backward(t_.dv, TensorRole::kVProj, TensorRole::kVBias, TensorRole::kKNorm, {},
-                      nullptr, Hkv, {}, P.wv, KV, true);
+  // The forward's linear(): dxn (= or +=) dy·W, dW += dyᵀ·xn1, db += Σ_rows dy.
+  auto linear_backward = [&](ConstTensorView dy, TensorRole w, ConstTensorView W, TensorRole b,
+                             ConstTensorView bias, int64_t N, bool accumulate) {
+    if (bias) be_.bias_backward(grad(b), dy, M_, N);
+    be_.matmul_backward(t_.dxn, grad(w), dy, A.xn1, W, M_, N, D, accumulate);
+  };
+  linear_backward(head_norm_backward(t_.dq, TensorRole::kQNorm, P.q_norm, A.q_raw, A.rstd_q, H, QD),
+                  TensorRole::kQProj, P.wq, TensorRole::kQBias, P.bq, QD, false);
+  linear_backward(
+      head_norm_backward(t_.dk, TensorRole::kKNorm, P.k_norm, A.k_raw, A.rstd_k, Hkv, KV),
+      TensorRole::kKProj, P.wk, TensorRole::kKBias, P.bk, KV, true);
+  linear_backward(t_.dv, TensorRole::kVProj, P.wv, TensorRole::kVBias, P.bv, KV, true);
   // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
                        M_, D);
