@@ -130,8 +130,10 @@ struct TrainInputs {
 
 TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   apply_batch_size_rule(o.from_deepspeed.batch_rule, world, o.micro_batch, o.grad_accum);
-  validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set,
-                                 [&] { check_run_size(o, world); });
+  validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set, [&] {
+    check_run_size(o, world);
+    if (o.zero.world_invariant) check_world_invariant_shape(world, o.grad_accum);
+  });
   TrainInputs in;
   if (!o.model_dir.empty()) in.reader = std::make_unique<ModelDirReader>(o.model_dir);
   in.config = in.reader ? in.reader->config() : preset_config(o.preset);

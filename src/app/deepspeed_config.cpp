@@ -389,7 +389,8 @@ const std::vector<std::string> kMappedTopLevel = {"train_batch_size",
                                                   "activation_checkpointing",
                                                   "fp16",
                                                   "bf16",
-                                                  "bfloat16"};
+                                                  "bfloat16",
+                                                  "zerotrain"};
 const std::vector<std::string> kSilentTopLevel = {"steps_per_print",
                                                   "wall_clock_breakdown",
                                                   "memory_breakdown",
@@ -500,6 +501,11 @@ DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
   if (const json* b = top.get("zero_optimization")) parse_zero(*b, model, c);
   if (const json* b = top.get("activation_checkpointing"))
     parse_activation_checkpointing(*b, model, c);
+  // zerotrain's own block (DeepSpeed ignores top-level keys it does not know).
+  if (const json* b = top.get("zerotrain")) {
+    Block s(*b, "zerotrain.", c, {"world_invariant"}, UnknownKeys::kRefuse);
+    set_bool(s, "world_invariant", "world-invariant", s.boolean("world_invariant"));
+  }
   return c;
 }
 

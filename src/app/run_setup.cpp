@@ -42,6 +42,9 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {
   auto add = options.add_options();
   add("overlap-comm", bool_flag(&z.overlap_comm, z.overlap_comm),
       "overlap collectives with compute (two reduce slots, stage-3 prefetch)");
+  add("world-invariant", bool_flag(&z.world_invariant, z.world_invariant),
+      "bitwise the same training at any power-of-two number of ranks and any ZeRO stage "
+      "(rank-tree gradient sums; README: World-invariant training)");
   add("reduce-bucket-size", po::value(&z.reduce_bucket_size)->default_value(z.reduce_bucket_size),
       "elements per gradient bucket");
   add("allgather-bucket-size",

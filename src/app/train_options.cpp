@@ -108,6 +108,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"activations", activations},
           {"zero_stage", zero.stage},
           {"overlap_comm", zero.overlap_comm},
+          {"world_invariant", zero.world_invariant},
           {"reduce_bucket_size", zero.reduce_bucket_size},
           {"allgather_bucket_size", zero.allgather_bucket_size},
           {"prefetch_bucket_size", zero.prefetch_bucket_size},

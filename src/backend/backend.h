@@ -16,6 +16,7 @@
 // is deterministic: the same inputs give bitwise-identical outputs on every call, whatever the
 // number of threads.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -128,6 +129,14 @@ class Backend {
   virtual void sum_squares_to(double* out, const float* x, int64_t n) {
     const double sum = sum_squares(x, n);
     device_memory().to_device(out, &sum, sizeof(double));
+  }
+  // Σ x² of each fixed block, in double: out[b] = Σ x_i² over i ∈ [b·block, min(n, (b+1)·block)),
+  // one device double per block, in issue order. A block's sum depends on its elements only, not
+  // on where the block sits in x: world-invariant gradient norms (docs/ARCHITECTURE.md §4) sum
+  // blocks of the global flat index wherever the shard boundaries fall.
+  virtual void block_sum_squares(double* out, const float* x, int64_t n, int64_t block) {
+    for (int64_t b = 0; b * block < n; ++b)
+      sum_squares_to(out + b, x + b * block, std::min(block, n - b * block));
   }
 
   // ---- elementwise helpers ----

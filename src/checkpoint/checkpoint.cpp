@@ -121,7 +121,8 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   manifest.precision = precision_name(engine.precision());
   manifest.model_config = engine.model().config().to_hf_json();
   manifest.config_fingerprint = model_config_fingerprint(engine.model().config());
-  manifest.groups = checkpoint_groups(engine.layout(), world);
+  manifest.groups =
+      checkpoint_groups(engine.layout(), world, engine.zero_config().shard_alignment());
   manifest.tensors = checkpoint_tensors(engine.layout());
   manifest.metrics_line = options.metrics_line;
 

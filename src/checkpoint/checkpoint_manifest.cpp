@@ -7,6 +7,7 @@
 #include <set>
 #include <string_view>
 
+#include "engine/engine_types.h"
 #include "io/fs_util.h"
 #include "util/crc32c.h"
 #include "util/decimal.h"
@@ -269,12 +270,13 @@ CheckpointManifest CheckpointManifest::read(const std::string& checkpoint_dir) {
   return m;
 }
 
-std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int world) {
+std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int world,
+                                               int64_t shard_align) {
   std::vector<CheckpointGroup> groups;
   for (const GroupInfo& info : layout.groups()) {
     CheckpointGroup g;
     g.numel = info.numel;
-    g.shard = (info.numel + world - 1) / world;  // the engine's shard size
+    g.shard = GroupPartition::of(info.numel, world, shard_align).shard;  // the engine's
     for (int r = 0; r < world; ++r) {
       const int64_t begin = std::min<int64_t>(r * g.shard, g.numel);
       g.ranges.push_back({begin, std::min(g.shard, g.numel - begin)});

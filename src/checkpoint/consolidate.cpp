@@ -161,7 +161,8 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
   // holds at every stage (its optimizer shard, or the whole group at stage 0).
   const ParamLayout& layout = engine.layout();
   const int rank = comm.rank();
-  const std::vector<CheckpointGroup> groups = checkpoint_groups(layout, comm.world_size());
+  const std::vector<CheckpointGroup> groups =
+      checkpoint_groups(layout, comm.world_size(), engine.zero_config().shard_alignment());
   // Tensors come in layout order, so groups in order: one group's shard staged at a time.
   int staged_group = -1;
   OptimizerShard shard;

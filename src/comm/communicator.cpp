@@ -8,6 +8,7 @@
 #include <limits>
 #include <thread>
 
+#include "comm/rank_tree_schedule.h"
 #include "util/error.h"
 
 namespace zt {
@@ -221,9 +222,18 @@ CommHandle Communicator::all_gather(DType dtype, const void* send, void* recv,
 }
 
 CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void* recv,
-                                            size_t count_per_rank) {
+                                            size_t count_per_rank, SumOrder order) {
   const CollectiveOp op = CollectiveOp::kReduceScatter;
   check_reducible(op, dtype);
+  if (order == SumOrder::kRankTree) {
+    ZT_CHECK(dtype == DType::kFloat32 || dtype == DType::kFloat64,
+             std::string("reduce_scatter in rank-tree order sums float32 or float64, not ") +
+                 dtype_name(dtype));
+    ZT_CHECK(is_power_of_two_world(world_size()),
+             "reduce_scatter in rank-tree order needs a power-of-two number of ranks; this job "
+             "has " +
+                 std::to_string(world_size()));
+  }
   check_count(op, dtype, count_per_rank);
   check_buffer(op, send, count_per_rank, "send");
   check_buffer(op, recv, count_per_rank, "recv");
@@ -237,6 +247,7 @@ CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void*
   call.send = send;
   call.recv = recv;
   call.count = count_per_rank;
+  call.order = order;
   return issue(std::move(call), world * count_per_rank);
 }
 
@@ -348,7 +359,7 @@ CommHandle forward_collective(Communicator& target, const CollectiveCall& call, 
     case CollectiveOp::kAllGather:
       return target.all_gather(call.dtype, send, recv, call.count);
     case CollectiveOp::kReduceScatter:
-      return target.reduce_scatter_sum(call.dtype, send, recv, call.count);
+      return target.reduce_scatter_sum(call.dtype, send, recv, call.count, call.order);
     case CollectiveOp::kAllReduce:
       return target.all_reduce_sum(call.dtype, recv, call.count);
     case CollectiveOp::kBroadcast:

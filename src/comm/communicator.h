@@ -17,7 +17,13 @@
 //         In place when send == recv + rank·count (this rank's block of recv); any other
 //         overlap of send and recv is an error.
 //     reduce_scatter_sum(send[N·count], recv[count], count)  recv = Σ_ranks (send block rank).
-//         send and recv must not overlap.
+//         send and recv must not overlap. With SumOrder::kRankTree the sum of every element is
+//         associated as a balanced binary tree over the ranks in rank order, for 4 ranks
+//         (r0 + r1) + (r2 + r3): recursive halving that pairs ranks at distance 1, 2, 4, ...,
+//         built from point-to-point messages (float32 and float64; N a power of two; the same
+//         bytes as the ring). Each pair's sum is computed by one rank or by both, with the same
+//         bits (IEEE addition is commutative), so a subtree's sum does not depend on the world
+//         size: the building block of world-invariant training (docs/ARCHITECTURE.md §4).
 //     all_reduce_sum(inout[count], count)                 inout = Σ_ranks inout, in place.
 //     broadcast(buf[count], count, root)                  buf = root's buf.
 //     barrier()                                           blocking.
@@ -107,6 +113,12 @@ concept CommElement =
 template <typename T>
 concept ReducibleCommElement = CommElement<T> && !std::same_as<T, uint16_t>;
 
+// How a reduction's sums are associated across the ranks.
+enum class SumOrder : uint8_t {
+  kLibrary,   // the library's choice, fixed for a given world size and count
+  kRankTree,  // a balanced binary tree over the ranks in rank order (reduce_scatter only)
+};
+
 // ---- collectives and their counters ----
 enum class CollectiveOp : uint8_t { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
 constexpr int kNumCollectiveOps = 5;
@@ -140,6 +152,7 @@ struct CollectiveCall {
   size_t count = 0;            // per rank for all_gather/reduce_scatter, else the buffer size
   int root = 0;                // broadcast
   bool in_place = false;       // all_gather whose send is this rank's block of recv
+  SumOrder order = SumOrder::kLibrary;  // reduce_scatter
   // Context for reports.
   int rank = 0;
   int world_size = 1;
@@ -220,7 +233,8 @@ class Communicator {
 
   // ---- type-erased collectives (validate, count, then start_collective) ----
   CommHandle all_gather(DType dtype, const void* send, void* recv, size_t count_per_rank);
-  CommHandle reduce_scatter_sum(DType dtype, const void* send, void* recv, size_t count_per_rank);
+  CommHandle reduce_scatter_sum(DType dtype, const void* send, void* recv, size_t count_per_rank,
+                                SumOrder order = SumOrder::kLibrary);
   CommHandle all_reduce_sum(DType dtype, void* inout, size_t count);
   CommHandle broadcast(DType dtype, void* buf, size_t count, int root);
   void barrier();
@@ -231,8 +245,9 @@ class Communicator {
     return all_gather(dtype_of<T>(), send, recv, count_per_rank);
   }
   template <ReducibleCommElement T>
-  CommHandle reduce_scatter_sum(const T* send, T* recv, size_t count_per_rank) {
-    return reduce_scatter_sum(dtype_of<T>(), send, recv, count_per_rank);
+  CommHandle reduce_scatter_sum(const T* send, T* recv, size_t count_per_rank,
+                                SumOrder order = SumOrder::kLibrary) {
+    return reduce_scatter_sum(dtype_of<T>(), send, recv, count_per_rank, order);
   }
   template <ReducibleCommElement T>
   CommHandle all_reduce_sum(T* inout, size_t count) {

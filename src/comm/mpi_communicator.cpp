@@ -1,8 +1,12 @@
 #include "comm/mpi_communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
+#include "comm/rank_tree_schedule.h"
 #include "runtime/mpi_check.h"
 #include "util/error.h"
 
@@ -52,6 +56,104 @@ class MpiRequest final : public CommRequest {
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
+// A reduce-scatter in rank-tree order (rank_tree_schedule.h) from MPI_Isend/MPI_Irecv: each poll
+// tests the current step's messages and, once they are complete, adds the received partials and
+// posts the next step. Messages carry the collective's sequence number as their tag, so two such
+// reductions in flight between the same ranks never take each other's blocks.
+template <typename T>
+class MpiRankTreeReduceScatter final : public CommRequest {
+ public:
+  MpiRankTreeReduceScatter(CollectiveCall collective, MPI_Comm comm)
+      : CommRequest(std::move(collective)),
+        comm_(comm),
+        schedule_(call().rank, call().world_size),
+        count_(call().count),
+        send_(static_cast<const T*>(call().send)),
+        recv_(static_cast<T*>(call().recv)),
+        scratch_(RankTreeSchedule::scratch_blocks(call().world_size) * call().count),
+        tag_(static_cast<int>(call().sequence % kTagRange)) {
+    if (schedule_.steps() == 0) {
+      std::memcpy(recv_, send_, count_ * sizeof(T));
+      return;
+    }
+    post(0);
+  }
+
+  ~MpiRankTreeReduceScatter() override {
+    // Only reached with messages in flight when the job is being torn down after an error.
+    for (MPI_Request& r : requests_)
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r), MPI_Request_free(&r);
+  }
+
+  bool poll() override {
+    while (step_ < schedule_.steps()) {
+      int done = 0;
+      check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                            MPI_STATUSES_IGNORE),
+                "MPI_Testall (rank-tree reduce_scatter)");
+      if (!done) return false;
+      requests_.clear();
+      add_received(step_);
+      if (++step_ < schedule_.steps()) post(step_);
+    }
+    return true;
+  }
+
+  void abort_job(int exit_code) override {
+    MPI_Abort(comm_, exit_code);
+    std::abort();
+  }
+
+ private:
+  static constexpr uint64_t kTagRange = 1 << 15;  // MPI guarantees tags up to 32767
+
+  const T* live(int step, int i) const {
+    return step == 0 ? send_ + static_cast<size_t>(schedule_.block(0, i)) * count_
+                     : scratch_.data() + (schedule_.region_offset(step - 1) + i) * count_;
+  }
+  T* kept(int step, int i) {
+    return schedule_.last(step)
+               ? recv_
+               : scratch_.data() +
+                     (schedule_.region_offset(step) + schedule_.kept_index(step, i)) * count_;
+  }
+  void post(int step) {
+    const MPI_Datatype type = mpi_datatype(dtype_of<T>());
+    const int n = static_cast<int>(count_);  // Communicator checked count <= INT_MAX
+    const int partner = schedule_.partner(step);
+    // Both partners walk the live blocks in the same order, so the k-th message one sends is the
+    // k-th receive the other posted.
+    for (int i = 0; i < schedule_.live_blocks(step); ++i) {
+      requests_.push_back(MPI_REQUEST_NULL);
+      if (schedule_.keeps(step, i))
+        check_mpi(MPI_Irecv(kept(step, i), n, type, partner, tag_, comm_, &requests_.back()),
+                  "MPI_Irecv (rank-tree reduce_scatter)");
+      else
+        check_mpi(MPI_Isend(live(step, i), n, type, partner, tag_, comm_, &requests_.back()),
+                  "MPI_Isend (rank-tree reduce_scatter)");
+    }
+  }
+  // kept = partner's partial + ours (commutative: the partner computes the same bits).
+  void add_received(int step) {
+    for (int i = 0; i < schedule_.live_blocks(step); ++i) {
+      if (!schedule_.keeps(step, i)) continue;
+      T* out = kept(step, i);
+      const T* mine = live(step, i);
+      for (size_t e = 0; e < count_; ++e) out[e] = out[e] + mine[e];
+    }
+  }
+
+  MPI_Comm comm_;
+  RankTreeSchedule schedule_;
+  size_t count_;
+  const T* send_;
+  T* recv_;
+  std::vector<T> scratch_;
+  int tag_;
+  int step_ = 0;
+  std::vector<MPI_Request> requests_;
+};
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm parent) {
@@ -71,6 +173,11 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::start_collective(CollectiveCall call) {
+  if (call.op == CollectiveOp::kReduceScatter && call.order == SumOrder::kRankTree) {
+    if (call.dtype == DType::kFloat64)
+      return std::make_unique<MpiRankTreeReduceScatter<double>>(std::move(call), comm_);
+    return std::make_unique<MpiRankTreeReduceScatter<float>>(std::move(call), comm_);
+  }
   const MPI_Datatype type = mpi_datatype(call.dtype);
   const int count = static_cast<int>(call.count);  // Communicator checked count <= INT_MAX
   const CollectiveOp op = call.op;

@@ -1,5 +1,6 @@
 // MpiCommunicator: Communicator over MPI nonblocking collectives (MPI_Iallgather,
-// MPI_Ireduce_scatter_block, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) on a private duplicate
+// MPI_Ireduce_scatter_block, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier; the rank-tree
+// reduce-scatter from MPI_Isend/MPI_Irecv) on a private duplicate
 // of a parent communicator, so the engine's traffic never matches anyone else's. The duplicate
 // returns errors (MPI_ERRORS_RETURN) and every failing MPI call throws zt::Error naming the
 // call. Host buffers only (device buffers are staged by the caller or use the NCCL backend).

@@ -12,11 +12,12 @@ struct GroupPartition {
   int64_t padded = 0;
   int64_t shard = 0;
 
-  // A group of `numel` elements over `world` ranks: padded to a multiple of world, equal shards.
-  static GroupPartition of(int64_t numel, int64_t world) {
+  // A group of `numel` elements over `world` ranks: padded to a multiple of world, equal shards,
+  // each a multiple of `align` elements (world-invariant training: whole norm blocks).
+  static GroupPartition of(int64_t numel, int64_t world, int64_t align = 1) {
     GroupPartition p;
     p.numel = numel;
-    p.shard = (numel + world - 1) / world;
+    p.shard = ((numel + world - 1) / world + align - 1) / align * align;
     p.padded = p.shard * world;
     return p;
   }

@@ -10,12 +10,13 @@ namespace zt {
 GradReducer::GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory,
                          StepIntervals& intervals, int64_t max_padded_group,
                          int64_t bucket_elements, int num_slots, bool own_buckets,
-                         bool reduce_scatter)
+                         bool reduce_scatter, SumOrder order)
     : be_(backend),
       comm_(comm),
       intervals_(intervals),
       world_(comm.world_size()),
-      bucket_elements_(bucket_elements) {
+      bucket_elements_(bucket_elements),
+      order_(order) {
   slots_.resize(static_cast<size_t>(num_slots));
   const int64_t max_shard = max_padded_group / world_;
   const bool needs_packing = reduce_scatter && bucket_elements_ / world_ < max_shard;
@@ -64,7 +65,7 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   const int64_t per_rank = std::max<int64_t>(1, bucket_elements_ / world_);
   if (per_rank >= s.shard) {
     s.handles.push_back(
-        comm_.reduce_scatter_sum(grads, s.recv.data(), static_cast<size_t>(s.shard)));
+        comm_.reduce_scatter_sum(grads, s.recv.data(), static_cast<size_t>(s.shard), order_));
     return;
   }
   float* packed = s.packed.data();
@@ -76,7 +77,7 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
       device.copy(chunk + r * len, grads + r * s.shard + c0,
                   static_cast<size_t>(len) * sizeof(float));
     s.handles.push_back(
-        comm_.reduce_scatter_sum(chunk, s.recv.data() + c0, static_cast<size_t>(len)));
+        comm_.reduce_scatter_sum(chunk, s.recv.data() + c0, static_cast<size_t>(len), order_));
   }
 }
 

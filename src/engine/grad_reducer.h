@@ -25,9 +25,11 @@ class GradReducer {
   // max_padded_group: largest padded group. Buckets (model-written gradients) are allocated
   // only when `own_buckets` (stages 2/3); receive/pack buffers only for reduce-scatter modes.
   // Every wait for a reduction is a kCommWait interval of `intervals`.
+  // `order`: how the reduce-scatters associate their sums over the ranks (SumOrder::kRankTree
+  // for world-invariant training).
   GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory, StepIntervals& intervals,
               int64_t max_padded_group, int64_t bucket_elements, int num_slots, bool own_buckets,
-              bool reduce_scatter);
+              bool reduce_scatter, SumOrder order = SumOrder::kLibrary);
 
   // A full-group fp32 buffer (padded size) the model may write a group's gradients into; the
   // slot is free (its previous reduction drained). Zeroed when `zeroed`.
@@ -61,6 +63,7 @@ class GradReducer {
   StepIntervals& intervals_;
   int world_;
   int64_t bucket_elements_;
+  SumOrder order_;
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;
   Slot* current_ = nullptr;

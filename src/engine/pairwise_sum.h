@@ -31,6 +31,7 @@ class PairwiseSum {
   const float* result() const;
   // Starts a new sum over the same number of leaves.
   void reset();
+  int64_t leaves() const { return leaves_; }
 
  private:
   Backend& be_;

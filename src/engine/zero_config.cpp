@@ -32,6 +32,20 @@ void ZeroConfig::validate() const {
   ZT_CHECK(max_reuse_distance >= 0, "zero_optimization.stage3_max_reuse_distance must be >= 0");
 }
 
+void check_world_invariant_shape(int world, int64_t grad_accum) {
+  auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
+  ZT_CHECK(power_of_two(world),
+           "--world-invariant needs a power-of-two number of ranks (1, 2, 4, 8, ...); this job "
+           "has " +
+               std::to_string(world) +
+               " (without it, results match other world sizes only to a "
+               "tolerance)");
+  ZT_CHECK(power_of_two(grad_accum),
+           "--world-invariant needs a power-of-two number of micro-batches per rank "
+           "(gradient_accumulation_steps); got " +
+               std::to_string(grad_accum));
+}
+
 AdamWHyper adamw_hyper(const AdamWConfig& c, float lr, int64_t step, float grad_scale) {
   AdamWHyper h;
   h.lr = lr;

@@ -27,8 +27,19 @@ struct ZeroConfig {
   int64_t param_persistence_threshold = 100'000;  // stage 3: groups below stay gathered
   int64_t max_live_parameters = 1'000'000'000;    // stage 3: gathered elements at once
   int64_t max_reuse_distance = 1'000'000'000;     // stage 3: keep if reused within (elements)
-  void validate() const;                          // throws naming the bad key
+  // World-invariant training (docs/ARCHITECTURE.md §4): every sum of a step is associated by
+  // the global index of its micro-batch or element, so the bits do not depend on the world size.
+  bool world_invariant = false;
+  void validate() const;  // throws naming the bad key
+
+  // Elements per block of the world-invariant gradient norm; shards are whole blocks.
+  static constexpr int64_t kInvariantNormBlock = 8192;
+  int64_t shard_alignment() const { return world_invariant ? kInvariantNormBlock : 1; }
 };
+
+// World-invariant training needs a power-of-two number of ranks and of micro-batches per rank
+// (the tree over a step's micro-batches); throws naming the one that is not.
+void check_world_invariant_shape(int world, int64_t grad_accum);
 
 struct AdamWConfig {
   float lr = 3e-4f;          // peak learning rate

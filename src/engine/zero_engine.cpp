@@ -20,8 +20,9 @@ ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precisi
   offload.validate(zero.stage);
   impl_->offload = offload;
   const int64_t N = comm.world_size();
+  if (zero.world_invariant) check_world_invariant_shape(static_cast<int>(N), 1);
   for (const GroupInfo& g : model_.layout().groups())
-    parts_.push_back(GroupPartition::of(g.numel, N));
+    parts_.push_back(GroupPartition::of(g.numel, N, zero.shard_alignment()));
   impl_->allocate();
 }
 
@@ -72,9 +73,21 @@ void ZeroEngine::Impl::allocate() {
   const int slots = zero.overlap_comm ? 2 : 1;
   reducer = std::make_unique<GradReducer>(be, comm, memory, intervals, max_padded,
                                           zero.reduce_bucket_size, slots,
-                                          /*own_buckets=*/traits.reduces_each_micro_batch(),
-                                          /*reduce_scatter=*/traits.shard_optimizer);
+                                          /*own_buckets=*/reduces_each_micro_batch(),
+                                          /*reduce_scatter=*/traits.shard_optimizer || invariant(),
+                                          invariant() ? SumOrder::kRankTree : SumOrder::kLibrary);
   group_sumsq = TrackedBuffer<double>(memory, MemCategory::kCommBuffers, static_cast<size_t>(G));
+  if (invariant()) {
+    int64_t shards = 0, blocks = 0;
+    for (int g = 0; g < G; ++g) {
+      shard_offset.push_back(shards);
+      norm_block_offset.push_back(blocks);
+      shards += part(g).shard;
+      blocks += part(g).padded / ZeroConfig::kInvariantNormBlock;
+    }
+    norm_blocks =
+        TrackedBuffer<double>(memory, MemCategory::kCommBuffers, static_cast<size_t>(blocks));
+  }
   if (traits.shard_parameters) {
     std::vector<const void*> shards;
     for (int g = 0; g < G; ++g) shards.push_back(work(g));
@@ -164,11 +177,15 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
       const float* shard = own_grads(g);
       landed = [this, g, shard] { offloader->gradient_ready(g, shard); };
     }
-    if (traits.reduces_each_micro_batch()) {
+    if (reduces_each_micro_batch()) {
       float* bucket = tied() && g == 0 ? embedding_grads : reducer->acquire_bucket(p.padded, true);
       model.backward_group(g, params, bucket, u.embedding, embedding_grads);
-      reducer->start(GradReducer::Mode::kReduceScatterAccumulate, bucket, p.padded, full_grads,
-                     std::move(landed));
+      if (invariant())  // this micro-batch's leaf of the tree (offload: land_invariant_gradients)
+        reducer->start(GradReducer::Mode::kReduceScatterStore, bucket, p.padded,
+                       leaf + shard_offset[static_cast<size_t>(g)]);
+      else
+        reducer->start(GradReducer::Mode::kReduceScatterAccumulate, bucket, p.padded, full_grads,
+                       std::move(landed));
     } else {
       if (tied() && g == 0) {  // one addition per element, as every other group's
         model.backward_group(g, params, embedding_grads);
@@ -193,12 +210,24 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
   intervals.end(StepIntervals::kBackward, phase);
 }
 
-double ZeroEngine::Impl::read_step_loss(int64_t micro_batches) {
+double ZeroEngine::Impl::step_loss_sum(int64_t micro_batches) {
   const int64_t M = self.model_.tokens_per_micro_batch();
   std::vector<float> losses(static_cast<size_t>(M * micro_batches));
   dev.to_host(losses.data(), step_losses.data(), losses.size() * sizeof(float));
+  std::vector<double> sums(static_cast<size_t>(micro_batches));
+  for (int64_t m = 0; m < micro_batches; ++m)
+    sums[static_cast<size_t>(m)] = sum_token_losses(losses.data() + m * M, M);
   double total = 0.0;
-  for (int64_t m = 0; m < micro_batches; ++m) total += sum_token_losses(losses.data() + m * M, M);
+  if (!invariant()) {
+    for (double s : sums) total += s;
+    host.all_reduce_sum_blocking(&total, 1);
+    return total;
+  }
+  // Rank r's micro-batch m is global micro-batch m·N + r (docs/ARCHITECTURE.md §2).
+  std::vector<double> all(sums.size() * static_cast<size_t>(world));
+  host.all_gather_blocking(sums.data(), all.data(), sums.size());
+  for (int64_t m = 0; m < micro_batches; ++m)
+    for (int r = 0; r < world; ++r) total += all[static_cast<size_t>(r * micro_batches + m)];
   return total;
 }
 
@@ -209,6 +238,7 @@ float* ZeroEngine::Impl::own_grads(int g) {
 }
 
 double ZeroEngine::Impl::gradient_norm() {
+  if (invariant()) return invariant_gradient_norm();
   const int G = num_groups();
   for (int g = 0; g < G; ++g) be.sum_squares_to(group_sumsq.data() + g, own_grads(g), own_size(g));
   std::vector<double> sums(static_cast<size_t>(G));
@@ -217,6 +247,46 @@ double ZeroEngine::Impl::gradient_norm() {
   for (double s : sums) sumsq += s;
   if (traits.shard_optimizer) host.all_reduce_sum_blocking(&sumsq, 1);
   return std::sqrt(sumsq);
+}
+
+// Every block of the global flat index is summed by the one rank that holds it (stage 0: by
+// every rank); the all-reduce then adds zeros to each block's sum, which is exact, and the sums
+// are added in block order on every rank. Padding blocks are zero, so their number, which grows
+// with N, changes nothing.
+double ZeroEngine::Impl::invariant_gradient_norm() {
+  const int64_t K = ZeroConfig::kInvariantNormBlock;
+  std::vector<double> blocks(norm_blocks.size(), 0.0);
+  dev.to_device(norm_blocks.data(), blocks.data(), blocks.size() * sizeof(double));
+  for (int g = 0; g < num_groups(); ++g) {
+    const int64_t begin = own_begin(g), n = traits.shard_optimizer ? part(g).shard : part(g).padded;
+    be.block_sum_squares(norm_blocks.data() + norm_block_offset[static_cast<size_t>(g)] + begin / K,
+                         own_grads(g), n, K);
+  }
+  if (traits.shard_optimizer) {
+    CommHandle h = comm.all_reduce_sum(norm_blocks.data(), norm_blocks.size());
+    intervals.time(StepIntervals::kCommWait, [&] { comm.device_wait(h); });
+    comm.finish_device_waits();
+  }
+  dev.to_host(blocks.data(), norm_blocks.data(), blocks.size() * sizeof(double));
+  double sumsq = 0.0;
+  for (double s : blocks) sumsq += s;
+  return std::sqrt(sumsq);
+}
+
+void ZeroEngine::Impl::land_invariant_gradients() {
+  const float* sum = micro_batch_sum->result();
+  for (int g = num_groups() - 1; g >= 0; --g) {
+    const float* shard = sum + shard_offset[static_cast<size_t>(g)];
+    const int64_t n = part(g).shard;
+    if (traits.shard_optimizer) {
+      dev.copy(own_grads(g), shard, static_cast<size_t>(n) * sizeof(float));
+    } else {  // stage 0: every rank updates the whole group
+      CommHandle h =
+          comm.all_gather(shard, grads[static_cast<size_t>(g)].data(), static_cast<size_t>(n));
+      intervals.time(StepIntervals::kCommWait, [&] { comm.device_wait(h); });
+    }
+    if (offloader) offloader->gradient_ready(g, own_grads(g));
+  }
 }
 
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
@@ -342,16 +412,26 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   const size_t loss_elements = static_cast<size_t>(model_.tokens_per_micro_batch() * accum);
   if (I.step_losses.size() != loss_elements)
     I.step_losses = TrackedBuffer<float>(I.memory, MemCategory::kCommBuffers, loss_elements);
+  if (I.invariant()) {
+    check_world_invariant_shape(I.world, accum);
+    int64_t shards = 0;
+    for (int g = 0; g < I.num_groups(); ++g) shards += I.part(g).shard;
+    if (!I.micro_batch_sum || I.micro_batch_sum->leaves() != accum)
+      I.micro_batch_sum = std::make_unique<PairwiseSum>(I.be, I.memory, shards, accum);
+    I.micro_batch_sum->reset();
+  }
   for (int64_t m = 0; m < accum; ++m) {
     model_.set_batch(inputs[static_cast<size_t>(m)], targets[static_cast<size_t>(m)]);
+    if (I.invariant()) I.leaf = I.micro_batch_sum->next_leaf();
     I.run_micro_batch(m, m == accum - 1, grad_scale, stats);
+    if (I.invariant()) I.micro_batch_sum->add_leaf();
   }
+  if (I.invariant()) I.land_invariant_gradients();
   // Every reduction seen complete on the host (with the timeout report) before the first host
   // read of device results (the losses; then the gradient norms). On a GPU this is where the
   // host catches up with the queued backward kernels and the last reductions.
   I.comm.finish_device_waits();
-  stats.loss = I.read_step_loss(accum);
-  I.host.all_reduce_sum_blocking(&stats.loss, 1);
+  stats.loss = I.step_loss_sum(accum);
   if (stats.loss_targets > 0) stats.loss /= static_cast<double>(stats.loss_targets);
   // Every rank holds the same reduced loss and norm, so these stops are agreed (AgreedError).
   if (!std::isfinite(stats.loss))

@@ -11,6 +11,7 @@
 #include "engine/grad_reducer.h"
 #include "engine/offload/host_device_copier.h"
 #include "engine/offload/offload_optimizer.h"
+#include "engine/pairwise_sum.h"
 #include "engine/param_gatherer.h"
 #include "engine/stage_traits.h"
 #include "engine/zero_engine.h"
@@ -79,10 +80,23 @@ struct ZeroEngine::Impl {
   std::vector<HostShard> staged;
   std::unique_ptr<GradReducer> reducer;
   std::unique_ptr<ParamGatherer> gatherer;
+  // World-invariant training (zero.world_invariant, docs/ARCHITECTURE.md §4). Each micro-batch's
+  // gradient is reduce-scattered over the ranks in rank-tree order into a leaf of
+  // `micro_batch_sum`, the balanced tree over the rank's micro-batches; the leaves hold every
+  // group's shard, group g at shard_offset[g]. norm_blocks: Σ grad² of every block of
+  // kInvariantNormBlock elements of every padded group (group g's from norm_block_offset[g]).
+  std::unique_ptr<PairwiseSum> micro_batch_sum;
+  float* leaf = nullptr;  // the open leaf of the micro-batch being computed
+  std::vector<int64_t> shard_offset, norm_block_offset;
+  TrackedBuffer<double> norm_blocks;
 
   const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }
   int num_groups() const { return static_cast<int>(self.parts_.size()); }
   bool bf16() const { return precision == Precision::kBf16; }
+  bool invariant() const { return zero.world_invariant; }
+  // Whether each micro-batch's gradient is reduced at once (stages 2/3, and every stage in
+  // world-invariant training).
+  bool reduces_each_micro_batch() const { return traits.reduces_each_micro_batch() || invariant(); }
   bool tied() const { return self.model_.layout().tied_embeddings(); }
   bool upcasts_params() const {
     return upcasts_working_params(precision, self.model_.activation_storage());
@@ -122,11 +136,17 @@ struct ZeroEngine::Impl {
   const float* resident_master(int g);
   void release(size_t use);
   void run_micro_batch(int64_t micro_batch, bool last, float grad_scale, StepStats& stats);
-  // Σ of the per-token losses kept by run_micro_batch: read once, after the step's device work
-  // (no host synchronisation between micro-batches). Sums each micro-batch in double, in order.
-  double read_step_loss(int64_t micro_batches);
-  // Global gradient norm: every group's Σ grad² on the device, one read, summed in group order.
+  // Σ over the ranks of the per-token losses kept by run_micro_batch: read once, after the step's
+  // device work (no host synchronisation between micro-batches). Each micro-batch in double; in
+  // world-invariant training the micro-batches' sums are added in global micro-batch order.
+  double step_loss_sum(int64_t micro_batches);
+  // Global gradient norm: every group's Σ grad² on the device, one read, summed in group order;
+  // world-invariant: the blocks' sums, added in global block order.
   double gradient_norm();
+  double invariant_gradient_norm();
+  // World-invariant training, after the last micro-batch: the tree's sum becomes the optimizer's
+  // gradient (stage 0 all-gathers the shards into the whole group).
+  void land_invariant_gradients();
   float* own_grads(int g);  // the own range's gradients
   // Collective over `host`: the layout index of the first tensor in which any rank's own range of
   // the gradients (or of the fp32 masters) holds a NaN or an infinity; -1 when none does.

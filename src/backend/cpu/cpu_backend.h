@@ -83,6 +83,7 @@ class CpuBackend final : public Backend {
   void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
              float* param_f32, int64_t n, const AdamWHyper& h) override;
   double sum_squares(const float* x, int64_t n) override;
+  void block_sum_squares(double* out, const float* x, int64_t n, int64_t block) override;
 
   void add_inplace(TensorView y, ConstTensorView x, int64_t n) override;
   void scale_inplace(float* y, float s, int64_t n) override;

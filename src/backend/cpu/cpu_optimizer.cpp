@@ -41,4 +41,14 @@ double CpuBackend::sum_squares(const float* x, int64_t n) {
   return total;
 }
 
+// Each block in double with dot_double's fixed lane order, the blocks spread over threads.
+void CpuBackend::block_sum_squares(double* out, const float* x, int64_t n, int64_t block) {
+  const int64_t blocks = (n + block - 1) / block;
+#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * block;
+    out[b] = dot_double(x + begin, x + begin, std::min(block, n - begin));
+  }
+}
+
 }  // namespace zt::cpu

@@ -354,6 +354,10 @@ void CudaBackend::sum_squares_to(double* out, const float* x, int64_t n) {
   launch_sum_squares(out, partials, x, n, state_->stream);
 }
 
+void CudaBackend::block_sum_squares(double* out, const float* x, int64_t n, int64_t block) {
+  launch_block_sum_squares(out, x, n, block, state_->stream);
+}
+
 // ---- elementwise helpers ----
 void CudaBackend::add_inplace(TensorView y, ConstTensorView x, int64_t n) {
   launch_add(y, x, n, state_->stream);

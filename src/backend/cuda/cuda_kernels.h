@@ -64,6 +64,9 @@ void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t
 constexpr int kSumSquaresBlocks = 1024;
 void launch_sum_squares(double* result, double* partials, const float* x, int64_t n,
                         cudaStream_t stream);
+// out[b] = Σ x² over block b of `block` elements (the last one shorter): one CUDA block each.
+void launch_block_sum_squares(double* out, const float* x, int64_t n, int64_t block,
+                              cudaStream_t stream);
 
 // ---- cuda_attention_kernels.cu ----
 // One pass of attention covers `heads` query heads of one batch entry that share the offset j in

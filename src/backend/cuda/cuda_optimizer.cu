@@ -48,6 +48,20 @@ __global__ void sum_squares_finish_kernel(double* result, const double* partials
   if (threadIdx.x == 0) *result = total;
 }
 
+// Σ x² of one block of x per CUDA block: strided per-thread sums in double, then the block tree.
+// The order depends on the block's length only.
+__global__ void block_sum_squares_kernel(double* out, const float* x, int64_t n, int64_t block) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * block;
+  const int64_t end = begin + block < n ? begin + block : n;
+  double acc = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double value = x[i];
+    acc += value * value;
+  }
+  const double total = block_sum(acc);
+  if (threadIdx.x == 0) out[blockIdx.x] = total;
+}
+
 }  // namespace
 
 void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t* out_bf16,
@@ -67,6 +81,15 @@ void launch_sum_squares(double* result, double* partials, const float* x, int64_
   ZT_CUDA_CHECK_LAUNCH("sum_squares_partials_kernel");
   sum_squares_finish_kernel<<<1, kSumSquaresBlocks, 0, stream>>>(result, partials);
   ZT_CUDA_CHECK_LAUNCH("sum_squares_finish_kernel");
+}
+
+void launch_block_sum_squares(double* out, const float* x, int64_t n, int64_t block,
+                              cudaStream_t stream) {
+  if (n == 0) return;
+  const int64_t blocks = (n + block - 1) / block;
+  block_sum_squares_kernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(out, x, n,
+                                                                                      block);
+  ZT_CUDA_CHECK_LAUNCH("block_sum_squares_kernel");
 }
 
 }  // namespace zt::cuda

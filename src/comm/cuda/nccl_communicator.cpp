@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "comm/cuda/nccl_rank_tree_add.h"
 #include "comm/mpi_communicator.h"
+#include "comm/rank_tree_schedule.h"
 #include "runtime/mpi_check.h"
 #include "runtime/mpi_runtime.h"
 #include "util/cuda/cuda_check.h"
@@ -95,6 +97,51 @@ class NcclRequest final : public CommRequest {
   std::shared_ptr<Completion> completion_;
   cudaStream_t consumer_;
 };
+
+// A reduce-scatter in rank-tree order (comm/rank_tree_schedule.h), queued whole on the comm
+// stream: per step one NCCL group of sends and receives with the partner, then the adds. The
+// scratch regions are stream-ordered allocations, freed after the last add.
+void enqueue_rank_tree_reduce_scatter(const CollectiveCall& call, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  const RankTreeSchedule schedule(call.rank, call.world_size);
+  const size_t elem = dtype_size(call.dtype);
+  const size_t block_bytes = call.count * elem;
+  const ncclDataType_t type = nccl_datatype(call.dtype);
+  const auto* send = static_cast<const char*>(call.send);
+  auto* recv = static_cast<char*>(call.recv);
+  if (schedule.steps() == 0) {
+    ZT_CUDA_CHECK(cudaMemcpyAsync(recv, send, block_bytes, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  char* scratch = nullptr;
+  const size_t scratch_bytes = RankTreeSchedule::scratch_blocks(call.world_size) * block_bytes;
+  if (scratch_bytes > 0) ZT_CUDA_CHECK(cudaMallocAsync(&scratch, scratch_bytes, stream));
+  auto live = [&](int step, int i) -> const char* {
+    return step == 0 ? send + static_cast<size_t>(schedule.block(0, i)) * block_bytes
+                     : scratch + (schedule.region_offset(step - 1) + i) * block_bytes;
+  };
+  auto kept = [&](int step, int i) -> char* {
+    return schedule.last(step) ? recv
+                               : scratch + (schedule.region_offset(step) +
+                                            static_cast<size_t>(schedule.kept_index(step, i))) *
+                                               block_bytes;
+  };
+  for (int step = 0; step < schedule.steps(); ++step) {
+    const int partner = schedule.partner(step);
+    ZT_NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < schedule.live_blocks(step); ++i) {
+      if (schedule.keeps(step, i))
+        ZT_NCCL_CHECK(ncclRecv(kept(step, i), call.count, type, partner, comm, stream));
+      else
+        ZT_NCCL_CHECK(ncclSend(live(step, i), call.count, type, partner, comm, stream));
+    }
+    ZT_NCCL_CHECK(ncclGroupEnd());
+    for (int i = 0; i < schedule.live_blocks(step); ++i)
+      if (schedule.keeps(step, i))
+        launch_rank_tree_add(kept(step, i), live(step, i), call.count, call.dtype, stream);
+  }
+  if (scratch) ZT_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+}
 
 }  // namespace
 
@@ -187,6 +234,13 @@ std::unique_ptr<CommRequest> NcclCommunicator::start_collective(CollectiveCall c
       break;
     }
     case CollectiveOp::kReduceScatter:
+      if (call.order == SumOrder::kRankTree) {
+        // Its adds are kernels between NCCL groups: they cannot sit inside an open group.
+        ZT_CHECK(s.group_depth == 0,
+                 "NcclCommunicator: a rank-tree reduce_scatter cannot be part of a group");
+        enqueue_rank_tree_reduce_scatter(call, s.comm, s.stream);
+        break;
+      }
       ZT_NCCL_CHECK(
           ncclReduceScatter(call.send, call.recv, count, type, ncclSum, s.comm, s.stream));
       break;
