@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# World-invariant training through the binary (README "World-invariant training"): runs of the
+# tiny preset with --world-invariant at 1, 2 and 4 ranks and every ZeRO stage, with the same
+# global batch (micro-batch 2, 8 micro-batches per step: grad-accum 8/N), must give the same
+# bits: the loss and gradient-norm strings of metrics.jsonl, the fp32 master/m/v of the step-4
+# checkpoint and the bf16 final/ model. Every run is compared with one rank at stage 0.
+#
+#   world_invariant_cases.sh CASE SOURCE_DIR ZEROTRAIN_BINARY
+#     stages    N ∈ {1, 2, 4} × stage 0–3
+#     small     the small preset (groups of many norm blocks, chunked reductions), stages 1–3
+#     features  activation checkpointing, CPU/NVMe offload, no overlap with small buckets
+#     resume    2 ranks stage 3 for 2 steps, then 4 ranks stage 1 from its checkpoint
+#     refusals  3 ranks and 3 micro-batches per rank are refused, naming the number
+set -euo pipefail
+CASE=${1:?case}
+SRC=${2:?source dir}
+BIN=${3:?zerotrain binary}
+PY=/usr/bin/python3
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/zt_world_invariant.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+"$BIN" prepare-data --text "$SRC/README.md" --out "$WORK/data.h5" > /dev/null
+MICRO_BATCHES=8  # per step, over all ranks
+
+# run NAME RANKS STAGE [extra train options...]; STEPS=k stops after step k of the 4-step schedule.
+run() {
+  local name=$1 ranks=$2 stage=$3
+  shift 3
+  timeout 600 mpirun --oversubscribe -np "$ranks" "$BIN" train --preset "${PRESET:-tiny}" --data "$WORK/data.h5" \
+    --out "$WORK/$name" --zero-stage "$stage" --micro-batch 2 \
+    --grad-accum $((MICRO_BATCHES / ranks)) --seq-len 32 --steps "${STEPS:-4}" --schedule-steps 4 \
+    --save-every 2 --world-invariant --comm-timeout 120 "$@" > "$WORK/$name.log" 2>&1 ||
+    { cat "$WORK/$name.log" >&2; fail "$name: zerotrain train exited non-zero"; }
+}
+
+# The run's bits: every step's loss and gradient norm as written, the optimizer state of the
+# last checkpoint, the final model.
+signature() {
+  local out=$WORK/$1
+  grep -oE '"(step|loss|grad_norm)":[^,}]*' "$out/metrics.jsonl" | tr '\n' ' '
+  echo
+  echo "checkpoint $("$PY" "$SRC/tests/world_invariant/state_digest.py" checkpoint \
+    "$out/checkpoints/step-00000004")"
+  echo "final $("$PY" "$SRC/tests/world_invariant/state_digest.py" model "$out/final")"
+}
+
+# same_as_reference NAME: NAME's bits equal the one-rank stage-0 run's.
+same_as_reference() {
+  local got
+  got=$(signature "$1")
+  [[ -n "$got" && "$got" == "$REFERENCE" ]] ||
+    fail "$1 differs from 1 rank at stage 0:"$'\n'"  reference: $REFERENCE"$'\n'"  $1: $got"
+  echo "ok: $1 is bitwise the one-rank stage-0 run"
+}
+
+reference() {
+  run ref_np1_stage0 1 0
+  REFERENCE=$(signature ref_np1_stage0)
+  grep -q '"grad_norm"' <<< "$REFERENCE" || fail "no step lines in the reference's metrics.jsonl"
+}
+
+case "$CASE" in
+  stages)
+    reference
+    for ranks in 1 2 4; do
+      for stage in 0 1 2 3; do
+        [[ $ranks == 1 && $stage == 0 ]] && continue
+        run "np${ranks}_stage${stage}" "$ranks" "$stage"
+        same_as_reference "np${ranks}_stage${stage}"
+      done
+    done
+    ;;
+  small)
+    export PRESET=small
+    reference
+    run np4_stage1 4 1
+    same_as_reference np4_stage1
+    run np2_stage3_buckets 2 3 --reduce-bucket-size 50000 --allgather-bucket-size 50000
+    same_as_reference np2_stage3_buckets
+    run np4_stage2_buckets 4 2 --reduce-bucket-size 50000
+    same_as_reference np4_stage2_buckets
+    ;;
+  features)
+    reference
+    run ac_full_np2_stage3 2 3 --activation-checkpointing full
+    same_as_reference ac_full_np2_stage3
+    run ac_every2_np4_stage0 4 0 --activation-checkpointing every:2
+    same_as_reference ac_every2_np4_stage0
+    run offload_cpu_np4_stage2 4 2 --offload-optimizer cpu
+    same_as_reference offload_cpu_np4_stage2
+    mkdir -p "$WORK/nvme"
+    run offload_nvme_np2_stage3 2 3 --offload-optimizer nvme --nvme-path "$WORK/nvme"
+    same_as_reference offload_nvme_np2_stage3
+    run offload_param_np4_stage3 4 3 --offload-optimizer cpu --offload-param cpu
+    same_as_reference offload_param_np4_stage3
+    run no_overlap_small_buckets_np2_stage1 2 1 --overlap-comm false --reduce-bucket-size 1000 \
+      --allgather-bucket-size 1000
+    same_as_reference no_overlap_small_buckets_np2_stage1
+    ;;
+  resume)
+    reference
+    # The first half: 2 ranks, stage 3, stopped after the step-2 checkpoint.
+    STEPS=2 run resumed 2 3
+    run resumed 4 1 --resume auto
+    same_as_reference resumed
+    ;;
+  refusals)
+    for args in "3 1 --grad-accum 1" "1 0 --grad-accum 3"; do
+      read -r ranks stage extra <<< "$args"
+      log=$WORK/refused_$ranks.log
+      if timeout 120 mpirun --oversubscribe -np "$ranks" "$BIN" train --preset tiny \
+        --data "$WORK/data.h5" --out "$WORK/refused_$ranks" --zero-stage "$stage" --micro-batch 2 \
+        --seq-len 32 --steps 1 --world-invariant --comm-timeout 60 $extra > "$log" 2>&1; then
+        fail "--world-invariant with $args was accepted"
+      fi
+      grep -q "world-invariant needs a power-of-two number of .*; .* 3" "$log" ||
+        { cat "$log" >&2; fail "the refusal of $args does not name the 3"; }
+      echo "ok: --world-invariant refuses $args, naming it"
+    done
+    ;;
+  *)
+    fail "unknown case $CASE"
+    ;;
+esac
