@@ -18,7 +18,8 @@ import os
 import subprocess
 import tempfile
 
-MIB = 1024.0 * 1024.0
+from cpu_train_runs import MIB, mpirun_train, prepare_text
+
 
 
 def theory_bytes(stage, psi, n):
@@ -31,15 +32,10 @@ def theory_bytes(stage, psi, n):
 
 
 def run(args, n, stage, data, out):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
-    cmd = ["mpirun", "--oversubscribe", "-np", str(n), args.zerotrain, "train",
-           "--preset", args.preset, "--data", data, "--out", out, "--steps", str(args.steps),
-           "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
-           "--zero-stage", str(stage), "--max-reuse-distance", "0",
-           "--param-persistence-threshold", "0", "--log-every", "0"]
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    mpirun_train(args.zerotrain, n, args.preset, data, out,
+                 ["--steps", args.steps, "--micro-batch", args.micro_batch, "--seq-len",
+                  args.seq_len, "--zero-stage", stage, "--max-reuse-distance", "0",
+                  "--param-persistence-threshold", "0"])
     last = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))][-1]
     report = json.load(open(os.path.join(out, "report.json")))
     return last, report
@@ -58,8 +54,7 @@ def main():
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data.h5")
-        subprocess.run([args.zerotrain, "prepare-data", "--text", args.data, "--out", data],
-                       check=True, stdout=subprocess.DEVNULL)
+        prepare_text(args.zerotrain, args.data, data)
         info = json.loads(subprocess.run(
             [args.zerotrain, "estimate", "--preset", args.preset, "--json"], check=True,
             capture_output=True, text=True).stdout)

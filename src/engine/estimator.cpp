@@ -13,10 +13,12 @@ namespace zt {
 
 namespace {
 
-std::vector<GroupPartition> partition_groups(const ModelConfig& model, int world) {
+std::vector<GroupPartition> partition_groups(const ModelConfig& model, int world,
+                                             int64_t shard_align) {
   const ParamLayout layout(model);
   std::vector<GroupPartition> groups;
-  for (const GroupInfo& g : layout.groups()) groups.push_back(GroupPartition::of(g.numel, world));
+  for (const GroupInfo& g : layout.groups())
+    groups.push_back(GroupPartition::of(g.numel, world, shard_align));
   return groups;
 }
 
@@ -58,7 +60,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
            "estimate: micro-batch, seq-len and grad-accum must be positive");
   zero.validate();
   offload.validate(zero.stage);
-  const std::vector<GroupPartition> groups = partition_groups(model, world);
+  if (zero.world_invariant) check_world_invariant_shape(world, grad_accum);
+  const std::vector<GroupPartition> groups = partition_groups(model, world, zero.shard_alignment());
   const bool bf16 = precision == Precision::kBf16;
   const int64_t work_bytes = bf16 ? 2 : 4;
   const StageTraits traits = StageTraits::of(zero.stage);
@@ -96,6 +99,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
     e.params = sum_padded * work_bytes;
   }
   e.grads = (traits.shard_gradients ? sum_shard : sum_padded) * 4;
+  // World-invariant training: the tree over the rank's micro-batches keeps log2(A) + 1 buffers
+  // of every group's shard (engine/pairwise_sum.h).
+  int64_t tree_levels = 1;
+  while ((int64_t{1} << (tree_levels - 1)) < grad_accum) ++tree_levels;
+  if (zero.world_invariant) e.grads += tree_levels * sum_shard * 4;
   if (offload.optimizer_offloaded()) {
     // OffloadOptimizer: fp32 gradient shards + two working-dtype staging tiles, then the store.
     const int64_t tile = std::min(offload.sub_group_size, std::max<int64_t>(1, max_own));
@@ -119,11 +127,14 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // ops; bf16 activations read the bf16 params as stored), then per reduce slot a
   // model-written bucket (stages 2/3), a packing copy when buckets split a group and a receive
   // shard (reduce-scatter, stages 1-3), and the staged shards of param offload.
+  // World-invariant training reduce-scatters each micro-batch at every stage, and keeps one
+  // double per norm block of every padded group.
   const int64_t slots = zero.overlap_comm ? 2 : 1;
-  const bool reduce_scatter = traits.reduction != GradReduction::kAllReduceAfterLast;
+  const bool reduce_scatter =
+      traits.reduction != GradReduction::kAllReduceAfterLast || zero.world_invariant;
   const bool packs = reduce_scatter && zero.reduce_bucket_size / world < max_shard;
   int64_t per_slot = 0;
-  if (traits.reduces_each_micro_batch()) per_slot += max_padded;
+  if (traits.reduces_each_micro_batch() || zero.world_invariant) per_slot += max_padded;
   if (packs) per_slot += max_padded;
   if (reduce_scatter) per_slot += max_shard;
   // offload_param without optimizer offload: the device AdamW writes a group's updated shard
@@ -133,7 +144,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // The per-token losses of every micro-batch stay on the device until the step's end, and so
   // do the groups' gradient sums of squares (one double each) until the norm is read.
   const int64_t step_losses = grad_accum * micro_batch * seq_len;
-  const auto group_sums = static_cast<int64_t>(groups.size()) * 8;
+  const auto group_sums =
+      static_cast<int64_t>(groups.size()) * 8 +
+      (zero.world_invariant ? sum_padded / ZeroConfig::kInvariantNormBlock * 8 : 0);
   // Tied embeddings: the embedding is computed with the head, so its fp32 upcast is a second
   // one, and its gradient collects the head's share in a bucket of its own until the
   // embedding's backward.

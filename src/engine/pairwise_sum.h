@@ -1,9 +1,9 @@
 // A sum of `leaves` equal-length fp32 vectors, given one at a time, associated as a balanced
-// binary tree over them in the order given: for 4 leaves, (v0 + v1) + (v2 + v3). A building
-// block for training whose result does not depend on the world size (not wired into the engine
-// yet): a subtree's sum does not depend on where the rest of the tree is computed, so a rank can
-// sum the micro-batches of its own subtree and hand the partial on, and the bits are those of one
-// rank summing every leaf. `leaves` must be a power of two.
+// binary tree over them in the order given: for 4 leaves, (v0 + v1) + (v2 + v3). World-invariant
+// training (docs/ARCHITECTURE.md §4) sums a rank's micro-batches with it, each leaf already the
+// rank-tree sum over the ranks: a subtree's sum does not depend on where the rest of the tree
+// is computed, so the bits are those of one rank summing every leaf. `leaves` must be a power
+// of two.
 //
 // Streaming, as a binary counter: level k holds the sum of the last 2^k leaves not yet merged
 // upward; a new leaf merges with level 0, that sum with level 1, ... while the level is full.

@@ -29,7 +29,8 @@ struct Measured {
 
 Measured train_two_steps(Communicator& comm, const ModelConfig& cfg, const ZeroConfig& zero,
                          Precision precision, const ActivationCheckpointing& ac,
-                         const OffloadConfig& offload = {}, DType storage = DType::kFloat32) {
+                         const OffloadConfig& offload = {}, DType storage = DType::kFloat32,
+                         int64_t accum = 1) {
   auto backend = make_cpu_backend();
   MemoryTracker memory;
   AdamWConfig adam;
@@ -50,7 +51,9 @@ Measured train_two_steps(Communicator& comm, const ModelConfig& cfg, const ZeroC
       m.peak_total = memory.peak_total();
       memory.reset_peaks();
     }
-    engine.train_step({in.data()}, {tg.data()}, 1e-3f, step);
+    engine.train_step(std::vector<const int32_t*>(static_cast<size_t>(accum), in.data()),
+                      std::vector<const int32_t*>(static_cast<size_t>(accum), tg.data()), 1e-3f,
+                      step);
   }
   for (int c = 0; c < kNumMemCategories; ++c)
     m.peak[c] = std::max(m.peak[c], memory.peak(static_cast<MemCategory>(c)));
@@ -121,6 +124,37 @@ TEST(Estimator, MatchesMeasuredPeaks) {
                 peak(MemCategory::kOptimizer), peak(MemCategory::kActivations),
                 peak(MemCategory::kCommBuffers), m.peak_total);
         }
+      }
+    }
+  }
+}
+
+// World-invariant training: shards padded to whole norm blocks, the micro-batch tree's log2(A) + 1
+// shard buffers (grads), a reduce bucket and receive shard at every stage and the norm blocks
+// (buffers), estimated within 10% like every other category.
+TEST(Estimator, WorldInvariantBuffersMatchMeasuredPeaks) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int N = comm.world_size();
+  for (const std::string preset : {"tiny", "small"}) {
+    const ModelConfig cfg = preset_config(preset);
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (int64_t accum : {1, 4}) {
+        ZeroConfig zero;
+        zero.stage = stage;
+        zero.world_invariant = true;
+        const ActivationCheckpointing ac;
+        const MemoryEstimate e =
+            estimate_memory(cfg, N, zero, Precision::kBf16, kMicro, kSeq, ac, {}, accum);
+        const Measured m =
+            train_two_steps(comm, cfg, zero, Precision::kBf16, ac, {}, DType::kFloat32, accum);
+        const std::string what = preset + " N=" + std::to_string(N) + " stage " +
+                                 std::to_string(stage) + " accum " + std::to_string(accum);
+        auto peak = [&](MemCategory c) { return m.peak[static_cast<int>(c)]; };
+        expect_within_10_percent(e.params, peak(MemCategory::kParams), what + " params");
+        expect_within_10_percent(e.grads, peak(MemCategory::kGrads), what + " grads");
+        expect_within_10_percent(e.buffers_peak(), peak(MemCategory::kCommBuffers),
+                                 what + " buffers");
+        expect_within_10_percent(e.device_total(), m.peak_total, what + " total");
       }
     }
   }
