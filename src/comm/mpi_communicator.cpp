@@ -58,12 +58,13 @@ class MpiRequest final : public CommRequest {
 
 // A reduce-scatter in rank-tree order (rank_tree_schedule.h) from MPI_Isend/MPI_Irecv: each poll
 // tests the current step's messages and, once they are complete, adds the received partials and
-// posts the next step. Messages carry the collective's sequence number as their tag, so two such
+// posts the next step. Messages carry the collective's sequence number modulo the
+// communicator's largest tag (MPI_TAG_UB, 2^31 − 1 in Open MPI) as their tag, so two such
 // reductions in flight between the same ranks never take each other's blocks.
 template <typename T>
 class MpiRankTreeReduceScatter final : public CommRequest {
  public:
-  MpiRankTreeReduceScatter(CollectiveCall collective, MPI_Comm comm)
+  MpiRankTreeReduceScatter(CollectiveCall collective, MPI_Comm comm, int tag_bound)
       : CommRequest(std::move(collective)),
         comm_(comm),
         schedule_(call().rank, call().world_size),
@@ -71,18 +72,12 @@ class MpiRankTreeReduceScatter final : public CommRequest {
         send_(static_cast<const T*>(call().send)),
         recv_(static_cast<T*>(call().recv)),
         scratch_(RankTreeSchedule::scratch_blocks(call().world_size) * call().count),
-        tag_(static_cast<int>(call().sequence % kTagRange)) {
+        tag_(static_cast<int>(call().sequence % static_cast<uint64_t>(tag_bound))) {
     if (schedule_.steps() == 0) {
       std::memcpy(recv_, send_, count_ * sizeof(T));
       return;
     }
     post(0);
-  }
-
-  ~MpiRankTreeReduceScatter() override {
-    // Only reached with messages in flight when the job is being torn down after an error.
-    for (MPI_Request& r : requests_)
-      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r), MPI_Request_free(&r);
   }
 
   bool poll() override {
@@ -105,8 +100,6 @@ class MpiRankTreeReduceScatter final : public CommRequest {
   }
 
  private:
-  static constexpr uint64_t kTagRange = 1 << 15;  // MPI guarantees tags up to 32767
-
   const T* live(int step, int i) const {
     return step == 0 ? send_ + static_cast<size_t>(schedule_.block(0, i)) * count_
                      : scratch_.data() + (schedule_.region_offset(step - 1) + i) * count_;
@@ -164,6 +157,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm parent) {
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &world_size_), "MPI_Comm_size");
+  // Tags 0 ... MPI_TAG_UB are valid (at least 32767 by the standard).
+  void* tag_ub = nullptr;
+  int found = 0;
+  check_mpi(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
+  tag_bound_ = found && tag_ub ? *static_cast<int*>(tag_ub) : 32767;
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -175,8 +173,8 @@ MpiCommunicator::~MpiCommunicator() {
 std::unique_ptr<CommRequest> MpiCommunicator::start_collective(CollectiveCall call) {
   if (call.op == CollectiveOp::kReduceScatter && call.order == SumOrder::kRankTree) {
     if (call.dtype == DType::kFloat64)
-      return std::make_unique<MpiRankTreeReduceScatter<double>>(std::move(call), comm_);
-    return std::make_unique<MpiRankTreeReduceScatter<float>>(std::move(call), comm_);
+      return std::make_unique<MpiRankTreeReduceScatter<double>>(std::move(call), comm_, tag_bound_);
+    return std::make_unique<MpiRankTreeReduceScatter<float>>(std::move(call), comm_, tag_bound_);
   }
   const MPI_Datatype type = mpi_datatype(call.dtype);
   const int count = static_cast<int>(call.count);  // Communicator checked count <= INT_MAX

@@ -42,6 +42,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int world_size_ = 1;
+  int tag_bound_ = 32767;  // MPI_TAG_UB: rank-tree messages use tags 0 ... tag_bound_ − 1
 };
 
 MPI_Datatype mpi_datatype(DType dtype);
