@@ -107,7 +107,7 @@ struct CheckpointManifest {
 // The rank-file ranges of a layout split over `world` ranks as the engine splits it (shards a
 // multiple of `shard_align` elements, ZeroConfig::shard_alignment): ranges[g][r].
 std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int world,
-                                               int64_t shard_align = 1);
+                                               int64_t shard_align);
 std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout);
 
 // "crc32c:xxxxxxxx" of the model config's canonical JSON (sorted keys, no whitespace).

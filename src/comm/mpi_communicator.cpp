@@ -100,16 +100,16 @@ class MpiRankTreeReduceScatter final : public CommRequest {
   }
 
  private:
-  const T* live(int step, int i) const {
-    return step == 0 ? send_ + static_cast<size_t>(schedule_.block(0, i)) * count_
-                     : scratch_.data() + (schedule_.region_offset(step - 1) + i) * count_;
+  // The send buffer's blocks are only read (sent, or added from).
+  T* at(RankTreeSchedule::BlockRef ref) {
+    using B = RankTreeSchedule::Buffer;
+    T* base = ref.buffer == B::kSend      ? const_cast<T*>(send_)
+              : ref.buffer == B::kScratch ? scratch_.data()
+                                          : recv_;
+    return base + ref.block * count_;
   }
-  T* kept(int step, int i) {
-    return schedule_.last(step)
-               ? recv_
-               : scratch_.data() +
-                     (schedule_.region_offset(step) + schedule_.kept_index(step, i)) * count_;
-  }
+  const T* live(int step, int i) { return at(schedule_.live(step, i)); }
+  T* kept(int step, int i) { return at(schedule_.kept(step, i)); }
   void post(int step) {
     const MPI_Datatype type = mpi_datatype(dtype_of<T>());
     const int n = static_cast<int>(count_);  // Communicator checked count <= INT_MAX

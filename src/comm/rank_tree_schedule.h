@@ -47,6 +47,22 @@ class RankTreeSchedule {
     for (int t = 0; t < step; ++t) offset += static_cast<size_t>(world_ >> (t + 1));
     return offset;
   }
+
+  // A block of one of the three buffers, in blocks of `count` elements.
+  enum class Buffer { kSend, kScratch, kRecv };
+  struct BlockRef {
+    Buffer buffer;
+    size_t block;
+  };
+  // Where live block i of `step` is read, and where it lands when kept.
+  BlockRef live(int step, int i) const {
+    if (step == 0) return {Buffer::kSend, static_cast<size_t>(block(0, i))};
+    return {Buffer::kScratch, region_offset(step - 1) + static_cast<size_t>(i)};
+  }
+  BlockRef kept(int step, int i) const {
+    if (last(step)) return {Buffer::kRecv, 0};
+    return {Buffer::kScratch, region_offset(step) + static_cast<size_t>(kept_index(step, i))};
+  }
   static size_t scratch_blocks(int world) { return world > 2 ? static_cast<size_t>(world - 2) : 0; }
 
  private:

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "engine/offload/nvme_swapper.h"
+#include "engine/pairwise_sum.h"
 #include "engine/stage3_residency.h"
 #include "engine/stage_traits.h"
 #include "model/layout.h"
@@ -101,9 +102,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   e.grads = (traits.shard_gradients ? sum_shard : sum_padded) * 4;
   // World-invariant training: the tree over the rank's micro-batches keeps log2(A) + 1 buffers
   // of every group's shard (engine/pairwise_sum.h).
-  int64_t tree_levels = 1;
-  while ((int64_t{1} << (tree_levels - 1)) < grad_accum) ++tree_levels;
-  if (zero.world_invariant) e.grads += tree_levels * sum_shard * 4;
+  if (zero.world_invariant) e.grads += PairwiseSum::levels_for(grad_accum) * sum_shard * 4;
   if (offload.optimizer_offloaded()) {
     // OffloadOptimizer: fp32 gradient shards + two working-dtype staging tiles, then the store.
     const int64_t tile = std::min(offload.sub_group_size, std::max<int64_t>(1, max_own));

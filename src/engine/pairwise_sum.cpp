@@ -13,8 +13,7 @@ PairwiseSum::PairwiseSum(Backend& backend, MemoryTracker& memory, int64_t n, int
   ZT_CHECK(
       leaves > 0 && (leaves & (leaves - 1)) == 0,
       "PairwiseSum: the number of leaves must be a power of two, got " + std::to_string(leaves));
-  int levels = 1;
-  while ((int64_t{1} << (levels - 1)) < leaves) ++levels;
+  const int levels = levels_for(leaves);
   for (int k = 0; k < levels; ++k)
     levels_.emplace_back(memory, MemCategory::kGrads, static_cast<size_t>(n));
   full_.assign(static_cast<size_t>(levels), false);

@@ -32,6 +32,12 @@ class PairwiseSum {
   // Starts a new sum over the same number of leaves.
   void reset();
   int64_t leaves() const { return leaves_; }
+  // The buffers a sum over `leaves` keeps: log2(leaves) + 1.
+  static int levels_for(int64_t leaves) {
+    int levels = 1;
+    while ((int64_t{1} << (levels - 1)) < leaves) ++levels;
+    return levels;
+  }
 
  private:
   Backend& be_;

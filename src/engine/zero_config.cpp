@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "comm/rank_tree_schedule.h"
 #include "util/error.h"
 
 namespace zt {
@@ -33,14 +34,13 @@ void ZeroConfig::validate() const {
 }
 
 void check_world_invariant_shape(int world, int64_t grad_accum) {
-  auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
-  ZT_CHECK(power_of_two(world),
+  ZT_CHECK(is_power_of_two_world(world),
            "--world-invariant needs a power-of-two number of ranks (1, 2, 4, 8, ...); this job "
            "has " +
                std::to_string(world) +
                " (without it, results match other world sizes only to a "
                "tolerance)");
-  ZT_CHECK(power_of_two(grad_accum),
+  ZT_CHECK(is_power_of_two_world(grad_accum),
            "--world-invariant needs a power-of-two number of micro-batches per rank "
            "(gradient_accumulation_steps); got " +
                std::to_string(grad_accum));

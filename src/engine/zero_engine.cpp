@@ -85,6 +85,7 @@ void ZeroEngine::Impl::allocate() {
       shards += part(g).shard;
       blocks += part(g).padded / ZeroConfig::kInvariantNormBlock;
     }
+    leaf_elements = shards;
     norm_blocks =
         TrackedBuffer<double>(memory, MemCategory::kCommBuffers, static_cast<size_t>(blocks));
   }
@@ -414,10 +415,8 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
     I.step_losses = TrackedBuffer<float>(I.memory, MemCategory::kCommBuffers, loss_elements);
   if (I.invariant()) {
     check_world_invariant_shape(I.world, accum);
-    int64_t shards = 0;
-    for (int g = 0; g < I.num_groups(); ++g) shards += I.part(g).shard;
     if (!I.micro_batch_sum || I.micro_batch_sum->leaves() != accum)
-      I.micro_batch_sum = std::make_unique<PairwiseSum>(I.be, I.memory, shards, accum);
+      I.micro_batch_sum = std::make_unique<PairwiseSum>(I.be, I.memory, I.leaf_elements, accum);
     I.micro_batch_sum->reset();
   }
   for (int64_t m = 0; m < accum; ++m) {

@@ -88,6 +88,7 @@ struct ZeroEngine::Impl {
   std::unique_ptr<PairwiseSum> micro_batch_sum;
   float* leaf = nullptr;  // the open leaf of the micro-batch being computed
   std::vector<int64_t> shard_offset, norm_block_offset;
+  int64_t leaf_elements = 0;  // Σ shard of every group: one leaf
   TrackedBuffer<double> norm_blocks;
 
   const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }

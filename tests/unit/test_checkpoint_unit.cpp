@@ -83,7 +83,7 @@ CheckpointManifest tiny_manifest(int world) {
   m.precision = "bf16";
   m.model_config = config.to_hf_json();
   m.config_fingerprint = model_config_fingerprint(config);
-  m.groups = checkpoint_groups(layout, world);
+  m.groups = checkpoint_groups(layout, world, /*shard_align=*/1);
   m.tensors = checkpoint_tensors(layout);
   for (int r = 0; r < world; ++r)
     m.files.push_back({checkpoint_rank_file_name(r), 0xdeadbeefu + static_cast<uint32_t>(r), 100});

@@ -25,17 +25,12 @@ void CpuBackend::adamw(float* master, float* m, float* v, const float* grad, bf1
   adam_update(best_adam_simd(), master, m, v, grad, param_bf16, param_f32, n, h);
 }
 
-// Σ x²: each block of kSumSquaresBlock elements is summed in double (dot_double's fixed lane
-// order), then the block sums are added in block order on the calling thread.
+// Σ x²: the sums of blocks of kSumSquaresBlock elements (block_sum_squares), added in block
+// order on the calling thread.
 double CpuBackend::sum_squares(const float* x, int64_t n) {
-  const int64_t blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
-  std::vector<double> block_sums(static_cast<size_t>(blocks));
-#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t begin = blk * kSumSquaresBlock;
-    const int64_t count = std::min(kSumSquaresBlock, n - begin);
-    block_sums[static_cast<size_t>(blk)] = dot_double(x + begin, x + begin, count);
-  }
+  std::vector<double> block_sums(
+      static_cast<size_t>((n + kSumSquaresBlock - 1) / kSumSquaresBlock));
+  block_sum_squares(block_sums.data(), x, n, kSumSquaresBlock);
   double total = 0.0;
   for (double s : block_sums) total += s;
   return total;

@@ -116,16 +116,16 @@ void enqueue_rank_tree_reduce_scatter(const CollectiveCall& call, ncclComm_t com
   char* scratch = nullptr;
   const size_t scratch_bytes = RankTreeSchedule::scratch_blocks(call.world_size) * block_bytes;
   if (scratch_bytes > 0) ZT_CUDA_CHECK(cudaMallocAsync(&scratch, scratch_bytes, stream));
-  auto live = [&](int step, int i) -> const char* {
-    return step == 0 ? send + static_cast<size_t>(schedule.block(0, i)) * block_bytes
-                     : scratch + (schedule.region_offset(step - 1) + i) * block_bytes;
+  // The send buffer's blocks are only read (sent or added from).
+  auto at = [&](RankTreeSchedule::BlockRef ref) -> char* {
+    using B = RankTreeSchedule::Buffer;
+    char* base = ref.buffer == B::kRecv      ? recv
+                 : ref.buffer == B::kScratch ? scratch
+                                             : const_cast<char*>(send);
+    return base + ref.block * block_bytes;
   };
-  auto kept = [&](int step, int i) -> char* {
-    return schedule.last(step) ? recv
-                               : scratch + (schedule.region_offset(step) +
-                                            static_cast<size_t>(schedule.kept_index(step, i))) *
-                                               block_bytes;
-  };
+  auto live = [&](int step, int i) -> const char* { return at(schedule.live(step, i)); };
+  auto kept = [&](int step, int i) { return at(schedule.kept(step, i)); };
   for (int step = 0; step < schedule.steps(); ++step) {
     const int partner = schedule.partner(step);
     ZT_NCCL_CHECK(ncclGroupStart());
