@@ -3,6 +3,8 @@
 // into pieces by a checkpoint) train on the same data. Also the checkpoint helpers the resume
 // tests share: rank 0's fp32 masters by name, and a save with the test's hyperparameters.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -95,6 +97,22 @@ inline OwnState own_state(ZeroEngine& engine) {
   return out;
 }
 
+// Bitwise equality of this rank's own optimizer range (loaded) with the same elements of a full
+// one-rank state.
+inline void expect_same_range(const OwnState& got, const OwnState& full, const std::string& what) {
+  for (size_t g = 0; g < got.master.size(); ++g) {
+    const size_t b = static_cast<size_t>(got.begin[g]), n = got.master[g].size();
+    if (n == 0) continue;  // a shard of padding only
+    auto slice = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(b),
+                                v.begin() + static_cast<std::ptrdiff_t>(b + n));
+    };
+    EXPECT_EQ(got.master[g], slice(full.master[g])) << what << ": group " << g << " master";
+    EXPECT_EQ(got.m[g], slice(full.m[g])) << what << ": group " << g << " m";
+    EXPECT_EQ(got.v[g], slice(full.v[g])) << what << ": group " << g << " v";
+  }
+}
+
 // What a test engine is built with: the ZeRO knobs, the tiny preset, fp32 or bf16 working params,
 // the tests' AdamW (clipping active, so the global norm across shards matters).
 struct EngineOptions {
@@ -106,8 +124,9 @@ struct EngineOptions {
   int64_t bucket = 500'000'000;
   int64_t reuse = 1'000'000'000;
   int64_t persistence = 0;
-  int64_t micro = 2;  // sequences per micro-batch of this rank
-  bool tied = false;  // the tiny preset with tie_word_embeddings
+  int64_t micro = 2;             // sequences per micro-batch of this rank
+  bool tied = false;             // the tiny preset with tie_word_embeddings
+  bool world_invariant = false;  // zero.world_invariant (docs/ARCHITECTURE.md §4)
   int64_t seq = 16;
   AdamWConfig optim = [] {
     AdamWConfig a;
@@ -131,6 +150,7 @@ class TestEngine {
     zero.prefetch_bucket_size = 3 * 50'000;
     zero.param_persistence_threshold = o.persistence;
     zero.max_reuse_distance = o.reuse;
+    zero.world_invariant = o.world_invariant;
     ActivationCheckpointing ac;
     ac.every = o.ckpt_every;
     ac.on_host = o.ckpt_on_host;

@@ -1,8 +1,8 @@
 // Training checkpoints through the ZeroEngine, at the world size the binary is launched with
-// (1, 2, 4): save + fresh engine + load continues bitwise at every stage; a checkpoint written at
-// N ranks / stage s loads into a world of one rank and into the full world at another stage and
-// continues like the run that wrote it (bitwise on one rank, within one_step_bound.h's derived
-// bounds across world sizes); each rank reads only the files that hold its range.
+// (1, 2, 4): save + fresh engine + load continues bitwise at every stage; with world-invariant
+// training a checkpoint written at N ranks / stage s loads into a world of one rank and into the
+// full world at another stage and continues bit for bit like the run that wrote it; each rank
+// reads only the files that hold its range.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,7 +23,6 @@
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
 #include "model/config.h"
-#include "one_step_bound.h"
 #include "util/error.h"
 
 namespace zt {
@@ -43,14 +42,17 @@ using engine_test::Masters;
 class Trainer {
  public:
   Trainer(Communicator& comm, int stage, Precision precision, int64_t accum = kAccum,
-          const AdamWConfig* optim = nullptr)
-      : comm_(comm), accum_(accum), engine_(comm, options(stage, precision, optim)) {}
+          const AdamWConfig* optim = nullptr, bool world_invariant = false)
+      : comm_(comm),
+        accum_(accum),
+        engine_(comm, options(stage, precision, optim, world_invariant)) {}
 
   static engine_test::EngineOptions options(int stage, Precision precision,
-                                            const AdamWConfig* optim) {
+                                            const AdamWConfig* optim, bool world_invariant) {
     engine_test::EngineOptions o;
     o.stage = stage;
     o.precision = precision;
+    o.world_invariant = world_invariant;
     o.bucket = 20'000;  // several buckets: exercises the chunked paths
     o.micro = kMicro;
     o.seq = kSeq;
@@ -151,73 +153,58 @@ TEST_F(CheckpointResumeTest, SaveLoadContinuesBitwiseAtEveryStage) {
   }
 }
 
-// Bitwise equality of this rank's own optimizer range (loaded) with the same elements of a full
-// one-rank state.
-void expect_same_range(const engine_test::OwnState& got, const engine_test::OwnState& full,
-                       const std::string& what) {
-  for (size_t g = 0; g < got.master.size(); ++g) {
-    const size_t b = static_cast<size_t>(got.begin[g]), n = got.master[g].size();
-    auto slice = [&](const std::vector<float>& v) {
-      return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(b),
-                                v.begin() + static_cast<std::ptrdiff_t>(b + n));
-    };
-    EXPECT_EQ(got.master[g], slice(full.master[g])) << what << ": group " << g << " master";
-    EXPECT_EQ(got.m[g], slice(full.m[g])) << what << ": group " << g << " m";
-    EXPECT_EQ(got.v[g], slice(full.v[g])) << what << ": group " << g << " v";
-  }
-}
-
-// A checkpoint written at N ranks, stage s, loads at another world size and stage and continues
-// like the run that wrote it. Compared: the loaded optimizer state, bitwise with a one-rank
-// stage-0 load of the same checkpoint; one rank at stage 3 − s, bitwise with that one-rank stage-0
-// run for the remaining steps (on one rank the stages give the same bits); and the next step of
-// the writer itself (uninterrupted, N ranks) and of a load at stage s + 1 (N ranks), both within
-// the bounds of one_step_bound.h against the one-rank stage-0 load, which trains the same
-// micro-batches with grad-accum N·A.
-TEST_F(CheckpointResumeTest, ReshardsToOneRankAndToAnotherStage) {
+// World-invariant training (docs/ARCHITECTURE.md §4): a checkpoint written at N ranks, stage s,
+// loads at another world size and stage and continues bit for bit as if the run had never
+// stopped. The reference is one rank at stage 0 that trains every step with grad-accum N·A (the
+// same micro-batches). Checked against it: the writer's losses before and after the save and its
+// final masters; a load into a world of one rank at stage 3 − s; a load into the full world at
+// stage s + 1, whose loaded optimizer range also equals a one-rank stage-0 load's.
+TEST_F(CheckpointResumeTest, ReshardsBitwiseToOneRankAndToAnotherStage) {
   const Precision fp32 = Precision::kFp32;
-  const int64_t leaves = kAccum * N(), next_step = kHalf + 1;
+  const int64_t leaves = kAccum * N();
+  const int next_step = kHalf + 1, last = 2 * kHalf;
+  const auto invariant = [&](Communicator& comm, int stage, int64_t accum) {
+    return std::make_unique<Trainer>(comm, stage, fp32, accum, nullptr, true);
+  };
+  const auto reference = invariant(self_, 0, leaves);
+  reference->init();
+  const std::vector<double> all = reference->train(1, last);
+  const std::vector<double> rest(all.begin() + kHalf, all.end());
+  const Masters final_masters = reference->masters();  // every rank: its world is itself
   for (int stage = 0; stage <= 3; ++stage) {
     const std::string from = "N=" + std::to_string(N()) + " stage " + std::to_string(stage);
-    Trainer writer(world_, stage, fp32);
-    writer.init();
-    writer.train(1, kHalf);
-    const SavedCheckpoint saved = writer.save(dir_ + "/reshard_s" + std::to_string(stage));
-    const StepStats uninterrupted =
-        writer.test_engine().step(next_step, kAccum, Trainer::lr_at(next_step));
-
-    const auto one_rank_load = [&](const AdamWConfig& optim) {
-      auto t = std::make_unique<engine_test::TestEngine>(self_, Trainer::options(0, fp32, &optim));
-      load_checkpoint(t->engine(), saved.dir);
-      return t;
-    };
-    const engine_test::OneStepReference ref(one_rank_load, engine_test::EngineOptions{}.optim,
-                                            next_step, leaves, Trainer::lr_at(next_step));
-    ref.expect_step(uninterrupted, writer.test_engine().own_state(), from + ", uninterrupted");
+    const auto writer = invariant(world_, stage, kAccum);
+    writer->init();
+    EXPECT_EQ(writer->train(1, kHalf), std::vector<double>(all.begin(), all.begin() + kHalf))
+        << from;
+    const SavedCheckpoint saved = writer->save(dir_ + "/reshard_s" + std::to_string(stage));
+    EXPECT_EQ(writer->train(next_step, last), rest) << from << ", uninterrupted";
+    const Masters written = writer->masters();
+    if (root()) {
+      EXPECT_TRUE(written == final_masters) << from << ": final masters differ";
+    }
 
     // Into a world of one rank (every rank on its own), at stage 3 − s.
-    const int one_stage = 3 - stage;
-    const std::string alone_what = from + " -> 1 rank stage " + std::to_string(one_stage);
-    Trainer alone(self_, one_stage, fp32, leaves);
-    load_checkpoint(alone.engine(), saved.dir);
-    Trainer one_rank(self_, 0, fp32, leaves);
-    load_checkpoint(one_rank.engine(), saved.dir);
-    expect_same_range(alone.test_engine().own_state(), one_rank.test_engine().own_state(),
-                      alone_what);
-    EXPECT_EQ(alone.train(next_step, 2 * kHalf), one_rank.train(next_step, 2 * kHalf))
-        << alone_what;
-    EXPECT_TRUE(alone.masters() == one_rank.masters()) << alone_what << ": final masters differ";
+    const std::string alone_what = from + " -> 1 rank stage " + std::to_string(3 - stage);
+    const auto alone = invariant(self_, 3 - stage, leaves);
+    load_checkpoint(alone->engine(), saved.dir);
+    EXPECT_EQ(alone->train(next_step, last), rest) << alone_what;
+    EXPECT_TRUE(alone->masters() == final_masters) << alone_what << ": final masters differ";
 
     // Into the full world at the next stage.
     const int next = (stage + 1) % 4;
     const std::string moved_what = from + " -> stage " + std::to_string(next);
-    Trainer moved(world_, next, fp32);
-    load_checkpoint(moved.engine(), saved.dir);
-    expect_same_range(moved.test_engine().own_state(),
-                      one_rank_load(engine_test::EngineOptions{}.optim)->own_state(), moved_what);
-    const StepStats moved_step =
-        moved.test_engine().step(next_step, kAccum, Trainer::lr_at(next_step));
-    ref.expect_step(moved_step, moved.test_engine().own_state(), moved_what);
+    const auto moved = invariant(world_, next, kAccum);
+    load_checkpoint(moved->engine(), saved.dir);
+    const auto one_rank = invariant(self_, 0, leaves);
+    load_checkpoint(one_rank->engine(), saved.dir);
+    engine_test::expect_same_range(moved->test_engine().own_state(),
+                                   one_rank->test_engine().own_state(), moved_what);
+    EXPECT_EQ(moved->train(next_step, last), rest) << moved_what;
+    const Masters moved_masters = moved->masters();
+    if (root()) {
+      EXPECT_TRUE(moved_masters == final_masters) << moved_what << ": final masters differ";
+    }
   }
 }
 

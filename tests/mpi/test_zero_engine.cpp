@@ -1,7 +1,8 @@
 // ZeRO engine equivalence, communication volume and partitioning, at the world size the test
 // binary is launched with (1, 2, 4). Reference: the same global batches trained by stage 0 on a
-// world of one rank (MPI_COMM_SELF), computed on every rank, compared within the derived bounds
-// of one_step_bound.h (or bitwise where nothing but the stage changes on one rank).
+// world of one rank (MPI_COMM_SELF), computed on every rank. With zero.world_invariant every
+// stage must equal it bit for bit; the default mode is compared within the derived bounds of
+// one_step_bound.h (bitwise where nothing but the stage changes on one rank).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -31,18 +32,20 @@ struct RunResult {
   std::vector<double> losses;
   std::map<std::string, std::vector<float>> master;  // rank 0 only
   CommCounters last_step_counters;
+  engine_test::OwnState own;  // this rank's optimizer range after the last step
   std::vector<StepStats> stats;
   std::vector<double> wall_s;  // host clock around each train_step
   size_t peak[kNumMemCategories] = {};
 };
 
-// Trains kSteps on `comm`. Rank r, micro-batch m takes global sequences
+// Trains `steps` steps on `comm`. Rank r, micro-batch m takes global sequences
 // [(m·N + r)·B, +B) where B is the per-rank micro-batch; the global batch is identical for any N.
-RunResult run(Communicator& comm, const EngineOptions& o, int64_t accum = kAccum) {
+RunResult run(Communicator& comm, const EngineOptions& o, int64_t accum = kAccum,
+              int steps = kSteps) {
   TestEngine t(comm, o);
   t.init();
   RunResult result;
-  for (int step = 1; step <= kSteps; ++step) {
+  for (int step = 1; step <= steps; ++step) {
     comm.reset_counters();
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats st = t.step(step, accum, kLr);
@@ -55,6 +58,7 @@ RunResult run(Communicator& comm, const EngineOptions& o, int64_t accum = kAccum
   for (int c = 0; c < kNumMemCategories; ++c)
     result.peak[c] = t.memory().peak(static_cast<MemCategory>(c));
   result.master = engine_test::rank0_masters(t.engine());
+  result.own = t.own_state();
   return result;
 }
 
@@ -70,25 +74,21 @@ class ZeroEngineTest : public ::testing::Test {
 // sequences with grad-accum N·A (so every GEMM has the same shape), and the runs differ only in
 // how the micro-batches' gradients, the losses and the norm are summed. Checked: the reduced
 // gradient of every element each rank owns, the loss, the gradient norm, and every new master.
-// tied: the model with tied embeddings (reference and runs alike).
-void expect_all_stages_match_one_rank_stage_zero(Communicator& world, Communicator& self,
-                                                 bool tied) {
+// This is the one test of the default mode across world sizes; world-invariant runs are exact.
+TEST_F(ZeroEngineTest, DefaultModeMatchesOneRankStageZeroWithinDerivedBounds) {
   const EngineOptions defaults;
   const auto make_reference = [&](const AdamWConfig& optim) {
     EngineOptions o;
     o.optim = optim;
-    o.tied = tied;
-    auto t = std::make_unique<TestEngine>(self, o);
+    auto t = std::make_unique<TestEngine>(self_, o);
     t->init();
     return t;
   };
-  const int64_t N = world.world_size();
-  const engine_test::OneStepReference ref(make_reference, defaults.optim, 1, kAccum * N, kLr);
+  const engine_test::OneStepReference ref(make_reference, defaults.optim, 1, kAccum * N(), kLr);
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool overlap : {true, false}) {
       for (int ckpt : {0, 1}) {
         EngineOptions o;
-        o.tied = tied;
         o.stage = stage;
         o.overlap = overlap;
         o.ckpt_every = ckpt;
@@ -96,16 +96,15 @@ void expect_all_stages_match_one_rank_stage_zero(Communicator& world, Communicat
           o.bucket = 1000;
           o.reuse = 0;
         }
-        const std::string what = std::string(tied ? "tied, " : "") + "stage " +
-                                 std::to_string(stage) + " overlap " + std::to_string(overlap) +
-                                 " ckpt " + std::to_string(ckpt);
+        const std::string what = "stage " + std::to_string(stage) + " overlap " +
+                                 std::to_string(overlap) + " ckpt " + std::to_string(ckpt);
         EngineOptions probe = o;
         probe.optim = engine_test::OneStepReference::gradient_probe(o.optim);
-        TestEngine gradient(world, probe);
+        TestEngine gradient(world_, probe);
         gradient.init();
         gradient.step(1, kAccum, 0.0f);
         ref.expect_gradient(gradient.own_state(), what);
-        TestEngine trained(world, o);
+        TestEngine trained(world_, o);
         trained.init();
         const StepStats stats = trained.step(1, kAccum, kLr);
         ref.expect_step(stats, trained.own_state(), what);
@@ -114,14 +113,56 @@ void expect_all_stages_match_one_rank_stage_zero(Communicator& world, Communicat
   }
 }
 
-TEST_F(ZeroEngineTest, AllStagesMatchOneRankStageZero) {
-  expect_all_stages_match_one_rank_stage_zero(world_, self_, false);
+constexpr int kInvariantSteps = 4;
+
+// World-invariant mode (docs/ARCHITECTURE.md §4): every stage at N ranks, with and without
+// overlap (small buckets: chunked reductions) and activation checkpointing, trains kInvariantSteps
+// steps bit for bit like one rank at stage 0 with grad-accum N·A over the same micro-batches:
+// every loss and gradient norm, every fp32 master (rank 0's gather of the whole model), and this
+// rank's own master/m/v range. tied: the model with tied embeddings (reference and runs alike).
+void expect_world_invariant_stages_equal_one_rank(Communicator& world, Communicator& self,
+                                                  bool tied, Precision precision) {
+  EngineOptions base;
+  base.tied = tied;
+  base.precision = precision;
+  base.world_invariant = true;
+  const RunResult ref = run(self, base, kAccum * world.world_size(), kInvariantSteps);
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (bool overlap : {true, false}) {
+      for (int ckpt : {0, 1}) {
+        EngineOptions o = base;
+        o.stage = stage;
+        o.overlap = overlap;
+        o.ckpt_every = ckpt;
+        if (!overlap) {
+          o.bucket = 1000;
+          o.reuse = 0;
+        }
+        const std::string what = std::string(tied ? "tied, " : "") +
+                                 "N=" + std::to_string(world.world_size()) + " stage " +
+                                 std::to_string(stage) + " overlap " + std::to_string(overlap) +
+                                 " ckpt " + std::to_string(ckpt);
+        const RunResult got = run(world, o, kAccum, kInvariantSteps);
+        EXPECT_EQ(got.losses, ref.losses) << what;
+        for (size_t i = 0; i < got.stats.size(); ++i)
+          EXPECT_EQ(got.stats[i].grad_norm, ref.stats[i].grad_norm) << what << " step " << i + 1;
+        if (world.rank() == 0) {
+          EXPECT_TRUE(got.master == ref.master) << what << ": the masters differ";
+        }
+        engine_test::expect_same_range(got.own, ref.own, what);
+      }
+    }
+  }
+}
+
+TEST_F(ZeroEngineTest, WorldInvariantStagesEqualOneRankStageZeroBitwise) {
+  expect_world_invariant_stages_equal_one_rank(world_, self_, false, Precision::kBf16);
 }
 
 // Tied embeddings: the one embedding parameter gets the head's gradient and the lookup's, is
 // reduced once and updated once, at every stage (stage 3 gathers it for the head as well).
-TEST_F(ZeroEngineTest, TiedEmbeddingsMatchOneRankStageZeroAtEveryStage) {
-  expect_all_stages_match_one_rank_stage_zero(world_, self_, true);
+TEST_F(ZeroEngineTest, TiedEmbeddingsEqualOneRankStageZeroBitwiseAtEveryStage) {
+  expect_world_invariant_stages_equal_one_rank(world_, self_, true, Precision::kFp32);
 }
 
 TEST_F(ZeroEngineTest, CheckpointingIsBitwiseIdentical) {
@@ -198,6 +239,44 @@ TEST_F(ZeroEngineTest, CommunicationVolumeMatchesTheory) {
 // forward, backward and optimizer are disjoint parts of the step, and collective waits lie
 // inside forward/backward or after the optimizer (stage 1/2 parameter all-gathers), so neither
 // sum can exceed the step's wall time.
+// World-invariant mode: every micro-batch's gradient is reduce-scattered at every stage (the
+// rank-tree order, sending the ring's bytes), so at grad-accum 1 each stage moves the ZeRO
+// theory's gradient and parameter volume (stage 0: reduce-scatter + all-gather = all-reduce) and
+// at grad-accum A the reduce-scatter repeats A times. Besides: the loss as one double per
+// micro-batch (all-gathered) and, at stages 1-3, one double per 8192-element norm block
+// (all-reduced). Groups are padded to N·8192 elements.
+TEST_F(ZeroEngineTest, WorldInvariantCommunicationMatchesTheory) {
+  const ParamLayout layout(preset_config("tiny"));
+  const uint64_t n = static_cast<uint64_t>(N()), align = n * ZeroConfig::kInvariantNormBlock;
+  uint64_t padded = 0;
+  for (const auto& g : layout.groups())
+    padded += (static_cast<uint64_t>(g.numel) + align - 1) / align * align;
+  const uint64_t blocks = padded / ZeroConfig::kInvariantNormBlock;
+  EngineOptions o;
+  o.precision = Precision::kBf16;
+  o.reuse = 0;
+  o.world_invariant = true;
+  using Op = CollectiveOp;
+  for (uint64_t accum : {1u, 2u}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      o.stage = stage;
+      const CommCounters c = run(world_, o, static_cast<int64_t>(accum), 1).last_step_counters;
+      const std::string what = "stage " + std::to_string(stage) + " accum " + std::to_string(accum);
+      const uint64_t losses = accum * n;  // the gathered per-micro-batch loss sums
+      EXPECT_EQ(c[Op::kReduceScatter].elements, accum * padded) << what;
+      EXPECT_EQ(c[Op::kReduceScatter].bytes_sent, accum * padded / n * (n - 1) * 4) << what;
+      EXPECT_EQ(c[Op::kAllReduce].elements, stage == 0 ? 0 : blocks) << what;
+      // Stage 0 gathers the fp32 gradient, stages 1/2 the bf16 params after the update, stage 3
+      // the bf16 params before every micro-batch's forward and backward (no reuse).
+      const uint64_t gathered = stage == 3 ? 2 * accum * padded : padded;
+      const uint64_t gathered_bytes = stage == 0 ? 4 : 2;
+      EXPECT_EQ(c[Op::kAllGather].elements, gathered + losses) << what;
+      EXPECT_EQ(c[Op::kAllGather].bytes_sent, (gathered / n * gathered_bytes + accum * 8) * (n - 1))
+          << what;
+    }
+  }
+}
+
 TEST_F(ZeroEngineTest, PhaseTimesAreDisjointPartsOfTheStep) {
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool overlap : {true, false}) {

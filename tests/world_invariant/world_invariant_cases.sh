@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # World-invariant training through the binary (README "World-invariant training"): runs of the
-# tiny preset with --world-invariant at 1, 2 and 4 ranks and every ZeRO stage, with the same
+# tiny preset with --world-invariant at 1, 2, 4 and 8 ranks and every ZeRO stage, with the same
 # global batch (micro-batch 2, 8 micro-batches per step: grad-accum 8/N), must give the same
 # bits: the loss and gradient-norm strings of metrics.jsonl, the fp32 master/m/v of the step-4
 # checkpoint and the bf16 final/ model. Every run is compared with one rank at stage 0.
 #
 #   world_invariant_cases.sh CASE SOURCE_DIR ZEROTRAIN_BINARY
-#     stages    N ∈ {1, 2, 4} × stage 0–3
+#     stages    N ∈ {1, 2, 4, 8} × stage 0–3
 #     small     the small preset (groups of many norm blocks, chunked reductions), stages 1–3
 #     features  activation checkpointing, CPU/NVMe offload, no overlap with small buckets
 #     resume    2 ranks stage 3 for 2 steps, then 4 ranks stage 1 from its checkpoint
@@ -68,7 +68,7 @@ reference() {
 case "$CASE" in
   stages)
     reference
-    for ranks in 1 2 4; do
+    for ranks in 1 2 4 8; do
       for stage in 0 1 2 3; do
         [[ $ranks == 1 && $stage == 0 ]] && continue
         run "np${ranks}_stage${stage}" "$ranks" "$stage"
