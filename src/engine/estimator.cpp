@@ -99,9 +99,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   } else {
     e.params = sum_padded * work_bytes;
   }
-  e.grads = (traits.shard_gradients ? sum_shard : sum_padded) * 4;
   // World-invariant training: the tree over the rank's micro-batches keeps log2(A) + 1 buffers
-  // of every group's shard (engine/pairwise_sum.h).
+  // of every group's shard (engine/pairwise_sum.h); at stages 1-3 its sum is the optimizer's
+  // gradient, so there is no other gradient buffer.
+  if (!(zero.world_invariant && traits.shard_optimizer))
+    e.grads = (traits.shard_gradients ? sum_shard : sum_padded) * 4;
   if (zero.world_invariant) e.grads += PairwiseSum::levels_for(grad_accum) * sum_shard * 4;
   if (offload.optimizer_offloaded()) {
     // OffloadOptimizer: fp32 gradient shards + two working-dtype staging tiles, then the store.

@@ -49,7 +49,7 @@ void PairwiseSum::add_leaf() {
   ++added_;
 }
 
-const float* PairwiseSum::result() const {
+float* PairwiseSum::result() {
   ZT_CHECK(added_ == leaves_ && !leaf_open_, "PairwiseSum: " + std::to_string(added_) + " of " +
                                                  std::to_string(leaves_) + " leaves added");
   return levels_.back().data();

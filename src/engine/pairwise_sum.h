@@ -27,8 +27,9 @@ class PairwiseSum {
   float* next_leaf();
   // Merges the leaf written since next_leaf() into the tree.
   void add_leaf();
-  // The tree's sum, once every leaf was added.
-  const float* result() const;
+  // The tree's sum, once every leaf was added (writable: its user may consume it in place, until
+  // the next reset()).
+  float* result();
   // Starts a new sum over the same number of leaves.
   void reset();
   int64_t leaves() const { return leaves_; }

@@ -42,8 +42,11 @@ void ZeroEngine::Impl::allocate() {
       work_bf16.emplace_back(memory, work_cat, work_n);
     else
       work_f32.emplace_back(memory, work_cat, work_n);
-    grads.emplace_back(memory, MemCategory::kGrads,
-                       static_cast<size_t>(traits.shard_gradients ? p.shard : p.padded));
+    if (grads_in_tree())
+      grads.emplace_back();
+    else
+      grads.emplace_back(memory, MemCategory::kGrads,
+                         static_cast<size_t>(traits.shard_gradients ? p.shard : p.padded));
     if (offload.optimizer_offloaded()) continue;  // master/m/v: OffloadOptimizer's store
     const size_t own = static_cast<size_t>(own_size(g));
     master.emplace_back(memory, MemCategory::kOptimizer, own);
@@ -174,7 +177,7 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     float* full_grads = grads[static_cast<size_t>(g)].data();
     // Optimizer offload: the final reduced shard goes to the host as soon as it lands.
     std::function<void()> landed;
-    if (offloader && last) {
+    if (offloader && last && !invariant()) {
       const float* shard = own_grads(g);
       landed = [this, g, shard] { offloader->gradient_ready(g, shard); };
     }
@@ -233,6 +236,7 @@ double ZeroEngine::Impl::step_loss_sum(int64_t micro_batches) {
 }
 
 float* ZeroEngine::Impl::own_grads(int g) {
+  if (grads_in_tree()) return micro_batch_sum->result() + shard_offset[static_cast<size_t>(g)];
   float* base = grads[static_cast<size_t>(g)].data();
   // A sharded optimizer over a full accumulator (stage 1): the own range inside it.
   return traits.shard_gradients ? base : base + own_begin(g);
@@ -277,13 +281,10 @@ double ZeroEngine::Impl::invariant_gradient_norm() {
 void ZeroEngine::Impl::land_invariant_gradients() {
   const float* sum = micro_batch_sum->result();
   for (int g = num_groups() - 1; g >= 0; --g) {
-    const float* shard = sum + shard_offset[static_cast<size_t>(g)];
-    const int64_t n = part(g).shard;
-    if (traits.shard_optimizer) {
-      dev.copy(own_grads(g), shard, static_cast<size_t>(n) * sizeof(float));
-    } else {  // stage 0: every rank updates the whole group
+    if (!grads_in_tree()) {  // stage 0: every rank updates the whole group
       CommHandle h =
-          comm.all_gather(shard, grads[static_cast<size_t>(g)].data(), static_cast<size_t>(n));
+          comm.all_gather(sum + shard_offset[static_cast<size_t>(g)],
+                          grads[static_cast<size_t>(g)].data(), static_cast<size_t>(part(g).shard));
       intervals.time(StepIntervals::kCommWait, [&] { comm.device_wait(h); });
     }
     if (offloader) offloader->gradient_ready(g, own_grads(g));

@@ -83,7 +83,8 @@ struct ZeroEngine::Impl {
   // World-invariant training (zero.world_invariant, docs/ARCHITECTURE.md §4). Each micro-batch's
   // gradient is reduce-scattered over the ranks in rank-tree order into a leaf of
   // `micro_batch_sum`, the balanced tree over the rank's micro-batches; the leaves hold every
-  // group's shard, group g at shard_offset[g]. norm_blocks: Σ grad² of every block of
+  // group's shard, group g at shard_offset[g]. At stages 1-3 the tree's sum is the optimizer's
+  // gradient in place (no `grads` buffers). norm_blocks: Σ grad² of every block of
   // kInvariantNormBlock elements of every padded group (group g's from norm_block_offset[g]).
   std::unique_ptr<PairwiseSum> micro_batch_sum;
   float* leaf = nullptr;  // the open leaf of the micro-batch being computed
@@ -98,6 +99,9 @@ struct ZeroEngine::Impl {
   // Whether each micro-batch's gradient is reduced at once (stages 2/3, and every stage in
   // world-invariant training).
   bool reduces_each_micro_batch() const { return traits.reduces_each_micro_batch() || invariant(); }
+  // Whether the own gradient shards are read from the micro-batch tree's sum (world-invariant
+  // stages 1-3) rather than from `grads`.
+  bool grads_in_tree() const { return invariant() && traits.shard_optimizer; }
   bool tied() const { return self.model_.layout().tied_embeddings(); }
   bool upcasts_params() const {
     return upcasts_working_params(precision, self.model_.activation_storage());
@@ -146,7 +150,7 @@ struct ZeroEngine::Impl {
   double gradient_norm();
   double invariant_gradient_norm();
   // World-invariant training, after the last micro-batch: the tree's sum becomes the optimizer's
-  // gradient (stage 0 all-gathers the shards into the whole group).
+  // gradient (stages 1-3 read it in place; stage 0 all-gathers the shards into the whole group).
   void land_invariant_gradients();
   float* own_grads(int g);  // the own range's gradients
   // Collective over `host`: the layout index of the first tensor in which any rank's own range of
