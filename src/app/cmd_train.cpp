@@ -276,10 +276,11 @@ int run_training(TrainOptions o) {
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   MemoryTracker memory(backend->device_memory());
   std::unique_ptr<ZeroEngine> engine_ptr;
-  TrainCheckpointing checkpointing(o.checkpoint, o.out,
-                                   {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len,
-                                    static_cast<uint64_t>(o.seed), in.data_identity},
-                                   comm, in.resume_dir);
+  TrainCheckpointing checkpointing(
+      o.checkpoint, o.out,
+      {o.optim, o.steps, o.micro_batch, o.grad_accum, o.seq_len, static_cast<uint64_t>(o.seed),
+       in.data_identity, o.zero.world_invariant},
+      comm, in.resume_dir);
   // The engine's buffers and its first values (rank-local work), agreed before any collective.
   run_collectively(comm, [&] {
     engine_ptr = std::make_unique<ZeroEngine>(config, o.zero, in.precision, o.optim, *backend,

@@ -68,6 +68,8 @@ nlohmann::json estimate_for(const RunData& r) {
         c.value("param_persistence_threshold", zero.param_persistence_threshold);
     zero.max_live_parameters = c.value("max_live_parameters", zero.max_live_parameters);
     zero.max_reuse_distance = c.value("max_reuse_distance", zero.max_reuse_distance);
+    zero.overlap_comm = c.value("overlap_comm", zero.overlap_comm);
+    zero.world_invariant = c.value("world_invariant", zero.world_invariant);
     const ActivationCheckpointing ac =
         parse_activation_checkpointing(c.value("activation_checkpointing", std::string("none")),
                                        c.value("cpu_checkpointing", false));

@@ -97,6 +97,10 @@ TEST(CheckpointManifest, RoundTripsThroughJson) {
   EXPECT_EQ(back.progress.cursor, (DataCursor{1, 5}));
   EXPECT_EQ(back.hyper.optim.lr, 5e-3f);  // floats come back bit for bit
   EXPECT_EQ(back.hyper.optim.beta2, 0.95f);
+  EXPECT_FALSE(back.hyper.world_invariant);
+  CheckpointManifest invariant = tiny_manifest(3);
+  invariant.hyper.world_invariant = true;
+  EXPECT_TRUE(CheckpointManifest::from_json(invariant.to_json(), "test").hyper.world_invariant);
   EXPECT_EQ(back.files[2].crc32c, 0xdeadbef1u);
   EXPECT_EQ(checkpoint_step_dir_name(10), "step-00000010");
   EXPECT_EQ(checkpoint_rank_file_name(3), "rank-00003.h5");
@@ -211,6 +215,14 @@ TEST(CheckpointManifest, HyperparameterChangesFailOrWarn) {
   const auto warnings = check_resume_hyperparameters(m, run, 2, "bf16", "c");
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_NE(warnings[0].find("lr: checkpoint 0.005, run 0.001"), std::string::npos) << warnings[0];
+  // World-invariant training toggled: the state loads, the bits of the continuation change.
+  TrainingHyperparameters toggled = m.hyper;
+  toggled.world_invariant = !m.hyper.world_invariant;
+  const auto toggle_warnings = check_resume_hyperparameters(m, toggled, 2, "bf16", "c");
+  ASSERT_EQ(toggle_warnings.size(), 1u);
+  EXPECT_NE(toggle_warnings[0].find("world_invariant: checkpoint false, run true"),
+            std::string::npos)
+      << toggle_warnings[0];
   run.micro_batch = 1;  // same world, other micro-batch: refused
   EXPECT_THROW(check_resume_hyperparameters(m, run, 2, "bf16", "c"), Error);
   // At another world size the micro-batch may change (a warning when the global batch does).

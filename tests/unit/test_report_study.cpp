@@ -29,7 +29,9 @@ class ReportStudy : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // A run directory of `ranks` ranks at `stage` whose steps after the first run at tokens_per_s.
-  std::string make_run(const std::string& name, int stage, int ranks, double tokens_per_s) {
+  // `extra`: more configuration keys (run.json "config").
+  std::string make_run(const std::string& name, int stage, int ranks, double tokens_per_s,
+                       const nlohmann::json& extra = nlohmann::json::object()) {
     const fs::path run = dir_ / name;
     fs::create_directories(run);
     const nlohmann::json model = {{"hidden_size", 64},
@@ -42,11 +44,11 @@ class ReportStudy : public ::testing::Test {
                                   {"rope_theta", 10000.0},
                                   {"max_position_embeddings", 1024},
                                   {"tie_word_embeddings", false}};
-    const nlohmann::json config = {
-        {"zero_stage", stage},       {"micro_batch", 2},
-        {"grad_accum", 1},           {"seq_len", 32},
-        {"precision", "bf16"},       {"activation_checkpointing", "none"},
-        {"cpu_checkpointing", false}};
+    nlohmann::json config = {{"zero_stage", stage},       {"micro_batch", 2},
+                             {"grad_accum", 1},           {"seq_len", 32},
+                             {"precision", "bf16"},       {"activation_checkpointing", "none"},
+                             {"cpu_checkpointing", false}};
+    config.update(extra);
     std::ofstream(run / "run.json")
         << nlohmann::json{{"config", config}, {"world_size", ranks}, {"model", model}}.dump();
     std::ofstream metrics(run / "metrics.jsonl");
@@ -105,6 +107,25 @@ TEST_F(ReportStudy, RowsCarryThroughputEfficiencyMemoryAndBytes) {
                         "memory_per_rank.svg", "loss_curves.svg"})
     EXPECT_TRUE(fs::exists(dir_ / "out" / f)) << f;
   EXPECT_EQ(files.size(), 6u);
+}
+
+// The estimate beside a world-invariant run counts the mode's buffers (the micro-batch tree, the
+// norm blocks, the per-micro-batch reduce slots): it differs from the same run's without it.
+TEST_F(ReportStudy, EstimateFollowsTheWorldInvariantMode) {
+  const nlohmann::json accum = {{"grad_accum", 4}};
+  nlohmann::json invariant = accum;
+  invariant["world_invariant"] = true;
+  const RunData plain = load_run_dir(make_run("plain", 1, 2, 100, accum));
+  const RunData inv = load_run_dir(make_run("invariant", 1, 2, 100, invariant));
+  const auto rows = scaling_rows({plain, inv});
+  ASSERT_EQ(rows.size(), 2u);
+  const nlohmann::json& a =
+      rows[0].run == "plain" ? rows[0].estimated_memory : rows[1].estimated_memory;
+  const nlohmann::json& b =
+      rows[0].run == "plain" ? rows[1].estimated_memory : rows[0].estimated_memory;
+  ASSERT_TRUE(a.is_object() && b.is_object());
+  EXPECT_NE(a["grads"].get<int64_t>(), b["grads"].get<int64_t>());
+  EXPECT_GT(b["buffers"].get<int64_t>(), a["buffers"].get<int64_t>());
 }
 
 TEST_F(ReportStudy, EmptyOrForeignDirectoriesAreRejectedByName) {
