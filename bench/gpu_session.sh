@@ -12,6 +12,7 @@
 #           A 30-minute session is three calls of at most 10 minutes:
 #             1. preflight,tests,sanitize   2. train,pytorch   3. offload,big
 #     preflight  commit, GPU name, driver, memory, `free -g`, the library directories found,
+#                `zerotrain info --env`,
 #                compute-sanitizer and torch versions, and `ldd` of every bundled binary and
 #                library (a "not found" fails the preflight)
 #     tests      bench_gpu_ceilings (copy GB/s; GEMM TFLOP/s), then zt_gpu_tests by group
@@ -209,6 +210,9 @@ run_part_preflight() {
   if [ "$ok" = 1 ]; then say "preflight: ldd finds every library of the bundle"; else
     say "preflight: FAILED (libraries not found, above)"
   fi
+  # zerotrain's own view: versions of CUDA, cuBLASLt, cuDNN, NCCL as loaded, the GPUs it sees.
+  timeout 60 "$B/libexec/zerotrain" info --env ||
+    say "info --env: FAILED (exit $?): the binary cannot start here"
 }
 
 gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*' 'gemm_attention=*CudaGemm.*:*CudaAttention.*'

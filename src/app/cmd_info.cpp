@@ -7,6 +7,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/environment_report.h"
 #include "checkpoint/checkpoint_files.h"
 #include "io/fs_util.h"
 #include "io/model_dir.h"
@@ -192,13 +193,18 @@ void info_safetensors(const std::string& dir, bool json) {
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
-  const CommandSpec spec{"info",
-                         "Summarise a model directory, a token dataset (.h5) or a training "
-                         "checkpoint directory.",
-                         "zerotrain info PATH [--json] [--verify]"};
+  const CommandSpec spec{
+      "info",
+      "Summarise a model directory, a token dataset (.h5) or a training "
+      "checkpoint directory; or, with --env, this installation and what this "
+      "rank sees (like DeepSpeed's ds_report).",
+      "zerotrain info PATH [--json] [--verify]\n  zerotrain info --env [--json]"};
   po::options_description options("info options");
   options.add_options()("path", po::value<std::string>(), "what to describe")(
       "json", po::bool_switch(), "print machine-readable JSON")(
+      "env", po::bool_switch(),
+      "report zerotrain's build, its libraries, the CPU and GPUs, and the launcher and rank "
+      "variables this process sees (no PATH)")(
       "verify", po::bool_switch(),
       "model directory: read every tensor and check it is finite; checkpoint: check every "
       "file's CRC-32C");
@@ -206,6 +212,16 @@ int cmd_info(int argc, char** argv) {
   positional.add("path", 1);
   po::variables_map vm;
   if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
+  if (vm["env"].as<bool>()) {
+    ZT_CHECK(!vm.count("path"), "info --env describes this installation and takes no PATH (got '" +
+                                    vm["path"].as<std::string>() + "')");
+    const nlohmann::json report = environment_report();
+    if (vm["json"].as<bool>())
+      std::cout << report.dump(2) << std::endl;
+    else
+      print_environment_report(report, std::cout);
+    return 0;
+  }
   require_option(vm, "path", spec.name);
   const std::string path = vm["path"].as<std::string>();
   const bool json = vm["json"].as<bool>();

@@ -299,4 +299,8 @@ void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, 
   commit_output(dv, dv16, kBf16, kv_n, stream);
 }
 
+size_t cudnn_library_version() {
+  return cudnnGetVersion();
+}
+
 }  // namespace zt::cuda

@@ -52,4 +52,7 @@ class CudnnAttention {
   std::unique_ptr<Impl> impl_;
 };
 
+// The cuDNN library's version (cudnnGetVersion: 10000·major + 100·minor + patch).
+size_t cudnn_library_version();
+
 }  // namespace zt::cuda

@@ -266,4 +266,9 @@ std::unique_ptr<CommRequest> NcclCommunicator::start_collective(CollectiveCall c
                                        static_cast<cudaStream_t>(producer_stream_));
 }
 
+int nccl_library_version() {
+  int version = 0;
+  return ncclGetVersion(&version) == ncclSuccess ? version : 0;
+}
+
 }  // namespace zt

@@ -76,4 +76,7 @@ class NcclCommunicator final : public Communicator {
   void* producer_stream_ = nullptr;
 };
 
+// The NCCL library's version (ncclGetVersion: 10000·major + 100·minor + patch), 0 if unknown.
+int nccl_library_version();
+
 }  // namespace zt
