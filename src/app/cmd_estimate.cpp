@@ -3,6 +3,7 @@
 // --device-memory, the lowest stage (least communication) that fits, else checkpointing or
 // offload. No MPI, no allocation: pure arithmetic.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -34,6 +35,7 @@ struct EstimateOptions {
   bool cpu_checkpointing = false;
   OffloadOptions offload;        // --offload-optimizer, --offload-param, --sub-group-size, ...
   double device_memory_gib = 0;  // 0: no recommendation
+  bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
   int ranks_per_node = 0;        // 0: min(world, 8)
   bool json = false;
 };
@@ -61,6 +63,11 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "checkpointed layer inputs in host memory");
   add("device-memory", po::value(&o.device_memory_gib),
       "GiB per device: recommend the lowest stage that fits");
+  double device_memory_gib = 0;
+  add("device-memory-gib", po::value(&device_memory_gib), "the same as --device-memory");
+  add("max-micro-batch", flag(&o.max_micro_batch, false),
+      "with --device-memory-gib: the largest micro-batch that fits at each stage (with this "
+      "run's checkpointing and offload)");
   add("ranks-per-node", po::value(&o.ranks_per_node),
       "ranks sharing a node's host memory (DeepSpeed offload figure; default min(N, 8))");
   add("deepspeed", po::value(&o.deepspeed),
@@ -74,6 +81,19 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add_offload_options(opts, o.offload);
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  if (vm.count("device-memory-gib")) {
+    ZT_CHECK(!vm.count("device-memory") || o.device_memory_gib == device_memory_gib,
+             std::string(kCommand) + ": --device-memory and --device-memory-gib disagree");
+    o.device_memory_gib = device_memory_gib;
+  }
+  ZT_CHECK(vm.count("device-memory") + vm.count("device-memory-gib") == 0 ||
+               (std::isfinite(o.device_memory_gib) && o.device_memory_gib > 0),
+           std::string(kCommand) + ": --device-memory-gib must be a positive number of GiB, got " +
+               std::to_string(o.device_memory_gib));
+  ZT_CHECK(!o.max_micro_batch || o.device_memory_gib > 0,
+           std::string(kCommand) +
+               ": --max-micro-batch needs --device-memory-gib G (the GiB of "
+               "one device)");
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
            std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
   model = o.model_dir.empty() ? preset_config(o.preset)
@@ -87,9 +107,9 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   return true;
 }
 
-std::string gib(double bytes) {
+std::string gib(double bytes, int digits = 2) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
+  std::snprintf(buf, sizeof buf, "%.*f", digits, bytes / kGiB);
   return buf;
 }
 
@@ -123,6 +143,40 @@ std::string offload_flags(const OffloadConfig& c) {
     flags += " --offload-optimizer " + std::string(offload_device_name(c.optimizer));
   if (c.param_offloaded()) flags += " --offload-param " + std::string(offload_device_name(c.param));
   return flags;
+}
+
+// --max-micro-batch: for each stage, the largest micro-batch whose estimated device peak fits
+// in o.device_memory_gib, into out["max_micro_batch"]; returns the table's lines.
+std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& model,
+                                  Precision precision, const ActivationCheckpointing& ac,
+                                  const OffloadConfig& offload, DType storage,
+                                  nlohmann::json& out) {
+  const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
+  std::string table = "largest micro-batch per rank in " +
+                      gib(static_cast<double>(device_bytes), 3) + " GiB per device (seq-len " +
+                      std::to_string(o.seq_len) + "):\n";
+  out["max_micro_batch"] = nlohmann::json::array();
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZeroConfig z = o.zero;
+    z.stage = stage;
+    const OffloadConfig applied = offload_at_stage(offload, stage);
+    const MaxMicroBatch m = max_micro_batch(model, o.world, z, precision, o.seq_len, ac, applied,
+                                            o.grad_accum, storage, device_bytes);
+    out["max_micro_batch"].push_back({{"stage", stage},
+                                      {"micro_batch", m.micro_batch},
+                                      {"device_total", m.at.device_total()},
+                                      {"next_device_total", m.next.device_total()}});
+    table += "  stage " + std::to_string(stage) + ": ";
+    if (m.micro_batch == 0) {
+      table += "none (one sequence needs " + gib(m.at.device_total(), 3) +
+               " GiB: " + device_breakdown(m.at) + ")\n";
+    } else {
+      table += std::to_string(m.micro_batch) + " (" + gib(m.at.device_total(), 3) + " GiB; " +
+               std::to_string(m.micro_batch + 1) + " needs " + gib(m.next.device_total(), 3) +
+               " GiB)\n";
+    }
+  }
+  return table;
 }
 
 int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
@@ -222,6 +276,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                " GiB); use more ranks, a smaller micro-batch or a shorter sequence\n";
     }
   }
+  if (o.max_micro_batch)
+    advice += max_micro_batch_table(o, model, precision, ac, offload, storage, out);
   if (o.json) {
     std::cout << out.dump(2) << "\n";
     return 0;

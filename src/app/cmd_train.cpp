@@ -249,6 +249,34 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
   if (comm.rank() == 0 && !eval.is_null()) std::cerr << "eval: " << eval.dump() << "\n";
 }
 
+size_t device_memory_limit_bytes(const TrainOptions& o) {
+  return static_cast<size_t>(o.device_memory_limit_gib * 1024.0 * 1024.0 * 1024.0);
+}
+
+// --device-memory-limit: a run whose estimated device peak per rank exceeds the limit is refused
+// before anything is allocated, naming the categories and the shortfall. The estimate is the sum
+// of each category's peak, an upper bound of the measured peak (engine/estimator.h); the tracker
+// enforces the limit on every allocation as well. Every rank computes the same figures.
+void check_device_memory_limit(const TrainOptions& o, const MemoryEstimate& e, int world) {
+  const size_t limit = device_memory_limit_bytes(o);
+  const auto need = static_cast<size_t>(e.device_total());
+  if (limit == 0 || need <= limit) return;
+  const auto gib = [](size_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(bytes) / (1 << 30));
+    return std::string(buf);
+  };
+  throw AgreedError(std::string(kCommand) + ": --device-memory-limit " + gib(limit) +
+                    ": this run needs " + gib(need) + " per rank (ZeRO stage " +
+                    std::to_string(o.zero.stage) + ", micro-batch " +
+                    std::to_string(o.micro_batch) + ", seq-len " + std::to_string(o.seq_len) +
+                    ", world " + std::to_string(world) + "): " + device_breakdown(e) +
+                    "; short by " + std::to_string(need - limit) +
+                    " bytes. `zerotrain estimate --max-micro-batch --device-memory-gib " +
+                    shortest_decimal(o.device_memory_limit_gib) +
+                    "` with this run's options gives the largest micro-batch that fits");
+}
+
 int run_training(TrainOptions o) {
   const auto t_start = std::chrono::steady_clock::now();
   MpiRuntime runtime;
@@ -265,16 +293,19 @@ int run_training(TrainOptions o) {
   WindowSampler& sampler = *in.sampler;
 
   const OffloadConfig offload = o.offload.resolved();
-  EngineDevice device = make_engine_device(
-      o.backend, comm, comm.comm(),
+  const MemoryEstimate estimate =
       estimate_memory(config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac, offload,
-                      o.grad_accum, in.activation_storage),
-      {resolve_attention_request(o.attention, o.backend, kCommand),
-       attention_shape(config, o.micro_batch, o.seq_len), in.activation_storage},
-      kCommand);
+                      o.grad_accum, in.activation_storage);
+  check_device_memory_limit(o, estimate, world);  // every rank computes the same: agreed
+  EngineDevice device =
+      make_engine_device(o.backend, comm, comm.comm(), estimate,
+                         {resolve_attention_request(o.attention, o.backend, kCommand),
+                          attention_shape(config, o.micro_batch, o.seq_len), in.activation_storage},
+                         kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   MemoryTracker memory(backend->device_memory());
+  memory.set_device_limit(device_memory_limit_bytes(o));
   std::unique_ptr<ZeroEngine> engine_ptr;
   TrainCheckpointing checkpointing(
       o.checkpoint, o.out,

@@ -49,6 +49,7 @@ void validate_settings(const TrainOptions& o) {
                " is above --lr " + shortest_decimal(o.optim.lr) +
                " (the schedule decays from --lr to --min-lr)");
   check_comm_timeout(o.comm_timeout, kCommand);
+  check_finite_at_least(o.device_memory_limit_gib, 0, "device-memory-limit", kCommand);
   for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
     ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
                                         " must be in [0, 1), got " + std::to_string(beta));
@@ -123,6 +124,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"activation_checkpointing", activation_checkpointing},
           {"cpu_checkpointing", cpu_checkpointing},
           {"comm_timeout", comm_timeout},
+          {"device_memory_limit_gib", device_memory_limit_gib},
           {"eval_batches", eval_batches},
           {"log_every", log_every},
           {"save_consolidated_every", save_consolidated_every},
@@ -182,6 +184,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
       "keep checkpointed layer inputs in host memory");
   add_comm_timeout_option(opts, &o.comm_timeout);
+  add("device-memory-limit", decimal_option(&o.device_memory_limit_gib),
+      "GiB of device memory per rank this run may use (0 = no limit): refused before training "
+      "when the estimate exceeds it; any allocation past it is an error naming the category");
   add("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
       "eval batches at the end (0 = skip)");
   add("log-every", po::value(&o.log_every)->default_value(o.log_every),

@@ -31,6 +31,7 @@ struct TrainOptions {
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
+  double device_memory_limit_gib = 0;  // --device-memory-limit: 0 = the device's own size
   int64_t eval_batches = 0;
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps

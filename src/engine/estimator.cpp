@@ -1,6 +1,9 @@
 #include "engine/estimator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <iterator>
+#include <string>
 #include <utility>
 
 #include "engine/offload/nvme_swapper.h"
@@ -236,6 +239,48 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
     rec.candidates.push_back(c);
   }
   return rec;
+}
+
+std::string device_breakdown(const MemoryEstimate& e) {
+  const std::pair<const char*, int64_t> parts[] = {{"params", e.params},
+                                                   {"grads", e.grads},
+                                                   {"optimizer", e.optimizer},
+                                                   {"activations", e.activations},
+                                                   {"buffers", e.buffers}};
+  size_t largest = 0;
+  for (size_t k = 1; k < std::size(parts); ++k)
+    if (parts[k].second > parts[largest].second) largest = k;
+  std::string out;
+  for (size_t k = 0; k < std::size(parts); ++k) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.3f", static_cast<double>(parts[k].second) / (1 << 30));
+    out += std::string(k ? ", " : "") + parts[k].first + " " + gib + " GiB" +
+           (k == largest ? " (largest)" : "");
+  }
+  return out;
+}
+
+MaxMicroBatch max_micro_batch(const ModelConfig& model, int world, const ZeroConfig& zero,
+                              Precision precision, int64_t seq_len,
+                              const ActivationCheckpointing& ac, const OffloadConfig& offload,
+                              int64_t grad_accum, DType activation_storage, int64_t device_bytes) {
+  const auto at = [&](int64_t b) {
+    return estimate_memory(model, world, zero, precision, b, seq_len, ac, offload, grad_accum,
+                           activation_storage);
+  };
+  const auto fits = [&](int64_t b) { return at(b).device_total() <= device_bytes; };
+  constexpr int64_t kLargest = int64_t{1} << 24;  // sequences: far past any device
+  int64_t good = 0, bad = 1;                      // fits(good) (0 trivially), !fits(bad)
+  while (bad <= kLargest && fits(bad)) {
+    good = bad;
+    bad *= 2;
+  }
+  if (bad > kLargest) bad = kLargest + 1;
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return {good, at(std::max<int64_t>(good, 1)), at(good + 1)};
 }
 
 }  // namespace zt

@@ -90,4 +90,22 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
                                           int64_t device_bytes,
                                           DType activation_storage = DType::kFloat32);
 
+// "params 0.01 GiB, grads 0.01 GiB, optimizer 0.03 GiB, activations 0.40 GiB (largest),
+// buffers 0.01 GiB": the device categories of an estimate, for messages.
+std::string device_breakdown(const MemoryEstimate& e);
+
+// The largest micro-batch whose estimated device peak (device_total) fits in device_bytes with
+// everything else as given, and the estimates at it and at one more ("the ZeRO tutorial's
+// exercise": the maximum batch size per stage). micro_batch 0 when not even one sequence fits.
+// The estimate grows with the micro-batch, so the search doubles, then bisects.
+struct MaxMicroBatch {
+  int64_t micro_batch = 0;
+  MemoryEstimate at;    // at micro_batch (at 1 when micro_batch is 0)
+  MemoryEstimate next;  // at micro_batch + 1
+};
+MaxMicroBatch max_micro_batch(const ModelConfig& model, int world, const ZeroConfig& zero,
+                              Precision precision, int64_t seq_len,
+                              const ActivationCheckpointing& ac, const OffloadConfig& offload,
+                              int64_t grad_accum, DType activation_storage, int64_t device_bytes);
+
 }  // namespace zt

@@ -62,6 +62,18 @@ DeviceMemory& host_device_memory() {
 
 void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (device_limit_ > 0 && is_device_pool(c) && current_total_ + bytes > device_limit_) {
+    std::string in_use;
+    for (int k = 0; k < kNumMemCategories; ++k)
+      if (is_device_pool(static_cast<MemCategory>(k)) && current_[k] > 0)
+        in_use += std::string(in_use.empty() ? "" : ", ") +
+                  mem_category_name(static_cast<MemCategory>(k)) + " " +
+                  std::to_string(current_[k]);
+    fail("device memory limit of " + std::to_string(device_limit_) + " bytes reached: " +
+         std::to_string(bytes) + " more bytes of " + mem_category_name(c) + " do not fit, " +
+         std::to_string(current_total_) + " in use (" + (in_use.empty() ? "nothing" : in_use) +
+         "); short by " + std::to_string(current_total_ + bytes - device_limit_) + " bytes");
+  }
   const int i = static_cast<int>(c);
   current_[i] += bytes;
   if (current_[i] > peak_[i]) peak_[i] = current_[i];
@@ -75,6 +87,16 @@ void MemoryTracker::on_free(MemCategory c, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   current_[static_cast<int>(c)] -= bytes;
   if (is_device_pool(c)) current_total_ -= bytes;
+}
+
+void MemoryTracker::set_device_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  device_limit_ = bytes;
+}
+
+size_t MemoryTracker::device_limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_limit_;
 }
 
 size_t MemoryTracker::current(MemCategory c) const {

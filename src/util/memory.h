@@ -89,8 +89,14 @@ class MemoryTracker {
   explicit MemoryTracker(DeviceMemory& device = host_device_memory()) : device_(&device) {}
   DeviceMemory& device_memory() const { return *device_; }
 
+  // Counts an allocation. With a device limit set, a device-pool allocation that would take the
+  // pool's current total past it throws zt::Error naming the category, the bytes and what is in
+  // use, and counts nothing.
   void on_alloc(MemCategory c, size_t bytes);
   void on_free(MemCategory c, size_t bytes);
+  // `train --device-memory-limit`: the most device-pool bytes this tracker admits (0: no limit).
+  void set_device_limit(size_t bytes);
+  size_t device_limit() const;
   size_t current(MemCategory c) const;
   size_t peak(MemCategory c) const;
   size_t peak_total() const;  // peak of the sum over the device-pool categories
@@ -102,6 +108,7 @@ class MemoryTracker {
   std::array<size_t, kNumMemCategories> peak_{};
   size_t current_total_ = 0;
   size_t peak_total_ = 0;
+  size_t device_limit_ = 0;
 };
 
 // A tracked, 64-byte-aligned buffer of T (move-only), zero-initialised, from the tracker's
@@ -137,9 +144,14 @@ template <typename T>
 TrackedBuffer<T>::TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count)
     : tracker_(&tracker), cat_(cat), count_(count) {
   memory_ = &tracker.device_memory();
-  data_ = static_cast<T*>(is_device_pool(cat) ? memory_->allocate(count * sizeof(T), cat)
-                                              : memory_->allocate_host(count * sizeof(T)));
-  tracker_->on_alloc(cat_, count * sizeof(T));
+  tracker_->on_alloc(cat_, count * sizeof(T));  // counted first: a device limit refuses here
+  try {
+    data_ = static_cast<T*>(is_device_pool(cat) ? memory_->allocate(count * sizeof(T), cat)
+                                                : memory_->allocate_host(count * sizeof(T)));
+  } catch (...) {
+    tracker_->on_free(cat_, count * sizeof(T));
+    throw;
+  }
 }
 
 template <typename T>
