@@ -25,6 +25,7 @@ PACKAGES=(
   python3 python3-numpy python3-h5py python3-torch python3-pip python3-venv
   python3-yaml python3-requests python3-jinja2
   slurm-wlm munge librsvg2-bin
+  util-linux procps  # unshare, pkill: the simulated multi-node cluster (tests/multinode)
 )
 
 log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }

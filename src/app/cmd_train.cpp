@@ -190,10 +190,11 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
                     const ActivationCheckpointing& ac) {
   const ParamLayout& layout = engine.layout();
   const ModelConfig& config = engine.model().config();
+  const std::vector<std::string> names = hostnames(MPI_COMM_WORLD);
   RunInfo info{kCommand,
                o.to_json(),
                comm.world_size(),
-               hostnames(MPI_COMM_WORLD),
+               names,
                backend,
                communicator,
                o.precision,
@@ -201,6 +202,9 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
                layout.total_numel(),
                layout.non_embedding_numel()};
   info.config["activation_checkpointing"] = activation_checkpointing_name(ac);
+  for (const LocalRank& l : local_ranks_of(names))
+    info.placement.push_back(
+        {{"host", l.hostname}, {"local_rank", l.local_rank}, {"local_size", l.local_size}});
   run_collectively(comm, [&] {
     if (comm.rank() != 0) return;
     std::filesystem::create_directories(o.out);

@@ -91,7 +91,7 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
                               const MemoryEstimate& estimate, const AttentionSetup& attention) {
   const LocalRank local = local_rank_by_hostname(host.comm());
   const int gpus = cuda_device_count();
-  const int device = local.local_rank % gpus;
+  const int device = device_for_local_rank(local, gpus);
   const bool shares_gpu = local.local_size > gpus;
   EngineDevice out;
   std::string attention_summary;

@@ -64,16 +64,23 @@ std::vector<std::string> hostnames(MPI_Comm comm) {
   return names;
 }
 
+std::vector<LocalRank> local_ranks_of(const std::vector<std::string>& names) {
+  std::vector<LocalRank> out;
+  for (size_t r = 0; r < names.size(); ++r) {
+    LocalRank local;
+    local.hostname = names[r];
+    local.local_rank = static_cast<int>(
+        std::count(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(r), names[r]));
+    local.local_size = static_cast<int>(std::count(names.begin(), names.end(), names[r]));
+    out.push_back(local);
+  }
+  return out;
+}
+
 LocalRank local_rank_by_hostname(MPI_Comm comm) {
   int rank = 0;
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  const std::vector<std::string> names = hostnames(comm);
-  LocalRank local;
-  local.hostname = names[static_cast<size_t>(rank)];
-  local.local_rank =
-      static_cast<int>(std::count(names.begin(), names.begin() + rank, local.hostname));
-  local.local_size = static_cast<int>(std::count(names.begin(), names.end(), local.hostname));
-  return local;
+  return local_ranks_of(hostnames(comm))[static_cast<size_t>(rank)];
 }
 
 }  // namespace zt

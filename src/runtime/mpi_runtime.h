@@ -55,7 +55,14 @@ struct LocalRank {
 
 // Processor names of all ranks of `comm`, indexed by rank (collective over comm).
 std::vector<std::string> hostnames(MPI_Comm comm = MPI_COMM_WORLD);
+// Every rank's position among the ranks with its host name, from the names indexed by rank.
+std::vector<LocalRank> local_ranks_of(const std::vector<std::string>& names);
 // This rank's position among the ranks of `comm` on the same host (collective over comm).
 LocalRank local_rank_by_hostname(MPI_Comm comm = MPI_COMM_WORLD);
+// The GPU a rank drives among the `devices` its host shows it: its local rank, wrapped when the
+// host has fewer devices than ranks (they then share, through the staged communicator).
+inline int device_for_local_rank(const LocalRank& local, int devices) {
+  return devices > 0 ? local.local_rank % devices : 0;
+}
 
 }  // namespace zt

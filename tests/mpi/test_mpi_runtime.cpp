@@ -69,5 +69,25 @@ TEST(MpiRuntime, LocalRanksNumberTheRanksOfEachHostFromZero) {
   }
 }
 
+// Two nodes of two ranks, placed by block and round-robin: each node numbers its ranks from 0,
+// and the CUDA device a rank would drive is its local rank (wrapped past the node's GPUs).
+TEST(MpiRuntime, PlacementAndDevicesFollowEachNodesOwnRanks) {
+  for (const auto& [names, locals] :
+       {std::pair{std::vector<std::string>{"nodeA", "nodeA", "nodeB", "nodeB"},
+                  std::vector<int>{0, 1, 0, 1}},
+        std::pair{std::vector<std::string>{"nodeA", "nodeB", "nodeA", "nodeB"},
+                  std::vector<int>{0, 0, 1, 1}}}) {
+    const std::vector<LocalRank> placed = local_ranks_of(names);
+    ASSERT_EQ(placed.size(), names.size());
+    for (size_t r = 0; r < names.size(); ++r) {
+      EXPECT_EQ(placed[r].hostname, names[r]);
+      EXPECT_EQ(placed[r].local_rank, locals[r]) << "rank " << r;
+      EXPECT_EQ(placed[r].local_size, 2) << "rank " << r;
+      EXPECT_EQ(device_for_local_rank(placed[r], 8), locals[r]) << "rank " << r;
+      EXPECT_EQ(device_for_local_rank(placed[r], 1), 0) << "rank " << r << ": one shared GPU";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zt

@@ -12,18 +12,8 @@
 #     resume    2 ranks stage 3 for 2 steps, then 4 ranks stage 1 from its checkpoint
 #     refusals  3 ranks and 3 micro-batches per rank are refused, naming the number
 set -euo pipefail
-CASE=${1:?case}
-SRC=${2:?source dir}
-BIN=${3:?zerotrain binary}
-PY=/usr/bin/python3
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/zt_world_invariant.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
+# shellcheck source=tests/support/case_script.sh
+source "$(dirname "$0")/../support/case_script.sh" zt_world_invariant "$@"
 
 "$BIN" prepare-data --text "$SRC/README.md" --out "$WORK/data.h5" > /dev/null
 MICRO_BATCHES=8  # per step, over all ranks
