@@ -86,9 +86,12 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
              std::string(kCommand) + ": --device-memory and --device-memory-gib disagree");
     o.device_memory_gib = device_memory_gib;
   }
+  const char* given = vm.count("device-memory-gib") ? "--device-memory-gib" : "--device-memory";
   ZT_CHECK(vm.count("device-memory") + vm.count("device-memory-gib") == 0 ||
-               (std::isfinite(o.device_memory_gib) && o.device_memory_gib > 0),
-           std::string(kCommand) + ": --device-memory-gib must be a positive number of GiB, got " +
+               (std::isfinite(o.device_memory_gib) && o.device_memory_gib >= 1.0 / (1 << 20) &&
+                o.device_memory_gib <= 0x1p30),
+           std::string(kCommand) + ": " + given +
+               " must be a number of GiB between 1 KiB and 2^30 GiB, got " +
                std::to_string(o.device_memory_gib));
   ZT_CHECK(!o.max_micro_batch || o.device_memory_gib > 0,
            std::string(kCommand) +

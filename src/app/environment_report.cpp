@@ -88,7 +88,9 @@ std::string cpu_model_name() {
   while (std::getline(in, line)) {
     if (line.rfind("model name", 0) != 0) continue;
     const size_t colon = line.find(':');
-    if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    if (colon == std::string::npos) continue;
+    const size_t value = line.find_first_not_of(" \t", colon + 1);
+    if (value != std::string::npos) return line.substr(value);  // else an empty name
   }
   return "unknown";
 }

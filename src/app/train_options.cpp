@@ -50,6 +50,14 @@ void validate_settings(const TrainOptions& o) {
                " (the schedule decays from --lr to --min-lr)");
   check_comm_timeout(o.comm_timeout, kCommand);
   check_finite_at_least(o.device_memory_limit_gib, 0, "device-memory-limit", kCommand);
+  // 0 is "no limit"; otherwise at least one KiB (so it never rounds to 0 bytes) and at most
+  // 2^30 GiB (so the byte count fits).
+  ZT_CHECK(o.device_memory_limit_gib == 0 || (o.device_memory_limit_gib >= 1.0 / (1 << 20) &&
+                                              o.device_memory_limit_gib <= 0x1p30),
+           std::string(kCommand) +
+               ": --device-memory-limit must be 0 (no limit) or between 1 KiB "
+               "and 2^30 GiB, got " +
+               shortest_decimal(o.device_memory_limit_gib) + " GiB");
   for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
     ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
                                         " must be in [0, 1), got " + std::to_string(beta));

@@ -127,6 +127,7 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
   h.seq_len = j.at("seq_len").get<int64_t>();
   h.data_seed = j.at("data_seed").get<uint64_t>();
   h.data_identity = j.value("data_identity", "");
+  h.world_invariant_recorded = j.contains("world_invariant");
   h.world_invariant = j.value("world_invariant", false);
   return h;
 }
@@ -377,8 +378,9 @@ std::vector<std::string> check_resume_hyperparameters(
           int_text);
   compare(warnings, "steps (schedule length)", saved.total_steps, run.total_steps, int_text);
   compare(warnings, "precision", manifest.precision, run_precision, as_is);
-  compare(warnings, "world_invariant", saved.world_invariant, run.world_invariant,
-          [](bool v) { return std::string(v ? "true" : "false"); });
+  if (saved.world_invariant_recorded)
+    compare(warnings, "world_invariant", saved.world_invariant, run.world_invariant,
+            [](bool v) { return std::string(v ? "true" : "false"); });
   for (std::string& w : warnings) w += " (the continuation will differ from an uninterrupted run)";
   return warnings;
 }

@@ -45,9 +45,10 @@ struct TrainingHyperparameters {
   int64_t micro_batch = 0;
   int64_t grad_accum = 0;
   int64_t seq_len = 0;
-  uint64_t data_seed = 0;        // seed of the data order (data_loader.h)
-  std::string data_identity;     // TokenDataset::identity() ("" in version-1 checkpoints)
-  bool world_invariant = false;  // ZeroConfig::world_invariant (false in older checkpoints)
+  uint64_t data_seed = 0;                // seed of the data order (data_loader.h)
+  std::string data_identity;             // TokenDataset::identity() ("" in version-1 checkpoints)
+  bool world_invariant = false;          // ZeroConfig::world_invariant
+  bool world_invariant_recorded = true;  // false: an older checkpoint, which did not record it
 
   nlohmann::json to_json() const;
   static TrainingHyperparameters from_json(const nlohmann::json& j);

@@ -69,10 +69,11 @@ void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
         in_use += std::string(in_use.empty() ? "" : ", ") +
                   mem_category_name(static_cast<MemCategory>(k)) + " " +
                   std::to_string(current_[k]);
-    fail("device memory limit of " + std::to_string(device_limit_) + " bytes reached: " +
-         std::to_string(bytes) + " more bytes of " + mem_category_name(c) + " do not fit, " +
-         std::to_string(current_total_) + " in use (" + (in_use.empty() ? "nothing" : in_use) +
-         "); short by " + std::to_string(current_total_ + bytes - device_limit_) + " bytes");
+    fail("device memory limit (train --device-memory-limit) of " + std::to_string(device_limit_) +
+         " bytes reached: " + std::to_string(bytes) + " more bytes of " + mem_category_name(c) +
+         " do not fit, " + std::to_string(current_total_) + " in use (" +
+         (in_use.empty() ? "nothing" : in_use) + "); short by " +
+         std::to_string(current_total_ + bytes - device_limit_) + " bytes");
   }
   const int i = static_cast<int>(c);
   current_[i] += bytes;

@@ -105,8 +105,10 @@ for want in evidence/summary.txt evidence/preflight.log evidence/train.log \
 done
 tar -C "$WORK" -xzf "$WORK/out/evidence.tar.gz"
 # The preflight holds zerotrain's own environment report, run from the relocated bundle.
-grep -q '^zerotrain:$' "$WORK/evidence/preflight.log" && grep -q '^  cublaslt\|^libraries:$' \
-  "$WORK/evidence/preflight.log" || fail "the preflight has no 'zerotrain info --env' report"
+grep -q '^zerotrain:$' "$WORK/evidence/preflight.log" &&
+  grep -Eq '^  commit: [0-9a-f]{12}' "$WORK/evidence/preflight.log" &&
+  grep -q '^libraries:$' "$WORK/evidence/preflight.log" ||
+  fail "the preflight has no 'zerotrain info --env' report"
 runs=$(cat "$WORK"/evidence/*.log | grep -E '^== .*zerotrain train ' || true)
 [ -n "$runs" ] || fail "no train run in the logs"
 if grep -v -- '--comm-timeout 60' <<<"$runs"; then fail "train runs without --comm-timeout 60"; fi

@@ -74,21 +74,26 @@ class ZeroEngineTest : public ::testing::Test {
 // sequences with grad-accum N·A (so every GEMM has the same shape), and the runs differ only in
 // how the micro-batches' gradients, the losses and the norm are summed. Checked: the reduced
 // gradient of every element each rank owns, the loss, the gradient norm, and every new master.
-// This is the one test of the default mode across world sizes; world-invariant runs are exact.
-TEST_F(ZeroEngineTest, DefaultModeMatchesOneRankStageZeroWithinDerivedBounds) {
+// This is the test of the default mode across world sizes (world-invariant runs are exact), with
+// untied and tied embeddings (the one embedding parameter gets the head's gradient and the
+// lookup's, is reduced once and updated once).
+void expect_default_mode_within_derived_bounds(Communicator& world, Communicator& self, bool tied) {
   const EngineOptions defaults;
   const auto make_reference = [&](const AdamWConfig& optim) {
     EngineOptions o;
     o.optim = optim;
-    auto t = std::make_unique<TestEngine>(self_, o);
+    o.tied = tied;
+    auto t = std::make_unique<TestEngine>(self, o);
     t->init();
     return t;
   };
-  const engine_test::OneStepReference ref(make_reference, defaults.optim, 1, kAccum * N(), kLr);
+  const engine_test::OneStepReference ref(make_reference, defaults.optim, 1,
+                                          kAccum * world.world_size(), kLr);
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool overlap : {true, false}) {
       for (int ckpt : {0, 1}) {
         EngineOptions o;
+        o.tied = tied;
         o.stage = stage;
         o.overlap = overlap;
         o.ckpt_every = ckpt;
@@ -96,21 +101,30 @@ TEST_F(ZeroEngineTest, DefaultModeMatchesOneRankStageZeroWithinDerivedBounds) {
           o.bucket = 1000;
           o.reuse = 0;
         }
-        const std::string what = "stage " + std::to_string(stage) + " overlap " +
-                                 std::to_string(overlap) + " ckpt " + std::to_string(ckpt);
+        const std::string what = std::string(tied ? "tied, " : "") + "stage " +
+                                 std::to_string(stage) + " overlap " + std::to_string(overlap) +
+                                 " ckpt " + std::to_string(ckpt);
         EngineOptions probe = o;
         probe.optim = engine_test::OneStepReference::gradient_probe(o.optim);
-        TestEngine gradient(world_, probe);
+        TestEngine gradient(world, probe);
         gradient.init();
         gradient.step(1, kAccum, 0.0f);
         ref.expect_gradient(gradient.own_state(), what);
-        TestEngine trained(world_, o);
+        TestEngine trained(world, o);
         trained.init();
         const StepStats stats = trained.step(1, kAccum, kLr);
         ref.expect_step(stats, trained.own_state(), what);
       }
     }
   }
+}
+
+TEST_F(ZeroEngineTest, DefaultModeMatchesOneRankStageZeroWithinDerivedBounds) {
+  expect_default_mode_within_derived_bounds(world_, self_, false);
+}
+
+TEST_F(ZeroEngineTest, DefaultModeTiedEmbeddingsMatchOneRankStageZeroWithinDerivedBounds) {
+  expect_default_mode_within_derived_bounds(world_, self_, true);
 }
 
 constexpr int kInvariantSteps = 4;
@@ -235,10 +249,6 @@ TEST_F(ZeroEngineTest, CommunicationVolumeMatchesTheory) {
   }
 }
 
-// The step's phase times are intervals of the backend's timeline (the host clock on the CPU):
-// forward, backward and optimizer are disjoint parts of the step, and collective waits lie
-// inside forward/backward or after the optimizer (stage 1/2 parameter all-gathers), so neither
-// sum can exceed the step's wall time.
 // World-invariant mode: every micro-batch's gradient is reduce-scattered at every stage (the
 // rank-tree order, sending the ring's bytes), so at grad-accum 1 each stage moves the ZeRO
 // theory's gradient and parameter volume (stage 0: reduce-scatter + all-gather = all-reduce) and
@@ -277,6 +287,10 @@ TEST_F(ZeroEngineTest, WorldInvariantCommunicationMatchesTheory) {
   }
 }
 
+// The step's phase times are intervals of the backend's timeline (the host clock on the CPU):
+// forward, backward and optimizer are disjoint parts of the step, and collective waits lie
+// inside forward/backward or after the optimizer (stage 1/2 parameter all-gathers), so neither
+// sum can exceed the step's wall time.
 TEST_F(ZeroEngineTest, PhaseTimesAreDisjointPartsOfTheStep) {
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool overlap : {true, false}) {

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 BIN, SRC, VERSION, BOOST_HPP = sys.argv[1:5]
 HAVE_CUDA, HAVE_NCCL, HAVE_CUDNN = (v.upper() in ("ON", "TRUE", "1") for v in sys.argv[5:8])
@@ -54,8 +55,9 @@ check(r["zerotrain"]["version"] == VERSION, f"version {r['zerotrain']['version']
 git = subprocess.run(["git", "-C", SRC, "rev-parse", "--short=12", "HEAD"], capture_output=True,
                      text=True)
 if git.returncode == 0:
-    check(r["zerotrain"]["commit"].startswith(git.stdout.strip()),
-          f"commit {r['zerotrain']['commit']} is HEAD {git.stdout.strip()}")
+    # git describe: HASH[-dirty], or TAG-N-gHASH[-dirty] once the repository has tags.
+    check(git.stdout.strip() in r["zerotrain"]["commit"],
+          f"commit {r['zerotrain']['commit']} names HEAD {git.stdout.strip()}")
 else:
     check(r["zerotrain"]["commit"] == "unknown", "outside git the commit is 'unknown'")
 
@@ -111,14 +113,14 @@ check(alone["process"]["launcher"] is None and any("no launcher" in m for m in a
 if mpirun:
     env = base_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl="self,vader")
-    out = subprocess.run([mpirun, "--oversubscribe", "-np", "2", BIN, "info", "--env", "--json"],
-                         env=env, capture_output=True, text=True, timeout=120)
-    check(out.returncode == 0, "mpirun -np 2 info --env exits 0")
-    docs, text, decoder = [], out.stdout.strip(), json.JSONDecoder()
-    while text:
-        doc, end = decoder.raw_decode(text)
-        docs.append(doc)
-        text = text[end:].strip()
+    # Each rank's stdout to its own file (--output-filename), so the two reports cannot interleave.
+    with tempfile.TemporaryDirectory() as outputs:
+        out = subprocess.run([mpirun, "--oversubscribe", "-np", "2", "--output-filename", outputs,
+                              BIN, "info", "--env", "--json"],
+                             env=env, capture_output=True, text=True, timeout=120)
+        check(out.returncode == 0, f"mpirun -np 2 info --env exits 0 {out.stderr[-500:]}")
+        docs = [json.load(open(os.path.join(root, "stdout")))
+                for root, _, files in os.walk(outputs) if "stdout" in files]
     ranks = sorted(d["process"]["rank"] for d in docs)
     check(ranks == ["0", "1"] and all(d["process"]["launcher"].startswith("mpirun") for d in docs),
           f"mpirun ranks {ranks}")

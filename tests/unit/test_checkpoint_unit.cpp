@@ -223,6 +223,12 @@ TEST(CheckpointManifest, HyperparameterChangesFailOrWarn) {
   EXPECT_NE(toggle_warnings[0].find("world_invariant: checkpoint false, run true"),
             std::string::npos)
       << toggle_warnings[0];
+  // A checkpoint from before the key existed: nothing to compare, no warning.
+  nlohmann::json unrecorded = m.hyper.to_json();
+  unrecorded.erase("world_invariant");
+  CheckpointManifest older = m;
+  older.hyper = TrainingHyperparameters::from_json(unrecorded);
+  EXPECT_TRUE(check_resume_hyperparameters(older, toggled, 2, "bf16", "c").empty());
   run.micro_batch = 1;  // same world, other micro-batch: refused
   EXPECT_THROW(check_resume_hyperparameters(m, run, 2, "bf16", "c"), Error);
   // At another world size the micro-batch may change (a warning when the global batch does).

@@ -112,12 +112,20 @@ TEST_F(MaxMicroBatch, BadLimitsAreRefusedNamingTheOption) {
   const auto zero =
       run_zerotrain("estimate --preset small --max-micro-batch --device-memory-gib 0");
   EXPECT_NE(zero.exit_code, 0);
-  EXPECT_NE(zero.output.find("--device-memory-gib must be a positive number"), std::string::npos)
+  EXPECT_NE(zero.output.find("--device-memory-gib must be a number of GiB between"),
+            std::string::npos)
       << zero.output;
-  const auto negative = run_zerotrain("train --preset tiny --data " + path("sample.h5") +
-                                      " --out " + path("negative") + " --device-memory-limit -1");
-  EXPECT_NE(negative.exit_code, 0);
-  EXPECT_NE(negative.output.find("device-memory-limit"), std::string::npos) << negative.output;
+  const auto old_name = run_zerotrain("estimate --preset small --device-memory 1e300");
+  EXPECT_NE(old_name.exit_code, 0);
+  EXPECT_NE(old_name.output.find("--device-memory must be"), std::string::npos) << old_name.output;
+  // Negative, a limit that would round to 0 bytes (silently "no limit"), one past 2^63 bytes.
+  for (const char* limit : {"-1", "1e-12", "1e300"}) {
+    const auto bad = run_zerotrain("train --preset tiny --data " + path("sample.h5") + " --out " +
+                                   path("bad_limit") + " --device-memory-limit " + limit);
+    EXPECT_NE(bad.exit_code, 0) << limit;
+    EXPECT_NE(bad.output.find("--device-memory-limit must be"), std::string::npos)
+        << limit << ": " << bad.output;
+  }
   // Model states alone past the limit: no micro-batch fits, and the estimate says why.
   const auto none =
       run_zerotrain("estimate --preset 1b --seq-len 128 --max-micro-batch --device-memory-gib 1");
