@@ -92,6 +92,17 @@ void add_activations_option(po::options_description& options, std::string* value
                         "--precision bf16; CPU backend only so far); statistics stay fp32");
 }
 
+void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,
+                           std::vector<std::string>* freeze) {
+  options.add_options()("trainable", po::value(trainable),
+                        "train only the tensors whose Hugging Face name matches this regular "
+                        "expression (searched, as Python's re.search; repeatable); the rest are "
+                        "frozen, like requires_grad=False")(
+      "freeze", po::value(freeze),
+      "freeze the tensors whose name matches this regular expression (repeatable; applied "
+      "after --trainable)");
+}
+
 void check_comm_timeout(double seconds, const std::string& command) {
   ZT_CHECK(seconds >= 0, command +
                              ": --comm-timeout must be >= 0 seconds (0 or inf: no "

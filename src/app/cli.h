@@ -48,6 +48,10 @@ void add_attention_option(po::options_description& options, std::string* value);
 // --activations fp32 | bf16 (train, eval and estimate: parse_activation_storage).
 void add_activations_option(po::options_description& options, std::string* value);
 
+// --trainable REGEX and --freeze REGEX, each repeatable (model/trainable.h: which tensors train).
+void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,
+                           std::vector<std::string>* freeze);
+
 // " (did you mean --a or --b?)" for an unknown option `given`: every known long name it is a
 // prefix of, else the closest one by edit distance when it is close; "" when nothing is.
 std::string did_you_mean(const std::string& given, const po::options_description& options);

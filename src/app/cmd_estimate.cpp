@@ -16,6 +16,7 @@
 #include "engine/estimator.h"
 #include "engine/stage_traits.h"
 #include "model/layout.h"
+#include "model/trainable.h"
 #include "util/error.h"
 
 namespace zt {
@@ -38,6 +39,7 @@ struct EstimateOptions {
   bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
   int ranks_per_node = 0;        // 0: min(world, 8)
   bool json = false;
+  std::vector<std::string> trainable, freeze;  // --trainable / --freeze (model/trainable.h)
 };
 
 bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConfig& model) {
@@ -74,6 +76,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "DeepSpeed JSON config (precedence: command line > --config INI > --deepspeed > "
       "defaults)");
   add("json", flag(&o.json, false), "print JSON instead of a table");
+  add_trainable_options(opts, &o.trainable, &o.freeze);
   const CommandSpec spec{kCommand, "Estimate per-rank memory of ZeRO stages 0-3.",
                          "zerotrain estimate (--preset NAME | --model DIR) [--world N] "
                          "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]"};
@@ -153,7 +156,7 @@ std::string offload_flags(const OffloadConfig& c) {
 std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& model,
                                   Precision precision, const ActivationCheckpointing& ac,
                                   const OffloadConfig& offload, DType storage,
-                                  nlohmann::json& out) {
+                                  const TrainableSet& trainable, nlohmann::json& out) {
   const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
   std::string table = "largest micro-batch per rank in " +
                       gib(static_cast<double>(device_bytes), 3) + " GiB per device (seq-len " +
@@ -164,7 +167,7 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
     z.stage = stage;
     const OffloadConfig applied = offload_at_stage(offload, stage);
     const MaxMicroBatch m = max_micro_batch(model, o.world, z, precision, o.seq_len, ac, applied,
-                                            o.grad_accum, storage, device_bytes);
+                                            o.grad_accum, storage, device_bytes, trainable);
     out["max_micro_batch"].push_back({{"stage", stage},
                                       {"micro_batch", m.micro_batch},
                                       {"device_total", m.at.device_total()},
@@ -196,12 +199,17 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   if (offload.nvme_path.empty()) offload.nvme_path = "(not needed by estimate)";
   offload.validate(o.zero.stage);  // the requested stage must allow it (errors name the key)
   o.zero.validate();
-  const int64_t psi = ParamLayout(model).total_numel();
+  const ParamLayout layout(model);
+  const int64_t psi = layout.total_numel();
+  const TrainableSet trainable = TrainableSet::from_patterns(layout, o.trainable, o.freeze);
+  const int64_t psi_trainable = trainable.trainable_numel(layout);
   const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
 
   nlohmann::json out = {{"psi", psi},
                         {"model_config", model.to_hf_json()},
                         {"training_flops_per_token", model.training_flops_per_token(o.seq_len)},
+                        {"trainable_psi", psi_trainable},
+                        {"frozen_tensors", trainable.frozen_names(layout)},
                         {"world", o.world},
                         {"requested_stage", o.zero.stage},
                         {"micro_batch", o.micro_batch},
@@ -224,8 +232,9 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     z.stage = stage;
     const OffloadConfig applied = offload_at_stage(offload, stage);
     const MemoryEstimate e = estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len,
-                                             ac, applied, o.grad_accum, storage);
-    const double theory = theory_model_states_bytes(psi, o.world, stage, precision);
+                                             ac, applied, o.grad_accum, storage, trainable);
+    const double theory =
+        theory_model_states_bytes(psi, o.world, stage, precision, psi - psi_trainable);
     nlohmann::json row = estimate_json(e);
     row["stage"] = stage;
     row["theory_model_states"] = theory;
@@ -250,7 +259,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
     const FitRecommendation rec =
         recommend_configuration(model, o.world, o.zero, precision, o.micro_batch, o.seq_len,
-                                o.grad_accum, ac, device_bytes, storage);
+                                o.grad_accum, ac, device_bytes, storage, trainable);
     nlohmann::json tried = nlohmann::json::array();
     for (const FitCandidate& c : rec.candidates)
       tried.push_back({{"label", c.label},
@@ -280,18 +289,23 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     }
   }
   if (o.max_micro_batch)
-    advice += max_micro_batch_table(o, model, precision, ac, offload, storage, out);
+    advice += max_micro_batch_table(o, model, precision, ac, offload, storage, trainable, out);
   if (o.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
   std::cout
       << "model: " << (o.model_dir.empty() ? "preset " + o.preset : o.model_dir)
-      << ", psi = " << psi << " parameters, world " << o.world << ", micro-batch " << o.micro_batch
-      << " x seq-len " << o.seq_len << ", " << o.precision << ", " << o.activations
-      << " activations, checkpointing " << activation_checkpointing_name(ac)
-      << (ac.on_host ? " (host)" : "") << ", offload: optimizer "
-      << offload_device_name(offload.optimizer) << ", params " << offload_device_name(offload.param)
+      << ", psi = " << psi << " parameters"
+      << (trainable.all_train()
+              ? std::string()
+              : " (" + std::to_string(psi_trainable) + " trainable, " +
+                    std::to_string(trainable.frozen_names(layout).size()) + " tensors frozen)")
+      << ", world " << o.world << ", micro-batch " << o.micro_batch << " x seq-len " << o.seq_len
+      << ", " << o.precision << ", " << o.activations << " activations, checkpointing "
+      << activation_checkpointing_name(ac) << (ac.on_host ? " (host)" : "")
+      << ", offload: optimizer " << offload_device_name(offload.optimizer) << ", params "
+      << offload_device_name(offload.param)
       << "\nper-rank GiB (states = params + grads + optim; theory = docs/ARCHITECTURE.md §4 model "
          "states; total = device peak; host and nvme pools apart; "
          "* = requested stage)\n"

@@ -36,6 +36,7 @@
 #include "io/run_directory.h"
 #include "io/token_dataset.h"
 #include "io/tokenizer_files.h"
+#include "model/trainable.h"
 #include "report/run_recorder.h"
 #include "runtime/mpi_runtime.h"
 #include "util/crc32c.h"
@@ -126,6 +127,7 @@ struct TrainInputs {
   std::string data_identity;  // TokenDataset::identity()
   TokenizerFiles tokenizer;   // the data's Hugging Face tokenizer, read once; empty for others
   std::string resume_dir;     // "" when the run starts fresh
+  TrainableSet trainable;     // --trainable / --freeze over the model's tensors
 };
 
 TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
@@ -139,6 +141,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   in.config = in.reader ? in.reader->config() : preset_config(o.preset);
   check_seq_len(in.config, o.seq_len,
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
+  in.trainable = TrainableSet::from_patterns(ParamLayout(in.config), o.trainable, o.freeze);
   in.precision = parse_precision(o.precision);
   in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   in.activation_storage = parse_activation_storage(o.activations, o.precision, kCommand);
@@ -202,6 +205,8 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
                layout.total_numel(),
                layout.non_embedding_numel()};
   info.config["activation_checkpointing"] = activation_checkpointing_name(ac);
+  info.trainable_parameters = engine.model().trainable().trainable_numel(layout);
+  info.frozen_tensors = engine.model().trainable().frozen_names(layout);
   for (const LocalRank& l : local_ranks_of(names))
     info.placement.push_back(
         {{"host", l.hostname}, {"local_rank", l.local_rank}, {"local_size", l.local_size}});
@@ -299,7 +304,7 @@ int run_training(TrainOptions o) {
   const OffloadConfig offload = o.offload.resolved();
   const MemoryEstimate estimate =
       estimate_memory(config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac, offload,
-                      o.grad_accum, in.activation_storage);
+                      o.grad_accum, in.activation_storage, in.trainable);
   check_device_memory_limit(o, estimate, world);  // every rank computes the same: agreed
   EngineDevice device =
       make_engine_device(o.backend, comm, comm.comm(), estimate,
@@ -320,7 +325,7 @@ int run_training(TrainOptions o) {
   run_collectively(comm, [&] {
     engine_ptr = std::make_unique<ZeroEngine>(config, o.zero, in.precision, o.optim, *backend,
                                               data_comm, memory, o.micro_batch, o.seq_len, in.ac,
-                                              offload, &comm, in.activation_storage);
+                                              offload, &comm, in.activation_storage, in.trainable);
     if (!in.resume_dir.empty()) return;
     if (in.reader)
       engine_ptr->load_from(*in.reader);

@@ -133,6 +133,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"cpu_checkpointing", cpu_checkpointing},
           {"comm_timeout", comm_timeout},
           {"device_memory_limit_gib", device_memory_limit_gib},
+          {"trainable", trainable},
+          {"freeze", freeze},
           {"eval_batches", eval_batches},
           {"log_every", log_every},
           {"save_consolidated_every", save_consolidated_every},
@@ -202,6 +204,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("save-consolidated-every",
       po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
       "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
+  add_trainable_options(opts, &o.trainable, &o.freeze);
   add_checkpoint_options(opts, o.checkpoint);
   po::options_description testing("testing (fault injection)");
   add_fault_injection_options(testing, o.checkpoint);

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,7 +38,9 @@ struct TrainOptions {
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
   OffloadOptions offload;      // --offload-optimizer, --offload-param, --nvme-path, ...
-  std::string deepspeed;       // --deepspeed FILE
+  // --trainable / --freeze: regular expressions over tensor names (model/trainable.h).
+  std::vector<std::string> trainable, freeze;
+  std::string deepspeed;  // --deepspeed FILE
   // The file's train_batch_size rule (applied once the world size is known) and the options it
   // set (named in validation errors).
   AppliedDeepSpeedFile from_deepspeed;

@@ -56,6 +56,7 @@ OptimizerSlice own_slice(ZeroEngine& engine, const std::vector<CheckpointGroup>&
       "checkpoint: rank " + std::to_string(rank) + " does not hold its slice of group " +
           std::to_string(g));
   const int64_t at = range.count == 0 ? 0 : range.begin - held.begin;
+  if (held.m == nullptr) return {g, range, held.master + at, nullptr, nullptr};  // frozen
   return {g, range, held.master + at, held.m + at, held.v + at};
 }
 
@@ -123,7 +124,7 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   manifest.config_fingerprint = model_config_fingerprint(engine.model().config());
   manifest.groups =
       checkpoint_groups(engine.layout(), world, engine.zero_config().shard_alignment());
-  manifest.tensors = checkpoint_tensors(engine.layout());
+  manifest.tensors = checkpoint_tensors(engine.layout(), engine.model().trainable());
   manifest.metrics_line = options.metrics_line;
 
   comm.set_context(progress.step, "checkpoint save");
@@ -211,6 +212,7 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
   run_collectively(comm, [&] {
     manifest = CheckpointManifest::read(dir);
     check_checkpoint_model(manifest, engine.model().config(), engine.layout(), dir);
+    check_checkpoint_trainable(manifest, engine.layout(), engine.model().trainable(), dir);
     if (check) check(manifest);
   });
   run_collectively(comm, [&] {
@@ -226,6 +228,7 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
         float* out = kind == OptimizerTensor::kMaster  ? held.master
                      : kind == OptimizerTensor::kAdamM ? held.m
                                                        : held.v;
+        if (out == nullptr) continue;  // a frozen group: its values alone
         reader.read(g, kind, data, out);
         std::fill(out + data.count, out + held.count, 0.0f);
       }

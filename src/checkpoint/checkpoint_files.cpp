@@ -34,6 +34,8 @@ void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
                                      H5P_DEFAULT, H5P_DEFAULT),
                           H5Gclose, "cannot create HDF5 group", group_where);
   for (OptimizerTensor kind : kOptimizerTensors) {
+    // A frozen group has its values (as /master) and no moments.
+    if (kind != OptimizerTensor::kMaster && s.m == nullptr) continue;
     const std::string name = dataset_path(s.group, kind);
     const std::string where = "'" + path + "' " + name;
     h5::Id ds = h5::create_dataset(file, name, DType::kFloat32, {s.range.count}, where);

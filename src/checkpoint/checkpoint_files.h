@@ -1,8 +1,9 @@
 // The per-rank HDF5 files of a training checkpoint. Rank file r holds, for every group g,
 // elements ranges[g][r] of the group's fp32 master weights and Adam moments as three 1-D float32
 // datasets /group_GGG/{master,m,v} with int64 attributes `begin` and `count` (group
-// coordinates). Readers take any element range of a group from whichever files hold it
-// (hyperslab reads), so a checkpoint written at N ranks loads at any other world size or stage.
+// coordinates); a frozen group (model/trainable.h) has only /master, its values. Readers take any
+// element range of a group from whichever files hold it (hyperslab reads), so a checkpoint written
+// at N ranks loads at any other world size or stage.
 #pragma once
 #include <functional>
 #include <map>
@@ -24,7 +25,7 @@ struct OptimizerSlice {
   int group = 0;
   ElementRange range;
   const float* master = nullptr;
-  const float* m = nullptr;
+  const float* m = nullptr;  // null (with v) for a frozen group: no moments are written
   const float* v = nullptr;
 };
 

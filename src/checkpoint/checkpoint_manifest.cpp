@@ -140,9 +140,11 @@ nlohmann::json CheckpointManifest::to_json() const {
     groups_json.push_back({{"numel", g.numel}, {"shard", g.shard}, {"file_ranges", ranges}});
   }
   nlohmann::json tensors_json = nlohmann::json::array();
-  for (const CheckpointTensor& t : tensors)
+  for (const CheckpointTensor& t : tensors) {
     tensors_json.push_back(
         {{"name", t.name}, {"group", t.group}, {"offset", t.offset}, {"shape", t.shape}});
+    if (t.frozen) tensors_json.back()["frozen"] = true;
+  }
   nlohmann::json files_json = nlohmann::json::array();
   for (const CheckpointFile& f : files)
     files_json.push_back({{"name", f.name}, {"crc32c", crc32c_hex(f.crc32c)}, {"bytes", f.bytes}});
@@ -211,8 +213,8 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
     }
     for (const auto& t : j.at("tensors"))
       m.tensors.push_back({t.at("name").get<std::string>(), t.at("group").get<int>(),
-                           t.at("offset").get<int64_t>(),
-                           t.at("shape").get<std::vector<int64_t>>()});
+                           t.at("offset").get<int64_t>(), t.at("shape").get<std::vector<int64_t>>(),
+                           t.value("frozen", false)});
     for (const auto& f : j.at("files")) {
       const std::string hex = f.at("crc32c").get<std::string>();
       m.files.push_back({f.at("name").get<std::string>(),
@@ -289,11 +291,40 @@ std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int wo
   return groups;
 }
 
-std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout) {
+std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout,
+                                                 const TrainableSet& trainable) {
   std::vector<CheckpointTensor> tensors;
   for (const TensorInfo& t : layout.tensors())
-    tensors.push_back({t.name, t.group, t.offset, t.shape});
+    tensors.push_back({t.name, t.group, t.offset, t.shape, !trainable.trains(layout.index_of(t))});
   return tensors;
+}
+
+void check_checkpoint_trainable(const CheckpointManifest& manifest, const ParamLayout& layout,
+                                const TrainableSet& trainable, const std::string& checkpoint_dir) {
+  std::vector<std::string> frozen_then, frozen_now;
+  for (size_t i = 0; i < manifest.tensors.size() && i < layout.tensors().size(); ++i) {
+    const bool now = !trainable.trains(static_cast<int>(i));
+    if (manifest.tensors[i].frozen && !now) frozen_then.push_back(manifest.tensors[i].name);
+    if (!manifest.tensors[i].frozen && now) frozen_now.push_back(manifest.tensors[i].name);
+  }
+  if (frozen_then.empty() && frozen_now.empty()) return;
+  auto listed = [](const std::vector<std::string>& names) {
+    std::vector<std::string> shown(names.begin(),
+                                   names.begin() + std::min<size_t>(names.size(), 4));
+    std::string s = joined(shown);
+    if (names.size() > shown.size())
+      s += " and " + std::to_string(names.size() - shown.size()) + " more";
+    return s;
+  };
+  std::string what;
+  if (!frozen_then.empty())
+    what += "frozen in the checkpoint, trainable now: " + listed(frozen_then);
+  if (!frozen_now.empty())
+    what += std::string(what.empty() ? "" : "; ") +
+            "trainable in the checkpoint, frozen now: " + listed(frozen_now);
+  fail("checkpoint '" + checkpoint_dir + "' was trained with other frozen tensors (" + what +
+       "); resume with the same --trainable/--freeze (its optimizer state exists only for the "
+       "tensors that trained)");
 }
 
 std::string model_config_fingerprint(const ModelConfig& config) {

@@ -14,6 +14,7 @@
 #include "io/data_loader.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/trainable.h"
 
 namespace zt {
 
@@ -73,6 +74,7 @@ struct CheckpointTensor {
   int group = 0;
   int64_t offset = 0;
   std::vector<int64_t> shape;
+  bool frozen = false;  // trained with this tensor frozen (model/trainable.h); "frozen": true
 };
 
 struct CheckpointFile {
@@ -110,7 +112,14 @@ struct CheckpointManifest {
 // multiple of `shard_align` elements, ZeroConfig::shard_alignment): ranges[g][r].
 std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int world,
                                                int64_t shard_align);
-std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout);
+std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout,
+                                                 const TrainableSet& trainable = {});
+
+// Fails unless the checkpoint was trained with the same frozen tensors as `trainable` (its
+// optimizer state exists for exactly those that train): the message names the tensors that
+// differ.
+void check_checkpoint_trainable(const CheckpointManifest& manifest, const ParamLayout& layout,
+                                const TrainableSet& trainable, const std::string& checkpoint_dir);
 
 // "crc32c:xxxxxxxx" of the model config's canonical JSON (sorted keys, no whitespace).
 std::string model_config_fingerprint(const ModelConfig& config);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/layout.h"
+#include "model/trainable.h"
 
 namespace zt {
 
@@ -15,8 +16,9 @@ struct DecaySegment {
   bool decay = false;
 };
 
+// Frozen tensors (`trainable`, model/trainable.h) have no segment: the optimizer skips them.
 inline std::vector<DecaySegment> decay_segments(const ParamLayout& layout, int g, int64_t begin,
-                                                int64_t count) {
+                                                int64_t count, const TrainableSet& trainable = {}) {
   std::vector<DecaySegment> out;
   int64_t pos = begin;
   auto add = [&](int64_t lo, int64_t hi, bool decay) {
@@ -25,7 +27,7 @@ inline std::vector<DecaySegment> decay_segments(const ParamLayout& layout, int g
   for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
     const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
     const int64_t lo = std::max(pos, t.offset), hi = std::min(begin + count, t.offset + t.numel);
-    add(lo, hi, t.weight_decay);
+    if (trainable.trains(ti)) add(lo, hi, t.weight_decay);
     pos = std::max(pos, hi);
   }
   add(pos, begin + count, false);

@@ -39,7 +39,7 @@ struct StepStats {
 // flat (padded) range. Stage 0 owns the whole group (count = numel), stages 1-3 one shard.
 struct OptimizerShard {
   float* master = nullptr;
-  float* m = nullptr;
+  float* m = nullptr;  // m and v are null for a frozen group (its master: the working values)
   float* v = nullptr;
   int64_t begin = 0;
   int64_t count = 0;

@@ -33,11 +33,13 @@ std::vector<GroupPartition> partition_groups(const ModelConfig& model, int world
 // and released together, as the engine does. Returns {peak gathered elements, peak elements of
 // gathers in flight}.
 std::pair<int64_t, int64_t> replay_stage3_residency(const std::vector<GroupPartition>& groups,
-                                                    const ZeroConfig& zero, bool tied) {
+                                                    const ZeroConfig& zero, bool tied,
+                                                    int lowest_backward) {
   Stage3Residency residency(groups, zero);
   const int head = static_cast<int>(groups.size()) - 1;
   for (int pass = 0; pass < 2; ++pass) {
-    residency.begin_pass(Stage3Residency::training_pass(static_cast<int>(groups.size()), tied));
+    residency.begin_pass(
+        Stage3Residency::training_pass(static_cast<int>(groups.size()), tied, lowest_backward));
     const std::vector<int> uses = residency.uses();
     for (size_t i = 0; i < uses.size(); ++i) {
       const size_t last = tied && uses[i] == head ? i + 1 : i;
@@ -58,7 +60,8 @@ std::pair<int64_t, int64_t> replay_stage3_residency(const std::vector<GroupParti
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
                                Precision precision, int64_t micro_batch, int64_t seq_len,
                                const ActivationCheckpointing& ac, const OffloadConfig& offload,
-                               int64_t grad_accum, DType activation_storage) {
+                               int64_t grad_accum, DType activation_storage,
+                               const TrainableSet& trainable) {
   ZT_CHECK(world >= 1, "estimate: world size must be >= 1, got " + std::to_string(world));
   ZT_CHECK(micro_batch > 0 && seq_len > 0 && grad_accum > 0,
            "estimate: micro-batch, seq-len and grad-accum must be positive");
@@ -69,18 +72,27 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   const bool bf16 = precision == Precision::kBf16;
   const int64_t work_bytes = bf16 ? 2 : 4;
   const StageTraits traits = StageTraits::of(zero.stage);
-  int64_t sum_numel = 0, sum_shard = 0, sum_padded = 0, max_padded = 0;
-  std::vector<int64_t> own_sizes;  // rank 0's own range per group
-  for (const GroupPartition& g : groups) {
-    sum_numel += g.numel;
+  // Sums over every group (working params, buffers) and over the groups that train (gradients,
+  // optimizer state; model/trainable.h: a frozen group has neither).
+  const ParamLayout layout(model);
+  int64_t sum_shard = 0, sum_padded = 0, max_padded = 0, max_trained_padded = 0;
+  int64_t trained_shard = 0, trained_padded = 0, trained_own = 0, max_trained_own = 0;
+  std::vector<int64_t> own_sizes;  // rank 0's own range of optimizer state per group
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const GroupPartition& g = groups[i];
     sum_shard += g.shard;
     sum_padded += g.padded;
     max_padded = std::max(max_padded, g.padded);
-    own_sizes.push_back(traits.shard_optimizer ? g.shard : g.numel);
+    const bool trains = trainable.group_trains(layout, static_cast<int>(i));
+    const int64_t own = trains ? (traits.shard_optimizer ? g.shard : g.numel) : 0;
+    own_sizes.push_back(own);
+    trained_own += own;
+    max_trained_own = std::max(max_trained_own, traits.shard_optimizer || !trains ? own : g.padded);
+    if (!trains) continue;
+    max_trained_padded = std::max(max_trained_padded, g.padded);
+    trained_shard += g.shard;
+    trained_padded += g.padded;
   }
-  const int64_t max_shard = max_padded / world;
-  const int64_t sum_own = traits.shard_optimizer ? sum_shard : sum_numel;
-  const int64_t max_own = traits.shard_optimizer ? max_shard : max_padded;
 
   MemoryEstimate e;
   // Working params: stages 0-2 the full padded groups; stage 3 shards + gathered groups. The
@@ -89,8 +101,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // the host pool; each gather in flight then holds a device copy of its shard (buffers).
   int64_t staged_shards = 0;
   if (traits.shard_parameters) {
-    const auto [gathered, in_flight] =
-        replay_stage3_residency(groups, zero, model.tie_word_embeddings);
+    const auto [gathered, in_flight] = replay_stage3_residency(
+        groups, zero, model.tie_word_embeddings, trainable.lowest_backward_group(layout));
     e.stage3_gathered = gathered * work_bytes;
     e.params = e.stage3_gathered;
     if (offload.param_offloaded()) {
@@ -106,20 +118,20 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // of every group's shard (engine/pairwise_sum.h); at stages 1-3 its sum is the optimizer's
   // gradient, so there is no other gradient buffer.
   if (!(zero.world_invariant && traits.shard_optimizer))
-    e.grads = (traits.shard_gradients ? sum_shard : sum_padded) * 4;
-  if (zero.world_invariant) e.grads += PairwiseSum::levels_for(grad_accum) * sum_shard * 4;
+    e.grads = (traits.shard_gradients ? trained_shard : trained_padded) * 4;
+  if (zero.world_invariant) e.grads += PairwiseSum::levels_for(grad_accum) * trained_shard * 4;
   if (offload.optimizer_offloaded()) {
     // OffloadOptimizer: fp32 gradient shards + two working-dtype staging tiles, then the store.
-    const int64_t tile = std::min(offload.sub_group_size, std::max<int64_t>(1, max_own));
-    e.host += 4 * sum_own + 2 * tile * work_bytes;
+    const int64_t tile = std::min(offload.sub_group_size, std::max<int64_t>(1, max_trained_own));
+    e.host += 4 * trained_own + 2 * tile * work_bytes;
     if (offload.optimizer == OffloadDevice::kCpu) {
-      e.host += 12 * sum_own;
+      e.host += 12 * trained_own;
     } else {
       e.host += offload.buffer_count * std::max<int64_t>(4096, nvme_record_bytes(tile));
       e.nvme = nvme_file_bytes(own_sizes, tile);
     }
   } else {
-    e.optimizer = 12 * sum_own;
+    e.optimizer = 12 * trained_own;
   }
 
   const ActivationPlan plan =
@@ -136,41 +148,49 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   const int64_t slots = zero.overlap_comm ? 2 : 1;
   const bool reduce_scatter =
       traits.reduction != GradReduction::kAllReduceAfterLast || zero.world_invariant;
-  const bool packs = reduce_scatter && zero.reduce_bucket_size / world < max_shard;
+  // The reduce slots are sized by the largest group that has gradients (one that trains).
+  const int64_t max_trained_shard = max_trained_padded / world;
+  const bool packs = reduce_scatter && zero.reduce_bucket_size / world < max_trained_shard;
   int64_t per_slot = 0;
-  if (traits.reduces_each_micro_batch() || zero.world_invariant) per_slot += max_padded;
-  if (packs) per_slot += max_padded;
-  if (reduce_scatter) per_slot += max_shard;
+  if (traits.reduces_each_micro_batch() || zero.world_invariant) per_slot += max_trained_padded;
+  if (packs) per_slot += max_trained_padded;
+  if (reduce_scatter) per_slot += max_trained_shard;
   // offload_param without optimizer offload: the device AdamW writes a group's updated shard
   // into a device tile before it goes to the host (optimizer step, when no gather is staged).
-  const int64_t update_tile =
-      offload.param_offloaded() && !offload.optimizer_offloaded() ? max_shard * work_bytes : 0;
+  const int64_t update_tile = offload.param_offloaded() && !offload.optimizer_offloaded()
+                                  ? max_trained_shard * work_bytes
+                                  : 0;
   // The per-token losses of every micro-batch stay on the device until the step's end, and so
   // do the groups' gradient sums of squares (one double each) until the norm is read.
   const int64_t step_losses = grad_accum * micro_batch * seq_len;
   const auto group_sums =
       static_cast<int64_t>(groups.size()) * 8 +
-      (zero.world_invariant ? sum_padded / ZeroConfig::kInvariantNormBlock * 8 : 0);
+      (zero.world_invariant ? trained_padded / ZeroConfig::kInvariantNormBlock * 8 : 0);
   // Tied embeddings: the embedding is computed with the head, so its fp32 upcast is a second
   // one, and its gradient collects the head's share in a bucket of its own until the
   // embedding's backward.
   const bool upcasts = upcasts_working_params(precision, activation_storage);
   const bool tied = model.tie_word_embeddings;
   const int64_t embed_padded = groups.front().padded;
-  const int64_t tied_buffers = tied ? (upcasts ? embed_padded : 0) + embed_padded : 0;
+  const int64_t tied_buffers =
+      tied ? (upcasts ? embed_padded : 0) + (trainable.group_trains(layout, 0) ? embed_padded : 0)
+           : 0;
   e.buffers = ((upcasts ? max_padded : 0) + tied_buffers + slots * per_slot + step_losses) * 4 +
               group_sums + std::max(staged_shards, update_tile);
   // Parameters are initialised and loaded through host memory (never a device-pool scratch).
   return e;
 }
 
-double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision) {
+double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision,
+                                 int64_t psi_frozen) {
   const StageTraits traits = StageTraits::of(stage);
   const double k = precision == Precision::kBf16 ? 2.0 : 4.0;
   const double p = static_cast<double>(psi), n = static_cast<double>(world);
-  auto per_rank = [&](bool sharded) { return sharded ? p / n : p; };
-  return k * per_rank(traits.shard_parameters) + 4.0 * per_rank(traits.shard_gradients) +
-         12.0 * per_rank(traits.shard_optimizer);
+  const double trained = p - static_cast<double>(psi_frozen);
+  auto per_rank = [&](double elements, bool sharded) { return sharded ? elements / n : elements; };
+  return k * per_rank(p, traits.shard_parameters) +
+         4.0 * per_rank(trained, traits.shard_gradients) +
+         12.0 * per_rank(trained, traits.shard_optimizer);
 }
 
 OffloadFigure deepspeed_offload_figure(const ModelConfig& model, int world, int stage,
@@ -196,7 +216,8 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
                                           const ZeroConfig& zero, Precision precision,
                                           int64_t micro_batch, int64_t seq_len, int64_t grad_accum,
                                           const ActivationCheckpointing& requested,
-                                          int64_t device_bytes, DType activation_storage) {
+                                          int64_t device_bytes, DType activation_storage,
+                                          const TrainableSet& trainable) {
   ActivationCheckpointing full;
   full.every = 1;
   full.on_host = requested.on_host;
@@ -233,7 +254,7 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
     ZeroConfig z = zero;
     z.stage = s.stage;
     c.estimate = estimate_memory(model, world, z, precision, micro_batch, seq_len, c.ac, c.offload,
-                                 grad_accum, activation_storage);
+                                 grad_accum, activation_storage, trainable);
     c.fits = c.estimate.device_total() <= device_bytes;
     if (c.fits && rec.chosen < 0) rec.chosen = static_cast<int>(rec.candidates.size());
     rec.candidates.push_back(c);
@@ -263,10 +284,11 @@ std::string device_breakdown(const MemoryEstimate& e) {
 MaxMicroBatch max_micro_batch(const ModelConfig& model, int world, const ZeroConfig& zero,
                               Precision precision, int64_t seq_len,
                               const ActivationCheckpointing& ac, const OffloadConfig& offload,
-                              int64_t grad_accum, DType activation_storage, int64_t device_bytes) {
+                              int64_t grad_accum, DType activation_storage, int64_t device_bytes,
+                              const TrainableSet& trainable) {
   const auto at = [&](int64_t b) {
     return estimate_memory(model, world, zero, precision, b, seq_len, ac, offload, grad_accum,
-                           activation_storage);
+                           activation_storage, trainable);
   };
   const auto fits = [&](int64_t b) { return at(b).device_total() <= device_bytes; };
   constexpr int64_t kLargest = int64_t{1} << 24;  // sequences: far past any device

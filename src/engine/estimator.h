@@ -12,6 +12,7 @@
 #include "engine/zero_config.h"
 #include "model/config.h"
 #include "model/llama.h"
+#include "model/trainable.h"
 
 namespace zt {
 
@@ -39,16 +40,21 @@ struct MemoryEstimate {
 // tiles in the host pool; nvme keeps the gradient shard and tiles there but swaps master/m/v
 // through buffer_count tile records (host) to a file (nvme); param = cpu (stage 3) puts the working
 // shards in the host pool and adds their device staging copies while gathers are in flight.
+// Frozen tensors (`trainable`, model/trainable.h): groups with none trainable keep working params
+// only, and the stage-3 pass stops its backward at the lowest group that trains.
 // Throws if the offload configuration is not valid at zero.stage (OffloadConfig::validate).
 MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
                                Precision precision, int64_t micro_batch, int64_t seq_len,
                                const ActivationCheckpointing& ac, const OffloadConfig& offload = {},
-                               int64_t grad_accum = 1, DType activation_storage = DType::kFloat32);
+                               int64_t grad_accum = 1, DType activation_storage = DType::kFloat32,
+                               const TrainableSet& trainable = {});
 
 // docs/ARCHITECTURE.md §4 model states per rank with k-byte working params (k = 2 for bf16):
 // stage 0 (k+16)Ψ, 1 (k+4)Ψ + 12Ψ/N, 2 kΨ + 16Ψ/N, 3 (k+16)Ψ/N — i.e. 18Ψ, 6Ψ+12Ψ/N,
 // 2Ψ+16Ψ/N, 18Ψ/N for bf16.
-double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision);
+// psi_frozen of the psi elements are frozen: working params only, no gradient or optimizer state.
+double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision,
+                                 int64_t psi_frozen = 0);
 
 // DeepSpeed's published rules of thumb (estimate_zero2/zero3_model_states_mem_needs, "cold"
 // variant, 1.5× buffer factor) for ZeRO-Offload with 16-bit params, "largest" = the largest
@@ -88,7 +94,8 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
                                           int64_t micro_batch, int64_t seq_len, int64_t grad_accum,
                                           const ActivationCheckpointing& requested,
                                           int64_t device_bytes,
-                                          DType activation_storage = DType::kFloat32);
+                                          DType activation_storage = DType::kFloat32,
+                                          const TrainableSet& trainable = {});
 
 // "params 0.01 GiB, grads 0.01 GiB, optimizer 0.03 GiB, activations 0.40 GiB (largest),
 // buffers 0.01 GiB": the device categories of an estimate, for messages.
@@ -106,6 +113,7 @@ struct MaxMicroBatch {
 MaxMicroBatch max_micro_batch(const ModelConfig& model, int world, const ZeroConfig& zero,
                               Precision precision, int64_t seq_len,
                               const ActivationCheckpointing& ac, const OffloadConfig& offload,
-                              int64_t grad_accum, DType activation_storage, int64_t device_bytes);
+                              int64_t grad_accum, DType activation_storage, int64_t device_bytes,
+                              const TrainableSet& trainable = {});
 
 }  // namespace zt

@@ -12,7 +12,8 @@ Stage3Residency::Stage3Residency(std::vector<GroupPartition> groups, const ZeroC
       resident_(groups_.size(), false),
       in_flight_(groups_.size(), false) {}
 
-std::vector<int> Stage3Residency::training_pass(int groups, bool tied_embeddings) {
+std::vector<int> Stage3Residency::training_pass(int groups, bool tied_embeddings,
+                                                int lowest_backward) {
   std::vector<int> uses;
   const int head = groups - 1;
   auto use = [&](int g) {
@@ -20,7 +21,7 @@ std::vector<int> Stage3Residency::training_pass(int groups, bool tied_embeddings
     if (tied_embeddings && g == head) uses.push_back(0);
   };
   for (int g = 0; g < groups; ++g) use(g);
-  for (int g = groups - 1; g >= 0; --g) use(g);
+  for (int g = groups - 1; g >= lowest_backward; --g) use(g);
   return uses;
 }
 

@@ -23,10 +23,11 @@ class Stage3Residency {
  public:
   Stage3Residency(std::vector<GroupPartition> groups, const ZeroConfig& zero);
 
-  // One micro-batch of training: forward over groups 0..G-1, then backward over G-1..0. Tied
-  // embeddings: each use of the head group (G-1) is followed by a use of the embedding group
-  // (0) that the engine acquires with it and releases with it.
-  static std::vector<int> training_pass(int groups, bool tied_embeddings);
+  // One micro-batch of training: forward over groups 0..G-1, then backward over G-1 down to
+  // lowest_backward (0 unless the lower groups are frozen; G: a forward alone). Tied embeddings:
+  // each use of the head group (G-1) is followed by a use of the embedding group (0) that the
+  // engine acquires with it and releases with it.
+  static std::vector<int> training_pass(int groups, bool tied_embeddings, int lowest_backward = 0);
 
   void begin_pass(std::vector<int> uses);
   const std::vector<int>& uses() const { return uses_; }

@@ -12,12 +12,17 @@ ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precisi
                        const AdamWConfig& optim, Backend& backend, Communicator& comm,
                        MemoryTracker& memory, int64_t micro_batch, int64_t seq_len,
                        ActivationCheckpointing ac, const OffloadConfig& offload,
-                       Communicator* host_comm, DType activation_storage)
+                       Communicator* host_comm, DType activation_storage,
+                       const TrainableSet& trainable)
     : model_(model, backend, memory, micro_batch, seq_len, ac, 0, activation_storage),
       impl_(std::make_unique<Impl>(*this, zero, precision, optim, backend, comm,
                                    host_comm ? *host_comm : comm, memory)) {
   zero.validate();
   offload.validate(zero.stage);
+  ZT_CHECK(
+      trainable.all_train() || trainable.frozen_flags().size() == model_.layout().tensors().size(),
+      "ZeroEngine: the trainable set is for another model");
+  model_.set_trainable(trainable);
   impl_->offload = offload;
   const int64_t N = comm.world_size();
   if (zero.world_invariant) check_world_invariant_shape(static_cast<int>(N), 1);
@@ -30,8 +35,11 @@ ZeroEngine::~ZeroEngine() = default;
 
 void ZeroEngine::Impl::allocate() {
   const int G = num_groups();
-  int64_t max_padded = 0;
-  for (int g = 0; g < G; ++g) max_padded = std::max(max_padded, part(g).padded);
+  int64_t max_padded = 0, max_trained_padded = 0;  // gradients exist for trained groups only
+  for (int g = 0; g < G; ++g) {
+    max_padded = std::max(max_padded, part(g).padded);
+    if (trains(g)) max_trained_padded = std::max(max_trained_padded, part(g).padded);
+  }
   for (int g = 0; g < G; ++g) {
     const GroupPartition& p = part(g);
     const size_t work_n = static_cast<size_t>(traits.shard_parameters ? p.shard : p.padded);
@@ -42,13 +50,13 @@ void ZeroEngine::Impl::allocate() {
       work_bf16.emplace_back(memory, work_cat, work_n);
     else
       work_f32.emplace_back(memory, work_cat, work_n);
-    if (grads_in_tree())
+    if (grads_in_tree() || !trains(g))
       grads.emplace_back();
     else
       grads.emplace_back(memory, MemCategory::kGrads,
                          static_cast<size_t>(traits.shard_gradients ? p.shard : p.padded));
     if (offload.optimizer_offloaded()) continue;  // master/m/v: OffloadOptimizer's store
-    const size_t own = static_cast<size_t>(own_size(g));
+    const size_t own = trains(g) ? static_cast<size_t>(own_size(g)) : 0;
     master.emplace_back(memory, MemCategory::kOptimizer, own);
     adam_m.emplace_back(memory, MemCategory::kOptimizer, own);
     adam_v.emplace_back(memory, MemCategory::kOptimizer, own);
@@ -57,8 +65,8 @@ void ZeroEngine::Impl::allocate() {
     std::vector<int64_t> own_sizes;
     std::vector<std::vector<DecaySegment>> segments;
     for (int g = 0; g < G; ++g) {
-      own_sizes.push_back(own_size(g));
-      segments.push_back(own_segments(g));
+      own_sizes.push_back(trains(g) ? own_size(g) : 0);
+      segments.push_back(trains(g) ? own_segments(g) : std::vector<DecaySegment>{});
       for (DecaySegment& s : segments.back()) s.begin -= own_begin(g), s.end -= own_begin(g);
     }
     offloader = std::make_unique<OffloadOptimizer>(
@@ -70,11 +78,11 @@ void ZeroEngine::Impl::allocate() {
   if (tied() && upcasts_params())
     tied_compute = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
                                         static_cast<size_t>(part(0).padded));
-  if (tied())
+  if (tied() && trains(0))
     tied_grads = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
                                       static_cast<size_t>(part(0).padded));
   const int slots = zero.overlap_comm ? 2 : 1;
-  reducer = std::make_unique<GradReducer>(be, comm, memory, intervals, max_padded,
+  reducer = std::make_unique<GradReducer>(be, comm, memory, intervals, max_trained_padded,
                                           zero.reduce_bucket_size, slots,
                                           /*own_buckets=*/reduces_each_micro_batch(),
                                           /*reduce_scatter=*/traits.shard_optimizer || invariant(),
@@ -82,9 +90,10 @@ void ZeroEngine::Impl::allocate() {
   group_sumsq = TrackedBuffer<double>(memory, MemCategory::kCommBuffers, static_cast<size_t>(G));
   if (invariant()) {
     int64_t shards = 0, blocks = 0;
-    for (int g = 0; g < G; ++g) {
+    for (int g = 0; g < G; ++g) {  // frozen groups have no leaf range and no norm blocks
       shard_offset.push_back(shards);
       norm_block_offset.push_back(blocks);
+      if (!trains(g)) continue;
       shards += part(g).shard;
       blocks += part(g).padded / ZeroConfig::kInvariantNormBlock;
     }
@@ -131,7 +140,8 @@ void ZeroEngine::Impl::release_use(const GroupUse& u) {
 
 // Weight-decay segments of the own range, in group coordinates.
 std::vector<DecaySegment> ZeroEngine::Impl::own_segments(int g) const {
-  return decay_segments(self.model_.layout(), g, own_begin(g), own_size(g));
+  return decay_segments(self.model_.layout(), g, own_begin(g), own_size(g),
+                        self.model_.trainable());
 }
 
 // The fp32 master of the own range (offload: made resident until the store is flushed).
@@ -147,7 +157,8 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
                                        StepStats& stats) {
   LlamaModel& model = self.model_;
   const int G = num_groups();
-  if (traits.shard_parameters) gatherer->begin_pass(Stage3Residency::training_pass(G, tied()));
+  if (traits.shard_parameters)
+    gatherer->begin_pass(Stage3Residency::training_pass(G, tied(), lowest_backward()));
   PhaseTimeline::Mark phase = intervals.begin();
   set_phase(comm.step(), "forward");
   size_t use = 0;  // position in the pass (Stage3Residency::training_pass)
@@ -166,15 +177,22 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
   // Tied embeddings: the head's backward adds the embedding's gradient into tied_grads, the
   // embedding's backward adds its own, then it is reduced (stages 2/3) or accumulated (0/1).
   float* embedding_grads = nullptr;
-  if (tied()) {
+  if (tied() && trains(0)) {
     embedding_grads = tied_grads.data();
     be.zero(embedding_grads, part(0).padded);
   }
-  for (int g = G - 1; g >= 0; --g) {
+  // No backward below the lowest group that trains (frozen parameters: nothing needs it).
+  for (int g = G - 1; g >= lowest_backward(); --g) {
     const GroupPartition& p = part(g);
     const GroupUse u = acquire_use(g, use);
     const ConstTensorView params = u.params;
     float* full_grads = grads[static_cast<size_t>(g)].data();
+    if (!trains(g)) {  // only the input gradient (and, tied, the head's share of the embedding's)
+      model.backward_group(g, params, nullptr, u.embedding, embedding_grads);
+      release_use(u);
+      use = u.next;
+      continue;
+    }
     // Optimizer offload: the final reduced shard goes to the host as soon as it lands.
     std::function<void()> landed;
     if (offloader && last && !invariant()) {
@@ -245,11 +263,13 @@ float* ZeroEngine::Impl::own_grads(int g) {
 double ZeroEngine::Impl::gradient_norm() {
   if (invariant()) return invariant_gradient_norm();
   const int G = num_groups();
-  for (int g = 0; g < G; ++g) be.sum_squares_to(group_sumsq.data() + g, own_grads(g), own_size(g));
+  for (int g = 0; g < G; ++g)
+    if (trains(g)) be.sum_squares_to(group_sumsq.data() + g, own_grads(g), own_size(g));
   std::vector<double> sums(static_cast<size_t>(G));
   dev.to_host(sums.data(), group_sumsq.data(), sums.size() * sizeof(double));
   double sumsq = 0.0;
-  for (double s : sums) sumsq += s;
+  for (int g = 0; g < G; ++g)
+    if (trains(g)) sumsq += sums[static_cast<size_t>(g)];
   if (traits.shard_optimizer) host.all_reduce_sum_blocking(&sumsq, 1);
   return std::sqrt(sumsq);
 }
@@ -263,6 +283,7 @@ double ZeroEngine::Impl::invariant_gradient_norm() {
   std::vector<double> blocks(norm_blocks.size(), 0.0);
   dev.to_device(norm_blocks.data(), blocks.data(), blocks.size() * sizeof(double));
   for (int g = 0; g < num_groups(); ++g) {
+    if (!trains(g)) continue;
     const int64_t begin = own_begin(g), n = traits.shard_optimizer ? part(g).shard : part(g).padded;
     be.block_sum_squares(norm_blocks.data() + norm_block_offset[static_cast<size_t>(g)] + begin / K,
                          own_grads(g), n, K);
@@ -281,6 +302,7 @@ double ZeroEngine::Impl::invariant_gradient_norm() {
 void ZeroEngine::Impl::land_invariant_gradients() {
   const float* sum = micro_batch_sum->result();
   for (int g = num_groups() - 1; g >= 0; --g) {
+    if (!trains(g)) continue;
     if (!grads_in_tree()) {  // stage 0: every rank updates the whole group
       CommHandle h =
           comm.all_gather(sum + shard_offset[static_cast<size_t>(g)],
@@ -328,6 +350,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   // offload_param without optimizer offload: the update lands in a device tile, then the host.
   TrackedBuffer<uint8_t> device_out;
   for (int g = 0; g < G && !offloader; ++g) {
+    if (!trains(g)) continue;
     const int64_t begin = own_begin(g);
     const size_t out_bytes = static_cast<size_t>(own_size(g)) * work_elem();
     if (offload.param_offloaded() && device_out.size() < out_bytes)
@@ -348,18 +371,20 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     }
   }
   intervals.end(StepIntervals::kOptimizer, phase);
-  if (traits.gather_after_update) gather_updated_params();
+  if (traits.gather_after_update) gather_updated_params(/*every_group=*/false);
   if (traits.shard_parameters) gatherer->release_all();
 }
 
 // Stages 1/2: every rank updated its shard of the full working params; all-gather them, in
-// chunks of at most allgather_bucket_size elements.
-void ZeroEngine::Impl::gather_updated_params() {
+// chunks of at most allgather_bucket_size elements. After an update only the groups that train
+// changed; after a checkpoint load (every_group) every rank wrote only its own range of all.
+void ZeroEngine::Impl::gather_updated_params(bool every_group) {
   set_phase(comm.step(), "param all-gather");
   const size_t es = work_elem();
   const int64_t per_rank = std::max<int64_t>(1, zero.allgather_bucket_size / world);
   TrackedBuffer<uint8_t> staging;  // one chunk of every rank, when a group needs chunks
   for (int g = 0; g < num_groups(); ++g) {
+    if (!every_group && !trains(g)) continue;
     const GroupPartition& p = part(g);
     auto* base = static_cast<uint8_t*>(work(g));
     if (per_rank >= p.shard) {
@@ -467,10 +492,8 @@ double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets) 
   I.intervals.reset();  // the gathers' waits of an eval pass are nobody's step (bounded marks)
   model_.set_batch(inputs, targets);
   if (I.gatherer) {
-    // The forward half of a training pass.
-    std::vector<int> uses = Stage3Residency::training_pass(G, I.tied());
-    uses.resize(uses.size() / 2);
-    I.gatherer->begin_pass(std::move(uses));
+    // The forward half of a training pass (no group's backward).
+    I.gatherer->begin_pass(Stage3Residency::training_pass(G, I.tied(), /*lowest_backward=*/G));
   }
   size_t use = 0;
   for (int g = 0; g < G; ++g) {

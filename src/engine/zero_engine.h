@@ -7,6 +7,9 @@
 //   stage 2: gradients reduce-scattered bucket by bucket during backward into fp32 shards.
 //   stage 3: params sharded too; each group gathered before its forward and its backward,
 //            released after use, prefetched ahead within the configured bounds.
+// Frozen parameters (model/trainable.h): a group with no trainable tensor has working params
+// only (sharded and gathered at stage 3 like any other), no gradient, master or moments, and
+// moves no reduction bytes; the backward stops at the lowest group that trains.
 // The model (LlamaModel) computes; the engine decides when parameters exist and where
 // gradients go. Parameters, gradients, optimizer state and buffers are device memory (the
 // backend's DeviceMemory): host code here only moves bytes through its copies, and collectives
@@ -34,7 +37,7 @@ class ZeroEngine {
              const AdamWConfig& optim, Backend& backend, Communicator& comm, MemoryTracker& memory,
              int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac,
              const OffloadConfig& offload = {}, Communicator* host_comm = nullptr,
-             DType activation_storage = DType::kFloat32);
+             DType activation_storage = DType::kFloat32, const TrainableSet& trainable = {});
   ~ZeroEngine();
 
   const ParamLayout& layout() const { return model_.layout(); }

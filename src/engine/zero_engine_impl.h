@@ -103,6 +103,11 @@ struct ZeroEngine::Impl {
   // stages 1-3) rather than from `grads`.
   bool grads_in_tree() const { return invariant() && traits.shard_optimizer; }
   bool tied() const { return self.model_.layout().tied_embeddings(); }
+  // Whether group g has a trainable tensor (gradients, optimizer state); the lowest such group.
+  bool trains(int g) const { return self.model_.trainable().group_trains(self.model_.layout(), g); }
+  int lowest_backward() const {
+    return self.model_.trainable().lowest_backward_group(self.model_.layout());
+  }
   bool upcasts_params() const {
     return upcasts_working_params(precision, self.model_.activation_storage());
   }
@@ -124,6 +129,7 @@ struct ZeroEngine::Impl {
   void allocate();
   void fill(const GroupSource& source);
   void put_working(int g, int64_t offset, const float* host_values, int64_t n);
+  OptimizerShard frozen_shard(int g);
   void master_to_working(int g);
   ConstTensorView as_compute(const void* w, int g, float* upcast);
   // upcast: where fp32 params go when upcasts_params (compute, or tied_compute for the
@@ -157,7 +163,7 @@ struct ZeroEngine::Impl {
   // the gradients (or of the fp32 masters) holds a NaN or an infinity; -1 when none does.
   int64_t first_non_finite_tensor(bool gradients);
   void optimizer_step(float lr, int64_t step, StepStats& stats);
-  void gather_updated_params();
+  void gather_updated_params(bool every_group);
 };
 
 }  // namespace zt

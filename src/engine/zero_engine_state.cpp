@@ -40,7 +40,8 @@ void ZeroEngine::Impl::fill(const GroupSource& source) {
     std::vector<float> values(static_cast<size_t>(count));
     produce_group_range(layout, g, begin, count, source, values.data());
     const float* own = values.data() + (own_begin(g) - begin);
-    if (offloader)
+    if (!trains(g)) {  // frozen: working params only
+    } else if (offloader)
       offloader->initialize(g, own);
     else
       dev.to_device(master[static_cast<size_t>(g)].data(), own,
@@ -69,6 +70,7 @@ void ZeroEngine::Impl::put_working(int g, int64_t offset, const float* host_valu
 
 // Working params of the own range := the fp32 masters (bf16-rounded in bf16 mode).
 void ZeroEngine::Impl::master_to_working(int g) {
+  if (!trains(g)) return;  // no master: the working params are the frozen values
   const int64_t off = traits.shard_parameters ? 0 : own_begin(g), n = own_size(g);
   if (offloader) {  // masters on the host
     put_working(g, off, offloader->store().resident(g).master, n);
@@ -105,6 +107,7 @@ void ZeroEngine::load_from(TensorSource& source) {
 OptimizerShard ZeroEngine::optimizer_shard(int g) {
   Impl& I = *impl_;
   const size_t i = static_cast<size_t>(g);
+  if (!I.trains(g)) return I.frozen_shard(g);
   if (I.offloader) {
     OptimizerShard held = I.offloader->store().resident(g);
     held.begin = I.own_begin(g);
@@ -126,6 +129,14 @@ OptimizerShard ZeroEngine::optimizer_shard(int g) {
 
 void ZeroEngine::release_optimizer_shard(int g, bool modified) {
   Impl& I = *impl_;
+  if (!I.trains(g)) {
+    Impl::HostShard& s = I.staged[static_cast<size_t>(g)];
+    if (s.held && modified)  // the own range of the working params := the staged values
+      I.put_working(g, I.traits.shard_parameters ? 0 : I.own_begin(g), s.master.data(),
+                    I.own_size(g));
+    s = Impl::HostShard{};
+    return;
+  }
   if (I.offloader) {
     I.offloader->store().release(g, modified);
     return;
@@ -149,8 +160,32 @@ void ZeroEngine::refresh_working_params() {
     I.master_to_working(g);
     release_optimizer_shard(g, /*modified=*/false);
   }
-  if (I.traits.gather_after_update) I.gather_updated_params();
+  if (I.traits.gather_after_update) I.gather_updated_params(/*every_group=*/true);
   if (I.gatherer) I.gatherer->release_all();
+}
+
+// A frozen group's stand-in for its optimizer shard: its own range of the working params,
+// widened to fp32 (exact), as the master; no moments.
+OptimizerShard ZeroEngine::Impl::frozen_shard(int g) {
+  HostShard& s = staged[static_cast<size_t>(g)];
+  const int64_t n = own_size(g);
+  if (!s.held) {
+    const int64_t off = traits.shard_parameters ? 0 : own_begin(g);
+    const size_t bytes = static_cast<size_t>(n) * work_elem();
+    const auto* src = static_cast<const uint8_t*>(work(g)) + static_cast<size_t>(off) * work_elem();
+    std::vector<uint8_t> raw(bytes);
+    if (offload.param_offloaded())
+      std::memcpy(raw.data(), src, bytes);
+    else
+      dev.to_host(raw.data(), src, bytes);
+    s.master.resize(static_cast<size_t>(n));
+    if (bf16())
+      bf16_to_floats(reinterpret_cast<const bf16_t*>(raw.data()), s.master.data(), s.master.size());
+    else
+      std::memcpy(s.master.data(), raw.data(), bytes);
+    s.held = true;
+  }
+  return {s.master.data(), nullptr, nullptr, own_begin(g), n};
 }
 
 void ZeroEngine::for_each_full_tensor(
@@ -161,13 +196,15 @@ void ZeroEngine::for_each_full_tensor(
   if (I.offloader) I.offloader->store().flush();  // shards a caller modified and kept staged
   for (int g = 0; g < I.num_groups(); ++g) {
     const GroupPartition& p = parts_[static_cast<size_t>(g)];
-    const DType dt = master ? DType::kFloat32 : I.work_dtype();
+    // A frozen group has no master: its working params are its values.
+    const bool from_master = master && I.trains(g);
+    const DType dt = from_master ? DType::kFloat32 : I.work_dtype();
     const size_t es = dtype_size(dt);
     // What this rank holds: the masters (host with optimizer offload) or working params (host
     // with param offload); a shard at stages 1-3 (masters) or 3 (params), else the whole group.
-    const void* mine = master ? static_cast<const void*>(I.resident_master(g)) : I.work(g);
-    const bool on_host = master ? I.offloader != nullptr : I.offload.param_offloaded();
-    const bool sharded = master ? I.traits.shard_optimizer : I.traits.shard_parameters;
+    const void* mine = from_master ? static_cast<const void*>(I.resident_master(g)) : I.work(g);
+    const bool on_host = from_master ? I.offloader != nullptr : I.offload.param_offloaded();
+    const bool sharded = from_master ? I.traits.shard_optimizer : I.traits.shard_parameters;
     std::vector<uint8_t> full(root ? static_cast<size_t>(p.numel) * es : 0);
     if (!sharded) {
       if (root) I.dev.to_host(full.data(), mine, full.size());
@@ -185,13 +222,18 @@ void ZeroEngine::for_each_full_tensor(
       I.comm.all_gather(dt, mine, gathered.data(), static_cast<size_t>(p.shard)).wait();
       if (root) I.dev.to_host(full.data(), gathered.data(), full.size());
     }
-    if (master) release_optimizer_shard(g, /*modified=*/false);
+    if (from_master) release_optimizer_shard(g, /*modified=*/false);
     if (!root) continue;
     std::vector<bf16_t> as_bf16;
+    std::vector<float> as_f32;
     for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
       const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
       const uint8_t* at = full.data() + static_cast<size_t>(t.offset) * es;
-      if (master || dt == DType::kBf16) {
+      if (master && !from_master && dt == DType::kBf16) {  // frozen bf16 values, widened
+        as_f32.resize(static_cast<size_t>(t.numel));
+        bf16_to_floats(reinterpret_cast<const bf16_t*>(at), as_f32.data(), as_f32.size());
+        fn(t, as_f32.data());
+      } else if (master || dt == DType::kBf16) {
         fn(t, at);
       } else {  // fp32 working params, exported as bf16
         as_bf16.resize(static_cast<size_t>(t.numel));
@@ -210,6 +252,7 @@ int64_t ZeroEngine::Impl::first_non_finite_tensor(bool gradients) {
   const ParamLayout& layout = self.model_.layout();
   int64_t first = std::numeric_limits<int64_t>::max();
   for (int g = 0; g < num_groups() && first == std::numeric_limits<int64_t>::max(); ++g) {
+    if (!trains(g)) continue;  // no gradient and no master; the frozen values never change
     const int64_t begin = own_begin(g), end = begin + own_size(g);
     // Masters offloaded to the host (or NVMe) are staged one group at a time and read there;
     // everything else is summed by the backend where it lives.

@@ -79,6 +79,8 @@ class ParamLayout {
 
   // Index of the tensor with this HF name, or -1.
   int find(const std::string& name) const;
+  // Index of a tensor of this layout (a reference from tensors() or tensor()).
+  int index_of(const TensorInfo& t) const { return static_cast<int>(&t - tensors_.data()); }
   // The tensor playing `role` in decoder layer `layer` (layer ignored for end tensors). With tied
   // embeddings kLmHead is the embedding (group 0). A role the model does not have (a bias of a
   // Llama) is an error; find_role returns null for it instead.

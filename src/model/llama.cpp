@@ -239,6 +239,7 @@ void LlamaModel::embed_forward(ConstTensorView params) {
 }
 
 void LlamaModel::embed_backward(float* grads) {
+  if (!trainable_.trains(layout_.index_of(layout_.tensor(TensorRole::kEmbedding)))) return;
   be_.embedding_backward(grads, t_.dresid, tokens_.data(), M_, config_.hidden_size);
 }
 
@@ -305,7 +306,11 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   const LayerParams P = layer_params(layer, params);
   const LayerActs& A = acts_for(layer);
   const ConstTensorView x = t_.resid[static_cast<size_t>(layer)];
-  auto grad = [&](TensorRole r) { return grads + layout_.tensor(r, layer).offset; };
+  // Where tensor r's gradient accumulates; null for a frozen tensor (its product is skipped).
+  auto grad = [&](TensorRole r) -> float* {
+    const TensorInfo& t = layout_.tensor(r, layer);
+    return trainable_.trains(layout_.index_of(t)) ? grads + t.offset : nullptr;
+  };
 
   // MLP: out = x2 + (silu(gate)·up)·Wdᵀ
   be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false);
@@ -317,7 +322,8 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
                        A.rstd2, M_, D);
   // attention: x2 = x + (att·Woᵀ + bo);  dbo += Σ_rows ∂L/∂x2
-  if (P.bo) be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
+  if (P.bo && grad(TensorRole::kOBias))
+    be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
   be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false);
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
                          hd);
@@ -336,7 +342,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   // The forward's linear(): dxn (= or +=) dy·W, dW += dyᵀ·xn1, db += Σ_rows dy.
   auto linear_backward = [&](ConstTensorView dy, TensorRole w, ConstTensorView W, TensorRole b,
                              ConstTensorView bias, int64_t N, bool accumulate) {
-    if (bias) be_.bias_backward(grad(b), dy, M_, N);
+    if (bias && grad(b)) be_.bias_backward(grad(b), dy, M_, N);
     be_.matmul_backward(t_.dxn, grad(w), dy, A.xn1, W, M_, N, D, accumulate);
   };
   linear_backward(head_norm_backward(t_.dq, TensorRole::kQNorm, P.q_norm, A.q_raw, A.rstd_q, H, QD),
@@ -394,11 +400,14 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
   const TensorInfo& norm_t = layout_.tensor(TensorRole::kFinalNorm);
   const TensorInfo& head_t = layout_.tensor(TensorRole::kLmHead);
   const ConstTensorView head = head_weight(params, embedding);
-  ZT_CHECK(!layout_.tied_embeddings() || embedding_grads != nullptr,
+  const bool head_trains = trainable_.trains(layout_.index_of(head_t));
+  ZT_CHECK(!layout_.tied_embeddings() || !head_trains || embedding_grads != nullptr,
            "tied embeddings: the head's backward needs the embedding group's gradients");
-  // Tied: dWh is the embedding's gradient, which its own backward adds to later.
-  float* head_grads =
-      layout_.tied_embeddings() ? embedding_grads + head_t.offset : grads + head_t.offset;
+  // Tied: dWh is the embedding's gradient, which its own backward adds to later. Null when the
+  // head's weight is frozen: the product is skipped.
+  float* head_grads = !head_trains                ? nullptr
+                      : layout_.tied_embeddings() ? embedding_grads + head_t.offset
+                                                  : grads + head_t.offset;
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     if (head_chunks() > 1) {  // recompute this chunk's dlogits (and, identically, its losses)
@@ -410,8 +419,9 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
                         head, rows, V, D, false);
   }
   be_.zero(t_.dresid, M_ * D);
-  be_.rmsnorm_backward(t_.dresid, grads + norm_t.offset, t_.dxn, t_.resid.back(),
-                       params.at(norm_t.offset), t_.final_rstd, M_, D);
+  float* norm_grads = trainable_.trains(layout_.index_of(norm_t)) ? grads + norm_t.offset : nullptr;
+  be_.rmsnorm_backward(t_.dresid, norm_grads, t_.dxn, t_.resid.back(), params.at(norm_t.offset),
+                       t_.final_rstd, M_, D);
 }
 
 double sum_token_losses(const float* losses, int64_t n) {

@@ -15,11 +15,13 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/trainable.h"
 #include "util/memory.h"
 #include "util/tensor_view.h"
 
@@ -128,8 +130,15 @@ class LlamaModel {
   // Runs group g's backward, accumulating (+=) its parameter gradients into grads. Tied
   // embeddings: the head's weight gradient goes (+=) into `embedding_grads`, the embedding
   // group's gradient buffer (the engine passes the same buffer to the embedding's backward).
+  // A frozen tensor's gradient is never computed (set_trainable): its product is skipped and its
+  // range of grads is left as it is; grads may be null when the whole group is frozen, and
+  // embedding_grads when the embedding is.
   void backward_group(int g, ConstTensorView params, float* grads, ConstTensorView embedding = {},
                       float* embedding_grads = nullptr);
+
+  // Which tensors have gradients (PyTorch's requires_grad); every tensor by default.
+  void set_trainable(TrainableSet trainable) { trainable_ = std::move(trainable); }
+  const TrainableSet& trainable() const { return trainable_; }
 
   // Σ of per-token losses of the last head forward (sum_token_losses of them).
   double loss_sum() const;
@@ -181,6 +190,7 @@ class LlamaModel {
   TrackedBuffer<std::byte> host_arena_;
   TrackedBuffer<int32_t> tokens_;  // inputs then targets, 2·M
   ActivationTensors t_;            // every tensor of the two arenas
+  TrainableSet trainable_;
 };
 
 }  // namespace zt

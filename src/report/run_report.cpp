@@ -70,14 +70,21 @@ nlohmann::json library_versions() {
 }
 
 nlohmann::json run_json(const RunInfo& info) {
-  return {
-      {"version", ZEROTRAIN_VERSION},   {"command", info.command},
-      {"config", info.config},          {"world_size", info.world_size},
-      {"hostnames", info.hostnames},    {"placement", info.placement},
-      {"backend", info.backend},        {"communicator", info.communicator},
-      {"precision", info.precision},    {"model", info.model},
-      {"parameters", info.parameters},  {"non_embedding_parameters", info.non_embedding_parameters},
-      {"libraries", library_versions()}};
+  return {{"version", ZEROTRAIN_VERSION},
+          {"command", info.command},
+          {"config", info.config},
+          {"world_size", info.world_size},
+          {"hostnames", info.hostnames},
+          {"placement", info.placement},
+          {"backend", info.backend},
+          {"communicator", info.communicator},
+          {"precision", info.precision},
+          {"model", info.model},
+          {"parameters", info.parameters},
+          {"non_embedding_parameters", info.non_embedding_parameters},
+          {"trainable_parameters", info.trainable_parameters},
+          {"frozen_tensors", info.frozen_tensors},
+          {"libraries", library_versions()}};
 }
 
 void RunSummary::add(const StepRecord& r) {

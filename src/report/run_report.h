@@ -26,6 +26,8 @@ struct RunInfo {
   nlohmann::json model;                // HF config of the trained model
   int64_t parameters = 0;
   int64_t non_embedding_parameters = 0;
+  int64_t trainable_parameters = 0;  // of the tensors --trainable/--freeze leave training
+  std::vector<std::string> frozen_tensors = {};  // the others, by name
   // By rank: {"host", "local_rank", "local_size"} as the hostname-based placement computes them.
   nlohmann::json placement = nlohmann::json::array();
 };

@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint.h"
 #include "engine/zero_engine.h"
 #include "model/config.h"
+#include "model/trainable.h"
 
 namespace zt::engine_test {
 
@@ -90,8 +91,10 @@ inline OwnState own_state(ZeroEngine& engine) {
     const size_t n = static_cast<size_t>(std::max<int64_t>(0, std::min(s.count, numel - s.begin)));
     out.begin.push_back(s.begin);
     out.master.emplace_back(s.master, s.master + n);
-    out.m.emplace_back(s.m, s.m + n);
-    out.v.emplace_back(s.v, s.v + n);
+    out.m.emplace_back();  // a frozen group has no moments (empty)
+    out.v.emplace_back();
+    if (s.m) out.m.back().assign(s.m, s.m + n);
+    if (s.v) out.v.back().assign(s.v, s.v + n);
     engine.release_optimizer_shard(g, false);
   }
   return out;
@@ -124,9 +127,11 @@ struct EngineOptions {
   int64_t bucket = 500'000'000;
   int64_t reuse = 1'000'000'000;
   int64_t persistence = 0;
-  int64_t micro = 2;             // sequences per micro-batch of this rank
-  bool tied = false;             // the tiny preset with tie_word_embeddings
-  bool world_invariant = false;  // zero.world_invariant (docs/ARCHITECTURE.md §4)
+  int64_t micro = 2;                           // sequences per micro-batch of this rank
+  bool tied = false;                           // the tiny preset with tie_word_embeddings
+  bool world_invariant = false;                // zero.world_invariant (docs/ARCHITECTURE.md §4)
+  std::vector<std::string> trainable, freeze;  // --trainable / --freeze (model/trainable.h)
+  OffloadConfig offload;
   int64_t seq = 16;
   AdamWConfig optim = [] {
     AdamWConfig a;
@@ -156,8 +161,10 @@ class TestEngine {
     ac.on_host = o.ckpt_on_host;
     ModelConfig model = preset_config("tiny");
     model.tie_word_embeddings = o.tied;
-    engine_ = std::make_unique<ZeroEngine>(model, zero, o.precision, o.optim, *backend_, comm,
-                                           memory_, o.micro, o.seq, ac);
+    engine_ = std::make_unique<ZeroEngine>(
+        model, zero, o.precision, o.optim, *backend_, comm, memory_, o.micro, o.seq, ac, o.offload,
+        nullptr, DType::kFloat32,
+        TrainableSet::from_patterns(ParamLayout(model), o.trainable, o.freeze));
   }
 
   ZeroEngine& engine() { return *engine_; }

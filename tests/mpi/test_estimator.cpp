@@ -15,6 +15,8 @@
 #include "comm/mpi_communicator.h"
 #include "engine/estimator.h"
 #include "engine/zero_engine.h"
+#include "model/layout.h"
+#include "model/trainable.h"
 
 namespace zt {
 namespace {
@@ -30,12 +32,12 @@ struct Measured {
 Measured train_two_steps(Communicator& comm, const ModelConfig& cfg, const ZeroConfig& zero,
                          Precision precision, const ActivationCheckpointing& ac,
                          const OffloadConfig& offload = {}, DType storage = DType::kFloat32,
-                         int64_t accum = 1) {
+                         int64_t accum = 1, const TrainableSet& trainable = {}) {
   auto backend = make_cpu_backend();
   MemoryTracker memory;
   AdamWConfig adam;
   ZeroEngine engine(cfg, zero, precision, adam, *backend, comm, memory, kMicro, kSeq, ac, offload,
-                    nullptr, storage);
+                    nullptr, storage, trainable);
   engine.init_from_seed(7);
   std::vector<int32_t> in(static_cast<size_t>(kMicro * kSeq)), tg(in.size());
   Measured m;
@@ -156,6 +158,44 @@ TEST(Estimator, WorldInvariantBuffersMatchMeasuredPeaks) {
                                  what + " buffers");
         expect_within_10_percent(e.device_total(), m.peak_total, what + " total");
       }
+    }
+  }
+}
+
+// Frozen parameters (model/trainable.h): the small preset training its head and layer 3's MLP,
+// so the embedding (the largest group) and layers 0-2 are frozen groups. Every category within
+// 10% of the measured peaks at every stage, with and without optimizer offload: the gradients
+// and optimizer state are those of the trainable groups, the reduce slots sized by the largest.
+TEST(Estimator, FrozenModelMatchesMeasuredPeaks) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int N = comm.world_size();
+  const ModelConfig cfg = preset_config("small");
+  const TrainableSet trainable = TrainableSet::from_patterns(
+      ParamLayout(cfg), {"^lm_head\\.", "^model\\.norm\\.", "layers\\.3\\.mlp\\."}, {});
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (bool offloaded : {false, true}) {
+      if (offloaded && stage == 0) continue;
+      ZeroConfig zero;
+      zero.stage = stage;
+      zero.reduce_bucket_size = 10'000;  // packing buckets
+      OffloadConfig offload;
+      if (offloaded) offload.optimizer = OffloadDevice::kCpu;
+      if (offloaded && stage == 3) offload.param = OffloadDevice::kCpu;
+      const ActivationCheckpointing ac;
+      const MemoryEstimate e = estimate_memory(cfg, N, zero, Precision::kBf16, kMicro, kSeq, ac,
+                                               offload, 1, DType::kFloat32, trainable);
+      const Measured m = train_two_steps(comm, cfg, zero, Precision::kBf16, ac, offload,
+                                         DType::kFloat32, 1, trainable);
+      const std::string what = "frozen N=" + std::to_string(N) + " stage " + std::to_string(stage) +
+                               (offloaded ? " offload" : "");
+      auto peak = [&](MemCategory c) { return m.peak[static_cast<int>(c)]; };
+      expect_within_10_percent(e.params, peak(MemCategory::kParams), what + " params");
+      expect_within_10_percent(e.grads, peak(MemCategory::kGrads), what + " grads");
+      expect_within_10_percent(e.optimizer, peak(MemCategory::kOptimizer), what + " optimizer");
+      expect_within_10_percent(e.buffers_peak(), peak(MemCategory::kCommBuffers),
+                               what + " buffers");
+      expect_within_10_percent(e.host, peak(MemCategory::kHostOffload), what + " host");
+      expect_within_10_percent(e.device_total(), m.peak_total, what + " total");
     }
   }
 }

@@ -187,13 +187,16 @@ def mean_cross_entropy(logits, targets):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
 
-def loss_and_grads(weights, config, inputs, targets):
-    """(logits [B·T, V], mean loss, {name: d loss / d tensor}) at the given weights."""
-    leaves = {n: t.detach().clone().requires_grad_(True) for n, t in weights.items()}
+def loss_and_grads(weights, config, inputs, targets, trainable=None):
+    """(logits [B·T, V], mean loss, {name: d loss / d tensor}) at the given weights. With
+    `trainable` (a set of names), only those tensors require a gradient (requires_grad=False on
+    the rest, as a partial fine-tune sets it) and only theirs are returned."""
+    leaves = {n: t.detach().clone().requires_grad_(trainable is None or n in trainable)
+              for n, t in weights.items()}
     logits = forward(leaves, config, inputs)
     loss = mean_cross_entropy(logits, targets)
     loss.backward()
-    grads = {n: t.grad.detach() for n, t in leaves.items()}
+    grads = {n: t.grad.detach() for n, t in leaves.items() if t.requires_grad}
     return logits.detach().reshape(-1, logits.shape[-1]), loss.item(), grads
 
 

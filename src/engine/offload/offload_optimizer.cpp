@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_adam.h"
 #include "engine/offload/nvme_swapper.h"
+#include "util/bf16.h"
 #include "util/error.h"
 
 namespace zt {
@@ -34,6 +35,18 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
     store_ = make_host_state_store(own_sizes_, tile, memory);
 }
 
+namespace {
+
+// Whether the segments (sorted, disjoint) cover [begin, begin + count) entirely.
+bool covers(const std::vector<DecaySegment>& segments, int64_t begin, int64_t count) {
+  int64_t covered = 0;
+  for (const DecaySegment& s : segments)
+    covered += std::max<int64_t>(0, std::min(s.end, begin + count) - std::max(s.begin, begin));
+  return covered == count;
+}
+
+}  // namespace
+
 void OffloadOptimizer::gradient_ready(int g, const float* device_grads) {
   const size_t i = static_cast<size_t>(g);
   copier_.device_to_host(host_grads_[i].data(), device_grads, host_grads_[i].bytes());
@@ -53,7 +66,16 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
     // the previous tile's copy keeps running under this tile's update.
     if (tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
     const float* grads = host_grads_[static_cast<size_t>(t.group)].data();
-    for (const DecaySegment& s : segments_[static_cast<size_t>(t.group)]) {
+    const std::vector<DecaySegment>& segments = segments_[static_cast<size_t>(t.group)];
+    // Frozen tensors have no segment (decay_segments.h): the tile goes out whole, so their part
+    // of it is their master as working params, which is what the device holds already.
+    if (!covers(segments, t.begin, t.count)) {
+      if (bf16)
+        floats_to_bf16(t.master, reinterpret_cast<bf16_t*>(staging), static_cast<size_t>(t.count));
+      else
+        std::memcpy(staging, t.master, static_cast<size_t>(t.count) * sizeof(float));
+    }
+    for (const DecaySegment& s : segments) {
       const int64_t lo = std::max(s.begin, t.begin), hi = std::min(s.end, t.begin + t.count);
       if (lo >= hi) continue;
       const int64_t at = lo - t.begin;

@@ -1,0 +1,113 @@
+#include "model/trainable.h"
+
+#include <regex>
+
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+std::vector<std::regex> compile(const std::vector<std::string>& patterns, const char* option) {
+  std::vector<std::regex> out;
+  for (const std::string& p : patterns) {
+    ZT_CHECK(!p.empty(), std::string(option) +
+                             ": an empty pattern matches every tensor; give a "
+                             "regular expression");
+    try {
+      out.emplace_back(p, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw Error(std::string(option) + " '" + p +
+                  "' is not a valid regular expression: " + e.what());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
+                                         const std::vector<std::string>& trainable,
+                                         const std::vector<std::string>& freeze) {
+  TrainableSet s;
+  if (trainable.empty() && freeze.empty()) return s;
+  const std::vector<std::regex> keep = compile(trainable, "--trainable");
+  const std::vector<std::regex> drop = compile(freeze, "--freeze");
+  std::vector<bool> keep_used(keep.size(), false), drop_used(drop.size(), false);
+  const std::vector<TensorInfo>& tensors = layout.tensors();
+  s.frozen_.assign(tensors.size(), false);
+  bool any_trains = false;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    bool trains = keep.empty();
+    for (size_t i = 0; i < keep.size(); ++i)
+      if (std::regex_search(tensors[t].name, keep[i])) trains = true, keep_used[i] = true;
+    for (size_t i = 0; i < drop.size(); ++i)
+      if (std::regex_search(tensors[t].name, drop[i])) trains = false, drop_used[i] = true;
+    s.frozen_[t] = !trains;
+    any_trains = any_trains || trains;
+  }
+  auto check_used = [&](const std::vector<std::string>& patterns, const std::vector<bool>& used,
+                        const char* option) {
+    for (size_t i = 0; i < patterns.size(); ++i)
+      ZT_CHECK(used[i], std::string(option) + " '" + patterns[i] +
+                            "' matches no tensor of the model (names as in Hugging Face, e.g. '" +
+                            tensors.back().name + "'; `zerotrain info MODEL_DIR` lists them)");
+  };
+  check_used(trainable, keep_used, "--trainable");
+  check_used(freeze, drop_used, "--freeze");
+  ZT_CHECK(any_trains, "--trainable/--freeze leave no tensor to train");
+  bool none_frozen = true;
+  for (bool f : s.frozen_) none_frozen = none_frozen && !f;
+  if (none_frozen) s.frozen_.clear();
+  return s;
+}
+
+TrainableSet TrainableSet::from_frozen_names(const ParamLayout& layout,
+                                             const std::vector<std::string>& frozen) {
+  TrainableSet s;
+  if (frozen.empty()) return s;
+  s.frozen_.assign(layout.tensors().size(), false);
+  for (const std::string& name : frozen) {
+    const int t = layout.find(name);
+    ZT_CHECK(t >= 0, "frozen tensor '" + name + "' is not a tensor of the model");
+    s.frozen_[static_cast<size_t>(t)] = true;
+  }
+  return s;
+}
+
+bool TrainableSet::trains(int tensor) const {
+  return frozen_.empty() || !frozen_[static_cast<size_t>(tensor)];
+}
+
+GroupTraining TrainableSet::group(const ParamLayout& layout, int g) const {
+  int trainable = 0, total = 0;
+  for (int t : layout.groups()[static_cast<size_t>(g)].tensors) {
+    ++total;
+    if (trains(t)) ++trainable;
+  }
+  return trainable == total ? GroupTraining::kAll
+         : trainable == 0   ? GroupTraining::kNone
+                            : GroupTraining::kSome;
+}
+
+int TrainableSet::lowest_backward_group(const ParamLayout& layout) const {
+  for (int g = 0; g < layout.num_groups(); ++g)
+    if (group_trains(layout, g)) return g;
+  return layout.num_groups();  // unreachable for a set from from_patterns
+}
+
+int64_t TrainableSet::trainable_numel(const ParamLayout& layout) const {
+  int64_t n = 0;
+  for (size_t t = 0; t < layout.tensors().size(); ++t)
+    if (trains(static_cast<int>(t))) n += layout.tensors()[t].numel;
+  return n;
+}
+
+std::vector<std::string> TrainableSet::frozen_names(const ParamLayout& layout) const {
+  std::vector<std::string> out;
+  for (size_t t = 0; t < frozen_.size(); ++t)
+    if (frozen_[t]) out.push_back(layout.tensors()[t].name);
+  return out;
+}
+
+}  // namespace zt

@@ -1,0 +1,56 @@
+// Which parameters train: PyTorch's requires_grad, chosen by regular expressions over the
+// Hugging Face tensor names (`train --trainable REGEX`, `--freeze REGEX`; docs/ARCHITECTURE.md §4).
+// A tensor trains when it matches some --trainable pattern (every tensor does when there is none)
+// and no --freeze pattern. Patterns are ECMAScript regular expressions searched anywhere in the
+// name, as Python's re.search: "lm_head" matches lm_head.weight, "^model\.norm\." only the final
+// norm.
+//
+// The model skips a frozen tensor's weight gradient (its dW product); the engine keeps state per
+// parameter group (the embedding, each decoder layer, the head): a group with no trainable tensor
+// has no gradient, no fp32 master and no Adam moments, and no backward runs below the lowest group
+// that trains.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/layout.h"
+
+namespace zt {
+
+enum class GroupTraining { kAll, kSome, kNone };
+
+class TrainableSet {
+ public:
+  TrainableSet() = default;  // every tensor trains
+  // Throws naming the pattern (and its option) that is not a valid regular expression or that
+  // matches no tensor of `layout`, and when no tensor is left to train.
+  static TrainableSet from_patterns(const ParamLayout& layout,
+                                    const std::vector<std::string>& trainable,
+                                    const std::vector<std::string>& freeze);
+
+  // Whether every tensor trains (no freezing at all).
+  bool all_train() const { return frozen_.empty(); }
+  bool trains(int tensor) const;
+  GroupTraining group(const ParamLayout& layout, int g) const;
+  bool group_trains(const ParamLayout& layout, int g) const {
+    return group(layout, g) != GroupTraining::kNone;
+  }
+  // The lowest group whose backward is needed: the lowest group with a trainable tensor (with
+  // tied embeddings a trainable embedding is group 0).
+  int lowest_backward_group(const ParamLayout& layout) const;
+  // Elements of the trainable tensors, and of every tensor of a group that trains.
+  int64_t trainable_numel(const ParamLayout& layout) const;
+  // Names of the frozen tensors, in layout order.
+  std::vector<std::string> frozen_names(const ParamLayout& layout) const;
+  // The frozen flag of every tensor, in layout order (empty when every tensor trains).
+  const std::vector<bool>& frozen_flags() const { return frozen_; }
+  // The same set over another layout of the same model (by name); throws on a missing name.
+  static TrainableSet from_frozen_names(const ParamLayout& layout,
+                                        const std::vector<std::string>& frozen);
+
+ private:
+  std::vector<bool> frozen_;  // per tensor; empty: none
+};
+
+}  // namespace zt

@@ -1,0 +1,203 @@
+// Frozen parameters (--trainable / --freeze, model/trainable.h) at the world size the binary is
+// launched with (1, 2, 4). The tiny preset has groups embed, layer.0, layer.1, head; the tests
+// train lm_head, the final norm and layer 1's MLP, so the embedding and layer 0 are frozen
+// groups, layer 1 is partly frozen and the backward stops at layer 1.
+// - In world-invariant mode every stage (and optimizer offload) equals one rank at stage 0 bit for
+//   bit, and every frozen tensor ends bitwise equal to its initial value.
+// - A frozen group has no gradient and no optimizer state: the peaks of those categories and the
+//   reduction traffic are those of the trainable groups alone, counted.
+// - A checkpoint of a frozen run resumes bitwise at another world size and stage, and a resume
+//   with another trainable set is refused naming the tensors.
+// The trainable tensors' values against PyTorch with requires_grad=False on the rest:
+// tests/oracle/test_frozen.py.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "engine/stage_traits.h"
+#include "engine_test_support.h"
+#include "model/layout.h"
+#include "shared_dir_test.h"
+
+namespace zt {
+namespace {
+
+using engine_test::EngineOptions;
+using engine_test::Masters;
+using engine_test::TestEngine;
+
+constexpr int kSteps = 4;
+constexpr int64_t kLeaves = 4;  // micro-batches of B sequences per global batch
+constexpr float kLr = 2e-3f;
+
+EngineOptions frozen_options(int stage, Precision precision) {
+  EngineOptions o;
+  o.stage = stage;
+  o.precision = precision;
+  o.world_invariant = true;
+  o.bucket = 20'000;  // several buckets
+  o.trainable = {"^lm_head\\.", "^model\\.norm\\.", "layers\\.1\\.mlp\\."};
+  return o;
+}
+
+struct Trained {
+  std::vector<double> losses;
+  Masters initial, final;  // rank 0 only
+};
+
+// Steps [first, last] of `engine`, or of a fresh engine initialised from the seed.
+Trained train(Communicator& comm, const EngineOptions& o, int first = 1, int last = kSteps,
+              TestEngine* engine = nullptr) {
+  std::unique_ptr<TestEngine> fresh;
+  if (!engine) {
+    fresh = std::make_unique<TestEngine>(comm, o);
+    fresh->init();
+  }
+  TestEngine& t = engine ? *engine : *fresh;
+  Trained out;
+  out.initial = engine_test::rank0_masters(t.engine());
+  const int64_t accum = kLeaves / comm.world_size();
+  for (int step = first; step <= last; ++step) out.losses.push_back(t.step(step, accum, kLr).loss);
+  out.final = engine_test::rank0_masters(t.engine());
+  return out;
+}
+
+class FrozenParametersTest : public engine_test::SharedDirTest {
+ protected:
+  const char* dir_prefix() const override { return "zt_frozen_"; }
+  MpiCommunicator self_{MPI_COMM_SELF};
+  int N() const { return world_.world_size(); }
+};
+
+TEST_F(FrozenParametersTest, FrozenTensorsStayBitwiseAndStagesEqualOneRankStageZero) {
+  const ParamLayout layout(preset_config("tiny"));
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const Trained reference = train(self_, frozen_options(0, precision));
+    const TrainableSet set = TrainableSet::from_patterns(
+        layout, frozen_options(0, precision).trainable, frozen_options(0, precision).freeze);
+    int frozen = 0, trained = 0;
+    for (const TensorInfo& t : layout.tensors()) {
+      const bool trains = set.trains(layout.index_of(t));
+      const bool same = reference.final.at(t.name) == reference.initial.at(t.name);
+      EXPECT_EQ(same, !trains) << t.name << (trains ? " trains but did not move" : " moved");
+      (trains ? trained : frozen) += 1;
+    }
+    EXPECT_EQ(trained, 5);  // lm_head, model.norm, layer 1's gate/up/down
+    EXPECT_EQ(frozen, static_cast<int>(layout.tensors().size()) - 5);
+    for (int stage = 0; stage <= 3; ++stage) {
+      std::vector<std::pair<std::string, OffloadConfig>> modes = {{"device optimizer", {}}};
+      if (stage >= 1) {
+        OffloadConfig cpu;
+        cpu.optimizer = OffloadDevice::kCpu;
+        cpu.sub_group_size = 3000;  // tiles that straddle frozen and trainable tensors
+        modes.push_back({"cpu optimizer", cpu});
+      }
+      if (stage >= 1) modes.push_back({"nvme optimizer", nvme_offload(2, 3000)});
+      for (const auto& [mode, offload] : modes) {
+        EngineOptions o = frozen_options(stage, precision);
+        o.offload = offload;
+        const std::string what = std::string(precision_name(precision)) + " stage " +
+                                 std::to_string(stage) + " " + mode + " N=" + std::to_string(N());
+        const Trained run = train(world_, o);
+        EXPECT_EQ(run.losses, reference.losses) << what;
+        if (root()) {
+          EXPECT_TRUE(run.final == reference.final) << what << ": final masters differ";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(FrozenParametersTest, FrozenGroupsHaveNoStateAndMoveNoReductionBytes) {
+  const ParamLayout layout(preset_config("tiny"));
+  const uint64_t n = static_cast<uint64_t>(N());
+  const int head = layout.head_group();
+  const GroupPartition p = GroupPartition::of(layout.groups()[static_cast<size_t>(head)].numel,
+                                              static_cast<int64_t>(n), 1);
+  uint64_t all_padded = 0;
+  for (const GroupInfo& g : layout.groups())
+    all_padded +=
+        static_cast<uint64_t>(GroupPartition::of(g.numel, static_cast<int64_t>(n), 1).padded);
+  const auto head_padded = static_cast<uint64_t>(p.padded);
+  constexpr int64_t kAccum = 2;
+  for (int stage = 0; stage <= 3; ++stage) {
+    EngineOptions o;
+    o.stage = stage;
+    o.precision = Precision::kBf16;
+    o.reuse = 0;                                        // stage 3 gathers every use
+    o.trainable = {"^lm_head\\.", "^model\\.norm\\."};  // the head group alone
+    const std::string what = "stage " + std::to_string(stage) + " N=" + std::to_string(N());
+    TestEngine t(world_, o);
+    t.init();
+    t.step(1, kAccum, kLr);
+    world_.reset_counters();
+    t.step(2, kAccum, kLr);
+    const CommCounters c = world_.counters();
+    const StageTraits traits = StageTraits::of(stage);
+    const auto own = static_cast<size_t>(traits.shard_optimizer ? p.shard : p.numel);
+    EXPECT_EQ(t.memory().peak(MemCategory::kOptimizer), 12 * own) << what;
+    EXPECT_EQ(t.memory().peak(MemCategory::kGrads),
+              4 * static_cast<size_t>(traits.shard_gradients ? p.shard : p.padded))
+        << what;
+    using Op = CollectiveOp;
+    const uint64_t accum = kAccum;
+    // The head's gradient alone is reduced: all-reduced once (stage 0), reduce-scattered once
+    // (stage 1) or every micro-batch (stages 2/3); stages 1/2 gather the updated head alone;
+    // stage 3 gathers every group for the forward and the head alone for the backward.
+    const uint64_t scattered = stage == 0 ? 0 : stage == 1 ? head_padded : accum * head_padded;
+    EXPECT_EQ(c[Op::kReduceScatter].elements, n > 1 ? scattered : c[Op::kReduceScatter].elements)
+        << what;
+    if (n > 1) {
+      EXPECT_EQ(c[Op::kReduceScatter].bytes_sent, scattered / n * (n - 1) * 4) << what;
+      const uint64_t gathered = stage == 3   ? accum * (all_padded + head_padded)
+                                : stage == 0 ? 0
+                                             : head_padded;
+      EXPECT_EQ(c[Op::kAllGather].bytes_sent, gathered / n * (n - 1) * 2) << what;
+    }
+    // Stage 0's all-reduce: the head's gradient and the loss; stages 1-3: the loss and the norm.
+    EXPECT_EQ(c[Op::kAllReduce].elements, stage == 0 ? head_padded + 1 : 2) << what;
+  }
+}
+
+TEST_F(FrozenParametersTest, CheckpointResumesBitwiseAndRefusesAnotherTrainableSet) {
+  const int half = kSteps / 2;
+  const Trained whole = train(self_, frozen_options(0, Precision::kBf16));
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::string what = "N=" + std::to_string(N()) + " stage " + std::to_string(stage);
+    TestEngine writer(world_, frozen_options(stage, Precision::kBf16));
+    writer.init();
+    const Trained first = train(world_, frozen_options(stage, Precision::kBf16), 1, half, &writer);
+    const std::string dir =
+        engine_test::save_test_checkpoint(
+            writer.engine(), {half, 0, {}}, EngineOptions{}.optim, kSteps, EngineOptions{}.micro,
+            kLeaves / N(), EngineOptions{}.seq, (dir_ / ("s" + std::to_string(stage))).string())
+            .dir;
+    // Into one rank at stage 3 − s: the rest of the run, bitwise.
+    TestEngine alone(self_, frozen_options(3 - stage, Precision::kBf16));
+    load_checkpoint(alone.engine(), dir);
+    const Trained rest =
+        train(self_, frozen_options(3 - stage, Precision::kBf16), half + 1, kSteps, &alone);
+    std::vector<double> losses = first.losses;
+    losses.insert(losses.end(), rest.losses.begin(), rest.losses.end());
+    EXPECT_EQ(losses, whole.losses) << what;
+    EXPECT_TRUE(rest.final == whole.final) << what << ": final masters differ";
+    // Another trainable set: refused on every rank, naming a tensor that changed.
+    EngineOptions other = frozen_options(stage, Precision::kBf16);
+    other.trainable.push_back("layers\\.0\\.self_attn\\.q_proj");
+    TestEngine refused(world_, other);
+    try {
+      load_checkpoint(refused.engine(), dir);
+      ADD_FAILURE() << what << ": a resume with another trainable set was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.q_proj.weight"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Frozen parameters (`train --trainable/--freeze`) against PyTorch with requires_grad=False (label
+oracle).
+
+The tiny preset trains lm_head, the final norm and layer 1's MLP (fp32 working params, constant
+learning rate, no clipping) on one global batch of 2 windows, at 1 rank stage 0 and at 2 ranks
+stage 3. The reference is llama_reference.py's plain-PyTorch Llama in float64: every tensor a
+leaf, requires_grad only on the trainable ones (chosen here with Python's re.search, an
+independent reading of the patterns), torch.optim.AdamW over those alone with zerotrain's
+weight-decay rule.
+1. Each step's loss (metrics.jsonl) and each trainable tensor's final fp32 master (read from the
+   last checkpoint's rank files) equal the reference's within test_oracle.py's fp32 bound, 1e-4
+   relative.
+2. Every frozen tensor's final master is bitwise its initial value, and OUT/final/ holds it
+   bitwise as the starting model did; run.json counts the trainable parameters and names the
+   frozen tensors.
+3. A resume with another trainable set is refused naming a tensor, and the checkpoint stays;
+   a pattern that matches nothing is refused naming it.
+4. `estimate` of the 6B analysis's projection-only case (6b, lm_head and the final norm, bf16, one
+   GPU): 2 bytes per parameter plus 16 per trainable one.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
+                            run_tool)
+import llama_reference as ref  # noqa: E402
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+TRAINABLE = [r"^lm_head\.", r"^model\.norm\.", r"layers\.1\.mlp\."]
+STEPS, SEQ_LEN, WINDOWS, LR = 4, 16, 2, 1e-3
+BETAS, EPS, WEIGHT_DECAY = (0.9, 0.95), 1e-8, 0.1
+TOLERANCE = 1e-4  # test_oracle.py's fp32 bound (relative; float64 reference)
+
+
+def write_tokens(path, sample):
+    """A dataset of exactly WINDOWS windows of SEQ_LEN + 1 tokens: every step's global batch is
+    all of them."""
+    with open(sample, "rb") as f:
+        data = np.frombuffer(f.read(WINDOWS * SEQ_LEN + 1), dtype=np.uint8).astype(np.uint16)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("tokens", data=data)
+        f.attrs["vocab_size"] = np.int64(256)
+        f.attrs["tokenizer"] = "bytes"
+    windows = [data[w * SEQ_LEN: w * SEQ_LEN + SEQ_LEN + 1].astype(np.int64)
+               for w in range(WINDOWS)]
+    return torch.from_numpy(np.stack(windows))
+
+
+def reference(weights, config, tokens, trainable):
+    """Losses and final masters of STEPS AdamW steps with only `trainable` requiring gradients."""
+    inputs, targets = tokens[:, :SEQ_LEN], tokens[:, 1:]
+    masters = {n: t.detach().clone().requires_grad_(n in trainable) for n, t in weights.items()}
+    optimizer = ref.make_adamw({n: masters[n] for n in trainable}, LR, WEIGHT_DECAY, BETAS, EPS)
+    losses = []
+    for _ in range(STEPS):
+        _, loss, grads = ref.loss_and_grads({n: t.detach() for n, t in masters.items()}, config,
+                                            inputs, targets, trainable=trainable)
+        check(set(grads) == trainable, "the reference computed gradients of frozen tensors")
+        losses.append(loss)
+        for n in trainable:
+            masters[n].grad = grads[n]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return losses, {n: t.detach() for n, t in masters.items()}
+
+
+def checkpoint_masters(step_dir):
+    """Every tensor's fp32 master from a checkpoint's rank files (manifest ranges)."""
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    groups = []
+    for g, group in enumerate(manifest["groups"]):
+        values = np.zeros(group["numel"], dtype=np.float32)
+        for r, (begin, count) in enumerate(group["file_ranges"]):
+            if count == 0:
+                continue
+            with h5py.File(os.path.join(step_dir, manifest["files"][r]["name"]), "r") as f:
+                ds = f[f"group_{g:03d}/master"]
+                values[begin:begin + count] = ds[()]
+        groups.append(values)
+    out = {}
+    for t in manifest["tensors"]:
+        n = int(np.prod(t["shape"]))
+        out[t["name"]] = (groups[t["group"]][t["offset"]:t["offset"] + n].reshape(t["shape"]),
+                          t.get("frozen", False))
+    return out
+
+
+def rel_error(got, want):
+    want = want.to(torch.float64)
+    return ((torch.from_numpy(np.asarray(got, dtype=np.float64)) - want).norm() /
+            max(want.norm().item(), 1e-30)).item()
+
+
+def model_tensors(model_dir):
+    return ref.load_weights(model_dir, torch.float32)
+
+
+def train_args(zt, work, out, world_args):
+    return [zt, "train", "--model", work("model"), "--data", work("tok.h5"), "--out", out,
+            "--precision", "fp32", "--steps", str(STEPS), "--seq-len", str(SEQ_LEN),
+            "--lr", str(LR), "--min-lr", str(LR), "--warmup-steps", "0", "--clip", "0",
+            "--save-every", str(STEPS), "--log-every", "0"] + world_args + \
+        [a for p in TRAINABLE for a in ("--trainable", p)]
+
+
+def refused(cmd, must_contain):
+    print("+ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout.rstrip())
+    check(proc.returncode != 0, f"{' '.join(cmd)} was accepted")
+    check(must_contain in proc.stdout, f"the refusal does not say {must_contain!r}")
+
+
+def main():
+    parser = argument_parser(__doc__.split("\n")[0])
+    parser.add_argument("--mpirun", default="mpirun")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    work = fresh_work_dir(args.work_dir)
+    zt = args.zerotrain
+
+    def checks():
+        run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
+        tokens = write_tokens(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
+                                                           "sample.txt"))
+        config = ref.load_config(work("model"))
+        weights = ref.load_weights(work("model"), torch.float64)
+        trainable = {n for n in weights if any(re.search(p, n) for p in TRAINABLE)}
+        check(len(trainable) == 5, f"the patterns select {sorted(trainable)}")
+        want_losses, want_masters = reference(weights, config, tokens, trainable)
+        print("reference losses: " + " ".join(f"{x:.7f}" for x in want_losses))
+        initial = model_tensors(work("model"))
+
+        runs = {"1 rank stage 0": (work("one"), ["--micro-batch", "1", "--grad-accum", "2"], []),
+                "2 ranks stage 3": (work("two"), ["--micro-batch", "1", "--grad-accum", "1",
+                                                  "--zero-stage", "3"],
+                                    [args.mpirun, "--oversubscribe", "-n", "2"])}
+        for what, (out, world_args, launcher) in runs.items():
+            run_tool(launcher + train_args(zt, work, out, world_args))
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                losses = [json.loads(line)["loss"] for line in f]
+            print(f"{what} losses:   " + " ".join(f"{x:.7f}" for x in losses))
+            check(len(losses) == STEPS, f"{what}: {len(losses)} metrics lines")
+            for step, (got, want) in enumerate(zip(losses, want_losses), start=1):
+                err = abs(got - want) / abs(want)
+                check(err < TOLERANCE, f"{what}: step {step} loss {got} vs {want} ({err:.2e})")
+            masters = checkpoint_masters(os.path.join(out, "checkpoints", f"step-{STEPS:08d}"))
+            worst = 0.0
+            for name, (value, frozen) in masters.items():
+                check(frozen == (name not in trainable),
+                      f"{what}: the checkpoint records {name} as frozen={frozen}")
+                if name in trainable:
+                    err = rel_error(value, want_masters[name])
+                    worst = max(worst, err)
+                    check(err < TOLERANCE, f"{what}: {name} differs from PyTorch by {err:.2e}")
+                    check(not np.array_equal(value, initial[name].numpy()),
+                          f"{what}: {name} did not train")
+                else:
+                    check(np.array_equal(value, initial[name].numpy()),
+                          f"{what}: frozen {name} changed")
+            print(f"{what}: trainable masters within {worst:.2e} of PyTorch, frozen ones bitwise")
+            final = model_tensors(os.path.join(out, "final"))
+            for name in initial:
+                if name not in trainable:
+                    check(torch.equal(final[name], initial[name]), f"{what}: final/{name} changed")
+            with open(os.path.join(out, "run.json")) as f:
+                run = json.load(f)
+            check(run["trainable_parameters"] == sum(weights[n].numel() for n in trainable),
+                  f"{what}: run.json trainable_parameters {run['trainable_parameters']}")
+            check(sorted(run["frozen_tensors"]) == sorted(set(weights) - trainable),
+                  f"{what}: run.json frozen_tensors")
+
+        # Bad input.
+        out = work("one")
+        refused([zt, "train", "--model", work("model"), "--data", work("tok.h5"), "--out", out,
+                 "--resume", "auto", "--steps", str(STEPS + 2), "--micro-batch", "1",
+                 "--grad-accum", "2", "--seq-len", str(SEQ_LEN), "--precision", "fp32",
+                 "--trainable", r"^lm_head\."],
+                "trainable in the checkpoint, frozen now: model.layers.1.mlp.")
+        with open(os.path.join(out, "checkpoints", "latest")) as f:
+            check(f.read().strip() == f"step-{STEPS:08d}", "the refused resume moved latest")
+        refused(train_args(zt, work, work("bad"), ["--trainable", "q_porj"]),
+                "--trainable 'q_porj' matches no tensor")
+
+        # The 6B analysis's projection-only estimate.
+        est = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json", "--trainable",
+                                   r"^lm_head\.", "--trainable", r"^model\.norm\."]))
+        psi, trained = est["psi"], 32000 * 4096 + 4096
+        check(est["trainable_psi"] == trained, f"estimate trainable_psi {est['trainable_psi']}")
+        stage0 = est["stages"][0]
+        check(stage0["params"] == 2 * psi and stage0["grads"] == 4 * trained and
+              stage0["optimizer"] == 12 * trained,
+              f"6b projection-only stage 0 states: {stage0}")
+        check(stage0["theory_model_states"] == 2 * psi + 16 * trained,
+              f"6b projection-only theory {stage0['theory_model_states']}")
+        print(f"6b projection-only: model states {stage0['model_states'] / 2**30:.2f} GiB "
+              f"(everything trainable: {18 * psi / 2**30:.2f} GiB)")
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
