@@ -77,3 +77,22 @@ def require_venv_modules(*names):
         print(f"cannot import {e.name}: run ./run.sh deps (it creates .venv/ with the pinned "
               f"oracle clients) and run this test with .venv/bin/python", file=sys.stderr)
         sys.exit(2)
+
+
+def extract_from_sdist(sdist, member_path, work_dir):
+    """Copies the file of DeepSpeed's sdist whose path ends with member_path (e.g.
+    "deepspeed/runtime/lr_schedules.py") into work_dir; returns the copy's path. A missing sdist
+    or file is a SetupError."""
+    import os
+    import tarfile
+    if not os.path.isfile(sdist):
+        raise SetupError(f"{sdist}: DeepSpeed's source distribution is missing "
+                         "(./run.sh deps downloads it)")
+    with tarfile.open(sdist) as tar:
+        member = next((m for m in tar.getmembers() if m.name.endswith(member_path)), None)
+        if member is None:
+            raise SetupError(f"{sdist}: no {member_path} inside")
+        path = os.path.join(work_dir, os.path.basename(member_path))
+        with open(path, "wb") as out:
+            out.write(tar.extractfile(member).read())
+    return path

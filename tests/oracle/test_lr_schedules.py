@@ -23,12 +23,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import types
 
 import torch
 
-from oracle_harness import SetupError, argument_parser
+from oracle_harness import SetupError, argument_parser, extract_from_sdist
 
 STEPS = 40
 REL_TOLERANCE = 2e-7  # a float32's rounding
@@ -38,17 +37,7 @@ ABS_TOLERANCE = 1e-12
 def load_deepspeed_lr_schedules(sdist, work_dir):
     """DeepSpeed's lr_schedules module from its sdist, with the one DeepSpeed import it makes
     (deepspeed.utils.logger) provided by a stub package."""
-    if not os.path.isfile(sdist):
-        raise SetupError(f"{sdist}: DeepSpeed's source distribution is missing "
-                         "(./run.sh deps downloads it)")
-    with tarfile.open(sdist) as tar:
-        member = next((m for m in tar.getmembers()
-                       if m.name.endswith("deepspeed/runtime/lr_schedules.py")), None)
-        if member is None:
-            raise SetupError(f"{sdist}: no deepspeed/runtime/lr_schedules.py inside")
-        path = os.path.join(work_dir, "lr_schedules.py")
-        with open(path, "wb") as out:
-            out.write(tar.extractfile(member).read())
+    path = extract_from_sdist(sdist, "deepspeed/runtime/lr_schedules.py", work_dir)
     deepspeed = types.ModuleType("deepspeed")
     utils = types.ModuleType("deepspeed.utils")
     utils.logger = logging.getLogger("deepspeed")
