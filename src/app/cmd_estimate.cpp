@@ -203,12 +203,15 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   const int64_t psi = layout.total_numel();
   const TrainableSet trainable = TrainableSet::from_patterns(layout, o.trainable, o.freeze);
   const int64_t psi_trainable = trainable.trainable_numel(layout);
+  // State (gradients, master, moments) is kept per group: for every element of a group that trains.
+  const int64_t psi_with_state = trainable.state_numel(layout);
   const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
 
   nlohmann::json out = {{"psi", psi},
                         {"model_config", model.to_hf_json()},
                         {"training_flops_per_token", model.training_flops_per_token(o.seq_len)},
                         {"trainable_psi", psi_trainable},
+                        {"state_psi", psi_with_state},
                         {"frozen_tensors", trainable.frozen_names(layout)},
                         {"world", o.world},
                         {"requested_stage", o.zero.stage},
@@ -234,7 +237,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     const MemoryEstimate e = estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len,
                                              ac, applied, o.grad_accum, storage, trainable);
     const double theory =
-        theory_model_states_bytes(psi, o.world, stage, precision, psi - psi_trainable);
+        theory_model_states_bytes(psi, o.world, stage, precision, psi - psi_with_state);
     nlohmann::json row = estimate_json(e);
     row["stage"] = stage;
     row["theory_model_states"] = theory;

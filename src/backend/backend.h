@@ -65,6 +65,7 @@ class Backend {
   virtual void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
                                int64_t M, int64_t D, float eps) = 0;
   // dx[M,D] += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x);   dg[D] += Σ_m dy·x·rstd
+  // dx or dg may be null to skip that part (dg: a frozen norm weight).
   virtual void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D) = 0;
 

@@ -52,7 +52,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
 // docs/ARCHITECTURE.md §4 model states per rank with k-byte working params (k = 2 for bf16):
 // stage 0 (k+16)Ψ, 1 (k+4)Ψ + 12Ψ/N, 2 kΨ + 16Ψ/N, 3 (k+16)Ψ/N — i.e. 18Ψ, 6Ψ+12Ψ/N,
 // 2Ψ+16Ψ/N, 18Ψ/N for bf16.
-// psi_frozen of the psi elements are frozen: working params only, no gradient or optimizer state.
+// psi_frozen of the psi elements have working params only, no gradient or optimizer state (the
+// elements of groups that do not train: TrainableSet::state_numel).
 double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision,
                                  int64_t psi_frozen = 0);
 

@@ -356,7 +356,13 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     if (offload.param_offloaded() && device_out.size() < out_bytes)
       device_out = TrackedBuffer<uint8_t>(memory, MemCategory::kCommBuffers, out_bytes);
     uint8_t* out_base = offload.param_offloaded() ? device_out.data() : work_out(g);
-    for (const DecaySegment& s : own_segments(g)) {
+    const std::vector<DecaySegment> segments = own_segments(g);
+    int64_t updated = 0;
+    for (const DecaySegment& s : segments) updated += s.end - s.begin;
+    // The tile goes back whole: frozen tensors, which have no segment, must carry their values.
+    if (offload.param_offloaded() && updated < own_size(g))
+      dev.to_device(device_out.data(), work_out(g), out_bytes);
+    for (const DecaySegment& s : segments) {
       const int64_t i = s.begin - begin;
       h.weight_decay = s.decay ? optim.weight_decay : 0.0f;
       uint8_t* out = out_base + static_cast<size_t>(i) * work_elem();

@@ -103,6 +103,13 @@ int64_t TrainableSet::trainable_numel(const ParamLayout& layout) const {
   return n;
 }
 
+int64_t TrainableSet::state_numel(const ParamLayout& layout) const {
+  int64_t n = 0;
+  for (int g = 0; g < layout.num_groups(); ++g)
+    if (group_trains(layout, g)) n += layout.groups()[static_cast<size_t>(g)].numel;
+  return n;
+}
+
 std::vector<std::string> TrainableSet::frozen_names(const ParamLayout& layout) const {
   std::vector<std::string> out;
   for (size_t t = 0; t < frozen_.size(); ++t)

@@ -39,8 +39,11 @@ class TrainableSet {
   // The lowest group whose backward is needed: the lowest group with a trainable tensor (with
   // tied embeddings a trainable embedding is group 0).
   int lowest_backward_group(const ParamLayout& layout) const;
-  // Elements of the trainable tensors, and of every tensor of a group that trains.
+  // Elements of the trainable tensors.
   int64_t trainable_numel(const ParamLayout& layout) const;
+  // Elements of the groups that train (every tensor of a group with a trainable one): those that
+  // carry gradients and optimizer state.
+  int64_t state_numel(const ParamLayout& layout) const;
   // Names of the frozen tensors, in layout order.
   std::vector<std::string> frozen_names(const ParamLayout& layout) const;
   // The frozen flag of every tensor, in layout order (empty when every tensor trains).

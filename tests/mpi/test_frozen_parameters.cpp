@@ -2,8 +2,9 @@
 // launched with (1, 2, 4). The tiny preset has groups embed, layer.0, layer.1, head; the tests
 // train lm_head, the final norm and layer 1's MLP, so the embedding and layer 0 are frozen
 // groups, layer 1 is partly frozen and the backward stops at layer 1.
-// - In world-invariant mode every stage (and optimizer offload) equals one rank at stage 0 bit for
-//   bit, and every frozen tensor ends bitwise equal to its initial value.
+// - In world-invariant mode every stage (and every offload mode) equals one rank at stage 0 bit
+//   for bit, and every frozen tensor ends bitwise equal to its initial value; also with tied
+//   embeddings, the embedding trainable or frozen.
 // - A frozen group has no gradient and no optimizer state: the peaks of those categories and the
 //   reduction traffic are those of the trainable groups alone, counted.
 // - A checkpoint of a frozen run resumes bitwise at another world size and stage, and a resume
@@ -72,35 +73,73 @@ class FrozenParametersTest : public engine_test::SharedDirTest {
   int N() const { return world_.world_size(); }
 };
 
+// The modes of one stage: the device optimizer, then the offloads valid there (tiles that
+// straddle frozen and trainable tensors; stage 3 also the params on the host, with the optimizer
+// on the device and on the host).
+std::vector<std::pair<std::string, OffloadConfig>> modes_at(int stage, const OffloadConfig& nvme) {
+  std::vector<std::pair<std::string, OffloadConfig>> modes = {{"device optimizer", {}}};
+  if (stage == 0) return modes;
+  OffloadConfig cpu;
+  cpu.optimizer = OffloadDevice::kCpu;
+  cpu.sub_group_size = 3000;
+  modes.push_back({"cpu optimizer", cpu});
+  modes.push_back({"nvme optimizer", nvme});
+  if (stage == 3) {
+    OffloadConfig params;
+    params.param = OffloadDevice::kCpu;
+    modes.push_back({"cpu params", params});
+    cpu.param = OffloadDevice::kCpu;
+    modes.push_back({"cpu optimizer + params", cpu});
+  }
+  return modes;
+}
+
 TEST_F(FrozenParametersTest, FrozenTensorsStayBitwiseAndStagesEqualOneRankStageZero) {
-  const ParamLayout layout(preset_config("tiny"));
-  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    const Trained reference = train(self_, frozen_options(0, precision));
-    const TrainableSet set = TrainableSet::from_patterns(
-        layout, frozen_options(0, precision).trainable, frozen_options(0, precision).freeze);
-    int frozen = 0, trained = 0;
+  struct Setup {
+    std::string name;
+    Precision precision;
+    bool tied;
+    std::vector<std::string> trainable;
+    int trained;  // tensors that train
+  };
+  const std::vector<std::string> head_and_mlp = frozen_options(0, Precision::kFp32).trainable;
+  const std::vector<Setup> setups = {
+      // lm_head, model.norm, layer 1's gate/up/down: embedding and layer 0 frozen groups.
+      {"fp32", Precision::kFp32, false, head_and_mlp, 5},
+      {"bf16", Precision::kBf16, false, head_and_mlp, 5},
+      // Tied: the embedding trains through the head and the lookup, every other tensor frozen
+      // (the backward runs through the frozen layers down to it).
+      {"tied, embedding trains", Precision::kBf16, true, {"embed_tokens"}, 1},
+      // Tied: the final norm trains, the embedding the head multiplies by is frozen.
+      {"tied, embedding frozen", Precision::kBf16, true, {"^model\\.norm\\."}, 1},
+  };
+  for (const Setup& setup : setups) {
+    auto options = [&](int stage) {
+      EngineOptions o = frozen_options(stage, setup.precision);
+      o.tied = setup.tied;
+      o.trainable = setup.trainable;
+      return o;
+    };
+    const Trained reference = train(self_, options(0));
+    ModelConfig model = preset_config("tiny");
+    model.tie_word_embeddings = setup.tied;
+    const ParamLayout layout(model);
+    const TrainableSet set = TrainableSet::from_patterns(layout, setup.trainable, {});
+    int trained = 0;
     for (const TensorInfo& t : layout.tensors()) {
       const bool trains = set.trains(layout.index_of(t));
       const bool same = reference.final.at(t.name) == reference.initial.at(t.name);
-      EXPECT_EQ(same, !trains) << t.name << (trains ? " trains but did not move" : " moved");
-      (trains ? trained : frozen) += 1;
+      EXPECT_EQ(same, !trains) << setup.name << ": " << t.name
+                               << (trains ? " trains but did not move" : " moved");
+      trained += trains ? 1 : 0;
     }
-    EXPECT_EQ(trained, 5);  // lm_head, model.norm, layer 1's gate/up/down
-    EXPECT_EQ(frozen, static_cast<int>(layout.tensors().size()) - 5);
+    EXPECT_EQ(trained, setup.trained) << setup.name;
     for (int stage = 0; stage <= 3; ++stage) {
-      std::vector<std::pair<std::string, OffloadConfig>> modes = {{"device optimizer", {}}};
-      if (stage >= 1) {
-        OffloadConfig cpu;
-        cpu.optimizer = OffloadDevice::kCpu;
-        cpu.sub_group_size = 3000;  // tiles that straddle frozen and trainable tensors
-        modes.push_back({"cpu optimizer", cpu});
-      }
-      if (stage >= 1) modes.push_back({"nvme optimizer", nvme_offload(2, 3000)});
-      for (const auto& [mode, offload] : modes) {
-        EngineOptions o = frozen_options(stage, precision);
+      for (const auto& [mode, offload] : modes_at(stage, nvme_offload(2, 3000))) {
+        EngineOptions o = options(stage);
         o.offload = offload;
-        const std::string what = std::string(precision_name(precision)) + " stage " +
-                                 std::to_string(stage) + " " + mode + " N=" + std::to_string(N());
+        const std::string what = setup.name + " stage " + std::to_string(stage) + " " + mode +
+                                 " N=" + std::to_string(N());
         const Trained run = train(world_, o);
         EXPECT_EQ(run.losses, reference.losses) << what;
         if (root()) {
