@@ -12,8 +12,8 @@ weight-decay rule.
    last checkpoint's rank files) equal the reference's within test_oracle.py's fp32 bound, 1e-4
    relative.
 2. Every frozen tensor's final master is bitwise its initial value, and OUT/final/ holds it
-   bitwise as the starting model did; run.json counts the trainable parameters and names the
-   frozen tensors.
+   bitwise as the starting model did; `consolidate` of the checkpoint writes the whole model,
+   bitwise OUT/final/; run.json counts the trainable parameters and names the frozen tensors.
 3. A resume with another trainable set is refused naming a tensor, and the checkpoint stays;
    a pattern that matches nothing is refused naming it.
 4. `estimate` of the 6B analysis's projection-only case (6b, lm_head and the final norm, bf16, one
@@ -174,6 +174,13 @@ def main():
             for name in initial:
                 if name not in trainable:
                     check(torch.equal(final[name], initial[name]), f"{what}: final/{name} changed")
+            # The checkpoint consolidates to the whole model, bitwise final/.
+            run_tool([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
+                      "--out", out + "-consolidated"])
+            consolidated = model_tensors(out + "-consolidated")
+            check(set(consolidated) == set(final) and
+                  all(torch.equal(consolidated[n], final[n]) for n in final),
+                  f"{what}: the consolidated checkpoint differs from final/")
             with open(os.path.join(out, "run.json")) as f:
                 run = json.load(f)
             check(run["trainable_parameters"] == sum(weights[n].numel() for n in trainable),
