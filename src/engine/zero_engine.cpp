@@ -35,6 +35,10 @@ ZeroEngine::~ZeroEngine() = default;
 
 void ZeroEngine::Impl::allocate() {
   const int G = num_groups();
+  const ParamLayout& layout = self.model_.layout();
+  const TrainableSet& trainable = self.model_.trainable();
+  for (int g = 0; g < G; ++g) group_trains.push_back(trainable.group_trains(layout, g));
+  lowest_backward_group = trainable.lowest_backward_group(layout);
   int64_t max_padded = 0, max_trained_padded = 0;  // gradients exist for trained groups only
   for (int g = 0; g < G; ++g) {
     max_padded = std::max(max_padded, part(g).padded);

@@ -91,6 +91,10 @@ struct ZeroEngine::Impl {
   std::vector<int64_t> shard_offset, norm_block_offset;
   int64_t leaf_elements = 0;  // Σ shard of every group: one leaf
   TrackedBuffer<double> norm_blocks;
+  // Frozen parameters (model/trainable.h), resolved once: whether each group trains, and the
+  // lowest group whose backward runs.
+  std::vector<bool> group_trains;
+  int lowest_backward_group = 0;
 
   const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }
   int num_groups() const { return static_cast<int>(self.parts_.size()); }
@@ -104,10 +108,8 @@ struct ZeroEngine::Impl {
   bool grads_in_tree() const { return invariant() && traits.shard_optimizer; }
   bool tied() const { return self.model_.layout().tied_embeddings(); }
   // Whether group g has a trainable tensor (gradients, optimizer state); the lowest such group.
-  bool trains(int g) const { return self.model_.trainable().group_trains(self.model_.layout(), g); }
-  int lowest_backward() const {
-    return self.model_.trainable().lowest_backward_group(self.model_.layout());
-  }
+  bool trains(int g) const { return group_trains[static_cast<size_t>(g)]; }
+  int lowest_backward() const { return lowest_backward_group; }
   bool upcasts_params() const {
     return upcasts_working_params(precision, self.model_.activation_storage());
   }
