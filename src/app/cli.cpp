@@ -89,7 +89,8 @@ void add_attention_option(po::options_description& options, std::string* value) 
 void add_activations_option(po::options_description& options, std::string* value) {
   options.add_options()("activations", po::value(value)->default_value(*value),
                         "storage type of activations and their gradients: fp32 | bf16 (needs "
-                        "--precision bf16; CPU backend only so far); statistics stay fp32");
+                        "--precision bf16) | fp16 (needs --precision fp16); statistics stay "
+                        "fp32");
 }
 
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

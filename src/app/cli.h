@@ -45,7 +45,7 @@ void check_comm_timeout(double seconds, const std::string& command);
 
 // --attention gemm | fused | auto (backend/attention_choice.h): the CUDA backend's attention.
 void add_attention_option(po::options_description& options, std::string* value);
-// --activations fp32 | bf16 (train, eval and estimate: parse_activation_storage).
+// --activations fp32 | bf16 | fp16 (train, eval and estimate: parse_activation_storage).
 void add_activations_option(po::options_description& options, std::string* value);
 
 // --trainable REGEX and --freeze REGEX, each repeatable (model/trainable.h: which tensors train).

@@ -323,9 +323,9 @@ int run_training(TrainOptions o) {
       comm, in.resume_dir);
   // The engine's buffers and its first values (rank-local work), agreed before any collective.
   run_collectively(comm, [&] {
-    engine_ptr = std::make_unique<ZeroEngine>(config, o.zero, in.precision, o.optim, *backend,
-                                              data_comm, memory, o.micro_batch, o.seq_len, in.ac,
-                                              offload, &comm, in.activation_storage, in.trainable);
+    engine_ptr = std::make_unique<ZeroEngine>(
+        config, o.zero, in.precision, o.optim, *backend, data_comm, memory, o.micro_batch,
+        o.seq_len, in.ac, offload, &comm, in.activation_storage, in.trainable, o.loss_scale);
     if (!in.resume_dir.empty()) return;
     if (in.reader)
       engine_ptr->load_from(*in.reader);
@@ -363,7 +363,8 @@ int run_training(TrainOptions o) {
     recorder.begin_step(step);
     sampler.next_step();
     recorder.data_ready();
-    const float lr = learning_rate_at(o.optim, step, o.steps);
+    // fp16: a step skipped on overflow does not advance the schedule (as in DeepSpeed).
+    const float lr = learning_rate_at(o.optim, step - engine.skipped_steps(), o.steps);
     const StepStats stats =
         engine.train_step(sampler.inputs(), sampler.targets(), lr, step, sampler.counted_targets());
     if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch

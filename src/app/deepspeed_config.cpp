@@ -53,17 +53,32 @@ void set_bool(Block& b, const std::string& key, const std::string& name, std::op
 }
 
 // DeepSpeed trains in fp32 unless fp16 or bf16 ("bfloat16", its older name) is enabled. "auto"
-// is the Trainer's flag: bf16 follows --precision; fp16, which zerotrain lacks, resolves off.
+// is the Trainer's flag: the precision then follows --precision. fp16's loss-scaling keys map onto
+// the --loss-scale options, which take effect with --precision fp16 only, as the block's keys do
+// in DeepSpeed only when it is enabled.
 void parse_precision_blocks(Block& top, DeepSpeedConfig& c) {
-  bool bf16_auto = false;
+  bool fp16_on = false, precision_auto = false;
   if (const json* fp16 = top.get("fp16")) {
     Block s(
         *fp16, "fp16.", c,
         {"enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window",
          "hysteresis", "consecutive_hysteresis", "min_loss_scale", "fp16_master_weights_and_grads"},
         UnknownKeys::kRefuse);
-    ZT_CHECK(!s.boolean("enabled").value_or(false),
-             s.where("enabled") + ": fp16 is not supported, use bf16 {\"enabled\": true}");
+    s.refuse_unless_default("fp16_master_weights_and_grads", false,
+                            "fp16 master weights and gradients (zerotrain keeps them fp32)");
+    precision_auto = s.is_auto("enabled");
+    fp16_on = s.boolean("enabled").value_or(false);
+    if (fp16_on || precision_auto) {
+      set_number(s, "loss_scale", "loss-scale", s.number("loss_scale"));
+      set_integer(s, "initial_scale_power", "initial-scale-power",
+                  s.integer("initial_scale_power"));
+      set_integer(s, "loss_scale_window", "loss-scale-window", s.integer("loss_scale_window"));
+      set_integer(s, "hysteresis", "hysteresis", s.integer("hysteresis"));
+      set_bool(s, "consecutive_hysteresis", "consecutive-hysteresis",
+               s.boolean("consecutive_hysteresis"));
+      set_number(s, "min_loss_scale", "min-loss-scale", s.number("min_loss_scale"));
+    }
+    if (fp16_on) set_option(c, s.dotted("enabled"), "precision", "fp16");
   }
   const std::string bf16_key = top.either({"bf16", "bfloat16"});
   if (const json* bf16 = top.get(bf16_key)) {
@@ -73,13 +88,16 @@ void parse_precision_blocks(Block& top, DeepSpeedConfig& c) {
             UnknownKeys::kRefuse);
     for (const char* key : {"bf16_master_weights_and_grads", "bf16_optimizer_states"})
       s.refuse_unless_default(key, false, "bf16 master weights or optimizer states");
-    bf16_auto = s.is_auto("enabled");
+    precision_auto = precision_auto || s.is_auto("enabled");
     if (s.boolean("enabled").value_or(false)) {
+      ZT_CHECK(!fp16_on, s.where("enabled") +
+                             " and fp16.enabled are both true: DeepSpeed refuses fp16 and bf16 "
+                             "together; enable one");
       set_option(c, s.dotted("enabled"), "precision", "bf16");
       return;
     }
   }
-  if (bf16_auto) return;
+  if (fp16_on || precision_auto) return;
   set_option(c, top.has(bf16_key) ? bf16_key + ".enabled" : kNoPrecisionBlock, "precision", "fp32");
 }
 

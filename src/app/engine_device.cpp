@@ -38,13 +38,15 @@ AttentionRequest resolve_attention_request(const std::string& attention, const s
 
 DType parse_activation_storage(const std::string& activations, const std::string& precision,
                                const std::string& command) {
-  ZT_CHECK(activations == "fp32" || activations == "bf16",
-           command + ": --activations must be fp32 or bf16, got '" + activations + "'");
+  ZT_CHECK(activations == "fp32" || activations == "bf16" || activations == "fp16",
+           command + ": --activations must be fp32, bf16 or fp16, got '" + activations + "'");
   if (activations == "fp32") return DType::kFloat32;
-  ZT_CHECK(parse_precision(precision) == Precision::kBf16,
-           command + ": --activations bf16 needs --precision bf16 (this run's precision is " +
-               precision + ", whose activations are fp32)");
-  return DType::kBf16;
+  // 16-bit activations are stored in the working params' own type.
+  const DType storage = activations == "bf16" ? DType::kBf16 : DType::kFloat16;
+  ZT_CHECK(working_dtype(parse_precision(precision)) == storage,
+           command + ": --activations " + activations + " needs --precision " + activations +
+               " (this run's precision is " + precision + ")");
+  return storage;
 }
 
 AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) {

@@ -38,8 +38,8 @@ BackendKind resolve_engine_backend(const std::string& requested, const std::stri
 AttentionRequest resolve_attention_request(const std::string& attention, const std::string& backend,
                                            const std::string& command);
 
-// --activations: kFloat32 or kBf16; bf16 refused (naming `command`) with a precision other than
-// bf16. Both backends store either. Not collective.
+// --activations: kFloat32, kBf16 or kFloat16; a 16-bit type is refused (naming `command`) unless
+// it is the precision's working type. Not collective.
 DType parse_activation_storage(const std::string& activations, const std::string& precision,
                                const std::string& command);
 

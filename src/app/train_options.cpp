@@ -21,6 +21,32 @@ double json_number(float v) {
   return std::strtod(shortest_decimal(v).c_str(), nullptr);
 }
 
+// DeepSpeed's fp16 block as options (the --deepspeed file maps its keys onto these names).
+constexpr const char* kLossScaleOptions[] = {
+    "loss-scale", "initial-scale-power",    "loss-scale-window",
+    "hysteresis", "consecutive-hysteresis", "min-loss-scale"};
+
+void add_loss_scale_options(po::options_description& options, LossScaleConfig& c) {
+  options.add_options()(kLossScaleOptions[0], decimal_option(&c.loss_scale),
+                        "fp16: static loss scale (> 0), or 0 for dynamic loss scaling")(
+      kLossScaleOptions[1], po::value(&c.initial_scale_power)->default_value(c.initial_scale_power),
+      "fp16, dynamic: the first loss scale is 2^this")(
+      kLossScaleOptions[2], po::value(&c.loss_scale_window)->default_value(c.loss_scale_window),
+      "fp16, dynamic: the scale doubles after this many steps without overflow")(
+      kLossScaleOptions[3], po::value(&c.hysteresis)->default_value(c.hysteresis),
+      "fp16, dynamic: overflows absorbed before the scale halves")(
+      kLossScaleOptions[4], bool_flag(&c.consecutive_hysteresis, false),
+      "fp16, dynamic: refill the hysteresis after every step without overflow")(
+      kLossScaleOptions[5], decimal_option(&c.min_loss_scale),
+      "fp16, dynamic: the scale's floor; an overflow there stops the run");
+}
+
+bool loss_scale_options_given(const po::variables_map& vm) {
+  for (const char* name : kLossScaleOptions)
+    if (vm.count(name) && !vm[name].defaulted()) return true;
+  return false;
+}
+
 void validate_settings(const TrainOptions& o) {
   check_count(o.steps, 1, "steps", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
@@ -77,8 +103,22 @@ void validate_settings(const TrainOptions& o) {
              std::string(kCommand) + ": --" + name + " must be >= 0, got " + std::to_string(v));
   o.zero.validate();
   validate_schedule(o.optim);
-  parse_precision(o.precision);
-  resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
+  const Precision precision = parse_precision(o.precision);
+  const BackendKind backend = resolve_engine_backend(o.backend, kCommand);  // rejects early
+  if (precision == Precision::kFp16) {
+    ZT_CHECK(backend == BackendKind::kCpu,
+             std::string(kCommand) +
+                 ": --precision fp16 runs on the CPU backend only so far (the CUDA kernels store "
+                 "fp32 or bf16); use --precision bf16 on the GPU");
+    o.loss_scale.validate();
+  } else {
+    ZT_CHECK(!o.loss_scale_given,
+             std::string(kCommand) +
+                 ": --loss-scale, --initial-scale-power, --loss-scale-window, --hysteresis, "
+                 "--consecutive-hysteresis and --min-loss-scale apply to --precision fp16 only "
+                 "(this run's precision is " +
+                 o.precision + ")");
+  }
   resolve_attention_request(o.attention, o.backend, kCommand);
   parse_activation_storage(o.activations, o.precision, kCommand);
   parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
@@ -112,6 +152,15 @@ nlohmann::json TrainOptions::to_json() const {
           {"weight_decay", json_number(optim.weight_decay)},
           {"clip", json_number(optim.clip)},
           {"precision", precision},
+          {"loss_scaling",
+           precision != "fp16"
+               ? nlohmann::json(nullptr)
+               : nlohmann::json{{"loss_scale", loss_scale.loss_scale},
+                                {"initial_scale_power", loss_scale.initial_scale_power},
+                                {"loss_scale_window", loss_scale.loss_scale_window},
+                                {"hysteresis", loss_scale.hysteresis},
+                                {"consecutive_hysteresis", loss_scale.consecutive_hysteresis},
+                                {"min_loss_scale", loss_scale.min_loss_scale}}},
           {"backend", backend},
           {"attention", attention},
           {"activations", activations},
@@ -181,7 +230,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("clip", decimal_option(&o.optim.clip), "global gradient-norm clip (<= 0 disables)");
   add("seed", po::value(&o.seed)->default_value(o.seed),
       "seed of the data order and of --preset init");
-  add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
+  add("precision", po::value(&o.precision)->default_value(o.precision),
+      "bf16 | fp16 (dynamic loss scaling; CPU backend) | fp32");
+  add_loss_scale_options(opts, o.loss_scale);
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
@@ -219,6 +270,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   opts.add(testing);
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  o.loss_scale_given = loss_scale_options_given(vm);
   require_option(vm, "data", kCommand);
   require_option(vm, "out", kCommand);
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,

@@ -11,6 +11,7 @@
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "comm/communicator.h"
+#include "engine/loss_scaler.h"
 #include "engine/zero_config.h"
 
 namespace zt {
@@ -24,10 +25,14 @@ struct TrainOptions {
   int64_t seed = 1234;
   AdamWConfig optim;
   std::string lr_schedule = "cosine", warmup_type = "linear";  // --lr-schedule, --warmup-type
-  std::string precision = "bf16";
+  std::string precision = "bf16";                              // --precision bf16 | fp16 | fp32
+  // fp16 loss scaling (--loss-scale, --initial-scale-power, ...; DeepSpeed's fp16 block);
+  // loss_scale_given: one of those options was on the command line.
+  LossScaleConfig loss_scale;
+  bool loss_scale_given = false;
   std::string backend = "auto";      // --backend cpu | cuda | auto
   std::string attention = "gemm";    // --attention gemm | fused | auto (CUDA backend)
-  std::string activations = "fp32";  // --activations fp32 | bf16 (storage of activations)
+  std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (activation storage)
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;

@@ -156,6 +156,13 @@ class Backend {
   virtual PhaseTimeline& timeline() { return host_timeline_; }
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
   virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
+  // IEEE fp16 (--precision fp16): round to nearest even, ±inf beyond 65504 (util/bf16.h's
+  // float_to_fp16), and the exact widening back. A backend without fp16 storage throws.
+  virtual void to_fp16(uint16_t* out, const float* in, int64_t n);
+  virtual void from_fp16(float* out, const uint16_t* in, int64_t n);
+  // The two above, or their bf16 twins, by `dtype` (kBf16 or kFloat16).
+  void round_to_16bit(DType dtype, uint16_t* out, const float* in, int64_t n);
+  void widen_from_16bit(DType dtype, float* out, const uint16_t* in, int64_t n);
 
  private:
   HostClockTimeline host_timeline_;

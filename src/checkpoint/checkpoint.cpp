@@ -126,6 +126,11 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
       checkpoint_groups(engine.layout(), world, engine.zero_config().shard_alignment());
   manifest.tensors = checkpoint_tensors(engine.layout(), engine.model().trainable());
   manifest.metrics_line = options.metrics_line;
+  manifest.loss_scaling.skipped_steps = engine.skipped_steps();
+  if (const LossScaler* scaler = engine.loss_scaler()) {
+    manifest.loss_scaling.has_scaler = true;
+    manifest.loss_scaling.scaler = scaler->state();
+  }
 
   comm.set_context(progress.step, "checkpoint save");
   // A poisoned state is never saved: it would become `latest` and, under --keep-last, replace
@@ -236,6 +241,9 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
     }
   });
   engine.refresh_working_params();
+  engine.restore_loss_scaling(
+      manifest.loss_scaling.has_scaler ? &manifest.loss_scaling.scaler : nullptr,
+      manifest.loss_scaling.skipped_steps);
   return manifest;
 }
 

@@ -1,6 +1,7 @@
 #include "checkpoint/checkpoint_manifest.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -165,6 +166,17 @@ nlohmann::json CheckpointManifest::to_json() const {
       {"tensors", tensors_json},
       {"files", files_json},
       {"metrics_line", metrics_line}};
+  if (loss_scaling.has_scaler || loss_scaling.skipped_steps > 0) {
+    nlohmann::json scaling = {{"skipped_steps", loss_scaling.skipped_steps}};
+    if (loss_scaling.has_scaler) {
+      const LossScaler::State& st = loss_scaling.scaler;
+      scaling["scaler"] = {{"cur_scale", st.cur_scale},
+                           {"cur_iter", st.cur_iter},
+                           {"last_overflow_iter", st.last_overflow_iter},
+                           {"cur_hysteresis", st.cur_hysteresis}};
+    }
+    j["loss_scaling"] = scaling;
+  }
   j["manifest_crc32c"] = manifest_crc(j);
   return j;
 }
@@ -189,6 +201,23 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
                    "damaged); refusing to resume from it");
     }
     m.metrics_line = j.value("metrics_line", nlohmann::json());
+    if (j.contains("loss_scaling")) {
+      const nlohmann::json& ls = j.at("loss_scaling");
+      m.loss_scaling.skipped_steps = ls.at("skipped_steps").get<int64_t>();
+      ZT_CHECK(m.loss_scaling.skipped_steps >= 0,
+               source + ": loss_scaling.skipped_steps must be >= 0");
+      if (ls.contains("scaler")) {
+        const nlohmann::json& sc = ls.at("scaler");
+        LossScaler::State& st = m.loss_scaling.scaler;
+        m.loss_scaling.has_scaler = true;
+        st.cur_scale = sc.at("cur_scale").get<double>();
+        st.cur_iter = sc.at("cur_iter").get<int64_t>();
+        st.last_overflow_iter = sc.at("last_overflow_iter").get<int64_t>();
+        st.cur_hysteresis = sc.at("cur_hysteresis").get<int>();
+        ZT_CHECK(std::isfinite(st.cur_scale) && st.cur_scale > 0,
+                 source + ": loss_scaling.scaler.cur_scale must be a positive number");
+      }
+    }
     m.progress.step = j.at("step").get<int64_t>();
     m.progress.tokens_seen = j.at("tokens_seen").get<int64_t>();
     m.progress.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/loss_scaler.h"
 #include "engine/zero_config.h"
 #include "io/data_loader.h"
 #include "model/config.h"
@@ -83,6 +84,15 @@ struct CheckpointFile {
   uint64_t bytes = 0;
 };
 
+// fp16 loss scaling where the checkpoint stands (engine/loss_scaler.h): the scaler's state, absent
+// when the run had none (bf16, fp32), and the steps skipped on overflow, which Adam's step count
+// and the learning-rate schedule leave out. "loss_scaling" in the manifest.
+struct LossScalingProgress {
+  bool has_scaler = false;
+  LossScaler::State scaler;
+  int64_t skipped_steps = 0;
+};
+
 struct CheckpointManifest {
   int format_version = kCheckpointFormatVersion;
   TrainingProgress progress;
@@ -98,6 +108,7 @@ struct CheckpointManifest {
   // metrics.jsonl's line of this step, written with the checkpoint so that a kill between the
   // checkpoint's commit and the line's write loses nothing (a resume restores it).
   nlohmann::json metrics_line;
+  LossScalingProgress loss_scaling;
 
   // The JSON written to manifest.json: every field above and "manifest_crc32c", the CRC-32C of
   // the rest (the object without that key, dumped compactly), so an edited step or data cursor

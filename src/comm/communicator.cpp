@@ -18,6 +18,7 @@ bool dtype_is_collective(DType dtype) {
     case DType::kFloat32:
     case DType::kFloat64:
     case DType::kBf16:
+    case DType::kFloat16:
     case DType::kInt32:
     case DType::kInt64:
     case DType::kUint8:
@@ -28,7 +29,7 @@ bool dtype_is_collective(DType dtype) {
 }
 
 bool dtype_is_reducible(DType dtype) {
-  return dtype_is_collective(dtype) && dtype != DType::kBf16;
+  return dtype_is_collective(dtype) && dtype != DType::kBf16 && dtype != DType::kFloat16;
 }
 
 const char* collective_op_name(CollectiveOp op) {

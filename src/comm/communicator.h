@@ -82,10 +82,10 @@
 namespace zt {
 
 // ---- element types ----
-// The element types a collective moves: float32, float64, bf16 (bit patterns), int32, int64,
-// uint8 (util/dtype.h's enum; the others are refused).
+// The element types a collective moves: float32, float64, bf16 and fp16 (bit patterns), int32,
+// int64, uint8 (util/dtype.h's enum; the others are refused).
 bool dtype_is_collective(DType dtype);
-// Whether sums are defined for the type (every collective type but bf16 bit patterns).
+// Whether sums are defined for the type (every collective type but 16-bit float bit patterns).
 bool dtype_is_reducible(DType dtype);
 
 template <typename T>

@@ -19,6 +19,7 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::kFloat64:
       return MPI_DOUBLE;
     case DType::kBf16:
+    case DType::kFloat16:
       return MPI_UINT16_T;
     case DType::kInt32:
       return MPI_INT32_T;

@@ -26,7 +26,9 @@ struct GroupPartition {
 struct StepStats {
   double loss = 0.0;         // mean next-token loss over the global batch
   double grad_norm = 0.0;    // global gradient norm before clipping
-  double clip_scale = 1.0;   // factor applied to the gradients
+  double clip_scale = 1.0;   // factor applied to the gradients (after unscaling, fp16)
+  double loss_scale = 0.0;   // fp16: the scale this step's loss was multiplied by; 0 otherwise
+  bool skipped = false;      // fp16: the gradients overflowed, so the update was skipped
   int64_t tokens = 0;        // tokens in the global batch
   int64_t loss_targets = 0;  // the targets its loss averages over (fewer with a loss mask)
   double forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;

@@ -69,8 +69,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   offload.validate(zero.stage);
   if (zero.world_invariant) check_world_invariant_shape(world, grad_accum);
   const std::vector<GroupPartition> groups = partition_groups(model, world, zero.shard_alignment());
-  const bool bf16 = precision == Precision::kBf16;
-  const int64_t work_bytes = bf16 ? 2 : 4;
+  const int64_t work_bytes = static_cast<int64_t>(dtype_size(working_dtype(precision)));
   const StageTraits traits = StageTraits::of(zero.stage);
   // Sums over every group (working params, buffers) and over the groups that train (gradients,
   // optimizer state; model/trainable.h: a frozen group has neither).
@@ -184,7 +183,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
 double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision,
                                  int64_t psi_frozen) {
   const StageTraits traits = StageTraits::of(stage);
-  const double k = precision == Precision::kBf16 ? 2.0 : 4.0;
+  const double k = static_cast<double>(dtype_size(working_dtype(precision)));
   const double p = static_cast<double>(psi), n = static_cast<double>(world);
   const double trained = p - static_cast<double>(psi_frozen);
   auto per_rank = [&](double elements, bool sharded) { return sharded ? elements / n : elements; };

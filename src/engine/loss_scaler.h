@@ -11,9 +11,9 @@
 //     (and cur_hysteresis is refilled).
 // The state is four numbers, saved in checkpoints so that a resume continues the sequence.
 //
-// Not yet wired into training: `--precision fp16` (fp16 working params and activations) is still
-// refused; this is the scaler that path will drive, checked against DeepSpeed's own class by the
-// oracle test oracle_deepspeed_loss_scaler.
+// ZeroEngine drives it in fp16 runs (--precision fp16; docs/ARCHITECTURE.md §4, "fp16 and loss
+// scaling"). Checked against DeepSpeed's own classes by oracle_deepspeed_loss_scaler (replayed
+// sequences) and oracle_fp16_loss_scaling (the overflow sequence of real training runs).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -10,11 +10,32 @@ namespace zt {
 Precision parse_precision(const std::string& s) {
   if (s == "bf16") return Precision::kBf16;
   if (s == "fp32") return Precision::kFp32;
-  fail("unknown precision '" + s + "' (expected bf16 or fp32)");
+  if (s == "fp16") return Precision::kFp16;
+  fail("unknown precision '" + s + "' (expected bf16, fp16 or fp32)");
 }
 
 const char* precision_name(Precision p) {
-  return p == Precision::kBf16 ? "bf16" : "fp32";
+  switch (p) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kFp32:
+      break;
+  }
+  return "fp32";
+}
+
+DType working_dtype(Precision p) {
+  switch (p) {
+    case Precision::kBf16:
+      return DType::kBf16;
+    case Precision::kFp16:
+      return DType::kFloat16;
+    case Precision::kFp32:
+      break;
+  }
+  return DType::kFloat32;
 }
 
 void ZeroConfig::validate() const {

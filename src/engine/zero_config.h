@@ -8,14 +8,18 @@
 
 namespace zt {
 
-enum class Precision { kBf16, kFp32 };            // working params: bf16 (default) or fp32
-Precision parse_precision(const std::string& s);  // "bf16" | "fp32"
+// Working params: bf16 (default), fp16 (with loss scaling, engine/loss_scaler.h) or fp32. The
+// masters, moments and gradient accumulation are fp32 in every mode.
+enum class Precision { kBf16, kFp32, kFp16 };
+Precision parse_precision(const std::string& s);  // "bf16" | "fp32" | "fp16"
 const char* precision_name(Precision p);
-// Whether each use of a group widens its bf16 working params into an fp32 copy: with fp32
-// activations yes (the ops then read fp32 weights, results as before views existed); with bf16
-// activations the ops read the bf16 params as stored.
+// The storage type of the working params: bf16, fp16 or fp32.
+DType working_dtype(Precision p);
+// Whether each use of a group widens its 16-bit working params into an fp32 copy: with fp32
+// activations yes (the ops then read fp32 weights, results as before views existed); with 16-bit
+// activations the ops read the params as stored.
 inline bool upcasts_working_params(Precision p, DType activation_storage) {
-  return p == Precision::kBf16 && activation_storage != DType::kBf16;
+  return p != Precision::kFp32 && activation_storage == DType::kFloat32;
 }
 
 struct ZeroConfig {

@@ -13,7 +13,7 @@ ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precisi
                        MemoryTracker& memory, int64_t micro_batch, int64_t seq_len,
                        ActivationCheckpointing ac, const OffloadConfig& offload,
                        Communicator* host_comm, DType activation_storage,
-                       const TrainableSet& trainable)
+                       const TrainableSet& trainable, const LossScaleConfig& loss_scale)
     : model_(model, backend, memory, micro_batch, seq_len, ac, 0, activation_storage),
       impl_(std::make_unique<Impl>(*this, zero, precision, optim, backend, comm,
                                    host_comm ? *host_comm : comm, memory)) {
@@ -24,6 +24,7 @@ ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precisi
       "ZeroEngine: the trainable set is for another model");
   model_.set_trainable(trainable);
   impl_->offload = offload;
+  if (precision == Precision::kFp16) impl_->scaler = std::make_unique<LossScaler>(loss_scale);
   const int64_t N = comm.world_size();
   if (zero.world_invariant) check_world_invariant_shape(static_cast<int>(N), 1);
   for (const GroupInfo& g : model_.layout().groups())
@@ -50,8 +51,8 @@ void ZeroEngine::Impl::allocate() {
     // offload_param: the stage-3 working shards live in the host pool.
     const MemCategory work_cat =
         offload.param_offloaded() ? MemCategory::kHostOffload : MemCategory::kParams;
-    if (bf16())
-      work_bf16.emplace_back(memory, work_cat, work_n);
+    if (half())
+      work16.emplace_back(memory, work_cat, work_n);
     else
       work_f32.emplace_back(memory, work_cat, work_n);
     if (grads_in_tree() || !trains(g))
@@ -117,9 +118,9 @@ void ZeroEngine::Impl::allocate() {
 
 // The working params as the ops read them (see upcasts_params).
 ConstTensorView ZeroEngine::Impl::as_compute(const void* w, int g, float* upcast) {
-  if (!bf16()) return static_cast<const float*>(w);
-  if (!upcasts_params()) return static_cast<const bf16_t*>(w);
-  be.from_bf16(upcast, static_cast<const bf16_t*>(w), part(g).numel);
+  if (!half()) return static_cast<const float*>(w);
+  if (!upcasts_params()) return {w, work_dtype()};
+  be.widen_from_16bit(work_dtype(), upcast, static_cast<const uint16_t*>(w), part(g).numel);
   return upcast;
 }
 
@@ -322,6 +323,27 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   set_phase(step, "optimizer");
   const int G = num_groups();
   stats.grad_norm = gradient_norm();
+  if (scaler) {
+    // fp16: the gradients carry the loss scale S. Every rank sees the same reduced norm (and
+    // loss), so the overflow decision is agreed; DeepSpeed updates the scale before stepping.
+    const double S = scaler->scale();
+    const bool overflow = !std::isfinite(stats.grad_norm) || !std::isfinite(stats.loss);
+    stats.loss_scale = S;
+    try {
+      scaler->update(overflow, step);
+    } catch (const Error& e) {
+      throw AgreedError(e.what());
+    }
+    if (overflow) {
+      stats.skipped = true;
+      skipped_steps += 1;
+      if (offloader) copier->synchronize();  // the gradient copies already issued land unused
+      intervals.end(StepIntervals::kOptimizer, phase);
+      if (traits.shard_parameters) gatherer->release_all();
+      return;
+    }
+    stats.grad_norm /= S;
+  }
   if (!std::isfinite(stats.grad_norm)) {
     const int64_t t = first_non_finite_tensor(/*gradients=*/true);
     const ParamLayout& layout = self.model_.layout();
@@ -337,7 +359,10 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   stats.clip_scale = (optim.clip > 0 && stats.grad_norm > optim.clip)
                          ? optim.clip / (stats.grad_norm + 1e-6)
                          : 1.0;
-  AdamWHyper h = adamw_hyper(optim, lr, step, static_cast<float>(stats.clip_scale));
+  // fp16: the unscaling (1/S) folds into the factor the optimizer applies to the gradients.
+  const double unscale = scaler ? 1.0 / stats.loss_scale : 1.0;
+  AdamWHyper h =
+      adamw_hyper(optim, lr, step - skipped_steps, static_cast<float>(stats.clip_scale * unscale));
   // Output position of the own range inside the working buffer (stage 3 holds the shard).
   auto work_out = [&](int g) {
     const int64_t off = traits.shard_parameters ? 0 : own_begin(g);
@@ -372,8 +397,12 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
       uint8_t* out = out_base + static_cast<size_t>(i) * work_elem();
       be.adamw(master[static_cast<size_t>(g)].data() + i, adam_m[static_cast<size_t>(g)].data() + i,
                adam_v[static_cast<size_t>(g)].data() + i, own_grads(g) + i,
-               bf16() ? reinterpret_cast<bf16_t*>(out) : nullptr,
-               bf16() ? nullptr : reinterpret_cast<float*>(out), s.end - s.begin, h);
+               work_dtype() == DType::kBf16 ? reinterpret_cast<bf16_t*>(out) : nullptr,
+               half() ? nullptr : reinterpret_cast<float*>(out), s.end - s.begin, h);
+      // fp16: the updated masters, rounded (the Adam kernels write bf16 or fp32 only).
+      if (work_dtype() == DType::kFloat16)
+        be.to_fp16(reinterpret_cast<uint16_t*>(out), master[static_cast<size_t>(g)].data() + i,
+                   s.end - s.begin);
     }
     if (offload.param_offloaded()) {
       copier->device_to_host(work_out(g), device_out.data(), out_bytes);
@@ -444,8 +473,12 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   stats.loss_targets = counted_targets < 0 ? stats.tokens : counted_targets;
   // A global batch whose targets are all masked out has loss 0 and no loss gradient (the
   // optimizer still steps: weight decay and the moments' momentum move the weights).
+  // fp16: the loss is multiplied by the loss scale before the backward (DeepSpeed's scaled loss).
+  const double loss_scale = I.scaler ? I.scaler->scale() : 1.0;
   const float grad_scale =
-      stats.loss_targets > 0 ? 1.0f / static_cast<float>(stats.loss_targets) : 0.0f;
+      stats.loss_targets > 0
+          ? static_cast<float>(loss_scale / static_cast<double>(stats.loss_targets))
+          : 0.0f;
   const size_t loss_elements = static_cast<size_t>(model_.tokens_per_micro_batch() * accum);
   if (I.step_losses.size() != loss_elements)
     I.step_losses = TrackedBuffer<float>(I.memory, MemCategory::kCommBuffers, loss_elements);
@@ -469,7 +502,7 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   stats.loss = I.step_loss_sum(accum);
   if (stats.loss_targets > 0) stats.loss /= static_cast<double>(stats.loss_targets);
   // Every rank holds the same reduced loss and norm, so these stops are agreed (AgreedError).
-  if (!std::isfinite(stats.loss))
+  if (!std::isfinite(stats.loss) && !I.scaler)  // fp16: an overflow, skipped by the scaler
     throw AgreedError("the loss is " + std::to_string(stats.loss) + " at step " +
                       std::to_string(step) + "; training stopped before the update");
   I.optimizer_step(lr, step, stats);
@@ -484,6 +517,18 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   stats.optimizer_s = I.intervals.total(StepIntervals::kOptimizer);
   stats.comm_wait_s = I.intervals.total(StepIntervals::kCommWait);
   return stats;
+}
+
+const LossScaler* ZeroEngine::loss_scaler() const {
+  return impl_->scaler.get();
+}
+int64_t ZeroEngine::skipped_steps() const {
+  return impl_->skipped_steps;
+}
+void ZeroEngine::restore_loss_scaling(const LossScaler::State* state, int64_t skipped_steps) {
+  ZT_CHECK(skipped_steps >= 0, "restore_loss_scaling: negative skipped steps");
+  if (state && impl_->scaler) impl_->scaler->restore(*state);
+  impl_->skipped_steps = skipped_steps;
 }
 
 const ZeroConfig& ZeroEngine::zero_config() const {

@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "engine/engine_types.h"
+#include "engine/loss_scaler.h"
 #include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/llama.h"
@@ -37,7 +38,8 @@ class ZeroEngine {
              const AdamWConfig& optim, Backend& backend, Communicator& comm, MemoryTracker& memory,
              int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac,
              const OffloadConfig& offload = {}, Communicator* host_comm = nullptr,
-             DType activation_storage = DType::kFloat32, const TrainableSet& trainable = {});
+             DType activation_storage = DType::kFloat32, const TrainableSet& trainable = {},
+             const LossScaleConfig& loss_scale = {});
   ~ZeroEngine();
 
   const ParamLayout& layout() const { return model_.layout(); }
@@ -48,13 +50,23 @@ class ZeroEngine {
   void init_from_seed(uint64_t seed);
   void load_from(TensorSource& source);
 
-  // One optimizer step over `accum` micro-batches of this rank. inputs[i]/targets[i] point at
+  // One optimizer step over `accum` micro-batches of this rank. fp16: the loss is scaled before
+  // the backward; when any rank's gradients overflow, the step is skipped (StepStats::skipped).
+  // Adam's bias correction uses step − skipped_steps(). inputs[i]/targets[i] point at
   // B·T tokens each. lr is the scheduled learning rate of this step (1-based `step`).
   // counted_targets: the targets of the whole global batch that are not kIgnoredTarget (the loss
   // is their mean); -1 when every target counts (B·T·accum·world).
   StepStats train_step(const std::vector<const int32_t*>& inputs,
                        const std::vector<const int32_t*>& targets, float lr, int64_t step,
                        int64_t counted_targets = -1);
+  // fp16 loss scaling (engine/loss_scaler.h; null in bf16 and fp32 runs): its state, and the
+  // steps it skipped, which a checkpoint saves and a resume restores. A skipped step advances
+  // neither Adam's step count nor (in the caller) the learning-rate schedule.
+  const LossScaler* loss_scaler() const;
+  int64_t skipped_steps() const;
+  // A checkpoint's: `state` is applied when this run has a scaler and the checkpoint one (null:
+  // the scaler starts afresh); the skipped steps in any precision.
+  void restore_loss_scaling(const LossScaler::State* state, int64_t skipped_steps);
   // Σ per-token loss over this rank's micro-batch (forward only), all-reduced over ranks.
   double eval_loss_sum(const int32_t* inputs, const int32_t* targets);
 
@@ -79,8 +91,9 @@ class ZeroEngine {
   std::string non_finite_master_tensor();
 
   // Visits every tensor in layout order with its full values as bf16 (or fp32 for the fp32
-  // master when `master` is true), one tensor at a time. Collective: every rank must call it;
-  // only rank 0's callback receives data (others get nullptr).
+  // master when `master` is true; fp16 runs export their trainable tensors from the masters), one
+  // tensor at a time. Collective: every rank must call it; only rank 0's callback receives data
+  // (others get nullptr).
   void for_each_full_tensor(bool master,
                             const std::function<void(const TensorInfo&, const void*)>& fn);
 

@@ -9,6 +9,7 @@
 
 #include "engine/decay_segments.h"
 #include "engine/grad_reducer.h"
+#include "engine/loss_scaler.h"
 #include "engine/offload/host_device_copier.h"
 #include "engine/offload/offload_optimizer.h"
 #include "engine/pairwise_sum.h"
@@ -54,11 +55,15 @@ struct ZeroEngine::Impl {
   int world, rank;
   OffloadConfig offload;
   std::unique_ptr<HostDeviceCopier> copier;
-  std::unique_ptr<OffloadOptimizer> offloader;            // optimizer offload (cpu | nvme)
+  std::unique_ptr<OffloadOptimizer> offloader;  // optimizer offload (cpu | nvme)
+  // fp16 (Precision::kFp16): the loss scaler, and the steps it skipped so far. Adam's step count
+  // and the learning-rate schedule advance only on the steps that update, as in DeepSpeed.
+  std::unique_ptr<LossScaler> scaler;
+  int64_t skipped_steps = 0;
   uint64_t d2h_at_step_start = 0, h2d_at_step_start = 0;  // the copier's counters
 
   // Working params: stage 0-2 the full padded group, stage 3 the rank's shard.
-  std::vector<TrackedBuffer<bf16_t>> work_bf16;
+  std::vector<TrackedBuffer<uint16_t>> work16;  // bf16 or fp16 working params (work_dtype())
   std::vector<TrackedBuffer<float>> work_f32;
   // Optimizer state over the rank's own range (stage 0: the whole group).
   std::vector<TrackedBuffer<float>> master, adam_m, adam_v;
@@ -98,7 +103,8 @@ struct ZeroEngine::Impl {
 
   const GroupPartition& part(int g) const { return self.parts_[static_cast<size_t>(g)]; }
   int num_groups() const { return static_cast<int>(self.parts_.size()); }
-  bool bf16() const { return precision == Precision::kBf16; }
+  // 16-bit working params (bf16 or fp16) with fp32 masters; false: fp32 working params.
+  bool half() const { return precision != Precision::kFp32; }
   bool invariant() const { return zero.world_invariant; }
   // Whether each micro-batch's gradient is reduced at once (stages 2/3, and every stage in
   // world-invariant training).
@@ -113,10 +119,10 @@ struct ZeroEngine::Impl {
   bool upcasts_params() const {
     return upcasts_working_params(precision, self.model_.activation_storage());
   }
-  DType work_dtype() const { return bf16() ? DType::kBf16 : DType::kFloat32; }
-  size_t work_elem() const { return bf16() ? sizeof(bf16_t) : sizeof(float); }
+  DType work_dtype() const { return working_dtype(precision); }
+  size_t work_elem() const { return dtype_size(work_dtype()); }
   void* work(int g) {
-    return bf16() ? static_cast<void*>(work_bf16[static_cast<size_t>(g)].data())
+    return half() ? static_cast<void*>(work16[static_cast<size_t>(g)].data())
                   : static_cast<void*>(work_f32[static_cast<size_t>(g)].data());
   }
   // Own range of the optimizer state, in group coordinates.

@@ -50,16 +50,16 @@ void ZeroEngine::Impl::fill(const GroupSource& source) {
   }
 }
 
-// Working params [offset, offset+n) of group g := host fp32 values (rounded to bf16 in bf16 mode,
-// the same rounding as Backend::to_bf16).
+// Working params [offset, offset+n) of group g := host fp32 values (rounded to bf16 or fp16 in
+// those modes, the same rounding as Backend::to_bf16 / to_fp16).
 void ZeroEngine::Impl::put_working(int g, int64_t offset, const float* host_values, int64_t n) {
   const size_t bytes = static_cast<size_t>(n) * work_elem();
   auto* dst = static_cast<uint8_t*>(work(g)) + static_cast<size_t>(offset) * work_elem();
-  std::vector<bf16_t> rounded;
+  std::vector<uint16_t> rounded;
   const void* src = host_values;
-  if (bf16()) {
+  if (half()) {
     rounded.resize(static_cast<size_t>(n));
-    floats_to_bf16(host_values, rounded.data(), rounded.size());
+    round_16bit(work_dtype(), host_values, rounded.data(), rounded.size());
     src = rounded.data();
   }
   if (offload.param_offloaded())
@@ -68,7 +68,7 @@ void ZeroEngine::Impl::put_working(int g, int64_t offset, const float* host_valu
     dev.to_device(dst, src, bytes);
 }
 
-// Working params of the own range := the fp32 masters (bf16-rounded in bf16 mode).
+// Working params of the own range := the fp32 masters (rounded in bf16 and fp16 modes).
 void ZeroEngine::Impl::master_to_working(int g) {
   if (!trains(g)) return;  // no master: the working params are the frozen values
   const int64_t off = traits.shard_parameters ? 0 : own_begin(g), n = own_size(g);
@@ -81,8 +81,8 @@ void ZeroEngine::Impl::master_to_working(int g) {
     std::vector<float> host_master(static_cast<size_t>(n));
     dev.to_host(host_master.data(), m, host_master.size() * sizeof(float));
     put_working(g, off, host_master.data(), n);
-  } else if (bf16()) {
-    be.to_bf16(work_bf16[static_cast<size_t>(g)].data() + off, m, n);
+  } else if (half()) {
+    be.round_to_16bit(work_dtype(), work16[static_cast<size_t>(g)].data() + off, m, n);
   } else {
     dev.copy(work_f32[static_cast<size_t>(g)].data() + off, m,
              static_cast<size_t>(n) * sizeof(float));
@@ -179,8 +179,9 @@ OptimizerShard ZeroEngine::Impl::frozen_shard(int g) {
     else
       dev.to_host(raw.data(), src, bytes);
     s.master.resize(static_cast<size_t>(n));
-    if (bf16())
-      bf16_to_floats(reinterpret_cast<const bf16_t*>(raw.data()), s.master.data(), s.master.size());
+    if (half())
+      widen_16bit(work_dtype(), reinterpret_cast<const uint16_t*>(raw.data()), s.master.data(),
+                  s.master.size());
     else
       std::memcpy(s.master.data(), raw.data(), bytes);
     s.held = true;
@@ -196,8 +197,9 @@ void ZeroEngine::for_each_full_tensor(
   if (I.offloader) I.offloader->store().flush();  // shards a caller modified and kept staged
   for (int g = 0; g < I.num_groups(); ++g) {
     const GroupPartition& p = parts_[static_cast<size_t>(g)];
-    // A frozen group has no master: its working params are its values.
-    const bool from_master = master && I.trains(g);
+    // A frozen group has no master: its working params are its values. fp16 working params are
+    // exported from the masters (rounded once to bf16, not through fp16).
+    const bool from_master = (master || I.work_dtype() == DType::kFloat16) && I.trains(g);
     const DType dt = from_master ? DType::kFloat32 : I.work_dtype();
     const size_t es = dtype_size(dt);
     // What this rank holds: the masters (host with optimizer offload) or working params (host
@@ -229,15 +231,19 @@ void ZeroEngine::for_each_full_tensor(
     for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
       const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
       const uint8_t* at = full.data() + static_cast<size_t>(t.offset) * es;
-      if (master && !from_master && dt == DType::kBf16) {  // frozen bf16 values, widened
+      const float* values = reinterpret_cast<const float*>(at);
+      if (dt != DType::kFloat32 && !(dt == DType::kBf16 && !master)) {  // 16-bit values, widened
         as_f32.resize(static_cast<size_t>(t.numel));
-        bf16_to_floats(reinterpret_cast<const bf16_t*>(at), as_f32.data(), as_f32.size());
-        fn(t, as_f32.data());
-      } else if (master || dt == DType::kBf16) {
+        widen_16bit(dt, reinterpret_cast<const uint16_t*>(at), as_f32.data(), as_f32.size());
+        values = as_f32.data();
+      }
+      if (master) {
+        fn(t, values);
+      } else if (dt == DType::kBf16) {
         fn(t, at);
-      } else {  // fp32 working params, exported as bf16
+      } else {  // fp32 values (working params or fp16 mode's masters), exported as bf16
         as_bf16.resize(static_cast<size_t>(t.numel));
-        floats_to_bf16(reinterpret_cast<const float*>(at), as_bf16.data(), as_bf16.size());
+        floats_to_bf16(values, as_bf16.data(), as_bf16.size());
         fn(t, as_bf16.data());
       }
     }

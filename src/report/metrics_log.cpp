@@ -1,6 +1,7 @@
 #include "report/metrics_log.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "io/fs_util.h"
@@ -59,10 +60,15 @@ nlohmann::json comm_bytes_json(const BytesByCollective& bytes) {
 nlohmann::json StepRecord::to_json() const {
   nlohmann::json j;
   j["step"] = step;
-  j["loss"] = stats.loss;
+  // A skipped fp16 step may have overflowed in the forward too: its loss is then null.
+  j["loss"] = std::isfinite(stats.loss) ? nlohmann::json(stats.loss) : nlohmann::json(nullptr);
   j["lr"] = lr;
   j["grad_norm"] = stats.grad_norm;
   j["clip_scale"] = stats.clip_scale;
+  if (stats.loss_scale > 0) {  // fp16 runs: the loss scale this step used, and whether it skipped
+    j["loss_scale"] = stats.loss_scale;
+    j["skipped"] = stats.skipped;
+  }
   j["tokens"] = stats.tokens;
   j["loss_tokens"] = stats.loss_targets;
   j["tokens_seen"] = tokens_seen;

@@ -22,6 +22,13 @@ namespace zt {
 
 namespace {
 
+// A metrics line's number, NaN when it is missing or null (the loss of a skipped fp16 step whose
+// forward overflowed).
+double metric_or_nan(const nlohmann::json& line, const char* key) {
+  const auto it = line.find(key);
+  return it != line.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
 namespace fs = std::filesystem;
 
 // The measured categories, in report order (MemoryTracker's names).
@@ -133,7 +140,7 @@ ScalingRow row_of(const RunData& r) {
     ++steps;
   }
   row.comm_bytes_per_step = steps > 0 ? bytes / static_cast<uint64_t>(steps) : 0;
-  row.final_loss = r.metrics.empty() ? 0.0 : r.metrics.back().value("loss", 0.0);
+  row.final_loss = r.metrics.empty() ? 0.0 : metric_or_nan(r.metrics.back(), "loss");
   return row;
 }
 
@@ -297,7 +304,7 @@ std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
     PlotSeries s{fs::path(run.dir).filename().string(), {}, {}};
     for (const auto& m : run.metrics) {
       s.x.push_back(m.value("step", 0.0));
-      s.y.push_back(m.value("loss", NAN));
+      s.y.push_back(metric_or_nan(m, "loss"));
     }
     losses.series.push_back(s);
   }
@@ -324,7 +331,7 @@ std::string write_run_plots(const std::vector<nlohmann::json>& metrics,
   for (const auto& m : metrics) {
     const double step = m.value("step", 0.0);
     loss.series[0].x.push_back(step);
-    loss.series[0].y.push_back(m.value("loss", NAN));
+    loss.series[0].y.push_back(metric_or_nan(m, "loss"));
     time.series[0].x.push_back(step);
     time.series[0].y.push_back(m.value("step_time_s", NAN));
     for (size_t p = 0; p < std::size(phases); ++p) {

@@ -12,6 +12,7 @@ size_t dtype_size(DType dtype) {
     case DType::kUint32:
       return 4;
     case DType::kBf16:
+    case DType::kFloat16:
     case DType::kUint16:
       return 2;
     case DType::kUint8:
@@ -30,6 +31,8 @@ const char* dtype_name(DType dtype) {
       return "float64";
     case DType::kBf16:
       return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
     case DType::kInt32:
       return "int32";
     case DType::kInt64:

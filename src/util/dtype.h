@@ -9,7 +9,8 @@ namespace zt {
 enum class DType : uint8_t {
   kFloat32,
   kFloat64,
-  kBf16,  // bfloat16 (bit patterns in uint16_t where C++ sees them)
+  kBf16,     // bfloat16 (bit patterns in uint16_t where C++ sees them)
+  kFloat16,  // IEEE binary16 (bit patterns in uint16_t, util/bf16.h converts)
   kInt32,
   kInt64,
   kUint8,
@@ -20,7 +21,8 @@ enum class DType : uint8_t {
 
 // Bytes per element; 0 for kUnsupported.
 size_t dtype_size(DType dtype);
-// "float32", "float64", "bfloat16", "int32", "int64", "uint8", "uint16", "uint32", "unsupported".
+// "float32", "float64", "bfloat16", "float16", "int32", "int64", "uint8", "uint16", "uint32",
+// "unsupported".
 const char* dtype_name(DType dtype);
 
 }  // namespace zt

@@ -1,6 +1,7 @@
 // A pointer to a tensor's first element together with its storage type: how the backend contract
 // (backend/backend.h) passes activations and working parameters, which may be stored in fp32 or
-// in bf16. Statistics, gradients of parameters and optimizer state stay plain float pointers.
+// in bf16 (or fp16, --precision fp16). Statistics, gradients of parameters and optimizer state
+// stay plain float pointers.
 // A view converts implicitly from float* (fp32) and bf16_t* (bf16), and from nullptr (no
 // tensor), so code that has fp32 buffers passes them as before.
 #pragma once
@@ -17,7 +18,26 @@ namespace zt {
 
 // The storage types an activation or a working parameter may have.
 inline bool is_activation_dtype(DType d) {
-  return d == DType::kFloat32 || d == DType::kBf16;
+  return d == DType::kFloat32 || d == DType::kBf16 || d == DType::kFloat16;
+}
+
+// n 16-bit floats of type `dtype` (bf16 or fp16) widened to fp32, exactly.
+inline void widen_16bit(DType dtype, const uint16_t* in, float* out, size_t n) {
+  ZT_CHECK(dtype == DType::kBf16 || dtype == DType::kFloat16,
+           std::string("widen_16bit: not a 16-bit float type: ") + dtype_name(dtype));
+  if (dtype == DType::kBf16)
+    bf16_to_floats(in, out, n);
+  else
+    fp16_to_floats(in, out, n);
+}
+// n floats rounded to nearest even into 16-bit floats of type `dtype` (bf16 or fp16).
+inline void round_16bit(DType dtype, const float* in, uint16_t* out, size_t n) {
+  ZT_CHECK(dtype == DType::kBf16 || dtype == DType::kFloat16,
+           std::string("round_16bit: not a 16-bit float type: ") + dtype_name(dtype));
+  if (dtype == DType::kBf16)
+    floats_to_bf16(in, out, n);
+  else
+    floats_to_fp16(in, out, n);
 }
 
 struct TensorView {
@@ -78,15 +98,15 @@ inline size_t view_bytes(ConstTensorView v, int64_t n) {
   return static_cast<size_t>(n) * dtype_size(v.dtype);
 }
 
-// n elements of a view in `memory`, copied to the host and widened to fp32 (exact for bf16).
+// n elements of a view in `memory`, copied to the host and widened to fp32 (exact for bf16/fp16).
 inline std::vector<float> widened_to_host(DeviceMemory& memory, ConstTensorView v, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
   if (v.is_f32()) {
     memory.to_host(out.data(), v.data, view_bytes(v, n));
   } else {
-    std::vector<bf16_t> stored(static_cast<size_t>(n));
+    std::vector<uint16_t> stored(static_cast<size_t>(n));
     memory.to_host(stored.data(), v.data, view_bytes(v, n));
-    bf16_to_floats(stored.data(), out.data(), stored.size());
+    widen_16bit(v.dtype, stored.data(), out.data(), stored.size());
   }
   return out;
 }

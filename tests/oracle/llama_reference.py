@@ -74,6 +74,11 @@ def round_to_bf16(t):
     return t.to(torch.float32).to(torch.bfloat16).to(t.dtype)
 
 
+def round_to_fp16(t):
+    """Nearest IEEE fp16 value (ties to even, ±inf beyond 65504), returned in t's dtype."""
+    return t.to(torch.float32).to(torch.float16).to(t.dtype)
+
+
 def expected_tensor_names(config):
     """HF tensor names of a LlamaForCausalLM with this config (untied head)."""
     names = ["model.embed_tokens.weight"]
@@ -401,21 +406,24 @@ def check_torch_adamw_matches_header(steps=5, lr=1e-3, weight_decay=0.1, betas=(
 
 
 def adamw_losses(weights, config, inputs, targets, steps, lr, weight_decay, betas, eps,
-                 bf16_working):
+                 bf16_working, fp16_working=False):
     """Losses of `steps` AdamW steps on one batch, the way zerotrain trains.
 
     Master weights (the optimizer's parameters) stay in the weights' dtype. Each step computes
     the loss and gradients at the working weights - the masters themselves, or the masters
-    rounded to bf16 when `bf16_working` (zerotrain's bf16 mode) - and hands those gradients to
-    the optimizer as the masters' gradients. Clipping is off. Returns (one loss per step, each
-    measured before that step's update; (logits, loss, grads) of the first step).
+    rounded to bf16 when `bf16_working` (zerotrain's bf16 mode) or to fp16 when `fp16_working`
+    (its fp16 mode; the loss scale is a power of two and nothing overflows, so it changes no
+    value) - and hands those gradients to the optimizer as the masters' gradients. Clipping is
+    off. Returns (one loss per step, each measured before that step's update; (logits, loss,
+    grads) of the first step).
     """
+    rounding = round_to_bf16 if bf16_working else round_to_fp16 if fp16_working else None
     masters = {n: t.detach().clone().requires_grad_(True) for n, t in weights.items()}
     optimizer = make_adamw(masters, lr, weight_decay, betas, eps)
     losses = []
     first = None
     for _ in range(steps):
-        working = {n: (round_to_bf16(t.detach()) if bf16_working else t.detach())
+        working = {n: (rounding(t.detach()) if rounding else t.detach())
                    for n, t in masters.items()}
         logits, loss, grads = loss_and_grads(working, config, inputs, targets)
         if first is None:

@@ -16,18 +16,19 @@
 // targets = last T), as `zerotrain eval` reads them; with a /loss_mask in the dataset the targets
 // it excludes are ignored and every loss is the mean over the C counted ones (C = B·T without a
 // mask). Gradients come from a LlamaModel of our own fed with the model directory's tensors
-// (rounded to bf16 in bf16 mode, as the engine's working params are) and grad_scale = 1/C,
-// accumulated into zeroed fp32 group buffers.
+// (rounded to bf16 or fp16 in those modes, as the engine's working params are) and grad_scale =
+// 1/C, accumulated into zeroed fp32 group buffers.
 //
 // AdamW of the training steps (the Python side mirrors it exactly; the values are also written
 // as attributes of /losses_adamw): stage 0 on a world of one rank, fixed lr (--lr, no warmup or
 // schedule), betas (0.9, 0.95), eps 1e-8, weight decay 0.1 (decoupled,
 // master -= lr·wd·master with the pre-update master) on projections and the LM head only (not on
-// norms or the embedding), clipping disabled. fp32 masters; in bf16 mode the working params are
-// the masters rounded to bf16 after every update.
+// norms or the embedding), clipping disabled. fp32 masters; in bf16 (fp16) mode the working
+// params are the masters rounded to bf16 (fp16) after every update. fp16 trains with the default
+// dynamic loss scale (2^16); a step skipped on overflow is an error here (the reference has none).
 //
-// --activations bf16 (with --precision bf16) stores the activations of both passes in bf16
-// (LlamaModel's storage type); the default fp32 keeps them in fp32.
+// --activations bf16 (with --precision bf16) or fp16 (with --precision fp16) stores the activations
+// of both passes in that type (LlamaModel's storage type); the default fp32 keeps them in fp32.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -68,7 +69,7 @@ struct DumpOptions {
 };
 
 const char* const kUsage =
-    "usage: zt_oracle_dump --model DIR --tokens FILE.h5 --out FILE.h5 --precision fp32|bf16 "
+    "usage: zt_oracle_dump --model DIR --tokens FILE.h5 --out FILE.h5 --precision fp32|bf16|fp16 "
     "--micro-batch B --seq-len T [--steps 5] [--lr 1e-3] [--activations fp32|bf16]";
 
 DumpOptions parse_options(int argc, char** argv) {
@@ -103,8 +104,9 @@ DumpOptions parse_options(int argc, char** argv) {
   ZT_CHECK(o.micro_batch > 0 && o.seq_len > 0 && o.steps > 0 && o.lr > 0,
            "micro-batch, seq-len, steps and lr must be positive");
   parse_precision(o.precision);  // validates
-  ZT_CHECK(o.activations == "fp32" || (o.activations == "bf16" && o.precision == "bf16"),
-           "--activations must be fp32, or bf16 with --precision bf16");
+  ZT_CHECK(o.activations == "fp32" || (o.activations == "bf16" && o.precision == "bf16") ||
+               (o.activations == "fp16" && o.precision == "fp16"),
+           "--activations must be fp32, or the precision's own type (bf16, fp16)");
   return o;
 }
 
@@ -141,7 +143,7 @@ struct GradPass {
 };
 
 GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch& batch, int64_t B,
-                           int64_t T, bool bf16_params, DType storage) {
+                           int64_t T, DType work, DType storage) {
   const ModelConfig& config = reader.config();
   MemoryTracker memory;
   LlamaModel model(config, backend, memory, B, T, {}, 0, storage);
@@ -160,8 +162,10 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
       const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
       float* dst = params[static_cast<size_t>(g)].data() + t.offset;
       reader.read_tensor_f32(t.name, dst);
-      if (bf16_params)
+      if (work == DType::kBf16)
         for (int64_t i = 0; i < t.numel; ++i) dst[i] = round_to_bf16(dst[i]);
+      if (work == DType::kFloat16)
+        for (int64_t i = 0; i < t.numel; ++i) dst[i] = round_to_fp16(dst[i]);
     }
   }
 
@@ -238,7 +242,7 @@ int run(int argc, char** argv) {
   ZT_CHECK(world.world_size() == 1, "zt_oracle_dump runs on one rank");
   const int64_t B = o.micro_batch, T = o.seq_len;
   const Precision precision = parse_precision(o.precision);
-  const DType storage = o.activations == "bf16" ? DType::kBf16 : DType::kFloat32;
+  const DType storage = o.activations == "fp32" ? DType::kFloat32 : working_dtype(precision);
 
   ModelDirReader reader(o.model_dir);
   const ModelConfig& config = reader.config();
@@ -247,7 +251,7 @@ int run(int argc, char** argv) {
 
   // 1. Gradients of one micro-batch.
   const GradPass grads =
-      compute_gradients(reader, *backend, batch, B, T, precision == Precision::kBf16, storage);
+      compute_gradients(reader, *backend, batch, B, T, working_dtype(precision), storage);
 
   // 2. Eval forward and 3. AdamW steps through a stage-0 engine.
   MemoryTracker memory;
@@ -273,6 +277,9 @@ int run(int argc, char** argv) {
   for (int64_t step = 1; step <= o.steps; ++step) {
     const StepStats st =
         engine.train_step({batch.inputs.data()}, {batch.targets.data()}, o.lr, step, batch.counted);
+    ZT_CHECK(!st.skipped,
+             "step " + std::to_string(step) +
+                 " overflowed in fp16 and was skipped: the reference has no such step");
     losses.push_back(st.loss);
   }
 

@@ -38,7 +38,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_reference as ref  # noqa: E402
 from oracle_harness import SetupError, run_tool  # noqa: E402
 
-TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "bf16-act": 2e-2}
+# fp16: both sides compute with the same fp16-rounded working weights, so what remains is the
+# engine's float32 arithmetic against float64, as in fp32 mode: the fp32 bound. (bf16's loose
+# bound covers its coarser rounding flipping differently along the trajectory.)
+TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "bf16-act": 2e-2, "fp16": 1e-4}
 # bf16 activations, op by op: at most this fraction of an op's stored elements may differ from
 # PyTorch's float32-then-rounded value (a float32 sum in another order flips a rounding now and
 # then), by at most one bf16 step per rounding of the op.
@@ -135,13 +138,14 @@ def compare_precision(args, precision, model_dir, tokens_path, weights, config,
 
     # The engine's working weights: bf16 mode rounds them to bf16 (a no-op for the bf16
     # directories `zerotrain init` writes, but not for fp32 directories).
-    bf16 = precision == "bf16"
+    bf16, fp16 = precision == "bf16", precision == "fp16"
     start = time.time()
     # Step 1 of the AdamW run is evaluated at exactly these working weights: its logits, loss
     # and gradients are the single-micro-batch reference.
     losses, (logits, loss, grads) = ref.adamw_losses(weights, config, inputs, targets,
                                                      args.steps, args.lr, WEIGHT_DECAY, BETAS,
-                                                     EPS, bf16_working=bf16)
+                                                     EPS, bf16_working=bf16,
+                                                     fp16_working=fp16)
     print(f"reference ({precision}) computed in {time.time() - start:.1f} s", flush=True)
 
     tol = TOLERANCE[precision]
@@ -167,11 +171,11 @@ def compare_precision(args, precision, model_dir, tokens_path, weights, config,
         raise SetupError("the reference did not train (loss did not decrease): bad test setup")
     reference_losses[precision] = losses
 
-    if bf16 and args.steps > 1:
+    if (bf16 or fp16) and args.steps > 1:
         # The bf16 tolerance is loose, looser than the gap between the bf16 and fp32 training
         # trajectories. So also require that the engine demonstrably trains with bf16-rounded
-        # working weights: from step 2 on its losses must be much closer (10×) to the bf16
-        # reference trajectory than to the fp32 one (whose working weights are the masters).
+        # (fp16-rounded) working weights: from step 2 on its losses must be much closer (10×) to
+        # that reference trajectory than to the fp32 one (whose working weights are the masters).
         if "fp32" not in reference_losses:
             reference_losses["fp32"], _ = ref.adamw_losses(
                 weights, config, inputs, targets, args.steps, args.lr, WEIGHT_DECAY, BETAS, EPS,
@@ -179,11 +183,11 @@ def compare_precision(args, precision, model_dir, tokens_path, weights, config,
         engine = dump["losses_adamw"][1:]
         to_bf16 = max(rel_scalar_error(g, w) for g, w in zip(engine, losses[1:]))
         to_fp32 = max(rel_scalar_error(g, w) for g, w in zip(engine, reference_losses["fp32"][1:]))
-        print(f"bf16 engine AdamW losses vs bf16 reference {to_bf16:.3e}, "
+        print(f"{precision} engine AdamW losses vs {precision} reference {to_bf16:.3e}, "
               f"vs fp32 reference {to_fp32:.3e}")
         ratio = to_bf16 / to_fp32 if to_fp32 > 0 else float("inf")
-        rows.append((args.preset, precision, "adamw: err vs bf16 ref / err vs fp32 ref", ratio,
-                     0.1, ratio < 0.1))
+        rows.append((args.preset, precision,
+                     f"adamw: err vs {precision} ref / err vs fp32 ref", ratio, 0.1, ratio < 0.1))
     return rows, all(r[5] for r in rows)
 
 

@@ -352,6 +352,18 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.from_bf16(out, in, n);
   }
+  void to_fp16(uint16_t* out, const float* in, int64_t n) override {
+    mem_.require_device(out, bytes_of(n, sizeof(uint16_t)), "to_fp16 out");
+    need(in, n, "to_fp16 in");
+    GuardedDeviceMemory::Access a(mem_);
+    be_.to_fp16(out, in, n);
+  }
+  void from_fp16(float* out, const uint16_t* in, int64_t n) override {
+    need(out, n, "from_fp16 out");
+    mem_.require_device(in, bytes_of(n, sizeof(uint16_t)), "from_fp16 in");
+    GuardedDeviceMemory::Access a(mem_);
+    be_.from_fp16(out, in, n);
+  }
 
  private:
   // n elements of the view's storage type (float32 for a plain float pointer).

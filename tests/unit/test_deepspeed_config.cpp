@@ -151,8 +151,12 @@ TEST(DeepSpeedConfig, BadValuesAreErrorsNamingTheKey) {
                        "zero_optimization.allgather_bucket_size"));
   const std::string stage = parse_error({{"zero_optimization", {{"stage", 4}}}});
   EXPECT_TRUE(contains(stage, "zero_optimization.stage") && contains(stage, "4")) << stage;
-  const std::string fp16 = parse_error({{"fp16", {{"enabled", true}}}});
-  EXPECT_TRUE(contains(fp16, "fp16") && contains(fp16, "bf16")) << fp16;
+  const std::string both =
+      parse_error({{"fp16", {{"enabled", true}}}, {"bf16", {{"enabled", true}}}});
+  EXPECT_TRUE(contains(both, "fp16.enabled") && contains(both, "bf16.enabled")) << both;
+  const std::string fp16_masters =
+      parse_error({{"fp16", {{"enabled", true}, {"fp16_master_weights_and_grads", true}}}});
+  EXPECT_TRUE(contains(fp16_masters, "fp16.fp16_master_weights_and_grads")) << fp16_masters;
   EXPECT_TRUE(contains(parse_error({{"train_batch_size", 2.5}}), "train_batch_size"));
   EXPECT_TRUE(contains(parse_error({{"optimizer", {{"type", "Lamb"}}}}), "optimizer.type"));
   EXPECT_TRUE(contains(

@@ -70,6 +70,37 @@ TEST(DeepSpeedPrecision, FollowsDeepSpeedsDefaultOfFp32) {
   EXPECT_TRUE(contains(both, "'bf16'") && contains(both, "'bfloat16'")) << both;
 }
 
+// The fp16 block: precision fp16, its loss-scaling keys onto the --loss-scale options (DeepSpeed's
+// own defaults for the keys left out are the options' defaults, so nothing else is mapped).
+TEST(DeepSpeedPrecision, Fp16BlockMapsOntoTheLossScaleOptions) {
+  const DeepSpeedConfig c = parse({{"fp16",
+                                    {{"enabled", true},
+                                     {"loss_scale", 0},
+                                     {"initial_scale_power", 12},
+                                     {"loss_scale_window", 500},
+                                     {"hysteresis", 3},
+                                     {"consecutive_hysteresis", true},
+                                     {"min_loss_scale", 0.5}}}});
+  EXPECT_EQ(c.option("precision"), "fp16");
+  EXPECT_EQ(c.option("loss-scale"), "0");
+  EXPECT_EQ(c.option("initial-scale-power"), "12");
+  EXPECT_EQ(c.option("loss-scale-window"), "500");
+  EXPECT_EQ(c.option("hysteresis"), "3");
+  EXPECT_EQ(c.option("consecutive-hysteresis"), "true");
+  EXPECT_EQ(c.option("min-loss-scale"), "0.5");
+  const DeepSpeedConfig fixed = parse({{"fp16", {{"enabled", true}, {"loss_scale", 128}}}});
+  EXPECT_EQ(fixed.option("precision"), "fp16");
+  EXPECT_EQ(fixed.option("loss-scale"), "128");
+  EXPECT_FALSE(fixed.option("hysteresis").has_value());
+  // Disabled: its keys are DeepSpeed's to ignore; "auto" follows --precision.
+  const DeepSpeedConfig off = parse({{"fp16", {{"enabled", false}, {"loss_scale", 128}}}});
+  EXPECT_EQ(off.option("precision"), "fp32");
+  EXPECT_FALSE(off.option("loss-scale").has_value());
+  const DeepSpeedConfig automatic = parse({{"fp16", {{"enabled", "auto"}, {"hysteresis", 4}}}});
+  EXPECT_FALSE(automatic.option("precision").has_value());
+  EXPECT_EQ(automatic.option("hysteresis"), "4");
+}
+
 // Each case: a config, the dotted key that must be named and the closest valid key suggested.
 struct UnknownKeyCase {
   json config;

@@ -355,8 +355,26 @@ TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
   EXPECT_EQ(parsed_train_options({}).to_json()["activations"], "fp32");
   EXPECT_EQ(parsed_train_options({"--backend", "cpu", "--activations", "bf16"}).activations,
             "bf16");
+  const TrainOptions fp16 = parsed_train_options(
+      {"--backend", "cpu", "--precision", "fp16", "--activations", "fp16", "--loss-scale", "0",
+       "--initial-scale-power", "12", "--hysteresis", "3", "--consecutive-hysteresis"});
+  EXPECT_EQ(fp16.activations, "fp16");
+  EXPECT_EQ(fp16.loss_scale.initial_scale_power, 12);
+  EXPECT_EQ(fp16.loss_scale.hysteresis, 3);
+  EXPECT_TRUE(fp16.loss_scale.consecutive_hysteresis);
+  EXPECT_EQ(fp16.to_json()["loss_scaling"]["initial_scale_power"], 12);
+  EXPECT_TRUE(parsed_train_options({"--backend", "cpu"}).to_json()["loss_scaling"].is_null());
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
-      {{"--activations", "fp16"}, "--activations must be fp32 or bf16, got 'fp16'"},
+      {{"--activations", "fp8"}, "--activations must be fp32, bf16 or fp16, got 'fp8'"},
+      {{"--backend", "cpu", "--activations", "fp16"}, "--activations fp16 needs --precision fp16"},
+      {{"--backend", "cpu", "--precision", "fp16", "--activations", "bf16"},
+       "--activations bf16 needs --precision bf16"},
+      {{"--backend", "cpu", "--precision", "bf16", "--loss-scale", "128"},
+       "apply to --precision fp16 only"},
+      {{"--backend", "cpu", "--precision", "fp16", "--loss-scale-window", "0"},
+       "fp16.loss_scale_window must be > 0"},
+      {{"--backend", "cpu", "--precision", "fp16", "--initial-scale-power", "200"},
+       "fp16.initial_scale_power must be between 0 and 127"},
       {{"--backend", "cpu", "--precision", "fp32", "--activations", "bf16"},
        "--activations bf16 needs --precision bf16"},
   };

@@ -141,5 +141,13 @@ void CpuBackend::from_bf16(float* out, const bf16_t* in, int64_t n) {
   bf16_to_floats(in, out, static_cast<size_t>(n));
 }
 
+void CpuBackend::to_fp16(uint16_t* out, const float* in, int64_t n) {
+  floats_to_fp16(in, out, static_cast<size_t>(n));
+}
+
+void CpuBackend::from_fp16(float* out, const uint16_t* in, int64_t n) {
+  fp16_to_floats(in, out, static_cast<size_t>(n));
+}
+
 }  // namespace cpu
 }  // namespace zt

@@ -89,6 +89,8 @@ class CpuBackend final : public Backend {
   void scale_inplace(float* y, float s, int64_t n) override;
   void to_bf16(bf16_t* out, const float* in, int64_t n) override;
   void from_bf16(float* out, const bf16_t* in, int64_t n) override;
+  void to_fp16(uint16_t* out, const float* in, int64_t n) override;
+  void from_fp16(float* out, const uint16_t* in, int64_t n) override;
 
  private:
   // Rotates x[B,T,H,hd] by +angle (forward) or −angle (backward, sin_sign = −1).

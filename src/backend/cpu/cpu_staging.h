@@ -1,7 +1,7 @@
 // How the CPU backend honours the storage types of backend.h: its kernels compute in fp32, so a
-// bf16 input is widened into an fp32 copy first and an fp32 result is rounded once into a bf16
-// output after. fp32 views pass straight through (no copy, nothing rounded), so an all-fp32 run
-// computes exactly as it did before views existed. The copies live only for one op.
+// bf16 (or fp16) input is widened into an fp32 copy first and an fp32 result is rounded once into
+// a 16-bit output after. fp32 views pass straight through (no copy, nothing rounded), so an
+// all-fp32 run computes exactly as it did before views existed. The copies live only for one op.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,16 +11,16 @@
 
 namespace zt::cpu {
 
-// Whether a view needs an fp32 copy: false for fp32 (or no tensor), true for bf16; any other
-// type is refused.
+// Whether a view needs an fp32 copy: false for fp32 (or no tensor), true for bf16 and fp16; any
+// other type is refused.
 inline bool needs_fp32_copy(ConstTensorView v) {
   if (v.data == nullptr || v.is_f32()) return false;
-  ZT_CHECK(v.dtype == DType::kBf16,
+  ZT_CHECK(v.dtype == DType::kBf16 || v.dtype == DType::kFloat16,
            std::string("cpu backend: unsupported tensor storage ") + dtype_name(v.dtype));
   return true;
 }
 
-// An input as fp32: the view itself, or a widened copy of its bf16 values (exact).
+// An input as fp32: the view itself, or a widened copy of its 16-bit values (exact).
 class Fp32Input {
  public:
   Fp32Input(ConstTensorView v, int64_t n) {
@@ -29,7 +29,7 @@ class Fp32Input {
       return;
     }
     copy_.resize(static_cast<size_t>(n));
-    bf16_to_floats(static_cast<const bf16_t*>(v.data), copy_.data(), copy_.size());
+    widen_16bit(v.dtype, static_cast<const uint16_t*>(v.data), copy_.data(), copy_.size());
     data_ = copy_.data();
   }
   const float* get() const { return data_; }
@@ -40,7 +40,7 @@ class Fp32Input {
 };
 
 // An output as fp32. kKeep: the kernel reads the current values (+= or in place); kOverwrite: it
-// writes every element. commit() rounds the fp32 result into a bf16 view (a no-op for fp32).
+// writes every element. commit() rounds the fp32 result into a 16-bit view (a no-op for fp32).
 class Fp32Output {
  public:
   enum class Contents { kOverwrite, kKeep };
@@ -51,13 +51,13 @@ class Fp32Output {
     }
     copy_.resize(static_cast<size_t>(n));
     if (contents == Contents::kKeep)
-      bf16_to_floats(static_cast<const bf16_t*>(v.data), copy_.data(), copy_.size());
+      widen_16bit(v.dtype, static_cast<const uint16_t*>(v.data), copy_.data(), copy_.size());
     data_ = copy_.data();
   }
   float* get() const { return data_; }
   void commit() {
     if (!copy_.empty())
-      floats_to_bf16(copy_.data(), static_cast<bf16_t*>(view_.data), copy_.size());
+      round_16bit(view_.dtype, copy_.data(), static_cast<uint16_t*>(view_.data), copy_.size());
   }
 
  private:

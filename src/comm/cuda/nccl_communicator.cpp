@@ -32,6 +32,8 @@ ncclDataType_t nccl_datatype(DType dtype) {
       return ncclFloat64;
     case DType::kBf16:
       return ncclBfloat16;  // moved, never summed (the base class rejects bf16 sums)
+    case DType::kFloat16:
+      return ncclFloat16;  // moved, never summed (likewise)
     case DType::kInt32:
       return ncclInt32;
     case DType::kInt64:

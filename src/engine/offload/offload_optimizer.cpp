@@ -25,7 +25,7 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
     max_own = std::max(max_own, n);
   }
   const int64_t tile = std::min(config.sub_group_size, max_own);
-  const size_t elem = precision_ == Precision::kBf16 ? sizeof(bf16_t) : sizeof(float);
+  const size_t elem = dtype_size(working_dtype(precision_));
   for (TrackedBuffer<uint8_t>& s : staging_)
     s = TrackedBuffer<uint8_t>(memory, MemCategory::kHostOffload, static_cast<size_t>(tile) * elem);
   if (config.optimizer == OffloadDevice::kNvme)
@@ -56,8 +56,9 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
                             const std::function<void*(int g)>& work_out) {
   copier_.synchronize();  // every gradient shard is on the host
   const cpu::AdamSimd path = cpu::best_adam_simd();
-  const bool bf16 = precision_ == Precision::kBf16;
-  const size_t elem = bf16 ? sizeof(bf16_t) : sizeof(float);
+  const DType work = working_dtype(precision_);
+  const bool bf16 = work == DType::kBf16, fp16 = work == DType::kFloat16;
+  const size_t elem = dtype_size(work);
   size_t tile_index = 0;
   store_->update_tiles([&](const StateTile& t) {
     const size_t slot = tile_index++ % staging_.size();
@@ -70,8 +71,9 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
     // Frozen tensors have no segment (decay_segments.h): the tile goes out whole, so their part
     // of it is their master as working params, which is what the device holds already.
     if (!covers(segments, t.begin, t.count)) {
-      if (bf16)
-        floats_to_bf16(t.master, reinterpret_cast<bf16_t*>(staging), static_cast<size_t>(t.count));
+      if (bf16 || fp16)
+        round_16bit(work, t.master, reinterpret_cast<uint16_t*>(staging),
+                    static_cast<size_t>(t.count));
       else
         std::memcpy(staging, t.master, static_cast<size_t>(t.count) * sizeof(float));
     }
@@ -82,7 +84,11 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
       h.weight_decay = s.decay ? weight_decay : 0.0f;
       cpu::adam_update(path, t.master + at, t.m + at, t.v + at, grads + lo,
                        bf16 ? reinterpret_cast<bf16_t*>(staging) + at : nullptr,
-                       bf16 ? nullptr : reinterpret_cast<float*>(staging) + at, hi - lo, h);
+                       bf16 || fp16 ? nullptr : reinterpret_cast<float*>(staging) + at, hi - lo, h);
+      // fp16: the updated masters, rounded (the Adam kernels write bf16 or fp32 only).
+      if (fp16)
+        floats_to_fp16(t.master + at, reinterpret_cast<uint16_t*>(staging) + at,
+                       static_cast<size_t>(hi - lo));
     }
     auto* out = static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem;
     const size_t bytes = static_cast<size_t>(t.count) * elem;

@@ -1,0 +1,34 @@
+// The Backend base class's fp16 conversions and the 16-bit dispatch (backend/backend.h).
+#include "backend/backend.h"
+
+#include "util/error.h"
+
+namespace zt {
+
+void Backend::to_fp16(uint16_t*, const float*, int64_t) {
+  fail("the " + name() + " backend does not store fp16 (--precision fp16 runs on the CPU backend)");
+}
+
+void Backend::from_fp16(float*, const uint16_t*, int64_t) {
+  fail("the " + name() + " backend does not store fp16 (--precision fp16 runs on the CPU backend)");
+}
+
+void Backend::round_to_16bit(DType dtype, uint16_t* out, const float* in, int64_t n) {
+  ZT_CHECK(dtype == DType::kBf16 || dtype == DType::kFloat16,
+           std::string("round_to_16bit: not a 16-bit float type: ") + dtype_name(dtype));
+  if (dtype == DType::kBf16)
+    to_bf16(out, in, n);
+  else
+    to_fp16(out, in, n);
+}
+
+void Backend::widen_from_16bit(DType dtype, float* out, const uint16_t* in, int64_t n) {
+  ZT_CHECK(dtype == DType::kBf16 || dtype == DType::kFloat16,
+           std::string("widen_from_16bit: not a 16-bit float type: ") + dtype_name(dtype));
+  if (dtype == DType::kBf16)
+    from_bf16(out, in, n);
+  else
+    from_fp16(out, in, n);
+}
+
+}  // namespace zt
