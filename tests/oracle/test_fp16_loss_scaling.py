@@ -1,0 +1,229 @@
+#!/usr/bin/python3
+"""fp16 training's loss scaling against DeepSpeed's own scaler, on real runs (label oracle).
+
+zerotrain trains the tiny preset with --precision fp16 --activations fp16, started at a loss
+scale far above what fp16 activation gradients hold (2^24), so that the first steps overflow,
+the scale comes down, grows again after each short window and overflows again. The runs: one
+rank at stage 0 from a DeepSpeed JSON fp16 block (hysteresis 2), and two ranks at stage 2 from
+the command line (consecutive hysteresis), each on a dataset of exactly one global batch, so
+that every step sees the same tokens.
+
+1. The overflow sequence of each run (metrics.jsonl "skipped") drives DeepSpeed 0.19.8's own
+   DynamicLossScaler (deepspeed/runtime/fp16/loss_scaler.py from the pinned sdist, built as
+   DeepSpeed's fp16 config builds it): the scale before each of its updates equals the run's
+   "loss_scale" of that step, exactly. A run must see both an overflow and a growth of the
+   scale, or the test could not fail.
+2. A skipped step leaves the weights as they were: with the same batch, the next step's loss
+   equals the skipped step's (to 1e-12 relative; only the sum's order may change), while an
+   applied update moves it by far more (1e-5 at least).
+3. A skipped step does not advance the learning-rate schedule: each step's lr is the lr of the
+   step that many updates in of a run without skips (the same run in bf16).
+4. Resume: stopped after step 10 and resumed, the one-rank run's metrics lines of steps 11-20
+   (loss, scale, skipped, lr) and its final/ model are bitwise those of the uninterrupted run;
+   the checkpoint's manifest holds the scaler's state.
+5. A static scale (--loss-scale 128) stays 128 with nothing skipped; an overflow at the minimum
+   scale stops a two-rank run with an error naming it, on every rank, and a non-zero exit.
+
+--expect-mismatch feeds DeepSpeed each run's outcomes one step late and passes only if its
+scales then differ from the run's: check 1 can fail.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
+                            fresh_work_dir, run_tool)
+from test_loss_scaler import load_deepspeed_loss_scaler  # noqa: E402
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+SEQ_LEN, WINDOWS, STEPS = 32, 2, 20
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+SAME_LOSS, MOVED_LOSS = 1e-12, 1e-5
+
+
+def write_tokens(path, sample):
+    """A dataset of exactly WINDOWS windows: every step's global batch is all of them."""
+    with open(sample, "rb") as f:
+        data = np.frombuffer(f.read(WINDOWS * SEQ_LEN + 1), dtype=np.uint8).astype(np.uint16)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("tokens", data=data)
+        f.attrs["vocab_size"] = np.int64(256)
+        f.attrs["tokenizer"] = "bytes"
+
+
+def train(tools, work, out, extra, ranks=1, check_exit=True):
+    """`zerotrain train` on the test's model and data; tools = (zerotrain, mpirun)."""
+    zt, mpirun = tools
+    cmd = ([mpirun, "-np", str(ranks)] if ranks > 1 else []) + [
+        zt, "train", "--model", work("model"), "--data", work("tok.h5"), "--out", out,
+        "--steps", str(STEPS), "--seq-len", str(SEQ_LEN), "--lr", "1e-3", "--warmup-steps", "2",
+        "--log-every", "0", "--backend", "cpu", "--comm-timeout", "60"] + extra
+    print("+ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, **MPI_ENV}, timeout=240)
+    if check_exit and proc.returncode != 0:
+        print(proc.stdout)
+        raise SetupError(f"zerotrain train exited with {proc.returncode}")
+    return proc
+
+
+def metrics(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def model_bits(model_dir):
+    """Every tensor of a model directory's HDF5 shards, as raw bits."""
+    out = {}
+    for name in sorted(os.listdir(model_dir)):
+        if name.endswith(".h5"):
+            with h5py.File(os.path.join(model_dir, name), "r") as f:
+                f.visititems(lambda n, o: out.__setitem__(n, o[()].view(np.uint8).copy())
+                             if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def deepspeed_scales(ds, settings, overflows):
+    """DeepSpeed's scale before each update, fed `overflows` (DeepSpeed's fp16 config's
+    dynamic_loss_scale_args)."""
+    scaler = ds.DynamicLossScaler(init_scale=2 ** settings["initial_scale_power"],
+                                  scale_window=settings["loss_scale_window"],
+                                  min_scale=settings["min_loss_scale"],
+                                  delayed_shift=settings["hysteresis"],
+                                  consecutive_hysteresis=settings["consecutive_hysteresis"],
+                                  dtype=torch.half)
+    scales = []
+    for overflow in overflows:
+        scales.append(float(scaler.loss_scale))
+        scaler.update_scale(overflow)
+    return scales
+
+
+def check_run(name, lines, settings, ds, reference_lrs, shift):
+    overflows = [line["skipped"] for line in lines]
+    scales = [line["loss_scale"] for line in lines]
+    print(f"{name}: skipped {''.join('1' if o else '0' for o in overflows)}")
+    print(f"{name}: scales  {' '.join(f'2^{int(np.log2(s))}' for s in scales)}")
+    check(any(overflows) and not all(overflows), f"{name}: no mix of overflows and updates")
+    check(any(b > a for a, b in zip(scales, scales[1:])), f"{name}: the scale never grew")
+    if shift:  # --expect-mismatch: DeepSpeed fed the outcomes one step late must disagree
+        want = deepspeed_scales(ds, settings, [False] * shift + overflows[:-shift])
+        check(scales != want, f"{name}: outcomes shifted by {shift} still give the same scales")
+        print(f"{name}: with the outcomes shifted by {shift}, DeepSpeed's scales differ")
+        return
+    want = deepspeed_scales(ds, settings, overflows)
+    check(scales == want, f"{name}: zerotrain's scales {scales} differ from DeepSpeed's {want}")
+    updates = 0
+    for i, line in enumerate(lines):
+        check(line["lr"] == reference_lrs[updates],
+              f"{name}: step {line['step']} lr {line['lr']} is not the lr after {updates} "
+              f"updates ({reference_lrs[updates]})")
+        if i + 1 < len(lines) and lines[i + 1]["loss"] is not None and line["loss"] is not None:
+            change = abs(lines[i + 1]["loss"] - line["loss"]) / abs(line["loss"])
+            if line["skipped"]:
+                check(change <= SAME_LOSS, f"{name}: step {line['step']} was skipped but the "
+                      f"next loss moved by {change:.3e}")
+            else:
+                check(change >= MOVED_LOSS, f"{name}: step {line['step']} updated but the next "
+                      f"loss moved by only {change:.3e}")
+        updates += 0 if line["skipped"] else 1
+    print(f"{name}: every scale equals DeepSpeed's; {sum(overflows)} skipped steps kept the "
+          "weights and the schedule")
+
+
+def main():
+    parser = argument_parser(__doc__.split("\n")[0], deepspeed_sdist=True)
+    parser.add_argument("--mpirun", default="mpirun")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    work = fresh_work_dir(args.work_dir)
+    zt = args.zerotrain
+    tools = (zt, args.mpirun)
+    shift = 1 if args.expect_mismatch else 0
+
+    def checks():
+        ds = load_deepspeed_loss_scaler(args.deepspeed_sdist, args.work_dir)
+        run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
+        write_tokens(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
+                                                  "sample.txt"))
+        reference = train(tools, work, work("bf16"), ["--micro-batch", "2"])
+        reference_lrs = [line["lr"] for line in metrics(work("bf16"))]
+
+        # 1 rank, stage 0, from a DeepSpeed JSON fp16 block.
+        one = {"loss_scale": 0, "initial_scale_power": 24, "loss_scale_window": 4,
+               "hysteresis": 2, "consecutive_hysteresis": False, "min_loss_scale": 1}
+        config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                  "fp16": {"enabled": True, **one}, "zero_optimization": {"stage": 0}}
+        with open(work("fp16.json"), "w") as f:
+            json.dump(config, f)
+        ds_args = ["--deepspeed", work("fp16.json"), "--activations", "fp16", "--save-every",
+                   "10"]
+        train(tools, work, work("one"), ds_args)
+        with open(work("one", "run.json")) as f:
+            run = json.load(f)
+        check(run["config"]["precision"] == "fp16", "the fp16 block did not select fp16")
+        check(run["config"]["loss_scaling"] == one,
+              f"run.json's loss_scaling {run['config']['loss_scaling']} is not the file's {one}")
+        lines = metrics(work("one"))
+        check_run("1 rank, stage 0", lines, one, ds, reference_lrs, shift)
+
+        # 2 ranks, stage 2, from the command line, consecutive hysteresis.
+        two = {"loss_scale": 0, "initial_scale_power": 23, "loss_scale_window": 3,
+               "hysteresis": 2, "consecutive_hysteresis": True, "min_loss_scale": 1}
+        train(tools, work, work("two"), [
+            "--precision", "fp16", "--activations", "fp16", "--zero-stage", "2",
+            "--micro-batch", "1", "--initial-scale-power", "23", "--loss-scale-window", "3",
+            "--hysteresis", "2", "--consecutive-hysteresis"], ranks=2)
+        check_run("2 ranks, stage 2", metrics(work("two")), two, ds, reference_lrs, shift)
+        if shift:
+            return
+
+        # Resume: stop after step 10, resume, compare with the uninterrupted run.
+        train(tools, work, work("resumed"), ds_args + ["--stop-after-step", "10"], check_exit=False)
+        with open(os.path.join(work("resumed"), "checkpoints", "step-00000010",
+                               "manifest.json")) as f:
+            scaling = json.load(f).get("loss_scaling", {})
+        check("scaler" in scaling and scaling["scaler"]["cur_scale"] == lines[10]["loss_scale"],
+              f"the step-10 checkpoint's loss_scaling {scaling} does not hold the scale step 11 "
+              f"uses ({lines[10]['loss_scale']})")
+        train(tools, work, work("resumed"), ds_args + ["--resume", "auto"])
+        keys = ("step", "loss", "loss_scale", "skipped", "lr", "grad_norm")
+        resumed = metrics(work("resumed"))
+        for a, b in zip(lines[10:], resumed[10:]):
+            check(all(a[k] == b[k] for k in keys), f"resumed step {b['step']} differs: "
+                  f"{ {k: b[k] for k in keys} } vs { {k: a[k] for k in keys} }")
+        check(len(resumed) == STEPS, f"the resumed run has {len(resumed)} metrics lines")
+        a, b = model_bits(work("one", "final")), model_bits(work("resumed", "final"))
+        check(len(a) > 0 and a.keys() == b.keys() and all(np.array_equal(a[n], b[n]) for n in a),
+              "the resumed run's final/ tensors differ from the uninterrupted run's")
+        print("resume: steps 11-20 and final/ bitwise those of the uninterrupted run")
+
+        # A static scale, and the stop at the minimum scale.
+        train(tools, work, work("static"), ["--precision", "fp16", "--micro-batch", "2",
+                                         "--loss-scale", "128"])
+        static = metrics(work("static"))
+        check(all(line["loss_scale"] == 128 and not line["skipped"] for line in static),
+              "a static loss scale of 128 moved or skipped a step")
+        proc = train(tools, work, work("floor"), [
+            "--precision", "fp16", "--activations", "fp16", "--micro-batch", "1",
+            "--initial-scale-power", "24", "--hysteresis", "1", "--min-loss-scale", "8388608"],
+            ranks=2, check_exit=False)
+        print(proc.stdout[-2000:])
+        check(proc.returncode != 0, "an overflow at the minimum loss scale did not stop the run")
+        check(proc.stdout.count("minimum loss scale") >= 1,
+              "the stop at the minimum loss scale does not say so")
+        print(f"the minimum scale stopped the run (exit {proc.returncode})")
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
