@@ -132,6 +132,8 @@ struct EngineOptions {
   bool world_invariant = false;                // zero.world_invariant (docs/ARCHITECTURE.md §4)
   std::vector<std::string> trainable, freeze;  // --trainable / --freeze (model/trainable.h)
   OffloadConfig offload;
+  DType activations = DType::kFloat32;  // activation storage (fp16: with Precision::kFp16)
+  LossScaleConfig loss_scale;           // Precision::kFp16's loss scaler
   int64_t seq = 16;
   AdamWConfig optim = [] {
     AdamWConfig a;
@@ -163,8 +165,8 @@ class TestEngine {
     model.tie_word_embeddings = o.tied;
     engine_ = std::make_unique<ZeroEngine>(
         model, zero, o.precision, o.optim, *backend_, comm, memory_, o.micro, o.seq, ac, o.offload,
-        nullptr, DType::kFloat32,
-        TrainableSet::from_patterns(ParamLayout(model), o.trainable, o.freeze));
+        nullptr, o.activations,
+        TrainableSet::from_patterns(ParamLayout(model), o.trainable, o.freeze), o.loss_scale);
   }
 
   ZeroEngine& engine() { return *engine_; }

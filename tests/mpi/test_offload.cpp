@@ -111,7 +111,7 @@ class OffloadTest : public ::testing::Test {
 };
 
 TEST_F(OffloadTest, EveryModeMatchesNoOffloadBitwise) {
-  for (Precision precision : {Precision::kBf16, Precision::kFp32}) {
+  for (Precision precision : {Precision::kBf16, Precision::kFp32, Precision::kFp16}) {
     for (int stage = 1; stage <= 3; ++stage) {
       const Outcome ref = train(world_, stage, precision, {});
       EXPECT_GT(peak(ref, MemCategory::kOptimizer), 0u);
@@ -124,7 +124,7 @@ TEST_F(OffloadTest, EveryModeMatchesNoOffloadBitwise) {
         // the host pool too with offload_param).
         EXPECT_EQ(peak(got, MemCategory::kOptimizer), 0u) << what;
         EXPECT_EQ(peak(got, MemCategory::kGrads), peak(ref, MemCategory::kGrads)) << what;
-        const size_t elem = precision == Precision::kBf16 ? 2 : 4;
+        const size_t elem = dtype_size(working_dtype(precision));
         const size_t own = static_cast<size_t>(got.own_elements);
         const size_t staging = 2 * static_cast<size_t>(kTile) * elem;  // two rotating tiles
         if (offload.param_offloaded()) {

@@ -134,13 +134,13 @@ constexpr int kInvariantSteps = 4;
 // steps bit for bit like one rank at stage 0 with grad-accum N·A over the same micro-batches:
 // every loss and gradient norm, every fp32 master (rank 0's gather of the whole model), and this
 // rank's own master/m/v range. tied: the model with tied embeddings (reference and runs alike).
-void expect_world_invariant_stages_equal_one_rank(Communicator& world, Communicator& self,
-                                                  bool tied, Precision precision) {
-  EngineOptions base;
-  base.tied = tied;
-  base.precision = precision;
+// Returns the reference run.
+RunResult expect_world_invariant_stages_equal_one_rank(Communicator& world, Communicator& self,
+                                                       EngineOptions base,
+                                                       int steps = kInvariantSteps) {
   base.world_invariant = true;
-  const RunResult ref = run(self, base, kAccum * world.world_size(), kInvariantSteps);
+  const bool tied = base.tied;
+  const RunResult ref = run(self, base, kAccum * world.world_size(), steps);
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool overlap : {true, false}) {
       for (int ckpt : {0, 1}) {
@@ -156,10 +156,16 @@ void expect_world_invariant_stages_equal_one_rank(Communicator& world, Communica
                                  "N=" + std::to_string(world.world_size()) + " stage " +
                                  std::to_string(stage) + " overlap " + std::to_string(overlap) +
                                  " ckpt " + std::to_string(ckpt);
-        const RunResult got = run(world, o, kAccum, kInvariantSteps);
+        const RunResult got = run(world, o, kAccum, steps);
         EXPECT_EQ(got.losses, ref.losses) << what;
-        for (size_t i = 0; i < got.stats.size(); ++i)
-          EXPECT_EQ(got.stats[i].grad_norm, ref.stats[i].grad_norm) << what << " step " << i + 1;
+        for (size_t i = 0; i < got.stats.size(); ++i) {
+          if (ref.stats[i].skipped)  // an fp16 overflow: the norm is not finite (inf or NaN)
+            EXPECT_FALSE(std::isfinite(got.stats[i].grad_norm)) << what << " step " << i + 1;
+          else
+            EXPECT_EQ(got.stats[i].grad_norm, ref.stats[i].grad_norm) << what << " step " << i + 1;
+          EXPECT_EQ(got.stats[i].loss_scale, ref.stats[i].loss_scale) << what << " step " << i + 1;
+          EXPECT_EQ(got.stats[i].skipped, ref.stats[i].skipped) << what << " step " << i + 1;
+        }
         if (world.rank() == 0) {
           EXPECT_TRUE(got.master == ref.master) << what << ": the masters differ";
         }
@@ -167,16 +173,42 @@ void expect_world_invariant_stages_equal_one_rank(Communicator& world, Communica
       }
     }
   }
+  return ref;
 }
 
 TEST_F(ZeroEngineTest, WorldInvariantStagesEqualOneRankStageZeroBitwise) {
-  expect_world_invariant_stages_equal_one_rank(world_, self_, false, Precision::kBf16);
+  EngineOptions base;
+  base.precision = Precision::kBf16;
+  expect_world_invariant_stages_equal_one_rank(world_, self_, base);
 }
 
 // Tied embeddings: the one embedding parameter gets the head's gradient and the lookup's, is
 // reduced once and updated once, at every stage (stage 3 gathers it for the head as well).
 TEST_F(ZeroEngineTest, TiedEmbeddingsEqualOneRankStageZeroBitwiseAtEveryStage) {
-  expect_world_invariant_stages_equal_one_rank(world_, self_, true, Precision::kFp32);
+  EngineOptions base;
+  base.tied = true;
+  base.precision = Precision::kFp32;
+  expect_world_invariant_stages_equal_one_rank(world_, self_, base);
+}
+
+// fp16 with fp16 activations, started at a loss scale the activation gradients cannot hold: the
+// first steps overflow and are skipped, the scale comes down (hysteresis 2) and grows again
+// after each window of 2 steps. Every stage at N ranks makes the same overflow decisions, scales
+// and skips as one rank at stage 0, and trains bit for bit like it (world-invariant mode), so
+// the agreed overflow check and the skip leave nothing rank- or stage-dependent behind. The
+// reference must both skip and update, or the test could not fail.
+TEST_F(ZeroEngineTest, Fp16OverflowSkipsAgreeAcrossStagesAndRanksBitwise) {
+  EngineOptions base;
+  base.precision = Precision::kFp16;
+  base.activations = DType::kFloat16;
+  base.loss_scale.initial_scale_power = 22;
+  base.loss_scale.loss_scale_window = 2;
+  const RunResult ref = expect_world_invariant_stages_equal_one_rank(world_, self_, base, 10);
+  int skipped = 0;
+  for (const StepStats& s : ref.stats) skipped += s.skipped ? 1 : 0;
+  EXPECT_GT(skipped, 0) << "no step overflowed: raise initial_scale_power";
+  EXPECT_LT(skipped, static_cast<int>(ref.stats.size())) << "every step overflowed";
+  EXPECT_EQ(ref.stats.front().loss_scale, std::ldexp(1.0, 22));
 }
 
 TEST_F(ZeroEngineTest, CheckpointingIsBitwiseIdentical) {
