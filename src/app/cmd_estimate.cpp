@@ -56,7 +56,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
       "micro-batches per step (only for the DeepSpeed batch-size rule)");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
-  add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp32");
+  add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp16 | fp32");
   add_activations_option(opts, &o.activations);
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
@@ -281,8 +281,10 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                " GiB per device: " + c.label + " (" + gib(c.estimate.device_total()) +
                " GiB per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
                " --activation-checkpointing " + activation_checkpointing_name(c.ac) +
-               (storage == DType::kBf16 ? " --activations bf16" : "") + offload_flags(c.offload) +
-               ")\n";
+               (storage == DType::kBf16      ? " --activations bf16"
+                : storage == DType::kFloat16 ? " --activations fp16"
+                                             : "") +
+               offload_flags(c.offload) + ")\n";
     } else {
       out["recommendation"] = nullptr;
       advice = "nothing fits in " + gib(static_cast<double>(device_bytes)) +

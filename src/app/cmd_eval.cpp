@@ -49,7 +49,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
       "B: windows per batch");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "T: tokens per window - 1");
   add("precision", po::value(&o.precision)->default_value(o.precision),
-      "working precision of the weights: fp32 (exact stored values) or bf16");
+      "working precision of the weights: fp32 (exact stored values), bf16 or fp16 (CPU backend)");
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "app/deepspeed_block.h"
+#include "engine/loss_scaler.h"
 #include "util/decimal.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -76,9 +77,23 @@ void parse_precision_blocks(Block& top, DeepSpeedConfig& c) {
       set_integer(s, "hysteresis", "hysteresis", s.integer("hysteresis"));
       set_bool(s, "consecutive_hysteresis", "consecutive-hysteresis",
                s.boolean("consecutive_hysteresis"));
-      set_number(s, "min_loss_scale", "min-loss-scale", s.number("min_loss_scale"));
+      // An integer in DeepSpeed's fp16 model (as the window and the powers are).
+      set_integer(s, "min_loss_scale", "min-loss-scale", s.integer("min_loss_scale"));
     }
-    if (fp16_on) set_option(c, s.dotted("enabled"), "precision", "fp16");
+    if (fp16_on) {
+      // Refused as DeepSpeed refuses them, whichever command reads the file.
+      LossScaleConfig scaling;
+      scaling.loss_scale = s.number("loss_scale").value_or(scaling.loss_scale);
+      scaling.initial_scale_power =
+          static_cast<int>(s.integer("initial_scale_power").value_or(scaling.initial_scale_power));
+      scaling.loss_scale_window =
+          s.integer("loss_scale_window").value_or(scaling.loss_scale_window);
+      scaling.hysteresis = static_cast<int>(s.integer("hysteresis").value_or(scaling.hysteresis));
+      scaling.min_loss_scale = static_cast<double>(
+          s.integer("min_loss_scale").value_or(static_cast<int64_t>(scaling.min_loss_scale)));
+      scaling.validate();
+      set_option(c, s.dotted("enabled"), "precision", "fp16");
+    }
   }
   const std::string bf16_key = top.either({"bf16", "bfloat16"});
   if (const json* bf16 = top.get(bf16_key)) {

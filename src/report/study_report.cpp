@@ -31,6 +31,11 @@ double metric_or_nan(const nlohmann::json& line, const char* key) {
 
 namespace fs = std::filesystem;
 
+// run.json's "activations" as a storage type (train validated it).
+DType activation_dtype(const std::string& name) {
+  return name == "bf16" ? DType::kBf16 : name == "fp16" ? DType::kFloat16 : DType::kFloat32;
+}
+
 // The measured categories, in report order (MemoryTracker's names).
 const char* const kMemoryCategories[] = {"params",  "grads", "optimizer", "activations",
                                          "buffers", "host",  "nvme"};
@@ -91,7 +96,7 @@ nlohmann::json estimate_for(const RunData& r) {
         model, r.run.at("world_size").get<int>(), zero,
         parse_precision(c.value("precision", "bf16")), c.at("micro_batch").get<int64_t>(),
         c.at("seq_len").get<int64_t>(), ac, offload, c.value("grad_accum", int64_t{1}),
-        c.value("activations", std::string("fp32")) == "bf16" ? DType::kBf16 : DType::kFloat32);
+        activation_dtype(c.value("activations", std::string("fp32"))));
     return {{"params", e.params},
             {"grads", e.grads},
             {"optimizer", e.optimizer},

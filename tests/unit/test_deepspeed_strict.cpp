@@ -80,14 +80,17 @@ TEST(DeepSpeedPrecision, Fp16BlockMapsOntoTheLossScaleOptions) {
                                      {"loss_scale_window", 500},
                                      {"hysteresis", 3},
                                      {"consecutive_hysteresis", true},
-                                     {"min_loss_scale", 0.5}}}});
+                                     {"min_loss_scale", 2}}}});
   EXPECT_EQ(c.option("precision"), "fp16");
   EXPECT_EQ(c.option("loss-scale"), "0");
   EXPECT_EQ(c.option("initial-scale-power"), "12");
   EXPECT_EQ(c.option("loss-scale-window"), "500");
   EXPECT_EQ(c.option("hysteresis"), "3");
   EXPECT_EQ(c.option("consecutive-hysteresis"), "true");
-  EXPECT_EQ(c.option("min-loss-scale"), "0.5");
+  EXPECT_EQ(c.option("min-loss-scale"), "2");
+  const std::string fractional =
+      parse_error({{"fp16", {{"enabled", true}, {"min_loss_scale", 0.5}}}});
+  EXPECT_TRUE(contains(fractional, "fp16.min_loss_scale")) << fractional;
   const DeepSpeedConfig fixed = parse({{"fp16", {{"enabled", true}, {"loss_scale", 128}}}});
   EXPECT_EQ(fixed.option("precision"), "fp16");
   EXPECT_EQ(fixed.option("loss-scale"), "128");
