@@ -215,7 +215,7 @@ run_part_preflight() {
     say "info --env: FAILED (exit $?): the binary cannot start here"
 }
 
-gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*' 'gemm_attention=*CudaGemm.*:*CudaAttention.*'
+gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*' 'gemm_attention=*CudaGemm.*:*CudaAttention.*'
   'engine=CudaEngine.*' 'comm=NcclComm.*:StagedComm.*' 'fused_attention=CudnnAttention.*')
 gpu_test_np2_groups=('staged_comm=StagedComm.*' 'engine_shared=CudaEngineShared.*'
   'engine_nccl=CudaEngineNccl.*')
@@ -293,6 +293,11 @@ run_part_train() {
         "$work/train_${preset}_s0_fused_bf16" --preset "$preset" --zero-stage 0 --steps "$steps" \
         --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --attention fused --activations bf16
     fi
+    # fp16 with the dynamic loss scaler (V100/T4-class path), fp16 activations: loss_scale and
+    # skipped per step in its metrics.
+    train_run "$preset stage 0 fp16 + fp16 activations $backend" "$work/train_${preset}_s0_fp16" \
+      --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+      --seq-len "$seq" --precision fp16 --activations fp16
     train_run "$preset stage 3 + full checkpointing $backend" "$work/train_${preset}_s3" \
       --preset "$preset" --zero-stage 3 --activation-checkpointing full --steps "$steps" \
       --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq"

@@ -91,13 +91,15 @@ AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int
 
 size_t SdpaGraphKeyHash::operator()(const SdpaGraphKey& key) const {
   size_t h = key.backward ? 0x9e3779b97f4a7c15ULL : 0;
-  for (int64_t v : {key.shape.B, key.shape.T, key.shape.H, key.shape.Hkv, key.shape.hd})
+  for (int64_t v : {key.shape.B, key.shape.T, key.shape.H, key.shape.Hkv, key.shape.hd,
+                    static_cast<int64_t>(key.io)})
     h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   return h;
 }
 
 std::string describe(const SdpaGraphKey& key) {
-  return std::string(key.backward ? "backward" : "forward") + " " + describe(key.shape);
+  return std::string(key.backward ? "backward" : "forward") + " " + describe(key.shape) + " " +
+         dtype_name(key.io);
 }
 
 size_t attention_staging_bytes(const AttentionShape& s, AttentionKernel kernel, DType storage,
@@ -105,8 +107,8 @@ size_t attention_staging_bytes(const AttentionShape& s, AttentionKernel kernel, 
   const std::string what = std::string(kernel == AttentionKernel::kFused ? "fused" : "gemm") +
                            " attention staging (" + describe(s) + ", " + dtype_name(storage) + ")";
   check_shape(s, what);
-  ZT_CHECK(storage == DType::kFloat32 || storage == DType::kBf16,
-           what + ": activations are stored in float32 or bfloat16");
+  ZT_CHECK(storage == DType::kFloat32 || storage == DType::kBf16 || storage == DType::kFloat16,
+           what + ": activations are stored in float32, bfloat16 or float16");
   const bool tensors_staged = (kernel == AttentionKernel::kFused) == (storage == DType::kFloat32);
   const int64_t q_like = s.B * s.T * s.H * s.hd, kv_like = s.B * s.T * s.Hkv * s.hd;
   // The staged copies have the type the kernels compute in: bf16 for cuDNN, fp32 for the GEMMs.

@@ -56,6 +56,9 @@ AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int
 struct SdpaGraphKey {
   AttentionShape shape;
   bool backward = false;
+  // What the graph reads and writes: bf16 (fp32 activations are staged to it), or fp16 for
+  // activations stored in fp16 (--precision fp16).
+  DType io = DType::kBf16;
   friend bool operator==(const SdpaGraphKey&, const SdpaGraphKey&) = default;
 };
 struct SdpaGraphKeyHash {

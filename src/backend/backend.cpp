@@ -6,11 +6,11 @@
 namespace zt {
 
 void Backend::to_fp16(uint16_t*, const float*, int64_t) {
-  fail("the " + name() + " backend does not store fp16 (--precision fp16 runs on the CPU backend)");
+  fail("the " + name() + " backend does not store fp16 (the CPU and CUDA backends do)");
 }
 
 void Backend::from_fp16(float*, const uint16_t*, int64_t) {
-  fail("the " + name() + " backend does not store fp16 (--precision fp16 runs on the CPU backend)");
+  fail("the " + name() + " backend does not store fp16 (the CPU and CUDA backends do)");
 }
 
 void Backend::round_to_16bit(DType dtype, uint16_t* out, const float* in, int64_t n) {

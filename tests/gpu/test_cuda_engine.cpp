@@ -54,8 +54,10 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
   adam.weight_decay = 0.1f;
   adam.clip = 1.0f;
   MemoryTracker memory(backend.device_memory());
-  ZeroEngine engine(cfg, zero, Precision::kBf16, adam, backend, data, memory, kMicro, kSeq, ac,
-                    offload, &host, storage);
+  // fp16 activations go with fp16 working params (and the default dynamic loss scaler).
+  const Precision precision = storage == DType::kFloat16 ? Precision::kFp16 : Precision::kBf16;
+  ZeroEngine engine(cfg, zero, precision, adam, backend, data, memory, kMicro, kSeq, ac, offload,
+                    &host, storage);
   engine.init_from_seed(42);
   std::vector<StepStats> stats;
   for (int step = 1; step <= steps; ++step) {
@@ -127,6 +129,33 @@ TEST(CudaEngine, Bf16ActivationStorageTracksTheCpuAndIsDeterministic) {
   for (size_t i = 0; i < first.size(); ++i)
     std::printf("step %2zu  cpu bf16-act %.6f  cuda bf16-act %.6f\n", i + 1, reference[i],
                 first[i]);
+}
+
+// fp16 (--precision fp16 --activations fp16): tracks the CPU backend's fp16 contract within the
+// bf16 test's tolerance (fp16 rounds 8× finer), makes the same loss-scale and skip decisions,
+// is deterministic, and stage 3 gives stage 0's bits.
+TEST(CudaEngine, Fp16TracksTheCpuWithTheSameLossScalesAndIsDeterministic) {
+  MpiCommunicator self(MPI_COMM_SELF);
+  const DType fp16 = DType::kFloat16;
+  auto cpu = make_cpu_backend();
+  const std::vector<StepStats> reference =
+      train_steps(*cpu, self, self, 0, 10, kAccum, {}, {}, fp16);
+  auto gpu = make_cuda_backend(0);
+  cuda::StagedDeviceCommunicator staged(MPI_COMM_SELF);
+  const std::vector<StepStats> first = train_steps(*gpu, staged, self, 0, 10, kAccum, {}, {}, fp16);
+  std::vector<double> want, got;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    EXPECT_EQ(first[i].loss_scale, reference[i].loss_scale) << "step " << i + 1;
+    EXPECT_EQ(first[i].skipped, reference[i].skipped) << "step " << i + 1;
+    want.push_back(reference[i].loss);
+    got.push_back(first[i].loss);
+    std::printf("step %2zu  cpu fp16 %.6f  cuda fp16 %.6f  scale %g%s\n", i + 1, want.back(),
+                got.back(), first[i].loss_scale, first[i].skipped ? "  skipped" : "");
+  }
+  expect_close(got, want, 2e-2, "cuda vs cpu, fp16");
+  EXPECT_EQ(train_losses(*gpu, staged, self, 0, 10, kAccum, {}, {}, fp16), got)
+      << "two GPU runs differ";
+  EXPECT_EQ(train_losses(*gpu, staged, self, 3, 10, kAccum, {}, {}, fp16), got) << "stage 3";
 }
 
 TEST(CudaEngine, OffloadMatchesNoOffloadBitwise) {

@@ -210,18 +210,20 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
   // Every field is part of the key: a change in any one is another graph.
   const SdpaGraphKeyHash hash;
   const SdpaGraphKey base{a, false};
-  for (int field = 0; field < 6; ++field) {
+  for (int field = 0; field < 7; ++field) {
     SdpaGraphKey other = base;
     int64_t* dims[] = {&other.shape.B, &other.shape.T, &other.shape.H, &other.shape.Hkv,
                        &other.shape.hd};
     if (field < 5)
       *dims[field] += 1;
-    else
+    else if (field == 5)
       other.backward = true;
+    else
+      other.io = DType::kFloat16;  // fp16 activations: cuDNN's fp16 graph
     EXPECT_FALSE(other == base) << field;
     EXPECT_NE(hash(other), hash(base)) << field;
   }
-  EXPECT_EQ(describe(base), "forward B=4 T=2048 H=16 Hkv=8 hd=128");
+  EXPECT_EQ(describe(base), "forward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16");
 }
 
 TEST(AttentionChoice, StagingAndScratchBytes) {
@@ -243,6 +245,11 @@ TEST(AttentionChoice, StagingAndScratchBytes) {
   EXPECT_EQ(attention_staging_bytes(s, kGemm, kF32, true, 256), 0u);
   EXPECT_EQ(attention_staging_bytes(s, kGemm, kBf16, false, 256), 2 * (2 * q_bytes + 2 * kv_bytes));
   EXPECT_EQ(attention_staging_bytes(s, kGemm, kBf16, true, 256), 2 * (4 * q_bytes + 4 * kv_bytes));
+  // fp16 storage stages exactly as bf16 storage does (cuDNN's fp16 graph reads it in place).
+  for (bool backward : {false, true})
+    for (AttentionKernel kernel : {kFused, kGemm})
+      EXPECT_EQ(attention_staging_bytes(s, kernel, DType::kFloat16, backward, 256),
+                attention_staging_bytes(s, kernel, kBf16, backward, 256));
   // The scratch: fused takes the larger of the score bytes and its staging; gemm adds them.
   const size_t scores = size_t{512} << 20;
   EXPECT_EQ(attention_scratch_bytes(s, kFused, kF32, 0, 256),

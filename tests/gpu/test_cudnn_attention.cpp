@@ -47,6 +47,15 @@ std::vector<float> bf16_rounded(std::vector<float> x) {
   return x;
 }
 
+// Inputs that bf16 and fp16 both hold exactly: bf16 values, with those below fp16's normal range
+// (where fp16 keeps fewer bits) set to zero.
+std::vector<float> both_16bit(std::vector<float> x) {
+  x = bf16_rounded(std::move(x));
+  for (float& e : x)
+    if (std::fabs(e) < 6.2e-5f) e = 0.0f;
+  return x;
+}
+
 // The fp64 reference and the per-element bounds of the header comment.
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;                     // values
@@ -156,14 +165,15 @@ struct AttentionRun {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
-std::vector<float> to_floats(const std::vector<double>& x, bool round_to_bf16) {
+// With `stored`: values that bf16 and fp16 storage both hold exactly (both_16bit).
+std::vector<float> to_floats(const std::vector<double>& x, bool stored) {
   std::vector<float> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = static_cast<float>(x[i]);
-  return round_to_bf16 ? bf16_rounded(std::move(out)) : out;
+  return stored ? both_16bit(std::move(out)) : out;
 }
 
 // One forward and one backward on `backend`; the backward gets the reference's output (rounded
-// to bf16) and lse.
+// to bf16, tiny values zeroed: both_16bit) and lse.
 AttentionRun run(Backend& backend, const std::vector<float>& q, const std::vector<float>& k,
                  const std::vector<float>& v, const std::vector<float>& dout, const Reference& ref,
                  const AttentionShape& s) {
@@ -178,38 +188,40 @@ AttentionRun run(Backend& backend, const std::vector<float>& q, const std::vecto
   return {d_out.download(), d_lse.download(), d_dq.download(), d_dk.download(), d_dv.download()};
 }
 
-std::vector<bf16_t> to_bf16_bits(const std::vector<float>& x) {
-  std::vector<bf16_t> out(x.size());
-  floats_to_bf16(x.data(), out.data(), x.size());
+std::vector<uint16_t> to_16bit(DType type, const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  round_16bit(type, x.data(), out.data(), x.size());
   return out;
 }
-std::vector<float> widened(const std::vector<bf16_t>& x) {
+std::vector<float> widened(DType type, const std::vector<uint16_t>& x) {
   std::vector<float> out(x.size());
-  bf16_to_floats(x.data(), out.data(), x.size());
+  widen_16bit(type, x.data(), out.data(), x.size());
   return out;
 }
 
-// The same run with every tensor stored in bf16 (--activations bf16); lse stays fp32. The inputs
-// are bf16 values already, so storing them is exact.
-AttentionRun run_bf16_storage(Backend& backend, const std::vector<float>& q,
-                              const std::vector<float>& k, const std::vector<float>& v,
-                              const std::vector<float>& dout, const Reference& ref,
-                              const AttentionShape& s) {
-  DeviceBuffer<bf16_t> d_q(to_bf16_bits(q)), d_k(to_bf16_bits(k)), d_v(to_bf16_bits(v)),
-      d_dout(to_bf16_bits(dout)), d_out(q.size()), d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
-  DeviceBuffer<bf16_t> d_ref_out(to_bf16_bits(to_floats(ref.out, true)));
+// The same run with every tensor stored in `type`, bf16 (--activations bf16) or fp16 (--activations
+// fp16); lse stays fp32. The inputs are values of both types already, so storing them is exact.
+AttentionRun run_16bit_storage(Backend& backend, DType type, const std::vector<float>& q,
+                               const std::vector<float>& k, const std::vector<float>& v,
+                               const std::vector<float>& dout, const Reference& ref,
+                               const AttentionShape& s) {
+  DeviceBuffer<uint16_t> d_q(to_16bit(type, q)), d_k(to_16bit(type, k)), d_v(to_16bit(type, v)),
+      d_dout(to_16bit(type, dout)), d_out(q.size()), d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
+  DeviceBuffer<uint16_t> d_ref_out(to_16bit(type, to_floats(ref.out, true)));
   DeviceBuffer<float> d_lse(s.B * s.H * s.T), d_ref_lse(to_floats(ref.lse, false));
-  backend.attention_forward(d_out.get(), d_lse.get(), d_q.get(), d_k.get(), d_v.get(), s.B, s.T,
+  auto view = [type](DeviceBuffer<uint16_t>& b) { return TensorView(b.get(), type); };
+  backend.attention_forward(view(d_out), d_lse.get(), view(d_q), view(d_k), view(d_v), s.B, s.T,
                             s.H, s.Hkv, s.hd);
-  backend.attention_backward(d_dq.get(), d_dk.get(), d_dv.get(), d_dout.get(), d_q.get(), d_k.get(),
-                             d_v.get(), d_ref_out.get(), d_ref_lse.get(), s.B, s.T, s.H, s.Hkv,
+  backend.attention_backward(view(d_dq), view(d_dk), view(d_dv), view(d_dout), view(d_q), view(d_k),
+                             view(d_v), view(d_ref_out), d_ref_lse.get(), s.B, s.T, s.H, s.Hkv,
                              s.hd);
-  return {widened(d_out.download()), d_lse.download(), widened(d_dq.download()),
-          widened(d_dk.download()), widened(d_dv.download())};
+  return {widened(type, d_out.download()), d_lse.download(), widened(type, d_dq.download()),
+          widened(type, d_dk.download()), widened(type, d_dv.download())};
 }
 
-AttentionRun rounded_to_bf16(AttentionRun r) {
-  for (auto* t : {&r.out, &r.dq, &r.dk, &r.dv}) *t = bf16_rounded(std::move(*t));
+// The results rounded once to `type` (the lse stays fp32).
+AttentionRun rounded_to(DType type, AttentionRun r) {
+  for (auto* t : {&r.out, &r.dq, &r.dk, &r.dv}) *t = widened(type, to_16bit(type, *t));
   return r;
 }
 
@@ -225,20 +237,21 @@ void expect_bitwise(const AttentionRun& got, const AttentionRun& want) {
 std::unique_ptr<cuda::CudaBackend> backend_with(AttentionKernel kernel, const AttentionShape& s) {
   cuda::CudaBackendOptions options = test_options(cuda::GemmCompute::kFp32);
   options.attention = kernel;
-  options.attention_scratch_bytes =
-      std::max(attention_scratch_bytes(s, kernel, DType::kFloat32, options.attention_scratch_bytes,
-                                       cuda::kArenaAlignment),
-               attention_scratch_bytes(s, kernel, DType::kBf16, options.attention_scratch_bytes,
-                                       cuda::kArenaAlignment));
+  size_t scratch = 0;
+  for (DType type : {DType::kFloat32, DType::kBf16, DType::kFloat16})
+    scratch =
+        std::max(scratch, attention_scratch_bytes(s, kernel, type, options.attention_scratch_bytes,
+                                                  cuda::kArenaAlignment));
+  options.attention_scratch_bytes = scratch;
   return make_cuda_backend(0, options);
 }
 
 void check_case(const AttentionShape& s) {
   SCOPED_TRACE(describe(s));
   const int64_t q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
-  const auto q = bf16_rounded(random_floats(q_n, 51, 0.5f)),
-             k = bf16_rounded(random_floats(kv_n, 52, 0.5f)),
-             v = bf16_rounded(random_floats(kv_n, 53)), dout = bf16_rounded(random_floats(q_n, 54));
+  const auto q = both_16bit(random_floats(q_n, 51, 0.5f)),
+             k = both_16bit(random_floats(kv_n, 52, 0.5f)), v = both_16bit(random_floats(kv_n, 53)),
+             dout = both_16bit(random_floats(q_n, 54));
   const Reference ref = reference(q, k, v, dout, s);
   auto fused_backend = backend_with(AttentionKernel::kFused, s);
   auto gemm_backend = backend_with(AttentionKernel::kGemm, s);
@@ -261,11 +274,29 @@ void check_case(const AttentionShape& s) {
   // once, so it gives the fp32-storage run rounded once.
   {
     SCOPED_TRACE("fused, bf16 storage");
-    expect_bitwise(run_bf16_storage(*fused_backend, q, k, v, dout, ref, s), fused);
+    expect_bitwise(run_16bit_storage(*fused_backend, DType::kBf16, q, k, v, dout, ref, s), fused);
   }
   {
     SCOPED_TRACE("gemm, bf16 storage");
-    expect_bitwise(run_bf16_storage(*gemm_backend, q, k, v, dout, ref, s), rounded_to_bf16(gemm));
+    expect_bitwise(run_16bit_storage(*gemm_backend, DType::kBf16, q, k, v, dout, ref, s),
+                   rounded_to(DType::kBf16, gemm));
+  }
+  // fp16 storage (--activations fp16): the GEMM path likewise gives the fp32-storage run rounded
+  // once to fp16; the fused path runs cuDNN's fp16 graph (another SdpaGraphKey::io), whose results
+  // stay within the reference's bounds (derived for bf16's coarser rounding).
+  {
+    SCOPED_TRACE("gemm, fp16 storage");
+    expect_bitwise(run_16bit_storage(*gemm_backend, DType::kFloat16, q, k, v, dout, ref, s),
+                   rounded_to(DType::kFloat16, gemm));
+  }
+  {
+    SCOPED_TRACE("fused, fp16 storage");
+    const AttentionRun half =
+        run_16bit_storage(*fused_backend, DType::kFloat16, q, k, v, dout, ref, s);
+    EXPECT_TRUE(within(half.out, ref.out, ref.out_bound, "out"));
+    EXPECT_TRUE(within(half.dq, ref.dq, ref.dq_bound, "dq"));
+    EXPECT_TRUE(within(half.dk, ref.dk, ref.dk_bound, "dk"));
+    EXPECT_TRUE(within(half.dv, ref.dv, ref.dv_bound, "dv"));
   }
   // The deterministic backward: a second run gives the same bits.
   const AttentionRun again = run(*fused_backend, q, k, v, dout, ref, s);

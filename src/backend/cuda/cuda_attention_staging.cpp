@@ -8,12 +8,16 @@
 namespace zt::cuda {
 namespace {
 
-// dst[n] (type `to`) = src[n] (type `from`), for float32 ↔ bfloat16.
+// dst[n] (type `to`) = src[n] (type `from`), for float32 ↔ bfloat16 and float32 ↔ float16.
 void convert(void* dst, DType to, const void* src, DType from, int64_t n, cudaStream_t stream) {
   if (from == DType::kFloat32 && to == DType::kBf16) {
     launch_to_bf16(static_cast<uint16_t*>(dst), static_cast<const float*>(src), n, stream);
   } else if (from == DType::kBf16 && to == DType::kFloat32) {
     launch_from_bf16(static_cast<float*>(dst), static_cast<const uint16_t*>(src), n, stream);
+  } else if (from == DType::kFloat32 && to == DType::kFloat16) {
+    launch_to_fp16(static_cast<uint16_t*>(dst), static_cast<const float*>(src), n, stream);
+  } else if (from == DType::kFloat16 && to == DType::kFloat32) {
+    launch_from_fp16(static_cast<float*>(dst), static_cast<const uint16_t*>(src), n, stream);
   } else {
     throw Error(std::string("attention staging: cannot convert ") + dtype_name(from) + " to " +
                 dtype_name(to));

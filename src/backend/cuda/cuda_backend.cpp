@@ -387,5 +387,13 @@ void CudaBackend::from_bf16(float* out, const bf16_t* in, int64_t n) {
   launch_from_bf16(out, in, n, state_->stream);
 }
 
+void CudaBackend::to_fp16(uint16_t* out, const float* in, int64_t n) {
+  launch_to_fp16(out, in, n, state_->stream);
+}
+
+void CudaBackend::from_fp16(float* out, const uint16_t* in, int64_t n) {
+  launch_from_fp16(out, in, n, state_->stream);
+}
+
 }  // namespace cuda
 }  // namespace zt

@@ -144,6 +144,8 @@ class CudaBackend final : public Backend {
   CudaDeviceMemory& cuda_memory();
   void to_bf16(bf16_t* out, const float* in, int64_t n) override;
   void from_bf16(float* out, const bf16_t* in, int64_t n) override;
+  void to_fp16(uint16_t* out, const float* in, int64_t n) override;
+  void from_fp16(float* out, const uint16_t* in, int64_t n) override;
 
   // Waits for every op issued so far.
   void synchronize() override;

@@ -39,7 +39,8 @@ int64_t alignment_bytes(const void* ptr, int64_t stride_elements, int64_t batch,
 cudaDataType_t cuda_type(DType type, const std::string& what) {
   if (type == DType::kFloat32) return CUDA_R_32F;
   if (type == DType::kBf16) return CUDA_R_16BF;
-  throw Error(what + ": element type " + dtype_name(type) + " is not float32 or bfloat16");
+  if (type == DType::kFloat16) return CUDA_R_16F;
+  throw Error(what + ": element type " + dtype_name(type) + " is not float32, bfloat16 or float16");
 }
 
 cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64_t ld,
@@ -104,8 +105,9 @@ const LtGemm::Plan& LtGemm::plan_for(const RowMajorGemm& g) {
   if (found != plans_.end()) return *found->second;
 
   auto plan = std::make_unique<Plan>();
-  // bf16 operands: bf16 products, fp32 accumulation. fp32 operands: the backend's choice.
-  const cublasComputeType_t compute = g.a_type == DType::kBf16 || compute_ == GemmCompute::kFp32
+  // 16-bit operands (bf16, fp16): 16-bit products, fp32 accumulation. fp32 operands: the
+  // backend's choice.
+  const cublasComputeType_t compute = g.a_type != DType::kFloat32 || compute_ == GemmCompute::kFp32
                                           ? CUBLAS_COMPUTE_32F
                                           : CUBLAS_COMPUTE_32F_FAST_16BF;
   ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));

@@ -54,6 +54,8 @@ void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream)
 void launch_scale(float* y, float s, int64_t n, cudaStream_t stream);
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
 void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
+void launch_to_fp16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
+void launch_from_fp16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
 
 // ---- cuda_optimizer.cu ----
 // Per-call AdamW constants, each rounded to fp32 once on the host (as cpu_adam.h does).

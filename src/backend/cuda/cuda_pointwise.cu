@@ -245,6 +245,15 @@ __global__ void from_bf16_kernel(float* out, const uint16_t* in, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = bf16_bits_to_float(in[i]);
 }
 
+// fp16 <-> fp32 through the storage helpers (cuda_storage.cuh): RNE, ±inf past 65504; exact back.
+__global__ void to_fp16_kernel(Fp16Bits* out, const float* in, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) store(out, i, in[i]);
+}
+
+__global__ void from_fp16_kernel(float* out, const Fp16Bits* in, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = load(in, i);
+}
+
 }  // namespace
 
 void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
@@ -360,6 +369,20 @@ void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t st
   if (n == 0) return;
   from_bf16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, in, n);
   ZT_CUDA_CHECK_LAUNCH("from_bf16_kernel");
+}
+
+void launch_to_fp16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  to_fp16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      reinterpret_cast<Fp16Bits*>(out), in, n);
+  ZT_CUDA_CHECK_LAUNCH("to_fp16_kernel");
+}
+
+void launch_from_fp16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  from_fp16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      out, reinterpret_cast<const Fp16Bits*>(in), n);
+  ZT_CUDA_CHECK_LAUNCH("from_fp16_kernel");
 }
 
 }  // namespace zt::cuda

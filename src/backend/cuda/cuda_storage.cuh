@@ -1,9 +1,12 @@
 // Device loads and stores of activations in their storage type (cuda_storage.h): a kernel is a
 // template over the element type of its activations (A) and, where it reads a working parameter,
-// of that parameter (W): float, or bf16 held as its uint16_t bits. Every kernel computes in fp32:
-// load() widens (exact), store() rounds once to nearest even (the rule of util/bf16.h), so a bf16
-// output is the fp32 result rounded once, as the CPU backend rounds it.
+// of that parameter (W): float, bf16 held as its uint16_t bits, or fp16 (Fp16Bits). Every kernel
+// computes in fp32: load() widens (exact), store() rounds once to nearest even (the rules of
+// util/bf16.h; fp16 overflows to ±inf as __float2half_rn does), so a 16-bit output is the fp32
+// result rounded once, as the CPU backend rounds it.
 #pragma once
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 #include "backend/cuda/cuda_reduce.cuh"
@@ -22,6 +25,12 @@ __device__ __forceinline__ void store(float* p, int64_t i, float value) {
 }
 __device__ __forceinline__ void store(Bf16Bits* p, int64_t i, float value) {
   p[i] = float_to_bf16_bits(value);
+}
+__device__ __forceinline__ float load(const Fp16Bits* p, int64_t i) {
+  return __half2float(__ushort_as_half(p[i].bits));
+}
+__device__ __forceinline__ void store(Fp16Bits* p, int64_t i, float value) {
+  p[i].bits = __half_as_ushort(__float2half_rn(value));
 }
 
 }  // namespace zt::cuda

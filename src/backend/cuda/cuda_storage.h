@@ -15,9 +15,15 @@
 namespace zt::cuda {
 
 using Bf16Bits = uint16_t;  // a bf16 element as the kernels see it
+// An IEEE fp16 element as the kernels see it (--precision fp16): a type of its own, so that the
+// templates tell it from bf16.
+struct Fp16Bits {
+  uint16_t bits;
+};
+static_assert(sizeof(Fp16Bits) == 2, "fp16 elements are packed 2-byte values");
 
-// Calls fn(T*{}) with T the element type of `dtype` (float or Bf16Bits); anything else is a
-// zt::Error naming `what`.
+// Calls fn(T*{}) with T the element type of `dtype` (float, Bf16Bits or Fp16Bits); anything else
+// is a zt::Error naming `what`.
 template <typename Fn>
 void with_storage(DType dtype, const std::string& what, Fn&& fn) {
   switch (dtype) {
@@ -27,9 +33,12 @@ void with_storage(DType dtype, const std::string& what, Fn&& fn) {
     case DType::kBf16:
       fn(static_cast<Bf16Bits*>(nullptr));
       return;
+    case DType::kFloat16:
+      fn(static_cast<Fp16Bits*>(nullptr));
+      return;
     default:
       throw Error("CUDA backend: " + what + " is stored in " + dtype_name(dtype) +
-                  "; activations and working parameters are float32 or bfloat16");
+                  "; activations and working parameters are float32, bfloat16 or float16");
   }
 }
 

@@ -75,13 +75,15 @@ struct BuiltGraph {
   int64_t workspace = 0;
 };
 
-// A new bf16-in/out, fp32-compute graph with the q, k, v inputs both directions read.
+// A new 16-bit-in/out (the key's io: bf16 or fp16), fp32-compute graph with the q, k, v inputs
+// both directions read.
 struct GraphStart {
   std::shared_ptr<BuiltGraph> built = std::make_shared<BuiltGraph>();
   std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
-  explicit GraphStart(const AttentionShape& s) {
+  GraphStart(const AttentionShape& s, DType io) {
     built->graph = std::make_shared<fe::graph::Graph>();
-    built->graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+    built->graph
+        ->set_io_data_type(io == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
     q = rows_tensor(*built->graph, "q", kQ, s, s.H);
@@ -102,7 +104,7 @@ void finish_build(BuiltGraph& built, cudnnHandle_t handle, const SdpaGraphKey& k
 
 std::shared_ptr<BuiltGraph> build_forward(cudnnHandle_t handle, const SdpaGraphKey& key) {
   const AttentionShape& s = key.shape;
-  GraphStart start(s);
+  GraphStart start(s, key.io);
   fe::graph::Graph& g = *start.built->graph;
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sdpa_forward")
@@ -123,7 +125,7 @@ std::shared_ptr<BuiltGraph> build_forward(cudnnHandle_t handle, const SdpaGraphK
 
 std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraphKey& key) {
   const AttentionShape& s = key.shape;
-  GraphStart start(s);
+  GraphStart start(s, key.io);
   fe::graph::Graph& g = *start.built->graph;
   auto o = rows_tensor(g, "o", kO, s, s.H);
   auto dout = rows_tensor(g, "dO", kDO, s, s.H);
@@ -156,11 +158,15 @@ void copy_stats(float* dst, const float* src, const AttentionShape& s, cudaStrea
                                 cudaMemcpyDeviceToDevice, stream));
 }
 
-constexpr DType kBf16 = DType::kBf16;  // what cuDNN's SDPA reads and writes
+// What cuDNN's SDPA reads and writes for activations stored in `storage`: fp16 as they are, else
+// bf16 (fp32 activations staged).
+DType sdpa_io(DType storage) {
+  return storage == DType::kFloat16 ? DType::kFloat16 : DType::kBf16;
+}
 
 // The variant pack takes void*; cuDNN only reads the inputs.
-void* bf16_input(DeviceArena& arena, ConstTensorView src, int64_t n, cudaStream_t stream) {
-  return const_cast<void*>(staged_input(arena, src, kBf16, n, stream));
+void* io_input(DeviceArena& arena, ConstTensorView src, DType io, int64_t n, cudaStream_t stream) {
+  return const_cast<void*>(staged_input(arena, src, io, n, stream));
 }
 
 }  // namespace
@@ -262,13 +268,14 @@ int64_t CudnnAttention::graphs_built() const {
 void CudnnAttention::forward(DeviceArena& arena, TensorView out, float* lse, ConstTensorView q,
                              ConstTensorView k, ConstTensorView v, const AttentionShape& s) {
   const DType storage = shared_storage("attention_forward", {out, q, k, v});
-  Impl::Call call(*impl_, arena, {s, false}, storage);
+  const DType io = sdpa_io(storage);
+  Impl::Call call(*impl_, arena, {s, false, io}, storage);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
-  void *q16 = bf16_input(arena, q, q_n, stream), *k16 = bf16_input(arena, k, kv_n, stream),
-       *v16 = bf16_input(arena, v, kv_n, stream), *o16 = staged_output(arena, out, kBf16, q_n);
+  void *q16 = io_input(arena, q, io, q_n, stream), *k16 = io_input(arena, k, io, kv_n, stream),
+       *v16 = io_input(arena, v, io, kv_n, stream), *o16 = staged_output(arena, out, io, q_n);
   call.execute({{kQ, q16}, {kK, k16}, {kV, v16}, {kO, o16}});
-  commit_output(out, o16, kBf16, q_n, stream);
+  commit_output(out, o16, io, q_n, stream);
   copy_stats(lse, call.stats, s, stream);
 }
 
@@ -277,14 +284,15 @@ void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, 
                               ConstTensorView v, ConstTensorView out, const float* lse,
                               const AttentionShape& s) {
   const DType storage = shared_storage("attention_backward", {dq, dk, dv, dout, q, k, v, out});
-  Impl::Call call(*impl_, arena, {s, true}, storage);
+  const DType io = sdpa_io(storage);
+  Impl::Call call(*impl_, arena, {s, true, io}, storage);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
-  void *q16 = bf16_input(arena, q, q_n, stream), *k16 = bf16_input(arena, k, kv_n, stream),
-       *v16 = bf16_input(arena, v, kv_n, stream), *o16 = bf16_input(arena, out, q_n, stream),
-       *do16 = bf16_input(arena, dout, q_n, stream);
-  void *dq16 = staged_output(arena, dq, kBf16, q_n), *dk16 = staged_output(arena, dk, kBf16, kv_n),
-       *dv16 = staged_output(arena, dv, kBf16, kv_n);
+  void *q16 = io_input(arena, q, io, q_n, stream), *k16 = io_input(arena, k, io, kv_n, stream),
+       *v16 = io_input(arena, v, io, kv_n, stream), *o16 = io_input(arena, out, io, q_n, stream),
+       *do16 = io_input(arena, dout, io, q_n, stream);
+  void *dq16 = staged_output(arena, dq, io, q_n), *dk16 = staged_output(arena, dk, io, kv_n),
+       *dv16 = staged_output(arena, dv, io, kv_n);
   copy_stats(call.stats, lse, s, stream);
   call.execute({{kQ, q16},
                 {kK, k16},
@@ -294,9 +302,9 @@ void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, 
                 {kDQ, dq16},
                 {kDK, dk16},
                 {kDV, dv16}});
-  commit_output(dq, dq16, kBf16, q_n, stream);
-  commit_output(dk, dk16, kBf16, kv_n, stream);
-  commit_output(dv, dv16, kBf16, kv_n, stream);
+  commit_output(dq, dq16, io, q_n, stream);
+  commit_output(dk, dk16, io, kv_n, stream);
+  commit_output(dv, dv16, io, kv_n, stream);
 }
 
 size_t cudnn_library_version() {

@@ -9,10 +9,11 @@
 // [B,H,T,1] (natural log-sum-exp of the scaled scores, the GEMM path's definition), copied
 // through the scratch. GQA is cuDNN's own: H a multiple of Hkv, head h reads kv head h/(H/Hkv).
 //
-// Precision: the kernels read and write bf16 and keep softmax statistics and accumulation in
-// fp32. Activations stored in bf16 are read and written where they are. Activations stored in
-// fp32 are staged: q/k/v/out/dout rounded to bf16 into the attention scratch and the results
-// widened back (attention_staging_bytes), exact for `out`, which a forward wrote from bf16.
+// Precision: the kernels read and write bf16 (fp16 for activations stored in fp16, a graph of its
+// own: SdpaGraphKey::io) and keep softmax statistics and accumulation in fp32. Activations stored
+// in bf16 or fp16 are read and written where they are. Activations stored in fp32 are staged:
+// q/k/v/out/dout rounded to bf16 into the attention scratch and the results widened back
+// (attention_staging_bytes), exact for `out`, which a forward wrote from bf16.
 //
 // Graphs are built once per (shape, direction) and cached (SdpaGraphKey); a training run builds
 // two. Each call takes its staging (bf16 copies and the fp32 statistics, aligned) from the
