@@ -89,8 +89,14 @@ void add_attention_option(po::options_description& options, std::string* value) 
 void add_activations_option(po::options_description& options, std::string* value) {
   options.add_options()("activations", po::value(value)->default_value(*value),
                         "storage type of activations and their gradients: fp32 | bf16 (needs "
-                        "--precision bf16) | fp16 (needs --precision fp16); statistics stay "
-                        "fp32");
+                        "--precision bf16) | fp16 (needs --precision fp16; its default); "
+                        "statistics stay fp32");
+}
+
+void default_activations_for_precision(const po::variables_map& vm, const std::string& precision,
+                                       std::string* activations) {
+  if (precision == "fp16" && (!vm.count("activations") || vm["activations"].defaulted()))
+    *activations = "fp16";
 }
 
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

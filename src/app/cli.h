@@ -47,6 +47,10 @@ void check_comm_timeout(double seconds, const std::string& command);
 void add_attention_option(po::options_description& options, std::string* value);
 // --activations fp32 | bf16 | fp16 (train, eval and estimate: parse_activation_storage).
 void add_activations_option(po::options_description& options, std::string* value);
+// After parsing: --precision fp16 without --activations stores the activations in fp16, as a
+// DeepSpeed fp16 model's are (the loss scaler's overflows come from them); fp32 otherwise.
+void default_activations_for_precision(const po::variables_map& vm, const std::string& precision,
+                                       std::string* activations);
 
 // --trainable REGEX and --freeze REGEX, each repeatable (model/trainable.h: which tensors train).
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

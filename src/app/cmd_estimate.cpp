@@ -110,6 +110,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
     const AppliedDeepSpeedFile applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
     apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
   }
+  default_activations_for_precision(vm, o.precision, &o.activations);
   return true;
 }
 
@@ -282,7 +283,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                " GiB per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
                " --activation-checkpointing " + activation_checkpointing_name(c.ac) +
                (storage == DType::kBf16      ? " --activations bf16"
-                : storage == DType::kFloat16 ? " --activations fp16"
+                : storage == DType::kFloat16 ? " --precision fp16 --activations fp16"
                                              : "") +
                offload_flags(c.offload) + ")\n";
     } else {

@@ -34,7 +34,7 @@ struct EvalOptions {
   std::string model_dir, data, precision = "fp32";
   std::string backend = "auto";      // --backend cpu | cuda | auto
   std::string attention = "gemm";    // --attention gemm | fused | auto (CUDA backend)
-  std::string activations = "fp32";  // --activations fp32 | bf16
+  std::string activations = "fp32";  // --activations fp32 | bf16 | fp16
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
 };
@@ -49,7 +49,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
       "B: windows per batch");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "T: tokens per window - 1");
   add("precision", po::value(&o.precision)->default_value(o.precision),
-      "working precision of the weights: fp32 (exact stored values), bf16 or fp16 (CPU backend)");
+      "working precision of the weights: fp32 (exact stored values), bf16 or fp16");
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
@@ -63,6 +63,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
                          "--seq-len T"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  default_activations_for_precision(vm, o.precision, &o.activations);
   require_option(vm, "model", kCommand);
   require_option(vm, "data", kCommand);
   check_count(o.batches, 1, "batches", kCommand);

@@ -101,6 +101,13 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
                  resume_dir_.c_str(), static_cast<long long>(manifest.progress.step),
                  manifest.world_size, manifest.zero_stage, seconds);
   }
+  if (comm_.rank() == 0 && engine.loss_scaler() && !resumed_loss_scaler(manifest, engine))
+    std::fprintf(stderr, "warning: resuming from %s: %s; the loss scale starts afresh at %g\n",
+                 resume_dir_.c_str(),
+                 manifest.loss_scaling.has_scaler
+                     ? "the fp16 loss-scaling settings differ from the checkpoint's"
+                     : "the checkpoint was not trained in fp16",
+                 engine.loss_scaler()->scale());
   resumed_metrics_line_ = manifest.metrics_line;
   return manifest.progress;
 }

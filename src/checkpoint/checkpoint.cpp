@@ -130,6 +130,7 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   if (const LossScaler* scaler = engine.loss_scaler()) {
     manifest.loss_scaling.has_scaler = true;
     manifest.loss_scaling.scaler = scaler->state();
+    manifest.loss_scaling.config = scaler->config();
   }
 
   comm.set_context(progress.step, "checkpoint save");
@@ -209,6 +210,12 @@ std::string resolve_resume_checkpoint(const std::string& mode, const std::string
   return dir;
 }
 
+bool resumed_loss_scaler(const CheckpointManifest& manifest, const ZeroEngine& engine) {
+  const LossScaler* scaler = engine.loss_scaler();
+  return scaler != nullptr && manifest.loss_scaling.has_scaler &&
+         manifest.loss_scaling.config == scaler->config();
+}
+
 CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
                                    const std::function<void(const CheckpointManifest&)>& check) {
   Communicator& comm = engine.communicator();
@@ -241,8 +248,9 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
     }
   });
   engine.refresh_working_params();
+  // The scaler continues where it was only under the same settings (resumed_loss_scaler).
   engine.restore_loss_scaling(
-      manifest.loss_scaling.has_scaler ? &manifest.loss_scaling.scaler : nullptr,
+      resumed_loss_scaler(manifest, engine) ? &manifest.loss_scaling.scaler : nullptr,
       manifest.loss_scaling.skipped_steps);
   return manifest;
 }

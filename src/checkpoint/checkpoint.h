@@ -72,6 +72,11 @@ std::string resolve_resume_checkpoint(const std::string& mode, const std::string
 // `check` on the manifest (e.g. hyperparameter comparisons; it may throw), restores this rank's
 // master/m/v range from the files that hold it, verifying their checksums, and rebuilds the
 // working parameters. Collective; on failure every rank throws.
+// Whether loading `manifest` into `engine` continues its fp16 loss scaler: both have one and its
+// settings are the same. Otherwise the run's scaler starts afresh from its own settings (a
+// resume that changes them, or that switches to fp16, means to).
+bool resumed_loss_scaler(const CheckpointManifest& manifest, const ZeroEngine& engine);
+
 CheckpointManifest load_checkpoint(
     ZeroEngine& engine, const std::string& dir,
     const std::function<void(const CheckpointManifest&)>& check = nullptr);

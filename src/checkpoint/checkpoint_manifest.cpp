@@ -170,10 +170,17 @@ nlohmann::json CheckpointManifest::to_json() const {
     nlohmann::json scaling = {{"skipped_steps", loss_scaling.skipped_steps}};
     if (loss_scaling.has_scaler) {
       const LossScaler::State& st = loss_scaling.scaler;
+      const LossScaleConfig& c = loss_scaling.config;
       scaling["scaler"] = {{"cur_scale", st.cur_scale},
                            {"cur_iter", st.cur_iter},
                            {"last_overflow_iter", st.last_overflow_iter},
                            {"cur_hysteresis", st.cur_hysteresis}};
+      scaling["config"] = {{"loss_scale", c.loss_scale},
+                           {"initial_scale_power", c.initial_scale_power},
+                           {"loss_scale_window", c.loss_scale_window},
+                           {"hysteresis", c.hysteresis},
+                           {"consecutive_hysteresis", c.consecutive_hysteresis},
+                           {"min_loss_scale", c.min_loss_scale}};
     }
     j["loss_scaling"] = scaling;
   }
@@ -214,6 +221,14 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
         st.cur_iter = sc.at("cur_iter").get<int64_t>();
         st.last_overflow_iter = sc.at("last_overflow_iter").get<int64_t>();
         st.cur_hysteresis = sc.at("cur_hysteresis").get<int>();
+        const nlohmann::json& cc = ls.at("config");
+        LossScaleConfig& c = m.loss_scaling.config;
+        c.loss_scale = cc.at("loss_scale").get<double>();
+        c.initial_scale_power = cc.at("initial_scale_power").get<int>();
+        c.loss_scale_window = cc.at("loss_scale_window").get<int64_t>();
+        c.hysteresis = cc.at("hysteresis").get<int>();
+        c.consecutive_hysteresis = cc.at("consecutive_hysteresis").get<bool>();
+        c.min_loss_scale = cc.at("min_loss_scale").get<double>();
         ZT_CHECK(std::isfinite(st.cur_scale) && st.cur_scale > 0,
                  source + ": loss_scaling.scaler.cur_scale must be a positive number");
       }

@@ -90,6 +90,7 @@ struct CheckpointFile {
 struct LossScalingProgress {
   bool has_scaler = false;
   LossScaler::State scaler;
+  LossScaleConfig config;  // the settings the state was reached with (when has_scaler)
   int64_t skipped_steps = 0;
 };
 

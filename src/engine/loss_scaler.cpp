@@ -11,6 +11,9 @@ void LossScaleConfig::validate() const {
   ZT_CHECK(std::isfinite(loss_scale) && loss_scale >= 0,
            "fp16.loss_scale must be a finite number >= 0 (0 enables dynamic loss scaling), got " +
                std::to_string(loss_scale));
+  ZT_CHECK(loss_scale <= std::ldexp(1.0, 127),
+           "fp16.loss_scale " + std::to_string(loss_scale) +
+               " is beyond 2^127: the scaled fp32 gradients would overflow on every step");
   if (loss_scale > 0)
     return;  // the dynamic keys take no effect (DeepSpeed validates them only then)
   ZT_CHECK(loss_scale_window > 0,

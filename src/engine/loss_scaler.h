@@ -27,8 +27,10 @@ struct LossScaleConfig {
   int hysteresis = 2;
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1;
-  // Throws naming the key (fp16.loss_scale_window, ...) of a value DeepSpeed refuses.
+  // Throws naming the key (fp16.loss_scale_window, ...) of a value DeepSpeed refuses, or of a
+  // static scale beyond fp32's range (2^127), which would overflow every step.
   void validate() const;
+  friend bool operator==(const LossScaleConfig&, const LossScaleConfig&) = default;
 };
 
 class LossScaler {
@@ -43,6 +45,7 @@ class LossScaler {
   explicit LossScaler(const LossScaleConfig& config);
 
   double scale() const { return state_.cur_scale; }
+  const LossScaleConfig& config() const { return config_; }
   bool dynamic() const { return config_.loss_scale == 0; }
   // One step's outcome: `overflow` when any rank's gradients hold a NaN or an infinity (the step
   // is then skipped by the caller). Throws at the minimum scale, as DeepSpeed does; `step` names

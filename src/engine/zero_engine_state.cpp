@@ -25,6 +25,24 @@ void produce_group_range(const ParamLayout& layout, int g, int64_t begin, int64_
   }
 }
 
+// fp16 working params hold magnitudes below 65520 (larger ones round to infinity): a value beyond
+// is refused, naming its tensor, before anything trains on an infinite weight.
+void check_fits_fp16(const ParamLayout& layout, int g, int64_t begin,
+                     const std::vector<float>& values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::isfinite(round_to_fp16(values[i])) || !std::isfinite(values[i])) continue;
+    const int64_t at = begin + static_cast<int64_t>(i);
+    for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
+      const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
+      if (at >= t.offset && at < t.offset + t.numel)
+        fail(t.name + " holds " + std::to_string(values[i]) + " at element " +
+             std::to_string(at - t.offset) +
+             ", beyond fp16's largest finite value 65504: --precision fp16 cannot hold this "
+             "model's weights (use bf16)");
+    }
+  }
+}
+
 }  // namespace
 
 // Fills working params and fp32 masters from `source`; each rank produces only what it holds,
@@ -39,6 +57,7 @@ void ZeroEngine::Impl::fill(const GroupSource& source) {
     const int64_t begin = full_group ? 0 : own_begin(g), count = full_group ? p.padded : p.shard;
     std::vector<float> values(static_cast<size_t>(count));
     produce_group_range(layout, g, begin, count, source, values.data());
+    if (work_dtype() == DType::kFloat16) check_fits_fp16(layout, g, begin, values);
     const float* own = values.data() + (own_begin(g) - begin);
     if (!trains(g)) {  // frozen: working params only
     } else if (offloader)

@@ -21,7 +21,7 @@ HDF5 shards; bf16-typed datasets are read as exact float32 via `ds.astype('float
 Fault injection (proves the oracle is sensitive, see test_oracle.py): the environment variable
 ZT_ORACLE_BREAK=rope pairs RoPE dimensions interleaved (GPT-J style: (0,1), (2,3), ...) instead
 of rotate-half ((i, i+hd/2)); ZT_ORACLE_BREAK=eps uses 10·rms_norm_eps; ZT_ORACLE_BREAK=act keeps
-the bf16-storage reference's activations in float32.
+the 16-bit-storage reference's activations in float32.
 
 AdamW: `make_adamw` builds torch.optim.AdamW with the two parameter groups zerotrain uses
 (weight decay on the q/k/v/o and gate/up/down projections and lm_head; none on the norms and
@@ -206,10 +206,11 @@ def loss_and_grads(weights, config, inputs, targets, trainable=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# bf16 activation storage (zerotrain --activations bf16)
+# 16-bit activation storage (zerotrain --activations bf16 | fp16)
 # ---------------------------------------------------------------------------------------------
 #
-# The same equations with every activation and activation gradient stored as torch.bfloat16 and
+# The same equations with every activation and activation gradient stored as torch.bfloat16 (or
+# torch.float16) and
 # every op computed in float32, rounding where backend.h's storage contract says: an op reads its
 # inputs widened, computes in float32 and rounds its output once; an accumulating output (+=) is
 # read, added to in float32 and rounded once. The forward and the backward are written out op by
@@ -219,11 +220,17 @@ def loss_and_grads(weights, config, inputs, targets, trainable=None):
 # Weight gradients accumulate in float32. ZT_ORACLE_BREAK=act rounds nothing (a check that the
 # oracle test can fail).
 
-def _bf16(t):
-    """t rounded to bf16, kept as float32 (the stored value, widened)."""
+def _stored(t, dtype):
+    """t rounded to the storage type `dtype` (torch.bfloat16 or torch.float16), kept as float32
+    (the stored value, widened)."""
     if _break_mode() == "act":
         return t
-    return t.to(torch.bfloat16).float()
+    return t.to(dtype).float()
+
+
+def round_to(dtype):
+    """The working-weight rounding of a storage type: round_to_bf16 or round_to_fp16."""
+    return round_to_bf16 if dtype == torch.bfloat16 else round_to_fp16
 
 
 def _rms_f32(x, weight, eps):
@@ -266,9 +273,14 @@ def _attention_backward_f32(dout, q, k, v, out, probs):
     return dq, dk, dv
 
 
-def loss_and_grads_bf16_storage(weights, config, inputs, targets):
-    """loss_and_grads with bf16 activation storage at the weights rounded to bf16."""
-    w = {n: round_to_bf16(t.detach()).float() for n, t in weights.items()}
+def loss_and_grads_16bit_storage(weights, config, inputs, targets, dtype):
+    """loss_and_grads with activations stored in `dtype` (torch.bfloat16: --activations bf16, or
+    torch.float16: --activations fp16) at the weights rounded to that type."""
+    w = {n: round_to(dtype)(t.detach()).float() for n, t in weights.items()}
+
+    def store(t):  # what the engine stores: t rounded to the storage type
+        return _stored(t, dtype)
+
     eps = float(config["rms_norm_eps"])
     theta = float(config.get("rope_theta", 10000.0))
     B, T = inputs.shape
@@ -283,32 +295,32 @@ def loss_and_grads_bf16_storage(weights, config, inputs, targets):
     grads = {n: torch.zeros_like(t) for n, t in w.items()}
 
     # Forward, keeping what the backward reads.
-    x = _bf16(w["model.embed_tokens.weight"][inputs])
+    x = store(w["model.embed_tokens.weight"][inputs])
     saved = []
     for i in range(L):
         p = f"model.layers.{i}."
         a = {"x": x}
-        a["xn"] = _bf16(_rms_f32(x, w[p + "input_layernorm.weight"], eps))
-        a["q"] = _bf16(rope(_bf16(a["xn"] @ w[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd)))
-        a["k"] = _bf16(rope(_bf16(a["xn"] @ w[p + "self_attn.k_proj.weight"].T)
+        a["xn"] = store(_rms_f32(x, w[p + "input_layernorm.weight"], eps))
+        a["q"] = store(rope(store(a["xn"] @ w[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd)))
+        a["k"] = store(rope(store(a["xn"] @ w[p + "self_attn.k_proj.weight"].T)
                             .view(B, T, Hkv, hd)))
-        a["v"] = _bf16(a["xn"] @ w[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, hd)
+        a["v"] = store(a["xn"] @ w[p + "self_attn.v_proj.weight"].T).view(B, T, Hkv, hd)
         att, a["probs"] = _attention_f32(a["q"], a["k"], a["v"], causal)
-        a["att"] = _bf16(att)
-        a["x2"] = _bf16(_bf16(a["att"].reshape(B, T, D) @ w[p + "self_attn.o_proj.weight"].T) + x)
-        a["xn2"] = _bf16(_rms_f32(a["x2"], w[p + "post_attention_layernorm.weight"], eps))
-        a["gate"] = _bf16(a["xn2"] @ w[p + "mlp.gate_proj.weight"].T)
-        a["up"] = _bf16(a["xn2"] @ w[p + "mlp.up_proj.weight"].T)
-        a["h"] = _bf16(torch.nn.functional.silu(a["gate"]) * a["up"])
-        x = _bf16(_bf16(a["h"] @ w[p + "mlp.down_proj.weight"].T) + a["x2"])
+        a["att"] = store(att)
+        a["x2"] = store(store(a["att"].reshape(B, T, D) @ w[p + "self_attn.o_proj.weight"].T) + x)
+        a["xn2"] = store(_rms_f32(a["x2"], w[p + "post_attention_layernorm.weight"], eps))
+        a["gate"] = store(a["xn2"] @ w[p + "mlp.gate_proj.weight"].T)
+        a["up"] = store(a["xn2"] @ w[p + "mlp.up_proj.weight"].T)
+        a["h"] = store(torch.nn.functional.silu(a["gate"]) * a["up"])
+        x = store(store(a["h"] @ w[p + "mlp.down_proj.weight"].T) + a["x2"])
         saved.append(a)
-    xf = _bf16(_rms_f32(x, w["model.norm.weight"], eps))
-    logits = _bf16(xf @ w["lm_head.weight"].T)
+    xf = store(_rms_f32(x, w["model.norm.weight"], eps))
+    logits = store(xf @ w["lm_head.weight"].T)
     V = logits.shape[-1]
     flat = logits.reshape(-1, V)
     loss = torch.nn.functional.cross_entropy(flat.double(), targets.reshape(-1))
 
-    # Backward. dlogits = (softmax − onehot)/C over the C counted targets, stored in bf16; a
+    # Backward. dlogits = (softmax − onehot)/C over the C counted targets, stored in that type; a
     # target left out (PyTorch's negative ignore_index) gets a zero row.
     N = flat.shape[0]
     flat_targets = targets.reshape(-1)
@@ -316,18 +328,18 @@ def loss_and_grads_bf16_storage(weights, config, inputs, targets):
     dlogits = torch.softmax(flat, dim=-1)
     dlogits[torch.arange(N)[counted], flat_targets[counted]] -= 1.0
     dlogits[~counted] = 0.0
-    dlogits = _bf16(dlogits * (1.0 / int(counted.sum()))).view(B, T, V)
+    dlogits = store(dlogits * (1.0 / int(counted.sum()))).view(B, T, V)
 
     def linear_back(dy, xin, name, dx=None):
         """dW += dyᵀ·x (float32); returns the stored dx (= or += dy·W, rounded once)."""
         grads[name] += dy.reshape(-1, dy.shape[-1]).T @ xin.reshape(-1, xin.shape[-1])
         prod = dy @ w[name]
-        return _bf16(prod if dx is None else dx + prod)
+        return store(prod if dx is None else dx + prod)
 
     def rms_back(dres, dxn, xin, name):
         dx, dg = _vjp(lambda t, g: _rms_f32(t, g, eps), (xin, w[name]), dxn)
         grads[name] += dg
-        return _bf16(dres + dx)
+        return store(dres + dx)
 
     dxf = linear_back(dlogits, xf, "lm_head.weight")
     dres = rms_back(torch.zeros_like(dxf), dxf, x, "model.norm.weight")
@@ -336,17 +348,17 @@ def loss_and_grads_bf16_storage(weights, config, inputs, targets):
         a = saved[i]
         dh = linear_back(dres, a["h"], p + "mlp.down_proj.weight")
         dgate, dup = _vjp(lambda g, u: torch.nn.functional.silu(g) * u, (a["gate"], a["up"]), dh)
-        dgate, dup = _bf16(dgate), _bf16(dup)
+        dgate, dup = store(dgate), store(dup)
         dxn = linear_back(dgate, a["xn2"], p + "mlp.gate_proj.weight")
         dxn = linear_back(dup, a["xn2"], p + "mlp.up_proj.weight", dxn)
         dres = rms_back(dres, dxn, a["x2"], p + "post_attention_layernorm.weight")
         datt = linear_back(dres, a["att"].reshape(B, T, D), p + "self_attn.o_proj.weight")
         dq, dk, dv = _attention_backward_f32(datt.view(B, T, H, hd), a["q"], a["k"], a["v"],
                                              a["att"], a["probs"])
-        dq, dk, dv = _bf16(dq), _bf16(dk), _bf16(dv)
+        dq, dk, dv = store(dq), store(dk), store(dv)
         # RoPE's transpose, then rounded (the rotation is linear: its vjp is the transpose).
-        dq = _bf16(_vjp(rope, (torch.zeros_like(dq),), dq)[0]).reshape(B, T, D)
-        dk = _bf16(_vjp(rope, (torch.zeros_like(dk),), dk)[0]).reshape(B, T, Hkv * hd)
+        dq = store(_vjp(rope, (torch.zeros_like(dq),), dq)[0]).reshape(B, T, D)
+        dk = store(_vjp(rope, (torch.zeros_like(dk),), dk)[0]).reshape(B, T, Hkv * hd)
         dv = dv.reshape(B, T, Hkv * hd)
         dxn = linear_back(dq, a["xn"], p + "self_attn.q_proj.weight")
         dxn = linear_back(dk, a["xn"], p + "self_attn.k_proj.weight", dxn)

@@ -21,8 +21,10 @@ that every step sees the same tokens.
 4. Resume: stopped after step 10 and resumed, the one-rank run's metrics lines of steps 11-20
    (loss, scale, skipped, lr) and its final/ model are bitwise those of the uninterrupted run;
    the checkpoint's manifest holds the scaler's state.
-5. A static scale (--loss-scale 128) stays 128 with nothing skipped; an overflow at the minimum
-   scale stops a two-rank run with an error naming it, on every rank, and a non-zero exit.
+5. A resume with other loss-scaling settings warns and starts the scaler afresh. A static scale
+   of 128 stays with nothing skipped; one of 2^24 skips every step without moving (the loss
+   stays); an overflow at the minimum scale stops a two-rank run with an error naming it, on
+   both ranks, and a non-zero exit.
 
 --expect-mismatch feeds DeepSpeed each run's outcomes one step late and passes only if its
 scales then differ from the run's: check 1 can fail.
@@ -206,20 +208,39 @@ def main():
               "the resumed run's final/ tensors differ from the uninterrupted run's")
         print("resume: steps 11-20 and final/ bitwise those of the uninterrupted run")
 
-        # A static scale, and the stop at the minimum scale.
+        # A resume with other loss-scaling settings starts the scaler afresh, and says so.
+        proc = train(tools, work, work("rescaled"), ds_args + [
+            "--resume", os.path.join(work("resumed"), "checkpoints", "step-00000010"),
+            "--loss-scale-window", "5"])
+        check("loss-scaling settings differ" in proc.stdout,
+              "a resume with another --loss-scale-window does not warn")
+        step11 = next(line for line in metrics(work("rescaled")) if line["step"] == 11)
+        check(step11["loss_scale"] == 2 ** 24,
+              "the scaler did not start afresh at 2^initial_scale_power")
+
+        # Static scales: 128 never overflows; 2^24 (fp16 activations) overflows every step and is
+        # skipped every time without moving, leaving the weights (and so the loss) as they were.
         train(tools, work, work("static"), ["--precision", "fp16", "--micro-batch", "2",
-                                         "--loss-scale", "128"])
+                                            "--loss-scale", "128"])
         static = metrics(work("static"))
         check(all(line["loss_scale"] == 128 and not line["skipped"] for line in static),
               "a static loss scale of 128 moved or skipped a step")
+        train(tools, work, work("static_overflow"), ["--precision", "fp16", "--micro-batch", "2",
+                                                     "--loss-scale", str(2 ** 24)])
+        static = metrics(work("static_overflow"))
+        check(all(line["loss_scale"] == 2 ** 24 and line["skipped"] for line in static),
+              "a static loss scale of 2^24 did not skip every step at that scale")
+        check(all(line["loss"] == static[0]["loss"] for line in static),
+              "skipped steps at a static scale changed the loss")
+        print("static scales: 128 never skips; 2^24 skips every step, the loss unchanged")
         proc = train(tools, work, work("floor"), [
             "--precision", "fp16", "--activations", "fp16", "--micro-batch", "1",
             "--initial-scale-power", "24", "--hysteresis", "1", "--min-loss-scale", "8388608"],
             ranks=2, check_exit=False)
         print(proc.stdout[-2000:])
         check(proc.returncode != 0, "an overflow at the minimum loss scale did not stop the run")
-        check(proc.stdout.count("minimum loss scale") >= 1,
-              "the stop at the minimum loss scale does not say so")
+        check(proc.stdout.count("minimum loss scale") == 2,
+              "the stop at the minimum loss scale is not reported by both ranks")
         print(f"the minimum scale stopped the run (exit {proc.returncode})")
 
     return exit_status(checks)

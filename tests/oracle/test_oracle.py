@@ -14,8 +14,11 @@ fp32 mode must stay below 1e-4 relative everywhere; bf16 mode (working weights r
 after every update; the reference rounds its masters the same way) below 2e-2, and its AdamW
 losses must be at least 10× closer to the bf16 reference trajectory than to the fp32 one (proof
 that the engine really trains with bf16-rounded working weights; 2e-2 alone could not tell).
-bf16-act mode (--activations bf16) is checked against PyTorch with bf16 activation storage,
-end to end and op by op (compare_bf16_activations). A table of the measured errors is printed.
+bf16-act mode (--activations bf16) and fp16-act mode (--precision fp16 --activations fp16) are
+checked against PyTorch with activations stored in that type, end to end and op by op
+(compare_16bit_activations). fp16 mode (fp16 working weights, fp32 activations) is held to the
+fp32 bound against a reference with fp16-rounded working weights. A table of the measured errors
+is printed.
 
 Exit status: 0 all within tolerance, 1 a comparison failed, 2 the test could not run (a tool
 failed, a file is missing). Under the fault-injection hook ZT_ORACLE_BREAK (see
@@ -41,11 +44,13 @@ from oracle_harness import SetupError, run_tool  # noqa: E402
 # fp16: both sides compute with the same fp16-rounded working weights, so what remains is the
 # engine's float32 arithmetic against float64, as in fp32 mode: the fp32 bound. (bf16's loose
 # bound covers its coarser rounding flipping differently along the trajectory.)
-TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "bf16-act": 2e-2, "fp16": 1e-4}
-# bf16 activations, op by op: at most this fraction of an op's stored elements may differ from
+TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2, "bf16-act": 2e-2, "fp16": 1e-4, "fp16-act": 3e-3}
+# 16-bit activations, op by op: at most this fraction of an op's stored elements may differ from
 # PyTorch's float32-then-rounded value (a float32 sum in another order flips a rounding now and
-# then), by at most one bf16 step per rounding of the op.
-BF16_ACT_MAX_FLIPS = 0.01
+# then), by at most one step of the type per rounding of the op. A flip happens when the float32
+# results straddle a rounding boundary; fp16's steps are 8× finer than bf16's, so it sees about
+# 8× the flips.
+MAX_FLIPS = {"bf16-act": 0.01, "fp16-act": 0.08}
 
 # zt_oracle_dump's AdamW (see oracle_dump.cpp): fixed lr, no clipping.
 BETAS = (0.9, 0.95)
@@ -191,23 +196,30 @@ def compare_precision(args, precision, model_dir, tokens_path, weights, config,
     return rows, all(r[5] for r in rows)
 
 
-def bf16_ulps(a, b):
-    """Per-element distance in bf16 steps between two float32 tensors of bf16 values."""
+def ulps(a, b, dtype):
+    """Per-element distance in steps of `dtype` (bf16 or fp16) between two float32 tensors of
+    values of that type."""
     def ordered(t):
-        bits = t.to(torch.bfloat16).view(torch.int16).to(torch.int32)
+        bits = t.to(dtype).view(torch.int16).to(torch.int32)
         return torch.where(bits < 0, -32768 - bits, bits)
     return (ordered(a) - ordered(b)).abs()
 
 
-def check_stored_ops(path, weights, config, logits, B, T):
+# Per storage type: significand bits after the point, and the smallest normal's exponent (fp16's
+# steps stop shrinking below it: subnormals).
+STEP_BITS = {torch.bfloat16: (7, -126), torch.float16: (10, -14)}
+
+
+def check_stored_ops(path, weights, config, logits, B, T, dtype):
     """Every op of the engine's forward, recomputed by PyTorch in float32 from the engine's own
-    stored (bf16) inputs and rounded where the storage contract says. Feeding each op the
-    engine's inputs keeps a rounding flip from spreading; the only differences left are float32
-    accumulation order, which may flip a rounding now and then. Returns rows
-    (op, fraction of elements not bitwise equal, elements outside the bound, max bf16 steps): an
-    element is inside when it is within one bf16 step per rounding of the op, or, for products,
-    within the float32 accumulation bound (`slack`)."""
-    w = {n: ref.round_to_bf16(t).float() for n, t in weights.items()}
+    stored (`dtype`: bf16 or fp16) inputs and rounded where the storage contract says. Feeding
+    each op the engine's inputs keeps a rounding flip from spreading; the only differences left
+    are float32 accumulation order, which may flip a rounding now and then. Returns rows
+    (op, fraction of elements not bitwise equal, elements outside the bound, max steps): an
+    element is inside when it is within one step of the type per rounding of the op, or, for
+    products, within the float32 accumulation bound (`slack`)."""
+    w = {n: ref.round_to(dtype)(t).float() for n, t in weights.items()}
+    bits, min_exponent = STEP_BITS[dtype]
     eps = float(config["rms_norm_eps"])
     theta = float(config.get("rope_theta", 10000.0))
     D, H = config["hidden_size"], config["num_attention_heads"]
@@ -216,7 +228,8 @@ def check_stored_ops(path, weights, config, logits, B, T):
     L = config["num_hidden_layers"]
     cos, sin = ref.rope_cos_sin(T, hd, theta, torch.float32)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    R = ref._bf16
+    def R(t):
+        return ref._stored(t, dtype)
     with h5py.File(path, "r") as f:
         act = {k: torch.from_numpy(f["act/" + k][()]) for k in
                [f"{l}/{n}" for l in range(L) for n in
@@ -226,13 +239,14 @@ def check_stored_ops(path, weights, config, logits, B, T):
 
     def slack(x, weight):
         """Twice the float32 accumulation bound of x·weightᵀ, K·2⁻²⁴ per side times Σ|x||w|:
-        where a sum cancels, two float32 orders may differ by many bf16 steps of the result."""
+        where a sum cancels, two float32 orders may differ by many steps of the result."""
         return x.shape[-1] * 2.0 ** -23 * (x.abs() @ weight.abs().T)
 
     def step(t):
-        """One bf16 step at |t| (an upper bound: 2^(⌊log2|t|⌋ − 7), t stored in bf16)."""
-        return torch.where(t == 0, torch.zeros_like(t),
-                           torch.exp2(torch.floor(torch.log2(t.abs())) - 7))
+        """One step of the type at |t| (an upper bound: 2^(max(⌊log2|t|⌋, min_exponent) − bits),
+        t stored in that type)."""
+        exponent = torch.clamp(torch.floor(torch.log2(t.abs())), min=min_exponent)
+        return torch.where(t == 0, torch.zeros_like(t), torch.exp2(exponent - bits))
 
     def rope_abs(a, heads):
         """|rope| of magnitudes: |c|·a_j + |s|·a_partner (RoPE mixes j and j ± hd/2)."""
@@ -242,8 +256,8 @@ def check_stored_ops(path, weights, config, logits, B, T):
 
     def check(op, got, want, steps, bound=None):
         if not torch.equal(got, R(got)):
-            raise SetupError(f"the engine's stored {op} holds values that are not bf16")
-        d = bf16_ulps(got, want)
+            raise SetupError(f"the engine's stored {op} holds values that are not {dtype}")
+        d = ulps(got, want, dtype)
         outside = d > steps
         if bound is not None:
             outside &= (got - want).abs() > bound.reshape(got.shape)
@@ -287,23 +301,25 @@ def check_stored_ops(path, weights, config, logits, B, T):
     return rows
 
 
-def compare_bf16_activations(args, model_dir, tokens_path, weights, config):
-    """--precision bf16 --activations bf16 against PyTorch with bf16 activation storage.
+def compare_16bit_activations(args, model_dir, tokens_path, weights, config, label):
+    """--precision P --activations P (P = bf16 for label "bf16-act", fp16 for "fp16-act") against
+    PyTorch with activations stored in that type.
 
     1. Every quantity of one micro-batch (logits, both losses, every gradient) lies within
-       TOLERANCE["bf16-act"] of loss_and_grads_bf16_storage's.
+       TOLERANCE[label] of loss_and_grads_16bit_storage's.
     2. Op by op (check_stored_ops): each op's stored output equals PyTorch's float32 result
        rounded where the contract says, from the engine's own stored inputs, except for at most
-       BF16_ACT_MAX_FLIPS of the elements, each within one bf16 step per rounding or the float32
-       accumulation bound. This is what proves the rounding points: an engine that kept fp32
-       activations, or rounded twice, differs in most elements of the ops that round twice
+       MAX_FLIPS[label] of the elements, each within one step of the type per rounding or the
+       float32 accumulation bound. This is what proves the rounding points: an engine that kept
+       fp32 activations, or rounded twice, differs in most elements of the ops that round twice
        (ZT_ORACLE_BREAK=act shows it; a single final rounding is applied to both sides).
     Returns (rows, all_ok).
     """
-    label = "bf16-act"
-    out = os.path.join(args.work_dir, "dump_bf16_act.h5")
+    precision = label.split("-")[0]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    out = os.path.join(args.work_dir, f"dump_{precision}_act.h5")
     run_tool([args.dump, "--model", model_dir, "--tokens", tokens_path, "--out", out,
-              "--precision", "bf16", "--activations", "bf16", "--micro-batch",
+              "--precision", precision, "--activations", precision, "--micro-batch",
               str(args.micro_batch), "--seq-len", str(args.seq_len), "--steps", "1",
               "--lr", str(args.lr)])
     names = ref.expected_tensor_names(config)
@@ -312,8 +328,8 @@ def compare_bf16_activations(args, model_dir, tokens_path, weights, config):
     tokens = torch.from_numpy(dump["tokens"])
     inputs = tokens[:, :T]
     targets = masked_targets(tokens_path, tokens[:, 1:], args.micro_batch, T)
-    stored = ref.loss_and_grads_bf16_storage(weights, config, inputs, targets)
-    exact = ref.loss_and_grads({n: ref.round_to_bf16(t) for n, t in weights.items()}, config,
+    stored = ref.loss_and_grads_16bit_storage(weights, config, inputs, targets, dtype)
+    exact = ref.loss_and_grads({n: ref.round_to(dtype)(t) for n, t in weights.items()}, config,
                                inputs, targets)
     tol = TOLERANCE[label]
     rows = []
@@ -326,23 +342,24 @@ def compare_bf16_activations(args, model_dir, tokens_path, weights, config):
         rows.append((args.preset, label, quantity, to_stored, tol, to_stored < tol))
         ratio = to_stored / to_exact if to_exact > 0 else float("inf")
         worst_ratio = max(worst_ratio, ratio)
-        print(f"  {quantity:<48} vs bf16-storage ref {to_stored:.3e}, vs fp64 ref {to_exact:.3e}")
+        print(f"  {quantity:<48} vs {precision}-storage ref {to_stored:.3e}, "
+              f"vs fp64 ref {to_exact:.3e}")
 
-    print("bf16 activation storage:")
+    print(f"{precision} activation storage:")
     add("logits", dump["logits"], stored[0], exact[0])
     add("loss (eval path)", dump["loss"], stored[1], exact[1], scalar=True)
     add("loss (grad pass)", dump["loss_grad_pass"], stored[1], exact[1], scalar=True)
     for n in names:
         add("grad " + n, dump["grad"][n], stored[2][n], exact[2][n])
-    print(f"  worst err vs bf16-storage ref / err vs fp64 ref: {worst_ratio:.3e} (a bf16 chain "
-          "is chaotic at the 1e-3 level once float32 sums differ, so this is not a criterion)")
+    print(f"  worst err vs {precision}-storage ref / err vs fp64 ref: {worst_ratio:.3e} (a 16-bit "
+          "chain is chaotic once float32 sums differ, so this is not a criterion)")
     print("op by op, from the engine's stored inputs (fraction not bitwise, elements outside "
-          "the bound, max bf16 steps):")
+          "the bound, max steps):")
     for op, differ, outside, steps in check_stored_ops(out, weights, config, dump["logits"],
-                                                       args.micro_batch, T):
+                                                       args.micro_batch, T, dtype):
         print(f"  {op:<28} {differ:.2e} {outside} {steps}")
         rows.append((args.preset, label, f"op {op}: fraction not bitwise", differ,
-                     BF16_ACT_MAX_FLIPS, differ < BF16_ACT_MAX_FLIPS))
+                     MAX_FLIPS[label], differ < MAX_FLIPS[label]))
         rows.append((args.preset, label, f"op {op}: elements outside the bound", outside,
                      0.5, outside == 0))
     return rows, all(r[5] for r in rows)
@@ -421,9 +438,9 @@ def main():
         rows, ok = [], True
         reference_losses = {}
         for precision in args.precisions.split(","):
-            if precision == "bf16-act":
-                prec_rows, prec_ok = compare_bf16_activations(args, model_dir, tokens_path,
-                                                              weights, config)
+            if precision in ("bf16-act", "fp16-act"):
+                prec_rows, prec_ok = compare_16bit_activations(args, model_dir, tokens_path,
+                                                               weights, config, precision)
             else:
                 prec_rows, prec_ok = compare_precision(args, precision, model_dir, tokens_path,
                                                        weights, config, reference_losses)

@@ -1,7 +1,8 @@
 // fp16 storage (--precision fp16): util/bf16.h's float -> fp16 rounding against a reference that
 // shares none of its bit tricks (the nearest of every finite fp16 value, found by binary search
-// over the exactly widened table, ties to the even code, in double); the CPU backend's fp16
-// views; the engine's fp16 working params and its loss-scaled, overflow-skipping step.
+// over the exactly widened table, ties to the even code, in double), and the CPU backend's fp16
+// views. The engine's loss-scaled, overflow-skipping step is tested in tests/mpi
+// (ZeroEngineTest.Fp16*) and tests/oracle (test_fp16_loss_scaling.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +163,37 @@ TEST(Fp16, CpuBackendOpsRoundFp16OutputsOnce) {
   be->widen_from_16bit(DType::kFloat16, widened.data(), h16.data(), n);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(widened[static_cast<size_t>(i)], round_to_fp16(h32[static_cast<size_t>(i)]));
+}
+
+// The embedding copies rows between storage types: fp32 → fp16 rounds once, fp16 → fp32 widens,
+// bf16 → fp16 goes through fp32 (exact, then rounded once).
+TEST(Fp16, EmbeddingRowsConvertBetweenStorageTypes) {
+  auto be = make_cpu_backend();
+  const int64_t V = 5, D = 7, n = 4;
+  const std::vector<int32_t> tokens = {3, 0, 3, 4};
+  std::vector<float> table(V * D);
+  for (size_t i = 0; i < table.size(); ++i)
+    table[i] = std::ldexp(1.0f + 0.1234567f * static_cast<float>(i), static_cast<int>(i % 9) - 4);
+  std::vector<uint16_t> table16(table.size()), table_bf16(table.size()), x16(n * D);
+  floats_to_fp16(table.data(), table16.data(), table.size());
+  floats_to_bf16(table.data(), table_bf16.data(), table.size());
+  std::vector<float> x32(n * D);
+  be->embedding_forward(TensorView(x16.data(), DType::kFloat16), tokens.data(), table.data(), n, D);
+  be->embedding_forward(x32.data(), tokens.data(), ConstTensorView(table16.data(), DType::kFloat16),
+                        n, D);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      const float v = table[static_cast<size_t>(tokens[static_cast<size_t>(i)] * D + d)];
+      ASSERT_EQ(x16[static_cast<size_t>(i * D + d)], float_to_fp16(v)) << i << "," << d;
+      ASSERT_EQ(x32[static_cast<size_t>(i * D + d)], round_to_fp16(v)) << i << "," << d;
+    }
+  be->embedding_forward(TensorView(x16.data(), DType::kFloat16), tokens.data(),
+                        ConstTensorView(table_bf16.data(), DType::kBf16), n, D);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      const float v = table[static_cast<size_t>(tokens[static_cast<size_t>(i)] * D + d)];
+      ASSERT_EQ(x16[static_cast<size_t>(i * D + d)], float_to_fp16(round_to_bf16(v)));
+    }
 }
 
 }  // namespace

@@ -364,6 +364,12 @@ TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
   EXPECT_TRUE(fp16.loss_scale.consecutive_hysteresis);
   EXPECT_EQ(fp16.to_json()["loss_scaling"]["initial_scale_power"], 12);
   EXPECT_TRUE(parsed_train_options({"--backend", "cpu"}).to_json()["loss_scaling"].is_null());
+  // fp16 stores its activations in fp16 unless told otherwise.
+  EXPECT_EQ(parsed_train_options({"--backend", "cpu", "--precision", "fp16"}).activations, "fp16");
+  EXPECT_EQ(
+      parsed_train_options({"--backend", "cpu", "--precision", "fp16", "--activations", "fp32"})
+          .activations,
+      "fp32");
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
       {{"--activations", "fp8"}, "--activations must be fp32, bf16 or fp16, got 'fp8'"},
       {{"--backend", "cpu", "--activations", "fp16"}, "--activations fp16 needs --precision fp16"},

@@ -71,8 +71,8 @@ void CpuBackend::swiglu_backward(TensorView dgate_view, TensorView dup_view,
 
 // ---- token embedding ----
 // Forward: x[i] = table[tokens[i]].
-// Rows are copied in the table's type, or converted (bf16 → fp32 exactly, fp32 → bf16 rounded)
-// one row at a time: a bf16 table is never widened as a whole.
+// Rows are copied in the table's type, or converted one row at a time (16-bit → fp32 exactly,
+// fp32 → 16-bit rounded, bf16 ↔ fp16 through fp32): a 16-bit table is never widened as a whole.
 void CpuBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table,
                                    int64_t n, int64_t D) {
   // The vocabulary size is not passed; ids are only checked for sign here.
@@ -83,14 +83,19 @@ void CpuBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTen
   for (int64_t i = 0; i < n; ++i) {
     const ConstTensorView src = table.at(static_cast<int64_t>(tokens[i]) * D);
     const TensorView dst = x.at(i * D);
+    const auto d = static_cast<size_t>(D);
     if (src.dtype == dst.dtype) {
       std::memcpy(dst.data, src.data, view_bytes(src, D));
     } else if (src.is_f32()) {
-      floats_to_bf16(static_cast<const float*>(src.data), static_cast<bf16_t*>(dst.data),
-                     static_cast<size_t>(D));
+      round_16bit(dst.dtype, static_cast<const float*>(src.data), static_cast<uint16_t*>(dst.data),
+                  d);
+    } else if (dst.is_f32()) {
+      widen_16bit(src.dtype, static_cast<const uint16_t*>(src.data), static_cast<float*>(dst.data),
+                  d);
     } else {
-      bf16_to_floats(static_cast<const bf16_t*>(src.data), static_cast<float*>(dst.data),
-                     static_cast<size_t>(D));
+      std::vector<float> row(d);
+      widen_16bit(src.dtype, static_cast<const uint16_t*>(src.data), row.data(), d);
+      round_16bit(dst.dtype, row.data(), static_cast<uint16_t*>(dst.data), d);
     }
   }
 }
