@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -16,6 +17,7 @@
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
 #include "model/config.h"
+#include "model/tensor_source.h"
 #include "one_step_bound.h"
 
 namespace zt {
@@ -197,6 +199,44 @@ TEST_F(ZeroEngineTest, TiedEmbeddingsEqualOneRankStageZeroBitwiseAtEveryStage) {
 // and skips as one rank at stage 0, and trains bit for bit like it (world-invariant mode), so
 // the agreed overflow check and the skip leave nothing rank- or stage-dependent behind. The
 // reference must both skip and update, or the test could not fail.
+// A model whose weights fp16 cannot hold: every value 0.01, but one element of layer 1's up
+// projection is 70000 (fp16 rounds it to infinity).
+class OutOfFp16RangeSource : public TensorSource {
+ public:
+  explicit OutOfFp16RangeSource(ModelConfig c) : config_(std::move(c)) {}
+  const ModelConfig& config() const override { return config_; }
+  std::string description() const override { return "a test source"; }
+  void read_range_f32(const TensorInfo& t, int64_t begin, int64_t count, float* out) override {
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = (t.name == "model.layers.1.mlp.up_proj.weight" && begin + i == 5) ? 70000.0f : 0.01f;
+  }
+
+ private:
+  ModelConfig config_;
+};
+
+TEST_F(ZeroEngineTest, Fp16RefusesWeightsBeyondItsRangeNamingTheTensor) {
+  for (Precision precision : {Precision::kFp16, Precision::kBf16}) {
+    EngineOptions o;
+    o.precision = precision;
+    TestEngine t(self_, o);
+    OutOfFp16RangeSource source(t.engine().model().config());
+    if (precision == Precision::kBf16) {  // bf16's range holds it
+      EXPECT_NO_THROW(t.engine().load_from(source));
+      continue;
+    }
+    try {
+      t.engine().load_from(source);
+      ADD_FAILURE() << "an fp16 run loaded a weight of 70000";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << what;
+      EXPECT_NE(what.find("element 5"), std::string::npos) << what;
+      EXPECT_NE(what.find("65504"), std::string::npos) << what;
+    }
+  }
+}
+
 TEST_F(ZeroEngineTest, Fp16OverflowSkipsAgreeAcrossStagesAndRanksBitwise) {
   EngineOptions base;
   base.precision = Precision::kFp16;
