@@ -67,6 +67,21 @@ def exit_status(checks):
     return 0
 
 
+def write_byte_windows(path, sample, windows, seq_len):
+    """A byte-token dataset (vocab 256) of exactly `windows` windows of seq_len + 1 tokens, the
+    first bytes of `sample`: a run whose global batch is that many windows sees all of them at
+    every step. Returns the tokens (numpy uint16)."""
+    import h5py
+    import numpy as np
+    with open(sample, "rb") as f:
+        data = np.frombuffer(f.read(windows * seq_len + 1), dtype=np.uint8).astype(np.uint16)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("tokens", data=data)
+        f.attrs["vocab_size"] = np.int64(256)
+        f.attrs["tokenizer"] = "bytes"
+    return data
+
+
 def require_venv_modules(*names):
     """Imports the named modules or exits 2 saying how to make the venv that has them."""
     import importlib

@@ -39,8 +39,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
-                            fresh_work_dir, run_tool)
-from test_loss_scaler import load_deepspeed_loss_scaler  # noqa: E402
+                            fresh_work_dir, run_tool, write_byte_windows)
+from test_loss_scaler import deepspeed_run, load_deepspeed_loss_scaler  # noqa: E402
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -49,16 +49,6 @@ SEQ_LEN, WINDOWS, STEPS = 32, 2, 20
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 SAME_LOSS, MOVED_LOSS = 1e-12, 1e-5
-
-
-def write_tokens(path, sample):
-    """A dataset of exactly WINDOWS windows: every step's global batch is all of them."""
-    with open(sample, "rb") as f:
-        data = np.frombuffer(f.read(WINDOWS * SEQ_LEN + 1), dtype=np.uint8).astype(np.uint16)
-    with h5py.File(path, "w") as f:
-        f.create_dataset("tokens", data=data)
-        f.attrs["vocab_size"] = np.int64(256)
-        f.attrs["tokenizer"] = "bytes"
 
 
 def train(tools, work, out, extra, ranks=1, check_exit=True):
@@ -94,18 +84,15 @@ def model_bits(model_dir):
 
 
 def deepspeed_scales(ds, settings, overflows):
-    """DeepSpeed's scale before each update, fed `overflows` (DeepSpeed's fp16 config's
-    dynamic_loss_scale_args)."""
-    scaler = ds.DynamicLossScaler(init_scale=2 ** settings["initial_scale_power"],
-                                  scale_window=settings["loss_scale_window"],
-                                  min_scale=settings["min_loss_scale"],
-                                  delayed_shift=settings["hysteresis"],
-                                  consecutive_hysteresis=settings["consecutive_hysteresis"],
-                                  dtype=torch.half)
-    scales = []
-    for overflow in overflows:
-        scales.append(float(scaler.loss_scale))
-        scaler.update_scale(overflow)
+    """DeepSpeed's scale before each update, fed `overflows`: test_loss_scaler.py's run of its
+    scaler built as DeepSpeed's fp16 config builds it (dynamic_loss_scale_args)."""
+    case = dict(power=settings["initial_scale_power"], window=settings["loss_scale_window"],
+                hysteresis=settings["hysteresis"],
+                consecutive=settings["consecutive_hysteresis"],
+                min_scale=settings["min_loss_scale"], loss_scale=settings["loss_scale"])
+    scales, _, error_step = deepspeed_run(ds, case, overflows)
+    if error_step is not None:
+        raise SetupError(f"DeepSpeed's scaler stopped at step {error_step}: bad test settings")
     return scales
 
 
@@ -154,8 +141,8 @@ def main():
     def checks():
         ds = load_deepspeed_loss_scaler(args.deepspeed_sdist, args.work_dir)
         run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
-        write_tokens(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
-                                                  "sample.txt"))
+        write_byte_windows(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
+                                                        "sample.txt"), WINDOWS, SEQ_LEN)
         reference = train(tools, work, work("bf16"), ["--micro-batch", "2"])
         reference_lrs = [line["lr"] for line in metrics(work("bf16"))]
 

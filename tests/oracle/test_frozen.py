@@ -30,7 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            run_tool)
+                            run_tool, write_byte_windows)
 import llama_reference as ref  # noqa: E402
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
@@ -44,13 +44,8 @@ TOLERANCE = 1e-4  # test_oracle.py's fp32 bound (relative; float64 reference)
 
 def write_tokens(path, sample):
     """A dataset of exactly WINDOWS windows of SEQ_LEN + 1 tokens: every step's global batch is
-    all of them."""
-    with open(sample, "rb") as f:
-        data = np.frombuffer(f.read(WINDOWS * SEQ_LEN + 1), dtype=np.uint8).astype(np.uint16)
-    with h5py.File(path, "w") as f:
-        f.create_dataset("tokens", data=data)
-        f.attrs["vocab_size"] = np.int64(256)
-        f.attrs["tokenizer"] = "bytes"
+    all of them. Returns the windows [WINDOWS, SEQ_LEN + 1]."""
+    data = write_byte_windows(path, sample, WINDOWS, SEQ_LEN)
     windows = [data[w * SEQ_LEN: w * SEQ_LEN + SEQ_LEN + 1].astype(np.int64)
                for w in range(WINDOWS)]
     return torch.from_numpy(np.stack(windows))
