@@ -74,8 +74,8 @@ class MpiRankTreeReduceScatter final : public CommRequest {
         recv_(static_cast<T*>(call().recv)),
         scratch_(RankTreeSchedule::scratch_blocks(call().world_size) * call().count),
         tag_(static_cast<int>(call().sequence % static_cast<uint64_t>(tag_bound))) {
-    if (schedule_.steps() == 0) {
-      std::memcpy(recv_, send_, count_ * sizeof(T));
+    if (schedule_.steps() == 0) {  // one rank: its block is the sum (an empty one has no buffers)
+      if (count_ > 0) std::memcpy(recv_, send_, count_ * sizeof(T));
       return;
     }
     post(0);
