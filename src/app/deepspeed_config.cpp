@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "app/deepspeed_block.h"
@@ -70,29 +71,30 @@ void parse_precision_blocks(Block& top, DeepSpeedConfig& c) {
     precision_auto = s.is_auto("enabled");
     fp16_on = s.boolean("enabled").value_or(false);
     if (fp16_on || precision_auto) {
-      set_number(s, "loss_scale", "loss-scale", s.number("loss_scale"));
-      set_integer(s, "initial_scale_power", "initial-scale-power",
-                  s.integer("initial_scale_power"));
-      set_integer(s, "loss_scale_window", "loss-scale-window", s.integer("loss_scale_window"));
-      set_integer(s, "hysteresis", "hysteresis", s.integer("hysteresis"));
-      set_bool(s, "consecutive_hysteresis", "consecutive-hysteresis",
-               s.boolean("consecutive_hysteresis"));
-      // An integer in DeepSpeed's fp16 model (as the window and the powers are).
-      set_integer(s, "min_loss_scale", "min-loss-scale", s.integer("min_loss_scale"));
-    }
-    if (fp16_on) {
-      // Refused as DeepSpeed refuses them, whichever command reads the file.
-      LossScaleConfig scaling;
-      scaling.loss_scale = s.number("loss_scale").value_or(scaling.loss_scale);
-      scaling.initial_scale_power =
-          static_cast<int>(s.integer("initial_scale_power").value_or(scaling.initial_scale_power));
-      scaling.loss_scale_window =
-          s.integer("loss_scale_window").value_or(scaling.loss_scale_window);
-      scaling.hysteresis = static_cast<int>(s.integer("hysteresis").value_or(scaling.hysteresis));
-      scaling.min_loss_scale = static_cast<double>(
-          s.integer("min_loss_scale").value_or(static_cast<int64_t>(scaling.min_loss_scale)));
-      scaling.validate();
-      set_option(c, s.dotted("enabled"), "precision", "fp16");
+      // Each key read once: mapped onto the --loss-scale options, and (enabled) validated.
+      const std::optional<double> scale = s.number("loss_scale");
+      const std::optional<int64_t> power = s.integer("initial_scale_power"),
+                                   window = s.integer("loss_scale_window"),
+                                   hysteresis = s.integer("hysteresis"),
+                                   floor = s.integer("min_loss_scale");  // an integer in DeepSpeed
+      const std::optional<bool> consecutive = s.boolean("consecutive_hysteresis");
+      set_number(s, "loss_scale", "loss-scale", scale);
+      set_integer(s, "initial_scale_power", "initial-scale-power", power);
+      set_integer(s, "loss_scale_window", "loss-scale-window", window);
+      set_integer(s, "hysteresis", "hysteresis", hysteresis);
+      set_bool(s, "consecutive_hysteresis", "consecutive-hysteresis", consecutive);
+      set_integer(s, "min_loss_scale", "min-loss-scale", floor);
+      if (fp16_on) {
+        // Refused as DeepSpeed refuses them, whichever command reads the file.
+        LossScaleConfig scaling;
+        scaling.loss_scale = scale.value_or(scaling.loss_scale);
+        scaling.initial_scale_power = static_cast<int>(power.value_or(scaling.initial_scale_power));
+        scaling.loss_scale_window = window.value_or(scaling.loss_scale_window);
+        scaling.hysteresis = static_cast<int>(hysteresis.value_or(scaling.hysteresis));
+        if (floor) scaling.min_loss_scale = static_cast<double>(*floor);
+        scaling.validate();
+        set_option(c, s.dotted("enabled"), "precision", "fp16");
+      }
     }
   }
   const std::string bf16_key = top.either({"bf16", "bfloat16"});
