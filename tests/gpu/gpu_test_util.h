@@ -59,6 +59,32 @@ class DeviceBuffer {
   size_t count_;
 };
 
+// A tensor stored in a 16-bit type (bf16 or fp16) on both backends: the host copy for the CPU,
+// the device copy for the GPU, both from the same bits.
+template <DType kType>
+struct Stored16Tensor {
+  std::vector<uint16_t> host;
+  DeviceBuffer<uint16_t> device;
+
+  explicit Stored16Tensor(const std::vector<float>& values) : host(bits_of(values)), device(host) {}
+  explicit Stored16Tensor(size_t n) : host(n, 0), device(n) {}
+
+  static std::vector<uint16_t> bits_of(const std::vector<float>& values) {
+    std::vector<uint16_t> bits(values.size());
+    round_16bit(kType, values.data(), bits.data(), values.size());
+    return bits;
+  }
+  TensorView cpu_view() { return {host.data(), kType}; }
+  TensorView gpu_view() { return {device.get(), kType}; }
+  std::vector<float> cpu() const { return widen(host); }
+  std::vector<float> gpu() const { return widen(device.download()); }
+  static std::vector<float> widen(const std::vector<uint16_t>& bits) {
+    std::vector<float> out(bits.size());
+    widen_16bit(kType, bits.data(), out.data(), bits.size());
+    return out;
+  }
+};
+
 inline std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> dist(0.0f, scale);

@@ -23,28 +23,7 @@ namespace {
 constexpr double kBf16Step = 1.0 / 128.0;
 constexpr double kRoundedTolerance = kBf16Step + kFp32Tolerance;
 
-// A tensor stored in bf16 on both backends: the host copy for the CPU, the device copy for the
-// GPU, both from the same bits.
-struct Bf16Tensor {
-  std::vector<bf16_t> host;
-  DeviceBuffer<bf16_t> device;
-
-  explicit Bf16Tensor(const std::vector<float>& values) : host(bits_of(values)), device(host) {}
-  explicit Bf16Tensor(size_t n) : host(n, 0), device(n) {}
-
-  static std::vector<bf16_t> bits_of(const std::vector<float>& values) {
-    std::vector<bf16_t> bits(values.size());
-    floats_to_bf16(values.data(), bits.data(), values.size());
-    return bits;
-  }
-  std::vector<float> cpu() const { return widen(host); }
-  std::vector<float> gpu() const { return widen(device.download()); }
-  static std::vector<float> widen(const std::vector<bf16_t>& bits) {
-    std::vector<float> out(bits.size());
-    bf16_to_floats(bits.data(), out.data(), bits.size());
-    return out;
-  }
-};
+using Bf16Tensor = Stored16Tensor<DType::kBf16>;
 
 class CudaBf16Storage : public ::testing::Test {
  protected:

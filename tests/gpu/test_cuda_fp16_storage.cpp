@@ -23,29 +23,7 @@ constexpr double kFp16Step = 1.0 / 1024.0;
 constexpr double kRoundedTolerance = kFp16Step + kFp32Tolerance;
 constexpr DType kF16 = DType::kFloat16;
 
-// A tensor stored in fp16 on both backends, from the same bits.
-struct Fp16Tensor {
-  std::vector<uint16_t> host;
-  DeviceBuffer<uint16_t> device;
-
-  explicit Fp16Tensor(const std::vector<float>& values) : host(bits_of(values)), device(host) {}
-  explicit Fp16Tensor(size_t n) : host(n, 0), device(n) {}
-
-  static std::vector<uint16_t> bits_of(const std::vector<float>& values) {
-    std::vector<uint16_t> bits(values.size());
-    floats_to_fp16(values.data(), bits.data(), values.size());
-    return bits;
-  }
-  TensorView cpu_view() { return {host.data(), kF16}; }
-  TensorView gpu_view() { return {device.get(), kF16}; }
-  std::vector<float> cpu() const { return widen(host); }
-  std::vector<float> gpu() const { return widen(device.download()); }
-  static std::vector<float> widen(const std::vector<uint16_t>& bits) {
-    std::vector<float> out(bits.size());
-    fp16_to_floats(bits.data(), out.data(), bits.size());
-    return out;
-  }
-};
+using Fp16Tensor = Stored16Tensor<kF16>;
 
 class CudaFp16Storage : public ::testing::Test {
  protected:
