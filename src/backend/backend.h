@@ -54,6 +54,20 @@ class Backend {
                                ConstTensorView w, int64_t M, int64_t N, int64_t K,
                                bool accumulate_dx) = 0;
 
+  // ---- several linear layers of one input and one shape (q/k/v, gate/up) ----
+  // ys[i][M,N] = x[M,K] · ws[i][N,K]ᵀ for i < count: each as matmul_forward computes it. A
+  // device backend may issue them as one batched GEMM (the CUDA backend does when the weights and
+  // the outputs are evenly spaced: backend/gemm_batch.h); the base class calls matmul_forward.
+  // (Arrays and a count, not std::span: nvcc compiles the CUDA sources as C++17.)
+  virtual void matmul_forward_batch(const TensorView* ys, ConstTensorView x,
+                                    const ConstTensorView* ws, int64_t count, int64_t M, int64_t N,
+                                    int64_t K);
+  // dws[i][N,K] += dys[i][M,N]ᵀ · x[M,K] (fp32) for i < count whose dws[i] is not null (a frozen
+  // weight): matmul_backward's dw product, batched like matmul_forward_batch.
+  virtual void matmul_weight_grad_batch(float* const* dws, const ConstTensorView* dys,
+                                        ConstTensorView x, int64_t count, int64_t M, int64_t N,
+                                        int64_t K);
+
   // ---- bias of a linear layer: y = x · Wᵀ + b (q/k/v/o biases of Qwen2 and attention_bias) ----
   // y[M,N] += b[N], read and added in fp32, rounded once (after matmul_forward's own rounding).
   virtual void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) = 0;
@@ -68,6 +82,14 @@ class Backend {
   // dx or dg may be null to skip that part (dg: a frozen norm weight).
   virtual void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D) = 0;
+
+  // ---- residual add, then RMSNorm of the sum (the post-attention norm) ----
+  // sum[M,D] += residual (read, added in fp32, rounded once), then y and rstd are
+  // rmsnorm_forward(sum): bitwise add_inplace followed by rmsnorm_forward, which the base class
+  // calls. A device backend fuses them into one pass that reads the sum it has just rounded.
+  virtual void add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd,
+                                   ConstTensorView residual, ConstTensorView g, int64_t M,
+                                   int64_t D, float eps);
 
   // ---- rotary position embedding, HF rotate-half convention, in place ----
   // x is [B, T, H, hd]; position of token t is t. With c=cos(t·θ_i), s=sin(t·θ_i),

@@ -1,6 +1,7 @@
 #include "model/llama.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,17 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   LayerActivations a;
   a.xn1 = c.take(M * D, s);
   a.rstd1 = c.take_f32(M);
+  // The outputs of the q/k/v projections sit in that order, one after the other, so that the
+  // CUDA backend can issue them as one strided batch (backend/gemm_batch.h): q, k, v, or with
+  // per-head q/k norms q, k, q_raw, k_raw, v (the projections write q_raw, k_raw and v).
   a.q = c.take(M * QD, s);
   a.k = c.take(M * KV, s);
-  a.v = c.take(M * KV, s);
   if (config.qk_norm) {
     a.q_raw = c.take(M * QD, s);
     a.k_raw = c.take(M * KV, s);
+  }
+  a.v = c.take(M * KV, s);
+  if (config.qk_norm) {
     a.rstd_q = c.take_f32(M * config.num_heads);
     a.rstd_k = c.take_f32(M * config.num_kv_heads);
   }
@@ -116,10 +122,14 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   plan.head = dev.used() - plan.residual - plan.layer_saved;
   t.dresid = dev.take(M * D, storage);
   t.dxn = dev.take(M * D, storage);
+  // Ordered for the batched weight gradients of the projections (backend/gemm_batch.h): dq, dk,
+  // dv evenly spaced when QD = KV; with q/k norms, k's output gradient is written into datt,
+  // which then comes before dv.
   t.dq = dev.take(M * QD, storage);
-  t.datt = dev.take(M * QD, storage);
+  if (c.qk_norm) t.datt = dev.take(M * QD, storage);
   t.dk = dev.take(M * KV, storage);
   t.dv = dev.take(M * KV, storage);
+  if (!c.qk_norm) t.datt = dev.take(M * QD, storage);
   t.dgate = dev.take(M * F, storage);
   t.dup = dev.take(M * F, storage);
   t.dh = dev.take(M * F, storage);
@@ -268,17 +278,24 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
       be_.device_memory().to_host_queued(kept.data, x.data, bytes);
   }
 
-  // y = x·Wᵀ (+ b)
-  auto linear = [&](TensorView y, ConstTensorView in, ConstTensorView w, ConstTensorView b,
-                    int64_t N, int64_t K) {
-    be_.matmul_forward(y, in, w, M_, N, K);
-    if (b) be_.bias_forward(y, b, M_, N);
-  };
   be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);
   const bool qk_norm = config_.qk_norm;
-  linear(qk_norm ? A.q_raw : A.q, A.xn1, P.wq, P.bq, QD, D);
-  linear(qk_norm ? A.k_raw : A.k, A.xn1, P.wk, P.bk, KV, D);
-  linear(A.v, A.xn1, P.wv, P.bv, KV, D);
+  const TensorView q_out = qk_norm ? A.q_raw : A.q, k_out = qk_norm ? A.k_raw : A.k;
+  // The projections of one input go as one batch of equal shapes (backend.h): k and v always,
+  // q too when it is as wide (no grouped-query heads). Biases follow, each y += b.
+  if (QD == KV) {
+    const TensorView ys[] = {q_out, k_out, A.v};
+    const ConstTensorView ws[] = {P.wq, P.wk, P.wv};
+    be_.matmul_forward_batch(ys, A.xn1, ws, std::ssize(ys), M_, KV, D);
+  } else {
+    be_.matmul_forward(q_out, A.xn1, P.wq, M_, QD, D);
+    const TensorView ys[] = {k_out, A.v};
+    const ConstTensorView ws[] = {P.wk, P.wv};
+    be_.matmul_forward_batch(ys, A.xn1, ws, std::ssize(ys), M_, KV, D);
+  }
+  if (P.bq) be_.bias_forward(q_out, P.bq, M_, QD);
+  if (P.bk) be_.bias_forward(k_out, P.bk, M_, KV);
+  if (P.bv) be_.bias_forward(A.v, P.bv, M_, KV);
   if (qk_norm) {  // each head's hd values are one row of the norm
     be_.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, M_ * H, hd, eps);
     be_.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, M_ * Hkv, hd, eps);
@@ -286,11 +303,12 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   be_.rope_forward(A.q, B_, T_, H, hd, rope);
   be_.rope_forward(A.k, B_, T_, Hkv, hd, rope);
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd);
-  linear(A.x2, A.att, P.wo, P.bo, D, QD);
-  be_.add_inplace(A.x2, x, M_ * D);
-  be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
-  be_.matmul_forward(A.gate, A.xn2, P.wgate, M_, F, D);
-  be_.matmul_forward(A.up, A.xn2, P.wup, M_, F, D);
+  be_.matmul_forward(A.x2, A.att, P.wo, M_, D, QD);
+  if (P.bo) be_.bias_forward(A.x2, P.bo, M_, D);
+  be_.add_rmsnorm_forward(A.x2, A.xn2, A.rstd2, x, P.post_norm, M_, D, eps);  // x2 += x; norm
+  const TensorView gate_up[] = {A.gate, A.up};
+  const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
+  be_.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, M_, F, D);
   be_.swiglu_forward(A.h, A.gate, A.up, M_ * F);
   be_.matmul_forward(out, A.h, P.wdown, M_, D, F);
   be_.add_inplace(out, A.x2, M_ * D);
@@ -315,9 +333,12 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   // MLP: out = x2 + (silu(gate)·up)·Wdᵀ
   be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false);
   be_.swiglu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F);
-  be_.matmul_backward(t_.dxn, grad(TensorRole::kGateProj), t_.dgate, A.xn2, P.wgate, M_, F, D,
-                      false);
-  be_.matmul_backward(t_.dxn, grad(TensorRole::kUpProj), t_.dup, A.xn2, P.wup, M_, F, D, true);
+  // dxn = dgate·Wg + dup·Wu; dWg += dgateᵀ·xn2 and dWu += dupᵀ·xn2 as one batch
+  be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false);
+  be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true);
+  float* const gate_up_grads[] = {grad(TensorRole::kGateProj), grad(TensorRole::kUpProj)};
+  const ConstTensorView gate_up_dys[] = {t_.dgate, t_.dup};
+  be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D);
   // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
                        A.rstd2, M_, D);
@@ -339,18 +360,33 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
     be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g, rstd, M_ * heads, hd);
     return t_.datt;
   };
-  // The forward's linear(): dxn (= or +=) dy·W, dW += dyᵀ·xn1, db += Σ_rows dy.
+  // The forward's projections: dxn (= or +=) dy·W, db += Σ_rows dy, and dW += dyᵀ·xn1 unless
+  // the weight's product is batched (`batched`: the caller adds it with the others).
   auto linear_backward = [&](ConstTensorView dy, TensorRole w, ConstTensorView W, TensorRole b,
-                             ConstTensorView bias, int64_t N, bool accumulate) {
+                             ConstTensorView bias, int64_t N, bool accumulate, bool batched) {
     if (bias && grad(b)) be_.bias_backward(grad(b), dy, M_, N);
-    be_.matmul_backward(t_.dxn, grad(w), dy, A.xn1, W, M_, N, D, accumulate);
+    be_.matmul_backward(t_.dxn, batched ? nullptr : grad(w), dy, A.xn1, W, M_, N, D, accumulate);
   };
-  linear_backward(head_norm_backward(t_.dq, TensorRole::kQNorm, P.q_norm, A.q_raw, A.rstd_q, H, QD),
-                  TensorRole::kQProj, P.wq, TensorRole::kQBias, P.bq, QD, false);
-  linear_backward(
-      head_norm_backward(t_.dk, TensorRole::kKNorm, P.k_norm, A.k_raw, A.rstd_k, Hkv, KV),
-      TensorRole::kKProj, P.wk, TensorRole::kKBias, P.bk, KV, true);
-  linear_backward(t_.dv, TensorRole::kVProj, P.wv, TensorRole::kVBias, P.bv, KV, true);
+  // q's weight gradient joins k's and v's batch when it has their shape and its output gradient
+  // stays put (a q/k norm's backward writes both into datt, one after the other).
+  const bool q_batched = QD == KV && !P.q_norm;
+  const ConstTensorView dq =
+      head_norm_backward(t_.dq, TensorRole::kQNorm, P.q_norm, A.q_raw, A.rstd_q, H, QD);
+  linear_backward(dq, TensorRole::kQProj, P.wq, TensorRole::kQBias, P.bq, QD, false, q_batched);
+  const ConstTensorView dk =
+      head_norm_backward(t_.dk, TensorRole::kKNorm, P.k_norm, A.k_raw, A.rstd_k, Hkv, KV);
+  linear_backward(dk, TensorRole::kKProj, P.wk, TensorRole::kKBias, P.bk, KV, true, true);
+  linear_backward(t_.dv, TensorRole::kVProj, P.wv, TensorRole::kVBias, P.bv, KV, true, true);
+  if (q_batched) {
+    float* const dws[] = {grad(TensorRole::kQProj), grad(TensorRole::kKProj),
+                          grad(TensorRole::kVProj)};
+    const ConstTensorView dys[] = {dq, dk, t_.dv};
+    be_.matmul_weight_grad_batch(dws, dys, A.xn1, std::ssize(dws), M_, KV, D);
+  } else {
+    float* const dws[] = {grad(TensorRole::kKProj), grad(TensorRole::kVProj)};
+    const ConstTensorView dys[] = {dk, t_.dv};
+    be_.matmul_weight_grad_batch(dws, dys, A.xn1, std::ssize(dws), M_, KV, D);
+  }
   // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
                        M_, D);

@@ -1,0 +1,156 @@
+// The backend ops that let a device backend fuse or batch what the model used to issue one by
+// one (backend.h): batched linear layers of one input, and the residual add fused with the
+// post-attention RMSNorm. Their contract is "the same as the unfused ops": on the CPU backend
+// these tests hold them to that bit for bit, in fp32 and bf16 storage; backend/gemm_batch.h's
+// stride rule, which decides when the CUDA backend may issue one strided-batched GEMM, is pinned
+// case by case. (The CUDA overrides are compared with these in tests/gpu.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/gemm_batch.h"
+#include "test_cpu_backend_support.h"
+#include "util/bf16.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+using test::random_normal;
+
+std::optional<int64_t> stride_of(std::initializer_list<const void*> pointers, size_t element,
+                                 int64_t min_stride) {
+  const std::vector<const void*> list(pointers);
+  return even_stride(list, element, min_stride);
+}
+
+TEST(GemmBatch, EvenStrideAcceptsEvenlySpacedIncreasingWholeElements) {
+  std::vector<float> buffer(64);
+  const float* b = buffer.data();
+  EXPECT_EQ(stride_of({b, b + 10, b + 20}, sizeof(float), 10), 10);
+  EXPECT_EQ(stride_of({b + 3, b + 50}, sizeof(float), 1), 47);  // two are always even
+  EXPECT_EQ(stride_of({b}, sizeof(float), 16), 0);              // a batch of one
+}
+
+TEST(GemmBatch, EvenStrideRefusesWhatOneStridedBatchCannotAddress) {
+  std::vector<float> buffer(64);
+  const float* b = buffer.data();
+  const auto* bytes = reinterpret_cast<const std::byte*>(b);
+  EXPECT_FALSE(stride_of({b, b + 10, b + 21}, sizeof(float), 1));  // uneven
+  EXPECT_FALSE(stride_of({b + 10, b}, sizeof(float), 1));          // decreasing
+  EXPECT_FALSE(stride_of({b, b}, sizeof(float), 0));               // the same matrix twice
+  EXPECT_FALSE(stride_of({b, bytes + 6}, sizeof(float), 1));       // not a whole element
+  EXPECT_FALSE(stride_of({b, b + 8}, sizeof(float), 9));           // outputs would overlap
+  EXPECT_FALSE(stride_of({b, nullptr}, sizeof(float), 1));
+  EXPECT_FALSE(stride_of({}, sizeof(float), 1));
+}
+
+// Bits of n elements of a view, for bitwise comparison whatever the storage type.
+std::vector<std::byte> bits_of(const void* p, int64_t n, DType dtype) {
+  const auto* b = static_cast<const std::byte*>(p);
+  return std::vector<std::byte>(b, b + n * static_cast<int64_t>(dtype_size(dtype)));
+}
+
+// Activations and weights of `n` elements in `dtype` (fp32 or bf16), filled from normals.
+struct Stored {
+  std::vector<float> f32;
+  std::vector<bf16_t> b16;
+  DType dtype;
+  Stored(int64_t n, uint32_t seed, DType d) : f32(random_normal(n, seed)), dtype(d) {
+    if (d == DType::kBf16)
+      for (float v : f32) b16.push_back(float_to_bf16(v));
+  }
+  TensorView view() {
+    return dtype == DType::kBf16 ? TensorView(b16.data()) : TensorView(f32.data());
+  }
+  std::vector<std::byte> bits(int64_t n) const {
+    return dtype == DType::kBf16 ? bits_of(b16.data(), n, dtype) : bits_of(f32.data(), n, dtype);
+  }
+};
+
+class BatchedOps : public ::testing::TestWithParam<DType> {};
+
+// Each output of the batch is what matmul_forward gives for that weight alone, bit for bit (the
+// weights of one batch are evenly spaced in one buffer, as a layer's group buffer holds them).
+TEST_P(BatchedOps, MatmulForwardBatchIsEachMatmulForward) {
+  auto be = make_cpu_backend();
+  const int64_t M = 37, N = 24, K = 19;
+  Stored x(M * K, 1, GetParam()), weights(3 * N * K, 2, GetParam());
+  std::vector<Stored> batched, alone;
+  for (int i = 0; i < 3; ++i) {
+    batched.emplace_back(M * N, 10 + i, GetParam());
+    alone.emplace_back(M * N, 20 + i, GetParam());
+  }
+  const TensorView ys[] = {batched[0].view(), batched[1].view(), batched[2].view()};
+  const ConstTensorView ws[] = {weights.view(), weights.view().at(N * K),
+                                weights.view().at(2 * N * K)};
+  be->matmul_forward_batch(ys, x.view(), ws, 3, M, N, K);
+  for (int i = 0; i < 3; ++i) {
+    be->matmul_forward(alone[i].view(), x.view(), ws[i], M, N, K);
+    EXPECT_EQ(batched[i].bits(M * N), alone[i].bits(M * N)) << "output " << i;
+  }
+}
+
+// dW_i += dy_iᵀ·x for each trainable weight, exactly as matmul_backward's dw; a null gradient
+// (a frozen weight) is skipped, and the others still accumulate onto what they held.
+TEST_P(BatchedOps, MatmulWeightGradBatchAccumulatesEachAndSkipsFrozen) {
+  auto be = make_cpu_backend();
+  const int64_t M = 29, N = 16, K = 21;
+  Stored x(M * K, 3, GetParam()), dy0(M * N, 4, GetParam()), dy1(M * N, 5, GetParam());
+  const std::vector<float> start = random_normal(N * K, 6);
+  std::vector<float> batched0 = start, batched1 = start, alone0 = start, alone1 = start;
+  float* const dws[] = {batched0.data(), nullptr};
+  const ConstTensorView dys[] = {dy0.view(), dy1.view()};
+  be->matmul_weight_grad_batch(dws, dys, x.view(), 2, M, N, K);
+  be->matmul_backward(TensorView(), alone0.data(), dy0.view(), x.view(), ConstTensorView(), M, N, K,
+                      false);
+  EXPECT_EQ(batched0, alone0);
+  EXPECT_NE(batched0, start);
+  EXPECT_EQ(batched1, start);  // frozen: untouched
+  float* const both[] = {batched0.data(), batched1.data()};
+  be->matmul_weight_grad_batch(both, dys, x.view(), 2, M, N, K);
+  be->matmul_backward(TensorView(), alone0.data(), dy0.view(), x.view(), ConstTensorView(), M, N, K,
+                      false);
+  be->matmul_backward(TensorView(), alone1.data(), dy1.view(), x.view(), ConstTensorView(), M, N, K,
+                      false);
+  EXPECT_EQ(batched0, alone0);
+  EXPECT_EQ(batched1, alone1);
+}
+
+// sum += residual, then y = rms(sum)·g: the sum rounded once and the norm read from the rounded
+// sum, bitwise add_inplace then rmsnorm_forward (the order the model used before the fusion).
+TEST_P(BatchedOps, AddRmsnormIsAddThenRmsnorm) {
+  auto be = make_cpu_backend();
+  const int64_t M = 9, D = 40;
+  const float eps = 1e-5f;
+  Stored residual(M * D, 7, GetParam()), g(D, 8, GetParam());
+  Stored fused_sum(M * D, 9, GetParam()), fused_y(M * D, 10, GetParam());
+  Stored plain_sum(M * D, 9, GetParam()), plain_y(M * D, 11, GetParam());
+  std::vector<float> fused_rstd(M), plain_rstd(M);
+  be->add_rmsnorm_forward(fused_sum.view(), fused_y.view(), fused_rstd.data(), residual.view(),
+                          g.view(), M, D, eps);
+  be->add_inplace(plain_sum.view(), residual.view(), M * D);
+  be->rmsnorm_forward(plain_y.view(), plain_rstd.data(), plain_sum.view(), g.view(), M, D, eps);
+  EXPECT_EQ(fused_sum.bits(M * D), plain_sum.bits(M * D));
+  EXPECT_EQ(fused_y.bits(M * D), plain_y.bits(M * D));
+  EXPECT_EQ(fused_rstd, plain_rstd);
+  // The sum is the fp32 sum of the two stored values, rounded once.
+  const Stored first(M * D, 9, GetParam());
+  for (int64_t i = 0; i < M * D; ++i) {
+    auto value = [&](const Stored& s) {
+      return GetParam() == DType::kBf16 ? bf16_to_float(s.b16[i]) : s.f32[i];
+    };
+    const float want = value(first) + value(residual);
+    const float got = value(fused_sum);
+    ASSERT_EQ(got, GetParam() == DType::kBf16 ? round_to_bf16(want) : want) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, BatchedOps, ::testing::Values(DType::kFloat32, DType::kBf16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace zt
