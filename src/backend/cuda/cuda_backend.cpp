@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "backend/adam_constants.h"
 #include "backend/cpu/cpu_backend.h"
@@ -19,6 +21,7 @@
 #include "backend/cuda/cuda_event_timeline.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/gemm_batch.h"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
 
@@ -195,10 +198,90 @@ void CudaBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, 
   }
 }
 
+// ---- batched linear layers of one input (backend.h; when one batch: backend/gemm_batch.h) ----
+namespace {
+// The element type shared by views[0..count) (the first one's), or nullopt when two differ.
+std::optional<DType> one_type(const ConstTensorView* views, int64_t count) {
+  for (int64_t i = 1; i < count; ++i)
+    if (views[i].dtype != views[0].dtype) return std::nullopt;
+  return views[0].dtype;
+}
+}  // namespace
+
+// ys[i] = x·ws[i]ᵀ: the forward's GEMM with batch = count, x at stride 0.
+void CudaBackend::matmul_forward_batch(const TensorView* ys, ConstTensorView x,
+                                       const ConstTensorView* ws, int64_t count, int64_t M,
+                                       int64_t N, int64_t K) {
+  if (count > 1) {
+    std::vector<ConstTensorView> outputs(ys, ys + count);
+    std::vector<const void*> y_data, w_data;
+    for (int64_t i = 0; i < count; ++i) {
+      y_data.push_back(ys[i].data);
+      w_data.push_back(ws[i].data);
+    }
+    const auto y_type = one_type(outputs.data(), count), w_type = one_type(ws, count);
+    const auto y_stride = y_type ? even_stride(y_data, dtype_size(*y_type), M * N) : std::nullopt;
+    const auto w_stride = w_type ? even_stride(w_data, dtype_size(*w_type), 1) : std::nullopt;
+    if (y_stride && w_stride) {
+      check_operands("matmul_forward_batch", "x", x, "w", ws[0]);
+      RowMajorGemm g;
+      g.transpose_b = true;
+      g.rows = M, g.cols = N, g.inner = K, g.batch = count;
+      g.a = x.data, g.lda = K, g.stride_a = 0;
+      g.b = ws[0].data, g.ldb = K, g.stride_b = *w_stride;
+      g.c = ys[0].data, g.ldc = N, g.stride_c = *y_stride;
+      g.a_type = x.dtype, g.b_type = *w_type, g.c_type = *y_type;
+      if (state_->gemm->try_run(g)) return;
+    }
+  }
+  Backend::matmul_forward_batch(ys, x, ws, count, M, N, K);
+}
+
+// dws[i] += dys[i]ᵀ·x over the trainable i: matmul_backward's dw GEMM with batch = their count,
+// x at stride 0.
+void CudaBackend::matmul_weight_grad_batch(float* const* dws, const ConstTensorView* dys,
+                                           ConstTensorView x, int64_t count, int64_t M, int64_t N,
+                                           int64_t K) {
+  std::vector<float*> trained_dws;
+  std::vector<const void*> dw_data, dy_data;
+  std::vector<ConstTensorView> trained_dys;
+  for (int64_t i = 0; i < count; ++i) {
+    if (dws[i] == nullptr) continue;
+    trained_dws.push_back(dws[i]);
+    dw_data.push_back(dws[i]);
+    dy_data.push_back(dys[i].data);
+    trained_dys.push_back(dys[i]);
+  }
+  const int64_t batch = static_cast<int64_t>(dw_data.size());
+  if (batch > 1) {
+    const auto dy_type = one_type(trained_dys.data(), batch);
+    const auto dw_stride = even_stride(dw_data, sizeof(float), N * K);
+    const auto dy_stride = dy_type ? even_stride(dy_data, dtype_size(*dy_type), 1) : std::nullopt;
+    if (dw_stride && dy_stride) {
+      check_operands("matmul_weight_grad_batch", "dy", trained_dys[0], "x", x);
+      RowMajorGemm g;
+      g.transpose_a = true;
+      g.rows = N, g.cols = K, g.inner = M, g.beta = 1.0f, g.batch = batch;
+      g.a = dy_data[0], g.lda = N, g.stride_a = *dy_stride;
+      g.b = x.data, g.ldb = K, g.stride_b = 0;
+      g.c = trained_dws[0], g.ldc = K, g.stride_c = *dw_stride;
+      g.a_type = *dy_type, g.b_type = x.dtype, g.c_type = DType::kFloat32;
+      if (state_->gemm->try_run(g)) return;
+    }
+  }
+  Backend::matmul_weight_grad_batch(dws, dys, x, count, M, N, K);
+}
+
 // ---- RMSNorm ----
 void CudaBackend::rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
                                   int64_t M, int64_t D, float eps) {
   launch_rmsnorm_forward(y, rstd, x, g, M, D, eps, state_->stream);
+}
+
+void CudaBackend::add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd,
+                                      ConstTensorView residual, ConstTensorView g, int64_t M,
+                                      int64_t D, float eps) {
+  launch_add_rmsnorm_forward(sum, y, rstd, residual, g, M, D, eps, state_->stream);
 }
 
 void CudaBackend::rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,

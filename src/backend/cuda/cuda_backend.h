@@ -97,6 +97,12 @@ class CudaBackend final : public Backend {
   void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                        ConstTensorView w, int64_t M, int64_t N, int64_t K,
                        bool accumulate_dx) override;
+  // One strided-batched GEMM (the shared input at stride 0) where backend/gemm_batch.h allows
+  // it and cuBLASLt has an algorithm; otherwise one GEMM each, as the base class does.
+  void matmul_forward_batch(const TensorView* ys, ConstTensorView x, const ConstTensorView* ws,
+                            int64_t count, int64_t M, int64_t N, int64_t K) override;
+  void matmul_weight_grad_batch(float* const* dws, const ConstTensorView* dys, ConstTensorView x,
+                                int64_t count, int64_t M, int64_t N, int64_t K) override;
 
   void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
                        int64_t D, float eps) override;
@@ -104,6 +110,8 @@ class CudaBackend final : public Backend {
   void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override;
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
+  void add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd, ConstTensorView residual,
+                           ConstTensorView g, int64_t M, int64_t D, float eps) override;
 
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
                     const RopeSpec& rope) override;

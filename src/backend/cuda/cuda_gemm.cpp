@@ -78,7 +78,7 @@ LtGemm::~LtGemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-const LtGemm::Plan& LtGemm::plan_for(const RowMajorGemm& g) {
+const LtGemm::Plan* LtGemm::plan_for(const RowMajorGemm& g) {
   ZT_CHECK(g.a_type == g.b_type, describe(g) + ": A and B must have one element type");
   const int64_t align_a = alignment_bytes(g.b, g.stride_b, g.batch, g.b_type);  // cuBLAS's A
   const int64_t align_b = alignment_bytes(g.a, g.stride_a, g.batch, g.a_type);
@@ -102,7 +102,7 @@ const LtGemm::Plan& LtGemm::plan_for(const RowMajorGemm& g) {
                               static_cast<int64_t>(g.a_type),
                               static_cast<int64_t>(g.c_type)};
   auto found = plans_.find(key);
-  if (found != plans_.end()) return *found->second;
+  if (found != plans_.end()) return found->second.get();
 
   auto plan = std::make_unique<Plan>();
   // 16-bit operands (bf16, fp16): 16-bit products, fp32 accumulation. fp32 operands: the
@@ -150,22 +150,30 @@ const LtGemm::Plan& LtGemm::plan_for(const RowMajorGemm& g) {
       ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
     }
-    ZT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->layout_a,
-                                                   plan->layout_b, plan->layout_c, plan->layout_c,
-                                                   preference, 1, &result, &returned));
+    // NOT_SUPPORTED: no algorithm for this problem (then returned stays 0).
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle_, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c,
+        preference, 1, &result, &returned);
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) ZT_CUBLAS_CHECK(status);
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(preference);
     throw;
   }
   cublasLtMatmulPreferenceDestroy(preference);
-  ZT_CHECK(returned > 0 && result.state == CUBLAS_STATUS_SUCCESS,
-           "cuBLASLt has no algorithm for " + describe(g));
-  plan->algo = result.algo;
-  return *plans_.emplace(std::move(key), std::move(plan)).first->second;
+  if (returned > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan->algo = result.algo;
+  } else {
+    plan.reset();
+  }
+  return plans_.emplace(std::move(key), std::move(plan)).first->second.get();
 }
 
 void LtGemm::run(const RowMajorGemm& g) {
-  if (g.rows == 0 || g.cols == 0 || g.batch == 0) return;
+  ZT_CHECK(try_run(g), "cuBLASLt has no algorithm for " + describe(g));
+}
+
+bool LtGemm::try_run(const RowMajorGemm& g) {
+  if (g.rows == 0 || g.cols == 0 || g.batch == 0) return true;
   if (g.inner == 0) {
     ZT_CHECK(g.beta == 0.0f || g.beta == 1.0f,
              describe(g) + ": an empty product with beta other than 0 or 1");
@@ -178,12 +186,14 @@ void LtGemm::run(const RowMajorGemm& g) {
             static_cast<size_t>(g.rows), stream_));
       }
     }
-    return;
+    return true;
   }
-  const Plan& plan = plan_for(g);
-  ZT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.layout_a, g.a,
-                                 plan.layout_b, &g.beta, g.c, plan.layout_c, g.c, plan.layout_c,
-                                 &plan.algo, workspace_, workspace_bytes_, stream_));
+  const Plan* plan = plan_for(g);
+  if (plan == nullptr) return false;
+  ZT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &g.alpha, g.b, plan->layout_a, g.a,
+                                 plan->layout_b, &g.beta, g.c, plan->layout_c, g.c, plan->layout_c,
+                                 &plan->algo, workspace_, workspace_bytes_, stream_));
+  return true;
 }
 
 }  // namespace zt::cuda

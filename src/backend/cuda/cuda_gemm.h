@@ -68,17 +68,20 @@ class LtGemm {
   // β ∈ {0, 1}. Heuristic results are cached per shape/alignment (the same shape always runs the
   // same algorithm: reproducible).
   void run(const RowMajorGemm& g);
+  // As run(), but returns false (enqueuing nothing) where cuBLASLt has no algorithm for g, so
+  // that a strided batch can fall back to single GEMMs. The answer is cached with the plan.
+  bool try_run(const RowMajorGemm& g);
 
  private:
   struct Plan;
-  const Plan& plan_for(const RowMajorGemm& g);
+  const Plan* plan_for(const RowMajorGemm& g);  // null: no algorithm
 
   cudaStream_t stream_;
   void* workspace_;
   size_t workspace_bytes_;
   GemmCompute compute_;
   cublasLtHandle_t handle_ = nullptr;
-  std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;
+  std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;  // null: no algorithm
 };
 
 }  // namespace zt::cuda

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_column_sum.cuh"
+#include "backend/cuda/cuda_elementwise.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
@@ -30,6 +31,31 @@ __global__ void rmsnorm_forward_kernel(A* y, float* rstd, const A* x, const W* g
   A* yr = y + row * D;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
     store(yr, d, load(g, d) * (load(xr, d) * r));
+}
+
+// Residual add fused with the norm, one block per row: s = sum + residual, rounded once and
+// stored, then rmsnorm_forward_kernel over the stored s. Each thread visits the same columns in
+// the same order and the block sum is the same, so sum, y and rstd are the unfused pair's bits
+// (add_kernel, then rmsnorm_forward_kernel) while the sum is read from memory once instead of
+// written, read back and read again.
+template <typename A, typename W>
+__global__ void add_rmsnorm_forward_kernel(A* sum, A* y, float* rstd, const A* residual, const W* g,
+                                           int64_t D, float eps) {
+  const int64_t row = blockIdx.x;
+  A* sr = sum + row * D;
+  const A* rr = residual + row * D;
+  float acc = 0.0f;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    const float sd = stored_value<A>(load(sr, d) + load(rr, d));
+    store(sr, d, sd);
+    acc += sd * sd;
+  }
+  const float mean_square = block_sum(acc) / static_cast<float>(D);
+  const float r = 1.0f / sqrtf(mean_square + eps);
+  if (threadIdx.x == 0) rstd[row] = r;
+  A* yr = y + row * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+    store(yr, d, load(g, d) * (load(sr, d) * r));  // sr[d]: written by this thread above
 }
 
 // Backward dx, one block per row: dx += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x).
@@ -63,25 +89,40 @@ struct RmsnormDgTerm {
 };
 
 // ---- RoPE (rotate-half) ----
-// One thread per (b, t, h, i < hd/2): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs). The explicit
-// _rn intrinsics keep nvcc from fusing into FMAs, so the result is the CPU's bit for bit (same
-// table, same unfused fp32 operations).
+// Over pairs (b, t, h, i < hd/2): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs), x1 = x[i],
+// x2 = x[i + hd/2]. The explicit _rn intrinsics keep nvcc from fusing into FMAs, so the result is
+// the CPU's bit for bit (same table, same unfused fp32 operations). A chunk (cuda_elementwise.cuh)
+// is kChunk consecutive i of one head, which needs hd/2 to be a multiple of kChunk.
 template <typename A>
-__global__ void rope_kernel(A* x, const float* cos_table, const float* sin_table, int64_t pairs,
-                            int64_t T, int64_t H, int64_t half, float sin_sign) {
-  for (int64_t idx = global_thread(); idx < pairs; idx += grid_threads()) {
-    const int64_t i = idx % half;
-    const int64_t bth = idx / half;  // (b·T + t)·H + h
+struct RopeRotate {
+  A* x;
+  const float* cos_table;
+  const float* sin_table;
+  int64_t T, H, half;
+  float sin_sign;
+  template <typename At>
+  __device__ void operator()(At at) const {
+    const int64_t i = at.first % half;
+    const int64_t bth = at.first / half;  // (b·T + t)·H + h
     const int64_t t = (bth / H) % T;
-    const float c = cos_table[t * half + i];
-    const float s = sin_sign * sin_table[t * half + i];
-    A* x1 = x + bth * 2 * half;
-    const float a = load(x1, i);
-    const float b = load(x1, i + half);
-    store(x1, i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-    store(x1, i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
+    const At here{0};
+    A* x1 = x + bth * 2 * half + i;
+    float a[At::kCount], b[At::kCount], c[At::kCount], s[At::kCount];
+    here.load(x1, a);
+    here.load(x1 + half, b);
+    here.load(cos_table + t * half + i, c);
+    here.load(sin_table + t * half + i, s);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) {
+      const float sj = sin_sign * s[j];
+      const float a2 = __fsub_rn(__fmul_rn(a[j], c[j]), __fmul_rn(b[j], sj));
+      b[j] = __fadd_rn(__fmul_rn(b[j], c[j]), __fmul_rn(a[j], sj));
+      a[j] = a2;
+    }
+    here.store(x1, a);
+    here.store(x1 + half, b);
   }
-}
+};
 
 }  // namespace
 
@@ -97,6 +138,22 @@ void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstT
     });
   });
   ZT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
+}
+
+void launch_add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd, ConstTensorView residual,
+                                ConstTensorView g, int64_t M, int64_t D, float eps,
+                                cudaStream_t stream) {
+  if (M == 0) return;
+  const DType storage = shared_storage("add_rmsnorm_forward", {sum, y, residual});
+  with_storage(storage, "add_rmsnorm_forward", [&](auto x_tag) {
+    using A = std::remove_pointer_t<decltype(x_tag)>;
+    with_storage(g.dtype, "add_rmsnorm_forward g", [&](auto g_tag) {
+      using W = std::remove_pointer_t<decltype(g_tag)>;
+      add_rmsnorm_forward_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
+          typed<A>(sum), typed<A>(y), rstd, typed<A>(residual), typed<W>(g), D, eps);
+    });
+  });
+  ZT_CUDA_CHECK_LAUNCH("add_rmsnorm_forward_kernel");
 }
 
 void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,
@@ -127,14 +184,13 @@ void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy,
 
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
                  int64_t H, int64_t hd, float sin_sign, cudaStream_t stream) {
-  const int64_t pairs = B * T * H * (hd / 2);
-  if (pairs == 0) return;
+  const int64_t half = hd / 2, pairs = B * T * H * half;
   with_storage(x.dtype, "rope x", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    rope_kernel<<<elementwise_blocks(pairs), kElementwiseThreads, 0, stream>>>(
-        typed<A>(x), cos_table, sin_table, pairs, T, H, hd / 2, sin_sign);
+    launch_elementwise("rope",
+                       RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, sin_sign},
+                       pairs, {x.data, cos_table, sin_table}, stream, half % kChunk == 0);
   });
-  ZT_CUDA_CHECK_LAUNCH("rope_kernel");
 }
 
 }  // namespace zt::cuda

@@ -1,11 +1,13 @@
 // CUDA backend: SwiGLU, token embedding, fused softmax cross-entropy and the elementwise helpers,
-// forward and backward side by side. Activations in either storage type (cuda_storage.cuh):
-// read widened, computed in fp32, each output rounded once.
+// forward and backward side by side. Activations in any storage type (cuda_storage.cuh): read
+// widened, computed in fp32, each output rounded once. The elementwise ops run in 16-byte
+// accesses where their tensors are aligned (cuda_elementwise.cuh).
 #include <cmath>
 #include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_column_sum.cuh"
+#include "backend/cuda/cuda_elementwise.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
@@ -16,28 +18,48 @@
 namespace zt::cuda {
 namespace {
 
-// ---- SwiGLU ----
+// ---- SwiGLU (elementwise bodies: cuda_elementwise.cuh) ----
 // Forward: h = silu(a)·u with silu(a) = a / (1 + exp(−a)).
 template <typename A>
-__global__ void swiglu_forward_kernel(A* h, const A* gate, const A* up, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const float a = load(gate, i);
-    store(h, i, a / (1.0f + expf(-a)) * load(up, i));
+struct SwigluForward {
+  A* h;
+  const A* gate;
+  const A* up;
+  template <typename At>
+  __device__ void operator()(At at) const {
+    float a[At::kCount], u[At::kCount], out[At::kCount];
+    at.load(gate, a);
+    at.load(up, u);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) out[j] = a[j] / (1.0f + expf(-a[j])) * u[j];
+    at.store(h, out);
   }
-}
+};
 
 // Backward: σ = 1/(1 + exp(−a)); dgate = dh·u·σ·(1 + a·(1 − σ)); dup = dh·a·σ.
 template <typename A>
-__global__ void swiglu_backward_kernel(A* dgate, A* dup, const A* dh, const A* gate, const A* up,
-                                       int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const float a = load(gate, i);
-    const float sigma = 1.0f / (1.0f + expf(-a));
-    const float g = load(dh, i);
-    store(dgate, i, g * load(up, i) * sigma * (1.0f + a * (1.0f - sigma)));
-    store(dup, i, g * (a * sigma));
+struct SwigluBackward {
+  A* dgate;
+  A* dup;
+  const A* dh;
+  const A* gate;
+  const A* up;
+  template <typename At>
+  __device__ void operator()(At at) const {
+    float a[At::kCount], u[At::kCount], g[At::kCount], dg[At::kCount], du[At::kCount];
+    at.load(gate, a);
+    at.load(up, u);
+    at.load(dh, g);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) {
+      const float sigma = 1.0f / (1.0f + expf(-a[j]));
+      dg[j] = g[j] * u[j] * sigma * (1.0f + a[j] * (1.0f - sigma));
+      du[j] = g[j] * (a[j] * sigma);
+    }
+    at.store(dgate, dg);
+    at.store(dup, du);
   }
-}
+};
 
 // ---- token embedding ----
 // Forward, one block per token: x[i] = table[tokens[i]]; a negative id gives a NaN row.
@@ -228,56 +250,76 @@ struct BiasGradTerm {
 
 // y += x, read and added in fp32, rounded once.
 template <typename A>
-__global__ void add_kernel(A* y, const A* x, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads())
-    store(y, i, load(y, i) + load(x, i));
-}
+struct AddInPlace {
+  A* y;
+  const A* x;
+  template <typename At>
+  __device__ void operator()(At at) const {
+    float a[At::kCount], b[At::kCount];
+    at.load(y, a);
+    at.load(x, b);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) a[j] += b[j];
+    at.store(y, a);
+  }
+};
 
-__global__ void scale_kernel(float* y, float s, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] *= s;
-}
+// y *= s (fp32).
+struct ScaleInPlace {
+  float* y;
+  float s;
+  template <typename At>
+  __device__ void operator()(At at) const {
+    float a[At::kCount];
+    at.load(y, a);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) a[j] *= s;
+    at.store(y, a);
+  }
+};
 
-__global__ void to_bf16_kernel(uint16_t* out, const float* in, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = float_to_bf16_bits(in[i]);
-}
+// out = in in another storage type: load() widens exactly, store() rounds once (to nearest even;
+// fp16 to ±inf past 65504): fp32 → bf16/fp16 and back.
+template <typename In, typename Out>
+struct Convert {
+  Out* out;
+  const In* in;
+  template <typename At>
+  __device__ void operator()(At at) const {
+    float v[At::kCount];
+    at.load(in, v);
+    at.store(out, v);
+  }
+};
 
-__global__ void from_bf16_kernel(float* out, const uint16_t* in, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = bf16_bits_to_float(in[i]);
-}
-
-// fp16 <-> fp32 through the storage helpers (cuda_storage.cuh): RNE, ±inf past 65504; exact back.
-__global__ void to_fp16_kernel(Fp16Bits* out, const float* in, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) store(out, i, in[i]);
-}
-
-__global__ void from_fp16_kernel(float* out, const Fp16Bits* in, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = load(in, i);
+template <typename In, typename Out>
+void launch_convert(const char* name, Out* out, const In* in, int64_t n, cudaStream_t stream) {
+  launch_elementwise(name, Convert<In, Out>{out, in}, n, {out, in}, stream);
 }
 
 }  // namespace
 
 void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
                            cudaStream_t stream) {
-  if (n == 0) return;
   with_storage(shared_storage("swiglu_forward", {h, gate, up}), "swiglu_forward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    swiglu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-        typed<A>(h), typed<A>(gate), typed<A>(up), n);
+    launch_elementwise("swiglu_forward",
+                       SwigluForward<A>{typed<A>(h), typed<A>(gate), typed<A>(up)}, n,
+                       {h.data, gate.data, up.data}, stream);
   });
-  ZT_CUDA_CHECK_LAUNCH("swiglu_forward_kernel");
 }
 
 void launch_swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
                             ConstTensorView gate, ConstTensorView up, int64_t n,
                             cudaStream_t stream) {
-  if (n == 0) return;
   const DType storage = shared_storage("swiglu_backward", {dgate, dup, dh, gate, up});
   with_storage(storage, "swiglu_backward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    swiglu_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-        typed<A>(dgate), typed<A>(dup), typed<A>(dh), typed<A>(gate), typed<A>(up), n);
+    launch_elementwise("swiglu_backward",
+                       SwigluBackward<A>{typed<A>(dgate), typed<A>(dup), typed<A>(dh),
+                                         typed<A>(gate), typed<A>(up)},
+                       n, {dgate.data, dup.data, dh.data, gate.data, up.data}, stream);
   });
-  ZT_CUDA_CHECK_LAUNCH("swiglu_backward_kernel");
 }
 
 void launch_embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
@@ -321,13 +363,11 @@ void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView log
 }
 
 void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
   with_storage(shared_storage("add_inplace", {y, x}), "add_inplace", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(typed<A>(y), typed<A>(x),
-                                                                          n);
+    launch_elementwise("add_inplace", AddInPlace<A>{typed<A>(y), typed<A>(x)}, n, {y.data, x.data},
+                       stream);
   });
-  ZT_CUDA_CHECK_LAUNCH("add_kernel");
 }
 
 void launch_bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N,
@@ -354,35 +394,24 @@ void launch_bias_backward(float* db, double* partials, ConstTensorView dy, int64
 }
 
 void launch_scale(float* y, float s, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  scale_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(y, s, n);
-  ZT_CUDA_CHECK_LAUNCH("scale_kernel");
+  launch_elementwise("scale_inplace", ScaleInPlace{y, s}, n, {y}, stream);
 }
 
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  to_bf16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, in, n);
-  ZT_CUDA_CHECK_LAUNCH("to_bf16_kernel");
+  launch_convert<float, Bf16Bits>("to_bf16", out, in, n, stream);
 }
 
 void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  from_bf16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, in, n);
-  ZT_CUDA_CHECK_LAUNCH("from_bf16_kernel");
+  launch_convert<Bf16Bits, float>("from_bf16", out, in, n, stream);
 }
 
 void launch_to_fp16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  to_fp16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-      reinterpret_cast<Fp16Bits*>(out), in, n);
-  ZT_CUDA_CHECK_LAUNCH("to_fp16_kernel");
+  launch_convert<float, Fp16Bits>("to_fp16", reinterpret_cast<Fp16Bits*>(out), in, n, stream);
 }
 
 void launch_from_fp16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  from_fp16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-      out, reinterpret_cast<const Fp16Bits*>(in), n);
-  ZT_CUDA_CHECK_LAUNCH("from_fp16_kernel");
+  launch_convert<Fp16Bits, float>("from_fp16", out, reinterpret_cast<const Fp16Bits*>(in), n,
+                                  stream);
 }
 
 }  // namespace zt::cuda

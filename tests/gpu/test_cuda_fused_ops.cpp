@@ -1,0 +1,172 @@
+// The CUDA backend's fused and batched ops (backend.h) against the unfused ones and the CPU:
+// - matmul_forward_batch / matmul_weight_grad_batch as one strided-batched cuBLASLt GEMM (evenly
+//   spaced operands) and as single GEMMs (the fallback), each output within the GEMM tests'
+//   tolerance of the CPU backend and bitwise equal on a second run;
+// - add_rmsnorm_forward bitwise equal to add_inplace then rmsnorm_forward on the GPU (same
+//   per-thread order, same block sum), in fp32 and bf16 storage;
+// - the elementwise kernels in 16-byte chunks (aligned tensors) bitwise equal to the same kernels
+//   one element at a time (the same tensors one element off alignment), tails included.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+
+namespace zt::gpu_test {
+namespace {
+
+using cuda::GemmCompute;
+
+class CudaBatchedGemm : public ::testing::TestWithParam<GemmCompute> {
+ protected:
+  cpu::CpuBackend cpu_;
+  std::unique_ptr<cuda::CudaBackend> gpu_ = make_cuda_backend(0, test_options(GetParam()));
+};
+
+TEST_P(CudaBatchedGemm, ForwardAndWeightGradMatchCpuBatchedOrNot) {
+  const double rtol = tolerance(GetParam());
+  const int64_t M = 37, N = 48, K = 64, count = 3;
+  const auto x = random_floats(M * K, 51), w = random_floats(count * N * K, 52),
+             dy = random_floats(count * M * N, 53), dw0 = random_floats(count * N * K, 54);
+  std::vector<float> y(count * M * N), dw = dw0;
+  for (int64_t i = 0; i < count; ++i) {
+    cpu_.matmul_forward(y.data() + i * M * N, x.data(), w.data() + i * N * K, M, N, K);
+    if (i != 1)  // weight 1 is frozen below
+      cpu_.matmul_backward(nullptr, dw.data() + i * N * K, dy.data() + i * M * N, x.data(), nullptr,
+                           M, N, K, false);
+  }
+  DeviceBuffer<float> d_x(x), d_w(w), d_dy(dy);
+  // evenly spaced outputs: one strided batch; outputs in reverse order: single GEMMs.
+  for (bool reversed : {false, true}) {
+    SCOPED_TRACE(reversed ? "single GEMMs (outputs in decreasing order)" : "one strided batch");
+    DeviceBuffer<float> d_y(count * M * N), d_dw(dw0);
+    TensorView ys[count];
+    ConstTensorView ws[count], dys[count];
+    float* dws[count];
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t slot = reversed ? count - 1 - i : i;
+      ys[i] = d_y.get() + slot * M * N;
+      ws[i] = d_w.get() + i * N * K;
+      dys[i] = d_dy.get() + i * M * N;
+      dws[i] = i == 1 ? nullptr : d_dw.get() + (reversed ? count - 1 - i : i) * N * K;
+    }
+    gpu_->matmul_forward_batch(ys, d_x.get(), ws, count, M, N, K);
+    gpu_->matmul_weight_grad_batch(dws, dys, d_x.get(), count, M, N, K);
+    std::vector<float> want_y = y, want_dw = dw;
+    if (reversed) {  // slot count-1-i holds product i
+      for (int64_t i = 0; i < count; ++i) {
+        std::copy_n(y.begin() + i * M * N, M * N, want_y.begin() + (count - 1 - i) * M * N);
+        std::copy_n(dw.begin() + i * N * K, N * K, want_dw.begin() + (count - 1 - i) * N * K);
+      }
+    }
+    EXPECT_TRUE(close(d_y.download(), want_y, rtol, "y"));
+    EXPECT_TRUE(close(d_dw.download(), want_dw, rtol, "dw (+=, weight 1 frozen)"));
+    DeviceBuffer<float> d_y2(count * M * N);
+    TensorView ys2[count];
+    for (int64_t i = 0; i < count; ++i)
+      ys2[i] = d_y2.get() + (reversed ? count - 1 - i : i) * M * N;
+    gpu_->matmul_forward_batch(ys2, d_x.get(), ws, count, M, N, K);
+    EXPECT_TRUE(bitwise_equal(d_y2.download(), d_y.download(), "y run 2"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Compute, CudaBatchedGemm,
+                         ::testing::Values(GemmCompute::kFp32, GemmCompute::kBf16TensorCores),
+                         [](const auto& info) {
+                           return info.param == GemmCompute::kFp32 ? "Fp32" : "Bf16TensorCores";
+                         });
+
+class CudaFusedKernels : public ::testing::Test {
+ protected:
+  std::unique_ptr<cuda::CudaBackend> gpu_ = make_cuda_backend(0, test_options(GemmCompute::kFp32));
+};
+
+template <DType kType>
+void check_add_rmsnorm(cuda::CudaBackend& gpu) {
+  const int64_t M = 19, D = 200;
+  const auto sum0 = random_floats(M * D, 61), residual = random_floats(M * D, 62),
+             g = random_floats(D, 63);
+  Stored16Tensor<kType> fused_sum(sum0), plain_sum(sum0), res(residual), gain(g), fused_y(M * D),
+      plain_y(M * D);
+  DeviceBuffer<float> fused_rstd(M), plain_rstd(M);
+  gpu.add_rmsnorm_forward(fused_sum.gpu_view(), fused_y.gpu_view(), fused_rstd.get(),
+                          res.gpu_view(), gain.gpu_view(), M, D, 1e-5f);
+  gpu.add_inplace(plain_sum.gpu_view(), res.gpu_view(), M * D);
+  gpu.rmsnorm_forward(plain_y.gpu_view(), plain_rstd.get(), plain_sum.gpu_view(), gain.gpu_view(),
+                      M, D, 1e-5f);
+  EXPECT_TRUE(bitwise_equal(fused_sum.device.download(), plain_sum.device.download(), "sum"));
+  EXPECT_TRUE(bitwise_equal(fused_y.device.download(), plain_y.device.download(), "y"));
+  EXPECT_TRUE(bitwise_equal(fused_rstd.download(), plain_rstd.download(), "rstd"));
+}
+
+TEST_F(CudaFusedKernels, AddRmsnormIsAddThenRmsnormBitwise) {
+  {
+    SCOPED_TRACE("bf16");
+    check_add_rmsnorm<DType::kBf16>(*gpu_);
+  }
+  {
+    SCOPED_TRACE("fp16");
+    check_add_rmsnorm<DType::kFloat16>(*gpu_);
+  }
+  // fp32 through plain buffers
+  const int64_t M = 7, D = 96;
+  const auto sum0 = random_floats(M * D, 64), residual = random_floats(M * D, 65),
+             g = random_floats(D, 66);
+  DeviceBuffer<float> fused_sum(sum0), plain_sum(sum0), res(residual), gain(g), fused_y(M * D),
+      plain_y(M * D), fused_rstd(M), plain_rstd(M);
+  gpu_->add_rmsnorm_forward(fused_sum.get(), fused_y.get(), fused_rstd.get(), res.get(), gain.get(),
+                            M, D, 1e-6f);
+  gpu_->add_inplace(plain_sum.get(), res.get(), M * D);
+  gpu_->rmsnorm_forward(plain_y.get(), plain_rstd.get(), plain_sum.get(), gain.get(), M, D, 1e-6f);
+  EXPECT_TRUE(bitwise_equal(fused_sum.download(), plain_sum.download(), "fp32 sum"));
+  EXPECT_TRUE(bitwise_equal(fused_y.download(), plain_y.download(), "fp32 y"));
+}
+
+// The same values at an aligned offset (chunks of 16 bytes) and one element further (every
+// pointer misaligned: one element at a time) give the same bits; n = 8k + 5 has a tail.
+struct ElementwiseOutputs {
+  std::vector<uint16_t> h, dgate, dup, sum;  // bf16 bits
+  std::vector<float> widened;                // from_bf16(h)
+};
+
+ElementwiseOutputs run_elementwise(cuda::CudaBackend& gpu, const std::vector<float>& gate,
+                                   const std::vector<float>& up, const std::vector<float>& dh,
+                                   int64_t offset) {
+  using Bf16 = Stored16Tensor<DType::kBf16>;
+  const int64_t n = static_cast<int64_t>(gate.size());
+  auto padded = [&](const std::vector<float>& v) {
+    std::vector<float> out(static_cast<size_t>(offset), 0.0f);
+    out.insert(out.end(), v.begin(), v.end());
+    return out;
+  };
+  Bf16 g(padded(gate)), u(padded(up)), d(padded(dh)), sum(padded(gate)), h(n + offset),
+      dg(n + offset), du(n + offset);
+  gpu.swiglu_forward(h.gpu_view().at(offset), g.gpu_view().at(offset), u.gpu_view().at(offset), n);
+  gpu.swiglu_backward(dg.gpu_view().at(offset), du.gpu_view().at(offset), d.gpu_view().at(offset),
+                      g.gpu_view().at(offset), u.gpu_view().at(offset), n);
+  gpu.add_inplace(sum.gpu_view().at(offset), u.gpu_view().at(offset), n);
+  DeviceBuffer<float> widened(n + offset);
+  gpu.from_bf16(widened.get() + offset, h.device.get() + offset, n);
+  auto from_offset = [&](auto v) { return decltype(v)(v.begin() + offset, v.end()); };
+  return {from_offset(h.device.download()), from_offset(dg.device.download()),
+          from_offset(du.device.download()), from_offset(sum.device.download()),
+          from_offset(widened.download())};
+}
+
+TEST_F(CudaFusedKernels, ChunkedElementwiseEqualsOneByOne) {
+  const int64_t n = 8 * 97 + 5;
+  const auto gate = random_floats(n, 71, 3.0f), up = random_floats(n, 72),
+             dh = random_floats(n, 73);
+  const ElementwiseOutputs chunked = run_elementwise(*gpu_, gate, up, dh, 0);
+  const ElementwiseOutputs one_by_one = run_elementwise(*gpu_, gate, up, dh, 1);
+  EXPECT_TRUE(bitwise_equal(chunked.h, one_by_one.h, "swiglu h"));
+  EXPECT_TRUE(bitwise_equal(chunked.dgate, one_by_one.dgate, "swiglu dgate"));
+  EXPECT_TRUE(bitwise_equal(chunked.dup, one_by_one.dup, "swiglu dup"));
+  EXPECT_TRUE(bitwise_equal(chunked.sum, one_by_one.sum, "add"));
+  EXPECT_TRUE(bitwise_equal(chunked.widened, one_by_one.widened, "from_bf16"));
+}
+
+}  // namespace
+}  // namespace zt::gpu_test
