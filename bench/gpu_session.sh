@@ -215,7 +215,7 @@ run_part_preflight() {
     say "info --env: FAILED (exit $?): the binary cannot start here"
 }
 
-gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*:CudaFusedKernels.*' 'gemm_attention=*CudaGemm.*:*CudaBatchedGemm.*:*CudaAttention.*'
+gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*:CudaFusedKernels.*' 'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*'
   'engine=CudaEngine.*' 'comm=NcclComm.*:StagedComm.*' 'fused_attention=CudnnAttention.*')
 gpu_test_np2_groups=('staged_comm=StagedComm.*' 'engine_shared=CudaEngineShared.*'
   'engine_nccl=CudaEngineNccl.*')

@@ -55,9 +55,12 @@ class Backend {
                                bool accumulate_dx) = 0;
 
   // ---- several linear layers of one input and one shape (q/k/v, gate/up) ----
-  // ys[i][M,N] = x[M,K] · ws[i][N,K]ᵀ for i < count: each as matmul_forward computes it. A
-  // device backend may issue them as one batched GEMM (the CUDA backend does when the weights and
-  // the outputs are evenly spaced: backend/gemm_batch.h); the base class calls matmul_forward.
+  // ys[i][M,N] = x[M,K] · ws[i][N,K]ᵀ for i < count, each rounded as matmul_forward rounds it.
+  // The base class calls matmul_forward for each (so the CPU backend's results are bitwise the
+  // unbatched ones). A device backend may issue them as one batched GEMM (the CUDA backend does
+  // when the weights and the outputs are evenly spaced: backend/gemm_batch.h), whose algorithm
+  // may sum in another order than a single GEMM's: equal within the GEMM tolerance, not bitwise,
+  // and the same bits on every run.
   // (Arrays and a count, not std::span: nvcc compiles the CUDA sources as C++17.)
   virtual void matmul_forward_batch(const TensorView* ys, ConstTensorView x,
                                     const ConstTensorView* ws, int64_t count, int64_t M, int64_t N,

@@ -10,8 +10,10 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "backend/cuda/cuda_gemm.h"
 #include "gpu_test_util.h"
 
 namespace zt::gpu_test {
@@ -41,7 +43,12 @@ TEST_P(CudaBatchedGemm, ForwardAndWeightGradMatchCpuBatchedOrNot) {
   // evenly spaced outputs: one strided batch; outputs in reverse order: single GEMMs.
   for (bool reversed : {false, true}) {
     SCOPED_TRACE(reversed ? "single GEMMs (outputs in decreasing order)" : "one strided batch");
-    DeviceBuffer<float> d_y(count * M * N), d_dw(dw0);
+    // Slot count-1-i starts from weight i's dw0 block when reversed, so it ends as the CPU's dw_i.
+    std::vector<float> dw_start = dw0;
+    if (reversed)
+      for (int64_t i = 0; i < count; ++i)
+        std::copy_n(dw0.begin() + i * N * K, N * K, dw_start.begin() + (count - 1 - i) * N * K);
+    DeviceBuffer<float> d_y(count * M * N), d_dw(dw_start);
     TensorView ys[count];
     ConstTensorView ws[count], dys[count];
     float* dws[count];
@@ -77,6 +84,30 @@ INSTANTIATE_TEST_SUITE_P(Compute, CudaBatchedGemm,
                          [](const auto& info) {
                            return info.param == GemmCompute::kFp32 ? "Fp32" : "Bf16TensorCores";
                          });
+
+// The batch above may pass by falling back; this one must run as one strided batch: cuBLASLt
+// takes the shared input at batch stride 0, bf16 operands (what --activations bf16 runs).
+TEST(CudaBatchedGemmPlan, CublasLtRunsABatchWithAStrideZeroInput) {
+  const int64_t M = 128, N = 256, K = 192, count = 3;
+  cudaStream_t stream = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    DeviceBuffer<std::byte> workspace(size_t{8} << 20);
+    cuda::LtGemm gemm(stream, workspace.get(), workspace.size(), GemmCompute::kBf16TensorCores);
+    Stored16Tensor<DType::kBf16> x(random_floats(M * K, 81)), w(random_floats(count * N * K, 82)),
+        y(static_cast<size_t>(count * M * N));
+    cuda::RowMajorGemm g;
+    g.transpose_b = true;
+    g.rows = M, g.cols = N, g.inner = K, g.batch = count;
+    g.a = x.device.get(), g.lda = K, g.stride_a = 0;
+    g.b = w.device.get(), g.ldb = K, g.stride_b = N * K;
+    g.c = y.device.get(), g.ldc = N, g.stride_c = M * N;
+    g.a_type = g.b_type = g.c_type = DType::kBf16;
+    EXPECT_TRUE(gemm.try_run(g));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  ZT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
 
 class CudaFusedKernels : public ::testing::Test {
  protected:
@@ -166,6 +197,33 @@ TEST_F(CudaFusedKernels, ChunkedElementwiseEqualsOneByOne) {
   EXPECT_TRUE(bitwise_equal(chunked.dup, one_by_one.dup, "swiglu dup"));
   EXPECT_TRUE(bitwise_equal(chunked.sum, one_by_one.sum, "add"));
   EXPECT_TRUE(bitwise_equal(chunked.widened, one_by_one.widened, "from_bf16"));
+}
+
+// fp32 inputs (4 per 16 bytes, two accesses per chunk) and fp16 outputs: the conversions and the
+// fp32 scale, chunked against one element at a time (the same values one float further on).
+TEST_F(CudaFusedKernels, ChunkedConversionsEqualOneByOne) {
+  const int64_t n = 8 * 61 + 3;
+  std::vector<float> values = random_floats(n, 91, 2.0e4f);  // some beyond fp16's 65504
+  values[5] = 1e-8f;                                         // an fp16 subnormal
+  auto run = [&](int64_t offset) {
+    std::vector<float> padded(static_cast<size_t>(offset), 0.0f);
+    padded.insert(padded.end(), values.begin(), values.end());
+    DeviceBuffer<float> in(padded), scaled(padded), back(n + offset);
+    DeviceBuffer<uint16_t> b16(n + offset), f16(n + offset);
+    gpu_->to_bf16(b16.get() + offset, in.get() + offset, n);
+    gpu_->to_fp16(f16.get() + offset, in.get() + offset, n);
+    gpu_->from_fp16(back.get() + offset, f16.get() + offset, n);
+    gpu_->scale_inplace(scaled.get() + offset, 0.37f, n);
+    auto from_offset = [&](auto v) { return decltype(v)(v.begin() + offset, v.end()); };
+    return std::make_tuple(from_offset(b16.download()), from_offset(f16.download()),
+                           from_offset(back.download()), from_offset(scaled.download()));
+  };
+  const auto [b16_c, f16_c, back_c, scaled_c] = run(0);
+  const auto [b16_1, f16_1, back_1, scaled_1] = run(1);
+  EXPECT_TRUE(bitwise_equal(b16_c, b16_1, "to_bf16"));
+  EXPECT_TRUE(bitwise_equal(f16_c, f16_1, "to_fp16"));
+  EXPECT_TRUE(bitwise_equal(back_c, back_1, "from_fp16"));
+  EXPECT_TRUE(bitwise_equal(scaled_c, scaled_1, "scale_inplace"));
 }
 
 }  // namespace

@@ -12,6 +12,9 @@
 
 #include "backend/backend.h"
 #include "backend/gemm_batch.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/llama.h"
 #include "test_cpu_backend_support.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -146,6 +149,68 @@ TEST_P(BatchedOps, AddRmsnormIsAddThenRmsnorm) {
     const float want = value(first) + value(residual);
     const float got = value(fused_sum);
     ASSERT_EQ(got, GetParam() == DType::kBf16 ? round_to_bf16(want) : want) << i;
+  }
+}
+
+// The batches the layer issues are evenly spaced in the real layouts, so that the CUDA backend
+// can run each as one strided GEMM rather than fall back: q/k/v outputs (GQA: k/v) and their
+// output gradients as carve_activation_arena lays them out (carved from a fake base: only the
+// addresses matter), gate/up, and the weights and gradients at their layout offsets.
+TEST_P(BatchedOps, ModelBatchesAreEvenlySpaced) {
+  struct Case {
+    const char* name;
+    int64_t kv_heads;
+    bool qk_norm;
+  };
+  for (const Case& k : {Case{"GQA", 2, false}, Case{"MHA", 4, false},
+                        Case{"GQA q/k norms", 2, true}, Case{"MHA q/k norms", 4, true}}) {
+    SCOPED_TRACE(k.name);
+    ModelConfig c = preset_config("tiny");
+    c.num_kv_heads = k.kv_heads;
+    c.qk_norm = k.qk_norm;
+    c.validate();
+    const int64_t B = 2, T = 8, M = B * T, D = c.hidden_size, KV = c.kv_dim(),
+                  F = c.intermediate_size;
+    const bool mha = c.q_dim() == KV;
+    ActivationTensors t;
+    carve_activation_arena(c, B, T, ActivationCheckpointing{}, M, GetParam(),
+                           reinterpret_cast<std::byte*>(uintptr_t{1} << 20), nullptr, t);
+    const size_t e = dtype_size(GetParam());
+    for (const LayerActivations& a : t.layers) {
+      const TensorView q_out = k.qk_norm ? a.q_raw : a.q, k_out = k.qk_norm ? a.k_raw : a.k;
+      EXPECT_TRUE(even_stride(std::vector<const void*>{k_out.data, a.v.data}, e, M * KV));
+      if (mha) {
+        EXPECT_TRUE(
+            even_stride(std::vector<const void*>{q_out.data, k_out.data, a.v.data}, e, M * KV));
+      }
+      EXPECT_TRUE(even_stride(std::vector<const void*>{a.gate.data, a.up.data}, e, M * F));
+    }
+    // The weight-gradient batches read: k's output gradient (in datt with q/k norms) and dv;
+    // dq, dk, dv when q joins (MHA without q/k norms).
+    const void* dk = k.qk_norm ? t.datt.data : t.dk.data;
+    EXPECT_TRUE(even_stride(std::vector<const void*>{dk, t.dv.data}, e, 1));
+    if (mha && !k.qk_norm) {
+      EXPECT_TRUE(even_stride(std::vector<const void*>{t.dq.data, t.dk.data, t.dv.data}, e, 1));
+    }
+    EXPECT_TRUE(even_stride(std::vector<const void*>{t.dgate.data, t.dup.data}, e, 1));
+    // Weights (and gradients, at the same offsets) of layer 0's group.
+    const ParamLayout layout(c);
+    auto at = [&](TensorRole r) {
+      return reinterpret_cast<const void*>((uintptr_t{1} << 20) +
+                                           layout.tensor(r, 0).offset * sizeof(float));
+    };
+    EXPECT_TRUE(
+        even_stride(std::vector<const void*>{at(TensorRole::kKProj), at(TensorRole::kVProj)},
+                    sizeof(float), KV * D));
+    if (mha) {
+      EXPECT_TRUE(
+          even_stride(std::vector<const void*>{at(TensorRole::kQProj), at(TensorRole::kKProj),
+                                               at(TensorRole::kVProj)},
+                      sizeof(float), KV * D));
+    }
+    EXPECT_TRUE(
+        even_stride(std::vector<const void*>{at(TensorRole::kGateProj), at(TensorRole::kUpProj)},
+                    sizeof(float), F * D));
   }
 }
 

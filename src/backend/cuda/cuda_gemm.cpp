@@ -150,11 +150,15 @@ const LtGemm::Plan* LtGemm::plan_for(const RowMajorGemm& g) {
       ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
     }
-    // NOT_SUPPORTED: no algorithm for this problem (then returned stays 0).
+    // NOT_SUPPORTED: no algorithm for this problem (then returned stays 0); for a batch,
+    // INVALID_VALUE too (a layout cuBLASLt refuses, such as a stride it does not take), so that
+    // the caller can fall back to single GEMMs.
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
         handle_, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c,
         preference, 1, &result, &returned);
-    if (status != CUBLAS_STATUS_NOT_SUPPORTED) ZT_CUBLAS_CHECK(status);
+    const bool refused = status == CUBLAS_STATUS_NOT_SUPPORTED ||
+                         (g.batch > 1 && status == CUBLAS_STATUS_INVALID_VALUE);
+    if (!refused) ZT_CUBLAS_CHECK(status);
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(preference);
     throw;

@@ -36,8 +36,9 @@ __global__ void rmsnorm_forward_kernel(A* y, float* rstd, const A* x, const W* g
 // Residual add fused with the norm, one block per row: s = sum + residual, rounded once and
 // stored, then rmsnorm_forward_kernel over the stored s. Each thread visits the same columns in
 // the same order and the block sum is the same, so sum, y and rstd are the unfused pair's bits
-// (add_kernel, then rmsnorm_forward_kernel) while the sum is read from memory once instead of
-// written, read back and read again.
+// (AddInPlace, then rmsnorm_forward_kernel). The sum is read, written and read back (by the
+// thread that wrote it, likely from cache) instead of read, written and read twice, and one
+// launch goes.
 template <typename A, typename W>
 __global__ void add_rmsnorm_forward_kernel(A* sum, A* y, float* rstd, const A* residual, const W* g,
                                            int64_t D, float eps) {

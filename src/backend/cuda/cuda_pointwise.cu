@@ -301,6 +301,7 @@ void launch_convert(const char* name, Out* out, const In* in, int64_t n, cudaStr
 
 void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
                            cudaStream_t stream) {
+  if (n == 0) return;
   with_storage(shared_storage("swiglu_forward", {h, gate, up}), "swiglu_forward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
     launch_elementwise("swiglu_forward",
@@ -312,6 +313,7 @@ void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView u
 void launch_swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
                             ConstTensorView gate, ConstTensorView up, int64_t n,
                             cudaStream_t stream) {
+  if (n == 0) return;
   const DType storage = shared_storage("swiglu_backward", {dgate, dup, dh, gate, up});
   with_storage(storage, "swiglu_backward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
@@ -363,6 +365,7 @@ void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView log
 }
 
 void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
   with_storage(shared_storage("add_inplace", {y, x}), "add_inplace", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
     launch_elementwise("add_inplace", AddInPlace<A>{typed<A>(y), typed<A>(x)}, n, {y.data, x.data},
