@@ -79,6 +79,19 @@ __global__ void elementwise_kernel(Op op, int64_t n, bool chunked) {
   for (int64_t i = done + global_thread(); i < n; i += grid_threads()) op(ElementAt{i});
 }
 
+// Row kernels (one block per row of D elements): body(at) over the positions this thread owns,
+// chunks c = t, t + blockDim, ... when `chunked` (D a multiple of kChunk and the row's tensors
+// aligned), else elements d = t, t + blockDim, ... Each thread visits its positions in a fixed
+// order, so a sum over them is a fixed function of D, blockDim and `chunked`.
+template <typename Body>
+__device__ __forceinline__ void for_row(int64_t D, bool chunked, Body&& body) {
+  if (chunked) {
+    for (int64_t c = threadIdx.x; c < D / kChunk; c += blockDim.x) body(ChunkAt{c * kChunk});
+  } else {
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) body(ElementAt{d});
+  }
+}
+
 // Every pointer 16-byte aligned (null pointers are ignored).
 inline bool aligned16(std::initializer_list<const void*> pointers) {
   for (const void* p : pointers)

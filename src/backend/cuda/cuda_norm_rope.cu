@@ -1,6 +1,8 @@
 // CUDA backend: RMSNorm and rotary position embedding, forward and backward side by side.
 // Activations and the norm weight in either storage type (cuda_storage.cuh): read widened,
 // computed in fp32, each output rounded once.
+#include <initializer_list>
+#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_column_sum.cuh"
@@ -9,72 +11,85 @@
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
 #include "util/cuda/cuda_check.h"
+#include "util/error.h"
 
 namespace zt::cuda {
 namespace {
 
-// ---- RMSNorm ----
+// ---- RMSNorm (rows in 16-byte chunks where they allow it: for_row, cuda_elementwise.cuh) ----
 // Forward, one block per row: rstd = 1/sqrt(mean_d x² + eps) (fp32 block sum); y = g·(x·rstd).
-template <typename A, typename W>
-__global__ void rmsnorm_forward_kernel(A* y, float* rstd, const A* x, const W* g, int64_t D,
-                                       float eps) {
+// kResidual (add_rmsnorm_forward): first x += residual, rounded once and stored, and the norm
+// reads the stored sum; each thread owns the same positions in the same order and the block sum
+// is the same, so x, y and rstd are AddInPlace then the plain kernel, bit for bit, with the sum
+// read, written and read back (by the thread that wrote it) instead of also read once more, and
+// one launch fewer. (Without kResidual, x is only read.)
+template <typename A, typename W, bool kResidual>
+__global__ void rmsnorm_forward_kernel(A* y, float* rstd, A* x, const A* residual, const W* g,
+                                       int64_t D, float eps, bool chunked) {
   const int64_t row = blockIdx.x;
-  const A* xr = x + row * D;
+  A* xr = x + row * D;
   float acc = 0.0f;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    const float xd = load(xr, d);
-    acc += xd * xd;
-  }
+  for_row(D, chunked, [&](auto at) {
+    using At = decltype(at);
+    float v[At::kCount];
+    at.load(xr, v);
+    if constexpr (kResidual) {
+      float res[At::kCount];
+      at.load(residual + row * D, res);
+#pragma unroll
+      for (int j = 0; j < At::kCount; ++j) v[j] = stored_value<A>(v[j] + res[j]);
+      at.store(xr, v);
+    }
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) acc += v[j] * v[j];
+  });
   const float mean_square = block_sum(acc) / static_cast<float>(D);
   const float r = 1.0f / sqrtf(mean_square + eps);
   if (threadIdx.x == 0) rstd[row] = r;
   A* yr = y + row * D;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-    store(yr, d, load(g, d) * (load(xr, d) * r));
-}
-
-// Residual add fused with the norm, one block per row: s = sum + residual, rounded once and
-// stored, then rmsnorm_forward_kernel over the stored s. Each thread visits the same columns in
-// the same order and the block sum is the same, so sum, y and rstd are the unfused pair's bits
-// (AddInPlace, then rmsnorm_forward_kernel). The sum is read, written and read back (by the
-// thread that wrote it, likely from cache) instead of read, written and read twice, and one
-// launch goes.
-template <typename A, typename W>
-__global__ void add_rmsnorm_forward_kernel(A* sum, A* y, float* rstd, const A* residual, const W* g,
-                                           int64_t D, float eps) {
-  const int64_t row = blockIdx.x;
-  A* sr = sum + row * D;
-  const A* rr = residual + row * D;
-  float acc = 0.0f;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    const float sd = stored_value<A>(load(sr, d) + load(rr, d));
-    store(sr, d, sd);
-    acc += sd * sd;
-  }
-  const float mean_square = block_sum(acc) / static_cast<float>(D);
-  const float r = 1.0f / sqrtf(mean_square + eps);
-  if (threadIdx.x == 0) rstd[row] = r;
-  A* yr = y + row * D;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-    store(yr, d, load(g, d) * (load(sr, d) * r));  // sr[d]: written by this thread above
+  for_row(D, chunked, [&](auto at) {
+    using At = decltype(at);
+    float v[At::kCount], gain[At::kCount];
+    at.load(xr, v);
+    at.load(g, gain);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) v[j] = gain[j] * (v[j] * r);
+    at.store(yr, v);
+  });
 }
 
 // Backward dx, one block per row: dx += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x).
 // dx is accumulated: read, added to in fp32, rounded once.
 template <typename A, typename W>
 __global__ void rmsnorm_backward_dx_kernel(A* dx, const A* dy, const A* x, const W* g,
-                                           const float* rstd, int64_t D) {
+                                           const float* rstd, int64_t D, bool chunked) {
   const int64_t row = blockIdx.x;
   const A* xr = x + row * D;
   const A* dyr = dy + row * D;
   float acc = 0.0f;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-    acc += (load(g, d) * load(dyr, d)) * load(xr, d);
+  for_row(D, chunked, [&](auto at) {
+    using At = decltype(at);
+    float gain[At::kCount], grad[At::kCount], v[At::kCount];
+    at.load(g, gain);
+    at.load(dyr, grad);
+    at.load(xr, v);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) acc += (gain[j] * grad[j]) * v[j];
+  });
   const float r = rstd[row];
   const float coef = block_sum(acc) / static_cast<float>(D) * r * r * r;
   A* dxr = dx + row * D;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-    store(dxr, d, load(dxr, d) + (r * (load(g, d) * load(dyr, d)) - load(xr, d) * coef));
+  for_row(D, chunked, [&](auto at) {
+    using At = decltype(at);
+    float gain[At::kCount], grad[At::kCount], v[At::kCount], out[At::kCount];
+    at.load(g, gain);
+    at.load(dyr, grad);
+    at.load(xr, v);
+    at.load(dxr, out);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) out[j] = out[j] + (r * (gain[j] * grad[j]) - v[j] * coef);
+    at.store(dxr, out);
+  });
 }
 
 // Backward dg's term: dy·x·rstd of row m, column d (summed over rows by cuda_column_sum.cuh).
@@ -127,34 +142,48 @@ struct RopeRotate {
 
 }  // namespace
 
-void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
-                            int64_t M, int64_t D, float eps, cudaStream_t stream) {
+namespace {
+// Chunked rows: whole chunks per row and every tensor of the call 16-byte aligned.
+bool chunked_rows(int64_t D, std::initializer_list<const void*> pointers) {
+  return D % kChunk == 0 && aligned16(pointers);
+}
+
+// The forward kernel with or without the residual add (residual null: none).
+void launch_norm_forward(const char* op, TensorView y, float* rstd, TensorView x,
+                         ConstTensorView residual, ConstTensorView g, int64_t M, int64_t D,
+                         float eps, cudaStream_t stream) {
   if (M == 0) return;
-  with_storage(shared_storage("rmsnorm_forward", {y, x}), "rmsnorm_forward", [&](auto x_tag) {
+  const bool chunked = chunked_rows(D, {y.data, x.data, residual.data, g.data});
+  with_storage(shared_storage(op, {y, x, residual}), op, [&](auto x_tag) {
     using A = std::remove_pointer_t<decltype(x_tag)>;
-    with_storage(g.dtype, "rmsnorm_forward g", [&](auto g_tag) {
+    with_storage(g.dtype, std::string(op) + " g", [&](auto g_tag) {
       using W = std::remove_pointer_t<decltype(g_tag)>;
-      rmsnorm_forward_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-          typed<A>(y), rstd, typed<A>(x), typed<W>(g), D, eps);
+      if (residual) {
+        rmsnorm_forward_kernel<A, W, true><<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
+            typed<A>(y), rstd, typed<A>(x), typed<A>(residual), typed<W>(g), D, eps, chunked);
+      } else {
+        rmsnorm_forward_kernel<A, W, false><<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
+            typed<A>(y), rstd, typed<A>(x), nullptr, typed<W>(g), D, eps, chunked);
+      }
     });
   });
-  ZT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
+  check_cuda(cudaGetLastError(), op, __FILE__, __LINE__);
+}
+}  // namespace
+
+void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
+                            int64_t M, int64_t D, float eps, cudaStream_t stream) {
+  // The kernel writes x only with a residual: without one it is read-only.
+  const TensorView read_only_x(const_cast<void*>(x.data), x.dtype);
+  launch_norm_forward("rmsnorm_forward", y, rstd, read_only_x, ConstTensorView(), g, M, D, eps,
+                      stream);
 }
 
 void launch_add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd, ConstTensorView residual,
                                 ConstTensorView g, int64_t M, int64_t D, float eps,
                                 cudaStream_t stream) {
-  if (M == 0) return;
-  const DType storage = shared_storage("add_rmsnorm_forward", {sum, y, residual});
-  with_storage(storage, "add_rmsnorm_forward", [&](auto x_tag) {
-    using A = std::remove_pointer_t<decltype(x_tag)>;
-    with_storage(g.dtype, "add_rmsnorm_forward g", [&](auto g_tag) {
-      using W = std::remove_pointer_t<decltype(g_tag)>;
-      add_rmsnorm_forward_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-          typed<A>(sum), typed<A>(y), rstd, typed<A>(residual), typed<W>(g), D, eps);
-    });
-  });
-  ZT_CUDA_CHECK_LAUNCH("add_rmsnorm_forward_kernel");
+  ZT_CHECK(static_cast<bool>(residual), "add_rmsnorm_forward: no residual");
+  launch_norm_forward("add_rmsnorm_forward", y, rstd, sum, residual, g, M, D, eps, stream);
 }
 
 void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,
@@ -162,12 +191,13 @@ void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorVi
                                 cudaStream_t stream) {
   if (M == 0) return;
   const DType storage = shared_storage("rmsnorm_backward", {dx, dy, x});
+  const bool chunked = chunked_rows(D, {dx.data, dy.data, x.data, g.data});
   with_storage(storage, "rmsnorm_backward", [&](auto x_tag) {
     using A = std::remove_pointer_t<decltype(x_tag)>;
     with_storage(g.dtype, "rmsnorm_backward g", [&](auto g_tag) {
       using W = std::remove_pointer_t<decltype(g_tag)>;
       rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-          typed<A>(dx), typed<A>(dy), typed<A>(x), typed<W>(g), rstd, D);
+          typed<A>(dx), typed<A>(dy), typed<A>(x), typed<W>(g), rstd, D, chunked);
     });
   });
   ZT_CUDA_CHECK_LAUNCH("rmsnorm_backward_dx_kernel");
