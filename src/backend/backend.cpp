@@ -1,5 +1,5 @@
-// The Backend base class's unfused defaults (batched linear layers, residual add + RMSNorm), its
-// fp16 conversions and the 16-bit dispatch (backend/backend.h).
+// The Backend base class's unbatched defaults (linear layers of one input), its fp16
+// conversions and the 16-bit dispatch (backend/backend.h).
 #include "backend/backend.h"
 
 #include "util/error.h"
@@ -17,13 +17,6 @@ void Backend::matmul_weight_grad_batch(float* const* dws, const ConstTensorView*
                                        int64_t K) {
   for (int64_t i = 0; i < count; ++i)
     if (dws[i]) matmul_backward(TensorView(), dws[i], dys[i], x, ConstTensorView(), M, N, K, false);
-}
-
-void Backend::add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd,
-                                  ConstTensorView residual, ConstTensorView g, int64_t M, int64_t D,
-                                  float eps) {
-  add_inplace(sum, residual, M * D);
-  rmsnorm_forward(y, rstd, sum, g, M, D, eps);
 }
 
 void Backend::to_fp16(uint16_t*, const float*, int64_t) {

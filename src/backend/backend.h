@@ -54,6 +54,14 @@ class Backend {
                                ConstTensorView w, int64_t M, int64_t N, int64_t K,
                                bool accumulate_dx) = 0;
 
+  // ---- linear layer onto a residual: y = residual + x · Wᵀ (the o and down projections) ----
+  // y[M,N] = residual[M,N] + x[M,K]·w[N,K]ᵀ: the product summed in fp32, the widened residual
+  // added in fp32, the sum rounded once (with fp32 storage: bitwise matmul_forward then
+  // add_inplace). y must not alias residual. The CUDA backend runs it as one cuBLASLt GEMM with
+  // β = 1 (the residual as C, y as D), so the add costs no pass of its own.
+  virtual void matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
+                                  ConstTensorView residual, int64_t M, int64_t N, int64_t K) = 0;
+
   // ---- several linear layers of one input and one shape (q/k/v, gate/up) ----
   // ys[i][M,N] = x[M,K] · ws[i][N,K]ᵀ for i < count, each rounded as matmul_forward rounds it.
   // The base class calls matmul_forward for each (so the CPU backend's results are bitwise the
@@ -85,14 +93,6 @@ class Backend {
   // dx or dg may be null to skip that part (dg: a frozen norm weight).
   virtual void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D) = 0;
-
-  // ---- residual add, then RMSNorm of the sum (the post-attention norm) ----
-  // sum[M,D] += residual (read, added in fp32, rounded once), then y and rstd are
-  // rmsnorm_forward(sum): bitwise add_inplace followed by rmsnorm_forward, which the base class
-  // calls. A device backend fuses them into one pass that reads the sum it has just rounded.
-  virtual void add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd,
-                                   ConstTensorView residual, ConstTensorView g, int64_t M,
-                                   int64_t D, float eps);
 
   // ---- rotary position embedding, HF rotate-half convention, in place ----
   // x is [B, T, H, hd]; position of token t is t. With c=cos(t·θ_i), s=sin(t·θ_i),

@@ -255,8 +255,9 @@ void LlamaModel::embed_backward(float* grads) {
 
 // ---- decoder layer ----
 // xn1 = rms(x)·g1; q,k,v = xn1·W{q,k,v}ᵀ (+ b{q,k,v}); [Qwen3: q,k = rms_head(q,k)·g{q,k}];
-// rope(q,k); att = causal_softmax(q kᵀ/√hd)·v; x2 = x + (att·Woᵀ + bo);
+// rope(q,k); att = causal_softmax(q kᵀ/√hd)·v; x2 = (x + att·Woᵀ) + bo;
 // xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
+// (each residual add happens in its projection's GEMM: matmul_forward_add, one rounding)
 // (a bias or a q/k norm only where the family has one; rms_head normalises each head's hd values)
 void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute) {
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
@@ -303,15 +304,14 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   be_.rope_forward(A.q, B_, T_, H, hd, rope);
   be_.rope_forward(A.k, B_, T_, Hkv, hd, rope);
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd);
-  be_.matmul_forward(A.x2, A.att, P.wo, M_, D, QD);
+  be_.matmul_forward_add(A.x2, A.att, P.wo, x, M_, D, QD);  // x2 = x + att·Woᵀ, rounded once
   if (P.bo) be_.bias_forward(A.x2, P.bo, M_, D);
-  be_.add_rmsnorm_forward(A.x2, A.xn2, A.rstd2, x, P.post_norm, M_, D, eps);  // x2 += x; norm
+  be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
   const TensorView gate_up[] = {A.gate, A.up};
   const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
   be_.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, M_, F, D);
   be_.swiglu_forward(A.h, A.gate, A.up, M_ * F);
-  be_.matmul_forward(out, A.h, P.wdown, M_, D, F);
-  be_.add_inplace(out, A.x2, M_ * D);
+  be_.matmul_forward_add(out, A.h, P.wdown, A.x2, M_, D, F);  // out = x2 + h·Wdᵀ
 }
 
 // On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated.
@@ -342,7 +342,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
                        A.rstd2, M_, D);
-  // attention: x2 = x + (att·Woᵀ + bo);  dbo += Σ_rows ∂L/∂x2
+  // attention: x2 = (x + att·Woᵀ) + bo;  dbo += Σ_rows ∂L/∂x2
   if (P.bo && grad(TensorRole::kOBias))
     be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
   be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false);

@@ -2,8 +2,8 @@
 // - matmul_forward_batch / matmul_weight_grad_batch as one strided-batched cuBLASLt GEMM (evenly
 //   spaced operands) and as single GEMMs (the fallback), each output within the GEMM tests'
 //   tolerance of the CPU backend and bitwise equal on a second run;
-// - add_rmsnorm_forward bitwise equal to add_inplace then rmsnorm_forward on the GPU (same
-//   per-thread order, same block sum), in fp32 and bf16 storage;
+// - matmul_forward_add (one GEMM with β = 1 onto the residual) against the CPU's single
+//   rounding of the fp32 sum, in bf16, fp16 and fp32 storage;
 // - the elementwise kernels in 16-byte chunks (aligned tensors) bitwise equal to the same kernels
 //   one element at a time (the same tensors one element off alignment), tails included.
 #include <gtest/gtest.h>
@@ -111,49 +111,42 @@ TEST(CudaBatchedGemmPlan, CublasLtRunsABatchWithAStrideZeroInput) {
 
 class CudaFusedKernels : public ::testing::Test {
  protected:
+  cpu::CpuBackend cpu_;
   std::unique_ptr<cuda::CudaBackend> gpu_ = make_cuda_backend(0, test_options(GemmCompute::kFp32));
 };
 
-// D a multiple of 8: chunked rows; otherwise element by element (for_row).
+// y = residual + x·wᵀ as one GEMM with β = 1 against the CPU's fp32 product plus the residual,
+// rounded once. Tolerance, derived as in test_cuda_bf16_storage.cpp: the fp32 sums differ by at
+// most the fp32 tolerance, and rounding can then land one step of the type apart (2⁻⁷ bf16,
+// 2⁻¹⁰ fp16); an fp32 output within the fp32 tolerance.
 template <DType kType>
-void check_add_rmsnorm(cuda::CudaBackend& gpu, int64_t D) {
-  const int64_t M = 19;
-  const auto sum0 = random_floats(M * D, 61), residual = random_floats(M * D, 62),
-             g = random_floats(D, 63);
-  Stored16Tensor<kType> fused_sum(sum0), plain_sum(sum0), res(residual), gain(g), fused_y(M * D),
-      plain_y(M * D);
-  DeviceBuffer<float> fused_rstd(M), plain_rstd(M);
-  gpu.add_rmsnorm_forward(fused_sum.gpu_view(), fused_y.gpu_view(), fused_rstd.get(),
-                          res.gpu_view(), gain.gpu_view(), M, D, 1e-5f);
-  gpu.add_inplace(plain_sum.gpu_view(), res.gpu_view(), M * D);
-  gpu.rmsnorm_forward(plain_y.gpu_view(), plain_rstd.get(), plain_sum.gpu_view(), gain.gpu_view(),
-                      M, D, 1e-5f);
-  EXPECT_TRUE(bitwise_equal(fused_sum.device.download(), plain_sum.device.download(), "sum"));
-  EXPECT_TRUE(bitwise_equal(fused_y.device.download(), plain_y.device.download(), "y"));
-  EXPECT_TRUE(bitwise_equal(fused_rstd.download(), plain_rstd.download(), "rstd"));
+void check_matmul_forward_add(cpu::CpuBackend& cpu, cuda::CudaBackend& gpu, double step) {
+  const int64_t M = 37, N = 72, K = 96;
+  Stored16Tensor<kType> x(random_floats(M * K, 101)), w(random_floats(N * K, 102, 0.1f)),
+      residual(random_floats(M * N, 103)), y(static_cast<size_t>(M * N));
+  cpu.matmul_forward_add(y.cpu_view(), x.cpu_view(), w.cpu_view(), residual.cpu_view(), M, N, K);
+  gpu.matmul_forward_add(y.gpu_view(), x.gpu_view(), w.gpu_view(), residual.gpu_view(), M, N, K);
+  EXPECT_TRUE(close(y.gpu(), y.cpu(), step + kFp32Tolerance, "y = residual + x·wᵀ"));
+  EXPECT_TRUE(bitwise_equal(residual.device.download(), residual.host, "residual untouched"));
 }
 
-TEST_F(CudaFusedKernels, AddRmsnormIsAddThenRmsnormBitwise) {
+TEST_F(CudaFusedKernels, MatmulForwardAddIsOneGemmOntoTheResidual) {
   {
-    SCOPED_TRACE("bf16, chunked rows");
-    check_add_rmsnorm<DType::kBf16>(*gpu_, 200);
+    SCOPED_TRACE("bf16");
+    check_matmul_forward_add<DType::kBf16>(cpu_, *gpu_, 1.0 / 128);
   }
   {
-    SCOPED_TRACE("fp16, rows element by element");
-    check_add_rmsnorm<DType::kFloat16>(*gpu_, 100);
+    SCOPED_TRACE("fp16");
+    check_matmul_forward_add<DType::kFloat16>(cpu_, *gpu_, 1.0 / 1024);
   }
-  // fp32 through plain buffers
-  const int64_t M = 7, D = 96;
-  const auto sum0 = random_floats(M * D, 64), residual = random_floats(M * D, 65),
-             g = random_floats(D, 66);
-  DeviceBuffer<float> fused_sum(sum0), plain_sum(sum0), res(residual), gain(g), fused_y(M * D),
-      plain_y(M * D), fused_rstd(M), plain_rstd(M);
-  gpu_->add_rmsnorm_forward(fused_sum.get(), fused_y.get(), fused_rstd.get(), res.get(), gain.get(),
-                            M, D, 1e-6f);
-  gpu_->add_inplace(plain_sum.get(), res.get(), M * D);
-  gpu_->rmsnorm_forward(plain_y.get(), plain_rstd.get(), plain_sum.get(), gain.get(), M, D, 1e-6f);
-  EXPECT_TRUE(bitwise_equal(fused_sum.download(), plain_sum.download(), "fp32 sum"));
-  EXPECT_TRUE(bitwise_equal(fused_y.download(), plain_y.download(), "fp32 y"));
+  const int64_t M = 19, N = 40, K = 64;
+  const auto x = random_floats(M * K, 104), w = random_floats(N * K, 105),
+             residual = random_floats(M * N, 106);
+  std::vector<float> y(M * N);
+  cpu_.matmul_forward_add(y.data(), x.data(), w.data(), residual.data(), M, N, K);
+  DeviceBuffer<float> d_x(x), d_w(w), d_residual(residual), d_y(M * N);
+  gpu_->matmul_forward_add(d_y.get(), d_x.get(), d_w.get(), d_residual.get(), M, N, K);
+  EXPECT_TRUE(close(d_y.download(), y, kFp32Tolerance, "fp32 y"));
 }
 
 // The same values at an aligned offset (chunks of 16 bytes) and one element further (every

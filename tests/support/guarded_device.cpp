@@ -180,6 +180,15 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.matmul_forward(y, x, w, M, N, K);
   }
+  void matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
+                          ConstTensorView residual, int64_t M, int64_t N, int64_t K) override {
+    need(y, M * N, "matmul_forward_add y");
+    need(x, M * K, "matmul_forward_add x");
+    need(w, N * K, "matmul_forward_add w");
+    need(residual, M * N, "matmul_forward_add residual");
+    GuardedDeviceMemory::Access a(mem_);
+    be_.matmul_forward_add(y, x, w, residual, M, N, K);
+  }
   void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                        ConstTensorView w, int64_t M, int64_t N, int64_t K,
                        bool accumulate_dx) override {

@@ -1,9 +1,9 @@
 // The backend ops that let a device backend fuse or batch what the model used to issue one by
-// one (backend.h): batched linear layers of one input, and the residual add fused with the
-// post-attention RMSNorm. Their contract is "the same as the unfused ops": on the CPU backend
-// these tests hold them to that bit for bit, in fp32 and bf16 storage; backend/gemm_batch.h's
-// stride rule, which decides when the CUDA backend may issue one strided-batched GEMM, is pinned
-// case by case. (The CUDA overrides are compared with these in tests/gpu.)
+// one (backend.h): batched linear layers of one input (on the CPU bit for bit the single ones, in
+// fp32 and bf16 storage) and a linear layer onto a residual (the sum rounded once). Also
+// backend/gemm_batch.h's stride rule, which decides when the CUDA backend may issue one
+// strided-batched GEMM, case by case and on the model's real layouts. (The CUDA overrides are
+// compared with these in tests/gpu.)
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -123,33 +123,39 @@ TEST_P(BatchedOps, MatmulWeightGradBatchAccumulatesEachAndSkipsFrozen) {
   EXPECT_EQ(batched1, alone1);
 }
 
-// sum += residual, then y = rms(sum)·g: the sum rounded once and the norm read from the rounded
-// sum, bitwise add_inplace then rmsnorm_forward (the order the model used before the fusion).
-TEST_P(BatchedOps, AddRmsnormIsAddThenRmsnorm) {
+// y = residual + x·wᵀ: the fp32 product plus the widened residual, rounded once. In fp32 that is
+// matmul_forward then add_inplace bit for bit; in bf16 it is the single rounding of that fp32
+// sum, which differs from rounding the product first (matmul_forward then add_inplace) in some
+// elements, so the test tells one rounding from two.
+TEST_P(BatchedOps, MatmulForwardAddRoundsTheSumOnce) {
   auto be = make_cpu_backend();
-  const int64_t M = 9, D = 40;
-  const float eps = 1e-5f;
-  Stored residual(M * D, 7, GetParam()), g(D, 8, GetParam());
-  Stored fused_sum(M * D, 9, GetParam()), fused_y(M * D, 10, GetParam());
-  Stored plain_sum(M * D, 9, GetParam()), plain_y(M * D, 11, GetParam());
-  std::vector<float> fused_rstd(M), plain_rstd(M);
-  be->add_rmsnorm_forward(fused_sum.view(), fused_y.view(), fused_rstd.data(), residual.view(),
-                          g.view(), M, D, eps);
-  be->add_inplace(plain_sum.view(), residual.view(), M * D);
-  be->rmsnorm_forward(plain_y.view(), plain_rstd.data(), plain_sum.view(), g.view(), M, D, eps);
-  EXPECT_EQ(fused_sum.bits(M * D), plain_sum.bits(M * D));
-  EXPECT_EQ(fused_y.bits(M * D), plain_y.bits(M * D));
-  EXPECT_EQ(fused_rstd, plain_rstd);
-  // The sum is the fp32 sum of the two stored values, rounded once.
-  const Stored first(M * D, 9, GetParam());
-  for (int64_t i = 0; i < M * D; ++i) {
-    auto value = [&](const Stored& s) {
-      return GetParam() == DType::kBf16 ? bf16_to_float(s.b16[i]) : s.f32[i];
+  const int64_t M = 23, N = 40, K = 33;
+  Stored x(M * K, 12, GetParam()), w(N * K, 13, GetParam()), residual(M * N, 14, GetParam());
+  Stored fused(M * N, 15, GetParam()), twice(M * N, 16, GetParam());
+  be->matmul_forward_add(fused.view(), x.view(), w.view(), residual.view(), M, N, K);
+  be->matmul_forward(twice.view(), x.view(), w.view(), M, N, K);
+  be->add_inplace(twice.view(), residual.view(), M * N);
+  if (GetParam() == DType::kFloat32) {
+    EXPECT_EQ(fused.bits(M * N), twice.bits(M * N));
+  } else {
+    // The fp32 product of the same (widened) values, then the sum rounded once.
+    auto widened = [](const Stored& s) {
+      std::vector<float> out;
+      for (bf16_t b : s.b16) out.push_back(bf16_to_float(b));
+      return out;
     };
-    const float want = value(first) + value(residual);
-    const float got = value(fused_sum);
-    ASSERT_EQ(got, GetParam() == DType::kBf16 ? round_to_bf16(want) : want) << i;
+    const std::vector<float> x32 = widened(x), w32 = widened(w), r32 = widened(residual);
+    std::vector<float> product(M * N);
+    be->matmul_forward(product.data(), x32.data(), w32.data(), M, N, K);
+    int64_t double_rounding_differs = 0;
+    for (int64_t i = 0; i < M * N; ++i) {
+      ASSERT_EQ(fused.b16[i], float_to_bf16(product[i] + r32[i])) << i;
+      if (twice.b16[i] != fused.b16[i]) ++double_rounding_differs;
+    }
+    EXPECT_GT(double_rounding_differs, 0) << "no element tells one rounding from two";
   }
+  EXPECT_THROW(
+      be->matmul_forward_add(residual.view(), x.view(), w.view(), residual.view(), M, N, K), Error);
 }
 
 // The batches the layer issues are evenly spaced in the real layouts, so that the CUDA backend

@@ -77,6 +77,22 @@ void CpuBackend::matmul_forward(TensorView y, ConstTensorView x, ConstTensorView
   y32.commit();
 }
 
+// Onto a residual: y = residual + x·wᵀ, the product in fp32 first, then the residual added in
+// fp32, rounded once.
+void CpuBackend::matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
+                                    ConstTensorView residual, int64_t M, int64_t N, int64_t K) {
+  ZT_CHECK(y.data != residual.data, "matmul_forward_add: y aliases the residual");
+  const Fp32Input x32(x, M * K), w32(w, N * K), r32(residual, M * N);
+  Fp32Output y32(y, M * N, Fp32Output::Contents::kOverwrite);
+  sgemm(false, true, M, N, K, 1.0f, x32.get(), K, w32.get(), K, 0.0f, y32.get(), N);
+  float* out = y32.get();
+  const float* r = r32.get();
+  const int64_t n = M * N;
+#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) out[i] += r[i];
+  y32.commit();
+}
+
 // Backward: dx[M,K] (= or +=) dy[M,N] · w[N,K];  dw[N,K] += dy[M,N]ᵀ · x[M,K].
 void CpuBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                                  ConstTensorView w, int64_t M, int64_t N, int64_t K,

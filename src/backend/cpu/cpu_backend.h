@@ -43,6 +43,8 @@ class CpuBackend final : public Backend {
 
   void matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M, int64_t N,
                       int64_t K) override;
+  void matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
+                          ConstTensorView residual, int64_t M, int64_t N, int64_t K) override;
   void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                        ConstTensorView w, int64_t M, int64_t N, int64_t K,
                        bool accumulate_dx) override;

@@ -175,6 +175,23 @@ void CudaBackend::matmul_forward(TensorView y, ConstTensorView x, ConstTensorVie
   state_->gemm->run(g);
 }
 
+// y[M,N] = residual + x·wᵀ: the forward's GEMM with β = 1, C = residual, D = y (one rounding).
+void CudaBackend::matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
+                                     ConstTensorView residual, int64_t M, int64_t N, int64_t K) {
+  check_operands("matmul_forward_add", "x", x, "w", w);
+  ZT_CHECK(y.data != residual.data && residual.dtype == y.dtype,
+           std::string("CUDA backend: matmul_forward_add needs a residual apart from y, of its "
+                       "type (") +
+               dtype_name(y.dtype) + ")");
+  RowMajorGemm g;
+  g.transpose_b = true;
+  g.rows = M, g.cols = N, g.inner = K, g.beta = 1.0f;
+  g.a = x.data, g.lda = K, g.b = w.data, g.ldb = K, g.c = y.data, g.ldc = N;
+  g.c_in = residual.data;
+  g.a_type = x.dtype, g.b_type = w.dtype, g.c_type = y.dtype;
+  state_->gemm->run(g);
+}
+
 // dx[M,K] (= or +=) dy[M,N]·w[N,K];  dw[N,K] += dy[M,N]ᵀ·x[M,K] (fp32)
 void CudaBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                                   ConstTensorView w, int64_t M, int64_t N, int64_t K,
@@ -276,12 +293,6 @@ void CudaBackend::matmul_weight_grad_batch(float* const* dws, const ConstTensorV
 void CudaBackend::rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
                                   int64_t M, int64_t D, float eps) {
   launch_rmsnorm_forward(y, rstd, x, g, M, D, eps, state_->stream);
-}
-
-void CudaBackend::add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd,
-                                      ConstTensorView residual, ConstTensorView g, int64_t M,
-                                      int64_t D, float eps) {
-  launch_add_rmsnorm_forward(sum, y, rstd, residual, g, M, D, eps, state_->stream);
 }
 
 void CudaBackend::rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,

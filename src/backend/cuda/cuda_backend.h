@@ -94,6 +94,8 @@ class CudaBackend final : public Backend {
 
   void matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M, int64_t N,
                       int64_t K) override;
+  void matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
+                          ConstTensorView residual, int64_t M, int64_t N, int64_t K) override;
   void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                        ConstTensorView w, int64_t M, int64_t N, int64_t K,
                        bool accumulate_dx) override;
@@ -110,8 +112,6 @@ class CudaBackend final : public Backend {
   void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override;
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
-  void add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd, ConstTensorView residual,
-                           ConstTensorView g, int64_t M, int64_t D, float eps) override;
 
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
                     const RopeSpec& rope) override;

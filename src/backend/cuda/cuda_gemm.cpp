@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_gemm.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -82,7 +83,9 @@ const LtGemm::Plan* LtGemm::plan_for(const RowMajorGemm& g) {
   ZT_CHECK(g.a_type == g.b_type, describe(g) + ": A and B must have one element type");
   const int64_t align_a = alignment_bytes(g.b, g.stride_b, g.batch, g.b_type);  // cuBLAS's A
   const int64_t align_b = alignment_bytes(g.a, g.stride_a, g.batch, g.a_type);
-  const int64_t align_c = alignment_bytes(g.c, g.stride_c, g.batch, g.c_type);
+  const int64_t align_c =
+      std::min(alignment_bytes(g.c, g.stride_c, g.batch, g.c_type),
+               g.c_in ? alignment_bytes(g.c_in, g.stride_c, g.batch, g.c_type) : int64_t{256});
   std::vector<int64_t> key = {g.transpose_a,
                               g.transpose_b,
                               g.rows,
@@ -181,21 +184,28 @@ bool LtGemm::try_run(const RowMajorGemm& g) {
   if (g.inner == 0) {
     ZT_CHECK(g.beta == 0.0f || g.beta == 1.0f,
              describe(g) + ": an empty product with beta other than 0 or 1");
-    if (g.beta == 0.0f) {
-      const size_t element = dtype_size(g.c_type);
-      for (int64_t b = 0; b < g.batch; ++b) {
-        ZT_CUDA_CHECK(cudaMemset2DAsync(
-            static_cast<std::byte*>(g.c) + static_cast<size_t>(b * g.stride_c) * element,
-            static_cast<size_t>(g.ldc) * element, 0, static_cast<size_t>(g.cols) * element,
-            static_cast<size_t>(g.rows), stream_));
+    const size_t element = dtype_size(g.c_type);
+    const size_t pitch = static_cast<size_t>(g.ldc) * element;
+    const size_t width = static_cast<size_t>(g.cols) * element;
+    for (int64_t b = 0; b < g.batch; ++b) {
+      const size_t offset = static_cast<size_t>(b * g.stride_c) * element;
+      auto* out = static_cast<std::byte*>(g.c) + offset;
+      if (g.beta == 0.0f) {  // D = 0
+        ZT_CUDA_CHECK(
+            cudaMemset2DAsync(out, pitch, 0, width, static_cast<size_t>(g.rows), stream_));
+      } else if (g.c_in != nullptr && g.c_in != g.c) {  // D = C
+        ZT_CUDA_CHECK(cudaMemcpy2DAsync(out, pitch, static_cast<const std::byte*>(g.c_in) + offset,
+                                        pitch, width, static_cast<size_t>(g.rows),
+                                        cudaMemcpyDeviceToDevice, stream_));
       }
     }
     return true;
   }
   const Plan* plan = plan_for(g);
   if (plan == nullptr) return false;
+  const void* c_in = g.c_in != nullptr ? g.c_in : g.c;
   ZT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &g.alpha, g.b, plan->layout_a, g.a,
-                                 plan->layout_b, &g.beta, g.c, plan->layout_c, g.c, plan->layout_c,
+                                 plan->layout_b, &g.beta, c_in, plan->layout_c, g.c, plan->layout_c,
                                  &plan->algo, workspace_, workspace_bytes_, stream_));
   return true;
 }

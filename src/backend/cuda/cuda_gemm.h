@@ -48,7 +48,8 @@ struct RowMajorGemm {
   const void* b = nullptr;
   int64_t ldb = 0;
   int64_t stride_b = 0;
-  void* c = nullptr;
+  void* c = nullptr;           // D, the output
+  const void* c_in = nullptr;  // C when β ≠ 0 and it is not the output (same layout); null: c
   int64_t ldc = 0;
   int64_t stride_c = 0;
   int64_t batch = 1;

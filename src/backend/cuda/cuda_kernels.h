@@ -18,10 +18,6 @@ namespace zt::cuda {
 // ---- cuda_norm_rope.cu ----
 void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
                             int64_t M, int64_t D, float eps, cudaStream_t stream);
-// sum += residual (rounded once), then y, rstd = rmsnorm_forward(sum), in one pass.
-void launch_add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd, ConstTensorView residual,
-                                ConstTensorView g, int64_t M, int64_t D, float eps,
-                                cudaStream_t stream);
 void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D,
                                 cudaStream_t stream);

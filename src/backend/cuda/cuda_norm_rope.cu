@@ -2,7 +2,6 @@
 // Activations and the norm weight in either storage type (cuda_storage.cuh): read widened,
 // computed in fp32, each output rounded once.
 #include <initializer_list>
-#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_column_sum.cuh"
@@ -11,35 +10,22 @@
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
 #include "util/cuda/cuda_check.h"
-#include "util/error.h"
 
 namespace zt::cuda {
 namespace {
 
 // ---- RMSNorm (rows in 16-byte chunks where they allow it: for_row, cuda_elementwise.cuh) ----
 // Forward, one block per row: rstd = 1/sqrt(mean_d x² + eps) (fp32 block sum); y = g·(x·rstd).
-// kResidual (add_rmsnorm_forward): first x += residual, rounded once and stored, and the norm
-// reads the stored sum; each thread owns the same positions in the same order and the block sum
-// is the same, so x, y and rstd are AddInPlace then the plain kernel, bit for bit, with the sum
-// read, written and read back (by the thread that wrote it) instead of also read once more, and
-// one launch fewer. (Without kResidual, x is only read.)
-template <typename A, typename W, bool kResidual>
-__global__ void rmsnorm_forward_kernel(A* y, float* rstd, A* x, const A* residual, const W* g,
-                                       int64_t D, float eps, bool chunked) {
+template <typename A, typename W>
+__global__ void rmsnorm_forward_kernel(A* y, float* rstd, const A* x, const W* g, int64_t D,
+                                       float eps, bool chunked) {
   const int64_t row = blockIdx.x;
-  A* xr = x + row * D;
+  const A* xr = x + row * D;
   float acc = 0.0f;
   for_row(D, chunked, [&](auto at) {
     using At = decltype(at);
     float v[At::kCount];
     at.load(xr, v);
-    if constexpr (kResidual) {
-      float res[At::kCount];
-      at.load(residual + row * D, res);
-#pragma unroll
-      for (int j = 0; j < At::kCount; ++j) v[j] = stored_value<A>(v[j] + res[j]);
-      at.store(xr, v);
-    }
 #pragma unroll
     for (int j = 0; j < At::kCount; ++j) acc += v[j] * v[j];
   });
@@ -147,43 +133,21 @@ namespace {
 bool chunked_rows(int64_t D, std::initializer_list<const void*> pointers) {
   return D % kChunk == 0 && aligned16(pointers);
 }
-
-// The forward kernel with or without the residual add (residual null: none).
-void launch_norm_forward(const char* op, TensorView y, float* rstd, TensorView x,
-                         ConstTensorView residual, ConstTensorView g, int64_t M, int64_t D,
-                         float eps, cudaStream_t stream) {
-  if (M == 0) return;
-  const bool chunked = chunked_rows(D, {y.data, x.data, residual.data, g.data});
-  with_storage(shared_storage(op, {y, x, residual}), op, [&](auto x_tag) {
-    using A = std::remove_pointer_t<decltype(x_tag)>;
-    with_storage(g.dtype, std::string(op) + " g", [&](auto g_tag) {
-      using W = std::remove_pointer_t<decltype(g_tag)>;
-      if (residual) {
-        rmsnorm_forward_kernel<A, W, true><<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-            typed<A>(y), rstd, typed<A>(x), typed<A>(residual), typed<W>(g), D, eps, chunked);
-      } else {
-        rmsnorm_forward_kernel<A, W, false><<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-            typed<A>(y), rstd, typed<A>(x), nullptr, typed<W>(g), D, eps, chunked);
-      }
-    });
-  });
-  check_cuda(cudaGetLastError(), op, __FILE__, __LINE__);
-}
 }  // namespace
 
 void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
                             int64_t M, int64_t D, float eps, cudaStream_t stream) {
-  // The kernel writes x only with a residual: without one it is read-only.
-  const TensorView read_only_x(const_cast<void*>(x.data), x.dtype);
-  launch_norm_forward("rmsnorm_forward", y, rstd, read_only_x, ConstTensorView(), g, M, D, eps,
-                      stream);
-}
-
-void launch_add_rmsnorm_forward(TensorView sum, TensorView y, float* rstd, ConstTensorView residual,
-                                ConstTensorView g, int64_t M, int64_t D, float eps,
-                                cudaStream_t stream) {
-  ZT_CHECK(static_cast<bool>(residual), "add_rmsnorm_forward: no residual");
-  launch_norm_forward("add_rmsnorm_forward", y, rstd, sum, residual, g, M, D, eps, stream);
+  if (M == 0) return;
+  const bool chunked = chunked_rows(D, {y.data, x.data, g.data});
+  with_storage(shared_storage("rmsnorm_forward", {y, x}), "rmsnorm_forward", [&](auto x_tag) {
+    using A = std::remove_pointer_t<decltype(x_tag)>;
+    with_storage(g.dtype, "rmsnorm_forward g", [&](auto g_tag) {
+      using W = std::remove_pointer_t<decltype(g_tag)>;
+      rmsnorm_forward_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
+          typed<A>(y), rstd, typed<A>(x), typed<W>(g), D, eps, chunked);
+    });
+  });
+  ZT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
 }
 
 void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,

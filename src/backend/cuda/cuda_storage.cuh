@@ -8,7 +8,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.h"
@@ -32,18 +31,6 @@ __device__ __forceinline__ float load(const Fp16Bits* p, int64_t i) {
 }
 __device__ __forceinline__ void store(Fp16Bits* p, int64_t i, float value) {
   p[i].bits = __half_as_ushort(__float2half_rn(value));
-}
-
-// The value store() would leave in memory, as fp32: v rounded to A's type (exact for float).
-template <typename A>
-__device__ __forceinline__ float stored_value(float v) {
-  if constexpr (std::is_same_v<A, Bf16Bits>) {
-    return bf16_bits_to_float(float_to_bf16_bits(v));
-  } else if constexpr (std::is_same_v<A, Fp16Bits>) {
-    return __half2float(__float2half_rn(v));
-  } else {
-    return v;
-  }
 }
 
 }  // namespace zt::cuda
