@@ -81,7 +81,8 @@ void CpuBackend::matmul_forward(TensorView y, ConstTensorView x, ConstTensorView
 // fp32, rounded once.
 void CpuBackend::matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
                                     ConstTensorView residual, int64_t M, int64_t N, int64_t K) {
-  ZT_CHECK(y.data != residual.data, "matmul_forward_add: y aliases the residual");
+  ZT_CHECK(residual && y.data != residual.data,
+           "matmul_forward_add: the residual is missing or aliases y");
   const Fp32Input x32(x, M * K), w32(w, N * K), r32(residual, M * N);
   Fp32Output y32(y, M * N, Fp32Output::Contents::kOverwrite);
   sgemm(false, true, M, N, K, 1.0f, x32.get(), K, w32.get(), K, 0.0f, y32.get(), N);

@@ -179,7 +179,7 @@ void CudaBackend::matmul_forward(TensorView y, ConstTensorView x, ConstTensorVie
 void CudaBackend::matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
                                      ConstTensorView residual, int64_t M, int64_t N, int64_t K) {
   check_operands("matmul_forward_add", "x", x, "w", w);
-  ZT_CHECK(y.data != residual.data && residual.dtype == y.dtype,
+  ZT_CHECK(residual && y.data != residual.data && residual.dtype == y.dtype,
            std::string("CUDA backend: matmul_forward_add needs a residual apart from y, of its "
                        "type (") +
                dtype_name(y.dtype) + ")");

@@ -79,14 +79,22 @@ __global__ void elementwise_kernel(Op op, int64_t n, bool chunked) {
   for (int64_t i = done + global_thread(); i < n; i += grid_threads()) op(ElementAt{i});
 }
 
-// Row kernels (one block per row of D elements): body(at) over the positions this thread owns,
-// chunks c = t, t + blockDim, ... when `chunked` (D a multiple of kChunk and the row's tensors
-// aligned), else elements d = t, t + blockDim, ... Each thread visits its positions in a fixed
-// order, so a sum over them is a fixed function of D, blockDim and `chunked`.
+// Row kernels (one block per row of D elements): body(at) over the positions this thread owns.
+// With D a multiple of kChunk, thread t owns chunks c = t, t + blockDim, ..., read as one ChunkAt
+// when `chunked` (the row's tensors aligned) or as its kChunk elements in order otherwise: the
+// same positions in the same order either way, so a sum over them depends on D and blockDim
+// only, never on alignment. Other D: elements d = t, t + blockDim, ...
 template <typename Body>
 __device__ __forceinline__ void for_row(int64_t D, bool chunked, Body&& body) {
-  if (chunked) {
-    for (int64_t c = threadIdx.x; c < D / kChunk; c += blockDim.x) body(ChunkAt{c * kChunk});
+  if (D % kChunk == 0) {
+    for (int64_t c = threadIdx.x; c < D / kChunk; c += blockDim.x) {
+      if (chunked) {
+        body(ChunkAt{c * kChunk});
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) body(ElementAt{c * kChunk + j});
+      }
+    }
   } else {
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) body(ElementAt{d});
   }

@@ -1,10 +1,11 @@
 // Row-major GEMMs (single or strided-batched) on cuBLASLt, fp32 accumulation.
 //
-// Element types: A and B are both float32 or both bfloat16; C is either. fp32 A/B run in the
-// backend's GemmCompute (bf16 tensor cores with fp32 accumulation by default, or exact fp32);
-// bf16 A/B run CUBLAS_COMPUTE_32F (bf16 products, fp32 accumulation). A bf16 C is read (β ≠ 0)
-// and written once per element, rounded to nearest even from the fp32 result α·A·B + β·C: the
-// backend contract's "computed in fp32, rounded once".
+// Element types: A and B are both float32 or both 16-bit (bf16 or fp16); C/D is either. fp32 A/B
+// run in the backend's GemmCompute (bf16 tensor cores with fp32 accumulation by default, or
+// exact fp32); 16-bit A/B run CUBLAS_COMPUTE_32F (16-bit products, fp32 accumulation). A 16-bit C
+// is read (β ≠ 0) and D written once per element, rounded to nearest even from the fp32 result
+// α·A·B + β·C: the backend contract's "computed in fp32, rounded once". C is D unless c_in is set
+// (matmul_forward_add: the residual as C, of D's type and layout).
 //
 // Row-major ↔ column-major: a row-major matrix X[r, c] with leading dimension ld is, read by a
 // column-major library, the matrix Xᵀ [c, r] with the same ld. So the row-major product
@@ -65,9 +66,9 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // Enqueues g on the stream. rows, cols or batch of 0 do nothing; inner = 0 sets C = β·C for
-  // β ∈ {0, 1}. Heuristic results are cached per shape/alignment (the same shape always runs the
-  // same algorithm: reproducible).
+  // Enqueues g on the stream. rows, cols or batch of 0 do nothing; inner = 0 sets D = β·C for
+  // β ∈ {0, 1} (C is c_in when set, else D itself). Heuristic results are cached per
+  // shape/alignment (the same shape always runs the same algorithm: reproducible).
   void run(const RowMajorGemm& g);
   // As run(), but returns false (enqueuing nothing) where cuBLASLt has no algorithm for g, so
   // that a strided batch can fall back to single GEMMs. The answer is cached with the plan.

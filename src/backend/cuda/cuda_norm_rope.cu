@@ -129,7 +129,8 @@ struct RopeRotate {
 }  // namespace
 
 namespace {
-// Chunked rows: whole chunks per row and every tensor of the call 16-byte aligned.
+// 16-byte accesses along the rows: whole chunks per row and every tensor of the call aligned
+// (which positions a thread sums, and in which order, does not depend on it: for_row).
 bool chunked_rows(int64_t D, std::initializer_list<const void*> pointers) {
   return D % kChunk == 0 && aligned16(pointers);
 }
