@@ -1,7 +1,6 @@
 #include "model/llama.h"
 
 #include <algorithm>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -284,16 +283,11 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   const TensorView q_out = qk_norm ? A.q_raw : A.q, k_out = qk_norm ? A.k_raw : A.k;
   // The projections of one input go as one batch of equal shapes (backend.h): k and v always,
   // q too when it is as wide (no grouped-query heads). Biases follow, each y += b.
-  if (QD == KV) {
-    const TensorView ys[] = {q_out, k_out, A.v};
-    const ConstTensorView ws[] = {P.wq, P.wk, P.wv};
-    be_.matmul_forward_batch(ys, A.xn1, ws, std::ssize(ys), M_, KV, D);
-  } else {
-    be_.matmul_forward(q_out, A.xn1, P.wq, M_, QD, D);
-    const TensorView ys[] = {k_out, A.v};
-    const ConstTensorView ws[] = {P.wk, P.wv};
-    be_.matmul_forward_batch(ys, A.xn1, ws, std::ssize(ys), M_, KV, D);
-  }
+  const TensorView qkv[] = {q_out, k_out, A.v};
+  const ConstTensorView qkv_weights[] = {P.wq, P.wk, P.wv};
+  const int first = QD == KV ? 0 : 1;  // the first projection of the batch
+  if (first == 1) be_.matmul_forward(q_out, A.xn1, P.wq, M_, QD, D);
+  be_.matmul_forward_batch(qkv + first, A.xn1, qkv_weights + first, 3 - first, M_, KV, D);
   if (P.bq) be_.bias_forward(q_out, P.bq, M_, QD);
   if (P.bk) be_.bias_forward(k_out, P.bk, M_, KV);
   if (P.bv) be_.bias_forward(A.v, P.bv, M_, KV);
@@ -377,16 +371,11 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
       head_norm_backward(t_.dk, TensorRole::kKNorm, P.k_norm, A.k_raw, A.rstd_k, Hkv, KV);
   linear_backward(dk, TensorRole::kKProj, P.wk, TensorRole::kKBias, P.bk, KV, true, true);
   linear_backward(t_.dv, TensorRole::kVProj, P.wv, TensorRole::kVBias, P.bv, KV, true, true);
-  if (q_batched) {
-    float* const dws[] = {grad(TensorRole::kQProj), grad(TensorRole::kKProj),
-                          grad(TensorRole::kVProj)};
-    const ConstTensorView dys[] = {dq, dk, t_.dv};
-    be_.matmul_weight_grad_batch(dws, dys, A.xn1, std::ssize(dws), M_, KV, D);
-  } else {
-    float* const dws[] = {grad(TensorRole::kKProj), grad(TensorRole::kVProj)};
-    const ConstTensorView dys[] = {dk, t_.dv};
-    be_.matmul_weight_grad_batch(dws, dys, A.xn1, std::ssize(dws), M_, KV, D);
-  }
+  float* const qkv_grads[] = {grad(TensorRole::kQProj), grad(TensorRole::kKProj),
+                              grad(TensorRole::kVProj)};
+  const ConstTensorView qkv_dys[] = {dq, dk, t_.dv};
+  const int first = q_batched ? 0 : 1;
+  be_.matmul_weight_grad_batch(qkv_grads + first, qkv_dys + first, A.xn1, 3 - first, M_, KV, D);
   // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
                        M_, D);

@@ -163,16 +163,46 @@ void check_operands(const char* op, const char* a_name, ConstTensorView a, const
 }  // namespace
 
 // ---- linear layer (row-major mapping: cuda_gemm.h) ----
-// y[M,N] = x[M,K]·w[N,K]ᵀ
-void CudaBackend::matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M,
-                                 int64_t N, int64_t K) {
-  check_operands("matmul_forward", "x", x, "w", w);
+namespace {
+// The linear layer's two GEMMs over one matrix each; the batched ops set batch and strides.
+// Forward: y[M,N] = x[M,K]·w[N,K]ᵀ.
+RowMajorGemm forward_gemm(void* y, DType y_type, ConstTensorView x, ConstTensorView w, int64_t M,
+                          int64_t N, int64_t K) {
   RowMajorGemm g;
   g.transpose_b = true;
   g.rows = M, g.cols = N, g.inner = K;
-  g.a = x.data, g.lda = K, g.b = w.data, g.ldb = K, g.c = y.data, g.ldc = N;
-  g.a_type = x.dtype, g.b_type = w.dtype, g.c_type = y.dtype;
-  state_->gemm->run(g);
+  g.a = x.data, g.lda = K, g.b = w.data, g.ldb = K, g.c = y, g.ldc = N;
+  g.a_type = x.dtype, g.b_type = w.dtype, g.c_type = y_type;
+  return g;
+}
+
+// Weight gradient: dw[N,K] += dy[M,N]ᵀ·x[M,K] (fp32).
+RowMajorGemm weight_grad_gemm(float* dw, ConstTensorView dy, ConstTensorView x, int64_t M,
+                              int64_t N, int64_t K) {
+  RowMajorGemm g;
+  g.transpose_a = true;
+  g.rows = N, g.cols = K, g.inner = M, g.beta = 1.0f;
+  g.a = dy.data, g.lda = N, g.b = x.data, g.ldb = K, g.c = dw, g.ldc = K;
+  g.a_type = dy.dtype, g.b_type = x.dtype, g.c_type = DType::kFloat32;
+  return g;
+}
+
+// The stride between evenly spaced views of one type (backend/gemm_batch.h), at least
+// min_stride elements; nullopt when the types differ or the spacing does not fit one batch.
+std::optional<int64_t> batch_stride(const std::vector<ConstTensorView>& views, int64_t min_stride) {
+  std::vector<const void*> data;
+  for (const ConstTensorView& v : views) {
+    if (v.dtype != views.front().dtype) return std::nullopt;
+    data.push_back(v.data);
+  }
+  return even_stride(data, dtype_size(views.front().dtype), min_stride);
+}
+}  // namespace
+
+void CudaBackend::matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M,
+                                 int64_t N, int64_t K) {
+  check_operands("matmul_forward", "x", x, "w", w);
+  state_->gemm->run(forward_gemm(y.data, y.dtype, x, w, M, N, K));
 }
 
 // y[M,N] = residual + x·wᵀ: the forward's GEMM with β = 1, C = residual, D = y (one rounding).
@@ -183,12 +213,9 @@ void CudaBackend::matmul_forward_add(TensorView y, ConstTensorView x, ConstTenso
            std::string("CUDA backend: matmul_forward_add needs a residual apart from y, of its "
                        "type (") +
                dtype_name(y.dtype) + ")");
-  RowMajorGemm g;
-  g.transpose_b = true;
-  g.rows = M, g.cols = N, g.inner = K, g.beta = 1.0f;
-  g.a = x.data, g.lda = K, g.b = w.data, g.ldb = K, g.c = y.data, g.ldc = N;
+  RowMajorGemm g = forward_gemm(y.data, y.dtype, x, w, M, N, K);
+  g.beta = 1.0f;
   g.c_in = residual.data;
-  g.a_type = x.dtype, g.b_type = w.dtype, g.c_type = y.dtype;
   state_->gemm->run(g);
 }
 
@@ -206,83 +233,49 @@ void CudaBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, 
   }
   if (dw) {
     check_operands("matmul_backward", "dy", dy, "x", x);
-    RowMajorGemm g;
-    g.transpose_a = true;
-    g.rows = N, g.cols = K, g.inner = M, g.beta = 1.0f;
-    g.a = dy.data, g.lda = N, g.b = x.data, g.ldb = K, g.c = dw, g.ldc = K;
-    g.a_type = dy.dtype, g.b_type = x.dtype, g.c_type = DType::kFloat32;
-    state_->gemm->run(g);
+    state_->gemm->run(weight_grad_gemm(dw, dy, x, M, N, K));
   }
 }
 
 // ---- batched linear layers of one input (backend.h; when one batch: backend/gemm_batch.h) ----
-namespace {
-// The element type shared by views[0..count) (the first one's), or nullopt when two differ.
-std::optional<DType> one_type(const ConstTensorView* views, int64_t count) {
-  for (int64_t i = 1; i < count; ++i)
-    if (views[i].dtype != views[0].dtype) return std::nullopt;
-  return views[0].dtype;
-}
-}  // namespace
-
 // ys[i] = x·ws[i]ᵀ: the forward's GEMM with batch = count, x at stride 0.
 void CudaBackend::matmul_forward_batch(const TensorView* ys, ConstTensorView x,
                                        const ConstTensorView* ws, int64_t count, int64_t M,
                                        int64_t N, int64_t K) {
   if (count > 1) {
-    std::vector<ConstTensorView> outputs(ys, ys + count);
-    std::vector<const void*> y_data, w_data;
-    for (int64_t i = 0; i < count; ++i) {
-      y_data.push_back(ys[i].data);
-      w_data.push_back(ws[i].data);
-    }
-    const auto y_type = one_type(outputs.data(), count), w_type = one_type(ws, count);
-    const auto y_stride = y_type ? even_stride(y_data, dtype_size(*y_type), M * N) : std::nullopt;
-    const auto w_stride = w_type ? even_stride(w_data, dtype_size(*w_type), 1) : std::nullopt;
+    const auto y_stride = batch_stride(std::vector<ConstTensorView>(ys, ys + count), M * N);
+    const auto w_stride = batch_stride(std::vector<ConstTensorView>(ws, ws + count), 1);
     if (y_stride && w_stride) {
       check_operands("matmul_forward_batch", "x", x, "w", ws[0]);
-      RowMajorGemm g;
-      g.transpose_b = true;
-      g.rows = M, g.cols = N, g.inner = K, g.batch = count;
-      g.a = x.data, g.lda = K, g.stride_a = 0;
-      g.b = ws[0].data, g.ldb = K, g.stride_b = *w_stride;
-      g.c = ys[0].data, g.ldc = N, g.stride_c = *y_stride;
-      g.a_type = x.dtype, g.b_type = *w_type, g.c_type = *y_type;
+      RowMajorGemm g = forward_gemm(ys[0].data, ys[0].dtype, x, ws[0], M, N, K);
+      g.batch = count, g.stride_a = 0, g.stride_b = *w_stride, g.stride_c = *y_stride;
       if (state_->gemm->try_run(g)) return;
     }
   }
   Backend::matmul_forward_batch(ys, x, ws, count, M, N, K);
 }
 
-// dws[i] += dys[i]ᵀ·x over the trainable i: matmul_backward's dw GEMM with batch = their count,
+// dws[i] += dys[i]ᵀ·x over the trainable i: the weight-gradient GEMM with batch = their count,
 // x at stride 0.
 void CudaBackend::matmul_weight_grad_batch(float* const* dws, const ConstTensorView* dys,
                                            ConstTensorView x, int64_t count, int64_t M, int64_t N,
                                            int64_t K) {
-  std::vector<float*> trained_dws;
-  std::vector<const void*> dw_data, dy_data;
-  std::vector<ConstTensorView> trained_dys;
+  std::vector<ConstTensorView> trained_dws, trained_dys;
+  float* first_dw = nullptr;
   for (int64_t i = 0; i < count; ++i) {
     if (dws[i] == nullptr) continue;
-    trained_dws.push_back(dws[i]);
-    dw_data.push_back(dws[i]);
-    dy_data.push_back(dys[i].data);
+    if (first_dw == nullptr) first_dw = dws[i];
+    trained_dws.emplace_back(dws[i]);
     trained_dys.push_back(dys[i]);
   }
-  const int64_t batch = static_cast<int64_t>(dw_data.size());
-  if (batch > 1) {
-    const auto dy_type = one_type(trained_dys.data(), batch);
-    const auto dw_stride = even_stride(dw_data, sizeof(float), N * K);
-    const auto dy_stride = dy_type ? even_stride(dy_data, dtype_size(*dy_type), 1) : std::nullopt;
+  if (trained_dws.size() > 1) {
+    const auto dw_stride = batch_stride(trained_dws, N * K);
+    const auto dy_stride = batch_stride(trained_dys, 1);
     if (dw_stride && dy_stride) {
       check_operands("matmul_weight_grad_batch", "dy", trained_dys[0], "x", x);
-      RowMajorGemm g;
-      g.transpose_a = true;
-      g.rows = N, g.cols = K, g.inner = M, g.beta = 1.0f, g.batch = batch;
-      g.a = dy_data[0], g.lda = N, g.stride_a = *dy_stride;
-      g.b = x.data, g.ldb = K, g.stride_b = 0;
-      g.c = trained_dws[0], g.ldc = K, g.stride_c = *dw_stride;
-      g.a_type = *dy_type, g.b_type = x.dtype, g.c_type = DType::kFloat32;
+      RowMajorGemm g = weight_grad_gemm(first_dw, trained_dys[0], x, M, N, K);
+      g.batch = static_cast<int64_t>(trained_dws.size());
+      g.stride_a = *dy_stride, g.stride_b = 0, g.stride_c = *dw_stride;
       if (state_->gemm->try_run(g)) return;
     }
   }

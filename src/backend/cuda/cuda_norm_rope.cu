@@ -126,9 +126,6 @@ struct RopeRotate {
   }
 };
 
-}  // namespace
-
-namespace {
 // 16-byte accesses along the rows: whole chunks per row and every tensor of the call aligned
 // (which positions a thread sums, and in which order, does not depend on it: for_row).
 bool chunked_rows(int64_t D, std::initializer_list<const void*> pointers) {
