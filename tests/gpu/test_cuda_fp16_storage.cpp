@@ -8,6 +8,7 @@
 // The conversions, RoPE, the embedding and a residual add are bitwise.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -33,12 +34,15 @@ class CudaFp16Storage : public ::testing::Test {
 };
 
 // __float2half_rn against util/bf16.h's float_to_fp16 over every scale fp16 has and beyond
-// (subnormals, the overflow to infinity): the same bits; and the widening back, exact.
+// (subnormals, the overflow to infinity, ±0, infinities, NaNs of either sign and with a payload):
+// the same bits; and the widening back, exact.
 TEST_F(CudaFp16Storage, ConversionsAreBitwiseTheCpus) {
   std::vector<float> values = random_floats(200000, 1);
   for (size_t i = 0; i < values.size(); ++i)
     values[i] = std::ldexp(values[i], static_cast<int>(i % 48) - 30);  // 2^-30 .. 2^17
-  values.insert(values.end(), {65504.0f, 65519.0f, 65520.0f, -1e9f, 5.96e-8f, 2.98e-8f, 0.0f});
+  values.insert(values.end(), {65504.0f, 65519.0f, 65520.0f, -1e9f, 5.96e-8f, 2.98e-8f, 0.0f, -0.0f,
+                               INFINITY, -INFINITY, std::nanf(""), -std::nanf(""),
+                               std::bit_cast<float>(0x7f812345u)});  // a NaN with a payload
   DeviceBuffer<float> d_values(values);
   DeviceBuffer<uint16_t> d_bits(values.size());
   gpu_->to_fp16(d_bits.get(), d_values.get(), static_cast<int64_t>(values.size()));

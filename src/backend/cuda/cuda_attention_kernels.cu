@@ -20,8 +20,8 @@ __device__ float block_max(float value) {
   __syncthreads();
   if (lane == 0) warp_max[warp] = value;
   __syncthreads();
-  float result = lane < static_cast<int>(blockDim.x) / kWarpSize ? warp_max[lane] : -INFINITY;
-  if (warp == 0) {
+  if (warp == 0) {  // only warp 0 reads the slots, so lane 0's write below races no reader
+    float result = lane < static_cast<int>(blockDim.x) / kWarpSize ? warp_max[lane] : -INFINITY;
     for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
       result = fmaxf(result, __shfl_xor_sync(0xffffffffu, result, offset));
     if (lane == 0) warp_max[0] = result;

@@ -206,6 +206,7 @@ __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
   MaxSum local{-INFINITY, 0.0};
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     const float value = load(x, j);
+    if (value == -INFINITY) continue;  // adds e^−∞ = 0; two in a row would make e^(−∞+∞) = NaN
     if (local.sum == 0.0) {
       local = {value, 1.0};
     } else if (value > local.max) {

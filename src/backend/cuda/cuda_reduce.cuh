@@ -33,9 +33,10 @@ __device__ T block_sum(T value) {
   __syncthreads();  // warp_totals may still be read by a previous call
   if (lane == 0) warp_totals[warp] = value;
   __syncthreads();
-  T total = lane < warps ? warp_totals[lane] : T(0);
-  if (warp == 0) total = warp_sum(total);
-  if (threadIdx.x == 0) warp_totals[0] = total;
+  if (warp == 0) {  // only warp 0 reads the slots, so thread 0's write below races no reader
+    const T total = warp_sum(lane < warps ? warp_totals[lane] : T(0));
+    if (lane == 0) warp_totals[0] = total;
+  }
   __syncthreads();
   return warp_totals[0];
 }
