@@ -66,8 +66,8 @@ cuda::CudaBackendOptions backend_options(int device, const AttentionSetup& atten
   const bool fused_built = false;
 #endif
   const AttentionShape& s = attention.shape;
-  const AttentionChoice choice = choose_attention(
-      attention.request, fused_built, cuda_compute_capability_major(device), s.H, s.Hkv, s.hd);
+  const AttentionChoice choice =
+      choose_attention(attention.request, fused_built, cuda_compute_capability_major(device), s);
   options.attention = choice.kernel;
   options.attention_scratch_bytes = attention_scratch_bytes(
       s, choice.kernel, attention.storage, options.attention_scratch_bytes, cuda::kArenaAlignment);
@@ -94,7 +94,12 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   const LocalRank local = local_rank_by_hostname(host.comm());
   const int gpus = cuda_device_count();
   const int device = device_for_local_rank(local, gpus);
-  const bool shares_gpu = local.local_size > gpus;
+  // NCCL's set-up is collective over the data group, so every rank takes the same communicator:
+  // ranks sharing a GPU on any host put the whole job on the staged one (hosts may differ in GPUs).
+  const bool shares_here = local.local_size > gpus;
+  double hosts_sharing = shares_here ? 1.0 : 0.0;
+  host.all_reduce_sum_blocking(&hosts_sharing, 1);
+  const bool shares_gpu = hosts_sharing > 0.0;
   EngineDevice out;
   std::string attention_summary;
   std::unique_ptr<cuda::CudaBackend> backend =
@@ -112,9 +117,10 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
     out.device_comm = std::make_unique<cuda::StagedDeviceCommunicator>(data_group);
   out.device_comm->set_timeout_seconds(host.timeout_seconds());
   out.summary += std::string(", ") + out.device_comm->backend_name() +
-                 (shares_gpu ? " (" + std::to_string(local.local_size) + " ranks share " +
-                                   std::to_string(gpus) + " GPU(s) on " + local.hostname + ")"
-                             : "") +
+                 (shares_here ? " (" + std::to_string(local.local_size) + " ranks share " +
+                                    std::to_string(gpus) + " GPU(s) on " + local.hostname + ")"
+                  : shares_gpu ? " (ranks share a GPU on another host)"
+                               : "") +
                  attention_summary;
   out.backend = std::move(backend);
   return out;

@@ -60,7 +60,8 @@ std::string describe(const AttentionShape& s) {
          " Hkv=" + std::to_string(s.Hkv) + " hd=" + std::to_string(s.hd);
 }
 
-std::string fused_attention_unsupported(int64_t H, int64_t Hkv, int64_t hd, int sm_major) {
+std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major) {
+  const int64_t H = shape.H, Hkv = shape.Hkv, hd = shape.hd;
   if (sm_major < 8)
     return "cuDNN's bf16 SDPA needs compute capability 8.0 or newer, this GPU has " +
            std::to_string(sm_major) + ".x";
@@ -70,13 +71,16 @@ std::string fused_attention_unsupported(int64_t H, int64_t Hkv, int64_t hd, int 
   if (hd % 8 != 0 || hd <= 0 || hd > 128)
     return "head_dim " + std::to_string(hd) +
            " is not supported by cuDNN's SDPA (a multiple of 8, at most 128)";
+  if (shape.T < 2)
+    return "a sequence of " + std::to_string(shape.T) +
+           " position(s) is not supported by cuDNN's SDPA backward (--seq-len of at least 2)";
   return "";
 }
 
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
-                                 int64_t H, int64_t Hkv, int64_t hd) {
+                                 const AttentionShape& shape) {
   if (request == AttentionRequest::kGemm) return {AttentionKernel::kGemm, "gemm (requested)"};
-  std::string reason = fused_built ? fused_attention_unsupported(H, Hkv, hd, sm_major)
+  std::string reason = fused_built ? fused_attention_unsupported(shape, sm_major)
                                    : "this build has no cuDNN fused attention (no cuDNN or "
                                      "cuDNN frontend headers at build time; ./run.sh fetches "
                                      "the headers)";

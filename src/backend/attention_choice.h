@@ -36,10 +36,11 @@ struct AttentionShape {
 };
 std::string describe(const AttentionShape& shape);
 
-// Why the fused kernels cannot run the model's heads on a GPU of compute capability major.minor
-// ("" when they can): cuDNN's bf16 SDPA needs sm_80 or newer, a head dimension that is a multiple
-// of 8 and at most 128 (forward and backward), and H a multiple of Hkv.
-std::string fused_attention_unsupported(int64_t H, int64_t Hkv, int64_t hd, int sm_major);
+// Why the fused kernels cannot run the attention `shape` on a GPU of compute capability
+// major.minor ("" when they can): cuDNN's bf16 SDPA needs sm_80 or newer, a head dimension that is
+// a multiple of 8 and at most 128 (forward and backward), H a multiple of Hkv, and at least two
+// positions (its backward refuses s_q = s_kv = 1).
+std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major);
 
 struct AttentionChoice {
   AttentionKernel kernel = AttentionKernel::kGemm;
@@ -49,7 +50,7 @@ struct AttentionChoice {
 // `--attention fused` that cannot run is a zt::Error naming the reason; auto falls back to gemm
 // and says why.
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
-                                 int64_t H, int64_t Hkv, int64_t hd);
+                                 const AttentionShape& shape);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
 // The scale (1/√hd) and the causal mask follow from the shape.

@@ -87,7 +87,8 @@ INSTANTIATE_TEST_SUITE_P(Compute, CudaBatchedGemm,
                          });
 
 // The batch above may pass by falling back; this one must run as one strided batch: cuBLASLt
-// takes the shared input at batch stride 0, bf16 operands (what --activations bf16 runs).
+// takes the shared input at batch stride 0, bf16 operands (what --activations bf16 runs), and
+// each product is right.
 TEST(CudaBatchedGemmPlan, CublasLtRunsABatchWithAStrideZeroInput) {
   const int64_t M = 128, N = 256, K = 192, count = 3;
   cudaStream_t stream = nullptr;
@@ -106,6 +107,13 @@ TEST(CudaBatchedGemmPlan, CublasLtRunsABatchWithAStrideZeroInput) {
     g.a_type = g.b_type = g.c_type = DType::kBf16;
     EXPECT_TRUE(gemm.try_run(g));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // And its values: product i is x·w_iᵀ (the CPU's, from the same bf16 inputs).
+    cpu::CpuBackend cpu;
+    const std::vector<float> xs = x.cpu(), ws = w.cpu();
+    std::vector<float> want(static_cast<size_t>(count * M * N));
+    for (int64_t i = 0; i < count; ++i)
+      cpu.matmul_forward(want.data() + i * M * N, xs.data(), ws.data() + i * N * K, M, N, K);
+    EXPECT_TRUE(close(y.gpu(), want, tolerance(GemmCompute::kBf16TensorCores), "batched y"));
   }
   ZT_CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -158,33 +158,51 @@ TEST(AttentionChoice, ParsesTheRequestAndNamesABadValue) {
   EXPECT_NE(e.find("gemm, fused or auto"), std::string::npos) << e;
 }
 
+// A 2 × 2048 micro-batch with the given heads.
+AttentionShape heads(int64_t H, int64_t Hkv, int64_t hd) {
+  return AttentionShape{2, 2048, H, Hkv, hd};
+}
+
 TEST(AttentionChoice, FusedSupportFollowsCudnnLimits) {
-  EXPECT_EQ(fused_attention_unsupported(32, 8, 128, 9), "");  // Llama-3-8B-like heads on H100
-  EXPECT_EQ(fused_attention_unsupported(16, 16, 64, 8), "");  // A100
-  EXPECT_NE(fused_attention_unsupported(16, 16, 64, 7).find("8.0 or newer"), std::string::npos);
-  EXPECT_NE(fused_attention_unsupported(16, 16, 256, 9).find("head_dim 256"), std::string::npos);
-  EXPECT_NE(fused_attention_unsupported(16, 16, 20, 9).find("head_dim 20"), std::string::npos);
-  EXPECT_NE(fused_attention_unsupported(12, 8, 64, 9).find("not a multiple"), std::string::npos);
+  EXPECT_EQ(fused_attention_unsupported(heads(32, 8, 128), 9),
+            "");  // Llama-3-8B-like heads on H100
+  EXPECT_EQ(fused_attention_unsupported(heads(16, 16, 64), 8), "");  // A100
+  EXPECT_NE(fused_attention_unsupported(heads(16, 16, 64), 7).find("8.0 or newer"),
+            std::string::npos);
+  EXPECT_NE(fused_attention_unsupported(heads(16, 16, 256), 9).find("head_dim 256"),
+            std::string::npos);
+  EXPECT_NE(fused_attention_unsupported(heads(16, 16, 20), 9).find("head_dim 20"),
+            std::string::npos);
+  EXPECT_NE(fused_attention_unsupported(heads(12, 8, 64), 9).find("not a multiple"),
+            std::string::npos);
+  // One position: cuDNN's backward refuses s_q = s_kv = 1; two run.
+  EXPECT_NE(fused_attention_unsupported(AttentionShape{4, 1, 16, 16, 64}, 9).find("--seq-len"),
+            std::string::npos);
+  EXPECT_EQ(fused_attention_unsupported(AttentionShape{4, 2, 16, 16, 64}, 9), "");
+  EXPECT_EQ(
+      choose_attention(AttentionRequest::kAuto, true, 9, AttentionShape{4, 1, 16, 16, 64}).kernel,
+      AttentionKernel::kGemm);
 }
 
 TEST(AttentionChoice, ResolvesRequestsAgainstBuildAndShape) {
   // gemm is always gemm; fused and auto run fused where built and supported.
-  EXPECT_EQ(choose_attention(AttentionRequest::kGemm, true, 9, 16, 16, 64).kernel,
+  EXPECT_EQ(choose_attention(AttentionRequest::kGemm, true, 9, heads(16, 16, 64)).kernel,
             AttentionKernel::kGemm);
-  EXPECT_EQ(choose_attention(AttentionRequest::kFused, true, 9, 16, 16, 64).kernel,
+  EXPECT_EQ(choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64)).kernel,
             AttentionKernel::kFused);
-  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, 16, 16, 64).kernel,
+  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64)).kernel,
             AttentionKernel::kFused);
   // auto falls back and says why; an explicit fused request that cannot run is an error.
-  const AttentionChoice fallback = choose_attention(AttentionRequest::kAuto, false, 9, 16, 16, 64);
+  const AttentionChoice fallback =
+      choose_attention(AttentionRequest::kAuto, false, 9, heads(16, 16, 64));
   EXPECT_EQ(fallback.kernel, AttentionKernel::kGemm);
   EXPECT_NE(fallback.why.find("no cuDNN"), std::string::npos) << fallback.why;
-  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, 16, 16, 192).kernel,
+  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 192)).kernel,
             AttentionKernel::kGemm);
   std::string e =
-      error_of([] { choose_attention(AttentionRequest::kFused, false, 9, 16, 16, 64); });
+      error_of([] { choose_attention(AttentionRequest::kFused, false, 9, heads(16, 16, 64)); });
   EXPECT_NE(e.find("--attention fused: this build has no cuDNN"), std::string::npos) << e;
-  e = error_of([] { choose_attention(AttentionRequest::kFused, true, 9, 16, 16, 192); });
+  e = error_of([] { choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 192)); });
   EXPECT_NE(e.find("head_dim 192"), std::string::npos) << e;
 }
 

@@ -51,11 +51,16 @@ cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64
                                              static_cast<uint64_t>(rows),
                                              static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
-    const int32_t count = static_cast<int32_t>(batch);
-    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                     &count, sizeof(count)));
-    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    try {  // the layout is not yet the plan's, which frees the others
+      const int32_t count = static_cast<int32_t>(batch);
+      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &count, sizeof(count)));
+      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    } catch (...) {
+      cublasLtMatrixLayoutDestroy(layout);
+      throw;
+    }
   }
   return layout;
 }
@@ -99,6 +104,7 @@ const LtGemm::Plan* LtGemm::plan_for(const RowMajorGemm& g) {
                               g.stride_c,
                               g.batch,
                               g.beta != 0,
+                              g.c_in != nullptr && g.c_in != g.c,  // C read from its own buffer
                               align_a,
                               align_b,
                               align_c,

@@ -95,8 +95,10 @@ struct GraphStart {
 void finish_build(BuiltGraph& built, cudnnHandle_t handle, const SdpaGraphKey& key) {
   check_frontend(built.graph->validate(), key, "validate");
   check_frontend(built.graph->build_operation_graph(handle), key, "build_operation_graph");
-  check_frontend(built.graph->create_execution_plans({fe::HeurMode_t::A}), key,
-                 "create_execution_plans");
+  // Heuristic A's engines first; the fallback list after them, for shapes A has no engine for
+  // (build_plans takes the first candidate that builds, so A's choice stands where it has one).
+  check_frontend(built.graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+                 key, "create_execution_plans");
   check_frontend(built.graph->check_support(handle), key, "check_support");
   check_frontend(built.graph->build_plans(handle), key, "build_plans");
   check_frontend(built.graph->get_workspace_size(built.workspace), key, "get_workspace_size");

@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "comm/cuda/nccl_rank_tree_add.h"
@@ -154,9 +156,18 @@ struct NcclCommunicator::Impl {
   int32_t* barrier_word = nullptr;  // device
   int group_depth = 0;
   std::shared_ptr<Completion> group_completion;  // shared by the handles of the open group
+  bool aborted = false;
+
+  // Ends the communicator without waiting for its work: its kernels stop spinning on a peer
+  // that is gone, and ~Impl then does not wait for the stream.
+  void abort() {
+    if (comm) ncclCommAbort(comm);
+    comm = nullptr;
+    aborted = true;
+  }
 
   ~Impl() {
-    if (stream) cudaStreamSynchronize(stream);
+    if (stream && !aborted) cudaStreamSynchronize(stream);
     if (comm) ncclCommDestroy(comm);
     cudaFree(barrier_word);
     if (producer_ready) cudaEventDestroy(producer_ready);
@@ -193,7 +204,16 @@ NcclCommunicator::NcclCommunicator(MPI_Comm parent, int device) : impl_(std::mak
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  finish_device_waits();  // their requests poll the NCCL comm that Impl destroys
+  // The device-ordered requests poll the NCCL comm that Impl destroys: they finish first. One that
+  // fails (an NCCL or CUDA error, a peer gone) cannot throw out of a destructor, which would end
+  // the process without a word: it is reported and the communicator aborted instead. A timeout
+  // still ends the job through the wait's own report (abort_job).
+  try {
+    finish_device_waits();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: closing the NCCL communicator: %s\n", rank_, e.what());
+    impl_->abort();
+  }
 }
 
 void* NcclCommunicator::comm_stream() const {
