@@ -7,6 +7,8 @@ parameters under bf16 autocast, SDPA attention and fused AdamW, eager and under 
 Every figure uses one FLOP count per token, the one zerotrain reports (torchtitan's
 6·N_non-embedding + 12·L·D·T) and one peak (default 989 TFLOP/s, H100 SXM / H200 dense bf16),
 so the ratio of tokens/s is the figure that counts. The first --warmup steps are not timed.
+Each row is printed, and --json-out rewritten, as soon as it is measured: a call cut short keeps
+the rows it finished.
 
   python3 bench/bench_gpu_vs_pytorch.py --zerotrain BUNDLE/bin/zerotrain --preset 1b \\
       --seq-len 2048 --micro-batch 4 --steps 8 --json-out result.json
@@ -15,6 +17,7 @@ so the ratio of tokens/s is the figure that counts. The first --warmup steps are
 without SDPA or torch.compile falls back to explicit attention and skips the compiled row.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -122,7 +125,11 @@ def run_pytorch(args, config, compiled):
     """PyTorch's steady tokens/s and peak device memory, eager or compiled."""
     device = torch.device(args.device)
     torch.manual_seed(1)
-    model = Llama(config).to(device)
+    # Built and initialised on the device where torch can (2.0 on): no host copy of the weights.
+    new_torch = hasattr(torch, "set_default_device")
+    with torch.device(device) if new_torch else contextlib.nullcontext():
+        model = Llama(config)
+    model = model.to(device)
     fused = {"fused": True} if device.type == "cuda" else {}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             **fused)
@@ -194,7 +201,32 @@ def main():
          "--json"], check=True, capture_output=True, text=True).stdout)
     config, flops_per_token = estimate["model_config"], estimate["training_flops_per_token"]
     peak = args.peak_tflops * 1e12
-    rows = {}
+    rows, ratios = {}, {}
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"{args.preset} on {args.device} ({gpu}), "
+          f"seq {args.seq_len}, micro-batch {args.micro_batch}, {args.steps} steps "
+          f"({args.warmup} untimed), {flops_per_token / 1e9:.3f} GFLOP/token, "
+          f"peak {args.peak_tflops:g} TFLOP/s, torch {torch.__version__}", flush=True)
+
+    def write_json():
+        if not args.json_out:
+            return
+        with open(args.json_out + ".part", "w") as f:
+            json.dump({"preset": args.preset, "device": args.device, "seq_len": args.seq_len,
+                       "micro_batch": args.micro_batch, "flops_per_token": flops_per_token,
+                       "peak_tflops": args.peak_tflops, "torch": torch.__version__,
+                       "rows": rows, "ratios": ratios}, f, indent=1)
+        os.replace(args.json_out + ".part", args.json_out)
+
+    def record(name, r):
+        r["tflops"] = r["tokens_per_s"] * flops_per_token / 1e12
+        r["mfu"] = r["tokens_per_s"] * flops_per_token / peak
+        rows[name] = r
+        print(f"{name:>22}: {r['tokens_per_s']:10.0f} tokens/s  {r['tflops']:7.1f} TFLOP/s  "
+              f"MFU {100 * r['mfu']:5.1f}%  peak device {r['peak_device_gib']:6.2f} GiB  "
+              f"loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}", flush=True)
+        write_json()
+
     with tempfile.TemporaryDirectory() as work:
         data = os.path.join(work, "data.h5")
         subprocess.run([args.zerotrain, "prepare-data", "--text", args.data, "--out", data],
@@ -203,7 +235,7 @@ def main():
             name = f"zerotrain {attention}".strip()
             try:
                 run_dir = os.path.join(work, "run-" + name.replace(" ", "-"))
-                rows[name] = run_zerotrain(args, data, run_dir, attention)
+                record(name, run_zerotrain(args, data, run_dir, attention))
             except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
                 print(f"{name}: FAILED ({e})", flush=True)
     for mode in args.modes.split(","):
@@ -211,30 +243,15 @@ def main():
             print(f"pytorch compile: skipped (torch {torch.__version__} has no torch.compile)")
             continue
         try:
-            rows["pytorch " + mode] = run_pytorch(args, config, compiled=(mode == "compile"))
+            record("pytorch " + mode, run_pytorch(args, config, compiled=(mode == "compile")))
         except Exception as e:  # noqa: BLE001  (an OOM or a compile failure is a result too)
             print(f"pytorch {mode}: FAILED ({type(e).__name__}: {e})", flush=True)
-    print(f"\n{args.preset} on {args.device} ({torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}), "
-          f"seq {args.seq_len}, micro-batch {args.micro_batch}, {args.steps} steps "
-          f"({args.warmup} untimed), {flops_per_token / 1e9:.3f} GFLOP/token, "
-          f"peak {args.peak_tflops:g} TFLOP/s, torch {torch.__version__}")
-    for name, r in rows.items():
-        r["tflops"] = r["tokens_per_s"] * flops_per_token / 1e12
-        r["mfu"] = r["tokens_per_s"] * flops_per_token / peak
-        print(f"{name:>22}: {r['tokens_per_s']:10.0f} tokens/s  {r['tflops']:7.1f} TFLOP/s  "
-              f"MFU {100 * r['mfu']:5.1f}%  peak device {r['peak_device_gib']:6.2f} GiB  "
-              f"loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}")
     ours = [n for n in rows if n.startswith("zerotrain")]
     for name in [n for n in rows if n.startswith("pytorch")]:
         for z in ours:
-            ratio = rows[z]["tokens_per_s"] / rows[name]["tokens_per_s"]
-            print(f"ratio {z} / {name}: {ratio:.3f}")
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump({"preset": args.preset, "device": args.device, "seq_len": args.seq_len,
-                       "micro_batch": args.micro_batch, "flops_per_token": flops_per_token,
-                       "peak_tflops": args.peak_tflops, "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)
+            ratios[f"{z} / {name}"] = rows[z]["tokens_per_s"] / rows[name]["tokens_per_s"]
+            print(f"ratio {z} / {name}: {ratios[f'{z} / {name}']:.3f}")
+    write_json()
     return 0 if ours and len(rows) > len(ours) else 1
 
 

@@ -9,14 +9,18 @@
 #           .git/info/exclude; about 30 MiB to carry)
 #   there:  bash .gpu/bench/gpu_session.sh --run .gpu "$OUT" PARTS
 #           PARTS, comma-separated (default preflight,tests,sanitize); preflight always runs first.
-#           A 30-minute session is three calls of at most 10 minutes:
-#             1. preflight,tests,sanitize   2. train,pytorch   3. offload,big
+#           A 30-minute session is three calls of at most 10 minutes, issued back to back (the
+#           machine is given back 30 s after a call, and a new start costs minutes):
+#             1. preflight,tests,sanitize   2. pytorch,train   3. offload,big
+#           The first start and the transfers take from the 30 minutes too: give the third call
+#           ZT_CALL_SECONDS = the device tool's budget_left_s minus 60, so that it ends its
+#           steps itself instead of being cut.
 #     preflight  commit, GPU name, driver, memory, `free -g`, the library directories found,
 #                `zerotrain info --env`,
 #                compute-sanitizer and torch versions, and `ldd` of every bundled binary and
 #                library (a "not found" fails the preflight)
 #     tests      bench_gpu_ceilings (copy GB/s; GEMM TFLOP/s), then zt_gpu_tests by group
-#                (kernels, gemm_attention, engine, comm, fused_attention) and the groups with
+#                (kernels, gemm_attention, fused_attention, engine, comm) and the groups with
 #                2 ranks sharing the GPU, under the bundle's mpirun
 #     sanitize   compute-sanitizer --tool memcheck over the kernel, GEMM/attention, engine and
 #                fused attention groups, --tool racecheck over the kernel group
@@ -87,6 +91,11 @@ for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cudn
             print(os.path.join(p, "lib"))
     except Exception:
         pass
+try:  # the CUDA 13 wheels keep cudart, cuBLAS and others together under nvidia/cu13/lib
+    for p in importlib.import_module("nvidia").__path__:
+        print(os.path.join(p, "cu13", "lib"))
+except Exception:
+    pass
 PY
   )
   # NCCL and cuDNN are the ones a bare toolkit may lack: search the filesystem for what neither
@@ -215,8 +224,18 @@ run_part_preflight() {
     say "info --env: FAILED (exit $?): the binary cannot start here"
 }
 
-gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*:CudaFusedKernels.*' 'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*'
-  'engine=CudaEngine.*' 'comm=NcclComm.*:StagedComm.*' 'fused_attention=CudnnAttention.*')
+# In order of what a hang would cost most to miss: the kernels and GEMMs every path runs, the
+# fused attention (the fast path), then the engine and the communicators.
+gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*:CudaFusedKernels.*'
+  'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*'
+  'fused_attention=CudnnAttention.*' 'engine=CudaEngine.*' 'comm=NcclComm.*:StagedComm.*')
+group_filter() {  # group_filter NAME: the gtest filter of that group
+  local entry
+  for entry in "${gpu_test_groups[@]}"; do
+    [ "${entry%%=*}" = "$1" ] && echo "${entry#*=}" && return 0
+  done
+  return 1
+}
 gpu_test_np2_groups=('staged_comm=StagedComm.*' 'engine_shared=CudaEngineShared.*'
   'engine_nccl=CudaEngineNccl.*')
 
@@ -250,16 +269,17 @@ run_part_sanitize() {
     say "sanitize: skipped (zt_gpu_tests absent from the bundle)"
     return
   fi
-  # The kernels first under both tools, the slower engine group last; each at most 150 s.
-  local entry seconds=${ZT_SANITIZE_SECONDS:-150}
+  # The kernels first under both tools, then GEMM/attention, the engine and the fused attention
+  # under memcheck; each at most 150 s.
+  local group seconds=${ZT_SANITIZE_SECONDS:-150}
   step "memcheck gpu_kernels" "$seconds" "$sanitizer" --tool memcheck --error-exitcode 99 \
-    --leak-check full "$B/libexec/zt_gpu_tests" --gtest_filter="${gpu_test_groups[0]#*=}" \
+    --leak-check full "$B/libexec/zt_gpu_tests" --gtest_filter="$(group_filter kernels)" \
     --gtest_brief=1
   step "racecheck gpu_kernels" "$seconds" "$sanitizer" --tool racecheck --error-exitcode 99 \
-    "$B/libexec/zt_gpu_tests" --gtest_filter="${gpu_test_groups[0]#*=}" --gtest_brief=1
-  for entry in "${gpu_test_groups[@]:1:2}" "${gpu_test_groups[4]}"; do
-    step "memcheck gpu_${entry%%=*}" "$seconds" "$sanitizer" --tool memcheck \
-      --error-exitcode 99 --leak-check full "$B/libexec/zt_gpu_tests" --gtest_filter="${entry#*=}" \
+    "$B/libexec/zt_gpu_tests" --gtest_filter="$(group_filter kernels)" --gtest_brief=1
+  for group in gemm_attention engine fused_attention; do
+    step "memcheck gpu_$group" "$seconds" "$sanitizer" --tool memcheck --error-exitcode 99 \
+      --leak-check full "$B/libexec/zt_gpu_tests" --gtest_filter="$(group_filter "$group")" \
       --gtest_brief=1
   done
 }
