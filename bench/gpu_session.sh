@@ -170,8 +170,9 @@ steps = [json.loads(l) for l in open(path)]
 timed = steps[1:] or steps
 mean = lambda f: sum(f(s) for s in timed) / len(timed)
 gib = 1024.0 ** 3
+# The categories' peaks plus the backend's own scratch (GEMM workspace, arenas, cuDNN's).
 device = max(sum(v for k, v in s["peak_memory_bytes"].items() if k not in ("host", "nvme"))
-             for s in steps)
+             + s.get("backend_scratch_bytes", 0) for s in steps)
 host = max(s["peak_memory_bytes"].get("host", 0) for s in steps)
 mfu = mean(lambda s: s["mfu"] or 0.0)
 print(f"{label}: {mean(lambda s: s['tokens_per_s']):.0f} tokens/s, "

@@ -371,7 +371,7 @@ int run_training(TrainOptions o) {
       std::cerr << "zerotrain train: warning: step " << step
                 << ": the loss mask counts no target of the global batch; the step has no loss "
                    "gradient (AdamW's momentum and weight decay still move the weights)\n";
-    const StepRecord& r = recorder.trained(lr, stats);
+    const StepRecord& r = recorder.trained(lr, stats, backend->scratch_bytes());
     // Stop agreement + checkpoint save, timed into this step's record before it is written.
     const bool stop =
         checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());

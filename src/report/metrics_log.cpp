@@ -84,6 +84,7 @@ nlohmann::json StepRecord::to_json() const {
                {"data_s", data_s},
                {"checkpoint_s", checkpoint_s}};
   j["peak_memory_bytes"] = memory_json(peak_memory);
+  j["backend_scratch_bytes"] = backend_scratch_bytes;
   j["comm_bytes"] = comm_bytes_json(comm_bytes);
   j["offload_bytes"] = offload_bytes_json(offload_bytes());
   return j;

@@ -55,7 +55,7 @@ void RunRecorder::data_ready() {
   current_.data_s = seconds_between(step_start_, Clock::now());
 }
 
-const StepRecord& RunRecorder::trained(float lr, const StepStats& stats) {
+const StepRecord& RunRecorder::trained(float lr, const StepStats& stats, int64_t scratch_bytes) {
   trained_at_ = Clock::now();
   StepRecord& r = current_;
   r.lr = lr;
@@ -67,6 +67,7 @@ const StepRecord& RunRecorder::trained(float lr, const StepStats& stats) {
   r.tflops_per_device = r.flops_per_token * r.tokens_per_s / data_.world_size() / 1e12;
   if (peak_tflops_) r.mfu = r.tflops_per_device / *peak_tflops_;
   r.peak_memory = memory_peaks(memory_);
+  r.backend_scratch_bytes = scratch_bytes;
   r.comm_bytes = comm_bytes_between(counters_at_start_, data_.counters());
   for (size_t c = 0; c < run_peaks_.size(); ++c)
     run_peaks_[c] = std::max(run_peaks_[c], r.peak_memory[c]);

@@ -41,8 +41,9 @@ class RunRecorder {
   void begin_step(int64_t step);
   // The step's data is ready (its data time ends).
   void data_ready();
-  // The engine finished the step: its figures, without the checkpoint time yet.
-  const StepRecord& trained(float lr, const StepStats& stats);
+  // The engine finished the step: its figures, without the checkpoint time yet. scratch_bytes:
+  // the backend's device scratch after the step (Backend::scratch_bytes).
+  const StepRecord& trained(float lr, const StepStats& stats, int64_t scratch_bytes);
   // The stop agreement and any save are done: the step is recorded everywhere.
   const StepRecord& end_step();
   double loop_seconds() const;  // since the first begin_step

@@ -24,6 +24,13 @@ class CudaKernels : public ::testing::Test {
       make_cuda_backend(0, test_options(cuda::GemmCompute::kFp32));
 };
 
+// What metrics.jsonl reports as backend_scratch_bytes: test_options' 8 + 16 + 1 MiB of arena
+// regions (no fused attention, so no cuDNN workspace); the CPU backend holds none.
+TEST_F(CudaKernels, ScratchBytesAreTheArenaRegions) {
+  EXPECT_EQ(gpu_->scratch_bytes(), int64_t{25} << 20);
+  EXPECT_EQ(cpu_.scratch_bytes(), 0);
+}
+
 TEST_F(CudaKernels, RmsNormForwardBackward) {
   const int64_t shapes[][2] = {{1, 8}, {33, 100}, {7, 4096}, {300, 64}};
   for (const auto& shape : shapes) {

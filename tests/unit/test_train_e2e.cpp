@@ -69,6 +69,7 @@ TEST_F(TrainE2E, TinyRunWritesMetricsReportsAndFinalModel) {
     EXPECT_TRUE(j["mfu"].is_null());  // CPU backend: no meaningful peak
     EXPECT_GT(j["tflops_per_device"].get<double>(), 0);
     EXPECT_GT(j["peak_memory_bytes"]["params"].get<double>(), 0);
+    EXPECT_EQ(j["backend_scratch_bytes"].get<int64_t>(), 0);  // the CPU backend has no scratch
     EXPECT_TRUE(j["comm_bytes"].contains("all_reduce"));
     EXPECT_TRUE(j["time"].contains("forward_s"));
   }

@@ -136,6 +136,18 @@ std::string CudaBackend::name() const {
 void CudaBackend::synchronize() {
   ZT_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
 }
+
+int64_t CudaBackend::scratch_bytes() const {
+  size_t bytes = 0;
+  for (const ScratchCategory c :
+       {ScratchCategory::kGemmWorkspace, ScratchCategory::kAttention, ScratchCategory::kReduction})
+    bytes += state_->arena->region(c).capacity();
+  int64_t total = static_cast<int64_t>(bytes);
+#if ZEROTRAIN_HAVE_CUDNN
+  if (state_->fused_attention) total += state_->fused_attention->workspace_bytes();
+#endif
+  return total;
+}
 PhaseTimeline& CudaBackend::timeline() {
   return *state_->timeline;
 }

@@ -157,6 +157,8 @@ class CudaBackend final : public Backend {
 
   // Waits for every op issued so far.
   void synchronize() override;
+  // The arena's three regions plus cuDNN's workspace (grown at a fused attention's first call).
+  int64_t scratch_bytes() const override;
   // CUDA events on the stream (cuda_event_timeline.h).
   PhaseTimeline& timeline() override;
   // The cudaStream_t every op runs on (as void*, to keep CUDA headers out of this header).

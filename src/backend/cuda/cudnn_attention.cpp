@@ -267,6 +267,10 @@ int64_t CudnnAttention::graphs_built() const {
   return impl_->graphs.builds();
 }
 
+int64_t CudnnAttention::workspace_bytes() const {
+  return static_cast<int64_t>(impl_->workspace_bytes);
+}
+
 void CudnnAttention::forward(DeviceArena& arena, TensorView out, float* lse, ConstTensorView q,
                              ConstTensorView k, ConstTensorView v, const AttentionShape& s) {
   const DType storage = shared_storage("attention_forward", {out, q, k, v});

@@ -47,6 +47,8 @@ class CudnnAttention {
                 ConstTensorView out, const float* lse, const AttentionShape& shape);
 
   int64_t graphs_built() const;
+  // Bytes of cuDNN workspace held (sized for the largest graph run so far).
+  int64_t workspace_bytes() const;
 
  private:
   struct Impl;
