@@ -177,8 +177,9 @@ class Backend {
   virtual DeviceMemory& device_memory() { return host_device_memory(); }
   // Waits for every op issued so far (a device backend's queue; nothing to wait for on the CPU).
   virtual void synchronize() {}
-  // Device bytes the backend holds for its own ops, outside every MemCategory: a GPU backend's
-  // scratch (GEMM workspace, attention and reduction arenas, a library's workspace). 0 on the CPU.
+  // Device scratch the backend holds for its own ops, outside every MemCategory: a GPU backend's
+  // GEMM workspace, attention and reduction arenas and a library's workspace (small tables such
+  // as RoPE's and the libraries' own handles are not counted). 0 on the CPU.
   virtual int64_t scratch_bytes() const { return 0; }
   // Marks in this backend's issue order, timed as the device passes them (host clock here).
   virtual PhaseTimeline& timeline() { return host_timeline_; }

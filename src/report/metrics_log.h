@@ -48,8 +48,8 @@ struct StepRecord {
   double tokens_per_s = 0, flops_per_token = 0, tflops_per_device = 0;
   std::optional<double> mfu;  // null when the device has no meaningful peak (CPU)
   MemoryByCategory peak_memory{};
-  int64_t backend_scratch_bytes =
-      0;  // device bytes outside the categories (Backend::scratch_bytes)
+  // Device scratch outside the categories, after the step (Backend::scratch_bytes).
+  int64_t backend_scratch_bytes = 0;
   BytesByCollective comm_bytes{};
 
   OffloadBytes offload_bytes() const {

@@ -54,6 +54,15 @@ TEST_F(CudaFp16Storage, ConversionsAreBitwiseTheCpus) {
   std::vector<float> back(values.size());
   fp16_to_floats(want.data(), back.data(), want.size());
   EXPECT_TRUE(bitwise_equal(d_back.download(), back, "from_fp16"));
+  // Raw fp16 words the CPU would not write: NaNs with payloads (signalling, negative), the
+  // infinities, the largest subnormal; widened with their payload kept, as fp16_to_float does.
+  const std::vector<uint16_t> words = {0x7c01, 0xfd55, 0x7e00, 0x7fff, 0x7c00, 0xfc00, 0x03ff};
+  DeviceBuffer<uint16_t> d_words(words);
+  DeviceBuffer<float> d_widened(words.size());
+  gpu_->from_fp16(d_widened.get(), d_words.get(), static_cast<int64_t>(words.size()));
+  std::vector<float> widened(words.size());
+  fp16_to_floats(words.data(), widened.data(), words.size());
+  EXPECT_TRUE(bitwise_equal(d_widened.download(), widened, "from_fp16 of raw words"));
 }
 
 TEST_F(CudaFp16Storage, RmsNormSwiGluAddAndEmbedding) {

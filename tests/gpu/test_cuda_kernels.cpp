@@ -145,8 +145,9 @@ TEST_F(CudaKernels, CrossEntropyLossAndGradient) {
     auto targets = random_ids(M, static_cast<int32_t>(V), 15);
     // SFT: every third target (but the first row of a one-row case) left out of the loss.
     for (int64_t i = 2; i < M; i += 3) targets[static_cast<size_t>(i)] = kIgnoredTarget;
-    // Row 1: the first half of its logits −∞ (a masked vocabulary), so every thread meets −∞ first
-    // and then again: each adds e^−∞ = 0, never e^(−∞+∞) = NaN. Its target is finite.
+    // Row 1: the first half of its logits −∞ (a masked vocabulary), so at the larger V every
+    // thread meets −∞ first and then again: each adds e^−∞ = 0, never e^(−∞+∞) = NaN. Its target
+    // is finite.
     if (M > 1) {
       std::fill_n(logits.begin() + V, V / 2, -std::numeric_limits<float>::infinity());
       targets[1] = static_cast<int32_t>(V - 1);

@@ -205,14 +205,19 @@ NcclCommunicator::NcclCommunicator(MPI_Comm parent, int device) : impl_(std::mak
 
 NcclCommunicator::~NcclCommunicator() {
   // The device-ordered requests poll the NCCL comm that Impl destroys: they finish first. One that
-  // fails (an NCCL or CUDA error, a peer gone) cannot throw out of a destructor, which would end
-  // the process without a word: it is reported and the communicator aborted instead. A timeout
-  // still ends the job through the wait's own report (abort_job).
+  // fails (an NCCL or CUDA error, a peer gone) cannot throw out of a destructor, and the handles
+  // still pending would poll the comm again: the error is reported and the job ends here, as
+  // abort_job ends it on a timeout (the comm aborted so no kernel keeps spinning, then MPI_Abort).
   try {
     finish_device_waits();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: closing the NCCL communicator: %s\n", rank_, e.what());
+    std::fprintf(stderr, "rank %d: closing the NCCL communicator: %s; aborting the job\n", rank_,
+                 e.what());
     impl_->abort();
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
   }
 }
 
