@@ -217,7 +217,8 @@ TEST_F(CudaKernels, BiasForwardBackward) {
     cpu_.bias_forward(y.data(), cpu_b, M, N);
     cpu_.bias_backward(db.data(), dy.data(), M, N);
     DeviceBuffer<bf16_t> d_y(y0), d_dy(dy), d_b16(b16);
-    DeviceBuffer<float> d_b(b), d_db(static_cast<size_t>(N));
+    // db accumulates (db +=): it starts from zeros as the CPU's did, not from the NaN poison.
+    DeviceBuffer<float> d_b(b), d_db(std::vector<float>(N, 0.0f));
     const ConstTensorView gpu_b =
         bf16_bias ? ConstTensorView(d_b16.get()) : ConstTensorView(d_b.get());
     gpu_->bias_forward(d_y.get(), gpu_b, M, N);
