@@ -29,7 +29,10 @@ def train(args, data, out, stage, flags):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
-    cmd = [args.mpirun, "--oversubscribe", "-np", str(args.ranks), args.zerotrain, "train",
+    # --bind-to none: Open MPI binds each of two or fewer ranks to one core, and the CPU Adam's
+    # --threads would then share it (the first GPU session's offload row crawled so).
+    cmd = [args.mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(args.ranks),
+           args.zerotrain, "train",
            "--preset", args.preset, "--data", data, "--out", out, "--steps", str(args.steps),
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
            "--zero-stage", str(stage), "--log-every", "0", "--backend", args.backend,

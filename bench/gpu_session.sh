@@ -9,12 +9,12 @@
 #           .git/info/exclude; about 30 MiB to carry)
 #   there:  bash .gpu/bench/gpu_session.sh --run .gpu "$OUT" PARTS
 #           PARTS, comma-separated (default preflight,tests,sanitize); preflight always runs first.
-#           A 30-minute session is three calls of at most 10 minutes, issued back to back (the
-#           machine is given back 30 s after a call, and a new start costs minutes):
-#             1. preflight,tests,sanitize   2. pytorch,train   3. offload,big
-#           The first start and the transfers take from the 30 minutes too: give the third call
-#           ZT_CALL_SECONDS = the device tool's budget_left_s minus 60, so that it ends its
-#           steps itself instead of being cut.
+#           With 15 minutes of device time (the first H100 session, 2026-11-27): one full call
+#             preflight,tests,pytorch,train,sanitize   (ZT_CALL_SECONDS=560: about 7 minutes)
+#           then short calls, issued within the 30 s the machine stays warm, for what failed or
+#           is left (ZT_TEST_GROUPS, ZT_SANITIZE; offload,big last). A start costs about 40 s
+#           and none begins under 4 minutes left: give each call ZT_CALL_SECONDS = the device
+#           tool's budget_left_s minus 60, so that it ends its steps itself instead of being cut.
 #     preflight  commit, GPU name, driver, memory, `free -g`, the library directories found,
 #                `zerotrain info --env`,
 #                compute-sanitizer and torch versions, and `ldd` of every bundled binary and
@@ -30,15 +30,15 @@
 #                0 (GEMM attention, then fused on CUDA), and stage 3 with full activation
 #                checkpointing; tokens/s, TFLOP/s, MFU, peak device memory (mean of the steps
 #                after the first)
-#     pytorch    bench_gpu_vs_pytorch.py: ZT_PYTORCH_PRESET (default 1b), seq 2048, micro-batch
-#                4, PyTorch eager and torch.compile beside zerotrain (GEMM and fused attention)
-#                on the same GPU
+#     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),
+#                seq 2048, micro-batch 4: PyTorch eager and torch.compile beside zerotrain (GEMM
+#                attention, fused, fused + bf16 activations) on the same GPU
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #     big        ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
 #                optimizer offload to cpu, if the host has the memory it pins (checked first);
 #                then, on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), without offload
 # Every step runs under `timeout` (ZT_STEP_SECONDS, default 300; the PyTorch comparison, which
-# holds five runs, ZT_PYTORCH_SECONDS, default the same) and within the call's budget
+# holds five runs per preset, ZT_PYTORCH_SECONDS, default the same) and within the call's budget
 # (ZT_CALL_SECONDS, default 540, from the script's start): one hang cannot eat a call, and every
 # train run has --comm-timeout 60. A failing step does not stop the next one.
 # What comes back in OUT (at most 8 files): summary.txt, the figures and exit codes; and
@@ -312,7 +312,8 @@ run_part_train() {
   local preset
   for preset in ${ZT_PRESETS:-125m 1b}; do
     train_run "$preset stage 0 $backend" "$work/train_${preset}_s0" --preset "$preset" \
-      --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq"
+      --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
+      --attention gemm
     # The fused attention (cuDNN SDPA) beside it: same seed, so the losses compare.
     if [ "$backend" = cuda ]; then
       train_run "$preset stage 0 fused attention $backend" "$work/train_${preset}_s0_fused" \
@@ -339,16 +340,18 @@ run_part_pytorch() {
     say "pytorch: skipped ($python has no torch)"
     return
   fi
-  local device=cuda
+  local device=cuda preset
   [ "$backend" = cuda ] || device=cpu
-  step "bench_gpu_vs_pytorch" "${ZT_PYTORCH_SECONDS:-$step_seconds}" "${host_python[@]}" \
-    "$dir/bench/bench_gpu_vs_pytorch.py" \
-    --zerotrain "$zt_for_python" --device "$device" --backend "$backend" \
-    --preset "${ZT_PYTORCH_PRESET:-1b}" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
-    --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
-    --attentions "$([ "$backend" = cuda ] && echo gemm,fused,fused+bf16 || echo gemm,gemm+bf16)" \
-    --json-out "$evidence/bench_gpu_vs_pytorch.json" >"$evidence/pytorch.txt" 2>&1
-  grep -v '^step ' "$evidence/pytorch.txt" | tee -a "$summary"
+  for preset in ${ZT_PYTORCH_PRESET:-125m 1b}; do
+    step "bench_gpu_vs_pytorch $preset" "${ZT_PYTORCH_SECONDS:-$step_seconds}" \
+      "${host_python[@]}" "$dir/bench/bench_gpu_vs_pytorch.py" \
+      --zerotrain "$zt_for_python" --device "$device" --backend "$backend" \
+      --preset "$preset" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+      --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
+      --attentions "$([ "$backend" = cuda ] && echo gemm,fused,fused+bf16 || echo gemm,gemm+bf16)" \
+      --json-out "$evidence/bench_gpu_vs_pytorch_$preset.json" >"$evidence/pytorch_$preset.txt" 2>&1
+    grep -v '^step ' "$evidence/pytorch_$preset.txt" | tee -a "$summary"
+  done
 }
 
 run_part_offload() {

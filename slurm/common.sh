@@ -192,7 +192,10 @@ zt_launcher() {
       ;;
     mpirun)
       [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-      LAUNCHER=(mpirun -np "${tasks:-${SLURM_NTASKS:-1}}" --npernode "$(zt_tasks_per_node)")
+      # --bind-to none: Open MPI would bind each rank to one core (two ranks or fewer) or one
+      # socket, whatever --cpus-per-task gave it, and its OMP_NUM_THREADS would share that.
+      LAUNCHER=(mpirun -np "${tasks:-${SLURM_NTASKS:-1}}" --npernode "$(zt_tasks_per_node)"
+        --bind-to none)
       ;;
     *) zt_die "ZEROTRAIN_LAUNCHER must be auto, srun or mpirun, got '$kind'" ;;
   esac

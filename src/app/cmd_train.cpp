@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/cli.h"
@@ -38,6 +39,7 @@
 #include "io/tokenizer_files.h"
 #include "model/trainable.h"
 #include "report/run_recorder.h"
+#include "runtime/cpu_placement.h"
 #include "runtime/mpi_runtime.h"
 #include "util/crc32c.h"
 #include "util/decimal.h"
@@ -293,6 +295,12 @@ int run_training(TrainOptions o) {
   comm.set_timeout_seconds(o.comm_timeout);
   const int rank = comm.rank(), world = comm.world_size();
   const bool is_root = rank == 0;
+  // A launcher that bound this rank to fewer CPUs than its threads (mpirun's default binding).
+  const std::string cpu_warning =
+      cpu_oversubscription_warning(openmp_thread_count(), affinity_cpu_count(),
+                                   static_cast<int>(std::thread::hardware_concurrency()));
+  if (!cpu_warning.empty())
+    std::cerr << "zerotrain train: warning: rank " << rank << " " << cpu_warning << "\n";
   // Every rank opens its inputs, then the ranks agree that they did and that they are about to
   // run the same job, before any collective whose shape depends on the options.
   TrainInputs in;

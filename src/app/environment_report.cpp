@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_adam.h"
 #include "report/run_report.h"
+#include "runtime/cpu_placement.h"
 #include "zerotrain_commit.h"
 #if ZEROTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_environment.h"
@@ -98,6 +99,9 @@ std::string cpu_model_name() {
 nlohmann::json cpu_report(nlohmann::json& missing) {
   nlohmann::json out = {{"model", cpu_model_name()},
                         {"logical_cpus", std::thread::hardware_concurrency()},
+                        // What a launcher's binding left this process, and the threads it runs.
+                        {"affinity_cpus", affinity_cpu_count()},
+                        {"openmp_threads", openmp_thread_count()},
                         {"features",
                          {{"avx2", static_cast<bool>(__builtin_cpu_supports("avx2"))},
                           {"fma", static_cast<bool>(__builtin_cpu_supports("fma"))},

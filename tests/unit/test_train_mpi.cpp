@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -154,6 +155,27 @@ TEST_F(TrainMpi, EvalIsIndependentOfWorldSize) {
   ASSERT_EQ(three.exit_code, 0) << three.output;
   // One JSON line from rank 0 only, bitwise the same figure.
   EXPECT_EQ(nlohmann::json::parse(three.output), nlohmann::json::parse(one.output));
+}
+
+// Open MPI's default binding (one core per rank when it starts two or fewer) under more OpenMP
+// threads than that core: every rank so bound says so, naming itself and the way out; unbound,
+// the same run is silent. The CPU optimizer of the first GPU session crawled this way.
+TEST_F(TrainMpi, RankBoundToFewerCpusThanItsThreadsIsWarned) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU: no narrower mask";
+  const std::string launch =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+      "OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=2 mpirun -np 1 --bind-to ";
+  const std::string train = std::string(ZT_BINARY) + " train --preset tiny --data " +
+                            path("sample.h5") + " --steps 1 --seq-len 16 --micro-batch 1 " +
+                            "--log-every 0 --eval-batches 0 --comm-timeout 60 --out ";
+  const RunResult bound = run_command(launch + "core " + train + path("bound"));
+  ASSERT_EQ(bound.exit_code, 0) << bound.output;
+  EXPECT_NE(bound.output.find("warning: rank 0 runs 2 OpenMP threads on 1 CPU"), std::string::npos)
+      << bound.output;
+  EXPECT_NE(bound.output.find("mpirun --bind-to none"), std::string::npos) << bound.output;
+  const RunResult unbound = run_command(launch + "none " + train + path("unbound"));
+  ASSERT_EQ(unbound.exit_code, 0) << unbound.output;
+  EXPECT_EQ(unbound.output.find("OpenMP threads on"), std::string::npos) << unbound.output;
 }
 
 }  // namespace
