@@ -10,7 +10,9 @@
 #   there:  bash .gpu/bench/gpu_session.sh --run .gpu "$OUT" PARTS
 #           PARTS, comma-separated (default preflight,tests,sanitize); preflight always runs first.
 #           With 15 minutes of device time (the first H100 session, 2026-11-27): one full call
-#             preflight,tests,pytorch,train,sanitize   (ZT_CALL_SECONDS=560: about 7 minutes)
+#             preflight,tests,pytorch,train,sanitize   with ZT_CALL_SECONDS=560
+#             ZT_STEP_SECONDS=120 ZT_PYTORCH_SECONDS=210 ZT_SANITIZE_SECONDS=45 (7.2 minutes
+#             there with the PyTorch comparison at 1b only; 125m adds about a minute)
 #           then short calls, issued within the 30 s the machine stays warm, for what failed or
 #           is left (ZT_TEST_GROUPS, ZT_SANITIZE; offload,big last). A start costs about 40 s
 #           and none begins under 4 minutes left: give each call ZT_CALL_SECONDS = the device
@@ -22,7 +24,8 @@
 #     tests      bench_gpu_ceilings (copy GB/s; GEMM TFLOP/s), then zt_gpu_tests by group
 #                (kernels, gemm_attention, fused_attention, engine, comm) and the groups with
 #                2 ranks sharing the GPU, under the bundle's mpirun
-#                (ZT_TEST_GROUPS: a space-separated subset of those names; default all)
+#                (ZT_TEST_GROUPS: a subset of those names and staged_comm, engine_shared,
+#                engine_nccl, the 2-rank ones; default all, none for no group)
 #     sanitize   compute-sanitizer --tool memcheck over the kernel, GEMM/attention, engine and
 #                fused attention groups, --tool racecheck over the kernel group (ZT_SANITIZE:
 #                other TOOL:GROUP pairs, e.g. "racecheck:kernels memcheck:engine")
@@ -253,7 +256,12 @@ run_part_tests() {
     say "zt_gpu_tests: absent from the bundle"
     return
   fi
-  local entry wanted=" ${ZT_TEST_GROUPS:-all} "
+  local entry name known=" all none " wanted=" ${ZT_TEST_GROUPS:-all} "
+  wanted=${wanted//,/ }
+  for entry in "${gpu_test_groups[@]}" "${gpu_test_np2_groups[@]}"; do known+="${entry%%=*} "; done
+  for name in $wanted; do
+    [[ $known == *" $name "* ]] || say "tests: unknown group '$name' in ZT_TEST_GROUPS (known:$known)"
+  done
   for entry in "${gpu_test_groups[@]}"; do
     [ "$wanted" = " all " ] || [[ $wanted == *" ${entry%%=*} "* ]] || continue
     step "gpu_${entry%%=*}" "$step_seconds" "$B/libexec/zt_gpu_tests" \
@@ -278,19 +286,27 @@ run_part_sanitize() {
   # ZT_SANITIZE: TOOL:GROUP runs in order, by default the kernels under both tools, then
   # GEMM/attention, the engine and the fused attention under memcheck; each at most
   # ZT_SANITIZE_SECONDS. The event-timeline test (20 cuBLAS GEMMs of 2048³, no kernel of ours)
-  # stays out: instrumented, it alone outlasts the step. NCCL probes kernel images of other
+  # stays out: racecheck over the kernel group outlasted its 45 s on the H100 with it in (which
+  # test took the time was not measured; its GEMMs are the group's largest work). NCCL probes kernel images of other
   # architectures when a communicator starts (cudaErrorNoKernelImageForDevice from
   # cudaFuncGetAttributes, seen on the H100 2026-11-27), so the groups that start one do not
   # count API errors; every CUDA call of zerotrain's own is checked in the code.
-  local run tool group seconds=${ZT_SANITIZE_SECONDS:-150} extra
+  local run tool group filter seconds=${ZT_SANITIZE_SECONDS:-150} extra
   for run in ${ZT_SANITIZE:-memcheck:kernels racecheck:kernels memcheck:gemm_attention \
     memcheck:engine memcheck:fused_attention}; do
     tool=${run%%:*} group=${run#*:} extra=()
+    # An unknown group would leave a filter that selects the whole suite: refused instead.
+    if [ "$tool" = "$run" ] || ! filter=$(group_filter "$group"); then
+      say "sanitize: '$run' is not TOOL:GROUP with a group of the tests part: skipped"
+      continue
+    fi
+    if [[ $filter == *-* ]]; then filter+=":CudaKernels.EventTimeline*"; else
+      filter+="-CudaKernels.EventTimeline*"
+    fi
     [ "$tool" = memcheck ] && extra=(--leak-check full)
     case $group in engine | comm) extra+=(--report-api-errors no) ;; esac
     step "$tool gpu_$group" "$seconds" "$sanitizer" --tool "$tool" --error-exitcode 99 \
-      "${extra[@]}" "$B/libexec/zt_gpu_tests" \
-      --gtest_filter="$(group_filter "$group")-CudaKernels.EventTimeline*" --gtest_brief=1
+      "${extra[@]}" "$B/libexec/zt_gpu_tests" --gtest_filter="$filter" --gtest_brief=1
   done
 }
 
@@ -328,10 +344,16 @@ run_part_train() {
     # skipped per step in its metrics.
     train_run "$preset stage 0 fp16 + fp16 activations $backend" "$work/train_${preset}_s0_fp16" \
       --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
-      --seq-len "$seq" --precision fp16 --activations fp16
+      --seq-len "$seq" --precision fp16 --activations fp16 --attention gemm
     train_run "$preset stage 3 + full checkpointing $backend" "$work/train_${preset}_s3" \
       --preset "$preset" --zero-stage 3 --activation-checkpointing full --steps "$steps" \
-      --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq"
+      --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --attention gemm
+    if [ "$backend" = cuda ]; then
+      train_run "$preset stage 3 + full checkpointing, fused attention + bf16 activations $backend" \
+        "$work/train_${preset}_s3_fused_bf16" --preset "$preset" --zero-stage 3 \
+        --activation-checkpointing full --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+        --seq-len "$seq" --attention fused --activations bf16
+    fi
   done
 }
 

@@ -81,8 +81,9 @@ void add_comm_timeout_option(po::options_description& options, double* seconds) 
 
 void add_attention_option(po::options_description& options, std::string* value) {
   options.add_options()("attention", po::value(value)->default_value(*value),
-                        "CUDA attention: gemm (GEMMs + row kernels, exact fp32 storage) | fused "
-                        "(cuDNN SDPA) | auto (fused where built and supported, else gemm)");
+                        "CUDA attention: gemm (GEMMs + row kernels, exact fp32 storage; the "
+                        "default) | fused (cuDNN SDPA; with --activations bf16, the fast path) | "
+                        "auto (fused where built and supported, else gemm)");
 }
 
 void add_activations_option(po::options_description& options, std::string* value) {

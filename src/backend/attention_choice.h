@@ -9,8 +9,9 @@
 //          the forward, bf16 inputs and outputs, fp32 statistics. (The deterministic backward's
 //          cuDNN workspace holds dP, B·H·T² bf16: half the GEMM path's one T×T fp32 per head.)
 //   auto   fused where this build has it and the shape is supported, else gemm.
-// train's default is auto since the fused path passed the GPU tests on an H100 (README, "GPU");
-// eval's stays gemm, whose exact fp32 scores make its loss the one to compare with a reference.
+// The default stays gemm although the fused path passed the GPU tests on an H100 (README, "GPU"):
+// auto does not yet fall back when cuDNN refuses a graph at run time, a checkpoint does not
+// record which attention trained it, and only sm_90 has run it.
 #pragma once
 #include <cstddef>
 #include <cstdint>

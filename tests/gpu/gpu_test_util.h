@@ -21,14 +21,17 @@ namespace zt::gpu_test {
 // Tolerances (relative, see close()): bf16 tensor-core GEMM paths and exact fp32 paths.
 constexpr double kBf16Tolerance = 1e-2;
 // Gradients that pass through two bf16-operand GEMMs in a row (the attention backward's
-// dq = (P∘(dout·Vᵀ − D))·K·scale, dk, dv). Derivation: rounding to bf16 errs uniformly within
-// ±2⁻⁹, σ = 2⁻⁹/√3 ≈ 1.1e-3 relative; a product of two rounded operands ≈ 1.6e-3, and a sum of
-// such products with random signs errs by that fraction of its rms. The chain adds dS's and K's
-// roundings: σ ≈ √(1.6² + 1.1² + 1.1²)·1e-3 ≈ 2.3e-3 of the rms. The largest of ~6.5e4 such
-// errors lands near 4.5σ ≈ 1.0e-2, on the single-GEMM bound above: the H100 run of 2026-11-27
-// saw 1.21e-2 and 1.32e-2 at 2 and 4 of 51200 and 65536 elements (bench/results/2026-11-27-h100).
-// 2.5e-2 is ≈ 11σ: no rounding tail reaches it, and a real error (a wrong scale, index or
-// missing term) is of order 1 and still fails.
+// dq = (P∘(dout·Vᵀ − D))·K·scale, dk, dv). Derivation: bf16 keeps 8 significant bits, so
+// rounding to nearest errs by at most 2⁻⁸ relative; uniform over the ulp and averaged over a
+// binade (a value m·2ᵉ, m in [1, 2), errs relative to m), σ ≈ 2⁻⁸/√3 · E[1/m] ≈ 1.6e-3. A product
+// of two rounded operands errs by √2 of that, ≈ 2.3e-3, and a sum of such products with random
+// signs errs by that fraction of its rms. The chain adds the roundings of dS and K:
+// σ ≈ √(2.3² + 1.6² + 1.6²)·1e-3 ≈ 3.2e-3 of the rms. The largest of ~6.5e4 such errors lands
+// near 4.3σ ≈ 1.4e-2, past the single-GEMM bound above: the H100 run of 2026-11-27 saw 1.21e-2
+// and 1.32e-2 at 2 and 4 of 51200 and 65536 elements (bench/results/2026-11-27-h100). 2.5e-2 is
+// ≈ 7.8σ (a tail of ~1e-14 per element): no rounding tail reaches it, and a real error (a wrong
+// scale, index or missing term) is of order 1 and still fails; the fp32 variant runs the same
+// indexing at 1e-5.
 constexpr double kBf16ChainTolerance = 2.5e-2;
 constexpr double kFp32Tolerance = 1e-5;
 

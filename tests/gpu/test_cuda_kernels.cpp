@@ -211,14 +211,14 @@ TEST_F(CudaKernels, BiasForwardBackward) {
   for (bool bf16_bias : {false, true}) {
     SCOPED_TRACE(bf16_bias ? "bf16 bias" : "fp32 bias");
     std::vector<bf16_t> y = y0;
-    std::vector<float> db(N, 0.0f);
+    const auto db0 = random_floats(N, 28);  // db += the sums: both sides start from db0
+    std::vector<float> db = db0;
     const ConstTensorView cpu_b =
         bf16_bias ? ConstTensorView(b16.data()) : ConstTensorView(b.data());
     cpu_.bias_forward(y.data(), cpu_b, M, N);
     cpu_.bias_backward(db.data(), dy.data(), M, N);
     DeviceBuffer<bf16_t> d_y(y0), d_dy(dy), d_b16(b16);
-    // db accumulates (db +=): it starts from zeros as the CPU's did, not from the NaN poison.
-    DeviceBuffer<float> d_b(b), d_db(std::vector<float>(N, 0.0f));
+    DeviceBuffer<float> d_b(b), d_db(db0);
     const ConstTensorView gpu_b =
         bf16_bias ? ConstTensorView(d_b16.get()) : ConstTensorView(d_b.get());
     gpu_->bias_forward(d_y.get(), gpu_b, M, N);

@@ -329,12 +329,11 @@ TEST(TrainOptionsMinLr, ALowerLrAloneLowersTheDefaultFloor) {
   EXPECT_THROW(parsed_train_options({"--lr", "1e-5", "--min-lr", "2e-5"}), Error);
 }
 
-// --attention: the default is auto, run.json records it, a bad value or fused on the CPU backend
+// --attention: the default is gemm, run.json records it, a bad value or fused on the CPU backend
 // is refused naming the option (the CUDA backend's resolution: zt_cuda_host_tests).
 TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
-  EXPECT_EQ(parsed_train_options({}).attention, "auto");
-  EXPECT_EQ(parsed_train_options({}).to_json()["attention"], "auto");
-  EXPECT_EQ(parsed_train_options({"--attention", "gemm"}).to_json()["attention"], "gemm");
+  EXPECT_EQ(parsed_train_options({}).attention, "gemm");
+  EXPECT_EQ(parsed_train_options({"--attention", "auto"}).to_json()["attention"], "auto");
   try {
     parsed_train_options({"--attention", "flash"});
     ADD_FAILURE() << "--attention flash was accepted";
