@@ -258,17 +258,21 @@ run_part_tests() {
   fi
   local entry name known=" all none " wanted=" ${ZT_TEST_GROUPS:-all} "
   wanted=${wanted//,/ }
-  for entry in "${gpu_test_groups[@]}" "${gpu_test_np2_groups[@]}"; do known+="${entry%%=*} "; done
-  for name in $wanted; do
-    [[ $known == *" $name "* ]] || say "tests: unknown group '$name' in ZT_TEST_GROUPS (known:$known)"
+  for entry in "${gpu_test_groups[@]}" "${gpu_test_np2_groups[@]}"; do
+    known+="${entry%%=*} "
   done
+  for name in $wanted; do
+    [[ $known == *" $name "* ]] ||
+      say "tests: unknown group '$name' in ZT_TEST_GROUPS (known:$known)"
+  done
+  wanted_group() { [ "$wanted" = " all " ] || [[ $wanted == *" $1 "* ]]; }
   for entry in "${gpu_test_groups[@]}"; do
-    [ "$wanted" = " all " ] || [[ $wanted == *" ${entry%%=*} "* ]] || continue
+    wanted_group "${entry%%=*}" || continue
     step "gpu_${entry%%=*}" "$step_seconds" "$B/libexec/zt_gpu_tests" \
       --gtest_filter="${entry#*=}" --gtest_brief=1
   done
   for entry in "${gpu_test_np2_groups[@]}"; do
-    [ "$wanted" = " all " ] || [[ $wanted == *" ${entry%%=*} "* ]] || continue
+    wanted_group "${entry%%=*}" || continue
     step "gpu_${entry%%=*}_np2" "$step_seconds" "$B/bin/mpirun" --oversubscribe -np 2 \
       -x LD_LIBRARY_PATH "$B/bin/zt_gpu_tests" --gtest_filter="${entry#*=}" --gtest_brief=1
   done
@@ -287,10 +291,11 @@ run_part_sanitize() {
   # GEMM/attention, the engine and the fused attention under memcheck; each at most
   # ZT_SANITIZE_SECONDS. The event-timeline test (20 cuBLAS GEMMs of 2048³, no kernel of ours)
   # stays out: racecheck over the kernel group outlasted its 45 s on the H100 with it in (which
-  # test took the time was not measured; its GEMMs are the group's largest work). NCCL probes kernel images of other
-  # architectures when a communicator starts (cudaErrorNoKernelImageForDevice from
-  # cudaFuncGetAttributes, seen on the H100 2026-11-27), so the groups that start one do not
-  # count API errors; every CUDA call of zerotrain's own is checked in the code.
+  # test took the time was not measured; its GEMMs are the group's largest work). NCCL probes
+  # kernel images of other architectures when a communicator starts
+  # (cudaErrorNoKernelImageForDevice from cudaFuncGetAttributes, seen on the H100 2026-11-27),
+  # so the groups that start one do not count API errors; every CUDA call of zerotrain's own is
+  # checked in the code.
   local run tool group filter seconds=${ZT_SANITIZE_SECONDS:-150} extra
   for run in ${ZT_SANITIZE:-memcheck:kernels racecheck:kernels memcheck:gemm_attention \
     memcheck:engine memcheck:fused_attention}; do
@@ -349,7 +354,8 @@ run_part_train() {
       --preset "$preset" --zero-stage 3 --activation-checkpointing full --steps "$steps" \
       --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --attention gemm
     if [ "$backend" = cuda ]; then
-      train_run "$preset stage 3 + full checkpointing, fused attention + bf16 activations $backend" \
+      train_run \
+        "$preset stage 3 + full checkpointing, fused attention + bf16 activations $backend" \
         "$work/train_${preset}_s3_fused_bf16" --preset "$preset" --zero-stage 3 \
         --activation-checkpointing full --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
         --seq-len "$seq" --attention fused --activations bf16

@@ -177,5 +177,9 @@ inline cuda::CudaBackendOptions test_options(cuda::GemmCompute compute) {
 inline double tolerance(cuda::GemmCompute compute) {
   return compute == cuda::GemmCompute::kFp32 ? kFp32Tolerance : kBf16Tolerance;
 }
+// The bound for results of two chained GEMMs (kBf16ChainTolerance derives it).
+inline double chain_tolerance(cuda::GemmCompute compute) {
+  return compute == cuda::GemmCompute::kFp32 ? kFp32Tolerance : kBf16ChainTolerance;
+}
 
 }  // namespace zt::gpu_test

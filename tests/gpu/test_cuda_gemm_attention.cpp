@@ -68,8 +68,7 @@ std::string describe(const AttentionCase& c) {
 void check_attention(cpu::CpuBackend& cpu, GemmCompute compute, const AttentionCase& c) {
   SCOPED_TRACE(describe(c));
   const double rtol = tolerance(compute);
-  // The gradients come out of two chained GEMMs (gpu_test_util.h derives the bf16 bound).
-  const double grad_rtol = compute == GemmCompute::kFp32 ? rtol : kBf16ChainTolerance;
+  const double grad_rtol = chain_tolerance(compute);  // the gradients: two chained GEMMs
   cuda::CudaBackendOptions options = test_options(compute);
   if (c.scratch_bytes > 0) options.attention_scratch_bytes = c.scratch_bytes;
   auto gpu = make_cuda_backend(0, options);
