@@ -14,6 +14,10 @@
 #if ZEROTRAIN_HAVE_NCCL
 #include "comm/cuda/nccl_communicator.h"
 #endif
+#if ZEROTRAIN_HAVE_CUDNN
+#include "backend/cuda/cudnn_attention.h"
+#include "util/cuda/cuda_check.h"
+#endif
 
 namespace zt {
 
@@ -60,14 +64,19 @@ namespace {
 cuda::CudaBackendOptions backend_options(int device, const AttentionSetup& attention,
                                          std::string& summary) {
   cuda::CudaBackendOptions options;
+  const AttentionShape& s = attention.shape;
 #if ZEROTRAIN_HAVE_CUDNN
   const bool fused_built = true;
+  const auto cudnn_refusal = [&] {
+    ZT_CUDA_CHECK(cudaSetDevice(device));
+    return cuda::cudnn_attention_refusal(s, attention.storage);
+  };
 #else
   const bool fused_built = false;
+  const auto cudnn_refusal = [] { return std::string(); };
 #endif
-  const AttentionShape& s = attention.shape;
-  const AttentionChoice choice =
-      choose_attention(attention.request, fused_built, cuda_compute_capability_major(device), s);
+  const AttentionChoice choice = choose_attention(
+      attention.request, fused_built, cuda_compute_capability_major(device), s, cudnn_refusal);
   options.attention = choice.kernel;
   options.attention_scratch_bytes = attention_scratch_bytes(
       s, choice.kernel, attention.storage, options.attention_scratch_bytes, cuda::kArenaAlignment);
@@ -122,6 +131,8 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
                   : shares_gpu ? " (ranks share a GPU on another host)"
                                : "") +
                  attention_summary;
+  out.backend_kind = "cuda";
+  out.attention_kernel = attention_kernel_name(backend->options().attention);
   out.backend = std::move(backend);
   return out;
 }

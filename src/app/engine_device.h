@@ -25,6 +25,11 @@ struct EngineDevice {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Communicator> device_comm;  // null: the host communicator carries everything
   std::string summary;                        // e.g. "cpu", "cuda:0 nvidia h100, nccl"
+  // What computes the math, for the checkpoint (a resume on other arithmetic warns): "cpu" |
+  // "cuda", and the attention kernel the backend runs ("cpu": the CPU backend's one; "gemm" |
+  // "fused" on cuda, --attention resolved).
+  std::string backend_kind = "cpu";
+  std::string attention_kernel = "cpu";
 
   Communicator& data_comm(Communicator& host) { return device_comm ? *device_comm : host; }
 };

@@ -55,6 +55,10 @@ const char* attention_request_name(AttentionRequest request) {
   return "?";
 }
 
+const char* attention_kernel_name(AttentionKernel kernel) {
+  return kernel == AttentionKernel::kFused ? "fused" : "gemm";
+}
+
 std::string describe(const AttentionShape& s) {
   return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
          " Hkv=" + std::to_string(s.Hkv) + " hd=" + std::to_string(s.hd);
@@ -78,12 +82,17 @@ std::string fused_attention_unsupported(const AttentionShape& shape, int sm_majo
 }
 
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
-                                 const AttentionShape& shape) {
+                                 const AttentionShape& shape,
+                                 const std::function<std::string()>& cudnn_refusal) {
   if (request == AttentionRequest::kGemm) return {AttentionKernel::kGemm, "gemm (requested)"};
   std::string reason = fused_built ? fused_attention_unsupported(shape, sm_major)
                                    : "this build has no cuDNN fused attention (no cuDNN or "
                                      "cuDNN frontend headers at build time; ./run.sh fetches "
                                      "the headers)";
+  if (reason.empty()) {
+    const std::string refused = cudnn_refusal();
+    if (!refused.empty()) reason = "cuDNN refused the graph: " + refused;
+  }
   if (reason.empty()) {
     return {AttentionKernel::kFused, request == AttentionRequest::kAuto
                                          ? "fused cuDNN SDPA (auto)"

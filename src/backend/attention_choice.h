@@ -9,9 +9,8 @@
 //          the forward, bf16 inputs and outputs, fp32 statistics. (The deterministic backward's
 //          cuDNN workspace holds dP, B·H·T² bf16: half the GEMM path's one T×T fp32 per head.)
 //   auto   fused where this build has it and the shape is supported, else gemm.
-// The default stays gemm although the fused path passed the GPU tests on an H100 (README, "GPU"):
-// auto does not yet fall back when cuDNN refuses a graph at run time, a checkpoint does not
-// record which attention trained it, and only sm_90 has run it.
+// auto asks cuDNN itself before it picks fused: the run's forward and backward graphs are built
+// (not run) once at start-up, and a graph cuDNN refuses makes the run gemm, saying why.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +29,8 @@ enum class AttentionKernel { kGemm, kFused };
 // "gemm" | "fused" | "auto"; anything else is a zt::Error naming the value.
 AttentionRequest parse_attention_request(const std::string& text);
 const char* attention_request_name(AttentionRequest request);
+// "gemm" | "fused": what a checkpoint records as the run's attention.
+const char* attention_kernel_name(AttentionKernel kernel);
 
 // q[B,T,H,hd], k/v[B,T,Hkv,hd] (Backend::attention_forward's layout).
 struct AttentionShape {
@@ -49,10 +50,13 @@ struct AttentionChoice {
   std::string why;  // one line for the run summary
 };
 // Resolves the request for the CUDA backend. fused_built: the build has cuDNN and its frontend.
+// cudnn_refusal is asked only when fused is wanted and the static rules above allow it: it builds
+// the shape's graphs on the GPU and returns cuDNN's reason for refusing one ("" when both build).
 // `--attention fused` that cannot run is a zt::Error naming the reason; auto falls back to gemm
 // and says why.
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
-                                 const AttentionShape& shape);
+                                 const AttentionShape& shape,
+                                 const std::function<std::string()>& cudnn_refusal);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
 // The scale (1/√hd) and the causal mask follow from the shape.

@@ -100,7 +100,10 @@ nlohmann::json TrainingHyperparameters::to_json() const {
           {"seq_len", seq_len},
           {"data_seed", data_seed},
           {"data_identity", data_identity},
-          {"world_invariant", world_invariant}};
+          {"world_invariant", world_invariant},
+          {"backend", backend},
+          {"attention", attention},
+          {"activations", activations}};
 }
 
 TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json& j) {
@@ -130,6 +133,9 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
   h.data_identity = j.value("data_identity", "");
   h.world_invariant_recorded = j.contains("world_invariant");
   h.world_invariant = j.value("world_invariant", false);
+  h.backend = j.value("backend", "");
+  h.attention = j.value("attention", "");
+  h.activations = j.value("activations", "");
   return h;
 }
 
@@ -456,6 +462,13 @@ std::vector<std::string> check_resume_hyperparameters(
   if (saved.world_invariant_recorded)
     compare(warnings, "world_invariant", saved.world_invariant, run.world_invariant,
             [](bool v) { return std::string(v ? "true" : "false"); });
+  const std::pair<const char*, std::string TrainingHyperparameters::*> arithmetic[] = {
+      {"backend", &TrainingHyperparameters::backend},
+      {"attention", &TrainingHyperparameters::attention},
+      {"activations", &TrainingHyperparameters::activations}};
+  for (const auto& [name, field] : arithmetic) {
+    if (!(saved.*field).empty()) compare(warnings, name, saved.*field, run.*field, as_is);
+  }
   for (std::string& w : warnings) w += " (the continuation will differ from an uninterrupted run)";
   return warnings;
 }

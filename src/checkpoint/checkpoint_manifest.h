@@ -51,6 +51,13 @@ struct TrainingHyperparameters {
   std::string data_identity;             // TokenDataset::identity() ("" in version-1 checkpoints)
   bool world_invariant = false;          // ZeroConfig::world_invariant
   bool world_invariant_recorded = true;  // false: an older checkpoint, which did not record it
+  // What computed the run, so that a resume on other arithmetic warns: the backend ("cpu" |
+  // "cuda"), the attention kernel it ran ("cpu": the CPU backend's one; "gemm" | "fused") and the
+  // activations' storage ("fp32" | "bf16" | "fp16"). Empty in checkpoints written before they were
+  // recorded; an empty field is not compared.
+  std::string backend;
+  std::string attention;
+  std::string activations;
 
   nlohmann::json to_json() const;
   static TrainingHyperparameters from_json(const nlohmann::json& j);

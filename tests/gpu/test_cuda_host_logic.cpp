@@ -158,6 +158,11 @@ TEST(AttentionChoice, ParsesTheRequestAndNamesABadValue) {
   EXPECT_NE(e.find("gemm, fused or auto"), std::string::npos) << e;
 }
 
+// cuDNN's answer when the probe builds the graphs: "" (both built) or its reason.
+std::string cudnn_accepts() {
+  return "";
+}
+
 // A 2 × 2048 micro-batch with the given heads.
 AttentionShape heads(int64_t H, int64_t Hkv, int64_t hd) {
   return AttentionShape{2, 2048, H, Hkv, hd};
@@ -179,31 +184,66 @@ TEST(AttentionChoice, FusedSupportFollowsCudnnLimits) {
   EXPECT_NE(fused_attention_unsupported(AttentionShape{4, 1, 16, 16, 64}, 9).find("--seq-len"),
             std::string::npos);
   EXPECT_EQ(fused_attention_unsupported(AttentionShape{4, 2, 16, 16, 64}, 9), "");
-  EXPECT_EQ(
-      choose_attention(AttentionRequest::kAuto, true, 9, AttentionShape{4, 1, 16, 16, 64}).kernel,
-      AttentionKernel::kGemm);
+  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, AttentionShape{4, 1, 16, 16, 64},
+                             cudnn_accepts)
+                .kernel,
+            AttentionKernel::kGemm);
 }
 
 TEST(AttentionChoice, ResolvesRequestsAgainstBuildAndShape) {
   // gemm is always gemm; fused and auto run fused where built and supported.
-  EXPECT_EQ(choose_attention(AttentionRequest::kGemm, true, 9, heads(16, 16, 64)).kernel,
-            AttentionKernel::kGemm);
-  EXPECT_EQ(choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64)).kernel,
-            AttentionKernel::kFused);
-  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64)).kernel,
-            AttentionKernel::kFused);
+  EXPECT_EQ(
+      choose_attention(AttentionRequest::kGemm, true, 9, heads(16, 16, 64), cudnn_accepts).kernel,
+      AttentionKernel::kGemm);
+  EXPECT_EQ(
+      choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), cudnn_accepts).kernel,
+      AttentionKernel::kFused);
+  EXPECT_EQ(
+      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), cudnn_accepts).kernel,
+      AttentionKernel::kFused);
   // auto falls back and says why; an explicit fused request that cannot run is an error.
   const AttentionChoice fallback =
-      choose_attention(AttentionRequest::kAuto, false, 9, heads(16, 16, 64));
+      choose_attention(AttentionRequest::kAuto, false, 9, heads(16, 16, 64), cudnn_accepts);
   EXPECT_EQ(fallback.kernel, AttentionKernel::kGemm);
   EXPECT_NE(fallback.why.find("no cuDNN"), std::string::npos) << fallback.why;
-  EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 192)).kernel,
-            AttentionKernel::kGemm);
-  std::string e =
-      error_of([] { choose_attention(AttentionRequest::kFused, false, 9, heads(16, 16, 64)); });
+  EXPECT_EQ(
+      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 192), cudnn_accepts).kernel,
+      AttentionKernel::kGemm);
+  std::string e = error_of([] {
+    choose_attention(AttentionRequest::kFused, false, 9, heads(16, 16, 64), cudnn_accepts);
+  });
   EXPECT_NE(e.find("--attention fused: this build has no cuDNN"), std::string::npos) << e;
-  e = error_of([] { choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 192)); });
+  e = error_of([] {
+    choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 192), cudnn_accepts);
+  });
   EXPECT_NE(e.find("head_dim 192"), std::string::npos) << e;
+}
+
+TEST(AttentionChoice, CudnnRefusingTheGraphMakesAutoGemmAndFusedAnError) {
+  int asked = 0;
+  const auto refuses = [&] {
+    ++asked;
+    return std::string("check_support failed: no engine for this graph");
+  };
+  // Asked only when fused is wanted and the static rules allow it.
+  choose_attention(AttentionRequest::kGemm, true, 9, heads(16, 16, 64), refuses);
+  choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 192), refuses);
+  choose_attention(AttentionRequest::kAuto, false, 9, heads(16, 16, 64), refuses);
+  EXPECT_EQ(asked, 0);
+  const AttentionChoice fallback =
+      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), refuses);
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(fallback.kernel, AttentionKernel::kGemm);
+  EXPECT_NE(fallback.why.find("gemm (auto: cuDNN refused the graph: check_support failed"),
+            std::string::npos)
+      << fallback.why;
+  const std::string e = error_of(
+      [&] { choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), refuses); });
+  EXPECT_NE(e.find("--attention fused: cuDNN refused the graph: check_support failed"),
+            std::string::npos)
+      << e;
+  EXPECT_STREQ(attention_kernel_name(AttentionKernel::kFused), "fused");
+  EXPECT_STREQ(attention_kernel_name(AttentionKernel::kGemm), "gemm");
 }
 
 TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {

@@ -371,5 +371,16 @@ TEST(CudnnAttention, ScratchTooSmallIsAnErrorNamingTheBytes) {
   ZT_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// What --attention auto asks before it picks fused (engine_device.cpp): both graphs of a
+// supported shape build for every activation storage, and a head dimension cuDNN cannot lay out
+// (20 bf16 values: rows not 16-byte aligned) is a reason, not a crash.
+TEST(CudnnAttention, RefusalProbeBuildsSupportedShapesAndNamesARefusal) {
+  const AttentionShape supported{2, 40, 4, 2, 32};
+  for (DType storage : {DType::kFloat32, DType::kBf16, DType::kFloat16})
+    EXPECT_EQ(cuda::cudnn_attention_refusal(supported, storage), "") << dtype_name(storage);
+  const std::string refused = cuda::cudnn_attention_refusal({1, 16, 2, 2, 20}, DType::kBf16);
+  EXPECT_NE(refused.find("cuDNN fused attention (forward B=1 T=16"), std::string::npos) << refused;
+}
+
 }  // namespace
 }  // namespace zt::gpu_test

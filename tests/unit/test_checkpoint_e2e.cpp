@@ -207,6 +207,23 @@ TEST_F(CheckpointE2E, CheckpointOfAnotherModelIsRefusedNamingTheKey) {
       << wd.output;
 }
 
+// The manifest records what computed the run; resuming on other arithmetic (here bf16
+// activations after fp32) loads and trains, warning that the continuation will differ.
+TEST_F(CheckpointE2E, ResumeWithOtherActivationStorageWarnsNamingIt) {
+  const nlohmann::json hyper =
+      nlohmann::json::parse(read_file(base_checkpoint() + "/manifest.json"))["hyperparameters"];
+  EXPECT_EQ(hyper["backend"], "cpu") << hyper.dump();
+  EXPECT_EQ(hyper["attention"], "cpu") << hyper.dump();
+  EXPECT_EQ(hyper["activations"], "fp32") << hyper.dump();
+  const RunResult r =
+      train("other_activations", 4, "--activations bf16 --resume " + base_checkpoint());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("activations: checkpoint fp32, run bf16 (the continuation will differ"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("attention: checkpoint"), std::string::npos) << r.output;
+}
+
 TEST_F(CheckpointE2E, FailedWriteKeepsThePreviousCheckpoint) {
   ASSERT_EQ(train("failing", 6, "--save-every 2 --stop-after-step 2").exit_code, 124);
   const std::string manifest_before = read_file(checkpoint("failing", 2) + "/manifest.json");

@@ -206,6 +206,36 @@ TEST(CheckpointManifest, OtherModelIsRefusedNamingTheKey) {
   EXPECT_NO_THROW(check_checkpoint_model(m, tiny, ParamLayout(tiny), "ckpt"));
 }
 
+// The arithmetic a run computed with (backend, attention kernel, activation storage) travels
+// with the checkpoint; a resume on other arithmetic loads with a warning per change.
+TEST(CheckpointManifest, ResumeOnOtherArithmeticWarnsNamingEachChange) {
+  CheckpointManifest m = tiny_manifest(2);
+  m.hyper.backend = "cuda", m.hyper.attention = "fused", m.hyper.activations = "bf16";
+  const TrainingHyperparameters saved = TrainingHyperparameters::from_json(m.hyper.to_json());
+  EXPECT_EQ(saved.backend, "cuda");
+  EXPECT_EQ(saved.attention, "fused");
+  EXPECT_EQ(saved.activations, "bf16");
+  EXPECT_TRUE(check_resume_hyperparameters(m, saved, 2, "bf16", "c").empty());
+  TrainingHyperparameters run = saved;
+  run.attention = "gemm", run.activations = "fp32";
+  const auto warnings = check_resume_hyperparameters(m, run, 2, "bf16", "c");
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0],
+            "attention: checkpoint fused, run gemm (the continuation will differ from an "
+            "uninterrupted run)");
+  EXPECT_NE(warnings[1].find("activations: checkpoint bf16, run fp32"), std::string::npos)
+      << warnings[1];
+  run.backend = "cpu", run.attention = "cpu";
+  EXPECT_EQ(check_resume_hyperparameters(m, run, 2, "bf16", "c").size(), 3u);
+  // A checkpoint from before these keys: nothing to compare.
+  nlohmann::json unrecorded = m.hyper.to_json();
+  for (const char* key : {"backend", "attention", "activations"}) unrecorded.erase(key);
+  CheckpointManifest older = m;
+  older.hyper = TrainingHyperparameters::from_json(unrecorded);
+  EXPECT_EQ(older.hyper.attention, "");
+  EXPECT_TRUE(check_resume_hyperparameters(older, run, 2, "bf16", "c").empty());
+}
+
 TEST(CheckpointManifest, HyperparameterChangesFailOrWarn) {
   const CheckpointManifest m = tiny_manifest(2);
   TrainingHyperparameters run = m.hyper;

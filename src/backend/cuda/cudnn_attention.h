@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <string>
 
 #include "backend/attention_choice.h"
 #include "backend/cuda/cuda_device_arena.h"
@@ -54,6 +55,13 @@ class CudnnAttention {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Why cuDNN cannot run the fused attention of `shape` for activations stored in `storage` on the
+// current device ("" when it can): a handle of its own builds the forward and backward graphs
+// (validate, plans, check_support, build_plans) without running them and is destroyed. What
+// --attention auto asks before it picks fused (choose_attention); any error (a handle cuDNN
+// cannot create on this GPU, a graph with no engine) is the answer.
+std::string cudnn_attention_refusal(const AttentionShape& shape, DType storage);
 
 // The cuDNN library's version (cudnnGetVersion: 10000·major + 100·minor + patch).
 size_t cudnn_library_version();
