@@ -35,16 +35,15 @@ _SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 
 def run_zerotrain(args, data, out, row):
     """zerotrain's steady tokens/s (steps after the first) and peak device memory. row is an
-    --attention value, optionally with "+bf16" for --activations bf16 (e.g. "fused+bf16")."""
+    --attention value, optionally with "+bf16" for --activations bf16 (e.g. "fused+bf16"); without
+    it the row runs --activations fp32. An empty row runs zerotrain's defaults."""
     attention, _, activations = row.partition("+")
     cmd = [args.zerotrain, "train", "--backend", args.backend, "--preset", args.preset,
            "--data", data, "--out", out, "--steps", str(args.steps),
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
            "--comm-timeout", "60", "--log-every", "1", "--seed", "1"] + args.zerotrain_arg
     if attention:
-        cmd += ["--attention", attention]
-    if activations:
-        cmd += ["--activations", activations]
+        cmd += ["--attention", attention, "--activations", activations or "fp32"]
     print("zerotrain:", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, timeout=args.timeout)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]

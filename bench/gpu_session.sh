@@ -332,14 +332,18 @@ train_run() {  # train_run LABEL OUTDIR ARGS...
 run_part_train() {
   local preset
   for preset in ${ZT_PRESETS:-125m 1b}; do
+    # The defaults first (on CUDA: --attention auto, bf16 activations), as a user's run gets them.
+    train_run "$preset stage 0 defaults $backend" "$work/train_${preset}_s0_defaults" \
+      --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+      --seq-len "$seq"
     train_run "$preset stage 0 $backend" "$work/train_${preset}_s0" --preset "$preset" \
       --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
-      --attention gemm
+      --attention gemm --activations fp32
     # The fused attention (cuDNN SDPA) beside it: same seed, so the losses compare.
     if [ "$backend" = cuda ]; then
       train_run "$preset stage 0 fused attention $backend" "$work/train_${preset}_s0_fused" \
         --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
-        --seq-len "$seq" --attention fused
+        --seq-len "$seq" --attention fused --activations fp32
       # The fast path: fused attention with bf16 activations (half the activation memory).
       train_run "$preset stage 0 fused attention + bf16 activations $backend" \
         "$work/train_${preset}_s0_fused_bf16" --preset "$preset" --zero-stage 0 --steps "$steps" \
@@ -352,7 +356,7 @@ run_part_train() {
       --seq-len "$seq" --precision fp16 --activations fp16 --attention gemm
     train_run "$preset stage 3 + full checkpointing $backend" "$work/train_${preset}_s3" \
       --preset "$preset" --zero-stage 3 --activation-checkpointing full --steps "$steps" \
-      --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --attention gemm
+      --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --attention gemm --activations fp32
     if [ "$backend" = cuda ]; then
       train_run \
         "$preset stage 3 + full checkpointing, fused attention + bf16 activations $backend" \
@@ -392,12 +396,15 @@ run_part_offload() {
   tee -a "$summary" <"$evidence/offload.txt"
 }
 
+# The activation storage train defaults to on this backend (estimate has no backend to ask).
+default_activations() { if [ "$backend" = cuda ]; then echo bf16; else echo fp32; fi; }
+
 # Host bytes the offloaded run needs (zerotrain estimate), against MemAvailable.
 host_memory_suffices() {
   local preset=$1 need avail
   need=$(timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
     --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
-    --json | "$python" -c 'import json, sys
+    --activations "$(default_activations)" --json | "$python" -c 'import json, sys
 j = json.load(sys.stdin)
 print(max(s["host"] for s in j["stages"] if s["stage"] == 2))') || return 1
   avail=$(($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024))
@@ -408,8 +415,8 @@ print(max(s["host"] for s in j["stages"] if s["stage"] == 2))') || return 1
 run_part_big() {
   local preset=${ZT_BIG_PRESET:-6b}
   timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
-    --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu |
-    tee -a "$summary"
+    --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
+    --activations "$(default_activations)" | tee -a "$summary"
   if host_memory_suffices "$preset"; then
     train_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
       --preset "$preset" --zero-stage 2 --activation-checkpointing full --offload-optimizer cpu \

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <vector>
 
+#include "app/engine_device.h"
 #include "io/run_directory.h"
 #include "util/closest_name.h"
 #include "util/error.h"
@@ -81,22 +82,28 @@ void add_comm_timeout_option(po::options_description& options, double* seconds) 
 
 void add_attention_option(po::options_description& options, std::string* value) {
   options.add_options()("attention", po::value(value)->default_value(*value),
-                        "CUDA attention: gemm (GEMMs + row kernels, exact fp32 storage; the "
-                        "default) | fused (cuDNN SDPA; with --activations bf16, the fast path) | "
-                        "auto (fused where built and supported, else gemm)");
+                        "CUDA attention: gemm (GEMMs + row kernels in fp32) | fused (cuDNN "
+                        "SDPA on bf16 inputs) | auto (the default: fused where built, supported "
+                        "and accepted by cuDNN at start-up, unless --precision fp32; else gemm)");
 }
 
 void add_activations_option(po::options_description& options, std::string* value) {
   options.add_options()("activations", po::value(value)->default_value(*value),
                         "storage type of activations and their gradients: fp32 | bf16 (needs "
-                        "--precision bf16) | fp16 (needs --precision fp16; its default); "
-                        "statistics stay fp32");
+                        "--precision bf16; its default on the CUDA backend) | fp16 (needs "
+                        "--precision fp16; its default); statistics stay fp32");
 }
 
-void default_activations_for_precision(const po::variables_map& vm, const std::string& precision,
-                                       std::string* activations) {
-  if (precision == "fp16" && (!vm.count("activations") || vm["activations"].defaulted()))
-    *activations = "fp16";
+void default_activations(const po::variables_map& vm, const std::string& precision,
+                         const std::string& backend, const std::string& command,
+                         std::string* activations) {
+  if (vm.count("activations") && !vm["activations"].defaulted()) return;
+  *activations = default_activation_storage(precision, resolve_engine_backend(backend, command));
+}
+
+std::string default_activation_storage(const std::string& precision, BackendKind backend) {
+  if (precision == "fp16") return "fp16";
+  return precision == "bf16" && backend == BackendKind::kCuda ? "bf16" : "fp32";
 }
 
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "backend/backend_choice.h"
 #include "util/decimal.h"
 
 namespace zt {
@@ -47,10 +48,17 @@ void check_comm_timeout(double seconds, const std::string& command);
 void add_attention_option(po::options_description& options, std::string* value);
 // --activations fp32 | bf16 | fp16 (train, eval and estimate: parse_activation_storage).
 void add_activations_option(po::options_description& options, std::string* value);
-// After parsing: --precision fp16 without --activations stores the activations in fp16, as a
-// DeepSpeed fp16 model's are (the loss scaler's overflows come from them); fp32 otherwise.
-void default_activations_for_precision(const po::variables_map& vm, const std::string& precision,
-                                       std::string* activations);
+// After parsing, --activations left unset: the precision's 16-bit type where it is the
+// precision's fast path, else fp32. --precision fp16 stores fp16 activations on every backend, as
+// a DeepSpeed fp16 model's are (the loss scaler's overflows come from them); --precision bf16
+// stores bf16 ones on the CUDA backend (`backend` resolved as resolve_engine_backend does; half
+// the memory, twice the throughput with the fused attention) and fp32 ones on the CPU backend,
+// whose fp32 activations are the reference arithmetic.
+// The storage that rule picks: "fp16" | "bf16" | "fp32".
+std::string default_activation_storage(const std::string& precision, BackendKind backend);
+void default_activations(const po::variables_map& vm, const std::string& precision,
+                         const std::string& backend, const std::string& command,
+                         std::string* activations);
 
 // --trainable REGEX and --freeze REGEX, each repeatable (model/trainable.h: which tensors train).
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

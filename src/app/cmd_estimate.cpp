@@ -110,7 +110,8 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
     const AppliedDeepSpeedFile applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
     apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
   }
-  default_activations_for_precision(vm, o.precision, &o.activations);
+  // No backend here: the CPU's defaults (a CUDA run's bf16 default needs --activations bf16).
+  default_activations(vm, o.precision, "cpu", kCommand, &o.activations);
   return true;
 }
 

@@ -33,7 +33,7 @@ const char* const kCommand = "eval";
 struct EvalOptions {
   std::string model_dir, data, precision = "fp32";
   std::string backend = "auto";      // --backend cpu | cuda | auto
-  std::string attention = "gemm";    // --attention gemm | fused | auto (CUDA backend)
+  std::string attention = "auto";    // --attention gemm | fused | auto (CUDA backend)
   std::string activations = "fp32";  // --activations fp32 | bf16 | fp16
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
@@ -63,7 +63,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
                          "--seq-len T"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
-  default_activations_for_precision(vm, o.precision, &o.activations);
+  default_activations(vm, o.precision, o.backend, kCommand, &o.activations);
   require_option(vm, "model", kCommand);
   require_option(vm, "data", kCommand);
   check_count(o.batches, 1, "batches", kCommand);
@@ -99,7 +99,7 @@ int run_eval(const EvalOptions& o) {
       o.backend, world, MPI_COMM_SELF,
       estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}, {}, 1, storage),
       {resolve_attention_request(o.attention, o.backend, kCommand), attention_shape(config, B, T),
-       storage},
+       storage, precision == Precision::kFp32},
       kCommand);
   MemoryTracker memory(device.backend->device_memory());
   ZeroEngine engine(config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self),

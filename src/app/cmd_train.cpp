@@ -317,7 +317,8 @@ int run_training(TrainOptions o) {
   EngineDevice device =
       make_engine_device(o.backend, comm, comm.comm(), estimate,
                          {resolve_attention_request(o.attention, o.backend, kCommand),
-                          attention_shape(config, o.micro_batch, o.seq_len), in.activation_storage},
+                          attention_shape(config, o.micro_batch, o.seq_len), in.activation_storage,
+                          in.precision == Precision::kFp32},
                          kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones

@@ -75,8 +75,9 @@ cuda::CudaBackendOptions backend_options(int device, const AttentionSetup& atten
   const bool fused_built = false;
   const auto cudnn_refusal = [] { return std::string(); };
 #endif
-  const AttentionChoice choice = choose_attention(
-      attention.request, fused_built, cuda_compute_capability_major(device), s, cudnn_refusal);
+  const AttentionChoice choice =
+      choose_attention(attention.request, fused_built, cuda_compute_capability_major(device), s,
+                       attention.fp32_run, cudnn_refusal);
   options.attention = choice.kernel;
   options.attention_scratch_bytes = attention_scratch_bytes(
       s, choice.kernel, attention.storage, options.attention_scratch_bytes, cuda::kArenaAlignment);

@@ -54,6 +54,7 @@ struct AttentionSetup {
   AttentionRequest request = AttentionRequest::kGemm;
   AttentionShape shape;
   DType storage = DType::kFloat32;  // the activations' (--activations)
+  bool fp32_run = false;            // --precision fp32: auto keeps the attention exact
 };
 
 // The attention of one micro-batch [B, T] of `config`.

@@ -31,7 +31,7 @@ struct TrainOptions {
   LossScaleConfig loss_scale;
   bool loss_scale_given = false;
   std::string backend = "auto";      // --backend cpu | cuda | auto
-  std::string attention = "gemm";    // --attention gemm | fused | auto (CUDA backend)
+  std::string attention = "auto";    // --attention gemm | fused | auto (CUDA backend)
   std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (activation storage)
   ZeroConfig zero;
   std::string activation_checkpointing = "none";

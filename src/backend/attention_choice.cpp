@@ -82,9 +82,13 @@ std::string fused_attention_unsupported(const AttentionShape& shape, int sm_majo
 }
 
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
-                                 const AttentionShape& shape,
+                                 const AttentionShape& shape, bool fp32_run,
                                  const std::function<std::string()>& cudnn_refusal) {
   if (request == AttentionRequest::kGemm) return {AttentionKernel::kGemm, "gemm (requested)"};
+  if (request == AttentionRequest::kAuto && fp32_run)
+    return {AttentionKernel::kGemm,
+            "gemm (auto: --precision fp32 keeps the attention in fp32; the fused kernels "
+            "compute on bf16 inputs)"};
   std::string reason = fused_built ? fused_attention_unsupported(shape, sm_major)
                                    : "this build has no cuDNN fused attention (no cuDNN or "
                                      "cuDNN frontend headers at build time; ./run.sh fetches "

@@ -8,7 +8,8 @@
 //   fused  cuDNN's flash-style SDPA forward and deterministic backward: no T×T score matrix in
 //          the forward, bf16 inputs and outputs, fp32 statistics. (The deterministic backward's
 //          cuDNN workspace holds dP, B·H·T² bf16: half the GEMM path's one T×T fp32 per head.)
-//   auto   fused where this build has it and the shape is supported, else gemm.
+//   auto   fused where this build has it, the shape is supported and the run is not fp32
+//          (--precision fp32 keeps its attention exact), else gemm. The default of train and eval.
 // auto asks cuDNN itself before it picks fused: the run's forward and backward graphs are built
 // (not run) once at start-up, and a graph cuDNN refuses makes the run gemm, saying why.
 #pragma once
@@ -49,13 +50,14 @@ struct AttentionChoice {
   AttentionKernel kernel = AttentionKernel::kGemm;
   std::string why;  // one line for the run summary
 };
-// Resolves the request for the CUDA backend. fused_built: the build has cuDNN and its frontend.
+// Resolves the request for the CUDA backend. fused_built: the build has cuDNN and its frontend;
+// fp32_run: --precision fp32, whose attention auto keeps exact (gemm; fused is still allowed).
 // cudnn_refusal is asked only when fused is wanted and the static rules above allow it: it builds
 // the shape's graphs on the GPU and returns cuDNN's reason for refusing one ("" when both build).
 // `--attention fused` that cannot run is a zt::Error naming the reason; auto falls back to gemm
 // and says why.
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
-                                 const AttentionShape& shape,
+                                 const AttentionShape& shape, bool fp32_run,
                                  const std::function<std::string()>& cudnn_refusal);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.

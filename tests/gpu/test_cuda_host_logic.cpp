@@ -185,7 +185,7 @@ TEST(AttentionChoice, FusedSupportFollowsCudnnLimits) {
             std::string::npos);
   EXPECT_EQ(fused_attention_unsupported(AttentionShape{4, 2, 16, 16, 64}, 9), "");
   EXPECT_EQ(choose_attention(AttentionRequest::kAuto, true, 9, AttentionShape{4, 1, 16, 16, 64},
-                             cudnn_accepts)
+                             false, cudnn_accepts)
                 .kernel,
             AttentionKernel::kGemm);
 }
@@ -193,28 +193,32 @@ TEST(AttentionChoice, FusedSupportFollowsCudnnLimits) {
 TEST(AttentionChoice, ResolvesRequestsAgainstBuildAndShape) {
   // gemm is always gemm; fused and auto run fused where built and supported.
   EXPECT_EQ(
-      choose_attention(AttentionRequest::kGemm, true, 9, heads(16, 16, 64), cudnn_accepts).kernel,
+      choose_attention(AttentionRequest::kGemm, true, 9, heads(16, 16, 64), false, cudnn_accepts)
+          .kernel,
       AttentionKernel::kGemm);
   EXPECT_EQ(
-      choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), cudnn_accepts).kernel,
+      choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), false, cudnn_accepts)
+          .kernel,
       AttentionKernel::kFused);
   EXPECT_EQ(
-      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), cudnn_accepts).kernel,
+      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), false, cudnn_accepts)
+          .kernel,
       AttentionKernel::kFused);
   // auto falls back and says why; an explicit fused request that cannot run is an error.
   const AttentionChoice fallback =
-      choose_attention(AttentionRequest::kAuto, false, 9, heads(16, 16, 64), cudnn_accepts);
+      choose_attention(AttentionRequest::kAuto, false, 9, heads(16, 16, 64), false, cudnn_accepts);
   EXPECT_EQ(fallback.kernel, AttentionKernel::kGemm);
   EXPECT_NE(fallback.why.find("no cuDNN"), std::string::npos) << fallback.why;
   EXPECT_EQ(
-      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 192), cudnn_accepts).kernel,
+      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 192), false, cudnn_accepts)
+          .kernel,
       AttentionKernel::kGemm);
   std::string e = error_of([] {
-    choose_attention(AttentionRequest::kFused, false, 9, heads(16, 16, 64), cudnn_accepts);
+    choose_attention(AttentionRequest::kFused, false, 9, heads(16, 16, 64), false, cudnn_accepts);
   });
   EXPECT_NE(e.find("--attention fused: this build has no cuDNN"), std::string::npos) << e;
   e = error_of([] {
-    choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 192), cudnn_accepts);
+    choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 192), false, cudnn_accepts);
   });
   EXPECT_NE(e.find("head_dim 192"), std::string::npos) << e;
 }
@@ -226,22 +230,34 @@ TEST(AttentionChoice, CudnnRefusingTheGraphMakesAutoGemmAndFusedAnError) {
     return std::string("check_support failed: no engine for this graph");
   };
   // Asked only when fused is wanted and the static rules allow it.
-  choose_attention(AttentionRequest::kGemm, true, 9, heads(16, 16, 64), refuses);
-  choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 192), refuses);
-  choose_attention(AttentionRequest::kAuto, false, 9, heads(16, 16, 64), refuses);
+  choose_attention(AttentionRequest::kGemm, true, 9, heads(16, 16, 64), false, refuses);
+  choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 192), false, refuses);
+  choose_attention(AttentionRequest::kAuto, false, 9, heads(16, 16, 64), false, refuses);
   EXPECT_EQ(asked, 0);
   const AttentionChoice fallback =
-      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), refuses);
+      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), false, refuses);
   EXPECT_EQ(asked, 1);
   EXPECT_EQ(fallback.kernel, AttentionKernel::kGemm);
   EXPECT_NE(fallback.why.find("gemm (auto: cuDNN refused the graph: check_support failed"),
             std::string::npos)
       << fallback.why;
-  const std::string e = error_of(
-      [&] { choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), refuses); });
+  const std::string e = error_of([&] {
+    choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), false, refuses);
+  });
   EXPECT_NE(e.find("--attention fused: cuDNN refused the graph: check_support failed"),
             std::string::npos)
       << e;
+  EXPECT_EQ(asked, 2);
+  // An fp32 run: auto keeps the attention exact without asking cuDNN; fused is still allowed.
+  const AttentionChoice fp32 =
+      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), true, refuses);
+  EXPECT_EQ(fp32.kernel, AttentionKernel::kGemm);
+  EXPECT_NE(fp32.why.find("--precision fp32"), std::string::npos) << fp32.why;
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(
+      choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), true, cudnn_accepts)
+          .kernel,
+      AttentionKernel::kFused);
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::kFused), "fused");
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::kGemm), "gemm");
 }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "app/cli.h"
 #include "app/train_options.h"
 #include "io/model_dir.h"
 #include "io/token_dataset.h"
@@ -329,11 +330,11 @@ TEST(TrainOptionsMinLr, ALowerLrAloneLowersTheDefaultFloor) {
   EXPECT_THROW(parsed_train_options({"--lr", "1e-5", "--min-lr", "2e-5"}), Error);
 }
 
-// --attention: the default is gemm, run.json records it, a bad value or fused on the CPU backend
+// --attention: the default is auto, run.json records it, a bad value or fused on the CPU backend
 // is refused naming the option (the CUDA backend's resolution: zt_cuda_host_tests).
 TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
-  EXPECT_EQ(parsed_train_options({}).attention, "gemm");
-  EXPECT_EQ(parsed_train_options({"--attention", "auto"}).to_json()["attention"], "auto");
+  EXPECT_EQ(parsed_train_options({}).attention, "auto");
+  EXPECT_EQ(parsed_train_options({"--attention", "gemm"}).to_json()["attention"], "gemm");
   try {
     parsed_train_options({"--attention", "flash"});
     ADD_FAILURE() << "--attention flash was accepted";
@@ -364,6 +365,13 @@ TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
   EXPECT_TRUE(fp16.loss_scale.consecutive_hysteresis);
   EXPECT_EQ(fp16.to_json()["loss_scaling"]["initial_scale_power"], 12);
   EXPECT_TRUE(parsed_train_options({"--backend", "cpu"}).to_json()["loss_scaling"].is_null());
+  // The rule itself: bf16 activations by default on the CUDA backend only (its fast path; the
+  // CPU's fp32 activations are the reference arithmetic), fp16 ones under fp16 everywhere.
+  EXPECT_EQ(default_activation_storage("bf16", BackendKind::kCuda), "bf16");
+  EXPECT_EQ(default_activation_storage("bf16", BackendKind::kCpu), "fp32");
+  EXPECT_EQ(default_activation_storage("fp32", BackendKind::kCuda), "fp32");
+  EXPECT_EQ(default_activation_storage("fp16", BackendKind::kCuda), "fp16");
+  EXPECT_EQ(default_activation_storage("fp16", BackendKind::kCpu), "fp16");
   // fp16 stores its activations in fp16 unless told otherwise.
   EXPECT_EQ(parsed_train_options({"--backend", "cpu", "--precision", "fp16"}).activations, "fp16");
   EXPECT_EQ(
