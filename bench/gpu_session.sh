@@ -26,8 +26,8 @@
 #                2 ranks sharing the GPU, under the bundle's mpirun
 #                (ZT_TEST_GROUPS: a subset of those names and staged_comm, engine_shared,
 #                engine_nccl, the 2-rank ones; default all, none for no group)
-#     sanitize   compute-sanitizer --tool memcheck over the kernel, GEMM/attention, engine and
-#                fused attention groups, --tool racecheck over the kernel group (ZT_SANITIZE:
+#     sanitize   compute-sanitizer --tool memcheck over the kernel, GEMM/attention, engine,
+#                fused attention and comm groups, --tool racecheck over the kernel group (ZT_SANITIZE:
 #                other TOOL:GROUP pairs, e.g. "racecheck:kernels memcheck:engine")
 #     train      `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b"): stage
 #                0 (GEMM attention, then fused on CUDA), and stage 3 with full activation
@@ -288,7 +288,8 @@ run_part_sanitize() {
     return
   fi
   # ZT_SANITIZE: TOOL:GROUP runs in order, by default the kernels under both tools, then
-  # GEMM/attention, the engine and the fused attention under memcheck; each at most
+  # GEMM/attention, the engine, the fused attention and the communicators under memcheck (the
+  # last not yet run on a GPU); each at most
   # ZT_SANITIZE_SECONDS. The event-timeline test (20 cuBLAS GEMMs of 2048³, no kernel of ours)
   # stays out: racecheck over the kernel group outlasted its 45 s on the H100 with it in (which
   # test took the time was not measured; its GEMMs are the group's largest work). NCCL probes
@@ -298,7 +299,7 @@ run_part_sanitize() {
   # checked in the code.
   local run tool group filter seconds=${ZT_SANITIZE_SECONDS:-150} extra
   for run in ${ZT_SANITIZE:-memcheck:kernels racecheck:kernels memcheck:gemm_attention \
-    memcheck:engine memcheck:fused_attention}; do
+    memcheck:engine memcheck:fused_attention memcheck:comm}; do
     tool=${run%%:*} group=${run#*:} extra=()
     # An unknown group would leave a filter that selects the whole suite: refused instead.
     if [ "$tool" = "$run" ] || ! filter=$(group_filter "$group"); then
