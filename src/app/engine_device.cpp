@@ -60,10 +60,12 @@ AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) 
 #if ZEROTRAIN_HAVE_CUDA
 namespace {
 
-// The run's attention on `device`: --attention resolved, the scratch sized for the fused path.
-cuda::CudaBackendOptions backend_options(int device, const AttentionSetup& attention,
-                                         std::string& summary) {
-  cuda::CudaBackendOptions options;
+// --attention resolved on `device` (cuDNN asked there), then agreed over `host` (collective):
+// under auto, one rank whose GPU cannot run the fused attention takes every rank to gemm, so that
+// all ranks compute alike. (A refused explicit fused request has thrown on its rank, which ends
+// the job.)
+AttentionChoice agreed_attention(MpiCommunicator& host, int device,
+                                 const AttentionSetup& attention) {
   const AttentionShape& s = attention.shape;
 #if ZEROTRAIN_HAVE_CUDNN
   const bool fused_built = true;
@@ -78,10 +80,22 @@ cuda::CudaBackendOptions backend_options(int device, const AttentionSetup& atten
   const AttentionChoice choice =
       choose_attention(attention.request, fused_built, cuda_compute_capability_major(device), s,
                        attention.fp32_run, cudnn_refusal);
+  double gemm_ranks = choice.kernel == AttentionKernel::kGemm ? 1.0 : 0.0;
+  host.all_reduce_sum_blocking(&gemm_ranks, 1);
+  if (choice.kernel == AttentionKernel::kFused && gemm_ranks > 0)
+    return {AttentionKernel::kGemm, "gemm (auto: " + std::to_string(static_cast<int>(gemm_ranks)) +
+                                        " other rank(s) cannot run the fused attention)"};
+  return choice;
+}
+
+// The backend's options for the agreed attention, its scratch sized for the micro-batch.
+cuda::CudaBackendOptions backend_options(const AttentionChoice& choice,
+                                         const AttentionSetup& attention) {
+  cuda::CudaBackendOptions options;
   options.attention = choice.kernel;
-  options.attention_scratch_bytes = attention_scratch_bytes(
-      s, choice.kernel, attention.storage, options.attention_scratch_bytes, cuda::kArenaAlignment);
-  summary += ", attention " + choice.why;
+  options.attention_scratch_bytes =
+      attention_scratch_bytes(attention.shape, choice.kernel, attention.storage,
+                              options.attention_scratch_bytes, cuda::kArenaAlignment);
   return options;
 }
 
@@ -110,10 +124,10 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   double hosts_sharing = shares_here ? 1.0 : 0.0;
   host.all_reduce_sum_blocking(&hosts_sharing, 1);
   const bool shares_gpu = hosts_sharing > 0.0;
+  const AttentionChoice choice = agreed_attention(host, device, attention);
   EngineDevice out;
-  std::string attention_summary;
   std::unique_ptr<cuda::CudaBackend> backend =
-      make_cuda_backend(device, backend_options(device, attention, attention_summary));
+      make_cuda_backend(device, backend_options(choice, attention));
   reserve_arenas(backend->cuda_memory(), estimate);
   out.summary = backend->name() + " (device " + std::to_string(device) + ")";
 #if ZEROTRAIN_HAVE_NCCL
@@ -131,7 +145,7 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
                                     std::to_string(gpus) + " GPU(s) on " + local.hostname + ")"
                   : shares_gpu ? " (ranks share a GPU on another host)"
                                : "") +
-                 attention_summary;
+                 ", attention " + choice.why;
   out.backend_kind = "cuda";
   out.attention_kernel = attention_kernel_name(backend->options().attention);
   out.backend = std::move(backend);
