@@ -43,7 +43,9 @@ def run_zerotrain(args, data, out, row):
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
            "--comm-timeout", "60", "--log-every", "1", "--seed", "1"] + args.zerotrain_arg
     if attention:
-        cmd += ["--attention", attention, "--activations", activations or "fp32"]
+        cmd += ["--attention", attention]
+        if "--activations" not in args.zerotrain_arg:  # --zerotrain-arg's own choice stands
+            cmd += ["--activations", activations or "fp32"]
     print("zerotrain:", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, timeout=args.timeout)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]

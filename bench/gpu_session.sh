@@ -30,9 +30,10 @@
 #                fused attention and comm groups, --tool racecheck over the kernel group (ZT_SANITIZE:
 #                other TOOL:GROUP pairs, e.g. "racecheck:kernels memcheck:engine")
 #     train      `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b"): stage
-#                0 (GEMM attention, then fused on CUDA), and stage 3 with full activation
-#                checkpointing; tokens/s, TFLOP/s, MFU, peak device memory (mean of the steps
-#                after the first)
+#                0 on the defaults (--attention auto, bf16 activations on CUDA), GEMM attention
+#                and fused with fp32 activations, fused + bf16, fp16; stage 3 with full activation
+#                checkpointing (GEMM + fp32, and fused + bf16); tokens/s, TFLOP/s, MFU, peak device
+#                memory (mean of the steps after the first)
 #     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),
 #                seq 2048, micro-batch 4: PyTorch eager and torch.compile beside zerotrain (GEMM
 #                attention, fused, fused + bf16 activations) on the same GPU

@@ -6,7 +6,6 @@
 #include <iostream>
 #include <vector>
 
-#include "app/engine_device.h"
 #include "io/run_directory.h"
 #include "util/closest_name.h"
 #include "util/error.h"
@@ -88,17 +87,17 @@ void add_attention_option(po::options_description& options, std::string* value) 
 }
 
 void add_activations_option(po::options_description& options, std::string* value) {
-  options.add_options()("activations", po::value(value)->default_value(*value),
+  options.add_options()("activations",
+                        po::value(value)->default_value(*value, "by precision and backend"),
                         "storage type of activations and their gradients: fp32 | bf16 (needs "
                         "--precision bf16; its default on the CUDA backend) | fp16 (needs "
                         "--precision fp16; its default); statistics stay fp32");
 }
 
 void default_activations(const po::variables_map& vm, const std::string& precision,
-                         const std::string& backend, const std::string& command,
-                         std::string* activations) {
+                         BackendKind backend, std::string* activations) {
   if (vm.count("activations") && !vm["activations"].defaulted()) return;
-  *activations = default_activation_storage(precision, resolve_engine_backend(backend, command));
+  *activations = default_activation_storage(precision, backend);
 }
 
 std::string default_activation_storage(const std::string& precision, BackendKind backend) {

@@ -51,14 +51,13 @@ void add_activations_option(po::options_description& options, std::string* value
 // After parsing, --activations left unset: the precision's 16-bit type where it is the
 // precision's fast path, else fp32. --precision fp16 stores fp16 activations on every backend, as
 // a DeepSpeed fp16 model's are (the loss scaler's overflows come from them); --precision bf16
-// stores bf16 ones on the CUDA backend (`backend` resolved as resolve_engine_backend does; half
-// the memory, twice the throughput with the fused attention) and fp32 ones on the CPU backend,
-// whose fp32 activations are the reference arithmetic.
+// stores bf16 ones on the CUDA backend (half the memory, twice the throughput with the fused
+// attention) and fp32 ones on the CPU backend, whose fp32 activations are the reference
+// arithmetic. `backend`: the command's --backend resolved.
 // The storage that rule picks: "fp16" | "bf16" | "fp32".
 std::string default_activation_storage(const std::string& precision, BackendKind backend);
 void default_activations(const po::variables_map& vm, const std::string& precision,
-                         const std::string& backend, const std::string& command,
-                         std::string* activations);
+                         BackendKind backend, std::string* activations);
 
 // --trainable REGEX and --freeze REGEX, each repeatable (model/trainable.h: which tensors train).
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

@@ -30,7 +30,8 @@ struct EstimateOptions {
   int world = 1;
   int64_t micro_batch = 1, grad_accum = 1, seq_len = 2048;
   std::string precision = "bf16";
-  std::string activations = "fp32";  // --activations fp32 | bf16
+  std::string backend = "auto";      // --backend cpu | cuda | auto: the planned run's
+  std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (default: by backend)
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;
@@ -57,6 +58,9 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "micro-batches per step (only for the DeepSpeed batch-size rule)");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
   add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp16 | fp32");
+  add("backend", po::value(&o.backend)->default_value(o.backend),
+      "the backend the planned run will use: cpu | cuda (not checked against this machine) | "
+      "auto (as train would resolve it here); picks the default --activations");
   add_activations_option(opts, &o.activations);
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
@@ -110,8 +114,10 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
     const AppliedDeepSpeedFile applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
     apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
   }
-  // No backend here: the CPU's defaults (a CUDA run's bf16 default needs --activations bf16).
-  default_activations(vm, o.precision, "cpu", kCommand, &o.activations);
+  // A plan for a GPU job may be made anywhere: cuda is taken at its word.
+  const BackendKind backend =
+      o.backend == "cuda" ? BackendKind::kCuda : resolve_engine_backend(o.backend, kCommand);
+  default_activations(vm, o.precision, backend, &o.activations);
   return true;
 }
 

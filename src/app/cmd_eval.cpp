@@ -63,7 +63,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
                          "--seq-len T"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
-  default_activations(vm, o.precision, o.backend, kCommand, &o.activations);
+  default_activations(vm, o.precision, resolve_engine_backend(o.backend, kCommand), &o.activations);
   require_option(vm, "model", kCommand);
   require_option(vm, "data", kCommand);
   check_count(o.batches, 1, "batches", kCommand);

@@ -192,7 +192,7 @@ RunSettings run_settings(const TrainOptions& o, const TrainInputs& in) {
 // OUT/run.json: what ran (collective; rank 0 writes).
 void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& comm,
                     const std::string& backend, const std::string& communicator,
-                    const ActivationCheckpointing& ac) {
+                    const ActivationCheckpointing& ac, const std::string& attention_kernel) {
   const ParamLayout& layout = engine.layout();
   const ModelConfig& config = engine.model().config();
   const std::vector<std::string> names = hostnames(MPI_COMM_WORLD);
@@ -207,6 +207,8 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
                layout.total_numel(),
                layout.non_embedding_numel()};
   info.config["activation_checkpointing"] = activation_checkpointing_name(ac);
+  // What --attention resolved to on this backend: "cpu" (its one attention), "gemm" or "fused".
+  info.config["attention_kernel"] = attention_kernel;
   info.trainable_parameters = engine.model().trainable().trainable_numel(layout);
   info.frozen_tensors = engine.model().trainable().frozen_names(layout);
   for (const LocalRank& l : local_ranks_of(names))
@@ -368,7 +370,8 @@ int run_training(TrainOptions o) {
     }
   }
 
-  write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac);
+  write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac,
+                 device.attention_kernel);
   RunRecorder recorder(comm, data_comm, memory,
                        {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
                         checkpointing.resumed_metrics_line(), start.tokens_seen,

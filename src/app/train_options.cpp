@@ -279,7 +279,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
                             : ModelConfig::from_hf_file(o.model_dir + "/config.json"),
         opts, vm);
   // ---- end DeepSpeed JSON ----
-  default_activations(vm, o.precision, o.backend, kCommand, &o.activations);
+  default_activations(vm, o.precision, resolve_engine_backend(o.backend, kCommand), &o.activations);
   // The default floor is for the default peak: a lower --lr alone (fine-tuning) keeps the ratio.
   if ((!vm.count("min-lr") || vm["min-lr"].defaulted()) && o.optim.min_lr > o.optim.lr)
     o.optim.min_lr = o.optim.lr / 10;

@@ -466,10 +466,19 @@ std::vector<std::string> check_resume_hyperparameters(
       {"backend", &TrainingHyperparameters::backend},
       {"attention", &TrainingHyperparameters::attention},
       {"activations", &TrainingHyperparameters::activations}};
+  std::string unrecorded;  // what this run computes with, where the checkpoint does not say
   for (const auto& [name, field] : arithmetic) {
-    if (!(saved.*field).empty()) compare(warnings, name, saved.*field, run.*field, as_is);
+    if (!(saved.*field).empty())
+      compare(warnings, name, saved.*field, run.*field, as_is);
+    else if (!(run.*field).empty())
+      unrecorded += std::string(unrecorded.empty() ? "" : ", ") + name + " " + run.*field;
   }
   for (std::string& w : warnings) w += " (the continuation will differ from an uninterrupted run)";
+  if (!unrecorded.empty())
+    warnings.push_back(
+        "the checkpoint does not record what computed it (written by an earlier "
+        "release); this run uses " +
+        unrecorded + ": if that differs, so will the continuation");
   return warnings;
 }
 

@@ -54,7 +54,7 @@ struct TrainingHyperparameters {
   // What computed the run, so that a resume on other arithmetic warns: the backend ("cpu" |
   // "cuda"), the attention kernel it ran ("cpu": the CPU backend's one; "gemm" | "fused") and the
   // activations' storage ("fp32" | "bf16" | "fp16"). Empty in checkpoints written before they were
-  // recorded; an empty field is not compared.
+  // recorded: a resume then warns once, naming what it computes with.
   std::string backend;
   std::string attention;
   std::string activations;

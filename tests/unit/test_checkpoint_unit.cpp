@@ -227,13 +227,20 @@ TEST(CheckpointManifest, ResumeOnOtherArithmeticWarnsNamingEachChange) {
       << warnings[1];
   run.backend = "cpu", run.attention = "cpu";
   EXPECT_EQ(check_resume_hyperparameters(m, run, 2, "bf16", "c").size(), 3u);
-  // A checkpoint from before these keys: nothing to compare.
+  // A checkpoint from before these keys: nothing to compare, one warning naming this run's.
   nlohmann::json unrecorded = m.hyper.to_json();
   for (const char* key : {"backend", "attention", "activations"}) unrecorded.erase(key);
   CheckpointManifest older = m;
   older.hyper = TrainingHyperparameters::from_json(unrecorded);
   EXPECT_EQ(older.hyper.attention, "");
-  EXPECT_TRUE(check_resume_hyperparameters(older, run, 2, "bf16", "c").empty());
+  const auto older_warnings = check_resume_hyperparameters(older, run, 2, "bf16", "c");
+  ASSERT_EQ(older_warnings.size(), 1u);
+  EXPECT_NE(older_warnings[0].find("does not record what computed it"), std::string::npos);
+  EXPECT_NE(older_warnings[0].find("this run uses backend cpu, attention cpu, activations fp32"),
+            std::string::npos)
+      << older_warnings[0];
+  // Neither side recorded (the engine tests' hyperparameters): nothing to say.
+  EXPECT_TRUE(check_resume_hyperparameters(older, older.hyper, 2, "bf16", "c").empty());
 }
 
 TEST(CheckpointManifest, HyperparameterChangesFailOrWarn) {

@@ -192,5 +192,31 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
   EXPECT_NE(typo.output.find("--offload-optimizer"), std::string::npos) << typo.output;
 }
 
+// `estimate --backend` plans a run on that backend (cuda is not checked against this machine) and
+// so picks train's default activation storage there: bf16 on cuda under bf16, which the rows then
+// count exactly as an explicit --activations bf16 does.
+TEST(EstimateCommand, BackendPicksTrainsDefaultActivationStorage) {
+  auto estimate = [](const std::string& extra) {
+    const auto r = train_test::run_zerotrain(
+        "estimate --preset tiny --micro-batch 2 --seq-len 64 --json " + extra);
+    EXPECT_EQ(r.exit_code, 0) << extra << ": " << r.output;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json::object();
+  };
+  const nlohmann::json cuda = estimate("--backend cuda");
+  EXPECT_EQ(cuda.value("activations", ""), "bf16");
+  EXPECT_EQ(estimate("--backend cpu").value("activations", ""), "fp32");
+  EXPECT_EQ(estimate("--backend cuda --precision fp32").value("activations", ""), "fp32");
+  EXPECT_EQ(estimate("--backend cpu --precision fp16").value("activations", ""), "fp16");
+  EXPECT_EQ(estimate("--backend cuda --activations fp32").value("activations", ""), "fp32");
+  const nlohmann::json explicit_bf16 = estimate("--backend cpu --activations bf16");
+  EXPECT_EQ(cuda.value("stages", nlohmann::json()),
+            explicit_bf16.value("stages", nlohmann::json()));
+  EXPECT_NE(cuda.value("stages", nlohmann::json()),
+            estimate("--backend cpu").value("stages", nlohmann::json()));
+  const auto bad = train_test::run_zerotrain("estimate --preset tiny --backend gpu");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("gpu"), std::string::npos) << bad.output;
+}
+
 }  // namespace
 }  // namespace zt

@@ -353,7 +353,7 @@ TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
 }
 
 TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
-  EXPECT_EQ(parsed_train_options({}).to_json()["activations"], "fp32");
+  EXPECT_EQ(parsed_train_options({"--backend", "cpu"}).to_json()["activations"], "fp32");
   EXPECT_EQ(parsed_train_options({"--backend", "cpu", "--activations", "bf16"}).activations,
             "bf16");
   const TrainOptions fp16 = parsed_train_options(

@@ -245,7 +245,10 @@ TEST_F(TrainE2E, OptionsAreAcceptedFromConfigFile) {
   EXPECT_EQ(run["config"]["grad_accum"].get<int>(), 2);
   EXPECT_EQ(run["config"]["zero_stage"].get<int>(), 2);
   EXPECT_EQ(run["config"]["activation_checkpointing"], "every:2");
-  EXPECT_EQ(run["config"]["lr"].get<double>(), 5e-3);  // command line wins over the file
+  EXPECT_EQ(run["config"]["attention"], "auto");        // requested
+  EXPECT_EQ(run["config"]["attention_kernel"], "cpu");  // what ran: the CPU backend's one
+  EXPECT_EQ(run["config"]["activations"], "fp32");      // the CPU backend's default
+  EXPECT_EQ(run["config"]["lr"].get<double>(), 5e-3);   // command line wins over the file
 }
 
 TEST_F(TrainE2E, EvalPrintsJsonAndRejectsShortDataset) {
