@@ -157,7 +157,7 @@ run_variants() {
     log "numeric variants skipped (ZT_TEST_VARIANTS=0)"
     return 0
   fi
-  local failed=() name core simd
+  local failed=() ran=() name core simd
   for v in "${VARIANTS[@]}"; do
     IFS=: read -r name core simd <<<"$v"
     if [ -z "$core$simd" ] && [ -z "${OPENBLAS_CORETYPE:-}${ZT_CPU_ADAM_SIMD:-}" ]; then
@@ -177,12 +177,13 @@ run_variants() {
       log "FAILED under variant $name (OPENBLAS_CORETYPE=${core:-(detected)} ZT_CPU_ADAM_SIMD=${simd:-(widest)})"
       failed+=("$name")
     fi
+    ran+=("$name")
   done
   if [ ${#failed[@]} -gt 0 ]; then
     log "numeric variants that failed: ${failed[*]}"
     return 1
   fi
-  log "numeric variants passed: ${VARIANTS[*]}"
+  log "numeric variants passed: ${ran[*]:-none}"
 }
 
 # The demo: what zerotrain is for, on this machine. A byte-level dataset from the bundled text;
