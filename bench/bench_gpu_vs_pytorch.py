@@ -187,7 +187,8 @@ def main():
     p.add_argument("--attentions", default="",
                    help="zerotrain rows, one per --attention value, each optionally with "
                         "+bf16 for --activations bf16 (e.g. gemm,fused,fused+bf16); "
-                        "default: one row with zerotrain's default")
+                        "an empty entry is a row on zerotrain's defaults (e.g. ,gemm); "
+                        "default: that row alone")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak per GPU")
     p.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "..", "inputs", "data", "sample.txt"))
@@ -234,7 +235,7 @@ def main():
         subprocess.run([args.zerotrain, "prepare-data", "--text", args.data, "--out", data],
                        check=True, capture_output=True)
         for attention in args.attentions.split(",") if args.attentions else [""]:
-            name = f"zerotrain {attention}".strip()
+            name = f"zerotrain {attention or '(defaults)'}"
             try:
                 run_dir = os.path.join(work, "run-" + name.replace(" ", "-"))
                 record(name, run_zerotrain(args, data, run_dir, attention))

@@ -35,8 +35,10 @@
 #                checkpointing (GEMM + fp32, and fused + bf16); tokens/s, TFLOP/s, MFU, peak device
 #                memory (mean of the steps after the first)
 #     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),
-#                seq 2048, micro-batch 4: PyTorch eager and torch.compile beside zerotrain (GEMM
-#                attention, fused, fused + bf16 activations) on the same GPU
+#                seq 2048, micro-batch 4: PyTorch eager and torch.compile beside zerotrain on
+#                the same GPU; zerotrain's rows are ZT_PYTORCH_ROWS (bench_gpu_vs_pytorch's
+#                --attentions; on CUDA by default its defaults alone, since the train part times
+#                the other attention paths in the same call)
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #     big        ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
 #                optimizer offload to cpu, if the host has the memory it pins (checked first);
@@ -331,6 +333,13 @@ train_run() {  # train_run LABEL OUTDIR ARGS...
   cp "$run"/metrics.jsonl "$run"/run.json "$evidence/runs/$(basename "$run")/" 2>/dev/null
 }
 
+# Whether a run's run.json says it ran the fused attention on bf16 activations.
+ran_fused_bf16() {
+  [ -f "$1" ] && "$python" -c 'import json, sys
+c = json.load(open(sys.argv[1]))["config"]
+sys.exit(0 if (c.get("attention_kernel"), c.get("activations")) == ("fused", "bf16") else 1)' "$1"
+}
+
 run_part_train() {
   local preset
   for preset in ${ZT_PRESETS:-125m 1b}; do
@@ -346,10 +355,16 @@ run_part_train() {
       train_run "$preset stage 0 fused attention $backend" "$work/train_${preset}_s0_fused" \
         --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
         --seq-len "$seq" --attention fused --activations fp32
-      # The fast path: fused attention with bf16 activations (half the activation memory).
-      train_run "$preset stage 0 fused attention + bf16 activations $backend" \
-        "$work/train_${preset}_s0_fused_bf16" --preset "$preset" --zero-stage 0 --steps "$steps" \
-        --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --attention fused --activations bf16
+      # The fast path: fused attention with bf16 activations (half the activation memory),
+      # unless the defaults row above already ran exactly that (its run.json says what ran).
+      if ran_fused_bf16 "$work/train_${preset}_s0_defaults/run.json"; then
+        say "$preset stage 0 fused attention + bf16 activations: the defaults row above"
+      else
+        train_run "$preset stage 0 fused attention + bf16 activations $backend" \
+          "$work/train_${preset}_s0_fused_bf16" --preset "$preset" --zero-stage 0 \
+          --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
+          --attention fused --activations bf16
+      fi
     fi
     # fp16 with the dynamic loss scaler (V100/T4-class path), fp16 activations: loss_scale and
     # skipped per step in its metrics.
@@ -382,7 +397,7 @@ run_part_pytorch() {
       --zerotrain "$zt_for_python" --device "$device" --backend "$backend" \
       --preset "$preset" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
       --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
-      --attentions "$([ "$backend" = cuda ] && echo gemm,fused,fused+bf16 || echo gemm,gemm+bf16)" \
+      --attentions "${ZT_PYTORCH_ROWS-$([ "$backend" = cuda ] || echo gemm,gemm+bf16)}" \
       --json-out "$evidence/bench_gpu_vs_pytorch_$preset.json" >"$evidence/pytorch_$preset.txt" 2>&1
     grep -v '^step ' "$evidence/pytorch_$preset.txt" | tee -a "$summary"
   done

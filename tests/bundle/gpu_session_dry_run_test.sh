@@ -79,7 +79,7 @@ cat "$summary" >&2
 ! grep -Eq "FAILED|TIMED OUT|skipped \(the call" "$summary" ||
   fail "a step failed or timed out (summary above)"
 wants=('^preflight: ldd finds every library of the bundle' '^commit: [0-9a-f]{40}'
-  'tiny stage 0 cpu: [0-9]* tokens/s' 'tiny stage 3 \+ full checkpointing cpu: [0-9]* tokens/s'
+  'tiny stage 0 defaults cpu: [0-9]* tokens/s' 'tiny stage 0 cpu: [0-9]* tokens/s' 'tiny stage 3 \+ full checkpointing cpu: [0-9]* tokens/s'
   '^ 2 none ' '^ 2 optimizer cpu ' '^big: host memory needed'
   'tiny stage 2 \+ full checkpointing \+ optimizer cpu \(cpu\): [0-9]* tokens/s'
   'tiny stage 0 \+ full checkpointing, no offload \(cpu\): [0-9]* tokens/s')
