@@ -13,6 +13,7 @@
 #include "app/deepspeed_config.h"
 #include "app/engine_device.h"
 #include "app/run_setup.h"
+#include "backend/device_arena_plan.h"
 #include "engine/estimator.h"
 #include "engine/stage_traits.h"
 #include "model/layout.h"
@@ -30,7 +31,8 @@ struct EstimateOptions {
   int world = 1;
   int64_t micro_batch = 1, grad_accum = 1, seq_len = 2048;
   std::string precision = "bf16";
-  std::string backend = "auto";      // --backend cpu | cuda | auto: the planned run's
+  std::string backend = "auto";                  // --backend cpu | cuda | auto: the planned run's
+  BackendKind backend_kind = BackendKind::kCpu;  // --backend resolved
   std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (default: by backend)
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
@@ -115,10 +117,25 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
     apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
   }
   // A plan for a GPU job may be made anywhere: cuda is taken at its word.
-  const BackendKind backend =
+  o.backend_kind =
       o.backend == "cuda" ? BackendKind::kCuda : resolve_engine_backend(o.backend, kCommand);
-  default_activations(vm, o.precision, backend, &o.activations);
+  default_activations(vm, o.precision, o.backend_kind, &o.activations);
   return true;
+}
+
+// The CUDA backend's scratch outside the estimate's categories (cuda_backend_scratch_bytes) for
+// the requested micro-batch, with the attention auto would pick on an sm_80 or newer GPU of a
+// build with cuDNN: fused, unless --precision fp32 or the shape rules it out. 0 on the CPU.
+nlohmann::json backend_scratch(const EstimateOptions& o, const ModelConfig& model,
+                               Precision precision, DType storage) {
+  if (o.backend_kind != BackendKind::kCuda) return {{"bytes", 0}, {"attention", "cpu"}};
+  const AttentionShape shape = attention_shape(model, o.micro_batch, o.seq_len);
+  const AttentionKernel kernel =
+      precision != Precision::kFp32 && fused_attention_unsupported(shape, 8).empty()
+          ? AttentionKernel::kFused
+          : AttentionKernel::kGemm;
+  return {{"bytes", cuda::cuda_backend_scratch_bytes(shape, kernel, storage)},
+          {"attention", attention_kernel_name(kernel)}};
 }
 
 std::string gib(double bytes, int digits = 2) {
@@ -227,6 +244,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                         {"seq_len", o.seq_len},
                         {"precision", o.precision},
                         {"activations", o.activations},
+                        {"backend", backend_kind_name(o.backend_kind)},
+                        {"backend_scratch", backend_scratch(o, model, precision, storage)},
                         {"activation_checkpointing", activation_checkpointing_name(ac)},
                         {"cpu_checkpointing", ac.on_host},
                         {"offload_optimizer", offload_device_name(offload.optimizer)},
@@ -323,6 +342,13 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
          "states; total = device peak; host and nvme pools apart; "
          "* = requested stage)\n"
       << table;
+  if (o.backend_kind == BackendKind::kCuda) {
+    const nlohmann::json& scratch = out["backend_scratch"];
+    std::cout << "CUDA backend scratch, outside the totals above and the fit figures below: "
+              << gib(scratch["bytes"].get<double>()) << " GiB per rank (cuBLASLt workspace, "
+              << scratch["attention"].get<std::string>() << " attention scratch, reductions"
+              << (scratch["attention"] == "fused" ? ", cuDNN's workspace" : "") << ")\n";
+  }
   if (offload.optimizer_offloaded()) {
     const OffloadFigure f = deepspeed_offload_figure(model, o.world, o.zero.stage, ranks_per_node,
                                                      offload.param_offloaded());

@@ -123,4 +123,28 @@ int64_t column_sum_rows_per_chunk(int64_t rows, int64_t cols, size_t scratch_byt
   return (rows + chunks - 1) / chunks;
 }
 
+size_t cudnn_attention_workspace_bytes(const AttentionShape& s) {
+  ZT_CHECK(s.B > 0 && s.H > 0 && s.T > 0,
+           "cuDNN workspace: every dimension must be positive, got " + describe(s));
+  // B·H·T² bf16 + B·H·T fp32 + 256, in size_t without overflow.
+  const auto b = static_cast<size_t>(s.B), h = static_cast<size_t>(s.H),
+             t = static_cast<size_t>(s.T);
+  const size_t max = std::numeric_limits<size_t>::max();
+  ZT_CHECK(b <= max / h && b * h <= max / t && b * h * t <= (max - 256) / (2 * t + 4),
+           "cuDNN workspace of " + describe(s) + " overflows");
+  return b * h * t * (2 * t + 4) + 256;
+}
+
+size_t cuda_backend_scratch_bytes(const AttentionShape& shape, AttentionKernel kernel,
+                                  DType storage) {
+  const size_t attention =
+      attention_scratch_bytes(shape, kernel, storage, kAttentionScoreScratchBytes, kArenaAlignment);
+  const size_t workspace =
+      kernel == AttentionKernel::kFused ? cudnn_attention_workspace_bytes(shape) : 0;
+  const size_t fixed = kGemmWorkspaceBytes + kReductionScratchBytes;
+  ZT_CHECK(attention <= std::numeric_limits<size_t>::max() - fixed - workspace,
+           "CUDA backend scratch of " + describe(shape) + " overflows");
+  return fixed + attention + workspace;
+}
+
 }  // namespace zt::cuda

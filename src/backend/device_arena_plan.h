@@ -9,10 +9,33 @@
 #include <optional>
 #include <string>
 
+#include "backend/attention_choice.h"
+
 namespace zt::cuda {
 
 // Every allocation starts on this boundary (cudaMalloc's own alignment; cuBLASLt's preferred one).
 constexpr size_t kArenaAlignment = 256;
+
+// The CUDA backend's scratch regions as the app sizes them (CudaBackendOptions' defaults): the
+// cuBLASLt workspace, the attention scratch's floor (the GEMM attention's T×T matrices; the
+// fused path's staging when larger) and the reduction partials (rmsnorm dg, sum of squares; its
+// own floor, 1024 doubles and two alignments, is below this).
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kAttentionScoreScratchBytes = size_t{512} << 20;
+constexpr size_t kReductionScratchBytes = size_t{8} << 20;
+
+// cuDNN's workspace for the fused attention's graphs of `shape` (the deterministic backward's
+// is the largest): B·H·T² bf16 for dP, B·H·T fp32, and 256 bytes. cuDNN reports the figure itself
+// at run time; this formula matched it byte for byte on an H100 with cuDNN 9 for the 125m and 1b
+// presets at 4 × 2048 (bench/results/2026-11-27-h100) and is a prediction elsewhere.
+size_t cudnn_attention_workspace_bytes(const AttentionShape& shape);
+
+// The CUDA backend's device scratch outside the memory tracker's categories (metrics.jsonl's
+// backend_scratch_bytes) for a micro-batch of `shape` with activations in `storage`: the three
+// regions above, the attention scratch sized by attention_scratch_bytes, and cuDNN's workspace
+// when the attention is fused. What `estimate --backend cuda` adds to its figures.
+size_t cuda_backend_scratch_bytes(const AttentionShape& shape, AttentionKernel kernel,
+                                  DType storage);
 
 // Rounds bytes up to a multiple of alignment (a power of two); throws zt::Error on overflow.
 size_t align_up(size_t bytes, size_t alignment = kArenaAlignment);

@@ -11,6 +11,7 @@
 #include "backend/attention_choice.h"
 #include "backend/backend_choice.h"
 #include "backend/device_arena_plan.h"
+#include "model/config.h"
 #include "util/error.h"
 
 namespace zt::cuda {
@@ -354,6 +355,36 @@ TEST(AttentionChoice, StagingThatDoesNotFitNamesTheBytesAndTheWayOut) {
   EXPECT_NE(e.find("needs 1501 bytes of staging"), std::string::npos) << e;
   EXPECT_NE(e.find("has 1500 free"), std::string::npos) << e;
   EXPECT_NE(e.find("--attention gemm"), std::string::npos) << e;
+}
+
+// The CUDA backend's scratch as predicted on the host, against what the H100 session measured
+// (backend_scratch_bytes in bench/results/2026-11-27-h100/call1/evidence/runs/*/metrics.jsonl:
+// one rank, micro-batch 4 × 2048, cuDNN 9 on sm_90).
+TEST(DeviceArenaPlan, BackendScratchPredictionMatchesTheH100Measurements) {
+  struct Measured {
+    const char* preset;
+    AttentionKernel kernel;
+    DType storage;
+    size_t bytes;
+  };
+  const Measured runs[] = {
+      {"125m", AttentionKernel::kGemm, DType::kFloat32, 578813952},   // train_125m_s0
+      {"125m", AttentionKernel::kFused, DType::kFloat32, 981860608},  // train_125m_s0_fused
+      {"125m", AttentionKernel::kFused, DType::kBf16, 981860608},     // ..._fused_bf16
+      {"125m", AttentionKernel::kGemm, DType::kFloat16, 780140544},   // train_125m_s0_fp16
+      {"1b", AttentionKernel::kGemm, DType::kFloat32, 578813952},     // train_1b_s0
+      {"1b", AttentionKernel::kFused, DType::kFloat32, 1116209408},   // train_1b_s0_fused
+      {"1b", AttentionKernel::kFused, DType::kBf16, 1116209408},      // ..._fused_bf16
+      {"1b", AttentionKernel::kGemm, DType::kFloat16, 1115684864},    // train_1b_s0_fp16
+  };
+  for (const Measured& m : runs) {
+    const ModelConfig c = preset_config(m.preset);
+    const AttentionShape shape{4, 2048, c.num_heads, c.num_kv_heads, c.head_dim()};
+    EXPECT_EQ(cuda_backend_scratch_bytes(shape, m.kernel, m.storage), m.bytes)
+        << m.preset << " " << attention_kernel_name(m.kernel) << " " << dtype_name(m.storage);
+  }
+  EXPECT_EQ(cudnn_attention_workspace_bytes({1, 2, 1, 1, 8}), 1u * 1 * 2 * (2 * 2 + 4) + 256);
+  EXPECT_THROW(cudnn_attention_workspace_bytes({1, int64_t{1} << 40, 1 << 20, 1, 8}), Error);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/device_arena_plan.h"
 #include "engine/estimator.h"
 #include "model/layout.h"
 #include "test_train_support.h"
@@ -213,6 +214,21 @@ TEST(EstimateCommand, BackendPicksTrainsDefaultActivationStorage) {
             explicit_bf16.value("stages", nlohmann::json()));
   EXPECT_NE(cuda.value("stages", nlohmann::json()),
             estimate("--backend cpu").value("stages", nlohmann::json()));
+  // The CUDA backend's scratch beside the rows (not in them), as the H100-checked prediction
+  // gives it for the attention auto would pick; none on the CPU.
+  const ModelConfig tiny = preset_config("tiny");
+  const AttentionShape shape{2, 64, tiny.num_heads, tiny.num_kv_heads, tiny.head_dim()};
+  const nlohmann::json scratch = cuda.value("backend_scratch", nlohmann::json::object());
+  EXPECT_EQ(scratch.value("attention", ""),
+            fused_attention_unsupported(shape, 8).empty() ? "fused" : "gemm");
+  EXPECT_EQ(scratch.value("bytes", int64_t{0}),
+            static_cast<int64_t>(cuda::cuda_backend_scratch_bytes(
+                shape,
+                scratch.value("attention", "") == "fused" ? AttentionKernel::kFused
+                                                          : AttentionKernel::kGemm,
+                DType::kBf16)));
+  EXPECT_EQ(estimate("--backend cpu")["backend_scratch"]["bytes"], 0);
+  EXPECT_EQ(estimate("--backend cuda --precision fp32")["backend_scratch"]["attention"], "gemm");
   const auto bad = train_test::run_zerotrain("estimate --preset tiny --backend gpu");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("gpu"), std::string::npos) << bad.output;

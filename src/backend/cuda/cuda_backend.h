@@ -57,6 +57,7 @@
 
 #include "backend/attention_choice.h"
 #include "backend/backend.h"
+#include "backend/device_arena_plan.h"
 
 namespace zt {
 namespace cuda {
@@ -74,11 +75,11 @@ struct CudaBackendOptions {
   // kFused: cuDNN SDPA (cudnn_attention.h), which this build must have (ZEROTRAIN_HAVE_CUDNN);
   // the app resolves --attention to it with choose_attention (attention_choice.h).
   AttentionKernel attention = AttentionKernel::kGemm;
-  size_t gemm_workspace_bytes = size_t{32} << 20;  // cuBLASLt workspace
+  size_t gemm_workspace_bytes = kGemmWorkspaceBytes;  // cuBLASLt workspace
   // gemm: score/probability matrices (after fp32 copies of bf16 tensors); fused: the bf16 and
   // statistics staging (attention_scratch_bytes sizes it for a micro-batch and storage type).
-  size_t attention_scratch_bytes = size_t{512} << 20;
-  size_t reduction_scratch_bytes = size_t{8} << 20;  // rmsnorm dg / sum_squares partials
+  size_t attention_scratch_bytes = kAttentionScoreScratchBytes;
+  size_t reduction_scratch_bytes = kReductionScratchBytes;  // rmsnorm dg / sum_squares partials
 };
 
 class CudaBackend final : public Backend {
