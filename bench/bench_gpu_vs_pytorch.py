@@ -44,7 +44,8 @@ def run_zerotrain(args, data, out, row):
            "--comm-timeout", "60", "--log-every", "1", "--seed", "1"] + args.zerotrain_arg
     if attention:
         cmd += ["--attention", attention]
-        if "--activations" not in args.zerotrain_arg:  # --zerotrain-arg's own choice stands
+        # --zerotrain-arg's own choice stands (--activations X or --activations=X).
+        if not any(a.split("=")[0] == "--activations" for a in args.zerotrain_arg):
             cmd += ["--activations", activations or "fp32"]
     print("zerotrain:", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, timeout=args.timeout)

@@ -44,7 +44,7 @@
 #                optimizer offload to cpu, if the host has the memory it pins (checked first);
 #                then, on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), without offload
 # Every step runs under `timeout` (ZT_STEP_SECONDS, default 300; the PyTorch comparison, which
-# holds five runs per preset, ZT_PYTORCH_SECONDS, default the same) and within the call's budget
+# holds three to six runs per preset, ZT_PYTORCH_SECONDS, default the same) and within the call's budget
 # (ZT_CALL_SECONDS, default 540, from the script's start): one hang cannot eat a call, and every
 # train run has --comm-timeout 60. A failing step does not stop the next one.
 # What comes back in OUT (at most 8 files): summary.txt, the figures and exit codes; and
@@ -333,11 +333,14 @@ train_run() {  # train_run LABEL OUTDIR ARGS...
   cp "$run"/metrics.jsonl "$run"/run.json "$evidence/runs/$(basename "$run")/" 2>/dev/null
 }
 
-# Whether a run's run.json says it ran the fused attention on bf16 activations.
+# Whether the run in directory $1 finished its steps on the fused attention and bf16 activations
+# (run.json, written before the first step, says what ran; metrics.jsonl that every step did).
 ran_fused_bf16() {
-  [ -f "$1" ] && "$python" -c 'import json, sys
+  [ -f "$1/run.json" ] && [ -f "$1/metrics.jsonl" ] &&
+    [ "$(wc -l <"$1/metrics.jsonl")" -ge "$steps" ] && "$python" -c 'import json, sys
 c = json.load(open(sys.argv[1]))["config"]
-sys.exit(0 if (c.get("attention_kernel"), c.get("activations")) == ("fused", "bf16") else 1)' "$1"
+sys.exit(0 if (c.get("attention_kernel"), c.get("activations")) == ("fused", "bf16") else 1)' \
+    "$1/run.json"
 }
 
 run_part_train() {
@@ -357,7 +360,7 @@ run_part_train() {
         --seq-len "$seq" --attention fused --activations fp32
       # The fast path: fused attention with bf16 activations (half the activation memory),
       # unless the defaults row above already ran exactly that (its run.json says what ran).
-      if ran_fused_bf16 "$work/train_${preset}_s0_defaults/run.json"; then
+      if ran_fused_bf16 "$work/train_${preset}_s0_defaults"; then
         say "$preset stage 0 fused attention + bf16 activations: the defaults row above"
       else
         train_run "$preset stage 0 fused attention + bf16 activations $backend" \
@@ -384,6 +387,16 @@ run_part_train() {
   done
 }
 
+# zerotrain's rows beside PyTorch: on CUDA its defaults alone when the train part times the other
+# attention paths in the same call, else those paths too; on the CPU the GEMM path both ways.
+default_pytorch_rows() {
+  if [ "$backend" != cuda ]; then
+    echo gemm,gemm+bf16
+  elif [[ ",$parts," != *,train,* ]]; then
+    echo ,gemm,fused,fused+bf16
+  fi
+}
+
 run_part_pytorch() {
   if ! timeout 120 "${host_python[@]}" -c 'import torch' 2>/dev/null; then
     say "pytorch: skipped ($python has no torch)"
@@ -397,7 +410,7 @@ run_part_pytorch() {
       --zerotrain "$zt_for_python" --device "$device" --backend "$backend" \
       --preset "$preset" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
       --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
-      --attentions "${ZT_PYTORCH_ROWS-$([ "$backend" = cuda ] || echo gemm,gemm+bf16)}" \
+      --attentions "${ZT_PYTORCH_ROWS-$(default_pytorch_rows)}" \
       --json-out "$evidence/bench_gpu_vs_pytorch_$preset.json" >"$evidence/pytorch_$preset.txt" 2>&1
     grep -v '^step ' "$evidence/pytorch_$preset.txt" | tee -a "$summary"
   done

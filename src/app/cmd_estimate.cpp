@@ -33,6 +33,7 @@ struct EstimateOptions {
   std::string precision = "bf16";
   std::string backend = "auto";                  // --backend cpu | cuda | auto: the planned run's
   BackendKind backend_kind = BackendKind::kCpu;  // --backend resolved
+  std::string attention = "auto";                // --attention: which scratch the CUDA backend has
   std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (default: by backend)
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
@@ -63,6 +64,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "the backend the planned run will use: cpu | cuda (not checked against this machine) | "
       "auto (as train would resolve it here); picks the default --activations");
+  add_attention_option(opts, &o.attention);
   add_activations_option(opts, &o.activations);
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
@@ -120,20 +122,21 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   o.backend_kind =
       o.backend == "cuda" ? BackendKind::kCuda : resolve_engine_backend(o.backend, kCommand);
   default_activations(vm, o.precision, o.backend_kind, &o.activations);
+  parse_attention_request(o.attention);  // an unknown value is an error naming it
   return true;
 }
 
-// The CUDA backend's scratch outside the estimate's categories (cuda_backend_scratch_bytes) for
-// the requested micro-batch, with the attention auto would pick on an sm_80 or newer GPU of a
-// build with cuDNN: fused, unless --precision fp32 or the shape rules it out. 0 on the CPU.
+// The CUDA backend's scratch outside the estimate's categories (cuda_backend_scratch_bytes) at
+// `micro_batch`, with the attention --attention resolves to on an sm_80 or newer GPU of a build
+// with cuDNN (choose_attention, without cuDNN's own verdict). 0 on the CPU.
 nlohmann::json backend_scratch(const EstimateOptions& o, const ModelConfig& model,
-                               Precision precision, DType storage) {
+                               Precision precision, DType storage, int64_t micro_batch) {
   if (o.backend_kind != BackendKind::kCuda) return {{"bytes", 0}, {"attention", "cpu"}};
-  const AttentionShape shape = attention_shape(model, o.micro_batch, o.seq_len);
+  const AttentionShape shape = attention_shape(model, micro_batch, o.seq_len);
   const AttentionKernel kernel =
-      precision != Precision::kFp32 && fused_attention_unsupported(shape, 8).empty()
-          ? AttentionKernel::kFused
-          : AttentionKernel::kGemm;
+      choose_attention(parse_attention_request(o.attention), true, 8, shape,
+                       precision == Precision::kFp32, [] { return std::string(); })
+          .kernel;
   return {{"bytes", cuda::cuda_backend_scratch_bytes(shape, kernel, storage)},
           {"attention", attention_kernel_name(kernel)}};
 }
@@ -191,20 +194,36 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
     ZeroConfig z = o.zero;
     z.stage = stage;
     const OffloadConfig applied = offload_at_stage(offload, stage);
-    const MaxMicroBatch m = max_micro_batch(model, o.world, z, precision, o.seq_len, ac, applied,
-                                            o.grad_accum, storage, device_bytes, trainable);
+    // On CUDA the backend's scratch at each micro-batch counts against the device too.
+    const auto scratch_at = [&](int64_t b) {
+      return backend_scratch(o, model, precision, storage, b)["bytes"].get<int64_t>();
+    };
+    const MaxMicroBatch m =
+        max_micro_batch(model, o.world, z, precision, o.seq_len, ac, applied, o.grad_accum, storage,
+                        device_bytes, trainable, scratch_at);
+    const int64_t at_b = std::max<int64_t>(1, m.micro_batch);
+    const int64_t scratch = scratch_at(at_b), next_scratch = scratch_at(m.micro_batch + 1);
     out["max_micro_batch"].push_back({{"stage", stage},
                                       {"micro_batch", m.micro_batch},
                                       {"device_total", m.at.device_total()},
-                                      {"next_device_total", m.next.device_total()}});
+                                      {"next_device_total", m.next.device_total()},
+                                      {"backend_scratch", scratch},
+                                      {"next_backend_scratch", next_scratch}});
+    // "A GiB" on the CPU, "A + S GiB" (categories + CUDA scratch) on CUDA.
+    const auto need = [&](const MemoryEstimate& e, int64_t s) {
+      return gib(static_cast<double>(e.device_total()), 3) +
+             (o.backend_kind == BackendKind::kCuda
+                  ? " + " + gib(static_cast<double>(s), 3) + " scratch"
+                  : "") +
+             " GiB";
+    };
     table += "  stage " + std::to_string(stage) + ": ";
     if (m.micro_batch == 0) {
-      table += "none (one sequence needs " + gib(m.at.device_total(), 3) +
-               " GiB: " + device_breakdown(m.at) + ")\n";
+      table +=
+          "none (one sequence needs " + need(m.at, scratch) + ": " + device_breakdown(m.at) + ")\n";
     } else {
-      table += std::to_string(m.micro_batch) + " (" + gib(m.at.device_total(), 3) + " GiB; " +
-               std::to_string(m.micro_batch + 1) + " needs " + gib(m.next.device_total(), 3) +
-               " GiB)\n";
+      table += std::to_string(m.micro_batch) + " (" + need(m.at, scratch) + "; " +
+               std::to_string(m.micro_batch + 1) + " needs " + need(m.next, next_scratch) + ")\n";
     }
   }
   return table;
@@ -232,25 +251,26 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   const int64_t psi_with_state = trainable.state_numel(layout);
   const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
 
-  nlohmann::json out = {{"psi", psi},
-                        {"model_config", model.to_hf_json()},
-                        {"training_flops_per_token", model.training_flops_per_token(o.seq_len)},
-                        {"trainable_psi", psi_trainable},
-                        {"state_psi", psi_with_state},
-                        {"frozen_tensors", trainable.frozen_names(layout)},
-                        {"world", o.world},
-                        {"requested_stage", o.zero.stage},
-                        {"micro_batch", o.micro_batch},
-                        {"seq_len", o.seq_len},
-                        {"precision", o.precision},
-                        {"activations", o.activations},
-                        {"backend", backend_kind_name(o.backend_kind)},
-                        {"backend_scratch", backend_scratch(o, model, precision, storage)},
-                        {"activation_checkpointing", activation_checkpointing_name(ac)},
-                        {"cpu_checkpointing", ac.on_host},
-                        {"offload_optimizer", offload_device_name(offload.optimizer)},
-                        {"offload_param", offload_device_name(offload.param)},
-                        {"stages", nlohmann::json::array()}};
+  nlohmann::json out = {
+      {"psi", psi},
+      {"model_config", model.to_hf_json()},
+      {"training_flops_per_token", model.training_flops_per_token(o.seq_len)},
+      {"trainable_psi", psi_trainable},
+      {"state_psi", psi_with_state},
+      {"frozen_tensors", trainable.frozen_names(layout)},
+      {"world", o.world},
+      {"requested_stage", o.zero.stage},
+      {"micro_batch", o.micro_batch},
+      {"seq_len", o.seq_len},
+      {"precision", o.precision},
+      {"activations", o.activations},
+      {"backend", backend_kind_name(o.backend_kind)},
+      {"backend_scratch", backend_scratch(o, model, precision, storage, o.micro_batch)},
+      {"activation_checkpointing", activation_checkpointing_name(ac)},
+      {"cpu_checkpointing", ac.on_host},
+      {"offload_optimizer", offload_device_name(offload.optimizer)},
+      {"offload_param", offload_device_name(offload.param)},
+      {"stages", nlohmann::json::array()}};
   char line[256];
   std::string table;
   std::snprintf(line, sizeof line, "%-7s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "stage",
@@ -287,9 +307,12 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   std::string advice;
   if (o.device_memory_gib > 0) {
     const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
-    const FitRecommendation rec =
-        recommend_configuration(model, o.world, o.zero, precision, o.micro_batch, o.seq_len,
-                                o.grad_accum, ac, device_bytes, storage, trainable);
+    // The CUDA backend's scratch at this micro-batch is the same for every candidate: what is
+    // left of the device after it is what the candidates' categories must fit in.
+    const int64_t scratch = out["backend_scratch"]["bytes"].get<int64_t>();
+    const FitRecommendation rec = recommend_configuration(
+        model, o.world, o.zero, precision, o.micro_batch, o.seq_len, o.grad_accum, ac,
+        std::max<int64_t>(0, device_bytes - scratch), storage, trainable);
     nlohmann::json tried = nlohmann::json::array();
     for (const FitCandidate& c : rec.candidates)
       tried.push_back({{"label", c.label},
@@ -344,7 +367,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
       << table;
   if (o.backend_kind == BackendKind::kCuda) {
     const nlohmann::json& scratch = out["backend_scratch"];
-    std::cout << "CUDA backend scratch, outside the totals above and the fit figures below: "
+    std::cout << "CUDA backend scratch at micro-batch " << o.micro_batch
+              << ", outside the totals above (the fit figures below count it): "
               << gib(scratch["bytes"].get<double>()) << " GiB per rank (cuBLASLt workspace, "
               << scratch["attention"].get<std::string>() << " attention scratch, reductions"
               << (scratch["attention"] == "fused" ? ", cuDNN's workspace" : "") << ")\n";

@@ -142,7 +142,8 @@ size_t cuda_backend_scratch_bytes(const AttentionShape& shape, AttentionKernel k
   const size_t workspace =
       kernel == AttentionKernel::kFused ? cudnn_attention_workspace_bytes(shape) : 0;
   const size_t fixed = kGemmWorkspaceBytes + kReductionScratchBytes;
-  ZT_CHECK(attention <= std::numeric_limits<size_t>::max() - fixed - workspace,
+  const size_t max = std::numeric_limits<size_t>::max();
+  ZT_CHECK(workspace <= max - fixed && attention <= max - fixed - workspace,
            "CUDA backend scratch of " + describe(shape) + " overflows");
   return fixed + attention + workspace;
 }

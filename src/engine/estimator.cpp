@@ -228,27 +228,28 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
   struct Step {
     const char* label;
     int stage;
-    const ActivationCheckpointing* ac;
+    bool checkpointing;  // the ckpt policy (else the plain one)
     const OffloadConfig* offload;
   };
   const Step steps[] = {
-      {"stage 0", 0, &plain, &none},
-      {"stage 1", 1, &plain, &none},
-      {"stage 2", 2, &plain, &none},
-      {"stage 2 + checkpointing", 2, &ckpt, &none},
-      {"stage 3", 3, &plain, &none},
-      {"stage 3 + checkpointing", 3, &ckpt, &none},
-      {"stage 3 + checkpointing + CPU optimizer offload", 3, &ckpt, &cpu_optimizer},
-      {"stage 3 + checkpointing + CPU optimizer and param offload", 3, &ckpt, &cpu_all},
+      {"stage 0", 0, false, &none},
+      {"stage 1", 1, false, &none},
+      {"stage 2", 2, false, &none},
+      {"stage 2 + checkpointing", 2, true, &none},
+      {"stage 3", 3, false, &none},
+      {"stage 3 + checkpointing", 3, true, &none},
+      {"stage 3 + checkpointing + CPU optimizer offload", 3, true, &cpu_optimizer},
+      {"stage 3 + checkpointing + CPU optimizer and param offload", 3, true, &cpu_all},
   };
   FitRecommendation rec;
   for (const Step& s : steps) {
     // The "+ checkpointing" rows repeat the plain row when checkpointing was requested anyway.
-    if (s.ac == &ckpt && plain.every > 0 && s.offload == &none) continue;
+    // (Told apart by the flag: with a policy requested, plain and ckpt are the same object.)
+    if (s.checkpointing && plain.every > 0 && s.offload == &none) continue;
     FitCandidate c;
     c.label = s.label;
     c.stage = s.stage;
-    c.ac = *s.ac;
+    c.ac = s.checkpointing ? ckpt : plain;
     c.offload = *s.offload;
     ZeroConfig z = zero;
     z.stage = s.stage;
@@ -284,12 +285,16 @@ MaxMicroBatch max_micro_batch(const ModelConfig& model, int world, const ZeroCon
                               Precision precision, int64_t seq_len,
                               const ActivationCheckpointing& ac, const OffloadConfig& offload,
                               int64_t grad_accum, DType activation_storage, int64_t device_bytes,
-                              const TrainableSet& trainable) {
+                              const TrainableSet& trainable,
+                              const std::function<int64_t(int64_t)>& outside_bytes) {
   const auto at = [&](int64_t b) {
     return estimate_memory(model, world, zero, precision, b, seq_len, ac, offload, grad_accum,
                            activation_storage, trainable);
   };
-  const auto fits = [&](int64_t b) { return at(b).device_total() <= device_bytes; };
+  const auto fits = [&](int64_t b) {
+    const int64_t outside = outside_bytes ? outside_bytes(b) : 0;
+    return outside <= device_bytes && at(b).device_total() <= device_bytes - outside;
+  };
   constexpr int64_t kLargest = int64_t{1} << 24;  // sequences: far past any device
   int64_t good = 0, bad = 1;                      // fits(good) (0 trivially), !fits(bad)
   while (bad <= kLargest && fits(bad)) {

@@ -5,6 +5,7 @@
 // fits" decision tree used by `zerotrain estimate --device-memory`.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -111,10 +112,13 @@ struct MaxMicroBatch {
   MemoryEstimate at;    // at micro_batch (at 1 when micro_batch is 0)
   MemoryEstimate next;  // at micro_batch + 1
 };
+// outside_bytes(b): device bytes a micro-batch of b needs outside the categories (a backend's
+// own scratch, growing with b), counted against device_bytes too; none when empty.
 MaxMicroBatch max_micro_batch(const ModelConfig& model, int world, const ZeroConfig& zero,
                               Precision precision, int64_t seq_len,
                               const ActivationCheckpointing& ac, const OffloadConfig& offload,
                               int64_t grad_accum, DType activation_storage, int64_t device_bytes,
-                              const TrainableSet& trainable = {});
+                              const TrainableSet& trainable = {},
+                              const std::function<int64_t(int64_t)>& outside_bytes = {});
 
 }  // namespace zt

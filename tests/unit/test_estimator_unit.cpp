@@ -137,6 +137,19 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
   EXPECT_EQ(pick(20, 8), "stage 3 + checkpointing");  // ~18.9 GiB
   EXPECT_EQ(pick(16, 8), "stage 3 + checkpointing + CPU optimizer offload");  // ~10.6 GiB
   EXPECT_EQ(pick(8, 8), "none");
+  // With checkpointing requested, the plain rows use it and the "+ checkpointing" rows without
+  // offload drop out; stage 0 is still tried first (it once dropped out with them).
+  ZeroConfig z0;
+  ActivationCheckpointing full;
+  full.every = 1;
+  const FitRecommendation ckpt = recommend_configuration(model_, 8, z0, Precision::kBf16, 1, 2048,
+                                                         1, full, int64_t{4096} * kGiB);
+  ASSERT_EQ(ckpt.candidates.size(), 6u);
+  EXPECT_EQ(ckpt.candidates[0].label, "stage 0");
+  EXPECT_EQ(ckpt.candidates[0].ac.every, 1);
+  EXPECT_EQ(ckpt.chosen, 0);
+  EXPECT_EQ(ckpt.candidates[3].label, "stage 3");
+  EXPECT_EQ(ckpt.candidates[4].label, "stage 3 + checkpointing + CPU optimizer offload");
   // Larger devices never need a higher rung.
   ZeroConfig z;
   int last = 1 << 30;
@@ -229,6 +242,33 @@ TEST(EstimateCommand, BackendPicksTrainsDefaultActivationStorage) {
                 DType::kBf16)));
   EXPECT_EQ(estimate("--backend cpu")["backend_scratch"]["bytes"], 0);
   EXPECT_EQ(estimate("--backend cuda --precision fp32")["backend_scratch"]["attention"], "gemm");
+  EXPECT_EQ(estimate("--backend cuda --attention gemm")["backend_scratch"]["attention"], "gemm");
+  // --max-micro-batch: each stage's row carries the scratch at its own micro-batch and at one
+  // more, and the fit counts it: the found micro-batch's categories plus scratch fit the device.
+  const nlohmann::json fit = estimate("--backend cuda --max-micro-batch --device-memory-gib 1");
+  const AttentionKernel kernel = fit["backend_scratch"]["attention"] == "fused"
+                                     ? AttentionKernel::kFused
+                                     : AttentionKernel::kGemm;
+  for (const nlohmann::json& row : fit.value("max_micro_batch", nlohmann::json::array())) {
+    const int64_t b = row.at("micro_batch").get<int64_t>();
+    const auto scratch_at = [&](int64_t n) {
+      const AttentionShape at{n, 64, tiny.num_heads, tiny.num_kv_heads, tiny.head_dim()};
+      return static_cast<int64_t>(cuda::cuda_backend_scratch_bytes(at, kernel, DType::kBf16));
+    };
+    EXPECT_EQ(row.at("backend_scratch").get<int64_t>(), scratch_at(std::max<int64_t>(1, b)));
+    EXPECT_EQ(row.at("next_backend_scratch").get<int64_t>(), scratch_at(b + 1));
+    if (b > 0) {
+      EXPECT_LE(row.at("device_total").get<int64_t>() + row.at("backend_scratch").get<int64_t>(),
+                int64_t{1} << 30)
+          << row.dump();
+    }
+    EXPECT_GT(
+        row.at("next_device_total").get<int64_t>() + row.at("next_backend_scratch").get<int64_t>(),
+        int64_t{1} << 30)
+        << row.dump();
+  }
+  EXPECT_EQ(fit.value("max_micro_batch", nlohmann::json::array()).size(), 4u);
+  EXPECT_NE(train_test::run_zerotrain("estimate --preset tiny --attention flash").exit_code, 0);
   const auto bad = train_test::run_zerotrain("estimate --preset tiny --backend gpu");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("gpu"), std::string::npos) << bad.output;

@@ -237,7 +237,7 @@ TEST_F(TrainE2E, OptionsAreAcceptedFromConfigFile) {
                                     << "activation-checkpointing = every:2\nlr = 0\n";
   std::ofstream(path("train2.ini")) << "micro-batch = 2\ngrad-accum = 2\nzero-stage = 2\n"
                                     << "activation-checkpointing = every:2\n";
-  const RunResult ok = train("ini_ok", "--config " + path("train2.ini"), 2);
+  const RunResult ok = train("ini_ok", "--backend cpu --config " + path("train2.ini"), 2);
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   std::ifstream run_in(path("ini_ok/run.json"));
   const auto run = nlohmann::json::parse(run_in);
