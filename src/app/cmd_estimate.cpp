@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <string>
 
 #include "app/cli.h"
@@ -122,7 +123,12 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   o.backend_kind =
       o.backend == "cuda" ? BackendKind::kCuda : resolve_engine_backend(o.backend, kCommand);
   default_activations(vm, o.precision, o.backend_kind, &o.activations);
-  parse_attention_request(o.attention);  // an unknown value is an error naming it
+  // An unknown value is an error naming it; fused with the CPU backend too, as train says.
+  ZT_CHECK(parse_attention_request(o.attention) != AttentionRequest::kFused ||
+               o.backend_kind == BackendKind::kCuda,
+           std::string(kCommand) +
+               ": --attention fused needs --backend cuda (the CPU backend "
+               "has one attention)");
   return true;
 }
 
@@ -137,14 +143,25 @@ nlohmann::json backend_scratch(const EstimateOptions& o, const ModelConfig& mode
       choose_attention(parse_attention_request(o.attention), true, 8, shape,
                        precision == Precision::kFp32, [] { return std::string(); })
           .kernel;
-  return {{"bytes", cuda::cuda_backend_scratch_bytes(shape, kernel, storage)},
-          {"attention", attention_kernel_name(kernel)}};
+  const size_t bytes = cuda::cuda_backend_scratch_bytes(shape, kernel, storage);
+  ZT_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int64_t>::max()),
+           std::string(kCommand) + ": the CUDA scratch of " + describe(shape) + " overflows");
+  return {{"bytes", static_cast<int64_t>(bytes)}, {"attention", attention_kernel_name(kernel)}};
 }
 
 std::string gib(double bytes, int digits = 2) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.*f", digits, bytes / kGiB);
   return buf;
+}
+
+// "A GiB" on the CPU; "A GiB + S GiB scratch" (the categories, then the CUDA backend's scratch)
+// on CUDA.
+std::string with_scratch(const EstimateOptions& o, double categories, int64_t scratch, int digits) {
+  std::string text = gib(categories, digits) + " GiB";
+  if (o.backend_kind == BackendKind::kCuda)
+    text += " + " + gib(static_cast<double>(scratch), digits) + " GiB scratch";
+  return text;
 }
 
 nlohmann::json estimate_json(const MemoryEstimate& e) {
@@ -207,20 +224,18 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
                                       {"micro_batch", m.micro_batch},
                                       {"device_total", m.at.device_total()},
                                       {"next_device_total", m.next.device_total()},
-                                      {"backend_scratch", scratch},
-                                      {"next_backend_scratch", next_scratch}});
-    // "A GiB" on the CPU, "A + S GiB" (categories + CUDA scratch) on CUDA.
+                                      {"backend_scratch_bytes", scratch},
+                                      {"next_backend_scratch_bytes", next_scratch}});
     const auto need = [&](const MemoryEstimate& e, int64_t s) {
-      return gib(static_cast<double>(e.device_total()), 3) +
-             (o.backend_kind == BackendKind::kCuda
-                  ? " + " + gib(static_cast<double>(s), 3) + " scratch"
-                  : "") +
-             " GiB";
+      return with_scratch(o, static_cast<double>(e.device_total()), s, 3);
     };
     table += "  stage " + std::to_string(stage) + ": ";
     if (m.micro_batch == 0) {
-      table +=
-          "none (one sequence needs " + need(m.at, scratch) + ": " + device_breakdown(m.at) + ")\n";
+      table += "none (one sequence needs " + need(m.at, scratch) + ": " + device_breakdown(m.at) +
+               (o.backend_kind == BackendKind::kCuda
+                    ? ", CUDA scratch " + gib(static_cast<double>(scratch), 3) + " GiB"
+                    : "") +
+               ")\n";
     } else {
       table += std::to_string(m.micro_batch) + " (" + need(m.at, scratch) + "; " +
                std::to_string(m.micro_batch + 1) + " needs " + need(m.next, next_scratch) + ")\n";
@@ -310,9 +325,10 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     // The CUDA backend's scratch at this micro-batch is the same for every candidate: what is
     // left of the device after it is what the candidates' categories must fit in.
     const int64_t scratch = out["backend_scratch"]["bytes"].get<int64_t>();
-    const FitRecommendation rec = recommend_configuration(
-        model, o.world, o.zero, precision, o.micro_batch, o.seq_len, o.grad_accum, ac,
-        std::max<int64_t>(0, device_bytes - scratch), storage, trainable);
+    const int64_t budget = std::max<int64_t>(0, device_bytes - scratch);
+    const FitRecommendation rec =
+        recommend_configuration(model, o.world, o.zero, precision, o.micro_batch, o.seq_len,
+                                o.grad_accum, ac, budget, storage, trainable);
     nlohmann::json tried = nlohmann::json::array();
     for (const FitCandidate& c : rec.candidates)
       tried.push_back({{"label", c.label},
@@ -323,24 +339,35 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                        {"device_total", c.estimate.device_total()},
                        {"fits", c.fits}});
     out["device_memory_bytes"] = device_bytes;
+    // What each candidate's device_total is held against: the device less the CUDA scratch.
+    out["candidate_budget_bytes"] = budget;
     out["candidates"] = tried;
     if (rec.chosen >= 0) {
       const FitCandidate& c = rec.candidates[static_cast<size_t>(rec.chosen)];
       out["recommendation"] = c.label;
       advice = "recommendation for " + gib(static_cast<double>(device_bytes)) +
-               " GiB per device: " + c.label + " (" + gib(c.estimate.device_total()) +
-               " GiB per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
+               " GiB per device: " + c.label + " (" +
+               with_scratch(o, static_cast<double>(c.estimate.device_total()), scratch, 2) +
+               " per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
                " --activation-checkpointing " + activation_checkpointing_name(c.ac) +
                (storage == DType::kBf16      ? " --activations bf16"
                 : storage == DType::kFloat16 ? " --precision fp16 --activations fp16"
                                              : "") +
+               (o.attention != "auto" ? " --attention " + o.attention : "") +
                offload_flags(c.offload) + ")\n";
+    } else if (scratch >= device_bytes) {
+      out["recommendation"] = nullptr;
+      advice = "nothing fits in " + gib(static_cast<double>(device_bytes)) +
+               " GiB per device: the CUDA backend's scratch alone is " +
+               gib(static_cast<double>(scratch)) + " GiB at micro-batch " +
+               std::to_string(o.micro_batch) + "; use a smaller micro-batch or sequence\n";
     } else {
       out["recommendation"] = nullptr;
       advice = "nothing fits in " + gib(static_cast<double>(device_bytes)) +
                " GiB per device, even " + rec.candidates.back().label + " (" +
-               gib(rec.candidates.back().estimate.device_total()) +
-               " GiB); use more ranks, a smaller micro-batch or a shorter sequence\n";
+               with_scratch(o, static_cast<double>(rec.candidates.back().estimate.device_total()),
+                            scratch, 2) +
+               "); use more ranks, a smaller micro-batch or a shorter sequence\n";
     }
   }
   if (o.max_micro_batch)
@@ -368,9 +395,12 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   if (o.backend_kind == BackendKind::kCuda) {
     const nlohmann::json& scratch = out["backend_scratch"];
     std::cout << "CUDA backend scratch at micro-batch " << o.micro_batch
-              << ", outside the totals above (the fit figures below count it): "
-              << gib(scratch["bytes"].get<double>()) << " GiB per rank (cuBLASLt workspace, "
-              << scratch["attention"].get<std::string>() << " attention scratch, reductions"
+              << ", outside the totals above"
+              << (o.device_memory_gib > 0 || o.max_micro_batch ? " (the fit figures below count it)"
+                                                               : "")
+              << ": " << gib(scratch["bytes"].get<double>())
+              << " GiB per rank (cuBLASLt workspace, " << scratch["attention"].get<std::string>()
+              << " attention scratch, reductions"
               << (scratch["attention"] == "fused" ? ", cuDNN's workspace" : "") << ")\n";
   }
   if (offload.optimizer_offloaded()) {

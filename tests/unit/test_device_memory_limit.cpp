@@ -55,8 +55,8 @@ struct LimitSetting {
 train_test::RunResult train_under_limit(const LimitSetting& s, int stage, int64_t micro_batch,
                                         const std::string& out, const std::string& data) {
   const std::string launch = s.world > 1 ? mpirun_zerotrain(s.world) : std::string(ZT_BINARY) + " ";
-  return run_command(launch + "train --preset small --seq-len 128 --steps 1 --data " + data +
-                     " --out " + out + " --zero-stage " + std::to_string(stage) +
+  return run_command(launch + "train --backend cpu --preset small --seq-len 128 --steps 1 --data " +
+                     data + " --out " + out + " --zero-stage " + std::to_string(stage) +
                      " --micro-batch " + std::to_string(micro_batch) + " --device-memory-limit " +
                      s.limit_gib + " --comm-timeout 60 " + s.options);
 }
@@ -70,7 +70,7 @@ TEST_F(MaxMicroBatch, PredictedMaximumTrainsAndOneMoreIsRefusedBeforeTraining) {
   for (const LimitSetting& s : settings) {
     if (s.world > 1 && !have_mpirun()) GTEST_SKIP() << "no mpirun";
     const auto estimate = run_zerotrain(
-        "estimate --preset small --seq-len 128 --world " + std::to_string(s.world) +
+        "estimate --backend cpu --preset small --seq-len 128 --world " + std::to_string(s.world) +
         " --max-micro-batch --device-memory-gib " + s.limit_gib + " --json " + s.options +
         (s.offloads() ? " --zero-stage 1" : ""));  // the requested stage must allow offload
     ASSERT_EQ(estimate.exit_code, 0) << estimate.output;

@@ -144,12 +144,24 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
   full.every = 1;
   const FitRecommendation ckpt = recommend_configuration(model_, 8, z0, Precision::kBf16, 1, 2048,
                                                          1, full, int64_t{4096} * kGiB);
-  ASSERT_EQ(ckpt.candidates.size(), 6u);
-  EXPECT_EQ(ckpt.candidates[0].label, "stage 0");
-  EXPECT_EQ(ckpt.candidates[0].ac.every, 1);
+  const char* const labels[] = {"stage 0",
+                                "stage 1",
+                                "stage 2",
+                                "stage 3",
+                                "stage 3 + checkpointing + CPU optimizer offload",
+                                "stage 3 + checkpointing + CPU optimizer and param offload"};
+  ASSERT_EQ(ckpt.candidates.size(), std::size(labels));
+  for (size_t i = 0; i < std::size(labels); ++i) {
+    EXPECT_EQ(ckpt.candidates[i].label, labels[i]);
+    EXPECT_EQ(ckpt.candidates[i].ac.every, 1) << labels[i];  // the requested policy, every row
+  }
   EXPECT_EQ(ckpt.chosen, 0);
-  EXPECT_EQ(ckpt.candidates[3].label, "stage 3");
-  EXPECT_EQ(ckpt.candidates[4].label, "stage 3 + checkpointing + CPU optimizer offload");
+  // Without one requested, the plain rows have none and the "+ checkpointing" rows full.
+  const FitRecommendation plain = recommend_configuration(model_, 8, z0, Precision::kBf16, 1, 2048,
+                                                          1, {}, int64_t{4096} * kGiB);
+  ASSERT_EQ(plain.candidates.size(), 8u);
+  for (const FitCandidate& c : plain.candidates)
+    EXPECT_EQ(c.ac.every, c.label.find("checkpointing") == std::string::npos ? 0 : 1) << c.label;
   // Larger devices never need a higher rung.
   ZeroConfig z;
   int last = 1 << 30;
@@ -255,20 +267,41 @@ TEST(EstimateCommand, BackendPicksTrainsDefaultActivationStorage) {
       const AttentionShape at{n, 64, tiny.num_heads, tiny.num_kv_heads, tiny.head_dim()};
       return static_cast<int64_t>(cuda::cuda_backend_scratch_bytes(at, kernel, DType::kBf16));
     };
-    EXPECT_EQ(row.at("backend_scratch").get<int64_t>(), scratch_at(std::max<int64_t>(1, b)));
-    EXPECT_EQ(row.at("next_backend_scratch").get<int64_t>(), scratch_at(b + 1));
+    EXPECT_EQ(row.at("backend_scratch_bytes").get<int64_t>(), scratch_at(std::max<int64_t>(1, b)));
+    EXPECT_EQ(row.at("next_backend_scratch_bytes").get<int64_t>(), scratch_at(b + 1));
     if (b > 0) {
-      EXPECT_LE(row.at("device_total").get<int64_t>() + row.at("backend_scratch").get<int64_t>(),
-                int64_t{1} << 30)
+      EXPECT_LE(
+          row.at("device_total").get<int64_t>() + row.at("backend_scratch_bytes").get<int64_t>(),
+          int64_t{1} << 30)
           << row.dump();
     }
-    EXPECT_GT(
-        row.at("next_device_total").get<int64_t>() + row.at("next_backend_scratch").get<int64_t>(),
-        int64_t{1} << 30)
+    EXPECT_GT(row.at("next_device_total").get<int64_t>() +
+                  row.at("next_backend_scratch_bytes").get<int64_t>(),
+              int64_t{1} << 30)
         << row.dump();
   }
   EXPECT_EQ(fit.value("max_micro_batch", nlohmann::json::array()).size(), 4u);
   EXPECT_NE(train_test::run_zerotrain("estimate --preset tiny --attention flash").exit_code, 0);
+  EXPECT_NE(train_test::run_zerotrain("estimate --preset tiny --backend cpu --attention fused")
+                .output.find("--attention fused needs --backend cuda"),
+            std::string::npos);
+  // --device-memory: the candidates fit in the device less the CUDA scratch. The tiny model's
+  // categories are a few MiB; its scratch is over 0.5 GiB, so 0.3 GiB is enough on the CPU and
+  // nothing on CUDA, 1 GiB enough on both.
+  const nlohmann::json cpu_fit = estimate("--backend cpu --activations bf16 --device-memory 0.3");
+  EXPECT_EQ(cpu_fit.value("recommendation", nlohmann::json()), "stage 0");
+  EXPECT_EQ(cpu_fit.value("candidate_budget_bytes", int64_t{0}),
+            cpu_fit.value("device_memory_bytes", int64_t{-1}));
+  const nlohmann::json cuda_short = estimate("--backend cuda --device-memory 0.3");
+  EXPECT_TRUE(cuda_short.value("recommendation", nlohmann::json(0)).is_null()) << cuda_short;
+  const nlohmann::json cuda_fit = estimate("--backend cuda --device-memory 1");
+  EXPECT_EQ(cuda_fit.value("recommendation", nlohmann::json()), "stage 0");
+  EXPECT_EQ(cuda_fit.value("candidate_budget_bytes", int64_t{0}),
+            (int64_t{1} << 30) - scratch.value("bytes", int64_t{0}));
+  const auto short_text = train_test::run_zerotrain(
+      "estimate --preset tiny --micro-batch 2 --seq-len 64 --backend cuda --device-memory 0.3");
+  EXPECT_NE(short_text.output.find("the CUDA backend's scratch alone is"), std::string::npos)
+      << short_text.output;
   const auto bad = train_test::run_zerotrain("estimate --preset tiny --backend gpu");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("gpu"), std::string::npos) << bad.output;
