@@ -426,15 +426,12 @@ run_part_offload() {
   tee -a "$summary" <"$evidence/offload.txt"
 }
 
-# The activation storage train defaults to on this backend (estimate has no backend to ask).
-default_activations() { if [ "$backend" = cuda ]; then echo bf16; else echo fp32; fi; }
-
 # Host bytes the offloaded run needs (zerotrain estimate), against MemAvailable.
 host_memory_suffices() {
   local preset=$1 need avail
   need=$(timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
     --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
-    --activations "$(default_activations)" --json | "$python" -c 'import json, sys
+    --backend "$backend" --json | "$python" -c 'import json, sys
 j = json.load(sys.stdin)
 print(max(s["host"] for s in j["stages"] if s["stage"] == 2))') || return 1
   avail=$(($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024))
@@ -446,7 +443,7 @@ run_part_big() {
   local preset=${ZT_BIG_PRESET:-6b}
   timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
     --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
-    --activations "$(default_activations)" | tee -a "$summary"
+    --backend "$backend" | tee -a "$summary"
   if host_memory_suffices "$preset"; then
     train_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
       --preset "$preset" --zero-stage 2 --activation-checkpointing full --offload-optimizer cpu \
