@@ -14,10 +14,6 @@
 #if ZEROTRAIN_HAVE_NCCL
 #include "comm/cuda/nccl_communicator.h"
 #endif
-#if ZEROTRAIN_HAVE_CUDNN
-#include "backend/cuda/cudnn_attention.h"
-#include "util/cuda/cuda_check.h"
-#endif
 
 namespace zt {
 
@@ -60,43 +56,51 @@ AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) 
 #if ZEROTRAIN_HAVE_CUDA
 namespace {
 
-// --attention resolved on `device` (cuDNN asked there), then agreed over `host` (collective):
+// The backend's options for `kernel`, its attention scratch sized for the micro-batch.
+cuda::CudaBackendOptions backend_options(AttentionKernel kernel, const AttentionSetup& attention) {
+  cuda::CudaBackendOptions options;
+  options.attention = kernel;
+  options.attention_scratch_bytes =
+      attention_scratch_bytes(attention.shape, kernel, attention.storage,
+                              options.attention_scratch_bytes, cuda::kArenaAlignment);
+  return options;
+}
+
+// The backend on `device` for --attention resolved there, then agreed over `host` (collective):
 // under auto, one rank whose GPU cannot run the fused attention takes every rank to gemm, so that
 // all ranks compute alike. (A refused explicit fused request has thrown on its rank, which ends
-// the job.)
-AttentionChoice agreed_attention(MpiCommunicator& host, int device,
-                                 const AttentionSetup& attention) {
-  const AttentionShape& s = attention.shape;
+// the job.) cuDNN is asked by building the fused backend and its graphs for the run's shape: the
+// run keeps them when fused is agreed, and only a fallback builds a second backend.
+std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int device,
+                                                  const AttentionSetup& attention,
+                                                  AttentionChoice& choice) {
 #if ZEROTRAIN_HAVE_CUDNN
   const bool fused_built = true;
-  const auto cudnn_refusal = [&] {
-    ZT_CUDA_CHECK(cudaSetDevice(device));
-    return cuda::cudnn_attention_refusal(s, attention.storage);
-  };
 #else
   const bool fused_built = false;
-  const auto cudnn_refusal = [] { return std::string(); };
 #endif
-  const AttentionChoice choice =
-      choose_attention(attention.request, fused_built, cuda_compute_capability_major(device), s,
-                       attention.fp32_run, cudnn_refusal);
+  std::unique_ptr<cuda::CudaBackend> fused;
+  const auto cudnn_refusal = [&]() -> std::string {
+    try {
+      fused = make_cuda_backend(device, backend_options(AttentionKernel::kFused, attention));
+      fused->prepare_fused_attention(attention.shape, attention.storage);
+      return "";
+    } catch (const std::exception& e) {  // a handle cuDNN cannot create, a graph it refuses
+      fused.reset();
+      return e.what();
+    }
+  };
+  choice = choose_attention(attention.request, fused_built, cuda_compute_capability_major(device),
+                            attention.shape, attention.fp32_run, cudnn_refusal);
   double gemm_ranks = choice.kernel == AttentionKernel::kGemm ? 1.0 : 0.0;
   host.all_reduce_sum_blocking(&gemm_ranks, 1);
   if (choice.kernel == AttentionKernel::kFused && gemm_ranks > 0)
-    return {AttentionKernel::kGemm, "gemm (auto: " + std::to_string(static_cast<int>(gemm_ranks)) +
-                                        " other rank(s) cannot run the fused attention)"};
-  return choice;
-}
-
-// The backend's options for the agreed attention, its scratch sized for the micro-batch.
-cuda::CudaBackendOptions backend_options(const AttentionChoice& choice,
-                                         const AttentionSetup& attention) {
-  cuda::CudaBackendOptions options;
-  options.attention = choice.kernel;
-  options.attention_scratch_bytes =
-      attention_scratch_bytes(attention.shape, choice.kernel, attention.storage,
-                              options.attention_scratch_bytes, cuda::kArenaAlignment);
-  return options;
+    choice = {AttentionKernel::kGemm,
+              "gemm (auto: " + std::to_string(static_cast<int>(gemm_ranks)) +
+                  " other rank(s) cannot run the fused attention)"};
+  if (choice.kernel == AttentionKernel::kFused) return fused;
+  fused.reset();  // its device memory goes before the gemm backend takes its own
+  return make_cuda_backend(device, backend_options(AttentionKernel::kGemm, attention));
 }
 
 // An arena per device-pool category, sized from its estimated peak (arena_reservation_bytes);
@@ -124,10 +128,9 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   double hosts_sharing = shares_here ? 1.0 : 0.0;
   host.all_reduce_sum_blocking(&hosts_sharing, 1);
   const bool shares_gpu = hosts_sharing > 0.0;
-  const AttentionChoice choice = agreed_attention(host, device, attention);
+  AttentionChoice choice;
+  std::unique_ptr<cuda::CudaBackend> backend = agreed_backend(host, device, attention, choice);
   EngineDevice out;
-  std::unique_ptr<cuda::CudaBackend> backend =
-      make_cuda_backend(device, backend_options(choice, attention));
   reserve_arenas(backend->cuda_memory(), estimate);
   out.summary = backend->name() + " (device " + std::to_string(device) + ")";
 #if ZEROTRAIN_HAVE_NCCL
@@ -146,8 +149,8 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
                   : shares_gpu ? " (ranks share a GPU on another host)"
                                : "") +
                  ", attention " + choice.why;
-  out.backend_kind = "cuda";
-  out.attention_kernel = attention_kernel_name(backend->options().attention);
+  out.backend_kind = backend_kind_name(BackendKind::kCuda);
+  out.attention_kernel = attention_kernel_name(choice.kernel);
   out.backend = std::move(backend);
   return out;
 }

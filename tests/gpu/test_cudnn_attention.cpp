@@ -375,11 +375,23 @@ TEST(CudnnAttention, ScratchTooSmallIsAnErrorNamingTheBytes) {
 // supported shape build for every activation storage, and a head dimension cuDNN cannot lay out
 // (20 bf16 values: rows not 16-byte aligned) is a reason, not a crash.
 TEST(CudnnAttention, RefusalProbeBuildsSupportedShapesAndNamesARefusal) {
+  cudaStream_t stream = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreate(&stream));
+  // prepare() on a fresh CudnnAttention: "" when both graphs build, else cuDNN's reason.
+  const auto refusal = [&](const AttentionShape& shape, DType storage) -> std::string {
+    try {
+      cuda::CudnnAttention(stream).prepare(shape, storage);
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  };
   const AttentionShape supported{2, 40, 4, 2, 32};
   for (DType storage : {DType::kFloat32, DType::kBf16, DType::kFloat16})
-    EXPECT_EQ(cuda::cudnn_attention_refusal(supported, storage), "") << dtype_name(storage);
-  const std::string refused = cuda::cudnn_attention_refusal({1, 16, 2, 2, 20}, DType::kBf16);
+    EXPECT_EQ(refusal(supported, storage), "") << dtype_name(storage);
+  const std::string refused = refusal({1, 16, 2, 2, 20}, DType::kBf16);
   EXPECT_NE(refused.find("cuDNN fused attention (forward B=1 T=16"), std::string::npos) << refused;
+  ZT_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace

@@ -160,6 +160,14 @@ int CudaBackend::device() const {
 const CudaBackendOptions& CudaBackend::options() const {
   return state_->options;
 }
+void CudaBackend::prepare_fused_attention(const AttentionShape& shape, DType storage) {
+#if ZEROTRAIN_HAVE_CUDNN
+  if (state_->fused_attention) state_->fused_attention->prepare(shape, storage);
+#else
+  (void)shape;
+  (void)storage;
+#endif
+}
 
 namespace {
 // The two GEMM operands of a product share one element type (cuda_gemm.h). The model passes bf16

@@ -166,6 +166,10 @@ class CudaBackend final : public Backend {
   void* stream_handle() const;
   int device() const;
   const CudaBackendOptions& options() const;
+  // With the fused attention: builds its forward and backward graphs for `shape` and activations
+  // in `storage` now (CudnnAttention::prepare; a zt::Error when cuDNN refuses one), so that the
+  // first step finds them built. Nothing otherwise.
+  void prepare_fused_attention(const AttentionShape& shape, DType storage);
 
  private:
   // Device scratch of a column sum over M rows of N columns (cuda_column_sum.cuh), from the

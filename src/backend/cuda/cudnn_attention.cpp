@@ -263,6 +263,12 @@ CudnnAttention::~CudnnAttention() {
   cudaFree(impl_->workspace);
 }
 
+void CudnnAttention::prepare(const AttentionShape& shape, DType storage) {
+  const DType io = sdpa_io(storage);
+  impl_->graph({shape, false, io});
+  impl_->graph({shape, true, io});
+}
+
 int64_t CudnnAttention::graphs_built() const {
   return impl_->graphs.builds();
 }
@@ -311,22 +317,6 @@ void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, 
   commit_output(dq, dq16, io, q_n, stream);
   commit_output(dk, dk16, io, kv_n, stream);
   commit_output(dv, dv16, io, kv_n, stream);
-}
-
-std::string cudnn_attention_refusal(const AttentionShape& shape, DType storage) {
-  cudnnHandle_t handle = nullptr;
-  try {
-    check_cudnn(cudnnCreate(&handle), "cudnnCreate");
-    const DType io = sdpa_io(storage);
-    // The plans go before the handle they were built on.
-    build_forward(handle, {shape, false, io}).reset();
-    build_backward(handle, {shape, true, io}).reset();
-  } catch (const std::exception& e) {
-    if (handle) cudnnDestroy(handle);
-    return e.what();
-  }
-  cudnnDestroy(handle);
-  return "";
 }
 
 size_t cudnn_library_version() {

@@ -23,7 +23,6 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
-#include <string>
 
 #include "backend/attention_choice.h"
 #include "backend/cuda/cuda_device_arena.h"
@@ -47,6 +46,11 @@ class CudnnAttention {
                 ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                 ConstTensorView out, const float* lse, const AttentionShape& shape);
 
+  // Builds (and caches) the forward and backward graphs of `shape` for activations stored in
+  // `storage` without running them: validate, plans, check_support, build_plans. A graph cuDNN
+  // refuses is a zt::Error naming the step; what --attention auto asks at start-up.
+  void prepare(const AttentionShape& shape, DType storage);
+
   int64_t graphs_built() const;
   // Bytes of cuDNN workspace held (sized for the largest graph run so far).
   int64_t workspace_bytes() const;
@@ -55,13 +59,6 @@ class CudnnAttention {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Why cuDNN cannot run the fused attention of `shape` for activations stored in `storage` on the
-// current device ("" when it can): a handle of its own builds the forward and backward graphs
-// (validate, plans, check_support, build_plans) without running them and is destroyed. What
-// --attention auto asks before it picks fused (choose_attention); any error (a handle cuDNN
-// cannot create on this GPU, a graph with no engine) is the answer.
-std::string cudnn_attention_refusal(const AttentionShape& shape, DType storage);
 
 // The cuDNN library's version (cudnnGetVersion: 10000·major + 100·minor + patch).
 size_t cudnn_library_version();
