@@ -48,14 +48,15 @@ void check_comm_timeout(double seconds, const std::string& command);
 void add_attention_option(po::options_description& options, std::string* value);
 // --activations fp32 | bf16 | fp16 (train, eval and estimate: parse_activation_storage).
 void add_activations_option(po::options_description& options, std::string* value);
-// After parsing, --activations left unset: the precision's 16-bit type where it is the
-// precision's fast path, else fp32. --precision fp16 stores fp16 activations on every backend, as
-// a DeepSpeed fp16 model's are (the loss scaler's overflows come from them); --precision bf16
-// stores bf16 ones on the CUDA backend (half the memory, twice the throughput with the fused
-// attention) and fp32 ones on the CPU backend, whose fp32 activations are the reference
-// arithmetic. `backend`: the command's --backend resolved.
-// The storage that rule picks: "fp16" | "bf16" | "fp32".
+// The default --activations ("fp16" | "bf16" | "fp32"): the precision's 16-bit type where it is
+// the precision's fast path, else fp32. --precision fp16 stores fp16 activations on every
+// backend, as a DeepSpeed fp16 model's are (the loss scaler's overflows come from them);
+// --precision bf16 stores bf16 ones on the CUDA backend (half the memory, twice the throughput
+// with the fused attention) and fp32 ones on the CPU backend, whose fp32 activations are the
+// reference arithmetic.
 std::string default_activation_storage(const std::string& precision, BackendKind backend);
+// After parsing: --activations left unset becomes that default for the command's --backend
+// resolved.
 void default_activations(const po::variables_map& vm, const std::string& precision,
                          BackendKind backend, std::string* activations);
 

@@ -132,21 +132,39 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   return true;
 }
 
-// The CUDA backend's scratch outside the estimate's categories (cuda_backend_scratch_bytes) at
-// `micro_batch`, with the attention --attention resolves to on an sm_80 or newer GPU of a build
-// with cuDNN (choose_attention, without cuDNN's own verdict). 0 on the CPU.
-nlohmann::json backend_scratch(const EstimateOptions& o, const ModelConfig& model,
-                               Precision precision, DType storage, int64_t micro_batch) {
-  if (o.backend_kind != BackendKind::kCuda) return {{"bytes", 0}, {"attention", "cpu"}};
-  const AttentionShape shape = attention_shape(model, micro_batch, o.seq_len);
-  const AttentionKernel kernel =
-      choose_attention(parse_attention_request(o.attention), true, 8, shape,
-                       precision == Precision::kFp32, [] { return std::string(); })
-          .kernel;
-  const size_t bytes = cuda::cuda_backend_scratch_bytes(shape, kernel, storage);
-  ZT_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int64_t>::max()),
-           std::string(kCommand) + ": the CUDA scratch of " + describe(shape) + " overflows");
-  return {{"bytes", static_cast<int64_t>(bytes)}, {"attention", attention_kernel_name(kernel)}};
+// The CUDA backend's scratch outside the estimate's categories (cuda_backend_scratch_bytes) for
+// the planned run: its attention is --attention resolved as on an sm_80 or newer GPU of a build
+// with cuDNN (choose_attention without cuDNN's own verdict; the choice does not depend on the
+// micro-batch). None on the CPU.
+struct PlannedScratch {
+  bool cuda = false;
+  AttentionKernel kernel = AttentionKernel::kGemm;
+  AttentionShape one;  // the shape of one sequence: B = 1
+  DType storage = DType::kFloat32;
+
+  const char* attention() const { return cuda ? attention_kernel_name(kernel) : "cpu"; }
+  int64_t bytes(int64_t micro_batch) const {
+    if (!cuda) return 0;
+    AttentionShape shape = one;
+    shape.B = micro_batch;
+    const size_t n = cuda::cuda_backend_scratch_bytes(shape, kernel, storage);
+    ZT_CHECK(n <= static_cast<size_t>(std::numeric_limits<int64_t>::max()),
+             std::string(kCommand) + ": the CUDA scratch of " + describe(shape) + " overflows");
+    return static_cast<int64_t>(n);
+  }
+};
+
+PlannedScratch planned_scratch(const EstimateOptions& o, const ModelConfig& model,
+                               Precision precision, DType storage) {
+  PlannedScratch p;
+  p.cuda = o.backend_kind == BackendKind::kCuda;
+  p.one = attention_shape(model, 1, o.seq_len);
+  p.storage = storage;
+  if (p.cuda)
+    p.kernel = choose_attention(parse_attention_request(o.attention), true, 8, p.one,
+                                precision == Precision::kFp32, [] { return std::string(); })
+                   .kernel;
+  return p;
 }
 
 std::string gib(double bytes, int digits = 2) {
@@ -157,10 +175,10 @@ std::string gib(double bytes, int digits = 2) {
 
 // "A GiB" on the CPU; "A GiB + S GiB scratch" (the categories, then the CUDA backend's scratch)
 // on CUDA.
-std::string with_scratch(const EstimateOptions& o, double categories, int64_t scratch, int digits) {
+std::string with_scratch(const PlannedScratch& plan, double categories, int64_t scratch,
+                         int digits) {
   std::string text = gib(categories, digits) + " GiB";
-  if (o.backend_kind == BackendKind::kCuda)
-    text += " + " + gib(static_cast<double>(scratch), digits) + " GiB scratch";
+  if (plan.cuda) text += " + " + gib(static_cast<double>(scratch), digits) + " GiB scratch";
   return text;
 }
 
@@ -201,7 +219,8 @@ std::string offload_flags(const OffloadConfig& c) {
 std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& model,
                                   Precision precision, const ActivationCheckpointing& ac,
                                   const OffloadConfig& offload, DType storage,
-                                  const TrainableSet& trainable, nlohmann::json& out) {
+                                  const TrainableSet& trainable, const PlannedScratch& plan,
+                                  nlohmann::json& out) {
   const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
   std::string table = "largest micro-batch per rank in " +
                       gib(static_cast<double>(device_bytes), 3) + " GiB per device (seq-len " +
@@ -212,9 +231,7 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
     z.stage = stage;
     const OffloadConfig applied = offload_at_stage(offload, stage);
     // On CUDA the backend's scratch at each micro-batch counts against the device too.
-    const auto scratch_at = [&](int64_t b) {
-      return backend_scratch(o, model, precision, storage, b)["bytes"].get<int64_t>();
-    };
+    const auto scratch_at = [&](int64_t b) { return plan.bytes(b); };
     const MaxMicroBatch m =
         max_micro_batch(model, o.world, z, precision, o.seq_len, ac, applied, o.grad_accum, storage,
                         device_bytes, trainable, scratch_at);
@@ -227,15 +244,14 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
                                       {"backend_scratch_bytes", scratch},
                                       {"next_backend_scratch_bytes", next_scratch}});
     const auto need = [&](const MemoryEstimate& e, int64_t s) {
-      return with_scratch(o, static_cast<double>(e.device_total()), s, 3);
+      return with_scratch(plan, static_cast<double>(e.device_total()), s, 3);
     };
     table += "  stage " + std::to_string(stage) + ": ";
     if (m.micro_batch == 0) {
-      table += "none (one sequence needs " + need(m.at, scratch) + ": " + device_breakdown(m.at) +
-               (o.backend_kind == BackendKind::kCuda
-                    ? ", CUDA scratch " + gib(static_cast<double>(scratch), 3) + " GiB"
-                    : "") +
-               ")\n";
+      table +=
+          "none (one sequence needs " + need(m.at, scratch) + ": " + device_breakdown(m.at) +
+          (plan.cuda ? ", CUDA scratch " + gib(static_cast<double>(scratch), 3) + " GiB" : "") +
+          ")\n";
     } else {
       table += std::to_string(m.micro_batch) + " (" + need(m.at, scratch) + "; " +
                std::to_string(m.micro_batch + 1) + " needs " + need(m.next, next_scratch) + ")\n";
@@ -266,6 +282,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   const int64_t psi_with_state = trainable.state_numel(layout);
   const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
 
+  const PlannedScratch plan = planned_scratch(o, model, precision, storage);
   nlohmann::json out = {
       {"psi", psi},
       {"model_config", model.to_hf_json()},
@@ -280,7 +297,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
       {"precision", o.precision},
       {"activations", o.activations},
       {"backend", backend_kind_name(o.backend_kind)},
-      {"backend_scratch", backend_scratch(o, model, precision, storage, o.micro_batch)},
+      {"backend_scratch", {{"bytes", plan.bytes(o.micro_batch)}, {"attention", plan.attention()}}},
       {"activation_checkpointing", activation_checkpointing_name(ac)},
       {"cpu_checkpointing", ac.on_host},
       {"offload_optimizer", offload_device_name(offload.optimizer)},
@@ -324,7 +341,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
     // The CUDA backend's scratch at this micro-batch is the same for every candidate: what is
     // left of the device after it is what the candidates' categories must fit in.
-    const int64_t scratch = out["backend_scratch"]["bytes"].get<int64_t>();
+    const int64_t scratch = plan.bytes(o.micro_batch);
     const int64_t budget = std::max<int64_t>(0, device_bytes - scratch);
     const FitRecommendation rec =
         recommend_configuration(model, o.world, o.zero, precision, o.micro_batch, o.seq_len,
@@ -347,7 +364,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
       out["recommendation"] = c.label;
       advice = "recommendation for " + gib(static_cast<double>(device_bytes)) +
                " GiB per device: " + c.label + " (" +
-               with_scratch(o, static_cast<double>(c.estimate.device_total()), scratch, 2) +
+               with_scratch(plan, static_cast<double>(c.estimate.device_total()), scratch, 2) +
                " per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
                " --activation-checkpointing " + activation_checkpointing_name(c.ac) +
                (storage == DType::kBf16      ? " --activations bf16"
@@ -363,15 +380,17 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                std::to_string(o.micro_batch) + "; use a smaller micro-batch or sequence\n";
     } else {
       out["recommendation"] = nullptr;
-      advice = "nothing fits in " + gib(static_cast<double>(device_bytes)) +
-               " GiB per device, even " + rec.candidates.back().label + " (" +
-               with_scratch(o, static_cast<double>(rec.candidates.back().estimate.device_total()),
-                            scratch, 2) +
-               "); use more ranks, a smaller micro-batch or a shorter sequence\n";
+      advice =
+          "nothing fits in " + gib(static_cast<double>(device_bytes)) + " GiB per device, even " +
+          rec.candidates.back().label + " (" +
+          with_scratch(plan, static_cast<double>(rec.candidates.back().estimate.device_total()),
+                       scratch, 2) +
+          "); use more ranks, a smaller micro-batch or a shorter sequence\n";
     }
   }
   if (o.max_micro_batch)
-    advice += max_micro_batch_table(o, model, precision, ac, offload, storage, trainable, out);
+    advice +=
+        max_micro_batch_table(o, model, precision, ac, offload, storage, trainable, plan, out);
   if (o.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -392,16 +411,15 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
          "states; total = device peak; host and nvme pools apart; "
          "* = requested stage)\n"
       << table;
-  if (o.backend_kind == BackendKind::kCuda) {
-    const nlohmann::json& scratch = out["backend_scratch"];
+  if (plan.cuda) {
     std::cout << "CUDA backend scratch at micro-batch " << o.micro_batch
               << ", outside the totals above"
               << (o.device_memory_gib > 0 || o.max_micro_batch ? " (the fit figures below count it)"
                                                                : "")
-              << ": " << gib(scratch["bytes"].get<double>())
-              << " GiB per rank (cuBLASLt workspace, " << scratch["attention"].get<std::string>()
+              << ": " << gib(static_cast<double>(plan.bytes(o.micro_batch)))
+              << " GiB per rank (cuBLASLt workspace, " << plan.attention()
               << " attention scratch, reductions"
-              << (scratch["attention"] == "fused" ? ", cuDNN's workspace" : "") << ")\n";
+              << (plan.kernel == AttentionKernel::kFused ? ", cuDNN's workspace" : "") << ")\n";
   }
   if (offload.optimizer_offloaded()) {
     const OffloadFigure f = deepspeed_offload_figure(model, o.world, o.zero.stage, ranks_per_node,

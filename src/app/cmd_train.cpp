@@ -327,18 +327,13 @@ int run_training(TrainOptions o) {
   MemoryTracker memory(backend->device_memory());
   memory.set_device_limit(device_memory_limit_bytes(o));
   std::unique_ptr<ZeroEngine> engine_ptr;
-  const TrainingHyperparameters hyper{o.optim,
-                                      o.steps,
-                                      o.micro_batch,
-                                      o.grad_accum,
-                                      o.seq_len,
-                                      static_cast<uint64_t>(o.seed),
-                                      in.data_identity,
-                                      o.zero.world_invariant,
-                                      true,  // recorded
-                                      device.backend_kind,
-                                      device.attention_kernel,
-                                      o.activations};
+  TrainingHyperparameters hyper{o.optim,          o.steps,
+                                o.micro_batch,    o.grad_accum,
+                                o.seq_len,        static_cast<uint64_t>(o.seed),
+                                in.data_identity, o.zero.world_invariant};
+  hyper.backend = device.backend_kind;
+  hyper.attention = device.attention_kernel;
+  hyper.activations = o.activations;
   TrainCheckpointing checkpointing(o.checkpoint, o.out, hyper, comm, in.resume_dir);
   // The engine's buffers and its first values (rank-local work), agreed before any collective.
   run_collectively(comm, [&] {

@@ -55,9 +55,9 @@ struct TrainingHyperparameters {
   // "cuda"), the attention kernel it ran ("cpu": the CPU backend's one; "gemm" | "fused") and the
   // activations' storage ("fp32" | "bf16" | "fp16"). Empty in checkpoints written before they were
   // recorded: a resume then warns once, naming what it computes with.
-  std::string backend;
-  std::string attention;
-  std::string activations;
+  std::string backend{};
+  std::string attention{};
+  std::string activations{};
 
   nlohmann::json to_json() const;
   static TrainingHyperparameters from_json(const nlohmann::json& j);
