@@ -262,34 +262,6 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
   if (comm.rank() == 0 && !eval.is_null()) std::cerr << "eval: " << eval.dump() << "\n";
 }
 
-size_t device_memory_limit_bytes(const TrainOptions& o) {
-  return static_cast<size_t>(o.device_memory_limit_gib * 1024.0 * 1024.0 * 1024.0);
-}
-
-// --device-memory-limit: a run whose estimated device peak per rank exceeds the limit is refused
-// before anything is allocated, naming the categories and the shortfall. The estimate is the sum
-// of each category's peak, an upper bound of the measured peak (engine/estimator.h); the tracker
-// enforces the limit on every allocation as well. Every rank computes the same figures.
-void check_device_memory_limit(const TrainOptions& o, const MemoryEstimate& e, int world) {
-  const size_t limit = device_memory_limit_bytes(o);
-  const auto need = static_cast<size_t>(e.device_total());
-  if (limit == 0 || need <= limit) return;
-  const auto gib = [](size_t bytes) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(bytes) / (1 << 30));
-    return std::string(buf);
-  };
-  throw AgreedError(std::string(kCommand) + ": --device-memory-limit " + gib(limit) +
-                    ": this run needs " + gib(need) + " per rank (ZeRO stage " +
-                    std::to_string(o.zero.stage) + ", micro-batch " +
-                    std::to_string(o.micro_batch) + ", seq-len " + std::to_string(o.seq_len) +
-                    ", world " + std::to_string(world) + "): " + device_breakdown(e) +
-                    "; short by " + std::to_string(need - limit) +
-                    " bytes. `zerotrain estimate --max-micro-batch --device-memory-gib " +
-                    shortest_decimal(o.device_memory_limit_gib) +
-                    "` with this run's options gives the largest micro-batch that fits");
-}
-
 int run_training(TrainOptions o) {
   const auto t_start = std::chrono::steady_clock::now();
   MpiRuntime runtime;
@@ -324,8 +296,12 @@ int run_training(TrainOptions o) {
                          kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
+  // Again with the scratch the backend holds outside the categories (the CUDA backend's GEMM,
+  // attention and cuDNN workspaces), which each rank measures: agreed through run_collectively.
+  const auto scratch = static_cast<size_t>(backend->scratch_bytes());
+  run_collectively(comm, [&] { check_device_memory_limit(o, estimate, world, scratch); });
   MemoryTracker memory(backend->device_memory());
-  memory.set_device_limit(device_memory_limit_bytes(o));
+  memory.set_device_limit(device_memory_limit_bytes(o), scratch);
   std::unique_ptr<ZeroEngine> engine_ptr;
   TrainingHyperparameters hyper{o.optim,          o.steps,
                                 o.micro_batch,    o.grad_accum,

@@ -1,6 +1,7 @@
 #include "app/train_options.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -314,6 +315,34 @@ void check_run_size(const TrainOptions& o, int world) {
                      " × --grad-accum " + std::to_string(o.grad_accum) + " × " +
                      std::to_string(world) + " ranks) × seq-len " + std::to_string(o.seq_len) +
                      " tokens is beyond 2^62");
+}
+
+size_t device_memory_limit_bytes(const TrainOptions& o) {
+  return static_cast<size_t>(o.device_memory_limit_gib * 1024.0 * 1024.0 * 1024.0);
+}
+
+void check_device_memory_limit(const TrainOptions& o, const MemoryEstimate& e, int world,
+                               size_t backend_scratch) {
+  const size_t limit = device_memory_limit_bytes(o);
+  const size_t need = static_cast<size_t>(e.device_total()) + backend_scratch;
+  if (limit == 0 || need <= limit) return;
+  const auto gib = [](size_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(bytes) / (1 << 30));
+    return std::string(buf);
+  };
+  const std::string scratch = backend_scratch > 0 ? ", and the backend's scratch " +
+                                                        std::to_string(backend_scratch) + " bytes"
+                                                  : "";
+  throw AgreedError(std::string(kCommand) + ": --device-memory-limit " + gib(limit) +
+                    ": this run needs " + gib(need) + " per rank (ZeRO stage " +
+                    std::to_string(o.zero.stage) + ", micro-batch " +
+                    std::to_string(o.micro_batch) + ", seq-len " + std::to_string(o.seq_len) +
+                    ", world " + std::to_string(world) + "): " + device_breakdown(e) + scratch +
+                    "; short by " + std::to_string(need - limit) +
+                    " bytes. `zerotrain estimate --max-micro-batch --device-memory-gib " +
+                    shortest_decimal(o.device_memory_limit_gib) +
+                    "` with this run's options gives the largest micro-batch that fits");
 }
 
 }  // namespace zt

@@ -11,6 +11,7 @@
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "comm/communicator.h"
+#include "engine/estimator.h"
 #include "engine/loss_scaler.h"
 #include "engine/zero_config.h"
 
@@ -60,5 +61,14 @@ void validate(const TrainOptions& o);
 // Once the world size is known: the tokens of a micro-batch fit 32-bit GEMM dimensions and
 // those of the whole run fit the int64 counters. Throws zt::Error naming the options.
 void check_run_size(const TrainOptions& o, int world);
+
+// --device-memory-limit in bytes (0: no limit).
+size_t device_memory_limit_bytes(const TrainOptions& o);
+// --device-memory-limit: a run whose estimated device peak per rank (MemoryEstimate::device_total,
+// an upper bound of the measured peak), plus the `backend_scratch` bytes its backend holds outside
+// those categories, exceeds the limit is refused, naming the categories, the scratch and the
+// shortfall. Throws AgreedError: every rank must pass the same figures.
+void check_device_memory_limit(const TrainOptions& o, const MemoryEstimate& e, int world,
+                               size_t backend_scratch = 0);
 
 }  // namespace zt

@@ -62,18 +62,21 @@ DeviceMemory& host_device_memory() {
 
 void MemoryTracker::on_alloc(MemCategory c, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (device_limit_ > 0 && is_device_pool(c) && current_total_ + bytes > device_limit_) {
-    std::string in_use;
+  const size_t in_use = held_outside_ + current_total_;
+  if (device_limit_ > 0 && is_device_pool(c) && in_use + bytes > device_limit_) {
+    std::string held;
     for (int k = 0; k < kNumMemCategories; ++k)
       if (is_device_pool(static_cast<MemCategory>(k)) && current_[k] > 0)
-        in_use += std::string(in_use.empty() ? "" : ", ") +
-                  mem_category_name(static_cast<MemCategory>(k)) + " " +
-                  std::to_string(current_[k]);
+        held += std::string(held.empty() ? "" : ", ") +
+                mem_category_name(static_cast<MemCategory>(k)) + " " + std::to_string(current_[k]);
+    if (held_outside_ > 0)
+      held += std::string(held.empty() ? "" : ", ") + "backend scratch " +
+              std::to_string(held_outside_);
     fail("device memory limit (train --device-memory-limit) of " + std::to_string(device_limit_) +
          " bytes reached: " + std::to_string(bytes) + " more bytes of " + mem_category_name(c) +
-         " do not fit, " + std::to_string(current_total_) + " in use (" +
-         (in_use.empty() ? "nothing" : in_use) + "); short by " +
-         std::to_string(current_total_ + bytes - device_limit_) + " bytes");
+         " do not fit, " + std::to_string(in_use) + " in use (" +
+         (held.empty() ? "nothing" : held) + "); short by " +
+         std::to_string(in_use + bytes - device_limit_) + " bytes");
   }
   const int i = static_cast<int>(c);
   current_[i] += bytes;
@@ -90,9 +93,10 @@ void MemoryTracker::on_free(MemCategory c, size_t bytes) {
   if (is_device_pool(c)) current_total_ -= bytes;
 }
 
-void MemoryTracker::set_device_limit(size_t bytes) {
+void MemoryTracker::set_device_limit(size_t bytes, size_t held_outside) {
   std::lock_guard<std::mutex> lock(mu_);
   device_limit_ = bytes;
+  held_outside_ = held_outside;
 }
 
 size_t MemoryTracker::device_limit() const {

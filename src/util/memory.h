@@ -94,8 +94,10 @@ class MemoryTracker {
   // use, and counts nothing.
   void on_alloc(MemCategory c, size_t bytes);
   void on_free(MemCategory c, size_t bytes);
-  // `train --device-memory-limit`: the most device-pool bytes this tracker admits (0: no limit).
-  void set_device_limit(size_t bytes);
+  // `train --device-memory-limit`: the most device bytes per rank (0: no limit), of which
+  // `held_outside` are already taken by allocations this tracker does not count (the backend's
+  // scratch); the device-pool categories may use the rest.
+  void set_device_limit(size_t bytes, size_t held_outside = 0);
   size_t device_limit() const;
   size_t current(MemCategory c) const;
   size_t peak(MemCategory c) const;
@@ -109,6 +111,7 @@ class MemoryTracker {
   size_t current_total_ = 0;
   size_t peak_total_ = 0;
   size_t device_limit_ = 0;
+  size_t held_outside_ = 0;
 };
 
 // A tracked, 64-byte-aligned buffer of T (move-only), zero-initialised, from the tracker's

@@ -337,6 +337,11 @@ TEST(CudnnAttention, BuildsEachGraphOnce) {
     DeviceBuffer<float> q(2 * 64 * 4 * 32), kv(2 * 64 * 2 * 32), out(q.size()), lse(2 * 4 * 64),
         dq(q.size()), dk(kv.size()), dv(kv.size());
     q.upload(random_floats(q.size(), 61)), kv.upload(random_floats(kv.size(), 62));
+    // prepare (--attention auto's start-up probe) builds both graphs and takes the workspace;
+    // the calls after it build and allocate nothing more.
+    attention.prepare(a, DType::kFloat32);
+    EXPECT_EQ(attention.graphs_built(), 2);
+    const int64_t prepared_workspace = attention.workspace_bytes();
     for (int call = 0; call < 3; ++call) {
       attention.forward(arena, out.get(), lse.get(), q.get(), kv.get(), kv.get(), a);
       attention.backward(arena, dq.get(), dk.get(), dv.get(), q.get(), q.get(), kv.get(), kv.get(),
@@ -345,6 +350,7 @@ TEST(CudnnAttention, BuildsEachGraphOnce) {
     EXPECT_EQ(attention.graphs_built(), 2);
     // The deterministic backward keeps dP in cuDNN's workspace: held, and counted as scratch.
     EXPECT_GT(attention.workspace_bytes(), 0);
+    EXPECT_EQ(attention.workspace_bytes(), prepared_workspace);
     attention.forward(arena, out.get(), lse.get(), q.get(), kv.get(), kv.get(), b);
     EXPECT_EQ(attention.graphs_built(), 3);
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream));

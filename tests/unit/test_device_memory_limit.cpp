@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/train_options.h"
+#include "engine/estimator.h"
 #include "test_train_support.h"
 #include "util/error.h"
 #include "util/memory.h"
@@ -37,6 +39,47 @@ TEST(DeviceMemoryLimit, TrackerRefusesAnAllocationPastTheLimitAndCountsNothing) 
   TrackedBuffer<char> host(memory, MemCategory::kHostOffload, 5000);  // the host pool: no limit
   TrackedBuffer<char> fits(memory, MemCategory::kGrads, 400);         // exactly at the limit
   EXPECT_EQ(memory.peak_total(), 1000u);
+}
+
+// The CUDA backend's scratch is held outside the tracker's categories (set_device_limit's
+// held_outside): it counts against the limit and is named in the refusal.
+TEST(DeviceMemoryLimit, ScratchHeldOutsideTheTrackerCountsAgainstTheLimit) {
+  MemoryTracker memory;
+  memory.set_device_limit(1000, 300);
+  TrackedBuffer<char> params(memory, MemCategory::kParams, 600);
+  try {
+    TrackedBuffer<char> grads(memory, MemCategory::kGrads, 200);
+    FAIL() << "200 more bytes were admitted with 600 tracked and 300 of scratch under 1000";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("900 in use (params 600, backend scratch 300)"), std::string::npos) << what;
+    EXPECT_NE(what.find("short by 100 bytes"), std::string::npos) << what;
+  }
+  TrackedBuffer<char> fits(memory, MemCategory::kGrads, 100);  // exactly at the limit
+  EXPECT_EQ(memory.peak_total(), 700u);
+}
+
+// train's check before the engine allocates: the estimate's categories plus the backend's
+// scratch against the limit, refused with both named.
+TEST(DeviceMemoryLimit, TrainCheckAddsTheBackendScratch) {
+  TrainOptions o;
+  o.device_memory_limit_gib = 1;
+  MemoryEstimate e;
+  e.params = int64_t{600} << 20;
+  e.activations = int64_t{300} << 20;
+  EXPECT_NO_THROW(check_device_memory_limit(o, e, 2));
+  EXPECT_NO_THROW(check_device_memory_limit(o, e, 2, size_t{124} << 20));  // exactly 1 GiB
+  try {
+    check_device_memory_limit(o, e, 2, (size_t{124} << 20) + 1);
+    FAIL() << "a run one byte over the limit with the scratch was admitted";
+  } catch (const AgreedError& err) {
+    const std::string what = err.what();
+    EXPECT_NE(
+        what.find("the backend's scratch " + std::to_string((size_t{124} << 20) + 1) + " bytes"),
+        std::string::npos)
+        << what;
+    EXPECT_NE(what.find("short by 1 bytes"), std::string::npos) << what;
+  }
 }
 
 class MaxMicroBatch : public train_test::SampleDataSuite<MaxMicroBatch> {

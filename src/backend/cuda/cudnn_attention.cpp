@@ -177,8 +177,8 @@ struct CudnnAttention::Impl {
   cudaStream_t stream = nullptr;
   cudnnHandle_t handle = nullptr;
   BuildOnceCache<SdpaGraphKey, BuiltGraph, SdpaGraphKeyHash> graphs;
-  // cuDNN's workspace, sized for the largest graph built so far: grown (never during a step
-  // after the first, as graphs are built once) when a new graph needs more. The deterministic
+  // cuDNN's workspace, sized for the largest graph prepared or run so far: allocated by prepare
+  // (or at a graph's first call) and grown when a new graph needs more. The deterministic
   // backward's is large: it keeps dP as B·H·T² bf16.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -265,8 +265,16 @@ CudnnAttention::~CudnnAttention() {
 
 void CudnnAttention::prepare(const AttentionShape& shape, DType storage) {
   const DType io = sdpa_io(storage);
-  impl_->graph({shape, false, io});
-  impl_->graph({shape, true, io});
+  const SdpaGraphKey forward{shape, false, io}, backward{shape, true, io};
+  const int64_t forward_workspace = impl_->graph(forward).workspace;
+  BuiltGraph& backward_graph = impl_->graph(backward);
+  // The workspace too, now, before the engine's buffers take the device: the run's scratch is
+  // complete at start-up (scratch_bytes), and a workspace that cannot be had is a refusal here
+  // rather than an error at the first step.
+  if (forward_workspace > backward_graph.workspace)
+    impl_->workspace_for(forward, impl_->graph(forward));
+  else
+    impl_->workspace_for(backward, backward_graph);
 }
 
 int64_t CudnnAttention::graphs_built() const {

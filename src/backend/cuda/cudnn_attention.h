@@ -1,6 +1,6 @@
 // Causal grouped-query attention through cuDNN's fused SDPA (the cuDNN frontend's graph API):
 // one flash-style kernel per pass (the forward keeps no T×T matrix; the deterministic backward's
-// cuDNN workspace holds dP, B·H·T² bf16, which this class allocates once per largest graph).
+// cuDNN workspace holds dP, B·H·T² bf16, which this class allocates at prepare or at first use).
 // Built only when cuDNN and its frontend headers were found (ZEROTRAIN_HAVE_CUDNN); the backend's
 // --attention choice (backend/attention_choice.h) decides whether it runs.
 //
@@ -47,12 +47,13 @@ class CudnnAttention {
                 ConstTensorView out, const float* lse, const AttentionShape& shape);
 
   // Builds (and caches) the forward and backward graphs of `shape` for activations stored in
-  // `storage` without running them: validate, plans, check_support, build_plans. A graph cuDNN
-  // refuses is a zt::Error naming the step; what --attention auto asks at start-up.
+  // `storage` without running them (validate, plans, check_support, build_plans) and allocates
+  // the larger one's workspace. A graph cuDNN refuses, or a workspace the device cannot hold, is a
+  // zt::Error naming the step; what --attention auto asks at start-up.
   void prepare(const AttentionShape& shape, DType storage);
 
   int64_t graphs_built() const;
-  // Bytes of cuDNN workspace held (sized for the largest graph run so far).
+  // Bytes of cuDNN workspace held (sized for the largest graph prepared or run so far).
   int64_t workspace_bytes() const;
 
  private:
