@@ -99,7 +99,7 @@ int run_eval(const EvalOptions& o) {
       o.backend, world, MPI_COMM_SELF,
       estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}, {}, 1, storage),
       {resolve_attention_request(o.attention, o.backend, kCommand), attention_shape(config, B, T),
-       storage, precision == Precision::kFp32},
+       storage, precision == Precision::kFp32, /*backward=*/false},
       kCommand);
   MemoryTracker memory(device.backend->device_memory());
   ZeroEngine engine(config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self),

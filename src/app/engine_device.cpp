@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device_memory.h"
 #include "backend/device_arena_plan.h"
+#include "comm/collective_outcome.h"
 #include "comm/cuda/staged_device_communicator.h"
 #endif
 #if ZEROTRAIN_HAVE_NCCL
@@ -68,9 +69,10 @@ cuda::CudaBackendOptions backend_options(AttentionKernel kernel, const Attention
 
 // The backend on `device` for --attention resolved there, then agreed over `host` (collective):
 // under auto, one rank whose GPU cannot run the fused attention takes every rank to gemm, so that
-// all ranks compute alike. (A refused explicit fused request has thrown on its rank, which ends
-// the job.) cuDNN is asked by building the fused backend and its graphs for the run's shape: the
-// run keeps them when fused is agreed, and only a fallback builds a second backend.
+// all ranks compute alike. (A refused explicit fused request is an AgreedError on every rank,
+// naming the rank and cuDNN's reason.) cuDNN is asked by building the fused backend and its graphs
+// for the run's shape: the run keeps them when fused is agreed, and only a fallback builds a second
+// backend.
 std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int device,
                                                   const AttentionSetup& attention,
                                                   AttentionChoice& choice) {
@@ -83,15 +85,18 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
   const auto cudnn_refusal = [&]() -> std::string {
     try {
       fused = make_cuda_backend(device, backend_options(AttentionKernel::kFused, attention));
-      fused->prepare_fused_attention(attention.shape, attention.storage);
+      fused->prepare_fused_attention(attention.shape, attention.storage, attention.backward);
       return "";
     } catch (const std::exception& e) {  // a handle cuDNN cannot create, a graph it refuses
       fused.reset();
       return e.what();
     }
   };
-  choice = choose_attention(attention.request, fused_built, cuda_compute_capability_major(device),
-                            attention.shape, attention.fp32_run, cudnn_refusal);
+  // An explicit fused request that this rank's GPU or cuDNN refuses fails every rank, naming it.
+  run_collectively(host, [&] {
+    choice = choose_attention(attention.request, fused_built, cuda_compute_capability_major(device),
+                              attention.shape, attention.fp32_run, cudnn_refusal);
+  });
   double gemm_ranks = choice.kernel == AttentionKernel::kGemm ? 1.0 : 0.0;
   host.all_reduce_sum_blocking(&gemm_ranks, 1);
   if (choice.kernel == AttentionKernel::kFused && gemm_ranks > 0)

@@ -55,6 +55,7 @@ struct AttentionSetup {
   AttentionShape shape;
   DType storage = DType::kFloat32;  // the activations' (--activations)
   bool fp32_run = false;            // --precision fp32: auto keeps the attention exact
+  bool backward = true;             // training; eval runs the forward alone (no backward graph)
 };
 
 // The attention of one micro-batch [B, T] of `config`.

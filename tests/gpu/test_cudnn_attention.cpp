@@ -395,6 +395,11 @@ TEST(CudnnAttention, RefusalProbeBuildsSupportedShapesAndNamesARefusal) {
   const AttentionShape supported{2, 40, 4, 2, 32};
   for (DType storage : {DType::kFloat32, DType::kBf16, DType::kFloat16})
     EXPECT_EQ(refusal(supported, storage), "") << dtype_name(storage);
+  {  // eval's check: the forward graph alone
+    cuda::CudnnAttention forward_only(stream);
+    forward_only.prepare(supported, DType::kBf16, /*with_backward=*/false);
+    EXPECT_EQ(forward_only.graphs_built(), 1);
+  }
   const std::string refused = refusal({1, 16, 2, 2, 20}, DType::kBf16);
   EXPECT_NE(refused.find("cuDNN fused attention (forward B=1 T=16"), std::string::npos) << refused;
   ZT_CUDA_CHECK(cudaStreamDestroy(stream));

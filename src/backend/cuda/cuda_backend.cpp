@@ -160,12 +160,14 @@ int CudaBackend::device() const {
 const CudaBackendOptions& CudaBackend::options() const {
   return state_->options;
 }
-void CudaBackend::prepare_fused_attention(const AttentionShape& shape, DType storage) {
+void CudaBackend::prepare_fused_attention(const AttentionShape& shape, DType storage,
+                                          bool backward) {
 #if ZEROTRAIN_HAVE_CUDNN
-  if (state_->fused_attention) state_->fused_attention->prepare(shape, storage);
+  if (state_->fused_attention) state_->fused_attention->prepare(shape, storage, backward);
 #else
   (void)shape;
   (void)storage;
+  (void)backward;
 #endif
 }
 

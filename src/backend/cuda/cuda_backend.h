@@ -158,7 +158,8 @@ class CudaBackend final : public Backend {
 
   // Waits for every op issued so far.
   void synchronize() override;
-  // The arena's three regions plus cuDNN's workspace (grown at a fused attention's first call).
+  // The arena's three regions plus cuDNN's workspace (taken by prepare_fused_attention, or at a
+  // fused attention's first call without it).
   int64_t scratch_bytes() const override;
   // CUDA events on the stream (cuda_event_timeline.h).
   PhaseTimeline& timeline() override;
@@ -166,10 +167,11 @@ class CudaBackend final : public Backend {
   void* stream_handle() const;
   int device() const;
   const CudaBackendOptions& options() const;
-  // With the fused attention: builds its forward and backward graphs for `shape` and activations
-  // in `storage` now (CudnnAttention::prepare; a zt::Error when cuDNN refuses one), so that the
-  // first step finds them built. Nothing otherwise.
-  void prepare_fused_attention(const AttentionShape& shape, DType storage);
+  // With the fused attention: builds its forward graph for `shape` and activations in `storage`,
+  // and the backward one `backward` (training), and takes their workspace now
+  // (CudnnAttention::prepare; a zt::Error when cuDNN refuses one), so that the first step finds
+  // them ready. Nothing otherwise.
+  void prepare_fused_attention(const AttentionShape& shape, DType storage, bool backward = true);
 
  private:
   // Device scratch of a column sum over M rows of N columns (cuda_column_sum.cuh), from the

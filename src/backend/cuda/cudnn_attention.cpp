@@ -263,16 +263,20 @@ CudnnAttention::~CudnnAttention() {
   cudaFree(impl_->workspace);
 }
 
-void CudnnAttention::prepare(const AttentionShape& shape, DType storage) {
+void CudnnAttention::prepare(const AttentionShape& shape, DType storage, bool with_backward) {
   const DType io = sdpa_io(storage);
   const SdpaGraphKey forward{shape, false, io}, backward{shape, true, io};
-  const int64_t forward_workspace = impl_->graph(forward).workspace;
-  BuiltGraph& backward_graph = impl_->graph(backward);
+  BuiltGraph& forward_graph = impl_->graph(forward);
   // The workspace too, now, before the engine's buffers take the device: the run's scratch is
   // complete at start-up (scratch_bytes), and a workspace that cannot be had is a refusal here
   // rather than an error at the first step.
-  if (forward_workspace > backward_graph.workspace)
-    impl_->workspace_for(forward, impl_->graph(forward));
+  if (!with_backward) {
+    impl_->workspace_for(forward, forward_graph);
+    return;
+  }
+  BuiltGraph& backward_graph = impl_->graph(backward);  // the cache holds values by pointer
+  if (forward_graph.workspace > backward_graph.workspace)
+    impl_->workspace_for(forward, forward_graph);
   else
     impl_->workspace_for(backward, backward_graph);
 }

@@ -46,11 +46,12 @@ class CudnnAttention {
                 ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                 ConstTensorView out, const float* lse, const AttentionShape& shape);
 
-  // Builds (and caches) the forward and backward graphs of `shape` for activations stored in
-  // `storage` without running them (validate, plans, check_support, build_plans) and allocates
-  // the larger one's workspace. A graph cuDNN refuses, or a workspace the device cannot hold, is a
-  // zt::Error naming the step; what --attention auto asks at start-up.
-  void prepare(const AttentionShape& shape, DType storage);
+  // Builds (and caches) the forward graph of `shape` for activations stored in `storage`, and the
+  // backward graph `with_backward` (training), without running them (validate, plans,
+  // check_support, build_plans), and allocates the larger one's workspace. A graph cuDNN refuses,
+  // or a workspace the device cannot hold, is a zt::Error naming the step; what the start-up
+  // check of --attention auto | fused asks.
+  void prepare(const AttentionShape& shape, DType storage, bool with_backward = true);
 
   int64_t graphs_built() const;
   // Bytes of cuDNN workspace held (sized for the largest graph prepared or run so far).
