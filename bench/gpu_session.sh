@@ -238,7 +238,7 @@ run_part_preflight() {
 # fused attention (the fast path), then the engine and the communicators.
 gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*:CudaFusedKernels.*'
   'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*'
-  'fused_attention=CudnnAttention.*' 'engine=CudaEngine.*' 'comm=NcclComm.*:StagedComm.*')
+  'fused_attention=CudnnAttention.*' 'engine=CudaEngine.*:CudaDeviceMemory.*' 'comm=NcclComm.*:StagedComm.*')
 group_filter() {  # group_filter NAME: the gtest filter of that group
   local entry
   for entry in "${gpu_test_groups[@]}"; do

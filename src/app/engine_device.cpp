@@ -1,6 +1,8 @@
 #include "app/engine_device.h"
 
 #include <algorithm>
+#include <iostream>
+#include <string>
 
 #include "backend/backend_choice.h"
 #include "runtime/mpi_runtime.h"
@@ -109,17 +111,27 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
 }
 
 // An arena per device-pool category, sized from its estimated peak (arena_reservation_bytes);
-// an overflow falls back to cudaMalloc.
-void reserve_arenas(cuda::CudaDeviceMemory& memory, const MemoryEstimate& e) {
+// an overflow falls back to cudaMalloc. The estimate sums each category's peak, an upper bound
+// of the run's: a GPU that cannot hold an arena gets that category by cudaMalloc per allocation,
+// with a warning, and the run fails only if its actual peak does not fit (naming the category).
+void reserve_arenas(cuda::CudaDeviceMemory& memory, const MemoryEstimate& e, int rank) {
   const std::pair<MemCategory, int64_t> planned[] = {{MemCategory::kParams, e.params},
                                                      {MemCategory::kGrads, e.grads},
                                                      {MemCategory::kOptimizer, e.optimizer},
                                                      {MemCategory::kActivations, e.activations},
                                                      {MemCategory::kCommBuffers, e.buffers_peak()}};
+  std::string not_reserved;
   for (const auto& [category, bytes] : planned) {
-    if (const size_t reserve = cuda::arena_reservation_bytes(bytes))
-      memory.reserve(category, reserve);
+    const size_t reserve = cuda::arena_reservation_bytes(bytes);
+    if (reserve > 0 && !memory.reserve(category, reserve))
+      not_reserved += std::string(not_reserved.empty() ? "" : ", ") + mem_category_name(category) +
+                      " " + std::to_string(reserve) + " bytes";
   }
+  if (!not_reserved.empty())
+    std::cerr << "zerotrain: warning: rank " << rank
+              << ": the GPU cannot hold the arenas planned from the memory estimate (the sum of "
+                 "each category's peak, an upper bound); not reserved: "
+              << not_reserved << ". Those categories take cudaMalloc per allocation (slower)\n";
 }
 
 EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
@@ -136,7 +148,7 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   AttentionChoice choice;
   std::unique_ptr<cuda::CudaBackend> backend = agreed_backend(host, device, attention, choice);
   EngineDevice out;
-  reserve_arenas(backend->cuda_memory(), estimate);
+  reserve_arenas(backend->cuda_memory(), estimate, host.rank());
   out.summary = backend->name() + " (device " + std::to_string(device) + ")";
 #if ZEROTRAIN_HAVE_NCCL
   if (!shares_gpu) {

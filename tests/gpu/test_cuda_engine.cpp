@@ -10,7 +10,8 @@
 //   * one GPU per rank over NCCL (mpirun -np 2, skipped with fewer GPUs): the same;
 //   * activation checkpointing (kept inputs on the device or the host) changes no bit, and the
 //     phase times are device intervals inside the step;
-//   * bf16 activation storage tracks the CPU's and is deterministic.
+//   * bf16 activation storage tracks the CPU's and is deterministic;
+//   * device memory the GPU cannot hold is a fallback (an arena) or an error naming it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -23,10 +24,12 @@
 #include "../mpi/engine_test_support.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_device_memory.h"
 #include "comm/cuda/staged_device_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "model/config.h"
+#include "util/error.h"
 #if ZEROTRAIN_HAVE_NCCL
 #include "comm/cuda/nccl_communicator.h"
 #endif
@@ -281,6 +284,35 @@ TEST(CudaEngineNccl, EveryStageOnSeveralGpusTracksOneRankStageZero) {
         "NCCL stage " + std::to_string(stage) + " on " + std::to_string(world_size) + " GPUs");
 }
 #endif
+
+// What the GPU cannot hold (engine_device.cpp's arenas): an arena is not reserved and its
+// category takes cudaMalloc per allocation; an allocation is an error naming the category, the
+// bytes and the GPU's free memory, after which the memory still serves what fits.
+TEST(CudaDeviceMemory, WhatTheGpuCannotHoldIsAFallbackOrAnErrorNamingIt) {
+  auto gpu = make_cuda_backend(0);
+  cuda::CudaDeviceMemory& memory = gpu->cuda_memory();
+  constexpr size_t kPetabyte = size_t{1} << 50;
+  EXPECT_FALSE(memory.reserve(MemCategory::kActivations, kPetabyte));
+  EXPECT_EQ(memory.reserved(MemCategory::kActivations), 0u);
+  EXPECT_TRUE(memory.reserve(MemCategory::kParams, size_t{1} << 20));
+  EXPECT_GE(memory.reserved(MemCategory::kParams), size_t{1} << 20);
+  try {
+    memory.allocate(kPetabyte, MemCategory::kActivations);
+    ADD_FAILURE() << "a petabyte of device memory was allocated";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(std::to_string(kPetabyte) + " more bytes of 'activations' do not fit"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("bytes free"), std::string::npos) << what;
+  }
+  void* block = memory.allocate(4096, MemCategory::kActivations);  // cudaMalloc, and it works
+  std::vector<float> back(1024, 1.0f);
+  memory.to_host(back.data(), block, 4096);
+  EXPECT_EQ(back[0], 0.0f);  // allocations are zero-filled
+  memory.release(block, 4096);
+  gpu->synchronize();
+}
 
 }  // namespace
 }  // namespace zt

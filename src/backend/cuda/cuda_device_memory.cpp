@@ -39,20 +39,50 @@ CudaDeviceMemory::~CudaDeviceMemory() {
   for (Arena& a : arenas_) cudaFree(a.base);
 }
 
-void CudaDeviceMemory::reserve(MemCategory category, size_t bytes) {
+bool CudaDeviceMemory::reserve(MemCategory category, size_t bytes) {
   Arena& a = arenas_[static_cast<size_t>(category)];
-  ZT_CHECK(a.base == nullptr, std::string("CUDA device memory: category '") +
-                                  mem_category_name(category) + "' is already reserved");
-  a.region = std::make_unique<FreeListRegion>(mem_category_name(category), bytes);
-  if (a.region->capacity() == 0) return;
-  void* base = nullptr;
-  ZT_CUDA_CHECK(cudaMalloc(&base, a.region->capacity()));
-  a.base = static_cast<char*>(base);
+  ZT_CHECK(a.base == nullptr && a.region == nullptr, std::string("CUDA device memory: category '") +
+                                                         mem_category_name(category) +
+                                                         "' is already reserved");
+  auto region = std::make_unique<FreeListRegion>(mem_category_name(category), bytes);
+  if (region->capacity() > 0) {
+    void* base = nullptr;
+    const cudaError_t status = cudaMalloc(&base, region->capacity());
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky; cleared so that the next check does not report it
+      return false;
+    }
+    check_cuda(status, "cudaMalloc (device arena)", __FILE__, __LINE__);
+    a.base = static_cast<char*>(base);
+  }
+  a.region = std::move(region);
+  return true;
 }
 
 size_t CudaDeviceMemory::reserved(MemCategory category) const {
   const Arena& a = arenas_[static_cast<size_t>(category)];
   return a.region ? a.region->capacity() : 0;
+}
+
+std::string CudaDeviceMemory::out_of_memory(size_t bytes, MemCategory category) const {
+  size_t arenas = 0;
+  for (const Arena& a : arenas_)
+    if (a.base != nullptr) arenas += a.region->capacity();
+  size_t free_bytes = 0, total_bytes = 0;
+  std::string device = "the GPU's free memory is unknown";
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+    device = "the GPU has " + std::to_string(free_bytes) + " of " + std::to_string(total_bytes) +
+             " bytes free";
+  else
+    cudaGetLastError();
+  return "CUDA device memory: out of memory: " + std::to_string(bytes) + " more bytes of '" +
+         mem_category_name(category) + "' do not fit (" + device + "; this process holds " +
+         std::to_string(arenas) + " in its arenas and " + std::to_string(fallback_bytes_) +
+         " in other allocations). Lower the run's device peak: `zerotrain estimate "
+         "--max-micro-batch --backend cuda --device-memory-gib " +
+         std::to_string(total_bytes >> 30) +
+         "` with this run's options gives the largest micro-batch that fits; activation "
+         "checkpointing, a higher ZeRO stage and CPU offload lower it too";
 }
 
 void* CudaDeviceMemory::allocate(size_t bytes, MemCategory category) {
@@ -74,18 +104,25 @@ void* CudaDeviceMemory::allocate(size_t bytes, MemCategory category) {
                    mem_category_name(category), a.region->capacity(), a.region->used(), bytes);
       warned_ = true;
     }
-    ZT_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)));
+    const cudaError_t status = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw Error(out_of_memory(bytes, category));
+    }
+    check_cuda(status, "cudaMalloc", __FILE__, __LINE__);
+    fallback_bytes_ += bytes;
   }
   owner_[p] = owner;
   zero(p, bytes);
   return p;
 }
 
-void CudaDeviceMemory::release(void* p, size_t) {
+void CudaDeviceMemory::release(void* p, size_t bytes) {
   auto it = owner_.find(p);
   ZT_CHECK(it != owner_.end(), "CUDA device memory: release of an unknown pointer");
   if (it->second == kFallback) {
     ZT_CUDA_CHECK(cudaFree(p));  // synchronises the device
+    fallback_bytes_ -= bytes;
   } else {
     Arena& a = arenas_[static_cast<size_t>(it->second)];
     a.region->release(static_cast<size_t>(static_cast<char*>(p) - a.base));

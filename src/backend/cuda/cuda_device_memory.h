@@ -4,7 +4,9 @@
 // (reserve(), app/engine_device.cpp), sub-allocated first-fit with merging on release
 // (FreeListRegion, device_arena_plan.h). A category without an arena, or one whose arena has no
 // free range large enough, falls back to a plain cudaMalloc, counted and reported once on stderr
-// with the category, so a low estimate costs speed, never the run. No managed memory.
+// with the category, so a low estimate costs speed, never the run. An allocation the GPU cannot
+// hold is a zt::Error naming the category, the bytes and the device's free memory. No managed
+// memory.
 //
 // Ordering: allocations are zero-filled and every copy/memset is issued on the backend's stream,
 // after the kernels queued before it. to_host waits for its copy; to_device waits too, so the host
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -41,7 +44,9 @@ class CudaDeviceMemory final : public DeviceMemory {
   CudaDeviceMemory& operator=(const CudaDeviceMemory&) = delete;
 
   // One cudaMalloc of `bytes` for `category` (once per category, before its first allocation).
-  void reserve(MemCategory category, size_t bytes);
+  // False, reserving nothing, when the GPU cannot hold it: the category then takes cudaMalloc per
+  // allocation (the estimate the arenas are sized from is an upper bound of the run's peak).
+  bool reserve(MemCategory category, size_t bytes);
   size_t reserved(MemCategory category) const;
 
   void* allocate(size_t bytes, MemCategory category) override;
@@ -62,8 +67,6 @@ class CudaDeviceMemory final : public DeviceMemory {
   uint64_t mark_copies() override;
   void wait_copies_until(uint64_t mark) override;
 
-  // Allocations that did not fit their category's arena (plain cudaMalloc instead).
-
  private:
   struct Arena {
     char* base = nullptr;
@@ -72,6 +75,8 @@ class CudaDeviceMemory final : public DeviceMemory {
   static constexpr int kFallback = -1;
 
   void* after_compute();  // the copy stream, made to wait for the work queued on stream_
+  // The error of an allocation of `bytes` for `category` that the GPU cannot hold.
+  std::string out_of_memory(size_t bytes, MemCategory category) const;
 
   void* stream_;
   void* copy_stream_ = nullptr;                   // cudaStream_t
@@ -81,6 +86,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   void* compute_done_ = nullptr;  // cudaEvent_t
   std::array<Arena, kNumMemCategories> arenas_{};
   std::unordered_map<void*, int> owner_;  // live block → arena index, or kFallback
+  size_t fallback_bytes_ = 0;             // held by live kFallback blocks
   bool warned_ = false;
 };
 
