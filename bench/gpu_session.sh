@@ -25,7 +25,8 @@
 #                (kernels, gemm_attention, fused_attention, engine, comm) and the groups with
 #                2 ranks sharing the GPU, under the bundle's mpirun
 #                (ZT_TEST_GROUPS: a subset of those names and staged_comm, engine_shared,
-#                engine_nccl, the 2-rank ones; default all, none for no group)
+#                engine_nccl, nccl_comm, the 2-rank ones, the NCCL ones skipped on one GPU;
+#                default all, none for no group)
 #     sanitize   compute-sanitizer --tool memcheck over the kernel, GEMM/attention, engine,
 #                fused attention and comm groups, --tool racecheck over the kernel group (ZT_SANITIZE:
 #                other TOOL:GROUP pairs, e.g. "racecheck:kernels memcheck:engine")
@@ -247,7 +248,7 @@ group_filter() {  # group_filter NAME: the gtest filter of that group
   return 1
 }
 gpu_test_np2_groups=('staged_comm=StagedComm.*' 'engine_shared=CudaEngineShared.*'
-  'engine_nccl=CudaEngineNccl.*')
+  'engine_nccl=CudaEngineNccl.*' 'nccl_comm=NcclComm.*')
 
 run_part_tests() {
   if [ -x "$B/libexec/bench_gpu_ceilings" ]; then

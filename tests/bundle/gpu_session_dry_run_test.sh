@@ -88,7 +88,7 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 fi
 if [ "$gpu_tests" = 1 ]; then
   for g in kernels gemm_attention engine comm fused_attention staged_comm_np2 engine_shared_np2 \
-    engine_nccl_np2; do
+    engine_nccl_np2 nccl_comm_np2; do
     wants+=("^gpu_$g: exit 77\$")  # the skip code: no GPU here, and no crash
   done
   wants+=('^(memcheck gpu_kernels: exit 77$|sanitize: skipped)')

@@ -1,9 +1,13 @@
-// Communicators on device buffers: NcclCommunicator (one rank per GPU; here the single-rank
-// world of a plain run) and StagedDeviceCommunicator (any number of ranks, also sharing one GPU:
-// ctest runs it under mpirun -np 2). Every collective against its definition in communicator.h.
+// Communicators on device buffers: NcclCommunicator (one rank per GPU: the single-rank world of
+// a plain run, and mpirun -np 2 on two GPUs, skipped with fewer) and StagedDeviceCommunicator
+// (any number of ranks, also sharing one GPU: ctest runs it under mpirun -np 2). Every
+// collective against its definition in communicator.h, the rank-tree reduce-scatter bitwise.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -36,6 +40,27 @@ void check_collectives(Communicator& comm) {
   for (size_t i = 0; i < count; ++i) expected[i] = static_cast<float>(world) * value(rank, i);
   EXPECT_TRUE(bitwise_equal(rs_recv.download(), expected, "reduce_scatter"));
 
+  // kRankTree (a power-of-two world): each element summed as the balanced tree over the ranks in
+  // rank order, (r0 + r1) + (r2 + r3) at 4, on values whose magnitudes differ by rank so that
+  // another association gives other bits; the host forms the same tree in fp32.
+  if ((world & (world - 1)) == 0) {
+    auto spread = [](int r, size_t e) {
+      const auto k = static_cast<int>((static_cast<size_t>(r) * 7919 + e * 104729) % 2001);
+      return static_cast<float>(k - 1000) * std::ldexp(1.0f, 4 * r - 6);
+    };
+    std::function<float(int, int, size_t)> tree = [&](int lo, int hi, size_t e) -> float {
+      if (hi - lo == 1) return spread(lo, e);
+      const int mid = (lo + hi) / 2;
+      return tree(lo, mid, e) + tree(mid, hi, e);
+    };
+    std::vector<float> tree_blocks(count * world), tree_expected(count);
+    for (size_t e = 0; e < count * world; ++e) tree_blocks[e] = spread(rank, e);
+    for (size_t i = 0; i < count; ++i) tree_expected[i] = tree(0, world, rank * count + i);
+    DeviceBuffer<float> tree_send(tree_blocks), tree_recv(count);
+    comm.reduce_scatter_sum(tree_send.get(), tree_recv.get(), count, SumOrder::kRankTree).wait();
+    EXPECT_TRUE(bitwise_equal(tree_recv.download(), tree_expected, "reduce_scatter rank tree"));
+  }
+
   DeviceBuffer<int64_t> counter(std::vector<int64_t>{rank + 1});
   comm.all_reduce_sum(counter.get(), 1).wait();
   EXPECT_EQ(counter.download()[0], static_cast<int64_t>(world) * (world + 1) / 2);
@@ -51,18 +76,24 @@ void check_collectives(Communicator& comm) {
   EXPECT_EQ(comm.counters()[CollectiveOp::kBarrier].calls, 1u);
 }
 
-TEST(NcclComm, CollectivesOnOneRank) {
+// NCCL needs one GPU per rank: the world of a plain run, or mpirun -np N on N GPUs (one host).
+// Empty when this world has them, else why the test skips.
+std::string nccl_skip_reason() {
   int world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world > 1) GTEST_SKIP() << "NCCL needs one GPU per rank; the staged test covers N ranks";
+  if (cuda_device_count() >= world) return "";
+  return "NCCL needs one GPU per rank: " + std::to_string(world) + " ranks, " +
+         std::to_string(cuda_device_count()) + " GPU(s) visible";
+}
+
+TEST(NcclComm, Collectives) {
+  if (const std::string why = nccl_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   NcclCommunicator comm;
   check_collectives(comm);
 }
 
 TEST(NcclComm, GroupedCollectivesCompleteTogether) {
-  int world = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world > 1) GTEST_SKIP() << "NCCL needs one GPU per rank";
+  if (const std::string why = nccl_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   NcclCommunicator comm;
   DeviceBuffer<float> a(std::vector<float>(100, 1.0f)), b(std::vector<float>(50, 2.0f));
   comm.group_start();
@@ -79,25 +110,28 @@ TEST(NcclComm, GroupedCollectivesCompleteTogether) {
 // A backend op issued right after it sees the collective's result; the handle stays pending for
 // the host until finish_device_waits().
 TEST(NcclComm, DeviceWaitOrdersTheComputeStreamAfterTheCollective) {
-  int world = 0;
+  if (const std::string why = nccl_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  int rank = 0, world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world > 1) GTEST_SKIP() << "NCCL needs one GPU per rank";
-  auto gpu = make_cuda_backend(0);
-  NcclCommunicator comm(MPI_COMM_WORLD, 0);
+  auto gpu = make_cuda_backend(rank);  // one host: rank = local rank
+  NcclCommunicator comm(MPI_COMM_WORLD, rank);
   comm.set_producer_stream(gpu->stream_handle());
   const size_t count = size_t{1} << 22;  // 16 MiB: the gather takes a while
+  const size_t gathered_count = count * static_cast<size_t>(world);
   std::vector<float> ones(count, 1.0f);
-  DeviceBuffer<float> send(ones), gathered(count);
+  DeviceBuffer<float> send(ones), gathered(gathered_count);
   CommHandle h = comm.all_gather(send.get(), gathered.get(), count);
   comm.device_wait(h);
   EXPECT_TRUE(h.done());
   EXPECT_EQ(comm.pending_device_waits(), 1u);
-  gpu->scale_inplace(gathered.get(), 3.0f, static_cast<int64_t>(count));  // after the gather
+  gpu->scale_inplace(gathered.get(), 3.0f, static_cast<int64_t>(gathered_count));  // after it
   EXPECT_GE(comm.finish_device_waits(), 0.0);
   EXPECT_EQ(comm.pending_device_waits(), 0u);
   EXPECT_EQ(comm.device_ordered_waits(), 1u);
   gpu->synchronize();
-  EXPECT_TRUE(bitwise_equal(gathered.download(), std::vector<float>(count, 3.0f), "ordered"));
+  EXPECT_TRUE(
+      bitwise_equal(gathered.download(), std::vector<float>(gathered_count, 3.0f), "ordered"));
 }
 
 TEST(StagedComm, CollectivesOnDeviceBuffers) {

@@ -90,8 +90,10 @@ class NcclRequest final : public CommRequest {
     return false;
   }
 
+  // MPI_Abort alone: every process of the job ends, and with it its GPU context and any NCCL
+  // kernel still waiting for a peer. ncclCommAbort first could itself wait for peers that are
+  // stuck (recent NCCL aborts the ranks of a node together).
   void abort_job(int exit_code) override {
-    ncclCommAbort(comm_);
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::abort();
   }
@@ -156,18 +158,14 @@ struct NcclCommunicator::Impl {
   int32_t* barrier_word = nullptr;  // device
   int group_depth = 0;
   std::shared_ptr<Completion> group_completion;  // shared by the handles of the open group
-  bool aborted = false;
-
-  // Ends the communicator without waiting for its work: its kernels stop spinning on a peer
-  // that is gone, and ~Impl then does not wait for the stream.
-  void abort() {
-    if (comm) ncclCommAbort(comm);
-    comm = nullptr;
-    aborted = true;
-  }
 
   ~Impl() {
-    if (stream && !aborted) cudaStreamSynchronize(stream);
+    // While an error unwinds, the job is about to end (main prints the error, then ends MPI on
+    // every rank), and the peers may be waiting in a collective this rank will never join, which
+    // ncclCommDestroy (it finalizes the communicator first) could wait for: the communicator
+    // and its stream are left to the process's exit, so that the error is printed.
+    if (std::uncaught_exceptions() > 0) return;
+    if (stream) cudaStreamSynchronize(stream);
     if (comm) ncclCommDestroy(comm);
     cudaFree(barrier_word);
     if (producer_ready) cudaEventDestroy(producer_ready);
@@ -207,13 +205,13 @@ NcclCommunicator::~NcclCommunicator() {
   // The device-ordered requests poll the NCCL comm that Impl destroys: they finish first. One that
   // fails (an NCCL or CUDA error, a peer gone) cannot throw out of a destructor, and the handles
   // still pending would poll the comm again: the error is reported and the job ends here, as
-  // abort_job ends it on a timeout (the comm aborted so no kernel keeps spinning, then MPI_Abort).
+  // abort_job ends it on a timeout (MPI_Abort).
   try {
     finish_device_waits();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: closing the NCCL communicator: %s; aborting the job\n", rank_,
                  e.what());
-    impl_->abort();
+    std::fflush(stderr);
     int finalized = 1;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Abort(MPI_COMM_WORLD, 1);

@@ -20,13 +20,21 @@
 // ncclGroupStart/ncclGroupEnd. Their handles complete together, after group_end(); waiting on
 // one before group_end() times out (it is reported like any timeout).
 //
-// Timeout / abort: CommHandle's timeout report calls abort_job, which calls ncclCommAbort (so no
-// kernel of this communicator keeps spinning) and then MPI_Abort.
+// Timeout / abort: CommHandle's timeout report calls abort_job, which calls MPI_Abort: the job's
+// processes end, and their kernels with their GPU contexts (ncclCommAbort is not called: it can
+// wait for stuck peers). While an error unwinds, the communicator is not destroyed (its
+// finalisation could wait for peers): the process's exit ends it after main reports the error.
+//
+// Limit: --comm-timeout bounds the host's waits for collectives. A host blocked in a CUDA call
+// behind a collective that never completes (a copy or a cudaFree that waits for the device) is
+// not bounded by it; Slurm's time limit or the peers' timeouts end such a job.
 //
 // Counters: the base class counts calls, elements and ring bytes when a collective is issued.
 // Barrier: an all_reduce of one int on the device, waited for on the host.
-// Determinism: NCCL's reduction order is fixed for a given world size, topology, algorithm and
-// protocol; pin NCCL_ALGO/NCCL_PROTO for bitwise reproducibility across machines.
+// Determinism: NCCL's reduction order is fixed for a given world size, topology, algorithm,
+// protocol, channel count and NCCL version; pin NCCL_ALGO/NCCL_PROTO and the NCCL version for
+// bitwise reproducibility across machines, or use --world-invariant, whose sums NCCL does not
+// order (the rank-tree reduce-scatter adds with zerotrain's own kernel).
 #pragma once
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
