@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "backend/backend_choice.h"
 #include "runtime/mpi_runtime.h"
@@ -140,11 +141,13 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   const int gpus = cuda_device_count();
   const int device = device_for_local_rank(local, gpus);
   // NCCL's set-up is collective over the data group, so every rank takes the same communicator:
-  // ranks sharing a GPU on any host put the whole job on the staged one (hosts may differ in GPUs).
-  const bool shares_here = local.local_size > gpus;
-  double hosts_sharing = shares_here ? 1.0 : 0.0;
-  host.all_reduce_sum_blocking(&hosts_sharing, 1);
-  const bool shares_gpu = hosts_sharing > 0.0;
+  // two ranks driving one GPU, on any host, put the whole job on the staged one. The GPUs are
+  // told apart by UUID, not by counting ranks against the devices a rank sees: a scheduler that
+  // binds one GPU per task shows each rank a single device 0, each a different GPU.
+  const std::vector<int> sharing =
+      ranks_sharing_device(all_gather_strings(host.comm(), cuda_device_uuid(device), 64));
+  const int share_mine = sharing[static_cast<size_t>(host.rank())];
+  const bool shares_gpu = *std::max_element(sharing.begin(), sharing.end()) > 1;
   AttentionChoice choice;
   std::unique_ptr<cuda::CudaBackend> backend = agreed_backend(host, device, attention, choice);
   EngineDevice out;
@@ -161,8 +164,8 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
     out.device_comm = std::make_unique<cuda::StagedDeviceCommunicator>(data_group);
   out.device_comm->set_timeout_seconds(host.timeout_seconds());
   out.summary += std::string(", ") + out.device_comm->backend_name() +
-                 (shares_here ? " (" + std::to_string(local.local_size) + " ranks share " +
-                                    std::to_string(gpus) + " GPU(s) on " + local.hostname + ")"
+                 (share_mine > 1 ? " (" + std::to_string(share_mine) + " ranks share device " +
+                                       std::to_string(device) + " on " + local.hostname + ")"
                   : shares_gpu ? " (ranks share a GPU on another host)"
                                : "") +
                  ", attention " + choice.why;

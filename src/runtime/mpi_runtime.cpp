@@ -45,23 +45,42 @@ void end_mpi_after_error(bool agreed, int exit_code) {
     MPI_Abort(MPI_COMM_WORLD, exit_code);
 }
 
-std::vector<std::string> hostnames(MPI_Comm comm) {
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& own,
+                                            size_t max_length) {
+  ZT_CHECK(own.size() <= max_length && max_length <= (1u << 20),
+           "all_gather_strings: " + std::to_string(own.size()) + " bytes, more than " +
+               std::to_string(max_length));
   int size = 0;
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  std::string own(MPI_MAX_PROCESSOR_NAME, '\0');
-  int length = 0;
-  check_mpi(MPI_Get_processor_name(own.data(), &length), "MPI_Get_processor_name");
-  std::string all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME, '\0');
-  check_mpi(MPI_Allgather(own.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
-                          MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm),
+  std::string padded = own;
+  padded.resize(max_length, '\0');
+  std::string all(static_cast<size_t>(size) * max_length, '\0');
+  const int width = static_cast<int>(max_length);
+  check_mpi(MPI_Allgather(padded.data(), width, MPI_CHAR, all.data(), width, MPI_CHAR, comm),
             "MPI_Allgather");
-  std::vector<std::string> names;
-  names.reserve(static_cast<size_t>(size));
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
-    const char* name = all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME;
-    names.emplace_back(name, std::find(name, name + MPI_MAX_PROCESSOR_NAME, '\0'));
+    const char* s = all.data() + static_cast<size_t>(r) * max_length;
+    out.emplace_back(s, std::find(s, s + max_length, '\0'));
   }
-  return names;
+  return out;
+}
+
+std::vector<std::string> hostnames(MPI_Comm comm) {
+  char own[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  check_mpi(MPI_Get_processor_name(own, &length), "MPI_Get_processor_name");
+  return all_gather_strings(comm, std::string(own, static_cast<size_t>(length)),
+                            MPI_MAX_PROCESSOR_NAME);
+}
+
+std::vector<int> ranks_sharing_device(const std::vector<std::string>& device_ids) {
+  std::vector<int> out;
+  out.reserve(device_ids.size());
+  for (const std::string& id : device_ids)
+    out.push_back(static_cast<int>(std::count(device_ids.begin(), device_ids.end(), id)));
+  return out;
 }
 
 std::vector<LocalRank> local_ranks_of(const std::vector<std::string>& names) {

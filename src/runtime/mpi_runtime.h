@@ -53,6 +53,10 @@ struct LocalRank {
   std::string hostname;
 };
 
+// Every rank's `own` string (at most `max_length` bytes, no NUL), indexed by rank (collective
+// over comm).
+std::vector<std::string> all_gather_strings(MPI_Comm comm, const std::string& own,
+                                            size_t max_length);
 // Processor names of all ranks of `comm`, indexed by rank (collective over comm).
 std::vector<std::string> hostnames(MPI_Comm comm = MPI_COMM_WORLD);
 // Every rank's position among the ranks with its host name, from the names indexed by rank.
@@ -64,5 +68,8 @@ LocalRank local_rank_by_hostname(MPI_Comm comm = MPI_COMM_WORLD);
 inline int device_for_local_rank(const LocalRank& local, int devices) {
   return devices > 0 ? local.local_rank % devices : 0;
 }
+// For each rank, how many ranks (itself included) drive the device it drives, from every rank's
+// device id (a GPU's UUID, unique across hosts), indexed by rank.
+std::vector<int> ranks_sharing_device(const std::vector<std::string>& device_ids);
 
 }  // namespace zt

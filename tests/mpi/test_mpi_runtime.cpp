@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/mpi_runtime.h"
+#include "util/error.h"
 
 namespace zt {
 namespace {
@@ -87,6 +88,33 @@ TEST(MpiRuntime, PlacementAndDevicesFollowEachNodesOwnRanks) {
       EXPECT_EQ(device_for_local_rank(placed[r], 1), 0) << "rank " << r << ": one shared GPU";
     }
   }
+}
+
+// Ranks that drive one GPU are told apart by the GPU's id, not by their host: one id on every
+// rank (all share), ids paired across two hosts, and one GPU per rank (none shares, though a
+// per-task binding shows each rank a single device 0).
+TEST(MpiRuntime, RanksSharingADeviceAreCountedByItsId) {
+  using Ids = std::vector<std::string>;
+  EXPECT_EQ(ranks_sharing_device(Ids{"gpu-a", "gpu-a", "gpu-a"}), (std::vector<int>{3, 3, 3}));
+  EXPECT_EQ(ranks_sharing_device(Ids{"gpu-a", "gpu-b", "gpu-a", "gpu-c"}),
+            (std::vector<int>{2, 1, 2, 1}));
+  EXPECT_EQ(ranks_sharing_device(Ids{"gpu-a", "gpu-b", "gpu-c", "gpu-d"}),
+            (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(ranks_sharing_device(Ids{}), std::vector<int>{});
+}
+
+// all_gather_strings: every rank's string of its own length, in rank order; a longer one than
+// the width is refused.
+TEST(MpiRuntime, AllGatherStringsKeepsEachRanksStringInRankOrder) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::vector<std::string> got =
+      all_gather_strings(MPI_COMM_WORLD, std::string(static_cast<size_t>(rank) + 1, 'a' + rank), 8);
+  ASSERT_EQ(got.size(), static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r)
+    EXPECT_EQ(got[static_cast<size_t>(r)], std::string(static_cast<size_t>(r) + 1, 'a' + r));
+  EXPECT_THROW(all_gather_strings(MPI_COMM_WORLD, "123456789", 8), Error);  // before any MPI call
 }
 
 }  // namespace

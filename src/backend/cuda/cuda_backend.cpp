@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "backend/adam_constants.h"
@@ -40,6 +41,19 @@ int cuda_compute_capability_major(int device) {
   int major = 0;
   ZT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   return major;
+}
+
+std::string cuda_device_uuid(int device) {
+  cudaDeviceProp properties{};
+  ZT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (const char byte : properties.uuid.bytes) {
+    const auto b = static_cast<unsigned char>(byte);
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  return hex;
 }
 
 std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,

@@ -193,6 +193,9 @@ int cuda_device_count();
 // The major compute capability of `device` (8 for A100, 9 for H100/H200); zt::Error when the
 // device does not exist.
 int cuda_compute_capability_major(int device);
+// The UUID of `device` as 32 hex digits: one physical GPU (or MIG instance) whichever host,
+// CUDA_VISIBLE_DEVICES or index shows it; zt::Error when the device does not exist.
+std::string cuda_device_uuid(int device);
 
 std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
                                                      const cuda::CudaBackendOptions& options = {});
