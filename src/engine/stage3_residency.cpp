@@ -44,13 +44,18 @@ std::vector<int> Stage3Residency::gathers_for(size_t i) {
   const int g = uses_[i];
   if (!resident(g)) gather(g, out);
   if (!zero_.overlap_comm) return out;
-  for (size_t j = i + 1; j < uses_.size(); ++j) {
+  // Prefetch, as DeepSpeed's coordinator does: while the elements in flight ahead of this use
+  // (the gathers of later groups not landed yet, not this group's own) are below the bucket, the
+  // next group is gathered, so the bucket is exceeded by at most one group and a group larger than
+  // the bucket (a 6b layer: 2e8 elements against the default 5e7) is still prefetched, alone.
+  int64_t ahead = in_flight_elements_ - (in_flight(g) ? groups_[static_cast<size_t>(g)].padded : 0);
+  for (size_t j = i + 1; j < uses_.size() && ahead < zero_.prefetch_bucket_size; ++j) {
     const int h = uses_[j];
     if (resident(h)) continue;
     const int64_t n = groups_[static_cast<size_t>(h)].padded;
-    if (in_flight_elements_ + n > zero_.prefetch_bucket_size) break;
     if (live_ + n > zero_.max_live_parameters) break;
     gather(h, out);
+    ahead += n;
   }
   return out;
 }

@@ -5,11 +5,13 @@
 //
 // Over a pass (the groups' uses in execution order, e.g. one micro-batch's forward then
 // backward): before use i, its group is gathered unless resident, and with overlap the next
-// groups are prefetched while the elements in flight stay within stage3_prefetch_bucket_size and
-// the resident elements within stage3_max_live_parameters. After use i the group is kept if it is
-// persistent (fewer elements than stage3_param_persistence_threshold: it stays for the step) or
-// if its next use comes within stage3_max_reuse_distance elements of other groups while the live
-// budget holds; otherwise it is released.
+// groups are prefetched while the elements in flight ahead of use i are below
+// stage3_prefetch_bucket_size (checked before each group, as DeepSpeed does: the bucket is
+// exceeded by at most one group, and a group larger than the bucket is still prefetched alone)
+// and the resident elements stay within stage3_max_live_parameters. After use i the group is kept
+// if it is persistent (fewer elements than stage3_param_persistence_threshold: it stays for the
+// step) or if its next use comes within stage3_max_reuse_distance elements of other groups while
+// the live budget holds; otherwise it is released.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -24,20 +24,39 @@ Stage3Residency make(int64_t prefetch, int64_t persistence, int64_t reuse) {
   return r;
 }
 
-TEST(Stage3Residency, PrefetchesWithinTheBucketAndReleasesUnlessKept) {
+// DeepSpeed's rule: later groups are gathered while the elements in flight ahead of the use are
+// below the bucket, checked before each one, so the bucket is passed by one group at most.
+TEST(Stage3Residency, PrefetchesWhileTheElementsAheadAreBelowTheBucketAndReleasesUnlessKept) {
   Stage3Residency r = make(/*prefetch=*/150, /*persistence=*/50, /*reuse=*/0);
   EXPECT_EQ(r.uses(), (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
-  EXPECT_EQ(r.gathers_for(0), (std::vector<int>{0, 1}));  // 10 + 100 in flight; 2 would exceed
+  EXPECT_EQ(r.gathers_for(0), (std::vector<int>{0, 1, 2}));  // ahead 0, then 100 < 150, then 200
   r.landed(0);
-  EXPECT_TRUE(r.keep_after(0));                     // 10 < 50: persistent for the step
-  EXPECT_EQ(r.gathers_for(1), std::vector<int>{});  // 1 is in flight; 100 + 100 > 150
+  EXPECT_TRUE(r.keep_after(0));                        // 10 < 50: persistent for the step
+  EXPECT_EQ(r.gathers_for(1), (std::vector<int>{3}));  // ahead: group 2's 100 < 150
   r.landed(1);
   EXPECT_FALSE(r.keep_after(1));  // next use after groups 2, 3: distance 110
   r.released(1);
-  EXPECT_EQ(r.gathers_for(2), (std::vector<int>{2, 3}));
   EXPECT_EQ(r.live_elements(), 10 + 100 + 10);
-  EXPECT_EQ(r.peak_live_elements(), 120);  // never 0, 1, 2 and 3 at once
-  EXPECT_EQ(r.peak_in_flight_elements(), 110);
+  EXPECT_EQ(r.gathers_for(2), (std::vector<int>{1}));  // ahead: group 3's 10; 1's next use
+  EXPECT_EQ(r.live_elements(), 10 + 100 + 10 + 100);
+  EXPECT_EQ(r.peak_live_elements(), 220);
+  EXPECT_EQ(r.peak_in_flight_elements(), 210);  // groups 1, 2 and 3 before 1 landed
+}
+
+// A group larger than the whole bucket (a 6b layer against DeepSpeed's default 5e7) is still
+// prefetched, one at a time; no overlap: nothing ahead.
+TEST(Stage3Residency, PrefetchesAGroupLargerThanTheBucketAlone) {
+  Stage3Residency r = make(/*prefetch=*/50, /*persistence=*/0, /*reuse=*/0);
+  EXPECT_EQ(r.gathers_for(0), (std::vector<int>{0, 1}));  // ahead 0 < 50: group 1 (100)
+  r.landed(0);
+  r.released(0);
+  EXPECT_EQ(r.gathers_for(1), (std::vector<int>{2}));  // group 1 is this use's: ahead 0
+  EXPECT_EQ(r.peak_in_flight_elements(), 200);
+  ZeroConfig no_overlap;
+  no_overlap.overlap_comm = false;
+  Stage3Residency serial({GroupPartition::of(100, 1), GroupPartition::of(100, 1)}, no_overlap);
+  serial.begin_pass(Stage3Residency::training_pass(2, false));
+  EXPECT_EQ(serial.gathers_for(0), std::vector<int>{0});
 }
 
 TEST(Stage3Residency, KeepsAGroupReusedWithinTheDistance) {
