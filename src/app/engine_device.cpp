@@ -151,8 +151,9 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   AttentionChoice choice;
   std::unique_ptr<cuda::CudaBackend> backend = agreed_backend(host, device, attention, choice);
   EngineDevice out;
-  reserve_arenas(backend->cuda_memory(), estimate, host.rank());
   out.summary = backend->name() + " (device " + std::to_string(device) + ")";
+  // The communicator before the arenas: NCCL's own buffers are taken at its set-up, before the
+  // arenas planned from the estimate fill the GPU.
 #if ZEROTRAIN_HAVE_NCCL
   if (!shares_gpu) {
     auto nccl = std::make_unique<NcclCommunicator>(data_group, device);
@@ -162,6 +163,7 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
 #endif
   if (!out.device_comm)
     out.device_comm = std::make_unique<cuda::StagedDeviceCommunicator>(data_group);
+  reserve_arenas(backend->cuda_memory(), estimate, host.rank());
   out.device_comm->set_timeout_seconds(host.timeout_seconds());
   out.summary += std::string(", ") + out.device_comm->backend_name() +
                  (share_mine > 1 ? " (" + std::to_string(share_mine) + " ranks share device " +
