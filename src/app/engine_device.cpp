@@ -112,27 +112,30 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
 }
 
 // An arena per device-pool category, sized from its estimated peak (arena_reservation_bytes);
-// an overflow falls back to cudaMalloc. The estimate sums each category's peak, an upper bound
-// of the run's: a GPU that cannot hold an arena gets that category by cudaMalloc per allocation,
-// with a warning, and the run fails only if its actual peak does not fit (naming the category).
+// an overflow falls back to cudaMalloc. The arenas add up to the categories' peaks, each with
+// slack, more than the run holds at once (the categories peak at different times): a GPU that
+// cannot hold them all gets none, with a warning, and every category takes cudaMalloc per
+// allocation, so that a run whose actual peak fits still runs (slower).
 void reserve_arenas(cuda::CudaDeviceMemory& memory, const MemoryEstimate& e, int rank) {
   const std::pair<MemCategory, int64_t> planned[] = {{MemCategory::kParams, e.params},
                                                      {MemCategory::kGrads, e.grads},
                                                      {MemCategory::kOptimizer, e.optimizer},
                                                      {MemCategory::kActivations, e.activations},
                                                      {MemCategory::kCommBuffers, e.buffers_peak()}};
-  std::string not_reserved;
+  size_t total = 0;
   for (const auto& [category, bytes] : planned) {
     const size_t reserve = cuda::arena_reservation_bytes(bytes);
-    if (reserve > 0 && !memory.reserve(category, reserve))
-      not_reserved += std::string(not_reserved.empty() ? "" : ", ") + mem_category_name(category) +
-                      " " + std::to_string(reserve) + " bytes";
-  }
-  if (!not_reserved.empty())
+    total += reserve;
+    if (reserve == 0 || memory.reserve(category, reserve)) continue;
+    memory.release_arenas();
     std::cerr << "zerotrain: warning: rank " << rank
-              << ": the GPU cannot hold the arenas planned from the memory estimate (the sum of "
-                 "each category's peak, an upper bound); not reserved: "
-              << not_reserved << ". Those categories take cudaMalloc per allocation (slower)\n";
+              << ": the GPU cannot hold the device arenas planned from the memory estimate ("
+              << mem_category_name(category) << "'s " << reserve << " bytes did not fit after "
+              << total - reserve
+              << " bytes of the others); every category takes cudaMalloc per allocation instead "
+                 "(slower)\n";
+    return;
+  }
 }
 
 EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
@@ -144,16 +147,18 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   // two ranks driving one GPU, on any host, put the whole job on the staged one. The GPUs are
   // told apart by UUID, not by counting ranks against the devices a rank sees: a scheduler that
   // binds one GPU per task shows each rank a single device 0, each a different GPU.
-  const std::vector<int> sharing =
-      ranks_sharing_device(all_gather_strings(host.comm(), cuda_device_uuid(device), 64));
+  std::string uuid;  // a rank that cannot read it fails every rank, before the gather
+  run_collectively(host, [&] { uuid = cuda_device_uuid(device); });
+  const std::vector<int> sharing = ranks_sharing_device(all_gather_strings(host.comm(), uuid, 64));
   const int share_mine = sharing[static_cast<size_t>(host.rank())];
   const bool shares_gpu = *std::max_element(sharing.begin(), sharing.end()) > 1;
   AttentionChoice choice;
   std::unique_ptr<cuda::CudaBackend> backend = agreed_backend(host, device, attention, choice);
   EngineDevice out;
   out.summary = backend->name() + " (device " + std::to_string(device) + ")";
-  // The communicator before the arenas: NCCL's own buffers are taken at its set-up, before the
-  // arenas planned from the estimate fill the GPU.
+  // The communicator before the arenas: what NCCL takes at its set-up is taken before the arenas
+  // planned from the estimate fill the GPU. (The buffers of connections NCCL makes at the first
+  // collective of each kind, its default since 2.22, come later and are not planned.)
 #if ZEROTRAIN_HAVE_NCCL
   if (!shares_gpu) {
     auto nccl = std::make_unique<NcclCommunicator>(data_group, device);

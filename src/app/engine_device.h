@@ -61,10 +61,11 @@ struct AttentionSetup {
 // The attention of one micro-batch [B, T] of `config`.
 AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T);
 
-// Builds it: the GPU is placed among the ranks of `host` (collective over it: hostname
-// exchange, and one all-reduce so that every rank takes the staged communicator when ranks share
-// a GPU on any host); the data-plane communicator spans `data_group` (collective over it: NCCL
-// setup) — host's own group for training, MPI_COMM_SELF for per-rank evaluation.
+// Builds it: the GPU is placed among the ranks of `host` (collective over it: the hostname
+// exchange; an all-gather of the GPUs' UUIDs, so that every rank takes the staged communicator
+// when two ranks drive one GPU on any host; the agreement on the attention kernel); the
+// data-plane communicator spans `data_group` (collective over it: NCCL setup) — host's own group
+// for training, MPI_COMM_SELF for per-rank evaluation.
 EngineDevice make_engine_device(const std::string& requested, MpiCommunicator& host,
                                 MPI_Comm data_group, const MemoryEstimate& estimate,
                                 const AttentionSetup& attention, const std::string& command);

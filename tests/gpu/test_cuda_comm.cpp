@@ -41,12 +41,13 @@ void check_collectives(Communicator& comm) {
   EXPECT_TRUE(bitwise_equal(rs_recv.download(), expected, "reduce_scatter"));
 
   // kRankTree (a power-of-two world): each element summed as the balanced tree over the ranks in
-  // rank order, (r0 + r1) + (r2 + r3) at 4, on values whose magnitudes differ by rank so that
-  // another association gives other bits; the host forms the same tree in fp32.
+  // rank order, (r0 + r1) + (r2 + r3) at 4, on values whose exponents differ by rank so that the
+  // sums round and another association gives other bits (checked from 4 ranks on, where one
+  // exists); the host forms the same tree in fp32.
   if ((world & (world - 1)) == 0) {
     auto spread = [](int r, size_t e) {
       const auto k = static_cast<int>((static_cast<size_t>(r) * 7919 + e * 104729) % 2001);
-      return static_cast<float>(k - 1000) * std::ldexp(1.0f, 4 * r - 6);
+      return (1.0f + static_cast<float>(k) / 1048576.0f) * std::ldexp(k % 2 ? -1.0f : 1.0f, 12 * r);
     };
     std::function<float(int, int, size_t)> tree = [&](int lo, int hi, size_t e) -> float {
       if (hi - lo == 1) return spread(lo, e);
@@ -55,7 +56,17 @@ void check_collectives(Communicator& comm) {
     };
     std::vector<float> tree_blocks(count * world), tree_expected(count);
     for (size_t e = 0; e < count * world; ++e) tree_blocks[e] = spread(rank, e);
-    for (size_t i = 0; i < count; ++i) tree_expected[i] = tree(0, world, rank * count + i);
+    size_t order_shows = 0;  // elements where the sum in rank order differs from the tree's
+    for (size_t i = 0; i < count; ++i) {
+      const size_t e = rank * count + i;
+      tree_expected[i] = tree(0, world, e);
+      float in_rank_order = 0.0f;
+      for (int r = 0; r < world; ++r) in_rank_order += spread(r, e);
+      order_shows += in_rank_order != tree_expected[i];
+    }
+    if (world >= 4) {
+      EXPECT_GT(order_shows, 0u) << "the values do not tell the orders apart";
+    }
     DeviceBuffer<float> tree_send(tree_blocks), tree_recv(count);
     comm.reduce_scatter_sum(tree_send.get(), tree_recv.get(), count, SumOrder::kRankTree).wait();
     EXPECT_TRUE(bitwise_equal(tree_recv.download(), tree_expected, "reduce_scatter rank tree"));

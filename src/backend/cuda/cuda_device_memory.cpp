@@ -59,6 +59,17 @@ bool CudaDeviceMemory::reserve(MemCategory category, size_t bytes) {
   return true;
 }
 
+void CudaDeviceMemory::release_arenas() {
+  for (const auto& [p, owner] : owner_)
+    ZT_CHECK(owner == kFallback, std::string("CUDA device memory: release_arenas while arena '") +
+                                     mem_category_name(static_cast<MemCategory>(owner)) +
+                                     "' holds a block");
+  for (Arena& a : arenas_) {
+    if (a.base != nullptr) ZT_CUDA_CHECK(cudaFree(a.base));
+    a = Arena{};
+  }
+}
+
 size_t CudaDeviceMemory::reserved(MemCategory category) const {
   const Arena& a = arenas_[static_cast<size_t>(category)];
   return a.region ? a.region->capacity() : 0;
@@ -69,18 +80,20 @@ std::string CudaDeviceMemory::out_of_memory(size_t bytes, MemCategory category) 
   for (const Arena& a : arenas_)
     if (a.base != nullptr) arenas += a.region->capacity();
   size_t free_bytes = 0, total_bytes = 0;
-  std::string device = "the GPU's free memory is unknown";
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+  std::string device = "the GPU's free memory is unknown", gib = "G";
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
     device = "the GPU has " + std::to_string(free_bytes) + " of " + std::to_string(total_bytes) +
              " bytes free";
-  else
+    gib = std::to_string(total_bytes >> 30);
+  } else {
     cudaGetLastError();
+  }
   return "CUDA device memory: out of memory: " + std::to_string(bytes) + " more bytes of '" +
          mem_category_name(category) + "' do not fit (" + device + "; this process holds " +
          std::to_string(arenas) + " in its arenas and " + std::to_string(fallback_bytes_) +
          " in other allocations). Lower the run's device peak: `zerotrain estimate "
          "--max-micro-batch --backend cuda --device-memory-gib " +
-         std::to_string(total_bytes >> 30) +
+         gib +
          "` with this run's options gives the largest micro-batch that fits; activation "
          "checkpointing, a higher ZeRO stage and CPU offload lower it too";
 }

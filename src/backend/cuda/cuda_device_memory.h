@@ -47,6 +47,10 @@ class CudaDeviceMemory final : public DeviceMemory {
   // False, reserving nothing, when the GPU cannot hold it: the category then takes cudaMalloc per
   // allocation (the estimate the arenas are sized from is an upper bound of the run's peak).
   bool reserve(MemCategory category, size_t bytes);
+  // Frees every arena (none may hold a live block): each category then takes cudaMalloc per
+  // allocation. For a GPU that cannot hold all the planned arenas, whose unused slack would
+  // otherwise crowd out the categories left without one.
+  void release_arenas();
   size_t reserved(MemCategory category) const;
 
   void* allocate(size_t bytes, MemCategory category) override;
