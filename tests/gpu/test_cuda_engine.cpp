@@ -310,6 +310,10 @@ TEST(CudaDeviceMemory, WhatTheGpuCannotHoldIsAFallbackOrAnErrorNamingIt) {
   std::vector<float> back(1024, 1.0f);
   memory.to_host(back.data(), block, 4096);
   EXPECT_EQ(back[0], 0.0f);  // allocations are zero-filled
+  memory.release_arenas();   // what reserve_arenas does after a refusal: no arena left
+  EXPECT_EQ(memory.reserved(MemCategory::kParams), 0u);
+  void* param = memory.allocate(256, MemCategory::kParams);  // cudaMalloc now
+  memory.release(param, 256);
   memory.release(block, 4096);
   gpu->synchronize();
 }
