@@ -21,6 +21,7 @@
 #include "app/commands.h"
 #include "app/deepspeed_config.h"
 #include "app/engine_device.h"
+#include "app/error_report.h"
 #include "app/run_agreement.h"
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
@@ -302,83 +303,87 @@ int run_training(TrainOptions o) {
   run_collectively(comm, [&] { check_device_memory_limit(o, estimate, world, scratch); });
   MemoryTracker memory(backend->device_memory());
   memory.set_device_limit(device_memory_limit_bytes(o), scratch);
+  // The engine outlives the loop's lambda, like the device: a rank-local error is reported
+  // while both are alive, and ends the job (report_rank_local_errors_here).
   std::unique_ptr<ZeroEngine> engine_ptr;
-  TrainingHyperparameters hyper{o.optim,          o.steps,
-                                o.micro_batch,    o.grad_accum,
-                                o.seq_len,        static_cast<uint64_t>(o.seed),
-                                in.data_identity, o.zero.world_invariant};
-  hyper.backend = device.backend_kind;
-  hyper.attention = device.attention_kernel;
-  hyper.activations = o.activations;
-  TrainCheckpointing checkpointing(o.checkpoint, o.out, hyper, comm, in.resume_dir);
-  // The engine's buffers and its first values (rank-local work), agreed before any collective.
-  run_collectively(comm, [&] {
-    engine_ptr = std::make_unique<ZeroEngine>(
-        config, o.zero, in.precision, o.optim, *backend, data_comm, memory, o.micro_batch,
-        o.seq_len, in.ac, offload, &comm, in.activation_storage, in.trainable, o.loss_scale);
-    if (!in.resume_dir.empty()) return;
-    if (in.reader)
-      engine_ptr->load_from(*in.reader);
-    else
-      engine_ptr->init_from_seed(static_cast<uint64_t>(o.seed));
+  return report_rank_local_errors_here(kCommand, [&]() -> int {
+    TrainingHyperparameters hyper{o.optim,          o.steps,
+                                  o.micro_batch,    o.grad_accum,
+                                  o.seq_len,        static_cast<uint64_t>(o.seed),
+                                  in.data_identity, o.zero.world_invariant};
+    hyper.backend = device.backend_kind;
+    hyper.attention = device.attention_kernel;
+    hyper.activations = o.activations;
+    TrainCheckpointing checkpointing(o.checkpoint, o.out, hyper, comm, in.resume_dir);
+    // The engine's buffers and its first values (rank-local work), agreed before any collective.
+    run_collectively(comm, [&] {
+      engine_ptr = std::make_unique<ZeroEngine>(
+          config, o.zero, in.precision, o.optim, *backend, data_comm, memory, o.micro_batch,
+          o.seq_len, in.ac, offload, &comm, in.activation_storage, in.trainable, o.loss_scale);
+      if (!in.resume_dir.empty()) return;
+      if (in.reader)
+        engine_ptr->load_from(*in.reader);
+      else
+        engine_ptr->init_from_seed(static_cast<uint64_t>(o.seed));
+    });
+    ZeroEngine& engine = *engine_ptr;
+    TrainingProgress start;  // steps done before this run (a resumed checkpoint's)
+    if (!in.resume_dir.empty()) {
+      start = checkpointing.resume(engine);
+      sampler.set_cursor(start.cursor);
+      if (start.step >= o.steps) {
+        // Training is complete; a run that saved its last checkpoint but could not write final/
+        // (a full disk, a kill) gets it now.
+        const std::string final_dir = o.out + "/final";
+        const bool have_final = have_model_with_tokenizer(final_dir, in.tokenizer);
+        if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer);
+        if (is_root)
+          std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
+                    << (have_final ? ": nothing to train\n"
+                                   : ": training is complete; wrote " + final_dir + "\n");
+        return 0;
+      }
+    }
+
+    write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac,
+                   device.attention_kernel);
+    RunRecorder recorder(comm, data_comm, memory,
+                         {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
+                          checkpointing.resumed_metrics_line(), start.tokens_seen,
+                          config.training_flops_per_token(o.seq_len), backend->name()});
+    Progress progress(is_root, o.steps, o.log_every);
+
+    for (int64_t step = start.step + 1; step <= o.steps; ++step) {
+      checkpointing.before_step(step);
+      recorder.begin_step(step);
+      sampler.next_step();
+      recorder.data_ready();
+      // fp16: a step skipped on overflow does not advance the schedule (as in DeepSpeed).
+      const float lr = learning_rate_at(o.optim, step - engine.skipped_steps(), o.steps);
+      const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step,
+                                                sampler.counted_targets());
+      if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
+        std::cerr << "zerotrain train: warning: step " << step
+                  << ": the loss mask counts no target of the global batch; the step has no loss "
+                     "gradient (AdamW's momentum and weight decay still move the weights)\n";
+      const StepRecord& r = recorder.trained(lr, stats, backend->scratch_bytes());
+      // Stop agreement + checkpoint save, timed into this step's record before it is written.
+      const bool stop =
+          checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
+      if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
+        write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, in.tokenizer);
+      progress.update(recorder.end_step(), recorder.loop_seconds());
+      if (stop) {
+        recorder.write_trace();
+        progress.finish();
+        return kStoppedExitCode;
+      }
+    }
+    progress.finish();
+
+    finish_run(engine, in, o, comm, recorder, seconds_since(t_start));
+    return 0;
   });
-  ZeroEngine& engine = *engine_ptr;
-  TrainingProgress start;  // steps done before this run (a resumed checkpoint's)
-  if (!in.resume_dir.empty()) {
-    start = checkpointing.resume(engine);
-    sampler.set_cursor(start.cursor);
-    if (start.step >= o.steps) {
-      // Training is complete; a run that saved its last checkpoint but could not write final/
-      // (a full disk, a kill) gets it now.
-      const std::string final_dir = o.out + "/final";
-      const bool have_final = have_model_with_tokenizer(final_dir, in.tokenizer);
-      if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer);
-      if (is_root)
-        std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
-                  << (have_final ? ": nothing to train\n"
-                                 : ": training is complete; wrote " + final_dir + "\n");
-      return 0;
-    }
-  }
-
-  write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac,
-                 device.attention_kernel);
-  RunRecorder recorder(comm, data_comm, memory,
-                       {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
-                        checkpointing.resumed_metrics_line(), start.tokens_seen,
-                        config.training_flops_per_token(o.seq_len), backend->name()});
-  Progress progress(is_root, o.steps, o.log_every);
-
-  for (int64_t step = start.step + 1; step <= o.steps; ++step) {
-    checkpointing.before_step(step);
-    recorder.begin_step(step);
-    sampler.next_step();
-    recorder.data_ready();
-    // fp16: a step skipped on overflow does not advance the schedule (as in DeepSpeed).
-    const float lr = learning_rate_at(o.optim, step - engine.skipped_steps(), o.steps);
-    const StepStats stats =
-        engine.train_step(sampler.inputs(), sampler.targets(), lr, step, sampler.counted_targets());
-    if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
-      std::cerr << "zerotrain train: warning: step " << step
-                << ": the loss mask counts no target of the global batch; the step has no loss "
-                   "gradient (AdamW's momentum and weight decay still move the weights)\n";
-    const StepRecord& r = recorder.trained(lr, stats, backend->scratch_bytes());
-    // Stop agreement + checkpoint save, timed into this step's record before it is written.
-    const bool stop =
-        checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
-    if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
-      write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, in.tokenizer);
-    progress.update(recorder.end_step(), recorder.loop_seconds());
-    if (stop) {
-      recorder.write_trace();
-      progress.finish();
-      return kStoppedExitCode;
-    }
-  }
-  progress.finish();
-
-  finish_run(engine, in, o, comm, recorder, seconds_since(t_start));
-  return 0;
 }
 
 }  // namespace
