@@ -263,6 +263,18 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
   if (comm.rank() == 0 && !eval.is_null()) std::cerr << "eval: " << eval.dump() << "\n";
 }
 
+// ZT_DEBUG_FAIL_AT=R:S (tests): rank R throws a rank-local error as step S begins, as a device or
+// I/O failure of that rank alone would, while the other ranks go on into the step's collectives.
+void fail_if_debug_asks(int rank, int64_t step) {
+  const char* at = std::getenv("ZT_DEBUG_FAIL_AT");
+  if (!at || !*at) return;
+  int fail_rank = -1;
+  long long fail_step = -1;
+  if (std::sscanf(at, "%d:%lld", &fail_rank, &fail_step) == 2 && fail_rank == rank &&
+      fail_step == step)
+    throw Error("injected failure at step " + std::to_string(step) + " (ZT_DEBUG_FAIL_AT)");
+}
+
 int run_training(TrainOptions o) {
   const auto t_start = std::chrono::steady_clock::now();
   MpiRuntime runtime;
@@ -355,6 +367,7 @@ int run_training(TrainOptions o) {
 
     for (int64_t step = start.step + 1; step <= o.steps; ++step) {
       checkpointing.before_step(step);
+      fail_if_debug_asks(rank, step);
       recorder.begin_step(step);
       sampler.next_step();
       recorder.data_ready();

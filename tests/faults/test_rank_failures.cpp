@@ -73,6 +73,30 @@ TEST_F(RankFailures, ATruncatedShardOnOneRankStopsTheJobWithThatRanksMessage) {
   EXPECT_EQ(r.output.find("COMMUNICATION TIMEOUT"), std::string::npos) << r.output;
 }
 
+// A failure of one rank alone in the middle of training (ZT_DEBUG_FAIL_AT: rank 1 throws as step
+// 3 begins, while rank 0 goes on into that step's collectives): the job stops at once with rank
+// 1's message, reported before its engine and device are torn down, and no timeout report.
+TEST_F(RankFailures, ARankFailingAloneMidTrainingStopsTheJobWithItsMessage) {
+  double seconds = 0;
+  const std::string args =
+      train("--preset tiny", path("sample.h5"), path("out_mid"), {{"--steps", "5"}});
+  const std::string mpirun = mpirun_zerotrain(1);
+  const auto t0 = Clock::now();
+  const RunResult r = run_command(mpirun + "train " + args + " : -np 1 -x ZT_DEBUG_FAIL_AT=1:3 " +
+                                  ZT_BINARY + " train " + args);
+  seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(seconds, 30) << r.output;
+  EXPECT_NE(r.output.find("error (rank 1 of 2): injected failure at step 3"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("COMMUNICATION TIMEOUT"), std::string::npos) << r.output;
+  // Steps 1 and 2 ran on both ranks: rank 0's metrics has them, and not step 3's.
+  std::ifstream metrics(path("out_mid") + "/metrics.jsonl");
+  int64_t lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  EXPECT_EQ(lines, 2) << r.output;
+}
+
 // The two other startup failures the fault audit saw hang or time out: rank 1 alone given
 // tokens beyond the model's vocabulary, or a model whose index misses a layer's tensor.
 TEST_F(RankFailures, OneRankGivenBadDataOrAModelMissingALayerStopsTheJobAtOnce) {
