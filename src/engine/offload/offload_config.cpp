@@ -26,8 +26,9 @@ const char* offload_device_name(OffloadDevice d) {
 
 void OffloadConfig::validate(int stage) const {
   const StageTraits traits = StageTraits::of(stage);
-  const std::string opt = "zero_optimization.offload_optimizer.device";
-  const std::string par = "zero_optimization.offload_param.device";
+  // Named as both: the DeepSpeed key and train's option.
+  const std::string opt = "zero_optimization.offload_optimizer.device (--offload-optimizer)";
+  const std::string par = "zero_optimization.offload_param.device (--offload-param)";
   // The offloaded optimizer updates a shard; offloaded parameters are gathered shards.
   ZT_CHECK(!optimizer_offloaded() || traits.shard_optimizer,
            opt + " '" + offload_device_name(optimizer) + "' needs ZeRO stage 1, 2 or 3 (stage is " +
@@ -38,13 +39,14 @@ void OffloadConfig::validate(int stage) const {
   ZT_CHECK(param != OffloadDevice::kNvme,
            par + " 'nvme' is not implemented (parameters offload to cpu only)");
   ZT_CHECK(sub_group_size >= 1,
-           "zero_optimization.sub_group_size must be >= 1, got " + std::to_string(sub_group_size));
+           "zero_optimization.sub_group_size (--sub-group-size) must be >= 1, got " +
+               std::to_string(sub_group_size));
   if (optimizer == OffloadDevice::kNvme) {
     ZT_CHECK(!nvme_path.empty(),
              opt + " 'nvme' needs zero_optimization.offload_optimizer.nvme_path (--nvme-path)");
     ZT_CHECK(buffer_count >= 2,
-             "zero_optimization.offload_optimizer.buffer_count must be >= 2 "
-             "for nvme, got " +
+             "zero_optimization.offload_optimizer.buffer_count (--offload-buffer-count) must be "
+             ">= 2 for nvme, got " +
                  std::to_string(buffer_count));
   }
 }

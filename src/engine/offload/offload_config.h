@@ -29,8 +29,8 @@ struct OffloadConfig {
 
   bool optimizer_offloaded() const { return optimizer != OffloadDevice::kNone; }
   bool param_offloaded() const { return param != OffloadDevice::kNone; }
-  // Throws naming the DeepSpeed key: offload needs stage >= 1, param offload stage 3 and cpu,
-  // nvme needs nvme_path, buffer_count >= 2, sub_group_size >= 1.
+  // Throws naming the DeepSpeed key and train's option: offload needs stage >= 1, param offload
+  // stage 3 and cpu, nvme needs nvme_path, buffer_count >= 2, sub_group_size >= 1.
   void validate(int stage) const;
 };
 
