@@ -32,10 +32,23 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
     }
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
+      std::error_code ec;
+      ZT_CHECK(!std::filesystem::is_directory(path, ec),
+               spec.name + ": config file '" + path + "' (--config) is a directory");
       std::ifstream in(path);
       ZT_CHECK(in.good(), spec.name + ": cannot open config file '" + path + "'");
       // Command-line values were stored first, so they win over the file.
-      po::store(po::parse_config_file(in, options, /*allow_unregistered=*/false), vm);
+      try {
+        po::store(po::parse_config_file(in, options, /*allow_unregistered=*/false), vm);
+      } catch (const po::unknown_option& e) {
+        std::string name = e.get_option_name();
+        name.erase(0, name.find_first_not_of('-'));
+        fail(spec.name + ": config file '" + path + "': " + e.what() + did_you_mean(name, all) +
+             " (see 'zerotrain " + spec.name + " --help')");
+      } catch (const po::error& e) {
+        fail(spec.name + ": config file '" + path + "': " + e.what() + " (see 'zerotrain " +
+             spec.name + " --help')");
+      }
     }
     po::notify(vm);
   } catch (const po::unknown_option& e) {
@@ -130,6 +143,7 @@ void require_option(const po::variables_map& vm, const std::string& name,
 
 void check_output_dir(const std::string& path, bool overwrite) {
   namespace fs = std::filesystem;
+  ZT_CHECK(!path.empty(), "the output path is empty (--out '')");
   std::error_code ec;
   if (fs::exists(path, ec) && !fs::is_directory(path, ec))
     fail("output path '" + path + "' exists and is not a directory");

@@ -7,6 +7,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/run_setup.h"
 #include "checkpoint/consolidate.h"
 #include "comm/mpi_communicator.h"
 #include "runtime/mpi_runtime.h"
@@ -37,14 +38,13 @@ int cmd_consolidate(int argc, char** argv) {
   if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
   require_option(vm, "checkpoint", spec.name);
   require_option(vm, "out", spec.name);
-  const double shard_mb = vm["shard-size-mb"].as<double>();
-  ZT_CHECK(std::isfinite(shard_mb) && shard_mb > 0,
-           "consolidate: '--shard-size-mb' must be positive");
+  const uint64_t shard_bytes =
+      shard_limit_bytes(vm["shard-size-mb"].as<double>(), "shard-size-mb", spec.name);
   check_comm_timeout(comm_timeout, spec.name);
   ConsolidateOptions o;
   o.overwrite = vm["overwrite"].as<bool>();
   o.serial = vm["serial"].as<bool>();
-  o.shard_limit_bytes = static_cast<uint64_t>(std::max(1.0, shard_mb * (1 << 20)));
+  o.shard_limit_bytes = shard_bytes;
 
   MpiRuntime runtime;
   MpiCommunicator comm;

@@ -114,6 +114,12 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   model = o.model_dir.empty() ? preset_config(o.preset)
                               : ModelConfig::from_hf_file(o.model_dir + "/config.json");
   check_positive(o.world, "world", kCommand);
+  // Beyond these, the byte counts of the table would overflow int64.
+  ZT_CHECK(o.world <= (1 << 24), std::string(kCommand) + ": --world " + std::to_string(o.world) +
+                                     " is more than 2^24 ranks");
+  ZT_CHECK(o.ranks_per_node >= 0, std::string(kCommand) +
+                                      ": --ranks-per-node must be at least 1 (0: min(N, 8)), got " +
+                                      std::to_string(o.ranks_per_node));
   // ---- DeepSpeed JSON: fills what the command line / INI left unset ----
   if (!o.deepspeed.empty()) {
     const AppliedDeepSpeedFile applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
@@ -263,6 +269,13 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
 int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
+  // As train: a micro-batch's tokens fit 32-bit GEMM dimensions (and the table's int64 bytes).
+  int64_t micro_tokens = 0;
+  ZT_CHECK(!__builtin_mul_overflow(o.micro_batch, o.seq_len, &micro_tokens) &&
+               micro_tokens <= std::numeric_limits<int32_t>::max(),
+           std::string(kCommand) + ": --micro-batch " + std::to_string(o.micro_batch) +
+               " × --seq-len " + std::to_string(o.seq_len) +
+               " tokens per micro-batch is beyond 2^31 - 1");
   check_seq_len(model, o.seq_len, o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir,
                 kCommand);
   const Precision precision = parse_precision(o.precision);

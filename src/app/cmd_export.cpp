@@ -6,6 +6,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/run_setup.h"
 #include "io/safetensors.h"
 #include "io/tokenizer_files.h"
 #include "util/error.h"
@@ -34,12 +35,11 @@ int cmd_export(int argc, char** argv) {
   const std::string format = vm["format"].as<std::string>();
   ZT_CHECK(format == "safetensors",
            "export: unknown --format '" + format + "' (supported: safetensors)");
-  const double shard_mb = vm["max-shard-size-mb"].as<double>();
-  ZT_CHECK(std::isfinite(shard_mb) && shard_mb > 0,
-           "export: '--max-shard-size-mb' must be positive");
-  const SafetensorsExport result = export_safetensors(
-      vm["model"].as<std::string>(), vm["out"].as<std::string>(),
-      static_cast<uint64_t>(std::max(1.0, shard_mb * (1 << 20))), vm["overwrite"].as<bool>());
+  const uint64_t shard_bytes =
+      shard_limit_bytes(vm["max-shard-size-mb"].as<double>(), "max-shard-size-mb", spec.name);
+  const SafetensorsExport result =
+      export_safetensors(vm["model"].as<std::string>(), vm["out"].as<std::string>(), shard_bytes,
+                         vm["overwrite"].as<bool>());
   // The tokenizer files the model directory carries (train and import put them there).
   const std::vector<std::string> tokenizer =
       copy_tokenizer_files(vm["model"].as<std::string>(), result.dir);

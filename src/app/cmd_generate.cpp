@@ -84,7 +84,9 @@ class PromptTokenizer {
   std::vector<int32_t> encode(const std::string& text, int64_t* eos) {
     if (byte_) {
       *eos = -1;
-      return {text.begin(), text.end()};  // bytes as unsigned char: 0..255
+      std::vector<int32_t> ids;  // each byte as unsigned char, 0..255 (UTF-8 above 127 too)
+      for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
+      return ids;
     }
     write_text_file(scratch_ + "/prompt.txt", text);
     step("encode", scratch_ + "/prompt.txt", scratch_ + "/encoded.json");

@@ -359,6 +359,7 @@ int run_training(TrainOptions o) {
 
     write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac,
                    device.attention_kernel);
+    if (in.lock) in.lock->keep();  // the run has begun writing into --out
     RunRecorder recorder(comm, data_comm, memory,
                          {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
                           checkpointing.resumed_metrics_line(), start.tokens_seen,

@@ -6,6 +6,7 @@
 #pragma once
 #include <string>
 
+#include "runtime/mpi_runtime.h"
 #include "util/error.h"
 
 namespace zt {
@@ -19,6 +20,7 @@ int report_error_and_end_mpi(const std::string& command);
 // the caller; any other is reported and ends the job here, while the caller's objects (a GPU,
 // its NCCL communicator) are still alive: their teardown could wait for peers that wait in a
 // collective this rank will never join, and the error would never be printed.
+// (A rank alone has no peer to wait for: its errors go on to the caller too.)
 template <typename Fn>
 int report_rank_local_errors_here(const std::string& command, Fn&& fn) {
   try {
@@ -26,6 +28,7 @@ int report_rank_local_errors_here(const std::string& command, Fn&& fn) {
   } catch (const AgreedError&) {
     throw;
   } catch (...) {
+    if (mpi_world_size_if_running() <= 1) throw;
     return report_error_and_end_mpi(command);
   }
 }

@@ -1,5 +1,6 @@
 #include "app/run_setup.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -28,6 +29,13 @@ void check_count(int64_t value, int64_t minimum, const std::string& option,
   ZT_CHECK(value >= minimum && value < kMaxCount,
            command + ": --" + option + " must be at least " + std::to_string(minimum) +
                " and below " + std::to_string(kMaxCount) + ", got " + std::to_string(value));
+}
+
+uint64_t shard_limit_bytes(double mib, const std::string& option, const std::string& command) {
+  ZT_CHECK(std::isfinite(mib) && mib > 0 && mib <= 0x1p30,
+           command + ": --" + option + " must be positive and at most 1073741824 (1 PiB), got " +
+               shortest_decimal(mib));
+  return static_cast<uint64_t>(std::max(1.0, mib * (1 << 20)));
 }
 
 void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string& model_source,

@@ -49,6 +49,8 @@ bool loss_scale_options_given(const po::variables_map& vm) {
 }
 
 void validate_settings(const TrainOptions& o) {
+  // Checked first: every path under --out is built as OUT + "/...", so '' would mean '/'.
+  ZT_CHECK(!o.out.empty(), std::string(kCommand) + ": the output path is empty (--out '')");
   check_count(o.steps, 1, "steps", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.grad_accum, 1, "grad-accum", kCommand);

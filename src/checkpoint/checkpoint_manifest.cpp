@@ -211,7 +211,7 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
       ZT_CHECK(j.at("manifest_crc32c") == manifest_crc(rest),
                source +
                    ": the manifest's CRC-32C does not match its content (it was edited or "
-                   "damaged); refusing to resume from it");
+                   "damaged); refusing to read it");
     }
     m.metrics_line = j.value("metrics_line", nlohmann::json());
     if (j.contains("loss_scaling")) {
@@ -283,6 +283,15 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
                ", position " + int_text(p.cursor.position) + ")");
   ZT_CHECK(m.zero_stage >= 0 && m.zero_stage <= 3,
            source + ": zero_stage " + int_text(m.zero_stage) + " is not 0, 1, 2 or 3");
+  ZT_CHECK(m.precision == "bf16" || m.precision == "fp16" || m.precision == "fp32",
+           source + ": precision '" + m.precision + "' is not bf16, fp16 or fp32");
+  ZT_CHECK(!m.tensors.empty(), source + ": the manifest lists no tensors");
+  // Rank files are read from the checkpoint directory itself: a plain file name, never a path.
+  for (const CheckpointFile& f : m.files)
+    ZT_CHECK(
+        !f.name.empty() && f.name != "." && f.name != ".." && f.name.find('/') == std::string::npos,
+        source + ": file name '" + f.name +
+            "' is not a plain file name inside the checkpoint directory");
   for (size_t g = 0; g < m.groups.size(); ++g)
     ZT_CHECK(m.groups[g].numel >= 0 && m.groups[g].shard >= 0,
              source + ": group " + std::to_string(g) + " has a negative size");

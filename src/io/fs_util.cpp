@@ -31,6 +31,7 @@ std::string temp_sibling(const std::string& path) {
 }
 
 void check_output_dir_writable(const std::string& dir, bool overwrite) {
+  ZT_CHECK(!dir.empty(), "the output path is empty (--out '')");
   std::error_code ec;
   if (!fs::exists(dir, ec)) return;
   ZT_CHECK(fs::is_directory(dir, ec), "output path '" + dir + "' exists and is not a directory");
@@ -39,6 +40,7 @@ void check_output_dir_writable(const std::string& dir, bool overwrite) {
 }
 
 void check_output_file_writable(const std::string& file, bool overwrite) {
+  ZT_CHECK(!file.empty(), "the output path is empty (--out '')");
   std::error_code ec;
   if (!fs::exists(file, ec)) return;
   ZT_CHECK(!fs::is_directory(file, ec), "output path '" + file + "' is a directory");

@@ -14,10 +14,13 @@ namespace zt {
 
 namespace fs = std::filesystem;
 
-RunDirectoryLock::RunDirectoryLock(const std::string& dir) {
+RunDirectoryLock::RunDirectoryLock(const std::string& dir)
+    : dir_(dir), path_(dir + "/" + kRunLockFile) {
   std::error_code ec;
+  created_dir_ = !fs::exists(dir, ec);
   fs::create_directories(dir, ec);
-  const std::string path = dir + "/" + kRunLockFile;
+  const std::string& path = path_;
+  created_file_ = !fs::exists(path, ec);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ZT_CHECK(fd_ >= 0, "cannot create the lock file '" + path + "': " + std::strerror(errno));
   struct flock lock {};
@@ -46,7 +49,11 @@ RunDirectoryLock::RunDirectoryLock(const std::string& dir) {
 }
 
 RunDirectoryLock::~RunDirectoryLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
+  if (fd_ < 0) return;
+  std::error_code ec;
+  if (!keep_ && created_file_) fs::remove(path_, ec);  // still ours: we hold the lock
+  ::close(fd_);                                        // closing releases the lock
+  if (!keep_ && created_dir_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
 }
 
 bool run_directory_is_empty(const std::string& dir) {

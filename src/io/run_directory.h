@@ -10,6 +10,8 @@ constexpr const char* kRunLockFile = ".zerotrain.lock";
 // An exclusive lock on DIR/.zerotrain.lock (an fcntl record lock, which NFS and Lustre honour
 // across nodes), held until destruction or the process ends. The file names the holder
 // ("host H pid P"), so a second run on the same directory is refused naming the first.
+// A run that fails before it writes anything there (keep() not called) leaves no trace: the lock
+// file goes if this lock created it, and DIR too if this lock created it and it is empty.
 class RunDirectoryLock {
  public:
   explicit RunDirectoryLock(const std::string& dir);  // creates DIR if needed
@@ -17,8 +19,13 @@ class RunDirectoryLock {
   RunDirectoryLock(const RunDirectoryLock&) = delete;
   RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;
 
+  // The run has begun writing into DIR: the lock file stays when the lock is released.
+  void keep() { keep_ = true; }
+
  private:
   int fd_ = -1;
+  std::string dir_, path_;
+  bool created_dir_ = false, created_file_ = false, keep_ = false;
 };
 
 // --overwrite: removes everything in `dir` but the lock file. Refuses a non-empty directory that

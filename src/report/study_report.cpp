@@ -264,7 +264,13 @@ std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
 
 std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
                                             const std::string& out_dir) {
-  fs::create_directories(out_dir);
+  ZT_CHECK(!out_dir.empty(), "report: the output path is empty (--out '')");
+  std::error_code ec;
+  ZT_CHECK(!fs::exists(out_dir, ec) || fs::is_directory(out_dir, ec),
+           "report: output path '" + out_dir + "' (--out) exists and is not a directory");
+  fs::create_directories(out_dir, ec);
+  ZT_CHECK(!ec,
+           "report: cannot create the output directory '" + out_dir + "' (--out): " + ec.message());
   const std::vector<ScalingRow> rows = scaling_rows(runs);
   std::vector<std::string> written;
   auto write = [&](const std::string& name, const std::string& text) {

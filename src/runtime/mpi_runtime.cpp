@@ -35,10 +35,16 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) MPI_Finalize();
 }
 
+int mpi_world_size_if_running() {
+  int initialized = 0, finalized = 0, size = 0;
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return 0;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return 0;
+  return MPI_Comm_size(MPI_COMM_WORLD, &size) == MPI_SUCCESS ? size : 0;
+}
+
 void end_mpi_after_error(bool agreed, int exit_code) {
-  int initialized = 0, finalized = 0;
-  if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return;
-  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  const int world = mpi_world_size_if_running();
+  if (world == 0) return;
   if (agreed)
     MPI_Finalize();
   else

@@ -42,10 +42,13 @@ class MpiRuntime {
 
 // After main() printed an error: if MPI is running, ends it so that the job stops in bounded
 // time. An error every rank agreed on (`agreed`) finalises; any other error aborts the whole
-// job (MPI_Abort with `exit_code`), since other ranks may be waiting in a collective that this
-// rank will never join, and libraries may hold state (open MPI-IO files) that MPI_Finalize would
-// trip over. Never throws.
+// job (MPI_Abort with `exit_code`), even a world of one rank: other ranks may be waiting in a
+// collective that this rank will never join, and libraries may hold state that MPI_Finalize
+// would trip over (parallel HDF5's file left open by a write that failed crashes in
+// MPI_Finalize: FullDisk.ConsolidationThatFillsTheDiskMidWriteEndsWithoutHanging). Never throws.
 void end_mpi_after_error(bool agreed, int exit_code);
+// MPI_COMM_WORLD's size while MPI is initialised and not finalised; 0 otherwise.
+int mpi_world_size_if_running();
 
 struct LocalRank {
   int local_rank = 0;  // index of this rank among the ranks on its host, in rank order

@@ -62,6 +62,30 @@ TEST_F(RunDirectory, ASecondRunOnTheSameOutIsRefusedNamingTheFirst) {
   EXPECT_EQ(third.exit_code, 0) << third.output;
 }
 
+// A run refused before it writes anything leaves --out as it found it: a fresh --out is not
+// created (a missing checkpoint to resume), and a directory of someone else's files gets no
+// lock file (refused as not a run).
+TEST_F(RunDirectory, ARunRefusedBeforeItStartsLeavesNoTrace) {
+  const std::string fresh = path("fresh_out");
+  fs::remove_all(fresh);
+  const RunResult missing =
+      run_zerotrain(train(fresh, "--steps 2 --resume " + path("no_such_checkpoint")));
+  EXPECT_NE(missing.exit_code, 0) << missing.output;
+  EXPECT_FALSE(fs::exists(fresh)) << missing.output;
+
+  const std::string theirs = path("their_files");
+  fs::remove_all(theirs);
+  fs::create_directories(theirs);
+  std::ofstream(theirs + "/notes.txt") << "not a run\n";
+  const RunResult refused = run_zerotrain(train(theirs, "--steps 2"));
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("is not empty"), std::string::npos) << refused.output;
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(theirs))
+    left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"notes.txt"}) << refused.output;
+}
+
 TEST_F(RunDirectory, OverwriteReplacesThePreviousRun) {
   const std::string out = path("replaced");
   ASSERT_EQ(run_zerotrain(train(out, "--steps 3 --save-every 1")).exit_code, 0);

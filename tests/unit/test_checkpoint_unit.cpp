@@ -168,7 +168,12 @@ TEST(CheckpointManifest, AResignedEditIsStillCheckedForRange) {
            {[](nlohmann::json& j) { j["tokens_seen"] = -1; }, "negative step"},
            {[](nlohmann::json& j) { j["zero_stage"] = 7; }, "zero_stage 7"},
            {[](nlohmann::json& j) { j["tensors"][0]["offset"] = int64_t{1} << 40; },
-            "does not lie inside its group"}}) {
+            "does not lie inside its group"},
+           {[](nlohmann::json& j) { j["precision"] = "int3"; }, "precision 'int3' is not"},
+           {[](nlohmann::json& j) { j["tensors"] = nlohmann::json::array(); }, "lists no tensors"},
+           {[](nlohmann::json& j) { j["files"][0]["name"] = "../../data.h5"; },
+            "'../../data.h5' is not a plain file name"},
+           {[](nlohmann::json& j) { j["files"][0]["name"] = ".."; }, "'..' is not a plain"}}) {
     try {
       CheckpointManifest::from_json(signed_with(edit), "m.json");
       ADD_FAILURE() << "accepted: " << expected;

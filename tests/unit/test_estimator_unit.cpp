@@ -2,6 +2,10 @@
 // preset, the estimate's model states against them, and the "lowest stage that fits" decision tree.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "backend/device_arena_plan.h"
@@ -216,6 +220,22 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
   const auto typo = train_test::run_zerotrain("estimate --preset tiny --offload-optimizer disk");
   EXPECT_NE(typo.exit_code, 0);
   EXPECT_NE(typo.output.find("--offload-optimizer"), std::string::npos) << typo.output;
+}
+
+// Sizes whose byte counts would overflow are refused naming the option, not printed wrapped.
+TEST(EstimateCommand, SizesBeyondTheTablesRangeAreRefused) {
+  for (const auto& [args, culprit] : std::vector<std::pair<std::string, std::string>>{
+           {"--micro-batch 2147483647 --seq-len 2048", "tokens per micro-batch is beyond 2^31 - 1"},
+           {"--micro-batch 268435456 --seq-len 2048", "--micro-batch 268435456"},
+           {"--world 2147483647", "--world 2147483647 is more than 2^24 ranks"},
+           {"--ranks-per-node -1", "--ranks-per-node must be at least 1"}}) {
+    const auto r = train_test::run_zerotrain("estimate --preset 7b " + args);
+    EXPECT_NE(r.exit_code, 0) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(culprit), std::string::npos) << args << ": " << r.output;
+  }
+  EXPECT_EQ(
+      train_test::run_zerotrain("estimate --preset 7b --micro-batch 1024 --seq-len 2048").exit_code,
+      0);
 }
 
 // `estimate --backend` plans a run on that backend (cuda is not checked against this machine) and

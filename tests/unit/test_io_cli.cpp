@@ -305,6 +305,55 @@ TEST(IoCli, NonEmptyOutputDirNeedsOverwrite) {
   EXPECT_FALSE(std::filesystem::exists(tmp / "m/precious.txt"));
 }
 
+// An empty --out, or one that is a file, is named as such by every writing command, report
+// included (which once failed with a bare filesystem error).
+TEST(IoCli, AnEmptyOrFileOutputPathIsNamed) {
+  TempDir tmp;
+  const std::string sample = std::string(ZT_SOURCE_DIR) + "/inputs/data/sample.txt";
+  ASSERT_EQ(
+      run_zerotrain("prepare-data --text " + q(sample) + " --out " + q(tmp / "d.h5")).exit_code, 0);
+  for (const std::string& command :
+       {std::string("init --preset tiny --seed 1"), "prepare-data --text " + q(sample)})
+    expect_failure_naming(run_zerotrain(command + " --out ''"), {"output path is empty", "--out"});
+  expect_failure_naming(run_zerotrain("train --backend cpu --preset tiny --steps 1 --seq-len 16 "
+                                      "--micro-batch 1 --data " +
+                                      q(tmp / "d.h5") + " --out ''"),
+                        {"output path is empty", "--out"});
+  const auto trained = run_zerotrain(
+      "train --backend cpu --preset tiny --steps 1 --seq-len 16 "
+      "--micro-batch 1 --data " +
+      q(tmp / "d.h5") + " --out " + q(tmp / "run"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  expect_failure_naming(run_zerotrain("report " + q(tmp / "run") + " --out ''"),
+                        {"output path is empty", "--out"});
+  expect_failure_naming(run_zerotrain("report " + q(tmp / "run") + " --out " + q(tmp / "d.h5")),
+                        {tmp / "d.h5", "(--out) exists and is not a directory"});
+  EXPECT_EQ(run_zerotrain("report " + q(tmp / "run") + " --out " + q(tmp / "study")).exit_code, 0);
+}
+
+// A shard size too large for a byte count is refused naming the option, not read as 0.
+TEST(IoCli, ShardSizesBeyondAPebibyteAreRefusedNamingTheOption) {
+  TempDir tmp;
+  const std::string model = make_tiny_model(tmp);
+  for (const char* size : {"1e15", "9223372036854775807", "0", "-1", "nan"})
+    expect_failure_naming(run_zerotrain("export --model " + q(model) + " --out " + q(tmp / "hf") +
+                                        " --max-shard-size-mb " + size),
+                          {"--max-shard-size-mb", "at most 1073741824"});
+  EXPECT_FALSE(std::filesystem::exists(tmp / "hf"));
+}
+
+// generate --tokenizer byte: a prompt's bytes are its tokens, 0..255, UTF-8 above 127 included
+// (once read as signed char: "token -61 is outside the vocabulary").
+TEST(IoCli, GenerateByteTokenizerTakesEveryByteOfThePrompt) {
+  TempDir tmp;
+  const std::string model = make_tiny_model(tmp);
+  const auto r =
+      run_zerotrain("generate --model " + q(model) +
+                    " --tokenizer byte --prompt 'caf\xc3\xa9' --max-new-tokens 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"prompt_tokens\":[99,97,102,195,169]"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace zt
 

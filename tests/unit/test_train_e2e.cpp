@@ -233,6 +233,19 @@ TEST_F(TrainE2E, OptionsAreAcceptedFromConfigFile) {
   const RunResult bad = train("ini_bad", "--config " + path("train.ini"), 2);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--weight-decay"), std::string::npos) << bad.output;
+  // A directory given as the file, and a value the option cannot take, name the file.
+  fs::create_directories(path("ini_is_a_dir"));
+  const RunResult dir = train("ini_dir", "--config " + path("ini_is_a_dir"), 2);
+  EXPECT_NE(dir.exit_code, 0) << dir.output;
+  EXPECT_NE(dir.output.find("'" + path("ini_is_a_dir") + "' (--config) is a directory"),
+            std::string::npos)
+      << dir.output;
+  std::ofstream(path("train3.ini")) << "micro-batch = two\n";
+  const RunResult typed = train("ini_typed", "--config " + path("train3.ini"), 2);
+  EXPECT_NE(typed.exit_code, 0) << typed.output;
+  EXPECT_NE(typed.output.find("config file '" + path("train3.ini") + "'"), std::string::npos)
+      << typed.output;
+  EXPECT_NE(typed.output.find("micro-batch"), std::string::npos) << typed.output;
   std::ofstream(path("train2.ini")) << "micro-batch = 2\ngrad-accum = 2\nzero-stage = 2\n"
                                     << "activation-checkpointing = every:2\nlr = 0\n";
   std::ofstream(path("train2.ini")) << "micro-batch = 2\ngrad-accum = 2\nzero-stage = 2\n"
