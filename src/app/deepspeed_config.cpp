@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -547,6 +548,9 @@ DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
 DeepSpeedConfig load_deepspeed_config(const std::string& path, const ModelConfig& model) {
   // Read once: the digest is of the bytes that were parsed (a FIFO or a file being rewritten
   // cannot differ between the two).
+  std::error_code ec;
+  ZT_CHECK(!std::filesystem::is_directory(path, ec),
+           "DeepSpeed config '" + path + "' (--deepspeed) is a directory, not a JSON file");
   std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open DeepSpeed config '" + path + "'");
   std::ostringstream bytes;

@@ -9,25 +9,29 @@ namespace zt {
 
 void LossScaleConfig::validate() const {
   ZT_CHECK(std::isfinite(loss_scale) && loss_scale >= 0,
-           "fp16.loss_scale must be a finite number >= 0 (0 enables dynamic loss scaling), got " +
+           "fp16.loss_scale (--loss-scale) must be a finite number >= 0 (0 enables dynamic loss "
+           "scaling), got " +
                std::to_string(loss_scale));
   ZT_CHECK(loss_scale <= std::ldexp(1.0, 127),
-           "fp16.loss_scale " + std::to_string(loss_scale) +
+           "fp16.loss_scale (--loss-scale) " + std::to_string(loss_scale) +
                " is beyond 2^127: the scaled fp32 gradients would overflow on every step");
   if (loss_scale > 0)
     return;  // the dynamic keys take no effect (DeepSpeed validates them only then)
   ZT_CHECK(loss_scale_window > 0,
-           "fp16.loss_scale_window must be > 0 when dynamic loss scaling is enabled "
+           "fp16.loss_scale_window (--loss-scale-window) must be > 0 when dynamic loss scaling is "
+           "enabled "
            "(loss_scale=0), got " +
                std::to_string(loss_scale_window));
   ZT_CHECK(std::isfinite(min_loss_scale) && min_loss_scale > 0,
-           "fp16.min_loss_scale must be > 0 when dynamic loss scaling is enabled (loss_scale=0), "
+           "fp16.min_loss_scale (--min-loss-scale) must be > 0 when dynamic loss scaling is "
+           "enabled (loss_scale=0), "
            "got " +
                std::to_string(min_loss_scale));
-  ZT_CHECK(hysteresis >= 1, "fp16.hysteresis must be >= 1, got " + std::to_string(hysteresis));
+  ZT_CHECK(hysteresis >= 1,
+           "fp16.hysteresis (--hysteresis) must be >= 1, got " + std::to_string(hysteresis));
   // 2^initial_scale_power must be a finite float32 scale.
   ZT_CHECK(initial_scale_power >= 0 && initial_scale_power <= 127,
-           "fp16.initial_scale_power must be between 0 and 127, got " +
+           "fp16.initial_scale_power (--initial-scale-power) must be between 0 and 127, got " +
                std::to_string(initial_scale_power));
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/deepspeed_config.h"
+#include "engine/loss_scaler.h"
 #include "test_deepspeed_support.h"
 #include "test_train_support.h"
 #include "util/error.h"
@@ -133,6 +134,17 @@ TEST(DeepSpeedConfig, ValidationErrorsNameTheFileThatSetTheValue) {
             "train: --lr-schedule 'x'");
   EXPECT_EQ(attributed_to_deepspeed_file("train: --steps must be >= 1", "ds.json", set),
             "train: --steps must be >= 1");
+  // The loss scaler's refusals name the option beside the fp16 key, so they are attributed too.
+  LossScaleConfig scaling;
+  scaling.initial_scale_power = 1000;
+  try {
+    scaling.validate();
+    FAIL() << "initial_scale_power 1000 was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(attributed_to_deepspeed_file(e.what(), "ds.json", {"initial-scale-power"}),
+                         "(the value comes from DeepSpeed config 'ds.json')"))
+        << e.what();
+  }
 }
 
 TEST(DeepSpeedConfig, UnknownTopLevelKeysWarnWithTheirPath) {

@@ -435,9 +435,9 @@ TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
       {{"--backend", "cpu", "--precision", "bf16", "--loss-scale", "128"},
        "apply to --precision fp16 only"},
       {{"--backend", "cpu", "--precision", "fp16", "--loss-scale-window", "0"},
-       "fp16.loss_scale_window must be > 0"},
+       "fp16.loss_scale_window (--loss-scale-window) must be > 0"},
       {{"--backend", "cpu", "--precision", "fp16", "--initial-scale-power", "200"},
-       "fp16.initial_scale_power must be between 0 and 127"},
+       "fp16.initial_scale_power (--initial-scale-power) must be between 0 and 127"},
       {{"--backend", "cpu", "--precision", "fp32", "--activations", "bf16"},
        "--activations bf16 needs --precision bf16"},
   };
