@@ -84,11 +84,19 @@ int run_eval(const EvalOptions& o) {
   MpiCommunicator self(MPI_COMM_SELF);
   const int64_t K = o.batches, B = o.micro_batch, T = o.seq_len;
 
-  ModelDirReader reader(o.model_dir);
+  // The inputs, opened by every rank and agreed on, so that a bad one is an error every rank
+  // reports (then MPI_Finalize), not one rank's abort.
+  std::unique_ptr<ModelDirReader> reader_ptr;
+  std::unique_ptr<TokenDataset> data_ptr;
+  run_collectively(world, [&] {
+    reader_ptr = std::make_unique<ModelDirReader>(o.model_dir);
+    check_seq_len(reader_ptr->config(), T, "model '" + o.model_dir + "'", kCommand);
+    data_ptr = std::make_unique<TokenDataset>(o.data);
+    check_eval_windows(*data_ptr, K * B, T);
+  });
+  ModelDirReader& reader = *reader_ptr;
+  TokenDataset& data = *data_ptr;
   const ModelConfig& config = reader.config();
-  check_seq_len(config, T, "model '" + o.model_dir + "'", kCommand);
-  TokenDataset data(o.data);
-  check_eval_windows(data, K * B, T);
 
   // Each rank evaluates its batches alone: a stage-0 engine over MPI_COMM_SELF.
   ZeroConfig zero;
@@ -102,9 +110,14 @@ int run_eval(const EvalOptions& o) {
        storage, precision == Precision::kFp32, /*backward=*/false},
       kCommand);
   MemoryTracker memory(device.backend->device_memory());
-  ZeroEngine engine(config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self),
-                    memory, B, T, ActivationCheckpointing{}, OffloadConfig{}, &self, storage);
-  engine.load_from(reader);
+  std::unique_ptr<ZeroEngine> engine_ptr;  // its weights read from the model: agreed too
+  run_collectively(world, [&] {
+    engine_ptr = std::make_unique<ZeroEngine>(
+        config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self), memory, B,
+        T, ActivationCheckpointing{}, OffloadConfig{}, &self, storage);
+    engine_ptr->load_from(reader);
+  });
+  ZeroEngine& engine = *engine_ptr;
 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
   // Per batch: its loss sum, then its counted targets (zeros add exactly; counts are exact).

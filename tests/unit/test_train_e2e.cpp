@@ -282,6 +282,8 @@ TEST_F(TrainE2E, EvalPrintsJsonAndRejectsShortDataset) {
   EXPECT_NE(s.exit_code, 0);
   EXPECT_NE(s.output.find("short.h5"), std::string::npos) << s.output;
   EXPECT_NE(s.output.find("102"), std::string::npos) << s.output;  // tokens needed: 6·17
+  // An input error every rank finds ends through MPI_Finalize, not Open MPI's abort banner.
+  EXPECT_EQ(s.output.find("MPI_ABORT"), std::string::npos) << s.output;
   const RunResult fits =
       run_zerotrain("eval --model " + path("init_model") + " --data " + path("short.h5") +
                     " --batches 5 --micro-batch 1 --seq-len 16");
