@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/zero_engine_impl.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -318,6 +319,16 @@ void ZeroEngine::Impl::land_invariant_gradients() {
   }
 }
 
+namespace {
+// What a divergence report adds: the learning rate of the update before it (none before the
+// first), the usual cause of a loss or gradient that stops being finite.
+std::string learning_rate_hint(float last_update_lr) {
+  if (last_update_lr < 0) return "";
+  return " (the previous update's learning rate was " + shortest_decimal(last_update_lr) +
+         ": a rate too high for the model diverges; see --lr and the schedule)";
+}
+}  // namespace
+
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
   const PhaseTimeline::Mark phase = intervals.begin();
   set_phase(step, "optimizer");
@@ -354,7 +365,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
                : ": the first non-finite gradient is in " +
                      layout.tensors()[static_cast<size_t>(t)].name + " (parameter group " +
                      std::to_string(layout.tensors()[static_cast<size_t>(t)].group) + ")") +
-        "; training stopped before the update");
+        "; training stopped before the update" + learning_rate_hint(last_update_lr));
   }
   stats.clip_scale = (optim.clip > 0 && stats.grad_norm > optim.clip)
                          ? optim.clip / (stats.grad_norm + 1e-6)
@@ -504,8 +515,10 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   // Every rank holds the same reduced loss and norm, so these stops are agreed (AgreedError).
   if (!std::isfinite(stats.loss) && !I.scaler)  // fp16: an overflow, skipped by the scaler
     throw AgreedError("the loss is " + std::to_string(stats.loss) + " at step " +
-                      std::to_string(step) + "; training stopped before the update");
+                      std::to_string(step) + "; training stopped before the update" +
+                      learning_rate_hint(I.last_update_lr));
   I.optimizer_step(lr, step, stats);
+  if (!stats.skipped) I.last_update_lr = lr;
   stats.offload_d2h_bytes = I.copier->device_to_host_bytes() - I.d2h_at_step_start;
   stats.offload_h2d_bytes = I.copier->host_to_device_bytes() - I.h2d_at_step_start;
   I.comm.finish_device_waits();  // the parameter all-gathers

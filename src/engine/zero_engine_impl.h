@@ -60,6 +60,7 @@ struct ZeroEngine::Impl {
   // and the learning-rate schedule advance only on the steps that update, as in DeepSpeed.
   std::unique_ptr<LossScaler> scaler;
   int64_t skipped_steps = 0;
+  float last_update_lr = -1;  // the learning rate of the last update (-1: none yet), for errors
   uint64_t d2h_at_step_start = 0, h2d_at_step_start = 0;  // the copier's counters
 
   // Working params: stage 0-2 the full padded group, stage 3 the rank's shard.

@@ -46,6 +46,8 @@ TEST_F(Divergence, StopsBeforeTheUpdateAndKeepsTheLastGoodCheckpoint) {
     EXPECT_NE(r.output.find("the gradient norm is"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("at step 4: the first non-finite gradient is in "), std::string::npos)
         << r.output;
+    EXPECT_NE(r.output.find("the previous update's learning rate was "), std::string::npos)
+        << r.output;
     EXPECT_EQ(latest_of(out), "step-00000002") << r.output;
     EXPECT_TRUE(fs::exists(out + "/checkpoints/step-00000002/manifest.json"));
     EXPECT_FALSE(fs::exists(out + "/final"));
