@@ -344,6 +344,7 @@ int run_training(TrainOptions o) {
       start = checkpointing.resume(engine);
       sampler.set_cursor(start.cursor);
       if (start.step >= o.steps) {
+        if (in.lock) in.lock->keep();  // final/ may be written below
         // Training is complete; a run that saved its last checkpoint but could not write final/
         // (a full disk, a kill) gets it now.
         const std::string final_dir = o.out + "/final";

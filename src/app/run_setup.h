@@ -29,10 +29,10 @@ constexpr int64_t kMaxCount = int64_t{1} << 31;
 void check_count(int64_t value, int64_t minimum, const std::string& option,
                  const std::string& command);
 
-// Fails naming both numbers when seq_len exceeds the model's max_position_embeddings.
 // A shard size in MiB (--shard-size-mb, --max-shard-size-mb) as bytes: finite, positive and at
 // most 2^30 MiB (1 PiB); else a zt::Error naming the option and the value.
 uint64_t shard_limit_bytes(double mib, const std::string& option, const std::string& command);
+// Fails naming both numbers when seq_len exceeds the model's max_position_embeddings.
 void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string& model_source,
                    const std::string& command);
 

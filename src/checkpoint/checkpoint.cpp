@@ -205,7 +205,9 @@ std::string resolve_resume_checkpoint(const std::string& mode, const std::string
     dir = root + "/" + name;
   }
   dir = strip_trailing_slashes(dir);
-  ZT_CHECK(fs::exists(dir), "checkpoint directory '" + dir + "' does not exist");
+  std::error_code ec;
+  ZT_CHECK(fs::exists(dir, ec), "checkpoint directory '" + dir + "' does not exist" +
+                                    (ec ? " or cannot be read (" + ec.message() + ")" : ""));
   ZT_CHECK(fs::exists(dir + "/" + kCheckpointManifestFile),
            "'" + dir + "' is not a complete checkpoint (no " + kCheckpointManifestFile + ")");
   return dir;

@@ -10,6 +10,7 @@
 
 #include "comm/rank_tree_schedule.h"
 #include "util/error.h"
+#include "util/scratch_files.h"
 
 namespace zt {
 
@@ -108,6 +109,7 @@ CommHandle::~CommHandle() {
     std::fprintf(stderr, "zerotrain: rank %d: %s failed while its handle was destroyed: %s\n",
                  request_->call().rank, collective_op_name(request_->call().op), e.what());
     std::fflush(stderr);
+    remove_scratch_files();
     request_->abort_job(kTimeoutExitCode);
     std::abort();
   }
@@ -163,6 +165,7 @@ void CommHandle::report_timeout_and_abort(double waited_seconds) {
                call.timeout_seconds, waited_seconds, since_issue, static_cast<long long>(call.step),
                call.phase.c_str());
   std::fflush(stderr);
+  remove_scratch_files();  // the abort skips the destructors that would remove them
   request_->abort_job(kTimeoutExitCode);
   std::abort();  // abort_job does not return; this is the fallback if it ever did
 }

@@ -1,6 +1,7 @@
 #include "io/run_directory.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,33 +20,60 @@ RunDirectoryLock::RunDirectoryLock(const std::string& dir)
   std::error_code ec;
   created_dir_ = !fs::exists(dir, ec);
   fs::create_directories(dir, ec);
-  const std::string& path = path_;
-  created_file_ = !fs::exists(path, ec);
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  ZT_CHECK(fd_ >= 0, "cannot create the lock file '" + path + "': " + std::strerror(errno));
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  if (fcntl(fd_, F_SETLK, &lock) != 0) {
-    const int error = errno;
-    char holder[256] = {};
-    const ssize_t n = pread(fd_, holder, sizeof holder - 1, 0);
+  // Locked, and still the file at path_: a run that failed may unlink its lock file between our
+  // open and our lock, which would leave us holding a file no later run can see.
+  for (int attempt = 0;; ++attempt) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    created_file_ = fd_ >= 0;
+    if (fd_ < 0 && errno == EEXIST) fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) {
+      const std::string why = std::strerror(errno);
+      discard_what_was_created();
+      fail("cannot create the lock file '" + path_ + "': " + why);
+    }
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    if (fcntl(fd_, F_SETLK, &lock) != 0) {
+      const int error = errno;
+      char holder[256] = {};
+      const ssize_t n = pread(fd_, holder, sizeof holder - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
+      while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+      ZT_CHECK(error != EAGAIN && error != EACCES,
+               "output directory '" + dir + "' is in use by another run (" +
+                   (who.empty() ? std::string("holder unknown") : who) + "; lock file '" + path_ +
+                   "'); wait for it to end or choose another --out");
+      fail("cannot lock '" + path_ + "': " + std::strerror(error));
+    }
+    struct stat held {
+    }, named{};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+      break;
     ::close(fd_);
     fd_ = -1;
-    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
-    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-    ZT_CHECK(error != EAGAIN && error != EACCES,
-             "output directory '" + dir + "' is in use by another run (" +
-                 (who.empty() ? std::string("holder unknown") : who) + "; lock file '" + path +
-                 "'); wait for it to end or choose another --out");
-    fail("cannot lock '" + path + "': " + std::strerror(error));
+    ZT_CHECK(attempt < 10, "cannot lock '" + path_ + "': the file keeps being replaced");
   }
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::string who = "host " + std::string(host) + " pid " + std::to_string(getpid()) + "\n";
-  ZT_CHECK(ftruncate(fd_, 0) == 0 &&
-               pwrite(fd_, who.data(), who.size(), 0) == static_cast<ssize_t>(who.size()),
-           "cannot write the lock file '" + path + "': " + std::strerror(errno));
+  if (ftruncate(fd_, 0) != 0 ||
+      pwrite(fd_, who.data(), who.size(), 0) != static_cast<ssize_t>(who.size())) {
+    const std::string why = std::strerror(errno);
+    discard_what_was_created();
+    ::close(fd_);
+    fd_ = -1;
+    fail("cannot write the lock file '" + path_ + "': " + why);
+  }
+}
+
+void RunDirectoryLock::discard_what_was_created() {
+  std::error_code ec;
+  if (created_file_) fs::remove(path_, ec);
+  if (created_dir_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
 }
 
 RunDirectoryLock::~RunDirectoryLock() {

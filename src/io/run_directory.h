@@ -23,6 +23,9 @@ class RunDirectoryLock {
   void keep() { keep_ = true; }
 
  private:
+  // The lock file and DIR, where this lock created them (a failed start leaves neither).
+  void discard_what_was_created();
+
   int fd_ = -1;
   std::string dir_, path_;
   bool created_dir_ = false, created_file_ = false, keep_ = false;

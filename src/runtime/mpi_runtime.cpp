@@ -6,6 +6,7 @@
 
 #include "runtime/mpi_check.h"
 #include "util/error.h"
+#include "util/scratch_files.h"
 
 namespace zt {
 
@@ -43,6 +44,7 @@ int mpi_world_size_if_running() {
 }
 
 void end_mpi_after_error(bool agreed, int exit_code) {
+  if (!agreed) remove_scratch_files();  // MPI_Abort ends the process without destructors
   const int world = mpi_world_size_if_running();
   if (world == 0) return;
   if (agreed)

@@ -95,6 +95,23 @@ TEST_F(RankFailures, ARankFailingAloneMidTrainingStopsTheJobWithItsMessage) {
   int64_t lines = 0;
   for (std::string line; std::getline(metrics, line);) ++lines;
   EXPECT_EQ(lines, 2) << r.output;
+
+  // With the optimizer state swapped to NVMe, the failing rank's swap file does not outlive it
+  // (the abort skips the engine's destructor; the scratch-file registry removes it).
+  const std::string swap = path("swap_mid");
+  fs::remove_all(swap);
+  fs::create_directories(swap);
+  const std::string nvme_args = train("--preset tiny", path("sample.h5"), path("out_mid_nvme"),
+                                      {{"--steps", "5"}, {"--zero-stage", "2"}}) +
+                                " --offload-optimizer nvme --nvme-path " + swap;
+  const RunResult nvme =
+      run_command(mpirun + "train " + nvme_args + " : -np 1 -x ZT_DEBUG_FAIL_AT=1:3 " + ZT_BINARY +
+                  " train " + nvme_args);
+  EXPECT_NE(nvme.output.find("error (rank 1 of 2): injected failure at step 3"), std::string::npos)
+      << nvme.output;
+  for (const auto& entry : fs::directory_iterator(swap))
+    EXPECT_EQ(entry.path().filename().string().find("zerotrain-rank00001-"), std::string::npos)
+        << "the failing rank's swap file was left: " << entry.path();
 }
 
 // The two other startup failures the fault audit saw hang or time out: rank 1 alone given

@@ -15,6 +15,7 @@
 
 #include "engine/offload/async_file_io.h"
 #include "util/error.h"
+#include "util/scratch_files.h"
 
 namespace zt {
 
@@ -51,6 +52,7 @@ class NvmeStateStore final : public OptimizerStateStore {
     }
     file_bytes_ = static_cast<uint64_t>(offset);
     memory_.on_alloc(MemCategory::kNvme, file_bytes_);
+    register_scratch_file(path_);  // removed by an abort that skips this destructor
     buffer_bytes_ = static_cast<size_t>(max_record);
     try {
       for (int b = 0; b < buffer_count; ++b) {
@@ -74,6 +76,7 @@ class NvmeStateStore final : public OptimizerStateStore {
   void release_file_and_counts() {
     ::close(fd_);
     ::unlink(path_.c_str());
+    unregister_scratch_file(path_);
     memory_.on_free(MemCategory::kHostOffload, buffer_bytes_ * buffers_.size());
     memory_.on_free(MemCategory::kNvme, file_bytes_);
   }
