@@ -270,12 +270,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
   // As train: a micro-batch's tokens fit 32-bit GEMM dimensions (and the table's int64 bytes).
-  int64_t micro_tokens = 0;
-  ZT_CHECK(!__builtin_mul_overflow(o.micro_batch, o.seq_len, &micro_tokens) &&
-               micro_tokens <= std::numeric_limits<int32_t>::max(),
-           std::string(kCommand) + ": --micro-batch " + std::to_string(o.micro_batch) +
-               " × --seq-len " + std::to_string(o.seq_len) +
-               " tokens per micro-batch is beyond 2^31 - 1");
+  check_micro_batch_tokens(o.micro_batch, o.seq_len, kCommand);
   check_seq_len(model, o.seq_len, o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir,
                 kCommand);
   const Precision precision = parse_precision(o.precision);
@@ -296,26 +291,26 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
 
   const PlannedScratch plan = planned_scratch(o, model, precision, storage);
-  nlohmann::json out = {
-      {"psi", psi},
-      {"model_config", model.to_hf_json()},
-      {"training_flops_per_token", model.training_flops_per_token(o.seq_len)},
-      {"trainable_psi", psi_trainable},
-      {"state_psi", psi_with_state},
-      {"frozen_tensors", trainable.frozen_names(layout)},
-      {"world", o.world},
-      {"requested_stage", o.zero.stage},
-      {"micro_batch", o.micro_batch},
-      {"seq_len", o.seq_len},
-      {"precision", o.precision},
-      {"activations", o.activations},
-      {"backend", backend_kind_name(o.backend_kind)},
-      {"backend_scratch", {{"bytes", plan.bytes(o.micro_batch)}, {"attention", plan.attention()}}},
-      {"activation_checkpointing", activation_checkpointing_name(ac)},
-      {"cpu_checkpointing", ac.on_host},
-      {"offload_optimizer", offload_device_name(offload.optimizer)},
-      {"offload_param", offload_device_name(offload.param)},
-      {"stages", nlohmann::json::array()}};
+  const int64_t scratch = plan.bytes(o.micro_batch);  // at the requested micro-batch
+  nlohmann::json out = {{"psi", psi},
+                        {"model_config", model.to_hf_json()},
+                        {"training_flops_per_token", model.training_flops_per_token(o.seq_len)},
+                        {"trainable_psi", psi_trainable},
+                        {"state_psi", psi_with_state},
+                        {"frozen_tensors", trainable.frozen_names(layout)},
+                        {"world", o.world},
+                        {"requested_stage", o.zero.stage},
+                        {"micro_batch", o.micro_batch},
+                        {"seq_len", o.seq_len},
+                        {"precision", o.precision},
+                        {"activations", o.activations},
+                        {"backend", backend_kind_name(o.backend_kind)},
+                        {"backend_scratch", {{"bytes", scratch}, {"attention", plan.attention()}}},
+                        {"activation_checkpointing", activation_checkpointing_name(ac)},
+                        {"cpu_checkpointing", ac.on_host},
+                        {"offload_optimizer", offload_device_name(offload.optimizer)},
+                        {"offload_param", offload_device_name(offload.param)},
+                        {"stages", nlohmann::json::array()}};
   char line[256];
   std::string table;
   std::snprintf(line, sizeof line, "%-7s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "stage",
@@ -354,7 +349,6 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
     const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
     // The CUDA backend's scratch at this micro-batch is the same for every candidate: what is
     // left of the device after it is what the candidates' categories must fit in.
-    const int64_t scratch = plan.bytes(o.micro_batch);
     const int64_t budget = std::max<int64_t>(0, device_bytes - scratch);
     const FitRecommendation rec =
         recommend_configuration(model, o.world, o.zero, precision, o.micro_batch, o.seq_len,
@@ -429,9 +423,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
               << ", outside the totals above"
               << (o.device_memory_gib > 0 || o.max_micro_batch ? " (the fit figures below count it)"
                                                                : "")
-              << ": " << gib(static_cast<double>(plan.bytes(o.micro_batch)))
-              << " GiB per rank (cuBLASLt workspace, " << plan.attention()
-              << " attention scratch, reductions"
+              << ": " << gib(static_cast<double>(scratch)) << " GiB per rank (cuBLASLt workspace, "
+              << plan.attention() << " attention scratch, reductions"
               << (plan.kernel == AttentionKernel::kFused ? ", cuDNN's workspace" : "") << ")\n";
   }
   if (offload.optimizer_offloaded()) {

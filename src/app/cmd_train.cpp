@@ -263,16 +263,16 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
   if (comm.rank() == 0 && !eval.is_null()) std::cerr << "eval: " << eval.dump() << "\n";
 }
 
-// ZT_DEBUG_FAIL_AT=R:S (tests): rank R throws a rank-local error as step S begins, as a device or
-// I/O failure of that rank alone would, while the other ranks go on into the step's collectives.
-void fail_if_debug_asks(int rank, int64_t step) {
+// ZT_DEBUG_FAIL_AT=R:S (tests): the step S at which rank R throws a rank-local error, as a device
+// or I/O failure of that rank alone would, while the other ranks go on into the step's
+// collectives; -1 for any other rank, or without the variable. Read once, before the loop.
+int64_t debug_failure_step(int rank) {
   const char* at = std::getenv("ZT_DEBUG_FAIL_AT");
-  if (!at || !*at) return;
   int fail_rank = -1;
   long long fail_step = -1;
-  if (std::sscanf(at, "%d:%lld", &fail_rank, &fail_step) == 2 && fail_rank == rank &&
-      fail_step == step)
-    throw Error("injected failure at step " + std::to_string(step) + " (ZT_DEBUG_FAIL_AT)");
+  if (!at || std::sscanf(at, "%d:%lld", &fail_rank, &fail_step) != 2 || fail_rank != rank)
+    return -1;
+  return fail_step;
 }
 
 int run_training(TrainOptions o) {
@@ -312,7 +312,8 @@ int run_training(TrainOptions o) {
   // Again with the scratch the backend holds outside the categories (the CUDA backend's GEMM,
   // attention and cuDNN workspaces), which each rank measures: agreed through run_collectively.
   const auto scratch = static_cast<size_t>(backend->scratch_bytes());
-  run_collectively(comm, [&] { check_device_memory_limit(o, estimate, world, scratch); });
+  if (device_memory_limit_bytes(o) > 0)  // the same options on every rank: no collective else
+    run_collectively(comm, [&] { check_device_memory_limit(o, estimate, world, scratch); });
   MemoryTracker memory(backend->device_memory());
   memory.set_device_limit(device_memory_limit_bytes(o), scratch);
   // The engine outlives the loop's lambda, like the device: a rank-local error is reported
@@ -366,10 +367,12 @@ int run_training(TrainOptions o) {
                           checkpointing.resumed_metrics_line(), start.tokens_seen,
                           config.training_flops_per_token(o.seq_len), backend->name()});
     Progress progress(is_root, o.steps, o.log_every);
+    const int64_t injected_failure_step = debug_failure_step(rank);
 
     for (int64_t step = start.step + 1; step <= o.steps; ++step) {
       checkpointing.before_step(step);
-      fail_if_debug_asks(rank, step);
+      if (step == injected_failure_step)
+        throw Error("injected failure at step " + std::to_string(step) + " (ZT_DEBUG_FAIL_AT)");
       recorder.begin_step(step);
       sampler.next_step();
       recorder.data_ready();

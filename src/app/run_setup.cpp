@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -29,6 +30,15 @@ void check_count(int64_t value, int64_t minimum, const std::string& option,
   ZT_CHECK(value >= minimum && value < kMaxCount,
            command + ": --" + option + " must be at least " + std::to_string(minimum) +
                " and below " + std::to_string(kMaxCount) + ", got " + std::to_string(value));
+}
+
+int64_t check_micro_batch_tokens(int64_t micro_batch, int64_t seq_len, const std::string& command) {
+  int64_t tokens = 0;
+  ZT_CHECK(!__builtin_mul_overflow(micro_batch, seq_len, &tokens) &&
+               tokens <= std::numeric_limits<int32_t>::max(),
+           command + ": --micro-batch " + std::to_string(micro_batch) + " × --seq-len " +
+               std::to_string(seq_len) + " tokens per micro-batch is beyond 2^31 - 1");
+  return tokens;
 }
 
 uint64_t shard_limit_bytes(double mib, const std::string& option, const std::string& command) {

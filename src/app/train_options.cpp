@@ -302,12 +302,8 @@ void validate(const TrainOptions& o) {
 void check_run_size(const TrainOptions& o, int world) {
   // Activation buffers hold micro-batch × seq-len tokens with 32-bit GEMM dimensions, and the
   // token counters (tokens_seen, the data cursor) are int64 sums over the whole run.
-  int64_t micro_tokens = 0, step_tokens = 0, run_tokens = 0;
-  ZT_CHECK(!__builtin_mul_overflow(o.micro_batch, o.seq_len, &micro_tokens) &&
-               micro_tokens <= std::numeric_limits<int32_t>::max(),
-           std::string(kCommand) + ": --micro-batch " + std::to_string(o.micro_batch) +
-               " × --seq-len " + std::to_string(o.seq_len) +
-               " tokens per micro-batch is beyond 2^31 - 1");
+  const int64_t micro_tokens = check_micro_batch_tokens(o.micro_batch, o.seq_len, kCommand);
+  int64_t step_tokens = 0, run_tokens = 0;
   const bool fits = !__builtin_mul_overflow(micro_tokens, o.grad_accum, &step_tokens) &&
                     !__builtin_mul_overflow(step_tokens, int64_t{world}, &step_tokens) &&
                     !__builtin_mul_overflow(step_tokens, o.steps, &run_tokens) &&

@@ -78,10 +78,8 @@ void RunDirectoryLock::discard_what_was_created() {
 
 RunDirectoryLock::~RunDirectoryLock() {
   if (fd_ < 0) return;
-  std::error_code ec;
-  if (!keep_ && created_file_) fs::remove(path_, ec);  // still ours: we hold the lock
-  ::close(fd_);                                        // closing releases the lock
-  if (!keep_ && created_dir_ && fs::is_empty(dir_, ec)) fs::remove(dir_, ec);
+  if (!keep_) discard_what_was_created();  // while still holding the lock: the file is ours
+  ::close(fd_);                            // closing releases the lock
 }
 
 bool run_directory_is_empty(const std::string& dir) {
