@@ -22,7 +22,7 @@ int cmd_import(int argc, char** argv) {
                          "Import a Hugging Face checkpoint (config.json + safetensors) as a "
                          "zerotrain model directory (bf16 HDF5 shards).",
                          "zerotrain import HF_DIR --out MODEL_DIR [--shard-size-mb N] "
-                         "[--overwrite]"};
+                         "[--overwrite] [--strict-config]"};
   po::options_description options("import options");
   options.add_options()("hf-dir", po::value<std::string>(),
                         "Hugging Face directory: config.json and model.safetensors or "
@@ -30,7 +30,9 @@ int cmd_import(int argc, char** argv) {
       "out", po::value<std::string>(), "output model directory")(
       "shard-size-mb", po::value<int64_t>()->default_value(2048),
       "largest shard file size in MiB (shards split at tensor boundaries)")(
-      "overwrite", po::bool_switch(), "replace an existing non-empty output directory");
+      "overwrite", po::bool_switch(), "replace an existing non-empty output directory")(
+      "strict-config", po::bool_switch(),
+      "refuse config.json keys zerotrain does not know (default: accept them with a warning)");
   po::positional_options_description positional;
   positional.add("hf-dir", 1);
   po::variables_map vm;
@@ -40,9 +42,10 @@ int cmd_import(int argc, char** argv) {
   const int64_t shard_mb = vm["shard-size-mb"].as<int64_t>();
   check_count(shard_mb, 1, "shard-size-mb", spec.name);
   const auto start = std::chrono::steady_clock::now();
-  const HfImportResult r =
-      import_hf_model(vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>(),
-                      static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>());
+  const HfImportResult r = import_hf_model(
+      vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>(),
+      static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>(),
+      vm["strict-config"].as<bool>() ? UnknownConfigKeys::kRefuse : UnknownConfigKeys::kAccept);
   const std::string out = vm["out"].as<std::string>();
   std::vector<std::string> tokenizer;
   try {
@@ -54,6 +57,7 @@ int cmd_import(int argc, char** argv) {
             {"hf_dir", std::filesystem::absolute(vm["hf-dir"].as<std::string>()).string()},
             {"source_files", r.source_files},
             {"ignored_config_keys", r.ignored_keys},
+            {"unknown_config_keys", r.unknown_keys},
             {"ignored_tensors", r.ignored_tensors},
             {"rounded_tensors", r.rounded_tensors},
             {"tokenizer_files", tokenizer}}
@@ -84,6 +88,12 @@ int cmd_import(int argc, char** argv) {
   if (!r.ignored_keys.empty())
     std::cout << "  config.json keys that do not change the model, ignored: "
               << list(r.ignored_keys) << "\n";
+  for (const std::string& key : r.unknown_keys)
+    std::cerr << "zerotrain import: warning: config.json key '" << key
+              << "' is not one zerotrain reads or knows; accepted as not changing the model "
+                 "(transformers' modelling code does not read it either; --strict-config refuses "
+                 "it), recorded in "
+              << kImportRecordFile << "\n";
   if (!r.ignored_tensors.empty())
     std::cout << "  stored tensors that are not parameters of the model, ignored: "
               << list(r.ignored_tensors) << "\n";

@@ -64,14 +64,16 @@ bool is_hf_checkpoint_dir(const std::string& dir) {
 }
 
 HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out_dir,
-                               uint64_t shard_limit_bytes, bool overwrite) {
+                               uint64_t shard_limit_bytes, bool overwrite,
+                               UnknownConfigKeys unknown) {
   std::error_code ec;
   ZT_CHECK(fs::is_directory(hf_dir, ec), "import: '" + hf_dir + "' is not a directory");
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
   const nlohmann::json config_json = read_json_file(config_path);
   HfImportResult result;
-  result.config = ModelConfig::from_hf_json(config_json, config_path);
+  result.config = ModelConfig::from_hf_json(config_json, config_path, unknown);
   result.ignored_keys = hf_config_ignored_keys(config_json);
+  result.unknown_keys = hf_config_unknown_keys(config_json);
   const ParamLayout layout(result.config);
 
   // Where each tensor is, every file's header read and checked once.

@@ -1,7 +1,8 @@
 // zerotrain import: a Hugging Face checkpoint directory (config.json + model.safetensors, or
 // shards listed by model.safetensors.index.json; BF16, F16 or F32 tensors) into a zerotrain model
 // directory (io/model_dir.h: bf16 HDF5 shards). The config goes through ModelConfig::from_hf_json,
-// which refuses every key that would change the model away from what zerotrain computes.
+// which refuses every key that would change the model away from what zerotrain computes
+// (and, with UnknownConfigKeys::kRefuse, every key it does not know).
 // Everything is checked before a byte is written: each tensor of the layout present once, with
 // the layout's shape and a readable dtype, and no tensor left over. The tensors then stream one
 // bounded chunk at a time (write_model_dir_streaming), so a 7B/8B checkpoint needs no more memory
@@ -24,6 +25,7 @@ struct HfImportResult {
   ModelConfig config;
   std::vector<std::string> source_files;  // safetensors files read
   std::vector<std::string> ignored_keys;  // config.json keys read past (hf_config_ignored_keys)
+  std::vector<std::string> unknown_keys;  // ... and those it does not know (hf_config_unknown_keys)
   // Stored tensors that are not parameters: buffers (inv_freq), a tied model's lm_head copy.
   std::vector<std::string> ignored_tensors;
   uint64_t bytes_written = 0;
@@ -34,6 +36,7 @@ struct HfImportResult {
 bool is_hf_checkpoint_dir(const std::string& dir);
 
 HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out_dir,
-                               uint64_t shard_limit_bytes, bool overwrite);
+                               uint64_t shard_limit_bytes, bool overwrite,
+                               UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);
 
 }  // namespace zt

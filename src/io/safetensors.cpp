@@ -357,7 +357,8 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
     }
     if (num_shards > 1)
       write_weight_index_file(tmp + "/" + kSafetensorsIndexFile, weight_map, result.bytes);
-    write_model_config_file(tmp, model.config());
+    write_text_file(tmp + "/" + kModelConfigFile,
+                    model.config().to_transformers_json().dump(2) + "\n");
     fsync_path(tmp);
     move_into_place(tmp, result.dir, overwrite);
   } catch (...) {

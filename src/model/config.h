@@ -10,6 +10,10 @@
 
 namespace zt {
 
+// What ModelConfig::from_hf_json does with a config.json key it neither reads nor knows to be
+// inert.
+enum class UnknownConfigKeys { kAccept, kRefuse };
+
 struct ModelConfig {
   int64_t hidden_size = 0;        // d_model
   int64_t intermediate_size = 0;  // SwiGLU hidden width
@@ -54,22 +58,33 @@ struct ModelConfig {
   void validate() const;
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
-  // Qwen3ForCausalLM; torch_dtype bfloat16).
+  // Qwen3ForCausalLM; torch_dtype bfloat16): the model directory's config.json, and the object a
+  // checkpoint manifest compares and fingerprints.
   nlohmann::json to_hf_json() const;
-  // Parses an HF config.json object; `source` names the file in error messages. A key that
-  // would change the mathematics away from what zerotrain implements (a rope_scaling other than
-  // linear or llama3, MLP biases, hidden_act other than silu, a sliding window shorter than
-  // the sequence, a model_type other than llama, mistral, qwen2 and qwen3) is refused naming it,
-  // and so is any key it does not know.
-  static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source);
-  static ModelConfig from_hf_file(const std::string& path);
+  // The config.json of an export for transformers: to_hf_json() with rope_scaling's older "type"
+  // beside "rope_type", which transformers before 4.43 reads.
+  nlohmann::json to_transformers_json() const;
+  // Parses an HF config.json object (transformers 4.x or 5.x: rope_theta and rope_scaling, or
+  // rope_parameters); `source` names the file in error messages. A key that would change the
+  // mathematics away from what zerotrain implements (a rope type other than default, linear or
+  // llama3, MLP biases, hidden_act other than silu, a sliding window shorter than the sequence,
+  // quantized weights, a model_type other than llama, mistral, qwen2 and qwen3) is refused naming
+  // it. A key it neither reads nor knows to be inert (hf_config_unknown_keys) is accepted, or
+  // refused with UnknownConfigKeys::kRefuse (import --strict-config).
+  static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source,
+                                  UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);
+  static ModelConfig from_hf_file(const std::string& path,
+                                  UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);
 
   bool operator==(const ModelConfig&) const = default;
 };
 
-// The keys of an HF config.json object that ModelConfig::from_hf_json reads past because they do
-// not change the model (ids, dtype, versions, initialisation), for a run's record.
+// The keys of an HF config.json object that ModelConfig::from_hf_json reads past because they are
+// known not to change the model (ids, dtype, versions, initialisation), for a run's record.
 std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j);
+// The keys it neither reads nor knows: transformers' modelling code does not read them either
+// (it reads only the attributes it defines), so they are accepted with a warning by default.
+std::vector<std::string> hf_config_unknown_keys(const nlohmann::json& j);
 
 // Presets (the README lists their shapes): tiny, small, 125m, 1b, 6b, 7b.
 ModelConfig preset_config(const std::string& name);

@@ -80,6 +80,57 @@ TEST(HfConfig, BadRopeScalingIsRefusedNamingTheKey) {
   }
 }
 
+// transformers 5.x writes rope_theta and the scaling into one rope_parameters object, and
+// "rope_type": "default" for no scaling; both spellings give the same model, and a config that
+// holds both must say the same in each.
+TEST(HfConfig, RopeParametersOfTransformers5AreRead) {
+  nlohmann::json v4 = preset_config("tiny").to_hf_json();
+  v4["rope_theta"] = 500000.0;
+  v4["rope_scaling"] = llama3_scaling();
+  nlohmann::json v5 = v4;
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = llama3_scaling();
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  EXPECT_EQ(ModelConfig::from_hf_json(v5, "v5.json"), ModelConfig::from_hf_json(v4, "v4.json"));
+  nlohmann::json plain = preset_config("tiny").to_hf_json();
+  plain.erase("rope_theta");
+  plain["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  const ModelConfig c = ModelConfig::from_hf_json(plain, "p.json");
+  EXPECT_EQ(c.rope_theta, 250000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kNone);
+  EXPECT_EQ(with_key("rope_scaling", {{"rope_type", "default"}}).rope_scaling.type,
+            RopeScaling::kNone);
+  nlohmann::json disagree = v5;
+  disagree["rope_theta"] = 10000.0;
+  EXPECT_NE(
+      error_of([&] { ModelConfig::from_hf_json(disagree, "d.json"); }).find("'rope_parameters'"),
+      std::string::npos);
+  nlohmann::json partial = plain;
+  partial["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_hf_json(partial, "q.json");
+            }).find("'partial_rotary_factor'"),
+            std::string::npos);
+  nlohmann::json no_theta = plain;
+  no_theta["rope_parameters"].erase("rope_theta");
+  EXPECT_NE(error_of([&] { ModelConfig::from_hf_json(no_theta, "n.json"); }).find("'rope_theta'"),
+            std::string::npos);
+}
+
+// An export's config.json carries rope_scaling's older "type" beside "rope_type" (transformers
+// before 4.43 reads only "type"); the model directory's config (which checkpoint manifests
+// compare) does not change.
+TEST(HfConfig, ExportConfigWritesTheLegacyRopeType) {
+  const ModelConfig c = with_key("rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}});
+  const nlohmann::json exported = c.to_transformers_json();
+  EXPECT_EQ(exported.at("rope_scaling").at("type"), "linear");
+  EXPECT_EQ(exported.at("rope_scaling").at("rope_type"), "linear");
+  EXPECT_FALSE(c.to_hf_json().at("rope_scaling").contains("type"));
+  EXPECT_EQ(ModelConfig::from_hf_json(exported, "again"), c);
+  EXPECT_FALSE(preset_config("tiny").to_transformers_json().contains("rope_scaling"));
+}
+
 // The scaled frequencies keep the structure of transformers' llama3 rule: the high-frequency band
 // untouched, the low-frequency band divided by the factor (both bitwise), the band between
 // strictly between the two; linear divides every frequency.

@@ -7,9 +7,12 @@
 //     tensor, a shape or dtype mismatch, a tensor the model lacks, a non-finite value, a truncated
 //     file, a value beyond bf16's range, an index that disagrees with its shard or points outside
 //     the directory, and config keys that would change the model (rope_scaling, biases, another
-//     model_type, tied embeddings, Mistral without an explicit null window, an unknown key).
+//     model_type, tied embeddings, Mistral without an explicit null window, quantized weights); an
+//     unknown key is accepted and reported, and refused under UnknownConfigKeys::kRefuse
+//     (--strict-config).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -281,7 +284,9 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
       {"layer_types", {"full_attention", "sliding_attention"}},
       {"use_mrope", true},
       {"attention_dropout", 0.1},
-      {"some_new_key", 1},
+      {"rope_interleaved", true},
+      {"partial_rotary_factor", 0.5},
+      {"quantization_config", {{"quant_method", "gptq"}, {"bits", 4}}},
   };
   for (const auto& [key, value] : cases) {
     SCOPED_TRACE(key);
@@ -326,6 +331,35 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
   config["architectures"] = {"MistralForCausalLM"};
   write_hf_dir(tmp / "hf_ok", tensors, config);
   EXPECT_NO_THROW(import_hf_model(tmp / "hf_ok", tmp / "m_ok", uint64_t{1} << 30, false));
+}
+
+// Real configs carry keys no modelling code reads (SmolLM2's is_llama_config, an exporter's
+// _model_name_or_path): known inert ones are listed, unknown ones accepted and reported, and
+// refused by name under --strict-config, leaving no output.
+TEST(HfImport, UnknownConfigKeysAreAcceptedAndReportedOrRefusedWhenStrict) {
+  TempDir tmp;
+  nlohmann::json config = preset_config("tiny").to_hf_json();
+  config["unk_token_id"] = 0;
+  config["dtype"] = "bfloat16";
+  config["is_llama_config"] = true;
+  config["rope_interleaved"] = false;
+  config["transformers.js_config"] = {{"kv_cache_dtype", {{"q4f16", "float16"}}}};
+  config["_model_name_or_path"] = "exporter";
+  config["hidden_act"] = "swish";  // transformers' alias of silu
+  write_hf_dir(tmp / "hf", tiny_tensors(), config);
+  const HfImportResult r = import_hf_model(tmp / "hf", tmp / "m", uint64_t{1} << 30, false);
+  EXPECT_EQ(r.unknown_keys, std::vector<std::string>{"_model_name_or_path"});
+  for (const char* key :
+       {"unk_token_id", "dtype", "is_llama_config", "rope_interleaved", "transformers.js_config"})
+    EXPECT_NE(std::find(r.ignored_keys.begin(), r.ignored_keys.end(), key), r.ignored_keys.end())
+        << key;
+  const std::string e = error_of([&] {
+    import_hf_model(tmp / "hf", tmp / "m_strict", uint64_t{1} << 30, false,
+                    UnknownConfigKeys::kRefuse);
+  });
+  EXPECT_NE(e.find("unknown key '_model_name_or_path'"), std::string::npos) << e;
+  EXPECT_NE(e.find(tmp / "hf/config.json"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(tmp / "m_strict"));
 }
 
 }  // namespace

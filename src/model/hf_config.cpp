@@ -1,0 +1,451 @@
+// Reading and writing Hugging Face's config.json (model/config.h): which keys change the model and
+// are read, which are refused at any other value than the one zerotrain computes, which are known
+// not to change the model, and what an unknown key gets (README, "Fine-tuning": the key policy).
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <type_traits>
+
+#include "model/config.h"
+#include "util/error.h"
+#include "util/json_text.h"
+
+namespace zt {
+
+namespace {
+
+template <typename T>
+T required(const nlohmann::json& j, const char* key, const std::string& source) {
+  if (!j.contains(key)) fail(source + ": missing required key '" + key + "'");
+  // A count must be an integer: 64.5 is refused, not truncated to 64.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    ZT_CHECK(j.at(key).is_number_integer(),
+             source + ": key '" + key + "' must be an integer, got " + j.at(key).dump(-1));
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail(source + ": key '" + key + "' has the wrong type");
+  }
+}
+
+bool listed(const std::vector<std::string>& keys, const std::string& key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// Keys known not to change the model: ids, dtypes, versions, initialisation and generation
+// settings, attributes every transformers config carries, and the extras published configs add
+// (SmolLM2's is_llama_config and transformers.js_config, nanotron's rope_interleaved once it is
+// checked false). transformers' Llama, Mistral and Qwen modelling code reads none of them.
+const std::vector<std::string>& inert_hf_keys() {
+  static const std::vector<std::string> keys = {"_name_or_path",
+                                                "architectures",
+                                                "bos_token_id",
+                                                "eos_token_id",
+                                                "pad_token_id",
+                                                "unk_token_id",
+                                                "sep_token_id",
+                                                "decoder_start_token_id",
+                                                "torch_dtype",
+                                                "dtype",
+                                                "transformers_version",
+                                                "use_cache",
+                                                "initializer_range",
+                                                "pretraining_tp",
+                                                "tokenizer_class",
+                                                "output_attentions",
+                                                "output_hidden_states",
+                                                "return_dict",
+                                                "model_type",
+                                                "max_window_layers",
+                                                "is_llama_config",
+                                                "rope_interleaved",
+                                                "transformers.js_config",
+                                                "_attn_implementation_autoset",
+                                                "id2label",
+                                                "label2id",
+                                                "problem_type",
+                                                "task_specific_params",
+                                                "finetuning_task",
+                                                "torchscript",
+                                                "use_bfloat16",
+                                                "is_decoder",
+                                                "is_encoder_decoder",
+                                                "add_cross_attention",
+                                                "tie_encoder_decoder",
+                                                "chunk_size_feed_forward",
+                                                "prefix",
+                                                "tf_legacy_loss",
+                                                "max_length",
+                                                "min_length",
+                                                "do_sample",
+                                                "early_stopping",
+                                                "num_beams",
+                                                "temperature",
+                                                "top_k",
+                                                "top_p",
+                                                "repetition_penalty",
+                                                "length_penalty",
+                                                "no_repeat_ngram_size",
+                                                "num_return_sequences",
+                                                "bad_words_ids"};
+  return keys;
+}
+
+// Keys read, or checked to hold the one value zerotrain computes.
+const std::vector<std::string>& read_hf_keys() {
+  static const std::vector<std::string> keys = {"hidden_size",
+                                                "intermediate_size",
+                                                "num_hidden_layers",
+                                                "num_attention_heads",
+                                                "num_key_value_heads",
+                                                "vocab_size",
+                                                "max_position_embeddings",
+                                                "rms_norm_eps",
+                                                "rope_theta",
+                                                "rope_scaling",
+                                                "rope_parameters",
+                                                "partial_rotary_factor",
+                                                "tie_word_embeddings",
+                                                "hidden_act",
+                                                "attention_bias",
+                                                "mlp_bias",
+                                                "sliding_window",
+                                                "use_sliding_window",
+                                                "attention_dropout",
+                                                "head_dim",
+                                                "layer_types",
+                                                "use_mrope",
+                                                "quantization_config"};
+  return keys;
+}
+
+// The architectures zerotrain implements, by config.json model_type, and the class transformers
+// loads each as.
+const std::map<std::string, std::string>& hf_architectures() {
+  static const std::map<std::string, std::string> table = {{"llama", "LlamaForCausalLM"},
+                                                           {"mistral", "MistralForCausalLM"},
+                                                           {"qwen2", "Qwen2ForCausalLM"},
+                                                           {"qwen3", "Qwen3ForCausalLM"}};
+  return table;
+}
+
+bool is_qwen(const std::string& type) {
+  return type == "qwen2" || type == "qwen3";
+}
+
+// config.json's model_type ("llama" when absent), or "" when it is not one zerotrain implements.
+std::string model_type_of(const nlohmann::json& j) {
+  if (!j.contains("model_type")) return "llama";
+  const auto& type = j.at("model_type");
+  return type.is_string() && hf_architectures().count(type.get<std::string>())
+             ? type.get<std::string>()
+             : "";
+}
+
+// Keys that transformers reads but that do not change a family's model: Qwen's sliding window
+// settings while use_sliding_window is false (refused otherwise), and Qwen2's attention_bias
+// (its q/k/v projections have biases and its o projection none, whatever the key says).
+std::vector<std::string> family_ignored_keys(const std::string& type) {
+  if (type == "qwen2") return {"sliding_window", "attention_bias"};
+  if (type == "qwen3") return {"sliding_window"};
+  return {};
+}
+
+// Keys zerotrain implements only at one value (the model it computes): anything else is refused,
+// naming the key, instead of training a different model than the checkpoint's.
+void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
+                         const std::string& type) {
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    fail(source + ": '" + key + "': " + quoted_json(j.at(key)) + " " + why);
+  };
+  if (j.contains("architectures")) {
+    const auto& archs = j.at("architectures");
+    bool ok = archs.is_array();
+    for (const auto& a : archs.is_array() ? archs : nlohmann::json::array())
+      ok = ok && a == hf_architectures().at(type);
+    if (!ok)
+      refuse("architectures", "names another model than model_type \"" + type + "\" (" +
+                                  hf_architectures().at(type) + ")");
+  }
+  auto must_be = [&](const char* key, const nlohmann::json& value, const std::string& why) {
+    if (j.contains(key) && j.at(key) != value) refuse(key, why);
+  };
+  // transformers' activation table maps "swish" to the same SiLU as "silu".
+  if (j.contains("hidden_act") && j.at("hidden_act") != "swish")
+    must_be("hidden_act", "silu", "is not implemented (zerotrain's MLP is SwiGLU with silu)");
+  must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
+  if (type == "mistral")
+    must_be("attention_bias", false, "is not applied by transformers' Mistral (no biases)");
+  must_be("use_mrope", false, "is not implemented (multimodal rotary positions of Qwen2-VL)");
+  must_be("use_sliding_window", false,
+          "is not implemented (Qwen's sliding window; Mistral's is read from sliding_window)");
+  must_be("rope_interleaved", false,
+          "says the checkpoint pairs RoPE's elements another way than transformers' rotate-half, "
+          "which zerotrain computes");
+  must_be("partial_rotary_factor", 1.0,
+          "is not implemented (RoPE rotates every element of a head)");
+  if (j.contains("quantization_config"))
+    refuse("quantization_config",
+           "says the weights are quantized; zerotrain imports BF16, F16 or F32 safetensors (or a "
+           "GGUF file)");
+  if (j.contains("attention_dropout") &&
+      !(j.at("attention_dropout").is_number() && j.at("attention_dropout").get<double>() == 0.0))
+    refuse("attention_dropout", "is not implemented (no dropout)");
+  if (j.contains("layer_types")) {
+    bool full = j.at("layer_types").is_array();
+    for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
+      full = full && t == "full_attention";
+    if (!full) refuse("layer_types", "is not implemented (every layer is \"full_attention\")");
+  }
+}
+
+// One rope object: {"rope_type" (or the older "type"): "default" | "linear" | "llama3", its
+// parameters}, as config.json's rope_scaling (transformers 4.x) or rope_parameters (5.x, which
+// also holds rope_theta: `extra_keys`). "default" is no scaling. Other types and keys are refused.
+RopeScalingParams rope_scaling_from_object(const nlohmann::json& r, const std::string& where,
+                                           const std::vector<std::string>& extra_keys) {
+  RopeScalingParams p;
+  ZT_CHECK(r.is_object(), where + " must be null or an object, got " + quoted_json(r));
+  // transformers writes "rope_type" and keeps an older "type" beside it: they must agree.
+  ZT_CHECK(r.contains("rope_type") || r.contains("type"), where + " has no 'rope_type'");
+  const std::string type =
+      required<std::string>(r, r.contains("rope_type") ? "rope_type" : "type", where);
+  ZT_CHECK(!r.contains("type") || !r.contains("rope_type") || r.at("type") == r.at("rope_type"),
+           where + ": 'type' " + quoted_json(r.at("type")) + " and 'rope_type' " +
+               quoted_json(r.at("rope_type")) + " differ");
+  std::vector<std::string> keys = {"rope_type", "type"};
+  keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
+  if (type == "default") {
+    p.type = RopeScaling::kNone;
+  } else if (type == "linear") {
+    p.type = RopeScaling::kLinear;
+  } else if (type == "llama3") {
+    p.type = RopeScaling::kLlama3;
+    keys.insert(keys.end(),
+                {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+    p.low_freq_factor = required<double>(r, "low_freq_factor", where);
+    p.high_freq_factor = required<double>(r, "high_freq_factor", where);
+    p.original_max_positions = required<int64_t>(r, "original_max_position_embeddings", where);
+  } else {
+    fail(where + ": rope_type '" + type +
+         "' is not implemented (default, linear and llama3 are; dynamic, yarn and longrope "
+         "change the angles in other ways)");
+  }
+  if (p.type != RopeScaling::kNone) {
+    keys.push_back("factor");
+    p.factor = required<double>(r, "factor", where);
+  }
+  for (const auto& [key, value] : r.items())
+    if (!listed(keys, key))
+      fail(where + ": unknown key '" + key + "' for rope_type '" + type + "'");
+  return p;
+}
+
+// rope_theta and the scaling: from rope_parameters (transformers 5.x) or from rope_theta and
+// rope_scaling (4.x). A config holding both spellings must say the same in each.
+void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  const bool legacy_scaling = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
+  if (legacy_scaling)
+    c.rope_scaling =
+        rope_scaling_from_object(j.at("rope_scaling"), source + ": 'rope_scaling'", {});
+  c.rope_theta = j.contains("rope_theta") ? required<double>(j, "rope_theta", source) : 10000.0;
+  if (!j.contains("rope_parameters") || j.at("rope_parameters").is_null()) return;
+  const std::string where = source + ": 'rope_parameters'";
+  const nlohmann::json& r = j.at("rope_parameters");
+  const RopeScalingParams scaling =
+      rope_scaling_from_object(r, where, {"rope_theta", "partial_rotary_factor"});
+  const double theta = required<double>(r, "rope_theta", where);
+  if (r.contains("partial_rotary_factor") && r.at("partial_rotary_factor") != 1.0)
+    fail(where + ": 'partial_rotary_factor' " + quoted_json(r.at("partial_rotary_factor")) +
+         " is not implemented (RoPE rotates every element of a head)");
+  ZT_CHECK(!j.contains("rope_theta") || theta == c.rope_theta,
+           where + ": rope_theta " + quoted_json(r.at("rope_theta")) +
+               " differs from the top-level 'rope_theta' " + quoted_json(j.at("rope_theta")));
+  ZT_CHECK(!legacy_scaling || scaling == c.rope_scaling,
+           where + " and 'rope_scaling' describe different scalings");
+  c.rope_theta = theta;
+  c.rope_scaling = scaling;
+}
+
+nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
+  switch (p.type) {
+    case RopeScaling::kNone:
+      return nullptr;
+    case RopeScaling::kLinear:
+      return {{"rope_type", "linear"}, {"factor", p.factor}};
+    case RopeScaling::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", p.factor},
+              {"low_freq_factor", p.low_freq_factor},
+              {"high_freq_factor", p.high_freq_factor},
+              {"original_max_position_embeddings", p.original_max_positions}};
+  }
+  return nullptr;
+}
+
+// config.json "sliding_window": null (or absent outside Mistral) is none; Mistral's config
+// defaults an absent key to 4096, as transformers' MistralConfig does.
+// transformers' Llama ignores the key, so a window is refused outside Mistral; Mistral's rotary
+// embedding (4.46) has no scaling, so a scaling is refused there.
+int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& source,
+                                 const std::string& type, const RopeScalingParams& scaling) {
+  if (is_qwen(type)) return 0;  // use_sliding_window is false (check_fixed_hf_keys)
+  const bool mistral = type == "mistral";
+  if (mistral && scaling.type != RopeScaling::kNone)
+    fail(source +
+         ": 'rope_scaling' is not applied by transformers' Mistral; refused rather than "
+         "computing another model than transformers does");
+  if (!j.contains("sliding_window")) return mistral ? 4096 : 0;
+  if (j.at("sliding_window").is_null()) return 0;
+  ZT_CHECK(mistral, source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +
+                        " outside a Mistral config (model_type \"mistral\") is not implemented");
+  const auto w = required<int64_t>(j, "sliding_window", source);
+  ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
+  return w;
+}
+
+// The attention's shape by family: head_dim (Qwen3's default 128, else hidden_size /
+// num_attention_heads), the projections' biases (Qwen2: q/k/v always; Llama and Qwen3:
+// attention_bias, all four) and Qwen3's q/k norms. A head_dim equal to the quotient is kept
+// implicit, so a config written with and without it is one model.
+void read_attention_shape(const nlohmann::json& j, const std::string& source,
+                          const std::string& type, ModelConfig& c) {
+  const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
+  int64_t head_dim = has_head_dim ? required<int64_t>(j, "head_dim", source) : 0;
+  if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
+  ZT_CHECK(!has_head_dim || head_dim > 0,
+           source + ": 'head_dim' must be positive, got " + std::to_string(head_dim));
+  if (type == "qwen2" && has_head_dim && head_dim * c.num_heads != c.hidden_size)
+    fail(source + ": 'head_dim': " + std::to_string(head_dim) +
+         " differs from hidden_size / num_attention_heads = " +
+         std::to_string(c.num_heads > 0 ? c.hidden_size / c.num_heads : 0) +
+         ", which transformers' Qwen2 uses up to 4.46 (later releases read head_dim); refused "
+         "rather than computing another model than some release");
+  const bool quotient = c.num_heads > 0 && head_dim * c.num_heads == c.hidden_size;
+  c.explicit_head_dim = quotient ? 0 : head_dim;
+  // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
+  const bool attention_bias = (type == "llama" || type == "qwen3") &&
+                              j.contains("attention_bias") &&
+                              required<bool>(j, "attention_bias", source);
+  c.qkv_bias = type == "qwen2" || attention_bias;
+  c.o_bias = type != "qwen2" && attention_bias;
+  c.qk_norm = type == "qwen3";
+}
+
+bool is_inert_key(const std::string& key, const std::string& type) {
+  return listed(inert_hf_keys(), key) || listed(family_ignored_keys(type), key);
+}
+
+}  // namespace
+
+std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  if (!j.is_object()) return out;
+  const std::string type = model_type_of(j);
+  for (const auto& [key, value] : j.items())
+    if (is_inert_key(key, type)) out.push_back(key);
+  return out;
+}
+
+std::vector<std::string> hf_config_unknown_keys(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  if (!j.is_object()) return out;
+  const std::string type = model_type_of(j);
+  for (const auto& [key, value] : j.items())
+    if (!listed(read_hf_keys(), key) && !is_inert_key(key, type)) out.push_back(key);
+  return out;
+}
+
+nlohmann::json ModelConfig::to_hf_json() const {
+  const std::string type = model_type();
+  nlohmann::json j{{"architectures", {hf_architectures().at(type)}},
+                   {"model_type", type},
+                   {"hidden_size", hidden_size},
+                   {"intermediate_size", intermediate_size},
+                   {"num_hidden_layers", num_layers},
+                   {"num_attention_heads", num_heads},
+                   {"num_key_value_heads", num_kv_heads},
+                   {"vocab_size", vocab_size},
+                   {"max_position_embeddings", max_position_embeddings},
+                   {"rms_norm_eps", rms_norm_eps},
+                   {"rope_theta", rope_theta},
+                   {"tie_word_embeddings", tie_word_embeddings},
+                   {"hidden_act", "silu"},
+                   {"torch_dtype", "bfloat16"}};
+  // Written only when set: the manifest's model fingerprint hashes this object, and checkpoints
+  // written before rope_scaling (or head_dim) existed must keep matching it.
+  if (rope_scaling.type != RopeScaling::kNone)
+    j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
+  if (explicit_head_dim > 0 || type == "qwen3") j["head_dim"] = head_dim();
+  if (type == "mistral") {
+    j["sliding_window"] = sliding_window;
+  } else if (type == "llama") {
+    j["attention_bias"] = qkv_bias;
+    j["mlp_bias"] = false;
+  } else {
+    j["use_sliding_window"] = false;
+    if (type == "qwen3") j["attention_bias"] = qkv_bias;
+  }
+  return j;
+}
+
+nlohmann::json ModelConfig::to_transformers_json() const {
+  nlohmann::json j = to_hf_json();
+  // transformers before 4.43 reads the scaling's type from "type" only; later releases take
+  // both when they agree.
+  if (j.contains("rope_scaling")) j["rope_scaling"]["type"] = j["rope_scaling"]["rope_type"];
+  return j;
+}
+
+ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string& source,
+                                      UnknownConfigKeys unknown) {
+  ZT_CHECK(j.is_object(), source + ": expected a JSON object");
+  const std::string type = model_type_of(j);
+  if (type.empty())
+    fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
+         " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3)");
+  ModelConfig c;
+  c.hidden_size = required<int64_t>(j, "hidden_size", source);
+  c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
+  c.num_layers = required<int64_t>(j, "num_hidden_layers", source);
+  c.num_heads = required<int64_t>(j, "num_attention_heads", source);
+  c.num_kv_heads = j.contains("num_key_value_heads") && !j.at("num_key_value_heads").is_null()
+                       ? required<int64_t>(j, "num_key_value_heads", source)
+                       : c.num_heads;
+  c.vocab_size = required<int64_t>(j, "vocab_size", source);
+  c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
+  c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
+  read_rope(j, source, c);
+  c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
+  c.tie_word_embeddings =
+      j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
+  read_attention_shape(j, source, type, c);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail(source + ": " + e.what());
+  }
+  check_fixed_hf_keys(j, source, type);
+  if (unknown == UnknownConfigKeys::kRefuse) {
+    const std::vector<std::string> keys = hf_config_unknown_keys(j);
+    if (!keys.empty())
+      fail(source + ": unknown key '" + keys.front() +
+           "' (--strict-config refuses keys zerotrain neither reads nor knows to leave the model "
+           "unchanged; without it they are accepted with a warning)");
+  }
+  return c;
+}
+
+ModelConfig ModelConfig::from_hf_file(const std::string& path, UnknownConfigKeys unknown) {
+  std::ifstream in(path);
+  ZT_CHECK(in.good(), "cannot open model config '" + path + "'");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail(path + ": invalid JSON: " + e.what());
+  }
+  return from_hf_json(j, path, unknown);
+}
+
+}  // namespace zt
