@@ -37,15 +37,28 @@ namespace fs = std::filesystem;
 
 const char* const kCommand = "generate";
 
-// The Python step of a Hugging Face tokenizer. argv: mode (encode | decode), tokenizer.json or a
-// directory holding it, input file, output file. encode: the input's UTF-8 text as the tokenizer
-// encodes a document (its post-processor's BOS, ...) -> {"ids": [...], "eos_token_id": ID or -1}.
+// The Python step of a Hugging Face tokenizer. argv: mode (encode | chat | decode), tokenizer.json
+// or a directory holding it, input file, output file. encode: the input's UTF-8 text as the
+// tokenizer encodes a document (its BOS, ...); chat: the input as the user's message, rendered by
+// the tokenizer's chat template with the generation prompt and encoded as
+// apply_chat_template(tokenize=True) encodes it; both -> {"ids": [...], "eos_token_id": ID or -1}.
 // decode: {"ids": [...]} -> the text, special tokens skipped. It follows the opening of
 // app/python_step.h.
 constexpr const char* kTokenizerStep = R"PY(
-if mode == "encode":
-    with open(in_path, encoding="utf-8", newline="") as f:
-        ids = tok.encode(f.read()).ids
+if mode in ("encode", "chat"):
+    try:
+        with open(in_path, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        sys.exit(f"the prompt is not UTF-8 text: {e}")
+    if mode == "chat":
+        if not tok.chat_template:
+            sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template "
+                     "(and no chat_template.jinja beside it): --chat needs one; give the text "
+                     "to continue with --prompt")
+        text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                       add_generation_prompt=True)
+    ids = tok(text, add_special_tokens=mode == "encode")["input_ids"]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump({"ids": ids, "eos_token_id": special_id("eos_token")}, f)
 else:
@@ -56,11 +69,12 @@ else:
 )PY";
 
 struct GenerateOptions {
-  std::string model_dir, prompt, tokenizer, python = default_python();
+  std::string model_dir, prompt, chat, tokenizer, python = default_python();
   int64_t max_new_tokens = 64;
   SamplingConfig sampling;
   int64_t seed = 0;
   bool ignore_eos = false, json = false;
+  bool chat_mode = false;  // --chat given
 };
 
 // The prompt's token ids and the id that ends generation (-1: none), and the text of new ids.
@@ -81,7 +95,12 @@ class PromptTokenizer {
             : "tokenizer '" + file + "' does not exist");
   }
 
-  std::vector<int32_t> encode(const std::string& text, int64_t* eos) {
+  // The prompt's ids: `text` as a document, or with `chat` as the user's message in the chat
+  // template with its generation prompt.
+  std::vector<int32_t> encode(const std::string& text, bool chat, int64_t* eos) {
+    ZT_CHECK(!(byte_ && chat),
+             "--chat needs a Hugging Face tokenizer with a chat template, not "
+             "--tokenizer byte");
     if (byte_) {
       *eos = -1;
       std::vector<int32_t> ids;  // each byte as unsigned char, 0..255 (UTF-8 above 127 too)
@@ -89,7 +108,7 @@ class PromptTokenizer {
       return ids;
     }
     write_text_file(scratch_ + "/prompt.txt", text);
-    step("encode", scratch_ + "/prompt.txt", scratch_ + "/encoded.json");
+    step(chat ? "chat" : "encode", scratch_ + "/prompt.txt", scratch_ + "/encoded.json");
     const nlohmann::json encoded = read_json_file(scratch_ + "/encoded.json");
     *eos = encoded.at("eos_token_id").get<int64_t>();
     return encoded.at("ids").get<std::vector<int32_t>>();
@@ -141,6 +160,9 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   auto add = opts.add_options();
   add("model", po::value(&o.model_dir), "model directory");
   add("prompt", po::value(&o.prompt), "the text to continue");
+  add("chat", po::value(&o.chat),
+      "a user message: the model's chat template renders it with the generation prompt, and the "
+      "reply is printed (it ends at the end-of-turn token)");
   add("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
       "tokens to generate at most (fewer at EOS or at max_position_embeddings)");
   add("do-sample", bool_flag(&o.sampling.sample, false),
@@ -160,12 +182,15 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
       "print one JSON line (prompt and new token ids, the new text) instead of the text");
   const CommandSpec spec{kCommand,
                          "Continue a prompt with a model (one process, CPU): greedy or sampled.",
-                         "zerotrain generate --model DIR --prompt TEXT [--max-new-tokens N] "
+                         "zerotrain generate --model DIR (--prompt TEXT | --chat MESSAGE) "
+                         "[--max-new-tokens N] "
                          "[--do-sample --temperature T --top-k K --top-p P --seed S]"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   require_option(vm, "model", kCommand);
-  require_option(vm, "prompt", kCommand);
+  ZT_CHECK(vm.count("prompt") + vm.count("chat") == 1,
+           "generate: give exactly one of '--prompt' or '--chat'");
+  o.chat_mode = vm.count("chat") > 0;
   check_count(o.max_new_tokens, 1, "max-new-tokens", kCommand);
   check_sampling_config(o.sampling);
   return true;
@@ -181,7 +206,8 @@ int run_generate(const GenerateOptions& o) {
            "--tokenizer byte decodes ids below 256; model '" + o.model_dir + "' has vocab_size " +
                std::to_string(config.vocab_size) + " (give its tokenizer: --tokenizer PATH)");
   int64_t tokenizer_eos = -1;
-  std::vector<int32_t> context = tokenizer.encode(o.prompt, &tokenizer_eos);
+  std::vector<int32_t> context =
+      tokenizer.encode(o.chat_mode ? o.chat : o.prompt, o.chat_mode, &tokenizer_eos);
   std::vector<int64_t> eos = generation_config_eos(o.model_dir);
   if (eos.empty() && tokenizer_eos >= 0) eos.push_back(tokenizer_eos);
   ZT_CHECK(!context.empty(), "the prompt encodes to no token");
@@ -243,7 +269,8 @@ int run_generate(const GenerateOptions& o) {
                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
               << std::endl;
   } else {
-    std::cout << head << text << std::endl;
+    // A chat prints the reply alone; a prompt is printed with its continuation.
+    std::cout << (o.chat_mode ? "" : head) << text << std::endl;
   }
   return 0;
 }

@@ -1,93 +1,51 @@
-// zerotrain import: a Hugging Face checkpoint directory as a zerotrain model directory
-// (io/hf_import.h). Prints what it read, rounded and ignored.
+// zerotrain import: a Hugging Face checkpoint directory (io/hf_import.h) or a llama.cpp GGUF file
+// (io/gguf_import.h) as a zerotrain model directory. Prints what it read, rounded and ignored.
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 
-#include <nlohmann/json.hpp>
-
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
-#include "io/fs_util.h"
+#include "io/gguf_import.h"
 #include "io/hf_import.h"
-#include "io/tokenizer_files.h"
 #include "model/layout.h"
 #include "util/error.h"
 
 namespace zt {
 
-int cmd_import(int argc, char** argv) {
-  const CommandSpec spec{"import",
-                         "Import a Hugging Face checkpoint (config.json + safetensors) as a "
-                         "zerotrain model directory (bf16 HDF5 shards).",
-                         "zerotrain import HF_DIR --out MODEL_DIR [--shard-size-mb N] "
-                         "[--overwrite] [--strict-config]"};
-  po::options_description options("import options");
-  options.add_options()("hf-dir", po::value<std::string>(),
-                        "Hugging Face directory: config.json and model.safetensors or "
-                        "model.safetensors.index.json with its shards")(
-      "out", po::value<std::string>(), "output model directory")(
-      "shard-size-mb", po::value<int64_t>()->default_value(2048),
-      "largest shard file size in MiB (shards split at tensor boundaries)")(
-      "overwrite", po::bool_switch(), "replace an existing non-empty output directory")(
-      "strict-config", po::bool_switch(),
-      "refuse config.json keys zerotrain does not know (default: accept them with a warning)");
-  po::positional_options_description positional;
-  positional.add("hf-dir", 1);
-  po::variables_map vm;
-  if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
-  require_option(vm, "hf-dir", spec.name);
-  require_option(vm, "out", spec.name);
-  const int64_t shard_mb = vm["shard-size-mb"].as<int64_t>();
-  check_count(shard_mb, 1, "shard-size-mb", spec.name);
+namespace {
+
+std::string listed(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void import_hf(const po::variables_map& vm, const std::string& source, const std::string& out,
+               uint64_t shard_bytes) {
+  ZT_CHECK(vm["tokenizer"].as<std::string>().empty(),
+           "import: --tokenizer applies to a GGUF file; a Hugging Face directory's own tokenizer "
+           "files are copied");
   const auto start = std::chrono::steady_clock::now();
   const HfImportResult r = import_hf_model(
-      vm["hf-dir"].as<std::string>(), vm["out"].as<std::string>(),
-      static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>(),
+      source, out, shard_bytes, vm["overwrite"].as<bool>(),
       vm["strict-config"].as<bool>() ? UnknownConfigKeys::kRefuse : UnknownConfigKeys::kAccept);
-  const std::string out = vm["out"].as<std::string>();
-  std::vector<std::string> tokenizer;
-  try {
-    tokenizer = copy_tokenizer_files(vm["hf-dir"].as<std::string>(), out);
-    // Where the model came from and what was read past, for run.json of the runs that use it.
-    write_text_file(
-        out + "/" + kImportRecordFile,
-        nlohmann::json{
-            {"hf_dir", std::filesystem::absolute(vm["hf-dir"].as<std::string>()).string()},
-            {"source_files", r.source_files},
-            {"ignored_config_keys", r.ignored_keys},
-            {"unknown_config_keys", r.unknown_keys},
-            {"ignored_tensors", r.ignored_tensors},
-            {"rounded_tensors", r.rounded_tensors},
-            {"tokenizer_files", tokenizer}}
-                .dump(2) +
-            "\n");
-  } catch (const Error&) {
-    // A refused import leaves no output, the model it had already written included.
-    std::error_code ec;
-    std::filesystem::remove_all(out, ec);
-    throw;
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "imported " << vm["hf-dir"].as<std::string>() << " -> " << out << ": "
-            << ParamLayout(r.config).total_numel() << " parameters from " << r.source_files.size()
-            << " safetensors file(s), " << r.bytes_written << " bytes of bf16 in " << seconds
-            << " s\n";
-  auto list = [](const std::vector<std::string>& names) {
-    std::string out;
-    for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out;
-  };
-  if (!tokenizer.empty())
-    std::cout << "  tokenizer files copied beside the model: " << list(tokenizer) << "\n";
+  std::cout << "imported " << source << " -> " << out << ": " << ParamLayout(r.config).total_numel()
+            << " parameters from " << r.source_files.size() << " safetensors file(s), "
+            << r.bytes_written << " bytes of bf16 in " << seconds_since(start) << " s\n";
+  if (!r.tokenizer_files.empty())
+    std::cout << "  tokenizer files copied beside the model: " << listed(r.tokenizer_files) << "\n";
   if (r.rounded_tensors > 0)
     std::cout << "  " << r.rounded_tensors
               << " tensor(s) stored in F16/F32 were rounded to bf16 (nearest even)\n";
   if (!r.ignored_keys.empty())
     std::cout << "  config.json keys that do not change the model, ignored: "
-              << list(r.ignored_keys) << "\n";
+              << listed(r.ignored_keys) << "\n";
   for (const std::string& key : r.unknown_keys)
     std::cerr << "zerotrain import: warning: config.json key '" << key
               << "' is not one zerotrain reads or knows; accepted as not changing the model "
@@ -96,7 +54,69 @@ int cmd_import(int argc, char** argv) {
               << kImportRecordFile << "\n";
   if (!r.ignored_tensors.empty())
     std::cout << "  stored tensors that are not parameters of the model, ignored: "
-              << list(r.ignored_tensors) << "\n";
+              << listed(r.ignored_tensors) << "\n";
+}
+
+void import_gguf(const po::variables_map& vm, const std::string& source, const std::string& out,
+                 uint64_t shard_bytes) {
+  ZT_CHECK(!vm["strict-config"].as<bool>(),
+           "import: --strict-config applies to a Hugging Face config.json, not a GGUF file");
+  const auto start = std::chrono::steady_clock::now();
+  const GgufImportResult r = import_gguf_model(source, out, shard_bytes, vm["overwrite"].as<bool>(),
+                                               vm["tokenizer"].as<std::string>());
+  std::string types;
+  for (const auto& [type, count] : r.tensor_types)
+    types += (types.empty() ? "" : ", ") + std::to_string(count) + " " + type;
+  std::cout << "imported " << source << " -> " << out << ": " << r.architecture << ", "
+            << ParamLayout(r.config).total_numel() << " parameters ("
+            << (r.config.tie_word_embeddings ? "tied embeddings" : "untied embeddings")
+            << "), dequantized from " << types << " tensors into " << r.bytes_written
+            << " bytes of bf16 in " << seconds_since(start) << " s\n";
+  std::cout << "  tokenizer from " << r.tokenizer_source << ": " << listed(r.tokenizer_files)
+            << "\n";
+}
+
+}  // namespace
+
+int cmd_import(int argc, char** argv) {
+  const CommandSpec spec{
+      "import",
+      "Import a Hugging Face checkpoint (config.json + safetensors) or a llama.cpp GGUF file as a "
+      "zerotrain model directory (bf16 HDF5 shards, with the tokenizer files).",
+      "zerotrain import (HF_DIR | FILE.gguf) --out MODEL_DIR [--shard-size-mb N] [--overwrite] "
+      "[--strict-config] [--tokenizer HF_TOKENIZER_DIR]"};
+  po::options_description options("import options");
+  options.add_options()("source", po::value<std::string>(),
+                        "a Hugging Face directory (config.json and model.safetensors or "
+                        "model.safetensors.index.json with its shards), or a GGUF file")(
+      "out", po::value<std::string>(), "output model directory")(
+      "shard-size-mb", po::value<int64_t>()->default_value(2048),
+      "largest shard file size in MiB (shards split at tensor boundaries)")(
+      "overwrite", po::bool_switch(), "replace an existing non-empty output directory")(
+      "strict-config", po::bool_switch(),
+      "refuse config.json keys zerotrain does not know (default: accept them with a warning)")(
+      "tokenizer", po::value<std::string>()->default_value(""),
+      "GGUF: take the tokenizer files from this Hugging Face directory instead of rebuilding "
+      "them from the file's vocabulary");
+  po::positional_options_description positional;
+  positional.add("source", 1);
+  po::variables_map vm;
+  if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
+  require_option(vm, "source", spec.name);
+  require_option(vm, "out", spec.name);
+  const int64_t shard_mb = vm["shard-size-mb"].as<int64_t>();
+  check_count(shard_mb, 1, "shard-size-mb", spec.name);
+  const std::string source = vm["source"].as<std::string>(), out = vm["out"].as<std::string>();
+  const auto shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(source, ec)) {
+    ZT_CHECK(is_gguf_file(source), "import: '" + source +
+                                       "' is a file but not a GGUF file (no 'GGUF' magic); give "
+                                       "a GGUF file or a Hugging Face directory");
+    import_gguf(vm, source, out, shard_bytes);
+  } else {
+    import_hf(vm, source, out, shard_bytes);
+  }
   return 0;
 }
 

@@ -18,13 +18,13 @@ namespace {
 
 // The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
 // or {"prompt", "response", "messages"} field names and "chat_template"), tokens file, loss-mask
-// file,
-// metadata file, inputs... It follows the opening of app/python_step.h (the tokenizer loaded
-// with its stored truncation and padding turned off, its files, special_id). It writes every
-// document's ids as little-endian uint32 to the tokens file (SFT: one byte per token to the
-// loss-mask file, 1 for the response) and
-// {"vocab_size", "bos_token_id", "eos_token_id", "name", "files"} to the metadata
-// file. Errors go to stderr as one line naming the file (and line, and key) and exit 1.
+// file, metadata file, inputs... It follows the opening of app/python_step.h (the tokenizer as
+// AutoTokenizer loads it, special_id). A document is encoded as tokenizer(text)["input_ids"]
+// encodes it (the tokenizer's special tokens added), a chat rendering without them, as
+// apply_chat_template(tokenize=True) does. It writes every document's ids as little-endian uint32
+// to the tokens file (SFT: one byte per token to the loss-mask file, 1 for the response) and
+// {"vocab_size", "bos_token_id", "eos_token_id", "name"} to the metadata file. Errors go to
+// stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
 from array import array
 options = json.loads(options)
@@ -45,28 +45,20 @@ def records(path, keys):
                     sys.exit(f"{path}:{number}: no string field '{key}'")
             yield number, record
 
-chat = None
-if sft and sft["chat_template"]:
-    try:
-        from transformers import PreTrainedTokenizerFast
-    except ImportError as e:
-        sys.exit(f"--chat-template needs the transformers library ({e}); install it with "
-                 "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
-    # Every key of tokenizer_config.json (bos/eos tokens, ...): templates render them.
-    config = json.loads(files.get("tokenizer_config.json", "{}"))
-    config.pop("tokenizer_file", None)
-    try:
-        chat = PreTrainedTokenizerFast(tokenizer_file=tok_file, **config)
-    except Exception as e:
-        sys.exit(f"{tok_file}: transformers cannot load the tokenizer: {e}")
-    if not chat.chat_template:
-        sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply")
+def ids_of(text, special):
+    return tok(text, add_special_tokens=special)["input_ids"]
+
+if sft and sft["chat_template"] and not tok.chat_template:
+    sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply "
+             "(and no chat_template.jinja beside it)")
 
 def render(path, number, messages, **kwargs):
     try:
-        return chat.apply_chat_template(messages, tokenize=False, **kwargs)
+        return tok.apply_chat_template(messages, tokenize=False, **kwargs)
     except Exception as e:
-        sys.exit(f"{path}:{number}: the chat template failed: {e}")
+        roles = ", ".join(m["role"] for m in messages)
+        sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
+                 f"{type(e).__name__}: {e}")
 
 def chat_example(path, number, messages):
     """(ids, mask) of the conversation the tokenizer's chat template renders: each assistant turn
@@ -85,17 +77,19 @@ def chat_example(path, number, messages):
             sys.exit(f"{path}:{number}: the chat template does not render the turns before "
                      f"message {i} as the start of the conversation")
         spans.append((len(head), len(through)))
-    # One encoding of the whole conversation (as apply_chat_template(tokenize=True) gives it); a
-    # token counts when it starts inside an assistant turn.
-    encoding = tok.encode(whole, add_special_tokens=False)
-    return encoding.ids, [int(any(a <= start < b for a, b in spans))
-                          for start, _ in encoding.offsets]
+    # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
+    # (no special tokens added: the template writes them); a token counts when it starts inside
+    # an assistant turn.
+    encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)
+    return encoding["input_ids"], [int(any(a <= start < b for a, b in spans))
+                                   for start, _ in encoding["offset_mapping"]]
 
 ROLES = ("system", "user", "assistant")
 
 def conversation(path, number, record, key):
     """The record's list of {"role", "content"} messages (TRL's conversational format): roles
-    system, user and assistant, string contents, at least one assistant turn."""
+    system, user and assistant, string contents, at least one assistant turn, and a user turn
+    before the first assistant turn."""
     messages = record.get(key) if isinstance(record, dict) else None
     if not isinstance(messages, list) or not messages:
         sys.exit(f"{path}:{number}: no list of messages in field '{key}'")
@@ -108,8 +102,12 @@ def conversation(path, number, record, key):
         if extra:
             sys.exit(f"{path}:{number}: '{key}'[{i}] has keys {extra}; only role and content "
                      "are read")
-    if not any(m["role"] == "assistant" for m in messages):
+    roles = [m["role"] for m in messages if m["role"] != "system"]
+    if "assistant" not in roles:
         sys.exit(f"{path}:{number}: '{key}' has no assistant message to learn")
+    if roles[0] == "assistant":
+        sys.exit(f"{path}:{number}: '{key}' opens with an assistant message; a conversation "
+                 "starts with a user turn (after any system message)")
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 def documents(path):
@@ -118,28 +116,29 @@ def documents(path):
         for number, record in records(path, ()):
             yield chat_example(path, number,
                                conversation(path, number, record, sft["messages"]))
-    elif sft and chat:
+    elif sft and sft["chat_template"]:
         for number, record in records(path, (sft["prompt"], sft["response"])):
             yield chat_example(path, number, [{"role": "user", "content": record[sft["prompt"]]},
                                               {"role": "assistant",
                                                "content": record[sft["response"]]}])
     elif sft:
+        if eos < 0:
+            sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "
+                     "(give it one in tokenizer_config.json, or use --chat-template)")
         for number, record in records(path, (sft["prompt"], sft["response"])):
-            # The prompt as a document of its own (the post-processor's BOS, ...), the response
+            # The prompt as a document of its own (the tokenizer's BOS, ...), the response
             # without special tokens, then EOS: the loss counts the response and its EOS.
-            prompt = tok.encode(record[sft["prompt"]]).ids
-            response = tok.encode(record[sft["response"]], add_special_tokens=False).ids
-            if eos >= 0 and (not response or response[-1] != eos):
+            prompt = ids_of(record[sft["prompt"]], True)
+            response = ids_of(record[sft["response"]], False)
+            if not response or response[-1] != eos:
                 response.append(eos)
-            if not response:
-                sys.exit(f"{path}:{number}: field '{sft['response']}' encodes to no token")
             yield prompt + response, [0] * len(prompt) + [1] * len(response)
     elif not field:
         with open(path, encoding="utf-8", newline="") as f:
-            yield tok.encode(f.read()).ids, None
+            yield ids_of(f.read(), True), None
     else:
         for _, record in records(path, (field,)):
-            yield tok.encode(record[field]).ids, None
+            yield ids_of(record[field], True), None
 
 with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out:
     for path in inputs:
@@ -153,9 +152,8 @@ with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out:
                     mask_out.write(bytes(mask))
         except UnicodeDecodeError as e:
             sys.exit(f"{path}: not UTF-8 text: {e}")
-meta = {"vocab_size": tok.get_vocab_size(with_added_tokens=True),
-        "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
-        "name": os.path.basename(os.path.abspath(tok_dir or ".")), "files": files}
+meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
+        "name": os.path.basename(os.path.abspath(tok_dir or "."))}
 with open(meta_path, "w", encoding="utf-8") as f:
     json.dump(meta, f)
 )PY";
@@ -185,9 +183,7 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
                      "tok_path, options, tokens_path, mask_path, meta_path, *inputs",
                      kTokenizeScript, args);
   const nlohmann::json meta = read_json_file(meta_path);
-  TokenizerFiles tokenizer;
-  for (const auto& [name, text] : meta.at("files").items())
-    tokenizer.files[name] = text.get<std::string>();
+  TokenizerFiles tokenizer = read_tokenizer_files(request.tokenizer);
   tokenizer.bos_token_id = meta.at("bos_token_id").get<int64_t>();
   tokenizer.eos_token_id = meta.at("eos_token_id").get<int64_t>();
   TokenDatasetWriter writer(request.out, meta.at("vocab_size").get<int64_t>(),

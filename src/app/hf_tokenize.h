@@ -1,7 +1,7 @@
 // prepare-data --tokenizer: text files or JSON-lines documents tokenized by a Hugging Face
-// tokenizer (tokenizer.json, or a directory with it) through PyPI's `tokenizers` library, in a
-// Python step (./run.sh deps installs the library into .venv/). Each document is encoded with the
-// tokenizer's own special tokens (its post-processor: a Llama tokenizer's BOS, ...) as
+// tokenizer (a directory with tokenizer.json, or the file) as transformers' AutoTokenizer loads
+// it, in a Python step (app/python_step.h; ./run.sh deps installs transformers into .venv/). Each
+// document is encoded with the tokenizer's own special tokens (a Llama tokenizer's BOS, ...) as
 // transformers' run_clm.py encodes it, and the documents are concatenated in order. The dataset
 // is labelled "hf:<name>" and stores the tokenizer files and its bos/eos ids
 // (io/tokenizer_files.h).
@@ -35,7 +35,7 @@ struct HfTokenizeRequest {
   std::vector<std::string> inputs;  // text files (one document each) or JSON-lines files
   std::string text_field;           // JSON lines: the field holding each document; "" for text
   std::optional<SftFields> sft;     // JSON lines of SFT examples (text_field unused)
-  std::string python;               // interpreter with `tokenizers`
+  std::string python;               // interpreter with transformers
   std::string out;
   bool overwrite = false;
 };

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "util/error.h"
 
@@ -17,7 +18,19 @@ namespace zt {
 
 std::string default_python() {
   const char* env = std::getenv("ZT_PYTHON");
-  return env && *env ? env : "python3";
+  if (env && *env) return env;
+  // The project's environment: beside the build directory the executable runs from (a checkout
+  // moved since its build), else in the source tree it was built from.
+  std::vector<std::filesystem::path> venvs;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) venvs.push_back(exe.parent_path().parent_path() / ".venv");
+  venvs.emplace_back(ZT_PROJECT_VENV);
+  for (const std::filesystem::path& venv : venvs) {
+    const std::filesystem::path python = venv / "bin" / "python";
+    if (::access(python.c_str(), X_OK) == 0) return python.string();
+  }
+  return "python3";
 }
 
 namespace {
@@ -25,38 +38,45 @@ namespace {
 // The opening of every tokenizer step (see run_tokenizer_step).
 constexpr const char* kLoadTokenizerPython = R"PY(
 import json, os, sys
+
+def one_line_error(kind, value, traceback):
+    # A failure nobody foresaw is still one line naming the tokenizer, not a traceback.
+    sys.stderr.write(f"{tok_path}: the tokenizer step failed: {kind.__name__}: {value}\n")
+
+sys.excepthook = one_line_error
 try:
-    from tokenizers import Tokenizer
+    import transformers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 except ImportError as e:
-    sys.exit(f"the Python step cannot import the tokenizers library ({e}); install it with "
-             "./run.sh deps and pass --python .venv/bin/python (or set ZT_PYTHON)")
-tok_dir = tok_path if os.path.isdir(tok_path) else os.path.dirname(tok_path)
-tok_file = os.path.join(tok_path, "tokenizer.json") if os.path.isdir(tok_path) else tok_path
+    sys.exit(f"{sys.executable} cannot import transformers ({e}): ./run.sh deps makes the "
+             "project's environment .venv/, which zerotrain finds on its own; or give "
+             "--python PATH (or ZT_PYTHON) of an interpreter with transformers and tokenizers")
+transformers.logging.set_verbosity_error()  # no notes about lengths or legacy behaviour
+if os.path.isdir(tok_path):
+    tok_dir, tok_file = tok_path, os.path.join(tok_path, "tokenizer.json")
+else:
+    tok_dir, tok_file = os.path.dirname(tok_path) or ".", tok_path
 if not os.path.isfile(tok_file):
     sys.exit(f"{tok_file}: no tokenizer.json (give the file or a directory holding it)")
 try:
-    tok = Tokenizer.from_file(tok_file)
+    if (os.path.basename(tok_file) == "tokenizer.json"
+            and os.path.isfile(os.path.join(tok_dir, "tokenizer_config.json"))):
+        # As AutoTokenizer.from_pretrained(DIR) loads it: tokenizer_config.json's class, added
+        # tokens (added_tokens_decoder), special tokens and chat template.
+        tok = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
+    else:
+        tok = PreTrainedTokenizerFast(tokenizer_file=tok_file)
 except Exception as e:
-    sys.exit(f"{tok_file}: not a tokenizers file: {e}")
-tok.no_truncation()
-tok.no_padding()
-files = {}
-for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-    path = tok_file if name == "tokenizer.json" else os.path.join(tok_dir, name)
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            files[name] = f.read()
+    sys.exit(f"{tok_dir}: transformers cannot load the tokenizer: {type(e).__name__}: {e}")
+# chat_template.jinja is where transformers 4.5x saves the template; it wins over the config's.
+jinja = os.path.join(tok_dir, "chat_template.jinja")
+if os.path.isfile(jinja):
+    with open(jinja, encoding="utf-8") as f:
+        tok.chat_template = f.read()
 
 def special_id(key):
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        if name not in files:
-            continue
-        value = json.loads(files[name]).get(key)
-        if isinstance(value, dict):
-            value = value.get("content")
-        if isinstance(value, str) and tok.token_to_id(value) is not None:
-            return tok.token_to_id(value)
-    return -1
+    token = getattr(tok, key, None)
+    return -1 if token is None else tok.convert_tokens_to_ids(token)
 )PY";
 
 // Runs args[0] (found on PATH) with args; its stdout and stderr are ours. Returns its exit status.
@@ -67,7 +87,9 @@ int run_process(const std::vector<std::string>& args) {
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   ZT_CHECK(rc == 0, "cannot start '" + args[0] + "': " + std::strerror(rc) +
-                        " (give an interpreter with the tokenizers library: --python PATH)");
+                        " (./run.sh deps makes the project's environment .venv/, which zerotrain "
+                        "finds on its own; or give --python PATH of an interpreter with "
+                        "transformers)");
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     ZT_CHECK(errno == EINTR, "waiting for '" + args[0] + "' failed");

@@ -122,6 +122,31 @@ nlohmann::json read_json_file(const std::string& path) {
   }
 }
 
+void read_exact(int fd, uint64_t offset, void* out, size_t bytes, const std::string& path) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    ZT_CHECK(n > 0, "cannot read '" + path + "': " +
+                        (n == 0 ? std::string("unexpected end of file") : std::strerror(errno)));
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    ZT_CHECK(n > 0,
+             "cannot write '" + path + "': " + std::strerror(errno) + write_failure_cause(path));
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   ZT_CHECK(fd >= 0, "cannot open '" + path + "' to fsync it");

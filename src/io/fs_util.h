@@ -36,6 +36,11 @@ std::string write_failure_cause(const std::string& path);
 void write_text_file(const std::string& path, const std::string& text);
 // Parses a JSON file; errors name the file.
 nlohmann::json read_json_file(const std::string& path);
+// pread(2) until `bytes` arrived at `offset`; errors (end of file included) name `path`.
+void read_exact(int fd, uint64_t offset, void* out, size_t bytes, const std::string& path);
+// write(2) until every byte is written (EINTR retried); errors name `path` and the cause.
+void write_all(int fd, const void* data, size_t bytes, const std::string& path);
+
 // fsync(2) on a file or directory.
 void fsync_path(const std::string& path);
 

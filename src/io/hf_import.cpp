@@ -12,6 +12,7 @@
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "io/tokenizer_files.h"
 #include "model/layout.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -129,6 +130,18 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
     result.ignored_tensors.push_back(name);
   }
 
+  // The tokenizer files and the record appear with the model, all read before anything is written.
+  std::map<std::string, std::string> files = tokenizer_files_to_write(read_tokenizer_files(hf_dir));
+  for (const auto& [name, text] : files) result.tokenizer_files.push_back(name);
+  files[kImportRecordFile] = nlohmann::json{{"hf_dir", fs::absolute(hf_dir).string()},
+                                            {"source_files", result.source_files},
+                                            {"ignored_config_keys", result.ignored_keys},
+                                            {"unknown_config_keys", result.unknown_keys},
+                                            {"ignored_tensors", result.ignored_tensors},
+                                            {"rounded_tensors", result.rounded_tensors},
+                                            {"tokenizer_files", result.tokenizer_files}}
+                                 .dump(2) +
+                             "\n";
   result.bytes_written = write_model_dir_streaming(
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
@@ -142,7 +155,7 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
                        std::to_string(begin + i) + " (" + std::to_string(out[i]) + ")");
         }
       },
-      shard_limit_bytes, overwrite);
+      shard_limit_bytes, overwrite, files);
   return result;
 }
 

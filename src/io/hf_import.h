@@ -6,8 +6,9 @@
 // Everything is checked before a byte is written: each tensor of the layout present once, with
 // the layout's shape and a readable dtype, and no tensor left over. The tensors then stream one
 // bounded chunk at a time (write_model_dir_streaming), so a 7B/8B checkpoint needs no more memory
-// than a chunk; a non-finite value is an error naming the tensor. The output directory appears
-// only when complete (the writer builds it beside and renames it).
+// than a chunk; a non-finite value is an error naming the tensor. The output directory, with the
+// tokenizer files of the Hugging Face directory and import.json, appears only when complete (the
+// writer builds it beside and renames it).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +29,7 @@ struct HfImportResult {
   std::vector<std::string> unknown_keys;  // ... and those it does not know (hf_config_unknown_keys)
   // Stored tensors that are not parameters: buffers (inv_freq), a tied model's lm_head copy.
   std::vector<std::string> ignored_tensors;
+  std::vector<std::string> tokenizer_files;  // copied beside the model (io/tokenizer_files.h)
   uint64_t bytes_written = 0;
   int64_t rounded_tensors = 0;  // F16/F32 tensors rounded to bf16
 };

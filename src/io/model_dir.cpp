@@ -178,6 +178,13 @@ void ModelDirWriter::add_tensor(const std::string& name, const std::vector<int64
   end_tensor();
 }
 
+void ModelDirWriter::add_file(const std::string& name, const std::string& contents) {
+  ZT_CHECK(!finished_, "model writer for '" + dir_ + "' is already finished");
+  ZT_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
+           "'" + name + "' is not a file name for model directory '" + dir_ + "'");
+  write_text_file(tmp_dir_ + "/" + name, contents);
+}
+
 void ModelDirWriter::finish() {
   ZT_CHECK(!finished_, "model writer for '" + dir_ + "' finished twice");
   ZT_CHECK(!dataset_.valid(), "finish() while tensor '" + tensor_name_ + "' is still open");
@@ -373,7 +380,8 @@ void ModelDirReader::read_tensor_range_bf16(const std::string& name, int64_t beg
 
 uint64_t write_model_dir_streaming(const std::string& dir, const ModelConfig& config,
                                    const TensorValuesFn& values, uint64_t shard_limit_bytes,
-                                   bool overwrite) {
+                                   bool overwrite,
+                                   const std::map<std::string, std::string>& files) {
   const ParamLayout layout(config);
   ModelDirWriter writer(dir, config, shard_limit_bytes, overwrite);
   std::vector<float> chunk;
@@ -396,6 +404,7 @@ uint64_t write_model_dir_streaming(const std::string& dir, const ModelConfig& co
     writer.end_tensor();
     bytes += static_cast<uint64_t>(t.numel) * sizeof(bf16_t);
   }
+  for (const auto& [name, contents] : files) writer.add_file(name, contents);
   writer.finish();
   return bytes;
 }

@@ -59,6 +59,10 @@ class ModelDirWriter {
   void write_rows(const float* rows, int64_t num_rows);
   void end_tensor();
 
+  // A file written beside the model (tokenizer files, import.json) before finish() moves the
+  // directory into place, so that it appears with the model or not at all.
+  void add_file(const std::string& name, const std::string& contents);
+
   // Writes config.json and the index, renames shards, fsyncs, moves the directory into place.
   void finish();
 
@@ -131,12 +135,13 @@ using TensorValuesFn =
     std::function<void(const TensorInfo& t, int64_t begin, int64_t count, float* out)>;
 
 // Streams every tensor of the config's layout, in layout order, into a bf16 model directory, a
-// bounded row chunk (≤ 64 MiB of fp32) at a time, taking the values from `values`. Returns the
-// tensor bytes written.
+// bounded row chunk (≤ 64 MiB of fp32) at a time, taking the values from `values`; `files` (name
+// -> contents) are written beside the model and appear with it. Returns the tensor bytes written.
 uint64_t write_model_dir_streaming(const std::string& dir, const ModelConfig& config,
                                    const TensorValuesFn& values,
                                    uint64_t shard_limit_bytes = kDefaultShardLimitBytes,
-                                   bool overwrite = false);
+                                   bool overwrite = false,
+                                   const std::map<std::string, std::string>& files = {});
 
 // Streams the deterministic initialisation (model/init.h) of every tensor into a bf16 model
 // directory (write_model_dir_streaming).

@@ -38,19 +38,6 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-// pread until `bytes` arrived; errors name the file.
-void read_exact(int fd, uint64_t offset, void* out, size_t bytes, const std::string& path) {
-  auto* p = static_cast<uint8_t*>(out);
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
-    ZT_CHECK(n > 0,
-             "cannot read '" + path + "': " + (n == 0 ? "unexpected end of file" : errno_text()));
-    p += n;
-    offset += static_cast<uint64_t>(n);
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
 // An open file descriptor, closed on scope exit.
 struct ReadOnlyFile {
   explicit ReadOnlyFile(const std::string& path) : fd(::open(path.c_str(), O_RDONLY)) {
@@ -117,22 +104,11 @@ SafetensorsFileWriter::SafetensorsFileWriter(std::string path,
   data_bytes_ = tensors_.empty() ? 0 : tensors_.back().end;
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ZT_CHECK(fd_ >= 0, "cannot create '" + path_ + "': " + errno_text());
-  write_all(header.data(), header.size());
+  write_all(fd_, header.data(), header.size(), path_);
 }
 
 SafetensorsFileWriter::~SafetensorsFileWriter() {
   if (fd_ >= 0) ::close(fd_);
-}
-
-void SafetensorsFileWriter::write_all(const void* data, size_t bytes) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    ZT_CHECK(n > 0, "cannot write '" + path_ + "': " + errno_text());
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
 }
 
 void SafetensorsFileWriter::append(const void* data, size_t bytes) {
@@ -140,7 +116,7 @@ void SafetensorsFileWriter::append(const void* data, size_t bytes) {
   ZT_CHECK(written_ + bytes <= data_bytes_, "'" + path_ + "': more tensor data than the header " +
                                                 "announces (" + std::to_string(data_bytes_) +
                                                 " bytes)");
-  write_all(data, bytes);
+  write_all(fd_, data, bytes, path_);
   written_ += bytes;
 }
 

@@ -56,8 +56,6 @@ class SafetensorsFileWriter {
   const std::vector<SafetensorsEntry>& tensors() const { return tensors_; }
 
  private:
-  void write_all(const void* data, size_t bytes);
-
   std::string path_;
   std::vector<SafetensorsEntry> tensors_;
   int fd_ = -1;

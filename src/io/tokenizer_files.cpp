@@ -28,38 +28,57 @@ void write_whole_file(const fs::path& path, const std::string& text) {
   }
 }
 
+std::string read_whole_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in.is_open(), "cannot open tokenizer file '" + path.string() + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  ZT_CHECK(!in.bad(), "cannot read tokenizer file '" + path.string() + "'");
+  return text.str();
+}
+
 }  // namespace
 
 const std::vector<std::string>& tokenizer_file_names() {
-  static const std::vector<std::string> names = {"tokenizer.json", "tokenizer_config.json",
-                                                 "special_tokens_map.json",
-                                                 "generation_config.json"};
+  static const std::vector<std::string> names = {
+      "tokenizer.json",         "tokenizer_config.json", "special_tokens_map.json",
+      "generation_config.json", "chat_template.jinja",   "added_tokens.json",
+      "tokenizer.model"};
   return names;
 }
 
-void write_tokenizer_files(const TokenizerFiles& tokenizer, const std::string& dir) {
-  for (const auto& [name, text] : tokenizer.files) write_whole_file(fs::path(dir) / name, text);
-  if (tokenizer.files.count("generation_config.json")) return;
+std::map<std::string, std::string> tokenizer_files_to_write(const TokenizerFiles& tokenizer) {
+  std::map<std::string, std::string> files = tokenizer.files;
+  if (files.count("generation_config.json")) return files;
   nlohmann::json generation = nlohmann::json::object();
   if (tokenizer.bos_token_id >= 0) generation["bos_token_id"] = tokenizer.bos_token_id;
   if (tokenizer.eos_token_id >= 0) generation["eos_token_id"] = tokenizer.eos_token_id;
-  if (!generation.empty())
-    write_whole_file(fs::path(dir) / "generation_config.json", generation.dump(2) + "\n");
+  if (!generation.empty()) files["generation_config.json"] = generation.dump(2) + "\n";
+  return files;
+}
+
+void write_tokenizer_files(const TokenizerFiles& tokenizer, const std::string& dir) {
+  for (const auto& [name, text] : tokenizer_files_to_write(tokenizer))
+    write_whole_file(fs::path(dir) / name, text);
+}
+
+TokenizerFiles read_tokenizer_files(const std::string& path) {
+  std::error_code ec;
+  const bool is_dir = fs::is_directory(path, ec);
+  const fs::path dir = is_dir ? fs::path(path) : fs::path(path).parent_path();
+  TokenizerFiles tokenizer;
+  for (const std::string& name : tokenizer_file_names()) {
+    const fs::path file = !is_dir && name == "tokenizer.json" ? fs::path(path) : dir / name;
+    if (fs::is_regular_file(file, ec)) tokenizer.files[name] = read_whole_file(file);
+  }
+  return tokenizer;
 }
 
 std::vector<std::string> copy_tokenizer_files(const std::string& from_dir,
                                               const std::string& to_dir) {
   std::vector<std::string> copied;
-  for (const std::string& name : tokenizer_file_names()) {
-    const fs::path from = fs::path(from_dir) / name;
-    std::error_code ec;
-    if (!fs::is_regular_file(from, ec)) continue;
-    std::ifstream in(from, std::ios::binary);
-    ZT_CHECK(in.is_open(), "cannot open tokenizer file '" + from.string() + "'");
-    std::ostringstream text;
-    text << in.rdbuf();
-    ZT_CHECK(!in.bad(), "cannot read tokenizer file '" + from.string() + "'");
-    write_whole_file(fs::path(to_dir) / name, text.str());
+  for (const auto& [name, text] : read_tokenizer_files(from_dir).files) {
+    write_whole_file(fs::path(to_dir) / name, text);
     copied.push_back(name);
   }
   return copied;

@@ -11,7 +11,10 @@
 
 namespace zt {
 
-// The files, in the order they are listed in messages.
+// The files, in the order they are listed in messages: tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, generation_config.json, chat_template.jinja (where transformers 4.5x
+// saves the chat template), added_tokens.json and tokenizer.model (SentencePiece's model, which
+// slow tokenizers and converters read).
 const std::vector<std::string>& tokenizer_file_names();
 
 struct TokenizerFiles {
@@ -21,9 +24,18 @@ struct TokenizerFiles {
   bool empty() const { return files.empty(); }
 };
 
-// Writes every file into `dir` (which must exist), and generation_config.json with the bos/eos
-// ids when the files do not include one. Each file is written whole, then renamed into place.
+// The files to write beside a model: every file, and generation_config.json with the bos/eos ids
+// when the files do not include one.
+std::map<std::string, std::string> tokenizer_files_to_write(const TokenizerFiles& tokenizer);
+
+// Writes tokenizer_files_to_write() into `dir` (which must exist). Each file is written whole,
+// then renamed into place.
 void write_tokenizer_files(const TokenizerFiles& tokenizer, const std::string& dir);
+
+// The tokenizer files at `path`: a directory holding them, or a tokenizer.json file (stored as
+// tokenizer.json whatever its name) with the others read from its directory. The bos/eos ids are
+// left at -1 for the caller.
+TokenizerFiles read_tokenizer_files(const std::string& path);
 
 // Copies the tokenizer files present in `from_dir` into `to_dir`; returns the names copied.
 std::vector<std::string> copy_tokenizer_files(const std::string& from_dir,

@@ -1,0 +1,258 @@
+#include "io/gguf_import.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "io/gguf_tokenizer.h"
+#include "io/hf_import.h"
+#include "io/model_dir.h"
+#include "model/layout.h"
+#include "util/bf16.h"
+#include "util/decimal.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A float32 metadata value as the decimal it was written from (1e-05, not 9.99999974e-06).
+double decimal_of_float(double v) {
+  return std::stod(shortest_decimal(static_cast<float>(v)));
+}
+
+// One layer tensor's Hugging Face suffix and GGUF suffix.
+struct LayerName {
+  const char* hf;
+  const char* gguf;
+};
+
+constexpr LayerName kLayerNames[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The rope scaling of the metadata: none, or linear with its factor.
+RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch) {
+  RopeScalingParams p;
+  const std::string key = arch + ".rope.scaling.type";
+  const std::string type = g.has(key) ? g.string(key) : "none";
+  if (type == "none") return p;
+  ZT_CHECK(type == "linear", g.path() + ": metadata '" + key + "' is \"" + type +
+                                 "\"; zerotrain implements linear rope scaling (and none)");
+  p.type = RopeScaling::kLinear;
+  p.factor = g.number(arch + ".rope.scaling.factor");
+  return p;
+}
+
+void read_attention_shape(const GgufReader& g, const std::string& arch, ModelConfig& c) {
+  const std::string& path = g.path();
+  const std::string key_length = arch + ".attention.key_length";
+  const std::string value_length = arch + ".attention.value_length";
+  int64_t head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
+  if (g.has(key_length)) head_dim = g.integer(key_length);
+  ZT_CHECK(!g.has(value_length) || g.integer(value_length) == head_dim,
+           path + ": metadata '" + value_length + "' differs from the key length " +
+               std::to_string(head_dim) + "; zerotrain's heads have one size");
+  const std::string rope_dims = arch + ".rope.dimension_count";
+  ZT_CHECK(!g.has(rope_dims) || g.integer(rope_dims) == head_dim,
+           path + ": metadata '" + rope_dims + "' is " +
+               (g.has(rope_dims) ? std::to_string(g.integer(rope_dims)) : "") +
+               ", not the head size " + std::to_string(head_dim) +
+               ": RoPE on part of a head is not implemented");
+  c.explicit_head_dim = head_dim * c.num_heads == c.hidden_size ? 0 : head_dim;
+  const bool biases = g.find_tensor("blk.0.attn_q.bias") != nullptr;
+  ZT_CHECK(arch == "qwen2" || !biases,
+           path + ": tensor 'blk.0.attn_q.bias': attention biases are read for qwen2 files only");
+  c.qkv_bias = arch == "qwen2";
+  c.qk_norm = arch == "qwen3";
+}
+
+}  // namespace
+
+bool is_gguf_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+ModelConfig gguf_model_config(const GgufReader& g) {
+  const std::string& path = g.path();
+  const std::string arch = g.string("general.architecture");
+  ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3",
+           path + ": metadata 'general.architecture' is \"" + arch +
+               "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2 and qwen3");
+  ZT_CHECK(!g.find_tensor("rope_freqs.weight"),
+           path +
+               ": tensor 'rope_freqs.weight' (Llama 3.1-style rope scaling factors) is not "
+               "read from GGUF; import the model's Hugging Face checkpoint instead");
+  auto key = [&](const char* k) { return arch + "." + k; };
+  ModelConfig c;
+  c.hidden_size = g.integer(key("embedding_length"));
+  c.num_layers = g.integer(key("block_count"));
+  c.intermediate_size = g.integer(key("feed_forward_length"));
+  c.num_heads = g.integer(key("attention.head_count"));
+  c.num_kv_heads = g.has(key("attention.head_count_kv")) ? g.integer(key("attention.head_count_kv"))
+                                                         : c.num_heads;
+  c.max_position_embeddings = g.integer(key("context_length"));
+  c.rms_norm_eps = decimal_of_float(g.number(key("attention.layer_norm_rms_epsilon")));
+  c.rope_theta =
+      g.has(key("rope.freq_base")) ? decimal_of_float(g.number(key("rope.freq_base"))) : 10000.0;
+  c.rope_scaling = gguf_rope_scaling(g, arch);
+  const GgufTensorInfo* embedding = g.find_tensor("token_embd.weight");
+  ZT_CHECK(embedding && embedding->dims.size() == 2,
+           path + ": no 2-D tensor 'token_embd.weight' (the token embedding)");
+  c.vocab_size = embedding->dims[1];
+  ZT_CHECK(!g.has(key("vocab_size")) || g.integer(key("vocab_size")) == c.vocab_size,
+           path + ": metadata '" + key("vocab_size") + "' differs from token_embd.weight's " +
+               std::to_string(c.vocab_size) + " rows");
+  c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
+  read_attention_shape(g, arch, c);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail(path + ": " + e.what());
+  }
+  return c;
+}
+
+std::string gguf_tensor_name(const std::string& hf) {
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  const std::string prefix = "model.layers.";
+  ZT_CHECK(hf.rfind(prefix, 0) == 0, "no GGUF name for tensor '" + hf + "'");
+  const size_t dot = hf.find('.', prefix.size());
+  const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
+  for (const LayerName& n : kLayerNames)
+    if (hf.compare(dot + 1, std::string::npos, n.hf) == 0) return "blk." + layer + "." + n.gguf;
+  fail("no GGUF name for tensor '" + hf + "'");
+}
+
+bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_name) {
+  return architecture == "llama" && (ends_with(hf_name, "self_attn.q_proj.weight") ||
+                                     ends_with(hf_name, "self_attn.k_proj.weight"));
+}
+
+int64_t gguf_permuted_row(int64_t row, int64_t head_dim) {
+  const int64_t half = head_dim / 2, within = row % head_dim;
+  return row - within + 2 * (within % half) + within / half;
+}
+
+namespace {
+
+// Elements [begin, begin + count) of a Hugging Face tensor (whole rows) from its GGUF tensor,
+// each row read from where llama.cpp's permutation put it.
+void read_hf_range(const GgufReader& g, const GgufTensorInfo& t, bool permuted, int64_t head_dim,
+                   int64_t begin, int64_t count, float* out) {
+  const int64_t row_length = t.row_length();
+  if (t.dims.size() == 1) {  // one row: the whole vector
+    std::vector<float> row(static_cast<size_t>(row_length));
+    g.read_rows(t, 0, 1, row.data());
+    std::copy(row.begin() + begin, row.begin() + begin + count, out);
+    return;
+  }
+  const int64_t first = begin / row_length, rows = count / row_length;
+  if (!permuted) return g.read_rows(t, first, rows, out);
+  for (int64_t r = 0; r < rows; ++r)
+    g.read_rows(t, gguf_permuted_row(first + r, head_dim), 1, out + r * row_length);
+}
+
+// Every tensor of the layout present with its shape, and nothing else in the file.
+void check_tensors(const GgufReader& g, const ParamLayout& layout) {
+  std::vector<std::string> expected;
+  for (const TensorInfo& t : layout.tensors()) {
+    const std::string name = gguf_tensor_name(t.name);
+    expected.push_back(name);
+    const GgufTensorInfo* stored = g.find_tensor(name);
+    ZT_CHECK(stored != nullptr, g.path() + ": no tensor '" + name + "' (" + t.name +
+                                    "), which the model its metadata describes needs");
+    ZT_CHECK(stored->hf_shape() == t.shape, g.path() + ": tensor '" + name + "' has shape " +
+                                                nlohmann::json(stored->hf_shape()).dump() +
+                                                " (outermost first), the model needs " +
+                                                nlohmann::json(t.shape).dump());
+  }
+  for (const GgufTensorInfo& t : g.tensors())
+    ZT_CHECK(
+        std::find(expected.begin(), expected.end(), t.name) != expected.end(),
+        g.path() + ": tensor '" + t.name + "' is not part of the model its metadata describes");
+}
+
+}  // namespace
+
+GgufImportResult import_gguf_model(const std::string& gguf_path, const std::string& out_dir,
+                                   uint64_t shard_limit_bytes, bool overwrite,
+                                   const std::string& tokenizer_dir) {
+  const GgufReader g(gguf_path);
+  GgufImportResult result;
+  result.config = gguf_model_config(g);
+  result.architecture = g.string("general.architecture");
+  const ParamLayout layout(result.config);
+  check_tensors(g, layout);
+  for (const GgufTensorInfo& t : g.tensors())
+    ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(t.type))];
+  TokenizerFiles tokenizer;
+  if (tokenizer_dir.empty()) {
+    tokenizer = tokenizer_files_from_gguf(g, result.config.max_position_embeddings);
+    result.tokenizer_source = "the GGUF vocabulary";
+  } else {
+    tokenizer = read_tokenizer_files(tokenizer_dir);
+    ZT_CHECK(tokenizer.files.count("tokenizer.json"),
+             "import: --tokenizer '" + tokenizer_dir + "' holds no tokenizer.json");
+    result.tokenizer_source = tokenizer_dir;
+  }
+  std::map<std::string, std::string> files = tokenizer_files_to_write(tokenizer);
+  for (const auto& [name, text] : files) result.tokenizer_files.push_back(name);
+  nlohmann::json record = {{"gguf_file", fs::absolute(gguf_path).string()},
+                           {"gguf_sha256", sha256_file_hex(gguf_path)},
+                           {"architecture", result.architecture},
+                           {"name", g.has("general.name") && g.value("general.name").is_string()
+                                        ? g.string("general.name")
+                                        : ""},
+                           {"tensor_types", result.tensor_types},
+                           {"tokenizer", result.tokenizer_source},
+                           {"tokenizer_files", result.tokenizer_files}};
+  files[kImportRecordFile] = record.dump(2) + "\n";
+  const int64_t head_dim = result.config.head_dim();
+  result.bytes_written = write_model_dir_streaming(
+      out_dir, result.config,
+      [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
+        const GgufTensorInfo& stored = *g.find_tensor(gguf_tensor_name(t.name));
+        read_hf_range(g, stored, gguf_permutes_rows(result.architecture, t.name), head_dim, begin,
+                      count, out);
+        for (int64_t i = 0; i < count; ++i)
+          ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
+                   g.path() + ": tensor '" + stored.name +
+                       "' holds a value that is not finite in "
+                       "bf16 at element " +
+                       std::to_string(begin + i));
+      },
+      shard_limit_bytes, overwrite, files);
+  return result;
+}
+
+}  // namespace zt
