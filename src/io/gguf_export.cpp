@@ -1,0 +1,189 @@
+#include "io/gguf_export.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "io/fs_util.h"
+#include "io/gguf_file.h"
+#include "io/gguf_import.h"
+#include "io/gguf_tokenizer.h"
+#include "io/model_dir.h"
+#include "io/tokenizer_files.h"
+#include "model/layout.h"
+#include "util/bf16.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// general.file_type values (llama.cpp's llama_ftype).
+int32_t file_type(GgufOutType t) {
+  switch (t) {
+    case GgufOutType::kF32:
+      return 0;
+    case GgufOutType::kF16:
+      return 1;
+    case GgufOutType::kQ8_0:
+      return 7;
+    case GgufOutType::kBF16:
+      return 32;
+  }
+  return 0;
+}
+
+GgmlType matrix_type(GgufOutType t, int64_t row_length) {
+  switch (t) {
+    case GgufOutType::kF32:
+      return GgmlType::kF32;
+    case GgufOutType::kF16:
+      return GgmlType::kF16;
+    case GgufOutType::kBF16:
+      return GgmlType::kBF16;
+    case GgufOutType::kQ8_0:
+      return row_length % 32 == 0 ? GgmlType::kQ8_0 : GgmlType::kF16;
+  }
+  return GgmlType::kF32;
+}
+
+std::string architecture_of(const ModelConfig& c, const std::string& dir) {
+  const std::string type = c.model_type();
+  ZT_CHECK(c.rope_scaling.type != RopeScaling::kLlama3,
+           "export: model '" + dir +
+               "' has llama3 rope scaling, which is not written to GGUF "
+               "yet (export safetensors and convert it with llama.cpp's convert_hf_to_gguf.py)");
+  ZT_CHECK(type != "llama" || !c.qkv_bias,
+           "export: model '" + dir +
+               "' is a llama with attention biases, which is not written "
+               "to GGUF yet");
+  return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
+}
+
+GgufValue u32(int64_t v) {
+  return {GgufValueType::kUint32, GgufValueType::kUint32, v};
+}
+GgufValue f32(double v) {
+  return {GgufValueType::kFloat32, GgufValueType::kUint32, v};
+}
+GgufValue text(const std::string& v) {
+  return {GgufValueType::kString, GgufValueType::kUint32, v};
+}
+
+std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig& c,
+                                                              const std::string& arch,
+                                                              const std::string& name,
+                                                              GgufOutType type) {
+  std::vector<std::pair<std::string, GgufValue>> m = {
+      {"general.architecture", text(arch)},
+      {"general.type", text("model")},
+      {"general.name", text(name)},
+      {"general.file_type", u32(file_type(type))},
+      {arch + ".context_length", u32(c.max_position_embeddings)},
+      {arch + ".embedding_length", u32(c.hidden_size)},
+      {arch + ".block_count", u32(c.num_layers)},
+      {arch + ".feed_forward_length", u32(c.intermediate_size)},
+      {arch + ".attention.head_count", u32(c.num_heads)},
+      {arch + ".attention.head_count_kv", u32(c.num_kv_heads)},
+      {arch + ".attention.key_length", u32(c.head_dim())},
+      {arch + ".attention.value_length", u32(c.head_dim())},
+      {arch + ".rope.dimension_count", u32(c.head_dim())},
+      {arch + ".rope.freq_base", f32(c.rope_theta)},
+      {arch + ".attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps)},
+      {arch + ".vocab_size", u32(c.vocab_size)}};
+  if (type == GgufOutType::kQ8_0) m.push_back({"general.quantization_version", u32(2)});
+  if (c.rope_scaling.type == RopeScaling::kLinear) {
+    m.push_back({arch + ".rope.scaling.type", text("linear")});
+    m.push_back({arch + ".rope.scaling.factor", f32(c.rope_scaling.factor)});
+  }
+  return m;
+}
+
+// The tensor's bytes in `type`, its rows in GGUF's order (llama's q and k permuted).
+void tensor_bytes(ModelDirReader& model, const TensorInfo& t, GgmlType type, bool permuted,
+                  int64_t head_dim, std::vector<uint8_t>& bytes) {
+  const int64_t row_length = t.shape.size() == 2 ? t.shape[1] : t.shape[0];
+  const int64_t rows = t.numel / row_length;
+  std::vector<float> values(static_cast<size_t>(t.numel));
+  model.read_tensor_f32(t.name, values.data());
+  if (permuted) {
+    std::vector<float> hf = values;
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(values.data() + gguf_permuted_row(r, head_dim) * row_length,
+                  hf.data() + r * row_length, static_cast<size_t>(row_length) * sizeof(float));
+  }
+  switch (type) {
+    case GgmlType::kF32:
+      std::memcpy(bytes.data(), values.data(), bytes.size());
+      return;
+    case GgmlType::kQ8_0:
+      quantize_q8_0(values.data(), t.numel, bytes.data());
+      return;
+    default:
+      break;
+  }
+  for (int64_t i = 0; i < t.numel; ++i) {
+    uint16_t h;
+    if (type == GgmlType::kBF16) {
+      h = float_to_bf16(values[static_cast<size_t>(i)]);
+    } else {
+      h = float_to_fp16(values[static_cast<size_t>(i)]);
+      ZT_CHECK(std::isfinite(fp16_to_float(h)),
+               "export: tensor '" + t.name + "' holds " +
+                   std::to_string(values[static_cast<size_t>(i)]) +
+                   ", beyond F16's range: export with --gguf-type bf16 or f32");
+    }
+    std::memcpy(bytes.data() + 2 * i, &h, 2);
+  }
+}
+
+}  // namespace
+
+GgufOutType parse_gguf_out_type(const std::string& name) {
+  if (name == "f32") return GgufOutType::kF32;
+  if (name == "f16") return GgufOutType::kF16;
+  if (name == "bf16") return GgufOutType::kBF16;
+  if (name == "q8_0") return GgufOutType::kQ8_0;
+  fail("export: unknown --gguf-type '" + name + "' (f32, f16, bf16, q8_0)");
+}
+
+GgufExport export_gguf(const std::string& model_dir, const std::string& out_path, GgufOutType type,
+                       bool overwrite) {
+  const auto start = std::chrono::steady_clock::now();
+  check_output_file_writable(out_path, overwrite);
+  ModelDirReader model(model_dir);
+  const ModelConfig& c = model.config();
+  const std::string arch = architecture_of(c, model_dir);
+  const TokenizerFiles tokenizer = read_tokenizer_files(model_dir);
+  ZT_CHECK(tokenizer.files.count("tokenizer.json"),
+           "export: model '" + model_dir +
+               "' has no tokenizer.json beside it; a GGUF file "
+               "carries the tokenizer llama.cpp runs with");
+  auto metadata =
+      model_metadata(c, arch, fs::path(strip_trailing_slashes(model_dir)).filename(), type);
+  for (auto& entry : gguf_tokenizer_metadata(tokenizer, c.vocab_size, model_dir))
+    metadata.push_back(std::move(entry));
+  const ParamLayout& layout = model.layout();
+  std::vector<GgufTensorToWrite> tensors;
+  GgufExport result;
+  for (const TensorInfo& t : layout.tensors()) {
+    const GgmlType ggml = t.shape.size() == 1 ? GgmlType::kF32 : matrix_type(type, t.shape[1]);
+    tensors.push_back({gguf_tensor_name(t.name), {t.shape.rbegin(), t.shape.rend()}, ggml});
+    ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(ggml))];
+  }
+  check_room_to_write(dir_parent(out_path).empty() ? "." : dir_parent(out_path),
+                      model.total_size() * (type == GgufOutType::kF32 ? 2 : 1), "export");
+  write_gguf_file(out_path, metadata, tensors, [&](size_t i, std::vector<uint8_t>& bytes) {
+    const TensorInfo& t = layout.tensors()[i];
+    tensor_bytes(model, t, tensors[i].type, gguf_permutes_rows(arch, t.name), c.head_dim(), bytes);
+  });
+  result.path = out_path;
+  result.bytes = fs::file_size(out_path);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace zt
