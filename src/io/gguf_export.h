@@ -26,7 +26,7 @@ struct GgufExport {
 };
 
 // Writes `out_path` (refused when it exists, unless overwrite); the file appears only when whole.
-GgufExport export_gguf(const std::string& model_dir, const std::string& out_path,
-                       GgufOutType type, bool overwrite);
+GgufExport export_gguf(const std::string& model_dir, const std::string& out_path, GgufOutType type,
+                       bool overwrite);
 
 }  // namespace zt

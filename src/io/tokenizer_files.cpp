@@ -77,8 +77,10 @@ TokenizerFiles read_tokenizer_files(const std::string& path) {
 std::vector<std::string> copy_tokenizer_files(const std::string& from_dir,
                                               const std::string& to_dir) {
   std::vector<std::string> copied;
-  for (const auto& [name, text] : read_tokenizer_files(from_dir).files) {
-    write_whole_file(fs::path(to_dir) / name, text);
+  const TokenizerFiles tokenizer = read_tokenizer_files(from_dir);
+  for (const std::string& name : tokenizer_file_names()) {
+    if (!tokenizer.files.count(name)) continue;
+    write_whole_file(fs::path(to_dir) / name, tokenizer.files.at(name));
     copied.push_back(name);
   }
   return copied;

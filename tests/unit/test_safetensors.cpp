@@ -242,9 +242,15 @@ TEST(Safetensors, ExportCommandThroughTheBinary) {
   EXPECT_EQ(info["kind"], "safetensors");
   EXPECT_EQ(info["parameters"].get<int64_t>(), ParamLayout(preset_config("tiny")).total_numel());
   EXPECT_GT(info["files"].size(), 2u);
-  r = testing::run_zerotrain("export " + (tmp / "model") + " --format gguf --out " + (tmp / "x"));
+  r = testing::run_zerotrain("export " + (tmp / "model") + " --format onnx --out " + (tmp / "x"));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("gguf"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("'onnx'"), std::string::npos) << r.output;
+  // A GGUF file carries the tokenizer: a model directory without one is refused, naming it.
+  r = testing::run_zerotrain("export " + (tmp / "model") + " --format gguf --out " +
+                             (tmp / "x.gguf"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("tokenizer.json"), std::string::npos) << r.output;
+  EXPECT_TRUE(testing::no_output_left(tmp / "x.gguf"));
   r = testing::run_zerotrain("export " + (tmp / "missing") + " --out " + (tmp / "y"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(tmp / "missing"), std::string::npos) << r.output;
