@@ -1,0 +1,94 @@
+// The config.json files of real published models (tests/data/hf_models, sources in its
+// SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, and re-saves
+// by transformers 4.56, 4.57 and 5.7) are read with the keys as published:
+//   - every one is accepted, also under --strict-config: each key in them is one zerotrain reads
+//     or knows to leave the model unchanged;
+//   - the model each describes has the parameter count its model card states (tied embeddings
+//     counted once), and the family, tie, RoPE base and scaling the file says;
+//   - every directory of the corpus is in the table below, so a file added without its expected
+//     figures fails.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "model/config.h"
+#include "model/layout.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Published {
+  int64_t parameters;
+  const char* model_type;
+  bool tied;
+  double rope_theta;
+  RopeScaling scaling;
+};
+
+// The models' stated sizes (model cards; 7,241,732,096 for Mistral-7B-v0.1, 8,030,261,248 for
+// Llama-3-8B, ...), not zerotrain's output.
+const std::map<std::string, Published>& corpus() {
+  using R = RopeScaling;
+  static const std::map<std::string, Published> table = {
+      {"HuggingFaceTB--SmolLM2-135M", {134515008, "llama", true, 100000, R::kNone}},
+      {"HuggingFaceTB--SmolLM2-1.7B-Instruct", {1711376384, "llama", true, 130000, R::kNone}},
+      {"Qwen--Qwen2-0.5B", {494032768, "qwen2", true, 1000000, R::kNone}},
+      {"Qwen--Qwen2.5-0.5B", {494032768, "qwen2", true, 1000000, R::kNone}},
+      {"Qwen--Qwen2.5-0.5B-Instruct", {494032768, "qwen2", true, 1000000, R::kNone}},
+      {"Qwen--Qwen2.5-1.5B-Instruct", {1543714304, "qwen2", true, 1000000, R::kNone}},
+      {"Qwen--Qwen2.5-7B-Instruct", {7615616512, "qwen2", false, 1000000, R::kNone}},
+      {"Qwen--Qwen3-0.6B", {596049920, "qwen3", true, 1000000, R::kNone}},
+      {"Qwen--Qwen3-8B", {8190735360, "qwen3", false, 1000000, R::kNone}},
+      {"TinyLlama--TinyLlama-1.1B-Chat-v1.0", {1100048384, "llama", false, 10000, R::kNone}},
+      {"meta-llama--Llama-2-7b-hf", {6738415616, "llama", false, 10000, R::kNone}},
+      {"meta-llama--Meta-Llama-3-8B", {8030261248, "llama", false, 500000, R::kNone}},
+      {"meta-llama--Meta-Llama-3-8B-Instruct", {8030261248, "llama", false, 500000, R::kNone}},
+      {"meta-llama--Llama-3.1-8B", {8030261248, "llama", false, 500000, R::kLlama3}},
+      {"meta-llama--Llama-3.1-8B-Instruct", {8030261248, "llama", false, 500000, R::kLlama3}},
+      {"meta-llama--Llama-3.2-1B", {1235814400, "llama", true, 500000, R::kLlama3}},
+      {"meta-llama--Llama-3.2-3B", {3212749824, "llama", true, 500000, R::kLlama3}},
+      {"mistralai--Mistral-7B-v0.1", {7241732096, "mistral", false, 10000, R::kNone}},
+      {"mistralai--Mistral-7B-Instruct-v0.3", {7248023552, "llama", false, 1000000, R::kNone}},
+      {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
+       {1100048384, "llama", false, 10000, R::kNone}},
+      {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",
+       {8190735360, "qwen3", false, 1000000, R::kNone}},
+      {"resaved-transformers-5.7.0--Qwen--Qwen2.5-1.5B-Instruct",
+       {1543714304, "qwen2", true, 1000000, R::kNone}},
+      {"resaved-transformers-5.7.0--meta-llama--Llama-3.2-3B-Instruct",
+       {3212749824, "llama", true, 500000, R::kLlama3}},
+  };
+  return table;
+}
+
+TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
+  const fs::path root = fs::path(ZT_SOURCE_DIR) / "tests/data/hf_models";
+  std::set<std::string> seen;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
+    if (!entry.is_directory()) continue;
+    const std::string name = entry.path().filename();
+    SCOPED_TRACE(name);
+    seen.insert(name);
+    const auto expected = corpus().find(name);
+    ASSERT_NE(expected, corpus().end()) << "a corpus directory without its expected figures";
+    const std::string file = (entry.path() / "config.json").string();
+    ModelConfig c;
+    ASSERT_NO_THROW(c = ModelConfig::from_hf_file(file, UnknownConfigKeys::kRefuse));
+    const Published& p = expected->second;
+    EXPECT_EQ(ParamLayout(c).total_numel(), p.parameters);
+    EXPECT_EQ(c.model_type(), p.model_type);
+    EXPECT_EQ(c.tie_word_embeddings, p.tied);
+    EXPECT_EQ(c.rope_theta, p.rope_theta);
+    EXPECT_EQ(c.rope_scaling.type, p.scaling);
+    // What was read is what zerotrain writes back.
+    EXPECT_EQ(ModelConfig::from_hf_json(c.to_hf_json(), "again"), c);
+  }
+  EXPECT_EQ(seen.size(), corpus().size()) << "a table entry without its directory";
+}
+
+}  // namespace
+}  // namespace zt
