@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Published tokenizer_config.json files through chat-template SFT (CTest label "oracle", in the
+project venv).
+
+Every tests/data/hf_models/*/tokenizer_config.json (sources in SOURCES.md) is used as published:
+its added_tokens_decoder, special tokens, tokenizer class and chat template. Beside it goes a
+tokenizer.json made here (the published ones are megabytes): a byte-level BPE whose vocabulary
+holds the 256 byte symbols and every added token at the id the config gives it. For each:
+
+1. `prepare-data --sft-jsonl --messages-field messages --chat-template` on a two-round
+   conversation (with a system turn where the template takes one) succeeds;
+2. its ids equal transformers' AutoTokenizer.from_pretrained(DIR).apply_chat_template(tokenize=True);
+3. its loss mask counts both assistant replies and none of the user turns (decoded from the
+   counted tokens).
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import glob
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
+                            require_venv_modules, run_tool)
+
+h5py, tokenizers, transformers = require_venv_modules("h5py", "tokenizers", "transformers")
+
+USER = ["Name three primes.", "And the next one?"]
+ASSISTANT = ["Two, three and five.", "Seven comes next."]
+
+
+def tokenizer_json(config):
+    """A byte-level BPE without merges: the added tokens of the config at their ids, the 256
+    byte symbols at the lowest free ids, unused ids filled with placeholder tokens."""
+    from tokenizers import decoders, models, pre_tokenizers
+    added = {int(i): entry["content"] for i, entry in config.get("added_tokens_decoder", {}).items()}
+    vocab, next_id = {}, 0
+    for symbol in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        while next_id in added:
+            next_id += 1
+        vocab[symbol] = next_id
+        next_id += 1
+    for i, content in added.items():
+        vocab[content] = i
+    used = set(vocab.values())
+    for i in range(max(used) + 1):
+        if i not in used:
+            vocab[f"<placeholder_{i}>"] = i
+    tok = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([tokenizers.AddedToken(c, special=True, normalized=False)
+                            for i, c in sorted(added.items())
+                            if config["added_tokens_decoder"][str(i)].get("special", True)])
+    return tok
+
+
+def conversation(tok):
+    """Two rounds, with a system turn when the template accepts one."""
+    rounds = [m for u, a in zip(USER, ASSISTANT)
+              for m in ({"role": "user", "content": u}, {"role": "assistant", "content": a})]
+    with_system = [{"role": "system", "content": "Be brief."}] + rounds
+    try:
+        tok.apply_chat_template(with_system, tokenize=False)
+        return with_system
+    except Exception:  # Mistral's and Llama 2's templates refuse some system turns
+        return rounds
+
+
+def check_one(work, zt, source):
+    name = os.path.basename(os.path.dirname(source))
+    config = json.load(open(source, encoding="utf-8"))
+    directory = work(name)
+    os.makedirs(directory)
+    shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
+    tokenizer_json(config).save(os.path.join(directory, "tokenizer.json"))
+    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    messages = conversation(reference)
+    data = work(name + ".jsonl")
+    with open(data, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"messages": messages}) + "\n")
+    run_tool([zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", data,
+              "--messages-field", "messages", "--chat-template", "--out", work(name + ".h5")])
+    with h5py.File(work(name + ".h5"), "r") as f:
+        ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+    want = reference.apply_chat_template(messages, tokenize=True)
+    check(ids == want, f"{name}: the ids differ from apply_chat_template's")
+    counted = reference.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=True)
+    for reply in ASSISTANT:
+        check(reply in counted, f"{name}: the reply {reply!r} is not counted ({counted!r})")
+    for turn in USER + ["Be brief."]:
+        check(turn not in counted, f"{name}: the turn {turn!r} is counted ({counted!r})")
+    print(f"ok   {name}: {len(ids)} tokens as apply_chat_template gives them, {sum(mask)} "
+          f"counted: both replies, no other turn")
+
+
+def main():
+    args = argument_parser(__doc__.split("\n")[0]).parse_args()
+    transformers.logging.set_verbosity_error()
+    work = fresh_work_dir(args.work_dir)
+    configs = sorted(glob.glob(os.path.join(args.source_dir, "tests/data/hf_models/*",
+                                            "tokenizer_config.json")))
+
+    def checks():
+        check(configs, "no tokenizer_config.json under tests/data/hf_models")
+        for source in configs:
+            check_one(work, args.zerotrain, source)
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
