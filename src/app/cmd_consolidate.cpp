@@ -10,6 +10,7 @@
 #include "app/run_setup.h"
 #include "checkpoint/consolidate.h"
 #include "comm/mpi_communicator.h"
+#include "io/fs_util.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
 
@@ -50,6 +51,8 @@ int cmd_consolidate(int argc, char** argv) {
   MpiCommunicator comm;
   comm.set_timeout_seconds(comm_timeout);
   const std::string checkpoint = vm["checkpoint"].as<std::string>();
+  check_output_apart_from_inputs(spec.name, vm["out"].as<std::string>(),
+                                 {{"the checkpoint", checkpoint}});
   const ConsolidatedModel model =
       consolidate_checkpoint(checkpoint, vm["out"].as<std::string>(), comm, o);
   if (comm.rank() == 0)

@@ -7,9 +7,9 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
+#include "io/fs_util.h"
 #include "io/gguf_export.h"
 #include "io/safetensors.h"
-#include "io/tokenizer_files.h"
 #include "util/error.h"
 
 namespace zt {
@@ -38,6 +38,8 @@ int cmd_export(int argc, char** argv) {
   if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
   require_option(vm, "model", spec.name);
   require_option(vm, "out", spec.name);
+  check_output_apart_from_inputs(spec.name, vm["out"].as<std::string>(),
+                                 {{"the model", vm["model"].as<std::string>()}});
   const std::string format = vm["format"].as<std::string>();
   ZT_CHECK(format == "safetensors" || format == "gguf",
            "export: unknown --format '" + format + "' (supported: safetensors, gguf)");
@@ -60,12 +62,9 @@ int cmd_export(int argc, char** argv) {
   const SafetensorsExport result =
       export_safetensors(vm["model"].as<std::string>(), vm["out"].as<std::string>(), shard_bytes,
                          vm["overwrite"].as<bool>());
-  // The tokenizer files the model directory carries (train and import put them there).
-  const std::vector<std::string> tokenizer =
-      copy_tokenizer_files(vm["model"].as<std::string>(), result.dir);
   std::cout << nlohmann::json{{"out", result.dir},
                               {"files", result.files},
-                              {"tokenizer_files", tokenizer},
+                              {"tokenizer_files", result.tokenizer_files},
                               {"bytes", result.bytes},
                               {"seconds", result.seconds}}
                    .dump()

@@ -7,6 +7,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
+#include "io/fs_util.h"
 #include "io/gguf_import.h"
 #include "io/hf_import.h"
 #include "model/layout.h"
@@ -108,6 +109,9 @@ int cmd_import(int argc, char** argv) {
   check_count(shard_mb, 1, "shard-size-mb", spec.name);
   const std::string source = vm["source"].as<std::string>(), out = vm["out"].as<std::string>();
   const auto shard_bytes = static_cast<uint64_t>(shard_mb) << 20;
+  check_output_apart_from_inputs(
+      spec.name, out,
+      {{"the model", source}, {"the tokenizer", vm["tokenizer"].as<std::string>()}});
   std::error_code ec;
   if (std::filesystem::is_regular_file(source, ec)) {
     ZT_CHECK(is_gguf_file(source), "import: '" + source +

@@ -5,6 +5,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
+#include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -33,6 +34,9 @@ int cmd_init(int argc, char** argv) {
            "init: give exactly one of '--preset' or '--config-json'");
   require_option(vm, "seed", spec.name);
   require_option(vm, "out", spec.name);
+  if (vm.count("config-json"))
+    check_output_apart_from_inputs(spec.name, vm["out"].as<std::string>(),
+                                   {{"the config", vm["config-json"].as<std::string>()}});
   const ModelConfig config = vm.count("preset")
                                  ? preset_config(vm["preset"].as<std::string>())
                                  : ModelConfig::from_hf_file(vm["config-json"].as<std::string>());

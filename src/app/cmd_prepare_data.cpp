@@ -8,6 +8,7 @@
 #include "app/commands.h"
 #include "app/hf_tokenize.h"
 #include "app/python_step.h"
+#include "io/fs_util.h"
 #include "io/token_dataset.h"
 #include "util/error.h"
 
@@ -78,6 +79,14 @@ int cmd_prepare_data(int argc, char** argv) {
            "conversation)");
   require_option(vm, "out", spec.name);
   const std::string out = vm["out"].as<std::string>();
+  std::vector<std::pair<std::string, std::string>> read;
+  for (const char* option : {"text", "jsonl", "sft-jsonl", "bin", "nanogpt-bin"})
+    if (vm.count(option))
+      for (const std::string& file : vm[option].as<std::vector<std::string>>())
+        read.emplace_back("the input file", file);
+  if (vm.count("tokenizer"))
+    read.emplace_back("the tokenizer", vm["tokenizer"].as<std::string>());
+  check_output_apart_from_inputs(spec.name, out, read);
   const auto report = [&](int64_t tokens, size_t files) {
     const TokenDataset written(out);
     std::cout << "wrote " << out << ": " << tokens << " tokens from " << files

@@ -8,6 +8,7 @@
 
 #include "app/cli.h"
 #include "app/engine_device.h"
+#include "io/fs_util.h"
 #include "model/config.h"
 #include "util/decimal.h"
 #include "util/error.h"
@@ -51,6 +52,9 @@ bool loss_scale_options_given(const po::variables_map& vm) {
 void validate_settings(const TrainOptions& o) {
   // Checked first: every path under --out is built as OUT + "/...", so '' would mean '/'.
   ZT_CHECK(!o.out.empty(), std::string(kCommand) + ": the output path is empty (--out '')");
+  check_output_apart_from_inputs(
+      kCommand, o.out,
+      {{"the model", o.model_dir}, {"the data", o.data}, {"the DeepSpeed config", o.deepspeed}});
   check_count(o.steps, 1, "steps", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.grad_accum, 1, "grad-accum", kCommand);

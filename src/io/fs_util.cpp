@@ -147,6 +147,45 @@ void write_all(int fd, const void* data, size_t bytes, const std::string& path) 
   }
 }
 
+namespace {
+
+// The path with symlinks resolved as far as it exists, absolute and normalised.
+fs::path resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+  return ec ? fs::absolute(path).lexically_normal() : p;
+}
+
+// Whether `inner` is `outer` or lies below it, component by component.
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin(), o = outer.begin();
+  for (; o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // a trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_output_apart_from_inputs(
+    const std::string& command, const std::string& out,
+    const std::vector<std::pair<std::string, std::string>>& inputs) {
+  if (out.empty()) return;
+  const fs::path output = resolved(out);
+  for (const auto& [what, path] : inputs) {
+    if (path.empty()) continue;
+    const fs::path input = resolved(path);
+    const char* relation = output == input            ? "is"
+                           : is_within(input, output) ? "holds"
+                           : is_within(output, input) ? "lies inside"
+                                                      : nullptr;
+    if (relation)
+      fail(command + ": the output '" + out + "' " + relation + " " + what + " '" + path +
+           "': writing it would destroy that input; give an output apart from every input");
+  }
+}
+
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   ZT_CHECK(fd >= 0, "cannot open '" + path + "' to fsync it");

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +22,13 @@ std::string temp_sibling(const std::string& path);
 void check_output_dir_writable(const std::string& dir, bool overwrite);
 // Refuses an output file that exists (or is a directory) unless overwrite is set.
 void check_output_file_writable(const std::string& file, bool overwrite);
+
+// One rule for every command that writes: its output must be apart from every input. Refuses an
+// output that is an input, lies inside one or holds one (both resolved, symlinks followed), since
+// writing it, and --overwrite replacing what is there, would destroy the input. Each input is
+// (what it is, path), e.g. {"the checkpoint", "RUN/checkpoints/step-8"}; "" paths are skipped.
+void check_output_apart_from_inputs(const std::string& command, const std::string& out,
+                                    const std::vector<std::pair<std::string, std::string>>& inputs);
 
 // Refuses to start writing `bytes` under `dir` (or its nearest existing ancestor) when its
 // filesystem has less free space, or when the directory is not writable: "No space left on

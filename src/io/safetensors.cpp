@@ -13,6 +13,7 @@
 
 #include "io/fs_util.h"
 #include "io/model_dir.h"
+#include "io/tokenizer_files.h"
 #include "util/bf16.h"
 #include "util/error.h"
 
@@ -333,6 +334,11 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
     }
     if (num_shards > 1)
       write_weight_index_file(tmp + "/" + kSafetensorsIndexFile, weight_map, result.bytes);
+    // The model's tokenizer files, read from the model directory, appear with the export.
+    for (const auto& [name, text] : tokenizer_files_to_write(read_tokenizer_files(model_dir))) {
+      write_text_file(tmp + "/" + name, text);
+      result.tokenizer_files.push_back(name);
+    }
     write_text_file(tmp + "/" + kModelConfigFile,
                     model.config().to_transformers_json().dump(2) + "\n");
     fsync_path(tmp);

@@ -74,16 +74,4 @@ TokenizerFiles read_tokenizer_files(const std::string& path) {
   return tokenizer;
 }
 
-std::vector<std::string> copy_tokenizer_files(const std::string& from_dir,
-                                              const std::string& to_dir) {
-  std::vector<std::string> copied;
-  const TokenizerFiles tokenizer = read_tokenizer_files(from_dir);
-  for (const std::string& name : tokenizer_file_names()) {
-    if (!tokenizer.files.count(name)) continue;
-    write_whole_file(fs::path(to_dir) / name, tokenizer.files.at(name));
-    copied.push_back(name);
-  }
-  return copied;
-}
-
 }  // namespace zt

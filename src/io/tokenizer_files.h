@@ -37,8 +37,4 @@ void write_tokenizer_files(const TokenizerFiles& tokenizer, const std::string& d
 // left at -1 for the caller.
 TokenizerFiles read_tokenizer_files(const std::string& path);
 
-// Copies the tokenizer files present in `from_dir` into `to_dir`; returns the names copied.
-std::vector<std::string> copy_tokenizer_files(const std::string& from_dir,
-                                              const std::string& to_dir);
-
 }  // namespace zt
