@@ -24,7 +24,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev nlohmann-json3-dev
-  libopenblas-dev libgtest-dev liburing-dev patchelf
+  libopenblas-dev libgtest-dev liburing-dev libre2-dev patchelf
   python3 python3-numpy python3-h5py python3-torch python3-pip python3-venv
   python3-yaml python3-requests python3-jinja2
   slurm-wlm munge librsvg2-bin

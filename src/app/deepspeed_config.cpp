@@ -12,6 +12,7 @@
 #include "engine/loss_scaler.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/json_text.h"
 #include "util/sha256.h"
 
 namespace zt {
@@ -556,12 +557,9 @@ DeepSpeedConfig load_deepspeed_config(const std::string& path, const ModelConfig
   std::ostringstream bytes;
   bytes << in.rdbuf();
   ZT_CHECK(!in.bad(), "cannot read DeepSpeed config '" + path + "'");
-  json j;
-  try {
-    j = json::parse(bytes.str());
-  } catch (const json::exception& e) {
-    fail("DeepSpeed config '" + path + "' is not valid JSON: " + e.what());
-  }
+  // As DeepSpeed reads it (hjson): comments allowed, a key twice refused.
+  const json j = parse_json(bytes.str(), "DeepSpeed config '" + path + "'",
+                            {.hjson_comments = true, .reject_duplicate_keys = true});
   DeepSpeedConfig c = parse_deepspeed_config(j, path, model);
   c.sha256 = sha256_hex(bytes.str());
   return c;

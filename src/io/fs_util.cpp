@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace zt {
 
@@ -113,13 +114,11 @@ void write_text_file(const std::string& path, const std::string& text) {
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open '" + path + "'");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path + ": invalid JSON: " + e.what());
-  }
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  ZT_CHECK(!in.bad(), "cannot read '" + path + "'");
+  return parse_json(text, path);
 }
 
 void read_exact(int fd, uint64_t offset, void* out, size_t bytes, const std::string& path) {

@@ -249,11 +249,7 @@ nlohmann::json parse_tokenizer_file(const TokenizerFiles& t, const std::string& 
                                     const std::string& where) {
   const auto it = t.files.find(name);
   if (it == t.files.end()) return nlohmann::json::object();
-  try {
-    return nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::exception& e) {
-    fail(where + "/" + name + ": invalid JSON: " + e.what());
-  }
+  return parse_json(it->second, where + "/" + name);
 }
 
 // A pre_tokenizer without trim_offsets, which changes offsets only, never the ids.

@@ -16,6 +16,7 @@
 #include "io/tokenizer_files.h"
 #include "util/bf16.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace zt {
 
@@ -150,12 +151,8 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
   header_bytes_ = 8 + n;
   std::string text(n, '\0');
   read_exact(file.fd, 8, text.data(), n, path_);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("'" + path_ + "': the header is not JSON: " + e.what());
-  }
+  const nlohmann::json header =
+      parse_json(text, "'" + path_ + "': the header", {.reject_duplicate_keys = true});
   ZT_CHECK(header.is_object(), "'" + path_ + "': the header is not a JSON object");
   for (const auto& [name, value] : header.items()) {
     if (name == kMetadataKey) {

@@ -437,15 +437,10 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
 }
 
 ModelConfig ModelConfig::from_hf_file(const std::string& path, UnknownConfigKeys unknown) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open model config '" + path + "'");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    fail(path + ": invalid JSON: " + e.what());
-  }
-  return from_hf_json(j, path, unknown);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return from_hf_json(parse_json(text, path), path, unknown);
 }
 
 }  // namespace zt

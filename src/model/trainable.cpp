@@ -1,6 +1,8 @@
 #include "model/trainable.h"
 
-#include <regex>
+#include <re2/re2.h>
+
+#include <memory>
 
 #include "util/error.h"
 
@@ -8,18 +10,28 @@ namespace zt {
 
 namespace {
 
-std::vector<std::regex> compile(const std::vector<std::string>& patterns, const char* option) {
-  std::vector<std::regex> out;
+// Patterns longer than any tensor-name pattern a person writes are refused before compiling.
+constexpr size_t kMaxPatternBytes = 4096;
+
+// RE2 matches in time linear in the name whatever the pattern ((.*)*q included), bounds its
+// memory, and refuses nesting beyond its limit instead of recursing into it.
+std::vector<std::unique_ptr<RE2>> compile(const std::vector<std::string>& patterns,
+                                          const char* option) {
+  std::vector<std::unique_ptr<RE2>> out;
+  RE2::Options options;
+  options.set_log_errors(false);
+  options.set_max_mem(int64_t{8} << 20);
   for (const std::string& p : patterns) {
     ZT_CHECK(!p.empty(), std::string(option) +
                              ": an empty pattern matches every tensor; give a "
                              "regular expression");
-    try {
-      out.emplace_back(p, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      throw Error(std::string(option) + " '" + p +
-                  "' is not a valid regular expression: " + e.what());
-    }
+    ZT_CHECK(p.size() <= kMaxPatternBytes,
+             std::string(option) + ": a pattern of " + std::to_string(p.size()) +
+                 " bytes; tensor-name patterns are limited to " + std::to_string(kMaxPatternBytes));
+    auto re = std::make_unique<RE2>(p, options);
+    ZT_CHECK(re->ok(), std::string(option) + " '" + p +
+                           "' is not a valid regular expression: " + re->error());
+    out.push_back(std::move(re));
   }
   return out;
 }
@@ -31,8 +43,8 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
                                          const std::vector<std::string>& freeze) {
   TrainableSet s;
   if (trainable.empty() && freeze.empty()) return s;
-  const std::vector<std::regex> keep = compile(trainable, "--trainable");
-  const std::vector<std::regex> drop = compile(freeze, "--freeze");
+  const auto keep = compile(trainable, "--trainable");
+  const auto drop = compile(freeze, "--freeze");
   std::vector<bool> keep_used(keep.size(), false), drop_used(drop.size(), false);
   const std::vector<TensorInfo>& tensors = layout.tensors();
   s.frozen_.assign(tensors.size(), false);
@@ -40,9 +52,9 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
   for (size_t t = 0; t < tensors.size(); ++t) {
     bool trains = keep.empty();
     for (size_t i = 0; i < keep.size(); ++i)
-      if (std::regex_search(tensors[t].name, keep[i])) trains = true, keep_used[i] = true;
+      if (RE2::PartialMatch(tensors[t].name, *keep[i])) trains = true, keep_used[i] = true;
     for (size_t i = 0; i < drop.size(); ++i)
-      if (std::regex_search(tensors[t].name, drop[i])) trains = false, drop_used[i] = true;
+      if (RE2::PartialMatch(tensors[t].name, *drop[i])) trains = false, drop_used[i] = true;
     s.frozen_[t] = !trains;
     any_trains = any_trains || trains;
   }

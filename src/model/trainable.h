@@ -1,9 +1,9 @@
 // Which parameters train: PyTorch's requires_grad, chosen by regular expressions over the
 // Hugging Face tensor names (`train --trainable REGEX`, `--freeze REGEX`; docs/ARCHITECTURE.md §4).
 // A tensor trains when it matches some --trainable pattern (every tensor does when there is none)
-// and no --freeze pattern. Patterns are ECMAScript regular expressions searched anywhere in the
-// name, as Python's re.search: "lm_head" matches lm_head.weight, "^model\.norm\." only the final
-// norm.
+// and no --freeze pattern. Patterns are RE2 regular expressions (Python re syntax without
+// backreferences or lookaround, matched in linear time) searched anywhere in the name, as Python's
+// re.search: "lm_head" matches lm_head.weight, "^model\.norm\." only the final norm.
 //
 // The model skips a frozen tensor's weight gradient (its dW product); the engine keeps state per
 // parameter group (the embedding, each decoder layer, the head): a group with no trainable tensor

@@ -6,6 +6,7 @@
 
 #include "io/fs_util.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace zt {
 
@@ -103,8 +104,8 @@ int64_t keep_steps_through(const std::string& path, int64_t last_step) {
     if (line.empty()) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
+      j = parse_json(line, "metrics.jsonl");
+    } catch (const Error&) {
       break;  // a line cut short by the crash: it and anything after it go
     }
     const int64_t step = j.value("step", int64_t{0});

@@ -17,6 +17,7 @@
 #include "report/step_timeline.h"
 #include "report/svg_plot.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace zt {
 
@@ -176,12 +177,8 @@ RunData load_run_dir(const std::string& dir) {
   while (std::getline(in, line)) {
     ++line_no;
     if (line.empty()) continue;
-    try {
-      r.metrics.push_back(nlohmann::json::parse(line));
-    } catch (const nlohmann::json::exception&) {
-      fail("report: '" + dir + "/metrics.jsonl' line " + std::to_string(line_no) +
-           " is not valid JSON");
-    }
+    r.metrics.push_back(
+        parse_json(line, "report: '" + dir + "/metrics.jsonl' line " + std::to_string(line_no)));
   }
   ZT_CHECK(!r.metrics.empty(), "report: '" + dir + "/metrics.jsonl' has no steps");
   if (fs::exists(fs::path(dir) / "report.json")) r.report = read_json_file(dir + "/report.json");
@@ -360,7 +357,7 @@ void add_plots_and_skew_to_report(const std::string& out_dir, const nlohmann::js
   std::ifstream in(out_dir + "/metrics.jsonl");
   std::string line;
   while (std::getline(in, line))
-    if (!line.empty()) metrics.push_back(nlohmann::json::parse(line));
+    if (!line.empty()) metrics.push_back(parse_json(line, out_dir + "/metrics.jsonl"));
   const std::string markdown = rank_skew_markdown(skew) + write_run_plots(metrics, out_dir);
   std::ofstream md(out_dir + "/report.md", std::ios::app);
   md << markdown;

@@ -6,7 +6,9 @@ tied embeddings; ./run.sh deps fetches it and checks its SHA-256), against trans
 loader (transformers 4.46 forgets the tie when output.weight is absent: the reference restores it)
 with every weight rounded to bf16, as a zerotrain model directory stores it:
 
-1. `import FILE.gguf`: every tensor equal to the reference's, bit for bit.
+1. `import FILE.gguf`: every tensor equal to the reference's, bit for bit; the tokenizer rebuilt
+   from the file agrees with the model's published tokenizer_config.json (tests/data/hf_models:
+   special tokens, added tokens, chat template, length).
 2. The same weights as a Hugging Face checkpoint (save_pretrained) with a published SmolLM2-135M
    config.json (tests/data/hf_models/HuggingFaceTB--SmolLM2-135M: the base model's, the same
    shapes; the Instruct model's own file could not be recovered, see SOURCES.md): `import HF_DIR`
@@ -45,6 +47,8 @@ gguf, h5py, np, torch, transformers = require_venv_modules("gguf", "h5py", "nump
 from test_hf_families import U_FP32, hf_loss, last_json_line  # noqa: E402
 
 CONFIG_DIR = "tests/data/hf_models/HuggingFaceTB--SmolLM2-135M"
+PUBLISHED_TOKENIZER = ("tests/data/hf_models/HuggingFaceTB--SmolLM2-135M-Instruct/"
+                       "tokenizer_config.json")
 SEQ_LEN, MICRO_BATCH, BATCHES = 64, 2, 2
 HIDDEN, FFN, VOCAB, LAYERS = 576, 1536, 49152, 30
 
@@ -93,6 +97,16 @@ def check_import(work, zt, gguf_path, source_dir, reference):
               f"{name}: the GGUF import differs from transformers' GGUF loader in "
               f"{int((values != state[name].numpy()).sum())} values")
     print(f"ok   import FILE.gguf: {len(ours)} tensors bitwise equal to transformers' GGUF loader")
+    published = json.load(open(os.path.join(source_dir, PUBLISHED_TOKENIZER)))
+    rebuilt = json.load(open(work("model", "tokenizer_config.json")))
+    for key in ("bos_token", "eos_token", "pad_token", "unk_token", "chat_template",
+                "model_max_length"):
+        check(rebuilt.get(key) == published.get(key),
+              f"the rebuilt tokenizer's {key} {rebuilt.get(key)!r} is not the published one's")
+    check({k: v["content"] for k, v in rebuilt["added_tokens_decoder"].items()} ==
+          {k: v["content"] for k, v in published["added_tokens_decoder"].items()},
+          "the rebuilt added tokens differ from the published ones")
+    print("ok   the rebuilt tokenizer agrees with the published tokenizer_config.json")
     # The Hugging Face route: the same weights in safetensors beside the published config.json.
     hf = work("hf")
     reference.to(torch.bfloat16).save_pretrained(hf, safe_serialization=True)
