@@ -80,6 +80,10 @@ std::optional<double> DeepSpeedBlock::number(const std::string& key) const {
 
 std::optional<bool> DeepSpeedBlock::boolean(const std::string& key) const {
   const json* v = get(key);
+  // null is neither: DeepSpeed would read it as false, which a switch should not be silently.
+  const auto present = object_.find(key);
+  ZT_CHECK(present == object_.end() || !present->is_null(),
+           where(key) + " must be true or false, got null");
   if (!v || is_auto(key)) return std::nullopt;
   ZT_CHECK(v->is_boolean(), where(key) + " must be true or false, got " + v->dump());
   return v->get<bool>();

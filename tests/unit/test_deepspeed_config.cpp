@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "../support/error_text.h"
 #include "app/deepspeed_config.h"
 #include "engine/loss_scaler.h"
 #include "test_deepspeed_support.h"
+#include "test_io_support.h"
 #include "test_train_support.h"
 #include "util/error.h"
 
@@ -175,6 +177,34 @@ TEST(DeepSpeedConfig, BadValuesAreErrorsNamingTheKey) {
       parse_error({{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 0}}}}}}),
       "scheduler.params.warmup_num_steps"));
   EXPECT_EQ(parse_error({{"fp16", {{"enabled", false}}}}), "");
+}
+
+// DeepSpeed reads its configs with hjson: comments (#, //, /* */) and trailing commas are
+// accepted; a key twice in one object is refused (DeepSpeed's object_pairs_hook refuses it), as is
+// a switch set to null, which DeepSpeed would read as false without a word.
+TEST(DeepSpeedConfig, HjsonCommentsDuplicateKeysAndNullSwitches) {
+  testing::TempDir tmp;
+  const std::string file = tmp / "ds.json";
+  auto write = [&](const std::string& text) { std::ofstream(file) << text; };
+  write(R"({
+  # ZeRO-3 for the 7B run
+  "zero_optimization": {"stage": 3, /* the default bucket */ "overlap_comm": true,},
+  // bf16 on the GPUs
+  "bf16": {"enabled": true},
+  "gradient_clipping": 1.0, "note": "a # and // inside a string stay"
+})");
+  const DeepSpeedConfig c = load_deepspeed_config(file, preset_config("tiny"));
+  EXPECT_EQ(c.option("zero-stage"), "3");
+  EXPECT_EQ(c.option("precision"), "bf16");
+  write(R"({"zero_optimization": {"stage": 1, "stage": 3}})");
+  std::string e = error_of([&] { load_deepspeed_config(file, preset_config("tiny")); });
+  EXPECT_TRUE(contains(e, "key 'stage' appears twice") && contains(e, file)) << e;
+  write(R"({"bf16": {"enabled": null}})");
+  e = error_of([&] { load_deepspeed_config(file, preset_config("tiny")); });
+  EXPECT_TRUE(contains(e, "bf16.enabled") && contains(e, "null")) << e;
+  write("{\"a\": " + std::string(1000, '[') + std::string(1000, ']') + "}");
+  e = error_of([&] { load_deepspeed_config(file, preset_config("tiny")); });
+  EXPECT_TRUE(contains(e, "nested deeper") && contains(e, file)) << e;
 }
 
 TEST(DeepSpeedConfig, IntegralFloatsAndSchedulers) {
