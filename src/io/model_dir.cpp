@@ -58,6 +58,12 @@ std::vector<int> plan_shards(const std::vector<uint64_t>& tensor_bytes, uint64_t
   return shard_of;
 }
 
+uint64_t model_dir_bytes(const ModelConfig& config) {
+  const ParamLayout layout(config);
+  return static_cast<uint64_t>(layout.total_numel()) * sizeof(bf16_t) + (64u << 10) +
+         (4u << 10) * layout.tensors().size();
+}
+
 void write_model_config_file(const std::string& dir, const ModelConfig& config) {
   write_text_file(dir + "/" + kModelConfigFile, config.to_hf_json().dump(2) + "\n");
 }
@@ -84,6 +90,8 @@ ModelDirWriter::ModelDirWriter(std::string dir, const ModelConfig& config,
   config_.validate();
   ZT_CHECK(shard_limit_ > 0, "shard size limit must be positive");
   check_output_dir_writable(dir_, overwrite_);
+  check_room_to_write(dir_parent(dir_).empty() ? "." : dir_parent(dir_), model_dir_bytes(config_),
+                      "model '" + dir_ + "'");
   std::error_code ec;
   fs::remove_all(tmp_dir_, ec);
   if (!dir_parent(dir_).empty()) fs::create_directories(dir_parent(dir_), ec);
@@ -99,12 +107,21 @@ ModelDirWriter::~ModelDirWriter() {
   fs::remove_all(tmp_dir_, ec);
 }
 
+void ModelDirWriter::close_shard() {
+  const std::string shard = shard_tmp_name(num_shards_);
+  try {
+    shard_file_.close("'" + shard + "'");
+  } catch (const Error& e) {
+    fail(e.what() + write_failure_cause(shard));
+  }
+}
+
 std::string ModelDirWriter::shard_tmp_name(int index) const {
   return tmp_dir_ + "/shard-" + std::to_string(index) + ".h5";
 }
 
 void ModelDirWriter::open_new_shard() {
-  if (shard_file_.valid()) shard_file_.close("'" + shard_tmp_name(num_shards_) + "'");
+  if (shard_file_.valid()) close_shard();
   ++num_shards_;
   shard_file_ = h5::create_file(shard_tmp_name(num_shards_));
   shard_bytes_ = 0;
@@ -144,7 +161,13 @@ void ModelDirWriter::write_rows_raw(const void* rows, int64_t num_rows, DType dt
   std::vector<int64_t> start(tensor_shape_.size(), 0), count = tensor_shape_;
   start[0] = rows_written_;
   count[0] = num_rows;
-  h5::write_box(dataset_, dtype, start, count, rows, "tensor '" + tensor_name_ + "'");
+  const std::string shard = shard_tmp_name(num_shards_);
+  try {
+    h5::write_box(dataset_, dtype, start, count, rows,
+                  "tensor '" + tensor_name_ + "' of '" + shard + "'");
+  } catch (const Error& e) {
+    fail(e.what() + write_failure_cause(shard));
+  }
   rows_written_ += num_rows;
 }
 
@@ -161,7 +184,12 @@ void ModelDirWriter::end_tensor() {
   ZT_CHECK(rows_written_ == tensor_shape_[0],
            "tensor '" + tensor_name_ + "': " + std::to_string(rows_written_) + " of " +
                std::to_string(tensor_shape_[0]) + " rows written");
-  dataset_.close("tensor '" + tensor_name_ + "'");
+  const std::string shard = shard_tmp_name(num_shards_);
+  try {
+    dataset_.close("tensor '" + tensor_name_ + "' of '" + shard + "'");
+  } catch (const Error& e) {
+    fail(e.what() + write_failure_cause(shard));
+  }
 }
 
 void ModelDirWriter::add_tensor(const std::string& name, const std::vector<int64_t>& shape,
@@ -188,7 +216,7 @@ void ModelDirWriter::add_file(const std::string& name, const std::string& conten
 void ModelDirWriter::finish() {
   ZT_CHECK(!finished_, "model writer for '" + dir_ + "' finished twice");
   ZT_CHECK(!dataset_.valid(), "finish() while tensor '" + tensor_name_ + "' is still open");
-  if (shard_file_.valid()) shard_file_.close("'" + shard_tmp_name(num_shards_) + "'");
+  if (shard_file_.valid()) close_shard();
   std::vector<std::string> files;
   for (int i = 1; i <= num_shards_; ++i) {
     const std::string final_name = model_shard_file_name(i, num_shards_);

@@ -31,6 +31,10 @@ inline bool starts_new_shard(uint64_t shard_bytes, uint64_t tensor_bytes, uint64
 // The rule applied to tensors of these sizes in writing order: each one's shard (1-based).
 std::vector<int> plan_shards(const std::vector<uint64_t>& tensor_bytes, uint64_t limit);
 
+// The bytes a bf16 model directory of `config` takes on disk: its tensors, plus HDF5's metadata (a
+// few KiB per dataset) and the JSON files. Writers check for this much room before starting.
+uint64_t model_dir_bytes(const ModelConfig& config);
+
 // Writes (and fsyncs) DIR/config.json: the model's Hugging Face LlamaConfig.
 void write_model_config_file(const std::string& dir, const ModelConfig& config);
 // Writes (and fsyncs) an index file {"metadata":{"total_size":N},"weight_map":{tensor: file}}.
@@ -69,6 +73,7 @@ class ModelDirWriter {
  private:
   void write_rows_raw(const void* rows, int64_t num_rows, DType dtype);
   void open_new_shard();
+  void close_shard();  // errors name the file and, where the filesystem tells, why
   std::string shard_tmp_name(int index) const;
 
   std::string dir_, tmp_dir_;

@@ -52,9 +52,7 @@ ParallelModelDirWriter::ParallelModelDirWriter(std::string dir, const ModelConfi
     config_.validate();
     if (comm_.rank() != 0) return;
     check_output_dir_writable(dir_, overwrite_);
-    // The tensors, plus HDF5's metadata (a few KiB per dataset) and the JSON files.
-    const uint64_t metadata = (64u << 10) + (4u << 10) * layout_.tensors().size();
-    check_room_to_write(dir_parent(dir_), total_bytes_ + metadata, "model '" + dir_ + "'");
+    check_room_to_write(dir_parent(dir_), model_dir_bytes(config_), "model '" + dir_ + "'");
     tmp = temp_sibling(dir_);
     std::error_code ec;
     fs::remove_all(tmp, ec);

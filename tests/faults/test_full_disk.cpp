@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "test_train_support.h"
 
@@ -111,6 +112,43 @@ TEST_F(FullDisk, ConsolidationThatFillsTheDiskMidWriteEndsWithoutHanging) {
     EXPECT_LT(seconds_since(t0), 60) << r.output;
     EXPECT_NE(r.output.find("No space left on device (ENOSPC)"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("model-00001-of-00001.h5"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(disk_ + "/model"));
+    EXPECT_FALSE(has_temp_dir(disk_)) << r.output;
+  }
+}
+
+// The serial writers (init, import, consolidate --serial at 1 and 2 ranks) on a full disk: refused
+// up front naming ENOSPC and the model, and, with that check skipped, failing mid-write with an
+// error (exit 1, not a crash) that names the shard file and ENOSPC, leaving no output and no
+// temporary directory.
+TEST_F(FullDisk, SerialWritersOnAFullDiskFailNamingTheFileAndEnospc) {
+  ASSERT_EQ(
+      run_zerotrain("train --preset tiny --data " + path("sample.h5") + " --out " + path("serial") +
+                    " --steps 1 --seq-len 16 --micro-batch 1 " + "--save-every 1 --overwrite")
+          .exit_code,
+      0);
+  ASSERT_EQ(
+      run_zerotrain("export " + path("serial/final") + " --out " + path("serial_hf")).exit_code, 0);
+  const std::string checkpoint = path("serial") + "/checkpoints/step-00000001";
+  fill(100 << 10);  // the tiny model needs about 400 KB
+  std::vector<std::string> commands = {
+      std::string(ZT_BINARY) + " init --preset tiny --seed 1 --out " + disk_ + "/model",
+      std::string(ZT_BINARY) + " import " + path("serial_hf") + " --out " + disk_ + "/model",
+      std::string(ZT_BINARY) + " consolidate " + checkpoint + " --serial --out " + disk_ +
+          "/model"};
+  if (have_mpirun())
+    commands.push_back(mpirun_zerotrain(2) + "consolidate " + checkpoint +
+                       " --serial --comm-timeout 30 --out " + disk_ + "/model");
+  for (const std::string& command : commands) {
+    SCOPED_TRACE(command);
+    RunResult r = run_command(command);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("No space left on device (ENOSPC): "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("model '" + disk_ + "/model'"), std::string::npos) << r.output;
+    r = run_command("ZT_DEBUG_SKIP_SPACE_CHECK=1 " + command);
+    EXPECT_EQ(r.exit_code, 1) << r.output;  // an error, not a crash
+    EXPECT_NE(r.output.find("No space left on device (ENOSPC)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("/shard-1.h5'"), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(disk_ + "/model"));
     EXPECT_FALSE(has_temp_dir(disk_)) << r.output;
   }
