@@ -39,6 +39,9 @@ void import_hf(const po::variables_map& vm, const std::string& source, const std
   std::cout << "imported " << source << " -> " << out << ": " << ParamLayout(r.config).total_numel()
             << " parameters from " << r.source_files.size() << " safetensors file(s), "
             << r.bytes_written << " bytes of bf16 in " << seconds_since(start) << " s\n";
+  if (r.index_ignored)
+    std::cout << "  read model.safetensors; the model.safetensors.index.json beside it was not "
+                 "used (transformers reads the single file too)\n";
   if (!r.tokenizer_files.empty())
     std::cout << "  tokenizer files copied beside the model: " << listed(r.tokenizer_files) << "\n";
   if (r.rounded_tensors > 0)

@@ -68,6 +68,16 @@ try:
         tok = PreTrainedTokenizerFast(tokenizer_file=tok_file)
 except Exception as e:
     sys.exit(f"{tok_dir}: transformers cannot load the tokenizer: {type(e).__name__}: {e}")
+# A special token the configs name but tokenizer.json lacks would be added as a new id beyond the
+# model's vocabulary (transformers does so silently): refused, naming it.
+from tokenizers import Tokenizer as RawTokenizer
+raw = RawTokenizer.from_file(tok_file)
+for key in ("bos_token", "eos_token"):
+    token = getattr(tok, key, None)
+    if token is not None and raw.token_to_id(str(token)) is None:
+        sys.exit(f"{tok_dir}: the {key} {str(token)!r} that tokenizer_config.json or "
+                 f"special_tokens_map.json names is not a token of {tok_file}")
+del raw
 # chat_template.jinja is where transformers 4.5x saves the template; it wins over the config's.
 jinja = os.path.join(tok_dir, "chat_template.jinja")
 if os.path.isfile(jinja):

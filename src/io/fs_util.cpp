@@ -175,10 +175,14 @@ void check_output_apart_from_inputs(
   for (const auto& [what, path] : inputs) {
     if (path.empty()) continue;
     const fs::path input = resolved(path);
-    const char* relation = output == input            ? "is"
-                           : is_within(input, output) ? "holds"
-                           : is_within(output, input) ? "lies inside"
-                                                      : nullptr;
+    // A new file or directory inside an input directory harms nothing; replacing one that is
+    // already there may.
+    std::error_code ec;
+    const bool replaces = fs::exists(output, ec);
+    const char* relation = output == input                        ? "is"
+                           : is_within(input, output)             ? "holds"
+                           : is_within(output, input) && replaces ? "lies inside"
+                                                                  : nullptr;
     if (relation)
       fail(command + ": the output '" + out + "' " + relation + " " + what + " '" + path +
            "': writing it would destroy that input; give an output apart from every input");

@@ -24,8 +24,9 @@ void check_output_dir_writable(const std::string& dir, bool overwrite);
 void check_output_file_writable(const std::string& file, bool overwrite);
 
 // One rule for every command that writes: its output must be apart from every input. Refuses an
-// output that is an input, lies inside one or holds one (both resolved, symlinks followed), since
-// writing it, and --overwrite replacing what is there, would destroy the input. Each input is
+// output that is an input, holds one, or replaces something already inside one (both resolved,
+// symlinks followed), since writing it, and --overwrite replacing what is there, would destroy
+// the input. A new file or directory inside an input directory is allowed. Each input is
 // (what it is, path), e.g. {"the checkpoint", "RUN/checkpoints/step-8"}; "" paths are skipped.
 void check_output_apart_from_inputs(const std::string& command, const std::string& out,
                                     const std::vector<std::pair<std::string, std::string>>& inputs);

@@ -79,6 +79,8 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
 
   // Where each tensor is, every file's header read and checked once.
   const std::map<std::string, std::string> weight_map = safetensors_weight_map(hf_dir);
+  result.index_ignored = fs::exists(fs::path(hf_dir) / kSafetensorsFile, ec) &&
+                         fs::exists(fs::path(hf_dir) / kSafetensorsIndexFile, ec);
   std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
   for (const auto& [name, file] : weight_map) {
     ZT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
@@ -139,6 +141,7 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
                                             {"unknown_config_keys", result.unknown_keys},
                                             {"ignored_tensors", result.ignored_tensors},
                                             {"rounded_tensors", result.rounded_tensors},
+                                            {"index_ignored", result.index_ignored},
                                             {"tokenizer_files", result.tokenizer_files}}
                                  .dump(2) +
                              "\n";

@@ -30,6 +30,8 @@ struct HfImportResult {
   // Stored tensors that are not parameters: buffers (inv_freq), a tied model's lm_head copy.
   std::vector<std::string> ignored_tensors;
   std::vector<std::string> tokenizer_files;  // copied beside the model (io/tokenizer_files.h)
+  // model.safetensors was read and an index beside it was not, as transformers does.
+  bool index_ignored = false;
   uint64_t bytes_written = 0;
   int64_t rounded_tensors = 0;  // F16/F32 tensors rounded to bf16
 };

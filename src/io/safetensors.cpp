@@ -237,24 +237,25 @@ void SafetensorsReader::read_range_f32(const std::string& name, int64_t begin, i
 }
 
 std::map<std::string, std::string> safetensors_weight_map(const std::string& dir) {
+  const std::string single = dir + "/" + kSafetensorsFile;
   const std::string index = dir + "/" + kSafetensorsIndexFile;
   std::map<std::string, std::string> map;
   std::error_code ec;
-  if (fs::exists(index, ec)) {
-    const nlohmann::json j = read_json_file(index);
-    try {
-      for (const auto& [name, file] : j.at("weight_map").items())
-        map[name] = file.get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      fail(index + ": expected {\"weight_map\":{...}}: " + e.what());
-    }
+  if (fs::exists(single, ec)) {
+    const SafetensorsReader reader(single);
+    for (const SafetensorsEntry& t : reader.tensors()) map[t.name] = kSafetensorsFile;
     return map;
   }
-  const std::string single = dir + "/" + kSafetensorsFile;
-  ZT_CHECK(fs::exists(single, ec),
+  ZT_CHECK(fs::exists(index, ec),
            "'" + dir + "' has neither " + kSafetensorsFile + " nor " + kSafetensorsIndexFile);
-  const SafetensorsReader reader(single);
-  for (const SafetensorsEntry& t : reader.tensors()) map[t.name] = kSafetensorsFile;
+  const nlohmann::json j = read_json_file(index);
+  ZT_CHECK(j.contains("weight_map") && j.at("weight_map").is_object(),
+           index + ": expected {\"weight_map\": {TENSOR: FILE, ...}}");
+  for (const auto& [name, file] : j.at("weight_map").items()) {
+    ZT_CHECK(file.is_string(),
+             index + ": weight_map['" + name + "'] must be a file name, got " + quoted_json(file));
+    map[name] = file.get<std::string>();
+  }
   return map;
 }
 

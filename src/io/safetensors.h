@@ -85,8 +85,9 @@ class SafetensorsReader {
   std::vector<SafetensorsEntry> tensors_;
 };
 
-// Tensor name -> file name of a Hugging Face directory (from model.safetensors.index.json, or
-// every tensor of a single model.safetensors).
+// Tensor name -> file name of a Hugging Face directory: every tensor of model.safetensors, or,
+// without that file, model.safetensors.index.json's map. transformers' from_pretrained reads the
+// single file when both are there, and so does this.
 std::map<std::string, std::string> safetensors_weight_map(const std::string& dir);
 
 struct SafetensorsExport {

@@ -1,6 +1,6 @@
 // One rule for every writing command (io/fs_util.h, check_output_apart_from_inputs): an output
-// that is an input, holds one or lies inside one, directly or through a symlink, is refused with
-// --overwrite too, naming both, and every input is left as it was. Before the rule,
+// that is an input, holds one or replaces something inside one, directly or through a symlink, is
+// refused with --overwrite too, naming both, and every input is left as it was. Before the rule,
 // `consolidate RUN/checkpoints/step-N --out RUN/checkpoints --overwrite` deleted every checkpoint
 // of the run, and `import D --out D --overwrite` the Hugging Face checkpoint.
 #include <gtest/gtest.h>
@@ -56,7 +56,8 @@ TEST_F(OutputOverlap, EveryWritingCommandRefusesAnOutputThatOverlapsAnInput) {
       {"consolidate " + ckpt + " --out " + run + "/checkpoints", run + "/checkpoints", ckpt},
       {"consolidate " + ckpt + " --out " + ckpt, ckpt, ckpt},
       {"import " + path("hf") + " --out " + path("hf"), path("hf"), path("hf")},
-      {"import " + path("hf") + " --out " + path("hf") + "/inner", path("hf"), path("hf")},
+      {"import " + path("hf") + " --out " + path("hf") + "/model.safetensors", path("hf"),
+       path("hf")},
       {"export " + model + " --out " + model, model, model},
       {"export " + path("model_link") + " --out " + model, model, path("model_link")},
       {"export " + model + " --format gguf --out " + model, model, model},
@@ -78,7 +79,10 @@ TEST_F(OutputOverlap, EveryWritingCommandRefusesAnOutputThatOverlapsAnInput) {
     EXPECT_NE(r.output.find("would destroy that input"), std::string::npos) << r.output;
     EXPECT_EQ(snapshot(c.input), before) << "the input changed";
   }
-  // Outputs beside the inputs are fine.
+  // Outputs beside the inputs are fine, and so is a new one inside an input directory.
+  r = run_zerotrain("export " + model + " --format gguf --out " + model + "/model.gguf");
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // the tiny preset has no tokenizer; not the overlap rule
+  EXPECT_EQ(r.output.find("would destroy"), std::string::npos) << r.output;
   r = run_zerotrain("consolidate " + ckpt + " --out " + path("consolidated"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   r = run_zerotrain("export " + path("model_link") + " --out " + path("model_export"));

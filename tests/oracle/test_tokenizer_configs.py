@@ -12,6 +12,8 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
 2. its ids equal transformers' AutoTokenizer.from_pretrained(DIR).apply_chat_template(tokenize=True);
 3. its loss mask counts both assistant replies and none of the user turns (decoded from the
    counted tokens).
+And an eos_token that tokenizer.json lacks (transformers would add it as a new id beyond the
+model's vocabulary without a word) is refused naming the token and the file, leaving no data.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -97,6 +99,29 @@ def check_one(work, zt, source):
           f"counted: both replies, no other turn")
 
 
+def check_missing_eos_is_refused(work, zt, source):
+    import subprocess
+    config = json.load(open(source, encoding="utf-8"))
+    directory = work("missing_eos")
+    os.makedirs(directory)
+    tokenizer_json(config).save(os.path.join(directory, "tokenizer.json"))
+    config["eos_token"] = "<|no such token|>"
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    data = work("missing_eos.jsonl")
+    with open(data, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"prompt": "a question", "response": "an answer"}) + "\n")
+    out = work("missing_eos.h5")
+    proc = subprocess.run([zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", data,
+                           "--out", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout.strip())
+    check(proc.returncode != 0, "a tokenizer whose eos_token it lacks was accepted")
+    check("<|no such token|>" in proc.stdout and "tokenizer.json" in proc.stdout,
+          "the refusal does not name the token and the file")
+    check(not os.path.exists(out), f"{out} was left behind")
+    print("ok   an eos_token that tokenizer.json lacks is refused, naming it")
+
+
 def main():
     args = argument_parser(__doc__.split("\n")[0]).parse_args()
     transformers.logging.set_verbosity_error()
@@ -108,6 +133,8 @@ def main():
         check(configs, "no tokenizer_config.json under tests/data/hf_models")
         for source in configs:
             check_one(work, args.zerotrain, source)
+
+        check_missing_eos_is_refused(work, args.zerotrain, configs[0])
 
     return exit_status(checks)
 

@@ -362,5 +362,25 @@ TEST(HfImport, UnknownConfigKeysAreAcceptedAndReportedOrRefusedWhenStrict) {
   EXPECT_FALSE(fs::exists(tmp / "m_strict"));
 }
 
+// A directory with both model.safetensors and an index (a stale one, say): transformers'
+// from_pretrained reads the single file, and so does import, saying so in its record.
+TEST(HfImport, SingleFileWinsOverAnIndexBesideIt) {
+  TempDir tmp;
+  const std::vector<StoredTensor> tensors = tiny_tensors();
+  write_hf_dir(tmp / "hf", tensors);
+  nlohmann::json index = {{"metadata", {{"total_size", 1}}},
+                          {"weight_map", nlohmann::json::object()}};
+  for (const StoredTensor& t : tensors) index["weight_map"][t.entry.name] = "missing.safetensors";
+  write_json(tmp / "hf/model.safetensors.index.json", index);
+  const HfImportResult r = import_hf_model(tmp / "hf", tmp / "m", uint64_t{1} << 30, false);
+  EXPECT_TRUE(r.index_ignored);
+  EXPECT_EQ(r.source_files, std::vector<std::string>{tmp / "hf/model.safetensors"});
+  ModelDirReader back(tmp / "m");
+  std::vector<float> values(
+      static_cast<size_t>(tensors[0].entry.shape[0] * tensors[0].entry.shape[1]));
+  back.read_tensor_f32(tensors[0].entry.name, values.data());
+  EXPECT_EQ(values, tensors[0].expected);
+}
+
 }  // namespace
 }  // namespace zt
