@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -11,10 +12,16 @@ void LossScaleConfig::validate() const {
   ZT_CHECK(std::isfinite(loss_scale) && loss_scale >= 0,
            "fp16.loss_scale (--loss-scale) must be a finite number >= 0 (0 enables dynamic loss "
            "scaling), got " +
-               std::to_string(loss_scale));
+               shortest_decimal(loss_scale));
   ZT_CHECK(loss_scale <= std::ldexp(1.0, 127),
-           "fp16.loss_scale (--loss-scale) " + std::to_string(loss_scale) +
+           "fp16.loss_scale (--loss-scale) " + shortest_decimal(loss_scale) +
                " is beyond 2^127: the scaled fp32 gradients would overflow on every step");
+  // A static scale below 1 shrinks the fp16 gradients towards underflow instead of away from it:
+  // 1e-30 trained nothing (every gradient 0) and exited 0.
+  ZT_CHECK(loss_scale == 0 || loss_scale >= 1,
+           "fp16.loss_scale (--loss-scale) " + shortest_decimal(loss_scale) +
+               " is below 1: a static scale shrinks the fp16 gradients towards underflow; give a "
+               "scale >= 1, or 0 for dynamic loss scaling");
   if (loss_scale > 0)
     return;  // the dynamic keys take no effect (DeepSpeed validates them only then)
   ZT_CHECK(loss_scale_window > 0,

@@ -16,7 +16,7 @@ TEST(LossScaler, BadSettingsAreRefusedNamingTheKey) {
     LossScaleConfig config;
     std::string key;
   };
-  std::vector<Case> cases(5);
+  std::vector<Case> cases(7);
   cases[0].config.loss_scale = -1;
   cases[0].key = "fp16.loss_scale";
   cases[1].config.loss_scale_window = 0;
@@ -27,6 +27,11 @@ TEST(LossScaler, BadSettingsAreRefusedNamingTheKey) {
   cases[3].key = "fp16.hysteresis";
   cases[4].config.initial_scale_power = 128;
   cases[4].key = "fp16.initial_scale_power";
+  // A static scale below 1 pushes the fp16 gradients into underflow (1e-30 trained nothing).
+  cases[5].config.loss_scale = 1e-30;
+  cases[5].key = "fp16.loss_scale";
+  cases[6].config.loss_scale = 0.5;
+  cases[6].key = "fp16.loss_scale";
   for (const Case& c : cases) {
     try {
       LossScaler scaler(c.config);
@@ -42,6 +47,8 @@ TEST(LossScaler, BadSettingsAreRefusedNamingTheKey) {
   LossScaler scaler(fixed);
   scaler.update(true, 1);
   EXPECT_EQ(scaler.scale(), 1024.0);
+  fixed.loss_scale = 1;
+  EXPECT_NO_THROW(LossScaler{fixed});
 }
 
 // A scaler restored from another's state continues its sequence exactly (a checkpoint resume).
