@@ -267,10 +267,11 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
 }
 
 int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
+  // The checks train makes of the same options.
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
+  check_count(o.grad_accum, 1, "grad-accum", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
-  // As train: a micro-batch's tokens fit 32-bit GEMM dimensions (and the table's int64 bytes).
-  check_micro_batch_tokens(o.micro_batch, o.seq_len, kCommand);
+  check_run_tokens(o.micro_batch, o.seq_len, o.grad_accum, o.world, 1, kCommand);
   check_seq_len(model, o.seq_len, o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir,
                 kCommand);
   const Precision precision = parse_precision(o.precision);

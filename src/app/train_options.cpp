@@ -304,19 +304,7 @@ void validate(const TrainOptions& o) {
 }
 
 void check_run_size(const TrainOptions& o, int world) {
-  // Activation buffers hold micro-batch × seq-len tokens with 32-bit GEMM dimensions, and the
-  // token counters (tokens_seen, the data cursor) are int64 sums over the whole run.
-  const int64_t micro_tokens = check_micro_batch_tokens(o.micro_batch, o.seq_len, kCommand);
-  int64_t step_tokens = 0, run_tokens = 0;
-  const bool fits = !__builtin_mul_overflow(micro_tokens, o.grad_accum, &step_tokens) &&
-                    !__builtin_mul_overflow(step_tokens, int64_t{world}, &step_tokens) &&
-                    !__builtin_mul_overflow(step_tokens, o.steps, &run_tokens) &&
-                    run_tokens <= (int64_t{1} << 62);
-  ZT_CHECK(fits, std::string(kCommand) + ": --steps " + std::to_string(o.steps) +
-                     " × global batch (--micro-batch " + std::to_string(o.micro_batch) +
-                     " × --grad-accum " + std::to_string(o.grad_accum) + " × " +
-                     std::to_string(world) + " ranks) × seq-len " + std::to_string(o.seq_len) +
-                     " tokens is beyond 2^62");
+  check_run_tokens(o.micro_batch, o.seq_len, o.grad_accum, world, o.steps, kCommand);
 }
 
 size_t device_memory_limit_bytes(const TrainOptions& o) {

@@ -228,7 +228,10 @@ TEST(EstimateCommand, SizesBeyondTheTablesRangeAreRefused) {
            {"--micro-batch 2147483647 --seq-len 2048", "tokens per micro-batch is beyond 2^31 - 1"},
            {"--micro-batch 268435456 --seq-len 2048", "--micro-batch 268435456"},
            {"--world 2147483647", "--world 2147483647 is more than 2^24 ranks"},
-           {"--ranks-per-node -1", "--ranks-per-node must be at least 1"}}) {
+           {"--ranks-per-node -1", "--ranks-per-node must be at least 1"},
+           // As train refuses them (it printed negative GiB).
+           {"--grad-accum 9000000000000000000", "--grad-accum must be at least 1"},
+           {"--grad-accum 0", "--grad-accum must be at least 1"}}) {
     const auto r = train_test::run_zerotrain("estimate --preset 7b " + args);
     EXPECT_NE(r.exit_code, 0) << args << ": " << r.output;
     EXPECT_NE(r.output.find(culprit), std::string::npos) << args << ": " << r.output;
