@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,10 +191,53 @@ RunSettings run_settings(const TrainOptions& o, const TrainInputs& in) {
   return settings;
 }
 
+// The options that do not change what a run computes: where it writes, how often it logs and
+// saves, how it waits. A resume that changes any other one continues on another trajectory.
+bool changes_trajectory(const std::string& key) {
+  static const std::set<std::string> volatile_keys = {"comm_timeout",
+                                                      "eval_batches",
+                                                      "keep_last",
+                                                      "log_every",
+                                                      "out",
+                                                      "overwrite",
+                                                      "resume",
+                                                      "save_consolidated_every",
+                                                      "save_every",
+                                                      "nvme_path",
+                                                      "offload_buffer_count"};
+  return !volatile_keys.count(key);
+}
+
+// A resume whose settings differ from those of the run that wrote OUT/final/ would leave that
+// model beside a run.json that no longer describes it: both move to OUT/previous-N/ first, and
+// the continuation says so, naming the settings that changed.
+void archive_diverged_final(const std::string& out, const nlohmann::json& record) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(out + "/final") || !fs::exists(out + "/run.json")) return;
+  const nlohmann::json previous = read_json_file(out + "/run.json");
+  const nlohmann::json before = previous.value("config", nlohmann::json::object());
+  const nlohmann::json& now = record.at("config");
+  std::string changed;
+  for (const auto& [key, value] : now.items())
+    if (changes_trajectory(key) && before.value(key, nlohmann::json()) != value)
+      changed += (changed.empty() ? "" : ", ") + key;
+  if (changed.empty()) return;
+  int n = 1;
+  while (fs::exists(out + "/previous-" + std::to_string(n))) ++n;
+  const std::string dir = out + "/previous-" + std::to_string(n);
+  fs::create_directories(dir);
+  move_into_place(out + "/final", dir + "/final", false);
+  write_text_file(dir + "/run.json", previous.dump(2) + "\n");
+  std::cerr << "zerotrain train: note: this continuation changes " << changed
+            << " from the run that wrote " << out << "/final; that model and its run.json "
+            << "moved to " << dir << "/\n";
+}
+
 // OUT/run.json: what ran (collective; rank 0 writes).
 void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& comm,
                     const std::string& backend, const std::string& communicator,
-                    const ActivationCheckpointing& ac, const std::string& attention_kernel) {
+                    const ActivationCheckpointing& ac, const std::string& attention_kernel,
+                    bool resumed) {
   const ParamLayout& layout = engine.layout();
   const ModelConfig& config = engine.model().config();
   const std::vector<std::string> names = hostnames(MPI_COMM_WORLD);
@@ -225,6 +269,7 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
     const std::string import_record = o.model_dir + "/" + kImportRecordFile;
     if (!o.model_dir.empty() && std::filesystem::exists(import_record))
       record["model_import"] = read_json_file(import_record);
+    if (resumed) archive_diverged_final(o.out, record);
     write_text_file(o.out + "/run.json", record.dump(2) + "\n");
   });
 }
@@ -360,7 +405,7 @@ int run_training(TrainOptions o) {
     }
 
     write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac,
-                   device.attention_kernel);
+                   device.attention_kernel, !in.resume_dir.empty());
     if (in.lock) in.lock->keep();  // the run has begun writing into --out
     RunRecorder recorder(comm, data_comm, memory,
                          {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,

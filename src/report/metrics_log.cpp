@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <map>
 
 #include "io/fs_util.h"
 #include "util/error.h"
@@ -91,15 +93,42 @@ nlohmann::json StepRecord::to_json() const {
   return j;
 }
 
+StepRecord StepRecord::from_json(const nlohmann::json& line) {
+  StepRecord r;
+  const auto number = [&](const char* key) {
+    const auto it = line.find(key);
+    return it != line.end() && it->is_number() ? it->get<double>()
+                                               : std::numeric_limits<double>::quiet_NaN();
+  };
+  r.step = line.value("step", int64_t{0});
+  r.stats.loss = number("loss");
+  r.tokens_seen = line.value("tokens_seen", int64_t{0});
+  r.step_time_s = number("step_time_s");
+  r.tokens_per_s = number("tokens_per_s");
+  r.tflops_per_device = number("tflops_per_device");
+  r.flops_per_token = number("flops_per_token");
+  const nlohmann::json comm = line.value("comm_bytes", nlohmann::json::object());
+  for (size_t op = 0; op < r.comm_bytes.size(); ++op) {
+    const auto it = comm.find(collective_op_name(static_cast<CollectiveOp>(op)));
+    if (it != comm.end() && it->is_number_unsigned()) r.comm_bytes[op] = it->get<uint64_t>();
+  }
+  const nlohmann::json offload = line.value("offload_bytes", nlohmann::json::object());
+  r.stats.offload_d2h_bytes = offload.value("device_to_host", uint64_t{0});
+  r.stats.offload_h2d_bytes = offload.value("host_to_device", uint64_t{0});
+  r.stats.nvme_read_bytes = offload.value("nvme_read", uint64_t{0});
+  r.stats.nvme_write_bytes = offload.value("nvme_write", uint64_t{0});
+  return r;
+}
+
 namespace {
 
 // Rewrites a metrics file keeping only the lines of steps <= last_step (temporary file, rename).
-// Returns the last step kept (-1 when none).
-int64_t keep_steps_through(const std::string& path, int64_t last_step) {
-  int64_t last_kept = -1;
+// Returns the lines kept, by step (a line repeated keeps its last copy).
+std::map<int64_t, nlohmann::json> keep_steps_through(const std::string& path, int64_t last_step) {
+  std::map<int64_t, nlohmann::json> kept;
   std::ifstream in(path);
-  if (!in.good()) return last_kept;  // nothing logged yet
-  std::string kept, line;
+  if (!in.good()) return kept;  // nothing logged yet
+  std::string text, line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     nlohmann::json j;
@@ -110,15 +139,29 @@ int64_t keep_steps_through(const std::string& path, int64_t last_step) {
     }
     const int64_t step = j.value("step", int64_t{0});
     if (step > last_step) continue;
-    kept += line + "\n";
-    last_kept = std::max(last_kept, step);
+    text += line + "\n";
+    kept[step] = std::move(j);
   }
   in.close();
   const std::string tmp = temp_sibling(path);
-  write_text_file(tmp, kept);
+  write_text_file(tmp, text);
   ZT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
            "cannot rename '" + tmp + "' to '" + path + "'");
-  return last_kept;
+  return kept;
+}
+
+// The steps of [1, last] that `kept` lacks, as "a" or "a-b" ranges.
+std::vector<std::string> missing_ranges(const std::map<int64_t, nlohmann::json>& kept,
+                                        int64_t last) {
+  std::vector<std::string> out;
+  for (int64_t s = 1; s <= last; ++s) {
+    if (kept.count(s)) continue;
+    int64_t e = s;
+    while (e + 1 <= last && !kept.count(e + 1)) ++e;
+    out.push_back(s == e ? std::to_string(s) : std::to_string(s) + "-" + std::to_string(e));
+    s = e;
+  }
+  return out;
 }
 
 }  // namespace
@@ -126,15 +169,18 @@ int64_t keep_steps_through(const std::string& path, int64_t last_step) {
 MetricsLog::MetricsLog(const std::string& path, int64_t resume_after_step,
                        const nlohmann::json& resumed_line)
     : path_(path) {
-  const int64_t last_kept =
-      resume_after_step >= 0 ? keep_steps_through(path, resume_after_step) : -1;
+  std::map<int64_t, nlohmann::json> kept;
+  if (resume_after_step >= 0) kept = keep_steps_through(path, resume_after_step);
   out_.open(path, resume_after_step >= 0 ? std::ios::app : std::ios::trunc);
   ZT_CHECK(out_.good(), "cannot create metrics file '" + path + "'");
-  if (resume_after_step >= 0 && last_kept < resume_after_step && resumed_line.is_object()) {
+  if (resume_after_step >= 0 && !kept.count(resume_after_step) && resumed_line.is_object()) {
     out_ << resumed_line.dump() << '\n';
     out_.flush();
     ZT_CHECK(out_.good(), "cannot write metrics file '" + path_ + "'");
+    kept[resume_after_step] = resumed_line;
   }
+  if (resume_after_step > 0) missing_ = missing_ranges(kept, resume_after_step);
+  for (auto& [step, line] : kept) earlier_.push_back(std::move(line));
 }
 
 void MetricsLog::append(const StepRecord& record) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -57,6 +58,9 @@ struct StepRecord {
             stats.nvme_write_bytes};
   }
   nlohmann::json to_json() const;
+  // The figures a run's summary takes, read back from a metrics.jsonl line (a resumed run's
+  // earlier steps); a null loss (a skipped fp16 step) reads as NaN.
+  static StepRecord from_json(const nlohmann::json& line);
 };
 
 class MetricsLog {
@@ -70,9 +74,17 @@ class MetricsLog {
                       const nlohmann::json& resumed_line = nullptr);
   void append(const StepRecord& record);
 
+  // A resumed log's lines of the steps before this process's first, in step order.
+  const std::vector<nlohmann::json>& earlier_steps() const { return earlier_; }
+  // The steps through resume_after_step that the log lacks (it was cut short, or edited), as
+  // "4-7" ranges; empty when it is whole.
+  const std::vector<std::string>& missing_steps() const { return missing_; }
+
  private:
   std::string path_;
   std::ofstream out_;
+  std::vector<nlohmann::json> earlier_;
+  std::vector<std::string> missing_;
 };
 
 }  // namespace zt

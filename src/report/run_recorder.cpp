@@ -1,6 +1,7 @@
 #include "report/run_recorder.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "comm/collective_outcome.h"
 #include "report/study_report.h"
@@ -33,9 +34,22 @@ RunRecorder::RunRecorder(Communicator& host, Communicator& data, MemoryTracker& 
       run_peaks_(memory_peaks(memory)) {
   current_.tokens_seen = setup.tokens_seen;
   run_collectively(host_, [&] {
-    if (host_.rank() == 0)
-      metrics_ =
-          MetricsLog(setup_.out_dir + "/metrics.jsonl", setup_.resume_step, setup_.resumed_line);
+    if (host_.rank() != 0) return;
+    metrics_ =
+        MetricsLog(setup_.out_dir + "/metrics.jsonl", setup_.resume_step, setup_.resumed_line);
+    // A resumed run's report covers the whole run: the earlier steps come from the log.
+    for (const nlohmann::json& line : metrics_.earlier_steps())
+      summary_.add(StepRecord::from_json(line));
+    if (!metrics_.missing_steps().empty()) {
+      std::string ranges;
+      for (const std::string& r : metrics_.missing_steps())
+        ranges += (ranges.empty() ? "" : ", ") + r;
+      std::cerr << "zerotrain train: warning: " << setup_.out_dir << "/metrics.jsonl lacks steps "
+                << ranges
+                << " of the run being resumed (cut "
+                   "short or edited); report.json lists them as missing and its figures leave "
+                   "them out\n";
+    }
   });
 }
 
@@ -104,6 +118,10 @@ void RunRecorder::write_report(const nlohmann::json& extra, double total_time_s)
     if (host_.rank() != 0) return;
     nlohmann::json report = summary_.to_json(per_rank, total_time_s);
     report.update(extra);
+    if (setup_.resume_step >= 0) {
+      report["resumed_after_step"] = setup_.resume_step;
+      report["steps_missing_from_metrics"] = metrics_.missing_steps();
+    }
     report["rank_skew"] = rank_skew(per_rank_phases_);
     write_report_files(setup_.out_dir, report);
     add_plots_and_skew_to_report(setup_.out_dir, report["rank_skew"]);

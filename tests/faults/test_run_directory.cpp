@@ -145,5 +145,53 @@ TEST_F(RunDirectory, ResumingOnOtherDataIsRefusedUnlessAllowed) {
   EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
 }
 
+// A resumed run's report.json covers the whole run, as the uninterrupted run's does; a
+// metrics.jsonl cut short before the checkpoint is resumed is named, not left as a silent gap.
+TEST_F(RunDirectory, AResumedRunReportsTheWholeRunAndNamesAMetricsGap) {
+  const std::string whole = path("report_whole"), split = path("report_split");
+  const std::string args = " --steps 6 --save-every 2 --log-every 0 --eval-batches 0";
+  ASSERT_EQ(run_zerotrain(train(whole, args)).exit_code, 0);
+  run_zerotrain(train(split, args + " --stop-after-step 4"));  // stops (exit 124) after a save
+  RunResult r = run_zerotrain(train(split, args + " --resume auto"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = nlohmann::json::parse(read_file(whole + "/report.json"));
+  const auto b = nlohmann::json::parse(read_file(split + "/report.json"));
+  for (const char* key : {"steps", "first_loss", "final_loss", "tokens_seen", "comm_bytes_total"})
+    EXPECT_EQ(a.at(key), b.at(key)) << key;
+  EXPECT_EQ(b.at("resumed_after_step"), 4);
+  EXPECT_TRUE(b.at("steps_missing_from_metrics").empty());
+  // The log cut to its first line before a resume from step 4: steps 2-3 are named as missing.
+  const std::string gap = path("report_gap");
+  run_zerotrain(train(gap, args + " --stop-after-step 4"));
+  const std::string first_line =
+      read_file(gap + "/metrics.jsonl").substr(0, read_file(gap + "/metrics.jsonl").find('\n') + 1);
+  std::ofstream(gap + "/metrics.jsonl", std::ios::trunc) << first_line;
+  r = run_zerotrain(train(gap, args + " --resume auto"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("metrics.jsonl lacks steps 2-3"), std::string::npos) << r.output;
+  const auto c = nlohmann::json::parse(read_file(gap + "/report.json"));
+  EXPECT_EQ(c.at("steps_missing_from_metrics"), nlohmann::json::array({"2-3"}));
+  EXPECT_EQ(c.at("steps"), 4);  // the 4 steps the log holds
+}
+
+// A continuation with other settings than the finished run's (more steps here) moves that run's
+// final/ and run.json to previous-1/ before writing its own, so that run.json always describes
+// the final/ beside it; an identical resume keeps them.
+TEST_F(RunDirectory, ADivergingContinuationKeepsThePreviousFinalApart) {
+  const std::string out = path("diverge");
+  ASSERT_EQ(run_zerotrain(train(out, "--steps 4 --save-every 2 --log-every 0")).exit_code, 0);
+  const std::string before = read_file(out + "/run.json");
+  RunResult r = run_zerotrain(train(out, "--steps 4 --save-every 2 --log-every 0 --resume auto"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(out + "/previous-1"));
+  r = run_zerotrain(train(out, "--steps 6 --save-every 2 --log-every 0 --resume auto"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("changes schedule_steps, steps"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(out + "/previous-1/run.json"), before);
+  EXPECT_TRUE(fs::exists(out + "/previous-1/final/model.h5.index.json"));
+  EXPECT_TRUE(fs::exists(out + "/final/model.h5.index.json"));
+  EXPECT_EQ(nlohmann::json::parse(read_file(out + "/run.json"))["config"]["steps"], 6);
+}
+
 }  // namespace
 }  // namespace zt
