@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "io/fs_util.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -122,7 +123,10 @@ void run_tokenizer_step(const std::string& python, const std::string& unpack, co
 }
 
 ScratchDir::ScratchDir(std::string path) : path_(std::move(path)) {
-  std::filesystem::create_directories(path_);
+  std::error_code ec;
+  std::filesystem::create_directories(path_, ec);
+  ZT_CHECK(!ec, "cannot create the scratch directory '" + path_ + "': " + ec.message() +
+                    write_failure_cause(path_));
 }
 
 ScratchDir::~ScratchDir() {

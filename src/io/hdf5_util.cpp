@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "io/fs_util.h"
 #include "util/error.h"
 
 namespace zt::h5 {
@@ -131,8 +132,9 @@ void require_readable_hdf5(const std::string& path, const std::string& what) {
 
 Id create_file(const std::string& path) {
   silence_errors();
-  return wrap(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
-              "cannot create HDF5 file", "'" + path + "'");
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ZT_CHECK(id >= 0, "cannot create HDF5 file '" + path + "'" + write_failure_cause(path));
+  return Id(id, H5Fclose);
 }
 
 Id open_file(const std::string& path, bool writable) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "io/fs_util.h"
 #include "util/error.h"
 
 namespace zt {
@@ -20,6 +21,8 @@ RunDirectoryLock::RunDirectoryLock(const std::string& dir)
   std::error_code ec;
   created_dir_ = !fs::exists(dir, ec);
   fs::create_directories(dir, ec);
+  ZT_CHECK(!ec, "cannot create the run directory '" + dir + "' (--out): " + ec.message() +
+                    write_failure_cause(dir));
   // Locked, and still the file at path_: a run that failed may unlink its lock file between our
   // open and our lock, which would leave us holding a file no later run can see.
   for (int attempt = 0;; ++attempt) {

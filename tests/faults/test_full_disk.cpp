@@ -154,5 +154,24 @@ TEST_F(FullDisk, SerialWritersOnAFullDiskFailNamingTheFileAndEnospc) {
   }
 }
 
+// A read-only output filesystem is named as such by every writer (train said "No such file or
+// directory" about its lock file; prepare-data with a tokenizer reported an internal error).
+TEST_F(FullDisk, ReadOnlyOutputIsNamedByEveryWriter) {
+  ASSERT_EQ(mount(nullptr, disk_.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0)
+      << std::strerror(errno);
+  const std::string data = path("sample.h5"), text = ZT_SOURCE_DIR "/inputs/data/sample.txt";
+  const std::vector<std::string> commands = {
+      "train --preset tiny --data " + data + " --steps 1 --out " + disk_ + "/run",
+      "prepare-data --text " + text + " --out " + disk_ + "/d.h5",
+      "init --preset tiny --seed 1 --out " + disk_ + "/model",
+  };
+  for (const std::string& command : commands) {
+    const RunResult r = run_zerotrain(command);
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("Read-only file system (EROFS)"), std::string::npos)
+        << command << ": " << r.output;
+  }
+}
+
 }  // namespace
 }  // namespace zt
