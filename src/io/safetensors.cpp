@@ -135,6 +135,49 @@ void SafetensorsFileWriter::finish() {
 // ---------------------------------------------------------------------------------------------
 // SafetensorsReader
 
+namespace {
+
+// One tensor's entry of a safetensors header: {"dtype": STRING, "shape": [UINT, ...],
+// "data_offsets": [BEGIN, END]}, each field checked for its type, naming the tensor and the field.
+SafetensorsEntry header_entry(const std::string& name, const nlohmann::json& value,
+                              const std::string& path) {
+  const std::string where = "'" + path + "': tensor '" + name + "'";
+  ZT_CHECK(value.is_object(),
+           where + " is not an object ({\"dtype\", \"shape\", \"data_offsets\"})");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    ZT_CHECK(value.contains(key), where + " has no '" + key + "'");
+  const auto whole_numbers = [&](const char* key) {
+    const nlohmann::json& v = value.at(key);
+    ZT_CHECK(v.is_array(), where + ": '" + key + "' must be an array, got " + quoted_json(v));
+    std::vector<uint64_t> out;
+    for (const nlohmann::json& x : v) {
+      ZT_CHECK(x.is_number_unsigned() || (x.is_number_integer() && x.get<int64_t>() >= 0),
+               where + ": '" + key + "' holds " + quoted_json(x) + ", not a whole number >= 0");
+      out.push_back(x.get<uint64_t>());
+    }
+    return out;
+  };
+  SafetensorsEntry t;
+  t.name = name;
+  ZT_CHECK(value.at("dtype").is_string(),
+           where + ": 'dtype' must be a string, got " + quoted_json(value.at("dtype")));
+  t.dtype = value.at("dtype").get<std::string>();
+  uint64_t numel = 1;
+  for (uint64_t dim : whole_numbers("shape")) {
+    ZT_CHECK(dim <= (uint64_t{1} << 48) && !__builtin_mul_overflow(numel, dim, &numel) &&
+                 numel <= (uint64_t{1} << 48),
+             where + ": 'shape' is beyond what a tensor can be");
+    t.shape.push_back(static_cast<int64_t>(dim));
+  }
+  const std::vector<uint64_t> offsets = whole_numbers("data_offsets");
+  ZT_CHECK(offsets.size() == 2, where + " needs data_offsets [begin, end]");
+  t.begin = offsets[0];
+  t.end = offsets[1];
+  return t;
+}
+
+}  // namespace
+
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
   std::error_code ec;
   ZT_CHECK(fs::is_regular_file(path_, ec), "'" + path_ + "' is not a file");
@@ -159,19 +202,7 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
       metadata_ = value;
       continue;
     }
-    SafetensorsEntry t;
-    t.name = name;
-    try {
-      t.dtype = value.at("dtype").get<std::string>();
-      t.shape = value.at("shape").get<std::vector<int64_t>>();
-      const auto offsets = value.at("data_offsets").get<std::vector<uint64_t>>();
-      ZT_CHECK(offsets.size() == 2,
-               "'" + path_ + "': tensor '" + name + "' needs data_offsets [begin, end]");
-      t.begin = offsets[0];
-      t.end = offsets[1];
-    } catch (const nlohmann::json::exception& e) {
-      fail("'" + path_ + "': tensor '" + name + "': " + e.what());
-    }
+    SafetensorsEntry t = header_entry(name, value, path_);
     const size_t size = safetensors_dtype_size(t.dtype);
     ZT_CHECK(size > 0, "'" + path_ + "': tensor '" + name + "' has unknown dtype " + t.dtype);
     for (int64_t s : t.shape)

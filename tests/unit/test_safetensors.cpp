@@ -227,6 +227,30 @@ TEST(Safetensors, BadInputIsRefused) {
   ASSERT_NE(at, std::string::npos);
   gap[at + 16] = '2';
   EXPECT_NE(refused(gap).find(bad), std::string::npos);
+  // Header fields of the wrong type are named, not reported as JSON-library type errors.
+  auto header_file = [](const std::string& header) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i)
+      bytes[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    return bytes + header + std::string(4, '\0');
+  };
+  for (const auto& [header, named] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"t": {"dtype": 5, "shape": [2], "data_offsets": [0, 4]}})",
+            "'dtype' must be a string"},
+           {R"({"t": {"dtype": "F16", "shape": "x", "data_offsets": [0, 4]}})",
+            "'shape' must be an array"},
+           {R"({"t": {"dtype": "F16", "shape": [2.5], "data_offsets": [0, 4]}})",
+            "'shape' holds 2.5"},
+           {R"({"t": {"dtype": "F16", "shape": [2], "data_offsets": [0, "a"]}})",
+            "'data_offsets' holds"},
+           {R"({"t": {"dtype": "F16", "shape": [2]}})", "has no 'data_offsets'"},
+           {R"({"t": [1, 2]})", "tensor 't' is not an object"},
+           {R"({"t": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}, "t": {}})",
+            "appears twice"}}) {
+    const std::string e = refused(header_file(header));
+    EXPECT_NE(e.find(named), std::string::npos) << header << " -> " << e;
+    EXPECT_EQ(e.find("json.exception"), std::string::npos) << e;
+  }
 }
 
 TEST(Safetensors, ExportCommandThroughTheBinary) {
