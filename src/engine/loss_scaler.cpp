@@ -56,7 +56,7 @@ void LossScaler::update(bool overflow, int64_t step) {
       ZT_CHECK(s.cur_scale != config_.min_loss_scale,
                "step " + std::to_string(step) +
                    ": the gradients overflowed at the minimum loss scale (fp16.min_loss_scale " +
-                   std::to_string(config_.min_loss_scale) +
+                   shortest_decimal(config_.min_loss_scale) +
                    "); the loss scale cannot decrease further, stopping as DeepSpeed does");
       s.cur_scale = std::max(s.cur_scale / 2.0, config_.min_loss_scale);
     } else {

@@ -34,7 +34,8 @@ struct StageTraits {
 
   static StageTraits of(int stage) {
     ZT_CHECK(stage >= 0 && stage <= 3,
-             "zero_optimization.stage must be 0, 1, 2 or 3, got " + std::to_string(stage));
+             "--zero-stage (zero_optimization.stage) must be 0, 1, 2 or 3, got " +
+                 std::to_string(stage));
     StageTraits t;
     t.stage = stage;
     t.shard_optimizer = stage >= 1;

@@ -39,19 +39,23 @@ DType working_dtype(Precision p) {
 }
 
 void ZeroConfig::validate() const {
+  // Named as both: the command-line option and the DeepSpeed key it maps.
   ZT_CHECK(stage >= 0 && stage <= 3,
-           "zero_optimization.stage must be 0, 1, 2 or 3, got " + std::to_string(stage));
-  auto positive = [](int64_t v, const char* key) {
-    ZT_CHECK(v > 0, std::string("zero_optimization.") + key + " must be positive, got " +
-                        std::to_string(v));
+           "--zero-stage (zero_optimization.stage) must be 0, 1, 2 or 3, got " +
+               std::to_string(stage));
+  auto positive = [](int64_t v, const char* option, const char* key) {
+    ZT_CHECK(v > 0, std::string("--") + option + " (zero_optimization." + key +
+                        ") must be positive, got " + std::to_string(v));
   };
-  positive(reduce_bucket_size, "reduce_bucket_size");
-  positive(allgather_bucket_size, "allgather_bucket_size");
-  positive(prefetch_bucket_size, "stage3_prefetch_bucket_size");
-  positive(max_live_parameters, "stage3_max_live_parameters");
+  positive(reduce_bucket_size, "reduce-bucket-size", "reduce_bucket_size");
+  positive(allgather_bucket_size, "allgather-bucket-size", "allgather_bucket_size");
+  positive(prefetch_bucket_size, "prefetch-bucket-size", "stage3_prefetch_bucket_size");
+  positive(max_live_parameters, "max-live-parameters", "stage3_max_live_parameters");
   ZT_CHECK(param_persistence_threshold >= 0,
-           "zero_optimization.stage3_param_persistence_threshold must be >= 0");
-  ZT_CHECK(max_reuse_distance >= 0, "zero_optimization.stage3_max_reuse_distance must be >= 0");
+           "--param-persistence-threshold (zero_optimization.stage3_param_persistence_threshold) "
+           "must be >= 0");
+  ZT_CHECK(max_reuse_distance >= 0,
+           "--max-reuse-distance (zero_optimization.stage3_max_reuse_distance) must be >= 0");
 }
 
 void check_world_invariant_shape(int world, int64_t grad_accum) {

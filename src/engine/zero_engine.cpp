@@ -343,7 +343,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     try {
       scaler->update(overflow, step);
     } catch (const Error& e) {
-      throw AgreedError(e.what());
+      throw AgreedError(e.what() + learning_rate_hint(last_update_lr));
     }
     if (overflow) {
       stats.skipped = true;

@@ -55,5 +55,18 @@ TEST_F(Divergence, StopsBeforeTheUpdateAndKeepsTheLastGoodCheckpoint) {
   }
 }
 
+// In fp16 a learning rate far too high ends at the minimum loss scale; the stop names the rate,
+// as the bf16 divergence above does (it said only that the scale could not decrease).
+TEST_F(Divergence, AnFp16StopAtTheMinimumScaleNamesTheLearningRate) {
+  const RunResult r = run_zerotrain("train --preset tiny --data " + path("sample.h5") + " --out " +
+                                    path("fp16_lr") +
+                                    " --steps 40 --seq-len 16 --micro-batch 2 --precision fp16 "
+                                    "--lr 1e30 --log-every 0");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("overflowed at the minimum loss scale"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the previous update's learning rate was "), std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace zt

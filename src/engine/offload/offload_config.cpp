@@ -26,9 +26,9 @@ const char* offload_device_name(OffloadDevice d) {
 
 void OffloadConfig::validate(int stage) const {
   const StageTraits traits = StageTraits::of(stage);
-  // Named as both: the DeepSpeed key and train's option.
-  const std::string opt = "zero_optimization.offload_optimizer.device (--offload-optimizer)";
-  const std::string par = "zero_optimization.offload_param.device (--offload-param)";
+  // Named as both: the command-line option and the DeepSpeed key it maps.
+  const std::string opt = "--offload-optimizer (zero_optimization.offload_optimizer.device)";
+  const std::string par = "--offload-param (zero_optimization.offload_param.device)";
   // The offloaded optimizer updates a shard; offloaded parameters are gathered shards.
   ZT_CHECK(!optimizer_offloaded() || traits.shard_optimizer,
            opt + " '" + offload_device_name(optimizer) + "' needs ZeRO stage 1, 2 or 3 (stage is " +
@@ -39,13 +39,13 @@ void OffloadConfig::validate(int stage) const {
   ZT_CHECK(param != OffloadDevice::kNvme,
            par + " 'nvme' is not implemented (parameters offload to cpu only)");
   ZT_CHECK(sub_group_size >= 1,
-           "zero_optimization.sub_group_size (--sub-group-size) must be >= 1, got " +
+           "--sub-group-size (zero_optimization.sub_group_size) must be >= 1, got " +
                std::to_string(sub_group_size));
   if (optimizer == OffloadDevice::kNvme) {
     ZT_CHECK(!nvme_path.empty(),
-             opt + " 'nvme' needs zero_optimization.offload_optimizer.nvme_path (--nvme-path)");
+             opt + " 'nvme' needs --nvme-path (zero_optimization.offload_optimizer.nvme_path)");
     ZT_CHECK(buffer_count >= 2,
-             "zero_optimization.offload_optimizer.buffer_count (--offload-buffer-count) must be "
+             "--offload-buffer-count (zero_optimization.offload_optimizer.buffer_count) must be "
              ">= 2 for nvme, got " +
                  std::to_string(buffer_count));
   }
