@@ -84,8 +84,7 @@ int cmd_prepare_data(int argc, char** argv) {
     if (vm.count(option))
       for (const std::string& file : vm[option].as<std::vector<std::string>>())
         read.emplace_back("the input file", file);
-  if (vm.count("tokenizer"))
-    read.emplace_back("the tokenizer", vm["tokenizer"].as<std::string>());
+  if (vm.count("tokenizer")) read.emplace_back("the tokenizer", vm["tokenizer"].as<std::string>());
   check_output_apart_from_inputs(spec.name, out, read);
   const auto report = [&](int64_t tokens, size_t files) {
     const TokenDataset written(out);

@@ -40,9 +40,9 @@ DType working_dtype(Precision p) {
 
 void ZeroConfig::validate() const {
   // Named as both: the command-line option and the DeepSpeed key it maps.
-  ZT_CHECK(stage >= 0 && stage <= 3,
-           "--zero-stage (zero_optimization.stage) must be 0, 1, 2 or 3, got " +
-               std::to_string(stage));
+  ZT_CHECK(
+      stage >= 0 && stage <= 3,
+      "--zero-stage (zero_optimization.stage) must be 0, 1, 2 or 3, got " + std::to_string(stage));
   auto positive = [](int64_t v, const char* option, const char* key) {
     ZT_CHECK(v > 0, std::string("--") + option + " (zero_optimization." + key +
                         ") must be positive, got " + std::to_string(v));

@@ -1,6 +1,6 @@
 // The config.json files of real published models (tests/data/hf_models, sources in its
-// SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, and re-saves
-// by transformers 4.56, 4.57 and 5.7) are read with the keys as published:
+// SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, and
+// re-saves by transformers 4.56, 4.57 and 5.7) are read with the keys as published:
 //   - every one is accepted, also under --strict-config: each key in them is one zerotrain reads
 //     or knows to leave the model unchanged;
 //   - the model each describes has the parameter count its model card states (tied embeddings

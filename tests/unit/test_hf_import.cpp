@@ -243,10 +243,13 @@ TEST(HfImport, BadCheckpointsAreRefusedNamingTheTensor) {
   }
   // An index that leaves out a tensor its shard holds, and one that points outside the directory.
   {
+    // (The shard under another name: beside model.safetensors an index is not read.)
     write_hf_dir(tmp / "hf_index", good);
+    const std::string shard = "model-00001-of-00001.safetensors";
+    fs::rename(tmp / ("hf_index/" + std::string(kSafetensorsFile)), tmp / ("hf_index/" + shard));
     nlohmann::json map;
     for (const StoredTensor& t : good)
-      if (t.entry.name != q) map[t.entry.name] = kSafetensorsFile;
+      if (t.entry.name != q) map[t.entry.name] = shard;
     write_json(tmp / ("hf_index/" + std::string(kSafetensorsIndexFile)), {{"weight_map", map}});
     std::string e = error_of(
         [&] { import_hf_model(tmp / "hf_index", tmp / "m_index", uint64_t{1} << 30, false); });
