@@ -175,8 +175,7 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   add("seed", po::value(&o.seed)->default_value(o.seed), "seed of the sampling");
   add("tokenizer", po::value(&o.tokenizer),
       "tokenizer.json or its directory (default: the model's), or 'byte'");
-  add("python", po::value(&o.python)->default_value(o.python),
-      "Python with the tokenizers library (default: $ZT_PYTHON, else python3)");
+  add("python", po::value(&o.python)->default_value(o.python, "auto"), kPythonOptionHelp);
   add("ignore-eos", bool_flag(&o.ignore_eos, false), "do not stop at the end-of-sequence token");
   add("json", bool_flag(&o.json, false),
       "print one JSON line (prompt and new token ids, the new text) instead of the text");

@@ -51,9 +51,8 @@ int cmd_prepare_data(int argc, char** argv) {
       "messages-field", po::value<std::string>(),
       "the field of each --sft-jsonl line that holds a conversation, a list of {role: "
       "system|user|assistant, content} (with --chat-template): every assistant turn is learned")(
-      "python", po::value<std::string>()->default_value(default_python()),
-      "Python with the tokenizers library (default: $ZT_PYTHON, else python3)")(
-      "out", po::value<std::string>(), "output token dataset (.h5)")(
+      "python", po::value<std::string>()->default_value(default_python(), "auto"),
+      kPythonOptionHelp)("out", po::value<std::string>(), "output token dataset (.h5)")(
       "vocab-size", po::value<int64_t>()->default_value(0),
       "vocabulary size (default: the llm.c header's tokenizer, 50257 or 128256)")(
       "tokenizer-label", po::value<std::string>()->default_value(""),

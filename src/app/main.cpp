@@ -29,9 +29,10 @@ const std::vector<Subcommand>& subcommands() {
       {"estimate", "per-rank memory of ZeRO stages 0-3; which stage fits", zt::cmd_estimate},
       {"consolidate", "write a training checkpoint's weights as a bf16 model directory",
        zt::cmd_consolidate},
-      {"import", "import a Hugging Face checkpoint (safetensors) as a model directory",
+      {"import",
+       "import a Hugging Face checkpoint (safetensors) or a GGUF file as a model directory",
        zt::cmd_import},
-      {"export", "write a model directory as Hugging Face safetensors + config.json",
+      {"export", "write a model directory as Hugging Face safetensors + config.json, or as GGUF",
        zt::cmd_export},
       {"report", "scaling table and plots over train output directories", zt::cmd_report},
   };

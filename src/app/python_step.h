@@ -11,6 +11,10 @@ namespace zt {
 // environment .venv/ (next to the executable's build directory, or in the source tree it was
 // built from), else python3.
 std::string default_python();
+// The --python option's help, shared by the commands that take it.
+constexpr const char* kPythonOptionHelp =
+    "Python with transformers and tokenizers (auto: $ZT_PYTHON, else the project's .venv/ made "
+    "by ./run.sh deps, else python3)";
 
 // Runs a Python step that uses a Hugging Face tokenizer: `python -c SCRIPT args...`, where SCRIPT
 // assigns sys.argv[1:] to `unpack` (Python names, `tok_path` among them: a tokenizer.json or a

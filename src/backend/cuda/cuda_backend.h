@@ -15,14 +15,15 @@
 //     bf16 for the tensor cores, ≈1e-2 relative), or exact fp32 (GemmCompute::kFp32). bf16
 //     operands (--activations bf16): bf16 products, a bf16 result rounded once (cuda_gemm.h).
 //   * bf16 activations: every kernel reads them widened, computes in fp32 and rounds each output
-//     once (cuda_storage.cuh), the CPU backend's rounding points. Not yet run on a GPU.
+//     once (cuda_storage.cuh), the CPU backend's rounding points. Checked against the CPU on an
+//     H100 (tests/gpu, bench/results/2026-11-28-h100).
 //   * Reductions (RMSNorm, softmax, cross-entropy, sum_squares, rmsnorm's dg, embedding backward)
 //     use fixed trees / fixed block counts and no float atomics: bitwise reproducible.
 //   * RoPE uses the CPU's fp32 table (cpu::make_rope_table), embedding forward/backward add in the
 //     CPU's order and AdamW evaluates cpu_adam.h's formula with the same roundings: bitwise equal
 //     to the CPU backend.
 //   * Fused attention (--attention fused, cudnn_attention.h): cuDNN SDPA on bf16 q/k/v (copies
-//     when stored in fp32), fp32 statistics; deterministic backward. Not yet run on a GPU.
+//     when stored in fp32), fp32 statistics; deterministic backward. Checked on an H100 (tests/gpu).
 //   * Kernels cannot throw: an out-of-range token id gives a NaN embedding row / NaN loss and
 //     NaN dlogits row, which the engine's non-finite check reports; embedding_backward skips
 //     negative ids.
@@ -47,7 +48,8 @@
 //    synchronize().
 //  * Phase times: CUDA events on this stream (timeline()), read after the step's synchronize.
 //  * Offload: pinned host pool and a copy stream (CudaDeviceMemory's *_async copies).
-//  * None of it has run on a GPU yet.
+//  * All of it ran on one H100 (bench/results/2026-11-28-h100); NCCL across several GPUs has not
+//    run on hardware yet (its tests skip themselves with one GPU).
 // ---------------------------------------------------------------------------------------------
 #pragma once
 #include <cstddef>
