@@ -1,5 +1,5 @@
 # `cmake --build BUILD --target bundle`: BUILD/bundle, zerotrain with every non-system shared
-# library it needs and the Open MPI runtime, relocatable (cmake/make_bundle.sh; README.md
+# library it needs and the Open MPI runtime, relocatable (cmake/make_bundle.sh; docs/gpu.md
 # "Relocatable bundle"). The CUDA toolkit libraries stay out unless ZEROTRAIN_BUNDLE_CUDA is ON.
 option(ZEROTRAIN_BUNDLE_CUDA "bundle target: include the CUDA toolkit libraries (large)" OFF)
 set(ZT_BUNDLE_FLAGS "")

@@ -323,7 +323,7 @@ wrapper orted orted
 wrapper ompi_info ompi_info
 
 cat >"$STAGE/README.txt" <<'EOF'
-zerotrain relocatable bundle (made by cmake/make_bundle.sh; see README.md "Relocatable bundle").
+zerotrain relocatable bundle (made by cmake/make_bundle.sh; see docs/gpu.md "Relocatable bundle").
 
   bin/zerotrain train ...                      one rank, no launcher (MPI singleton)
   bin/mpirun -np 2 bin/zerotrain train ...     Open MPI from this bundle

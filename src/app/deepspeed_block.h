@@ -3,7 +3,7 @@
 // DeepSpeed itself accepts there; a key outside that list is refused, naming it and the closest
 // valid key (DeepSpeed's pydantic blocks forbid extra keys and its optimizer and scheduler
 // parameters are constructor keywords), or, for the blocks DeepSpeed reads leniently (the top
-// level, activation_checkpointing), a warning. The README's DeepSpeed table lists the mapping.
+// level, activation_checkpointing), a warning. docs/deepspeed.md's table lists the mapping.
 #pragma once
 #include <cstdint>
 #include <initializer_list>

@@ -10,7 +10,7 @@
 // blocks), optimizer, scheduler, fp16 and bf16 are refused naming the key and the closest valid
 // one, as DeepSpeed refuses them; elsewhere they are warnings. Keys DeepSpeed accepts that change
 // the training and are not implemented are refused unless they hold DeepSpeed's default. Bad
-// values are zt::Errors naming the file and the key. The README's table lists every key.
+// values are zt::Errors naming the file and the key. docs/deepspeed.md's table lists every key.
 #pragma once
 #include <cstdint>
 #include <optional>

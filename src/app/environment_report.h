@@ -1,4 +1,4 @@
-// `zerotrain info --env` (README "Checking an installation"), the counterpart of DeepSpeed's
+// `zerotrain info --env` (docs/troubleshooting.md), the counterpart of DeepSpeed's
 // ds_report: what this build holds and what this rank sees. zerotrain's version and commit; the
 // compiled-in backends, communicators and attention paths; the MPI, HDF5, OpenBLAS, Boost, CUDA,
 // cuBLASLt, cuDNN and NCCL versions; the CPU and the features the CPU Adam uses; the visible GPUs;

@@ -2,7 +2,7 @@
 // WHAT", then MPI's end (an error every rank agreed on finalises; any other aborts the job, since
 // other ranks may wait in a collective this rank will never join). main() reports what a command
 // throws; train reports a rank-local error from its loop itself, before the device and its
-// communicator are torn down (README, "When something goes wrong").
+// communicator are torn down (docs/troubleshooting.md).
 #pragma once
 #include <string>
 

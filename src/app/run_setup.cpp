@@ -77,7 +77,7 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {
       "overlap collectives with compute (two reduce slots, stage-3 prefetch)");
   add("world-invariant", bool_flag(&z.world_invariant, z.world_invariant),
       "bitwise the same training at any power-of-two number of ranks and any ZeRO stage "
-      "(rank-tree gradient sums; README: World-invariant training)");
+      "(rank-tree gradient sums; docs/reproducibility.md)");
   add("reduce-bucket-size", po::value(&z.reduce_bucket_size)->default_value(z.reduce_bucket_size),
       "elements per gradient bucket");
   add("allgather-bucket-size",

@@ -86,7 +86,7 @@ std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j);
 // (it reads only the attributes it defines), so they are accepted with a warning by default.
 std::vector<std::string> hf_config_unknown_keys(const nlohmann::json& j);
 
-// Presets (the README lists their shapes): tiny, small, 125m, 1b, 6b, 7b.
+// Presets (docs/running.md lists their shapes): tiny, small, 125m, 1b, 6b, 7b.
 ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();
 

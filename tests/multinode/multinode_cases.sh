@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A simulated cluster of two nodes × two ranks on one machine (label "multinode", README
+# A simulated cluster of two nodes × two ranks on one machine (label "multinode", docs/slurm.md
 # "Multi-node"): mpirun --host nodeA:2,nodeB:2 starts each node's Open MPI daemon through
 # node_agent.sh, in its own UTS namespace (its own host name) and mount namespace (its own
 # node-local directory, $WORK/node-local). Ranks of different nodes talk over TCP on loopback.

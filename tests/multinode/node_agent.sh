@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Open MPI's rsh agent for the simulated cluster (README "Multi-node"). Where ssh would log in to
+# Open MPI's rsh agent for the simulated cluster (docs/slurm.md, "Multi-node"). Where ssh would log in to
 # HOST, this runs the daemon command here, in new UTS and mount namespaces in which the host name
 # is HOST and $ZT_SIM_ROOT/node-local is HOST's own directory ($ZT_SIM_ROOT/nodes/HOST). setsid
 # makes every process of the "node" one session, whose id goes to $ZT_SIM_ROOT/nodes/HOST.session

@@ -7,7 +7,7 @@
 #                                 idle and makes LINK a symlink to the cluster directory
 #   slurm_cluster.sh stop LINK    stops the three daemons by pid and removes the directory
 #   slurm_cluster.sh start LINK nodeA,nodeB
-#                                 a simulated cluster of those nodes (README "Multi-node"): one
+#                                 a simulated cluster of those nodes (docs/slurm.md, "Multi-node"): one
 #                                 slurmd per node, each in its own UTS namespace (its host name)
 #                                 and mount namespace, in which DIR/node-local is the node's own
 #                                 DIR/nodes/NAME (node-local disk; PMIx's client directories too)

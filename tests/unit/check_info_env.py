@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`zerotrain info --env` against what the host says independently (README "Checking an
+"""`zerotrain info --env` against what the host says independently (docs/troubleshooting.md, "Checking an
 installation"): the version and commit (git), the MPI version (`mpirun --version`), Boost's
 (boost/version.hpp), the CPU features (/proc/cpuinfo), the CPU Adam path they imply, OpenBLAS's
 core and threads as requested through its environment, the compiled-in CUDA/NCCL/cuDNN pieces

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# World-invariant training through the binary (README "World-invariant training"): runs of the
+# World-invariant training through the binary (docs/reproducibility.md): runs of the
 # tiny preset with --world-invariant at 1, 2, 4 and 8 ranks and every ZeRO stage, with the same
 # global batch (micro-batch 2, 8 micro-batches per step: grad-accum 8/N), must give the same
 # bits: the loss and gradient-norm strings of metrics.jsonl, the fp32 master/m/v of the step-4

@@ -23,7 +23,8 @@
 //     CPU's order and AdamW evaluates cpu_adam.h's formula with the same roundings: bitwise equal
 //     to the CPU backend.
 //   * Fused attention (--attention fused, cudnn_attention.h): cuDNN SDPA on bf16 q/k/v (copies
-//     when stored in fp32), fp32 statistics; deterministic backward. Checked on an H100 (tests/gpu).
+//     when stored in fp32), fp32 statistics; deterministic backward. Checked on an H100
+//     (tests/gpu).
 //   * Kernels cannot throw: an out-of-range token id gives a NaN embedding row / NaN loss and
 //     NaN dlogits row, which the engine's non-finite check reports; embedding_backward skips
 //     negative ids.
