@@ -192,6 +192,8 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   o.chat_mode = vm.count("chat") > 0;
   check_count(o.max_new_tokens, 1, "max-new-tokens", kCommand);
   check_sampling_config(o.sampling);
+  ZT_CHECK(o.seed >= 0,
+           std::string(kCommand) + ": --seed must be >= 0, got " + std::to_string(o.seed));
   return true;
 }
 

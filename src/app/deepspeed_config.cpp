@@ -94,7 +94,11 @@ void parse_precision_blocks(Block& top, DeepSpeedConfig& c) {
         scaling.loss_scale_window = window.value_or(scaling.loss_scale_window);
         scaling.hysteresis = static_cast<int>(hysteresis.value_or(scaling.hysteresis));
         if (floor) scaling.min_loss_scale = static_cast<double>(*floor);
-        scaling.validate();
+        try {
+          scaling.validate();
+        } catch (const Error& e) {
+          fail(s.config().source + ": " + e.what());  // the file that holds the value
+        }
         set_option(c, s.dotted("enabled"), "precision", "fp16");
       }
     }

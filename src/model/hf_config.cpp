@@ -2,6 +2,7 @@
 // are read, which are refused at any other value than the one zerotrain computes, which are known
 // not to change the model, and what an unknown key gets (docs/fine-tuning.md: the key policy).
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <type_traits>
@@ -437,6 +438,10 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
 }
 
 ModelConfig ModelConfig::from_hf_file(const std::string& path, UnknownConfigKeys unknown) {
+  std::error_code ec;
+  ZT_CHECK(std::filesystem::is_regular_file(path, ec),
+           "model config '" + path + "' is not a file" +
+               (std::filesystem::is_directory(path, ec) ? " (it is a directory)" : ""));
   std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open model config '" + path + "'");
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -97,5 +97,21 @@ TEST_F(HostileInputs, RegexBombsInTrainableAndFreezeAreRefusedOrMatchedInBounded
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
+// What the bad-input sweep (sweep_bad_inputs.py) found: a directory given as a config.json was an
+// internal error, a negative sampling seed was accepted, and a DeepSpeed fp16 block's bad
+// loss_scale was refused without naming the file that held it.
+TEST_F(HostileInputs, SweepFindingsAreRefusedByName) {
+  fs::create_directories(path("a_dir"));
+  expect_refused("init --config-json " + path("a_dir") + " --seed 1 --out " + path("s1"),
+                 "'" + path("a_dir") + "' is not a file");
+  ASSERT_EQ(run_zerotrain("init --preset tiny --seed 1 --out " + path("s2")).exit_code, 0);
+  expect_refused("generate --model " + path("s2") + " --tokenizer byte --prompt x --seed -1",
+                 "--seed must be >= 0");
+  write(path("fp16.json"), R"({"fp16": {"enabled": true, "loss_scale": -1}})");
+  expect_refused("train --preset tiny --data " + path("sample.h5") + " --out " + path("s3") +
+                     " --deepspeed " + path("fp16.json"),
+                 path("fp16.json") + ": fp16.loss_scale");
+}
+
 }  // namespace
 }  // namespace zt
