@@ -34,6 +34,7 @@ from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,
 
 gguf, h5py, np, tokenizers, torch, transformers = require_venv_modules(
     "gguf", "h5py", "numpy", "tokenizers", "torch", "transformers")
+from gguf_reference import model_dir_tensors, transformers_gguf_model  # noqa: E402
 from test_hf_families import U_FP32, hf_loss, last_json_line  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
@@ -170,21 +171,6 @@ def metadata(arch, vocab_size):
     }.items()}
 
 
-def transformers_model(gguf_dir, gguf_name):
-    """transformers' GGUF loader, the tie restored when the file has no output.weight; the
-    weights then rounded to bf16, as zerotrain's model directory stores them."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_name,
-                                                              torch_dtype=torch.float32)
-    reader = gguf.GGUFReader(os.path.join(gguf_dir, gguf_name))
-    if not any(t.name == "output.weight" for t in reader.tensors):
-        model.config.tie_word_embeddings = True
-        model.lm_head.weight = model.model.embed_tokens.weight
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).float())
-    return model.eval()
-
-
 def check_dequantization(work, dequant_tool):
     rng = np.random.default_rng(1)
     path = work("types.gguf")
@@ -219,7 +205,7 @@ def check_model(work, zt, arch, vocab, sample):
                vocab)
     imported = work(arch + "_imported")
     run_tool([zt, "import", os.path.join(gguf_dir, "model.gguf"), "--out", imported])
-    model = transformers_model(gguf_dir, "model.gguf")
+    model = transformers_gguf_model(os.path.join(gguf_dir, "model.gguf"))
     state = model.state_dict()
     index = json.load(open(os.path.join(imported, "model.h5.index.json")))["weight_map"]
     for name, shard in sorted(index.items()):
@@ -268,24 +254,14 @@ def loss_bound(loss, vocab_size):
     return 10 * U_FP32 * n ** 0.5 * (2 * SHAPE["layers"] + 2) * max(1.0, abs(loss))
 
 
-def h5_tensors(model_dir):
-    """Every tensor of a model directory as float32 (bf16 widens exactly)."""
-    index = json.load(open(os.path.join(model_dir, "model.h5.index.json")))["weight_map"]
-    out = {}
-    for name, shard in index.items():
-        with h5py.File(os.path.join(model_dir, shard), "r") as f:
-            out[name] = f[name].astype("float32")[()]
-    return out
-
-
 def check_export(work, zt, imported, data, tokens, zt_loss):
-    original = h5_tensors(imported)
+    original = model_dir_tensors(imported)
     for kind in ("f32", "bf16"):
         path = work(f"export_{kind}.gguf")
         run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", kind, "--out", path])
         back = work(f"reimported_{kind}")
         run_tool([zt, "import", path, "--out", back])
-        again = h5_tensors(back)
+        again = model_dir_tensors(back)
         check(sorted(again) == sorted(original) and all(
             np.array_equal(again[k].view(np.uint32), original[k].view(np.uint32))
             for k in original), f"export --gguf-type {kind} does not import back bit for bit")
@@ -307,7 +283,7 @@ def check_export(work, zt, imported, data, tokens, zt_loss):
             check(np.array_equal(np.asarray(t.data).reshape(-1), want.reshape(-1)),
                   f"export q8_0: {t.name}'s bytes differ from gguf.quants.quantize")
     print("ok   export --gguf-type q8_0: every Q8_0 tensor equals gguf.quants.quantize's bytes")
-    model = transformers_model(os.path.dirname(work("export_bf16.gguf")), "export_bf16.gguf")
+    model = transformers_gguf_model(work("export_bf16.gguf"))
     hf = hf_loss(model, tokens, range(4), 32)
     check(abs(hf - zt_loss) <= loss_bound(hf, model.config.vocab_size),
           f"transformers on the bf16 export: loss {hf} vs zerotrain eval {zt_loss}")

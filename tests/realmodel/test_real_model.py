@@ -44,6 +44,7 @@ from oracle_harness import (SetupError, argument_parser, check, exit_status,  # 
 
 gguf, h5py, np, torch, transformers = require_venv_modules("gguf", "h5py", "numpy", "torch",
                                                            "transformers")
+from gguf_reference import model_dir_tensors, transformers_gguf_model  # noqa: E402
 from test_hf_families import U_FP32, hf_loss, last_json_line  # noqa: E402
 
 CONFIG_DIR = "tests/data/hf_models/HuggingFaceTB--SmolLM2-135M"
@@ -62,28 +63,6 @@ def compare(what, got, want):
     print(f"{what}: zerotrain {got:.9f} transformers {want:.9f} |diff| {diff:.3e} "
           f"bound {bound(want):.3e}", flush=True)
     check(diff <= bound(want), f"{what}: |{got} - {want}| = {diff} > {bound(want)}")
-
-
-def reference_model(gguf_path):
-    """transformers' GGUF loader, the tie restored, every weight rounded to bf16."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path),
-        torch_dtype=torch.float32)
-    model.config.tie_word_embeddings = True
-    model.lm_head.weight = model.model.embed_tokens.weight
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(torch.bfloat16).float())
-    return model.eval()
-
-
-def model_dir_tensors(model_dir):
-    index = json.load(open(os.path.join(model_dir, "model.h5.index.json")))["weight_map"]
-    out = {}
-    for name, shard in index.items():
-        with h5py.File(os.path.join(model_dir, shard), "r") as f:
-            out[name] = f[name].astype("float32")[()]
-    return out
 
 
 def check_import(work, zt, gguf_path, source_dir, reference):
@@ -227,7 +206,7 @@ def check_export(work, zt, tokens):
             hf_loss(exported, tokens, windows, SEQ_LEN))
     run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "q8_0", "--out",
               work("export.gguf")])
-    quantized = reference_model(work("export.gguf"))
+    quantized = transformers_gguf_model(work("export.gguf"))
     q_loss = hf_loss(quantized, tokens, windows, SEQ_LEN)
     print(f"transformers' GGUF loader on the Q8_0 export: loss {q_loss:.6f}, the bf16 model's "
           f"{loss:.6f}")
@@ -246,7 +225,7 @@ def main():
     def checks():
         if not os.path.isfile(args.gguf):
             raise SetupError(f"{args.gguf} is missing: ./run.sh deps fetches it")
-        reference = reference_model(args.gguf)
+        reference = transformers_gguf_model(args.gguf)
         check_import(work, args.zerotrain, args.gguf, args.source_dir, reference)
         tokens = check_eval_and_generate(work, args.zerotrain, args.source_dir, reference)
         check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
