@@ -99,6 +99,22 @@ def check_one(work, zt, source):
           f"counted: both replies, no other turn")
 
 
+def legacy_added_token_config(work, source):
+    """The first corpus config with its special tokens written as the legacy AddedToken dicts
+    older transformers releases saved ({"__type": "AddedToken", "content": ...})."""
+    config = json.load(open(source, encoding="utf-8"))
+    for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        if isinstance(config.get(key), str):
+            config[key] = {"__type": "AddedToken", "content": config[key], "lstrip": False,
+                           "normalized": False, "rstrip": False, "single_word": False}
+    directory = work("tokenizer_configs_legacy", "legacy-added-tokens")
+    os.makedirs(directory)
+    path = os.path.join(directory, "tokenizer_config.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    return path
+
+
 def check_missing_eos_is_refused(work, zt, source):
     import subprocess
     config = json.load(open(source, encoding="utf-8"))
@@ -131,7 +147,7 @@ def main():
 
     def checks():
         check(configs, "no tokenizer_config.json under tests/data/hf_models")
-        for source in configs:
+        for source in configs + [legacy_added_token_config(work, configs[0])]:
             check_one(work, args.zerotrain, source)
 
         check_missing_eos_is_refused(work, args.zerotrain, configs[0])

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <random>
 #include <tuple>
 
@@ -383,6 +384,32 @@ TEST(HfImport, SingleFileWinsOverAnIndexBesideIt) {
       static_cast<size_t>(tensors[0].entry.shape[0] * tensors[0].entry.shape[1]));
   back.read_tensor_f32(tensors[0].entry.name, values.data());
   EXPECT_EQ(values, tensors[0].expected);
+}
+
+// Every tokenizer file a Hugging Face directory may hold travels with the model, byte for byte:
+// import dropped chat_template.jinja, added_tokens.json and tokenizer.model, so import → export
+// lost the chat template.
+TEST(HfImport, EveryTokenizerFileTravelsWithTheModel) {
+  TempDir tmp;
+  write_hf_dir(tmp / "hf", tiny_tensors());
+  const std::map<std::string, std::string> files = {
+      {"tokenizer.json", "{\"model\": {}}"},
+      {"tokenizer_config.json", "{}"},
+      {"special_tokens_map.json", "{}"},
+      {"chat_template.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}"},
+      {"added_tokens.json", "{\"<x>\": 300}"},
+      {"tokenizer.model", std::string("\x0a\x00\xff binary", 10)}};
+  for (const auto& [name, text] : files) testing::write_file(tmp / ("hf/" + name), text);
+  const HfImportResult r = import_hf_model(tmp / "hf", tmp / "m", uint64_t{1} << 30, false);
+  for (const auto& [name, text] : files) {
+    EXPECT_EQ(testing::read_file(tmp / ("m/" + name)), text) << name;
+    EXPECT_NE(std::find(r.tokenizer_files.begin(), r.tokenizer_files.end(), name),
+              r.tokenizer_files.end())
+        << name;
+  }
+  export_safetensors(tmp / "m", tmp / "back", uint64_t{1} << 30, false);
+  for (const auto& [name, text] : files)
+    EXPECT_EQ(testing::read_file(tmp / ("back/" + name)), text) << name;
 }
 
 }  // namespace
