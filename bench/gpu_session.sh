@@ -40,6 +40,8 @@
 #                the same GPU; zerotrain's rows are ZT_PYTORCH_ROWS (bench_gpu_vs_pytorch's
 #                --attentions; on CUDA by default its defaults alone, since the train part times
 #                the other attention paths in the same call)
+#     masking    bench_document_masking.py for ZT_MASKING_PRESET (default 1b): tokens/s with document
+#                masks on and off (and off on the GEMM attention) on packed 200-800-token documents
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #     big        ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
 #                optimizer offload to cpu, if the host has the memory it pins (checked first);
@@ -418,6 +420,15 @@ run_part_pytorch() {
   done
 }
 
+run_part_masking() {
+  step "bench_document_masking" "$step_seconds" "${host_python[@]}" \
+    "$dir/bench/bench_document_masking.py" --zerotrain "$zt_for_python" \
+    --mpirun "$B/bin/mpirun" --backend "$backend" --preset "${ZT_MASKING_PRESET:-1b}" \
+    --steps "$steps" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" --repeats 1 \
+    >"$evidence/masking.txt" 2>&1
+  tee -a "$summary" <"$evidence/masking.txt"
+}
+
 run_part_offload() {
   step "bench_offload" "$step_seconds" "${host_python[@]}" \
     "$dir/bench/bench_offload.py" --zerotrain "$zt_for_python" --comm-timeout 60 \
@@ -516,7 +527,7 @@ timeout 120 "$B/libexec/zerotrain" prepare-data --text "$dir/inputs/data/sample.
 parts=${parts//preflight/}
 for part in ${parts//,/ }; do
   case $part in
-    tests | sanitize | train | pytorch | offload | big)
+    tests | sanitize | train | pytorch | masking | offload | big)
       "run_part_$part" >>"$evidence/$part.log" 2>&1
       pack_evidence
       ;;

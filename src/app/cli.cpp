@@ -99,6 +99,29 @@ void add_attention_option(po::options_description& options, std::string* value) 
                         "and accepted by cuDNN at start-up, unless --precision fp32; else gemm)");
 }
 
+void add_document_masking_option(po::options_description& options, std::string* value) {
+  options.add_options()("document-masking", po::value(value)->default_value(*value),
+                        "auto | on | off: a packed document attends only to its own earlier "
+                        "tokens, its positions restart at 0 and its first token is not a target "
+                        "of the document before it (auto: on when the dataset records document "
+                        "boundaries; off: plain causal attention over the window)");
+}
+
+void check_document_masking_value(const std::string& mode, const std::string& command) {
+  ZT_CHECK(mode == "auto" || mode == "on" || mode == "off",
+           command + ": --document-masking must be auto, on or off, got '" + mode + "'");
+}
+
+bool resolve_document_masking(const std::string& mode, bool dataset_has_documents,
+                              const std::string& data_path, const std::string& command) {
+  check_document_masking_value(mode, command);
+  ZT_CHECK(mode != "on" || dataset_has_documents,
+           command + ": --document-masking on: token dataset '" + data_path +
+               "' records no document boundaries (/doc_starts); make it again with this "
+               "version's prepare-data, or use --document-masking off");
+  return mode == "on" || (mode == "auto" && dataset_has_documents);
+}
+
 void add_activations_option(po::options_description& options, std::string* value) {
   options.add_options()("activations",
                         po::value(value)->default_value(*value, "by precision and backend"),

@@ -46,6 +46,16 @@ void check_comm_timeout(double seconds, const std::string& command);
 
 // --attention gemm | fused | auto (backend/attention_choice.h): the CUDA backend's attention.
 void add_attention_option(po::options_description& options, std::string* value);
+// --document-masking auto | on | off (train and eval; docs/fine-tuning.md): whether packed
+// documents attend only within themselves, their positions restarting at each document.
+void add_document_masking_option(po::options_description& options, std::string* value);
+// The mode resolved for a dataset that does (not) record document boundaries: auto masks exactly
+// when it does; on without them, or a value other than the three, is a zt::Error naming the
+// option, the value and the file.
+bool resolve_document_masking(const std::string& mode, bool dataset_has_documents,
+                              const std::string& data_path, const std::string& command);
+// Only the value (before the dataset is open).
+void check_document_masking_value(const std::string& mode, const std::string& command);
 // --activations fp32 | bf16 | fp16 (train, eval and estimate: parse_activation_storage).
 void add_activations_option(po::options_description& options, std::string* value);
 // The default --activations ("fp16" | "bf16" | "fp32"): the precision's 16-bit type where it is

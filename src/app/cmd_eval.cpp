@@ -32,9 +32,10 @@ const char* const kCommand = "eval";
 
 struct EvalOptions {
   std::string model_dir, data, precision = "fp32";
-  std::string backend = "auto";      // --backend cpu | cuda | auto
-  std::string attention = "auto";    // --attention gemm | fused | auto (CUDA backend)
-  std::string activations = "fp32";  // --activations fp32 | bf16 | fp16
+  std::string backend = "auto";           // --backend cpu | cuda | auto
+  std::string attention = "auto";         // --attention gemm | fused | auto (CUDA backend)
+  std::string activations = "fp32";       // --activations fp32 | bf16 | fp16
+  std::string document_masking = "auto";  // --document-masking auto | on | off
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
 };
@@ -54,6 +55,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
   add_attention_option(opts, &o.attention);
+  add_document_masking_option(opts, &o.document_masking);
   add_activations_option(opts, &o.activations);
   add_comm_timeout_option(opts, &o.comm_timeout);
   const CommandSpec spec{kCommand,
@@ -72,6 +74,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);
   resolve_attention_request(o.attention, o.backend, kCommand);
+  check_document_masking_value(o.document_masking, kCommand);
   parse_activation_storage(o.activations, o.precision, kCommand);
   check_comm_timeout(o.comm_timeout, kCommand);
   return true;
@@ -88,11 +91,14 @@ int run_eval(const EvalOptions& o) {
   // reports (then MPI_Finalize), not one rank's abort.
   std::unique_ptr<ModelDirReader> reader_ptr;
   std::unique_ptr<TokenDataset> data_ptr;
+  bool document_masks = false;
   run_collectively(world, [&] {
     reader_ptr = std::make_unique<ModelDirReader>(o.model_dir);
     check_seq_len(reader_ptr->config(), T, "model '" + o.model_dir + "'", kCommand);
     data_ptr = std::make_unique<TokenDataset>(o.data);
     check_eval_windows(*data_ptr, K * B, T);
+    document_masks =
+        resolve_document_masking(o.document_masking, data_ptr->has_documents(), o.data, kCommand);
   });
   ModelDirReader& reader = *reader_ptr;
   TokenDataset& data = *data_ptr;
@@ -107,7 +113,7 @@ int run_eval(const EvalOptions& o) {
       o.backend, world, MPI_COMM_SELF,
       estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}, {}, 1, storage),
       {resolve_attention_request(o.attention, o.backend, kCommand), attention_shape(config, B, T),
-       storage, precision == Precision::kFp32, /*backward=*/false},
+       storage, precision == Precision::kFp32, /*backward=*/false, document_masks},
       kCommand);
   MemoryTracker memory(device.backend->device_memory());
   std::unique_ptr<ZeroEngine> engine_ptr;  // its weights read from the model: agreed too
@@ -120,6 +126,8 @@ int run_eval(const EvalOptions& o) {
   ZeroEngine& engine = *engine_ptr;
 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
+  std::vector<int32_t> doc_starts(document_masks ? inputs.size() : 0);
+  int32_t* doc_start = doc_starts.empty() ? nullptr : doc_starts.data();
   // Per batch: its loss sum, then its counted targets (zeros add exactly; counts are exact).
   std::vector<double> batch_sums(static_cast<size_t>(2 * K), 0.0);
   auto check_vocab = [&](const std::vector<int32_t>& tokens, bool are_targets) {
@@ -130,11 +138,12 @@ int run_eval(const EvalOptions& o) {
   };
   run_collectively(world, [&] {
     for (int64_t k = world.rank(); k < K; k += world.world_size()) {
-      batch_sums[static_cast<size_t>(K + k)] =
-          static_cast<double>(read_eval_windows(data, k * B, B, T, inputs.data(), targets.data()));
+      batch_sums[static_cast<size_t>(K + k)] = static_cast<double>(
+          read_eval_windows(data, k * B, B, T, inputs.data(), targets.data(), doc_start));
       check_vocab(inputs, false);
       check_vocab(targets, true);
-      batch_sums[static_cast<size_t>(k)] = engine.eval_loss_sum(inputs.data(), targets.data());
+      batch_sums[static_cast<size_t>(k)] =
+          engine.eval_loss_sum(inputs.data(), targets.data(), doc_start);
     }
   });
   world.all_reduce_sum_blocking(batch_sums.data(), batch_sums.size());
@@ -149,7 +158,8 @@ int run_eval(const EvalOptions& o) {
     const nlohmann::json result = {{"loss", loss_sum / counted},
                                    {"tokens", tokens},
                                    {"loss_tokens", loss_tokens},
-                                   {"batches", K}};
+                                   {"batches", K},
+                                   {"document_masking", document_masks ? "on" : "off"}};
     std::cout << result.dump() << std::endl;
   }
   return 0;

@@ -114,6 +114,10 @@ void info_tokens(const std::string& path, bool json) {
   // SFT data: how many tokens the loss counts (the whole mask is read and checked).
   const int64_t counted = data.has_loss_mask() ? data.counted_tokens() : -1;
   if (counted >= 0) j["loss_mask_counted_tokens"] = counted;
+  // Document boundaries: train and eval mask each document's attention by default.
+  const auto documents = static_cast<int64_t>(data.document_starts().size());
+  j["documents"] = data.has_documents() ? nlohmann::json(documents) : nlohmann::json(nullptr);
+  j["document_masking"] = data.has_documents() ? "on" : "off";
   if (json) {
     std::cout << j.dump(2) << "\n";
     return;
@@ -127,6 +131,12 @@ void info_tokens(const std::string& path, bool json) {
   if (counted >= 0)
     std::cout << "loss_mask: " << with_commas(static_cast<uint64_t>(counted))
               << " tokens counted in the loss\n";
+  if (data.has_documents())
+    std::cout << "documents: " << with_commas(static_cast<uint64_t>(documents))
+              << " (document masking: on by default; --document-masking off attends across "
+                 "them)\n";
+  else
+    std::cout << "documents: not recorded (one stream; document masking: off)\n";
   if (hi >= data.vocab_size())
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";
 }

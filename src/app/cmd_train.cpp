@@ -100,11 +100,15 @@ nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& d
   const int64_t B = o.micro_batch, T = o.seq_len;
   check_eval_windows(data, o.eval_batches * world * B, T);
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
+  // With document masks the windows are scored as they were trained (o.document_masking is the
+  // mode that ran: open_inputs resolved it).
+  std::vector<int32_t> doc_starts(o.document_masking == "on" ? inputs.size() : 0);
+  int32_t* doc_start = doc_starts.empty() ? nullptr : doc_starts.data();
   double loss_sum = 0, counted = 0;  // counted targets: exact in a double below 2^53
   for (int64_t k = 0; k < o.eval_batches; ++k) {
-    counted += static_cast<double>(
-        read_eval_windows(data, (k * world + rank) * B, B, T, inputs.data(), targets.data()));
-    loss_sum += engine.eval_loss_sum(inputs.data(), targets.data());
+    counted += static_cast<double>(read_eval_windows(data, (k * world + rank) * B, B, T,
+                                                     inputs.data(), targets.data(), doc_start));
+    loss_sum += engine.eval_loss_sum(inputs.data(), targets.data(), doc_start);
   }
   engine.communicator().all_reduce_sum_blocking(&counted, 1);
   const int64_t tokens = o.eval_batches * world * B * T;
@@ -156,9 +160,14 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
            "--data '" + o.data + "' was tokenized by " + in.data->tokenizer() + " with " +
                std::to_string(in.data->vocab_size()) +
                " tokens, more than the model's vocab_size " + std::to_string(in.config.vocab_size));
-  in.sampler =
-      std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len, o.micro_batch,
-                                      o.grad_accum, world, rank, static_cast<uint64_t>(o.seed));
+  // From here on the options hold the mode that runs, so the ranks agree on it and run.json
+  // records it.
+  const bool document_masks =
+      resolve_document_masking(o.document_masking, in.data->has_documents(), o.data, kCommand);
+  o.document_masking = document_masks ? "on" : "off";
+  in.sampler = std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len,
+                                               o.micro_batch, o.grad_accum, world, rank,
+                                               static_cast<uint64_t>(o.seed), document_masks);
   in.data_identity = in.data->identity();
   // Only once the inputs are known to be usable (a refused dataset leaves the previous run in
   // place): --resume continues a run in its own (non-empty) --out; --overwrite replaces one.
@@ -346,12 +355,12 @@ int run_training(TrainOptions o) {
       estimate_memory(config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac, offload,
                       o.grad_accum, in.activation_storage, in.trainable);
   check_device_memory_limit(o, estimate, world);  // every rank computes the same: agreed
-  EngineDevice device =
-      make_engine_device(o.backend, comm, comm.comm(), estimate,
-                         {resolve_attention_request(o.attention, o.backend, kCommand),
-                          attention_shape(config, o.micro_batch, o.seq_len), in.activation_storage,
-                          in.precision == Precision::kFp32},
-                         kCommand);
+  EngineDevice device = make_engine_device(
+      o.backend, comm, comm.comm(), estimate,
+      {resolve_attention_request(o.attention, o.backend, kCommand),
+       attention_shape(config, o.micro_batch, o.seq_len), in.activation_storage,
+       in.precision == Precision::kFp32, /*backward=*/true, sampler.document_masks()},
+      kCommand);
   Backend* backend = device.backend.get();
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   // Again with the scratch the backend holds outside the categories (the CUDA backend's GEMM,
@@ -424,7 +433,7 @@ int run_training(TrainOptions o) {
       // fp16: a step skipped on overflow does not advance the schedule (as in DeepSpeed).
       const float lr = learning_rate_at(o.optim, step - engine.skipped_steps(), o.steps);
       const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step,
-                                                sampler.counted_targets());
+                                                sampler.counted_targets(), sampler.doc_starts());
       if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
         std::cerr << "zerotrain train: warning: step " << step
                   << ": the loss mask counts no target of the global batch; the step has no loss "

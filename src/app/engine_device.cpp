@@ -98,7 +98,8 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
   // An explicit fused request that this rank's GPU or cuDNN refuses fails every rank, naming it.
   run_collectively(host, [&] {
     choice = choose_attention(attention.request, fused_built, cuda_compute_capability_major(device),
-                              attention.shape, attention.fp32_run, cudnn_refusal);
+                              attention.shape, attention.fp32_run, cudnn_refusal,
+                              attention.document_masks);
   });
   double gemm_ranks = choice.kernel == AttentionKernel::kGemm ? 1.0 : 0.0;
   host.all_reduce_sum_blocking(&gemm_ranks, 1);

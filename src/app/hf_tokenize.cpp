@@ -1,5 +1,6 @@
 #include "app/hf_tokenize.h"
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 
@@ -18,11 +19,13 @@ namespace {
 
 // The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
 // or {"prompt", "response", "messages"} field names and "chat_template"), tokens file, loss-mask
-// file, metadata file, inputs... It follows the opening of app/python_step.h (the tokenizer as
-// AutoTokenizer loads it, special_id). A document is encoded as tokenizer(text)["input_ids"]
-// encodes it (the tokenizer's special tokens added), a chat rendering without them, as
-// apply_chat_template(tokenize=True) does. It writes every document's ids as little-endian uint32
-// to the tokens file (SFT: one byte per token to the loss-mask file, 1 for the response) and
+// file, document-starts file, metadata file, inputs... It follows the opening of app/python_step.h
+// (the tokenizer as AutoTokenizer loads it, special_id). A document is encoded as
+// tokenizer(text)["input_ids"] encodes it (the tokenizer's special tokens added), a chat rendering
+// without them, as apply_chat_template(tokenize=True) does. It writes every document's ids as
+// little-endian uint32 to the tokens file (SFT: one byte per token to the loss-mask file, 1 for the
+// response), the offset of each non-empty document's first token as little-endian uint64 to the
+// document-starts file, and
 // {"vocab_size", "bos_token_id", "eos_token_id", "name"} to the metadata file. Errors go to
 // stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
@@ -140,13 +143,21 @@ def documents(path):
         for _, record in records(path, (field,)):
             yield ids_of(record[field], True), None
 
-with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out:
+written = 0
+with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
+        open(starts_path, "wb") as starts_out:
     for path in inputs:
         try:
             for ids, mask in documents(path):
+                if not ids:
+                    continue
+                start = array("Q", [written])
                 ids = array("I", ids)
                 if sys.byteorder == "big":
                     ids.byteswap()
+                    start.byteswap()
+                start.tofile(starts_out)
+                written += len(ids)
                 ids.tofile(out)
                 if mask is not None:
                     mask_out.write(bytes(mask))
@@ -157,6 +168,22 @@ meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_to
 with open(meta_path, "w", encoding="utf-8") as f:
     json.dump(meta, f)
 )PY";
+
+// The little-endian uint64 values of a file the tokenizer step wrote.
+std::vector<int64_t> read_uint64_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in.good(), "the tokenizer step wrote no '" + path + "'");
+  std::vector<int64_t> values;
+  std::array<unsigned char, 8> bytes{};
+  while (in.read(reinterpret_cast<char*>(bytes.data()), bytes.size())) {
+    uint64_t v = 0;
+    for (int b = 7; b >= 0; --b) v = v << 8 | bytes[static_cast<size_t>(b)];
+    ZT_CHECK(v < (uint64_t{1} << 62), "'" + path + "' holds an impossible offset");
+    values.push_back(static_cast<int64_t>(v));
+  }
+  ZT_CHECK(in.gcount() == 0, "'" + path + "' ends in a partial value");
+  return values;
+}
 
 }  // namespace
 
@@ -170,17 +197,18 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   const std::string tokens_path = scratch.path() + "/tokens.u32";
   const std::string meta_path = scratch.path() + "/meta";
   const std::string mask_path = scratch.path() + "/loss_mask.u8";
+  const std::string starts_path = scratch.path() + "/doc_starts.u64";
   nlohmann::json options = {{"text_field", request.text_field}, {"sft", nullptr}};
   if (request.sft)
     options["sft"] = {{"prompt", request.sft->prompt},
                       {"response", request.sft->response},
                       {"chat_template", request.sft->chat_template},
                       {"messages", request.sft->messages}};
-  std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path, mask_path,
-                                   meta_path};
+  std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path,
+                                   mask_path,         starts_path,    meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
   run_tokenizer_step(request.python,
-                     "tok_path, options, tokens_path, mask_path, meta_path, *inputs",
+                     "tok_path, options, tokens_path, mask_path, starts_path, meta_path, *inputs",
                      kTokenizeScript, args);
   const nlohmann::json meta = read_json_file(meta_path);
   TokenizerFiles tokenizer = read_tokenizer_files(request.tokenizer);
@@ -189,6 +217,7 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   TokenDatasetWriter writer(request.out, meta.at("vocab_size").get<int64_t>(),
                             "hf:" + meta.at("name").get<std::string>(), request.overwrite);
   writer.set_tokenizer_files(std::move(tokenizer));
+  for (const int64_t start : read_uint64_file(starts_path)) writer.add_document_start(start);
   std::ifstream in(tokens_path, std::ios::binary), mask_in(mask_path, std::ios::binary);
   std::vector<uint32_t> chunk(1 << 20);
   std::vector<uint8_t> mask(request.sft ? chunk.size() : 0);

@@ -123,6 +123,7 @@ void validate_settings(const TrainOptions& o) {
                  o.precision + ")");
   }
   resolve_attention_request(o.attention, o.backend, kCommand);
+  check_document_masking_value(o.document_masking, kCommand);
   parse_activation_storage(o.activations, o.precision, kCommand);
   parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
@@ -166,6 +167,7 @@ nlohmann::json TrainOptions::to_json() const {
                                 {"min_loss_scale", loss_scale.min_loss_scale}}},
           {"backend", backend},
           {"attention", attention},
+          {"document_masking", document_masking},
           {"activations", activations},
           {"zero_stage", zero.stage},
           {"overlap_comm", zero.overlap_comm},
@@ -240,6 +242,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
   add_attention_option(opts, &o.attention);
+  add_document_masking_option(opts, &o.document_masking);
   add_activations_option(opts, &o.activations);
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
   add("activation-checkpointing",

@@ -34,6 +34,8 @@ struct TrainOptions {
   std::string backend = "auto";      // --backend cpu | cuda | auto
   std::string attention = "auto";    // --attention gemm | fused | auto (CUDA backend)
   std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (activation storage)
+  // --document-masking auto | on | off; once the dataset is open, the mode that runs (on | off).
+  std::string document_masking = "auto";
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
   bool cpu_checkpointing = false;

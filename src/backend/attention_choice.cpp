@@ -83,16 +83,21 @@ std::string fused_attention_unsupported(const AttentionShape& shape, int sm_majo
 
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
                                  const AttentionShape& shape, bool fp32_run,
-                                 const std::function<std::string()>& cudnn_refusal) {
+                                 const std::function<std::string()>& cudnn_refusal,
+                                 bool document_masks) {
   if (request == AttentionRequest::kGemm) return {AttentionKernel::kGemm, "gemm (requested)"};
   if (request == AttentionRequest::kAuto && fp32_run)
     return {AttentionKernel::kGemm,
             "gemm (auto: --precision fp32 keeps the attention in fp32; the fused kernels "
             "compute on bf16 inputs)"};
-  std::string reason = fused_built ? fused_attention_unsupported(shape, sm_major)
-                                   : "this build has no cuDNN fused attention (no cuDNN or "
-                                     "cuDNN frontend headers at build time; ./run.sh fetches "
-                                     "the headers)";
+  std::string reason =
+      document_masks ? "document masking is on and the fused cuDNN graphs take no document masks "
+                       "yet (the GEMM path runs them; --document-masking off keeps the fused "
+                       "kernel with plain causal attention)"
+      : fused_built  ? fused_attention_unsupported(shape, sm_major)
+                     : "this build has no cuDNN fused attention (no cuDNN or "
+                       "cuDNN frontend headers at build time; ./run.sh fetches "
+                       "the headers)";
   if (reason.empty()) {
     const std::string refused = cudnn_refusal();
     if (!refused.empty()) reason = "cuDNN refused the graph: " + refused;

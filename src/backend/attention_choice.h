@@ -55,10 +55,12 @@ struct AttentionChoice {
 // cudnn_refusal is asked only when fused is wanted and the static rules above allow it: it builds
 // the shape's graphs on the GPU and returns cuDNN's reason for refusing one ("" when both build).
 // `--attention fused` that cannot run is a zt::Error naming the reason; auto falls back to gemm
-// and says why.
+// and says why. document_masks: the run packs documents with per-document masks
+// (--document-masking), which the fused graphs do not take yet: gemm runs them.
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
                                  const AttentionShape& shape, bool fp32_run,
-                                 const std::function<std::string()>& cudnn_refusal);
+                                 const std::function<std::string()>& cudnn_refusal,
+                                 bool document_masks = false);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
 // The scale (1/√hd) and the causal mask follow from the shape.

@@ -94,27 +94,35 @@ class Backend {
   virtual void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D) = 0;
 
+  // ---- document masks (packed sequences) ----
+  // doc_start[b·T + t] (int32, device memory, [B, T]) is the index in row b of the first token of
+  // token t's document: 0 ≤ doc_start[t] ≤ t, and along a row it either stays or jumps to t (a
+  // new document). null: the row is one document (doc_start ≡ 0), plain causal attention. The
+  // ops below take it last; with null they compute exactly what they computed without it.
+
   // ---- rotary position embedding, HF rotate-half convention, in place ----
-  // x is [B, T, H, hd]; position of token t is t. With c=cos(t·θ_i), s=sin(t·θ_i),
-  // θ_i = rope_inv_freq(rope, hd)_i (theta^(−2i/hd), scaled; backend/rope.h), i < hd/2:
-  // x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:hd/2]).
+  // x is [B, T, H, hd]; position of token t is p = t − doc_start[t] (t without document masks).
+  // With c=cos(p·θ_i), s=sin(p·θ_i), θ_i = rope_inv_freq(rope, hd)_i (theta^(−2i/hd), scaled;
+  // backend/rope.h), i < hd/2:  x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:hd/2]).
   virtual void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                            const RopeSpec& rope) = 0;
+                            const RopeSpec& rope, const int32_t* doc_start = nullptr) = 0;
   // The transpose (inverse) rotation applied to the gradient, in place.
   virtual void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                             const RopeSpec& rope) = 0;
+                             const RopeSpec& rope, const int32_t* doc_start = nullptr) = 0;
 
-  // ---- causal attention with grouped-query heads ----
-  // q[B,T,H,hd], k/v[B,T,Hkv,hd], out[B,T,H,hd]; head h uses kv head h/(H/Hkv).
-  // out = softmax(q·kᵀ/sqrt(hd) + causal mask)·v, softmax in fp32; lse[B,H,T] = log Σ exp(s).
+  // ---- causal attention with grouped-query heads, block-causal with document masks ----
+  // q[B,T,H,hd], k/v[B,T,Hkv,hd], out[B,T,H,hd]; head h uses kv head h/(H/Hkv). Query i sees the
+  // keys j with doc_start[i] ≤ j ≤ i (j ≤ i without document masks):
+  // out = softmax(q·kᵀ/sqrt(hd) + mask)·v, softmax in fp32; lse[B,H,T] = log Σ exp(s).
   virtual void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                                  ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                                 int64_t hd) = 0;
+                                 int64_t hd, const int32_t* doc_start = nullptr) = 0;
   // dq (=), dk (=), dv (=) from dout, recomputing probabilities from q, k and lse.
   virtual void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                                   ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                   ConstTensorView out, const float* lse, int64_t B, int64_t T,
-                                  int64_t H, int64_t Hkv, int64_t hd) = 0;
+                                  int64_t H, int64_t Hkv, int64_t hd,
+                                  const int32_t* doc_start = nullptr) = 0;
 
   // ---- SwiGLU: h = silu(gate) · up, silu(a) = a·σ(a), elementwise over n ----
   virtual void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up,

@@ -135,7 +135,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
 
   const ActivationPlan plan =
       ActivationPlan::make(model, micro_batch, seq_len, ac, 0, activation_storage);
-  e.activations = plan.device_bytes() + 2 * micro_batch * seq_len * 4;
+  // The activation arena and the model's int32 tokens: inputs, targets, document starts (llama.h).
+  e.activations = plan.device_bytes() + 3 * micro_batch * seq_len * 4;
   e.host += plan.host_residual;
 
   // Buffers: the fp32 upcast of the group being computed (bf16 params read by fp32-activation

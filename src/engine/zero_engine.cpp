@@ -462,8 +462,11 @@ void ZeroEngine::Impl::gather_updated_params(bool every_group) {
 
 StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
                                  const std::vector<const int32_t*>& targets, float lr, int64_t step,
-                                 int64_t counted_targets) {
-  ZT_CHECK(!inputs.empty() && inputs.size() == targets.size(), "train_step: bad micro-batches");
+                                 int64_t counted_targets,
+                                 const std::vector<const int32_t*>& doc_starts) {
+  ZT_CHECK(!inputs.empty() && inputs.size() == targets.size() &&
+               (doc_starts.empty() || doc_starts.size() == inputs.size()),
+           "train_step: bad micro-batches");
   Impl& I = *impl_;
   I.set_phase(step, "start");
   if (I.offloader) {
@@ -500,7 +503,8 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
     I.micro_batch_sum->reset();
   }
   for (int64_t m = 0; m < accum; ++m) {
-    model_.set_batch(inputs[static_cast<size_t>(m)], targets[static_cast<size_t>(m)]);
+    model_.set_batch(inputs[static_cast<size_t>(m)], targets[static_cast<size_t>(m)],
+                     doc_starts.empty() ? nullptr : doc_starts[static_cast<size_t>(m)]);
     if (I.invariant()) I.leaf = I.micro_batch_sum->next_leaf();
     I.run_micro_batch(m, m == accum - 1, grad_scale, stats);
     if (I.invariant()) I.micro_batch_sum->add_leaf();
@@ -554,11 +558,12 @@ Communicator& ZeroEngine::communicator() {
   return impl_->host;
 }
 
-double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets) {
+double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets,
+                                 const int32_t* doc_start) {
   Impl& I = *impl_;
   const int G = I.num_groups();
   I.intervals.reset();  // the gathers' waits of an eval pass are nobody's step (bounded marks)
-  model_.set_batch(inputs, targets);
+  model_.set_batch(inputs, targets, doc_start);
   if (I.gatherer) {
     // The forward half of a training pass (no group's backward).
     I.gatherer->begin_pass(Stage3Residency::training_pass(G, I.tied(), /*lowest_backward=*/G));

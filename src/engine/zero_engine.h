@@ -55,10 +55,12 @@ class ZeroEngine {
   // Adam's bias correction uses step − skipped_steps(). inputs[i]/targets[i] point at
   // B·T tokens each. lr is the scheduled learning rate of this step (1-based `step`).
   // counted_targets: the targets of the whole global batch that are not kIgnoredTarget (the loss
-  // is their mean); -1 when every target counts (B·T·accum·world).
+  // is their mean); -1 when every target counts (B·T·accum·world). doc_starts[i]: micro-batch
+  // i's document masks (LlamaModel::set_batch); empty for plain causal attention.
   StepStats train_step(const std::vector<const int32_t*>& inputs,
                        const std::vector<const int32_t*>& targets, float lr, int64_t step,
-                       int64_t counted_targets = -1);
+                       int64_t counted_targets = -1,
+                       const std::vector<const int32_t*>& doc_starts = {});
   // fp16 loss scaling (engine/loss_scaler.h; null in bf16 and fp32 runs): its state, and the
   // steps it skipped, which a checkpoint saves and a resume restores. A skipped step advances
   // neither Adam's step count nor (in the caller) the learning-rate schedule.
@@ -68,7 +70,8 @@ class ZeroEngine {
   // the scaler starts afresh); the skipped steps in any precision.
   void restore_loss_scaling(const LossScaler::State* state, int64_t skipped_steps);
   // Σ per-token loss over this rank's micro-batch (forward only), all-reduced over ranks.
-  double eval_loss_sum(const int32_t* inputs, const int32_t* targets);
+  double eval_loss_sum(const int32_t* inputs, const int32_t* targets,
+                       const int32_t* doc_start = nullptr);
 
   // Checkpoint access: this rank's fp32 master and Adam moments of group g, in HOST memory: the
   // group is staged on the host (copied from the device, or read from NVMe) until

@@ -86,14 +86,48 @@ void WindowSchedule::advance() {
   cursor_ = DataCursor{next / num_windows_, next % num_windows_};
 }
 
+void count_window_targets(const TokenDataset& data, int64_t start, int64_t seq_len,
+                          bool document_masks, uint8_t* out) {
+  if (data.has_loss_mask())
+    data.read_loss_mask(start + 1, seq_len, out);
+  else
+    std::fill(out, out + seq_len, uint8_t{1});
+  if (!document_masks) return;
+  const std::vector<int64_t>& starts = data.document_starts();
+  // The document starts among the targets, tokens [start + 1, start + seq_len].
+  for (auto it = std::upper_bound(starts.begin(), starts.end(), start);
+       it != starts.end() && *it <= start + seq_len; ++it)
+    out[*it - start - 1] = 0;
+}
+
+void window_document_starts(const TokenDataset& data, int64_t start, int64_t seq_len,
+                            int32_t* row_doc_start) {
+  ZT_CHECK(data.has_documents(), "token dataset '" + data.path() + "' has no document boundaries");
+  const std::vector<int64_t>& starts = data.document_starts();
+  auto next = std::upper_bound(starts.begin(), starts.end(), start);  // first start after `start`
+  int32_t current = 0;
+  for (int64_t t = 0; t < seq_len; ++t) {
+    if (next != starts.end() && *next == start + t) {
+      current = static_cast<int32_t>(t);
+      ++next;
+    }
+    row_doc_start[t] = current;
+  }
+}
+
 WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64_t seq_len,
                              int64_t micro_batch, int64_t grad_accum, int world_size, int rank,
-                             uint64_t seed)
+                             uint64_t seed, bool document_masks)
     : data_(data),
       schedule_(data.size(), seq_len, micro_batch, grad_accum, world_size, seed),
       rank_(rank),
       B_(micro_batch),
-      T_(seq_len) {
+      T_(seq_len),
+      document_masks_(document_masks) {
+  ZT_CHECK(!document_masks || data.has_documents(),
+           "token dataset '" + data.path() +
+               "' records no document boundaries (/doc_starts) to mask: make it again with this "
+               "prepare-data, or train with --document-masking off");
   const int64_t G = schedule_.global_batch_windows();
   ZT_CHECK(schedule_.num_windows() >= G,
            "token dataset '" + data.path() + "' has " + std::to_string(data.size()) +
@@ -117,34 +151,34 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
     input_ptrs_.push_back(inputs_[static_cast<size_t>(m)].data());
     target_ptrs_.push_back(targets_[static_cast<size_t>(m)].data());
   }
+  if (!document_masks_) return;
+  doc_starts_ = inputs_;  // same shape
+  for (auto& starts : doc_starts_) doc_start_ptrs_.push_back(starts.data());
 }
 
 void WindowSampler::next_step() {
-  const bool masked = data_.has_loss_mask();
-  counted_targets_ = schedule_.global_batch_windows() * T_;
-  if (masked) {
-    // The targets' mask of every window of the step, in position order, read once: it gives the
-    // global count, and this rank's windows (a subset) their ignored targets.
-    const std::vector<int64_t> global = schedule_.global_windows();
-    step_mask_.resize(global.size() * static_cast<size_t>(T_));
-    for (size_t p = 0; p < global.size(); ++p)
-      data_.read_loss_mask(schedule_.window_start(global[p]) + 1, T_,
-                           step_mask_.data() + p * static_cast<size_t>(T_));
-    counted_targets_ = std::count(step_mask_.begin(), step_mask_.end(), uint8_t{1});
-  }
+  // Whether each target of every window of the step counts, in position order, found once: it
+  // gives the global count, and this rank's windows (a subset) their ignored targets.
+  const std::vector<int64_t> global = schedule_.global_windows();
+  step_counts_.resize(global.size() * static_cast<size_t>(T_));
+  for (size_t p = 0; p < global.size(); ++p)
+    count_window_targets(data_, schedule_.window_start(global[p]), T_, document_masks_,
+                         step_counts_.data() + p * static_cast<size_t>(T_));
+  counted_targets_ = std::count(step_counts_.begin(), step_counts_.end(), uint8_t{1});
   const auto windows = schedule_.rank_windows(rank_);
   for (size_t m = 0; m < windows.size(); ++m) {
     for (size_t b = 0; b < windows[m].size(); ++b) {
-      data_.read(schedule_.window_start(windows[m][b]), T_ + 1, window_.data());
+      const int64_t start = schedule_.window_start(windows[m][b]);
+      data_.read(start, T_ + 1, window_.data());
       const auto row = static_cast<std::ptrdiff_t>(b) * T_;
       std::copy(window_.begin(), window_.end() - 1, inputs_[m].begin() + row);
       std::copy(window_.begin() + 1, window_.end(), targets_[m].begin() + row);
-      if (!masked) continue;
-      const uint8_t* mask =
-          step_mask_.data() +
+      if (document_masks_) window_document_starts(data_, start, T_, doc_starts_[m].data() + row);
+      const uint8_t* counts =
+          step_counts_.data() +
           schedule_.step_position(rank_, static_cast<int64_t>(m), static_cast<int64_t>(b)) * T_;
       for (int64_t t = 0; t < T_; ++t)
-        if (mask[t] == 0) targets_[m][static_cast<size_t>(row + t)] = kIgnoredTarget;
+        if (counts[t] == 0) targets_[m][static_cast<size_t>(row + t)] = kIgnoredTarget;
     }
   }
   schedule_.advance();
@@ -171,21 +205,20 @@ void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, i
 }
 
 int64_t read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
-                          int32_t* inputs, int32_t* targets) {
-  const int64_t n = count * (seq_len + 1);
-  std::vector<int32_t> window(static_cast<size_t>(n));
-  data.read(first * (seq_len + 1), n, window.data());
-  std::vector<uint8_t> mask(data.has_loss_mask() ? static_cast<size_t>(n) : 0);
-  if (!mask.empty()) data.read_loss_mask(first * (seq_len + 1), n, mask.data());
+                          int32_t* inputs, int32_t* targets, int32_t* doc_starts) {
+  std::vector<int32_t> window(static_cast<size_t>(seq_len + 1));
+  std::vector<uint8_t> counts(static_cast<size_t>(seq_len));
   int64_t counted = 0;
   for (int64_t w = 0; w < count; ++w) {
-    const int64_t base = w * (seq_len + 1);
-    std::copy(window.data() + base, window.data() + base + seq_len, inputs + w * seq_len);
+    const int64_t start = (first + w) * (seq_len + 1);
+    data.read(start, seq_len + 1, window.data());
+    count_window_targets(data, start, seq_len, doc_starts != nullptr, counts.data());
+    if (doc_starts) window_document_starts(data, start, seq_len, doc_starts + w * seq_len);
+    std::copy(window.begin(), window.end() - 1, inputs + w * seq_len);
     for (int64_t t = 0; t < seq_len; ++t) {
-      const bool counts = mask.empty() || mask[static_cast<size_t>(base + t + 1)] == 1;
-      targets[w * seq_len + t] =
-          counts ? window[static_cast<size_t>(base + t + 1)] : kIgnoredTarget;
-      counted += counts ? 1 : 0;
+      const bool counts_here = counts[static_cast<size_t>(t)] == 1;
+      targets[w * seq_len + t] = counts_here ? window[static_cast<size_t>(t + 1)] : kIgnoredTarget;
+      counted += counts_here ? 1 : 0;
     }
   }
   return counted;

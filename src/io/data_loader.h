@@ -79,23 +79,40 @@ class WindowSchedule {
   std::vector<int64_t> perm_;
 };
 
-// Reads this rank's micro-batches of each step from a token dataset. With a loss mask (SFT data)
-// a target whose mask value is 0 is kIgnoredTarget (util/ignored_target.h), and the step's loss
-// averages over the counted targets of the whole global batch: every rank reads the mask of all
-// G windows once a step to count them, so the count needs no collective and is the same at every
-// world size.
+// Which targets of the window of T+1 tokens at `start` count in the loss: out[t] = 1 for target t
+// (token start + t + 1) unless the loss mask (SFT data) is 0 there or, with document masks, the
+// target is the first token of a document (the previous document's last token does not predict
+// it). out holds T values.
+void count_window_targets(const TokenDataset& data, int64_t start, int64_t seq_len,
+                          bool document_masks, uint8_t* out);
+// The document masks of that window's inputs (backend.h): row_doc_start[t] is the index within
+// the window of the first token of input t's document, 0 when the document began before the
+// window (its part in the window is numbered from 0). T values; the dataset has boundaries.
+void window_document_starts(const TokenDataset& data, int64_t start, int64_t seq_len,
+                            int32_t* row_doc_start);
+
+// Reads this rank's micro-batches of each step from a token dataset. A target that does not count
+// (count_window_targets) is kIgnoredTarget (util/ignored_target.h), and the step's loss averages
+// over the counted targets of the whole global batch: every rank counts the targets of all G
+// windows once a step, so the count needs no collective and is the same at every world size.
+// With document masks (the dataset has boundaries and the run masks them) each micro-batch also
+// has its doc starts.
 class WindowSampler {
  public:
   // Validates once that every token is < vocab_size, and that the dataset holds at least one
   // global batch of windows (the error names the file and the numbers).
   WindowSampler(const TokenDataset& data, int64_t vocab_size, int64_t seq_len, int64_t micro_batch,
-                int64_t grad_accum, int world_size, int rank, uint64_t seed);
+                int64_t grad_accum, int world_size, int rank, uint64_t seed,
+                bool document_masks = false);
 
   // Fills the current step's micro-batches for this rank and advances the cursor.
   // inputs()[m] / targets()[m] then hold B·T tokens each.
   void next_step();
   const std::vector<const int32_t*>& inputs() const { return input_ptrs_; }
   const std::vector<const int32_t*>& targets() const { return target_ptrs_; }
+  // doc_starts()[m]: micro-batch m's document masks, B·T values; empty without document masks.
+  const std::vector<const int32_t*>& doc_starts() const { return doc_start_ptrs_; }
+  bool document_masks() const { return document_masks_; }
   // Targets of the last step's global batch that count in its loss: G·T without a loss mask.
   int64_t counted_targets() const { return counted_targets_; }
 
@@ -108,10 +125,11 @@ class WindowSampler {
   WindowSchedule schedule_;
   int rank_;
   int64_t B_, T_;
-  std::vector<int32_t> window_;     // one window of T+1 tokens
-  std::vector<uint8_t> step_mask_;  // the step's targets' loss mask, [G·T] in position order
-  std::vector<std::vector<int32_t>> inputs_, targets_;  // [micro][B·T]
-  std::vector<const int32_t*> input_ptrs_, target_ptrs_;
+  bool document_masks_;
+  std::vector<int32_t> window_;       // one window of T+1 tokens
+  std::vector<uint8_t> step_counts_;  // whether each target of the step counts, [G·T] by position
+  std::vector<std::vector<int32_t>> inputs_, targets_, doc_starts_;  // [micro][B·T]
+  std::vector<const int32_t*> input_ptrs_, target_ptrs_, doc_start_ptrs_;
   int64_t counted_targets_ = 0;
 };
 
@@ -122,9 +140,11 @@ void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t s
 // Fails (AgreedError: callers pass a count every rank holds) when the evaluated windows hold no
 // counted target, which leaves their mean loss undefined.
 void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, int64_t counted);
-// Reads windows [first, first+count) into inputs/targets (count·T tokens each); a target the loss
-// mask excludes is kIgnoredTarget. Returns the number of counted targets (count·T without a mask).
+// Reads windows [first, first+count) into inputs/targets (count·T tokens each); a target that does
+// not count (count_window_targets) is kIgnoredTarget. With doc_starts (count·T values; the dataset
+// has boundaries) the windows are read with document masks, written there. Returns the number of
+// counted targets (count·T without a loss mask or document masks).
 int64_t read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
-                          int32_t* inputs, int32_t* targets);
+                          int32_t* inputs, int32_t* targets, int32_t* doc_starts = nullptr);
 
 }  // namespace zt

@@ -81,6 +81,12 @@ Id type_for(DType t) {
     case DType::kUint32:
       base = H5T_STD_U32LE;
       break;
+    case DType::kUint64:
+      base = H5T_STD_U64LE;
+      break;
+    case DType::kInt64:
+      base = H5T_STD_I64LE;
+      break;
     case DType::kInt32:
       base = H5T_STD_I32LE;
       break;
@@ -106,6 +112,7 @@ DType classify(hid_t type) {
     if (!is_signed && size == 1) return DType::kUint8;
     if (!is_signed && size == 2) return DType::kUint16;
     if (!is_signed && size == 4) return DType::kUint32;
+    if (!is_signed && size == 8) return DType::kUint64;
     if (is_signed && size == 4) return DType::kInt32;
   }
   return DType::kUnsupported;

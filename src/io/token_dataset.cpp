@@ -19,6 +19,7 @@ namespace {
 constexpr int64_t kChunkTokens = int64_t{1} << 20;  // HDF5 chunk and streaming buffer
 constexpr const char* kTokensDataset = "tokens";
 constexpr const char* kLossMaskDataset = "loss_mask";
+constexpr const char* kDocStartsDataset = "doc_starts";
 
 std::string in_file(const std::string& path) {
   return "token dataset '" + path + "'";
@@ -84,10 +85,29 @@ void TokenDatasetWriter::append(const uint32_t* tokens, int64_t count, const std
   size_ += count;
 }
 
+void TokenDatasetWriter::add_document_start(int64_t offset) {
+  ZT_CHECK(!finished_, "token dataset '" + path_ + "' is already finished");
+  ZT_CHECK(offset >= 0 && (doc_starts_.empty() || offset >= doc_starts_.back()),
+           "token dataset '" + path_ + "': document start " + std::to_string(offset) +
+               " comes after start " +
+               std::to_string(doc_starts_.empty() ? int64_t{0} : doc_starts_.back()));
+  if (doc_starts_.empty() || offset > doc_starts_.back()) doc_starts_.push_back(offset);
+}
+
 void TokenDatasetWriter::finish() {
   ZT_CHECK(!finished_, "token dataset '" + path_ + "' finished twice");
   ZT_CHECK(size_ > 0, "no tokens to write to '" + path_ + "'");
   const std::string where = in_file(tmp_path_);
+  while (!doc_starts_.empty() && doc_starts_.back() >= size_) doc_starts_.pop_back();
+  if (!doc_starts_.empty()) {
+    ZT_CHECK(doc_starts_.front() == 0, "token dataset '" + path_ +
+                                           "': the first document starts at " +
+                                           std::to_string(doc_starts_.front()) + ", not at 0");
+    const auto n = static_cast<int64_t>(doc_starts_.size());
+    h5::Id d = h5::create_dataset(file_, kDocStartsDataset, DType::kUint64, {n}, where);
+    h5::write_box(d, DType::kInt64, {0}, {n}, doc_starts_.data(), where);
+    d.close(where);
+  }
   h5::write_attr_int64(dataset_, "vocab_size", vocab_size_, where);
   h5::write_attr_string(dataset_, "tokenizer", tokenizer_, where);
   h5::write_attr_int64(file_, "vocab_size", vocab_size_, where);
@@ -146,6 +166,36 @@ TokenDataset::TokenDataset(const std::string& path) : path_(path) {
     ZT_CHECK(mask_dtype == DType::kUint8,
              at + " has element type " + dtype_name(mask_dtype) + ", expected uint8");
   }
+  if (h5::has_dataset(file_, kDocStartsDataset)) read_document_starts();
+}
+
+void TokenDataset::read_document_starts() {
+  const std::string at = in_file(path_) + ", dataset '/doc_starts'";
+  const h5::Id d = h5::open_dataset(file_, kDocStartsDataset, at);
+  const auto shape = h5::dataset_shape(d, at);
+  ZT_CHECK(shape.size() == 1 && shape[0] > 0,
+           at + " has shape " + h5::shape_string(shape) + ", expected one or more offsets");
+  const DType dtype = h5::dataset_dtype(d, at);
+  ZT_CHECK(dtype == DType::kUint64,
+           at + " has element type " + dtype_name(dtype) + ", expected uint64");
+  ZT_CHECK(shape[0] <= size_, at + " holds " + std::to_string(shape[0]) +
+                                  " document starts, more than the " + std::to_string(size_) +
+                                  " tokens");
+  std::vector<uint64_t> raw(static_cast<size_t>(shape[0]));
+  h5::read_box(d, DType::kUint64, {0}, {shape[0]}, raw.data(), at);
+  ZT_CHECK(raw[0] == 0,
+           at + ": the first document starts at " + std::to_string(raw[0]) + ", not at token 0");
+  for (size_t i = 1; i < raw.size(); ++i)
+    ZT_CHECK(raw[i] > raw[i - 1] && raw[i] < static_cast<uint64_t>(size_),
+             at + ": entry " + std::to_string(i) + " (" + std::to_string(raw[i]) +
+                 ") is not above the entry before it (" + std::to_string(raw[i - 1]) +
+                 ") and below the " + std::to_string(size_) + " tokens");
+  doc_starts_.assign(raw.begin(), raw.end());
+}
+
+int64_t TokenDataset::document_start_of(int64_t position) const {
+  if (doc_starts_.empty()) return 0;
+  return *(std::upper_bound(doc_starts_.begin(), doc_starts_.end(), position) - 1);
 }
 
 void TokenDataset::check_range(int64_t begin, int64_t count, const char* what) const {
@@ -239,8 +289,9 @@ void TokenDataset::min_max(int32_t* min_token, int32_t* max_token) const {
 
 namespace {
 
-// Byte-level tokenizer: every byte of the file is one token.
+// Byte-level tokenizer: every byte of the file is one token, and the file is one document.
 void append_text_file(TokenDatasetWriter& writer, const std::string& path) {
+  writer.add_document_start(writer.size());
   std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open text file '" + path + "'");
   std::vector<char> bytes(static_cast<size_t>(kChunkTokens));
@@ -266,10 +317,12 @@ struct LlmcFormat {
   int token_bytes;
   const char* tokenizer;
   int64_t vocab_size;
+  int64_t document_separator;  // written before each document
 };
+constexpr int64_t kGpt2EndOfText = 50256;
 constexpr LlmcFormat kLlmcFormats[] = {
-    {kLlmcMagic, 1, 2, "gpt2", kGpt2VocabSize},
-    {kLlmcLlama3Magic, 7, 4, "llama3", kLlama3VocabSize},
+    {kLlmcMagic, 1, 2, "gpt2", kGpt2VocabSize, kGpt2EndOfText},
+    {kLlmcLlama3Magic, 7, 4, "llama3", kLlama3VocabSize, 128000},
 };
 
 struct LlmcHeader {
@@ -304,9 +357,19 @@ LlmcHeader read_llmc_header(const std::string& path) {
   return {*format, header[2]};
 }
 
-// `count` little-endian tokens of `width` bytes from `in` (at its position) into the writer.
+// The token that separates documents in a token file: llm.c writes it before each document
+// (dev/data/fineweb.py: GPT-2's <|endoftext|> 50256, Llama 3's <|begin_of_text|> 128000),
+// nanoGPT after each one (data/openwebtext/prepare.py: 50256). A file is cut into documents at
+// its separators only: llm.c splits documents across shards, and the shards are concatenated.
+struct DocumentSeparator {
+  int64_t token = -1;  // -1: none known, the tokens are one stream
+  bool precedes_document = true;
+};
+
+// `count` little-endian tokens of `width` bytes from `in` (at its position) into the writer, with a
+// document start at each separator.
 void append_tokens(TokenDatasetWriter& writer, std::ifstream& in, int64_t count, int width,
-                   const std::string& path) {
+                   const std::string& path, const DocumentSeparator& separator) {
   std::vector<uint8_t> raw(static_cast<size_t>(std::min(count, kChunkTokens) * width));
   std::vector<uint32_t> tokens(static_cast<size_t>(std::min(count, kChunkTokens)));
   for (int64_t done = 0; done < count;) {
@@ -317,6 +380,8 @@ void append_tokens(TokenDatasetWriter& writer, std::ifstream& in, int64_t count,
       uint32_t t = 0;
       for (int b = width - 1; b >= 0; --b) t = t << 8 | raw[static_cast<size_t>(i * width + b)];
       tokens[static_cast<size_t>(i)] = t;
+      if (static_cast<int64_t>(t) == separator.token)
+        writer.add_document_start(writer.size() + i + (separator.precedes_document ? 0 : 1));
     }
     writer.append(tokens.data(), n, "'" + path + "'");
     done += n;
@@ -332,18 +397,20 @@ void append_llmc_bin(TokenDatasetWriter& writer, const std::string& path,
                expected.tokenizer + " tokens: one dataset, one tokenizer");
   std::ifstream in(path, std::ios::binary);
   in.seekg(1024);
-  append_tokens(writer, in, header.tokens, header.format.token_bytes, path);
+  append_tokens(writer, in, header.tokens, header.format.token_bytes, path,
+                {header.format.document_separator, true});
 }
 
 // nanoGPT's prepare.py output: headerless uint16 tokens (numpy's tofile of a uint16 array).
-void append_nanogpt_bin(TokenDatasetWriter& writer, const std::string& path) {
+void append_nanogpt_bin(TokenDatasetWriter& writer, const std::string& path,
+                        const DocumentSeparator& separator) {
   const auto bytes = static_cast<int64_t>(fs::file_size(path));
   ZT_CHECK(bytes > 0, "nanoGPT token file '" + path + "' is empty");
   ZT_CHECK(bytes % 2 == 0, "nanoGPT token file '" + path + "' has an odd size (" +
                                std::to_string(bytes) + " bytes): not headerless uint16 tokens");
   std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open token file '" + path + "'");
-  append_tokens(writer, in, bytes / 2, 2, path);
+  append_tokens(writer, in, bytes / 2, 2, path, separator);
 }
 
 }  // namespace
@@ -378,10 +445,15 @@ int64_t prepare_token_dataset(const std::vector<std::string>& inputs, TokenSourc
       break;
   }
   TokenDatasetWriter writer(out, vocab_size, tokenizer, overwrite);
+  // nanoGPT's GPT-2 data ends each document with <|endoftext|>; other headerless data (such as
+  // character-level text) has no separator to cut at and stays one stream.
+  const DocumentSeparator nanogpt_separator{
+      vocab_size == kGpt2VocabSize ? kGpt2EndOfText : int64_t{-1}, false};
+  if (kind == TokenSource::kLlmcBin || nanogpt_separator.token >= 0) writer.add_document_start(0);
   for (const auto& path : inputs) {
     if (kind == TokenSource::kText) append_text_file(writer, path);
     if (kind == TokenSource::kLlmcBin) append_llmc_bin(writer, path, llmc);
-    if (kind == TokenSource::kNanoGptBin) append_nanogpt_bin(writer, path);
+    if (kind == TokenSource::kNanoGptBin) append_nanogpt_bin(writer, path, nanogpt_separator);
   }
   writer.finish();
   return writer.size();
@@ -399,8 +471,14 @@ std::string TokenDataset::identity() const {
     read_loss_mask(begin, static_cast<int64_t>(mask.size()), mask.data());
     crc = crc32c_extend(crc, mask.data(), mask.size());
   }
+  std::string documents;
+  if (has_documents())
+    documents =
+        ", " + std::to_string(doc_starts_.size()) + " documents (starts CRC-32C " +
+        crc32c_hex(crc32c_extend(0, doc_starts_.data(), doc_starts_.size() * sizeof(int64_t))) +
+        ")";
   return std::to_string(size_) + " " + dtype_name(dtype_) + " tokens" +
-         (has_loss_mask() ? " with a loss mask" : "") + ", vocabulary " +
+         (has_loss_mask() ? " with a loss mask" : "") + documents + ", vocabulary " +
          std::to_string(vocab_size_) + ", tokenizer " + tokenizer_ + ", sample CRC-32C " +
          crc32c_hex(crc);
 }

@@ -3,7 +3,9 @@
 // made with a Hugging Face tokenizer also holds each tokenizer file as a uint8 dataset named after
 // it (/tokenizer.json, ...) and attributes bos_token_id and eos_token_id (-1: none). SFT data adds
 // /loss_mask (uint8, one per token; 1: this token counts as a target, 0: it does not, such as a
-// prompt token).
+// prompt token). Datasets with document boundaries add /doc_starts (uint64, strictly ascending,
+// first entry 0, each below the token count): the offset of each document's first token
+// (docs/fine-tuning.md, "Packing and document masking"). Without it the tokens are one stream.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -38,6 +40,10 @@ class TokenDatasetWriter {
   void append(const uint32_t* tokens, int64_t count, const std::string& source,
               const uint8_t* loss_mask = nullptr);
   int64_t size() const { return size_; }
+  // Records that a document starts at token `offset` (any time before finish(); offsets come in
+  // ascending order, a repeated one, an empty document, is dropped, and one at the end is dropped
+  // at finish()). The dataset then gets /doc_starts, whose first entry must be 0.
+  void add_document_start(int64_t offset);
   // Closes the file, fsyncs it and moves it into place. Fails when no token was written.
   void finish();
 
@@ -49,6 +55,7 @@ class TokenDatasetWriter {
   bool overwrite_;
   bool finished_ = false;
   int64_t size_ = 0;
+  std::vector<int64_t> doc_starts_;
   DType dtype_;
   h5::Id file_, dataset_, mask_dataset_;
 };
@@ -72,6 +79,12 @@ class TokenDataset {
   // out; a value other than 0 or 1 fails naming the file and the index.
   bool has_loss_mask() const { return mask_dataset_.valid(); }
   void read_loss_mask(int64_t begin, int64_t count, uint8_t* out) const;
+  // Document boundaries (/doc_starts), read and checked when the file is opened: whether there
+  // are any, the starts in ascending order (the first is 0), and the start of the document that
+  // holds token `position`.
+  bool has_documents() const { return !doc_starts_.empty(); }
+  const std::vector<int64_t>& document_starts() const { return doc_starts_; }
+  int64_t document_start_of(int64_t position) const;
   // The number of ones in the loss mask (size() without one): a full pass.
   int64_t counted_tokens() const;
   // Fails naming the file and the first index whose token is ≥ vocab.
@@ -87,6 +100,8 @@ class TokenDataset {
  private:
   // Fails naming the file unless [begin, begin+count) lies within the tokens.
   void check_range(int64_t begin, int64_t count, const char* what) const;
+  // Reads and checks /doc_starts.
+  void read_document_starts();
   // Calls fn(offset, tokens, count) over the whole dataset in bounded chunks.
   template <typename Fn>
   void for_each_chunk(Fn&& fn) const;
@@ -97,6 +112,7 @@ class TokenDataset {
   int64_t vocab_size_ = 0;
   std::string tokenizer_;
   DType dtype_ = DType::kUint16;
+  std::vector<int64_t> doc_starts_;
 };
 
 // Input kinds of prepare-data.

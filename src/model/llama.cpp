@@ -180,7 +180,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
   if (plan.host_residual > 0)
     host_arena_ = TrackedBuffer<std::byte>(memory, MemCategory::kHostOffload,
                                            static_cast<size_t>(plan.host_residual));
-  tokens_ = TrackedBuffer<int32_t>(memory, MemCategory::kActivations, static_cast<size_t>(2 * M_));
+  tokens_ = TrackedBuffer<int32_t>(memory, MemCategory::kActivations, static_cast<size_t>(3 * M_));
   const ActivationPlan carved = carve_activation_arena(config_, B_, T_, ac_, head_chunk_, storage_,
                                                        arena_.data(), host_arena_.data(), t_);
   ZT_CHECK(
@@ -204,7 +204,8 @@ LlamaModel::LayerParams LlamaModel::layer_params(int layer, ConstTensorView grou
           at(TensorRole::kOBias),     at(TensorRole::kQNorm),  at(TensorRole::kKNorm)};
 }
 
-void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets) {
+void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets,
+                           const int32_t* doc_start) {
   auto check = [&](int32_t tok) {
     ZT_CHECK(tok >= 0 && tok < config_.vocab_size, "token " + std::to_string(tok) +
                                                        " is outside the vocabulary (vocab_size " +
@@ -214,10 +215,21 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets) {
     check(inputs[i]);
     if (targets[i] != kIgnoredTarget) check(targets[i]);
   }
-  std::vector<int32_t> both(static_cast<size_t>(2 * M_));
-  std::copy(inputs, inputs + M_, both.begin());
-  std::copy(targets, targets + M_, both.begin() + M_);
-  be_.device_memory().to_device(tokens_.data(), both.data(), both.size() * sizeof(int32_t));
+  // Document masks: within a row each token's document starts at or before it, and the start
+  // either stays or moves to the token itself (backend.h), as the attention kernels assume.
+  for (int64_t i = 0; doc_start && i < M_; ++i) {
+    const int64_t t = i % T_, start = doc_start[i];
+    const bool stays = t > 0 && start == doc_start[i - 1];
+    ZT_CHECK(start >= 0 && (stays || start == t),
+             "document start " + std::to_string(start) + " of token " + std::to_string(t) +
+                 " in row " + std::to_string(i / T_) + " is neither its predecessor's nor itself");
+  }
+  std::vector<int32_t> all(static_cast<size_t>(3 * M_), 0);
+  std::copy(inputs, inputs + M_, all.begin());
+  std::copy(targets, targets + M_, all.begin() + M_);
+  if (doc_start) std::copy(doc_start, doc_start + M_, all.begin() + 2 * M_);
+  be_.device_memory().to_device(tokens_.data(), all.data(), all.size() * sizeof(int32_t));
+  document_masks_ = doc_start != nullptr;
 }
 
 void LlamaModel::forward_group(int g, ConstTensorView params, bool training, float grad_scale,
@@ -295,9 +307,10 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
     be_.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, M_ * H, hd, eps);
     be_.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, M_ * Hkv, hd, eps);
   }
-  be_.rope_forward(A.q, B_, T_, H, hd, rope);
-  be_.rope_forward(A.k, B_, T_, Hkv, hd, rope);
-  be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd);
+  const int32_t* doc_start = document_starts();
+  be_.rope_forward(A.q, B_, T_, H, hd, rope, doc_start);
+  be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
+  be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start);
   be_.matmul_forward_add(A.x2, A.att, P.wo, x, M_, D, QD);  // x2 = x + att·Woᵀ, rounded once
   if (P.bo) be_.bias_forward(A.x2, P.bo, M_, D);
   be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
@@ -340,10 +353,11 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   if (P.bo && grad(TensorRole::kOBias))
     be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
   be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false);
+  const int32_t* doc_start = document_starts();
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
-                         hd);
-  be_.rope_backward(t_.dq, B_, T_, H, hd, rope);
-  be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope);
+                         hd, doc_start);
+  be_.rope_backward(t_.dq, B_, T_, H, hd, rope, doc_start);
+  be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope, doc_start);
   // dq, dk are now ∂L/∂(what RoPE rotated). Qwen3: back through the per-head norm into datt
   // (free after the attention's backward, as wide as q), giving ∂L/∂(the projection's output).
   auto head_norm_backward = [&](ConstTensorView dy, TensorRole norm, ConstTensorView g,

@@ -116,7 +116,9 @@ class LlamaModel {
 
   // Inputs and targets of the next micro-batch, B·T tokens each (copied). Tokens are validated
   // against the vocabulary size; a target may be kIgnoredTarget (util/ignored_target.h).
-  void set_batch(const int32_t* inputs, const int32_t* targets);
+  // doc_start: the micro-batch's document masks ([B, T], backend.h), or null for plain causal
+  // attention and positions 0..T−1.
+  void set_batch(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start = nullptr);
 
   // Runs group g's forward. For the head group it computes per-token losses and, when training,
   // the loss gradient dlogits = (softmax − onehot)·grad_scale (grad_scale = 1/global tokens):
@@ -188,8 +190,12 @@ class LlamaModel {
   float head_grad_scale_ = 0.0f;  // of the last training head forward
   TrackedBuffer<std::byte> arena_;
   TrackedBuffer<std::byte> host_arena_;
-  TrackedBuffer<int32_t> tokens_;  // inputs then targets, 2·M
-  ActivationTensors t_;            // every tensor of the two arenas
+  TrackedBuffer<int32_t> tokens_;  // inputs, targets, then document starts: 3·M
+  bool document_masks_ = false;    // whether the current micro-batch has document starts
+  const int32_t* document_starts() const {
+    return document_masks_ ? tokens_.data() + 2 * M_ : nullptr;
+  }
+  ActivationTensors t_;  // every tensor of the two arenas
   TrainableSet trainable_;
 };
 

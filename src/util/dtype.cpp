@@ -6,6 +6,7 @@ size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kFloat64:
     case DType::kInt64:
+    case DType::kUint64:
       return 8;
     case DType::kFloat32:
     case DType::kInt32:
@@ -43,6 +44,8 @@ const char* dtype_name(DType dtype) {
       return "uint16";
     case DType::kUint32:
       return "uint32";
+    case DType::kUint64:
+      return "uint64";
     case DType::kUnsupported:
       break;
   }

@@ -16,13 +16,14 @@ enum class DType : uint8_t {
   kUint8,
   kUint16,
   kUint32,
+  kUint64,
   kUnsupported,  // a stored type zerotrain does not read (an HDF5 dataset's, say)
 };
 
 // Bytes per element; 0 for kUnsupported.
 size_t dtype_size(DType dtype);
 // "float32", "float64", "bfloat16", "float16", "int32", "int64", "uint8", "uint16", "uint32",
-// "unsupported".
+// "uint64", "unsupported".
 const char* dtype_name(DType dtype);
 
 }  // namespace zt

@@ -29,6 +29,10 @@
 //
 // --activations bf16 (with --precision bf16) or fp16 (with --precision fp16) stores the activations
 // of both passes in that type (LlamaModel's storage type); the default fp32 keeps them in fp32.
+//
+// --document-masking on (the dataset records /doc_starts) reads the windows with document masks,
+// as `zerotrain eval --document-masking on` does: every pass above attends within documents,
+// restarts positions at each, and leaves out the targets that begin a document.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -64,13 +68,15 @@ constexpr float kWeightDecay = 0.1f;
 
 struct DumpOptions {
   std::string model_dir, tokens_path, out_path, precision, activations = "fp32";
+  bool document_masks = false;
   int64_t micro_batch = 0, seq_len = 0, steps = 5;
   float lr = 1e-3f;
 };
 
 const char* const kUsage =
     "usage: zt_oracle_dump --model DIR --tokens FILE.h5 --out FILE.h5 --precision fp32|bf16|fp16 "
-    "--micro-batch B --seq-len T [--steps 5] [--lr 1e-3] [--activations fp32|bf16]";
+    "--micro-batch B --seq-len T [--steps 5] [--lr 1e-3] [--activations fp32|bf16] "
+    "[--document-masking on|off]";
 
 DumpOptions parse_options(int argc, char** argv) {
   std::map<std::string, std::string> values;
@@ -99,6 +105,10 @@ DumpOptions parse_options(int argc, char** argv) {
   if (std::string s = take("steps", false); !s.empty()) o.steps = std::stoll(s);
   if (std::string s = take("lr", false); !s.empty()) o.lr = std::stof(s);
   if (std::string s = take("activations", false); !s.empty()) o.activations = s;
+  if (std::string s = take("document-masking", false); !s.empty()) {
+    ZT_CHECK(s == "on" || s == "off", "--document-masking must be on or off");
+    o.document_masks = s == "on";
+  }
   ZT_CHECK(values.empty(),
            "unknown option --" + (values.empty() ? "" : values.begin()->first) + "\n" + kUsage);
   ZT_CHECK(o.micro_batch > 0 && o.seq_len > 0 && o.steps > 0 && o.lr > 0,
@@ -113,10 +123,13 @@ DumpOptions parse_options(int argc, char** argv) {
 // The training batch: row b of the dataset window is tokens[b·(T+1), (b+1)·(T+1)).
 struct Batch {
   std::vector<int32_t> window, inputs, targets;
+  std::vector<int32_t> doc_starts;  // [B·T] with document masks, else empty
   int64_t counted = 0;  // targets that count (all of them unless the dataset has a loss mask)
+  const int32_t* doc_start() const { return doc_starts.empty() ? nullptr : doc_starts.data(); }
 };
 
-Batch read_batch(const std::string& path, int64_t B, int64_t T, int64_t vocab) {
+Batch read_batch(const std::string& path, int64_t B, int64_t T, int64_t vocab,
+                 bool document_masks) {
   TokenDataset data(path);
   ZT_CHECK(data.size() >= B * (T + 1), "token dataset '" + path + "' has " +
                                            std::to_string(data.size()) + " tokens, need " +
@@ -129,7 +142,9 @@ Batch read_batch(const std::string& path, int64_t B, int64_t T, int64_t vocab) {
   // The engine's own reader: a target the loss mask excludes becomes kIgnoredTarget.
   batch.inputs.resize(static_cast<size_t>(B * T));
   batch.targets.resize(batch.inputs.size());
-  batch.counted = read_eval_windows(data, 0, B, T, batch.inputs.data(), batch.targets.data());
+  if (document_masks) batch.doc_starts.resize(batch.inputs.size());
+  batch.counted = read_eval_windows(data, 0, B, T, batch.inputs.data(), batch.targets.data(),
+                                    document_masks ? batch.doc_starts.data() : nullptr);
   ZT_CHECK(batch.counted > 0, "the loss mask of '" + path + "' counts no target of the batch");
   return batch;
 }
@@ -170,7 +185,7 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
   }
 
   const float grad_scale = 1.0f / static_cast<float>(batch.counted);
-  model.set_batch(batch.inputs.data(), batch.targets.data());
+  model.set_batch(batch.inputs.data(), batch.targets.data(), batch.doc_start());
   // Tied embeddings: the head also multiplies by (and accumulates into) the embedding group.
   const bool tied = layout.tied_embeddings();
   auto tied_to = [&](int g) { return tied && g == layout.head_group(); };
@@ -246,7 +261,7 @@ int run(int argc, char** argv) {
 
   ModelDirReader reader(o.model_dir);
   const ModelConfig& config = reader.config();
-  const Batch batch = read_batch(o.tokens_path, B, T, config.vocab_size);
+  const Batch batch = read_batch(o.tokens_path, B, T, config.vocab_size, o.document_masks);
   std::unique_ptr<Backend> backend = make_cpu_backend();
 
   // 1. Gradients of one micro-batch.
@@ -269,14 +284,17 @@ int run(int argc, char** argv) {
   ZeroEngine engine(config, zero, precision, adam, *backend, world, memory, B, T,
                     ActivationCheckpointing{}, OffloadConfig{}, nullptr, storage);
   engine.load_from(reader);
-  const double eval_loss = engine.eval_loss_sum(batch.inputs.data(), batch.targets.data()) /
-                           static_cast<double>(batch.counted);
+  const double eval_loss =
+      engine.eval_loss_sum(batch.inputs.data(), batch.targets.data(), batch.doc_start()) /
+      static_cast<double>(batch.counted);
   const std::vector<float> logits_copy = engine.model().logits();
 
   std::vector<double> losses;
   for (int64_t step = 1; step <= o.steps; ++step) {
-    const StepStats st =
-        engine.train_step({batch.inputs.data()}, {batch.targets.data()}, o.lr, step, batch.counted);
+    std::vector<const int32_t*> doc_starts;
+    if (batch.doc_start()) doc_starts.push_back(batch.doc_start());
+    const StepStats st = engine.train_step({batch.inputs.data()}, {batch.targets.data()}, o.lr,
+                                           step, batch.counted, doc_starts);
     ZT_CHECK(!st.skipped,
              "step " + std::to_string(step) +
                  " overflowed in fp16 and was skipped: the reference has no such step");

@@ -28,6 +28,13 @@ def run_tool(cmd):
     return proc.stdout
 
 
+def document_parts(starts, begin, end):
+    """[(a, b)]: the pieces of the token range [begin, end) that lie in one document each, given
+    the documents' first tokens (a dataset's /doc_starts)."""
+    cuts = [begin] + [int(s) for s in starts if begin < s < end] + [end]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 def fresh_work_dir(path):
     """Recreates the scratch directory; returns work(*parts), a path inside it."""
     import os

@@ -20,8 +20,9 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
 5. `prepare-data --chat-template` on the shipped instruction set: the ids are the chat template's,
    and the loss mask counts exactly the tokens after each "<|im_start|>assistant\\n" up to the next
    "<|im_start|>" (TRL's completion-only rule, computed here on the ids).
-6. Chat SFT at 2 ranks with ZeRO-3: the first step's loss equals transformers' masked loss on the
-   same 4 windows; 3 steps run.
+6. Chat SFT at 2 ranks with ZeRO-3, with document masking (the default): the first step's loss
+   equals transformers' masked loss with each conversation of the same 4 windows run alone, and
+   differs from the packed windows' loss by more than the bound; 3 steps run.
 7. `export --format safetensors` of the fine-tuned model loads in transformers with `eval`'s
    loss; `export --format gguf --gguf-type q8_0` loads in transformers' GGUF loader within the
    quantization's reach of it.
@@ -39,8 +40,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
-from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
-                            fresh_work_dir, require_venv_modules, run_tool)
+from oracle_harness import (SetupError, argument_parser, check, document_parts,  # noqa: E402
+                            exit_status, fresh_work_dir, require_venv_modules, run_tool)
 
 gguf, h5py, np, torch, transformers = require_venv_modules("gguf", "h5py", "numpy", "torch",
                                                            "transformers")
@@ -169,27 +170,50 @@ def check_sft(work, zt, source_dir, mpirun, reference):
     print(f"ok   chat SFT data: {len(ids)} tokens as apply_chat_template renders them, "
           f"{sum(mask)} counted as the completion-only rule counts them")
     # Exactly 4 training windows (train's window w is tokens [w·T, w·T + T], io/data_loader.h),
-    # so that the first step's global batch is all of them.
+    # so that the first step's global batch is all of them; the conversations' starts among them.
     T = 2 * SEQ_LEN
     with h5py.File(work("sft.h5"), "r") as src, h5py.File(work("sft4.h5"), "w") as dst:
         for name, value in src.attrs.items():
             dst.attrs[name] = value
+        starts = [int(s) for s in src["doc_starts"][:] if s < 4 * T + 1]
         for name in src:
-            cut = 4 * T + 1 if name in ("tokens", "loss_mask") else None
-            dst.create_dataset(name, data=src[name][:cut])
+            data_of = {"tokens": src[name][:4 * T + 1], "loss_mask": src[name][:4 * T + 1],
+                       "doc_starts": np.array(starts, dtype=np.uint64)}.get(name, src[name][:])
+            dst.create_dataset(name, data=data_of)
             for key, value in src[name].attrs.items():
                 dst[name].attrs[key] = value
+    check(len(starts) > 4, f"only {len(starts)} conversations in the 4 windows")
     run_tool([mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model",
               work("model"), "--data", work("sft4.h5"), "--out", work("run"), "--zero-stage", "3",
               "--steps", "3", "--micro-batch", "2", "--seq-len", str(T), "--lr", "1e-5",
               "--warmup-steps", "0", "--eval-batches", "0", "--comm-timeout", "120"])
     steps = [json.loads(line) for line in open(work("run", "metrics.jsonl"))]
+    check(json.load(open(work("run", "run.json")))["config"]["document_masking"] == "on",
+          "the chat SFT run did not mask its conversations")
+    # Per conversation: each window's part of it alone; a target counts where the mask is 1 and
+    # it does not begin a conversation.
+    total, counted = 0.0, 0
+    with torch.no_grad():
+        for w in range(4):
+            for a, b in document_parts(starts, w * T, w * T + T):
+                logits = reference(input_ids=torch.tensor([ids[a:b]])).logits[0].double()
+                logp = torch.log_softmax(logits, dim=-1)
+                for i in range(a, b):
+                    if mask[i + 1] == 1 and i + 1 not in starts:
+                        total -= logp[i - a, ids[i + 1]].item()
+                        counted += 1
+    check(steps[0]["loss_tokens"] == counted,
+          f"step 1 counted {steps[0]['loss_tokens']} targets, the reference {counted}")
+    compare("step 1 of 2-rank ZeRO-3 chat SFT, per conversation", steps[0]["loss"],
+            total / counted)
     windows = torch.tensor([ids[w * T: w * T + T + 1] for w in range(4)])
     labels = windows.clone()
     labels[torch.tensor([mask[w * T: w * T + T + 1] for w in range(4)]) == 0] = -100
     with torch.no_grad():
-        want = reference(input_ids=windows, labels=labels).loss.item()
-    compare("step 1 of 2-rank ZeRO-3 chat SFT", steps[0]["loss"], want)
+        packed = reference(input_ids=windows, labels=labels).loss.item()
+    print(f"the packed windows' loss (no document masks) is {packed:.6f}")
+    check(abs(packed - total / counted) > bound(packed),
+          "the per-conversation reference equals the packed one: the check cannot see masks")
     check(len(steps) == 3, f"{len(steps)} steps ran")
 
 

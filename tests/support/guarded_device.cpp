@@ -232,34 +232,38 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D);
   }
-  void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    const RopeSpec& rope) override {
+  void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
+                    const int32_t* doc_start = nullptr) override {
     need(x, B * T * H * hd, "rope_forward x");
+    need_doc_start(doc_start, B * T, "rope_forward doc_start");
     GuardedDeviceMemory::Access a(mem_);
-    be_.rope_forward(x, B, T, H, hd, rope);
+    be_.rope_forward(x, B, T, H, hd, rope, doc_start);
   }
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                     const RopeSpec& rope) override {
+                     const RopeSpec& rope, const int32_t* doc_start = nullptr) override {
     need(dx, B * T * H * hd, "rope_backward dx");
+    need_doc_start(doc_start, B * T, "rope_backward doc_start");
     GuardedDeviceMemory::Access a(mem_);
-    be_.rope_backward(dx, B, T, H, hd, rope);
+    be_.rope_backward(dx, B, T, H, hd, rope, doc_start);
   }
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                         int64_t hd) override {
+                         int64_t hd, const int32_t* doc_start = nullptr) override {
+    need_doc_start(doc_start, B * T, "attention_forward doc_start");
     need(out, B * T * H * hd, "attention_forward out");
     need(lse, B * H * T, "attention_forward lse");
     need(q, B * T * H * hd, "attention_forward q");
     need(k, B * T * Hkv * hd, "attention_forward k");
     need(v, B * T * Hkv * hd, "attention_forward v");
     GuardedDeviceMemory::Access a(mem_);
-    be_.attention_forward(out, lse, q, k, v, B, T, H, Hkv, hd);
+    be_.attention_forward(out, lse, q, k, v, B, T, H, Hkv, hd, doc_start);
   }
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                           ConstTensorView q, ConstTensorView k, ConstTensorView v,
                           ConstTensorView out, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t Hkv, int64_t hd) override {
+                          int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr) override {
     const int64_t nq = B * T * H * hd, nkv = B * T * Hkv * hd;
+    need_doc_start(doc_start, B * T, "attention_backward doc_start");
     need(dq, nq, "attention_backward dq");
     need(dk, nkv, "attention_backward dk");
     need(dv, nkv, "attention_backward dv");
@@ -270,7 +274,7 @@ class GuardedBackend final : public Backend {
     need(out, nq, "attention_backward out");
     need(lse, B * H * T, "attention_backward lse");
     GuardedDeviceMemory::Access a(mem_);
-    be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, hd);
+    be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, hd, doc_start);
   }
   void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n) override {
     need(h, n, "swiglu_forward h");
@@ -378,6 +382,10 @@ class GuardedBackend final : public Backend {
   // n elements of the view's storage type (float32 for a plain float pointer).
   void need(ConstTensorView p, int64_t n, const char* what) const {
     mem_.require_device(p.data, view_bytes(p, n), what);
+  }
+  // Document masks are optional (null: none).
+  void need_doc_start(const int32_t* doc_start, int64_t n, const char* what) const {
+    if (doc_start) mem_.require_device(doc_start, bytes_of(n, sizeof(int32_t)), what);
   }
 
   Backend& be_;

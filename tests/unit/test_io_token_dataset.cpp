@@ -11,6 +11,7 @@
 #include "io/hdf5_util.h"
 #include "io/token_dataset.h"
 #include "test_io_support.h"
+#include "test_token_data_support.h"
 #include "util/error.h"
 
 namespace zt {
@@ -221,19 +222,10 @@ TEST(IoTokenDataset, TokenizerFilesRoundTripAndWriteAGenerationConfig) {
 // Writes a dataset of `n` tokens, then gives it a /loss_mask dataset of the given type and values.
 std::string dataset_with_mask(const TempDir& tmp, const std::string& name, int64_t n, DType type,
                               const std::vector<uint8_t>& mask_bytes) {
-  const std::string path = tmp / name;
-  TokenDatasetWriter w(path, 256, "byte");
-  const std::vector<uint32_t> tokens(static_cast<size_t>(n), 7);
-  w.append(tokens.data(), n, "test");
-  w.finish();
-  h5::Id file = h5::open_file(path, true);
   const int64_t elements =
       static_cast<int64_t>(mask_bytes.size()) / static_cast<int64_t>(dtype_size(type));
-  h5::Id d = h5::create_dataset(file, "loss_mask", type, {elements}, path);
-  h5::write_box(d, type, {0}, {elements}, mask_bytes.data(), path);
-  d.close(path);
-  file.close(path);
-  return path;
+  return testing::token_dataset_with(tmp / name, n, "loss_mask", type, type, mask_bytes.data(),
+                                     elements);
 }
 
 // SFT data: /loss_mask round trips through the writer (over several appends), counts its ones,

@@ -3,9 +3,11 @@
 // Work is split over heads: the forward over (batch, query head), the backward over (batch, kv
 // head) so that dK/dV — sums over the query rows of every head sharing a kv head — are each
 // accumulated by one thread in a fixed order. Within a head, query rows go in blocks of
-// kQueryBlock; a block of rows [i0, i1) only meets keys [0, i1), so the score, value and gradient
+// kQueryBlock; a block of rows [i0, i1) only meets keys [k0, i1), so the score, value and gradient
 // products are single-threaded sgemm calls on strided views of q/k/v (about half the work of
-// the full T×T square is skipped). The softmax runs in fp32 with the vectorisable fast_expf.
+// the full T×T square is skipped). k0 is 0, or with document masks the first key of the block's
+// first row (doc starts never decrease along a row), so the keys of earlier documents are skipped
+// too. The softmax runs in fp32 with the vectorisable fast_expf.
 
 #include <algorithm>
 #include <cmath>
@@ -41,22 +43,38 @@ AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64
   return AttentionShape{B, T, H, Hkv, hd};
 }
 
-// scores[r, j] = scale · q_{i0+r}·k_j for a block of `rows` query rows of head (b, h) against keys
-// j < keys; row stride of scores is `keys`.
+// The keys a block of query rows [i0, i0 + rows) of batch row b meets: [first, end), and row r's
+// visible ones [first + lo(r), first + hi(r)) (columns lo(r) ≤ j < hi(r) of the block's scores).
+struct KeyRange {
+  const int32_t* doc_start;  // of batch row b, or null
+  int64_t i0, first, end;
+  KeyRange(const int32_t* doc_start_row, int64_t i0_, int64_t rows)
+      : doc_start(doc_start_row),
+        i0(i0_),
+        first(doc_start_row ? doc_start_row[i0_] : 0),
+        end(i0_ + rows) {}
+  int64_t width() const { return end - first; }
+  int64_t lo(int64_t r) const { return doc_start ? doc_start[i0 + r] - first : 0; }
+  int64_t hi(int64_t r) const { return i0 + r + 1 - first; }
+};
+
+// scores[r, j] = scale · q_{i0+r}·k_{first+j} for a block of query rows of head (b, h) against the
+// keys of `keys`; row stride of scores is keys.width().
 void block_scores(float* scores, const float* q, const float* k, const AttentionShape& sh,
-                  int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t keys) {
-  sgemm(false, true, rows, keys, sh.hd, sh.scale(), q + sh.q_offset(b, i0, h), sh.q_stride(),
-        k + sh.kv_offset(b, 0, h / sh.group()), sh.kv_stride(), 0.0f, scores, keys);
+                  int64_t b, int64_t h, int64_t rows, const KeyRange& keys) {
+  sgemm(false, true, rows, keys.width(), sh.hd, sh.scale(), q + sh.q_offset(b, keys.i0, h),
+        sh.q_stride(), k + sh.kv_offset(b, keys.first, h / sh.group()), sh.kv_stride(), 0.0f,
+        scores, keys.width());
 }
 
 }  // namespace
 
-// Forward, per query row i of head h (kv head g = h / group):
-//   s_j = q_i·k_j / sqrt(hd) for j ≤ i;  lse_i = log Σ_j exp(s_j);  out_i = Σ_j exp(s_j −
-//   lse_i)·v_j
+// Forward, per query row i of head h (kv head g = h / group), keys j with doc_start_i ≤ j ≤ i:
+//   s_j = q_i·k_j / sqrt(hd);  lse_i = log Σ_j exp(s_j);  out_i = Σ_j exp(s_j − lse_i)·v_j
 void CpuBackend::attention_forward(TensorView out_view, float* lse, ConstTensorView q_view,
                                    ConstTensorView k_view, ConstTensorView v_view, int64_t B,
-                                   int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
+                                   int64_t T, int64_t H, int64_t Hkv, int64_t hd,
+                                   const int32_t* doc_start) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
   const Fp32Input q32(q_view, B * T * H * hd), k32(k_view, B * T * Hkv * hd),
       v32(v_view, B * T * Hkv * hd);
@@ -75,21 +93,23 @@ void CpuBackend::attention_forward(TensorView out_view, float* lse, ConstTensorV
       const int64_t h = bh % H;
       for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, T - i0);
-        const int64_t keys = i0 + rows;
-        block_scores(probs.data(), q, k, sh, b, h, i0, rows, keys);
+        const KeyRange keys(doc_start ? doc_start + b * T : nullptr, i0, rows);
+        const int64_t width = keys.width();
+        block_scores(probs.data(), q, k, sh, b, h, rows, keys);
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t n = i0 + r + 1;  // keys visible to row i0 + r
-          float* p = probs.data() + r * keys;
-          const float row_max = max_of(p, n);
-          for (int64_t j = 0; j < n; ++j) p[j] = fast_expf(p[j] - row_max);
-          const double sum = sum_double(p, n);
+          const int64_t lo = keys.lo(r), hi = keys.hi(r);  // keys visible to row i0 + r
+          float* p = probs.data() + r * width;
+          const float row_max = max_of(p + lo, hi - lo);
+          for (int64_t j = lo; j < hi; ++j) p[j] = fast_expf(p[j] - row_max);
+          const double sum = sum_double(p + lo, hi - lo);
           const float inv_sum = static_cast<float>(1.0 / sum);
-          for (int64_t j = 0; j < n; ++j) p[j] *= inv_sum;
-          std::fill(p + n, p + keys, 0.0f);
+          for (int64_t j = lo; j < hi; ++j) p[j] *= inv_sum;
+          std::fill(p, p + lo, 0.0f);
+          std::fill(p + hi, p + width, 0.0f);
           lse[(b * H + h) * T + i0 + r] = row_max + static_cast<float>(std::log(sum));
         }
-        sgemm(false, false, rows, hd, keys, 1.0f, probs.data(), keys,
-              v + sh.kv_offset(b, 0, h / sh.group()), sh.kv_stride(), 0.0f,
+        sgemm(false, false, rows, hd, width, 1.0f, probs.data(), width,
+              v + sh.kv_offset(b, keys.first, h / sh.group()), sh.kv_stride(), 0.0f,
               out + sh.q_offset(b, i0, h), sh.q_stride());
       }
     }
@@ -97,14 +117,15 @@ void CpuBackend::attention_forward(TensorView out_view, float* lse, ConstTensorV
   out32.commit();
 }
 
-// Backward, per query row i with p_j = exp(s_j − lse_i) recomputed (0 for j > i):
+// Backward, per query row i with p_j = exp(s_j − lse_i) recomputed (0 for keys row i does not see):
 //   dp_j = dout_i·v_j;  D_i = dout_i·out_i;  ds_j = p_j·(dp_j − D_i)/sqrt(hd)
 //   dq_i = Σ_j ds_j·k_j;  dk_j = Σ_{heads of the group, i} ds_j·q_i;  dv_j = Σ p_j·dout_i
 void CpuBackend::attention_backward(TensorView dq_view, TensorView dk_view, TensorView dv_view,
                                     ConstTensorView dout_view, ConstTensorView q_view,
                                     ConstTensorView k_view, ConstTensorView v_view,
                                     ConstTensorView out_view, const float* lse, int64_t B,
-                                    int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
+                                    int64_t T, int64_t H, int64_t Hkv, int64_t hd,
+                                    const int32_t* doc_start) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
   const int64_t q_elements = B * T * H * hd, kv_elements = B * T * Hkv * hd;
   const Fp32Input dout32(dout_view, q_elements), q32(q_view, q_elements), k32(k_view, kv_elements),
@@ -140,33 +161,40 @@ void CpuBackend::attention_backward(TensorView dq_view, TensorView dk_view, Tens
       for (int64_t h = g * sh.group(); h < (g + 1) * sh.group(); ++h) {
         for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
           const int64_t rows = std::min(kQueryBlock, T - i0);
-          const int64_t keys = i0 + rows;
+          const KeyRange keys(doc_start ? doc_start + b * T : nullptr, i0, rows);
+          const int64_t width = keys.width();
           const float* q_block = q + sh.q_offset(b, i0, h);
           const float* dout_block = dout + sh.q_offset(b, i0, h);
-          block_scores(probs.data(), q, k, sh, b, h, i0, rows, keys);
-          // dscores = dout_block · v[0:keys]ᵀ
-          sgemm(false, true, rows, keys, hd, 1.0f, dout_block, sh.q_stride(),
-                v + sh.kv_offset(b, 0, g), sh.kv_stride(), 0.0f, dscores.data(), keys);
+          block_scores(probs.data(), q, k, sh, b, h, rows, keys);
+          // dscores = dout_block · v[first:end]ᵀ
+          sgemm(false, true, rows, width, hd, 1.0f, dout_block, sh.q_stride(),
+                v + sh.kv_offset(b, keys.first, g), sh.kv_stride(), 0.0f, dscores.data(), width);
           for (int64_t r = 0; r < rows; ++r) {
-            const int64_t n = i0 + r + 1;
+            const int64_t lo = keys.lo(r), hi = keys.hi(r);
             const int64_t row_offset = sh.q_offset(b, i0 + r, h);
             const float row_lse = lse[(b * H + h) * T + i0 + r];
             const float dout_dot_out =
                 static_cast<float>(dot_double(dout + row_offset, out + row_offset, hd));
-            float* p = probs.data() + r * keys;
-            float* ds = dscores.data() + r * keys;
-            for (int64_t j = 0; j < n; ++j) p[j] = fast_expf(p[j] - row_lse);
-            for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - dout_dot_out) * scale;
-            std::fill(p + n, p + keys, 0.0f);
-            std::fill(ds + n, ds + keys, 0.0f);
+            float* p = probs.data() + r * width;
+            float* ds = dscores.data() + r * width;
+            for (int64_t j = lo; j < hi; ++j) p[j] = fast_expf(p[j] - row_lse);
+            for (int64_t j = lo; j < hi; ++j) ds[j] = p[j] * (ds[j] - dout_dot_out) * scale;
+            for (float* zeroed : {p, ds}) {
+              std::fill(zeroed, zeroed + lo, 0.0f);
+              std::fill(zeroed + hi, zeroed + width, 0.0f);
+            }
           }
-          // dq_block = ds · k[0:keys];  dk[0:keys] += dsᵀ · q_block;  dv[0:keys] += pᵀ · dout_block
-          sgemm(false, false, rows, hd, keys, 1.0f, dscores.data(), keys, k + sh.kv_offset(b, 0, g),
-                sh.kv_stride(), 0.0f, dq + sh.q_offset(b, i0, h), sh.q_stride());
-          sgemm(true, false, keys, hd, rows, 1.0f, dscores.data(), keys, q_block, sh.q_stride(),
-                1.0f, dk_head, sh.kv_stride());
-          sgemm(true, false, keys, hd, rows, 1.0f, probs.data(), keys, dout_block, sh.q_stride(),
-                1.0f, dv_head, sh.kv_stride());
+          // dq_block = ds · k[first:end];  dk[first:end] += dsᵀ · q_block;
+          // dv[first:end] += pᵀ · dout_block
+          float* dk_keys = dk_head + keys.first * sh.kv_stride();
+          float* dv_keys = dv_head + keys.first * sh.kv_stride();
+          sgemm(false, false, rows, hd, width, 1.0f, dscores.data(), width,
+                k + sh.kv_offset(b, keys.first, g), sh.kv_stride(), 0.0f,
+                dq + sh.q_offset(b, i0, h), sh.q_stride());
+          sgemm(true, false, width, hd, rows, 1.0f, dscores.data(), width, q_block, sh.q_stride(),
+                1.0f, dk_keys, sh.kv_stride());
+          sgemm(true, false, width, hd, rows, 1.0f, probs.data(), width, dout_block, sh.q_stride(),
+                1.0f, dv_keys, sh.kv_stride());
         }
       }
     }

@@ -101,17 +101,17 @@ std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd,
 }
 
 // x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:hd/2], x2 = x[hd/2:].
-// σ = +1 is the rotation by t·θ_i; σ = −1 its transpose (= inverse).
+// σ = +1 is the rotation by p·θ_i (p = t − doc_start[t], or t); σ = −1 its transpose (= inverse).
 void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                            const RopeSpec& rope, float sin_sign) {
+                            const RopeSpec& rope, float sin_sign, const int32_t* doc_start) {
   ZT_CHECK(hd % 2 == 0, "rope: head dim " + std::to_string(hd) + " is odd");
   const auto table = rope_table(T, hd, rope);
   const int64_t half = hd / 2;
 #pragma omp parallel for schedule(static) if (B * T * H * hd > kParallelMinElements)
   for (int64_t bt = 0; bt < B * T; ++bt) {
-    const int64_t t = bt % T;
-    const float* cos_t = table->cos.data() + t * half;
-    const float* sin_t = table->sin.data() + t * half;
+    const int64_t position = bt % T - (doc_start ? doc_start[bt] : 0);
+    const float* cos_t = table->cos.data() + position * half;
+    const float* sin_t = table->sin.data() + position * half;
     for (int64_t h = 0; h < H; ++h) {
       float* x1 = x + (bt * H + h) * hd;
       float* x2 = x1 + half;
@@ -128,16 +128,16 @@ void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t h
 }
 
 void CpuBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                              const RopeSpec& rope) {
+                              const RopeSpec& rope, const int32_t* doc_start) {
   Fp32Output x32(x, B * T * H * hd, Fp32Output::Contents::kKeep);
-  rope_apply(x32.get(), B, T, H, hd, rope, 1.0f);
+  rope_apply(x32.get(), B, T, H, hd, rope, 1.0f, doc_start);
   x32.commit();
 }
 
 void CpuBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                               const RopeSpec& rope) {
+                               const RopeSpec& rope, const int32_t* doc_start) {
   Fp32Output dx32(dx, B * T * H * hd, Fp32Output::Contents::kKeep);
-  rope_apply(dx32.get(), B, T, H, hd, rope, -1.0f);
+  rope_apply(dx32.get(), B, T, H, hd, rope, -1.0f, doc_start);
   dx32.commit();
 }
 

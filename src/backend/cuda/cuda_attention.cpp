@@ -9,8 +9,9 @@
 // Passes run in a fixed order on one stream and dK/dV accumulate over j in increasing order
 // (β = 0 for j = 0, then 1): deterministic. The full T×T products are computed and the upper
 // triangle discarded — twice the causal FLOPs; fine for correctness and as the reference of the
-// fused path (cudnn_attention.h). With bf16 storage the tensors are widened into fp32 copies
-// first and the outputs rounded once at the end (cuda_attention.h).
+// fused path (cudnn_attention.h). Document masks (backend.h) only change which scores the row
+// kernels keep: a pass's rows read their batch row's doc_start. With bf16 storage the tensors are
+// widened into fp32 copies first and the outputs rounded once at the end (cuda_attention.h).
 #include "backend/cuda/cuda_attention.h"
 
 #include <algorithm>
@@ -35,6 +36,7 @@ void check_shape(const AttentionShape& s) {
 struct PassView {
   int64_t b, j, g0, heads;
   const AttentionShape& s;
+  const int32_t* doc_start;  // [B, T] or null
 
   int64_t group() const { return s.H / s.Hkv; }
   int64_t q_row_stride() const { return s.H * s.hd; }       // between tokens, q/out/dq/dout
@@ -84,17 +86,19 @@ struct PassView {
     p.out = out ? out + q_offset() : nullptr;
     p.row_stride = q_row_stride(), p.head_stride = q_head_stride();
     p.scale = scale();
+    p.doc_start = doc_start ? doc_start + b * s.T : nullptr;
     return p;
   }
 };
 
 // Calls fn(view) for every pass in the fixed order b, j, g0.
 template <typename Fn>
-void for_each_pass(const AttentionShape& s, int64_t heads_per_pass, Fn fn) {
+void for_each_pass(const AttentionShape& s, int64_t heads_per_pass, const int32_t* doc_start,
+                   Fn fn) {
   for (int64_t b = 0; b < s.B; ++b) {
     for (int64_t j = 0; j < s.H / s.Hkv; ++j) {
       for (int64_t g0 = 0; g0 < s.Hkv; g0 += heads_per_pass) {
-        fn(PassView{b, j, g0, std::min(heads_per_pass, s.Hkv - g0), s});
+        fn(PassView{b, j, g0, std::min(heads_per_pass, s.Hkv - g0), s, doc_start});
       }
     }
   }
@@ -106,14 +110,14 @@ namespace {
 
 void attention_forward_f32(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* out,
                            float* lse, const float* q, const float* k, const float* v,
-                           const AttentionShape& shape) {
+                           const AttentionShape& shape, const int32_t* doc_start) {
   const int64_t heads_per_pass =
       attention_heads_per_pass(arena.region(ScratchCategory::kAttention).capacity() -
                                    arena.region(ScratchCategory::kAttention).used(),
                                shape.T, 1, shape.Hkv);
   float* scores = arena.allocate<float>(ScratchCategory::kAttention,
                                         static_cast<size_t>(heads_per_pass * shape.T * shape.T));
-  for_each_pass(shape, heads_per_pass, [&](const PassView& pass) {
+  for_each_pass(shape, heads_per_pass, doc_start, [&](const PassView& pass) {
     gemm.run(pass.q_times_kv_t(q, k, pass.scale(), scores));
     launch_attention_softmax(scores, pass.rows(lse, nullptr, nullptr), stream);
     gemm.run(pass.scores_times_kv(scores, v, out));
@@ -123,7 +127,7 @@ void attention_forward_f32(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream
 void attention_backward_f32(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, float* dq,
                             float* dk, float* dv, const float* dout, const float* q, const float* k,
                             const float* v, const float* out, const float* lse,
-                            const AttentionShape& shape) {
+                            const AttentionShape& shape, const int32_t* doc_start) {
   const BumpRegion& region = arena.region(ScratchCategory::kAttention);
   const int64_t heads_per_pass =
       attention_heads_per_pass(region.capacity() - region.used(), shape.T, 2, shape.Hkv);
@@ -132,7 +136,7 @@ void attention_backward_f32(LtGemm& gemm, DeviceArena& arena, cudaStream_t strea
   float* dscores = arena.allocate<float>(ScratchCategory::kAttention, matrices);
   // The row kernel reads lse through AttentionPass::lse (non-const for the forward's writes).
   float* lse_rows = const_cast<float*>(lse);
-  for_each_pass(shape, heads_per_pass, [&](const PassView& pass) {
+  for_each_pass(shape, heads_per_pass, doc_start, [&](const PassView& pass) {
     gemm.run(pass.q_times_kv_t(q, k, pass.scale(), probs));
     gemm.run(pass.q_times_kv_t(dout, v, 1.0f, dscores));
     launch_attention_backward_rows(probs, dscores, pass.rows(lse_rows, dout, out), stream);
@@ -156,7 +160,7 @@ float* fp32_output(DeviceArena& arena, TensorView dst, int64_t n) {
 
 void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, TensorView out,
                        float* lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                       const AttentionShape& shape) {
+                       const AttentionShape& shape, const int32_t* doc_start) {
   check_shape(shape);
   shared_storage("attention_forward", {out, q, k, v});
   if (shape.B == 0 || shape.T == 0 || shape.H == 0) return;
@@ -166,14 +170,14 @@ void attention_forward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, Te
   const float *q32 = fp32_input(arena, q, q_n, stream), *k32 = fp32_input(arena, k, kv_n, stream),
               *v32 = fp32_input(arena, v, kv_n, stream);
   float* out32 = fp32_output(arena, out, q_n);
-  attention_forward_f32(gemm, arena, stream, out32, lse, q32, k32, v32, shape);
+  attention_forward_f32(gemm, arena, stream, out32, lse, q32, k32, v32, shape, doc_start);
   commit_output(out, out32, kF32, q_n, stream);
 }
 
 void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, TensorView dq,
                         TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                         ConstTensorView k, ConstTensorView v, ConstTensorView out, const float* lse,
-                        const AttentionShape& shape) {
+                        const AttentionShape& shape, const int32_t* doc_start) {
   check_shape(shape);
   shared_storage("attention_backward", {dq, dk, dv, dout, q, k, v, out});
   if (shape.B == 0 || shape.T == 0 || shape.H == 0) return;
@@ -187,7 +191,7 @@ void attention_backward(LtGemm& gemm, DeviceArena& arena, cudaStream_t stream, T
   float *dq32 = fp32_output(arena, dq, q_n), *dk32 = fp32_output(arena, dk, kv_n),
         *dv32 = fp32_output(arena, dv, kv_n);
   attention_backward_f32(gemm, arena, stream, dq32, dk32, dv32, dout32, q32, k32, v32, out32, lse,
-                         shape);
+                         shape, doc_start);
   commit_output(dq, dq32, kF32, q_n, stream);
   commit_output(dk, dk32, kF32, kv_n, stream);
   commit_output(dv, dv32, kF32, kv_n, stream);

@@ -30,29 +30,35 @@ __device__ float block_max(float value) {
   return warp_max[0];
 }
 
-// Forward, row i of local head c (keys j ≤ i visible):
-//   p_j = exp(s_j − max)/Σ (fp32 exp, double sum), 0 for j > i;  lse_i = max + log Σ.
+// The first key row i sees: 0, or its document's first token.
+__device__ int64_t first_visible_key(const AttentionPass& pass, int64_t i) {
+  return pass.doc_start ? pass.doc_start[i] : 0;
+}
+
+// Forward, row i of local head c (keys lo ≤ j ≤ i visible, lo = first_visible_key):
+//   p_j = exp(s_j − max)/Σ (fp32 exp, double sum), 0 for other j;  lse_i = max + log Σ.
 __global__ void attention_softmax_kernel(float* scores, AttentionPass pass) {
   const int64_t r = blockIdx.x;  // c·T + i
   const int64_t c = r / pass.T;
   const int64_t i = r % pass.T;
+  const int64_t lo = first_visible_key(pass, i);
   float* s = scores + r * pass.T;
   float local_max = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) local_max = fmaxf(local_max, s[j]);
+  for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) local_max = fmaxf(local_max, s[j]);
   const float row_max = block_max(local_max);
   double local_sum = 0.0;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+  for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x)
     local_sum += static_cast<double>(expf(s[j] - row_max));
   const double sum = block_sum(local_sum);
   const float inv_sum = static_cast<float>(1.0 / sum);
   for (int64_t j = threadIdx.x; j < pass.T; j += blockDim.x)
-    s[j] = j <= i ? expf(s[j] - row_max) * inv_sum : 0.0f;
+    s[j] = lo <= j && j <= i ? expf(s[j] - row_max) * inv_sum : 0.0f;
   if (threadIdx.x == 0)
     pass.lse[c * pass.lse_head_stride + i] = row_max + static_cast<float>(log(sum));
 }
 
 // Backward, row i of local head c: D_i = dout_i·out_i (double); p_j = exp(s_j − lse_i) and
-// ds_j = p_j·(dP_j − D_i)·scale for j ≤ i, both 0 above the diagonal.
+// ds_j = p_j·(dP_j − D_i)·scale for lo ≤ j ≤ i, both 0 for the keys row i does not see.
 __global__ void attention_backward_rows_kernel(float* probs, float* dscores, AttentionPass pass) {
   const int64_t r = blockIdx.x;
   const int64_t c = r / pass.T;
@@ -66,8 +72,9 @@ __global__ void attention_backward_rows_kernel(float* probs, float* dscores, Att
   const float row_lse = pass.lse[c * pass.lse_head_stride + i];
   float* p = probs + r * pass.T;
   float* ds = dscores + r * pass.T;
+  const int64_t lo = first_visible_key(pass, i);
   for (int64_t j = threadIdx.x; j < pass.T; j += blockDim.x) {
-    if (j <= i) {
+    if (lo <= j && j <= i) {
       const float pj = expf(p[j] - row_lse);
       p[j] = pj;
       ds[j] = pj * (ds[j] - dout_dot_out) * pass.scale;

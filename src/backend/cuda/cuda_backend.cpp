@@ -386,44 +386,49 @@ const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64
 }  // namespace
 
 void CudaBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                               const RopeSpec& rope) {
+                               const RopeSpec& rope, const int32_t* doc_start) {
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
-  launch_rope(x, table.cos, table.sin, B, T, H, hd, 1.0f, state_->stream);
+  launch_rope(x, table.cos, table.sin, B, T, H, hd, 1.0f, doc_start, state_->stream);
 }
 
 void CudaBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                                const RopeSpec& rope) {
+                                const RopeSpec& rope, const int32_t* doc_start) {
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
-  launch_rope(dx, table.cos, table.sin, B, T, H, hd, -1.0f, state_->stream);
+  launch_rope(dx, table.cos, table.sin, B, T, H, hd, -1.0f, doc_start, state_->stream);
 }
 
 // ---- attention (cudnn_attention.cpp when fused, else cuda_attention.cpp) ----
+// The fused graphs take no document masks: a run with them resolves --attention to gemm
+// (choose_attention), so reaching the fused path with masks is a bug, not a fallback.
 void CudaBackend::attention_forward(TensorView out, float* lse, ConstTensorView q,
                                     ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
-                                    int64_t H, int64_t Hkv, int64_t hd) {
+                                    int64_t H, int64_t Hkv, int64_t hd, const int32_t* doc_start) {
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
+    ZT_CHECK(doc_start == nullptr, "attention_forward: the fused attention has no document masks");
     state_->fused_attention->forward(*state_->arena, out, lse, q, k, v, {B, T, H, Hkv, hd});
     return;
   }
 #endif
   cuda::attention_forward(*state_->gemm, *state_->arena, state_->stream, out, lse, q, k, v,
-                          {B, T, H, Hkv, hd});
+                          {B, T, H, Hkv, hd}, doc_start);
 }
 
 void CudaBackend::attention_backward(TensorView dq, TensorView dk, TensorView dv,
                                      ConstTensorView dout, ConstTensorView q, ConstTensorView k,
                                      ConstTensorView v, ConstTensorView out, const float* lse,
-                                     int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
+                                     int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
+                                     const int32_t* doc_start) {
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
+    ZT_CHECK(doc_start == nullptr, "attention_backward: the fused attention has no document masks");
     state_->fused_attention->backward(*state_->arena, dq, dk, dv, dout, q, k, v, out, lse,
                                       {B, T, H, Hkv, hd});
     return;
   }
 #endif
   cuda::attention_backward(*state_->gemm, *state_->arena, state_->stream, dq, dk, dv, dout, q, k, v,
-                           out, lse, {B, T, H, Hkv, hd});
+                           out, lse, {B, T, H, Hkv, hd}, doc_start);
 }
 
 // ---- SwiGLU, embedding, cross-entropy (cuda_pointwise.cu) ----

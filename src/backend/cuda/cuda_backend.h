@@ -117,18 +117,18 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
 
-  void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                    const RopeSpec& rope) override;
+  void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
+                    const int32_t* doc_start = nullptr) override;
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
-                     const RopeSpec& rope) override;
+                     const RopeSpec& rope, const int32_t* doc_start = nullptr) override;
 
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                         int64_t hd) override;
+                         int64_t hd, const int32_t* doc_start = nullptr) override;
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                           ConstTensorView q, ConstTensorView k, ConstTensorView v,
                           ConstTensorView out, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t Hkv, int64_t hd) override;
+                          int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr) override;
 
   void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n) override;
   void swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,

@@ -26,9 +26,11 @@ void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorVi
 void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
                                 cudaStream_t stream);
-// x[B,T,H,hd] rotated by ±angle from the [T, hd/2] cos/sin tables (sin_sign = ±1).
+// x[B,T,H,hd] rotated by ±angle from the [T, hd/2] cos/sin tables (sin_sign = ±1), token t of
+// row b at position t − doc_start[b·T + t] (t when doc_start is null; backend.h).
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, float sin_sign, cudaStream_t stream);
+                 int64_t H, int64_t hd, float sin_sign, const int32_t* doc_start,
+                 cudaStream_t stream);
 
 // ---- cuda_pointwise.cu ----
 void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
@@ -84,11 +86,15 @@ struct AttentionPass {
   int64_t row_stride = 0;
   int64_t head_stride = 0;
   float scale = 1.0f;  // 1/sqrt(hd)
+  // Document masks of the pass's batch row ([T], device; null: plain causal): row i sees keys
+  // doc_start[i] ≤ j ≤ i (backend.h).
+  const int32_t* doc_start = nullptr;
 };
-// Forward: scores (already scaled) → causal softmax probabilities in place, lse written.
+// Forward: scores (already scaled) → causal (block-causal) softmax probabilities in place, lse
+// written.
 void launch_attention_softmax(float* scores, const AttentionPass& pass, cudaStream_t stream);
 // Backward: probs holds the recomputed scaled scores, dscores holds dP = dout·vᵀ; on return
-// probs = exp(s − lse) (0 above the diagonal) and dscores = p·(dP − dout·out)·scale.
+// probs = exp(s − lse) (0 for keys the row does not see) and dscores = p·(dP − dout·out)·scale.
 void launch_attention_backward_rows(float* probs, float* dscores, const AttentionPass& pass,
                                     cudaStream_t stream);
 

@@ -102,11 +102,12 @@ struct RopeRotate {
   const float* sin_table;
   int64_t T, H, half;
   float sin_sign;
+  const int32_t* doc_start;  // null: position t
   template <typename At>
   __device__ void operator()(At at) const {
     const int64_t i = at.first % half;
-    const int64_t bth = at.first / half;  // (b·T + t)·H + h
-    const int64_t t = (bth / H) % T;
+    const int64_t bth = at.first / half;                                     // (b·T + t)·H + h
+    const int64_t t = (bth / H) % T - (doc_start ? doc_start[bth / H] : 0);  // the position
     const At here{0};
     A* x1 = x + bth * 2 * half + i;
     float a[At::kCount], b[At::kCount], c[At::kCount], s[At::kCount];
@@ -176,13 +177,14 @@ void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy,
 }
 
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, float sin_sign, cudaStream_t stream) {
+                 int64_t H, int64_t hd, float sin_sign, const int32_t* doc_start,
+                 cudaStream_t stream) {
   const int64_t half = hd / 2, pairs = B * T * H * half;
   with_storage(x.dtype, "rope x", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    launch_elementwise("rope",
-                       RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, sin_sign},
-                       pairs, {x.data, cos_table, sin_table}, stream, half % kChunk == 0);
+    launch_elementwise(
+        "rope", RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, sin_sign, doc_start},
+        pairs, {x.data, cos_table, sin_table}, stream, half % kChunk == 0);
   });
 }
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The cost of --document-masking: tokens/s of the same training run with document masks on and
+off, on packed documents of SFT-like lengths, in one run of this script.
+
+The dataset is byte-tokenized text cut into documents of uniformly random lengths in
+[--doc-min, --doc-max] bytes (default 200-800, seed 1), each its own text file, so that
+`prepare-data --text` records their boundaries. Both modes train the same preset, seed and
+batches for `--steps` steps; the figure is report.json's mean tokens/s (which leaves out the
+first step), and each mode runs `--repeats` times, alternating, reporting the best. With masks
+the attention skips the keys of earlier documents in a window (the CPU attention's key blocks and
+the GEMM path's row kernels), and the loss counts fewer targets (one per document boundary). On
+CUDA, masking runs the GEMM attention (the fused cuDNN graphs take no masks yet), so a third row,
+off with --attention gemm, separates the masks' cost from the kernel's.
+
+  /usr/bin/python3 bench/bench_document_masking.py --zerotrain build/zerotrain
+  (on a GPU: --backend cuda --preset 1b --seq-len 2048 --micro-batch 4)
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def write_documents(directory, total_bytes, doc_min, doc_max):
+    """Text files of random lengths cut from inputs/data/sample.txt, cycled; returns their
+    paths."""
+    with open(os.path.join(ROOT, "inputs", "data", "sample.txt"), "rb") as f:
+        text = f.read()
+    rng, paths, offset = random.Random(1), [], 0
+    while offset < total_bytes:
+        n = rng.randint(doc_min, doc_max)
+        piece = bytes(text[(offset + i) % len(text)] for i in range(n))
+        path = os.path.join(directory, f"doc{len(paths):06d}.txt")
+        with open(path, "wb") as f:
+            f.write(piece)
+        paths.append(path)
+        offset += n
+    return paths
+
+
+def train(args, data, out, masking, extra=()):
+    cmd = [args.mpirun, "-np", "1", args.zerotrain, "train", "--preset", args.preset, "--data", data,
+           "--out", out, "--steps", str(args.steps), "--micro-batch", str(args.micro_batch),
+           "--seq-len", str(args.seq_len), "--backend", args.backend, "--log-every", "0",
+           "--document-masking", masking, "--comm-timeout", "60"] + list(extra) + args.extra
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    with open(os.path.join(out, "report.json")) as f:
+        report = json.load(f)
+    with open(os.path.join(out, "run.json")) as f:
+        ran = json.load(f)["config"]
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        ran["loss_tokens"] = json.loads(f.readline())["loss_tokens"]
+    return report, ran
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--zerotrain", required=True)
+    p.add_argument("--preset", default="small")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--mpirun", default="mpirun")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=1024)
+    p.add_argument("--doc-min", type=int, default=200)
+    p.add_argument("--doc-max", type=int, default=800)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("extra", nargs="*", help="more train options (after --)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        needed = (args.steps + 1) * args.micro_batch * (args.seq_len + 1) * 2
+        paths = write_documents(tmp, needed, args.doc_min, args.doc_max)
+        data = os.path.join(tmp, "docs.h5")
+        subprocess.run([args.zerotrain, "prepare-data", "--text", *paths, "--out", data],
+                       check=True, stdout=subprocess.DEVNULL)
+        print(f"preset {args.preset}, backend {args.backend}, micro-batch {args.micro_batch} x "
+              f"seq {args.seq_len}, {args.steps} steps, {len(paths)} documents of "
+              f"{args.doc_min}-{args.doc_max} tokens")
+        rows = [("off", "off", ()), ("on", "on", ())]
+        if args.backend == "cuda":
+            rows.append(("off-gemm", "off", ("--attention", "gemm")))
+        best = {}
+        for r in range(args.repeats):
+            for label, masking, extra in rows:
+                report, ran = train(args, data, os.path.join(tmp, f"{label}{r}"), masking, extra)
+                check = ran.get("document_masking")
+                if check != masking:
+                    raise SystemExit(f"run.json says document_masking {check!r}, ran {masking}")
+                tps = report["mean_tokens_per_s"]
+                print(f"  run {r + 1} {label:>8}: {tps:10.1f} tokens/s, attention "
+                      f"{ran.get('attention_kernel')}, loss tokens of step 1 {ran['loss_tokens']}",
+                      flush=True)
+                best[label] = max(best.get(label, 0.0), tps)
+        print("best tokens/s: " + ", ".join(f"{k} {v:.1f}" for k, v in best.items()) +
+              f"; on/off {best['on'] / best['off']:.3f}" +
+              (f"; on/off-gemm {best['on'] / best['off-gemm']:.3f}" if "off-gemm" in best else ""))
+
+
+if __name__ == "__main__":
+    main()
