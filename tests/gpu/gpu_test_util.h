@@ -164,6 +164,15 @@ template <typename T>
   return ::testing::AssertionSuccess();
 }
 
+// Document masks (backend.h) of B rows of T tokens: row b's documents are 5 + 3·b tokens long, so
+// rows differ and documents cross every block and pass boundary.
+inline std::vector<int32_t> periodic_doc_starts(int64_t B, int64_t T) {
+  std::vector<int32_t> out;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) out.push_back(static_cast<int32_t>(t - t % (5 + 3 * b)));
+  return out;
+}
+
 // Small scratch sizes so the tests need little memory (and attention runs several passes).
 inline cuda::CudaBackendOptions test_options(cuda::GemmCompute compute) {
   cuda::CudaBackendOptions options;

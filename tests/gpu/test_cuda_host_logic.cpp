@@ -261,6 +261,20 @@ TEST(AttentionChoice, CudnnRefusingTheGraphMakesAutoGemmAndFusedAnError) {
       AttentionKernel::kFused);
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::kFused), "fused");
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::kGemm), "gemm");
+  // Document masks: the fused graphs take none, so auto runs gemm without asking cuDNN and says
+  // why, and an explicit fused request is refused naming the way out.
+  const AttentionChoice masked =
+      choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), false, refuses, true);
+  EXPECT_EQ(masked.kernel, AttentionKernel::kGemm);
+  EXPECT_NE(masked.why.find("document masking"), std::string::npos) << masked.why;
+  EXPECT_EQ(asked, 2);
+  try {
+    choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), false, cudnn_accepts,
+                     true);
+    ADD_FAILURE() << "--attention fused with document masks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--document-masking off"), std::string::npos) << e.what();
+  }
 }
 
 TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {

@@ -91,6 +91,17 @@ TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
       gpu_->rope_backward(d_bwd.get(), B, T, H, hd, rope);
       EXPECT_TRUE(bitwise_equal(d_fwd.download(), fwd, "rope forward"));
       EXPECT_TRUE(bitwise_equal(d_bwd.download(), bwd, "rope backward"));
+      // With document masks: positions restart at each document, on both backends.
+      const std::vector<int32_t> starts = periodic_doc_starts(B, T);
+      DeviceBuffer<int32_t> d_starts(starts);
+      std::vector<float> masked_fwd = x, masked_bwd = x;
+      cpu_.rope_forward(masked_fwd.data(), B, T, H, hd, rope, starts.data());
+      cpu_.rope_backward(masked_bwd.data(), B, T, H, hd, rope, starts.data());
+      DeviceBuffer<float> d_masked_fwd(x), d_masked_bwd(x);
+      gpu_->rope_forward(d_masked_fwd.get(), B, T, H, hd, rope, d_starts.get());
+      gpu_->rope_backward(d_masked_bwd.get(), B, T, H, hd, rope, d_starts.get());
+      EXPECT_TRUE(bitwise_equal(d_masked_fwd.download(), masked_fwd, "masked rope forward"));
+      EXPECT_TRUE(bitwise_equal(d_masked_bwd.download(), masked_bwd, "masked rope backward"));
     }
   }
 }
