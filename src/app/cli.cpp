@@ -103,8 +103,8 @@ void add_document_masking_option(po::options_description& options, std::string* 
   options.add_options()("document-masking", po::value(value)->default_value(*value),
                         "auto | on | off: a packed document attends only to its own earlier "
                         "tokens, its positions restart at 0 and its first token is not a target "
-                        "of the document before it (auto: on when the dataset records document "
-                        "boundaries; off: plain causal attention over the window)");
+                        "of the document before it (auto: on when the dataset records more than "
+                        "one document; off: plain causal attention over the window)");
 }
 
 void check_document_masking_value(const std::string& mode, const std::string& command) {
@@ -112,14 +112,14 @@ void check_document_masking_value(const std::string& mode, const std::string& co
            command + ": --document-masking must be auto, on or off, got '" + mode + "'");
 }
 
-bool resolve_document_masking(const std::string& mode, bool dataset_has_documents,
+bool resolve_document_masking(const std::string& mode, int64_t documents,
                               const std::string& data_path, const std::string& command) {
   check_document_masking_value(mode, command);
-  ZT_CHECK(mode != "on" || dataset_has_documents,
+  ZT_CHECK(mode != "on" || documents > 0,
            command + ": --document-masking on: token dataset '" + data_path +
                "' records no document boundaries (/doc_starts); make it again with this "
                "version's prepare-data, or use --document-masking off");
-  return mode == "on" || (mode == "auto" && dataset_has_documents);
+  return mode == "on" || (mode == "auto" && documents > 1);
 }
 
 void add_activations_option(po::options_description& options, std::string* value) {

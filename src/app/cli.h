@@ -49,10 +49,11 @@ void add_attention_option(po::options_description& options, std::string* value);
 // --document-masking auto | on | off (train and eval; docs/fine-tuning.md): whether packed
 // documents attend only within themselves, their positions restarting at each document.
 void add_document_masking_option(po::options_description& options, std::string* value);
-// The mode resolved for a dataset that does (not) record document boundaries: auto masks exactly
-// when it does; on without them, or a value other than the three, is a zt::Error naming the
-// option, the value and the file.
-bool resolve_document_masking(const std::string& mode, bool dataset_has_documents,
+// The mode resolved for a dataset that records `documents` boundaries (0: none): auto masks when
+// it holds more than one document (with one, the masks are plain causal attention); on without
+// boundaries, or a value other than the three, is a zt::Error naming the option, the value and
+// the file.
+bool resolve_document_masking(const std::string& mode, int64_t documents,
                               const std::string& data_path, const std::string& command);
 // Only the value (before the dataset is open).
 void check_document_masking_value(const std::string& mode, const std::string& command);

@@ -35,6 +35,7 @@ struct EstimateOptions {
   std::string backend = "auto";                  // --backend cpu | cuda | auto: the planned run's
   BackendKind backend_kind = BackendKind::kCpu;  // --backend resolved
   std::string attention = "auto";                // --attention: which scratch the CUDA backend has
+  std::string document_masking = "off";          // --document-masking on | off: the run's mode
   std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (default: by backend)
   ZeroConfig zero;
   std::string activation_checkpointing = "none";
@@ -66,6 +67,10 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "the backend the planned run will use: cpu | cuda (not checked against this machine) | "
       "auto (as train would resolve it here); picks the default --activations");
   add_attention_option(opts, &o.attention);
+  add("document-masking", po::value(&o.document_masking)->default_value(o.document_masking),
+      "on | off: whether the planned run masks packed documents (train's default for data with "
+      "more than one document, docs/fine-tuning.md); on the CUDA backend such a run has the "
+      "GEMM attention and its scratch");
   add_activations_option(opts, &o.activations);
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
@@ -135,6 +140,11 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
            std::string(kCommand) +
                ": --attention fused needs --backend cuda (the CPU backend "
                "has one attention)");
+  ZT_CHECK(o.document_masking == "on" || o.document_masking == "off",
+           std::string(kCommand) +
+               ": --document-masking must be on or off (there is no dataset "
+               "to resolve auto with), got '" +
+               o.document_masking + "'");
   return true;
 }
 
@@ -167,9 +177,11 @@ PlannedScratch planned_scratch(const EstimateOptions& o, const ModelConfig& mode
   p.one = attention_shape(model, 1, o.seq_len);
   p.storage = storage;
   if (p.cuda)
-    p.kernel = choose_attention(parse_attention_request(o.attention), true, 8, p.one,
-                                precision == Precision::kFp32, [] { return std::string(); })
-                   .kernel;
+    p.kernel =
+        choose_attention(
+            parse_attention_request(o.attention), true, 8, p.one, precision == Precision::kFp32,
+            [] { return std::string(); }, o.document_masking == "on")
+            .kernel;
   return p;
 }
 
@@ -379,6 +391,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                 : storage == DType::kFloat16 ? " --precision fp16 --activations fp16"
                                              : "") +
                (o.attention != "auto" ? " --attention " + o.attention : "") +
+               (o.document_masking == "on" ? " --document-masking on" : "") +
                offload_flags(c.offload) + ")\n";
     } else if (scratch >= device_bytes) {
       out["recommendation"] = nullptr;

@@ -98,7 +98,7 @@ int run_eval(const EvalOptions& o) {
     data_ptr = std::make_unique<TokenDataset>(o.data);
     check_eval_windows(*data_ptr, K * B, T);
     document_masks =
-        resolve_document_masking(o.document_masking, data_ptr->has_documents(), o.data, kCommand);
+        resolve_document_masking(o.document_masking, data_ptr->num_documents(), o.data, kCommand);
   });
   ModelDirReader& reader = *reader_ptr;
   TokenDataset& data = *data_ptr;

@@ -115,9 +115,10 @@ void info_tokens(const std::string& path, bool json) {
   const int64_t counted = data.has_loss_mask() ? data.counted_tokens() : -1;
   if (counted >= 0) j["loss_mask_counted_tokens"] = counted;
   // Document boundaries: train and eval mask each document's attention by default.
-  const auto documents = static_cast<int64_t>(data.document_starts().size());
+  const int64_t documents = data.num_documents();
+  const bool masked = resolve_document_masking("auto", documents, path, "info");
   j["documents"] = data.has_documents() ? nlohmann::json(documents) : nlohmann::json(nullptr);
-  j["document_masking"] = data.has_documents() ? "on" : "off";
+  j["document_masking"] = masked ? "on" : "off";
   if (json) {
     std::cout << j.dump(2) << "\n";
     return;
@@ -131,12 +132,13 @@ void info_tokens(const std::string& path, bool json) {
   if (counted >= 0)
     std::cout << "loss_mask: " << with_commas(static_cast<uint64_t>(counted))
               << " tokens counted in the loss\n";
-  if (data.has_documents())
+  if (masked)
     std::cout << "documents: " << with_commas(static_cast<uint64_t>(documents))
               << " (document masking: on by default; --document-masking off attends across "
                  "them)\n";
   else
-    std::cout << "documents: not recorded (one stream; document masking: off)\n";
+    std::cout << "documents: " << (data.has_documents() ? "1" : "not recorded")
+              << " (one stream; document masking: off, nothing to mask)\n";
   if (hi >= data.vocab_size())
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";
 }

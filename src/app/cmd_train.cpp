@@ -163,7 +163,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   // From here on the options hold the mode that runs, so the ranks agree on it and run.json
   // records it.
   const bool document_masks =
-      resolve_document_masking(o.document_masking, in.data->has_documents(), o.data, kCommand);
+      resolve_document_masking(o.document_masking, in.data->num_documents(), o.data, kCommand);
   o.document_masking = document_masks ? "on" : "off";
   in.sampler = std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len,
                                                o.micro_batch, o.grad_accum, world, rank,

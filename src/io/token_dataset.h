@@ -83,6 +83,7 @@ class TokenDataset {
   // are any, the starts in ascending order (the first is 0), and the start of the document that
   // holds token `position`.
   bool has_documents() const { return !doc_starts_.empty(); }
+  int64_t num_documents() const { return static_cast<int64_t>(doc_starts_.size()); }
   const std::vector<int64_t>& document_starts() const { return doc_starts_; }
   int64_t document_start_of(int64_t position) const;
   // The number of ones in the loss mask (size() without one): a full pass.

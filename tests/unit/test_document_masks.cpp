@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
 #include "backend/backend.h"
 #include "io/data_loader.h"
 #include "io/hdf5_util.h"
@@ -151,6 +152,20 @@ TEST(DocumentMasks, WindowsGetDocStartsAndLeaveOutTargetsThatBeginADocument) {
   plain.next_step();
   EXPECT_TRUE(plain.doc_starts().empty());
   EXPECT_EQ(plain.counted_targets(), B * A * 2 * T);
+}
+
+// --document-masking: auto masks data with more than one document (with one, the masks are plain
+// causal attention: the fused GPU path keeps running it); on needs boundaries; bad values named.
+TEST(DocumentMasks, ModeResolution) {
+  EXPECT_FALSE(resolve_document_masking("auto", 0, "d.h5", "train"));
+  EXPECT_FALSE(resolve_document_masking("auto", 1, "d.h5", "train"));
+  EXPECT_TRUE(resolve_document_masking("auto", 2, "d.h5", "train"));
+  EXPECT_TRUE(resolve_document_masking("on", 1, "d.h5", "train"));
+  EXPECT_FALSE(resolve_document_masking("off", 5, "d.h5", "train"));
+  expect_error_mentions([] { resolve_document_masking("on", 0, "d.h5", "eval"); },
+                        {"eval", "--document-masking on", "d.h5", "/doc_starts"});
+  expect_error_mentions([] { resolve_document_masking("yes", 2, "d.h5", "train"); },
+                        {"--document-masking", "'yes'"});
 }
 
 // Per-row doc starts of `starts` (each row's document starts, 0 first).
