@@ -336,20 +336,64 @@ def chat_cases(s):
                              "--out", w("latin1.h5")], BAD, ["latin1.txt", "UTF-8"])
 
 
+def document_cases(s):
+    """--document-masking values, and datasets whose /doc_starts another writer damaged (h5py
+    writes them: run the sweep with .venv/bin/python)."""
+    import h5py
+    import numpy as np
+    w = s.path
+    for i, path in enumerate(sorted(os.listdir(os.path.join(s.src, "docs")))[:6]):
+        shutil.copy(os.path.join(s.src, "docs", path), w(f"doc{i}.txt"))
+    docs = [w(f"doc{i}.txt") for i in range(6)]
+    subprocess.run([s.zt, "prepare-data", "--text", *docs, "--out", w("docs.h5")], cwd=s.work,
+                   env=s.env, check=True, stdout=subprocess.DEVNULL)
+    for name, data in (("train", w("docs.h5")), ("eval", w("docs.h5")), ("train", w("data.h5"))):
+        for value, expect in (("", BAD), ("yes", BAD), ("ON", BAD), ("auto", ANY), ("off", ANY),
+                              ("on", ANY)):
+            base = (["train", "--model", w("model"), "--steps", "1", "--out", w(f"dm{value}"),
+                     "--overwrite", "--eval-batches", "0"] if name == "train" else
+                    ["eval", "--model", w("model"), "--batches", "1"])
+            s.case(f"document-masking {name}", base + ["--data", data, "--seq-len", "16",
+                   "--micro-batch", "1", "--document-masking", value], expect,
+                   ["--document-masking", "document-masking"], inputs=[w("model"), data],
+                   out=w(f"dm{value}") if name == "train" else None)
+    with h5py.File(w("docs.h5"), "r") as f:
+        n = f["tokens"].shape[0]
+    mutants = [np.array(v, dtype=np.uint64) for v in ([1, 5], [0, 0], [0, 9, 3], [0, n],
+                                                      [0, 1 << 63], [])]
+    mutants += [np.array([0, 4], dtype=np.int32), np.array([[0, 4]], dtype=np.uint64),
+                np.array([0.0, 4.0])]
+    for i, starts in enumerate(mutants):
+        bad = w(f"docbad{i}.h5")
+        shutil.copy(w("docs.h5"), bad)
+        with h5py.File(bad, "r+") as f:
+            del f["doc_starts"]
+            f.create_dataset("doc_starts", data=starts)
+        for command in (["train", "--model", w("model"), "--steps", "1", "--out", w(f"db{i}"),
+                         "--eval-batches", "0"], ["eval", "--model", w("model"), "--batches", "1"],
+                        ["info"]):
+            args = command + ([bad] if command == ["info"] else
+                              ["--data", bad, "--seq-len", "16", "--micro-batch", "1"])
+            s.case(f"doc_starts #{i} {command[0]}", args, BAD, [f"docbad{i}.h5", "doc_starts"],
+                   inputs=[bad], out=w(f"db{i}") if command[0] == "train" else None)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--zerotrain", required=True)
     p.add_argument("--source-dir", required=True)
     p.add_argument("--work-dir", required=True)
+    p.add_argument("--only", help="comma-separated case groups: options, files, paths, chat, "
+                                  "documents (default all)")
     args = p.parse_args()
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
     s = Sweep(os.path.abspath(args.zerotrain), os.path.abspath(args.source_dir), args.work_dir)
     make_inputs(s)
-    option_cases(s)
-    damaged_file_cases(s)
-    path_cases(s)
-    chat_cases(s)
+    groups = {"options": option_cases, "files": damaged_file_cases, "paths": path_cases,
+              "chat": chat_cases, "documents": document_cases}
+    for name in (args.only.split(",") if args.only else groups):
+        groups[name](s)
     counts = {}
     for r in s.results:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
