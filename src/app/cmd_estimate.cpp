@@ -391,7 +391,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                 : storage == DType::kFloat16 ? " --precision fp16 --activations fp16"
                                              : "") +
                (o.attention != "auto" ? " --attention " + o.attention : "") +
-               (o.document_masking == "on" ? " --document-masking on" : "") +
+               (plan.cuda ? " --document-masking " + o.document_masking : "") +
                offload_flags(c.offload) + ")\n";
     } else if (scratch >= device_bytes) {
       out["recommendation"] = nullptr;

@@ -217,6 +217,13 @@ bool changes_trajectory(const std::string& key) {
   return !volatile_keys.count(key);
 }
 
+// An option's value in an earlier run.json; one that release did not have yet ran as its default
+// then (document_masking: "off", plain causal attention).
+nlohmann::json value_before(const nlohmann::json& before, const std::string& key) {
+  if (key == "document_masking" && !before.contains(key)) return "off";
+  return before.value(key, nlohmann::json());
+}
+
 // A resume whose settings differ from those of the run that wrote OUT/final/ would leave that
 // model beside a run.json that no longer describes it: both move to OUT/previous-N/ first, and
 // the continuation says so, naming the settings that changed.
@@ -228,7 +235,7 @@ void archive_diverged_final(const std::string& out, const nlohmann::json& record
   const nlohmann::json& now = record.at("config");
   std::string changed;
   for (const auto& [key, value] : now.items())
-    if (changes_trajectory(key) && before.value(key, nlohmann::json()) != value)
+    if (changes_trajectory(key) && value_before(before, key) != value)
       changed += (changed.empty() ? "" : ", ") + key;
   if (changed.empty()) return;
   int n = 1;
@@ -381,6 +388,7 @@ int run_training(TrainOptions o) {
     hyper.backend = device.backend_kind;
     hyper.attention = device.attention_kernel;
     hyper.activations = o.activations;
+    hyper.document_masking = o.document_masking;
     TrainCheckpointing checkpointing(o.checkpoint, o.out, hyper, comm, in.resume_dir);
     // The engine's buffers and its first values (rank-local work), agreed before any collective.
     run_collectively(comm, [&] {
@@ -436,7 +444,8 @@ int run_training(TrainOptions o) {
                                                 sampler.counted_targets(), sampler.doc_starts());
       if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
         std::cerr << "zerotrain train: warning: step " << step
-                  << ": the loss mask counts no target of the global batch; the step has no loss "
+                  << ": no target of the global batch counts (the loss mask is 0 there, or each "
+                     "begins a document); the step has no loss "
                      "gradient (AdamW's momentum and weight decay still move the weights)\n";
       const StepRecord& r = recorder.trained(lr, stats, backend->scratch_bytes());
       // Stop agreement + checkpoint save, timed into this step's record before it is written.

@@ -178,7 +178,9 @@ std::vector<int64_t> read_uint64_file(const std::string& path) {
   while (in.read(reinterpret_cast<char*>(bytes.data()), bytes.size())) {
     uint64_t v = 0;
     for (int b = 7; b >= 0; --b) v = v << 8 | bytes[static_cast<size_t>(b)];
-    ZT_CHECK(v < (uint64_t{1} << 62), "'" + path + "' holds an impossible offset");
+    ZT_CHECK(v < (uint64_t{1} << 62), "'" + path + "' holds an impossible offset " +
+                                          std::to_string(v) + " at entry " +
+                                          std::to_string(values.size()));
     values.push_back(static_cast<int64_t>(v));
   }
   ZT_CHECK(in.gcount() == 0, "'" + path + "' ends in a partial value");

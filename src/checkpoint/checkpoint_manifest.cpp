@@ -103,7 +103,8 @@ nlohmann::json TrainingHyperparameters::to_json() const {
           {"world_invariant", world_invariant},
           {"backend", backend},
           {"attention", attention},
-          {"activations", activations}};
+          {"activations", activations},
+          {"document_masking", document_masking}};
 }
 
 TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json& j) {
@@ -136,6 +137,7 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
   h.backend = j.value("backend", "");
   h.attention = j.value("attention", "");
   h.activations = j.value("activations", "");
+  h.document_masking = j.value("document_masking", "off");
   return h;
 }
 
@@ -474,7 +476,8 @@ std::vector<std::string> check_resume_hyperparameters(
   const std::pair<const char*, std::string TrainingHyperparameters::*> arithmetic[] = {
       {"backend", &TrainingHyperparameters::backend},
       {"attention", &TrainingHyperparameters::attention},
-      {"activations", &TrainingHyperparameters::activations}};
+      {"activations", &TrainingHyperparameters::activations},
+      {"document_masking", &TrainingHyperparameters::document_masking}};
   std::string unrecorded;  // what this run computes with, where the checkpoint does not say
   for (const auto& [name, field] : arithmetic) {
     if (!(saved.*field).empty())

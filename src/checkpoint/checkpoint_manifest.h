@@ -54,10 +54,13 @@ struct TrainingHyperparameters {
   // What computed the run, so that a resume on other arithmetic warns: the backend ("cpu" |
   // "cuda"), the attention kernel it ran ("cpu": the CPU backend's one; "gemm" | "fused") and the
   // activations' storage ("fp32" | "bf16" | "fp16"). Empty in checkpoints written before they were
-  // recorded: a resume then warns once, naming what it computes with.
+  // recorded: a resume then warns once, naming what it computes with. document_masking: "on" |
+  // "off" (--document-masking resolved); "off" in checkpoints written before it existed, which
+  // attended across documents.
   std::string backend{};
   std::string attention{};
   std::string activations{};
+  std::string document_masking = "off";
 
   nlohmann::json to_json() const;
   static TrainingHyperparameters from_json(const nlohmann::json& j);

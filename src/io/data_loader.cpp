@@ -198,10 +198,11 @@ void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t s
 
 void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, int64_t counted) {
   if (counted > 0) return;
-  throw AgreedError("token dataset '" + data.path() +
-                    "': its loss mask is 0 at every target of the " + std::to_string(num_windows) +
-                    " evaluated windows, so there is no loss to average (evaluate more windows, "
-                    "or data whose responses fall inside them)");
+  throw AgreedError("token dataset '" + data.path() + "': no target of the " +
+                    std::to_string(num_windows) +
+                    " evaluated windows counts (the loss mask is 0 there, or each begins a "
+                    "document), so there is no loss to average (evaluate more windows, or data "
+                    "whose responses fall inside them)");
 }
 
 int64_t read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,

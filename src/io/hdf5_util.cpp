@@ -114,6 +114,7 @@ DType classify(hid_t type) {
     if (!is_signed && size == 4) return DType::kUint32;
     if (!is_signed && size == 8) return DType::kUint64;
     if (is_signed && size == 4) return DType::kInt32;
+    if (is_signed && size == 8) return DType::kInt64;
   }
   return DType::kUnsupported;
 }

@@ -89,7 +89,7 @@ void TokenDatasetWriter::add_document_start(int64_t offset) {
   ZT_CHECK(!finished_, "token dataset '" + path_ + "' is already finished");
   ZT_CHECK(offset >= 0 && (doc_starts_.empty() || offset >= doc_starts_.back()),
            "token dataset '" + path_ + "': document start " + std::to_string(offset) +
-               " comes after start " +
+               " is before the previous start " +
                std::to_string(doc_starts_.empty() ? int64_t{0} : doc_starts_.back()));
   if (doc_starts_.empty() || offset > doc_starts_.back()) doc_starts_.push_back(offset);
 }
@@ -474,7 +474,7 @@ std::string TokenDataset::identity() const {
   std::string documents;
   if (has_documents())
     documents =
-        ", " + std::to_string(doc_starts_.size()) + " documents (starts CRC-32C " +
+        ", documents " + std::to_string(doc_starts_.size()) + " (starts CRC-32C " +
         crc32c_hex(crc32c_extend(0, doc_starts_.data(), doc_starts_.size() * sizeof(int64_t))) +
         ")";
   return std::to_string(size_) + " " + dtype_name(dtype_) + " tokens" +

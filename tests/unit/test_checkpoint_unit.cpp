@@ -246,6 +246,18 @@ TEST(CheckpointManifest, ResumeOnOtherArithmeticWarnsNamingEachChange) {
       << older_warnings[0];
   // Neither side recorded (the engine tests' hyperparameters): nothing to say.
   EXPECT_TRUE(check_resume_hyperparameters(older, older.hyper, 2, "bf16", "c").empty());
+  // Document masking: recorded, compared; a checkpoint from before it ran without masks.
+  EXPECT_EQ(older.hyper.document_masking, "off");
+  CheckpointManifest masked = m;
+  masked.hyper.document_masking = "on";
+  masked.hyper = TrainingHyperparameters::from_json(masked.hyper.to_json());
+  EXPECT_EQ(masked.hyper.document_masking, "on");
+  TrainingHyperparameters unmasked = masked.hyper;
+  unmasked.document_masking = "off";
+  const auto masking_warnings = check_resume_hyperparameters(masked, unmasked, 2, "bf16", "c");
+  ASSERT_EQ(masking_warnings.size(), 1u);
+  EXPECT_NE(masking_warnings[0].find("document_masking: checkpoint on, run off"), std::string::npos)
+      << masking_warnings[0];
 }
 
 TEST(CheckpointManifest, HyperparameterChangesFailOrWarn) {
