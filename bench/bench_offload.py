@@ -7,7 +7,10 @@ then at stage 3 no offload and optimizer + params on cpu (--rows picks some). Ea
 --steps steps under `mpirun -np --ranks` on --backend; figures are means over the steps after
 the first. "vs ref" is the row's step time over the no-offload step time at the same stage
 (DeepSpeed users report 2-5x); "thru" is the row's tokens/s over that reference's (the goal for
-optimizer offload on a GPU is >= 0.70). MFU is the metrics' (a GPU backend only).
+optimizer offload on a GPU is >= 0.70). MFU is the metrics' (a GPU backend only). "adam Mp/s" is
+the CPU AdamW's rate (metrics.jsonl's host_adam, rank 0) and "adam GB/s" the memory traffic that
+rate moves (30 bytes per element: master, m, v read and written, the gradient read, a bf16 copy
+written); the host's copy bandwidth, measured first with --threads threads, is its ceiling.
 
   /usr/bin/python3 bench/bench_offload.py --zerotrain build/zerotrain --preset 125m \\
       --nvme-path /tmp
@@ -20,9 +23,35 @@ import json
 import os
 import subprocess
 import tempfile
+import threading
+import time
 
 MIB = 1024.0 * 1024.0
 DEVICE_POOLS = ("params", "grads", "optimizer", "activations", "buffers")
+ADAM_BYTES_PER_PARAM = 30
+
+
+def host_copy_bandwidth(threads, mib_per_thread=512, repeats=3):
+    """GB/s of `threads` threads each copying its own buffer of mib_per_thread MiB (numpy releases
+    the GIL in copies; buffers well past a CPU's last-level cache): bytes read plus bytes written
+    over the slowest thread's time, the best of `repeats`; None without numpy."""
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    n = mib_per_thread * (1 << 20) // 8
+    pairs = [(np.ones(n), np.empty(n)) for _ in range(threads)]
+    best = 0.0
+    for _ in range(repeats):
+        workers = [threading.Thread(target=np.copyto, args=(dst, src)) for src, dst in pairs]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        seconds = time.perf_counter() - start
+        best = max(best, 2 * 8 * n * threads / seconds / 1e9)
+    return best
 
 
 def train(args, data, out, stage, flags):
@@ -53,6 +82,7 @@ def train(args, data, out, stage, flags):
         "tokens_s": mean(lambda s: s["tokens_per_s"]),
         "mfu": mean(lambda s: s["mfu"] or 0.0),
         "optimizer_s": mean(lambda s: s["time"]["optimizer_s"]),
+        "adam_pps": mean(lambda s: s.get("host_adam", {}).get("params_per_s", 0.0)),
         "d2h": mean(lambda s: s["offload_bytes"]["device_to_host"]),
         "h2d": mean(lambda s: s["offload_bytes"]["host_to_device"]),
         "nvme_rw": mean(lambda s: s["offload_bytes"]["nvme_read"] +
@@ -108,9 +138,12 @@ def main():
               f"{args.threads} threads, micro-batch {args.micro_batch}, seq-len {args.seq_len}, "
               f"checkpointing {args.activation_checkpointing}, sub_group_size "
               f"{args.sub_group_size}, mean of steps 2..{args.steps}; MiB per rank")
+        bandwidth = host_copy_bandwidth(args.threads)
+        print("host copy bandwidth: " + (f"{bandwidth:.1f} GB/s ({args.threads} threads, numpy)"
+                                         if bandwidth else "not measured (no numpy)"))
         print(f"{'st':>2} {'offload':<21} {'step s':>7} {'vs ref':>6} {'tok/s':>9} {'thru':>5} "
-              f"{'MFU':>6} {'optim s':>7} {'D2H':>7} {'H2D':>7} {'NVMe rw':>8} | {'device':>8} "
-              f"{'host':>8} {'nvme':>8}")
+              f"{'MFU':>6} {'optim s':>7} {'adam Mp/s':>9} {'adam GB/s':>9} {'D2H':>7} "
+              f"{'H2D':>7} {'NVMe rw':>8} | {'device':>8} {'host':>8} {'nvme':>8}")
         reference = {}
         for i, (stage, name, flags) in enumerate(rows):
             r = train(args, data, os.path.join(tmp, f"run{i}"), stage, flags)
@@ -121,6 +154,8 @@ def main():
             thru = f"{r['tokens_s'] / ref['tokens_s']:>5.2f}" if ref else f"{'-':>5}"
             print(f"{stage:>2} {name:<21} {r['step_s']:>7.2f} {vs} {r['tokens_s']:>9.0f} {thru} "
                   f"{100 * r['mfu']:>5.1f}% {r['optimizer_s']:>7.2f} "
+                  f"{r['adam_pps'] / 1e6:>9.1f} "
+                  f"{r['adam_pps'] * ADAM_BYTES_PER_PARAM / 1e9:>9.2f} "
                   f"{r['d2h'] / MIB:>7.1f} {r['h2d'] / MIB:>7.1f} {r['nvme_rw'] / MIB:>8.1f} | "
                   f"{r['device'] / MIB:>8.1f} {r['host'] / MIB:>8.1f} {r['nvme'] / MIB:>8.1f}")
 

@@ -28,6 +28,7 @@
 #include "app/train_checkpointing.h"
 #include "app/train_options.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu_adam.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/consolidate.h"
 #include "comm/mpi_communicator.h"
@@ -270,6 +271,10 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
   info.config["activation_checkpointing"] = activation_checkpointing_name(ac);
   // What --attention resolved to on this backend: "cpu" (its one attention), "gemm" or "fused".
   info.config["attention_kernel"] = attention_kernel;
+  // Optimizer offload: what runs the CPU AdamW (metrics.jsonl's host_adam gives its rate).
+  if (o.offload.optimizer != "none")
+    info.config["host_adam"] = {{"threads", openmp_thread_count()},
+                                {"simd", cpu::adam_simd_name(cpu::best_adam_simd())}};
   info.trainable_parameters = engine.model().trainable().trainable_numel(layout);
   info.frozen_tensors = engine.model().trainable().frozen_names(layout);
   for (const LocalRank& l : local_ranks_of(names))

@@ -35,6 +35,10 @@ struct StepStats {
   // Offload traffic of this step (bytes): device↔host copies, NVMe reads/writes.
   uint64_t offload_d2h_bytes = 0, offload_h2d_bytes = 0, nvme_read_bytes = 0, nvme_write_bytes = 0;
   uint64_t nvme_resident_bytes = 0;  // this rank's optimizer state held on NVMe
+  // Optimizer offload: the CPU AdamW of this step on this rank, the elements it updated and the
+  // seconds its kernel took (copies and NVMe swaps excluded): the host's parameters/s.
+  int64_t host_adam_params = 0;
+  double host_adam_s = 0;
 };
 
 // The optimizer state a rank owns for one group: elements [begin, begin+count) of the group's

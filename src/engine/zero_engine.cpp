@@ -386,6 +386,8 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     stats.nvme_read_bytes = after.nvme_read - before.nvme_read;
     stats.nvme_write_bytes = after.nvme_written - before.nvme_written;
     stats.nvme_resident_bytes = after.nvme_resident;
+    stats.host_adam_params = offloader->last_adam().params;
+    stats.host_adam_s = offloader->last_adam().seconds;
   }
   // offload_param without optimizer offload: the update lands in a device tile, then the host.
   TrackedBuffer<uint8_t> device_out;

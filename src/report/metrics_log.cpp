@@ -90,6 +90,14 @@ nlohmann::json StepRecord::to_json() const {
   j["backend_scratch_bytes"] = backend_scratch_bytes;
   j["comm_bytes"] = comm_bytes_json(comm_bytes);
   j["offload_bytes"] = offload_bytes_json(offload_bytes());
+  // Optimizer offload: this rank's CPU AdamW, so that the host's rate is visible step by step.
+  if (stats.host_adam_params > 0)
+    j["host_adam"] = {
+        {"params", stats.host_adam_params},
+        {"seconds", stats.host_adam_s},
+        {"params_per_s", stats.host_adam_s > 0
+                             ? static_cast<double>(stats.host_adam_params) / stats.host_adam_s
+                             : 0.0}};
   return j;
 }
 

@@ -316,7 +316,12 @@ TEST_F(DeepSpeedE2E, OffloadConfigTrainsWithCpuOffload) {
   EXPECT_TRUE(contains(text, "\"zero_stage\":3")) << text;
   EXPECT_TRUE(contains(text, "\"offload_optimizer\":\"cpu\"")) << text;
   EXPECT_TRUE(contains(text, "\"offload_param\":\"cpu\"")) << text;
-  // Every step line reports the offload traffic and the state in the host pool, none on device.
+  // What runs the CPU AdamW: its threads and SIMD path.
+  const json run = json::parse(std::ifstream((dir_ / "out" / "run.json").string()));
+  EXPECT_GE(run.at("config").at("host_adam").at("threads").get<int>(), 1) << text;
+  EXPECT_FALSE(run.at("config").at("host_adam").at("simd").get<std::string>().empty()) << text;
+  // Every step line reports the offload traffic and the state in the host pool, none on device,
+  // and the CPU AdamW's rate over the elements it updated.
   const auto steps = train_test::read_jsonl((dir_ / "out" / "metrics.jsonl").string());
   ASSERT_FALSE(steps.empty());
   for (const json& m : steps) {
@@ -326,6 +331,13 @@ TEST_F(DeepSpeedE2E, OffloadConfigTrainsWithCpuOffload) {
     EXPECT_EQ(bytes.at("nvme_read").get<uint64_t>(), 0u) << m.dump();
     EXPECT_EQ(m.at("peak_memory_bytes").at("optimizer").get<uint64_t>(), 0u) << m.dump();
     EXPECT_GT(m.at("peak_memory_bytes").at("host").get<uint64_t>(), 0u) << m.dump();
+    const json& adam = m.at("host_adam");
+    EXPECT_GT(adam.at("params").get<int64_t>(), 0) << m.dump();
+    EXPECT_GT(adam.at("seconds").get<double>(), 0.0) << m.dump();
+    EXPECT_NEAR(adam.at("params_per_s").get<double>(),
+                adam.at("params").get<double>() / adam.at("seconds").get<double>(),
+                1e-9 * adam.at("params_per_s").get<double>())
+        << m.dump();
   }
   std::ifstream md((dir_ / "out" / "report.md").string());
   const std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());

@@ -1,6 +1,7 @@
 #include "engine/offload/offload_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "backend/cpu/cpu_adam.h"
@@ -60,6 +61,7 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
   const bool bf16 = work == DType::kBf16, fp16 = work == DType::kFloat16;
   const size_t elem = dtype_size(work);
   size_t tile_index = 0;
+  last_adam_ = {};
   store_->update_tiles([&](const StateTile& t) {
     const size_t slot = tile_index++ % staging_.size();
     uint8_t* staging = staging_[slot].data();
@@ -82,6 +84,7 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
       if (lo >= hi) continue;
       const int64_t at = lo - t.begin;
       h.weight_decay = s.decay ? weight_decay : 0.0f;
+      const auto start = std::chrono::steady_clock::now();
       cpu::adam_update(path, t.master + at, t.m + at, t.v + at, grads + lo,
                        bf16 ? reinterpret_cast<bf16_t*>(staging) + at : nullptr,
                        bf16 || fp16 ? nullptr : reinterpret_cast<float*>(staging) + at, hi - lo, h);
@@ -89,6 +92,9 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
       if (fp16)
         floats_to_fp16(t.master + at, reinterpret_cast<uint16_t*>(staging) + at,
                        static_cast<size_t>(hi - lo));
+      last_adam_.seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      last_adam_.params += hi - lo;
     }
     auto* out = static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem;
     const size_t bytes = static_cast<size_t>(t.count) * elem;

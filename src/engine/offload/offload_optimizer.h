@@ -49,6 +49,13 @@ class OffloadOptimizer {
   void step(AdamWHyper h, float weight_decay, const std::function<void*(int g)>& work_out);
   OptimizerStateStore& store() { return *store_; }
   OffloadTraffic traffic() const;
+  // The last step()'s CPU AdamW: elements updated and seconds in its kernel (the copies, the
+  // rounding of frozen tiles and NVMe swaps excluded).
+  struct AdamTiming {
+    int64_t params = 0;
+    double seconds = 0;
+  };
+  AdamTiming last_adam() const { return last_adam_; }
 
  private:
   std::vector<int64_t> own_sizes_;
@@ -61,6 +68,7 @@ class OffloadOptimizer {
   // Two tiles of working values: the host→device copy of one overlaps the update of the next.
   std::array<TrackedBuffer<uint8_t>, 2> staging_;
   std::array<uint64_t, 2> staging_copied_{};  // copier marks after each staging tile's copy
+  AdamTiming last_adam_;
 };
 
 }  // namespace zt
