@@ -10,7 +10,8 @@ the first. "vs ref" is the row's step time over the no-offload step time at the 
 optimizer offload on a GPU is >= 0.70). MFU is the metrics' (a GPU backend only). "adam Mp/s" is
 the CPU AdamW's rate (metrics.jsonl's host_adam, rank 0) and "adam GB/s" the memory traffic that
 rate moves (30 bytes per element: master, m, v read and written, the gradient read, a bf16 copy
-written); the host's copy bandwidth, measured first with --threads threads, is its ceiling.
+written); the host's copy bandwidth, measured first with --threads threads (one rank's share:
+with --ranks R the ranks share the host's bandwidth), is its ceiling.
 
   /usr/bin/python3 bench/bench_offload.py --zerotrain build/zerotrain --preset 125m \\
       --nvme-path /tmp

@@ -214,7 +214,8 @@ bool changes_trajectory(const std::string& key) {
                                                       "save_consolidated_every",
                                                       "save_every",
                                                       "nvme_path",
-                                                      "offload_buffer_count"};
+                                                      "offload_buffer_count",
+                                                      "host_adam"};
   return !volatile_keys.count(key);
 }
 

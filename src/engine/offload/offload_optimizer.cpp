@@ -88,13 +88,13 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
       cpu::adam_update(path, t.master + at, t.m + at, t.v + at, grads + lo,
                        bf16 ? reinterpret_cast<bf16_t*>(staging) + at : nullptr,
                        bf16 || fp16 ? nullptr : reinterpret_cast<float*>(staging) + at, hi - lo, h);
+      last_adam_.seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      last_adam_.params += hi - lo;
       // fp16: the updated masters, rounded (the Adam kernels write bf16 or fp32 only).
       if (fp16)
         floats_to_fp16(t.master + at, reinterpret_cast<uint16_t*>(staging) + at,
                        static_cast<size_t>(hi - lo));
-      last_adam_.seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      last_adam_.params += hi - lo;
     }
     auto* out = static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem;
     const size_t bytes = static_cast<size_t>(t.count) * elem;
