@@ -97,13 +97,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // the first K·N·B non-overlapping windows (docs/ARCHITECTURE.md §3) — the same figure as
 // `zerotrain eval --batches K --micro-batch N·B` on the trained weights.
 nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& data,
-                                       const TrainOptions& o, int rank, int world) {
+                                       const TrainOptions& o, bool document_masks, int rank,
+                                       int world) {
   const int64_t B = o.micro_batch, T = o.seq_len;
   check_eval_windows(data, o.eval_batches * world * B, T);
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
-  // With document masks the windows are scored as they were trained (o.document_masking is the
-  // mode that ran: open_inputs resolved it).
-  std::vector<int32_t> doc_starts(o.document_masking == "on" ? inputs.size() : 0);
+  // With document masks the windows are scored as they were trained.
+  std::vector<int32_t> doc_starts(document_masks ? inputs.size() : 0);
   int32_t* doc_start = doc_starts.empty() ? nullptr : doc_starts.data();
   double loss_sum = 0, counted = 0;  // counted targets: exact in a double below 2^53
   for (int64_t k = 0; k < o.eval_batches; ++k) {
@@ -318,7 +318,9 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
   const TokenDataset& data = *in.data;
   const int world = comm.world_size();
   nlohmann::json eval;
-  if (o.eval_batches > 0) eval = evaluate_after_training(engine, data, o, comm.rank(), world);
+  if (o.eval_batches > 0)
+    eval =
+        evaluate_after_training(engine, data, o, in.sampler->document_masks(), comm.rank(), world);
   write_model_with_tokenizer(engine, o.out + "/final", comm, in.tokenizer);
   nlohmann::json extra = {
       {"world_size", world},
