@@ -117,6 +117,49 @@ with z.open(name) as src, open(sys.argv[2] + "/" + name.split("/")[1], "wb") as 
   rm -rf "$ROOT/.deps/smollm2" && mv "$ROOT/.deps/smollm2.tmp" "$ROOT/.deps/smollm2"
 }
 
+# Real tokenizers as GGUF vocabularies, with the ids their Hugging Face originals give on a set of
+# hard texts: llama.cpp's models/ggml-vocab-{llama-spm,phi-3,llama-bpe,qwen2,gpt-2}.gguf and
+# their .inp/.out files (realmodel_gguf_vocabs). Taken from PyPI's llama-cpp-python sdist, which
+# vendors llama.cpp (MIT, its LICENSE kept beside them), pinned and checked by SHA-256, into
+# .deps/llama-cpp-vocab/.
+LLAMA_CPP_PYTHON_VERSION=0.3.16
+LLAMA_CPP_PYTHON_SHA256=34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6
+LLAMA_VOCAB_DIR=$ROOT/.deps/llama-cpp-vocab
+fetch_llama_vocabs() {
+  [ -f "$LLAMA_VOCAB_DIR/ggml-vocab-gpt-2.gguf.out" ] && return
+  local sdist=$ROOT/.deps/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
+  if ! echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --status 2>/dev/null; then
+    log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from PyPI (llama.cpp's vocabulary test files, 50 MB)"
+    rm -f "$sdist"
+    mkdir -p "$ROOT/.deps"
+    # The file itself, found through PyPI's simple index (JSON form): pip download would build
+    # the package's metadata first, which takes minutes.
+    /usr/bin/python3 -c 'import json, sys, urllib.request
+index = urllib.request.Request("https://pypi.org/simple/llama-cpp-python/",
+                               headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+files = json.load(urllib.request.urlopen(index))["files"]
+url = [f["url"] for f in files if f["filename"] == "llama_cpp_python-%s.tar.gz" % sys.argv[1]][0]
+with urllib.request.urlopen(url) as src, open(sys.argv[2], "wb") as dst:
+    while chunk := src.read(1 << 20):
+        dst.write(chunk)' "$LLAMA_CPP_PYTHON_VERSION" "$sdist" ||
+      { log "could not fetch llama-cpp-python from PyPI"; exit 1; }
+    echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --status ||
+      { log "$sdist: SHA-256 differs from the pinned one"; exit 1; }
+  fi
+  rm -rf "$LLAMA_VOCAB_DIR.tmp" && mkdir -p "$LLAMA_VOCAB_DIR.tmp"
+  /usr/bin/python3 -c 'import os, sys, tarfile
+prefix = "llama_cpp_python-" + sys.argv[2] + "/vendor/llama.cpp/"
+wanted = ["LICENSE"] + ["models/ggml-vocab-%s.gguf%s" % (v, e)
+                        for v in ("llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2")
+                        for e in ("", ".inp", ".out")]
+with tarfile.open(sys.argv[1]) as t:
+    for name in wanted:
+        with t.extractfile(prefix + name) as src, \
+                open(os.path.join(sys.argv[3], os.path.basename(name)), "wb") as dst:
+            dst.write(src.read())' "$sdist" "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_VOCAB_DIR.tmp"
+  rm -rf "$LLAMA_VOCAB_DIR" && mv "$LLAMA_VOCAB_DIR.tmp" "$LLAMA_VOCAB_DIR"
+}
+
 # cuDNN frontend (header-only C++ API of the fused attention, backend/cuda/cudnn_attention.*):
 # the headers of PyPI's nvidia-cudnn-frontend wheel, pinned and checked like the sdist above,
 # unpacked into .deps/cudnn-frontend-<version>/include. Fetched only when nvcc exists (a CPU-only
@@ -364,7 +407,7 @@ test_asan() {
 }
 
 case "${1:-}" in
-  deps) install_deps; fetch_test_sources; fetch_smollm2; setup_venv; fetch_cudnn_frontend ;;
+  deps) install_deps; fetch_test_sources; fetch_smollm2; fetch_llama_vocabs; setup_venv; fetch_cudnn_frontend ;;
   build) install_deps; build ;;
   demo) install_deps; fetch_smollm2; setup_venv; build_target zerotrain; demo ;;
   demo-scratch) install_deps; build_target zerotrain; demo_scratch ;;
@@ -373,6 +416,7 @@ case "${1:-}" in
     install_deps
     fetch_test_sources
     fetch_smollm2
+    fetch_llama_vocabs
     setup_venv_or_warn
     build
     status=0

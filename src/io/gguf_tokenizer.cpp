@@ -1,7 +1,10 @@
 #include "io/gguf_tokenizer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "util/error.h"
 #include "util/json_text.h"
@@ -67,10 +70,11 @@ std::string known_pre_names() {
   return names;
 }
 
-// The post-processor: a template adding BOS before (and EOS after) each sequence, or
-// byte-level's own when nothing is added.
+// The post-processor: a template adding BOS before (and EOS after) each sequence, or, when
+// nothing is added, byte-level's own (none for SentencePiece).
 nlohmann::json post_processor(const std::string* bos, int64_t bos_id, const std::string* eos,
-                              int64_t eos_id) {
+                              int64_t eos_id, bool byte_level) {
+  if (!bos && !eos && !byte_level) return nullptr;
   if (!bos && !eos)
     return {{"type", "ByteLevel"},
             {"add_prefix_space", true},
@@ -97,10 +101,11 @@ nlohmann::json post_processor(const std::string* bos, int64_t bos_id, const std:
 struct GgufVocab {
   std::vector<std::string> tokens;
   std::vector<int> types;
-  std::vector<std::string> merges;
+  std::vector<std::string> merges;  // byte-level BPE ("gpt2")
+  std::vector<float> scores;        // SentencePiece ("llama")
 };
 
-GgufVocab read_vocab(const GgufReader& gguf) {
+GgufVocab read_vocab(const GgufReader& gguf, bool sentencepiece) {
   const std::string& path = gguf.path();
   GgufVocab v;
   const nlohmann::json& tokens = gguf.value("tokenizer.ggml.tokens");
@@ -125,6 +130,23 @@ GgufVocab read_vocab(const GgufReader& gguf) {
       v.types[i] = types[i].get<int>();
     }
   }
+  if (sentencepiece) {
+    ZT_CHECK(gguf.has("tokenizer.ggml.scores"),
+             path +
+                 ": no metadata 'tokenizer.ggml.scores' (a SentencePiece vocabulary ranks its "
+                 "merges by them)");
+    const nlohmann::json& scores = gguf.value("tokenizer.ggml.scores");
+    ZT_CHECK(scores.is_array() && scores.size() == v.tokens.size(),
+             path + ": metadata 'tokenizer.ggml.scores' must have one entry per token (" +
+                 std::to_string(v.tokens.size()) + ")");
+    for (size_t i = 0; i < scores.size(); ++i) {
+      ZT_CHECK(scores[i].is_number() && std::isfinite(scores[i].get<double>()),
+               path + ": metadata 'tokenizer.ggml.scores'[" + std::to_string(i) + "] is " +
+                   quoted_json(scores[i]) + ", not a finite number");
+      v.scores.push_back(scores[i].get<float>());
+    }
+    return v;
+  }
   ZT_CHECK(gguf.has("tokenizer.ggml.merges"),
            path + ": no metadata 'tokenizer.ggml.merges' (a BPE vocabulary needs its merges)");
   for (const nlohmann::json& m : gguf.value("tokenizer.ggml.merges")) {
@@ -147,16 +169,65 @@ int64_t special_token_id(const GgufReader& gguf, const char* key, size_t vocab) 
   return id;
 }
 
-}  // namespace
+// The byte length of the UTF-8 character that starts with `lead` (1 for a stray continuation
+// byte, so that a malformed token still splits somewhere).
+size_t utf8_length(unsigned char lead) {
+  if (lead >= 0xF0) return 4;
+  if (lead >= 0xE0) return 3;
+  if (lead >= 0xC0) return 2;
+  return 1;
+}
 
-TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context_length) {
+// The merges of a SentencePiece vocabulary, which GGUF keeps as scores instead, rebuilt as
+// transformers' GGUF converter rebuilds them: every split of a token into two tokens at a
+// character boundary is a merge; merges rank by the whole token's score, highest first, and one
+// token's splits by the scores of their halves; ties keep id order. Written "LEFT RIGHT", or as
+// [LEFT, RIGHT] pairs when a piece holds a space.
+nlohmann::json merges_from_scores(const GgufVocab& v) {
+  std::unordered_map<std::string, float> score;
+  for (size_t i = 0; i < v.tokens.size(); ++i) score[v.tokens[i]] = v.scores[i];
+  struct Merge {
+    std::string left, right;
+    float score;
+  };
+  std::vector<Merge> merges;
+  bool piece_has_space = false;
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const std::string& token = v.tokens[i];
+    std::vector<Merge> splits;
+    for (size_t cut = token.empty() ? 0 : utf8_length(static_cast<unsigned char>(token[0]));
+         cut < token.size(); cut += utf8_length(static_cast<unsigned char>(token[cut]))) {
+      std::string left = token.substr(0, cut), right = token.substr(cut);
+      if (score.count(left) && score.count(right))
+        splits.push_back({std::move(left), std::move(right), v.scores[i]});
+    }
+    std::stable_sort(splits.begin(), splits.end(), [&](const Merge& a, const Merge& b) {
+      return std::pair(score[a.left], score[a.right]) > std::pair(score[b.left], score[b.right]);
+    });
+    for (Merge& m : splits) {
+      piece_has_space |=
+          m.left.find(' ') != std::string::npos || m.right.find(' ') != std::string::npos;
+      merges.push_back(std::move(m));
+    }
+  }
+  std::stable_sort(merges.begin(), merges.end(),
+                   [](const Merge& a, const Merge& b) { return a.score > b.score; });
+  nlohmann::json out = nlohmann::json::array();
+  for (const Merge& m : merges)
+    out.push_back(piece_has_space ? nlohmann::json::array({m.left, m.right})
+                                  : nlohmann::json(m.left + " " + m.right));
+  return out;
+}
+
+// The parts of tokenizer.json that differ between the two kinds of vocabulary.
+struct TokenizerPipeline {
+  nlohmann::json normalizer, pre_tokenizer, decoder, model;
+};
+
+// Byte-level BPE ("gpt2"): bytes mapped to characters, split by the named pre-tokenizer.
+TokenizerPipeline byte_level_pipeline(const GgufReader& gguf, const GgufVocab& v,
+                                      const nlohmann::json& vocab) {
   const std::string& path = gguf.path();
-  const std::string model = gguf.string("tokenizer.ggml.model");
-  ZT_CHECK(model == "gpt2",
-           path + ": metadata 'tokenizer.ggml.model' is \"" + model +
-               "\"; zerotrain rebuilds byte-level BPE vocabularies (\"gpt2\": GPT-2, Llama 3, "
-               "Qwen2, SmolLM) only. Give the model's Hugging Face tokenizer directory with "
-               "--tokenizer DIR");
   const std::string pre = gguf.has("tokenizer.ggml.pre") ? gguf.string("tokenizer.ggml.pre") : "";
   const PreTokenizer* pre_tokenizer = nullptr;
   for (const PreTokenizer& p : pre_tokenizers())
@@ -166,7 +237,70 @@ TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context
            path + ": metadata 'tokenizer.ggml.pre' is \"" + pre +
                "\", a pre-tokenizer zerotrain does not rebuild (it knows " + known_pre_names() +
                "). Give the model's Hugging Face tokenizer directory with --tokenizer DIR");
-  const GgufVocab v = read_vocab(gguf);
+  return {nullptr,
+          pre_tokenizer->hf,
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", true},
+           {"trim_offsets", true},
+           {"use_regex", true}},
+          {{"type", "BPE"},
+           {"dropout", nullptr},
+           {"unk_token", nullptr},
+           {"continuing_subword_prefix", nullptr},
+           {"end_of_word_suffix", nullptr},
+           {"fuse_unk", false},
+           {"byte_fallback", false},
+           // llama.cpp takes a Llama 3 pre-token found whole in the vocabulary as one token.
+           {"ignore_merges", pre_tokenizer->gguf_names.front() == "llama-bpe"},
+           {"vocab", vocab},
+           {"merges", v.merges}}};
+}
+
+// SentencePiece BPE ("llama": Llama 2, Mistral, TinyLlama, Phi-3), as Hugging Face writes it
+// for these models: spaces become U+2581 with one prepended (unless
+// tokenizer.ggml.add_space_prefix is false), characters outside the vocabulary fall back to
+// their <0xNN> byte tokens, and decoding undoes both.
+TokenizerPipeline sentencepiece_pipeline(const GgufReader& gguf, const GgufVocab& v,
+                                         const nlohmann::json& vocab, int64_t unk) {
+  const bool prefix = !gguf.has("tokenizer.ggml.add_space_prefix") ||
+                      gguf.value("tokenizer.ggml.add_space_prefix") == true;
+  const std::string space_mark = "\u2581";
+  nlohmann::json normalizers = nlohmann::json::array();
+  if (prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", space_mark}});
+  normalizers.push_back(
+      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space_mark}});
+  nlohmann::json decoders = {
+      {{"type", "Replace"}, {"pattern", {{"String", space_mark}}}, {"content", " "}},
+      {{"type", "ByteFallback"}},
+      {{"type", "Fuse"}}};
+  if (prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  return {{{"type", "Sequence"}, {"normalizers", normalizers}},
+          nullptr,
+          {{"type", "Sequence"}, {"decoders", decoders}},
+          {{"type", "BPE"},
+           {"dropout", nullptr},
+           {"unk_token", unk >= 0 ? nlohmann::json(v.tokens[static_cast<size_t>(unk)]) : nullptr},
+           {"continuing_subword_prefix", nullptr},
+           {"end_of_word_suffix", nullptr},
+           {"fuse_unk", true},
+           {"byte_fallback", true},
+           {"ignore_merges", false},
+           {"vocab", vocab},
+           {"merges", merges_from_scores(v)}}};
+}
+
+}  // namespace
+
+TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context_length) {
+  const std::string& path = gguf.path();
+  const std::string model = gguf.string("tokenizer.ggml.model");
+  ZT_CHECK(model == "gpt2" || model == "llama",
+           path + ": metadata 'tokenizer.ggml.model' is \"" + model +
+               "\"; zerotrain rebuilds byte-level BPE (\"gpt2\": GPT-2, Llama 3, Qwen2, SmolLM) "
+               "and SentencePiece BPE (\"llama\": Llama 2, Mistral, TinyLlama) vocabularies "
+               "only. Give the model's Hugging Face tokenizer directory with --tokenizer DIR");
+  const bool sentencepiece = model == "llama";
+  const GgufVocab v = read_vocab(gguf, sentencepiece);
   nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
   nlohmann::json decoder = nlohmann::json::object();
   for (size_t id = 0; id < v.tokens.size(); ++id) {
@@ -198,31 +332,18 @@ TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context
              add_eos = flag("add_eos_token") && eos >= 0;
   const std::string* bos_token = add_bos ? &v.tokens[static_cast<size_t>(bos)] : nullptr;
   const std::string* eos_token = add_eos ? &v.tokens[static_cast<size_t>(eos)] : nullptr;
+  const TokenizerPipeline pipeline = sentencepiece ? sentencepiece_pipeline(gguf, v, vocab, unk)
+                                                   : byte_level_pipeline(gguf, v, vocab);
   const nlohmann::json tokenizer = {
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
       {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", pre_tokenizer->hf},
-      {"post_processor", post_processor(bos_token, bos, eos_token, eos)},
-      {"decoder",
-       {{"type", "ByteLevel"},
-        {"add_prefix_space", true},
-        {"trim_offsets", true},
-        {"use_regex", true}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false},
-        {"byte_fallback", false},
-        // llama.cpp takes a Llama 3 pre-token found whole in the vocabulary as one token.
-        {"ignore_merges", pre_tokenizer->gguf_names.front() == "llama-bpe"},
-        {"vocab", vocab},
-        {"merges", v.merges}}}};
+      {"normalizer", pipeline.normalizer},
+      {"pre_tokenizer", pipeline.pre_tokenizer},
+      {"post_processor", post_processor(bos_token, bos, eos_token, eos, !sentencepiece)},
+      {"decoder", pipeline.decoder},
+      {"model", pipeline.model}};
   nlohmann::json config = {
       {"added_tokens_decoder", decoder},    {"add_bos_token", add_bos},
       {"add_eos_token", add_eos},           {"clean_up_tokenization_spaces", false},
@@ -273,6 +394,92 @@ std::string special_token_text(const nlohmann::json& config, const char* key) {
   return "";
 }
 
+// What a Hugging Face tokenizer.json becomes in GGUF: "gpt2" with a named pre-tokenizer for
+// byte-level BPE; "llama" for SentencePiece BPE (byte fallback, U+2581 for spaces), either as
+// transformers writes it for legacy Llama tokenizers (normalizer: Prepend U+2581, Replace " ")
+// or for newer ones (a Metaspace pre-tokenizer, no normalizer).
+struct GgufTokenizerKind {
+  std::string model, pre;
+  bool sentencepiece = false;
+  bool add_space_prefix = false;
+};
+
+GgufTokenizerKind gguf_tokenizer_kind(const nlohmann::json& tok, const std::string& file) {
+  const nlohmann::json model = tok.value("model", nlohmann::json::object());
+  ZT_CHECK(model.value("type", "") == "BPE",
+           file + ": a " + quoted_json(model.value("type", "")) +
+               " model; export --format gguf writes BPE vocabularies (byte-level or "
+               "SentencePiece) only");
+  const nlohmann::json pre_tokenizer = tok.value("pre_tokenizer", nlohmann::json());
+  if (model.value("byte_fallback", false)) {
+    const nlohmann::json normalizer = tok.value("normalizer", nlohmann::json());
+    const nlohmann::json replace = {
+        {"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+    const nlohmann::json prepend = {{"type", "Prepend"}, {"prepend", "\u2581"}};
+    const bool legacy = pre_tokenizer.is_null() && normalizer.is_object() &&
+                        normalizer.value("type", "") == "Sequence" &&
+                        (normalizer["normalizers"] == nlohmann::json::array({prepend, replace}) ||
+                         normalizer["normalizers"] == nlohmann::json::array({replace}));
+    const bool metaspace = normalizer.is_null() && pre_tokenizer.is_object() &&
+                           pre_tokenizer.value("type", "") == "Metaspace" &&
+                           pre_tokenizer.value("replacement", "") == "\u2581";
+    ZT_CHECK(legacy || metaspace,
+             file + ": a byte-fallback BPE whose normalizer " + quoted_json(normalizer) +
+                 " and pre_tokenizer " + quoted_json(pre_tokenizer) +
+                 " are not a SentencePiece Llama tokenizer's; export --format gguf cannot "
+                 "describe it to llama.cpp");
+    const bool prefix = legacy ? normalizer["normalizers"].size() == 2
+                               : pre_tokenizer.value("prepend_scheme", "always") != "never";
+    return {"llama", "default", true, prefix};
+  }
+  const nlohmann::json wanted = without_offsets(pre_tokenizer);
+  for (const PreTokenizer& p : pre_tokenizers())
+    if (without_offsets(p.hf) == wanted) return {"gpt2", p.gguf_names.front(), false, false};
+  fail(file + ": its pre_tokenizer " + quoted_json(pre_tokenizer) +
+       " is not one llama.cpp knows by name here (" + known_pre_names() + ")");
+}
+
+// SentencePiece's byte tokens, <0x00> to <0xFF>.
+bool is_byte_token(const std::string& token) {
+  return token.size() == 6 && token.compare(0, 3, "<0x") == 0 && token[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(token[3])) &&
+         std::isxdigit(static_cast<unsigned char>(token[4]));
+}
+
+// A merge as tokenizer.json stores it: "LEFT RIGHT" or [LEFT, RIGHT].
+std::pair<std::string, std::string> merge_pair(const nlohmann::json& m, const std::string& file) {
+  if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+    return {m[0].get<std::string>(), m[1].get<std::string>()};
+  const size_t space =
+      m.is_string() ? m.get_ref<const std::string&>().find(' ') : std::string::npos;
+  ZT_CHECK(space != std::string::npos,
+           file + ": merge " + quoted_json(m) + " is neither \"LEFT RIGHT\" nor [LEFT, RIGHT]");
+  const std::string& text = m.get_ref<const std::string&>();
+  return {text.substr(0, space), text.substr(space + 1)};
+}
+
+// SentencePiece scores that rank the merges as the merge list does: a token made by the merge of
+// rank r scores -r (its first such merge), so that llama.cpp, and an import that rebuilds the
+// merges from the scores, merge in the same order. Other tokens score 0 (control, byte and added
+// tokens, as llama.cpp's converter writes them) or, when normal, below every merge.
+nlohmann::json scores_from_merges(const nlohmann::json& tokens, const nlohmann::json& types,
+                                  const nlohmann::json& merges, const std::string& file) {
+  std::unordered_map<std::string, size_t> made_by;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto [left, right] = merge_pair(merges[rank], file);
+    made_by.emplace(left + right, rank);
+  }
+  const float below_every_merge = -static_cast<float>(merges.size()) - 1.0f;
+  nlohmann::json scores = nlohmann::json::array();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const auto it = made_by.find(tokens[i].get<std::string>());
+    scores.push_back(it != made_by.end()   ? -static_cast<float>(it->second) - 1.0f
+                     : types[i] == kNormal ? below_every_merge
+                                           : 0.0f);
+  }
+  return scores;
+}
+
 GgufValue string_value(const std::string& s) {
   return {GgufValueType::kString, GgufValueType::kUint32, s};
 }
@@ -286,28 +493,26 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
   const nlohmann::json config = parse_tokenizer_file(tokenizer, "tokenizer_config.json", where);
   const std::string file = where + "/tokenizer.json";
   const nlohmann::json model = tok.value("model", nlohmann::json::object());
-  ZT_CHECK(model.value("type", "") == "BPE" && !model.value("byte_fallback", false),
-           file + ": not a byte-level BPE tokenizer (model " +
-               quoted_json(model.value("type", "")) +
-               (model.value("byte_fallback", false) ? ", byte_fallback: a SentencePiece-style one"
-                                                    : "") +
-               "); export --format gguf writes byte-level BPE vocabularies only");
-  std::string pre;
-  const nlohmann::json wanted = without_offsets(tok.value("pre_tokenizer", nlohmann::json()));
-  for (const PreTokenizer& p : pre_tokenizers())
-    if (without_offsets(p.hf) == wanted) pre = p.gguf_names.front();
-  ZT_CHECK(!pre.empty(), file + ": its pre_tokenizer " +
-                             quoted_json(tok.value("pre_tokenizer", nlohmann::json())) +
-                             " is not one llama.cpp knows by name here (" + known_pre_names() +
-                             ")");
+  const GgufTokenizerKind kind = gguf_tokenizer_kind(tok, file);
   std::map<int64_t, std::pair<std::string, int>> by_id;  // id -> token, type
   const nlohmann::json vocab = model.value("vocab", nlohmann::json::object());
   const nlohmann::json added = tok.value("added_tokens", nlohmann::json::array());
   const nlohmann::json model_merges = model.value("merges", nlohmann::json::array());
-  for (const auto& [token, id] : vocab.items()) by_id[id.get<int64_t>()] = {token, kNormal};
-  for (const nlohmann::json& a : added)
-    by_id[a.at("id").get<int64_t>()] = {a.at("content").get<std::string>(),
-                                        a.value("special", false) ? kControl : kUserDefined};
+  const std::string unk_token = model.value("unk_token", nlohmann::json()).is_string()
+                                    ? model.at("unk_token").get<std::string>()
+                                    : "";
+  for (const auto& [token, id] : vocab.items())
+    by_id[id.get<int64_t>()] = {token, !kind.sentencepiece    ? kNormal
+                                       : token == unk_token   ? kUnknown
+                                       : is_byte_token(token) ? kByte
+                                                              : kNormal};
+  for (const nlohmann::json& a : added) {
+    const std::string content = a.at("content").get<std::string>();
+    by_id[a.at("id").get<int64_t>()] = {content, content == unk_token && kind.sentencepiece
+                                                     ? kUnknown
+                                                 : a.value("special", false) ? kControl
+                                                                             : kUserDefined};
+  }
   ZT_CHECK(!by_id.empty() && by_id.begin()->first >= 0 && by_id.rbegin()->first < vocab_size,
            file + ": token ids reach " + std::to_string(by_id.empty() ? 0 : by_id.rbegin()->first) +
                ", beyond the model's vocabulary of " + std::to_string(vocab_size));
@@ -322,16 +527,24 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
     types.push_back(it != by_id.end() ? it->second.second : kUnused);
     id_of.emplace(token, id);
   }
-  nlohmann::json merges = nlohmann::json::array();
-  for (const nlohmann::json& m : model_merges)
-    merges.push_back(m.is_array() ? m.at(0).get<std::string>() + " " + m.at(1).get<std::string>()
-                                  : m.get<std::string>());
   std::vector<std::pair<std::string, GgufValue>> out = {
-      {"tokenizer.ggml.model", string_value("gpt2")},
-      {"tokenizer.ggml.pre", string_value(pre)},
+      {"tokenizer.ggml.model", string_value(kind.model)},
+      {"tokenizer.ggml.pre", string_value(kind.pre)},
       {"tokenizer.ggml.tokens", {GgufValueType::kArray, GgufValueType::kString, tokens}},
-      {"tokenizer.ggml.token_type", {GgufValueType::kArray, GgufValueType::kInt32, types}},
-      {"tokenizer.ggml.merges", {GgufValueType::kArray, GgufValueType::kString, merges}}};
+      {"tokenizer.ggml.token_type", {GgufValueType::kArray, GgufValueType::kInt32, types}}};
+  if (kind.sentencepiece) {
+    out.push_back({"tokenizer.ggml.scores",
+                   {GgufValueType::kArray, GgufValueType::kFloat32,
+                    scores_from_merges(tokens, types, model_merges, file)}});
+    out.push_back({"tokenizer.ggml.add_space_prefix",
+                   {GgufValueType::kBool, GgufValueType::kUint32, kind.add_space_prefix}});
+  } else {
+    nlohmann::json merges = nlohmann::json::array();
+    for (const nlohmann::json& m : model_merges)
+      merges.push_back(merge_pair(m, file).first + " " + merge_pair(m, file).second);
+    out.push_back(
+        {"tokenizer.ggml.merges", {GgufValueType::kArray, GgufValueType::kString, merges}});
+  }
   const std::pair<const char*, const char*> specials[] = {{"bos_token", "bos_token_id"},
                                                           {"eos_token", "eos_token_id"},
                                                           {"unk_token", "unknown_token_id"},

@@ -8,9 +8,11 @@
 // tokenizer.json (a BPE model with the pre-tokenizer of that name), tokenizer_config.json
 // (special tokens, added tokens, chat template), special_tokens_map.json and the bos/eos ids.
 // Pre-tokenizers known both ways: default and gpt-2 (GPT-2's regex), llama-bpe (Llama 3),
-// qwen2, smollm (single digits, then GPT-2's regex). SentencePiece vocabularies
-// (tokenizer.ggml.model "llama": Llama 2, Mistral, TinyLlama) are not converted: their
-// tokenizer is taken from a Hugging Face directory instead (import --tokenizer).
+// qwen2, smollm (single digits, then GPT-2's regex). A SentencePiece BPE vocabulary
+// (tokenizer.ggml.model "llama": Llama 2, Mistral, TinyLlama, Phi-3) keeps scores instead of
+// merges; its merges are rebuilt from them as transformers' GGUF converter does, and its
+// tokenizer.json is the one Hugging Face writes for these models (U+2581 for spaces, byte
+// fallback). Export writes byte-level vocabularies only.
 #pragma once
 #include <string>
 #include <utility>

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""The tokenizers zerotrain rebuilds from GGUF vocabularies, against the real tokenizers they came
+from (CTest label "realmodel", in the project venv).
+
+llama.cpp keeps vocabulary-only GGUF files of real models' tokenizers beside the ids their
+Hugging Face tokenizers give on a set of hard texts (models/ggml-vocab-NAME.gguf, .inp, .out:
+`tokenizer.encode(text, add_special_tokens=False)` of the original tokenizer, written by
+llama.cpp's convert_hf_to_gguf_update.py). ./run.sh deps takes them from PyPI's
+llama-cpp-python sdist (pinned by SHA-256) into .deps/llama-cpp-vocab/.
+
+For each vocabulary: SentencePiece BPE (llama-spm: Llama 2's tokenizer; phi-3: the same kind
+with added chat tokens) and byte-level BPE (llama-bpe: Llama 3's; qwen2; gpt-2), a tiny random
+Llama carrying that vocabulary's tokenizer metadata unchanged is written as GGUF and imported
+with `zerotrain import`. The tokenizer files it rebuilds must give the original tokenizer's ids
+on every text, decode them back to the text, add BOS as the metadata says, and name the
+special tokens and chat template of the metadata.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
+from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
+                            require_venv_modules, run_tool)
+
+gguf, np, transformers = require_venv_modules("gguf", "numpy", "transformers")
+
+VOCABS = ["llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2"]
+SEPARATOR = "\n__ggml_vocab_test__\n"
+HIDDEN = 32
+
+
+def cases(vocab_dir, name):
+    """The texts and the original tokenizer's ids for them."""
+    base = os.path.join(vocab_dir, f"ggml-vocab-{name}.gguf")
+    texts = open(base + ".inp", encoding="utf-8", newline="").read().split(SEPARATOR)
+    if texts and texts[-1] == "":
+        texts.pop()
+    ids = [[int(t) for t in line.split()] for line in
+           open(base + ".out", encoding="utf-8").read().split("\n")]
+    check(len(ids) >= len(texts), f"{base}.out: {len(ids)} lines for {len(texts)} texts")
+    return texts, ids[:len(texts)]
+
+
+def tokenizer_fields(reader):
+    """(key, value, type, element type) of every tokenizer.* metadata field, as stored."""
+    T = gguf.GGUFValueType
+    out = []
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == T.ARRAY else None
+        out.append((key, field.contents(), vtype, sub))
+    return out
+
+
+def write_tiny_model(path, source):
+    """A 1-layer random Llama whose tokenizer metadata is `source`'s, unchanged."""
+    reader = gguf.GGUFReader(source)
+    fields = tokenizer_fields(reader)
+    vocab_size = len(reader.fields["tokenizer.ggml.tokens"].contents())
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("tiny llama with the vocabulary of " + os.path.basename(source))
+    w.add_context_length(4096)
+    w.add_embedding_length(HIDDEN)
+    w.add_block_count(1)
+    w.add_feed_forward_length(64)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(vocab_size)
+    for key, value, vtype, sub in fields:
+        w.add_key_value(key, value, vtype, sub_type=sub)
+
+    def tensor(name, *shape):
+        w.add_tensor(name, (0.02 * rng.standard_normal(shape)).astype(np.float16))
+
+    tensor("token_embd.weight", vocab_size, HIDDEN)
+    for name, shape in [("attn_q", (HIDDEN, HIDDEN)), ("attn_k", (HIDDEN, HIDDEN)),
+                        ("attn_v", (HIDDEN, HIDDEN)), ("attn_output", (HIDDEN, HIDDEN)),
+                        ("ffn_gate", (64, HIDDEN)), ("ffn_up", (64, HIDDEN)),
+                        ("ffn_down", (HIDDEN, 64))]:
+        tensor(f"blk.0.{name}.weight", *shape)
+    for name in ("blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"):
+        w.add_tensor(name, np.ones(HIDDEN, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {key: value for key, value, _, _ in fields}
+
+
+def check_vocab(work, zt, vocab_dir, name):
+    source = os.path.join(vocab_dir, f"ggml-vocab-{name}.gguf")
+    model_gguf = work(name + ".gguf")
+    meta = write_tiny_model(model_gguf, source)
+    imported = work(name + "_imported")
+    run_tool([zt, "import", model_gguf, "--out", imported])
+    check_tokenizer(imported, meta, vocab_dir, name)
+    # Export writes the vocabulary back: the same tokens and token types, and a tokenizer that
+    # imports to the same ids again. Unknown (2) and control (3) both mean a special token:
+    # llama.cpp's Phi-3 file types <unk> as control and its padding tokens as unknown.
+    exported = work(name + "_exported.gguf")
+    run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", "f32", "--out", exported])
+    back = {key: value for key, value, _, _ in tokenizer_fields(gguf.GGUFReader(exported))}
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.tokens"):
+        check(back.get(key) == meta[key], f"{name}: the exported {key} differs from the source's")
+    kinds = [[3 if t == 2 else t for t in m["tokenizer.ggml.token_type"]] for m in (back, meta)]
+    differ = [i for i, (a, b) in enumerate(zip(*kinds)) if a != b]
+    check(len(kinds[0]) == len(kinds[1]) and not differ,
+          f"{name}: the exported token types differ from the source's at ids {differ[:10]}")
+    reimported = work(name + "_reimported")
+    run_tool([zt, "import", exported, "--out", reimported])
+    check_tokenizer(reimported, meta, vocab_dir, name + " (exported, imported again)")
+
+
+def check_tokenizer(imported, meta, vocab_dir, label):
+    name = label.split()[0]
+    tok = transformers.AutoTokenizer.from_pretrained(imported)
+    texts, want = cases(vocab_dir, name)
+    for i, (text, ids) in enumerate(zip(texts, want)):
+        got = tok(text, add_special_tokens=False)["input_ids"]
+        check(got == ids, f"{label} text {i} {text!r}: ids {got} differ from the original "
+              f"tokenizer's {ids}")
+        back = tok.decode(got)
+        check(back == text, f"{label} text {i} {text!r}: decodes to {back!r}")
+    tokens = meta["tokenizer.ggml.tokens"]
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    with_specials = tok("Hello world")["input_ids"]
+    plain = tok("Hello world", add_special_tokens=False)["input_ids"]
+    adds_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+    check(with_specials == ([bos] if adds_bos else []) + plain,
+          f"{name}: with special tokens {with_specials}, without {plain}; "
+          f"add_bos_token is {adds_bos}")
+    check(bos is None or tok.bos_token == tokens[bos], f"{name}: bos_token {tok.bos_token!r}")
+    check(eos is None or tok.eos_token == tokens[eos], f"{name}: eos_token {tok.eos_token!r}")
+    template = meta.get("tokenizer.chat_template")
+    check(tok.chat_template == template, f"{name}: the chat template differs from the metadata's")
+    detail = ""
+    if template:
+        chat = [{"role": "user", "content": "What is 2 + 2?"}]
+        rendered = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        ids = tok(rendered, add_special_tokens=False)["input_ids"]
+        specials = [t for t in tok.convert_ids_to_tokens(ids) if t in tok.all_special_tokens
+                    or t in tok.get_added_vocab()]
+        check(specials, f"{name}: the chat rendering {rendered!r} holds no added token")
+        detail = f"; its chat template renders with added tokens {specials}"
+    print(f"ok   {label} ({meta['tokenizer.ggml.model']}, {len(tokens)} tokens): "
+          f"{len(texts)} texts give the original tokenizer's ids and decode back{detail}")
+
+
+def main():
+    parser = argument_parser(__doc__)
+    parser.add_argument("--vocab-dir", required=True,
+                        help="llama.cpp's models/ folder of ggml-vocab-* files")
+    args = parser.parse_args()
+    work = fresh_work_dir(args.work_dir)
+    for name in VOCABS:
+        if not os.path.exists(os.path.join(args.vocab_dir, f"ggml-vocab-{name}.gguf")):
+            print(f"SKIP: {args.vocab_dir} has no ggml-vocab-{name}.gguf (./run.sh deps)")
+            return 2
+
+    def checks():
+        for name in VOCABS:
+            check_vocab(work, args.zerotrain, args.vocab_dir, name)
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
