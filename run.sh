@@ -119,14 +119,15 @@ with z.open(name) as src, open(sys.argv[2] + "/" + name.split("/")[1], "wb") as 
 
 # Real tokenizers as GGUF vocabularies, with the ids their Hugging Face originals give on a set of
 # hard texts: llama.cpp's models/ggml-vocab-{llama-spm,phi-3,llama-bpe,qwen2,gpt-2}.gguf and
-# their .inp/.out files (realmodel_gguf_vocabs). Taken from PyPI's llama-cpp-python sdist, which
+# their .inp/.out files (realmodel_gguf_vocabs); and llama.cpp's convert_hf_to_gguf.py, whose
+# rope factors oracle_gguf compares against. Taken from PyPI's llama-cpp-python sdist, which
 # vendors llama.cpp (MIT, its LICENSE kept beside them), pinned and checked by SHA-256, into
 # .deps/llama-cpp-vocab/.
 LLAMA_CPP_PYTHON_VERSION=0.3.16
 LLAMA_CPP_PYTHON_SHA256=34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6
 LLAMA_VOCAB_DIR=$ROOT/.deps/llama-cpp-vocab
 fetch_llama_vocabs() {
-  [ -f "$LLAMA_VOCAB_DIR/ggml-vocab-gpt-2.gguf.out" ] && return
+  [ -f "$LLAMA_VOCAB_DIR/convert_hf_to_gguf.py" ] && return
   local sdist=$ROOT/.deps/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
   if ! echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --status 2>/dev/null; then
     log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from PyPI (llama.cpp's vocabulary test files, 50 MB)"
@@ -149,7 +150,7 @@ with urllib.request.urlopen(url) as src, open(sys.argv[2], "wb") as dst:
   rm -rf "$LLAMA_VOCAB_DIR.tmp" && mkdir -p "$LLAMA_VOCAB_DIR.tmp"
   /usr/bin/python3 -c 'import os, sys, tarfile
 prefix = "llama_cpp_python-" + sys.argv[2] + "/vendor/llama.cpp/"
-wanted = ["LICENSE"] + ["models/ggml-vocab-%s.gguf%s" % (v, e)
+wanted = ["LICENSE", "convert_hf_to_gguf.py"] + ["models/ggml-vocab-%s.gguf%s" % (v, e)
                         for v in ("llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2")
                         for e in ("", ".inp", ".out")]
 with tarfile.open(sys.argv[1]) as t:

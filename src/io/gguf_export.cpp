@@ -12,6 +12,7 @@
 #include "io/model_dir.h"
 #include "io/tokenizer_files.h"
 #include "model/layout.h"
+#include "model/rope_freq_factors.h"
 #include "util/bf16.h"
 #include "util/error.h"
 
@@ -52,10 +53,6 @@ GgmlType matrix_type(GgufOutType t, int64_t row_length) {
 
 std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   const std::string type = c.model_type();
-  ZT_CHECK(c.rope_scaling.type != RopeScaling::kLlama3,
-           "export: model '" + dir +
-               "' has llama3 rope scaling, which is not written to GGUF "
-               "yet (export safetensors and convert it with llama.cpp's convert_hf_to_gguf.py)");
   ZT_CHECK(type != "llama" || !c.qkv_bias,
            "export: model '" + dir +
                "' is a llama with attention biases, which is not written "
@@ -174,9 +171,20 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
     tensors.push_back({gguf_tensor_name(t.name), {t.shape.rbegin(), t.shape.rend()}, ggml});
     ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(ggml))];
   }
+  // Llama 3.1-style rope scaling travels as the factors llama.cpp's converter writes.
+  std::vector<float> rope_factors;
+  if (c.rope_scaling.type == RopeScaling::kLlama3) {
+    rope_factors = llama3_rope_freq_factors(c);
+    tensors.push_back({kRopeFreqsTensor, {c.head_dim() / 2}, GgmlType::kF32});
+    ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(GgmlType::kF32))];
+  }
   check_room_to_write(dir_parent(out_path).empty() ? "." : dir_parent(out_path),
                       model.total_size() * (type == GgufOutType::kF32 ? 2 : 1), "export");
   write_gguf_file(out_path, metadata, tensors, [&](size_t i, std::vector<uint8_t>& bytes) {
+    if (i == layout.tensors().size()) {
+      std::memcpy(bytes.data(), rope_factors.data(), bytes.size());
+      return;
+    }
     const TensorInfo& t = layout.tensors()[i];
     tensor_bytes(model, t, tensors[i].type, gguf_permutes_rows(arch, t.name), c.head_dim(), bytes);
   });

@@ -10,6 +10,7 @@
 #include "io/hf_import.h"
 #include "io/model_dir.h"
 #include "model/layout.h"
+#include "model/rope_freq_factors.h"
 #include "util/bf16.h"
 #include "util/decimal.h"
 #include "util/error.h"
@@ -91,6 +92,22 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   c.qk_norm = arch == "qwen3";
 }
 
+// Llama 3.1-style rope scaling: the rope_freqs.weight tensor llama.cpp's converter writes for it.
+void read_llama3_rope_factors(const GgufReader& g, const std::string& arch, ModelConfig& c) {
+  const GgufTensorInfo* t = g.find_tensor(kRopeFreqsTensor);
+  if (!t) return;
+  const std::string tensor = g.path() + ": tensor '" + kRopeFreqsTensor + "'";
+  ZT_CHECK(arch == "llama", tensor + " in a " + arch + " file; it is read for llama files only");
+  ZT_CHECK(c.rope_scaling.type == RopeScaling::kNone,
+           tensor + " beside metadata '" + arch + ".rope.scaling.type': two rope scalings");
+  ZT_CHECK(t->dims.size() == 1 && t->dims[0] == c.head_dim() / 2,
+           tensor + " has shape " + nlohmann::json(t->hf_shape()).dump() + ", not [" +
+               std::to_string(c.head_dim() / 2) + "] (one factor per rotary frequency)");
+  std::vector<float> factors(static_cast<size_t>(t->dims[0]));
+  g.read_rows(*t, 0, 1, factors.data());
+  c.rope_scaling = llama3_scaling_from_freq_factors(factors, c.rope_theta, c.head_dim(), tensor);
+}
+
 }  // namespace
 
 bool is_gguf_file(const std::string& path) {
@@ -106,10 +123,6 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3",
            path + ": metadata 'general.architecture' is \"" + arch +
                "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2 and qwen3");
-  ZT_CHECK(!g.find_tensor("rope_freqs.weight"),
-           path +
-               ": tensor 'rope_freqs.weight' (Llama 3.1-style rope scaling factors) is not "
-               "read from GGUF; import the model's Hugging Face checkpoint instead");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -132,6 +145,7 @@ ModelConfig gguf_model_config(const GgufReader& g) {
                std::to_string(c.vocab_size) + " rows");
   c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
   read_attention_shape(g, arch, c);
+  read_llama3_rope_factors(g, arch, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -183,7 +197,7 @@ void read_hf_range(const GgufReader& g, const GgufTensorInfo& t, bool permuted, 
 }
 
 // Every tensor of the layout present with its shape, and nothing else in the file.
-void check_tensors(const GgufReader& g, const ParamLayout& layout) {
+void check_tensors(const GgufReader& g, const ParamLayout& layout, const ModelConfig& c) {
   std::vector<std::string> expected;
   for (const TensorInfo& t : layout.tensors()) {
     const std::string name = gguf_tensor_name(t.name);
@@ -196,6 +210,7 @@ void check_tensors(const GgufReader& g, const ParamLayout& layout) {
                                                 " (outermost first), the model needs " +
                                                 nlohmann::json(t.shape).dump());
   }
+  if (c.rope_scaling.type == RopeScaling::kLlama3) expected.push_back(kRopeFreqsTensor);
   for (const GgufTensorInfo& t : g.tensors())
     ZT_CHECK(
         std::find(expected.begin(), expected.end(), t.name) != expected.end(),
@@ -212,7 +227,7 @@ GgufImportResult import_gguf_model(const std::string& gguf_path, const std::stri
   result.config = gguf_model_config(g);
   result.architecture = g.string("general.architecture");
   const ParamLayout layout(result.config);
-  check_tensors(g, layout);
+  check_tensors(g, layout, result.config);
   for (const GgufTensorInfo& t : g.tensors())
     ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(t.type))];
   TokenizerFiles tokenizer;

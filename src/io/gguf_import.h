@@ -35,6 +35,9 @@ bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_n
 // within each head, the first and second halves are interleaved.
 int64_t gguf_permuted_row(int64_t row, int64_t head_dim);
 
+// The tensor llama.cpp stores llama3 rope scaling in (model/rope_freq_factors.h).
+inline constexpr const char* kRopeFreqsTensor = "rope_freqs.weight";
+
 struct GgufImportResult {
   ModelConfig config;
   std::string architecture;

@@ -311,6 +311,101 @@ def gguf_names(tensors):
     return out
 
 
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
+def converter_rope_factors(converter, theta, rope_scaling):
+    """rope_freqs.weight as llama.cpp's converter computes it: LlamaModel.generate_extra_tensors,
+    its source taken from convert_hf_to_gguf.py (the module itself imports packages Debian's torch
+    lacks) and run on the model's hyperparameters."""
+    import ast
+    import math
+    import textwrap
+    tree = ast.parse(open(converter, encoding="utf-8").read())
+    llama = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LlamaModel")
+    method = next(n for n in llama.body
+                  if isinstance(n, ast.FunctionDef) and n.name == "generate_extra_tensors")
+    method.returns = None
+    method.args.args[0].annotation = None
+    namespace = {"math": math, "torch": torch, "gguf": gguf}
+    exec(compile(ast.Module([method], []), converter, "exec"), namespace)
+    # The converter reads original_max_position_embeddings from the top level of config.json
+    # (8192 when absent), not from rope_scaling: the model's value is given there too.
+    hparams = {"rope_theta": theta, "hidden_size": SHAPE["hidden"],
+               "num_attention_heads": SHAPE["heads"], "rope_scaling": rope_scaling,
+               "original_max_position_embeddings":
+                   rope_scaling["original_max_position_embeddings"]}
+
+    class Model:
+        def __init__(self):
+            self.hparams = hparams
+
+        def find_hparam(self, keys, optional=False):
+            return next((hparams[k] for k in keys if k in hparams), None)
+
+        def format_tensor_name(self, kind):
+            return gguf.TENSOR_NAMES[kind] + ".weight"
+
+    (name, factors), = list(namespace["generate_extra_tensors"](Model()))
+    check(name == "rope_freqs.weight", f"the converter names its tensor {name!r}")
+    return factors.numpy().astype(np.float32)
+
+
+def check_llama3_rope(work, zt, vocab, sample, converter):
+    """Llama 3.1-style rope scaling through GGUF: a file carrying llama.cpp's rope_freqs.weight
+    imports with the parameters it came from, evaluates as transformers does with them (and
+    visibly unlike the model without them), and exports the converter's factors bit for bit."""
+    rng = np.random.default_rng(4)
+    vocab_size = len(vocab[0])
+    theta = 10000.0
+    factors = converter_rope_factors(converter, theta, LLAMA3_ROPE)
+    tensors = model_tensors(rng, "llama", vocab_size)
+    tensors["rope_freqs.weight"] = (factors, None)
+    meta = metadata("llama", vocab_size)
+    meta["llama.rope.freq_base"] = ("float32", theta)
+    os.makedirs(work("llama3"))
+    path = work("llama3", "model.gguf")
+    write_gguf(path, "llama", meta, tensors, vocab)
+    imported = work("llama3_imported")
+    run_tool([zt, "import", path, "--out", imported])
+    got = json.load(open(os.path.join(imported, "config.json")))["rope_scaling"]
+    check({k: got.get(k) for k in LLAMA3_ROPE} == LLAMA3_ROPE,
+          f"rope_scaling {got}, the factors came from {LLAMA3_ROPE}")
+    print(f"ok   rope_freqs.weight imports as rope_scaling {LLAMA3_ROPE}")
+    plain = transformers_gguf_model(path)  # transformers' GGUF loader ignores rope_freqs.weight
+    config = plain.config.to_dict()
+    config["rope_scaling"] = dict(LLAMA3_ROPE)
+    scaled = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+    scaled.load_state_dict(plain.state_dict())
+    data = work("llama3_data.h5")
+    run_tool([zt, "prepare-data", "--tokenizer", imported, "--text", sample, "--out", data])
+    with h5py.File(data, "r") as f:
+        tokens = f["tokens"][:]
+    out = run_tool([zt, "eval", "--model", imported, "--data", data, "--batches", "2",
+                    "--micro-batch", "2", "--seq-len", "32"])
+    zt_loss = last_json_line(out)["loss"]
+    want, unscaled = (hf_loss(m, tokens, range(4), 32) for m in (scaled, plain))
+    bound = loss_bound(want, vocab_size)
+    print(f"llama3 eval: zerotrain {zt_loss:.9f} transformers {want:.9f} without the scaling "
+          f"{unscaled:.9f} bound {bound:.3e}")
+    check(abs(zt_loss - want) <= bound, "eval with llama3 rope scaling differs from transformers'")
+    check(abs(unscaled - want) > bound, "the check cannot see the rope scaling")
+    exported = work("llama3_export.gguf")
+    run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", "f32", "--out", exported])
+    written = next(t for t in gguf.GGUFReader(exported).tensors if t.name == "rope_freqs.weight")
+    written = np.asarray(written.data, dtype=np.float32).reshape(-1)
+    check(np.array_equal(written.view(np.uint32), factors.view(np.uint32)),
+          f"export's rope_freqs.weight {written} differs from the converter's {factors}")
+    back = work("llama3_reimported")
+    run_tool([zt, "import", exported, "--out", back])
+    again, original = model_dir_tensors(back), model_dir_tensors(imported)
+    check(all(np.array_equal(again[k], original[k]) for k in original) and
+          json.load(open(os.path.join(back, "config.json")))["rope_scaling"] == got,
+          "the llama3 export does not import back the same")
+    print("ok   export writes the converter's rope_freqs.weight bit for bit; it imports back the same")
+
+
 def check_refusals(work, zt, source_gguf):
     raw = open(source_gguf, "rb").read()
     cases = [("truncated.gguf", raw[:len(raw) - 1000], ["truncated.gguf", "output.weight"]),
@@ -334,7 +429,12 @@ def check_refusals(work, zt, source_gguf):
 def main():
     parser = argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--dequant", required=True, help="zt_gguf_dequant binary")
+    parser.add_argument("--converter", required=True,
+                        help="llama.cpp's convert_hf_to_gguf.py (./run.sh deps)")
     args = parser.parse_args()
+    if not os.path.exists(args.converter):
+        print(f"SETUP ERROR: no {args.converter} (./run.sh deps)")
+        return 2
     torch.set_num_threads(1)
     work = fresh_work_dir(args.work_dir)
     sample = os.path.join(args.source_dir, "inputs/data/sample.txt")
@@ -346,6 +446,7 @@ def main():
         imported, data, tokens, loss = check_model(work, args.zerotrain, "llama", vocab, sample)
         check_model(work, args.zerotrain, "qwen2", vocab, sample)
         check_export(work, args.zerotrain, imported, data, tokens, loss)
+        check_llama3_rope(work, args.zerotrain, vocab, sample, args.converter)
         check_refusals(work, args.zerotrain, work("llama", "model.gguf"))
 
     return exit_status(checks)

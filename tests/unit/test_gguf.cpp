@@ -4,7 +4,9 @@
 //     file: never a crash, never a read past the end (counts and lengths are checked first);
 //   - llama.cpp's q/k row permutation (reshape to [heads, 2, hd/2, in], swap axes 1 and 2) is what
 //     gguf_permuted_row computes, and a bijection;
-//   - Q8_0 quantization rounds each value to within half a step of its block's scale.
+//   - Q8_0 quantization rounds each value to within half a step of its block's scale;
+//   - rope_freqs.weight factors that are not llama3 scaling (one factor off by 1%, the wrong
+//     count, a factor below 1) are refused naming the file and the tensor.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "io/gguf_file.h"
 #include "io/gguf_import.h"
 #include "io/gguf_quants.h"
+#include "model/rope_freq_factors.h"
 #include "test_io_support.h"
 #include "util/bf16.h"
 
@@ -159,6 +162,32 @@ TEST(Gguf, Q8_0RoundsWithinHalfAStep) {
     EXPECT_NEAR(d, amax / 127, amax / 127 * 1e-3) << b;
     for (size_t j = 0; j < 32; ++j)
       EXPECT_LE(std::fabs(y[b * 32 + j] - x[b * 32 + j]), 0.5f * d + amax * 2e-3f) << b << " " << j;
+  }
+}
+
+TEST(GgufRope, FactorsThatAreNotLlama3ScalingAreRefused) {
+  ModelConfig c;
+  c.hidden_size = 2048;
+  c.num_heads = 32;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = {RopeScaling::kLlama3, 32.0, 1.0, 4.0, 8192};  // Llama 3.2's
+  const std::vector<float> factors = llama3_rope_freq_factors(c);
+  const std::string where = "m.gguf: tensor 'rope_freqs.weight'";
+  ASSERT_EQ(llama3_scaling_from_freq_factors(factors, c.rope_theta, 64, where), c.rope_scaling);
+  // The band between the ends must hold something to perturb.
+  const auto medium =
+      std::find_if(factors.begin(), factors.end(), [](float f) { return f > 1.0f && f < 32.0f; });
+  ASSERT_NE(medium, factors.end());
+  std::vector<float> off = factors;
+  off[static_cast<size_t>(medium - factors.begin())] *= 1.01f;
+  std::vector<float> below = factors;
+  below[0] = 0.5f;
+  const std::vector<float> short_list(factors.begin(), factors.end() - 1);
+  for (const auto& [what, values] :
+       {std::pair{"one factor off", off}, {"below 1", below}, {"too few", short_list}}) {
+    const std::string error =
+        error_of([&] { llama3_scaling_from_freq_factors(values, c.rope_theta, 64, where); });
+    EXPECT_EQ(error.rfind(where, 0), 0u) << what << ": " << error;
   }
 }
 

@@ -5,6 +5,8 @@
 //     or knows to leave the model unchanged;
 //   - the model each describes has the parameter count its model card states (tied embeddings
 //     counted once), and the family, tie, RoPE base and scaling the file says;
+//   - llama3 rope scaling, written as GGUF's per-frequency factors, reads back as the published
+//     parameters;
 //   - every config.json of the corpus is in the table below, so a file added without its expected
 //     figures fails.
 #include <gtest/gtest.h>
@@ -15,6 +17,7 @@
 
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/rope_freq_factors.h"
 
 namespace zt {
 namespace {
@@ -86,6 +89,13 @@ TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
     EXPECT_EQ(c.rope_scaling.type, p.scaling);
     // What was read is what zerotrain writes back.
     EXPECT_EQ(ModelConfig::from_hf_json(c.to_hf_json(), "again"), c);
+    // Through GGUF, where llama3 scaling travels as llama.cpp's per-frequency factors, the
+    // published parameters come back.
+    if (c.rope_scaling.type == RopeScaling::kLlama3) {
+      EXPECT_EQ(llama3_scaling_from_freq_factors(llama3_rope_freq_factors(c), c.rope_theta,
+                                                 c.head_dim(), file),
+                c.rope_scaling);
+    }
   }
   EXPECT_EQ(seen.size(), corpus().size()) << "a table entry without its directory";
 }
