@@ -63,23 +63,42 @@ def render(path, number, messages, **kwargs):
         sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
                  f"{type(e).__name__}: {e}")
 
+def turn_end(path, number, whole, start, messages, i):
+    """Where assistant turn i ends in the whole rendering, for templates that render the last
+    assistant turn unlike an earlier one (Qwen3 gives the turns after the last user message an
+    empty reasoning block): the turn's content, found after its generation prompt, and the text
+    the template closes a turn with (what follows the content when the turn ends the
+    conversation)."""
+    through = render(path, number, messages[:i + 1])
+    content = messages[i]["content"].strip()
+    at, last = whole.find(content, start), through.rfind(content)
+    closing = through[last + len(content):] if last >= 0 else None
+    if not content or at < 0 or closing is None or not whole.startswith(closing, at + len(content)):
+        sys.exit(f"{path}:{number}: the chat template does not render message {i} (assistant) "
+                 "inside the conversation as it renders it at the end of one: its turn cannot "
+                 "be located")
+    return at + len(content) + len(closing)
+
 def chat_example(path, number, messages):
     """(ids, mask) of the conversation the tokenizer's chat template renders: each assistant turn
     (its content and whatever closes it) counts; everything before it, up to and including the
     generation prompt, is masked. Assistant turn i spans the characters from the rendering of
-    messages[:i] with the generation prompt to the rendering of messages[:i+1]; both must be
-    prefixes of the whole conversation's rendering."""
+    messages[:i] with the generation prompt, which must be a prefix of the whole conversation's
+    rendering, to the end of the rendering of messages[:i + 1] when that is a prefix too, else
+    to the end of the turn located by turn_end."""
     whole = render(path, number, messages)
     spans = []
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
         head = render(path, number, messages[:i], add_generation_prompt=True)
-        through = render(path, number, messages[:i + 1])
-        if not (whole.startswith(head) and whole.startswith(through)):
+        if not whole.startswith(head):
             sys.exit(f"{path}:{number}: the chat template does not render the turns before "
                      f"message {i} as the start of the conversation")
-        spans.append((len(head), len(through)))
+        through = render(path, number, messages[:i + 1])
+        end = (len(through) if whole.startswith(through)
+               else turn_end(path, number, whole, len(head), messages, i))
+        spans.append((len(head), end))
     # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
     # (no special tokens added: the template writes them); a token counts when it starts inside
     # an assistant turn.

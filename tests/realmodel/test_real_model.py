@@ -9,10 +9,10 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
 1. `import FILE.gguf`: every tensor equal to the reference's, bit for bit; the tokenizer rebuilt
    from the file agrees with the model's published tokenizer_config.json (tests/data/hf_models:
    special tokens, added tokens, chat template, length).
-2. The same weights as a Hugging Face checkpoint (save_pretrained) with a published SmolLM2-135M
-   config.json (tests/data/hf_models/HuggingFaceTB--SmolLM2-135M: the base model's, the same
-   shapes; the Instruct model's own file could not be recovered, see SOURCES.md): `import HF_DIR`
-   gives the same tensors, bit for bit.
+2. The same weights as a Hugging Face checkpoint (save_pretrained) with the model's own published
+   config.json (tests/data/hf_models/HuggingFaceTB--SmolLM2-135M-Instruct, byte-exact: its
+   SHA-256 is the published file's, see SOURCES.md): `import HF_DIR` gives the same tensors, bit
+   for bit.
 3. `eval` on the bundled text equals transformers' loss on the same windows (and is a pretrained
    model's: below 4.5 nats per token, where chance is ln 49152 = 10.8).
 4. `generate --chat "What is the capital of France?"` answers Paris; its tokens are transformers'
@@ -48,7 +48,7 @@ gguf, h5py, np, torch, transformers = require_venv_modules("gguf", "h5py", "nump
 from gguf_reference import model_dir_tensors, transformers_gguf_model  # noqa: E402
 from test_hf_families import U_FP32, hf_loss, last_json_line  # noqa: E402
 
-CONFIG_DIR = "tests/data/hf_models/HuggingFaceTB--SmolLM2-135M"
+CONFIG_DIR = "tests/data/hf_models/HuggingFaceTB--SmolLM2-135M-Instruct"
 PUBLISHED_TOKENIZER = ("tests/data/hf_models/HuggingFaceTB--SmolLM2-135M-Instruct/"
                        "tokenizer_config.json")
 SEQ_LEN, MICRO_BATCH, BATCHES = 64, 2, 2
@@ -96,7 +96,7 @@ def check_import(work, zt, gguf_path, source_dir, reference):
     again = model_dir_tensors(work("model_hf"))
     check(again.keys() == ours.keys() and all(np.array_equal(again[k], v) for k, v in ours.items()),
           "import HF_DIR (the published config.json) differs from import FILE.gguf")
-    print("ok   import HF_DIR with SmolLM2-135M's published config.json: the same tensors "
+    print("ok   import HF_DIR with SmolLM2-135M-Instruct's published config.json: the same tensors "
           f"({out.count('warning')} warning(s) about unknown keys)")
 
 

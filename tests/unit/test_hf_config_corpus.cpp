@@ -38,6 +38,7 @@ const std::map<std::string, Published>& corpus() {
   using R = RopeScaling;
   static const std::map<std::string, Published> table = {
       {"HuggingFaceTB--SmolLM2-135M", {134515008, "llama", true, 100000, R::kNone}},
+      {"HuggingFaceTB--SmolLM2-135M-Instruct", {134515008, "llama", true, 100000, R::kNone}},
       {"HuggingFaceTB--SmolLM2-1.7B-Instruct", {1711376384, "llama", true, 130000, R::kNone}},
       {"Qwen--Qwen2-0.5B", {494032768, "qwen2", true, 1000000, R::kNone}},
       {"Qwen--Qwen2.5-0.5B", {494032768, "qwen2", true, 1000000, R::kNone}},
