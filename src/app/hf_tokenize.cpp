@@ -63,21 +63,27 @@ def render(path, number, messages, **kwargs):
         sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
                  f"{type(e).__name__}: {e}")
 
+# Stands in for a reply to find where the template puts it (no template writes this text).
+TURN_PROBE = "\u2063zerotrain-reply\u2063"
+
 def turn_end(path, number, whole, start, messages, i):
     """Where assistant turn i ends in the whole rendering, for templates that render the last
     assistant turn unlike an earlier one (Qwen3 gives the turns after the last user message an
-    empty reasoning block): the turn's content, found after its generation prompt, and the text
-    the template closes a turn with (what follows the content when the turn ends the
-    conversation)."""
-    through = render(path, number, messages[:i + 1])
-    content = messages[i]["content"].strip()
-    at, last = whole.find(content, start), through.rfind(content)
-    closing = through[last + len(content):] if last >= 0 else None
-    if not content or at < 0 or closing is None or not whole.startswith(closing, at + len(content)):
-        sys.exit(f"{path}:{number}: the chat template does not render message {i} (assistant) "
-                 "inside the conversation as it renders it at the end of one: its turn cannot "
-                 "be located")
-    return at + len(content) + len(closing)
+    empty reasoning block): with the reply replaced by a probe, the whole conversation shows
+    where the reply starts, and the conversation ending with it shows the text that closes a
+    turn; the reply and that text must follow at that point."""
+    probe = messages[:i] + [{"role": "assistant", "content": TURN_PROBE}] + messages[i + 1:]
+    alone, inside = render(path, number, probe[:i + 1]), render(path, number, probe)
+    at, last = inside.find(TURN_PROBE), alone.rfind(TURN_PROBE)
+    if at >= start and last >= 0:
+        closing = alone[last + len(TURN_PROBE):]
+        content = messages[i]["content"]
+        for text in (content, content.strip()):
+            if whole.startswith(text, at) and whole.startswith(closing, at + len(text)):
+                return at + len(text) + len(closing)
+    sys.exit(f"{path}:{number}: the chat template does not render message {i} (assistant) "
+             "inside the conversation as it renders it at the end of one: its turn cannot "
+             "be located")
 
 def chat_example(path, number, messages):
     """(ids, mask) of the conversation the tokenizer's chat template renders: each assistant turn

@@ -99,6 +99,32 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
   return m;
 }
 
+// Llama 3.1-style rope scaling as llama.cpp's converter writes it: rope_freqs.weight, only for
+// llama files, and only parameters an import reads back the same (none for a factor of 1, which
+// scales nothing). Empty when there is nothing to write.
+std::vector<float> rope_freqs_to_write(const ModelConfig& c, const std::string& arch,
+                                       const std::string& dir) {
+  if (c.rope_scaling.type != RopeScaling::kLlama3) return {};
+  const std::string what = "export: model '" + dir + "' has llama3 rope scaling";
+  ZT_CHECK(arch == "llama", what + " in a " + arch +
+                                " model; llama.cpp reads rope_freqs.weight for llama files only "
+                                "(export safetensors instead)");
+  std::vector<float> factors = llama3_rope_freq_factors(c);
+  RopeScalingParams back;
+  try {
+    back = llama3_scaling_from_freq_factors(factors, c.rope_theta, c.head_dim(), what);
+  } catch (const Error&) {
+    back.type = RopeScaling::kLinear;  // differs from the model's: refused below
+  }
+  if (back.type == RopeScaling::kNone) return {};
+  ZT_CHECK(back == c.rope_scaling,
+           what +
+               " whose parameters the factors GGUF stores do not give back (an import reads "
+               "low_freq_factor 1 and needs two frequencies between the bands); export "
+               "safetensors instead");
+  return factors;
+}
+
 // The tensor's bytes in `type`, its rows in GGUF's order (llama's q and k permuted).
 void tensor_bytes(ModelDirReader& model, const TensorInfo& t, GgmlType type, bool permuted,
                   int64_t head_dim, std::vector<uint8_t>& bytes) {
@@ -172,9 +198,8 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
     ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(ggml))];
   }
   // Llama 3.1-style rope scaling travels as the factors llama.cpp's converter writes.
-  std::vector<float> rope_factors;
-  if (c.rope_scaling.type == RopeScaling::kLlama3) {
-    rope_factors = llama3_rope_freq_factors(c);
+  const std::vector<float> rope_factors = rope_freqs_to_write(c, arch, model_dir);
+  if (!rope_factors.empty()) {
     tensors.push_back({kRopeFreqsTensor, {c.head_dim() / 2}, GgmlType::kF32});
     ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(GgmlType::kF32))];
   }

@@ -210,7 +210,8 @@ void check_tensors(const GgufReader& g, const ParamLayout& layout, const ModelCo
                                                 " (outermost first), the model needs " +
                                                 nlohmann::json(t.shape).dump());
   }
-  if (c.rope_scaling.type == RopeScaling::kLlama3) expected.push_back(kRopeFreqsTensor);
+  // Read and checked with the config (read_llama3_rope_factors), also when all factors are 1.
+  if (g.find_tensor(kRopeFreqsTensor)) expected.push_back(kRopeFreqsTensor);
   for (const GgufTensorInfo& t : g.tensors())
     ZT_CHECK(
         std::find(expected.begin(), expected.end(), t.name) != expected.end(),

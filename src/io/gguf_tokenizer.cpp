@@ -4,24 +4,14 @@
 #include <cmath>
 #include <map>
 #include <set>
-#include <unordered_map>
 
+#include "io/gguf_sentencepiece.h"
 #include "util/error.h"
 #include "util/json_text.h"
 
 namespace zt {
 
 namespace {
-
-// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
-enum TokenType : int {
-  kNormal = 1,
-  kUnknown = 2,
-  kControl = 3,
-  kUserDefined = 4,
-  kUnused = 5,
-  kByte = 6,
-};
 
 nlohmann::json byte_level(bool use_regex) {
   return {{"type", "ByteLevel"},
@@ -116,15 +106,15 @@ GgufVocab read_vocab(const GgufReader& gguf, bool sentencepiece) {
              path + ": metadata 'tokenizer.ggml.tokens' holds a non-string " + quoted_json(t));
     v.tokens.push_back(t.get<std::string>());
   }
-  v.types.assign(v.tokens.size(), kNormal);
+  v.types.assign(v.tokens.size(), kGgufNormal);
   if (gguf.has("tokenizer.ggml.token_type")) {
     const nlohmann::json& types = gguf.value("tokenizer.ggml.token_type");
     ZT_CHECK(types.is_array() && types.size() == v.tokens.size(),
              path + ": metadata 'tokenizer.ggml.token_type' must have one entry per token (" +
                  std::to_string(v.tokens.size()) + ")");
     for (size_t i = 0; i < types.size(); ++i) {
-      ZT_CHECK(types[i].is_number_integer() && types[i].get<int64_t>() >= kNormal &&
-                   types[i].get<int64_t>() <= kByte,
+      ZT_CHECK(types[i].is_number_integer() && types[i].get<int64_t>() >= kGgufNormal &&
+                   types[i].get<int64_t>() <= kGgufByte,
                path + ": metadata 'tokenizer.ggml.token_type'[" + std::to_string(i) + "] is " +
                    quoted_json(types[i]) + ", not a token type (1 to 6)");
       v.types[i] = types[i].get<int>();
@@ -167,56 +157,6 @@ int64_t special_token_id(const GgufReader& gguf, const char* key, size_t vocab) 
            gguf.path() + ": metadata '" + full + "' is " + std::to_string(id) +
                ", not a token of the " + std::to_string(vocab) + "-token vocabulary");
   return id;
-}
-
-// The byte length of the UTF-8 character that starts with `lead` (1 for a stray continuation
-// byte, so that a malformed token still splits somewhere).
-size_t utf8_length(unsigned char lead) {
-  if (lead >= 0xF0) return 4;
-  if (lead >= 0xE0) return 3;
-  if (lead >= 0xC0) return 2;
-  return 1;
-}
-
-// The merges of a SentencePiece vocabulary, which GGUF keeps as scores instead, rebuilt as
-// transformers' GGUF converter rebuilds them: every split of a token into two tokens at a
-// character boundary is a merge; merges rank by the whole token's score, highest first, and one
-// token's splits by the scores of their halves; ties keep id order. Written "LEFT RIGHT", or as
-// [LEFT, RIGHT] pairs when a piece holds a space.
-nlohmann::json merges_from_scores(const GgufVocab& v) {
-  std::unordered_map<std::string, float> score;
-  for (size_t i = 0; i < v.tokens.size(); ++i) score[v.tokens[i]] = v.scores[i];
-  struct Merge {
-    std::string left, right;
-    float score;
-  };
-  std::vector<Merge> merges;
-  bool piece_has_space = false;
-  for (size_t i = 0; i < v.tokens.size(); ++i) {
-    const std::string& token = v.tokens[i];
-    std::vector<Merge> splits;
-    for (size_t cut = token.empty() ? 0 : utf8_length(static_cast<unsigned char>(token[0]));
-         cut < token.size(); cut += utf8_length(static_cast<unsigned char>(token[cut]))) {
-      std::string left = token.substr(0, cut), right = token.substr(cut);
-      if (score.count(left) && score.count(right))
-        splits.push_back({std::move(left), std::move(right), v.scores[i]});
-    }
-    std::stable_sort(splits.begin(), splits.end(), [&](const Merge& a, const Merge& b) {
-      return std::pair(score[a.left], score[a.right]) > std::pair(score[b.left], score[b.right]);
-    });
-    for (Merge& m : splits) {
-      piece_has_space |=
-          m.left.find(' ') != std::string::npos || m.right.find(' ') != std::string::npos;
-      merges.push_back(std::move(m));
-    }
-  }
-  std::stable_sort(merges.begin(), merges.end(),
-                   [](const Merge& a, const Merge& b) { return a.score > b.score; });
-  nlohmann::json out = nlohmann::json::array();
-  for (const Merge& m : merges)
-    out.push_back(piece_has_space ? nlohmann::json::array({m.left, m.right})
-                                  : nlohmann::json(m.left + " " + m.right));
-  return out;
 }
 
 // The parts of tokenizer.json that differ between the two kinds of vocabulary.
@@ -264,19 +204,9 @@ TokenizerPipeline sentencepiece_pipeline(const GgufReader& gguf, const GgufVocab
                                          const nlohmann::json& vocab, int64_t unk) {
   const bool prefix = !gguf.has("tokenizer.ggml.add_space_prefix") ||
                       gguf.value("tokenizer.ggml.add_space_prefix") == true;
-  const std::string space_mark = "\u2581";
-  nlohmann::json normalizers = nlohmann::json::array();
-  if (prefix) normalizers.push_back({{"type", "Prepend"}, {"prepend", space_mark}});
-  normalizers.push_back(
-      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space_mark}});
-  nlohmann::json decoders = {
-      {{"type", "Replace"}, {"pattern", {{"String", space_mark}}}, {"content", " "}},
-      {{"type", "ByteFallback"}},
-      {{"type", "Fuse"}}};
-  if (prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  return {{{"type", "Sequence"}, {"normalizers", normalizers}},
+  return {sentencepiece_normalizer(prefix),
           nullptr,
-          {{"type", "Sequence"}, {"decoders", decoders}},
+          sentencepiece_decoder(prefix),
           {{"type", "BPE"},
            {"dropout", nullptr},
            {"unk_token", unk >= 0 ? nlohmann::json(v.tokens[static_cast<size_t>(unk)]) : nullptr},
@@ -286,7 +216,7 @@ TokenizerPipeline sentencepiece_pipeline(const GgufReader& gguf, const GgufVocab
            {"byte_fallback", true},
            {"ignore_merges", false},
            {"vocab", vocab},
-           {"merges", merges_from_scores(v)}}};
+           {"merges", sentencepiece_merges(v.tokens, v.scores)}}};
 }
 
 }  // namespace
@@ -310,10 +240,10 @@ TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context
                  std::to_string(vocab[token].get<int64_t>()) + " and " + std::to_string(id) + ")");
     vocab[token] = id;
     const int type = v.types[id];
-    if (type != kControl && type != kUserDefined && type != kUnknown) continue;
+    if (type != kGgufControl && type != kGgufUserDefined && type != kGgufUnknown) continue;
     const nlohmann::json entry = {{"content", token},     {"lstrip", false},
                                   {"normalized", false},  {"rstrip", false},
-                                  {"single_word", false}, {"special", type != kUserDefined}};
+                                  {"single_word", false}, {"special", type != kGgufUserDefined}};
     nlohmann::json with_id = entry;
     with_id["id"] = id;
     added.push_back(with_id);
@@ -328,7 +258,9 @@ TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context
     const std::string full = std::string("tokenizer.ggml.") + key;
     return gguf.has(full) && gguf.value(full) == true;
   };
-  const bool add_bos = flag("add_bos_token") && bos >= 0,
+  // Files older than the add_bos_token key: llama.cpp adds BOS to SentencePiece vocabularies.
+  const bool bos_by_default = sentencepiece && !gguf.has("tokenizer.ggml.add_bos_token");
+  const bool add_bos = (flag("add_bos_token") || bos_by_default) && bos >= 0,
              add_eos = flag("add_eos_token") && eos >= 0;
   const std::string* bos_token = add_bos ? &v.tokens[static_cast<size_t>(bos)] : nullptr;
   const std::string* eos_token = add_eos ? &v.tokens[static_cast<size_t>(eos)] : nullptr;
@@ -411,73 +343,13 @@ GgufTokenizerKind gguf_tokenizer_kind(const nlohmann::json& tok, const std::stri
                " model; export --format gguf writes BPE vocabularies (byte-level or "
                "SentencePiece) only");
   const nlohmann::json pre_tokenizer = tok.value("pre_tokenizer", nlohmann::json());
-  if (model.value("byte_fallback", false)) {
-    const nlohmann::json normalizer = tok.value("normalizer", nlohmann::json());
-    const nlohmann::json replace = {
-        {"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
-    const nlohmann::json prepend = {{"type", "Prepend"}, {"prepend", "\u2581"}};
-    const bool legacy = pre_tokenizer.is_null() && normalizer.is_object() &&
-                        normalizer.value("type", "") == "Sequence" &&
-                        (normalizer["normalizers"] == nlohmann::json::array({prepend, replace}) ||
-                         normalizer["normalizers"] == nlohmann::json::array({replace}));
-    const bool metaspace = normalizer.is_null() && pre_tokenizer.is_object() &&
-                           pre_tokenizer.value("type", "") == "Metaspace" &&
-                           pre_tokenizer.value("replacement", "") == "\u2581";
-    ZT_CHECK(legacy || metaspace,
-             file + ": a byte-fallback BPE whose normalizer " + quoted_json(normalizer) +
-                 " and pre_tokenizer " + quoted_json(pre_tokenizer) +
-                 " are not a SentencePiece Llama tokenizer's; export --format gguf cannot "
-                 "describe it to llama.cpp");
-    const bool prefix = legacy ? normalizer["normalizers"].size() == 2
-                               : pre_tokenizer.value("prepend_scheme", "always") != "never";
-    return {"llama", "default", true, prefix};
-  }
+  if (model.value("byte_fallback", false))
+    return {"llama", "default", true, sentencepiece_space_prefix(tok, file)};
   const nlohmann::json wanted = without_offsets(pre_tokenizer);
   for (const PreTokenizer& p : pre_tokenizers())
     if (without_offsets(p.hf) == wanted) return {"gpt2", p.gguf_names.front(), false, false};
   fail(file + ": its pre_tokenizer " + quoted_json(pre_tokenizer) +
        " is not one llama.cpp knows by name here (" + known_pre_names() + ")");
-}
-
-// SentencePiece's byte tokens, <0x00> to <0xFF>.
-bool is_byte_token(const std::string& token) {
-  return token.size() == 6 && token.compare(0, 3, "<0x") == 0 && token[5] == '>' &&
-         std::isxdigit(static_cast<unsigned char>(token[3])) &&
-         std::isxdigit(static_cast<unsigned char>(token[4]));
-}
-
-// A merge as tokenizer.json stores it: "LEFT RIGHT" or [LEFT, RIGHT].
-std::pair<std::string, std::string> merge_pair(const nlohmann::json& m, const std::string& file) {
-  if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-    return {m[0].get<std::string>(), m[1].get<std::string>()};
-  const size_t space =
-      m.is_string() ? m.get_ref<const std::string&>().find(' ') : std::string::npos;
-  ZT_CHECK(space != std::string::npos,
-           file + ": merge " + quoted_json(m) + " is neither \"LEFT RIGHT\" nor [LEFT, RIGHT]");
-  const std::string& text = m.get_ref<const std::string&>();
-  return {text.substr(0, space), text.substr(space + 1)};
-}
-
-// SentencePiece scores that rank the merges as the merge list does: a token made by the merge of
-// rank r scores -r (its first such merge), so that llama.cpp, and an import that rebuilds the
-// merges from the scores, merge in the same order. Other tokens score 0 (control, byte and added
-// tokens, as llama.cpp's converter writes them) or, when normal, below every merge.
-nlohmann::json scores_from_merges(const nlohmann::json& tokens, const nlohmann::json& types,
-                                  const nlohmann::json& merges, const std::string& file) {
-  std::unordered_map<std::string, size_t> made_by;
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto [left, right] = merge_pair(merges[rank], file);
-    made_by.emplace(left + right, rank);
-  }
-  const float below_every_merge = -static_cast<float>(merges.size()) - 1.0f;
-  nlohmann::json scores = nlohmann::json::array();
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const auto it = made_by.find(tokens[i].get<std::string>());
-    scores.push_back(it != made_by.end()   ? -static_cast<float>(it->second) - 1.0f
-                     : types[i] == kNormal ? below_every_merge
-                                           : 0.0f);
-  }
-  return scores;
 }
 
 GgufValue string_value(const std::string& s) {
@@ -502,16 +374,16 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
                                     ? model.at("unk_token").get<std::string>()
                                     : "";
   for (const auto& [token, id] : vocab.items())
-    by_id[id.get<int64_t>()] = {token, !kind.sentencepiece    ? kNormal
-                                       : token == unk_token   ? kUnknown
-                                       : is_byte_token(token) ? kByte
-                                                              : kNormal};
+    by_id[id.get<int64_t>()] = {token, !kind.sentencepiece    ? kGgufNormal
+                                       : token == unk_token   ? kGgufUnknown
+                                       : is_byte_token(token) ? kGgufByte
+                                                              : kGgufNormal};
   for (const nlohmann::json& a : added) {
     const std::string content = a.at("content").get<std::string>();
     by_id[a.at("id").get<int64_t>()] = {content, content == unk_token && kind.sentencepiece
-                                                     ? kUnknown
-                                                 : a.value("special", false) ? kControl
-                                                                             : kUserDefined};
+                                                     ? kGgufUnknown
+                                                 : a.value("special", false) ? kGgufControl
+                                                                             : kGgufUserDefined};
   }
   ZT_CHECK(!by_id.empty() && by_id.begin()->first >= 0 && by_id.rbegin()->first < vocab_size,
            file + ": token ids reach " + std::to_string(by_id.empty() ? 0 : by_id.rbegin()->first) +
@@ -520,11 +392,12 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
   std::map<std::string, int64_t> id_of;
   for (int64_t id = 0; id < vocab_size; ++id) {
     const auto it = by_id.find(id);
-    // Embedding rows past the tokenizer's last token: padding, as llama.cpp's converter pads.
+    // Embedding rows no token has (past the last token, or a gap): padding, as llama.cpp's
+    // converter pads.
     const std::string token =
         it != by_id.end() ? it->second.first : "[PAD" + std::to_string(id) + "]";
     tokens.push_back(token);
-    types.push_back(it != by_id.end() ? it->second.second : kUnused);
+    types.push_back(it != by_id.end() ? it->second.second : kGgufUnused);
     id_of.emplace(token, id);
   }
   std::vector<std::pair<std::string, GgufValue>> out = {
@@ -535,13 +408,15 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
   if (kind.sentencepiece) {
     out.push_back({"tokenizer.ggml.scores",
                    {GgufValueType::kArray, GgufValueType::kFloat32,
-                    scores_from_merges(tokens, types, model_merges, file)}});
+                    sentencepiece_scores(tokens, types, model_merges, file)}});
     out.push_back({"tokenizer.ggml.add_space_prefix",
                    {GgufValueType::kBool, GgufValueType::kUint32, kind.add_space_prefix}});
   } else {
     nlohmann::json merges = nlohmann::json::array();
-    for (const nlohmann::json& m : model_merges)
-      merges.push_back(merge_pair(m, file).first + " " + merge_pair(m, file).second);
+    for (const nlohmann::json& m : model_merges) {
+      const auto [left, right] = merge_pair(m, file);
+      merges.push_back(left + " " + right);
+    }
     out.push_back(
         {"tokenizer.ggml.merges", {GgufValueType::kArray, GgufValueType::kString, merges}});
   }

@@ -12,7 +12,7 @@
 // (tokenizer.ggml.model "llama": Llama 2, Mistral, TinyLlama, Phi-3) keeps scores instead of
 // merges; its merges are rebuilt from them as transformers' GGUF converter does, and its
 // tokenizer.json is the one Hugging Face writes for these models (U+2581 for spaces, byte
-// fallback). Export writes byte-level vocabularies only.
+// fallback; io/gguf_sentencepiece.h). Export writes both kinds back.
 #pragma once
 #include <string>
 #include <utility>

@@ -181,16 +181,18 @@ void TokenDataset::read_document_starts() {
   ZT_CHECK(shape[0] <= size_, at + " holds " + std::to_string(shape[0]) +
                                   " document starts, more than the " + std::to_string(size_) +
                                   " tokens");
-  std::vector<uint64_t> raw(static_cast<size_t>(shape[0]));
-  h5::read_box(d, DType::kUint64, {0}, {shape[0]}, raw.data(), at);
-  ZT_CHECK(raw[0] == 0,
-           at + ": the first document starts at " + std::to_string(raw[0]) + ", not at token 0");
-  for (size_t i = 1; i < raw.size(); ++i)
-    ZT_CHECK(raw[i] > raw[i - 1] && raw[i] < static_cast<uint64_t>(size_),
-             at + ": entry " + std::to_string(i) + " (" + std::to_string(raw[i]) +
-                 ") is not above the entry before it (" + std::to_string(raw[i - 1]) +
+  // Read in place: uint64 on disk, held as int64 once every entry is checked to lie below the
+  // token count (a dataset with millions of documents is not copied).
+  doc_starts_.resize(static_cast<size_t>(shape[0]));
+  h5::read_box(d, DType::kUint64, {0}, {shape[0]}, doc_starts_.data(), at);
+  auto entry = [&](size_t i) { return static_cast<uint64_t>(doc_starts_[i]); };
+  ZT_CHECK(entry(0) == 0,
+           at + ": the first document starts at " + std::to_string(entry(0)) + ", not at token 0");
+  for (size_t i = 1; i < doc_starts_.size(); ++i)
+    ZT_CHECK(entry(i) > entry(i - 1) && entry(i) < static_cast<uint64_t>(size_),
+             at + ": entry " + std::to_string(i) + " (" + std::to_string(entry(i)) +
+                 ") is not above the entry before it (" + std::to_string(entry(i - 1)) +
                  ") and below the " + std::to_string(size_) + " tokens");
-  doc_starts_.assign(raw.begin(), raw.end());
 }
 
 int64_t TokenDataset::document_start_of(int64_t position) const {

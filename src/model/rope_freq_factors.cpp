@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "backend/rope.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -55,19 +56,20 @@ std::vector<float> llama3_rope_freq_factors(const ModelConfig& c) {
 
 RopeScalingParams llama3_scaling_from_freq_factors(const std::vector<float>& factors, double theta,
                                                    int64_t head_dim, const std::string& where) {
-  const std::string& tensor = where;
   ZT_CHECK(static_cast<int64_t>(factors.size()) * 2 == head_dim,
-           tensor + " has " + std::to_string(factors.size()) + " values; the heads of " +
+           where + " has " + std::to_string(factors.size()) + " values; the heads of " +
                std::to_string(head_dim) + " rotate " + std::to_string(head_dim / 2) +
                " frequencies");
   for (float f : factors)
     ZT_CHECK(std::isfinite(f) && f >= 1.0f,
-             tensor + " holds " + std::to_string(f) +
+             where + " holds " + std::to_string(f) +
                  "; llama3 rope scaling factors are finite and at least 1");
+  const float largest = *std::max_element(factors.begin(), factors.end());
+  if (largest == 1.0f) return {};  // every factor 1: the frequencies unscaled
   const std::vector<float> inv_freq = plain_inv_freq(theta, head_dim);
   RopeScalingParams p;
   p.type = RopeScaling::kLlama3;
-  p.factor = *std::max_element(factors.begin(), factors.end());
+  p.factor = std::stod(shortest_decimal(largest));  // 2.2, not 2.2000000477
   p.low_freq_factor = 1.0;
   p.high_freq_factor = 4.0;  // llama.cpp's converter's defaults, when the band is too narrow
   p.original_max_positions = 8192;
@@ -88,12 +90,12 @@ RopeScalingParams llama3_scaling_from_freq_factors(const std::vector<float>& fac
     }
   }
   const double difference = largest_difference(factors_of(inv_freq, p), factors);
-  ZT_CHECK(p.factor > 1.0 && difference <= 1e-5,
-           tensor + " is not llama3 rope scaling of base " + std::to_string(theta) +
-               ": the nearest parameters (factor " + std::to_string(p.factor) +
-               ", low_freq_factor 1, high_freq_factor " + std::to_string(p.high_freq_factor) +
+  ZT_CHECK(difference <= 1e-5,
+           where + " is not llama3 rope scaling of base " + shortest_decimal(theta) +
+               ": the nearest parameters (factor " + shortest_decimal(p.factor) +
+               ", low_freq_factor 1, high_freq_factor " + shortest_decimal(p.high_freq_factor) +
                ", original_max_position_embeddings " + std::to_string(p.original_max_positions) +
-               ") give factors that differ by " + std::to_string(difference) +
+               ") give factors that differ by " + shortest_decimal(difference) +
                " (relative). Import the model's Hugging Face checkpoint instead");
   return p;
 }

@@ -24,6 +24,7 @@ std::vector<float> llama3_rope_freq_factors(const ModelConfig& c);
 // 1/1000 and to a whole number). The parameters are accepted only when their factors, recomputed,
 // equal the stored ones to 1e-5 (llama.cpp's arithmetic is the same fp32 sequence, so exact
 // parameters give equal values; a 0.1% change in either parameter moves some factor by more).
+// Factors that are all 1 are no scaling (kNone): llama3 scaling of factor 1 is the identity.
 // `where` names the factors in errors (the file and the tensor).
 RopeScalingParams llama3_scaling_from_freq_factors(const std::vector<float>& factors, double theta,
                                                    int64_t head_dim, const std::string& where);

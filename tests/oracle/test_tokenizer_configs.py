@@ -10,8 +10,10 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
 1. `prepare-data --sft-jsonl --messages-field messages --chat-template` on a two-round
    conversation (with a system turn where the template takes one) succeeds;
 2. its ids equal transformers' AutoTokenizer.from_pretrained(DIR).apply_chat_template(tokenize=True);
-3. its loss mask counts both assistant replies and none of the user turns (decoded from the
-   counted tokens).
+3. its loss mask counts one run of tokens per assistant reply: the reply and only special tokens
+   and whitespace after it (what closes the turn), and before it nothing but the empty
+   reasoning block Qwen3 renders in its last turn. Qwen3 also runs with the replies "d" and
+   "end", pieces of its own "<|im_end|>".
 And an eos_token that tokenizer.json lacks (transformers would add it as a new id beyond the
 model's vocabulary without a word) is refused naming the token and the file, leaving no data.
 
@@ -60,9 +62,9 @@ def tokenizer_json(config):
     return tok
 
 
-def conversation(tok):
+def conversation(tok, replies):
     """Two rounds, with a system turn when the template accepts one."""
-    rounds = [m for u, a in zip(USER, ASSISTANT)
+    rounds = [m for u, a in zip(USER, replies)
               for m in ({"role": "user", "content": u}, {"role": "assistant", "content": a})]
     with_system = [{"role": "system", "content": "Be brief."}] + rounds
     try:
@@ -72,15 +74,27 @@ def conversation(tok):
         return rounds
 
 
-def check_one(work, zt, source):
-    name = os.path.basename(os.path.dirname(source))
+def counted_runs(ids, mask):
+    """The maximal runs of counted ids."""
+    runs, run = [], []
+    for i, m in zip(ids, mask):
+        if m:
+            run.append(i)
+        elif run:
+            runs.append(run)
+            run = []
+    return runs + ([run] if run else [])
+
+
+def check_one(work, zt, source, replies=ASSISTANT, label=""):
+    name = os.path.basename(os.path.dirname(source)) + label
     config = json.load(open(source, encoding="utf-8"))
     directory = work(name)
     os.makedirs(directory)
     shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
     tokenizer_json(config).save(os.path.join(directory, "tokenizer.json"))
     reference = transformers.AutoTokenizer.from_pretrained(directory)
-    messages = conversation(reference)
+    messages = conversation(reference, replies)
     data = work(name + ".jsonl")
     with open(data, "w", encoding="utf-8") as f:
         f.write(json.dumps({"messages": messages}) + "\n")
@@ -90,13 +104,17 @@ def check_one(work, zt, source):
         ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
     want = reference.apply_chat_template(messages, tokenize=True)
     check(ids == want, f"{name}: the ids differ from apply_chat_template's")
-    counted = reference.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=True)
-    for reply in ASSISTANT:
-        check(reply in counted, f"{name}: the reply {reply!r} is not counted ({counted!r})")
-    for turn in USER + ["Be brief."]:
-        check(turn not in counted, f"{name}: the turn {turn!r} is counted ({counted!r})")
+    # One counted run per reply: the reply, then only special tokens and whitespace (what closes
+    # the turn); before it only the empty reasoning block Qwen3 gives its last turn.
+    runs = counted_runs(ids, mask)
+    check(len(runs) == len(replies), f"{name}: {len(runs)} counted runs for {len(replies)} replies")
+    for run, reply in zip(runs, replies):
+        text = reference.decode(run, skip_special_tokens=True)
+        text = text.replace("<think>\n\n</think>\n\n", "", 1).strip()
+        check(text == reply, f"{name}: a counted run reads {text!r} without its special tokens, "
+              f"not the reply {reply!r} ({reference.decode(run)!r})")
     print(f"ok   {name}: {len(ids)} tokens as apply_chat_template gives them, {sum(mask)} "
-          f"counted: both replies, no other turn")
+          f"counted: each reply and what closes it, no other turn")
 
 
 def legacy_added_token_config(work, source):
@@ -149,6 +167,10 @@ def main():
         check(configs, "no tokenizer_config.json under tests/data/hf_models")
         for source in configs + [legacy_added_token_config(work, configs[0])]:
             check_one(work, args.zerotrain, source)
+        # Replies that are also pieces of the template's own text ("<|im_end|>").
+        for source in configs:
+            if "Qwen3" in source:
+                check_one(work, args.zerotrain, source, ["d", "end"], "-short-replies")
 
         check_missing_eos_is_refused(work, args.zerotrain, configs[0])
 

@@ -12,8 +12,12 @@ For each vocabulary: SentencePiece BPE (llama-spm: Llama 2's tokenizer; phi-3: t
 with added chat tokens) and byte-level BPE (llama-bpe: Llama 3's; qwen2; gpt-2), a tiny random
 Llama carrying that vocabulary's tokenizer metadata unchanged is written as GGUF and imported
 with `zerotrain import`. The tokenizer files it rebuilds must give the original tokenizer's ids
-on every text, decode them back to the text, add BOS as the metadata says, and name the
-special tokens and chat template of the metadata.
+on every text, decode them back to the text, add BOS as the metadata says (and, for a
+SentencePiece file without the add_bos_token key, as llama.cpp does), and name the special tokens
+and chat template of the metadata. The GGUF export of each holds the same tokens and token types
+(unknown and control both count as special: llama.cpp's Phi-3 file types <unk> as control) and
+imports back to the same ids; so does Llama 2's tokenizer rewritten in the newer Metaspace form
+transformers writes, and the form with split=True is refused.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -58,10 +62,11 @@ def tokenizer_fields(reader):
     return out
 
 
-def write_tiny_model(path, source):
-    """A 1-layer random Llama whose tokenizer metadata is `source`'s, unchanged."""
+def write_tiny_model(path, source, leave_out=()):
+    """A 1-layer random Llama whose tokenizer metadata is `source`'s, unchanged (less the keys
+    in `leave_out`)."""
     reader = gguf.GGUFReader(source)
-    fields = tokenizer_fields(reader)
+    fields = [f for f in tokenizer_fields(reader) if f[0] not in leave_out]
     vocab_size = len(reader.fields["tokenizer.ggml.tokens"].contents())
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(path, "llama")
@@ -119,6 +124,58 @@ def check_vocab(work, zt, vocab_dir, name):
     check_tokenizer(reimported, meta, vocab_dir, name + " (exported, imported again)")
 
 
+def check_bos_by_default(work, zt, vocab_dir):
+    """A SentencePiece file from before the add_bos_token key: llama.cpp adds BOS, and so does
+    the rebuilt tokenizer."""
+    source = os.path.join(vocab_dir, "ggml-vocab-llama-spm.gguf")
+    path = work("llama-spm-no-bos-key.gguf")
+    meta = write_tiny_model(path, source, ("tokenizer.ggml.add_bos_token",
+                                           "tokenizer.ggml.add_eos_token"))
+    imported = work("llama-spm-no-bos-key_imported")
+    run_tool([zt, "import", path, "--out", imported])
+    ids = transformers.AutoTokenizer.from_pretrained(imported)("Hello world")["input_ids"]
+    bos = meta["tokenizer.ggml.bos_token_id"]
+    check(ids[0] == bos and ids.count(bos) == 1,
+          f"without add_bos_token the rebuilt tokenizer gives {ids}, not BOS ({bos}) first")
+    print(f"ok   llama-spm without add_bos_token: BOS added, as llama.cpp adds it ({ids})")
+
+
+def check_metaspace_export(work, zt, vocab_dir):
+    """A SentencePiece tokenizer.json in the newer form transformers writes (no normalizer, a
+    Metaspace pre-tokenizer, legacy=False) exports as the same llama vocabulary; with split=True
+    (which stops merges across U+2581) export refuses it, naming the file."""
+    import shutil
+    import subprocess
+    imported = work("llama-spm_imported")
+    meta = {key: value for key, value, _, _ in tokenizer_fields(
+        gguf.GGUFReader(work("llama-spm.gguf")))}
+    for split in (False, True):
+        model = work(f"llama-spm_metaspace_split{int(split)}")
+        shutil.copytree(imported, model)
+        path = os.path.join(model, "tokenizer.json")
+        tok = json.load(open(path, encoding="utf-8"))
+        tok["normalizer"] = None
+        tok["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                                "prepend_scheme": "first", "split": split}
+        tok["decoder"] = {"type": "Metaspace", "replacement": "\u2581",
+                          "prepend_scheme": "first", "split": split}
+        json.dump(tok, open(path, "w", encoding="utf-8"), ensure_ascii=False)
+        exported = work(f"llama-spm_metaspace_split{int(split)}.gguf")
+        proc = subprocess.run([zt, "export", model, "--format", "gguf", "--gguf-type", "f32",
+                               "--out", exported], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        if split:
+            check(proc.returncode != 0 and "tokenizer.json" in proc.stdout and
+                  not os.path.exists(exported),
+                  f"a Metaspace pre-tokenizer with split=True was not refused: {proc.stdout}")
+            print("ok   export refuses a Metaspace pre-tokenizer with split=True, naming the file")
+            continue
+        check(proc.returncode == 0, f"export of the Metaspace form failed: {proc.stdout}")
+        reimported = work("llama-spm_metaspace_reimported")
+        run_tool([zt, "import", exported, "--out", reimported])
+        check_tokenizer(reimported, meta, vocab_dir, "llama-spm (Metaspace form, exported)")
+
+
 def check_tokenizer(imported, meta, vocab_dir, label):
     name = label.split()[0]
     tok = transformers.AutoTokenizer.from_pretrained(imported)
@@ -163,12 +220,14 @@ def main():
     work = fresh_work_dir(args.work_dir)
     for name in VOCABS:
         if not os.path.exists(os.path.join(args.vocab_dir, f"ggml-vocab-{name}.gguf")):
-            print(f"SKIP: {args.vocab_dir} has no ggml-vocab-{name}.gguf (./run.sh deps)")
+            print(f"SETUP ERROR: {args.vocab_dir} has no ggml-vocab-{name}.gguf (./run.sh deps)")
             return 2
 
     def checks():
         for name in VOCABS:
             check_vocab(work, args.zerotrain, args.vocab_dir, name)
+        check_bos_by_default(work, args.zerotrain, args.vocab_dir)
+        check_metaspace_export(work, args.zerotrain, args.vocab_dir)
 
     return exit_status(checks)
 

@@ -6,7 +6,8 @@
 //     gguf_permuted_row computes, and a bijection;
 //   - Q8_0 quantization rounds each value to within half a step of its block's scale;
 //   - rope_freqs.weight factors that are not llama3 scaling (one factor off by 1%, the wrong
-//     count, a factor below 1) are refused naming the file and the tensor.
+//     count, a factor below 1) are refused naming the file and the tensor; factors of 1 are no
+//     scaling, and a factor reads back as the decimal it was written from.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -189,6 +190,20 @@ TEST(GgufRope, FactorsThatAreNotLlama3ScalingAreRefused) {
         error_of([&] { llama3_scaling_from_freq_factors(values, c.rope_theta, 64, where); });
     EXPECT_EQ(error.rfind(where, 0), 0u) << what << ": " << error;
   }
+}
+
+TEST(GgufRope, FactorsOfOneAreNoScalingAndParametersReadBackAsWritten) {
+  ModelConfig c;
+  c.hidden_size = 2048;
+  c.num_heads = 32;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = {RopeScaling::kLlama3, 2.2, 1.0, 4.0, 8192};  // 2.2 is not an fp32 value
+  const std::string where = "m.gguf: tensor 'rope_freqs.weight'";
+  EXPECT_EQ(llama3_scaling_from_freq_factors(llama3_rope_freq_factors(c), c.rope_theta, 64, where),
+            c.rope_scaling);
+  EXPECT_EQ(
+      llama3_scaling_from_freq_factors(std::vector<float>(32, 1.0f), c.rope_theta, 64, where).type,
+      RopeScaling::kNone);
 }
 
 }  // namespace
