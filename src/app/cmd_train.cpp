@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -203,7 +204,7 @@ RunSettings run_settings(const TrainOptions& o, const TrainInputs& in) {
 
 // The options that do not change what a run computes: where it writes, how often it logs and
 // saves, how it waits. A resume that changes any other one continues on another trajectory.
-bool changes_trajectory(const std::string& key) {
+bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
   static const std::set<std::string> volatile_keys = {"comm_timeout",
                                                       "eval_batches",
                                                       "keep_last",
@@ -216,13 +217,23 @@ bool changes_trajectory(const std::string& key) {
                                                       "nvme_path",
                                                       "offload_buffer_count",
                                                       "host_adam"};
+  // With the delayed update, a save applies the update held back: where saves fall is part of
+  // the trajectory.
+  if ((key == "save_every" || key == "save_consolidated_every") &&
+      config.value("offload_optimizer_delay", 0) > 0)
+    return true;
   return !volatile_keys.count(key);
 }
 
-// An option's value in an earlier run.json; one that release did not have yet ran as its default
-// then (document_masking: "off", plain causal attention).
+// An option's value in an earlier run.json; one that release did not have yet ran as its
+// default then (plain causal attention, no delayed update).
 nlohmann::json value_before(const nlohmann::json& before, const std::string& key) {
-  if (key == "document_masking" && !before.contains(key)) return "off";
+  static const std::map<std::string, nlohmann::json> added_later = {
+      {"document_masking", "off"},
+      {"offload_optimizer_delay", 0},
+      {"offload_optimizer_delay_after", OffloadConfig{}.delay_after}};
+  const auto it = added_later.find(key);
+  if (it != added_later.end() && !before.contains(key)) return it->second;
   return before.value(key, nlohmann::json());
 }
 
@@ -237,7 +248,7 @@ void archive_diverged_final(const std::string& out, const nlohmann::json& record
   const nlohmann::json& now = record.at("config");
   std::string changed;
   for (const auto& [key, value] : now.items())
-    if (changes_trajectory(key) && value_before(before, key) != value)
+    if (changes_trajectory(key, now) && value_before(before, key) != value)
       changed += (changed.empty() ? "" : ", ") + key;
   if (changed.empty()) return;
   int n = 1;

@@ -106,6 +106,7 @@ CheckpointDebug CheckpointDebug::from_environment() {
 SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& progress,
                                 const TrainingHyperparameters& hyper,
                                 const CheckpointSaveOptions& options) {
+  engine.apply_delayed_update();  // the held-back update belongs to what is saved
   const auto t0 = std::chrono::steady_clock::now();
   Communicator& comm = engine.communicator();
   const int rank = comm.rank(), world = comm.world_size();

@@ -143,6 +143,7 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
 ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string& dir,
                                            MpiCommunicator& comm,
                                            const ConsolidateOptions& options) {
+  engine.apply_delayed_update();  // the held-back update belongs to what is saved
   const auto t0 = std::chrono::steady_clock::now();
   ConsolidatedModel result;
   result.dir = strip_trailing_slashes(dir);

@@ -122,7 +122,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   if (offload.optimizer_offloaded()) {
     // OffloadOptimizer: fp32 gradient shards + two working-dtype staging tiles, then the store.
     const int64_t tile = std::min(offload.sub_group_size, std::max<int64_t>(1, max_trained_own));
-    e.host += 4 * trained_own + 2 * tile * work_bytes;
+    // A delayed update reads a second set of gradient shards while the next step's land.
+    e.host += 4 * trained_own * (offload.delay > 0 ? 2 : 1) + 2 * tile * work_bytes;
     if (offload.optimizer == OffloadDevice::kCpu) {
       e.host += 12 * trained_own;
     } else {
@@ -130,7 +131,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
       e.nvme = nvme_file_bytes(own_sizes, tile);
     }
   } else {
-    e.optimizer = 12 * trained_own;
+    // A delayed update without offload holds two more copies of the own range's working values.
+    e.optimizer = 12 * trained_own + (offload.delay > 0 ? 2 * trained_own * work_bytes : 0);
   }
 
   const ActivationPlan plan =

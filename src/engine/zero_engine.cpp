@@ -78,6 +78,13 @@ void ZeroEngine::Impl::allocate() {
     offloader = std::make_unique<OffloadOptimizer>(
         offload, std::move(own_sizes), std::move(segments), precision, memory, host, *copier);
   }
+  if (offload.delay > 0 && !offload.optimizer_offloaded()) {
+    for (int g = 0; g < G; ++g) {
+      const size_t bytes = trains(g) ? static_cast<size_t>(own_size(g)) * work_elem() : 0;
+      delayed_work.emplace_back(memory, MemCategory::kOptimizer, bytes);
+      delayed_fresh.emplace_back(memory, MemCategory::kOptimizer, bytes);
+    }
+  }
   if (upcasts_params())
     compute =
         TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
@@ -332,7 +339,9 @@ std::string learning_rate_hint(float last_update_lr) {
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
   const PhaseTimeline::Mark phase = intervals.begin();
   set_phase(step, "optimizer");
-  const int G = num_groups();
+  // Delayed update: the update held back since the last step becomes the weights the next step
+  // computes on, whatever this step decides.
+  const bool published = publish_delayed_update(&stats);
   stats.grad_norm = gradient_norm();
   if (scaler) {
     // fp16: the gradients carry the loss scale S. Every rank sees the same reduced norm (and
@@ -350,6 +359,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
       skipped_steps += 1;
       if (offloader) copier->synchronize();  // the gradient copies already issued land unused
       intervals.end(StepIntervals::kOptimizer, phase);
+      if (published && traits.gather_after_update) gather_updated_params(/*every_group=*/false);
       if (traits.shard_parameters) gatherer->release_all();
       return;
     }
@@ -374,36 +384,51 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   const double unscale = scaler ? 1.0 / stats.loss_scale : 1.0;
   AdamWHyper h =
       adamw_hyper(optim, lr, step - skipped_steps, static_cast<float>(stats.clip_scale * unscale));
-  // Output position of the own range inside the working buffer (stage 3 holds the shard).
-  auto work_out = [&](int g) {
-    const int64_t off = traits.shard_parameters ? 0 : own_begin(g);
-    return static_cast<uint8_t*>(work(g)) + static_cast<size_t>(off) * work_elem();
-  };
+  auto work_out = [&](int g) { return own_working(g); };
+  const bool delayed = offload.delayed_update(step);
   if (offloader) {
     const OffloadTraffic before = offloader->traffic();
-    offloader->step(h, optim.weight_decay, work_out);
+    if (delayed)
+      offloader->start_update(h, optim.weight_decay);  // published by the next step
+    else
+      offloader->step(h, optim.weight_decay, work_out);
     const OffloadTraffic after = offloader->traffic();
     stats.nvme_read_bytes = after.nvme_read - before.nvme_read;
     stats.nvme_write_bytes = after.nvme_written - before.nvme_written;
     stats.nvme_resident_bytes = after.nvme_resident;
-    stats.host_adam_params = offloader->last_adam().params;
-    stats.host_adam_s = offloader->last_adam().seconds;
+    if (!delayed) {
+      stats.host_adam_params = offloader->last_adam().params;
+      stats.host_adam_s = offloader->last_adam().seconds;
+    }
+  } else if (delayed) {
+    // The update's working values wait one step in delayed_work (publish_delayed_update).
+    device_adamw(h, [&](int g) { return delayed_fresh[static_cast<size_t>(g)].data(); });
+    std::swap(delayed_work, delayed_fresh);
+    delayed_held = true;
+  } else {
+    device_adamw(h, work_out);
   }
+  intervals.end(StepIntervals::kOptimizer, phase);
+  if (traits.gather_after_update) gather_updated_params(/*every_group=*/false);
+  if (traits.shard_parameters) gatherer->release_all();
+}
+
+void ZeroEngine::Impl::device_adamw(AdamWHyper h, const std::function<uint8_t*(int g)>& out_of) {
   // offload_param without optimizer offload: the update lands in a device tile, then the host.
   TrackedBuffer<uint8_t> device_out;
-  for (int g = 0; g < G && !offloader; ++g) {
+  for (int g = 0; g < num_groups(); ++g) {
     if (!trains(g)) continue;
     const int64_t begin = own_begin(g);
     const size_t out_bytes = static_cast<size_t>(own_size(g)) * work_elem();
     if (offload.param_offloaded() && device_out.size() < out_bytes)
       device_out = TrackedBuffer<uint8_t>(memory, MemCategory::kCommBuffers, out_bytes);
-    uint8_t* out_base = offload.param_offloaded() ? device_out.data() : work_out(g);
+    uint8_t* out_base = offload.param_offloaded() ? device_out.data() : out_of(g);
     const std::vector<DecaySegment> segments = own_segments(g);
     int64_t updated = 0;
     for (const DecaySegment& s : segments) updated += s.end - s.begin;
     // The tile goes back whole: frozen tensors, which have no segment, must carry their values.
     if (offload.param_offloaded() && updated < own_size(g))
-      dev.to_device(device_out.data(), work_out(g), out_bytes);
+      dev.to_device(device_out.data(), out_of(g), out_bytes);
     for (const DecaySegment& s : segments) {
       const int64_t i = s.begin - begin;
       h.weight_decay = s.decay ? optim.weight_decay : 0.0f;
@@ -418,13 +443,35 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
                    s.end - s.begin);
     }
     if (offload.param_offloaded()) {
-      copier->device_to_host(work_out(g), device_out.data(), out_bytes);
+      copier->device_to_host(out_of(g), device_out.data(), out_bytes);
       copier->synchronize();
     }
   }
-  intervals.end(StepIntervals::kOptimizer, phase);
-  if (traits.gather_after_update) gather_updated_params(/*every_group=*/false);
-  if (traits.shard_parameters) gatherer->release_all();
+}
+
+bool ZeroEngine::Impl::publish_delayed_update(StepStats* stats) {
+  auto work_out = [&](int g) { return own_working(g); };
+  if (offloader) {
+    if (!offloader->finish_update()) return false;
+    offloader->publish([&](int g) -> void* { return work_out(g); });
+    if (stats) {
+      stats->host_adam_params = offloader->last_adam().params;
+      stats->host_adam_s = offloader->last_adam().seconds;
+    }
+    return true;
+  }
+  if (!delayed_held) return false;
+  // The trained segments only: the buffer's frozen parts were never written.
+  for (int g = 0; g < num_groups(); ++g) {
+    if (!trains(g)) continue;
+    for (const DecaySegment& s : own_segments(g)) {
+      const size_t at = static_cast<size_t>(s.begin - own_begin(g)) * work_elem();
+      dev.copy(work_out(g) + at, delayed_work[static_cast<size_t>(g)].data() + at,
+               static_cast<size_t>(s.end - s.begin) * work_elem());
+    }
+  }
+  delayed_held = false;
+  return true;
 }
 
 // Stages 1/2: every rank updated its shard of the full working params; all-gather them, in
@@ -563,6 +610,7 @@ Communicator& ZeroEngine::communicator() {
 double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets,
                                  const int32_t* doc_start) {
   Impl& I = *impl_;
+  apply_delayed_update();  // the eval sees the weights of every update so far
   const int G = I.num_groups();
   I.intervals.reset();  // the gathers' waits of an eval pass are nobody's step (bounded marks)
   model_.set_batch(inputs, targets, doc_start);

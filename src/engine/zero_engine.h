@@ -78,6 +78,10 @@ class ZeroEngine {
   // release_optimizer_shard(g), which writes it back when `modified`. Stage one group at a time.
   OptimizerShard optimizer_shard(int g);
   void release_optimizer_shard(int g, bool modified);
+  // Delayed parameter update (OffloadConfig::delay): applies the update held back one step, so
+  // that the working params are the masters' again; the next step then computes on them. Called
+  // before a checkpoint, a consolidated model and an eval pass read the weights. Collective.
+  void apply_delayed_update();
   // After every rank has overwritten its optimizer shards (checkpoint load), rebuilds the
   // working params from the masters (bf16 rounding in bf16 mode; stages 1/2 all-gather).
   // Collective.

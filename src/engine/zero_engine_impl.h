@@ -84,6 +84,11 @@ struct ZeroEngine::Impl {
     bool held = false;
   };
   std::vector<HostShard> staged;
+  // Delayed parameter update without optimizer offload (offload.delay): the working values of
+  // the last update, held back one step (`delayed_held` when they are), and the buffer the
+  // update being computed writes; the own range of each trained group.
+  std::vector<TrackedBuffer<uint8_t>> delayed_work, delayed_fresh;
+  bool delayed_held = false;
   std::unique_ptr<GradReducer> reducer;
   std::unique_ptr<ParamGatherer> gatherer;
   // World-invariant training (zero.world_invariant, docs/ARCHITECTURE.md §4). Each micro-batch's
@@ -125,6 +130,11 @@ struct ZeroEngine::Impl {
   void* work(int g) {
     return half() ? static_cast<void*>(work16[static_cast<size_t>(g)].data())
                   : static_cast<void*>(work_f32[static_cast<size_t>(g)].data());
+  }
+  // The own range inside the working buffer (stage 3 holds the shard).
+  uint8_t* own_working(int g) {
+    const int64_t off = traits.shard_parameters ? 0 : own_begin(g);
+    return static_cast<uint8_t*>(work(g)) + static_cast<size_t>(off) * work_elem();
   }
   // Own range of the optimizer state, in group coordinates.
   int64_t own_begin(int g) const { return traits.shard_optimizer ? rank * part(g).shard : 0; }
@@ -172,6 +182,12 @@ struct ZeroEngine::Impl {
   // the gradients (or of the fp32 masters) holds a NaN or an infinity; -1 when none does.
   int64_t first_non_finite_tensor(bool gradients);
   void optimizer_step(float lr, int64_t step, StepStats& stats);
+  // Delayed parameter update: the update held back (offload: the one running on the host, waited
+  // for) becomes the working params; false when none was held. The caller all-gathers (1/2).
+  bool publish_delayed_update(StepStats* stats);
+  // The AdamW of the own ranges, its working values at out(g) (the working params, or a delayed
+  // update's buffer), without optimizer offload.
+  void device_adamw(AdamWHyper h, const std::function<uint8_t*(int g)>& out);
   void gather_updated_params(bool every_group);
 };
 

@@ -123,9 +123,19 @@ void ZeroEngine::load_from(TensorSource& source) {
   });
 }
 
+void ZeroEngine::apply_delayed_update() {
+  Impl& I = *impl_;
+  if (!I.publish_delayed_update(nullptr)) return;
+  if (I.traits.gather_after_update) I.gather_updated_params(/*every_group=*/false);
+  if (I.traits.shard_parameters) I.gatherer->release_all();  // gathered copies are stale
+  I.comm.finish_device_waits();
+}
+
 OptimizerShard ZeroEngine::optimizer_shard(int g) {
   Impl& I = *impl_;
   const size_t i = static_cast<size_t>(g);
+  ZT_CHECK(!(I.offloader ? I.offloader->update_running() : I.delayed_held),
+           "optimizer_shard: a delayed update is held back (apply_delayed_update first)");
   if (!I.trains(g)) return I.frozen_shard(g);
   if (I.offloader) {
     OptimizerShard held = I.offloader->store().resident(g);

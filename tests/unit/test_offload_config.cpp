@@ -28,6 +28,14 @@ TEST(OffloadConfig, RefusalsNameTheDeepSpeedKeyAndTheOption) {
   nvme_one_buffer.nvme_path = "/tmp";
   nvme_one_buffer.buffer_count = 1;
   no_tiles.sub_group_size = 0;
+  OffloadConfig delay_two = cpu_optimizer, delay_negative_warmup = cpu_optimizer;
+  delay_two.delay = 2;
+  delay_negative_warmup.delay = 1;
+  delay_negative_warmup.delay_after = -1;
+  OffloadConfig delay_nvme = nvme_one_buffer, delay_param = cpu_param;
+  delay_nvme.buffer_count = 2;
+  delay_nvme.delay = 1;
+  delay_param.delay = 1;
   const std::vector<RefusedCase> cases = {
       {"optimizer offload at stage 0",
        cpu_optimizer,
@@ -41,6 +49,13 @@ TEST(OffloadConfig, RefusalsNameTheDeepSpeedKeyAndTheOption) {
       {"nvme without a path", nvme_no_path, 2, {"nvme_path", "--nvme-path"}},
       {"one nvme buffer", nvme_one_buffer, 2, {"buffer_count", "--offload-buffer-count", "got 1"}},
       {"no optimizer tile", no_tiles, 1, {"sub_group_size", "--sub-group-size", "got 0"}},
+      {"a delay of 2", delay_two, 1, {"--offload-optimizer-delay", "0 or 1", "got 2"}},
+      {"a negative warm-up", delay_negative_warmup, 1, {"--offload-optimizer-delay-after", "-1"}},
+      {"delay with nvme", delay_nvme, 2, {"--offload-optimizer-delay", "cpu or none"}},
+      {"delay with param offload",
+       delay_param,
+       3,
+       {"--offload-optimizer-delay", "--offload-param"}},
   };
   for (const RefusedCase& c : cases) {
     try {
@@ -57,6 +72,10 @@ TEST(OffloadConfig, RefusalsNameTheDeepSpeedKeyAndTheOption) {
   OffloadConfig nvme = nvme_one_buffer;
   nvme.buffer_count = 2;
   EXPECT_NO_THROW(nvme.validate(3));
+  OffloadConfig delayed = cpu_optimizer, delayed_without_offload;
+  delayed.delay = delayed_without_offload.delay = 1;
+  EXPECT_NO_THROW(delayed.validate(1));
+  EXPECT_NO_THROW(delayed_without_offload.validate(0));
 }
 
 }  // namespace

@@ -41,6 +41,13 @@ void OffloadConfig::validate(int stage) const {
   ZT_CHECK(sub_group_size >= 1,
            "--sub-group-size (zero_optimization.sub_group_size) must be >= 1, got " +
                std::to_string(sub_group_size));
+  const std::string delay_opt = "--offload-optimizer-delay";
+  ZT_CHECK(delay == 0 || delay == 1,
+           delay_opt + " must be 0 or 1 (steps the update lags), got " + std::to_string(delay));
+  ZT_CHECK(delay_after >= 0,
+           "--offload-optimizer-delay-after must be >= 0, got " + std::to_string(delay_after));
+  ZT_CHECK(delay == 0 || (optimizer != OffloadDevice::kNvme && !param_offloaded()),
+           delay_opt + " 1 runs with --offload-optimizer cpu or none, without --offload-param");
   if (optimizer == OffloadDevice::kNvme) {
     ZT_CHECK(!nvme_path.empty(),
              opt + " 'nvme' needs --nvme-path (zero_optimization.offload_optimizer.nvme_path)");

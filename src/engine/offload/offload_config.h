@@ -24,13 +24,21 @@ struct OffloadConfig {
   std::string nvme_path;                   // directory for nvme swap files
   int64_t buffer_count = 4;                // rotating host buffers for nvme swapping (>= 2)
   int64_t sub_group_size = 1'000'000'000;  // optimizer tile (elements), DeepSpeed's default
-  bool pin_memory = false;                 // accepted: page-locked on a CUDA backend
-  bool fast_init = false;                  // accepted: no effect (state is initialised in place)
+  // Delayed parameter update (ZeRO-Offload's DPU; no DeepSpeed key): with delay 1, from step
+  // delay_after + 1 on, step t's gradients are computed on the weights after update t - 2, and
+  // with CPU optimizer offload update t - 1 runs on the host while step t computes. Without
+  // optimizer offload the same updates run synchronously (the reference of the tests).
+  int64_t delay = 0;
+  int64_t delay_after = 40;
+  bool pin_memory = false;  // accepted: page-locked on a CUDA backend
+  bool fast_init = false;   // accepted: no effect (state is initialised in place)
 
   bool optimizer_offloaded() const { return optimizer != OffloadDevice::kNone; }
   bool param_offloaded() const { return param != OffloadDevice::kNone; }
   // Throws naming the DeepSpeed key and train's option: offload needs stage >= 1, param offload
-  // stage 3 and cpu, nvme needs nvme_path, buffer_count >= 2, sub_group_size >= 1.
+  // stage 3 and cpu, nvme needs nvme_path, buffer_count >= 2, sub_group_size >= 1; delay is 0
+  // or 1, with neither NVMe optimizer offload nor parameter offload.
+  bool delayed_update(int64_t step) const { return delay > 0 && step > delay_after; }
   void validate(int stage) const;
 };
 

@@ -8,6 +8,7 @@
 #include "engine/offload/nvme_swapper.h"
 #include "util/bf16.h"
 #include "util/error.h"
+#include "util/tensor_view.h"
 
 namespace zt {
 
@@ -23,6 +24,8 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
   int64_t max_own = 1;
   for (int64_t n : own_sizes_) {
     host_grads_.emplace_back(memory, MemCategory::kHostOffload, static_cast<size_t>(n));
+    if (config.delay > 0)
+      pending_grads_.emplace_back(memory, MemCategory::kHostOffload, static_cast<size_t>(n));
     max_own = std::max(max_own, n);
   }
   const int64_t tile = std::min(config.sub_group_size, max_own);
@@ -56,6 +59,57 @@ void OffloadOptimizer::gradient_ready(int g, const float* device_grads) {
 void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
                             const std::function<void*(int g)>& work_out) {
   copier_.synchronize();  // every gradient shard is on the host
+  update_tiles(h, weight_decay, host_grads_, &work_out);
+  copier_.synchronize();  // every updated tile is on the device before the params are used
+}
+
+void OffloadOptimizer::start_update(AdamWHyper h, float weight_decay) {
+  ZT_CHECK(!pending_grads_.empty() && !running_.valid(),
+           "OffloadOptimizer::start_update: no delay configured, or an update still running");
+  copier_.synchronize();  // every gradient shard is on the host
+  std::swap(host_grads_, pending_grads_);
+  running_ = std::async(std::launch::async, [this, h, weight_decay] {
+    update_tiles(h, weight_decay, pending_grads_, nullptr);
+  });
+}
+
+bool OffloadOptimizer::finish_update() {
+  if (!running_.valid()) return false;
+  running_.get();
+  return true;
+}
+
+void OffloadOptimizer::send_tile(size_t slot, void* out, size_t bytes) {
+  if (params_on_host_) {
+    std::memcpy(out, staging_[slot].data(), bytes);
+  } else {
+    copier_.host_to_device(out, staging_[slot].data(), bytes);
+    staging_copied_[slot] = copier_.mark();
+  }
+}
+
+void OffloadOptimizer::publish(const std::function<void*(int g)>& work_out) {
+  const DType work = working_dtype(precision_);
+  const size_t elem = dtype_size(work);
+  size_t tile_index = 0;
+  store_->update_tiles([&](const StateTile& t) {
+    if (segments_[static_cast<size_t>(t.group)].empty()) return;  // a frozen group: unchanged
+    const size_t slot = tile_index++ % staging_.size();
+    if (tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
+    if (work == DType::kFloat32)
+      std::memcpy(staging_[slot].data(), t.master, static_cast<size_t>(t.count) * sizeof(float));
+    else
+      round_16bit(work, t.master, reinterpret_cast<uint16_t*>(staging_[slot].data()),
+                  static_cast<size_t>(t.count));
+    send_tile(slot, static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem,
+              static_cast<size_t>(t.count) * elem);
+  });
+  copier_.synchronize();
+}
+
+void OffloadOptimizer::update_tiles(AdamWHyper h, float weight_decay,
+                                    const std::vector<TrackedBuffer<float>>& grads_of,
+                                    const std::function<void*(int g)>* work_out) {
   const cpu::AdamSimd path = cpu::best_adam_simd();
   const DType work = working_dtype(precision_);
   const bool bf16 = work == DType::kBf16, fp16 = work == DType::kFloat16;
@@ -67,12 +121,12 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
     uint8_t* staging = staging_[slot].data();
     // The copy that last read this staging tile (two tiles ago) must be done before the rewrite;
     // the previous tile's copy keeps running under this tile's update.
-    if (tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
-    const float* grads = host_grads_[static_cast<size_t>(t.group)].data();
+    if (work_out && tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
+    const float* grads = grads_of[static_cast<size_t>(t.group)].data();
     const std::vector<DecaySegment>& segments = segments_[static_cast<size_t>(t.group)];
     // Frozen tensors have no segment (decay_segments.h): the tile goes out whole, so their part
     // of it is their master as working params, which is what the device holds already.
-    if (!covers(segments, t.begin, t.count)) {
+    if (work_out && !covers(segments, t.begin, t.count)) {
       if (bf16 || fp16)
         round_16bit(work, t.master, reinterpret_cast<uint16_t*>(staging),
                     static_cast<size_t>(t.count));
@@ -85,27 +139,25 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
       const int64_t at = lo - t.begin;
       h.weight_decay = s.decay ? weight_decay : 0.0f;
       const auto start = std::chrono::steady_clock::now();
-      cpu::adam_update(path, t.master + at, t.m + at, t.v + at, grads + lo,
-                       bf16 ? reinterpret_cast<bf16_t*>(staging) + at : nullptr,
-                       bf16 || fp16 ? nullptr : reinterpret_cast<float*>(staging) + at, hi - lo, h);
+      // Without work_out (a delayed update) only the masters and moments change.
+      cpu::adam_update(
+          path, t.master + at, t.m + at, t.v + at, grads + lo,
+          work_out && bf16 ? reinterpret_cast<bf16_t*>(staging) + at : nullptr,
+          work_out && !bf16 && !fp16 ? reinterpret_cast<float*>(staging) + at : nullptr, hi - lo,
+          h);
       last_adam_.seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       last_adam_.params += hi - lo;
       // fp16: the updated masters, rounded (the Adam kernels write bf16 or fp32 only).
-      if (fp16)
+      if (work_out && fp16)
         floats_to_fp16(t.master + at, reinterpret_cast<uint16_t*>(staging) + at,
                        static_cast<size_t>(hi - lo));
     }
-    auto* out = static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem;
-    const size_t bytes = static_cast<size_t>(t.count) * elem;
-    if (params_on_host_) {
-      std::memcpy(out, staging, bytes);
-    } else {
-      copier_.host_to_device(out, staging, bytes);
-      staging_copied_[slot] = copier_.mark();
-    }
+    if (work_out)
+      send_tile(slot,
+                static_cast<uint8_t*>((*work_out)(t.group)) + static_cast<size_t>(t.begin) * elem,
+                static_cast<size_t>(t.count) * elem);
   });
-  copier_.synchronize();  // every updated tile is on the device before the params are used
 }
 
 OffloadTraffic OffloadOptimizer::traffic() const {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,15 @@ class OffloadOptimizer {
   // [b, b+n) of group g lands at work_out(g) + b elements of the working dtype: device memory,
   // or host memory when the config offloads params.
   void step(AdamWHyper h, float weight_decay, const std::function<void*(int g)>& work_out);
+  // Delayed parameter update (OffloadConfig::delay): the AdamW of the gradient shards landed so
+  // far starts on a host thread and returns at once; the next step's shards land in a second
+  // set of host buffers meanwhile. The masters it updates are published by publish().
+  void start_update(AdamWHyper h, float weight_decay);
+  // Waits for the update started last, rethrowing its error; false when none was running.
+  bool finish_update();
+  bool update_running() const { return running_.valid(); }
+  // Every trained tile's masters as working values at work_out(g) (as step() writes them).
+  void publish(const std::function<void*(int g)>& work_out);
   OptimizerStateStore& store() { return *store_; }
   OffloadTraffic traffic() const;
   // The last step()'s CPU AdamW: elements updated and seconds in its kernel (the copies, the
@@ -64,7 +74,16 @@ class OffloadOptimizer {
   bool params_on_host_;
   HostDeviceCopier& copier_;
   std::unique_ptr<OptimizerStateStore> store_;
+  // Tiles of AdamW over the shards in `grads`; with work_out, each tile's working values go
+  // there, else only the masters change.
+  void update_tiles(AdamWHyper h, float weight_decay,
+                    const std::vector<TrackedBuffer<float>>& grads,
+                    const std::function<void*(int g)>* work_out);
+  // Copies staging tile `slot` (`bytes` of working values) to `out`, on the device or the host.
+  void send_tile(size_t slot, void* out, size_t bytes);
   std::vector<TrackedBuffer<float>> host_grads_;
+  std::vector<TrackedBuffer<float>> pending_grads_;  // delay: the shards the running update reads
+  std::future<void> running_;                        // delay: the update on its host thread
   // Two tiles of working values: the host→device copy of one overlaps the update of the next.
   std::array<TrackedBuffer<uint8_t>, 2> staging_;
   std::array<uint64_t, 2> staging_copied_{};  // copier marks after each staging tile's copy
