@@ -1,10 +1,11 @@
-// ZeroEngine's internals, shared by zero_engine.cpp (allocation, the training step) and
-// zero_engine_state.cpp (initialisation, checkpoint access, full-tensor export). Not a public
-// header.
+// ZeroEngine's internals, shared by zero_engine.cpp (allocation, the training step),
+// zero_engine_optimizer.cpp (the optimizer step) and zero_engine_state.cpp (initialisation,
+// checkpoint access, full-tensor export). Not a public header.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/decay_segments.h"
@@ -18,6 +19,10 @@
 #include "engine/zero_engine.h"
 
 namespace zt {
+
+// What a divergence report adds: the learning rate of the update before it (none before the
+// first, last_update_lr < 0), the usual cause of a loss or gradient that stops being finite.
+std::string learning_rate_hint(float last_update_lr);
 
 // A source of a group's fp32 values over [begin, begin+count) of its flat (unpadded) range;
 // padding beyond numel is zero.
