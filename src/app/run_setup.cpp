@@ -116,11 +116,12 @@ void add_offload_options(po::options_description& options, OffloadOptions& o) {
   add("sub-group-size", po::value(&o.config.sub_group_size)->default_value(o.config.sub_group_size),
       "offloaded optimizer tile (elements)");
   add("offload-optimizer-delay", po::value(&o.config.delay)->default_value(o.config.delay),
-      "0 | 1: delayed parameter update: step t's gradients come from the weights after update "
-      "t-2, and with --offload-optimizer cpu update t-1 runs on the host while step t computes");
+      "0 | 1: delayed parameter update: each update is held back one step (with "
+      "--offload-optimizer cpu it runs on the host while the next step computes), so a step's "
+      "gradients come from the weights two updates back");
   add("offload-optimizer-delay-after",
       po::value(&o.config.delay_after)->default_value(o.config.delay_after),
-      "steps that run without the delay first (warm-up)");
+      "warm-up: the updates of steps 1..N are not held back");
 }
 
 }  // namespace zt

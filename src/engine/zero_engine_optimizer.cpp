@@ -19,10 +19,11 @@ std::string learning_rate_hint(float last_update_lr) {
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
   const PhaseTimeline::Mark phase = intervals.begin();
   set_phase(step, "optimizer");
-  // Delayed update: the update held back since the last step becomes the weights the next step
-  // computes on, whatever this step decides.
-  const bool published = publish_delayed_update(&stats);
   stats.grad_norm = gradient_norm();
+  // Delayed update: the update held back since the last step becomes the weights the next step
+  // computes on, whatever this step decides (after the norm, whose reduction the host thread's
+  // last tiles overlap).
+  const bool published = publish_delayed_update(&stats);
   if (scaler) {
     // fp16: the gradients carry the loss scale S. Every rank sees the same reduced norm (and
     // loss), so the overflow decision is agreed; DeepSpeed updates the scale before stepping.
@@ -89,7 +90,9 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     device_adamw(h, work_out);
   }
   intervals.end(StepIntervals::kOptimizer, phase);
-  if (traits.gather_after_update) gather_updated_params(/*every_group=*/false);
+  // A delayed step changed the working params only where it published the update before.
+  if (traits.gather_after_update && (published || !delayed))
+    gather_updated_params(/*every_group=*/false);
   if (traits.shard_parameters) gatherer->release_all();
 }
 

@@ -183,6 +183,7 @@ void ZeroEngine::release_optimizer_shard(int g, bool modified) {
 }
 
 void ZeroEngine::refresh_working_params() {
+  apply_delayed_update();  // a held-back update must not overwrite what this rebuilds
   Impl& I = *impl_;
   if (I.offloader) I.offloader->store().flush();  // shards a caller modified and kept staged
   for (int g = 0; g < I.num_groups(); ++g) {
@@ -220,6 +221,7 @@ OptimizerShard ZeroEngine::Impl::frozen_shard(int g) {
 
 void ZeroEngine::for_each_full_tensor(
     bool master, const std::function<void(const TensorInfo&, const void*)>& fn) {
+  apply_delayed_update();  // the masters are read, not written, by a running update's thread
   Impl& I = *impl_;
   const ParamLayout& layout = model_.layout();
   const bool root = I.rank == 0;
@@ -320,6 +322,7 @@ int64_t ZeroEngine::Impl::first_non_finite_tensor(bool gradients) {
 }
 
 std::string ZeroEngine::non_finite_master_tensor() {
+  apply_delayed_update();
   const int64_t t = impl_->first_non_finite_tensor(/*gradients=*/false);
   return t < 0 ? "" : model_.layout().tensors()[static_cast<size_t>(t)].name;
 }

@@ -24,10 +24,11 @@ struct OffloadConfig {
   std::string nvme_path;                   // directory for nvme swap files
   int64_t buffer_count = 4;                // rotating host buffers for nvme swapping (>= 2)
   int64_t sub_group_size = 1'000'000'000;  // optimizer tile (elements), DeepSpeed's default
-  // Delayed parameter update (ZeRO-Offload's DPU; no DeepSpeed key): with delay 1, from step
-  // delay_after + 1 on, step t's gradients are computed on the weights after update t - 2, and
-  // with CPU optimizer offload update t - 1 runs on the host while step t computes. Without
-  // optimizer offload the same updates run synchronously (the reference of the tests).
+  // Delayed parameter update (ZeRO-Offload's DPU; no DeepSpeed key): with delay 1, update t of
+  // every step t > delay_after is held back one step (with CPU optimizer offload it runs on the
+  // host while step t + 1 computes), so from step delay_after + 2 on step t's gradients come
+  // from the weights after update t - 2. Without optimizer offload the same updates are held
+  // back synchronously.
   int64_t delay = 0;
   int64_t delay_after = 40;
   bool pin_memory = false;  // accepted: page-locked on a CUDA backend

@@ -41,6 +41,14 @@ class OffloadOptimizer {
                    std::vector<std::vector<DecaySegment>> segments, Precision precision,
                    MemoryTracker& memory, Communicator& host_comm, HostDeviceCopier& copier);
 
+  // Waits for a delayed update still running (an error can end a step before it is published):
+  // the host thread reads buffers the members below own.
+  ~OffloadOptimizer() {
+    if (running_.valid()) running_.wait();
+  }
+  OffloadOptimizer(const OffloadOptimizer&) = delete;
+  OffloadOptimizer& operator=(const OffloadOptimizer&) = delete;
+
   void initialize(int g, const float* master) { store_->initialize(g, master); }
   // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final.
   void gradient_ready(int g, const float* device_grads);
