@@ -22,11 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A float32 metadata value as the decimal it was written from (1e-05, not 9.99999974e-06).
-double decimal_of_float(double v) {
-  return std::stod(shortest_decimal(static_cast<float>(v)));
-}
-
 // One layer tensor's Hugging Face suffix and GGUF suffix.
 struct LayerName {
   const char* hf;
@@ -132,9 +127,11 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   c.num_kv_heads = g.has(key("attention.head_count_kv")) ? g.integer(key("attention.head_count_kv"))
                                                          : c.num_heads;
   c.max_position_embeddings = g.integer(key("context_length"));
-  c.rms_norm_eps = decimal_of_float(g.number(key("attention.layer_norm_rms_epsilon")));
-  c.rope_theta =
-      g.has(key("rope.freq_base")) ? decimal_of_float(g.number(key("rope.freq_base"))) : 10000.0;
+  c.rms_norm_eps =
+      decimal_of_float(static_cast<float>(g.number(key("attention.layer_norm_rms_epsilon"))));
+  c.rope_theta = g.has(key("rope.freq_base"))
+                     ? decimal_of_float(static_cast<float>(g.number(key("rope.freq_base"))))
+                     : 10000.0;
   c.rope_scaling = gguf_rope_scaling(g, arch);
   const GgufTensorInfo* embedding = g.find_tensor("token_embd.weight");
   ZT_CHECK(embedding && embedding->dims.size() == 2,

@@ -69,7 +69,7 @@ RopeScalingParams llama3_scaling_from_freq_factors(const std::vector<float>& fac
   const std::vector<float> inv_freq = plain_inv_freq(theta, head_dim);
   RopeScalingParams p;
   p.type = RopeScaling::kLlama3;
-  p.factor = std::stod(shortest_decimal(largest));  // 2.2, not 2.2000000477
+  p.factor = decimal_of_float(largest);  // 2.2, not 2.2000000477
   p.low_freq_factor = 1.0;
   p.high_freq_factor = 4.0;  // llama.cpp's converter's defaults, when the band is too narrow
   p.original_max_positions = 8192;

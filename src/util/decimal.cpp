@@ -28,4 +28,8 @@ std::string shortest_decimal(double v) {
   return shortest(v, 17);
 }
 
+double decimal_of_float(float v) {
+  return std::strtod(shortest_decimal(v).c_str(), nullptr);
+}
+
 }  // namespace zt

@@ -10,4 +10,8 @@ namespace zt {
 std::string shortest_decimal(float v);
 std::string shortest_decimal(double v);
 
+// An fp32 value as the decimal it was written from (a GGUF float32 1e-05 read back as 1e-05, not
+// 9.99999974e-06), as a double.
+double decimal_of_float(float v);
+
 }  // namespace zt

@@ -207,6 +207,17 @@ class TestEngine {
   std::unique_ptr<ZeroEngine> engine_;
 };
 
+// fp16 working params and activations with a loss scale that starts high enough to overflow
+// and doubles after every 2 good steps, so that overflows (skipped steps) come back.
+inline EngineOptions overflowing_fp16_options() {
+  EngineOptions o;
+  o.precision = Precision::kFp16;
+  o.activations = DType::kFloat16;
+  o.loss_scale.initial_scale_power = 22;
+  o.loss_scale.loss_scale_window = 2;
+  return o;
+}
+
 using Masters = std::map<std::string, std::vector<float>>;
 
 // Every tensor's fp32 master on rank 0 (empty elsewhere). Collective.

@@ -196,11 +196,7 @@ TEST_F(DelayedUpdateTest, EqualsExplicitlyDelayedUpdatesBitwise) {
 
 // fp16 with overflowing steps: a skipped step publishes the update held back and starts none.
 TEST_F(DelayedUpdateTest, Fp16SkipsEqualExplicitlyDelayedUpdatesBitwise) {
-  EngineOptions fp16;
-  fp16.precision = Precision::kFp16;
-  fp16.activations = DType::kFloat16;
-  fp16.loss_scale.initial_scale_power = 22;
-  fp16.loss_scale.loss_scale_window = 2;
+  const EngineOptions fp16 = engine_test::overflowing_fp16_options();
   constexpr int kFp16Steps = 10;  // the scale doubles every 2 good steps: overflows come back
   ExplicitDelay probe(world_, options(2, false, false, fp16));
   probe.train(1, kFp16Steps);

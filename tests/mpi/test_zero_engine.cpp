@@ -238,11 +238,7 @@ TEST_F(ZeroEngineTest, Fp16RefusesWeightsBeyondItsRangeNamingTheTensor) {
 }
 
 TEST_F(ZeroEngineTest, Fp16OverflowSkipsAgreeAcrossStagesAndRanksBitwise) {
-  EngineOptions base;
-  base.precision = Precision::kFp16;
-  base.activations = DType::kFloat16;
-  base.loss_scale.initial_scale_power = 22;
-  base.loss_scale.loss_scale_window = 2;
+  const EngineOptions base = engine_test::overflowing_fp16_options();
   const RunResult ref = expect_world_invariant_stages_equal_one_rank(world_, self_, base, 10);
   int skipped = 0;
   for (const StepStats& s : ref.stats) skipped += s.skipped ? 1 : 0;
