@@ -41,7 +41,8 @@
 #                --attentions; on CUDA by default its defaults alone, since the train part times
 #                the other attention paths in the same call)
 #     masking    bench_document_masking.py for ZT_MASKING_PRESET (default 1b): tokens/s with document
-#                masks on and off (and off on the GEMM attention) on packed 200-800-token documents
+#                masks on and off, on the default (fused) and on the GEMM attention, on packed
+#                200-800-token documents
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #     big        ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
 #                optimizer offload to cpu, if the host has the memory it pins (checked first);

@@ -69,8 +69,9 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add_attention_option(opts, &o.attention);
   add("document-masking", po::value(&o.document_masking)->default_value(o.document_masking),
       "on | off: whether the planned run masks packed documents (train's default for data with "
-      "more than one document, docs/fine-tuning.md); on the CUDA backend such a run has the "
-      "GEMM attention and its scratch");
+      "more than one document, docs/fine-tuning.md); on the CUDA backend the plan is a Hopper "
+      "GPU's, whose fused attention runs the masks (older GPUs run them on the GEMM path, with "
+      "its larger scratch)");
   add_activations_option(opts, &o.activations);
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
@@ -176,12 +177,14 @@ PlannedScratch planned_scratch(const EstimateOptions& o, const ModelConfig& mode
   p.cuda = o.backend_kind == BackendKind::kCuda;
   p.one = attention_shape(model, 1, o.seq_len);
   p.storage = storage;
+  // The GPU planned for: one whose fused attention runs the run's attention (compute capability
+  // 8.x without document masks, 9.x with them).
+  const bool masks = o.document_masking == "on";
   if (p.cuda)
-    p.kernel =
-        choose_attention(
-            parse_attention_request(o.attention), true, 8, p.one, precision == Precision::kFp32,
-            [] { return std::string(); }, o.document_masking == "on")
-            .kernel;
+    p.kernel = choose_attention(
+                   parse_attention_request(o.attention), true, masks ? 9 : 8, p.one,
+                   precision == Precision::kFp32, [] { return std::string(); }, masks)
+                   .kernel;
   return p;
 }
 

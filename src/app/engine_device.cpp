@@ -88,7 +88,8 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
   const auto cudnn_refusal = [&]() -> std::string {
     try {
       fused = make_cuda_backend(device, backend_options(AttentionKernel::kFused, attention));
-      fused->prepare_fused_attention(attention.shape, attention.storage, attention.backward);
+      fused->prepare_fused_attention(attention.shape, attention.storage, attention.backward,
+                                     attention.document_masks);
       return "";
     } catch (const std::exception& e) {  // a handle cuDNN cannot create, a graph it refuses
       fused.reset();

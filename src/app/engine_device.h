@@ -56,7 +56,7 @@ struct AttentionSetup {
   DType storage = DType::kFloat32;  // the activations' (--activations)
   bool fp32_run = false;            // --precision fp32: auto keeps the attention exact
   bool backward = true;             // training; eval runs the forward alone (no backward graph)
-  bool document_masks = false;      // --document-masking resolved on: the fused graphs take none
+  bool document_masks = false;  // --document-masking resolved on: the fused path's ragged graphs
 };
 
 // The attention of one micro-batch [B, T] of `config`.

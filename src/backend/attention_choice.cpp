@@ -64,10 +64,16 @@ std::string describe(const AttentionShape& s) {
          " Hkv=" + std::to_string(s.Hkv) + " hd=" + std::to_string(s.hd);
 }
 
-std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major) {
+std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major,
+                                        bool document_masks) {
   const int64_t H = shape.H, Hkv = shape.Hkv, hd = shape.hd;
   if (sm_major < 8)
     return "cuDNN's bf16 SDPA needs compute capability 8.0 or newer, this GPU has " +
+           std::to_string(sm_major) + ".x";
+  if (document_masks && sm_major != 9)
+    return "document masking runs the fused kernels on cuDNN's ragged (packed-document) layout, "
+           "which its deterministic backward supports on Hopper (compute capability 9.x) only; "
+           "this GPU has " +
            std::to_string(sm_major) + ".x";
   if (H <= 0 || Hkv <= 0 || H % Hkv != 0)
     return std::to_string(H) + " query heads are not a multiple of " + std::to_string(Hkv) +
@@ -90,14 +96,10 @@ AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int
     return {AttentionKernel::kGemm,
             "gemm (auto: --precision fp32 keeps the attention in fp32; the fused kernels "
             "compute on bf16 inputs)"};
-  std::string reason =
-      document_masks ? "document masking is on and the fused cuDNN graphs take no document masks "
-                       "yet (the GEMM path runs them; --document-masking off keeps the fused "
-                       "kernel with plain causal attention)"
-      : fused_built  ? fused_attention_unsupported(shape, sm_major)
-                     : "this build has no cuDNN fused attention (no cuDNN or "
-                       "cuDNN frontend headers at build time; ./run.sh fetches "
-                       "the headers)";
+  std::string reason = fused_built ? fused_attention_unsupported(shape, sm_major, document_masks)
+                                   : "this build has no cuDNN fused attention (no cuDNN or "
+                                     "cuDNN frontend headers at build time; ./run.sh fetches "
+                                     "the headers)";
   if (reason.empty()) {
     const std::string refused = cudnn_refusal();
     if (!refused.empty()) reason = "cuDNN refused the graph: " + refused;
@@ -111,17 +113,56 @@ AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int
   return {AttentionKernel::kGemm, "gemm (auto: " + reason + ")"};
 }
 
+int64_t ragged_sequences(int64_t documents) {
+  ZT_CHECK(documents >= 0 && documents <= (int64_t{1} << 40),
+           "ragged documents: " + std::to_string(documents) + " sequences is out of range");
+  int64_t sequences = 1;
+  while (sequences < documents) sequences *= 2;
+  return sequences;
+}
+
+RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T) {
+  ZT_CHECK(doc_start != nullptr, "ragged documents: no document starts");
+  ZT_CHECK(B > 0 && T > 0 && B <= std::numeric_limits<int32_t>::max() / T,
+           "ragged documents: B=" + std::to_string(B) + " T=" + std::to_string(T) +
+               " is out of range (B·T must be positive and fit int32)");
+  RaggedDocuments r;
+  r.B = B, r.T = T;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t i = b * T + t, start = doc_start[i];
+      const bool stays = t > 0 && start == doc_start[i - 1];
+      ZT_CHECK(start == t || stays,
+               "ragged documents: doc_start[" + std::to_string(b) + "," + std::to_string(t) +
+                   "] = " + std::to_string(start) + " neither continues the document of position " +
+                   std::to_string(t - 1) + " nor starts one at " + std::to_string(t));
+      if (stays) {
+        ++r.lengths.back();
+      } else {
+        r.token_offsets.push_back(i);
+        r.lengths.push_back(1);
+      }
+    }
+  }
+  r.documents = static_cast<int64_t>(r.lengths.size());
+  r.sequences = ragged_sequences(r.documents);
+  r.lengths.resize(static_cast<size_t>(r.sequences), 0);
+  r.token_offsets.resize(static_cast<size_t>(r.sequences) + 1, B * T);
+  return r;
+}
+
 size_t SdpaGraphKeyHash::operator()(const SdpaGraphKey& key) const {
   size_t h = key.backward ? 0x9e3779b97f4a7c15ULL : 0;
   for (int64_t v : {key.shape.B, key.shape.T, key.shape.H, key.shape.Hkv, key.shape.hd,
-                    static_cast<int64_t>(key.io)})
+                    static_cast<int64_t>(key.io), key.sequences})
     h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   return h;
 }
 
 std::string describe(const SdpaGraphKey& key) {
   return std::string(key.backward ? "backward" : "forward") + " " + describe(key.shape) + " " +
-         dtype_name(key.io);
+         dtype_name(key.io) +
+         (key.sequences > 0 ? " ragged " + std::to_string(key.sequences) + " sequences" : "");
 }
 
 size_t attention_staging_bytes(const AttentionShape& s, AttentionKernel kernel, DType storage,

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "util/dtype.h"
 
@@ -43,8 +44,11 @@ std::string describe(const AttentionShape& shape);
 // Why the fused kernels cannot run the attention `shape` on a GPU of compute capability
 // major.minor ("" when they can): cuDNN's bf16 SDPA needs sm_80 or newer, a head dimension that is
 // a multiple of 8 and at most 128 (forward and backward), H a multiple of Hkv, and at least two
-// positions (its backward refuses s_q = s_kv = 1).
-std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major);
+// positions (its backward refuses s_q = s_kv = 1). With document_masks the documents run as
+// cuDNN's ragged (packed, THD) sequences, which its kernels take on Hopper (sm_90) only (cuDNN
+// refuses the deterministic ragged backward on sm_100); the graph build checks cuDNN's version.
+std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major,
+                                        bool document_masks = false);
 
 struct AttentionChoice {
   AttentionKernel kernel = AttentionKernel::kGemm;
@@ -56,11 +60,32 @@ struct AttentionChoice {
 // the shape's graphs on the GPU and returns cuDNN's reason for refusing one ("" when both build).
 // `--attention fused` that cannot run is a zt::Error naming the reason; auto falls back to gemm
 // and says why. document_masks: the run packs documents with per-document masks
-// (--document-masking), which the fused graphs do not take yet: gemm runs them.
+// (--document-masking): the fused path runs them as ragged sequences (RaggedDocuments), which
+// cudnn_refusal must then build.
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
                                  const AttentionShape& shape, bool fp32_run,
                                  const std::function<std::string()>& cudnn_refusal,
                                  bool document_masks = false);
+
+// The documents of a micro-batch (Backend's doc_start, [B, T]) as the sequences of cuDNN's packed
+// (ragged, THD) layout: one sequence per stretch of a row that one document covers, in token order,
+// each attending causally within itself. The graph's batch is `sequences`, the count rounded up to
+// a power of two (at least 1), so that a run builds a handful of graphs rather than one per count;
+// the sequences past the real ones are empty (length 0, starting at B·T), as Transformer Engine
+// pads its packed batches.
+struct RaggedDocuments {
+  int64_t B = 0, T = 0;
+  int64_t documents = 0;         // the real sequences
+  int64_t sequences = 0;         // the graph's batch: documents, rounded up
+  std::vector<int32_t> lengths;  // [sequences]
+  std::vector<int64_t>
+      token_offsets;  // [sequences + 1]: b·T + t of each first token; B·T at the end
+};
+// Throws a zt::Error naming the entry when doc_start breaks Backend's contract (0 ≤ doc_start[t] ≤
+// t, staying or jumping to t along a row). B·T must fit int32 (cuDNN's sequence lengths).
+RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T);
+// The graph batch for `documents` real sequences: the next power of two.
+int64_t ragged_sequences(int64_t documents);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
 // The scale (1/√hd) and the causal mask follow from the shape.
@@ -70,6 +95,9 @@ struct SdpaGraphKey {
   // What the graph reads and writes: bf16 (fp32 activations are staged to it), or fp16 for
   // activations stored in fp16 (--precision fp16).
   DType io = DType::kBf16;
+  // 0: plain causal attention over each of the B rows. Otherwise the documents' ragged layout with
+  // this many sequences (RaggedDocuments::sequences).
+  int64_t sequences = 0;
   friend bool operator==(const SdpaGraphKey&, const SdpaGraphKey&) = default;
 };
 struct SdpaGraphKeyHash {

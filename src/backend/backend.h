@@ -100,6 +100,15 @@ class Backend {
   // new document). null: the row is one document (doc_start ≡ 0), plain causal attention. The
   // ops below take it last; with null they compute exactly what they computed without it.
 
+  // The host copy of the doc_start that the micro-batch's rope and attention calls will get (null:
+  // none), given once per micro-batch before them. A backend whose kernels take the documents in
+  // another form (the fused CUDA attention: ragged sequences, backend/attention_choice.h) derives
+  // it here, and may refuse a doc_start that breaks the contract above (a zt::Error naming the
+  // entry); the others ignore it.
+  virtual void set_document_layout(const int32_t* host_doc_start, int64_t B, int64_t T) {
+    (void)host_doc_start, (void)B, (void)T;
+  }
+
   // ---- rotary position embedding, HF rotate-half convention, in place ----
   // x is [B, T, H, hd]; position of token t is p = t − doc_start[t] (t without document masks).
   // With c=cos(p·θ_i), s=sin(p·θ_i), θ_i = rope_inv_freq(rope, hd)_i (theta^(−2i/hd), scaled;

@@ -229,6 +229,7 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets,
   std::copy(targets, targets + M_, all.begin() + M_);
   if (doc_start) std::copy(doc_start, doc_start + M_, all.begin() + 2 * M_);
   be_.device_memory().to_device(tokens_.data(), all.data(), all.size() * sizeof(int32_t));
+  be_.set_document_layout(doc_start, B_, T_);
   document_masks_ = doc_start != nullptr;
 }
 

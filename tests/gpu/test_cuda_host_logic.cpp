@@ -261,19 +261,65 @@ TEST(AttentionChoice, CudnnRefusingTheGraphMakesAutoGemmAndFusedAnError) {
       AttentionKernel::kFused);
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::kFused), "fused");
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::kGemm), "gemm");
-  // Document masks: the fused graphs take none, so auto runs gemm without asking cuDNN and says
-  // why, and an explicit fused request is refused naming the way out.
-  const AttentionChoice masked =
+  // Document masks: the fused path runs them as ragged sequences on Hopper, asking cuDNN for those
+  // graphs; on other GPUs auto runs gemm without asking and says why, and fused is refused.
+  const AttentionChoice masked = choose_attention(AttentionRequest::kAuto, true, 9,
+                                                  heads(16, 16, 64), false, cudnn_accepts, true);
+  EXPECT_EQ(masked.kernel, AttentionKernel::kFused) << masked.why;
+  const AttentionChoice masked_refused =
       choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), false, refuses, true);
-  EXPECT_EQ(masked.kernel, AttentionKernel::kGemm);
-  EXPECT_NE(masked.why.find("document masking"), std::string::npos) << masked.why;
-  EXPECT_EQ(asked, 2);
-  try {
-    choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), false, cudnn_accepts,
-                     true);
-    ADD_FAILURE() << "--attention fused with document masks was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--document-masking off"), std::string::npos) << e.what();
+  EXPECT_EQ(masked_refused.kernel, AttentionKernel::kGemm);
+  EXPECT_EQ(asked, 3);
+  for (int sm : {8, 10}) {
+    const AttentionChoice elsewhere = choose_attention(AttentionRequest::kAuto, true, sm,
+                                                       heads(16, 16, 64), false, refuses, true);
+    EXPECT_EQ(elsewhere.kernel, AttentionKernel::kGemm);
+    EXPECT_NE(elsewhere.why.find("document masking runs the fused kernels on cuDNN's ragged"),
+              std::string::npos)
+        << elsewhere.why;
+    EXPECT_NE(elsewhere.why.find("this GPU has " + std::to_string(sm) + ".x"), std::string::npos)
+        << elsewhere.why;
+    try {
+      choose_attention(AttentionRequest::kFused, true, sm, heads(16, 16, 64), false, cudnn_accepts,
+                       true);
+      ADD_FAILURE() << "--attention fused with document masks was accepted on sm " << sm;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("Hopper"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(asked, 3);
+}
+
+// clang-format off
+// Rows of T = 6: row 0 holds documents [0,2) [2,3) [3,6); row 1 one document cut by the window.
+// clang-format on
+TEST(AttentionChoice, RaggedDocumentsFollowTheRows) {
+  const std::vector<int32_t> doc_start = {0, 0, 2, 3, 3, 3, /**/ 0, 0, 0, 0, 0, 0};
+  const RaggedDocuments r = ragged_documents(doc_start.data(), 2, 6);
+  EXPECT_EQ(r.documents, 4);
+  EXPECT_EQ(r.sequences, 4);
+  EXPECT_EQ(r.lengths, (std::vector<int32_t>{2, 1, 3, 6}));
+  EXPECT_EQ(r.token_offsets, (std::vector<int64_t>{0, 2, 3, 6, 12}));
+  const std::vector<int32_t> four = {0, 1, 1, 3, 4, 4};
+  EXPECT_EQ(ragged_documents(four.data(), 1, 6).lengths, (std::vector<int32_t>{1, 2, 1, 2}));
+  // Six documents: the graph's batch is 8, the two past them empty, starting at B·T.
+  const std::vector<int32_t> six = {0, 1, 2, 3, 4, 4, /**/ 0, 0, 0, 0, 0, 0};
+  const RaggedDocuments q = ragged_documents(six.data(), 2, 6);
+  EXPECT_EQ(q.documents, 6);
+  EXPECT_EQ(q.sequences, 8);
+  EXPECT_EQ(q.lengths, (std::vector<int32_t>{1, 1, 1, 1, 2, 6, 0, 0}));
+  EXPECT_EQ(q.token_offsets, (std::vector<int64_t>{0, 1, 2, 3, 4, 6, 12, 12, 12}));
+  for (int64_t n : {0, 1, 2, 3, 4, 5, 8, 9, 1000})
+    EXPECT_EQ(ragged_sequences(n),
+              n <= 1 ? 1 : int64_t{1} << static_cast<int>(std::ceil(std::log2(n))))
+        << n;
+  // A doc_start that breaks the contract names the entry.
+  for (const auto& [bad, entry] :
+       {std::pair{std::vector<int32_t>{1, 1, 2}, "doc_start[0,0] = 1"},
+        std::pair{std::vector<int32_t>{0, 0, 1}, "doc_start[0,2] = 1"},
+        std::pair{std::vector<int32_t>{0, -1, 2}, "doc_start[0,1] = -1"}}) {
+    const std::string e = error_of([&] { ragged_documents(bad.data(), 1, 3); });
+    EXPECT_NE(e.find(entry), std::string::npos) << e;
   }
 }
 
@@ -299,7 +345,7 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
   // Every field is part of the key: a change in any one is another graph.
   const SdpaGraphKeyHash hash;
   const SdpaGraphKey base{a, false};
-  for (int field = 0; field < 7; ++field) {
+  for (int field = 0; field < 8; ++field) {
     SdpaGraphKey other = base;
     int64_t* dims[] = {&other.shape.B, &other.shape.T, &other.shape.H, &other.shape.Hkv,
                        &other.shape.hd};
@@ -307,12 +353,16 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
       *dims[field] += 1;
     else if (field == 5)
       other.backward = true;
-    else
+    else if (field == 6)
       other.io = DType::kFloat16;  // fp16 activations: cuDNN's fp16 graph
+    else
+      other.sequences = 8;  // document masks: the ragged graph of 8 sequences
     EXPECT_FALSE(other == base) << field;
     EXPECT_NE(hash(other), hash(base)) << field;
   }
   EXPECT_EQ(describe(base), "forward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16");
+  EXPECT_EQ(describe(SdpaGraphKey{a, true, DType::kBf16, 16}),
+            "backward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16 ragged 16 sequences");
 }
 
 TEST(AttentionChoice, StagingAndScratchBytes) {

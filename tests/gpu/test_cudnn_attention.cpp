@@ -62,9 +62,10 @@ struct Reference {
   std::vector<double> out_bound, dq_bound, dk_bound, dv_bound;  // allowed |error|
 };
 
+// doc_start (empty: none): query i of row b sees keys doc_start[b·T+i] ≤ j ≤ i (backend.h).
 Reference reference(const std::vector<float>& q, const std::vector<float>& k,
                     const std::vector<float>& v, const std::vector<float>& dout,
-                    const AttentionShape& s) {
+                    const AttentionShape& s, const std::vector<int32_t>& doc_start = {}) {
   const int64_t group = s.H / s.Hkv, q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.hd));
   Reference r;
@@ -80,8 +81,9 @@ Reference reference(const std::vector<float>& q, const std::vector<float>& k,
       const int64_t g = h / group;
       for (int64_t i = 0; i < s.T; ++i) {
         const float* qr = &q[qi(b, i, h)];
+        const int64_t lo = doc_start.empty() ? 0 : doc_start[b * s.T + i];
         double max_s = -INFINITY, max_abs_dot = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = lo; j <= i; ++j) {
           double dot = 0, abs_dot = 0;
           for (int64_t d = 0; d < s.hd; ++d) {
             dot += static_cast<double>(qr[d]) * k[ki(b, j, g) + d];
@@ -92,16 +94,16 @@ Reference reference(const std::vector<float>& q, const std::vector<float>& k,
           max_abs_dot = std::max(max_abs_dot, abs_dot);
         }
         double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[j] - max_s);
+        for (int64_t j = lo; j <= i; ++j) sum += std::exp(p[j] - max_s);
         const double lse = max_s + std::log(sum);
         r.lse[(b * s.H + h) * s.T + i] = lse;
-        for (int64_t j = 0; j <= i; ++j) p[j] = std::exp(p[j] - lse);
+        for (int64_t j = lo; j <= i; ++j) p[j] = std::exp(p[j] - lse);
         const double ds_i = 2.0 * s.hd * kE * scale * max_abs_dot + 2 * kE * (1 + std::fabs(lse));
         const double p_rel = kU + 2 * ds_i + 2 * s.T * kE;
         // forward
         for (int64_t d = 0; d < s.hd; ++d) {
           double o = 0, abs_o = 0;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = lo; j <= i; ++j) {
             o += p[j] * v[ki(b, j, g) + d];
             abs_o += p[j] * std::fabs(v[ki(b, j, g) + d]);
           }
@@ -116,7 +118,7 @@ Reference reference(const std::vector<float>& q, const std::vector<float>& k,
           D += dor[d] * o16;
           abs_D += std::fabs(dor[d] * o16);
         }
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = lo; j <= i; ++j) {
           double dp = 0, abs_dp = 0;
           for (int64_t d = 0; d < s.hd; ++d) {
             dp += static_cast<double>(dor[d]) * v[ki(b, j, g) + d];
@@ -172,19 +174,32 @@ std::vector<float> to_floats(const std::vector<double>& x, bool stored) {
   return stored ? both_16bit(std::move(out)) : out;
 }
 
+// The micro-batch's document masks on `backend` as the model gives them: the host copy first
+// (Backend::set_document_layout), the device copy to each call; none when doc_start is empty.
+struct Documents {
+  Documents(Backend& backend, const std::vector<int32_t>& doc_start, const AttentionShape& s)
+      : device(doc_start.empty() ? std::vector<int32_t>{0} : doc_start),
+        starts(doc_start.empty() ? nullptr : device.get()) {
+    backend.set_document_layout(doc_start.empty() ? nullptr : doc_start.data(), s.B, s.T);
+  }
+  DeviceBuffer<int32_t> device;
+  const int32_t* starts;
+};
+
 // One forward and one backward on `backend`; the backward gets the reference's output (rounded
 // to bf16, tiny values zeroed: both_16bit) and lse.
 AttentionRun run(Backend& backend, const std::vector<float>& q, const std::vector<float>& k,
                  const std::vector<float>& v, const std::vector<float>& dout, const Reference& ref,
-                 const AttentionShape& s) {
+                 const AttentionShape& s, const std::vector<int32_t>& doc_start = {}) {
   DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_dout(dout), d_out(q.size()), d_lse(s.B * s.H * s.T),
       d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
   DeviceBuffer<float> d_ref_out(to_floats(ref.out, true)), d_ref_lse(to_floats(ref.lse, false));
+  const Documents docs(backend, doc_start, s);
   backend.attention_forward(d_out.get(), d_lse.get(), d_q.get(), d_k.get(), d_v.get(), s.B, s.T,
-                            s.H, s.Hkv, s.hd);
+                            s.H, s.Hkv, s.hd, docs.starts);
   backend.attention_backward(d_dq.get(), d_dk.get(), d_dv.get(), d_dout.get(), d_q.get(), d_k.get(),
                              d_v.get(), d_ref_out.get(), d_ref_lse.get(), s.B, s.T, s.H, s.Hkv,
-                             s.hd);
+                             s.hd, docs.starts);
   return {d_out.download(), d_lse.download(), d_dq.download(), d_dk.download(), d_dv.download()};
 }
 
@@ -204,17 +219,18 @@ std::vector<float> widened(DType type, const std::vector<uint16_t>& x) {
 AttentionRun run_16bit_storage(Backend& backend, DType type, const std::vector<float>& q,
                                const std::vector<float>& k, const std::vector<float>& v,
                                const std::vector<float>& dout, const Reference& ref,
-                               const AttentionShape& s) {
+                               const AttentionShape& s, const std::vector<int32_t>& doc_start) {
   DeviceBuffer<uint16_t> d_q(to_16bit(type, q)), d_k(to_16bit(type, k)), d_v(to_16bit(type, v)),
       d_dout(to_16bit(type, dout)), d_out(q.size()), d_dq(q.size()), d_dk(k.size()), d_dv(v.size());
   DeviceBuffer<uint16_t> d_ref_out(to_16bit(type, to_floats(ref.out, true)));
   DeviceBuffer<float> d_lse(s.B * s.H * s.T), d_ref_lse(to_floats(ref.lse, false));
   auto view = [type](DeviceBuffer<uint16_t>& b) { return TensorView(b.get(), type); };
+  const Documents docs(backend, doc_start, s);
   backend.attention_forward(view(d_out), d_lse.get(), view(d_q), view(d_k), view(d_v), s.B, s.T,
-                            s.H, s.Hkv, s.hd);
+                            s.H, s.Hkv, s.hd, docs.starts);
   backend.attention_backward(view(d_dq), view(d_dk), view(d_dv), view(d_dout), view(d_q), view(d_k),
                              view(d_v), view(d_ref_out), d_ref_lse.get(), s.B, s.T, s.H, s.Hkv,
-                             s.hd);
+                             s.hd, docs.starts);
   return {widened(type, d_out.download()), d_lse.download(), widened(type, d_dq.download()),
           widened(type, d_dk.download()), widened(type, d_dv.download())};
 }
@@ -246,17 +262,23 @@ std::unique_ptr<cuda::CudaBackend> backend_with(AttentionKernel kernel, const At
   return make_cuda_backend(0, options);
 }
 
-void check_case(const AttentionShape& s) {
-  SCOPED_TRACE(describe(s));
+// With doc_start (not empty), every run has those document masks, the reference too; and the
+// fused output must be outside the bound of the unmasked reference, so that the masks show.
+void check_case(const AttentionShape& s, const std::vector<int32_t>& doc_start = {}) {
+  SCOPED_TRACE(describe(s) + (doc_start.empty() ? "" : ", document masks"));
   const int64_t q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
   const auto q = both_16bit(random_floats(q_n, 51, 0.5f)),
              k = both_16bit(random_floats(kv_n, 52, 0.5f)), v = both_16bit(random_floats(kv_n, 53)),
              dout = both_16bit(random_floats(q_n, 54));
-  const Reference ref = reference(q, k, v, dout, s);
+  const Reference ref = reference(q, k, v, dout, s, doc_start);
   auto fused_backend = backend_with(AttentionKernel::kFused, s);
   auto gemm_backend = backend_with(AttentionKernel::kGemm, s);
-  const AttentionRun fused = run(*fused_backend, q, k, v, dout, ref, s);
-  const AttentionRun gemm = run(*gemm_backend, q, k, v, dout, ref, s);
+  const AttentionRun fused = run(*fused_backend, q, k, v, dout, ref, s, doc_start);
+  const AttentionRun gemm = run(*gemm_backend, q, k, v, dout, ref, s, doc_start);
+  if (!doc_start.empty()) {
+    const Reference plain = reference(q, k, v, dout, s);
+    EXPECT_FALSE(within(fused.out, plain.out, plain.out_bound, "out against plain causal"));
+  }
   for (const auto& [name, got] : {std::pair{"fused", &fused}, std::pair{"gemm fp32", &gemm}}) {
     SCOPED_TRACE(name);
     EXPECT_TRUE(within(got->out, ref.out, ref.out_bound, "out"));
@@ -274,11 +296,12 @@ void check_case(const AttentionShape& s) {
   // once, so it gives the fp32-storage run rounded once.
   {
     SCOPED_TRACE("fused, bf16 storage");
-    expect_bitwise(run_16bit_storage(*fused_backend, DType::kBf16, q, k, v, dout, ref, s), fused);
+    expect_bitwise(
+        run_16bit_storage(*fused_backend, DType::kBf16, q, k, v, dout, ref, s, doc_start), fused);
   }
   {
     SCOPED_TRACE("gemm, bf16 storage");
-    expect_bitwise(run_16bit_storage(*gemm_backend, DType::kBf16, q, k, v, dout, ref, s),
+    expect_bitwise(run_16bit_storage(*gemm_backend, DType::kBf16, q, k, v, dout, ref, s, doc_start),
                    rounded_to(DType::kBf16, gemm));
   }
   // fp16 storage (--activations fp16): the GEMM path likewise gives the fp32-storage run rounded
@@ -286,20 +309,21 @@ void check_case(const AttentionShape& s) {
   // stay within the reference's bounds (derived for bf16's coarser rounding).
   {
     SCOPED_TRACE("gemm, fp16 storage");
-    expect_bitwise(run_16bit_storage(*gemm_backend, DType::kFloat16, q, k, v, dout, ref, s),
-                   rounded_to(DType::kFloat16, gemm));
+    expect_bitwise(
+        run_16bit_storage(*gemm_backend, DType::kFloat16, q, k, v, dout, ref, s, doc_start),
+        rounded_to(DType::kFloat16, gemm));
   }
   {
     SCOPED_TRACE("fused, fp16 storage");
     const AttentionRun half =
-        run_16bit_storage(*fused_backend, DType::kFloat16, q, k, v, dout, ref, s);
+        run_16bit_storage(*fused_backend, DType::kFloat16, q, k, v, dout, ref, s, doc_start);
     EXPECT_TRUE(within(half.out, ref.out, ref.out_bound, "out"));
     EXPECT_TRUE(within(half.dq, ref.dq, ref.dq_bound, "dq"));
     EXPECT_TRUE(within(half.dk, ref.dk, ref.dk_bound, "dk"));
     EXPECT_TRUE(within(half.dv, ref.dv, ref.dv_bound, "dv"));
   }
   // The deterministic backward: a second run gives the same bits.
-  const AttentionRun again = run(*fused_backend, q, k, v, dout, ref, s);
+  const AttentionRun again = run(*fused_backend, q, k, v, dout, ref, s, doc_start);
   EXPECT_TRUE(bitwise_equal(again.out, fused.out, "out run 2"));
   EXPECT_TRUE(bitwise_equal(again.dq, fused.dq, "dq run 2"));
   EXPECT_TRUE(bitwise_equal(again.dk, fused.dk, "dk run 2"));
@@ -322,6 +346,25 @@ TEST(CudnnAttention, MatchesReferenceAndGemmPath) {
       ADD_FAILURE() << describe(s) << ": " << e.what();
     }
   }
+}
+
+// Document masks (the default for packed SFT data) on the fused path: cuDNN's ragged sequences
+// against the reference that runs each document's keys alone and against the GEMM path's masks,
+// in every storage, deterministic. Rows with documents of 5, 8 and 11 tokens (periodic_doc_starts,
+// documents cut by the row ends), a row of one document, and one-token documents.
+TEST(CudnnAttention, DocumentMasksMatchReferenceAndGemmPath) {
+  const AttentionShape cases[] = {{2, 37, 4, 2, 16}, {3, 64, 8, 8, 64}, {1, 130, 4, 2, 128}};
+  for (const AttentionShape& s : cases) {
+    try {
+      check_case(s, periodic_doc_starts(s.B, s.T));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << describe(s) << ": " << e.what();
+    }
+  }
+  const AttentionShape s{2, 24, 4, 2, 32};
+  std::vector<int32_t> mixed(48, 0);  // row 0: one document; row 1: [0] [1] [2, 24)
+  for (int t = 1; t < 24; ++t) mixed[24 + t] = t < 3 ? t : 2;
+  check_case(s, mixed);
 }
 
 TEST(CudnnAttention, BuildsEachGraphOnce) {

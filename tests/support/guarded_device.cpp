@@ -232,6 +232,10 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D);
   }
+  // Host memory: the wrapped backend reads it as the model passes it.
+  void set_document_layout(const int32_t* host_doc_start, int64_t B, int64_t T) override {
+    be_.set_document_layout(host_doc_start, B, T);
+  }
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
                     const int32_t* doc_start = nullptr) override {
     need(x, B * T * H * hd, "rope_forward x");

@@ -85,6 +85,19 @@ __global__ void attention_backward_rows_kernel(float* probs, float* dscores, Att
   }
 }
 
+// Element n of the head-major lse, (b·H + h)·T + t, and its token-major twin (b·T + t)·H + h.
+__global__ void transpose_attention_stats_kernel(float* dst, const float* src, int64_t B, int64_t T,
+                                                 int64_t H, bool to_heads) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= B * H * T) return;
+  const int64_t t = n % T, h = (n / T) % H, b = n / (T * H);
+  const int64_t token_major = (b * T + t) * H + h;
+  if (to_heads)
+    dst[n] = src[token_major];
+  else
+    dst[token_major] = src[n];
+}
+
 // Rows shorter than a warp waste most of a 256-thread block; size the block to the row.
 unsigned row_threads(int64_t T) {
   return T <= 64 ? 64u : (T <= 128 ? 128u : static_cast<unsigned>(kRowThreads));
@@ -107,6 +120,16 @@ void launch_attention_backward_rows(float* probs, float* dscores, const Attentio
   attention_backward_rows_kernel<<<static_cast<unsigned>(rows), row_threads(pass.T), 0, stream>>>(
       probs, dscores, pass);
   ZT_CUDA_CHECK_LAUNCH("attention_backward_rows_kernel");
+}
+
+void launch_transpose_attention_stats(float* dst, const float* src, int64_t B, int64_t T, int64_t H,
+                                      bool to_heads, cudaStream_t stream) {
+  const int64_t n = B * H * T;
+  if (n == 0) return;
+  constexpr unsigned kThreads = 256;
+  const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+  transpose_attention_stats_kernel<<<blocks, kThreads, 0, stream>>>(dst, src, B, T, H, to_heads);
+  ZT_CUDA_CHECK_LAUNCH("transpose_attention_stats_kernel");
 }
 
 }  // namespace zt::cuda

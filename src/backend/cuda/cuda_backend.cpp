@@ -174,14 +174,21 @@ int CudaBackend::device() const {
 const CudaBackendOptions& CudaBackend::options() const {
   return state_->options;
 }
-void CudaBackend::prepare_fused_attention(const AttentionShape& shape, DType storage,
-                                          bool backward) {
+void CudaBackend::prepare_fused_attention(const AttentionShape& shape, DType storage, bool backward,
+                                          bool document_masks) {
 #if ZEROTRAIN_HAVE_CUDNN
-  if (state_->fused_attention) state_->fused_attention->prepare(shape, storage, backward);
+  if (state_->fused_attention)
+    state_->fused_attention->prepare(shape, storage, backward, document_masks);
 #else
-  (void)shape;
-  (void)storage;
-  (void)backward;
+  (void)shape, (void)storage, (void)backward, (void)document_masks;
+#endif
+}
+
+void CudaBackend::set_document_layout(const int32_t* host_doc_start, int64_t B, int64_t T) {
+#if ZEROTRAIN_HAVE_CUDNN
+  if (state_->fused_attention) state_->fused_attention->set_documents(host_doc_start, B, T);
+#else
+  (void)host_doc_start, (void)B, (void)T;
 #endif
 }
 
@@ -398,15 +405,15 @@ void CudaBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, 
 }
 
 // ---- attention (cudnn_attention.cpp when fused, else cuda_attention.cpp) ----
-// The fused graphs take no document masks: a run with them resolves --attention to gemm
-// (choose_attention), so reaching the fused path with masks is a bug, not a fallback.
+// The fused path takes document masks as the ragged sequences set_document_layout gave it for the
+// micro-batch; the GEMM path reads doc_start itself.
 void CudaBackend::attention_forward(TensorView out, float* lse, ConstTensorView q,
                                     ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
                                     int64_t H, int64_t Hkv, int64_t hd, const int32_t* doc_start) {
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
-    ZT_CHECK(doc_start == nullptr, "attention_forward: the fused attention has no document masks");
-    state_->fused_attention->forward(*state_->arena, out, lse, q, k, v, {B, T, H, Hkv, hd});
+    state_->fused_attention->forward(*state_->arena, out, lse, q, k, v, {B, T, H, Hkv, hd},
+                                     doc_start != nullptr);
     return;
   }
 #endif
@@ -421,9 +428,8 @@ void CudaBackend::attention_backward(TensorView dq, TensorView dk, TensorView dv
                                      const int32_t* doc_start) {
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
-    ZT_CHECK(doc_start == nullptr, "attention_backward: the fused attention has no document masks");
     state_->fused_attention->backward(*state_->arena, dq, dk, dv, dout, q, k, v, out, lse,
-                                      {B, T, H, Hkv, hd});
+                                      {B, T, H, Hkv, hd}, doc_start != nullptr);
     return;
   }
 #endif

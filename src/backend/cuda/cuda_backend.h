@@ -174,7 +174,11 @@ class CudaBackend final : public Backend {
   // and the backward one `backward` (training), and takes their workspace now
   // (CudnnAttention::prepare; a zt::Error when cuDNN refuses one), so that the first step finds
   // them ready. Nothing otherwise.
-  void prepare_fused_attention(const AttentionShape& shape, DType storage, bool backward = true);
+  // document_masks: the documents' ragged graphs (CudnnAttention::prepare).
+  void prepare_fused_attention(const AttentionShape& shape, DType storage, bool backward = true,
+                               bool document_masks = false);
+  // With the fused attention, its documents for the micro-batch (CudnnAttention::set_documents).
+  void set_document_layout(const int32_t* host_doc_start, int64_t B, int64_t T) override;
 
  private:
   // Device scratch of a column sum over M rows of N columns (cuda_column_sum.cuh), from the

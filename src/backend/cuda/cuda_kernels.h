@@ -98,4 +98,10 @@ void launch_attention_softmax(float* scores, const AttentionPass& pass, cudaStre
 void launch_attention_backward_rows(float* probs, float* dscores, const AttentionPass& pass,
                                     cudaStream_t stream);
 
+// The fused attention's statistics for document masks are token-major, stats[(b·T + t)·H + h]
+// (cuDNN's ragged layout); the model's lse is head-major, lse[(b·H + h)·T + t] (backend.h).
+// to_heads: lse ← stats; otherwise stats ← lse. Plain copies, exact.
+void launch_transpose_attention_stats(float* dst, const float* src, int64_t B, int64_t T, int64_t H,
+                                      bool to_heads, cudaStream_t stream);
+
 }  // namespace zt::cuda

@@ -11,11 +11,13 @@
 
 #include <cudnn_frontend.h>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/cuda_attention_staging.h"
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_storage.h"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
@@ -25,8 +27,23 @@ namespace {
 
 namespace fe = cudnn_frontend;
 
-// Tensor ids of the variant pack.
-enum TensorUid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+// Tensor ids of the variant pack; the last five only in the ragged (document-masked) graphs.
+enum TensorUid : int64_t {
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kStats,
+  kDO,
+  kDQ,
+  kDK,
+  kDV,
+  kSeqLenQ,
+  kSeqLenKv,
+  kQOffsets,
+  kKvOffsets,
+  kStatsOffsets
+};
 
 void check_cudnn(cudnnStatus_t status, const char* call) {
   if (status != CUDNN_STATUS_SUCCESS)
@@ -39,31 +56,48 @@ void check_frontend(fe::error_t status, const SdpaGraphKey& key, const char* ste
                 " failed: " + status.get_message() + " (use --attention gemm)");
 }
 
-// A [B, heads, T, hd] view of our [B, T, heads, hd] rows.
-std::shared_ptr<fe::graph::Tensor_attributes> rows_tensor(fe::graph::Graph& graph, const char* name,
-                                                          int64_t uid, const AttentionShape& s,
-                                                          int64_t heads) {
-  return graph.tensor(fe::graph::Tensor_attributes()
-                          .set_name(name)
-                          .set_uid(uid)
-                          .set_dim({s.B, heads, s.T, s.hd})
-                          .set_stride({s.T * heads * s.hd, s.hd, heads * s.hd, 1}));
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+// The batch dimension of the graph's tensors: the B rows, or the documents' sequences.
+int64_t graph_batch(const SdpaGraphKey& key) {
+  return key.sequences > 0 ? key.sequences : key.shape.B;
 }
 
-void mark_rows_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, const char* name,
-                      int64_t uid, const AttentionShape& s, int64_t heads) {
-  t->set_output(true)
-      .set_name(name)
-      .set_uid(uid)
-      .set_dim({s.B, heads, s.T, s.hd})
+// A [batch, heads, T, hd] view of our [B, T, heads, hd] rows; with the documents' ragged layout
+// sequence n starts at element offsets[n] (its first token's row), the same strides inside it.
+void set_rows_layout(fe::graph::Tensor_attributes& t, const SdpaGraphKey& key, int64_t heads,
+                     const TensorPtr& offsets) {
+  const AttentionShape& s = key.shape;
+  t.set_dim({graph_batch(key), heads, s.T, s.hd})
       .set_stride({s.T * heads * s.hd, s.hd, heads * s.hd, 1});
+  if (offsets) t.set_ragged_offset(offsets);
 }
 
-std::vector<int64_t> stats_dims(const AttentionShape& s) {
-  return {s.B, s.H, s.T, 1};
+TensorPtr rows_tensor(fe::graph::Graph& graph, const char* name, int64_t uid,
+                      const SdpaGraphKey& key, int64_t heads, const TensorPtr& offsets) {
+  auto t = graph.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid));
+  set_rows_layout(*t, key, heads, offsets);
+  return t;
 }
-std::vector<int64_t> stats_strides(const AttentionShape& s) {
-  return {s.H * s.T, s.T, 1, 1};
+
+void mark_rows_output(const TensorPtr& t, const char* name, int64_t uid, const SdpaGraphKey& key,
+                      int64_t heads, const TensorPtr& offsets) {
+  t->set_output(true).set_name(name).set_uid(uid);
+  set_rows_layout(*t, key, heads, offsets);
+}
+
+// The fp32 statistics: [B,H,T,1] head-major for plain rows (the model's lse layout); token-major
+// [tokens, H] with ragged offsets for the documents (cuDNN's packed layout, what it sizes its
+// backward's buffers by the total token count from), transposed to and from the model's lse.
+void set_stats_layout(fe::graph::Tensor_attributes& t, const SdpaGraphKey& key,
+                      const TensorPtr& offsets) {
+  const AttentionShape& s = key.shape;
+  t.set_name("stats").set_uid(kStats).set_data_type(fe::DataType_t::FLOAT);
+  t.set_dim({graph_batch(key), s.H, s.T, 1});
+  if (offsets)
+    t.set_stride({s.H * s.T, 1, s.H, 1}).set_ragged_offset(offsets);
+  else
+    t.set_stride({s.H * s.T, s.T, 1, 1});
 }
 
 float attention_scale(const AttentionShape& s) {
@@ -75,20 +109,53 @@ struct BuiltGraph {
   int64_t workspace = 0;
 };
 
+// A per-sequence tensor of the ragged layout, [n,1,1,1].
+TensorPtr per_sequence(fe::graph::Graph& g, const char* name, int64_t uid, int64_t n,
+                       fe::DataType_t type) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({n, 1, 1, 1})
+                      .set_stride({1, 1, 1, 1})
+                      .set_data_type(type));
+}
+
 // A new 16-bit-in/out (the key's io: bf16 or fp16), fp32-compute graph with the q, k, v inputs
-// both directions read.
+// both directions read; for the documents also their lengths and element offsets (int64, as
+// cuDNN 9.6+ takes them), one offset tensor shared by the q-like tensors (q, out, dout, dq), one
+// by the kv-like ones and one by the statistics.
 struct GraphStart {
   std::shared_ptr<BuiltGraph> built = std::make_shared<BuiltGraph>();
-  std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
-  GraphStart(const AttentionShape& s, DType io) {
+  TensorPtr q, k, v, seq_len_q, seq_len_kv, q_offsets, kv_offsets, stats_offsets;
+  explicit GraphStart(const SdpaGraphKey& key) {
+    const AttentionShape& s = key.shape;
     built->graph = std::make_shared<fe::graph::Graph>();
-    built->graph
-        ->set_io_data_type(io == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
+    fe::graph::Graph& g = *built->graph;
+    g.set_io_data_type(key.io == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    q = rows_tensor(*built->graph, "q", kQ, s, s.H);
-    k = rows_tensor(*built->graph, "k", kK, s, s.Hkv);
-    v = rows_tensor(*built->graph, "v", kV, s, s.Hkv);
+    if (key.sequences > 0) {
+      if (cudnnGetVersion() < 90600)
+        throw Error("cuDNN " + std::to_string(cudnnGetVersion()) +
+                    " is older than 9.6.0, the first whose ragged attention takes grouped-query "
+                    "heads and ragged statistics (document masking on the fused path)");
+      const int64_t n = key.sequences;
+      seq_len_q = per_sequence(g, "seq_len_q", kSeqLenQ, n, fe::DataType_t::INT32);
+      seq_len_kv = per_sequence(g, "seq_len_kv", kSeqLenKv, n, fe::DataType_t::INT32);
+      q_offsets = per_sequence(g, "q_offsets", kQOffsets, n + 1, fe::DataType_t::INT64);
+      kv_offsets = per_sequence(g, "kv_offsets", kKvOffsets, n + 1, fe::DataType_t::INT64);
+      stats_offsets = per_sequence(g, "stats_offsets", kStatsOffsets, n + 1, fe::DataType_t::INT64);
+    }
+    q = rows_tensor(g, "q", kQ, key, s.H, q_offsets);
+    k = rows_tensor(g, "k", kK, key, s.Hkv, kv_offsets);
+    v = rows_tensor(g, "v", kV, key, s.Hkv, kv_offsets);
+  }
+  // Per-sequence causal attention for the documents: the padding mask with their lengths (the
+  // causal mask is top-left aligned, and each sequence's queries and keys are the same tokens).
+  template <typename Options>
+  void mask_documents(Options& options) const {
+    if (seq_len_q)
+      options.set_padding_mask(true).set_seq_len_q(seq_len_q).set_seq_len_kv(seq_len_kv);
   }
 };
 
@@ -106,56 +173,62 @@ void finish_build(BuiltGraph& built, cudnnHandle_t handle, const SdpaGraphKey& k
 
 std::shared_ptr<BuiltGraph> build_forward(cudnnHandle_t handle, const SdpaGraphKey& key) {
   const AttentionShape& s = key.shape;
-  GraphStart start(s, key.io);
+  GraphStart start(key);
   fe::graph::Graph& g = *start.built->graph;
   auto options = fe::graph::SDPA_attributes()
                      .set_name("sdpa_forward")
                      .set_generate_stats(true)
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s));
+  start.mask_documents(options);
   auto [o, stats] = g.sdpa(start.q, start.k, start.v, options);
-  mark_rows_output(o, "o", kO, s, s.H);
-  stats->set_output(true)
-      .set_name("stats")
-      .set_uid(kStats)
-      .set_data_type(fe::DataType_t::FLOAT)
-      .set_dim(stats_dims(s))
-      .set_stride(stats_strides(s));
+  mark_rows_output(o, "o", kO, key, s.H, start.q_offsets);
+  stats->set_output(true);
+  set_stats_layout(*stats, key, start.stats_offsets);
   finish_build(*start.built, handle, key);
   return start.built;
 }
 
 std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraphKey& key) {
   const AttentionShape& s = key.shape;
-  GraphStart start(s, key.io);
+  GraphStart start(key);
   fe::graph::Graph& g = *start.built->graph;
-  auto o = rows_tensor(g, "o", kO, s, s.H);
-  auto dout = rows_tensor(g, "dO", kDO, s, s.H);
-  auto stats = g.tensor(fe::graph::Tensor_attributes()
-                            .set_name("stats")
-                            .set_uid(kStats)
-                            .set_data_type(fe::DataType_t::FLOAT)
-                            .set_dim(stats_dims(s))
-                            .set_stride(stats_strides(s)));
+  auto o = rows_tensor(g, "o", kO, key, s.H, start.q_offsets);
+  auto dout = rows_tensor(g, "dO", kDO, key, s.H, start.q_offsets);
+  auto stats = g.tensor(fe::graph::Tensor_attributes());
+  set_stats_layout(*stats, key, start.stats_offsets);
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("sdpa_backward")
                      .set_causal_mask(true)
                      .set_attn_scale(attention_scale(s))
                      .set_deterministic_algorithm(true);
+  start.mask_documents(options);
+  // The ragged graph's own buffers (dQ accumulator, softmax sums) sized by the tokens there are,
+  // not by sequences × T.
+  if (key.sequences > 0)
+    options.set_max_total_seq_len_q(s.B * s.T).set_max_total_seq_len_kv(s.B * s.T);
   auto [dq, dk, dv] = g.sdpa_backward(start.q, start.k, start.v, o, dout, stats, options);
-  mark_rows_output(dq, "dQ", kDQ, s, s.H);
-  mark_rows_output(dk, "dK", kDK, s, s.Hkv);
-  mark_rows_output(dv, "dV", kDV, s, s.Hkv);
+  mark_rows_output(dq, "dQ", kDQ, key, s.H, start.q_offsets);
+  mark_rows_output(dk, "dK", kDK, key, s.Hkv, start.kv_offsets);
+  mark_rows_output(dv, "dV", kDV, key, s.Hkv, start.kv_offsets);
   finish_build(*start.built, handle, key);
   return start.built;
 }
 
 // The statistics [B,H,T] fp32 go through the (aligned) scratch too: the model's lse lives inside
-// its activation arena at a 4-byte boundary, and cuDNN's kernels want 16.
+// its activation arena at a 4-byte boundary, and cuDNN's kernels want 16. For the documents the
+// scratch holds them token-major (set_stats_layout) and the copy transposes.
 float* stage_stats(DeviceArena& arena, const AttentionShape& s) {
   return arena.allocate<float>(ScratchCategory::kAttention, static_cast<size_t>(s.B * s.H * s.T));
 }
-void copy_stats(float* dst, const float* src, const AttentionShape& s, cudaStream_t stream) {
+// to_model: lse ← scratch; else scratch ← lse.
+void copy_stats(float* dst, const float* src, const SdpaGraphKey& key, bool to_model,
+                cudaStream_t stream) {
+  const AttentionShape& s = key.shape;
+  if (key.sequences > 0) {
+    launch_transpose_attention_stats(dst, src, s.B, s.T, s.H, to_model, stream);
+    return;
+  }
   ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(s.B * s.H * s.T) * sizeof(float),
                                 cudaMemcpyDeviceToDevice, stream));
 }
@@ -171,6 +244,61 @@ void* io_input(DeviceArena& arena, ConstTensorView src, DType io, int64_t n, cud
   return const_cast<void*>(staged_input(arena, src, io, n, stream));
 }
 
+// The documents' per-sequence inputs in device memory: int64 element offsets of the q-like,
+// kv-like and statistics tensors ([sequences + 1] each), then the int32 lengths ([sequences]),
+// one block uploaded per micro-batch and attention shape.
+class RaggedTable {
+ public:
+  ~RaggedTable() { cudaFree(device_); }
+  // Uploads the table of `docs` for the attention `s` on `stream` (once until set() or the shape
+  // changes). The host copy stays a member: the copy from pageable memory is staged at the call.
+  void upload(const RaggedDocuments& docs, const AttentionShape& s, cudaStream_t stream) {
+    if (uploaded_ && uploaded_for_ == s) return;
+    const auto n = static_cast<size_t>(docs.sequences);
+    host_.assign(3 * (n + 1), 0);
+    for (size_t i = 0; i <= n; ++i) {
+      const int64_t token = docs.token_offsets[i];
+      host_[i] = token * s.H * s.hd;
+      host_[n + 1 + i] = token * s.Hkv * s.hd;
+      host_[2 * (n + 1) + i] = token * s.H;
+    }
+    const size_t offset_bytes = host_.size() * sizeof(int64_t), bytes = offset_bytes + n * 4;
+    lengths_.assign(docs.lengths.begin(), docs.lengths.end());
+    if (bytes > capacity_) {
+      ZT_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued graphs may still read the old one
+      ZT_CUDA_CHECK(cudaFree(device_));
+      device_ = nullptr, capacity_ = 0;
+      ZT_CUDA_CHECK(cudaMalloc(&device_, bytes));
+      capacity_ = bytes;
+    }
+    auto* base = static_cast<unsigned char*>(device_);
+    ZT_CUDA_CHECK(
+        cudaMemcpyAsync(base, host_.data(), offset_bytes, cudaMemcpyHostToDevice, stream));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(base + offset_bytes, lengths_.data(), n * 4,
+                                  cudaMemcpyHostToDevice, stream));
+    sequences_ = docs.sequences, uploaded_ = true, uploaded_for_ = s;
+  }
+  void invalidate() { uploaded_ = false; }
+  // The ragged graph's extra inputs.
+  void add_to(std::unordered_map<int64_t, void*>& pack) const {
+    auto* offsets = static_cast<int64_t*>(device_);
+    const int64_t n = sequences_ + 1;
+    pack[kQOffsets] = offsets;
+    pack[kKvOffsets] = offsets + n;
+    pack[kStatsOffsets] = offsets + 2 * n;
+    pack[kSeqLenQ] = pack[kSeqLenKv] = offsets + 3 * n;
+  }
+
+ private:
+  void* device_ = nullptr;
+  size_t capacity_ = 0;
+  std::vector<int64_t> host_;
+  std::vector<int32_t> lengths_;
+  int64_t sequences_ = 0;
+  bool uploaded_ = false;
+  AttentionShape uploaded_for_;
+};
+
 }  // namespace
 
 struct CudnnAttention::Impl {
@@ -182,6 +310,9 @@ struct CudnnAttention::Impl {
   // backward's is large: it keeps dP as B·H·T² bf16.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // The micro-batch's documents (set_documents), and their device table.
+  std::optional<RaggedDocuments> documents;
+  RaggedTable table;
 
   void* workspace_for(const SdpaGraphKey& key, const BuiltGraph& built) {
     ZT_CHECK(built.workspace >= 0,
@@ -210,6 +341,20 @@ struct CudnnAttention::Impl {
     });
   }
 
+  // The graph key of a call: the documents' ragged layout when the call has document masks.
+  SdpaGraphKey key_for(const AttentionShape& s, bool backward, DType io, bool with_documents) {
+    if (!with_documents) return {s, backward, io, 0};
+    ZT_CHECK(documents.has_value(),
+             "fused attention with document masks: no documents were set for the micro-batch "
+             "(Backend::set_document_layout)");
+    ZT_CHECK(documents->B == s.B && documents->T == s.T,
+             "fused attention with document masks: the documents were set for B=" +
+                 std::to_string(documents->B) + " T=" + std::to_string(documents->T) +
+                 ", the call has " + describe(s));
+    table.upload(*documents, s, stream);
+    return {s, backward, io, documents->sequences};
+  }
+
   // Throws, before anything is enqueued, when the staging does not fit in the scratch.
   static void check_fits(const DeviceArena& arena, const SdpaGraphKey& key, DType storage) {
     const BumpRegion& region = arena.region(ScratchCategory::kAttention);
@@ -231,9 +376,11 @@ struct CudnnAttention::Impl {
           q_n(key.shape.B * key.shape.T * key.shape.H * key.shape.hd),
           kv_n(key.shape.B * key.shape.T * key.shape.Hkv * key.shape.hd),
           stats(stage_stats(arena, key.shape)) {}
-    // Runs the graph on the staged tensors of `pack` (the statistics added here).
+    // Runs the graph on the staged tensors of `pack` (the statistics, and the documents' table
+    // for a ragged graph, added here).
     void execute(std::unordered_map<int64_t, void*> pack) {
       pack[kStats] = stats;
+      if (key.sequences > 0) impl.table.add_to(pack);
       check_frontend(built.graph->execute(impl.handle, pack, workspace), key, "execute");
     }
     Impl& impl;
@@ -263,9 +410,22 @@ CudnnAttention::~CudnnAttention() {
   cudaFree(impl_->workspace);
 }
 
-void CudnnAttention::prepare(const AttentionShape& shape, DType storage, bool with_backward) {
+void CudnnAttention::set_documents(const int32_t* host_doc_start, int64_t B, int64_t T) {
+  impl_->table.invalidate();
+  if (host_doc_start == nullptr) {
+    impl_->documents.reset();
+    return;
+  }
+  impl_->documents = ragged_documents(host_doc_start, B, T);
+}
+
+void CudnnAttention::prepare(const AttentionShape& shape, DType storage, bool with_backward,
+                             bool document_masks) {
   const DType io = sdpa_io(storage);
-  const SdpaGraphKey forward{shape, false, io}, backward{shape, true, io};
+  // The documents' graphs for the fewest sequences a micro-batch has, one per row: graphs for
+  // more are built when a micro-batch first needs them (a power of two each, ragged_sequences).
+  const int64_t sequences = document_masks ? ragged_sequences(shape.B) : 0;
+  const SdpaGraphKey forward{shape, false, io, sequences}, backward{shape, true, io, sequences};
   BuiltGraph& forward_graph = impl_->graph(forward);
   // The workspace too, now, before the engine's buffers take the device: the run's scratch is
   // complete at start-up (scratch_bytes), and a workspace that cannot be had is a refusal here
@@ -290,26 +450,27 @@ int64_t CudnnAttention::workspace_bytes() const {
 }
 
 void CudnnAttention::forward(DeviceArena& arena, TensorView out, float* lse, ConstTensorView q,
-                             ConstTensorView k, ConstTensorView v, const AttentionShape& s) {
+                             ConstTensorView k, ConstTensorView v, const AttentionShape& s,
+                             bool with_documents) {
   const DType storage = shared_storage("attention_forward", {out, q, k, v});
   const DType io = sdpa_io(storage);
-  Impl::Call call(*impl_, arena, {s, false, io}, storage);
+  Impl::Call call(*impl_, arena, impl_->key_for(s, false, io, with_documents), storage);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
   void *q16 = io_input(arena, q, io, q_n, stream), *k16 = io_input(arena, k, io, kv_n, stream),
        *v16 = io_input(arena, v, io, kv_n, stream), *o16 = staged_output(arena, out, io, q_n);
   call.execute({{kQ, q16}, {kK, k16}, {kV, v16}, {kO, o16}});
   commit_output(out, o16, io, q_n, stream);
-  copy_stats(lse, call.stats, s, stream);
+  copy_stats(lse, call.stats, call.key, true, stream);
 }
 
 void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, TensorView dv,
                               ConstTensorView dout, ConstTensorView q, ConstTensorView k,
                               ConstTensorView v, ConstTensorView out, const float* lse,
-                              const AttentionShape& s) {
+                              const AttentionShape& s, bool with_documents) {
   const DType storage = shared_storage("attention_backward", {dq, dk, dv, dout, q, k, v, out});
   const DType io = sdpa_io(storage);
-  Impl::Call call(*impl_, arena, {s, true, io}, storage);
+  Impl::Call call(*impl_, arena, impl_->key_for(s, true, io, with_documents), storage);
   cudaStream_t stream = impl_->stream;
   const int64_t q_n = call.q_n, kv_n = call.kv_n;
   void *q16 = io_input(arena, q, io, q_n, stream), *k16 = io_input(arena, k, io, kv_n, stream),
@@ -317,7 +478,7 @@ void CudnnAttention::backward(DeviceArena& arena, TensorView dq, TensorView dk, 
        *do16 = io_input(arena, dout, io, q_n, stream);
   void *dq16 = staged_output(arena, dq, io, q_n), *dk16 = staged_output(arena, dk, io, kv_n),
        *dv16 = staged_output(arena, dv, io, kv_n);
-  copy_stats(call.stats, lse, s, stream);
+  copy_stats(call.stats, lse, call.key, false, stream);
   call.execute({{kQ, q16},
                 {kK, k16},
                 {kV, v16},

@@ -15,13 +15,23 @@
 // q/k/v/out/dout rounded to bf16 into the attention scratch and the results widened back
 // (attention_staging_bytes), exact for `out`, which a forward wrote from bf16.
 //
-// Graphs are built once per (shape, direction) and cached (SdpaGraphKey); a training run builds
-// two. Each call takes its staging (bf16 copies and the fp32 statistics, aligned) from the
-// attention scratch and checks it fits (check_fused_attention_fits) before it enqueues anything;
-// the statistics go through the scratch because the model's lse is only 4-byte aligned.
+// Document masks (packed sequences): each document's stretch of a row is one sequence of cuDNN's
+// ragged (THD) layout, read in place through per-sequence element offsets, with the padding mask
+// giving each its length and the causal mask applied within it (RaggedDocuments; Hopper only). The
+// graph's batch is the sequence count rounded up to a power of two, so a run builds a graph pair
+// per size class it meets; the statistics are token-major there and transposed to the model's lse.
+// set_documents gives the micro-batch's documents (host memory) before its calls; each call with
+// documents uploads their offsets once per micro-batch.
+//
+// Graphs are built once per (shape, direction, sequence count) and cached (SdpaGraphKey); a
+// training run without documents builds two. Each call takes its staging (bf16 copies and the fp32
+// statistics, aligned) from the attention scratch and checks it fits (check_fused_attention_fits)
+// before it enqueues anything; the statistics go through the scratch because the model's lse is
+// only 4-byte aligned.
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "backend/attention_choice.h"
@@ -39,19 +49,29 @@ class CudnnAttention {
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
   // Backend::attention_forward's contract (device memory; all views one storage type).
+  // with_documents: the call has document masks, the ones set_documents gave last (a zt::Error
+  // when none were given, or for another B and T).
   void forward(DeviceArena& arena, TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
-               ConstTensorView v, const AttentionShape& shape);
+               ConstTensorView v, const AttentionShape& shape, bool with_documents = false);
   // Backend::attention_backward's contract: dq, dk, dv overwritten.
   void backward(DeviceArena& arena, TensorView dq, TensorView dk, TensorView dv,
                 ConstTensorView dout, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                ConstTensorView out, const float* lse, const AttentionShape& shape);
+                ConstTensorView out, const float* lse, const AttentionShape& shape,
+                bool with_documents = false);
+
+  // The micro-batch's document starts (host memory, [B, T], Backend's doc_start contract; null:
+  // none), for the calls with_documents until the next set_documents. A doc_start that breaks the
+  // contract is a zt::Error naming the entry.
+  void set_documents(const int32_t* host_doc_start, int64_t B, int64_t T);
 
   // Builds (and caches) the forward graph of `shape` for activations stored in `storage`, and the
   // backward graph `with_backward` (training), without running them (validate, plans,
   // check_support, build_plans), and allocates the larger one's workspace. A graph cuDNN refuses,
   // or a workspace the device cannot hold, is a zt::Error naming the step; what the start-up
-  // check of --attention auto | fused asks.
-  void prepare(const AttentionShape& shape, DType storage, bool with_backward = true);
+  // check of --attention auto | fused asks. document_masks: the documents' ragged graphs, for
+  // the fewest sequences a micro-batch has (one per row).
+  void prepare(const AttentionShape& shape, DType storage, bool with_backward = true,
+               bool document_masks = false);
 
   int64_t graphs_built() const;
   // Bytes of cuDNN workspace held (sized for the largest graph prepared or run so far).
