@@ -113,12 +113,30 @@ AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int
   return {AttentionKernel::kGemm, "gemm (auto: " + reason + ")"};
 }
 
-int64_t ragged_sequences(int64_t documents) {
-  ZT_CHECK(documents >= 0 && documents <= (int64_t{1} << 40),
-           "ragged documents: " + std::to_string(documents) + " sequences is out of range");
-  int64_t sequences = 1;
-  while (sequences < documents) sequences *= 2;
-  return sequences;
+namespace {
+int64_t power_of_two_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+}  // namespace
+
+RaggedGraphShape ragged_graph_shape(int64_t B, int64_t T, int64_t longest, int64_t documents) {
+  ZT_CHECK(B > 0 && T > 0 && B <= std::numeric_limits<int32_t>::max() / T,
+           "ragged graph: B=" + std::to_string(B) + " T=" + std::to_string(T) +
+               " is out of range (B·T must fit int32)");
+  ZT_CHECK(longest >= 1 && longest <= T && documents >= 1 && documents <= B * T,
+           "ragged graph: " + std::to_string(documents) + " documents, the longest " +
+               std::to_string(longest) + " tokens, do not fit B=" + std::to_string(B) +
+               " T=" + std::to_string(T));
+  RaggedGraphShape g;
+  g.length = std::min(T, power_of_two_at_least(std::max<int64_t>(longest, 2)));
+  // The plain graph's scores per head, B·T², in units of one sequence's L² (B·T < 2³¹, L ≤ T).
+  const int64_t budget = B * T / g.length * T / g.length;
+  g.sequences = 1;
+  while (g.sequences * 2 <= power_of_two_at_least(documents) && g.sequences * 2 <= budget)
+    g.sequences *= 2;
+  return g;
 }
 
 RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T) {
@@ -126,8 +144,8 @@ RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T)
   ZT_CHECK(B > 0 && T > 0 && B <= std::numeric_limits<int32_t>::max() / T,
            "ragged documents: B=" + std::to_string(B) + " T=" + std::to_string(T) +
                " is out of range (B·T must be positive and fit int32)");
-  RaggedDocuments r;
-  r.B = B, r.T = T;
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> starts;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       const int64_t i = b * T + t, start = doc_start[i];
@@ -137,24 +155,36 @@ RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T)
                    "] = " + std::to_string(start) + " neither continues the document of position " +
                    std::to_string(t - 1) + " nor starts one at " + std::to_string(t));
       if (stays) {
-        ++r.lengths.back();
+        ++lengths.back();
       } else {
-        r.token_offsets.push_back(i);
-        r.lengths.push_back(1);
+        starts.push_back(i);
+        lengths.push_back(1);
       }
     }
   }
-  r.documents = static_cast<int64_t>(r.lengths.size());
-  r.sequences = ragged_sequences(r.documents);
-  r.lengths.resize(static_cast<size_t>(r.sequences), 0);
-  r.token_offsets.resize(static_cast<size_t>(r.sequences) + 1, B * T);
+  RaggedDocuments r;
+  r.B = B, r.T = T;
+  r.documents = static_cast<int64_t>(lengths.size());
+  r.graph =
+      ragged_graph_shape(B, T, *std::max_element(lengths.begin(), lengths.end()), r.documents);
+  const int64_t K = r.graph.sequences;
+  r.calls = (r.documents + K - 1) / K;
+  for (int64_t c = 0; c < r.calls; ++c) {
+    for (int64_t k = 0; k < K; ++k) {
+      const auto n = static_cast<size_t>(c * K + k);
+      const bool real = n < lengths.size();
+      r.lengths.push_back(real ? lengths[n] : 0);
+      r.token_offsets.push_back(real ? starts[n] : B * T);
+    }
+    r.token_offsets.push_back(B * T);
+  }
   return r;
 }
 
 size_t SdpaGraphKeyHash::operator()(const SdpaGraphKey& key) const {
   size_t h = key.backward ? 0x9e3779b97f4a7c15ULL : 0;
   for (int64_t v : {key.shape.B, key.shape.T, key.shape.H, key.shape.Hkv, key.shape.hd,
-                    static_cast<int64_t>(key.io), key.sequences})
+                    static_cast<int64_t>(key.io), key.ragged.length, key.ragged.sequences})
     h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   return h;
 }
@@ -162,7 +192,9 @@ size_t SdpaGraphKeyHash::operator()(const SdpaGraphKey& key) const {
 std::string describe(const SdpaGraphKey& key) {
   return std::string(key.backward ? "backward" : "forward") + " " + describe(key.shape) + " " +
          dtype_name(key.io) +
-         (key.sequences > 0 ? " ragged " + std::to_string(key.sequences) + " sequences" : "");
+         (key.ragged.sequences > 0 ? " ragged " + std::to_string(key.ragged.sequences) + " × " +
+                                         std::to_string(key.ragged.length)
+                                   : "");
 }
 
 size_t attention_staging_bytes(const AttentionShape& s, AttentionKernel kernel, DType storage,

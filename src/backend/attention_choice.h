@@ -69,23 +69,32 @@ AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int
 
 // The documents of a micro-batch (Backend's doc_start, [B, T]) as the sequences of cuDNN's packed
 // (ragged, THD) layout: one sequence per stretch of a row that one document covers, in token order,
-// each attending causally within itself. The graph's batch is `sequences`, the count rounded up to
-// a power of two (at least 1), so that a run builds a handful of graphs rather than one per count;
-// the sequences past the real ones are empty (length 0, starting at B·T), as Transformer Engine
-// pads its packed batches.
+// each attending causally within itself. A graph runs `sequences` of them of at most `length`
+// tokens (RaggedGraphShape); a micro-batch takes `calls` executions of it, the sequences past the
+// real ones empty (length 0, starting at B·T), as Transformer Engine pads its packed batches.
+struct RaggedGraphShape {
+  int64_t length = 0;     // L: a power of two at least the longest document (2 at least, T at most)
+  int64_t sequences = 0;  // K: a power of two, K·L² ≤ B·T² (see ragged_graph_shape)
+  friend bool operator==(const RaggedGraphShape&, const RaggedGraphShape&) = default;
+};
+// The graph for a micro-batch of `documents` documents, the longest `longest` tokens. cuDNN's
+// deterministic backward keeps dP for sequences × L × L scores per head, so K is capped where
+// K·L² reaches B·T², the plain causal graph's: every ragged graph's workspace stays within the one
+// the run planned, and a micro-batch with more documents than K takes several calls. K is at most
+// the document count rounded up to a power of two.
+RaggedGraphShape ragged_graph_shape(int64_t B, int64_t T, int64_t longest, int64_t documents);
+
 struct RaggedDocuments {
   int64_t B = 0, T = 0;
-  int64_t documents = 0;         // the real sequences
-  int64_t sequences = 0;         // the graph's batch: documents, rounded up
-  std::vector<int32_t> lengths;  // [sequences]
-  std::vector<int64_t>
-      token_offsets;  // [sequences + 1]: b·T + t of each first token; B·T at the end
+  int64_t documents = 0;  // the real sequences
+  RaggedGraphShape graph;
+  int64_t calls = 0;                   // ⌈documents / graph.sequences⌉
+  std::vector<int32_t> lengths;        // [calls · K]
+  std::vector<int64_t> token_offsets;  // [calls · (K + 1)]: b·T + t of each first token; B·T after
 };
 // Throws a zt::Error naming the entry when doc_start breaks Backend's contract (0 ≤ doc_start[t] ≤
 // t, staying or jumping to t along a row). B·T must fit int32 (cuDNN's sequence lengths).
 RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T);
-// The graph batch for `documents` real sequences: the next power of two.
-int64_t ragged_sequences(int64_t documents);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
 // The scale (1/√hd) and the causal mask follow from the shape.
@@ -95,9 +104,9 @@ struct SdpaGraphKey {
   // What the graph reads and writes: bf16 (fp32 activations are staged to it), or fp16 for
   // activations stored in fp16 (--precision fp16).
   DType io = DType::kBf16;
-  // 0: plain causal attention over each of the B rows. Otherwise the documents' ragged layout with
-  // this many sequences (RaggedDocuments::sequences).
-  int64_t sequences = 0;
+  // {0, 0}: plain causal attention over each of the B rows. Otherwise the documents' ragged layout
+  // (RaggedDocuments::graph).
+  RaggedGraphShape ragged;
   friend bool operator==(const SdpaGraphKey&, const SdpaGraphKey&) = default;
 };
 struct SdpaGraphKeyHash {

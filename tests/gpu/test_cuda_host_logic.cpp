@@ -290,6 +290,27 @@ TEST(AttentionChoice, CudnnRefusingTheGraphMakesAutoGemmAndFusedAnError) {
   EXPECT_EQ(asked, 3);
 }
 
+// The ragged graph a micro-batch runs: L a power of two covering its longest document (at most
+// T), K a power of two covering its documents but with K·L² within the plain graph's B·T².
+TEST(AttentionChoice, RaggedGraphShapeKeepsTheScoresOfThePlainGraph) {
+  EXPECT_EQ(ragged_graph_shape(4, 2048, 2048, 4), (RaggedGraphShape{2048, 4}));
+  EXPECT_EQ(ragged_graph_shape(4, 2048, 800, 20), (RaggedGraphShape{1024, 16}));
+  EXPECT_EQ(ragged_graph_shape(4, 2048, 800, 9), (RaggedGraphShape{1024, 16}));
+  EXPECT_EQ(ragged_graph_shape(4, 2048, 300, 20), (RaggedGraphShape{512, 32}));
+  EXPECT_EQ(ragged_graph_shape(4, 2048, 1, 8192), (RaggedGraphShape{2, 8192}));
+  EXPECT_EQ(ragged_graph_shape(3, 37, 37, 3), (RaggedGraphShape{37, 2}));
+  EXPECT_EQ(ragged_graph_shape(1, 2, 1, 2), (RaggedGraphShape{2, 1}));
+  for (int64_t B : {1, 3, 4, 8})
+    for (int64_t longest : {1, 5, 64, 100, 1024, 2048})
+      for (int64_t documents : {int64_t{1}, B, 7 * B, 100 * B}) {
+        const RaggedGraphShape g = ragged_graph_shape(B, 2048, longest, documents);
+        EXPECT_LE(g.sequences * g.length * g.length, B * 2048 * 2048) << B << " " << longest;
+        EXPECT_GE(g.length, longest);
+      }
+  const std::string e = error_of([] { ragged_graph_shape(2, 8, 9, 3); });
+  EXPECT_NE(e.find("the longest 9 tokens, do not fit B=2 T=8"), std::string::npos) << e;
+}
+
 // clang-format off
 // Rows of T = 6: row 0 holds documents [0,2) [2,3) [3,6); row 1 one document cut by the window.
 // clang-format on
@@ -297,22 +318,26 @@ TEST(AttentionChoice, RaggedDocumentsFollowTheRows) {
   const std::vector<int32_t> doc_start = {0, 0, 2, 3, 3, 3, /**/ 0, 0, 0, 0, 0, 0};
   const RaggedDocuments r = ragged_documents(doc_start.data(), 2, 6);
   EXPECT_EQ(r.documents, 4);
-  EXPECT_EQ(r.sequences, 4);
-  EXPECT_EQ(r.lengths, (std::vector<int32_t>{2, 1, 3, 6}));
-  EXPECT_EQ(r.token_offsets, (std::vector<int64_t>{0, 2, 3, 6, 12}));
-  const std::vector<int32_t> four = {0, 1, 1, 3, 4, 4};
-  EXPECT_EQ(ragged_documents(four.data(), 1, 6).lengths, (std::vector<int32_t>{1, 2, 1, 2}));
-  // Six documents: the graph's batch is 8, the two past them empty, starting at B·T.
-  const std::vector<int32_t> six = {0, 1, 2, 3, 4, 4, /**/ 0, 0, 0, 0, 0, 0};
-  const RaggedDocuments q = ragged_documents(six.data(), 2, 6);
-  EXPECT_EQ(q.documents, 6);
-  EXPECT_EQ(q.sequences, 8);
-  EXPECT_EQ(q.lengths, (std::vector<int32_t>{1, 1, 1, 1, 2, 6, 0, 0}));
-  EXPECT_EQ(q.token_offsets, (std::vector<int64_t>{0, 1, 2, 3, 4, 6, 12, 12, 12}));
-  for (int64_t n : {0, 1, 2, 3, 4, 5, 8, 9, 1000})
-    EXPECT_EQ(ragged_sequences(n),
-              n <= 1 ? 1 : int64_t{1} << static_cast<int>(std::ceil(std::log2(n))))
-        << n;
+  EXPECT_EQ(r.graph, (RaggedGraphShape{6, 2}));  // L = T; K·L² ≤ 2·6²
+  EXPECT_EQ(r.calls, 2);
+  EXPECT_EQ(r.lengths, (std::vector<int32_t>{2, 1, /**/ 3, 6}));
+  EXPECT_EQ(r.token_offsets, (std::vector<int64_t>{0, 2, 12, /**/ 3, 6, 12}));
+  // Sixteen documents of 4 tokens in a row of 64: one call of 16 sequences of L = 4.
+  std::vector<int32_t> short_docs(64);
+  for (int t = 0; t < 64; ++t) short_docs[static_cast<size_t>(t)] = t - t % 4;
+  const RaggedDocuments s = ragged_documents(short_docs.data(), 1, 64);
+  EXPECT_EQ(s.graph, (RaggedGraphShape{4, 16}));
+  EXPECT_EQ(s.calls, 1);
+  EXPECT_EQ(s.lengths, std::vector<int32_t>(16, 4));
+  // Five documents, the longest 24 tokens: L = 32 allows K = 4 in a row of 64, so two calls, the
+  // second padded with empty sequences at B·T.
+  std::vector<int32_t> five(64);
+  for (int t = 0; t < 64; ++t) five[static_cast<size_t>(t)] = t < 40 ? t - t % 10 : 40;
+  const RaggedDocuments p = ragged_documents(five.data(), 1, 64);
+  EXPECT_EQ(p.graph, (RaggedGraphShape{32, 4}));
+  EXPECT_EQ(p.calls, 2);
+  EXPECT_EQ(p.lengths, (std::vector<int32_t>{10, 10, 10, 10, /**/ 24, 0, 0, 0}));
+  EXPECT_EQ(p.token_offsets, (std::vector<int64_t>{0, 10, 20, 30, 64, /**/ 40, 64, 64, 64, 64}));
   // A doc_start that breaks the contract names the entry.
   for (const auto& [bad, entry] :
        {std::pair{std::vector<int32_t>{1, 1, 2}, "doc_start[0,0] = 1"},
@@ -334,17 +359,17 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
   AttentionShape b = a;
   b.T = 1024;
   for (int step = 0; step < 5; ++step) {
-    EXPECT_EQ(cache.get({a, false}, build), 2048);
-    EXPECT_EQ(cache.get({a, true}, build), -2048);
+    EXPECT_EQ(cache.get({a, false, DType::kBf16, {}}, build), 2048);
+    EXPECT_EQ(cache.get({a, true, DType::kBf16, {}}, build), -2048);
   }
   EXPECT_EQ(cache.builds(), 2);
-  EXPECT_EQ(cache.get({b, false}, build), 1024);
+  EXPECT_EQ(cache.get({b, false, DType::kBf16, {}}, build), 1024);
   EXPECT_EQ(cache.builds(), 3);
   EXPECT_EQ(built, 3);
   EXPECT_EQ(cache.size(), 3u);
   // Every field is part of the key: a change in any one is another graph.
   const SdpaGraphKeyHash hash;
-  const SdpaGraphKey base{a, false};
+  const SdpaGraphKey base{a, false, DType::kBf16, {}};
   for (int field = 0; field < 8; ++field) {
     SdpaGraphKey other = base;
     int64_t* dims[] = {&other.shape.B, &other.shape.T, &other.shape.H, &other.shape.Hkv,
@@ -356,13 +381,13 @@ TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {
     else if (field == 6)
       other.io = DType::kFloat16;  // fp16 activations: cuDNN's fp16 graph
     else
-      other.sequences = 8;  // document masks: the ragged graph of 8 sequences
+      other.ragged = {1024, 8};  // document masks: the ragged graph of 8 sequences of 1024
     EXPECT_FALSE(other == base) << field;
     EXPECT_NE(hash(other), hash(base)) << field;
   }
   EXPECT_EQ(describe(base), "forward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16");
-  EXPECT_EQ(describe(SdpaGraphKey{a, true, DType::kBf16, 16}),
-            "backward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16 ragged 16 sequences");
+  EXPECT_EQ(describe(SdpaGraphKey{a, true, DType::kBf16, {512, 16}}),
+            "backward B=4 T=2048 H=16 Hkv=8 hd=128 bfloat16 ragged 16 × 512");
 }
 
 TEST(AttentionChoice, StagingAndScratchBytes) {
@@ -412,7 +437,7 @@ TEST(AttentionChoice, StagingAndScratchBytes) {
 }
 
 TEST(AttentionChoice, StagingThatDoesNotFitNamesTheBytesAndTheWayOut) {
-  const SdpaGraphKey key{{1, 64, 4, 2, 32}, true};
+  const SdpaGraphKey key{{1, 64, 4, 2, 32}, true, DType::kBf16, {}};
   check_fused_attention_fits(key, 1500, 1500);  // exactly full
   const std::string e = error_of([&] { check_fused_attention_fits(key, 1501, 1500); });
   EXPECT_NE(e.find("backward B=1 T=64"), std::string::npos) << e;

@@ -351,8 +351,10 @@ TEST(CudnnAttention, MatchesReferenceAndGemmPath) {
 // Document masks (the default for packed SFT data) on the fused path: cuDNN's ragged sequences
 // against the reference that runs each document's keys alone and against the GEMM path's masks,
 // in every storage, deterministic. Rows with documents of 5, 8 and 11 tokens (periodic_doc_starts,
-// documents cut by the row ends), a row of one document, and one-token documents.
+// documents cut by the row ends; padded graphs: 13 documents in graphs of 16 sequences and more),
+// a row of one document beside one-token documents (two calls of a graph of 2 sequences).
 TEST(CudnnAttention, DocumentMasksMatchReferenceAndGemmPath) {
+  if (cuda_compute_capability_major(0) != 9) GTEST_SKIP() << "cuDNN's ragged layout: Hopper only";
   const AttentionShape cases[] = {{2, 37, 4, 2, 16}, {3, 64, 8, 8, 64}, {1, 130, 4, 2, 128}};
   for (const AttentionShape& s : cases) {
     try {
@@ -363,8 +365,64 @@ TEST(CudnnAttention, DocumentMasksMatchReferenceAndGemmPath) {
   }
   const AttentionShape s{2, 24, 4, 2, 32};
   std::vector<int32_t> mixed(48, 0);  // row 0: one document; row 1: [0] [1] [2, 24)
-  for (int t = 1; t < 24; ++t) mixed[24 + t] = t < 3 ? t : 2;
-  check_case(s, mixed);
+  for (int t = 1; t < 24; ++t) mixed[static_cast<size_t>(24 + t)] = t < 3 ? t : 2;
+  try {
+    check_case(s, mixed);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "mixed: " << e.what();
+  }
+}
+
+// One CudnnAttention over micro-batches whose documents differ, as a run meets them: prepare()
+// takes the workspace of the largest ragged graph, the others are built on first use and fit in
+// it; the table of each micro-batch replaces the last one's (a recomputed forward reuses it); a
+// micro-batch without documents runs the plain graph. Each output is checked against a fresh
+// CudnnAttention given only that micro-batch.
+TEST(CudnnAttention, DocumentsChangeFromMicroBatchToMicroBatch) {
+  if (cuda_compute_capability_major(0) != 9) GTEST_SKIP() << "cuDNN's ragged layout: Hopper only";
+  const AttentionShape s{2, 64, 4, 2, 32};
+  const size_t q_n = 2 * 64 * 4 * 32, kv_n = q_n / 2;
+  cudaStream_t stream = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    const size_t scratch = attention_scratch_bytes(s, AttentionKernel::kFused, DType::kFloat32, 0,
+                                                   cuda::kArenaAlignment);
+    cuda::DeviceArena arena({0, scratch, 0});
+    DeviceBuffer<float> q(random_floats(q_n, 71, 0.5f)), k(random_floats(kv_n, 72, 0.5f)),
+        v(random_floats(kv_n, 73)), out(q_n), lse(2 * 4 * 64), dq(q_n), dk(kv_n), dv(kv_n);
+    const auto pass = [&](cuda::CudnnAttention& a, const std::vector<int32_t>& docs) {
+      a.set_documents(docs.empty() ? nullptr : docs.data(), s.B, s.T);
+      a.forward(arena, out.get(), lse.get(), q.get(), k.get(), v.get(), s, !docs.empty());
+      a.forward(arena, out.get(), lse.get(), q.get(), k.get(), v.get(), s, !docs.empty());
+      a.backward(arena, dq.get(), dk.get(), dv.get(), q.get(), q.get(), k.get(), v.get(), out.get(),
+                 lse.get(), s, !docs.empty());
+      return std::vector<std::vector<float>>{out.download(), lse.download(), dq.download(),
+                                             dk.download(), dv.download()};
+    };
+    std::vector<int32_t> many(128), one_long(128, 0), tiny(128);
+    for (int i = 0; i < 128; ++i) {
+      const int t = i % 64;
+      many[static_cast<size_t>(i)] = t - t % 6;                   // 22 documents, L = 8
+      one_long[static_cast<size_t>(i)] = i < 64 ? 0 : t - t % 2;  // L = 64 beside 32 pairs
+      tiny[static_cast<size_t>(i)] = t;                           // 128 one-token documents
+    }
+    cuda::CudnnAttention attention(stream);
+    attention.prepare(s, DType::kFloat32, true, /*document_masks=*/true);
+    const int64_t prepared = attention.workspace_bytes();
+    EXPECT_EQ(attention.graphs_built(), 4);  // plain and largest ragged, both directions
+    for (const auto* docs : {&many, &one_long, &tiny, &many, &one_long}) {
+      const auto got = pass(attention, *docs);
+      cuda::CudnnAttention alone(stream);
+      const auto want = pass(alone, *docs);
+      for (size_t t = 0; t < got.size(); ++t) EXPECT_TRUE(bitwise_equal(got[t], want[t], "tensor"));
+    }
+    EXPECT_EQ(attention.workspace_bytes(), prepared);
+    const int64_t built = attention.graphs_built();
+    pass(attention, {});  // the plain graph, prepared already
+    EXPECT_EQ(attention.graphs_built(), built);
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  ZT_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(CudnnAttention, BuildsEachGraphOnce) {

@@ -58,18 +58,26 @@ void check_frontend(fe::error_t status, const SdpaGraphKey& key, const char* ste
 
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
-// The batch dimension of the graph's tensors: the B rows, or the documents' sequences.
+bool ragged(const SdpaGraphKey& key) {
+  return key.ragged.sequences > 0;
+}
+// The batch and sequence dimensions of the graph's tensors: B rows of T, or the documents'
+// sequences of at most L tokens.
 int64_t graph_batch(const SdpaGraphKey& key) {
-  return key.sequences > 0 ? key.sequences : key.shape.B;
+  return ragged(key) ? key.ragged.sequences : key.shape.B;
+}
+int64_t graph_length(const SdpaGraphKey& key) {
+  return ragged(key) ? key.ragged.length : key.shape.T;
 }
 
-// A [batch, heads, T, hd] view of our [B, T, heads, hd] rows; with the documents' ragged layout
-// sequence n starts at element offsets[n] (its first token's row), the same strides inside it.
+// A [batch, heads, length, hd] view of our [B, T, heads, hd] rows; with the documents' ragged
+// layout sequence n starts at element offsets[n] (its first token's row), the same strides inside.
 void set_rows_layout(fe::graph::Tensor_attributes& t, const SdpaGraphKey& key, int64_t heads,
                      const TensorPtr& offsets) {
   const AttentionShape& s = key.shape;
-  t.set_dim({graph_batch(key), heads, s.T, s.hd})
-      .set_stride({s.T * heads * s.hd, s.hd, heads * s.hd, 1});
+  const int64_t L = graph_length(key);
+  t.set_dim({graph_batch(key), heads, L, s.hd})
+      .set_stride({L * heads * s.hd, s.hd, heads * s.hd, 1});
   if (offsets) t.set_ragged_offset(offsets);
 }
 
@@ -92,12 +100,13 @@ void mark_rows_output(const TensorPtr& t, const char* name, int64_t uid, const S
 void set_stats_layout(fe::graph::Tensor_attributes& t, const SdpaGraphKey& key,
                       const TensorPtr& offsets) {
   const AttentionShape& s = key.shape;
+  const int64_t L = graph_length(key);
   t.set_name("stats").set_uid(kStats).set_data_type(fe::DataType_t::FLOAT);
-  t.set_dim({graph_batch(key), s.H, s.T, 1});
+  t.set_dim({graph_batch(key), s.H, L, 1});
   if (offsets)
-    t.set_stride({s.H * s.T, 1, s.H, 1}).set_ragged_offset(offsets);
+    t.set_stride({s.H * L, 1, s.H, 1}).set_ragged_offset(offsets);
   else
-    t.set_stride({s.H * s.T, s.T, 1, 1});
+    t.set_stride({s.H * L, L, 1, 1});
 }
 
 float attention_scale(const AttentionShape& s) {
@@ -134,12 +143,12 @@ struct GraphStart {
     g.set_io_data_type(key.io == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    if (key.sequences > 0) {
+    if (ragged(key)) {
       if (cudnnGetVersion() < 90600)
         throw Error("cuDNN " + std::to_string(cudnnGetVersion()) +
                     " is older than 9.6.0, the first whose ragged attention takes grouped-query "
                     "heads and ragged statistics (document masking on the fused path)");
-      const int64_t n = key.sequences;
+      const int64_t n = key.ragged.sequences;
       seq_len_q = per_sequence(g, "seq_len_q", kSeqLenQ, n, fe::DataType_t::INT32);
       seq_len_kv = per_sequence(g, "seq_len_kv", kSeqLenKv, n, fe::DataType_t::INT32);
       q_offsets = per_sequence(g, "q_offsets", kQOffsets, n + 1, fe::DataType_t::INT64);
@@ -203,10 +212,9 @@ std::shared_ptr<BuiltGraph> build_backward(cudnnHandle_t handle, const SdpaGraph
                      .set_attn_scale(attention_scale(s))
                      .set_deterministic_algorithm(true);
   start.mask_documents(options);
-  // The ragged graph's own buffers (dQ accumulator, softmax sums) sized by the tokens there are,
-  // not by sequences × T.
-  if (key.sequences > 0)
-    options.set_max_total_seq_len_q(s.B * s.T).set_max_total_seq_len_kv(s.B * s.T);
+  // The ragged graph's own buffers (softmax sums, dK/dV of grouped heads) sized by the tokens
+  // there are, not by sequences × L.
+  if (ragged(key)) options.set_max_total_seq_len_q(s.B * s.T).set_max_total_seq_len_kv(s.B * s.T);
   auto [dq, dk, dv] = g.sdpa_backward(start.q, start.k, start.v, o, dout, stats, options);
   mark_rows_output(dq, "dQ", kDQ, key, s.H, start.q_offsets);
   mark_rows_output(dk, "dK", kDK, key, s.Hkv, start.kv_offsets);
@@ -225,7 +233,7 @@ float* stage_stats(DeviceArena& arena, const AttentionShape& s) {
 void copy_stats(float* dst, const float* src, const SdpaGraphKey& key, bool to_model,
                 cudaStream_t stream) {
   const AttentionShape& s = key.shape;
-  if (key.sequences > 0) {
+  if (ragged(key)) {
     launch_transpose_attention_stats(dst, src, s.B, s.T, s.H, to_model, stream);
     return;
   }
@@ -244,57 +252,63 @@ void* io_input(DeviceArena& arena, ConstTensorView src, DType io, int64_t n, cud
   return const_cast<void*>(staged_input(arena, src, io, n, stream));
 }
 
-// The documents' per-sequence inputs in device memory: int64 element offsets of the q-like,
-// kv-like and statistics tensors ([sequences + 1] each), then the int32 lengths ([sequences]),
-// one block uploaded per micro-batch and attention shape.
+// The documents' per-sequence inputs in device memory, for each call of the graph: int64 element
+// offsets of the q-like, kv-like and statistics tensors ([K + 1] each) and the int32 lengths ([K]),
+// every array starting at a 16-byte boundary (cuDNN's default tensor alignment). One block,
+// uploaded once per micro-batch and attention shape.
 class RaggedTable {
  public:
   ~RaggedTable() { cudaFree(device_); }
-  // Uploads the table of `docs` for the attention `s` on `stream` (once until set() or the shape
-  // changes). The host copy stays a member: the copy from pageable memory is staged at the call.
+  // Uploads the table of `docs` for the attention `s` on `stream` (once until invalidate() or the
+  // shape changes). The host copy stays a member: the copy from pageable memory is staged at the
+  // call.
   void upload(const RaggedDocuments& docs, const AttentionShape& s, cudaStream_t stream) {
     if (uploaded_ && uploaded_for_ == s) return;
-    const auto n = static_cast<size_t>(docs.sequences);
-    host_.assign(3 * (n + 1), 0);
-    for (size_t i = 0; i <= n; ++i) {
-      const int64_t token = docs.token_offsets[i];
-      host_[i] = token * s.H * s.hd;
-      host_[n + 1 + i] = token * s.Hkv * s.hd;
-      host_[2 * (n + 1) + i] = token * s.H;
+    const int64_t K = docs.graph.sequences;
+    offsets_stride_ = (K + 2) / 2 * 2;  // K + 1 int64, rounded up to 16 bytes
+    lengths_stride_ = (K + 3) / 4 * 4;  // K int32, likewise
+    call_bytes_ =
+        static_cast<size_t>(3 * offsets_stride_) * 8 + static_cast<size_t>(lengths_stride_) * 4;
+    host_.assign(call_bytes_ * static_cast<size_t>(docs.calls), 0);
+    for (int64_t c = 0; c < docs.calls; ++c) {
+      unsigned char* call = host_.data() + static_cast<size_t>(c) * call_bytes_;
+      auto* offsets = reinterpret_cast<int64_t*>(call);
+      auto* lengths = reinterpret_cast<int32_t*>(offsets + 3 * offsets_stride_);
+      for (int64_t k = 0; k <= K; ++k) {
+        const int64_t token = docs.token_offsets[static_cast<size_t>(c * (K + 1) + k)];
+        offsets[k] = token * s.H * s.hd;
+        offsets[offsets_stride_ + k] = token * s.Hkv * s.hd;
+        offsets[2 * offsets_stride_ + k] = token * s.H;
+        if (k < K) lengths[k] = docs.lengths[static_cast<size_t>(c * K + k)];
+      }
     }
-    const size_t offset_bytes = host_.size() * sizeof(int64_t), bytes = offset_bytes + n * 4;
-    lengths_.assign(docs.lengths.begin(), docs.lengths.end());
-    if (bytes > capacity_) {
+    if (host_.size() > capacity_) {
       ZT_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued graphs may still read the old one
       ZT_CUDA_CHECK(cudaFree(device_));
       device_ = nullptr, capacity_ = 0;
-      ZT_CUDA_CHECK(cudaMalloc(&device_, bytes));
-      capacity_ = bytes;
+      ZT_CUDA_CHECK(cudaMalloc(&device_, host_.size()));
+      capacity_ = host_.size();
     }
-    auto* base = static_cast<unsigned char*>(device_);
     ZT_CUDA_CHECK(
-        cudaMemcpyAsync(base, host_.data(), offset_bytes, cudaMemcpyHostToDevice, stream));
-    ZT_CUDA_CHECK(cudaMemcpyAsync(base + offset_bytes, lengths_.data(), n * 4,
-                                  cudaMemcpyHostToDevice, stream));
-    sequences_ = docs.sequences, uploaded_ = true, uploaded_for_ = s;
+        cudaMemcpyAsync(device_, host_.data(), host_.size(), cudaMemcpyHostToDevice, stream));
+    uploaded_ = true, uploaded_for_ = s;
   }
   void invalidate() { uploaded_ = false; }
-  // The ragged graph's extra inputs.
-  void add_to(std::unordered_map<int64_t, void*>& pack) const {
-    auto* offsets = static_cast<int64_t*>(device_);
-    const int64_t n = sequences_ + 1;
+  // The ragged graph's extra inputs for call `c`.
+  void add_to(std::unordered_map<int64_t, void*>& pack, int64_t c) const {
+    auto* offsets = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(device_) +
+                                               static_cast<size_t>(c) * call_bytes_);
     pack[kQOffsets] = offsets;
-    pack[kKvOffsets] = offsets + n;
-    pack[kStatsOffsets] = offsets + 2 * n;
-    pack[kSeqLenQ] = pack[kSeqLenKv] = offsets + 3 * n;
+    pack[kKvOffsets] = offsets + offsets_stride_;
+    pack[kStatsOffsets] = offsets + 2 * offsets_stride_;
+    pack[kSeqLenQ] = pack[kSeqLenKv] = offsets + 3 * offsets_stride_;
   }
 
  private:
-  void* device_ = nullptr;
-  size_t capacity_ = 0;
-  std::vector<int64_t> host_;
-  std::vector<int32_t> lengths_;
-  int64_t sequences_ = 0;
+  void* device_ = nullptr;  // cudaMalloc: 256-byte aligned
+  size_t capacity_ = 0, call_bytes_ = 0;
+  int64_t offsets_stride_ = 0, lengths_stride_ = 0;
+  std::vector<unsigned char> host_;
   bool uploaded_ = false;
   AttentionShape uploaded_for_;
 };
@@ -343,7 +357,7 @@ struct CudnnAttention::Impl {
 
   // The graph key of a call: the documents' ragged layout when the call has document masks.
   SdpaGraphKey key_for(const AttentionShape& s, bool backward, DType io, bool with_documents) {
-    if (!with_documents) return {s, backward, io, 0};
+    if (!with_documents) return {s, backward, io, {}};
     ZT_CHECK(documents.has_value(),
              "fused attention with document masks: no documents were set for the micro-batch "
              "(Backend::set_document_layout)");
@@ -352,7 +366,7 @@ struct CudnnAttention::Impl {
                  std::to_string(documents->B) + " T=" + std::to_string(documents->T) +
                  ", the call has " + describe(s));
     table.upload(*documents, s, stream);
-    return {s, backward, io, documents->sequences};
+    return {s, backward, io, documents->graph};
   }
 
   // Throws, before anything is enqueued, when the staging does not fit in the scratch.
@@ -377,11 +391,14 @@ struct CudnnAttention::Impl {
           kv_n(key.shape.B * key.shape.T * key.shape.Hkv * key.shape.hd),
           stats(stage_stats(arena, key.shape)) {}
     // Runs the graph on the staged tensors of `pack` (the statistics, and the documents' table
-    // for a ragged graph, added here).
+    // for a ragged graph, added here): once, or once per call of the documents' sequences.
     void execute(std::unordered_map<int64_t, void*> pack) {
       pack[kStats] = stats;
-      if (key.sequences > 0) impl.table.add_to(pack);
-      check_frontend(built.graph->execute(impl.handle, pack, workspace), key, "execute");
+      const int64_t calls = ragged(key) ? impl.documents->calls : 1;
+      for (int64_t c = 0; c < calls; ++c) {
+        if (ragged(key)) impl.table.add_to(pack, c);
+        check_frontend(built.graph->execute(impl.handle, pack, workspace), key, "execute");
+      }
     }
     Impl& impl;
     const SdpaGraphKey key;
@@ -422,23 +439,20 @@ void CudnnAttention::set_documents(const int32_t* host_doc_start, int64_t B, int
 void CudnnAttention::prepare(const AttentionShape& shape, DType storage, bool with_backward,
                              bool document_masks) {
   const DType io = sdpa_io(storage);
-  // The documents' graphs for the fewest sequences a micro-batch has, one per row: graphs for
-  // more are built when a micro-batch first needs them (a power of two each, ragged_sequences).
-  const int64_t sequences = document_masks ? ragged_sequences(shape.B) : 0;
-  const SdpaGraphKey forward{shape, false, io, sequences}, backward{shape, true, io, sequences};
-  BuiltGraph& forward_graph = impl_->graph(forward);
+  std::vector<SdpaGraphKey> keys = {{shape, false, io, {}}};
+  // The documents' graph with the largest workspace a micro-batch can ask for (sequences of the
+  // whole window: the plain graph's scores, ragged_graph_shape), so that the workspace is
+  // complete now; the graphs for other document counts and lengths are built at their first
+  // micro-batch and fit in it.
+  if (document_masks)
+    keys.push_back({shape, false, io, ragged_graph_shape(shape.B, shape.T, shape.T, shape.B)});
+  if (with_backward)
+    for (size_t i = 0, n = keys.size(); i < n; ++i)
+      keys.push_back({keys[i].shape, true, io, keys[i].ragged});
   // The workspace too, now, before the engine's buffers take the device: the run's scratch is
   // complete at start-up (scratch_bytes), and a workspace that cannot be had is a refusal here
   // rather than an error at the first step.
-  if (!with_backward) {
-    impl_->workspace_for(forward, forward_graph);
-    return;
-  }
-  BuiltGraph& backward_graph = impl_->graph(backward);  // the cache holds values by pointer
-  if (forward_graph.workspace > backward_graph.workspace)
-    impl_->workspace_for(forward, forward_graph);
-  else
-    impl_->workspace_for(backward, backward_graph);
+  for (const SdpaGraphKey& key : keys) impl_->workspace_for(key, impl_->graph(key));
 }
 
 int64_t CudnnAttention::graphs_built() const {

@@ -17,17 +17,19 @@
 //
 // Document masks (packed sequences): each document's stretch of a row is one sequence of cuDNN's
 // ragged (THD) layout, read in place through per-sequence element offsets, with the padding mask
-// giving each its length and the causal mask applied within it (RaggedDocuments; Hopper only). The
-// graph's batch is the sequence count rounded up to a power of two, so a run builds a graph pair
-// per size class it meets; the statistics are token-major there and transposed to the model's lse.
-// set_documents gives the micro-batch's documents (host memory) before its calls; each call with
-// documents uploads their offsets once per micro-batch.
+// giving each its length and the causal mask applied within it (RaggedDocuments; Hopper only). A
+// graph takes K sequences of at most L tokens (powers of two, K·L² within the plain graph's B·T²,
+// so that the deterministic backward's dP fits the workspace planned at start-up); a micro-batch
+// with more documents runs it several times. The statistics are token-major there and transposed
+// to the model's lse. set_documents gives the micro-batch's documents (host memory) before its
+// calls; the first call with documents uploads their offsets (16-byte aligned arrays).
 //
-// Graphs are built once per (shape, direction, sequence count) and cached (SdpaGraphKey); a
-// training run without documents builds two. Each call takes its staging (bf16 copies and the fp32
-// statistics, aligned) from the attention scratch and checks it fits (check_fused_attention_fits)
-// before it enqueues anything; the statistics go through the scratch because the model's lse is
-// only 4-byte aligned.
+// Graphs are built once per key (shape, direction, storage, ragged K and L: SdpaGraphKey) and
+// cached; a training run without documents builds two, one with them a few more (one per K and L
+// its micro-batches meet, each pair within the workspace prepare() allocated). Each call takes its
+// staging (bf16 copies and the fp32 statistics, aligned) from the attention scratch and checks it
+// fits (check_fused_attention_fits) before it enqueues anything; the statistics go through the
+// scratch because the model's lse is only 4-byte aligned.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -68,8 +70,8 @@ class CudnnAttention {
   // backward graph `with_backward` (training), without running them (validate, plans,
   // check_support, build_plans), and allocates the larger one's workspace. A graph cuDNN refuses,
   // or a workspace the device cannot hold, is a zt::Error naming the step; what the start-up
-  // check of --attention auto | fused asks. document_masks: the documents' ragged graphs, for
-  // the fewest sequences a micro-batch has (one per row).
+  // check of --attention auto | fused asks. document_masks: also the documents' ragged graphs
+  // with the largest workspace (L = T), whose workspace every other ragged graph fits in.
   void prepare(const AttentionShape& shape, DType storage, bool with_backward = true,
                bool document_masks = false);
 
