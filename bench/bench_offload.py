@@ -2,8 +2,10 @@
 """ZeRO-Offload modes against no offload in the same run: step time, optimizer time, offload
 traffic and peak bytes per pool (device total, host, nvme) per rank.
 
-Rows: at --stage (default 2) no offload (the reference), optimizer on cpu, optimizer on nvme;
-then at stage 3 no offload and optimizer + params on cpu (--rows picks some). Each row trains
+Rows: at --stage (default 2) no offload (the reference), optimizer on cpu (the exact overlap,
+the default), optimizer on cpu without the overlap, optimizer on cpu with the delayed update
+(from step 1), optimizer on nvme; then at stage 3 no offload and optimizer + params on cpu
+(--rows picks some; --grad-accum applies to every row). Each row trains
 --steps steps under `mpirun -np --ranks` on --backend; figures are means over the steps after
 the first. "vs ref" is the row's step time over the no-offload step time at the same stage
 (DeepSpeed users report 2-5x); "thru" is the row's tokens/s over that reference's (the goal for
@@ -67,7 +69,7 @@ def train(args, data, out, stage, flags):
            "--micro-batch", str(args.micro_batch), "--seq-len", str(args.seq_len),
            "--zero-stage", str(stage), "--log-every", "0", "--backend", args.backend,
            "--activation-checkpointing", args.activation_checkpointing,
-           "--sub-group-size", str(args.sub_group_size),
+           "--sub-group-size", str(args.sub_group_size), "--grad-accum", str(args.grad_accum),
            "--comm-timeout", str(args.comm_timeout)] + flags
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
@@ -102,6 +104,7 @@ def main():
     p.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS per rank")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--sub-group-size", type=int, default=10_000_000)
     p.add_argument("--nvme-path", default=tempfile.gettempdir())
@@ -118,6 +121,11 @@ def main():
     all_rows = {
         "none": (args.stage, "none", []),
         "opt-cpu": (args.stage, "optimizer cpu", ["--offload-optimizer", "cpu"]),
+        "opt-cpu-serial": (args.stage, "cpu, no overlap", ["--offload-optimizer", "cpu",
+                                                           "--offload-optimizer-overlap", "off"]),
+        "opt-cpu-delay": (args.stage, "cpu, delayed", ["--offload-optimizer", "cpu",
+                                                       "--offload-optimizer-delay", "1",
+                                                       "--offload-optimizer-delay-after", "0"]),
         "opt-nvme": (args.stage, "optimizer nvme", ["--offload-optimizer", "nvme",
                                                     "--nvme-path", args.nvme_path]),
         "s3-none": (3, "none", []),

@@ -44,6 +44,7 @@
 #                masks on and off, on the default (fused) and on the GEMM attention, on packed
 #                200-800-token documents
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
+#                (exact overlap), cpu without it and cpu with the delayed update, at grad-accum 1 and 4
 #     big        ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
 #                optimizer offload to cpu, if the host has the memory it pins (checked first);
 #                then, on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), without offload
@@ -430,22 +431,29 @@ run_part_masking() {
   tee -a "$summary" <"$evidence/masking.txt"
 }
 
+# The issue's three modes beside no offload, at grad-accum 1 and 4 (ZT_OFFLOAD_ACCUMS).
 run_part_offload() {
-  step "bench_offload" "$step_seconds" "${host_python[@]}" \
-    "$dir/bench/bench_offload.py" --zerotrain "$zt_for_python" --comm-timeout 60 \
-    --mpirun "$B/bin/mpirun" --backend "$backend" \
-    --preset "${ZT_OFFLOAD_PRESET:-1b}" --steps "$steps" --seq-len "$seq" \
-    --micro-batch "${ZT_MICRO_BATCH:-4}" --threads "$(nproc)" --rows none,opt-cpu \
-    --data "$dir/inputs/data/sample.txt" >"$evidence/offload.txt" 2>&1
+  local accum
+  : >"$evidence/offload.txt"
+  for accum in ${ZT_OFFLOAD_ACCUMS:-1 4}; do
+    step "bench_offload_accum$accum" "$step_seconds" "${host_python[@]}" \
+      "$dir/bench/bench_offload.py" --zerotrain "$zt_for_python" --comm-timeout 60 \
+      --mpirun "$B/bin/mpirun" --backend "$backend" \
+      --preset "${ZT_OFFLOAD_PRESET:-1b}" --steps "$steps" --seq-len "$seq" \
+      --micro-batch "${ZT_MICRO_BATCH:-4}" --grad-accum "$accum" --threads "$(nproc)" \
+      --rows "${ZT_OFFLOAD_ROWS:-none,opt-cpu,opt-cpu-serial,opt-cpu-delay}" \
+      --data "$dir/inputs/data/sample.txt" >>"$evidence/offload.txt" 2>&1
+  done
   tee -a "$summary" <"$evidence/offload.txt"
 }
 
-# Host bytes the offloaded run needs (zerotrain estimate), against MemAvailable.
+# Host bytes the offloaded run needs (zerotrain estimate), against MemAvailable. Without the
+# overlap's kept copy: the run's --offload-optimizer-overlap auto fits that in what is left.
 host_memory_suffices() {
   local preset=$1 need avail
   need=$(timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
     --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
-    --backend "$backend" --json | "$python" -c 'import json, sys
+    --offload-optimizer-overlap off --backend "$backend" --json | "$python" -c 'import json, sys
 j = json.load(sys.stdin)
 print(max(s["host"] for s in j["stages"] if s["stage"] == 2))') || return 1
   avail=$(($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024))

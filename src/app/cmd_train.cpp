@@ -216,7 +216,8 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
                                                       "save_every",
                                                       "nvme_path",
                                                       "offload_buffer_count",
-                                                      "host_adam"};
+                                                      "host_adam",
+                                                      "offload_optimizer_overlap"};
   // With the delayed update, a save applies the update held back: where saves fall is part of
   // the trajectory.
   if ((key == "save_every" || key == "save_consolidated_every") &&
@@ -235,6 +236,26 @@ nlohmann::json value_before(const nlohmann::json& before, const std::string& key
   const auto it = added_later.find(key);
   if (it != added_later.end() && !before.contains(key)) return it->second;
   return before.value(key, nlohmann::json());
+}
+
+// --offload-optimizer-overlap auto: off on the CPU backend, whose host thread would share the
+// cores computing the backward; elsewhere the kept state limited to half the host memory that the
+// run's planned host pool leaves (auto_overlap_bytes). Collective over `comm` (the ranks per host).
+void resolve_auto_overlap(const TrainOptions& o, int world, const TrainInputs& in,
+                          const std::string& backend_kind, MpiCommunicator& comm,
+                          OffloadConfig& offload) {
+  if (o.offload.overlap != "auto" || !offload.keeps_speculated_state()) return;
+  if (backend_kind == "cpu") {
+    offload.overlap = false;
+    return;
+  }
+  OffloadConfig without = offload;
+  without.overlap = false;
+  const MemoryEstimate planned =
+      estimate_memory(in.config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac,
+                      without, o.grad_accum, in.activation_storage, in.trainable);
+  offload.overlap_bytes =
+      auto_overlap_bytes(planned.host, local_rank_by_hostname(comm.comm()).local_size);
 }
 
 // A resume whose settings differ from those of the run that wrote OUT/final/ would leave that
@@ -376,7 +397,7 @@ int run_training(TrainOptions o) {
   const ModelConfig& config = in.config;
   WindowSampler& sampler = *in.sampler;
 
-  const OffloadConfig offload = o.offload.resolved();
+  OffloadConfig offload = o.offload.resolved();
   const MemoryEstimate estimate =
       estimate_memory(config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac, offload,
                       o.grad_accum, in.activation_storage, in.trainable);
@@ -388,6 +409,7 @@ int run_training(TrainOptions o) {
        in.precision == Precision::kFp32, /*backward=*/true, sampler.document_masks()},
       kCommand);
   Backend* backend = device.backend.get();
+  resolve_auto_overlap(o, world, in, device.backend_kind, comm, offload);  // collective
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   // Again with the scratch the backend holds outside the categories (the CUDA backend's GEMM,
   // attention and cuDNN workspaces), which each rank measures: agreed through run_collectively.

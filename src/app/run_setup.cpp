@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -100,6 +101,9 @@ OffloadConfig OffloadOptions::resolved() const {
   OffloadConfig c = config;
   c.optimizer = parse_offload_device(optimizer, "--offload-optimizer");
   c.param = parse_offload_device(param, "--offload-param");
+  ZT_CHECK(overlap == "auto" || overlap == "on" || overlap == "off",
+           "--offload-optimizer-overlap must be auto, on or off, got '" + overlap + "'");
+  c.overlap = overlap != "off";  // auto's limit: auto_overlap_bytes, set by train
   return c;
 }
 
@@ -119,9 +123,31 @@ void add_offload_options(po::options_description& options, OffloadOptions& o) {
       "0 | 1: delayed parameter update: each update is held back one step (with "
       "--offload-optimizer cpu it runs on the host while the next step computes), so a step's "
       "gradients come from the weights two updates back");
+  add("offload-optimizer-overlap", po::value(&o.overlap)->default_value(o.overlap),
+      "auto | on | off: with --offload-optimizer cpu, each group's CPU AdamW starts as soon as "
+      "its gradients are on the host, during the backward, and is undone and redone when the "
+      "gradient norm clips or skips the step: the same bits as off, host memory for a copy of "
+      "the state it speculates on (on: all of it; auto: the groups that fit in half the host "
+      "memory left; docs/offload.md)");
   add("offload-optimizer-delay-after",
       po::value(&o.config.delay_after)->default_value(o.config.delay_after),
       "warm-up: the updates of steps 1..N are not held back");
+}
+
+int64_t auto_overlap_bytes(int64_t planned_host_bytes, int local_size) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = -1;
+  while (meminfo >> key) {
+    if (key == "MemAvailable:") {
+      meminfo >> kib >> unit;
+      break;
+    }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (kib < 0 || local_size < 1) return 0;
+  const int64_t per_rank = kib * 1024 / local_size;
+  return std::max<int64_t>(0, per_rank - planned_host_bytes) / 2;
 }
 
 }  // namespace zt

@@ -52,10 +52,17 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& zero)
 // --offload-optimizer, --offload-param, --nvme-path, --offload-buffer-count, --sub-group-size.
 struct OffloadOptions {
   std::string optimizer = "none", param = "none";
+  std::string overlap = "auto";  // --offload-optimizer-overlap auto | on | off
   OffloadConfig config;  // nvme_path, buffer_count, sub_group_size (devices come from the strings)
   // The engine's OffloadConfig, devices parsed (errors name the flag); not yet validated.
   OffloadConfig resolved() const;
 };
 void add_offload_options(po::options_description& options, OffloadOptions& offload);
+
+// --offload-optimizer-overlap auto: the host bytes one rank's kept state may take, half of what
+// the host's available memory (/proc/meminfo's MemAvailable, shared by `local_size` ranks) leaves
+// beyond the rank's planned host pool `planned_host_bytes`; 0 when it leaves nothing or cannot be
+// read.
+int64_t auto_overlap_bytes(int64_t planned_host_bytes, int local_size);
 
 }  // namespace zt

@@ -184,6 +184,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"offload_buffer_count", offload.config.buffer_count},
           {"sub_group_size", offload.config.sub_group_size},
           {"offload_optimizer_delay", offload.config.delay},
+          {"offload_optimizer_overlap", offload.overlap},
           {"offload_optimizer_delay_after", offload.config.delay_after},
           {"activation_checkpointing", activation_checkpointing},
           {"cpu_checkpointing", cpu_checkpointing},

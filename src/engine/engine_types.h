@@ -3,6 +3,7 @@
 // engine/zero_engine.h.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace zt {
 
@@ -39,6 +40,10 @@ struct StepStats {
   // seconds its kernel took (copies and NVMe swaps excluded): the host's parameters/s.
   int64_t host_adam_params = 0;
   double host_adam_s = 0;
+  // Exact offload overlap: "kept" (the speculated update stood), "redone" (clipping: undone and
+  // run again), or empty (no overlap; an fp16 skip undoes it without an update).
+  std::string host_adam_speculation;
+  int64_t host_adam_speculated_params = 0;  // "kept": the elements updated before the norm
 };
 
 // The optimizer state a rank owns for one group: elements [begin, begin+count) of the group's

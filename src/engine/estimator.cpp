@@ -125,7 +125,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
     // A delayed update reads a second set of gradient shards while the next step's land.
     e.host += 4 * trained_own * (offload.delay > 0 ? 2 : 1) + 2 * tile * work_bytes;
     if (offload.optimizer == OffloadDevice::kCpu) {
-      e.host += 12 * trained_own;
+      // The exact overlap keeps master, m and v of what it speculates on: the state again, or at
+      // most overlap_bytes of it.
+      int64_t kept = offload.keeps_speculated_state() ? 12 * trained_own : 0;
+      if (offload.overlap_bytes >= 0) kept = std::min(kept, offload.overlap_bytes);
+      e.host += 12 * trained_own + kept;
     } else {
       e.host += offload.buffer_count * std::max<int64_t>(4096, nvme_record_bytes(tile));
       e.nvme = nvme_file_bytes(own_sizes, tile);

@@ -368,6 +368,19 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
       I.micro_batch_sum = std::make_unique<PairwiseSum>(I.be, I.memory, I.leaf_elements, accum);
     I.micro_batch_sum->reset();
   }
+  // Exact offload overlap: each group's host AdamW starts as its gradients land in the last
+  // micro-batch; optimizer_step keeps or undoes it, and an error before then undoes it here.
+  struct UndoOverlapOnError {
+    OffloadOptimizer* offloader;
+    ~UndoOverlapOnError() {
+      if (!offloader) return;
+      try {
+        offloader->roll_back_overlap();  // nothing once optimizer_step settled it
+      } catch (...) {                    // the error being thrown says more
+      }
+    }
+  } undo_overlap{I.offloader.get()};
+  if (I.offloader && I.offload.overlapped(step)) I.begin_offload_overlap(lr, step);
   for (int64_t m = 0; m < accum; ++m) {
     model_.set_batch(inputs[static_cast<size_t>(m)], targets[static_cast<size_t>(m)],
                      doc_starts.empty() ? nullptr : doc_starts[static_cast<size_t>(m)]);

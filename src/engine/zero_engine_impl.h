@@ -193,6 +193,8 @@ struct ZeroEngine::Impl {
   // The AdamW of the own ranges, its working values at out(g) (the working params, or a delayed
   // update's buffer), without optimizer offload.
   void device_adamw(AdamWHyper h, const std::function<uint8_t*(int g)>& out);
+  // Exact offload overlap: opens the speculation of step `step` at rate lr (before its backward).
+  void begin_offload_overlap(float lr, int64_t step);
   void gather_updated_params(bool every_group);
 };
 

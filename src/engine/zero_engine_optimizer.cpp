@@ -38,7 +38,10 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     if (overflow) {
       stats.skipped = true;
       skipped_steps += 1;
-      if (offloader) copier->synchronize();  // the gradient copies already issued land unused
+      if (offloader) {
+        offloader->roll_back_overlap();  // the speculated update is undone
+        copier->synchronize();           // the gradient copies already issued land unused
+      }
       intervals.end(StepIntervals::kOptimizer, phase);
       if (published && traits.gather_after_update) gather_updated_params(/*every_group=*/false);
       if (traits.shard_parameters) gatherer->release_all();
@@ -47,6 +50,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     stats.grad_norm /= S;
   }
   if (!std::isfinite(stats.grad_norm)) {
+    if (offloader) offloader->roll_back_overlap();  // the state stays that of the last update
     const int64_t t = first_non_finite_tensor(/*gradients=*/true);
     const ParamLayout& layout = self.model_.layout();
     throw AgreedError(
@@ -69,10 +73,17 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   const bool delayed = offload.delayed_update(step);
   if (offloader) {
     const OffloadTraffic before = offloader->traffic();
-    if (delayed)
+    if (delayed) {
       offloader->start_update(h, optim.weight_decay);  // published by the next step
-    else
+    } else if (offloader->overlap_open()) {
+      // Kept when the step is what was speculated (no clipping); else undone and run again.
+      const bool kept = offloader->commit_overlap(h, optim.weight_decay, work_out);
+      stats.host_adam_speculation = kept ? "kept" : "redone";
+      if (kept) stats.host_adam_speculated_params = offloader->speculated_params();
+      if (!kept) offloader->step(h, optim.weight_decay, work_out);
+    } else {
       offloader->step(h, optim.weight_decay, work_out);
+    }
     const OffloadTraffic after = offloader->traffic();
     stats.nvme_read_bytes = after.nvme_read - before.nvme_read;
     stats.nvme_write_bytes = after.nvme_written - before.nvme_written;
@@ -94,6 +105,14 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   if (traits.gather_after_update && (published || !delayed))
     gather_updated_params(/*every_group=*/false);
   if (traits.shard_parameters) gatherer->release_all();
+}
+
+void ZeroEngine::Impl::begin_offload_overlap(float lr, int64_t step) {
+  // optimizer_step's hyperparameters when nothing clips or skips: clip factor 1, fp16's 1/S.
+  const double unscale = scaler ? 1.0 / scaler->scale() : 1.0;
+  offloader->begin_overlap(
+      adamw_hyper(optim, lr, step - skipped_steps, static_cast<float>(unscale)),
+      optim.weight_decay);
 }
 
 void ZeroEngine::Impl::device_adamw(AdamWHyper h, const std::function<uint8_t*(int g)>& out_of) {

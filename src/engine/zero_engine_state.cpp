@@ -125,6 +125,7 @@ void ZeroEngine::load_from(TensorSource& source) {
 
 void ZeroEngine::apply_delayed_update() {
   Impl& I = *impl_;
+  if (I.offloader) I.offloader->roll_back_overlap();  // an overlap a failed step left open
   if (!I.publish_delayed_update(nullptr)) return;
   if (I.traits.gather_after_update) I.gather_updated_params(/*every_group=*/false);
   if (I.traits.shard_parameters) I.gatherer->release_all();  // gathered copies are stale

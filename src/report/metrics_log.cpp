@@ -98,6 +98,10 @@ nlohmann::json StepRecord::to_json() const {
         {"params_per_s", stats.host_adam_s > 0
                              ? static_cast<double>(stats.host_adam_params) / stats.host_adam_s
                              : 0.0}};
+  if (!stats.host_adam_speculation.empty()) {
+    j["host_adam"]["speculation"] = stats.host_adam_speculation;
+    j["host_adam"]["speculated_params"] = stats.host_adam_speculated_params;
+  }
   return j;
 }
 

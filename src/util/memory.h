@@ -78,6 +78,9 @@ class DeviceMemory {
   // only (later copies may still run). Default: marks mean "everything".
   virtual uint64_t mark_copies() { return 0; }
   virtual void wait_copies_until(uint64_t /*mark*/) { wait_copies(); }
+  // Whether the copies before `mark` are done, without waiting. Default: the synchronous copies
+  // above are done when they return.
+  virtual bool copies_done_until(uint64_t /*mark*/) { return true; }
 };
 // The CPU backend's device memory: aligned host allocations and memcpy.
 DeviceMemory& host_device_memory();

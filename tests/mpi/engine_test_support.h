@@ -66,8 +66,10 @@ inline std::vector<std::pair<std::string, OffloadConfig>> offload_modes(int stag
   OffloadConfig cpu;
   cpu.optimizer = OffloadDevice::kCpu;
   cpu.sub_group_size = tile;
-  std::vector<std::pair<std::string, OffloadConfig>> modes = {{"cpu optimizer", cpu},
-                                                              {"nvme optimizer", nvme}};
+  OffloadConfig serial = cpu;
+  serial.overlap = false;
+  std::vector<std::pair<std::string, OffloadConfig>> modes = {
+      {"cpu optimizer", cpu}, {"cpu optimizer, no overlap", serial}, {"nvme optimizer", nvme}};
   if (stage == 3) {
     OffloadConfig both = cpu;
     both.param = OffloadDevice::kCpu;

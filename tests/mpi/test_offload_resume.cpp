@@ -190,7 +190,9 @@ TEST_F(CheckpointResumeOffloadTest, ResumesAcrossOffloadSettingsBitwise) {
 // host memory at a time, never the whole state.
 TEST_F(CheckpointResumeOffloadTest, NvmeCheckpointStagesOneGroupAtATime) {
   const int N = world_.world_size();
-  const OffloadConfig nvme = modes(2)[1].second;
+  OffloadConfig nvme;
+  for (const auto& [name, mode] : modes(2))
+    if (mode.optimizer == OffloadDevice::kNvme) nvme = mode;
   ASSERT_EQ(nvme.optimizer, OffloadDevice::kNvme);
   Trainer writer(world_, 2, nvme);
   writer.init();

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "app/run_setup.h"
 #include "engine/offload/offload_config.h"
 #include "util/error.h"
 
@@ -76,6 +77,49 @@ TEST(OffloadConfig, RefusalsNameTheDeepSpeedKeyAndTheOption) {
   delayed.delay = delayed_without_offload.delay = 1;
   EXPECT_NO_THROW(delayed.validate(1));
   EXPECT_NO_THROW(delayed_without_offload.validate(0));
+}
+
+// --offload-optimizer-overlap: auto and on speculate (auto with a limit train sets), off does not,
+// anything else is refused naming the option; NVMe and the delayed steps never speculate.
+TEST(OffloadConfig, OverlapModes) {
+  OffloadOptions o;
+  o.optimizer = "cpu";
+  EXPECT_EQ(o.overlap, "auto");
+  for (const char* mode : {"auto", "on", "off"}) {
+    o.overlap = mode;
+    const OffloadConfig c = o.resolved();
+    EXPECT_EQ(c.keeps_speculated_state(), std::string(mode) != "off") << mode;
+    EXPECT_EQ(c.overlap_bytes, -1) << mode;
+  }
+  o.overlap = "yes";
+  try {
+    o.resolved();
+    ADD_FAILURE() << "--offload-optimizer-overlap yes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--offload-optimizer-overlap must be auto, on or off"),
+              std::string::npos)
+        << e.what();
+  }
+  OffloadConfig nvme;
+  nvme.optimizer = OffloadDevice::kNvme;
+  EXPECT_FALSE(nvme.keeps_speculated_state());
+  OffloadConfig delayed;
+  delayed.optimizer = OffloadDevice::kCpu;
+  delayed.delay = 1;
+  delayed.delay_after = 3;
+  EXPECT_TRUE(delayed.overlapped(3));
+  EXPECT_FALSE(delayed.overlapped(4));
+}
+
+// auto's limit: half of what MemAvailable leaves beyond the planned host pool, per local rank.
+TEST(OffloadConfig, AutoOverlapBytesLeaveHalfTheFreeHostMemory) {
+  const int64_t all = auto_overlap_bytes(0, 1);
+  EXPECT_GT(all, 0) << "this machine's /proc/meminfo has MemAvailable";
+  EXPECT_EQ(auto_overlap_bytes(int64_t{1} << 60, 1), 0);  // a plan larger than the host
+  // Two ranks on the host: each gets half as much (up to the rounding of the division).
+  EXPECT_NEAR(static_cast<double>(auto_overlap_bytes(0, 2)), static_cast<double>(all) / 2,
+              static_cast<double>(all) * 0.05);
+  EXPECT_EQ(auto_overlap_bytes(0, 0), 0);
 }
 
 }  // namespace

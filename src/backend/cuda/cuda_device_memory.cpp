@@ -235,4 +235,16 @@ void CudaDeviceMemory::wait_copies_until(uint64_t mark) {
   }
 }
 
+bool CudaDeviceMemory::copies_done_until(uint64_t mark) {
+  while (!marks_.empty() && marks_.front().first <= mark) {
+    const auto event = static_cast<cudaEvent_t>(marks_.front().second);
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) return false;
+    ZT_CUDA_CHECK(status);
+    spare_events_.push_back(event);
+    marks_.pop_front();
+  }
+  return true;
+}
+
 }  // namespace zt::cuda

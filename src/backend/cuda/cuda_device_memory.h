@@ -70,6 +70,8 @@ class CudaDeviceMemory final : public DeviceMemory {
   void wait_copies() override;
   uint64_t mark_copies() override;
   void wait_copies_until(uint64_t mark) override;
+  // cudaEventQuery on the marks up to `mark`: the completed ones are retired as a wait would.
+  bool copies_done_until(uint64_t mark) override;
 
  private:
   struct Arena {

@@ -21,6 +21,8 @@ class HostDeviceCopier {
   // A mark after the copies enqueued so far, and a wait for those only.
   virtual uint64_t mark() = 0;
   virtual void synchronize_until(uint64_t mark) = 0;
+  // Whether the copies before `mark` are done, without waiting.
+  virtual bool done_until(uint64_t mark) = 0;
 
   uint64_t device_to_host_bytes() const { return d2h_bytes_; }
   uint64_t host_to_device_bytes() const { return h2d_bytes_; }
@@ -43,6 +45,7 @@ class DeviceMemoryCopier final : public HostDeviceCopier {
   void synchronize() override { memory_.wait_copies(); }
   uint64_t mark() override { return memory_.mark_copies(); }
   void synchronize_until(uint64_t mark) override { memory_.wait_copies_until(mark); }
+  bool done_until(uint64_t mark) override { return memory_.copies_done_until(mark); }
 
  private:
   DeviceMemory& memory_;

@@ -31,6 +31,18 @@ struct OffloadConfig {
   // back synchronously.
   int64_t delay = 0;
   int64_t delay_after = 40;
+  // Exact overlap (no DeepSpeed key; --offload-optimizer-overlap, on by default): with CPU
+  // optimizer offload, each group's AdamW starts on a host thread as soon as its gradient shard is
+  // on the host, during the backward, speculating that the step is neither clipped nor skipped;
+  // the master, m and v it changes are kept first (host memory as large as the state) and put
+  // back when the global norm says clip (the step then reruns with the clipped gradients), skip
+  // or stop. Either way bitwise the step without overlap. NVMe and delayed steps run without it.
+  bool overlap = true;
+  // The host bytes the kept state may take (-1: no limit). Groups are kept in the order their
+  // gradients land (the last layers first) while their 12 bytes per element fit; the others are
+  // updated after the norm, as without overlap. `train --offload-optimizer-overlap auto` sets it
+  // from the host's available memory.
+  int64_t overlap_bytes = -1;
   bool pin_memory = false;  // accepted: page-locked on a CUDA backend
   bool fast_init = false;   // accepted: no effect (state is initialised in place)
 
@@ -40,6 +52,12 @@ struct OffloadConfig {
   // stage 3 and cpu, nvme needs nvme_path, buffer_count >= 2, sub_group_size >= 1; delay is 0
   // or 1, with neither NVMe optimizer offload nor parameter offload.
   bool delayed_update(int64_t step) const { return delay > 0 && step > delay_after; }
+  // Whether step `step` overlaps its host AdamW with the backward (see `overlap`).
+  bool overlapped(int64_t step) const {
+    return overlap && optimizer == OffloadDevice::kCpu && !delayed_update(step);
+  }
+  // Whether the offloaded optimizer keeps the speculated state (host memory: 3 fp32 per element).
+  bool keeps_speculated_state() const { return overlap && optimizer == OffloadDevice::kCpu; }
   void validate(int stage) const;
 };
 

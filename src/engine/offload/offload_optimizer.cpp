@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <limits>
+#include <string>
 
 #include "backend/cpu/cpu_adam.h"
 #include "engine/offload/nvme_swapper.h"
@@ -29,6 +32,21 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
     max_own = std::max(max_own, n);
   }
   const int64_t tile = std::min(config.sub_group_size, max_own);
+  tile_ = tile;
+  // The kept state of the groups that land first (the backward goes from the last group down)
+  // while they fit in overlap_bytes; none for the rest, which wait for the norm.
+  kept_state_.resize(own_sizes_.size());
+  int64_t budget =
+      config.overlap_bytes < 0 ? std::numeric_limits<int64_t>::max() : config.overlap_bytes;
+  for (size_t g = own_sizes_.size(); config.keeps_speculated_state() && g-- > 0;) {
+    const int64_t bytes = 12 * own_sizes_[g];
+    if (bytes == 0) continue;
+    if (bytes > budget) break;
+    budget -= bytes;
+    kept_state_[g] = TrackedBuffer<float>(memory, MemCategory::kHostOffload,
+                                          static_cast<size_t>(3 * own_sizes_[g]));
+  }
+  overlap_configured_ = config.keeps_speculated_state();
   const size_t elem = dtype_size(working_dtype(precision_));
   for (TrackedBuffer<uint8_t>& s : staging_)
     s = TrackedBuffer<uint8_t>(memory, MemCategory::kHostOffload, static_cast<size_t>(tile) * elem);
@@ -54,6 +72,96 @@ bool covers(const std::vector<DecaySegment>& segments, int64_t begin, int64_t co
 void OffloadOptimizer::gradient_ready(int g, const float* device_grads) {
   const size_t i = static_cast<size_t>(g);
   copier_.device_to_host(host_grads_[i].data(), device_grads, host_grads_[i].bytes());
+  if (!speculation_.open) return;
+  speculation_.landing.emplace_back(g, copier_.mark());
+  hand_over_landed(/*wait=*/false);
+}
+
+void OffloadOptimizer::begin_overlap(AdamWHyper h, float weight_decay) {
+  ZT_CHECK(overlap_configured_ && !delayed_running_,
+           "OffloadOptimizer::begin_overlap: no overlap configured, or a delayed update running");
+  roll_back_overlap();
+  speculation_.open = true;
+  speculation_.h = h;
+  speculation_.weight_decay = weight_decay;
+  speculation_.kept.assign(own_sizes_.size(), 0);
+  speculation_.timing = {};
+}
+
+void OffloadOptimizer::hand_over_landed(bool wait) {
+  auto& landing = speculation_.landing;
+  while (!landing.empty()) {
+    const auto [g, mark] = landing.front();
+    if (wait)
+      copier_.synchronize_until(mark);
+    else if (!copier_.done_until(mark))
+      return;
+    landing.pop_front();
+    // A group without kept state (beyond overlap_bytes) is updated after the norm.
+    if (kept_state_[static_cast<size_t>(g)].size() > 0)
+      worker_.submit([this, g = g] { speculate_group(g); });
+  }
+}
+
+void OffloadOptimizer::speculate_group(int g) {
+  const size_t i = static_cast<size_t>(g);
+  const OptimizerShard state = store_->resident(g);  // the host store: its own buffers
+  const size_t n = static_cast<size_t>(own_sizes_[i]);
+  float* kept = kept_state_[i].data();
+  std::memcpy(kept, state.master, n * sizeof(float));
+  std::memcpy(kept + n, state.m, n * sizeof(float));
+  std::memcpy(kept + 2 * n, state.v, n * sizeof(float));
+  speculation_.kept[i] = 1;  // read by the main thread only after wait_idle()
+  update_group(g, speculation_.h, speculation_.weight_decay, host_grads_[i].data(),
+               speculation_.timing);
+}
+
+bool OffloadOptimizer::commit_overlap(AdamWHyper h, float weight_decay,
+                                      const std::function<void*(int g)>& work_out) {
+  ZT_CHECK(speculation_.open, "OffloadOptimizer::commit_overlap: no overlap open");
+  const AdamWHyper& s = speculation_.h;
+  const bool same = h.lr == s.lr && h.beta1 == s.beta1 && h.beta2 == s.beta2 && h.eps == s.eps &&
+                    h.step == s.step && h.grad_scale == s.grad_scale &&
+                    weight_decay == speculation_.weight_decay;
+  if (!same) {
+    roll_back_overlap();
+    return false;
+  }
+  hand_over_landed(/*wait=*/true);
+  worker_.wait_idle();
+  speculation_.open = false;
+  // The groups it did not speculate on: updated now, with the same hyperparameters.
+  copier_.synchronize();
+  speculated_params_ = speculation_.timing.params;
+  for (size_t i = 0; i < own_sizes_.size(); ++i)
+    if (!speculation_.kept[i] && !segments_[i].empty())
+      update_group(static_cast<int>(i), h, weight_decay, host_grads_[i].data(),
+                   speculation_.timing);
+  last_adam_ = speculation_.timing;
+  publish(work_out);
+  return true;
+}
+
+void OffloadOptimizer::roll_back_overlap() {
+  if (!speculation_.open) return;
+  speculation_.open = false;
+  speculation_.landing.clear();
+  std::exception_ptr error;
+  try {
+    worker_.wait_idle();
+  } catch (...) {
+    error = std::current_exception();  // after the state is back
+  }
+  for (size_t i = 0; i < own_sizes_.size(); ++i) {
+    if (!speculation_.kept[i]) continue;
+    const OptimizerShard state = store_->resident(static_cast<int>(i));
+    const size_t n = static_cast<size_t>(own_sizes_[i]);
+    const float* kept = kept_state_[i].data();
+    std::memcpy(state.master, kept, n * sizeof(float));
+    std::memcpy(state.m, kept + n, n * sizeof(float));
+    std::memcpy(state.v, kept + 2 * n, n * sizeof(float));
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
@@ -64,18 +172,19 @@ void OffloadOptimizer::step(AdamWHyper h, float weight_decay,
 }
 
 void OffloadOptimizer::start_update(AdamWHyper h, float weight_decay) {
-  ZT_CHECK(!pending_grads_.empty() && !running_.valid(),
+  ZT_CHECK(!pending_grads_.empty() && !delayed_running_ && !speculation_.open,
            "OffloadOptimizer::start_update: no delay configured, or an update still running");
   copier_.synchronize();  // every gradient shard is on the host
   std::swap(host_grads_, pending_grads_);
-  running_ = std::async(std::launch::async, [this, h, weight_decay] {
-    update_tiles(h, weight_decay, pending_grads_, nullptr);
-  });
+  delayed_running_ = true;
+  worker_.submit(
+      [this, h, weight_decay] { update_tiles(h, weight_decay, pending_grads_, nullptr); });
 }
 
 bool OffloadOptimizer::finish_update() {
-  if (!running_.valid()) return false;
-  running_.get();
+  if (!delayed_running_) return false;
+  delayed_running_ = false;
+  worker_.wait_idle();
   return true;
 }
 
@@ -107,15 +216,46 @@ void OffloadOptimizer::publish(const std::function<void*(int g)>& work_out) {
   copier_.synchronize();
 }
 
+void OffloadOptimizer::adam_tile(const StateTile& t, AdamWHyper h, float weight_decay,
+                                 const float* grads, bf16_t* out_bf16, float* out_f32,
+                                 uint16_t* out_fp16, AdamTiming& timing) {
+  const cpu::AdamSimd path = cpu::best_adam_simd();
+  for (const DecaySegment& s : segments_[static_cast<size_t>(t.group)]) {
+    const int64_t lo = std::max(s.begin, t.begin), hi = std::min(s.end, t.begin + t.count);
+    if (lo >= hi) continue;
+    const int64_t at = lo - t.begin;
+    h.weight_decay = s.decay ? weight_decay : 0.0f;
+    const auto start = std::chrono::steady_clock::now();
+    cpu::adam_update(path, t.master + at, t.m + at, t.v + at, grads + lo,
+                     out_bf16 ? out_bf16 + at : nullptr, out_f32 ? out_f32 + at : nullptr, hi - lo,
+                     h);
+    timing.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    timing.params += hi - lo;
+    // fp16: the updated masters, rounded (the Adam kernels write bf16 or fp32 only).
+    if (out_fp16) floats_to_fp16(t.master + at, out_fp16 + at, static_cast<size_t>(hi - lo));
+  }
+}
+
+void OffloadOptimizer::update_group(int g, const AdamWHyper& h, float weight_decay,
+                                    const float* grads, AdamTiming& timing) {
+  const OptimizerShard state = store_->resident(g);
+  const int64_t n = own_sizes_[static_cast<size_t>(g)];
+  // The tiles step() visits, so that each kernel call covers the same elements.
+  for (int64_t b = 0; b < n; b += tile_) {
+    const StateTile t{g, b, std::min(tile_, n - b), state.master + b, state.m + b, state.v + b};
+    adam_tile(t, h, weight_decay, grads, nullptr, nullptr, nullptr, timing);
+  }
+}
+
 void OffloadOptimizer::update_tiles(AdamWHyper h, float weight_decay,
                                     const std::vector<TrackedBuffer<float>>& grads_of,
                                     const std::function<void*(int g)>* work_out) {
-  const cpu::AdamSimd path = cpu::best_adam_simd();
   const DType work = working_dtype(precision_);
   const bool bf16 = work == DType::kBf16, fp16 = work == DType::kFloat16;
   const size_t elem = dtype_size(work);
   size_t tile_index = 0;
-  last_adam_ = {};
+  AdamTiming timing;
   store_->update_tiles([&](const StateTile& t) {
     const size_t slot = tile_index++ % staging_.size();
     uint8_t* staging = staging_[slot].data();
@@ -123,41 +263,26 @@ void OffloadOptimizer::update_tiles(AdamWHyper h, float weight_decay,
     // the previous tile's copy keeps running under this tile's update.
     if (work_out && tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
     const float* grads = grads_of[static_cast<size_t>(t.group)].data();
-    const std::vector<DecaySegment>& segments = segments_[static_cast<size_t>(t.group)];
     // Frozen tensors have no segment (decay_segments.h): the tile goes out whole, so their part
     // of it is their master as working params, which is what the device holds already.
-    if (work_out && !covers(segments, t.begin, t.count)) {
+    if (work_out && !covers(segments_[static_cast<size_t>(t.group)], t.begin, t.count)) {
       if (bf16 || fp16)
         round_16bit(work, t.master, reinterpret_cast<uint16_t*>(staging),
                     static_cast<size_t>(t.count));
       else
         std::memcpy(staging, t.master, static_cast<size_t>(t.count) * sizeof(float));
     }
-    for (const DecaySegment& s : segments) {
-      const int64_t lo = std::max(s.begin, t.begin), hi = std::min(s.end, t.begin + t.count);
-      if (lo >= hi) continue;
-      const int64_t at = lo - t.begin;
-      h.weight_decay = s.decay ? weight_decay : 0.0f;
-      const auto start = std::chrono::steady_clock::now();
-      // Without work_out (a delayed update) only the masters and moments change.
-      cpu::adam_update(
-          path, t.master + at, t.m + at, t.v + at, grads + lo,
-          work_out && bf16 ? reinterpret_cast<bf16_t*>(staging) + at : nullptr,
-          work_out && !bf16 && !fp16 ? reinterpret_cast<float*>(staging) + at : nullptr, hi - lo,
-          h);
-      last_adam_.seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      last_adam_.params += hi - lo;
-      // fp16: the updated masters, rounded (the Adam kernels write bf16 or fp32 only).
-      if (work_out && fp16)
-        floats_to_fp16(t.master + at, reinterpret_cast<uint16_t*>(staging) + at,
-                       static_cast<size_t>(hi - lo));
-    }
+    // Without work_out (a delayed update) only the masters and moments change.
+    adam_tile(t, h, weight_decay, grads,
+              work_out && bf16 ? reinterpret_cast<bf16_t*>(staging) : nullptr,
+              work_out && !bf16 && !fp16 ? reinterpret_cast<float*>(staging) : nullptr,
+              work_out && fp16 ? reinterpret_cast<uint16_t*>(staging) : nullptr, timing);
     if (work_out)
       send_tile(slot,
                 static_cast<uint8_t*>((*work_out)(t.group)) + static_cast<size_t>(t.begin) * elem,
                 static_cast<size_t>(t.count) * elem);
   });
+  last_adam_ = timing;
 }
 
 OffloadTraffic OffloadOptimizer::traffic() const {

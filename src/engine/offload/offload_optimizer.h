@@ -7,18 +7,28 @@
 // The kernel is the one the CPU backend's adamw uses, segments split only where the weight-decay
 // setting changes (as the engine's own step does), so results are bitwise those of the
 // non-offloaded engine.
+//
+// Exact overlap (OffloadConfig::overlap): begin_overlap() before the backward gives the step's
+// hyperparameters as they are when the step is neither clipped nor skipped; from then on each
+// group whose gradient shard has reached the host is updated by the host worker (master, m and v
+// kept first), while the device computes the rest of the backward. After the global norm,
+// commit_overlap() keeps the updates when the step's hyperparameters turn out to be the
+// speculated ones and publishes the working values; otherwise roll_back_overlap() puts the kept
+// state back, and step() (clip) or nothing (skip) follows. Bitwise the step without overlap.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
-#include <future>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "engine/decay_segments.h"
 #include "engine/offload/host_device_copier.h"
+#include "engine/offload/host_worker.h"
 #include "engine/offload/offload_config.h"
 #include "engine/offload/optimizer_state_store.h"
 #include "engine/zero_config.h"
@@ -41,17 +51,29 @@ class OffloadOptimizer {
                    std::vector<std::vector<DecaySegment>> segments, Precision precision,
                    MemoryTracker& memory, Communicator& host_comm, HostDeviceCopier& copier);
 
-  // Waits for a delayed update still running (an error can end a step before it is published):
-  // the host thread reads buffers the members below own.
-  ~OffloadOptimizer() {
-    if (running_.valid()) running_.wait();
-  }
+  // The worker ends (after its queued tasks) before the buffers its tasks read go: it is the
+  // last member.
+  ~OffloadOptimizer() = default;
   OffloadOptimizer(const OffloadOptimizer&) = delete;
   OffloadOptimizer& operator=(const OffloadOptimizer&) = delete;
 
   void initialize(int g, const float* master) { store_->initialize(g, master); }
-  // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final.
+  // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final. With an
+  // overlap begun, the groups whose copies have landed go to the host worker.
   void gradient_ready(int g, const float* device_grads);
+  // Exact overlap (see the top of this file; needs OffloadConfig::keeps_speculated_state): the
+  // step's hyperparameters if it is neither clipped nor skipped. An overlap still open is rolled
+  // back first.
+  void begin_overlap(AdamWHyper h, float weight_decay);
+  bool overlap_open() const { return speculation_.open; }
+  // With the step's real hyperparameters: when they are the speculated ones, waits for every
+  // trained group's update and publishes the working values (as step() would write them), and
+  // returns true; otherwise rolls back and returns false (the caller runs step()).
+  bool commit_overlap(AdamWHyper h, float weight_decay,
+                      const std::function<void*(int g)>& work_out);
+  // Waits for the worker and puts back the state of every group it updated; nothing when no
+  // overlap is open. The gradient copies still in flight land unused (step() waits for them).
+  void roll_back_overlap();
   // AdamW (h.weight_decay is replaced per segment by weight_decay or 0) over every tile; tile
   // [b, b+n) of group g lands at work_out(g) + b elements of the working dtype: device memory,
   // or host memory when the config offloads params.
@@ -62,7 +84,7 @@ class OffloadOptimizer {
   void start_update(AdamWHyper h, float weight_decay);
   // Waits for the update started last, rethrowing its error; false when none was running.
   bool finish_update();
-  bool update_running() const { return running_.valid(); }
+  bool update_running() const { return delayed_running_; }
   // Every trained tile's masters as working values at work_out(g) (as step() writes them).
   void publish(const std::function<void*(int g)>& work_out);
   OptimizerStateStore& store() { return *store_; }
@@ -74,8 +96,22 @@ class OffloadOptimizer {
     double seconds = 0;
   };
   AdamTiming last_adam() const { return last_adam_; }
+  // The elements of the last committed overlap that were updated before the norm was known.
+  int64_t speculated_params() const { return speculated_params_; }
 
  private:
+  // Group g's tiles: AdamW over grads (masters and moments only), the timing added to `timing`.
+  void update_group(int g, const AdamWHyper& h, float weight_decay, const float* grads,
+                    AdamTiming& timing);
+  // AdamW over the trained part of tile t: the segments of its group inside it, with
+  // weight_decay where they decay. out_bf16/out_f32 (may be null) receive the updated masters at
+  // the tile's offsets, as cpu::adam_update writes them.
+  void adam_tile(const StateTile& t, AdamWHyper h, float weight_decay, const float* grads,
+                 bf16_t* out_bf16, float* out_f32, uint16_t* out_fp16, AdamTiming& timing);
+  // Hands the groups whose gradient copies have landed to the worker, in landing order; `wait`:
+  // waits for every copy first.
+  void hand_over_landed(bool wait);
+  void speculate_group(int g);  // on the worker: keep group g's state, then update it
   std::vector<int64_t> own_sizes_;
   std::vector<std::vector<DecaySegment>> segments_;
   Precision precision_;
@@ -91,11 +127,25 @@ class OffloadOptimizer {
   void send_tile(size_t slot, void* out, size_t bytes);
   std::vector<TrackedBuffer<float>> host_grads_;
   std::vector<TrackedBuffer<float>> pending_grads_;  // delay: the shards the running update reads
-  std::future<void> running_;                        // delay: the update on its host thread
+  bool delayed_running_ = false;                     // delay: an update submitted to the worker
+  int64_t tile_ = 1;                                 // the store's tile (sub_group_size)
+  // Exact overlap: the open speculation, and each group's master, m and v before it (3 × own).
+  struct Speculation {
+    bool open = false;
+    AdamWHyper h;
+    float weight_decay = 0;
+    std::deque<std::pair<int, uint64_t>> landing;  // groups whose gradient copies are in flight
+    std::vector<char> kept;                        // the groups the worker kept (and updated)
+    AdamTiming timing;                             // the worker's kernel time
+  } speculation_;
+  std::vector<TrackedBuffer<float>> kept_state_;  // empty for the groups not speculated on
+  bool overlap_configured_ = false;
+  int64_t speculated_params_ = 0;
   // Two tiles of working values: the host→device copy of one overlaps the update of the next.
   std::array<TrackedBuffer<uint8_t>, 2> staging_;
   std::array<uint64_t, 2> staging_copied_{};  // copier marks after each staging tile's copy
   AdamTiming last_adam_;
+  HostWorker worker_;  // last: joined before the buffers its tasks use are freed
 };
 
 }  // namespace zt

@@ -1,0 +1,208 @@
+// Exact offload overlap (--offload-optimizer-overlap, engine/offload/offload_config.h), at the
+// world size the binary is launched with (1, 2, 4): each group's host AdamW starts during the
+// backward, on the hyperparameters of an unclipped, unskipped step, and the optimizer step keeps
+// it or undoes it. Against the same engine with the overlap off and against no offload, bit for
+// bit (every loss, and this rank's masters, m and v after the last step):
+//   - stages 1-3 (bf16), with clipping that never triggers (every step keeps its speculation),
+//     that triggers on every step (every step undoes and redoes it), and that triggers on some
+//     steps only (both happen, each where the gradient norm says);
+//   - gradient accumulation 1 and 3, tied embeddings with a frozen set, world-invariant mode;
+//   - fp16 with overflowing (skipped) steps: the speculation is undone and nothing applied;
+//   - host memory: the kept state is 12 bytes per element of the rank's shard, and off keeps none;
+//     with a limit (overlap_bytes) only the groups that land first and fit are speculated on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_communicator.h"
+#include "engine/zero_engine.h"
+#include "engine_test_support.h"
+
+namespace zt {
+namespace {
+
+using engine_test::EngineOptions;
+using engine_test::OwnState;
+using engine_test::TestEngine;
+
+constexpr int kSteps = 4;
+
+enum class Offload { kNone, kOverlapOff, kOverlapOn };
+
+EngineOptions with_offload(EngineOptions o, Offload mode) {
+  if (mode == Offload::kNone) return o;
+  o.offload.optimizer = OffloadDevice::kCpu;
+  o.offload.sub_group_size = 3000;  // several tiles per group
+  o.offload.overlap = mode == Offload::kOverlapOn;
+  return o;
+}
+
+struct TrainedRun {
+  std::vector<double> losses, grad_norms;
+  std::vector<std::string> speculation;  // per step: "kept", "redone" or "" (none, or a skip)
+  std::vector<bool> skipped;
+  OwnState state;
+  size_t host_offload_peak = 0;
+};
+
+TrainedRun train(Communicator& comm, const EngineOptions& o, int64_t accum) {
+  TestEngine t(comm, o);
+  t.init();
+  TrainedRun r;
+  for (int step = 1; step <= kSteps; ++step) {
+    const StepStats s = t.step(step, accum, 2e-3f);
+    r.losses.push_back(s.loss);
+    r.grad_norms.push_back(s.grad_norm);
+    r.speculation.push_back(s.host_adam_speculation);
+    r.skipped.push_back(s.skipped);
+  }
+  r.state = t.own_state();
+  r.host_offload_peak = t.memory().peak(MemCategory::kHostOffload);
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void expect_bitwise(const TrainedRun& got, const TrainedRun& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_EQ(std::memcmp(&got.losses[i], &want.losses[i], sizeof(double)), 0)
+        << what << ", step " << i + 1 << ": loss " << got.losses[i] << " vs " << want.losses[i];
+  for (size_t g = 0; g < want.state.master.size(); ++g) {
+    EXPECT_TRUE(same_bits(got.state.master[g], want.state.master[g])) << what << ", master " << g;
+    EXPECT_TRUE(same_bits(got.state.m[g], want.state.m[g])) << what << ", m " << g;
+    EXPECT_TRUE(same_bits(got.state.v[g], want.state.v[g])) << what << ", v " << g;
+  }
+}
+
+// Overlap on equals overlap off and no offload; returns the overlapped run.
+TrainedRun check(Communicator& comm, const EngineOptions& o, int64_t accum,
+                 const std::string& what) {
+  const TrainedRun none = train(comm, with_offload(o, Offload::kNone), accum);
+  const TrainedRun off = train(comm, with_offload(o, Offload::kOverlapOff), accum);
+  const TrainedRun on = train(comm, with_offload(o, Offload::kOverlapOn), accum);
+  expect_bitwise(off, none, what + ", overlap off against no offload");
+  expect_bitwise(on, none, what + ", overlap on against no offload");
+  for (const std::string& s : off.speculation) EXPECT_EQ(s, "") << what << ", overlap off";
+  // The kept state: master, m and v of the rank's shard, on top of what off holds.
+  int64_t own = 0;
+  for (const auto& master : on.state.master) own += static_cast<int64_t>(master.size());
+  EXPECT_GE(on.host_offload_peak, off.host_offload_peak + 12 * static_cast<size_t>(own)) << what;
+  return on;
+}
+
+class OffloadOverlapTest : public ::testing::Test {
+ protected:
+  MpiCommunicator world_{MPI_COMM_WORLD};
+};
+
+EngineOptions bf16(int stage, float clip) {
+  EngineOptions o;
+  o.stage = stage;
+  o.precision = Precision::kBf16;
+  o.bucket = 20'000;
+  o.optim.clip = clip;
+  return o;
+}
+
+TEST_F(OffloadOverlapTest, KeepsWhatDoesNotClipAndRedoesWhatDoes) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::string at = "stage " + std::to_string(stage);
+    // Clipping off: every speculation stands.
+    for (const std::string& s : check(world_, bf16(stage, 0.0f), 2, at + ", no clip").speculation)
+      EXPECT_EQ(s, "kept") << at;
+    // A clip below every norm: every step undoes its speculation and redoes the update.
+    for (const std::string& s :
+         check(world_, bf16(stage, 1e-6f), 2, at + ", clip always").speculation)
+      EXPECT_EQ(s, "redone") << at;
+    // A clip between the steps' norms: each step as its own norm says.
+    const TrainedRun probe = train(world_, bf16(stage, 0.0f), 2);
+    std::vector<double> norms = probe.grad_norms;
+    std::sort(norms.begin(), norms.end());
+    const float clip = static_cast<float>((norms[1] + norms[2]) / 2);
+    const TrainedRun some =
+        check(world_, bf16(stage, clip), 2, at + ", clip " + std::to_string(clip));
+    int kept = 0, redone = 0;
+    for (size_t i = 0; i < some.speculation.size(); ++i) {
+      const bool clipped = some.grad_norms[i] > clip;
+      EXPECT_EQ(some.speculation[i], clipped ? "redone" : "kept") << at << ", step " << i + 1;
+      (clipped ? redone : kept) += 1;
+    }
+    EXPECT_GT(kept, 0) << at;
+    EXPECT_GT(redone, 0) << at;
+  }
+}
+
+TEST_F(OffloadOverlapTest, AccumulationTiedFrozenAndWorldInvariant) {
+  for (int64_t accum : {1, 3})
+    check(world_, bf16(2, 0.5f), accum, "accum " + std::to_string(accum));
+  EngineOptions tied = bf16(3, 0.5f);
+  tied.tied = true;
+  tied.freeze = {"model.layers.0.self_attn.q_proj.weight", "model\\.layers\\.0\\.mlp\\..*"};
+  check(world_, tied, 2, "tied, part of layer 0 frozen, stage 3");
+  EngineOptions invariant = bf16(2, 0.5f);
+  invariant.world_invariant = true;
+  check(world_, invariant, 4, "world-invariant, stage 2");
+}
+
+// A limit on the kept state: the last groups (the first to land) are speculated on, the others
+// updated after the norm; a limit of 0 speculates on nothing. Bitwise either way.
+TEST_F(OffloadOverlapTest, ALimitSpeculatesOnTheGroupsThatLandFirst) {
+  const EngineOptions o = with_offload(bf16(2, 0.0f), Offload::kOverlapOn);
+  const TrainedRun none = train(world_, bf16(2, 0.0f), 2);
+  int64_t own_last = 0, own_all = 0;
+  for (const auto& master : none.state.master) own_all += static_cast<int64_t>(master.size());
+  own_last = static_cast<int64_t>(none.state.master.back().size());
+  for (const int64_t limit : {int64_t{0}, 12 * own_last}) {
+    EngineOptions limited = o;
+    limited.offload.overlap_bytes = limit;
+    TestEngine t(world_, limited);
+    t.init();
+    std::vector<double> losses;
+    for (int step = 1; step <= kSteps; ++step) {
+      const StepStats s = t.step(step, 2, 2e-3f);
+      losses.push_back(s.loss);
+      EXPECT_EQ(s.host_adam_speculation, "kept");
+      // Rank-local shards: the limit holds the last group's shard (the padded shard of a group is
+      // at least what own_state shows), and nothing below it.
+      if (limit == 0) {
+        EXPECT_EQ(s.host_adam_speculated_params, 0);
+      } else {
+        EXPECT_GT(s.host_adam_speculated_params, 0);
+        EXPECT_LT(s.host_adam_speculated_params, own_all);
+      }
+    }
+    TrainedRun got;
+    got.losses = losses;
+    got.state = t.own_state();
+    expect_bitwise(got, none, "overlap limited to " + std::to_string(limit) + " bytes");
+    const size_t off_peak =
+        train(world_, with_offload(bf16(2, 0.0f), Offload::kOverlapOff), 2).host_offload_peak;
+    EXPECT_LE(t.memory().peak(MemCategory::kHostOffload), off_peak + static_cast<size_t>(limit));
+  }
+}
+
+TEST_F(OffloadOverlapTest, Fp16SkipsUndoTheSpeculation) {
+  for (int stage : {1, 3}) {
+    EngineOptions o = engine_test::overflowing_fp16_options();
+    o.stage = stage;
+    o.bucket = 20'000;
+    const TrainedRun on = check(world_, o, 2, "fp16, stage " + std::to_string(stage));
+    int skips = 0;
+    for (size_t i = 0; i < on.skipped.size(); ++i) {
+      if (on.skipped[i]) {
+        ++skips;
+        EXPECT_EQ(on.speculation[i], "") << "a skipped step applies nothing, step " << i + 1;
+      }
+    }
+    EXPECT_GT(skips, 0) << "the loss scale must overflow at least once";
+  }
+}
+
+}  // namespace
+}  // namespace zt
