@@ -238,12 +238,17 @@ nlohmann::json value_before(const nlohmann::json& before, const std::string& key
   return before.value(key, nlohmann::json());
 }
 
-// --offload-optimizer-overlap auto: off on the CPU backend, whose host thread would share the
-// cores computing the backward; elsewhere the kept state limited to half the host memory that the
-// run's planned host pool leaves (auto_overlap_bytes). Collective over `comm` (the ranks per host).
-void resolve_auto_overlap(const TrainOptions& o, int world, const TrainInputs& in,
-                          const std::string& backend_kind, MpiCommunicator& comm,
-                          OffloadConfig& offload) {
+// The CPU AdamW's host thread on this backend: pinned off the GPU-feeding core (a GPU backend);
+// --offload-optimizer-overlap auto off on the CPU backend, whose host thread would share the
+// cores computing the backward, elsewhere its kept state limited to half the host memory that the
+// run's planned host pool leaves (auto_overlap_bytes). Collective over `comm` (the ranks per host)
+// with auto on a GPU backend, the same on every rank.
+void resolve_host_adam(const TrainOptions& o, int world, const TrainInputs& in,
+                       const std::string& backend_kind, MpiCommunicator& comm,
+                       OffloadConfig& offload) {
+  // A GPU backend: the CPU AdamW's host thread keeps off the core that feeds the GPU.
+  if (backend_kind != "cpu" && offload.optimizer == OffloadDevice::kCpu)
+    offload.host_adam_cpus = host_worker_cpus(affinity_cpus(), physical_core_of);
   if (o.offload.overlap != "auto" || !offload.keeps_speculated_state()) return;
   if (backend_kind == "cpu") {
     offload.overlap = false;
@@ -305,9 +310,18 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
   // What --attention resolved to on this backend: "cpu" (its one attention), "gemm" or "fused".
   info.config["attention_kernel"] = attention_kernel;
   // Optimizer offload: what runs the CPU AdamW (metrics.jsonl's host_adam gives its rate).
-  if (o.offload.optimizer != "none")
-    info.config["host_adam"] = {{"threads", openmp_thread_count()},
-                                {"simd", cpu::adam_simd_name(cpu::best_adam_simd())}};
+  // Its host thread's CPUs when train pinned it (a GPU backend), and the overlap's limit on the
+  // state it keeps (-1: none; auto's is this host's).
+  const OffloadConfig& offload = engine.offload_config();
+  if (o.offload.optimizer != "none") {
+    const std::vector<int>& cpus = offload.host_adam_cpus;
+    info.config["host_adam"] = {
+        {"threads", cpus.empty() ? openmp_thread_count() : static_cast<int>(cpus.size())},
+        {"simd", cpu::adam_simd_name(cpu::best_adam_simd())},
+        {"cpus", cpus},
+        {"overlap", offload.keeps_speculated_state()},
+        {"overlap_bytes", offload.overlap_bytes}};
+  }
   info.trainable_parameters = engine.model().trainable().trainable_numel(layout);
   info.frozen_tensors = engine.model().trainable().frozen_names(layout);
   for (const LocalRank& l : local_ranks_of(names))
@@ -409,7 +423,7 @@ int run_training(TrainOptions o) {
        in.precision == Precision::kFp32, /*backward=*/true, sampler.document_masks()},
       kCommand);
   Backend* backend = device.backend.get();
-  resolve_auto_overlap(o, world, in, device.backend_kind, comm, offload);  // collective
+  resolve_host_adam(o, world, in, device.backend_kind, comm, offload);  // collective
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   // Again with the scratch the backend holds outside the categories (the CUDA backend's GEMM,
   // attention and cuDNN workspaces), which each rank measures: agreed through run_collectively.

@@ -43,6 +43,8 @@ class ZeroEngine {
   ~ZeroEngine();
 
   const ParamLayout& layout() const { return model_.layout(); }
+  // The offload settings the engine runs with (auto's choices resolved).
+  const OffloadConfig& offload_config() const;
   const GroupPartition& partition(int g) const { return parts_[static_cast<size_t>(g)]; }
   LlamaModel& model() { return model_; }
 

@@ -19,6 +19,9 @@ std::string learning_rate_hint(float last_update_lr) {
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
   const PhaseTimeline::Mark phase = intervals.begin();
   set_phase(step, "optimizer");
+  // Exact offload overlap: the copies that landed since the last group's reduction go to the
+  // host thread before the norm, so that their AdamW runs under it.
+  if (offloader) offloader->poll_overlap();
   stats.grad_norm = gradient_norm();
   // Delayed update: the update held back since the last step becomes the weights the next step
   // computes on, whatever this step decides (after the norm, whose reduction the host thread's

@@ -123,6 +123,10 @@ void ZeroEngine::load_from(TensorSource& source) {
   });
 }
 
+const OffloadConfig& ZeroEngine::offload_config() const {
+  return impl_->offload;
+}
+
 void ZeroEngine::apply_delayed_update() {
   Impl& I = *impl_;
   if (I.offloader) I.offloader->roll_back_overlap();  // an overlap a failed step left open

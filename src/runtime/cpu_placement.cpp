@@ -1,9 +1,57 @@
 #include "runtime/cpu_placement.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 
+#include <fstream>
+#include <set>
+
 namespace zt {
+
+std::vector<int> affinity_cpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
+  return cpus;
+}
+
+int64_t physical_core_of(int cpu) {
+  const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+  int64_t package = -1, core = -1;
+  std::ifstream(dir + "physical_package_id") >> package;
+  std::ifstream(dir + "core_id") >> core;
+  if (package < 0 || core < 0) return cpu;
+  return (package << 32) | core;
+}
+
+std::vector<int> host_worker_cpus(const std::vector<int>& allowed,
+                                  const std::function<int64_t(int)>& core_of) {
+  std::vector<int> out, all;
+  if (allowed.empty()) return out;
+  const int64_t feeding = core_of(allowed.front());
+  std::set<int64_t> seen, seen_all;
+  for (int cpu : allowed) {
+    const int64_t core = core_of(cpu);
+    if (seen_all.insert(core).second) all.push_back(cpu);
+    if (core != feeding && seen.insert(core).second) out.push_back(cpu);
+  }
+  return out.empty() ? all : out;
+}
+
+bool pin_this_thread(const std::vector<int>& cpus) {
+  if (cpus.empty()) return false;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int cpu : cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &mask);
+  if (pthread_setaffinity_np(pthread_self(), sizeof(mask), &mask) != 0) return false;
+  omp_set_num_threads(static_cast<int>(cpus.size()));
+  return true;
+}
 
 int affinity_cpu_count() {
   cpu_set_t mask;

@@ -5,12 +5,34 @@
 // that mask, and a 16-thread CPU Adam bound to one core runs many times slower than on 16.
 // train warns when this happens (docs/ARCHITECTURE.md §1, runtime).
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace zt {
 
 // CPUs in this process's affinity mask (sched_getaffinity); 0 when the mask cannot be read.
 int affinity_cpu_count();
+
+// The CPUs of this process's affinity mask, ascending; empty when the mask cannot be read.
+std::vector<int> affinity_cpus();
+
+// A key equal for the logical CPUs of one physical core: (package id << 32) | core id from
+// /sys/devices/system/cpu/cpuN/topology, or the CPU itself when that cannot be read.
+int64_t physical_core_of(int cpu);
+
+// The CPUs for a host thread that works beside the thread feeding the GPU (the offloaded
+// optimizer's CPU AdamW): one logical CPU per physical core of `allowed`, leaving out the core of
+// allowed.front() for the feeding thread; all of `allowed`, one per core, when that would leave
+// none. core_of: physical_core_of, or a test's map.
+std::vector<int> host_worker_cpus(const std::vector<int>& allowed,
+                                  const std::function<int64_t(int)>& core_of);
+
+// Pins the calling thread to `cpus` (pthread_setaffinity_np) and sets its OpenMP team (for the
+// parallel regions it starts) to one thread per CPU; threads it starts later inherit the mask.
+// False, changing nothing, when cpus is empty or the mask cannot be set.
+bool pin_this_thread(const std::vector<int>& cpus);
 
 // OpenMP's thread count for the next parallel region (omp_get_max_threads: OMP_NUM_THREADS, or
 // the runtime's default).

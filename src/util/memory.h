@@ -78,9 +78,13 @@ class DeviceMemory {
   // only (later copies may still run). Default: marks mean "everything".
   virtual uint64_t mark_copies() { return 0; }
   virtual void wait_copies_until(uint64_t /*mark*/) { wait_copies(); }
-  // Whether the copies before `mark` are done, without waiting. Default: the synchronous copies
-  // above are done when they return.
-  virtual bool copies_done_until(uint64_t /*mark*/) { return true; }
+  // Whether the copies before `mark` are done, without waiting where the copies run on their own
+  // (the CUDA copy stream polls its events). Default: completes them (wait_copies_until), so that
+  // a subclass that defers its asynchronous copies is never reported done too early.
+  virtual bool copies_done_until(uint64_t mark) {
+    wait_copies_until(mark);
+    return true;
+  }
 };
 // The CPU backend's device memory: aligned host allocations and memcpy.
 DeviceMemory& host_device_memory();

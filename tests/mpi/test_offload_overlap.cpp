@@ -6,8 +6,11 @@
 //   - stages 1-3 (bf16), with clipping that never triggers (every step keeps its speculation),
 //     that triggers on every step (every step undoes and redoes it), and that triggers on some
 //     steps only (both happen, each where the gradient norm says);
-//   - gradient accumulation 1 and 3, tied embeddings with a frozen set, world-invariant mode;
-//   - fp16 with overflowing (skipped) steps: the speculation is undone and nothing applied;
+//   - gradient accumulation 1 and 3, tied embeddings with a frozen set, world-invariant mode, fp32
+//     working params, parameters offloaded to the host, each kept (no clipping) and redone;
+//   - fp16 with overflowing (skipped) steps at stages 1-3: the speculation is undone and nothing
+//     applied, the other steps kept (no clipping) or redone;
+//   - on the CPU backend every trained element goes to the host thread before the norm;
 //   - host memory: the kept state is 12 bytes per element of the rank's shard, and off keeps none;
 //     with a limit (overlap_bytes) only the groups that land first and fit are speculated on.
 #include <gtest/gtest.h>
@@ -33,7 +36,13 @@ constexpr int kSteps = 4;
 enum class Offload { kNone, kOverlapOff, kOverlapOn };
 
 EngineOptions with_offload(EngineOptions o, Offload mode) {
-  if (mode == Offload::kNone) return o;
+  if (mode == Offload::kNone) {
+    o.offload = {};
+    return o;
+  }
+  const bool params = o.offload.param_offloaded();
+  o.offload = {};
+  o.offload.param = params ? OffloadDevice::kCpu : OffloadDevice::kNone;
   o.offload.optimizer = OffloadDevice::kCpu;
   o.offload.sub_group_size = 3000;  // several tiles per group
   o.offload.overlap = mode == Offload::kOverlapOn;
@@ -42,21 +51,23 @@ EngineOptions with_offload(EngineOptions o, Offload mode) {
 
 struct TrainedRun {
   std::vector<double> losses, grad_norms;
+  std::vector<int64_t> speculated;       // elements handed to the host thread before the norm
   std::vector<std::string> speculation;  // per step: "kept", "redone" or "" (none, or a skip)
   std::vector<bool> skipped;
   OwnState state;
   size_t host_offload_peak = 0;
 };
 
-TrainedRun train(Communicator& comm, const EngineOptions& o, int64_t accum) {
+TrainedRun train(Communicator& comm, const EngineOptions& o, int64_t accum, int steps = kSteps) {
   TestEngine t(comm, o);
   t.init();
   TrainedRun r;
-  for (int step = 1; step <= kSteps; ++step) {
+  for (int step = 1; step <= steps; ++step) {
     const StepStats s = t.step(step, accum, 2e-3f);
     r.losses.push_back(s.loss);
     r.grad_norms.push_back(s.grad_norm);
     r.speculation.push_back(s.host_adam_speculation);
+    r.speculated.push_back(s.host_adam_speculated_params);
     r.skipped.push_back(s.skipped);
   }
   r.state = t.own_state();
@@ -81,11 +92,11 @@ void expect_bitwise(const TrainedRun& got, const TrainedRun& want, const std::st
 }
 
 // Overlap on equals overlap off and no offload; returns the overlapped run.
-TrainedRun check(Communicator& comm, const EngineOptions& o, int64_t accum,
-                 const std::string& what) {
-  const TrainedRun none = train(comm, with_offload(o, Offload::kNone), accum);
-  const TrainedRun off = train(comm, with_offload(o, Offload::kOverlapOff), accum);
-  const TrainedRun on = train(comm, with_offload(o, Offload::kOverlapOn), accum);
+TrainedRun check(Communicator& comm, const EngineOptions& o, int64_t accum, const std::string& what,
+                 int steps = kSteps) {
+  const TrainedRun none = train(comm, with_offload(o, Offload::kNone), accum, steps);
+  const TrainedRun off = train(comm, with_offload(o, Offload::kOverlapOff), accum, steps);
+  const TrainedRun on = train(comm, with_offload(o, Offload::kOverlapOn), accum, steps);
   expect_bitwise(off, none, what + ", overlap off against no offload");
   expect_bitwise(on, none, what + ", overlap on against no offload");
   for (const std::string& s : off.speculation) EXPECT_EQ(s, "") << what << ", overlap off";
@@ -110,12 +121,23 @@ EngineOptions bf16(int stage, float clip) {
   return o;
 }
 
+// Every step keeps its speculation, and on the CPU backend (synchronous copies) every trained
+// element went to the host thread during the backward.
+void expect_all_kept(const TrainedRun& r, const std::string& what) {
+  int64_t own = 0;
+  for (const auto& master : r.state.master) own += static_cast<int64_t>(master.size());
+  for (size_t i = 0; i < r.speculation.size(); ++i) {
+    if (r.skipped[i]) continue;
+    EXPECT_EQ(r.speculation[i], "kept") << what << ", step " << i + 1;
+    EXPECT_GE(r.speculated[i], own) << what << ", step " << i + 1;  // shards: padding counts
+  }
+}
+
 TEST_F(OffloadOverlapTest, KeepsWhatDoesNotClipAndRedoesWhatDoes) {
   for (int stage = 1; stage <= 3; ++stage) {
     const std::string at = "stage " + std::to_string(stage);
     // Clipping off: every speculation stands.
-    for (const std::string& s : check(world_, bf16(stage, 0.0f), 2, at + ", no clip").speculation)
-      EXPECT_EQ(s, "kept") << at;
+    expect_all_kept(check(world_, bf16(stage, 0.0f), 2, at + ", no clip"), at);
     // A clip below every norm: every step undoes its speculation and redoes the update.
     for (const std::string& s :
          check(world_, bf16(stage, 1e-6f), 2, at + ", clip always").speculation)
@@ -138,20 +160,36 @@ TEST_F(OffloadOverlapTest, KeepsWhatDoesNotClipAndRedoesWhatDoes) {
   }
 }
 
-TEST_F(OffloadOverlapTest, AccumulationTiedFrozenAndWorldInvariant) {
-  for (int64_t accum : {1, 3})
-    check(world_, bf16(2, 0.5f), accum, "accum " + std::to_string(accum));
-  EngineOptions tied = bf16(3, 0.5f);
-  tied.tied = true;
-  tied.freeze = {"model.layers.0.self_attn.q_proj.weight", "model\\.layers\\.0\\.mlp\\..*"};
-  check(world_, tied, 2, "tied, part of layer 0 frozen, stage 3");
-  EngineOptions invariant = bf16(2, 0.5f);
-  invariant.world_invariant = true;
-  check(world_, invariant, 4, "world-invariant, stage 2");
+// Each case kept (no clipping) and redone (clipping at 0.5, below these norms).
+TEST_F(OffloadOverlapTest, AccumulationTiedFrozenWorldInvariantFp32AndParamOffload) {
+  for (float clip : {0.0f, 0.5f}) {
+    const std::string c = clip > 0 ? ", clip" : ", no clip";
+    for (int64_t accum : {1, 3}) {
+      const TrainedRun r =
+          check(world_, bf16(2, clip), accum, "accum " + std::to_string(accum) + c);
+      if (clip == 0) expect_all_kept(r, "accum " + std::to_string(accum));
+    }
+    EngineOptions tied = bf16(3, clip);
+    tied.tied = true;
+    tied.freeze = {"model.layers.0.self_attn.q_proj.weight", "model\\.layers\\.0\\.mlp\\..*"};
+    const TrainedRun t = check(world_, tied, 2, "tied, part of layer 0 frozen, stage 3" + c);
+    EngineOptions invariant = bf16(2, clip);
+    invariant.world_invariant = true;
+    const TrainedRun w = check(world_, invariant, 4, "world-invariant, stage 2" + c);
+    EngineOptions fp32 = bf16(1, clip);
+    fp32.precision = Precision::kFp32;
+    const TrainedRun f = check(world_, fp32, 2, "fp32 working params, stage 1" + c);
+    EngineOptions on_host = bf16(3, clip);
+    on_host.offload.param = OffloadDevice::kCpu;
+    const TrainedRun h = check(world_, on_host, 2, "params on the host, stage 3" + c);
+    if (clip == 0)
+      for (const auto* r : {&t, &w, &f, &h}) expect_all_kept(*r, "no clip");
+  }
 }
 
 // A limit on the kept state: the last groups (the first to land) are speculated on, the others
-// updated after the norm; a limit of 0 speculates on nothing. Bitwise either way.
+// updated after the norm; a limit of 0 keeps nothing and runs the steps as without overlap.
+// Bitwise either way.
 TEST_F(OffloadOverlapTest, ALimitSpeculatesOnTheGroupsThatLandFirst) {
   const EngineOptions o = with_offload(bf16(2, 0.0f), Offload::kOverlapOn);
   const TrainedRun none = train(world_, bf16(2, 0.0f), 2);
@@ -167,7 +205,8 @@ TEST_F(OffloadOverlapTest, ALimitSpeculatesOnTheGroupsThatLandFirst) {
     for (int step = 1; step <= kSteps; ++step) {
       const StepStats s = t.step(step, 2, 2e-3f);
       losses.push_back(s.loss);
-      EXPECT_EQ(s.host_adam_speculation, "kept");
+      // Nothing kept (limit 0): the steps run as without overlap.
+      EXPECT_EQ(s.host_adam_speculation, limit == 0 ? "" : "kept");
       // Rank-local shards: the limit holds the last group's shard (the padded shard of a group is
       // at least what own_state shows), and nothing below it.
       if (limit == 0) {
@@ -188,19 +227,25 @@ TEST_F(OffloadOverlapTest, ALimitSpeculatesOnTheGroupsThatLandFirst) {
 }
 
 TEST_F(OffloadOverlapTest, Fp16SkipsUndoTheSpeculation) {
-  for (int stage : {1, 3}) {
-    EngineOptions o = engine_test::overflowing_fp16_options();
-    o.stage = stage;
-    o.bucket = 20'000;
-    const TrainedRun on = check(world_, o, 2, "fp16, stage " + std::to_string(stage));
-    int skips = 0;
-    for (size_t i = 0; i < on.skipped.size(); ++i) {
-      if (on.skipped[i]) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (float clip : {0.0f, 0.5f}) {
+      EngineOptions o = engine_test::overflowing_fp16_options();
+      o.stage = stage;
+      o.bucket = 20'000;
+      o.optim.clip = clip;
+      const std::string what = "fp16, stage " + std::to_string(stage) + (clip > 0 ? ", clip" : "");
+      const TrainedRun on = check(world_, o, 2, what, 3 * kSteps);
+      int skips = 0;
+      for (size_t i = 0; i < on.skipped.size(); ++i) {
+        if (!on.skipped[i]) continue;
         ++skips;
-        EXPECT_EQ(on.speculation[i], "") << "a skipped step applies nothing, step " << i + 1;
+        EXPECT_EQ(on.speculation[i], "")
+            << what << ": a skipped step applies nothing, step " << i + 1;
       }
+      EXPECT_GT(skips, 0) << what << ": the loss scale must overflow at least once";
+      EXPECT_LT(skips, 3 * kSteps) << what << ": and some step must update";
+      if (clip == 0) expect_all_kept(on, what);
     }
-    EXPECT_GT(skips, 0) << "the loss scale must overflow at least once";
   }
 }
 

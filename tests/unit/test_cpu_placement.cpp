@@ -4,6 +4,8 @@
 #include <sched.h>
 
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "runtime/cpu_placement.h"
 
@@ -29,6 +31,37 @@ TEST(CpuPlacement, CountsThisProcessesMask) {
   ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
   EXPECT_EQ(affinity_cpu_count(), CPU_COUNT(&mask));
   EXPECT_GE(openmp_thread_count(), 1);
+}
+
+// The CPU AdamW's host thread: one CPU per physical core of the mask, without the core of the
+// mask's first CPU (the thread that feeds the GPU); the whole mask when that leaves nothing.
+TEST(CpuPlacement, HostWorkerCpusLeaveTheFeedingCore) {
+  // 8 logical CPUs, hyperthread pairs (0,4) (1,5) (2,6) (3,7).
+  const auto pairs = [](int cpu) { return static_cast<int64_t>(cpu % 4); };
+  EXPECT_EQ(host_worker_cpus({0, 1, 2, 3, 4, 5, 6, 7}, pairs), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(host_worker_cpus({4, 5, 6, 7}, pairs), (std::vector<int>{5, 6, 7}));
+  EXPECT_EQ(host_worker_cpus({2, 6}, pairs), (std::vector<int>{2}));  // one core: shared
+  EXPECT_EQ(host_worker_cpus({}, pairs), std::vector<int>{});
+  const auto own = [](int cpu) { return static_cast<int64_t>(cpu); };
+  EXPECT_EQ(host_worker_cpus({3, 9, 10}, own), (std::vector<int>{9, 10}));
+}
+
+// Pinning the calling thread: its mask becomes the list, and an empty list changes nothing.
+TEST(CpuPlacement, PinsThisThread) {
+  const std::vector<int> mine = affinity_cpus();
+  ASSERT_FALSE(mine.empty());
+  EXPECT_EQ(static_cast<int>(mine.size()), affinity_cpu_count());
+  bool pinned = false;
+  std::vector<int> seen;
+  std::thread([&] {
+    pinned = pin_this_thread({mine.back()});
+    seen = affinity_cpus();
+    EXPECT_FALSE(pin_this_thread({}));
+  }).join();
+  EXPECT_TRUE(pinned);
+  EXPECT_EQ(seen, std::vector<int>{mine.back()});
+  EXPECT_EQ(affinity_cpus(), mine) << "another thread's pinning left this one alone";
+  EXPECT_GE(physical_core_of(mine.front()), 0);
 }
 
 }  // namespace

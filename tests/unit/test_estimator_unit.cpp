@@ -72,7 +72,14 @@ TEST_F(EstimatorSixB, OffloadMovesStateOutOfTheDevicePool) {
   // Optimizer offload: master, m, v (12 B) and the fp32 gradient shard (4 B) go to the host,
   // plus two bf16 staging tiles; the device keeps the bf16 params and fp32 grads.
   EXPECT_EQ(off.optimizer, 0);
-  EXPECT_EQ(off.host, on.host + 16 * own + 2 * 2 * cpu.sub_group_size);
+  // The exact overlap keeps master, m and v once more (on: all of it), or at most its limit.
+  EXPECT_EQ(off.host, on.host + 28 * own + 2 * 2 * cpu.sub_group_size);
+  OffloadConfig serial = cpu, limited = cpu;
+  serial.overlap = false;
+  limited.overlap_bytes = 12'345;
+  EXPECT_EQ(estimate(8, 2, 0, serial).host, on.host + 16 * own + 2 * 2 * cpu.sub_group_size);
+  EXPECT_EQ(estimate(8, 2, 0, limited).host,
+            on.host + 16 * own + 12'345 + 2 * 2 * cpu.sub_group_size);
   EXPECT_EQ(off.params, on.params);
   EXPECT_EQ(off.grads, on.grads);
   EXPECT_EQ(off.nvme, 0);

@@ -2,9 +2,15 @@
 
 #include <utility>
 
+#include "runtime/cpu_placement.h"
+
 namespace zt {
 
-HostWorker::HostWorker() : thread_([this] { run(); }) {}
+HostWorker::HostWorker(std::vector<int> cpus)
+    : thread_([this, cpus = std::move(cpus)] {
+        pin_this_thread(cpus);  // unpinned when it cannot: slower, not wrong
+        run();
+      }) {}
 
 HostWorker::~HostWorker() {
   {
@@ -18,6 +24,7 @@ HostWorker::~HostWorker() {
 void HostWorker::submit(std::function<void()> task) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    if (error_) return;  // dropped until wait_idle() reports the error
     queue_.push_back(std::move(task));
   }
   changed_.notify_all();
@@ -27,11 +34,6 @@ void HostWorker::wait_idle() {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return queue_.empty() && !running_task_; });
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-}
-
-bool HostWorker::busy() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  return !queue_.empty() || running_task_;
 }
 
 void HostWorker::run() {

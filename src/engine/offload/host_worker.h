@@ -2,7 +2,8 @@
 // optimizer's CPU AdamW while the device computes (the exact overlap's speculative group updates,
 // the delayed parameter update). Persistent, so that the OpenMP team the AdamW kernel starts from
 // it is built once, not once per step. wait_idle() waits for every task submitted so far and
-// rethrows the first error a task threw (the tasks after a failed one are dropped).
+// rethrows the first error a task threw; from that error until the wait_idle() that reports it,
+// the tasks queued and submitted are dropped (they would build on the failed one's result).
 #pragma once
 #include <condition_variable>
 #include <deque>
@@ -10,12 +11,15 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace zt {
 
 class HostWorker {
  public:
-  HostWorker();
+  // cpus: the thread pins itself there first (runtime/cpu_placement.h's pin_this_thread), its
+  // OpenMP team one thread per CPU; empty: unpinned.
+  explicit HostWorker(std::vector<int> cpus = {});
   // Waits for the tasks queued so far (their errors are dropped), then ends the thread.
   ~HostWorker();
   HostWorker(const HostWorker&) = delete;
@@ -23,8 +27,6 @@ class HostWorker {
 
   void submit(std::function<void()> task);
   void wait_idle();
-  // Whether a task is queued or running.
-  bool busy();
 
  private:
   void run();

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace zt {
 
@@ -43,6 +44,10 @@ struct OffloadConfig {
   // updated after the norm, as without overlap. `train --offload-optimizer-overlap auto` sets it
   // from the host's available memory.
   int64_t overlap_bytes = -1;
+  // The CPUs the host thread of the CPU AdamW (and the OpenMP team it starts) is pinned to;
+  // empty: not pinned. train sets it on a GPU backend: one CPU per physical core of the rank's
+  // mask, without the core left to the thread that feeds the GPU (runtime/cpu_placement.h).
+  std::vector<int> host_adam_cpus;
   bool pin_memory = false;  // accepted: page-locked on a CUDA backend
   bool fast_init = false;   // accepted: no effect (state is initialised in place)
 
@@ -56,8 +61,11 @@ struct OffloadConfig {
   bool overlapped(int64_t step) const {
     return overlap && optimizer == OffloadDevice::kCpu && !delayed_update(step);
   }
-  // Whether the offloaded optimizer keeps the speculated state (host memory: 3 fp32 per element).
-  bool keeps_speculated_state() const { return overlap && optimizer == OffloadDevice::kCpu; }
+  // Whether the offloaded optimizer keeps the speculated state (host memory: 3 fp32 per element):
+  // not when every step is a delayed one.
+  bool keeps_speculated_state() const {
+    return overlap && optimizer == OffloadDevice::kCpu && !(delay > 0 && delay_after <= 0);
+  }
   void validate(int stage) const;
 };
 

@@ -23,7 +23,8 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
       segments_(std::move(segments)),
       precision_(precision),
       params_on_host_(config.param_offloaded()),
-      copier_(copier) {
+      copier_(copier),
+      worker_(config.host_adam_cpus) {
   int64_t max_own = 1;
   for (int64_t n : own_sizes_) {
     host_grads_.emplace_back(memory, MemCategory::kHostOffload, static_cast<size_t>(n));
@@ -46,7 +47,8 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
     kept_state_[g] = TrackedBuffer<float>(memory, MemCategory::kHostOffload,
                                           static_cast<size_t>(3 * own_sizes_[g]));
   }
-  overlap_configured_ = config.keeps_speculated_state();
+  // Nothing kept (a limit below the group that lands first): the steps run as without overlap.
+  for (const TrackedBuffer<float>& kept : kept_state_) overlap_configured_ |= kept.size() > 0;
   const size_t elem = dtype_size(working_dtype(precision_));
   for (TrackedBuffer<uint8_t>& s : staging_)
     s = TrackedBuffer<uint8_t>(memory, MemCategory::kHostOffload, static_cast<size_t>(tile) * elem);
@@ -78,14 +80,20 @@ void OffloadOptimizer::gradient_ready(int g, const float* device_grads) {
 }
 
 void OffloadOptimizer::begin_overlap(AdamWHyper h, float weight_decay) {
-  ZT_CHECK(overlap_configured_ && !delayed_running_,
-           "OffloadOptimizer::begin_overlap: no overlap configured, or a delayed update running");
+  ZT_CHECK(!delayed_running_, "OffloadOptimizer::begin_overlap: a delayed update is running");
   roll_back_overlap();
+  if (!overlap_configured_) return;
   speculation_.open = true;
   speculation_.h = h;
   speculation_.weight_decay = weight_decay;
   speculation_.kept.assign(own_sizes_.size(), 0);
   speculation_.timing = {};
+  speculation_.handed_params = 0;
+  speculation_.cancelled = false;
+}
+
+void OffloadOptimizer::poll_overlap() {
+  if (speculation_.open) hand_over_landed(/*wait=*/false);
 }
 
 void OffloadOptimizer::hand_over_landed(bool wait) {
@@ -98,12 +106,14 @@ void OffloadOptimizer::hand_over_landed(bool wait) {
       return;
     landing.pop_front();
     // A group without kept state (beyond overlap_bytes) is updated after the norm.
-    if (kept_state_[static_cast<size_t>(g)].size() > 0)
-      worker_.submit([this, g = g] { speculate_group(g); });
+    if (kept_state_[static_cast<size_t>(g)].size() == 0) continue;
+    if (!wait) speculation_.handed_params += own_sizes_[static_cast<size_t>(g)];
+    worker_.submit([this, g = g] { speculate_group(g); });
   }
 }
 
 void OffloadOptimizer::speculate_group(int g) {
+  if (speculation_.cancelled) return;  // a roll-back waits for no update it would undo
   const size_t i = static_cast<size_t>(g);
   const OptimizerShard state = store_->resident(g);  // the host store: its own buffers
   const size_t n = static_cast<size_t>(own_sizes_[i]);
@@ -119,10 +129,17 @@ void OffloadOptimizer::speculate_group(int g) {
 bool OffloadOptimizer::commit_overlap(AdamWHyper h, float weight_decay,
                                       const std::function<void*(int g)>& work_out) {
   ZT_CHECK(speculation_.open, "OffloadOptimizer::commit_overlap: no overlap open");
+  // The same bits, field by field (== would take -0 for +0).
+  const auto bits = [](float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+  };
   const AdamWHyper& s = speculation_.h;
-  const bool same = h.lr == s.lr && h.beta1 == s.beta1 && h.beta2 == s.beta2 && h.eps == s.eps &&
-                    h.step == s.step && h.grad_scale == s.grad_scale &&
-                    weight_decay == speculation_.weight_decay;
+  const bool same = bits(h.lr) == bits(s.lr) && bits(h.beta1) == bits(s.beta1) &&
+                    bits(h.beta2) == bits(s.beta2) && bits(h.eps) == bits(s.eps) &&
+                    h.step == s.step && bits(h.grad_scale) == bits(s.grad_scale) &&
+                    bits(weight_decay) == bits(speculation_.weight_decay);
   if (!same) {
     roll_back_overlap();
     return false;
@@ -132,7 +149,7 @@ bool OffloadOptimizer::commit_overlap(AdamWHyper h, float weight_decay,
   speculation_.open = false;
   // The groups it did not speculate on: updated now, with the same hyperparameters.
   copier_.synchronize();
-  speculated_params_ = speculation_.timing.params;
+  speculated_params_ = speculation_.handed_params;
   for (size_t i = 0; i < own_sizes_.size(); ++i)
     if (!speculation_.kept[i] && !segments_[i].empty())
       update_group(static_cast<int>(i), h, weight_decay, host_grads_[i].data(),
@@ -146,6 +163,7 @@ void OffloadOptimizer::roll_back_overlap() {
   if (!speculation_.open) return;
   speculation_.open = false;
   speculation_.landing.clear();
+  speculation_.cancelled = true;  // the queued groups not started are left as they are
   std::exception_ptr error;
   try {
     worker_.wait_idle();

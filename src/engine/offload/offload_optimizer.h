@@ -17,6 +17,7 @@
 // state back, and step() (clip) or nothing (skip) follows. Bitwise the step without overlap.
 #pragma once
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -66,6 +67,9 @@ class OffloadOptimizer {
   // back first.
   void begin_overlap(AdamWHyper h, float weight_decay);
   bool overlap_open() const { return speculation_.open; }
+  // Hands the groups whose copies have landed since the last gradient_ready to the worker (the
+  // optimizer step calls it before the norm).
+  void poll_overlap();
   // With the step's real hyperparameters: when they are the speculated ones, waits for every
   // trained group's update and publishes the working values (as step() would write them), and
   // returns true; otherwise rolls back and returns false (the caller runs step()).
@@ -96,7 +100,8 @@ class OffloadOptimizer {
     double seconds = 0;
   };
   AdamTiming last_adam() const { return last_adam_; }
-  // The elements of the last committed overlap that were updated before the norm was known.
+  // The elements of the last committed overlap handed to the host thread before the gradient
+  // norm (as their copies landed during the backward, or at the step's start).
   int64_t speculated_params() const { return speculated_params_; }
 
  private:
@@ -137,6 +142,8 @@ class OffloadOptimizer {
     std::deque<std::pair<int, uint64_t>> landing;  // groups whose gradient copies are in flight
     std::vector<char> kept;                        // the groups the worker kept (and updated)
     AdamTiming timing;                             // the worker's kernel time
+    int64_t handed_params = 0;           // elements handed to the worker during the backward
+    std::atomic<bool> cancelled{false};  // a roll-back: the worker skips the groups queued
   } speculation_;
   std::vector<TrackedBuffer<float>> kept_state_;  // empty for the groups not speculated on
   bool overlap_configured_ = false;
