@@ -235,6 +235,54 @@ std::string offload_flags(const OffloadConfig& c) {
   return flags;
 }
 
+// The offload modes side by side at the requested stage (1-3): device total, host and NVMe per
+// rank for no offload, CPU optimizer offload without and with the exact overlap (its whole kept
+// copy; train's auto keeps what the host has room for), with the delayed update, NVMe, and (stage
+// 3) parameters too; into out["offload_modes"]. Empty at stage 0, which offloads nothing.
+std::string offload_modes_table(const EstimateOptions& o, const ModelConfig& model,
+                                Precision precision, const ActivationCheckpointing& ac,
+                                const OffloadConfig& requested, DType storage,
+                                const TrainableSet& trainable, nlohmann::json& out) {
+  if (o.zero.stage < 1) return "";
+  OffloadConfig none = requested, serial = requested, overlap = requested, delayed, nvme, params;
+  none.optimizer = none.param = OffloadDevice::kNone;
+  serial.optimizer = overlap.optimizer = OffloadDevice::kCpu;
+  serial.param = overlap.param = OffloadDevice::kNone;
+  serial.overlap = false;
+  overlap.overlap = true;
+  overlap.overlap_bytes = -1;
+  delayed = serial;
+  delayed.delay = 1;
+  nvme = serial;
+  nvme.optimizer = OffloadDevice::kNvme;
+  params = overlap;
+  params.param = OffloadDevice::kCpu;
+  std::vector<std::pair<std::string, OffloadConfig>> modes = {
+      {"none", none},
+      {"optimizer cpu, overlap off", serial},
+      {"optimizer cpu, overlap on", overlap},
+      {"optimizer cpu, delayed update", delayed},
+      {"optimizer nvme", nvme}};
+  if (o.zero.stage == 3) modes.push_back({"optimizer + params cpu, overlap on", params});
+  char line[160];
+  std::snprintf(line, sizeof line, "%-36s %9s %9s %9s\n", "offload at the requested stage", "total",
+                "host", "nvme");
+  std::string table = line;
+  out["offload_modes"] = nlohmann::json::array();
+  for (const auto& [name, mode] : modes) {
+    const MemoryEstimate e = estimate_memory(model, o.world, o.zero, precision, o.micro_batch,
+                                             o.seq_len, ac, mode, o.grad_accum, storage, trainable);
+    out["offload_modes"].push_back(
+        {{"mode", name}, {"device_total", e.device_total()}, {"host", e.host}, {"nvme", e.nvme}});
+    std::snprintf(line, sizeof line, "%-36s %9s %9s %9s\n", name.c_str(),
+                  gib(static_cast<double>(e.device_total())).c_str(),
+                  gib(static_cast<double>(e.host)).c_str(),
+                  gib(static_cast<double>(e.nvme)).c_str());
+    table += line;
+  }
+  return table;
+}
+
 // --max-micro-batch: for each stage, the largest micro-batch whose estimated device peak fits
 // in o.device_memory_gib, into out["max_micro_batch"]; returns the table's lines.
 std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& model,
@@ -415,6 +463,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   if (o.max_micro_batch)
     advice +=
         max_micro_batch_table(o, model, precision, ac, offload, storage, trainable, plan, out);
+  const std::string modes =
+      offload_modes_table(o, model, precision, ac, offload, storage, trainable, out);
   if (o.json) {
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -451,7 +501,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
               << gib(f.device_bytes) << " GiB per rank, host " << gib(f.host_bytes_per_node)
               << " GiB per node (" << ranks_per_node << " ranks per node)\n";
   }
-  std::cout << advice;
+  std::cout << modes << advice;
   return 0;
 }
 

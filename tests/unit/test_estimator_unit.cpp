@@ -219,6 +219,25 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
   EXPECT_EQ(row.at("optimizer").get<int64_t>(), 0);
   EXPECT_EQ(j.at("stages").at(0).at("offload_optimizer"), "none");  // stage 0 cannot offload
 
+  // The offload modes side by side at the requested stage, each the estimator's own figures.
+  const nlohmann::json& modes = j.at("offload_modes");
+  ASSERT_EQ(modes.size(), 5u);
+  OffloadConfig serial, overlap;
+  serial.optimizer = overlap.optimizer = OffloadDevice::kCpu;
+  serial.sub_group_size = overlap.sub_group_size = 5000;
+  serial.overlap = false;
+  const MemoryEstimate s =
+      estimate_memory(preset_config("tiny"), 2, z, Precision::kBf16, 1, 2048, {}, serial);
+  const MemoryEstimate v =
+      estimate_memory(preset_config("tiny"), 2, z, Precision::kBf16, 1, 2048, {}, overlap);
+  EXPECT_EQ(modes.at(0).at("mode"), "none");
+  EXPECT_EQ(modes.at(0).at("host").get<int64_t>(), 0);
+  EXPECT_EQ(modes.at(1).at("host").get<int64_t>(), s.host);
+  EXPECT_EQ(modes.at(2).at("host").get<int64_t>(), v.host);
+  EXPECT_GT(v.host, s.host);  // the overlap's kept copy
+  EXPECT_EQ(modes.at(4).at("nvme").get<int64_t>(), e.nvme);
+  EXPECT_EQ(modes.at(1).at("device_total").get<int64_t>(), s.device_total());
+
   const auto bad = train_test::run_zerotrain(
       "estimate --preset tiny --zero-stage 2 "
       "--offload-param cpu");
