@@ -127,7 +127,11 @@ template <typename T>
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
-  TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count);
+  // from: the memory that allocates it (default: the tracker's). A host-pool buffer that no
+  // device copy touches can take host_device_memory()'s plain pageable memory instead of a GPU
+  // backend's pinned host memory.
+  TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count,
+                DeviceMemory* from = nullptr);
   ~TrackedBuffer() { reset(); }
   TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
   TrackedBuffer& operator=(TrackedBuffer&& o) noexcept;
@@ -151,9 +155,10 @@ class TrackedBuffer {
 };
 
 template <typename T>
-TrackedBuffer<T>::TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count)
+TrackedBuffer<T>::TrackedBuffer(MemoryTracker& tracker, MemCategory cat, size_t count,
+                                DeviceMemory* from)
     : tracker_(&tracker), cat_(cat), count_(count) {
-  memory_ = &tracker.device_memory();
+  memory_ = from ? from : &tracker.device_memory();
   tracker_->on_alloc(cat_, count * sizeof(T));  // counted first: a device limit refuses here
   try {
     data_ = static_cast<T*>(is_device_pool(cat) ? memory_->allocate(count * sizeof(T), cat)

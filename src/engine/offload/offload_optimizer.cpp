@@ -44,8 +44,10 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
     if (bytes == 0) continue;
     if (bytes > budget) break;
     budget -= bytes;
-    kept_state_[g] = TrackedBuffer<float>(memory, MemCategory::kHostOffload,
-                                          static_cast<size_t>(3 * own_sizes_[g]));
+    // Pageable: it never crosses to the device (a GPU backend's host pool is pinned).
+    kept_state_[g] =
+        TrackedBuffer<float>(memory, MemCategory::kHostOffload,
+                             static_cast<size_t>(3 * own_sizes_[g]), &host_device_memory());
   }
   // Nothing kept (a limit below the group that lands first): the steps run as without overlap.
   for (const TrackedBuffer<float>& kept : kept_state_) overlap_configured_ |= kept.size() > 0;
