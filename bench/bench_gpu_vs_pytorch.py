@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
 """zerotrain's training throughput on a GPU beside PyTorch training the same Llama on that GPU.
 
-In one call: `zerotrain train` runs the preset (stage 0, one rank, bf16 with fp32 masters), then
-PyTorch trains a model of the same shapes (taken from `zerotrain estimate --json`) with fp32
-parameters under bf16 autocast, SDPA attention and fused AdamW, eager and under torch.compile.
+In one call: `zerotrain train` runs the preset (stage 0, one rank, bf16 with fp32 masters), and
+PyTorch trains a model of the same shapes (taken from `zerotrain estimate --json`) with SDPA
+attention and fused AdamW. PyTorch's rows (--modes):
+  eager            fp32 parameters under bf16 autocast;
+  compile          the same with the forward and the loss under torch.compile (default mode);
+  compile-max      the same under mode "max-autotune-no-cudagraphs";
+and each with "+bf16" for bf16 parameters (what FSDP2's mixed precision computes on), e.g.
+compile-max+bf16. On a GPU the SDPA backend is forced to cuDNN's where torch has the switch
+(torch.nn.attention.sdpa_kernel, torch 2.3 on), and the JSON records which backend ran.
+Every row runs --repeats times, the rows in alternating order (forward, then reversed), and the
+figure is the median tokens/s with its spread (min, max); the strongest PyTorch row is named.
 Every figure uses one FLOP count per token, the one zerotrain reports (torchtitan's
 6·N_non-embedding + 12·L·D·T) and one peak (default 989 TFLOP/s, H100 SXM / H200 dense bf16),
-so the ratio of tokens/s is the figure that counts. The first --warmup steps are not timed.
+so the ratio of tokens/s is the figure that counts. The first --warmup steps (at least one) are
+not timed.
 Each row is printed, and --json-out rewritten, as soon as it is measured: a call cut short keeps
 the rows it finished.
 
@@ -124,8 +133,20 @@ class Llama(torch.nn.Module):
         return self.head(self.rms(x, self.norm))
 
 
-def run_pytorch(args, config, compiled):
-    """PyTorch's steady tokens/s and peak device memory, eager or compiled."""
+def sdpa_backend(device):
+    """(a factory of contexts that force cuDNN's SDPA where torch can, the backend's name)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext, "cpu"
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION)), "cudnn (forced)"
+    except (ImportError, AttributeError):
+        return contextlib.nullcontext, "torch default (no sdpa_kernel switch)"
+
+
+def run_pytorch(args, config, mode):
+    """PyTorch's steady tokens/s and peak device memory for one --modes entry."""
+    kind, _, params = mode.partition("+")
     device = torch.device(args.device)
     torch.manual_seed(1)
     # Built and initialised on the device where torch can (2.0 on): no host copy of the weights.
@@ -133,21 +154,34 @@ def run_pytorch(args, config, compiled):
     with torch.device(device) if new_torch else contextlib.nullcontext():
         model = Llama(config)
     model = model.to(device)
+    bf16_params = params == "bf16"
+    if bf16_params:
+        model = model.to(torch.bfloat16)
     fused = {"fused": True} if device.type == "cuda" else {}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             **fused)
-    step_fn = model
-    if compiled:
-        step_fn = torch.compile(model)
     vocab = config["vocab_size"]
     tokens = torch.randint(0, vocab, (args.micro_batch, args.seq_len + 1), device=device)
-    autocast = device.type == "cuda"
+    autocast = device.type == "cuda" and not bf16_params
+
+    def forward_loss(inputs, targets):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(inputs)
+        return F.cross_entropy(logits.float().view(-1, vocab), targets.reshape(-1))
+
+    loss_fn = forward_loss
+    if kind == "compile":
+        loss_fn = torch.compile(forward_loss)
+    elif kind == "compile-max":
+        loss_fn = torch.compile(forward_loss, mode="max-autotune-no-cudagraphs")
+    elif kind != "eager":
+        raise ValueError(f"unknown PyTorch mode {mode!r}")
+    attention, backend_name = sdpa_backend(device)
 
     def step():
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = step_fn(tokens[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, vocab), tokens[:, 1:].reshape(-1))
-        loss.backward()
+        with attention():
+            loss = loss_fn(tokens[:, :-1], tokens[:, 1:])
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -157,19 +191,35 @@ def run_pytorch(args, config, compiled):
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     losses = []
+    try:  # the first step: cuDNN's SDPA may refuse the shape (then torch's default runs)
+        losses.append(float(step()))
+    except RuntimeError as e:
+        if attention is contextlib.nullcontext:
+            raise
+        attention = contextlib.nullcontext
+        backend_name = f"torch default (cuDNN refused: {str(e).splitlines()[0][:120]})"
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(step()))
     t0 = time.perf_counter()
-    for i in range(args.steps):
+    for i in range(1, args.steps):
         if i == args.warmup:
             sync()
             t0 = time.perf_counter()
         losses.append(float(step()))
     sync()
     seconds = time.perf_counter() - t0
-    timed = max(1, args.steps - args.warmup)
+    timed = max(1, args.steps - max(1, args.warmup))  # the first step is never timed
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
     del model, opt
     return {"tokens_per_s": timed * args.micro_batch * args.seq_len / seconds,
-            "peak_device_gib": peak, "loss_first": losses[0], "loss_last": losses[-1]}
+            "peak_device_gib": peak, "loss_first": losses[0], "loss_last": losses[-1],
+            "sdpa_backend": backend_name, "params": "bf16" if bf16_params else "fp32"}
+
+
+def median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def main():
@@ -184,7 +234,10 @@ def main():
     p.add_argument("--backend", default=None, help="zerotrain's --backend (default: --device)")
     p.add_argument("--zerotrain-arg", action="append", default=[],
                    help="an extra argument for zerotrain train (repeat)")
-    p.add_argument("--modes", default="eager,compile", help="PyTorch rows: eager, compile")
+    p.add_argument("--modes", default="eager,compile,compile-max,compile-max+bf16",
+                   help="PyTorch rows: eager, compile, compile-max, each optionally +bf16")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of every row, in alternating order; the figure is their median")
     p.add_argument("--attentions", default="",
                    help="zerotrain rows, one per --attention value, each optionally with "
                         "+bf16 for --activations bf16 (e.g. gemm,fused,fused+bf16); "
@@ -222,39 +275,68 @@ def main():
                        "rows": rows, "ratios": ratios}, f, indent=1)
         os.replace(args.json_out + ".part", args.json_out)
 
+    runs = {}  # name -> the repeats' results
+
     def record(name, r):
-        r["tflops"] = r["tokens_per_s"] * flops_per_token / 1e12
-        r["mfu"] = r["tokens_per_s"] * flops_per_token / peak
-        rows[name] = r
-        print(f"{name:>22}: {r['tokens_per_s']:10.0f} tokens/s  {r['tflops']:7.1f} TFLOP/s  "
-              f"MFU {100 * r['mfu']:5.1f}%  peak device {r['peak_device_gib']:6.2f} GiB  "
-              f"loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}", flush=True)
+        runs.setdefault(name, []).append(r)
+        all_tps = [x["tokens_per_s"] for x in runs[name]]
+        row = dict(r)
+        row["tokens_per_s"] = median(all_tps)
+        row["tokens_per_s_runs"] = all_tps
+        row["tflops"] = row["tokens_per_s"] * flops_per_token / 1e12
+        row["mfu"] = row["tokens_per_s"] * flops_per_token / peak
+        row["peak_device_gib"] = max(x["peak_device_gib"] for x in runs[name])
+        rows[name] = row
+        print(f"{name:>26} (run {len(all_tps)}): {r['tokens_per_s']:10.0f} tokens/s; median "
+              f"{row['tokens_per_s']:10.0f} [{min(all_tps):.0f}, {max(all_tps):.0f}]  "
+              f"MFU {100 * row['mfu']:5.1f}%  peak device {row['peak_device_gib']:6.2f} GiB  "
+              f"loss {r['loss_first']:.3f} -> {r['loss_last']:.3f}"
+              + (f"  sdpa {r['sdpa_backend']}" if "sdpa_backend" in r else ""), flush=True)
         write_json()
 
+    modes = [m for m in args.modes.split(",") if m]
+    if not hasattr(torch, "compile"):
+        for m in [m for m in modes if m.startswith("compile")]:
+            print(f"pytorch {m}: skipped (torch {torch.__version__} has no torch.compile)")
+        modes = [m for m in modes if not m.startswith("compile")]
     with tempfile.TemporaryDirectory() as work:
         data = os.path.join(work, "data.h5")
         subprocess.run([args.zerotrain, "prepare-data", "--text", args.data, "--out", data],
                        check=True, capture_output=True)
-        for attention in args.attentions.split(",") if args.attentions else [""]:
-            name = f"zerotrain {attention or '(defaults)'}"
-            try:
-                run_dir = os.path.join(work, "run-" + name.replace(" ", "-"))
-                record(name, run_zerotrain(args, data, run_dir, attention))
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-                print(f"{name}: FAILED ({e})", flush=True)
-    for mode in args.modes.split(","):
-        if mode == "compile" and not hasattr(torch, "compile"):
-            print(f"pytorch compile: skipped (torch {torch.__version__} has no torch.compile)")
-            continue
-        try:
-            record("pytorch " + mode, run_pytorch(args, config, compiled=(mode == "compile")))
-        except Exception as e:  # noqa: BLE001  (an OOM or a compile failure is a result too)
-            print(f"pytorch {mode}: FAILED ({type(e).__name__}: {e})", flush=True)
+        order = [("zerotrain", a) for a in (args.attentions.split(",") if args.attentions
+                                            else [""])] + [("pytorch", m) for m in modes]
+        failed = set()
+        for repeat in range(max(1, args.repeats)):
+            # Alternating order: no row always runs first (a cold GPU) or last (a warm one).
+            for who, what in order if repeat % 2 == 0 else list(reversed(order)):
+                name = f"zerotrain {what or '(defaults)'}" if who == "zerotrain" else f"pytorch {what}"
+                if name in failed:
+                    continue
+                try:
+                    if who == "zerotrain":
+                        run_dir = os.path.join(work, f"run{repeat}-" + name.replace(" ", "-"))
+                        record(name, run_zerotrain(args, data, run_dir, what))
+                    else:
+                        record(name, run_pytorch(args, config, what))
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+                    print(f"{name}: FAILED ({e})", flush=True)
+                    failed.add(name)
+                except Exception as e:  # noqa: BLE001  (an OOM or a compile failure is a result)
+                    if who == "zerotrain":
+                        raise
+                    print(f"{name}: FAILED ({type(e).__name__}: {e})", flush=True)
+                    failed.add(name)
     ours = [n for n in rows if n.startswith("zerotrain")]
-    for name in [n for n in rows if n.startswith("pytorch")]:
+    theirs = [n for n in rows if n.startswith("pytorch")]
+    for name in theirs:
         for z in ours:
             ratios[f"{z} / {name}"] = rows[z]["tokens_per_s"] / rows[name]["tokens_per_s"]
             print(f"ratio {z} / {name}: {ratios[f'{z} / {name}']:.3f}")
+    if theirs:
+        strongest = max(theirs, key=lambda n: rows[n]["tokens_per_s"])
+        ratios["strongest_pytorch"] = strongest
+        print(f"strongest PyTorch row: {strongest} ({rows[strongest]['tokens_per_s']:.0f} "
+              f"tokens/s, median of {len(runs[strongest])})")
     write_json()
     return 0 if ours and len(rows) > len(ours) else 1
 

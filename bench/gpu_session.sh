@@ -36,8 +36,10 @@
 #                checkpointing (GEMM + fp32, and fused + bf16); tokens/s, TFLOP/s, MFU, peak device
 #                memory (mean of the steps after the first)
 #     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),
-#                seq 2048, micro-batch 4: PyTorch eager and torch.compile beside zerotrain on
-#                the same GPU; zerotrain's rows are ZT_PYTORCH_ROWS (bench_gpu_vs_pytorch's
+#                seq 2048, micro-batch 4: PyTorch eager, torch.compile and max-autotune with bf16
+#                params (ZT_PYTORCH_MODES), cuDNN SDPA forced, each ZT_PYTORCH_REPEATS (3) times
+#                in alternating order, medians, beside zerotrain on the same GPU; zerotrain's
+#                rows are ZT_PYTORCH_ROWS (bench_gpu_vs_pytorch's
 #                --attentions; on CUDA by default its defaults alone, since the train part times
 #                the other attention paths in the same call)
 #     masking    bench_document_masking.py for ZT_MASKING_PRESET (default 1b): tokens/s with document
@@ -417,6 +419,8 @@ run_part_pytorch() {
       --preset "$preset" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
       --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
       --attentions "${ZT_PYTORCH_ROWS-$(default_pytorch_rows)}" \
+      --modes "${ZT_PYTORCH_MODES:-eager,compile,compile-max+bf16}" \
+      --repeats "${ZT_PYTORCH_REPEATS:-3}" \
       --json-out "$evidence/bench_gpu_vs_pytorch_$preset.json" >"$evidence/pytorch_$preset.txt" 2>&1
     grep -v '^step ' "$evidence/pytorch_$preset.txt" | tee -a "$summary"
   done
