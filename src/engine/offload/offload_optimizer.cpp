@@ -114,15 +114,25 @@ void OffloadOptimizer::hand_over_landed(bool wait) {
   }
 }
 
+void OffloadOptimizer::copy_kept_state(int g, bool keep) {
+  const size_t i = static_cast<size_t>(g);
+  const OptimizerShard state = store_->resident(g);  // the host store: its own buffers
+  const size_t bytes = static_cast<size_t>(own_sizes_[i]) * sizeof(float);
+  float* kept = kept_state_[i].data();
+  float* const live[3] = {state.master, state.m, state.v};
+  for (size_t k = 0; k < 3; ++k) {
+    float* copy = kept + k * static_cast<size_t>(own_sizes_[i]);
+    if (keep)
+      std::memcpy(copy, live[k], bytes);
+    else
+      std::memcpy(live[k], copy, bytes);
+  }
+}
+
 void OffloadOptimizer::speculate_group(int g) {
   if (speculation_.cancelled) return;  // a roll-back waits for no update it would undo
   const size_t i = static_cast<size_t>(g);
-  const OptimizerShard state = store_->resident(g);  // the host store: its own buffers
-  const size_t n = static_cast<size_t>(own_sizes_[i]);
-  float* kept = kept_state_[i].data();
-  std::memcpy(kept, state.master, n * sizeof(float));
-  std::memcpy(kept + n, state.m, n * sizeof(float));
-  std::memcpy(kept + 2 * n, state.v, n * sizeof(float));
+  copy_kept_state(g, /*keep=*/true);
   speculation_.kept[i] = 1;  // read by the main thread only after wait_idle()
   update_group(g, speculation_.h, speculation_.weight_decay, host_grads_[i].data(),
                speculation_.timing);
@@ -172,15 +182,8 @@ void OffloadOptimizer::roll_back_overlap() {
   } catch (...) {
     error = std::current_exception();  // after the state is back
   }
-  for (size_t i = 0; i < own_sizes_.size(); ++i) {
-    if (!speculation_.kept[i]) continue;
-    const OptimizerShard state = store_->resident(static_cast<int>(i));
-    const size_t n = static_cast<size_t>(own_sizes_[i]);
-    const float* kept = kept_state_[i].data();
-    std::memcpy(state.master, kept, n * sizeof(float));
-    std::memcpy(state.m, kept + n, n * sizeof(float));
-    std::memcpy(state.v, kept + 2 * n, n * sizeof(float));
-  }
+  for (size_t i = 0; i < own_sizes_.size(); ++i)
+    if (speculation_.kept[i]) copy_kept_state(static_cast<int>(i), /*keep=*/false);
   if (error) std::rethrow_exception(error);
 }
 

@@ -117,6 +117,8 @@ class OffloadOptimizer {
   // waits for every copy first.
   void hand_over_landed(bool wait);
   void speculate_group(int g);  // on the worker: keep group g's state, then update it
+  // keep: group g's master, m and v into its kept state; else back from it.
+  void copy_kept_state(int g, bool keep);
   std::vector<int64_t> own_sizes_;
   std::vector<std::vector<DecaySegment>> segments_;
   Precision precision_;
