@@ -13,7 +13,7 @@
 #   ZEROTRAIN_PRESET / ZEROTRAIN_MODEL   preset name, or a model directory to start from
 #   ZEROTRAIN_DATA         token dataset (default: sample text prepared into the output root)
 #   ZEROTRAIN_STAGE ZEROTRAIN_MICRO_BATCH ZEROTRAIN_GRAD_ACCUM ZEROTRAIN_SEQ_LEN ZEROTRAIN_STEPS
-#   ZEROTRAIN_PRECISION ZEROTRAIN_CHECKPOINTING (none|full|every:K) ZEROTRAIN_SAVE_EVERY
+#   ZEROTRAIN_PRECISION ZEROTRAIN_CHECKPOINTING (none|selective|full|every:K) ZEROTRAIN_SAVE_EVERY
 #   ZEROTRAIN_OFFLOAD      none | cpu | nvme (optimizer state; see zt_offload_args)
 #   ZEROTRAIN_NVME_PATH    swap directory for ZEROTRAIN_OFFLOAD=nvme (default RUN_DIR/nvme)
 #   ZEROTRAIN_OFFLOAD_ARGS extra offload flags passed verbatim (overrides ZEROTRAIN_OFFLOAD)

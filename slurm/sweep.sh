@@ -40,8 +40,8 @@ check_value() {  # check_value LINE COLUMN VALUE
     nodes | gpus | micro_batch | grad_accum)
       zt_is_positive_int "$value" || sweep_die "$line" "$column must be a positive integer, got '$value'" ;;
     checkpointing)
-      [[ $value =~ ^(none|full|every:[1-9][0-9]*)$ ]] ||
-        sweep_die "$line" "checkpointing must be none, full or every:K, got '$value'" ;;
+      [[ $value =~ ^(none|selective|full|every:[1-9][0-9]*)$ ]] ||
+        sweep_die "$line" "checkpointing must be none, selective, full or every:K, got '$value'" ;;
     offload)
       [[ $value =~ ^(none|cpu|nvme)$ ]] || sweep_die "$line" "offload must be none, cpu or nvme, got '$value'" ;;
   esac

@@ -75,7 +75,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add_activations_option(opts, &o.activations);
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
-      "none | full | every:K");
+      "none | selective | full | every:K");
   add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
       "checkpointed layer inputs in host memory");
   add("device-memory", po::value(&o.device_memory_gib),

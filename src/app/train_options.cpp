@@ -250,7 +250,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
   add("activation-checkpointing",
       po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
-      "none | full | every:K");
+      "none | selective | full | every:K");
   add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
       "keep checkpointed layer inputs in host memory");
   add_comm_timeout_option(opts, &o.comm_timeout);

@@ -7,9 +7,11 @@ namespace zt {
 ActivationCheckpointing parse_activation_checkpointing(const std::string& policy, bool on_host) {
   ActivationCheckpointing ac;
   ac.on_host = on_host;
-  const std::string expected = " (expected none, full or every:K with K >= 1)";
+  const std::string expected = " (expected none, selective, full or every:K with K >= 1)";
   if (policy == "none") {
     ac.every = 0;
+  } else if (policy == "selective") {
+    ac.selective = true;
   } else if (policy == "full") {
     ac.every = 1;
   } else if (policy.rfind("every:", 0) == 0) {
@@ -28,11 +30,14 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& policy
     fail("--activation-checkpointing: bad policy '" + policy + "'" + expected);
   }
   ZT_CHECK(!(on_host && ac.every == 0),
-           "--cpu-checkpointing needs --activation-checkpointing full or every:K");
+           "--cpu-checkpointing needs --activation-checkpointing full or every:K (it moves the "
+           "kept layer inputs to the host; '" +
+               policy + "' keeps none)");
   return ac;
 }
 
 std::string activation_checkpointing_name(const ActivationCheckpointing& ac) {
+  if (ac.selective) return "selective";
   if (ac.every == 0) return "none";
   if (ac.every == 1) return "full";
   return "every:" + std::to_string(ac.every);

@@ -7,8 +7,8 @@
 
 namespace zt {
 
-// "none" | "full" | "every:K" (K >= 1); on_host from --cpu-checkpointing. Throws zt::Error
-// naming the bad policy.
+// "none" | "selective" | "full" | "every:K" (K >= 1); on_host from --cpu-checkpointing. Throws
+// zt::Error naming the bad policy.
 ActivationCheckpointing parse_activation_checkpointing(const std::string& policy, bool on_host);
 std::string activation_checkpointing_name(const ActivationCheckpointing& ac);
 

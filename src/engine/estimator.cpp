@@ -224,39 +224,42 @@ FitRecommendation recommend_configuration(const ModelConfig& model, int world,
                                           const ActivationCheckpointing& requested,
                                           int64_t device_bytes, DType activation_storage,
                                           const TrainableSet& trainable) {
-  ActivationCheckpointing full;
+  ActivationCheckpointing full, selective;
   full.every = 1;
   full.on_host = requested.on_host;
-  // With a checkpointing policy already requested, the plain rows use it too.
-  const ActivationCheckpointing& plain = requested;
-  const ActivationCheckpointing& ckpt = requested.every > 0 ? requested : full;
+  selective.selective = true;
+  // With a checkpointing policy already requested, every row uses it: the plain rows as they
+  // are, and the rows that would add a policy drop out unless they also offload.
+  enum class Policy { kPlain, kSelective, kFull };
   OffloadConfig none, cpu_optimizer, cpu_all;
   cpu_optimizer.optimizer = cpu_all.optimizer = cpu_all.param = OffloadDevice::kCpu;
   struct Step {
     const char* label;
     int stage;
-    bool checkpointing;  // the ckpt policy (else the plain one)
+    Policy policy;
     const OffloadConfig* offload;
   };
   const Step steps[] = {
-      {"stage 0", 0, false, &none},
-      {"stage 1", 1, false, &none},
-      {"stage 2", 2, false, &none},
-      {"stage 2 + checkpointing", 2, true, &none},
-      {"stage 3", 3, false, &none},
-      {"stage 3 + checkpointing", 3, true, &none},
-      {"stage 3 + checkpointing + CPU optimizer offload", 3, true, &cpu_optimizer},
-      {"stage 3 + checkpointing + CPU optimizer and param offload", 3, true, &cpu_all},
+      {"stage 0", 0, Policy::kPlain, &none},
+      {"stage 1", 1, Policy::kPlain, &none},
+      {"stage 2", 2, Policy::kPlain, &none},
+      {"stage 2 + selective checkpointing", 2, Policy::kSelective, &none},
+      {"stage 2 + checkpointing", 2, Policy::kFull, &none},
+      {"stage 3", 3, Policy::kPlain, &none},
+      {"stage 3 + selective checkpointing", 3, Policy::kSelective, &none},
+      {"stage 3 + checkpointing", 3, Policy::kFull, &none},
+      {"stage 3 + checkpointing + CPU optimizer offload", 3, Policy::kFull, &cpu_optimizer},
+      {"stage 3 + checkpointing + CPU optimizer and param offload", 3, Policy::kFull, &cpu_all},
   };
   FitRecommendation rec;
   for (const Step& s : steps) {
-    // The "+ checkpointing" rows repeat the plain row when checkpointing was requested anyway.
-    // (Told apart by the flag: with a policy requested, plain and ckpt are the same object.)
-    if (s.checkpointing && plain.every > 0 && s.offload == &none) continue;
+    if (s.policy != Policy::kPlain && requested.any() && s.offload == &none) continue;
     FitCandidate c;
     c.label = s.label;
     c.stage = s.stage;
-    c.ac = s.checkpointing ? ckpt : plain;
+    c.ac = requested.any() || s.policy == Policy::kPlain ? requested
+           : s.policy == Policy::kSelective              ? selective
+                                                         : full;
     c.offload = *s.offload;
     ZeroConfig z = zero;
     z.stage = s.stage;

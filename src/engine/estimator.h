@@ -83,8 +83,10 @@ struct FitCandidate {
   bool fits = false;
 };
 
-// Tries stage 0 → 1 → 2 → 2+full checkpointing → 3 → 3+checkpointing → 3+checkpointing+CPU
-// optimizer offload → the same + CPU param offload, and returns every candidate in that order;
+// Tries stage 0 → 1 → 2 → 2+selective checkpointing → 2+full checkpointing → 3 → 3+selective →
+// 3+full → 3+full+CPU optimizer offload → the same + CPU param offload (with a policy requested,
+// every row uses it and the rows that add one without offload drop out), and returns every
+// candidate in that order;
 // the first that fits in device_bytes (device_total ≤ device_bytes) is the recommendation
 // (index, or -1 if none).
 struct FitRecommendation {

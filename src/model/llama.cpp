@@ -36,12 +36,22 @@ class ArenaCursor {
   int64_t used_ = 0;
 };
 
+// Which of a layer's activations a carve takes: all of them, those selective checkpointing keeps
+// per layer (everything but the norms' outputs and the SwiGLU product), or only those three.
+enum class LayerPart { kAll, kKept, kRecomputed };
+
 LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t B, int64_t T,
-                             DType s) {
+                             DType s, LayerPart part = LayerPart::kAll) {
   const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();
   const int64_t F = config.intermediate_size;
   LayerActivations a;
-  a.xn1 = c.take(M * D, s);
+  if (part == LayerPart::kRecomputed) {
+    a.xn1 = c.take(M * D, s);
+    a.xn2 = c.take(M * D, s);
+    a.h = c.take(M * F, s);
+    return a;
+  }
+  if (part == LayerPart::kAll) a.xn1 = c.take(M * D, s);
   a.rstd1 = c.take_f32(M);
   // The outputs of the q/k/v projections sit in that order, one after the other, so that the
   // CUDA backend can issue them as one strided batch (backend/gemm_batch.h): q, k, v, or with
@@ -60,11 +70,11 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   a.att = c.take(M * QD, s);
   a.lse = c.take_f32(B * config.num_heads * T);
   a.x2 = c.take(M * D, s);
-  a.xn2 = c.take(M * D, s);
+  if (part == LayerPart::kAll) a.xn2 = c.take(M * D, s);
   a.rstd2 = c.take_f32(M);
   a.gate = c.take(M * F, s);
   a.up = c.take(M * F, s);
-  a.h = c.take(M * F, s);
+  if (part == LayerPart::kAll) a.h = c.take(M * F, s);
   return a;
 }
 
@@ -105,14 +115,18 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   plan.host_residual = host.used();
   t.layers.assign(static_cast<size_t>(L), LayerActivations{});
   bool any_checkpointed = false;
+  const LayerPart per_layer = ac.selective ? LayerPart::kKept : LayerPart::kAll;
   for (int64_t l = 0; l < L; ++l) {
     if (ac.is_checkpointed(l)) {
       any_checkpointed = true;
     } else {
-      t.layers[static_cast<size_t>(l)] = carve_layer(dev, c, B, T, storage);
+      t.layers[static_cast<size_t>(l)] = carve_layer(dev, c, B, T, storage, per_layer);
     }
   }
-  t.scratch = any_checkpointed ? carve_layer(dev, c, B, T, storage) : LayerActivations{};
+  // The scratch: a whole layer for the recomputed ones, or the three tensors every layer
+  // recomputes under selective checkpointing.
+  if (any_checkpointed) t.scratch = carve_layer(dev, c, B, T, storage);
+  if (ac.selective && L > 0) t.scratch = carve_layer(dev, c, B, T, storage, LayerPart::kRecomputed);
   plan.layer_saved = dev.used() - plan.residual;
   t.final_norm_out = dev.take(M * D, storage);
   t.final_rstd = dev.take_f32(M);
@@ -188,8 +202,15 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
       "activation arena plan mismatch");
 }
 
-LlamaModel::LayerActs& LlamaModel::acts_for(int layer) {
-  return ac_.is_checkpointed(layer) ? t_.scratch : t_.layers[static_cast<size_t>(layer)];
+LlamaModel::LayerActs LlamaModel::acts_for(int layer) const {
+  if (ac_.is_checkpointed(layer)) return t_.scratch;
+  LayerActs a = t_.layers[static_cast<size_t>(layer)];
+  if (ac_.selective) {  // the norms' outputs and the SwiGLU product live in the shared scratch
+    a.xn1 = t_.scratch.xn1;
+    a.xn2 = t_.scratch.xn2;
+    a.h = t_.scratch.h;
+  }
+  return a;
 }
 
 LlamaModel::LayerParams LlamaModel::layer_params(int layer, ConstTensorView group) const {
@@ -278,7 +299,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const RopeSpec rope = config_.rope();
   const LayerParams P = layer_params(layer, params);
-  const LayerActs& A = acts_for(layer);
+  const LayerActs A = acts_for(layer);
   const TensorView x = t_.resid[static_cast<size_t>(layer)];
   const TensorView out = t_.resid[static_cast<size_t>(layer) + 1];
   // cpu_checkpointing: keep the input on the host; a recompute brings it back. Both copies are
@@ -330,8 +351,17 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   const int64_t QD = config_.q_dim();
   const RopeSpec rope = config_.rope();
   const LayerParams P = layer_params(layer, params);
-  const LayerActs& A = acts_for(layer);
+  const LayerActs A = acts_for(layer);
   const ConstTensorView x = t_.resid[static_cast<size_t>(layer)];
+  if (ac_.selective) {
+    // Selective checkpointing kept the GEMM and attention outputs; the cheap ops between them run
+    // again with the forward's kernels on the forward's inputs, so they give the forward's bits
+    // (the statistics rstd1 and rstd2 are rewritten with the values they already hold).
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);
+    be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
+    be_.swiglu_forward(A.h, A.gate, A.up, M_ * F);
+  }
   // Where tensor r's gradient accumulates; null for a frozen tensor (its product is skipped).
   auto grad = [&](TensorRole r) -> float* {
     const TensorInfo& t = layout_.tensor(r, layer);

@@ -30,10 +30,15 @@ namespace zt {
 // Activation checkpointing: a checkpointed layer keeps only its input (the residual stream) and
 // is recomputed during backward. every = 0: none; every = 1: full; every = K: layers l % K == 0.
 // on_host: the kept inputs of checkpointed layers go to the host pool (cpu_checkpointing).
+// selective (with every = 0): every layer keeps its GEMM and attention outputs and recomputes
+// only the cheap ops between them in its backward — the two RMSNorm outputs and the SwiGLU
+// product, whose storage one scratch shares across layers (torchtitan's per-op policy).
 struct ActivationCheckpointing {
   int every = 0;
   bool on_host = false;
+  bool selective = false;
   bool is_checkpointed(int64_t layer) const { return every > 0 && layer % every == 0; }
+  bool any() const { return every > 0 || selective; }
 };
 
 // The head computes logits in chunks of rows, never all [B·T, V] at once: at most
@@ -55,7 +60,7 @@ constexpr int64_t kActivationAlignment = 256;
 struct ActivationPlan {
   int64_t residual = 0;       // (L+1)·M·D, minus what goes to the host pool, plus ≤ 2 transits
   int64_t host_residual = 0;  // inputs of checkpointed layers when on_host
-  int64_t layer_saved = 0;    // per-layer saved activations × layers kept (+1 scratch if any ckpt)
+  int64_t layer_saved = 0;    // per-layer saved activations × layers kept, + scratch if any ckpt
   int64_t head = 0;  // final-norm output, rstd, one chunk of logits/dlogits, per-token losses
   int64_t grad_scratch = 0;  // backward temporaries
   int64_t device_bytes() const { return residual + layer_saved + head + grad_scratch; }
@@ -178,7 +183,9 @@ class LlamaModel {
   // logits of rows [r0, r0 + rows) into logits_ (one chunk).
   void head_logits(ConstTensorView head, int64_t r0, int64_t rows);
   int64_t head_chunks() const { return (M_ + head_chunk_ - 1) / head_chunk_; }
-  LayerActs& acts_for(int layer);
+  // A layer's activations: its own, the shared scratch for a recomputed layer, or (selective)
+  // its own with the recomputed tensors in the scratch.
+  LayerActs acts_for(int layer) const;
 
   ModelConfig config_;
   ParamLayout layout_;

@@ -128,6 +128,10 @@ TEST(CudaEngine, Bf16ActivationStorageTracksTheCpuAndIsDeterministic) {
   ac.every = 1;
   EXPECT_EQ(train_losses(*gpu, staged, self, 0, 10, kAccum, {}, ac, bf16), first)
       << "checkpointing";
+  ActivationCheckpointing selective;
+  selective.selective = true;  // the norms and SwiGLU recomputed by the same kernels
+  EXPECT_EQ(train_losses(*gpu, staged, self, 3, 10, kAccum, {}, selective, bf16), first)
+      << "selective checkpointing at stage 3";
   EXPECT_NE(train_losses(*gpu, staged, self, 0, 10), first) << "fp32 storage gave the same bits";
   for (size_t i = 0; i < first.size(); ++i)
     std::printf("step %2zu  cpu bf16-act %.6f  cuda bf16-act %.6f\n", i + 1, reference[i],

@@ -124,7 +124,8 @@ struct EngineOptions {
   int stage = 0;
   bool overlap = true;
   int ckpt_every = 0;
-  bool ckpt_on_host = false;  // cpu_checkpointing
+  bool ckpt_on_host = false;    // cpu_checkpointing
+  bool ckpt_selective = false;  // --activation-checkpointing selective (with ckpt_every = 0)
   Precision precision = Precision::kFp32;
   int64_t bucket = 500'000'000;
   int64_t reuse = 1'000'000'000;
@@ -163,6 +164,7 @@ class TestEngine {
     ActivationCheckpointing ac;
     ac.every = o.ckpt_every;
     ac.on_host = o.ckpt_on_host;
+    ac.selective = o.ckpt_selective;
     ModelConfig model = preset_config("tiny");
     model.tie_word_embeddings = o.tied;
     engine_ = std::make_unique<ZeroEngine>(

@@ -279,6 +279,12 @@ TEST_F(ZeroEngineTest, CheckpointingIsBitwiseIdentical) {
     const RunResult every2_host = run(world_, o);
     o.ckpt_every = 1;
     const RunResult full_host = run(world_, o);
+    o.ckpt_every = 0;
+    o.ckpt_on_host = false;
+    o.ckpt_selective = true;  // the norms and SwiGLU recomputed, the GEMM outputs kept
+    const RunResult selective = run(world_, o);
+    EXPECT_EQ(plain.losses, selective.losses) << "stage " << stage << ", selective";
+    EXPECT_EQ(plain.master, selective.master) << "stage " << stage << ", selective";
     EXPECT_EQ(plain.losses, full.losses) << "stage " << stage;
     EXPECT_EQ(plain.losses, every2.losses) << "stage " << stage;
     EXPECT_EQ(plain.losses, every2_host.losses) << "stage " << stage << ", on host";

@@ -208,7 +208,7 @@ case_bad_inputs() {
   expect_message "unknown column" "$WORK/unknown_column.log" "unknown column 'colour'"
   expect_message "bad stage" "$WORK/bad_stage.log" "line 2: stage must be 0, 1, 2 or 3, got '5'"
   expect_message "bad checkpointing" "$WORK/bad_checkpointing.log" \
-    "checkpointing must be none, full or every:K, got 'sometimes'"
+    "checkpointing must be none, selective, full or every:K, got 'sometimes'"
   expect_message "GPU mismatch" "$WORK/gpu_mismatch.log" \
     "GPU count mismatch: 2 GPU(s) per node but 4 task(s) per node"
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/activation_checkpointing.h"
 #include "engine/estimator.h"
 #include "model/config.h"
 #include "model/init.h"
@@ -258,10 +259,39 @@ TEST(ActivationStorage, Bf16CheckpointingRecomputesTheSameBits) {
   const StorageRun plain = train_one(c, 2, 16, DType::kBf16);
   for (const ActivationCheckpointing ac :
        {ActivationCheckpointing{1, false}, ActivationCheckpointing{1, true},
-        ActivationCheckpointing{2, true}}) {
+        ActivationCheckpointing{2, true}, ActivationCheckpointing{0, false, true}}) {
     const StorageRun ckpt = train_one(c, 2, 16, DType::kBf16, ac);
-    EXPECT_EQ(ckpt.losses, plain.losses) << "every " << ac.every << " on_host " << ac.on_host;
-    EXPECT_EQ(ckpt.grads, plain.grads) << "every " << ac.every << " on_host " << ac.on_host;
+    const std::string what = activation_checkpointing_name(ac) + (ac.on_host ? " on host" : "");
+    EXPECT_EQ(ckpt.losses, plain.losses) << what;
+    EXPECT_EQ(ckpt.grads, plain.grads) << what;
+  }
+}
+
+// Selective checkpointing keeps each layer's activations but the two norm outputs [M, D] and
+// the SwiGLU product [M, F], which one scratch holds for all layers: L − 1 layers' worth of them
+// less, counted from the model's shapes (not from the arena code), at either storage.
+TEST(ActivationStorage, SelectivePlanDropsTheRecomputedTensorsOfAllButOneLayer) {
+  for (const char* preset : {"tiny", "125m", "1b"}) {
+    const ModelConfig c = preset_config(preset);
+    for (DType storage : {DType::kFloat32, DType::kBf16}) {
+      const int64_t B = 2, T = 64, M = B * T;
+      auto aligned = [&](int64_t elements) {
+        const int64_t bytes = elements * static_cast<int64_t>(dtype_size(storage));
+        return (bytes + kActivationAlignment - 1) / kActivationAlignment * kActivationAlignment;
+      };
+      const int64_t recomputed = 2 * aligned(M * c.hidden_size) + aligned(M * c.intermediate_size);
+      ActivationCheckpointing selective;
+      selective.selective = true;
+      const ActivationPlan none = ActivationPlan::make(c, B, T, {}, 0, storage);
+      const ActivationPlan sel = ActivationPlan::make(c, B, T, selective, 0, storage);
+      EXPECT_EQ(none.layer_saved - sel.layer_saved, (c.num_layers - 1) * recomputed)
+          << preset << " " << dtype_name(storage);
+      EXPECT_EQ(sel.residual, none.residual);
+      EXPECT_EQ(sel.head, none.head);
+      EXPECT_EQ(sel.grad_scratch, none.grad_scratch);
+      EXPECT_LT(ActivationPlan::make(c, B, T, {1, false}, 0, storage).device_bytes(),
+                sel.device_bytes());
+    }
   }
 }
 

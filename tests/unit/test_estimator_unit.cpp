@@ -141,11 +141,14 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
     return r.chosen < 0 ? std::string("none") : r.candidates[static_cast<size_t>(r.chosen)].label;
   };
   // 6b, N = 8, B = 1, T = 2048: activations without checkpointing are ~15 GiB per rank.
-  EXPECT_EQ(pick(4096, 8), "stage 0");                // everything fits (~116 GiB)
-  EXPECT_EQ(pick(80, 8), "stage 1");                  // 6Ψ + 12Ψ/N ≈ 41 GiB + activations
-  EXPECT_EQ(pick(48, 8), "stage 2");                  // 2Ψ + 16Ψ/N ≈ 22 GiB + activations
-  EXPECT_EQ(pick(38, 8), "stage 2 + checkpointing");  // stage 2 needs ~39.4 GiB
-  EXPECT_EQ(pick(20, 8), "stage 3 + checkpointing");  // ~18.9 GiB
+  EXPECT_EQ(pick(4096, 8), "stage 0");  // everything fits (~116 GiB)
+  EXPECT_EQ(pick(80, 8), "stage 1");    // 6Ψ + 12Ψ/N ≈ 41 GiB + activations
+  EXPECT_EQ(pick(48, 8), "stage 2");    // 2Ψ + 16Ψ/N ≈ 22 GiB + activations
+  // Stage 2 needs ~39.2 GiB; selective checkpointing drops 2 [T, D] norm outputs and one [T, F]
+  // SwiGLU product per layer but one (~3.9 GiB), full checkpointing ~12.7 GiB.
+  EXPECT_EQ(pick(38, 8), "stage 2 + selective checkpointing");                // ~35.2 GiB
+  EXPECT_EQ(pick(30, 8), "stage 2 + checkpointing");                          // ~26.5 GiB
+  EXPECT_EQ(pick(20, 8), "stage 3 + checkpointing");                          // ~18.7 GiB
   EXPECT_EQ(pick(16, 8), "stage 3 + checkpointing + CPU optimizer offload");  // ~10.6 GiB
   EXPECT_EQ(pick(8, 8), "none");
   // With checkpointing requested, the plain rows use it and the "+ checkpointing" rows without
@@ -167,12 +170,24 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
     EXPECT_EQ(ckpt.candidates[i].ac.every, 1) << labels[i];  // the requested policy, every row
   }
   EXPECT_EQ(ckpt.chosen, 0);
-  // Without one requested, the plain rows have none and the "+ checkpointing" rows full.
+  // Without one requested, the plain rows have none, the "+ selective" rows selective and the
+  // "+ checkpointing" rows full.
   const FitRecommendation plain = recommend_configuration(model_, 8, z0, Precision::kBf16, 1, 2048,
                                                           1, {}, int64_t{4096} * kGiB);
-  ASSERT_EQ(plain.candidates.size(), 8u);
-  for (const FitCandidate& c : plain.candidates)
-    EXPECT_EQ(c.ac.every, c.label.find("checkpointing") == std::string::npos ? 0 : 1) << c.label;
+  ASSERT_EQ(plain.candidates.size(), 10u);
+  for (const FitCandidate& c : plain.candidates) {
+    const bool selective = c.label.find("selective") != std::string::npos;
+    EXPECT_EQ(c.ac.selective, selective) << c.label;
+    EXPECT_EQ(c.ac.every, selective || c.label.find("checkpointing") == std::string::npos ? 0 : 1)
+        << c.label;
+  }
+  // A selective policy requested: every row keeps it, as with full.
+  ActivationCheckpointing selective;
+  selective.selective = true;
+  const FitRecommendation kept = recommend_configuration(model_, 8, z0, Precision::kBf16, 1, 2048,
+                                                         1, selective, int64_t{4096} * kGiB);
+  ASSERT_EQ(kept.candidates.size(), std::size(labels));
+  for (const FitCandidate& c : kept.candidates) EXPECT_TRUE(c.ac.selective) << c.label;
   // Larger devices never need a higher rung.
   ZeroConfig z;
   int last = 1 << 30;

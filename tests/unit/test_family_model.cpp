@@ -91,6 +91,9 @@ TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithBiasesAndQkNorms) {
     EXPECT_EQ(recomputed.grads, stored.grads);
     const Pass every_other = run_pass(c, {2, false}, storage);
     EXPECT_EQ(every_other.grads, stored.grads);
+    const Pass selective = run_pass(c, {0, false, true}, storage);
+    EXPECT_EQ(selective.loss, stored.loss);
+    EXPECT_EQ(selective.grads, stored.grads);
   }
   // bf16 storage rounds each activation to 8 bits of mantissa: near fp32, not equal to it.
   const Pass f32 = run_pass(c, {}, DType::kFloat32), b16 = run_pass(c, {}, DType::kBf16);

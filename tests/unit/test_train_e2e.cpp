@@ -161,6 +161,16 @@ TEST_F(TrainE2E, EveryZeroStageGivesTheSameLossesAtOneRank) {
     else
       EXPECT_EQ(losses, reference) << "stage " << stage;
   }
+  // Selective checkpointing from the command line: the same bits, and run.json names it.
+  const RunResult selective = train("selective",
+                                    "--precision fp32 --micro-batch 2 --grad-accum 2 --zero-stage "
+                                    "3 --reduce-bucket-size 5000 --activation-checkpointing "
+                                    "selective",
+                                    3);
+  ASSERT_EQ(selective.exit_code, 0) << selective.output;
+  EXPECT_EQ(loss_strings(path("selective/metrics.jsonl")), reference);
+  std::ifstream run_in(path("selective/run.json"));
+  EXPECT_EQ(nlohmann::json::parse(run_in)["config"]["activation_checkpointing"], "selective");
 }
 
 TEST_F(TrainE2E, NonFiniteLossStopsWithoutFinalModel) {
@@ -205,6 +215,8 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
       {"--preset tiny " + base + " --allgather-bucket-size -1", "--allgather-bucket-size"},
       {"--preset tiny " + base + " --activation-checkpointing every:x", "every:x"},
       {"--preset tiny " + base + " --activation-checkpointing some", "some"},
+      {"--preset tiny " + base + " --activation-checkpointing selective --cpu-checkpointing",
+       "'selective' keeps none"},
       {"--preset tiny " + base + " --precision fp8", "fp8"},
       {"--preset tiny " + base + " --lr-schedule OneCycle", "--lr-schedule: unknown schedule"},
       {"--preset tiny " + base + " --warmup-type exp", "--warmup-type: unknown warmup type"},
