@@ -35,6 +35,9 @@
 #                and fused with fp32 activations, fused + bf16, fp16 on its defaults; stage 3 with full activation
 #                checkpointing (GEMM + fp32, and fused + bf16); tokens/s, TFLOP/s, MFU, peak device
 #                memory (mean of the steps after the first)
+#     profile    train --profile-steps 3:5 (CUPTI kernel times by GEMM, attention, pointwise,
+#                cross-entropy, optimizer, communication, copies, idle) on the stage-0 defaults of
+#                each of ZT_PROFILE_PRESETS (default "125m 1b"); kernel_profile.json per run
 #     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),
 #                seq 2048, micro-batch 4: PyTorch eager, torch.compile and max-autotune with bf16
 #                params (ZT_PYTORCH_MODES), cuDNN SDPA forced, each ZT_PYTORCH_REPEATS (3) times
@@ -95,13 +98,15 @@ pack() {
 # wheels (PyTorch's), else a search of the root filesystem.
 cuda_library_path() {
   local dirs=() d
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    /usr/local/cuda/extras/CUPTI/lib64; do
     [ -d "$d" ] && dirs+=("$d")
   done
   while IFS= read -r d; do [ -d "$d" ] && dirs+=("$d"); done < <(
     "$python" - 2>/dev/null <<'PY'
 import importlib, os
-for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cudnn"):
+for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cudnn",
+             "nvidia.cuda_cupti"):
     try:
         for p in importlib.import_module(name).__path__:
             print(os.path.join(p, "lib"))
@@ -385,6 +390,12 @@ run_part_train() {
     train_run "$preset stage 3 + full checkpointing $backend" "$work/train_${preset}_s3" \
       --preset "$preset" --zero-stage 3 --activation-checkpointing full --steps "$steps" \
       --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --attention gemm --activations fp32
+    # Selective checkpointing (the norms and SwiGLU recomputed, the GEMM outputs kept) at stage 3
+    # on the defaults: issue 43's 1b target row.
+    train_run "$preset stage 3 + selective checkpointing defaults $backend" \
+      "$work/train_${preset}_s3_selective" --preset "$preset" --zero-stage 3 \
+      --activation-checkpointing selective --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
+      --seq-len "$seq"
     if [ "$backend" = cuda ]; then
       train_run \
         "$preset stage 3 + full checkpointing, fused attention + bf16 activations $backend" \
@@ -392,6 +403,36 @@ run_part_train() {
         --activation-checkpointing full --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
         --seq-len "$seq" --attention fused --activations bf16
     fi
+  done
+}
+
+# Kernel-time profiles (train --profile-steps, CUPTI): each preset of ZT_PROFILE_PRESETS (default
+# "125m 1b") on its stage-0 defaults, steps 3..5 of 6 recorded; kernel_profile.json into the
+# evidence and one line of shares per run into the summary. CUDA only.
+run_part_profile() {
+  local preset run
+  if [ "$backend" != cuda ]; then
+    say "profile: skipped (the kernel profiler needs the CUDA backend)"
+    return 0
+  fi
+  for preset in ${ZT_PROFILE_PRESETS:-125m 1b}; do
+    run=$work/profile_${preset}
+    train_run "$preset stage 0 defaults, kernel profile $backend" "$run" --preset "$preset" \
+      --zero-stage 0 --steps 6 --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
+      --profile-steps 3:5
+    [ -f "$run/kernel_profile.json" ] || {
+      say "$preset kernel profile: none written"
+      continue
+    }
+    cp "$run/kernel_profile.json" "$evidence/runs/$(basename "$run")/"
+    "$python" - "$preset" "$run/kernel_profile.json" <<'PY' | tee -a "$summary"
+import json, sys
+p = json.load(open(sys.argv[2]))
+shares = ", ".join(f"{k} {100 * v['share']:.1f}%" for k, v in p["categories"].items())
+print(f"{sys.argv[1]} kernel profile: {p['per_step_ms']:.1f} ms/step; {shares}; "
+      f"{p['distinct_kernels']} kernels, dropped {p['dropped_records']}")
+PY
+    pack_evidence
   done
 }
 
@@ -540,7 +581,7 @@ timeout 120 "$B/libexec/zerotrain" prepare-data --text "$dir/inputs/data/sample.
 parts=${parts//preflight/}
 for part in ${parts//,/ }; do
   case $part in
-    tests | sanitize | train | pytorch | masking | offload | big)
+    tests | sanitize | train | profile | pytorch | masking | offload | big)
       "run_part_$part" >>"$evidence/$part.log" 2>&1
       pack_evidence
       ;;

@@ -1,7 +1,7 @@
 # zt_cuda: every source in a folder named `cuda` under src/ (docs/ARCHITECTURE.md): the CUDA
 # backend (src/backend/cuda), the device communicators (src/comm/cuda: the staged MPI one, and the
 # NCCL one when NCCL is found, files nccl_*), the cuDNN fused attention (files cudnn_*, when cuDNN
-# and its frontend headers are found) and the CUDA error checks (src/util/cuda). Included
+# and its frontend headers are found), the CUPTI kernel profiler (files cupti_*, when CUPTI is found) and the CUDA error checks (src/util/cuda). Included
 # by the top-level CMakeLists only when nvcc was found (ZEROTRAIN_HAVE_CUDA); zt_core leaves
 # these folders out.
 #   .cu   device code, nvcc, C++17, sm_80 + sm_90a, warnings are errors
@@ -17,6 +17,9 @@ file(GLOB ZT_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*/cuda/*.c
 set(ZT_NCCL_SOURCES ${ZT_CUDA_SOURCES})
 list(FILTER ZT_NCCL_SOURCES INCLUDE REGEX "/cuda/nccl_[^/]*$")
 list(FILTER ZT_CUDA_SOURCES EXCLUDE REGEX "/cuda/nccl_[^/]*$")
+set(ZT_CUPTI_SOURCES ${ZT_CUDA_SOURCES})
+list(FILTER ZT_CUPTI_SOURCES INCLUDE REGEX "/cuda/cupti_[^/]*$")
+list(FILTER ZT_CUDA_SOURCES EXCLUDE REGEX "/cuda/cupti_[^/]*$")
 set(ZT_CUDNN_SOURCES ${ZT_CUDA_SOURCES})
 list(FILTER ZT_CUDNN_SOURCES INCLUDE REGEX "/cuda/cudnn_[^/]*$")
 list(FILTER ZT_CUDA_SOURCES EXCLUDE REGEX "/cuda/cudnn_[^/]*$")
@@ -69,3 +72,20 @@ else()
 endif()
 message(STATUS "zerotrain cuDNN fused attention: ${ZEROTRAIN_HAVE_CUDNN} (${CUDNN_LIBRARY}, "
   "frontend ${ZEROTRAIN_CUDNN_FRONTEND_DIR})")
+
+# ---- CUPTI kernel profiler (backend/cuda/cupti_*: `train --profile-steps`) ----
+# Only cupti.h is needed here: the library is loaded at run time (dlopen) when a profile is asked
+# for, so zerotrain starts where CUDA has no CUPTI. Without the header, --profile-steps is refused
+# with the reason.
+find_path(CUPTI_INCLUDE_DIR cupti.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include
+  /usr/local/cuda/extras/CUPTI/include)
+if(CUPTI_INCLUDE_DIR)
+  set(ZEROTRAIN_HAVE_CUPTI ON)
+  target_sources(zt_cuda PRIVATE ${ZT_CUPTI_SOURCES})
+  target_include_directories(zt_cuda PRIVATE ${CUPTI_INCLUDE_DIR})
+  target_link_libraries(zt_cuda PUBLIC ${CMAKE_DL_LIBS})
+  target_compile_definitions(zt_cuda PUBLIC ZEROTRAIN_HAVE_CUPTI=1)
+else()
+  set(ZEROTRAIN_HAVE_CUPTI OFF)
+endif()
+message(STATUS "zerotrain CUPTI kernel profiler: ${ZEROTRAIN_HAVE_CUPTI} (${CUPTI_INCLUDE_DIR})")

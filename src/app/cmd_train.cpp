@@ -24,6 +24,7 @@
 #include "app/deepspeed_config.h"
 #include "app/engine_device.h"
 #include "app/error_report.h"
+#include "app/kernel_profiling.h"
 #include "app/run_agreement.h"
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
@@ -479,6 +480,8 @@ int run_training(TrainOptions o) {
     write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac,
                    device.attention_kernel, !in.resume_dir.empty());
     if (in.lock) in.lock->keep();  // the run has begun writing into --out
+    StepProfiling profiling(*backend, parse_profile_steps(o.profile_steps, o.steps), o.out,
+                            is_root);
     RunRecorder recorder(comm, data_comm, memory,
                          {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
                           checkpointing.resumed_metrics_line(), start.tokens_seen,
@@ -495,8 +498,10 @@ int run_training(TrainOptions o) {
       recorder.data_ready();
       // fp16: a step skipped on overflow does not advance the schedule (as in DeepSpeed).
       const float lr = learning_rate_at(o.optim, step - engine.skipped_steps(), o.steps);
+      profiling.before_step(step);
       const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step,
                                                 sampler.counted_targets(), sampler.doc_starts());
+      profiling.after_step(step);
       if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
         std::cerr << "zerotrain train: warning: step " << step
                   << ": no target of the global batch counts (the loss mask is 0 there, or each "

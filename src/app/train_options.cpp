@@ -8,6 +8,7 @@
 
 #include "app/cli.h"
 #include "app/engine_device.h"
+#include "app/kernel_profiling.h"
 #include "io/fs_util.h"
 #include "model/config.h"
 #include "util/decimal.h"
@@ -64,6 +65,7 @@ void validate_settings(const TrainOptions& o) {
   check_count(o.eval_batches, 0, "eval-batches", kCommand);
   check_count(o.log_every, 0, "log-every", kCommand);
   check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
+  parse_profile_steps(o.profile_steps, o.steps);
   check_count(o.optim.warmup_steps, 0, "warmup-steps", kCommand);
   check_count(o.optim.schedule_steps, 0, "schedule-steps", kCommand);
   check_positive(o.optim.lr, "lr", kCommand);
@@ -195,6 +197,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"eval_batches", eval_batches},
           {"log_every", log_every},
           {"save_consolidated_every", save_consolidated_every},
+          {"profile_steps", profile_steps},
           {"save_every", checkpoint.save_every},
           {"keep_last", checkpoint.keep_last},
           {"resume", checkpoint.resume}};
@@ -264,6 +267,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("save-consolidated-every",
       po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
       "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
+  add("profile-steps", po::value(&o.profile_steps),
+      "A:B (or A): record the device's kernels over steps A..B (CUDA, through CUPTI) and write "
+      "OUT/kernel_profile.json, time by GEMM, attention, pointwise, cross-entropy, optimizer, "
+      "communication, copies and idle");
   add_trainable_options(opts, &o.trainable, &o.freeze);
   add_checkpoint_options(opts, o.checkpoint);
   po::options_description testing("testing (fault injection)");

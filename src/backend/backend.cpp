@@ -27,6 +27,12 @@ void Backend::from_fp16(float*, const uint16_t*, int64_t) {
   fail("the " + name() + " backend does not store fp16 (the CPU and CUDA backends do)");
 }
 
+std::unique_ptr<KernelProfiler> Backend::make_kernel_profiler() {
+  fail("--profile-steps: the " + name() +
+       " backend has no kernel profiler (it records CUDA kernels through CUPTI: use --backend "
+       "cuda, on a build that found CUPTI)");
+}
+
 void Backend::round_to_16bit(DType dtype, uint16_t* out, const float* in, int64_t n) {
   ZT_CHECK(dtype == DType::kBf16 || dtype == DType::kFloat16,
            std::string("round_to_16bit: not a 16-bit float type: ") + dtype_name(dtype));

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/kernel_profile.h"
 #include "backend/phase_timeline.h"
 #include "backend/rope.h"
 #include "util/bf16.h"
@@ -200,6 +201,9 @@ class Backend {
   virtual int64_t scratch_bytes() const { return 0; }
   // Marks in this backend's issue order, timed as the device passes them (host clock here).
   virtual PhaseTimeline& timeline() { return host_timeline_; }
+  // A recorder of this backend's device activity (`train --profile-steps`); throws zt::Error
+  // saying why where there is none (the CPU backend; a CUDA build without CUPTI).
+  virtual std::unique_ptr<KernelProfiler> make_kernel_profiler();
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
   virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
   // IEEE fp16 (--precision fp16): round to nearest even, ±inf beyond 65504 (util/bf16.h's

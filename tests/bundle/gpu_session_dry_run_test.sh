@@ -24,7 +24,7 @@ run_session() {  # run_session PACK OUT
     ZT_BIG_REFERENCE=1 ZT_SEQ_LEN=32 ZT_STEPS=2 ZT_BIG_STEPS=2 ZT_MICRO_BATCH=2 \
     ZT_PYTHON=/usr/bin/python3 ZT_CALL_SECONDS=540 ZT_STEP_SECONDS=240 \
     bash "$1/bench/gpu_session.sh" --run "$1" "$2" \
-    preflight,tests,sanitize,train,pytorch,masking,offload,big
+    preflight,tests,sanitize,train,profile,pytorch,masking,offload,big
 }
 
 if [ "${1:-}" = "--hidden" ]; then  # inside `unshare -m`: hide, check the control, run
@@ -84,7 +84,9 @@ wants=('^preflight: ldd finds every library of the bundle' '^commit: [0-9a-f]{40
   '^ 2 none ' '^ 2 optimizer cpu ' '^big: host memory needed'
   '^best tokens/s: off [0-9.]+, on [0-9.]+; on/off [0-9.]+'
   'tiny stage 2 \+ full checkpointing \+ optimizer cpu \(cpu\): [0-9]* tokens/s'
-  'tiny stage 0 \+ full checkpointing, no offload \(cpu\): [0-9]* tokens/s')
+  'tiny stage 0 \+ full checkpointing, no offload \(cpu\): [0-9]* tokens/s'
+  'tiny stage 3 \+ selective checkpointing defaults cpu: [0-9]* tokens/s'
+  '^profile: skipped \(the kernel profiler needs the CUDA backend\)')
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   wants+=('ratio zerotrain gemm / pytorch eager: [0-9.]+')
 fi

@@ -217,6 +217,8 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
       {"--preset tiny " + base + " --activation-checkpointing some", "some"},
       {"--preset tiny " + base + " --activation-checkpointing selective --cpu-checkpointing",
        "'selective' keeps none"},
+      {"--preset tiny " + base + " --profile-steps 2:1", "--profile-steps: expected A or A:B"},
+      {"--preset tiny " + base + " --profile-steps 1:2", "backend has no kernel profiler"},
       {"--preset tiny " + base + " --precision fp8", "fp8"},
       {"--preset tiny " + base + " --lr-schedule OneCycle", "--lr-schedule: unknown schedule"},
       {"--preset tiny " + base + " --warmup-type exp", "--warmup-type: unknown warmup type"},

@@ -14,6 +14,9 @@
 #include "backend/adam_constants.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_attention.h"
+#if ZEROTRAIN_HAVE_CUPTI
+#include "backend/cuda/cupti_kernel_profiler.h"
+#endif
 #if ZEROTRAIN_HAVE_CUDNN
 #include "backend/cuda/cudnn_attention.h"
 #endif
@@ -164,6 +167,13 @@ int64_t CudaBackend::scratch_bytes() const {
 }
 PhaseTimeline& CudaBackend::timeline() {
   return *state_->timeline;
+}
+std::unique_ptr<KernelProfiler> CudaBackend::make_kernel_profiler() {
+#if ZEROTRAIN_HAVE_CUPTI
+  return make_cupti_kernel_profiler();
+#else
+  return Backend::make_kernel_profiler();
+#endif
 }
 void* CudaBackend::stream_handle() const {
   return state_->stream;

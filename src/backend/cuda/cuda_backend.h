@@ -166,6 +166,8 @@ class CudaBackend final : public Backend {
   int64_t scratch_bytes() const override;
   // CUDA events on the stream (cuda_event_timeline.h).
   PhaseTimeline& timeline() override;
+  // CUPTI's activity records (cupti_kernel_profiler.h); refused on a build without CUPTI.
+  std::unique_ptr<KernelProfiler> make_kernel_profiler() override;
   // The cudaStream_t every op runs on (as void*, to keep CUDA headers out of this header).
   void* stream_handle() const;
   int device() const;

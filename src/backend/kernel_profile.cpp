@@ -1,0 +1,170 @@
+#include "backend/kernel_profile.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "util/error.h"
+
+namespace zt {
+
+const char* kernel_category_name(KernelCategory c) {
+  switch (c) {
+    case KernelCategory::kGemm:
+      return "gemm";
+    case KernelCategory::kAttention:
+      return "attention";
+    case KernelCategory::kPointwise:
+      return "pointwise";
+    case KernelCategory::kCrossEntropy:
+      return "cross_entropy";
+    case KernelCategory::kOptimizer:
+      return "optimizer";
+    case KernelCategory::kCommunication:
+      return "communication";
+    case KernelCategory::kCopies:
+      return "copies";
+    case KernelCategory::kOther:
+      return "other";
+  }
+  return "other";
+}
+
+KernelCategory classify_kernel(std::string_view name) {
+  auto has = [&](std::string_view part) { return name.find(part) != std::string_view::npos; };
+  auto any = [&](std::initializer_list<std::string_view> parts) {
+    return std::any_of(parts.begin(), parts.end(), has);
+  };
+  if (has("cross_entropy")) return KernelCategory::kCrossEntropy;
+  // cuDNN's generated SDPA kernels, flash/fmha from other libraries, and our GEMM path's
+  // softmax and its statistics transpose.
+  if (any({"sdpa", "attention", "flash_fprop", "flash_bprop", "fmha", "flash::"}))
+    return KernelCategory::kAttention;
+  // AdamW, the gradient norm's sums of squares and the gradient scaling before the update.
+  if (any({"adamw", "sum_squares", "ScaleInPlace"})) return KernelCategory::kOptimizer;
+  if (any({"nccl", "rank_tree_add"})) return KernelCategory::kCommunication;
+  if (any({"nvjet", "gemm", "gemv", "cutlass", "splitKreduce", "cublasLt::", "cublas"}))
+    return KernelCategory::kGemm;
+  if (any({"elementwise_kernel", "rmsnorm", "rope", "swiglu", "bias_", "embedding_", "column_sum",
+           "Convert", "AddInPlace"}))
+    return KernelCategory::kPointwise;
+  return KernelCategory::kOther;
+}
+
+KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activities,
+                                       uint64_t window_start_ns, uint64_t window_end_ns,
+                                       int64_t steps) {
+  ZT_CHECK(window_end_ns >= window_start_ns, "kernel profile: the window ends before it starts");
+  KernelProfile p;
+  p.steps = steps;
+  p.window_ns = window_end_ns - window_start_ns;
+  std::map<std::string, KernelProfile::Row> by_name;
+  std::vector<std::pair<uint64_t, uint64_t>> intervals;
+  for (const DeviceActivity& a : activities) {
+    const uint64_t start = std::max(a.start_ns, window_start_ns);
+    const uint64_t end = std::min(a.end_ns, window_end_ns);
+    if (end <= start) continue;  // outside the window (or empty)
+    const KernelCategory c =
+        a.kind == DeviceActivity::Kind::kKernel ? classify_kernel(a.name) : KernelCategory::kCopies;
+    KernelProfile::Row& row = by_name[a.name];
+    row.name = a.name;
+    row.category = c;
+    row.calls += 1;
+    row.total_ns += end - start;
+    KernelProfile::CategoryTotal& total = p.categories[static_cast<size_t>(c)];
+    total.calls += 1;
+    total.total_ns += end - start;
+    intervals.emplace_back(start, end);
+  }
+  // busy: the union of the intervals, overlapping time (concurrent streams) counted once.
+  std::sort(intervals.begin(), intervals.end());
+  uint64_t covered_until = window_start_ns;
+  for (const auto& [start, end] : intervals) {
+    const uint64_t from = std::max(start, covered_until);
+    if (end > from) p.busy_ns += end - from;
+    covered_until = std::max(covered_until, end);
+  }
+  for (auto& [name, row] : by_name) p.rows.push_back(std::move(row));
+  std::stable_sort(p.rows.begin(), p.rows.end(),
+                   [](const auto& a, const auto& b) { return a.total_ns > b.total_ns; });
+  return p;
+}
+
+namespace {
+
+double ms(uint64_t ns) {
+  return static_cast<double>(ns) * 1e-6;
+}
+
+double share(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole);
+}
+
+}  // namespace
+
+std::string kernel_profile_json(const KernelProfile& p, int top_kernels) {
+  nlohmann::ordered_json j;
+  j["steps"] = p.steps;
+  j["window_ms"] = ms(p.window_ns);
+  j["busy_ms"] = ms(p.busy_ns);
+  j["idle_ms"] = ms(p.idle_ns());
+  j["per_step_ms"] = p.steps > 0 ? ms(p.window_ns) / static_cast<double>(p.steps) : 0.0;
+  nlohmann::ordered_json categories = nlohmann::ordered_json::object();
+  for (int c = 0; c < kNumKernelCategories; ++c) {
+    const KernelProfile::CategoryTotal& t = p.categories[static_cast<size_t>(c)];
+    categories[kernel_category_name(static_cast<KernelCategory>(c))] = {
+        {"ms", ms(t.total_ns)}, {"calls", t.calls}, {"share", share(t.total_ns, p.window_ns)}};
+  }
+  categories["idle"] = {{"ms", ms(p.idle_ns())}, {"share", share(p.idle_ns(), p.window_ns)}};
+  j["categories"] = categories;
+  nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < p.rows.size() && static_cast<int>(i) < top_kernels; ++i) {
+    const KernelProfile::Row& r = p.rows[i];
+    kernels.push_back({{"name", r.name},
+                       {"category", kernel_category_name(r.category)},
+                       {"ms", ms(r.total_ns)},
+                       {"calls", r.calls}});
+  }
+  j["kernels"] = kernels;
+  j["distinct_kernels"] = p.rows.size();
+  j["dropped_records"] = p.dropped_records;
+  return j.dump(2) + "\n";
+}
+
+std::string kernel_profile_table(const KernelProfile& p, int top_kernels) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "kernel profile: %lld step(s), window %.3f ms (%.3f ms/step), busy %.3f ms\n",
+                static_cast<long long>(p.steps), ms(p.window_ns),
+                p.steps > 0 ? ms(p.window_ns) / static_cast<double>(p.steps) : 0.0, ms(p.busy_ns));
+  out += line;
+  out += "category          ms/step   share    calls/step\n";
+  const double steps = static_cast<double>(std::max<int64_t>(1, p.steps));
+  for (int c = 0; c < kNumKernelCategories; ++c) {
+    const KernelProfile::CategoryTotal& t = p.categories[static_cast<size_t>(c)];
+    std::snprintf(line, sizeof line, "%-16s %9.3f  %5.1f%%  %11.1f\n",
+                  kernel_category_name(static_cast<KernelCategory>(c)), ms(t.total_ns) / steps,
+                  100.0 * share(t.total_ns, p.window_ns), static_cast<double>(t.calls) / steps);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%-16s %9.3f  %5.1f%%\n", "idle", ms(p.idle_ns()) / steps,
+                100.0 * share(p.idle_ns(), p.window_ns));
+  out += line;
+  out += "longest kernels (ms/step, calls/step, category, name):\n";
+  for (size_t i = 0; i < p.rows.size() && static_cast<int>(i) < top_kernels; ++i) {
+    const KernelProfile::Row& r = p.rows[i];
+    std::snprintf(line, sizeof line, "  %9.3f %7.1f  %-13s %.160s\n", ms(r.total_ns) / steps,
+                  static_cast<double>(r.calls) / steps, kernel_category_name(r.category),
+                  r.name.c_str());
+    out += line;
+  }
+  if (p.dropped_records > 0)
+    out += "warning: the profiler dropped " + std::to_string(p.dropped_records) +
+           " record(s); the figures above miss them\n";
+  return out;
+}
+
+}  // namespace zt

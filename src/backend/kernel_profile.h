@@ -1,0 +1,94 @@
+// A device's kernel-time profile over a window of training steps (`train --profile-steps A:B`,
+// docs/gpu.md): the activities a profiler recorded (kernels, copies, memsets), each kernel put in
+// the category the step's time is read by, and the window's busy and idle time. The profiler
+// itself is the backend's (CUPTI on CUDA, backend/cuda/cupti_kernel_profiler.h); this part is
+// plain host code, so the grouping and the arithmetic are tested without a GPU.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zt {
+
+// What the device did for an interval of its clock (nanoseconds).
+struct DeviceActivity {
+  enum class Kind { kKernel, kCopy, kMemset };
+  Kind kind = Kind::kKernel;
+  std::string name;  // a kernel's demangled name; "memcpy HtoD" etc. for copies
+  uint64_t start_ns = 0, end_ns = 0;
+  int64_t bytes = 0;  // copies and memsets
+};
+
+// The groups a step's device time is read by. kCopies holds copies and memsets; kOther every
+// kernel no rule names (its names are listed, so a new library kernel shows up there).
+enum class KernelCategory {
+  kGemm,
+  kAttention,
+  kPointwise,
+  kCrossEntropy,
+  kOptimizer,
+  kCommunication,
+  kCopies,
+  kOther
+};
+inline constexpr int kNumKernelCategories = 8;
+const char* kernel_category_name(KernelCategory c);
+
+// The category of a kernel by its (demangled) name: zerotrain's own kernels by name, cuBLASLt's
+// (nvjet_*, *_xmma_gemm_*, cutlass*, splitKreduce), cuDNN's fused attention
+// (cudnn_generated_*sdpa*) and NCCL's (nccl*). Case-sensitive substrings, checked in a fixed
+// order (cross-entropy, attention, optimizer, communication, GEMM, pointwise).
+KernelCategory classify_kernel(std::string_view name);
+
+struct KernelProfile {
+  struct Row {
+    std::string name;
+    KernelCategory category = KernelCategory::kOther;
+    int64_t calls = 0;
+    uint64_t total_ns = 0;
+  };
+  struct CategoryTotal {
+    int64_t calls = 0;
+    uint64_t total_ns = 0;
+  };
+  int64_t steps = 0;
+  uint64_t window_ns = 0;  // from the profiler's start to its stop
+  uint64_t busy_ns = 0;    // the union of every activity's interval within the window
+  uint64_t idle_ns() const { return window_ns - busy_ns; }
+  std::array<CategoryTotal, kNumKernelCategories> categories{};
+  std::vector<Row> rows;  // one per distinct name, the longest total first
+  int64_t dropped_records = 0;
+};
+
+// Sums the activities inside [window_start_ns, window_end_ns] (each clipped to it) over `steps`
+// steps. Category totals add durations, so activities on concurrent streams can make them sum to
+// more than busy_ns; busy_ns counts overlapping time once.
+KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activities,
+                                       uint64_t window_start_ns, uint64_t window_end_ns,
+                                       int64_t steps);
+
+// {steps, window_ms, busy_ms, idle_ms, per_step_ms, categories: {name: {ms, calls, share}},
+//  kernels: [{name, category, ms, calls}] (the `top_kernels` longest), dropped_records}; share is
+// of the window. Returned as JSON text.
+std::string kernel_profile_json(const KernelProfile& p, int top_kernels = 40);
+// The same as a fixed-width table: categories, idle, then the top kernels.
+std::string kernel_profile_table(const KernelProfile& p, int top_kernels = 15);
+
+// Records device activity between start() and stop(); a backend makes one (Backend::
+// make_kernel_profiler). stop() waits for the device, so the window holds every op issued.
+class KernelProfiler {
+ public:
+  virtual ~KernelProfiler() = default;
+  virtual void start() = 0;
+  // The activities since start(), and the window's ends on the activities' clock.
+  struct Recording {
+    std::vector<DeviceActivity> activities;
+    uint64_t window_start_ns = 0, window_end_ns = 0;
+    int64_t dropped_records = 0;
+  };
+  virtual Recording stop() = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,48 @@
+// The CUPTI kernel profiler (train --profile-steps) on a GPU: it records the backend's GEMMs,
+// its own kernels and the copies between start() and stop(), each in its category, within a
+// window that holds them, and records nothing outside that window.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/kernel_profile.h"
+#include "gpu_test_util.h"
+
+namespace zt::gpu_test {
+namespace {
+
+TEST(CudaKernelProfile, RecordsTheBackendsKernelsAndCopiesInTheirCategories) {
+  auto gpu = make_cuda_backend(0);
+  const int64_t M = 256, N = 512, K = 384;
+  DeviceBuffer<float> x(random_floats(M * K, 1)), w(random_floats(N * K, 2)), y(M * N);
+  gpu->matmul_forward(y.get(), x.get(), w.get(), M, N, K);  // before the window: not recorded
+  gpu->synchronize();
+  std::unique_ptr<KernelProfiler> profiler = gpu->make_kernel_profiler();
+  for (int round = 0; round < 2; ++round) {  // a profiler records more than one window
+    profiler->start();
+    gpu->matmul_forward(y.get(), x.get(), w.get(), M, N, K);
+    gpu->matmul_forward(y.get(), x.get(), w.get(), M, N, K);
+    gpu->scale_inplace(y.get(), 0.5f, M * N);
+    x.upload(random_floats(M * K, 3));  // a host-to-device copy
+    gpu->synchronize();
+    const KernelProfiler::Recording r = profiler->stop();
+    const KernelProfile p =
+        summarize_kernel_profile(r.activities, r.window_start_ns, r.window_end_ns, 1);
+    auto of = [&](KernelCategory c) { return p.categories[static_cast<size_t>(c)]; };
+    EXPECT_GE(of(KernelCategory::kGemm).calls, 2) << kernel_profile_table(p);
+    EXPECT_EQ(of(KernelCategory::kOptimizer).calls, 1) << kernel_profile_table(p);
+    EXPECT_GE(of(KernelCategory::kCopies).calls, 1) << kernel_profile_table(p);
+    EXPECT_EQ(of(KernelCategory::kOther).calls, 0) << kernel_profile_table(p);
+    EXPECT_GT(p.busy_ns, 0u);
+    EXPECT_LE(p.busy_ns, p.window_ns);
+    EXPECT_EQ(r.dropped_records, 0);
+    for (const DeviceActivity& a : r.activities) {
+      EXPECT_GE(a.start_ns, r.window_start_ns) << a.name;
+      EXPECT_LE(a.end_ns, r.window_end_ns) << a.name;
+    }
+    std::printf("round %d:\n%s", round, kernel_profile_table(p).c_str());
+  }
+}
+
+}  // namespace
+}  // namespace zt::gpu_test
