@@ -4,7 +4,7 @@
 #                                                                  --array: example.csv, 1-3)
 # The file is CSV with a header naming exactly these columns, in any order:
 #   stage (0-3), nodes, gpus (ranks per node), micro_batch, grad_accum (positive integers),
-#   checkpointing (none | full | every:K), offload (none | cpu | nvme)
+#   checkpointing (none | selective | full | every:K), offload (none | cpu | nvme)
 # Blank lines and lines starting with # are ignored. The allocation must hold the largest row
 # (sbatch --nodes / --ntasks-per-node / --gpus-per-node); each task starts a job step of its
 # row's nodes × gpus ranks. Every task checks the whole file first: an unknown column or value

@@ -218,7 +218,8 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
                                                       "nvme_path",
                                                       "offload_buffer_count",
                                                       "host_adam",
-                                                      "offload_optimizer_overlap"};
+                                                      "offload_optimizer_overlap",
+                                                      "profile_steps"};
   // With the delayed update, a save applies the update held back: where saves fall is part of
   // the trajectory.
   if ((key == "save_every" || key == "save_consolidated_every") &&
@@ -433,6 +434,14 @@ int run_training(TrainOptions o) {
     run_collectively(comm, [&] { check_device_memory_limit(o, estimate, world, scratch); });
   MemoryTracker memory(backend->device_memory());
   memory.set_device_limit(device_memory_limit_bytes(o), scratch);
+  // --profile-steps: the profiler made (CUPTI loaded) on every rank before anything is written,
+  // so a backend or host without one fails the start on every rank alike.
+  std::unique_ptr<StepProfiling> profiling;
+  run_collectively(comm, [&] {
+    const ProfileSteps steps = parse_profile_steps(o.profile_steps, o.steps);
+    profiling = std::make_unique<StepProfiling>(
+        steps, o.out, is_root, steps.on() ? backend->make_kernel_profiler() : nullptr);
+  });
   // The engine outlives the loop's lambda, like the device: a rank-local error is reported
   // while both are alive, and ends the job (report_rank_local_errors_here).
   std::unique_ptr<ZeroEngine> engine_ptr;
@@ -480,8 +489,6 @@ int run_training(TrainOptions o) {
     write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac,
                    device.attention_kernel, !in.resume_dir.empty());
     if (in.lock) in.lock->keep();  // the run has begun writing into --out
-    StepProfiling profiling(*backend, parse_profile_steps(o.profile_steps, o.steps), o.out,
-                            is_root);
     RunRecorder recorder(comm, data_comm, memory,
                          {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
                           checkpointing.resumed_metrics_line(), start.tokens_seen,
@@ -498,10 +505,10 @@ int run_training(TrainOptions o) {
       recorder.data_ready();
       // fp16: a step skipped on overflow does not advance the schedule (as in DeepSpeed).
       const float lr = learning_rate_at(o.optim, step - engine.skipped_steps(), o.steps);
-      profiling.before_step(step);
+      profiling->before_step(step);
       const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step,
                                                 sampler.counted_targets(), sampler.doc_starts());
-      profiling.after_step(step);
+      profiling->after_step(step);
       if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
         std::cerr << "zerotrain train: warning: step " << step
                   << ": no target of the global batch counts (the loss mask is 0 there, or each "

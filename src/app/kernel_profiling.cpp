@@ -31,31 +31,60 @@ ProfileSteps parse_profile_steps(const std::string& text, int64_t steps) {
   return p;
 }
 
-StepProfiling::StepProfiling(Backend& backend, ProfileSteps steps, std::string out_dir,
-                             bool records)
-    : steps_(steps), out_dir_(std::move(out_dir)), records_(records) {
-  if (steps_.on()) profiler_ = backend.make_kernel_profiler();
+StepProfiling::StepProfiling(ProfileSteps steps, std::string out_dir, bool records,
+                             std::unique_ptr<KernelProfiler> profiler)
+    : steps_(steps),
+      out_dir_(std::move(out_dir)),
+      records_(records),
+      profiler_(std::move(profiler)) {
+  ZT_CHECK(!steps_.on() || profiler_, "--profile-steps: no kernel profiler");
+}
+
+StepProfiling::~StepProfiling() {
+  if (started_at_ > 0)
+    std::cerr << "zerotrain train: --profile-steps " << steps_.first << ":" << steps_.last
+              << ": the run ended after step " << last_step_ << ", inside the window: no "
+              << "kernel profile written\n";
 }
 
 void StepProfiling::before_step(int64_t step) {
-  if (!records_ || !profiler_ || started_at_ > 0) return;
+  if (!records_ || !profiler_) return;
+  if (step > steps_.last && started_at_ == 0 && !said_past_) {
+    std::cerr << "zerotrain train: --profile-steps " << steps_.first << ":" << steps_.last
+              << ": those steps ran before this resume (it starts at step " << step
+              << "): no kernel profile\n";
+    said_past_ = true;
+  }
   if (step < steps_.first || step > steps_.last) return;
-  profiler_->start();
-  started_at_ = step;
+  if (started_at_ == 0) {
+    profiler_->start();
+    started_at_ = step;
+  }
+  windows_.push_back({profiler_->now(), 0});
 }
 
 void StepProfiling::after_step(int64_t step) {
-  if (started_at_ == 0 || step != steps_.last) return;
-  KernelProfiler::Recording r = profiler_->stop();
-  KernelProfile p = summarize_kernel_profile(r.activities, r.window_start_ns, r.window_end_ns,
-                                             steps_.last - started_at_ + 1);
-  p.dropped_records = r.dropped_records;
-  const std::string path = out_dir_ + "/kernel_profile.json";
-  write_text_file(path, kernel_profile_json(p));
-  std::cout << "steps " << started_at_ << ".." << steps_.last << ": " << kernel_profile_table(p)
-            << "(" << path << ")\n";
+  if (started_at_ == 0) return;
+  last_step_ = step;
+  windows_.back().end_ns = profiler_->now();
+  if (step != steps_.last) return;
+  const KernelProfiler::Recording r = profiler_->stop();
+  const int64_t first = started_at_;
   started_at_ = 0;
+  write_kernel_profile(r, windows_, first, steps_.last, out_dir_);
   profiler_.reset();
+}
+
+void write_kernel_profile(const KernelProfiler::Recording& recording,
+                          const std::vector<ProfileWindow>& windows, int64_t first, int64_t last,
+                          const std::string& out_dir) {
+  KernelProfile p = summarize_kernel_profile(recording.activities, windows, last - first + 1);
+  p.dropped_records = recording.dropped_records;
+  p.untimed_records = recording.untimed_records;
+  const std::string path = out_dir + "/kernel_profile.json";
+  write_text_file(path, kernel_profile_json(p));
+  std::cout << "steps " << first << ".." << last << ": " << kernel_profile_table(p) << "(" << path
+            << ")\n";
 }
 
 }  // namespace zt

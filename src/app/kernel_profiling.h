@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -18,15 +19,23 @@ struct ProfileSteps {
 // --profile-steps and the value.
 ProfileSteps parse_profile_steps(const std::string& text, int64_t steps);
 
-// Drives the backend's profiler around the training loop. Every rank makes one (so that a backend
-// without a profiler fails on every rank alike); rank 0 records.
+// Drives a profiler around the training loop: each step of the window is one ProfileWindow
+// (from before its train_step to after it, the device drained at both ends), so checkpoint saves,
+// logging and data loading between steps stay out of the figures. `profiler` is null when the
+// profile is off; on ranks that do not record it is made anyway (a backend without one fails on
+// every rank alike) and left idle.
 class StepProfiling {
  public:
-  StepProfiling(Backend& backend, ProfileSteps steps, std::string out_dir, bool records);
-  // Starts the recording before the first step of the window that runs (a resumed run past A
-  // starts at its first step).
+  StepProfiling(ProfileSteps steps, std::string out_dir, bool records,
+                std::unique_ptr<KernelProfiler> profiler);
+  // A run that ends inside the window says on stderr that no profile was written.
+  ~StepProfiling();
+  StepProfiling(const StepProfiling&) = delete;
+  StepProfiling& operator=(const StepProfiling&) = delete;
+  // Before a step's train_step: starts the recording at the window's first step that runs (a
+  // resumed run past A starts at its first step; past B it says so once).
   void before_step(int64_t step);
-  // Stops it after step B, then writes the profile.
+  // After it: closes the step's window; after step B, stops and writes the profile.
   void after_step(int64_t step);
 
  private:
@@ -34,7 +43,15 @@ class StepProfiling {
   std::string out_dir_;
   bool records_;
   std::unique_ptr<KernelProfiler> profiler_;
-  int64_t started_at_ = 0;
+  int64_t started_at_ = 0, last_step_ = 0;
+  bool said_past_ = false;
+  std::vector<ProfileWindow> windows_;
 };
+
+// The profile of steps `first`..`last` (their windows and the recording) as a table, and as
+// kernel_profile.json under out_dir.
+void write_kernel_profile(const KernelProfiler::Recording& recording,
+                          const std::vector<ProfileWindow>& windows, int64_t first, int64_t last,
+                          const std::string& out_dir);
 
 }  // namespace zt

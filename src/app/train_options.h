@@ -44,7 +44,7 @@ struct TrainOptions {
   int64_t eval_batches = 0;
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
-  std::string profile_steps;  // --profile-steps A:B: kernel profile of steps A..B ("" = off)
+  std::string profile_steps;   // --profile-steps A:B: kernel profile of steps A..B ("" = off)
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
   OffloadOptions offload;      // --offload-optimizer, --offload-param, --nvme-path, ...
   // --trainable / --freeze: regular expressions over tensor names (model/trainable.h).

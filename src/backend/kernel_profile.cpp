@@ -54,33 +54,42 @@ KernelCategory classify_kernel(std::string_view name) {
 }
 
 KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activities,
-                                       uint64_t window_start_ns, uint64_t window_end_ns,
-                                       int64_t steps) {
-  ZT_CHECK(window_end_ns >= window_start_ns, "kernel profile: the window ends before it starts");
+                                       const std::vector<ProfileWindow>& windows, int64_t steps) {
   KernelProfile p;
   p.steps = steps;
-  p.window_ns = window_end_ns - window_start_ns;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    ZT_CHECK(windows[w].end_ns >= windows[w].start_ns,
+             "kernel profile: window " + std::to_string(w) + " ends before it starts");
+    ZT_CHECK(w == 0 || windows[w].start_ns >= windows[w - 1].end_ns,
+             "kernel profile: window " + std::to_string(w) + " overlaps the one before");
+    p.window_ns += windows[w].end_ns - windows[w].start_ns;
+  }
   std::map<std::string, KernelProfile::Row> by_name;
   std::vector<std::pair<uint64_t, uint64_t>> intervals;
   for (const DeviceActivity& a : activities) {
-    const uint64_t start = std::max(a.start_ns, window_start_ns);
-    const uint64_t end = std::min(a.end_ns, window_end_ns);
-    if (end <= start) continue;  // outside the window (or empty)
+    uint64_t inside = 0;
+    for (const ProfileWindow& w : windows) {
+      const uint64_t start = std::max(a.start_ns, w.start_ns);
+      const uint64_t end = std::min(a.end_ns, w.end_ns);
+      if (end <= start) continue;  // outside this window (or empty)
+      inside += end - start;
+      intervals.emplace_back(start, end);
+    }
+    if (inside == 0) continue;
     const KernelCategory c =
         a.kind == DeviceActivity::Kind::kKernel ? classify_kernel(a.name) : KernelCategory::kCopies;
     KernelProfile::Row& row = by_name[a.name];
     row.name = a.name;
     row.category = c;
     row.calls += 1;
-    row.total_ns += end - start;
+    row.total_ns += inside;
     KernelProfile::CategoryTotal& total = p.categories[static_cast<size_t>(c)];
     total.calls += 1;
-    total.total_ns += end - start;
-    intervals.emplace_back(start, end);
+    total.total_ns += inside;
   }
   // busy: the union of the intervals, overlapping time (concurrent streams) counted once.
   std::sort(intervals.begin(), intervals.end());
-  uint64_t covered_until = window_start_ns;
+  uint64_t covered_until = 0;
   for (const auto& [start, end] : intervals) {
     const uint64_t from = std::max(start, covered_until);
     if (end > from) p.busy_ns += end - from;
@@ -130,6 +139,7 @@ std::string kernel_profile_json(const KernelProfile& p, int top_kernels) {
   j["kernels"] = kernels;
   j["distinct_kernels"] = p.rows.size();
   j["dropped_records"] = p.dropped_records;
+  j["untimed_records"] = p.untimed_records;
   return j.dump(2) + "\n";
 }
 
@@ -137,7 +147,7 @@ std::string kernel_profile_table(const KernelProfile& p, int top_kernels) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "kernel profile: %lld step(s), window %.3f ms (%.3f ms/step), busy %.3f ms\n",
+                "kernel profile: %lld step(s), %.3f ms in them (%.3f ms/step), busy %.3f ms\n",
                 static_cast<long long>(p.steps), ms(p.window_ns),
                 p.steps > 0 ? ms(p.window_ns) / static_cast<double>(p.steps) : 0.0, ms(p.busy_ns));
   out += line;
@@ -161,9 +171,10 @@ std::string kernel_profile_table(const KernelProfile& p, int top_kernels) {
                   r.name.c_str());
     out += line;
   }
-  if (p.dropped_records > 0)
+  if (p.dropped_records > 0 || p.untimed_records > 0)
     out += "warning: the profiler dropped " + std::to_string(p.dropped_records) +
-           " record(s); the figures above miss them\n";
+           " record(s) and recorded " + std::to_string(p.untimed_records) +
+           " kernel(s) without timestamps; the figures above miss them\n";
   return out;
 }
 

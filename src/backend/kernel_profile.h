@@ -42,6 +42,11 @@ const char* kernel_category_name(KernelCategory c);
 // order (cross-entropy, attention, optimizer, communication, GEMM, pointwise).
 KernelCategory classify_kernel(std::string_view name);
 
+// A stretch of the device clock the profile counts (one training step), [start_ns, end_ns].
+struct ProfileWindow {
+  uint64_t start_ns = 0, end_ns = 0;
+};
+
 struct KernelProfile {
   struct Row {
     std::string name;
@@ -54,40 +59,44 @@ struct KernelProfile {
     uint64_t total_ns = 0;
   };
   int64_t steps = 0;
-  uint64_t window_ns = 0;  // from the profiler's start to its stop
-  uint64_t busy_ns = 0;    // the union of every activity's interval within the window
+  uint64_t window_ns = 0;  // the windows' total length
+  uint64_t busy_ns = 0;    // the union of every activity's interval within them
   uint64_t idle_ns() const { return window_ns - busy_ns; }
   std::array<CategoryTotal, kNumKernelCategories> categories{};
   std::vector<Row> rows;  // one per distinct name, the longest total first
-  int64_t dropped_records = 0;
+  // Records the profiler lost (its buffers full) and kernels it recorded without timestamps
+  // (CUPTI short of device memory): time the figures above miss.
+  int64_t dropped_records = 0, untimed_records = 0;
 };
 
-// Sums the activities inside [window_start_ns, window_end_ns] (each clipped to it) over `steps`
-// steps. Category totals add durations, so activities on concurrent streams can make them sum to
-// more than busy_ns; busy_ns counts overlapping time once.
+// Sums the activities inside the windows (each activity clipped to them; the windows in order and
+// apart) over `steps` steps. Category totals add durations, so activities on concurrent streams
+// can make them sum to more than busy_ns; busy_ns counts overlapping time once. Throws zt::Error
+// on a window that ends before it starts or overlaps the one before.
 KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activities,
-                                       uint64_t window_start_ns, uint64_t window_end_ns,
-                                       int64_t steps);
+                                       const std::vector<ProfileWindow>& windows, int64_t steps);
 
 // {steps, window_ms, busy_ms, idle_ms, per_step_ms, categories: {name: {ms, calls, share}},
-//  kernels: [{name, category, ms, calls}] (the `top_kernels` longest), dropped_records}; share is
-// of the window. Returned as JSON text.
+//  kernels: [{name, category, ms, calls}] (the `top_kernels` longest), distinct_kernels,
+//  dropped_records, untimed_records}; share is of the windows. Returned as JSON text.
 std::string kernel_profile_json(const KernelProfile& p, int top_kernels = 40);
 // The same as a fixed-width table: categories, idle, then the top kernels.
 std::string kernel_profile_table(const KernelProfile& p, int top_kernels = 15);
 
 // Records device activity between start() and stop(); a backend makes one (Backend::
-// make_kernel_profiler). stop() waits for the device, so the window holds every op issued.
+// make_kernel_profiler).
 class KernelProfiler {
  public:
   virtual ~KernelProfiler() = default;
   virtual void start() = 0;
-  // The activities since start(), and the window's ends on the activities' clock.
+  // Waits for the device to finish what was issued, then reads the activities' clock: the ends
+  // of a window.
+  virtual uint64_t now() = 0;
   struct Recording {
     std::vector<DeviceActivity> activities;
-    uint64_t window_start_ns = 0, window_end_ns = 0;
-    int64_t dropped_records = 0;
+    int64_t dropped_records = 0, untimed_records = 0;
   };
+  // The activities since start(); waits for the device first.
   virtual Recording stop() = 0;
 };
 

@@ -87,6 +87,8 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   ZT_CHECK(is_activation_dtype(storage),
            std::string("activations cannot be stored as ") + dtype_name(storage));
   ZT_CHECK(head_chunk_rows > 0, "carve_activation_arena: head_chunk_rows must be positive");
+  ZT_CHECK(!(ac.selective && ac.every > 0),
+           "activation checkpointing: selective and full/every:K are one policy or the other");
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
   const int64_t QD = c.q_dim(), L = c.num_layers;
   ArenaCursor dev(device_base), host(host_base);

@@ -292,6 +292,18 @@ TEST_F(ZeroEngineTest, CheckpointingIsBitwiseIdentical) {
     EXPECT_EQ(plain.master, full.master) << "stage " << stage;
     EXPECT_EQ(plain.master, full_host.master) << "stage " << stage << ", on host";
   }
+  // Selective with tied embeddings, a frozen layer and fp16 storage under the loss scaler.
+  EngineOptions o;
+  o.stage = 2;
+  o.tied = true;
+  o.freeze = {"layers\\.0\\.mlp"};
+  o.precision = Precision::kFp16;
+  o.activations = DType::kFloat16;
+  const RunResult plain = run(world_, o);
+  o.ckpt_selective = true;
+  const RunResult selective = run(world_, o);
+  EXPECT_EQ(plain.losses, selective.losses) << "selective, tied, frozen, fp16";
+  EXPECT_EQ(plain.master, selective.master) << "selective, tied, frozen, fp16";
 }
 
 // One rank: every micro-batch's gradient enters the accumulator as one addition per element,

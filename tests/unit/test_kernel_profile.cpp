@@ -8,12 +8,15 @@
 // The CUPTI recording itself needs a GPU (docs/gpu.md).
 #include <cxxabi.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -120,17 +123,20 @@ DeviceActivity kernel(const std::string& name, uint64_t start, uint64_t end) {
   return a;
 }
 
-// A window [1000, 2000] ns: two GEMMs, an attention kernel overlapping the second on another
-// stream, a collective inside that GEMM's interval, a copy, a kernel begun before the window
-// (clipped) and one after it (dropped).
-TEST(KernelProfile, BusyIsTheUnionAndIdleTheRest) {
+// Two windows (two steps), [1000, 2000] and [3000, 3500] ns: two GEMMs, an attention kernel
+// overlapping the second on another stream, a collective inside that GEMM's interval, a copy, a
+// kernel begun before the first window (clipped), one between the windows (a checkpoint save's
+// copy: left out), one across the second window's start (clipped) and one after both (left out).
+TEST(KernelProfile, BusyIsTheUnionWithinTheStepsAndIdleTheRest) {
   std::vector<DeviceActivity> a = {
       kernel("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", 1100, 1300),
       kernel("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", 1400, 1600),
       kernel("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 1500, 1700),
       kernel("ncclDevKernel_AllGather_RING_LL", 1420, 1450),  // inside the second GEMM
       kernel("adamw_kernel", 900, 1050),                      // 50 ns inside
-      kernel("cross_entropy_kernel", 2100, 2200)};
+      kernel("cross_entropy_kernel", 2100, 2200),             // between the windows
+      kernel("cross_entropy_kernel", 2900, 3100),             // 100 ns inside the second
+      kernel("rmsnorm_forward_kernel", 3600, 3700)};          // after both
   DeviceActivity copy;
   copy.kind = DeviceActivity::Kind::kCopy;
   copy.name = "memcpy HtoD";
@@ -138,37 +144,119 @@ TEST(KernelProfile, BusyIsTheUnionAndIdleTheRest) {
   copy.end_ns = 1900;
   copy.bytes = 4096;
   a.push_back(copy);
-  const KernelProfile p = summarize_kernel_profile(a, 1000, 2000, 2);
-  EXPECT_EQ(p.window_ns, 1000u);
-  // [1000,1050] + [1100,1300] + [1400,1700] + [1800,1900] = 50 + 200 + 300 + 100
-  EXPECT_EQ(p.busy_ns, 650u);
-  EXPECT_EQ(p.idle_ns(), 350u);
+  copy.name = "memcpy DtoH";  // between the steps
+  copy.start_ns = 2300;
+  copy.end_ns = 2800;
+  a.push_back(copy);
+  const std::vector<ProfileWindow> windows = {{1000, 2000}, {3000, 3500}};
+  const KernelProfile p = summarize_kernel_profile(a, windows, 2);
+  EXPECT_EQ(p.window_ns, 1500u);
+  // [1000,1050] + [1100,1300] + [1400,1700] + [1800,1900] + [3000,3100] = 50+200+300+100+100
+  EXPECT_EQ(p.busy_ns, 750u);
+  EXPECT_EQ(p.idle_ns(), 750u);
   auto total = [&](KernelCategory c) { return p.categories[static_cast<size_t>(c)].total_ns; };
   EXPECT_EQ(total(KernelCategory::kGemm), 400u);
   EXPECT_EQ(p.categories[static_cast<size_t>(KernelCategory::kGemm)].calls, 2);
   EXPECT_EQ(total(KernelCategory::kAttention), 200u);  // overlapping: summed, not unioned
   EXPECT_EQ(total(KernelCategory::kOptimizer), 50u);
   EXPECT_EQ(total(KernelCategory::kCopies), 100u);
+  EXPECT_EQ(p.categories[static_cast<size_t>(KernelCategory::kCopies)].calls, 1);
   EXPECT_EQ(total(KernelCategory::kCommunication), 30u);
-  EXPECT_EQ(total(KernelCategory::kCrossEntropy), 0u);
-  ASSERT_EQ(p.rows.size(), 5u);
+  EXPECT_EQ(total(KernelCategory::kCrossEntropy), 100u);
+  EXPECT_EQ(p.categories[static_cast<size_t>(KernelCategory::kCrossEntropy)].calls, 1);
+  EXPECT_EQ(total(KernelCategory::kPointwise), 0u);
+  ASSERT_EQ(p.rows.size(), 6u);
   EXPECT_EQ(p.rows[0].category, KernelCategory::kGemm);
   EXPECT_EQ(p.rows[0].total_ns, 400u);
   EXPECT_EQ(p.rows[0].calls, 2);
-  EXPECT_EQ(p.rows[3].name, "adamw_kernel");
-  EXPECT_EQ(p.rows[4].name, "ncclDevKernel_AllGather_RING_LL");
+  EXPECT_EQ(p.rows[5].name, "ncclDevKernel_AllGather_RING_LL");
 
-  const nlohmann::json j = nlohmann::json::parse(kernel_profile_json(p));
+  const nlohmann::json j = nlohmann::json::parse(kernel_profile_json(p, 4));
   EXPECT_EQ(j["steps"], 2);
-  EXPECT_DOUBLE_EQ(j["per_step_ms"].get<double>(), 0.0005);
-  EXPECT_DOUBLE_EQ(j["categories"]["gemm"]["share"].get<double>(), 0.4);
-  EXPECT_DOUBLE_EQ(j["categories"]["idle"]["ms"].get<double>(), 0.00035);
-  EXPECT_EQ(j["kernels"].size(), 5u);
+  EXPECT_DOUBLE_EQ(j["per_step_ms"].get<double>(), 0.00075);
+  EXPECT_DOUBLE_EQ(j["categories"]["gemm"]["share"].get<double>(), 400.0 / 1500.0);
+  EXPECT_DOUBLE_EQ(j["categories"]["idle"]["ms"].get<double>(), 0.00075);
+  EXPECT_EQ(j["kernels"].size(), 4u);  // the 4 longest of 6
+  EXPECT_EQ(j["distinct_kernels"], 6);
   EXPECT_EQ(j["kernels"][0]["category"], "gemm");
   const std::string table = kernel_profile_table(p);
   EXPECT_NE(table.find("idle"), std::string::npos) << table;
   EXPECT_NE(table.find("nvjet_tst_128x256"), std::string::npos) << table;
-  EXPECT_THROW(summarize_kernel_profile(a, 2000, 1000, 1), Error);
+  EXPECT_THROW(summarize_kernel_profile(a, {{2000, 1000}}, 1), Error);
+  EXPECT_THROW(summarize_kernel_profile(a, {{1000, 2000}, {1500, 2500}}, 2), Error);
+}
+
+// A profiler that records what StepProfiling asks of it; its clock moves 100 ns per now().
+class FakeProfiler final : public KernelProfiler {
+ public:
+  explicit FakeProfiler(std::vector<std::string>& calls) : calls_(calls) {}
+  void start() override { calls_.push_back("start"); }
+  uint64_t now() override {
+    clock_ += 100;
+    calls_.push_back("now " + std::to_string(clock_));
+    return clock_;
+  }
+  Recording stop() override {
+    calls_.push_back("stop");
+    Recording r;
+    r.activities = {kernel("adamw_kernel", 150, 180), kernel("adamw_kernel", 320, 390)};
+    r.untimed_records = 3;
+    return r;
+  }
+
+ private:
+  std::vector<std::string>& calls_;
+  uint64_t clock_ = 0;
+};
+
+class StepProfilingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "zt_step_profiling_" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // Runs steps from..to through a StepProfiling of `window`; returns the profiler's calls.
+  std::vector<std::string> run(ProfileSteps window, int64_t from, int64_t to, bool records) {
+    std::vector<std::string> calls;
+    StepProfiling p(window, dir_, records, std::make_unique<FakeProfiler>(calls));
+    for (int64_t step = from; step <= to; ++step) {
+      calls.push_back("step " + std::to_string(step));
+      p.before_step(step);
+      p.after_step(step);
+    }
+    return calls;
+  }
+  std::string dir_;
+};
+
+TEST_F(StepProfilingTest, EachStepOfTheWindowIsOneWindowAndTheProfileIsWritten) {
+  const std::vector<std::string> calls = run({2, 3}, 1, 4, true);
+  const std::vector<std::string> want = {"step 1", "step 2",  "start",   "now 100", "now 200",
+                                         "step 3", "now 300", "now 400", "stop",    "step 4"};
+  EXPECT_EQ(calls, want);
+  // Windows [100, 200] and [300, 400]: 30 + 70 ns of AdamW, 100 of the 200 ns idle.
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir_ + "/kernel_profile.json"));
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_DOUBLE_EQ(j["window_ms"].get<double>(), 200e-6);
+  EXPECT_DOUBLE_EQ(j["categories"]["optimizer"]["ms"].get<double>(), 100e-6);
+  EXPECT_DOUBLE_EQ(j["idle_ms"].get<double>(), 100e-6);
+  EXPECT_EQ(j["untimed_records"], 3);
+}
+
+TEST_F(StepProfilingTest, ResumeInsideStartsThereAndOtherRanksOrLateResumesRecordNothing) {
+  const std::vector<std::string> inside = run({2, 4}, 3, 5, true);
+  const std::vector<std::string> want = {"step 3",  "start",   "now 100", "now 200", "step 4",
+                                         "now 300", "now 400", "stop",    "step 5"};
+  EXPECT_EQ(inside, want);
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir_ + "/kernel_profile.json"))["steps"], 2);
+  std::filesystem::remove(dir_ + "/kernel_profile.json");
+  EXPECT_EQ(run({2, 4}, 1, 5, false).size(), 5u);  // a rank that does not record: steps only
+  EXPECT_EQ(run({2, 4}, 5, 6, true).size(), 2u);   // resumed past the window
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/kernel_profile.json"));
+  const std::vector<std::string> cut = run({2, 4}, 1, 3, true);  // the run ends inside
+  EXPECT_EQ(cut.back(), "now 400");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/kernel_profile.json"));
 }
 
 TEST(KernelProfile, ProfileStepsAreParsedAndTheCpuBackendRefusesThem) {
@@ -191,13 +279,14 @@ TEST(KernelProfile, ProfileStepsAreParsedAndTheCpuBackendRefusesThem) {
   }
   auto cpu = make_cpu_backend();
   try {
-    StepProfiling profiling(*cpu, range, "/nonexistent", true);
+    cpu->make_kernel_profiler();
     ADD_FAILURE() << "the CPU backend made a kernel profiler";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--profile-steps"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
   }
-  StepProfiling idle(*cpu, off, "/nonexistent", true);  // off: nothing asked of the backend
+  EXPECT_THROW(StepProfiling(range, "/nonexistent", true, nullptr), Error);
+  StepProfiling idle(off, "/nonexistent", true, nullptr);  // off: no profiler needed
   idle.before_step(1);
   idle.after_step(1);
 }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,11 +61,16 @@ const CuptiApi& load_cupti() {
   bind(api.dropped_records, "cuptiActivityGetNumDroppedRecords");
   bind(api.timestamp, "cuptiGetTimestamp");
   uint32_t version = 0;
-  ZT_CHECK(
-      api.get_version(&version) == CUPTI_SUCCESS && version / 10000 == CUPTI_API_VERSION / 10000,
-      "--profile-steps: " + soname + " has CUPTI API version " + std::to_string(version) +
-          ", another major than the " + std::to_string(CUPTI_API_VERSION) +
-          " zerotrain was built with");
+  ZT_CHECK(api.get_version(&version) == CUPTI_SUCCESS,
+           "--profile-steps: cuptiGetVersion failed in " + soname);
+  // From CUDA 13 the API version is major·10000 + minor (130001); before, a plain counter that
+  // only grows (CUDA 12.x: 18 to 28). Same major, or not older than the header.
+  const bool same_major =
+      CUPTI_API_VERSION >= 130000 && version / 10000 == CUPTI_API_VERSION / 10000;
+  ZT_CHECK(same_major || version >= CUPTI_API_VERSION,
+           "--profile-steps: " + soname + " has CUPTI API version " + std::to_string(version) +
+               ", which does not match the " + std::to_string(CUPTI_API_VERSION) +
+               " zerotrain was built with");
   g_cupti = api;
   return g_cupti;
 }
@@ -104,11 +110,12 @@ const char* copy_name(uint8_t kind) {
 }
 
 // The records CUPTI hands back, gathered under a lock: CUPTI may complete a buffer on its own
-// thread.
+// thread. Kernel names are demangled once per name (CUPTI keeps each name's string alive).
 struct Collected {
   std::mutex lock;
   std::vector<DeviceActivity> activities;
-  int64_t dropped = 0;
+  std::unordered_map<const char*, std::string> names;
+  int64_t dropped = 0, untimed = 0;
 };
 Collected g_collected;
 std::atomic<bool> g_in_use{false};
@@ -122,14 +129,22 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;  // as many as fit
 }
 
-DeviceActivity to_activity(const CUpti_Activity* record, bool& known) {
+// Appends one record to g_collected (its lock held); other kinds are ignored. A kernel CUPTI
+// could not time (start or end 0, which its header allows when it runs short of device memory)
+// is counted, not kept.
+void collect(const CUpti_Activity* record) {
   DeviceActivity a;
-  known = true;
   switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      if (k->start == 0 || k->end < k->start) {
+        g_collected.untimed += 1;
+        return;
+      }
       a.kind = DeviceActivity::Kind::kKernel;
-      a.name = demangled(k->name);
+      auto [name, fresh] = g_collected.names.try_emplace(k->name);
+      if (fresh) name->second = demangled(k->name);
+      a.name = name->second;
       a.start_ns = k->start;
       a.end_ns = k->end;
       break;
@@ -153,26 +168,22 @@ DeviceActivity to_activity(const CUpti_Activity* record, bool& known) {
       break;
     }
     default:
-      known = false;
+      return;
   }
-  return a;
+  g_collected.activities.push_back(std::move(a));
 }
 
 void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t,
                                size_t valid) {
-  std::vector<DeviceActivity> parsed;
-  CUpti_Activity* record = nullptr;
-  while (g_cupti.next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
-    bool known = false;
-    DeviceActivity a = to_activity(record, known);
-    if (known) parsed.push_back(std::move(a));
+  {
+    std::lock_guard<std::mutex> hold(g_collected.lock);
+    CUpti_Activity* record = nullptr;
+    while (g_cupti.next_record(buffer, valid, &record) == CUPTI_SUCCESS) collect(record);
+    size_t dropped = 0;
+    if (g_cupti.dropped_records(context, stream, &dropped) == CUPTI_SUCCESS)
+      g_collected.dropped += static_cast<int64_t>(dropped);
   }
-  size_t dropped = 0;
-  if (g_cupti.dropped_records(context, stream, &dropped) != CUPTI_SUCCESS) dropped = 0;
   std::free(buffer);
-  std::lock_guard<std::mutex> hold(g_collected.lock);
-  for (DeviceActivity& a : parsed) g_collected.activities.push_back(std::move(a));
-  g_collected.dropped += static_cast<int64_t>(dropped);
 }
 
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
@@ -185,48 +196,70 @@ class CuptiKernelProfiler final : public KernelProfiler {
     ZT_CHECK(!g_in_use.exchange(true), "CUPTI: one kernel profiler per process at a time");
   }
   ~CuptiKernelProfiler() override {
-    if (running_) {
-      for (CUpti_ActivityKind kind : kKinds) g_cupti.disable(kind);
-      g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    }
+    if (recording_) quiet_stop();
     g_in_use = false;
   }
 
   void start() override {
-    ZT_CHECK(!running_, "kernel profiler: start() while recording");
+    ZT_CHECK(!recording_, "kernel profiler: start() while recording");
     ZT_CUDA_CHECK(cudaDeviceSynchronize());
     {
       std::lock_guard<std::mutex> hold(g_collected.lock);
       g_collected.activities.clear();
-      g_collected.dropped = 0;
+      g_collected.dropped = g_collected.untimed = 0;
     }
-    check_cupti(g_cupti.register_callbacks(buffer_requested, buffer_completed),
-                "cuptiActivityRegisterCallbacks");
-    for (CUpti_ActivityKind kind : kKinds) check_cupti(g_cupti.enable(kind), "cuptiActivityEnable");
-    running_ = true;
-    check_cupti(g_cupti.timestamp(&window_start_), "cuptiGetTimestamp");
+    // Set first: whatever a failure below leaves enabled is disabled again.
+    recording_ = true;
+    try {
+      check_cupti(g_cupti.register_callbacks(buffer_requested, buffer_completed),
+                  "cuptiActivityRegisterCallbacks");
+      for (CUpti_ActivityKind kind : kKinds)
+        check_cupti(g_cupti.enable(kind), "cuptiActivityEnable");
+    } catch (...) {
+      quiet_stop();
+      throw;
+    }
+  }
+
+  uint64_t now() override {
+    ZT_CUDA_CHECK(cudaDeviceSynchronize());
+    uint64_t t = 0;
+    check_cupti(g_cupti.timestamp(&t), "cuptiGetTimestamp");
+    return t;
   }
 
   Recording stop() override {
-    ZT_CHECK(running_, "kernel profiler: stop() without start()");
+    ZT_CHECK(recording_, "kernel profiler: stop() without start()");
     ZT_CUDA_CHECK(cudaDeviceSynchronize());
-    Recording r;
-    r.window_start_ns = window_start_;
-    check_cupti(g_cupti.timestamp(&r.window_end_ns), "cuptiGetTimestamp");
+    recording_ = false;
     for (CUpti_ActivityKind kind : kKinds)
       check_cupti(g_cupti.disable(kind), "cuptiActivityDisable");
-    running_ = false;
     check_cupti(g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    Recording r;
     std::lock_guard<std::mutex> hold(g_collected.lock);
+    // Records lost in the global queue (a buffer CUPTI could not get) show only here.
+    size_t dropped = 0;
+    if (g_cupti.dropped_records(nullptr, 0, &dropped) == CUPTI_SUCCESS)
+      g_collected.dropped += static_cast<int64_t>(dropped);
     r.activities = std::move(g_collected.activities);
     r.dropped_records = g_collected.dropped;
+    r.untimed_records = g_collected.untimed;
     g_collected.activities.clear();
     return r;
   }
 
  private:
-  bool running_ = false;
-  uint64_t window_start_ = 0;
+  // Disables every kind and drops what was recorded, errors ignored (the destructor's and a
+  // failed start's cleanup).
+  void quiet_stop() {
+    for (CUpti_ActivityKind kind : kKinds) g_cupti.disable(kind);
+    g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    std::lock_guard<std::mutex> hold(g_collected.lock);
+    g_collected.activities.clear();
+    recording_ = false;
+  }
+
+  bool recording_ = false;
 };
 
 }  // namespace
