@@ -12,8 +12,10 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "comm/cuda/nccl_communicator.h"
+#include "comm/cuda/nccl_rank_tree_add.h"
 #include "comm/cuda/staged_device_communicator.h"
 #include "gpu_test_util.h"
+#include "util/error.h"
 
 namespace zt::gpu_test {
 namespace {
@@ -143,6 +145,41 @@ TEST(NcclComm, DeviceWaitOrdersTheComputeStreamAfterTheCollective) {
   gpu->synchronize();
   EXPECT_TRUE(
       bitwise_equal(gathered.download(), std::vector<float>(gathered_count, 3.0f), "ordered"));
+}
+
+// The rank-tree reduce-scatter's add (out += in), alone on one GPU: bitwise the host's IEEE add
+// in fp32 and fp64, for counts that end mid-block, fill one block and pass the grid's 65535
+// blocks (its grid-stride loop), and nothing for a count of 0.
+TEST(NcclComm, RankTreeAddKernelIsTheHostsAddBitwise) {
+  cudaStream_t stream = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (size_t count :
+       {size_t{1}, size_t{255}, size_t{256}, size_t{1000003}, size_t{65535} * 256 + 77}) {
+    std::vector<float> out = random_floats(count, 7 + count), in = random_floats(count, 9);
+    std::vector<double> out64(count), in64(count);
+    for (size_t i = 0; i < count; ++i) {
+      out64[i] = static_cast<double>(out[i]) / 3.0;
+      in64[i] = static_cast<double>(in[i]) * 1e-9;
+    }
+    DeviceBuffer<float> d_out(out), d_in(in);
+    DeviceBuffer<double> d_out64(out64), d_in64(in64);
+    launch_rank_tree_add(d_out.get(), d_in.get(), count, DType::kFloat32, stream);
+    launch_rank_tree_add(d_out64.get(), d_in64.get(), count, DType::kFloat64, stream);
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (size_t i = 0; i < count; ++i) {
+      out[i] = out[i] + in[i];
+      out64[i] = out64[i] + in64[i];
+    }
+    EXPECT_TRUE(bitwise_equal(d_out.download(), out, "fp32 count " + std::to_string(count)));
+    EXPECT_EQ(d_out64.download(), out64) << "fp64 count " << count;
+  }
+  DeviceBuffer<float> untouched(std::vector<float>{1.5f});
+  launch_rank_tree_add(untouched.get(), untouched.get(), 0, DType::kFloat32, stream);
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_EQ(untouched.download(), std::vector<float>{1.5f});
+  EXPECT_THROW(launch_rank_tree_add(untouched.get(), untouched.get(), 1, DType::kBf16, stream),
+               Error);
+  ZT_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(StagedComm, CollectivesOnDeviceBuffers) {

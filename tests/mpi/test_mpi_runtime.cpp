@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,76 @@ TEST(MpiRuntime, RanksSharingADeviceAreCountedByItsId) {
 
 // all_gather_strings: every rank's string of its own length, in rank order; a longer one than
 // the width is refused.
+// Device selection under each launcher's binding, simulated: a job's ranks with their host names
+// and the physical GPUs each rank's CUDA_VISIBLE_DEVICES shows it (what cudaGetDeviceCount and
+// device i then are). Each rank picks device_for_local_rank among what it sees, the job counts the
+// ranks per physical GPU (by UUID, as make_cuda_device does), and NCCL is used only when no GPU
+// is shared.
+struct Binding {
+  std::string launcher;
+  std::vector<std::string> hosts;                 // per rank
+  std::vector<std::vector<std::string>> visible;  // per rank: physical GPUs, in CUDA's order
+  std::vector<std::string> want;                  // per rank: the physical GPU it must drive
+  bool shares = false;                            // whether the job must take the staged comm
+};
+
+TEST(MpiRuntime, EveryLauncherBindingDrivesTheIntendedGpus) {
+  using S = std::vector<std::string>;
+  const S node4 = {"n0-gpu0", "n0-gpu1", "n0-gpu2", "n0-gpu3"};
+  const std::vector<Binding> bindings = {
+      // mpirun -np 4 on one 4-GPU node: every rank sees all four; local rank picks.
+      {"mpirun, no binding", {"n0", "n0", "n0", "n0"}, {node4, node4, node4, node4}, node4, false},
+      // srun --gpus-per-task=1 (or --gpu-bind=single:1): each task sees its own GPU as device 0.
+      {"srun --gpus-per-task=1",
+       {"n0", "n0", "n0", "n0"},
+       {{"n0-gpu0"}, {"n0-gpu1"}, {"n0-gpu2"}, {"n0-gpu3"}},
+       node4,
+       false},
+      // Two nodes, srun --ntasks-per-node=2 --gpus-per-task=1, ranks placed round-robin.
+      {"srun two nodes, cyclic",
+       {"n0", "n1", "n0", "n1"},
+       {{"n0-gpu0"}, {"n1-gpu0"}, {"n0-gpu1"}, {"n1-gpu1"}},
+       {"n0-gpu0", "n1-gpu0", "n0-gpu1", "n1-gpu1"},
+       false},
+      // CUDA_VISIBLE_DEVICES=2,3 exported to both ranks of mpirun -np 2: the list's order.
+      {"CUDA_VISIBLE_DEVICES=2,3",
+       {"n0", "n0"},
+       {{"n0-gpu2", "n0-gpu3"}, {"n0-gpu2", "n0-gpu3"}},
+       {"n0-gpu2", "n0-gpu3"},
+       false},
+      // CUDA_VISIBLE_DEVICES=3,1 (a reordered list): device 0 is physical GPU 3.
+      {"CUDA_VISIBLE_DEVICES=3,1",
+       {"n0", "n0"},
+       {{"n0-gpu3", "n0-gpu1"}, {"n0-gpu3", "n0-gpu1"}},
+       {"n0-gpu3", "n0-gpu1"},
+       false},
+      // Four ranks on two visible GPUs: they wrap and share, so the whole job goes staged.
+      {"4 ranks, CUDA_VISIBLE_DEVICES=0,1",
+       {"n0", "n0", "n0", "n0"},
+       {{"n0-gpu0", "n0-gpu1"},
+        {"n0-gpu0", "n0-gpu1"},
+        {"n0-gpu0", "n0-gpu1"},
+        {"n0-gpu0", "n0-gpu1"}},
+       {"n0-gpu0", "n0-gpu1", "n0-gpu0", "n0-gpu1"},
+       true},
+      // One lent GPU, two ranks (the CI's and a loan's case): both on it, staged.
+      {"2 ranks, one GPU", {"n0", "n0"}, {{"n0-gpu0"}, {"n0-gpu0"}}, {"n0-gpu0", "n0-gpu0"}, true},
+  };
+  for (const Binding& b : bindings) {
+    SCOPED_TRACE(b.launcher);
+    const std::vector<LocalRank> local = local_ranks_of(b.hosts);
+    std::vector<std::string> driven;
+    for (size_t r = 0; r < b.hosts.size(); ++r) {
+      const std::vector<std::string>& seen = b.visible[r];
+      const int device = device_for_local_rank(local[r], static_cast<int>(seen.size()));
+      driven.push_back(seen[static_cast<size_t>(device)]);
+    }
+    EXPECT_EQ(driven, b.want);
+    const std::vector<int> sharing = ranks_sharing_device(driven);
+    EXPECT_EQ(*std::max_element(sharing.begin(), sharing.end()) > 1, b.shares);
+  }
+}
+
 TEST(MpiRuntime, AllGatherStringsKeepsEachRanksStringInRankOrder) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
