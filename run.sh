@@ -80,7 +80,7 @@ setup_venv() {
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     --require-hashes -r "$req" >&2 || { log ".venv/: pip could not install $req"; return 1; }
-  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2, gguf, accelerate' ||
+  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2, gguf, accelerate, peft' ||
     { log ".venv/: the oracle clients do not import"; return 1; }
   echo "$want" >"$stamp"
 }

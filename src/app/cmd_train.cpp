@@ -33,6 +33,7 @@
 #include "backend/cpu/cpu_adam.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/consolidate.h"
+#include "checkpoint/peft_adapter.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "io/data_loader.h"
@@ -152,7 +153,10 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   in.config = in.reader ? in.reader->config() : preset_config(o.preset);
   check_seq_len(in.config, o.seq_len,
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
-  in.trainable = TrainableSet::from_patterns(ParamLayout(in.config), o.trainable, o.freeze);
+  in.config.lora = resolve_lora_spec(o.lora);
+  std::vector<std::string> trainable = o.trainable;
+  for (const std::string& p : modules_to_save_patterns(in.config.lora)) trainable.push_back(p);
+  in.trainable = TrainableSet::from_patterns(ParamLayout(in.config), trainable, o.freeze);
   in.precision = parse_precision(o.precision);
   in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   in.activation_storage = parse_activation_storage(o.activations, o.precision, kCommand);
@@ -345,18 +349,24 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
 }
 
 // A bf16 model directory with the tokenizer the data was made with beside it, for export
-// (io/tokenizer_files.h). Collective.
+// (io/tokenizer_files.h); with LoRA, PEFT's adapter directory instead (the base is unchanged;
+// checkpoint/peft_adapter.h), its base_model_name_or_path the --model directory or the preset.
+// Collective.
 void write_model_with_tokenizer(ZeroEngine& engine, const std::string& dir, MpiCommunicator& comm,
-                                const TokenizerFiles& tokenizer) {
-  write_consolidated_model(engine, dir, comm, {.overwrite = true});
+                                const TokenizerFiles& tokenizer, const TrainOptions& o) {
+  if (engine.model().config().lora.enabled())
+    write_peft_adapter(engine, dir, comm, o.model_dir.empty() ? o.preset : o.model_dir);
+  else
+    write_consolidated_model(engine, dir, comm, {.overwrite = true});
   run_collectively(comm, [&] {
     if (comm.rank() == 0) write_tokenizer_files(tokenizer, dir);
   });
 }
 
 // Whether `dir` holds a whole model, and its tokenizer when the data was made with one.
-bool have_model_with_tokenizer(const std::string& dir, const TokenizerFiles& tokenizer) {
-  return std::filesystem::exists(dir + "/" + kModelIndexFile) &&
+bool have_model_with_tokenizer(const std::string& dir, const TokenizerFiles& tokenizer,
+                               bool adapter) {
+  return std::filesystem::exists(dir + "/" + (adapter ? kPeftWeightsFile : kModelIndexFile)) &&
          (tokenizer.empty() || std::filesystem::exists(dir + "/tokenizer.json"));
 }
 
@@ -369,7 +379,7 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
   if (o.eval_batches > 0)
     eval =
         evaluate_after_training(engine, data, o, in.sampler->document_masks(), comm.rank(), world);
-  write_model_with_tokenizer(engine, o.out + "/final", comm, in.tokenizer);
+  write_model_with_tokenizer(engine, o.out + "/final", comm, in.tokenizer, o);
   nlohmann::json extra = {
       {"world_size", world},
       {"zero_stage", o.zero.stage},
@@ -462,7 +472,7 @@ int run_training(TrainOptions o) {
           o.seq_len, in.ac, offload, &comm, in.activation_storage, in.trainable, o.loss_scale);
       if (!in.resume_dir.empty()) return;
       if (in.reader)
-        engine_ptr->load_from(*in.reader);
+        engine_ptr->load_from(*in.reader, static_cast<uint64_t>(o.seed));
       else
         engine_ptr->init_from_seed(static_cast<uint64_t>(o.seed));
     });
@@ -476,8 +486,9 @@ int run_training(TrainOptions o) {
         // Training is complete; a run that saved its last checkpoint but could not write final/
         // (a full disk, a kill) gets it now.
         const std::string final_dir = o.out + "/final";
-        const bool have_final = have_model_with_tokenizer(final_dir, in.tokenizer);
-        if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer);
+        const bool have_final =
+            have_model_with_tokenizer(final_dir, in.tokenizer, in.config.lora.enabled());
+        if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer, o);
         if (is_root)
           std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
                     << (have_final ? ": nothing to train\n"
@@ -519,7 +530,8 @@ int run_training(TrainOptions o) {
       const bool stop =
           checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
       if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
-        write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, in.tokenizer);
+        write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, in.tokenizer,
+                                   o);
       progress.update(recorder.end_step(), recorder.loop_seconds());
       if (stop) {
         recorder.write_trace();

@@ -130,6 +130,7 @@ void validate_settings(const TrainOptions& o) {
   parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.offload.resolved().validate(o.zero.stage);
+  resolve_lora_spec(o.lora);
 }
 
 }  // namespace
@@ -194,6 +195,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"device_memory_limit_gib", device_memory_limit_gib},
           {"trainable", trainable},
           {"freeze", freeze},
+          {"lora", lora.to_json()},
           {"eval_batches", eval_batches},
           {"log_every", log_every},
           {"save_consolidated_every", save_consolidated_every},
@@ -272,6 +274,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "OUT/kernel_profile.json, time by GEMM, attention, pointwise, cross-entropy, optimizer, "
       "communication, copies and idle");
   add_trainable_options(opts, &o.trainable, &o.freeze);
+  add_lora_options(opts, o.lora);
   add_checkpoint_options(opts, o.checkpoint);
   po::options_description testing("testing (fault injection)");
   add_fault_injection_options(testing, o.checkpoint);
@@ -287,6 +290,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   o.loss_scale_given = loss_scale_options_given(vm);
+  note_lora_options_given(vm, o.lora);
   require_option(vm, "data", kCommand);
   require_option(vm, "out", kCommand);
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,

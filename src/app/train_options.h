@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/deepspeed_config.h"
+#include "app/lora_options.h"
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "comm/communicator.h"
@@ -49,6 +50,7 @@ struct TrainOptions {
   OffloadOptions offload;      // --offload-optimizer, --offload-param, --nvme-path, ...
   // --trainable / --freeze: regular expressions over tensor names (model/trainable.h).
   std::vector<std::string> trainable, freeze;
+  LoraOptions lora;       // --lora-rank, --lora-config, ... (app/lora_options.h)
   std::string deepspeed;  // --deepspeed FILE
   // The file's train_batch_size rule (applied once the world size is known) and the options it
   // set (named in validation errors).

@@ -185,7 +185,8 @@ class Backend {
 
   // ---- elementwise helpers ----
   virtual void add_inplace(TensorView y, ConstTensorView x, int64_t n) = 0;  // y += x
-  virtual void scale_inplace(float* y, float s, int64_t n) = 0;              // y *= s
+  // y *= s, read widened and rounded once (fp32 gradients, LoRA's scaled products).
+  virtual void scale_inplace(TensorView y, float s, int64_t n) = 0;
   // y = 0
   virtual void zero(TensorView y, int64_t n) { device_memory().zero(y.data, view_bytes(y, n)); }
 

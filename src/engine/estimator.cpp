@@ -29,27 +29,27 @@ std::vector<GroupPartition> partition_groups(const ModelConfig& model, int world
 // Replays the stage-3 residency policy the engine's gatherer executes over one micro-batch's
 // pass (forward 0..G-1, backward G-1..0), twice: the peak is taken over a first pass and a pass
 // that starts with the persistent groups kept (gradient accumulation keeps them across
-// micro-batches). Tied embeddings: the head's use and its embedding use are acquired together
-// and released together, as the engine does. Returns {peak gathered elements, peak elements of
-// gathers in flight}.
+// micro-batches). The groups of one compute unit (the head and the tied embedding, a layer and
+// its LoRA adapters) are acquired together and released together, as the engine does. Returns
+// {peak gathered elements, peak elements of gathers in flight}.
 std::pair<int64_t, int64_t> replay_stage3_residency(const std::vector<GroupPartition>& groups,
-                                                    const ZeroConfig& zero, bool tied,
+                                                    const ZeroConfig& zero,
+                                                    const ParamLayout& layout,
                                                     int lowest_backward) {
   Stage3Residency residency(groups, zero);
-  const int head = static_cast<int>(groups.size()) - 1;
+  const std::vector<std::vector<int>> units = Stage3Residency::unit_pass(layout, lowest_backward);
   for (int pass = 0; pass < 2; ++pass) {
-    residency.begin_pass(
-        Stage3Residency::training_pass(static_cast<int>(groups.size()), tied, lowest_backward));
-    const std::vector<int> uses = residency.uses();
-    for (size_t i = 0; i < uses.size(); ++i) {
-      const size_t last = tied && uses[i] == head ? i + 1 : i;
-      for (size_t k = i; k <= last; ++k) {
+    residency.begin_pass(Stage3Residency::flatten(units));
+    const std::vector<int>& uses = residency.uses();
+    size_t i = 0;
+    for (const auto& unit : units) {
+      for (size_t k = i; k < i + unit.size(); ++k) {
         residency.gathers_for(k);
         residency.landed(uses[k]);
       }
-      for (size_t k = i; k <= last; ++k)
+      for (size_t k = i; k < i + unit.size(); ++k)
         if (!residency.keep_after(k)) residency.released(uses[k]);
-      i = last;
+      i += unit.size();
     }
   }
   return {residency.peak_live_elements(), residency.peak_in_flight_elements()};
@@ -100,8 +100,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroCo
   // the host pool; each gather in flight then holds a device copy of its shard (buffers).
   int64_t staged_shards = 0;
   if (traits.shard_parameters) {
-    const auto [gathered, in_flight] = replay_stage3_residency(
-        groups, zero, model.tie_word_embeddings, trainable.lowest_backward_group(layout));
+    const auto [gathered, in_flight] =
+        replay_stage3_residency(groups, zero, layout, trainable.lowest_backward_group(layout));
     e.stage3_gathered = gathered * work_bytes;
     e.params = e.stage3_gathered;
     if (offload.param_offloaded()) {

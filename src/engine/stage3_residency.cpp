@@ -1,6 +1,7 @@
 #include "engine/stage3_residency.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -12,16 +13,36 @@ Stage3Residency::Stage3Residency(std::vector<GroupPartition> groups, const ZeroC
       resident_(groups_.size(), false),
       in_flight_(groups_.size(), false) {}
 
+namespace {
+
+// Forward over units 0..units-1, backward from units-1 down to lowest_backward.
+std::vector<std::vector<int>> pass_over_units(
+    int units, int lowest_backward, const std::function<std::vector<int>(int)>& unit_groups) {
+  std::vector<std::vector<int>> pass;
+  for (int u = 0; u < units; ++u) pass.push_back(unit_groups(u));
+  for (int u = units - 1; u >= lowest_backward; --u) pass.push_back(unit_groups(u));
+  return pass;
+}
+
+}  // namespace
+
 std::vector<int> Stage3Residency::training_pass(int groups, bool tied_embeddings,
                                                 int lowest_backward) {
-  std::vector<int> uses;
   const int head = groups - 1;
-  auto use = [&](int g) {
-    uses.push_back(g);
-    if (tied_embeddings && g == head) uses.push_back(0);
-  };
-  for (int g = 0; g < groups; ++g) use(g);
-  for (int g = groups - 1; g >= lowest_backward; --g) use(g);
+  return flatten(pass_over_units(groups, lowest_backward, [&](int g) {
+    return tied_embeddings && g == head ? std::vector<int>{g, 0} : std::vector<int>{g};
+  }));
+}
+
+std::vector<std::vector<int>> Stage3Residency::unit_pass(const ParamLayout& layout,
+                                                         int lowest_backward) {
+  return pass_over_units(layout.num_compute_units(), lowest_backward,
+                         [&](int u) { return layout.unit_groups(u); });
+}
+
+std::vector<int> Stage3Residency::flatten(const std::vector<std::vector<int>>& units) {
+  std::vector<int> uses;
+  for (const auto& unit : units) uses.insert(uses.end(), unit.begin(), unit.end());
   return uses;
 }
 

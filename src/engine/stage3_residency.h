@@ -18,6 +18,7 @@
 
 #include "engine/engine_types.h"
 #include "engine/zero_config.h"
+#include "model/layout.h"
 
 namespace zt {
 
@@ -30,6 +31,12 @@ class Stage3Residency {
   // each use of the head group (G-1) is followed by a use of the embedding group (0) that the
   // engine acquires with it and releases with it.
   static std::vector<int> training_pass(int groups, bool tied_embeddings, int lowest_backward = 0);
+  // The same pass over a layout's compute units (model/layout.h): forward over units 0..U-1, then
+  // backward from U-1 down to lowest_backward (a unit; U: a forward alone), each entry the groups
+  // that unit acquires together and releases together (ParamLayout::unit_groups: a layer and its
+  // LoRA adapters, the head and the tied embedding). flatten() gives the pass's uses.
+  static std::vector<std::vector<int>> unit_pass(const ParamLayout& layout, int lowest_backward);
+  static std::vector<int> flatten(const std::vector<std::vector<int>>& units);
 
   void begin_pass(std::vector<int> uses);
   const std::vector<int>& uses() const { return uses_; }

@@ -94,6 +94,17 @@ void ZeroEngine::Impl::allocate() {
   if (tied() && trains(0))
     tied_grads = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
                                       static_cast<size_t>(part(0).padded));
+  // LoRA: a layer unit computes with its adapters, so the layer's own tensors stay frozen (one
+  // gradient group per unit).
+  int64_t max_adapter_padded = 0;
+  for (int l = 0; l < self.model_.config().num_layers && layout.adapter_group(0) >= 0; ++l) {
+    ZT_CHECK(!trains(layout.layer_group(l)),
+             "LoRA: layer " + std::to_string(l) + "'s own tensors must stay frozen");
+    max_adapter_padded = std::max(max_adapter_padded, part(layout.adapter_group(l)).padded);
+  }
+  if (max_adapter_padded > 0 && upcasts_params())
+    adapter_compute = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
+                                           static_cast<size_t>(max_adapter_padded));
   const int slots = zero.overlap_comm ? 2 : 1;
   reducer = std::make_unique<GradReducer>(be, comm, memory, intervals, max_trained_padded,
                                           zero.reduce_bucket_size, slots,
@@ -137,13 +148,19 @@ ConstTensorView ZeroEngine::Impl::params_for(int g, size_t use, float* upcast) {
   return as_compute(traits.shard_parameters ? gatherer->acquire(use) : work(g), g, upcast);
 }
 
-ZeroEngine::Impl::GroupUse ZeroEngine::Impl::acquire_use(int g, size_t use) {
+ZeroEngine::Impl::GroupUse ZeroEngine::Impl::acquire_use(int unit, size_t use) {
+  const ParamLayout& layout = self.model_.layout();
   GroupUse u;
   u.use = use;
   u.next = use + 1;
-  u.params = params_for(g, use, compute.data());
-  if (tied() && g == self.model_.layout().head_group())
+  u.params = params_for(unit, use, compute.data());
+  if (tied() && unit == layout.head_group())
     u.embedding = params_for(0, u.next++, tied_compute.data());
+  if (unit > layout.embed_group() && unit < layout.head_group()) {
+    u.adapter_group = layout.adapter_group(unit - 1);
+    if (u.adapter_group >= 0)
+      u.adapters = params_for(u.adapter_group, u.next++, adapter_compute.data());
+  }
   return u;
 }
 
@@ -169,15 +186,16 @@ void ZeroEngine::Impl::release(size_t use) {
 void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float grad_scale,
                                        StepStats& stats) {
   LlamaModel& model = self.model_;
-  const int G = num_groups();
+  const int U = model.layout().num_compute_units();
   if (traits.shard_parameters)
-    gatherer->begin_pass(Stage3Residency::training_pass(G, tied(), lowest_backward()));
+    gatherer->begin_pass(
+        Stage3Residency::flatten(Stage3Residency::unit_pass(model.layout(), lowest_backward())));
   PhaseTimeline::Mark phase = intervals.begin();
   set_phase(comm.step(), "forward");
-  size_t use = 0;  // position in the pass (Stage3Residency::training_pass)
-  for (int g = 0; g < G; ++g) {
-    const GroupUse u = acquire_use(g, use);
-    model.forward_group(g, u.params, true, grad_scale, u.embedding);
+  size_t use = 0;  // position in the pass (Stage3Residency::unit_pass)
+  for (int unit = 0; unit < U; ++unit) {
+    const GroupUse u = acquire_use(unit, use);
+    model.forward_group(unit, u.params, true, grad_scale, u.embedding, u.adapters);
     release_use(u);
     use = u.next;
   }
@@ -194,14 +212,24 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     embedding_grads = tied_grads.data();
     be.zero(embedding_grads, part(0).padded);
   }
-  // No backward below the lowest group that trains (frozen parameters: nothing needs it).
-  for (int g = G - 1; g >= lowest_backward(); --g) {
+  // No backward below the lowest unit that trains (frozen parameters: nothing needs it). A unit's
+  // gradient group g is its own group, or a layer's LoRA adapter group (the layer is frozen).
+  for (int unit = U - 1; unit >= lowest_backward(); --unit) {
+    const GroupUse u = acquire_use(unit, use);
+    const bool adapters_train = u.adapter_group >= 0 && trains(u.adapter_group);
+    const int g = adapters_train ? u.adapter_group : unit;
     const GroupPartition& p = part(g);
-    const GroupUse u = acquire_use(g, use);
     const ConstTensorView params = u.params;
     float* full_grads = grads[static_cast<size_t>(g)].data();
+    // This unit's backward, its gradient group's (+=) into `into`.
+    auto backward = [&](float* into) {
+      if (adapters_train)
+        model.backward_group(unit, params, nullptr, u.embedding, embedding_grads, u.adapters, into);
+      else
+        model.backward_group(unit, params, into, u.embedding, embedding_grads, u.adapters);
+    };
     if (!trains(g)) {  // only the input gradient (and, tied, the head's share of the embedding's)
-      model.backward_group(g, params, nullptr, u.embedding, embedding_grads);
+      backward(nullptr);
       release_use(u);
       use = u.next;
       continue;
@@ -214,7 +242,7 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     }
     if (reduces_each_micro_batch()) {
       float* bucket = tied() && g == 0 ? embedding_grads : reducer->acquire_bucket(p.padded, true);
-      model.backward_group(g, params, bucket, u.embedding, embedding_grads);
+      backward(bucket);
       if (invariant())  // this micro-batch's leaf of the tree (offload: land_invariant_gradients)
         reducer->start(GradReducer::Mode::kReduceScatterStore, bucket, p.padded,
                        leaf + shard_offset[static_cast<size_t>(g)]);
@@ -223,10 +251,10 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
                        std::move(landed));
     } else {
       if (tied() && g == 0) {  // one addition per element, as every other group's
-        model.backward_group(g, params, embedding_grads);
+        backward(embedding_grads);
         be.add_inplace(full_grads, embedding_grads, p.padded);
       } else {
-        model.backward_group(g, params, full_grads, u.embedding, embedding_grads);
+        backward(full_grads);
       }
       if (last && traits.reduction == GradReduction::kAllReduceAfterLast)
         reducer->start(GradReducer::Mode::kAllReduce, full_grads, p.padded, nullptr);
@@ -441,17 +469,18 @@ double ZeroEngine::eval_loss_sum(const int32_t* inputs, const int32_t* targets,
                                  const int32_t* doc_start) {
   Impl& I = *impl_;
   apply_delayed_update();  // the eval sees the weights of every update so far
-  const int G = I.num_groups();
+  const int U = model_.layout().num_compute_units();
   I.intervals.reset();  // the gathers' waits of an eval pass are nobody's step (bounded marks)
   model_.set_batch(inputs, targets, doc_start);
   if (I.gatherer) {
-    // The forward half of a training pass (no group's backward).
-    I.gatherer->begin_pass(Stage3Residency::training_pass(G, I.tied(), /*lowest_backward=*/G));
+    // The forward half of a training pass (no unit's backward).
+    I.gatherer->begin_pass(
+        Stage3Residency::flatten(Stage3Residency::unit_pass(model_.layout(), U)));
   }
   size_t use = 0;
-  for (int g = 0; g < G; ++g) {
-    const Impl::GroupUse u = I.acquire_use(g, use);
-    model_.forward_group(g, u.params, false, 1.0f, u.embedding);
+  for (int unit = 0; unit < U; ++unit) {
+    const Impl::GroupUse u = I.acquire_use(unit, use);
+    model_.forward_group(unit, u.params, false, 1.0f, u.embedding, u.adapters);
     I.release_use(u);
     use = u.next;
   }

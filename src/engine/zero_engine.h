@@ -47,10 +47,13 @@ class ZeroEngine {
   const OffloadConfig& offload_config() const;
   const GroupPartition& partition(int g) const { return parts_[static_cast<size_t>(g)]; }
   LlamaModel& model() { return model_; }
+  const LlamaModel& model() const { return model_; }
 
   // Parameters: each rank produces only the elements it holds.
   void init_from_seed(uint64_t seed);
-  void load_from(TensorSource& source);
+  // The base's tensors from `source` (its configuration is the model's without LoRA); LoRA
+  // adapters start from their initialisation with `adapter_seed` (model/init.h).
+  void load_from(TensorSource& source, uint64_t adapter_seed = 0);
 
   // One optimizer step over `accum` micro-batches of this rank. fp16: the loss is scaled before
   // the backward; when any rank's gradients overflow, the step is skipped (StepStats::skipped).
@@ -102,9 +105,10 @@ class ZeroEngine {
   // Visits every tensor in layout order with its full values as bf16 (or fp32 for the fp32
   // master when `master` is true; fp16 runs export their trainable tensors from the masters), one
   // tensor at a time. Collective: every rank must call it; only rank 0's callback receives data
-  // (others get nullptr).
+  // (others get nullptr). `groups`, when given, says which groups to visit (every rank alike).
   void for_each_full_tensor(bool master,
-                            const std::function<void(const TensorInfo&, const void*)>& fn);
+                            const std::function<void(const TensorInfo&, const void*)>& fn,
+                            const std::function<bool(int g)>& groups = {});
 
  private:
   struct Impl;

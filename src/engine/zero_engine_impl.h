@@ -83,6 +83,8 @@ struct ZeroEngine::Impl {
   // the embedding's own: reduced like a bucket (stages 2/3) or added to the accumulator in one
   // addition per element (stages 0/1), as every other group's micro-batch gradient is.
   TrackedBuffer<float> tied_compute, tied_grads;
+  // LoRA: the fp32 upcast of a layer's adapter group while the layer computes (upcasts_params).
+  TrackedBuffer<float> adapter_compute;
   // Host copies of optimizer shards handed out by optimizer_shard() (no optimizer offload).
   struct HostShard {
     std::vector<float> master, m, v;
@@ -159,13 +161,14 @@ struct ZeroEngine::Impl {
   // upcast: where fp32 params go when upcasts_params (compute, or tied_compute for the
   // embedding computed with the head).
   ConstTensorView params_for(int g, size_t use, float* upcast);
-  // The pass positions of one group's computation: `use`, and with tied embeddings at the head
-  // group also the embedding's `tied_use` (use + 1). Acquires the params of both.
+  // The pass positions of one compute unit (model/layout.h): from `use`, its own group, then with
+  // tied embeddings at the head the embedding, or a layer's LoRA adapter group. Acquires them all.
   struct GroupUse {
     size_t use = 0, next = 0;
-    ConstTensorView params, embedding;
+    ConstTensorView params, embedding, adapters;
+    int adapter_group = -1;
   };
-  GroupUse acquire_use(int g, size_t use);
+  GroupUse acquire_use(int unit, size_t use);
   void release_use(const GroupUse& u);
   std::vector<DecaySegment> own_segments(int g) const;
   const float* resident_master(int g);

@@ -115,11 +115,15 @@ void ZeroEngine::init_from_seed(uint64_t seed) {
   });
 }
 
-void ZeroEngine::load_from(TensorSource& source) {
-  ZT_CHECK(source.config() == model_.config(),
+void ZeroEngine::load_from(TensorSource& source, uint64_t adapter_seed) {
+  const ModelConfig& c = model_.config();
+  ZT_CHECK(source.config() == c.base(),
            source.description() + " does not match the configured model");
   impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
-    source.read_range_f32(t, b, n, out);
+    if (t.is_lora())
+      init_tensor_range(c, t, adapter_seed, b, n, out);
+    else
+      source.read_range_f32(t, b, n, out);
   });
 }
 
@@ -224,14 +228,16 @@ OptimizerShard ZeroEngine::Impl::frozen_shard(int g) {
   return {s.master.data(), nullptr, nullptr, own_begin(g), n};
 }
 
-void ZeroEngine::for_each_full_tensor(
-    bool master, const std::function<void(const TensorInfo&, const void*)>& fn) {
+void ZeroEngine::for_each_full_tensor(bool master,
+                                      const std::function<void(const TensorInfo&, const void*)>& fn,
+                                      const std::function<bool(int g)>& groups) {
   apply_delayed_update();  // the masters are read, not written, by a running update's thread
   Impl& I = *impl_;
   const ParamLayout& layout = model_.layout();
   const bool root = I.rank == 0;
   if (I.offloader) I.offloader->store().flush();  // shards a caller modified and kept staged
   for (int g = 0; g < I.num_groups(); ++g) {
+    if (groups && !groups(g)) continue;
     const GroupPartition& p = parts_[static_cast<size_t>(g)];
     // A frozen group has no master: its working params are its values. fp16 working params are
     // exported from the masters (rounded once to bf16, not through fp16).

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/rope.h"
+#include "model/lora.h"
 
 namespace zt {
 
@@ -38,6 +39,9 @@ struct ModelConfig {
   bool o_bias = false;
   // Qwen3: an RMSNorm over each head of q and of k (weights [head_dim]) before RoPE.
   bool qk_norm = false;
+  // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). Not part of
+  // config.json: a model directory holds the base, the adapter travels as PEFT's files.
+  LoraSpec lora;
 
   int64_t head_dim() const {
     return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads;
@@ -77,6 +81,12 @@ struct ModelConfig {
                                   UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);
 
   bool operator==(const ModelConfig&) const = default;
+  // The same model without its adapters (what a model directory holds).
+  ModelConfig base() const {
+    ModelConfig b = *this;
+    b.lora = LoraSpec{};
+    return b;
+  }
 };
 
 // The keys of an HF config.json object that ModelConfig::from_hf_json reads past because they are

@@ -27,10 +27,29 @@ float normal_at(uint64_t key, uint64_t index) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
 }
 
+// Uniform on [-1, 1) from a counter.
+float uniform_at(uint64_t key, uint64_t index) {
+  const uint64_t r = splitmix64(key ^ splitmix64(index));
+  return static_cast<float>(static_cast<double>(r >> 11) / 4503599627370496.0 - 1.0);
+}
+
 }  // namespace
 
 void init_tensor_range(const ModelConfig& config, const TensorInfo& tensor, uint64_t seed,
                        int64_t begin, int64_t count, float* out) {
+  // LoRA (model/lora.h): B starts at zero, so the adapted model starts as the base; A as PEFT's
+  // kaiming_uniform_(a=√5), which is U(−1/√in, 1/√in).
+  if (tensor.role == TensorRole::kLoraB) {
+    for (int64_t i = 0; i < count; ++i) out[i] = 0.0f;
+    return;
+  }
+  if (tensor.role == TensorRole::kLoraA) {
+    const uint64_t key = splitmix64(seed) ^ hash_name(tensor.name);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(tensor.shape[1]));
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = static_cast<float>(bound * uniform_at(key, static_cast<uint64_t>(begin + i)));
+    return;
+  }
   if (tensor.is_bias()) {  // nn.Linear biases start at zero, as Hugging Face initialises them
     for (int64_t i = 0; i < count; ++i) out[i] = 0.0f;
     return;

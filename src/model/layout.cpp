@@ -7,7 +7,8 @@ namespace zt {
 ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
   c.validate();
   const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim(), qd = c.q_dim();
-  groups_.resize(static_cast<size_t>(c.num_layers + 2));
+  const bool lora = c.lora.enabled();
+  groups_.resize(static_cast<size_t>(c.num_layers + 2 + (lora ? c.num_layers : 0)));
   layer_roles_.assign(static_cast<size_t>(c.num_layers), {});
   for (auto& roles : layer_roles_) roles.fill(-1);
   groups_[0].name = "embed";
@@ -41,6 +42,57 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
   add(h, "model.norm.weight", {d}, TensorRole::kFinalNorm, -1, false);
   if (!c.tie_word_embeddings)
     add(h, "lm_head.weight", {c.vocab_size, d}, TensorRole::kLmHead, -1, true);
+  if (lora) add_adapters();
+}
+
+// Each targeted projection [out, in] gets A [r, in] and B [out, r]; both decay, as every weight
+// matrix does under Hugging Face's Trainer.
+void ParamLayout::add_adapters() {
+  const ModelConfig& c = config_;
+  const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim(), qd = c.q_dim();
+  const std::array<std::array<int64_t, 2>, kLoraTargets> out_in = {
+      {{qd, d}, {kv, d}, {kv, d}, {d, qd}, {f, d}, {f, d}, {d, f}}};
+  std::array<std::array<int, 2>, kLoraTargets> none;
+  for (auto& ab : none) ab = {-1, -1};
+  lora_tensors_.assign(static_cast<size_t>(c.num_layers), none);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const int g = adapter_group(l);
+    groups_[static_cast<size_t>(g)].name = "lora." + std::to_string(l);
+    for (int t = 0; t < kLoraTargets; ++t) {
+      if (!c.lora.has(static_cast<LoraTarget>(t))) continue;
+      const auto [out, in] = out_in[static_cast<size_t>(t)];
+      const std::string m = lora_module_path(l, static_cast<LoraTarget>(t));
+      auto& ab = lora_tensors_[static_cast<size_t>(l)][static_cast<size_t>(t)];
+      ab[0] = static_cast<int>(tensors_.size());
+      add(g, m + ".lora_A.weight", {c.lora.rank, in}, TensorRole::kLoraA, -1, true);
+      ab[1] = static_cast<int>(tensors_.size());
+      add(g, m + ".lora_B.weight", {out, c.lora.rank}, TensorRole::kLoraB, -1, true);
+      tensors_[static_cast<size_t>(ab[0])].layer = tensors_[static_cast<size_t>(ab[1])].layer = l;
+      tensors_[static_cast<size_t>(ab[0])].lora_target = t;
+      tensors_[static_cast<size_t>(ab[1])].lora_target = t;
+    }
+  }
+}
+
+int ParamLayout::adapter_group(int layer) const {
+  return config_.lora.enabled() ? 2 + static_cast<int>(config_.num_layers) + layer : -1;
+}
+
+int ParamLayout::compute_unit_of(int g) const {
+  return g < num_compute_units() ? g : g - num_compute_units() + 1;
+}
+
+std::vector<int> ParamLayout::unit_groups(int u) const {
+  std::vector<int> groups = {u};
+  if (u > embed_group() && u < head_group() && config_.lora.enabled())
+    groups.push_back(adapter_group(u - 1));
+  if (u == head_group() && tied_embeddings()) groups.push_back(embed_group());
+  return groups;
+}
+
+int ParamLayout::lora_tensor(int layer, int target, bool b) const {
+  if (lora_tensors_.empty()) return -1;
+  return lora_tensors_[static_cast<size_t>(layer)][static_cast<size_t>(target)][b ? 1 : 0];
 }
 
 void ParamLayout::add(int group, const std::string& name, std::vector<int64_t> shape,
@@ -58,7 +110,7 @@ void ParamLayout::add(int group, const std::string& name, std::vector<int64_t> s
   t.weight_decay = decay;
   g.numel += t.numel;
   g.tensors.push_back(static_cast<int>(tensors_.size()));
-  if (layer >= 0)
+  if (layer >= 0 && role < TensorRole::kFinalNorm)
     layer_roles_[static_cast<size_t>(layer)][static_cast<size_t>(
         static_cast<int>(role) - static_cast<int>(TensorRole::kInputNorm))] =
         static_cast<int>(tensors_.size());
@@ -76,9 +128,12 @@ const TensorInfo& ParamLayout::tensor(TensorRole role, int layer) const {
     case TensorRole::kEmbedding:
       return tensors_[0];
     case TensorRole::kFinalNorm:
-      return tensors_[static_cast<size_t>(groups_.back().tensors.front())];
+      return tensors_[static_cast<size_t>(
+          groups_[static_cast<size_t>(head_group())].tensors.front())];
     case TensorRole::kLmHead:
-      return tied_embeddings() ? tensors_[0] : tensors_[tensors_.size() - 1];
+      return tied_embeddings() ? tensors_[0]
+                               : tensors_[static_cast<size_t>(
+                                     groups_[static_cast<size_t>(head_group())].tensors.back())];
     default: {
       const TensorInfo* t = find_role(role, layer);
       ZT_CHECK(t != nullptr, "layer " + std::to_string(layer) +

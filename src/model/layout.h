@@ -7,6 +7,10 @@
 // (tie_word_embeddings): there is no lm_head tensor; the head multiplies by the embedding table,
 // one parameter in group 0 that the head group's forward and backward also use (the engine hands it
 // over with the head group: LlamaModel::forward_group).
+// LoRA (config.lora, model/lora.h): after the head come the adapter groups, one per decoder layer
+// ("lora.3": A then B of each targeted projection, in the layer's order). A layer's adapters are
+// computed with the layer: the model runs L + 2 compute units (embedding, layers, head), and the
+// unit of layer l uses its layer group and its adapter group.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -39,6 +43,9 @@ enum class TensorRole {
   kKNorm,
   kFinalNorm,
   kLmHead,
+  // LoRA adapters (model/lora.h): A [r, in] and B [out, r] of one targeted projection.
+  kLoraA,
+  kLoraB,
 };
 // Roles of a decoder layer: kInputNorm .. kKNorm.
 constexpr int kLayerRoles =
@@ -53,10 +60,12 @@ struct TensorInfo {
   TensorRole role = TensorRole::kEmbedding;
   int layer = -1;            // decoder layer index, -1 for embedding/final tensors
   bool weight_decay = true;  // AdamW decay: off for norms, biases and the embedding
+  int lora_target = -1;      // kLoraA/kLoraB: the LoraTarget adapted
   bool is_output_projection() const {
     return role == TensorRole::kOProj || role == TensorRole::kDownProj;
   }
   bool is_bias() const { return role >= TensorRole::kQBias && role <= TensorRole::kOBias; }
+  bool is_lora() const { return role == TensorRole::kLoraA || role == TensorRole::kLoraB; }
 };
 
 struct GroupInfo {
@@ -74,7 +83,19 @@ class ParamLayout {
   int num_groups() const { return static_cast<int>(groups_.size()); }
   int embed_group() const { return 0; }
   int layer_group(int layer) const { return 1 + layer; }
-  int head_group() const { return num_groups() - 1; }
+  int head_group() const { return 1 + static_cast<int>(config_.num_layers); }
+  // The compute units (embedding, each layer, head): unit u is computed from group u and, for a
+  // layer with adapters, its adapter group.
+  int num_compute_units() const { return 2 + static_cast<int>(config_.num_layers); }
+  // The adapter group of decoder layer `layer`, or -1 without LoRA.
+  int adapter_group(int layer) const;
+  // The compute unit whose forward and backward use group g.
+  int compute_unit_of(int g) const;
+  // The groups unit u reads, in the order a stage-3 pass acquires them: u itself, then the
+  // layer's adapter group, or (tied embeddings, the head) the embedding.
+  std::vector<int> unit_groups(int u) const;
+  // The tensor index of adapter A (or B) of `target` in layer `layer`, or -1.
+  int lora_tensor(int layer, int target, bool b) const;
   bool tied_embeddings() const { return config_.tie_word_embeddings; }
 
   // Index of the tensor with this HF name, or -1.
@@ -92,6 +113,7 @@ class ParamLayout {
   int64_t non_embedding_numel() const;
 
  private:
+  void add_adapters();
   void add(int group, const std::string& name, std::vector<int64_t> shape, TensorRole role,
            int layer, bool decay);
   ModelConfig config_;
@@ -99,6 +121,8 @@ class ParamLayout {
   std::vector<GroupInfo> groups_;
   // Per decoder layer, the index in tensors_ of each layer role (role − kInputNorm), −1 if absent.
   std::vector<std::array<int, kLayerRoles>> layer_roles_;
+  // Per decoder layer and LoraTarget, the index of its A and B tensors (-1 when not adapted).
+  std::vector<std::array<std::array<int, 2>, kLoraTargets>> lora_tensors_;
 };
 
 }  // namespace zt

@@ -75,6 +75,9 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   a.gate = c.take(M * F, s);
   a.up = c.take(M * F, s);
   if (part == LayerPart::kAll) a.h = c.take(M * F, s);
+  for (int t = 0; t < kLoraTargets && config.lora.enabled(); ++t)
+    if (config.lora.has(static_cast<LoraTarget>(t)))
+      a.lora[static_cast<size_t>(t)] = c.take(M * config.lora.rank, s);
   return a;
 }
 
@@ -148,6 +151,11 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.dgate = dev.take(M * F, storage);
   t.dup = dev.take(M * F, storage);
   t.dh = dev.take(M * F, storage);
+  if (c.lora.enabled()) {
+    const bool mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
+    t.lora_product = dev.take(M * std::max({D, QD, KV, mlp ? F : 0}), storage);
+    t.lora_du = dev.take(M * c.lora.rank, storage);
+  }
   plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;
   return plan;
 }
@@ -257,24 +265,25 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets,
 }
 
 void LlamaModel::forward_group(int g, ConstTensorView params, bool training, float grad_scale,
-                               ConstTensorView embedding) {
+                               ConstTensorView embedding, ConstTensorView adapters) {
   if (g == layout_.embed_group()) {
     embed_forward(params);
   } else if (g == layout_.head_group()) {
     head_forward(params, embedding, training, grad_scale);
   } else {
-    layer_forward(g - 1, params, false);
+    layer_forward(g - 1, params, false, adapters);
   }
 }
 
 void LlamaModel::backward_group(int g, ConstTensorView params, float* grads,
-                                ConstTensorView embedding, float* embedding_grads) {
+                                ConstTensorView embedding, float* embedding_grads,
+                                ConstTensorView adapters, float* adapter_grads) {
   if (g == layout_.embed_group()) {
     embed_backward(grads);
   } else if (g == layout_.head_group()) {
     head_backward(params, grads, embedding, embedding_grads);
   } else {
-    layer_backward(g - 1, params, grads);
+    layer_backward(g - 1, params, grads, adapters, adapter_grads);
   }
 }
 
@@ -294,7 +303,10 @@ void LlamaModel::embed_backward(float* grads) {
 // xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
 // (each residual add happens in its projection's GEMM: matmul_forward_add, one rounding)
 // (a bias or a q/k norm only where the family has one; rms_head normalises each head's hd values)
-void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute) {
+// LoRA adds each adapted projection's s·(input·Aᵀ)·Bᵀ to its output, bias included, before
+// what follows it reads it (llama_lora.cpp).
+void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute,
+                               ConstTensorView adapters) {
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const int64_t QD = config_.q_dim();
@@ -327,6 +339,9 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   if (P.bq) be_.bias_forward(q_out, P.bq, M_, QD);
   if (P.bk) be_.bias_forward(k_out, P.bk, M_, KV);
   if (P.bv) be_.bias_forward(A.v, P.bv, M_, KV);
+  lora_forward(layer, LoraTarget::kQ, q_out, A.xn1, adapters);
+  lora_forward(layer, LoraTarget::kK, k_out, A.xn1, adapters);
+  lora_forward(layer, LoraTarget::kV, A.v, A.xn1, adapters);
   if (qk_norm) {  // each head's hd values are one row of the norm
     be_.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, M_ * H, hd, eps);
     be_.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, M_ * Hkv, hd, eps);
@@ -337,17 +352,23 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start);
   be_.matmul_forward_add(A.x2, A.att, P.wo, x, M_, D, QD);  // x2 = x + att·Woᵀ, rounded once
   if (P.bo) be_.bias_forward(A.x2, P.bo, M_, D);
+  lora_forward(layer, LoraTarget::kO, A.x2, A.att, adapters);
   be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
   const TensorView gate_up[] = {A.gate, A.up};
   const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
   be_.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, M_, F, D);
+  lora_forward(layer, LoraTarget::kGate, A.gate, A.xn2, adapters);
+  lora_forward(layer, LoraTarget::kUp, A.up, A.xn2, adapters);
   be_.swiglu_forward(A.h, A.gate, A.up, M_ * F);
   be_.matmul_forward_add(out, A.h, P.wdown, A.x2, M_, D, F);  // out = x2 + h·Wdᵀ
+  lora_forward(layer, LoraTarget::kDown, out, A.h, adapters);
 }
 
 // On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated.
-void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads) {
-  if (ac_.is_checkpointed(layer)) layer_forward(layer, params, true);  // recompute from the input
+void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
+                                ConstTensorView adapters, float* adapter_grads) {
+  if (ac_.is_checkpointed(layer))
+    layer_forward(layer, params, true, adapters);  // recompute from the input
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const int64_t QD = config_.q_dim();
@@ -372,10 +393,13 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
 
   // MLP: out = x2 + (silu(gate)·up)·Wdᵀ
   be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false);
+  lora_backward(layer, LoraTarget::kDown, t_.dh, t_.dresid, A.h, adapters, adapter_grads);
   be_.swiglu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F);
   // dxn = dgate·Wg + dup·Wu; dWg += dgateᵀ·xn2 and dWu += dupᵀ·xn2 as one batch
   be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false);
   be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true);
+  lora_backward(layer, LoraTarget::kGate, t_.dxn, t_.dgate, A.xn2, adapters, adapter_grads);
+  lora_backward(layer, LoraTarget::kUp, t_.dxn, t_.dup, A.xn2, adapters, adapter_grads);
   float* const gate_up_grads[] = {grad(TensorRole::kGateProj), grad(TensorRole::kUpProj)};
   const ConstTensorView gate_up_dys[] = {t_.dgate, t_.dup};
   be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D);
@@ -386,6 +410,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   if (P.bo && grad(TensorRole::kOBias))
     be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
   be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false);
+  lora_backward(layer, LoraTarget::kO, t_.datt, t_.dresid, A.att, adapters, adapter_grads);
   const int32_t* doc_start = document_starts();
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
                          hd, doc_start);
@@ -403,10 +428,15 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads)
   };
   // The forward's projections: dxn (= or +=) dy·W, db += Σ_rows dy, and dW += dyᵀ·xn1 unless
   // the weight's product is batched (`batched`: the caller adds it with the others).
+  // LoRA: the adapter's products on the same dy, before a q/k norm's dy is overwritten.
   auto linear_backward = [&](ConstTensorView dy, TensorRole w, ConstTensorView W, TensorRole b,
                              ConstTensorView bias, int64_t N, bool accumulate, bool batched) {
     if (bias && grad(b)) be_.bias_backward(grad(b), dy, M_, N);
     be_.matmul_backward(t_.dxn, batched ? nullptr : grad(w), dy, A.xn1, W, M_, N, D, accumulate);
+    const LoraTarget target = w == TensorRole::kQProj   ? LoraTarget::kQ
+                              : w == TensorRole::kKProj ? LoraTarget::kK
+                                                        : LoraTarget::kV;
+    lora_backward(layer, target, t_.dxn, dy, A.xn1, adapters, adapter_grads);
   };
   // q's weight gradient joins k's and v's batch when it has their shape and its output gradient
   // stays put (a q/k norm's backward writes both into datt, one after the other).

@@ -13,6 +13,7 @@
 // bf16 tensors and whose ops compute in fp32 and round where backend.h says (the oracle test's
 // reference is written to those rounding points; PyTorch autograd rounds some gradients more).
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -78,8 +79,10 @@ double sum_token_losses(const float* losses, int64_t n);
 // One layer's saved activations in the arena (the statistics in fp32). With q/k norms (Qwen3)
 // q_raw and k_raw hold the projections before the norm and rstd_q/rstd_k their per-head
 // statistics; q and k are always what RoPE and attention see.
+// LoRA: lora[t] = s·(x·Aᵀ) [M, r] of each adapted projection (null for the others).
 struct LayerActivations {
   TensorView xn1, q, k, v, att, x2, xn2, gate, up, h;
+  std::array<TensorView, kLoraTargets> lora{};
   TensorView q_raw, k_raw;
   float *rstd1 = nullptr, *lse = nullptr, *rstd2 = nullptr;
   float *rstd_q = nullptr, *rstd_k = nullptr;
@@ -96,6 +99,8 @@ struct ActivationTensors {
   float *final_rstd = nullptr, *losses = nullptr;
   // backward temporaries
   TensorView dresid, dxn, dq, dk, dv, datt, dgate, dup, dh;
+  // LoRA: an adapter's product u·Bᵀ [M, out] before it is added, and ∂L/∂(x·Aᵀ) [M, r].
+  TensorView lora_product, lora_du;
 };
 
 // Lays the activations out from `device_base` and `host_base` (null: only count) and returns
@@ -132,8 +137,11 @@ class LlamaModel {
   // params: the group's working parameters, fp32 or bf16 (a view: util/tensor_view.h).
   // Tied embeddings: the head group also needs `embedding`, the embedding group's working
   // parameters (null for every other group and for an untied model).
+  // LoRA: a layer's forward and backward also take its adapter group (`adapters`, the group
+  // layout().adapter_group(layer)) and accumulate the adapters' gradients into `adapter_grads`
+  // (null when the adapters are frozen).
   void forward_group(int g, ConstTensorView params, bool training, float grad_scale,
-                     ConstTensorView embedding = {});
+                     ConstTensorView embedding = {}, ConstTensorView adapters = {});
   // Runs group g's backward, accumulating (+=) its parameter gradients into grads. Tied
   // embeddings: the head's weight gradient goes (+=) into `embedding_grads`, the embedding
   // group's gradient buffer (the engine passes the same buffer to the embedding's backward).
@@ -141,7 +149,8 @@ class LlamaModel {
   // range of grads is left as it is; grads may be null when the whole group is frozen, and
   // embedding_grads when the embedding is.
   void backward_group(int g, ConstTensorView params, float* grads, ConstTensorView embedding = {},
-                      float* embedding_grads = nullptr);
+                      float* embedding_grads = nullptr, ConstTensorView adapters = {},
+                      float* adapter_grads = nullptr);
 
   // Which tensors have gradients (PyTorch's requires_grad); every tensor by default.
   void set_trainable(TrainableSet trainable) { trainable_ = std::move(trainable); }
@@ -169,8 +178,16 @@ class LlamaModel {
   };
   LayerParams layer_params(int layer, ConstTensorView group) const;
   // recompute: the backward's second forward of a checkpointed layer.
-  void layer_forward(int layer, ConstTensorView params, bool recompute);
-  void layer_backward(int layer, ConstTensorView params, float* grads);
+  void layer_forward(int layer, ConstTensorView params, bool recompute,
+                     ConstTensorView adapters = {});
+  void layer_backward(int layer, ConstTensorView params, float* grads, ConstTensorView adapters,
+                      float* adapter_grads);
+  // LoRA on one projection y = x·Wᵀ of `layer` (model/llama_lora.cpp); nothing when `target` has
+  // no adapter. Forward: y += s·(x·Aᵀ)·Bᵀ. Backward: dB += dyᵀ·u, dA += duᵀ·x, dx += du·A.
+  void lora_forward(int layer, LoraTarget target, TensorView y, ConstTensorView x,
+                    ConstTensorView adapters);
+  void lora_backward(int layer, LoraTarget target, TensorView dx, ConstTensorView dy,
+                     ConstTensorView x, ConstTensorView adapters, float* adapter_grads);
   void embed_forward(ConstTensorView params);
   void embed_backward(float* grads);
   void head_forward(ConstTensorView params, ConstTensorView embedding, bool training,

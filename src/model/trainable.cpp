@@ -2,6 +2,7 @@
 
 #include <re2/re2.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "util/error.h"
@@ -42,7 +43,8 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
                                          const std::vector<std::string>& trainable,
                                          const std::vector<std::string>& freeze) {
   TrainableSet s;
-  if (trainable.empty() && freeze.empty()) return s;
+  const bool lora = layout.adapter_group(0) >= 0;
+  if (trainable.empty() && freeze.empty() && !lora) return s;
   const auto keep = compile(trainable, "--trainable");
   const auto drop = compile(freeze, "--freeze");
   std::vector<bool> keep_used(keep.size(), false), drop_used(drop.size(), false);
@@ -50,9 +52,16 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
   s.frozen_.assign(tensors.size(), false);
   bool any_trains = false;
   for (size_t t = 0; t < tensors.size(); ++t) {
-    bool trains = keep.empty();
+    // LoRA: the adapters train, the base only where --trainable names it (modules_to_save).
+    bool trains = tensors[t].is_lora() || (keep.empty() && !lora);
     for (size_t i = 0; i < keep.size(); ++i)
-      if (RE2::PartialMatch(tensors[t].name, *keep[i])) trains = true, keep_used[i] = true;
+      if (RE2::PartialMatch(tensors[t].name, *keep[i])) {
+        ZT_CHECK(!lora || tensors[t].layer < 0 || tensors[t].is_lora(),
+                 "--trainable '" + trainable[i] + "' matches " + tensors[t].name +
+                     ": with LoRA a decoder layer's own tensors stay frozen (train the embedding, "
+                     "the final norm or lm_head in full, or adapt the layer's projections)");
+        trains = true, keep_used[i] = true;
+      }
     for (size_t i = 0; i < drop.size(); ++i)
       if (RE2::PartialMatch(tensors[t].name, *drop[i])) trains = false, drop_used[i] = true;
     s.frozen_[t] = !trains;
@@ -103,9 +112,10 @@ GroupTraining TrainableSet::group(const ParamLayout& layout, int g) const {
 }
 
 int TrainableSet::lowest_backward_group(const ParamLayout& layout) const {
+  int lowest = layout.num_compute_units();  // unreachable for a set from from_patterns
   for (int g = 0; g < layout.num_groups(); ++g)
-    if (group_trains(layout, g)) return g;
-  return layout.num_groups();  // unreachable for a set from from_patterns
+    if (group_trains(layout, g)) lowest = std::min(lowest, layout.compute_unit_of(g));
+  return lowest;
 }
 
 int64_t TrainableSet::trainable_numel(const ParamLayout& layout) const {

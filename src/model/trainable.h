@@ -1,9 +1,11 @@
 // Which parameters train: PyTorch's requires_grad, chosen by regular expressions over the
 // Hugging Face tensor names (`train --trainable REGEX`, `--freeze REGEX`; docs/ARCHITECTURE.md §4).
 // A tensor trains when it matches some --trainable pattern (every tensor does when there is none)
-// and no --freeze pattern. Patterns are RE2 regular expressions (Python re syntax without
-// backreferences or lookaround, matched in linear time) searched anywhere in the name, as Python's
-// re.search: "lm_head" matches lm_head.weight, "^model\.norm\." only the final norm.
+// and no --freeze pattern. With LoRA (model/lora.h) the adapters train and the base is frozen
+// except the end tensors --trainable names (PEFT's modules_to_save, e.g. lm_head). Patterns are RE2
+// regular expressions (Python re syntax without backreferences or lookaround, matched in linear
+// time) searched anywhere in the name, as Python's re.search: "lm_head" matches lm_head.weight,
+// "^model\.norm\." only the final norm.
 //
 // The model skips a frozen tensor's weight gradient (its dW product); the engine keeps state per
 // parameter group (the embedding, each decoder layer, the head): a group with no trainable tensor
@@ -36,8 +38,9 @@ class TrainableSet {
   bool group_trains(const ParamLayout& layout, int g) const {
     return group(layout, g) != GroupTraining::kNone;
   }
-  // The lowest group whose backward is needed: the lowest group with a trainable tensor (with
-  // tied embeddings a trainable embedding is group 0).
+  // The lowest compute unit whose backward is needed (model/layout.h; without LoRA a unit is a
+  // group): the lowest unit with a trainable tensor (with tied embeddings a trainable embedding
+  // is unit 0; a layer's LoRA adapters are their layer's unit).
   int lowest_backward_group(const ParamLayout& layout) const;
   // Elements of the trainable tensors.
   int64_t trainable_numel(const ParamLayout& layout) const;

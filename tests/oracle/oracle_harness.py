@@ -74,14 +74,16 @@ def exit_status(checks):
     return 0
 
 
-def write_byte_windows(path, sample, windows, seq_len):
+def write_byte_windows(path, sample, windows, seq_len, extra_tokens=0):
     """A byte-token dataset (vocab 256) of exactly `windows` windows of seq_len + 1 tokens, the
     first bytes of `sample`: a run whose global batch is that many windows sees all of them at
-    every step. Returns the tokens (numpy uint16)."""
+    every step (extra_tokens more at the end, fewer than seq_len). Returns the tokens (numpy
+    uint16)."""
     import h5py
     import numpy as np
     with open(sample, "rb") as f:
-        data = np.frombuffer(f.read(windows * seq_len + 1), dtype=np.uint8).astype(np.uint16)
+        data = np.frombuffer(f.read(windows * seq_len + 1 + extra_tokens),
+                             dtype=np.uint8).astype(np.uint16)
     with h5py.File(path, "w") as f:
         f.create_dataset("tokens", data=data)
         f.attrs["vocab_size"] = np.int64(256)

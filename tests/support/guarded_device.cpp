@@ -351,7 +351,7 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.add_inplace(y, x, n);
   }
-  void scale_inplace(float* y, float s, int64_t n) override {
+  void scale_inplace(TensorView y, float s, int64_t n) override {
     need(y, n, "scale_inplace y");
     GuardedDeviceMemory::Access a(mem_);
     be_.scale_inplace(y, s, n);

@@ -145,9 +145,12 @@ void CpuBackend::bias_backward(float* db, ConstTensorView dy_view, int64_t M, in
                   [&](int64_t m, int64_t n) { return static_cast<double>(dy[m * N + n]); });
 }
 
-void CpuBackend::scale_inplace(float* y, float s, int64_t n) {
+void CpuBackend::scale_inplace(TensorView y_view, float s, int64_t n) {
+  Fp32Output y32(y_view, n, Fp32Output::Contents::kKeep);
+  float* y = y32.get();
 #pragma omp parallel for schedule(static) if (n > kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
+  y32.commit();
 }
 
 void CpuBackend::to_bf16(bf16_t* out, const float* in, int64_t n) {

@@ -88,7 +88,7 @@ class CpuBackend final : public Backend {
   void block_sum_squares(double* out, const float* x, int64_t n, int64_t block) override;
 
   void add_inplace(TensorView y, ConstTensorView x, int64_t n) override;
-  void scale_inplace(float* y, float s, int64_t n) override;
+  void scale_inplace(TensorView y, float s, int64_t n) override;
   void to_bf16(bf16_t* out, const float* in, int64_t n) override;
   void from_bf16(float* out, const bf16_t* in, int64_t n) override;
   void to_fp16(uint16_t* out, const float* in, int64_t n) override;

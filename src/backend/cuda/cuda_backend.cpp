@@ -507,7 +507,7 @@ void CudaBackend::add_inplace(TensorView y, ConstTensorView x, int64_t n) {
   launch_add(y, x, n, state_->stream);
 }
 
-void CudaBackend::scale_inplace(float* y, float s, int64_t n) {
+void CudaBackend::scale_inplace(TensorView y, float s, int64_t n) {
   launch_scale(y, s, n, state_->stream);
 }
 

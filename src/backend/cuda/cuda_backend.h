@@ -149,7 +149,7 @@ class CudaBackend final : public Backend {
   void block_sum_squares(double* out, const float* x, int64_t n, int64_t block) override;
 
   void add_inplace(TensorView y, ConstTensorView x, int64_t n) override;
-  void scale_inplace(float* y, float s, int64_t n) override;
+  void scale_inplace(TensorView y, float s, int64_t n) override;
   void zero(TensorView y, int64_t n) override;
   DeviceMemory& device_memory() override;
   // The same object, for reserving its per-category arenas before the engine allocates.

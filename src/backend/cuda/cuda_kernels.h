@@ -53,7 +53,7 @@ void launch_bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N,
 void launch_bias_backward(float* db, double* partials, ConstTensorView dy, int64_t M, int64_t N,
                           int64_t rows_per_chunk, cudaStream_t stream);
 void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream);  // y += x
-void launch_scale(float* y, float s, int64_t n, cudaStream_t stream);
+void launch_scale(TensorView y, float s, int64_t n, cudaStream_t stream);          // y *= s
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
 void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
 void launch_to_fp16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);

@@ -265,9 +265,10 @@ struct AddInPlace {
   }
 };
 
-// y *= s (fp32).
+// y *= s, rounded once in y's storage.
+template <typename A>
 struct ScaleInPlace {
-  float* y;
+  A* y;
   float s;
   template <typename At>
   __device__ void operator()(At at) const {
@@ -397,8 +398,12 @@ void launch_bias_backward(float* db, double* partials, ConstTensorView dy, int64
   });
 }
 
-void launch_scale(float* y, float s, int64_t n, cudaStream_t stream) {
-  launch_elementwise("scale_inplace", ScaleInPlace{y, s}, n, {y}, stream);
+void launch_scale(TensorView y, float s, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  with_storage(y.dtype, "scale_inplace", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    launch_elementwise("scale_inplace", ScaleInPlace<A>{typed<A>(y), s}, n, {y.data}, stream);
+  });
 }
 
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {

@@ -1,0 +1,98 @@
+#include "app/lora_options.h"
+
+#include <re2/re2.h>
+
+#include "app/cli.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kLoraOptionNames[] = {"lora-rank", "lora-alpha", "lora-dropout",
+                                            "lora-targets", "use-rslora"};
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, end - start);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json LoraOptions::to_json() const {
+  if (rank == 0 && config_file.empty()) return nullptr;
+  const LoraSpec s = resolve_lora_spec(*this);
+  return {{"rank", s.rank},
+          {"alpha", s.alpha},
+          {"dropout", s.dropout},
+          {"use_rslora", s.use_rslora},
+          {"targets", s.targets_text()},
+          {"modules_to_save", s.modules_to_save},
+          {"config", config_file.empty() ? nlohmann::json() : nlohmann::json(config_file)}};
+}
+
+void add_lora_options(po::options_description& options, LoraOptions& o) {
+  options.add_options()(
+      "lora-rank", po::value(&o.rank)->default_value(o.rank),
+      "LoRA: train rank-R adapters on the frozen model's projections (0: no adapters; "
+      "docs/lora.md)")("lora-alpha", decimal_option(&o.alpha),
+                       "LoRA: the adapters' alpha; their products are scaled by alpha/R "
+                       "(default 8, as PEFT)")(
+      "lora-dropout", decimal_option(&o.dropout),
+      "LoRA: dropout on the adapters' input (only 0 is implemented yet)")(
+      "lora-targets", po::value(&o.targets)->default_value(o.targets),
+      "LoRA: the projections that get adapters, as PEFT's target_modules: comma-separated "
+      "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear")(
+      "use-rslora", bool_flag(&o.use_rslora, false),
+      "LoRA: rank-stabilised scaling alpha/sqrt(R) instead of alpha/R")(
+      "lora-config", po::value(&o.config_file),
+      "LoRA: a PEFT adapter_config.json giving r, lora_alpha, target_modules, use_rslora and "
+      "modules_to_save (instead of the --lora-* options)");
+}
+
+void note_lora_options_given(const po::variables_map& vm, LoraOptions& o) {
+  o.given.clear();
+  for (const char* name : kLoraOptionNames)
+    if (vm.count(name) && !vm[name].defaulted()) o.given.push_back(name);
+}
+
+LoraSpec resolve_lora_spec(const LoraOptions& o) {
+  if (!o.config_file.empty()) {
+    ZT_CHECK(o.given.empty(), "--lora-config '" + o.config_file + "' and --" + o.given.front() +
+                                  " both specify the adapters; give one or the other");
+    return LoraSpec::from_peft_file(o.config_file);
+  }
+  LoraSpec s;
+  if (o.rank == 0) {
+    ZT_CHECK(o.given.empty() || o.given.front() == "lora-rank",
+             "--" + o.given.front() + " needs --lora-rank R (R > 0) or --lora-config");
+    return s;
+  }
+  s.rank = o.rank;
+  s.alpha = o.alpha;
+  s.dropout = o.dropout;
+  s.use_rslora = o.use_rslora;
+  s.targets = LoraSpec::parse_targets(split_commas(o.targets), "--lora-targets");
+  s.validate("--lora-rank/--lora-alpha/--lora-dropout/--lora-targets");
+  return s;
+}
+
+std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec) {
+  std::vector<std::string> patterns;
+  for (const std::string& name : spec.modules_to_save)
+    patterns.push_back("(^|\\.)" + RE2::QuoteMeta(name) + "\\.weight$");
+  return patterns;
+}
+
+}  // namespace zt

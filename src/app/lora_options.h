@@ -1,0 +1,38 @@
+// train's LoRA options (docs/lora.md): --lora-rank, --lora-alpha, --lora-dropout,
+// --lora-targets, --use-rslora, or a PEFT adapter_config.json through --lora-config; resolved
+// into the model's LoraSpec (model/lora.h) and the --trainable patterns of PEFT's
+// modules_to_save.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "model/lora.h"
+
+namespace zt {
+
+struct LoraOptions {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 8.0;
+  double dropout = 0.0;
+  std::string targets = "q_proj,v_proj";  // PEFT's default for Llama-family models
+  bool use_rslora = false;
+  std::string config_file;  // --lora-config adapter_config.json
+  // Which of the options above were given on the command line (refused beside --lora-config).
+  std::vector<std::string> given;
+
+  nlohmann::json to_json() const;
+};
+
+void add_lora_options(boost::program_options::options_description& options, LoraOptions& o);
+// After parsing: records which --lora-* options were given.
+void note_lora_options_given(const boost::program_options::variables_map& vm, LoraOptions& o);
+// The adapters the options ask for (rank 0: none). Throws naming the option or the file's key.
+LoraSpec resolve_lora_spec(const LoraOptions& o);
+// PEFT's modules_to_save as --trainable patterns: each name matches the tensor of a module of
+// that name ("lm_head" → lm_head.weight, "embed_tokens" → model.embed_tokens.weight).
+std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec);
+
+}  // namespace zt

@@ -1,0 +1,75 @@
+// LoRA on the decoder layers' projections (model/lora.h), forward and backward side by side.
+//   forward   u = s·(x·Aᵀ)  [M, r] (kept);  y += u·Bᵀ
+//   backward  dB += dyᵀ·u;  du = s·(dy·B);  dA += duᵀ·x;  dx += du·A
+// PEFT computes y + (x·Aᵀ·Bᵀ)·s; scaling the rank-r product first is the same sum with the scale
+// applied on M·r values instead of M·out (equal up to fp32 rounding). The base weight's products
+// are the layer's own (llama.cpp); its gradient is never formed (the base is frozen).
+#include <array>
+
+#include "model/llama.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+// [out, in] of a target's projection.
+std::array<int64_t, 2> projection_shape(const ModelConfig& c, LoraTarget t) {
+  const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim(), qd = c.q_dim();
+  switch (t) {
+    case LoraTarget::kQ:
+      return {qd, d};
+    case LoraTarget::kK:
+    case LoraTarget::kV:
+      return {kv, d};
+    case LoraTarget::kO:
+      return {d, qd};
+    case LoraTarget::kGate:
+    case LoraTarget::kUp:
+      return {f, d};
+    case LoraTarget::kDown:
+      return {d, f};
+  }
+  return {0, 0};
+}
+
+}  // namespace
+
+void LlamaModel::lora_forward(int layer, LoraTarget target, TensorView y, ConstTensorView x,
+                              ConstTensorView adapters) {
+  const int a = layout_.lora_tensor(layer, static_cast<int>(target), false);
+  if (a < 0) return;
+  ZT_CHECK(static_cast<bool>(adapters),
+           "layer " + std::to_string(layer) + ": LoRA needs the adapter group's parameters");
+  const int b = layout_.lora_tensor(layer, static_cast<int>(target), true);
+  const auto [out, in] = projection_shape(config_, target);
+  const int64_t r = config_.lora.rank;
+  const TensorView u = acts_for(layer).lora[static_cast<size_t>(target)];
+  be_.matmul_forward(u, x, adapters.at(layout_.tensors()[static_cast<size_t>(a)].offset), M_, r,
+                     in);
+  be_.scale_inplace(u, config_.lora.scale(), M_ * r);
+  be_.matmul_forward(t_.lora_product, u,
+                     adapters.at(layout_.tensors()[static_cast<size_t>(b)].offset), M_, out, r);
+  be_.add_inplace(y, t_.lora_product, M_ * out);
+}
+
+void LlamaModel::lora_backward(int layer, LoraTarget target, TensorView dx, ConstTensorView dy,
+                               ConstTensorView x, ConstTensorView adapters, float* adapter_grads) {
+  const int a = layout_.lora_tensor(layer, static_cast<int>(target), false);
+  if (a < 0) return;
+  const int b = layout_.lora_tensor(layer, static_cast<int>(target), true);
+  const TensorInfo& ta = layout_.tensors()[static_cast<size_t>(a)];
+  const TensorInfo& tb = layout_.tensors()[static_cast<size_t>(b)];
+  auto grad = [&](const TensorInfo& t) -> float* {
+    return adapter_grads && trainable_.trains(layout_.index_of(t)) ? adapter_grads + t.offset
+                                                                   : nullptr;
+  };
+  const auto [out, in] = projection_shape(config_, target);
+  const int64_t r = config_.lora.rank;
+  const ConstTensorView u = acts_for(layer).lora[static_cast<size_t>(target)];
+  be_.matmul_backward(t_.lora_du, grad(tb), dy, u, adapters.at(tb.offset), M_, out, r, false);
+  be_.scale_inplace(t_.lora_du, config_.lora.scale(), M_ * r);
+  be_.matmul_backward(dx, grad(ta), t_.lora_du, x, adapters.at(ta.offset), M_, r, in, true);
+}
+
+}  // namespace zt

@@ -1,0 +1,212 @@
+#include "model/lora.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "util/error.h"
+#include "util/json_text.h"
+
+namespace zt {
+
+namespace {
+
+constexpr const char* kTargetNames[kLoraTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                    "gate_proj", "up_proj", "down_proj"};
+constexpr const char* kTargetModules[kLoraTargets] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+
+std::string known_targets() {
+  std::string s;
+  for (const char* n : kTargetNames) s += std::string(s.empty() ? "" : ", ") + n;
+  return s + ", all-linear";
+}
+
+// The target a PEFT module name selects: its last component, or its last two (self_attn.q_proj).
+int target_index(const std::string& name) {
+  for (int i = 0; i < kLoraTargets; ++i)
+    if (name == kTargetNames[i] || name == kTargetModules[i]) return i;
+  return -1;
+}
+
+bool is_null_or(const nlohmann::json& v, bool (*empty)(const nlohmann::json&)) {
+  return v.is_null() || empty(v);
+}
+
+// A key of adapter_config.json whose non-default value changes the adapters' math: `ok` says
+// whether the value is the one zerotrain implements.
+void refuse_unless(const nlohmann::json& j, const char* key, bool ok, const std::string& source,
+                   const std::string& why) {
+  ZT_CHECK(ok, source + ": key '" + key + "' = " + quoted_json(j.at(key)) + " is not supported (" +
+                   why + ")");
+}
+
+}  // namespace
+
+const char* lora_target_name(LoraTarget t) {
+  return kTargetNames[static_cast<int>(t)];
+}
+const char* lora_target_module(LoraTarget t) {
+  return kTargetModules[static_cast<int>(t)];
+}
+
+std::string lora_module_path(int64_t layer, LoraTarget t) {
+  return "model.layers." + std::to_string(layer) + "." + lora_target_module(t);
+}
+
+bool LoraSpec::targets_any() const {
+  for (bool b : targets)
+    if (b) return true;
+  return false;
+}
+
+float LoraSpec::scale() const {
+  const double r = static_cast<double>(rank);
+  return static_cast<float>(use_rslora ? alpha / std::sqrt(r) : alpha / r);
+}
+
+void LoraSpec::validate(const std::string& source) const {
+  ZT_CHECK(rank > 0,
+           source + ": the LoRA rank must be a positive integer, got " + std::to_string(rank));
+  ZT_CHECK(std::isfinite(alpha) && alpha > 0,
+           source + ": lora_alpha must be a positive number, got " + std::to_string(alpha));
+  ZT_CHECK(std::isfinite(dropout) && dropout >= 0 && dropout < 1,
+           source + ": lora_dropout must be in [0, 1), got " + std::to_string(dropout));
+  // Dropout on the adapters' input needs its mask in the backward; not implemented yet.
+  ZT_CHECK(dropout == 0, source + ": lora_dropout " + std::to_string(dropout) +
+                             " is not implemented yet (docs/lora.md); set it to 0");
+  ZT_CHECK(targets_any(), source + ": no LoRA target module (known: " + known_targets() + ")");
+}
+
+std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::string>& names,
+                                                       const std::string& source) {
+  std::array<bool, kLoraTargets> t{};
+  for (const std::string& name : names) {
+    if (name == "all-linear") {
+      t.fill(true);
+      continue;
+    }
+    const int i = target_index(name);
+    ZT_CHECK(i >= 0, source + ": '" + name +
+                         "' is not a projection zerotrain can adapt (known: " + known_targets() +
+                         "; the embedding and the LM head train in full through modules_to_save)");
+    t[static_cast<size_t>(i)] = true;
+  }
+  return t;
+}
+
+LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& source) {
+  ZT_CHECK(j.is_object(), source + ": an adapter config must be a JSON object");
+  if (j.contains("peft_type"))
+    refuse_unless(j, "peft_type", j["peft_type"] == "LORA", source, "only LoRA adapters");
+  LoraSpec s;
+  auto number = [&](const char* key, double fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    ZT_CHECK(j[key].is_number(),
+             source + ": key '" + key + "' must be a number, got " + quoted_json(j[key]));
+    return j[key].get<double>();
+  };
+  ZT_CHECK(j.contains("r"), source + ": missing required key 'r' (the LoRA rank)");
+  ZT_CHECK(j["r"].is_number_integer(),
+           source + ": key 'r' must be an integer, got " + quoted_json(j["r"]));
+  s.rank = j["r"].get<int64_t>();
+  s.alpha = number("lora_alpha", 8.0);
+  s.dropout = number("lora_dropout", 0.0);
+  if (j.contains("use_rslora")) {
+    ZT_CHECK(j["use_rslora"].is_boolean(), source + ": key 'use_rslora' must be true or false");
+    s.use_rslora = j["use_rslora"].get<bool>();
+  }
+  const nlohmann::json targets = j.value("target_modules", nlohmann::json());
+  std::vector<std::string> names;
+  if (targets.is_string()) {
+    // PEFT reads a string other than all-linear as a regular expression over module paths.
+    ZT_CHECK(targets == "all-linear", source + ": target_modules " + quoted_json(targets) +
+                                          " is a regular expression; list the modules instead "
+                                          "(known: " +
+                                          known_targets() + ")");
+    names.push_back("all-linear");
+  } else if (targets.is_array()) {
+    for (const auto& n : targets) {
+      ZT_CHECK(n.is_string(), source + ": target_modules holds " + quoted_json(n));
+      names.push_back(n.get<std::string>());
+    }
+  } else {
+    // PEFT's default for Llama-family models.
+    ZT_CHECK(targets.is_null(),
+             source + ": target_modules must be a list of names, got " + quoted_json(targets));
+    names = {"q_proj", "v_proj"};
+  }
+  s.targets = parse_targets(names, source + " target_modules");
+  const nlohmann::json save = j.value("modules_to_save", nlohmann::json());
+  if (save.is_array())
+    for (const auto& n : save) {
+      ZT_CHECK(n.is_string(), source + ": modules_to_save holds " + quoted_json(n));
+      s.modules_to_save.push_back(n.get<std::string>());
+    }
+  else
+    ZT_CHECK(save.is_null(), source + ": modules_to_save must be a list of names");
+  auto empty_container = [](const nlohmann::json& v) { return v.empty(); };
+  auto is_false = [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); };
+  const std::pair<const char*, bool (*)(const nlohmann::json&)> math_keys[] = {
+      {"use_dora", is_false},
+      {"fan_in_fan_out", is_false},
+      {"lora_bias", is_false},
+      {"rank_pattern", empty_container},
+      {"alpha_pattern", empty_container},
+      {"layers_to_transform", empty_container},
+      {"layer_replication", empty_container}};
+  for (const auto& [key, ok] : math_keys)
+    if (j.contains(key))
+      refuse_unless(j, key, is_null_or(j[key], ok), source,
+                    "zerotrain trains plain LoRA: no DoRA, bias or fan-in/fan-out weights, one "
+                    "rank and alpha for every layer");
+  if (j.contains("bias"))
+    refuse_unless(j, "bias", j["bias"] == "none", source, "zerotrain trains no biases in LoRA");
+  if (j.contains("init_lora_weights"))
+    refuse_unless(j, "init_lora_weights", j["init_lora_weights"] == true, source,
+                  "zerotrain initialises as PEFT's default: A Kaiming-uniform, B zero");
+  s.validate(source);
+  return s;
+}
+
+LoraSpec LoraSpec::from_peft_file(const std::string& path) {
+  std::error_code ec;
+  ZT_CHECK(std::filesystem::is_regular_file(path, ec),
+           "adapter config '" + path + "' is not a file");
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in.good(), "cannot open adapter config '" + path + "'");
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return from_peft_json(parse_json(text, path), path);
+}
+
+nlohmann::json LoraSpec::to_peft_json(const std::string& base_model_name_or_path) const {
+  nlohmann::json targets = nlohmann::json::array();
+  for (int i = 0; i < kLoraTargets; ++i)
+    if (this->targets[static_cast<size_t>(i)]) targets.push_back(kTargetNames[i]);
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"base_model_name_or_path", base_model_name_or_path},
+          {"r", rank},
+          {"lora_alpha", alpha},
+          {"lora_dropout", dropout},
+          {"use_rslora", use_rslora},
+          {"target_modules", targets},
+          {"modules_to_save",
+           modules_to_save.empty() ? nlohmann::json() : nlohmann::json(modules_to_save)},
+          {"bias", "none"},
+          {"fan_in_fan_out", false},
+          {"init_lora_weights", true},
+          {"use_dora", false},
+          {"inference_mode", true}};
+}
+
+std::string LoraSpec::targets_text() const {
+  std::string s;
+  for (int i = 0; i < kLoraTargets; ++i)
+    if (targets[static_cast<size_t>(i)]) s += std::string(s.empty() ? "" : ",") + kTargetNames[i];
+  return s;
+}
+
+}  // namespace zt

@@ -1,0 +1,67 @@
+// LoRA adapters (docs/lora.md): the specification of the low-rank adapters trained beside a frozen
+// base, in Hugging Face PEFT's terms. A targeted projection y = x·Wᵀ becomes
+//   y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ,   A [r, in], B [out, r],   s = alpha/r (alpha/√r with rslora)
+// with A Kaiming-uniform (PEFT's default: U(−1/√in, 1/√in)) and B zero, so training starts from
+// the base model's outputs. The adapters of decoder layer l form a parameter group of their own
+// (model/layout.h); their tensors carry PEFT's module names under the layer, e.g.
+// model.layers.3.self_attn.q_proj.lora_A.weight.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+// The projections an adapter can sit on, in a layer's order; names as PEFT's target_modules.
+enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
+constexpr int kLoraTargets = 7;
+const char* lora_target_name(LoraTarget t);  // "q_proj", ..., "down_proj"
+// "self_attn.q_proj", ..., "mlp.down_proj": the module's path inside a decoder layer.
+const char* lora_target_module(LoraTarget t);
+
+struct LoraSpec {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 8.0;
+  double dropout = 0.0;
+  bool use_rslora = false;
+  std::array<bool, kLoraTargets> targets{};  // which projections carry an adapter
+  // PEFT's modules_to_save: module names (e.g. lm_head) whose tensors train in full beside the
+  // adapters; the app turns them into --trainable patterns.
+  std::vector<std::string> modules_to_save;
+
+  bool enabled() const { return rank > 0; }
+  bool targets_any() const;
+  bool has(LoraTarget t) const { return targets[static_cast<size_t>(t)]; }
+  // The scale s of the adapter's product: alpha/r, or alpha/√r with use_rslora.
+  float scale() const;
+  // Throws naming the option (or key) when the rank, alpha, dropout or targets are unusable.
+  void validate(const std::string& source) const;
+
+  // Targets from PEFT's target_modules spelling: a comma-separated list of module names
+  // ("q_proj,v_proj", also as "self_attn.q_proj") or "all-linear" (every projection of the
+  // decoder layers; the LM head is never adapted, as in PEFT). Throws naming the unknown name and
+  // listing the known ones; `source` names the option or file.
+  static std::array<bool, kLoraTargets> parse_targets(const std::vector<std::string>& names,
+                                                      const std::string& source);
+  // A PEFT adapter_config.json (peft_type LORA). Keys that would change the adapters' math away
+  // from what zerotrain implements (DoRA, a bias, fan_in_fan_out, per-layer rank or alpha
+  // patterns, layers_to_transform, a non-default initialisation) are refused naming the key;
+  // keys that only describe the adapter (task_type, base_model_name_or_path, revision, ...) are
+  // read past.
+  static LoraSpec from_peft_json(const nlohmann::json& j, const std::string& source);
+  static LoraSpec from_peft_file(const std::string& path);
+  // The adapter_config.json PEFT writes for this specification.
+  nlohmann::json to_peft_json(const std::string& base_model_name_or_path) const;
+  // Comma-separated target names in layer order ("q_proj,v_proj"), for messages and run.json.
+  std::string targets_text() const;
+
+  bool operator==(const LoraSpec&) const = default;
+};
+
+// The Hugging Face module path of a target in layer l: model.layers.{l}.self_attn.q_proj.
+std::string lora_module_path(int64_t layer, LoraTarget t);
+
+}  // namespace zt

@@ -1,0 +1,162 @@
+// LoRA (model/lora.h): the specification from options and from PEFT's adapter_config.json (its
+// refusals naming the key), the adapter groups of the layout and their PEFT names and shapes, the
+// initialisation (A inside PEFT's Kaiming-uniform bound, B zero), the compute units and the
+// stage-3 pass over them, and which tensors train. The math against PEFT is
+// tests/oracle/test_lora.py's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/stage3_residency.h"
+#include "model/config.h"
+#include "model/init.h"
+#include "model/layout.h"
+#include "model/lora.h"
+#include "model/trainable.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+ModelConfig tiny_with_lora(const std::vector<std::string>& targets, int64_t rank = 4) {
+  ModelConfig c = preset_config("tiny");
+  c.lora.rank = rank;
+  c.lora.targets = LoraSpec::parse_targets(targets, "test");
+  return c;
+}
+
+TEST(Lora, ScaleIsAlphaOverRankOrOverItsRootWithRslora) {
+  LoraSpec s;
+  s.rank = 16;
+  s.alpha = 32;
+  EXPECT_EQ(s.scale(), 2.0f);
+  s.use_rslora = true;
+  EXPECT_EQ(s.scale(), 8.0f);
+}
+
+TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
+  const nlohmann::json config = {{"peft_type", "LORA"},
+                                 {"r", 8},
+                                 {"lora_alpha", 16},
+                                 {"lora_dropout", 0.0},
+                                 {"use_rslora", true},
+                                 {"bias", "none"},
+                                 {"task_type", "CAUSAL_LM"},
+                                 {"modules_to_save", {"lm_head"}},
+                                 {"target_modules", {"q_proj", "mlp.down_proj"}}};
+  const LoraSpec s = LoraSpec::from_peft_json(config, "a.json");
+  EXPECT_EQ(s.rank, 8);
+  EXPECT_EQ(s.alpha, 16);
+  EXPECT_TRUE(s.use_rslora);
+  EXPECT_EQ(s.targets_text(), "q_proj,down_proj");
+  EXPECT_EQ(s.modules_to_save, std::vector<std::string>{"lm_head"});
+  // PEFT's own default targets for Llama-family models.
+  EXPECT_EQ(LoraSpec::from_peft_json({{"r", 4}}, "b.json").targets_text(), "q_proj,v_proj");
+  auto with = [&](const char* key, nlohmann::json value) {
+    nlohmann::json j = config;
+    j[key] = std::move(value);
+    return error_of([&] { LoraSpec::from_peft_json(j, "c.json"); });
+  };
+  EXPECT_NE(with("use_dora", true).find("c.json: key 'use_dora'"), std::string::npos);
+  EXPECT_NE(with("bias", "all").find("key 'bias'"), std::string::npos);
+  EXPECT_NE(with("rank_pattern", {{"q_proj", 4}}).find("key 'rank_pattern'"), std::string::npos);
+  EXPECT_NE(with("peft_type", "IA3").find("only LoRA"), std::string::npos);
+  EXPECT_NE(with("r", 0).find("rank must be a positive integer"), std::string::npos);
+  EXPECT_NE(with("r", 4.5).find("key 'r' must be an integer"), std::string::npos);
+  EXPECT_NE(with("target_modules", {"wq"}).find("'wq' is not a projection"), std::string::npos);
+  EXPECT_NE(with("lora_dropout", 0.1).find("not implemented yet"), std::string::npos);
+  // Keys that describe the adapter, or that stay at their defaults, are read past.
+  EXPECT_EQ(with("layers_to_transform", nullptr), "");
+  EXPECT_EQ(with("megatron_core", "megatron.core"), "");
+}
+
+TEST(Lora, LayoutAddsOneAdapterGroupPerLayerWithPeftNamesAndShapes) {
+  const ModelConfig c = tiny_with_lora({"q_proj", "down_proj"});
+  const ParamLayout base(c.base()), layout(c);
+  const int L = static_cast<int>(c.num_layers);
+  ASSERT_EQ(layout.num_groups(), base.num_groups() + L);
+  EXPECT_EQ(layout.head_group(), base.head_group());
+  EXPECT_EQ(layout.num_compute_units(), L + 2);
+  // The base tensors keep their groups and offsets: a model directory loads unchanged.
+  for (const TensorInfo& t : base.tensors()) {
+    const TensorInfo& same = layout.tensors()[static_cast<size_t>(layout.find(t.name))];
+    EXPECT_EQ(same.group, t.group);
+    EXPECT_EQ(same.offset, t.offset);
+  }
+  const int q_a = layout.find("model.layers.1.self_attn.q_proj.lora_A.weight");
+  const int down_b = layout.find("model.layers.1.mlp.down_proj.lora_B.weight");
+  ASSERT_GE(q_a, 0);
+  ASSERT_GE(down_b, 0);
+  EXPECT_EQ(layout.find("model.layers.1.self_attn.k_proj.lora_A.weight"), -1);
+  EXPECT_EQ(layout.tensors()[static_cast<size_t>(q_a)].shape,
+            (std::vector<int64_t>{4, c.hidden_size}));
+  EXPECT_EQ(layout.tensors()[static_cast<size_t>(down_b)].shape,
+            (std::vector<int64_t>{c.hidden_size, 4}));
+  EXPECT_EQ(layout.tensors()[static_cast<size_t>(q_a)].group, layout.adapter_group(1));
+  EXPECT_EQ(layout.compute_unit_of(layout.adapter_group(1)), layout.layer_group(1));
+  EXPECT_EQ(layout.lora_tensor(1, static_cast<int>(LoraTarget::kQ), false), q_a);
+  EXPECT_EQ(layout.lora_tensor(1, static_cast<int>(LoraTarget::kDown), true), down_b);
+  EXPECT_EQ(layout.unit_groups(layout.layer_group(1)),
+            (std::vector<int>{layout.layer_group(1), layout.adapter_group(1)}));
+}
+
+TEST(Lora, AdaptersStartAsPeftDoes) {
+  const ModelConfig c = tiny_with_lora({"all-linear"});
+  const ParamLayout layout(c);
+  for (const TensorInfo& t : layout.tensors()) {
+    if (!t.is_lora()) continue;
+    std::vector<float> v(static_cast<size_t>(t.numel));
+    init_tensor_range(c, t, 7, 0, t.numel, v.data());
+    float largest = 0;
+    for (float x : v) largest = std::max(largest, std::fabs(x));
+    if (t.role == TensorRole::kLoraB) {
+      EXPECT_EQ(largest, 0.0f) << t.name;
+    } else {  // U(−1/√in, 1/√in): within the bound, and reaching most of it
+      const float bound = 1.0f / std::sqrt(static_cast<float>(t.shape[1]));
+      EXPECT_LE(largest, bound) << t.name;
+      EXPECT_GT(largest, 0.9f * bound) << t.name;
+    }
+  }
+}
+
+TEST(Lora, OnlyAdaptersAndNamedEndTensorsTrainAndThePassStopsAtLayerZero) {
+  const ModelConfig c = tiny_with_lora({"v_proj"});
+  const ParamLayout layout(c);
+  const TrainableSet adapters_only = TrainableSet::from_patterns(layout, {}, {});
+  for (size_t t = 0; t < layout.tensors().size(); ++t)
+    EXPECT_EQ(adapters_only.trains(static_cast<int>(t)), layout.tensors()[t].is_lora())
+        << layout.tensors()[t].name;
+  EXPECT_EQ(adapters_only.lowest_backward_group(layout), layout.layer_group(0));
+  const TrainableSet with_head =
+      TrainableSet::from_patterns(layout, {"(^|\\.)lm_head\\.weight$"}, {});
+  EXPECT_TRUE(with_head.trains(layout.index_of(layout.tensor(TensorRole::kLmHead))));
+  EXPECT_NE(error_of([&] {
+              TrainableSet::from_patterns(layout, {"layers\\.0\\.mlp"}, {});
+            }).find("with LoRA a decoder layer's own tensors stay frozen"),
+            std::string::npos);
+  // Forward over every unit, each layer with its adapters; backward down to layer 0.
+  const std::vector<int> uses = Stage3Residency::flatten(
+      Stage3Residency::unit_pass(layout, adapters_only.lowest_backward_group(layout)));
+  const int L = static_cast<int>(c.num_layers), head = layout.head_group();
+  std::vector<int> want = {0};
+  for (int l = 0; l < L; ++l) want.insert(want.end(), {1 + l, layout.adapter_group(l)});
+  want.push_back(head);
+  want.push_back(head);
+  for (int l = L - 1; l >= 0; --l) want.insert(want.end(), {1 + l, layout.adapter_group(l)});
+  EXPECT_EQ(uses, want);
+}
+
+}  // namespace
+}  // namespace zt
