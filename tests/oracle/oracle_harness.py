@@ -120,3 +120,29 @@ def extract_from_sdist(sdist, member_path, work_dir):
         with open(path, "wb") as out:
             out.write(tar.extractfile(member).read())
     return path
+
+
+def checkpoint_masters(step_dir):
+    """Every tensor's fp32 master from a checkpoint's rank files (manifest ranges)."""
+    import json
+    import os
+    import h5py
+    import numpy as np
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    groups = []
+    for g, group in enumerate(manifest["groups"]):
+        values = np.zeros(group["numel"], dtype=np.float32)
+        for r, (begin, count) in enumerate(group["file_ranges"]):
+            if count == 0:
+                continue
+            with h5py.File(os.path.join(step_dir, manifest["files"][r]["name"]), "r") as f:
+                ds = f[f"group_{g:03d}/master"]
+                values[begin:begin + count] = ds[()]
+        groups.append(values)
+    out = {}
+    for t in manifest["tensors"]:
+        n = int(np.prod(t["shape"]))
+        out[t["name"]] = (groups[t["group"]][t["offset"]:t["offset"] + n].reshape(t["shape"]),
+                          t.get("frozen", False))
+    return out

@@ -29,10 +29,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            run_tool, write_byte_windows)
+from oracle_harness import (argument_parser, check, checkpoint_masters,  # noqa: E402
+                            exit_status, fresh_work_dir, run_tool, write_byte_windows)
 import llama_reference as ref  # noqa: E402
-import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -67,28 +66,6 @@ def reference(weights, config, tokens, trainable):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return losses, {n: t.detach() for n, t in masters.items()}
-
-
-def checkpoint_masters(step_dir):
-    """Every tensor's fp32 master from a checkpoint's rank files (manifest ranges)."""
-    with open(os.path.join(step_dir, "manifest.json")) as f:
-        manifest = json.load(f)
-    groups = []
-    for g, group in enumerate(manifest["groups"]):
-        values = np.zeros(group["numel"], dtype=np.float32)
-        for r, (begin, count) in enumerate(group["file_ranges"]):
-            if count == 0:
-                continue
-            with h5py.File(os.path.join(step_dir, manifest["files"][r]["name"]), "r") as f:
-                ds = f[f"group_{g:03d}/master"]
-                values[begin:begin + count] = ds[()]
-        groups.append(values)
-    out = {}
-    for t in manifest["tensors"]:
-        n = int(np.prod(t["shape"]))
-        out[t["name"]] = (groups[t["group"]][t["offset"]:t["offset"] + n].reshape(t["shape"]),
-                          t.get("frozen", False))
-    return out
 
 
 def rel_error(got, want):

@@ -28,8 +28,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            require_venv_modules, run_tool, write_byte_windows)
+from oracle_harness import (argument_parser, check, checkpoint_masters,  # noqa: E402
+                            exit_status, fresh_work_dir, require_venv_modules, run_tool,
+                            write_byte_windows)
 import llama_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -124,27 +125,6 @@ def refused(cmd, must_contain):
     check(must_contain in proc.stdout, f"the refusal does not say {must_contain!r}")
 
 
-def checkpoint_base_tensors(step_dir):
-    """The base tensors' values in a checkpoint's rank files (frozen groups keep their values)."""
-    import h5py
-    with open(os.path.join(step_dir, "manifest.json")) as f:
-        manifest = json.load(f)
-    groups = []
-    for g, group in enumerate(manifest["groups"]):
-        values = np.zeros(group["numel"], dtype=np.float32)
-        for r, (begin, count) in enumerate(group["file_ranges"]):
-            if count:
-                with h5py.File(os.path.join(step_dir, manifest["files"][r]["name"]), "r") as f:
-                    values[begin:begin + count] = f[f"group_{g:03d}/master"][()]
-        groups.append(values)
-    out = {}
-    for t in manifest["tensors"]:
-        if ".lora_" not in t["name"]:
-            n = int(np.prod(t["shape"]))
-            out[t["name"]] = groups[t["group"]][t["offset"]:t["offset"] + n].reshape(t["shape"])
-    return out
-
-
 def main():
     parser = argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--mpirun", default="mpirun")
@@ -214,7 +194,8 @@ def main():
             worst = max(rel_error(t, want_final[n[len(PREFIX):]]) for n, t in final.items())
             check(worst < TOLERANCE, f"{what}: final adapters differ from PEFT's by {worst:.2e}")
             print(f"{what}: final adapters within {worst:.2e} of PEFT's")
-            base = checkpoint_base_tensors(os.path.join(out, "checkpoints", f"step-{STEPS:08d}"))
+            base = {n: v for n, (v, _) in checkpoint_masters(
+                os.path.join(out, "checkpoints", f"step-{STEPS:08d}")).items() if ".lora_" not in n}
             start = ref.load_weights(work("model"), torch.float32)
             changed = [n for n in start if not np.array_equal(base[n], start[n].numpy())]
             check(not changed, f"{what}: the base changed: {changed[:3]}")
