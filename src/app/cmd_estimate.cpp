@@ -13,6 +13,7 @@
 #include "app/commands.h"
 #include "app/deepspeed_config.h"
 #include "app/engine_device.h"
+#include "app/lora_options.h"
 #include "app/run_setup.h"
 #include "backend/device_arena_plan.h"
 #include "engine/estimator.h"
@@ -46,6 +47,7 @@ struct EstimateOptions {
   int ranks_per_node = 0;        // 0: min(world, 8)
   bool json = false;
   std::vector<std::string> trainable, freeze;  // --trainable / --freeze (model/trainable.h)
+  LoraOptions lora;                            // --lora-rank, --lora-config, ...
 };
 
 bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConfig& model) {
@@ -92,6 +94,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "defaults)");
   add("json", flag(&o.json, false), "print JSON instead of a table");
   add_trainable_options(opts, &o.trainable, &o.freeze);
+  add_lora_options(opts, o.lora);
   const CommandSpec spec{kCommand, "Estimate per-rank memory of ZeRO stages 0-3.",
                          "zerotrain estimate (--preset NAME | --model DIR) [--world N] "
                          "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]"};
@@ -99,6 +102,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add_offload_options(opts, o.offload);
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  note_lora_options_given(vm, o.lora);
   if (vm.count("device-memory-gib")) {
     ZT_CHECK(!vm.count("device-memory") || o.device_memory_gib == device_memory_gib,
              std::string(kCommand) + ": --device-memory and --device-memory-gib disagree");
@@ -329,7 +333,45 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
   return table;
 }
 
-int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
+// LoRA: the same run as full fine-tuning (every tensor of the base trains), per stage, beside the
+// adapters' figures: the saving `estimate` shows. Adds "lora" to the JSON; returns the text.
+std::string lora_comparison(const EstimateOptions& o, const ModelConfig& model, Precision precision,
+                            const ActivationCheckpointing& ac, const OffloadConfig& offload,
+                            DType storage, nlohmann::json& out) {
+  const ParamLayout layout(model);
+  int64_t adapter_psi = 0;
+  for (const TensorInfo& t : layout.tensors()) adapter_psi += t.is_lora() ? t.numel : 0;
+  nlohmann::json full = nlohmann::json::array();
+  std::string text = "LoRA r " + std::to_string(model.lora.rank) + " on " +
+                     model.lora.targets_text() + ": " + std::to_string(adapter_psi) +
+                     " adapter parameters; full fine-tuning of the base per rank (GiB):\n";
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZeroConfig z = o.zero;
+    z.stage = stage;
+    const MemoryEstimate e =
+        estimate_memory(model.base(), o.world, z, precision, o.micro_batch, o.seq_len, ac,
+                        offload_at_stage(offload, stage), o.grad_accum, storage, TrainableSet());
+    const double lora_total = out["stages"][static_cast<size_t>(stage)]["device_total"];
+    full.push_back(
+        {{"stage", stage}, {"model_states", e.model_states()}, {"device_total", e.device_total()}});
+    char line[160];
+    std::snprintf(line, sizeof line, "%c %-5d states %9s total %9s  (LoRA: total %s, %.1f%%)\n",
+                  stage == o.zero.stage ? '*' : ' ', stage, gib(e.model_states()).c_str(),
+                  gib(e.device_total()).c_str(), gib(lora_total).c_str(),
+                  100.0 * lora_total / static_cast<double>(e.device_total()));
+    text += line;
+  }
+  out["lora"] = {{"rank", model.lora.rank},
+                 {"alpha", model.lora.alpha},
+                 {"targets", model.lora.targets_text()},
+                 {"adapter_psi", adapter_psi},
+                 {"full_finetune", full}};
+  return text;
+}
+
+int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
+  ModelConfig model = base_model;
+  model.lora = resolve_lora_spec(o.lora);
   // The checks train makes of the same options.
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.grad_accum, 1, "grad-accum", kCommand);
@@ -348,7 +390,9 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
   o.zero.validate();
   const ParamLayout layout(model);
   const int64_t psi = layout.total_numel();
-  const TrainableSet trainable = TrainableSet::from_patterns(layout, o.trainable, o.freeze);
+  std::vector<std::string> trainable_patterns = o.trainable;
+  for (const std::string& p : modules_to_save_patterns(model.lora)) trainable_patterns.push_back(p);
+  const TrainableSet trainable = TrainableSet::from_patterns(layout, trainable_patterns, o.freeze);
   const int64_t psi_trainable = trainable.trainable_numel(layout);
   // State (gradients, master, moments) is kept per group: for every element of a group that trains.
   const int64_t psi_with_state = trainable.state_numel(layout);
@@ -408,6 +452,8 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
                   gib(e.device_total()).c_str(), gib(e.host).c_str(), gib(e.nvme).c_str());
     table += line;
   }
+  const std::string lora_text =
+      model.lora.enabled() ? lora_comparison(o, model, precision, ac, offload, storage, out) : "";
   std::string advice;
   if (o.device_memory_gib > 0) {
     const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
@@ -501,7 +547,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& model) {
               << gib(f.device_bytes) << " GiB per rank, host " << gib(f.host_bytes_per_node)
               << " GiB per node (" << ranks_per_node << " ranks per node)\n";
   }
-  std::cout << modes << advice;
+  std::cout << lora_text << modes << advice;
   return 0;
 }
 

@@ -1,7 +1,9 @@
 // zerotrain export: a model directory as a Hugging Face directory (io/safetensors.h):
 // model.safetensors (or shards + model.safetensors.index.json) and config.json, streamed tensor by
-// tensor; or as one llama.cpp GGUF file (io/gguf_export.h). Prints a JSON summary on stdout.
+// tensor; or as one llama.cpp GGUF file (io/gguf_export.h). With --merge-lora ADAPTER_DIR, the
+// model with a PEFT LoRA adapter merged in (io/lora_merge.h). Prints a JSON summary on stdout.
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include "app/cli.h"
@@ -9,6 +11,7 @@
 #include "app/run_setup.h"
 #include "io/fs_util.h"
 #include "io/gguf_export.h"
+#include "io/lora_merge.h"
 #include "io/safetensors.h"
 #include "util/error.h"
 
@@ -21,7 +24,9 @@ int cmd_export(int argc, char** argv) {
                          "zerotrain export MODEL_DIR [--format safetensors] --out HF_DIR "
                          "[--max-shard-size-mb N] [--overwrite]\n"
                          "       zerotrain export MODEL_DIR --format gguf --out FILE.gguf "
-                         "[--gguf-type f32|f16|bf16|q8_0] [--overwrite]"};
+                         "[--gguf-type f32|f16|bf16|q8_0] [--overwrite]\n"
+                         "       zerotrain export BASE_DIR --merge-lora ADAPTER_DIR --out ... "
+                         "(either format)"};
   po::options_description options("export options");
   options.add_options()("model", po::value<std::string>(), "model directory to export")(
       "format", po::value<std::string>()->default_value("safetensors"),
@@ -31,24 +36,47 @@ int cmd_export(int argc, char** argv) {
       "gguf: the matrices' type, f32, f16, bf16 or q8_0 (norms and biases stay f32)")(
       "max-shard-size-mb", po::value<double>()->default_value(5120),
       "largest safetensors file in MiB; larger models are sharded with an index")(
-      "overwrite", po::bool_switch(), "replace an existing non-empty output directory");
+      "overwrite", po::bool_switch(), "replace an existing non-empty output directory")(
+      "merge-lora", po::value<std::string>(),
+      "merge this PEFT adapter directory (adapter_config.json + adapter_model.safetensors, "
+      "e.g. a LoRA run's OUT/final) into the model first: W + s·B·A, as PEFT's "
+      "merge_and_unload");
   po::positional_options_description positional;
   positional.add("model", 1);
   po::variables_map vm;
   if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
   require_option(vm, "model", spec.name);
   require_option(vm, "out", spec.name);
-  check_output_apart_from_inputs(spec.name, vm["out"].as<std::string>(),
-                                 {{"the model", vm["model"].as<std::string>()}});
+  const std::string adapter = vm.count("merge-lora") ? vm["merge-lora"].as<std::string>() : "";
+  check_output_apart_from_inputs(
+      spec.name, vm["out"].as<std::string>(),
+      {{"the model", vm["model"].as<std::string>()}, {"the LoRA adapter", adapter}});
   const std::string format = vm["format"].as<std::string>();
   ZT_CHECK(format == "safetensors" || format == "gguf",
            "export: unknown --format '" + format + "' (supported: safetensors, gguf)");
   ZT_CHECK(format == "gguf" || vm["gguf-type"].defaulted(),
            "export: --gguf-type applies to --format gguf");
+  // --merge-lora: the merged model is written beside the output first, then exported from there.
+  std::string model = vm["model"].as<std::string>();
+  const std::string merged =
+      adapter.empty()
+          ? ""
+          : temp_sibling(strip_trailing_slashes(vm["out"].as<std::string>())) + ".merged";
+  struct RemoveMerged {
+    std::string dir;
+    ~RemoveMerged() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } remove_merged{merged};
+  if (!adapter.empty()) {
+    write_merged_model_dir(model, adapter, merged, /*overwrite=*/true);
+    model = merged;
+  }
   if (format == "gguf") {
-    const GgufExport result = export_gguf(
-        vm["model"].as<std::string>(), vm["out"].as<std::string>(),
-        parse_gguf_out_type(vm["gguf-type"].as<std::string>()), vm["overwrite"].as<bool>());
+    const GgufExport result = export_gguf(model, vm["out"].as<std::string>(),
+                                          parse_gguf_out_type(vm["gguf-type"].as<std::string>()),
+                                          vm["overwrite"].as<bool>());
     std::cout << nlohmann::json{{"out", result.path},
                                 {"bytes", result.bytes},
                                 {"tensor_types", result.tensor_types},
@@ -59,9 +87,8 @@ int cmd_export(int argc, char** argv) {
   }
   const uint64_t shard_bytes =
       shard_limit_bytes(vm["max-shard-size-mb"].as<double>(), "max-shard-size-mb", spec.name);
-  const SafetensorsExport result =
-      export_safetensors(vm["model"].as<std::string>(), vm["out"].as<std::string>(), shard_bytes,
-                         vm["overwrite"].as<bool>());
+  const SafetensorsExport result = export_safetensors(model, vm["out"].as<std::string>(),
+                                                      shard_bytes, vm["overwrite"].as<bool>());
   std::cout << nlohmann::json{{"out", result.dir},
                               {"files", result.files},
                               {"tokenizer_files", result.tokenizer_files},

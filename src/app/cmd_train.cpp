@@ -40,6 +40,7 @@
 #include "io/fs_util.h"
 #include "io/hf_import.h"
 #include "io/model_dir.h"
+#include "io/peft_adapter_file.h"
 #include "io/run_directory.h"
 #include "io/token_dataset.h"
 #include "io/tokenizer_files.h"
@@ -140,6 +141,7 @@ struct TrainInputs {
   TokenizerFiles tokenizer;   // the data's Hugging Face tokenizer, read once; empty for others
   std::string resume_dir;     // "" when the run starts fresh
   TrainableSet trainable;     // --trainable / --freeze over the model's tensors
+  std::unique_ptr<PeftAdapterReader> adapter;  // --lora-init-from: the adapters to continue
 };
 
 TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
@@ -154,6 +156,8 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   check_seq_len(in.config, o.seq_len,
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
   in.config.lora = resolve_lora_spec(o.lora);
+  if (!o.lora.init_from.empty())
+    in.adapter = std::make_unique<PeftAdapterReader>(o.lora.init_from, in.config.base());
   std::vector<std::string> trainable = o.trainable;
   for (const std::string& p : modules_to_save_patterns(in.config.lora)) trainable.push_back(p);
   in.trainable = TrainableSet::from_patterns(ParamLayout(in.config), trainable, o.freeze);
@@ -471,10 +475,15 @@ int run_training(TrainOptions o) {
           config, o.zero, in.precision, o.optim, *backend, data_comm, memory, o.micro_batch,
           o.seq_len, in.ac, offload, &comm, in.activation_storage, in.trainable, o.loss_scale);
       if (!in.resume_dir.empty()) return;
-      if (in.reader)
-        engine_ptr->load_from(*in.reader, static_cast<uint64_t>(o.seed));
-      else
-        engine_ptr->init_from_seed(static_cast<uint64_t>(o.seed));
+      const auto seed = static_cast<uint64_t>(o.seed);
+      if (in.adapter) {
+        LoraStartSource start(in.config, in.reader.get(), in.adapter.get(), seed);
+        engine_ptr->load_from(start, seed);
+      } else if (in.reader) {
+        engine_ptr->load_from(*in.reader, seed);
+      } else {
+        engine_ptr->init_from_seed(seed);
+      }
     });
     ZeroEngine& engine = *engine_ptr;
     TrainingProgress start;  // steps done before this run (a resumed checkpoint's)

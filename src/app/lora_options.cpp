@@ -3,6 +3,8 @@
 #include <re2/re2.h>
 
 #include "app/cli.h"
+#include "io/peft_adapter_file.h"
+#include "model/init.h"
 #include "util/error.h"
 
 namespace zt {
@@ -31,7 +33,7 @@ std::vector<std::string> split_commas(const std::string& text) {
 }  // namespace
 
 nlohmann::json LoraOptions::to_json() const {
-  if (rank == 0 && config_file.empty()) return nullptr;
+  if (rank == 0 && config_file.empty() && init_from.empty()) return nullptr;
   const LoraSpec s = resolve_lora_spec(*this);
   return {{"rank", s.rank},
           {"alpha", s.alpha},
@@ -39,7 +41,8 @@ nlohmann::json LoraOptions::to_json() const {
           {"use_rslora", s.use_rslora},
           {"targets", s.targets_text()},
           {"modules_to_save", s.modules_to_save},
-          {"config", config_file.empty() ? nlohmann::json() : nlohmann::json(config_file)}};
+          {"config", config_file.empty() ? nlohmann::json() : nlohmann::json(config_file)},
+          {"init_from", init_from.empty() ? nlohmann::json() : nlohmann::json(init_from)}};
 }
 
 void add_lora_options(po::options_description& options, LoraOptions& o) {
@@ -58,7 +61,10 @@ void add_lora_options(po::options_description& options, LoraOptions& o) {
       "LoRA: rank-stabilised scaling alpha/sqrt(R) instead of alpha/R")(
       "lora-config", po::value(&o.config_file),
       "LoRA: a PEFT adapter_config.json giving r, lora_alpha, target_modules, use_rslora and "
-      "modules_to_save (instead of the --lora-* options)");
+      "modules_to_save (instead of the --lora-* options)")(
+      "lora-init-from", po::value(&o.init_from),
+      "LoRA: start from a PEFT adapter directory (adapter_config.json and "
+      "adapter_model.safetensors, e.g. a run's OUT/final) and continue training it");
 }
 
 void note_lora_options_given(const po::variables_map& vm, LoraOptions& o) {
@@ -68,6 +74,12 @@ void note_lora_options_given(const po::variables_map& vm, LoraOptions& o) {
 }
 
 LoraSpec resolve_lora_spec(const LoraOptions& o) {
+  if (!o.init_from.empty()) {
+    ZT_CHECK(o.config_file.empty() && o.given.empty(),
+             "--lora-init-from '" + o.init_from + "' brings its adapter_config.json; give no " +
+                 (o.config_file.empty() ? "--" + o.given.front() : "--lora-config") + " beside it");
+    return LoraSpec::from_peft_file(o.init_from + "/" + kPeftConfigFile);
+  }
   if (!o.config_file.empty()) {
     ZT_CHECK(o.given.empty(), "--lora-config '" + o.config_file + "' and --" + o.given.front() +
                                   " both specify the adapters; give one or the other");
@@ -86,6 +98,20 @@ LoraSpec resolve_lora_spec(const LoraOptions& o) {
   s.targets = LoraSpec::parse_targets(split_commas(o.targets), "--lora-targets");
   s.validate("--lora-rank/--lora-alpha/--lora-dropout/--lora-targets");
   return s;
+}
+
+std::string LoraStartSource::description() const {
+  return adapter_ ? adapter_->description() : base_ ? base_->description() : "initialisation";
+}
+
+void LoraStartSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_t count,
+                                     float* out) {
+  if (adapter_ && adapter_->holds(t))
+    adapter_->read_range_f32(t, begin, count, out);
+  else if (base_ && base_->holds(t))
+    base_->read_range_f32(t, begin, count, out);
+  else
+    init_tensor_range(config_, t, seed_, begin, count, out);
 }
 
 std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/lora.h"
+#include "model/tensor_source.h"
 
 namespace zt {
 
@@ -20,6 +21,7 @@ struct LoraOptions {
   std::string targets = "q_proj,v_proj";  // PEFT's default for Llama-family models
   bool use_rslora = false;
   std::string config_file;  // --lora-config adapter_config.json
+  std::string init_from;    // --lora-init-from DIR: a PEFT adapter directory to continue
   // Which of the options above were given on the command line (refused beside --lora-config).
   std::vector<std::string> given;
 
@@ -31,6 +33,25 @@ void add_lora_options(boost::program_options::options_description& options, Lora
 void note_lora_options_given(const boost::program_options::variables_map& vm, LoraOptions& o);
 // The adapters the options ask for (rank 0: none). Throws naming the option or the file's key.
 LoraSpec resolve_lora_spec(const LoraOptions& o);
+// The values a LoRA run starts from: the adapter directory's tensors (--lora-init-from), else
+// the base's (a model directory, or the seed's initialisation without one), adapters it lacks
+// from their initialisation.
+class LoraStartSource : public TensorSource {
+ public:
+  LoraStartSource(const ModelConfig& config, TensorSource* base, TensorSource* adapter,
+                  uint64_t seed)
+      : config_(config), base_(base), adapter_(adapter), seed_(seed) {}
+  const ModelConfig& config() const override { return config_; }
+  std::string description() const override;
+  bool holds(const TensorInfo&) const override { return true; }
+  void read_range_f32(const TensorInfo& t, int64_t begin, int64_t count, float* out) override;
+
+ private:
+  ModelConfig config_;
+  TensorSource *base_, *adapter_;
+  uint64_t seed_;
+};
+
 // PEFT's modules_to_save as --trainable patterns: each name matches the tensor of a module of
 // that name ("lm_head" → lm_head.weight, "embed_tokens" → model.embed_tokens.weight).
 std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec);

@@ -53,9 +53,12 @@ bool loss_scale_options_given(const po::variables_map& vm) {
 void validate_settings(const TrainOptions& o) {
   // Checked first: every path under --out is built as OUT + "/...", so '' would mean '/'.
   ZT_CHECK(!o.out.empty(), std::string(kCommand) + ": the output path is empty (--out '')");
-  check_output_apart_from_inputs(
-      kCommand, o.out,
-      {{"the model", o.model_dir}, {"the data", o.data}, {"the DeepSpeed config", o.deepspeed}});
+  check_output_apart_from_inputs(kCommand, o.out,
+                                 {{"the model", o.model_dir},
+                                  {"the data", o.data},
+                                  {"the DeepSpeed config", o.deepspeed},
+                                  {"the LoRA config", o.lora.config_file},
+                                  {"the LoRA adapter to continue", o.lora.init_from}});
   check_count(o.steps, 1, "steps", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.grad_accum, 1, "grad-accum", kCommand);

@@ -1,20 +1,15 @@
-// LoRA adapters as Hugging Face PEFT's adapter directory (docs/lora.md): adapter_config.json
-// (model/lora.h's LoraSpec::to_peft_json) and adapter_model.safetensors, whose tensors are named
-// as PEFT's get_peft_model_state_dict names them: base_model.model.<module>.lora_A.weight
-// [r, in], ….lora_B.weight [out, r], and base_model.model.<name> for each base tensor that
-// trains in full (modules_to_save). The values are the fp32 masters, so a reload continues
-// exactly. peft.PeftModel.from_pretrained(base, DIR) loads it onto the base model.
+// A run's LoRA adapters as Hugging Face PEFT's adapter directory (io/peft_adapter_file.h):
+// adapter_config.json (model/lora.h's LoraSpec::to_peft_json) and adapter_model.safetensors
+// holding the fp32 masters, so a reload continues exactly. peft.PeftModel.from_pretrained(base,
+// DIR) loads it onto the base model.
 #pragma once
 #include <string>
 
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
+#include "io/peft_adapter_file.h"  // the directory's names
 
 namespace zt {
-
-constexpr const char* kPeftConfigFile = "adapter_config.json";
-constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
-constexpr const char* kPeftNamePrefix = "base_model.model.";
 
 // Writes the engine's adapters (and trained base tensors) to `dir`, replacing what is there.
 // Collective over comm (every rank gathers its shards); rank 0 writes DIR's temporary sibling and

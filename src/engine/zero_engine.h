@@ -51,8 +51,9 @@ class ZeroEngine {
 
   // Parameters: each rank produces only the elements it holds.
   void init_from_seed(uint64_t seed);
-  // The base's tensors from `source` (its configuration is the model's without LoRA); LoRA
-  // adapters start from their initialisation with `adapter_seed` (model/init.h).
+  // The tensors `source` holds (TensorSource::holds; its configuration is the model's, or the
+  // model's without LoRA); LoRA adapters it does not hold start from their initialisation with
+  // `adapter_seed` (model/init.h).
   void load_from(TensorSource& source, uint64_t adapter_seed = 0);
 
   // One optimizer step over `accum` micro-batches of this rank. fp16: the loss is scaled before

@@ -117,13 +117,15 @@ void ZeroEngine::init_from_seed(uint64_t seed) {
 
 void ZeroEngine::load_from(TensorSource& source, uint64_t adapter_seed) {
   const ModelConfig& c = model_.config();
-  ZT_CHECK(source.config() == c.base(),
+  ZT_CHECK(source.config() == c || source.config() == c.base(),
            source.description() + " does not match the configured model");
   impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
-    if (t.is_lora())
+    if (source.holds(t))
+      source.read_range_f32(t, b, n, out);
+    else if (t.is_lora())
       init_tensor_range(c, t, adapter_seed, b, n, out);
     else
-      source.read_range_f32(t, b, n, out);
+      fail(source.description() + " has no tensor '" + t.name + "'");
   });
 }
 

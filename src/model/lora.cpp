@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/json_text.h"
 
@@ -71,11 +72,11 @@ void LoraSpec::validate(const std::string& source) const {
   ZT_CHECK(rank > 0,
            source + ": the LoRA rank must be a positive integer, got " + std::to_string(rank));
   ZT_CHECK(std::isfinite(alpha) && alpha > 0,
-           source + ": lora_alpha must be a positive number, got " + std::to_string(alpha));
+           source + ": lora_alpha must be a positive number, got " + shortest_decimal(alpha));
   ZT_CHECK(std::isfinite(dropout) && dropout >= 0 && dropout < 1,
-           source + ": lora_dropout must be in [0, 1), got " + std::to_string(dropout));
+           source + ": lora_dropout must be in [0, 1), got " + shortest_decimal(dropout));
   // Dropout on the adapters' input needs its mask in the backward; not implemented yet.
-  ZT_CHECK(dropout == 0, source + ": lora_dropout " + std::to_string(dropout) +
+  ZT_CHECK(dropout == 0, source + ": lora_dropout " + shortest_decimal(dropout) +
                              " is not implemented yet (docs/lora.md); set it to 0");
   ZT_CHECK(targets_any(), source + ": no LoRA target module (known: " + known_targets() + ")");
 }

@@ -16,8 +16,15 @@ adapter parameters alone.
    evaluation's two windows equals zerotrain's end-of-run evaluation (1e-4).
 4. A 2-rank stage-3 run resumed at step 2 has the uninterrupted run's losses and adapters, bitwise.
 5. PEFT's own adapter_config.json (save_pretrained) is accepted by --lora-config.
-6. Bad input: a PEFT config with DoRA, a regex target_modules, a target zerotrain cannot adapt, and
-   a --trainable pattern on a layer's own tensor are refused naming the key, the name or tensor.
+6. --lora-init-from OUT/final starts from those adapters bitwise, its first loss PEFT's with them;
+   export --merge-lora writes W + s·B·A within one bf16 ulp of PEFT's merge_and_unload (rounded
+   to bf16), every other tensor bitwise the base's.
+7. estimate --lora-rank counts the adapters (6b, r 16, all-linear: their parameters, 16 bytes of
+   state each at stage 0) and full fine-tuning's 18 bytes per parameter beside them.
+8. Bad input: a PEFT config with DoRA, a regex target_modules, a target zerotrain cannot adapt, and
+   a --trainable pattern on a layer's own tensor are refused naming the key, the name or tensor;
+   an adapter directory without weights, with another rank than its tensors or with only a
+   pickle is refused by --lora-init-from and by export --merge-lora.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -98,6 +105,31 @@ def peft_reference(model_dir, weights, initial_a, tokens):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return losses, norms, {n: p.detach().clone() for n, p in adapters.items()}, model
+
+
+def read_merged(hf_dir):
+    """The tensors of an exported Hugging Face directory (one safetensors file), as bf16."""
+    from safetensors.torch import load_file
+    return {n: t.to(torch.bfloat16) for n, t in
+            load_file(os.path.join(hf_dir, "model.safetensors")).items()}
+
+
+def bf16_ulps(a, b):
+    """The largest distance in bf16 steps between elements of two bf16 tensors (their bit
+    patterns made monotonic: a negative value's magnitude bits negated)."""
+    def ordered(t):
+        i = t.view(torch.int16).to(torch.int32)
+        return torch.where(i < 0, -(i & 0x7fff), i)
+    return int((ordered(a) - ordered(b)).abs().max().item())
+
+
+def rewrite_config(adapter_dir, **changes):
+    path = os.path.join(adapter_dir, "adapter_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update(changes)
+    with open(path, "w") as f:
+        json.dump(config, f)
 
 
 def rel_error(got, want):
@@ -227,6 +259,66 @@ def main():
             check(a.read() == b.read(), "the resumed run's adapters differ from the uninterrupted")
         print("resume at step 2: losses and final adapters bitwise the uninterrupted run's")
 
+        # --lora-init-from continues a PEFT adapter: a step too small to move fp32 values gives
+        # the adapter back bitwise, and the first loss is PEFT's with those adapters.
+        run_tool(train_args(zt, work, work("continued"),
+                            ["--micro-batch", "2", "--lora-init-from", work("one", "final")],
+                            steps=1, lr=1e-30, targets=None))
+        given = read_safetensors(work("one", "final", "adapter_model.safetensors"))
+        continued = read_safetensors(work("continued", "final", "adapter_model.safetensors"))
+        check(set(given) == set(continued) and
+              all(torch.equal(given[n], continued[n]) for n in given),
+              "--lora-init-from did not start from the adapter's values")
+        with open(work("continued", "metrics.jsonl")) as f:
+            first = json.loads(f.readline())["loss"]
+        with torch.no_grad():
+            want = window_loss(peft_model, tokens).item()
+        check(abs(first - want) / want < TOLERANCE,
+              f"--lora-init-from: first loss {first} vs PEFT's trained model {want}")
+        print(f"--lora-init-from: adapters bitwise, first loss {first:.7f} (PEFT {want:.7f})")
+
+        # export --merge-lora: W + s·B·A as PEFT's merge_and_unload, in bf16 (at most one bf16
+        # ulp apart: both round a sum that differs only by fp32 rounding); the rest bitwise.
+        run_tool([zt, "export", work("model"), "--merge-lora", work("one", "final"), "--out",
+                  work("merged")])
+        from peft import PeftModel
+        merged_ref = PeftModel.from_pretrained(base_model(work("model"), weights),
+                                               work("one", "final")).merge_and_unload()
+        ref_state = merged_ref.state_dict()
+        merged = read_merged(work("merged"))
+        worst_ulps = 0
+        for name, got in merged.items():
+            want = ref_state[name].to(torch.float32).to(torch.bfloat16)
+            if ".lora" in name or not any(f".{t}." in name for t in TARGETS):
+                check(torch.equal(got, weights[name].to(torch.bfloat16)),
+                      f"merge changed {name}")
+                continue
+            ulps = bf16_ulps(got, want)
+            worst_ulps = max(worst_ulps, ulps)
+            check(ulps <= 1, f"merged {name} is {ulps} bf16 ulps from PEFT's merge")
+        print(f"--merge-lora: adapted projections within {worst_ulps} bf16 ulp of PEFT's "
+              "merge_and_unload, the other tensors bitwise")
+
+        # estimate counts the adapters and shows full fine-tuning beside them: 6b, r 16 on every
+        # projection, bf16, one GPU (stage 0: 2 bytes per parameter, 16 more per adapter one).
+        est = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json", "--lora-rank", "16",
+                                   "--lora-targets", "all-linear"]))
+        c = est["model_config"]
+        d, f, layers = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+        kv = d // c["num_attention_heads"] * c["num_key_value_heads"]
+        per_layer = 16 * ((d + d) + (d + kv) * 2 + (d + d) + (d + f) * 3)
+        adapter_psi = layers * per_layer
+        check(est["lora"]["adapter_psi"] == adapter_psi and est["trainable_psi"] == adapter_psi,
+              f"estimate: adapter_psi {est['lora']['adapter_psi']}, want {adapter_psi}")
+        base_psi = est["psi"] - adapter_psi
+        stage0, full0 = est["stages"][0], est["lora"]["full_finetune"][0]
+        check(stage0["params"] == 2 * est["psi"] and stage0["grads"] == 4 * adapter_psi and
+              stage0["optimizer"] == 12 * adapter_psi, f"6b LoRA stage 0 states: {stage0}")
+        check(full0["model_states"] == 18 * base_psi,
+              f"6b full fine-tuning stage 0 states {full0['model_states']}, want {18 * base_psi}")
+        print(f"estimate 6b LoRA r 16: states {stage0['model_states'] / 2**30:.2f} GiB, full "
+              f"fine-tuning {full0['model_states'] / 2**30:.2f} GiB")
+
         # Bad input.
         bad = work("bad")
         for name, config, says in (
@@ -243,6 +335,24 @@ def main():
         refused(train_args(zt, work, bad, ["--trainable", r"layers\.0\.mlp\.up_proj"]),
                 "with LoRA a decoder layer's own tensors stay frozen")
         refused(train_args(zt, work, bad, [], targets="q_proj,qproj"), "'qproj' is not")
+        # Adapter directories that do not fit: no weights, another rank than the file's, a
+        # pickle only; and the options that would contradict the directory's config.
+        import shutil
+        for case, edit, says in (
+                ("no_weights", lambda d: os.remove(os.path.join(d, "adapter_model.safetensors")),
+                 "has no adapter_model.safetensors"),
+                ("other_rank", lambda d: rewrite_config(d, r=8), "has shape"),
+                ("pickle", lambda d: os.replace(os.path.join(d, "adapter_model.safetensors"),
+                                                os.path.join(d, "adapter_model.bin")),
+                 "adapter_model.bin (a PyTorch pickle)")):
+            d = work("adapter_" + case)
+            shutil.copytree(work("one", "final"), d)
+            edit(d)
+            refused(train_args(zt, work, bad, ["--lora-init-from", d], targets=None), says)
+            refused([zt, "export", work("model"), "--merge-lora", d, "--out", bad], says)
+        refused(train_args(zt, work, bad, ["--lora-init-from", work("one", "final")]),
+                "brings its adapter_config.json")
+
         refused(train_args(zt, work, bad, ["--lora-config", work("dora.json")]),
                 "both specify the adapters")
 

@@ -1,0 +1,70 @@
+#include "io/peft_adapter_file.h"
+
+#include <filesystem>
+
+#include "util/error.h"
+
+namespace zt {
+
+namespace {
+
+std::string weights_path(const std::string& dir) {
+  const std::string path = dir + "/" + kPeftWeightsFile;
+  std::error_code ec;
+  ZT_CHECK(
+      !std::filesystem::exists(dir + "/adapter_model.bin", ec) || std::filesystem::exists(path, ec),
+      "PEFT adapter '" + dir +
+          "' holds adapter_model.bin (a PyTorch pickle), which zerotrain does not read; "
+          "re-save it with save_pretrained(..., safe_serialization=True)");
+  ZT_CHECK(std::filesystem::is_regular_file(path, ec),
+           "PEFT adapter '" + dir + "' has no " + kPeftWeightsFile);
+  return path;
+}
+
+ModelConfig with_spec(ModelConfig base, const std::string& dir) {
+  base.lora = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile);
+  return base;
+}
+
+}  // namespace
+
+PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& base)
+    : dir_(dir), config_(with_spec(base, dir)), layout_(config_), file_(weights_path(dir)) {
+  const std::string prefix = kPeftNamePrefix;
+  for (const SafetensorsEntry& e : file_.tensors()) {
+    ZT_CHECK(e.name.rfind(prefix, 0) == 0, file_.path() + ": tensor '" + e.name +
+                                               "' does not start with PEFT's '" + prefix + "'");
+    const std::string name = e.name.substr(prefix.size());
+    const int t = layout_.find(name);
+    ZT_CHECK(t >= 0, file_.path() + ": tensor '" + e.name + "' is not a tensor of the " +
+                         config_.model_type() + " model with these adapters (" +
+                         config_.lora.targets_text() + ", r " + std::to_string(config_.lora.rank) +
+                         ")");
+    const TensorInfo& info = layout_.tensors()[static_cast<size_t>(t)];
+    ZT_CHECK(e.shape == info.shape, file_.path() + ": tensor '" + e.name + "' has shape " +
+                                        nlohmann::json(e.shape).dump() + ", the model's is " +
+                                        nlohmann::json(info.shape).dump());
+    names_[name] = e.name;
+  }
+  for (const TensorInfo& t : layout_.tensors())
+    ZT_CHECK(!t.is_lora() || names_.count(t.name), file_.path() + ": no tensor '" + prefix +
+                                                       t.name + "', which adapter_config.json (" +
+                                                       config_.lora.targets_text() + ") implies");
+}
+
+void PeftAdapterReader::read_range_f32(const TensorInfo& t, int64_t begin, int64_t count,
+                                       float* out) {
+  const auto it = names_.find(t.name);
+  ZT_CHECK(it != names_.end(), description() + " has no tensor '" + t.name + "'");
+  file_.read_range_f32(it->second, begin, count, out);
+}
+
+std::vector<std::string> PeftAdapterReader::base_tensors() const {
+  std::vector<std::string> out;
+  for (const auto& [name, file_name] : names_)
+    if (layout_.tensors()[static_cast<size_t>(layout_.find(name))].is_lora() == false)
+      out.push_back(name);
+  return out;
+}
+
+}  // namespace zt

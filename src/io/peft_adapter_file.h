@@ -1,0 +1,47 @@
+// PEFT's adapter directory (docs/lora.md): adapter_config.json and adapter_model.safetensors, its
+// tensors named as PEFT's get_peft_model_state_dict names them: base_model.model.<module>.lora_A
+// .weight [r, in], ….lora_B.weight [out, r], and base_model.model.<name> for a base tensor that
+// trains in full (modules_to_save). This reads one back, as the values a run starts from
+// (`train --lora-init-from`) or merges into its base (`export --merge-lora`).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/tensor_source.h"
+
+namespace zt {
+
+constexpr const char* kPeftConfigFile = "adapter_config.json";
+constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
+constexpr const char* kPeftNamePrefix = "base_model.model.";
+
+class PeftAdapterReader : public TensorSource {
+ public:
+  // Opens DIR. `base` is the base model's configuration; config() is it with the adapter's
+  // LoraSpec. Every tensor of the file must name a tensor of that model (an adapter, or a base
+  // tensor of modules_to_save) in its shape, and every adapter tensor must be there; errors name
+  // the file and the tensor. A directory with only adapter_model.bin (a PyTorch pickle) is
+  // refused, saying how to re-save it.
+  PeftAdapterReader(const std::string& dir, const ModelConfig& base);
+
+  const ModelConfig& config() const override { return config_; }
+  std::string description() const override { return "PEFT adapter '" + dir_ + "'"; }
+  bool holds(const TensorInfo& t) const override { return names_.count(t.name) > 0; }
+  void read_range_f32(const TensorInfo& t, int64_t begin, int64_t count, float* out) override;
+  const ParamLayout& layout() const { return layout_; }
+  // The base tensors the file holds (modules_to_save), by their model names.
+  std::vector<std::string> base_tensors() const;
+
+ private:
+  std::string dir_;
+  ModelConfig config_;
+  ParamLayout layout_;
+  SafetensorsReader file_;
+  std::map<std::string, std::string> names_;  // model name -> the file's name
+};
+
+}  // namespace zt
