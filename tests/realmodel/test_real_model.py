@@ -26,6 +26,9 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
 7. `export --format safetensors` of the fine-tuned model loads in transformers with `eval`'s
    loss; `export --format gguf --gguf-type q8_0` loads in transformers' GGUF loader within the
    quantization's reach of it.
+8. LoRA (r 8, every projection) at 2 ranks with ZeRO-3 on the same chat SFT windows: PEFT loads
+   OUT/final onto the model, and its per-conversation loss is zerotrain's for those adapters,
+   lower than the base's beyond the bound.
 
 Bound for the losses: test_hf_families.py's (both sides compute in fp32 on the same bf16 weights).
 
@@ -152,6 +155,49 @@ def completion_only_mask(ids, response, turn_start):
     return mask
 
 
+def conversation_loss(model, ids, mask, starts, T):
+    """The 4 windows' masked loss with each conversation's part of a window run alone: a target
+    counts where the mask is 1 and it does not begin a conversation. Returns (loss, targets)."""
+    total, counted = 0.0, 0
+    with torch.no_grad():
+        for w in range(4):
+            for a, b in document_parts(starts, w * T, w * T + T):
+                logits = model(input_ids=torch.tensor([ids[a:b]])).logits[0].double()
+                logp = torch.log_softmax(logits, dim=-1)
+                for i in range(a, b):
+                    if mask[i + 1] == 1 and i + 1 not in starts:
+                        total -= logp[i - a, ids[i + 1]].item()
+                        counted += 1
+    return total / counted, counted
+
+
+def check_lora(work, zt, mpirun, reference, sft):
+    """LoRA r 8 on every projection of the real model, 2 ranks ZeRO-3 chat SFT (fp32 working
+    weights, so that both sides compute on the same values); PEFT loads OUT/final onto the model
+    and its per-conversation loss on the 4 windows is zerotrain's for the same adapters (the first
+    loss of a run continuing them with a step too small to move them)."""
+    import copy
+    from peft import PeftModel
+    ids, mask, starts, T = sft
+    launch = [mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model", work("model"),
+              "--data", work("sft4.h5"), "--zero-stage", "3", "--micro-batch", "2", "--seq-len",
+              str(T), "--precision", "fp32", "--warmup-steps", "0", "--eval-batches", "0",
+              "--comm-timeout", "120"]
+    run_tool(launch + ["--out", work("lora"), "--steps", "3", "--lr", "2e-3", "--lora-rank", "8",
+                       "--lora-alpha", "16", "--lora-targets", "all-linear"])
+    run_tool(launch + ["--out", work("lora_loss"), "--steps", "1", "--lr", "1e-30",
+                       "--lora-init-from", work("lora", "final")])
+    got = json.loads(open(work("lora_loss", "metrics.jsonl")).readline())["loss"]
+    adapted = PeftModel.from_pretrained(copy.deepcopy(reference), work("lora", "final")).eval()
+    want, _ = conversation_loss(adapted, ids, mask, starts, T)
+    base, _ = conversation_loss(reference, ids, mask, starts, T)
+    compare("LoRA at 2 ranks ZeRO-3 on SmolLM2, the adapter loaded by PEFT", got, want)
+    check(base - want > bound(base),
+          f"3 LoRA steps did not lower the loss beyond the bound: {base} -> {want}")
+    print(f"ok   LoRA: the loss on the SFT windows went {base:.6f} -> {want:.6f}; PEFT loads the "
+          "adapter with zerotrain's loss")
+
+
 def check_sft(work, zt, source_dir, mpirun, reference):
     data = os.path.join(source_dir, "inputs/data/chat/zerotrain_facts.jsonl")
     run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--sft-jsonl", data,
@@ -190,31 +236,20 @@ def check_sft(work, zt, source_dir, mpirun, reference):
     steps = [json.loads(line) for line in open(work("run", "metrics.jsonl"))]
     check(json.load(open(work("run", "run.json")))["config"]["document_masking"] == "on",
           "the chat SFT run did not mask its conversations")
-    # Per conversation: each window's part of it alone; a target counts where the mask is 1 and
-    # it does not begin a conversation.
-    total, counted = 0.0, 0
-    with torch.no_grad():
-        for w in range(4):
-            for a, b in document_parts(starts, w * T, w * T + T):
-                logits = reference(input_ids=torch.tensor([ids[a:b]])).logits[0].double()
-                logp = torch.log_softmax(logits, dim=-1)
-                for i in range(a, b):
-                    if mask[i + 1] == 1 and i + 1 not in starts:
-                        total -= logp[i - a, ids[i + 1]].item()
-                        counted += 1
+    loss, counted = conversation_loss(reference, ids, mask, starts, T)
     check(steps[0]["loss_tokens"] == counted,
           f"step 1 counted {steps[0]['loss_tokens']} targets, the reference {counted}")
-    compare("step 1 of 2-rank ZeRO-3 chat SFT, per conversation", steps[0]["loss"],
-            total / counted)
+    compare("step 1 of 2-rank ZeRO-3 chat SFT, per conversation", steps[0]["loss"], loss)
     windows = torch.tensor([ids[w * T: w * T + T + 1] for w in range(4)])
     labels = windows.clone()
     labels[torch.tensor([mask[w * T: w * T + T + 1] for w in range(4)]) == 0] = -100
     with torch.no_grad():
         packed = reference(input_ids=windows, labels=labels).loss.item()
     print(f"the packed windows' loss (no document masks) is {packed:.6f}")
-    check(abs(packed - total / counted) > bound(packed),
+    check(abs(packed - loss) > bound(packed),
           "the per-conversation reference equals the packed one: the check cannot see masks")
     check(len(steps) == 3, f"{len(steps)} steps ran")
+    return ids, mask, starts, T
 
 
 def check_export(work, zt, tokens):
@@ -252,8 +287,9 @@ def main():
         reference = transformers_gguf_model(args.gguf)
         check_import(work, args.zerotrain, args.gguf, args.source_dir, reference)
         tokens = check_eval_and_generate(work, args.zerotrain, args.source_dir, reference)
-        check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
+        sft = check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
         check_export(work, args.zerotrain, tokens)
+        check_lora(work, args.zerotrain, args.mpirun, reference, sft)
 
     return exit_status(checks)
 
