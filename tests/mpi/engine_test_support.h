@@ -134,6 +134,7 @@ struct EngineOptions {
   bool tied = false;                           // the tiny preset with tie_word_embeddings
   bool world_invariant = false;                // zero.world_invariant (docs/ARCHITECTURE.md §4)
   std::vector<std::string> trainable, freeze;  // --trainable / --freeze (model/trainable.h)
+  LoraSpec lora;                               // LoRA adapters (model/lora.h); rank 0: none
   OffloadConfig offload;
   DType activations = DType::kFloat32;  // activation storage (fp16: with Precision::kFp16)
   LossScaleConfig loss_scale;           // Precision::kFp16's loss scaler
@@ -167,6 +168,7 @@ class TestEngine {
     ac.selective = o.ckpt_selective;
     ModelConfig model = preset_config("tiny");
     model.tie_word_embeddings = o.tied;
+    model.lora = o.lora;
     engine_ = std::make_unique<ZeroEngine>(
         model, zero, o.precision, o.optim, *backend_, comm, memory_, o.micro, o.seq, ac, o.offload,
         nullptr, o.activations,

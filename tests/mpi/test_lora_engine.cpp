@@ -1,0 +1,192 @@
+// LoRA adapters (model/lora.h) in the engine at the world size the binary is launched with (1, 2,
+// 4): the tiny preset with r 4 adapters on every projection of both layers, the base frozen.
+// - In world-invariant mode every stage, every offload mode, full and selective activation
+//   checkpointing, bf16 and fp16 (DeepSpeed's loss scaler) equal one rank at stage 0 bit for bit;
+//   every base tensor ends bitwise its initial value and every adapter tensor moved.
+// - Only the adapter groups carry gradients and optimizer state (the peaks count them alone).
+// - A checkpoint resumes bitwise at another world size and stage; a resume with another rank is
+//   refused.
+// The adapters' values against PEFT: tests/oracle/test_lora.py.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "engine/stage_traits.h"
+#include "engine_test_support.h"
+#include "model/layout.h"
+#include "shared_dir_test.h"
+
+namespace zt {
+namespace {
+
+using engine_test::EngineOptions;
+using engine_test::Masters;
+using engine_test::TestEngine;
+
+constexpr int kSteps = 4;
+constexpr int64_t kLeaves = 4;  // micro-batches of B sequences per global batch
+constexpr float kLr = 5e-3f;
+
+LoraSpec adapters(int64_t rank = 4) {
+  LoraSpec s;
+  s.rank = rank;
+  s.alpha = 8;
+  s.targets.fill(true);
+  return s;
+}
+
+EngineOptions lora_options(int stage, Precision precision) {
+  EngineOptions o;
+  o.stage = stage;
+  o.precision = precision;
+  if (precision == Precision::kFp16) o.activations = DType::kFloat16;
+  o.world_invariant = true;
+  o.bucket = 5'000;  // several buckets
+  o.lora = adapters();
+  return o;
+}
+
+struct Trained {
+  std::vector<double> losses;
+  Masters initial, final;  // rank 0 only
+};
+
+Trained train(Communicator& comm, const EngineOptions& o, int first = 1, int last = kSteps,
+              TestEngine* engine = nullptr) {
+  std::unique_ptr<TestEngine> fresh;
+  if (!engine) {
+    fresh = std::make_unique<TestEngine>(comm, o);
+    fresh->init();
+  }
+  TestEngine& t = engine ? *engine : *fresh;
+  Trained out;
+  out.initial = engine_test::rank0_masters(t.engine());
+  const int64_t accum = kLeaves / comm.world_size();
+  for (int step = first; step <= last; ++step) out.losses.push_back(t.step(step, accum, kLr).loss);
+  out.final = engine_test::rank0_masters(t.engine());
+  return out;
+}
+
+class LoraEngineTest : public engine_test::SharedDirTest {
+ protected:
+  const char* dir_prefix() const override { return "zt_lora_"; }
+  MpiCommunicator self_{MPI_COMM_SELF};
+  int N() const { return world_.world_size(); }
+};
+
+// The modes of one stage: the device optimizer, the offloads valid there, and activation
+// checkpointing (full, selective).
+std::vector<std::pair<std::string, EngineOptions>> modes_at(const EngineOptions& base,
+                                                            const OffloadConfig& nvme) {
+  std::vector<std::pair<std::string, EngineOptions>> modes = {{"device optimizer", base}};
+  EngineOptions full = base, selective = base;
+  full.ckpt_every = 1;
+  selective.ckpt_selective = true;
+  modes.push_back({"full checkpointing", full});
+  modes.push_back({"selective checkpointing", selective});
+  if (base.stage == 0) return modes;
+  EngineOptions cpu = base, disk = base;
+  cpu.offload.optimizer = OffloadDevice::kCpu;
+  cpu.offload.sub_group_size = 700;  // tiles inside and across the adapters
+  disk.offload = nvme;
+  modes.push_back({"cpu optimizer", cpu});
+  modes.push_back({"nvme optimizer", disk});
+  if (base.stage == 3) {
+    EngineOptions params = base;
+    params.offload.param = OffloadDevice::kCpu;
+    modes.push_back({"cpu params", params});
+  }
+  return modes;
+}
+
+TEST_F(LoraEngineTest, BaseStaysBitwiseAndEveryStageEqualsOneRankStageZero) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    const std::string name = precision_name(precision);
+    const Trained reference = train(self_, lora_options(0, precision));
+    ModelConfig model = preset_config("tiny");
+    model.lora = adapters();
+    const ParamLayout layout(model);
+    int moved = 0;
+    for (const TensorInfo& t : layout.tensors()) {
+      const bool same = reference.final.at(t.name) == reference.initial.at(t.name);
+      EXPECT_EQ(same, !t.is_lora())
+          << name << ": " << t.name << (t.is_lora() ? " did not move" : " (base) moved");
+      moved += same ? 0 : 1;
+    }
+    EXPECT_EQ(moved, 2 * 2 * kLoraTargets) << name;  // A and B of 7 projections in 2 layers
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (const auto& [mode, o] : modes_at(lora_options(stage, precision), nvme_offload(2, 700))) {
+        const std::string what =
+            name + " stage " + std::to_string(stage) + " " + mode + " N=" + std::to_string(N());
+        const Trained run = train(world_, o);
+        EXPECT_EQ(run.losses, reference.losses) << what;
+        if (root()) {
+          EXPECT_TRUE(run.final == reference.final) << what << ": final masters differ";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(LoraEngineTest, OnlyTheAdaptersCarryGradientsAndOptimizerState) {
+  ModelConfig model = preset_config("tiny");
+  model.lora = adapters();
+  const ParamLayout layout(model);
+  for (int stage = 0; stage <= 3; ++stage) {
+    EngineOptions o = lora_options(stage, Precision::kBf16);
+    o.world_invariant = false;
+    TestEngine t(world_, o);
+    t.init();
+    t.step(1, 2, kLr);
+    const StageTraits traits = StageTraits::of(stage);
+    size_t own = 0, grads = 0;
+    for (int l = 0; l < model.num_layers; ++l) {
+      const GroupInfo& g = layout.groups()[static_cast<size_t>(layout.adapter_group(l))];
+      const GroupPartition p = GroupPartition::of(g.numel, N(), 1);
+      own += static_cast<size_t>(traits.shard_optimizer ? p.shard : p.numel);
+      grads += static_cast<size_t>(traits.shard_gradients ? p.shard : p.padded);
+    }
+    const std::string what = "stage " + std::to_string(stage) + " N=" + std::to_string(N());
+    EXPECT_EQ(t.memory().peak(MemCategory::kOptimizer), 12 * own) << what;
+    EXPECT_EQ(t.memory().peak(MemCategory::kGrads), 4 * grads) << what;
+  }
+}
+
+TEST_F(LoraEngineTest, CheckpointResumesBitwiseAndRefusesAnotherRank) {
+  const int half = kSteps / 2;
+  const Trained whole = train(self_, lora_options(0, Precision::kBf16));
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::string what = "N=" + std::to_string(N()) + " stage " + std::to_string(stage);
+    TestEngine writer(world_, lora_options(stage, Precision::kBf16));
+    writer.init();
+    const Trained first = train(world_, lora_options(stage, Precision::kBf16), 1, half, &writer);
+    const std::string dir =
+        engine_test::save_test_checkpoint(
+            writer.engine(), {half, 0, {}}, EngineOptions{}.optim, kSteps, EngineOptions{}.micro,
+            kLeaves / N(), EngineOptions{}.seq, (dir_ / ("s" + std::to_string(stage))).string())
+            .dir;
+    TestEngine alone(self_, lora_options(3 - stage, Precision::kBf16));
+    load_checkpoint(alone.engine(), dir);
+    const Trained rest =
+        train(self_, lora_options(3 - stage, Precision::kBf16), half + 1, kSteps, &alone);
+    std::vector<double> losses = first.losses;
+    losses.insert(losses.end(), rest.losses.begin(), rest.losses.end());
+    EXPECT_EQ(losses, whole.losses) << what;
+    EXPECT_TRUE(rest.final == whole.final) << what << ": final masters differ";
+    EngineOptions other = lora_options(stage, Precision::kBf16);
+    other.lora = adapters(8);
+    TestEngine refused(world_, other);
+    try {
+      load_checkpoint(refused.engine(), dir);
+      ADD_FAILURE() << what << ": a resume with another LoRA rank was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("lora_A"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt
