@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/peft_adapter.h"
 #include "comm/collective_outcome.h"
 #include "io/fs_util.h"
 #include "io/parallel_model_dir.h"
@@ -119,6 +120,19 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
   };
   ConsolidatedModel result;
   result.dir = strip_trailing_slashes(out_dir);
+  if (config.lora.enabled()) {  // the adapters apart from the (frozen) base: PEFT's directory
+    run_collectively(comm, [&] {
+      if (rank != 0) return;
+      std::vector<std::string> frozen;
+      for (const CheckpointTensor& t : manifest.tensors)
+        if (t.frozen) frozen.push_back(t.name);
+      const ParamLayout layout(config);
+      result.bytes = write_peft_adapter_dir(
+          result.dir, layout, TrainableSet::from_frozen_names(layout, frozen), "", masters);
+    });
+    result.seconds = seconds_since(t0);
+    return result;
+  }
   result.parallel = use_parallel_hdf5(options);
   if (result.parallel) {
     ParallelModelDirWriter writer(result.dir, config, comm, options.shard_limit_bytes,

@@ -43,7 +43,9 @@ struct ConsolidatedModel {
 std::string consolidated_step_dir(const std::string& out_dir, int64_t step);
 
 // Writes the model of the training checkpoint `checkpoint_dir` (its fp32 masters, read from its
-// rank files with their checksums verified) as a bf16 model directory. Collective over comm;
+// rank files with their checksums verified) as a bf16 model directory; a LoRA run's checkpoint
+// as PEFT's adapter directory instead (checkpoint/peft_adapter.h: the adapters apart from the
+// frozen base, fp32). Collective over comm;
 // any number of ranks. Errors name the file; on failure every rank throws and nothing is left
 // at out_dir.
 ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,

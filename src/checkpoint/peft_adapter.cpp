@@ -1,6 +1,8 @@
 #include "checkpoint/peft_adapter.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <vector>
 
 #include "comm/collective_outcome.h"
@@ -13,53 +15,72 @@ namespace zt {
 namespace {
 
 // What the adapter file holds: every adapter tensor and every base tensor that trains.
-bool in_adapter(const ZeroEngine& engine, const TensorInfo& t) {
-  return t.is_lora() || engine.model().trainable().trains(engine.model().layout().index_of(t));
+bool in_adapter(const ParamLayout& layout, const TrainableSet& trainable, const TensorInfo& t) {
+  return t.is_lora() || (!trainable.all_train() && trainable.trains(layout.index_of(t)));
 }
 
 }  // namespace
 
-void write_peft_adapter(ZeroEngine& engine, const std::string& dir, MpiCommunicator& comm,
-                        const std::string& base_model) {
-  const ParamLayout& layout = engine.model().layout();
-  const LoraSpec& spec = engine.model().config().lora;
-  ZT_CHECK(spec.enabled(), "write_peft_adapter: the model has no LoRA adapters");
-  std::vector<bool> group_wanted(static_cast<size_t>(layout.num_groups()), false);
+uint64_t write_peft_adapter_dir(const std::string& dir, const ParamLayout& layout,
+                                const TrainableSet& trainable, const std::string& base_model,
+                                const TensorValuesFn& values) {
+  const LoraSpec& spec = layout.config().lora;
+  ZT_CHECK(spec.enabled(), "write_peft_adapter_dir: the model has no LoRA adapters");
   std::vector<SafetensorsEntry> entries;
+  std::vector<const TensorInfo*> tensors;
   for (const TensorInfo& t : layout.tensors())
-    if (in_adapter(engine, t)) {
-      group_wanted[static_cast<size_t>(t.group)] = true;
+    if (in_adapter(layout, trainable, t)) {
       entries.push_back({kPeftNamePrefix + t.name, "F32", t.shape});
+      tensors.push_back(&t);
     }
-  const bool root = comm.rank() == 0;
   const std::string tmp = temp_sibling(strip_trailing_slashes(dir));
-  std::unique_ptr<SafetensorsFileWriter> writer;
-  run_collectively(comm, [&] {
-    if (!root) return;
-    std::filesystem::remove_all(tmp);
-    std::filesystem::create_directories(tmp);
-    writer = std::make_unique<SafetensorsFileWriter>(tmp + "/" + kPeftWeightsFile, entries);
-  });
-  // Every rank gathers; rank 0 appends in layout order, which is the header's order.
-  std::string failure;
-  engine.for_each_full_tensor(
-      /*master=*/true,
-      [&](const TensorInfo& t, const void* values) {
-        if (!root || !in_adapter(engine, t) || !failure.empty()) return;
-        try {
-          writer->append(values, static_cast<size_t>(t.numel) * sizeof(float));
-        } catch (const Error& e) {
-          failure = e.what();
-        }
-      },
-      [&](int g) { return group_wanted[static_cast<size_t>(g)]; });
-  run_collectively(comm, [&] {
-    if (!root) return;
-    ZT_CHECK(failure.empty(), failure);
-    writer->finish();
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  try {
+    SafetensorsFileWriter writer(tmp + "/" + kPeftWeightsFile, entries);
+    std::vector<float> buffer;
+    for (const TensorInfo* t : tensors) {
+      buffer.resize(static_cast<size_t>(t->numel));
+      values(*t, 0, t->numel, buffer.data());
+      writer.append(buffer.data(), buffer.size() * sizeof(float));
+    }
+    writer.finish();
+    const uint64_t bytes = writer.tensors().empty() ? 0 : writer.tensors().back().end;
     write_text_file(tmp + "/" + kPeftConfigFile, spec.to_peft_json(base_model).dump(2) + "\n");
     fsync_path(tmp);
     move_into_place(tmp, dir, /*overwrite=*/true);
+    return bytes;
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+void write_peft_adapter(ZeroEngine& engine, const std::string& dir, MpiCommunicator& comm,
+                        const std::string& base_model) {
+  const ParamLayout& layout = engine.model().layout();
+  const TrainableSet& trainable = engine.model().trainable();
+  std::vector<bool> group_wanted(static_cast<size_t>(layout.num_groups()), false);
+  for (const TensorInfo& t : layout.tensors())
+    if (in_adapter(layout, trainable, t)) group_wanted[static_cast<size_t>(t.group)] = true;
+  // Every rank gathers; rank 0 keeps the adapter's tensors (small beside the model).
+  std::map<std::string, std::vector<float>> kept;
+  engine.for_each_full_tensor(
+      /*master=*/true,
+      [&](const TensorInfo& t, const void* values) {
+        if (!values || !in_adapter(layout, trainable, t)) return;
+        const auto* f = static_cast<const float*>(values);
+        kept[t.name].assign(f, f + t.numel);
+      },
+      [&](int g) { return group_wanted[static_cast<size_t>(g)]; });
+  run_collectively(comm, [&] {
+    if (comm.rank() != 0) return;
+    write_peft_adapter_dir(dir, layout, trainable, base_model,
+                           [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
+                             const std::vector<float>& v = kept.at(t.name);
+                             std::copy(v.begin() + begin, v.begin() + begin + count, out);
+                           });
   });
 }
 

@@ -11,6 +11,9 @@
 
 namespace zt {
 
+// The key of to_hf_json's object under which a LoRA model's adapters are described.
+inline constexpr const char* kLoraConfigKey = "zerotrain_lora";
+
 // What ModelConfig::from_hf_json does with a config.json key it neither reads nor knows to be
 // inert.
 enum class UnknownConfigKeys { kAccept, kRefuse };
@@ -39,8 +42,9 @@ struct ModelConfig {
   bool o_bias = false;
   // Qwen3: an RMSNorm over each head of q and of k (weights [head_dim]) before RoPE.
   bool qk_norm = false;
-  // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). Not part of
-  // config.json: a model directory holds the base, the adapter travels as PEFT's files.
+  // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
+  // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
+  // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
   LoraSpec lora;
 
   int64_t head_dim() const {

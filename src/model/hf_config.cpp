@@ -94,7 +94,8 @@ const std::vector<std::string>& inert_hf_keys() {
 
 // Keys read, or checked to hold the one value zerotrain computes.
 const std::vector<std::string>& read_hf_keys() {
-  static const std::vector<std::string> keys = {"hidden_size",
+  static const std::vector<std::string> keys = {kLoraConfigKey,
+                                                "hidden_size",
                                                 "intermediate_size",
                                                 "num_hidden_layers",
                                                 "num_attention_heads",
@@ -378,6 +379,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
   if (rope_scaling.type != RopeScaling::kNone)
     j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
   if (explicit_head_dim > 0 || type == "qwen3") j["head_dim"] = head_dim();
+  if (lora.enabled()) j[kLoraConfigKey] = lora.to_json();
   if (type == "mistral") {
     j["sliding_window"] = sliding_window;
   } else if (type == "llama") {
@@ -421,6 +423,8 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.tie_word_embeddings =
       j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
   read_attention_shape(j, source, type, c);
+  if (j.contains(kLoraConfigKey))
+    c.lora = LoraSpec::from_peft_json(j.at(kLoraConfigKey), source + " " + kLoraConfigKey);
   try {
     c.validate();
   } catch (const Error& e) {

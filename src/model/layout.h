@@ -97,6 +97,7 @@ class ParamLayout {
   // The tensor index of adapter A (or B) of `target` in layer `layer`, or -1.
   int lora_tensor(int layer, int target, bool b) const;
   bool tied_embeddings() const { return config_.tie_word_embeddings; }
+  const ModelConfig& config() const { return config_; }
 
   // Index of the tensor with this HF name, or -1.
   int find(const std::string& name) const;

@@ -182,25 +182,30 @@ LoraSpec LoraSpec::from_peft_file(const std::string& path) {
   return from_peft_json(parse_json(text, path), path);
 }
 
-nlohmann::json LoraSpec::to_peft_json(const std::string& base_model_name_or_path) const {
+nlohmann::json LoraSpec::to_json() const {
   nlohmann::json targets = nlohmann::json::array();
   for (int i = 0; i < kLoraTargets; ++i)
     if (this->targets[static_cast<size_t>(i)]) targets.push_back(kTargetNames[i]);
-  return {{"peft_type", "LORA"},
-          {"task_type", "CAUSAL_LM"},
-          {"base_model_name_or_path", base_model_name_or_path},
-          {"r", rank},
+  return {{"r", rank},
           {"lora_alpha", alpha},
           {"lora_dropout", dropout},
           {"use_rslora", use_rslora},
           {"target_modules", targets},
           {"modules_to_save",
-           modules_to_save.empty() ? nlohmann::json() : nlohmann::json(modules_to_save)},
-          {"bias", "none"},
-          {"fan_in_fan_out", false},
-          {"init_lora_weights", true},
-          {"use_dora", false},
-          {"inference_mode", true}};
+           modules_to_save.empty() ? nlohmann::json() : nlohmann::json(modules_to_save)}};
+}
+
+nlohmann::json LoraSpec::to_peft_json(const std::string& base_model_name_or_path) const {
+  nlohmann::json j = to_json();
+  j.update({{"peft_type", "LORA"},
+            {"task_type", "CAUSAL_LM"},
+            {"base_model_name_or_path", base_model_name_or_path},
+            {"bias", "none"},
+            {"fan_in_fan_out", false},
+            {"init_lora_weights", true},
+            {"use_dora", false},
+            {"inference_mode", true}});
+  return j;
 }
 
 std::string LoraSpec::targets_text() const {

@@ -53,6 +53,9 @@ struct LoraSpec {
   // read past.
   static LoraSpec from_peft_json(const nlohmann::json& j, const std::string& source);
   static LoraSpec from_peft_file(const std::string& path);
+  // r, lora_alpha, lora_dropout, use_rslora, target_modules and modules_to_save: what
+  // from_peft_json reads back into this specification.
+  nlohmann::json to_json() const;
   // The adapter_config.json PEFT writes for this specification.
   nlohmann::json to_peft_json(const std::string& base_model_name_or_path) const;
   // Comma-separated target names in layer order ("q_proj,v_proj"), for messages and run.json.

@@ -10,7 +10,8 @@ value: 1e-30) and lora_B zero as both initialise it, trained with torch.optim.Ad
 adapter parameters alone.
 1. Each step's loss and gradient norm (metrics.jsonl: the norm over the adapters' gradients) equal
    PEFT's within the fp32 bound of test_oracle.py, 1e-4 relative.
-2. The adapters of OUT/final (PEFT's adapter_model.safetensors) equal the reference's after the
+2. The adapters of OUT/final (PEFT's adapter_model.safetensors; `consolidate` of the last
+   checkpoint writes the same tensors bitwise) equal the reference's after the
    last step within that bound; the base tensors of the last checkpoint are bitwise the model's.
 3. peft.PeftModel.from_pretrained(base, OUT/final) loads the adapter, and its loss on the
    evaluation's two windows equals zerotrain's end-of-run evaluation (1e-4).
@@ -231,6 +232,15 @@ def main():
             start = ref.load_weights(work("model"), torch.float32)
             changed = [n for n in start if not np.array_equal(base[n], start[n].numpy())]
             check(not changed, f"{what}: the base changed: {changed[:3]}")
+            # consolidate keeps the adapters apart from the base: the checkpoint's masters as
+            # PEFT's directory, bitwise OUT/final's tensors.
+            run_tool([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
+                      "--out", out + "-consolidated"])
+            consolidated = read_safetensors(os.path.join(out + "-consolidated",
+                                                         "adapter_model.safetensors"))
+            check(set(consolidated) == set(final) and
+                  all(torch.equal(consolidated[n], final[n]) for n in final),
+                  f"{what}: the consolidated checkpoint's adapters differ from final/")
             # PEFT loads the adapter onto the base; its loss is zerotrain's evaluation's.
             from peft import PeftModel
             loaded = PeftModel.from_pretrained(base_model(work("model"), weights),
