@@ -16,7 +16,8 @@ adapter parameters alone.
 3. peft.PeftModel.from_pretrained(base, OUT/final) loads the adapter, and its loss on the
    evaluation's two windows equals zerotrain's end-of-run evaluation (1e-4).
 4. A 2-rank stage-3 run resumed at step 2 has the uninterrupted run's losses and adapters, bitwise.
-5. PEFT's own adapter_config.json (save_pretrained) is accepted by --lora-config.
+5. PEFT's own adapter_config.json (save_pretrained) is accepted by --lora-config, also beside a
+   DeepSpeed JSON (ZeRO-3), whose run is the command line's 2-rank stage-3 run bitwise.
 6. --lora-init-from OUT/final starts from those adapters bitwise, its first loss PEFT's with them;
    export --merge-lora writes W + s·B·A within one bf16 ulp of PEFT's merge_and_unload (rounded
    to bf16), every other tensor bitwise the base's.
@@ -252,6 +253,22 @@ def main():
             err = abs(peft_loss - eval_loss) / abs(peft_loss)
             print(f"{what}: PEFT-loaded loss {peft_loss:.7f}, zerotrain eval {eval_loss:.7f}")
             check(err < TOLERANCE, f"{what}: the exported adapter's loss differs by {err:.2e}")
+
+        # A DeepSpeed JSON (ZeRO-3, micro-batch 1) with PEFT's own adapter_config.json: the
+        # 2-rank stage-3 run above, bitwise.
+        with open(work("ds.json"), "w") as f:
+            json.dump({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                       "zero_optimization": {"stage": 3}}, f)
+        run_tool([args.mpirun, "--oversubscribe", "-n", "2"] +
+                 train_args(zt, work, work("from_ds"),
+                            ["--deepspeed", work("ds.json"), "--lora-config",
+                             work("peft_saved", "adapter_config.json")], targets=None))
+        with open(work("from_ds", "metrics.jsonl")) as f:
+            ds_losses = [json.loads(line)["loss"] for line in f]
+        with open(work("two", "metrics.jsonl")) as f:
+            check(ds_losses == [json.loads(line)["loss"] for line in f],
+                  f"the DeepSpeed + PEFT config run's losses {ds_losses} differ from the CLI run's")
+        print("a DeepSpeed JSON with PEFT's adapter_config.json: the CLI run's losses, bitwise")
 
         # A resume continues the adapters bitwise (2 ranks, stage 3, from step 2 of 4).
         two_args = runs["2 ranks stage 3"][1]
