@@ -474,6 +474,7 @@ int run_training(TrainOptions o) {
       engine_ptr = std::make_unique<ZeroEngine>(
           config, o.zero, in.precision, o.optim, *backend, data_comm, memory, o.micro_batch,
           o.seq_len, in.ac, offload, &comm, in.activation_storage, in.trainable, o.loss_scale);
+      engine_ptr->model().set_lora_dropout_seed(static_cast<uint64_t>(o.seed));
       if (!in.resume_dir.empty()) return;
       const auto seed = static_cast<uint64_t>(o.seed);
       if (in.adapter) {

@@ -53,7 +53,8 @@ void add_lora_options(po::options_description& options, LoraOptions& o) {
                        "LoRA: the adapters' alpha; their products are scaled by alpha/R "
                        "(default 8, as PEFT)")(
       "lora-dropout", decimal_option(&o.dropout),
-      "LoRA: dropout on the adapters' input (only 0 is implemented yet)")(
+      "LoRA: dropout on the adapters' input while training, its masks seeded by --seed and "
+      "keyed by the global token, so every world size and stage drops the same elements")(
       "lora-targets", po::value(&o.targets)->default_value(o.targets),
       "LoRA: the projections that get adapters, as PEFT's target_modules: comma-separated "
       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear")(

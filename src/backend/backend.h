@@ -86,6 +86,12 @@ class Backend {
   // db[N] += Σ_m dy[m,n]: each column summed in double in a fixed order, added once.
   virtual void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) = 0;
 
+  // ---- dropout (LoRA's, on an adapter's input; backend/dropout_hash.h) ----
+  // y[i,j] = x[i,j]·(1/(1−p)) where element (first_row + i)·K + j of `stream` is kept
+  // (dropout_uniform >= p), else 0; read widened, rounded once. y may be x.
+  virtual void dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
+                               uint64_t stream, int64_t first_row) = 0;
+
   // ---- RMSNorm over the last dimension D of x[M,D] ----
   // rstd[m] = 1/sqrt(mean_d x² + eps);  y = x · rstd · g
   virtual void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,

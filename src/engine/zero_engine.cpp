@@ -409,9 +409,14 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
     }
   } undo_overlap{I.offloader.get()};
   if (I.offloader && I.offload.overlapped(step)) I.begin_offload_overlap(lr, step);
+  // The global data order (docs/ARCHITECTURE.md §2): step s holds the windows [(s−1)·G, s·G) and
+  // rank r's micro-batch m those from (m·N + r)·B; their first token keys LoRA's dropout masks.
+  const int64_t B = model_.micro_batch(), T = model_.seq_len();
+  const int64_t G = accum * I.world * B;
   for (int64_t m = 0; m < accum; ++m) {
     model_.set_batch(inputs[static_cast<size_t>(m)], targets[static_cast<size_t>(m)],
                      doc_starts.empty() ? nullptr : doc_starts[static_cast<size_t>(m)]);
+    model_.set_batch_position(((step - 1) * G + (m * I.world + I.rank) * B) * T);
     if (I.invariant()) I.leaf = I.micro_batch_sum->next_leaf();
     I.run_micro_batch(m, m == accum - 1, grad_scale, stats);
     if (I.invariant()) I.micro_batch_sum->add_leaf();

@@ -155,6 +155,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
     const bool mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
     t.lora_product = dev.take(M * std::max({D, QD, KV, mlp ? F : 0}), storage);
     t.lora_du = dev.take(M * c.lora.rank, storage);
+    if (c.lora.dropout > 0) t.lora_dropped = dev.take(M * std::max({D, QD, F}), storage);
   }
   plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;
   return plan;
@@ -266,6 +267,7 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets,
 
 void LlamaModel::forward_group(int g, ConstTensorView params, bool training, float grad_scale,
                                ConstTensorView embedding, ConstTensorView adapters) {
+  training_ = training;
   if (g == layout_.embed_group()) {
     embed_forward(params);
   } else if (g == layout_.head_group()) {

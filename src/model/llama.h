@@ -99,8 +99,9 @@ struct ActivationTensors {
   float *final_rstd = nullptr, *losses = nullptr;
   // backward temporaries
   TensorView dresid, dxn, dq, dk, dv, datt, dgate, dup, dh;
-  // LoRA: an adapter's product u·Bᵀ [M, out] before it is added, and ∂L/∂(x·Aᵀ) [M, r].
-  TensorView lora_product, lora_du;
+  // LoRA: an adapter's product u·Bᵀ [M, out] before it is added, ∂L/∂(x·Aᵀ) [M, r], and with
+  // dropout the dropped input [M, in] (also ∂L/∂ of it in the backward).
+  TensorView lora_product, lora_du, lora_dropped;
 };
 
 // Lays the activations out from `device_base` and `host_base` (null: only count) and returns
@@ -151,6 +152,12 @@ class LlamaModel {
   void backward_group(int g, ConstTensorView params, float* grads, ConstTensorView embedding = {},
                       float* embedding_grads = nullptr, ConstTensorView adapters = {},
                       float* adapter_grads = nullptr);
+
+  // LoRA dropout (backend/dropout_hash.h): the seed of the masks, and the global index of the
+  // next micro-batch's first token (its position in the run's data order, the same at every
+  // world size), which keys them. Training forwards drop, evaluations do not.
+  void set_lora_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  void set_batch_position(int64_t first_token) { first_token_ = first_token; }
 
   // Which tensors have gradients (PyTorch's requires_grad); every tensor by default.
   void set_trainable(TrainableSet trainable) { trainable_ = std::move(trainable); }
@@ -221,6 +228,11 @@ class LlamaModel {
   }
   ActivationTensors t_;  // every tensor of the two arenas
   TrainableSet trainable_;
+  bool training_ = false;  // of the last forward: LoRA dropout applies
+  uint64_t dropout_seed_ = 0;
+  int64_t first_token_ = 0;
+  // LoRA dropout: x dropped into t_.lora_dropped for `target` of `layer`; x itself without it.
+  ConstTensorView lora_input(int layer, LoraTarget target, ConstTensorView x, int64_t in);
 };
 
 }  // namespace zt

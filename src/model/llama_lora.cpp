@@ -1,11 +1,15 @@
 // LoRA on the decoder layers' projections (model/lora.h), forward and backward side by side.
-//   forward   u = s·(x·Aᵀ)  [M, r] (kept);  y += u·Bᵀ
-//   backward  dB += dyᵀ·u;  du = s·(dy·B);  dA += duᵀ·x;  dx += du·A
+//   forward   u = s·(d(x)·Aᵀ)  [M, r] (kept);  y += u·Bᵀ
+//   backward  dB += dyᵀ·u;  du = s·(dy·B);  dA += duᵀ·d(x);  dx += d'(du·A)
+// d is the identity, or with dropout p while training d(x) = x·mask/(1−p), its mask a hash of
+// (seed, layer, projection, global token, column) (backend/dropout_hash.h) that the backward
+// draws again instead of keeping d(x); d' applies the same mask and scale to the gradient.
 // PEFT computes y + (x·Aᵀ·Bᵀ)·s; scaling the rank-r product first is the same sum with the scale
 // applied on M·r values instead of M·out (equal up to fp32 rounding). The base weight's products
 // are the layer's own (llama.cpp); its gradient is never formed (the base is frozen).
 #include <array>
 
+#include "backend/dropout_hash.h"
 #include "model/llama.h"
 #include "util/error.h"
 
@@ -35,6 +39,15 @@ std::array<int64_t, 2> projection_shape(const ModelConfig& c, LoraTarget t) {
 
 }  // namespace
 
+ConstTensorView LlamaModel::lora_input(int layer, LoraTarget target, ConstTensorView x,
+                                       int64_t in) {
+  const double p = config_.lora.dropout;
+  if (!training_ || p == 0) return x;
+  be_.dropout_forward(t_.lora_dropped, x, M_, in, static_cast<float>(p),
+                      dropout_stream(dropout_seed_, layer, static_cast<int>(target)), first_token_);
+  return t_.lora_dropped;
+}
+
 void LlamaModel::lora_forward(int layer, LoraTarget target, TensorView y, ConstTensorView x,
                               ConstTensorView adapters) {
   const int a = layout_.lora_tensor(layer, static_cast<int>(target), false);
@@ -45,8 +58,8 @@ void LlamaModel::lora_forward(int layer, LoraTarget target, TensorView y, ConstT
   const auto [out, in] = projection_shape(config_, target);
   const int64_t r = config_.lora.rank;
   const TensorView u = acts_for(layer).lora[static_cast<size_t>(target)];
-  be_.matmul_forward(u, x, adapters.at(layout_.tensors()[static_cast<size_t>(a)].offset), M_, r,
-                     in);
+  be_.matmul_forward(u, lora_input(layer, target, x, in),
+                     adapters.at(layout_.tensors()[static_cast<size_t>(a)].offset), M_, r, in);
   be_.scale_inplace(u, config_.lora.scale(), M_ * r);
   be_.matmul_forward(t_.lora_product, u,
                      adapters.at(layout_.tensors()[static_cast<size_t>(b)].offset), M_, out, r);
@@ -69,7 +82,20 @@ void LlamaModel::lora_backward(int layer, LoraTarget target, TensorView dx, Cons
   const ConstTensorView u = acts_for(layer).lora[static_cast<size_t>(target)];
   be_.matmul_backward(t_.lora_du, grad(tb), dy, u, adapters.at(tb.offset), M_, out, r, false);
   be_.scale_inplace(t_.lora_du, config_.lora.scale(), M_ * r);
-  be_.matmul_backward(dx, grad(ta), t_.lora_du, x, adapters.at(ta.offset), M_, r, in, true);
+  const ConstTensorView xd = lora_input(layer, target, x, in);
+  if (xd.data == x.data) {  // no dropout: dx += du·A and dA += duᵀ·x in one call
+    be_.matmul_backward(dx, grad(ta), t_.lora_du, x, adapters.at(ta.offset), M_, r, in, true);
+    return;
+  }
+  be_.matmul_backward(TensorView(), grad(ta), t_.lora_du, xd, adapters.at(ta.offset), M_, r, in,
+                      false);
+  // dx += mask·(du·A)/(1−p), through the dropped input's buffer (d(x) is no longer needed).
+  be_.matmul_backward(t_.lora_dropped, nullptr, t_.lora_du, xd, adapters.at(ta.offset), M_, r, in,
+                      false);
+  be_.dropout_forward(t_.lora_dropped, t_.lora_dropped, M_, in,
+                      static_cast<float>(config_.lora.dropout),
+                      dropout_stream(dropout_seed_, layer, static_cast<int>(target)), first_token_);
+  be_.add_inplace(dx, t_.lora_dropped, M_ * in);
 }
 
 }  // namespace zt

@@ -75,9 +75,6 @@ void LoraSpec::validate(const std::string& source) const {
            source + ": lora_alpha must be a positive number, got " + shortest_decimal(alpha));
   ZT_CHECK(std::isfinite(dropout) && dropout >= 0 && dropout < 1,
            source + ": lora_dropout must be in [0, 1), got " + shortest_decimal(dropout));
-  // Dropout on the adapters' input needs its mask in the backward; not implemented yet.
-  ZT_CHECK(dropout == 0, source + ": lora_dropout " + shortest_decimal(dropout) +
-                             " is not implemented yet (docs/lora.md); set it to 0");
   ZT_CHECK(targets_any(), source + ": no LoRA target module (known: " + known_targets() + ")");
 }
 

@@ -25,7 +25,7 @@ const char* lora_target_module(LoraTarget t);
 struct LoraSpec {
   int64_t rank = 0;  // 0: no adapters
   double alpha = 8.0;
-  double dropout = 0.0;
+  double dropout = 0.0;  // on the adapters' input while training (backend/dropout_hash.h)
   bool use_rslora = false;
   std::array<bool, kLoraTargets> targets{};  // which projections carry an adapter
   // PEFT's modules_to_save: module names (e.g. lm_head) whose tensors train in full beside the

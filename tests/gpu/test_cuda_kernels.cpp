@@ -333,6 +333,25 @@ TEST_F(CudaKernels, EventTimelineTimesTheStreamNotTheIssue) {
   EXPECT_THROW(timeline.seconds(begin, end), Error);  // marks of the last step are gone
 }
 
+// LoRA dropout: the CUDA kernel drops exactly the CPU's elements (one hash, backend/dropout_hash.h)
+// and scales the kept ones alike, out of place and in place, past 2^32 element ids.
+TEST_F(CudaKernels, DropoutMasksAreTheCpusBitwise) {
+  const int64_t M = 37, K = 211;
+  const auto x = random_floats(M * K, 31);
+  const int64_t first_row = (int64_t{1} << 32) / K + 5;  // element ids past 32 bits
+  std::vector<float> y(M * K), inplace = x;
+  cpu_.dropout_forward(y.data(), x.data(), M, K, 0.3f, 0x1234abcdull, first_row);
+  cpu_.dropout_forward(inplace.data(), inplace.data(), M, K, 0.3f, 0x1234abcdull, first_row);
+  DeviceBuffer<float> d_x(x), d_y(M * K), d_inplace(x);
+  gpu_->dropout_forward(d_y.get(), d_x.get(), M, K, 0.3f, 0x1234abcdull, first_row);
+  gpu_->dropout_forward(d_inplace.get(), d_inplace.get(), M, K, 0.3f, 0x1234abcdull, first_row);
+  EXPECT_TRUE(bitwise_equal(d_y.download(), y, "dropout_forward"));
+  EXPECT_TRUE(bitwise_equal(d_inplace.download(), inplace, "dropout_forward in place"));
+  int64_t dropped = 0;
+  for (float v : y) dropped += v == 0.0f ? 1 : 0;
+  EXPECT_NEAR(static_cast<double>(dropped) / static_cast<double>(M * K), 0.3, 0.03);
+}
+
 TEST_F(CudaKernels, ElementwiseHelpers) {
   const int64_t n = 5003;
   auto x = random_floats(n, 22), y0 = random_floats(n, 23);

@@ -3,6 +3,7 @@
 // - In world-invariant mode every stage, every offload mode, full and selective activation
 //   checkpointing, bf16 and fp16 (DeepSpeed's loss scaler) equal one rank at stage 0 bit for bit;
 //   every base tensor ends bitwise its initial value and every adapter tensor moved.
+// - With dropout, every stage and world size drops the same elements (bitwise one rank).
 // - Only the adapter groups carry gradients and optimizer state (the peaks count them alone).
 // - A checkpoint resumes bitwise at another world size and stage; a resume with another rank is
 //   refused.
@@ -119,6 +120,33 @@ TEST_F(LoraEngineTest, BaseStaysBitwiseAndEveryStageEqualsOneRankStageZero) {
     EXPECT_EQ(moved, 2 * 2 * kLoraTargets) << name;  // A and B of 7 projections in 2 layers
     for (int stage = 0; stage <= 3; ++stage) {
       for (const auto& [mode, o] : modes_at(lora_options(stage, precision), nvme_offload(2, 700))) {
+        const std::string what =
+            name + " stage " + std::to_string(stage) + " " + mode + " N=" + std::to_string(N());
+        const Trained run = train(world_, o);
+        EXPECT_EQ(run.losses, reference.losses) << what;
+        if (root()) {
+          EXPECT_TRUE(run.final == reference.final) << what << ": final masters differ";
+        }
+      }
+    }
+  }
+}
+
+// Dropout on the adapters' inputs: its masks are keyed by the global token, so every stage and
+// world size drops the same elements, and the losses are those of one rank at stage 0; they
+// differ from the run without dropout (the masks are applied).
+TEST_F(LoraEngineTest, DropoutMasksAreTheSameAtEveryStageAndWorldSize) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    auto options = [&](int stage) {
+      EngineOptions o = lora_options(stage, precision);
+      o.lora.dropout = 0.25;
+      return o;
+    };
+    const std::string name = std::string(precision_name(precision)) + " dropout 0.25";
+    const Trained reference = train(self_, options(0));
+    EXPECT_NE(reference.losses, train(self_, lora_options(0, precision)).losses) << name;
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (const auto& [mode, o] : modes_at(options(stage), nvme_offload(2, 700))) {
         const std::string what =
             name + " stage " + std::to_string(stage) + " " + mode + " N=" + std::to_string(N());
         const Trained run = train(world_, o);

@@ -21,9 +21,12 @@ adapter parameters alone.
 6. --lora-init-from OUT/final starts from those adapters bitwise, its first loss PEFT's with them;
    export --merge-lora writes W + s·B·A within one bf16 ulp of PEFT's merge_and_unload (rounded
    to bf16), every other tensor bitwise the base's.
-7. estimate --lora-rank counts the adapters (6b, r 16, all-linear: their parameters, 16 bytes of
+7. Dropout 0.25: the losses, gradient norms and final adapters of PEFT whose lora_dropout modules
+   apply the mask docs/lora.md describes (computed here from its description), within the same
+   bound (Adam's epsilon 1e-3 on both sides: see DROPOUT_EPS).
+8. estimate --lora-rank counts the adapters (6b, r 16, all-linear: their parameters, 16 bytes of
    state each at stage 0) and full fine-tuning's 18 bytes per parameter beside them.
-8. Bad input: a PEFT config with DoRA, a regex target_modules, a target zerotrain cannot adapt, and
+9. Bad input: a PEFT config with DoRA, a regex target_modules, a target zerotrain cannot adapt, and
    a --trainable pattern on a layer's own tensor are refused naming the key, the name or tensor;
    an adapter directory without weights, with another rank than its tensors or with only a
    pickle is refused by --lora-init-from and by export --merge-lora.
@@ -49,6 +52,10 @@ BETAS, EPS, WEIGHT_DECAY = (0.9, 0.95), 1e-8, 0.1
 RANK, ALPHA = 4, 8
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 TOLERANCE = 1e-4  # test_oracle.py's fp32 bound (relative; float64 reference)
+# The dropout check's Adam epsilon: with 1e-8, Adam moves every element by about ±lr whatever the
+# size of its gradient, so a gradient within fp32 rounding of 0 takes either sign on the two sides
+# and the adapters part by lr; with 1e-3 the step is smooth in the gradient for small ones.
+DROPOUT_EPS = 1e-3
 PREFIX = "base_model.model."
 
 
@@ -134,20 +141,113 @@ def rewrite_config(adapter_dir, **changes):
         json.dump(config, f)
 
 
+MASK = (1 << 64) - 1
+
+
+def splitmix64(x):
+    """backend/dropout_hash.h's dropout_mix on uint64 arrays (Python ints for the wrap)."""
+    x = (x + 0x9e3779b97f4a7c15) & MASK
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & MASK
+    return x ^ (x >> 31)
+
+
+def dropout_keep(seed, layer, target, first_token, rows, cols, p):
+    """The kept elements of docs/lora.md's mask, [rows, cols], written from its description:
+    stream = mix(mix(seed) + 8·layer + target); element (first_token + i)·cols + j kept when the
+    top 24 bits of mix(stream ^ mix(element)), over 2^24, are >= p (as fp32)."""
+    stream = splitmix64((splitmix64(seed) + 8 * layer + target) & MASK)
+    elements = (first_token * cols + np.arange(rows * cols, dtype=np.uint64)).astype(object)
+    r = np.array([splitmix64(stream ^ splitmix64(int(e))) for e in elements], dtype=object)
+    uniform = np.array([np.float32(int(v) >> 40) / np.float32(16777216) for v in r],
+                       dtype=np.float32)
+    return torch.from_numpy((uniform >= np.float32(p)).reshape(rows, cols))
+
+
+class MaskedDropout(torch.nn.Module):
+    """PEFT's lora_dropout replaced by zerotrain's mask for one (layer, projection)."""
+    step = 0  # the current optimizer step (1-based), set by the training loop
+
+    def __init__(self, layer, target, p, seed):
+        super().__init__()
+        self.layer, self.target, self.p, self.seed = layer, target, p, seed
+
+    def forward(self, x):
+        rows, cols = x.shape[-2], x.shape[-1]
+        keep = dropout_keep(self.seed, self.layer, self.target, (MaskedDropout.step - 1) * rows,
+                            rows, cols, self.p)
+        scale = 1.0 / (1.0 - float(np.float32(self.p)))
+        return x * keep.to(x.dtype) * scale
+
+
+def check_dropout(zt, work, source_dir, weights, initial_a):
+    """LoRA dropout 0.25 against PEFT whose lora_dropout modules apply the mask docs/lora.md
+    describes (one window, so that step s's tokens are [(s−1)·T, s·T) of the data order)."""
+    from peft import LoraConfig, get_peft_model
+    p, seed = 0.25, 1234
+    data = write_byte_windows(work("tok1.h5"), os.path.join(source_dir, "inputs", "data",
+                                                            "sample.txt"), 1, SEQ_LEN)
+    tokens = torch.from_numpy(data[:SEQ_LEN + 1].astype(np.int64)).reshape(1, -1)
+    run_tool(train_args(zt, work, work("dropout"),
+                        ["--micro-batch", "1", "--lora-dropout", str(p), "--seed", str(seed)],
+                        data=work("tok1.h5"), eps=DROPOUT_EPS))
+    with open(work("dropout", "metrics.jsonl")) as f:
+        metrics = [json.loads(line) for line in f]
+    losses, norms = [m["loss"] for m in metrics], [m["grad_norm"] for m in metrics]
+    config = LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=p, target_modules=TARGETS)
+    model = get_peft_model(base_model(work("model"), weights), config)
+    model.train()
+    adapters = {}
+    for name, module in model.named_modules():
+        if hasattr(module, "lora_dropout") and "default" in module.lora_dropout:
+            layer = int(name.split(".layers.")[1].split(".")[0])
+            target = TARGETS.index(name.rsplit(".", 1)[1])
+            module.lora_dropout["default"] = MaskedDropout(layer, target, p, seed)
+    for name, prm in model.named_parameters():
+        if prm.requires_grad:
+            short = name[len(PREFIX):].replace(".default.", ".")
+            with torch.no_grad():
+                prm.copy_(initial_a[short] if ".lora_A." in short else torch.zeros_like(prm))
+            adapters[short] = prm
+    optimizer = torch.optim.AdamW(list(adapters.values()), lr=LR, betas=BETAS, eps=DROPOUT_EPS,
+                                  weight_decay=WEIGHT_DECAY, foreach=False)
+    want, want_norms = [], []
+    for step in range(1, STEPS + 1):
+        MaskedDropout.step = step
+        loss = window_loss(model, tokens)
+        loss.backward()
+        want.append(loss.item())
+        want_norms.append(torch.sqrt(sum((q.grad ** 2).sum() for q in adapters.values())).item())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    print("dropout 0.25, zerotrain: " + " ".join(f"{x:.7f}" for x in losses))
+    print("dropout 0.25, PEFT:      " + " ".join(f"{x:.7f}" for x in want))
+    for step, (g, w, gn, wn) in enumerate(zip(losses, want, norms, want_norms), start=1):
+        check(abs(g - w) / abs(w) < TOLERANCE, f"dropout: step {step} loss {g} vs PEFT {w}")
+        check(abs(gn - wn) / abs(wn) < TOLERANCE,
+              f"dropout: step {step} gradient norm {gn} vs PEFT {wn}")
+    final = read_safetensors(work("dropout", "final", "adapter_model.safetensors"))
+    worst = max(rel_error(t, adapters[n[len(PREFIX):]].detach()) for n, t in final.items())
+    check(worst < TOLERANCE, f"dropout: final adapters differ from PEFT's by {worst:.2e}")
+    print(f"dropout 0.25: losses and final adapters (within {worst:.2e}) as PEFT's with the mask")
+
+
 def rel_error(got, want):
     got, want = got.to(torch.float64), want.to(torch.float64)
     return ((got - want).norm() / max(want.norm().item(), 1e-30)).item()
 
 
-def train_args(zt, work, out, extra, steps=STEPS, lr=LR, targets=",".join(TARGETS)):
+def train_args(zt, work, out, extra, steps=STEPS, lr=LR, targets=",".join(TARGETS), data=None,
+               eps=EPS):
     """train's options; targets None: the adapters come from `extra` (--lora-config)."""
     lora = [] if targets is None else ["--lora-rank", str(RANK), "--lora-alpha", str(ALPHA),
                                        "--lora-targets", targets]
-    return [zt, "train", "--backend", "cpu", "--model", work("model"), "--data", work("tok.h5"),
+    return [zt, "train", "--backend", "cpu", "--model", work("model"), "--data",
+            data or work("tok.h5"),
             "--out", out, "--precision", "fp32", "--steps", str(steps), "--seq-len",
             str(SEQ_LEN), "--lr", str(lr), "--min-lr", str(lr), "--warmup-steps", "0",
             "--clip", "0", "--weight-decay", str(WEIGHT_DECAY), "--beta1", str(BETAS[0]),
-            "--beta2", str(BETAS[1]), "--eps", str(EPS), "--save-every", str(steps),
+            "--beta2", str(BETAS[1]), "--eps", str(eps), "--save-every", str(steps),
             "--log-every", "0"] + lora + extra
 
 
@@ -346,6 +446,8 @@ def main():
         print(f"estimate 6b LoRA r 16: states {stage0['model_states'] / 2**30:.2f} GiB, full "
               f"fine-tuning {full0['model_states'] / 2**30:.2f} GiB")
 
+        check_dropout(zt, work, args.source_dir, weights, initial_a)
+
         # Bad input.
         bad = work("bad")
         for name, config, says in (
@@ -353,7 +455,7 @@ def main():
                  "key 'use_dora'"),
                 ("regex.json", {"r": 4, "target_modules": ".*proj"}, "regular expression"),
                 ("head.json", {"r": 4, "target_modules": ["lm_head"]}, "'lm_head' is not"),
-                ("dropout.json", {"r": 4, "lora_dropout": 0.05}, "lora_dropout")):
+                ("dropout.json", {"r": 4, "lora_dropout": 1.0}, "lora_dropout must be in")):
             with open(work(name), "w") as f:
                 json.dump(config, f)
             refused([zt, "train", "--backend", "cpu", "--model", work("model"), "--data",

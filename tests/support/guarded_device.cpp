@@ -356,6 +356,13 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.scale_inplace(y, s, n);
   }
+  void dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
+                       uint64_t stream, int64_t first_row) override {
+    need(y, M * K, "dropout_forward y");
+    need(x, M * K, "dropout_forward x");
+    GuardedDeviceMemory::Access a(mem_);
+    be_.dropout_forward(y, x, M, K, p, stream, first_row);
+  }
   void zero(TensorView y, int64_t n) override { mem_.zero(y.data, view_bytes(y, n)); }
   void to_bf16(bf16_t* out, const float* in, int64_t n) override {
     mem_.require_device(out, bytes_of(n, sizeof(bf16_t)), "to_bf16 out");

@@ -76,7 +76,8 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
   EXPECT_NE(with("r", 0).find("rank must be a positive integer"), std::string::npos);
   EXPECT_NE(with("r", 4.5).find("key 'r' must be an integer"), std::string::npos);
   EXPECT_NE(with("target_modules", {"wq"}).find("'wq' is not a projection"), std::string::npos);
-  EXPECT_NE(with("lora_dropout", 0.1).find("not implemented yet"), std::string::npos);
+  EXPECT_NE(with("lora_dropout", 1.0).find("lora_dropout must be in [0, 1)"), std::string::npos);
+  EXPECT_EQ(with("lora_dropout", 0.05), "");
   // Keys that describe the adapter, or that stay at their defaults, are read past.
   EXPECT_EQ(with("layers_to_transform", nullptr), "");
   EXPECT_EQ(with("megatron_core", "megatron.core"), "");

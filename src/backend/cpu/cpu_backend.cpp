@@ -1,6 +1,8 @@
 // CPU backend: the linear layer (OpenBLAS sgemm), elementwise helpers and the factory.
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/dropout_hash.h"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -150,6 +152,20 @@ void CpuBackend::scale_inplace(TensorView y_view, float s, int64_t n) {
   float* y = y32.get();
 #pragma omp parallel for schedule(static) if (n > kParallelMinElements)
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
+  y32.commit();
+}
+
+void CpuBackend::dropout_forward(TensorView y_view, ConstTensorView x_view, int64_t M, int64_t K,
+                                 float p, uint64_t stream, int64_t first_row) {
+  const Fp32Input x32(x_view, M * K);
+  Fp32Output y32(y_view, M * K, Fp32Output::Contents::kKeep);
+  const float* x = x32.get();
+  float* y = y32.get();
+  const float scale = 1.0f / (1.0f - p);
+  const auto base = static_cast<uint64_t>(first_row) * static_cast<uint64_t>(K);
+#pragma omp parallel for schedule(static) if (M * K > kParallelMinElements)
+  for (int64_t e = 0; e < M * K; ++e)
+    y[e] = dropout_uniform(stream, base + static_cast<uint64_t>(e)) >= p ? x[e] * scale : 0.0f;
   y32.commit();
 }
 

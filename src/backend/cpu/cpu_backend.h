@@ -89,6 +89,8 @@ class CpuBackend final : public Backend {
 
   void add_inplace(TensorView y, ConstTensorView x, int64_t n) override;
   void scale_inplace(TensorView y, float s, int64_t n) override;
+  void dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
+                       uint64_t stream, int64_t first_row) override;
   void to_bf16(bf16_t* out, const float* in, int64_t n) override;
   void from_bf16(float* out, const bf16_t* in, int64_t n) override;
   void to_fp16(uint16_t* out, const float* in, int64_t n) override;

@@ -511,6 +511,12 @@ void CudaBackend::scale_inplace(TensorView y, float s, int64_t n) {
   launch_scale(y, s, n, state_->stream);
 }
 
+void CudaBackend::dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
+                                  uint64_t stream, int64_t first_row) {
+  launch_dropout(y, x, M * K, static_cast<uint64_t>(first_row) * static_cast<uint64_t>(K), p,
+                 stream, state_->stream);
+}
+
 void CudaBackend::zero(TensorView y, int64_t n) {
   if (n > 0) ZT_CUDA_CHECK(cudaMemsetAsync(y.data, 0, view_bytes(y, n), state_->stream));
 }

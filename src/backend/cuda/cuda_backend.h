@@ -150,6 +150,8 @@ class CudaBackend final : public Backend {
 
   void add_inplace(TensorView y, ConstTensorView x, int64_t n) override;
   void scale_inplace(TensorView y, float s, int64_t n) override;
+  void dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
+                       uint64_t stream, int64_t first_row) override;
   void zero(TensorView y, int64_t n) override;
   DeviceMemory& device_memory() override;
   // The same object, for reserving its per-category arenas before the engine allocates.

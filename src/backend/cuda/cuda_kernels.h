@@ -54,6 +54,10 @@ void launch_bias_backward(float* db, double* partials, ConstTensorView dy, int64
                           int64_t rows_per_chunk, cudaStream_t stream);
 void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream);  // y += x
 void launch_scale(TensorView y, float s, int64_t n, cudaStream_t stream);          // y *= s
+// y[e] = x[e]/(1−p) where element first_element + e of `stream_key` is kept
+// (backend/dropout_hash.h).
+void launch_dropout(TensorView y, ConstTensorView x, int64_t n, uint64_t first_element, float p,
+                    uint64_t stream_key, cudaStream_t stream);
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
 void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
 void launch_to_fp16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
+#include "backend/dropout_hash.h"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
 #include "util/ignored_target.h"
@@ -404,6 +405,26 @@ void launch_scale(TensorView y, float s, int64_t n, cudaStream_t stream) {
     using A = std::remove_pointer_t<decltype(tag)>;
     launch_elementwise("scale_inplace", ScaleInPlace<A>{typed<A>(y), s}, n, {y.data}, stream);
   });
+}
+
+template <typename A>
+__global__ void dropout_kernel(A* y, const A* x, int64_t n, uint64_t first_element, float p,
+                               float scale, uint64_t stream_key) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const bool keep = dropout_uniform(stream_key, first_element + static_cast<uint64_t>(i)) >= p;
+    store(y, i, keep ? load(x, i) * scale : 0.0f);
+  }
+}
+
+void launch_dropout(TensorView y, ConstTensorView x, int64_t n, uint64_t first_element, float p,
+                    uint64_t stream_key, cudaStream_t stream) {
+  if (n == 0) return;
+  with_storage(shared_storage("dropout_forward", {y, x}), "dropout_forward", [&](auto tag) {
+    using A = std::remove_pointer_t<decltype(tag)>;
+    dropout_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+        typed<A>(y), typed<A>(x), n, first_element, p, 1.0f / (1.0f - p), stream_key);
+  });
+  ZT_CUDA_CHECK_LAUNCH("dropout_kernel");
 }
 
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
