@@ -42,13 +42,14 @@ KernelCategory classify_kernel(std::string_view name) {
   // softmax and its statistics transpose.
   if (any({"sdpa", "attention", "flash_fprop", "flash_bprop", "fmha", "flash::"}))
     return KernelCategory::kAttention;
-  // AdamW, the gradient norm's sums of squares and the gradient scaling before the update.
+  // AdamW, the gradient norm's sums of squares and the gradient scaling before the update (also
+  // LoRA's scaling of its rank-r products, which share the kernel).
   if (any({"adamw", "sum_squares", "ScaleInPlace"})) return KernelCategory::kOptimizer;
   if (any({"nccl", "rank_tree_add"})) return KernelCategory::kCommunication;
   if (any({"nvjet", "gemm", "gemv", "cutlass", "splitKreduce", "cublasLt::", "cublas"}))
     return KernelCategory::kGemm;
   if (any({"elementwise_kernel", "rmsnorm", "rope", "swiglu", "bias_", "embedding_", "column_sum",
-           "Convert", "AddInPlace"}))
+           "Convert", "AddInPlace", "dropout_kernel"}))
     return KernelCategory::kPointwise;
   return KernelCategory::kOther;
 }
