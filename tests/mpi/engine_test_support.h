@@ -237,6 +237,30 @@ inline Masters rank0_masters(ZeroEngine& engine) {
   return out;
 }
 
+// Losses of a run of steps, and rank 0's masters before and after them.
+struct Trained {
+  std::vector<double> losses;
+  Masters initial, final;  // rank 0 only
+};
+
+// Steps [first, last] at learning rate lr, each over `leaves` micro-batches of the global batch
+// (leaves / world per rank), of `engine`, or of a fresh engine initialised from the seed.
+inline Trained train_steps(Communicator& comm, const EngineOptions& o, int64_t leaves, float lr,
+                           int first, int last, TestEngine* engine = nullptr) {
+  std::unique_ptr<TestEngine> fresh;
+  if (!engine) {
+    fresh = std::make_unique<TestEngine>(comm, o);
+    fresh->init();
+  }
+  TestEngine& t = engine ? *engine : *fresh;
+  Trained out;
+  out.initial = rank0_masters(t.engine());
+  const int64_t accum = leaves / comm.world_size();
+  for (int step = first; step <= last; ++step) out.losses.push_back(t.step(step, accum, lr).loss);
+  out.final = rank0_masters(t.engine());
+  return out;
+}
+
 // A training checkpoint of `engine` under `root` with the hyperparameters a test trains with.
 inline SavedCheckpoint save_test_checkpoint(ZeroEngine& engine, const TrainingProgress& progress,
                                             const AdamWConfig& optim, int64_t total_steps,

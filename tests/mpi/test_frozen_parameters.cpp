@@ -29,6 +29,7 @@ namespace {
 using engine_test::EngineOptions;
 using engine_test::Masters;
 using engine_test::TestEngine;
+using engine_test::Trained;
 
 constexpr int kSteps = 4;
 constexpr int64_t kLeaves = 4;  // micro-batches of B sequences per global batch
@@ -44,26 +45,10 @@ EngineOptions frozen_options(int stage, Precision precision) {
   return o;
 }
 
-struct Trained {
-  std::vector<double> losses;
-  Masters initial, final;  // rank 0 only
-};
-
 // Steps [first, last] of `engine`, or of a fresh engine initialised from the seed.
 Trained train(Communicator& comm, const EngineOptions& o, int first = 1, int last = kSteps,
               TestEngine* engine = nullptr) {
-  std::unique_ptr<TestEngine> fresh;
-  if (!engine) {
-    fresh = std::make_unique<TestEngine>(comm, o);
-    fresh->init();
-  }
-  TestEngine& t = engine ? *engine : *fresh;
-  Trained out;
-  out.initial = engine_test::rank0_masters(t.engine());
-  const int64_t accum = kLeaves / comm.world_size();
-  for (int step = first; step <= last; ++step) out.losses.push_back(t.step(step, accum, kLr).loss);
-  out.final = engine_test::rank0_masters(t.engine());
-  return out;
+  return engine_test::train_steps(comm, o, kLeaves, kLr, first, last, engine);
 }
 
 class FrozenParametersTest : public engine_test::SharedDirTest {

@@ -28,6 +28,15 @@ def run_tool(cmd):
     return proc.stdout
 
 
+def refused(cmd, must_contain):
+    """Runs cmd, which must fail with output containing must_contain (a check)."""
+    print("+ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout.rstrip())
+    check(proc.returncode != 0, f"{' '.join(cmd)} was accepted")
+    check(must_contain in proc.stdout, f"the refusal does not say {must_contain!r}")
+
+
 def document_parts(starts, begin, end):
     """[(a, b)]: the pieces of the token range [begin, end) that lie in one document each, given
     the documents' first tokens (a dataset's /doc_starts)."""

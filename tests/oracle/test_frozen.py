@@ -25,11 +25,10 @@ Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, checkpoint_masters,  # noqa: E402
+from oracle_harness import (argument_parser, check, checkpoint_masters, refused,  # noqa: E402
                             exit_status, fresh_work_dir, run_tool, write_byte_windows)
 import llama_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
@@ -84,14 +83,6 @@ def train_args(zt, work, out, world_args):
             "--lr", str(LR), "--min-lr", str(LR), "--warmup-steps", "0", "--clip", "0",
             "--save-every", str(STEPS), "--log-every", "0"] + world_args + \
         [a for p in TRAINABLE for a in ("--trainable", p)]
-
-
-def refused(cmd, must_contain):
-    print("+ " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(proc.stdout.rstrip())
-    check(proc.returncode != 0, f"{' '.join(cmd)} was accepted")
-    check(must_contain in proc.stdout, f"the refusal does not say {must_contain!r}")
 
 
 def main():

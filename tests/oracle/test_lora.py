@@ -36,11 +36,10 @@ Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, checkpoint_masters,  # noqa: E402
+from oracle_harness import (argument_parser, check, checkpoint_masters, refused,  # noqa: E402
                             exit_status, fresh_work_dir, require_venv_modules, run_tool,
                             write_byte_windows)
 import llama_reference as ref  # noqa: E402
@@ -249,14 +248,6 @@ def train_args(zt, work, out, extra, steps=STEPS, lr=LR, targets=",".join(TARGET
             "--clip", "0", "--weight-decay", str(WEIGHT_DECAY), "--beta1", str(BETAS[0]),
             "--beta2", str(BETAS[1]), "--eps", str(eps), "--save-every", str(steps),
             "--log-every", "0"] + lora + extra
-
-
-def refused(cmd, must_contain):
-    print("+ " + " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(proc.stdout.rstrip())
-    check(proc.returncode != 0, f"{' '.join(cmd)} was accepted")
-    check(must_contain in proc.stdout, f"the refusal does not say {must_contain!r}")
 
 
 def main():
