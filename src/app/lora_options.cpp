@@ -88,8 +88,9 @@ LoraSpec resolve_lora_spec(const LoraOptions& o) {
   }
   LoraSpec s;
   if (o.rank == 0) {
-    ZT_CHECK(o.given.empty() || o.given.front() == "lora-rank",
-             "--" + o.given.front() + " needs --lora-rank R (R > 0) or --lora-config");
+    for (const std::string& option : o.given)
+      ZT_CHECK(option == "lora-rank",
+               "--" + option + " needs --lora-rank R (R > 0) or --lora-config");
     return s;
   }
   s.rank = o.rank;

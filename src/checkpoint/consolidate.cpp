@@ -127,8 +127,9 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
       for (const CheckpointTensor& t : manifest.tensors)
         if (t.frozen) frozen.push_back(t.name);
       const ParamLayout layout(config);
-      result.bytes = write_peft_adapter_dir(
-          result.dir, layout, TrainableSet::from_frozen_names(layout, frozen), "", masters);
+      result.bytes = write_peft_adapter_dir(result.dir, layout,
+                                            TrainableSet::from_frozen_names(layout, frozen), "",
+                                            masters, options.overwrite);
     });
     result.seconds = seconds_since(t0);
     return result;

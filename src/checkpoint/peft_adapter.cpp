@@ -23,9 +23,10 @@ bool in_adapter(const ParamLayout& layout, const TrainableSet& trainable, const 
 
 uint64_t write_peft_adapter_dir(const std::string& dir, const ParamLayout& layout,
                                 const TrainableSet& trainable, const std::string& base_model,
-                                const TensorValuesFn& values) {
+                                const TensorValuesFn& values, bool overwrite) {
   const LoraSpec& spec = layout.config().lora;
   ZT_CHECK(spec.enabled(), "write_peft_adapter_dir: the model has no LoRA adapters");
+  check_output_dir_writable(dir, overwrite);
   std::vector<SafetensorsEntry> entries;
   std::vector<const TensorInfo*> tensors;
   for (const TensorInfo& t : layout.tensors())
@@ -48,7 +49,7 @@ uint64_t write_peft_adapter_dir(const std::string& dir, const ParamLayout& layou
     const uint64_t bytes = writer.tensors().empty() ? 0 : writer.tensors().back().end;
     write_text_file(tmp + "/" + kPeftConfigFile, spec.to_peft_json(base_model).dump(2) + "\n");
     fsync_path(tmp);
-    move_into_place(tmp, dir, /*overwrite=*/true);
+    move_into_place(tmp, dir, overwrite);
     return bytes;
   } catch (...) {
     std::error_code ec;
@@ -61,6 +62,11 @@ void write_peft_adapter(ZeroEngine& engine, const std::string& dir, MpiCommunica
                         const std::string& base_model) {
   const ParamLayout& layout = engine.model().layout();
   const TrainableSet& trainable = engine.model().trainable();
+  engine.apply_delayed_update();  // the held-back update belongs to what is saved
+  const std::string poisoned = engine.non_finite_master_tensor();
+  if (!poisoned.empty())
+    throw AgreedError("adapter '" + dir + "' not written: the master weights of " + poisoned +
+                      " are not finite (NaN or infinity); training diverged");
   std::vector<bool> group_wanted(static_cast<size_t>(layout.num_groups()), false);
   for (const TensorInfo& t : layout.tensors())
     if (in_adapter(layout, trainable, t)) group_wanted[static_cast<size_t>(t.group)] = true;
@@ -76,11 +82,13 @@ void write_peft_adapter(ZeroEngine& engine, const std::string& dir, MpiCommunica
       [&](int g) { return group_wanted[static_cast<size_t>(g)]; });
   run_collectively(comm, [&] {
     if (comm.rank() != 0) return;
-    write_peft_adapter_dir(dir, layout, trainable, base_model,
-                           [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
-                             const std::vector<float>& v = kept.at(t.name);
-                             std::copy(v.begin() + begin, v.begin() + begin + count, out);
-                           });
+    write_peft_adapter_dir(
+        dir, layout, trainable, base_model,
+        [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
+          const std::vector<float>& v = kept.at(t.name);
+          std::copy(v.begin() + begin, v.begin() + begin + count, out);
+        },
+        /*overwrite=*/true);
   });
 }
 

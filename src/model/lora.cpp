@@ -154,7 +154,11 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
       {"rank_pattern", empty_container},
       {"alpha_pattern", empty_container},
       {"layers_to_transform", empty_container},
-      {"layer_replication", empty_container}};
+      {"layer_replication", empty_container},
+      {"exclude_modules", empty_container},
+      {"trainable_token_indices", empty_container},
+      {"target_parameters", empty_container},
+      {"ensure_weight_tying", is_false}};
   for (const auto& [key, ok] : math_keys)
     if (j.contains(key))
       refuse_unless(j, key, is_null_or(j[key], ok), source,

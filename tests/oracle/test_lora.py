@@ -333,6 +333,12 @@ def main():
             check(set(consolidated) == set(final) and
                   all(torch.equal(consolidated[n], final[n]) for n in final),
                   f"{what}: the consolidated checkpoint's adapters differ from final/")
+            # Another consolidate into the same directory is refused without --overwrite, and
+            # the adapter there stays.
+            refused([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
+                     "--out", out + "-consolidated"], "exists and is not empty (use --overwrite)")
+            check(os.path.isfile(os.path.join(out + "-consolidated", "adapter_model.safetensors")),
+                  f"{what}: a refused consolidate removed the adapter already there")
             # PEFT loads the adapter onto the base; its loss is zerotrain's evaluation's.
             from peft import PeftModel
             loaded = PeftModel.from_pretrained(base_model(work("model"), weights),
@@ -455,6 +461,8 @@ def main():
         refused(train_args(zt, work, bad, ["--trainable", r"layers\.0\.mlp\.up_proj"]),
                 "with LoRA a decoder layer's own tensors stay frozen")
         refused(train_args(zt, work, bad, [], targets="q_proj,qproj"), "'qproj' is not")
+        refused(train_args(zt, work, bad, ["--lora-rank", "0"], targets=None) +
+                ["--lora-alpha", "16"], "--lora-alpha needs --lora-rank R")
         # Adapter directories that do not fit: no weights, another rank than the file's, a
         # pickle only; and the options that would contradict the directory's config.
         import shutil

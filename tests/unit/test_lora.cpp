@@ -78,6 +78,9 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
   EXPECT_NE(with("target_modules", {"wq"}).find("'wq' is not a projection"), std::string::npos);
   EXPECT_NE(with("lora_dropout", 1.0).find("lora_dropout must be in [0, 1)"), std::string::npos);
   EXPECT_EQ(with("lora_dropout", 0.05), "");
+  EXPECT_NE(with("exclude_modules", {"down_proj"}).find("key 'exclude_modules'"),
+            std::string::npos);
+  EXPECT_NE(with("ensure_weight_tying", true).find("key 'ensure_weight_tying'"), std::string::npos);
   // Keys that describe the adapter, or that stay at their defaults, are read past.
   EXPECT_EQ(with("layers_to_transform", nullptr), "");
   EXPECT_EQ(with("megatron_core", "megatron.core"), "");
