@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
-BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+BUILD_DIR=$(realpath -m "${BUILD_DIR:-$ROOT/build}")  # absolute: run_tests changes into it
 
 # Debian packages zerotrain needs to build and test (all from Debian 12 / Ubuntu).
 PACKAGES=(

@@ -130,10 +130,25 @@ void add_activations_option(po::options_description& options, std::string* value
                         "--precision fp16; its default); statistics stay fp32");
 }
 
-void default_activations(const po::variables_map& vm, const std::string& precision,
-                         BackendKind backend, std::string* activations) {
+void default_activations(const po::variables_map& vm, Precision precision, BackendKind backend,
+                         std::string* activations) {
   if (vm.count("activations") && !vm["activations"].defaulted()) return;
-  *activations = default_activation_storage(precision, backend);
+  *activations = default_activation_storage(precision_name(precision), backend);
+}
+
+po::typed_value<Precision>* precision_value(Precision* value) {
+  return po::value(value)->default_value(*value, precision_name(*value));
+}
+
+void validate(boost::any& v, const std::vector<std::string>& values, Precision*, int) {
+  po::validators::check_first_occurrence(v);
+  const std::string& given = po::validators::get_single_string(values);
+  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp32})
+    if (given == precision_name(p)) {
+      v = boost::any(p);
+      return;
+    }
+  throw po::error("--precision must be bf16, fp16 or fp32, got '" + given + "'");
 }
 
 std::string default_activation_storage(const std::string& precision, BackendKind backend) {

@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 
 #include "backend/backend_choice.h"
+#include "engine/zero_config.h"
 #include "util/decimal.h"
 
 namespace zt {
@@ -68,8 +69,15 @@ void add_activations_option(po::options_description& options, std::string* value
 std::string default_activation_storage(const std::string& precision, BackendKind backend);
 // After parsing: --activations left unset becomes that default for the command's --backend
 // resolved.
-void default_activations(const po::variables_map& vm, const std::string& precision,
-                         BackendKind backend, std::string* activations);
+void default_activations(const po::variables_map& vm, Precision precision, BackendKind backend,
+                         std::string* activations);
+
+// --precision bf16 | fp16 | fp32 (train, eval, estimate), parsed into its enum as the option is
+// read, from the command line, a --config INI or a --deepspeed JSON alike; another value is a
+// zt::Error naming the option. *value is the default.
+po::typed_value<Precision>* precision_value(Precision* value);
+// boost::program_options' parser of a Precision value (found by argument-dependent lookup).
+void validate(boost::any& v, const std::vector<std::string>& values, Precision*, int);
 
 // --trainable REGEX and --freeze REGEX, each repeatable (model/trainable.h: which tensors train).
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

@@ -28,27 +28,45 @@ namespace {
 const char* const kCommand = "estimate";
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-struct EstimateOptions {
+// Besides the engine's options (EngineOptions, app/run_setup.h), at estimate's defaults: one
+// sequence of 2048 tokens per micro-batch.
+struct EstimateOptions : EngineOptions {
+  EstimateOptions() {
+    micro_batch = 1;
+    seq_len = 2048;
+  }
   std::string model_dir, preset, deepspeed;
   int world = 1;
-  int64_t micro_batch = 1, grad_accum = 1, seq_len = 2048;
-  std::string precision = "bf16";
   std::string backend = "auto";                  // --backend cpu | cuda | auto: the planned run's
   BackendKind backend_kind = BackendKind::kCpu;  // --backend resolved
   std::string attention = "auto";                // --attention: which scratch the CUDA backend has
   std::string document_masking = "off";          // --document-masking on | off: the run's mode
-  std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (default: by backend)
-  ZeroConfig zero;
-  std::string activation_checkpointing = "none";
-  bool cpu_checkpointing = false;
-  OffloadOptions offload;        // --offload-optimizer, --offload-param, --sub-group-size, ...
-  double device_memory_gib = 0;  // 0: no recommendation
+  double device_memory_gib = 0;                  // 0: no recommendation
   bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
   int ranks_per_node = 0;        // 0: min(world, 8)
   bool json = false;
-  std::vector<std::string> trainable, freeze;  // --trainable / --freeze (model/trainable.h)
-  LoraOptions lora;                            // --lora-rank, --lora-config, ...
 };
+
+// --device-memory and its alias --device-memory-gib (`alias_gib`): one GiB figure between 1 KiB
+// and 2^30 GiB, which --max-micro-batch needs.
+void resolve_device_memory(const po::variables_map& vm, double alias_gib, EstimateOptions& o) {
+  if (vm.count("device-memory-gib")) {
+    ZT_CHECK(!vm.count("device-memory") || o.device_memory_gib == alias_gib,
+             std::string(kCommand) + ": --device-memory and --device-memory-gib disagree");
+    o.device_memory_gib = alias_gib;
+  }
+  const char* given = vm.count("device-memory-gib") ? "--device-memory-gib" : "--device-memory";
+  ZT_CHECK(vm.count("device-memory") + vm.count("device-memory-gib") == 0 ||
+               (std::isfinite(o.device_memory_gib) && o.device_memory_gib >= 1.0 / (1 << 20) &&
+                o.device_memory_gib <= 0x1p30),
+           std::string(kCommand) + ": " + given +
+               " must be a number of GiB between 1 KiB and 2^30 GiB, got " +
+               std::to_string(o.device_memory_gib));
+  ZT_CHECK(!o.max_micro_batch || o.device_memory_gib > 0,
+           std::string(kCommand) +
+               ": --max-micro-batch needs --device-memory-gib G (the GiB of "
+               "one device)");
+}
 
 bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConfig& model) {
   po::options_description opts("estimate options");
@@ -64,7 +82,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
       "micro-batches per step (only for the DeepSpeed batch-size rule)");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
-  add("precision", po::value(&o.precision)->default_value(o.precision), "bf16 | fp16 | fp32");
+  add("precision", precision_value(&o.precision), "bf16 | fp16 | fp32");
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "the backend the planned run will use: cpu | cuda (not checked against this machine) | "
       "auto (as train would resolve it here); picks the default --activations");
@@ -103,22 +121,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   note_lora_options_given(vm, o.lora);
-  if (vm.count("device-memory-gib")) {
-    ZT_CHECK(!vm.count("device-memory") || o.device_memory_gib == device_memory_gib,
-             std::string(kCommand) + ": --device-memory and --device-memory-gib disagree");
-    o.device_memory_gib = device_memory_gib;
-  }
-  const char* given = vm.count("device-memory-gib") ? "--device-memory-gib" : "--device-memory";
-  ZT_CHECK(vm.count("device-memory") + vm.count("device-memory-gib") == 0 ||
-               (std::isfinite(o.device_memory_gib) && o.device_memory_gib >= 1.0 / (1 << 20) &&
-                o.device_memory_gib <= 0x1p30),
-           std::string(kCommand) + ": " + given +
-               " must be a number of GiB between 1 KiB and 2^30 GiB, got " +
-               std::to_string(o.device_memory_gib));
-  ZT_CHECK(!o.max_micro_batch || o.device_memory_gib > 0,
-           std::string(kCommand) +
-               ": --max-micro-batch needs --device-memory-gib G (the GiB of "
-               "one device)");
+  resolve_device_memory(vm, device_memory_gib, o);
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
            std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
   model = o.model_dir.empty() ? preset_config(o.preset)
@@ -175,19 +178,18 @@ struct PlannedScratch {
   }
 };
 
-PlannedScratch planned_scratch(const EstimateOptions& o, const ModelConfig& model,
-                               Precision precision, DType storage) {
+PlannedScratch planned_scratch(const EstimateOptions& o, const EngineSpec& spec) {
   PlannedScratch p;
   p.cuda = o.backend_kind == BackendKind::kCuda;
-  p.one = attention_shape(model, 1, o.seq_len);
-  p.storage = storage;
+  p.one = attention_shape(spec.model, 1, spec.seq_len);
+  p.storage = spec.activation_storage;
   // The GPU planned for: one whose fused attention runs the run's attention (compute capability
   // 8.x without document masks, 9.x with them).
   const bool masks = o.document_masking == "on";
   if (p.cuda)
     p.kernel = choose_attention(
                    parse_attention_request(o.attention), true, masks ? 9 : 8, p.one,
-                   precision == Precision::kFp32, [] { return std::string(); }, masks)
+                   spec.precision == Precision::kFp32, [] { return std::string(); }, masks)
                    .kernel;
   return p;
 }
@@ -221,13 +223,15 @@ nlohmann::json estimate_json(const MemoryEstimate& e) {
           {"nvme", e.nvme}};
 }
 
-// The requested offload as it applies at `stage`: optimizer offload needs stage >= 1, param
-// offload stage 3 (rows of other stages show what they would hold without it).
-OffloadConfig offload_at_stage(OffloadConfig c, int stage) {
+// The requested run at `stage`, its offload as it applies there: optimizer offload needs stage
+// >= 1, param offload stage 3 (rows of other stages show what they would hold without it).
+EngineSpec spec_at_stage(const EngineSpec& requested, int stage) {
+  EngineSpec spec = requested;
+  spec.zero.stage = stage;
   const StageTraits traits = StageTraits::of(stage);
-  if (!traits.shard_optimizer) c.optimizer = OffloadDevice::kNone;
-  if (!traits.shard_parameters) c.param = OffloadDevice::kNone;
-  return c;
+  if (!traits.shard_optimizer) spec.offload.optimizer = OffloadDevice::kNone;
+  if (!traits.shard_parameters) spec.offload.param = OffloadDevice::kNone;
+  return spec;
 }
 
 // "--offload-optimizer cpu --offload-param cpu" (empty when nothing is offloaded).
@@ -243,12 +247,15 @@ std::string offload_flags(const OffloadConfig& c) {
 // rank for no offload, CPU optimizer offload without and with the exact overlap (its whole kept
 // copy; train's auto keeps what the host has room for), with the delayed update, NVMe, and (stage
 // 3) parameters too; into out["offload_modes"]. Empty at stage 0, which offloads nothing.
-std::string offload_modes_table(const EstimateOptions& o, const ModelConfig& model,
-                                Precision precision, const ActivationCheckpointing& ac,
-                                const OffloadConfig& requested, DType storage,
-                                const TrainableSet& trainable, nlohmann::json& out) {
-  if (o.zero.stage < 1) return "";
-  OffloadConfig none = requested, serial = requested, overlap = requested, delayed, nvme, params;
+std::string offload_modes_table(const EstimateOptions& o, const EngineSpec& spec,
+                                nlohmann::json& out) {
+  if (spec.zero.stage < 1) return "";
+  const OffloadConfig& requested = spec.offload;
+  // Each row is its mode alone: the delayed update only in its own row (it runs with neither
+  // NVMe nor param offload), and NVMe with the buffers it needs.
+  OffloadConfig plain = requested;
+  plain.delay = 0;
+  OffloadConfig none = plain, serial = plain, overlap = plain, delayed, nvme, params;
   none.optimizer = none.param = OffloadDevice::kNone;
   serial.optimizer = overlap.optimizer = OffloadDevice::kCpu;
   serial.param = overlap.param = OffloadDevice::kNone;
@@ -259,6 +266,7 @@ std::string offload_modes_table(const EstimateOptions& o, const ModelConfig& mod
   delayed.delay = 1;
   nvme = serial;
   nvme.optimizer = OffloadDevice::kNvme;
+  if (nvme.buffer_count < 2) nvme.buffer_count = OffloadConfig{}.buffer_count;
   params = overlap;
   params.param = OffloadDevice::kCpu;
   std::vector<std::pair<std::string, OffloadConfig>> modes = {
@@ -267,15 +275,17 @@ std::string offload_modes_table(const EstimateOptions& o, const ModelConfig& mod
       {"optimizer cpu, overlap on", overlap},
       {"optimizer cpu, delayed update", delayed},
       {"optimizer nvme", nvme}};
-  if (o.zero.stage == 3) modes.push_back({"optimizer + params cpu, overlap on", params});
+  if (spec.zero.stage == 3) modes.push_back({"optimizer + params cpu, overlap on", params});
   char line[160];
   std::snprintf(line, sizeof line, "%-36s %9s %9s %9s\n", "offload at the requested stage", "total",
                 "host", "nvme");
   std::string table = line;
   out["offload_modes"] = nlohmann::json::array();
   for (const auto& [name, mode] : modes) {
-    const MemoryEstimate e = estimate_memory(model, o.world, o.zero, precision, o.micro_batch,
-                                             o.seq_len, ac, mode, o.grad_accum, storage, trainable);
+    EngineSpec with_mode = spec;
+    with_mode.offload = mode;
+    with_mode.validate(o.world);  // never a row that train would refuse
+    const MemoryEstimate e = estimate_memory(with_mode, o.world);
     out["offload_modes"].push_back(
         {{"mode", name}, {"device_total", e.device_total()}, {"host", e.host}, {"nvme", e.nvme}});
     std::snprintf(line, sizeof line, "%-36s %9s %9s %9s\n", name.c_str(),
@@ -289,25 +299,18 @@ std::string offload_modes_table(const EstimateOptions& o, const ModelConfig& mod
 
 // --max-micro-batch: for each stage, the largest micro-batch whose estimated device peak fits
 // in o.device_memory_gib, into out["max_micro_batch"]; returns the table's lines.
-std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& model,
-                                  Precision precision, const ActivationCheckpointing& ac,
-                                  const OffloadConfig& offload, DType storage,
-                                  const TrainableSet& trainable, const PlannedScratch& plan,
-                                  nlohmann::json& out) {
+std::string max_micro_batch_table(const EstimateOptions& o, const EngineSpec& spec,
+                                  const PlannedScratch& plan, nlohmann::json& out) {
   const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
   std::string table = "largest micro-batch per rank in " +
                       gib(static_cast<double>(device_bytes), 3) + " GiB per device (seq-len " +
-                      std::to_string(o.seq_len) + "):\n";
+                      std::to_string(spec.seq_len) + "):\n";
   out["max_micro_batch"] = nlohmann::json::array();
   for (int stage = 0; stage <= 3; ++stage) {
-    ZeroConfig z = o.zero;
-    z.stage = stage;
-    const OffloadConfig applied = offload_at_stage(offload, stage);
+    const EngineSpec at_stage = spec_at_stage(spec, stage);
     // On CUDA the backend's scratch at each micro-batch counts against the device too.
     const auto scratch_at = [&](int64_t b) { return plan.bytes(b); };
-    const MaxMicroBatch m =
-        max_micro_batch(model, o.world, z, precision, o.seq_len, ac, applied, o.grad_accum, storage,
-                        device_bytes, trainable, scratch_at);
+    const MaxMicroBatch m = max_micro_batch(at_stage, o.world, device_bytes, scratch_at);
     const int64_t at_b = std::max<int64_t>(1, m.micro_batch);
     const int64_t scratch = scratch_at(at_b), next_scratch = scratch_at(m.micro_batch + 1);
     out["max_micro_batch"].push_back({{"stage", stage},
@@ -335,9 +338,8 @@ std::string max_micro_batch_table(const EstimateOptions& o, const ModelConfig& m
 
 // LoRA: the same run as full fine-tuning (every tensor of the base trains), per stage, beside the
 // adapters' figures: the saving `estimate` shows. Adds "lora" to the JSON; returns the text.
-std::string lora_comparison(const EstimateOptions& o, const ModelConfig& model, Precision precision,
-                            const ActivationCheckpointing& ac, const OffloadConfig& offload,
-                            DType storage, nlohmann::json& out) {
+std::string lora_comparison(const EstimateOptions& o, const EngineSpec& spec, nlohmann::json& out) {
+  const ModelConfig& model = spec.model;
   const ParamLayout layout(model);
   int64_t adapter_psi = 0;
   for (const TensorInfo& t : layout.tensors()) adapter_psi += t.is_lora() ? t.numel : 0;
@@ -346,17 +348,16 @@ std::string lora_comparison(const EstimateOptions& o, const ModelConfig& model, 
                      model.lora.targets_text() + ": " + std::to_string(adapter_psi) +
                      " adapter parameters; full fine-tuning of the base per rank (GiB):\n";
   for (int stage = 0; stage <= 3; ++stage) {
-    ZeroConfig z = o.zero;
-    z.stage = stage;
-    const MemoryEstimate e =
-        estimate_memory(model.base(), o.world, z, precision, o.micro_batch, o.seq_len, ac,
-                        offload_at_stage(offload, stage), o.grad_accum, storage, TrainableSet());
+    EngineSpec full_finetune = spec_at_stage(spec, stage);
+    full_finetune.model = model.base();
+    full_finetune.trainable = TrainableSet();
+    const MemoryEstimate e = estimate_memory(full_finetune, o.world);
     const double lora_total = out["stages"][static_cast<size_t>(stage)]["device_total"];
     full.push_back(
         {{"stage", stage}, {"model_states", e.model_states()}, {"device_total", e.device_total()}});
     char line[160];
     std::snprintf(line, sizeof line, "%c %-5d states %9s total %9s  (LoRA: total %s, %.1f%%)\n",
-                  stage == o.zero.stage ? '*' : ' ', stage, gib(e.model_states()).c_str(),
+                  stage == spec.zero.stage ? '*' : ' ', stage, gib(e.model_states()).c_str(),
                   gib(e.device_total()).c_str(), gib(lora_total).c_str(),
                   100.0 * lora_total / static_cast<double>(e.device_total()));
     text += line;
@@ -369,164 +370,138 @@ std::string lora_comparison(const EstimateOptions& o, const ModelConfig& model, 
   return text;
 }
 
-int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
-  ModelConfig model = base_model;
-  model.lora = resolve_lora_spec(o.lora);
-  // The checks train makes of the same options.
+// The run the options describe, resolved and checked as train resolves and checks it.
+EngineSpec estimate_spec(const EstimateOptions& o, const ModelConfig& base_model) {
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.grad_accum, 1, "grad-accum", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
   check_run_tokens(o.micro_batch, o.seq_len, o.grad_accum, o.world, 1, kCommand);
-  check_seq_len(model, o.seq_len, o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir,
-                kCommand);
-  const Precision precision = parse_precision(o.precision);
-  const DType storage = parse_activation_storage(o.activations, o.precision, kCommand);
-  const ActivationCheckpointing ac =
-      parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
-  OffloadConfig offload = o.offload.resolved();
+  EngineSpec spec = resolve_engine_spec(o, base_model, kCommand);
+  check_seq_len(spec.model, o.seq_len,
+                o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir, kCommand);
   // The estimate touches no disk: nvme needs no real path here.
-  if (offload.nvme_path.empty()) offload.nvme_path = "(not needed by estimate)";
-  offload.validate(o.zero.stage);  // the requested stage must allow it (errors name the key)
-  o.zero.validate();
-  const ParamLayout layout(model);
-  const int64_t psi = layout.total_numel();
-  std::vector<std::string> trainable_patterns = o.trainable;
-  for (const std::string& p : modules_to_save_patterns(model.lora)) trainable_patterns.push_back(p);
-  const TrainableSet trainable = TrainableSet::from_patterns(layout, trainable_patterns, o.freeze);
-  const int64_t psi_trainable = trainable.trainable_numel(layout);
-  // State (gradients, master, moments) is kept per group: for every element of a group that trains.
-  const int64_t psi_with_state = trainable.state_numel(layout);
-  const int ranks_per_node = o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
+  if (spec.offload.nvme_path.empty()) spec.offload.nvme_path = "(not needed by estimate)";
+  spec.validate(o.world);  // errors name the option and the DeepSpeed key
+  return spec;
+}
 
-  const PlannedScratch plan = planned_scratch(o, model, precision, storage);
-  const int64_t scratch = plan.bytes(o.micro_batch);  // at the requested micro-batch
-  nlohmann::json out = {{"psi", psi},
-                        {"model_config", model.to_hf_json()},
-                        {"training_flops_per_token", model.training_flops_per_token(o.seq_len)},
-                        {"trainable_psi", psi_trainable},
-                        {"state_psi", psi_with_state},
-                        {"frozen_tensors", trainable.frozen_names(layout)},
-                        {"world", o.world},
-                        {"requested_stage", o.zero.stage},
-                        {"micro_batch", o.micro_batch},
-                        {"seq_len", o.seq_len},
-                        {"precision", o.precision},
-                        {"activations", o.activations},
-                        {"backend", backend_kind_name(o.backend_kind)},
-                        {"backend_scratch", {{"bytes", scratch}, {"attention", plan.attention()}}},
-                        {"activation_checkpointing", activation_checkpointing_name(ac)},
-                        {"cpu_checkpointing", ac.on_host},
-                        {"offload_optimizer", offload_device_name(offload.optimizer)},
-                        {"offload_param", offload_device_name(offload.param)},
-                        {"stages", nlohmann::json::array()}};
+// The ranks sharing a node's host memory: --ranks-per-node, else min(N, 8).
+int ranks_per_node(const EstimateOptions& o) {
+  return o.ranks_per_node > 0 ? o.ranks_per_node : std::min(o.world, 8);
+}
+
+// One row per stage: the estimate, docs/ARCHITECTURE.md §4's theory and (with optimizer offload)
+// DeepSpeed's offload figure; into out["stages"]. Returns the table.
+std::string stage_table(const EstimateOptions& o, const EngineSpec& spec, nlohmann::json& out) {
+  const ParamLayout layout(spec.model);
+  const int64_t psi = layout.total_numel();
+  // State (gradients, master, moments) is kept per group: for every element of a group that trains.
+  const int64_t psi_without_state = psi - spec.trainable.state_numel(layout);
   char line[256];
-  std::string table;
   std::snprintf(line, sizeof line, "%-7s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "stage",
                 "params", "grads", "optim", "states", "theory", "activ", "buffers", "total", "host",
                 "nvme");
-  table += line;
+  std::string table = line;
   for (int stage = 0; stage <= 3; ++stage) {
-    ZeroConfig z = o.zero;
-    z.stage = stage;
-    const OffloadConfig applied = offload_at_stage(offload, stage);
-    const MemoryEstimate e = estimate_memory(model, o.world, z, precision, o.micro_batch, o.seq_len,
-                                             ac, applied, o.grad_accum, storage, trainable);
+    const EngineSpec at_stage = spec_at_stage(spec, stage);
+    const OffloadConfig& applied = at_stage.offload;
+    const MemoryEstimate e = estimate_memory(at_stage, o.world);
     const double theory =
-        theory_model_states_bytes(psi, o.world, stage, precision, psi - psi_with_state);
+        theory_model_states_bytes(psi, o.world, stage, spec.precision, psi_without_state);
     nlohmann::json row = estimate_json(e);
     row["stage"] = stage;
     row["theory_model_states"] = theory;
     row["offload_optimizer"] = offload_device_name(applied.optimizer);
     row["offload_param"] = offload_device_name(applied.param);
     if (applied.optimizer_offloaded()) {
-      const OffloadFigure f = deepspeed_offload_figure(model, o.world, stage, ranks_per_node,
-                                                       applied.param_offloaded());
+      const OffloadFigure f = deepspeed_offload_figure(
+          spec.model, o.world, stage, ranks_per_node(o), applied.param_offloaded());
       row["deepspeed_offload"] = {{"device", f.device_bytes},
                                   {"host_per_node", f.host_bytes_per_node}};
     }
     out["stages"].push_back(row);
     std::snprintf(line, sizeof line, "%c %-5d %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n",
-                  stage == o.zero.stage ? '*' : ' ', stage, gib(e.params).c_str(),
+                  stage == spec.zero.stage ? '*' : ' ', stage, gib(e.params).c_str(),
                   gib(e.grads).c_str(), gib(e.optimizer).c_str(), gib(e.model_states()).c_str(),
                   gib(theory).c_str(), gib(e.activations).c_str(), gib(e.buffers_peak()).c_str(),
                   gib(e.device_total()).c_str(), gib(e.host).c_str(), gib(e.nvme).c_str());
     table += line;
   }
-  const std::string lora_text =
-      model.lora.enabled() ? lora_comparison(o, model, precision, ac, offload, storage, out) : "";
-  std::string advice;
-  if (o.device_memory_gib > 0) {
-    const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
-    // The CUDA backend's scratch at this micro-batch is the same for every candidate: what is
-    // left of the device after it is what the candidates' categories must fit in.
-    const int64_t budget = std::max<int64_t>(0, device_bytes - scratch);
-    const FitRecommendation rec =
-        recommend_configuration(model, o.world, o.zero, precision, o.micro_batch, o.seq_len,
-                                o.grad_accum, ac, budget, storage, trainable);
-    nlohmann::json tried = nlohmann::json::array();
-    for (const FitCandidate& c : rec.candidates)
-      tried.push_back({{"label", c.label},
-                       {"stage", c.stage},
-                       {"activation_checkpointing", activation_checkpointing_name(c.ac)},
-                       {"offload_optimizer", offload_device_name(c.offload.optimizer)},
-                       {"offload_param", offload_device_name(c.offload.param)},
-                       {"device_total", c.estimate.device_total()},
-                       {"fits", c.fits}});
-    out["device_memory_bytes"] = device_bytes;
-    // What each candidate's device_total is held against: the device less the CUDA scratch.
-    out["candidate_budget_bytes"] = budget;
-    out["candidates"] = tried;
-    if (rec.chosen >= 0) {
-      const FitCandidate& c = rec.candidates[static_cast<size_t>(rec.chosen)];
-      out["recommendation"] = c.label;
-      advice = "recommendation for " + gib(static_cast<double>(device_bytes)) +
-               " GiB per device: " + c.label + " (" +
-               with_scratch(plan, static_cast<double>(c.estimate.device_total()), scratch, 2) +
-               " per rank; zerotrain train --zero-stage " + std::to_string(c.stage) +
-               " --activation-checkpointing " + activation_checkpointing_name(c.ac) +
-               (storage == DType::kBf16      ? " --activations bf16"
-                : storage == DType::kFloat16 ? " --precision fp16 --activations fp16"
-                                             : "") +
-               (o.attention != "auto" ? " --attention " + o.attention : "") +
-               (plan.cuda ? " --document-masking " + o.document_masking : "") +
-               offload_flags(c.offload) + ")\n";
-    } else if (scratch >= device_bytes) {
-      out["recommendation"] = nullptr;
-      advice = "nothing fits in " + gib(static_cast<double>(device_bytes)) +
-               " GiB per device: the CUDA backend's scratch alone is " +
-               gib(static_cast<double>(scratch)) + " GiB at micro-batch " +
-               std::to_string(o.micro_batch) + "; use a smaller micro-batch or sequence\n";
-    } else {
-      out["recommendation"] = nullptr;
-      advice =
-          "nothing fits in " + gib(static_cast<double>(device_bytes)) + " GiB per device, even " +
-          rec.candidates.back().label + " (" +
-          with_scratch(plan, static_cast<double>(rec.candidates.back().estimate.device_total()),
-                       scratch, 2) +
-          "); use more ranks, a smaller micro-batch or a shorter sequence\n";
-    }
+  return table;
+}
+
+// The train command that runs candidate `c`: "zerotrain train --zero-stage S ...".
+std::string train_flags(const EstimateOptions& o, const EngineSpec& spec, const FitCandidate& c,
+                        const PlannedScratch& plan) {
+  const DType storage = spec.activation_storage;
+  return "zerotrain train --zero-stage " + std::to_string(c.stage) +
+         " --activation-checkpointing " + activation_checkpointing_name(c.ac) +
+         (storage == DType::kBf16      ? " --activations bf16"
+          : storage == DType::kFloat16 ? " --precision fp16 --activations fp16"
+                                       : "") +
+         (o.attention != "auto" ? " --attention " + o.attention : "") +
+         (plan.cuda ? " --document-masking " + o.document_masking : "") + offload_flags(c.offload);
+}
+
+// --device-memory: the candidates of the decision tree (engine/estimator.h) held against the
+// device less the CUDA scratch at this micro-batch; into out. Returns the recommendation's text.
+std::string fit_advice(const EstimateOptions& o, const EngineSpec& spec, const PlannedScratch& plan,
+                       int64_t scratch, nlohmann::json& out) {
+  const auto device_bytes = static_cast<int64_t>(o.device_memory_gib * kGiB);
+  // The CUDA backend's scratch at this micro-batch is the same for every candidate: what is
+  // left of the device after it is what the candidates' categories must fit in.
+  const int64_t budget = std::max<int64_t>(0, device_bytes - scratch);
+  const FitRecommendation rec = recommend_configuration(spec, o.world, budget);
+  nlohmann::json tried = nlohmann::json::array();
+  for (const FitCandidate& c : rec.candidates)
+    tried.push_back({{"label", c.label},
+                     {"stage", c.stage},
+                     {"activation_checkpointing", activation_checkpointing_name(c.ac)},
+                     {"offload_optimizer", offload_device_name(c.offload.optimizer)},
+                     {"offload_param", offload_device_name(c.offload.param)},
+                     {"device_total", c.estimate.device_total()},
+                     {"fits", c.fits}});
+  out["device_memory_bytes"] = device_bytes;
+  // What each candidate's device_total is held against: the device less the CUDA scratch.
+  out["candidate_budget_bytes"] = budget;
+  out["candidates"] = tried;
+  out["recommendation"] = nullptr;
+  const std::string device = gib(static_cast<double>(device_bytes)) + " GiB per device";
+  if (rec.chosen >= 0) {
+    const FitCandidate& c = rec.candidates[static_cast<size_t>(rec.chosen)];
+    out["recommendation"] = c.label;
+    return "recommendation for " + device + ": " + c.label + " (" +
+           with_scratch(plan, static_cast<double>(c.estimate.device_total()), scratch, 2) +
+           " per rank; " + train_flags(o, spec, c, plan) + ")\n";
   }
-  if (o.max_micro_batch)
-    advice +=
-        max_micro_batch_table(o, model, precision, ac, offload, storage, trainable, plan, out);
-  const std::string modes =
-      offload_modes_table(o, model, precision, ac, offload, storage, trainable, out);
-  if (o.json) {
-    std::cout << out.dump(2) << "\n";
-    return 0;
-  }
+  if (scratch >= device_bytes)
+    return "nothing fits in " + device + ": the CUDA backend's scratch alone is " +
+           gib(static_cast<double>(scratch)) + " GiB at micro-batch " +
+           std::to_string(o.micro_batch) + "; use a smaller micro-batch or sequence\n";
+  const FitCandidate& last = rec.candidates.back();
+  return "nothing fits in " + device + ", even " + last.label + " (" +
+         with_scratch(plan, static_cast<double>(last.estimate.device_total()), scratch, 2) +
+         "); use more ranks, a smaller micro-batch or a shorter sequence\n";
+}
+
+// The text form: the run, the stage table, the CUDA scratch, DeepSpeed's offload figure.
+void print_estimate(const EstimateOptions& o, const EngineSpec& spec, const PlannedScratch& plan,
+                    int64_t scratch, const std::string& table) {
+  const ParamLayout layout(spec.model);
+  const OffloadConfig& offload = spec.offload;
+  const ActivationCheckpointing& ac = spec.ac;
   std::cout
       << "model: " << (o.model_dir.empty() ? "preset " + o.preset : o.model_dir)
-      << ", psi = " << psi << " parameters"
-      << (trainable.all_train()
+      << ", psi = " << layout.total_numel() << " parameters"
+      << (spec.trainable.all_train()
               ? std::string()
-              : " (" + std::to_string(psi_trainable) + " trainable, " +
-                    std::to_string(trainable.frozen_names(layout).size()) + " tensors frozen)")
+              : " (" + std::to_string(spec.trainable.trainable_numel(layout)) + " trainable, " +
+                    std::to_string(spec.trainable.frozen_names(layout).size()) + " tensors frozen)")
       << ", world " << o.world << ", micro-batch " << o.micro_batch << " x seq-len " << o.seq_len
-      << ", " << o.precision << ", " << o.activations << " activations, checkpointing "
-      << activation_checkpointing_name(ac) << (ac.on_host ? " (host)" : "")
-      << ", offload: optimizer " << offload_device_name(offload.optimizer) << ", params "
-      << offload_device_name(offload.param)
+      << ", " << precision_name(o.precision) << ", " << o.activations
+      << " activations, checkpointing " << activation_checkpointing_name(ac)
+      << (ac.on_host ? " (host)" : "") << ", offload: optimizer "
+      << offload_device_name(offload.optimizer) << ", params " << offload_device_name(offload.param)
       << "\nper-rank GiB (states = params + grads + optim; theory = docs/ARCHITECTURE.md §4 model "
          "states; total = device peak; host and nvme pools apart; "
          "* = requested stage)\n"
@@ -541,12 +516,50 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
               << (plan.kernel == AttentionKernel::kFused ? ", cuDNN's workspace" : "") << ")\n";
   }
   if (offload.optimizer_offloaded()) {
-    const OffloadFigure f = deepspeed_offload_figure(model, o.world, o.zero.stage, ranks_per_node,
-                                                     offload.param_offloaded());
-    std::cout << "DeepSpeed's offload figure (stage " << o.zero.stage << "): device "
+    const OffloadFigure f = deepspeed_offload_figure(spec.model, o.world, spec.zero.stage,
+                                                     ranks_per_node(o), offload.param_offloaded());
+    std::cout << "DeepSpeed's offload figure (stage " << spec.zero.stage << "): device "
               << gib(f.device_bytes) << " GiB per rank, host " << gib(f.host_bytes_per_node)
-              << " GiB per node (" << ranks_per_node << " ranks per node)\n";
+              << " GiB per node (" << ranks_per_node(o) << " ranks per node)\n";
   }
+}
+
+int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
+  const EngineSpec spec = estimate_spec(o, base_model);
+  const ParamLayout layout(spec.model);
+  const PlannedScratch plan = planned_scratch(o, spec);
+  const int64_t scratch = plan.bytes(o.micro_batch);  // at the requested micro-batch
+  nlohmann::json out = {
+      {"psi", layout.total_numel()},
+      {"model_config", spec.model.to_hf_json()},
+      {"training_flops_per_token", training_flops_per_token(spec.model, o.seq_len)},
+      {"trainable_psi", spec.trainable.trainable_numel(layout)},
+      {"state_psi", spec.trainable.state_numel(layout)},
+      {"frozen_tensors", spec.trainable.frozen_names(layout)},
+      {"world", o.world},
+      {"requested_stage", spec.zero.stage},
+      {"micro_batch", o.micro_batch},
+      {"seq_len", o.seq_len},
+      {"precision", precision_name(o.precision)},
+      {"activations", o.activations},
+      {"backend", backend_kind_name(o.backend_kind)},
+      {"backend_scratch", {{"bytes", scratch}, {"attention", plan.attention()}}},
+      {"activation_checkpointing", activation_checkpointing_name(spec.ac)},
+      {"cpu_checkpointing", spec.ac.on_host},
+      {"offload_optimizer", offload_device_name(spec.offload.optimizer)},
+      {"offload_param", offload_device_name(spec.offload.param)},
+      {"stages", nlohmann::json::array()}};
+  const std::string table = stage_table(o, spec, out);
+  const std::string lora_text = spec.model.lora.enabled() ? lora_comparison(o, spec, out) : "";
+  std::string advice;
+  if (o.device_memory_gib > 0) advice = fit_advice(o, spec, plan, scratch, out);
+  if (o.max_micro_batch) advice += max_micro_batch_table(o, spec, plan, out);
+  const std::string modes = offload_modes_table(o, spec, out);
+  if (o.json) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  print_estimate(o, spec, plan, scratch, table);
   std::cout << lora_text << modes << advice;
   return 0;
 }

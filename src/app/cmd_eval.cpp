@@ -31,11 +31,12 @@ namespace {
 const char* const kCommand = "eval";
 
 struct EvalOptions {
-  std::string model_dir, data, precision = "fp32";
-  std::string backend = "auto";           // --backend cpu | cuda | auto
-  std::string attention = "auto";         // --attention gemm | fused | auto (CUDA backend)
-  std::string activations = "fp32";       // --activations fp32 | bf16 | fp16
-  std::string document_masking = "auto";  // --document-masking auto | on | off
+  std::string model_dir, data;
+  Precision precision = Precision::kFp32;  // --precision
+  std::string backend = "auto";            // --backend cpu | cuda | auto
+  std::string attention = "auto";          // --attention gemm | fused | auto (CUDA backend)
+  std::string activations = "fp32";        // --activations fp32 | bf16 | fp16
+  std::string document_masking = "auto";   // --document-masking auto | on | off
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
 };
@@ -49,7 +50,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
       "B: windows per batch");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "T: tokens per window - 1");
-  add("precision", po::value(&o.precision)->default_value(o.precision),
+  add("precision", precision_value(&o.precision),
       "working precision of the weights: fp32 (exact stored values), bf16 or fp16");
   add("backend", po::value(&o.backend)->default_value(o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
@@ -71,7 +72,6 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   check_count(o.batches, 1, "batches", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
-  parse_precision(o.precision);
   resolve_engine_backend(o.backend, kCommand);
   resolve_attention_request(o.attention, o.backend, kCommand);
   check_document_masking_value(o.document_masking, kCommand);
@@ -105,22 +105,23 @@ int run_eval(const EvalOptions& o) {
   const ModelConfig& config = reader.config();
 
   // Each rank evaluates its batches alone: a stage-0 engine over MPI_COMM_SELF.
-  ZeroConfig zero;
-  zero.stage = 0;
-  const Precision precision = parse_precision(o.precision);
-  const DType storage = parse_activation_storage(o.activations, o.precision, kCommand);
-  EngineDevice device = make_engine_device(
-      o.backend, world, MPI_COMM_SELF,
-      estimate_memory(config, 1, zero, precision, B, T, ActivationCheckpointing{}, {}, 1, storage),
-      {resolve_attention_request(o.attention, o.backend, kCommand), attention_shape(config, B, T),
-       storage, precision == Precision::kFp32, /*backward=*/false, document_masks},
-      kCommand);
+  EngineSpec spec;
+  spec.model = config;
+  spec.precision = o.precision;
+  spec.activation_storage = parse_activation_storage(o.activations, spec.precision, kCommand);
+  spec.micro_batch = B;
+  spec.seq_len = T;
+  EngineDevice device =
+      make_engine_device(o.backend, world, MPI_COMM_SELF, estimate_memory(spec, 1),
+                         {resolve_attention_request(o.attention, o.backend, kCommand),
+                          attention_shape(config, B, T), spec.activation_storage,
+                          spec.precision == Precision::kFp32, /*backward=*/false, document_masks},
+                         kCommand);
   MemoryTracker memory(device.backend->device_memory());
   std::unique_ptr<ZeroEngine> engine_ptr;  // its weights read from the model: agreed too
   run_collectively(world, [&] {
-    engine_ptr = std::make_unique<ZeroEngine>(
-        config, zero, precision, AdamWConfig{}, *device.backend, device.data_comm(self), memory, B,
-        T, ActivationCheckpointing{}, OffloadConfig{}, &self, storage);
+    engine_ptr =
+        std::make_unique<ZeroEngine>(spec, *device.backend, device.data_comm(self), memory, &self);
     engine_ptr->load_from(reader);
   });
   ZeroEngine& engine = *engine_ptr;

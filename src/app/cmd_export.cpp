@@ -13,6 +13,7 @@
 #include "io/gguf_export.h"
 #include "io/lora_merge.h"
 #include "io/safetensors.h"
+#include "io/safetensors_export.h"
 #include "util/error.h"
 
 namespace zt {

@@ -14,18 +14,9 @@
 
 namespace zt {
 
-int cmd_prepare_data(int argc, char** argv) {
-  const CommandSpec spec{
-      "prepare-data",
-      "Build an HDF5 token dataset: text files with the byte-level tokenizer (vocab 256), llm.c "
-      ".bin shards (GPT-2 uint16 or Llama 3 uint32 tokens, told by their header), or nanoGPT's "
-      "headerless uint16 .bin files, concatenated in order.",
-      "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
-      "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
-      "| --sft-jsonl FILES... ([--prompt-field NAME] [--response-field NAME] | --messages-field "
-      "NAME) [--chat-template])) "
-      "--out FILE.h5 "
-      "[--tokenizer-label NAME] [--overwrite]"};
+namespace {
+
+po::options_description prepare_data_options() {
   po::options_description options("prepare-data options");
   options.add_options()("text", po::value<std::vector<std::string>>()->multitoken(),
                         "UTF-8 text files (byte-level tokens)")(
@@ -58,14 +49,17 @@ int cmd_prepare_data(int argc, char** argv) {
       "tokenizer-label", po::value<std::string>()->default_value(""),
       "the tokenizer the dataset is labelled with (default: byte, gpt2, llama3, or unknown for "
       "nanoGPT files)")("overwrite", po::bool_switch(), "replace an existing output file");
-  po::variables_map vm;
-  if (!parse_command_line(spec, options, nullptr, argc, argv, vm)) return 0;
+  return options;
+}
+
+// The one kind of input, and the options that go with it.
+void check_input_options(const po::variables_map& vm) {
+  const bool sft = vm.count("sft-jsonl") > 0;
   ZT_CHECK(vm.count("text") + vm.count("bin") + vm.count("nanogpt-bin") + vm.count("jsonl") +
                    vm.count("sft-jsonl") ==
                1,
            "prepare-data: give exactly one of '--text', '--jsonl', '--sft-jsonl', '--bin' and "
            "'--nanogpt-bin'");
-  const bool sft = vm.count("sft-jsonl") > 0;
   ZT_CHECK(sft || (vm["prompt-field"].defaulted() && vm["response-field"].defaulted() &&
                    !vm["chat-template"].as<bool>() && !vm.count("messages-field")),
            "prepare-data: --prompt-field, --response-field, --messages-field and --chat-template "
@@ -76,6 +70,74 @@ int cmd_prepare_data(int argc, char** argv) {
   ZT_CHECK(!vm.count("messages-field") || vm["chat-template"].as<bool>(),
            "prepare-data: --messages-field needs --chat-template (the template renders the "
            "conversation)");
+}
+
+// "wrote OUT: N tokens from F file(s), tokenizer T, vocabulary V[, loss mask: C tokens counted]".
+int report_dataset(const std::string& out, int64_t tokens, size_t files) {
+  const TokenDataset written(out);
+  std::cout << "wrote " << out << ": " << tokens << " tokens from " << files
+            << " file(s), tokenizer " << written.tokenizer() << ", vocabulary "
+            << written.vocab_size();
+  if (written.has_loss_mask())
+    std::cout << ", loss mask: " << written.counted_tokens() << " tokens counted";
+  std::cout << "\n";
+  return 0;
+}
+
+// --tokenizer: text, JSON-lines documents or SFT examples through a Hugging Face tokenizer.
+HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::string& out) {
+  const bool sft = vm.count("sft-jsonl") > 0;
+  ZT_CHECK(vm.count("text") || vm.count("jsonl") || sft,
+           "prepare-data: --tokenizer tokenizes '--text', '--jsonl' or '--sft-jsonl' files");
+  ZT_CHECK(vm["vocab-size"].defaulted() && vm["tokenizer-label"].defaulted(),
+           "prepare-data: with --tokenizer the vocabulary and the label are the tokenizer's");
+  const bool jsonl = vm.count("jsonl") > 0;
+  ZT_CHECK(jsonl || vm["text-field"].defaulted(),
+           "prepare-data: --text-field applies to --jsonl files (a --text file is one document)");
+  ZT_CHECK(!jsonl || !vm["text-field"].as<std::string>().empty(),
+           "prepare-data: --text-field must name the JSON field that holds each document");
+  HfTokenizeRequest request;
+  request.tokenizer = vm["tokenizer"].as<std::string>();
+  request.inputs = vm[sft ? "sft-jsonl" : jsonl ? "jsonl" : "text"].as<std::vector<std::string>>();
+  if (jsonl) request.text_field = vm["text-field"].as<std::string>();
+  if (sft) {
+    request.sft =
+        SftFields{vm["prompt-field"].as<std::string>(), vm["response-field"].as<std::string>(),
+                  vm["chat-template"].as<bool>(),
+                  vm.count("messages-field") ? vm["messages-field"].as<std::string>() : ""};
+    ZT_CHECK(!vm.count("messages-field") || !request.sft->messages.empty(),
+             "prepare-data: --messages-field must name the JSON field that holds each "
+             "conversation");
+    ZT_CHECK(!request.sft->prompt.empty() && !request.sft->response.empty() &&
+                 request.sft->prompt != request.sft->response,
+             "prepare-data: --prompt-field and --response-field must name two different JSON "
+             "fields");
+  }
+  request.python = vm["python"].as<std::string>();
+  request.out = out;
+  request.overwrite = vm["overwrite"].as<bool>();
+  return request;
+}
+
+}  // namespace
+
+int cmd_prepare_data(int argc, char** argv) {
+  const CommandSpec spec{
+      "prepare-data",
+      "Build an HDF5 token dataset: text files with the byte-level tokenizer (vocab 256), llm.c "
+      ".bin shards (GPT-2 uint16 or Llama 3 uint32 tokens, told by their header), or nanoGPT's "
+      "headerless uint16 .bin files, concatenated in order.",
+      "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
+      "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
+      "| --sft-jsonl FILES... ([--prompt-field NAME] [--response-field NAME] | --messages-field "
+      "NAME) [--chat-template])) "
+      "--out FILE.h5 "
+      "[--tokenizer-label NAME] [--overwrite]"};
+  po::options_description options = prepare_data_options();
+  po::variables_map vm;
+  if (!parse_command_line(spec, options, nullptr, argc, argv, vm)) return 0;
+  check_input_options(vm);
+  const bool sft = vm.count("sft-jsonl") > 0;
   require_option(vm, "out", spec.name);
   const std::string out = vm["out"].as<std::string>();
   std::vector<std::pair<std::string, std::string>> read;
@@ -85,50 +147,9 @@ int cmd_prepare_data(int argc, char** argv) {
         read.emplace_back("the input file", file);
   if (vm.count("tokenizer")) read.emplace_back("the tokenizer", vm["tokenizer"].as<std::string>());
   check_output_apart_from_inputs(spec.name, out, read);
-  const auto report = [&](int64_t tokens, size_t files) {
-    const TokenDataset written(out);
-    std::cout << "wrote " << out << ": " << tokens << " tokens from " << files
-              << " file(s), tokenizer " << written.tokenizer() << ", vocabulary "
-              << written.vocab_size();
-    if (written.has_loss_mask())
-      std::cout << ", loss mask: " << written.counted_tokens() << " tokens counted";
-    std::cout << "\n";
-    return 0;
-  };
   if (vm.count("tokenizer")) {
-    ZT_CHECK(vm.count("text") || vm.count("jsonl") || sft,
-             "prepare-data: --tokenizer tokenizes '--text', '--jsonl' or '--sft-jsonl' files");
-    ZT_CHECK(vm["vocab-size"].defaulted() && vm["tokenizer-label"].defaulted(),
-             "prepare-data: with --tokenizer the vocabulary and the label are the tokenizer's");
-    const bool jsonl = vm.count("jsonl") > 0;
-    ZT_CHECK(jsonl || vm["text-field"].defaulted(),
-             "prepare-data: --text-field applies to --jsonl files (a --text file is one document)");
-    ZT_CHECK(!jsonl || !vm["text-field"].as<std::string>().empty(),
-             "prepare-data: --text-field must name the JSON field that holds each document");
-    HfTokenizeRequest request;
-    request.tokenizer = vm["tokenizer"].as<std::string>();
-    request.inputs = vm[sft     ? "sft-jsonl"
-                        : jsonl ? "jsonl"
-                                : "text"]
-                         .as<std::vector<std::string>>();
-    if (jsonl) request.text_field = vm["text-field"].as<std::string>();
-    if (sft) {
-      request.sft =
-          SftFields{vm["prompt-field"].as<std::string>(), vm["response-field"].as<std::string>(),
-                    vm["chat-template"].as<bool>(),
-                    vm.count("messages-field") ? vm["messages-field"].as<std::string>() : ""};
-      ZT_CHECK(!vm.count("messages-field") || !request.sft->messages.empty(),
-               "prepare-data: --messages-field must name the JSON field that holds each "
-               "conversation");
-      ZT_CHECK(!request.sft->prompt.empty() && !request.sft->response.empty() &&
-                   request.sft->prompt != request.sft->response,
-               "prepare-data: --prompt-field and --response-field must name two different JSON "
-               "fields");
-    }
-    request.python = vm["python"].as<std::string>();
-    request.out = out;
-    request.overwrite = vm["overwrite"].as<bool>();
-    return report(prepare_hf_token_dataset(request), request.inputs.size());
+    const HfTokenizeRequest request = hf_tokenize_request(vm, out);
+    return report_dataset(out, prepare_hf_token_dataset(request), request.inputs.size());
   }
   ZT_CHECK(!vm.count("jsonl") && !sft,
            "prepare-data: --jsonl and --sft-jsonl need --tokenizer PATH");
@@ -143,7 +164,8 @@ int cmd_prepare_data(int argc, char** argv) {
   const int64_t vocab = vm["vocab-size"].as<int64_t>();
   ZT_CHECK(vocab >= 0, "prepare-data: --vocab-size must be positive, got " + std::to_string(vocab));
   const auto inputs = vm[option].as<std::vector<std::string>>();
-  return report(
+  return report_dataset(
+      out,
       prepare_token_dataset(inputs, kind, out, {vocab, vm["tokenizer-label"].as<std::string>()},
                             vm["overwrite"].as<bool>()),
       inputs.size());

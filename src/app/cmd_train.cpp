@@ -35,6 +35,7 @@
 #include "checkpoint/consolidate.h"
 #include "checkpoint/peft_adapter.h"
 #include "comm/mpi_communicator.h"
+#include "engine/lr_schedule.h"
 #include "engine/zero_engine.h"
 #include "io/data_loader.h"
 #include "io/fs_util.h"
@@ -131,16 +132,15 @@ nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& d
 struct TrainInputs {
   std::unique_ptr<RunDirectoryLock> lock;  // rank 0: one run at a time in --out
   std::unique_ptr<ModelDirReader> reader;  // --model: the weights to start from
-  ModelConfig config;
-  Precision precision = Precision::kBf16;
-  ActivationCheckpointing ac;
-  DType activation_storage = DType::kFloat32;  // --activations
+  // What the engine is built for: the model's configuration (with LoRA), --precision,
+  // --activations, the micro-batch, checkpointing, offload, --trainable / --freeze, AdamW and
+  // loss scaling, resolved and validated once here.
+  EngineSpec spec;
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<WindowSampler> sampler;
   std::string data_identity;  // TokenDataset::identity()
   TokenizerFiles tokenizer;   // the data's Hugging Face tokenizer, read once; empty for others
   std::string resume_dir;     // "" when the run starts fresh
-  TrainableSet trainable;     // --trainable / --freeze over the model's tensors
   std::unique_ptr<PeftAdapterReader> adapter;  // --lora-init-from: the adapters to continue
 };
 
@@ -152,31 +152,25 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   });
   TrainInputs in;
   if (!o.model_dir.empty()) in.reader = std::make_unique<ModelDirReader>(o.model_dir);
-  in.config = in.reader ? in.reader->config() : preset_config(o.preset);
-  check_seq_len(in.config, o.seq_len,
+  in.spec = engine_spec(o, in.reader ? in.reader->config() : preset_config(o.preset));
+  const ModelConfig& config = in.spec.model;
+  check_seq_len(config, o.seq_len,
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
-  in.config.lora = resolve_lora_spec(o.lora);
   if (!o.lora.init_from.empty())
-    in.adapter = std::make_unique<PeftAdapterReader>(o.lora.init_from, in.config.base());
-  std::vector<std::string> trainable = o.trainable;
-  for (const std::string& p : modules_to_save_patterns(in.config.lora)) trainable.push_back(p);
-  in.trainable = TrainableSet::from_patterns(ParamLayout(in.config), trainable, o.freeze);
-  in.precision = parse_precision(o.precision);
-  in.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
-  in.activation_storage = parse_activation_storage(o.activations, o.precision, kCommand);
+    in.adapter = std::make_unique<PeftAdapterReader>(o.lora.init_from, config.base());
   in.data = std::make_unique<TokenDataset>(o.data);
   in.tokenizer = in.data->tokenizer_files();
   // A Hugging Face tokenizer's ids must all be rows of the model's embedding.
-  ZT_CHECK(in.tokenizer.empty() || in.data->vocab_size() <= in.config.vocab_size,
+  ZT_CHECK(in.tokenizer.empty() || in.data->vocab_size() <= config.vocab_size,
            "--data '" + o.data + "' was tokenized by " + in.data->tokenizer() + " with " +
                std::to_string(in.data->vocab_size()) +
-               " tokens, more than the model's vocab_size " + std::to_string(in.config.vocab_size));
+               " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
   // From here on the options hold the mode that runs, so the ranks agree on it and run.json
   // records it.
   const bool document_masks =
       resolve_document_masking(o.document_masking, in.data->num_documents(), o.data, kCommand);
   o.document_masking = document_masks ? "on" : "off";
-  in.sampler = std::make_unique<WindowSampler>(*in.data, in.config.vocab_size, o.seq_len,
+  in.sampler = std::make_unique<WindowSampler>(*in.data, config.vocab_size, o.seq_len,
                                                o.micro_batch, o.grad_accum, world, rank,
                                                static_cast<uint64_t>(o.seed), document_masks);
   in.data_identity = in.data->identity();
@@ -200,7 +194,7 @@ RunSettings run_settings(const TrainOptions& o, const TrainInputs& in) {
     std::replace(option.begin(), option.end(), '_', '-');
     settings.emplace_back(option, value.is_string() ? value.get<std::string>() : value.dump());
   }
-  settings.emplace_back("model configuration", in.config.to_hf_json().dump());
+  settings.emplace_back("model configuration", in.spec.model.to_hf_json().dump());
   settings.emplace_back("dataset", in.data_identity);
   settings.emplace_back("checkpoint resumed",
                         in.resume_dir.empty()
@@ -253,9 +247,9 @@ nlohmann::json value_before(const nlohmann::json& before, const std::string& key
 // cores computing the backward, elsewhere its kept state limited to half the host memory that the
 // run's planned host pool leaves (auto_overlap_bytes). Collective over `comm` (the ranks per host)
 // with auto on a GPU backend, the same on every rank.
-void resolve_host_adam(const TrainOptions& o, int world, const TrainInputs& in,
-                       const std::string& backend_kind, MpiCommunicator& comm,
-                       OffloadConfig& offload) {
+void resolve_host_adam(const TrainOptions& o, int world, const std::string& backend_kind,
+                       MpiCommunicator& comm, EngineSpec& spec) {
+  OffloadConfig& offload = spec.offload;
   // A GPU backend: the CPU AdamW's host thread keeps off the core that feeds the GPU.
   if (backend_kind != "cpu" && offload.optimizer == OffloadDevice::kCpu)
     offload.host_adam_cpus = host_worker_cpus(affinity_cpus(), physical_core_of);
@@ -264,11 +258,9 @@ void resolve_host_adam(const TrainOptions& o, int world, const TrainInputs& in,
     offload.overlap = false;
     return;
   }
-  OffloadConfig without = offload;
-  without.overlap = false;
-  const MemoryEstimate planned =
-      estimate_memory(in.config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac,
-                      without, o.grad_accum, in.activation_storage, in.trainable);
+  EngineSpec without = spec;
+  without.offload.overlap = false;
+  const MemoryEstimate planned = estimate_memory(without, world);
   offload.overlap_bytes =
       auto_overlap_bytes(planned.host, local_rank_by_hostname(comm.comm()).local_size);
 }
@@ -312,7 +304,7 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
                names,
                backend,
                communicator,
-               o.precision,
+               precision_name(o.precision),
                config.to_hf_json(),
                layout.total_numel(),
                layout.non_embedding_numel()};
@@ -387,7 +379,7 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
   nlohmann::json extra = {
       {"world_size", world},
       {"zero_stage", o.zero.stage},
-      {"precision", o.precision},
+      {"precision", precision_name(o.precision)},
       {"global_batch_tokens", o.micro_batch * o.grad_accum * world * o.seq_len}};
   if (!eval.is_null()) extra["eval"] = eval;
   recorder.write_report(extra, total_time_s);
@@ -404,6 +396,98 @@ int64_t debug_failure_step(int rank) {
   if (!at || std::sscanf(at, "%d:%lld", &fail_rank, &fail_step) != 2 || fail_rank != rank)
     return -1;
   return fail_step;
+}
+
+// The first values of a run that does not resume: the --lora-init-from adapters over the base,
+// the --model weights, or the seed's initialisation (adapters the source lacks from the seed).
+void set_first_values(ZeroEngine& engine, const TrainInputs& in, uint64_t seed) {
+  if (in.adapter) {
+    LoraStartSource start(in.spec.model, in.reader.get(), in.adapter.get(), seed);
+    engine.load_from(start, seed);
+  } else if (in.reader) {
+    engine.load_from(*in.reader, seed);
+  } else {
+    engine.init_from_seed(seed);
+  }
+}
+
+// A resumed checkpoint at or past --steps: training is complete. A run that saved its last
+// checkpoint but could not write final/ (a full disk, a kill) gets it now. Collective.
+int finish_completed_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o,
+                         MpiCommunicator& comm, int64_t step) {
+  if (in.lock) in.lock->keep();  // final/ may be written below
+  const std::string final_dir = o.out + "/final";
+  const bool have_final =
+      have_model_with_tokenizer(final_dir, in.tokenizer, in.spec.model.lora.enabled());
+  if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer, o);
+  if (comm.rank() == 0)
+    std::cerr << "checkpoint is at step " << step << " of " << o.steps
+              << (have_final ? ": nothing to train\n"
+                             : ": training is complete; wrote " + final_dir + "\n");
+  return 0;
+}
+
+// What the training loop steps with.
+struct TrainLoop {
+  const TrainOptions& o;
+  TrainInputs& in;
+  ZeroEngine& engine;
+  MpiCommunicator& comm;
+  Backend& backend;
+  TrainCheckpointing& checkpointing;
+  RunRecorder& recorder;
+  StepProfiling& profiling;
+};
+
+// Steps first_step..--steps: the learning rate, the step, its record, the checkpoint and stop
+// agreement, the consolidated model every --save-consolidated-every steps. Returns
+// kStoppedExitCode when the ranks agreed to stop (a signal), else 0. Collective.
+int run_steps(TrainLoop& loop, int64_t first_step) {
+  const TrainOptions& o = loop.o;
+  ZeroEngine& engine = loop.engine;
+  MpiCommunicator& comm = loop.comm;
+  Backend& backend = loop.backend;
+  WindowSampler& sampler = *loop.in.sampler;
+  TrainCheckpointing& checkpointing = loop.checkpointing;
+  RunRecorder& recorder = loop.recorder;
+  StepProfiling& profiling = loop.profiling;
+  const TokenizerFiles& tokenizer = loop.in.tokenizer;
+  const bool is_root = comm.rank() == 0;
+  Progress progress(is_root, o.steps, o.log_every);
+  const int64_t injected_failure_step = debug_failure_step(comm.rank());
+  for (int64_t step = first_step; step <= o.steps; ++step) {
+    checkpointing.before_step(step);
+    if (step == injected_failure_step)
+      throw Error("injected failure at step " + std::to_string(step) + " (ZT_DEBUG_FAIL_AT)");
+    recorder.begin_step(step);
+    sampler.next_step();
+    recorder.data_ready();
+    // fp16: a step skipped on overflow does not advance the schedule (as in DeepSpeed).
+    const float lr = learning_rate_at(o.optim, step - engine.skipped_steps(), o.steps);
+    profiling.before_step(step);
+    const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step,
+                                              sampler.counted_targets(), sampler.doc_starts());
+    profiling.after_step(step);
+    if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
+      std::cerr << "zerotrain train: warning: step " << step
+                << ": no target of the global batch counts (the loss mask is 0 there, or each "
+                   "begins a document); the step has no loss "
+                   "gradient (AdamW's momentum and weight decay still move the weights)\n";
+    const StepRecord& r = recorder.trained(lr, stats, backend.scratch_bytes());
+    // Stop agreement + checkpoint save, timed into this step's record before it is written.
+    const bool stop =
+        checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
+    if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
+      write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, tokenizer, o);
+    progress.update(recorder.end_step(), recorder.loop_seconds());
+    if (stop) {
+      recorder.write_trace();
+      progress.finish();
+      return kStoppedExitCode;
+    }
+  }
+  progress.finish();
+  return 0;
 }
 
 int run_training(TrainOptions o) {
@@ -424,22 +508,19 @@ int run_training(TrainOptions o) {
   TrainInputs in;
   run_collectively(comm, [&] { in = open_inputs(o, rank, world); });
   agree_on_run(comm, run_settings(o, in));
-  const ModelConfig& config = in.config;
+  const ModelConfig& config = in.spec.model;
   WindowSampler& sampler = *in.sampler;
 
-  OffloadConfig offload = o.offload.resolved();
-  const MemoryEstimate estimate =
-      estimate_memory(config, world, o.zero, in.precision, o.micro_batch, o.seq_len, in.ac, offload,
-                      o.grad_accum, in.activation_storage, in.trainable);
+  const MemoryEstimate estimate = estimate_memory(in.spec, world);
   check_device_memory_limit(o, estimate, world);  // every rank computes the same: agreed
   EngineDevice device = make_engine_device(
       o.backend, comm, comm.comm(), estimate,
       {resolve_attention_request(o.attention, o.backend, kCommand),
-       attention_shape(config, o.micro_batch, o.seq_len), in.activation_storage,
-       in.precision == Precision::kFp32, /*backward=*/true, sampler.document_masks()},
+       attention_shape(config, o.micro_batch, o.seq_len), in.spec.activation_storage,
+       in.spec.precision == Precision::kFp32, /*backward=*/true, sampler.document_masks()},
       kCommand);
   Backend* backend = device.backend.get();
-  resolve_host_adam(o, world, in, device.backend_kind, comm, offload);  // collective
+  resolve_host_adam(o, world, device.backend_kind, comm, in.spec);  // collective
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   // Again with the scratch the backend holds outside the categories (the CUDA backend's GEMM,
   // attention and cuDNN workspaces), which each rank measures: agreed through run_collectively.
@@ -471,86 +552,27 @@ int run_training(TrainOptions o) {
     TrainCheckpointing checkpointing(o.checkpoint, o.out, hyper, comm, in.resume_dir);
     // The engine's buffers and its first values (rank-local work), agreed before any collective.
     run_collectively(comm, [&] {
-      engine_ptr = std::make_unique<ZeroEngine>(
-          config, o.zero, in.precision, o.optim, *backend, data_comm, memory, o.micro_batch,
-          o.seq_len, in.ac, offload, &comm, in.activation_storage, in.trainable, o.loss_scale);
+      engine_ptr = std::make_unique<ZeroEngine>(in.spec, *backend, data_comm, memory, &comm);
       engine_ptr->model().set_lora_dropout_seed(static_cast<uint64_t>(o.seed));
-      if (!in.resume_dir.empty()) return;
-      const auto seed = static_cast<uint64_t>(o.seed);
-      if (in.adapter) {
-        LoraStartSource start(in.config, in.reader.get(), in.adapter.get(), seed);
-        engine_ptr->load_from(start, seed);
-      } else if (in.reader) {
-        engine_ptr->load_from(*in.reader, seed);
-      } else {
-        engine_ptr->init_from_seed(seed);
-      }
+      if (in.resume_dir.empty()) set_first_values(*engine_ptr, in, static_cast<uint64_t>(o.seed));
     });
     ZeroEngine& engine = *engine_ptr;
     TrainingProgress start;  // steps done before this run (a resumed checkpoint's)
     if (!in.resume_dir.empty()) {
       start = checkpointing.resume(engine);
       sampler.set_cursor(start.cursor);
-      if (start.step >= o.steps) {
-        if (in.lock) in.lock->keep();  // final/ may be written below
-        // Training is complete; a run that saved its last checkpoint but could not write final/
-        // (a full disk, a kill) gets it now.
-        const std::string final_dir = o.out + "/final";
-        const bool have_final =
-            have_model_with_tokenizer(final_dir, in.tokenizer, in.config.lora.enabled());
-        if (!have_final) write_model_with_tokenizer(engine, final_dir, comm, in.tokenizer, o);
-        if (is_root)
-          std::cerr << "checkpoint is at step " << start.step << " of " << o.steps
-                    << (have_final ? ": nothing to train\n"
-                                   : ": training is complete; wrote " + final_dir + "\n");
-        return 0;
-      }
+      if (start.step >= o.steps) return finish_completed_run(engine, in, o, comm, start.step);
     }
 
-    write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.ac,
+    write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.spec.ac,
                    device.attention_kernel, !in.resume_dir.empty());
     if (in.lock) in.lock->keep();  // the run has begun writing into --out
     RunRecorder recorder(comm, data_comm, memory,
                          {o.out, checkpointing.resume_dir().empty() ? -1 : start.step,
                           checkpointing.resumed_metrics_line(), start.tokens_seen,
-                          config.training_flops_per_token(o.seq_len), backend->name()});
-    Progress progress(is_root, o.steps, o.log_every);
-    const int64_t injected_failure_step = debug_failure_step(rank);
-
-    for (int64_t step = start.step + 1; step <= o.steps; ++step) {
-      checkpointing.before_step(step);
-      if (step == injected_failure_step)
-        throw Error("injected failure at step " + std::to_string(step) + " (ZT_DEBUG_FAIL_AT)");
-      recorder.begin_step(step);
-      sampler.next_step();
-      recorder.data_ready();
-      // fp16: a step skipped on overflow does not advance the schedule (as in DeepSpeed).
-      const float lr = learning_rate_at(o.optim, step - engine.skipped_steps(), o.steps);
-      profiling->before_step(step);
-      const StepStats stats = engine.train_step(sampler.inputs(), sampler.targets(), lr, step,
-                                                sampler.counted_targets(), sampler.doc_starts());
-      profiling->after_step(step);
-      if (is_root && stats.loss_targets == 0)  // SFT data whose mask excludes this whole batch
-        std::cerr << "zerotrain train: warning: step " << step
-                  << ": no target of the global batch counts (the loss mask is 0 there, or each "
-                     "begins a document); the step has no loss "
-                     "gradient (AdamW's momentum and weight decay still move the weights)\n";
-      const StepRecord& r = recorder.trained(lr, stats, backend->scratch_bytes());
-      // Stop agreement + checkpoint save, timed into this step's record before it is written.
-      const bool stop =
-          checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
-      if (o.save_consolidated_every > 0 && step % o.save_consolidated_every == 0)
-        write_model_with_tokenizer(engine, consolidated_step_dir(o.out, step), comm, in.tokenizer,
-                                   o);
-      progress.update(recorder.end_step(), recorder.loop_seconds());
-      if (stop) {
-        recorder.write_trace();
-        progress.finish();
-        return kStoppedExitCode;
-      }
-    }
-    progress.finish();
-
+                          training_flops_per_token(config, o.seq_len), backend->name()});
+    TrainLoop loop{o, in, engine, comm, *backend, checkpointing, recorder, *profiling};
+    if (run_steps(loop, start.step + 1) == kStoppedExitCode) return kStoppedExitCode;
     finish_run(engine, in, o, comm, recorder, seconds_since(t_start));
     return 0;
   });

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <tuple>
 
+#include "engine/zero_config.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -121,7 +122,7 @@ AppliedDeepSpeedFile apply_deepspeed_file(const std::string& path, const ModelCo
         return m["key"] == kNoPrecisionBlock && m["applied"] == true;
       });
       std::cerr << "DeepSpeed config " << path << ": training precision "
-                << vm["precision"].as<std::string>()
+                << precision_name(vm["precision"].as<Precision>())
                 << (implied_fp32 ? " (the file enables neither fp16 nor bf16: DeepSpeed trains "
                                    "fp32; add \"bf16\": {\"enabled\": true} for bf16)"
                                  : "")

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/deepspeed_config.h"
+#include "app/deepspeed_mapping.h"
 
 namespace zt {
 

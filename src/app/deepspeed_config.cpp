@@ -270,75 +270,66 @@ void parse_offload(Block& zero, const std::string& key, const std::string& depre
   s.warn_unless_default("super_offload", false, "SuperOffload is not implemented");
 }
 
-void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c) {
-  // DeepSpeedZeroConfig's fields and their aliases (DeepSpeed 0.19.8).
-  Block s(block, "zero_optimization.", c,
-          {"stage",
-           "contiguous_gradients",
-           "reduce_scatter",
-           "reduce_bucket_size",
-           "use_multi_rank_bucket_allreduce",
-           "allgather_partitions",
-           "allgather_bucket_size",
-           "overlap_comm",
-           "compute_grad_norm",
-           "load_from_fp32_weights",
-           "elastic_checkpoint",
-           "offload_param",
-           "offload_optimizer",
-           "zenflow",
-           "sub_group_size",
-           "cpu_offload_param",
-           "cpu_offload_use_pin_memory",
-           "cpu_offload",
-           "prefetch_bucket_size",
-           "stage3_prefetch_bucket_size",
-           "param_persistence_threshold",
-           "stage3_param_persistence_threshold",
-           "model_persistence_threshold",
-           "stage3_model_persistence_threshold",
-           "max_live_parameters",
-           "stage3_max_live_parameters",
-           "max_reuse_distance",
-           "stage3_max_reuse_distance",
-           "gather_16bit_weights_on_model_save",
-           "stage3_gather_16bit_weights_on_model_save",
-           "stage3_gather_fp16_weights_on_model_save",
-           "module_granularity_threshold",
-           "stage3_module_granularity_threshold",
-           "use_all_reduce_for_fetch_params",
-           "stage3_use_all_reduce_for_fetch_params",
-           "allgather_sequential",
-           "stage3_allgather_sequential",
-           "ignore_unused_parameters",
-           "legacy_stage1",
-           "round_robin_gradients",
-           "parameter_alignment",
-           "zero_hpz_partition_size",
-           "zero_quantized_weights",
-           "zero_quantized_nontrainable_weights",
-           "zero_quantized_gradients",
-           "memory_efficient_linear",
-           "pipeline_loading_checkpoint",
-           "override_module_apply",
-           "log_trace_cache_warnings",
-           "enable_sanity_checks",
-           "save_muon_momentum_buffer_in_memory",
-           "leaf_module"},
-          UnknownKeys::kRefuse);
-  for (const char* key : {"zero_quantized_weights", "zero_quantized_nontrainable_weights",
-                          "zero_quantized_gradients"})
-    s.refuse_unless_default(key, false, "ZeRO++ quantization");
-  s.refuse_unless_default("zenflow", nullptr, "ZenFlow");
-  s.warn_unless_default("zero_hpz_partition_size", 1, "hierarchical partitioning (ZeRO++ hpZ)");
-  s.warn_unless_default("compute_grad_norm", true, "zerotrain always computes the norm");
-  if (const auto stage = s.integer("stage")) {
-    ZT_CHECK(*stage >= 0 && *stage <= 3,
-             s.where("stage") + " must be 0, 1, 2 or 3, got " + std::to_string(*stage));
-    set_integer(s, "stage", "zero-stage", stage);
-  }
-  set_bool(s, "overlap_comm", "overlap-comm", s.boolean("overlap_comm"));
-  c.contiguous_gradients = s.boolean("contiguous_gradients").value_or(true);
+// DeepSpeedZeroConfig's fields and their aliases (DeepSpeed 0.19.8).
+const std::vector<std::string>& zero_keys() {
+  static const std::vector<std::string> keys = {"stage",
+                                                "contiguous_gradients",
+                                                "reduce_scatter",
+                                                "reduce_bucket_size",
+                                                "use_multi_rank_bucket_allreduce",
+                                                "allgather_partitions",
+                                                "allgather_bucket_size",
+                                                "overlap_comm",
+                                                "compute_grad_norm",
+                                                "load_from_fp32_weights",
+                                                "elastic_checkpoint",
+                                                "offload_param",
+                                                "offload_optimizer",
+                                                "zenflow",
+                                                "sub_group_size",
+                                                "cpu_offload_param",
+                                                "cpu_offload_use_pin_memory",
+                                                "cpu_offload",
+                                                "prefetch_bucket_size",
+                                                "stage3_prefetch_bucket_size",
+                                                "param_persistence_threshold",
+                                                "stage3_param_persistence_threshold",
+                                                "model_persistence_threshold",
+                                                "stage3_model_persistence_threshold",
+                                                "max_live_parameters",
+                                                "stage3_max_live_parameters",
+                                                "max_reuse_distance",
+                                                "stage3_max_reuse_distance",
+                                                "gather_16bit_weights_on_model_save",
+                                                "stage3_gather_16bit_weights_on_model_save",
+                                                "stage3_gather_fp16_weights_on_model_save",
+                                                "module_granularity_threshold",
+                                                "stage3_module_granularity_threshold",
+                                                "use_all_reduce_for_fetch_params",
+                                                "stage3_use_all_reduce_for_fetch_params",
+                                                "allgather_sequential",
+                                                "stage3_allgather_sequential",
+                                                "ignore_unused_parameters",
+                                                "legacy_stage1",
+                                                "round_robin_gradients",
+                                                "parameter_alignment",
+                                                "zero_hpz_partition_size",
+                                                "zero_quantized_weights",
+                                                "zero_quantized_nontrainable_weights",
+                                                "zero_quantized_gradients",
+                                                "memory_efficient_linear",
+                                                "pipeline_loading_checkpoint",
+                                                "override_module_apply",
+                                                "log_trace_cache_warnings",
+                                                "enable_sanity_checks",
+                                                "save_muon_momentum_buffer_in_memory",
+                                                "leaf_module"};
+  return keys;
+}
+
+// The bucket, prefetch, persistence, live-parameter and reuse-distance sizes, with "auto" resolved
+// as the Hugging Face Trainer resolves it from the model's hidden size.
+void map_zero_sizes(Block& s, const ModelConfig& model) {
   const int64_t d = model.hidden_size;
   // (JSON key and alias, option, minimum, "auto" value or 0 when "auto" keeps ours)
   struct SizeKey {
@@ -369,12 +360,10 @@ void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c)
     }
     set_integer(s, key, k.option, s.integer_at_least(key, k.min));
   }
-  c.gather_16bit_weights_on_model_save =
-      s.boolean(s.either({"stage3_gather_16bit_weights_on_model_save",
-                          "gather_16bit_weights_on_model_save",
-                          "stage3_gather_fp16_weights_on_model_save"}))
-          .value_or(true);
-  c.sub_group_size = s.integer_at_least("sub_group_size", 1).value_or(0);
+}
+
+// offload_optimizer / offload_param (and their older cpu_offload aliases) onto the offload options.
+void map_zero_offload(Block& s, DeepSpeedConfig& c) {
   parse_offload(s, "offload_optimizer", "cpu_offload", c.offload_optimizer, c);
   parse_offload(s, "offload_param", "cpu_offload_param", c.offload_param, c);
   const std::string optimizer_key =
@@ -393,6 +382,31 @@ void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c)
   if (c.offload_optimizer.buffer_count > 0)
     set_option(c, s.dotted("offload_optimizer.buffer_count"), "offload-buffer-count",
                std::to_string(c.offload_optimizer.buffer_count));
+}
+
+void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c) {
+  Block s(block, "zero_optimization.", c, zero_keys(), UnknownKeys::kRefuse);
+  for (const char* key : {"zero_quantized_weights", "zero_quantized_nontrainable_weights",
+                          "zero_quantized_gradients"})
+    s.refuse_unless_default(key, false, "ZeRO++ quantization");
+  s.refuse_unless_default("zenflow", nullptr, "ZenFlow");
+  s.warn_unless_default("zero_hpz_partition_size", 1, "hierarchical partitioning (ZeRO++ hpZ)");
+  s.warn_unless_default("compute_grad_norm", true, "zerotrain always computes the norm");
+  if (const auto stage = s.integer("stage")) {
+    ZT_CHECK(*stage >= 0 && *stage <= 3,
+             s.where("stage") + " must be 0, 1, 2 or 3, got " + std::to_string(*stage));
+    set_integer(s, "stage", "zero-stage", stage);
+  }
+  set_bool(s, "overlap_comm", "overlap-comm", s.boolean("overlap_comm"));
+  c.contiguous_gradients = s.boolean("contiguous_gradients").value_or(true);
+  map_zero_sizes(s, model);
+  c.gather_16bit_weights_on_model_save =
+      s.boolean(s.either({"stage3_gather_16bit_weights_on_model_save",
+                          "gather_16bit_weights_on_model_save",
+                          "stage3_gather_fp16_weights_on_model_save"}))
+          .value_or(true);
+  c.sub_group_size = s.integer_at_least("sub_group_size", 1).value_or(0);
+  map_zero_offload(s, c);
   if (c.sub_group_size > 0) set_integer(s, "sub_group_size", "sub-group-size", c.sub_group_size);
 }
 
@@ -499,13 +513,6 @@ bool enabled_anywhere(const json& block) {
 }
 
 }  // namespace
-
-std::optional<std::string> DeepSpeedConfig::option(const std::string& name) const {
-  std::optional<std::string> value;
-  for (const MappedOption& o : options)
-    if (o.option == name) value = o.value;
-  return value;
-}
 
 DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
                                        const ModelConfig& model) {

@@ -21,20 +21,11 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "app/deepspeed_mapping.h"
 #include "model/config.h"
 #include "util/error.h"
 
 namespace zt {
-
-// zero_optimization.offload_optimizer / offload_param.
-struct OffloadSettings {
-  std::string device = "none";  // none | cpu | nvme
-  std::string nvme_path;
-  bool pin_memory = false;
-  int64_t buffer_count = 0;  // 0: not given
-  bool fast_init = false;
-  bool enabled() const { return device != "none"; }
-};
 
 // DeepSpeed's rule train_batch_size = micro × accum × world; any two determine the third.
 struct BatchSizeRule {
@@ -48,31 +39,6 @@ void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro,
 
 // The mapping's key of the fp32 precision a file implies by enabling neither fp16 nor bf16.
 constexpr const char* kNoPrecisionBlock = "(neither fp16 nor bf16 enabled)";
-
-// One JSON key's value given to one zerotrain option.
-struct MappedOption {
-  std::string key;     // dotted JSON path, "optimizer.params.lr"
-  std::string option;  // long option name, "lr"
-  std::string value;
-};
-
-struct DeepSpeedConfig {
-  std::string source;
-  std::string sha256;  // of the file's bytes (load_deepspeed_config)
-  // In file order; "auto" values already resolved or left out.
-  std::vector<MappedOption> options;
-  std::optional<int64_t> train_batch_size;
-  std::optional<double> cos_min_ratio;     // WarmupCosineLR: min-lr = ratio × lr
-  std::optional<double> warmup_min_ratio;  // WarmupCosineLR: warmup-start-lr = ratio × lr
-  OffloadSettings offload_optimizer, offload_param;
-  bool contiguous_gradients = true;                // accepted; buckets are always contiguous
-  bool gather_16bit_weights_on_model_save = true;  // accepted; the final model is always bf16
-  int64_t sub_group_size = 0;                      // accepted; the optimizer steps per group
-  std::vector<std::string> warnings;  // unknown top-level keys, inexact mappings, the precision
-
-  // The value mapped onto `option`, if any.
-  std::optional<std::string> option(const std::string& name) const;
-};
 
 // Parses a DeepSpeed config object; `model` resolves the size-dependent "auto" values.
 DeepSpeedConfig parse_deepspeed_config(const nlohmann::json& j, const std::string& source,

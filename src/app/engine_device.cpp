@@ -40,16 +40,16 @@ AttentionRequest resolve_attention_request(const std::string& attention, const s
   return request;
 }
 
-DType parse_activation_storage(const std::string& activations, const std::string& precision,
+DType parse_activation_storage(const std::string& activations, Precision precision,
                                const std::string& command) {
   ZT_CHECK(activations == "fp32" || activations == "bf16" || activations == "fp16",
            command + ": --activations must be fp32, bf16 or fp16, got '" + activations + "'");
   if (activations == "fp32") return DType::kFloat32;
   // 16-bit activations are stored in the working params' own type.
   const DType storage = activations == "bf16" ? DType::kBf16 : DType::kFloat16;
-  ZT_CHECK(working_dtype(parse_precision(precision)) == storage,
+  ZT_CHECK(working_dtype(precision) == storage,
            command + ": --activations " + activations + " needs --precision " + activations +
-               " (this run's precision is " + precision + ")");
+               " (this run's precision is " + precision_name(precision) + ")");
   return storage;
 }
 

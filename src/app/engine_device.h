@@ -45,7 +45,7 @@ AttentionRequest resolve_attention_request(const std::string& attention, const s
 
 // --activations: kFloat32, kBf16 or kFloat16; a 16-bit type is refused (naming `command`) unless
 // it is the precision's working type. Not collective.
-DType parse_activation_storage(const std::string& activations, const std::string& precision,
+DType parse_activation_storage(const std::string& activations, Precision precision,
                                const std::string& command);
 
 // The micro-batch's attention and what was asked for it; the CUDA backend resolves the request

@@ -7,6 +7,9 @@
 #include <sstream>
 #include <vector>
 
+#include "app/engine_device.h"
+#include "model/layout.h"
+#include "model/trainable.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -148,6 +151,25 @@ int64_t auto_overlap_bytes(int64_t planned_host_bytes, int local_size) {
   if (kib < 0 || local_size < 1) return 0;
   const int64_t per_rank = kib * 1024 / local_size;
   return std::max<int64_t>(0, per_rank - planned_host_bytes) / 2;
+}
+
+EngineSpec resolve_engine_spec(const EngineOptions& o, const ModelConfig& model,
+                               const std::string& command) {
+  EngineSpec spec;
+  spec.model = model;
+  spec.model.lora = resolve_lora_spec(o.lora);
+  std::vector<std::string> trainable = o.trainable;
+  for (const std::string& p : modules_to_save_patterns(spec.model.lora)) trainable.push_back(p);
+  spec.trainable = TrainableSet::from_patterns(ParamLayout(spec.model), trainable, o.freeze);
+  spec.zero = o.zero;
+  spec.precision = o.precision;
+  spec.activation_storage = parse_activation_storage(o.activations, spec.precision, command);
+  spec.micro_batch = o.micro_batch;
+  spec.seq_len = o.seq_len;
+  spec.grad_accum = o.grad_accum;
+  spec.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
+  spec.offload = o.offload.resolved();
+  return spec;
 }
 
 }  // namespace zt

@@ -6,9 +6,11 @@
 #include <string>
 
 #include "app/cli.h"
+#include "app/lora_options.h"
 #include "comm/collective_outcome.h"  // run_collectively (lives in the core library)
 #include "comm/communicator.h"
 #include "engine/activation_checkpointing.h"  // parse_activation_checkpointing (moved there)
+#include "engine/engine_spec.h"
 #include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/config.h"
@@ -58,6 +60,30 @@ struct OffloadOptions {
   OffloadConfig resolved() const;
 };
 void add_offload_options(po::options_description& options, OffloadOptions& offload);
+
+// The options train and estimate share that decide the engine a run builds: the micro-batch's
+// shape, --precision, --activations, ZeRO, checkpointing, offload, --trainable / --freeze and the
+// LoRA options. Defaults are train's; estimate sets its own.
+struct EngineOptions {
+  int64_t micro_batch = 4, grad_accum = 1, seq_len = 256;
+  Precision precision = Precision::kBf16;  // --precision bf16 | fp16 | fp32
+  std::string activations = "fp32";        // --activations fp32 | bf16 | fp16 (storage)
+  ZeroConfig zero;
+  std::string activation_checkpointing = "none";  // none | selective | full | every:K
+  bool cpu_checkpointing = false;
+  OffloadOptions offload;  // --offload-optimizer, --offload-param, --nvme-path, ...
+  // --trainable / --freeze: regular expressions over tensor names (model/trainable.h).
+  std::vector<std::string> trainable, freeze;
+  LoraOptions lora;  // --lora-rank, --lora-config, ... (app/lora_options.h)
+};
+
+// The engine these options build for `model`, the one resolution train and estimate share: the
+// strings parsed, the LoRA adapters added to the model, and the trainable set (--trainable,
+// --freeze and the adapters' modules_to_save) made on its layout. Errors name `command`'s option.
+// The AdamW and loss-scale settings are train's own (left at their defaults here); not validated
+// (EngineSpec::validate).
+EngineSpec resolve_engine_spec(const EngineOptions& o, const ModelConfig& model,
+                               const std::string& command);
 
 // --offload-optimizer-overlap auto: the host bytes one rank's kept state may take, half of what
 // the host's available memory (/proc/meminfo's MemAvailable, shared by `local_size` ranks) leaves

@@ -9,8 +9,11 @@
 #include "app/cli.h"
 #include "app/engine_device.h"
 #include "app/kernel_profiling.h"
+#include "engine/lr_schedule.h"
 #include "io/fs_util.h"
 #include "model/config.h"
+#include "model/layout.h"
+#include "model/trainable.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -99,23 +102,9 @@ void validate_settings(const TrainOptions& o) {
   for (auto [beta, name] : {std::pair{o.optim.beta1, "beta1"}, {o.optim.beta2, "beta2"}})
     ZT_CHECK(beta >= 0 && beta < 1, std::string(kCommand) + ": --" + name +
                                         " must be in [0, 1), got " + std::to_string(beta));
-  ZT_CHECK(o.zero.stage >= 0 && o.zero.stage <= 3, std::string(kCommand) +
-                                                       ": --zero-stage must be 0, 1, 2 or 3, got " +
-                                                       std::to_string(o.zero.stage));
-  check_positive(static_cast<double>(o.zero.reduce_bucket_size), "reduce-bucket-size", kCommand);
-  check_positive(static_cast<double>(o.zero.allgather_bucket_size), "allgather-bucket-size",
-                 kCommand);
-  check_positive(static_cast<double>(o.zero.prefetch_bucket_size), "prefetch-bucket-size",
-                 kCommand);
-  check_positive(static_cast<double>(o.zero.max_live_parameters), "max-live-parameters", kCommand);
-  for (auto [v, name] :
-       {std::pair{o.zero.param_persistence_threshold, "param-persistence-threshold"},
-        {o.zero.max_reuse_distance, "max-reuse-distance"}})
-    ZT_CHECK(v >= 0,
-             std::string(kCommand) + ": --" + name + " must be >= 0, got " + std::to_string(v));
-  o.zero.validate();
+  o.zero.validate();  // names each ZeRO option and its DeepSpeed key
   validate_schedule(o.optim);
-  const Precision precision = parse_precision(o.precision);
+  const Precision precision = o.precision;
   resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
   if (precision == Precision::kFp16) {
     o.loss_scale.validate();
@@ -125,11 +114,11 @@ void validate_settings(const TrainOptions& o) {
                  ": --loss-scale, --initial-scale-power, --loss-scale-window, --hysteresis, "
                  "--consecutive-hysteresis and --min-loss-scale apply to --precision fp16 only "
                  "(this run's precision is " +
-                 o.precision + ")");
+                 precision_name(o.precision) + ")");
   }
   resolve_attention_request(o.attention, o.backend, kCommand);
   check_document_masking_value(o.document_masking, kCommand);
-  parse_activation_storage(o.activations, o.precision, kCommand);
+  parse_activation_storage(o.activations, precision, kCommand);
   parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.offload.resolved().validate(o.zero.stage);
@@ -161,9 +150,9 @@ nlohmann::json TrainOptions::to_json() const {
           {"eps", json_number(optim.eps)},
           {"weight_decay", json_number(optim.weight_decay)},
           {"clip", json_number(optim.clip)},
-          {"precision", precision},
+          {"precision", precision_name(precision)},
           {"loss_scaling",
-           precision != "fp16"
+           precision != Precision::kFp16
                ? nlohmann::json(nullptr)
                : nlohmann::json{{"loss_scale", loss_scale.loss_scale},
                                 {"initial_scale_power", loss_scale.initial_scale_power},
@@ -208,22 +197,12 @@ nlohmann::json TrainOptions::to_json() const {
           {"resume", checkpoint.resume}};
 }
 
-// Returns false when --help was printed.
-bool parse_train_options(int argc, char** argv, TrainOptions& o) {
-  po::options_description opts("train options");
-  const auto flag = bool_flag;
+namespace {
+
+// AdamW and its learning-rate schedule: --lr, --min-lr, the warmup, --lr-schedule, the betas,
+// epsilon, weight decay and clipping.
+void add_optimizer_options(po::options_description& opts, TrainOptions& o) {
   auto add = opts.add_options();
-  add("model", po::value(&o.model_dir), "model directory to start from (or --preset)");
-  add("preset", po::value(&o.preset), "start from a fresh preset model: tiny, small, 125m, ...");
-  add("data", po::value(&o.data), "token dataset (HDF5, /tokens)");
-  add("out", po::value(&o.out), "output directory");
-  add("overwrite", flag(&o.overwrite, false), "allow a non-empty --out");
-  add("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
-  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
-      "sequences per micro-batch per rank");
-  add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
-      "micro-batches per optimizer step");
-  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
   add("lr", decimal_option(&o.optim.lr), "peak learning rate");
   add("min-lr", decimal_option(&o.optim.min_lr),
       "floor of the decay (cosine, WarmupDecayLR, WarmupCosineLR); when not given and --lr is "
@@ -244,9 +223,30 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("weight-decay", decimal_option(&o.optim.weight_decay),
       "decoupled weight decay (not on norms and the embedding)");
   add("clip", decimal_option(&o.optim.clip), "global gradient-norm clip (<= 0 disables)");
+}
+
+}  // namespace
+
+// Returns false when --help was printed.
+bool parse_train_options(int argc, char** argv, TrainOptions& o) {
+  po::options_description opts("train options");
+  const auto flag = bool_flag;
+  auto add = opts.add_options();
+  add("model", po::value(&o.model_dir), "model directory to start from (or --preset)");
+  add("preset", po::value(&o.preset), "start from a fresh preset model: tiny, small, 125m, ...");
+  add("data", po::value(&o.data), "token dataset (HDF5, /tokens)");
+  add("out", po::value(&o.out), "output directory");
+  add("overwrite", flag(&o.overwrite, false), "allow a non-empty --out");
+  add("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
+  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
+      "sequences per micro-batch per rank");
+  add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
+      "micro-batches per optimizer step");
+  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
+  add_optimizer_options(opts, o);
   add("seed", po::value(&o.seed)->default_value(o.seed),
       "seed of the data order and of --preset init");
-  add("precision", po::value(&o.precision)->default_value(o.precision),
+  add("precision", precision_value(&o.precision),
       "bf16 | fp16 (dynamic loss scaling; CPU backend) | fp32");
   add_loss_scale_options(opts, o.loss_scale);
   add("backend", po::value(&o.backend)->default_value(o.backend),
@@ -321,6 +321,13 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
 void validate(const TrainOptions& o) {
   validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set,
                                  [&] { validate_settings(o); });
+}
+
+EngineSpec engine_spec(const TrainOptions& o, const ModelConfig& model) {
+  EngineSpec spec = resolve_engine_spec(o, model, kCommand);
+  spec.optim = o.optim;
+  spec.loss_scale = o.loss_scale;
+  return spec;
 }
 
 void check_run_size(const TrainOptions& o, int world) {

@@ -12,6 +12,7 @@
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "comm/communicator.h"
+#include "engine/engine_spec.h"
 #include "engine/estimator.h"
 #include "engine/loss_scaler.h"
 #include "engine/zero_config.h"
@@ -20,26 +21,22 @@ namespace zt {
 
 inline constexpr const char* kTrainCommand = "train";
 
-struct TrainOptions {
+// Besides the engine's options (EngineOptions, app/run_setup.h):
+struct TrainOptions : EngineOptions {
   std::string model_dir, preset, data, out;
   bool overwrite = false;
-  int64_t steps = 100, micro_batch = 4, grad_accum = 1, seq_len = 256;
+  int64_t steps = 100;
   int64_t seed = 1234;
   AdamWConfig optim;
   std::string lr_schedule = "cosine", warmup_type = "linear";  // --lr-schedule, --warmup-type
-  std::string precision = "bf16";                              // --precision bf16 | fp16 | fp32
   // fp16 loss scaling (--loss-scale, --initial-scale-power, ...; DeepSpeed's fp16 block);
   // loss_scale_given: one of those options was on the command line.
   LossScaleConfig loss_scale;
   bool loss_scale_given = false;
-  std::string backend = "auto";      // --backend cpu | cuda | auto
-  std::string attention = "auto";    // --attention gemm | fused | auto (CUDA backend)
-  std::string activations = "fp32";  // --activations fp32 | bf16 | fp16 (activation storage)
+  std::string backend = "auto";    // --backend cpu | cuda | auto
+  std::string attention = "auto";  // --attention gemm | fused | auto (CUDA backend)
   // --document-masking auto | on | off; once the dataset is open, the mode that runs (on | off).
   std::string document_masking = "auto";
-  ZeroConfig zero;
-  std::string activation_checkpointing = "none";
-  bool cpu_checkpointing = false;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
   double device_memory_limit_gib = 0;  // --device-memory-limit: 0 = the device's own size
   int64_t eval_batches = 0;
@@ -47,11 +44,7 @@ struct TrainOptions {
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
   std::string profile_steps;   // --profile-steps A:B: kernel profile of steps A..B ("" = off)
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
-  OffloadOptions offload;      // --offload-optimizer, --offload-param, --nvme-path, ...
-  // --trainable / --freeze: regular expressions over tensor names (model/trainable.h).
-  std::vector<std::string> trainable, freeze;
-  LoraOptions lora;       // --lora-rank, --lora-config, ... (app/lora_options.h)
-  std::string deepspeed;  // --deepspeed FILE
+  std::string deepspeed;       // --deepspeed FILE
   // The file's train_batch_size rule (applied once the world size is known) and the options it
   // set (named in validation errors).
   AppliedDeepSpeedFile from_deepspeed;
@@ -63,6 +56,9 @@ struct TrainOptions {
 bool parse_train_options(int argc, char** argv, TrainOptions& o);
 // Throws zt::Error naming the option whose value is out of range.
 void validate(const TrainOptions& o);
+// The engine train builds for `model`: resolve_engine_spec with train's AdamW and loss scaling.
+// The values were checked by validate().
+EngineSpec engine_spec(const TrainOptions& o, const ModelConfig& model);
 // Once the world size is known: the tokens of a micro-batch fit 32-bit GEMM dimensions and
 // those of the whole run fit the int64 counters. Throws zt::Error naming the options.
 void check_run_size(const TrainOptions& o, int world);

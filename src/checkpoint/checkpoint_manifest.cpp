@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "engine/engine_types.h"
+#include "engine/lr_schedule.h"
 #include "io/fs_util.h"
 #include "util/crc32c.h"
 #include "util/decimal.h"
@@ -196,88 +197,60 @@ nlohmann::json CheckpointManifest::to_json() const {
   return j;
 }
 
-CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
-                                                 const std::string& source) {
-  CheckpointManifest m;
-  try {
-    ZT_CHECK(j.value("format", "") == "zerotrain-checkpoint",
-             source + ": not a zerotrain checkpoint manifest");
-    m.format_version = j.at("format_version").get<int>();
-    ZT_CHECK(m.format_version >= 1 && m.format_version <= kCheckpointFormatVersion,
-             source + ": checkpoint format version " + std::to_string(m.format_version) +
-                 ", this build reads versions 1 to " + std::to_string(kCheckpointFormatVersion));
-    if (m.format_version >= 2) {
-      ZT_CHECK(j.contains("manifest_crc32c"), source + ": the manifest has no manifest_crc32c");
-      nlohmann::json rest = j;
-      rest.erase("manifest_crc32c");
-      ZT_CHECK(j.at("manifest_crc32c") == manifest_crc(rest),
-               source +
-                   ": the manifest's CRC-32C does not match its content (it was edited or "
-                   "damaged); refusing to read it");
-    }
-    m.metrics_line = j.value("metrics_line", nlohmann::json());
-    if (j.contains("loss_scaling")) {
-      const nlohmann::json& ls = j.at("loss_scaling");
-      m.loss_scaling.skipped_steps = ls.at("skipped_steps").get<int64_t>();
-      ZT_CHECK(m.loss_scaling.skipped_steps >= 0,
-               source + ": loss_scaling.skipped_steps must be >= 0");
-      if (ls.contains("scaler")) {
-        const nlohmann::json& sc = ls.at("scaler");
-        LossScaler::State& st = m.loss_scaling.scaler;
-        m.loss_scaling.has_scaler = true;
-        st.cur_scale = sc.at("cur_scale").get<double>();
-        st.cur_iter = sc.at("cur_iter").get<int64_t>();
-        st.last_overflow_iter = sc.at("last_overflow_iter").get<int64_t>();
-        st.cur_hysteresis = sc.at("cur_hysteresis").get<int>();
-        const nlohmann::json& cc = ls.at("config");
-        LossScaleConfig& c = m.loss_scaling.config;
-        c.loss_scale = cc.at("loss_scale").get<double>();
-        c.initial_scale_power = cc.at("initial_scale_power").get<int>();
-        c.loss_scale_window = cc.at("loss_scale_window").get<int64_t>();
-        c.hysteresis = cc.at("hysteresis").get<int>();
-        c.consecutive_hysteresis = cc.at("consecutive_hysteresis").get<bool>();
-        c.min_loss_scale = cc.at("min_loss_scale").get<double>();
-        ZT_CHECK(std::isfinite(st.cur_scale) && st.cur_scale > 0,
-                 source + ": loss_scaling.scaler.cur_scale must be a positive number");
-      }
-    }
-    m.progress.step = j.at("step").get<int64_t>();
-    m.progress.tokens_seen = j.at("tokens_seen").get<int64_t>();
-    m.progress.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();
-    m.progress.cursor.position = j.at("data_cursor").at("position").get<int64_t>();
-    m.world_size = j.at("world_size").get<int>();
-    m.zero_stage = j.at("zero_stage").get<int>();
-    m.precision = j.at("precision").get<std::string>();
-    m.model_config = j.at("model_config");
-    m.config_fingerprint = j.at("config_fingerprint").get<std::string>();
-    try {
-      m.hyper = TrainingHyperparameters::from_json(j.at("hyperparameters"));
-    } catch (const Error& e) {  // a value out of its set (an unknown schedule name)
-      fail(source + ": malformed checkpoint manifest: " + e.what());
-    }
-    for (const auto& g : j.at("groups")) {
-      CheckpointGroup group;
-      group.numel = g.at("numel").get<int64_t>();
-      group.shard = g.at("shard").get<int64_t>();
-      for (const auto& r : g.at("file_ranges"))
-        group.ranges.push_back({r.at(0).get<int64_t>(), r.at(1).get<int64_t>()});
-      m.groups.push_back(std::move(group));
-    }
-    for (const auto& t : j.at("tensors"))
-      m.tensors.push_back({t.at("name").get<std::string>(), t.at("group").get<int>(),
-                           t.at("offset").get<int64_t>(), t.at("shape").get<std::vector<int64_t>>(),
-                           t.value("frozen", false)});
-    for (const auto& f : j.at("files")) {
-      const std::string hex = f.at("crc32c").get<std::string>();
-      m.files.push_back({f.at("name").get<std::string>(),
-                         static_cast<uint32_t>(std::strtoul(hex.c_str(), nullptr, 16)),
-                         f.at("bytes").get<uint64_t>()});
-    }
-  } catch (const nlohmann::json::exception& e) {
-    fail(source + ": malformed checkpoint manifest: " + e.what());
+namespace {
+
+// The manifest's "loss_scaling" object: the steps skipped on overflow and the fp16 scaler.
+LossScalingProgress read_loss_scaling(const nlohmann::json& ls, const std::string& source) {
+  LossScalingProgress s;
+  s.skipped_steps = ls.at("skipped_steps").get<int64_t>();
+  ZT_CHECK(s.skipped_steps >= 0, source + ": loss_scaling.skipped_steps must be >= 0");
+  if (ls.contains("scaler")) {
+    const nlohmann::json& sc = ls.at("scaler");
+    LossScaler::State& st = s.scaler;
+    s.has_scaler = true;
+    st.cur_scale = sc.at("cur_scale").get<double>();
+    st.cur_iter = sc.at("cur_iter").get<int64_t>();
+    st.last_overflow_iter = sc.at("last_overflow_iter").get<int64_t>();
+    st.cur_hysteresis = sc.at("cur_hysteresis").get<int>();
+    const nlohmann::json& cc = ls.at("config");
+    LossScaleConfig& c = s.config;
+    c.loss_scale = cc.at("loss_scale").get<double>();
+    c.initial_scale_power = cc.at("initial_scale_power").get<int>();
+    c.loss_scale_window = cc.at("loss_scale_window").get<int64_t>();
+    c.hysteresis = cc.at("hysteresis").get<int>();
+    c.consecutive_hysteresis = cc.at("consecutive_hysteresis").get<bool>();
+    c.min_loss_scale = cc.at("min_loss_scale").get<double>();
+    ZT_CHECK(std::isfinite(st.cur_scale) && st.cur_scale > 0,
+             source + ": loss_scaling.scaler.cur_scale must be a positive number");
   }
-  // Internal consistency: counts are non-negative, one file per rank, each group's ranges tile
-  // [0, numel), each tensor lies inside its group.
+  return s;
+}
+
+// The manifest's groups, tensors and rank files.
+void read_layout(const nlohmann::json& j, CheckpointManifest& m) {
+  for (const auto& g : j.at("groups")) {
+    CheckpointGroup group;
+    group.numel = g.at("numel").get<int64_t>();
+    group.shard = g.at("shard").get<int64_t>();
+    for (const auto& r : g.at("file_ranges"))
+      group.ranges.push_back({r.at(0).get<int64_t>(), r.at(1).get<int64_t>()});
+    m.groups.push_back(std::move(group));
+  }
+  for (const auto& t : j.at("tensors"))
+    m.tensors.push_back({t.at("name").get<std::string>(), t.at("group").get<int>(),
+                         t.at("offset").get<int64_t>(), t.at("shape").get<std::vector<int64_t>>(),
+                         t.value("frozen", false)});
+  for (const auto& f : j.at("files")) {
+    const std::string hex = f.at("crc32c").get<std::string>();
+    m.files.push_back({f.at("name").get<std::string>(),
+                       static_cast<uint32_t>(std::strtoul(hex.c_str(), nullptr, 16)),
+                       f.at("bytes").get<uint64_t>()});
+  }
+}
+
+// Internal consistency: counts are non-negative, one file per rank, each group's ranges tile
+// [0, numel), each tensor lies inside its group.
+void check_consistency(const CheckpointManifest& m, const std::string& source) {
   const TrainingProgress& p = m.progress;
   ZT_CHECK(p.step >= 0 && p.tokens_seen >= 0 && p.cursor.epoch >= 0 && p.cursor.position >= 0,
            source + ": negative step, tokens_seen or data_cursor (step " + int_text(p.step) +
@@ -320,6 +293,51 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
                                                std::to_string(g) + " do not cover its " +
                                                std::to_string(group.numel) + " elements once");
   }
+}
+
+}  // namespace
+
+CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
+                                                 const std::string& source) {
+  CheckpointManifest m;
+  try {
+    ZT_CHECK(j.value("format", "") == "zerotrain-checkpoint",
+             source + ": not a zerotrain checkpoint manifest");
+    m.format_version = j.at("format_version").get<int>();
+    ZT_CHECK(m.format_version >= 1 && m.format_version <= kCheckpointFormatVersion,
+             source + ": checkpoint format version " + std::to_string(m.format_version) +
+                 ", this build reads versions 1 to " + std::to_string(kCheckpointFormatVersion));
+    if (m.format_version >= 2) {
+      ZT_CHECK(j.contains("manifest_crc32c"), source + ": the manifest has no manifest_crc32c");
+      nlohmann::json rest = j;
+      rest.erase("manifest_crc32c");
+      ZT_CHECK(j.at("manifest_crc32c") == manifest_crc(rest),
+               source +
+                   ": the manifest's CRC-32C does not match its content (it was edited or "
+                   "damaged); refusing to read it");
+    }
+    m.metrics_line = j.value("metrics_line", nlohmann::json());
+    if (j.contains("loss_scaling"))
+      m.loss_scaling = read_loss_scaling(j.at("loss_scaling"), source);
+    m.progress.step = j.at("step").get<int64_t>();
+    m.progress.tokens_seen = j.at("tokens_seen").get<int64_t>();
+    m.progress.cursor.epoch = j.at("data_cursor").at("epoch").get<int64_t>();
+    m.progress.cursor.position = j.at("data_cursor").at("position").get<int64_t>();
+    m.world_size = j.at("world_size").get<int>();
+    m.zero_stage = j.at("zero_stage").get<int>();
+    m.precision = j.at("precision").get<std::string>();
+    m.model_config = j.at("model_config");
+    m.config_fingerprint = j.at("config_fingerprint").get<std::string>();
+    try {
+      m.hyper = TrainingHyperparameters::from_json(j.at("hyperparameters"));
+    } catch (const Error& e) {  // a value out of its set (an unknown schedule name)
+      fail(source + ": malformed checkpoint manifest: " + e.what());
+    }
+    read_layout(j, m);
+  } catch (const nlohmann::json::exception& e) {
+    fail(source + ": malformed checkpoint manifest: " + e.what());
+  }
+  check_consistency(m, source);
   return m;
 }
 

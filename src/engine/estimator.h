@@ -9,11 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/offload/offload_config.h"
-#include "engine/zero_config.h"
-#include "model/config.h"
-#include "model/llama.h"
-#include "model/trainable.h"
+#include "engine/engine_spec.h"
 
 namespace zt {
 
@@ -43,12 +39,8 @@ struct MemoryEstimate {
 // shards in the host pool and adds their device staging copies while gathers are in flight.
 // Frozen tensors (`trainable`, model/trainable.h): groups with none trainable keep working params
 // only, and the stage-3 pass stops its backward at the lowest group that trains.
-// Throws if the offload configuration is not valid at zero.stage (OffloadConfig::validate).
-MemoryEstimate estimate_memory(const ModelConfig& model, int world, const ZeroConfig& zero,
-                               Precision precision, int64_t micro_batch, int64_t seq_len,
-                               const ActivationCheckpointing& ac, const OffloadConfig& offload = {},
-                               int64_t grad_accum = 1, DType activation_storage = DType::kFloat32,
-                               const TrainableSet& trainable = {});
+// `spec` is validated (EngineSpec::validate); world is the number of data-parallel ranks.
+MemoryEstimate estimate_memory(const EngineSpec& spec, int world);
 
 // docs/ARCHITECTURE.md §4 model states per rank with k-byte working params (k = 2 for bf16):
 // stage 0 (k+16)Ψ, 1 (k+4)Ψ + 12Ψ/N, 2 kΨ + 16Ψ/N, 3 (k+16)Ψ/N — i.e. 18Ψ, 6Ψ+12Ψ/N,
@@ -93,13 +85,9 @@ struct FitRecommendation {
   std::vector<FitCandidate> candidates;
   int chosen = -1;
 };
-FitRecommendation recommend_configuration(const ModelConfig& model, int world,
-                                          const ZeroConfig& zero, Precision precision,
-                                          int64_t micro_batch, int64_t seq_len, int64_t grad_accum,
-                                          const ActivationCheckpointing& requested,
-                                          int64_t device_bytes,
-                                          DType activation_storage = DType::kFloat32,
-                                          const TrainableSet& trainable = {});
+// spec.ac is the requested policy; each candidate sets its own stage and offload (none, or the
+// CPU offload of its row) and keeps every other setting of `spec`.
+FitRecommendation recommend_configuration(const EngineSpec& spec, int world, int64_t device_bytes);
 
 // "params 0.01 GiB, grads 0.01 GiB, optimizer 0.03 GiB, activations 0.40 GiB (largest),
 // buffers 0.01 GiB": the device categories of an estimate, for messages.
@@ -116,11 +104,8 @@ struct MaxMicroBatch {
 };
 // outside_bytes(b): device bytes a micro-batch of b needs outside the categories (a backend's
 // own scratch, growing with b), counted against device_bytes too; none when empty.
-MaxMicroBatch max_micro_batch(const ModelConfig& model, int world, const ZeroConfig& zero,
-                              Precision precision, int64_t seq_len,
-                              const ActivationCheckpointing& ac, const OffloadConfig& offload,
-                              int64_t grad_accum, DType activation_storage, int64_t device_bytes,
-                              const TrainableSet& trainable = {},
+// spec.micro_batch is what the search varies.
+MaxMicroBatch max_micro_batch(const EngineSpec& spec, int world, int64_t device_bytes,
                               const std::function<int64_t(int64_t)>& outside_bytes = {});
 
 }  // namespace zt

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/zero_config.h"
 #include "util/error.h"
 
 namespace zt {

@@ -13,12 +13,12 @@
 // then WarmupLR holds lr; WarmupDecayLR decays linearly to min_lr (its warmup_min_lr) at i = S;
 // WarmupCosineLR follows min_lr + (lr − min_lr)·½(1 + cos(π·p)), p = min(1, (i − W' + 1)/(S − W')).
 #pragma once
+#include <cstdint>
 #include <string>
 
-namespace zt {
+#include "engine/adamw_config.h"
 
-enum class LrScheduleKind { kCosine, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
-enum class WarmupShape { kLinear, kLog };
+namespace zt {
 
 // "cosine" | "WarmupLR" | "WarmupDecayLR" | "WarmupCosineLR"; `what` names the option in errors.
 LrScheduleKind parse_lr_schedule(const std::string& s, const std::string& what);
@@ -26,5 +26,11 @@ const char* lr_schedule_name(LrScheduleKind k);
 // "linear" | "log"
 WarmupShape parse_warmup_shape(const std::string& s, const std::string& what);
 const char* warmup_shape_name(WarmupShape w);
+
+// The scheduled learning rate of 1-based `step` in a run of `total_steps` (above); the
+// schedule spans c.schedule_steps when set, else total_steps.
+float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps);
+// Throws naming the option (`--lr-schedule`, ...) when the schedule settings contradict.
+void validate_schedule(const AdamWConfig& c);
 
 }  // namespace zt

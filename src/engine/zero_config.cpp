@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "comm/rank_tree_schedule.h"
+#include "engine/stage_traits.h"
 #include "util/error.h"
 
 namespace zt {
@@ -40,9 +41,7 @@ DType working_dtype(Precision p) {
 
 void ZeroConfig::validate() const {
   // Named as both: the command-line option and the DeepSpeed key it maps.
-  ZT_CHECK(
-      stage >= 0 && stage <= 3,
-      "--zero-stage (zero_optimization.stage) must be 0, 1, 2 or 3, got " + std::to_string(stage));
+  StageTraits::of(stage);  // the stage's range, named as the option and the key
   auto positive = [](int64_t v, const char* option, const char* key) {
     ZT_CHECK(v > 0, std::string("--") + option + " (zero_optimization." + key +
                         ") must be positive, got " + std::to_string(v));
@@ -69,17 +68,6 @@ void check_world_invariant_shape(int world, int64_t grad_accum) {
            "--world-invariant needs a power-of-two number of micro-batches per rank "
            "(gradient_accumulation_steps); got " +
                std::to_string(grad_accum));
-}
-
-AdamWHyper adamw_hyper(const AdamWConfig& c, float lr, int64_t step, float grad_scale) {
-  AdamWHyper h;
-  h.lr = lr;
-  h.beta1 = c.beta1;
-  h.beta2 = c.beta2;
-  h.eps = c.eps;
-  h.step = step;
-  h.grad_scale = grad_scale;
-  return h;
 }
 
 }  // namespace zt

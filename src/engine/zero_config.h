@@ -1,10 +1,11 @@
-// ZeRO engine configuration (DeepSpeed's zero_optimization keys) and training precision.
+// ZeRO engine configuration (DeepSpeed's zero_optimization keys) and training precision; the
+// optimizer's settings are engine/adamw_config.h.
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "backend/backend.h"
-#include "engine/lr_schedule.h"
+#include "engine/adamw_config.h"
 
 namespace zt {
 
@@ -44,31 +45,5 @@ struct ZeroConfig {
 // World-invariant training needs a power-of-two number of ranks and of micro-batches per rank
 // (the tree over a step's micro-batches); throws naming the one that is not.
 void check_world_invariant_shape(int world, int64_t grad_accum);
-
-struct AdamWConfig {
-  float lr = 3e-4f;          // peak learning rate
-  float min_lr = 3e-5f;      // floor of the decay (cosine, WarmupDecayLR, WarmupCosineLR)
-  int64_t warmup_steps = 0;  // warmup length (lr_schedule.h)
-  LrScheduleKind schedule = LrScheduleKind::kCosine;
-  WarmupShape warmup_shape = WarmupShape::kLinear;  // log: DeepSpeed schedules only
-  float warmup_start_lr = 0.0f;                     // the warmup starts here
-  int64_t schedule_steps = 0;                       // the schedule's length S; 0: the run's --steps
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;  // not applied to norms and the embedding
-  float clip = 1.0f;          // global-norm clipping; <= 0 disables
-};
-
-// The backend's AdamW arguments for one step: the configuration's betas and epsilon, the step's
-// learning rate, the 1-based step (bias correction) and the clipping factor. Weight decay is set
-// per segment by the caller (norms and the embedding are not decayed).
-AdamWHyper adamw_hyper(const AdamWConfig& c, float lr, int64_t step, float grad_scale);
-
-// The scheduled learning rate of 1-based `step` in a run of `total_steps` (lr_schedule.h); the
-// schedule spans c.schedule_steps when set, else total_steps.
-float learning_rate_at(const AdamWConfig& c, int64_t step, int64_t total_steps);
-// Throws naming the option (`--lr-schedule`, ...) when the schedule settings contradict.
-void validate_schedule(const AdamWConfig& c);
 
 }  // namespace zt

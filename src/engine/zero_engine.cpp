@@ -9,27 +9,19 @@
 
 namespace zt {
 
-ZeroEngine::ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
-                       const AdamWConfig& optim, Backend& backend, Communicator& comm,
-                       MemoryTracker& memory, int64_t micro_batch, int64_t seq_len,
-                       ActivationCheckpointing ac, const OffloadConfig& offload,
-                       Communicator* host_comm, DType activation_storage,
-                       const TrainableSet& trainable, const LossScaleConfig& loss_scale)
-    : model_(model, backend, memory, micro_batch, seq_len, ac, 0, activation_storage),
-      impl_(std::make_unique<Impl>(*this, zero, precision, optim, backend, comm,
+ZeroEngine::ZeroEngine(const EngineSpec& spec, Backend& backend, Communicator& comm,
+                       MemoryTracker& memory, Communicator* host_comm)
+    : model_(spec.model, backend, memory, spec.micro_batch, spec.seq_len, spec.ac, 0,
+             spec.activation_storage),
+      impl_(std::make_unique<Impl>(*this, spec.zero, spec.precision, spec.optim, backend, comm,
                                    host_comm ? *host_comm : comm, memory)) {
-  zero.validate();
-  offload.validate(zero.stage);
-  ZT_CHECK(
-      trainable.all_train() || trainable.frozen_flags().size() == model_.layout().tensors().size(),
-      "ZeroEngine: the trainable set is for another model");
-  model_.set_trainable(trainable);
-  impl_->offload = offload;
-  if (precision == Precision::kFp16) impl_->scaler = std::make_unique<LossScaler>(loss_scale);
+  model_.set_trainable(spec.trainable);
+  impl_->offload = spec.offload;
+  if (spec.precision == Precision::kFp16)
+    impl_->scaler = std::make_unique<LossScaler>(spec.loss_scale);
   const int64_t N = comm.world_size();
-  if (zero.world_invariant) check_world_invariant_shape(static_cast<int>(N), 1);
   for (const GroupInfo& g : model_.layout().groups())
-    parts_.push_back(GroupPartition::of(g.numel, N, zero.shard_alignment()));
+    parts_.push_back(GroupPartition::of(g.numel, N, spec.zero.shard_alignment()));
   impl_->allocate();
 }
 

@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "engine/engine_spec.h"
 #include "engine/engine_types.h"
 #include "engine/loss_scaler.h"
 #include "engine/offload/offload_config.h"
@@ -34,12 +35,10 @@ namespace zt {
 
 class ZeroEngine {
  public:
-  ZeroEngine(const ModelConfig& model, const ZeroConfig& zero, Precision precision,
-             const AdamWConfig& optim, Backend& backend, Communicator& comm, MemoryTracker& memory,
-             int64_t micro_batch, int64_t seq_len, ActivationCheckpointing ac,
-             const OffloadConfig& offload = {}, Communicator* host_comm = nullptr,
-             DType activation_storage = DType::kFloat32, const TrainableSet& trainable = {},
-             const LossScaleConfig& loss_scale = {});
+  // The engine `spec` describes (validated: EngineSpec::validate) on the ranks of `comm`, the
+  // data-plane communicator; `host_comm` carries host buffers (null: `comm` carries both).
+  ZeroEngine(const EngineSpec& spec, Backend& backend, Communicator& comm, MemoryTracker& memory,
+             Communicator* host_comm = nullptr);
   ~ZeroEngine();
 
   const ParamLayout& layout() const { return model_.layout(); }

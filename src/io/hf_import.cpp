@@ -57,13 +57,6 @@ std::string tied_head_note(const SafetensorsReader& head, const SafetensorsReade
 
 }  // namespace
 
-bool is_hf_checkpoint_dir(const std::string& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(fs::path(dir) / "config.json", ec) &&
-         (fs::is_regular_file(fs::path(dir) / kSafetensorsFile, ec) ||
-          fs::is_regular_file(fs::path(dir) / kSafetensorsIndexFile, ec));
-}
-
 HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out_dir,
                                uint64_t shard_limit_bytes, bool overwrite,
                                UnknownConfigKeys unknown) {

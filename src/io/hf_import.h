@@ -36,9 +36,6 @@ struct HfImportResult {
   int64_t rounded_tensors = 0;  // F16/F32 tensors rounded to bf16
 };
 
-// Whether `dir` looks like a Hugging Face checkpoint (config.json and safetensors weights).
-bool is_hf_checkpoint_dir(const std::string& dir);
-
 HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out_dir,
                                uint64_t shard_limit_bytes, bool overwrite,
                                UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);

@@ -1,6 +1,6 @@
 #include "io/model_dir.h"
 
-#include "io/hf_import.h"
+#include "io/safetensors.h"
 
 #include <unistd.h>
 

@@ -12,8 +12,6 @@
 #include <filesystem>
 
 #include "io/fs_util.h"
-#include "io/model_dir.h"
-#include "io/tokenizer_files.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #include "util/json_text.h"
@@ -27,14 +25,7 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-constexpr int64_t kExportChunkElems = int64_t{4} << 20;
 constexpr const char* kMetadataKey = "__metadata__";
-
-uint64_t numel_of(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t s : shape) n *= static_cast<uint64_t>(s);
-  return n;
-}
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -51,6 +42,22 @@ struct ReadOnlyFile {
   int fd;
 };
 
+}  // namespace
+
+size_t safetensors_dtype_size(const std::string& dtype) {
+  static const std::map<std::string, size_t> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"I16", 2}, {"U16", 2}, {"F16", 2}, {"BF16", 2},
+      {"I32", 4},  {"U32", 4}, {"F32", 4}, {"I64", 8}, {"U64", 8}, {"F64", 8}};
+  const auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+uint64_t safetensors_numel(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
 std::string safetensors_dtype_of(DType t) {
   switch (t) {
     case DType::kBf16:
@@ -60,16 +67,6 @@ std::string safetensors_dtype_of(DType t) {
     default:
       fail(std::string("no safetensors dtype for ") + dtype_name(t));
   }
-}
-
-}  // namespace
-
-size_t safetensors_dtype_size(const std::string& dtype) {
-  static const std::map<std::string, size_t> sizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"I16", 2}, {"U16", 2}, {"F16", 2}, {"BF16", 2},
-      {"I32", 4},  {"U32", 4}, {"F32", 4}, {"I64", 8}, {"U64", 8}, {"F64", 8}};
-  const auto it = sizes.find(dtype);
-  return it == sizes.end() ? 0 : it->second;
 }
 
 std::string safetensors_header(std::vector<SafetensorsEntry>& tensors,
@@ -82,7 +79,7 @@ std::string safetensors_header(std::vector<SafetensorsEntry>& tensors,
     ZT_CHECK(t.name != kMetadataKey && !header.contains(t.name),
              "tensor name '" + t.name + "' is reserved or repeated");
     t.begin = offset;
-    t.end = offset + numel_of(t.shape) * size;
+    t.end = offset + safetensors_numel(t.shape) * size;
     offset = t.end;
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
   }
@@ -207,7 +204,7 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     ZT_CHECK(size > 0, "'" + path_ + "': tensor '" + name + "' has unknown dtype " + t.dtype);
     for (int64_t s : t.shape)
       ZT_CHECK(s >= 0, "'" + path_ + "': tensor '" + name + "' has a negative dimension");
-    ZT_CHECK(t.end >= t.begin && t.end - t.begin == numel_of(t.shape) * size,
+    ZT_CHECK(t.end >= t.begin && t.end - t.begin == safetensors_numel(t.shape) * size,
              "'" + path_ + "': tensor '" + name + "': data_offsets [" + std::to_string(t.begin) +
                  ", " + std::to_string(t.end) + ") do not match its dtype and shape");
     tensors_.push_back(std::move(t));
@@ -290,94 +287,11 @@ std::map<std::string, std::string> safetensors_weight_map(const std::string& dir
   return map;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Export
-
-namespace {
-
-// Streams the tensors of one output file from the model directory.
-void write_safetensors_shard(ModelDirReader& model, const std::string& path,
-                             std::vector<SafetensorsEntry> tensors) {
-  SafetensorsFileWriter writer(path, std::move(tensors));
-  std::vector<uint8_t> buffer;
-  for (const SafetensorsEntry& t : writer.tensors()) {
-    const int64_t numel = static_cast<int64_t>(numel_of(t.shape));
-    const size_t size = safetensors_dtype_size(t.dtype);
-    for (int64_t done = 0; done < numel; done += kExportChunkElems) {
-      const int64_t n = std::min(kExportChunkElems, numel - done);
-      buffer.resize(static_cast<size_t>(n) * size);
-      if (t.dtype == "BF16")
-        model.read_tensor_range_bf16(t.name, done, n, reinterpret_cast<bf16_t*>(buffer.data()));
-      else
-        model.read_tensor_range_f32(t.name, done, n, reinterpret_cast<float*>(buffer.data()));
-      writer.append(buffer.data(), buffer.size());
-    }
-  }
-  writer.finish();
-}
-
-}  // namespace
-
-SafetensorsExport export_safetensors(const std::string& model_dir, const std::string& out_dir,
-                                     uint64_t max_shard_bytes, bool overwrite) {
-  const auto t0 = std::chrono::steady_clock::now();
-  ZT_CHECK(max_shard_bytes > 0, "export: the shard size limit must be positive");
-  ModelDirReader model(model_dir);
-  SafetensorsExport result;
-  result.dir = strip_trailing_slashes(out_dir);
-  check_output_dir_writable(result.dir, overwrite);
-
-  std::vector<SafetensorsEntry> all;
-  std::vector<uint64_t> bytes;
-  for (const TensorInfo& t : model.layout().tensors()) {
-    SafetensorsEntry e;
-    e.name = t.name;
-    e.dtype = safetensors_dtype_of(model.stored_dtype(t.name));
-    e.shape = t.shape;
-    bytes.push_back(numel_of(t.shape) * safetensors_dtype_size(e.dtype));
-    result.bytes += bytes.back();
-    all.push_back(std::move(e));
-  }
-  const std::vector<int> shard_of = plan_shards(bytes, max_shard_bytes);
-  const int num_shards = shard_of.empty() ? 1 : shard_of.back();
-
-  const std::string tmp = temp_sibling(result.dir);
+bool is_hf_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
-  fs::remove_all(tmp, ec);
-  if (!dir_parent(result.dir).empty()) fs::create_directories(dir_parent(result.dir), ec);
-  fs::create_directory(tmp, ec);
-  ZT_CHECK(!ec, "cannot create temporary directory '" + tmp + "': " + ec.message());
-  try {
-    std::map<std::string, std::string> weight_map;
-    for (int s = 1; s <= num_shards; ++s) {
-      const std::string file =
-          num_shards == 1 ? kSafetensorsFile : model_shard_file_name(s, num_shards, "safetensors");
-      std::vector<SafetensorsEntry> tensors;
-      for (size_t i = 0; i < all.size(); ++i)
-        if (shard_of[i] == s) {
-          tensors.push_back(all[i]);
-          weight_map[all[i].name] = file;
-        }
-      write_safetensors_shard(model, tmp + "/" + file, std::move(tensors));
-      result.files.push_back(file);
-    }
-    if (num_shards > 1)
-      write_weight_index_file(tmp + "/" + kSafetensorsIndexFile, weight_map, result.bytes);
-    // The model's tokenizer files, read from the model directory, appear with the export.
-    for (const auto& [name, text] : tokenizer_files_to_write(read_tokenizer_files(model_dir))) {
-      write_text_file(tmp + "/" + name, text);
-      result.tokenizer_files.push_back(name);
-    }
-    write_text_file(tmp + "/" + kModelConfigFile,
-                    model.config().to_transformers_json().dump(2) + "\n");
-    fsync_path(tmp);
-    move_into_place(tmp, result.dir, overwrite);
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return result;
+  return fs::is_regular_file(fs::path(dir) / "config.json", ec) &&
+         (fs::is_regular_file(fs::path(dir) / kSafetensorsFile, ec) ||
+          fs::is_regular_file(fs::path(dir) / kSafetensorsIndexFile, ec));
 }
 
 }  // namespace zt

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/dtype.h"
+
 namespace zt {
 
 constexpr const char* kSafetensorsFile = "model.safetensors";
@@ -35,6 +37,10 @@ struct SafetensorsEntry {
 
 // Bytes per element of a safetensors dtype name; 0 when unknown.
 size_t safetensors_dtype_size(const std::string& dtype);
+// The safetensors dtype name of a stored dtype (bf16 "BF16", fp32 "F32"); others fail.
+std::string safetensors_dtype_of(DType t);
+// Elements of a tensor of this shape.
+uint64_t safetensors_numel(const std::vector<int64_t>& shape);
 
 // The 8-byte length prefix and the padded JSON header for these tensors, whose data_offsets it
 // assigns (contiguous, in the given order).
@@ -90,19 +96,7 @@ class SafetensorsReader {
 // single file when both are there, and so does this.
 std::map<std::string, std::string> safetensors_weight_map(const std::string& dir);
 
-struct SafetensorsExport {
-  std::string dir;
-  std::vector<std::string> files;            // safetensors files written
-  std::vector<std::string> tokenizer_files;  // the model directory's, written beside them
-  uint64_t bytes = 0;                        // tensor bytes
-  double seconds = 0;
-};
-
-// Streams a model directory, tensor by tensor in bounded chunks, into `out_dir` as safetensors
-// (each tensor in its stored dtype, bf16 or fp32) plus config.json and the model's tokenizer
-// files; shards past
-// max_shard_bytes. Written into a temporary sibling and moved into place.
-SafetensorsExport export_safetensors(const std::string& model_dir, const std::string& out_dir,
-                                     uint64_t max_shard_bytes, bool overwrite);
+// Whether `dir` looks like a Hugging Face checkpoint (config.json and safetensors weights).
+bool is_hf_checkpoint_dir(const std::string& dir);
 
 }  // namespace zt

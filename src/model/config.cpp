@@ -5,18 +5,10 @@
 #include <limits>
 #include <map>
 
-#include "model/layout.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
-
-double ModelConfig::training_flops_per_token(int64_t seq_len) const {
-  const double non_embedding = static_cast<double>(ParamLayout(*this).non_embedding_numel());
-  return 6.0 * non_embedding + 12.0 * static_cast<double>(num_layers) *
-                                   static_cast<double>(num_heads) *
-                                   static_cast<double>(head_dim()) * static_cast<double>(seq_len);
-}
 
 namespace {
 

@@ -56,11 +56,6 @@ struct ModelConfig {
   // biases without an o bias), "mistral" (a sliding window), else "llama".
   std::string model_type() const;
   RopeSpec rope() const { return {static_cast<float>(rope_theta), rope_scaling}; }
-  // Useful training FLOPs per token at sequence length T, torchtitan's convention
-  // (docs/ARCHITECTURE.md §5): 6·Ψ_non-embedding + 12·L·H·head_dim·T; recomputation not counted.
-  // With tied embeddings the head's weight is the embedding, so its GEMMs are not counted either
-  // (as torchtitan counts a tied model): the MFU is then an underestimate.
-  double training_flops_per_token(int64_t seq_len) const;
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;

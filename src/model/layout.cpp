@@ -162,4 +162,11 @@ int64_t ParamLayout::non_embedding_numel() const {
   return total_numel() - groups_[0].numel;
 }
 
+double training_flops_per_token(const ModelConfig& config, int64_t seq_len) {
+  const double non_embedding = static_cast<double>(ParamLayout(config).non_embedding_numel());
+  return 6.0 * non_embedding +
+         12.0 * static_cast<double>(config.num_layers) * static_cast<double>(config.num_heads) *
+             static_cast<double>(config.head_dim()) * static_cast<double>(seq_len);
+}
+
 }  // namespace zt

@@ -71,8 +71,9 @@ std::optional<double> mean_after_first(const std::vector<nlohmann::json>& metric
 nlohmann::json estimate_for(const RunData& r) {
   try {
     const nlohmann::json& c = r.run.at("config");
-    const ModelConfig model = ModelConfig::from_hf_json(r.run.at("model"), r.dir + "/run.json");
-    ZeroConfig zero;
+    EngineSpec spec;
+    spec.model = ModelConfig::from_hf_json(r.run.at("model"), r.dir + "/run.json");
+    ZeroConfig& zero = spec.zero;
     zero.stage = c.at("zero_stage").get<int>();
     zero.reduce_bucket_size = c.value("reduce_bucket_size", zero.reduce_bucket_size);
     zero.allgather_bucket_size = c.value("allgather_bucket_size", zero.allgather_bucket_size);
@@ -83,21 +84,24 @@ nlohmann::json estimate_for(const RunData& r) {
     zero.max_reuse_distance = c.value("max_reuse_distance", zero.max_reuse_distance);
     zero.overlap_comm = c.value("overlap_comm", zero.overlap_comm);
     zero.world_invariant = c.value("world_invariant", zero.world_invariant);
-    const ActivationCheckpointing ac =
+    spec.ac =
         parse_activation_checkpointing(c.value("activation_checkpointing", std::string("none")),
                                        c.value("cpu_checkpointing", false));
-    OffloadConfig offload;
+    OffloadConfig& offload = spec.offload;
     offload.optimizer =
         parse_offload_device(c.value("offload_optimizer", "none"), "offload_optimizer");
     offload.param = parse_offload_device(c.value("offload_param", "none"), "offload_param");
     offload.nvme_path = c.value("nvme_path", std::string());
     offload.buffer_count = c.value("offload_buffer_count", offload.buffer_count);
     offload.sub_group_size = c.value("sub_group_size", offload.sub_group_size);
-    const MemoryEstimate e = estimate_memory(
-        model, r.run.at("world_size").get<int>(), zero,
-        parse_precision(c.value("precision", "bf16")), c.at("micro_batch").get<int64_t>(),
-        c.at("seq_len").get<int64_t>(), ac, offload, c.value("grad_accum", int64_t{1}),
-        activation_dtype(c.value("activations", std::string("fp32"))));
+    spec.precision = parse_precision(c.value("precision", "bf16"));
+    spec.micro_batch = c.at("micro_batch").get<int64_t>();
+    spec.seq_len = c.at("seq_len").get<int64_t>();
+    spec.grad_accum = c.value("grad_accum", int64_t{1});
+    spec.activation_storage = activation_dtype(c.value("activations", std::string("fp32")));
+    const int world = r.run.at("world_size").get<int>();
+    spec.validate(world);  // a run.json is read, not trusted
+    const MemoryEstimate e = estimate_memory(spec, world);
     return {{"params", e.params},
             {"grads", e.grads},
             {"optimizer", e.optimizer},

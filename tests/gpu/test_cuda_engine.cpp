@@ -47,20 +47,24 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
                                    const OffloadConfig& offload, const ActivationCheckpointing& ac,
                                    DType storage = DType::kFloat32,
                                    std::vector<double>* wall_s = nullptr) {
-  const ModelConfig cfg = preset_config("small");
-  ZeroConfig zero;
-  zero.stage = stage;
-  zero.reduce_bucket_size = 200'000;
-  zero.allgather_bucket_size = 200'000;
-  AdamWConfig adam;
-  adam.lr = 1e-3f;
-  adam.weight_decay = 0.1f;
-  adam.clip = 1.0f;
-  MemoryTracker memory(backend.device_memory());
+  EngineSpec spec;
+  spec.model = preset_config("small");
+  const ModelConfig& cfg = spec.model;
+  spec.zero.stage = stage;
+  spec.zero.reduce_bucket_size = 200'000;
+  spec.zero.allgather_bucket_size = 200'000;
+  spec.optim.lr = 1e-3f;
+  spec.optim.weight_decay = 0.1f;
+  spec.optim.clip = 1.0f;
   // fp16 activations go with fp16 working params (and the default dynamic loss scaler).
-  const Precision precision = storage == DType::kFloat16 ? Precision::kFp16 : Precision::kBf16;
-  ZeroEngine engine(cfg, zero, precision, adam, backend, data, memory, kMicro, kSeq, ac, offload,
-                    &host, storage);
+  spec.precision = storage == DType::kFloat16 ? Precision::kFp16 : Precision::kBf16;
+  spec.activation_storage = storage;
+  spec.micro_batch = kMicro;
+  spec.seq_len = kSeq;
+  spec.ac = ac;
+  spec.offload = offload;
+  MemoryTracker memory(backend.device_memory());
+  ZeroEngine engine(spec, backend, data, memory, &host);
   engine.init_from_seed(42);
   std::vector<StepStats> stats;
   for (int step = 1; step <= steps; ++step) {

@@ -18,6 +18,7 @@
 #include "engine/zero_engine.h"
 #include "model/config.h"
 #include "model/trainable.h"
+#include "support/engine_spec_for.h"
 
 namespace zt::engine_test {
 
@@ -162,17 +163,21 @@ class TestEngine {
     zero.param_persistence_threshold = o.persistence;
     zero.max_reuse_distance = o.reuse;
     zero.world_invariant = o.world_invariant;
-    ActivationCheckpointing ac;
-    ac.every = o.ckpt_every;
-    ac.on_host = o.ckpt_on_host;
-    ac.selective = o.ckpt_selective;
     ModelConfig model = preset_config("tiny");
     model.tie_word_embeddings = o.tied;
     model.lora = o.lora;
-    engine_ = std::make_unique<ZeroEngine>(
-        model, zero, o.precision, o.optim, *backend_, comm, memory_, o.micro, o.seq, ac, o.offload,
-        nullptr, o.activations,
-        TrainableSet::from_patterns(ParamLayout(model), o.trainable, o.freeze), o.loss_scale);
+    EngineSpec spec = engine_spec_for(model, zero, o.micro, o.seq);
+    spec.precision = o.precision;
+    spec.activation_storage = o.activations;
+    spec.ac.every = o.ckpt_every;
+    spec.ac.on_host = o.ckpt_on_host;
+    spec.ac.selective = o.ckpt_selective;
+    spec.offload = o.offload;
+    spec.trainable = TrainableSet::from_patterns(ParamLayout(model), o.trainable, o.freeze);
+    spec.optim = o.optim;
+    spec.loss_scale = o.loss_scale;
+    spec.validate(comm.world_size());
+    engine_ = std::make_unique<ZeroEngine>(spec, *backend_, comm, memory_);
   }
 
   ZeroEngine& engine() { return *engine_; }

@@ -20,6 +20,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/consolidate.h"
 #include "comm/mpi_communicator.h"
+#include "engine/lr_schedule.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
 #include "model/config.h"

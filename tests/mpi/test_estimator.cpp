@@ -17,6 +17,7 @@
 #include "engine/zero_engine.h"
 #include "model/layout.h"
 #include "model/trainable.h"
+#include "support/engine_spec_for.h"
 
 namespace zt {
 namespace {
@@ -29,15 +30,13 @@ struct Measured {
   size_t step_peak_total = 0;  // during step 2 only
 };
 
-Measured train_two_steps(Communicator& comm, const ModelConfig& cfg, const ZeroConfig& zero,
-                         Precision precision, const ActivationCheckpointing& ac,
-                         const OffloadConfig& offload = {}, DType storage = DType::kFloat32,
-                         int64_t accum = 1, const TrainableSet& trainable = {}) {
+// The engine `spec` describes, trained two steps of spec.grad_accum micro-batches: its peaks.
+Measured train_two_steps(Communicator& comm, const EngineSpec& spec) {
   auto backend = make_cpu_backend();
   MemoryTracker memory;
-  AdamWConfig adam;
-  ZeroEngine engine(cfg, zero, precision, adam, *backend, comm, memory, kMicro, kSeq, ac, offload,
-                    nullptr, storage, trainable);
+  ZeroEngine engine(spec, *backend, comm, memory);
+  const ModelConfig& cfg = spec.model;
+  const auto accum = static_cast<size_t>(spec.grad_accum);
   engine.init_from_seed(7);
   std::vector<int32_t> in(static_cast<size_t>(kMicro * kSeq)), tg(in.size());
   Measured m;
@@ -53,9 +52,8 @@ Measured train_two_steps(Communicator& comm, const ModelConfig& cfg, const ZeroC
       m.peak_total = memory.peak_total();
       memory.reset_peaks();
     }
-    engine.train_step(std::vector<const int32_t*>(static_cast<size_t>(accum), in.data()),
-                      std::vector<const int32_t*>(static_cast<size_t>(accum), tg.data()), 1e-3f,
-                      step);
+    engine.train_step(std::vector<const int32_t*>(accum, in.data()),
+                      std::vector<const int32_t*>(accum, tg.data()), 1e-3f, step);
   }
   for (int c = 0; c < kNumMemCategories; ++c)
     m.peak[c] = std::max(m.peak[c], memory.peak(static_cast<MemCategory>(c)));
@@ -96,9 +94,11 @@ TEST(Estimator, MatchesMeasuredPeaks) {
           }
           ActivationCheckpointing ac;
           ac.every = ckpt;
-          const Precision precision = tight ? Precision::kFp32 : Precision::kBf16;
-          const MemoryEstimate e = estimate_memory(cfg, N, zero, precision, kMicro, kSeq, ac);
-          const Measured m = train_two_steps(comm, cfg, zero, precision, ac);
+          EngineSpec spec = engine_spec_for(cfg, zero, kMicro, kSeq);
+          spec.precision = tight ? Precision::kFp32 : Precision::kBf16;
+          spec.ac = ac;
+          const MemoryEstimate e = estimate_memory(spec, N);
+          const Measured m = train_two_steps(comm, spec);
           const std::string what = preset + " N=" + std::to_string(N) + " stage " +
                                    std::to_string(stage) + " ckpt " + std::to_string(ckpt) +
                                    (tight ? " tight/fp32" : " default/bf16");
@@ -144,11 +144,10 @@ TEST(Estimator, WorldInvariantBuffersMatchMeasuredPeaks) {
         ZeroConfig zero;
         zero.stage = stage;
         zero.world_invariant = true;
-        const ActivationCheckpointing ac;
-        const MemoryEstimate e =
-            estimate_memory(cfg, N, zero, Precision::kBf16, kMicro, kSeq, ac, {}, accum);
-        const Measured m =
-            train_two_steps(comm, cfg, zero, Precision::kBf16, ac, {}, DType::kFloat32, accum);
+        EngineSpec spec = engine_spec_for(cfg, zero, kMicro, kSeq);
+        spec.grad_accum = accum;
+        const MemoryEstimate e = estimate_memory(spec, N);
+        const Measured m = train_two_steps(comm, spec);
         const std::string what = preset + " N=" + std::to_string(N) + " stage " +
                                  std::to_string(stage) + " accum " + std::to_string(accum);
         auto peak = [&](MemCategory c) { return m.peak[static_cast<int>(c)]; };
@@ -184,11 +183,11 @@ TEST(Estimator, FrozenModelMatchesMeasuredPeaks) {
         OffloadConfig offload;
         if (offloaded) offload.optimizer = OffloadDevice::kCpu;
         if (offloaded && stage == 3) offload.param = OffloadDevice::kCpu;
-        const ActivationCheckpointing ac;
-        const MemoryEstimate e = estimate_memory(cfg, N, zero, Precision::kBf16, kMicro, kSeq, ac,
-                                                 offload, 1, DType::kFloat32, trainable);
-        const Measured m = train_two_steps(comm, cfg, zero, Precision::kBf16, ac, offload,
-                                           DType::kFloat32, 1, trainable);
+        EngineSpec spec = engine_spec_for(cfg, zero, kMicro, kSeq);
+        spec.offload = offload;
+        spec.trainable = trainable;
+        const MemoryEstimate e = estimate_memory(spec, N);
+        const Measured m = train_two_steps(comm, spec);
         const std::string what = "frozen (" + std::to_string(patterns.size()) +
                                  " patterns) N=" + std::to_string(N) + " stage " +
                                  std::to_string(stage) + (offloaded ? " offload" : "");
@@ -215,12 +214,13 @@ TEST(Estimator, Bf16ActivationsNeedNoParamUpcastBuffer) {
     ZeroConfig zero;
     zero.stage = stage;
     const std::string what = "stage " + std::to_string(stage);
-    const MemoryEstimate e32 = estimate_memory(cfg, comm.world_size(), zero, Precision::kBf16,
-                                               kMicro, kSeq, {}, {}, 1, DType::kFloat32);
-    const MemoryEstimate e16 = estimate_memory(cfg, comm.world_size(), zero, Precision::kBf16,
-                                               kMicro, kSeq, {}, {}, 1, DType::kBf16);
-    const Measured m32 = train_two_steps(comm, cfg, zero, Precision::kBf16, {}, {});
-    const Measured m16 = train_two_steps(comm, cfg, zero, Precision::kBf16, {}, {}, DType::kBf16);
+    const EngineSpec fp32 = engine_spec_for(cfg, zero, kMicro, kSeq);
+    EngineSpec bf16 = fp32;
+    bf16.activation_storage = DType::kBf16;
+    const MemoryEstimate e32 = estimate_memory(fp32, comm.world_size());
+    const MemoryEstimate e16 = estimate_memory(bf16, comm.world_size());
+    const Measured m32 = train_two_steps(comm, fp32);
+    const Measured m16 = train_two_steps(comm, bf16);
     const auto buffers = static_cast<int>(MemCategory::kCommBuffers);
     // The largest group's padded size, in fp32: the upcast buffer.
     const int64_t upcast = e32.buffers - e16.buffers;
@@ -243,9 +243,10 @@ TEST(Estimator, CpuCheckpointingGoesToTheHostPool) {
   ActivationCheckpointing ac;
   ac.every = 2;
   ac.on_host = true;
-  const MemoryEstimate e =
-      estimate_memory(cfg, comm.world_size(), zero, Precision::kBf16, kMicro, kSeq, ac);
-  const Measured m = train_two_steps(comm, cfg, zero, Precision::kBf16, ac);
+  EngineSpec spec = engine_spec_for(cfg, zero, kMicro, kSeq);
+  spec.ac = ac;
+  const MemoryEstimate e = estimate_memory(spec, comm.world_size());
+  const Measured m = train_two_steps(comm, spec);
   EXPECT_GT(e.host, 0);
   expect_within_10_percent(e.host, m.peak[static_cast<int>(MemCategory::kHostOffload)], "host");
   expect_within_10_percent(e.device_total(), m.peak_total, "total");
@@ -279,10 +280,10 @@ TEST(Estimator, OffloadModesMatchMeasuredPeaks) {
       offload.param = mode.param;
       offload.nvme_path = dir.string();
       offload.sub_group_size = 20'000;
-      ActivationCheckpointing ac;
-      const MemoryEstimate e =
-          estimate_memory(cfg, N, zero, Precision::kBf16, kMicro, kSeq, ac, offload);
-      const Measured m = train_two_steps(comm, cfg, zero, Precision::kBf16, ac, offload);
+      EngineSpec spec = engine_spec_for(cfg, zero, kMicro, kSeq);
+      spec.offload = offload;
+      const MemoryEstimate e = estimate_memory(spec, N);
+      const Measured m = train_two_steps(comm, spec);
       const std::string what =
           std::string(mode.name) + " N=" + std::to_string(N) + " stage " + std::to_string(stage);
       auto peak = [&](MemCategory c) { return m.peak[static_cast<int>(c)]; };

@@ -23,6 +23,7 @@
 #include "engine_test_support.h"
 #include "model/config.h"
 #include "shared_dir_test.h"
+#include "support/engine_spec_for.h"
 #include "support/guarded_device.h"
 #include "util/error.h"
 
@@ -87,15 +88,15 @@ Outcome train(MpiCommunicator& world, const RunSpec& spec, bool guarded, const f
   zero.allgather_bucket_size = 20'000;  // chunked param all-gather (stages 1/2)
   zero.prefetch_bucket_size = 3 * 50'000;
   zero.param_persistence_threshold = 0;
-  AdamWConfig adam;
-  adam.lr = 2e-3f;
-  adam.weight_decay = 0.1f;
-  adam.clip = 0.5f;
+  EngineSpec built = engine_spec_for(cfg, zero, kMicro, kSeq);
+  built.precision = spec.precision;
+  built.ac = spec.ac;
+  built.offload = spec.offload;
+  built.optim.lr = 2e-3f;
+  built.optim.weight_decay = 0.1f;
+  built.optim.clip = 0.5f;
   MemoryTracker memory(backend->device_memory());
-  auto make = [&] {
-    return std::make_unique<ZeroEngine>(cfg, zero, spec.precision, adam, *backend, *data, memory,
-                                        kMicro, kSeq, spec.ac, spec.offload, &world);
-  };
+  auto make = [&] { return std::make_unique<ZeroEngine>(built, *backend, *data, memory, &world); };
   Outcome out;
   TrainingProgress progress;
   auto run_steps = [&](ZeroEngine& engine, int first, int last) {
@@ -114,7 +115,7 @@ Outcome train(MpiCommunicator& world, const RunSpec& spec, bool guarded, const f
   engine->init_from_seed(1234);
   run_steps(*engine, 1, kSteps / 2);
   const SavedCheckpoint saved = engine_test::save_test_checkpoint(
-      *engine, progress, adam, kSteps, kMicro, kAccum, kSeq, dir.string());
+      *engine, progress, built.optim, kSteps, kMicro, kAccum, kSeq, dir.string());
   engine.reset();
   engine = make();
   load_checkpoint(*engine, saved.dir);

@@ -20,6 +20,7 @@
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
 #include "model/config.h"
+#include "support/engine_spec_for.h"
 #include "util/error.h"
 
 namespace zt {
@@ -45,10 +46,13 @@ Outcome train(Communicator& comm, int stage, Precision precision, const OffloadC
   zero.stage = stage;
   zero.prefetch_bucket_size = 3 * 50'000;
   zero.param_persistence_threshold = 0;
-  AdamWConfig adam;
-  adam.lr = 2e-3f;
-  adam.clip = 0.5f;
-  ZeroEngine engine(cfg, zero, precision, adam, *backend, comm, memory, kMicro, kSeq, {}, offload);
+  EngineSpec spec = engine_spec_for(cfg, zero, kMicro, kSeq);
+  spec.precision = precision;
+  spec.offload = offload;
+  spec.optim.lr = 2e-3f;
+  spec.optim.clip = 0.5f;
+  spec.validate(comm.world_size());  // as a command resolves it: a bad offload is refused here
+  ZeroEngine engine(spec, *backend, comm, memory);
   engine.init_from_seed(1234);
   Outcome out;
   for (int step = 1; step <= kSteps; ++step) {

@@ -21,10 +21,12 @@
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
 #include "comm/mpi_communicator.h"
+#include "engine/lr_schedule.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
 #include "model/config.h"
 #include "shared_dir_test.h"
+#include "support/engine_spec_for.h"
 
 namespace zt {
 namespace {
@@ -50,9 +52,10 @@ class Trainer {
     optim_.lr = 2e-3f;
     optim_.weight_decay = 0.1f;
     optim_.clip = 0.5f;
-    engine_ = std::make_unique<ZeroEngine>(preset_config("tiny"), zero, Precision::kBf16, optim_,
-                                           *backend_, comm, memory_, kMicro, kSeq,
-                                           ActivationCheckpointing{}, offload);
+    EngineSpec spec = engine_spec_for(preset_config("tiny"), zero, kMicro, kSeq);
+    spec.optim = optim_;
+    spec.offload = offload;
+    engine_ = std::make_unique<ZeroEngine>(spec, *backend_, comm, memory_);
   }
 
   ZeroEngine& engine() { return *engine_; }

@@ -270,9 +270,13 @@ int run(int argc, char** argv) {
 
   // 2. Eval forward and 3. AdamW steps through a stage-0 engine.
   MemoryTracker memory;
-  ZeroConfig zero;
-  zero.stage = 0;
-  AdamWConfig adam;
+  EngineSpec spec;  // stage 0
+  spec.model = config;
+  spec.precision = precision;
+  spec.activation_storage = storage;
+  spec.micro_batch = B;
+  spec.seq_len = T;
+  AdamWConfig& adam = spec.optim;
   adam.lr = o.lr;
   adam.min_lr = o.lr;
   adam.warmup_steps = 0;
@@ -281,8 +285,7 @@ int run(int argc, char** argv) {
   adam.eps = kEps;
   adam.weight_decay = kWeightDecay;
   adam.clip = 0.0f;  // disabled
-  ZeroEngine engine(config, zero, precision, adam, *backend, world, memory, B, T,
-                    ActivationCheckpointing{}, OffloadConfig{}, nullptr, storage);
+  ZeroEngine engine(spec, *backend, world, memory);
   engine.load_from(reader);
   const double eval_loss =
       engine.eval_loss_sum(batch.inputs.data(), batch.targets.data(), batch.doc_start()) /

@@ -20,6 +20,7 @@
 #include "model/init.h"
 #include "model/layout.h"
 #include "model/llama.h"
+#include "support/engine_spec_for.h"
 #include "util/bf16.h"
 #include "util/memory.h"
 
@@ -221,9 +222,9 @@ TEST(ActivationStorage, Bf16ArenaIsWhatThePlanAndTheEstimateSay) {
   const StorageRun a = train_one(c, B, T, DType::kBf16);
   const int64_t tokens_bytes = 3 * B * T * 4;  // inputs, targets, document starts
   EXPECT_EQ(a.activation_bytes, bf16.device_bytes() + tokens_bytes);
-  ZeroConfig zero;
-  const MemoryEstimate e =
-      estimate_memory(c, 1, zero, Precision::kBf16, B, T, {}, {}, 1, DType::kBf16);
+  EngineSpec bf16_activations = engine_spec_for(c, ZeroConfig{}, B, T);
+  bf16_activations.activation_storage = DType::kBf16;
+  const MemoryEstimate e = estimate_memory(bf16_activations, 1);
   EXPECT_EQ(e.activations, a.activation_bytes);
 }
 

@@ -129,7 +129,7 @@ TEST(ModelConfig, TrainingFlopsPerTokenIsTorchtitansFormula) {
   const double per_layer = 4.0 * 2048 * 2048 + 3.0 * 2048 * 5504 + 2.0 * 2048;
   const double non_embedding = 16 * per_layer + 2048 + 2048.0 * 32000;
   const double expected = 6 * non_embedding + 12.0 * 16 * 16 * 128 * 2048;
-  EXPECT_EQ(preset_config("1b").training_flops_per_token(2048), expected);
+  EXPECT_EQ(training_flops_per_token(preset_config("1b"), 2048), expected);
   EXPECT_EQ(expected, 6055931904.0);
 }
 

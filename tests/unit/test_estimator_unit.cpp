@@ -11,6 +11,7 @@
 #include "backend/device_arena_plan.h"
 #include "engine/estimator.h"
 #include "model/layout.h"
+#include "support/engine_spec_for.h"
 #include "test_train_support.h"
 #include "util/error.h"
 
@@ -29,7 +30,11 @@ class EstimatorSixB : public ::testing::Test {
     z.stage = stage;
     ActivationCheckpointing ac;
     ac.every = ckpt_every;
-    return estimate_memory(model_, world, z, Precision::kBf16, 1, 2048, ac, offload);
+    EngineSpec spec = engine_spec_for(model_, z, 1, 2048);
+    spec.ac = ac;
+    spec.offload = offload;
+    spec.validate(world);  // as a command resolves it: an offload the stage cannot do is refused
+    return estimate_memory(spec, world);
   }
 };
 
@@ -130,8 +135,8 @@ TEST_F(EstimatorSixB, CheckpointingShrinksActivations) {
 TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
   auto pick = [&](double gib, int world) {
     ZeroConfig z;
-    const FitRecommendation r = recommend_configuration(model_, world, z, Precision::kBf16, 1, 2048,
-                                                        1, {}, static_cast<int64_t>(gib * kGiB));
+    const FitRecommendation r = recommend_configuration(engine_spec_for(model_, z, 1, 2048), world,
+                                                        static_cast<int64_t>(gib * kGiB));
     // The chosen candidate is the first that fits; everything before it does not.
     const size_t first = r.chosen < 0 ? r.candidates.size() : static_cast<size_t>(r.chosen);
     for (size_t i = 0; i < first; ++i) EXPECT_FALSE(r.candidates[i].fits) << i;
@@ -156,8 +161,9 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
   ZeroConfig z0;
   ActivationCheckpointing full;
   full.every = 1;
-  const FitRecommendation ckpt = recommend_configuration(model_, 8, z0, Precision::kBf16, 1, 2048,
-                                                         1, full, int64_t{4096} * kGiB);
+  EngineSpec with_full = engine_spec_for(model_, z0, 1, 2048);
+  with_full.ac = full;
+  const FitRecommendation ckpt = recommend_configuration(with_full, 8, int64_t{4096} * kGiB);
   const char* const labels[] = {"stage 0",
                                 "stage 1",
                                 "stage 2",
@@ -172,8 +178,8 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
   EXPECT_EQ(ckpt.chosen, 0);
   // Without one requested, the plain rows have none, the "+ selective" rows selective and the
   // "+ checkpointing" rows full.
-  const FitRecommendation plain = recommend_configuration(model_, 8, z0, Precision::kBf16, 1, 2048,
-                                                          1, {}, int64_t{4096} * kGiB);
+  const FitRecommendation plain =
+      recommend_configuration(engine_spec_for(model_, z0, 1, 2048), 8, int64_t{4096} * kGiB);
   ASSERT_EQ(plain.candidates.size(), 10u);
   for (const FitCandidate& c : plain.candidates) {
     const bool selective = c.label.find("selective") != std::string::npos;
@@ -184,26 +190,27 @@ TEST_F(EstimatorSixB, RecommendsTheLowestStageThatFits) {
   // A selective policy requested: every row keeps it, as with full.
   ActivationCheckpointing selective;
   selective.selective = true;
-  const FitRecommendation kept = recommend_configuration(model_, 8, z0, Precision::kBf16, 1, 2048,
-                                                         1, selective, int64_t{4096} * kGiB);
+  EngineSpec with_selective = engine_spec_for(model_, z0, 1, 2048);
+  with_selective.ac = selective;
+  const FitRecommendation kept = recommend_configuration(with_selective, 8, int64_t{4096} * kGiB);
   ASSERT_EQ(kept.candidates.size(), std::size(labels));
   for (const FitCandidate& c : kept.candidates) EXPECT_TRUE(c.ac.selective) << c.label;
   // Larger devices never need a higher rung.
   ZeroConfig z;
   int last = 1 << 30;
   for (double gib : {8.0, 16.0, 24.0, 40.0, 80.0, 141.0, 400.0}) {
-    const FitRecommendation r = recommend_configuration(model_, 8, z, Precision::kBf16, 1, 2048, 1,
-                                                        {}, static_cast<int64_t>(gib * kGiB));
+    const FitRecommendation r = recommend_configuration(engine_spec_for(model_, z, 1, 2048), 8,
+                                                        static_cast<int64_t>(gib * kGiB));
     const int rung = r.chosen < 0 ? 1 << 30 : r.chosen;
     EXPECT_LE(rung, last) << gib << " GiB";
     last = rung;
   }
   // Every candidate is estimated at the run's gradient accumulation: the step's per-token
   // losses (4 bytes each) stay on the device for all its micro-batches.
-  const FitRecommendation one =
-      recommend_configuration(model_, 8, z, Precision::kBf16, 1, 2048, 1, {}, int64_t{80} * kGiB);
-  const FitRecommendation many =
-      recommend_configuration(model_, 8, z, Precision::kBf16, 1, 2048, 64, {}, int64_t{80} * kGiB);
+  EngineSpec accum = engine_spec_for(model_, z, 1, 2048);
+  const FitRecommendation one = recommend_configuration(accum, 8, int64_t{80} * kGiB);
+  accum.grad_accum = 64;
+  const FitRecommendation many = recommend_configuration(accum, 8, int64_t{80} * kGiB);
   ASSERT_EQ(one.candidates.size(), many.candidates.size());
   for (size_t i = 0; i < one.candidates.size(); ++i)
     EXPECT_EQ(many.candidates[i].estimate.buffers - one.candidates[i].estimate.buffers,
@@ -226,8 +233,9 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
   nvme.sub_group_size = 5000;
   ZeroConfig z;
   z.stage = 2;
-  const MemoryEstimate e =
-      estimate_memory(preset_config("tiny"), 2, z, Precision::kBf16, 1, 2048, {}, nvme);
+  EngineSpec spec = engine_spec_for(preset_config("tiny"), z, 1, 2048);
+  spec.offload = nvme;
+  const MemoryEstimate e = estimate_memory(spec, 2);
   const nlohmann::json& row = j.at("stages").at(2);
   EXPECT_EQ(row.at("nvme").get<int64_t>(), e.nvme);
   EXPECT_EQ(row.at("host").get<int64_t>(), e.host);
@@ -241,10 +249,10 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
   serial.optimizer = overlap.optimizer = OffloadDevice::kCpu;
   serial.sub_group_size = overlap.sub_group_size = 5000;
   serial.overlap = false;
-  const MemoryEstimate s =
-      estimate_memory(preset_config("tiny"), 2, z, Precision::kBf16, 1, 2048, {}, serial);
-  const MemoryEstimate v =
-      estimate_memory(preset_config("tiny"), 2, z, Precision::kBf16, 1, 2048, {}, overlap);
+  spec.offload = serial;
+  const MemoryEstimate s = estimate_memory(spec, 2);
+  spec.offload = overlap;
+  const MemoryEstimate v = estimate_memory(spec, 2);
   EXPECT_EQ(modes.at(0).at("mode"), "none");
   EXPECT_EQ(modes.at(0).at("host").get<int64_t>(), 0);
   EXPECT_EQ(modes.at(1).at("host").get<int64_t>(), s.host);

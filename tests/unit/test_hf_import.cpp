@@ -26,6 +26,7 @@
 #include "io/hf_import.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "io/safetensors_export.h"
 #include "model/layout.h"
 #include "test_io_support.h"
 #include "util/bf16.h"

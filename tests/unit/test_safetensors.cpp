@@ -13,6 +13,7 @@
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
+#include "io/safetensors_export.h"
 #include "test_io_support.h"
 #include "util/error.h"
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/lr_schedule.h"
 #include "engine/zero_config.h"
 #include "io/data_loader.h"
 #include "io/token_dataset.h"

@@ -19,6 +19,7 @@
 #include "model/layout.h"
 #include "model/llama.h"
 #include "model/trainable.h"
+#include "support/engine_spec_for.h"
 #include "util/error.h"
 #include "util/memory.h"
 
@@ -179,21 +180,19 @@ TEST(Trainable, EstimateOfTheSixBProjectionOnlyCase) {
   const int64_t trained = c.vocab_size * c.hidden_size + c.hidden_size;
   ASSERT_EQ(head.trainable_numel(layout), trained);
   ZeroConfig zero;
-  const MemoryEstimate e = estimate_memory(c, 1, zero, Precision::kBf16, 1, 2048,
-                                           ActivationCheckpointing{}, {}, 1, DType::kFloat32, head);
+  EngineSpec spec = engine_spec_for(c, zero, 1, 2048);
+  spec.trainable = head;
+  const MemoryEstimate e = estimate_memory(spec, 1);
   EXPECT_EQ(e.params, 2 * psi);
   EXPECT_EQ(e.grads, 4 * trained);
   EXPECT_EQ(e.optimizer, 12 * trained);
   EXPECT_DOUBLE_EQ(theory_model_states_bytes(psi, 1, 0, Precision::kBf16, psi - trained),
                    static_cast<double>(2 * psi + 16 * trained));
-  const MemoryEstimate everything =
-      estimate_memory(c, 1, zero, Precision::kBf16, 1, 2048, ActivationCheckpointing{});
+  const MemoryEstimate everything = estimate_memory(engine_spec_for(c, zero, 1, 2048), 1);
   EXPECT_EQ(everything.model_states(), 18 * psi);
   // At 4 ranks and stage 3: every state sharded, the frozen params included.
-  zero.stage = 3;
-  const MemoryEstimate s3 =
-      estimate_memory(c, 4, zero, Precision::kBf16, 1, 2048, ActivationCheckpointing{}, {}, 1,
-                      DType::kFloat32, head);
+  spec.zero.stage = 3;
+  const MemoryEstimate s3 = estimate_memory(spec, 4);
   int64_t shards = 0;
   for (const GroupInfo& g : layout.groups()) shards += GroupPartition::of(g.numel, 4, 1).shard;
   const int64_t head_shard =

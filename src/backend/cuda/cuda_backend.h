@@ -60,18 +60,13 @@
 
 #include "backend/attention_choice.h"
 #include "backend/backend.h"
+#include "backend/cuda/gemm_compute.h"
 #include "backend/device_arena_plan.h"
 
 namespace zt {
 namespace cuda {
 
 class CudaDeviceMemory;  // cuda_device_memory.h
-
-// Compute type of the GEMMs with fp32 operands (bf16 operands always run CUBLAS_COMPUTE_32F).
-enum class GemmCompute {
-  kBf16TensorCores,  // CUBLAS_COMPUTE_32F_FAST_16BF: bf16 products, fp32 accumulation
-  kFp32,             // CUBLAS_COMPUTE_32F: exact fp32
-};
 
 struct CudaBackendOptions {
   GemmCompute gemm_compute = GemmCompute::kBf16TensorCores;

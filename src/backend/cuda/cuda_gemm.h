@@ -32,7 +32,7 @@
 #include <memory>
 #include <vector>
 
-#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm_compute.h"
 #include "util/dtype.h"
 
 namespace zt::cuda {

@@ -1,0 +1,110 @@
+#include "io/safetensors_export.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "io/fs_util.h"
+#include "io/model_dir.h"
+#include "io/safetensors.h"
+#include "io/tokenizer_files.h"
+#include "util/error.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kExportChunkElems = int64_t{4} << 20;
+
+}  // namespace
+
+namespace {
+
+// Streams the tensors of one output file from the model directory.
+void write_safetensors_shard(ModelDirReader& model, const std::string& path,
+                             std::vector<SafetensorsEntry> tensors) {
+  SafetensorsFileWriter writer(path, std::move(tensors));
+  std::vector<uint8_t> buffer;
+  for (const SafetensorsEntry& t : writer.tensors()) {
+    const int64_t numel = static_cast<int64_t>(safetensors_numel(t.shape));
+    const size_t size = safetensors_dtype_size(t.dtype);
+    for (int64_t done = 0; done < numel; done += kExportChunkElems) {
+      const int64_t n = std::min(kExportChunkElems, numel - done);
+      buffer.resize(static_cast<size_t>(n) * size);
+      if (t.dtype == "BF16")
+        model.read_tensor_range_bf16(t.name, done, n, reinterpret_cast<bf16_t*>(buffer.data()));
+      else
+        model.read_tensor_range_f32(t.name, done, n, reinterpret_cast<float*>(buffer.data()));
+      writer.append(buffer.data(), buffer.size());
+    }
+  }
+  writer.finish();
+}
+
+}  // namespace
+
+SafetensorsExport export_safetensors(const std::string& model_dir, const std::string& out_dir,
+                                     uint64_t max_shard_bytes, bool overwrite) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ZT_CHECK(max_shard_bytes > 0, "export: the shard size limit must be positive");
+  ModelDirReader model(model_dir);
+  SafetensorsExport result;
+  result.dir = strip_trailing_slashes(out_dir);
+  check_output_dir_writable(result.dir, overwrite);
+
+  std::vector<SafetensorsEntry> all;
+  std::vector<uint64_t> bytes;
+  for (const TensorInfo& t : model.layout().tensors()) {
+    SafetensorsEntry e;
+    e.name = t.name;
+    e.dtype = safetensors_dtype_of(model.stored_dtype(t.name));
+    e.shape = t.shape;
+    bytes.push_back(safetensors_numel(t.shape) * safetensors_dtype_size(e.dtype));
+    result.bytes += bytes.back();
+    all.push_back(std::move(e));
+  }
+  const std::vector<int> shard_of = plan_shards(bytes, max_shard_bytes);
+  const int num_shards = shard_of.empty() ? 1 : shard_of.back();
+
+  const std::string tmp = temp_sibling(result.dir);
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!dir_parent(result.dir).empty()) fs::create_directories(dir_parent(result.dir), ec);
+  fs::create_directory(tmp, ec);
+  ZT_CHECK(!ec, "cannot create temporary directory '" + tmp + "': " + ec.message());
+  try {
+    std::map<std::string, std::string> weight_map;
+    for (int s = 1; s <= num_shards; ++s) {
+      const std::string file =
+          num_shards == 1 ? kSafetensorsFile : model_shard_file_name(s, num_shards, "safetensors");
+      std::vector<SafetensorsEntry> tensors;
+      for (size_t i = 0; i < all.size(); ++i)
+        if (shard_of[i] == s) {
+          tensors.push_back(all[i]);
+          weight_map[all[i].name] = file;
+        }
+      write_safetensors_shard(model, tmp + "/" + file, std::move(tensors));
+      result.files.push_back(file);
+    }
+    if (num_shards > 1)
+      write_weight_index_file(tmp + "/" + kSafetensorsIndexFile, weight_map, result.bytes);
+    // The model's tokenizer files, read from the model directory, appear with the export.
+    for (const auto& [name, text] : tokenizer_files_to_write(read_tokenizer_files(model_dir))) {
+      write_text_file(tmp + "/" + name, text);
+      result.tokenizer_files.push_back(name);
+    }
+    write_text_file(tmp + "/" + kModelConfigFile,
+                    model.config().to_transformers_json().dump(2) + "\n");
+    fsync_path(tmp);
+    move_into_place(tmp, result.dir, overwrite);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace zt
