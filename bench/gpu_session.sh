@@ -125,7 +125,8 @@ PY
   for lib in libnccl.so.2 libcudnn.so.9; do
     local have=0
     for d in "${dirs[@]}"; do [ -e "$d/$lib" ] && have=1; done
-    ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*${lib//./\\.} " && have=1
+    # The cache is read whole first: `| grep -q` under pipefail fails on the writer's SIGPIPE.
+    grep -q "^[[:space:]]*${lib//./\\.} " <<<"$(ldconfig -p 2>/dev/null)" && have=1
     [ "$have" = 1 ] || wanted+=(-o -name "$lib")
   done
   if [ ${#wanted[@]} -gt 0 ]; then

@@ -160,7 +160,11 @@ zt_offload_args() {
     cpu | nvme) ;;
     *) zt_die "offload must be none, cpu or nvme, got '$offload'" ;;
   esac
-  if "$ZEROTRAIN_BIN" train --help 2>/dev/null | grep -q -- '--offload-optimizer'; then
+  # The help is read whole before it is searched: `--help | grep -q` under pipefail fails when
+  # grep stops reading first (the writer's SIGPIPE), which dropped the offload at random.
+  local help
+  help=$("$ZEROTRAIN_BIN" train --help 2>/dev/null) || help=""
+  if [[ $help == *--offload-optimizer* ]]; then
     if [ "$offload" = nvme ]; then
       echo "--offload-optimizer nvme --nvme-path ${ZEROTRAIN_NVME_PATH:-$ZEROTRAIN_RUN_DIR/nvme}"
     else
@@ -179,7 +183,9 @@ zt_launcher() {
   local nodes=${ZEROTRAIN_LAUNCH_NODES:-} tasks=${ZEROTRAIN_LAUNCH_TASKS:-}
   local kind=$ZEROTRAIN_LAUNCHER
   if [ "$kind" = auto ]; then
-    if srun --mpi=list 2>&1 | grep -qw pmix; then kind=srun; else kind=mpirun; fi
+    local plugins
+    plugins=$(srun --mpi=list 2>&1) || plugins=""  # read whole: see zt_offload_args
+    if grep -qw pmix <<<"$plugins"; then kind=srun; else kind=mpirun; fi
   fi
   case "$kind" in
     srun)

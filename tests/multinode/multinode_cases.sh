@@ -85,12 +85,13 @@ case "$CASE" in
       [ -s "$run/$f" ] || { cat "$WORK"/*.out >&2; fail "missing $run/$f"; }
     done
     grep -q -- "--mpi=pmix" "$run/launch.attempt-0.txt" || fail "not launched with srun --mpi=pmix"
-    "$PY" - "$run/run.json" <<'PY' || fail "run.json"
+    "$PY" - "$run/run.json" <<'PY' || { cat "$WORK"/*.out >&2; fail "run.json"; }
 import json, sys
 run = json.load(open(sys.argv[1]))
 assert run["hostnames"] == ["nodeA", "nodeA", "nodeB", "nodeB"], run["hostnames"]
 assert [p["local_rank"] for p in run["placement"]] == [0, 1, 0, 1], run["placement"]
-assert run["config"]["zero_stage"] == 3 and run["config"]["offload_optimizer"] == "nvme"
+config = run["config"]
+assert config["zero_stage"] == 3 and config["offload_optimizer"] == "nvme", config
 print("multinode slurm: run.json lists nodeA and nodeB, local ranks 0,1 on each")
 PY
     # The same zerotrain command on 4 ranks of this one host.
