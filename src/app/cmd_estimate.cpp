@@ -28,9 +28,9 @@ namespace {
 const char* const kCommand = "estimate";
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Besides the engine's options (EngineOptions, app/run_setup.h), at estimate's defaults: one
+// Besides the engine's options (RunEngineOptions, app/run_setup.h), at estimate's defaults: one
 // sequence of 2048 tokens per micro-batch.
-struct EstimateOptions : EngineOptions {
+struct EstimateOptions : RunEngineOptions {
   EstimateOptions() {
     micro_batch = 1;
     seq_len = 2048;

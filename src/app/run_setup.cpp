@@ -153,7 +153,7 @@ int64_t auto_overlap_bytes(int64_t planned_host_bytes, int local_size) {
   return std::max<int64_t>(0, per_rank - planned_host_bytes) / 2;
 }
 
-EngineSpec resolve_engine_spec(const EngineOptions& o, const ModelConfig& model,
+EngineSpec resolve_engine_spec(const RunEngineOptions& o, const ModelConfig& model,
                                const std::string& command) {
   EngineSpec spec;
   spec.model = model;

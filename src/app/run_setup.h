@@ -64,7 +64,7 @@ void add_offload_options(po::options_description& options, OffloadOptions& offlo
 // The options train and estimate share that decide the engine a run builds: the micro-batch's
 // shape, --precision, --activations, ZeRO, checkpointing, offload, --trainable / --freeze and the
 // LoRA options. Defaults are train's; estimate sets its own.
-struct EngineOptions {
+struct RunEngineOptions {
   int64_t micro_batch = 4, grad_accum = 1, seq_len = 256;
   Precision precision = Precision::kBf16;  // --precision bf16 | fp16 | fp32
   std::string activations = "fp32";        // --activations fp32 | bf16 | fp16 (storage)
@@ -82,7 +82,7 @@ struct EngineOptions {
 // --freeze and the adapters' modules_to_save) made on its layout. Errors name `command`'s option.
 // The AdamW and loss-scale settings are train's own (left at their defaults here); not validated
 // (EngineSpec::validate).
-EngineSpec resolve_engine_spec(const EngineOptions& o, const ModelConfig& model,
+EngineSpec resolve_engine_spec(const RunEngineOptions& o, const ModelConfig& model,
                                const std::string& command);
 
 // --offload-optimizer-overlap auto: the host bytes one rank's kept state may take, half of what

@@ -21,8 +21,8 @@ namespace zt {
 
 inline constexpr const char* kTrainCommand = "train";
 
-// Besides the engine's options (EngineOptions, app/run_setup.h):
-struct TrainOptions : EngineOptions {
+// Besides the engine's options (RunEngineOptions, app/run_setup.h):
+struct TrainOptions : RunEngineOptions {
   std::string model_dir, preset, data, out;
   bool overwrite = false;
   int64_t steps = 100;

@@ -11,32 +11,6 @@
 
 namespace zt {
 
-namespace {
-
-// The LoRA target a projection's role is, or -1.
-int target_of(TensorRole role) {
-  switch (role) {
-    case TensorRole::kQProj:
-      return static_cast<int>(LoraTarget::kQ);
-    case TensorRole::kKProj:
-      return static_cast<int>(LoraTarget::kK);
-    case TensorRole::kVProj:
-      return static_cast<int>(LoraTarget::kV);
-    case TensorRole::kOProj:
-      return static_cast<int>(LoraTarget::kO);
-    case TensorRole::kGateProj:
-      return static_cast<int>(LoraTarget::kGate);
-    case TensorRole::kUpProj:
-      return static_cast<int>(LoraTarget::kUp);
-    case TensorRole::kDownProj:
-      return static_cast<int>(LoraTarget::kDown);
-    default:
-      return -1;
-  }
-}
-
-}  // namespace
-
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite) {
   ModelDirReader base(base_dir);
@@ -52,7 +26,7 @@ uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& 
       return;
     }
     base.read_range_f32(t, begin, count, out);
-    const int target = t.layer >= 0 ? target_of(t.role) : -1;
+    const int target = t.layer >= 0 ? lora_target_of(t.role) : -1;
     const int ia = target < 0 ? -1 : adapted.lora_tensor(t.layer, target, false);
     if (ia < 0) return;
     const TensorInfo& ta = adapted.tensors()[static_cast<size_t>(ia)];

@@ -162,6 +162,16 @@ int64_t ParamLayout::non_embedding_numel() const {
   return total_numel() - groups_[0].numel;
 }
 
+int lora_target_of(TensorRole role) {
+  // In LoraTarget's order.
+  constexpr TensorRole kProjections[kLoraTargets] = {
+      TensorRole::kQProj,    TensorRole::kKProj,  TensorRole::kVProj,   TensorRole::kOProj,
+      TensorRole::kGateProj, TensorRole::kUpProj, TensorRole::kDownProj};
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (kProjections[t] == role) return t;
+  return -1;
+}
+
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len) {
   const double non_embedding = static_cast<double>(ParamLayout(config).non_embedding_numel());
   return 6.0 * non_embedding +

@@ -126,6 +126,10 @@ class ParamLayout {
   std::vector<std::array<std::array<int, 2>, kLoraTargets>> lora_tensors_;
 };
 
+// The LoRA target (model/lora.h) a decoder layer's projection is, by its role: kQProj is
+// LoraTarget::kQ, ..., kDownProj LoraTarget::kDown; -1 for every other role.
+int lora_target_of(TensorRole role);
+
 // Useful training FLOPs per token of `config` at sequence length T, torchtitan's convention
 // (docs/ARCHITECTURE.md §5): 6·Ψ_non-embedding + 12·L·H·head_dim·T; recomputation not counted.
 // With tied embeddings the head's weight is the embedding, so its GEMMs are not counted either

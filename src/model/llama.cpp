@@ -435,9 +435,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
                              ConstTensorView bias, int64_t N, bool accumulate, bool batched) {
     if (bias && grad(b)) be_.bias_backward(grad(b), dy, M_, N);
     be_.matmul_backward(t_.dxn, batched ? nullptr : grad(w), dy, A.xn1, W, M_, N, D, accumulate);
-    const LoraTarget target = w == TensorRole::kQProj   ? LoraTarget::kQ
-                              : w == TensorRole::kKProj ? LoraTarget::kK
-                                                        : LoraTarget::kV;
+    const auto target = static_cast<LoraTarget>(lora_target_of(w));
     lora_backward(layer, target, t_.dxn, dy, A.xn1, adapters, adapter_grads);
   };
   // q's weight gradient joins k's and v's batch when it has their shape and its output gradient

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -280,6 +281,60 @@ inline SavedCheckpoint save_test_checkpoint(ZeroEngine& engine, const TrainingPr
   CheckpointSaveOptions options;
   options.root = root;
   return save_checkpoint(engine, progress, hyper, options);
+}
+
+// A resume test of a run whose options change per stage: what it trains with, and the change that
+// makes a checkpoint another model's (another trainable set, other adapters).
+struct ResumeCase {
+  std::function<EngineOptions(int stage)> options;
+  std::function<void(EngineOptions&)> other;  // applied to options(stage): the refused run
+  std::string refusal;                        // a part of the refusal's message
+  int steps = 4;
+  int64_t leaves = 4;  // micro-batches of the global batch
+  float lr = 2e-3f;
+};
+
+// At every stage s: half the steps at `world`'s N ranks, a checkpoint under dir/s<s>, the rest on
+// one rank (`self`) at stage 3 − s: the losses and the final masters are those of the
+// uninterrupted one-rank stage-0 run, bitwise. Then the run with c.other is refused on every rank,
+// its message containing c.refusal.
+inline void expect_resumes_bitwise_and_refuses_another(Communicator& world, Communicator& self,
+                                                       const std::string& dir,
+                                                       const ResumeCase& c) {
+  const int half = c.steps / 2;
+  auto train = [&](Communicator& comm, const EngineOptions& o, int first, int last,
+                   TestEngine* engine) {
+    return train_steps(comm, o, c.leaves, c.lr, first, last, engine);
+  };
+  const Trained whole = train(self, c.options(0), 1, c.steps, nullptr);
+  const int n = world.world_size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::string what = "N=" + std::to_string(n) + " stage " + std::to_string(stage);
+    TestEngine writer(world, c.options(stage));
+    writer.init();
+    const Trained first = train(world, c.options(stage), 1, half, &writer);
+    const EngineOptions defaults;
+    const std::string saved = save_test_checkpoint(writer.engine(), {half, 0, {}}, defaults.optim,
+                                                   c.steps, defaults.micro, c.leaves / n,
+                                                   defaults.seq, dir + "/s" + std::to_string(stage))
+                                  .dir;
+    TestEngine alone(self, c.options(3 - stage));
+    load_checkpoint(alone.engine(), saved);
+    const Trained rest = train(self, c.options(3 - stage), half + 1, c.steps, &alone);
+    std::vector<double> losses = first.losses;
+    losses.insert(losses.end(), rest.losses.begin(), rest.losses.end());
+    EXPECT_EQ(losses, whole.losses) << what;
+    EXPECT_TRUE(rest.final == whole.final) << what << ": final masters differ";
+    EngineOptions other = c.options(stage);
+    c.other(other);
+    TestEngine refused(world, other);
+    try {
+      load_checkpoint(refused.engine(), saved);
+      ADD_FAILURE() << what << ": a resume of another model was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.refusal), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace zt::engine_test

@@ -186,41 +186,17 @@ TEST_F(FrozenParametersTest, FrozenGroupsHaveNoStateAndMoveNoReductionBytes) {
   }
 }
 
+// Into one rank at stage 3 − s, bitwise; another trainable set is refused on every rank, naming a
+// tensor that changed.
 TEST_F(FrozenParametersTest, CheckpointResumesBitwiseAndRefusesAnotherTrainableSet) {
-  const int half = kSteps / 2;
-  const Trained whole = train(self_, frozen_options(0, Precision::kBf16));
-  for (int stage = 0; stage <= 3; ++stage) {
-    const std::string what = "N=" + std::to_string(N()) + " stage " + std::to_string(stage);
-    TestEngine writer(world_, frozen_options(stage, Precision::kBf16));
-    writer.init();
-    const Trained first = train(world_, frozen_options(stage, Precision::kBf16), 1, half, &writer);
-    const std::string dir =
-        engine_test::save_test_checkpoint(
-            writer.engine(), {half, 0, {}}, EngineOptions{}.optim, kSteps, EngineOptions{}.micro,
-            kLeaves / N(), EngineOptions{}.seq, (dir_ / ("s" + std::to_string(stage))).string())
-            .dir;
-    // Into one rank at stage 3 − s: the rest of the run, bitwise.
-    TestEngine alone(self_, frozen_options(3 - stage, Precision::kBf16));
-    load_checkpoint(alone.engine(), dir);
-    const Trained rest =
-        train(self_, frozen_options(3 - stage, Precision::kBf16), half + 1, kSteps, &alone);
-    std::vector<double> losses = first.losses;
-    losses.insert(losses.end(), rest.losses.begin(), rest.losses.end());
-    EXPECT_EQ(losses, whole.losses) << what;
-    EXPECT_TRUE(rest.final == whole.final) << what << ": final masters differ";
-    // Another trainable set: refused on every rank, naming a tensor that changed.
-    EngineOptions other = frozen_options(stage, Precision::kBf16);
-    other.trainable.push_back("layers\\.0\\.self_attn\\.q_proj");
-    TestEngine refused(world_, other);
-    try {
-      load_checkpoint(refused.engine(), dir);
-      ADD_FAILURE() << what << ": a resume with another trainable set was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.q_proj.weight"),
-                std::string::npos)
-          << e.what();
-    }
-  }
+  engine_test::ResumeCase c;
+  c.options = [](int stage) { return frozen_options(stage, Precision::kBf16); };
+  c.other = [](EngineOptions& o) { o.trainable.push_back("layers\\.0\\.self_attn\\.q_proj"); };
+  c.refusal = "model.layers.0.self_attn.q_proj.weight";
+  c.steps = kSteps;
+  c.leaves = kLeaves;
+  c.lr = kLr;
+  engine_test::expect_resumes_bitwise_and_refuses_another(world_, self_, dir_.string(), c);
 }
 
 }  // namespace

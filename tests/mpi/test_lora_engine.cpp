@@ -10,6 +10,7 @@
 // The adapters' values against PEFT: tests/oracle/test_lora.py.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,11 @@ class LoraEngineTest : public engine_test::SharedDirTest {
   const char* dir_prefix() const override { return "zt_lora_"; }
   MpiCommunicator self_{MPI_COMM_SELF};
   int N() const { return world_.world_size(); }
+  // Every stage at N ranks, in each of its modes (modes_at, with options(stage)), trains as
+  // `reference`: the same losses bit for bit, and on rank 0 the same final masters.
+  void expect_every_mode_trains_as(const Trained& reference,
+                                   const std::function<EngineOptions(int)>& options,
+                                   const std::string& name);
 };
 
 // The modes of one stage: the device optimizer, the offloads valid there, and activation
@@ -89,6 +95,22 @@ std::vector<std::pair<std::string, EngineOptions>> modes_at(const EngineOptions&
   return modes;
 }
 
+void LoraEngineTest::expect_every_mode_trains_as(const Trained& reference,
+                                                 const std::function<EngineOptions(int)>& options,
+                                                 const std::string& name) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (const auto& [mode, o] : modes_at(options(stage), nvme_offload(2, 700))) {
+      const std::string what =
+          name + " stage " + std::to_string(stage) + " " + mode + " N=" + std::to_string(N());
+      const Trained run = train(world_, o);
+      EXPECT_EQ(run.losses, reference.losses) << what;
+      if (root()) {
+        EXPECT_TRUE(run.final == reference.final) << what << ": final masters differ";
+      }
+    }
+  }
+}
+
 TEST_F(LoraEngineTest, BaseStaysBitwiseAndEveryStageEqualsOneRankStageZero) {
   for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
     const std::string name = precision_name(precision);
@@ -104,17 +126,8 @@ TEST_F(LoraEngineTest, BaseStaysBitwiseAndEveryStageEqualsOneRankStageZero) {
       moved += same ? 0 : 1;
     }
     EXPECT_EQ(moved, 2 * 2 * kLoraTargets) << name;  // A and B of 7 projections in 2 layers
-    for (int stage = 0; stage <= 3; ++stage) {
-      for (const auto& [mode, o] : modes_at(lora_options(stage, precision), nvme_offload(2, 700))) {
-        const std::string what =
-            name + " stage " + std::to_string(stage) + " " + mode + " N=" + std::to_string(N());
-        const Trained run = train(world_, o);
-        EXPECT_EQ(run.losses, reference.losses) << what;
-        if (root()) {
-          EXPECT_TRUE(run.final == reference.final) << what << ": final masters differ";
-        }
-      }
-    }
+    expect_every_mode_trains_as(
+        reference, [&](int stage) { return lora_options(stage, precision); }, name);
   }
 }
 
@@ -131,17 +144,7 @@ TEST_F(LoraEngineTest, DropoutMasksAreTheSameAtEveryStageAndWorldSize) {
     const std::string name = std::string(precision_name(precision)) + " dropout 0.25";
     const Trained reference = train(self_, options(0));
     EXPECT_NE(reference.losses, train(self_, lora_options(0, precision)).losses) << name;
-    for (int stage = 0; stage <= 3; ++stage) {
-      for (const auto& [mode, o] : modes_at(options(stage), nvme_offload(2, 700))) {
-        const std::string what =
-            name + " stage " + std::to_string(stage) + " " + mode + " N=" + std::to_string(N());
-        const Trained run = train(world_, o);
-        EXPECT_EQ(run.losses, reference.losses) << what;
-        if (root()) {
-          EXPECT_TRUE(run.final == reference.final) << what << ": final masters differ";
-        }
-      }
-    }
+    expect_every_mode_trains_as(reference, options, name);
   }
 }
 
@@ -169,37 +172,17 @@ TEST_F(LoraEngineTest, OnlyTheAdaptersCarryGradientsAndOptimizerState) {
   }
 }
 
+// Into one rank at stage 3 − s, bitwise; adapters of another rank are refused on every rank,
+// naming the manifest's LoRA specification.
 TEST_F(LoraEngineTest, CheckpointResumesBitwiseAndRefusesAnotherRank) {
-  const int half = kSteps / 2;
-  const Trained whole = train(self_, lora_options(0, Precision::kBf16));
-  for (int stage = 0; stage <= 3; ++stage) {
-    const std::string what = "N=" + std::to_string(N()) + " stage " + std::to_string(stage);
-    TestEngine writer(world_, lora_options(stage, Precision::kBf16));
-    writer.init();
-    const Trained first = train(world_, lora_options(stage, Precision::kBf16), 1, half, &writer);
-    const std::string dir =
-        engine_test::save_test_checkpoint(
-            writer.engine(), {half, 0, {}}, EngineOptions{}.optim, kSteps, EngineOptions{}.micro,
-            kLeaves / N(), EngineOptions{}.seq, (dir_ / ("s" + std::to_string(stage))).string())
-            .dir;
-    TestEngine alone(self_, lora_options(3 - stage, Precision::kBf16));
-    load_checkpoint(alone.engine(), dir);
-    const Trained rest =
-        train(self_, lora_options(3 - stage, Precision::kBf16), half + 1, kSteps, &alone);
-    std::vector<double> losses = first.losses;
-    losses.insert(losses.end(), rest.losses.begin(), rest.losses.end());
-    EXPECT_EQ(losses, whole.losses) << what;
-    EXPECT_TRUE(rest.final == whole.final) << what << ": final masters differ";
-    EngineOptions other = lora_options(stage, Precision::kBf16);
-    other.lora = adapters(8);
-    TestEngine refused(world_, other);
-    try {
-      load_checkpoint(refused.engine(), dir);
-      ADD_FAILURE() << what << ": a resume with another LoRA rank was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("zerotrain_lora"), std::string::npos) << e.what();
-    }
-  }
+  engine_test::ResumeCase c;
+  c.options = [](int stage) { return lora_options(stage, Precision::kBf16); };
+  c.other = [](EngineOptions& o) { o.lora = adapters(8); };
+  c.refusal = "zerotrain_lora";
+  c.steps = kSteps;
+  c.leaves = kLeaves;
+  c.lr = kLr;
+  engine_test::expect_resumes_bitwise_and_refuses_another(world_, self_, dir_.string(), c);
 }
 
 }  // namespace
