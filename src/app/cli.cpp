@@ -142,13 +142,11 @@ po::typed_value<Precision>* precision_value(Precision* value) {
 
 void validate(boost::any& v, const std::vector<std::string>& values, Precision*, int) {
   po::validators::check_first_occurrence(v);
-  const std::string& given = po::validators::get_single_string(values);
-  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kFp32})
-    if (given == precision_name(p)) {
-      v = boost::any(p);
-      return;
-    }
-  throw po::error("--precision must be bf16, fp16 or fp32, got '" + given + "'");
+  try {
+    v = boost::any(parse_precision(po::validators::get_single_string(values)));
+  } catch (const Error& e) {  // reported as a command-line error, naming the option
+    throw po::error(std::string("--precision: ") + e.what());
+  }
 }
 
 std::string default_activation_storage(const std::string& precision, BackendKind backend) {
