@@ -18,19 +18,30 @@ GradReducer::GradReducer(Backend& backend, Communicator& comm, MemoryTracker& me
       bucket_elements_(bucket_elements),
       order_(order) {
   slots_.resize(static_cast<size_t>(num_slots));
-  const int64_t max_shard = max_padded_group / world_;
-  const bool needs_packing = reduce_scatter && bucket_elements_ / world_ < max_shard;
-  for (Slot& s : slots_) {
-    if (own_buckets)
-      s.bucket = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
-                                      static_cast<size_t>(max_padded_group));
-    if (needs_packing)
-      s.packed = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
-                                      static_cast<size_t>(max_padded_group));
-    if (reduce_scatter)
-      s.recv =
-          TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_shard));
+  const MemoryPlan planned =
+      plan(max_padded_group, bucket_elements, world_, num_slots, own_buckets, reduce_scatter);
+  for (int k = 0; k < num_slots; ++k) {
+    Slot& s = slots_[static_cast<size_t>(k)];
+    s.bucket = allocate_planned<float>(memory, planned, BufferRole::kReduceBucket, k);
+    s.packed = allocate_planned<float>(memory, planned, BufferRole::kReducePacked, k);
+    s.recv = allocate_planned<float>(memory, planned, BufferRole::kReduceReceive, k);
   }
+}
+
+MemoryPlan GradReducer::plan(int64_t max_padded_group, int64_t bucket_elements, int world,
+                             int num_slots, bool own_buckets, bool reduce_scatter) {
+  const int64_t max_shard = max_padded_group / world;
+  const bool needs_packing = reduce_scatter && bucket_elements / world < max_shard;
+  MemoryPlan p;
+  for (int k = 0; k < num_slots; ++k) {
+    if (own_buckets)
+      p.add(BufferRole::kReduceBucket, k, MemCategory::kCommBuffers, max_padded_group * 4);
+    if (needs_packing)
+      p.add(BufferRole::kReducePacked, k, MemCategory::kCommBuffers, max_padded_group * 4);
+    if (reduce_scatter)
+      p.add(BufferRole::kReduceReceive, k, MemCategory::kCommBuffers, max_shard * 4);
+  }
+  return p;
 }
 
 float* GradReducer::acquire_bucket(int64_t padded, bool zeroed) {

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/phase_timeline.h"
 #include "comm/communicator.h"
+#include "engine/memory_plan.h"
 #include "util/memory.h"
 
 namespace zt {
@@ -30,6 +31,10 @@ class GradReducer {
   GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory, StepIntervals& intervals,
               int64_t max_padded_group, int64_t bucket_elements, int num_slots, bool own_buckets,
               bool reduce_scatter, SumOrder order = SumOrder::kLibrary);
+  // The buffers of those settings over `world` ranks (kReduceBucket, kReducePacked and
+  // kReduceReceive of each slot): what the constructor allocates.
+  static MemoryPlan plan(int64_t max_padded_group, int64_t bucket_elements, int world,
+                         int num_slots, bool own_buckets, bool reduce_scatter);
 
   // A full-group fp32 buffer (padded size) the model may write a group's gradients into; the
   // slot is free (its previous reduction drained). Zeroed when `zeroed`.

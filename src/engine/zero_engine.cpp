@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/engine_memory_plan.h"
 #include "engine/zero_engine_impl.h"
 #include "util/decimal.h"
 #include "util/error.h"
@@ -22,42 +23,33 @@ ZeroEngine::ZeroEngine(const EngineSpec& spec, Backend& backend, Communicator& c
   const int64_t N = comm.world_size();
   for (const GroupInfo& g : model_.layout().groups())
     parts_.push_back(GroupPartition::of(g.numel, N, spec.zero.shard_alignment()));
+  impl_->plan = plan_engine_memory(spec, static_cast<int>(N));
   impl_->allocate();
 }
 
 ZeroEngine::~ZeroEngine() = default;
 
+// Allocates the buffers of `plan` (engine/engine_memory_plan.h) that the engine owns; its parts
+// allocate theirs by the same rules.
 void ZeroEngine::Impl::allocate() {
   const int G = num_groups();
   const ParamLayout& layout = self.model_.layout();
   const TrainableSet& trainable = self.model_.trainable();
   for (int g = 0; g < G; ++g) group_trains.push_back(trainable.group_trains(layout, g));
   lowest_backward_group = trainable.lowest_backward_group(layout);
-  int64_t max_padded = 0, max_trained_padded = 0;  // gradients exist for trained groups only
   for (int g = 0; g < G; ++g) {
-    max_padded = std::max(max_padded, part(g).padded);
-    if (trains(g)) max_trained_padded = std::max(max_trained_padded, part(g).padded);
-  }
-  for (int g = 0; g < G; ++g) {
-    const GroupPartition& p = part(g);
-    const size_t work_n = static_cast<size_t>(traits.shard_parameters ? p.shard : p.padded);
-    // offload_param: the stage-3 working shards live in the host pool.
-    const MemCategory work_cat =
-        offload.param_offloaded() ? MemCategory::kHostOffload : MemCategory::kParams;
     if (half())
-      work16.emplace_back(memory, work_cat, work_n);
+      work16.push_back(allocate_planned<uint16_t>(memory, plan, BufferRole::kWorkingParams, g));
     else
-      work_f32.emplace_back(memory, work_cat, work_n);
-    if (grads_in_tree() || !trains(g))
-      grads.emplace_back();
-    else
-      grads.emplace_back(memory, MemCategory::kGrads,
-                         static_cast<size_t>(traits.shard_gradients ? p.shard : p.padded));
+      work_f32.push_back(allocate_planned<float>(memory, plan, BufferRole::kWorkingParams, g));
+    grads.push_back(allocate_planned<float>(memory, plan, BufferRole::kGradients, g));
     if (offload.optimizer_offloaded()) continue;  // master/m/v: OffloadOptimizer's store
-    const size_t own = trains(g) ? static_cast<size_t>(own_size(g)) : 0;
-    master.emplace_back(memory, MemCategory::kOptimizer, own);
-    adam_m.emplace_back(memory, MemCategory::kOptimizer, own);
-    adam_v.emplace_back(memory, MemCategory::kOptimizer, own);
+    master.push_back(allocate_planned<float>(memory, plan, BufferRole::kMaster, g));
+    adam_m.push_back(allocate_planned<float>(memory, plan, BufferRole::kAdamM, g));
+    adam_v.push_back(allocate_planned<float>(memory, plan, BufferRole::kAdamV, g));
+    if (offload.delay == 0) continue;
+    delayed_work.push_back(allocate_planned<uint8_t>(memory, plan, BufferRole::kDelayedWorking, g));
+    delayed_fresh.push_back(allocate_planned<uint8_t>(memory, plan, BufferRole::kDelayedFresh, g));
   }
   if (offload.optimizer_offloaded()) {
     std::vector<int64_t> own_sizes;
@@ -70,40 +62,25 @@ void ZeroEngine::Impl::allocate() {
     offloader = std::make_unique<OffloadOptimizer>(
         offload, std::move(own_sizes), std::move(segments), precision, memory, host, *copier);
   }
-  if (offload.delay > 0 && !offload.optimizer_offloaded()) {
-    for (int g = 0; g < G; ++g) {
-      const size_t bytes = trains(g) ? static_cast<size_t>(own_size(g)) * work_elem() : 0;
-      delayed_work.emplace_back(memory, MemCategory::kOptimizer, bytes);
-      delayed_fresh.emplace_back(memory, MemCategory::kOptimizer, bytes);
-    }
-  }
-  if (upcasts_params())
-    compute =
-        TrackedBuffer<float>(memory, MemCategory::kCommBuffers, static_cast<size_t>(max_padded));
-  if (tied() && upcasts_params())
-    tied_compute = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
-                                        static_cast<size_t>(part(0).padded));
-  if (tied() && trains(0))
-    tied_grads = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
-                                      static_cast<size_t>(part(0).padded));
+  compute = allocate_planned<float>(memory, plan, BufferRole::kComputeUpcast);
+  tied_compute = allocate_planned<float>(memory, plan, BufferRole::kTiedUpcast);
+  tied_grads = allocate_planned<float>(memory, plan, BufferRole::kTiedGradients);
   // LoRA: a layer unit computes with its adapters, so the layer's own tensors stay frozen (one
   // gradient group per unit).
-  int64_t max_adapter_padded = 0;
-  for (int l = 0; l < self.model_.config().num_layers && layout.adapter_group(0) >= 0; ++l) {
+  for (int l = 0; l < self.model_.config().num_layers && layout.adapter_group(0) >= 0; ++l)
     ZT_CHECK(!trains(layout.layer_group(l)),
              "LoRA: layer " + std::to_string(l) + "'s own tensors must stay frozen");
-    max_adapter_padded = std::max(max_adapter_padded, part(layout.adapter_group(l)).padded);
-  }
-  if (max_adapter_padded > 0 && upcasts_params())
-    adapter_compute = TrackedBuffer<float>(memory, MemCategory::kCommBuffers,
-                                           static_cast<size_t>(max_adapter_padded));
+  adapter_compute = allocate_planned<float>(memory, plan, BufferRole::kAdapterUpcast);
+  int64_t max_trained_padded = 0;  // gradients exist for trained groups only
+  for (int g = 0; g < G; ++g)
+    if (trains(g)) max_trained_padded = std::max(max_trained_padded, part(g).padded);
   const int slots = zero.overlap_comm ? 2 : 1;
   reducer = std::make_unique<GradReducer>(be, comm, memory, intervals, max_trained_padded,
                                           zero.reduce_bucket_size, slots,
                                           /*own_buckets=*/reduces_each_micro_batch(),
                                           /*reduce_scatter=*/traits.shard_optimizer || invariant(),
                                           invariant() ? SumOrder::kRankTree : SumOrder::kLibrary);
-  group_sumsq = TrackedBuffer<double>(memory, MemCategory::kCommBuffers, static_cast<size_t>(G));
+  group_sumsq = allocate_planned<double>(memory, plan, BufferRole::kGroupSumsq);
   if (invariant()) {
     int64_t shards = 0, blocks = 0;
     for (int g = 0; g < G; ++g) {  // frozen groups have no leaf range and no norm blocks
@@ -114,8 +91,7 @@ void ZeroEngine::Impl::allocate() {
       blocks += part(g).padded / ZeroConfig::kInvariantNormBlock;
     }
     leaf_elements = shards;
-    norm_blocks =
-        TrackedBuffer<double>(memory, MemCategory::kCommBuffers, static_cast<size_t>(blocks));
+    norm_blocks = allocate_planned<double>(memory, plan, BufferRole::kNormBlocks);
   }
   if (traits.shard_parameters) {
     std::vector<const void*> shards;

@@ -25,6 +25,7 @@
 #include "engine/engine_spec.h"
 #include "engine/engine_types.h"
 #include "engine/loss_scaler.h"
+#include "engine/memory_plan.h"
 #include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
 #include "model/llama.h"
@@ -44,6 +45,8 @@ class ZeroEngine {
   const ParamLayout& layout() const { return model_.layout(); }
   // The offload settings the engine runs with (auto's choices resolved).
   const OffloadConfig& offload_config() const;
+  // The buffers it allocated and holds while it trains (engine/engine_memory_plan.h).
+  const MemoryPlan& memory_plan() const;
   const GroupPartition& partition(int g) const { return parts_[static_cast<size_t>(g)]; }
   LlamaModel& model() { return model_; }
   const LlamaModel& model() const { return model_; }

@@ -11,6 +11,7 @@
 #include "engine/decay_segments.h"
 #include "engine/grad_reducer.h"
 #include "engine/loss_scaler.h"
+#include "engine/memory_plan.h"
 #include "engine/offload/host_device_copier.h"
 #include "engine/offload/offload_optimizer.h"
 #include "engine/pairwise_sum.h"
@@ -59,6 +60,7 @@ struct ZeroEngine::Impl {
   StepIntervals intervals;  // the step's phases and collective waits, on the device's timeline
   int world, rank;
   OffloadConfig offload;
+  MemoryPlan plan;  // every buffer of the engine (engine/engine_memory_plan.h)
   std::unique_ptr<HostDeviceCopier> copier;
   std::unique_ptr<OffloadOptimizer> offloader;  // optimizer offload (cpu | nvme)
   // fp16 (Precision::kFp16): the loss scaler, and the steps it skipped so far. Adam's step count

@@ -133,6 +133,10 @@ const OffloadConfig& ZeroEngine::offload_config() const {
   return impl_->offload;
 }
 
+const MemoryPlan& ZeroEngine::memory_plan() const {
+  return impl_->plan;
+}
+
 void ZeroEngine::apply_delayed_update() {
   Impl& I = *impl_;
   if (I.offloader) I.offloader->roll_back_overlap();  // an overlap a failed step left open

@@ -167,7 +167,10 @@ ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
   const int64_t chunk = head_chunk_rows > 0 ? std::min(head_chunk_rows, B * T)
                                             : head_rows_per_chunk(B * T, c.vocab_size);
   ActivationTensors counted;
-  return carve_activation_arena(c, B, T, ac, chunk, storage, nullptr, nullptr, counted);
+  ActivationPlan plan =
+      carve_activation_arena(c, B, T, ac, chunk, storage, nullptr, nullptr, counted);
+  plan.token_bytes = 3 * B * T * static_cast<int64_t>(sizeof(int32_t));
+  return plan;
 }
 
 LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
@@ -205,7 +208,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
   if (plan.host_residual > 0)
     host_arena_ = TrackedBuffer<std::byte>(memory, MemCategory::kHostOffload,
                                            static_cast<size_t>(plan.host_residual));
-  tokens_ = TrackedBuffer<int32_t>(memory, MemCategory::kActivations, static_cast<size_t>(3 * M_));
+  tokens_ = TrackedBuffer<int32_t>(memory, MemCategory::kActivations,
+                                   static_cast<size_t>(plan.token_bytes) / sizeof(int32_t));
   const ActivationPlan carved = carve_activation_arena(config_, B_, T_, ac_, head_chunk_, storage_,
                                                        arena_.data(), host_arena_.data(), t_);
   ZT_CHECK(

@@ -64,6 +64,7 @@ struct ActivationPlan {
   int64_t layer_saved = 0;    // per-layer saved activations × layers kept, + scratch if any ckpt
   int64_t head = 0;  // final-norm output, rstd, one chunk of logits/dlogits, per-token losses
   int64_t grad_scratch = 0;  // backward temporaries
+  int64_t token_bytes = 0;   // outside the arena: int32 inputs, targets and document starts
   int64_t device_bytes() const { return residual + layer_saved + head + grad_scratch; }
   // head_chunk_rows: rows of logits at a time (0: head_rows_per_chunk); storage: kFloat32 or
   // kBf16, the type of every activation except the statistics.

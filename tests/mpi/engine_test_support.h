@@ -133,6 +133,7 @@ struct EngineOptions {
   int64_t reuse = 1'000'000'000;
   int64_t persistence = 0;
   int64_t micro = 2;                           // sequences per micro-batch of this rank
+  int64_t accum = 1;                           // micro-batches per step the spec plans for
   bool tied = false;                           // the tiny preset with tie_word_embeddings
   bool world_invariant = false;                // zero.world_invariant (docs/ARCHITECTURE.md §4)
   std::vector<std::string> trainable, freeze;  // --trainable / --freeze (model/trainable.h)
@@ -168,6 +169,7 @@ class TestEngine {
     model.tie_word_embeddings = o.tied;
     model.lora = o.lora;
     EngineSpec spec = engine_spec_for(model, zero, o.micro, o.seq);
+    spec.grad_accum = o.accum;
     spec.precision = o.precision;
     spec.activation_storage = o.activations;
     spec.ac.every = o.ckpt_every;

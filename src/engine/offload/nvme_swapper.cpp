@@ -27,6 +27,10 @@ int64_t nvme_record_bytes(int64_t count) {
   return (3 * count * 4 + kIoAlign - 1) / kIoAlign * kIoAlign;
 }
 
+int64_t nvme_swap_buffer_bytes(int64_t tile) {
+  return std::max(kIoAlign, nvme_record_bytes(tile));
+}
+
 int64_t nvme_file_bytes(const std::vector<int64_t>& own_sizes, int64_t tile) {
   int64_t total = 0;
   for (const StateTile& t : plan_tiles(own_sizes, tile)) total += nvme_record_bytes(t.count);
@@ -44,16 +48,15 @@ class NvmeStateStore final : public OptimizerStateStore {
         path_(std::move(path)),
         fd_(fd),
         memory_(memory) {
-    int64_t offset = 0, max_record = kIoAlign;
+    int64_t offset = 0;
     for (const StateTile& t : tiles_) {
       offsets_.push_back(offset);
       offset += nvme_record_bytes(t.count);
-      max_record = std::max(max_record, nvme_record_bytes(t.count));
     }
     file_bytes_ = static_cast<uint64_t>(offset);
     memory_.on_alloc(MemCategory::kNvme, file_bytes_);
     register_scratch_file(path_);  // removed by an abort that skips this destructor
-    buffer_bytes_ = static_cast<size_t>(max_record);
+    buffer_bytes_ = static_cast<size_t>(nvme_swap_buffer_bytes(tile));
     try {
       for (int b = 0; b < buffer_count; ++b) {
         void* p = std::aligned_alloc(kIoAlign, buffer_bytes_);

@@ -21,6 +21,8 @@ namespace zt {
 
 // Record bytes of a tile of `count` elements (3 fp32 arrays, rounded up to 4 KiB).
 int64_t nvme_record_bytes(int64_t count);
+// Bytes of one swap buffer for records of at most `tile` elements.
+int64_t nvme_swap_buffer_bytes(int64_t tile);
 // Bytes the swap file of these own ranges needs.
 int64_t nvme_file_bytes(const std::vector<int64_t>& own_sizes, int64_t tile);
 

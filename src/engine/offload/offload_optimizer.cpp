@@ -25,40 +25,70 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
       params_on_host_(config.param_offloaded()),
       copier_(copier),
       worker_(config.host_adam_cpus) {
-  int64_t max_own = 1;
-  for (int64_t n : own_sizes_) {
-    host_grads_.emplace_back(memory, MemCategory::kHostOffload, static_cast<size_t>(n));
+  const MemoryPlan planned = plan(config, own_sizes_, precision_);
+  for (size_t g = 0; g < own_sizes_.size(); ++g) {
+    const int i = static_cast<int>(g);
+    host_grads_.push_back(allocate_planned<float>(memory, planned, BufferRole::kHostGradients, i));
     if (config.delay > 0)
-      pending_grads_.emplace_back(memory, MemCategory::kHostOffload, static_cast<size_t>(n));
-    max_own = std::max(max_own, n);
+      pending_grads_.push_back(
+          allocate_planned<float>(memory, planned, BufferRole::kPendingGradients, i));
+    // Pageable: the kept state never crosses to the device (a GPU backend's host pool is pinned).
+    kept_state_.push_back(
+        allocate_planned<float>(memory, planned, BufferRole::kKeptState, i, &host_device_memory()));
+    // Nothing kept (a limit below the group that lands first): the steps run as without overlap.
+    overlap_configured_ |= kept_state_.back().size() > 0;
   }
-  const int64_t tile = std::min(config.sub_group_size, max_own);
-  tile_ = tile;
+  tile_ = offload_tile(config, own_sizes_);
+  for (int k = 0; k < 2; ++k)
+    staging_[static_cast<size_t>(k)] =
+        allocate_planned<uint8_t>(memory, planned, BufferRole::kHostStaging, k);
+  if (config.optimizer == OffloadDevice::kNvme)
+    store_ = make_nvme_state_store(own_sizes_, tile_, static_cast<int>(config.buffer_count),
+                                   config.nvme_path, host_comm, memory);
+  else
+    store_ = make_host_state_store(own_sizes_, tile_, memory);
+}
+
+int64_t offload_tile(const OffloadConfig& config, const std::vector<int64_t>& own_sizes) {
+  int64_t max_own = 1;
+  for (int64_t n : own_sizes) max_own = std::max(max_own, n);
+  return std::min(config.sub_group_size, max_own);
+}
+
+MemoryPlan OffloadOptimizer::plan(const OffloadConfig& config,
+                                  const std::vector<int64_t>& own_sizes, Precision precision) {
+  MemoryPlan p;
+  const int G = static_cast<int>(own_sizes.size());
+  for (int g = 0; g < G; ++g) {
+    const int64_t n = own_sizes[static_cast<size_t>(g)];
+    p.add(BufferRole::kHostGradients, g, MemCategory::kHostOffload, 4 * n);
+    if (config.delay > 0) p.add(BufferRole::kPendingGradients, g, MemCategory::kHostOffload, 4 * n);
+  }
   // The kept state of the groups that land first (the backward goes from the last group down)
   // while they fit in overlap_bytes; none for the rest, which wait for the norm.
-  kept_state_.resize(own_sizes_.size());
   int64_t budget =
       config.overlap_bytes < 0 ? std::numeric_limits<int64_t>::max() : config.overlap_bytes;
-  for (size_t g = own_sizes_.size(); config.keeps_speculated_state() && g-- > 0;) {
-    const int64_t bytes = 12 * own_sizes_[g];
+  for (int g = G; config.keeps_speculated_state() && g-- > 0;) {
+    const int64_t bytes = 12 * own_sizes[static_cast<size_t>(g)];
     if (bytes == 0) continue;
     if (bytes > budget) break;
     budget -= bytes;
-    // Pageable: it never crosses to the device (a GPU backend's host pool is pinned).
-    kept_state_[g] =
-        TrackedBuffer<float>(memory, MemCategory::kHostOffload,
-                             static_cast<size_t>(3 * own_sizes_[g]), &host_device_memory());
+    p.add(BufferRole::kKeptState, g, MemCategory::kHostOffload, bytes);
   }
-  // Nothing kept (a limit below the group that lands first): the steps run as without overlap.
-  for (const TrackedBuffer<float>& kept : kept_state_) overlap_configured_ |= kept.size() > 0;
-  const size_t elem = dtype_size(working_dtype(precision_));
-  for (TrackedBuffer<uint8_t>& s : staging_)
-    s = TrackedBuffer<uint8_t>(memory, MemCategory::kHostOffload, static_cast<size_t>(tile) * elem);
-  if (config.optimizer == OffloadDevice::kNvme)
-    store_ = make_nvme_state_store(own_sizes_, tile, static_cast<int>(config.buffer_count),
-                                   config.nvme_path, host_comm, memory);
-  else
-    store_ = make_host_state_store(own_sizes_, tile, memory);
+  const int64_t tile = offload_tile(config, own_sizes);
+  const auto elem = static_cast<int64_t>(dtype_size(working_dtype(precision)));
+  for (int k = 0; k < 2; ++k)
+    p.add(BufferRole::kHostStaging, k, MemCategory::kHostOffload, tile * elem);
+  if (config.optimizer == OffloadDevice::kNvme) {
+    p.add(BufferRole::kNvmeBuffers, -1, MemCategory::kHostOffload,
+          config.buffer_count * nvme_swap_buffer_bytes(tile));
+    p.add(BufferRole::kNvmeFile, -1, MemCategory::kNvme, nvme_file_bytes(own_sizes, tile));
+  } else {
+    for (int g = 0; g < G; ++g)
+      p.add(BufferRole::kHostOptimizer, g, MemCategory::kHostOffload,
+            12 * own_sizes[static_cast<size_t>(g)]);
+  }
+  return p;
 }
 
 namespace {

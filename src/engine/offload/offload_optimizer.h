@@ -28,6 +28,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "engine/decay_segments.h"
+#include "engine/memory_plan.h"
 #include "engine/offload/host_device_copier.h"
 #include "engine/offload/host_worker.h"
 #include "engine/offload/offload_config.h"
@@ -42,6 +43,9 @@ struct OffloadTraffic {
            nvme_resident = 0;
 };
 
+// The store's tile: sub_group_size elements, at most the largest own range.
+int64_t offload_tile(const OffloadConfig& config, const std::vector<int64_t>& own_sizes);
+
 class OffloadOptimizer {
  public:
   // own_sizes[g]: elements of group g's own range; segments[g]: its decay segments in own-range
@@ -51,6 +55,13 @@ class OffloadOptimizer {
   OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
                    std::vector<std::vector<DecaySegment>> segments, Precision precision,
                    MemoryTracker& memory, Communicator& host_comm, HostDeviceCopier& copier);
+
+  // The host-pool (and nvme-pool) buffers of those settings: the gradient shards (and a delayed
+  // update's second set), the kept state of the exact overlap, the two staging tiles, and the
+  // store (master/m/v, or the swap buffers and file). What the constructor and its store
+  // allocate.
+  static MemoryPlan plan(const OffloadConfig& config, const std::vector<int64_t>& own_sizes,
+                         Precision precision);
 
   // The worker ends (after its queued tasks) before the buffers its tasks read go: it is the
   // last member.

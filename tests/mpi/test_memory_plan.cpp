@@ -1,0 +1,117 @@
+// The memory plan (engine/engine_memory_plan.h) against what a ZeroEngine really allocates, at the
+// world size the binary runs with: every stage × offload mode (none, a delayed update, optimizer
+// on cpu, on nvme, optimizer and params on cpu) × activation checkpointing (none, full, full to
+// the host, selective) × precision (fp32, bf16, fp16 with fp16 activations) the engine suites
+// run, on the tiny preset, alternately with tied embeddings, LoRA adapters and world-invariant
+// training. Each category holds what the plan says once the engine is built (its kRun buffers),
+// and peaks at what the plan says over two steps, to the byte.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/estimator.h"
+#include "engine_test_support.h"
+#include "shared_dir_test.h"
+
+namespace zt {
+namespace {
+
+using engine_test::EngineOptions;
+using engine_test::TestEngine;
+
+class EstimatorMemoryPlan : public engine_test::SharedDirTest {
+ protected:
+  const char* dir_prefix() const override { return "zt_memory_plan_"; }
+};
+
+// The offload modes of a stage, by name (engine/offload/offload_config.h).
+std::vector<std::pair<std::string, OffloadConfig>> offloads(int stage, const OffloadConfig& nvme) {
+  OffloadConfig delayed, cpu, both;
+  delayed.delay = 1;
+  cpu.optimizer = OffloadDevice::kCpu;
+  cpu.sub_group_size = 700;  // several tiles per group
+  both = cpu;
+  both.param = OffloadDevice::kCpu;
+  std::vector<std::pair<std::string, OffloadConfig>> modes = {{"no offload", {}},
+                                                              {"delayed update", delayed}};
+  if (stage == 0) return modes;
+  modes.push_back({"cpu optimizer", cpu});
+  modes.push_back({"nvme optimizer", nvme});
+  if (stage == 3) modes.push_back({"cpu optimizer + params", both});
+  return modes;
+}
+
+std::vector<std::pair<std::string, EngineOptions>> checkpointing(EngineOptions base) {
+  EngineOptions full = base, host = base, selective = base;
+  full.ckpt_every = host.ckpt_every = 1;
+  host.ckpt_on_host = true;
+  selective.ckpt_selective = true;
+  return {{"no checkpointing", base},
+          {"full checkpointing", full},
+          {"checkpointing to host", host},
+          {"selective checkpointing", selective}};
+}
+
+// Every category of `memory` against `plan`: `at_rest` (after construction) or the peaks.
+void expect_categories(const MemoryPlan& plan, const MemoryTracker& memory, bool at_rest,
+                       const std::string& what) {
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    const auto category = static_cast<MemCategory>(c);
+    const int64_t planned = at_rest ? plan.at_rest(category) : plan.peak(category);
+    const auto held =
+        static_cast<int64_t>(at_rest ? memory.current(category) : memory.peak(category));
+    EXPECT_EQ(planned, held) << what << ": " << mem_category_name(category)
+                             << (at_rest ? " once built" : " at its peak") << "; the plan:\n"
+                             << plan.describe();
+  }
+}
+
+TEST_F(EstimatorMemoryPlan, EveryCombinationAllocatesItsPlanExactly) {
+  const int N = world_.world_size();
+  int combination = 0, trained = 0;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      for (const auto& [offload_name, offload] : offloads(stage, nvme_offload(2, 700))) {
+        EngineOptions o;
+        o.stage = stage;
+        o.precision = precision;
+        if (precision == Precision::kFp16) o.activations = DType::kFloat16;
+        o.offload = offload;
+        o.bucket = 5'000;  // packing buckets, chunked param all-gathers
+        o.overlap = stage % 2 == 0;
+        for (auto [ckpt_name, c] : checkpointing(o)) {
+          ++combination;
+          c.tied = combination % 2 == 0;
+          if (combination % 3 == 0) {
+            c.lora.rank = 4;
+            c.lora.alpha = 8;
+            c.lora.targets.fill(true);
+          }
+          // World-invariant training: a micro-batch tree of two leaves (no offload there).
+          c.world_invariant =
+              combination % 5 == 0 && !offload.optimizer_offloaded() && offload.delay == 0;
+          c.accum = c.world_invariant ? 2 : 1;
+          const std::string what = "N=" + std::to_string(N) + " stage " + std::to_string(stage) +
+                                   " " + precision_name(precision) + ", " + offload_name + ", " +
+                                   ckpt_name + (c.tied ? ", tied" : "") +
+                                   (c.lora.rank > 0 ? ", lora" : "") +
+                                   (c.world_invariant ? ", world-invariant" : "");
+          TestEngine t(world_, c);
+          const MemoryPlan& plan = t.engine().memory_plan();
+          expect_categories(plan, t.memory(), /*at_rest=*/true, what);
+          t.init();
+          for (int64_t step = 1; step <= 2; ++step) t.step(step, c.accum, 1e-3f);
+          expect_categories(plan, t.memory(), /*at_rest=*/false, what);
+          ++trained;
+        }
+      }
+    }
+  }
+  // Offload modes 2 + 4 + 4 + 5, each at 3 precisions × 4 checkpointing policies.
+  EXPECT_EQ(trained, (2 + 4 + 4 + 5) * 3 * 4);
+}
+
+}  // namespace
+}  // namespace zt
