@@ -60,16 +60,6 @@ AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) 
 #if ZEROTRAIN_HAVE_CUDA
 namespace {
 
-// The backend's options for `kernel`, its attention scratch sized for the micro-batch.
-cuda::CudaBackendOptions backend_options(AttentionKernel kernel, const AttentionSetup& attention) {
-  cuda::CudaBackendOptions options;
-  options.attention = kernel;
-  options.attention_scratch_bytes =
-      attention_scratch_bytes(attention.shape, kernel, attention.storage,
-                              options.attention_scratch_bytes, cuda::kArenaAlignment);
-  return options;
-}
-
 // The backend on `device` for --attention resolved there, then agreed over `host` (collective):
 // under auto, one rank whose GPU cannot run the fused attention takes every rank to gemm, so that
 // all ranks compute alike. (A refused explicit fused request is an AgreedError on every rank,
@@ -87,7 +77,9 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
   std::unique_ptr<cuda::CudaBackend> fused;
   const auto cudnn_refusal = [&]() -> std::string {
     try {
-      fused = make_cuda_backend(device, backend_options(AttentionKernel::kFused, attention));
+      fused = make_cuda_backend(
+          device, cuda::CudaBackendOptions::for_micro_batch(AttentionKernel::kFused,
+                                                            attention.shape, attention.storage));
       fused->prepare_fused_attention(attention.shape, attention.storage, attention.backward,
                                      attention.document_masks);
       return "";
@@ -110,7 +102,8 @@ std::unique_ptr<cuda::CudaBackend> agreed_backend(MpiCommunicator& host, int dev
                   " other rank(s) cannot run the fused attention)"};
   if (choice.kernel == AttentionKernel::kFused) return fused;
   fused.reset();  // its device memory goes before the gemm backend takes its own
-  return make_cuda_backend(device, backend_options(AttentionKernel::kGemm, attention));
+  return make_cuda_backend(device, cuda::CudaBackendOptions::for_micro_batch(
+                                       AttentionKernel::kGemm, attention.shape, attention.storage));
 }
 
 // An arena per device-pool category, sized from its estimated peak (arena_reservation_bytes);

@@ -49,7 +49,8 @@ DType parse_activation_storage(const std::string& activations, Precision precisi
                                const std::string& command);
 
 // The micro-batch's attention and what was asked for it; the CUDA backend resolves the request
-// with choose_attention on its GPU and sizes the attention scratch for the fused path.
+// with choose_attention on its GPU, and sizes its own attention scratch for the shape
+// (CudaBackendOptions::for_micro_batch).
 struct AttentionSetup {
   AttentionRequest request = AttentionRequest::kGemm;
   AttentionShape shape;

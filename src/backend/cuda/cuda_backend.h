@@ -78,6 +78,17 @@ struct CudaBackendOptions {
   // statistics staging (attention_scratch_bytes sizes it for a micro-batch and storage type).
   size_t attention_scratch_bytes = kAttentionScoreScratchBytes;
   size_t reduction_scratch_bytes = kReductionScratchBytes;  // rmsnorm dg / sum_squares partials
+
+  // The options of a backend that runs `kernel` on micro-batches of `shape` with activations in
+  // `storage`: its attention scratch sized for them (what cuda_backend_scratch_bytes counts).
+  static CudaBackendOptions for_micro_batch(AttentionKernel kernel, const AttentionShape& shape,
+                                            DType storage) {
+    CudaBackendOptions options;
+    options.attention = kernel;
+    options.attention_scratch_bytes = zt::attention_scratch_bytes(
+        shape, kernel, storage, options.attention_scratch_bytes, kArenaAlignment);
+    return options;
+  }
 };
 
 class CudaBackend final : public Backend {
