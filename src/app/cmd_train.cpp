@@ -35,6 +35,7 @@
 #include "checkpoint/consolidate.h"
 #include "checkpoint/peft_adapter.h"
 #include "comm/mpi_communicator.h"
+#include "engine/engine_spec_json.h"
 #include "engine/lr_schedule.h"
 #include "engine/zero_engine.h"
 #include "io/data_loader.h"
@@ -293,8 +294,7 @@ void archive_diverged_final(const std::string& out, const nlohmann::json& record
 // OUT/run.json: what ran (collective; rank 0 writes).
 void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& comm,
                     const std::string& backend, const std::string& communicator,
-                    const ActivationCheckpointing& ac, const std::string& attention_kernel,
-                    bool resumed) {
+                    const EngineSpec& spec, const std::string& attention_kernel, bool resumed) {
   const ParamLayout& layout = engine.layout();
   const ModelConfig& config = engine.model().config();
   const std::vector<std::string> names = hostnames(MPI_COMM_WORLD);
@@ -308,7 +308,7 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
                config.to_hf_json(),
                layout.total_numel(),
                layout.non_embedding_numel()};
-  info.config["activation_checkpointing"] = activation_checkpointing_name(ac);
+  info.config["activation_checkpointing"] = activation_checkpointing_name(spec.ac);
   // What --attention resolved to on this backend: "cpu" (its one attention), "gemm" or "fused".
   info.config["attention_kernel"] = attention_kernel;
   // Optimizer offload: what runs the CPU AdamW (metrics.jsonl's host_adam gives its rate).
@@ -333,6 +333,8 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
     if (comm.rank() != 0) return;
     std::filesystem::create_directories(o.out);
     nlohmann::json record = run_json(info);
+    // The engine the run built, as the report reads it back (engine/engine_spec_json.h).
+    record["engine"] = engine_spec_to_json(spec);
     // The DeepSpeed file: its path, SHA-256, what each key became and the warnings.
     if (!o.deepspeed.empty()) record["deepspeed"] = o.from_deepspeed.record;
     // An imported model's provenance: its Hugging Face directory and what import read past.
@@ -564,7 +566,7 @@ int run_training(TrainOptions o) {
       if (start.step >= o.steps) return finish_completed_run(engine, in, o, comm, start.step);
     }
 
-    write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.spec.ac,
+    write_run_json(o, engine, comm, backend->name(), data_comm.backend_name(), in.spec,
                    device.attention_kernel, !in.resume_dir.empty());
     if (in.lock) in.lock->keep();  // the run has begun writing into --out
     RunRecorder recorder(comm, data_comm, memory,

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "engine/activation_checkpointing.h"
+#include "engine/engine_spec_json.h"
 #include "engine/estimator.h"
 #include "io/fs_util.h"
 #include "model/config.h"
@@ -66,39 +67,47 @@ std::optional<double> mean_after_first(const std::vector<nlohmann::json>& metric
   return sum / n;
 }
 
-// The estimator's per-category prediction for the run's configuration (null when the run.json
+// The engine of a run.json written before it recorded its "engine": rebuilt from the options it
+// recorded (without the trainable set, the adapters and offload's finer settings).
+EngineSpec engine_of_older_run(const RunData& r) {
+  const nlohmann::json& c = r.run.at("config");
+  EngineSpec spec;
+  spec.model = ModelConfig::from_hf_json(r.run.at("model"), r.dir + "/run.json");
+  ZeroConfig& zero = spec.zero;
+  zero.stage = c.at("zero_stage").get<int>();
+  zero.reduce_bucket_size = c.value("reduce_bucket_size", zero.reduce_bucket_size);
+  zero.allgather_bucket_size = c.value("allgather_bucket_size", zero.allgather_bucket_size);
+  zero.prefetch_bucket_size = c.value("prefetch_bucket_size", zero.prefetch_bucket_size);
+  zero.param_persistence_threshold =
+      c.value("param_persistence_threshold", zero.param_persistence_threshold);
+  zero.max_live_parameters = c.value("max_live_parameters", zero.max_live_parameters);
+  zero.max_reuse_distance = c.value("max_reuse_distance", zero.max_reuse_distance);
+  zero.overlap_comm = c.value("overlap_comm", zero.overlap_comm);
+  zero.world_invariant = c.value("world_invariant", zero.world_invariant);
+  spec.ac = parse_activation_checkpointing(c.value("activation_checkpointing", std::string("none")),
+                                           c.value("cpu_checkpointing", false));
+  OffloadConfig& offload = spec.offload;
+  offload.optimizer =
+      parse_offload_device(c.value("offload_optimizer", "none"), "offload_optimizer");
+  offload.param = parse_offload_device(c.value("offload_param", "none"), "offload_param");
+  offload.nvme_path = c.value("nvme_path", std::string());
+  offload.buffer_count = c.value("offload_buffer_count", offload.buffer_count);
+  offload.sub_group_size = c.value("sub_group_size", offload.sub_group_size);
+  spec.precision = parse_precision(c.value("precision", "bf16"));
+  spec.micro_batch = c.at("micro_batch").get<int64_t>();
+  spec.seq_len = c.at("seq_len").get<int64_t>();
+  spec.grad_accum = c.value("grad_accum", int64_t{1});
+  spec.activation_storage = activation_dtype(c.value("activations", std::string("fp32")));
+  return spec;
+}
+
+// The estimator's per-category prediction for the engine the run built (null when the run.json
 // lacks what it needs).
 nlohmann::json estimate_for(const RunData& r) {
   try {
-    const nlohmann::json& c = r.run.at("config");
-    EngineSpec spec;
-    spec.model = ModelConfig::from_hf_json(r.run.at("model"), r.dir + "/run.json");
-    ZeroConfig& zero = spec.zero;
-    zero.stage = c.at("zero_stage").get<int>();
-    zero.reduce_bucket_size = c.value("reduce_bucket_size", zero.reduce_bucket_size);
-    zero.allgather_bucket_size = c.value("allgather_bucket_size", zero.allgather_bucket_size);
-    zero.prefetch_bucket_size = c.value("prefetch_bucket_size", zero.prefetch_bucket_size);
-    zero.param_persistence_threshold =
-        c.value("param_persistence_threshold", zero.param_persistence_threshold);
-    zero.max_live_parameters = c.value("max_live_parameters", zero.max_live_parameters);
-    zero.max_reuse_distance = c.value("max_reuse_distance", zero.max_reuse_distance);
-    zero.overlap_comm = c.value("overlap_comm", zero.overlap_comm);
-    zero.world_invariant = c.value("world_invariant", zero.world_invariant);
-    spec.ac =
-        parse_activation_checkpointing(c.value("activation_checkpointing", std::string("none")),
-                                       c.value("cpu_checkpointing", false));
-    OffloadConfig& offload = spec.offload;
-    offload.optimizer =
-        parse_offload_device(c.value("offload_optimizer", "none"), "offload_optimizer");
-    offload.param = parse_offload_device(c.value("offload_param", "none"), "offload_param");
-    offload.nvme_path = c.value("nvme_path", std::string());
-    offload.buffer_count = c.value("offload_buffer_count", offload.buffer_count);
-    offload.sub_group_size = c.value("sub_group_size", offload.sub_group_size);
-    spec.precision = parse_precision(c.value("precision", "bf16"));
-    spec.micro_batch = c.at("micro_batch").get<int64_t>();
-    spec.seq_len = c.at("seq_len").get<int64_t>();
-    spec.grad_accum = c.value("grad_accum", int64_t{1});
-    spec.activation_storage = activation_dtype(c.value("activations", std::string("fp32")));
+    const EngineSpec spec = r.run.contains("engine")
+                                ? engine_spec_from_json(r.run.at("engine"), r.dir + "/run.json")
+                                : engine_of_older_run(r);
     const int world = r.run.at("world_size").get<int>();
     spec.validate(world);  // a run.json is read, not trusted
     const MemoryEstimate e = estimate_memory(spec, world);

@@ -10,6 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/engine_spec_json.h"
+#include "engine/estimator.h"
+#include "io/fs_util.h"
+#include "model/layout.h"
+#include "model/trainable.h"
 #include "report/step_timeline.h"
 #include "report/study_report.h"
 #include "util/error.h"
@@ -126,6 +131,35 @@ TEST_F(ReportStudy, EstimateFollowsTheWorldInvariantMode) {
   ASSERT_TRUE(a.is_object() && b.is_object());
   EXPECT_NE(a["grads"].get<int64_t>(), b["grads"].get<int64_t>());
   EXPECT_GT(b["buffers"].get<int64_t>(), a["buffers"].get<int64_t>());
+}
+
+// A run.json that records its engine (train writes "engine", engine/engine_spec_json.h): the
+// estimate beside it is that engine's, here with its head alone training, which the options'
+// reconstruction (stage, batch, precision, ...) cannot see.
+TEST_F(ReportStudy, EstimateReadsTheRecordedEngine) {
+  const std::string dir = make_run("frozen", 2, 2, 100);
+  nlohmann::json run = read_json_file(dir + "/run.json");
+  EngineSpec spec;
+  spec.model = ModelConfig::from_hf_json(run.at("model"), "test");
+  spec.zero.stage = 2;
+  spec.micro_batch = 2;
+  spec.seq_len = 32;
+  spec.trainable = TrainableSet::from_patterns(ParamLayout(spec.model), {"^lm_head\\."}, {});
+  run["engine"] = engine_spec_to_json(spec);
+  std::ofstream(dir + "/run.json") << run.dump();
+  const auto rows = scaling_rows({load_run_dir(dir), load_run_dir(make_run("older", 2, 2, 100))});
+  ASSERT_EQ(rows.size(), 2u);
+  const nlohmann::json& frozen =
+      rows[0].run == "frozen" ? rows[0].estimated_memory : rows[1].estimated_memory;
+  const nlohmann::json& older =
+      rows[0].run == "frozen" ? rows[1].estimated_memory : rows[0].estimated_memory;
+  const MemoryEstimate e = estimate_memory(spec, 2);
+  ASSERT_TRUE(frozen.is_object() && older.is_object());
+  EXPECT_EQ(frozen["grads"].get<int64_t>(), e.grads);
+  EXPECT_EQ(frozen["optimizer"].get<int64_t>(), e.optimizer);
+  EXPECT_EQ(frozen["buffers"].get<int64_t>(), e.buffers);
+  // The older record (no "engine") trains every tensor: more gradient and optimizer state.
+  EXPECT_GT(older["optimizer"].get<int64_t>(), e.optimizer);
 }
 
 TEST_F(ReportStudy, EmptyOrForeignDirectoriesAreRejectedByName) {

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/engine_spec_json.h"
 #include "io/model_dir.h"
 #include "test_train_support.h"
 
@@ -276,6 +277,14 @@ TEST_F(TrainE2E, OptionsAreAcceptedFromConfigFile) {
   EXPECT_EQ(run["config"]["attention_kernel"], "cpu");  // what ran: the CPU backend's one
   EXPECT_EQ(run["config"]["activations"], "fp32");      // the CPU backend's default
   EXPECT_EQ(run["config"]["lr"].get<double>(), 5e-3);   // command line wins over the file
+  // The engine the run built (engine/engine_spec_json.h), as the report reads it back.
+  const EngineSpec engine = engine_spec_from_json(run.at("engine"), "run.json");
+  EXPECT_EQ(engine.micro_batch, 2);
+  EXPECT_EQ(engine.grad_accum, 2);
+  EXPECT_EQ(engine.zero.stage, 2);
+  EXPECT_EQ(engine.ac.every, 2);
+  EXPECT_EQ(engine.optim.lr, 5e-3f);
+  EXPECT_EQ(engine.model.hidden_size, preset_config("tiny").hidden_size);
 }
 
 TEST_F(TrainE2E, EvalPrintsJsonAndRejectsShortDataset) {
