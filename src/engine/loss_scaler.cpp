@@ -43,7 +43,6 @@ void LossScaleConfig::validate() const {
 }
 
 LossScaler::LossScaler(const LossScaleConfig& config) : config_(config) {
-  config_.validate();
   state_.cur_scale = dynamic() ? std::ldexp(1.0, config_.initial_scale_power) : config_.loss_scale;
   state_.cur_hysteresis = config_.hysteresis;
 }

@@ -42,6 +42,7 @@ class LossScaler {
     int cur_hysteresis = 1;
   };
 
+  // `config` is validated (LossScaleConfig::validate; EngineSpec::validate calls it).
   explicit LossScaler(const LossScaleConfig& config);
 
   double scale() const { return state_.cur_scale; }

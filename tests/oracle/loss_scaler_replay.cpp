@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   const std::string outcomes = argv[7];
   int64_t step = 0;
   try {
+    c.validate();  // as a command validates its settings before an engine takes them
     zt::LossScaler scaler(c);
     for (char o : outcomes) {
       ++step;

@@ -34,7 +34,7 @@ TEST(LossScaler, BadSettingsAreRefusedNamingTheKey) {
   cases[6].key = "fp16.loss_scale";
   for (const Case& c : cases) {
     try {
-      LossScaler scaler(c.config);
+      c.config.validate();
       ADD_FAILURE() << c.key << ": accepted";
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()).rfind(c.key, 0), 0u) << e.what();
@@ -44,11 +44,12 @@ TEST(LossScaler, BadSettingsAreRefusedNamingTheKey) {
   LossScaleConfig fixed;
   fixed.loss_scale = 1024;
   fixed.loss_scale_window = 0;
+  EXPECT_NO_THROW(fixed.validate());
   LossScaler scaler(fixed);
   scaler.update(true, 1);
   EXPECT_EQ(scaler.scale(), 1024.0);
   fixed.loss_scale = 1;
-  EXPECT_NO_THROW(LossScaler{fixed});
+  EXPECT_NO_THROW(fixed.validate());
 }
 
 // A scaler restored from another's state continues its sequence exactly (a checkpoint resume).
