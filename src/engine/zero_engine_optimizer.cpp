@@ -125,8 +125,10 @@ void ZeroEngine::Impl::device_adamw(AdamWHyper h, const std::function<uint8_t*(i
     if (!trains(g)) continue;
     const int64_t begin = own_begin(g);
     const size_t out_bytes = static_cast<size_t>(own_size(g)) * work_elem();
-    if (offload.param_offloaded() && device_out.size() < out_bytes)
+    if (offload.param_offloaded() && device_out.size() < out_bytes) {
+      device_out.reset();  // the larger tile replaces it: the two are never held at once
       device_out = TrackedBuffer<uint8_t>(memory, MemCategory::kCommBuffers, out_bytes);
+    }
     uint8_t* out_base = offload.param_offloaded() ? device_out.data() : out_of(g);
     const std::vector<DecaySegment> segments = own_segments(g);
     int64_t updated = 0;

@@ -1,10 +1,10 @@
 // The memory plan (engine/engine_memory_plan.h) against what a ZeroEngine really allocates, at the
 // world size the binary runs with: every stage × offload mode (none, a delayed update, optimizer
-// on cpu, on nvme, optimizer and params on cpu) × activation checkpointing (none, full, full to
-// the host, selective) × precision (fp32, bf16, fp16 with fp16 activations) the engine suites
-// run, on the tiny preset, alternately with tied embeddings, LoRA adapters and world-invariant
-// training. Each category holds what the plan says once the engine is built (its kRun buffers),
-// and peaks at what the plan says over two steps, to the byte.
+// on cpu, on nvme, params on cpu, optimizer and params on cpu) × activation checkpointing (none,
+// full, full to the host, selective) × precision (fp32, bf16, fp16 with fp16 activations) the
+// engine suites run, on the tiny preset, alternately with tied embeddings, LoRA adapters and
+// world-invariant training. Each category holds what the plan says once the engine is built (its
+// kRun buffers), and peaks at what the plan says over two steps, to the byte.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -28,10 +28,11 @@ class EstimatorMemoryPlan : public engine_test::SharedDirTest {
 
 // The offload modes of a stage, by name (engine/offload/offload_config.h).
 std::vector<std::pair<std::string, OffloadConfig>> offloads(int stage, const OffloadConfig& nvme) {
-  OffloadConfig delayed, cpu, both;
+  OffloadConfig delayed, cpu, params, both;
   delayed.delay = 1;
   cpu.optimizer = OffloadDevice::kCpu;
   cpu.sub_group_size = 700;  // several tiles per group
+  params.param = OffloadDevice::kCpu;
   both = cpu;
   both.param = OffloadDevice::kCpu;
   std::vector<std::pair<std::string, OffloadConfig>> modes = {{"no offload", {}},
@@ -39,7 +40,9 @@ std::vector<std::pair<std::string, OffloadConfig>> offloads(int stage, const Off
   if (stage == 0) return modes;
   modes.push_back({"cpu optimizer", cpu});
   modes.push_back({"nvme optimizer", nvme});
-  if (stage == 3) modes.push_back({"cpu optimizer + params", both});
+  if (stage != 3) return modes;
+  modes.push_back({"cpu params", params});  // the device AdamW's update tile
+  modes.push_back({"cpu optimizer + params", both});
   return modes;
 }
 
@@ -109,8 +112,8 @@ TEST_F(EstimatorMemoryPlan, EveryCombinationAllocatesItsPlanExactly) {
       }
     }
   }
-  // Offload modes 2 + 4 + 4 + 5, each at 3 precisions × 4 checkpointing policies.
-  EXPECT_EQ(trained, (2 + 4 + 4 + 5) * 3 * 4);
+  // Offload modes 2 + 4 + 4 + 6, each at 3 precisions × 4 checkpointing policies.
+  EXPECT_EQ(trained, (2 + 4 + 4 + 6) * 3 * 4);
 }
 
 }  // namespace
