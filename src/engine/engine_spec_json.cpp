@@ -1,5 +1,8 @@
 #include "engine/engine_spec_json.h"
 
+#include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -102,13 +105,30 @@ class JsonReader {
   JsonReader(const nlohmann::json& j, std::string path) : j_(j), path_(std::move(path)) {
     ZT_CHECK(j_.is_object(), path_ + ": expected an object");
   }
+  // A flag, a whole number within T's range, a number, a text or a list of texts, as T asks;
+  // anything else (2.5 for a count, true for a number) is refused, not converted.
   template <typename T>
   void operator()(const char* key, T& out) const {
     const nlohmann::json& v = json(key);
+    bool fits = true;
+    if constexpr (std::is_same_v<T, bool>) {
+      fits = v.is_boolean();
+    } else if constexpr (std::is_integral_v<T>) {
+      fits = v.is_number_integer() &&
+             (v.is_number_unsigned()
+                  ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                  : v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                        v.get<int64_t>() <= std::numeric_limits<T>::max());
+    } else if constexpr (std::is_floating_point_v<T>) {
+      fits = v.is_number();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      fits = v.is_string();
+    }
     try {
+      ZT_CHECK(fits, "");
       out = v.get<T>();
-    } catch (const nlohmann::json::exception&) {
-      throw Error(at(key) + " has the wrong type: " + v.dump());
+    } catch (const std::exception&) {
+      throw Error(at(key) + " has the wrong type or range: " + v.dump());
     }
   }
   void real(const char* key, float& out) const {
@@ -122,16 +142,21 @@ class JsonReader {
     (*this)(key, text);
     out = parse(text, at(key));
   }
+  // What `make` returns; its error is prefixed with the key.
+  template <typename Make>
+  auto keyed(const char* key, Make make) const {
+    try {
+      return make();
+    } catch (const Error& e) {
+      throw Error(at(key) + ": " + e.what());
+    }
+  }
   // The key's text through `parse`, whose error is prefixed with the key.
   template <typename Parse>
   auto parsed(const char* key, Parse parse) const {
     std::string text;
     (*this)(key, text);
-    try {
-      return parse(text);
-    } catch (const Error& e) {
-      throw Error(at(key) + ": " + e.what());
-    }
+    return keyed(key, [&] { return parse(text); });
   }
   JsonReader block(const char* key) const { return JsonReader(json(key), at(key)); }
   std::string at(const char* key) const { return path_ + "." + key; }
@@ -172,7 +197,7 @@ nlohmann::json engine_spec_to_json(const EngineSpec& spec) {
 EngineSpec engine_spec_from_json(const nlohmann::json& j, const std::string& source) {
   const JsonReader r(j, source + ": engine");
   EngineSpec spec;
-  spec.model = ModelConfig::from_hf_json(r.json("model"), source);
+  spec.model = ModelConfig::from_hf_json(r.json("model"), source + ": engine.model");
   const JsonReader zero = r.block("zero"), offload = r.block("offload");
   const JsonReader optimizer = r.block("optimizer"), loss_scale = r.block("loss_scale");
   visit_zero(zero, spec.zero);
@@ -192,7 +217,9 @@ EngineSpec engine_spec_from_json(const nlohmann::json& j, const std::string& sou
   std::vector<std::string> frozen;
   r("frozen_tensors", frozen);
   if (!frozen.empty())
-    spec.trainable = TrainableSet::from_frozen_names(ParamLayout(spec.model), frozen);
+    spec.trainable = r.keyed("frozen_tensors", [&] {
+      return TrainableSet::from_frozen_names(ParamLayout(spec.model), frozen);
+    });
   return spec;
 }
 

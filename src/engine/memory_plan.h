@@ -14,11 +14,12 @@
 namespace zt {
 
 // When a planned buffer is held. A category's peak is what it holds for the run and from the
-// first step on, plus the larger of its two phases (a micro-batch's pass, the optimizer step):
-// no buffer of one phase lives into the other.
+// first step on, plus the larger of its two phases (a micro-batch's pass, the optimizer step).
+// Within one category no buffer of one phase lives into the other: the stage-3 groups kept after
+// the last backward (params) live into the optimizer step, whose buffers are all comm buffers.
 enum class BufferLifetime : int {
   kRun,            // from the engine's construction to its end
-  kTraining,       // from the first training step to the end (the step's per-token losses)
+  kTraining,       // from the first training step to the end (losses, micro-batch tree)
   kPass,           // the most held at once during a micro-batch's forward and backward
   kOptimizerStep,  // during the optimizer step only
 };

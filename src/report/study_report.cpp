@@ -68,7 +68,8 @@ std::optional<double> mean_after_first(const std::vector<nlohmann::json>& metric
 }
 
 // The engine of a run.json written before it recorded its "engine": rebuilt from the options it
-// recorded (without the trainable set, the adapters and offload's finer settings).
+// recorded (its model's LoRA adapters included, but every tensor training, and without offload's
+// finer settings).
 EngineSpec engine_of_older_run(const RunData& r) {
   const nlohmann::json& c = r.run.at("config");
   EngineSpec spec;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "engine/engine_spec_json.h"
 #include "engine/estimator.h"
@@ -120,13 +121,17 @@ std::string refusal(const nlohmann::json& j) {
 TEST(EngineSpecJson, DamagedRecordsAreRefusedNamingTheKey) {
   const nlohmann::json good = engine_spec_to_json(unusual_spec());
   nlohmann::json missing = good, wrong_type = good, bad_name = good, bad_policy = good,
-                 unknown_tensor = good, not_object = good;
+                 unknown_tensor = good, not_object = good, fractional = good, flag = good,
+                 too_big = good;
   missing["zero"].erase("stage");
   wrong_type["offload"]["buffer_count"] = "six";
   bad_name["precision"] = "fp8";
   bad_policy["activation_checkpointing"] = "sometimes";
   unknown_tensor["frozen_tensors"].push_back("model.layers.9.mlp.up_proj.weight");
   not_object["optimizer"] = 3;
+  fractional["zero"]["stage"] = 2.5;                // a count is a whole number
+  flag["offload"]["buffer_count"] = true;           // not 1
+  too_big["loss_scale"]["hysteresis"] = 1LL << 40;  // an int
   EXPECT_NE(refusal(missing).find("out/run.json: engine.zero.stage is missing"), std::string::npos)
       << refusal(missing);
   EXPECT_NE(refusal(wrong_type).find("engine.offload.buffer_count has the wrong type"),
@@ -136,8 +141,16 @@ TEST(EngineSpecJson, DamagedRecordsAreRefusedNamingTheKey) {
       << refusal(bad_name);
   EXPECT_NE(refusal(bad_policy).find("engine.activation_checkpointing"), std::string::npos)
       << refusal(bad_policy);
+  EXPECT_NE(refusal(unknown_tensor).find("engine.frozen_tensors: "), std::string::npos)
+      << refusal(unknown_tensor);
   EXPECT_NE(refusal(unknown_tensor).find("model.layers.9.mlp.up_proj.weight"), std::string::npos)
       << refusal(unknown_tensor);
+  for (const auto& [damaged, key] :
+       {std::pair{fractional, "engine.zero.stage"}, std::pair{flag, "engine.offload.buffer_count"},
+        std::pair{too_big, "engine.loss_scale.hysteresis"}})
+    EXPECT_NE(refusal(damaged).find(std::string(key) + " has the wrong type or range"),
+              std::string::npos)
+        << refusal(damaged);
   EXPECT_NE(refusal(not_object).find("engine.optimizer: expected an object"), std::string::npos)
       << refusal(not_object);
 }
