@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <limits>
+#include <sstream>
 #include <string>
 
 #include "app/cli.h"
@@ -16,6 +18,7 @@
 #include "app/lora_options.h"
 #include "app/run_setup.h"
 #include "backend/device_arena_plan.h"
+#include "engine/engine_memory_plan.h"
 #include "engine/estimator.h"
 #include "engine/stage_traits.h"
 #include "model/layout.h"
@@ -45,6 +48,7 @@ struct EstimateOptions : RunEngineOptions {
   bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
   int ranks_per_node = 0;        // 0: min(world, 8)
   bool json = false;
+  bool list_plan = false;  // --plan
 };
 
 // --device-memory and its alias --device-memory-gib (`alias_gib`): one GiB figure between 1 KiB
@@ -111,6 +115,8 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "DeepSpeed JSON config (precedence: command line > --config INI > --deepspeed > "
       "defaults)");
   add("json", flag(&o.json, false), "print JSON instead of a table");
+  add("plan", flag(&o.list_plan, false),
+      "list the buffers the engine allocates at the requested stage (its memory plan), by role");
   add_trainable_options(opts, &o.trainable, &o.freeze);
   add_lora_options(opts, o.lora);
   const CommandSpec spec{kCommand, "Estimate per-rank memory of ZeRO stages 0-3.",
@@ -484,6 +490,27 @@ std::string fit_advice(const EstimateOptions& o, const EngineSpec& spec, const P
          "); use more ranks, a smaller micro-batch or a shorter sequence\n";
 }
 
+// --plan: the requested configuration's memory plan by role (engine/memory_plan.h), bytes per
+// rank.
+std::string plan_table(const EngineSpec& spec, int world, nlohmann::json& out) {
+  std::ostringstream text;
+  text << "memory plan at stage " << spec.zero.stage << " (per rank; lifetime: run, training = "
+       << "from the first step, pass = most held at once in a pass, optimizer step):\n";
+  out["plan"] = nlohmann::json::array();
+  for (const MemoryPlan::RoleTotal& t : plan_engine_memory(spec, world).by_role()) {
+    out["plan"].push_back({{"role", buffer_role_name(t.role)},
+                           {"category", mem_category_name(t.category)},
+                           {"lifetime", buffer_lifetime_name(t.lifetime)},
+                           {"buffers", t.buffers},
+                           {"bytes", t.bytes}});
+    text << "  " << std::left << std::setw(26) << buffer_role_name(t.role) << std::setw(12)
+         << mem_category_name(t.category) << std::setw(15) << buffer_lifetime_name(t.lifetime)
+         << std::right << std::setw(5) << t.buffers << (t.buffers == 1 ? " buffer " : " buffers")
+         << std::setw(12) << gib(static_cast<double>(t.bytes), 4) << " GiB\n";
+  }
+  return text.str();
+}
+
 // The text form: the run, the stage table, the CUDA scratch, DeepSpeed's offload figure.
 void print_estimate(const EstimateOptions& o, const EngineSpec& spec, const PlannedScratch& plan,
                     int64_t scratch, const std::string& table) {
@@ -555,6 +582,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
   if (o.device_memory_gib > 0) advice = fit_advice(o, spec, plan, scratch, out);
   if (o.max_micro_batch) advice += max_micro_batch_table(o, spec, plan, out);
   const std::string modes = offload_modes_table(o, spec, out);
+  if (o.list_plan) advice += plan_table(spec, o.world, out);
   if (o.json) {
     std::cout << out.dump(2) << "\n";
     return 0;

@@ -74,9 +74,7 @@ const char* buffer_role_name(BufferRole role) {
   return "?";
 }
 
-namespace {
-
-const char* lifetime_name(BufferLifetime lifetime) {
+const char* buffer_lifetime_name(BufferLifetime lifetime) {
   switch (lifetime) {
     case BufferLifetime::kRun:
       return "run";
@@ -89,8 +87,6 @@ const char* lifetime_name(BufferLifetime lifetime) {
   }
   return "?";
 }
-
-}  // namespace
 
 void MemoryPlan::add(BufferRole role, int index, MemCategory category, int64_t bytes,
                      BufferLifetime lifetime) {
@@ -146,9 +142,23 @@ std::string MemoryPlan::describe() const {
     out += "  " + std::string(buffer_role_name(b.role)) +
            (b.index >= 0 ? "[" + std::to_string(b.index) + "]" : "") + "  " +
            mem_category_name(b.category) + "  " + std::to_string(b.bytes) + " B  " +
-           lifetime_name(b.lifetime) + "\n";
+           buffer_lifetime_name(b.lifetime) + "\n";
   }
   return out;
+}
+
+std::vector<MemoryPlan::RoleTotal> MemoryPlan::by_role() const {
+  std::vector<RoleTotal> totals;
+  for (const PlannedBuffer& b : buffers_) {
+    // Keyed by role, category and lifetime (a role keeps one of each in any one plan).
+    auto it = std::find_if(totals.begin(), totals.end(), [&](const RoleTotal& t) {
+      return t.role == b.role && t.category == b.category && t.lifetime == b.lifetime;
+    });
+    if (it == totals.end()) it = totals.insert(totals.end(), {b.role, b.category, b.lifetime});
+    ++it->buffers;
+    it->bytes += b.bytes;
+  }
+  return totals;
 }
 
 }  // namespace zt

@@ -60,6 +60,7 @@ enum class BufferRole : int {
   kNvmeFile,          // optimizer offload to nvme: this rank's swap file
 };
 const char* buffer_role_name(BufferRole role);
+const char* buffer_lifetime_name(BufferLifetime lifetime);  // "run", "training", "pass", ...
 
 struct PlannedBuffer {
   BufferRole role = BufferRole::kWorkingParams;
@@ -83,6 +84,16 @@ class MemoryPlan {
   int64_t peak(MemCategory category) const;
   // "  working params[3]  params  4096 B  run", a line per buffer, for messages and tests.
   std::string describe() const;
+  // The buffers of each role added up (over its groups, slots or levels), in plan order: what
+  // `zerotrain estimate --plan` lists.
+  struct RoleTotal {
+    BufferRole role = BufferRole::kWorkingParams;
+    MemCategory category = MemCategory::kParams;
+    BufferLifetime lifetime = BufferLifetime::kRun;
+    int buffers = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<RoleTotal> by_role() const;
 
  private:
   std::vector<PlannedBuffer> buffers_;

@@ -2,6 +2,8 @@
 // preset, the estimate's model states against them, and the "lowest stage that fits" decision tree.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -276,6 +278,33 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
 }
 
 // Sizes whose byte counts would overflow are refused naming the option, not printed wrapped.
+// `zerotrain estimate --plan`: the requested stage's buffers by role, which add up to that
+// stage's row: per category, what is held for the run and from the first step, plus the larger
+// of a pass's and the optimizer step's.
+TEST(EstimateCommand, PlanListsTheBuffersOfTheRequestedStage) {
+  const auto r = train_test::run_zerotrain(
+      "estimate --preset small --world 2 --zero-stage 3 --offload-param cpu "
+      "--offload-optimizer cpu --activation-checkpointing full --plan --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  std::map<std::string, std::map<std::string, int64_t>> by_category;  // category → lifetime → B
+  for (const nlohmann::json& b : j.at("plan"))
+    by_category[b.at("category")][b.at("lifetime")] += b.at("bytes").get<int64_t>();
+  const nlohmann::json& row = j.at("stages").at(3);
+  for (const char* category : {"params", "grads", "optimizer", "activations", "buffers"}) {
+    std::map<std::string, int64_t>& l = by_category[category];
+    EXPECT_EQ(l["run"] + l["training"] + std::max(l["pass"], l["optimizer step"]),
+              row.at(category).get<int64_t>())
+        << category;
+  }
+  EXPECT_GT(by_category["params"]["pass"], 0);   // the stage-3 gathers
+  EXPECT_GT(by_category["buffers"]["pass"], 0);  // the device copies of the host shards
+  const auto text = train_test::run_zerotrain("estimate --preset small --zero-stage 3 --plan");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("memory plan at stage 3"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("gathered params"), std::string::npos) << text.output;
+}
+
 TEST(EstimateCommand, SizesBeyondTheTablesRangeAreRefused) {
   for (const auto& [args, culprit] : std::vector<std::pair<std::string, std::string>>{
            {"--micro-batch 2147483647 --seq-len 2048", "tokens per micro-batch is beyond 2^31 - 1"},
