@@ -494,8 +494,11 @@ std::string fit_advice(const EstimateOptions& o, const EngineSpec& spec, const P
 // rank.
 std::string plan_table(const EngineSpec& spec, int world, nlohmann::json& out) {
   std::ostringstream text;
-  text << "memory plan at stage " << spec.zero.stage << " (per rank; lifetime: run, training = "
-       << "from the first step, pass = most held at once in a pass, optimizer step):\n";
+  text << "memory plan at stage " << spec.zero.stage
+       << ", per rank. Lifetimes: run (from the engine's construction), training (from the first "
+          "step), pass (the most held at once in a micro-batch's pass), optimizer step (in it "
+          "only). A category's peak in the table above is run + training + the larger of pass "
+          "and optimizer step.\n";
   out["plan"] = nlohmann::json::array();
   for (const MemoryPlan::RoleTotal& t : plan_engine_memory(spec, world).by_role()) {
     out["plan"].push_back({{"role", buffer_role_name(t.role)},
@@ -506,7 +509,7 @@ std::string plan_table(const EngineSpec& spec, int world, nlohmann::json& out) {
     text << "  " << std::left << std::setw(26) << buffer_role_name(t.role) << std::setw(12)
          << mem_category_name(t.category) << std::setw(15) << buffer_lifetime_name(t.lifetime)
          << std::right << std::setw(5) << t.buffers << (t.buffers == 1 ? " buffer " : " buffers")
-         << std::setw(12) << gib(static_cast<double>(t.bytes), 4) << " GiB\n";
+         << std::setw(14) << gib(static_cast<double>(t.bytes) * 1024, 3) << " MiB\n";
   }
   return text.str();
 }

@@ -1,5 +1,6 @@
 #include "engine/engine_spec_json.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -134,6 +135,8 @@ class JsonReader {
   void real(const char* key, float& out) const {
     double v = 0;
     (*this)(key, v);
+    ZT_CHECK(std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max(),
+             at(key) + " is beyond a float's range: " + json(key).dump());
     out = static_cast<float>(v);
   }
   template <typename E, typename Name, typename Parse>

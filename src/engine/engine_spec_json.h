@@ -12,8 +12,8 @@ namespace zt {
 
 // Every field: the model as its config.json (LoRA adapters included), ZeRO, the precision and
 // activation storage, the batch geometry, checkpointing, offload (host_adam_cpus excepted: a
-// placement, not a shape; and pin_memory, fast_init, which change nothing), the frozen tensors by
-// name, AdamW and loss scaling.
+// placement, not a shape; and pin_memory, fast_init, which change neither shape nor memory), the
+// frozen tensors by name, AdamW and loss scaling.
 nlohmann::json engine_spec_to_json(const EngineSpec& spec);
 
 // The spec written by engine_spec_to_json. A missing key or a value of the wrong type or name is

@@ -155,7 +155,7 @@ std::vector<MemoryPlan::RoleTotal> MemoryPlan::by_role() const {
       return t.role == b.role && t.category == b.category && t.lifetime == b.lifetime;
     });
     if (it == totals.end()) it = totals.insert(totals.end(), {b.role, b.category, b.lifetime});
-    ++it->buffers;
+    it->buffers += b.bytes > 0 ? 1 : 0;  // a frozen group's empty master is no buffer
     it->bytes += b.bytes;
   }
   return totals;

@@ -84,8 +84,8 @@ class MemoryPlan {
   int64_t peak(MemCategory category) const;
   // "  working params[3]  params  4096 B  run", a line per buffer, for messages and tests.
   std::string describe() const;
-  // The buffers of each role added up (over its groups, slots or levels), in plan order: what
-  // `zerotrain estimate --plan` lists.
+  // The buffers of each role added up (over its groups, slots or levels; `buffers` counts those
+  // that hold bytes), in plan order: what `zerotrain estimate --plan` lists.
   struct RoleTotal {
     BufferRole role = BufferRole::kWorkingParams;
     MemCategory category = MemCategory::kParams;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -103,7 +104,7 @@ EngineSpec engine_of_older_run(const RunData& r) {
 }
 
 // The estimator's per-category prediction for the engine the run built (null when the run.json
-// lacks what it needs).
+// lacks what it needs; a recorded engine that cannot be read is also said on stderr).
 nlohmann::json estimate_for(const RunData& r) {
   try {
     const EngineSpec spec = r.run.contains("engine")
@@ -119,7 +120,10 @@ nlohmann::json estimate_for(const RunData& r) {
             {"buffers", e.buffers_peak()},
             {"host", e.host},
             {"nvme", e.nvme}};
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    if (r.run.contains("engine"))
+      std::cerr << "zerotrain report: warning: no memory estimate for " << r.dir << ": " << e.what()
+                << "\n";
     return nullptr;
   }
 }

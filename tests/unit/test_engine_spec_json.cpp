@@ -122,7 +122,7 @@ TEST(EngineSpecJson, DamagedRecordsAreRefusedNamingTheKey) {
   const nlohmann::json good = engine_spec_to_json(unusual_spec());
   nlohmann::json missing = good, wrong_type = good, bad_name = good, bad_policy = good,
                  unknown_tensor = good, not_object = good, fractional = good, flag = good,
-                 too_big = good;
+                 too_big = good, huge_float = good;
   missing["zero"].erase("stage");
   wrong_type["offload"]["buffer_count"] = "six";
   bad_name["precision"] = "fp8";
@@ -132,6 +132,7 @@ TEST(EngineSpecJson, DamagedRecordsAreRefusedNamingTheKey) {
   fractional["zero"]["stage"] = 2.5;                // a count is a whole number
   flag["offload"]["buffer_count"] = true;           // not 1
   too_big["loss_scale"]["hysteresis"] = 1LL << 40;  // an int
+  huge_float["optimizer"]["lr"] = 1e39;             // a float
   EXPECT_NE(refusal(missing).find("out/run.json: engine.zero.stage is missing"), std::string::npos)
       << refusal(missing);
   EXPECT_NE(refusal(wrong_type).find("engine.offload.buffer_count has the wrong type"),
@@ -145,12 +146,17 @@ TEST(EngineSpecJson, DamagedRecordsAreRefusedNamingTheKey) {
       << refusal(unknown_tensor);
   EXPECT_NE(refusal(unknown_tensor).find("model.layers.9.mlp.up_proj.weight"), std::string::npos)
       << refusal(unknown_tensor);
+  // Also as a file reads them (a parsed 2^40 is an unsigned number).
   for (const auto& [damaged, key] :
        {std::pair{fractional, "engine.zero.stage"}, std::pair{flag, "engine.offload.buffer_count"},
-        std::pair{too_big, "engine.loss_scale.hysteresis"}})
+        std::pair{too_big, "engine.loss_scale.hysteresis"},
+        std::pair{nlohmann::json::parse(too_big.dump()), "engine.loss_scale.hysteresis"}})
     EXPECT_NE(refusal(damaged).find(std::string(key) + " has the wrong type or range"),
               std::string::npos)
         << refusal(damaged);
+  EXPECT_NE(refusal(huge_float).find("engine.optimizer.lr is beyond a float's range"),
+            std::string::npos)
+      << refusal(huge_float);
   EXPECT_NE(refusal(not_object).find("engine.optimizer: expected an object"), std::string::npos)
       << refusal(not_object);
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -277,34 +278,55 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
   EXPECT_NE(typo.output.find("--offload-optimizer"), std::string::npos) << typo.output;
 }
 
-// Sizes whose byte counts would overflow are refused naming the option, not printed wrapped.
 // `zerotrain estimate --plan`: the requested stage's buffers by role, which add up to that
 // stage's row: per category, what is held for the run and from the first step, plus the larger
 // of a pass's and the optimizer step's.
 TEST(EstimateCommand, PlanListsTheBuffersOfTheRequestedStage) {
+  // Params on the host with the device optimizer: the buffers category has a pass's staged
+  // shards and the optimizer step's update tile, of which only the larger counts.
   const auto r = train_test::run_zerotrain(
       "estimate --preset small --world 2 --zero-stage 3 --offload-param cpu "
-      "--offload-optimizer cpu --activation-checkpointing full --plan --json");
+      "--activation-checkpointing full --plan --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output);
   std::map<std::string, std::map<std::string, int64_t>> by_category;  // category → lifetime → B
-  for (const nlohmann::json& b : j.at("plan"))
+  std::set<std::string> roles;
+  for (const nlohmann::json& b : j.at("plan")) {
     by_category[b.at("category")][b.at("lifetime")] += b.at("bytes").get<int64_t>();
+    EXPECT_TRUE(roles.insert(b.at("role").get<std::string>()).second) << b.dump();  // one row
+  }
   const nlohmann::json& row = j.at("stages").at(3);
-  for (const char* category : {"params", "grads", "optimizer", "activations", "buffers"}) {
+  for (const char* category :
+       {"params", "grads", "optimizer", "activations", "buffers", "host", "nvme"}) {
     std::map<std::string, int64_t>& l = by_category[category];
     EXPECT_EQ(l["run"] + l["training"] + std::max(l["pass"], l["optimizer step"]),
               row.at(category).get<int64_t>())
         << category;
   }
-  EXPECT_GT(by_category["params"]["pass"], 0);   // the stage-3 gathers
-  EXPECT_GT(by_category["buffers"]["pass"], 0);  // the device copies of the host shards
+  EXPECT_GT(by_category["params"]["pass"], 0);             // the stage-3 gathers
+  EXPECT_GT(by_category["buffers"]["pass"], 0);            // the device copies of the host shards
+  EXPECT_GT(by_category["buffers"]["optimizer step"], 0);  // the update tile
+  EXPECT_GT(by_category["host"]["run"], 0);                // the working shards
+  // Counts are of the buffers that hold bytes: with the head alone training, one group has
+  // gradients and a master, and every group has working params.
+  const auto frozen = train_test::run_zerotrain(
+      "estimate --preset small --world 2 --zero-stage 2 --trainable '^lm_head\\.' --plan --json");
+  ASSERT_EQ(frozen.exit_code, 0) << frozen.output;
+  std::map<std::string, int> buffers;
+  const nlohmann::json frozen_plan = nlohmann::json::parse(frozen.output).at("plan");
+  for (const nlohmann::json& b : frozen_plan)
+    buffers[b.at("role").get<std::string>()] = b.at("buffers").get<int>();
+  EXPECT_EQ(buffers["gradients"], 1);
+  EXPECT_EQ(buffers["fp32 master"], 1);
+  EXPECT_EQ(buffers["working params"],
+            static_cast<int>(ParamLayout(preset_config("small")).groups().size()));
   const auto text = train_test::run_zerotrain("estimate --preset small --zero-stage 3 --plan");
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("memory plan at stage 3"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("gathered params"), std::string::npos) << text.output;
 }
 
+// Sizes whose byte counts would overflow are refused naming the option, not printed wrapped.
 TEST(EstimateCommand, SizesBeyondTheTablesRangeAreRefused) {
   for (const auto& [args, culprit] : std::vector<std::pair<std::string, std::string>>{
            {"--micro-batch 2147483647 --seq-len 2048", "tokens per micro-batch is beyond 2^31 - 1"},
