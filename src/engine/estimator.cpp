@@ -27,6 +27,28 @@ MemoryEstimate estimate_memory(const EngineSpec& spec, int world) {
   return e;
 }
 
+int64_t MemoryEstimate::of(MemCategory category) const {
+  switch (category) {
+    case MemCategory::kParams:
+      return params;
+    case MemCategory::kGrads:
+      return grads;
+    case MemCategory::kOptimizer:
+      return optimizer;
+    case MemCategory::kActivations:
+      return activations;
+    case MemCategory::kCommBuffers:
+      return buffers_peak();
+    case MemCategory::kHostOffload:
+      return host;
+    case MemCategory::kNvme:
+      return nvme;
+    case MemCategory::kCount:
+      break;
+  }
+  fail("MemoryEstimate::of: not a category");
+}
+
 double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision,
                                  int64_t psi_frozen) {
   const StageTraits traits = StageTraits::of(stage);

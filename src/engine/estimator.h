@@ -24,6 +24,8 @@ struct MemoryEstimate {
   int64_t host = 0;             // host pool: CPU-checkpointed residuals, offloaded state
   int64_t nvme = 0;             // nvme pool: this rank's swap file (optimizer offload to nvme)
 
+  // The peak of one MemoryTracker category (buffers: buffers_peak()).
+  int64_t of(MemCategory category) const;
   int64_t model_states() const { return params + grads + optimizer; }
   int64_t buffers_peak() const { return buffers; }
   // Device peak during a training step, and over the run (start-up builds values on the host,

@@ -113,13 +113,11 @@ nlohmann::json estimate_for(const RunData& r) {
     const int world = r.run.at("world_size").get<int>();
     spec.validate(world);  // a run.json is read, not trusted
     const MemoryEstimate e = estimate_memory(spec, world);
-    return {{"params", e.params},
-            {"grads", e.grads},
-            {"optimizer", e.optimizer},
-            {"activations", e.activations},
-            {"buffers", e.buffers_peak()},
-            {"host", e.host},
-            {"nvme", e.nvme}};
+    nlohmann::json by_category = nlohmann::json::object();
+    for (int c = 0; c < kNumMemCategories; ++c)
+      by_category[mem_category_name(static_cast<MemCategory>(c))] =
+          e.of(static_cast<MemCategory>(c));
+    return by_category;
   } catch (const std::exception& e) {
     if (r.run.contains("engine"))
       std::cerr << "zerotrain report: warning: no memory estimate for " << r.dir << ": " << e.what()

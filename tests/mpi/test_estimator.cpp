@@ -71,20 +71,9 @@ void expect_exact(int64_t estimated, size_t measured, const std::string& what) {
 
 // Every category's estimate is its measured peak, to the byte.
 void expect_every_category(const MemoryEstimate& e, const Measured& m, const std::string& what) {
-  const std::pair<const char*, int64_t> planned[] = {{"params", e.params},
-                                                     {"grads", e.grads},
-                                                     {"optimizer", e.optimizer},
-                                                     {"activations", e.activations},
-                                                     {"buffers", e.buffers_peak()},
-                                                     {"host", e.host},
-                                                     {"nvme", e.nvme}};
-  const MemCategory categories[] = {MemCategory::kParams,      MemCategory::kGrads,
-                                    MemCategory::kOptimizer,   MemCategory::kActivations,
-                                    MemCategory::kCommBuffers, MemCategory::kHostOffload,
-                                    MemCategory::kNvme};
-  for (size_t k = 0; k < std::size(categories); ++k)
-    expect_exact(planned[k].second, m.peak[static_cast<int>(categories[k])],
-                 what + " " + planned[k].first);
+  for (int c = 0; c < kNumMemCategories; ++c)
+    expect_exact(e.of(static_cast<MemCategory>(c)), m.peak[c],
+                 what + " " + mem_category_name(static_cast<MemCategory>(c)));
 }
 
 // The device total: an upper bound of the measured peak, within 10% of it.
