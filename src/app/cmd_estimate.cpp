@@ -3,7 +3,6 @@
 // --device-memory, the lowest stage (least communication) that fits, else checkpointing or
 // offload. No MPI, no allocation: pure arithmetic.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -11,11 +10,9 @@
 #include <sstream>
 #include <string>
 
-#include "app/cli.h"
 #include "app/commands.h"
-#include "app/deepspeed_config.h"
 #include "app/engine_device.h"
-#include "app/lora_options.h"
+#include "app/estimate_options.h"
 #include "app/run_setup.h"
 #include "backend/device_arena_plan.h"
 #include "engine/engine_memory_plan.h"
@@ -28,139 +25,8 @@
 namespace zt {
 namespace {
 
-const char* const kCommand = "estimate";
+const char* const kCommand = kEstimateCommand;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-// Besides the engine's options (RunEngineOptions, app/run_setup.h), at estimate's defaults: one
-// sequence of 2048 tokens per micro-batch.
-struct EstimateOptions : RunEngineOptions {
-  EstimateOptions() {
-    micro_batch = 1;
-    seq_len = 2048;
-  }
-  std::string model_dir, preset, deepspeed;
-  int world = 1;
-  std::string backend = "auto";                  // --backend cpu | cuda | auto: the planned run's
-  BackendKind backend_kind = BackendKind::kCpu;  // --backend resolved
-  std::string attention = "auto";                // --attention: which scratch the CUDA backend has
-  std::string document_masking = "off";          // --document-masking on | off: the run's mode
-  double device_memory_gib = 0;                  // 0: no recommendation
-  bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
-  int ranks_per_node = 0;        // 0: min(world, 8)
-  bool json = false;
-  bool list_plan = false;  // --plan
-};
-
-// --device-memory and its alias --device-memory-gib (`alias_gib`): one GiB figure between 1 KiB
-// and 2^30 GiB, which --max-micro-batch needs.
-void resolve_device_memory(const po::variables_map& vm, double alias_gib, EstimateOptions& o) {
-  if (vm.count("device-memory-gib")) {
-    ZT_CHECK(!vm.count("device-memory") || o.device_memory_gib == alias_gib,
-             std::string(kCommand) + ": --device-memory and --device-memory-gib disagree");
-    o.device_memory_gib = alias_gib;
-  }
-  const char* given = vm.count("device-memory-gib") ? "--device-memory-gib" : "--device-memory";
-  ZT_CHECK(vm.count("device-memory") + vm.count("device-memory-gib") == 0 ||
-               (std::isfinite(o.device_memory_gib) && o.device_memory_gib >= 1.0 / (1 << 20) &&
-                o.device_memory_gib <= 0x1p30),
-           std::string(kCommand) + ": " + given +
-               " must be a number of GiB between 1 KiB and 2^30 GiB, got " +
-               std::to_string(o.device_memory_gib));
-  ZT_CHECK(!o.max_micro_batch || o.device_memory_gib > 0,
-           std::string(kCommand) +
-               ": --max-micro-batch needs --device-memory-gib G (the GiB of "
-               "one device)");
-}
-
-bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConfig& model) {
-  po::options_description opts("estimate options");
-  const auto flag = bool_flag;
-  auto add = opts.add_options();
-  add("model", po::value(&o.model_dir), "model directory (its config.json), or --preset");
-  add("preset", po::value(&o.preset), "preset: tiny, small, 125m, 1b, 6b, 7b");
-  add("world", po::value(&o.world)->default_value(o.world), "data-parallel ranks N");
-  add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage),
-      "requested ZeRO stage (marked in the table)");
-  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
-      "sequences per micro-batch per rank");
-  add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
-      "micro-batches per step (only for the DeepSpeed batch-size rule)");
-  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
-  add("precision", precision_value(&o.precision), "bf16 | fp16 | fp32");
-  add("backend", po::value(&o.backend)->default_value(o.backend),
-      "the backend the planned run will use: cpu | cuda (not checked against this machine) | "
-      "auto (as train would resolve it here); picks the default --activations");
-  add_attention_option(opts, &o.attention);
-  add("document-masking", po::value(&o.document_masking)->default_value(o.document_masking),
-      "on | off: whether the planned run masks packed documents (train's default for data with "
-      "more than one document, docs/fine-tuning.md); on the CUDA backend the plan is a Hopper "
-      "GPU's, whose fused attention runs the masks (older GPUs run them on the GEMM path, with "
-      "its larger scratch)");
-  add_activations_option(opts, &o.activations);
-  add("activation-checkpointing",
-      po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
-      "none | selective | full | every:K");
-  add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
-      "checkpointed layer inputs in host memory");
-  add("device-memory", po::value(&o.device_memory_gib),
-      "GiB per device: recommend the lowest stage that fits");
-  double device_memory_gib = 0;
-  add("device-memory-gib", po::value(&device_memory_gib), "the same as --device-memory");
-  add("max-micro-batch", flag(&o.max_micro_batch, false),
-      "with --device-memory-gib: the largest micro-batch that fits at each stage (with this "
-      "run's checkpointing and offload)");
-  add("ranks-per-node", po::value(&o.ranks_per_node),
-      "ranks sharing a node's host memory (DeepSpeed offload figure; default min(N, 8))");
-  add("deepspeed", po::value(&o.deepspeed),
-      "DeepSpeed JSON config (precedence: command line > --config INI > --deepspeed > "
-      "defaults)");
-  add("json", flag(&o.json, false), "print JSON instead of a table");
-  add("plan", flag(&o.list_plan, false),
-      "list the buffers the engine allocates at the requested stage (its memory plan), by role");
-  add_trainable_options(opts, &o.trainable, &o.freeze);
-  add_lora_options(opts, o.lora);
-  const CommandSpec spec{kCommand, "Estimate per-rank memory of ZeRO stages 0-3.",
-                         "zerotrain estimate (--preset NAME | --model DIR) [--world N] "
-                         "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]"};
-  add_zero_bucket_options(opts, o.zero);
-  add_offload_options(opts, o.offload);
-  po::variables_map vm;
-  if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
-  note_lora_options_given(vm, o.lora);
-  resolve_device_memory(vm, device_memory_gib, o);
-  ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
-           std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
-  model = o.model_dir.empty() ? preset_config(o.preset)
-                              : ModelConfig::from_hf_file(o.model_dir + "/config.json");
-  check_positive(o.world, "world", kCommand);
-  // Beyond these, the byte counts of the table would overflow int64.
-  ZT_CHECK(o.world <= (1 << 24), std::string(kCommand) + ": --world " + std::to_string(o.world) +
-                                     " is more than 2^24 ranks");
-  ZT_CHECK(o.ranks_per_node >= 0, std::string(kCommand) +
-                                      ": --ranks-per-node must be at least 1 (0: min(N, 8)), got " +
-                                      std::to_string(o.ranks_per_node));
-  // ---- DeepSpeed JSON: fills what the command line / INI left unset ----
-  if (!o.deepspeed.empty()) {
-    const AppliedDeepSpeedFile applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
-    apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
-  }
-  // A plan for a GPU job may be made anywhere: cuda is taken at its word.
-  o.backend_kind =
-      o.backend == "cuda" ? BackendKind::kCuda : resolve_engine_backend(o.backend, kCommand);
-  default_activations(vm, o.precision, o.backend_kind, &o.activations);
-  // An unknown value is an error naming it; fused with the CPU backend too, as train says.
-  ZT_CHECK(parse_attention_request(o.attention) != AttentionRequest::kFused ||
-               o.backend_kind == BackendKind::kCuda,
-           std::string(kCommand) +
-               ": --attention fused needs --backend cuda (the CPU backend "
-               "has one attention)");
-  ZT_CHECK(o.document_masking == "on" || o.document_masking == "off",
-           std::string(kCommand) +
-               ": --document-masking must be on or off (there is no dataset "
-               "to resolve auto with), got '" +
-               o.document_masking + "'");
-  return true;
-}
 
 // The CUDA backend's scratch outside the estimate's categories (cuda_backend_scratch_bytes) for
 // the planned run: its attention is --attention resolved as on an sm_80 or newer GPU of a build

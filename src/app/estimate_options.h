@@ -1,0 +1,38 @@
+// estimate's options: the engine's (RunEngineOptions) at estimate's defaults, the world and the
+// device to plan for, and what to print; parsed from the command line and a --deepspeed JSON.
+#pragma once
+#include <string>
+
+#include "app/run_setup.h"
+#include "backend/backend_choice.h"
+#include "model/config.h"
+
+namespace zt {
+
+inline constexpr const char* kEstimateCommand = "estimate";
+
+// Besides the engine's options (RunEngineOptions, app/run_setup.h), at estimate's defaults: one
+// sequence of 2048 tokens per micro-batch.
+struct EstimateOptions : RunEngineOptions {
+  EstimateOptions() {
+    micro_batch = 1;
+    seq_len = 2048;
+  }
+  std::string model_dir, preset, deepspeed;
+  int world = 1;
+  std::string backend = "auto";                  // --backend cpu | cuda | auto: the planned run's
+  BackendKind backend_kind = BackendKind::kCpu;  // --backend resolved
+  std::string attention = "auto";                // --attention: which scratch the CUDA backend has
+  std::string document_masking = "off";          // --document-masking on | off: the run's mode
+  double device_memory_gib = 0;                  // 0: no recommendation
+  bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
+  int ranks_per_node = 0;        // 0: min(world, 8)
+  bool json = false;
+  bool list_plan = false;  // --plan
+};
+
+// Parses estimate's options and the model they name (--model's config.json or --preset); false
+// when --help was printed. Throws zt::Error naming the option on bad input.
+bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConfig& model);
+
+}  // namespace zt
