@@ -228,6 +228,24 @@ run_tests() {
   ctest -j2 --output-on-failure "$@"
 }
 
+# Free space where the suite writes, told before it runs: the build directory (the real model's
+# test and the docs tour write up to 1.5 GB there, one at a time, removed when they pass) and
+# TMPDIR (the MPI cases' checkpoints). A run on a full disk then fails with its cause in plain
+# view: the checkpoint writers name "No space left on device", and this line says how much there
+# was.
+SUITE_PEAK_DISK_MIB=1600  # measured: 1513 MiB above the start, df while ctest -j2 ran
+report_disk_space() {
+  local dir free
+  for dir in "$BUILD_DIR" "${TMPDIR:-/tmp}"; do
+    free=$(df -Pm "$dir" | awk 'NR == 2 {print $4}')
+    if [ "${free:-0}" -lt "$SUITE_PEAK_DISK_MIB" ]; then
+      log "WARNING: only ${free:-?} MiB free under $dir; the suite writes up to $SUITE_PEAK_DISK_MIB MiB at its peak, and its writes will fail with 'No space left on device'"
+    else
+      log "${free} MiB free under $dir (the suite's peak: about $SUITE_PEAK_DISK_MIB MiB)"
+    fi
+  done
+}
+
 # A failed whole-suite pass, told again at the very end of the output (where a CI log's tail is):
 # the tests ctest listed as failed, each rerun once with its output, so that a failure that does
 # not repeat shows as such. The exit status stays that of the first pass.
@@ -445,7 +463,8 @@ case "${1:-}" in
     build
     status=0
     rm -f "$BUILD_DIR/whole_suite_failures.log"
-    run_tests "$@" || { status=$?; keep_whole_suite_failures; }
+    report_disk_space
+    run_tests "$@" || { status=$?; keep_whole_suite_failures; report_disk_space; }
     run_variants "$@" || status=1
     rerun_whole_suite_failures
     exit $status

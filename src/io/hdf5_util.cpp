@@ -43,13 +43,43 @@ void silence_errors() {
   (void)done;
 }
 
+namespace {
+
+// H5Ewalk2 visitor: keeps the innermost entry's description (the walk goes upward, from where
+// HDF5 detected the error to the API call) and the system's message of any entry that has one.
+herr_t keep_cause(unsigned /*n*/, const H5E_error2_t* entry, void* data) {
+  auto* cause = static_cast<std::pair<std::string, std::string>*>(data);
+  const std::string desc = entry->desc ? entry->desc : "";
+  if (cause->first.empty()) cause->first = desc;
+  // The POSIX driver reports "..., errno = 28, error message = 'No space left on device', ...".
+  const std::string key = "error message = '";
+  if (const size_t at = desc.find(key); cause->second.empty() && at != std::string::npos) {
+    const size_t from = at + key.size();
+    cause->second = desc.substr(from, desc.find('\'', from) - from);
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string error_cause() {
+  std::pair<std::string, std::string> cause;  // innermost description, system message
+  if (H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_cause, &cause) < 0) return "";
+  return cause.second.empty() ? cause.first : cause.second;
+}
+
 void check(herr_t rc, const std::string& what, const std::string& where) {
-  if (rc < 0) fail(what + ": " + where);
+  if (rc < 0) fail_with_cause(what, where);
 }
 
 Id wrap(hid_t id, Id::Closer closer, const std::string& what, const std::string& where) {
-  if (id < 0) fail(what + ": " + where);
+  if (id < 0) fail_with_cause(what, where);
   return Id(id, closer);
+}
+
+void fail_with_cause(const std::string& what, const std::string& where) {
+  const std::string cause = error_cause();
+  fail(what + ": " + where + (cause.empty() ? "" : " (" + cause + ")"));
 }
 
 Id bf16_type() {
@@ -141,7 +171,12 @@ void require_readable_hdf5(const std::string& path, const std::string& what) {
 Id create_file(const std::string& path) {
   silence_errors();
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  ZT_CHECK(id >= 0, "cannot create HDF5 file '" + path + "'" + write_failure_cause(path));
+  if (id < 0) {
+    const std::string hdf5_cause = error_cause();
+    const std::string cause = write_failure_cause(path);
+    fail("cannot create HDF5 file '" + path + "'" +
+         (cause.empty() && !hdf5_cause.empty() ? " (" + hdf5_cause + ")" : cause));
+  }
   return Id(id, H5Fclose);
 }
 

@@ -44,8 +44,13 @@ class Id {
 // Turns off HDF5's automatic error-stack printing (idempotent; called by every opener).
 void silence_errors();
 
-// Throws zt::Error("<what>: <where>") when rc < 0.
+// Throws zt::Error("<what>: <where> (<cause>)") when rc < 0. The cause is what HDF5 recorded
+// of the failed call: the system's message when a file operation failed ("No space left on
+// device"), else the innermost description of its error stack.
 void check(herr_t rc, const std::string& what, const std::string& where);
+[[noreturn]] void fail_with_cause(const std::string& what, const std::string& where);
+// The cause of the HDF5 call that failed last on this thread ("" if none is recorded).
+std::string error_cause();
 // Wraps a freshly returned identifier, throwing when it is invalid.
 Id wrap(hid_t id, Id::Closer closer, const std::string& what, const std::string& where);
 

@@ -2,12 +2,12 @@
 """Runs the shell blocks of the README and docs pages that are marked ```bash tested, so that a
 command a user copies works.
 
-Each page's blocks run in order, in one scratch directory per page that links the repository's
-inputs/, slurm/ and .deps/ (so the blocks read them as from the repository root), with
-`zerotrain` on PATH. A block's first line may be `# test: --opt VALUE ...`: each listed option's
-value in the block is replaced by the given one (realistic shapes for the reader, tiny ones
-here). A block fails on the first failing command (bash -euo pipefail); the test names the page,
-the block's line and its output.
+Each page's blocks run in order, in one scratch directory per page (removed once they all ran)
+that links the repository's inputs/, slurm/ and .deps/ (so the blocks read them as from the
+repository root), with `zerotrain` on PATH. A block's first line may be `# test: --opt VALUE
+...`: each listed option's value in the block is replaced by the given one (realistic shapes for
+the reader, tiny ones here). A block fails on the first failing command (bash -euo pipefail);
+the test names the page, the block's line and its output.
 
 Exit status: 0 every block ran, 1 one failed, 2 the test could not run.
 """
@@ -94,6 +94,9 @@ def main():
                 return 1
             print(f"ok   {page}:{line} ({time.time() - t0:.0f} s)", flush=True)
             total += 1
+        # A page whose blocks all ran leaves nothing (the real model's pages write gigabytes);
+        # a failed page's directory stays for the reader.
+        subprocess.run(["rm", "-rf", scratch], check=True)
     if total == 0:
         print("SETUP ERROR: no ```bash tested block in the pages given")
         return 2

@@ -44,12 +44,19 @@ def document_parts(starts, begin, end):
     return list(zip(cuts[:-1], cuts[1:]))
 
 
+# The scratch directories of this run (fresh_work_dir), removed by exit_status when every check
+# passed (a real model's run leaves gigabytes: a suite that kept them all could fill the disk);
+# kept when one failed, for the reader.
+_WORK_DIRS = []
+
+
 def fresh_work_dir(path):
     """Recreates the scratch directory; returns work(*parts), a path inside it."""
     import os
     import shutil
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
+    _WORK_DIRS.append(path)
     return lambda *parts: os.path.join(path, *parts)
 
 
@@ -80,6 +87,9 @@ def exit_status(checks):
         print(f"FAIL: {e}")
         return 1
     print("all checks passed")
+    import shutil
+    for path in _WORK_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
     return 0
 
 
