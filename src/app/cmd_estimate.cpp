@@ -248,7 +248,7 @@ EngineSpec estimate_spec(const EstimateOptions& o, const ModelConfig& base_model
   check_count(o.grad_accum, 1, "grad-accum", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
   check_run_tokens(o.micro_batch, o.seq_len, o.grad_accum, o.world, 1, kCommand);
-  EngineSpec spec = resolve_engine_spec(o, base_model, kCommand);
+  EngineSpec spec = resolve_engine_spec(o, parse_engine_choices(o, kCommand), base_model);
   check_seq_len(spec.model, o.seq_len,
                 o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir, kCommand);
   // The estimate touches no disk: nvme needs no real path here.

@@ -39,6 +39,10 @@ struct EvalOptions {
   std::string document_masking = "auto";   // --document-masking auto | on | off
   int64_t batches = 1, micro_batch = 1, seq_len = 256;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
+  // The words above parsed once, by parse_eval_options.
+  DType activation_storage = DType::kFloat32;
+  AttentionRequest attention_request = AttentionRequest::kAuto;
+  BackendKind backend_kind = BackendKind::kCpu;
 };
 
 bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
@@ -66,16 +70,16 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
                          "--seq-len T"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
-  default_activations(vm, o.precision, resolve_engine_backend(o.backend, kCommand), &o.activations);
+  o.backend_kind = resolve_engine_backend(o.backend, kCommand);
+  default_activations(vm, o.precision, o.backend_kind, &o.activations);
   require_option(vm, "model", kCommand);
   require_option(vm, "data", kCommand);
   check_count(o.batches, 1, "batches", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
-  resolve_engine_backend(o.backend, kCommand);
-  resolve_attention_request(o.attention, o.backend, kCommand);
+  o.attention_request = resolve_attention_request(o.attention, o.backend_kind, kCommand);
   check_document_masking_value(o.document_masking, kCommand);
-  parse_activation_storage(o.activations, o.precision, kCommand);
+  o.activation_storage = parse_activation_storage(o.activations, o.precision, kCommand);
   check_comm_timeout(o.comm_timeout, kCommand);
   return true;
 }
@@ -108,15 +112,14 @@ int run_eval(const EvalOptions& o) {
   EngineSpec spec;
   spec.model = config;
   spec.precision = o.precision;
-  spec.activation_storage = parse_activation_storage(o.activations, spec.precision, kCommand);
+  spec.activation_storage = o.activation_storage;
   spec.micro_batch = B;
   spec.seq_len = T;
   EngineDevice device =
-      make_engine_device(o.backend, world, MPI_COMM_SELF, estimate_memory(spec, 1),
-                         {resolve_attention_request(o.attention, o.backend, kCommand),
-                          attention_shape(config, B, T), spec.activation_storage,
-                          spec.precision == Precision::kFp32, /*backward=*/false, document_masks},
-                         kCommand);
+      make_engine_device(o.backend_kind, world, MPI_COMM_SELF, estimate_memory(spec, 1),
+                         {o.attention_request, attention_shape(config, B, T),
+                          spec.activation_storage, spec.precision == Precision::kFp32,
+                          /*backward=*/false, document_masks});
   MemoryTracker memory(device.backend->device_memory());
   std::unique_ptr<ZeroEngine> engine_ptr;  // its weights read from the model: agreed too
   run_collectively(world, [&] {

@@ -315,7 +315,7 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
   // Its host thread's CPUs when train pinned it (a GPU backend), and the overlap's limit on the
   // state it keeps (-1: none; auto's is this host's).
   const OffloadConfig& offload = engine.offload_config();
-  if (o.offload.optimizer != "none") {
+  if (offload.optimizer_offloaded()) {
     const std::vector<int>& cpus = offload.host_adam_cpus;
     info.config["host_adam"] = {
         {"threads", cpus.empty() ? openmp_thread_count() : static_cast<int>(cpus.size())},
@@ -515,12 +515,11 @@ int run_training(TrainOptions o) {
 
   const MemoryEstimate estimate = estimate_memory(in.spec, world);
   check_device_memory_limit(o, estimate, world);  // every rank computes the same: agreed
-  EngineDevice device = make_engine_device(
-      o.backend, comm, comm.comm(), estimate,
-      {resolve_attention_request(o.attention, o.backend, kCommand),
-       attention_shape(config, o.micro_batch, o.seq_len), in.spec.activation_storage,
-       in.spec.precision == Precision::kFp32, /*backward=*/true, sampler.document_masks()},
-      kCommand);
+  EngineDevice device =
+      make_engine_device(o.backend_kind, comm, comm.comm(), estimate,
+                         {o.attention_request, attention_shape(config, o.micro_batch, o.seq_len),
+                          in.spec.activation_storage, in.spec.precision == Precision::kFp32,
+                          /*backward=*/true, sampler.document_masks()});
   Backend* backend = device.backend.get();
   resolve_host_adam(o, world, device.backend_kind, comm, in.spec);  // collective
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
@@ -535,9 +534,8 @@ int run_training(TrainOptions o) {
   // so a backend or host without one fails the start on every rank alike.
   std::unique_ptr<StepProfiling> profiling;
   run_collectively(comm, [&] {
-    const ProfileSteps steps = parse_profile_steps(o.profile_steps, o.steps);
     profiling = std::make_unique<StepProfiling>(
-        steps, o.out, is_root, steps.on() ? backend->make_kernel_profiler() : nullptr);
+        o.profile, o.out, is_root, o.profile.on() ? backend->make_kernel_profiler() : nullptr);
   });
   // The engine outlives the loop's lambda, like the device: a rank-local error is reported
   // while both are alive, and ends the job (report_rank_local_errors_here).

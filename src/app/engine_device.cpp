@@ -29,11 +29,10 @@ BackendKind resolve_engine_backend(const std::string& requested, const std::stri
 #endif
 }
 
-AttentionRequest resolve_attention_request(const std::string& attention, const std::string& backend,
+AttentionRequest resolve_attention_request(const std::string& attention, BackendKind backend,
                                            const std::string& command) {
   const AttentionRequest request = parse_attention_request(attention);
-  ZT_CHECK(request != AttentionRequest::kFused ||
-               resolve_engine_backend(backend, command) == BackendKind::kCuda,
+  ZT_CHECK(request != AttentionRequest::kFused || backend == BackendKind::kCuda,
            command +
                ": --attention fused needs the CUDA backend (this run uses the CPU backend, "
                "which has one attention)");
@@ -180,10 +179,8 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
 }  // namespace
 #endif
 
-EngineDevice make_engine_device(const std::string& requested, MpiCommunicator& host,
-                                MPI_Comm data_group, const MemoryEstimate& estimate,
-                                const AttentionSetup& attention, const std::string& command) {
-  const BackendKind kind = resolve_engine_backend(requested, command);
+EngineDevice make_engine_device(BackendKind kind, MpiCommunicator& host, MPI_Comm data_group,
+                                const MemoryEstimate& estimate, const AttentionSetup& attention) {
 #if ZEROTRAIN_HAVE_CUDA
   if (kind == BackendKind::kCuda) return make_cuda_device(host, data_group, estimate, attention);
 #else

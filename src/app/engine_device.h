@@ -40,7 +40,7 @@ BackendKind resolve_engine_backend(const std::string& requested, const std::stri
 
 // --attention for this run: the request parsed, and `fused` refused (naming `command`) when the
 // backend resolves to the CPU, which has one attention. Not collective.
-AttentionRequest resolve_attention_request(const std::string& attention, const std::string& backend,
+AttentionRequest resolve_attention_request(const std::string& attention, BackendKind backend,
                                            const std::string& command);
 
 // --activations: kFloat32, kBf16 or kFloat16; a 16-bit type is refused (naming `command`) unless
@@ -68,8 +68,7 @@ AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T);
 // when two ranks drive one GPU on any host; the agreement on the attention kernel); the
 // data-plane communicator spans `data_group` (collective over it: NCCL setup) — host's own group
 // for training, MPI_COMM_SELF for per-rank evaluation.
-EngineDevice make_engine_device(const std::string& requested, MpiCommunicator& host,
-                                MPI_Comm data_group, const MemoryEstimate& estimate,
-                                const AttentionSetup& attention, const std::string& command);
+EngineDevice make_engine_device(BackendKind kind, MpiCommunicator& host, MPI_Comm data_group,
+                                const MemoryEstimate& estimate, const AttentionSetup& attention);
 
 }  // namespace zt

@@ -153,22 +153,31 @@ int64_t auto_overlap_bytes(int64_t planned_host_bytes, int local_size) {
   return std::max<int64_t>(0, per_rank - planned_host_bytes) / 2;
 }
 
-EngineSpec resolve_engine_spec(const RunEngineOptions& o, const ModelConfig& model,
-                               const std::string& command) {
+EngineChoices parse_engine_choices(const RunEngineOptions& o, const std::string& command) {
+  EngineChoices c;
+  c.activation_storage = parse_activation_storage(o.activations, o.precision, command);
+  c.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
+  c.offload = o.offload.resolved();
+  c.lora = resolve_lora_spec(o.lora);
+  return c;
+}
+
+EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& choices,
+                               const ModelConfig& model) {
   EngineSpec spec;
   spec.model = model;
-  spec.model.lora = resolve_lora_spec(o.lora);
+  spec.model.lora = choices.lora;
   std::vector<std::string> trainable = o.trainable;
   for (const std::string& p : modules_to_save_patterns(spec.model.lora)) trainable.push_back(p);
   spec.trainable = TrainableSet::from_patterns(ParamLayout(spec.model), trainable, o.freeze);
   spec.zero = o.zero;
   spec.precision = o.precision;
-  spec.activation_storage = parse_activation_storage(o.activations, spec.precision, command);
+  spec.activation_storage = choices.activation_storage;
   spec.micro_batch = o.micro_batch;
   spec.seq_len = o.seq_len;
   spec.grad_accum = o.grad_accum;
-  spec.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
-  spec.offload = o.offload.resolved();
+  spec.ac = choices.ac;
+  spec.offload = choices.offload;
   return spec;
 }
 

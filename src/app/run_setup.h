@@ -77,13 +77,24 @@ struct RunEngineOptions {
   LoraOptions lora;  // --lora-rank, --lora-config, ... (app/lora_options.h)
 };
 
+// The engine options given as words, parsed once into what every later step reads: train parses
+// them in validate(), estimate before it resolves its run. LoRA's come from the options or from
+// the one read of --lora-config's (or --lora-init-from's) adapter_config.json.
+struct EngineChoices {
+  DType activation_storage = DType::kFloat32;  // --activations, checked against --precision
+  ActivationCheckpointing ac;                  // --activation-checkpointing, --cpu-checkpointing
+  OffloadConfig offload;                       // the devices parsed; not validated for the stage
+  LoraSpec lora;                               // rank 0: no adapters
+};
+// Errors name `command`'s option (or the LoRA file's key).
+EngineChoices parse_engine_choices(const RunEngineOptions& o, const std::string& command);
+
 // The engine these options build for `model`, the one resolution train and estimate share: the
-// strings parsed, the LoRA adapters added to the model, and the trainable set (--trainable,
-// --freeze and the adapters' modules_to_save) made on its layout. Errors name `command`'s option.
-// The AdamW and loss-scale settings are train's own (left at their defaults here); not validated
-// (EngineSpec::validate).
-EngineSpec resolve_engine_spec(const RunEngineOptions& o, const ModelConfig& model,
-                               const std::string& command);
+// parsed choices, the LoRA adapters added to the model, and the trainable set (--trainable,
+// --freeze and the adapters' modules_to_save) made on its layout. The AdamW and loss-scale
+// settings are train's own (left at their defaults here); not validated (EngineSpec::validate).
+EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& choices,
+                               const ModelConfig& model);
 
 // --offload-optimizer-overlap auto: the host bytes one rank's kept state may take, half of what
 // the host's available memory (/proc/meminfo's MemAvailable, shared by `local_size` ranks) leaves

@@ -53,7 +53,7 @@ bool loss_scale_options_given(const po::variables_map& vm) {
   return false;
 }
 
-void validate_settings(const TrainOptions& o) {
+void validate_settings(TrainOptions& o) {
   // Checked first: every path under --out is built as OUT + "/...", so '' would mean '/'.
   ZT_CHECK(!o.out.empty(), std::string(kCommand) + ": the output path is empty (--out '')");
   check_output_apart_from_inputs(kCommand, o.out,
@@ -71,7 +71,7 @@ void validate_settings(const TrainOptions& o) {
   check_count(o.eval_batches, 0, "eval-batches", kCommand);
   check_count(o.log_every, 0, "log-every", kCommand);
   check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
-  parse_profile_steps(o.profile_steps, o.steps);
+  o.profile = parse_profile_steps(o.profile_steps, o.steps);
   check_count(o.optim.warmup_steps, 0, "warmup-steps", kCommand);
   check_count(o.optim.schedule_steps, 0, "schedule-steps", kCommand);
   check_positive(o.optim.lr, "lr", kCommand);
@@ -105,7 +105,6 @@ void validate_settings(const TrainOptions& o) {
   o.zero.validate();  // names each ZeRO option and its DeepSpeed key
   validate_schedule(o.optim);
   const Precision precision = o.precision;
-  resolve_engine_backend(o.backend, kCommand);  // rejects unknown or unavailable backends early
   if (precision == Precision::kFp16) {
     o.loss_scale.validate();
   } else {
@@ -116,13 +115,11 @@ void validate_settings(const TrainOptions& o) {
                  "(this run's precision is " +
                  precision_name(o.precision) + ")");
   }
-  resolve_attention_request(o.attention, o.backend, kCommand);
+  o.attention_request = resolve_attention_request(o.attention, o.backend_kind, kCommand);
   check_document_masking_value(o.document_masking, kCommand);
-  parse_activation_storage(o.activations, precision, kCommand);
-  parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
   validate_checkpoint_flags(o.checkpoint, kCommand);
-  o.offload.resolved().validate(o.zero.stage);
-  resolve_lora_spec(o.lora);
+  o.choices = parse_engine_choices(o, kCommand);
+  o.choices.offload.validate(o.zero.stage);
 }
 
 }  // namespace
@@ -306,7 +303,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
                             : ModelConfig::from_hf_file(o.model_dir + "/config.json"),
         opts, vm);
   // ---- end DeepSpeed JSON ----
-  default_activations(vm, o.precision, resolve_engine_backend(o.backend, kCommand), &o.activations);
+  o.backend_kind = resolve_engine_backend(o.backend, kCommand);  // unknown or unavailable: refused
+  default_activations(vm, o.precision, o.backend_kind, &o.activations);
   // The default floor is for the default peak: a lower --lr alone (fine-tuning) keeps the ratio.
   if ((!vm.count("min-lr") || vm["min-lr"].defaulted()) && o.optim.min_lr > o.optim.lr)
     o.optim.min_lr = o.optim.lr / 10;
@@ -318,13 +316,13 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   return true;
 }
 
-void validate(const TrainOptions& o) {
+void validate(TrainOptions& o) {
   validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set,
                                  [&] { validate_settings(o); });
 }
 
 EngineSpec engine_spec(const TrainOptions& o, const ModelConfig& model) {
-  EngineSpec spec = resolve_engine_spec(o, model, kCommand);
+  EngineSpec spec = resolve_engine_spec(o, o.choices, model);
   spec.optim = o.optim;
   spec.loss_scale = o.loss_scale;
   return spec;

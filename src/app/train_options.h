@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "app/deepspeed_config.h"
+#include "app/kernel_profiling.h"
 #include "app/lora_options.h"
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
+#include "backend/attention_choice.h"
 #include "comm/communicator.h"
 #include "engine/engine_spec.h"
 #include "engine/estimator.h"
@@ -49,15 +51,24 @@ struct TrainOptions : RunEngineOptions {
   // set (named in validation errors).
   AppliedDeepSpeedFile from_deepspeed;
 
+  // The words above, parsed once into what the run reads: --backend resolved (by
+  // parse_train_options, for the activations' default), and by validate() the engine's choices,
+  // --attention resolved for the backend, --profile-steps' window.
+  BackendKind backend_kind = BackendKind::kCpu;
+  EngineChoices choices;
+  AttentionRequest attention_request = AttentionRequest::kAuto;
+  ProfileSteps profile;
+
   nlohmann::json to_json() const;
 };
 
 // Parses train's options; false when --help was printed. Throws zt::Error on bad input.
 bool parse_train_options(int argc, char** argv, TrainOptions& o);
-// Throws zt::Error naming the option whose value is out of range.
-void validate(const TrainOptions& o);
+// Throws zt::Error naming the option whose value is out of range; parses the words that name a
+// choice, once, into o.choices, o.attention_request and o.profile.
+void validate(TrainOptions& o);
 // The engine train builds for `model`: resolve_engine_spec with train's AdamW and loss scaling.
-// The values were checked by validate().
+// The values were checked and parsed by validate().
 EngineSpec engine_spec(const TrainOptions& o, const ModelConfig& model);
 // Once the world size is known: the tokens of a micro-batch fit 32-bit GEMM dimensions and
 // those of the whole run fit the int64 counters. Throws zt::Error naming the options.
