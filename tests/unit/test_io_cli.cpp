@@ -381,6 +381,49 @@ TEST(TrainOptionsMinLr, ALowerLrAloneLowersTheDefaultFloor) {
 
 // --attention: the default is auto, run.json records it, a bad value or fused on the CPU backend
 // is refused naming the option (the CUDA backend's resolution: zt_cuda_host_tests).
+// validate() leaves each word that names a choice parsed, once, into the typed values the run
+// reads (the engine spec, the device, the profiler): nothing after it parses them again.
+TEST(TrainOptionsChoices, ValidateParsesEachWordIntoTheValueTheRunReads) {
+  const TrainOptions o = parsed_train_options({"--backend",
+                                               "cpu",
+                                               "--precision",
+                                               "fp16",
+                                               "--attention",
+                                               "gemm",
+                                               "--zero-stage",
+                                               "2",
+                                               "--activation-checkpointing",
+                                               "every:2",
+                                               "--cpu-checkpointing",
+                                               "--offload-optimizer",
+                                               "cpu",
+                                               "--profile-steps",
+                                               "2:3",
+                                               "--steps",
+                                               "5",
+                                               "--lora-rank",
+                                               "4",
+                                               "--lora-targets",
+                                               "q_proj,down_proj"});
+  EXPECT_EQ(o.backend_kind, BackendKind::kCpu);
+  EXPECT_EQ(o.attention_request, AttentionRequest::kGemm);
+  EXPECT_EQ(o.profile.first, 2);
+  EXPECT_EQ(o.profile.last, 3);
+  EXPECT_EQ(o.choices.activation_storage, DType::kFloat16);  // fp16's default
+  EXPECT_EQ(o.choices.ac.every, 2);
+  EXPECT_TRUE(o.choices.ac.on_host);
+  EXPECT_EQ(o.choices.offload.optimizer, OffloadDevice::kCpu);
+  EXPECT_EQ(o.choices.offload.param, OffloadDevice::kNone);
+  EXPECT_EQ(o.choices.lora.rank, 4);
+  EXPECT_EQ(o.choices.lora.targets_text(), "q_proj,down_proj");
+  // The engine spec is built from them.
+  const EngineSpec spec = engine_spec(o, preset_config("tiny"));
+  EXPECT_EQ(spec.activation_storage, DType::kFloat16);
+  EXPECT_EQ(spec.ac.every, 2);
+  EXPECT_EQ(spec.offload.optimizer, OffloadDevice::kCpu);
+  EXPECT_EQ(spec.model.lora.rank, 4);
+}
+
 TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
   EXPECT_EQ(parsed_train_options({}).attention, "auto");
   EXPECT_EQ(parsed_train_options({"--attention", "gemm"}).to_json()["attention"], "gemm");
