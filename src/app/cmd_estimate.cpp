@@ -60,7 +60,7 @@ PlannedScratch planned_scratch(const EstimateOptions& o, const EngineSpec& spec)
   const bool masks = o.document_masking == "on";
   if (p.cuda)
     p.kernel = choose_attention(
-                   parse_attention_request(o.attention), true, masks ? 9 : 8, p.one,
+                   o.attention_request, true, masks ? 9 : 8, p.one,
                    spec.precision == Precision::kFp32, [] { return std::string(); }, masks)
                    .kernel;
   return p;

@@ -115,8 +115,8 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       o.backend == "cuda" ? BackendKind::kCuda : resolve_engine_backend(o.backend, kCommand);
   default_activations(vm, o.precision, o.backend_kind, &o.activations);
   // An unknown value is an error naming it; fused with the CPU backend too, as train says.
-  ZT_CHECK(parse_attention_request(o.attention) != AttentionRequest::kFused ||
-               o.backend_kind == BackendKind::kCuda,
+  o.attention_request = parse_attention_request(o.attention);
+  ZT_CHECK(o.attention_request != AttentionRequest::kFused || o.backend_kind == BackendKind::kCuda,
            std::string(kCommand) +
                ": --attention fused needs --backend cuda (the CPU backend "
                "has one attention)");

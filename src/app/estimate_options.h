@@ -4,6 +4,7 @@
 #include <string>
 
 #include "app/run_setup.h"
+#include "backend/attention_choice.h"
 #include "backend/backend_choice.h"
 #include "model/config.h"
 
@@ -23,10 +24,11 @@ struct EstimateOptions : RunEngineOptions {
   std::string backend = "auto";                  // --backend cpu | cuda | auto: the planned run's
   BackendKind backend_kind = BackendKind::kCpu;  // --backend resolved
   std::string attention = "auto";                // --attention: which scratch the CUDA backend has
-  std::string document_masking = "off";          // --document-masking on | off: the run's mode
-  double device_memory_gib = 0;                  // 0: no recommendation
-  bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
-  int ranks_per_node = 0;        // 0: min(world, 8)
+  AttentionRequest attention_request = AttentionRequest::kAuto;  // --attention parsed
+  std::string document_masking = "off";  // --document-masking on | off: the run's mode
+  double device_memory_gib = 0;          // 0: no recommendation
+  bool max_micro_batch = false;          // the largest micro-batch per stage in device_memory_gib
+  int ranks_per_node = 0;                // 0: min(world, 8)
   bool json = false;
   bool list_plan = false;  // --plan
 };
