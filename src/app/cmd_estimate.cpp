@@ -178,7 +178,7 @@ std::string max_micro_batch_table(const EstimateOptions& o, const EngineSpec& sp
                       gib(static_cast<double>(device_bytes), 3) + " GiB per device (seq-len " +
                       std::to_string(spec.seq_len) + "):\n";
   out["max_micro_batch"] = nlohmann::json::array();
-  for (int stage = 0; stage <= 3; ++stage) {
+  for (int stage = 0; stage < StageTraits::kCount; ++stage) {
     const EngineSpec at_stage = spec_at_stage(spec, stage);
     // On CUDA the backend's scratch at each micro-batch counts against the device too.
     const auto scratch_at = [&](int64_t b) { return plan.bytes(b); };
@@ -219,7 +219,7 @@ std::string lora_comparison(const EstimateOptions& o, const EngineSpec& spec, nl
   std::string text = "LoRA r " + std::to_string(model.lora.rank) + " on " +
                      model.lora.targets_text() + ": " + std::to_string(adapter_psi) +
                      " adapter parameters; full fine-tuning of the base per rank (GiB):\n";
-  for (int stage = 0; stage <= 3; ++stage) {
+  for (int stage = 0; stage < StageTraits::kCount; ++stage) {
     EngineSpec full_finetune = spec_at_stage(spec, stage);
     full_finetune.model = model.base();
     full_finetune.trainable = TrainableSet();
@@ -274,7 +274,7 @@ std::string stage_table(const EstimateOptions& o, const EngineSpec& spec, nlohma
                 "params", "grads", "optim", "states", "theory", "activ", "buffers", "total", "host",
                 "nvme");
   std::string table = line;
-  for (int stage = 0; stage <= 3; ++stage) {
+  for (int stage = 0; stage < StageTraits::kCount; ++stage) {
     const EngineSpec at_stage = spec_at_stage(spec, stage);
     const OffloadConfig& applied = at_stage.offload;
     const MemoryEstimate e = estimate_memory(at_stage, o.world);

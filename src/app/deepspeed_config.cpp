@@ -10,6 +10,7 @@
 
 #include "app/deepspeed_block.h"
 #include "engine/loss_scaler.h"
+#include "engine/stage_traits.h"
 #include "util/decimal.h"
 #include "util/error.h"
 #include "util/json_text.h"
@@ -393,7 +394,7 @@ void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c)
   s.warn_unless_default("zero_hpz_partition_size", 1, "hierarchical partitioning (ZeRO++ hpZ)");
   s.warn_unless_default("compute_grad_norm", true, "zerotrain always computes the norm");
   if (const auto stage = s.integer("stage")) {
-    ZT_CHECK(*stage >= 0 && *stage <= 3,
+    ZT_CHECK(StageTraits::exists(*stage),
              s.where("stage") + " must be 0, 1, 2 or 3, got " + std::to_string(*stage));
     set_integer(s, "stage", "zero-stage", stage);
   }

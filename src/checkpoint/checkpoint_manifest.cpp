@@ -10,6 +10,7 @@
 
 #include "engine/engine_types.h"
 #include "engine/lr_schedule.h"
+#include "engine/stage_traits.h"
 #include "io/fs_util.h"
 #include "util/crc32c.h"
 #include "util/decimal.h"
@@ -256,7 +257,7 @@ void check_consistency(const CheckpointManifest& m, const std::string& source) {
            source + ": negative step, tokens_seen or data_cursor (step " + int_text(p.step) +
                ", tokens_seen " + int_text(p.tokens_seen) + ", epoch " + int_text(p.cursor.epoch) +
                ", position " + int_text(p.cursor.position) + ")");
-  ZT_CHECK(m.zero_stage >= 0 && m.zero_stage <= 3,
+  ZT_CHECK(StageTraits::exists(m.zero_stage),
            source + ": zero_stage " + int_text(m.zero_stage) + " is not 0, 1, 2 or 3");
   ZT_CHECK(m.precision == "bf16" || m.precision == "fp16" || m.precision == "fp32",
            source + ": precision '" + m.precision + "' is not bf16, fp16 or fp32");
