@@ -428,7 +428,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
   nlohmann::json out = {
       {"psi", layout.total_numel()},
       {"model_config", spec.model.to_hf_json()},
-      {"training_flops_per_token", training_flops_per_token(spec.model, o.seq_len)},
+      {"training_flops_per_token", training_flops_per_token(spec.model, o.seq_len, spec.trainable)},
       {"trainable_psi", spec.trainable.trainable_numel(layout)},
       {"state_psi", spec.trainable.state_numel(layout)},
       {"frozen_tensors", spec.trainable.frozen_names(layout)},

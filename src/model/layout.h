@@ -133,7 +133,8 @@ int lora_target_of(TensorRole role);
 // Useful training FLOPs per token of `config` at sequence length T, torchtitan's convention
 // (docs/ARCHITECTURE.md §5): 6·Ψ_non-embedding + 12·L·H·head_dim·T; recomputation not counted.
 // With tied embeddings the head's weight is the embedding, so its GEMMs are not counted either
-// (as torchtitan counts a tied model): the MFU is then an underestimate.
+// (as torchtitan counts a tied model): the MFU is then an underestimate. Every tensor trains here;
+// a frozen or LoRA run's count is model/trainable.h's.
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
 }  // namespace zt

@@ -139,4 +139,23 @@ std::vector<std::string> TrainableSet::frozen_names(const ParamLayout& layout) c
   return out;
 }
 
+double training_flops_per_token(const ModelConfig& config, int64_t seq_len,
+                                const TrainableSet& trainable) {
+  const ParamLayout layout(config);
+  const int lowest = trainable.lowest_backward_group(layout);
+  double flops = 0;
+  for (const TensorInfo& t : layout.tensors()) {
+    if (t.group == layout.embed_group()) continue;  // a lookup (tied: the head's GEMM uncounted)
+    const bool backward = layout.compute_unit_of(t.group) >= lowest;
+    const bool trains = trainable.trains(layout.index_of(t));  // a trained tensor runs a backward
+    flops += (2.0 + (backward ? 2.0 : 0.0) + (trains ? 2.0 : 0.0)) * static_cast<double>(t.numel);
+  }
+  const double attention_forward = 4.0 * static_cast<double>(config.num_heads) *
+                                   static_cast<double>(config.head_dim()) *
+                                   static_cast<double>(seq_len);
+  for (int l = 0; l < config.num_layers; ++l)
+    flops += attention_forward * (layout.layer_group(l) >= lowest ? 3.0 : 1.0);
+  return flops;
+}
+
 }  // namespace zt

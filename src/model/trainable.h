@@ -59,4 +59,14 @@ class TrainableSet {
   std::vector<bool> frozen_;  // per tensor; empty: none
 };
 
+// Training FLOPs per token of `config` at sequence length T when only `trainable` trains: what
+// the engine runs, in training_flops_per_token's convention (model/layout.h), so that the MFU of
+// a frozen or LoRA run counts the work it does. Every non-embedding tensor costs 2 per element
+// forward; from the lowest unit that trains up (lowest_backward_group: nothing below runs a
+// backward), 2 more for the input gradient and, if it trains, 2 for its own gradient; attention
+// costs 4·H·head_dim·T per layer forward and 8 more in a layer that runs its backward. With every
+// tensor trainable this is training_flops_per_token(config, T) exactly.
+double training_flops_per_token(const ModelConfig& config, int64_t seq_len,
+                                const TrainableSet& trainable);
+
 }  // namespace zt

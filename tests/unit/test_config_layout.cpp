@@ -5,6 +5,8 @@
 #include "model/config.h"
 #include "model/init.h"
 #include "model/layout.h"
+#include "model/lora.h"
+#include "model/trainable.h"
 #include "util/bf16.h"
 #include "util/error.h"
 
@@ -131,6 +133,36 @@ TEST(ModelConfig, TrainingFlopsPerTokenIsTorchtitansFormula) {
   const double expected = 6 * non_embedding + 12.0 * 16 * 16 * 128 * 2048;
   EXPECT_EQ(training_flops_per_token(preset_config("1b"), 2048), expected);
   EXPECT_EQ(expected, 6055931904.0);
+}
+
+// A frozen or LoRA run is counted for the work it does (model/trainable.h): 2 per element forward
+// everywhere; from the lowest unit that trains up, 2 for the input gradient and 2 more for a
+// tensor that trains; attention 4·H·head_dim·T per layer forward, 8 more in a layer that runs its
+// backward. The same 1b shapes, written out.
+TEST(ModelConfig, TrainingFlopsPerTokenCountWhatAFrozenOrLoraRunRuns) {
+  const ModelConfig config = preset_config("1b");
+  const ParamLayout layout(config);
+  const double per_layer = 4.0 * 2048 * 2048 + 3.0 * 2048 * 5504 + 2.0 * 2048;
+  const double non_embedding = 16 * per_layer + 2048 + 2048.0 * 32000;
+  const double attention_forward = 4.0 * 16 * 128 * 2048;  // per layer
+  // Every tensor trainable: torchtitan's formula.
+  EXPECT_EQ(training_flops_per_token(config, 2048, TrainableSet()),
+            training_flops_per_token(config, 2048));
+  // Only the LM head: the whole forward, and the head's backward alone (the final norm frozen:
+  // its input gradient only).
+  const TrainableSet head = TrainableSet::from_patterns(layout, {"^lm_head\\."}, {});
+  EXPECT_EQ(training_flops_per_token(config, 2048, head),
+            2 * non_embedding + 16 * attention_forward + 4 * 2048.0 * 32000 + 2 * 2048.0);
+  // LoRA r 8 on q_proj and v_proj (A [8, 2048], B [2048, 8] each): the base frozen everywhere,
+  // every layer runs its backward (layer 0's adapters train).
+  ModelConfig lora = config;
+  lora.lora.rank = 8;
+  lora.lora.targets = LoraSpec::parse_targets({"q_proj", "v_proj"}, "test");
+  const ParamLayout lora_layout(lora);
+  const double adapters = 16 * 2 * (8.0 * 2048 + 2048.0 * 8);
+  const TrainableSet adapters_only = TrainableSet::from_patterns(lora_layout, {}, {});
+  EXPECT_EQ(training_flops_per_token(lora, 2048, adapters_only),
+            4 * non_embedding + 6 * adapters + 16 * 3 * attention_forward);
 }
 
 }  // namespace zt
