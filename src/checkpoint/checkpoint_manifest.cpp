@@ -415,6 +415,16 @@ std::string model_config_fingerprint(const ModelConfig& config) {
 void check_checkpoint_model(const CheckpointManifest& manifest, const ModelConfig& config,
                             const ParamLayout& layout, const std::string& checkpoint_dir) {
   const nlohmann::json run = config.to_hf_json();
+  // LoRA first: a resume that forgot (or changed) the adapter options is told which they were.
+  const nlohmann::json saved_lora = manifest.model_config.value(kLoraConfigKey, nlohmann::json());
+  const nlohmann::json run_lora = run.value(kLoraConfigKey, nlohmann::json());
+  ZT_CHECK(saved_lora == run_lora,
+           "checkpoint '" + checkpoint_dir + "' " +
+               (saved_lora.is_null() ? "has no LoRA adapters"
+                                     : "trained the LoRA adapters " + saved_lora.dump()) +
+               ", this run " + (run_lora.is_null() ? "has none" : "asks for " + run_lora.dump()) +
+               ": resume with the adapter options it was trained with (--lora-rank, --lora-alpha, "
+               "--lora-dropout, --lora-targets, --use-rslora, or --lora-config)");
   std::set<std::string> keys;
   for (const auto& [key, value] : run.items()) keys.insert(key);
   for (const auto& [key, value] : manifest.model_config.items()) keys.insert(key);

@@ -207,6 +207,19 @@ TEST_F(CheckpointE2E, CheckpointOfAnotherModelIsRefusedNamingTheKey) {
       << wd.output;
 }
 
+// A resume whose LoRA options differ from the checkpoint's (forgotten, added or changed) is told
+// which adapters the checkpoint trained and which options set them.
+TEST_F(CheckpointE2E, ResumeWithOtherLoraOptionsNamesTheCheckpointsAdapters) {
+  const RunResult r = train("other_lora", 6, "--lora-rank 4 --resume " + base_checkpoint());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("has no LoRA adapters, this run asks for {"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\"r\":4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resume with the adapter options it was trained with (--lora-rank"),
+            std::string::npos)
+      << r.output;
+}
+
 // The manifest records what computed the run; resuming on other arithmetic (here bf16
 // activations after fp32) loads and trains, warning that the continuation will differ.
 TEST_F(CheckpointE2E, ResumeWithOtherActivationStorageWarnsNamingIt) {
