@@ -32,9 +32,8 @@ std::vector<std::string> split_commas(const std::string& text) {
 
 }  // namespace
 
-nlohmann::json LoraOptions::to_json() const {
+nlohmann::json LoraOptions::to_json(const LoraSpec& s) const {
   if (rank == 0 && config_file.empty() && init_from.empty()) return nullptr;
-  const LoraSpec s = resolve_lora_spec(*this);
   return {{"rank", s.rank},
           {"alpha", s.alpha},
           {"dropout", s.dropout},

@@ -25,7 +25,9 @@ struct LoraOptions {
   // Which of the options above were given on the command line (refused beside --lora-config).
   std::vector<std::string> given;
 
-  nlohmann::json to_json() const;
+  // run.json's record: `resolved`, the spec resolve_lora_spec made of these options (read once),
+  // and where it came from.
+  nlohmann::json to_json(const LoraSpec& resolved) const;
 };
 
 void add_lora_options(boost::program_options::options_description& options, LoraOptions& o);

@@ -184,7 +184,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"device_memory_limit_gib", device_memory_limit_gib},
           {"trainable", trainable},
           {"freeze", freeze},
-          {"lora", lora.to_json()},
+          {"lora", lora.to_json(choices.lora)},
           {"eval_batches", eval_batches},
           {"log_every", log_every},
           {"save_consolidated_every", save_consolidated_every},

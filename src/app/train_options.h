@@ -59,6 +59,8 @@ struct TrainOptions : RunEngineOptions {
   AttentionRequest attention_request = AttentionRequest::kAuto;
   ProfileSteps profile;
 
+  // run.json's `config` and the settings the ranks agree on; after validate() (the LoRA record is
+  // the parsed spec).
   nlohmann::json to_json() const;
 };
 

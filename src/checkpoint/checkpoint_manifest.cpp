@@ -423,7 +423,8 @@ void check_checkpoint_model(const CheckpointManifest& manifest, const ModelConfi
                (saved_lora.is_null() ? "has no LoRA adapters"
                                      : "trained the LoRA adapters " + saved_lora.dump()) +
                ", this run " + (run_lora.is_null() ? "has none" : "asks for " + run_lora.dump()) +
-               ": resume with the adapter options it was trained with (--lora-rank, --lora-alpha, "
+               " (the model config's " + kLoraConfigKey +
+               "): resume with the adapter options it was trained with (--lora-rank, --lora-alpha, "
                "--lora-dropout, --lora-targets, --use-rslora, or --lora-config)");
   std::set<std::string> keys;
   for (const auto& [key, value] : run.items()) keys.insert(key);

@@ -58,23 +58,28 @@ TEST(Hdf5Errors, AFullDiskIsNamedAsTheCauseOfTheFailedWrite) {
 // A file-size limit lets the file's creation succeed and makes the dataset's write fail, as a disk
 // that fills during a checkpoint does: the write's error carries the system's reason.
 TEST(Hdf5Errors, AWriteThatTheSystemRefusesNamesTheSystemsReason) {
-  const std::string path = ::testing::TempDir() + "zt_hdf5_errors_fsize.h5";
+  const std::string path =
+      ::testing::TempDir() + "zt_hdf5_errors_fsize." + std::to_string(getpid()) + ".h5";
   EXPECT_EXIT(write_under_a_file_size_limit(path), ::testing::ExitedWithCode(0),
-              "HDF5 write failed: .*zt_hdf5_errors_fsize.h5 /x \\(File too large\\)");
+              "HDF5 write failed: .*zt_hdf5_errors_fsize\\.[0-9]+\\.h5 /x \\(File too large\\)");
   std::remove(path.c_str());
 }
 
 TEST(Hdf5Errors, AMissingDatasetNamesHdf5sReason) {
-  const std::string path = ::testing::TempDir() + "zt_hdf5_errors.h5";
+  const std::string path =
+      ::testing::TempDir() + "zt_hdf5_errors." + std::to_string(getpid()) + ".h5";
   EXPECT_EQ(error_of_writing_into(path), "");
-  h5::Id file = h5::open_file(path);
-  try {
-    h5::open_dataset(file, "missing", path + " /missing");
-    FAIL() << "a missing dataset opened";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr(path + " /missing ("));
-    EXPECT_EQ(h5::error_cause().empty(), false);
+  {
+    h5::Id file = h5::open_file(path);
+    try {
+      h5::open_dataset(file, "missing", path + " /missing");
+      ADD_FAILURE() << "a missing dataset opened";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(path + " /missing ("));
+      EXPECT_EQ(h5::error_cause().empty(), false);
+    }
   }
+  std::remove(path.c_str());
 }
 
 }  // namespace
