@@ -9,6 +9,7 @@
 #include "io/run_directory.h"
 #include "util/closest_name.h"
 #include "util/error.h"
+#include "util/word_choice.h"
 
 namespace zt {
 
@@ -92,66 +93,99 @@ void add_comm_timeout_option(po::options_description& options, double* seconds) 
                         "the rank, the operation and the step (0 or inf: no timeout)");
 }
 
-void add_attention_option(po::options_description& options, std::string* value) {
-  options.add_options()("attention", po::value(value)->default_value(*value),
-                        "CUDA attention: gemm (GEMMs + row kernels in fp32) | fused (cuDNN "
-                        "SDPA on bf16 inputs) | auto (the default: fused where built, supported "
-                        "and accepted by cuDNN at start-up, unless --precision fp32; else gemm)");
+namespace {
+
+constexpr WordChoice<AutoSwitch> kAutoSwitchWords[] = {
+    {AutoSwitch::kAuto, "auto"}, {AutoSwitch::kOn, "on"}, {AutoSwitch::kOff, "off"}};
+constexpr WordChoice<DType> kActivationStorageWords[] = {
+    {DType::kFloat32, "fp32"}, {DType::kBf16, "bf16"}, {DType::kFloat16, "fp16"}};
+
+}  // namespace
+
+AutoSwitch parse_auto_switch(const std::string& text, const std::string& option) {
+  return parse_word(text, kAutoSwitchWords, option);
 }
 
-void add_document_masking_option(po::options_description& options, std::string* value) {
-  options.add_options()("document-masking", po::value(value)->default_value(*value),
+const char* auto_switch_name(AutoSwitch value) {
+  return word_of(value, kAutoSwitchWords);
+}
+
+po::value_semantic* auto_switch_option(AutoSwitch* target, const std::string& option) {
+  return word_option<AutoSwitch>(
+      target, [option](const std::string& text) { return parse_auto_switch(text, option); },
+      auto_switch_name(*target));
+}
+
+po::value_semantic* precision_option(Precision* target) {
+  return word_option<Precision>(
+      target,
+      [](const std::string& text) {
+        try {
+          return parse_precision(text);
+        } catch (const Error& e) {
+          throw Error(std::string("--precision: ") + e.what());
+        }
+      },
+      precision_name(*target));
+}
+
+po::value_semantic* backend_option(BackendRequest* target) {
+  return word_option<BackendRequest>(target, parse_backend_request, backend_request_name(*target));
+}
+
+void add_attention_option(po::options_description& options, AttentionRequest* value) {
+  options.add_options()(
+      "attention",
+      word_option<AttentionRequest>(value, parse_attention_request, attention_request_name(*value)),
+      "CUDA attention: gemm (GEMMs + row kernels in fp32) | fused (cuDNN SDPA on bf16 inputs) | "
+      "auto (the default: fused where built, supported and accepted by cuDNN at start-up, unless "
+      "--precision fp32; else gemm)");
+}
+
+void add_document_masking_option(po::options_description& options, AutoSwitch* value) {
+  options.add_options()("document-masking", auto_switch_option(value, "--document-masking"),
                         "auto | on | off: a packed document attends only to its own earlier "
                         "tokens, its positions restart at 0 and its first token is not a target "
                         "of the document before it (auto: on when the dataset records more than "
                         "one document; off: plain causal attention over the window)");
 }
 
-void check_document_masking_value(const std::string& mode, const std::string& command) {
-  ZT_CHECK(mode == "auto" || mode == "on" || mode == "off",
-           command + ": --document-masking must be auto, on or off, got '" + mode + "'");
-}
-
-bool resolve_document_masking(const std::string& mode, int64_t documents,
-                              const std::string& data_path, const std::string& command) {
-  check_document_masking_value(mode, command);
-  ZT_CHECK(mode != "on" || documents > 0,
+bool resolve_document_masking(AutoSwitch mode, int64_t documents, const std::string& data_path,
+                              const std::string& command) {
+  ZT_CHECK(mode != AutoSwitch::kOn || documents > 0,
            command + ": --document-masking on: token dataset '" + data_path +
                "' records no document boundaries (/doc_starts); make it again with this "
                "version's prepare-data, or use --document-masking off");
-  return mode == "on" || (mode == "auto" && documents > 1);
+  return mode == AutoSwitch::kOn || (mode == AutoSwitch::kAuto && documents > 1);
 }
 
-void add_activations_option(po::options_description& options, std::string* value) {
-  options.add_options()("activations",
-                        po::value(value)->default_value(*value, "by precision and backend"),
-                        "storage type of activations and their gradients: fp32 | bf16 (needs "
-                        "--precision bf16; its default on the CUDA backend) | fp16 (needs "
-                        "--precision fp16; its default); statistics stay fp32");
+DType parse_activation_storage(const std::string& text) {
+  return parse_word(text, kActivationStorageWords, "--activations");
+}
+
+const char* activation_storage_name(DType storage) {
+  return word_of(storage, kActivationStorageWords);
+}
+
+void add_activations_option(po::options_description& options, DType* value) {
+  options.add_options()(
+      "activations",
+      word_option<DType>(value, parse_activation_storage, std::string("by precision and backend")),
+      "storage type of activations and their gradients: fp32 | bf16 (needs "
+      "--precision bf16; its default on the CUDA backend) | fp16 (needs "
+      "--precision fp16; its default); statistics stay fp32");
 }
 
 void default_activations(const po::variables_map& vm, Precision precision, BackendKind backend,
-                         std::string* activations) {
+                         DType* activations) {
   if (vm.count("activations") && !vm["activations"].defaulted()) return;
-  *activations = default_activation_storage(precision_name(precision), backend);
+  *activations = default_activation_storage(precision, backend);
 }
 
-po::typed_value<Precision>* precision_value(Precision* value) {
-  return po::value(value)->default_value(*value, precision_name(*value));
-}
-
-void validate(boost::any& v, const std::vector<std::string>& values, Precision*, int) {
-  po::validators::check_first_occurrence(v);
-  try {
-    v = boost::any(parse_precision(po::validators::get_single_string(values)));
-  } catch (const Error& e) {  // reported as a command-line error, naming the option
-    throw po::error(std::string("--precision: ") + e.what());
-  }
-}
-
-std::string default_activation_storage(const std::string& precision, BackendKind backend) {
-  if (precision == "fp16") return "fp16";
-  return precision == "bf16" && backend == BackendKind::kCuda ? "bf16" : "fp32";
+DType default_activation_storage(Precision precision, BackendKind backend) {
+  if (precision == Precision::kFp16) return DType::kFloat16;
+  return precision == Precision::kBf16 && backend == BackendKind::kCuda ? DType::kBf16
+                                                                        : DType::kFloat32;
 }
 
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

@@ -1,14 +1,18 @@
 // Shared option handling for every subcommand: --help, --config FILE (INI, same keys as the
 // long flags), command-line flags overriding the file, clear errors for unknown/missing options.
 #pragma once
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
 
+#include "backend/attention_choice.h"
 #include "backend/backend_choice.h"
 #include "engine/zero_config.h"
 #include "util/decimal.h"
+#include "util/error.h"
 
 namespace zt {
 
@@ -45,39 +49,103 @@ void add_comm_timeout_option(po::options_description& options, double* seconds);
 // Fails naming `command`'s --comm-timeout unless it is >= 0 (NaN refused).
 void check_comm_timeout(double seconds, const std::string& command);
 
+// An option whose value is a word parsed into T as it is read, from the command line, a --config
+// INI or a --deepspeed JSON alike, so that no later step holds or parses the word: `parse` throws a
+// zt::Error naming the option, which becomes the command's error. With a `default_word` the
+// option's default is *target's value, shown so in --help; without one it is left unset.
+template <typename T>
+class WordOption final : public po::value_semantic_codecvt_helper<char> {
+ public:
+  using Parse = std::function<T(const std::string&)>;
+  WordOption(T* target, Parse parse, std::optional<std::string> default_word)
+      : target_(target),
+        default_(*target),
+        parse_(std::move(parse)),
+        default_word_(std::move(default_word)) {}
+  std::string name() const override {
+    return default_word_ ? "arg (=" + *default_word_ + ")" : "arg";
+  }
+  unsigned min_tokens() const override { return 1; }
+  unsigned max_tokens() const override { return 1; }
+  bool is_composing() const override { return false; }
+  bool is_required() const override { return false; }
+  bool apply_default(boost::any& store) const override {
+    if (!default_word_) return false;
+    store = default_;
+    return true;
+  }
+  void notify(const boost::any& store) const override {
+    if (!store.empty()) *target_ = boost::any_cast<T>(store);
+  }
+
+ protected:
+  void xparse(boost::any& store, const std::vector<std::string>& tokens) const override {
+    po::validators::check_first_occurrence(store);
+    const std::string& word = po::validators::get_single_string(tokens);
+    try {
+      store = parse_(word);
+    } catch (const Error& e) {
+      throw po::error(e.what());
+    }
+  }
+
+ private:
+  T* target_;
+  T default_;
+  Parse parse_;
+  std::optional<std::string> default_word_;
+};
+template <typename T>
+po::value_semantic* word_option(T* target, typename WordOption<T>::Parse parse,
+                                std::optional<std::string> default_word) {
+  return new WordOption<T>(target, std::move(parse), std::move(default_word));
+}
+
+// An option that is auto, on or off (--document-masking, --offload-optimizer-overlap).
+enum class AutoSwitch { kAuto, kOn, kOff };
+// "auto" | "on" | "off"; anything else is a zt::Error naming `option` and the value.
+AutoSwitch parse_auto_switch(const std::string& text, const std::string& option);
+const char* auto_switch_name(AutoSwitch value);
+// *target, parsed as the option is read, its value the default.
+po::value_semantic* auto_switch_option(AutoSwitch* target, const std::string& option);
+
+// --precision bf16 | fp16 | fp32 (train, eval, estimate), parsed into its enum as the option is
+// read; another value is a zt::Error naming the option. *target is the default.
+po::value_semantic* precision_option(Precision* target);
+
+// --backend cpu | cuda | auto (backend/backend_choice.h), parsed as it is read; *target is the
+// default.
+po::value_semantic* backend_option(BackendRequest* target);
+
 // --attention gemm | fused | auto (backend/attention_choice.h): the CUDA backend's attention.
-void add_attention_option(po::options_description& options, std::string* value);
+void add_attention_option(po::options_description& options, AttentionRequest* value);
 // --document-masking auto | on | off (train and eval; docs/fine-tuning.md): whether packed
 // documents attend only within themselves, their positions restarting at each document.
-void add_document_masking_option(po::options_description& options, std::string* value);
+void add_document_masking_option(po::options_description& options, AutoSwitch* value);
 // The mode resolved for a dataset that records `documents` boundaries (0: none): auto masks when
 // it holds more than one document (with one, the masks are plain causal attention); on without
-// boundaries, or a value other than the three, is a zt::Error naming the option, the value and
-// the file.
-bool resolve_document_masking(const std::string& mode, int64_t documents,
-                              const std::string& data_path, const std::string& command);
-// Only the value (before the dataset is open).
-void check_document_masking_value(const std::string& mode, const std::string& command);
-// --activations fp32 | bf16 | fp16 (train, eval and estimate: parse_activation_storage).
-void add_activations_option(po::options_description& options, std::string* value);
-// The default --activations ("fp16" | "bf16" | "fp32"): the precision's 16-bit type where it is
-// the precision's fast path, else fp32. --precision fp16 stores fp16 activations on every
-// backend, as a DeepSpeed fp16 model's are (the loss scaler's overflows come from them);
-// --precision bf16 stores bf16 ones on the CUDA backend (half the memory, twice the throughput
-// with the fused attention) and fp32 ones on the CPU backend, whose fp32 activations are the
-// reference arithmetic.
-std::string default_activation_storage(const std::string& precision, BackendKind backend);
+// boundaries is a zt::Error naming the option and the file.
+bool resolve_document_masking(AutoSwitch mode, int64_t documents, const std::string& data_path,
+                              const std::string& command);
+
+// --activations fp32 | bf16 | fp16 (train, eval and estimate): the activations' storage type,
+// parsed as it is read (check_activation_storage, app/engine_device.h, checks it against the
+// precision). Left unset, it is the precision's and backend's default (default_activations).
+void add_activations_option(po::options_description& options, DType* value);
+// "fp32" | "bf16" | "fp16" as kFloat32, kBf16, kFloat16; anything else is a zt::Error naming
+// --activations and the value.
+DType parse_activation_storage(const std::string& text);
+const char* activation_storage_name(DType storage);  // "fp32" | "bf16" | "fp16"
+// The default --activations: the precision's 16-bit type where it is the precision's fast path,
+// else fp32. --precision fp16 stores fp16 activations on every backend, as a DeepSpeed fp16
+// model's are (the loss scaler's overflows come from them); --precision bf16 stores bf16 ones on
+// the CUDA backend (half the memory, twice the throughput with the fused attention) and fp32 ones
+// on the CPU backend, whose fp32 activations are the reference arithmetic.
+DType default_activation_storage(Precision precision, BackendKind backend);
 // After parsing: --activations left unset becomes that default for the command's --backend
 // resolved.
 void default_activations(const po::variables_map& vm, Precision precision, BackendKind backend,
-                         std::string* activations);
-
-// --precision bf16 | fp16 | fp32 (train, eval, estimate), parsed into its enum as the option is
-// read, from the command line, a --config INI or a --deepspeed JSON alike; another value is a
-// zt::Error naming the option. *value is the default.
-po::typed_value<Precision>* precision_value(Precision* value);
-// boost::program_options' parser of a Precision value (found by argument-dependent lookup).
-void validate(boost::any& v, const std::vector<std::string>& values, Precision*, int);
+                         DType* activations);
 
 // --trainable REGEX and --freeze REGEX, each repeatable (model/trainable.h: which tensors train).
 void add_trainable_options(po::options_description& options, std::vector<std::string>* trainable,

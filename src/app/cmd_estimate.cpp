@@ -57,7 +57,7 @@ PlannedScratch planned_scratch(const EstimateOptions& o, const EngineSpec& spec)
   p.storage = spec.activation_storage;
   // The GPU planned for: one whose fused attention runs the run's attention (compute capability
   // 8.x without document masks, 9.x with them).
-  const bool masks = o.document_masking == "on";
+  const bool masks = o.document_masking == AutoSwitch::kOn;
   if (p.cuda)
     p.kernel = choose_attention(
                    o.attention_request, true, masks ? 9 : 8, p.one,
@@ -311,8 +311,12 @@ std::string train_flags(const EstimateOptions& o, const EngineSpec& spec, const 
          (storage == DType::kBf16      ? " --activations bf16"
           : storage == DType::kFloat16 ? " --precision fp16 --activations fp16"
                                        : "") +
-         (o.attention != "auto" ? " --attention " + o.attention : "") +
-         (plan.cuda ? " --document-masking " + o.document_masking : "") + offload_flags(c.offload);
+         (o.attention_request != AttentionRequest::kAuto
+              ? std::string(" --attention ") + attention_request_name(o.attention_request)
+              : "") +
+         (plan.cuda ? std::string(" --document-masking ") + auto_switch_name(o.document_masking)
+                    : "") +
+         offload_flags(c.offload);
 }
 
 // --device-memory: the candidates of the decision tree (engine/estimator.h) held against the
@@ -394,7 +398,7 @@ void print_estimate(const EstimateOptions& o, const EngineSpec& spec, const Plan
               : " (" + std::to_string(spec.trainable.trainable_numel(layout)) + " trainable, " +
                     std::to_string(spec.trainable.frozen_names(layout).size()) + " tensors frozen)")
       << ", world " << o.world << ", micro-batch " << o.micro_batch << " x seq-len " << o.seq_len
-      << ", " << precision_name(o.precision) << ", " << o.activations
+      << ", " << precision_name(o.precision) << ", " << activation_storage_name(o.activations)
       << " activations, checkpointing " << activation_checkpointing_name(ac)
       << (ac.on_host ? " (host)" : "") << ", offload: optimizer "
       << offload_device_name(offload.optimizer) << ", params " << offload_device_name(offload.param)
@@ -437,7 +441,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
       {"micro_batch", o.micro_batch},
       {"seq_len", o.seq_len},
       {"precision", precision_name(o.precision)},
-      {"activations", o.activations},
+      {"activations", activation_storage_name(o.activations)},
       {"backend", backend_kind_name(o.backend_kind)},
       {"backend_scratch", {{"bytes", scratch}, {"attention", plan.attention()}}},
       {"activation_checkpointing", activation_checkpointing_name(spec.ac)},

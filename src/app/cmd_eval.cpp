@@ -30,19 +30,19 @@ namespace {
 
 const char* const kCommand = "eval";
 
-struct EvalOptions {
+// Besides the engine's options that eval takes (RunEngineOptions, app/run_setup.h: the
+// micro-batch's shape, --precision, --activations, --backend, --attention, --document-masking), at
+// eval's defaults: one window per batch, fp32 weights. choices: their resolution, by
+// parse_eval_options.
+struct EvalOptions : RunEngineOptions {
+  EvalOptions() {
+    micro_batch = 1;
+    precision = Precision::kFp32;
+  }
   std::string model_dir, data;
-  Precision precision = Precision::kFp32;  // --precision
-  std::string backend = "auto";            // --backend cpu | cuda | auto
-  std::string attention = "auto";          // --attention gemm | fused | auto (CUDA backend)
-  std::string activations = "fp32";        // --activations fp32 | bf16 | fp16
-  std::string document_masking = "auto";   // --document-masking auto | on | off
-  int64_t batches = 1, micro_batch = 1, seq_len = 256;
+  int64_t batches = 1;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
-  // The words above parsed once, by parse_eval_options.
-  DType activation_storage = DType::kFloat32;
-  AttentionRequest attention_request = AttentionRequest::kAuto;
-  BackendKind backend_kind = BackendKind::kCpu;
+  EngineChoices choices;
 };
 
 bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
@@ -54,12 +54,12 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
       "B: windows per batch");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "T: tokens per window - 1");
-  add("precision", precision_value(&o.precision),
+  add("precision", precision_option(&o.precision),
       "working precision of the weights: fp32 (exact stored values), bf16 or fp16");
-  add("backend", po::value(&o.backend)->default_value(o.backend),
+  add("backend", backend_option(&o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
-  add_attention_option(opts, &o.attention);
+  add_attention_option(opts, &o.attention_request);
   add_document_masking_option(opts, &o.document_masking);
   add_activations_option(opts, &o.activations);
   add_comm_timeout_option(opts, &o.comm_timeout);
@@ -70,16 +70,14 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
                          "--seq-len T"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
-  o.backend_kind = resolve_engine_backend(o.backend, kCommand);
-  default_activations(vm, o.precision, o.backend_kind, &o.activations);
+  resolve_device_options(vm, o, kCommand);
   require_option(vm, "model", kCommand);
   require_option(vm, "data", kCommand);
   check_count(o.batches, 1, "batches", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
-  o.attention_request = resolve_attention_request(o.attention, o.backend_kind, kCommand);
-  check_document_masking_value(o.document_masking, kCommand);
-  o.activation_storage = parse_activation_storage(o.activations, o.precision, kCommand);
+  check_attention_request(o.attention_request, o.backend_kind, kCommand);
+  o.choices = parse_engine_choices(o, kCommand);  // checks --activations against --precision
   check_comm_timeout(o.comm_timeout, kCommand);
   return true;
 }
@@ -108,13 +106,9 @@ int run_eval(const EvalOptions& o) {
   TokenDataset& data = *data_ptr;
   const ModelConfig& config = reader.config();
 
-  // Each rank evaluates its batches alone: a stage-0 engine over MPI_COMM_SELF.
-  EngineSpec spec;
-  spec.model = config;
-  spec.precision = o.precision;
-  spec.activation_storage = o.activation_storage;
-  spec.micro_batch = B;
-  spec.seq_len = T;
+  // Each rank evaluates its batches alone: a stage-0 engine over MPI_COMM_SELF (eval sets no ZeRO,
+  // checkpointing, offload, trainable or LoRA option: their defaults).
+  const EngineSpec spec = resolve_engine_spec(o, o.choices, config);
   EngineDevice device =
       make_engine_device(o.backend_kind, world, MPI_COMM_SELF, estimate_memory(spec, 1),
                          {o.attention_request, attention_shape(config, B, T),

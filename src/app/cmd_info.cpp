@@ -116,7 +116,7 @@ void info_tokens(const std::string& path, bool json) {
   if (counted >= 0) j["loss_mask_counted_tokens"] = counted;
   // Document boundaries: train and eval mask each document's attention by default.
   const int64_t documents = data.num_documents();
-  const bool masked = resolve_document_masking("auto", documents, path, "info");
+  const bool masked = resolve_document_masking(AutoSwitch::kAuto, documents, path, "info");
   j["documents"] = data.has_documents() ? nlohmann::json(documents) : nlohmann::json(nullptr);
   j["document_masking"] = masked ? "on" : "off";
   if (json) {

@@ -170,7 +170,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   // records it.
   const bool document_masks =
       resolve_document_masking(o.document_masking, in.data->num_documents(), o.data, kCommand);
-  o.document_masking = document_masks ? "on" : "off";
+  o.document_masking = document_masks ? AutoSwitch::kOn : AutoSwitch::kOff;
   in.sampler = std::make_unique<WindowSampler>(*in.data, config.vocab_size, o.seq_len,
                                                o.micro_batch, o.grad_accum, world, rank,
                                                static_cast<uint64_t>(o.seed), document_masks);
@@ -248,14 +248,13 @@ nlohmann::json value_before(const nlohmann::json& before, const std::string& key
 // cores computing the backward, elsewhere its kept state limited to half the host memory that the
 // run's planned host pool leaves (auto_overlap_bytes). Collective over `comm` (the ranks per host)
 // with auto on a GPU backend, the same on every rank.
-void resolve_host_adam(const TrainOptions& o, int world, const std::string& backend_kind,
-                       MpiCommunicator& comm, EngineSpec& spec) {
+void resolve_host_adam(const TrainOptions& o, int world, MpiCommunicator& comm, EngineSpec& spec) {
   OffloadConfig& offload = spec.offload;
   // A GPU backend: the CPU AdamW's host thread keeps off the core that feeds the GPU.
-  if (backend_kind != "cpu" && offload.optimizer == OffloadDevice::kCpu)
+  if (o.backend_kind != BackendKind::kCpu && offload.optimizer == OffloadDevice::kCpu)
     offload.host_adam_cpus = host_worker_cpus(affinity_cpus(), physical_core_of);
-  if (o.offload.overlap != "auto" || !offload.keeps_speculated_state()) return;
-  if (backend_kind == "cpu") {
+  if (o.offload.overlap != AutoSwitch::kAuto || !offload.keeps_speculated_state()) return;
+  if (o.backend_kind == BackendKind::kCpu) {
     offload.overlap = false;
     return;
   }
@@ -521,7 +520,7 @@ int run_training(TrainOptions o) {
                           in.spec.activation_storage, in.spec.precision == Precision::kFp32,
                           /*backward=*/true, sampler.document_masks()});
   Backend* backend = device.backend.get();
-  resolve_host_adam(o, world, device.backend_kind, comm, in.spec);  // collective
+  resolve_host_adam(o, world, comm, in.spec);        // collective
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
   // Again with the scratch the backend holds outside the categories (the CUDA backend's GEMM,
   // attention and cuDNN workspaces), which each rank measures: agreed through run_collectively.
@@ -541,14 +540,8 @@ int run_training(TrainOptions o) {
   // while both are alive, and ends the job (report_rank_local_errors_here).
   std::unique_ptr<ZeroEngine> engine_ptr;
   return report_rank_local_errors_here(kCommand, [&]() -> int {
-    TrainingHyperparameters hyper{o.optim,          o.steps,
-                                  o.micro_batch,    o.grad_accum,
-                                  o.seq_len,        static_cast<uint64_t>(o.seed),
-                                  in.data_identity, o.zero.world_invariant};
-    hyper.backend = device.backend_kind;
-    hyper.attention = device.attention_kernel;
-    hyper.activations = o.activations;
-    hyper.document_masking = o.document_masking;
+    const TrainingHyperparameters hyper =
+        o.hyperparameters(in.data_identity, device.attention_kernel);
     TrainCheckpointing checkpointing(o.checkpoint, o.out, hyper, comm, in.resume_dir);
     // The engine's buffers and its first values (rank-local work), agreed before any collective.
     run_collectively(comm, [&] {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
 #include "backend/backend_choice.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
@@ -21,7 +22,7 @@
 
 namespace zt {
 
-BackendKind resolve_engine_backend(const std::string& requested, const std::string& command) {
+BackendKind resolve_engine_backend(BackendRequest requested, const std::string& command) {
 #if ZEROTRAIN_HAVE_CUDA
   return resolve_backend(requested, true, cuda_device_count(), command);
 #else
@@ -29,27 +30,20 @@ BackendKind resolve_engine_backend(const std::string& requested, const std::stri
 #endif
 }
 
-AttentionRequest resolve_attention_request(const std::string& attention, BackendKind backend,
-                                           const std::string& command) {
-  const AttentionRequest request = parse_attention_request(attention);
+void check_attention_request(AttentionRequest request, BackendKind backend,
+                             const std::string& command) {
   ZT_CHECK(request != AttentionRequest::kFused || backend == BackendKind::kCuda,
            command +
                ": --attention fused needs the CUDA backend (this run uses the CPU backend, "
                "which has one attention)");
-  return request;
 }
 
-DType parse_activation_storage(const std::string& activations, Precision precision,
-                               const std::string& command) {
-  ZT_CHECK(activations == "fp32" || activations == "bf16" || activations == "fp16",
-           command + ": --activations must be fp32, bf16 or fp16, got '" + activations + "'");
-  if (activations == "fp32") return DType::kFloat32;
+void check_activation_storage(DType storage, Precision precision, const std::string& command) {
   // 16-bit activations are stored in the working params' own type.
-  const DType storage = activations == "bf16" ? DType::kBf16 : DType::kFloat16;
-  ZT_CHECK(working_dtype(precision) == storage,
-           command + ": --activations " + activations + " needs --precision " + activations +
-               " (this run's precision is " + precision_name(precision) + ")");
-  return storage;
+  ZT_CHECK(storage == DType::kFloat32 || working_dtype(precision) == storage,
+           command + ": --activations " + activation_storage_name(storage) + " needs --precision " +
+               activation_storage_name(storage) + " (this run's precision is " +
+               precision_name(precision) + ")");
 }
 
 AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) {
@@ -170,7 +164,6 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
                   : shares_gpu ? " (ranks share a GPU on another host)"
                                : "") +
                  ", attention " + choice.why;
-  out.backend_kind = backend_kind_name(BackendKind::kCuda);
   out.attention_kernel = attention_kernel_name(choice.kernel);
   out.backend = std::move(backend);
   return out;
@@ -187,7 +180,7 @@ EngineDevice make_engine_device(BackendKind kind, MpiCommunicator& host, MPI_Com
   (void)kind;
   (void)data_group;
   (void)estimate;
-  (void)attention;  // resolve_attention_request refused `fused` for the CPU backend
+  (void)attention;  // check_attention_request refused `fused` for the CPU backend
 #endif
   EngineDevice out;
   out.backend = make_cpu_backend();

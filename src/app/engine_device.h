@@ -25,10 +25,9 @@ struct EngineDevice {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Communicator> device_comm;  // null: the host communicator carries everything
   std::string summary;                        // e.g. "cpu", "cuda:0 nvidia h100, nccl"
-  // What computes the math, for the checkpoint (a resume on other arithmetic warns): "cpu" |
-  // "cuda", and the attention kernel the backend runs ("cpu": the CPU backend's one; "gemm" |
-  // "fused" on cuda, --attention resolved).
-  std::string backend_kind = "cpu";
+  // The attention kernel the backend runs, for the checkpoint (a resume on other arithmetic
+  // warns) and run.json: "cpu" (the CPU backend's one), or "gemm" | "fused" on cuda (--attention
+  // resolved).
   std::string attention_kernel = "cpu";
 
   Communicator& data_comm(Communicator& host) { return device_comm ? *device_comm : host; }
@@ -36,17 +35,16 @@ struct EngineDevice {
 
 // Which backend `requested` resolves to on this build and host; zt::Error naming `command` for an
 // unknown value or an unavailable CUDA backend. Not collective.
-BackendKind resolve_engine_backend(const std::string& requested, const std::string& command);
+BackendKind resolve_engine_backend(BackendRequest requested, const std::string& command);
 
-// --attention for this run: the request parsed, and `fused` refused (naming `command`) when the
-// backend resolves to the CPU, which has one attention. Not collective.
-AttentionRequest resolve_attention_request(const std::string& attention, BackendKind backend,
-                                           const std::string& command);
+// --attention for this run: `fused` refused (naming `command`) when the backend resolves to the
+// CPU, which has one attention. Not collective.
+void check_attention_request(AttentionRequest request, BackendKind backend,
+                             const std::string& command);
 
-// --activations: kFloat32, kBf16 or kFloat16; a 16-bit type is refused (naming `command`) unless
+// --activations (kFloat32, kBf16 or kFloat16): a 16-bit type is refused (naming `command`) unless
 // it is the precision's working type. Not collective.
-DType parse_activation_storage(const std::string& activations, Precision precision,
-                               const std::string& command);
+void check_activation_storage(DType storage, Precision precision, const std::string& command);
 
 // The micro-batch's attention and what was asked for it; the CUDA backend resolves the request
 // with choose_attention on its GPU, and sizes its own attention scratch for the shape

@@ -52,19 +52,28 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
       "micro-batches per step (only for the DeepSpeed batch-size rule)");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
-  add("precision", precision_value(&o.precision), "bf16 | fp16 | fp32");
-  add("backend", po::value(&o.backend)->default_value(o.backend),
+  add("precision", precision_option(&o.precision), "bf16 | fp16 | fp32");
+  add("backend", backend_option(&o.backend),
       "the backend the planned run will use: cpu | cuda (not checked against this machine) | "
       "auto (as train would resolve it here); picks the default --activations");
-  add_attention_option(opts, &o.attention);
-  add("document-masking", po::value(&o.document_masking)->default_value(o.document_masking),
+  add_attention_option(opts, &o.attention_request);
+  add("document-masking",
+      word_option<AutoSwitch>(
+          &o.document_masking,
+          [](const std::string& text) {
+            ZT_CHECK(text == "on" || text == "off",
+                     "--document-masking must be on or off (there is no dataset to resolve auto "
+                     "with), got '" +
+                         text + "'");
+            return parse_auto_switch(text, "--document-masking");
+          },
+          auto_switch_name(o.document_masking)),
       "on | off: whether the planned run masks packed documents (train's default for data with "
       "more than one document, docs/fine-tuning.md); on the CUDA backend the plan is a Hopper "
       "GPU's, whose fused attention runs the masks (older GPUs run them on the GEMM path, with "
       "its larger scratch)");
   add_activations_option(opts, &o.activations);
-  add("activation-checkpointing",
-      po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
+  add("activation-checkpointing", activation_checkpointing_option(&o.activation_checkpointing),
       "none | selective | full | every:K");
   add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
       "checkpointed layer inputs in host memory");
@@ -111,20 +120,14 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
     apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
   }
   // A plan for a GPU job may be made anywhere: cuda is taken at its word.
-  o.backend_kind =
-      o.backend == "cuda" ? BackendKind::kCuda : resolve_engine_backend(o.backend, kCommand);
+  o.backend_kind = o.backend == BackendRequest::kCuda ? BackendKind::kCuda
+                                                      : resolve_engine_backend(o.backend, kCommand);
   default_activations(vm, o.precision, o.backend_kind, &o.activations);
-  // An unknown value is an error naming it; fused with the CPU backend too, as train says.
-  o.attention_request = parse_attention_request(o.attention);
+  // fused with the CPU backend is refused, as train refuses it.
   ZT_CHECK(o.attention_request != AttentionRequest::kFused || o.backend_kind == BackendKind::kCuda,
            std::string(kCommand) +
                ": --attention fused needs --backend cuda (the CPU backend "
                "has one attention)");
-  ZT_CHECK(o.document_masking == "on" || o.document_masking == "off",
-           std::string(kCommand) +
-               ": --document-masking must be on or off (there is no dataset "
-               "to resolve auto with), got '" +
-               o.document_masking + "'");
   return true;
 }
 

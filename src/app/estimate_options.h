@@ -18,17 +18,13 @@ struct EstimateOptions : RunEngineOptions {
   EstimateOptions() {
     micro_batch = 1;
     seq_len = 2048;
+    document_masking = AutoSwitch::kOff;  // on | off: the planned run's mode
   }
   std::string model_dir, preset, deepspeed;
   int world = 1;
-  std::string backend = "auto";                  // --backend cpu | cuda | auto: the planned run's
-  BackendKind backend_kind = BackendKind::kCpu;  // --backend resolved
-  std::string attention = "auto";                // --attention: which scratch the CUDA backend has
-  AttentionRequest attention_request = AttentionRequest::kAuto;  // --attention parsed
-  std::string document_masking = "off";  // --document-masking on | off: the run's mode
-  double device_memory_gib = 0;          // 0: no recommendation
-  bool max_micro_batch = false;          // the largest micro-batch per stage in device_memory_gib
-  int ranks_per_node = 0;                // 0: min(world, 8)
+  double device_memory_gib = 0;  // 0: no recommendation
+  bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
+  int ranks_per_node = 0;        // 0: min(world, 8)
   bool json = false;
   bool list_plan = false;  // --plan
 };

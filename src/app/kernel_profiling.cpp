@@ -8,11 +8,19 @@
 
 namespace zt {
 
-ProfileSteps parse_profile_steps(const std::string& text, int64_t steps) {
+namespace {
+
+std::string profile_steps_usage(const std::string& text, const std::string& steps) {
+  return "--profile-steps: expected A or A:B with 1 <= A <= B <= --steps" + steps + ", got '" +
+         text + "'";
+}
+
+}  // namespace
+
+ProfileSteps parse_profile_steps(const std::string& text) {
   ProfileSteps p;
   if (text.empty()) return p;
-  const std::string usage = "--profile-steps: expected A or A:B with 1 <= A <= B <= --steps (" +
-                            std::to_string(steps) + "), got '" + text + "'";
+  const std::string usage = profile_steps_usage(text, "");
   auto number = [&](const std::string& part) {
     size_t used = 0;
     long long value = 0;
@@ -27,8 +35,18 @@ ProfileSteps parse_profile_steps(const std::string& text, int64_t steps) {
   const size_t colon = text.find(':');
   p.first = number(text.substr(0, colon));
   p.last = colon == std::string::npos ? p.first : number(text.substr(colon + 1));
-  ZT_CHECK(p.first >= 1 && p.first <= p.last && p.last <= steps, usage);
+  ZT_CHECK(p.first >= 1 && p.first <= p.last, usage);
   return p;
+}
+
+std::string profile_steps_name(const ProfileSteps& p) {
+  if (!p.on()) return "";
+  return std::to_string(p.first) + (p.last == p.first ? "" : ":" + std::to_string(p.last));
+}
+
+void check_profile_steps(const ProfileSteps& p, int64_t steps) {
+  ZT_CHECK(p.last <= steps,
+           profile_steps_usage(profile_steps_name(p), " (" + std::to_string(steps) + ")"));
 }
 
 StepProfiling::StepProfiling(ProfileSteps steps, std::string out_dir, bool records,

@@ -15,9 +15,13 @@ struct ProfileSteps {
   bool on() const { return first > 0; }
 };
 
-// "" (off), "A" (step A alone) or "A:B" with 1 <= A <= B <= steps. Throws zt::Error naming
+// "" (off), "A" (step A alone) or "A:B" with 1 <= A <= B. Throws zt::Error naming
 // --profile-steps and the value.
-ProfileSteps parse_profile_steps(const std::string& text, int64_t steps);
+ProfileSteps parse_profile_steps(const std::string& text);
+// The window as --profile-steps gives it: "", "A" or "A:B".
+std::string profile_steps_name(const ProfileSteps& p);
+// Throws zt::Error naming --profile-steps, the window and --steps unless the window ends by then.
+void check_profile_steps(const ProfileSteps& p, int64_t steps);
 
 // Drives a profiler around the training loop: each step of the window is one ProfileWindow
 // (from before its train_step to after it, the device drained at both ends), so checkpoint saves,

@@ -102,19 +102,31 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {
 
 OffloadConfig OffloadOptions::resolved() const {
   OffloadConfig c = config;
-  c.optimizer = parse_offload_device(optimizer, "--offload-optimizer");
-  c.param = parse_offload_device(param, "--offload-param");
-  ZT_CHECK(overlap == "auto" || overlap == "on" || overlap == "off",
-           "--offload-optimizer-overlap must be auto, on or off, got '" + overlap + "'");
-  c.overlap = overlap != "off";  // auto's limit: auto_overlap_bytes, set by train
+  c.overlap = overlap != AutoSwitch::kOff;  // auto's limit: auto_overlap_bytes, set by train
   return c;
+}
+
+namespace {
+
+po::value_semantic* offload_device_option(OffloadDevice* target, const std::string& option) {
+  return word_option<OffloadDevice>(
+      target, [option](const std::string& text) { return parse_offload_device(text, option); },
+      std::string(offload_device_name(*target)));
+}
+
+}  // namespace
+
+po::value_semantic* activation_checkpointing_option(ActivationCheckpointing* target) {
+  return word_option<ActivationCheckpointing>(
+      target, [](const std::string& text) { return parse_activation_checkpointing(text, false); },
+      activation_checkpointing_name(*target));
 }
 
 void add_offload_options(po::options_description& options, OffloadOptions& o) {
   auto add = options.add_options();
-  add("offload-optimizer", po::value(&o.optimizer)->default_value(o.optimizer),
+  add("offload-optimizer", offload_device_option(&o.config.optimizer, "--offload-optimizer"),
       "none | cpu | nvme: fp32 master and Adam moments in host memory or on NVMe (stage 1-3)");
-  add("offload-param", po::value(&o.param)->default_value(o.param),
+  add("offload-param", offload_device_option(&o.config.param, "--offload-param"),
       "none | cpu: stage-3 parameter shards in host memory");
   add("nvme-path", po::value(&o.config.nvme_path), "directory for --offload-optimizer nvme");
   add("offload-buffer-count",
@@ -126,7 +138,7 @@ void add_offload_options(po::options_description& options, OffloadOptions& o) {
       "0 | 1: delayed parameter update: each update is held back one step (with "
       "--offload-optimizer cpu it runs on the host while the next step computes), so a step's "
       "gradients come from the weights two updates back");
-  add("offload-optimizer-overlap", po::value(&o.overlap)->default_value(o.overlap),
+  add("offload-optimizer-overlap", auto_switch_option(&o.overlap, "--offload-optimizer-overlap"),
       "auto | on | off: with --offload-optimizer cpu, each group's CPU AdamW starts as soon as "
       "its gradients are on the host, during the backward, and is undone and redone when the "
       "gradient norm clips or skips the step: the same bits as off, host memory for a copy of "
@@ -153,10 +165,16 @@ int64_t auto_overlap_bytes(int64_t planned_host_bytes, int local_size) {
   return std::max<int64_t>(0, per_rank - planned_host_bytes) / 2;
 }
 
+void resolve_device_options(const po::variables_map& vm, RunEngineOptions& o,
+                            const std::string& command) {
+  o.backend_kind = resolve_engine_backend(o.backend, command);
+  default_activations(vm, o.precision, o.backend_kind, &o.activations);
+}
+
 EngineChoices parse_engine_choices(const RunEngineOptions& o, const std::string& command) {
   EngineChoices c;
-  c.activation_storage = parse_activation_storage(o.activations, o.precision, command);
-  c.ac = parse_activation_checkpointing(o.activation_checkpointing, o.cpu_checkpointing);
+  check_activation_storage(o.activations, o.precision, command);
+  c.ac = with_inputs_on_host(o.activation_checkpointing, o.cpu_checkpointing);
   c.offload = o.offload.resolved();
   c.lora = resolve_lora_spec(o.lora);
   return c;
@@ -172,7 +190,7 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
   spec.trainable = TrainableSet::from_patterns(ParamLayout(spec.model), trainable, o.freeze);
   spec.zero = o.zero;
   spec.precision = o.precision;
-  spec.activation_storage = choices.activation_storage;
+  spec.activation_storage = o.activations;
   spec.micro_batch = o.micro_batch;
   spec.seq_len = o.seq_len;
   spec.grad_accum = o.grad_accum;

@@ -51,25 +51,38 @@ void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string
 void add_zero_bucket_options(po::options_description& options, ZeroConfig& zero);
 
 // The offload options shared by train and estimate (DeepSpeed's offload_optimizer/offload_param):
-// --offload-optimizer, --offload-param, --nvme-path, --offload-buffer-count, --sub-group-size.
+// --offload-optimizer, --offload-param, --nvme-path, --offload-buffer-count, --sub-group-size,
+// the delayed update and --offload-optimizer-overlap, each parsed as it is read.
 struct OffloadOptions {
-  std::string optimizer = "none", param = "none";
-  std::string overlap = "auto";  // --offload-optimizer-overlap auto | on | off
-  OffloadConfig config;  // nvme_path, buffer_count, sub_group_size (devices come from the strings)
-  // The engine's OffloadConfig, devices parsed (errors name the flag); not yet validated.
+  OffloadConfig config;  // the devices, nvme_path, buffer_count, sub_group_size, ...
+  AutoSwitch overlap = AutoSwitch::kAuto;  // --offload-optimizer-overlap auto | on | off
+  // The engine's OffloadConfig: `overlap` on unless off (auto's limit: auto_overlap_bytes, set by
+  // train); not yet validated for the stage.
   OffloadConfig resolved() const;
 };
 void add_offload_options(po::options_description& options, OffloadOptions& offload);
+// --activation-checkpointing none | selective | full | every:K, parsed as it is read (on_host
+// false); *target is the default.
+po::value_semantic* activation_checkpointing_option(ActivationCheckpointing* target);
 
-// The options train and estimate share that decide the engine a run builds: the micro-batch's
-// shape, --precision, --activations, ZeRO, checkpointing, offload, --trainable / --freeze and the
-// LoRA options. Defaults are train's; estimate sets its own.
+// The options train, estimate and eval share that decide the engine a run builds and the device
+// it runs on: the micro-batch's shape, --precision, --activations, --backend, --attention,
+// --document-masking, ZeRO, checkpointing, offload, --trainable / --freeze and the LoRA options
+// (eval takes the first six). Defaults are train's; estimate and eval set their own.
 struct RunEngineOptions {
   int64_t micro_batch = 4, grad_accum = 1, seq_len = 256;
-  Precision precision = Precision::kBf16;  // --precision bf16 | fp16 | fp32
-  std::string activations = "fp32";        // --activations fp32 | bf16 | fp16 (storage)
+  Precision precision = Precision::kBf16;          // --precision bf16 | fp16 | fp32
+  DType activations = DType::kFloat32;             // --activations fp32 | bf16 | fp16 (storage)
+  BackendRequest backend = BackendRequest::kAuto;  // --backend cpu | cuda | auto
+  BackendKind backend_kind = BackendKind::kCpu;    // --backend resolved (resolve_device_options)
+  // --attention gemm | fused | auto (the CUDA backend's; checked against the backend)
+  AttentionRequest attention_request = AttentionRequest::kAuto;
+  // --document-masking auto | on | off; once the dataset is open, the mode that runs (on | off).
+  AutoSwitch document_masking = AutoSwitch::kAuto;
   ZeroConfig zero;
-  std::string activation_checkpointing = "none";  // none | selective | full | every:K
+  // --activation-checkpointing none | selective | full | every:K (on_host false: EngineChoices::ac
+  // adds --cpu-checkpointing)
+  ActivationCheckpointing activation_checkpointing;
   bool cpu_checkpointing = false;
   OffloadOptions offload;  // --offload-optimizer, --offload-param, --nvme-path, ...
   // --trainable / --freeze: regular expressions over tensor names (model/trainable.h).
@@ -77,16 +90,21 @@ struct RunEngineOptions {
   LoraOptions lora;  // --lora-rank, --lora-config, ... (app/lora_options.h)
 };
 
-// The engine options given as words, parsed once into what every later step reads: train parses
-// them in validate(), estimate before it resolves its run. LoRA's come from the options or from
-// the one read of --lora-config's (or --lora-init-from's) adapter_config.json.
+// After parsing, for train and eval: --backend resolved on this host (unknown or unavailable:
+// refused), and --activations left unset given the default for the precision and that backend.
+void resolve_device_options(const po::variables_map& vm, RunEngineOptions& o,
+                            const std::string& command);
+
+// What the engine options resolve to once they are checked together: train resolves them in
+// validate(), estimate before it plans its run. LoRA's come from the options or from the one read
+// of --lora-config's (or --lora-init-from's) adapter_config.json.
 struct EngineChoices {
-  DType activation_storage = DType::kFloat32;  // --activations, checked against --precision
-  ActivationCheckpointing ac;                  // --activation-checkpointing, --cpu-checkpointing
-  OffloadConfig offload;                       // the devices parsed; not validated for the stage
-  LoraSpec lora;                               // rank 0: no adapters
+  ActivationCheckpointing ac;  // --activation-checkpointing on the host with --cpu-checkpointing
+  OffloadConfig offload;       // OffloadOptions::resolved(); not validated for the stage
+  LoraSpec lora;               // rank 0: no adapters
 };
-// Errors name `command`'s option (or the LoRA file's key).
+// Checks --activations against --precision and --cpu-checkpointing against the policy. Errors
+// name `command`'s option (or the LoRA file's key).
 EngineChoices parse_engine_choices(const RunEngineOptions& o, const std::string& command);
 
 // The engine these options build for `model`, the one resolution train and estimate share: the

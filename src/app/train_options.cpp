@@ -71,7 +71,7 @@ void validate_settings(TrainOptions& o) {
   check_count(o.eval_batches, 0, "eval-batches", kCommand);
   check_count(o.log_every, 0, "log-every", kCommand);
   check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
-  o.profile = parse_profile_steps(o.profile_steps, o.steps);
+  check_profile_steps(o.profile, o.steps);
   check_count(o.optim.warmup_steps, 0, "warmup-steps", kCommand);
   check_count(o.optim.schedule_steps, 0, "schedule-steps", kCommand);
   check_positive(o.optim.lr, "lr", kCommand);
@@ -115,8 +115,7 @@ void validate_settings(TrainOptions& o) {
                  "(this run's precision is " +
                  precision_name(o.precision) + ")");
   }
-  o.attention_request = resolve_attention_request(o.attention, o.backend_kind, kCommand);
-  check_document_masking_value(o.document_masking, kCommand);
+  check_attention_request(o.attention_request, o.backend_kind, kCommand);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.choices = parse_engine_choices(o, kCommand);
   o.choices.offload.validate(o.zero.stage);
@@ -157,10 +156,10 @@ nlohmann::json TrainOptions::to_json() const {
                                 {"hysteresis", loss_scale.hysteresis},
                                 {"consecutive_hysteresis", loss_scale.consecutive_hysteresis},
                                 {"min_loss_scale", loss_scale.min_loss_scale}}},
-          {"backend", backend},
-          {"attention", attention},
-          {"document_masking", document_masking},
-          {"activations", activations},
+          {"backend", backend_request_name(backend)},
+          {"attention", attention_request_name(attention_request)},
+          {"document_masking", auto_switch_name(document_masking)},
+          {"activations", activation_storage_name(activations)},
           {"zero_stage", zero.stage},
           {"overlap_comm", zero.overlap_comm},
           {"world_invariant", zero.world_invariant},
@@ -170,15 +169,15 @@ nlohmann::json TrainOptions::to_json() const {
           {"param_persistence_threshold", zero.param_persistence_threshold},
           {"max_live_parameters", zero.max_live_parameters},
           {"max_reuse_distance", zero.max_reuse_distance},
-          {"offload_optimizer", offload.optimizer},
-          {"offload_param", offload.param},
+          {"offload_optimizer", offload_device_name(offload.config.optimizer)},
+          {"offload_param", offload_device_name(offload.config.param)},
           {"nvme_path", offload.config.nvme_path},
           {"offload_buffer_count", offload.config.buffer_count},
           {"sub_group_size", offload.config.sub_group_size},
           {"offload_optimizer_delay", offload.config.delay},
-          {"offload_optimizer_overlap", offload.overlap},
+          {"offload_optimizer_overlap", auto_switch_name(offload.overlap)},
           {"offload_optimizer_delay_after", offload.config.delay_after},
-          {"activation_checkpointing", activation_checkpointing},
+          {"activation_checkpointing", activation_checkpointing_name(activation_checkpointing)},
           {"cpu_checkpointing", cpu_checkpointing},
           {"comm_timeout", comm_timeout},
           {"device_memory_limit_gib", device_memory_limit_gib},
@@ -188,10 +187,28 @@ nlohmann::json TrainOptions::to_json() const {
           {"eval_batches", eval_batches},
           {"log_every", log_every},
           {"save_consolidated_every", save_consolidated_every},
-          {"profile_steps", profile_steps},
+          {"profile_steps", profile_steps_name(profile)},  // the window: "4:4" is recorded as "4"
           {"save_every", checkpoint.save_every},
           {"keep_last", checkpoint.keep_last},
           {"resume", checkpoint.resume}};
+}
+
+TrainingHyperparameters TrainOptions::hyperparameters(const std::string& data_identity,
+                                                      const std::string& attention_kernel) const {
+  TrainingHyperparameters h;
+  h.optim = optim;
+  h.total_steps = steps;
+  h.micro_batch = micro_batch;
+  h.grad_accum = grad_accum;
+  h.seq_len = seq_len;
+  h.data_seed = static_cast<uint64_t>(seed);
+  h.data_identity = data_identity;
+  h.world_invariant = zero.world_invariant;
+  h.backend = backend_kind_name(backend_kind);  // what computes the math: "cpu" | "cuda"
+  h.attention = attention_kernel;
+  h.activations = activation_storage_name(activations);
+  h.document_masking = auto_switch_name(document_masking);
+  return h;
 }
 
 namespace {
@@ -206,9 +223,17 @@ void add_optimizer_options(po::options_description& opts, TrainOptions& o) {
       "below the default, --lr / 10");
   add("warmup-steps", po::value(&o.optim.warmup_steps)->default_value(o.optim.warmup_steps),
       "warmup steps");
-  add("lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule),
+  add("lr-schedule",
+      word_option<LrScheduleKind>(
+          &o.optim.schedule,
+          [](const std::string& text) { return parse_lr_schedule(text, "--lr-schedule"); },
+          lr_schedule_name(o.optim.schedule)),
       "cosine | WarmupLR | WarmupDecayLR | WarmupCosineLR (DeepSpeed's formulas)");
-  add("warmup-type", po::value(&o.warmup_type)->default_value(o.warmup_type),
+  add("warmup-type",
+      word_option<WarmupShape>(
+          &o.optim.warmup_shape,
+          [](const std::string& text) { return parse_warmup_shape(text, "--warmup-type"); },
+          warmup_shape_name(o.optim.warmup_shape)),
       "linear | log (log: DeepSpeed schedules)");
   add("warmup-start-lr", decimal_option(&o.optim.warmup_start_lr),
       "learning rate the warmup starts from");
@@ -243,18 +268,17 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add_optimizer_options(opts, o);
   add("seed", po::value(&o.seed)->default_value(o.seed),
       "seed of the data order and of --preset init");
-  add("precision", precision_value(&o.precision),
+  add("precision", precision_option(&o.precision),
       "bf16 | fp16 (dynamic loss scaling; CPU backend) | fp32");
   add_loss_scale_options(opts, o.loss_scale);
-  add("backend", po::value(&o.backend)->default_value(o.backend),
+  add("backend", backend_option(&o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
-  add_attention_option(opts, &o.attention);
+  add_attention_option(opts, &o.attention_request);
   add_document_masking_option(opts, &o.document_masking);
   add_activations_option(opts, &o.activations);
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");
-  add("activation-checkpointing",
-      po::value(&o.activation_checkpointing)->default_value(o.activation_checkpointing),
+  add("activation-checkpointing", activation_checkpointing_option(&o.activation_checkpointing),
       "none | selective | full | every:K");
   add("cpu-checkpointing", flag(&o.cpu_checkpointing, false),
       "keep checkpointed layer inputs in host memory");
@@ -269,7 +293,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("save-consolidated-every",
       po::value(&o.save_consolidated_every)->default_value(o.save_consolidated_every),
       "write the bf16 model to OUT/consolidated/step-NNNNNNNN every N steps (0 = never)");
-  add("profile-steps", po::value(&o.profile_steps),
+  add("profile-steps",
+      word_option<ProfileSteps>(
+          &o.profile, [](const std::string& text) { return parse_profile_steps(text); },
+          std::nullopt),
       "A:B (or A): record the device's kernels over steps A..B (CUDA, through CUPTI) and write "
       "OUT/kernel_profile.json, time by GEMM, attention, pointwise, cross-entropy, optimizer, "
       "communication, copies and idle");
@@ -303,16 +330,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
                             : ModelConfig::from_hf_file(o.model_dir + "/config.json"),
         opts, vm);
   // ---- end DeepSpeed JSON ----
-  o.backend_kind = resolve_engine_backend(o.backend, kCommand);  // unknown or unavailable: refused
-  default_activations(vm, o.precision, o.backend_kind, &o.activations);
+  resolve_device_options(vm, o, kCommand);
   // The default floor is for the default peak: a lower --lr alone (fine-tuning) keeps the ratio.
   if ((!vm.count("min-lr") || vm["min-lr"].defaulted()) && o.optim.min_lr > o.optim.lr)
     o.optim.min_lr = o.optim.lr / 10;
-  validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set, [&] {
-    o.optim.schedule = parse_lr_schedule(o.lr_schedule, std::string(kCommand) + ": --lr-schedule");
-    o.optim.warmup_shape =
-        parse_warmup_shape(o.warmup_type, std::string(kCommand) + ": --warmup-type");
-  });
   return true;
 }
 

@@ -29,45 +29,39 @@ struct TrainOptions : RunEngineOptions {
   bool overwrite = false;
   int64_t steps = 100;
   int64_t seed = 1234;
-  AdamWConfig optim;
-  std::string lr_schedule = "cosine", warmup_type = "linear";  // --lr-schedule, --warmup-type
+  AdamWConfig optim;  // with --lr-schedule and --warmup-type, parsed as they are read
   // fp16 loss scaling (--loss-scale, --initial-scale-power, ...; DeepSpeed's fp16 block);
   // loss_scale_given: one of those options was on the command line.
   LossScaleConfig loss_scale;
   bool loss_scale_given = false;
-  std::string backend = "auto";    // --backend cpu | cuda | auto
-  std::string attention = "auto";  // --attention gemm | fused | auto (CUDA backend)
-  // --document-masking auto | on | off; once the dataset is open, the mode that runs (on | off).
-  std::string document_masking = "auto";
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
   double device_memory_limit_gib = 0;  // --device-memory-limit: 0 = the device's own size
   int64_t eval_batches = 0;
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
-  std::string profile_steps;   // --profile-steps A:B: kernel profile of steps A..B ("" = off)
+  ProfileSteps profile;        // --profile-steps A:B: kernel profile of steps A..B (off unset)
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
   std::string deepspeed;       // --deepspeed FILE
   // The file's train_batch_size rule (applied once the world size is known) and the options it
   // set (named in validation errors).
   AppliedDeepSpeedFile from_deepspeed;
 
-  // The words above, parsed once into what the run reads: --backend resolved (by
-  // parse_train_options, for the activations' default), and by validate() the engine's choices,
-  // --attention resolved for the backend, --profile-steps' window.
-  BackendKind backend_kind = BackendKind::kCpu;
-  EngineChoices choices;
-  AttentionRequest attention_request = AttentionRequest::kAuto;
-  ProfileSteps profile;
+  EngineChoices choices;  // the engine's options resolved together, by validate()
 
   // run.json's `config` and the settings the ranks agree on; after validate() (the LoRA record is
   // the parsed spec).
   nlohmann::json to_json() const;
+  // What a checkpoint of this run records of it (checkpoint/checkpoint_manifest.h), once the
+  // dataset is open (its identity, --document-masking resolved) and the device is built (the
+  // attention kernel it runs).
+  TrainingHyperparameters hyperparameters(const std::string& data_identity,
+                                          const std::string& attention_kernel) const;
 };
 
 // Parses train's options; false when --help was printed. Throws zt::Error on bad input.
 bool parse_train_options(int argc, char** argv, TrainOptions& o);
-// Throws zt::Error naming the option whose value is out of range; parses the words that name a
-// choice, once, into o.choices, o.attention_request and o.profile.
+// Throws zt::Error naming the option whose value is out of range or that does not go with the
+// others; resolves o.choices.
 void validate(TrainOptions& o);
 // The engine train builds for `model`: resolve_engine_spec with train's AdamW and loss scaling.
 // The values were checked and parsed by validate().

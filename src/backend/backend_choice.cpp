@@ -1,17 +1,31 @@
 #include "backend/backend_choice.h"
 
 #include "util/error.h"
+#include "util/word_choice.h"
 
 namespace zt {
 
-BackendKind resolve_backend(const std::string& requested, bool built_with_cuda, int visible_gpus,
+namespace {
+
+constexpr WordChoice<BackendRequest> kBackendWords[] = {{BackendRequest::kCpu, "cpu"},
+                                                        {BackendRequest::kCuda, "cuda"},
+                                                        {BackendRequest::kAuto, "auto"}};
+
+}  // namespace
+
+BackendRequest parse_backend_request(const std::string& text) {
+  return parse_word(text, kBackendWords, "--backend");
+}
+
+const char* backend_request_name(BackendRequest request) {
+  return word_of(request, kBackendWords);
+}
+
+BackendKind resolve_backend(BackendRequest requested, bool built_with_cuda, int visible_gpus,
                             const std::string& what) {
-  if (requested == "cpu") return BackendKind::kCpu;
-  if (requested == "auto") {
+  if (requested == BackendRequest::kCpu) return BackendKind::kCpu;
+  if (requested == BackendRequest::kAuto)
     return built_with_cuda && visible_gpus > 0 ? BackendKind::kCuda : BackendKind::kCpu;
-  }
-  ZT_CHECK(requested == "cuda",
-           what + ": --backend must be cpu, cuda or auto, got '" + requested + "'");
   ZT_CHECK(built_with_cuda, what +
                                 ": --backend cuda: this zerotrain was built without the CUDA "
                                 "backend (configure with -DZEROTRAIN_CUDA=ON on a host with nvcc)");

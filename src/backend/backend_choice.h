@@ -5,11 +5,17 @@
 namespace zt {
 
 enum class BackendKind { kCpu, kCuda };
+// What --backend asks for: a backend, or auto (decided by this host).
+enum class BackendRequest { kCpu, kCuda, kAuto };
+
+// "cpu" | "cuda" | "auto"; anything else is a zt::Error naming --backend and the value.
+BackendRequest parse_backend_request(const std::string& text);
+const char* backend_request_name(BackendRequest request);
 
 // cpu → CPU. cuda → CUDA, or zt::Error when the build has no CUDA backend or no GPU is visible.
-// auto → CUDA when built with it and visible_gpus > 0, else CPU. Anything else is an error naming
-// the value. `what` prefixes messages (e.g. "train").
-BackendKind resolve_backend(const std::string& requested, bool built_with_cuda, int visible_gpus,
+// auto → CUDA when built with it and visible_gpus > 0, else CPU. `what` prefixes messages (e.g.
+// "train").
+BackendKind resolve_backend(BackendRequest requested, bool built_with_cuda, int visible_gpus,
                             const std::string& what);
 const char* backend_kind_name(BackendKind kind);  // "cpu" / "cuda"
 

@@ -6,7 +6,6 @@ namespace zt {
 
 ActivationCheckpointing parse_activation_checkpointing(const std::string& policy, bool on_host) {
   ActivationCheckpointing ac;
-  ac.on_host = on_host;
   const std::string expected = " (expected none, selective, full or every:K with K >= 1)";
   if (policy == "none") {
     ac.every = 0;
@@ -29,11 +28,16 @@ ActivationCheckpointing parse_activation_checkpointing(const std::string& policy
   } else {
     fail("--activation-checkpointing: bad policy '" + policy + "'" + expected);
   }
-  ZT_CHECK(!(on_host && ac.every == 0),
+  return with_inputs_on_host(ac, on_host);
+}
+
+ActivationCheckpointing with_inputs_on_host(ActivationCheckpointing policy, bool on_host) {
+  ZT_CHECK(!(on_host && policy.every == 0),
            "--cpu-checkpointing needs --activation-checkpointing full or every:K (it moves the "
            "kept layer inputs to the host; '" +
-               policy + "' keeps none)");
-  return ac;
+               activation_checkpointing_name(policy) + "' keeps none)");
+  policy.on_host = on_host;
+  return policy;
 }
 
 std::string activation_checkpointing_name(const ActivationCheckpointing& ac) {

@@ -126,20 +126,24 @@ TEST(DeviceArenaPlan, ColumnSumChunks) {
 }
 
 TEST(BackendChoice, Resolution) {
-  EXPECT_EQ(resolve_backend("cpu", true, 4, "train"), BackendKind::kCpu);
-  EXPECT_EQ(resolve_backend("auto", true, 1, "train"), BackendKind::kCuda);
-  EXPECT_EQ(resolve_backend("auto", true, 0, "train"), BackendKind::kCpu);
-  EXPECT_EQ(resolve_backend("auto", false, 0, "train"), BackendKind::kCpu);
-  EXPECT_EQ(resolve_backend("cuda", true, 2, "train"), BackendKind::kCuda);
-  EXPECT_THROW(resolve_backend("tpu", true, 1, "train"), Error);
+  const BackendRequest cpu = BackendRequest::kCpu, cuda = BackendRequest::kCuda,
+                       automatic = BackendRequest::kAuto;
+  EXPECT_EQ(resolve_backend(cpu, true, 4, "train"), BackendKind::kCpu);
+  EXPECT_EQ(resolve_backend(automatic, true, 1, "train"), BackendKind::kCuda);
+  EXPECT_EQ(resolve_backend(automatic, true, 0, "train"), BackendKind::kCpu);
+  EXPECT_EQ(resolve_backend(automatic, false, 0, "train"), BackendKind::kCpu);
+  EXPECT_EQ(resolve_backend(cuda, true, 2, "train"), BackendKind::kCuda);
+  for (const char* word : {"cpu", "cuda", "auto"})
+    EXPECT_STREQ(backend_request_name(parse_backend_request(word)), word);
+  EXPECT_THROW(parse_backend_request("tpu"), Error);
   try {
-    resolve_backend("cuda", false, 0, "train");
+    resolve_backend(cuda, false, 0, "train");
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("built without the CUDA backend"), std::string::npos);
   }
   try {
-    resolve_backend("cuda", true, 0, "train");
+    resolve_backend(cuda, true, 0, "train");
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos);

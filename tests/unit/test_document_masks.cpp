@@ -157,14 +157,17 @@ TEST(DocumentMasks, WindowsGetDocStartsAndLeaveOutTargetsThatBeginADocument) {
 // --document-masking: auto masks data with more than one document (with one, the masks are plain
 // causal attention: the fused GPU path keeps running it); on needs boundaries; bad values named.
 TEST(DocumentMasks, ModeResolution) {
-  EXPECT_FALSE(resolve_document_masking("auto", 0, "d.h5", "train"));
-  EXPECT_FALSE(resolve_document_masking("auto", 1, "d.h5", "train"));
-  EXPECT_TRUE(resolve_document_masking("auto", 2, "d.h5", "train"));
-  EXPECT_TRUE(resolve_document_masking("on", 1, "d.h5", "train"));
-  EXPECT_FALSE(resolve_document_masking("off", 5, "d.h5", "train"));
-  expect_error_mentions([] { resolve_document_masking("on", 0, "d.h5", "eval"); },
+  const AutoSwitch automatic = AutoSwitch::kAuto, on = AutoSwitch::kOn, off = AutoSwitch::kOff;
+  EXPECT_FALSE(resolve_document_masking(automatic, 0, "d.h5", "train"));
+  EXPECT_FALSE(resolve_document_masking(automatic, 1, "d.h5", "train"));
+  EXPECT_TRUE(resolve_document_masking(automatic, 2, "d.h5", "train"));
+  EXPECT_TRUE(resolve_document_masking(on, 1, "d.h5", "train"));
+  EXPECT_FALSE(resolve_document_masking(off, 5, "d.h5", "train"));
+  expect_error_mentions([&] { resolve_document_masking(on, 0, "d.h5", "eval"); },
                         {"eval", "--document-masking on", "d.h5", "/doc_starts"});
-  expect_error_mentions([] { resolve_document_masking("yes", 2, "d.h5", "train"); },
+  for (const char* word : {"auto", "on", "off"})
+    EXPECT_STREQ(auto_switch_name(parse_auto_switch(word, "--document-masking")), word);
+  expect_error_mentions([] { parse_auto_switch("yes", "--document-masking"); },
                         {"--document-masking", "'yes'"});
 }
 

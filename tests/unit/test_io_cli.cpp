@@ -2,7 +2,11 @@
 // input must exit non-zero, name the culprit, and leave no partial output.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <regex>
 #include <string>
@@ -379,10 +383,9 @@ TEST(TrainOptionsMinLr, ALowerLrAloneLowersTheDefaultFloor) {
   EXPECT_THROW(parsed_train_options({"--lr", "1e-5", "--min-lr", "2e-5"}), Error);
 }
 
-// --attention: the default is auto, run.json records it, a bad value or fused on the CPU backend
-// is refused naming the option (the CUDA backend's resolution: zt_cuda_host_tests).
-// validate() leaves each word that names a choice parsed, once, into the typed values the run
-// reads (the engine spec, the device, the profiler): nothing after it parses them again.
+// Each option word is parsed into the typed value the run reads as the option is read, and
+// validate() resolves what depends on several of them (the engine's choices, the profile window):
+// nothing after it parses a word again.
 TEST(TrainOptionsChoices, ValidateParsesEachWordIntoTheValueTheRunReads) {
   const TrainOptions o = parsed_train_options({"--backend",
                                                "cpu",
@@ -397,6 +400,14 @@ TEST(TrainOptionsChoices, ValidateParsesEachWordIntoTheValueTheRunReads) {
                                                "--cpu-checkpointing",
                                                "--offload-optimizer",
                                                "cpu",
+                                               "--offload-optimizer-overlap",
+                                               "off",
+                                               "--lr-schedule",
+                                               "WarmupDecayLR",
+                                               "--warmup-type",
+                                               "log",
+                                               "--document-masking",
+                                               "on",
                                                "--profile-steps",
                                                "2:3",
                                                "--steps",
@@ -405,27 +416,87 @@ TEST(TrainOptionsChoices, ValidateParsesEachWordIntoTheValueTheRunReads) {
                                                "4",
                                                "--lora-targets",
                                                "q_proj,down_proj"});
+  EXPECT_EQ(o.backend, BackendRequest::kCpu);
   EXPECT_EQ(o.backend_kind, BackendKind::kCpu);
   EXPECT_EQ(o.attention_request, AttentionRequest::kGemm);
+  EXPECT_EQ(o.document_masking, AutoSwitch::kOn);
+  EXPECT_EQ(o.optim.schedule, LrScheduleKind::kWarmupDecayLR);
+  EXPECT_EQ(o.optim.warmup_shape, WarmupShape::kLog);
   EXPECT_EQ(o.profile.first, 2);
   EXPECT_EQ(o.profile.last, 3);
-  EXPECT_EQ(o.choices.activation_storage, DType::kFloat16);  // fp16's default
+  EXPECT_EQ(o.activations, DType::kFloat16);  // fp16's default
+  EXPECT_EQ(o.activation_checkpointing.every, 2);
+  EXPECT_EQ(o.offload.config.optimizer, OffloadDevice::kCpu);
+  EXPECT_EQ(o.offload.config.param, OffloadDevice::kNone);
+  EXPECT_EQ(o.offload.overlap, AutoSwitch::kOff);
   EXPECT_EQ(o.choices.ac.every, 2);
   EXPECT_TRUE(o.choices.ac.on_host);
   EXPECT_EQ(o.choices.offload.optimizer, OffloadDevice::kCpu);
-  EXPECT_EQ(o.choices.offload.param, OffloadDevice::kNone);
+  EXPECT_FALSE(o.choices.offload.overlap);
   EXPECT_EQ(o.choices.lora.rank, 4);
   EXPECT_EQ(o.choices.lora.targets_text(), "q_proj,down_proj");
   // The engine spec is built from them.
   const EngineSpec spec = engine_spec(o, preset_config("tiny"));
   EXPECT_EQ(spec.activation_storage, DType::kFloat16);
   EXPECT_EQ(spec.ac.every, 2);
+  EXPECT_TRUE(spec.ac.on_host);
   EXPECT_EQ(spec.offload.optimizer, OffloadDevice::kCpu);
+  EXPECT_EQ(spec.optim.schedule, LrScheduleKind::kWarmupDecayLR);
   EXPECT_EQ(spec.model.lora.rank, 4);
+  // run.json records each value as the word that was given.
+  const nlohmann::json j = o.to_json();
+  for (const auto& [key, word] :
+       std::vector<std::pair<std::string, std::string>>{{"backend", "cpu"},
+                                                        {"attention", "gemm"},
+                                                        {"precision", "fp16"},
+                                                        {"activations", "fp16"},
+                                                        {"activation_checkpointing", "every:2"},
+                                                        {"offload_optimizer", "cpu"},
+                                                        {"offload_param", "none"},
+                                                        {"offload_optimizer_overlap", "off"},
+                                                        {"lr_schedule", "WarmupDecayLR"},
+                                                        {"warmup_type", "log"},
+                                                        {"document_masking", "on"}})
+    EXPECT_EQ(j.at(key), word) << key;
 }
 
+// The same words from a --config INI file are parsed alike, and a bad one is refused as it is
+// read, naming the file and the option.
+TEST(TrainOptionsChoices, WordsFromAConfigFileAreParsedAsTheyAreRead) {
+  const std::string ini = "/tmp/zt_words_" + std::to_string(getpid()) + ".ini";
+  struct RemovedAtEnd {
+    std::string path;
+    ~RemovedAtEnd() { std::remove(path.c_str()); }
+  } removed{ini};
+  {
+    std::ofstream f(ini);
+    f << "offload-param = cpu\noffload-optimizer = cpu\nzero-stage = 3\nbackend = cpu\n"
+         "activation-checkpointing = full\n";
+  }
+  const TrainOptions o = parsed_train_options({"--config", ini});
+  EXPECT_EQ(o.offload.config.param, OffloadDevice::kCpu);
+  EXPECT_EQ(o.activation_checkpointing.every, 1);
+  EXPECT_EQ(o.to_json().at("offload_param"), "cpu");
+  {
+    std::ofstream f(ini);
+    f << "offload-param = gpu\n";
+  }
+  try {
+    parsed_train_options({"--config", ini});
+    ADD_FAILURE() << "offload-param = gpu was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(ini), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--offload-param must be none, cpu or nvme, got 'gpu'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// --attention: the default is auto, run.json records it, a bad value or fused on the CPU backend
+// is refused naming the option (the CUDA backend's resolution: zt_cuda_host_tests).
 TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
-  EXPECT_EQ(parsed_train_options({}).attention, "auto");
+  EXPECT_EQ(parsed_train_options({}).attention_request, AttentionRequest::kAuto);
+  EXPECT_EQ(parsed_train_options({}).to_json()["attention"], "auto");
   EXPECT_EQ(parsed_train_options({"--attention", "gemm"}).to_json()["attention"], "gemm");
   try {
     parsed_train_options({"--attention", "flash"});
@@ -447,11 +518,11 @@ TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
 TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
   EXPECT_EQ(parsed_train_options({"--backend", "cpu"}).to_json()["activations"], "fp32");
   EXPECT_EQ(parsed_train_options({"--backend", "cpu", "--activations", "bf16"}).activations,
-            "bf16");
+            DType::kBf16);
   const TrainOptions fp16 = parsed_train_options(
       {"--backend", "cpu", "--precision", "fp16", "--activations", "fp16", "--loss-scale", "0",
        "--initial-scale-power", "12", "--hysteresis", "3", "--consecutive-hysteresis"});
-  EXPECT_EQ(fp16.activations, "fp16");
+  EXPECT_EQ(fp16.activations, DType::kFloat16);
   EXPECT_EQ(fp16.loss_scale.initial_scale_power, 12);
   EXPECT_EQ(fp16.loss_scale.hysteresis, 3);
   EXPECT_TRUE(fp16.loss_scale.consecutive_hysteresis);
@@ -459,17 +530,18 @@ TEST(TrainOptionsActivations, DefaultRecordedAndBadValuesRefused) {
   EXPECT_TRUE(parsed_train_options({"--backend", "cpu"}).to_json()["loss_scaling"].is_null());
   // The rule itself: bf16 activations by default on the CUDA backend only (its fast path; the
   // CPU's fp32 activations are the reference arithmetic), fp16 ones under fp16 everywhere.
-  EXPECT_EQ(default_activation_storage("bf16", BackendKind::kCuda), "bf16");
-  EXPECT_EQ(default_activation_storage("bf16", BackendKind::kCpu), "fp32");
-  EXPECT_EQ(default_activation_storage("fp32", BackendKind::kCuda), "fp32");
-  EXPECT_EQ(default_activation_storage("fp16", BackendKind::kCuda), "fp16");
-  EXPECT_EQ(default_activation_storage("fp16", BackendKind::kCpu), "fp16");
+  EXPECT_EQ(default_activation_storage(Precision::kBf16, BackendKind::kCuda), DType::kBf16);
+  EXPECT_EQ(default_activation_storage(Precision::kBf16, BackendKind::kCpu), DType::kFloat32);
+  EXPECT_EQ(default_activation_storage(Precision::kFp32, BackendKind::kCuda), DType::kFloat32);
+  EXPECT_EQ(default_activation_storage(Precision::kFp16, BackendKind::kCuda), DType::kFloat16);
+  EXPECT_EQ(default_activation_storage(Precision::kFp16, BackendKind::kCpu), DType::kFloat16);
   // fp16 stores its activations in fp16 unless told otherwise.
-  EXPECT_EQ(parsed_train_options({"--backend", "cpu", "--precision", "fp16"}).activations, "fp16");
+  EXPECT_EQ(parsed_train_options({"--backend", "cpu", "--precision", "fp16"}).activations,
+            DType::kFloat16);
   EXPECT_EQ(
       parsed_train_options({"--backend", "cpu", "--precision", "fp16", "--activations", "fp32"})
           .activations,
-      "fp32");
+      DType::kFloat32);
   const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
       {{"--activations", "fp8"}, "--activations must be fp32, bf16 or fp16, got 'fp8'"},
       {{"--backend", "cpu", "--activations", "fp16"}, "--activations fp16 needs --precision fp16"},

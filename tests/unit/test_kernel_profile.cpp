@@ -260,17 +260,24 @@ TEST_F(StepProfilingTest, ResumeInsideStartsThereAndOtherRanksOrLateResumesRecor
 }
 
 TEST(KernelProfile, ProfileStepsAreParsedAndTheCpuBackendRefusesThem) {
-  const ProfileSteps off = parse_profile_steps("", 10);
+  // Parsed as the option is read, then held against --steps (10 here) by validate().
+  const auto parsed = [](const std::string& text) {
+    const ProfileSteps p = parse_profile_steps(text);
+    check_profile_steps(p, 10);
+    return p;
+  };
+  const ProfileSteps off = parsed("");
   EXPECT_FALSE(off.on());
-  const ProfileSteps one = parse_profile_steps("4", 10);
+  const ProfileSteps one = parsed("4");
   EXPECT_EQ(one.first, 4);
   EXPECT_EQ(one.last, 4);
-  const ProfileSteps range = parse_profile_steps("3:10", 10);
+  const ProfileSteps range = parsed("3:10");
   EXPECT_EQ(range.first, 3);
   EXPECT_EQ(range.last, 10);
+  for (const char* word : {"", "4", "3:10"}) EXPECT_EQ(profile_steps_name(parsed(word)), word);
   for (const char* bad : {"0:2", "3:2", "1:11", "x", "1:", ":3", "-1:2", "+1:2", "2:3:4", "1.5"}) {
     try {
-      parse_profile_steps(bad, 10);
+      parsed(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("--profile-steps"), std::string::npos) << e.what();

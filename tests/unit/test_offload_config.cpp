@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/run_setup.h"
@@ -81,24 +82,37 @@ TEST(OffloadConfig, RefusalsNameTheDeepSpeedKeyAndTheOption) {
 
 // --offload-optimizer-overlap: auto and on speculate (auto with a limit train sets), off does not,
 // anything else is refused naming the option; NVMe and the delayed steps never speculate.
-TEST(OffloadConfig, OverlapModes) {
+// The offload options as add_offload_options reads `args`.
+OffloadOptions parsed_offload_options(std::vector<std::string> args) {
+  po::options_description options;
   OffloadOptions o;
-  o.optimizer = "cpu";
-  EXPECT_EQ(o.overlap, "auto");
+  add_offload_options(options, o);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(options).run(), vm);
+  po::notify(vm);
+  return o;
+}
+
+TEST(OffloadConfig, OverlapModes) {
+  EXPECT_EQ(parsed_offload_options({}).overlap, AutoSwitch::kAuto);
   for (const char* mode : {"auto", "on", "off"}) {
-    o.overlap = mode;
+    const OffloadOptions o =
+        parsed_offload_options({"--offload-optimizer", "cpu", "--offload-optimizer-overlap", mode});
+    EXPECT_EQ(o.config.optimizer, OffloadDevice::kCpu);
     const OffloadConfig c = o.resolved();
     EXPECT_EQ(c.keeps_speculated_state(), std::string(mode) != "off") << mode;
     EXPECT_EQ(c.overlap_bytes, -1) << mode;
   }
-  o.overlap = "yes";
-  try {
-    o.resolved();
-    ADD_FAILURE() << "--offload-optimizer-overlap yes was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--offload-optimizer-overlap must be auto, on or off"),
-              std::string::npos)
-        << e.what();
+  for (const auto& [option, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--offload-optimizer-overlap", "--offload-optimizer-overlap must be auto, on or off"},
+           {"--offload-optimizer", "--offload-optimizer must be none, cpu or nvme"},
+           {"--offload-param", "--offload-param must be none, cpu or nvme"}}) {
+    try {
+      parsed_offload_options({option, "yes"});
+      ADD_FAILURE() << option << " yes was accepted";
+    } catch (const po::error& e) {
+      EXPECT_NE(std::string(e.what()).find(message + ", got 'yes'"), std::string::npos) << e.what();
+    }
   }
   OffloadConfig nvme;
   nvme.optimizer = OffloadDevice::kNvme;

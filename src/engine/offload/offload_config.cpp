@@ -2,26 +2,23 @@
 
 #include "engine/stage_traits.h"
 #include "util/error.h"
+#include "util/word_choice.h"
 
 namespace zt {
 
+namespace {
+
+constexpr WordChoice<OffloadDevice> kOffloadDeviceWords[] = {
+    {OffloadDevice::kNone, "none"}, {OffloadDevice::kCpu, "cpu"}, {OffloadDevice::kNvme, "nvme"}};
+
+}  // namespace
+
 OffloadDevice parse_offload_device(const std::string& s, const std::string& what) {
-  if (s == "none") return OffloadDevice::kNone;
-  if (s == "cpu") return OffloadDevice::kCpu;
-  if (s == "nvme") return OffloadDevice::kNvme;
-  fail(what + " must be none, cpu or nvme, got '" + s + "'");
+  return parse_word(s, kOffloadDeviceWords, what);
 }
 
 const char* offload_device_name(OffloadDevice d) {
-  switch (d) {
-    case OffloadDevice::kCpu:
-      return "cpu";
-    case OffloadDevice::kNvme:
-      return "nvme";
-    case OffloadDevice::kNone:
-      break;
-  }
-  return "none";
+  return word_of(d, kOffloadDeviceWords);
 }
 
 void OffloadConfig::validate(int stage) const {
