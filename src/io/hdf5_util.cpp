@@ -68,6 +68,15 @@ std::string error_cause() {
   return cause.second.empty() ? cause.first : cause.second;
 }
 
+namespace {
+
+[[noreturn]] void fail_with_cause(const std::string& what, const std::string& where) {
+  const std::string cause = error_cause();
+  fail(what + ": " + where + (cause.empty() ? "" : " (" + cause + ")"));
+}
+
+}  // namespace
+
 void check(herr_t rc, const std::string& what, const std::string& where) {
   if (rc < 0) fail_with_cause(what, where);
 }
@@ -75,11 +84,6 @@ void check(herr_t rc, const std::string& what, const std::string& where) {
 Id wrap(hid_t id, Id::Closer closer, const std::string& what, const std::string& where) {
   if (id < 0) fail_with_cause(what, where);
   return Id(id, closer);
-}
-
-void fail_with_cause(const std::string& what, const std::string& where) {
-  const std::string cause = error_cause();
-  fail(what + ": " + where + (cause.empty() ? "" : " (" + cause + ")"));
 }
 
 Id bf16_type() {

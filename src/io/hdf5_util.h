@@ -48,7 +48,6 @@ void silence_errors();
 // of the failed call: the system's message when a file operation failed ("No space left on
 // device"), else the innermost description of its error stack.
 void check(herr_t rc, const std::string& what, const std::string& where);
-[[noreturn]] void fail_with_cause(const std::string& what, const std::string& where);
 // The cause of the HDF5 call that failed last on this thread ("" if none is recorded).
 std::string error_cause();
 // Wraps a freshly returned identifier, throwing when it is invalid.
