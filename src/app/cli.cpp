@@ -97,8 +97,6 @@ namespace {
 
 constexpr WordChoice<AutoSwitch> kAutoSwitchWords[] = {
     {AutoSwitch::kAuto, "auto"}, {AutoSwitch::kOn, "on"}, {AutoSwitch::kOff, "off"}};
-constexpr WordChoice<DType> kActivationStorageWords[] = {
-    {DType::kFloat32, "fp32"}, {DType::kBf16, "bf16"}, {DType::kFloat16, "fp16"}};
 
 }  // namespace
 
@@ -159,18 +157,13 @@ bool resolve_document_masking(AutoSwitch mode, int64_t documents, const std::str
   return mode == AutoSwitch::kOn || (mode == AutoSwitch::kAuto && documents > 1);
 }
 
-DType parse_activation_storage(const std::string& text) {
-  return parse_word(text, kActivationStorageWords, "--activations");
-}
-
-const char* activation_storage_name(DType storage) {
-  return word_of(storage, kActivationStorageWords);
-}
-
 void add_activations_option(po::options_description& options, DType* value) {
   options.add_options()(
       "activations",
-      word_option<DType>(value, parse_activation_storage, std::string("by precision and backend")),
+      word_option<DType>(
+          value,
+          [](const std::string& text) { return parse_activation_storage(text, "--activations"); },
+          std::string("by precision and backend")),
       "storage type of activations and their gradients: fp32 | bf16 (needs "
       "--precision bf16; its default on the CUDA backend) | fp16 (needs "
       "--precision fp16; its default); statistics stay fp32");

@@ -10,6 +10,7 @@
 
 #include "backend/attention_choice.h"
 #include "backend/backend_choice.h"
+#include "engine/engine_spec.h"
 #include "engine/zero_config.h"
 #include "util/decimal.h"
 #include "util/error.h"
@@ -132,10 +133,7 @@ bool resolve_document_masking(AutoSwitch mode, int64_t documents, const std::str
 // parsed as it is read (check_activation_storage, app/engine_device.h, checks it against the
 // precision). Left unset, it is the precision's and backend's default (default_activations).
 void add_activations_option(po::options_description& options, DType* value);
-// "fp32" | "bf16" | "fp16" as kFloat32, kBf16, kFloat16; anything else is a zt::Error naming
-// --activations and the value.
-DType parse_activation_storage(const std::string& text);
-const char* activation_storage_name(DType storage);  // "fp32" | "bf16" | "fp16"
+// (Its words: parse_activation_storage and activation_storage_name, engine/engine_spec.h.)
 // The default --activations: the precision's 16-bit type where it is the precision's fast path,
 // else fp32. --precision fp16 stores fp16 activations on every backend, as a DeepSpeed fp16
 // model's are (the loss scaler's overflows come from them); --precision bf16 stores bf16 ones on

@@ -50,7 +50,6 @@
 #include "report/run_recorder.h"
 #include "runtime/cpu_placement.h"
 #include "runtime/mpi_runtime.h"
-#include "util/crc32c.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -158,7 +157,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   check_seq_len(config, o.seq_len,
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
   if (!o.lora.init_from.empty())
-    in.adapter = std::make_unique<PeftAdapterReader>(o.lora.init_from, config.base());
+    in.adapter = std::make_unique<PeftAdapterReader>(o.lora.init_from, config);
   in.data = std::make_unique<TokenDataset>(o.data);
   in.tokenizer = in.data->tokenizer_files();
   // A Hugging Face tokenizer's ids must all be rows of the model's embedding.
@@ -182,28 +181,6 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   if (rank == 0 && o.checkpoint.resume == "none" && o.overwrite) clear_previous_run(o.out);
   in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out);
   return in;
-}
-
-// What must be the same on every rank (app/run_agreement.h): every resolved option but the
-// paths a node may hold its own copy under, the model's configuration, the data, the checkpoint.
-RunSettings run_settings(const TrainOptions& o, const TrainInputs& in) {
-  RunSettings settings;
-  const nlohmann::json options = o.to_json();
-  for (const auto& [key, value] : options.items()) {
-    if (key == "model" || key == "data" || key == "nvme_path") continue;
-    std::string option = "--" + key;
-    std::replace(option.begin(), option.end(), '_', '-');
-    settings.emplace_back(option, value.is_string() ? value.get<std::string>() : value.dump());
-  }
-  settings.emplace_back("model configuration", in.spec.model.to_hf_json().dump());
-  settings.emplace_back("dataset", in.data_identity);
-  settings.emplace_back("checkpoint resumed",
-                        in.resume_dir.empty()
-                            ? "none"
-                            : in.resume_dir + " (manifest CRC-32C " +
-                                  crc32c_hex(crc32c_file(in.resume_dir + "/manifest.json").crc32c) +
-                                  ")");
-  return settings;
 }
 
 // The options that do not change what a run computes: where it writes, how often it logs and
@@ -508,7 +485,7 @@ int run_training(TrainOptions o) {
   // run the same job, before any collective whose shape depends on the options.
   TrainInputs in;
   run_collectively(comm, [&] { in = open_inputs(o, rank, world); });
-  agree_on_run(comm, run_settings(o, in));
+  agree_on_run(comm, o.agreed_settings(in.spec.model, in.data_identity, in.resume_dir));
   const ModelConfig& config = in.spec.model;
   WindowSampler& sampler = *in.sampler;
 

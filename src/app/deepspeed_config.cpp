@@ -394,8 +394,8 @@ void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c)
   s.warn_unless_default("zero_hpz_partition_size", 1, "hierarchical partitioning (ZeRO++ hpZ)");
   s.warn_unless_default("compute_grad_norm", true, "zerotrain always computes the norm");
   if (const auto stage = s.integer("stage")) {
-    ZT_CHECK(StageTraits::exists(*stage),
-             s.where("stage") + " must be 0, 1, 2 or 3, got " + std::to_string(*stage));
+    ZT_CHECK(StageTraits::exists(*stage), s.where("stage") + " must be " + StageTraits::kRangeText +
+                                              ", got " + std::to_string(*stage));
     set_integer(s, "stage", "zero-stage", stage);
   }
   set_bool(s, "overlap_comm", "overlap-comm", s.boolean("overlap_comm"));

@@ -1,5 +1,6 @@
 #include "app/train_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/trainable.h"
+#include "util/crc32c.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -191,6 +193,28 @@ nlohmann::json TrainOptions::to_json() const {
           {"save_every", checkpoint.save_every},
           {"keep_last", checkpoint.keep_last},
           {"resume", checkpoint.resume}};
+}
+
+RunSettings TrainOptions::agreed_settings(const ModelConfig& model,
+                                          const std::string& data_identity,
+                                          const std::string& resume_dir) const {
+  RunSettings settings;
+  const nlohmann::json options = to_json();
+  for (const auto& [key, value] : options.items()) {
+    if (key == "model" || key == "data" || key == "nvme_path") continue;
+    std::string option = "--" + key;
+    std::replace(option.begin(), option.end(), '_', '-');
+    settings.emplace_back(option, value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  settings.emplace_back("backend resolved on this host", backend_kind_name(backend_kind));
+  settings.emplace_back("model configuration", model.to_hf_json().dump());
+  settings.emplace_back("dataset", data_identity);
+  settings.emplace_back(
+      "checkpoint resumed",
+      resume_dir.empty() ? "none"
+                         : resume_dir + " (manifest CRC-32C " +
+                               crc32c_hex(crc32c_file(resume_dir + "/manifest.json").crc32c) + ")");
+  return settings;
 }
 
 TrainingHyperparameters TrainOptions::hyperparameters(const std::string& data_identity,

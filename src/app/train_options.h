@@ -10,6 +10,7 @@
 #include "app/deepspeed_config.h"
 #include "app/kernel_profiling.h"
 #include "app/lora_options.h"
+#include "app/run_agreement.h"
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "backend/attention_choice.h"
@@ -51,6 +52,12 @@ struct TrainOptions : RunEngineOptions {
   // run.json's `config` and the settings the ranks agree on; after validate() (the LoRA record is
   // the parsed spec).
   nlohmann::json to_json() const;
+  // What every rank must hold alike (app/run_agreement.h): every option of to_json() but the paths
+  // a node may hold its own copy under, the backend --backend resolved to on the rank's host (auto
+  // may resolve to cuda on one node and cpu on another), the model's configuration (`model`), the
+  // dataset's identity and the checkpoint resumed ("" for none).
+  RunSettings agreed_settings(const ModelConfig& model, const std::string& data_identity,
+                              const std::string& resume_dir) const;
   // What a checkpoint of this run records of it (checkpoint/checkpoint_manifest.h), once the
   // dataset is open (its identity, --document-masking resolved) and the device is built (the
   // attention kernel it runs).

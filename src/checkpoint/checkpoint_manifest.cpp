@@ -257,8 +257,8 @@ void check_consistency(const CheckpointManifest& m, const std::string& source) {
            source + ": negative step, tokens_seen or data_cursor (step " + int_text(p.step) +
                ", tokens_seen " + int_text(p.tokens_seen) + ", epoch " + int_text(p.cursor.epoch) +
                ", position " + int_text(p.cursor.position) + ")");
-  ZT_CHECK(StageTraits::exists(m.zero_stage),
-           source + ": zero_stage " + int_text(m.zero_stage) + " is not 0, 1, 2 or 3");
+  ZT_CHECK(StageTraits::exists(m.zero_stage), source + ": zero_stage " + int_text(m.zero_stage) +
+                                                  " is not " + StageTraits::kRangeText);
   ZT_CHECK(m.precision == "bf16" || m.precision == "fp16" || m.precision == "fp32",
            source + ": precision '" + m.precision + "' is not bf16, fp16 or fp32");
   ZT_CHECK(!m.tensors.empty(), source + ": the manifest lists no tensors");

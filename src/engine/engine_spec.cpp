@@ -4,8 +4,24 @@
 
 #include "model/layout.h"
 #include "util/error.h"
+#include "util/word_choice.h"
 
 namespace zt {
+
+namespace {
+
+constexpr WordChoice<DType> kActivationStorageWords[] = {
+    {DType::kFloat32, "fp32"}, {DType::kBf16, "bf16"}, {DType::kFloat16, "fp16"}};
+
+}  // namespace
+
+DType parse_activation_storage(const std::string& text, const std::string& what) {
+  return parse_word(text, kActivationStorageWords, what);
+}
+
+const char* activation_storage_name(DType storage) {
+  return word_of(storage, kActivationStorageWords);
+}
 
 void EngineSpec::validate(int world) const {
   ZT_CHECK(world >= 1, "the world size must be at least 1, got " + std::to_string(world));

@@ -39,4 +39,10 @@ struct EngineSpec {
   void validate(int world) const;
 };
 
+// The activations' storage as a word (--activations, run.json's "activations" and its engine's
+// "activation_storage"): "fp32", "bf16" or "fp16"; anything else is a zt::Error "<what> must be
+// fp32, bf16 or fp16, got '...'".
+DType parse_activation_storage(const std::string& text, const std::string& what);
+const char* activation_storage_name(DType storage);
+
 }  // namespace zt

@@ -17,17 +17,6 @@ namespace zt {
 
 namespace {
 
-const char* storage_name(DType storage) {
-  return storage == DType::kBf16 ? "bf16" : storage == DType::kFloat16 ? "fp16" : "fp32";
-}
-
-DType parse_storage(const std::string& name) {
-  if (name == "fp32") return DType::kFloat32;
-  if (name == "bf16") return DType::kBf16;
-  ZT_CHECK(name == "fp16", "expected fp32, bf16 or fp16, got '" + name + "'");
-  return DType::kFloat16;
-}
-
 // Each block's fields, listed once for both directions: `io` is a JsonWriter or a JsonReader.
 // io(key, value) for numbers, flags and text; io.real for floats (written as their shortest
 // decimals); io.named for enums, through their name and parse functions.
@@ -185,7 +174,7 @@ nlohmann::json engine_spec_to_json(const EngineSpec& spec) {
   return {{"model", spec.model.to_hf_json()},
           {"zero", zero.take()},
           {"precision", precision_name(spec.precision)},
-          {"activation_storage", storage_name(spec.activation_storage)},
+          {"activation_storage", activation_storage_name(spec.activation_storage)},
           {"micro_batch", spec.micro_batch},
           {"seq_len", spec.seq_len},
           {"grad_accum", spec.grad_accum},
@@ -208,7 +197,9 @@ EngineSpec engine_spec_from_json(const nlohmann::json& j, const std::string& sou
   visit_optimizer(optimizer, spec.optim);
   visit_loss_scale(loss_scale, spec.loss_scale);
   spec.precision = r.parsed("precision", parse_precision);
-  spec.activation_storage = r.parsed("activation_storage", parse_storage);
+  spec.activation_storage = r.parsed("activation_storage", [](const std::string& text) {
+    return parse_activation_storage(text, "activation_storage");
+  });
   r("micro_batch", spec.micro_batch);
   r("seq_len", spec.seq_len);
   r("grad_accum", spec.grad_accum);

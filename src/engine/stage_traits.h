@@ -35,11 +35,13 @@ struct StageTraits {
   // The stages there are: 0, 1, 2 and 3 (every range check and every loop over the stages asks
   // this).
   static constexpr int kCount = 4;
+  static constexpr const char* kRangeText = "0, 1, 2 or 3";  // for messages
+  static_assert(kCount == 4, "kRangeText lists the stages");
   static constexpr bool exists(int64_t stage) { return stage >= 0 && stage < kCount; }
 
   static StageTraits of(int stage) {
-    ZT_CHECK(exists(stage), "--zero-stage (zero_optimization.stage) must be 0, 1, 2 or 3, got " +
-                                std::to_string(stage));
+    ZT_CHECK(exists(stage), std::string("--zero-stage (zero_optimization.stage) must be ") +
+                                kRangeText + ", got " + std::to_string(stage));
     StageTraits t;
     t.stage = stage;
     t.shard_optimizer = stage >= 1;

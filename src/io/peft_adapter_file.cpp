@@ -21,15 +21,12 @@ std::string weights_path(const std::string& dir) {
   return path;
 }
 
-ModelConfig with_spec(ModelConfig base, const std::string& dir) {
-  base.lora = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile);
-  return base;
-}
-
 }  // namespace
 
-PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& base)
-    : dir_(dir), config_(with_spec(base, dir)), layout_(config_), file_(weights_path(dir)) {
+PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& model)
+    : dir_(dir), config_(model), layout_(config_), file_(weights_path(dir)) {
+  ZT_CHECK(config_.lora.enabled(),
+           "PEFT adapter directory '" + dir + "': the model it is opened for has no LoRA adapters");
   const std::string prefix = kPeftNamePrefix;
   for (const SafetensorsEntry& e : file_.tensors()) {
     ZT_CHECK(e.name.rfind(prefix, 0) == 0, file_.path() + ": tensor '" + e.name +

@@ -21,12 +21,13 @@ constexpr const char* kPeftNamePrefix = "base_model.model.";
 
 class PeftAdapterReader : public TensorSource {
  public:
-  // Opens DIR. `base` is the base model's configuration; config() is it with the adapter's
-  // LoraSpec. Every tensor of the file must name a tensor of that model (an adapter, or a base
-  // tensor of modules_to_save) in its shape, and every adapter tensor must be there; errors name
-  // the file and the tensor. A directory with only adapter_model.bin (a PyTorch pickle) is
-  // refused, saying how to re-save it.
-  PeftAdapterReader(const std::string& dir, const ModelConfig& base);
+  // Opens DIR for `model`: the base model's configuration with the adapters' LoraSpec, the one read
+  // from DIR's adapter_config.json (LoraSpec::from_peft_file; train reads it once, with its
+  // options); config() is it. Every tensor of the file must name a tensor of that model (an
+  // adapter, or a base tensor of modules_to_save) in its shape, and every adapter tensor must be
+  // there; errors name the file and the tensor. A directory with only adapter_model.bin (a PyTorch
+  // pickle) is refused, saying how to re-save it.
+  PeftAdapterReader(const std::string& dir, const ModelConfig& model);
 
   const ModelConfig& config() const override { return config_; }
   std::string description() const override { return "PEFT adapter '" + dir_ + "'"; }

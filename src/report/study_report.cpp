@@ -34,11 +34,6 @@ double metric_or_nan(const nlohmann::json& line, const char* key) {
 
 namespace fs = std::filesystem;
 
-// run.json's "activations" as a storage type (train validated it).
-DType activation_dtype(const std::string& name) {
-  return name == "bf16" ? DType::kBf16 : name == "fp16" ? DType::kFloat16 : DType::kFloat32;
-}
-
 // The measured categories, in report order (MemoryTracker's names).
 const char* const kMemoryCategories[] = {"params",  "grads", "optimizer", "activations",
                                          "buffers", "host",  "nvme"};
@@ -99,7 +94,8 @@ EngineSpec engine_of_older_run(const RunData& r) {
   spec.micro_batch = c.at("micro_batch").get<int64_t>();
   spec.seq_len = c.at("seq_len").get<int64_t>();
   spec.grad_accum = c.value("grad_accum", int64_t{1});
-  spec.activation_storage = activation_dtype(c.value("activations", std::string("fp32")));
+  spec.activation_storage =
+      parse_activation_storage(c.value("activations", std::string("fp32")), "config.activations");
   return spec;
 }
 

@@ -1,10 +1,11 @@
 // The memory plan (engine/engine_memory_plan.h) against what a ZeroEngine really allocates, at the
 // world size the binary runs with: every stage × offload mode (none, a delayed update, optimizer
-// on cpu, on nvme, params on cpu, optimizer and params on cpu) × activation checkpointing (none,
-// full, full to the host, selective) × precision (fp32, bf16, fp16 with fp16 activations) the
-// engine suites run, on the tiny preset, alternately with tied embeddings, LoRA adapters and
-// world-invariant training. Each category holds what the plan says once the engine is built (its
-// kRun buffers), and peaks at what the plan says over two steps, to the byte.
+// on cpu, on cpu with a delayed update, on nvme, params on cpu, optimizer and params on cpu) ×
+// activation checkpointing (none, full, every second layer, full to the host, selective) ×
+// precision and activation storage (fp32; bf16 with fp32 or bf16 activations; fp16 with fp16
+// activations) the engine suites run, on the tiny preset, alternately with tied embeddings, LoRA
+// adapters and world-invariant training. Each category holds what the plan says once the engine is
+// built (its kRun buffers), and peaks at what the plan says over two steps, to the byte.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -28,10 +29,14 @@ class EstimatorMemoryPlan : public engine_test::SharedDirTest {
 
 // The offload modes of a stage, by name (engine/offload/offload_config.h).
 std::vector<std::pair<std::string, OffloadConfig>> offloads(int stage, const OffloadConfig& nvme) {
-  OffloadConfig delayed, cpu, params, both;
+  OffloadConfig delayed, cpu, cpu_delayed, params, both;
   delayed.delay = 1;
+  delayed.delay_after = 0;  // both steps held back
   cpu.optimizer = OffloadDevice::kCpu;
   cpu.sub_group_size = 700;  // several tiles per group
+  cpu_delayed = cpu;
+  cpu_delayed.delay = 1;
+  cpu_delayed.delay_after = 1;  // step 1 overlapped (its kept state), step 2 held back
   params.param = OffloadDevice::kCpu;
   both = cpu;
   both.param = OffloadDevice::kCpu;
@@ -39,6 +44,7 @@ std::vector<std::pair<std::string, OffloadConfig>> offloads(int stage, const Off
                                                               {"delayed update", delayed}};
   if (stage == 0) return modes;
   modes.push_back({"cpu optimizer", cpu});
+  modes.push_back({"cpu optimizer, delayed update", cpu_delayed});
   modes.push_back({"nvme optimizer", nvme});
   if (stage != 3) return modes;
   modes.push_back({"cpu params", params});  // the device AdamW's update tile
@@ -47,12 +53,14 @@ std::vector<std::pair<std::string, OffloadConfig>> offloads(int stage, const Off
 }
 
 std::vector<std::pair<std::string, EngineOptions>> checkpointing(EngineOptions base) {
-  EngineOptions full = base, host = base, selective = base;
+  EngineOptions full = base, every2 = base, host = base, selective = base;
   full.ckpt_every = host.ckpt_every = 1;
+  every2.ckpt_every = 2;
   host.ckpt_on_host = true;
   selective.ckpt_selective = true;
   return {{"no checkpointing", base},
           {"full checkpointing", full},
+          {"every:2 checkpointing", every2},
           {"checkpointing to host", host},
           {"selective checkpointing", selective}};
 }
@@ -75,12 +83,16 @@ TEST_F(EstimatorMemoryPlan, EveryCombinationAllocatesItsPlanExactly) {
   const int N = world_.world_size();
   int combination = 0, trained = 0;
   for (int stage = 0; stage <= 3; ++stage) {
-    for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    for (const auto& [precision, activations] :
+         std::vector<std::pair<Precision, DType>>{{Precision::kFp32, DType::kFloat32},
+                                                  {Precision::kBf16, DType::kFloat32},
+                                                  {Precision::kBf16, DType::kBf16},
+                                                  {Precision::kFp16, DType::kFloat16}}) {
       for (const auto& [offload_name, offload] : offloads(stage, nvme_offload(2, 700))) {
         EngineOptions o;
         o.stage = stage;
         o.precision = precision;
-        if (precision == Precision::kFp16) o.activations = DType::kFloat16;
+        o.activations = activations;
         o.offload = offload;
         o.bucket = 5'000;  // packing buckets, chunked param all-gathers
         o.overlap = stage % 2 == 0;
@@ -96,11 +108,11 @@ TEST_F(EstimatorMemoryPlan, EveryCombinationAllocatesItsPlanExactly) {
           c.world_invariant =
               combination % 5 == 0 && !offload.optimizer_offloaded() && offload.delay == 0;
           c.accum = c.world_invariant ? 2 : 1;
-          const std::string what = "N=" + std::to_string(N) + " stage " + std::to_string(stage) +
-                                   " " + precision_name(precision) + ", " + offload_name + ", " +
-                                   ckpt_name + (c.tied ? ", tied" : "") +
-                                   (c.lora.rank > 0 ? ", lora" : "") +
-                                   (c.world_invariant ? ", world-invariant" : "");
+          const std::string what =
+              "N=" + std::to_string(N) + " stage " + std::to_string(stage) + " " +
+              precision_name(precision) + " (" + dtype_name(activations) + " activations), " +
+              offload_name + ", " + ckpt_name + (c.tied ? ", tied" : "") +
+              (c.lora.rank > 0 ? ", lora" : "") + (c.world_invariant ? ", world-invariant" : "");
           TestEngine t(world_, c);
           const MemoryPlan& plan = t.engine().memory_plan();
           expect_categories(plan, t.memory(), /*at_rest=*/true, what);
@@ -112,8 +124,8 @@ TEST_F(EstimatorMemoryPlan, EveryCombinationAllocatesItsPlanExactly) {
       }
     }
   }
-  // Offload modes 2 + 4 + 4 + 6, each at 3 precisions × 4 checkpointing policies.
-  EXPECT_EQ(trained, (2 + 4 + 4 + 6) * 3 * 4);
+  // Offload modes 2 + 5 + 5 + 7, each at 4 precisions × 5 checkpointing policies.
+  EXPECT_EQ(trained, (2 + 5 + 5 + 7) * 4 * 5);
 }
 
 }  // namespace

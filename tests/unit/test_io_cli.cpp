@@ -492,6 +492,28 @@ TEST(TrainOptionsChoices, WordsFromAConfigFileAreParsedAsTheyAreRead) {
   }
 }
 
+// What the ranks agree on before the first collective whose shape depends on the options: each
+// option as run.json records it (but the paths a node may hold its own copy under), and the
+// backend --backend resolved to on the rank's host, since auto may resolve to cuda on one node and
+// cpu on another.
+TEST(TrainOptionsAgreement, TheRanksAgreeOnTheBackendTheirHostResolved) {
+  const TrainOptions o = parsed_train_options({"--backend", "auto", "--steps", "7"});
+  const RunSettings settings = o.agreed_settings(preset_config("tiny"), "dataset-id", "");
+  const auto value = [&](const std::string& name) -> std::string {
+    for (const auto& [key, text] : settings)
+      if (key == name) return text;
+    return "(absent)";
+  };
+  EXPECT_EQ(value("--backend"), "auto");
+  EXPECT_EQ(value("backend resolved on this host"), backend_kind_name(o.backend_kind));
+  EXPECT_EQ(value("--steps"), "7");
+  EXPECT_EQ(value("dataset"), "dataset-id");
+  EXPECT_EQ(value("checkpoint resumed"), "none");
+  EXPECT_EQ(value("model configuration"), preset_config("tiny").to_hf_json().dump());
+  for (const char* per_node : {"--model", "--data", "--nvme-path"})
+    EXPECT_EQ(value(per_node), "(absent)") << per_node;
+}
+
 // --attention: the default is auto, run.json records it, a bad value or fused on the CPU backend
 // is refused naming the option (the CUDA backend's resolution: zt_cuda_host_tests).
 TEST(TrainOptionsAttention, DefaultRecordedAndBadValuesRefused) {
