@@ -39,9 +39,6 @@ void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro,
   auto text = [](std::optional<int64_t> v) {
     return v ? std::to_string(*v) : std::string("more than 2^63");
   };
-  for (auto [value, name] : {std::pair{micro, "micro-batch"}, std::pair{accum, "grad-accum"}})
-    ZT_CHECK(value >= 1,
-             rule.source + ": --" + name + " must be at least 1, got " + std::to_string(value));
   auto divide = [&](std::optional<int64_t> by, const std::string& what) {
     ZT_CHECK(by && *by > 0 && total % *by == 0,
              tbs + " is not divisible by " + what + " = " + text(by));

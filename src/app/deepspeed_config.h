@@ -34,7 +34,8 @@ struct BatchSizeRule {
 };
 
 // Resolves micro/accum for `world` ranks (their values are used where the rule leaves them
-// free). Throws naming the numbers on a contradiction or a world size that does not divide.
+// free; the commands have checked both are at least 1). Throws naming the numbers on a
+// contradiction or a world size that does not divide.
 void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro, int64_t& accum);
 
 // The mapping's key of the fp32 precision a file implies by enabling neither fp16 nor bf16.

@@ -115,10 +115,13 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
                                       ": --ranks-per-node must be at least 1 (0: min(N, 8)), got " +
                                       std::to_string(o.ranks_per_node));
   // ---- DeepSpeed JSON: fills what the command line / INI left unset ----
-  if (!o.deepspeed.empty()) {
-    const AppliedDeepSpeedFile applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
-    apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
-  }
+  AppliedDeepSpeedFile applied;
+  if (!o.deepspeed.empty()) applied = apply_deepspeed_file(o.deepspeed, model, opts, vm);
+  check_count(o.micro_batch, 1, "micro-batch", kCommand);
+  check_count(o.grad_accum, 1, "grad-accum", kCommand);
+  check_count(o.seq_len, 1, "seq-len", kCommand);
+  // The batch rule runs for the planned --world (train's, once MPI gives the world size).
+  apply_batch_size_rule(applied.batch_rule, o.world, o.micro_batch, o.grad_accum);
   // A plan for a GPU job may be made anywhere: cuda is taken at its word.
   o.backend_kind = o.backend == BackendRequest::kCuda ? BackendKind::kCuda
                                                       : resolve_engine_backend(o.backend, kCommand);

@@ -14,7 +14,9 @@ namespace zt {
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite) {
   ModelDirReader base(base_dir);
-  PeftAdapterReader adapter(adapter_dir, base.config());
+  ModelConfig with_adapters = base.config();
+  with_adapters.lora = LoraSpec::from_peft_file(adapter_dir + "/" + kPeftConfigFile);
+  PeftAdapterReader adapter(adapter_dir, with_adapters);
   const ParamLayout& adapted = adapter.layout();
   const float scale = adapter.config().lora.scale();
   const int64_t r = adapter.config().lora.rank;
