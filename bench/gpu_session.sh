@@ -9,12 +9,16 @@
 #           .git/info/exclude; about 30 MiB to carry)
 #   there:  bash .gpu/bench/gpu_session.sh --run .gpu "$OUT" PARTS
 #           PARTS, comma-separated (default preflight,tests,sanitize); preflight always runs first.
-#           With 15 minutes of device time (the first H100 session, 2026-11-27): one full call
-#             preflight,tests,pytorch,train,sanitize   with ZT_CALL_SECONDS=560
-#             ZT_STEP_SECONDS=120 ZT_PYTORCH_SECONDS=210 ZT_SANITIZE_SECONDS=45 (7.2 minutes
-#             there with the PyTorch comparison at 1b only; 125m adds about a minute)
-#           then short calls, issued within the 30 s the machine stays warm, for what failed or
-#           is left (ZT_TEST_GROUPS, ZT_SANITIZE; offload,big last). A start costs about 40 s
+#           Measured (H100, 2026-11-28): preflight,tests,pytorch,train,sanitize took 514 s with
+#           ZT_CALL_SECONDS=540 ZT_STEP_SECONDS=120 ZT_PYTORCH_SECONDS=210 ZT_SANITIZE_SECONDS=45;
+#           offload 57 s; big 164 s (then 3 steps at micro-batch 1). Since then pytorch repeats
+#           each row 3 times, train has 16 runs, and profile, masking and big's no-offload and
+#           micro-batch-1 runs were added: all parts do not fit in 15 minutes of device time.
+#           A plan (not yet timed), in the order of the open rows:
+#             call 1  preflight,tests,train,profile   ZT_CALL_SECONDS=540 ZT_STEP_SECONDS=120
+#             call 2  pytorch,offload,masking          ZT_PRESETS=1b ZT_PYTORCH_PRESET=1b
+#             call 3  big (an H200 adds the no-offload 6b runs), then sanitize if time is left
+#           calls issued within the 30 s the machine stays warm. A start costs about 40 s
 #           and none begins under 4 minutes left: give each call ZT_CALL_SECONDS = the device
 #           tool's budget_left_s minus 60, so that it ends its steps itself instead of being cut.
 #     preflight  commit, GPU name, driver, memory, `free -g`, the library directories found,
@@ -50,9 +54,13 @@
 #                200-800-token documents
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #                (exact overlap), cpu without it and cpu with the delayed update, at grad-accum 1 and 4
-#     big        ZT_BIG_PRESET (default 6b) on one GPU, stage 2, full activation checkpointing,
-#                optimizer offload to cpu, if the host has the memory it pins (checked first);
-#                then, on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), without offload
+#     big        ZT_BIG_PRESET (default 6b) on one GPU with full activation checkpointing, the
+#                micro-batch from `estimate --max-micro-batch` for this GPU, >= 8192 tokens per
+#                step, lr 3e-5 after 2 warmup steps, each run's losses in the summary: stage 2
+#                with optimizer offload to cpu if the host has the memory it pins (checked
+#                first); on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), stages 0 and 2 without
+#                offload; then ZT_OFFLOAD_PRESET at micro-batch 1 with and without optimizer
+#                offload, whose losses must be identical
 # Every step runs under `timeout` (ZT_STEP_SECONDS, default 300; the PyTorch comparison, which
 # holds three to six runs per preset, ZT_PYTORCH_SECONDS, default the same) and within the call's budget
 # (ZT_CALL_SECONDS, default 540, from the script's start): one hang cannot eat a call, and every
@@ -251,7 +259,8 @@ run_part_preflight() {
 # fused attention (the fast path), then the engine and the communicators.
 gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*:CudaFusedKernels.*'
   'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*'
-  'fused_attention=CudnnAttention.*' 'engine=CudaEngine.*:CudaDeviceMemory.*' 'comm=NcclComm.*:StagedComm.*')
+  'fused_attention=CudnnAttention.*' 'engine=CudaEngine.*:CudaDeviceMemory.*:CudaKernelProfile.*'
+  'comm=NcclComm.*:StagedComm.*')
 group_filter() {  # group_filter NAME: the gtest filter of that group
   local entry
   for entry in "${gpu_test_groups[@]}"; do
@@ -513,25 +522,80 @@ print(max(s["host"] for s in j["stages"] if s["stage"] == 2))') || return 1
   [ "$((need + (8 << 30)))" -le "$avail" ]
 }
 
+# The GPU's memory in GiB (nvidia-smi), empty where there is none.
+gpu_memory_gib() {
+  local mib
+  mib=$(timeout 60 nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null |
+    head -n 1)
+  [ -n "$mib" ] && echo $((mib / 1024))
+}
+
+# big_micro_batch PRESET STAGE [ESTIMATE ARGS...]: the largest micro-batch `estimate
+# --max-micro-batch` fits on this GPU at that stage with full checkpointing (capped by
+# ZT_BIG_MAX_MICRO_BATCH, default 16; 1 where estimate cannot say). ZT_BIG_DEVICE_GIB stands in
+# for the GPU's memory (the CPU dry run).
+big_micro_batch() {
+  local preset=$1 stage=$2 gib mb
+  shift 2
+  gib=${ZT_BIG_DEVICE_GIB:-$(gpu_memory_gib)}
+  mb=$(timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 \
+    --zero-stage "$stage" --seq-len "$seq" --activation-checkpointing full --backend "$backend" \
+    ${gib:+--device-memory-gib "$gib"} --max-micro-batch --json "$@" | "$python" -c 'import json, sys
+stage = int(sys.argv[1])
+rows = [r for r in json.load(sys.stdin).get("max_micro_batch", []) if r["stage"] == stage]
+print(rows[0]["micro_batch"] if rows and rows[0]["micro_batch"] else 1)' "$stage") || mb=1
+  echo $((mb < ${ZT_BIG_MAX_MICRO_BATCH:-16} ? mb : ${ZT_BIG_MAX_MICRO_BATCH:-16}))
+}
+
+# big_run LABEL DIR PRESET STAGE [ARGS...]: a run with the recipe the offload spike asked for:
+# micro-batch from big_micro_batch, at least 8192 tokens per step (grad-accum), lr 3e-5 with a
+# linear warmup; its losses on one summary line.
+big_run() {
+  local label=$1 run=$2 preset=$3 stage=$4 mb accum
+  shift 4
+  mb=$(big_micro_batch "$preset" "$stage" "$@")
+  accum=$(((8192 + mb * seq - 1) / (mb * seq)))
+  train_run "$label, micro-batch $mb x $accum" "$run" --preset "$preset" --zero-stage "$stage" \
+    --activation-checkpointing full --micro-batch "$mb" --grad-accum "$accum" --seq-len "$seq" \
+    --steps "${ZT_BIG_STEPS:-6}" --lr 3e-5 --warmup-steps 2 "$@"
+  say "$label losses: $(losses_of "$run/metrics.jsonl")"
+}
+
+losses_of() {  # the losses of metrics.jsonl, in step order, as written
+  "$python" -c 'import json, sys
+print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1" 2>/dev/null
+}
+
+# 6b (issue 43's "6b without offload", issue 48's "6b with offload"): the offloaded run at stage 2
+# where host memory allows; without offload at stages 0 and 2 where the GPU holds it (an H200);
+# then 1b at micro-batch 1 with and without offload, whose losses must be the same.
 run_part_big() {
-  local preset=${ZT_BIG_PRESET:-6b}
+  local preset=${ZT_BIG_PRESET:-6b} small=${ZT_OFFLOAD_PRESET:-1b} a b
   timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
     --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
     --backend "$backend" | tee -a "$summary"
   if host_memory_suffices "$preset"; then
-    train_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
-      --preset "$preset" --zero-stage 2 --activation-checkpointing full --offload-optimizer cpu \
-      --steps "${ZT_BIG_STEPS:-4}" --micro-batch 1 --seq-len "$seq"
+    big_run "$preset stage 2 + full checkpointing + optimizer cpu ($backend)" "$work/big" \
+      "$preset" 2 --offload-optimizer cpu
   else
     say "big: skipped the offloaded run (host memory, above, leaves less than 8 GiB spare)"
   fi
-  # The no-offload reference where it fits (6b: ~102 GiB, an H200 but not an H100).
-  local mib
-  mib=$(timeout 60 nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
-  if [ "${ZT_BIG_REFERENCE:-0}" = 1 ] || [ "${mib:-0}" -ge 120000 ]; then
-    train_run "$preset stage 0 + full checkpointing, no offload ($backend)" "$work/big_ref" \
-      --preset "$preset" --zero-stage 0 --activation-checkpointing full \
-      --steps "${ZT_BIG_STEPS:-4}" --micro-batch 1 --seq-len "$seq"
+  if [ "${ZT_BIG_REFERENCE:-0}" = 1 ] || [ "$(gpu_memory_gib)" -ge 120 ] 2>/dev/null; then
+    for stage in 0 2; do
+      big_run "$preset stage $stage + full checkpointing, no offload ($backend)" \
+        "$work/big_s$stage" "$preset" "$stage"
+    done
+  fi
+  for offload in none cpu; do
+    train_run "$small stage 2 micro-batch 1, optimizer $offload ($backend)" \
+      "$work/big_mb1_$offload" --preset "$small" --zero-stage 2 --micro-batch 1 --seq-len "$seq" \
+      --steps "$steps" --offload-optimizer "$offload"
+  done
+  a=$(losses_of "$work/big_mb1_none/metrics.jsonl") b=$(losses_of "$work/big_mb1_cpu/metrics.jsonl")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then
+    say "big: $small micro-batch 1 losses with and without optimizer offload: identical ($a)"
+  else
+    say "big: $small micro-batch 1 losses differ: no offload [$a], offload [$b]"
   fi
 }
 
@@ -542,7 +606,7 @@ case "${1:-}" in
     ;;
   --run) ;;
   *)
-    echo "usage: $0 --pack DIR | --run DIR OUT [preflight,tests,sanitize,train,pytorch,offload,big]" >&2
+    echo "usage: $0 --pack DIR | --run DIR OUT [preflight,tests,sanitize,train,profile,pytorch,masking,offload,big]" >&2
     exit 2
     ;;
 esac

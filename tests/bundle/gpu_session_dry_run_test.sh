@@ -20,7 +20,7 @@ HERE=$(dirname "$(readlink -f "$0")")
 
 run_session() {  # run_session PACK OUT
   ZT_BACKEND=cpu ZT_PRESETS=tiny ZT_PYTORCH_PRESET=tiny ZT_OFFLOAD_PRESET=tiny ZT_BIG_PRESET=tiny \
-    ZT_MASKING_PRESET=tiny \
+    ZT_MASKING_PRESET=tiny ZT_BIG_DEVICE_GIB=1 ZT_BIG_MAX_MICRO_BATCH=2 \
     ZT_BIG_REFERENCE=1 ZT_SEQ_LEN=32 ZT_STEPS=2 ZT_BIG_STEPS=2 ZT_MICRO_BATCH=2 \
     ZT_PYTHON=/usr/bin/python3 ZT_CALL_SECONDS=540 ZT_STEP_SECONDS=240 \
     bash "$1/bench/gpu_session.sh" --run "$1" "$2" \
@@ -46,6 +46,21 @@ if [ "${1:-}" = "--hidden" ]; then  # inside `unshare -m`: hide, check the contr
 fi
 
 BUILD=$(readlink -f "${1:?build dir}") SRC=$(readlink -f "${2:?source dir}")
+# The session runs the GPU test groups CMake defines (tests/gpu/CMakeLists.txt), each with the
+# same filter: a suite added there and not here would never run on a lent GPU.
+cmake_groups=$(grep -oE '"[a-z_]+=[^"]+"|zt_add_gpu_np2_test\([a-z_]+ "[^"]+"\)' \
+  "$SRC/tests/gpu/CMakeLists.txt" | sed -E 's/^zt_add_gpu_np2_test\(([a-z_]+) "([^"]+)"\)$/\1_np2=\2/; s/"//g' |
+  sort)
+session_np2=$(sed -n '/^gpu_test_np2_groups=(/,/)$/p' "$SRC/bench/gpu_session.sh" |
+  grep -oE "'[a-z_]+=[^']+'" | tr -d "'" | sed -E 's/^([a-z_]+)=/\1_np2=/')
+session_one=$(sed -n '/^gpu_test_groups=(/,/)$/p' "$SRC/bench/gpu_session.sh" |
+  grep -oE "'[a-z_]+=[^']+'" | tr -d "'")
+session_groups=$(printf '%s\n%s\n' "$session_one" "$session_np2" | sort)
+[ -n "$cmake_groups" ] || fail "no GPU test group found in tests/gpu/CMakeLists.txt"
+[ "$cmake_groups" = "$session_groups" ] || {
+  diff <(echo "$cmake_groups") <(echo "$session_groups") >&2 || true
+  fail "bench/gpu_session.sh's GPU test groups differ from tests/gpu/CMakeLists.txt's (< CMake, > session)"
+}
 command -v patchelf >/dev/null || {
   note "SKIP: patchelf is not installed"
   exit 77
@@ -83,8 +98,11 @@ wants=('^preflight: ldd finds every library of the bundle' '^commit: [0-9a-f]{40
   'tiny stage 0 defaults cpu: [0-9]* tokens/s' 'tiny stage 0 cpu: [0-9]* tokens/s' 'tiny stage 3 \+ full checkpointing cpu: [0-9]* tokens/s'
   '^ 2 none ' '^ 2 optimizer cpu ' '^big: host memory needed'
   '^best tokens/s: off [0-9.]+, on [0-9.]+; on/off [0-9.]+'
-  'tiny stage 2 \+ full checkpointing \+ optimizer cpu \(cpu\): [0-9]* tokens/s'
-  'tiny stage 0 \+ full checkpointing, no offload \(cpu\): [0-9]* tokens/s'
+  'tiny stage 2 \+ full checkpointing \+ optimizer cpu \(cpu\), micro-batch 2 x 128: [0-9]* tokens/s'
+  'tiny stage 0 \+ full checkpointing, no offload \(cpu\), micro-batch 2 x 128: [0-9]* tokens/s'
+  'tiny stage 2 \+ full checkpointing, no offload \(cpu\), micro-batch 2 x 128: [0-9]* tokens/s'
+  'tiny stage 0 \+ full checkpointing, no offload \(cpu\) losses: [0-9.e+-]+ [0-9.e+-]+$'
+  '^big: tiny micro-batch 1 losses with and without optimizer offload: identical \('
   'tiny stage 3 \+ selective checkpointing defaults cpu: [0-9]* tokens/s'
   '^profile: skipped \(the kernel profiler needs the CUDA backend\)')
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
