@@ -101,6 +101,14 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {
 }
 
 OffloadConfig OffloadOptions::resolved() const {
+  ZT_CHECK(overlap != AutoSwitch::kOn || config.optimizer == OffloadDevice::kCpu,
+           "--offload-optimizer-overlap on (DeepSpeed: offload_optimizer.super_offload) needs "
+           "--offload-optimizer cpu: the overlap runs the host's AdamW during the backward (the "
+           "optimizer is '" +
+               std::string(offload_device_name(config.optimizer)) + "')");
+  ZT_CHECK(config.delay != 0 || config.delay_after == OffloadConfig{}.delay_after,
+           "--offload-optimizer-delay-after " + std::to_string(config.delay_after) +
+               " applies to --offload-optimizer-delay 1 (the delay is 0)");
   OffloadConfig c = config;
   c.overlap = overlap != AutoSwitch::kOff;  // auto's limit: auto_overlap_bytes, set by train
   return c;

@@ -114,6 +114,29 @@ TEST(OffloadConfig, OverlapModes) {
       EXPECT_NE(std::string(e.what()).find(message + ", got 'yes'"), std::string::npos) << e.what();
     }
   }
+  // Settings that would be read past are refused, naming what they need.
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--offload-optimizer-overlap", "on"},
+            "needs --offload-optimizer cpu: the overlap runs the host's AdamW during the backward "
+            "(the optimizer is 'none')"},
+           {{"--offload-optimizer", "nvme", "--offload-optimizer-overlap", "on"},
+            "(the optimizer is 'nvme')"},
+           {{"--offload-optimizer", "cpu", "--offload-optimizer-delay-after", "3"},
+            "--offload-optimizer-delay-after 3 applies to --offload-optimizer-delay 1 (the delay "
+            "is 0)"}}) {
+    try {
+      parsed_offload_options(args).resolved();
+      ADD_FAILURE() << args.back() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parsed_offload_options({"--offload-optimizer", "cpu", "--offload-optimizer-delay", "1",
+                                    "--offload-optimizer-delay-after", "3"})
+                .resolved()
+                .delay_after,
+            3);
+  EXPECT_FALSE(parsed_offload_options({"--offload-optimizer-overlap", "off"}).resolved().overlap);
   OffloadConfig nvme;
   nvme.optimizer = OffloadDevice::kNvme;
   EXPECT_FALSE(nvme.keeps_speculated_state());
