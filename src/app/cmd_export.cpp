@@ -1,7 +1,9 @@
 // zerotrain export: a model directory as a Hugging Face directory (io/safetensors.h):
 // model.safetensors (or shards + model.safetensors.index.json) and config.json, streamed tensor by
 // tensor; or as one llama.cpp GGUF file (io/gguf_export.h). With --merge-lora ADAPTER_DIR, the
-// model with a PEFT LoRA adapter merged in (io/lora_merge.h). Prints a JSON summary on stdout.
+// model with a PEFT LoRA adapter merged in (io/lora_merge.h). With --format peft, a LoRA run's
+// training checkpoint as PEFT's adapter directory (checkpoint/consolidate.h). Prints a JSON
+// summary on stdout.
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -9,29 +11,69 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
+#include "checkpoint/checkpoint_manifest.h"
+#include "checkpoint/consolidate.h"
 #include "io/fs_util.h"
 #include "io/gguf_export.h"
 #include "io/lora_merge.h"
+#include "io/peft_adapter_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_export.h"
 #include "util/error.h"
 
 namespace zt {
 
+namespace {
+
+// --format peft: the adapter of a LoRA run's training checkpoint. What else MODEL may be (a PEFT
+// adapter directory, a model directory) is named in the refusal.
+int export_peft_adapter(const po::variables_map& vm, const std::string& merge_adapter) {
+  ZT_CHECK(merge_adapter.empty(),
+           "export: --merge-lora writes a merged model and --format peft an adapter; give one");
+  const std::string checkpoint = strip_trailing_slashes(vm["model"].as<std::string>());
+  std::error_code ec;
+  const auto has = [&](const char* file) {
+    return std::filesystem::exists(checkpoint + "/" + file, ec);
+  };
+  const std::string wanted =
+      "; --format peft takes a LoRA run's training checkpoint (OUT/checkpoints/step-N)";
+  ZT_CHECK(!has(kPeftConfigFile), "export: '" + checkpoint +
+                                      "' is already PEFT's adapter directory (" + kPeftConfigFile +
+                                      ")" + wanted);
+  ZT_CHECK(!has("config.json"), "export: '" + checkpoint + "' is a model directory" + wanted);
+  const ConsolidatedModel result =
+      write_checkpoint_adapter(checkpoint, vm["out"].as<std::string>(), vm["overwrite"].as<bool>());
+  std::cout << nlohmann::json{{"checkpoint", checkpoint},
+                              {"out", result.dir},
+                              {"bytes", result.bytes},
+                              {"seconds", result.seconds}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
+}  // namespace
+
 int cmd_export(int argc, char** argv) {
   const CommandSpec spec{"export",
                          "Write a model directory in Hugging Face format (safetensors + "
-                         "config.json), or as a llama.cpp GGUF file.",
+                         "config.json), or as a llama.cpp GGUF file; a LoRA run's checkpoint as "
+                         "a PEFT adapter.",
                          "zerotrain export MODEL_DIR [--format safetensors] --out HF_DIR "
                          "[--max-shard-size-mb N] [--overwrite]\n"
                          "       zerotrain export MODEL_DIR --format gguf --out FILE.gguf "
                          "[--gguf-type f32|f16|bf16|q8_0] [--overwrite]\n"
                          "       zerotrain export BASE_DIR --merge-lora ADAPTER_DIR --out ... "
-                         "(either format)"};
+                         "(either format)\n"
+                         "       zerotrain export CHECKPOINT_DIR --format peft --out ADAPTER_DIR "
+                         "[--overwrite]"};
   po::options_description options("export options");
-  options.add_options()("model", po::value<std::string>(), "model directory to export")(
+  options.add_options()("model", po::value<std::string>(),
+                        "model directory to export (--format peft: a LoRA run's training "
+                        "checkpoint)")(
       "format", po::value<std::string>()->default_value("safetensors"),
-      "output format: safetensors (a Hugging Face directory) or gguf (one llama.cpp file)")(
+      "output format: safetensors (a Hugging Face directory), gguf (one llama.cpp file) or peft "
+      "(a LoRA checkpoint's adapter_config.json + adapter_model.safetensors)")(
       "out", po::value<std::string>(), "output directory (safetensors) or file (gguf)")(
       "gguf-type", po::value<std::string>()->default_value("bf16"),
       "gguf: the matrices' type, f32, f16, bf16 or q8_0 (norms and biases stay f32)")(
@@ -53,10 +95,19 @@ int cmd_export(int argc, char** argv) {
       spec.name, vm["out"].as<std::string>(),
       {{"the model", vm["model"].as<std::string>()}, {"the LoRA adapter", adapter}});
   const std::string format = vm["format"].as<std::string>();
-  ZT_CHECK(format == "safetensors" || format == "gguf",
-           "export: unknown --format '" + format + "' (supported: safetensors, gguf)");
+  ZT_CHECK(format == "safetensors" || format == "gguf" || format == "peft",
+           "export: unknown --format '" + format + "' (supported: safetensors, gguf, peft)");
   ZT_CHECK(format == "gguf" || vm["gguf-type"].defaulted(),
            "export: --gguf-type applies to --format gguf");
+  ZT_CHECK(format == "safetensors" || vm["max-shard-size-mb"].defaulted(),
+           "export: --max-shard-size-mb applies to --format safetensors");
+  if (format == "peft") return export_peft_adapter(vm, adapter);
+  std::error_code ec;
+  ZT_CHECK(
+      !std::filesystem::exists(vm["model"].as<std::string>() + "/" + kCheckpointManifestFile, ec),
+      "export: '" + vm["model"].as<std::string>() +
+          "' is a training checkpoint: `zerotrain consolidate` writes its model (a LoRA "
+          "run's checkpoint: export --format peft writes its adapter)");
   // --merge-lora: the merged model is written beside the output first, then exported from there.
   std::string model = vm["model"].as<std::string>();
   const std::string merged =

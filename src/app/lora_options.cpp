@@ -115,10 +115,38 @@ void LoraStartSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_t
     init_tensor_range(config_, t, seed_, begin, count, out);
 }
 
-std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec) {
+std::string lora_spec_source(const LoraOptions& o) {
+  return o.init_from.empty() ? o.config_file : o.init_from + "/" + kPeftConfigFile;
+}
+
+std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec, const ParamLayout& layout,
+                                                  const std::string& source) {
   std::vector<std::string> patterns;
-  for (const std::string& name : spec.modules_to_save)
-    patterns.push_back("(^|\\.)" + RE2::QuoteMeta(name) + "\\.weight$");
+  for (const std::string& name : spec.modules_to_save) {
+    const std::string says = source + ": modules_to_save names '" + name + "'";
+    // PEFT compares the name with the end of each module's name in the PEFT model.
+    const auto selects = [&](const std::string& module) {
+      return ("base_model.model." + module).ends_with(name);
+    };
+    bool any = false;
+    for (const TensorInfo& t : layout.tensors()) {
+      const std::string module = t.name.substr(0, t.name.rfind('.'));
+      if (t.is_lora() || !selects(module)) continue;
+      ZT_CHECK(t.layer < 0, says + ", which selects " + module +
+                                " (PEFT takes every module whose name ends with it): with LoRA "
+                                "a decoder layer's own tensors stay frozen (the final norm is "
+                                "'model.norm')");
+      patterns.push_back("^" + RE2::QuoteMeta(t.name) + "$");
+      any = true;
+    }
+    ZT_CHECK(any || !layout.tied_embeddings() || !selects("lm_head"),
+             says +
+                 ", but this model ties its LM head to model.embed_tokens "
+                 "(tie_word_embeddings): name 'embed_tokens' to train the shared matrix");
+    ZT_CHECK(any, says +
+                      ", which ends no module's name of the model (e.g. 'lm_head', "
+                      "'embed_tokens', 'model.norm')");
+  }
   return patterns;
 }
 

@@ -9,6 +9,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "model/layout.h"
 #include "model/lora.h"
 #include "model/tensor_source.h"
 
@@ -54,8 +55,15 @@ class LoraStartSource : public TensorSource {
   uint64_t seed_;
 };
 
-// PEFT's modules_to_save as --trainable patterns: each name matches the tensor of a module of
-// that name ("lm_head" → lm_head.weight, "embed_tokens" → model.embed_tokens.weight).
-std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec);
+// PEFT's modules_to_save as --trainable patterns of `layout`'s tensors, each the exact name of a
+// tensor of a module that the name selects as PEFT selects it: every module whose full name ends
+// with it ("lm_head" → lm_head.weight, "embed_tokens" → model.embed_tokens.weight, "norm" → the
+// final norm and every layer's norms). Refused naming `source` (the adapter_config.json) and the
+// name: a name that selects no module (on a model whose LM head is tied to the embedding,
+// "lm_head" says so), or a decoder layer's own module (frozen with LoRA).
+std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec, const ParamLayout& layout,
+                                                  const std::string& source);
+// The adapter_config.json the options' LoRA specification came from ("" when none).
+std::string lora_spec_source(const LoraOptions& o);
 
 }  // namespace zt

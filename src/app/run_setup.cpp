@@ -194,7 +194,9 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
   spec.model = model;
   spec.model.lora = choices.lora;
   std::vector<std::string> trainable = o.trainable;
-  for (const std::string& p : modules_to_save_patterns(spec.model.lora)) trainable.push_back(p);
+  for (const std::string& p :
+       modules_to_save_patterns(spec.model.lora, ParamLayout(spec.model), lora_spec_source(o.lora)))
+    trainable.push_back(p);
   spec.trainable = TrainableSet::from_patterns(ParamLayout(spec.model), trainable, o.freeze);
   spec.zero = o.zero;
   spec.precision = o.precision;

@@ -88,6 +88,37 @@ uint64_t write_through_rank0(ZeroEngine& engine, const std::string& dir, Communi
   return model_bytes(engine.layout());
 }
 
+// Reads and checks the training checkpoint at `dir` (its manifest and model); errors name it.
+void read_checkpoint_model(const std::string& dir, CheckpointManifest& manifest,
+                           ModelConfig& config) {
+  std::error_code ec;
+  ZT_CHECK(fs::is_directory(dir, ec), "checkpoint directory '" + dir + "' does not exist");
+  ZT_CHECK(fs::exists(dir + "/" + kCheckpointManifestFile, ec),
+           "'" + dir + "' is not a training checkpoint (no " + kCheckpointManifestFile + ")");
+  manifest = CheckpointManifest::read(dir);
+  config = ModelConfig::from_hf_json(manifest.model_config, dir + "/" + kCheckpointManifestFile);
+  check_checkpoint_model(manifest, config, ParamLayout(config), dir);
+}
+
+// The checkpoint's fp32 masters, read from its rank files.
+TensorValuesFn checkpoint_masters(CheckpointRangeReader& reader) {
+  return [&reader](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
+    reader.read(t.group, OptimizerTensor::kMaster, {t.offset + begin, count}, out);
+  };
+}
+
+// PEFT's adapter directory of a LoRA checkpoint: the adapters and the base tensors that trained.
+uint64_t write_adapter_of(const std::string& dir, const CheckpointManifest& manifest,
+                          const ModelConfig& config, const std::string& out_dir, bool overwrite) {
+  std::vector<std::string> frozen;
+  for (const CheckpointTensor& t : manifest.tensors)
+    if (t.frozen) frozen.push_back(t.name);
+  const ParamLayout layout(config);
+  CheckpointRangeReader reader(dir, manifest);
+  return write_peft_adapter_dir(out_dir, layout, TrainableSet::from_frozen_names(layout, frozen),
+                                "", checkpoint_masters(reader), overwrite);
+}
+
 }  // namespace
 
 std::string consolidated_step_dir(const std::string& out_dir, int64_t step) {
@@ -103,37 +134,20 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
   const int rank = comm.rank(), world = comm.world_size();
   CheckpointManifest manifest;
   ModelConfig config;
-  run_collectively(comm, [&] {
-    std::error_code ec;
-    ZT_CHECK(fs::is_directory(dir, ec), "checkpoint directory '" + dir + "' does not exist");
-    ZT_CHECK(fs::exists(dir + "/" + kCheckpointManifestFile, ec),
-             "'" + dir + "' is not a training checkpoint (no " + kCheckpointManifestFile + ")");
-    manifest = CheckpointManifest::read(dir);
-    config = ModelConfig::from_hf_json(manifest.model_config, dir + "/" + kCheckpointManifestFile);
-    check_checkpoint_model(manifest, config, ParamLayout(config), dir);
-  });
-  // Opens (and first verifies the size and CRC-32C of) only the rank files it reads from.
-  CheckpointRangeReader reader(dir, manifest);
-  const TensorValuesFn masters = [&](const TensorInfo& t, int64_t begin, int64_t count,
-                                     float* out) {
-    reader.read(t.group, OptimizerTensor::kMaster, {t.offset + begin, count}, out);
-  };
+  run_collectively(comm, [&] { read_checkpoint_model(dir, manifest, config); });
   ConsolidatedModel result;
   result.dir = strip_trailing_slashes(out_dir);
   if (config.lora.enabled()) {  // the adapters apart from the (frozen) base: PEFT's directory
     run_collectively(comm, [&] {
-      if (rank != 0) return;
-      std::vector<std::string> frozen;
-      for (const CheckpointTensor& t : manifest.tensors)
-        if (t.frozen) frozen.push_back(t.name);
-      const ParamLayout layout(config);
-      result.bytes = write_peft_adapter_dir(result.dir, layout,
-                                            TrainableSet::from_frozen_names(layout, frozen), "",
-                                            masters, options.overwrite);
+      if (rank == 0)
+        result.bytes = write_adapter_of(dir, manifest, config, result.dir, options.overwrite);
     });
     result.seconds = seconds_since(t0);
     return result;
   }
+  // Opens (and first verifies the size and CRC-32C of) only the rank files it reads from.
+  CheckpointRangeReader reader(dir, manifest);
+  const TensorValuesFn masters = checkpoint_masters(reader);
   result.parallel = use_parallel_hdf5(options);
   if (result.parallel) {
     ParallelModelDirWriter writer(result.dir, config, comm, options.shard_limit_bytes,
@@ -151,6 +165,24 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
     });
     result.bytes = model_bytes(ParamLayout(config));
   }
+  result.seconds = seconds_since(t0);
+  return result;
+}
+
+ConsolidatedModel write_checkpoint_adapter(const std::string& checkpoint_dir,
+                                           const std::string& out_dir, bool overwrite) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string dir = strip_trailing_slashes(checkpoint_dir);
+  CheckpointManifest manifest;
+  ModelConfig config;
+  read_checkpoint_model(dir, manifest, config);
+  ZT_CHECK(config.lora.enabled(),
+           "'" + dir +
+               "' is the checkpoint of a run without LoRA adapters: it has no PEFT "
+               "adapter (`zerotrain consolidate` writes its model)");
+  ConsolidatedModel result;
+  result.dir = strip_trailing_slashes(out_dir);
+  result.bytes = write_adapter_of(dir, manifest, config, result.dir, overwrite);
   result.seconds = seconds_since(t0);
   return result;
 }

@@ -52,6 +52,12 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
                                          const std::string& out_dir, MpiCommunicator& comm,
                                          const ConsolidateOptions& options);
 
+// Writes a LoRA run's training checkpoint as PEFT's adapter directory (what
+// consolidate_checkpoint writes of it; `zerotrain export --format peft`). Not collective. Refused
+// naming the directory when it is no training checkpoint or its run had no adapters.
+ConsolidatedModel write_checkpoint_adapter(const std::string& checkpoint_dir,
+                                           const std::string& out_dir, bool overwrite);
+
 // Writes the engine's current weights as a bf16 model directory. Collective over comm (the
 // engine's communicator).
 ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string& dir,

@@ -19,6 +19,20 @@ bool in_adapter(const ParamLayout& layout, const TrainableSet& trainable, const 
   return t.is_lora() || (!trainable.all_train() && trainable.trains(layout.index_of(t)));
 }
 
+// adapter_config.json's modules_to_save: the full names of the modules whose base tensors the
+// file holds (PEFT selects a module by the end of its name, and a full name selects only itself),
+// so that PEFT and --lora-init-from train them again; null when there are none.
+nlohmann::json saved_modules(const ParamLayout& layout, const TrainableSet& trainable) {
+  std::vector<std::string> modules;
+  for (const TensorInfo& t : layout.tensors()) {
+    if (t.is_lora() || !in_adapter(layout, trainable, t)) continue;
+    const std::string module = t.name.substr(0, t.name.rfind('.'));
+    if (std::find(modules.begin(), modules.end(), module) == modules.end())
+      modules.push_back(module);
+  }
+  return modules.empty() ? nlohmann::json() : nlohmann::json(modules);
+}
+
 }  // namespace
 
 uint64_t write_peft_adapter_dir(const std::string& dir, const ParamLayout& layout,
@@ -47,7 +61,9 @@ uint64_t write_peft_adapter_dir(const std::string& dir, const ParamLayout& layou
     }
     writer.finish();
     const uint64_t bytes = writer.tensors().empty() ? 0 : writer.tensors().back().end;
-    write_text_file(tmp + "/" + kPeftConfigFile, spec.to_peft_json(base_model).dump(2) + "\n");
+    nlohmann::json config = spec.to_peft_json(base_model);
+    config["modules_to_save"] = saved_modules(layout, trainable);
+    write_text_file(tmp + "/" + kPeftConfigFile, config.dump(2) + "\n");
     fsync_path(tmp);
     move_into_place(tmp, dir, overwrite);
     return bytes;

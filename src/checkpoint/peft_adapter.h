@@ -1,8 +1,8 @@
 // A run's LoRA adapters as Hugging Face PEFT's adapter directory (io/peft_adapter_file.h):
 // adapter_config.json (model/lora.h's LoraSpec::to_peft_json) and adapter_model.safetensors
 // holding the fp32 masters of every adapter tensor and of every base tensor that trains
-// (modules_to_save), so a reload continues exactly. peft.PeftModel.from_pretrained(base, DIR)
-// loads it onto the base model.
+// (modules_to_save, whose modules' full names adapter_config.json lists), so a reload continues
+// exactly. peft.PeftModel.from_pretrained(base, DIR) loads it onto the base model.
 #pragma once
 #include <string>
 

@@ -60,6 +60,22 @@ def fresh_work_dir(path):
     return lambda *parts: os.path.join(path, *parts)
 
 
+def lora_oracle_arguments(description, mutations):
+    """argument_parser's arguments and --mutation (one of `mutations`, PEFT's side mutated) with
+    --expect-mismatch; parses them, checks the venv has PEFT and transformers, and recreates the
+    scratch directory. Returns (args, work)."""
+    parser = argument_parser(description)
+    parser.add_argument("--mpirun", default="mpirun")
+    parser.add_argument("--mutation", choices=mutations,
+                        help="mutate the reference (with --expect-mismatch: the runs must differ)")
+    parser.add_argument("--expect-mismatch", action="store_true")
+    args = parser.parse_args()
+    require_venv_modules("peft", "transformers", "safetensors")
+    import torch
+    torch.set_num_threads(1)
+    return args, fresh_work_dir(args.work_dir)
+
+
 def argument_parser(description, deepspeed_sdist=False):
     """The arguments every oracle script takes: the zerotrain binary, the repository root and a
     scratch directory (recreated); with deepspeed_sdist, DeepSpeed's pinned sdist and
@@ -76,17 +92,25 @@ def argument_parser(description, deepspeed_sdist=False):
     return parser
 
 
-def exit_status(checks):
-    """Runs checks(): 0 when it returns, 1 on a CheckFailed, 2 on a SetupError (printed)."""
+def exit_status(checks, mutation=None):
+    """Runs checks(): 0 when it returns, 1 on a CheckFailed, 2 on a SetupError (printed). With
+    `mutation` (the variant whose reference is mutated), a CheckFailed is the pass (0) and checks
+    returning is the failure (1): the oracle could not tell the mutation."""
     try:
         checks()
     except SetupError as e:
         print(f"SETUP ERROR: {e}")
         return 2
     except CheckFailed as e:
-        print(f"FAIL: {e}")
-        return 1
-    print("all checks passed")
+        if not mutation:
+            print(f"FAIL: {e}")
+            return 1
+        print(f"ok   the mutation ({mutation}) fails the comparison: {e}")
+    else:
+        if mutation:
+            print(f"FAIL: the mutation ({mutation}) passed every check")
+            return 1
+        print("all checks passed")
     import shutil
     for path in _WORK_DIRS:
         shutil.rmtree(path, ignore_errors=True)

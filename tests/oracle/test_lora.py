@@ -31,6 +31,9 @@ adapter parameters alone.
    an adapter directory without weights, with another rank than its tensors or with only a
    pickle is refused by --lora-init-from and by export --merge-lora.
 
+--mutation scale (PEFT at alpha/(r+1)) or base (PEFT's q_proj base weights train too) with
+--expect-mismatch: the first run must then differ from the reference (oracle_lora_peft_mismatch_*).
+
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
 
@@ -39,9 +42,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, checkpoint_masters, refused,  # noqa: E402
-                            exit_status, fresh_work_dir, require_venv_modules, run_tool,
-                            write_byte_windows)
+from oracle_harness import (check, checkpoint_masters, exit_status,  # noqa: E402
+                            lora_oracle_arguments, refused, run_tool, write_byte_windows)
 import llama_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -81,38 +83,56 @@ def window_loss(model, tokens):
                                              tokens[:, 1:].reshape(-1))
 
 
-def peft_reference(model_dir, weights, initial_a, tokens):
-    """PEFT's LoRA trained for STEPS steps: losses, gradient norms and final adapter tensors (by
-    zerotrain's names, without PEFT's prefix)."""
+def peft_reference(model_dir, weights, initial_a, tokens, mutation=None, modules_to_save=None):
+    """PEFT's LoRA trained for STEPS steps: losses, gradient norms and final tensors by zerotrain's
+    names (without PEFT's prefix; a modules_to_save copy under its module's tensor name, e.g.
+    lm_head.weight), and the model. mutation "scale": alpha/(r+1) for alpha/r; "base": the
+    base's q_proj weights train too; "head": the modules_to_save copies without weight decay."""
     from peft import LoraConfig, get_peft_model
     config = LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS,
-                        task_type="CAUSAL_LM")
+                        modules_to_save=modules_to_save, task_type="CAUSAL_LM")
     model = get_peft_model(base_model(model_dir, weights), config)
-    adapters = {}
+    for module in model.modules():  # the products' scale, the config left as it is
+        if mutation == "scale" and isinstance(getattr(module, "scaling", None), dict):
+            module.scaling["default"] = ALPHA / (RANK + 1)
+    leaked = [p for n, p in model.named_parameters() if "q_proj.base_layer" in n]
+    trained, saved = {}, []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        # base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight
+        # ...q_proj.lora_A.default.weight; lm_head.modules_to_save.default.weight
         short = name[len(PREFIX):].replace(".default.", ".")
+        if ".modules_to_save." in short:
+            saved.append(short.replace(".modules_to_save.", "."))
+            trained[saved[-1]] = p
+            continue
         with torch.no_grad():
             p.copy_(initial_a[short] if ".lora_A." in short else torch.zeros_like(p))
-        adapters[short] = p
-    check(set(adapters) == set(initial_a) | {n.replace("lora_A", "lora_B") for n in initial_a},
-          f"PEFT adapts other tensors than zerotrain: {sorted(adapters)[:4]}...")
-    optimizer = torch.optim.AdamW(list(adapters.values()), lr=LR, betas=BETAS, eps=EPS,
+        trained[short] = p
+    want = set(initial_a) | {n.replace("lora_A", "lora_B") for n in initial_a}
+    check(set(trained) == want | set(saved) and len(saved) == len(modules_to_save or []),
+          f"PEFT trains other tensors than zerotrain: {sorted(trained)[:4]}...")
+    groups = [{"params": [p for n, p in trained.items() if n not in saved]},
+              {"params": [trained[n] for n in saved],
+               "weight_decay": 0.0 if mutation == "head" else WEIGHT_DECAY}]
+    if mutation == "base":
+        for p in leaked:
+            p.requires_grad_(True)
+        groups.append({"params": leaked})
+    optimizer = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS,
                                   weight_decay=WEIGHT_DECAY, foreach=False)
     losses, norms = [], []
     for _ in range(STEPS):
         loss = window_loss(model, tokens)
         loss.backward()
         losses.append(loss.item())
-        norms.append(torch.sqrt(sum((p.grad ** 2).sum() for p in adapters.values())).item())
+        norms.append(torch.sqrt(sum((p.grad ** 2).sum() for p in trained.values())).item())
         base_grads = [n for n, p in model.named_parameters() if not p.requires_grad and
                       p.grad is not None]
         check(not base_grads, f"PEFT computed base gradients: {base_grads[:3]}")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    return losses, norms, {n: p.detach().clone() for n, p in adapters.items()}, model
+    return losses, norms, {n: p.detach().clone() for n, p in trained.items()}, model
 
 
 def read_merged(hf_dir):
@@ -250,30 +270,36 @@ def train_args(zt, work, out, extra, steps=STEPS, lr=LR, targets=",".join(TARGET
             "--log-every", "0"] + lora + extra
 
 
+def tiny_model_and_windows(zt, work, source_dir):
+    """The tiny preset's model (seed 1234) and the byte windows: (training windows, evaluation
+    windows, the model's weights in float64). One token more than the training windows need, so
+    that the end-of-run evaluation's windows (apart, SEQ_LEN + 1 tokens each) fit too."""
+    run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
+    data = write_byte_windows(work("tok.h5"), os.path.join(source_dir, "inputs", "data",
+                                                           "sample.txt"), WINDOWS, SEQ_LEN,
+                              extra_tokens=1)
+    windows = np.stack([data[w * SEQ_LEN: w * SEQ_LEN + SEQ_LEN + 1] for w in range(WINDOWS)])
+    eval_windows = data[:WINDOWS * (SEQ_LEN + 1)].reshape(WINDOWS, SEQ_LEN + 1)
+    return (torch.from_numpy(windows.astype(np.int64)),
+            torch.from_numpy(eval_windows.astype(np.int64)),
+            ref.load_weights(work("model"), torch.float64))
+
+
+def initial_adapters(zt, work, extra):
+    """zerotrain's initial adapters (OUT/final's tensors, PEFT's names): a run whose step cannot
+    move an fp32 value of A's size."""
+    run_tool(train_args(zt, work, work("init"), ["--micro-batch", "2"] + extra, steps=1,
+                        lr=1e-30))
+    return read_safetensors(work("init", "final", "adapter_model.safetensors"))
+
+
 def main():
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--mpirun", default="mpirun")
-    args = parser.parse_args()
-    require_venv_modules("peft", "transformers", "safetensors")
-    torch.set_num_threads(1)
-    work = fresh_work_dir(args.work_dir)
+    args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["scale", "base"])
     zt = args.zerotrain
 
     def checks():
-        run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
-        # One token more than the training windows need, so that the end-of-run evaluation's
-        # windows (apart, SEQ_LEN + 1 tokens each) fit too.
-        data = write_byte_windows(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
-                                                               "sample.txt"), WINDOWS, SEQ_LEN,
-                                  extra_tokens=1)
-        windows = np.stack([data[w * SEQ_LEN: w * SEQ_LEN + SEQ_LEN + 1] for w in range(WINDOWS)])
-        tokens = torch.from_numpy(windows.astype(np.int64))
-        eval_windows = data[:WINDOWS * (SEQ_LEN + 1)].reshape(WINDOWS, SEQ_LEN + 1)
-        eval_tokens = torch.from_numpy(eval_windows.astype(np.int64))
-        weights = ref.load_weights(work("model"), torch.float64)
-        # zerotrain's initial A: a run whose step cannot move an fp32 value of A's size.
-        run_tool(train_args(zt, work, work("init"), ["--micro-batch", "2"], steps=1, lr=1e-30))
-        initial = read_safetensors(work("init", "final", "adapter_model.safetensors"))
+        tokens, eval_tokens, weights = tiny_model_and_windows(zt, work, args.source_dir)
+        initial = initial_adapters(zt, work, [])
         initial_a = {n[len(PREFIX):]: t.to(torch.float64) for n, t in initial.items()
                      if ".lora_A." in n}
         check(len(initial_a) == 2 * len(TARGETS), f"{len(initial_a)} lora_A tensors")
@@ -282,8 +308,8 @@ def main():
             check(".lora_B." in n or (t.abs().max() <= bound and t.abs().max() > bound / 2),
                   f"{n} is not Kaiming-uniform with bound {bound}")
             check(".lora_A." in n or t.abs().max() < 1e-25, f"{n} does not start at zero")
-        want_losses, want_norms, want_final, peft_model = peft_reference(work("model"), weights,
-                                                                         initial_a, tokens)
+        want_losses, want_norms, want_final, peft_model = peft_reference(
+            work("model"), weights, initial_a, tokens, args.mutation)
         # The adapter_config.json PEFT itself writes is accepted as the specification.
         peft_model.save_pretrained(work("peft_saved"))
         run_tool(train_args(zt, work, work("from_config"),
@@ -319,6 +345,8 @@ def main():
             worst = max(rel_error(t, want_final[n[len(PREFIX):]]) for n, t in final.items())
             check(worst < TOLERANCE, f"{what}: final adapters differ from PEFT's by {worst:.2e}")
             print(f"{what}: final adapters within {worst:.2e} of PEFT's")
+            if args.mutation:  # the mutated reference is compared with the first run only
+                return
             base = {n: v for n, (v, _) in checkpoint_masters(
                 os.path.join(out, "checkpoints", f"step-{STEPS:08d}")).items() if ".lora_" not in n}
             start = ref.load_weights(work("model"), torch.float32)
@@ -484,7 +512,7 @@ def main():
         refused(train_args(zt, work, bad, ["--lora-config", work("dora.json")]),
                 "both specify the adapters")
 
-    return exit_status(checks)
+    return exit_status(checks, args.mutation if args.expect_mismatch else None)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    quantization's reach of it.
 8. LoRA (r 8, every projection) at 2 ranks with ZeRO-3 on the same chat SFT windows: PEFT loads
    OUT/final onto the model, and its per-conversation loss is zerotrain's for those adapters,
-   lower than the base's beyond the bound.
+   lower than the base's beyond the bound. `export --format peft` of the last checkpoint is
+   OUT/final's adapter; `export --merge-lora` as safetensors and as an f32 GGUF load in
+   transformers with the same tensors, and a loss lower than the base's beyond the bound.
 
 Bound for the losses: test_hf_families.py's (both sides compute in fp32 on the same bf16 weights).
 
@@ -184,7 +186,7 @@ def check_lora(work, zt, mpirun, reference, sft):
               str(T), "--precision", "fp32", "--warmup-steps", "0", "--eval-batches", "0",
               "--comm-timeout", "120"]
     run_tool(launch + ["--out", work("lora"), "--steps", "3", "--lr", "2e-3", "--lora-rank", "8",
-                       "--lora-alpha", "16", "--lora-targets", "all-linear"])
+                       "--lora-alpha", "16", "--lora-targets", "all-linear", "--save-every", "3"])
     run_tool(launch + ["--out", work("lora_loss"), "--steps", "1", "--lr", "1e-30",
                        "--lora-init-from", work("lora", "final")])
     got = json.loads(open(work("lora_loss", "metrics.jsonl")).readline())["loss"]
@@ -196,6 +198,37 @@ def check_lora(work, zt, mpirun, reference, sft):
           f"3 LoRA steps did not lower the loss beyond the bound: {base} -> {want}")
     print(f"ok   LoRA: the loss on the SFT windows went {base:.6f} -> {want:.6f}; PEFT loads the "
           "adapter with zerotrain's loss")
+    check_lora_exports(work, zt, sft, base)
+
+
+def check_lora_exports(work, zt, sft, base):
+    """The LoRA run's last checkpoint as PEFT's adapter (export --format peft) is OUT/final's,
+    tensor for tensor; merged into the model, the safetensors and the f32 GGUF exports load in
+    transformers (its own loader and its GGUF loader) with the same tensors, bit for bit, and a
+    loss below the base's beyond the bound (the adapters' effect merged in)."""
+    from safetensors.torch import load_file
+    ids, mask, starts, T = sft
+    run_tool([zt, "export", work("lora", "checkpoints", "step-00000003"), "--format", "peft",
+              "--out", work("lora_peft")])
+    exported, final = (load_file(work(d, "adapter_model.safetensors"))
+                       for d in ("lora_peft", os.path.join("lora", "final")))
+    check(sorted(exported) == sorted(final) and
+          all(torch.equal(exported[n], final[n]) for n in final),
+          "export --format peft of the last checkpoint differs from OUT/final")
+    merge = [zt, "export", work("model"), "--merge-lora", work("lora", "final"), "--out"]
+    run_tool(merge + [work("merged")])
+    run_tool(merge + [work("merged.gguf"), "--format", "gguf", "--gguf-type", "f32"])
+    merged = transformers.AutoModelForCausalLM.from_pretrained(
+        work("merged"), torch_dtype=torch.float32).eval()
+    from_gguf = transformers_gguf_model(work("merged.gguf"))
+    a, b = merged.state_dict(), from_gguf.state_dict()
+    check(sorted(a) == sorted(b) and all(torch.equal(a[n], b[n]) for n in a),
+          "the merged GGUF's tensors differ from the merged safetensors'")
+    loss, _ = conversation_loss(merged, ids, mask, starts, T)
+    check(base - loss > bound(base), f"the merged model's loss {loss} is not below the base's "
+          f"{base} beyond the bound")
+    print(f"ok   LoRA exports: export --format peft is OUT/final's adapter; the merged model's "
+          f"safetensors and GGUF hold the same tensors, loss {loss:.6f} (base {base:.6f})")
 
 
 def check_sft(work, zt, source_dir, mpirun, reference):

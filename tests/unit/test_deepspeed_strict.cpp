@@ -193,21 +193,21 @@ TEST(DeepSpeedStrictKeys, DeepSpeedsAliasesAndDeprecatedKeysAreAccepted) {
 
 // SuperOffload's speculative CPU AdamW is zerotrain's exact overlap; its core share is not read.
 TEST(DeepSpeedStrictKeys, SuperOffloadTurnsTheOverlapOnAndItsCoreShareIsAWarning) {
-  const DeepSpeedConfig on = parse(
-      {{"zero_optimization",
-        {{"stage", 3},
-         {"offload_optimizer",
-          {{"device", "cpu"}, {"super_offload", true}, {"cpuadam_cores_perc", 0.5}}}}}});
+  const DeepSpeedConfig on =
+      parse({{"zero_optimization",
+              {{"stage", 3},
+               {"offload_optimizer",
+                {{"device", "cpu"}, {"super_offload", true}, {"cpuadam_cores_perc", 0.5}}}}}});
   EXPECT_EQ(on.option("offload-optimizer-overlap"), "on");
   ASSERT_EQ(on.warnings.size(), 1u);
   EXPECT_TRUE(contains(on.warnings[0], "zero_optimization.offload_optimizer.cpuadam_cores_perc") &&
               contains(on.warnings[0], "(ignored)"))
       << on.warnings[0];
-  const DeepSpeedConfig off = parse(
-      {{"zero_optimization",
-        {{"stage", 3},
-         {"offload_optimizer",
-          {{"device", "cpu"}, {"super_offload", false}, {"cpuadam_cores_perc", 0.8}}}}}});
+  const DeepSpeedConfig off =
+      parse({{"zero_optimization",
+              {{"stage", 3},
+               {"offload_optimizer",
+                {{"device", "cpu"}, {"super_offload", false}, {"cpuadam_cores_perc", 0.8}}}}}});
   EXPECT_FALSE(off.option("offload-optimizer-overlap").has_value());  // zerotrain's default
   EXPECT_TRUE(off.warnings.empty()) << off.warnings.front();
 }

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""LoRA's files in and out, against Hugging Face PEFT and transformers (label oracle).
+
+The tiny preset, r 4 on all seven projections and lm_head trained in full (`--trainable
+lm_head`, PEFT's modules_to_save), fp32, test_lora.py's STEPS AdamW steps on 2 windows at 1 rank
+stage 0:
+1. OUT/final's adapter_config.json lists lm_head in modules_to_save, and its weights hold
+   base_model.model.lm_head.weight. PEFT's get_peft_model with modules_to_save=["lm_head"], from
+   the same base and initial A, trained with AdamW over the adapters and its copy of lm_head,
+   gives each step's loss and gradient norm and the final tensors within test_lora.py's bound;
+   PeftModel.from_pretrained(base, OUT/final) gives zerotrain's end-of-run evaluation loss.
+2. --lora-init-from OUT/final trains lm_head again: a step too small to move an fp32 value gives
+   it back bitwise, and a real step moves it.
+3. `export CHECKPOINT --format peft` writes OUT/final's tensors bitwise and its modules_to_save,
+   and PEFT loads it. Refused naming what was given: a PEFT adapter directory, a model directory,
+   the checkpoint of a run without adapters, --merge-lora beside it; `export CHECKPOINT` in
+   another format points to consolidate; a modules_to_save name that would train a layer's norms.
+4. `export --merge-lora`: the merged directory holds exactly the base's tensor names, each within
+   one bf16 step of PEFT's merge_and_unload rounded to bf16 (both round sums that differ only by
+   fp32 rounding), its lm_head the adapter's rounded; transformers' from_pretrained on it gives
+   exactly the loss of its tensors in the base's configuration (its config.json), and PEFT's
+   loss with the adapter unmerged within twice the first-order effect of one bf16 step on every
+   weight, 2 * sum |dL/dW| ulp_bf16(W) (float64, the gradient at PEFT's exact merge).
+
+--mutation head: the PEFT reference trains lm_head without weight decay; --mutation merge: the
+merge check is given the base's loss for the merged model's. Either must fail (--expect-mismatch).
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (check, exit_status, lora_oracle_arguments, refused,  # noqa: E402
+                            run_tool)
+import torch  # noqa: E402
+from test_lora import (LR, PREFIX, RANK, STEPS, TOLERANCE, base_model, bf16_ulps,  # noqa: E402
+                       initial_adapters, peft_reference, read_merged, read_safetensors, rel_error,
+                       tiny_model_and_windows, train_args, window_loss)
+
+HEAD = "lm_head.weight"
+
+
+def check_training(work, run, want_losses, want_norms, want_final):
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        metrics = [json.loads(line) for line in f]
+    check(len(metrics) == STEPS, f"{len(metrics)} metrics lines")
+    for key, want in (("loss", want_losses), ("grad_norm", want_norms)):
+        got = [m[key] for m in metrics]
+        print(f"{key}: zerotrain " + " ".join(f"{x:.7f}" for x in got) + ", PEFT " +
+              " ".join(f"{x:.7f}" for x in want))
+        for step, (g, w) in enumerate(zip(got, want), start=1):
+            check(abs(g - w) / abs(w) < TOLERANCE, f"step {step} {key} {g} vs PEFT {w}")
+    with open(os.path.join(run, "final", "adapter_config.json")) as f:
+        saved = json.load(f)["modules_to_save"]
+    check(saved == ["lm_head"], f"adapter_config.json's modules_to_save is {saved}")
+    final = read_safetensors(os.path.join(run, "final", "adapter_model.safetensors"))
+    check({n[len(PREFIX):] for n in final} == set(want_final), f"final/ holds {sorted(final)[:3]}")
+    worst = max(rel_error(t, want_final[n[len(PREFIX):]]) for n, t in final.items())
+    check(worst < TOLERANCE, f"the final tensors differ from PEFT's by {worst:.2e}")
+    print(f"modules_to_save lm_head: losses, gradient norms and final tensors within {worst:.2e} "
+          "of PEFT's")
+    return final
+
+
+def peft_loss(work, weights, adapter_dir, tokens):
+    from peft import PeftModel
+    loaded = PeftModel.from_pretrained(base_model(work("model"), weights),
+                                       adapter_dir).to(torch.float64)
+    with torch.no_grad():
+        return window_loss(loaded, tokens).item()
+
+
+def check_init_from(zt, work, final):
+    given = final[PREFIX + HEAD]
+    for out, lr, moved in (("still", 1e-30, False), ("moved", LR, True)):
+        run_tool(train_args(zt, work, work(out), ["--micro-batch", "2", "--lora-init-from",
+                                                  work("run", "final")], steps=1, lr=lr,
+                            targets=None))
+        head = read_safetensors(work(out, "final", "adapter_model.safetensors"))[PREFIX + HEAD]
+        check(torch.equal(head, given) != moved,
+              f"--lora-init-from at lr {lr}: lm_head {'stayed' if not moved else 'moved'}"
+              " where it should not")
+    print("--lora-init-from: lm_head starts bitwise from the adapter's and trains again")
+
+
+def check_export_peft(zt, work, weights, final, eval_tokens, eval_loss):
+    step = work("run", "checkpoints", f"step-{STEPS:08d}")
+    run_tool([zt, "export", step, "--format", "peft", "--out", work("exported")])
+    exported = read_safetensors(work("exported", "adapter_model.safetensors"))
+    check(set(exported) == set(final) and all(torch.equal(exported[n], final[n]) for n in final),
+          "export --format peft's tensors differ from OUT/final's")
+    with open(work("exported", "adapter_config.json")) as f:
+        check(json.load(f)["modules_to_save"] == ["lm_head"], "export --format peft's config")
+    loss = peft_loss(work, weights, work("exported"), eval_tokens)
+    check(abs(loss - eval_loss) / abs(loss) < TOLERANCE,
+          f"PEFT's loss with the exported adapter {loss} vs zerotrain's {eval_loss}")
+    print(f"export --format peft: OUT/final's tensors bitwise; PEFT's loss {loss:.7f}")
+    bad = work("bad")
+    run_tool(train_args(zt, work, work("plain"), ["--micro-batch", "2"], steps=1, targets=None))
+    for model, extra, says in (
+            (work("run", "final"), [], "is already PEFT's adapter directory"),
+            (work("model"), [], "is a model directory"),
+            (work("plain", "checkpoints", "step-00000001"), [], "of a run without LoRA adapters"),
+            (step, ["--merge-lora", work("run", "final")], "give one")):
+        refused([zt, "export", model, "--format", "peft", "--out", bad] + extra, says)
+    refused([zt, "export", step, "--out", bad], "is a training checkpoint: `zerotrain consolidate`")
+    with open(work("norm.json"), "w") as f:
+        json.dump({"r": RANK, "target_modules": ["q_proj"], "modules_to_save": ["norm"]}, f)
+    refused(train_args(zt, work, bad, ["--lora-config", work("norm.json")], targets=None),
+            "norm.json: modules_to_save names 'norm', which selects model.layers.0.input_layernorm")
+
+
+def ulp_bf16(w):
+    """One bf16 step at each element's magnitude (frexp: |w| = m 2^e, m in [0.5, 1))."""
+    _, e = torch.frexp(w)
+    return torch.ldexp(torch.ones_like(w), e - 8)
+
+
+def check_merge(zt, work, weights, final, eval_tokens, mutation):
+    """The merged directory: its tensors against PEFT's merge_and_unload, its config.json through
+    transformers' from_pretrained, and its loss against PEFT's unmerged model."""
+    from peft import PeftModel
+    from transformers import LlamaForCausalLM
+    run_tool([zt, "export", work("model"), "--merge-lora", work("run", "final"), "--out",
+              work("merged")])
+    merged = read_merged(work("merged"))
+    check(set(merged) == set(weights), f"merged tensors {sorted(set(merged) ^ set(weights))}")
+    check(torch.equal(merged[HEAD], final[PREFIX + HEAD].to(torch.bfloat16)),
+          "the merged lm_head is not the adapter's")
+    unmerged = PeftModel.from_pretrained(base_model(work("model"), weights),
+                                         work("run", "final")).to(torch.float64)
+    with torch.no_grad():
+        want = window_loss(unmerged, eval_tokens).item()
+    exact = {n: t.detach().clone() for n, t in unmerged.merge_and_unload().state_dict().items()}
+    worst = max(bf16_ulps(merged[n], exact[n].to(torch.float32).to(torch.bfloat16))
+                for n in merged)
+    check(worst <= 1, f"a merged tensor is {worst} bf16 steps from PEFT's merge")
+    model = base_model(work("model"), exact)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    window_loss(model, eval_tokens).backward()
+    bound = 2 * sum((p.grad.abs() * ulp_bf16(p.detach())).sum().item()
+                    for p in model.parameters())
+    loaded = LlamaForCausalLM.from_pretrained(work("merged"), torch_dtype=torch.float64).eval()
+    if mutation == "merge":  # the base in place of the merge
+        loaded = base_model(work("model"), weights)
+    same = base_model(work("model"), {n: t.to(torch.float64) for n, t in merged.items()})
+    with torch.no_grad():
+        got, direct = window_loss(loaded, eval_tokens).item(), window_loss(same, eval_tokens).item()
+    print(f"merged model in transformers: loss {got:.12f} (its tensors in the base's config: "
+          f"{direct:.12f}); PEFT unmerged {want:.9f}, |diff| {abs(got - want):.2e}, bound "
+          f"{bound:.2e}; the tensors within {worst} bf16 step of PEFT's merge")
+    check(got == direct, "from_pretrained of the merged directory is not its tensors in the "
+          "base model's config (config.json)")
+    check(abs(got - want) <= bound, f"the merged model's loss {got} is beyond {bound} of {want}")
+
+
+def main():
+    args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["head", "merge"])
+    zt = args.zerotrain
+
+    def checks():
+        tokens, eval_tokens, weights = tiny_model_and_windows(zt, work, args.source_dir)
+        head = ["--trainable", "lm_head"]
+        initial_a = {n[len(PREFIX):]: t.to(torch.float64) for n, t in
+                     initial_adapters(zt, work, head).items() if ".lora_A." in n}
+        want = peft_reference(work("model"), weights, initial_a, tokens, args.mutation,
+                              modules_to_save=["lm_head"])[:3]
+        run_tool(train_args(zt, work, work("run"), ["--micro-batch", "1", "--grad-accum", "2",
+                                                    "--eval-batches", "2"] + head))
+        final = check_training(work, work("run"), *want)
+        with open(work("run", "report.json")) as f:
+            eval_loss = json.load(f)["eval"]["loss"]
+        loss = peft_loss(work, weights, work("run", "final"), eval_tokens)
+        check(abs(loss - eval_loss) / abs(loss) < TOLERANCE,
+              f"PEFT's loss with OUT/final {loss} vs zerotrain's evaluation {eval_loss}")
+        print(f"PEFT loads OUT/final with modules_to_save: loss {loss:.7f}, zerotrain's "
+              f"{eval_loss:.7f}")
+        if args.mutation != "merge":
+            check_init_from(zt, work, final)
+            check_export_peft(zt, work, weights, final, eval_tokens, eval_loss)
+        check_merge(zt, work, weights, final, eval_tokens, args.mutation)
+
+    return exit_status(checks, args.mutation if args.expect_mismatch else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
