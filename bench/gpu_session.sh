@@ -522,29 +522,38 @@ print(max(s["host"] for s in j["stages"] if s["stage"] == 2))') || return 1
   [ "$((need + (8 << 30)))" -le "$avail" ]
 }
 
-# The GPU's memory in GiB (nvidia-smi), empty where there is none.
+# The GPU's memory in GiB (nvidia-smi's total), ZT_BIG_DEVICE_GIB where given (the CPU dry
+# run); empty where there is neither.
 gpu_memory_gib() {
   local mib
+  if [ -n "${ZT_BIG_DEVICE_GIB:-}" ]; then
+    echo "$ZT_BIG_DEVICE_GIB"
+    return
+  fi
   mib=$(timeout 60 nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null |
     head -n 1)
   [ -n "$mib" ] && echo $((mib / 1024))
 }
 
 # big_micro_batch PRESET STAGE [ESTIMATE ARGS...]: the largest micro-batch `estimate
-# --max-micro-batch` fits on this GPU at that stage with full checkpointing (capped by
-# ZT_BIG_MAX_MICRO_BATCH, default 16; 1 where estimate cannot say). ZT_BIG_DEVICE_GIB stands in
-# for the GPU's memory (the CPU dry run).
+# --max-micro-batch` fits at that stage with full checkpointing in 90% of the GPU's memory (the
+# rest for the CUDA context and fragmentation), capped by ZT_BIG_MAX_MICRO_BATCH (default 16);
+# 1 where estimate cannot say.
 big_micro_batch() {
-  local preset=$1 stage=$2 gib mb
+  local preset=$1 stage=$2 gib mb cap=${ZT_BIG_MAX_MICRO_BATCH:-16}
   shift 2
-  gib=${ZT_BIG_DEVICE_GIB:-$(gpu_memory_gib)}
+  [ "$cap" -ge 1 ] 2>/dev/null || cap=1
+  gib=$(gpu_memory_gib)
+  [ -n "$gib" ] && gib=$((gib * 9 / 10))
+  [ "${gib:-0}" -ge 1 ] 2>/dev/null || gib=${gib:+1}
   mb=$(timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 \
     --zero-stage "$stage" --seq-len "$seq" --activation-checkpointing full --backend "$backend" \
     ${gib:+--device-memory-gib "$gib"} --max-micro-batch --json "$@" | "$python" -c 'import json, sys
 stage = int(sys.argv[1])
 rows = [r for r in json.load(sys.stdin).get("max_micro_batch", []) if r["stage"] == stage]
 print(rows[0]["micro_batch"] if rows and rows[0]["micro_batch"] else 1)' "$stage") || mb=1
-  echo $((mb < ${ZT_BIG_MAX_MICRO_BATCH:-16} ? mb : ${ZT_BIG_MAX_MICRO_BATCH:-16}))
+  [ "$mb" -ge 1 ] 2>/dev/null || mb=1
+  echo $((mb < cap ? mb : cap))
 }
 
 # big_run LABEL DIR PRESET STAGE [ARGS...]: a run with the recipe the offload spike asked for:
@@ -570,7 +579,7 @@ print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1" 2>
 # where host memory allows; without offload at stages 0 and 2 where the GPU holds it (an H200);
 # then 1b at micro-batch 1 with and without offload, whose losses must be the same.
 run_part_big() {
-  local preset=${ZT_BIG_PRESET:-6b} small=${ZT_OFFLOAD_PRESET:-1b} a b
+  local preset=${ZT_BIG_PRESET:-6b} small=${ZT_OFFLOAD_PRESET:-1b} a b stage offload
   timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
     --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
     --backend "$backend" | tee -a "$summary"
@@ -581,6 +590,7 @@ run_part_big() {
     say "big: skipped the offloaded run (host memory, above, leaves less than 8 GiB spare)"
   fi
   if [ "${ZT_BIG_REFERENCE:-0}" = 1 ] || [ "$(gpu_memory_gib)" -ge 120 ] 2>/dev/null; then
+    # An H200 (141 GB), not an H100 (80 GB): 6b's states alone are about 100 GiB.
     for stage in 0 2; do
       big_run "$preset stage $stage + full checkpointing, no offload ($backend)" \
         "$work/big_s$stage" "$preset" "$stage"

@@ -268,10 +268,10 @@ void parse_offload(Block& zero, const std::string& key, const std::string& depre
   if (is_param) return;
   out.fast_init = s.boolean("fast_init").value_or(false);
   s.warn_unless_default("ratio", 1.0, "zerotrain offloads the whole optimizer");
-  // SuperOffload's speculative CPU AdamW is the exact overlap (docs/offload.md); false leaves
-  // zerotrain's default (auto), which gives the same bits.
-  if (s.boolean("super_offload").value_or(false))
-    set_option(c, s.dotted("super_offload"), "offload-optimizer-overlap", "on");
+  // SuperOffload's speculative CPU AdamW is what --offload-optimizer-overlap auto (the default)
+  // runs with CPU optimizer offload (docs/offload.md); elsewhere the key does nothing.
+  if (out.device != "cpu")
+    s.warn_unless_default("super_offload", false, "it needs offload_optimizer.device cpu");
   s.warn_unless_default("cpuadam_cores_perc", 0.8,
                         "the CPU AdamW runs on the rank's cores off the one that feeds the GPU");
 }

@@ -78,7 +78,7 @@ LoraSpec resolve_lora_spec(const LoraOptions& o) {
     ZT_CHECK(o.config_file.empty() && o.given.empty(),
              "--lora-init-from '" + o.init_from + "' brings its adapter_config.json; give no " +
                  (o.config_file.empty() ? "--" + o.given.front() : "--lora-config") + " beside it");
-    return LoraSpec::from_peft_file(o.init_from + "/" + kPeftConfigFile);
+    return LoraSpec::from_peft_file(lora_spec_source(o));
   }
   if (!o.config_file.empty()) {
     ZT_CHECK(o.given.empty(), "--lora-config '" + o.config_file + "' and --" + o.given.front() +
@@ -136,16 +136,25 @@ std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec, const Pa
                                 " (PEFT takes every module whose name ends with it): with LoRA "
                                 "a decoder layer's own tensors stay frozen (the final norm is "
                                 "'model.norm')");
+      // PEFT trains a copy of a tied embedding apart from the head unless told to keep the tie.
+      ZT_CHECK(
+          t.role != TensorRole::kEmbedding || !layout.tied_embeddings() || spec.ensure_weight_tying,
+          says +
+              " on a model that ties its LM head to the embedding: PEFT would train a "
+              "copy of the embedding apart from the head, which zerotrain does not; "
+              "ensure_weight_tying: true (PEFT 0.18 and later) trains the shared matrix, "
+              "as zerotrain does");
       patterns.push_back("^" + RE2::QuoteMeta(t.name) + "$");
       any = true;
     }
     ZT_CHECK(any || !layout.tied_embeddings() || !selects("lm_head"),
              says +
                  ", but this model ties its LM head to model.embed_tokens "
-                 "(tie_word_embeddings): name 'embed_tokens' to train the shared matrix");
+                 "(tie_word_embeddings): name 'embed_tokens', with ensure_weight_tying: true, "
+                 "to train the shared matrix");
     ZT_CHECK(any, says +
-                      ", which ends no module's name of the model (e.g. 'lm_head', "
-                      "'embed_tokens', 'model.norm')");
+                      ", which selects no module holding a tensor of the model (e.g. "
+                      "'lm_head', 'embed_tokens', 'model.norm')");
   }
   return patterns;
 }

@@ -102,9 +102,8 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {
 
 OffloadConfig OffloadOptions::resolved() const {
   ZT_CHECK(overlap != AutoSwitch::kOn || config.optimizer == OffloadDevice::kCpu,
-           "--offload-optimizer-overlap on (DeepSpeed: offload_optimizer.super_offload) needs "
-           "--offload-optimizer cpu: the overlap runs the host's AdamW during the backward (the "
-           "optimizer is '" +
+           "--offload-optimizer-overlap on needs --offload-optimizer cpu: the overlap runs the "
+           "host's AdamW during the backward (the optimizer is '" +
                std::string(offload_device_name(config.optimizer)) + "')");
   ZT_CHECK(config.delay != 0 || config.delay_after == OffloadConfig{}.delay_after,
            "--offload-optimizer-delay-after " + std::to_string(config.delay_after) +
@@ -193,11 +192,12 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
   EngineSpec spec;
   spec.model = model;
   spec.model.lora = choices.lora;
+  const ParamLayout layout(spec.model);
   std::vector<std::string> trainable = o.trainable;
   for (const std::string& p :
-       modules_to_save_patterns(spec.model.lora, ParamLayout(spec.model), lora_spec_source(o.lora)))
+       modules_to_save_patterns(spec.model.lora, layout, lora_spec_source(o.lora)))
     trainable.push_back(p);
-  spec.trainable = TrainableSet::from_patterns(ParamLayout(spec.model), trainable, o.freeze);
+  spec.trainable = TrainableSet::from_patterns(layout, trainable, o.freeze);
   spec.zero = o.zero;
   spec.precision = o.precision;
   spec.activation_storage = o.activations;

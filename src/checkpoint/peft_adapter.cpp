@@ -63,6 +63,11 @@ uint64_t write_peft_adapter_dir(const std::string& dir, const ParamLayout& layou
     const uint64_t bytes = writer.tensors().empty() ? 0 : writer.tensors().back().end;
     nlohmann::json config = spec.to_peft_json(base_model);
     config["modules_to_save"] = saved_modules(layout, trainable);
+    // A tied embedding trained in full is the head too: PEFT keeps the tie only when told.
+    config.erase("ensure_weight_tying");
+    const TensorInfo& embedding = layout.tensor(TensorRole::kEmbedding);
+    if (layout.tied_embeddings() && in_adapter(layout, trainable, embedding))
+      config["ensure_weight_tying"] = true;
     write_text_file(tmp + "/" + kPeftConfigFile, config.dump(2) + "\n");
     fsync_path(tmp);
     move_into_place(tmp, dir, overwrite);

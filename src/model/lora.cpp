@@ -112,10 +112,13 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
   s.rank = j["r"].get<int64_t>();
   s.alpha = number("lora_alpha", 8.0);
   s.dropout = number("lora_dropout", 0.0);
-  if (j.contains("use_rslora")) {
-    ZT_CHECK(j["use_rslora"].is_boolean(), source + ": key 'use_rslora' must be true or false");
-    s.use_rslora = j["use_rslora"].get<bool>();
-  }
+  auto boolean = [&](const char* key) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    ZT_CHECK(j[key].is_boolean(), source + ": key '" + key + "' must be true or false");
+    return j[key].get<bool>();
+  };
+  s.use_rslora = boolean("use_rslora");
+  s.ensure_weight_tying = boolean("ensure_weight_tying");
   const nlohmann::json targets = j.value("target_modules", nlohmann::json());
   std::vector<std::string> names;
   if (targets.is_string()) {
@@ -157,8 +160,7 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
       {"layer_replication", empty_container},
       {"exclude_modules", empty_container},
       {"trainable_token_indices", empty_container},
-      {"target_parameters", empty_container},
-      {"ensure_weight_tying", is_false}};
+      {"target_parameters", empty_container}};
   for (const auto& [key, ok] : math_keys)
     if (j.contains(key))
       refuse_unless(j, key, is_null_or(j[key], ok), source,
@@ -187,13 +189,16 @@ nlohmann::json LoraSpec::to_json() const {
   nlohmann::json targets = nlohmann::json::array();
   for (int i = 0; i < kLoraTargets; ++i)
     if (this->targets[static_cast<size_t>(i)]) targets.push_back(kTargetNames[i]);
-  return {{"r", rank},
-          {"lora_alpha", alpha},
-          {"lora_dropout", dropout},
-          {"use_rslora", use_rslora},
-          {"target_modules", targets},
-          {"modules_to_save",
-           modules_to_save.empty() ? nlohmann::json() : nlohmann::json(modules_to_save)}};
+  nlohmann::json j = {
+      {"r", rank},
+      {"lora_alpha", alpha},
+      {"lora_dropout", dropout},
+      {"use_rslora", use_rslora},
+      {"target_modules", targets},
+      {"modules_to_save",
+       modules_to_save.empty() ? nlohmann::json() : nlohmann::json(modules_to_save)}};
+  if (ensure_weight_tying) j["ensure_weight_tying"] = true;  // absent before the key was read
+  return j;
 }
 
 nlohmann::json LoraSpec::to_peft_json(const std::string& base_model_name_or_path) const {

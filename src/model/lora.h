@@ -31,6 +31,9 @@ struct LoraSpec {
   // PEFT's modules_to_save: module names (e.g. lm_head) whose tensors train in full beside the
   // adapters; the app turns them into --trainable patterns.
   std::vector<std::string> modules_to_save;
+  // PEFT's ensure_weight_tying (PEFT 0.18 and later): a modules_to_save embedding of a model
+  // that ties its LM head to it stays tied, the shared matrix training, as zerotrain trains it.
+  bool ensure_weight_tying = false;
 
   bool enabled() const { return rank > 0; }
   bool targets_any() const;
@@ -53,8 +56,8 @@ struct LoraSpec {
   // read past.
   static LoraSpec from_peft_json(const nlohmann::json& j, const std::string& source);
   static LoraSpec from_peft_file(const std::string& path);
-  // r, lora_alpha, lora_dropout, use_rslora, target_modules and modules_to_save: what
-  // from_peft_json reads back into this specification.
+  // r, lora_alpha, lora_dropout, use_rslora, target_modules and modules_to_save (and
+  // ensure_weight_tying when true): what from_peft_json reads back into this specification.
   nlohmann::json to_json() const;
   // The adapter_config.json PEFT writes for this specification.
   nlohmann::json to_peft_json(const std::string& base_model_name_or_path) const;

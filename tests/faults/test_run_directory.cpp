@@ -184,10 +184,16 @@ TEST_F(RunDirectory, ADivergingContinuationKeepsThePreviousFinalApart) {
   RunResult r = run_zerotrain(train(out, "--steps 4 --save-every 2 --log-every 0 --resume auto"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(fs::exists(out + "/previous-1"));
+  // The warm-up of a delayed update that is off (which older releases recorded as given) does
+  // not change what the run computes: the continuation below does not name it.
+  nlohmann::json record = nlohmann::json::parse(before);
+  record["config"]["offload_optimizer_delay_after"] = 3;
+  const std::string edited = record.dump(2) + "\n";
+  std::ofstream(out + "/run.json") << edited;
   r = run_zerotrain(train(out, "--steps 6 --save-every 2 --log-every 0 --resume auto"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("changes schedule_steps, steps"), std::string::npos) << r.output;
-  EXPECT_EQ(read_file(out + "/previous-1/run.json"), before);
+  EXPECT_NE(r.output.find("changes schedule_steps, steps from"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(out + "/previous-1/run.json"), edited);
   EXPECT_TRUE(fs::exists(out + "/previous-1/final/model.h5.index.json"));
   EXPECT_TRUE(fs::exists(out + "/final/model.h5.index.json"));
   EXPECT_EQ(nlohmann::json::parse(read_file(out + "/run.json"))["config"]["steps"], 6);

@@ -92,17 +92,18 @@ def argument_parser(description, deepspeed_sdist=False):
     return parser
 
 
-def exit_status(checks, mutation=None):
+def exit_status(checks, mutation=None, mutation_fails=""):
     """Runs checks(): 0 when it returns, 1 on a CheckFailed, 2 on a SetupError (printed). With
-    `mutation` (the variant whose reference is mutated), a CheckFailed is the pass (0) and checks
-    returning is the failure (1): the oracle could not tell the mutation."""
+    `mutation` (the variant whose reference is mutated), a CheckFailed whose message holds
+    `mutation_fails` (the comparison the mutation targets) is the pass (0); checks returning, or
+    failing another check, is the failure (1): the oracle could not tell the mutation."""
     try:
         checks()
     except SetupError as e:
         print(f"SETUP ERROR: {e}")
         return 2
     except CheckFailed as e:
-        if not mutation:
+        if not mutation or mutation_fails not in str(e):
             print(f"FAIL: {e}")
             return 1
         print(f"ok   the mutation ({mutation}) fails the comparison: {e}")

@@ -512,7 +512,8 @@ def main():
         refused(train_args(zt, work, bad, ["--lora-config", work("dora.json")]),
                 "both specify the adapters")
 
-    return exit_status(checks, args.mutation if args.expect_mismatch else None)
+    return exit_status(checks, args.mutation if args.expect_mismatch else None,
+                       "1 rank stage 0: step")
 
 
 if __name__ == "__main__":

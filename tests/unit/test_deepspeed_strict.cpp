@@ -191,25 +191,34 @@ TEST(DeepSpeedStrictKeys, DeepSpeedsAliasesAndDeprecatedKeysAreAccepted) {
   EXPECT_TRUE(contains(twice, "prefetch_bucket_size") && contains(twice, "same setting")) << twice;
 }
 
-// SuperOffload's speculative CPU AdamW is zerotrain's exact overlap; its core share is not read.
-TEST(DeepSpeedStrictKeys, SuperOffloadTurnsTheOverlapOnAndItsCoreShareIsAWarning) {
-  const DeepSpeedConfig on =
+// SuperOffload's speculative CPU AdamW is zerotrain's exact overlap, on by default with CPU
+// optimizer offload; without it the key does nothing, and the CPU AdamW's core share is not read.
+TEST(DeepSpeedStrictKeys, SuperOffloadIsTheDefaultOverlapAndItsCoreShareIsAWarning) {
+  const DeepSpeedConfig cpu =
       parse({{"zero_optimization",
               {{"stage", 3},
                {"offload_optimizer",
                 {{"device", "cpu"}, {"super_offload", true}, {"cpuadam_cores_perc", 0.5}}}}}});
-  EXPECT_EQ(on.option("offload-optimizer-overlap"), "on");
-  ASSERT_EQ(on.warnings.size(), 1u);
-  EXPECT_TRUE(contains(on.warnings[0], "zero_optimization.offload_optimizer.cpuadam_cores_perc") &&
-              contains(on.warnings[0], "(ignored)"))
-      << on.warnings[0];
-  const DeepSpeedConfig off =
+  EXPECT_FALSE(cpu.option("offload-optimizer-overlap").has_value());  // auto: the overlap
+  ASSERT_EQ(cpu.warnings.size(), 1u);
+  EXPECT_TRUE(contains(cpu.warnings[0], "zero_optimization.offload_optimizer.cpuadam_cores_perc") &&
+              contains(cpu.warnings[0], "(ignored)"))
+      << cpu.warnings[0];
+  const DeepSpeedConfig nvme =
       parse({{"zero_optimization",
               {{"stage", 3},
                {"offload_optimizer",
-                {{"device", "cpu"}, {"super_offload", false}, {"cpuadam_cores_perc", 0.8}}}}}});
-  EXPECT_FALSE(off.option("offload-optimizer-overlap").has_value());  // zerotrain's default
-  EXPECT_TRUE(off.warnings.empty()) << off.warnings.front();
+                {{"device", "nvme"}, {"nvme_path", "/tmp"}, {"super_offload", true}}}}}});
+  ASSERT_EQ(nvme.warnings.size(), 1u);
+  EXPECT_TRUE(contains(nvme.warnings[0], "offload_optimizer.super_offload") &&
+              contains(nvme.warnings[0], "needs offload_optimizer.device cpu"))
+      << nvme.warnings[0];
+  const DeepSpeedConfig defaults =
+      parse({{"zero_optimization",
+              {{"stage", 3},
+               {"offload_optimizer",
+                {{"device", "none"}, {"super_offload", false}, {"cpuadam_cores_perc", 0.8}}}}}});
+  EXPECT_TRUE(defaults.warnings.empty()) << defaults.warnings.front();
 }
 
 TEST(DeepSpeedStrictKeys, KeysThatWouldChangeTheTrainingAreRefused) {
