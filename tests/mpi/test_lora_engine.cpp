@@ -173,16 +173,26 @@ TEST_F(LoraEngineTest, OnlyTheAdaptersCarryGradientsAndOptimizerState) {
 }
 
 // Into one rank at stage 3 − s, bitwise; adapters of another rank are refused on every rank,
-// naming the manifest's LoRA specification.
+// naming the manifest's LoRA specification. With dropout, the steps after the resume drop the
+// elements the uninterrupted run drops (the masks are keyed by the global token, not by a state
+// the checkpoint would have to carry).
 TEST_F(LoraEngineTest, CheckpointResumesBitwiseAndRefusesAnotherRank) {
-  engine_test::ResumeCase c;
-  c.options = [](int stage) { return lora_options(stage, Precision::kBf16); };
-  c.other = [](EngineOptions& o) { o.lora = adapters(8); };
-  c.refusal = "zerotrain_lora";
-  c.steps = kSteps;
-  c.leaves = kLeaves;
-  c.lr = kLr;
-  engine_test::expect_resumes_bitwise_and_refuses_another(world_, self_, dir_.string(), c);
+  for (double dropout : {0.0, 0.25}) {
+    engine_test::ResumeCase c;
+    c.options = [dropout](int stage) {
+      EngineOptions o = lora_options(stage, Precision::kBf16);
+      o.lora.dropout = dropout;
+      return o;
+    };
+    c.other = [](EngineOptions& o) { o.lora = adapters(8); };
+    c.refusal = "zerotrain_lora";
+    c.steps = kSteps;
+    c.leaves = kLeaves;
+    c.lr = kLr;
+    SCOPED_TRACE("dropout " + std::to_string(dropout));
+    engine_test::expect_resumes_bitwise_and_refuses_another(
+        world_, self_, (dir_ / (dropout > 0 ? "dropout" : "plain")).string(), c);
+  }
 }
 
 }  // namespace

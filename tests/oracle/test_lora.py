@@ -83,14 +83,16 @@ def window_loss(model, tokens):
                                              tokens[:, 1:].reshape(-1))
 
 
-def peft_reference(model_dir, weights, initial_a, tokens, mutation=None, modules_to_save=None):
+def peft_reference(model_dir, weights, initial_a, tokens, mutation=None, modules_to_save=None,
+                   use_rslora=False):
     """PEFT's LoRA trained for STEPS steps: losses, gradient norms and final tensors by zerotrain's
     names (without PEFT's prefix; a modules_to_save copy under its module's tensor name, e.g.
     lm_head.weight), and the model. mutation "scale": alpha/(r+1) for alpha/r; "base": the
     base's q_proj weights train too; "head": the modules_to_save copies without weight decay."""
     from peft import LoraConfig, get_peft_model
     config = LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS,
-                        modules_to_save=modules_to_save, task_type="CAUSAL_LM")
+                        modules_to_save=modules_to_save, use_rslora=use_rslora,
+                        task_type="CAUSAL_LM")
     model = get_peft_model(base_model(model_dir, weights), config)
     for module in model.modules():  # the products' scale, the config left as it is
         if mutation == "scale" and isinstance(getattr(module, "scaling", None), dict):

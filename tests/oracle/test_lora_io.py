@@ -9,6 +9,8 @@ stage 0:
    the same base and initial A, trained with AdamW over the adapters and its copy of lm_head,
    gives each step's loss and gradient norm and the final tensors within test_lora.py's bound;
    PeftModel.from_pretrained(base, OUT/final) gives zerotrain's end-of-run evaluation loss.
+   The same without lm_head and with --use-rslora (scale alpha/sqrt(r)) against PEFT's
+   use_rslora=True.
 2. --lora-init-from OUT/final trains lm_head again: a step too small to move an fp32 value gives
    it back bitwise, and a real step moves it.
 3. `export CHECKPOINT --format peft` writes OUT/final's tensors bitwise and its modules_to_save,
@@ -44,7 +46,7 @@ from test_lora import (LR, PREFIX, RANK, STEPS, TOLERANCE, base_model, bf16_ulps
 HEAD = "lm_head.weight"
 
 
-def check_training(work, run, want_losses, want_norms, want_final):
+def check_training(run, want_losses, want_norms, want_final, modules_to_save):
     with open(os.path.join(run, "metrics.jsonl")) as f:
         metrics = [json.loads(line) for line in f]
     check(len(metrics) == STEPS, f"{len(metrics)} metrics lines")
@@ -56,12 +58,12 @@ def check_training(work, run, want_losses, want_norms, want_final):
             check(abs(g - w) / abs(w) < TOLERANCE, f"step {step} {key} {g} vs PEFT {w}")
     with open(os.path.join(run, "final", "adapter_config.json")) as f:
         saved = json.load(f)["modules_to_save"]
-    check(saved == ["lm_head"], f"adapter_config.json's modules_to_save is {saved}")
+    check(saved == modules_to_save, f"adapter_config.json's modules_to_save is {saved}")
     final = read_safetensors(os.path.join(run, "final", "adapter_model.safetensors"))
     check({n[len(PREFIX):] for n in final} == set(want_final), f"final/ holds {sorted(final)[:3]}")
     worst = max(rel_error(t, want_final[n[len(PREFIX):]]) for n, t in final.items())
     check(worst < TOLERANCE, f"the final tensors differ from PEFT's by {worst:.2e}")
-    print(f"modules_to_save lm_head: losses, gradient norms and final tensors within {worst:.2e} "
+    print(f"{os.path.basename(run)}: losses, gradient norms and final tensors within {worst:.2e} "
           "of PEFT's")
     return final
 
@@ -172,7 +174,7 @@ def main():
                               modules_to_save=["lm_head"])[:3]
         run_tool(train_args(zt, work, work("run"), ["--micro-batch", "1", "--grad-accum", "2",
                                                     "--eval-batches", "2"] + head))
-        final = check_training(work, work("run"), *want)
+        final = check_training(work("run"), *want, modules_to_save=["lm_head"])
         with open(work("run", "report.json")) as f:
             eval_loss = json.load(f)["eval"]["loss"]
         loss = peft_loss(work, weights, work("run", "final"), eval_tokens)
@@ -181,6 +183,12 @@ def main():
         print(f"PEFT loads OUT/final with modules_to_save: loss {loss:.7f}, zerotrain's "
               f"{eval_loss:.7f}")
         if args.mutation != "merge":
+            # Rank-stabilised scaling, alpha/sqrt(r), against PEFT's use_rslora.
+            rslora = peft_reference(work("model"), weights, initial_a, tokens, args.mutation,
+                                    use_rslora=True)[:3]
+            run_tool(train_args(zt, work, work("rslora"), ["--micro-batch", "1", "--grad-accum",
+                                                           "2", "--use-rslora"]))
+            check_training(work("rslora"), *rslora, modules_to_save=None)
             check_init_from(zt, work, final)
             check_export_peft(zt, work, weights, final, eval_tokens, eval_loss)
         check_merge(zt, work, weights, final, eval_tokens, args.mutation)
