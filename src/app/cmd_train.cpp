@@ -222,16 +222,18 @@ nlohmann::json value_before(const nlohmann::json& before, const std::string& key
   return before.value(key, nlohmann::json());
 }
 
-// The CPU AdamW's host thread on this backend: pinned off the GPU-feeding core (a GPU backend);
+// The CPU AdamW's host thread on this backend: pinned off the GPU-feeding core and the cores of
+// the host's other ranks (a GPU backend);
 // --offload-optimizer-overlap auto off on the CPU backend, whose host thread would share the
 // cores computing the backward, elsewhere its kept state limited to half the host memory that the
 // run's planned host pool leaves (auto_overlap_bytes). Collective over `comm` (the ranks per host)
-// with auto on a GPU backend, the same on every rank.
+// with CPU optimizer offload on a GPU backend, the same on every rank.
 void resolve_host_adam(const TrainOptions& o, int world, MpiCommunicator& comm, EngineSpec& spec) {
   OffloadConfig& offload = spec.offload;
-  // A GPU backend: the CPU AdamW's host thread keeps off the core that feeds the GPU.
+  // A GPU backend: the CPU AdamW's host thread keeps off the core that feeds the GPU, and off
+  // the cores of the other ranks' threads on its host.
   if (o.backend_kind != BackendKind::kCpu && offload.optimizer == OffloadDevice::kCpu)
-    offload.host_adam_cpus = host_worker_cpus(affinity_cpus(), physical_core_of);
+    offload.host_adam_cpus = host_worker_cpus_on_this_host(comm.comm());
   if (o.offload.overlap != AutoSwitch::kAuto || !offload.keeps_speculated_state()) return;
   if (o.backend_kind == BackendKind::kCpu) {
     offload.overlap = false;

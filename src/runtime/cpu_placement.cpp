@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <fstream>
 #include <set>
 
@@ -40,6 +42,33 @@ std::vector<int> host_worker_cpus(const std::vector<int>& allowed,
     if (core != feeding && seen.insert(core).second) out.push_back(cpu);
   }
   return out.empty() ? all : out;
+}
+
+std::vector<std::vector<int>> split_host_worker_cpus(const std::vector<std::vector<int>>& masks,
+                                                     const std::function<int64_t(int)>& core_of) {
+  std::vector<std::vector<int>> out(masks.size());
+  std::vector<bool> placed(masks.size(), false);
+  std::set<int64_t> taken;  // the cores an earlier group took
+  for (size_t first = 0; first < masks.size(); ++first) {
+    if (placed[first]) continue;
+    std::vector<size_t> group;  // the ranks with this mask
+    for (size_t r = first; r < masks.size(); ++r)
+      if (!placed[r] && masks[r] == masks[first]) group.push_back(r), placed[r] = true;
+    std::vector<int> cores;  // one CPU per physical core not yet taken, in the mask's order
+    for (int cpu : masks[first])
+      if (taken.insert(core_of(cpu)).second) cores.push_back(cpu);
+    const size_t k = group.size();
+    const size_t spare = cores.size() > k ? cores.size() - k : 0;  // after the feeding cores
+    size_t next = std::min(k, cores.size());
+    for (size_t i = 0; i < k; ++i) {
+      const size_t count = spare / k + (i < spare % k ? 1 : 0);
+      out[group[i]].assign(cores.begin() + static_cast<std::ptrdiff_t>(next),
+                           cores.begin() + static_cast<std::ptrdiff_t>(next + count));
+      next += count;
+      if (out[group[i]].empty()) out[group[i]] = host_worker_cpus(masks[group[i]], core_of);
+    }
+  }
+  return out;
 }
 
 bool pin_this_thread(const std::vector<int>& cpus) {

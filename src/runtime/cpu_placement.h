@@ -29,6 +29,17 @@ int64_t physical_core_of(int cpu);
 std::vector<int> host_worker_cpus(const std::vector<int>& allowed,
                                   const std::function<int64_t(int)>& core_of);
 
+// host_worker_cpus for each rank of one host, from every local rank's affinity mask (masks[i]:
+// local rank i's), so that ranks whose masks overlap (mpirun --bind-to none gives them all the
+// same) do not pin their CPU AdamW threads to the same cores. Ranks with the same mask form a
+// group (in the order of its first rank); each group takes the physical cores of its mask that an
+// earlier group did not, in the mask's order: the first one per rank for the thread feeding that
+// rank's GPU, the rest in contiguous runs (one more for the lower ranks when they do not divide
+// evenly), one logical CPU per core. A rank that gets no core falls back to host_worker_cpus of
+// its own mask (shared). One rank alone: host_worker_cpus(masks[0]).
+std::vector<std::vector<int>> split_host_worker_cpus(const std::vector<std::vector<int>>& masks,
+                                                     const std::function<int64_t(int)>& core_of);
+
 // Pins the calling thread to `cpus` (pthread_setaffinity_np) and sets its OpenMP team (for the
 // parallel regions it starts) to one thread per CPU; threads it starts later inherit the mask.
 // False, changing nothing, when cpus is empty or the mask cannot be set.

@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "runtime/cpu_placement.h"
 #include "runtime/mpi_check.h"
 #include "util/error.h"
 #include "util/scratch_files.h"
@@ -108,6 +109,26 @@ LocalRank local_rank_by_hostname(MPI_Comm comm) {
   int rank = 0;
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   return local_ranks_of(hostnames(comm))[static_cast<size_t>(rank)];
+}
+
+std::vector<int> host_worker_cpus_on_this_host(MPI_Comm comm) {
+  int rank = 0;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  std::string mine;
+  for (int cpu : affinity_cpus()) mine += std::to_string(cpu) + ",";
+  // CPU_SETSIZE CPUs of at most 4 digits and a comma each.
+  const std::vector<std::string> masks = all_gather_strings(comm, mine, 5 * 1024);
+  const std::vector<std::string> names = hostnames(comm);
+  std::vector<std::vector<int>> here;  // the masks of this host's ranks, by local rank
+  for (size_t r = 0; r < names.size(); ++r) {
+    if (names[r] != names[static_cast<size_t>(rank)]) continue;
+    here.emplace_back();
+    for (size_t begin = 0, end; (end = masks[r].find(',', begin)) != std::string::npos;
+         begin = end + 1)
+      here.back().push_back(std::stoi(masks[r].substr(begin, end - begin)));
+  }
+  const int local = local_ranks_of(names)[static_cast<size_t>(rank)].local_rank;
+  return split_host_worker_cpus(here, physical_core_of)[static_cast<size_t>(local)];
 }
 
 }  // namespace zt

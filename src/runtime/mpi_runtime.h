@@ -66,6 +66,9 @@ std::vector<std::string> hostnames(MPI_Comm comm = MPI_COMM_WORLD);
 std::vector<LocalRank> local_ranks_of(const std::vector<std::string>& names);
 // This rank's position among the ranks of `comm` on the same host (collective over comm).
 LocalRank local_rank_by_hostname(MPI_Comm comm = MPI_COMM_WORLD);
+// The CPUs of this rank's CPU AdamW host thread: split_host_worker_cpus over the affinity masks
+// of the ranks of `comm` on this host, in local-rank order (collective over comm).
+std::vector<int> host_worker_cpus_on_this_host(MPI_Comm comm);
 // The GPU a rank drives among the `devices` its host shows it: its local rank, wrapped when the
 // host has fewer devices than ranks (they then share, through the staged communicator).
 inline int device_for_local_rank(const LocalRank& local, int devices) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cpu_placement.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
 
@@ -188,6 +189,45 @@ TEST(MpiRuntime, AllGatherStringsKeepsEachRanksStringInRankOrder) {
   ASSERT_EQ(got.size(), static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) EXPECT_EQ(got[static_cast<size_t>(r)], string_of(r));
   EXPECT_THROW(all_gather_strings(MPI_COMM_WORLD, "123456789", 8), Error);  // before any MPI call
+}
+
+// The CPU AdamW's CPUs of each rank: the split of its host's masks, each rank's own entry (every
+// rank here shares one host); a subset of its own mask; and, where the host has a spare core for
+// each rank beyond the feeding ones, apart from every other rank's.
+TEST(MpiRuntime, TheRanksOfAHostPinTheirCpuAdamThreadsApart) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::vector<int> mine = host_worker_cpus_on_this_host(MPI_COMM_WORLD);
+  const std::vector<int> mask = affinity_cpus();
+  ASSERT_FALSE(mine.empty());
+  for (int cpu : mine) EXPECT_TRUE(std::count(mask.begin(), mask.end(), cpu)) << cpu;
+  // Every rank's mask and result, gathered as fixed-size rows (-1 padded).
+  constexpr int kMax = 256;
+  std::vector<int> row(2 * kMax, -1), all(static_cast<size_t>(size) * 2 * kMax);
+  std::copy_n(mask.begin(), std::min<size_t>(mask.size(), kMax), row.begin());
+  std::copy_n(mine.begin(), std::min<size_t>(mine.size(), kMax), row.begin() + kMax);
+  MPI_Allgather(row.data(), 2 * kMax, MPI_INT, all.data(), 2 * kMax, MPI_INT, MPI_COMM_WORLD);
+  std::vector<std::vector<int>> masks(static_cast<size_t>(size)), got(masks.size());
+  for (size_t r = 0; r < masks.size(); ++r)
+    for (int i = 0; i < 2 * kMax; ++i) {
+      const int cpu = all[r * 2 * kMax + static_cast<size_t>(i)];
+      if (cpu >= 0) (i < kMax ? masks[r] : got[r]).push_back(cpu);
+    }
+  EXPECT_EQ(got, split_host_worker_cpus(masks, physical_core_of));
+  std::vector<int64_t> cores, mask_cores;
+  for (const auto& cpus : got)
+    for (int cpu : cpus) cores.push_back(physical_core_of(cpu));
+  for (int cpu : mask) mask_cores.push_back(physical_core_of(cpu));
+  std::sort(mask_cores.begin(), mask_cores.end());
+  mask_cores.erase(std::unique(mask_cores.begin(), mask_cores.end()), mask_cores.end());
+  const bool same_masks = std::all_of(masks.begin(), masks.end(),
+                                      [&](const std::vector<int>& m) { return m == masks[0]; });
+  if (same_masks && mask_cores.size() >= 2 * static_cast<size_t>(size)) {
+    std::sort(cores.begin(), cores.end());
+    EXPECT_EQ(std::adjacent_find(cores.begin(), cores.end()), cores.end())
+        << "two ranks' CPU AdamW threads share a core";
+  }
 }
 
 }  // namespace

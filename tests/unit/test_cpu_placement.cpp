@@ -1,7 +1,9 @@
 // The warning train prints when a launcher's binding leaves a rank fewer CPUs than its OpenMP
 // threads (runtime/cpu_placement.h); the mpirun end of it is TrainMpi.RankBoundToFewer....
 #include <gtest/gtest.h>
+
 #include <sched.h>
+#include <algorithm>
 
 #include <string>
 #include <thread>
@@ -44,6 +46,42 @@ TEST(CpuPlacement, HostWorkerCpusLeaveTheFeedingCore) {
   EXPECT_EQ(host_worker_cpus({}, pairs), std::vector<int>{});
   const auto own = [](int cpu) { return static_cast<int64_t>(cpu); };
   EXPECT_EQ(host_worker_cpus({3, 9, 10}, own), (std::vector<int>{9, 10}));
+}
+
+// The ranks of one host split the cores their masks share: each keeps one for its feeding thread
+// and gets a contiguous run of the rest, none twice; disjoint masks keep their own cores.
+TEST(CpuPlacement, RanksOfAHostSplitTheCoresTheirMasksShare) {
+  const auto pairs = [](int cpu) { return static_cast<int64_t>(cpu % 8); };  // 8 cores, 16 CPUs
+  std::vector<int> all(16);
+  for (int i = 0; i < 16; ++i) all[static_cast<size_t>(i)] = i;
+  // mpirun --bind-to none: two ranks with the whole host. Feeding cores 0 and 1; 2-4 and 5-7.
+  EXPECT_EQ(split_host_worker_cpus({all, all}, pairs),
+            (std::vector<std::vector<int>>{{2, 3, 4}, {5, 6, 7}}));
+  // Three ranks: 5 spare cores, the lower ranks one more.
+  EXPECT_EQ(split_host_worker_cpus({all, all, all}, pairs),
+            (std::vector<std::vector<int>>{{3, 4}, {5, 6}, {7}}));
+  // One rank: what host_worker_cpus gives it.
+  EXPECT_EQ(split_host_worker_cpus({all}, pairs),
+            std::vector<std::vector<int>>{host_worker_cpus(all, pairs)});
+  // Bound per socket (cores 0-3 and 4-7), two ranks each: each socket split apart.
+  const std::vector<int> socket0 = {0, 1, 2, 3, 8, 9, 10, 11},
+                         socket1 = {4, 5, 6, 7, 12, 13, 14, 15};
+  EXPECT_EQ(split_host_worker_cpus({socket0, socket0, socket1, socket1}, pairs),
+            (std::vector<std::vector<int>>{{2}, {3}, {6}, {7}}));
+  // Bound to one core each: no spare core, each shares its own (host_worker_cpus).
+  EXPECT_EQ(split_host_worker_cpus({{0, 8}, {1, 9}}, pairs),
+            (std::vector<std::vector<int>>{{0}, {1}}));
+  // More ranks than cores in a shared mask: the ones left without a core share their mask's.
+  EXPECT_EQ(split_host_worker_cpus({{0, 1}, {0, 1}, {0, 1}}, pairs),
+            (std::vector<std::vector<int>>{{1}, {1}, {1}}));
+  // No core is ever given to two ranks when there are enough.
+  const auto split = split_host_worker_cpus({all, all, all, all}, pairs);
+  std::vector<int64_t> cores;
+  for (const auto& cpus : split)
+    for (int cpu : cpus) cores.push_back(pairs(cpu));
+  std::sort(cores.begin(), cores.end());
+  EXPECT_EQ(std::adjacent_find(cores.begin(), cores.end()), cores.end());
+  EXPECT_EQ(cores.size(), 4u);  // 8 cores: 4 feeding, 4 spare
 }
 
 // Pinning the calling thread: its mask becomes the list, and an empty list changes nothing.
