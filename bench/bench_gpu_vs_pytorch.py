@@ -9,9 +9,12 @@ attention and fused AdamW. PyTorch's rows (--modes):
   compile-max      the same under mode "max-autotune-no-cudagraphs";
 and each with "+bf16" for bf16 parameters (what FSDP2's mixed precision computes on), e.g.
 compile-max+bf16. On a GPU the SDPA backend is forced to cuDNN's where torch has the switch
-(torch.nn.attention.sdpa_kernel, torch 2.3 on), and the JSON records which backend ran.
-Every row runs --repeats times, the rows in alternating order (forward, then reversed), and the
-figure is the median tokens/s with its spread (min, max); the strongest PyTorch row is named.
+(torch.nn.attention.sdpa_kernel, torch 2.3 on), and the JSON records the backend asked for and
+the attention kernels that ran (a profile of one step: `sdpa_kernels`). Each compiled row starts
+from a reset Dynamo (torch._dynamo.reset), so that no row runs on another's graphs or past the
+recompile limit. Every row runs --repeats times, the rows in alternating order (forward, then
+reversed; the JSON's `run_order`), and the figure is the median tokens/s with its spread (min,
+max); the strongest PyTorch row is named.
 Every figure uses one FLOP count per token, the one zerotrain reports (torchtitan's
 6·N_non-embedding + 12·L·D·T) and one peak (default 989 TFLOP/s, H100 SXM / H200 dense bf16),
 so the ratio of tokens/s is the figure that counts. The first --warmup steps (at least one) are
@@ -170,6 +173,8 @@ def run_pytorch(args, config, mode):
         return F.cross_entropy(logits.float().view(-1, vocab), targets.reshape(-1))
 
     loss_fn = forward_loss
+    if kind.startswith("compile") and hasattr(torch, "_dynamo"):
+        torch._dynamo.reset()  # this row's graphs only, and the recompile limit afresh
     if kind == "compile":
         loss_fn = torch.compile(forward_loss)
     elif kind == "compile-max":
@@ -210,10 +215,50 @@ def run_pytorch(args, config, mode):
     seconds = time.perf_counter() - t0
     timed = max(1, args.steps - max(1, args.warmup))  # the first step is never timed
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
+    kernels = attention_kernels(step, attention, device)
     del model, opt
     return {"tokens_per_s": timed * args.micro_batch * args.seq_len / seconds,
             "peak_device_gib": peak, "loss_first": losses[0], "loss_last": losses[-1],
-            "sdpa_backend": backend_name, "params": "bf16" if bf16_params else "fp32"}
+            "sdpa_backend": backend_name, "sdpa_kernels": kernels,
+            "params": "bf16" if bf16_params else "fp32"}
+
+
+# Substrings of the GPU kernels of SDPA's backends (cuDNN's fused attention, FlashAttention,
+# memory-efficient attention), lower-case.
+ATTENTION_KERNEL_MARKS = ("cudnn", "fmha", "flash", "attention", "sdpa")
+
+
+def attention_kernels(step, attention, device):
+    """The attention kernels one more step runs (torch.profiler over the GPU's activity): the
+    backend that really ran, which the request alone does not say; [] on the CPU."""
+    if device.type != "cuda":
+        return []
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        names = {e.key for e in prof.key_averages()}
+    except Exception as e:  # noqa: BLE001 (no profiler here: say so rather than guess)
+        return [f"(not profiled: {type(e).__name__})"]
+    return sorted(n for n in names if any(m in n.lower() for m in ATTENTION_KERNEL_MARKS))
+
+
+def run_order(order, repeats):
+    """[(repeat, who, what)]: every row of `order` in each of `repeats` rounds, forward in the
+    even rounds and reversed in the odd ones, so that no row always runs first (a cold GPU) or
+    last (a warm one)."""
+    out = []
+    for repeat in range(max(1, repeats)):
+        out += [(repeat, who, what) for who, what in
+                (order if repeat % 2 == 0 else list(reversed(order)))]
+    return out
+
+
+def strongest_row(rows, prefix="pytorch"):
+    """The name of the row of `rows` with `prefix` and the highest median tokens/s (None)."""
+    names = [n for n in rows if n.startswith(prefix)]
+    return max(names, key=lambda n: rows[n]["tokens_per_s"]) if names else None
 
 
 def median(values):
@@ -272,12 +317,14 @@ def main():
             json.dump({"preset": args.preset, "device": args.device, "seq_len": args.seq_len,
                        "micro_batch": args.micro_batch, "flops_per_token": flops_per_token,
                        "peak_tflops": args.peak_tflops, "torch": torch.__version__,
-                       "rows": rows, "ratios": ratios}, f, indent=1)
+                       "rows": rows, "ratios": ratios, "run_order": ran}, f, indent=1)
         os.replace(args.json_out + ".part", args.json_out)
 
     runs = {}  # name -> the repeats' results
+    ran = []  # the rows' names in the order they ran
 
     def record(name, r):
+        ran.append(name)
         runs.setdefault(name, []).append(r)
         all_tps = [x["tokens_per_s"] for x in runs[name]]
         row = dict(r)
@@ -306,26 +353,24 @@ def main():
         order = [("zerotrain", a) for a in (args.attentions.split(",") if args.attentions
                                             else [""])] + [("pytorch", m) for m in modes]
         failed = set()
-        for repeat in range(max(1, args.repeats)):
-            # Alternating order: no row always runs first (a cold GPU) or last (a warm one).
-            for who, what in order if repeat % 2 == 0 else list(reversed(order)):
-                name = f"zerotrain {what or '(defaults)'}" if who == "zerotrain" else f"pytorch {what}"
-                if name in failed:
-                    continue
-                try:
-                    if who == "zerotrain":
-                        run_dir = os.path.join(work, f"run{repeat}-" + name.replace(" ", "-"))
-                        record(name, run_zerotrain(args, data, run_dir, what))
-                    else:
-                        record(name, run_pytorch(args, config, what))
-                except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-                    print(f"{name}: FAILED ({e})", flush=True)
-                    failed.add(name)
-                except Exception as e:  # noqa: BLE001  (an OOM or a compile failure is a result)
-                    if who == "zerotrain":
-                        raise
-                    print(f"{name}: FAILED ({type(e).__name__}: {e})", flush=True)
-                    failed.add(name)
+        for repeat, who, what in run_order(order, args.repeats):
+            name = f"zerotrain {what or '(defaults)'}" if who == "zerotrain" else f"pytorch {what}"
+            if name in failed:
+                continue
+            try:
+                if who == "zerotrain":
+                    run_dir = os.path.join(work, f"run{repeat}-" + name.replace(" ", "-"))
+                    record(name, run_zerotrain(args, data, run_dir, what))
+                else:
+                    record(name, run_pytorch(args, config, what))
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+                print(f"{name}: FAILED ({e})", flush=True)
+                failed.add(name)
+            except Exception as e:  # noqa: BLE001  (an OOM or a compile failure is a result)
+                if who == "zerotrain":
+                    raise
+                print(f"{name}: FAILED ({type(e).__name__}: {e})", flush=True)
+                failed.add(name)
     ours = [n for n in rows if n.startswith("zerotrain")]
     theirs = [n for n in rows if n.startswith("pytorch")]
     for name in theirs:
@@ -333,7 +378,7 @@ def main():
             ratios[f"{z} / {name}"] = rows[z]["tokens_per_s"] / rows[name]["tokens_per_s"]
             print(f"ratio {z} / {name}: {ratios[f'{z} / {name}']:.3f}")
     if theirs:
-        strongest = max(theirs, key=lambda n: rows[n]["tokens_per_s"])
+        strongest = strongest_row(rows)
         ratios["strongest_pytorch"] = strongest
         print(f"strongest PyTorch row: {strongest} ({rows[strongest]['tokens_per_s']:.0f} "
               f"tokens/s, median of {len(runs[strongest])})")

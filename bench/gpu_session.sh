@@ -43,8 +43,9 @@
 #                cross-entropy, optimizer, communication, copies, idle) on the stage-0 defaults of
 #                each of ZT_PROFILE_PRESETS (default "125m 1b"); kernel_profile.json per run
 #     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),
-#                seq 2048, micro-batch 4: PyTorch eager, torch.compile and max-autotune with bf16
-#                params (ZT_PYTORCH_MODES), cuDNN SDPA forced, each ZT_PYTORCH_REPEATS (3) times
+#                seq 2048, micro-batch 4: PyTorch eager, torch.compile, max-autotune, and
+#                max-autotune with bf16 params (ZT_PYTORCH_MODES: each row changes one thing
+#                from the one before), cuDNN SDPA forced, each ZT_PYTORCH_REPEATS (3) times
 #                in alternating order, medians, beside zerotrain on the same GPU; zerotrain's
 #                rows are ZT_PYTORCH_ROWS (bench_gpu_vs_pytorch's
 #                --attentions; on CUDA by default its defaults alone, since the train part times
@@ -476,7 +477,7 @@ run_part_pytorch() {
       --preset "$preset" --seq-len "$seq" --micro-batch "${ZT_MICRO_BATCH:-4}" \
       --steps "$((steps + 2))" --data "$dir/inputs/data/sample.txt" \
       --attentions "${ZT_PYTORCH_ROWS-$(default_pytorch_rows)}" \
-      --modes "${ZT_PYTORCH_MODES:-eager,compile,compile-max+bf16}" \
+      --modes "${ZT_PYTORCH_MODES:-eager,compile,compile-max,compile-max+bf16}" \
       --repeats "${ZT_PYTORCH_REPEATS:-3}" \
       --json-out "$evidence/bench_gpu_vs_pytorch_$preset.json" >"$evidence/pytorch_$preset.txt" 2>&1
     grep -v '^step ' "$evidence/pytorch_$preset.txt" | tee -a "$summary"
