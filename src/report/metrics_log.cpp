@@ -129,6 +129,9 @@ StepRecord StepRecord::from_json(const nlohmann::json& line) {
   r.stats.offload_h2d_bytes = offload.value("host_to_device", uint64_t{0});
   r.stats.nvme_read_bytes = offload.value("nvme_read", uint64_t{0});
   r.stats.nvme_write_bytes = offload.value("nvme_write", uint64_t{0});
+  const nlohmann::json host_adam = line.value("host_adam", nlohmann::json::object());
+  r.stats.host_adam_params = host_adam.value("params", int64_t{0});
+  r.stats.host_adam_s = host_adam.value("seconds", 0.0);
   return r;
 }
 

@@ -93,6 +93,8 @@ void RunSummary::add(const StepRecord& r) {
   } else {
     tokens_per_s_after_first_ += r.tokens_per_s;
     tflops_after_first_ += r.tflops_per_device;
+    host_adam_params_after_first_ += r.stats.host_adam_params;
+    host_adam_s_after_first_ += r.stats.host_adam_s;
   }
   ++steps_;
   final_loss_ = r.stats.loss;
@@ -127,6 +129,11 @@ nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_mem
   j["comm_bytes_total"] = comm_bytes_json(comm_bytes_total_);
   j["offload_bytes_per_step"] =
       offload_bytes_json(offload_bytes_total_.divided_by(static_cast<uint64_t>(steps_)));
+  if (host_adam_params_after_first_ > 0 && host_adam_s_after_first_ > 0)
+    j["host_adam"] = {{"params", host_adam_params_after_first_},
+                      {"seconds", host_adam_s_after_first_},
+                      {"params_per_s", static_cast<double>(host_adam_params_after_first_) /
+                                           host_adam_s_after_first_}};
   nlohmann::json memory = nlohmann::json::array();
   for (const auto& rank_peaks : peak_memory_per_rank) memory.push_back(memory_json(rank_peaks));
   j["peak_memory_bytes_per_rank"] = memory;
@@ -150,6 +157,9 @@ std::string report_markdown(const nlohmann::json& report) {
      << " |\n";
   md << "| mean TFLOP/s per device (steps after the first) | "
      << num(report["mean_tflops_per_device"], 4) << " |\n";
+  if (report.contains("host_adam"))
+    md << "| host CPU AdamW, rank 0 (million parameters/s, steps after the first) | "
+       << num(report["host_adam"]["params_per_s"].get<double>() / 1e6, 1) << " |\n";
   md << "| training time (s) | " << num(report["train_time_s"], 2) << " |\n";
   md << "| total time (s) | " << num(report["total_time_s"], 2) << " |\n\n";
 

@@ -53,6 +53,10 @@ class RunSummary {
   double flops_per_token_ = 0;
   BytesByCollective comm_bytes_total_{};
   OffloadBytes offload_bytes_total_;
+  // Rank 0's CPU AdamW of optimizer offload, over the steps after the first: elements updated
+  // and the kernel's seconds (report.json's host_adam, its measured rate).
+  int64_t host_adam_params_after_first_ = 0;
+  double host_adam_s_after_first_ = 0;
 };
 
 // Human-readable rendering of a report.json object.

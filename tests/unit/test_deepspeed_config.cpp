@@ -342,6 +342,20 @@ TEST_F(DeepSpeedE2E, OffloadConfigTrainsWithCpuOffload) {
   std::ifstream md((dir_ / "out" / "report.md").string());
   const std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(contains(report, "Offload traffic per step")) << report;
+  // report.json's rate: the elements and seconds of the steps after the first, summed.
+  const json summary = json::parse(std::ifstream((dir_ / "out" / "report.json").string()));
+  int64_t params = 0;
+  double seconds = 0;
+  for (size_t i = 1; i < steps.size(); ++i) {
+    params += steps[i].at("host_adam").at("params").get<int64_t>();
+    seconds += steps[i].at("host_adam").at("seconds").get<double>();
+  }
+  ASSERT_GT(steps.size(), 1u);
+  const json& adam = summary.at("host_adam");
+  EXPECT_EQ(adam.at("params").get<int64_t>(), params) << summary.dump();
+  EXPECT_NEAR(adam.at("seconds").get<double>(), seconds, 1e-9 * seconds) << summary.dump();
+  EXPECT_NEAR(adam.at("params_per_s").get<double>(), params / seconds, 1e-6 * params / seconds);
+  EXPECT_TRUE(contains(report, "host CPU AdamW, rank 0 (million parameters/s")) << report;
 }
 
 TEST_F(DeepSpeedE2E, ParamOffloadToNvmeIsRefusedNamingTheKey) {
