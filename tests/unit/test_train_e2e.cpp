@@ -174,6 +174,33 @@ TEST_F(TrainE2E, EveryZeroStageGivesTheSameLossesAtOneRank) {
   EXPECT_EQ(nlohmann::json::parse(run_in)["config"]["activation_checkpointing"], "selective");
 }
 
+// The delayed update from the command line (docs/offload.md): with --offload-optimizer-delay-after
+// 1, step 2's update is held back until the save at step 2 applies it, so steps 1-3 have the
+// losses of the run without delay, and step 4 (on the weights two updates back) another; a run
+// stopped after that save and resumed has the losses of the run that saved there without stopping.
+TEST_F(TrainE2E, DelayedUpdateFromTheCommandLineResumesAsTheRunThatSavedThere) {
+  const std::string common =
+      "--precision fp32 --micro-batch 2 --zero-stage 2 --offload-optimizer cpu --save-every 2";
+  const std::string delay = " --offload-optimizer-delay 1 --offload-optimizer-delay-after 1";
+  ASSERT_EQ(train("delay_off", common, 4).exit_code, 0);
+  const RunResult whole = train("delay_whole", common + delay, 4);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const std::vector<std::string> off = loss_strings(path("delay_off/metrics.jsonl"));
+  const std::vector<std::string> delayed = loss_strings(path("delay_whole/metrics.jsonl"));
+  ASSERT_EQ(off.size(), 4u);
+  ASSERT_EQ(delayed.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(delayed.begin(), delayed.begin() + 3),
+            std::vector<std::string>(off.begin(), off.begin() + 3));
+  EXPECT_NE(delayed[3], off[3]) << "step 4 ran on the weights after update 3: no delay";
+  std::ifstream run_in(path("delay_whole/run.json"));
+  EXPECT_EQ(nlohmann::json::parse(run_in)["config"]["offload_optimizer_delay"], 1);
+  const RunResult stopped = train("delay_split", common + delay + " --stop-after-step 2", 4);
+  EXPECT_NE(stopped.exit_code, 0) << stopped.output;  // stopped after the save at step 2
+  const RunResult resumed = train("delay_split", common + delay + " --resume auto", 4);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(loss_strings(path("delay_split/metrics.jsonl")), delayed);
+}
+
 TEST_F(TrainE2E, NonFiniteLossStopsWithoutFinalModel) {
   const RunResult r = train("nan", "--micro-batch 2 --lr 1e30 --clip 0", 5);
   EXPECT_NE(r.exit_code, 0);
