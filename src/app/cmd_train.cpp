@@ -32,6 +32,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_adam.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/consolidate.h"
 #include "checkpoint/peft_adapter.h"
 #include "comm/mpi_communicator.h"
@@ -180,6 +181,14 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
   if (rank == 0 && o.checkpoint.resume == "none" && o.overwrite) clear_previous_run(o.out);
   in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out);
+  // A checkpoint of another model, other adapters or other frozen tensors is refused before the
+  // engine is built (its buffers, and a model directory's weights read, for nothing).
+  if (!in.resume_dir.empty()) {
+    const CheckpointManifest manifest = CheckpointManifest::read(in.resume_dir);
+    const ParamLayout layout(config);
+    check_checkpoint_model(manifest, config, layout, in.resume_dir);
+    check_checkpoint_trainable(manifest, layout, in.spec.trainable, in.resume_dir);
+  }
   return in;
 }
 

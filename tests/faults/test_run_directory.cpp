@@ -199,5 +199,29 @@ TEST_F(RunDirectory, ADivergingContinuationKeepsThePreviousFinalApart) {
   EXPECT_EQ(nlohmann::json::parse(read_file(out + "/run.json"))["config"]["steps"], 6);
 }
 
+// A resume of another model, or with adapters its checkpoint lacks, is refused before the engine
+// is built: under a 6 GB address-space limit, where the 1b preset's buffers (about 18 GB) could
+// not be allocated, the refusal names the checkpoint and the difference.
+TEST_F(RunDirectory, AResumeOfAnotherModelIsRefusedBeforeTheEngineIsBuilt) {
+#ifdef __SANITIZE_ADDRESS__
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit allows";
+#endif
+  const std::string out = path("other_model");
+  ASSERT_EQ(run_zerotrain(train(out, "--steps 2 --save-every 2 --log-every 0")).exit_code, 0);
+  const std::string limited = "ulimit -v 6000000 && " + std::string(ZT_BINARY) + " ";
+  RunResult r = run_command(limited + "train --preset 1b --data " + path("sample.h5") + " --out " +
+                            out + " --seq-len 16 --steps 4 --resume auto");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("step-00000002' holds a different model (hidden_size: checkpoint 64, "
+                          "run 2048"),
+            std::string::npos)
+      << r.output;
+  r = run_command(limited + train(out, "--steps 4 --resume auto --lora-rank 4"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("step-00000002' has no LoRA adapters, this run asks for"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace zt
