@@ -215,7 +215,7 @@ def run_pytorch(args, config, mode):
     seconds = time.perf_counter() - t0
     timed = max(1, args.steps - max(1, args.warmup))  # the first step is never timed
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
-    kernels = attention_kernels(step, attention, device)
+    kernels = attention_kernels(step, device)
     del model, opt
     return {"tokens_per_s": timed * args.micro_batch * args.seq_len / seconds,
             "peak_device_gib": peak, "loss_first": losses[0], "loss_last": losses[-1],
@@ -228,7 +228,7 @@ def run_pytorch(args, config, mode):
 ATTENTION_KERNEL_MARKS = ("cudnn", "fmha", "flash", "attention", "sdpa")
 
 
-def attention_kernels(step, attention, device):
+def attention_kernels(step, device):
     """The attention kernels one more step runs (torch.profiler over the GPU's activity): the
     backend that really ran, which the request alone does not say; [] on the CPU."""
     if device.type != "cuda":

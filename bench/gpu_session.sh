@@ -63,7 +63,7 @@
 #                offload; then ZT_OFFLOAD_PRESET at micro-batch 1 with and without optimizer
 #                offload, whose losses must be identical
 # Every step runs under `timeout` (ZT_STEP_SECONDS, default 300; the PyTorch comparison, which
-# holds three to six runs per preset, ZT_PYTORCH_SECONDS, default the same) and within the call's budget
+# holds up to fifteen runs per preset, ZT_PYTORCH_SECONDS, default the same) and within the call's budget
 # (ZT_CALL_SECONDS, default 540, from the script's start): one hang cannot eat a call, and every
 # train run has --comm-timeout 60. A failing step does not stop the next one.
 # What comes back in OUT (at most 8 files): summary.txt, the figures and exit codes; and

@@ -59,13 +59,19 @@ std::vector<std::vector<int>> split_host_worker_cpus(const std::vector<std::vect
       if (taken.insert(core_of(cpu)).second) cores.push_back(cpu);
     const size_t k = group.size();
     const size_t spare = cores.size() > k ? cores.size() - k : 0;  // after the feeding cores
-    size_t next = std::min(k, cores.size());
+    const auto after_feeding =
+        cores.begin() + static_cast<std::ptrdiff_t>(std::min(k, cores.size()));
+    size_t next = 0;
     for (size_t i = 0; i < k; ++i) {
+      if (spare < k) {  // fewer spare cores than ranks: all of them share the spare ones
+        out[group[i]].assign(after_feeding, cores.end());
+        if (out[group[i]].empty()) out[group[i]] = host_worker_cpus(masks[group[i]], core_of);
+        continue;
+      }
       const size_t count = spare / k + (i < spare % k ? 1 : 0);
-      out[group[i]].assign(cores.begin() + static_cast<std::ptrdiff_t>(next),
-                           cores.begin() + static_cast<std::ptrdiff_t>(next + count));
+      out[group[i]].assign(after_feeding + static_cast<std::ptrdiff_t>(next),
+                           after_feeding + static_cast<std::ptrdiff_t>(next + count));
       next += count;
-      if (out[group[i]].empty()) out[group[i]] = host_worker_cpus(masks[group[i]], core_of);
     }
   }
   return out;

@@ -35,8 +35,9 @@ std::vector<int> host_worker_cpus(const std::vector<int>& allowed,
 // group (in the order of its first rank); each group takes the physical cores of its mask that an
 // earlier group did not, in the mask's order: the first one per rank for the thread feeding that
 // rank's GPU, the rest in contiguous runs (one more for the lower ranks when they do not divide
-// evenly), one logical CPU per core. A rank that gets no core falls back to host_worker_cpus of
-// its own mask (shared). One rank alone: host_worker_cpus(masks[0]).
+// evenly), one logical CPU per core. With fewer of the rest than ranks, the group's ranks all
+// share the rest (none left: host_worker_cpus of their mask), so that no rank's thread is slower
+// than another's. One rank alone: host_worker_cpus(masks[0]).
 std::vector<std::vector<int>> split_host_worker_cpus(const std::vector<std::vector<int>>& masks,
                                                      const std::function<int64_t(int)>& core_of);
 

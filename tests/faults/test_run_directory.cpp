@@ -209,6 +209,9 @@ TEST_F(RunDirectory, AResumeOfAnotherModelIsRefusedBeforeTheEngineIsBuilt) {
   const std::string out = path("other_model");
   ASSERT_EQ(run_zerotrain(train(out, "--steps 2 --save-every 2 --log-every 0")).exit_code, 0);
   const std::string limited = "ulimit -v 6000000 && " + std::string(ZT_BINARY) + " ";
+  // A host whose libraries reserve more address space at start cannot run this check.
+  const RunResult control = run_command(limited + train(out, "--steps 2 --resume auto"));
+  if (control.exit_code != 0) GTEST_SKIP() << "a legitimate resume fails under the limit here";
   RunResult r = run_command(limited + "train --preset 1b --data " + path("sample.h5") + " --out " +
                             out + " --seq-len 16 --steps 4 --resume auto");
   EXPECT_NE(r.exit_code, 0);

@@ -1,6 +1,7 @@
 // MpiRuntime and the hostname-based local rank numbering.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <string>
@@ -203,7 +204,7 @@ TEST(MpiRuntime, TheRanksOfAHostPinTheirCpuAdamThreadsApart) {
   ASSERT_FALSE(mine.empty());
   for (int cpu : mine) EXPECT_TRUE(std::count(mask.begin(), mask.end(), cpu)) << cpu;
   // Every rank's mask and result, gathered as fixed-size rows (-1 padded).
-  constexpr int kMax = 256;
+  constexpr int kMax = CPU_SETSIZE;
   std::vector<int> row(2 * kMax, -1), all(static_cast<size_t>(size) * 2 * kMax);
   std::copy_n(mask.begin(), std::min<size_t>(mask.size(), kMax), row.begin());
   std::copy_n(mine.begin(), std::min<size_t>(mine.size(), kMax), row.begin() + kMax);

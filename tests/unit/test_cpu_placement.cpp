@@ -71,9 +71,13 @@ TEST(CpuPlacement, RanksOfAHostSplitTheCoresTheirMasksShare) {
   // Bound to one core each: no spare core, each shares its own (host_worker_cpus).
   EXPECT_EQ(split_host_worker_cpus({{0, 8}, {1, 9}}, pairs),
             (std::vector<std::vector<int>>{{0}, {1}}));
-  // More ranks than cores in a shared mask: the ones left without a core share their mask's.
+  // More ranks than cores in a shared mask: all share what host_worker_cpus leaves.
   EXPECT_EQ(split_host_worker_cpus({{0, 1}, {0, 1}, {0, 1}}, pairs),
             (std::vector<std::vector<int>>{{1}, {1}, {1}}));
+  // Fewer spare cores than ranks (4 ranks, 6 cores): all four share the 2 spare ones alike.
+  const std::vector<int> six = {0, 1, 2, 3, 4, 5};
+  EXPECT_EQ(split_host_worker_cpus({six, six, six, six}, pairs),
+            (std::vector<std::vector<int>>{{4, 5}, {4, 5}, {4, 5}, {4, 5}}));
   // No core is ever given to two ranks when there are enough.
   const auto split = split_host_worker_cpus({all, all, all, all}, pairs);
   std::vector<int64_t> cores;
