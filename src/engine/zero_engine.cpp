@@ -167,9 +167,6 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     release_use(u);
     use = u.next;
   }
-  const int64_t M = model.tokens_per_micro_batch();
-  dev.copy(step_losses.data() + micro_batch * M, model.token_losses(),
-           static_cast<size_t>(M) * sizeof(float));
   intervals.end(StepIntervals::kForward, phase);
   phase = intervals.begin();
   set_phase(comm.step(), "backward");
@@ -238,6 +235,10 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
       reducer->drain_all();
   }
   reducer->drain_all();
+  // The head's backward wrote the losses (the fused linear + cross-entropy, LlamaModel).
+  const int64_t M = model.tokens_per_micro_batch();
+  dev.copy(step_losses.data() + micro_batch * M, model.token_losses(),
+           static_cast<size_t>(M) * sizeof(float));
   intervals.end(StepIntervals::kBackward, phase);
 }
 

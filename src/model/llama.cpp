@@ -463,11 +463,15 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
 }
 
 // ---- head: xf = rms(x_L)·gF; logits = xf·Whᵀ; loss = CE(logits, targets) ----
-// Rows go in chunks of head_chunk_ (t_.logits holds one chunk). Per chunk c of rows R:
-//   forward   logits_R = xf_R·Whᵀ;  loss_R = CE(logits_R)  (dlogits_R in place when training)
-//   backward  dxf_R = dlogits_R·Wh;  dWh += dlogits_Rᵀ·xf_R
-// With one chunk the forward's dlogits are used as they are; with several, the backward
-// recomputes each chunk's logits and dlogits (bitwise the forward's) before its two products.
+// Rows go in chunks of head_chunk_ (t_.logits holds one chunk), never all [B·T, V] at once.
+// Evaluation (the forward alone), per chunk of rows R:
+//   logits_R = xf_R·Whᵀ;  loss_R = CE(logits_R)
+// Training fuses the linear and the cross-entropy with their backward (no logits kept, none
+// computed twice): the forward stops at xf, and the head's backward, which the engine runs right
+// after, takes each chunk once, through
+//   logits_R = xf_R·Whᵀ;  loss_R, dlogits_R = CE(logits_R) (in place)
+//   dxf_R = dlogits_R·Wh;  dWh += dlogits_Rᵀ·xf_R
+// so a training micro-batch's losses exist only after the head's backward (head_pending_).
 // Tied embeddings: Wh is the embedding table E, and dE collects dWh here and the embedding
 // backward's scatter-add later (one parameter, one gradient).
 void LlamaModel::head_logits(ConstTensorView head, int64_t r0, int64_t rows) {
@@ -490,13 +494,13 @@ void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding,
   be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
                       static_cast<float>(config_.rms_norm_eps));
   head_grad_scale_ = grad_scale;
-  // Training computes dlogits even when a later chunk overwrites them: the losses are then the
-  // ones the backward's recompute writes, bitwise, whatever the chunking.
+  head_pending_ = training;
+  if (training) return;  // the chunks run in head_backward, once
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     head_logits(head, r0, rows);
-    be_.cross_entropy(t_.losses + r0, training ? t_.logits : TensorView(), t_.logits,
-                      tokens_.data() + M_ + r0, rows, V, grad_scale);
+    be_.cross_entropy(t_.losses + r0, TensorView(), t_.logits, tokens_.data() + M_ + r0, rows, V,
+                      grad_scale);
   }
 }
 
@@ -514,16 +518,17 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
   float* head_grads = !head_trains                ? nullptr
                       : layout_.tied_embeddings() ? embedding_grads + head_t.offset
                                                   : grads + head_t.offset;
+  ZT_CHECK(head_pending_,
+           "LlamaModel: the head's backward needs a training forward of the head first");
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
-    if (head_chunks() > 1) {  // recompute this chunk's dlogits (and, identically, its losses)
-      head_logits(head, r0, rows);
-      be_.cross_entropy(t_.losses + r0, t_.logits, t_.logits, tokens_.data() + M_ + r0, rows, V,
-                        head_grad_scale_);
-    }
+    head_logits(head, r0, rows);
+    be_.cross_entropy(t_.losses + r0, t_.logits, t_.logits, tokens_.data() + M_ + r0, rows, V,
+                      head_grad_scale_);
     be_.matmul_backward(t_.dxn.at(r0 * D), head_grads, t_.logits, t_.final_norm_out.at(r0 * D),
                         head, rows, V, D, false);
   }
+  head_pending_ = false;
   be_.zero(t_.dresid, M_ * D);
   float* norm_grads = trainable_.trains(layout_.index_of(norm_t)) ? grads + norm_t.offset : nullptr;
   be_.rmsnorm_backward(t_.dresid, norm_grads, t_.dxn, t_.resid.back(), params.at(norm_t.offset),
@@ -536,7 +541,18 @@ double sum_token_losses(const float* losses, int64_t n) {
   return s;
 }
 
+void LlamaModel::check_losses_written() const {
+  ZT_CHECK(!head_pending_,
+           "LlamaModel: a training micro-batch's losses exist after the head's backward");
+}
+
+const float* LlamaModel::token_losses() const {
+  check_losses_written();
+  return t_.losses;
+}
+
 double LlamaModel::loss_sum() const {
+  check_losses_written();
   std::vector<float> losses(static_cast<size_t>(M_));
   be_.device_memory().to_host(losses.data(), t_.losses, losses.size() * sizeof(float));
   return sum_token_losses(losses.data(), M_);

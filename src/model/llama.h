@@ -132,10 +132,11 @@ class LlamaModel {
   // attention and positions 0..T−1.
   void set_batch(const int32_t* inputs, const int32_t* targets, const int32_t* doc_start = nullptr);
 
-  // Runs group g's forward. For the head group it computes per-token losses and, when training,
-  // the loss gradient dlogits = (softmax − onehot)·grad_scale (grad_scale = 1/global tokens):
-  // kept from the forward when the head is one chunk, recomputed chunk by chunk in the backward
-  // otherwise (one more head GEMM instead of all the logits in memory).
+  // Runs group g's forward. For the head group without training it computes the per-token
+  // losses. Training fuses the head's linear and cross-entropy with their backward: the forward
+  // stops at the final norm and backward_group(head) computes each chunk's logits once, its
+  // losses and dlogits = (softmax − onehot)·grad_scale (grad_scale = 1/global tokens), and both
+  // products; the losses of a training micro-batch can be read only after that backward.
   // params: the group's working parameters, fp32 or bf16 (a view: util/tensor_view.h).
   // Tied embeddings: the head group also needs `embedding`, the embedding group's working
   // parameters (null for every other group and for an untied model).
@@ -164,10 +165,12 @@ class LlamaModel {
   void set_trainable(TrainableSet trainable) { trainable_ = std::move(trainable); }
   const TrainableSet& trainable() const { return trainable_; }
 
-  // Σ of per-token losses of the last head forward (sum_token_losses of them).
+  // Σ of per-token losses of the last head pass (sum_token_losses of them): of the forward in
+  // evaluation, of the backward in training (zt::Error between a training forward and it).
   double loss_sum() const;
-  // Those per-token losses [B·T], in device memory (valid until the next head forward).
-  const float* token_losses() const { return t_.losses; }
+  // Those per-token losses [B·T], in device memory (valid until the next head pass; the same
+  // condition).
+  const float* token_losses() const;
   // Logits [B·T, V] of the last head forward with training == false, copied to the host; only
   // when the head is one chunk (head_rows_per_chunk(B·T, V) ≥ B·T, or head_chunk_rows ≥ B·T).
   std::vector<float> logits() const;
@@ -208,6 +211,7 @@ class LlamaModel {
   // logits of rows [r0, r0 + rows) into logits_ (one chunk).
   void head_logits(ConstTensorView head, int64_t r0, int64_t rows);
   int64_t head_chunks() const { return (M_ + head_chunk_ - 1) / head_chunk_; }
+  void check_losses_written() const;
   // A layer's activations: its own, the shared scratch for a recomputed layer, or (selective)
   // its own with the recomputed tensors in the scratch.
   LayerActs acts_for(int layer) const;
@@ -220,6 +224,7 @@ class LlamaModel {
   int64_t head_chunk_;            // rows of logits at a time
   DType storage_;                 // of the activations
   float head_grad_scale_ = 0.0f;  // of the last training head forward
+  bool head_pending_ = false;     // a training head forward whose backward has not run yet
   TrackedBuffer<std::byte> arena_;
   TrackedBuffer<std::byte> host_arena_;
   TrackedBuffer<int32_t> tokens_;  // inputs, targets, then document starts: 3·M

@@ -192,12 +192,13 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
   for (int g = 0; g < G; ++g)
     model.forward_group(g, params[static_cast<size_t>(g)].data(), true, grad_scale,
                         tied_to(g) ? ConstTensorView(params[0].data()) : ConstTensorView());
-  pass.loss = model.loss_sum() / static_cast<double>(batch.counted);
   for (int g = G - 1; g >= 0; --g)
     model.backward_group(g, params[static_cast<size_t>(g)].data(),
                          pass.group_grads[static_cast<size_t>(g)].data(),
                          tied_to(g) ? ConstTensorView(params[0].data()) : ConstTensorView(),
                          tied_to(g) ? pass.group_grads[0].data() : nullptr);
+  // The head's backward wrote the losses (the fused linear + cross-entropy).
+  pass.loss = model.loss_sum() / static_cast<double>(batch.counted);
   // The backward reads the saved activations and writes only its own temporaries.
   const ActivationTensors& t = model.activation_tensors();
   const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();

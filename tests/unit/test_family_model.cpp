@@ -65,8 +65,8 @@ Pass run_pass(const ModelConfig& c, const ActivationCheckpointing& ac, DType sto
   const int G = layout.num_groups();
   const float scale = 1.0f / static_cast<float>(B * T);
   for (int g = 0; g < G; ++g) model.forward_group(g, params[g].data(), true, scale);
-  pass.loss = model.loss_sum();
   for (int g = G - 1; g >= 0; --g) model.backward_group(g, params[g].data(), pass.grads[g].data());
+  pass.loss = model.loss_sum();
   return pass;
 }
 

@@ -111,6 +111,52 @@ TEST(ModelHeadChunks, ChunkedHeadTrainsLikeTheWholeHead) {
             static_cast<int64_t>((M - kHeadChunkRowMultiple) * c.vocab_size * sizeof(float)));
 }
 
+// Training fuses the head's linear and cross-entropy with their backward: the training forward
+// computes no logits (a sentinel in the logits buffer survives it), the losses cannot be read
+// until the head's backward, which writes each chunk's once, bitwise the evaluation forward's.
+TEST(ModelHeadChunks, TrainingComputesEachChunkOnceInTheHeadsBackward) {
+  const ModelConfig c = preset_config("tiny");
+  const int64_t B = 2, T = 100, M = B * T;
+  const ParamLayout layout(c);
+  std::vector<std::vector<float>> params(layout.num_groups());
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    params[g].assign(layout.groups()[g].numel, 0.0f);
+    for (int t : layout.groups()[g].tensors) {
+      const TensorInfo& info = layout.tensors()[t];
+      init_tensor_range(c, info, 5, 0, info.numel, params[g].data() + info.offset);
+    }
+  }
+  std::vector<int32_t> tokens(2 * M);
+  for (int64_t i = 0; i < 2 * M; ++i) tokens[i] = static_cast<int32_t>((i * 29 + 3) % c.vocab_size);
+  auto backend = make_cpu_backend();
+  MemoryTracker memory;
+  LlamaModel model(c, *backend, memory, B, T, {}, kHeadChunkRowMultiple);
+  ASSERT_EQ(model.head_chunk_rows(), kHeadChunkRowMultiple);  // two chunks, the last ragged
+  model.set_batch(tokens.data(), tokens.data() + M);
+  const int G = layout.num_groups(), head = layout.head_group();
+  for (int g = 0; g < G; ++g) model.forward_group(g, params[g].data(), false, 1.0f);
+  const std::vector<float> evaluated(model.token_losses(), model.token_losses() + M);
+
+  const int64_t logits_n = kHeadChunkRowMultiple * c.vocab_size;
+  const std::vector<float> sentinel(static_cast<size_t>(logits_n), -3.5f);
+  const TensorView logits = model.activation_tensors().logits;
+  backend->device_memory().to_device(logits.data, sentinel.data(), logits_n * sizeof(float));
+  for (int g = 0; g < G; ++g)
+    model.forward_group(g, params[g].data(), true, 1.0f / static_cast<float>(M));
+  EXPECT_EQ(widened_to_host(backend->device_memory(), logits, logits_n), sentinel);
+  EXPECT_THROW(model.loss_sum(), Error);
+  EXPECT_THROW(model.token_losses(), Error);
+  std::vector<std::vector<float>> grads(static_cast<size_t>(G));
+  for (int g = G - 1; g >= 0; --g) {
+    grads[g].assign(params[g].size(), 0.0f);
+    model.backward_group(g, params[g].data(), grads[g].data());
+  }
+  const std::vector<float> trained(model.token_losses(), model.token_losses() + M);
+  EXPECT_EQ(trained, evaluated);
+  // A second head backward has no training forward to finish.
+  EXPECT_THROW(model.backward_group(head, params[head].data(), grads[head].data()), Error);
+}
+
 TEST(ModelHeadChunks, LogitsNeedTheWholeHead) {
   const ModelConfig c = preset_config("tiny");
   auto backend = make_cpu_backend();

@@ -40,12 +40,12 @@ Pass forward_backward(const ModelConfig& c, const std::vector<std::vector<float>
     model.forward_group(g, params[g].data(), true, 1.0f / static_cast<float>(B * T),
                         g == head ? embedding : nullptr);
   Pass out;
-  out.loss = model.loss_sum();
   out.grads.resize(static_cast<size_t>(G));
   for (int g = 0; g < G; ++g) out.grads[g].assign(params[g].size(), 0.0f);
   for (int g = G - 1; g >= 0; --g)
     model.backward_group(g, params[g].data(), out.grads[g].data(), g == head ? embedding : nullptr,
                          g == head && tied ? out.grads[0].data() : nullptr);
+  out.loss = model.loss_sum();
   return out;
 }
 
