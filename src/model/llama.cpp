@@ -495,6 +495,7 @@ void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding,
                       static_cast<float>(config_.rms_norm_eps));
   head_grad_scale_ = grad_scale;
   head_pending_ = training;
+  head_evaluated_ = !training;
   if (training) return;  // the chunks run in head_backward, once
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
@@ -559,6 +560,7 @@ double LlamaModel::loss_sum() const {
 }
 
 std::vector<float> LlamaModel::logits() const {
+  ZT_CHECK(head_evaluated_, "LlamaModel::logits(): only an evaluation forward keeps the logits");
   ZT_CHECK(head_chunks() == 1, "LlamaModel::logits(): the head runs in " +
                                    std::to_string(head_chunks()) +
                                    " chunks; only one chunk keeps every logit");
@@ -566,6 +568,8 @@ std::vector<float> LlamaModel::logits() const {
 }
 
 std::vector<float> LlamaModel::logits_row(int64_t row) const {
+  ZT_CHECK(head_evaluated_,
+           "LlamaModel::logits_row(): only an evaluation forward keeps the logits");
   ZT_CHECK(head_chunks() == 1 && row >= 0 && row < M_,
            "LlamaModel::logits_row(" + std::to_string(row) + "): rows [0, " + std::to_string(M_) +
                ") in one head chunk (the head runs in " + std::to_string(head_chunks()) + ")");

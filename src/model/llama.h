@@ -225,6 +225,7 @@ class LlamaModel {
   DType storage_;                 // of the activations
   float head_grad_scale_ = 0.0f;  // of the last training head forward
   bool head_pending_ = false;     // a training head forward whose backward has not run yet
+  bool head_evaluated_ = false;   // the last head pass was an evaluation (its logits are kept)
   TrackedBuffer<std::byte> arena_;
   TrackedBuffer<std::byte> host_arena_;
   TrackedBuffer<int32_t> tokens_;  // inputs, targets, then document starts: 3·M

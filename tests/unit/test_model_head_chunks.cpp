@@ -31,6 +31,28 @@ struct HeadRun {
   int64_t activation_bytes = 0;
 };
 
+// The tiny preset's parameters from `seed`, per group, and 2·M tokens (inputs, then targets).
+std::vector<std::vector<float>> initial_params(const ModelConfig& c, uint64_t seed) {
+  const ParamLayout layout(c);
+  std::vector<std::vector<float>> params(layout.num_groups());
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    params[g].assign(layout.groups()[g].numel, 0.0f);
+    for (int t : layout.groups()[g].tensors) {
+      const TensorInfo& info = layout.tensors()[t];
+      init_tensor_range(c, info, seed, 0, info.numel, params[g].data() + info.offset);
+    }
+  }
+  return params;
+}
+
+std::vector<int32_t> cycling_tokens(const ModelConfig& c, int64_t M, int64_t stride,
+                                    int64_t offset) {
+  std::vector<int32_t> tokens(2 * M);
+  for (int64_t i = 0; i < 2 * M; ++i)
+    tokens[i] = static_cast<int32_t>((i * stride + offset) % c.vocab_size);
+  return tokens;
+}
+
 // One training micro-batch: forward of every group, backward in reverse.
 HeadRun train_micro_batch(const ModelConfig& c, int64_t B, int64_t T, int64_t head_chunk_rows,
                           const std::vector<std::vector<float>>& params,
@@ -67,17 +89,8 @@ TEST(ModelHeadChunks, ChunkedHeadTrainsLikeTheWholeHead) {
   const ModelConfig c = preset_config("tiny");
   const int64_t B = 2, T = 100, M = B * T;  // 200 rows: chunks of 128 leave a ragged last one
   const ParamLayout layout(c);
-  std::vector<std::vector<float>> params(layout.num_groups());
-  for (int g = 0; g < layout.num_groups(); ++g) {
-    params[g].assign(layout.groups()[g].numel, 0.0f);
-    for (int t : layout.groups()[g].tensors) {
-      const TensorInfo& info = layout.tensors()[t];
-      init_tensor_range(c, info, 7, 0, info.numel, params[g].data() + info.offset);
-    }
-  }
-  std::vector<int32_t> tokens(2 * M);
-  for (int64_t i = 0; i < 2 * M; ++i)
-    tokens[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
+  const std::vector<std::vector<float>> params = initial_params(c, 7);
+  const std::vector<int32_t> tokens = cycling_tokens(c, M, 37, 11);
 
   const HeadRun whole = train_micro_batch(c, B, T, M, params, tokens);
   const HeadRun chunked = train_micro_batch(c, B, T, kHeadChunkRowMultiple, params, tokens);
@@ -113,21 +126,14 @@ TEST(ModelHeadChunks, ChunkedHeadTrainsLikeTheWholeHead) {
 
 // Training fuses the head's linear and cross-entropy with their backward: the training forward
 // computes no logits (a sentinel in the logits buffer survives it), the losses cannot be read
-// until the head's backward, which writes each chunk's once, bitwise the evaluation forward's.
-TEST(ModelHeadChunks, TrainingComputesEachChunkOnceInTheHeadsBackward) {
+// until the head's backward, which writes every chunk's (over NaN), bitwise the evaluation
+// forward's; the logits of a training pass are not handed out.
+TEST(ModelHeadChunks, TrainingRunsTheHeadsChunksInItsBackwardAlone) {
   const ModelConfig c = preset_config("tiny");
   const int64_t B = 2, T = 100, M = B * T;
   const ParamLayout layout(c);
-  std::vector<std::vector<float>> params(layout.num_groups());
-  for (int g = 0; g < layout.num_groups(); ++g) {
-    params[g].assign(layout.groups()[g].numel, 0.0f);
-    for (int t : layout.groups()[g].tensors) {
-      const TensorInfo& info = layout.tensors()[t];
-      init_tensor_range(c, info, 5, 0, info.numel, params[g].data() + info.offset);
-    }
-  }
-  std::vector<int32_t> tokens(2 * M);
-  for (int64_t i = 0; i < 2 * M; ++i) tokens[i] = static_cast<int32_t>((i * 29 + 3) % c.vocab_size);
+  const std::vector<std::vector<float>> params = initial_params(c, 5);
+  const std::vector<int32_t> tokens = cycling_tokens(c, M, 29, 3);
   auto backend = make_cpu_backend();
   MemoryTracker memory;
   LlamaModel model(c, *backend, memory, B, T, {}, kHeadChunkRowMultiple);
@@ -146,18 +152,23 @@ TEST(ModelHeadChunks, TrainingComputesEachChunkOnceInTheHeadsBackward) {
   EXPECT_EQ(widened_to_host(backend->device_memory(), logits, logits_n), sentinel);
   EXPECT_THROW(model.loss_sum(), Error);
   EXPECT_THROW(model.token_losses(), Error);
+  const std::vector<float> nan(static_cast<size_t>(M), std::nanf(""));
+  backend->device_memory().to_device(model.activation_tensors().losses, nan.data(),
+                                     M * sizeof(float));
   std::vector<std::vector<float>> grads(static_cast<size_t>(G));
   for (int g = G - 1; g >= 0; --g) {
     grads[g].assign(params[g].size(), 0.0f);
     model.backward_group(g, params[g].data(), grads[g].data());
   }
   const std::vector<float> trained(model.token_losses(), model.token_losses() + M);
-  EXPECT_EQ(trained, evaluated);
+  EXPECT_EQ(std::memcmp(trained.data(), evaluated.data(), M * sizeof(float)), 0);
   // A second head backward has no training forward to finish.
   EXPECT_THROW(model.backward_group(head, params[head].data(), grads[head].data()), Error);
 }
 
-TEST(ModelHeadChunks, LogitsNeedTheWholeHead) {
+// Logits are handed out after an evaluation forward of a one-chunk head only: a training pass
+// leaves dlogits in their buffer.
+TEST(ModelHeadChunks, LogitsNeedTheWholeHeadAndAnEvaluation) {
   const ModelConfig c = preset_config("tiny");
   auto backend = make_cpu_backend();
   MemoryTracker memory;
@@ -166,6 +177,22 @@ TEST(ModelHeadChunks, LogitsNeedTheWholeHead) {
   EXPECT_THROW(chunked.logits(), Error);
   LlamaModel whole(c, *backend, memory, 1, 8, {}, 100);
   EXPECT_EQ(whole.head_chunk_rows(), 8);  // at most the micro-batch's rows
+  const std::vector<std::vector<float>> params = initial_params(c, 3);
+  const std::vector<int32_t> tokens = cycling_tokens(c, 8, 5, 1);
+  whole.set_batch(tokens.data(), tokens.data() + 8);
+  const int G = whole.layout().num_groups();
+  for (int g = 0; g < G; ++g) whole.forward_group(g, params[g].data(), true, 0.125f);
+  std::vector<std::vector<float>> grads(static_cast<size_t>(G));
+  for (int g = G - 1; g >= 0; --g) {
+    grads[g].assign(params[g].size(), 0.0f);
+    whole.backward_group(g, params[g].data(), grads[g].data());
+  }
+  EXPECT_THROW(whole.logits(), Error);
+  EXPECT_THROW(whole.logits_row(7), Error);
+  for (int g = 0; g < G; ++g) whole.forward_group(g, params[g].data(), false, 1.0f);
+  const std::vector<float> logits = whole.logits();
+  ASSERT_EQ(logits.size(), static_cast<size_t>(8 * c.vocab_size));
+  EXPECT_EQ(whole.logits_row(7), std::vector<float>(logits.end() - c.vocab_size, logits.end()));
 }
 
 }  // namespace
