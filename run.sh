@@ -275,10 +275,11 @@ rerun_whole_suite_failures() {
 VARIANTS=(native:: haswell:Haswell:scalar skylakex:SkylakeX:avx2 zen:Zen:)
 # Tests whose every assertion is about bytes, files, messages or exit codes, never about a value
 # the kernels compute: the style and include checks, the environment report, the bundle and the
-# GPU-session dry run, refused and fuzzed inputs, rank failures, run directories, full disks, and
-# the memory estimator (it asserts bytes). They ran once in the whole-suite pass; a kernel variant
-# cannot change their outcome, so the variants leave them out (about a third of their time).
-VARIANT_EXCLUDED='^(code_format|docs_reference|architecture_includes.*|info_env|cpu_tests_hide_gpus|bundle_runs_relocated|gpu_session_dry_run|mpi_estimator_np[0-9]+|FuzzedInputs\.(ModelConfigJson|DeepSpeedJson)|RankFailures\..*|RunDirectory\..*|FullDisk\..*|IoCli\..*|MaxMicroBatch\..*|TrainE2E\.BadInputsFailNamingTheCulprit|TrainMpi\.RankBoundToFewerCpusThanItsThreadsIsWarned)$'
+# GPU-session dry run, refused and fuzzed inputs, rank failures, run directories, full disks, the
+# memory estimator (it asserts bytes) and the compile without CUDA. They ran once in the
+# whole-suite pass; a kernel variant cannot change their outcome, so the variants leave them out
+# (about a third of their time).
+VARIANT_EXCLUDED='^(code_format|no_cuda_compile.*|docs_reference|architecture_includes.*|info_env|cpu_tests_hide_gpus|bundle_runs_relocated|gpu_session_dry_run|mpi_estimator_np[0-9]+|FuzzedInputs\.(ModelConfigJson|DeepSpeedJson)|RankFailures\..*|RunDirectory\..*|FullDisk\..*|IoCli\..*|MaxMicroBatch\..*|TrainE2E\.BadInputsFailNamingTheCulprit|TrainMpi\.RankBoundToFewerCpusThanItsThreadsIsWarned)$'
 cpu_has() { grep -qw "$1" /proc/cpuinfo; }
 run_variants() {
   if [ "${ZT_TEST_VARIANTS:-1}" = 0 ]; then

@@ -31,6 +31,7 @@
 namespace zt {
 namespace {
 
+#ifdef ZT_CUDA_LIBRARY  // a build without CUDA has no kernels to read
 // The demangled names of the kernels whose host stubs nvcc put into `library`:
 // `_Z[L]<n>__device_stub__<kernel's mangled name without its leading '_'><stub params>`.
 std::set<std::string> kernels_in(const std::string& library) {
@@ -59,6 +60,7 @@ std::set<std::string> kernels_in(const std::string& library) {
   pclose(nm);
   return names;
 }
+#endif
 
 TEST(KernelProfile, EveryZerotrainKernelHasANamedCategory) {
 #ifndef ZT_CUDA_LIBRARY
