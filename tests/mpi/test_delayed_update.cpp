@@ -64,8 +64,9 @@ std::vector<std::vector<float>> own_masters(ZeroEngine& e) {
 void set_own_masters(ZeroEngine& e, const std::vector<std::vector<float>>& values) {
   for (int g = 0; g < static_cast<int>(values.size()); ++g) {
     const OptimizerShard s = e.optimizer_shard(g);
-    std::memcpy(s.master, values[static_cast<size_t>(g)].data(),
-                values[static_cast<size_t>(g)].size() * sizeof(float));
+    if (!values[static_cast<size_t>(g)].empty())  // an empty own range has no pointer to copy
+      std::memcpy(s.master, values[static_cast<size_t>(g)].data(),
+                  values[static_cast<size_t>(g)].size() * sizeof(float));
     e.release_optimizer_shard(g, /*modified=*/true);
   }
 }

@@ -1,14 +1,20 @@
 """A build with CUDA also compiles, without it, the sources whose code depends on it.
 
 Outside the `cuda` folders a source may guard CUDA code with ZEROTRAIN_HAVE_CUDA (and its
-NCCL, cuDNN and CUPTI siblings) or, in the tests, ZT_CUDA_LIBRARY (docs/ARCHITECTURE.md §1).
-A machine without CUDA builds those sources with the guards off, under -Werror, and that
-configuration (`./run.sh test-asan`, a user's CPU-only build) is not the one CI builds here. This
-check recompiles each such source from the build's compile_commands.json with the CUDA
-definitions and CUDA's include directory removed, so that a helper left unused or a declaration
-missing without CUDA fails here (a full compile to /dev/null: GCC reports unused functions only
-then). Exit 0 when every source compiles, 1 naming those that do not; in a build without CUDA
-the build itself compiled them so, and the check says that and passes.
+NCCL, cuDNN and CUPTI siblings, CMake's definitions) or, in the tests, ZT_CUDA_LIBRARY
+(tests/CMakeLists.txt), and `app` may include headers from a `cuda` folder under such a guard
+(docs/ARCHITECTURE.md §1). A machine without CUDA builds those sources with the guards off,
+under -Werror, and that configuration (`./run.sh test-asan`, a user's CPU-only build) is not
+the one CI builds here. This check recompiles, from the build's compile_commands.json, every
+source outside the `cuda` folders and tests/gpu that names a guard or reaches, through its
+quoted includes, a header that names one or lies in a `cuda` folder. It removes the CUDA
+definitions and the include directories that hold CUDA's, NCCL's, cuDNN's or CUPTI's headers,
+and compiles to /dev/null (GCC reports unused functions only in a real compile), so a helper left
+unused or an unguarded CUDA include fails here (the latter only where CUDA's headers are not on
+the compiler's default path too; on this project's machines /usr/local/include has them).
+Targets CMake builds only with CUDA are named with --cuda-only-target and skipped. Exit 0 when every source compiles, 1 naming
+those that do not; in a build without CUDA the build itself compiled them so, and the check says
+that and passes.
 
   check_no_cuda_compile.py --compile-commands BUILD/compile_commands.json --root SOURCE_DIR
   check_no_cuda_compile.py --self-test
@@ -24,46 +30,113 @@ import tempfile
 
 GUARD = re.compile(r"\b(ZEROTRAIN_HAVE_(CUDA|NCCL|CUDNN|CUPTI)|ZT_CUDA_LIBRARY)\b")
 CUDA_DEFINITION = re.compile(r"^-D(ZEROTRAIN_HAVE_(CUDA|NCCL|CUDNN|CUPTI)|ZT_CUDA_LIBRARY)(=.*)?$")
+QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+# A directory that holds one of these is a CUDA library's include directory.
+CUDA_HEADERS = ("cuda_runtime.h", "nccl.h", "cudnn.h", "cupti.h", "cublasLt.h")
 
 
-def guarded_sources(entries, root):
-    """The compile_commands entries under `root` outside a `cuda` folder (and tests/gpu) whose
-    source text names a CUDA guard."""
+def read_text(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def include_dirs(arguments, directory):
+    """The -I and -isystem directories of a compile, absolute."""
+    dirs, i = [], 0
+    while i < len(arguments):
+        a = arguments[i]
+        if a in ("-I", "-isystem") and i + 1 < len(arguments):
+            dirs.append(arguments[i + 1])
+            i += 2
+            continue
+        if a.startswith("-isystem") and len(a) > len("-isystem"):
+            dirs.append(a[len("-isystem"):])
+        elif a.startswith("-I") and len(a) > 2:
+            dirs.append(a[2:])
+        i += 1
+    return [os.path.realpath(os.path.join(directory, d)) for d in dirs]
+
+
+def in_cuda_folder(rel):
+    parts = rel.split(os.sep)
+    return "cuda" in parts[:-1] or parts[:2] == ["tests", "gpu"]
+
+
+def depends_on_cuda(path, dirs, root, seen):
+    """Whether `path` names a guard, or one of the in-tree headers it reaches through quoted
+    includes does or lies in a `cuda` folder."""
+    if path in seen:
+        return False
+    seen.add(path)
+    text = read_text(path)
+    if GUARD.search(text):
+        return True
+    for name in QUOTED_INCLUDE.findall(text):
+        for base in [os.path.dirname(path)] + dirs:
+            header = os.path.realpath(os.path.join(base, name))
+            if not os.path.isfile(header):
+                continue
+            rel = os.path.relpath(header, root)
+            if rel.startswith(".."):
+                break  # outside the tree: a library's header
+            if in_cuda_folder(rel) or depends_on_cuda(header, dirs, root, seen):
+                return True
+            break
+    return False
+
+
+def object_of(entry):
+    args = arguments_of(entry)
+    return entry.get("output") or next(
+        (args[i + 1] for i, a in enumerate(args[:-1]) if a == "-o"), "")
+
+
+def guarded_sources(entries, root, cuda_only_targets=()):
+    """The compile_commands entries under `root`, outside a `cuda` folder and tests/gpu and
+    not of a target built only with CUDA, whose source depends on CUDA (depends_on_cuda)."""
     chosen = []
     for e in entries:
-        path = os.path.realpath(e["file"])
+        if any(f"{t}.dir/" in object_of(e) for t in cuda_only_targets):
+            continue
+        path = os.path.realpath(os.path.join(e["directory"], e["file"]))
         rel = os.path.relpath(path, root)
-        parts = rel.split(os.sep)
-        if rel.startswith("..") or "cuda" in parts[:-1] or parts[:2] == ["tests", "gpu"]:
+        if rel.startswith("..") or in_cuda_folder(rel) or not path.endswith((".cpp", ".cc")):
             continue
-        if not path.endswith((".cpp", ".cc")):
-            continue
-        with open(path, encoding="utf-8") as f:
-            if GUARD.search(f.read()):
-                chosen.append(e)
+        if not os.path.isfile(path):
+            continue  # a stale entry
+        dirs = include_dirs(arguments_of(e), e["directory"])
+        if depends_on_cuda(path, dirs, root, set()):
+            chosen.append((e, rel))
     return chosen
 
 
-def without_cuda(arguments):
-    """The compiler arguments with the CUDA definitions, CUDA's include directory and the output
-    replaced: a compile to /dev/null."""
-    out, skip = [], False
-    for i, a in enumerate(arguments):
-        if skip:
-            skip = False
-            continue
+def is_cuda_include_dir(d):
+    return any(os.path.isfile(os.path.join(d, h)) for h in CUDA_HEADERS)
+
+
+def without_cuda(arguments, directory):
+    """The compiler arguments with the CUDA definitions and CUDA's include directories removed
+    and the output replaced: a compile to /dev/null."""
+    out, i = [], 0
+    while i < len(arguments):
+        a = arguments[i]
         if CUDA_DEFINITION.match(a):
+            i += 1
             continue
-        if a in ("-isystem", "-I") and i + 1 < len(arguments) and "cuda" in arguments[i + 1]:
-            skip = True
+        if a in ("-I", "-isystem", "-o") and i + 1 < len(arguments):
+            value = arguments[i + 1]
+            if a == "-o":
+                out += ["-o", os.devnull]
+            elif not is_cuda_include_dir(os.path.join(directory, value)):
+                out += [a, value]
+            i += 2
             continue
-        if (a.startswith("-I") or a.startswith("-isystem")) and "cuda" in a[2:]:
-            continue
-        if a == "-o":
-            out += ["-o", os.devnull]
-            skip = True
+        joined = next((f for f in ("-isystem", "-I") if a.startswith(f) and len(a) > len(f)), None)
+        if joined and is_cuda_include_dir(os.path.join(directory, a[len(joined):])):
+            i += 1
             continue
         out.append(a)
+        i += 1
     return out
 
 
@@ -71,35 +144,32 @@ def arguments_of(entry):
     return entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
 
 
-def check(compile_commands, root):
+def check(compile_commands, root, cuda_only_targets=()):
+    root = os.path.realpath(root)
     with open(compile_commands, encoding="utf-8") as f:
         entries = json.load(f)
     if not any(CUDA_DEFINITION.match(a) for e in entries for a in arguments_of(e)):
         print("built without CUDA: the build itself compiled every source without it")
         return 0
-    sources = guarded_sources(entries, os.path.realpath(root))
+    sources = guarded_sources(entries, root, cuda_only_targets)
     failed = []
-    for e in sources:
-        cmd = without_cuda(arguments_of(e))
+    for e, rel in sources:
+        cmd = without_cuda(arguments_of(e), e["directory"])
         r = subprocess.run(cmd, cwd=e["directory"], capture_output=True, text=True)
-        name = os.path.relpath(os.path.realpath(e["file"]), root)
         if r.returncode != 0:
-            failed.append(name)
-            sys.stdout.write(f"{name} does not compile without CUDA:\n{r.stderr}\n")
+            failed.append(rel)
+            sys.stdout.write(f"{rel} does not compile without CUDA:\n{r.stderr}\n")
     if failed:
         print(f"{len(failed)} of {len(sources)} sources fail without CUDA: {', '.join(failed)}")
         return 1
-    print(f"{len(sources)} sources with CUDA guards compile without CUDA: "
-          + ", ".join(os.path.relpath(os.path.realpath(e["file"]), root) for e in sources))
+    print(f"{len(sources)} sources that depend on CUDA compile without it: "
+          + ", ".join(rel for _, rel in sources))
     return 0
 
 
-def self_test():
-    """A guarded helper used only with CUDA fails without it; the fixed source passes; a build
-    without CUDA passes; sources in cuda folders are not chosen."""
-    bad = """namespace {
-#ifdef ZT_CUDA_LIBRARY
-#endif
+SELF_TEST_FILES = {
+    # A helper only the CUDA branch uses: -Werror=unused-function without CUDA.
+    "src/bad.cpp": """namespace {
 int helper() { return 1; }
 }  // namespace
 int main() {
@@ -109,32 +179,79 @@ int main() {
   return 0;
 #endif
 }
-"""
-    good = bad.replace("#ifdef ZT_CUDA_LIBRARY\n#endif\nint helper() { return 1; }",
-                       "#ifdef ZT_CUDA_LIBRARY\nint helper() { return 1; }\n#endif")
+""",
+    # Guarded right, and it needs a header of a build directory named build-cuda.
+    "src/good.cpp": """#include "generated.h"
+namespace {
+#ifdef ZT_CUDA_LIBRARY
+int helper() { return 1; }
+#endif
+}  // namespace
+int main() {
+#ifdef ZT_CUDA_LIBRARY
+  return helper();
+#else
+  return kGenerated - 1;
+#endif
+}
+""",
+    # A cuda-folder header included without a guard: it needs CUDA's own header.
+    "src/app/unguarded.cpp": """#include "cuda/kernels.h"
+int main() { return kernel_value() - 1; }
+""",
+    "src/app/guarded.cpp": """#ifdef ZEROTRAIN_HAVE_CUDA
+#include "cuda/kernels.h"
+#endif
+int main() {
+#ifdef ZEROTRAIN_HAVE_CUDA
+  return kernel_value() - 1;
+#else
+  return 0;
+#endif
+}
+""",
+    "src/cuda/kernels.h": """#include <cuda_runtime.h>
+inline int kernel_value() { return kCudaValue; }
+""",
+    "src/cuda/kernels.cpp": "#ifdef ZEROTRAIN_HAVE_CUDA\n#endif\nint broken(\n",
+    "tests/gpu/gpu_test.cpp": "#ifdef ZT_CUDA_LIBRARY\n#endif\nint broken(\n",
+    "bench/gpu_only.cpp": "#ifdef ZEROTRAIN_HAVE_CUDA\n#endif\nint broken(\n",
+    "build-cuda/generated/generated.h": "constexpr int kGenerated = 1;\n",
+    "fake-cuda/include/cuda_runtime.h": "constexpr int kCudaValue = 1;\n",
+}
+
+
+def self_test():
+    """Each way to break a CPU-only build fails; the right guards pass with a build directory
+    whose name holds "cuda"; cuda folders, tests/gpu and a CUDA-only target are not compiled; a
+    build without CUDA passes."""
     compiler = os.environ.get("CXX", "c++")
     results = {}
     with tempfile.TemporaryDirectory() as d:
-        os.makedirs(os.path.join(d, "src", "cuda"))
-        for name, text in (("bad", bad), ("good", good)):
-            src = os.path.join(d, "src", name + ".cpp")
-            with open(src, "w", encoding="utf-8") as f:
+        for rel, text in SELF_TEST_FILES.items():
+            os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+            with open(os.path.join(d, rel), "w", encoding="utf-8") as f:
                 f.write(text)
-        with open(os.path.join(d, "src", "cuda", "kernels.cpp"), "w", encoding="utf-8") as f:
-            f.write("#ifdef ZEROTRAIN_HAVE_CUDA\n#endif\nint broken(\n")
 
-        def entry(name, cuda=True):
-            args = [compiler, "-Wall", "-Werror"] + (["-DZT_CUDA_LIBRARY=\"x\""] if cuda else [])
-            src = os.path.join(d, "src", name + ".cpp")
-            return {"directory": d, "file": src, "arguments": args + ["-o", "x.o", "-c", src]}
+        def entry(rel, cuda=True):
+            defs = "-DZEROTRAIN_HAVE_CUDA=1 -DZT_CUDA_LIBRARY=\\\"x\\\" " if cuda else ""
+            return {"directory": os.path.join(d, "build-cuda"), "file": os.path.join(d, rel),
+                    "command": f"{compiler} {defs}-I{d}/src -I {d}/build-cuda/generated "
+                               f"-isystem {d}/fake-cuda/include -Wall -Werror "
+                               f"-o CMakeFiles/{os.path.basename(rel)[:-4]}.dir/x.o "
+                               f"-c {os.path.join(d, rel)}"}
 
-        for case, names, cuda in (("bad", ["bad"], True), ("good", ["good", "cuda/kernels"], True),
-                                  ("no_cuda", ["bad"], False)):
+        good = ["src/good.cpp", "src/app/guarded.cpp", "src/cuda/kernels.cpp",
+                "tests/gpu/gpu_test.cpp", "bench/gpu_only.cpp"]
+        for case, rels, cuda in (("unused_helper", ["src/bad.cpp"], True),
+                                 ("unguarded_include", ["src/app/unguarded.cpp"], True),
+                                 ("guarded", good, True),
+                                 ("no_cuda", ["src/bad.cpp"], False)):
             cc = os.path.join(d, case + ".json")
             with open(cc, "w", encoding="utf-8") as f:
-                json.dump([entry(n, cuda) for n in names], f)
-            results[case] = check(cc, d)
-    expected = {"bad": 1, "good": 0, "no_cuda": 0}
+                json.dump([entry(r, cuda) for r in rels], f)
+            results[case] = check(cc, d, ["gpu_only"])
+    expected = {"unused_helper": 1, "unguarded_include": 1, "guarded": 0, "no_cuda": 0}
     if results != expected:
         print(f"self-test failed: {results} (expected {expected})")
         return 1
@@ -146,13 +263,15 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--compile-commands")
     p.add_argument("--root")
+    p.add_argument("--cuda-only-target", action="append", default=[],
+                   help="a target CMake builds only with CUDA (its sources are not checked)")
     p.add_argument("--self-test", action="store_true")
     a = p.parse_args()
     if a.self_test:
         return self_test()
     if not a.compile_commands or not a.root:
         p.error("--compile-commands and --root are required")
-    return check(a.compile_commands, a.root)
+    return check(a.compile_commands, a.root, a.cuda_only_target)
 
 
 if __name__ == "__main__":
