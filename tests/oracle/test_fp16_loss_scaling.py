@@ -143,7 +143,7 @@ def main():
         run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
         write_byte_windows(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
                                                         "sample.txt"), WINDOWS, SEQ_LEN)
-        reference = train(tools, work, work("bf16"), ["--micro-batch", "2"])
+        train(tools, work, work("bf16"), ["--micro-batch", "2"])
         reference_lrs = [line["lr"] for line in metrics(work("bf16"))]
 
         # 1 rank, stage 0, from a DeepSpeed JSON fp16 block.

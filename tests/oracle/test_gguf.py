@@ -321,7 +321,6 @@ def converter_rope_factors(converter, theta, rope_scaling):
     lacks) and run on the model's hyperparameters."""
     import ast
     import math
-    import textwrap
     tree = ast.parse(open(converter, encoding="utf-8").read())
     llama = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LlamaModel")
     method = next(n for n in llama.body
