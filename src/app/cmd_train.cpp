@@ -300,18 +300,23 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
   info.config["activation_checkpointing"] = activation_checkpointing_name(spec.ac);
   // What --attention resolved to on this backend: "cpu" (its one attention), "gemm" or "fused".
   info.config["attention_kernel"] = attention_kernel;
-  // Optimizer offload: what runs the CPU AdamW (metrics.jsonl's host_adam gives its rate).
-  // Its host thread's CPUs when train pinned it (a GPU backend), and the overlap's limit on the
-  // state it keeps (-1: none; auto's is this host's).
+  // Optimizer offload: what runs the CPU AdamW, and its rate measured now on rank 0's host
+  // thread (metrics.jsonl's host_adam gives the rate step by step). Its host thread's CPUs when
+  // train pinned it (a GPU backend), and the overlap's limit on the state it keeps (-1: none;
+  // auto's is this host's).
   const OffloadConfig& offload = engine.offload_config();
   if (offload.optimizer_offloaded()) {
     const std::vector<int>& cpus = offload.host_adam_cpus;
+    constexpr int64_t kMeasuredElements = int64_t{1} << 23;  // 160 MB: past the caches
     info.config["host_adam"] = {
         {"threads", cpus.empty() ? openmp_thread_count() : static_cast<int>(cpus.size())},
         {"simd", cpu::adam_simd_name(cpu::best_adam_simd())},
         {"cpus", cpus},
         {"overlap", offload.keeps_speculated_state()},
-        {"overlap_bytes", offload.overlap_bytes}};
+        {"overlap_bytes", offload.overlap_bytes},
+        {"measured_elements", comm.rank() == 0 ? kMeasuredElements : 0},
+        {"measured_params_per_s",
+         comm.rank() == 0 ? engine.measure_host_adam_rate(kMeasuredElements) : 0.0}};
   }
   info.trainable_parameters = engine.model().trainable().trainable_numel(layout);
   info.frozen_tensors = engine.model().trainable().frozen_names(layout);

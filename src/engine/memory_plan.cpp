@@ -62,6 +62,8 @@ const char* buffer_role_name(BufferRole role) {
       return "pending gradients";
     case BufferRole::kKeptState:
       return "kept optimizer state";
+    case BufferRole::kSpeculatedValues:
+      return "speculated working values";
     case BufferRole::kHostStaging:
       return "host staging tile";
     case BufferRole::kHostOptimizer:

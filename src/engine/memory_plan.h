@@ -54,6 +54,7 @@ enum class BufferRole : int {
   kHostGradients,     // optimizer offload: a group's fp32 gradient shard on the host
   kPendingGradients,  // delayed offload update: the shard the running update reads
   kKeptState,         // exact offload overlap: a group's master, m and v kept while speculating
+  kSpeculatedValues,  // exact offload overlap: a group's speculated working values (own range)
   kHostStaging,       // optimizer offload: a working-dtype staging tile (two)
   kHostOptimizer,     // optimizer offload to cpu: a group's master, m and v
   kNvmeBuffers,       // optimizer offload to nvme: the swap buffers

@@ -45,6 +45,9 @@ class ZeroEngine {
   const ParamLayout& layout() const { return model_.layout(); }
   // The offload settings the engine runs with (auto's choices resolved).
   const OffloadConfig& offload_config() const;
+  // Optimizer offload: the CPU AdamW's rate, elements per second, measured now on its host thread
+  // over `elements` elements (OffloadOptimizer::measure_adam_rate); 0 without optimizer offload.
+  double measure_host_adam_rate(int64_t elements);
   // The buffers it allocated and holds while it trains (engine/engine_memory_plan.h).
   const MemoryPlan& memory_plan() const;
   const GroupPartition& partition(int g) const { return parts_[static_cast<size_t>(g)]; }

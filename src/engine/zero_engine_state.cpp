@@ -133,6 +133,10 @@ const OffloadConfig& ZeroEngine::offload_config() const {
   return impl_->offload;
 }
 
+double ZeroEngine::measure_host_adam_rate(int64_t elements) {
+  return impl_->offloader ? impl_->offloader->measure_adam_rate(elements) : 0.0;
+}
+
 const MemoryPlan& ZeroEngine::memory_plan() const {
   return impl_->plan;
 }

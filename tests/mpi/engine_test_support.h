@@ -207,6 +207,13 @@ class TestEngine {
     return own_state().m;
   }
   OwnState own_state() { return engine_test::own_state(*engine_); }
+  // Σ per-token loss of the first micro-batch of `step`'s batch, forward only, all ranks: what
+  // the working params compute now.
+  double eval_loss(int64_t step) {
+    const StepBatches batch(step, 1, options_.micro, comm_.world_size(), comm_.rank(), options_.seq,
+                            vocab());
+    return engine_->eval_loss_sum(batch.input_ptrs[0], batch.target_ptrs[0]);
+  }
 
  private:
   int64_t vocab() const { return engine_->model().config().vocab_size; }

@@ -139,8 +139,8 @@ TEST_F(OffloadTest, EveryModeMatchesNoOffloadBitwise) {
         const size_t params_on_host = offload.param_offloaded() ? own * elem : 0;
         if (offload.optimizer == OffloadDevice::kCpu) {
           // 12 bytes/element of state (master, m, v) + 4 of gradient shard + the staging tiles;
-          // the exact overlap keeps the state once more.
-          const size_t kept = offload.keeps_speculated_state() ? 12 * own : 0;
+          // the exact overlap keeps the state once more, and its speculated working values.
+          const size_t kept = offload.keeps_speculated_state() ? (12 + elem) * own : 0;
           EXPECT_EQ(peak(got, MemCategory::kHostOffload),
                     16 * own + kept + staging + params_on_host)
               << what;

@@ -2,7 +2,8 @@
 // world size the binary is launched with (1, 2, 4): each group's host AdamW starts during the
 // backward, on the hyperparameters of an unclipped, unskipped step, and the optimizer step keeps
 // it or undoes it. Against the same engine with the overlap off and against no offload, bit for
-// bit (every loss, and this rank's masters, m and v after the last step):
+// bit (every loss, this rank's masters, m and v after the last step, and an evaluation on the
+// working params the last step published):
 //   - stages 1-3 (bf16), with clipping that never triggers (every step keeps its speculation),
 //     that triggers on every step (every step undoes and redoes it), and that triggers on some
 //     steps only (both happen, each where the gradient norm says);
@@ -11,7 +12,8 @@
 //   - fp16 with overflowing (skipped) steps at stages 1-3: the speculation is undone and nothing
 //     applied, the other steps kept (no clipping) or redone;
 //   - on the CPU backend every trained element goes to the host thread before the norm;
-//   - host memory: the kept state is 12 bytes per element of the rank's shard, and off keeps none;
+//   - host memory: the kept state is 12 bytes per element of the rank's shard, the speculated
+//     working values 2 or 4 more, and off keeps none;
 //     with a limit (overlap_bytes) only the groups that land first and fit are speculated on.
 #include <gtest/gtest.h>
 
@@ -55,6 +57,7 @@ struct TrainedRun {
   std::vector<std::string> speculation;  // per step: "kept", "redone" or "" (none, or a skip)
   std::vector<bool> skipped;
   OwnState state;
+  double final_eval = 0;  // the working params after the last step: an evaluation's loss sum
   size_t host_offload_peak = 0;
 };
 
@@ -71,6 +74,7 @@ TrainedRun train(Communicator& comm, const EngineOptions& o, int64_t accum, int 
     r.skipped.push_back(s.skipped);
   }
   r.state = t.own_state();
+  r.final_eval = t.eval_loss(steps + 1);
   r.host_offload_peak = t.memory().peak(MemCategory::kHostOffload);
   return r;
 }
@@ -86,6 +90,9 @@ void expect_bitwise(const TrainedRun& got, const TrainedRun& want, const std::st
   for (size_t i = 0; i < want.losses.size(); ++i)
     EXPECT_EQ(std::memcmp(&got.losses[i], &want.losses[i], sizeof(double)), 0)
         << what << ", step " << i + 1 << ": loss " << got.losses[i] << " vs " << want.losses[i];
+  EXPECT_EQ(std::memcmp(&got.final_eval, &want.final_eval, sizeof(double)), 0)
+      << what << ": the working params after the last step evaluate to " << got.final_eval << " vs "
+      << want.final_eval;
   for (size_t g = 0; g < want.state.master.size(); ++g) {
     EXPECT_TRUE(same_bits(got.state.master[g], want.state.master[g])) << what << ", master " << g;
     EXPECT_TRUE(same_bits(got.state.m[g], want.state.m[g])) << what << ", m " << g;
@@ -102,10 +109,13 @@ TrainedRun check(Communicator& comm, const EngineOptions& o, int64_t accum, cons
   expect_bitwise(off, none, what + ", overlap off against no offload");
   expect_bitwise(on, none, what + ", overlap on against no offload");
   for (const std::string& s : off.speculation) EXPECT_EQ(s, "") << what << ", overlap off";
-  // The kept state: master, m and v of the rank's shard, on top of what off holds.
+  // The kept state (master, m and v of the rank's shard) and the speculated working values, on
+  // top of what off holds.
   int64_t own = 0;
   for (const auto& master : on.state.master) own += static_cast<int64_t>(master.size());
-  EXPECT_GE(on.host_offload_peak, off.host_offload_peak + 12 * static_cast<size_t>(own)) << what;
+  const size_t elem = dtype_size(working_dtype(o.precision));
+  EXPECT_GE(on.host_offload_peak, off.host_offload_peak + (12 + elem) * static_cast<size_t>(own))
+      << what;
   return on;
 }
 
@@ -198,7 +208,8 @@ TEST_F(OffloadOverlapTest, ALimitSpeculatesOnTheGroupsThatLandFirst) {
   int64_t own_last = 0, own_all = 0;
   for (const auto& master : none.state.master) own_all += static_cast<int64_t>(master.size());
   own_last = static_cast<int64_t>(none.state.master.back().size());
-  for (const int64_t limit : {int64_t{0}, 12 * own_last}) {
+  // The last group's kept state (12 B) and speculated bf16 working values (2 B) per element.
+  for (const int64_t limit : {int64_t{0}, 14 * own_last}) {
     EngineOptions limited = o;
     limited.offload.overlap_bytes = limit;
     TestEngine t(world_, limited);
@@ -221,6 +232,7 @@ TEST_F(OffloadOverlapTest, ALimitSpeculatesOnTheGroupsThatLandFirst) {
     TrainedRun got;
     got.losses = losses;
     got.state = t.own_state();
+    got.final_eval = t.eval_loss(kSteps + 1);
     expect_bitwise(got, none, "overlap limited to " + std::to_string(limit) + " bytes");
     const size_t off_peak =
         train(world_, with_offload(bf16(2, 0.0f), Offload::kOverlapOff), 2).host_offload_peak;

@@ -316,10 +316,15 @@ TEST_F(DeepSpeedE2E, OffloadConfigTrainsWithCpuOffload) {
   EXPECT_TRUE(contains(text, "\"zero_stage\":3")) << text;
   EXPECT_TRUE(contains(text, "\"offload_optimizer\":\"cpu\"")) << text;
   EXPECT_TRUE(contains(text, "\"offload_param\":\"cpu\"")) << text;
-  // What runs the CPU AdamW: its threads and SIMD path.
+  // What runs the CPU AdamW: its threads, SIMD path, and its rate measured at start-up.
   const json run = json::parse(std::ifstream((dir_ / "out" / "run.json").string()));
-  EXPECT_GE(run.at("config").at("host_adam").at("threads").get<int>(), 1) << text;
-  EXPECT_FALSE(run.at("config").at("host_adam").at("simd").get<std::string>().empty()) << text;
+  const json& host_adam = run.at("config").at("host_adam");
+  EXPECT_GE(host_adam.at("threads").get<int>(), 1) << text;
+  const std::string simd = host_adam.at("simd").get<std::string>();
+  EXPECT_TRUE(simd == "scalar" || simd == "avx2" || simd == "avx512") << text;
+  EXPECT_EQ(host_adam.at("measured_elements").get<int64_t>(), int64_t{1} << 23) << text;
+  // A floor far below any build's rate: a missing or zero measurement fails.
+  EXPECT_GT(host_adam.at("measured_params_per_s").get<double>(), 1e6) << text;
   // Every step line reports the offload traffic and the state in the host pool, none on device,
   // and the CPU AdamW's rate over the elements it updated.
   const auto steps = train_test::read_jsonl((dir_ / "out" / "metrics.jsonl").string());

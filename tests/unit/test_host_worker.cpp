@@ -1,10 +1,12 @@
 // HostWorker (engine/offload/host_worker.h): tasks run in submission order on one thread other
 // than the caller's; wait_idle() waits for them and rethrows the first error once, the tasks
-// queued or submitted after it dropped until then; the destructor runs what is queued.
+// queued or submitted after it dropped until then; wait_for(ticket) waits for the tasks up to one
+// while the later ones go on; the destructor runs what is queued.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -14,6 +16,24 @@
 
 namespace zt {
 namespace {
+
+// A task that fails after 20 ms, so that the tasks submitted next queue behind it.
+void submit_failing_later(HostWorker& worker, const std::string& message) {
+  worker.submit([message] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    throw std::runtime_error(message);
+  });
+}
+
+template <class Wait>
+void expect_rethrown(const std::string& message, Wait wait) {
+  try {
+    wait();
+    ADD_FAILURE() << "the error '" << message << "' was not rethrown";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+}
 
 TEST(HostWorker, RunsTasksInOrderOnItsOwnThread) {
   std::vector<int> order;
@@ -32,22 +52,48 @@ TEST(HostWorker, RunsTasksInOrderOnItsOwnThread) {
 TEST(HostWorker, RethrowsTheFirstErrorOnceAndDropsTheTasksAfterIt) {
   HostWorker worker;
   std::atomic<int> ran{0};
-  worker.submit([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the next ones queue behind
-    throw std::runtime_error("first");
-  });
+  submit_failing_later(worker, "first");
   worker.submit([&ran] { ++ran; });
   worker.submit([] { throw std::runtime_error("second"); });
-  try {
-    worker.wait_idle();
-    ADD_FAILURE() << "the error was not rethrown";
-  } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()), "first");
-  }
+  expect_rethrown("first", [&worker] { worker.wait_idle(); });
   EXPECT_EQ(ran.load(), 0);
   EXPECT_NO_THROW(worker.wait_idle());  // reported once
   worker.submit([&ran] { ++ran; });     // after the report, tasks run again
   worker.wait_idle();
+  EXPECT_EQ(ran.load(), 1);
+}
+
+TEST(HostWorker, WaitForReturnsWhenItsTaskIsDoneWhileTheLaterOnesRun) {
+  HostWorker worker;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> first{0}, second{0};
+  const uint64_t t1 = worker.submit([&first] { first = 1; });
+  const uint64_t t2 = worker.submit([&second, released] {
+    released.wait();  // runs until the test releases it
+    second = 1;
+  });
+  EXPECT_EQ(t1, 1u);
+  EXPECT_EQ(t2, 2u);
+  worker.wait_for(t1);  // would hang here if it waited for the blocked second task
+  EXPECT_EQ(first.load(), 1);
+  EXPECT_EQ(second.load(), 0);
+  release.set_value();
+  worker.wait_for(t2);
+  EXPECT_EQ(second.load(), 1);
+}
+
+TEST(HostWorker, WaitForATaskDroppedAfterAnErrorRethrowsTheErrorOnce) {
+  HostWorker worker;
+  std::atomic<int> ran{0};
+  submit_failing_later(worker, "failed");
+  const uint64_t queued = worker.submit([&ran] { ++ran; });
+  // Dropped: finished without running.
+  expect_rethrown("failed", [&worker, queued] { worker.wait_for(queued); });
+  EXPECT_EQ(ran.load(), 0);
+  const uint64_t after = worker.submit([&ran] { ++ran; });
+  EXPECT_EQ(after, queued + 1);
+  EXPECT_NO_THROW(worker.wait_for(after));  // reported once; tasks run again
   EXPECT_EQ(ran.load(), 1);
 }
 

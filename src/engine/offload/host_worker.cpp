@@ -21,18 +21,30 @@ HostWorker::~HostWorker() {
   thread_.join();
 }
 
-void HostWorker::submit(std::function<void()> task) {
+uint64_t HostWorker::submit(std::function<void()> task) {
+  uint64_t ticket = 0;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (error_) return;  // dropped until wait_idle() reports the error
+    ticket = ++submitted_;
+    if (error_) {  // dropped until a wait reports the error
+      ++finished_;
+      return ticket;
+    }
     queue_.push_back(std::move(task));
   }
   changed_.notify_all();
+  return ticket;
 }
 
 void HostWorker::wait_idle() {
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return queue_.empty() && !running_task_; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void HostWorker::wait_for(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this, ticket] { return finished_ >= ticket; });
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
@@ -53,9 +65,11 @@ void HostWorker::run() {
     }
     lock.lock();
     running_task_ = false;
+    ++finished_;
     if (error && !error_) {
       error_ = error;
-      queue_.clear();  // the tasks after a failed one would build on its result
+      finished_ += queue_.size();  // dropped: the tasks after a failed one would build on it
+      queue_.clear();
     }
     changed_.notify_all();
   }

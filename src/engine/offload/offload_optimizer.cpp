@@ -6,6 +6,7 @@
 #include <exception>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_adam.h"
 #include "engine/offload/nvme_swapper.h"
@@ -35,6 +36,8 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
     // Pageable: the kept state never crosses to the device (a GPU backend's host pool is pinned).
     kept_state_.push_back(
         allocate_planned<float>(memory, planned, BufferRole::kKeptState, i, &host_device_memory()));
+    speculated_values_.push_back(
+        allocate_planned<uint8_t>(memory, planned, BufferRole::kSpeculatedValues, i));
     // Nothing kept (a limit below the group that lands first): the steps run as without overlap.
     overlap_configured_ |= kept_state_.back().size() > 0;
   }
@@ -64,19 +67,21 @@ MemoryPlan OffloadOptimizer::plan(const OffloadConfig& config,
     p.add(BufferRole::kHostGradients, g, MemCategory::kHostOffload, 4 * n);
     if (config.delay > 0) p.add(BufferRole::kPendingGradients, g, MemCategory::kHostOffload, 4 * n);
   }
-  // The kept state of the groups that land first (the backward goes from the last group down)
-  // while they fit in overlap_bytes; none for the rest, which wait for the norm.
+  // The kept state and the speculated working values (which cross to the device) of the groups
+  // that land first (the backward goes from the last group down) while they fit in overlap_bytes;
+  // none for the rest, which wait for the norm.
+  const auto elem = static_cast<int64_t>(dtype_size(working_dtype(precision)));
   int64_t budget =
       config.overlap_bytes < 0 ? std::numeric_limits<int64_t>::max() : config.overlap_bytes;
   for (int g = G; config.keeps_speculated_state() && g-- > 0;) {
-    const int64_t bytes = 12 * own_sizes[static_cast<size_t>(g)];
-    if (bytes == 0) continue;
-    if (bytes > budget) break;
-    budget -= bytes;
-    p.add(BufferRole::kKeptState, g, MemCategory::kHostOffload, bytes);
+    const int64_t n = own_sizes[static_cast<size_t>(g)];
+    if (n == 0) continue;
+    if ((12 + elem) * n > budget) break;
+    budget -= (12 + elem) * n;
+    p.add(BufferRole::kKeptState, g, MemCategory::kHostOffload, 12 * n);
+    p.add(BufferRole::kSpeculatedValues, g, MemCategory::kHostOffload, elem * n);
   }
   const int64_t tile = offload_tile(config, own_sizes);
-  const auto elem = static_cast<int64_t>(dtype_size(working_dtype(precision)));
   for (int k = 0; k < 2; ++k)
     p.add(BufferRole::kHostStaging, k, MemCategory::kHostOffload, tile * elem);
   if (config.optimizer == OffloadDevice::kNvme) {
@@ -119,6 +124,7 @@ void OffloadOptimizer::begin_overlap(AdamWHyper h, float weight_decay) {
   speculation_.h = h;
   speculation_.weight_decay = weight_decay;
   speculation_.kept.assign(own_sizes_.size(), 0);
+  speculation_.handed.clear();
   speculation_.timing = {};
   speculation_.handed_params = 0;
   speculation_.cancelled = false;
@@ -140,7 +146,7 @@ void OffloadOptimizer::hand_over_landed(bool wait) {
     // A group without kept state (beyond overlap_bytes) is updated after the norm.
     if (kept_state_[static_cast<size_t>(g)].size() == 0) continue;
     if (!wait) speculation_.handed_params += own_sizes_[static_cast<size_t>(g)];
-    worker_.submit([this, g = g] { speculate_group(g); });
+    speculation_.handed.emplace_back(g, worker_.submit([this, g = g] { speculate_group(g); }));
   }
 }
 
@@ -163,9 +169,9 @@ void OffloadOptimizer::speculate_group(int g) {
   if (speculation_.cancelled) return;  // a roll-back waits for no update it would undo
   const size_t i = static_cast<size_t>(g);
   copy_kept_state(g, /*keep=*/true);
-  speculation_.kept[i] = 1;  // read by the main thread only after wait_idle()
+  speculation_.kept[i] = 1;  // read by the main thread after waiting for this task
   update_group(g, speculation_.h, speculation_.weight_decay, host_grads_[i].data(),
-               speculation_.timing);
+               speculation_.timing, speculated_values_[i].data());
 }
 
 bool OffloadOptimizer::commit_overlap(AdamWHyper h, float weight_decay,
@@ -186,18 +192,34 @@ bool OffloadOptimizer::commit_overlap(AdamWHyper h, float weight_decay,
     roll_back_overlap();
     return false;
   }
+  const uint64_t gradients_copied = copier_.mark();  // every shard's copy has been issued
   hand_over_landed(/*wait=*/true);
-  worker_.wait_idle();
   speculation_.open = false;
-  // The groups it did not speculate on: updated now, with the same hyperparameters.
-  copier_.synchronize();
   speculated_params_ = speculation_.handed_params;
-  for (size_t i = 0; i < own_sizes_.size(); ++i)
-    if (!speculation_.kept[i] && !segments_[i].empty())
-      update_group(static_cast<int>(i), h, weight_decay, host_grads_[i].data(),
-                   speculation_.timing);
+  // Each speculated group's working values go out as soon as its update is done, while the host
+  // thread updates the next groups.
+  for (const auto& [g, ticket] : speculation_.handed) {
+    worker_.wait_for(ticket);
+    const size_t i = static_cast<size_t>(g);
+    if (speculation_.kept[i])
+      send(work_out(g), speculated_values_[i].data(), speculated_values_[i].bytes());
+  }
+  worker_.wait_idle();
+  // The groups it did not speculate on: updated now, with the same hyperparameters, tile by tile
+  // through the staging tiles.
+  copier_.synchronize_until(gradients_copied);
+  size_t tile_index = 0;
+  for (size_t i = 0; i < own_sizes_.size(); ++i) {
+    if (speculation_.kept[i] || segments_[i].empty()) continue;
+    const int g = static_cast<int>(i);
+    const OptimizerShard state = store_->resident(g);
+    for (int64_t b = 0; b < own_sizes_[i]; b += tile_)
+      update_and_send_tile(
+          {g, b, std::min(tile_, own_sizes_[i] - b), state.master + b, state.m + b, state.v + b}, h,
+          weight_decay, host_grads_[i].data(), work_out, tile_index, speculation_.timing);
+  }
   last_adam_ = speculation_.timing;
-  publish(work_out);
+  copier_.synchronize();  // every updated value is on the device before the params are used
   return true;
 }
 
@@ -241,32 +263,45 @@ bool OffloadOptimizer::finish_update() {
   return true;
 }
 
+void OffloadOptimizer::send(void* out, const void* values, size_t bytes) {
+  if (params_on_host_)
+    std::memcpy(out, values, bytes);
+  else
+    copier_.host_to_device(out, values, bytes);
+}
+
 void OffloadOptimizer::send_tile(size_t slot, void* out, size_t bytes) {
-  if (params_on_host_) {
-    std::memcpy(out, staging_[slot].data(), bytes);
-  } else {
-    copier_.host_to_device(out, staging_[slot].data(), bytes);
-    staging_copied_[slot] = copier_.mark();
-  }
+  send(out, staging_[slot].data(), bytes);
+  if (!params_on_host_) staging_copied_[slot] = copier_.mark();
 }
 
 void OffloadOptimizer::publish(const std::function<void*(int g)>& work_out) {
-  const DType work = working_dtype(precision_);
-  const size_t elem = dtype_size(work);
+  const size_t elem = dtype_size(working_dtype(precision_));
   size_t tile_index = 0;
   store_->update_tiles([&](const StateTile& t) {
     if (segments_[static_cast<size_t>(t.group)].empty()) return;  // a frozen group: unchanged
-    const size_t slot = tile_index++ % staging_.size();
-    if (tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
-    if (work == DType::kFloat32)
-      std::memcpy(staging_[slot].data(), t.master, static_cast<size_t>(t.count) * sizeof(float));
-    else
-      round_16bit(work, t.master, reinterpret_cast<uint16_t*>(staging_[slot].data()),
-                  static_cast<size_t>(t.count));
+    const size_t slot = next_staging_slot(tile_index);
+    write_working_values(t.master, t.count, staging_[slot].data());
     send_tile(slot, static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem,
               static_cast<size_t>(t.count) * elem);
   });
   copier_.synchronize();
+}
+
+size_t OffloadOptimizer::next_staging_slot(size_t& tile_index) {
+  const size_t slot = tile_index++ % staging_.size();
+  // The copy that last read this staging tile (two tiles ago) must be done before the rewrite;
+  // the previous tile's copy keeps running under this tile's work.
+  if (tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
+  return slot;
+}
+
+void OffloadOptimizer::write_working_values(const float* master, int64_t count, uint8_t* out) {
+  const DType work = working_dtype(precision_);
+  if (work == DType::kFloat32)
+    std::memcpy(out, master, static_cast<size_t>(count) * sizeof(float));
+  else
+    round_16bit(work, master, reinterpret_cast<uint16_t*>(out), static_cast<size_t>(count));
 }
 
 void OffloadOptimizer::adam_tile(const StateTile& t, AdamWHyper h, float weight_decay,
@@ -290,52 +325,85 @@ void OffloadOptimizer::adam_tile(const StateTile& t, AdamWHyper h, float weight_
   }
 }
 
+void OffloadOptimizer::update_tile(const StateTile& t, const AdamWHyper& h, float weight_decay,
+                                   const float* grads, uint8_t* values, AdamTiming& timing) {
+  const DType work = working_dtype(precision_);
+  // Frozen tensors have no segment (decay_segments.h): their part of the tile is their master
+  // as working values, which is what the device holds already.
+  if (values && !covers(segments_[static_cast<size_t>(t.group)], t.begin, t.count))
+    write_working_values(t.master, t.count, values);
+  adam_tile(t, h, weight_decay, grads,
+            values && work == DType::kBf16 ? reinterpret_cast<bf16_t*>(values) : nullptr,
+            values && work == DType::kFloat32 ? reinterpret_cast<float*>(values) : nullptr,
+            values && work == DType::kFloat16 ? reinterpret_cast<uint16_t*>(values) : nullptr,
+            timing);
+}
+
+void OffloadOptimizer::update_and_send_tile(const StateTile& t, const AdamWHyper& h,
+                                            float weight_decay, const float* grads,
+                                            const std::function<void*(int g)>& work_out,
+                                            size_t& tile_index, AdamTiming& timing) {
+  const size_t elem = dtype_size(working_dtype(precision_));
+  const size_t slot = next_staging_slot(tile_index);
+  update_tile(t, h, weight_decay, grads, staging_[slot].data(), timing);
+  send_tile(slot, static_cast<uint8_t*>(work_out(t.group)) + static_cast<size_t>(t.begin) * elem,
+            static_cast<size_t>(t.count) * elem);
+}
+
 void OffloadOptimizer::update_group(int g, const AdamWHyper& h, float weight_decay,
-                                    const float* grads, AdamTiming& timing) {
+                                    const float* grads, AdamTiming& timing, uint8_t* values) {
   const OptimizerShard state = store_->resident(g);
   const int64_t n = own_sizes_[static_cast<size_t>(g)];
+  const size_t elem = dtype_size(working_dtype(precision_));
   // The tiles step() visits, so that each kernel call covers the same elements.
   for (int64_t b = 0; b < n; b += tile_) {
     const StateTile t{g, b, std::min(tile_, n - b), state.master + b, state.m + b, state.v + b};
-    adam_tile(t, h, weight_decay, grads, nullptr, nullptr, nullptr, timing);
+    update_tile(t, h, weight_decay, grads,
+                values ? values + static_cast<size_t>(b) * elem : nullptr, timing);
   }
 }
 
 void OffloadOptimizer::update_tiles(AdamWHyper h, float weight_decay,
                                     const std::vector<TrackedBuffer<float>>& grads_of,
                                     const std::function<void*(int g)>* work_out) {
-  const DType work = working_dtype(precision_);
-  const bool bf16 = work == DType::kBf16, fp16 = work == DType::kFloat16;
-  const size_t elem = dtype_size(work);
   size_t tile_index = 0;
   AdamTiming timing;
   store_->update_tiles([&](const StateTile& t) {
-    const size_t slot = tile_index++ % staging_.size();
-    uint8_t* staging = staging_[slot].data();
-    // The copy that last read this staging tile (two tiles ago) must be done before the rewrite;
-    // the previous tile's copy keeps running under this tile's update.
-    if (work_out && tile_index > staging_.size()) copier_.synchronize_until(staging_copied_[slot]);
     const float* grads = grads_of[static_cast<size_t>(t.group)].data();
-    // Frozen tensors have no segment (decay_segments.h): the tile goes out whole, so their part
-    // of it is their master as working params, which is what the device holds already.
-    if (work_out && !covers(segments_[static_cast<size_t>(t.group)], t.begin, t.count)) {
-      if (bf16 || fp16)
-        round_16bit(work, t.master, reinterpret_cast<uint16_t*>(staging),
-                    static_cast<size_t>(t.count));
-      else
-        std::memcpy(staging, t.master, static_cast<size_t>(t.count) * sizeof(float));
-    }
     // Without work_out (a delayed update) only the masters and moments change.
-    adam_tile(t, h, weight_decay, grads,
-              work_out && bf16 ? reinterpret_cast<bf16_t*>(staging) : nullptr,
-              work_out && !bf16 && !fp16 ? reinterpret_cast<float*>(staging) : nullptr,
-              work_out && fp16 ? reinterpret_cast<uint16_t*>(staging) : nullptr, timing);
     if (work_out)
-      send_tile(slot,
-                static_cast<uint8_t*>((*work_out)(t.group)) + static_cast<size_t>(t.begin) * elem,
-                static_cast<size_t>(t.count) * elem);
+      update_and_send_tile(t, h, weight_decay, grads, *work_out, tile_index, timing);
+    else
+      update_tile(t, h, weight_decay, grads, nullptr, timing);
   });
   last_adam_ = timing;
+}
+
+double OffloadOptimizer::measure_adam_rate(int64_t elements) {
+  ZT_CHECK(elements > 0 && !delayed_running_ && !speculation_.open,
+           "OffloadOptimizer::measure_adam_rate: at start-up, over some elements");
+  const bool f32_out = working_dtype(precision_) == DType::kFloat32;
+  double best = 0;
+  worker_.submit([&best, elements, f32_out] {
+    const size_t n = static_cast<size_t>(elements);
+    std::vector<float> master(n, 0.5f), m(n, 0.0f), v(n, 0.0f), grad(n, 1e-3f);
+    std::vector<float> out_f32(f32_out ? n : 0);
+    std::vector<bf16_t> out_bf16(f32_out ? 0 : n);
+    const cpu::AdamSimd path = cpu::best_adam_simd();
+    AdamWHyper h;
+    for (int pass = 0; pass < 3; ++pass) {
+      h.step = pass + 1;
+      const auto start = std::chrono::steady_clock::now();
+      cpu::adam_update(path, master.data(), m.data(), v.data(), grad.data(),
+                       f32_out ? nullptr : out_bf16.data(), f32_out ? out_f32.data() : nullptr,
+                       elements, h);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (pass > 0 && seconds > 0) best = std::max(best, static_cast<double>(elements) / seconds);
+    }
+  });
+  worker_.wait_idle();
+  return best;
 }
 
 OffloadTraffic OffloadOptimizer::traffic() const {

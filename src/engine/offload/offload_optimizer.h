@@ -11,10 +11,12 @@
 // Exact overlap (OffloadConfig::overlap): begin_overlap() before the backward gives the step's
 // hyperparameters as they are when the step is neither clipped nor skipped; from then on each
 // group whose gradient shard has reached the host is updated by the host worker (master, m and v
-// kept first), while the device computes the rest of the backward. After the global norm,
-// commit_overlap() keeps the updates when the step's hyperparameters turn out to be the
-// speculated ones and publishes the working values; otherwise roll_back_overlap() puts the kept
-// state back, and step() (clip) or nothing (skip) follows. Bitwise the step without overlap.
+// kept first; the updated working values written beside them in the same pass), while the device
+// computes the rest of the backward. After the global norm, commit_overlap() keeps the updates
+// when the step's hyperparameters turn out to be the speculated ones and sends each group's
+// working values to the device as soon as the worker is done with it, while the worker updates
+// the next; otherwise roll_back_overlap() puts the kept state back, and step() (clip) or nothing
+// (skip) follows. Bitwise the step without overlap.
 #pragma once
 #include <array>
 #include <atomic>
@@ -81,9 +83,10 @@ class OffloadOptimizer {
   // Hands the groups whose copies have landed since the last gradient_ready to the worker (the
   // optimizer step calls it before the norm).
   void poll_overlap();
-  // With the step's real hyperparameters: when they are the speculated ones, waits for every
-  // trained group's update and publishes the working values (as step() would write them), and
-  // returns true; otherwise rolls back and returns false (the caller runs step()).
+  // With the step's real hyperparameters: when they are the speculated ones, sends each
+  // speculated group's working values as its update finishes, updates the groups not speculated
+  // on (as step() would), and returns true once every value is at work_out; otherwise rolls back
+  // and returns false (the caller runs step()).
   bool commit_overlap(AdamWHyper h, float weight_decay,
                       const std::function<void*(int g)>& work_out);
   // Waits for the worker and puts back the state of every group it updated; nothing when no
@@ -111,14 +114,33 @@ class OffloadOptimizer {
     double seconds = 0;
   };
   AdamTiming last_adam() const { return last_adam_; }
+  // The CPU AdamW's rate on the host thread that runs the step's (its CPUs, its OpenMP team):
+  // elements per second, the best of two timed passes over `elements` fresh elements (after one
+  // that touches their pages), writing the working values as step() does. Start-up only: it
+  // waits for the thread.
+  double measure_adam_rate(int64_t elements);
   // The elements of the last committed overlap handed to the host thread before the gradient
   // norm (as their copies landed during the backward, or at the step's start).
   int64_t speculated_params() const { return speculated_params_; }
 
  private:
-  // Group g's tiles: AdamW over grads (masters and moments only), the timing added to `timing`.
+  // Group g's tiles: AdamW over grads, the timing added to `timing`; with `values`, the group's
+  // updated working values (own range) are written there too.
   void update_group(int g, const AdamWHyper& h, float weight_decay, const float* grads,
-                    AdamTiming& timing);
+                    AdamTiming& timing, uint8_t* values = nullptr);
+  // Tile t: AdamW over grads; `values` (may be null): the tile's working values afterwards, its
+  // frozen parts included.
+  void update_tile(const StateTile& t, const AdamWHyper& h, float weight_decay, const float* grads,
+                   uint8_t* values, AdamTiming& timing);
+  // update_tile into the next staging tile, which then goes to work_out(t.group) at the tile.
+  void update_and_send_tile(const StateTile& t, const AdamWHyper& h, float weight_decay,
+                            const float* grads, const std::function<void*(int g)>& work_out,
+                            size_t& tile_index, AdamTiming& timing);
+  // The staging tile for the tile_index-th tile of a pass (incremented), once its last copy is
+  // done.
+  size_t next_staging_slot(size_t& tile_index);
+  // count masters as working values (rounded to bf16/fp16, or copied) at out.
+  void write_working_values(const float* master, int64_t count, uint8_t* out);
   // AdamW over the trained part of tile t: the segments of its group inside it, with
   // weight_decay where they decay. out_bf16/out_f32 (may be null) receive the updated masters at
   // the tile's offsets, as cpu::adam_update writes them.
@@ -141,7 +163,9 @@ class OffloadOptimizer {
   void update_tiles(AdamWHyper h, float weight_decay,
                     const std::vector<TrackedBuffer<float>>& grads,
                     const std::function<void*(int g)>* work_out);
-  // Copies staging tile `slot` (`bytes` of working values) to `out`, on the device or the host.
+  // Copies `bytes` of working values to `out`, on the device or the host.
+  void send(void* out, const void* values, size_t bytes);
+  // send() of staging tile `slot`, its copy marked.
   void send_tile(size_t slot, void* out, size_t bytes);
   std::vector<TrackedBuffer<float>> host_grads_;
   std::vector<TrackedBuffer<float>> pending_grads_;  // delay: the shards the running update reads
@@ -153,12 +177,16 @@ class OffloadOptimizer {
     AdamWHyper h;
     float weight_decay = 0;
     std::deque<std::pair<int, uint64_t>> landing;  // groups whose gradient copies are in flight
+    std::vector<std::pair<int, uint64_t>> handed;  // groups handed to the worker, their tickets
     std::vector<char> kept;                        // the groups the worker kept (and updated)
     AdamTiming timing;                             // the worker's kernel time
     int64_t handed_params = 0;           // elements handed to the worker during the backward
     std::atomic<bool> cancelled{false};  // a roll-back: the worker skips the groups queued
   } speculation_;
   std::vector<TrackedBuffer<float>> kept_state_;  // empty for the groups not speculated on
+  // The speculated update's working values of each group with kept state (own range): they go to
+  // the device as soon as the group's update is done and the norm says keep.
+  std::vector<TrackedBuffer<uint8_t>> speculated_values_;
   bool overlap_configured_ = false;
   int64_t speculated_params_ = 0;
   // Two tiles of working values: the host→device copy of one overlaps the update of the next.
