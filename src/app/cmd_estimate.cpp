@@ -134,7 +134,9 @@ std::string offload_modes_table(const EstimateOptions& o, const EngineSpec& spec
   serial.overlap = false;
   overlap.overlap = true;
   overlap.overlap_bytes = -1;
-  delayed = serial;
+  // The delayed update's warm-up steps (delay_after) run with the overlap: its kept copy too,
+  // unless every step is delayed.
+  delayed = overlap;
   delayed.delay = 1;
   nvme = serial;
   nvme.optimizer = OffloadDevice::kNvme;

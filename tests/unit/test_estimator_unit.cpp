@@ -268,6 +268,29 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
   EXPECT_GT(v.host, s.host);  // the overlap's kept copy
   EXPECT_EQ(modes.at(4).at("nvme").get<int64_t>(), e.nvme);
   EXPECT_EQ(modes.at(1).at("device_total").get<int64_t>(), s.device_total());
+  // The delayed update: a second set of gradient shards, and for its warm-up steps (40 by
+  // default) the overlap's kept copy; with every step delayed, no kept copy.
+  OffloadConfig delayed = overlap;
+  delayed.delay = 1;
+  spec.offload = delayed;
+  const MemoryEstimate d = estimate_memory(spec, 2);
+  EXPECT_EQ(modes.at(3).at("mode"), "optimizer cpu, delayed update");
+  EXPECT_EQ(modes.at(3).at("host").get<int64_t>(), d.host);
+  EXPECT_GT(d.host, v.host);
+  const auto from_step_one = train_test::run_zerotrain(
+      "estimate --preset tiny --world 2 --zero-stage 2 --offload-optimizer cpu "
+      "--sub-group-size 5000 --offload-optimizer-delay 1 --offload-optimizer-delay-after 0 --json");
+  ASSERT_EQ(from_step_one.exit_code, 0) << from_step_one.output;
+  delayed.delay_after = 0;
+  spec.offload = delayed;
+  const MemoryEstimate d0 = estimate_memory(spec, 2);
+  EXPECT_EQ(nlohmann::json::parse(from_step_one.output)
+                .at("offload_modes")
+                .at(3)
+                .at("host")
+                .get<int64_t>(),
+            d0.host);
+  EXPECT_LT(d0.host, v.host);  // no kept copy
 
   const auto bad = train_test::run_zerotrain(
       "estimate --preset tiny --zero-stage 2 "
