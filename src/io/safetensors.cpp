@@ -8,6 +8,7 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -237,12 +238,16 @@ std::vector<uint8_t> SafetensorsReader::read_bytes(const std::string& name) cons
   return bytes;
 }
 
+bool is_readable_weight_dtype(const std::string& dtype) {
+  return dtype == "BF16" || dtype == "F16" || dtype == "F32" || dtype == "F64";
+}
+
 void SafetensorsReader::read_range_f32(const std::string& name, int64_t begin, int64_t count,
                                        float* out) const {
   const SafetensorsEntry& t = tensor(name);
   const std::string what = "'" + path_ + "': tensor '" + name + "'";
-  ZT_CHECK(t.dtype == "BF16" || t.dtype == "F16" || t.dtype == "F32",
-           what + " is " + t.dtype + "; zerotrain reads BF16, F16 or F32 weights");
+  ZT_CHECK(is_readable_weight_dtype(t.dtype),
+           what + " is " + t.dtype + "; zerotrain reads " + kReadableWeightDtypes + " weights");
   const size_t size = safetensors_dtype_size(t.dtype);
   const auto numel = static_cast<int64_t>((t.end - t.begin) / size);
   ZT_CHECK(begin >= 0 && count >= 0 && begin <= numel && count <= numel - begin,
@@ -253,6 +258,17 @@ void SafetensorsReader::read_range_f32(const std::string& name, int64_t begin, i
   const uint64_t offset = header_bytes_ + t.begin + static_cast<uint64_t>(begin) * size;
   if (size == 4) {
     read_exact(file.fd, offset, out, static_cast<size_t>(count) * 4, path_);
+    return;
+  }
+  if (size == 8) {  // F64: rounded to nearest; a finite value past fp32's range is refused
+    std::vector<double> wide(static_cast<size_t>(count));
+    read_exact(file.fd, offset, wide.data(), wide.size() * 8, path_);
+    for (size_t i = 0; i < wide.size(); ++i) {
+      out[i] = static_cast<float>(wide[i]);
+      ZT_CHECK(std::isfinite(out[i]) || !std::isfinite(wide[i]),
+               what + ": element " + std::to_string(begin + static_cast<int64_t>(i)) + " (" +
+                   std::to_string(wide[i]) + ") is past fp32's range");
+    }
     return;
   }
   std::vector<uint16_t> half(static_cast<size_t>(count));

@@ -37,6 +37,10 @@ struct SafetensorsEntry {
 
 // Bytes per element of a safetensors dtype name; 0 when unknown.
 size_t safetensors_dtype_size(const std::string& dtype);
+// Whether SafetensorsReader::read_range_f32 reads this dtype: BF16, F16, F32, and F64 (rounded
+// to fp32 once: what PEFT writes for an adapter trained in float64).
+bool is_readable_weight_dtype(const std::string& dtype);
+inline constexpr const char* kReadableWeightDtypes = "BF16, F16, F32 or F64";
 // The safetensors dtype name of a stored dtype (bf16 "BF16", fp32 "F32"); others fail.
 std::string safetensors_dtype_of(DType t);
 // Elements of a tensor of this shape.
@@ -81,7 +85,9 @@ class SafetensorsReader {
   const SafetensorsEntry& tensor(const std::string& name) const;
   std::vector<uint8_t> read_bytes(const std::string& name) const;
   // Elements [begin, begin+count) of a BF16, F16 or F32 tensor, flattened, widened to fp32
-  // (exact); another dtype or a range outside the tensor is a zt::Error naming the file and tensor.
+  // (exact), or of an F64 tensor rounded to fp32 (to nearest; a finite value past fp32's range is
+  // refused); another dtype or a range outside the tensor is a zt::Error naming the file and
+  // tensor.
   void read_range_f32(const std::string& name, int64_t begin, int64_t count, float* out) const;
 
  private:

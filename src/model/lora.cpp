@@ -160,12 +160,14 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
       {"layer_replication", empty_container},
       {"exclude_modules", empty_container},
       {"trainable_token_indices", empty_container},
-      {"target_parameters", empty_container}};
+      {"target_parameters", empty_container},
+      {"use_qalora", is_false},                       // QALoRA's pooled input
+      {"alora_invocation_tokens", empty_container}};  // aLoRA: adapted after the tokens only
   for (const auto& [key, ok] : math_keys)
     if (j.contains(key))
       refuse_unless(j, key, is_null_or(j[key], ok), source,
-                    "zerotrain trains plain LoRA: no DoRA, bias or fan-in/fan-out weights, one "
-                    "rank and alpha for every layer");
+                    "zerotrain trains plain LoRA: no DoRA, QALoRA, aLoRA, bias or fan-in/fan-out "
+                    "weights, one rank and alpha for every layer");
   if (j.contains("bias"))
     refuse_unless(j, "bias", j["bias"] == "none", source, "zerotrain trains no biases in LoRA");
   if (j.contains("init_lora_weights"))

@@ -166,8 +166,10 @@ def extract_from_sdist(sdist, member_path, work_dir):
     return path
 
 
-def checkpoint_masters(step_dir):
-    """Every tensor's fp32 master from a checkpoint's rank files (manifest ranges)."""
+def checkpoint_masters(step_dir, kind="master"):
+    """Every tensor's fp32 master (kind "master") or Adam moment ("m", "v") from a checkpoint's
+    rank files (manifest ranges), with whether it is frozen; a frozen tensor has no moments and
+    is left out of "m" and "v"."""
     import json
     import os
     import h5py
@@ -181,12 +183,17 @@ def checkpoint_masters(step_dir):
             if count == 0:
                 continue
             with h5py.File(os.path.join(step_dir, manifest["files"][r]["name"]), "r") as f:
-                ds = f[f"group_{g:03d}/master"]
-                values[begin:begin + count] = ds[()]
+                name = f"group_{g:03d}/{kind}"
+                if name not in f:  # a frozen group: its values only
+                    values = None
+                    break
+                values[begin:begin + count] = f[name][()]
         groups.append(values)
     out = {}
     for t in manifest["tensors"]:
         n = int(np.prod(t["shape"]))
+        if groups[t["group"]] is None or (kind != "master" and t.get("frozen", False)):
+            continue
         out[t["name"]] = (groups[t["group"]][t["offset"]:t["offset"] + n].reshape(t["shape"]),
                           t.get("frozen", False))
     return out

@@ -9,7 +9,9 @@ set to zerotrain's initial A (read from a run whose learning rate is too small t
 value: 1e-30) and lora_B zero as both initialise it, trained with torch.optim.AdamW over the
 adapter parameters alone.
 1. Each step's loss and gradient norm (metrics.jsonl: the norm over the adapters' gradients) equal
-   PEFT's within the fp32 bound of test_oracle.py, 1e-4 relative.
+   PEFT's within the fp32 bound of test_oracle.py, 1e-4 relative; so do each step's gradient of
+   every lora_A and lora_B tensor (recovered from the checkpoint's Adam m of that step and the
+   step before) and its Adam m and v, against PEFT's gradient and torch AdamW's state.
 2. The adapters of OUT/final (PEFT's adapter_model.safetensors; `consolidate` of the last
    checkpoint writes the same tensors bitwise) equal the reference's after the
    last step within that bound; the base tensors of the last checkpoint are bitwise the model's.
@@ -19,6 +21,8 @@ adapter parameters alone.
 5. PEFT's own adapter_config.json (save_pretrained) is accepted by --lora-config, also beside a
    DeepSpeed JSON (ZeRO-3), whose run is the command line's 2-rank stage-3 run bitwise.
 6. --lora-init-from OUT/final starts from those adapters bitwise, its first loss PEFT's with them;
+   so does --lora-init-from PEFT's own save_pretrained directory, F64 (the float64 reference) and
+   F32, from PEFT's values rounded to fp32;
    export --merge-lora writes W + s·B·A within one bf16 ulp of PEFT's merge_and_unload (rounded
    to bf16), every other tensor bitwise the base's.
 7. Dropout 0.25: the losses, gradient norms and final adapters of PEFT whose lora_dropout modules
@@ -84,11 +88,12 @@ def window_loss(model, tokens):
 
 
 def peft_reference(model_dir, weights, initial_a, tokens, mutation=None, modules_to_save=None,
-                   use_rslora=False):
+                   use_rslora=False, history=None):
     """PEFT's LoRA trained for STEPS steps: losses, gradient norms and final tensors by zerotrain's
     names (without PEFT's prefix; a modules_to_save copy under its module's tensor name, e.g.
     lm_head.weight), and the model. mutation "scale": alpha/(r+1) for alpha/r; "base": the
-    base's q_proj weights train too; "head": the modules_to_save copies without weight decay."""
+    base's q_proj weights train too; "head": the modules_to_save copies without weight decay.
+    history (a list): gets, per step, {name: (gradient, AdamW's exp_avg, exp_avg_sq)}."""
     from peft import LoraConfig, get_peft_model
     config = LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS,
                         modules_to_save=modules_to_save, use_rslora=use_rslora,
@@ -133,6 +138,10 @@ def peft_reference(model_dir, weights, initial_a, tokens, mutation=None, modules
                       p.grad is not None]
         check(not base_grads, f"PEFT computed base gradients: {base_grads[:3]}")
         optimizer.step()
+        if history is not None:
+            history.append({n: (p.grad.detach().clone(), optimizer.state[p]["exp_avg"].clone(),
+                                optimizer.state[p]["exp_avg_sq"].clone())
+                            for n, p in trained.items()})
         optimizer.zero_grad(set_to_none=True)
     return losses, norms, {n: p.detach().clone() for n, p in trained.items()}, model
 
@@ -259,8 +268,9 @@ def rel_error(got, want):
 
 
 def train_args(zt, work, out, extra, steps=STEPS, lr=LR, targets=",".join(TARGETS), data=None,
-               eps=EPS):
-    """train's options; targets None: the adapters come from `extra` (--lora-config)."""
+               eps=EPS, save_every=None):
+    """train's options; targets None: the adapters come from `extra` (--lora-config); a
+    checkpoint every save_every steps (None: at the end)."""
     lora = [] if targets is None else ["--lora-rank", str(RANK), "--lora-alpha", str(ALPHA),
                                        "--lora-targets", targets]
     return [zt, "train", "--backend", "cpu", "--model", work("model"), "--data",
@@ -268,7 +278,7 @@ def train_args(zt, work, out, extra, steps=STEPS, lr=LR, targets=",".join(TARGET
             "--out", out, "--precision", "fp32", "--steps", str(steps), "--seq-len",
             str(SEQ_LEN), "--lr", str(lr), "--min-lr", str(lr), "--warmup-steps", "0",
             "--clip", "0", "--weight-decay", str(WEIGHT_DECAY), "--beta1", str(BETAS[0]),
-            "--beta2", str(BETAS[1]), "--eps", str(eps), "--save-every", str(steps),
+            "--beta2", str(BETAS[1]), "--eps", str(eps), "--save-every", str(save_every or steps),
             "--log-every", "0"] + lora + extra
 
 
@@ -295,6 +305,32 @@ def initial_adapters(zt, work, extra):
     return read_safetensors(work("init", "final", "adapter_model.safetensors"))
 
 
+def check_gradients_per_step(what, out, history):
+    """Each step's A/B gradients and Adam moments: the checkpoint of every step holds zerotrain's
+    m and v, and m gives the step's gradient back, g_k = (m_k - beta1 m_(k-1)) / (1 - beta1)
+    (m_0 = 0); all three against PEFT's gradient and torch AdamW's exp_avg and exp_avg_sq, within
+    TOLERANCE relative to each tensor's norm. Returns the worst error."""
+    worst, previous_m = 0.0, {}
+    for step, want in enumerate(history, start=1):
+        step_dir = os.path.join(out, "checkpoints", f"step-{step:08d}")
+        m = {n: torch.from_numpy(v) for n, (v, _) in checkpoint_masters(step_dir, "m").items()}
+        v = {n: torch.from_numpy(x) for n, (x, _) in checkpoint_masters(step_dir, "v").items()}
+        check(set(m) == set(want) and set(v) == set(want),
+              f"{what}: step {step}'s checkpoint has moments for {sorted(m)[:3]}..., PEFT trains "
+              f"{sorted(want)[:3]}...")
+        for name, (grad, exp_avg, exp_avg_sq) in want.items():
+            before = previous_m.get(name, torch.zeros_like(m[name]))
+            g = (m[name].to(torch.float64) - BETAS[0] * before.to(torch.float64)) / (1 - BETAS[0])
+            for kind, got, ref_value in (("gradient", g, grad), ("m", m[name], exp_avg),
+                                         ("v", v[name], exp_avg_sq)):
+                err = rel_error(got, ref_value)
+                check(err < TOLERANCE, f"{what}: step {step} {name} {kind} differs from PEFT's "
+                      f"by {err:.2e}")
+                worst = max(worst, err)
+        previous_m = m
+    return worst
+
+
 def main():
     args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["scale", "base"])
     zt = args.zerotrain
@@ -310,8 +346,9 @@ def main():
             check(".lora_B." in n or (t.abs().max() <= bound and t.abs().max() > bound / 2),
                   f"{n} is not Kaiming-uniform with bound {bound}")
             check(".lora_A." in n or t.abs().max() < 1e-25, f"{n} does not start at zero")
+        history = []
         want_losses, want_norms, want_final, peft_model = peft_reference(
-            work("model"), weights, initial_a, tokens, args.mutation)
+            work("model"), weights, initial_a, tokens, args.mutation, history=history)
         # The adapter_config.json PEFT itself writes is accepted as the specification.
         peft_model.save_pretrained(work("peft_saved"))
         run_tool(train_args(zt, work, work("from_config"),
@@ -331,7 +368,7 @@ def main():
                                                   "--eval-batches", "1"],
                                     [args.mpirun, "--oversubscribe", "-n", "2"])}
         for what, (out, world_args, launcher) in runs.items():
-            run_tool(launcher + train_args(zt, work, out, world_args))
+            run_tool(launcher + train_args(zt, work, out, world_args, save_every=1))
             with open(os.path.join(out, "metrics.jsonl")) as f:
                 metrics = [json.loads(line) for line in f]
             check(len(metrics) == STEPS, f"{what}: {len(metrics)} metrics lines")
@@ -347,6 +384,8 @@ def main():
             worst = max(rel_error(t, want_final[n[len(PREFIX):]]) for n, t in final.items())
             check(worst < TOLERANCE, f"{what}: final adapters differ from PEFT's by {worst:.2e}")
             print(f"{what}: final adapters within {worst:.2e} of PEFT's")
+            worst = check_gradients_per_step(what, out, history)
+            print(f"{what}: every step's A/B gradients, m and v within {worst:.2e} of PEFT's")
             if args.mutation:  # the mutated reference is compared with the first run only
                 return
             base = {n: v for n, (v, _) in checkpoint_masters(
@@ -430,6 +469,32 @@ def main():
         check(abs(first - want) / want < TOLERANCE,
               f"--lora-init-from: first loss {first} vs PEFT's trained model {want}")
         print(f"--lora-init-from: adapters bitwise, first loss {first:.7f} (PEFT {want:.7f})")
+
+        # PEFT's own directories: save_pretrained of the float64 reference (F64 tensors) and the
+        # same adapters as a float32 model saves them (F32). Each starts the run from PEFT's
+        # values rounded to fp32 once, bitwise, with PEFT's first loss.
+        import shutil
+        from safetensors.torch import save_file
+        shutil.copytree(work("peft_saved"), work("peft_saved_f32"))
+        saved = read_safetensors(work("peft_saved", "adapter_model.safetensors"))
+        check(all(t.dtype == torch.float64 for t in saved.values()),
+              "PEFT's save of the float64 reference is not F64")
+        save_file({n: t.to(torch.float32).contiguous() for n, t in saved.items()},
+                  work("peft_saved_f32", "adapter_model.safetensors"), metadata={"format": "pt"})
+        for peft_dir in ("peft_saved", "peft_saved_f32"):
+            out = work("continued_" + peft_dir)
+            run_tool(train_args(zt, work, out, ["--micro-batch", "2", "--lora-init-from",
+                                                work(peft_dir)], steps=1, lr=1e-30, targets=None))
+            continued = read_safetensors(os.path.join(out, "final", "adapter_model.safetensors"))
+            check(set(continued) == set(saved) and
+                  all(torch.equal(continued[n], saved[n].to(torch.float32)) for n in saved),
+                  f"--lora-init-from {peft_dir}: the adapters are not PEFT's rounded to fp32")
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                first = json.loads(f.readline())["loss"]
+            check(abs(first - want) / want < TOLERANCE,
+                  f"--lora-init-from {peft_dir}: first loss {first} vs PEFT's {want}")
+            print(f"--lora-init-from PEFT's {peft_dir}: adapters PEFT's in fp32, bitwise; first "
+                  f"loss {first:.7f}")
 
         # export --merge-lora: W + s·B·A as PEFT's merge_and_unload, in bf16 (at most one bf16
         # ulp apart: both round a sum that differs only by fp32 rounding); the rest bitwise.

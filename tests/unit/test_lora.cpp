@@ -80,6 +80,12 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
   EXPECT_EQ(with("lora_dropout", 0.05), "");
   EXPECT_NE(with("exclude_modules", {"down_proj"}).find("key 'exclude_modules'"),
             std::string::npos);
+  // Newer PEFT's QALoRA and aLoRA change the products; at their defaults they are read past.
+  EXPECT_NE(with("use_qalora", true).find("key 'use_qalora'"), std::string::npos);
+  EXPECT_NE(with("alora_invocation_tokens", {128000, 9125}).find("key 'alora_invocation_tokens'"),
+            std::string::npos);
+  EXPECT_EQ(with("use_qalora", false), "");
+  EXPECT_EQ(with("alora_invocation_tokens", nullptr), "");
   // ensure_weight_tying is read (what it changes is checked against the model where
   // modules_to_save is resolved, tests/unit/test_lora_modules_to_save.cpp).
   EXPECT_EQ(with("ensure_weight_tying", true), "");
@@ -129,15 +135,32 @@ TEST(Lora, AdaptersStartAsPeftDoes) {
     if (!t.is_lora()) continue;
     std::vector<float> v(static_cast<size_t>(t.numel));
     init_tensor_range(c, t, 7, 0, t.numel, v.data());
-    float largest = 0;
-    for (float x : v) largest = std::max(largest, std::fabs(x));
+    float largest = 0, lowest = 0, highest = 0;
+    double sum = 0, sum_squares = 0;
+    for (float x : v) {
+      largest = std::max(largest, std::fabs(x));
+      lowest = std::min(lowest, x);
+      highest = std::max(highest, x);
+      sum += x;
+      sum_squares += static_cast<double>(x) * x;
+    }
     if (t.role == TensorRole::kLoraB) {
       EXPECT_EQ(largest, 0.0f) << t.name;
-    } else {  // U(−1/√in, 1/√in): within the bound, and reaching most of it
-      const float bound = 1.0f / std::sqrt(static_cast<float>(t.shape[1]));
-      EXPECT_LE(largest, bound) << t.name;
-      EXPECT_GT(largest, 0.9f * bound) << t.name;
+      continue;
     }
+    // U(−b, b), b = 1/√in: within the bound, reaching most of it on both sides (n ≥ 256
+    // draws: each side misses 0.9·b with probability 0.95^n < 2e-6), with the mean and the mean
+    // square of U(−b, b) within 5 standard deviations of their expected 0 and b²/3 (the
+    // variances of one draw: b²/3 and Var(x²) = b⁴/5 − b⁴/9 = 4b⁴/45).
+    const double b = 1.0 / std::sqrt(static_cast<double>(t.shape[1]));
+    const auto n = static_cast<double>(v.size());
+    ASSERT_GE(n, 256) << t.name;
+    EXPECT_LE(largest, static_cast<float>(b)) << t.name;
+    EXPECT_LT(lowest, -0.9 * b) << t.name;
+    EXPECT_GT(highest, 0.9 * b) << t.name;
+    EXPECT_LT(std::fabs(sum / n), 5 * b / std::sqrt(3 * n)) << t.name;
+    EXPECT_LT(std::fabs(sum_squares / n - b * b / 3), 5 * b * b * std::sqrt(4 / (45 * n)))
+        << t.name;
   }
 }
 

@@ -254,6 +254,37 @@ TEST(Safetensors, BadInputIsRefused) {
   }
 }
 
+// F64 tensors (what PEFT saves for an adapter trained in float64) read as fp32 rounded once to
+// nearest; a finite value past fp32's range is refused naming the file, tensor and element.
+TEST(Safetensors, F64TensorsReadRoundedToNearestFp32) {
+  TempDir tmp;
+  const std::vector<double> values = {1.0 / 3.0, -0.1, 1e-50, 2.5, 1e39};
+  const std::string path = tmp / "f64.safetensors";
+  SafetensorsFileWriter writer(path, {{"a", "F64", {4}, 0, 0}, {"huge", "F64", {1}, 0, 0}});
+  writer.append(values.data(), 4 * sizeof(double));
+  writer.append(values.data() + 4, sizeof(double));
+  writer.finish();
+  const SafetensorsReader reader(path);
+  std::vector<float> got(4);
+  reader.read_range_f32("a", 0, 4, got.data());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i], static_cast<float>(values[i])) << i;  // the C++ conversion: to nearest
+  EXPECT_EQ(got[0], 0.3333333432674407958984375f);          // 1/3 rounded up (its nearest)
+  EXPECT_EQ(got[2], 0.0f);
+  float one = 0;
+  reader.read_range_f32("a", 3, 1, &one);
+  EXPECT_EQ(one, 2.5f);
+  try {
+    reader.read_range_f32("huge", 0, 1, &one);
+    ADD_FAILURE() << "1e39 was read into fp32";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("tensor 'huge': element 0"), std::string::npos) << m;
+    EXPECT_NE(m.find("past fp32's range"), std::string::npos) << m;
+  }
+}
+
 TEST(Safetensors, ExportCommandThroughTheBinary) {
   TempDir tmp;
   write_random_model(tmp / "model");

@@ -40,8 +40,9 @@ struct OffloadConfig {
   // or stop. Either way bitwise the step without overlap. NVMe and delayed steps run without it.
   bool overlap = true;
   // The host bytes the kept state may take (-1: no limit). Groups are kept in the order their
-  // gradients land (the last layers first) while their 12 bytes per element fit; the others are
-  // updated after the norm, as without overlap. `train --offload-optimizer-overlap auto` sets it
+  // gradients land (the last layers first) while their 12 bytes per element of kept state and
+  // their speculated working values (2 or 4 bytes) fit; the others are updated after the norm,
+  // as without overlap. `train --offload-optimizer-overlap auto` sets it
   // from the host's available memory.
   int64_t overlap_bytes = -1;
   // The CPUs the host thread of the CPU AdamW (and the OpenMP team it starts) is pinned to;

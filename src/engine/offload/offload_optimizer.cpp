@@ -194,7 +194,9 @@ bool OffloadOptimizer::commit_overlap(AdamWHyper h, float weight_decay,
   }
   const uint64_t gradients_copied = copier_.mark();  // every shard's copy has been issued
   hand_over_landed(/*wait=*/true);
-  speculation_.open = false;
+  // Still open until the worker is done: an error in a wait below leaves the overlap for the
+  // caller's roll_back_overlap(), which waits for the worker and puts the kept state back (the
+  // groups already sent keep their new values on the device; an error ends training).
   speculated_params_ = speculation_.handed_params;
   // Each speculated group's working values go out as soon as its update is done, while the host
   // thread updates the next groups.
@@ -205,6 +207,7 @@ bool OffloadOptimizer::commit_overlap(AdamWHyper h, float weight_decay,
       send(work_out(g), speculated_values_[i].data(), speculated_values_[i].bytes());
   }
   worker_.wait_idle();
+  speculation_.open = false;
   // The groups it did not speculate on: updated now, with the same hyperparameters, tile by tile
   // through the staging tiles.
   copier_.synchronize_until(gradients_copied);
@@ -382,21 +385,23 @@ void OffloadOptimizer::update_tiles(AdamWHyper h, float weight_decay,
 double OffloadOptimizer::measure_adam_rate(int64_t elements) {
   ZT_CHECK(elements > 0 && !delayed_running_ && !speculation_.open,
            "OffloadOptimizer::measure_adam_rate: at start-up, over some elements");
-  const bool f32_out = working_dtype(precision_) == DType::kFloat32;
+  const DType work = working_dtype(precision_);
   double best = 0;
-  worker_.submit([&best, elements, f32_out] {
+  worker_.submit([&best, elements, work] {
     const size_t n = static_cast<size_t>(elements);
     std::vector<float> master(n, 0.5f), m(n, 0.0f), v(n, 0.0f), grad(n, 1e-3f);
-    std::vector<float> out_f32(f32_out ? n : 0);
-    std::vector<bf16_t> out_bf16(f32_out ? 0 : n);
+    std::vector<float> out_f32(work == DType::kFloat32 ? n : 0);
+    std::vector<uint16_t> out_16bit(work == DType::kFloat32 ? 0 : n);
     const cpu::AdamSimd path = cpu::best_adam_simd();
     AdamWHyper h;
     for (int pass = 0; pass < 3; ++pass) {
       h.step = pass + 1;
       const auto start = std::chrono::steady_clock::now();
+      // The outputs adam_tile writes: bf16 or fp32 by the kernel, fp16 rounded after it.
       cpu::adam_update(path, master.data(), m.data(), v.data(), grad.data(),
-                       f32_out ? nullptr : out_bf16.data(), f32_out ? out_f32.data() : nullptr,
-                       elements, h);
+                       work == DType::kBf16 ? out_16bit.data() : nullptr,
+                       work == DType::kFloat32 ? out_f32.data() : nullptr, elements, h);
+      if (work == DType::kFloat16) floats_to_fp16(master.data(), out_16bit.data(), n);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (pass > 0 && seconds > 0) best = std::max(best, static_cast<double>(elements) / seconds);

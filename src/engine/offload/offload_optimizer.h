@@ -116,8 +116,8 @@ class OffloadOptimizer {
   AdamTiming last_adam() const { return last_adam_; }
   // The CPU AdamW's rate on the host thread that runs the step's (its CPUs, its OpenMP team):
   // elements per second, the best of two timed passes over `elements` fresh elements (after one
-  // that touches their pages), writing the working values as step() does. Start-up only: it
-  // waits for the thread.
+  // that touches their pages), writing the working values as step()'s kernel calls do. Start-up
+  // only: it waits for the thread; its buffers (about 18 bytes per element) are not tracked.
   double measure_adam_rate(int64_t elements);
   // The elements of the last committed overlap handed to the host thread before the gradient
   // norm (as their copies landed during the backward, or at the step's start).
