@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "engine/memory_plan.h"
 #include "engine/stage_traits.h"
 #include "engine_test_support.h"
 #include "model/layout.h"
@@ -169,6 +170,19 @@ TEST_F(LoraEngineTest, OnlyTheAdaptersCarryGradientsAndOptimizerState) {
     const std::string what = "stage " + std::to_string(stage) + " N=" + std::to_string(N());
     EXPECT_EQ(t.memory().peak(MemCategory::kOptimizer), 12 * own) << what;
     EXPECT_EQ(t.memory().peak(MemCategory::kGrads), 4 * grads) << what;
+    // The frozen base's layers: no gradient, and at stage 3 still sharded (each rank holds its
+    // shard of bf16 working params, gathered for the passes), whole at stages 0-2. The engine
+    // allocates its plan (tests/mpi/test_memory_plan.cpp).
+    const MemoryPlan& plan = t.engine().memory_plan();
+    for (int l = 0; l < model.num_layers; ++l) {
+      const int g = layout.layer_group(l);
+      const GroupPartition p =
+          GroupPartition::of(layout.groups()[static_cast<size_t>(g)].numel, N(), 1);
+      const PlannedBuffer* work = plan.find(BufferRole::kWorkingParams, g);
+      ASSERT_NE(work, nullptr) << what;
+      EXPECT_EQ(work->bytes, 2 * (stage == 3 ? p.shard : p.padded)) << what << ", layer " << l;
+      EXPECT_EQ(plan.find(BufferRole::kGradients, g), nullptr) << what << ", layer " << l;
+    }
   }
 }
 

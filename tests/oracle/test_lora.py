@@ -17,7 +17,8 @@ adapter parameters alone.
    last step within that bound; the base tensors of the last checkpoint are bitwise the model's.
 3. peft.PeftModel.from_pretrained(base, OUT/final) loads the adapter, and its loss on the
    evaluation's two windows equals zerotrain's end-of-run evaluation (1e-4).
-4. A 2-rank stage-3 run resumed at step 2 has the uninterrupted run's losses and adapters, bitwise.
+4. A 2-rank stage-3 run resumed at step 2 has the uninterrupted run's losses and adapters, bitwise;
+   so has the same run with CPU optimizer offload and the exact overlap (every step kept).
 5. PEFT's own adapter_config.json (save_pretrained) is accepted by --lora-config, also beside a
    DeepSpeed JSON (ZeRO-3), whose run is the command line's 2-rank stage-3 run bitwise.
 6. --lora-init-from OUT/final starts from those adapters bitwise, its first loss PEFT's with them;
@@ -439,6 +440,23 @@ def main():
         # A resume continues the adapters bitwise (2 ranks, stage 3, from step 2 of 4).
         two_args = runs["2 ranks stage 3"][1]
         launcher = [args.mpirun, "--oversubscribe", "-n", "2"]
+
+        # CPU optimizer offload from the command line, with the exact overlap forced on (auto is
+        # off on the CPU backend): the 2-rank stage-3 run's losses and adapters, bitwise.
+        run_tool(launcher + train_args(zt, work, work("offloaded"), two_args + [
+            "--offload-optimizer", "cpu", "--offload-optimizer-overlap", "on"]))
+        with open(work("offloaded", "metrics.jsonl")) as f:
+            lines = [json.loads(line) for line in f]
+        with open(work("two", "metrics.jsonl")) as f:
+            check([m["loss"] for m in lines] == [json.loads(line)["loss"] for line in f],
+                  "the offloaded LoRA run's losses differ from the run without offload")
+        check(all(m["host_adam"]["speculation"] == "kept" for m in lines),
+              f"the offloaded LoRA run did not overlap every step: {[m['host_adam'] for m in lines]}")
+        with open(work("two", "final", "adapter_model.safetensors"), "rb") as a, \
+                open(work("offloaded", "final", "adapter_model.safetensors"), "rb") as b:
+            check(a.read() == b.read(), "the offloaded LoRA run's adapters differ")
+        print("CPU optimizer offload with the overlap: losses and adapters bitwise, every step kept")
+
         run_tool(launcher + train_args(zt, work, work("resumed"), two_args, steps=STEPS // 2))
         run_tool(launcher + train_args(zt, work, work("resumed"), two_args + ["--resume", "auto"]))
         losses = {}
