@@ -3,6 +3,9 @@
 // queued or submitted after it dropped until then; wait_for(ticket) waits for the tasks up to one
 // while the later ones go on; the destructor runs what is queued.
 #include <gtest/gtest.h>
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -95,6 +98,36 @@ TEST(HostWorker, WaitForATaskDroppedAfterAnErrorRethrowsTheErrorOnce) {
   EXPECT_EQ(after, queued + 1);
   EXPECT_NO_THROW(worker.wait_for(after));  // reported once; tasks run again
   EXPECT_EQ(ran.load(), 1);
+}
+
+// HostWorker({cpu}) pins its thread there and sizes the OpenMP team its tasks start to it; the
+// caller's thread keeps its own mask. The CPU is the last one this process may run on.
+TEST(HostWorker, PinsItsThreadAndItsOpenMpTeamToTheGivenCpus) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  int cpu = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) cpu = c;
+  ASSERT_GE(cpu, 0);
+  cpu_set_t seen;
+  CPU_ZERO(&seen);
+  int team = 0;
+  {
+    HostWorker worker({cpu});
+    worker.submit([&] {
+      pthread_getaffinity_np(pthread_self(), sizeof(seen), &seen);
+      team = omp_get_max_threads();
+    });
+    worker.wait_idle();
+  }
+  EXPECT_EQ(CPU_COUNT(&seen), 1);
+  EXPECT_TRUE(CPU_ISSET(cpu, &seen));
+  EXPECT_EQ(team, 1);
+  cpu_set_t after;
+  CPU_ZERO(&after);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(after), &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&after, &mine));  // the caller's thread is not pinned
 }
 
 TEST(HostWorker, DestructorRunsWhatIsQueued) {
