@@ -121,7 +121,9 @@ def main():
     args = p.parse_args()
     all_rows = {
         "none": (args.stage, "none", []),
-        # The overlap forced on: auto turns it off on the CPU backend (docs/offload.md).
+        # The overlap forced on: auto turns it off on the CPU backend (docs/offload.md). On keeps
+        # a copy of the whole state in host memory (auto's limit does not apply): a model of 1b's
+        # size, not 6b's (about 166 GiB of host memory on one GPU).
         "opt-cpu": (args.stage, "cpu, overlap", ["--offload-optimizer", "cpu",
                                                  "--offload-optimizer-overlap", "on"]),
         "opt-cpu-serial": (args.stage, "cpu, no overlap", ["--offload-optimizer", "cpu",

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -265,9 +266,11 @@ void SafetensorsReader::read_range_f32(const std::string& name, int64_t begin, i
     read_exact(file.fd, offset, wide.data(), wide.size() * 8, path_);
     for (size_t i = 0; i < wide.size(); ++i) {
       out[i] = static_cast<float>(wide[i]);
-      ZT_CHECK(std::isfinite(out[i]) || !std::isfinite(wide[i]),
-               what + ": element " + std::to_string(begin + static_cast<int64_t>(i)) + " (" +
-                   std::to_string(wide[i]) + ") is past fp32's range");
+      if (std::isfinite(out[i]) || !std::isfinite(wide[i])) continue;
+      char value[32];
+      std::snprintf(value, sizeof value, "%.9g", wide[i]);
+      fail(what + ": element " + std::to_string(begin + static_cast<int64_t>(i)) + " (" + value +
+           ") is past fp32's range");
     }
     return;
   }

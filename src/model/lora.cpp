@@ -150,6 +150,7 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
     ZT_CHECK(save.is_null(), source + ": modules_to_save must be a list of names");
   auto empty_container = [](const nlohmann::json& v) { return v.empty(); };
   auto is_false = [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); };
+  auto never = [](const nlohmann::json&) { return false; };  // only null (absent) is plain LoRA
   const std::pair<const char*, bool (*)(const nlohmann::json&)> math_keys[] = {
       {"use_dora", is_false},
       {"fan_in_fan_out", is_false},
@@ -161,8 +162,8 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
       {"exclude_modules", empty_container},
       {"trainable_token_indices", empty_container},
       {"target_parameters", empty_container},
-      {"use_qalora", is_false},                       // QALoRA's pooled input
-      {"alora_invocation_tokens", empty_container}};  // aLoRA: adapted after the tokens only
+      {"use_qalora", is_false},             // QALoRA's pooled input
+      {"alora_invocation_tokens", never}};  // aLoRA (even with []): adapted after the tokens
   for (const auto& [key, ok] : math_keys)
     if (j.contains(key))
       refuse_unless(j, key, is_null_or(j[key], ok), source,

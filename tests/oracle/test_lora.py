@@ -22,8 +22,8 @@ adapter parameters alone.
 5. PEFT's own adapter_config.json (save_pretrained) is accepted by --lora-config, also beside a
    DeepSpeed JSON (ZeRO-3), whose run is the command line's 2-rank stage-3 run bitwise.
 6. --lora-init-from OUT/final starts from those adapters bitwise, its first loss PEFT's with them;
-   so does --lora-init-from PEFT's own save_pretrained directory, F64 (the float64 reference) and
-   F32, from PEFT's values rounded to fp32;
+   so does --lora-init-from PEFT's own save_pretrained directory of the float64 reference (F64)
+   and that directory with its tensors saved as F32, from PEFT's values rounded to fp32;
    export --merge-lora writes W + s·B·A within one bf16 ulp of PEFT's merge_and_unload (rounded
    to bf16), every other tensor bitwise the base's.
 7. Dropout 0.25: the losses, gradient norms and final adapters of PEFT whose lora_dropout modules
@@ -488,8 +488,8 @@ def main():
               f"--lora-init-from: first loss {first} vs PEFT's trained model {want}")
         print(f"--lora-init-from: adapters bitwise, first loss {first:.7f} (PEFT {want:.7f})")
 
-        # PEFT's own directories: save_pretrained of the float64 reference (F64 tensors) and the
-        # same adapters as a float32 model saves them (F32). Each starts the run from PEFT's
+        # PEFT's own directory, save_pretrained of the float64 reference (F64 tensors), and a copy
+        # with the tensors saved as F32 (what a float32 model's save holds). Each starts the run from PEFT's
         # values rounded to fp32 once, bitwise, with PEFT's first loss.
         import shutil
         from safetensors.torch import save_file

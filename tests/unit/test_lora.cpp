@@ -85,6 +85,9 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
   EXPECT_NE(with("alora_invocation_tokens", {128000, 9125}).find("key 'alora_invocation_tokens'"),
             std::string::npos);
   EXPECT_EQ(with("use_qalora", false), "");
+  EXPECT_NE(with("alora_invocation_tokens", nlohmann::json::array())
+                .find("key 'alora_invocation_tokens'"),
+            std::string::npos);  // PEFT's use_alora tests `is not None`
   EXPECT_EQ(with("alora_invocation_tokens", nullptr), "");
   // ensure_weight_tying is read (what it changes is checked against the model where
   // modules_to_save is resolved, tests/unit/test_lora_modules_to_save.cpp).

@@ -32,7 +32,8 @@ struct OffloadConfig {
   // back synchronously.
   int64_t delay = 0;
   int64_t delay_after = 40;
-  // Exact overlap (no DeepSpeed key; --offload-optimizer-overlap, on by default): with CPU
+  // Exact overlap (no DeepSpeed key; --offload-optimizer-overlap; train's auto turns it on with
+  // a GPU backend): with CPU
   // optimizer offload, each group's AdamW starts on a host thread as soon as its gradient shard is
   // on the host, during the backward, speculating that the step is neither clipped nor skipped;
   // the master, m and v it changes are kept first (host memory as large as the state) and put
