@@ -214,12 +214,10 @@ bool OffloadOptimizer::commit_overlap(AdamWHyper h, float weight_decay,
   size_t tile_index = 0;
   for (size_t i = 0; i < own_sizes_.size(); ++i) {
     if (speculation_.kept[i] || segments_[i].empty()) continue;
-    const int g = static_cast<int>(i);
-    const OptimizerShard state = store_->resident(g);
-    for (int64_t b = 0; b < own_sizes_[i]; b += tile_)
-      update_and_send_tile(
-          {g, b, std::min(tile_, own_sizes_[i] - b), state.master + b, state.m + b, state.v + b}, h,
-          weight_decay, host_grads_[i].data(), work_out, tile_index, speculation_.timing);
+    for_each_resident_tile(static_cast<int>(i), [&](const StateTile& t) {
+      update_and_send_tile(t, h, weight_decay, host_grads_[i].data(), work_out, tile_index,
+                           speculation_.timing);
+    });
   }
   last_adam_ = speculation_.timing;
   copier_.synchronize();  // every updated value is on the device before the params are used
@@ -353,17 +351,22 @@ void OffloadOptimizer::update_and_send_tile(const StateTile& t, const AdamWHyper
             static_cast<size_t>(t.count) * elem);
 }
 
-void OffloadOptimizer::update_group(int g, const AdamWHyper& h, float weight_decay,
-                                    const float* grads, AdamTiming& timing, uint8_t* values) {
+void OffloadOptimizer::for_each_resident_tile(int g,
+                                              const std::function<void(const StateTile&)>& fn) {
   const OptimizerShard state = store_->resident(g);
   const int64_t n = own_sizes_[static_cast<size_t>(g)];
-  const size_t elem = dtype_size(working_dtype(precision_));
   // The tiles step() visits, so that each kernel call covers the same elements.
-  for (int64_t b = 0; b < n; b += tile_) {
-    const StateTile t{g, b, std::min(tile_, n - b), state.master + b, state.m + b, state.v + b};
+  for (int64_t b = 0; b < n; b += tile_)
+    fn({g, b, std::min(tile_, n - b), state.master + b, state.m + b, state.v + b});
+}
+
+void OffloadOptimizer::update_group(int g, const AdamWHyper& h, float weight_decay,
+                                    const float* grads, AdamTiming& timing, uint8_t* values) {
+  const size_t elem = dtype_size(working_dtype(precision_));
+  for_each_resident_tile(g, [&](const StateTile& t) {
     update_tile(t, h, weight_decay, grads,
-                values ? values + static_cast<size_t>(b) * elem : nullptr, timing);
-  }
+                values ? values + static_cast<size_t>(t.begin) * elem : nullptr, timing);
+  });
 }
 
 void OffloadOptimizer::update_tiles(AdamWHyper h, float weight_decay,

@@ -124,6 +124,8 @@ class OffloadOptimizer {
   int64_t speculated_params() const { return speculated_params_; }
 
  private:
+  // fn over group g's tiles in the host store (the tiles step() visits), in order.
+  void for_each_resident_tile(int g, const std::function<void(const StateTile&)>& fn);
   // Group g's tiles: AdamW over grads, the timing added to `timing`; with `values`, the group's
   // updated working values (own range) are written there too.
   void update_group(int g, const AdamWHyper& h, float weight_decay, const float* grads,
