@@ -101,7 +101,10 @@ EngineSpec spec_at_stage(const EngineSpec& requested, int stage) {
   EngineSpec spec = requested;
   spec.zero.stage = stage;
   const StageTraits traits = StageTraits::of(stage);
-  if (!traits.shard_optimizer) spec.offload.optimizer = OffloadDevice::kNone;
+  if (!traits.shard_optimizer) {
+    spec.offload.optimizer = OffloadDevice::kNone;
+    spec.offload.bf16_gradient_copies = false;  // no gradient crosses to the host
+  }
   if (!traits.shard_parameters) spec.offload.param = OffloadDevice::kNone;
   return spec;
 }
@@ -158,6 +161,9 @@ std::string offload_modes_table(const EstimateOptions& o, const EngineSpec& spec
   for (const auto& [name, mode] : modes) {
     EngineSpec with_mode = spec;
     with_mode.offload = mode;
+    // The gradient copies train would make in this mode (auto: bf16 on a GPU with bf16 params).
+    with_mode.offload.bf16_gradient_copies =
+        o.offload.bf16_gradient_copies(mode.optimizer_offloaded(), o.backend_kind, o.precision);
     with_mode.validate(o.world);  // never a row that train would refuse
     const MemoryEstimate e = estimate_memory(with_mode, o.world);
     out["offload_modes"].push_back(

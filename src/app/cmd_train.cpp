@@ -224,6 +224,7 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
 nlohmann::json value_before(const nlohmann::json& before, const std::string& key) {
   static const std::map<std::string, nlohmann::json> added_later = {
       {"document_masking", "off"},
+      {"offload_gradient_copies", "fp32"},
       {"offload_optimizer_delay", 0},
       {"offload_optimizer_delay_after", OffloadConfig{}.delay_after}};
   const auto it = added_later.find(key);

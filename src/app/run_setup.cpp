@@ -100,7 +100,7 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {
       "stage 3: reuse distance (elements)");
 }
 
-OffloadConfig OffloadOptions::resolved() const {
+OffloadConfig OffloadOptions::resolved(BackendKind backend, Precision precision) const {
   ZT_CHECK(overlap != AutoSwitch::kOn || config.optimizer == OffloadDevice::kCpu,
            "--offload-optimizer-overlap on needs --offload-optimizer cpu: the overlap runs the "
            "host's AdamW during the backward (the optimizer is '" +
@@ -110,7 +110,19 @@ OffloadConfig OffloadOptions::resolved() const {
                " applies to --offload-optimizer-delay 1 (the delay is 0)");
   OffloadConfig c = config;
   c.overlap = overlap != AutoSwitch::kOff;  // auto's limit: auto_overlap_bytes, set by train
+  c.bf16_gradient_copies = bf16_gradient_copies(config.optimizer_offloaded(), backend, precision);
   return c;
+}
+
+bool OffloadOptions::bf16_gradient_copies(bool optimizer_offloaded, BackendKind backend,
+                                          Precision precision) const {
+  ZT_CHECK(gradient_copies == "auto" || gradient_copies == "bf16" || gradient_copies == "fp32",
+           "--offload-gradient-copies must be auto, bf16 or fp32, got '" + gradient_copies + "'");
+  // auto: bf16 where the copies cross a bus and the working params are bf16 already; the CPU
+  // backend's copies are host memcpys, which rounding would only slow down.
+  return gradient_copies == "bf16" ||
+         (gradient_copies == "auto" && optimizer_offloaded && backend != BackendKind::kCpu &&
+          precision == Precision::kBf16);
 }
 
 namespace {
@@ -151,6 +163,11 @@ void add_offload_options(po::options_description& options, OffloadOptions& o) {
       "gradient norm clips or skips the step: the same bits as off, host memory for a copy of "
       "the state it speculates on (on: all of it; auto: the groups that fit in half the host "
       "memory left; docs/offload.md)");
+  add("offload-gradient-copies", po::value(&o.gradient_copies)->default_value(o.gradient_copies),
+      "auto | bf16 | fp32: the dtype the reduced gradient shards cross to the host in with "
+      "optimizer offload; bf16 halves the copies and the host's gradient buffers, and the host "
+      "AdamW reads the rounded gradients (not bitwise the run without offload); auto: bf16 on a "
+      "GPU backend with --precision bf16, else fp32 (docs/offload.md)");
   add("offload-optimizer-delay-after",
       po::value(&o.config.delay_after)->default_value(o.config.delay_after),
       "warm-up: the updates of steps 1..N are not held back");
@@ -182,7 +199,7 @@ EngineChoices parse_engine_choices(const RunEngineOptions& o, const std::string&
   EngineChoices c;
   check_activation_storage(o.activations, o.precision, command);
   c.ac = with_inputs_on_host(o.activation_checkpointing, o.cpu_checkpointing);
-  c.offload = o.offload.resolved();
+  c.offload = o.offload.resolved(o.backend_kind, o.precision);
   c.lora = resolve_lora_spec(o.lora);
   return c;
 }

@@ -56,9 +56,14 @@ void add_zero_bucket_options(po::options_description& options, ZeroConfig& zero)
 struct OffloadOptions {
   OffloadConfig config;  // the devices, nvme_path, buffer_count, sub_group_size, ...
   AutoSwitch overlap = AutoSwitch::kAuto;  // --offload-optimizer-overlap auto | on | off
+  std::string gradient_copies = "auto";    // --offload-gradient-copies auto | bf16 | fp32
   // The engine's OffloadConfig: `overlap` on unless off (auto's limit: auto_overlap_bytes, set by
-  // train); not yet validated for the stage.
-  OffloadConfig resolved() const;
+  // train); the gradient copies in bf16 when asked, or, for auto, with optimizer offload on a GPU
+  // `backend` under bf16 `precision`; not yet validated for the stage.
+  OffloadConfig resolved(BackendKind backend, Precision precision) const;
+  // Whether gradient_copies gives bf16 copies to a run that offloads its optimizer (or not).
+  bool bf16_gradient_copies(bool optimizer_offloaded, BackendKind backend,
+                            Precision precision) const;
 };
 void add_offload_options(po::options_description& options, OffloadOptions& offload);
 // --activation-checkpointing none | selective | full | every:K, parsed as it is read (on_host

@@ -179,6 +179,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"offload_optimizer_delay", offload.config.delay},
           {"offload_optimizer_overlap", auto_switch_name(offload.overlap)},
           {"offload_optimizer_delay_after", offload.config.delay_after},
+          {"offload_gradient_copies", choices.offload.bf16_gradient_copies ? "bf16" : "fp32"},
           {"activation_checkpointing", activation_checkpointing_name(activation_checkpointing)},
           {"cpu_checkpointing", cpu_checkpointing},
           {"comm_timeout", comm_timeout},

@@ -44,6 +44,7 @@ void visit_offload(Io& io, Offload& o) {
   io("delay_after", o.delay_after);
   io("overlap", o.overlap);
   io("overlap_bytes", o.overlap_bytes);
+  io("bf16_gradient_copies", o.bf16_gradient_copies);
 }
 
 template <typename Io, typename AdamW>

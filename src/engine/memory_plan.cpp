@@ -56,6 +56,8 @@ const char* buffer_role_name(BufferRole role) {
       return "tokens";
     case BufferRole::kHostResiduals:
       return "host residuals";
+    case BufferRole::kGradCopyStaging:
+      return "gradient copy staging";
     case BufferRole::kHostGradients:
       return "host gradients";
     case BufferRole::kPendingGradients:

@@ -51,7 +51,8 @@ enum class BufferRole : int {
   kActivationArena,   // the model's activation arena
   kTokens,            // the model's int32 inputs, targets and document starts
   kHostResiduals,     // CPU checkpointing: the checkpointed layers' inputs
-  kHostGradients,     // optimizer offload: a group's fp32 gradient shard on the host
+  kGradCopyStaging,   // optimizer offload, bf16 copies: a shard rounded on the device (two)
+  kHostGradients,     // optimizer offload: a group's gradient shard on the host (fp32 or bf16)
   kPendingGradients,  // delayed offload update: the shard the running update reads
   kKeptState,         // exact offload overlap: a group's master, m and v kept while speculating
   kSpeculatedValues,  // exact offload overlap: a group's speculated working values (own range)

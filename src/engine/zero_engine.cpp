@@ -60,7 +60,7 @@ void ZeroEngine::Impl::allocate() {
       for (DecaySegment& s : segments.back()) s.begin -= own_begin(g), s.end -= own_begin(g);
     }
     offloader = std::make_unique<OffloadOptimizer>(
-        offload, std::move(own_sizes), std::move(segments), precision, memory, host, *copier);
+        offload, std::move(own_sizes), std::move(segments), precision, memory, host, *copier, be);
   }
   compute = allocate_planned<float>(memory, plan, BufferRole::kComputeUpcast);
   tied_compute = allocate_planned<float>(memory, plan, BufferRole::kTiedUpcast);

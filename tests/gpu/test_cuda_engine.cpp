@@ -188,6 +188,45 @@ TEST(CudaEngine, OffloadMatchesNoOffloadBitwise) {
       << "optimizer + param offload, stage 3";
 }
 
+// bf16 gradient copies (docs/offload.md): the device rounds each shard into a staging buffer the
+// copy stream reads. Each step moves half the device→host bytes of fp32 copies; the overlap is
+// bitwise the run without it (a staging buffer rewritten before its copy was done would not be);
+// and the run tracks the CPU backend's run with the same copies within the fp32-storage tolerance.
+TEST(CudaEngine, Bf16GradientCopiesHalveTheBytesAndTrackTheCpu) {
+  MpiCommunicator self(MPI_COMM_SELF);
+  auto gpu = make_cuda_backend(0);
+  auto cpu = make_cpu_backend();
+  cuda::StagedDeviceCommunicator staged(MPI_COMM_SELF);
+  OffloadConfig fp32_copies;
+  fp32_copies.optimizer = OffloadDevice::kCpu;
+  fp32_copies.sub_group_size = 100'000;
+  fp32_copies.overlap = false;
+  OffloadConfig bf16_copies = fp32_copies;
+  bf16_copies.bf16_gradient_copies = true;
+  OffloadConfig overlapped = bf16_copies;
+  overlapped.overlap = true;
+  const auto losses = [](const std::vector<StepStats>& stats) {
+    std::vector<double> out;
+    for (const StepStats& s : stats) out.push_back(s.loss);
+    return out;
+  };
+  for (int stage : {1, 3}) {
+    const std::string at = "stage " + std::to_string(stage);
+    const std::vector<StepStats> f =
+        train_steps(*gpu, staged, self, stage, 4, kAccum, fp32_copies, {});
+    const std::vector<StepStats> b =
+        train_steps(*gpu, staged, self, stage, 4, kAccum, bf16_copies, {});
+    for (size_t i = 0; i < f.size(); ++i) {
+      EXPECT_GT(f[i].offload_d2h_bytes, 0u) << at;
+      EXPECT_EQ(2 * b[i].offload_d2h_bytes, f[i].offload_d2h_bytes) << at << ", step " << i + 1;
+    }
+    EXPECT_EQ(train_losses(*gpu, staged, self, stage, 4, kAccum, overlapped), losses(b))
+        << at << ": overlap on against off, bf16 copies";
+    expect_close(losses(b), train_losses(*cpu, self, self, stage, 4, kAccum, bf16_copies), 2e-2,
+                 at + ": cuda vs cpu, bf16 copies");
+  }
+}
+
 #if ZEROTRAIN_HAVE_NCCL
 TEST(CudaEngine, NcclWorldOfOneEveryStageMatchesStageZeroBitwise) {
   MpiCommunicator self(MPI_COMM_SELF);

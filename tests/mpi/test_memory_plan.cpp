@@ -1,11 +1,12 @@
 // The memory plan (engine/engine_memory_plan.h) against what a ZeroEngine really allocates, at the
 // world size the binary runs with: every stage × offload mode (none, a delayed update, optimizer
-// on cpu, on cpu with a delayed update, on nvme, params on cpu, optimizer and params on cpu) ×
-// activation checkpointing (none, full, every second layer, full to the host, selective) ×
-// precision and activation storage (fp32; bf16 with fp32 or bf16 activations; fp16 with fp16
-// activations) the engine suites run, on the tiny preset, alternately with tied embeddings, LoRA
-// adapters and world-invariant training. Each category holds what the plan says once the engine is
-// built (its kRun buffers), and peaks at what the plan says over two steps, to the byte.
+// on cpu, on cpu with a delayed update and bf16 gradient copies, on nvme, params on cpu, optimizer
+// and params on cpu with bf16 gradient copies) × activation checkpointing (none, full, every
+// second layer, full to the host, selective) × precision and activation storage (fp32; bf16 with
+// fp32 or bf16 activations; fp16 with fp16 activations) the engine suites run, on the tiny preset,
+// alternately with tied embeddings, LoRA adapters and world-invariant training. Each category
+// holds what the plan says once the engine is built (its kRun buffers), and peaks at what the plan
+// says over two steps, to the byte.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -36,19 +37,21 @@ std::vector<std::pair<std::string, OffloadConfig>> offloads(int stage, const Off
   cpu.sub_group_size = 700;  // several tiles per group
   cpu_delayed = cpu;
   cpu_delayed.delay = 1;
-  cpu_delayed.delay_after = 1;  // step 1 overlapped (its kept state), step 2 held back
+  cpu_delayed.delay_after = 1;              // step 1 overlapped (its kept state), step 2 held back
+  cpu_delayed.bf16_gradient_copies = true;  // the device staging, bf16 host and pending shards
   params.param = OffloadDevice::kCpu;
   both = cpu;
   both.param = OffloadDevice::kCpu;
+  both.bf16_gradient_copies = true;
   std::vector<std::pair<std::string, OffloadConfig>> modes = {{"no offload", {}},
                                                               {"delayed update", delayed}};
   if (stage == 0) return modes;
   modes.push_back({"cpu optimizer", cpu});
-  modes.push_back({"cpu optimizer, delayed update", cpu_delayed});
+  modes.push_back({"cpu optimizer, delayed update, bf16 gradient copies", cpu_delayed});
   modes.push_back({"nvme optimizer", nvme});
   if (stage != 3) return modes;
   modes.push_back({"cpu params", params});  // the device AdamW's update tile
-  modes.push_back({"cpu optimizer + params", both});
+  modes.push_back({"cpu optimizer + params, bf16 gradient copies", both});
   return modes;
 }
 

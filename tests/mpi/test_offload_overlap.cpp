@@ -14,10 +14,12 @@
 //   - on the CPU backend every trained element goes to the host thread before the norm;
 //   - host memory: the kept state is 12 bytes per element of the rank's shard, the speculated
 //     working values 2 or 4 more, and off keeps none;
-//     with a limit (overlap_bytes) only the groups that land first and fit are speculated on.
+//     with a limit (overlap_bytes) only the groups that land first and fit are speculated on;
+//   - bf16 gradient copies: the rounded gradients the host reads, the bytes, on against off.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "engine_test_support.h"
+#include "util/bf16.h"
 
 namespace zt {
 namespace {
@@ -259,6 +262,79 @@ TEST_F(OffloadOverlapTest, Fp16SkipsUndoTheSpeculation) {
       EXPECT_GT(skips, 0) << what << ": the loss scale must overflow at least once";
       EXPECT_LT(skips, 3 * kSteps) << what << ": and some step must update";
       if (clip == 0) expect_all_kept(on, what);
+    }
+  }
+}
+
+// bf16 gradient copies (OffloadConfig::bf16_gradient_copies), stages 1-3:
+//   - the host AdamW reads each reduced gradient rounded to bf16, to nearest even: a gradient
+//     probe (β1 = 0, no clipping, lr 0: m is the gradient) reads float_to_bf16 of the fp32
+//     gradient the engine without offload reduces, element by element;
+//   - a step copies half the bytes device→host of fp32 copies (a delayed update's too);
+//   - the overlap keeps, undoes and redoes its speculation over them, bit for bit as off, with
+//     clipping that never, always and sometimes triggers; and the run is not fp32 copies' run.
+TEST_F(OffloadOverlapTest, Bf16GradientCopies) {
+  const auto copies = [](EngineOptions o, Offload mode, bool bf16_copies) {
+    o = with_offload(o, mode);
+    o.offload.bf16_gradient_copies = bf16_copies;
+    return o;
+  };
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::string at = "stage " + std::to_string(stage);
+    EngineOptions probe = bf16(stage, 0.0f);
+    probe.optim.beta1 = 0.0f;
+    TestEngine none(world_, with_offload(probe, Offload::kNone));
+    none.init();
+    const std::vector<std::vector<float>> fp32 = none.probe_gradient(1, 2);
+    TestEngine host(world_, copies(probe, Offload::kOverlapOn, true));
+    host.init();
+    const std::vector<std::vector<float>> read = host.probe_gradient(1, 2);
+    ASSERT_EQ(read.size(), fp32.size()) << at;
+    int64_t rounded = 0;
+    for (size_t g = 0; g < fp32.size(); ++g) {
+      ASSERT_EQ(read[g].size(), fp32[g].size()) << at << ", group " << g;
+      for (size_t e = 0; e < fp32[g].size(); ++e) {
+        const float want = bf16_to_float(float_to_bf16(fp32[g][e]));
+        ASSERT_EQ(std::memcmp(&read[g][e], &want, sizeof(float)), 0)
+            << at << ", group " << g << ", element " << e << ": the host read " << read[g][e]
+            << " for the gradient " << fp32[g][e] << " (bf16: " << want << ")";
+        rounded += want != fp32[g][e];
+      }
+    }
+    EXPECT_GT(rounded, 0) << at << ": no gradient needed rounding";
+
+    for (const bool delayed : {false, true}) {
+      EngineOptions o = bf16(stage, 0.0f);
+      o.offload.delay = delayed ? 1 : 0;
+      o.offload.delay_after = 1;
+      const std::string what = at + (delayed ? ", delayed" : "");
+      TestEngine bf16_engine(world_, copies(o, Offload::kOverlapOff, true));
+      TestEngine fp32_engine(world_, copies(o, Offload::kOverlapOff, false));
+      bf16_engine.init();
+      fp32_engine.init();
+      for (int step = 1; step <= 3; ++step) {
+        const StepStats b = bf16_engine.step(step, 2, 2e-3f), f = fp32_engine.step(step, 2, 2e-3f);
+        EXPECT_GT(f.offload_d2h_bytes, 0u) << what;
+        EXPECT_EQ(2 * b.offload_d2h_bytes, f.offload_d2h_bytes) << what << ", step " << step;
+        EXPECT_TRUE(std::isfinite(b.loss)) << what;
+      }
+    }
+
+    std::vector<double> norms =
+        train(world_, copies(bf16(stage, 0.0f), Offload::kOverlapOff, true), 2).grad_norms;
+    std::sort(norms.begin(), norms.end());
+    for (const float clip : {0.0f, 1e-6f, static_cast<float>((norms[1] + norms[2]) / 2)}) {
+      const std::string what = at + ", clip " + std::to_string(clip);
+      const TrainedRun off =
+          train(world_, copies(bf16(stage, clip), Offload::kOverlapOff, true), 2);
+      const TrainedRun on = train(world_, copies(bf16(stage, clip), Offload::kOverlapOn, true), 2);
+      expect_bitwise(on, off, what + ", bf16 copies, overlap on against off");
+      int kept = 0;
+      for (const std::string& s : on.speculation) kept += s == "kept";
+      EXPECT_EQ(kept > 0, clip != 1e-6f) << what;
+      const TrainedRun fp32_copies =
+          train(world_, copies(bf16(stage, clip), Offload::kOverlapOff, false), 2);
+      EXPECT_NE(on.losses.back(), fp32_copies.losses.back()) << what << ": the copies' dtype";
     }
   }
 }

@@ -1,5 +1,6 @@
 // CPU AdamW kernel (backend/cpu/cpu_adam.h): every SIMD path this CPU has against the scalar
-// path and the backend's adamw, bitwise, on ragged sizes; bf16 output rounding (ties, NaN, inf).
+// path and the backend's adamw, bitwise, on ragged sizes; bf16 output rounding (ties, NaN, inf);
+// bf16 gradients against the fp32 update of the widened ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -108,6 +110,35 @@ TEST(CpuAdam, EverySimdPathMatchesScalarBitwise) {
       run_steps(p, s, 3);
       expect_same_bits(reference, s,
                        std::string(cpu::adam_simd_name(p)) + " n=" + std::to_string(n));
+    }
+  }
+}
+
+// bf16 gradients (the offloaded optimizer's bf16 copies) are the fp32 update on the widened
+// gradients, bit for bit, on every path, ragged sizes and OpenMP chunks included.
+TEST(CpuAdam, Bf16GradientsAreTheUpdateOfTheWidenedGradients) {
+  for (int64_t n : std::vector<int64_t>{1, 9, 17, 4099, 3 * cpu::kAdamChunk + 5}) {
+    for (AdamSimd p : available_paths()) {
+      const std::string what = std::string(cpu::adam_simd_name(p)) + " n=" + std::to_string(n);
+      AdamState reference = random_state(n, 11), s = random_state(n, 11);
+      std::vector<bf16_t> grad_bf16;
+      for (float& g : reference.grad) {
+        grad_bf16.push_back(float_to_bf16(g));
+        g = bf16_to_float(grad_bf16.back());
+      }
+      run_steps(p, reference, 3);
+      for (int step = 1; step <= 3; ++step)
+        cpu::adam_update(p, s.master.data(), s.m.data(), s.v.data(), grad_bf16.data(),
+                         s.out_bf16.data(), s.out_f32.data(), n, hyper(step));
+      expect_same_bits(reference, s, what);
+      // The rounding mattered: the unrounded gradients give other moments (n = 1's one gradient
+      // is small beside its m).
+      AdamState unrounded = random_state(n, 11);
+      run_steps(p, unrounded, 3);
+      if (n > 1) {
+        EXPECT_NE(std::memcmp(unrounded.m.data(), s.m.data(), s.m.size() * sizeof(float)), 0)
+            << what;
+      }
     }
   }
 }

@@ -47,6 +47,7 @@ EngineSpec unusual_spec() {
   spec.offload.delay_after = 3;
   spec.offload.overlap = false;
   spec.offload.overlap_bytes = 4096;
+  spec.offload.bf16_gradient_copies = true;
   spec.trainable = TrainableSet::from_patterns(ParamLayout(model), {"lora_", "^model\\.norm\\."},
                                                {"layers\\.1\\..*lora_A"});
   spec.optim.lr = 0.9e-3f;
@@ -89,6 +90,7 @@ TEST(EngineSpecJson, EveryFieldReadsBack) {
   EXPECT_EQ(back.ac.every, 2);
   EXPECT_TRUE(back.ac.on_host);
   EXPECT_EQ(back.offload.overlap_bytes, 4096);
+  EXPECT_TRUE(back.offload.bf16_gradient_copies);
   EXPECT_EQ(back.optim.lr, 0.9e-3f);
   EXPECT_EQ(back.optim.eps, 3e-7f);
   EXPECT_EQ(back.optim.schedule, LrScheduleKind::kWarmupDecayLR);

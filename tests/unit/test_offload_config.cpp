@@ -93,13 +93,57 @@ OffloadOptions parsed_offload_options(std::vector<std::string> args) {
   return o;
 }
 
+// --offload-gradient-copies: auto is bf16 where the copies cross a bus (a GPU backend) and the
+// working params are bf16, with optimizer offload; bf16 and fp32 are what they say; anything
+// else, and bf16 without optimizer offload, is refused naming the option.
+TEST(OffloadConfig, GradientCopies) {
+  const auto bf16_copies = [](std::vector<std::string> args, BackendKind backend,
+                              Precision precision) {
+    return parsed_offload_options(std::move(args))
+        .resolved(backend, precision)
+        .bf16_gradient_copies;
+  };
+  const std::vector<std::string> cpu = {"--offload-optimizer", "cpu"};
+  EXPECT_EQ(parsed_offload_options({}).gradient_copies, "auto");
+  EXPECT_TRUE(bf16_copies(cpu, BackendKind::kCuda, Precision::kBf16));
+  EXPECT_FALSE(bf16_copies(cpu, BackendKind::kCuda, Precision::kFp16));
+  EXPECT_FALSE(bf16_copies(cpu, BackendKind::kCuda, Precision::kFp32));
+  EXPECT_FALSE(bf16_copies(cpu, BackendKind::kCpu, Precision::kBf16));
+  EXPECT_FALSE(bf16_copies({}, BackendKind::kCuda, Precision::kBf16));  // no optimizer offload
+  EXPECT_TRUE(bf16_copies({"--offload-optimizer", "nvme", "--offload-gradient-copies", "bf16"},
+                          BackendKind::kCpu, Precision::kFp16));
+  EXPECT_FALSE(bf16_copies({"--offload-optimizer", "cpu", "--offload-gradient-copies", "fp32"},
+                           BackendKind::kCuda, Precision::kBf16));
+  try {
+    bf16_copies({"--offload-gradient-copies", "fp8"}, BackendKind::kCuda, Precision::kBf16);
+    ADD_FAILURE() << "fp8 copies were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "--offload-gradient-copies must be auto, bf16 or fp32, got 'fp8'"),
+              std::string::npos)
+        << e.what();
+  }
+  OffloadConfig c = parsed_offload_options({"--offload-gradient-copies", "bf16"})
+                        .resolved(BackendKind::kCuda, Precision::kBf16);
+  EXPECT_TRUE(c.bf16_gradient_copies);
+  try {
+    c.validate(2);
+    ADD_FAILURE() << "bf16 copies without optimizer offload were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "--offload-gradient-copies bf16 needs --offload-optimizer cpu or nvme"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(OffloadConfig, OverlapModes) {
   EXPECT_EQ(parsed_offload_options({}).overlap, AutoSwitch::kAuto);
   for (const char* mode : {"auto", "on", "off"}) {
     const OffloadOptions o =
         parsed_offload_options({"--offload-optimizer", "cpu", "--offload-optimizer-overlap", mode});
     EXPECT_EQ(o.config.optimizer, OffloadDevice::kCpu);
-    const OffloadConfig c = o.resolved();
+    const OffloadConfig c = o.resolved(BackendKind::kCpu, Precision::kBf16);
     EXPECT_EQ(c.keeps_speculated_state(), std::string(mode) != "off") << mode;
     EXPECT_EQ(c.overlap_bytes, -1) << mode;
   }
@@ -125,7 +169,7 @@ TEST(OffloadConfig, OverlapModes) {
             "--offload-optimizer-delay-after 3 applies to --offload-optimizer-delay 1 (the delay "
             "is 0)"}}) {
     try {
-      parsed_offload_options(args).resolved();
+      parsed_offload_options(args).resolved(BackendKind::kCpu, Precision::kBf16);
       ADD_FAILURE() << args.back() << " was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
@@ -133,10 +177,12 @@ TEST(OffloadConfig, OverlapModes) {
   }
   EXPECT_EQ(parsed_offload_options({"--offload-optimizer", "cpu", "--offload-optimizer-delay", "1",
                                     "--offload-optimizer-delay-after", "3"})
-                .resolved()
+                .resolved(BackendKind::kCpu, Precision::kBf16)
                 .delay_after,
             3);
-  EXPECT_FALSE(parsed_offload_options({"--offload-optimizer-overlap", "off"}).resolved().overlap);
+  EXPECT_FALSE(parsed_offload_options({"--offload-optimizer-overlap", "off"})
+                   .resolved(BackendKind::kCpu, Precision::kBf16)
+                   .overlap);
   OffloadConfig nvme;
   nvme.optimizer = OffloadDevice::kNvme;
   EXPECT_FALSE(nvme.keeps_speculated_state());

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,32 @@ TEST_F(TrainE2E, DelayedUpdateFromTheCommandLineResumesAsTheRunThatSavedThere) {
   EXPECT_EQ(loss_strings(path("delay_split/metrics.jsonl")), delayed);
 }
 
+// --offload-gradient-copies (docs/offload.md): bf16 copies move half the device→host bytes of
+// fp32 ones each step, and run.json records the dtype the run used; auto is fp32 on the CPU
+// backend. Bad values are refused in BadInputsFailNamingTheCulprit.
+TEST_F(TrainE2E, GradientCopiesFromTheCommandLine) {
+  const std::string common =
+      "--precision bf16 --micro-batch 2 --zero-stage 2 --offload-optimizer cpu";
+  std::map<std::string, std::vector<uint64_t>> d2h;
+  for (const std::string copies : {"auto", "fp32", "bf16"}) {
+    const RunResult r =
+        train("copies_" + copies, common + " --offload-gradient-copies " + copies, 2);
+    ASSERT_EQ(r.exit_code, 0) << copies << ": " << r.output;
+    for (const nlohmann::json& line : read_jsonl(path("copies_" + copies + "/metrics.jsonl")))
+      if (line.contains("offload_bytes"))
+        d2h[copies].push_back(line["offload_bytes"]["device_to_host"].get<uint64_t>());
+    std::ifstream run_in(path("copies_" + copies + "/run.json"));
+    EXPECT_EQ(nlohmann::json::parse(run_in)["config"]["offload_gradient_copies"],
+              copies == "bf16" ? "bf16" : "fp32")
+        << copies;
+  }
+  ASSERT_EQ(d2h["fp32"].size(), 2u);
+  EXPECT_GT(d2h["fp32"][0], 0u);
+  EXPECT_EQ(d2h["auto"], d2h["fp32"]);
+  ASSERT_EQ(d2h["bf16"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(2 * d2h["bf16"][i], d2h["fp32"][i]) << "step " << i + 1;
+}
+
 TEST_F(TrainE2E, NonFiniteLossStopsWithoutFinalModel) {
   const RunResult r = train("nan", "--micro-batch 2 --lr 1e30 --clip 0", 5);
   EXPECT_NE(r.exit_code, 0);
@@ -235,6 +262,10 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
            " --steps 2000000000 --micro-batch 1000000 --grad-accum 1000000 --seq-len 64",
        "tokens is beyond 2^62"},
       {"--preset tiny " + base + " --micro-batch 0", "--micro-batch"},
+      {"--preset tiny " + base + " --offload-gradient-copies fp8",
+       "--offload-gradient-copies must be auto, bf16 or fp32, got 'fp8'"},
+      {"--preset tiny " + base + " --zero-stage 2 --offload-gradient-copies bf16",
+       "--offload-gradient-copies bf16 needs --offload-optimizer cpu or nvme"},
       {"--preset tiny " + base + " --grad-accum -2", "--grad-accum"},
       {"--preset tiny " + base + " --seq-len 0", "--seq-len"},
       {"--preset tiny " + base + " --seq-len 4096", "max_position_embeddings 2048"},

@@ -39,5 +39,10 @@ constexpr int64_t kAdamChunk = 1 << 14;
 // null). Throws when h.step < 1. OpenMP-parallel over kAdamChunk chunks for large n.
 void adam_update(AdamSimd path, float* master, float* m, float* v, const float* grad,
                  bf16_t* out_bf16, float* out_f32, int64_t n, const AdamWHyper& h);
+// The same update from bf16 gradients (the offloaded optimizer's bf16 gradient copies): each
+// chunk's gradients are widened to fp32, which is exact, in a buffer of the thread's, so the
+// result is the fp32 adam_update's on the widened gradients, bit for bit.
+void adam_update(AdamSimd path, float* master, float* m, float* v, const bf16_t* grad,
+                 bf16_t* out_bf16, float* out_f32, int64_t n, const AdamWHyper& h);
 
 }  // namespace zt::cpu

@@ -9,10 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backend/adam_constants.h"
 #include "backend/cpu/cpu_adam.h"
 #include "backend/cpu/cpu_math.h"
+#include "util/bf16.h"
 #include "util/error.h"
 
 namespace zt::cpu {
@@ -189,8 +191,13 @@ AdamSimd best_adam_simd() {
   return best;
 }
 
-void adam_update(AdamSimd path, float* master, float* m, float* v, const float* grad,
-                 bf16_t* out_bf16, float* out_f32, int64_t n, const AdamWHyper& h) {
+namespace {
+
+// adam_update's body: grad_chunk(i, len, scratch) gives the fp32 gradients of [i, i + len),
+// `scratch` (kAdamChunk floats of the calling thread) free to hold them.
+template <typename GradChunk>
+void adam_update_chunks(AdamSimd path, float* master, float* m, float* v, GradChunk grad_chunk,
+                        bf16_t* out_bf16, float* out_f32, int64_t n, const AdamWHyper& h) {
   ZT_CHECK(h.step >= 1, "adamw: step " + std::to_string(h.step) + " is not 1-based");
   ZT_CHECK(adam_simd_available(path), std::string("adamw: the ") + adam_simd_name(path) +
                                           " path is not available on this CPU");
@@ -201,9 +208,31 @@ void adam_update(AdamSimd path, float* master, float* m, float* v, const float* 
   for (int64_t k = 0; k < chunks; ++k) {
     const int64_t i = k * kAdamChunk;
     const int64_t len = std::min(kAdamChunk, n - i);
-    kernel(c, master + i, m + i, v + i, grad + i, out_bf16 ? out_bf16 + i : nullptr,
+    kernel(c, master + i, m + i, v + i, grad_chunk(i, len), out_bf16 ? out_bf16 + i : nullptr,
            out_f32 ? out_f32 + i : nullptr, len);
   }
+}
+
+}  // namespace
+
+void adam_update(AdamSimd path, float* master, float* m, float* v, const float* grad,
+                 bf16_t* out_bf16, float* out_f32, int64_t n, const AdamWHyper& h) {
+  adam_update_chunks(
+      path, master, m, v, [grad](int64_t i, int64_t) { return grad + i; }, out_bf16, out_f32, n, h);
+}
+
+void adam_update(AdamSimd path, float* master, float* m, float* v, const bf16_t* grad,
+                 bf16_t* out_bf16, float* out_f32, int64_t n, const AdamWHyper& h) {
+  adam_update_chunks(
+      path, master, m, v,
+      [grad](int64_t i, int64_t len) {
+        // bf16 → fp32 is exact (the 16 bits above 16 zero bits); the chunk stays in cache.
+        thread_local std::vector<float> widened(static_cast<size_t>(kAdamChunk));
+        for (int64_t j = 0; j < len; ++j)
+          widened[static_cast<size_t>(j)] = bf16_to_float(grad[i + j]);
+        return static_cast<const float*>(widened.data());
+      },
+      out_bf16, out_f32, n, h);
 }
 
 }  // namespace zt::cpu

@@ -45,6 +45,9 @@ void OffloadConfig::validate(int stage) const {
            "--offload-optimizer-delay-after must be >= 0, got " + std::to_string(delay_after));
   ZT_CHECK(delay == 0 || (optimizer != OffloadDevice::kNvme && !param_offloaded()),
            delay_opt + " 1 runs with --offload-optimizer cpu or none, without --offload-param");
+  ZT_CHECK(!bf16_gradient_copies || optimizer_offloaded(),
+           "--offload-gradient-copies bf16 needs --offload-optimizer cpu or nvme: it is the dtype "
+           "the gradient shards cross to the host in");
   if (optimizer == OffloadDevice::kNvme) {
     ZT_CHECK(!nvme_path.empty(),
              opt + " 'nvme' needs --nvme-path (zero_optimization.offload_optimizer.nvme_path)");

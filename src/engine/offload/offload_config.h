@@ -50,6 +50,14 @@ struct OffloadConfig {
   // empty: not pinned. train sets it on a GPU backend: one CPU per physical core of the rank's
   // mask, without the core left to the thread that feeds the GPU (runtime/cpu_placement.h).
   std::vector<int> host_adam_cpus;
+  // The dtype the reduced gradient shards cross to the host in (no DeepSpeed key;
+  // --offload-gradient-copies; train's auto picks bf16 on a GPU backend with bf16 precision):
+  // false, fp32 (the AdamW sees the engine's fp32 gradients, bitwise the step without offload);
+  // true, bf16: the device rounds each shard to bf16 (to nearest even) into one of two staging
+  // buffers and copies that, half the bytes over the bus and in the host's gradient buffers, and
+  // the host AdamW widens it back (exact). The gradient norm, clipping and fp16's overflow check
+  // still read the device's fp32 gradients.
+  bool bf16_gradient_copies = false;
   bool pin_memory = false;  // accepted: page-locked on a CUDA backend
   bool fast_init = false;   // accepted: no effect (state is initialised in place)
 
@@ -57,7 +65,8 @@ struct OffloadConfig {
   bool param_offloaded() const { return param != OffloadDevice::kNone; }
   // Throws naming the DeepSpeed key and train's option: offload needs stage >= 1, param offload
   // stage 3 and cpu, nvme needs nvme_path, buffer_count >= 2, sub_group_size >= 1; delay is 0
-  // or 1, with neither NVMe optimizer offload nor parameter offload.
+  // or 1, with neither NVMe optimizer offload nor parameter offload; bf16 gradient copies need
+  // optimizer offload.
   bool delayed_update(int64_t step) const { return delay > 0 && step > delay_after; }
   // Whether step `step` overlaps its host AdamW with the backward (see `overlap`).
   bool overlapped(int64_t step) const {

@@ -19,20 +19,24 @@ namespace zt {
 OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
                                    std::vector<std::vector<DecaySegment>> segments,
                                    Precision precision, MemoryTracker& memory,
-                                   Communicator& host_comm, HostDeviceCopier& copier)
+                                   Communicator& host_comm, HostDeviceCopier& copier,
+                                   Backend& device)
     : own_sizes_(std::move(own_sizes)),
       segments_(std::move(segments)),
       precision_(precision),
+      device_(device),
+      bf16_grads_(config.bf16_gradient_copies),
       params_on_host_(config.param_offloaded()),
       copier_(copier),
       worker_(config.host_adam_cpus) {
   const MemoryPlan planned = plan(config, own_sizes_, precision_);
   for (size_t g = 0; g < own_sizes_.size(); ++g) {
     const int i = static_cast<int>(g);
-    host_grads_.push_back(allocate_planned<float>(memory, planned, BufferRole::kHostGradients, i));
+    host_grads_.push_back(
+        allocate_planned<uint8_t>(memory, planned, BufferRole::kHostGradients, i));
     if (config.delay > 0)
       pending_grads_.push_back(
-          allocate_planned<float>(memory, planned, BufferRole::kPendingGradients, i));
+          allocate_planned<uint8_t>(memory, planned, BufferRole::kPendingGradients, i));
     // Pageable: the kept state never crosses to the device (a GPU backend's host pool is pinned).
     kept_state_.push_back(
         allocate_planned<float>(memory, planned, BufferRole::kKeptState, i, &host_device_memory()));
@@ -42,9 +46,12 @@ OffloadOptimizer::OffloadOptimizer(const OffloadConfig& config, std::vector<int6
     overlap_configured_ |= kept_state_.back().size() > 0;
   }
   tile_ = offload_tile(config, own_sizes_);
-  for (int k = 0; k < 2; ++k)
+  for (int k = 0; k < 2; ++k) {
     staging_[static_cast<size_t>(k)] =
         allocate_planned<uint8_t>(memory, planned, BufferRole::kHostStaging, k);
+    grad_copy_staging_[static_cast<size_t>(k)] =
+        allocate_planned<bf16_t>(memory, planned, BufferRole::kGradCopyStaging, k);
+  }
   if (config.optimizer == OffloadDevice::kNvme)
     store_ = make_nvme_state_store(own_sizes_, tile_, static_cast<int>(config.buffer_count),
                                    config.nvme_path, host_comm, memory);
@@ -62,11 +69,18 @@ MemoryPlan OffloadOptimizer::plan(const OffloadConfig& config,
                                   const std::vector<int64_t>& own_sizes, Precision precision) {
   MemoryPlan p;
   const int G = static_cast<int>(own_sizes.size());
+  const int64_t grad_elem = config.bf16_gradient_copies ? 2 : 4;
+  int64_t max_own = 0;
   for (int g = 0; g < G; ++g) {
     const int64_t n = own_sizes[static_cast<size_t>(g)];
-    p.add(BufferRole::kHostGradients, g, MemCategory::kHostOffload, 4 * n);
-    if (config.delay > 0) p.add(BufferRole::kPendingGradients, g, MemCategory::kHostOffload, 4 * n);
+    max_own = std::max(max_own, n);
+    p.add(BufferRole::kHostGradients, g, MemCategory::kHostOffload, grad_elem * n);
+    if (config.delay > 0)
+      p.add(BufferRole::kPendingGradients, g, MemCategory::kHostOffload, grad_elem * n);
   }
+  // bf16 copies: two device buffers of the largest shard, rounded into in turn.
+  for (int k = 0; k < 2 && config.bf16_gradient_copies; ++k)
+    p.add(BufferRole::kGradCopyStaging, k, MemCategory::kCommBuffers, 2 * max_own);
   // The kept state and the speculated working values (which cross to the device) of the groups
   // that land first (the backward goes from the last group down) while they fit in overlap_bytes;
   // none for the rest, which wait for the norm.
@@ -110,7 +124,19 @@ bool covers(const std::vector<DecaySegment>& segments, int64_t begin, int64_t co
 
 void OffloadOptimizer::gradient_ready(int g, const float* device_grads) {
   const size_t i = static_cast<size_t>(g);
-  copier_.device_to_host(host_grads_[i].data(), device_grads, host_grads_[i].bytes());
+  if (bf16_grads_) {
+    // The device rounds the shard into a staging buffer, then it crosses to the host: ordered
+    // after the rounding on the device (the copier's copies follow the device's compute).
+    const size_t slot = grad_copies_issued_++ % grad_copy_staging_.size();
+    if (grad_copies_issued_ > grad_copy_staging_.size())
+      copier_.synchronize_until(grad_copy_done_[slot]);  // the copy that last read this buffer
+    bf16_t* staged = grad_copy_staging_[slot].data();
+    device_.to_bf16(staged, device_grads, own_sizes_[i]);
+    copier_.device_to_host(host_grads_[i].data(), staged, host_grads_[i].bytes());
+    grad_copy_done_[slot] = copier_.mark();
+  } else {
+    copier_.device_to_host(host_grads_[i].data(), device_grads, host_grads_[i].bytes());
+  }
   if (!speculation_.open) return;
   speculation_.landing.emplace_back(g, copier_.mark());
   hand_over_landed(/*wait=*/false);
@@ -306,7 +332,7 @@ void OffloadOptimizer::write_working_values(const float* master, int64_t count, 
 }
 
 void OffloadOptimizer::adam_tile(const StateTile& t, AdamWHyper h, float weight_decay,
-                                 const float* grads, bf16_t* out_bf16, float* out_f32,
+                                 const uint8_t* grads, bf16_t* out_bf16, float* out_f32,
                                  uint16_t* out_fp16, AdamTiming& timing) {
   const cpu::AdamSimd path = cpu::best_adam_simd();
   for (const DecaySegment& s : segments_[static_cast<size_t>(t.group)]) {
@@ -315,9 +341,14 @@ void OffloadOptimizer::adam_tile(const StateTile& t, AdamWHyper h, float weight_
     const int64_t at = lo - t.begin;
     h.weight_decay = s.decay ? weight_decay : 0.0f;
     const auto start = std::chrono::steady_clock::now();
-    cpu::adam_update(path, t.master + at, t.m + at, t.v + at, grads + lo,
-                     out_bf16 ? out_bf16 + at : nullptr, out_f32 ? out_f32 + at : nullptr, hi - lo,
-                     h);
+    bf16_t* const bf16_out = out_bf16 ? out_bf16 + at : nullptr;
+    float* const f32_out = out_f32 ? out_f32 + at : nullptr;
+    if (bf16_grads_)
+      cpu::adam_update(path, t.master + at, t.m + at, t.v + at,
+                       reinterpret_cast<const bf16_t*>(grads) + lo, bf16_out, f32_out, hi - lo, h);
+    else
+      cpu::adam_update(path, t.master + at, t.m + at, t.v + at,
+                       reinterpret_cast<const float*>(grads) + lo, bf16_out, f32_out, hi - lo, h);
     timing.seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     timing.params += hi - lo;
@@ -327,7 +358,7 @@ void OffloadOptimizer::adam_tile(const StateTile& t, AdamWHyper h, float weight_
 }
 
 void OffloadOptimizer::update_tile(const StateTile& t, const AdamWHyper& h, float weight_decay,
-                                   const float* grads, uint8_t* values, AdamTiming& timing) {
+                                   const uint8_t* grads, uint8_t* values, AdamTiming& timing) {
   const DType work = working_dtype(precision_);
   // Frozen tensors have no segment (decay_segments.h): their part of the tile is their master
   // as working values, which is what the device holds already.
@@ -341,7 +372,7 @@ void OffloadOptimizer::update_tile(const StateTile& t, const AdamWHyper& h, floa
 }
 
 void OffloadOptimizer::update_and_send_tile(const StateTile& t, const AdamWHyper& h,
-                                            float weight_decay, const float* grads,
+                                            float weight_decay, const uint8_t* grads,
                                             const std::function<void*(int g)>& work_out,
                                             size_t& tile_index, AdamTiming& timing) {
   const size_t elem = dtype_size(working_dtype(precision_));
@@ -361,7 +392,7 @@ void OffloadOptimizer::for_each_resident_tile(int g,
 }
 
 void OffloadOptimizer::update_group(int g, const AdamWHyper& h, float weight_decay,
-                                    const float* grads, AdamTiming& timing, uint8_t* values) {
+                                    const uint8_t* grads, AdamTiming& timing, uint8_t* values) {
   const size_t elem = dtype_size(working_dtype(precision_));
   for_each_resident_tile(g, [&](const StateTile& t) {
     update_tile(t, h, weight_decay, grads,
@@ -370,12 +401,12 @@ void OffloadOptimizer::update_group(int g, const AdamWHyper& h, float weight_dec
 }
 
 void OffloadOptimizer::update_tiles(AdamWHyper h, float weight_decay,
-                                    const std::vector<TrackedBuffer<float>>& grads_of,
+                                    const std::vector<TrackedBuffer<uint8_t>>& grads_of,
                                     const std::function<void*(int g)>* work_out) {
   size_t tile_index = 0;
   AdamTiming timing;
   store_->update_tiles([&](const StateTile& t) {
-    const float* grads = grads_of[static_cast<size_t>(t.group)].data();
+    const uint8_t* grads = grads_of[static_cast<size_t>(t.group)].data();
     // Without work_out (a delayed update) only the masters and moments change.
     if (work_out)
       update_and_send_tile(t, h, weight_decay, grads, *work_out, tile_index, timing);
@@ -390,9 +421,11 @@ double OffloadOptimizer::measure_adam_rate(int64_t elements) {
            "OffloadOptimizer::measure_adam_rate: at start-up, over some elements");
   const DType work = working_dtype(precision_);
   double best = 0;
-  worker_.submit([&best, elements, work] {
+  worker_.submit([&best, elements, work, bf16_grads = bf16_grads_] {
     const size_t n = static_cast<size_t>(elements);
-    std::vector<float> master(n, 0.5f), m(n, 0.0f), v(n, 0.0f), grad(n, 1e-3f);
+    std::vector<float> master(n, 0.5f), m(n, 0.0f), v(n, 0.0f);
+    std::vector<float> grad(bf16_grads ? 0 : n, 1e-3f);
+    std::vector<bf16_t> grad_bf16(bf16_grads ? n : 0, float_to_bf16(1e-3f));
     std::vector<float> out_f32(work == DType::kFloat32 ? n : 0);
     std::vector<uint16_t> out_16bit(work == DType::kFloat32 ? 0 : n);
     const cpu::AdamSimd path = cpu::best_adam_simd();
@@ -401,9 +434,14 @@ double OffloadOptimizer::measure_adam_rate(int64_t elements) {
       h.step = pass + 1;
       const auto start = std::chrono::steady_clock::now();
       // The outputs adam_tile writes: bf16 or fp32 by the kernel, fp16 rounded after it.
-      cpu::adam_update(path, master.data(), m.data(), v.data(), grad.data(),
-                       work == DType::kBf16 ? out_16bit.data() : nullptr,
-                       work == DType::kFloat32 ? out_f32.data() : nullptr, elements, h);
+      bf16_t* const bf16_out = work == DType::kBf16 ? out_16bit.data() : nullptr;
+      float* const f32_out = work == DType::kFloat32 ? out_f32.data() : nullptr;
+      if (bf16_grads)  // the gradients as the copies leave them
+        cpu::adam_update(path, master.data(), m.data(), v.data(), grad_bf16.data(), bf16_out,
+                         f32_out, elements, h);
+      else
+        cpu::adam_update(path, master.data(), m.data(), v.data(), grad.data(), bf16_out, f32_out,
+                         elements, h);
       if (work == DType::kFloat16) floats_to_fp16(master.data(), out_16bit.data(), n);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,12 +1,14 @@
 // ZeRO-Offload optimizer step (engine/offload/offload_config.h): the rank's optimizer state lives
-// in an OptimizerStateStore (host memory or NVMe), the reduced fp32 gradient shard of each group is
+// in an OptimizerStateStore (host memory or NVMe), the reduced gradient shard of each group is
 // copied device→host as soon as its reduction lands (gradient_ready, called from the reducer's
-// completion during backward), and step() runs the CPU AdamW kernel (backend/cpu/cpu_adam.h) tile
+// completion during backward; in fp32, or rounded to bf16 on the device first with
+// bf16_gradient_copies), and step() runs the CPU AdamW kernel (backend/cpu/cpu_adam.h) tile
 // by tile, copying each tile's updated working values (bf16 or fp32) host→device (or, with the
 // working params themselves offloaded, writing them in host memory).
 // The kernel is the one the CPU backend's adamw uses, segments split only where the weight-decay
 // setting changes (as the engine's own step does), so results are bitwise those of the
-// non-offloaded engine.
+// non-offloaded engine (with fp32 gradient copies; with bf16 ones, those of AdamW on the gradients
+// rounded to bf16).
 //
 // Exact overlap (OffloadConfig::overlap): begin_overlap() before the backward gives the step's
 // hyperparameters as they are when the step is neither clipped nor skipped; from then on each
@@ -51,17 +53,19 @@ int64_t offload_tile(const OffloadConfig& config, const std::vector<int64_t>& ow
 class OffloadOptimizer {
  public:
   // own_sizes[g]: elements of group g's own range; segments[g]: its decay segments in own-range
-  // coordinates. Host pool: fp32 gradient shards, two tiles of working-dtype staging, and the
-  // store (master/m/v, or NVMe swap buffers). host_comm: the host-buffer communicator (NVMe
-  // setup checks).
+  // coordinates. Host pool: gradient shards (fp32 or bf16), two tiles of working-dtype staging,
+  // and the store (master/m/v, or NVMe swap buffers); with bf16 gradient copies, two device
+  // staging buffers that `device` rounds the shards into. host_comm: the host-buffer communicator
+  // (NVMe setup checks).
   OffloadOptimizer(const OffloadConfig& config, std::vector<int64_t> own_sizes,
                    std::vector<std::vector<DecaySegment>> segments, Precision precision,
-                   MemoryTracker& memory, Communicator& host_comm, HostDeviceCopier& copier);
+                   MemoryTracker& memory, Communicator& host_comm, HostDeviceCopier& copier,
+                   Backend& device);
 
   // The host-pool (and nvme-pool) buffers of those settings: the gradient shards (and a delayed
-  // update's second set), the kept state of the exact overlap, the two staging tiles, and the
-  // store (master/m/v, or the swap buffers and file). What the constructor and its store
-  // allocate.
+  // update's second set; bf16 copies: the two device staging buffers), the kept state of the exact
+  // overlap, the two staging tiles, and the store (master/m/v, or the swap buffers and file). What
+  // the constructor and its store allocate.
   static MemoryPlan plan(const OffloadConfig& config, const std::vector<int64_t>& own_sizes,
                          Precision precision);
 
@@ -72,8 +76,10 @@ class OffloadOptimizer {
   OffloadOptimizer& operator=(const OffloadOptimizer&) = delete;
 
   void initialize(int g, const float* master) { store_->initialize(g, master); }
-  // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final. With an
-  // overlap begun, the groups whose copies have landed go to the host worker.
+  // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final: its copy to the
+  // host is issued (bf16 copies: rounded into the next device staging buffer first, once that
+  // buffer's previous copy is done). With an overlap begun, the groups whose copies have landed
+  // go to the host worker.
   void gradient_ready(int g, const float* device_grads);
   // Exact overlap (see the top of this file; needs OffloadConfig::keeps_speculated_state): the
   // step's hyperparameters if it is neither clipped nor skipped. An overlap still open is rolled
@@ -126,17 +132,18 @@ class OffloadOptimizer {
  private:
   // fn over group g's tiles in the host store (the tiles step() visits), in order.
   void for_each_resident_tile(int g, const std::function<void(const StateTile&)>& fn);
-  // Group g's tiles: AdamW over grads, the timing added to `timing`; with `values`, the group's
-  // updated working values (own range) are written there too.
-  void update_group(int g, const AdamWHyper& h, float weight_decay, const float* grads,
+  // `grads`: a gradient shard on the host, in the copy dtype (fp32 or bf16), from its first
+  // element. Group g's tiles: AdamW over grads, the timing added to `timing`; with `values`, the
+  // group's updated working values (own range) are written there too.
+  void update_group(int g, const AdamWHyper& h, float weight_decay, const uint8_t* grads,
                     AdamTiming& timing, uint8_t* values = nullptr);
   // Tile t: AdamW over grads; `values` (may be null): the tile's working values afterwards, its
   // frozen parts included.
-  void update_tile(const StateTile& t, const AdamWHyper& h, float weight_decay, const float* grads,
-                   uint8_t* values, AdamTiming& timing);
+  void update_tile(const StateTile& t, const AdamWHyper& h, float weight_decay,
+                   const uint8_t* grads, uint8_t* values, AdamTiming& timing);
   // update_tile into the next staging tile, which then goes to work_out(t.group) at the tile.
   void update_and_send_tile(const StateTile& t, const AdamWHyper& h, float weight_decay,
-                            const float* grads, const std::function<void*(int g)>& work_out,
+                            const uint8_t* grads, const std::function<void*(int g)>& work_out,
                             size_t& tile_index, AdamTiming& timing);
   // The staging tile for the tile_index-th tile of a pass (incremented), once its last copy is
   // done.
@@ -146,7 +153,7 @@ class OffloadOptimizer {
   // AdamW over the trained part of tile t: the segments of its group inside it, with
   // weight_decay where they decay. out_bf16/out_f32 (may be null) receive the updated masters at
   // the tile's offsets, as cpu::adam_update writes them.
-  void adam_tile(const StateTile& t, AdamWHyper h, float weight_decay, const float* grads,
+  void adam_tile(const StateTile& t, AdamWHyper h, float weight_decay, const uint8_t* grads,
                  bf16_t* out_bf16, float* out_f32, uint16_t* out_fp16, AdamTiming& timing);
   // Hands the groups whose gradient copies have landed to the worker, in landing order; `wait`:
   // waits for every copy first.
@@ -157,22 +164,29 @@ class OffloadOptimizer {
   std::vector<int64_t> own_sizes_;
   std::vector<std::vector<DecaySegment>> segments_;
   Precision precision_;
+  Backend& device_;          // rounds the gradient shards for bf16 copies
+  bool bf16_grads_ = false;  // OffloadConfig::bf16_gradient_copies
+  // bf16 copies: the device buffers the shards are rounded into, taken in turn; each is rewritten
+  // once the copy that read it (its mark) is done.
+  std::array<TrackedBuffer<bf16_t>, 2> grad_copy_staging_;
+  std::array<uint64_t, 2> grad_copy_done_{};
+  uint64_t grad_copies_issued_ = 0;
   bool params_on_host_;
   HostDeviceCopier& copier_;
   std::unique_ptr<OptimizerStateStore> store_;
   // Tiles of AdamW over the shards in `grads`; with work_out, each tile's working values go
   // there, else only the masters change.
   void update_tiles(AdamWHyper h, float weight_decay,
-                    const std::vector<TrackedBuffer<float>>& grads,
+                    const std::vector<TrackedBuffer<uint8_t>>& grads,
                     const std::function<void*(int g)>* work_out);
   // Copies `bytes` of working values to `out`, on the device or the host.
   void send(void* out, const void* values, size_t bytes);
   // send() of staging tile `slot`, its copy marked.
   void send_tile(size_t slot, void* out, size_t bytes);
-  std::vector<TrackedBuffer<float>> host_grads_;
-  std::vector<TrackedBuffer<float>> pending_grads_;  // delay: the shards the running update reads
-  bool delayed_running_ = false;                     // delay: an update submitted to the worker
-  int64_t tile_ = 1;                                 // the store's tile (sub_group_size)
+  std::vector<TrackedBuffer<uint8_t>> host_grads_;     // the copy dtype's bytes
+  std::vector<TrackedBuffer<uint8_t>> pending_grads_;  // delay: the shards the running update reads
+  bool delayed_running_ = false;                       // delay: an update submitted to the worker
+  int64_t tile_ = 1;                                   // the store's tile (sub_group_size)
   // Exact overlap: the open speculation, and each group's master, m and v before it (3 × own).
   struct Speculation {
     bool open = false;
