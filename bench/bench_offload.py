@@ -5,7 +5,8 @@ traffic and peak bytes per pool (device total, host, nvme) per rank.
 Rows: at --stage (default 2) no offload (the reference), optimizer on cpu with the exact overlap
 (forced on: `auto`, the default, is on only on a GPU backend), optimizer on cpu without the
 overlap, optimizer on cpu with the delayed update (from step 1), optimizer on nvme; then at stage 3 no offload and optimizer + params on cpu
-(--rows picks some; --grad-accum applies to every row). Each row trains
+(--rows picks some; opt-cpu-fp32, the overlap with fp32 gradient copies where the other cpu rows
+copy as --offload-gradient-copies auto says, is not a default row; --grad-accum applies to every row). Each row trains
 --steps steps under `mpirun -np --ranks` on --backend; figures are means over the steps after
 the first. "vs ref" is the row's step time over the no-offload step time at the same stage
 (DeepSpeed users report 2-5x); "thru" is the row's tokens/s over that reference's (the goals on
@@ -128,6 +129,11 @@ def main():
                                                  "--offload-optimizer-overlap", "on"]),
         "opt-cpu-serial": (args.stage, "cpu, no overlap", ["--offload-optimizer", "cpu",
                                                            "--offload-optimizer-overlap", "off"]),
+        # The other cpu rows copy gradients as auto says (bf16 on a GPU with bf16 params): this
+        # one, the overlap with fp32 copies, shows what halving the copies bought.
+        "opt-cpu-fp32": (args.stage, "cpu, fp32 copies", ["--offload-optimizer", "cpu",
+                                                          "--offload-optimizer-overlap", "on",
+                                                          "--offload-gradient-copies", "fp32"]),
         "opt-cpu-delay": (args.stage, "cpu, delayed", ["--offload-optimizer", "cpu",
                                                        "--offload-optimizer-delay", "1",
                                                        "--offload-optimizer-delay-after", "0"]),

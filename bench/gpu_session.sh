@@ -54,7 +54,8 @@
 #                masks on and off, on the default (fused) and on the GEMM attention, on packed
 #                200-800-token documents
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
-#                (exact overlap), cpu without it and cpu with the delayed update, at grad-accum 1 and 4
+#                (exact overlap; with bf16, then fp32 gradient copies), cpu without it and cpu with
+#                the delayed update, at grad-accum 1 and 4
 #     big        ZT_BIG_PRESET (default 6b) on one GPU with full activation checkpointing, the
 #                micro-batch from `estimate --max-micro-batch` for this GPU, >= 8192 tokens per
 #                step, lr 3e-5 after 2 warmup steps, each run's losses in the summary: stage 2
@@ -493,7 +494,8 @@ run_part_masking() {
   tee -a "$summary" <"$evidence/masking.txt"
 }
 
-# The three modes beside no offload, at grad-accum 1 and 4 (ZT_OFFLOAD_ACCUMS).
+# The three modes beside no offload, at grad-accum 1 and 4 (ZT_OFFLOAD_ACCUMS), and the
+# overlap with fp32 gradient copies beside the default bf16 ones.
 run_part_offload() {
   local accum
   : >"$evidence/offload.txt"
@@ -503,7 +505,7 @@ run_part_offload() {
       --mpirun "$B/bin/mpirun" --backend "$backend" \
       --preset "${ZT_OFFLOAD_PRESET:-1b}" --steps "$steps" --seq-len "$seq" \
       --micro-batch "${ZT_MICRO_BATCH:-4}" --grad-accum "$accum" --threads "$(nproc)" \
-      --rows "${ZT_OFFLOAD_ROWS:-none,opt-cpu,opt-cpu-serial,opt-cpu-delay}" \
+      --rows "${ZT_OFFLOAD_ROWS:-none,opt-cpu,opt-cpu-fp32,opt-cpu-serial,opt-cpu-delay}" \
       --data "$dir/inputs/data/sample.txt" >>"$evidence/offload.txt" 2>&1
   done
   tee -a "$summary" <"$evidence/offload.txt"

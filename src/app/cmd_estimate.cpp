@@ -163,7 +163,8 @@ std::string offload_modes_table(const EstimateOptions& o, const EngineSpec& spec
     with_mode.offload = mode;
     // The gradient copies train would make in this mode (auto: bf16 on a GPU with bf16 params).
     with_mode.offload.bf16_gradient_copies =
-        o.offload.bf16_gradient_copies(mode.optimizer_offloaded(), o.backend_kind, o.precision);
+        mode.optimizer_offloaded() &&
+        o.offload.bf16_gradient_copies(true, o.backend_kind, o.precision);
     with_mode.validate(o.world);  // never a row that train would refuse
     const MemoryEstimate e = estimate_memory(with_mode, o.world);
     out["offload_modes"].push_back(
@@ -332,7 +333,9 @@ std::string fit_advice(const EstimateOptions& o, const EngineSpec& spec, const P
   // The CUDA backend's scratch at this micro-batch is the same for every candidate: what is
   // left of the device after it is what the candidates' categories must fit in.
   const int64_t budget = std::max<int64_t>(0, device_bytes - scratch);
-  const FitRecommendation rec = recommend_configuration(spec, o.world, budget);
+  // The offload rows' gradient copies as their train command would resolve them.
+  const FitRecommendation rec = recommend_configuration(
+      spec, o.world, budget, o.offload.bf16_gradient_copies(true, o.backend_kind, o.precision));
   nlohmann::json tried = nlohmann::json::array();
   for (const FitCandidate& c : rec.candidates)
     tried.push_back({{"label", c.label},

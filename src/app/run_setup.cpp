@@ -118,11 +118,13 @@ bool OffloadOptions::bf16_gradient_copies(bool optimizer_offloaded, BackendKind 
                                           Precision precision) const {
   ZT_CHECK(gradient_copies == "auto" || gradient_copies == "bf16" || gradient_copies == "fp32",
            "--offload-gradient-copies must be auto, bf16 or fp32, got '" + gradient_copies + "'");
-  // auto: bf16 where the copies cross a bus and the working params are bf16 already; the CPU
-  // backend's copies are host memcpys, which rounding would only slow down.
+  // auto: 16 bits where the copies cross a bus and the working params are 16-bit; the CPU
+  // backend's copies are host memcpys, which rounding would only slow down. bf16 under fp16 too:
+  // an fp16 copy of a loss-scaled fp32 gradient could overflow where the fp32 one does not,
+  // unseen by the overflow check; bf16 keeps fp32's range.
   return gradient_copies == "bf16" ||
          (gradient_copies == "auto" && optimizer_offloaded && backend != BackendKind::kCpu &&
-          precision == Precision::kBf16);
+          precision != Precision::kFp32);
 }
 
 namespace {
@@ -167,7 +169,7 @@ void add_offload_options(po::options_description& options, OffloadOptions& o) {
       "auto | bf16 | fp32: the dtype the reduced gradient shards cross to the host in with "
       "optimizer offload; bf16 halves the copies and the host's gradient buffers, and the host "
       "AdamW reads the rounded gradients (not bitwise the run without offload); auto: bf16 on a "
-      "GPU backend with --precision bf16, else fp32 (docs/offload.md)");
+      "GPU backend with --precision bf16 or fp16, else fp32 (docs/offload.md)");
   add("offload-optimizer-delay-after",
       po::value(&o.config.delay_after)->default_value(o.config.delay_after),
       "warm-up: the updates of steps 1..N are not held back");

@@ -59,7 +59,7 @@ struct OffloadOptions {
   std::string gradient_copies = "auto";    // --offload-gradient-copies auto | bf16 | fp32
   // The engine's OffloadConfig: `overlap` on unless off (auto's limit: auto_overlap_bytes, set by
   // train); the gradient copies in bf16 when asked, or, for auto, with optimizer offload on a GPU
-  // `backend` under bf16 `precision`; not yet validated for the stage.
+  // `backend` under bf16 or fp16 `precision`; not yet validated for the stage.
   OffloadConfig resolved(BackendKind backend, Precision precision) const;
   // Whether gradient_copies gives bf16 copies to a run that offloads its optimizer (or not).
   bool bf16_gradient_copies(bool optimizer_offloaded, BackendKind backend,

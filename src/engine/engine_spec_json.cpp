@@ -44,7 +44,7 @@ void visit_offload(Io& io, Offload& o) {
   io("delay_after", o.delay_after);
   io("overlap", o.overlap);
   io("overlap_bytes", o.overlap_bytes);
-  io("bf16_gradient_copies", o.bf16_gradient_copies);
+  io.added_later("bf16_gradient_copies", o.bf16_gradient_copies);  // absent: fp32 copies
 }
 
 template <typename Io, typename AdamW>
@@ -80,6 +80,10 @@ class JsonWriter {
     j_[key] = value;
   }
   void real(const char* key, float value) { j_[key] = decimal_of_float(value); }
+  template <typename T>
+  void added_later(const char* key, const T& value) {
+    j_[key] = value;
+  }
   template <typename E, typename Name, typename Parse>
   void named(const char* key, E value, Name name, Parse) {
     j_[key] = name(value);
@@ -121,6 +125,12 @@ class JsonReader {
     } catch (const std::exception&) {
       throw Error(at(key) + " has the wrong type or range: " + v.dump());
     }
+  }
+  // A key records written before it existed lack: absent, `out` keeps its value (the default,
+  // which is what those runs did).
+  template <typename T>
+  void added_later(const char* key, T& out) const {
+    if (j_.contains(key)) (*this)(key, out);
   }
   void real(const char* key, float& out) const {
     double v = 0;

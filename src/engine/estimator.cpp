@@ -80,7 +80,8 @@ OffloadFigure deepspeed_offload_figure(const ModelConfig& model, int world, int 
   return f;
 }
 
-FitRecommendation recommend_configuration(const EngineSpec& spec, int world, int64_t device_bytes) {
+FitRecommendation recommend_configuration(const EngineSpec& spec, int world, int64_t device_bytes,
+                                          bool bf16_gradient_copies) {
   const ActivationCheckpointing& requested = spec.ac;
   ActivationCheckpointing full, selective;
   full.every = 1;
@@ -91,6 +92,7 @@ FitRecommendation recommend_configuration(const EngineSpec& spec, int world, int
   enum class Policy { kPlain, kSelective, kFull };
   OffloadConfig none, cpu_optimizer, cpu_all;
   cpu_optimizer.optimizer = cpu_all.optimizer = cpu_all.param = OffloadDevice::kCpu;
+  cpu_optimizer.bf16_gradient_copies = cpu_all.bf16_gradient_copies = bf16_gradient_copies;
   struct Step {
     const char* label;
     int stage;

@@ -88,8 +88,10 @@ struct FitRecommendation {
   int chosen = -1;
 };
 // spec.ac is the requested policy; each candidate sets its own stage and offload (none, or the
-// CPU offload of its row) and keeps every other setting of `spec`.
-FitRecommendation recommend_configuration(const EngineSpec& spec, int world, int64_t device_bytes);
+// CPU offload of its row, its gradient copies in bf16 when `bf16_gradient_copies`: what the
+// recommended train command would resolve) and keeps every other setting of `spec`.
+FitRecommendation recommend_configuration(const EngineSpec& spec, int world, int64_t device_bytes,
+                                          bool bf16_gradient_copies = false);
 
 // "params 0.01 GiB, grads 0.01 GiB, optimizer 0.03 GiB, activations 0.40 GiB (largest),
 // buffers 0.01 GiB": the device categories of an estimate, for messages.

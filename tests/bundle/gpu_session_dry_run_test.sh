@@ -96,7 +96,7 @@ cat "$summary" >&2
   fail "a step failed or timed out (summary above)"
 wants=('^preflight: ldd finds every library of the bundle' '^commit: [0-9a-f]{40}'
   'tiny stage 0 defaults cpu: [0-9]* tokens/s' 'tiny stage 0 cpu: [0-9]* tokens/s' 'tiny stage 3 \+ full checkpointing cpu: [0-9]* tokens/s'
-  '^ 2 none ' '^ 2 cpu, overlap ' '^ 2 cpu, no overlap ' '^ 2 cpu, delayed '
+  '^ 2 none ' '^ 2 cpu, overlap ' '^ 2 cpu, fp32 copies ' '^ 2 cpu, no overlap ' '^ 2 cpu, delayed '
   'micro-batch 2, grad-accum 1, seq-len' 'micro-batch 2, grad-accum 4, seq-len'
   '^host copy bandwidth: ' '^big: host memory needed'
   '^best tokens/s: off [0-9.]+, on [0-9.]+; on/off [0-9.]+'

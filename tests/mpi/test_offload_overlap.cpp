@@ -272,11 +272,15 @@ TEST_F(OffloadOverlapTest, Fp16SkipsUndoTheSpeculation) {
 //     gradient the engine without offload reduces, element by element;
 //   - a step copies half the bytes device→host of fp32 copies (a delayed update's too);
 //   - the overlap keeps, undoes and redoes its speculation over them, bit for bit as off, with
-//     clipping that never, always and sometimes triggers; and the run is not fp32 copies' run.
+//     clipping that never, always and sometimes triggers, and with fp16's skipped steps; and the
+//     masters are not fp32 copies' masters.
 TEST_F(OffloadOverlapTest, Bf16GradientCopies) {
-  const auto copies = [](EngineOptions o, Offload mode, bool bf16_copies) {
+  // `delayed`: the delayed update from step 2 on (step 1 is its warm-up).
+  const auto copies = [](EngineOptions o, Offload mode, bool bf16_copies, bool delayed = false) {
     o = with_offload(o, mode);
     o.offload.bf16_gradient_copies = bf16_copies;
+    o.offload.delay = delayed ? 1 : 0;
+    o.offload.delay_after = delayed ? 1 : OffloadConfig{}.delay_after;
     return o;
   };
   for (int stage = 1; stage <= 3; ++stage) {
@@ -304,12 +308,10 @@ TEST_F(OffloadOverlapTest, Bf16GradientCopies) {
     EXPECT_GT(rounded, 0) << at << ": no gradient needed rounding";
 
     for (const bool delayed : {false, true}) {
-      EngineOptions o = bf16(stage, 0.0f);
-      o.offload.delay = delayed ? 1 : 0;
-      o.offload.delay_after = 1;
+      const EngineOptions o = bf16(stage, 0.0f);
       const std::string what = at + (delayed ? ", delayed" : "");
-      TestEngine bf16_engine(world_, copies(o, Offload::kOverlapOff, true));
-      TestEngine fp32_engine(world_, copies(o, Offload::kOverlapOff, false));
+      TestEngine bf16_engine(world_, copies(o, Offload::kOverlapOff, true, delayed));
+      TestEngine fp32_engine(world_, copies(o, Offload::kOverlapOff, false, delayed));
       bf16_engine.init();
       fp32_engine.init();
       for (int step = 1; step <= 3; ++step) {
@@ -317,6 +319,8 @@ TEST_F(OffloadOverlapTest, Bf16GradientCopies) {
         EXPECT_GT(f.offload_d2h_bytes, 0u) << what;
         EXPECT_EQ(2 * b.offload_d2h_bytes, f.offload_d2h_bytes) << what << ", step " << step;
         EXPECT_TRUE(std::isfinite(b.loss)) << what;
+        // Step 2 is the first delayed step: it publishes no update (the one it starts runs on).
+        EXPECT_EQ(b.host_adam_params == 0, delayed && step == 2) << what << ", step " << step;
       }
     }
 
@@ -334,8 +338,26 @@ TEST_F(OffloadOverlapTest, Bf16GradientCopies) {
       EXPECT_EQ(kept > 0, clip != 1e-6f) << what;
       const TrainedRun fp32_copies =
           train(world_, copies(bf16(stage, clip), Offload::kOverlapOff, false), 2);
-      EXPECT_NE(on.losses.back(), fp32_copies.losses.back()) << what << ": the copies' dtype";
+      bool masters_differ = false;
+      for (size_t g = 0; g < on.state.master.size(); ++g)
+        masters_differ |= !same_bits(on.state.master[g], fp32_copies.state.master[g]);
+      EXPECT_TRUE(masters_differ) << what << ": the same masters as fp32 copies";
     }
+  }
+  // fp16 (where auto copies in bf16 too): overflowing steps skip with the overlap on and off, the
+  // same bits either way.
+  for (int stage : {1, 3}) {
+    EngineOptions o = engine_test::overflowing_fp16_options();
+    o.stage = stage;
+    o.bucket = 20'000;
+    o.optim.clip = 0.5f;
+    const std::string what = "fp16, bf16 copies, stage " + std::to_string(stage);
+    const TrainedRun off = train(world_, copies(o, Offload::kOverlapOff, true), 2, 3 * kSteps);
+    const TrainedRun on = train(world_, copies(o, Offload::kOverlapOn, true), 2, 3 * kSteps);
+    expect_bitwise(on, off, what + ", overlap on against off");
+    const auto skips = std::count(on.skipped.begin(), on.skipped.end(), true);
+    EXPECT_GT(skips, 0) << what << ": the loss scale must overflow at least once";
+    EXPECT_LT(skips, 3 * kSteps) << what << ": and some step must update";
   }
 }
 

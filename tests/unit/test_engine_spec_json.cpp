@@ -109,6 +109,13 @@ TEST(EngineSpecJson, EveryFieldReadsBack) {
   const nlohmann::json p = engine_spec_to_json(plain);
   EXPECT_EQ(engine_spec_to_json(engine_spec_from_json(p, "run.json")), p);
   EXPECT_TRUE(engine_spec_from_json(p, "run.json").trainable.all_train());
+  // A record from before bf16 gradient copies existed reads as the fp32 copies it ran with; a
+  // value of the wrong type is still refused.
+  nlohmann::json before = engine_spec_to_json(spec);
+  before["offload"].erase("bf16_gradient_copies");
+  EXPECT_FALSE(engine_spec_from_json(before, "run.json").offload.bf16_gradient_copies);
+  before["offload"]["bf16_gradient_copies"] = "yes";
+  EXPECT_THROW(engine_spec_from_json(before, "run.json"), Error);
 }
 
 std::string refusal(const nlohmann::json& j) {

@@ -302,6 +302,48 @@ TEST(EstimateCommand, OffloadFlagsReachTheRowsAndBadStagesAreRefused) {
   EXPECT_NE(typo.output.find("--offload-optimizer"), std::string::npos) << typo.output;
 }
 
+// --offload-gradient-copies in estimate: the offload rows and the fit advice's offload
+// candidates count the copies their train command would make (auto: bf16 on the CUDA backend),
+// an explicit bf16 with the "none" row beside it is accepted, and bf16 copies trade host bytes
+// (2 per element of the shards instead of 4) for the device's two staging buffers.
+TEST(EstimateCommand, GradientCopiesReachTheOffloadRowsAndTheAdvice) {
+  std::map<std::string, nlohmann::json> out;
+  for (const std::string copies : {"auto", "bf16", "fp32"}) {
+    const auto r = train_test::run_zerotrain(
+        "estimate --preset small --world 2 --zero-stage 2 --backend cuda --offload-optimizer cpu "
+        "--device-memory 0.01 --json --offload-gradient-copies " +
+        copies);
+    ASSERT_EQ(r.exit_code, 0) << copies << ": " << r.output;
+    out[copies] = nlohmann::json::parse(r.output);
+  }
+  EXPECT_EQ(out["auto"], out["bf16"]);
+  const nlohmann::json &bf16 = out["bf16"].at("offload_modes"),
+                       &fp32 = out["fp32"].at("offload_modes");
+  ASSERT_EQ(bf16.size(), fp32.size());
+  EXPECT_EQ(bf16.at(0), fp32.at(0));  // "none" copies nothing
+  for (size_t i = 1; i < bf16.size(); ++i) {
+    EXPECT_LT(bf16.at(i).at("host").get<int64_t>(), fp32.at(i).at("host").get<int64_t>()) << i;
+    EXPECT_GT(bf16.at(i).at("device_total").get<int64_t>(),
+              fp32.at(i).at("device_total").get<int64_t>())
+        << i;
+  }
+  const nlohmann::json &advised = out["bf16"].at("candidates"),
+                       &advised_fp32 = out["fp32"].at("candidates");
+  ASSERT_EQ(advised.size(), advised_fp32.size());
+  int offloading = 0;
+  for (size_t i = 0; i < advised.size(); ++i) {
+    const bool offloads = advised.at(i).at("offload_optimizer") != "none";
+    offloading += offloads;
+    if (offloads)
+      EXPECT_GT(advised.at(i).at("device_total").get<int64_t>(),
+                advised_fp32.at(i).at("device_total").get<int64_t>())
+          << advised.at(i).dump();
+    else
+      EXPECT_EQ(advised.at(i), advised_fp32.at(i));
+  }
+  EXPECT_GT(offloading, 0);
+}
+
 // `zerotrain estimate --plan`: the requested stage's buffers by role, which add up to that
 // stage's row: per category, what is held for the run and from the first step, plus the larger
 // of a pass's and the optimizer step's.

@@ -94,8 +94,8 @@ OffloadOptions parsed_offload_options(std::vector<std::string> args) {
 }
 
 // --offload-gradient-copies: auto is bf16 where the copies cross a bus (a GPU backend) and the
-// working params are bf16, with optimizer offload; bf16 and fp32 are what they say; anything
-// else, and bf16 without optimizer offload, is refused naming the option.
+// working params are 16-bit (bf16 or fp16), with optimizer offload; bf16 and fp32 are what they
+// say; anything else, and bf16 without optimizer offload, is refused naming the option.
 TEST(OffloadConfig, GradientCopies) {
   const auto bf16_copies = [](std::vector<std::string> args, BackendKind backend,
                               Precision precision) {
@@ -106,7 +106,7 @@ TEST(OffloadConfig, GradientCopies) {
   const std::vector<std::string> cpu = {"--offload-optimizer", "cpu"};
   EXPECT_EQ(parsed_offload_options({}).gradient_copies, "auto");
   EXPECT_TRUE(bf16_copies(cpu, BackendKind::kCuda, Precision::kBf16));
-  EXPECT_FALSE(bf16_copies(cpu, BackendKind::kCuda, Precision::kFp16));
+  EXPECT_TRUE(bf16_copies(cpu, BackendKind::kCuda, Precision::kFp16));
   EXPECT_FALSE(bf16_copies(cpu, BackendKind::kCuda, Precision::kFp32));
   EXPECT_FALSE(bf16_copies(cpu, BackendKind::kCpu, Precision::kBf16));
   EXPECT_FALSE(bf16_copies({}, BackendKind::kCuda, Precision::kBf16));  // no optimizer offload

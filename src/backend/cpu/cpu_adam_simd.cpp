@@ -193,8 +193,8 @@ AdamSimd best_adam_simd() {
 
 namespace {
 
-// adam_update's body: grad_chunk(i, len, scratch) gives the fp32 gradients of [i, i + len),
-// `scratch` (kAdamChunk floats of the calling thread) free to hold them.
+// adam_update's body over kAdamChunk chunks: grad_chunk(i, len) gives the fp32 gradients of
+// [i, i + len), valid until the calling thread's next call.
 template <typename GradChunk>
 void adam_update_chunks(AdamSimd path, float* master, float* m, float* v, GradChunk grad_chunk,
                         bf16_t* out_bf16, float* out_f32, int64_t n, const AdamWHyper& h) {

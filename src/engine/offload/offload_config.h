@@ -51,7 +51,8 @@ struct OffloadConfig {
   // mask, without the core left to the thread that feeds the GPU (runtime/cpu_placement.h).
   std::vector<int> host_adam_cpus;
   // The dtype the reduced gradient shards cross to the host in (no DeepSpeed key;
-  // --offload-gradient-copies; train's auto picks bf16 on a GPU backend with bf16 precision):
+  // --offload-gradient-copies; train's auto picks bf16 on a GPU backend with bf16 or fp16
+  // precision):
   // false, fp32 (the AdamW sees the engine's fp32 gradients, bitwise the step without offload);
   // true, bf16: the device rounds each shard to bf16 (to nearest even) into one of two staging
   // buffers and copies that, half the bytes over the bus and in the host's gradient buffers, and
