@@ -85,6 +85,10 @@ class DeviceMemory {
     wait_copies_until(mark);
     return true;
   }
+  // The device work queued after this call (the backend's ops: a GPU's compute stream) starts
+  // after the copies before `mark`, without the host waiting for them. Default:
+  // wait_copies_until, which a synchronous backend's copies have already satisfied.
+  virtual void order_compute_after_copies(uint64_t mark) { wait_copies_until(mark); }
 };
 // The CPU backend's device memory: aligned host allocations and memcpy.
 DeviceMemory& host_device_memory();

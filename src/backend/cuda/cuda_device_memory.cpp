@@ -235,6 +235,18 @@ void CudaDeviceMemory::wait_copies_until(uint64_t mark) {
   }
 }
 
+void CudaDeviceMemory::order_compute_after_copies(uint64_t mark) {
+  // Marks are recorded in order on one stream: the newest one up to `mark` covers the earlier
+  // ones, and a mark no longer held was waited for already (its copies are done).
+  void* newest = nullptr;
+  for (const auto& [held, event] : marks_) {
+    if (held > mark) break;
+    newest = event;
+  }
+  if (newest)
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(as_stream(stream_), static_cast<cudaEvent_t>(newest), 0));
+}
+
 bool CudaDeviceMemory::copies_done_until(uint64_t mark) {
   while (!marks_.empty() && marks_.front().first <= mark) {
     const auto event = static_cast<cudaEvent_t>(marks_.front().second);

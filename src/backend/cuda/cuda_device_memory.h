@@ -72,6 +72,8 @@ class CudaDeviceMemory final : public DeviceMemory {
   void wait_copies_until(uint64_t mark) override;
   // cudaEventQuery on the marks up to `mark`: the completed ones are retired as a wait would.
   bool copies_done_until(uint64_t mark) override;
+  // cudaStreamWaitEvent of the compute stream on the newest mark up to `mark` still held.
+  void order_compute_after_copies(uint64_t mark) override;
 
  private:
   struct Arena {

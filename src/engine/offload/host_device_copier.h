@@ -23,6 +23,9 @@ class HostDeviceCopier {
   virtual void synchronize_until(uint64_t mark) = 0;
   // Whether the copies before `mark` are done, without waiting.
   virtual bool done_until(uint64_t mark) = 0;
+  // The device work queued after this call starts after the copies before `mark`; the host does
+  // not wait (a GPU's compute stream waits for the copy stream's event).
+  virtual void order_device_after(uint64_t mark) = 0;
 
   uint64_t device_to_host_bytes() const { return d2h_bytes_; }
   uint64_t host_to_device_bytes() const { return h2d_bytes_; }
@@ -46,6 +49,7 @@ class DeviceMemoryCopier final : public HostDeviceCopier {
   uint64_t mark() override { return memory_.mark_copies(); }
   void synchronize_until(uint64_t mark) override { memory_.wait_copies_until(mark); }
   bool done_until(uint64_t mark) override { return memory_.copies_done_until(mark); }
+  void order_device_after(uint64_t mark) override { memory_.order_compute_after_copies(mark); }
 
  private:
   DeviceMemory& memory_;

@@ -128,8 +128,9 @@ void OffloadOptimizer::gradient_ready(int g, const float* device_grads) {
     // The device rounds the shard into a staging buffer, then it crosses to the host: ordered
     // after the rounding on the device (the copier's copies follow the device's compute).
     const size_t slot = grad_copies_issued_++ % grad_copy_staging_.size();
+    // The rounding into this buffer waits, on the device, for the copy that last read it.
     if (grad_copies_issued_ > grad_copy_staging_.size())
-      copier_.synchronize_until(grad_copy_done_[slot]);  // the copy that last read this buffer
+      copier_.order_device_after(grad_copy_done_[slot]);
     bf16_t* staged = grad_copy_staging_[slot].data();
     device_.to_bf16(staged, device_grads, own_sizes_[i]);
     copier_.device_to_host(host_grads_[i].data(), staged, host_grads_[i].bytes());

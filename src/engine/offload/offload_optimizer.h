@@ -77,9 +77,9 @@ class OffloadOptimizer {
 
   void initialize(int g, const float* master) { store_->initialize(g, master); }
   // Group g's reduced gradient shard (own_sizes[g] fp32 on the device) is final: its copy to the
-  // host is issued (bf16 copies: rounded into the next device staging buffer first, once that
-  // buffer's previous copy is done). With an overlap begun, the groups whose copies have landed
-  // go to the host worker.
+  // host is issued (bf16 copies: rounded into the next device staging buffer first, the device
+  // waiting for that buffer's previous copy; the host does not). With an overlap begun, the groups
+  // whose copies have landed go to the host worker.
   void gradient_ready(int g, const float* device_grads);
   // Exact overlap (see the top of this file; needs OffloadConfig::keeps_speculated_state): the
   // step's hyperparameters if it is neither clipped nor skipped. An overlap still open is rolled
@@ -166,8 +166,8 @@ class OffloadOptimizer {
   Precision precision_;
   Backend& device_;          // rounds the gradient shards for bf16 copies
   bool bf16_grads_ = false;  // OffloadConfig::bf16_gradient_copies
-  // bf16 copies: the device buffers the shards are rounded into, taken in turn; each is rewritten
-  // once the copy that read it (its mark) is done.
+  // bf16 copies: the device buffers the shards are rounded into, taken in turn; the device
+  // rewrites each once the copy that read it (its mark) is done.
   std::array<TrackedBuffer<bf16_t>, 2> grad_copy_staging_;
   std::array<uint64_t, 2> grad_copy_done_{};
   uint64_t grad_copies_issued_ = 0;
