@@ -62,7 +62,7 @@
 #                with optimizer offload to cpu if the host has the memory it pins (checked
 #                first); on a GPU with >= 120 GB (or ZT_BIG_REFERENCE=1), stages 0 and 2 without
 #                offload; then ZT_OFFLOAD_PRESET at micro-batch 1 with and without optimizer
-#                offload, whose losses must be identical
+#                offload (fp32 gradient copies), whose losses must be identical
 # Every step runs under `timeout` (ZT_STEP_SECONDS, default 300; the PyTorch comparison, which
 # holds up to fifteen runs per preset, ZT_PYTORCH_SECONDS, default the same) and within the call's budget
 # (ZT_CALL_SECONDS, default 540, from the script's start): one hang cannot eat a call, and every

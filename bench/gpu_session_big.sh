@@ -92,10 +92,11 @@ run_part_big() {
         "$work/big_s$stage" "$preset" "$stage"
     done
   fi
+  # fp32 gradient copies: the bitwise mode (auto would copy in bf16 on a GPU: other losses).
   for offload in none cpu; do
     train_run "$small stage 2 micro-batch 1, optimizer $offload ($backend)" \
       "$work/big_mb1_$offload" --preset "$small" --zero-stage 2 --micro-batch 1 --seq-len "$seq" \
-      --steps "$steps" --offload-optimizer "$offload"
+      --steps "$steps" --offload-optimizer "$offload" --offload-gradient-copies fp32
   done
   a=$(losses_of "$work/big_mb1_none/metrics.jsonl") b=$(losses_of "$work/big_mb1_cpu/metrics.jsonl")
   if [ -n "$a" ] && [ "$a" = "$b" ]; then

@@ -322,7 +322,11 @@ std::string train_flags(const EstimateOptions& o, const EngineSpec& spec, const 
               : "") +
          (plan.cuda ? std::string(" --document-masking ") + auto_switch_name(o.document_masking)
                     : "") +
-         offload_flags(c.offload);
+         offload_flags(c.offload) +
+         // The copies the candidate was counted with, when not auto's.
+         (c.offload.optimizer_offloaded() && o.offload.gradient_copies != "auto"
+              ? " --offload-gradient-copies " + o.offload.gradient_copies
+              : "");
 }
 
 // --device-memory: the candidates of the decision tree (engine/estimator.h) held against the

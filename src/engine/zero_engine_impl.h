@@ -192,6 +192,9 @@ struct ZeroEngine::Impl {
   // the gradients (or of the fp32 masters) holds a NaN or an infinity; -1 when none does.
   int64_t first_non_finite_tensor(bool gradients);
   void optimizer_step(float lr, int64_t step, StepStats& stats);
+  // Throws (an agreed error, the overlap rolled back) when the unscaled norm is not finite, or
+  // when bf16 gradient copies may have overflowed (`copy_overflowed`): the step cannot update.
+  void stop_unless_steppable(double grad_norm, int64_t step, bool copy_overflowed);
   // Delayed parameter update: the update held back (offload: the one running on the host, waited
   // for) becomes the working params; false when none was held. The caller all-gathers (1/2).
   bool publish_delayed_update(StepStats* stats);

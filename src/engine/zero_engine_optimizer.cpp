@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/zero_engine_impl.h"
+#include "util/bf16.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -14,6 +15,29 @@ std::string learning_rate_hint(float last_update_lr) {
   if (last_update_lr < 0) return "";
   return " (the previous update's learning rate was " + shortest_decimal(last_update_lr) +
          ": a rate too high for the model diverges; see --lr and the schedule)";
+}
+
+void ZeroEngine::Impl::stop_unless_steppable(double grad_norm, int64_t step, bool copy_overflowed) {
+  if (copy_overflowed) {
+    offloader->roll_back_overlap();  // the state stays that of the last update
+    throw AgreedError("the gradient norm is " + std::to_string(grad_norm) + " at step " +
+                      std::to_string(step) +
+                      ", past what bf16 gradient copies hold (an element may have rounded to "
+                      "infinity on its way to the host); training stopped before the update "
+                      "(--offload-gradient-copies fp32 copies the gradients exactly)" +
+                      learning_rate_hint(last_update_lr));
+  }
+  if (std::isfinite(grad_norm)) return;
+  if (offloader) offloader->roll_back_overlap();  // the state stays that of the last update
+  const int64_t t = first_non_finite_tensor(/*gradients=*/true);
+  const ParamLayout& layout = self.model_.layout();
+  throw AgreedError(
+      "the gradient norm is " + std::to_string(grad_norm) + " at step " + std::to_string(step) +
+      (t < 0 ? std::string()
+             : ": the first non-finite gradient is in " +
+                   layout.tensors()[static_cast<size_t>(t)].name + " (parameter group " +
+                   std::to_string(layout.tensors()[static_cast<size_t>(t)].group) + ")") +
+      "; training stopped before the update" + learning_rate_hint(last_update_lr));
 }
 
 void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) {
@@ -27,11 +51,16 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
   // computes on, whatever this step decides (after the norm, whose reduction the host thread's
   // last tiles overlap).
   const bool published = publish_delayed_update(&stats);
+  // bf16 gradient copies: only a norm this large can hold an element that went to the host as
+  // infinity (its fp32 gradient finite). fp16 skips the step; otherwise training stops below.
+  const bool copy_overflowed =
+      offload.bf16_gradient_copies && stats.grad_norm >= static_cast<double>(kBf16RoundsToInfinity);
   if (scaler) {
     // fp16: the gradients carry the loss scale S. Every rank sees the same reduced norm (and
     // loss), so the overflow decision is agreed; DeepSpeed updates the scale before stepping.
     const double S = scaler->scale();
-    const bool overflow = !std::isfinite(stats.grad_norm) || !std::isfinite(stats.loss);
+    const bool overflow =
+        !std::isfinite(stats.grad_norm) || !std::isfinite(stats.loss) || copy_overflowed;
     stats.loss_scale = S;
     try {
       scaler->update(overflow, step);
@@ -52,19 +81,7 @@ void ZeroEngine::Impl::optimizer_step(float lr, int64_t step, StepStats& stats) 
     }
     stats.grad_norm /= S;
   }
-  if (!std::isfinite(stats.grad_norm)) {
-    if (offloader) offloader->roll_back_overlap();  // the state stays that of the last update
-    const int64_t t = first_non_finite_tensor(/*gradients=*/true);
-    const ParamLayout& layout = self.model_.layout();
-    throw AgreedError(
-        "the gradient norm is " + std::to_string(stats.grad_norm) + " at step " +
-        std::to_string(step) +
-        (t < 0 ? std::string()
-               : ": the first non-finite gradient is in " +
-                     layout.tensors()[static_cast<size_t>(t)].name + " (parameter group " +
-                     std::to_string(layout.tensors()[static_cast<size_t>(t)].group) + ")") +
-        "; training stopped before the update" + learning_rate_hint(last_update_lr));
-  }
+  stop_unless_steppable(stats.grad_norm, step, copy_overflowed);
   stats.clip_scale = (optim.clip > 0 && stats.grad_norm > optim.clip)
                          ? optim.clip / (stats.grad_norm + 1e-6)
                          : 1.0;

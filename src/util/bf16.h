@@ -28,6 +28,11 @@ inline bf16_t float_to_bf16(float f) {
   return static_cast<bf16_t>((bits + rounding_bias) >> 16);
 }
 
+// The smallest float float_to_bf16 rounds to infinity: halfway from bf16's largest finite value
+// (0x1.fep127) to 2^128, a tie that rounds to the even side. A vector whose Euclidean norm is
+// below it has no element that does.
+constexpr float kBf16RoundsToInfinity = 0x1.ffp127f;
+
 // Rounds a float to the nearest bf16-representable float.
 inline float round_to_bf16(float f) {
   return bf16_to_float(float_to_bf16(f));

@@ -29,6 +29,7 @@
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "model/config.h"
+#include "util/bf16.h"
 #include "util/error.h"
 #if ZEROTRAIN_HAVE_NCCL
 #include "comm/cuda/nccl_communicator.h"
@@ -41,12 +42,14 @@ constexpr int64_t kSeq = 64, kMicro = 2, kAccum = 2;
 
 // `steps` steps of the small preset at `stage`, on `backend` with collectives on `data` (host
 // scalars on `host`), `accum` micro-batches per rank and step; the host clock's seconds around
-// each train_step go to `wall_s` when given.
+// each train_step go to `wall_s` when given. `probe`: a gradient probe instead (β1 = 0, no
+// clipping, lr 0: Adam's m is the gradient), whose final own state goes to `probe`.
 std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communicator& host,
                                    int stage, int steps, int64_t accum,
                                    const OffloadConfig& offload, const ActivationCheckpointing& ac,
                                    DType storage = DType::kFloat32,
-                                   std::vector<double>* wall_s = nullptr) {
+                                   std::vector<double>* wall_s = nullptr,
+                                   engine_test::OwnState* probe = nullptr) {
   EngineSpec spec;
   spec.model = preset_config("small");
   const ModelConfig& cfg = spec.model;
@@ -55,7 +58,8 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
   spec.zero.allgather_bucket_size = 200'000;
   spec.optim.lr = 1e-3f;
   spec.optim.weight_decay = 0.1f;
-  spec.optim.clip = 1.0f;
+  spec.optim.clip = probe ? 0.0f : 1.0f;
+  if (probe) spec.optim.beta1 = 0.0f;
   // fp16 activations go with fp16 working params (and the default dynamic loss scaler).
   spec.precision = storage == DType::kFloat16 ? Precision::kFp16 : Precision::kBf16;
   spec.activation_storage = storage;
@@ -71,11 +75,13 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
     const engine_test::StepBatches batch(step, accum, kMicro, data.world_size(), data.rank(), kSeq,
                                          cfg.vocab_size);
     const auto t0 = std::chrono::steady_clock::now();
-    stats.push_back(engine.train_step(batch.input_ptrs, batch.target_ptrs, 1e-3f, step));
+    stats.push_back(
+        engine.train_step(batch.input_ptrs, batch.target_ptrs, probe ? 0.0f : 1e-3f, step));
     if (wall_s)
       wall_s->push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  if (probe) *probe = engine_test::own_state(engine);
   return stats;
 }
 
@@ -190,8 +196,9 @@ TEST(CudaEngine, OffloadMatchesNoOffloadBitwise) {
 
 // bf16 gradient copies (docs/offload.md): the device rounds each shard into a staging buffer the
 // copy stream reads. Each step moves half the device→host bytes of fp32 copies; the overlap is
-// bitwise the run without it (a staging buffer rewritten before its copy was done would not be);
-// and the run tracks the CPU backend's run with the same copies within the fp32-storage tolerance.
+// bitwise the run without it; the run tracks the CPU backend's run with the same copies within
+// the fp32-storage tolerance; and a gradient probe reads on the host exactly the bf16 rounding of
+// the gradient the GPU reduces without offload.
 TEST(CudaEngine, Bf16GradientCopiesHalveTheBytesAndTrackTheCpu) {
   MpiCommunicator self(MPI_COMM_SELF);
   auto gpu = make_cuda_backend(0);
@@ -224,6 +231,19 @@ TEST(CudaEngine, Bf16GradientCopiesHalveTheBytesAndTrackTheCpu) {
         << at << ": overlap on against off, bf16 copies";
     expect_close(losses(b), train_losses(*cpu, self, self, stage, 4, kAccum, bf16_copies), 2e-2,
                  at + ": cuda vs cpu, bf16 copies");
+    // What the host read, element by element: the bf16 rounding of the gradient the same GPU
+    // reduces without offload (a staging buffer rewritten before its copy would not be).
+    engine_test::OwnState reduced, read;
+    train_steps(*gpu, staged, self, stage, 1, kAccum, {}, {}, DType::kFloat32, nullptr, &reduced);
+    train_steps(*gpu, staged, self, stage, 1, kAccum, overlapped, {}, DType::kFloat32, nullptr,
+                &read);
+    ASSERT_EQ(read.m.size(), reduced.m.size()) << at;
+    for (size_t g = 0; g < reduced.m.size(); ++g) {
+      ASSERT_EQ(read.m[g].size(), reduced.m[g].size()) << at << ", group " << g;
+      for (size_t e = 0; e < reduced.m[g].size(); ++e)
+        ASSERT_EQ(read.m[g][e], bf16_to_float(float_to_bf16(reduced.m[g][e])))
+            << at << ", group " << g << ", element " << e;
+    }
   }
 }
 

@@ -2,7 +2,7 @@
 // binary is launched with (1, 2, 4). Device-pool buffers are unreadable from host code, the
 // backend refuses host tensors and the data-plane communicator refuses host buffers, as on a GPU
 // with NCCL. Training at every stage (bf16, and fp32 at stage 1), activation checkpointing (in
-// device memory and cpu_checkpointing), every offload mode, a
+// device memory and cpu_checkpointing), every offload mode (bf16 gradient copies too), a
 // checkpoint save and load in the middle, the fp32 master gather and the bf16 export must all run
 // that way and give bitwise the losses, masters and exported weights of the plain CPU backend:
 // what the CUDA backend needs of the engine, checked without a GPU.
@@ -186,6 +186,15 @@ TEST_F(GuardedDeviceTest, EveryOffloadModeMatchesThePlainCpuBackendBitwise) {
   OffloadConfig params_only;  // device optimizer, host params
   params_only.param = OffloadDevice::kCpu;
   expect_guarded_matches_plain(run_spec(3, Precision::kBf16, params_only, "s3_params_only"));
+  // bf16 gradient copies: rounded on the device into its staging buffers, copied from there.
+  for (int stage : {1, 3}) {
+    OffloadConfig bf16_copies;
+    bf16_copies.optimizer = OffloadDevice::kCpu;
+    bf16_copies.sub_group_size = kTile;
+    bf16_copies.bf16_gradient_copies = true;
+    expect_guarded_matches_plain(run_spec(stage, Precision::kBf16, bf16_copies,
+                                          "s" + std::to_string(stage) + "_bf16_copies"));
+  }
 }
 
 TEST_F(GuardedDeviceTest, CommunicatorRefusesHostBuffers) {

@@ -216,5 +216,15 @@ TEST(CpuAdam, Bf16OutputRoundsLikeScalar) {
   }
 }
 
+// kBf16RoundsToInfinity is where float_to_bf16 starts rounding to infinity: the engine's check
+// on bf16 gradient copies (a norm at least this large may hold such an element) relies on it.
+TEST(Bf16Rounding, TheInfinityBoundary) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(bf16_to_float(float_to_bf16(kBf16RoundsToInfinity)), inf);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(-kBf16RoundsToInfinity)), -inf);
+  const float below = std::nextafter(kBf16RoundsToInfinity, 0.0f);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(below)), 0x1.fep127f);  // bf16's largest finite value
+}
+
 }  // namespace
 }  // namespace zt

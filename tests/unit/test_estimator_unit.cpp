@@ -342,6 +342,24 @@ TEST(EstimateCommand, GradientCopiesReachTheOffloadRowsAndTheAdvice) {
       EXPECT_EQ(advised.at(i), advised_fp32.at(i));
   }
   EXPECT_GT(offloading, 0);
+  // The recommended command makes the copies its candidate was counted with. 6b on one 40 GiB
+  // GPU: CPU optimizer offload fits with fp32 copies (39.0 GiB) and not with bf16 copies' two
+  // staging buffers, whose advice moves on to parameter offload.
+  const auto advice = [](const std::string& copies) {
+    const auto r = train_test::run_zerotrain(
+        "estimate --preset 6b --world 1 --backend cuda --device-memory 40 "
+        "--offload-gradient-copies " +
+        copies);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.find("recommendation for");
+    return at == std::string::npos ? r.output : r.output.substr(at);
+  };
+  const std::string fp32_advice = advice("fp32"), auto_advice = advice("auto");
+  EXPECT_NE(fp32_advice.find("--offload-optimizer cpu --offload-gradient-copies fp32)"),
+            std::string::npos)
+      << fp32_advice;
+  EXPECT_NE(auto_advice.find("--offload-optimizer cpu --offload-param cpu)"), std::string::npos)
+      << auto_advice;
 }
 
 // `zerotrain estimate --plan`: the requested stage's buffers by role, which add up to that
