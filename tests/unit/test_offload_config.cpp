@@ -2,6 +2,7 @@
 // whichever of the two the user wrote; the valid ones pass.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,27 +115,25 @@ TEST(OffloadConfig, GradientCopies) {
                           BackendKind::kCpu, Precision::kFp16));
   EXPECT_FALSE(bf16_copies({"--offload-optimizer", "cpu", "--offload-gradient-copies", "fp32"},
                            BackendKind::kCuda, Precision::kBf16));
-  try {
-    bf16_copies({"--offload-gradient-copies", "fp8"}, BackendKind::kCuda, Precision::kBf16);
-    ADD_FAILURE() << "fp8 copies were accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "--offload-gradient-copies must be auto, bf16 or fp32, got 'fp8'"),
-              std::string::npos)
-        << e.what();
-  }
-  OffloadConfig c = parsed_offload_options({"--offload-gradient-copies", "bf16"})
-                        .resolved(BackendKind::kCuda, Precision::kBf16);
+  // The error `run` throws names `message`.
+  const auto expect_refused = [](const std::function<void()>& run, const std::string& message) {
+    try {
+      run();
+      ADD_FAILURE() << "accepted; wanted: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(
+      [&] {
+        bf16_copies({"--offload-gradient-copies", "fp8"}, BackendKind::kCuda, Precision::kBf16);
+      },
+      "--offload-gradient-copies must be auto, bf16 or fp32, got 'fp8'");
+  const OffloadConfig c = parsed_offload_options({"--offload-gradient-copies", "bf16"})
+                              .resolved(BackendKind::kCuda, Precision::kBf16);
   EXPECT_TRUE(c.bf16_gradient_copies);
-  try {
-    c.validate(2);
-    ADD_FAILURE() << "bf16 copies without optimizer offload were accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "--offload-gradient-copies bf16 needs --offload-optimizer cpu or nvme"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_refused([&] { c.validate(2); },
+                 "--offload-gradient-copies bf16 needs --offload-optimizer cpu or nvme");
 }
 
 TEST(OffloadConfig, OverlapModes) {
