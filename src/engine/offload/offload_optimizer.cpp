@@ -112,6 +112,19 @@ MemoryPlan OffloadOptimizer::plan(const OffloadConfig& config,
 
 namespace {
 
+// cpu::adam_update over n gradients in the copies' dtype (bf16, or fp32), from element `at` of
+// `grads`.
+void adam_on_copies(bool bf16, cpu::AdamSimd path, float* master, float* m, float* v,
+                    const void* grads, int64_t at, bf16_t* out_bf16, float* out_f32, int64_t n,
+                    const AdamWHyper& h) {
+  if (bf16)
+    cpu::adam_update(path, master, m, v, static_cast<const bf16_t*>(grads) + at, out_bf16, out_f32,
+                     n, h);
+  else
+    cpu::adam_update(path, master, m, v, static_cast<const float*>(grads) + at, out_bf16, out_f32,
+                     n, h);
+}
+
 // Whether the segments (sorted, disjoint) cover [begin, begin + count) entirely.
 bool covers(const std::vector<DecaySegment>& segments, int64_t begin, int64_t count) {
   int64_t covered = 0;
@@ -344,12 +357,8 @@ void OffloadOptimizer::adam_tile(const StateTile& t, AdamWHyper h, float weight_
     const auto start = std::chrono::steady_clock::now();
     bf16_t* const bf16_out = out_bf16 ? out_bf16 + at : nullptr;
     float* const f32_out = out_f32 ? out_f32 + at : nullptr;
-    if (bf16_grads_)
-      cpu::adam_update(path, t.master + at, t.m + at, t.v + at,
-                       reinterpret_cast<const bf16_t*>(grads) + lo, bf16_out, f32_out, hi - lo, h);
-    else
-      cpu::adam_update(path, t.master + at, t.m + at, t.v + at,
-                       reinterpret_cast<const float*>(grads) + lo, bf16_out, f32_out, hi - lo, h);
+    adam_on_copies(bf16_grads_, path, t.master + at, t.m + at, t.v + at, grads, lo, bf16_out,
+                   f32_out, hi - lo, h);
     timing.seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     timing.params += hi - lo;
@@ -437,12 +446,10 @@ double OffloadOptimizer::measure_adam_rate(int64_t elements) {
       // The outputs adam_tile writes: bf16 or fp32 by the kernel, fp16 rounded after it.
       bf16_t* const bf16_out = work == DType::kBf16 ? out_16bit.data() : nullptr;
       float* const f32_out = work == DType::kFloat32 ? out_f32.data() : nullptr;
-      if (bf16_grads)  // the gradients as the copies leave them
-        cpu::adam_update(path, master.data(), m.data(), v.data(), grad_bf16.data(), bf16_out,
-                         f32_out, elements, h);
-      else
-        cpu::adam_update(path, master.data(), m.data(), v.data(), grad.data(), bf16_out, f32_out,
-                         elements, h);
+      // The gradients as the copies leave them.
+      const void* grads = bf16_grads ? static_cast<const void*>(grad_bf16.data()) : grad.data();
+      adam_on_copies(bf16_grads, path, master.data(), m.data(), v.data(), grads, 0, bf16_out,
+                     f32_out, elements, h);
       if (work == DType::kFloat16) floats_to_fp16(master.data(), out_16bit.data(), n);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
