@@ -6,30 +6,19 @@
 #pragma once
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define ZT_HOST_DEVICE __host__ __device__
-#else
-#define ZT_HOST_DEVICE
-#endif
+#include "util/splitmix64.h"
 
 namespace zt {
 
-ZT_HOST_DEVICE inline uint64_t dropout_mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 ZT_HOST_DEVICE inline float dropout_uniform(uint64_t stream, uint64_t element) {
-  const uint64_t r = dropout_mix(stream ^ dropout_mix(element));
+  const uint64_t r = splitmix64(stream ^ splitmix64(element));
   return static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
 }
 
 // The stream of one adapted projection: `target` a LoraTarget (0..6) of decoder layer `layer`.
 inline uint64_t dropout_stream(uint64_t seed, int64_t layer, int target) {
-  return dropout_mix(dropout_mix(seed) + static_cast<uint64_t>(layer) * 8 +
-                     static_cast<uint64_t>(target));
+  return splitmix64(splitmix64(seed) + static_cast<uint64_t>(layer) * 8 +
+                    static_cast<uint64_t>(target));
 }
 
 }  // namespace zt

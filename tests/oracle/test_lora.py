@@ -176,7 +176,7 @@ MASK = (1 << 64) - 1
 
 
 def splitmix64(x):
-    """backend/dropout_hash.h's dropout_mix on uint64 arrays (Python ints for the wrap)."""
+    """util/splitmix64.h's splitmix64 on uint64 arrays (Python ints for the wrap)."""
     x = (x + 0x9e3779b97f4a7c15) & MASK
     x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & MASK
     x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & MASK
