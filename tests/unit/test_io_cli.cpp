@@ -18,6 +18,7 @@
 #include "io/model_dir.h"
 #include "io/token_dataset.h"
 #include "test_io_support.h"
+#include "train_options_support.h"
 #include "util/error.h"
 
 namespace zt {
@@ -363,16 +364,6 @@ TEST(IoCli, GenerateByteTokenizerTakesEveryByteOfThePrompt) {
 
 namespace zt {
 namespace {
-
-TrainOptions parsed_train_options(std::vector<std::string> args) {
-  args.insert(args.begin(), {"train", "--preset", "tiny", "--data", "d.h5", "--out", "o"});
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  TrainOptions o;
-  parse_train_options(static_cast<int>(argv.size()), argv.data(), o);
-  validate(o);
-  return o;
-}
 
 // A lower --lr alone (fine-tuning) is not refused for the default floor: that keeps its ratio.
 TEST(TrainOptionsMinLr, ALowerLrAloneLowersTheDefaultFloor) {
