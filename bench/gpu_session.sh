@@ -35,7 +35,8 @@
 #                fused attention and comm groups, --tool racecheck over the kernel group (ZT_SANITIZE:
 #                other TOOL:GROUP pairs, e.g. "racecheck:kernels memcheck:engine")
 #     train      `train --backend cuda` for each preset of ZT_PRESETS (default "125m 1b"): stage
-#                0 on the defaults (--attention auto, bf16 activations on CUDA), GEMM attention
+#                0 on the defaults (--attention auto, bf16 activations on CUDA), the same with
+#                --gemm-algorithms timed (its losses compared bit for bit), GEMM attention
 #                and fused with fp32 activations, fused + bf16, fp16 on its defaults; stage 3 with full activation
 #                checkpointing (GEMM + fp32, and fused + bf16); tokens/s, TFLOP/s, MFU, peak device
 #                memory (mean of the steps after the first)
@@ -260,7 +261,7 @@ run_part_preflight() {
 # In order of what a hang would cost most to miss: the kernels and GEMMs every path runs, the
 # fused attention (the fast path), then the engine and the communicators.
 gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*:CudaFusedKernels.*'
-  'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*'
+  'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*:CudaGemmTuning.*'
   'fused_attention=CudnnAttention.*' 'engine=CudaEngine.*:CudaDeviceMemory.*:CudaKernelProfile.*'
   'comm=NcclComm.*:StagedComm.*')
 group_filter() {  # group_filter NAME: the gtest filter of that group
@@ -343,6 +344,22 @@ run_part_sanitize() {
   done
 }
 
+losses_of() {  # the losses of metrics.jsonl, in step order, as written
+  "$python" -c 'import json, sys
+print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1" 2>/dev/null
+}
+
+# same_losses LABEL RUN_A RUN_B: whether two runs' losses are the same, bit for bit, in the summary.
+same_losses() {
+  local a b
+  a=$(losses_of "$2/metrics.jsonl") b=$(losses_of "$3/metrics.jsonl")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then
+    say "$1: losses identical ($a)"
+  else
+    say "$1: losses DIFFER: [$a] vs [$b]"
+  fi
+}
+
 train_run() {  # train_run LABEL OUTDIR ARGS...
   local label=$1 run=$2
   shift 2
@@ -379,6 +396,15 @@ run_part_train() {
       --attention gemm --activations fp32
     # The fused attention (cuDNN SDPA) beside it: same seed, so the losses compare.
     if [ "$backend" = cuda ]; then
+      # cuBLASLt's algorithms timed on the run's own GEMMs (issue 43's lever), beside the
+      # defaults: tokens/s, report.json's tally, and the defaults' losses bit for bit.
+      train_run "$preset stage 0 defaults, timed GEMM algorithms $backend" \
+        "$work/train_${preset}_s0_gemm_timed" --preset "$preset" --zero-stage 0 --steps "$steps" \
+        --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" --gemm-algorithms timed
+      same_losses "$preset timed GEMM algorithms vs the defaults" \
+        "$work/train_${preset}_s0_defaults" "$work/train_${preset}_s0_gemm_timed"
+      cp "$work/train_${preset}_s0_gemm_timed/report.json" \
+        "$evidence/runs/train_${preset}_s0_gemm_timed/" 2>/dev/null
       train_run "$preset stage 0 fused attention $backend" "$work/train_${preset}_s0_fused" \
         --preset "$preset" --zero-stage 0 --steps "$steps" --micro-batch "${ZT_MICRO_BATCH:-4}" \
         --seq-len "$seq" --attention fused --activations fp32

@@ -49,6 +49,7 @@
 #include "io/tokenizer_files.h"
 #include "model/trainable.h"
 #include "report/run_recorder.h"
+#include "report/run_report.h"
 #include "runtime/cpu_placement.h"
 #include "runtime/mpi_runtime.h"
 #include "util/decimal.h"
@@ -197,6 +198,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
 bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
   static const std::set<std::string> volatile_keys = {"comm_timeout",
                                                       "eval_batches",
+                                                      "gemm_algorithms",
                                                       "keep_last",
                                                       "log_every",
                                                       "out",
@@ -365,7 +367,8 @@ bool have_model_with_tokenizer(const std::string& dir, const TokenizerFiles& tok
 
 // After the last step: the optional evaluation, OUT/final/ and the report files. Collective.
 void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o,
-                MpiCommunicator& comm, RunRecorder& recorder, double total_time_s) {
+                MpiCommunicator& comm, RunRecorder& recorder, const Backend& backend,
+                double total_time_s) {
   const TokenDataset& data = *in.data;
   const int world = comm.world_size();
   nlohmann::json eval;
@@ -379,6 +382,11 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
       {"precision", precision_name(o.precision)},
       {"global_batch_tokens", o.micro_batch * o.grad_accum * world * o.seq_len}};
   if (!eval.is_null()) extra["eval"] = eval;
+  if (const std::optional<GemmTuningReport> gemm = backend.gemm_tuning_report()) {
+    extra["gemm_algorithms"] = gemm_tuning_json(*gemm);  // rank 0's: report.json is rank 0's
+    if (comm.rank() == 0)
+      std::cerr << "zerotrain train: GEMM algorithms, rank 0: " << gemm->summary() << "\n";
+  }
   recorder.write_report(extra, total_time_s);
   if (comm.rank() == 0 && !eval.is_null()) std::cerr << "eval: " << eval.dump() << "\n";
 }
@@ -514,7 +522,8 @@ int run_training(TrainOptions o) {
       make_engine_device(o.backend_kind, comm, comm.comm(), estimate,
                          {o.attention_request, attention_shape(config, o.micro_batch, o.seq_len),
                           in.spec.activation_storage, in.spec.precision == Precision::kFp32,
-                          /*backward=*/true, sampler.document_masks()});
+                          /*backward=*/true, sampler.document_masks()},
+                         o.gemm_algorithms);
   Backend* backend = device.backend.get();
   resolve_host_adam(o, world, comm, in.spec);        // collective
   Communicator& data_comm = device.data_comm(comm);  // device buffers; `comm`: host ones
@@ -563,7 +572,7 @@ int run_training(TrainOptions o) {
          training_flops_per_token(config, o.seq_len, in.spec.trainable), backend->name()});
     TrainLoop loop{o, in, engine, comm, *backend, checkpointing, recorder, *profiling};
     if (run_steps(loop, start.step + 1) == kStoppedExitCode) return kStoppedExitCode;
-    finish_run(engine, in, o, comm, recorder, seconds_since(t_start));
+    finish_run(engine, in, o, comm, recorder, *backend, seconds_since(t_start));
     return 0;
   });
 }

@@ -38,6 +38,13 @@ void check_attention_request(AttentionRequest request, BackendKind backend,
                "which has one attention)");
 }
 
+void check_gemm_algorithms(GemmAlgorithms choice, BackendKind backend, const std::string& command) {
+  ZT_CHECK(choice != GemmAlgorithms::kTimed || backend == BackendKind::kCuda,
+           command +
+               ": --gemm-algorithms timed needs the CUDA backend (this run uses the CPU backend, "
+               "whose GEMMs are OpenBLAS's, with no algorithms to choose from)");
+}
+
 void check_activation_storage(DType storage, Precision precision, const std::string& command) {
   // 16-bit activations are stored in the working params' own type.
   ZT_CHECK(storage == DType::kFloat32 || working_dtype(precision) == storage,
@@ -127,7 +134,8 @@ void reserve_arenas(cuda::CudaDeviceMemory& memory, const MemoryEstimate& e, int
 }
 
 EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
-                              const MemoryEstimate& estimate, const AttentionSetup& attention) {
+                              const MemoryEstimate& estimate, const AttentionSetup& attention,
+                              GemmAlgorithms gemm_algorithms) {
   const LocalRank local = local_rank_by_hostname(host.comm());
   const int gpus = cuda_device_count();
   const int device = device_for_local_rank(local, gpus);
@@ -142,6 +150,7 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   const bool shares_gpu = *std::max_element(sharing.begin(), sharing.end()) > 1;
   AttentionChoice choice;
   std::unique_ptr<cuda::CudaBackend> backend = agreed_backend(host, device, attention, choice);
+  if (gemm_algorithms == GemmAlgorithms::kTimed) backend->time_gemm_algorithms();
   EngineDevice out;
   out.summary = backend->name() + " (device " + std::to_string(device) + ")";
   // The communicator before the arenas: what NCCL takes at its set-up is taken before the arenas
@@ -163,7 +172,8 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
                                        std::to_string(device) + " on " + local.hostname + ")"
                   : shares_gpu ? " (ranks share a GPU on another host)"
                                : "") +
-                 ", attention " + choice.why;
+                 ", attention " + choice.why +
+                 (gemm_algorithms == GemmAlgorithms::kTimed ? ", GEMM algorithms timed" : "");
   out.attention_kernel = attention_kernel_name(choice.kernel);
   out.backend = std::move(backend);
   return out;
@@ -173,15 +183,18 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
 #endif
 
 EngineDevice make_engine_device(BackendKind kind, MpiCommunicator& host, MPI_Comm data_group,
-                                const MemoryEstimate& estimate, const AttentionSetup& attention) {
+                                const MemoryEstimate& estimate, const AttentionSetup& attention,
+                                GemmAlgorithms gemm_algorithms) {
 #if ZEROTRAIN_HAVE_CUDA
-  if (kind == BackendKind::kCuda) return make_cuda_device(host, data_group, estimate, attention);
+  if (kind == BackendKind::kCuda)
+    return make_cuda_device(host, data_group, estimate, attention, gemm_algorithms);
 #else
   (void)kind;
   (void)data_group;
   (void)estimate;
   (void)attention;  // check_attention_request refused `fused` for the CPU backend
 #endif
+  (void)gemm_algorithms;  // check_gemm_algorithms refused `timed` for the CPU backend
   EngineDevice out;
   out.backend = make_cpu_backend();
   out.summary = "cpu";

@@ -15,6 +15,7 @@
 #include "backend/attention_choice.h"
 #include "backend/backend.h"
 #include "backend/backend_choice.h"
+#include "backend/gemm_tuning.h"
 #include "comm/mpi_communicator.h"
 #include "engine/estimator.h"
 #include "model/config.h"
@@ -42,6 +43,10 @@ BackendKind resolve_engine_backend(BackendRequest requested, const std::string& 
 void check_attention_request(AttentionRequest request, BackendKind backend,
                              const std::string& command);
 
+// --gemm-algorithms: `timed` refused (naming `command`) when the backend resolves to the CPU,
+// which has no algorithms to choose from. Not collective.
+void check_gemm_algorithms(GemmAlgorithms choice, BackendKind backend, const std::string& command);
+
 // --activations (kFloat32, kBf16 or kFloat16): a 16-bit type is refused (naming `command`) unless
 // it is the precision's working type. Not collective.
 void check_activation_storage(DType storage, Precision precision, const std::string& command);
@@ -66,7 +71,10 @@ AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T);
 // when two ranks drive one GPU on any host; the agreement on the attention kernel); the
 // data-plane communicator spans `data_group` (collective over it: NCCL setup) — host's own group
 // for training, MPI_COMM_SELF for per-rank evaluation.
+// gemm_algorithms: kTimed makes the CUDA backend time its GEMMs' algorithms (checked by
+// check_gemm_algorithms before).
 EngineDevice make_engine_device(BackendKind kind, MpiCommunicator& host, MPI_Comm data_group,
-                                const MemoryEstimate& estimate, const AttentionSetup& attention);
+                                const MemoryEstimate& estimate, const AttentionSetup& attention,
+                                GemmAlgorithms gemm_algorithms = GemmAlgorithms::kHeuristic);
 
 }  // namespace zt

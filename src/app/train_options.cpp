@@ -118,6 +118,7 @@ void validate_settings(TrainOptions& o) {
                  precision_name(o.precision) + ")");
   }
   check_attention_request(o.attention_request, o.backend_kind, kCommand);
+  check_gemm_algorithms(o.gemm_algorithms, o.backend_kind, kCommand);
   validate_checkpoint_flags(o.checkpoint, kCommand);
   o.choices = parse_engine_choices(o, kCommand);
   o.choices.offload.validate(o.zero.stage);
@@ -160,6 +161,7 @@ nlohmann::json TrainOptions::to_json() const {
                                 {"min_loss_scale", loss_scale.min_loss_scale}}},
           {"backend", backend_request_name(backend)},
           {"attention", attention_request_name(attention_request)},
+          {"gemm_algorithms", gemm_algorithms_name(gemm_algorithms)},
           {"document_masking", auto_switch_name(document_masking)},
           {"activations", activation_storage_name(activations)},
           {"zero_stage", zero.stage},
@@ -300,6 +302,12 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
       "visible, else cpu)");
   add_attention_option(opts, &o.attention_request);
+  add("gemm-algorithms",
+      word_option<GemmAlgorithms>(&o.gemm_algorithms, parse_gemm_algorithms,
+                                  gemm_algorithms_name(o.gemm_algorithms)),
+      "CUDA GEMMs: heuristic (cuBLASLt's first choice) | timed (each shape's first call times "
+      "the heuristic's other answers on its own operands and keeps the fastest that computes "
+      "the same bits)");
   add_document_masking_option(opts, &o.document_masking);
   add_activations_option(opts, &o.activations);
   add("zero-stage", po::value(&o.zero.stage)->default_value(o.zero.stage), "ZeRO stage 0-3");

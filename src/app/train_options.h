@@ -14,6 +14,7 @@
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
 #include "backend/attention_choice.h"
+#include "backend/gemm_tuning.h"
 #include "comm/communicator.h"
 #include "engine/engine_spec.h"
 #include "engine/estimator.h"
@@ -40,7 +41,10 @@ struct TrainOptions : RunEngineOptions {
   int64_t eval_batches = 0;
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
-  ProfileSteps profile;        // --profile-steps A:B: kernel profile of steps A..B (off unset)
+  ProfileSteps profile;  // --profile-steps A:B: kernel profile of steps A..B (off unset)
+  // --gemm-algorithms heuristic | timed: how the CUDA GEMMs pick their cuBLASLt algorithms
+  // (backend/gemm_tuning.h); either computes the same bits.
+  GemmAlgorithms gemm_algorithms = GemmAlgorithms::kHeuristic;
   CheckpointFlags checkpoint;  // --save-every, --keep-last, --resume, ... (train_checkpointing.h)
   std::string deepspeed;       // --deepspeed FILE
   // The file's train_batch_size rule (applied once the world size is known) and the options it

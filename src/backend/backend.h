@@ -19,8 +19,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "backend/gemm_tuning.h"
 #include "backend/kernel_profile.h"
 #include "backend/phase_timeline.h"
 #include "backend/rope.h"
@@ -211,6 +213,9 @@ class Backend {
   // A recorder of this backend's device activity (`train --profile-steps`); throws zt::Error
   // saying why where there is none (the CPU backend; a CUDA build without CUPTI).
   virtual std::unique_ptr<KernelProfiler> make_kernel_profiler();
+  // --gemm-algorithms timed (backend/gemm_tuning.h): the tally of the GEMM shapes so far; none
+  // where the backend has no GEMM algorithms to choose from or was not asked to time them.
+  virtual std::optional<GemmTuningReport> gemm_tuning_report() const { return std::nullopt; }
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
   virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
   // IEEE fp16 (--precision fp16): round to nearest even, ±inf beyond 65504 (util/bf16.h's

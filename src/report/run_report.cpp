@@ -142,6 +142,20 @@ nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_mem
   return j;
 }
 
+nlohmann::json gemm_tuning_json(const GemmTuningReport& tally) {
+  return {{"shapes", tally.shapes},
+          {"timed", tally.timed},
+          {"replaced", tally.replaced},
+          {"accumulating_in_place", tally.in_place},
+          {"single_candidate", tally.single_candidate},
+          {"unreproducible", tally.unreproducible},
+          {"uninformative", tally.uninformative},
+          {"candidates", tally.candidates},
+          {"refused_other_bits", tally.refused_bits},
+          {"not_run", tally.failed},
+          {"saved_ms", tally.saved_ms}};
+}
+
 std::string report_markdown(const nlohmann::json& report) {
   auto num = [](const nlohmann::json& v, int digits) {
     return v.is_number() ? fixed(v.get<double>(), digits) : std::string("n/a");
@@ -160,6 +174,12 @@ std::string report_markdown(const nlohmann::json& report) {
   if (report.contains("host_adam"))
     md << "| host CPU AdamW, rank 0 (million parameters/s, steps after the first) | "
        << num(report["host_adam"]["params_per_s"].get<double>() / 1e6, 1) << " |\n";
+  if (report.contains("gemm_algorithms")) {
+    const nlohmann::json& gemm = report["gemm_algorithms"];
+    md << "| GEMM algorithms timed, rank 0 (shapes replaced of timed; ms saved) | "
+       << gemm.value("replaced", 0) << " of " << gemm.value("timed", 0) << "; "
+       << num(gemm["saved_ms"], 2) << " |\n";
+  }
   md << "| training time (s) | " << num(report["train_time_s"], 2) << " |\n";
   md << "| total time (s) | " << num(report["total_time_s"], 2) << " |\n\n";
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/gemm_tuning.h"
 #include "report/metrics_log.h"
 
 namespace zt {
@@ -60,6 +61,10 @@ class RunSummary {
 };
 
 // Human-readable rendering of a report.json object.
+// --gemm-algorithms timed: the tally of a rank's GEMM shapes (backend/gemm_tuning.h), as
+// report.json's `gemm_algorithms`.
+nlohmann::json gemm_tuning_json(const GemmTuningReport& tally);
+
 std::string report_markdown(const nlohmann::json& report);
 
 // Writes OUT/report.json and OUT/report.md.

@@ -86,6 +86,7 @@ struct CudaBackend::State {
   cudaStream_t stream = nullptr;
   std::unique_ptr<DeviceArena> arena;
   std::unique_ptr<LtGemm> gemm;
+  bool gemm_timed = false;  // --gemm-algorithms timed
 #if ZEROTRAIN_HAVE_CUDNN
   std::unique_ptr<CudnnAttention> fused_attention;  // --attention fused
 #endif
@@ -164,6 +165,14 @@ int64_t CudaBackend::scratch_bytes() const {
   if (state_->fused_attention) total += state_->fused_attention->workspace_bytes();
 #endif
   return total;
+}
+void CudaBackend::time_gemm_algorithms() {
+  state_->gemm->time_algorithms();
+  state_->gemm_timed = true;
+}
+std::optional<GemmTuningReport> CudaBackend::gemm_tuning_report() const {
+  if (!state_->gemm_timed) return std::nullopt;
+  return state_->gemm->tuning_report();
 }
 PhaseTimeline& CudaBackend::timeline() {
   return *state_->timeline;

@@ -176,6 +176,10 @@ class CudaBackend final : public Backend {
   PhaseTimeline& timeline() override;
   // CUPTI's activity records (cupti_kernel_profiler.h); refused on a build without CUPTI.
   std::unique_ptr<KernelProfiler> make_kernel_profiler() override;
+  // --gemm-algorithms timed: from now on each new GEMM shape times cuBLASLt's candidates on its
+  // first call (LtGemm::time_algorithms); gemm_tuning_report() then has their tally.
+  void time_gemm_algorithms();
+  std::optional<GemmTuningReport> gemm_tuning_report() const override;
   // The cudaStream_t every op runs on (as void*, to keep CUDA headers out of this header).
   void* stream_handle() const;
   int device() const;

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
+#include <functional>
 #include <string>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
 
@@ -15,6 +18,8 @@ struct LtGemm::Plan {
   cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLAS's B (our A buffer)
   cublasLtMatrixLayout_t layout_c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  int64_t calls = 0;
+  double saved_ms_per_call = 0;  // timed and replaced: the heuristic's median − the chosen's
 
   ~Plan() {
     if (layout_c) cublasLtMatrixLayoutDestroy(layout_c);
@@ -65,6 +70,124 @@ cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64
   return layout;
 }
 
+// The algorithm preferences of one GEMM: the workspace, the operands' alignments and, for a
+// 16-bit output, only split-K reductions that sum the partials in fp32.
+class Preference {
+ public:
+  Preference(size_t workspace_bytes, int64_t align_a, int64_t align_b, int64_t align_c,
+             DType c_type) {
+    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&handle_));
+    try {
+      const uint64_t workspace = workspace_bytes;
+      ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          handle_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+      const uint32_t alignments[4] = {
+          static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
+          static_cast<uint32_t>(align_c), static_cast<uint32_t>(align_c)};
+      const cublasLtMatmulPreferenceAttributes_t which[4] = {
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+      for (int i = 0; i < 4; ++i) {
+        ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(handle_, which[i], &alignments[i],
+                                                             sizeof(alignments[i])));
+      }
+      if (c_type != DType::kFloat32) {
+        // A split-K reduction in the output type would round a bf16 result more than once; only
+        // schemes that sum the partials in fp32 keep "computed in fp32, rounded once".
+        const uint32_t schemes =
+            CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            handle_, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+      }
+    } catch (...) {
+      cublasLtMatmulPreferenceDestroy(handle_);
+      throw;
+    }
+  }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(handle_); }
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+  cublasLtMatmulPreference_t get() const { return handle_; }
+
+ private:
+  cublasLtMatmulPreference_t handle_ = nullptr;
+};
+
+// Up to `count` algorithms cuBLASLt's heuristic offers for the plan, best first; none where it
+// has none. NOT_SUPPORTED: no algorithm for this problem; for a batch, INVALID_VALUE too (a
+// layout cuBLASLt refuses, such as a stride it does not take), so that the caller can fall back
+// to single GEMMs.
+std::vector<cublasLtMatmulAlgo_t> heuristic_algorithms(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t layout_a,
+    cublasLtMatrixLayout_t layout_b, cublasLtMatrixLayout_t layout_c,
+    cublasLtMatmulPreference_t preference, int count, bool batched) {
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
+  int returned = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, desc, layout_a, layout_b, layout_c, layout_c,
+                                     preference, count, results.data(), &returned);
+  const bool refused =
+      status == CUBLAS_STATUS_NOT_SUPPORTED || (batched && status == CUBLAS_STATUS_INVALID_VALUE);
+  if (!refused) ZT_CUBLAS_CHECK(status);
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < (refused ? 0 : returned); ++i)
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+      algos.push_back(results[static_cast<size_t>(i)].algo);
+  return algos;
+}
+
+// The events around each timed run: run r lies between events[r] and events[r + 1].
+struct TrialEvents {
+  cudaEvent_t events[kGemmTimedRuns + 1] = {};
+  TrialEvents() {
+    for (cudaEvent_t& e : events) {
+      const cudaError_t made = cudaEventCreate(&e);
+      if (made != cudaSuccess) {
+        release();
+        ZT_CUDA_CHECK(made);  // throws
+      }
+    }
+  }
+  ~TrialEvents() { release(); }
+  TrialEvents(const TrialEvents&) = delete;
+  TrialEvents& operator=(const TrialEvents&) = delete;
+
+ private:
+  void release() {
+    for (cudaEvent_t& e : events) {
+      if (e) cudaEventDestroy(e);
+      e = nullptr;
+    }
+  }
+};
+
+// One candidate's trial (backend/gemm_tuning.h): `run` enqueues it on `stream` (false: cuBLASLt
+// refused it), `fingerprint` waits for the stream and reads the output's fingerprint. After the
+// untimed run and its fingerprint, one more untimed run keeps the device busy while the host
+// queues the timed ones behind it, so that no interval holds the host's launch time.
+GemmCandidateTrial run_trial(cudaStream_t stream, const TrialEvents& events,
+                             const std::function<bool()>& run,
+                             const std::function<GemmFingerprint()>& fingerprint) {
+  GemmCandidateTrial trial;
+  if (!run()) return trial;
+  trial.first = fingerprint();
+  if (!run()) return GemmCandidateTrial{};
+  ZT_CUDA_CHECK(cudaEventRecord(events.events[0], stream));
+  for (int r = 0; r < kGemmTimedRuns; ++r) {
+    if (!run()) return GemmCandidateTrial{};
+    ZT_CUDA_CHECK(cudaEventRecord(events.events[r + 1], stream));
+  }
+  ZT_CUDA_CHECK(cudaEventSynchronize(events.events[kGemmTimedRuns]));
+  for (int r = 0; r < kGemmTimedRuns; ++r) {
+    float ms = 0;
+    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, events.events[r], events.events[r + 1]));
+    trial.times_ms.push_back(ms);
+  }
+  trial.last = fingerprint();
+  trial.ran = true;
+  return trial;
+}
+
 std::string describe(const RowMajorGemm& g) {
   return std::string("gemm ") + (g.transpose_a ? "Aᵀ" : "A") + "·" + (g.transpose_b ? "Bᵀ" : "B") +
          " rows=" + std::to_string(g.rows) + " cols=" + std::to_string(g.cols) +
@@ -81,10 +204,95 @@ LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes, Gem
 
 LtGemm::~LtGemm() {
   plans_.clear();
+  if (fingerprint_slot_) cudaFree(fingerprint_slot_);
   if (handle_) cublasLtDestroy(handle_);
 }
 
-const LtGemm::Plan* LtGemm::plan_for(const RowMajorGemm& g) {
+void LtGemm::time_algorithms() {
+  if (!fingerprint_slot_)
+    ZT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&fingerprint_slot_),
+                             kFingerprintWords * sizeof(*fingerprint_slot_)));
+  timing_ = true;
+}
+
+GemmTuningReport LtGemm::tuning_report() const {
+  GemmTuningReport report = report_;
+  for (const auto& [key, plan] : plans_)
+    if (plan) report.saved_ms += plan->saved_ms_per_call * static_cast<double>(plan->calls);
+  return report;
+}
+
+cublasStatus_t LtGemm::launch(const Plan& plan, const RowMajorGemm& g,
+                              const cublasLtMatmulAlgo_t& algo) {
+  const void* c_in = g.c_in != nullptr ? g.c_in : g.c;
+  return cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.layout_a, g.a, plan.layout_b,
+                        &g.beta, c_in, plan.layout_c, g.c, plan.layout_c, &algo, workspace_,
+                        workspace_bytes_, stream_);
+}
+
+GemmFingerprint LtGemm::output_fingerprint(const RowMajorGemm& g) {
+  unsigned long long sums[kFingerprintWords] = {};
+  ZT_CUDA_CHECK(cudaMemsetAsync(fingerprint_slot_, 0, sizeof(sums), stream_));
+  // Tuned GEMMs write D from β = 0 or from C in its own buffer (c_in), the baseline.
+  const void* baseline = g.beta != 0.0f ? g.c_in : nullptr;
+  launch_fingerprint(fingerprint_slot_, g.c, baseline, g.c_type, g.rows, g.cols, g.ldc, g.batch,
+                     g.stride_c, stream_);
+  ZT_CUDA_CHECK(
+      cudaMemcpyAsync(sums, fingerprint_slot_, sizeof(sums), cudaMemcpyDeviceToHost, stream_));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GemmFingerprint out;
+  out.hash = sums[0];
+  out.finite_changed = sums[1];
+  out.non_finite = sums[2];
+  return out;
+}
+
+// --gemm-algorithms timed: the heuristic's first choice tried on g's own operands, then, when its
+// output can be compared (gemm_reference_comparable), its other answers (backend/gemm_tuning.h).
+// Each trial reruns g into its own output, which only a GEMM that overwrites it from buffers it
+// does not write can do (β = 0, or C read from another buffer); one that accumulates into its
+// output keeps the heuristic's choice, untimed. The caller
+// runs g once more afterwards, with the chosen algorithm, as every later call does.
+void LtGemm::tune(Plan& plan, const RowMajorGemm& g, cublasLtMatmulPreference_t preference) {
+  GemmShapeTuning shape;
+  const bool reruns =
+      (g.beta == 0.0f || (g.c_in != nullptr && g.c_in != g.c)) && g.c != g.a && g.c != g.b;
+  std::vector<cublasLtMatmulAlgo_t> algos = {plan.algo};
+  if (reruns) {
+    for (const cublasLtMatmulAlgo_t& other :
+         heuristic_algorithms(handle_, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c,
+                              preference, kTimedCandidates, g.batch > 1))
+      if (std::memcmp(&other, &plan.algo, sizeof(other)) != 0) algos.push_back(other);
+  }
+  if (!reruns || algos.size() == 1) {
+    shape.outcome = reruns ? GemmTuningOutcome::kSingleCandidate : GemmTuningOutcome::kInPlace;
+    report_.add(shape);
+    return;
+  }
+  const TrialEvents events;
+  const auto trial = [&](const cublasLtMatmulAlgo_t& algo) {
+    const auto run = [&] {  // false: cuBLASLt does not take this algorithm here
+      const cublasStatus_t status = launch(plan, g, algo);
+      if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)
+        return false;
+      ZT_CUBLAS_CHECK(status);
+      return true;
+    };
+    return run_trial(stream_, events, run, [&] { return output_fingerprint(g); });
+  };
+  const int64_t elements = g.rows * g.cols * g.batch;
+  std::vector<GemmCandidateTrial> trials = {trial(algos[0])};
+  if (gemm_reference_comparable(trials[0], elements))
+    for (size_t i = 1; i < algos.size(); ++i) trials.push_back(trial(algos[i]));
+  shape = choose_gemm_candidate(trials, elements);
+  if (shape.outcome == GemmTuningOutcome::kReplaced) {
+    plan.algo = algos[shape.chosen];
+    plan.saved_ms_per_call = shape.heuristic_ms - shape.chosen_ms;
+  }
+  report_.add(shape);
+}
+
+LtGemm::Plan* LtGemm::plan_for(const RowMajorGemm& g) {
   ZT_CHECK(g.a_type == g.b_type, describe(g) + ": A and B must have one element type");
   const int64_t align_a = alignment_bytes(g.b, g.stride_b, g.batch, g.b_type);  // cuBLAS's A
   const int64_t align_b = alignment_bytes(g.a, g.stride_a, g.batch, g.a_type);
@@ -134,49 +342,16 @@ const LtGemm::Plan* LtGemm::plan_for(const RowMajorGemm& g) {
                                  : make_layout(g.a_type, k, n, g.lda, g.batch, g.stride_a);
   plan->layout_c = make_layout(g.c_type, m, n, g.ldc, g.batch, g.stride_c);
 
-  cublasLtMatmulPreference_t preference = nullptr;
-  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  cublasLtMatmulHeuristicResult_t result{};
-  int returned = 0;
-  try {
-    const uint64_t workspace = workspace_bytes_;
-    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
-    const uint32_t alignments[4] = {static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
-                                    static_cast<uint32_t>(align_c), static_cast<uint32_t>(align_c)};
-    const cublasLtMatmulPreferenceAttributes_t which[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; ++i) {
-      ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &alignments[i],
-                                                           sizeof(alignments[i])));
-    }
-    if (g.c_type != DType::kFloat32) {
-      // A split-K reduction in the output type would round a bf16 result more than once; only
-      // schemes that sum the partials in fp32 keep "computed in fp32, rounded once".
-      const uint32_t schemes =
-          CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-          preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
-    }
-    // NOT_SUPPORTED: no algorithm for this problem (then returned stays 0); for a batch,
-    // INVALID_VALUE too (a layout cuBLASLt refuses, such as a stride it does not take), so that
-    // the caller can fall back to single GEMMs.
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        handle_, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c,
-        preference, 1, &result, &returned);
-    const bool refused = status == CUBLAS_STATUS_NOT_SUPPORTED ||
-                         (g.batch > 1 && status == CUBLAS_STATUS_INVALID_VALUE);
-    if (!refused) ZT_CUBLAS_CHECK(status);
-  } catch (...) {
-    cublasLtMatmulPreferenceDestroy(preference);
-    throw;
-  }
-  cublasLtMatmulPreferenceDestroy(preference);
-  if (returned > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    plan->algo = result.algo;
-  } else {
+  const Preference preference(workspace_bytes_, align_a, align_b, align_c, g.c_type);
+  // What heuristic mode runs: the heuristic's first answer for one result asked.
+  const std::vector<cublasLtMatmulAlgo_t> first =
+      heuristic_algorithms(handle_, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c,
+                           preference.get(), 1, g.batch > 1);
+  if (first.empty()) {
     plan.reset();
+  } else {
+    plan->algo = first[0];
+    if (timing_) tune(*plan, g, preference.get());
   }
   return plans_.emplace(std::move(key), std::move(plan)).first->second.get();
 }
@@ -207,12 +382,10 @@ bool LtGemm::try_run(const RowMajorGemm& g) {
     }
     return true;
   }
-  const Plan* plan = plan_for(g);
+  Plan* plan = plan_for(g);
   if (plan == nullptr) return false;
-  const void* c_in = g.c_in != nullptr ? g.c_in : g.c;
-  ZT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &g.alpha, g.b, plan->layout_a, g.a,
-                                 plan->layout_b, &g.beta, c_in, plan->layout_c, g.c, plan->layout_c,
-                                 &plan->algo, workspace_, workspace_bytes_, stream_));
+  ZT_CUBLAS_CHECK(launch(*plan, g, plan->algo));
+  ++plan->calls;
   return true;
 }
 

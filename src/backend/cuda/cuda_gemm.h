@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backend/cuda/gemm_compute.h"
+#include "backend/gemm_tuning.h"
 #include "util/dtype.h"
 
 namespace zt::cuda {
@@ -67,16 +68,29 @@ class LtGemm {
   LtGemm& operator=(const LtGemm&) = delete;
 
   // Enqueues g on the stream. rows, cols or batch of 0 do nothing; inner = 0 sets D = β·C for
-  // β ∈ {0, 1} (C is c_in when set, else D itself). Heuristic results are cached per
-  // shape/alignment (the same shape always runs the same algorithm: reproducible).
+  // β ∈ {0, 1} (C is c_in when set, else D itself). The algorithm is chosen at a shape's first
+  // call and cached per shape/alignment (the same shape always runs the same algorithm:
+  // reproducible): cuBLASLt's heuristic's first choice, or under time_algorithms() the fastest of
+  // its answers that computes the same bits (backend/gemm_tuning.h).
   void run(const RowMajorGemm& g);
   // As run(), but returns false (enqueuing nothing) where cuBLASLt has no algorithm for g, so
   // that a strided batch can fall back to single GEMMs. The answer is cached with the plan.
   bool try_run(const RowMajorGemm& g);
 
+  // --gemm-algorithms timed: from now on, each new shape's first call times up to
+  // kTimedCandidates of the heuristic's answers on its own operands, waiting for the stream
+  // (docs/gpu.md, "GEMM algorithms"). Takes three device words for the output fingerprint.
+  void time_algorithms();
+  // The tally of the timed shapes, with the time saved over the calls made so far.
+  GemmTuningReport tuning_report() const;
+  static constexpr int kTimedCandidates = 8;
+
  private:
   struct Plan;
-  const Plan* plan_for(const RowMajorGemm& g);  // null: no algorithm
+  Plan* plan_for(const RowMajorGemm& g);  // null: no algorithm
+  cublasStatus_t launch(const Plan& plan, const RowMajorGemm& g, const cublasLtMatmulAlgo_t& algo);
+  GemmFingerprint output_fingerprint(const RowMajorGemm& g);  // waits for the stream
+  void tune(Plan& plan, const RowMajorGemm& g, cublasLtMatmulPreference_t preference);
 
   cudaStream_t stream_;
   void* workspace_;
@@ -84,6 +98,10 @@ class LtGemm {
   GemmCompute compute_;
   cublasLtHandle_t handle_ = nullptr;
   std::map<std::vector<int64_t>, std::unique_ptr<Plan>> plans_;  // null: no algorithm
+  bool timing_ = false;
+  static constexpr int kFingerprintWords = 3;       // hash, finite nonzero, non-finite
+  unsigned long long* fingerprint_slot_ = nullptr;  // device; under time_algorithms()
+  GemmTuningReport report_;
 };
 
 }  // namespace zt::cuda

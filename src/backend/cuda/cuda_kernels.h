@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/adam_constants.h"
+#include "util/dtype.h"
 #include "util/tensor_view.h"
 
 namespace zt::cuda {
@@ -75,6 +76,15 @@ void launch_sum_squares(double* result, double* partials, const float* x, int64_
 // out[b] = Σ x² over block b of `block` elements (the last one shorter): one CUDA block each.
 void launch_block_sum_squares(double* out, const float* x, int64_t n, int64_t block,
                               cudaStream_t stream);
+
+// ---- cuda_fingerprint.cu ----
+// out[0..2] += the fingerprint (backend/gemm_tuning.h: hash, finite changed elements, non-finite
+// ones) of `batch` row-major rows×cols matrices of `type` (fp32, bf16 or fp16), rows ld elements
+// apart, matrices `stride` apart; `baseline` (null: zeros) the C it is compared with, in the same
+// layout. out starts at zeros.
+void launch_fingerprint(unsigned long long* out, const void* data, const void* baseline, DType type,
+                        int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride,
+                        cudaStream_t stream);
 
 // ---- cuda_attention_kernels.cu ----
 // One pass of attention covers `heads` query heads of one batch entry that share the offset j in
