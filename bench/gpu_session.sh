@@ -353,7 +353,9 @@ print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1" 2>
 same_losses() {
   local a b
   a=$(losses_of "$2/metrics.jsonl") b=$(losses_of "$3/metrics.jsonl")
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then
+  if [ -z "$a" ] || [ -z "$b" ]; then
+    say "$1: not compared, a run has no losses (${a:-$2 missing} | ${b:-$3 missing})"
+  elif [ "$a" = "$b" ]; then
     say "$1: losses identical ($a)"
   else
     say "$1: losses DIFFER: [$a] vs [$b]"

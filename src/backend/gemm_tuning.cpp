@@ -71,18 +71,27 @@ GemmFingerprint gemm_output_fingerprint(const void* data, const void* baseline, 
   return out;
 }
 
-bool gemm_reference_comparable(const GemmCandidateTrial& heuristic, int64_t elements) {
+int64_t gemm_evidence_needed(const GemmOutput& output) {
+  const int64_t half = (output.elements + 1) / 2;
+  if (output.type == DType::kFloat32) return std::max<int64_t>(half, 1024);
+  if (output.adds_c) return -1;
+  return std::max<int64_t>(half,
+                           output.type == DType::kFloat16 ? int64_t{1} << 18 : int64_t{1} << 21);
+}
+
+bool gemm_reference_comparable(const GemmCandidateTrial& heuristic, const GemmOutput& output) {
+  const int64_t needed = gemm_evidence_needed(output);
   return heuristic.ran && !heuristic.times_ms.empty() &&
          heuristic.first.hash == heuristic.last.hash && heuristic.first.non_finite == 0 &&
-         2 * heuristic.first.finite_changed >= static_cast<uint64_t>(elements);
+         needed >= 0 && heuristic.first.finite_changed >= static_cast<uint64_t>(needed);
 }
 
 GemmShapeTuning choose_gemm_candidate(const std::vector<GemmCandidateTrial>& trials,
-                                      int64_t elements) {
+                                      const GemmOutput& output) {
   GemmShapeTuning out;
   if (trials.empty()) return out;
   const GemmCandidateTrial& heuristic = trials[0];
-  if (!gemm_reference_comparable(heuristic, elements)) {  // nothing to compare the others with
+  if (!gemm_reference_comparable(heuristic, output)) {  // nothing to compare the others with
     const bool repeatable =
         heuristic.ran && !heuristic.times_ms.empty() && heuristic.first.hash == heuristic.last.hash;
     out.outcome =
@@ -148,10 +157,10 @@ std::string GemmTuningReport::summary() const {
   return std::to_string(shapes) + " GEMM shapes: " + std::to_string(timed) + " timed (" +
          std::to_string(replaced) + " on a faster algorithm with the same bits, " +
          std::to_string(refused_bits) + " of " + std::to_string(candidates) +
-         " candidates refused for other bits, " + std::to_string(failed) + " not run), " +
+         " candidates refused for another summation, " + std::to_string(failed) + " not run), " +
          std::to_string(in_place) + " accumulating in place, " + std::to_string(single_candidate) +
          " with one algorithm, " + std::to_string(uninformative) +
-         " whose product left the output mostly unchanged or not finite and " +
+         " whose product changed too few finite elements to compare and " +
          std::to_string(unreproducible) + " not repeatable kept on the heuristic's choice; " +
          shortest_decimal(saved_ms) + " ms saved over the run's calls";
 }

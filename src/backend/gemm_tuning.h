@@ -77,10 +77,28 @@ struct GemmCandidateTrial {
   std::vector<double> times_ms;
 };
 
-// Whether the other candidates can be compared with the heuristic's choice, given its trial on
-// an output of `elements` elements: it ran, its two fingerprints are equal (it is repeatable),
-// every element is finite and the product changed at least half of them.
-bool gemm_reference_comparable(const GemmCandidateTrial& heuristic, int64_t elements);
+// The output the trials compare: its elements, its type, and whether C is added from a buffer of
+// its own (matmul_forward_add's residual).
+struct GemmOutput {
+  int64_t elements = 0;
+  DType type = DType::kFloat32;
+  bool adds_c = false;
+};
+
+// How many finite elements the product must change before equal bits are evidence that two
+// algorithms sum in the same order; -1: never. A reordered sum of K products differs in its last
+// fp32 bits in a good fraction of the elements (say p ≥ 1/4 for random signs), so an fp32 output
+// needs 1024 elements ((3/4)^1024 ≈ 1e-128 to miss). Rounded to 16 bits the difference shows only
+// where it crosses a rounding boundary: about 2^-16 of the elements in bf16 (8 of fp32's 24
+// significant bits kept), 2^-13 in fp16, so 2^21 and 2^18 elements expect 32 crossings (e^-32 to
+// miss). With C added in 16 bits the product's share of each element is unknown: never. And at
+// least half the elements, whatever the type.
+int64_t gemm_evidence_needed(const GemmOutput& output);
+
+// Whether the other candidates can be compared with the heuristic's choice, given its trial:
+// it ran, its two fingerprints are equal (it is repeatable), every element is finite and the
+// product changed at least gemm_evidence_needed of them.
+bool gemm_reference_comparable(const GemmCandidateTrial& heuristic, const GemmOutput& output);
 
 enum class GemmTuningOutcome {
   kKept,      // timed; no eligible candidate was faster in every run
@@ -88,28 +106,28 @@ enum class GemmTuningOutcome {
   kInPlace,   // not timed: the GEMM accumulates into its output or writes an input (a rerun would
               // change what it reads)
   kSingleCandidate,  // not timed: the heuristic offered one algorithm
-  kUnreproducible,   // the heuristic's own choice gave two fingerprints: kept, nothing comparable
-  kUninformative,    // the product left its output mostly unchanged, or it was not finite: kept
+  kUnreproducible,   // the heuristic's own choice gave two fingerprints (or did not run): kept
+  kUninformative,    // the product changed too few finite elements to compare (evidence): kept
 };
 
 struct GemmShapeTuning {
   GemmTuningOutcome outcome = GemmTuningOutcome::kKept;
   size_t chosen = 0;         // index into the trials; 0 unless replaced
   int64_t candidates = 0;    // trials besides the heuristic's choice
-  int64_t refused_bits = 0;  // candidates that ran but computed other bits
+  int64_t refused_bits = 0;  // candidates with another summation: another split of K, other bits
   int64_t failed = 0;        // candidates cuBLASLt would not run
   double heuristic_ms = 0;   // median of the heuristic's choice's timed runs
   double chosen_ms = 0;      // median of the chosen one's
 };
 
-// trials[0] is the heuristic's first choice (what --gemm-algorithms heuristic runs), on an output
-// of `elements` elements; the others are only looked at when it is comparable (above). Another
+// trials[0] is the heuristic's first choice (what --gemm-algorithms heuristic runs); the others
+// are only looked at when it is comparable on `output` (above). Another
 // candidate replaces it only when it ran, its two fingerprints equal the heuristic's first one,
 // and every one of its timed runs was faster than the heuristic's fastest: a rule that an equally
 // fast algorithm passes by chance once in C(10, 5) = 252 (harmlessly: its bits are the same).
 // Among those, the smallest median; the earliest on a tie.
 GemmShapeTuning choose_gemm_candidate(const std::vector<GemmCandidateTrial>& trials,
-                                      int64_t elements);
+                                      const GemmOutput& output);
 
 // The run's tally over its GEMM shapes, for the run's report and log.
 struct GemmTuningReport {

@@ -151,7 +151,7 @@ nlohmann::json gemm_tuning_json(const GemmTuningReport& tally) {
           {"unreproducible", tally.unreproducible},
           {"uninformative", tally.uninformative},
           {"candidates", tally.candidates},
-          {"refused_other_bits", tally.refused_bits},
+          {"refused_other_summation", tally.refused_bits},
           {"not_run", tally.failed},
           {"saved_ms", tally.saved_ms}};
 }

@@ -164,7 +164,9 @@ struct TrialEvents {
 // One candidate's trial (backend/gemm_tuning.h): `run` enqueues it on `stream` (false: cuBLASLt
 // refused it), `fingerprint` waits for the stream and reads the output's fingerprint. After the
 // untimed run and its fingerprint, one more untimed run keeps the device busy while the host
-// queues the timed ones behind it, so that no interval holds the host's launch time.
+// queues the timed ones behind it. A GEMM shorter than the host's launch time still leaves gaps
+// between the timed runs, so its intervals measure the launches; every candidate's then do, and
+// none beats the heuristic's choice in every run (short GEMMs keep it).
 GemmCandidateTrial run_trial(cudaStream_t stream, const TrialEvents& events,
                              const std::function<bool()>& run,
                              const std::function<GemmFingerprint()>& fingerprint) {
@@ -186,6 +188,28 @@ GemmCandidateTrial run_trial(cudaStream_t stream, const TrialEvents& events,
   trial.last = fingerprint();
   trial.ran = true;
   return trial;
+}
+
+// How an algorithm splits the K sum: the number of splits and how their partials are reduced.
+// Candidates are tried only when they split K as the heuristic's choice does: another split is
+// another summation order (docs/gpu.md, "GEMM algorithms").
+struct SplitOfK {
+  int32_t splits = 1;
+  uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+  bool operator==(const SplitOfK& other) const {
+    return splits == other.splits && reduction == other.reduction;
+  }
+};
+
+SplitOfK split_of_k(const cublasLtMatmulAlgo_t& algo) {
+  SplitOfK split;
+  size_t written = 0;
+  ZT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(
+      &algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split.splits, sizeof(split.splits), &written));
+  ZT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                       &split.reduction, sizeof(split.reduction),
+                                                       &written));
+  return split;
 }
 
 std::string describe(const RowMajorGemm& g) {
@@ -258,14 +282,24 @@ void LtGemm::tune(Plan& plan, const RowMajorGemm& g, cublasLtMatmulPreference_t 
   const bool reruns =
       (g.beta == 0.0f || (g.c_in != nullptr && g.c_in != g.c)) && g.c != g.a && g.c != g.b;
   std::vector<cublasLtMatmulAlgo_t> algos = {plan.algo};
+  int64_t other_split = 0;  // candidates that split K otherwise: another summation, not tried
   if (reruns) {
+    const SplitOfK reference = split_of_k(plan.algo);
     for (const cublasLtMatmulAlgo_t& other :
          heuristic_algorithms(handle_, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c,
-                              preference, kTimedCandidates, g.batch > 1))
-      if (std::memcmp(&other, &plan.algo, sizeof(other)) != 0) algos.push_back(other);
+                              preference, kTimedCandidates, g.batch > 1)) {
+      if (algos.size() == static_cast<size_t>(kTimedCandidates)) break;
+      if (std::memcmp(&other, &plan.algo, sizeof(other)) == 0) continue;
+      if (split_of_k(other) == reference) {
+        algos.push_back(other);
+      } else {
+        ++other_split;
+      }
+    }
   }
   if (!reruns || algos.size() == 1) {
     shape.outcome = reruns ? GemmTuningOutcome::kSingleCandidate : GemmTuningOutcome::kInPlace;
+    shape.candidates = shape.refused_bits = other_split;
     report_.add(shape);
     return;
   }
@@ -280,14 +314,18 @@ void LtGemm::tune(Plan& plan, const RowMajorGemm& g, cublasLtMatmulPreference_t 
     };
     return run_trial(stream_, events, run, [&] { return output_fingerprint(g); });
   };
-  const int64_t elements = g.rows * g.cols * g.batch;
+  const GemmOutput output{g.rows * g.cols * g.batch, g.c_type, g.beta != 0.0f};
   std::vector<GemmCandidateTrial> trials = {trial(algos[0])};
-  if (gemm_reference_comparable(trials[0], elements))
+  if (gemm_reference_comparable(trials[0], output))
     for (size_t i = 1; i < algos.size(); ++i) trials.push_back(trial(algos[i]));
-  shape = choose_gemm_candidate(trials, elements);
+  shape = choose_gemm_candidate(trials, output);
   if (shape.outcome == GemmTuningOutcome::kReplaced) {
     plan.algo = algos[shape.chosen];
     plan.saved_ms_per_call = shape.heuristic_ms - shape.chosen_ms;
+  }
+  if (shape.outcome == GemmTuningOutcome::kKept || shape.outcome == GemmTuningOutcome::kReplaced) {
+    shape.candidates += other_split;
+    shape.refused_bits += other_split;
   }
   report_.add(shape);
 }
