@@ -5,6 +5,7 @@
 
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/median.h"
 #include "util/word_choice.h"
 
 namespace zt {
@@ -22,13 +23,6 @@ uint32_t element_bits(const unsigned char* bytes, size_t size, size_t index) {
   uint32_t bits = 0;
   std::memcpy(&bits, bytes + index * 4, 4);
   return bits;
-}
-
-double median(std::vector<double> times) {
-  if (times.empty()) return 0;
-  std::sort(times.begin(), times.end());
-  const size_t half = times.size() / 2;
-  return times.size() % 2 == 1 ? times[half] : 0.5 * (times[half - 1] + times[half]);
 }
 
 }  // namespace
@@ -79,11 +73,19 @@ int64_t gemm_evidence_needed(const GemmOutput& output) {
                            output.type == DType::kFloat16 ? int64_t{1} << 18 : int64_t{1} << 21);
 }
 
+namespace {
+
+// It ran and gave its output's bits twice.
+bool repeatable(const GemmCandidateTrial& trial) {
+  return trial.ran && !trial.times_ms.empty() && trial.first.hash == trial.last.hash;
+}
+
+}  // namespace
+
 bool gemm_reference_comparable(const GemmCandidateTrial& heuristic, const GemmOutput& output) {
   const int64_t needed = gemm_evidence_needed(output);
-  return heuristic.ran && !heuristic.times_ms.empty() &&
-         heuristic.first.hash == heuristic.last.hash && heuristic.first.non_finite == 0 &&
-         needed >= 0 && heuristic.first.finite_changed >= static_cast<uint64_t>(needed);
+  return repeatable(heuristic) && heuristic.first.non_finite == 0 && needed >= 0 &&
+         heuristic.first.finite_changed >= static_cast<uint64_t>(needed);
 }
 
 GemmShapeTuning choose_gemm_candidate(const std::vector<GemmCandidateTrial>& trials,
@@ -92,10 +94,8 @@ GemmShapeTuning choose_gemm_candidate(const std::vector<GemmCandidateTrial>& tri
   if (trials.empty()) return out;
   const GemmCandidateTrial& heuristic = trials[0];
   if (!gemm_reference_comparable(heuristic, output)) {  // nothing to compare the others with
-    const bool repeatable =
-        heuristic.ran && !heuristic.times_ms.empty() && heuristic.first.hash == heuristic.last.hash;
-    out.outcome =
-        repeatable ? GemmTuningOutcome::kUninformative : GemmTuningOutcome::kUnreproducible;
+    out.outcome = repeatable(heuristic) ? GemmTuningOutcome::kUninformative
+                                        : GemmTuningOutcome::kUnreproducible;
     return out;
   }
   out.candidates = static_cast<int64_t>(trials.size()) - 1;

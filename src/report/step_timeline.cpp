@@ -6,6 +6,7 @@
 
 #include "io/fs_util.h"
 #include "util/error.h"
+#include "util/median.h"
 
 namespace zt {
 
@@ -28,12 +29,6 @@ void pack(const StepPhases& p, double* out) {
 
 StepPhases unpack(const double* in) {
   return {static_cast<int64_t>(in[0]), in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8]};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string fixed(double v, int digits) {
