@@ -14,9 +14,10 @@ void Backend::matmul_forward_batch(const TensorView* ys, ConstTensorView x,
 
 void Backend::matmul_weight_grad_batch(float* const* dws, const ConstTensorView* dys,
                                        ConstTensorView x, int64_t count, int64_t M, int64_t N,
-                                       int64_t K) {
+                                       int64_t K, GradWrite write) {
   for (int64_t i = 0; i < count; ++i)
-    if (dws[i]) matmul_backward(TensorView(), dws[i], dys[i], x, ConstTensorView(), M, N, K, false);
+    if (dws[i])
+      matmul_backward(TensorView(), dws[i], dys[i], x, ConstTensorView(), M, N, K, false, write);
 }
 
 void Backend::to_fp16(uint16_t*, const float*, int64_t) {

@@ -12,7 +12,9 @@
 // that cannot store a type in some op throws zt::Error naming the op and the type.
 //
 // Conventions: "=" overwrites the output, "+=" accumulates into it. Gradients of parameters are
-// always accumulated (+=) in fp32, so micro-batches add up without extra copies. Every reduction
+// accumulated (+=) in fp32, so micro-batches add up without extra copies; the weight-gradient
+// products may instead overwrite (GradWrite::kAssign), so that a micro-batch's first write needs
+// no zeroed buffer. Every reduction
 // is deterministic: the same inputs give bitwise-identical outputs on every call, whatever the
 // number of threads.
 #pragma once
@@ -31,6 +33,11 @@
 #include "util/tensor_view.h"
 
 namespace zt {
+
+// How a weight-gradient product meets its fp32 buffer: kAdd accumulates (dw += product), kAssign
+// overwrites (dw = product; bitwise what kAdd gives on a zeroed buffer, except that an element
+// whose product is −0 stays −0 instead of becoming +0).
+enum class GradWrite { kAdd, kAssign };
 
 struct AdamWHyper {
   float lr = 1e-3f;
@@ -51,11 +58,11 @@ class Backend {
   // y[M,N] = x[M,K] · w[N,K]ᵀ
   virtual void matmul_forward(TensorView y, ConstTensorView x, ConstTensorView w, int64_t M,
                               int64_t N, int64_t K) = 0;
-  // dx[M,K] (= or += per accumulate_dx) dy[M,N] · w[N,K];   dw[N,K] += dy[M,N]ᵀ · x[M,K]
-  // dx or dw may be null to skip that product.
+  // dx[M,K] (= or += per accumulate_dx) dy[M,N] · w[N,K];
+  // dw[N,K] (+= or = per dw_write) dy[M,N]ᵀ · x[M,K]. dx or dw may be null to skip that product.
   virtual void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                                ConstTensorView w, int64_t M, int64_t N, int64_t K,
-                               bool accumulate_dx) = 0;
+                               bool accumulate_dx, GradWrite dw_write) = 0;
 
   // ---- linear layer onto a residual: y = residual + x · Wᵀ (the o and down projections) ----
   // y[M,N] = residual[M,N] + x[M,K]·w[N,K]ᵀ: the product summed in fp32, the widened residual
@@ -76,11 +83,11 @@ class Backend {
   virtual void matmul_forward_batch(const TensorView* ys, ConstTensorView x,
                                     const ConstTensorView* ws, int64_t count, int64_t M, int64_t N,
                                     int64_t K);
-  // dws[i][N,K] += dys[i][M,N]ᵀ · x[M,K] (fp32) for i < count whose dws[i] is not null (a frozen
-  // weight): matmul_backward's dw product, batched like matmul_forward_batch.
+  // dws[i][N,K] (+= or = per write) dys[i][M,N]ᵀ · x[M,K] (fp32) for i < count whose dws[i] is
+  // not null (a frozen weight): matmul_backward's dw product, batched like matmul_forward_batch.
   virtual void matmul_weight_grad_batch(float* const* dws, const ConstTensorView* dys,
                                         ConstTensorView x, int64_t count, int64_t M, int64_t N,
-                                        int64_t K);
+                                        int64_t K, GradWrite write);
 
   // ---- bias of a linear layer: y = x · Wᵀ + b (q/k/v/o biases of Qwen2 and attention_bias) ----
   // y[M,N] += b[N], read and added in fp32, rounded once (after matmul_forward's own rounding).

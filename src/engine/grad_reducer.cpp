@@ -44,11 +44,10 @@ MemoryPlan GradReducer::plan(int64_t max_padded_group, int64_t bucket_elements, 
   return p;
 }
 
-float* GradReducer::acquire_bucket(int64_t padded, bool zeroed) {
+float* GradReducer::acquire_bucket(int64_t padded) {
   Slot& s = slots_[next_slot_];
   if (s.busy) drain(s);
   ZT_CHECK(static_cast<size_t>(padded) <= s.bucket.size(), "gradient bucket too small");
-  if (zeroed) be_.zero(s.bucket.data(), padded);
   current_ = &s;
   return s.bucket.data();
 }

@@ -37,8 +37,9 @@ class GradReducer {
                          int num_slots, bool own_buckets, bool reduce_scatter);
 
   // A full-group fp32 buffer (padded size) the model may write a group's gradients into; the
-  // slot is free (its previous reduction drained). Zeroed when `zeroed`.
-  float* acquire_bucket(int64_t padded, bool zeroed);
+  // slot is free (its previous reduction drained). Not zeroed: it holds what an earlier group
+  // left, and the backward overwrites it whole (GradWrite::kAssign).
+  float* acquire_bucket(int64_t padded);
   // Starts reducing `padded` elements at `grads` (the acquired bucket, or a caller-owned
   // accumulator in all-reduce/store modes); `dest` receives the shard (null for all-reduce).
   // `on_landed`, if set, runs once the result has landed in `dest` (offload: copy it to host).

@@ -186,15 +186,17 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     const GroupPartition& p = part(g);
     const ConstTensorView params = u.params;
     float* full_grads = grads[static_cast<size_t>(g)].data();
-    // This unit's backward, its gradient group's (+=) into `into`.
-    auto backward = [&](float* into) {
-      if (adapters_train)
-        model.backward_group(unit, params, nullptr, u.embedding, embedding_grads, u.adapters, into);
-      else
-        model.backward_group(unit, params, into, u.embedding, embedding_grads, u.adapters);
+    // This unit's backward, its gradient group's into `into`: added (+=), or (kAssign) written
+    // over whatever the buffer held, the padding past the group's tensors zeroed here.
+    auto backward = [&](float* into, GradWrite write) {
+      model.backward_group(unit, params, adapters_train ? nullptr : into, u.embedding,
+                           embedding_grads, u.adapters, adapters_train ? into : nullptr, write);
+      const int64_t numel = model.layout().groups()[static_cast<size_t>(g)].numel;
+      if (into && write == GradWrite::kAssign && p.padded > numel)
+        be.zero(into + numel, p.padded - numel);
     };
     if (!trains(g)) {  // only the input gradient (and, tied, the head's share of the embedding's)
-      backward(nullptr);
+      backward(nullptr, GradWrite::kAdd);
       release_use(u);
       use = u.next;
       continue;
@@ -205,21 +207,30 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
       const float* shard = own_grads(g);
       landed = [this, g, shard] { offloader->gradient_ready(g, shard); };
     }
+    // No gradient buffer is zeroed for a step: the first micro-batch's backward overwrites the
+    // accumulator (or its reduced shard lands by a store), each micro-batch's bucket is written
+    // whole. Tied, the embedding's gradient collects the head's share first and is added to.
+    const bool first = micro_batch == 0;
+    const bool tied_embedding = tied() && g == 0;
     if (reduces_each_micro_batch()) {
-      float* bucket = tied() && g == 0 ? embedding_grads : reducer->acquire_bucket(p.padded, true);
-      backward(bucket);
+      float* bucket = tied_embedding ? embedding_grads : reducer->acquire_bucket(p.padded);
+      backward(bucket, tied_embedding ? GradWrite::kAdd : GradWrite::kAssign);
       if (invariant())  // this micro-batch's leaf of the tree (offload: land_invariant_gradients)
         reducer->start(GradReducer::Mode::kReduceScatterStore, bucket, p.padded,
                        leaf + shard_offset[static_cast<size_t>(g)]);
       else
-        reducer->start(GradReducer::Mode::kReduceScatterAccumulate, bucket, p.padded, full_grads,
-                       std::move(landed));
+        reducer->start(first ? GradReducer::Mode::kReduceScatterStore
+                             : GradReducer::Mode::kReduceScatterAccumulate,
+                       bucket, p.padded, full_grads, std::move(landed));
     } else {
-      if (tied() && g == 0) {  // one addition per element, as every other group's
-        backward(embedding_grads);
-        be.add_inplace(full_grads, embedding_grads, p.padded);
+      if (tied_embedding) {  // one addition per element after the first, as every other group's
+        backward(embedding_grads, GradWrite::kAdd);
+        if (first)
+          dev.copy(full_grads, embedding_grads, static_cast<size_t>(p.padded) * sizeof(float));
+        else
+          be.add_inplace(full_grads, embedding_grads, p.padded);
       } else {
-        backward(full_grads);
+        backward(full_grads, first ? GradWrite::kAssign : GradWrite::kAdd);
       }
       if (last && traits.reduction == GradReduction::kAllReduceAfterLast)
         reducer->start(GradReducer::Mode::kAllReduce, full_grads, p.padded, nullptr);
@@ -340,7 +351,6 @@ StepStats ZeroEngine::train_step(const std::vector<const int32_t*>& inputs,
   I.d2h_at_step_start = I.copier->device_to_host_bytes();
   I.h2d_at_step_start = I.copier->host_to_device_bytes();
   I.intervals.reset();
-  for (auto& g : I.grads) I.be.zero(g.data(), static_cast<int64_t>(g.size()));
   const int64_t accum = static_cast<int64_t>(inputs.size());
   StepStats stats;
   stats.tokens = model_.tokens_per_micro_batch() * accum * I.world;

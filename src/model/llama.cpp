@@ -283,14 +283,57 @@ void LlamaModel::forward_group(int g, ConstTensorView params, bool training, flo
 
 void LlamaModel::backward_group(int g, ConstTensorView params, float* grads,
                                 ConstTensorView embedding, float* embedding_grads,
-                                ConstTensorView adapters, float* adapter_grads) {
+                                ConstTensorView adapters, float* adapter_grads, GradWrite write) {
+  const bool layer = g != layout_.embed_group() && g != layout_.head_group();
+  ZT_CHECK(layer || adapter_grads == nullptr, "backward_group: only a decoder layer has adapters");
+  if (write == GradWrite::kAssign) {
+    if (grads) zero_unassigned_grads(g, grads);
+    if (adapter_grads) zero_unassigned_grads(layout_.adapter_group(g - 1), adapter_grads);
+  }
   if (g == layout_.embed_group()) {
     embed_backward(grads);
   } else if (g == layout_.head_group()) {
-    head_backward(params, grads, embedding, embedding_grads);
+    head_backward(params, grads, embedding, embedding_grads, write);
   } else {
-    layer_backward(g - 1, params, grads, adapters, adapter_grads);
+    layer_backward(g - 1, params, grads, adapters, adapter_grads, write);
   }
+}
+
+// Whether one weight-gradient GEMM of the backward writes all of t's gradient, so that kAssign can
+// overwrite it: the projections (one product each per micro-batch), the untied head (its first
+// chunk's product) and the LoRA adapters. The embedding's scatter, the norms' and the biases'
+// sums add into zeros instead.
+static bool gemm_writes_gradient(const TensorInfo& t) {
+  switch (t.role) {
+    case TensorRole::kQProj:
+    case TensorRole::kKProj:
+    case TensorRole::kVProj:
+    case TensorRole::kOProj:
+    case TensorRole::kGateProj:
+    case TensorRole::kUpProj:
+    case TensorRole::kDownProj:
+    case TensorRole::kLmHead:
+    case TensorRole::kLoraA:
+    case TensorRole::kLoraB:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void LlamaModel::zero_unassigned_grads(int g, float* grads) {
+  const GroupInfo& group = layout_.groups()[static_cast<size_t>(g)];
+  int64_t begin = 0;  // the start of the run of elements no GEMM assigns
+  auto zero_until = [&](int64_t end) {
+    if (end > begin) be_.zero(grads + begin, end - begin);
+  };
+  for (int i : group.tensors) {  // in offset order
+    const TensorInfo& t = layout_.tensors()[static_cast<size_t>(i)];
+    if (!gemm_writes_gradient(t) || !trainable_.trains(i)) continue;
+    zero_until(t.offset);
+    begin = t.offset + t.numel;
+  }
+  zero_until(group.numel);
 }
 
 // ---- embedding: x = table[tokens];  dtable[tok] += dx ----
@@ -370,9 +413,10 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   lora_forward(layer, LoraTarget::kDown, out, A.h, adapters);
 }
 
-// On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated.
+// On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated, or
+// the GEMMs' assigned (kAssign: backward_group zeroed the rest).
 void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
-                                ConstTensorView adapters, float* adapter_grads) {
+                                ConstTensorView adapters, float* adapter_grads, GradWrite write) {
   if (ac_.is_checkpointed(layer))
     layer_forward(layer, params, true, adapters);  // recompute from the input
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
@@ -398,25 +442,27 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   };
 
   // MLP: out = x2 + (silu(gate)·up)·Wdᵀ
-  be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false);
-  lora_backward(layer, LoraTarget::kDown, t_.dh, t_.dresid, A.h, adapters, adapter_grads);
+  be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false,
+                      write);
+  lora_backward(layer, LoraTarget::kDown, t_.dh, t_.dresid, A.h, adapters, adapter_grads, write);
   be_.swiglu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F);
   // dxn = dgate·Wg + dup·Wu; dWg += dgateᵀ·xn2 and dWu += dupᵀ·xn2 as one batch
-  be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false);
-  be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true);
-  lora_backward(layer, LoraTarget::kGate, t_.dxn, t_.dgate, A.xn2, adapters, adapter_grads);
-  lora_backward(layer, LoraTarget::kUp, t_.dxn, t_.dup, A.xn2, adapters, adapter_grads);
+  be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false, write);
+  be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true, write);
+  lora_backward(layer, LoraTarget::kGate, t_.dxn, t_.dgate, A.xn2, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kUp, t_.dxn, t_.dup, A.xn2, adapters, adapter_grads, write);
   float* const gate_up_grads[] = {grad(TensorRole::kGateProj), grad(TensorRole::kUpProj)};
   const ConstTensorView gate_up_dys[] = {t_.dgate, t_.dup};
-  be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D);
+  be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D, write);
   // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
                        A.rstd2, M_, D);
   // attention: x2 = (x + att·Woᵀ) + bo;  dbo += Σ_rows ∂L/∂x2
   if (P.bo && grad(TensorRole::kOBias))
     be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
-  be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false);
-  lora_backward(layer, LoraTarget::kO, t_.datt, t_.dresid, A.att, adapters, adapter_grads);
+  be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false,
+                      write);
+  lora_backward(layer, LoraTarget::kO, t_.datt, t_.dresid, A.att, adapters, adapter_grads, write);
   const int32_t* doc_start = document_starts();
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
                          hd, doc_start);
@@ -438,9 +484,10 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   auto linear_backward = [&](ConstTensorView dy, TensorRole w, ConstTensorView W, TensorRole b,
                              ConstTensorView bias, int64_t N, bool accumulate, bool batched) {
     if (bias && grad(b)) be_.bias_backward(grad(b), dy, M_, N);
-    be_.matmul_backward(t_.dxn, batched ? nullptr : grad(w), dy, A.xn1, W, M_, N, D, accumulate);
+    be_.matmul_backward(t_.dxn, batched ? nullptr : grad(w), dy, A.xn1, W, M_, N, D, accumulate,
+                        write);
     const auto target = static_cast<LoraTarget>(lora_target_of(w));
-    lora_backward(layer, target, t_.dxn, dy, A.xn1, adapters, adapter_grads);
+    lora_backward(layer, target, t_.dxn, dy, A.xn1, adapters, adapter_grads, write);
   };
   // q's weight gradient joins k's and v's batch when it has their shape and its output gradient
   // stays put (a q/k norm's backward writes both into datt, one after the other).
@@ -456,125 +503,11 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
                               grad(TensorRole::kVProj)};
   const ConstTensorView qkv_dys[] = {dq, dk, t_.dv};
   const int first = q_batched ? 0 : 1;
-  be_.matmul_weight_grad_batch(qkv_grads + first, qkv_dys + first, A.xn1, 3 - first, M_, KV, D);
+  be_.matmul_weight_grad_batch(qkv_grads + first, qkv_dys + first, A.xn1, 3 - first, M_, KV, D,
+                               write);
   // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
                        M_, D);
-}
-
-// ---- head: xf = rms(x_L)·gF; logits = xf·Whᵀ; loss = CE(logits, targets) ----
-// Rows go in chunks of head_chunk_ (t_.logits holds one chunk), never all [B·T, V] at once.
-// Evaluation (the forward alone), per chunk of rows R:
-//   logits_R = xf_R·Whᵀ;  loss_R = CE(logits_R)
-// Training fuses the linear and the cross-entropy with their backward (no logits kept, none
-// computed twice): the forward stops at xf, and the head's backward, which the engine runs right
-// after, takes each chunk once, through
-//   logits_R = xf_R·Whᵀ;  loss_R, dlogits_R = CE(logits_R) (in place)
-//   dxf_R = dlogits_R·Wh;  dWh += dlogits_Rᵀ·xf_R
-// so a training micro-batch's losses exist only after the head's backward (head_pending_).
-// Tied embeddings: Wh is the embedding table E, and dE collects dWh here and the embedding
-// backward's scatter-add later (one parameter, one gradient).
-void LlamaModel::head_logits(ConstTensorView head, int64_t r0, int64_t rows) {
-  const int64_t D = config_.hidden_size, V = config_.vocab_size;
-  be_.matmul_forward(t_.logits, t_.final_norm_out.at(r0 * D), head, rows, V, D);
-}
-
-ConstTensorView LlamaModel::head_weight(ConstTensorView params, ConstTensorView embedding) const {
-  if (!layout_.tied_embeddings()) return params.at(layout_.tensor(TensorRole::kLmHead).offset);
-  ZT_CHECK(static_cast<bool>(embedding),
-           "tied embeddings: the head needs the embedding group's parameters");
-  return embedding.at(layout_.tensor(TensorRole::kEmbedding).offset);
-}
-
-void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding, bool training,
-                              float grad_scale) {
-  const int64_t D = config_.hidden_size, V = config_.vocab_size;
-  const ConstTensorView norm = params.at(layout_.tensor(TensorRole::kFinalNorm).offset);
-  const ConstTensorView head = head_weight(params, embedding);
-  be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
-                      static_cast<float>(config_.rms_norm_eps));
-  head_grad_scale_ = grad_scale;
-  head_pending_ = training;
-  head_evaluated_ = !training;
-  if (training) return;  // the chunks run in head_backward, once
-  for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
-    const int64_t rows = std::min(head_chunk_, M_ - r0);
-    head_logits(head, r0, rows);
-    be_.cross_entropy(t_.losses + r0, TensorView(), t_.logits, tokens_.data() + M_ + r0, rows, V,
-                      grad_scale);
-  }
-}
-
-void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensorView embedding,
-                               float* embedding_grads) {
-  const int64_t D = config_.hidden_size, V = config_.vocab_size;
-  const TensorInfo& norm_t = layout_.tensor(TensorRole::kFinalNorm);
-  const TensorInfo& head_t = layout_.tensor(TensorRole::kLmHead);
-  const ConstTensorView head = head_weight(params, embedding);
-  const bool head_trains = trainable_.trains(layout_.index_of(head_t));
-  ZT_CHECK(!layout_.tied_embeddings() || !head_trains || embedding_grads != nullptr,
-           "tied embeddings: the head's backward needs the embedding group's gradients");
-  // Tied: dWh is the embedding's gradient, which its own backward adds to later. Null when the
-  // head's weight is frozen: the product is skipped.
-  float* head_grads = !head_trains                ? nullptr
-                      : layout_.tied_embeddings() ? embedding_grads + head_t.offset
-                                                  : grads + head_t.offset;
-  ZT_CHECK(head_pending_,
-           "LlamaModel: the head's backward needs a training forward of the head first");
-  for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
-    const int64_t rows = std::min(head_chunk_, M_ - r0);
-    head_logits(head, r0, rows);
-    be_.cross_entropy(t_.losses + r0, t_.logits, t_.logits, tokens_.data() + M_ + r0, rows, V,
-                      head_grad_scale_);
-    be_.matmul_backward(t_.dxn.at(r0 * D), head_grads, t_.logits, t_.final_norm_out.at(r0 * D),
-                        head, rows, V, D, false);
-  }
-  head_pending_ = false;
-  be_.zero(t_.dresid, M_ * D);
-  float* norm_grads = trainable_.trains(layout_.index_of(norm_t)) ? grads + norm_t.offset : nullptr;
-  be_.rmsnorm_backward(t_.dresid, norm_grads, t_.dxn, t_.resid.back(), params.at(norm_t.offset),
-                       t_.final_rstd, M_, D);
-}
-
-double sum_token_losses(const float* losses, int64_t n) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i) s += losses[i];
-  return s;
-}
-
-void LlamaModel::check_losses_written() const {
-  ZT_CHECK(!head_pending_,
-           "LlamaModel: a training micro-batch's losses exist after the head's backward");
-}
-
-const float* LlamaModel::token_losses() const {
-  check_losses_written();
-  return t_.losses;
-}
-
-double LlamaModel::loss_sum() const {
-  check_losses_written();
-  std::vector<float> losses(static_cast<size_t>(M_));
-  be_.device_memory().to_host(losses.data(), t_.losses, losses.size() * sizeof(float));
-  return sum_token_losses(losses.data(), M_);
-}
-
-std::vector<float> LlamaModel::logits() const {
-  ZT_CHECK(head_evaluated_, "LlamaModel::logits(): only an evaluation forward keeps the logits");
-  ZT_CHECK(head_chunks() == 1, "LlamaModel::logits(): the head runs in " +
-                                   std::to_string(head_chunks()) +
-                                   " chunks; only one chunk keeps every logit");
-  return widened_to_host(be_.device_memory(), t_.logits, M_ * config_.vocab_size);
-}
-
-std::vector<float> LlamaModel::logits_row(int64_t row) const {
-  ZT_CHECK(head_evaluated_,
-           "LlamaModel::logits_row(): only an evaluation forward keeps the logits");
-  ZT_CHECK(head_chunks() == 1 && row >= 0 && row < M_,
-           "LlamaModel::logits_row(" + std::to_string(row) + "): rows [0, " + std::to_string(M_) +
-               ") in one head chunk (the head runs in " + std::to_string(head_chunks()) + ")");
-  return widened_to_host(be_.device_memory(), t_.logits.at(row * config_.vocab_size),
-                         config_.vocab_size);
 }
 
 }  // namespace zt

@@ -151,9 +151,14 @@ class LlamaModel {
   // A frozen tensor's gradient is never computed (set_trainable): its product is skipped and its
   // range of grads is left as it is; grads may be null when the whole group is frozen, and
   // embedding_grads when the embedding is.
+  // write = kAssign: grads (or adapter_grads) need not be zeroed: every element of the group's
+  // layout range [0, numel) is overwritten with this micro-batch's gradient (a frozen tensor's
+  // range and every gradient no GEMM assigns, norms, biases, the embedding, with zeros first),
+  // bitwise what kAdd leaves in a zeroed buffer but for −0 (backend.h GradWrite); the padding past
+  // numel is the caller's. embedding_grads is always added to.
   void backward_group(int g, ConstTensorView params, float* grads, ConstTensorView embedding = {},
                       float* embedding_grads = nullptr, ConstTensorView adapters = {},
-                      float* adapter_grads = nullptr);
+                      float* adapter_grads = nullptr, GradWrite write = GradWrite::kAdd);
 
   // LoRA dropout (backend/dropout_hash.h): the seed of the masks, and the global index of the
   // next micro-batch's first token (its position in the run's data order, the same at every
@@ -192,19 +197,23 @@ class LlamaModel {
   void layer_forward(int layer, ConstTensorView params, bool recompute,
                      ConstTensorView adapters = {});
   void layer_backward(int layer, ConstTensorView params, float* grads, ConstTensorView adapters,
-                      float* adapter_grads);
+                      float* adapter_grads, GradWrite write);
+  // kAssign's first half: zeros in group g's gradient ranges that no weight-gradient GEMM of its
+  // backward assigns (gradients of other ops, frozen tensors, gaps).
+  void zero_unassigned_grads(int g, float* grads);
   // LoRA on one projection y = x·Wᵀ of `layer` (model/llama_lora.cpp); nothing when `target` has
   // no adapter. Forward: y += s·(x·Aᵀ)·Bᵀ. Backward: dB += dyᵀ·u, dA += duᵀ·x, dx += du·A.
   void lora_forward(int layer, LoraTarget target, TensorView y, ConstTensorView x,
                     ConstTensorView adapters);
   void lora_backward(int layer, LoraTarget target, TensorView dx, ConstTensorView dy,
-                     ConstTensorView x, ConstTensorView adapters, float* adapter_grads);
+                     ConstTensorView x, ConstTensorView adapters, float* adapter_grads,
+                     GradWrite write);
   void embed_forward(ConstTensorView params);
   void embed_backward(float* grads);
   void head_forward(ConstTensorView params, ConstTensorView embedding, bool training,
                     float grad_scale);
   void head_backward(ConstTensorView params, float* grads, ConstTensorView embedding,
-                     float* embedding_grads);
+                     float* embedding_grads, GradWrite write);
   // The head's weight [V, D] and where its gradient accumulates: lm_head in the head group, or
   // (tied) the embedding table and its gradient.
   ConstTensorView head_weight(ConstTensorView params, ConstTensorView embedding) const;

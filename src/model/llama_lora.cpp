@@ -67,7 +67,8 @@ void LlamaModel::lora_forward(int layer, LoraTarget target, TensorView y, ConstT
 }
 
 void LlamaModel::lora_backward(int layer, LoraTarget target, TensorView dx, ConstTensorView dy,
-                               ConstTensorView x, ConstTensorView adapters, float* adapter_grads) {
+                               ConstTensorView x, ConstTensorView adapters, float* adapter_grads,
+                               GradWrite write) {
   const int a = layout_.lora_tensor(layer, static_cast<int>(target), false);
   if (a < 0) return;
   const int b = layout_.lora_tensor(layer, static_cast<int>(target), true);
@@ -80,18 +81,20 @@ void LlamaModel::lora_backward(int layer, LoraTarget target, TensorView dx, Cons
   const auto [out, in] = projection_shape(config_, target);
   const int64_t r = config_.lora.rank;
   const ConstTensorView u = acts_for(layer).lora[static_cast<size_t>(target)];
-  be_.matmul_backward(t_.lora_du, grad(tb), dy, u, adapters.at(tb.offset), M_, out, r, false);
+  be_.matmul_backward(t_.lora_du, grad(tb), dy, u, adapters.at(tb.offset), M_, out, r, false,
+                      write);
   be_.scale_inplace(t_.lora_du, config_.lora.scale(), M_ * r);
   const ConstTensorView xd = lora_input(layer, target, x, in);
   if (xd.data == x.data) {  // no dropout: dx += du·A and dA += duᵀ·x in one call
-    be_.matmul_backward(dx, grad(ta), t_.lora_du, x, adapters.at(ta.offset), M_, r, in, true);
+    be_.matmul_backward(dx, grad(ta), t_.lora_du, x, adapters.at(ta.offset), M_, r, in, true,
+                        write);
     return;
   }
   be_.matmul_backward(TensorView(), grad(ta), t_.lora_du, xd, adapters.at(ta.offset), M_, r, in,
-                      false);
+                      false, write);
   // dx += mask·(du·A)/(1−p), through the dropped input's buffer (d(x) is no longer needed).
   be_.matmul_backward(t_.lora_dropped, nullptr, t_.lora_du, xd, adapters.at(ta.offset), M_, r, in,
-                      false);
+                      false, GradWrite::kAdd);
   be_.dropout_forward(t_.lora_dropped, t_.lora_dropped, M_, in,
                       static_cast<float>(config_.lora.dropout),
                       dropout_stream(dropout_seed_, layer, static_cast<int>(target)), first_token_);

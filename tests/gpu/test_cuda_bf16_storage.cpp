@@ -131,11 +131,11 @@ TEST_F(CudaBf16Storage, MatmulForwardBackward) {
     std::vector<float> dw = dw0;
     cpu_.matmul_forward(y.host.data(), x.host.data(), w.host.data(), M, N, K);
     cpu_.matmul_backward(dx.host.data(), dw.data(), dy.host.data(), x.host.data(), w.host.data(), M,
-                         N, K, /*accumulate_dx=*/true);
+                         N, K, /*accumulate_dx=*/true, GradWrite::kAdd);
     DeviceBuffer<float> d_dw(dw0);
     gpu_->matmul_forward(y.device.get(), x.device.get(), w.device.get(), M, N, K);
     gpu_->matmul_backward(dx.device.get(), d_dw.get(), dy.device.get(), x.device.get(),
-                          w.device.get(), M, N, K, true);
+                          w.device.get(), M, N, K, true, GradWrite::kAdd);
     EXPECT_TRUE(close(y.gpu(), y.cpu(), kRoundedTolerance, "y"));
     EXPECT_TRUE(close(dx.gpu(), dx.cpu(), kRoundedTolerance, "dx (+=)"));
     EXPECT_TRUE(close(d_dw.download(), dw, kFp32Tolerance, "dw (fp32 +=)"));

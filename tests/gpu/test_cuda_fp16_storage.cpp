@@ -109,11 +109,11 @@ TEST_F(CudaFp16Storage, MatmulAndCrossEntropy) {
   std::vector<float> dw = dw0;
   cpu_.matmul_forward(y.cpu_view(), x.cpu_view(), w.cpu_view(), M, N, K);
   cpu_.matmul_backward(dx.cpu_view(), dw.data(), dy.cpu_view(), x.cpu_view(), w.cpu_view(), M, N, K,
-                       true);
+                       true, GradWrite::kAdd);
   DeviceBuffer<float> d_dw(dw0);
   gpu_->matmul_forward(y.gpu_view(), x.gpu_view(), w.gpu_view(), M, N, K);
   gpu_->matmul_backward(dx.gpu_view(), d_dw.get(), dy.gpu_view(), x.gpu_view(), w.gpu_view(), M, N,
-                        K, true);
+                        K, true, GradWrite::kAdd);
   EXPECT_TRUE(close(y.gpu(), y.cpu(), kRoundedTolerance, "y"));
   EXPECT_TRUE(close(dx.gpu(), dx.cpu(), kRoundedTolerance, "dx (+=)"));
   EXPECT_TRUE(close(d_dw.download(), dw, kFp32Tolerance, "dw (fp32 +=)"));

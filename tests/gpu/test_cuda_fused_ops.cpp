@@ -38,7 +38,7 @@ TEST_P(CudaBatchedGemm, ForwardAndWeightGradMatchCpuBatchedOrNot) {
     cpu_.matmul_forward(y.data() + i * M * N, x.data(), w.data() + i * N * K, M, N, K);
     if (i != 1)  // weight 1 is frozen below
       cpu_.matmul_backward(nullptr, dw.data() + i * N * K, dy.data() + i * M * N, x.data(), nullptr,
-                           M, N, K, false);
+                           M, N, K, false, GradWrite::kAdd);
   }
   DeviceBuffer<float> d_x(x), d_w(w), d_dy(dy);
   // evenly spaced outputs: one strided batch; outputs in reverse order: single GEMMs.
@@ -61,7 +61,7 @@ TEST_P(CudaBatchedGemm, ForwardAndWeightGradMatchCpuBatchedOrNot) {
       dws[i] = i == 1 ? nullptr : d_dw.get() + (reversed ? count - 1 - i : i) * N * K;
     }
     gpu_->matmul_forward_batch(ys, d_x.get(), ws, count, M, N, K);
-    gpu_->matmul_weight_grad_batch(dws, dys, d_x.get(), count, M, N, K);
+    gpu_->matmul_weight_grad_batch(dws, dys, d_x.get(), count, M, N, K, GradWrite::kAdd);
     std::vector<float> want_y = y, want_dw = dw;
     if (reversed) {  // slot count-1-i holds product i
       for (int64_t i = 0; i < count; ++i) {

@@ -34,20 +34,21 @@ TEST_P(CudaGemm, LinearForwardBackward) {
     for (bool accumulate : {false, true}) {
       std::vector<float> y(M * N), dx = dx0, dw = dw0;
       cpu_.matmul_forward(y.data(), x.data(), w.data(), M, N, K);
-      cpu_.matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), M, N, K,
-                           accumulate);
+      cpu_.matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), M, N, K, accumulate,
+                           GradWrite::kAdd);
       DeviceBuffer<float> d_x(x), d_w(w), d_dy(dy), d_y(M * N), d_dx(M * K), d_dw(dw0);
       if (accumulate) d_dx.upload(dx0);  // "=" leaves the poison to be overwritten
       gpu_->matmul_forward(d_y.get(), d_x.get(), d_w.get(), M, N, K);
       gpu_->matmul_backward(d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(), M, N, K,
-                            accumulate);
+                            accumulate, GradWrite::kAdd);
       EXPECT_TRUE(close(d_y.download(), y, rtol, "y"));
       EXPECT_TRUE(close(d_dx.download(), dx, rtol, accumulate ? "dx +=" : "dx ="));
       EXPECT_TRUE(close(d_dw.download(), dw, rtol, "dw +="));
       // Determinism: the same products again give the same bits.
       DeviceBuffer<float> d_y2(M * N), d_dw2(dw0);
       gpu_->matmul_forward(d_y2.get(), d_x.get(), d_w.get(), M, N, K);
-      gpu_->matmul_backward(nullptr, d_dw2.get(), d_dy.get(), d_x.get(), d_w.get(), M, N, K, false);
+      gpu_->matmul_backward(nullptr, d_dw2.get(), d_dy.get(), d_x.get(), d_w.get(), M, N, K, false,
+                            GradWrite::kAdd);
       EXPECT_TRUE(bitwise_equal(d_y2.download(), d_y.download(), "y run 2"));
       EXPECT_TRUE(bitwise_equal(d_dw2.download(), d_dw.download(), "dw run 2"));
     }

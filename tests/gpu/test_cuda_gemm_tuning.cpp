@@ -68,7 +68,7 @@ std::vector<std::vector<uint16_t>> linear_outputs(cuda::CudaBackend& gpu, int64_
   DeviceBuffer<float> dw(random_floats(N * K, seed + 4));
   gpu.matmul_forward(y.gpu_view(), x.gpu_view(), w.gpu_view(), M, N, K);
   gpu.matmul_backward(dx.gpu_view(), dw.get(), dy.gpu_view(), x.gpu_view(), w.gpu_view(), M, N, K,
-                      false);
+                      false, GradWrite::kAdd);
   gpu.matmul_forward_add(y2.gpu_view(), x.gpu_view(), w.gpu_view(), r.gpu_view(), M, N, K);
   gpu.synchronize();
   const auto bits = [](const auto& t) {

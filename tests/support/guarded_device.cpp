@@ -190,15 +190,15 @@ class GuardedBackend final : public Backend {
     be_.matmul_forward_add(y, x, w, residual, M, N, K);
   }
   void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
-                       ConstTensorView w, int64_t M, int64_t N, int64_t K,
-                       bool accumulate_dx) override {
+                       ConstTensorView w, int64_t M, int64_t N, int64_t K, bool accumulate_dx,
+                       GradWrite dw_write) override {
     need(dx, M * K, "matmul_backward dx");
     need(dw, N * K, "matmul_backward dw");
     need(dy, M * N, "matmul_backward dy");
     need(x, M * K, "matmul_backward x");
     need(w, N * K, "matmul_backward w");
     GuardedDeviceMemory::Access a(mem_);
-    be_.matmul_backward(dx, dw, dy, x, w, M, N, K, accumulate_dx);
+    be_.matmul_backward(dx, dw, dy, x, w, M, N, K, accumulate_dx, dw_write);
   }
   void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) override {
     need(y, M * N, "bias_forward y");

@@ -66,9 +66,9 @@ TEST(ActivationStorage, EveryOpRoundsItsOutputOnce) {
     be->matmul_forward(yb.data(), x.bf16.data(), w.f32.data(), M, N, D);
     expect_rounded(yb, y32, "matmul_forward y");
     be->matmul_backward(dx32.data(), dw32.data(), dy.f32.data(), x.f32.data(), w.f32.data(), M, N,
-                        D, true);
+                        D, true, GradWrite::kAdd);
     be->matmul_backward(dxb.data(), dwb.data(), dy.bf16.data(), x.bf16.data(), w.f32.data(), M, N,
-                        D, true);
+                        D, true, GradWrite::kAdd);
     expect_rounded(dxb, dx32, "matmul_backward dx (+=)");
     EXPECT_EQ(dwb, dw32) << "matmul_backward dw (fp32)";
   }

@@ -107,18 +107,18 @@ TEST_P(BatchedOps, MatmulWeightGradBatchAccumulatesEachAndSkipsFrozen) {
   std::vector<float> batched0 = start, batched1 = start, alone0 = start, alone1 = start;
   float* const dws[] = {batched0.data(), nullptr};
   const ConstTensorView dys[] = {dy0.view(), dy1.view()};
-  be->matmul_weight_grad_batch(dws, dys, x.view(), 2, M, N, K);
+  be->matmul_weight_grad_batch(dws, dys, x.view(), 2, M, N, K, GradWrite::kAdd);
   be->matmul_backward(TensorView(), alone0.data(), dy0.view(), x.view(), ConstTensorView(), M, N, K,
-                      false);
+                      false, GradWrite::kAdd);
   EXPECT_EQ(batched0, alone0);
   EXPECT_NE(batched0, start);
   EXPECT_EQ(batched1, start);  // frozen: untouched
   float* const both[] = {batched0.data(), batched1.data()};
-  be->matmul_weight_grad_batch(both, dys, x.view(), 2, M, N, K);
+  be->matmul_weight_grad_batch(both, dys, x.view(), 2, M, N, K, GradWrite::kAdd);
   be->matmul_backward(TensorView(), alone0.data(), dy0.view(), x.view(), ConstTensorView(), M, N, K,
-                      false);
+                      false, GradWrite::kAdd);
   be->matmul_backward(TensorView(), alone1.data(), dy1.view(), x.view(), ConstTensorView(), M, N, K,
-                      false);
+                      false, GradWrite::kAdd);
   EXPECT_EQ(batched0, alone0);
   EXPECT_EQ(batched1, alone1);
 }

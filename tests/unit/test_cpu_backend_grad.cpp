@@ -41,13 +41,15 @@ TEST(CpuBackendGrad, Matmul) {
     return weighted_sum(r, y);
   };
   std::vector<float> dx(M * K, 123.0f), dw(N * K, 0.25f);
-  be->matmul_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), M, N, K, false);
+  be->matmul_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), M, N, K, false,
+                      GradWrite::kAdd);
   expect_gradient_matches("dx", x, dx, objective, kLinearStep, kLinearTol);
   expect_gradient_matches("dw", w, minus(dw, 0.25f), objective, kLinearStep, kLinearTol);
 
   // accumulate_dx adds onto dx; a null dw is skipped.
   std::vector<float> dx_acc(M * K, 1.0f);
-  be->matmul_backward(dx_acc.data(), nullptr, r.data(), x.data(), w.data(), M, N, K, true);
+  be->matmul_backward(dx_acc.data(), nullptr, r.data(), x.data(), w.data(), M, N, K, true,
+                      GradWrite::kAdd);
   expect_gradient_matches("dx (+=)", x, minus(dx_acc, 1.0f), objective, kLinearStep, kLinearTol);
 }
 

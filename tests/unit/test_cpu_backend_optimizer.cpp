@@ -168,7 +168,8 @@ TEST(CpuBackendDeterminism, MatmulAcrossThreadCounts) {
   auto run = [&] {
     std::vector<float> y(M * N), dx(M * K), dw(N * K, 0.0f);
     be->matmul_forward(y.data(), x.data(), w.data(), M, N, K);
-    be->matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), M, N, K, false);
+    be->matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), M, N, K, false,
+                        GradWrite::kAdd);
     y.insert(y.end(), dx.begin(), dx.end());
     y.insert(y.end(), dw.begin(), dw.end());
     return y;
@@ -200,11 +201,12 @@ TEST(CpuBackendDeterminism, MatmulRowsDoNotDependOnTheBatch) {
   const auto dy = random_normal(M * N, 58);
   std::vector<float> y(M * N), dx(M * K), y_parts(M * N), dx_parts(M * K);
   be->matmul_forward(y.data(), x.data(), w.data(), M, N, K);
-  be->matmul_backward(dx.data(), nullptr, dy.data(), x.data(), w.data(), M, N, K, false);
+  be->matmul_backward(dx.data(), nullptr, dy.data(), x.data(), w.data(), M, N, K, false,
+                      GradWrite::kAdd);
   for (int64_t r0 : {int64_t{0}, half}) {
     be->matmul_forward(y_parts.data() + r0 * N, x.data() + r0 * K, w.data(), half, N, K);
     be->matmul_backward(dx_parts.data() + r0 * K, nullptr, dy.data() + r0 * N, x.data() + r0 * K,
-                        w.data(), half, N, K, false);
+                        w.data(), half, N, K, false, GradWrite::kAdd);
   }
   EXPECT_EQ(std::memcmp(y.data(), y_parts.data(), y.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(dx.data(), dx_parts.data(), dx.size() * sizeof(float)), 0);

@@ -96,10 +96,11 @@ void CpuBackend::matmul_forward_add(TensorView y, ConstTensorView x, ConstTensor
   y32.commit();
 }
 
-// Backward: dx[M,K] (= or +=) dy[M,N] · w[N,K];  dw[N,K] += dy[M,N]ᵀ · x[M,K].
+// Backward: dx[M,K] (= or +=) dy[M,N] · w[N,K];  dw[N,K] (+= or =) dy[M,N]ᵀ · x[M,K].
+// β = 0 has OpenBLAS clear C before it adds the product, the very sums β = 1 adds to zeros.
 void CpuBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                                  ConstTensorView w, int64_t M, int64_t N, int64_t K,
-                                 bool accumulate_dx) {
+                                 bool accumulate_dx, GradWrite dw_write) {
   const Fp32Input dy32(dy, M * N);
   if (dx) {
     const Fp32Input w32(w, N * K);
@@ -111,7 +112,8 @@ void CpuBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, C
   }
   if (dw) {
     const Fp32Input x32(x, M * K);
-    sgemm(true, false, N, K, M, 1.0f, dy32.get(), N, x32.get(), K, 1.0f, dw, K);
+    sgemm(true, false, N, K, M, 1.0f, dy32.get(), N, x32.get(), K,
+          dw_write == GradWrite::kAdd ? 1.0f : 0.0f, dw, K);
   }
 }
 

@@ -46,8 +46,8 @@ class CpuBackend final : public Backend {
   void matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
                           ConstTensorView residual, int64_t M, int64_t N, int64_t K) override;
   void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
-                       ConstTensorView w, int64_t M, int64_t N, int64_t K,
-                       bool accumulate_dx) override;
+                       ConstTensorView w, int64_t M, int64_t N, int64_t K, bool accumulate_dx,
+                       GradWrite dw_write) override;
 
   void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) override;
   void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override;

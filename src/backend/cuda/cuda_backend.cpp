@@ -238,12 +238,13 @@ RowMajorGemm forward_gemm(void* y, DType y_type, ConstTensorView x, ConstTensorV
   return g;
 }
 
-// Weight gradient: dw[N,K] += dy[M,N]ᵀ·x[M,K] (fp32).
+// Weight gradient: dw[N,K] += dy[M,N]ᵀ·x[M,K] (fp32), β = 1; or dw = (β = 0) with kAssign.
 RowMajorGemm weight_grad_gemm(float* dw, ConstTensorView dy, ConstTensorView x, int64_t M,
-                              int64_t N, int64_t K) {
+                              int64_t N, int64_t K, GradWrite write) {
   RowMajorGemm g;
   g.transpose_a = true;
-  g.rows = N, g.cols = K, g.inner = M, g.beta = 1.0f;
+  g.rows = N, g.cols = K, g.inner = M;
+  g.beta = write == GradWrite::kAdd ? 1.0f : 0.0f;
   g.a = dy.data, g.lda = N, g.b = x.data, g.ldb = K, g.c = dw, g.ldc = K;
   g.a_type = dy.dtype, g.b_type = x.dtype, g.c_type = DType::kFloat32;
   return g;
@@ -281,10 +282,10 @@ void CudaBackend::matmul_forward_add(TensorView y, ConstTensorView x, ConstTenso
   state_->gemm->run(g);
 }
 
-// dx[M,K] (= or +=) dy[M,N]·w[N,K];  dw[N,K] += dy[M,N]ᵀ·x[M,K] (fp32)
+// dx[M,K] (= or +=) dy[M,N]·w[N,K];  dw[N,K] (+= or =) dy[M,N]ᵀ·x[M,K] (fp32)
 void CudaBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
                                   ConstTensorView w, int64_t M, int64_t N, int64_t K,
-                                  bool accumulate_dx) {
+                                  bool accumulate_dx, GradWrite dw_write) {
   if (dx) {
     check_operands("matmul_backward", "dy", dy, "w", w);
     RowMajorGemm g;
@@ -295,7 +296,7 @@ void CudaBackend::matmul_backward(TensorView dx, float* dw, ConstTensorView dy, 
   }
   if (dw) {
     check_operands("matmul_backward", "dy", dy, "x", x);
-    state_->gemm->run(weight_grad_gemm(dw, dy, x, M, N, K));
+    state_->gemm->run(weight_grad_gemm(dw, dy, x, M, N, K, dw_write));
   }
 }
 
@@ -317,11 +318,11 @@ void CudaBackend::matmul_forward_batch(const TensorView* ys, ConstTensorView x,
   Backend::matmul_forward_batch(ys, x, ws, count, M, N, K);
 }
 
-// dws[i] += dys[i]ᵀ·x over the trainable i: the weight-gradient GEMM with batch = their count,
-// x at stride 0.
+// dws[i] (+= or =) dys[i]ᵀ·x over the trainable i: the weight-gradient GEMM with batch = their
+// count, x at stride 0.
 void CudaBackend::matmul_weight_grad_batch(float* const* dws, const ConstTensorView* dys,
                                            ConstTensorView x, int64_t count, int64_t M, int64_t N,
-                                           int64_t K) {
+                                           int64_t K, GradWrite write) {
   std::vector<ConstTensorView> trained_dws, trained_dys;
   float* first_dw = nullptr;
   for (int64_t i = 0; i < count; ++i) {
@@ -335,13 +336,13 @@ void CudaBackend::matmul_weight_grad_batch(float* const* dws, const ConstTensorV
     const auto dy_stride = batch_stride(trained_dys, 1);
     if (dw_stride && dy_stride) {
       check_operands("matmul_weight_grad_batch", "dy", trained_dys[0], "x", x);
-      RowMajorGemm g = weight_grad_gemm(first_dw, trained_dys[0], x, M, N, K);
+      RowMajorGemm g = weight_grad_gemm(first_dw, trained_dys[0], x, M, N, K, write);
       g.batch = static_cast<int64_t>(trained_dws.size());
       g.stride_a = *dy_stride, g.stride_b = 0, g.stride_c = *dw_stride;
       if (state_->gemm->try_run(g)) return;
     }
   }
-  Backend::matmul_weight_grad_batch(dws, dys, x, count, M, N, K);
+  Backend::matmul_weight_grad_batch(dws, dys, x, count, M, N, K, write);
 }
 
 // ---- RMSNorm ----

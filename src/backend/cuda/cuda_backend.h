@@ -107,14 +107,15 @@ class CudaBackend final : public Backend {
   void matmul_forward_add(TensorView y, ConstTensorView x, ConstTensorView w,
                           ConstTensorView residual, int64_t M, int64_t N, int64_t K) override;
   void matmul_backward(TensorView dx, float* dw, ConstTensorView dy, ConstTensorView x,
-                       ConstTensorView w, int64_t M, int64_t N, int64_t K,
-                       bool accumulate_dx) override;
+                       ConstTensorView w, int64_t M, int64_t N, int64_t K, bool accumulate_dx,
+                       GradWrite dw_write) override;
   // One strided-batched GEMM (the shared input at stride 0) where backend/gemm_batch.h allows
   // it and cuBLASLt has an algorithm; otherwise one GEMM each, as the base class does.
   void matmul_forward_batch(const TensorView* ys, ConstTensorView x, const ConstTensorView* ws,
                             int64_t count, int64_t M, int64_t N, int64_t K) override;
   void matmul_weight_grad_batch(float* const* dws, const ConstTensorView* dys, ConstTensorView x,
-                                int64_t count, int64_t M, int64_t N, int64_t K) override;
+                                int64_t count, int64_t M, int64_t N, int64_t K,
+                                GradWrite write) override;
 
   void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
                        int64_t D, float eps) override;
