@@ -36,7 +36,7 @@ namespace zt {
 
 // How a weight-gradient product meets its fp32 buffer: kAdd accumulates (dw += product), kAssign
 // overwrites (dw = product; bitwise what kAdd gives on a zeroed buffer, except that an element
-// whose product is −0 stays −0 instead of becoming +0).
+// whose product is −0 may stay −0 where the addition gives +0: equal values).
 enum class GradWrite { kAdd, kAssign };
 
 struct AdamWHyper {

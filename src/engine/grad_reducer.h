@@ -4,8 +4,9 @@
 //   reduce_bucket_size elements of the group (per-rank chunks of the shard range, packed when the
 //   bucket is smaller than the group).
 // Results land when the slot is drained: stage 1 writes the reduced shard into the full
-// accumulator at the rank's offset, stages 2/3 add it into the fp32 shard accumulator. Every
-// buffer is device memory: packing, landing and zeroing go through the backend.
+// accumulator at the rank's offset, stages 2/3 store it into the fp32 shard accumulator at a
+// step's first micro-batch and add it there after. Nothing here is zeroed: the backward writes a
+// bucket whole. Every buffer is device memory: packing and landing go through the backend.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -81,9 +81,10 @@ struct ZeroEngine::Impl {
   TrackedBuffer<double> group_sumsq;  // [groups] Σ grad² of the own range, read once per step
   TrackedBuffer<float> compute;       // fp32 upcast of the group being computed (upcasts_params)
   // Tied embeddings: the embedding's fp32 upcast while the head computes (upcasts_params), and
-  // the embedding's gradient bucket of the micro-batch, filled by the head's backward and then
-  // the embedding's own: reduced like a bucket (stages 2/3) or added to the accumulator in one
-  // addition per element (stages 0/1), as every other group's micro-batch gradient is.
+  // the embedding's gradient bucket of the micro-batch (zeroed, then filled by the head's
+  // backward and the embedding's own): reduced like a bucket (stages 2/3) or, at stages 0/1,
+  // copied into the accumulator at a step's first micro-batch and added in one addition per
+  // element after, as every other group's micro-batch gradient is.
   TrackedBuffer<float> tied_compute, tied_grads;
   // LoRA: the fp32 upcast of a layer's adapter group while the layer computes (upcasts_params).
   TrackedBuffer<float> adapter_compute;

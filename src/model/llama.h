@@ -149,7 +149,7 @@ class LlamaModel {
   // embeddings: the head's weight gradient goes (+=) into `embedding_grads`, the embedding
   // group's gradient buffer (the engine passes the same buffer to the embedding's backward).
   // A frozen tensor's gradient is never computed (set_trainable): its product is skipped and its
-  // range of grads is left as it is; grads may be null when the whole group is frozen, and
+  // range of grads is left as it is (kAdd); grads may be null when the whole group is frozen, and
   // embedding_grads when the embedding is.
   // write = kAssign: grads (or adapter_grads) need not be zeroed: every element of the group's
   // layout range [0, numel) is overwritten with this micro-batch's gradient (a frozen tensor's

@@ -1,9 +1,11 @@
-// The cuBLASLt paths against the CPU backend: the linear layer (forward, dx = / +=, dw +=) and
+// The cuBLASLt paths against the CPU backend: the linear layer (forward, dx = / +=, dw += / =) and
 // causal GQA attention (forward, lse, backward), each with bf16 tensor-core compute (rtol 1e-2)
 // and exact fp32 compute (rtol 1e-5), ragged shapes (T not a multiple of 32), several attention
 // passes (small scratch), and two runs bitwise equal.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -53,6 +55,40 @@ TEST_P(CudaGemm, LinearForwardBackward) {
       EXPECT_TRUE(bitwise_equal(d_dw2.download(), d_dw.download(), "dw run 2"));
     }
   }
+}
+
+// GradWrite::kAssign (β = 0) into a buffer of NaN against kAdd into zeros and the CPU: the engine
+// writes a micro-batch's weight gradients over whatever a buffer held (no gradient buffer is
+// zeroed), alone and as one strided batch with a frozen weight between two trained ones.
+TEST_P(CudaGemm, WeightGradientAssignOverwritesWhateverTheBufferHeld) {
+  const double rtol = tolerance(GetParam());
+  const int64_t M = 130, N = 48, K = 64, count = 3;
+  const auto x = random_floats(M * K, 41), dy = random_floats(count * M * N, 42);
+  const std::vector<float> nan(count * N * K, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> want(count * N * K, 0.0f);
+  for (int64_t i = 0; i < count; ++i)
+    cpu_.matmul_backward(nullptr, want.data() + i * N * K, dy.data() + i * M * N, x.data(), nullptr,
+                         M, N, K, false, GradWrite::kAdd);
+  DeviceBuffer<float> d_x(x), d_dy(dy), d_added(std::vector<float>(N * K, 0.0f)), d_assigned(nan);
+  gpu_->matmul_backward(nullptr, d_added.get(), d_dy.get(), d_x.get(), nullptr, M, N, K, false,
+                        GradWrite::kAdd);
+  gpu_->matmul_backward(nullptr, d_assigned.get(), d_dy.get(), d_x.get(), nullptr, M, N, K, false,
+                        GradWrite::kAssign);
+  const std::vector<float> first(want.begin(), want.begin() + N * K);
+  EXPECT_TRUE(close(d_assigned.download(), first, rtol, "dw = (one GEMM)"));
+  EXPECT_TRUE(close(d_assigned.download(), d_added.download(), rtol, "dw = against dw += 0"));
+  // The batch: weights 0 and 2 assigned, weight 1 frozen keeps its NaN.
+  DeviceBuffer<float> d_batch(nan);
+  float* dws[count] = {d_batch.get(), nullptr, d_batch.get() + 2 * N * K};
+  const ConstTensorView dys[count] = {d_dy.get(), d_dy.get() + M * N, d_dy.get() + 2 * M * N};
+  gpu_->matmul_weight_grad_batch(dws, dys, d_x.get(), count, M, N, K, GradWrite::kAssign);
+  const std::vector<float> got = d_batch.download();
+  for (int64_t i : {int64_t{0}, int64_t{2}}) {
+    const std::vector<float> slot(got.begin() + i * N * K, got.begin() + (i + 1) * N * K),
+        ref(want.begin() + i * N * K, want.begin() + (i + 1) * N * K);
+    EXPECT_TRUE(close(slot, ref, rtol, "batched dw = " + std::to_string(i)));
+  }
+  EXPECT_TRUE(std::isnan(got[N * K])) << "the frozen weight's buffer was written";
 }
 
 struct AttentionCase {

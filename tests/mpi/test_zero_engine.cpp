@@ -306,18 +306,29 @@ TEST_F(ZeroEngineTest, CheckpointingIsBitwiseIdentical) {
   EXPECT_EQ(plain.master, selective.master) << "selective, tied, frozen, fp16";
 }
 
-// One rank: every micro-batch's gradient enters the accumulator as one addition per element,
-// whether the accumulator is the full buffer (stages 0/1) or a shard fed from a zeroed bucket
-// (stages 2/3), so every stage adds the same floats in the same order and gives the same bits.
+// One rank: the first micro-batch's gradient is written into the accumulator, every later one
+// enters it as one addition per element, whether the accumulator is the full buffer (stages 0/1)
+// or a shard fed from a bucket (stages 2/3), so every stage adds the same floats in the same order
+// and gives the same bits. Over steps, a gradient left from the step before (no buffer is zeroed)
+// would show; also with tied embeddings (stages 0/1 collect the embedding's gradient in a buffer
+// of their own) and a group partly frozen (its frozen range).
 TEST_F(ZeroEngineTest, SingleRankStagesAreBitwiseIdentical) {
-  EngineOptions o;
-  o.precision = Precision::kBf16;
-  const RunResult ref = run(self_, o);
-  for (int stage = 1; stage <= 3; ++stage) {
-    o.stage = stage;
-    const RunResult got = run(self_, o);
-    EXPECT_EQ(got.losses, ref.losses) << "stage " << stage;
-    EXPECT_EQ(got.master, ref.master) << "stage " << stage;
+  for (const bool tied : {false, true}) {
+    for (const bool partly_frozen : {false, true}) {
+      EngineOptions o;
+      o.precision = Precision::kBf16;
+      o.tied = tied;
+      if (partly_frozen) o.freeze = {"layers\\.0\\.self_attn\\.q_proj", "model\\.norm"};
+      const std::string what =
+          std::string(tied ? "tied, " : "") + (partly_frozen ? "partly frozen, " : "") + "stage ";
+      const RunResult ref = run(self_, o);
+      for (int stage = 1; stage <= 3; ++stage) {
+        o.stage = stage;
+        const RunResult got = run(self_, o);
+        EXPECT_EQ(got.losses, ref.losses) << what << stage;
+        EXPECT_EQ(got.master, ref.master) << what << stage;
+      }
+    }
   }
 }
 

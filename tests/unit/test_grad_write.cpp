@@ -6,6 +6,7 @@
 // chunks, LoRA's adapters with and without dropout) and for frozen tensors (zeros).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -78,18 +79,23 @@ struct BackwardCase {
   ModelConfig config;
   std::vector<std::string> trainable, freeze;  // --trainable / --freeze patterns
   int64_t head_chunk_rows = 0;
+  ActivationCheckpointing ac = {};
 };
 
-// A backward of one training micro-batch as the ZeRO engine runs it: unit by unit from the head
-// down to the lowest that trains, a layer's adapters with it; tied, the embedding's gradient
-// collects the head's share in a zeroed buffer of its own and is added to. Every gradient buffer
-// first holds `fill`; groups that do not train keep it.
-std::vector<std::vector<float>> micro_batch_gradients(const BackwardCase& s, GradWrite write,
+// Backwards of training micro-batches as the ZeRO engine runs them at stages 0/1: unit by unit
+// from the head down to the lowest that trains, a layer's adapters with it, micro-batch m written
+// with writes[m] into one accumulator per group. Tied, the embedding's gradient collects the
+// head's share in a buffer of its own, zeroed for each micro-batch, and is copied (kAssign) or
+// added into the accumulator, as the engine does: group 0 of a tied model is the same in both
+// runs by construction, and a tied case checks the head group's kAssign and that the tied head's
+// product adds. Every buffer first holds `fill`; groups that do not train keep it.
+std::vector<std::vector<float>> accumulated_gradients(const BackwardCase& s,
+                                                      const std::vector<GradWrite>& writes,
                                                       float fill) {
   auto be = make_cpu_backend();
   MemoryTracker memory;
   const int64_t B = 2, T = 12;
-  LlamaModel model(s.config, *be, memory, B, T, {}, s.head_chunk_rows);
+  LlamaModel model(s.config, *be, memory, B, T, s.ac, s.head_chunk_rows);
   const ParamLayout& layout = model.layout();
   const TrainableSet trainable = TrainableSet::from_patterns(layout, s.trainable, s.freeze);
   model.set_trainable(trainable);
@@ -107,32 +113,38 @@ std::vector<std::vector<float>> micro_batch_gradients(const BackwardCase& s, Gra
     }
     grads[g].assign(params[g].size(), fill);
   }
-  std::vector<int32_t> tokens(2 * B * T);
-  for (size_t i = 0; i < tokens.size(); ++i)
-    tokens[i] = static_cast<int32_t>((i * 37 + 5) % s.config.vocab_size);
-  model.set_batch(tokens.data(), tokens.data() + B * T);
   const bool tied = layout.tied_embeddings();
   auto adapter_group = [&](int u) { return u > 0 && u < head ? layout.adapter_group(u - 1) : -1; };
   auto view = [&](int g) { return g < 0 ? ConstTensorView() : ConstTensorView(params[g].data()); };
-  for (int u = 0; u < U; ++u)
-    model.forward_group(u, params[u].data(), true, 1.0f / static_cast<float>(B * T),
-                        u == head && tied ? view(0) : ConstTensorView(), view(adapter_group(u)));
-  const bool embedding_trains = trainable.group_trains(layout, 0);
-  std::vector<float> embedding_grads(params[0].size(), 0.0f);
-  float* tied_grads = tied && embedding_trains ? embedding_grads.data() : nullptr;
-  for (int u = U - 1; u >= trainable.lowest_backward_group(layout); --u) {
-    const int a = adapter_group(u);
-    const bool adapters_train = a >= 0 && trainable.group_trains(layout, a);
-    float* own = !adapters_train && trainable.group_trains(layout, u) ? grads[u].data() : nullptr;
-    if (tied && u == 0) {
-      model.backward_group(0, params[0].data(), tied_grads, {}, nullptr, {}, nullptr,
-                           GradWrite::kAdd);
-      if (own) grads[0] = embedding_grads;
-      continue;
+  std::vector<float> embedding_grads(params[0].size(), fill);
+  float* tied_grads = tied && trainable.group_trains(layout, 0) ? embedding_grads.data() : nullptr;
+  for (size_t m = 0; m < writes.size(); ++m) {
+    std::vector<int32_t> tokens(2 * B * T);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<int32_t>((i * 37 + 5 + 11 * m) % s.config.vocab_size);
+    model.set_batch(tokens.data(), tokens.data() + B * T);
+    model.set_batch_position(static_cast<int64_t>(m) * B * T);
+    for (int u = 0; u < U; ++u)
+      model.forward_group(u, params[u].data(), true, 1.0f / static_cast<float>(B * T),
+                          u == head && tied ? view(0) : ConstTensorView(), view(adapter_group(u)));
+    std::fill(embedding_grads.begin(), embedding_grads.end(), 0.0f);
+    for (int u = U - 1; u >= trainable.lowest_backward_group(layout); --u) {
+      const int a = adapter_group(u);
+      const bool adapters_train = a >= 0 && trainable.group_trains(layout, a);
+      float* own = !adapters_train && trainable.group_trains(layout, u) ? grads[u].data() : nullptr;
+      if (tied && u == 0) {
+        model.backward_group(0, params[0].data(), tied_grads, {}, nullptr, {}, nullptr,
+                             GradWrite::kAdd);
+        for (size_t i = 0; own && i < embedding_grads.size(); ++i)
+          own[i] =
+              writes[m] == GradWrite::kAssign ? embedding_grads[i] : own[i] + embedding_grads[i];
+        continue;
+      }
+      model.backward_group(u, params[u].data(), own,
+                           u == head && tied ? view(0) : ConstTensorView(),
+                           u == head ? tied_grads : nullptr, view(a),
+                           adapters_train ? grads[a].data() : nullptr, writes[m]);
     }
-    model.backward_group(u, params[u].data(), own, u == head && tied ? view(0) : ConstTensorView(),
-                         u == head ? tied_grads : nullptr, view(a),
-                         adapters_train ? grads[a].data() : nullptr, write);
   }
   return grads;
 }
@@ -152,14 +164,20 @@ std::vector<BackwardCase> backward_cases() {
   qwen3.qkv_bias = qwen3.o_bias = qwen3.qk_norm = true;
   ModelConfig no_gqa = tiny;  // q joins k and v's batch
   no_gqa.num_kv_heads = no_gqa.num_heads;
+  ModelConfig no_gqa_biases = no_gqa;
+  no_gqa_biases.qkv_bias = no_gqa_biases.o_bias = true;
+  const ActivationCheckpointing every_layer{1, false, false}, selective{0, false, true};
   return {
       {"every tensor, the head in 3 chunks", tiny, {}, {}, 8},
       {"tied embeddings", tied, {}, {}, 8},
       {"tied embeddings, the embedding frozen", tied, {}, {"embed_tokens"}, 0},
       {"biases and q/k norms", qwen3, {}, {}, 0},
       {"q, k and v in one batch", no_gqa, {}, {}, 0},
+      {"q, k and v in one batch, with biases", no_gqa_biases, {}, {}, 0},
       {"frozen tensors inside trained groups", tiny, {}, {"layers\\.1\\.mlp", "norm", "q_proj"}, 0},
       {"the head alone", tiny, {"lm_head"}, {}, 0},
+      {"full activation checkpointing", tiny, {}, {}, 0, every_layer},
+      {"selective activation checkpointing, q/k norms", qwen3, {}, {}, 0, selective},
       {"LoRA q,v", with_lora(tiny, {"q_proj", "v_proj"}, 0.0), {}, {}, 0},
       {"LoRA all-linear with dropout and lm_head",
        with_lora(tiny, {"all-linear"}, 0.1),
@@ -171,14 +189,26 @@ std::vector<BackwardCase> backward_cases() {
        {},
        {"0.*lora_B"},
        0},
+      {"LoRA with dropout, one A frozen",
+       with_lora(tiny, {"q_proj", "down_proj"}, 0.1),
+       {},
+       {"layers\\.1\\..*down_proj\\.lora_A"},
+       0},
+      {"LoRA on a tied model, the embedding training",
+       with_lora(tied, {"all-linear"}, 0.0),
+       {"embed_tokens"},
+       {},
+       0},
   };
 }
 
+// The engine's micro-batches at stages 0/1: the first written over NaN, the second added, against
+// both added into zeros.
 TEST(GradWrite, AssignedMicroBatchGradientsAreTheAddedOnesAndFrozenRangesZero) {
   for (const BackwardCase& s : backward_cases()) {
     SCOPED_TRACE(s.name);
-    const auto added = micro_batch_gradients(s, GradWrite::kAdd, 0.0f);
-    const auto assigned = micro_batch_gradients(s, GradWrite::kAssign, kNaN);
+    const auto added = accumulated_gradients(s, {GradWrite::kAdd, GradWrite::kAdd}, 0.0f);
+    const auto assigned = accumulated_gradients(s, {GradWrite::kAssign, GradWrite::kAdd}, kNaN);
     const ParamLayout layout(s.config);
     const TrainableSet trainable = TrainableSet::from_patterns(layout, s.trainable, s.freeze);
     int compared = 0;

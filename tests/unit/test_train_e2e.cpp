@@ -144,9 +144,9 @@ TEST_F(TrainE2E, GradAccumulationEqualsLargerMicroBatch) {
   EXPECT_NE(la[0]["loss"], la[1]["loss"]);  // the steps saw different windows
 }
 
-// On one rank every stage adds each micro-batch's gradient into its accumulator as one addition
-// per element (the full buffer at stages 0/1, a shard fed from a zeroed bucket at 2/3), so with
-// grad-accum 2 and chunked buckets every stage trains bit for bit the same.
+// On one rank every stage writes the first micro-batch's gradient into its accumulator and adds
+// each later one as one addition per element (the full buffer at stages 0/1, a shard fed from a
+// bucket at 2/3), so with grad-accum 2 and chunked buckets every stage trains bit for bit the same.
 TEST_F(TrainE2E, EveryZeroStageGivesTheSameLossesAtOneRank) {
   std::vector<std::string> reference;
   for (int stage = 0; stage <= 3; ++stage) {
