@@ -1,6 +1,7 @@
 #include "engine/grad_reducer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "util/error.h"
@@ -63,6 +64,13 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   s.on_landed = std::move(on_landed);
   s.busy = true;
   s.shard = padded / world_;
+  // A store lands in dest itself when dest is not inside the reduced buffer (stages 2/3 and the
+  // tree's leaves; stage 1's own range is): no copy out of recv.
+  const auto address = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+  s.lands_in_dest =
+      mode == Mode::kReduceScatterStore &&
+      (address(dest + s.shard) <= address(grads) || address(grads + padded) <= address(dest));
+  float* const landing = s.lands_in_dest ? dest : s.recv.data();
   if (mode == Mode::kAllReduce) {
     // In place, in chunks of the bucket size.
     for (int64_t off = 0; off < padded; off += bucket_elements_) {
@@ -75,7 +83,7 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   const int64_t per_rank = std::max<int64_t>(1, bucket_elements_ / world_);
   if (per_rank >= s.shard) {
     s.handles.push_back(
-        comm_.reduce_scatter_sum(grads, s.recv.data(), static_cast<size_t>(s.shard), order_));
+        comm_.reduce_scatter_sum(grads, landing, static_cast<size_t>(s.shard), order_));
     return;
   }
   float* packed = s.packed.data();
@@ -87,7 +95,7 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
       device.copy(chunk + r * len, grads + r * s.shard + c0,
                   static_cast<size_t>(len) * sizeof(float));
     s.handles.push_back(
-        comm_.reduce_scatter_sum(chunk, s.recv.data() + c0, static_cast<size_t>(len), order_));
+        comm_.reduce_scatter_sum(chunk, landing + c0, static_cast<size_t>(len), order_));
   }
 }
 
@@ -97,7 +105,7 @@ void GradReducer::drain(Slot& s) {
     for (CommHandle& h : s.handles) comm_.device_wait(h);  // landing and reuse come after it
   });
   s.handles.clear();
-  if (s.mode == Mode::kReduceScatterStore) {
+  if (s.mode == Mode::kReduceScatterStore && !s.lands_in_dest) {
     be_.device_memory().copy(s.dest, s.recv.data(), static_cast<size_t>(s.shard) * sizeof(float));
   } else if (s.mode == Mode::kReduceScatterAccumulate) {
     be_.add_inplace(s.dest, s.recv.data(), s.shard);  // dest += recv, elementwise

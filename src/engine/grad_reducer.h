@@ -62,6 +62,7 @@ class GradReducer {
     std::function<void()> on_landed;
     int64_t shard = 0;
     bool busy = false;
+    bool lands_in_dest = false;  // a store reduced straight into dest (start)
   };
   void drain(Slot& s);
 
