@@ -64,6 +64,8 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   s.on_landed = std::move(on_landed);
   s.busy = true;
   s.shard = padded / world_;
+  ZT_CHECK(mode == Mode::kAllReduce || dest != nullptr,
+           "GradReducer: a reduce-scatter needs the shard's destination");
   // A store lands in dest itself when dest is not inside the reduced buffer (stages 2/3 and the
   // tree's leaves; stage 1's own range is): no copy out of recv.
   const auto address = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };

@@ -4,9 +4,10 @@
 //   reduce_bucket_size elements of the group (per-rank chunks of the shard range, packed when the
 //   bucket is smaller than the group).
 // Results land when the slot is drained: stage 1 writes the reduced shard into the full
-// accumulator at the rank's offset, stages 2/3 store it into the fp32 shard accumulator at a
-// step's first micro-batch and add it there after. Nothing here is zeroed: the backward writes a
-// bucket whole. Every buffer is device memory: packing and landing go through the backend.
+// accumulator at the rank's offset, stages 2/3 add it into the fp32 shard accumulator after a
+// step's first micro-batch, whose shard the collective stores into that accumulator itself. Nothing
+// here is zeroed: the backward writes a bucket whole. Every buffer is device memory: packing and
+// landing go through the backend.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -43,7 +44,10 @@ class GradReducer {
   float* acquire_bucket(int64_t padded);
   // Starts reducing `padded` elements at `grads` (the acquired bucket, or a caller-owned
   // accumulator in all-reduce/store modes); `dest` receives the shard (null for all-reduce).
-  // `on_landed`, if set, runs once the result has landed in `dest` (offload: copy it to host).
+  // A store whose dest lies outside grads is reduced straight into dest, which the collective
+  // may write at any time until the slot is drained: like grads, dest is the collective's until
+  // then. `on_landed`, if set, runs once the result has landed in `dest` (offload: copy it to
+  // host).
   void start(Mode mode, float* grads, int64_t padded, float* dest,
              std::function<void()> on_landed = {});
   // Waits for every outstanding reduction and lands the results.
