@@ -191,9 +191,8 @@ void ZeroEngine::Impl::run_micro_batch(int64_t micro_batch, bool last, float gra
     auto backward = [&](float* into, GradWrite write) {
       model.backward_group(unit, params, adapters_train ? nullptr : into, u.embedding,
                            embedding_grads, u.adapters, adapters_train ? into : nullptr, write);
-      const int64_t numel = model.layout().groups()[static_cast<size_t>(g)].numel;
-      if (into && write == GradWrite::kAssign && p.padded > numel)
-        be.zero(into + numel, p.padded - numel);
+      if (into && write == GradWrite::kAssign && p.padded > p.numel)
+        be.zero(into + p.numel, p.padded - p.numel);
     };
     if (!trains(g)) {  // only the input gradient (and, tied, the head's share of the embedding's)
       backward(nullptr, GradWrite::kAdd);
