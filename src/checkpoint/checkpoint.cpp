@@ -56,7 +56,8 @@ OptimizerSlice own_slice(ZeroEngine& engine, const std::vector<CheckpointGroup>&
       "checkpoint: rank " + std::to_string(rank) + " does not hold its slice of group " +
           std::to_string(g));
   const int64_t at = range.count == 0 ? 0 : range.begin - held.begin;
-  if (held.m == nullptr) return {g, range, held.master + at, nullptr, nullptr};  // frozen
+  if (held.m == nullptr)  // frozen: its values, in the working dtype that holds them
+    return {g, range, held.master + at, nullptr, nullptr, held.values_dtype};
   return {g, range, held.master + at, held.m + at, held.v + at};
 }
 

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "io/fs_util.h"
+#include "util/bf16.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 
@@ -28,6 +31,32 @@ const float* slice_data(const OptimizerSlice& s, OptimizerTensor kind) {
   return nullptr;
 }
 
+bool is_16bit_float(DType t) {
+  return t == DType::kBf16 || t == DType::kFloat16;
+}
+
+// A frozen group's values narrowed to the 16-bit type they were widened from (exact by
+// construction; a value that would not survive the round trip is refused rather than lost).
+std::vector<uint16_t> narrowed_exactly(const float* values, int64_t n, DType dtype,
+                                       const std::string& where) {
+  std::vector<uint16_t> narrow(static_cast<size_t>(n));
+  std::vector<float> back(static_cast<size_t>(n));
+  if (dtype == DType::kBf16) {
+    floats_to_bf16(values, narrow.data(), narrow.size());
+    bf16_to_floats(narrow.data(), back.data(), back.size());
+  } else {
+    floats_to_fp16(values, narrow.data(), narrow.size());
+    fp16_to_floats(narrow.data(), back.data(), back.size());
+  }
+  for (size_t i = 0; i < back.size(); ++i)
+    ZT_CHECK(std::memcmp(&back[i], &values[i], sizeof(float)) == 0 ||
+                 (std::isnan(back[i]) && std::isnan(values[i])),
+             "checkpoint " + where + ": element " + std::to_string(i) + " (" +
+                 std::to_string(values[i]) + ") of a frozen group is not exact in " +
+                 dtype_name(dtype));
+  return narrow;
+}
+
 void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
   const std::string group_where = "'" + path + "' " + checkpoint_group_name(s.group);
   h5::Id group = h5::wrap(H5Gcreate2(file, checkpoint_group_name(s.group).c_str(), H5P_DEFAULT,
@@ -38,11 +67,18 @@ void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
     if (kind != OptimizerTensor::kMaster && s.m == nullptr) continue;
     const std::string name = dataset_path(s.group, kind);
     const std::string where = "'" + path + "' " + name;
-    h5::Id ds = h5::create_dataset(file, name, DType::kFloat32, {s.range.count}, where);
+    const DType stored = kind == OptimizerTensor::kMaster ? s.master_dtype : DType::kFloat32;
+    ZT_CHECK(stored == DType::kFloat32 || (is_16bit_float(stored) && s.m == nullptr),
+             "checkpoint " + where + ": only a frozen group's values are stored in " +
+                 dtype_name(stored));
+    h5::Id ds = h5::create_dataset(file, name, stored, {s.range.count}, where);
     h5::write_attr_int64(ds, "begin", s.range.begin, where);
     h5::write_attr_int64(ds, "count", s.range.count, where);
-    if (s.range.count > 0)
-      h5::write_box(ds, DType::kFloat32, {0}, {s.range.count}, slice_data(s, kind), where);
+    if (s.range.count > 0 && stored == DType::kFloat32)
+      h5::write_box(ds, stored, {0}, {s.range.count}, slice_data(s, kind), where);
+    else if (s.range.count > 0)
+      h5::write_box(ds, stored, {0}, {s.range.count},
+                    narrowed_exactly(s.master, s.range.count, stored, where).data(), where);
     ds.close(where);
   }
   group.close(group_where);
@@ -136,9 +172,29 @@ void CheckpointRangeReader::read(int group, OptimizerTensor kind, ElementRange r
                  h5::read_attr_int64(ds, "count", where) == held.count &&
                  h5::dataset_shape(ds, where) == std::vector<int64_t>{held.count},
              "checkpoint dataset " + where + " does not hold the range the manifest lists");
-    h5::read_box(ds, DType::kFloat32, {lo - held.begin}, {hi - lo}, out + (lo - range.begin),
-                 where);
+    read_values(f, ds, group, kind, {lo - held.begin, hi - lo}, out + (lo - range.begin), where);
   }
+}
+
+// Elements `at` of dataset `ds` as float32: float32 as stored, a frozen group's 16-bit values
+// (no moments beside them) widened.
+void CheckpointRangeReader::read_values(hid_t f, hid_t ds, int group, OptimizerTensor kind,
+                                        ElementRange at, float* out, const std::string& where) {
+  const DType stored = h5::dataset_dtype(ds, where);
+  if (stored == DType::kFloat32) {
+    h5::read_box(ds, stored, {at.begin}, {at.count}, out, where);
+    return;
+  }
+  ZT_CHECK(is_16bit_float(stored) && kind == OptimizerTensor::kMaster &&
+               !h5::has_dataset(f, dataset_path(group, OptimizerTensor::kAdamM)),
+           "checkpoint dataset " + where + " has element type " + dtype_name(stored) +
+               ", expected float32 (bfloat16 or float16 only for a frozen group's values)");
+  std::vector<uint16_t> narrow(static_cast<size_t>(at.count));
+  h5::read_box(ds, stored, {at.begin}, {at.count}, narrow.data(), where);
+  if (stored == DType::kBf16)
+    bf16_to_floats(narrow.data(), out, narrow.size());
+  else
+    fp16_to_floats(narrow.data(), out, narrow.size());
 }
 
 std::vector<int> CheckpointRangeReader::files_opened() const {

@@ -1,9 +1,11 @@
 // The per-rank HDF5 files of a training checkpoint. Rank file r holds, for every group g,
 // elements ranges[g][r] of the group's fp32 master weights and Adam moments as three 1-D float32
 // datasets /group_GGG/{master,m,v} with int64 attributes `begin` and `count` (group
-// coordinates); a frozen group (model/trainable.h) has only /master, its values. Readers take any
-// element range of a group from whichever files hold it (hyperslab reads), so a checkpoint written
-// at N ranks loads at any other world size or stage.
+// coordinates); a frozen group (model/trainable.h) has only /master, its values, stored in the
+// working dtype that holds them exactly (bfloat16 or float16 under 16-bit precision: half the
+// bytes of float32; checkpoints before 2026-11-30 stored them as float32, which still load).
+// Readers take any element range of a group from whichever files hold it (hyperslab reads), so a
+// checkpoint written at N ranks loads at any other world size or stage.
 #pragma once
 #include <functional>
 #include <map>
@@ -27,6 +29,9 @@ struct OptimizerSlice {
   const float* master = nullptr;
   const float* m = nullptr;  // null (with v) for a frozen group: no moments are written
   const float* v = nullptr;
+  // The type /master is stored in: float32, or a frozen group's working dtype (bfloat16,
+  // float16), in which its values are exact.
+  DType master_dtype = DType::kFloat32;
 };
 
 // Fault injection for tests of the crash-safety protocol.
@@ -61,6 +66,8 @@ class CheckpointRangeReader {
 
  private:
   hid_t file(int rank);
+  void read_values(hid_t f, hid_t ds, int group, OptimizerTensor kind, ElementRange at, float* out,
+                   const std::string& where);
 
   std::string dir_;
   const CheckpointManifest& manifest_;

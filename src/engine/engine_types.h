@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "util/dtype.h"
+
 namespace zt {
 
 // How one group is split: padded = shard·N, rank r owns [r·shard, (r+1)·shard).
@@ -54,6 +56,9 @@ struct OptimizerShard {
   float* v = nullptr;
   int64_t begin = 0;
   int64_t count = 0;
+  // A frozen group's values are exact in this type, its working params' (bf16 or fp16 under
+  // 16-bit precision): a checkpoint stores them in it. Float32 for a group that trains.
+  DType values_dtype = DType::kFloat32;
 };
 
 }  // namespace zt

@@ -214,7 +214,7 @@ void ZeroEngine::refresh_working_params() {
 }
 
 // A frozen group's stand-in for its optimizer shard: its own range of the working params,
-// widened to fp32 (exact), as the master; no moments.
+// widened to fp32 (exact), as the master, with the working dtype that holds them; no moments.
 OptimizerShard ZeroEngine::Impl::frozen_shard(int g) {
   HostShard& s = staged[static_cast<size_t>(g)];
   const int64_t n = own_size(g);
@@ -235,7 +235,8 @@ OptimizerShard ZeroEngine::Impl::frozen_shard(int g) {
       std::memcpy(s.master.data(), raw.data(), bytes);
     s.held = true;
   }
-  return {s.master.data(), nullptr, nullptr, own_begin(g), n};
+  return {s.master.data(), nullptr, nullptr,
+          own_begin(g),    n,       half() ? work_dtype() : DType::kFloat32};
 }
 
 void ZeroEngine::for_each_full_tensor(bool master,

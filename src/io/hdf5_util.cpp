@@ -86,16 +86,30 @@ Id wrap(hid_t id, Id::Closer closer, const std::string& what, const std::string&
   return Id(id, closer);
 }
 
-Id bf16_type() {
-  // Start from IEEE float32 LE; move the fields into the low 16 bits, then shrink precision and
-  // size (HDF5 refuses a size smaller than offset+precision, so this order matters).
-  Id t = wrap(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, "cannot copy float32 type", "bf16 type");
-  check(H5Tset_fields(t, 15, 7, 8, 0, 7), "H5Tset_fields failed", "bf16 type");
-  check(H5Tset_offset(t, 0), "H5Tset_offset failed", "bf16 type");
-  check(H5Tset_precision(t, 16), "H5Tset_precision failed", "bf16 type");
-  check(H5Tset_size(t, 2), "H5Tset_size failed", "bf16 type");
-  check(H5Tset_ebias(t, 127), "H5Tset_ebias failed", "bf16 type");
+namespace {
+
+// A 16-bit little-endian float with `exponent_bits` and `mantissa_bits` (sign at bit 15). Start
+// from IEEE float32 LE; move the fields into the low 16 bits, then shrink precision and size (HDF5
+// refuses a size smaller than offset+precision, so this order matters).
+Id float16_layout(size_t exponent_bits, size_t mantissa_bits, size_t bias, const char* name) {
+  Id t = wrap(H5Tcopy(H5T_IEEE_F32LE), H5Tclose, "cannot copy float32 type", name);
+  check(H5Tset_fields(t, 15, mantissa_bits, exponent_bits, 0, mantissa_bits),
+        "H5Tset_fields failed", name);
+  check(H5Tset_offset(t, 0), "H5Tset_offset failed", name);
+  check(H5Tset_precision(t, 16), "H5Tset_precision failed", name);
+  check(H5Tset_size(t, 2), "H5Tset_size failed", name);
+  check(H5Tset_ebias(t, bias), "H5Tset_ebias failed", name);
   return t;
+}
+
+}  // namespace
+
+Id bf16_type() {
+  return float16_layout(8, 7, 127, "bf16 type");
+}
+
+Id fp16_type() {
+  return float16_layout(5, 10, 15, "fp16 type");
 }
 
 Id type_for(DType t) {
@@ -103,6 +117,8 @@ Id type_for(DType t) {
   switch (t) {
     case DType::kBf16:
       return bf16_type();
+    case DType::kFloat16:
+      return fp16_type();
     case DType::kFloat32:
       base = H5T_IEEE_F32LE;
       break;
@@ -139,6 +155,8 @@ DType classify(hid_t type) {
     if (size == 4 && H5Tequal(type, H5T_IEEE_F32LE) > 0) return DType::kFloat32;
     Id bf16 = bf16_type();
     if (size == 2 && H5Tequal(type, bf16) > 0) return DType::kBf16;
+    Id fp16 = fp16_type();
+    if (size == 2 && H5Tequal(type, fp16) > 0) return DType::kFloat16;
     return DType::kUnsupported;
   }
   if (cls == H5T_INTEGER) {

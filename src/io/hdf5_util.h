@@ -55,6 +55,9 @@ Id wrap(hid_t id, Id::Closer closer, const std::string& what, const std::string&
 
 // The bfloat16 floating-point type of docs/ARCHITECTURE.md §3 (a caller-owned copy).
 Id bf16_type();
+// IEEE binary16 in the same way (1 sign, 5 exponent bits with bias 15, 10 mantissa bits), which
+// h5py reads as numpy's float16.
+Id fp16_type();
 // An HDF5 type (file or memory, both little-endian here) for one of our element types.
 Id type_for(DType t);
 // Classifies a dataset's stored type.

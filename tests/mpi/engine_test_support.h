@@ -16,7 +16,9 @@
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "engine/zero_config.h"
 #include "engine/zero_engine.h"
+#include "io/hdf5_util.h"
 #include "model/config.h"
 #include "model/trainable.h"
 #include "support/engine_spec_for.h"
@@ -292,6 +294,26 @@ inline SavedCheckpoint save_test_checkpoint(ZeroEngine& engine, const TrainingPr
   return save_checkpoint(engine, progress, hyper, options);
 }
 
+// Rank `rank`'s file of the checkpoint at `dir`: every group without moments (a frozen one) holds
+// its values in the working dtype of `precision` (half the bytes of float32 under bf16 or fp16),
+// every other group float32; there is at least one frozen group.
+inline void expect_frozen_values_in_working_dtype(const std::string& dir, int rank,
+                                                  Precision precision) {
+  const std::string path = dir + "/" + checkpoint_rank_file_name(rank);
+  h5::Id file = h5::open_file(path);
+  int frozen = 0;
+  for (int g = 0; h5::has_dataset(file, "/" + checkpoint_group_name(g)); ++g) {
+    const std::string group = "/" + checkpoint_group_name(g);
+    const bool has_moments = h5::has_dataset(file, group + "/m");
+    frozen += has_moments ? 0 : 1;
+    h5::Id ds = h5::open_dataset(file, group + "/master", path);
+    EXPECT_STREQ(dtype_name(h5::dataset_dtype(ds, path)),
+                 dtype_name(has_moments ? DType::kFloat32 : working_dtype(precision)))
+        << path << " " << group;
+  }
+  EXPECT_GT(frozen, 0) << path << ": no frozen group";
+}
+
 // A resume test of a run whose options change per stage: what it trains with, and the change that
 // makes a checkpoint another model's (another trainable set, other adapters).
 struct ResumeCase {
@@ -327,6 +349,8 @@ inline void expect_resumes_bitwise_and_refuses_another(Communicator& world, Comm
                                                    c.steps, defaults.micro, c.leaves / n,
                                                    defaults.seq, dir + "/s" + std::to_string(stage))
                                   .dir;
+    if (world.rank() == 0)
+      expect_frozen_values_in_working_dtype(saved, 0, c.options(stage).precision);
     TestEngine alone(self, c.options(3 - stage));
     load_checkpoint(alone.engine(), saved);
     const Trained rest = train(self, c.options(3 - stage), half + 1, c.steps, &alone);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
@@ -191,10 +192,13 @@ TEST_F(LoraEngineTest, OnlyTheAdaptersCarryGradientsAndOptimizerState) {
 // elements the uninterrupted run drops (the masks are keyed by the global token, not by a state
 // the checkpoint would have to carry).
 TEST_F(LoraEngineTest, CheckpointResumesBitwiseAndRefusesAnotherRank) {
-  for (double dropout : {0.0, 0.25}) {
+  // bf16 with and without dropout; fp16 (its frozen base stored as fp16, its loss scaler resumed).
+  const std::vector<std::pair<double, Precision>> cases = {
+      {0.0, Precision::kBf16}, {0.25, Precision::kBf16}, {0.0, Precision::kFp16}};
+  for (const auto& [dropout, precision] : cases) {
     engine_test::ResumeCase c;
-    c.options = [dropout](int stage) {
-      EngineOptions o = lora_options(stage, Precision::kBf16);
+    c.options = [dropout = dropout, precision = precision](int stage) {
+      EngineOptions o = lora_options(stage, precision);
       o.lora.dropout = dropout;
       return o;
     };
@@ -203,9 +207,11 @@ TEST_F(LoraEngineTest, CheckpointResumesBitwiseAndRefusesAnotherRank) {
     c.steps = kSteps;
     c.leaves = kLeaves;
     c.lr = kLr;
-    SCOPED_TRACE("dropout " + std::to_string(dropout));
-    engine_test::expect_resumes_bitwise_and_refuses_another(
-        world_, self_, (dir_ / (dropout > 0 ? "dropout" : "plain")).string(), c);
+    const std::string name = std::string(precision == Precision::kFp16 ? "fp16" : "bf16") +
+                             (dropout > 0 ? "-dropout" : "-plain");
+    SCOPED_TRACE(name);
+    engine_test::expect_resumes_bitwise_and_refuses_another(world_, self_, (dir_ / name).string(),
+                                                            c);
   }
 }
 

@@ -1,0 +1,165 @@
+// A training checkpoint's rank file (checkpoint/checkpoint_files.h) without MPI: what each group's
+// datasets are stored as, and what the range reader gives back. A frozen group's values are
+// stored in the 16-bit type that holds them exactly, a trained group's state in float32; older
+// files with float32 frozen values still load, and a 16-bit master beside moments is refused.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_files.h"
+#include "io/hdf5_util.h"
+#include "util/bf16.h"
+#include "util/crc32c.h"
+#include "util/error.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointRankFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() / ("zt_rank_file_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A one-rank checkpoint of `slices` (group g = slices[g]) and its manifest.
+  CheckpointManifest write(const std::vector<OptimizerSlice>& slices) {
+    CheckpointManifest m;
+    m.world_size = 1;
+    for (const OptimizerSlice& s : slices)
+      m.groups.push_back({s.range.count, s.range.count, {s.range}});
+    m.files.push_back(
+        write_checkpoint_rank_file(dir_, 0, static_cast<int>(slices.size()),
+                                   [&](int g) { return slices[static_cast<size_t>(g)]; }, {}));
+    return m;
+  }
+  DType stored(int group, const char* tensor) {
+    h5::Id f = h5::open_file(dir_ + "/" + checkpoint_rank_file_name(0));
+    const std::string name = "/" + checkpoint_group_name(group) + "/" + tensor;
+    h5::Id ds = h5::open_dataset(f, name, name);
+    return h5::dataset_dtype(ds, name);
+  }
+  std::vector<float> read(const CheckpointManifest& m, int group, OptimizerTensor kind) {
+    CheckpointRangeReader reader(dir_, m);
+    const int64_t n = m.groups[static_cast<size_t>(group)].numel;
+    std::vector<float> out(static_cast<size_t>(n), -7.0f);
+    reader.read(group, kind, {0, n}, out.data());
+    return out;
+  }
+
+  std::string dir_;
+};
+
+// Values exact in `dtype` (16-bit), spread over its range, with signed zeros, subnormals and the
+// extremes.
+std::vector<float> exact_values(DType dtype, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t bits = static_cast<uint16_t>((i * 40503u) & 0x7bffu) |
+                          static_cast<uint16_t>((i & 1) << 15);  // finite in both types
+    v[static_cast<size_t>(i)] = dtype == DType::kBf16 ? bf16_to_float(bits) : fp16_to_float(bits);
+  }
+  return v;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(CheckpointRankFile, FrozenValuesAreStoredInTheirWorkingTypeAndReadBackBitwise) {
+  const int64_t n = 3001;
+  const std::vector<float> bf16 = exact_values(DType::kBf16, n);
+  const std::vector<float> fp16 = exact_values(DType::kFloat16, n);
+  std::vector<float> master(n), m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {  // a trained group: values no 16-bit type holds
+    master[static_cast<size_t>(i)] = 1.0f + static_cast<float>(i) * 1e-7f;
+    m[static_cast<size_t>(i)] = -1e-9f * static_cast<float>(i);
+    v[static_cast<size_t>(i)] = 3e-12f * static_cast<float>(i);
+  }
+  const CheckpointManifest manifest = write({
+      {0, {0, n}, bf16.data(), nullptr, nullptr, DType::kBf16},
+      {1, {0, n}, fp16.data(), nullptr, nullptr, DType::kFloat16},
+      {2, {0, n}, master.data(), m.data(), v.data(), DType::kFloat32},
+      {3, {0, n}, bf16.data(), nullptr, nullptr, DType::kFloat32},  // as before 2026-11-30
+  });
+  EXPECT_EQ(stored(0, "master"), DType::kBf16);
+  EXPECT_EQ(stored(1, "master"), DType::kFloat16);
+  EXPECT_EQ(stored(2, "master"), DType::kFloat32);
+  EXPECT_EQ(stored(2, "v"), DType::kFloat32);
+  EXPECT_EQ(stored(3, "master"), DType::kFloat32);
+  EXPECT_TRUE(bitwise_equal(read(manifest, 0, OptimizerTensor::kMaster), bf16));
+  EXPECT_TRUE(bitwise_equal(read(manifest, 1, OptimizerTensor::kMaster), fp16));
+  EXPECT_TRUE(bitwise_equal(read(manifest, 2, OptimizerTensor::kMaster), master));
+  EXPECT_TRUE(bitwise_equal(read(manifest, 2, OptimizerTensor::kAdamM), m));
+  EXPECT_TRUE(bitwise_equal(read(manifest, 2, OptimizerTensor::kAdamV), v));
+  EXPECT_TRUE(bitwise_equal(read(manifest, 3, OptimizerTensor::kMaster), bf16));
+
+  // A range inside the group, widened from where it starts.
+  CheckpointRangeReader reader(dir_, manifest);
+  std::vector<float> part(100);
+  reader.read(1, OptimizerTensor::kMaster, {1234, 100}, part.data());
+  EXPECT_TRUE(bitwise_equal(part, std::vector<float>(fp16.begin() + 1234, fp16.begin() + 1334)));
+}
+
+TEST_F(CheckpointRankFile, AValueTheWorkingTypeDoesNotHoldIsRefusedNotRounded) {
+  std::vector<float> values = exact_values(DType::kBf16, 64);
+  values[17] = 1.0f + 1.0f / 1024;  // exact in fp16, not in bf16
+  try {
+    write({{0, {0, 64}, values.data(), nullptr, nullptr, DType::kBf16}});
+    FAIL() << "a value bf16 does not hold was written";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("element 17"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not exact in bfloat16"), std::string::npos) << e.what();
+  }
+  values[17] = 65536.0f;  // exact in bf16, past fp16's largest finite value
+  EXPECT_THROW(write({{0, {0, 64}, values.data(), nullptr, nullptr, DType::kFloat16}}), Error);
+}
+
+TEST_F(CheckpointRankFile, ASixteenBitMasterBesideMomentsIsRefusedNamingTheDataset) {
+  const int64_t n = 8;
+  std::vector<float> zeros(n, 0.0f);
+  // Written by hand: the writer itself refuses a trained group in 16 bits.
+  EXPECT_THROW(write({{0, {0, n}, zeros.data(), zeros.data(), zeros.data(), DType::kBf16}}), Error);
+  const std::string path = dir_ + "/" + checkpoint_rank_file_name(0);
+  {
+    h5::Id f = h5::create_file(path);
+    h5::write_attr_int64(f, "rank", 0, path);
+    h5::Id g = h5::wrap(H5Gcreate2(f, "group_000", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                        "cannot create group", path);
+    for (const char* tensor : {"master", "m", "v"}) {
+      const std::string name = std::string("/group_000/") + tensor;
+      const DType type = std::string(tensor) == "master" ? DType::kBf16 : DType::kFloat32;
+      h5::Id ds = h5::create_dataset(f, name, type, {n}, name);
+      h5::write_attr_int64(ds, "begin", 0, name);
+      h5::write_attr_int64(ds, "count", n, name);
+      std::vector<uint16_t> narrow(n, 0);
+      h5::write_box(ds, type, {0}, {n},
+                    type == DType::kBf16 ? static_cast<const void*>(narrow.data()) : zeros.data(),
+                    name);
+    }
+  }
+  const FileChecksum sum = crc32c_file(path);
+  CheckpointManifest m;
+  m.world_size = 1;
+  m.groups.push_back({n, n, {{0, n}}});
+  m.files.push_back({checkpoint_rank_file_name(0), sum.crc32c, sum.bytes});
+  try {
+    read(m, 0, OptimizerTensor::kMaster);
+    FAIL() << "a bf16 master beside moments was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/group_000/master"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("element type bfloat16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zt
