@@ -35,26 +35,37 @@ bool is_16bit_float(DType t) {
   return t == DType::kBf16 || t == DType::kFloat16;
 }
 
-// A frozen group's values narrowed to the 16-bit type they were widened from (exact by
-// construction; a value that would not survive the round trip is refused rather than lost).
-std::vector<uint16_t> narrowed_exactly(const float* values, int64_t n, DType dtype,
-                                       const std::string& where) {
-  std::vector<uint16_t> narrow(static_cast<size_t>(n));
-  std::vector<float> back(static_cast<size_t>(n));
-  if (dtype == DType::kBf16) {
-    floats_to_bf16(values, narrow.data(), narrow.size());
-    bf16_to_floats(narrow.data(), back.data(), back.size());
-  } else {
-    floats_to_fp16(values, narrow.data(), narrow.size());
-    fp16_to_floats(narrow.data(), back.data(), back.size());
+// Elements per narrowing pass: the 16-bit copy and its check stay small beside a large frozen
+// group (an embedding of 131M elements).
+constexpr int64_t kNarrowChunk = int64_t{1} << 20;
+
+// A frozen group's values `s.master` written into `ds` in the 16-bit type `dtype` they were
+// widened from, a chunk at a time. Exact by construction; a value that would not survive the round
+// trip is refused rather than lost, naming its element of the group.
+void write_narrowed_exactly(hid_t ds, const OptimizerSlice& s, DType dtype,
+                            const std::string& where) {
+  std::vector<uint16_t> narrow(static_cast<size_t>(std::min(kNarrowChunk, s.range.count)));
+  std::vector<float> back(narrow.size());
+  for (int64_t c0 = 0; c0 < s.range.count; c0 += kNarrowChunk) {
+    const int64_t n = std::min(kNarrowChunk, s.range.count - c0);
+    const float* values = s.master + c0;
+    const size_t count = static_cast<size_t>(n);
+    if (dtype == DType::kBf16) {
+      floats_to_bf16(values, narrow.data(), count);
+      bf16_to_floats(narrow.data(), back.data(), count);
+    } else {
+      floats_to_fp16(values, narrow.data(), count);
+      fp16_to_floats(narrow.data(), back.data(), count);
+    }
+    for (size_t i = 0; i < count; ++i)
+      ZT_CHECK(std::memcmp(&back[i], &values[i], sizeof(float)) == 0 ||
+                   (std::isnan(back[i]) && std::isnan(values[i])),
+               "checkpoint " + where + ": element " +
+                   std::to_string(s.range.begin + c0 + static_cast<int64_t>(i)) + " (" +
+                   std::to_string(values[i]) + ") of frozen group " + std::to_string(s.group) +
+                   " is not exact in " + dtype_name(dtype));
+    h5::write_box(ds, dtype, {c0}, {n}, narrow.data(), where);
   }
-  for (size_t i = 0; i < back.size(); ++i)
-    ZT_CHECK(std::memcmp(&back[i], &values[i], sizeof(float)) == 0 ||
-                 (std::isnan(back[i]) && std::isnan(values[i])),
-             "checkpoint " + where + ": element " + std::to_string(i) + " (" +
-                 std::to_string(values[i]) + ") of a frozen group is not exact in " +
-                 dtype_name(dtype));
-  return narrow;
 }
 
 void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
@@ -77,8 +88,7 @@ void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
     if (s.range.count > 0 && stored == DType::kFloat32)
       h5::write_box(ds, stored, {0}, {s.range.count}, slice_data(s, kind), where);
     else if (s.range.count > 0)
-      h5::write_box(ds, stored, {0}, {s.range.count},
-                    narrowed_exactly(s.master, s.range.count, stored, where).data(), where);
+      write_narrowed_exactly(ds, s, stored, where);
     ds.close(where);
   }
   group.close(group_where);

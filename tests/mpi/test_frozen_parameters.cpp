@@ -186,17 +186,22 @@ TEST_F(FrozenParametersTest, FrozenGroupsHaveNoStateAndMoveNoReductionBytes) {
   }
 }
 
-// Into one rank at stage 3 − s, bitwise; another trainable set is refused on every rank, naming a
-// tensor that changed.
+// Into one rank at stage 3 − s, bitwise, in bf16 (the frozen groups stored as bf16) and fp32 (as
+// float32); another trainable set is refused on every rank, naming a tensor that changed.
 TEST_F(FrozenParametersTest, CheckpointResumesBitwiseAndRefusesAnotherTrainableSet) {
-  engine_test::ResumeCase c;
-  c.options = [](int stage) { return frozen_options(stage, Precision::kBf16); };
-  c.other = [](EngineOptions& o) { o.trainable.push_back("layers\\.0\\.self_attn\\.q_proj"); };
-  c.refusal = "model.layers.0.self_attn.q_proj.weight";
-  c.steps = kSteps;
-  c.leaves = kLeaves;
-  c.lr = kLr;
-  engine_test::expect_resumes_bitwise_and_refuses_another(world_, self_, dir_.string(), c);
+  for (const Precision precision : {Precision::kBf16, Precision::kFp32}) {
+    const std::string name = precision == Precision::kBf16 ? "bf16" : "fp32";
+    SCOPED_TRACE(name);
+    engine_test::ResumeCase c;
+    c.options = [precision](int stage) { return frozen_options(stage, precision); };
+    c.other = [](EngineOptions& o) { o.trainable.push_back("layers\\.0\\.self_attn\\.q_proj"); };
+    c.refusal = "model.layers.0.self_attn.q_proj.weight";
+    c.steps = kSteps;
+    c.leaves = kLeaves;
+    c.lr = kLr;
+    engine_test::expect_resumes_bitwise_and_refuses_another(world_, self_, (dir_ / name).string(),
+                                                            c);
+  }
 }
 
 }  // namespace

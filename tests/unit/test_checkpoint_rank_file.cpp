@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint_files.h"
@@ -76,7 +77,7 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST_F(CheckpointRankFile, FrozenValuesAreStoredInTheirWorkingTypeAndReadBackBitwise) {
-  const int64_t n = 3001;
+  const int64_t n = (int64_t{1} << 20) + 3001;  // past the writer's first 2^20-element chunk
   const std::vector<float> bf16 = exact_values(DType::kBf16, n);
   const std::vector<float> fp16 = exact_values(DType::kFloat16, n);
   std::vector<float> master(n), m(n), v(n);
@@ -111,40 +112,41 @@ TEST_F(CheckpointRankFile, FrozenValuesAreStoredInTheirWorkingTypeAndReadBackBit
 }
 
 TEST_F(CheckpointRankFile, AValueTheWorkingTypeDoesNotHoldIsRefusedNotRounded) {
-  std::vector<float> values = exact_values(DType::kBf16, 64);
-  values[17] = 1.0f + 1.0f / 1024;  // exact in fp16, not in bf16
+  // Past the first narrowing chunk (2^20 elements), in a rank's range that starts at 500.
+  const int64_t n = (int64_t{1} << 20) + 64;
+  std::vector<float> values = exact_values(DType::kBf16, n);
+  values[n - 47] = 1.0f + 1.0f / 1024;  // exact in fp16, not in bf16
   try {
-    write({{0, {0, 64}, values.data(), nullptr, nullptr, DType::kBf16}});
+    write({{0, {500, n}, values.data(), nullptr, nullptr, DType::kBf16}});
     FAIL() << "a value bf16 does not hold was written";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("element 17"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("element " + std::to_string(500 + n - 47) +
+                                         " (1.000977) of frozen group 0"),
+              std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("not exact in bfloat16"), std::string::npos) << e.what();
   }
-  values[17] = 65536.0f;  // exact in bf16, past fp16's largest finite value
-  EXPECT_THROW(write({{0, {0, 64}, values.data(), nullptr, nullptr, DType::kFloat16}}), Error);
+  values[n - 47] = 65536.0f;  // exact in bf16, past fp16's largest finite value
+  EXPECT_THROW(write({{0, {0, n}, values.data(), nullptr, nullptr, DType::kFloat16}}), Error);
 }
 
-TEST_F(CheckpointRankFile, ASixteenBitMasterBesideMomentsIsRefusedNamingTheDataset) {
-  const int64_t n = 8;
-  std::vector<float> zeros(n, 0.0f);
-  // Written by hand: the writer itself refuses a trained group in 16 bits.
-  EXPECT_THROW(write({{0, {0, n}, zeros.data(), zeros.data(), zeros.data(), DType::kBf16}}), Error);
-  const std::string path = dir_ + "/" + checkpoint_rank_file_name(0);
+// Group 0 of a one-rank file written by hand, its datasets `tensors` (name, stored type) of n
+// zeros each, and the manifest that lists it.
+CheckpointManifest write_by_hand(const std::string& dir, int64_t n,
+                                 const std::vector<std::pair<std::string, DType>>& tensors) {
+  const std::string path = dir + "/" + checkpoint_rank_file_name(0);
   {
     h5::Id f = h5::create_file(path);
     h5::write_attr_int64(f, "rank", 0, path);
     h5::Id g = h5::wrap(H5Gcreate2(f, "group_000", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                         "cannot create group", path);
-    for (const char* tensor : {"master", "m", "v"}) {
-      const std::string name = std::string("/group_000/") + tensor;
-      const DType type = std::string(tensor) == "master" ? DType::kBf16 : DType::kFloat32;
+    const std::vector<uint32_t> zeros(static_cast<size_t>(n), 0);  // zero bits in either width
+    for (const auto& [tensor, type] : tensors) {
+      const std::string name = "/group_000/" + tensor;
       h5::Id ds = h5::create_dataset(f, name, type, {n}, name);
       h5::write_attr_int64(ds, "begin", 0, name);
       h5::write_attr_int64(ds, "count", n, name);
-      std::vector<uint16_t> narrow(n, 0);
-      h5::write_box(ds, type, {0}, {n},
-                    type == DType::kBf16 ? static_cast<const void*>(narrow.data()) : zeros.data(),
-                    name);
+      h5::write_box(ds, type, {0}, {n}, zeros.data(), name);
     }
   }
   const FileChecksum sum = crc32c_file(path);
@@ -152,12 +154,37 @@ TEST_F(CheckpointRankFile, ASixteenBitMasterBesideMomentsIsRefusedNamingTheDatas
   m.world_size = 1;
   m.groups.push_back({n, n, {{0, n}}});
   m.files.push_back({checkpoint_rank_file_name(0), sum.crc32c, sum.bytes});
-  try {
-    read(m, 0, OptimizerTensor::kMaster);
-    FAIL() << "a bf16 master beside moments was read";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/group_000/master"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("element type bfloat16"), std::string::npos) << e.what();
+  return m;
+}
+
+TEST_F(CheckpointRankFile, SixteenBitsAnywhereButAFrozenGroupsValuesAreRefusedNamingTheDataset) {
+  const int64_t n = 8;
+  std::vector<float> zeros(n, 0.0f);
+  // The writer itself refuses a trained group in 16 bits, so these files are written by hand.
+  EXPECT_THROW(write({{0, {0, n}, zeros.data(), zeros.data(), zeros.data(), DType::kBf16}}), Error);
+  struct Case {
+    std::vector<std::pair<std::string, DType>> tensors;
+    OptimizerTensor read;
+    std::string named;
+  };
+  const std::vector<Case> cases = {
+      // A bf16 master beside moments: a trained group's, which float32 holds.
+      {{{"master", DType::kBf16}, {"m", DType::kFloat32}, {"v", DType::kFloat32}},
+       OptimizerTensor::kMaster,
+       "/group_000/master has element type bfloat16"},
+      // A 16-bit moment, even without the other beside it.
+      {{{"master", DType::kFloat32}, {"v", DType::kFloat16}},
+       OptimizerTensor::kAdamV,
+       "/group_000/v has element type float16"},
+  };
+  for (const Case& c : cases) {
+    const CheckpointManifest m = write_by_hand(dir_, n, c.tensors);
+    try {
+      read(m, 0, c.read);
+      ADD_FAILURE() << "read despite " << c.named;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.named), std::string::npos) << e.what();
+    }
   }
 }
 
