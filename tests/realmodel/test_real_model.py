@@ -31,6 +31,10 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    lower than the base's beyond the bound. `export --format peft` of the last checkpoint is
    OUT/final's adapter; `export --merge-lora` as safetensors and as an f32 GGUF load in
    transformers with the same tensors, and a loss lower than the base's beyond the bound.
+9. The same LoRA run in bf16 (the default precision), stopped after step 2 (`--stop-after-step`)
+   and resumed: its losses are the uninterrupted run's, bit for bit, and the checkpoint stores the
+   frozen base (embedding, norms, every projection) in bf16, 2 bytes per element, beside the
+   adapters' fp32 masters and moments.
 
 Bound for the losses: test_hf_families.py's (both sides compute in fp32 on the same bf16 weights).
 
@@ -201,6 +205,53 @@ def check_lora(work, zt, mpirun, reference, sft):
     check_lora_exports(work, zt, sft, base)
 
 
+def check_lora_resume(work, zt, mpirun, sft):
+    """LoRA in bf16 at 2 ranks ZeRO-3: stopped after step 2 and resumed, the losses are those of
+    the uninterrupted run bit for bit; every rank file of the step-2 checkpoint holds each group
+    without moments (the frozen base) in 16 bits and each adapter group in 32."""
+    _, _, _, T = sft
+    launch = [mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model", work("model"),
+              "--data", work("sft4.h5"), "--zero-stage", "3", "--micro-batch", "2", "--seq-len",
+              str(T), "--warmup-steps", "0", "--eval-batches", "0", "--comm-timeout", "120",
+              "--steps", "3", "--lr", "2e-3", "--lora-rank", "8", "--lora-alpha", "16",
+              "--lora-targets", "all-linear"]
+    run_tool(launch + ["--out", work("lora_bf16")])
+    stop = launch + ["--out", work("lora_bf16_resumed"), "--stop-after-step", "2"]
+    print("+ " + " ".join(stop), flush=True)
+    stopped = subprocess.run(stop, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(stopped.returncode == 124, f"--stop-after-step 2 exited {stopped.returncode}, not 124:\n"
+          f"{stopped.stdout[-2000:]}")
+    run_tool(launch + ["--out", work("lora_bf16_resumed"), "--resume", "auto"])
+
+    def losses(run):
+        with open(work(run, "metrics.jsonl")) as f:
+            return [json.loads(line)["loss"] for line in f]
+    whole, resumed = losses("lora_bf16"), losses("lora_bf16_resumed")
+    check(len(whole) == 3 and resumed == whole,
+          f"the resumed LoRA run's losses {resumed} are not the uninterrupted run's {whole}")
+    step = work("lora_bf16_resumed", "checkpoints", "step-00000002")
+    with open(os.path.join(step, "manifest.json")) as f:
+        manifest = json.load(f)
+    files = [entry["name"] for entry in manifest["files"]]
+    numel = {True: 0, False: 0}  # frozen or not -> the manifest's tensor elements
+    for t in manifest["tensors"]:
+        numel[t.get("frozen", False)] += int(np.prod(t["shape"]))
+    widths = {}  # bytes per stored element -> elements
+    for name in files:
+        with h5py.File(os.path.join(step, name), "r") as f:
+            for group in f.values():
+                size = group["master"].id.get_type().get_size()
+                check(size == (4 if "m" in group else 2), f"{name} {group.name}/master is stored "
+                      f"in {size} bytes per element ({'trained' if 'm' in group else 'frozen'})")
+                widths[size] = widths.get(size, 0) + group["master"].shape[0]
+    check(widths.get(2, 0) == numel[True] and widths.get(4, 0) == numel[False] and numel[False],
+          f"the checkpoint's 16- and 32-bit elements {widths} are not the manifest's frozen and "
+          f"trained tensors' {numel[True]} and {numel[False]}")
+    print(f"ok   LoRA in bf16 stopped after step 2 and resumed: losses {resumed} bit for bit; the "
+          f"checkpoint holds {widths.get(2, 0)} frozen elements in bf16, {widths.get(4, 0)} adapter "
+          f"elements in fp32 ({sum(os.path.getsize(os.path.join(step, n)) for n in files)} bytes)")
+
+
 def check_lora_exports(work, zt, sft, base):
     """The LoRA run's last checkpoint as PEFT's adapter (export --format peft) is OUT/final's,
     tensor for tensor; merged into the model, the safetensors and the f32 GGUF exports load in
@@ -323,6 +374,7 @@ def main():
         sft = check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
         check_export(work, args.zerotrain, tokens)
         check_lora(work, args.zerotrain, args.mpirun, reference, sft)
+        check_lora_resume(work, args.zerotrain, args.mpirun, sft)
 
     return exit_status(checks)
 
