@@ -14,9 +14,11 @@ weight-decay rule.
 2. Every frozen tensor's final master is bitwise its initial value, and OUT/final/ holds it
    bitwise as the starting model did; `consolidate` of the checkpoint writes the whole model,
    bitwise OUT/final/; run.json counts the trainable parameters and names the frozen tensors.
-3. A resume with another trainable set is refused naming a tensor, and the checkpoint stays;
+3. In bf16 (2 ranks stage 3) the checkpoint's rank files store the frozen groups' values in 16
+   bits, read back bitwise the starting model's, and consolidate to OUT/final/ bitwise.
+4. A resume with another trainable set is refused naming a tensor, and the checkpoint stays;
    a pattern that matches nothing is refused naming it.
-4. `estimate` of the 6B analysis's projection-only case (6b, lm_head and the final norm, bf16, one
+5. `estimate` of the 6B analysis's projection-only case (6b, lm_head and the final norm, bf16, one
    GPU): 2 bytes per parameter plus 16 per trainable one.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
@@ -77,12 +79,44 @@ def model_tensors(model_dir):
     return ref.load_weights(model_dir, torch.float32)
 
 
-def train_args(zt, work, out, world_args):
+def train_args(zt, work, out, world_args, precision="fp32"):
     return [zt, "train", "--model", work("model"), "--data", work("tok.h5"), "--out", out,
-            "--precision", "fp32", "--steps", str(STEPS), "--seq-len", str(SEQ_LEN),
+            "--precision", precision, "--steps", str(STEPS), "--seq-len", str(SEQ_LEN),
             "--lr", str(LR), "--min-lr", str(LR), "--warmup-steps", "0", "--clip", "0",
             "--save-every", str(STEPS), "--log-every", "0"] + world_args + \
         [a for p in TRAINABLE for a in ("--trainable", p)]
+
+
+def check_bf16_checkpoint(zt, work, mpirun, initial, trainable):
+    """bf16 at 2 ranks stage 3: every rank file stores the frozen groups' values in 16 bits and
+    the trained groups' state in 32; read back, each frozen tensor is the starting model's bitwise;
+    the checkpoint consolidates to OUT/final/, bitwise, whose frozen tensors are the start's."""
+    import h5py
+    out = work("two-bf16")
+    run_tool([mpirun, "--oversubscribe", "-n", "2"] + train_args(
+        zt, work, out, ["--micro-batch", "1", "--grad-accum", "1", "--zero-stage", "3"], "bf16"))
+    step = os.path.join(out, "checkpoints", f"step-{STEPS:08d}")
+    sizes = set()
+    for r in range(2):
+        with h5py.File(os.path.join(step, f"rank-{r:05d}.h5"), "r") as f:
+            for group in f.values():
+                size = group["master"].id.get_type().get_size()
+                sizes.add((size, "m" in group))
+    check(sizes == {(2, False), (4, True)},
+          f"bf16: (bytes per stored master element, has moments) in the rank files: {sizes}")
+    for name, (value, frozen) in checkpoint_masters(step).items():
+        if frozen:
+            check(np.array_equal(value, initial[name].numpy()), f"bf16: frozen {name} changed")
+    final = model_tensors(os.path.join(out, "final"))
+    run_tool([zt, "consolidate", step, "--out", out + "-consolidated"])
+    consolidated = model_tensors(out + "-consolidated")
+    check(set(consolidated) == set(final) and
+          all(torch.equal(consolidated[n], final[n]) for n in final),
+          "bf16: the consolidated checkpoint differs from final/")
+    check(all(torch.equal(final[n], initial[n]) for n in initial if n not in trainable),
+          "bf16: a frozen tensor of final/ changed")
+    print("bf16: the frozen groups stored in 16 bits, read back bitwise the start's; the "
+          "checkpoint consolidates to final/ bitwise")
 
 
 def main():
@@ -150,6 +184,8 @@ def main():
                   f"{what}: run.json trainable_parameters {run['trainable_parameters']}")
             check(sorted(run["frozen_tensors"]) == sorted(set(weights) - trainable),
                   f"{what}: run.json frozen_tensors")
+
+        check_bf16_checkpoint(zt, work, args.mpirun, initial, trainable)
 
         # Bad input.
         out = work("one")
