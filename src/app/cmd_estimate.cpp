@@ -418,6 +418,17 @@ void print_estimate(const EstimateOptions& o, const EngineSpec& spec, const Plan
          "states; total = device peak; host and nvme pools apart; "
          "* = requested stage)\n"
       << table;
+  const int64_t checkpoint = checkpoint_data_bytes(spec);
+  std::cout << "training checkpoint: " << gib(static_cast<double>(checkpoint))
+            << " GiB of data per save (fp32 master and moments of what trains"
+            << (spec.trainable.state_numel(layout) == layout.total_numel()
+                    ? ""
+                    : std::string(", the frozen values in ") +
+                          dtype_name(working_dtype(spec.precision)))
+            << (o.world > 1 ? "; " + std::to_string(o.world) + " rank files of about " +
+                                  gib(static_cast<double>(checkpoint) / o.world) + " GiB"
+                            : "")
+            << ")\n";
   if (plan.cuda) {
     std::cout << "CUDA backend scratch at micro-batch " << o.micro_batch
               << ", outside the totals above"
@@ -447,6 +458,7 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
       {"training_flops_per_token", training_flops_per_token(spec.model, o.seq_len, spec.trainable)},
       {"trainable_psi", spec.trainable.trainable_numel(layout)},
       {"state_psi", spec.trainable.state_numel(layout)},
+      {"checkpoint_bytes", checkpoint_data_bytes(spec)},
       {"frozen_tensors", spec.trainable.frozen_names(layout)},
       {"world", o.world},
       {"requested_stage", spec.zero.stage},

@@ -49,6 +49,15 @@ int64_t MemoryEstimate::of(MemCategory category) const {
   fail("MemoryEstimate::of: not a category");
 }
 
+int64_t checkpoint_data_bytes(const EngineSpec& spec) {
+  const ParamLayout layout(spec.model);
+  const int64_t trained = spec.trainable.state_numel(layout);
+  const int64_t frozen = layout.total_numel() - trained;
+  const int64_t trained_bytes = 3 * static_cast<int64_t>(sizeof(float));  // master, m, v
+  return trained * trained_bytes +
+         frozen * static_cast<int64_t>(dtype_size(working_dtype(spec.precision)));
+}
+
 double theory_model_states_bytes(int64_t psi, int world, int stage, Precision precision,
                                  int64_t psi_frozen) {
   const StageTraits traits = StageTraits::of(stage);

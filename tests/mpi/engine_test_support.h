@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "engine/estimator.h"
 #include "engine/zero_config.h"
 #include "engine/zero_engine.h"
 #include "io/hdf5_util.h"
@@ -182,10 +183,12 @@ class TestEngine {
     spec.optim = o.optim;
     spec.loss_scale = o.loss_scale;
     spec.validate(comm.world_size());
+    spec_ = spec;
     engine_ = std::make_unique<ZeroEngine>(spec, *backend_, comm, memory_);
   }
 
   ZeroEngine& engine() { return *engine_; }
+  const EngineSpec& spec() const { return spec_; }
   MemoryTracker& memory() { return memory_; }
   void init() { engine_->init_from_seed(1234); }
 
@@ -227,6 +230,7 @@ class TestEngine {
   EngineOptions options_;
   std::unique_ptr<Backend> backend_;
   MemoryTracker memory_;
+  EngineSpec spec_;
   std::unique_ptr<ZeroEngine> engine_;
 };
 
@@ -296,9 +300,10 @@ inline SavedCheckpoint save_test_checkpoint(ZeroEngine& engine, const TrainingPr
 
 // Rank `rank`'s file of the checkpoint at `dir`: every group without moments (a frozen one) holds
 // its values in the working dtype of `precision` (half the bytes of float32 under bf16 or fp16),
-// every other group float32. Returns the frozen groups it holds.
+// every other group float32. Returns the frozen groups it holds; adds the bytes its datasets store
+// to *data_bytes.
 inline int expect_frozen_values_in_working_dtype(const std::string& dir, int rank,
-                                                 Precision precision) {
+                                                 Precision precision, int64_t* data_bytes) {
   const std::string path = dir + "/" + checkpoint_rank_file_name(rank);
   h5::Id file = h5::open_file(path);
   int frozen = 0;
@@ -307,6 +312,11 @@ inline int expect_frozen_values_in_working_dtype(const std::string& dir, int ran
     const bool has_moments = h5::has_dataset(file, group + "/m");
     frozen += has_moments ? 0 : 1;
     h5::Id ds = h5::open_dataset(file, group + "/master", path);
+    *data_bytes += static_cast<int64_t>(H5Dget_storage_size(ds));
+    for (const char* moment : {"/m", "/v"})
+      if (has_moments)
+        *data_bytes +=
+            static_cast<int64_t>(H5Dget_storage_size(h5::open_dataset(file, group + moment, path)));
     EXPECT_STREQ(dtype_name(h5::dataset_dtype(ds, path)),
                  dtype_name(has_moments ? DType::kFloat32 : working_dtype(precision)))
         << path << " " << group;
@@ -349,11 +359,15 @@ inline void expect_resumes_bitwise_and_refuses_another(Communicator& world, Comm
                                                    c.steps, defaults.micro, c.leaves / n,
                                                    defaults.seq, dir + "/s" + std::to_string(stage))
                                   .dir;
-    if (world.rank() == 0) {  // every rank's file
+    if (world.rank() == 0) {  // every rank's file; their data is what `estimate` predicts
+      int64_t data_bytes = 0;
       for (int r = 0; r < n; ++r) {
-        EXPECT_GT(expect_frozen_values_in_working_dtype(saved, r, c.options(stage).precision), 0)
+        EXPECT_GT(expect_frozen_values_in_working_dtype(saved, r, c.options(stage).precision,
+                                                        &data_bytes),
+                  0)
             << what << ": rank " << r << "'s file holds no frozen group";
       }
+      EXPECT_EQ(data_bytes, checkpoint_data_bytes(writer.spec())) << what;
     }
     TestEngine alone(self, c.options(3 - stage));
     load_checkpoint(alone.engine(), saved);
