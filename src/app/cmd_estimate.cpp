@@ -418,15 +418,19 @@ void print_estimate(const EstimateOptions& o, const EngineSpec& spec, const Plan
          "states; total = device peak; host and nvme pools apart; "
          "* = requested stage)\n"
       << table;
-  const int64_t checkpoint = checkpoint_data_bytes(spec);
-  std::cout << "training checkpoint: " << gib(static_cast<double>(checkpoint))
-            << " GiB of data per save (fp32 master and moments of what trains"
+  // GiB, or MiB below one GiB (a small model's checkpoint).
+  const auto size = [](double bytes) {
+    return bytes >= 1073741824.0 ? gib(bytes) + " GiB" : gib(bytes * 1024, 1) + " MiB";
+  };
+  const double checkpoint = static_cast<double>(checkpoint_data_bytes(spec));
+  std::cout << "training checkpoint: " << size(checkpoint)
+            << " of data per save (fp32 master and moments of every group with a trainable tensor"
             << (spec.trainable.state_numel(layout) == layout.total_numel()
                     ? ""
-                    : std::string(", the frozen values in ") +
+                    : std::string(", a wholly frozen group's values in ") +
                           dtype_name(working_dtype(spec.precision)))
-            << (o.world > 1 ? "; " + std::to_string(o.world) + " rank files of about " +
-                                  gib(static_cast<double>(checkpoint) / o.world) + " GiB"
+            << (o.world > 1 ? "; " + std::to_string(o.world) + " rank files, " +
+                                  size(checkpoint / o.world) + " on average"
                             : "")
             << ")\n";
   if (plan.cuda) {

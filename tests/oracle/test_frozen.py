@@ -19,7 +19,8 @@ weight-decay rule.
 4. A resume with another trainable set is refused naming a tensor, and the checkpoint stays;
    a pattern that matches nothing is refused naming it.
 5. `estimate` of the 6B analysis's projection-only case (6b, lm_head and the final norm, bf16, one
-   GPU): 2 bytes per parameter plus 16 per trainable one.
+   GPU): 2 bytes per parameter plus 16 per trainable one; a checkpoint of it holds 2 bytes per
+   parameter plus 10 more per trainable one.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -210,6 +211,10 @@ def main():
               f"6b projection-only stage 0 states: {stage0}")
         check(stage0["theory_model_states"] == 2 * psi + 16 * trained,
               f"6b projection-only theory {stage0['theory_model_states']}")
+        # A checkpoint: 12 bytes per element of the head's and the norm's groups (all trainable),
+        # 2 per element of the rest (bf16, frozen).
+        check(est["checkpoint_bytes"] == 12 * trained + 2 * (psi - trained),
+              f"6b projection-only checkpoint_bytes {est['checkpoint_bytes']}")
         print(f"6b projection-only: model states {stage0['model_states'] / 2**30:.2f} GiB "
               f"(everything trainable: {18 * psi / 2**30:.2f} GiB)")
 
