@@ -56,8 +56,8 @@ struct OptimizerShard {
   float* v = nullptr;
   int64_t begin = 0;
   int64_t count = 0;
-  // A frozen group's values are exact in this type, its working params' (bf16 or fp16 under
-  // 16-bit precision): a checkpoint stores them in it. Float32 for a group that trains.
+  // A frozen group's values are exact in this type, its working params' (bf16, fp16 or fp32 by
+  // the precision): a checkpoint stores them in it. Float32 for a group that trains.
   DType values_dtype = DType::kFloat32;
 };
 

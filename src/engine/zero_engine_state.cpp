@@ -235,8 +235,7 @@ OptimizerShard ZeroEngine::Impl::frozen_shard(int g) {
       std::memcpy(s.master.data(), raw.data(), bytes);
     s.held = true;
   }
-  const DType values_dtype = half() ? work_dtype() : DType::kFloat32;
-  return {s.master.data(), nullptr, nullptr, own_begin(g), n, values_dtype};
+  return {s.master.data(), nullptr, nullptr, own_begin(g), n, work_dtype()};
 }
 
 void ZeroEngine::for_each_full_tensor(bool master,
