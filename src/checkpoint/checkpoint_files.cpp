@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "io/fs_util.h"
-#include "util/bf16.h"
 #include "util/crc32c.h"
 #include "util/error.h"
+#include "util/tensor_view.h"
 
 namespace zt {
 
@@ -50,13 +50,8 @@ void write_narrowed_exactly(hid_t ds, const OptimizerSlice& s, DType dtype,
     const int64_t n = std::min(kNarrowChunk, s.range.count - c0);
     const float* values = s.master + c0;
     const size_t count = static_cast<size_t>(n);
-    if (dtype == DType::kBf16) {
-      floats_to_bf16(values, narrow.data(), count);
-      bf16_to_floats(narrow.data(), back.data(), count);
-    } else {
-      floats_to_fp16(values, narrow.data(), count);
-      fp16_to_floats(narrow.data(), back.data(), count);
-    }
+    round_16bit(dtype, values, narrow.data(), count);
+    widen_16bit(dtype, narrow.data(), back.data(), count);
     for (size_t i = 0; i < count; ++i)
       ZT_CHECK(std::memcmp(&back[i], &values[i], sizeof(float)) == 0 ||
                    (std::isnan(back[i]) && std::isnan(values[i])),
@@ -201,10 +196,7 @@ void CheckpointRangeReader::read_values(hid_t f, hid_t ds, int group, OptimizerT
                ", expected float32 (bfloat16 or float16 only for a frozen group's values)");
   std::vector<uint16_t> narrow(static_cast<size_t>(at.count));
   h5::read_box(ds, stored, {at.begin}, {at.count}, narrow.data(), where);
-  if (stored == DType::kBf16)
-    bf16_to_floats(narrow.data(), out, narrow.size());
-  else
-    fp16_to_floats(narrow.data(), out, narrow.size());
+  widen_16bit(stored, narrow.data(), out, narrow.size());
 }
 
 std::vector<int> CheckpointRangeReader::files_opened() const {
