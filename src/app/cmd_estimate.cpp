@@ -14,6 +14,7 @@
 #include "app/engine_device.h"
 #include "app/estimate_options.h"
 #include "app/run_setup.h"
+#include "app/train_checkpointing.h"
 #include "backend/device_arena_plan.h"
 #include "engine/engine_memory_plan.h"
 #include "engine/estimator.h"
@@ -422,13 +423,14 @@ void print_estimate(const EstimateOptions& o, const EngineSpec& spec, const Plan
   const auto size = [](double bytes) {
     return bytes >= 1073741824.0 ? gib(bytes) + " GiB" : gib(bytes * 1024, 1) + " MiB";
   };
-  const double checkpoint = static_cast<double>(checkpoint_data_bytes(spec));
+  const bool digests = frozen_as_digest(o.checkpoint_frozen, spec.model.lora.enabled());
+  const double checkpoint = static_cast<double>(checkpoint_data_bytes(spec, digests));
   std::cout << "training checkpoint: " << size(checkpoint)
             << " of data per save (fp32 master and moments of every group with a trainable tensor"
-            << (spec.trainable.state_numel(layout) == layout.total_numel()
-                    ? ""
-                    : std::string(", a wholly frozen group's values in ") +
-                          dtype_name(working_dtype(spec.precision)))
+            << (spec.trainable.state_numel(layout) == layout.total_numel() ? ""
+                : digests ? std::string(", a wholly frozen group as a digest of its values")
+                          : std::string(", a wholly frozen group's values in ") +
+                                dtype_name(working_dtype(spec.precision)))
             << (o.world > 1 ? "; " + std::to_string(o.world) + " rank files, " +
                                   size(checkpoint / o.world) + " on average"
                             : "")
@@ -462,7 +464,9 @@ int run_estimate(const EstimateOptions& o, const ModelConfig& base_model) {
       {"training_flops_per_token", training_flops_per_token(spec.model, o.seq_len, spec.trainable)},
       {"trainable_psi", spec.trainable.trainable_numel(layout)},
       {"state_psi", spec.trainable.state_numel(layout)},
-      {"checkpoint_bytes", checkpoint_data_bytes(spec)},
+      {"checkpoint_bytes",
+       checkpoint_data_bytes(spec,
+                             frozen_as_digest(o.checkpoint_frozen, spec.model.lora.enabled()))},
       {"frozen_tensors", spec.trainable.frozen_names(layout)},
       {"world", o.world},
       {"requested_stage", spec.zero.stage},

@@ -143,6 +143,9 @@ struct TrainInputs {
   std::string data_identity;  // TokenDataset::identity()
   TokenizerFiles tokenizer;   // the data's Hugging Face tokenizer, read once; empty for others
   std::string resume_dir;     // "" when the run starts fresh
+  // The checkpoint keeps frozen groups as digests: the resume loads the base first (as a fresh run
+  // does) and load_checkpoint verifies it.
+  bool resume_reloads_base = false;
   std::unique_ptr<PeftAdapterReader> adapter;  // --lora-init-from: the adapters to continue
 };
 
@@ -189,6 +192,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
     const ParamLayout layout(config);
     check_checkpoint_model(manifest, config, layout, in.resume_dir);
     check_checkpoint_trainable(manifest, layout, in.spec.trainable, in.resume_dir);
+    in.resume_reloads_base = keeps_frozen_digests(manifest);
   }
   return in;
 }
@@ -196,7 +200,8 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
 // The options that do not change what a run computes: where it writes, how often it logs and
 // saves, how it waits. A resume that changes any other one continues on another trajectory.
 bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
-  static const std::set<std::string> volatile_keys = {"comm_timeout",
+  static const std::set<std::string> volatile_keys = {"checkpoint_frozen",
+                                                      "comm_timeout",
                                                       "eval_batches",
                                                       "gemm_algorithms",
                                                       "keep_last",
@@ -552,7 +557,8 @@ int run_training(TrainOptions o) {
     run_collectively(comm, [&] {
       engine_ptr = std::make_unique<ZeroEngine>(in.spec, *backend, data_comm, memory, &comm);
       engine_ptr->model().set_lora_dropout_seed(static_cast<uint64_t>(o.seed));
-      if (in.resume_dir.empty()) set_first_values(*engine_ptr, in, static_cast<uint64_t>(o.seed));
+      if (in.resume_dir.empty() || in.resume_reloads_base)
+        set_first_values(*engine_ptr, in, static_cast<uint64_t>(o.seed));
     });
     ZeroEngine& engine = *engine_ptr;
     TrainingProgress start;  // steps done before this run (a resumed checkpoint's)

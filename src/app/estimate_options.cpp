@@ -7,6 +7,7 @@
 #include "app/deepspeed_config.h"
 #include "app/engine_device.h"
 #include "app/lora_options.h"
+#include "app/train_checkpointing.h"
 #include "util/error.h"
 
 namespace zt {
@@ -94,6 +95,7 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
       "list the buffers the engine allocates at the requested stage (its memory plan), by role");
   add_trainable_options(opts, &o.trainable, &o.freeze);
   add_lora_options(opts, o.lora);
+  add_checkpoint_frozen_option(opts, &o.checkpoint_frozen);
   const CommandSpec spec{kCommand, "Estimate per-rank memory of ZeRO stages 0-3.",
                          "zerotrain estimate (--preset NAME | --model DIR) [--world N] "
                          "[--zero-stage S] [--micro-batch B] [--seq-len T] [options]"};
@@ -108,6 +110,8 @@ bool parse_estimate_options(int argc, char** argv, EstimateOptions& o, ModelConf
   model = o.model_dir.empty() ? preset_config(o.preset)
                               : ModelConfig::from_hf_file(o.model_dir + "/config.json");
   check_positive(o.world, "world", kCommand);
+  parse_word(o.checkpoint_frozen, kFrozenInCheckpointWords,
+             std::string(kCommand) + ": --checkpoint-frozen");
   // Beyond these, the byte counts of the table would overflow int64.
   ZT_CHECK(o.world <= (1 << 24), std::string(kCommand) + ": --world " + std::to_string(o.world) +
                                      " is more than 2^24 ranks");

@@ -26,7 +26,8 @@ struct EstimateOptions : RunEngineOptions {
   bool max_micro_batch = false;  // the largest micro-batch per stage in device_memory_gib
   int ranks_per_node = 0;        // 0: min(world, 8)
   bool json = false;
-  bool list_plan = false;  // --plan
+  bool list_plan = false;                  // --plan
+  std::string checkpoint_frozen = "auto";  // train's --checkpoint-frozen: the checkpoint's size
 };
 
 // Parses estimate's options and the model they name (--model's config.json or --preset); false

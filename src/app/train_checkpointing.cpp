@@ -40,6 +40,14 @@ void add_checkpoint_options(po::options_description& options, CheckpointFlags& f
       "save a checkpoint after step S and exit 124, as on SIGUSR1 (0 = off)");
   add("allow-data-change", bool_flag(&f.allow_data_change, false),
       "resume from a checkpoint written on another dataset (refused by default)");
+  add_checkpoint_frozen_option(options, &f.frozen);
+}
+
+void add_checkpoint_frozen_option(po::options_description& options, std::string* word) {
+  options.add_options()("checkpoint-frozen", po::value(word)->default_value(*word),
+                        "auto | values | digest: keep wholly frozen tensors in checkpoints as "
+                        "their values, or as a digest that a resume verifies after loading the "
+                        "base again (auto: digest with LoRA adapters, values otherwise)");
 }
 
 void add_fault_injection_options(po::options_description& options, CheckpointFlags& f) {
@@ -67,6 +75,13 @@ void validate_checkpoint_flags(const CheckpointFlags& f, const std::string& comm
   at_least_zero(static_cast<double>(f.stop_after_step), "stop-after-step");
   at_least_zero(f.debug.stall_seconds, "debug-stall-checkpoint");
   ZT_CHECK(!f.resume.empty(), command + ": --resume must be none, auto or a checkpoint directory");
+  parse_word(f.frozen, kFrozenInCheckpointWords, command + ": --checkpoint-frozen");
+}
+
+bool frozen_as_digest(const std::string& word, bool lora) {
+  const FrozenInCheckpoint choice =
+      parse_word(word, kFrozenInCheckpointWords, "--checkpoint-frozen");
+  return choice == FrozenInCheckpoint::kDigest || (choice == FrozenInCheckpoint::kAuto && lora);
 }
 
 TrainCheckpointing::TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
@@ -128,6 +143,8 @@ void TrainCheckpointing::save(ZeroEngine& engine, const TrainingProgress& progre
   options.root = checkpoints_root(out_dir_);
   options.keep_last = static_cast<int>(flags_.keep_last);
   options.debug = flags_.debug;
+  options.frozen_as_digest =
+      frozen_as_digest(flags_.frozen, engine.model().config().lora.enabled());
   const SavedCheckpoint saved = save_checkpoint(engine, progress, hyper_, options);
   if (comm_.rank() == 0)
     std::fprintf(stderr, "checkpoint %s saved (%.2f MiB in %d files, %.3f s)\n", saved.dir.c_str(),

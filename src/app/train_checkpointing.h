@@ -10,8 +10,19 @@
 #include "comm/communicator.h"
 #include "engine/zero_engine.h"
 #include "runtime/signals.h"
+#include "util/word_choice.h"
 
 namespace zt {
+
+// --checkpoint-frozen: how a checkpoint keeps a wholly frozen group (LoRA's base, --freeze's
+// tensors). auto: as a digest when the run trains LoRA adapters (the base is the model it
+// started from, as PEFT's checkpoints and DeepSpeed's exclude_frozen_parameters leave it out),
+// as values otherwise (`consolidate` of a checkpoint writes the whole model).
+enum class FrozenInCheckpoint { kAuto, kValues, kDigest };
+inline constexpr WordChoice<FrozenInCheckpoint> kFrozenInCheckpointWords[] = {
+    {FrozenInCheckpoint::kAuto, "auto"},
+    {FrozenInCheckpoint::kValues, "values"},
+    {FrozenInCheckpoint::kDigest, "digest"}};
 
 struct CheckpointFlags {
   int64_t save_every = 0;          // 0: no periodic checkpoints
@@ -19,6 +30,7 @@ struct CheckpointFlags {
   std::string resume = "none";     // none | auto | PATH
   int64_t stop_after_step = 0;     // > 0: behave as if signalled after that step
   bool allow_data_change = false;  // resume on another dataset than the checkpoint's
+  std::string frozen = "auto";     // --checkpoint-frozen: a kFrozenInCheckpointWords word
   int64_t debug_kill_rank = -1, debug_kill_step = 0;
   CheckpointDebug debug = CheckpointDebug::from_environment();
 };
@@ -28,6 +40,10 @@ void add_checkpoint_options(po::options_description& options, CheckpointFlags& f
 // The fault-injection options the tests use (--debug-*), for a separate --help group.
 void add_fault_injection_options(po::options_description& options, CheckpointFlags& flags);
 void validate_checkpoint_flags(const CheckpointFlags& flags, const std::string& command);
+// --checkpoint-frozen alone (estimate takes it too), and whether a checkpoint keeps wholly frozen
+// groups as digests under its `word`, for a run with or without LoRA adapters.
+void add_checkpoint_frozen_option(po::options_description& options, std::string* word);
+bool frozen_as_digest(const std::string& word, bool lora);
 
 class TrainCheckpointing {
  public:

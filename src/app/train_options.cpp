@@ -195,6 +195,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"profile_steps", profile_steps_name(profile)},  // the window: "4:4" is recorded as "4"
           {"save_every", checkpoint.save_every},
           {"keep_last", checkpoint.keep_last},
+          {"checkpoint_frozen", checkpoint.frozen},
           {"resume", checkpoint.resume}};
 }
 

@@ -89,7 +89,73 @@ void publish(const CheckpointManifest& manifest, const std::string& tmp,
     if (complete[i].second != final_dir) remove_tree(complete[i].second);
 }
 
+// Per element: the sum over the ranks of their `parts` (modulo 2^64). Collective.
+std::vector<uint64_t> summed_over_ranks(Communicator& comm, const std::vector<uint64_t>& parts) {
+  const size_t n = parts.size();
+  std::vector<int64_t> own(parts.begin(), parts.end());
+  std::vector<int64_t> all(n * static_cast<size_t>(comm.world_size()));
+  comm.all_gather_blocking(own.data(), all.data(), n);
+  std::vector<uint64_t> sums(n, 0);
+  for (size_t at = 0; at < all.size(); ++at) sums[at % n] += static_cast<uint64_t>(all[at]);
+  return sums;
+}
+
+// Once every rank file is complete and fsynced: each rank's file (name, CRC-32C, size) and each
+// group kept as a digest (the sum of the ranks' parts) into the manifest. Returns the files'
+// bytes. Collective.
+uint64_t record_files_and_digests(Communicator& comm, const CheckpointFile& mine,
+                                  const std::vector<uint64_t>& own_digests,
+                                  const std::vector<bool>& kept_as_digest,
+                                  CheckpointManifest& manifest) {
+  const int world = comm.world_size();
+  std::vector<int64_t> own = {static_cast<int64_t>(mine.crc32c), static_cast<int64_t>(mine.bytes)};
+  std::vector<int64_t> all(2 * static_cast<size_t>(world));
+  comm.all_gather_blocking(own.data(), all.data(), 2);
+  uint64_t bytes = 0;
+  for (int r = 0; r < world; ++r) {
+    const CheckpointFile f{checkpoint_rank_file_name(r),
+                           static_cast<uint32_t>(all[2 * static_cast<size_t>(r)]),
+                           static_cast<uint64_t>(all[2 * static_cast<size_t>(r) + 1])};
+    bytes += f.bytes;
+    manifest.files.push_back(f);
+  }
+  const std::vector<uint64_t> digests = summed_over_ranks(comm, own_digests);
+  for (size_t g = 0; g < digests.size(); ++g)
+    if (kept_as_digest[g]) manifest.groups[g].frozen_values_digest = frozen_digest_text(digests[g]);
+  return bytes;
+}
+
+// The frozen groups the checkpoint keeps as digests against the digests of the values the
+// engine holds: `digests` is this rank's part of each (its range of the group at this world
+// size). Collective; every rank throws on the first group that differs, naming its tensors.
+void verify_frozen_digests(Communicator& comm, const CheckpointManifest& manifest,
+                           const std::vector<uint64_t>& digests, const std::string& dir) {
+  if (!keeps_frozen_digests(manifest)) return;
+  const std::vector<uint64_t> totals = summed_over_ranks(comm, digests);
+  for (size_t g = 0; g < totals.size(); ++g) {
+    const std::string& kept = manifest.groups[g].frozen_values_digest;
+    const std::string loaded = frozen_digest_text(totals[g]);
+    if (kept.empty() || loaded == kept) continue;
+    std::string names;
+    int count = 0;
+    for (const CheckpointTensor& t : manifest.tensors)
+      if (static_cast<size_t>(t.group) == g && count++ == 0) names = t.name;
+    if (count > 1) names += " and " + std::to_string(count - 1) + " more";
+    throw AgreedError("checkpoint '" + dir + "' keeps the frozen values of group " +
+                      std::to_string(g) + " (" + names + ") as their digest " + kept +
+                      ", and the values this run loaded digest to " + loaded +
+                      ": it resumes on another base model; resume with the base the run started "
+                      "from (its --model, or its preset and --seed)");
+  }
+}
+
 }  // namespace
+
+bool keeps_frozen_digests(const CheckpointManifest& manifest) {
+  for (const CheckpointGroup& g : manifest.groups)
+    if (!g.frozen_values_digest.empty()) return true;
+  return false;
+}
 
 std::string checkpoints_root(const std::string& out_dir) {
   return strip_trailing_slashes(out_dir) + "/" + kCheckpointsSubdir;
@@ -147,6 +213,9 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   });
   try {
     CheckpointFile mine;
+    // Per group: this rank's part of a frozen group's digest (kept_as_digest), else unused.
+    std::vector<uint64_t> digests(manifest.groups.size(), 0);
+    std::vector<bool> kept_as_digest(manifest.groups.size(), false);
     run_collectively(comm, [&] {
       RankFileFaults faults;
       faults.fail_write = options.debug.fail_write_rank == rank;
@@ -155,7 +224,14 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
       const int groups = static_cast<int>(manifest.groups.size());
       const auto slice_of = [&](int g) {
         if (g > 0) engine.release_optimizer_shard(g - 1, /*modified=*/false);
-        return own_slice(engine, manifest.groups, rank, g);
+        OptimizerSlice s = own_slice(engine, manifest.groups, rank, g);
+        if (options.frozen_as_digest && s.m == nullptr) {  // frozen: its digest, not its values
+          digests[static_cast<size_t>(g)] =
+              frozen_values_digest(s.master, s.range.begin, s.range.count);
+          s.stored = false;
+          kept_as_digest[static_cast<size_t>(g)] = true;
+        }
+        return s;
       };
       try {
         mine = write_checkpoint_rank_file(tmp, rank, groups, slice_of, faults);
@@ -165,18 +241,7 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
       }
       engine.release_optimizer_shard(groups - 1, /*modified=*/false);
     });
-    // Every file is complete and fsynced: gather their checksums and sizes.
-    std::vector<int64_t> own = {static_cast<int64_t>(mine.crc32c),
-                                static_cast<int64_t>(mine.bytes)};
-    std::vector<int64_t> all(2 * static_cast<size_t>(world));
-    comm.all_gather_blocking(own.data(), all.data(), 2);
-    for (int r = 0; r < world; ++r) {
-      const CheckpointFile f{checkpoint_rank_file_name(r),
-                             static_cast<uint32_t>(all[2 * static_cast<size_t>(r)]),
-                             static_cast<uint64_t>(all[2 * static_cast<size_t>(r) + 1])};
-      saved.bytes += f.bytes;
-      manifest.files.push_back(f);
-    }
+    saved.bytes = record_files_and_digests(comm, mine, digests, kept_as_digest, manifest);
     run_collectively(comm, [&] {
       if (rank == 0) publish(manifest, tmp, saved.dir, options);
     });
@@ -232,10 +297,22 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
     check_checkpoint_trainable(manifest, engine.layout(), engine.model().trainable(), dir);
     if (check) check(manifest);
   });
+  // Per group: this rank's part of the digest of the frozen values the engine holds.
+  std::vector<uint64_t> digests(manifest.groups.size(), 0);
   run_collectively(comm, [&] {
     CheckpointRangeReader reader(dir, manifest);
+    const std::vector<CheckpointGroup> own_ranges = checkpoint_groups(
+        engine.layout(), comm.world_size(), engine.zero_config().shard_alignment());
     for (int g = 0; g < engine.layout().num_groups(); ++g) {
       const OptimizerShard held = engine.optimizer_shard(g);
+      if (!manifest.groups[static_cast<size_t>(g)].frozen_values_digest.empty()) {
+        const ElementRange mine =
+            own_ranges[static_cast<size_t>(g)].ranges[static_cast<size_t>(comm.rank())];
+        const float* values = held.master + (mine.count == 0 ? 0 : mine.begin - held.begin);
+        digests[static_cast<size_t>(g)] = frozen_values_digest(values, mine.begin, mine.count);
+        engine.release_optimizer_shard(g, /*modified=*/false);  // the values stay as loaded
+        continue;
+      }
       const int64_t numel = manifest.groups[static_cast<size_t>(g)].numel;
       // The held range may run past numel into the padding, which stays zero.
       const ElementRange data{std::min(held.begin, numel),
@@ -252,6 +329,7 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
       engine.release_optimizer_shard(g, /*modified=*/true);  // NVMe: written back, unstaged
     }
   });
+  verify_frozen_digests(comm, manifest, digests, dir);
   engine.refresh_working_params();
   // The scaler continues where it was only under the same settings (resumed_loss_scaler).
   engine.restore_loss_scaling(

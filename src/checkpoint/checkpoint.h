@@ -48,6 +48,10 @@ struct CheckpointSaveOptions {
   int keep_last = 0;  // > 0: keep only the newest K complete checkpoints
   CheckpointDebug debug;
   nlohmann::json metrics_line;  // the step's metrics.jsonl line, kept in the manifest
+  // --checkpoint-frozen digest: each wholly frozen group is kept as the digest of its values
+  // (CheckpointGroup::frozen_values_digest), not the values; a resume reloads the base it started
+  // from and verifies it against the digest. Otherwise the values, in their working dtype.
+  bool frozen_as_digest = false;
 };
 
 struct SavedCheckpoint {
@@ -68,15 +72,21 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
 // directory, which must hold a manifest.
 std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir);
 
-// Loads a checkpoint into the engine: checks the model (config key by key, tensor layout), runs
-// `check` on the manifest (e.g. hyperparameter comparisons; it may throw), restores this rank's
-// master/m/v range from the files that hold it, verifying their checksums, and rebuilds the
-// working parameters. Collective; on failure every rank throws.
 // Whether loading `manifest` into `engine` continues its fp16 loss scaler: both have one and its
 // settings are the same. Otherwise the run's scaler starts afresh from its own settings (a
 // resume that changes them, or that switches to fp16, means to).
 bool resumed_loss_scaler(const CheckpointManifest& manifest, const ZeroEngine& engine);
 
+// Whether the checkpoint keeps any frozen group as a digest: a resume must then load the base
+// model the run started from before load_checkpoint, which verifies it.
+bool keeps_frozen_digests(const CheckpointManifest& manifest);
+
+// Loads a checkpoint into the engine: checks the model (config key by key, tensor layout), runs
+// `check` on the manifest (e.g. hyperparameter comparisons; it may throw), restores this rank's
+// master/m/v range from the files that hold it, verifying their checksums, and rebuilds the
+// working parameters. A frozen group kept as a digest keeps the values the engine holds, which
+// must digest to the checkpoint's (else every rank throws, naming the group's tensors).
+// Collective; on failure every rank throws.
 CheckpointManifest load_checkpoint(
     ZeroEngine& engine, const std::string& dir,
     const std::function<void(const CheckpointManifest&)>& check = nullptr);

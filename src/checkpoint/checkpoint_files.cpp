@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "io/fs_util.h"
 #include "util/crc32c.h"
 #include "util/error.h"
+#include "util/splitmix64.h"
 #include "util/tensor_view.h"
 
 namespace zt {
@@ -64,6 +66,7 @@ void write_narrowed_exactly(hid_t ds, const OptimizerSlice& s, DType dtype,
 }
 
 void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
+  if (!s.stored) return;  // a frozen group kept as its digest
   const std::string group_where = "'" + path + "' " + checkpoint_group_name(s.group);
   h5::Id group = h5::wrap(H5Gcreate2(file, checkpoint_group_name(s.group).c_str(), H5P_DEFAULT,
                                      H5P_DEFAULT, H5P_DEFAULT),
@@ -90,6 +93,23 @@ void write_slice(hid_t file, const OptimizerSlice& s, const std::string& path) {
 }
 
 }  // namespace
+
+uint64_t frozen_values_digest(const float* values, int64_t first, int64_t count) {
+  uint64_t sum = 0;  // unsigned: wraps modulo 2^64, so the order of the terms does not matter
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &values[i], sizeof bits);
+    sum += splitmix64(splitmix64(static_cast<uint64_t>(first + i)) ^ bits);
+  }
+  return sum;
+}
+
+std::string frozen_digest_text(uint64_t digest) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return std::string(kFrozenDigestPrefix) + hex;
+}
 
 const char* optimizer_tensor_name(OptimizerTensor t) {
   switch (t) {
@@ -163,6 +183,9 @@ void CheckpointRangeReader::read(int group, OptimizerTensor kind, ElementRange r
   const CheckpointGroup& g = manifest_.groups.at(static_cast<size_t>(group));
   ZT_CHECK(range.begin >= 0 && range.count >= 0 && range.end() <= g.numel,
            "checkpoint read outside group " + std::to_string(group));
+  ZT_CHECK(g.frozen_values_digest.empty(),
+           "checkpoint '" + dir_ + "' keeps the frozen values of group " + std::to_string(group) +
+               " as their digest, not the values");
   for (size_t r = 0; r < g.ranges.size(); ++r) {
     const ElementRange& held = g.ranges[r];
     const int64_t lo = std::max(range.begin, held.begin);

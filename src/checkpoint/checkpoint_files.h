@@ -5,7 +5,9 @@
 // working dtype that holds them exactly (bfloat16 or float16 under 16-bit precision: half the
 // bytes of float32; checkpoints before 2026-11-30 stored them as float32, which still load).
 // Readers take any element range of a group from whichever files hold it (hyperslab reads), so a
-// checkpoint written at N ranks loads at any other world size or stage.
+// checkpoint written at N ranks loads at any other world size or stage. A frozen group kept as
+// a digest (--checkpoint-frozen digest, LoRA's default) has no HDF5 group at all: the manifest
+// holds frozen_values_digest of its values instead, and a resume reloads and verifies them.
 #pragma once
 #include <functional>
 #include <map>
@@ -32,7 +34,19 @@ struct OptimizerSlice {
   // The type /master is stored in: float32, or a frozen group's working dtype (bfloat16,
   // float16), in which its values are exact.
   DType master_dtype = DType::kFloat32;
+  // False for a frozen group kept as its digest: the file gets no /group_GGG for it.
+  bool stored = true;
 };
+
+// The digest of a frozen group's values that a checkpoint keeps in their place:
+//   Σ_i splitmix64(splitmix64(i) ^ bits(v_i))  mod 2^64
+// over elements i in [first, first + count) of the group (i counted from the group's start),
+// bits(v) the 32 bits of the value as float32 (a 16-bit working value widened exactly). A sum,
+// so each rank digests its own range and the ranks' digests add up to the same total at every
+// world size and stage. docs/checkpoints-and-formats.md gives it for other tools to recompute.
+uint64_t frozen_values_digest(const float* values, int64_t first, int64_t count);
+// "splitmix64-sum:" and 16 lowercase hex digits, as the manifest stores it.
+std::string frozen_digest_text(uint64_t digest);
 
 // Fault injection for tests of the crash-safety protocol.
 struct RankFileFaults {

@@ -1,5 +1,6 @@
 #include "checkpoint/checkpoint_manifest.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -149,6 +150,8 @@ nlohmann::json CheckpointManifest::to_json() const {
     nlohmann::json ranges = nlohmann::json::array();
     for (const ElementRange& r : g.ranges) ranges.push_back({r.begin, r.count});
     groups_json.push_back({{"numel", g.numel}, {"shard", g.shard}, {"file_ranges", ranges}});
+    if (!g.frozen_values_digest.empty())
+      groups_json.back()["frozen_values_digest"] = g.frozen_values_digest;
   }
   nlohmann::json tensors_json = nlohmann::json::array();
   for (const CheckpointTensor& t : tensors) {
@@ -235,6 +238,7 @@ void read_layout(const nlohmann::json& j, CheckpointManifest& m) {
     group.shard = g.at("shard").get<int64_t>();
     for (const auto& r : g.at("file_ranges"))
       group.ranges.push_back({r.at(0).get<int64_t>(), r.at(1).get<int64_t>()});
+    group.frozen_values_digest = g.value("frozen_values_digest", "");
     m.groups.push_back(std::move(group));
   }
   for (const auto& t : j.at("tensors"))
@@ -246,6 +250,25 @@ void read_layout(const nlohmann::json& j, CheckpointManifest& m) {
     m.files.push_back({f.at("name").get<std::string>(),
                        static_cast<uint32_t>(std::strtoul(hex.c_str(), nullptr, 16)),
                        f.at("bytes").get<uint64_t>()});
+  }
+}
+
+// A group kept as a digest: the digest is well formed and every tensor of the group is frozen
+// (a group that trains has optimizer state, which only its values can carry).
+void check_frozen_digests(const CheckpointManifest& m, const std::string& source) {
+  const std::string prefix = kFrozenDigestPrefix;
+  for (size_t g = 0; g < m.groups.size(); ++g) {
+    const std::string& digest = m.groups[g].frozen_values_digest;
+    if (digest.empty()) continue;
+    const std::string hex = digest.substr(std::min(digest.size(), prefix.size()));
+    ZT_CHECK(digest.rfind(prefix, 0) == 0 && hex.size() == 16 &&
+                 hex.find_first_not_of("0123456789abcdef") == std::string::npos,
+             source + ": group " + std::to_string(g) + "'s frozen_values_digest '" + digest +
+                 "' is not " + prefix + " and 16 lowercase hex digits");
+    for (const CheckpointTensor& t : m.tensors)
+      ZT_CHECK(static_cast<size_t>(t.group) != g || t.frozen,
+               source + ": group " + std::to_string(g) + " is kept as a digest of frozen values, " +
+                   "but its tensor " + t.name + " trains");
   }
 }
 
@@ -294,6 +317,7 @@ void check_consistency(const CheckpointManifest& m, const std::string& source) {
                                                std::to_string(g) + " do not cover its " +
                                                std::to_string(group.numel) + " elements once");
   }
+  check_frozen_digests(m, source);
 }
 
 }  // namespace

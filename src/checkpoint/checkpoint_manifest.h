@@ -20,8 +20,10 @@
 namespace zt {
 
 // Version 2 adds the manifest's own CRC-32C (required from version 2 on), the dataset's identity
-// and the metrics line of the checkpoint's step; version 1 manifests are still read.
-constexpr int kCheckpointFormatVersion = 2;
+// and the metrics line of the checkpoint's step; version 3 frozen groups kept as a digest of
+// their values (CheckpointGroup::frozen_values_digest). Versions 1 and 2 are still read.
+constexpr int kCheckpointFormatVersion = 3;
+constexpr const char* kFrozenDigestPrefix = "splitmix64-sum:";
 constexpr const char* kCheckpointManifestFile = "manifest.json";
 
 // "step-00000010", "rank-00003.h5", "group_017".
@@ -78,6 +80,10 @@ struct CheckpointGroup {
   int64_t numel = 0;
   int64_t shard = 0;
   std::vector<ElementRange> ranges;
+  // A wholly frozen group kept as the digest of its values (checkpoint_files.h's
+  // frozen_values_digest, as frozen_digest_text writes it) instead of the values: no rank file
+  // holds it. "" when the rank files hold its values.
+  std::string frozen_values_digest;
 };
 
 struct CheckpointTensor {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/peft_adapter.h"
@@ -145,6 +146,11 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
     result.seconds = seconds_since(t0);
     return result;
   }
+  ZT_CHECK(!keeps_frozen_digests(manifest),
+           "checkpoint '" + dir +
+               "' keeps its frozen tensors as digests, not values (--checkpoint-frozen digest), "
+               "so it holds no whole model to consolidate: use the run's final/ or "
+               "--save-consolidated-every, or save with --checkpoint-frozen values");
   // Opens (and first verifies the size and CRC-32C of) only the rank files it reads from.
   CheckpointRangeReader reader(dir, manifest);
   const TensorValuesFn masters = checkpoint_masters(reader);

@@ -49,10 +49,10 @@ int64_t MemoryEstimate::of(MemCategory category) const {
   fail("MemoryEstimate::of: not a category");
 }
 
-int64_t checkpoint_data_bytes(const EngineSpec& spec) {
+int64_t checkpoint_data_bytes(const EngineSpec& spec, bool frozen_as_digest) {
   const ParamLayout layout(spec.model);
   const int64_t trained = spec.trainable.state_numel(layout);
-  const int64_t frozen = layout.total_numel() - trained;
+  const int64_t frozen = frozen_as_digest ? 0 : layout.total_numel() - trained;
   const int64_t trained_bytes = 3 * static_cast<int64_t>(sizeof(float));  // master, m, v
   return trained * trained_bytes +
          frozen * static_cast<int64_t>(dtype_size(working_dtype(spec.precision)));

@@ -55,8 +55,9 @@ double theory_model_states_bytes(int64_t psi, int world, int stage, Precision pr
 // The data a training checkpoint of this run holds, all rank files together (each rank file about
 // 1/N of it; docs/checkpoints-and-formats.md): per element, 12 bytes in a group with a trainable
 // tensor (fp32 master, m, v) and the working dtype's (2 under bf16 or fp16, 4 under fp32) in a
-// wholly frozen group (its values alone). HDF5's own metadata is not counted.
-int64_t checkpoint_data_bytes(const EngineSpec& spec);
+// wholly frozen group (its values alone), none there when `frozen_as_digest` (the manifest keeps
+// a digest instead). HDF5's own metadata is not counted.
+int64_t checkpoint_data_bytes(const EngineSpec& spec, bool frozen_as_digest);
 
 // DeepSpeed's published rules of thumb (estimate_zero2/zero3_model_states_mem_needs, "cold"
 // variant, 1.5× buffer factor) for ZeRO-Offload with 16-bit params, "largest" = the largest

@@ -286,7 +286,8 @@ inline Trained train_steps(Communicator& comm, const EngineOptions& o, int64_t l
 inline SavedCheckpoint save_test_checkpoint(ZeroEngine& engine, const TrainingProgress& progress,
                                             const AdamWConfig& optim, int64_t total_steps,
                                             int64_t micro_batch, int64_t grad_accum,
-                                            int64_t seq_len, const std::string& root) {
+                                            int64_t seq_len, const std::string& root,
+                                            bool frozen_as_digest = false) {
   TrainingHyperparameters hyper;
   hyper.optim = optim;
   hyper.total_steps = total_steps;
@@ -295,22 +296,35 @@ inline SavedCheckpoint save_test_checkpoint(ZeroEngine& engine, const TrainingPr
   hyper.seq_len = seq_len;
   CheckpointSaveOptions options;
   options.root = root;
+  options.frozen_as_digest = frozen_as_digest;
   return save_checkpoint(engine, progress, hyper, options);
 }
 
-// Rank `rank`'s file of the checkpoint at `dir`: every group without moments (a frozen one) holds
-// its values in the working dtype of `precision` (half the bytes of float32 under bf16 or fp16),
-// every other group float32. Returns the frozen groups it holds; adds the bytes its datasets store
-// to *data_bytes.
-inline int expect_frozen_values_in_working_dtype(const std::string& dir, int rank,
-                                                 Precision precision, int64_t* data_bytes) {
+// Rank `rank`'s file of the checkpoint at `dir`, against its manifest. With `digests` every wholly
+// frozen group (each of its tensors frozen) is kept as a digest in the manifest and absent from
+// the file; without, no group has a digest, a frozen group holds its values in the working dtype
+// of `precision` (half the bytes of float32 under bf16 or fp16) and every other group float32.
+// Returns the wholly frozen groups; adds the bytes the file's datasets store to *data_bytes.
+inline int expect_frozen_groups_as_saved(const std::string& dir, int rank, Precision precision,
+                                         bool digests, int64_t* data_bytes) {
+  const CheckpointManifest manifest = CheckpointManifest::read(dir);
   const std::string path = dir + "/" + checkpoint_rank_file_name(rank);
   h5::Id file = h5::open_file(path);
   int frozen = 0;
-  for (int g = 0; h5::has_dataset(file, "/" + checkpoint_group_name(g)); ++g) {
-    const std::string group = "/" + checkpoint_group_name(g);
+  for (size_t g = 0; g < manifest.groups.size(); ++g) {
+    bool wholly_frozen = true;
+    for (const CheckpointTensor& t : manifest.tensors)
+      wholly_frozen = wholly_frozen && (static_cast<size_t>(t.group) != g || t.frozen);
+    frozen += wholly_frozen ? 1 : 0;
+    const std::string group = "/" + checkpoint_group_name(static_cast<int>(g));
+    const std::string what = path + " " + group;
+    EXPECT_EQ(manifest.groups[g].frozen_values_digest.empty(), !(digests && wholly_frozen)) << what;
+    if (digests && wholly_frozen) {
+      EXPECT_FALSE(h5::has_dataset(file, group)) << what << ": kept as a digest, yet stored";
+      continue;
+    }
     const bool has_moments = h5::has_dataset(file, group + "/m");
-    frozen += has_moments ? 0 : 1;
+    EXPECT_EQ(has_moments, !wholly_frozen) << what;
     h5::Id ds = h5::open_dataset(file, group + "/master", path);
     *data_bytes += static_cast<int64_t>(H5Dget_storage_size(ds));
     for (const char* moment : {"/m", "/v"})
@@ -319,7 +333,7 @@ inline int expect_frozen_values_in_working_dtype(const std::string& dir, int ran
             static_cast<int64_t>(H5Dget_storage_size(h5::open_dataset(file, group + moment, path)));
     EXPECT_STREQ(dtype_name(h5::dataset_dtype(ds, path)),
                  dtype_name(has_moments ? DType::kFloat32 : working_dtype(precision)))
-        << path << " " << group;
+        << what;
   }
   return frozen;
 }
@@ -330,6 +344,9 @@ struct ResumeCase {
   std::function<EngineOptions(int stage)> options;
   std::function<void(EngineOptions&)> other;  // applied to options(stage): the refused run
   std::string refusal;                        // a part of the refusal's message
+  // Checkpoints keep wholly frozen groups as digests: the resumed engine loads the base from the
+  // seed first, and one loaded from another seed is refused.
+  bool frozen_as_digest = false;
   int steps = 4;
   int64_t leaves = 4;  // micro-batches of the global batch
   float lr = 2e-3f;
@@ -355,21 +372,34 @@ inline void expect_resumes_bitwise_and_refuses_another(Communicator& world, Comm
     writer.init();
     const Trained first = train(world, c.options(stage), 1, half, &writer);
     const EngineOptions defaults;
-    const std::string saved = save_test_checkpoint(writer.engine(), {half, 0, {}}, defaults.optim,
-                                                   c.steps, defaults.micro, c.leaves / n,
-                                                   defaults.seq, dir + "/s" + std::to_string(stage))
-                                  .dir;
+    const std::string saved =
+        save_test_checkpoint(writer.engine(), {half, 0, {}}, defaults.optim, c.steps,
+                             defaults.micro, c.leaves / n, defaults.seq,
+                             dir + "/s" + std::to_string(stage), c.frozen_as_digest)
+            .dir;
     if (world.rank() == 0) {  // every rank's file; their data is what `estimate` predicts
       int64_t data_bytes = 0;
       for (int r = 0; r < n; ++r) {
-        EXPECT_GT(expect_frozen_values_in_working_dtype(saved, r, c.options(stage).precision,
-                                                        &data_bytes),
+        EXPECT_GT(expect_frozen_groups_as_saved(saved, r, c.options(stage).precision,
+                                                c.frozen_as_digest, &data_bytes),
                   0)
-            << what << ": rank " << r << "'s file holds no frozen group";
+            << what << ": the checkpoint has no frozen group";
       }
-      EXPECT_EQ(data_bytes, checkpoint_data_bytes(writer.spec())) << what;
+      EXPECT_EQ(data_bytes, checkpoint_data_bytes(writer.spec(), c.frozen_as_digest)) << what;
     }
     TestEngine alone(self, c.options(3 - stage));
+    if (c.frozen_as_digest) {  // the base comes from the seed again; another seed's is refused
+      TestEngine other_base(self, c.options(3 - stage));
+      other_base.engine().init_from_seed(4321);
+      try {
+        load_checkpoint(other_base.engine(), saved);
+        ADD_FAILURE() << what << ": a resume on another base was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("resumes on another base model"), std::string::npos)
+            << e.what();
+      }
+      alone.init();
+    }
     load_checkpoint(alone.engine(), saved);
     const Trained rest = train(self, c.options(3 - stage), half + 1, c.steps, &alone);
     std::vector<double> losses = first.losses;

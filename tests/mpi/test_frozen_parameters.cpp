@@ -186,8 +186,9 @@ TEST_F(FrozenParametersTest, FrozenGroupsHaveNoStateAndMoveNoReductionBytes) {
   }
 }
 
-// Into one rank at stage 3 − s, bitwise, in bf16 (the frozen groups stored as bf16) and fp32 (as
-// float32); another trainable set is refused on every rank, naming a tensor that changed.
+// Into one rank at stage 3 − s, bitwise, in bf16 (the frozen groups stored as bf16 values) and fp32
+// (kept as digests: the base reloaded from the seed and verified); another trainable set is
+// refused on every rank, naming a tensor that changed.
 TEST_F(FrozenParametersTest, CheckpointResumesBitwiseAndRefusesAnotherTrainableSet) {
   for (const Precision precision : {Precision::kBf16, Precision::kFp32}) {
     const std::string name = precision == Precision::kBf16 ? "bf16" : "fp32";
@@ -199,6 +200,7 @@ TEST_F(FrozenParametersTest, CheckpointResumesBitwiseAndRefusesAnotherTrainableS
     c.steps = kSteps;
     c.leaves = kLeaves;
     c.lr = kLr;
+    c.frozen_as_digest = precision == Precision::kFp32;  // --checkpoint-frozen digest
     engine_test::expect_resumes_bitwise_and_refuses_another(world_, self_, (dir_ / name).string(),
                                                             c);
   }

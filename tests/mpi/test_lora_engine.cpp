@@ -192,7 +192,8 @@ TEST_F(LoraEngineTest, OnlyTheAdaptersCarryGradientsAndOptimizerState) {
 // elements the uninterrupted run drops (the masks are keyed by the global token, not by a state
 // the checkpoint would have to carry).
 TEST_F(LoraEngineTest, CheckpointResumesBitwiseAndRefusesAnotherRank) {
-  // bf16 with and without dropout; fp16 (its frozen base stored as fp16, its loss scaler resumed).
+  // bf16 with and without dropout (the frozen base kept as digests: reloaded from the seed and
+  // verified); fp16 (the frozen base stored as fp16 values, its loss scaler resumed).
   const std::vector<std::pair<double, Precision>> cases = {
       {0.0, Precision::kBf16}, {0.25, Precision::kBf16}, {0.0, Precision::kFp16}};
   for (const auto& [dropout, precision] : cases) {
@@ -207,6 +208,7 @@ TEST_F(LoraEngineTest, CheckpointResumesBitwiseAndRefusesAnotherRank) {
     c.steps = kSteps;
     c.leaves = kLeaves;
     c.lr = kLr;
+    c.frozen_as_digest = precision == Precision::kBf16;  // train's default with LoRA; fp16 values
     const std::string name = std::string(precision == Precision::kFp16 ? "fp16" : "bf16") +
                              (dropout > 0 ? "-dropout" : "-plain");
     SCOPED_TRACE(name);

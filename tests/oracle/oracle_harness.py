@@ -197,3 +197,57 @@ def checkpoint_masters(step_dir, kind="master"):
         out[t["name"]] = (groups[t["group"]][t["offset"]:t["offset"] + n].reshape(t["shape"]),
                           t.get("frozen", False))
     return out
+
+
+def _splitmix64(x):
+    """splitmix64's finaliser over a uint64 array (wrapping arithmetic)."""
+    import numpy as np
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def frozen_values_digest(values):
+    """The digest docs/checkpoints-and-formats.md defines for a frozen group's values (a float32
+    array, the whole group), computed here from that definition: the sum modulo 2^64 of
+    splitmix64(splitmix64(i) ^ bits(v_i)), as "splitmix64-sum:" and 16 hex digits."""
+    import numpy as np
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    total = np.uint64(0)
+    chunk = 1 << 22
+    for begin in range(0, bits.size, chunk):
+        index = np.arange(begin, min(begin + chunk, bits.size), dtype=np.uint64)
+        terms = _splitmix64(_splitmix64(index) ^ bits[begin:begin + index.size])
+        with np.errstate(over="ignore"):
+            total = total + np.sum(terms, dtype=np.uint64)
+    return f"splitmix64-sum:{int(total):016x}"
+
+
+def frozen_digest_mismatches(step_dir, tensors):
+    """The groups a checkpoint's manifest keeps as frozen_values_digest, each put together from
+    `tensors` (name -> float32 array: the base as a reference loaded it) at the manifest's offsets
+    and digested here. Returns (the number of such groups, [(group, ours, the manifest's)] where
+    they differ); a tensor of such a group missing from `tensors` counts as a difference."""
+    import json
+    import os
+    import numpy as np
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    kept = {g: group for g, group in enumerate(manifest["groups"])
+            if "frozen_values_digest" in group}
+    wrong = []
+    for g, group in kept.items():
+        values = np.zeros(group["numel"], dtype=np.float32)
+        for t in (t for t in manifest["tensors"] if t["group"] == g):
+            if t["name"] not in tensors:
+                wrong.append((g, f"no tensor {t['name']}", group["frozen_values_digest"]))
+                break
+            flat = np.asarray(tensors[t["name"]], dtype=np.float32).reshape(-1)
+            values[t["offset"]:t["offset"] + flat.size] = flat
+        else:
+            ours = frozen_values_digest(values)
+            if ours != group["frozen_values_digest"]:
+                wrong.append((g, ours, group["frozen_values_digest"]))
+    return len(kept), wrong

@@ -215,6 +215,22 @@ def main():
         # 2 per element of the rest (bf16, frozen).
         check(est["checkpoint_bytes"] == 12 * trained + 2 * (psi - trained),
               f"6b projection-only checkpoint_bytes {est['checkpoint_bytes']}")
+        # With --checkpoint-frozen digest (LoRA's default) the frozen groups take no bytes.
+        est = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json", "--trainable",
+                                   r"^lm_head\.", "--trainable", r"^model\.norm\.",
+                                   "--checkpoint-frozen", "digest"]))
+        check(est["checkpoint_bytes"] == 12 * trained,
+              f"6b projection-only checkpoint_bytes with digests {est['checkpoint_bytes']}")
+        for frozen in ("auto", "values"):
+            lora = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json",
+                                        "--lora-rank", "16", "--lora-targets", "q_proj",
+                                        "--checkpoint-frozen", frozen]))
+            c = lora["model_config"]  # r·(in + out) for each layer's q_proj [d, d]
+            adapters = c["num_hidden_layers"] * 16 * 2 * c["hidden_size"]
+            want = 12 * adapters + (0 if frozen == "auto" else 2 * (lora["psi"] - adapters))
+            check(lora["state_psi"] == adapters and lora["checkpoint_bytes"] == want,
+                  f"6b LoRA q_proj --checkpoint-frozen {frozen}: checkpoint_bytes "
+                  f"{lora['checkpoint_bytes']}, want {want} (adapters {adapters})")
         print(f"6b projection-only: model states {stage0['model_states'] / 2**30:.2f} GiB "
               f"(everything trainable: {18 * psi / 2**30:.2f} GiB)")
 

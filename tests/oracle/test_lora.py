@@ -48,7 +48,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (check, checkpoint_masters, exit_status,  # noqa: E402
-                            lora_oracle_arguments, refused, run_tool, write_byte_windows)
+                            frozen_digest_mismatches, lora_oracle_arguments, refused, run_tool,
+                            write_byte_windows)
 import llama_reference as ref  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -389,11 +390,15 @@ def main():
             print(f"{what}: every step's A/B gradients, m and v within {worst:.2e} of PEFT's")
             if args.mutation:  # the mutated reference is compared with the first run only
                 return
-            base = {n: v for n, (v, _) in checkpoint_masters(
-                os.path.join(out, "checkpoints", f"step-{STEPS:08d}")).items() if ".lora_" not in n}
+            # The base is kept as digests (--checkpoint-frozen auto under LoRA): the rank files
+            # hold no base tensor, and the model's tensors digest here to the manifest's.
+            last = os.path.join(out, "checkpoints", f"step-{STEPS:08d}")
+            stored = [n for n in checkpoint_masters(last) if ".lora_" not in n]
+            check(not stored, f"{what}: the checkpoint stores base tensors {stored[:3]}")
             start = ref.load_weights(work("model"), torch.float32)
-            changed = [n for n in start if not np.array_equal(base[n], start[n].numpy())]
-            check(not changed, f"{what}: the base changed: {changed[:3]}")
+            kept, changed = frozen_digest_mismatches(last, {n: t.numpy() for n, t in start.items()})
+            check(kept > 0 and not changed,
+                  f"{what}: {kept} frozen groups kept as digests; differing: {changed[:3]}")
             # consolidate keeps the adapters apart from the base: the checkpoint's masters as
             # PEFT's directory, bitwise OUT/final's tensors.
             run_tool([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),

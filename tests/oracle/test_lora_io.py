@@ -17,6 +17,8 @@ stage 0:
    and PEFT loads it. Refused naming what was given: a PEFT adapter directory, a model directory,
    the checkpoint of a run without adapters, --merge-lora beside it; `export CHECKPOINT` in
    another format points to consolidate; a modules_to_save name that would train a layer's norms.
+   The checkpoint keeps the frozen base as digests: a resume with another base model is refused,
+   and so is consolidating a run without adapters saved with --checkpoint-frozen digest.
 4. `export --merge-lora`: the merged directory holds exactly the base's tensor names, each within
    one bf16 step of PEFT's merge_and_unload rounded to bf16 (both round sums that differ only by
    fp32 rounding), its lm_head the adapter's rounded; transformers' from_pretrained on it gives
@@ -110,6 +112,19 @@ def check_export_peft(zt, work, weights, final, eval_tokens, eval_loss):
             (step, ["--merge-lora", work("run", "final")], "give one")):
         refused([zt, "export", model, "--format", "peft", "--out", bad] + extra, says)
     refused([zt, "export", step, "--out", bad], "is a training checkpoint: `zerotrain consolidate`")
+    # The checkpoint keeps the frozen base as digests (--checkpoint-frozen auto under LoRA): a
+    # resume on another base is refused naming a group; a run without adapters that keeps them so
+    # (--checkpoint-frozen digest) has no whole model to consolidate.
+    run_tool([zt, "init", "--preset", "tiny", "--seed", "99", "--out", work("other_base")])
+    other = train_args(zt, work, bad, ["--micro-batch", "1", "--grad-accum", "2", "--trainable",
+                                       "lm_head", "--resume", step], steps=STEPS + 1)
+    other[other.index("--model") + 1] = work("other_base")
+    refused(other, "as their digest splitmix64-sum:")
+    run_tool(train_args(zt, work, work("digest"), ["--micro-batch", "2", "--trainable", "lm_head",
+                                                   "--checkpoint-frozen", "digest"],
+                        steps=1, targets=None))
+    refused([zt, "consolidate", work("digest", "checkpoints", "step-00000001"), "--out", bad],
+            "keeps its frozen tensors as digests, not values")
     with open(work("norm.json"), "w") as f:
         json.dump({"r": RANK, "target_modules": ["q_proj"], "modules_to_save": ["norm"]}, f)
     refused(train_args(zt, work, bad, ["--lora-config", work("norm.json")], targets=None),

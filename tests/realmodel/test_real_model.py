@@ -50,7 +50,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 from oracle_harness import (SetupError, argument_parser, check, document_parts,  # noqa: E402
-                            exit_status, fresh_work_dir, require_venv_modules, run_tool)
+                            exit_status, fresh_work_dir, frozen_digest_mismatches,
+                            require_venv_modules, run_tool)
 
 gguf, h5py, np, torch, transformers = require_venv_modules("gguf", "h5py", "numpy", "torch",
                                                            "transformers")
@@ -205,10 +206,11 @@ def check_lora(work, zt, mpirun, reference, sft):
     check_lora_exports(work, zt, sft, base)
 
 
-def check_lora_resume(work, zt, mpirun, sft):
+def check_lora_resume(work, zt, mpirun, sft, reference):
     """LoRA in bf16 at 2 ranks ZeRO-3: stopped after step 2 and resumed, the losses are those of
-    the uninterrupted run bit for bit; every rank file of the step-2 checkpoint holds each group
-    without moments (the frozen base) in 16 bits and each adapter group in 32."""
+    the uninterrupted run bit for bit; the rank files of the step-2 checkpoint hold the adapter
+    groups' fp32 state alone, and the manifest's digest of each frozen group is that of the base
+    transformers loads (rounded to the run's bf16), computed here."""
     _, _, _, T = sft
     launch = [mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model", work("model"),
               "--data", work("sft4.h5"), "--zero-stage", "3", "--micro-batch", "2", "--seq-len",
@@ -236,20 +238,23 @@ def check_lora_resume(work, zt, mpirun, sft):
     numel = {True: 0, False: 0}  # frozen or not -> the manifest's tensor elements
     for t in manifest["tensors"]:
         numel[t.get("frozen", False)] += int(np.prod(t["shape"]))
-    widths = {}  # bytes per stored element -> elements
+    stored = 0  # elements in the rank files
     for name in files:
         with h5py.File(os.path.join(step, name), "r") as f:
             for group in f.values():
-                size = group["master"].id.get_type().get_size()
-                check(size == (4 if "m" in group else 2), f"{name} {group.name}/master is stored "
-                      f"in {size} bytes per element ({'trained' if 'm' in group else 'frozen'})")
-                widths[size] = widths.get(size, 0) + group["master"].shape[0]
-    check(widths.get(2, 0) == numel[True] and widths.get(4, 0) == numel[False] and numel[False],
-          f"the checkpoint's 16- and 32-bit elements {widths} are not the manifest's frozen and "
-          f"trained tensors' {numel[True]} and {numel[False]}")
+                check("m" in group and group["master"].id.get_type().get_size() == 4,
+                      f"{name} {group.name} is not an adapter group's fp32 state")
+                stored += group["master"].shape[0]
+    check(stored == numel[False] and numel[False],
+          f"the rank files hold {stored} elements, the adapters {numel[False]}")
+    # The base as transformers' GGUF loader gives it, in the run's bf16, digested here.
+    base = {n: t.to(torch.bfloat16).float().numpy() for n, t in reference.state_dict().items()}
+    kept, wrong = frozen_digest_mismatches(step, base)
+    check(kept > 0 and not wrong, f"{kept} frozen groups kept as digests; differing: {wrong[:3]}")
     print(f"ok   LoRA in bf16 stopped after step 2 and resumed: losses {resumed} bit for bit; the "
-          f"checkpoint holds {widths.get(2, 0)} frozen elements in bf16, {widths.get(4, 0)} adapter "
-          f"elements in fp32 ({sum(os.path.getsize(os.path.join(step, n)) for n in files)} bytes)")
+          f"checkpoint holds the {stored} adapter elements in fp32 and the {numel[True]} frozen "
+          f"elements as {kept} digests, each transformers' base's "
+          f"({sum(os.path.getsize(os.path.join(step, n)) for n in files)} bytes)")
 
 
 def check_lora_exports(work, zt, sft, base):
@@ -374,7 +379,7 @@ def main():
         sft = check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
         check_export(work, args.zerotrain, tokens)
         check_lora(work, args.zerotrain, args.mpirun, reference, sft)
-        check_lora_resume(work, args.zerotrain, args.mpirun, sft)
+        check_lora_resume(work, args.zerotrain, args.mpirun, sft, reference)
 
     return exit_status(checks)
 

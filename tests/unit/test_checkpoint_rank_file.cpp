@@ -1,7 +1,8 @@
 // A training checkpoint's rank file (checkpoint/checkpoint_files.h) without MPI: what each group's
 // datasets are stored as, and what the range reader gives back. A frozen group's values are
 // stored in the 16-bit type that holds them exactly, a trained group's state in float32; older
-// files with float32 frozen values still load, and a 16-bit master beside moments is refused.
+// files with float32 frozen values still load, and a 16-bit master beside moments is refused. A
+// frozen group kept as a digest is not stored; the digest adds up over ranks' ranges.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -37,7 +38,7 @@ class CheckpointRankFile : public ::testing::Test {
     CheckpointManifest m;
     m.world_size = 1;
     for (const OptimizerSlice& s : slices)
-      m.groups.push_back({s.range.count, s.range.count, {s.range}});
+      m.groups.push_back({s.range.count, s.range.count, {s.range}, ""});
     m.files.push_back(
         write_checkpoint_rank_file(dir_, 0, static_cast<int>(slices.size()),
                                    [&](int g) { return slices[static_cast<size_t>(g)]; }, {}));
@@ -152,7 +153,7 @@ CheckpointManifest write_by_hand(const std::string& dir, int64_t n,
   const FileChecksum sum = crc32c_file(path);
   CheckpointManifest m;
   m.world_size = 1;
-  m.groups.push_back({n, n, {{0, n}}});
+  m.groups.push_back({n, n, {{0, n}}, ""});
   m.files.push_back({checkpoint_rank_file_name(0), sum.crc32c, sum.bytes});
   return m;
 }
@@ -186,6 +187,65 @@ TEST_F(CheckpointRankFile, SixteenBitsAnywhereButAFrozenGroupsValuesAreRefusedNa
       EXPECT_NE(std::string(e.what()).find(c.named), std::string::npos) << e.what();
     }
   }
+}
+
+// A frozen group kept as a digest has no HDF5 group in the file; the reader refuses to read it,
+// naming the group, and the groups around it read back as written.
+TEST_F(CheckpointRankFile, AGroupKeptAsADigestIsNotStored) {
+  const int64_t n = 1000;
+  const std::vector<float> bf16 = exact_values(DType::kBf16, n);
+  OptimizerSlice kept{1, {0, n}, bf16.data(), nullptr, nullptr, DType::kBf16};
+  kept.stored = false;
+  CheckpointManifest manifest = write({{0, {0, n}, bf16.data(), nullptr, nullptr, DType::kBf16},
+                                       kept,
+                                       {2, {0, n}, bf16.data(), nullptr, nullptr, DType::kBf16}});
+  manifest.groups[1].frozen_values_digest =
+      frozen_digest_text(frozen_values_digest(bf16.data(), 0, n));
+  h5::Id f = h5::open_file(dir_ + "/" + checkpoint_rank_file_name(0));
+  EXPECT_TRUE(h5::has_dataset(f, "/group_000"));
+  EXPECT_FALSE(h5::has_dataset(f, "/group_001"));
+  EXPECT_TRUE(bitwise_equal(read(manifest, 2, OptimizerTensor::kMaster), bf16));
+  try {
+    read(manifest, 1, OptimizerTensor::kMaster);
+    FAIL() << "a group kept as a digest was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("keeps the frozen values of group 1 as their digest"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The digest adds up over any split of a group into ranks' ranges, and changes with any one bit of
+// a value, the sign of a zero, or which element holds a value.
+TEST(FrozenValuesDigest, AddsUpOverRangesAndSeesEveryBit) {
+  const int64_t n = 4099;
+  std::vector<float> v = exact_values(DType::kBf16, n);
+  const uint64_t whole = frozen_values_digest(v.data(), 0, n);
+  for (const int64_t split : {int64_t{1}, int64_t{1024}, int64_t{4098}}) {
+    const uint64_t parts = frozen_values_digest(v.data(), 0, split) +
+                           frozen_values_digest(v.data() + split, split, n - split);
+    EXPECT_EQ(parts, whole) << "split at " << split;
+  }
+  EXPECT_NE(frozen_values_digest(v.data() + 1, 1, n - 1), whole);  // element 0 left out
+  EXPECT_NE(frozen_values_digest(v.data(), 1, n), whole);          // the same values, shifted
+  for (const int64_t at : {int64_t{0}, int64_t{2047}, n - 1}) {
+    for (int bit = 0; bit < 32; bit += 7) {
+      std::vector<float> w = v;
+      uint32_t bits;
+      std::memcpy(&bits, &w[static_cast<size_t>(at)], sizeof bits);
+      bits ^= uint32_t{1} << bit;
+      std::memcpy(&w[static_cast<size_t>(at)], &bits, sizeof bits);
+      EXPECT_NE(frozen_values_digest(w.data(), 0, n), whole) << "element " << at << " bit " << bit;
+    }
+  }
+  std::vector<float> swapped = v;
+  std::swap(swapped[10], swapped[11]);
+  ASSERT_NE(v[10], v[11]);
+  EXPECT_NE(frozen_values_digest(swapped.data(), 0, n), whole);
+  const float zeros[2] = {0.0f, -0.0f}, same[2] = {0.0f, 0.0f};
+  EXPECT_NE(frozen_values_digest(zeros, 0, 2), frozen_values_digest(same, 0, 2));
+  EXPECT_EQ(frozen_values_digest(v.data(), 0, 0), 0u);
+  EXPECT_EQ(frozen_digest_text(0xabcull), "splitmix64-sum:0000000000000abc");
 }
 
 }  // namespace

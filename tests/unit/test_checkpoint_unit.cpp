@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "report/metrics_log.h"
 #include "util/crc32c.h"
@@ -113,6 +115,25 @@ TEST(CheckpointManifest, RoundTripsThroughJson) {
   }
 }
 
+// A wholly frozen group kept as a digest: the manifest says so and reads it back.
+TEST(CheckpointManifest, FrozenValuesDigestRoundTrips) {
+  const ParamLayout layout(preset_config("tiny"));
+  std::vector<std::string> frozen;
+  for (int t : layout.groups()[1].tensors)
+    frozen.push_back(layout.tensors()[static_cast<size_t>(t)].name);
+  CheckpointManifest m = tiny_manifest(2);
+  m.tensors = checkpoint_tensors(layout, TrainableSet::from_frozen_names(layout, frozen));
+  EXPECT_FALSE(keeps_frozen_digests(m));
+  m.groups[1].frozen_values_digest = frozen_digest_text(0x0123456789abcdefull);
+  EXPECT_EQ(m.groups[1].frozen_values_digest, "splitmix64-sum:0123456789abcdef");
+  const CheckpointManifest back = CheckpointManifest::from_json(m.to_json(), "test");
+  EXPECT_EQ(back.to_json(), m.to_json());
+  EXPECT_EQ(back.groups[1].frozen_values_digest, "splitmix64-sum:0123456789abcdef");
+  EXPECT_TRUE(back.groups[0].frozen_values_digest.empty());
+  EXPECT_TRUE(keeps_frozen_digests(back));
+  EXPECT_EQ(back.format_version, 3);
+}
+
 // A manifest of format 1 (no CRC of its own) is read; its layout is still checked.
 TEST(CheckpointManifest, RejectsRangesThatDoNotTile) {
   nlohmann::json j = tiny_manifest(2).to_json();
@@ -173,7 +194,17 @@ TEST(CheckpointManifest, AResignedEditIsStillCheckedForRange) {
            {[](nlohmann::json& j) { j["tensors"] = nlohmann::json::array(); }, "lists no tensors"},
            {[](nlohmann::json& j) { j["files"][0]["name"] = "../../data.h5"; },
             "'../../data.h5' is not a plain file name"},
-           {[](nlohmann::json& j) { j["files"][0]["name"] = ".."; }, "'..' is not a plain"}}) {
+           {[](nlohmann::json& j) { j["files"][0]["name"] = ".."; }, "'..' is not a plain"},
+           {[](nlohmann::json& j) { j["groups"][1]["frozen_values_digest"] = "splitmix64-sum:12"; },
+            "group 1's frozen_values_digest 'splitmix64-sum:12' is not"},
+           {[](nlohmann::json& j) {
+              j["groups"][1]["frozen_values_digest"] = "splitmix64-sum:0123456789ABCDEF";
+            },
+            "is not splitmix64-sum: and 16 lowercase hex digits"},
+           {[](nlohmann::json& j) {  // every tensor of tiny_manifest trains
+              j["groups"][1]["frozen_values_digest"] = "splitmix64-sum:0123456789abcdef";
+            },
+            "group 1 is kept as a digest of frozen values, but its tensor model.layers.0."}}) {
     try {
       CheckpointManifest::from_json(signed_with(edit), "m.json");
       ADD_FAILURE() << "accepted: " << expected;

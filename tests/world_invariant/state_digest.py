@@ -3,6 +3,7 @@
   state_digest.py checkpoint DIR   the fp32 optimizer state of a training checkpoint: every
                                    group's master, m and v put back together from the rank
                                    files' slices (manifest file_ranges), SHA-256 in group order
+                                   (a frozen group kept as a digest: that digest)
   state_digest.py model DIR        every tensor of a model directory's HDF5 shards, by name
 
 Equal digests mean bitwise-equal state, whatever the number of ranks or ZeRO stage.
@@ -22,6 +23,8 @@ def checkpoint_digest(checkpoint_dir: str) -> str:
     files = [h5py.File(f"{checkpoint_dir}/{entry['name']}", "r") for entry in manifest["files"]]
     h = hashlib.sha256()
     for g, group in enumerate(manifest["groups"]):
+        # A frozen group kept as a digest (no rank file holds it): the manifest's digest instead.
+        h.update(group.get("frozen_values_digest", "").encode())
         for name in ("master", "m", "v"):
             whole = np.zeros(group["numel"], dtype=np.float32)
             for rank, (begin, count) in enumerate(group["file_ranges"]):
