@@ -127,9 +127,11 @@ uint64_t record_files_and_digests(Communicator& comm, const CheckpointFile& mine
 
 // The frozen groups the checkpoint keeps as digests against the digests of the values the
 // engine holds: `digests` is this rank's part of each (its range of the group at this world
-// size). Collective; every rank throws on the first group that differs, naming its tensors.
+// size). Collective; every rank throws on the first group that differs, naming its tensors (and
+// both precisions when they differ).
 void verify_frozen_digests(Communicator& comm, const CheckpointManifest& manifest,
-                           const std::vector<uint64_t>& digests, const std::string& dir) {
+                           const std::vector<uint64_t>& digests, const std::string& run_precision,
+                           const std::string& dir) {
   if (!keeps_frozen_digests(manifest)) return;
   const std::vector<uint64_t> totals = summed_over_ranks(comm, digests);
   for (size_t g = 0; g < totals.size(); ++g) {
@@ -143,19 +145,21 @@ void verify_frozen_digests(Communicator& comm, const CheckpointManifest& manifes
     if (count > 1) names += " and " + std::to_string(count - 1) + " more";
     throw AgreedError("checkpoint '" + dir + "' keeps the frozen values of group " +
                       std::to_string(g) + " (" + names + ") as their digest " + kept +
-                      ", and the values this run loaded digest to " + loaded +
-                      ": it resumes on another base model; resume with the base the run started "
-                      "from (its --model, or its preset and --seed)");
+                      ", and the values this run loaded digest to " + loaded + ": " +
+                      (run_precision == manifest.precision
+                           ? "it resumes on another base model; resume with the base the run "
+                             "started from (its --model, or its preset and --seed)"
+                           : "this run computes in " + run_precision + ", the checkpoint in " +
+                                 manifest.precision +
+                                 ", in which the same base may load as other values, or it "
+                                 "resumes on another base model; resume with --precision " +
+                                 manifest.precision +
+                                 " and the base the run started from (its --model, or its "
+                                 "preset and --seed)"));
   }
 }
 
 }  // namespace
-
-bool keeps_frozen_digests(const CheckpointManifest& manifest) {
-  for (const CheckpointGroup& g : manifest.groups)
-    if (!g.frozen_values_digest.empty()) return true;
-  return false;
-}
 
 std::string checkpoints_root(const std::string& out_dir) {
   return strip_trailing_slashes(out_dir) + "/" + kCheckpointsSubdir;
@@ -308,6 +312,10 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
       if (!manifest.groups[static_cast<size_t>(g)].frozen_values_digest.empty()) {
         const ElementRange mine =
             own_ranges[static_cast<size_t>(g)].ranges[static_cast<size_t>(comm.rank())];
+        ZT_CHECK(
+            mine.count == 0 || (mine.begin >= held.begin && mine.end() <= held.begin + held.count),
+            "checkpoint load: rank " + std::to_string(comm.rank()) +
+                " does not hold its slice of frozen group " + std::to_string(g));
         const float* values = held.master + (mine.count == 0 ? 0 : mine.begin - held.begin);
         digests[static_cast<size_t>(g)] = frozen_values_digest(values, mine.begin, mine.count);
         engine.release_optimizer_shard(g, /*modified=*/false);  // the values stay as loaded
@@ -329,7 +337,7 @@ CheckpointManifest load_checkpoint(ZeroEngine& engine, const std::string& dir,
       engine.release_optimizer_shard(g, /*modified=*/true);  // NVMe: written back, unstaged
     }
   });
-  verify_frozen_digests(comm, manifest, digests, dir);
+  verify_frozen_digests(comm, manifest, digests, precision_name(engine.precision()), dir);
   engine.refresh_working_params();
   // The scaler continues where it was only under the same settings (resumed_loss_scaler).
   engine.restore_loss_scaling(

@@ -77,15 +77,12 @@ std::string resolve_resume_checkpoint(const std::string& mode, const std::string
 // resume that changes them, or that switches to fp16, means to).
 bool resumed_loss_scaler(const CheckpointManifest& manifest, const ZeroEngine& engine);
 
-// Whether the checkpoint keeps any frozen group as a digest: a resume must then load the base
-// model the run started from before load_checkpoint, which verifies it.
-bool keeps_frozen_digests(const CheckpointManifest& manifest);
-
 // Loads a checkpoint into the engine: checks the model (config key by key, tensor layout), runs
 // `check` on the manifest (e.g. hyperparameter comparisons; it may throw), restores this rank's
 // master/m/v range from the files that hold it, verifying their checksums, and rebuilds the
 // working parameters. A frozen group kept as a digest keeps the values the engine holds, which
-// must digest to the checkpoint's (else every rank throws, naming the group's tensors).
+// must digest to the checkpoint's (else every rank throws, naming the group's tensors, and the
+// precisions when the run's differs: the same base may round to other values in it).
 // Collective; on failure every rank throws.
 CheckpointManifest load_checkpoint(
     ZeroEngine& engine, const std::string& dir,

@@ -164,7 +164,7 @@ nlohmann::json CheckpointManifest::to_json() const {
     files_json.push_back({{"name", f.name}, {"crc32c", crc32c_hex(f.crc32c)}, {"bytes", f.bytes}});
   nlohmann::json j = {
       {"format", "zerotrain-checkpoint"},
-      {"format_version", format_version},
+      {"format_version", keeps_frozen_digests(*this) ? 3 : std::min(format_version, 2)},
       {"step", progress.step},
       {"tokens_seen", progress.tokens_seen},
       {"data_cursor", {{"epoch", progress.cursor.epoch}, {"position", progress.cursor.position}}},
@@ -256,6 +256,9 @@ void read_layout(const nlohmann::json& j, CheckpointManifest& m) {
 // A group kept as a digest: the digest is well formed and every tensor of the group is frozen
 // (a group that trains has optimizer state, which only its values can carry).
 void check_frozen_digests(const CheckpointManifest& m, const std::string& source) {
+  ZT_CHECK(m.format_version >= 3 || !keeps_frozen_digests(m),
+           source + ": frozen_values_digest in a format-" + std::to_string(m.format_version) +
+               " manifest (digests came with format 3)");
   const std::string prefix = kFrozenDigestPrefix;
   for (size_t g = 0; g < m.groups.size(); ++g) {
     const std::string& digest = m.groups[g].frozen_values_digest;
@@ -429,6 +432,12 @@ void check_checkpoint_trainable(const CheckpointManifest& manifest, const ParamL
   fail("checkpoint '" + checkpoint_dir + "' was trained with other frozen tensors (" + what +
        "); resume with the same --trainable/--freeze (its optimizer state exists only for the "
        "tensors that trained)");
+}
+
+bool keeps_frozen_digests(const CheckpointManifest& manifest) {
+  for (const CheckpointGroup& g : manifest.groups)
+    if (!g.frozen_values_digest.empty()) return true;
+  return false;
 }
 
 std::string model_config_fingerprint(const ModelConfig& config) {

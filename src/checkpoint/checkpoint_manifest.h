@@ -21,7 +21,8 @@ namespace zt {
 
 // Version 2 adds the manifest's own CRC-32C (required from version 2 on), the dataset's identity
 // and the metrics line of the checkpoint's step; version 3 frozen groups kept as a digest of
-// their values (CheckpointGroup::frozen_values_digest). Versions 1 and 2 are still read.
+// their values (CheckpointGroup::frozen_values_digest). A manifest is written as version 3 only
+// when it keeps a digest (so that earlier builds still read the others), and read up to 3.
 constexpr int kCheckpointFormatVersion = 3;
 constexpr const char* kFrozenDigestPrefix = "splitmix64-sum:";
 constexpr const char* kCheckpointManifestFile = "manifest.json";
@@ -148,6 +149,10 @@ std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout,
 // differ.
 void check_checkpoint_trainable(const CheckpointManifest& manifest, const ParamLayout& layout,
                                 const TrainableSet& trainable, const std::string& checkpoint_dir);
+
+// Whether the checkpoint keeps any frozen group as a digest (format 3): a resume must then load
+// the base model the run started from before load_checkpoint, which verifies it.
+bool keeps_frozen_digests(const CheckpointManifest& manifest);
 
 // "crc32c:xxxxxxxx" of the model config's canonical JSON (sorted keys, no whitespace).
 std::string model_config_fingerprint(const ModelConfig& config);

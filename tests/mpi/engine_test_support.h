@@ -399,6 +399,10 @@ inline void expect_resumes_bitwise_and_refuses_another(Communicator& world, Comm
             << e.what();
       }
       alone.init();
+      // At N ranks too (each digests its own slice of the groups at stage 3 − s): it loads.
+      TestEngine again(world, c.options(3 - stage));
+      again.init();
+      EXPECT_NO_THROW(load_checkpoint(again.engine(), saved)) << what;
     }
     load_checkpoint(alone.engine(), saved);
     const Trained rest = train(self, c.options(3 - stage), half + 1, c.steps, &alone);

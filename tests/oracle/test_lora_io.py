@@ -18,7 +18,8 @@ stage 0:
    the checkpoint of a run without adapters, --merge-lora beside it; `export CHECKPOINT` in
    another format points to consolidate; a modules_to_save name that would train a layer's norms.
    The checkpoint keeps the frozen base as digests: a resume with another base model is refused,
-   and so is consolidating a run without adapters saved with --checkpoint-frozen digest.
+   so is one in fp16 (the base rounds to other values; the message names both precisions), and
+   so is consolidating a run without adapters saved with --checkpoint-frozen digest.
 4. `export --merge-lora`: the merged directory holds exactly the base's tensor names, each within
    one bf16 step of PEFT's merge_and_unload rounded to bf16 (both round sums that differ only by
    fp32 rounding), its lm_head the adapter's rounded; transformers' from_pretrained on it gives
@@ -120,6 +121,14 @@ def check_export_peft(zt, work, weights, final, eval_tokens, eval_loss):
                                        "lm_head", "--resume", step], steps=STEPS + 1)
     other[other.index("--model") + 1] = work("other_base")
     refused(other, "as their digest splitmix64-sum:")
+    # The right base in fp16, which does not hold some of its small bf16 values: refused, naming
+    # the precisions. (In bf16, which holds them all, the resume loads the same base and runs.)
+    other[other.index("--model") + 1] = work("model")
+    other[other.index("--precision") + 1] = "fp16"
+    refused(other, "this run computes in fp16, the checkpoint in fp32, in which the same base")
+    other[other.index("--precision") + 1] = "bf16"
+    other[other.index("--out") + 1] = work("bf16_resumed")
+    run_tool(other)
     run_tool(train_args(zt, work, work("digest"), ["--micro-batch", "2", "--trainable", "lm_head",
                                                    "--checkpoint-frozen", "digest"],
                         steps=1, targets=None))

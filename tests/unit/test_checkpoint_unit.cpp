@@ -132,6 +132,8 @@ TEST(CheckpointManifest, FrozenValuesDigestRoundTrips) {
   EXPECT_TRUE(back.groups[0].frozen_values_digest.empty());
   EXPECT_TRUE(keeps_frozen_digests(back));
   EXPECT_EQ(back.format_version, 3);
+  // Without a digest a manifest is written as format 2, which earlier builds read.
+  EXPECT_EQ(tiny_manifest(2).to_json()["format_version"], 2);
 }
 
 // A manifest of format 1 (no CRC of its own) is read; its layout is still checked.
@@ -195,16 +197,26 @@ TEST(CheckpointManifest, AResignedEditIsStillCheckedForRange) {
            {[](nlohmann::json& j) { j["files"][0]["name"] = "../../data.h5"; },
             "'../../data.h5' is not a plain file name"},
            {[](nlohmann::json& j) { j["files"][0]["name"] = ".."; }, "'..' is not a plain"},
-           {[](nlohmann::json& j) { j["groups"][1]["frozen_values_digest"] = "splitmix64-sum:12"; },
+           {[](nlohmann::json& j) {
+              j["format_version"] = 3;
+              j["groups"][1]["frozen_values_digest"] = "splitmix64-sum:12";
+            },
             "group 1's frozen_values_digest 'splitmix64-sum:12' is not"},
            {[](nlohmann::json& j) {
+              j["format_version"] = 3;
               j["groups"][1]["frozen_values_digest"] = "splitmix64-sum:0123456789ABCDEF";
             },
             "is not splitmix64-sum: and 16 lowercase hex digits"},
            {[](nlohmann::json& j) {  // every tensor of tiny_manifest trains
+              j["format_version"] = 3;
               j["groups"][1]["frozen_values_digest"] = "splitmix64-sum:0123456789abcdef";
             },
-            "group 1 is kept as a digest of frozen values, but its tensor model.layers.0."}}) {
+            "group 1 is kept as a digest of frozen values, but its tensor model.layers.0."},
+           {[](nlohmann::json& j) {
+              j["format_version"] = 2;
+              j["groups"][1]["frozen_values_digest"] = "splitmix64-sum:0123456789abcdef";
+            },
+            "frozen_values_digest in a format-2 manifest"}}) {
     try {
       CheckpointManifest::from_json(signed_with(edit), "m.json");
       ADD_FAILURE() << "accepted: " << expected;
