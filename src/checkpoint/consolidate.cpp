@@ -6,7 +6,6 @@
 #include <memory>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/peft_adapter.h"
