@@ -123,9 +123,7 @@ int run_eval(const EvalOptions& o) {
   });
   ZeroEngine& engine = *engine_ptr;
 
-  std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
-  std::vector<int32_t> doc_starts(document_masks ? inputs.size() : 0);
-  int32_t* doc_start = doc_starts.empty() ? nullptr : doc_starts.data();
+  EvalBatch batch(B, T, document_masks);
   // Per batch: its loss sum, then its counted targets (zeros add exactly; counts are exact).
   std::vector<double> batch_sums(static_cast<size_t>(2 * K), 0.0);
   auto check_vocab = [&](const std::vector<int32_t>& tokens, bool are_targets) {
@@ -136,12 +134,11 @@ int run_eval(const EvalOptions& o) {
   };
   run_collectively(world, [&] {
     for (int64_t k = world.rank(); k < K; k += world.world_size()) {
-      batch_sums[static_cast<size_t>(K + k)] = static_cast<double>(
-          read_eval_windows(data, k * B, B, T, inputs.data(), targets.data(), doc_start));
-      check_vocab(inputs, false);
-      check_vocab(targets, true);
+      batch_sums[static_cast<size_t>(K + k)] = static_cast<double>(batch.read(data, k * B));
+      check_vocab(batch.inputs(), false);
+      check_vocab(batch.targets(), true);
       batch_sums[static_cast<size_t>(k)] =
-          engine.eval_loss_sum(inputs.data(), targets.data(), doc_start);
+          engine.eval_loss_sum(batch.inputs().data(), batch.targets().data(), batch.doc_starts());
     }
   });
   world.all_reduce_sum_blocking(batch_sums.data(), batch_sums.size());

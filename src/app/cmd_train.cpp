@@ -28,6 +28,7 @@
 #include "app/run_agreement.h"
 #include "app/run_setup.h"
 #include "app/train_checkpointing.h"
+#include "app/train_eval.h"
 #include "app/train_options.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_adam.h"
@@ -72,12 +73,14 @@ class Progress {
     if (!active_) return;
     const double eta =
         elapsed_s / static_cast<double>(r.step) * static_cast<double>(total_ - r.step);
-    char line[200];
-    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  ETA %s",
+    char line[200], eval[40] = "";
+    if (r.eval)  // an evaluation's step is always logged
+      std::snprintf(eval, sizeof eval, "  eval_loss %.4f", r.eval->loss);
+    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  %.0f tok/s  ETA %s%s",
                   static_cast<long long>(r.step), static_cast<long long>(total_), r.stats.loss,
-                  r.tokens_per_s, clock_string(eta).c_str());
+                  r.tokens_per_s, clock_string(eta).c_str(), eval);
     if (tty_) std::fprintf(stderr, "\r\033[K%s", line);
-    if (log_every_ > 0 && (r.step % log_every_ == 0 || r.step == total_))
+    if (log_every_ > 0 && (r.step % log_every_ == 0 || r.step == total_ || r.eval))
       std::fprintf(stderr, tty_ ? "\n" : "%s\n", line);
     std::fflush(stderr);
   }
@@ -100,35 +103,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// --eval-batches K at the end of training: K rounds in which every rank scores B windows, i.e.
-// the first K·N·B non-overlapping windows (docs/ARCHITECTURE.md §3) — the same figure as
-// `zerotrain eval --batches K --micro-batch N·B` on the trained weights.
-nlohmann::json evaluate_after_training(ZeroEngine& engine, const TokenDataset& data,
-                                       const TrainOptions& o, bool document_masks, int rank,
-                                       int world) {
-  const int64_t B = o.micro_batch, T = o.seq_len;
-  check_eval_windows(data, o.eval_batches * world * B, T);
-  std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
-  // With document masks the windows are scored as they were trained.
-  std::vector<int32_t> doc_starts(document_masks ? inputs.size() : 0);
-  int32_t* doc_start = doc_starts.empty() ? nullptr : doc_starts.data();
-  double loss_sum = 0, counted = 0;  // counted targets: exact in a double below 2^53
-  for (int64_t k = 0; k < o.eval_batches; ++k) {
-    counted += static_cast<double>(read_eval_windows(data, (k * world + rank) * B, B, T,
-                                                     inputs.data(), targets.data(), doc_start));
-    loss_sum += engine.eval_loss_sum(inputs.data(), targets.data(), doc_start);
-  }
-  engine.communicator().all_reduce_sum_blocking(&counted, 1);
-  const int64_t tokens = o.eval_batches * world * B * T;
-  const auto loss_tokens = static_cast<int64_t>(counted);
-  check_eval_targets_counted(data, o.eval_batches * world * B, loss_tokens);
-  return {{"loss", loss_sum / counted},
-          {"tokens", tokens},
-          {"loss_tokens", loss_tokens},
-          {"batches", o.eval_batches},
-          {"micro_batch", world * B}};
-}
-
 // What every rank opens on its own before the job's first collective: the model (configuration,
 // and with --model its weights), the dataset and its data order, the checkpoint to resume.
 struct TrainInputs {
@@ -141,6 +115,7 @@ struct TrainInputs {
   std::unique_ptr<TokenDataset> data;
   std::unique_ptr<WindowSampler> sampler;
   std::string data_identity;  // TokenDataset::identity()
+  TrainEvalSet eval;          // what --eval-batches scores: --eval-data's windows or --data's
   TokenizerFiles tokenizer;   // the data's Hugging Face tokenizer, read once; empty for others
   std::string resume_dir;     // "" when the run starts fresh
   // The checkpoint keeps frozen groups as digests: the resume loads the base first (as a fresh run
@@ -179,6 +154,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
                                                o.micro_batch, o.grad_accum, world, rank,
                                                static_cast<uint64_t>(o.seed), document_masks);
   in.data_identity = in.data->identity();
+  in.eval = open_eval_set(o, *in.data, in.tokenizer, document_masks, config, world);
   // Only once the inputs are known to be usable (a refused dataset leaves the previous run in
   // place): --resume continues a run in its own (non-empty) --out; --overwrite replaces one.
   if (rank == 0) in.lock = std::make_unique<RunDirectoryLock>(o.out);
@@ -203,6 +179,8 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
   static const std::set<std::string> volatile_keys = {"checkpoint_frozen",
                                                       "comm_timeout",
                                                       "eval_batches",
+                                                      "eval_data",
+                                                      "eval_every",
                                                       "gemm_algorithms",
                                                       "keep_last",
                                                       "log_every",
@@ -216,9 +194,9 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
                                                       "host_adam",
                                                       "offload_optimizer_overlap",
                                                       "profile_steps"};
-  // With the delayed update, a save applies the update held back: where saves fall is part of
-  // the trajectory.
-  if ((key == "save_every" || key == "save_consolidated_every") &&
+  // With the delayed update, a save or an evaluation applies the update held back: where they
+  // fall is part of the trajectory.
+  if ((key == "save_every" || key == "save_consolidated_every" || key == "eval_every") &&
       config.value("offload_optimizer_delay", 0) > 0)
     return true;
   // The warm-up of a delay that is off (a run.json from before the option was refused alone).
@@ -231,6 +209,7 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
 nlohmann::json value_before(const nlohmann::json& before, const std::string& key) {
   static const std::map<std::string, nlohmann::json> added_later = {
       {"document_masking", "off"},
+      {"eval_every", 0},
       {"offload_gradient_copies", "fp32"},
       {"offload_optimizer_delay", 0},
       {"offload_optimizer_delay_after", OffloadConfig{}.delay_after}};
@@ -374,12 +353,13 @@ bool have_model_with_tokenizer(const std::string& dir, const TokenizerFiles& tok
 void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o,
                 MpiCommunicator& comm, RunRecorder& recorder, const Backend& backend,
                 double total_time_s) {
-  const TokenDataset& data = *in.data;
   const int world = comm.world_size();
   nlohmann::json eval;
+  // The last step's --eval-every evaluation has scored these weights already.
+  const std::optional<StepEval> last = eval_due(o, o.steps) ? recorder.last_eval() : std::nullopt;
   if (o.eval_batches > 0)
-    eval =
-        evaluate_after_training(engine, data, o, in.sampler->document_masks(), comm.rank(), world);
+    eval = eval_report_json(last ? *last : evaluate_windows(engine, in.eval, o, comm.rank(), world),
+                            o, world);
   write_model_with_tokenizer(engine, o.out + "/final", comm, in.tokenizer, o);
   nlohmann::json extra = {
       {"world_size", world},
@@ -484,6 +464,8 @@ int run_steps(TrainLoop& loop, int64_t first_step) {
                    "begins a document); the step has no loss "
                    "gradient (AdamW's momentum and weight decay still move the weights)\n";
     const StepRecord& r = recorder.trained(lr, stats, backend.scratch_bytes());
+    if (eval_due(o, step))
+      recorder.evaluated(evaluate_windows(engine, loop.in.eval, o, comm.rank(), comm.world_size()));
     // Stop agreement + checkpoint save, timed into this step's record before it is written.
     const bool stop =
         checkpointing.after_step(engine, {step, r.tokens_seen, sampler.cursor()}, r.to_json());
@@ -517,7 +499,8 @@ int run_training(TrainOptions o) {
   // run the same job, before any collective whose shape depends on the options.
   TrainInputs in;
   run_collectively(comm, [&] { in = open_inputs(o, rank, world); });
-  agree_on_run(comm, o.agreed_settings(in.spec.model, in.data_identity, in.resume_dir));
+  agree_on_run(
+      comm, o.agreed_settings(in.spec.model, in.data_identity, in.eval.identity(), in.resume_dir));
   const ModelConfig& config = in.spec.model;
   WindowSampler& sampler = *in.sampler;
 

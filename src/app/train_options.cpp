@@ -61,6 +61,7 @@ void validate_settings(TrainOptions& o) {
   check_output_apart_from_inputs(kCommand, o.out,
                                  {{"the model", o.model_dir},
                                   {"the data", o.data},
+                                  {"the eval data", o.eval_data},
                                   {"the DeepSpeed config", o.deepspeed},
                                   {"the LoRA config", o.lora.config_file},
                                   {"the LoRA adapter to continue", o.lora.init_from}});
@@ -71,6 +72,11 @@ void validate_settings(TrainOptions& o) {
   ZT_CHECK(o.seed >= 0,
            std::string(kCommand) + ": --seed must be >= 0, got " + std::to_string(o.seed));
   check_count(o.eval_batches, 0, "eval-batches", kCommand);
+  check_count(o.eval_every, 0, "eval-every", kCommand);
+  // Evaluation options that would do nothing are refused rather than ignored.
+  ZT_CHECK(o.eval_batches > 0 || (o.eval_every == 0 && o.eval_data.empty()),
+           std::string(kCommand) + ": " + (o.eval_every > 0 ? "--eval-every" : "--eval-data") +
+               " needs --eval-batches K > 0, the batches each evaluation scores");
   check_count(o.log_every, 0, "log-every", kCommand);
   check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
   check_profile_steps(o.profile, o.steps);
@@ -190,6 +196,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"freeze", freeze},
           {"lora", lora.to_json(choices.lora)},
           {"eval_batches", eval_batches},
+          {"eval_every", eval_every},
+          {"eval_data", eval_data},
           {"log_every", log_every},
           {"save_consolidated_every", save_consolidated_every},
           {"profile_steps", profile_steps_name(profile)},  // the window: "4:4" is recorded as "4"
@@ -201,11 +209,12 @@ nlohmann::json TrainOptions::to_json() const {
 
 RunSettings TrainOptions::agreed_settings(const ModelConfig& model,
                                           const std::string& data_identity,
+                                          const std::string& eval_data_identity,
                                           const std::string& resume_dir) const {
   RunSettings settings;
   const nlohmann::json options = to_json();
   for (const auto& [key, value] : options.items()) {
-    if (key == "model" || key == "data" || key == "nvme_path") continue;
+    if (key == "model" || key == "data" || key == "eval_data" || key == "nvme_path") continue;
     std::string option = "--" + key;
     std::replace(option.begin(), option.end(), '_', '-');
     settings.emplace_back(option, value.is_string() ? value.get<std::string>() : value.dump());
@@ -213,6 +222,7 @@ RunSettings TrainOptions::agreed_settings(const ModelConfig& model,
   settings.emplace_back("backend resolved on this host", backend_kind_name(backend_kind));
   settings.emplace_back("model configuration", model.to_hf_json().dump());
   settings.emplace_back("dataset", data_identity);
+  settings.emplace_back("eval dataset", eval_data_identity.empty() ? "none" : eval_data_identity);
   settings.emplace_back(
       "checkpoint resumed",
       resume_dir.empty() ? "none"
@@ -321,7 +331,13 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
       "GiB of device memory per rank this run may use (0 = no limit): refused before training "
       "when the estimate exceeds it; any allocation past it is an error naming the category");
   add("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
-      "eval batches at the end (0 = skip)");
+      "batches of micro-batch windows per rank each evaluation scores, at the end and every "
+      "--eval-every steps (0 = no evaluation)");
+  add("eval-every", po::value(&o.eval_every)->default_value(o.eval_every),
+      "evaluate after every N steps too, into metrics.jsonl's eval_loss (0 = at the end only)");
+  add("eval-data", po::value(&o.eval_data),
+      "held-out token dataset (HDF5) to evaluate, prepared with the training data's tokenizer "
+      "(default: the first windows of --data)");
   add("log-every", po::value(&o.log_every)->default_value(o.log_every),
       "log a line to stderr every N steps (0 = never)");
   add("save-consolidated-every",

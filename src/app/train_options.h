@@ -38,7 +38,9 @@ struct TrainOptions : RunEngineOptions {
   bool loss_scale_given = false;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
   double device_memory_limit_gib = 0;  // --device-memory-limit: 0 = the device's own size
-  int64_t eval_batches = 0;
+  int64_t eval_batches = 0;            // K: rounds of B windows per rank each evaluation scores
+  int64_t eval_every = 0;              // evaluate after every N steps too (0: at the end only)
+  std::string eval_data;  // the held-out token dataset evaluated ("": the training data)
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
   ProfileSteps profile;  // --profile-steps A:B: kernel profile of steps A..B (off unset)
@@ -59,8 +61,10 @@ struct TrainOptions : RunEngineOptions {
   // What every rank must hold alike (app/run_agreement.h): every option of to_json() but the paths
   // a node may hold its own copy under, the backend --backend resolved to on the rank's host (auto
   // may resolve to cuda on one node and cpu on another), the model's configuration (`model`), the
-  // dataset's identity and the checkpoint resumed ("" for none).
+  // identities of the dataset and of --eval-data's ("" for none), and the checkpoint resumed (""
+  // for none).
   RunSettings agreed_settings(const ModelConfig& model, const std::string& data_identity,
+                              const std::string& eval_data_identity,
                               const std::string& resume_dir) const;
   // What a checkpoint of this run records of it (checkpoint/checkpoint_manifest.h), once the
   // dataset is open (its identity, --document-masking resolved) and the device is built (the

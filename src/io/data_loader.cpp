@@ -205,6 +205,28 @@ void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, i
                     "whose responses fall inside them)");
 }
 
+void check_some_eval_target_counts(const TokenDataset& data, int64_t num_windows, int64_t seq_len,
+                                   bool document_masks) {
+  std::vector<uint8_t> counts(static_cast<size_t>(seq_len));
+  for (int64_t w = 0; w < num_windows; ++w) {
+    count_window_targets(data, w * (seq_len + 1), seq_len, document_masks, counts.data());
+    if (std::find(counts.begin(), counts.end(), uint8_t{1}) != counts.end()) return;
+  }
+  check_eval_targets_counted(data, num_windows, 0);
+}
+
+EvalBatch::EvalBatch(int64_t micro_batch, int64_t seq_len, bool document_masks)
+    : B_(micro_batch),
+      T_(seq_len),
+      inputs_(static_cast<size_t>(micro_batch * seq_len)),
+      targets_(inputs_.size()),
+      doc_starts_(document_masks ? inputs_.size() : 0) {}
+
+int64_t EvalBatch::read(const TokenDataset& data, int64_t first) {
+  return read_eval_windows(data, first, B_, T_, inputs_.data(), targets_.data(),
+                           doc_starts_.empty() ? nullptr : doc_starts_.data());
+}
+
 int64_t read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
                           int32_t* inputs, int32_t* targets, int32_t* doc_starts) {
   std::vector<int32_t> window(static_cast<size_t>(seq_len + 1));

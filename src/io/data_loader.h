@@ -140,11 +140,30 @@ void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t s
 // Fails (AgreedError: callers pass a count every rank holds) when the evaluated windows hold no
 // counted target, which leaves their mean loss undefined.
 void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, int64_t counted);
+// Fails as check_eval_targets_counted does, before anything is scored, when none of windows
+// [0, num_windows) has a counted target. Reads only up to the first window with one.
+void check_some_eval_target_counts(const TokenDataset& data, int64_t num_windows, int64_t seq_len,
+                                   bool document_masks);
 // Reads windows [first, first+count) into inputs/targets (count·T tokens each); a target that does
 // not count (count_window_targets) is kIgnoredTarget. With doc_starts (count·T values; the dataset
 // has boundaries) the windows are read with document masks, written there. Returns the number of
 // counted targets (count·T without a loss mask or document masks).
 int64_t read_eval_windows(const TokenDataset& data, int64_t first, int64_t count, int64_t seq_len,
                           int32_t* inputs, int32_t* targets, int32_t* doc_starts = nullptr);
+
+// One micro-batch of B evaluation windows of T tokens, as ZeroEngine::eval_loss_sum takes it.
+class EvalBatch {
+ public:
+  EvalBatch(int64_t micro_batch, int64_t seq_len, bool document_masks);
+  // Reads windows [first, first + B) (read_eval_windows); returns their counted targets.
+  int64_t read(const TokenDataset& data, int64_t first);
+  const std::vector<int32_t>& inputs() const { return inputs_; }
+  const std::vector<int32_t>& targets() const { return targets_; }
+  const int32_t* doc_starts() const { return doc_starts_.empty() ? nullptr : doc_starts_.data(); }
+
+ private:
+  int64_t B_, T_;
+  std::vector<int32_t> inputs_, targets_, doc_starts_;  // doc_starts_: empty without masks
+};
 
 }  // namespace zt

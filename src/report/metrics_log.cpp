@@ -86,6 +86,11 @@ nlohmann::json StepRecord::to_json() const {
                {"comm_wait_s", stats.comm_wait_s},
                {"data_s", data_s},
                {"checkpoint_s", checkpoint_s}};
+  if (eval) {  // named as the Hugging Face Trainer logs them
+    j["eval_loss"] = eval->loss;
+    j["eval_loss_tokens"] = eval->loss_tokens;
+    j["time"]["eval_s"] = eval->seconds;
+  }
   j["peak_memory_bytes"] = memory_json(peak_memory);
   j["backend_scratch_bytes"] = backend_scratch_bytes;
   j["comm_bytes"] = comm_bytes_json(comm_bytes);
@@ -132,6 +137,10 @@ StepRecord StepRecord::from_json(const nlohmann::json& line) {
   const nlohmann::json host_adam = line.value("host_adam", nlohmann::json::object());
   r.stats.host_adam_params = host_adam.value("params", int64_t{0});
   r.stats.host_adam_s = host_adam.value("seconds", 0.0);
+  if (line.contains("eval_loss") && line.at("eval_loss").is_number())
+    r.eval =
+        StepEval{line.at("eval_loss").get<double>(), line.value("eval_loss_tokens", int64_t{0}),
+                 line.value("time", nlohmann::json::object()).value("eval_s", 0.0)};
   return r;
 }
 

@@ -35,6 +35,14 @@ nlohmann::json memory_json(const MemoryByCategory& bytes);       // {"params": .
 nlohmann::json offload_bytes_json(const OffloadBytes& bytes);    // {"device_to_host": .., ...}
 nlohmann::json comm_bytes_json(const BytesByCollective& bytes);  // {"all_gather": .., ...}
 
+// An evaluation after a step (train --eval-every): the mean loss over the counted targets of the
+// evaluated windows, how many counted, and its seconds (after the step, before any save).
+struct StepEval {
+  double loss = 0;
+  int64_t loss_tokens = 0;
+  double seconds = 0;
+};
+
 // One training step, as the run records it: what the engine reported (StepStats) and what the
 // loop measured around it, with the derived throughput figures. metrics.jsonl, the timeline and
 // the summary are all written from this one record.
@@ -52,6 +60,7 @@ struct StepRecord {
   // Device scratch outside the categories, after the step (Backend::scratch_bytes).
   int64_t backend_scratch_bytes = 0;
   BytesByCollective comm_bytes{};
+  std::optional<StepEval> eval;  // steps that --eval-every evaluates after
 
   OffloadBytes offload_bytes() const {
     return {stats.offload_d2h_bytes, stats.offload_h2d_bytes, stats.nvme_read_bytes,

@@ -88,8 +88,13 @@ const StepRecord& RunRecorder::trained(float lr, const StepStats& stats, int64_t
   return r;
 }
 
+void RunRecorder::evaluated(const StepEval& eval) {
+  current_.eval = eval;
+}
+
 const StepRecord& RunRecorder::end_step() {
-  current_.checkpoint_s = seconds_between(trained_at_, Clock::now());
+  const double after_step_s = seconds_between(trained_at_, Clock::now());
+  current_.checkpoint_s = after_step_s - (current_.eval ? current_.eval->seconds : 0.0);
   timeline_.add(current_);
   metrics_.append(current_);
   summary_.add(current_);

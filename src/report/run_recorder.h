@@ -44,9 +44,14 @@ class RunRecorder {
   // The engine finished the step: its figures, without the checkpoint time yet. scratch_bytes:
   // the backend's device scratch after the step (Backend::scratch_bytes).
   const StepRecord& trained(float lr, const StepStats& stats, int64_t scratch_bytes);
+  // --eval-every evaluated the weights after the step (before the stop agreement and any save):
+  // its figures join the step's record, its seconds apart from the checkpoint's.
+  void evaluated(const StepEval& eval);
   // The stop agreement and any save are done: the step is recorded everywhere.
   const StepRecord& end_step();
   double loop_seconds() const;  // since the first begin_step
+  // The evaluation of the latest step recorded (none when that step had none).
+  std::optional<StepEval> last_eval() const { return current_.eval; }
 
   // Collective: every rank's phases; rank 0 writes OUT/trace.json.
   void write_trace();

@@ -104,6 +104,7 @@ void RunSummary::add(const StepRecord& r) {
   for (size_t op = 0; op < comm_bytes_total_.size(); ++op)
     comm_bytes_total_[op] += r.comm_bytes[op];
   offload_bytes_total_ += r.offload_bytes();
+  if (r.eval) evals_.emplace_back(r.step, *r.eval);
 }
 
 nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_memory_per_rank,
@@ -139,6 +140,12 @@ nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_mem
   j["peak_memory_bytes_per_rank"] = memory;
   j["train_time_s"] = train_time_s_;
   j["total_time_s"] = total_time_s;
+  if (!evals_.empty()) {
+    nlohmann::json history = nlohmann::json::array();
+    for (const auto& [step, e] : evals_)
+      history.push_back({{"step", step}, {"loss", e.loss}, {"loss_tokens", e.loss_tokens}});
+    j["eval_history"] = history;
+  }
   return j;
 }
 
@@ -195,6 +202,15 @@ std::string report_markdown(const nlohmann::json& report) {
       for (const auto& [what, bytes] : report["offload_bytes_per_step"].items())
         md << "| " << what << " | " << human_bytes(bytes.get<double>()) << " |\n";
     }
+  }
+
+  if (report.contains("eval_history") || report.contains("eval")) {
+    md << "\n## Evaluation (mean loss over the counted targets)\n\n| after step | loss |\n"
+          "|---|---|\n";
+    for (const nlohmann::json& e : report.value("eval_history", nlohmann::json::array()))
+      md << "| " << e.value("step", 0) << " | " << num(e["loss"], 4) << " |\n";
+    if (report.contains("eval"))
+      md << "| end of training | " << num(report["eval"]["loss"], 4) << " |\n";
   }
 
   md << "\n## Peak memory per rank\n\n| rank |";

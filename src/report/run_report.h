@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +59,7 @@ class RunSummary {
   // and the kernel's seconds (report.json's host_adam, its measured rate).
   int64_t host_adam_params_after_first_ = 0;
   double host_adam_s_after_first_ = 0;
+  std::vector<std::pair<int64_t, StepEval>> evals_;  // (step, its eval): --eval-every's
 };
 
 // Human-readable rendering of a report.json object.

@@ -12,7 +12,7 @@ namespace zt {
 
 namespace {
 
-constexpr size_t kFields = 9;  // doubles per StepPhases on the wire
+constexpr size_t kFields = 10;  // doubles per StepPhases on the wire
 
 void pack(const StepPhases& p, double* out) {
   const double values[kFields] = {static_cast<double>(p.step),
@@ -23,12 +23,14 @@ void pack(const StepPhases& p, double* out) {
                                   p.backward_s,
                                   p.optimizer_s,
                                   p.comm_wait_s,
+                                  p.eval_s,
                                   p.checkpoint_s};
   std::copy(values, values + kFields, out);
 }
 
 StepPhases unpack(const double* in) {
-  return {static_cast<int64_t>(in[0]), in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8]};
+  return {
+      static_cast<int64_t>(in[0]), in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9]};
 }
 
 std::string fixed(double v, int digits) {
@@ -67,7 +69,7 @@ nlohmann::json chrome_trace(const std::vector<std::vector<StepPhases>>& per_rank
                       {"tid", tid},
                       {"args", {{"step", step}}}});
   };
-  const char* const threads[] = {"step", "compute", "comm wait", "checkpoint"};
+  const char* const threads[] = {"step", "compute", "comm wait", "eval, checkpoint"};
   for (size_t r = 0; r < per_rank.size(); ++r) {
     const int rank = static_cast<int>(r);
     events.push_back({{"name", "process_name"},
@@ -92,7 +94,9 @@ nlohmann::json chrome_trace(const std::vector<std::vector<StepPhases>>& per_rank
       }
       // The wait is spread over backward and optimizer; shown ending where the optimizer ends.
       span("comm_wait", "comm", t - p.comm_wait_s, p.comm_wait_s, rank, 2, p.step);
-      span("checkpoint", "checkpoint", p.start_s + p.step_s, p.checkpoint_s, rank, 3, p.step);
+      if (p.eval_s > 0) span("eval", "eval", p.start_s + p.step_s, p.eval_s, rank, 3, p.step);
+      span("checkpoint", "checkpoint", p.start_s + p.step_s + p.eval_s, p.checkpoint_s, rank, 3,
+           p.step);
     }
   }
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};

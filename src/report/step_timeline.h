@@ -19,7 +19,8 @@ struct StepPhases {
   double start_s = 0;  // since the rank's training loop started
   double step_s = 0;   // data + train_step (what metrics.jsonl calls step_time_s)
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, comm_wait_s = 0;
-  double checkpoint_s = 0;  // after the step: stop agreement and checkpoint save
+  double eval_s = 0;        // after the step: --eval-every's evaluation (0 when none)
+  double checkpoint_s = 0;  // after that: stop agreement and checkpoint save
 };
 
 class StepTimeline {
@@ -27,7 +28,7 @@ class StepTimeline {
   void add(const StepRecord& r) {
     steps_.push_back({r.step, r.start_s, r.step_time_s, r.data_s, r.stats.forward_s,
                       r.stats.backward_s, r.stats.optimizer_s, r.stats.comm_wait_s,
-                      r.checkpoint_s});
+                      r.eval ? r.eval->seconds : 0.0, r.checkpoint_s});
   }
   const std::vector<StepPhases>& steps() const { return steps_; }
 

@@ -343,6 +343,7 @@ std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
 std::string write_run_plots(const std::vector<nlohmann::json>& metrics,
                             const std::string& out_dir) {
   LinePlot loss{"Training loss", "step", "loss", false, false, {{"loss", {}, {}}}};
+  PlotSeries eval_loss{"eval_loss", {}, {}};  // the steps --eval-every evaluated after
   LinePlot time{"Step time breakdown", "step", "seconds", false, false, {}};
   const char* const phases[] = {"forward_s",   "backward_s", "optimizer_s",
                                 "comm_wait_s", "data_s",     "checkpoint_s"};
@@ -352,12 +353,24 @@ std::string write_run_plots(const std::vector<nlohmann::json>& metrics,
     const double step = m.value("step", 0.0);
     loss.series[0].x.push_back(step);
     loss.series[0].y.push_back(metric_or_nan(m, "loss"));
+    if (m.contains("eval_loss")) {
+      eval_loss.x.push_back(step);
+      eval_loss.y.push_back(metric_or_nan(m, "eval_loss"));
+    }
     time.series[0].x.push_back(step);
     time.series[0].y.push_back(m.value("step_time_s", NAN));
     for (size_t p = 0; p < std::size(phases); ++p) {
       time.series[p + 1].x.push_back(step);
       time.series[p + 1].y.push_back(m.contains("time") ? m["time"].value(phases[p], NAN) : NAN);
     }
+  }
+  if (!eval_loss.x.empty()) {  // the evaluations' points and seconds (0 in the other steps)
+    loss.title = "Training and evaluation loss";
+    loss.series.push_back(eval_loss);
+    PlotSeries eval_s{"eval", time.series[0].x, {}};
+    for (const auto& m : metrics)
+      eval_s.y.push_back(m.contains("time") ? m["time"].value("eval_s", 0.0) : 0.0);
+    time.series.push_back(eval_s);
   }
   write_text_file(out_dir + "/loss.svg", render_svg(loss));
   write_text_file(out_dir + "/step_time.svg", render_svg(time));

@@ -38,8 +38,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (CheckFailed, argument_parser, check, document_parts,  # noqa: E402
                             exit_status, run_tool)
-from test_hf_families import (COMMON, FAMILIES, U_FP32, h5py, last_json_line,  # noqa: E402
-                              load_reference, np, randomize_small_tensors, torch, transformers)
+from test_hf_families import (COMMON, U_FP32, h5py, imported_random_llama,  # noqa: E402
+                              last_json_line, np, torch)
 
 # Document lengths in bytes (starts 0, 11, 20, 28, 58, 59, 66, 80): window 0 (tokens 0..32) holds
 # documents 0-2 and the start of 3; window 1 (tokens 33..65) the rest of 3, document 4 (one
@@ -136,15 +136,7 @@ def checks(args):
     zt, work = args.zerotrain, args.work_dir
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    config_name, model_name, extra = FAMILIES["llama"]
-    config = getattr(transformers, config_name)(**COMMON, **extra)
-    model = getattr(transformers, model_name)(config)
-    randomize_small_tensors(model)
-    hf_dir = os.path.join(work, "hf")
-    model.to(torch.bfloat16).save_pretrained(hf_dir, safe_serialization=True)
-    model = load_reference("llama", config, hf_dir).eval()
-    imported = os.path.join(work, "imported")
-    run_tool([zt, "import", hf_dir, "--out", imported])
+    model, imported = imported_random_llama(zt, work)
 
     paths, tokens = write_documents(os.path.join(args.source_dir, "inputs/data/sample.txt"), work)
     data = os.path.join(work, "docs.h5")

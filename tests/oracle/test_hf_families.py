@@ -179,6 +179,21 @@ def load_reference(family, config, hf_dir):
     return model.float()
 
 
+def imported_random_llama(zt, work):
+    """A small random transformers Llama (COMMON), rounded to bf16 and saved to WORK/hf, then
+    imported by zerotrain into WORK/imported. Returns (the model read back in fp32 in eval mode,
+    the imported directory)."""
+    config_name, model_name, extra = FAMILIES["llama"]
+    config = getattr(transformers, config_name)(**COMMON, **extra)
+    model = getattr(transformers, model_name)(config)
+    randomize_small_tensors(model)
+    hf_dir = os.path.join(work, "hf")
+    model.to(torch.bfloat16).save_pretrained(hf_dir, safe_serialization=True)
+    imported = os.path.join(work, "imported")
+    run_tool([zt, "import", hf_dir, "--out", imported])
+    return load_reference("llama", config, hf_dir).eval(), imported
+
+
 def last_json_line(text):
     for line in reversed(text.strip().splitlines()):
         if line.startswith("{"):

@@ -489,7 +489,8 @@ TEST(TrainOptionsChoices, WordsFromAConfigFileAreParsedAsTheyAreRead) {
 // cpu on another.
 TEST(TrainOptionsAgreement, TheRanksAgreeOnTheBackendTheirHostResolved) {
   const TrainOptions o = parsed_train_options({"--backend", "auto", "--steps", "7"});
-  const RunSettings settings = o.agreed_settings(preset_config("tiny"), "dataset-id", "");
+  const RunSettings settings =
+      o.agreed_settings(preset_config("tiny"), "dataset-id", "eval-id", "");
   const auto value = [&](const std::string& name) -> std::string {
     for (const auto& [key, text] : settings)
       if (key == name) return text;
@@ -499,9 +500,10 @@ TEST(TrainOptionsAgreement, TheRanksAgreeOnTheBackendTheirHostResolved) {
   EXPECT_EQ(value("backend resolved on this host"), backend_kind_name(o.backend_kind));
   EXPECT_EQ(value("--steps"), "7");
   EXPECT_EQ(value("dataset"), "dataset-id");
+  EXPECT_EQ(value("eval dataset"), "eval-id");
   EXPECT_EQ(value("checkpoint resumed"), "none");
   EXPECT_EQ(value("model configuration"), preset_config("tiny").to_hf_json().dump());
-  for (const char* per_node : {"--model", "--data", "--nvme-path"})
+  for (const char* per_node : {"--model", "--data", "--eval-data", "--nvme-path"})
     EXPECT_EQ(value(per_node), "(absent)") << per_node;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "io/fs_util.h"
 #include "model/layout.h"
 #include "model/trainable.h"
+#include "report/run_report.h"
 #include "report/step_timeline.h"
 #include "report/study_report.h"
 #include "util/error.h"
@@ -180,22 +182,66 @@ TEST(StepTimeline, ChromeTraceAndSkewFromPerRankPhases) {
   std::vector<std::vector<StepPhases>> per_rank(3);
   for (int r = 0; r < 3; ++r)
     for (int step = 1; step <= 4; ++step)
-      per_rank[static_cast<size_t>(r)].push_back(
-          {step, step * 1.0, r == 2 ? 0.5 : 0.25, 0.01, 0.1, 0.1, 0.04, 0.02, step == 2 ? 0.3 : 0});
+      per_rank[static_cast<size_t>(r)].push_back({step, step * 1.0, r == 2 ? 0.5 : 0.25, 0.01, 0.1,
+                                                  0.1, 0.04, 0.02, step == 2 ? 0.2 : 0,
+                                                  step == 2 ? 0.3 : 0});
   const nlohmann::json trace = chrome_trace(per_rank);
-  int spans = 0, checkpoints = 0;
+  int spans = 0, checkpoints = 0, evals = 0;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "X") continue;
     ++spans;
     EXPECT_GT(e["dur"].get<int64_t>(), 0);
-    if (e["name"] == "checkpoint") ++checkpoints;
+    if (e["name"] == "checkpoint") {
+      ++checkpoints;  // after step 2's eval: starts at 2 s + the step + 0.2 s
+      const double step_s = e["pid"] == 2 ? 0.5 : 0.25;
+      EXPECT_EQ(e["ts"].get<int64_t>(), std::llround((2.0 + step_s + 0.2) * 1e6));
+    }
+    if (e["name"] == "eval") {
+      ++evals;
+      EXPECT_EQ(e["dur"].get<int64_t>(), 200000);
+    }
   }
-  EXPECT_EQ(spans, 3 * 4 * 6 + 3);  // step, data, fwd, bwd, opt, comm per step + 3 checkpoints
+  // step, data, fwd, bwd, opt, comm per step + 3 evals + 3 checkpoints
+  EXPECT_EQ(spans, 3 * 4 * 6 + 3 + 3);
   EXPECT_EQ(checkpoints, 3);
+  EXPECT_EQ(evals, 3);
   const nlohmann::json skew = rank_skew(per_rank);
   EXPECT_DOUBLE_EQ(skew["mean_slowest_over_median"].get<double>(), 2.0);
   EXPECT_EQ(skew["most_often_slowest_rank"].get<int>(), 2);
   EXPECT_NE(rank_skew_markdown(skew).find("rank 2 (4 of 4 steps)"), std::string::npos);
+}
+
+// --eval-every's figures (docs/fine-tuning.md): a metrics line's evaluation reads back as written
+// (a resumed run's earlier steps), the summary lists it in report.json's eval_history, and
+// report.md's Evaluation table shows it beside the end-of-training figure; a step without one
+// writes no eval field.
+TEST(RunSummary, EvaluationsReadBackIntoTheHistoryAndTheReportTable) {
+  StepRecord plain;
+  plain.step = 1;
+  plain.stats.loss = 3.5;
+  StepRecord evaluated;
+  evaluated.step = 2;
+  evaluated.stats.loss = 3.0;
+  evaluated.eval = StepEval{2.5, 64, 0.125};
+  EXPECT_FALSE(plain.to_json().contains("eval_loss"));
+  EXPECT_FALSE(plain.to_json()["time"].contains("eval_s"));
+  const nlohmann::json line = evaluated.to_json();
+  EXPECT_EQ(line["eval_loss"].get<double>(), 2.5);
+  EXPECT_EQ(line["eval_loss_tokens"].get<int64_t>(), 64);
+  EXPECT_EQ(line["time"]["eval_s"].get<double>(), 0.125);
+  RunSummary summary;
+  summary.add(StepRecord::from_json(plain.to_json()));
+  summary.add(StepRecord::from_json(line));
+  nlohmann::json report = summary.to_json({}, 1.0);
+  ASSERT_EQ(report["eval_history"].size(), 1u);
+  EXPECT_EQ(report["eval_history"][0]["step"].get<int64_t>(), 2);
+  EXPECT_EQ(report["eval_history"][0]["loss"].get<double>(), 2.5);
+  EXPECT_EQ(report["eval_history"][0]["loss_tokens"].get<int64_t>(), 64);
+  report["eval"] = {{"loss", 2.25}};
+  const std::string md = report_markdown(report);
+  EXPECT_NE(md.find("| 2 | 2.5000 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| end of training | 2.2500 |"), std::string::npos) << md;
+  EXPECT_EQ(report_markdown(RunSummary().to_json({}, 1.0)).find("Evaluation"), std::string::npos);
 }
 
 }  // namespace

@@ -200,6 +200,35 @@ TEST_F(TrainE2E, DelayedUpdateFromTheCommandLineResumesAsTheRunThatSavedThere) {
   const RunResult resumed = train("delay_split", common + delay + " --resume auto", 4);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(loss_strings(path("delay_split/metrics.jsonl")), delayed);
+  // An --eval-every evaluation applies the held-back update as a save does: evaluating after
+  // step 2 instead of saving there gives the same losses (docs/fine-tuning.md).
+  const std::string no_save = common.substr(0, common.find(" --save-every"));
+  const RunResult evaluated =
+      train("delay_eval", no_save + delay + " --eval-every 2 --eval-batches 1", 4);
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
+  EXPECT_EQ(loss_strings(path("delay_eval/metrics.jsonl")), delayed);
+}
+
+// --eval-every changes nothing the run computes (docs/fine-tuning.md): in fp16, whose loss scaler
+// an evaluation must leave alone, and with LoRA dropout, whose masks it must not draw, evaluating
+// after every step leaves the losses and gradient norms bit for bit.
+TEST_F(TrainE2E, EvaluatingEveryStepLeavesAnFp16LoraDropoutRunAsItWas) {
+  const std::string common = "--precision fp16 --micro-batch 2 --lora-rank 4 --lora-dropout 0.1";
+  const RunResult plain = train("eval_plain", common, 3);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const RunResult each = train("eval_each", common + " --eval-every 1 --eval-batches 1", 3);
+  ASSERT_EQ(each.exit_code, 0) << each.output;
+  const std::vector<nlohmann::json> without = read_jsonl(path("eval_plain/metrics.jsonl"));
+  const std::vector<nlohmann::json> with = read_jsonl(path("eval_each/metrics.jsonl"));
+  ASSERT_EQ(with.size(), 3u);
+  ASSERT_EQ(without.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(with[i]["loss"].dump(), without[i]["loss"].dump()) << "step " << i + 1;
+    EXPECT_EQ(with[i]["grad_norm"].dump(), without[i]["grad_norm"].dump()) << "step " << i + 1;
+    EXPECT_EQ(with[i]["loss_scale"], without[i]["loss_scale"]) << "step " << i + 1;
+    EXPECT_TRUE(with[i].contains("eval_loss")) << "step " << i + 1;
+    EXPECT_FALSE(without[i].contains("eval_loss")) << "step " << i + 1;
+  }
 }
 
 // --offload-gradient-copies (docs/offload.md): bf16 copies move half the device→host bytes of
@@ -252,6 +281,11 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
       {"--preset tiny " + base + " --min-lr 0.01", "--min-lr 0.01 is above --lr 0.0003"},
       {"--preset tiny " + base + " --seed -1", "--seed must be >= 0"},
       {"--preset tiny " + base + " --eval-batches 9000000000000000000", "--eval-batches"},
+      {"--preset tiny " + base + " --eval-every -1", "--eval-every must be at least 0"},
+      {"--preset tiny " + base + " --eval-data " + path("sample.h5"),
+       "--eval-data needs --eval-batches K > 0"},
+      {"--preset tiny " + base + " --eval-batches 1 --eval-data " + path("missing.h5"),
+       "missing.h5"},
       {"--preset tiny " + base + " --grad-accum 9000000000000000000", "--grad-accum"},
       {"--preset tiny " + base + " --comm-timeout -1", "--comm-timeout must be >= 0"},
       {"--preset tiny " + base + " --comm-timeout nan", "--comm-timeout must be >= 0"},
