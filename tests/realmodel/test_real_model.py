@@ -23,8 +23,11 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
 6. Chat SFT at 2 ranks with ZeRO-3, with document masking (the default): the first step's loss
    equals transformers' masked loss with each conversation of the same 4 windows run alone, and
    differs from the packed windows' loss by more than the bound; 3 steps run.
+   The run scores a held-out set (`--eval-data`: the conversations past those windows, prepared
+   with the same real tokenizer) after step 3.
 7. `export --format safetensors` of the fine-tuned model loads in transformers with `eval`'s
-   loss; `export --format gguf --gguf-type q8_0` loads in transformers' GGUF loader within the
+   loss, and with step 3's held-out `eval_loss` (each conversation's part of the 4 evaluation
+   windows run alone); `export --format gguf --gguf-type q8_0` loads in transformers' GGUF loader within the
    quantization's reach of it.
 8. LoRA (r 8, every projection) at 2 ranks with ZeRO-3 on the same chat SFT windows: PEFT loads
    OUT/final onto the model, and its per-conversation loss is zerotrain's for those adapters,
@@ -162,13 +165,16 @@ def completion_only_mask(ids, response, turn_start):
     return mask
 
 
-def conversation_loss(model, ids, mask, starts, T):
+def conversation_loss(model, ids, mask, starts, T, stride=None):
     """The 4 windows' masked loss with each conversation's part of a window run alone: a target
-    counts where the mask is 1 and it does not begin a conversation. Returns (loss, targets)."""
+    counts where the mask is 1 and it does not begin a conversation. Window w is tokens
+    [w·stride, w·stride + T], stride T as train reads its windows, T + 1 as evaluation does.
+    Returns (loss, targets)."""
+    stride = stride or T
     total, counted = 0.0, 0
     with torch.no_grad():
         for w in range(4):
-            for a, b in document_parts(starts, w * T, w * T + T):
+            for a, b in document_parts(starts, w * stride, w * stride + T):
                 logits = model(input_ids=torch.tensor([ids[a:b]])).logits[0].double()
                 logp = torch.log_softmax(logits, dim=-1)
                 for i in range(a, b):
@@ -318,10 +324,22 @@ def check_sft(work, zt, source_dir, mpirun, reference):
             for key, value in src[name].attrs.items():
                 dst[name].attrs[key] = value
     check(len(starts) > 4, f"only {len(starts)} conversations in the 4 windows")
+    # The held-out set: the conversations that begin past the training windows, prepared alike
+    # (the same real tokenizer files, which --eval-data must match), scored after step 3.
+    with open(data, encoding="utf-8") as f:
+        held_lines = f.readlines()[len(starts):]
+    with open(work("held.jsonl"), "w", encoding="utf-8") as f:
+        f.writelines(held_lines)
+    run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--sft-jsonl", work("held.jsonl"),
+              "--messages-field", "messages", "--chat-template", "--out", work("held.h5")])
+    with h5py.File(work("held.h5"), "r") as f:
+        held = (f["tokens"][:].tolist(), f["loss_mask"][:].tolist(),
+                [int(s) for s in f["doc_starts"][:]])
     run_tool([mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model",
               work("model"), "--data", work("sft4.h5"), "--out", work("run"), "--zero-stage", "3",
               "--steps", "3", "--micro-batch", "2", "--seq-len", str(T), "--lr", "1e-5",
-              "--warmup-steps", "0", "--eval-batches", "0", "--comm-timeout", "120"])
+              "--warmup-steps", "0", "--eval-batches", "1", "--eval-every", "3", "--eval-data",
+              work("held.h5"), "--comm-timeout", "120"])
     steps = [json.loads(line) for line in open(work("run", "metrics.jsonl"))]
     check(json.load(open(work("run", "run.json")))["config"]["document_masking"] == "on",
           "the chat SFT run did not mask its conversations")
@@ -338,14 +356,23 @@ def check_sft(work, zt, source_dir, mpirun, reference):
     check(abs(packed - loss) > bound(packed),
           "the per-conversation reference equals the packed one: the check cannot see masks")
     check(len(steps) == 3, f"{len(steps)} steps ran")
-    return ids, mask, starts, T
+    check([s["step"] for s in steps if "eval_loss" in s] == [3], "eval_loss is not step 3's alone")
+    return (ids, mask, starts, T), held
 
 
-def check_export(work, zt, tokens):
+def check_export(work, zt, tokens, held, T):
     final = work("run", "final")
     run_tool([zt, "export", final, "--format", "safetensors", "--out", work("export")])
     exported = transformers.AutoModelForCausalLM.from_pretrained(work("export"),
                                                                  torch_dtype=torch.float32).eval()
+    # Step 3's eval_loss: the held-out set's first 4 evaluation windows (2 ranks × 2), each
+    # conversation's part run alone, on the weights final/ holds.
+    held_ids, held_mask, held_starts = held
+    step3 = [json.loads(line) for line in open(work("run", "metrics.jsonl"))][-1]
+    loss, counted = conversation_loss(exported, held_ids, held_mask, held_starts, T, T + 1)
+    check(step3["eval_loss_tokens"] == counted,
+          f"step 3's eval counted {step3['eval_loss_tokens']} targets, the reference {counted}")
+    compare("step 3's eval_loss on the held-out conversations", step3["eval_loss"], loss)
     out = run_tool([zt, "eval", "--model", final, "--data", work("text.h5"), "--batches",
                     str(BATCHES), "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN)])
     loss = last_json_line(out)["loss"]
@@ -376,8 +403,8 @@ def main():
         reference = transformers_gguf_model(args.gguf)
         check_import(work, args.zerotrain, args.gguf, args.source_dir, reference)
         tokens = check_eval_and_generate(work, args.zerotrain, args.source_dir, reference)
-        sft = check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
-        check_export(work, args.zerotrain, tokens)
+        sft, held = check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
+        check_export(work, args.zerotrain, tokens, held, sft[3])
         check_lora(work, args.zerotrain, args.mpirun, reference, sft)
         check_lora_resume(work, args.zerotrain, args.mpirun, sft, reference)
 
