@@ -1,11 +1,14 @@
 #include "app/cli.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <vector>
 
+#include "io/data_loader.h"
 #include "io/run_directory.h"
 #include "util/closest_name.h"
 #include "util/error.h"
@@ -112,6 +115,27 @@ po::value_semantic* auto_switch_option(AutoSwitch* target, const std::string& op
   return word_option<AutoSwitch>(
       target, [option](const std::string& text) { return parse_auto_switch(text, option); },
       auto_switch_name(*target));
+}
+
+int64_t parse_eval_batches(const std::string& text, const std::string& option) {
+  if (text == "all") return kAllEvalBatches;
+  int64_t count = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, count);
+  ZT_CHECK(!text.empty() && std::isdigit(static_cast<unsigned char>(text[0])) &&
+               error == std::errc() && stop == end,
+           option + " takes a count of batches (0 or more) or 'all', got '" + text + "'");
+  return count;
+}
+
+std::string eval_batches_name(int64_t batches) {
+  return batches == kAllEvalBatches ? "all" : std::to_string(batches);
+}
+
+po::value_semantic* eval_batches_option(int64_t* target, const std::string& option) {
+  return word_option<int64_t>(
+      target, [option](const std::string& text) { return parse_eval_batches(text, option); },
+      eval_batches_name(*target));
 }
 
 po::value_semantic* precision_option(Precision* target) {

@@ -110,6 +110,12 @@ const char* auto_switch_name(AutoSwitch value);
 // *target, parsed as the option is read, its value the default.
 po::value_semantic* auto_switch_option(AutoSwitch* target, const std::string& option);
 
+// --eval-batches (train) and --batches (eval): a count K >= 0, or "all" (kAllEvalBatches, every
+// whole window of the set); anything else is a zt::Error naming `option`. *target is the default.
+int64_t parse_eval_batches(const std::string& text, const std::string& option);
+std::string eval_batches_name(int64_t batches);  // "all" or the count
+po::value_semantic* eval_batches_option(int64_t* target, const std::string& option);
+
 // --precision bf16 | fp16 | fp32 (train, eval, estimate), parsed into its enum as the option is
 // read; another value is a zt::Error naming the option. *target is the default.
 po::value_semantic* precision_option(Precision* target);

@@ -1,7 +1,7 @@
 // zerotrain eval: mean next-token cross-entropy (natural log) of a model directory on the first
-// K·B non-overlapping windows of T+1 tokens of a token dataset (docs/ARCHITECTURE.md §3), printed
-// as
-// {"batches": K, "loss": L, "tokens": K·B·T} on stdout.
+// K·B non-overlapping windows of T+1 tokens of a token dataset (docs/ARCHITECTURE.md §3), or with
+// --batches all on every whole window of it, printed as
+// {"batches": K, "windows": W, "loss": L, "tokens": W·T, ...} on stdout.
 //
 // Under mpirun each rank holds the whole model (a stage-0 engine on its own single-rank
 // communicator) and scores batches k ≡ rank (mod N); the per-batch loss sums are combined in
@@ -50,7 +50,8 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   auto add = opts.add_options();
   add("model", po::value(&o.model_dir), "model directory");
   add("data", po::value(&o.data), "token dataset (HDF5, /tokens)");
-  add("batches", po::value(&o.batches)->default_value(o.batches), "K: number of batches");
+  add("batches", eval_batches_option(&o.batches, "--batches"),
+      "K: number of batches (all: every whole window of the data, the last batch padded)");
   add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
       "B: windows per batch");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "T: tokens per window - 1");
@@ -65,7 +66,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   add_comm_timeout_option(opts, &o.comm_timeout);
   const CommandSpec spec{kCommand,
                          "Mean next-token cross-entropy of a model on the first K*B windows of "
-                         "T+1 tokens of a dataset.",
+                         "T+1 tokens of a dataset (--batches all: on every whole window).",
                          "zerotrain eval --model DIR --data FILE.h5 --batches K --micro-batch B "
                          "--seq-len T"};
   po::variables_map vm;
@@ -73,7 +74,7 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   resolve_device_options(vm, o, kCommand);
   require_option(vm, "model", kCommand);
   require_option(vm, "data", kCommand);
-  check_count(o.batches, 1, "batches", kCommand);
+  if (o.batches != kAllEvalBatches) check_count(o.batches, 1, "batches", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
   check_attention_request(o.attention_request, o.backend_kind, kCommand);
@@ -87,18 +88,19 @@ int run_eval(const EvalOptions& o) {
   MpiCommunicator world;
   world.set_timeout_seconds(o.comm_timeout);
   MpiCommunicator self(MPI_COMM_SELF);
-  const int64_t K = o.batches, B = o.micro_batch, T = o.seq_len;
+  const int64_t B = o.micro_batch, T = o.seq_len;
 
   // The inputs, opened by every rank and agreed on, so that a bad one is an error every rank
   // reports (then MPI_Finalize), not one rank's abort.
   std::unique_ptr<ModelDirReader> reader_ptr;
   std::unique_ptr<TokenDataset> data_ptr;
   bool document_masks = false;
+  EvalWindows windows;  // batch k: windows [k·B, k·B + B)
   run_collectively(world, [&] {
     reader_ptr = std::make_unique<ModelDirReader>(o.model_dir);
     check_seq_len(reader_ptr->config(), T, "model '" + o.model_dir + "'", kCommand);
     data_ptr = std::make_unique<TokenDataset>(o.data);
-    check_eval_windows(*data_ptr, K * B, T);
+    windows = eval_windows(*data_ptr, o.batches, B, T);
     document_masks =
         resolve_document_masking(o.document_masking, data_ptr->num_documents(), o.data, kCommand);
   });
@@ -123,6 +125,7 @@ int run_eval(const EvalOptions& o) {
   });
   ZeroEngine& engine = *engine_ptr;
 
+  const int64_t K = windows.batches;
   EvalBatch batch(B, T, document_masks);
   // Per batch: its loss sum, then its counted targets (zeros add exactly; counts are exact).
   std::vector<double> batch_sums(static_cast<size_t>(2 * K), 0.0);
@@ -134,7 +137,7 @@ int run_eval(const EvalOptions& o) {
   };
   run_collectively(world, [&] {
     for (int64_t k = world.rank(); k < K; k += world.world_size()) {
-      batch_sums[static_cast<size_t>(K + k)] = static_cast<double>(batch.read(data, k * B));
+      batch_sums[static_cast<size_t>(K + k)] = static_cast<double>(batch.read(data, windows, k));
       check_vocab(batch.inputs(), false);
       check_vocab(batch.targets(), true);
       batch_sums[static_cast<size_t>(k)] =
@@ -147,14 +150,13 @@ int run_eval(const EvalOptions& o) {
     loss_sum += batch_sums[static_cast<size_t>(k)];
     counted += batch_sums[static_cast<size_t>(K + k)];
   }
-  const int64_t tokens = K * B * T, loss_tokens = static_cast<int64_t>(counted);
-  check_eval_targets_counted(data, K * B, loss_tokens);
+  const int64_t tokens = windows.windows * T, loss_tokens = static_cast<int64_t>(counted);
+  check_eval_targets_counted(data, windows.windows, loss_tokens);
   if (world.rank() == 0) {
-    const nlohmann::json result = {{"loss", loss_sum / counted},
-                                   {"tokens", tokens},
-                                   {"loss_tokens", loss_tokens},
-                                   {"batches", K},
-                                   {"document_masking", document_masks ? "on" : "off"}};
+    const nlohmann::json result = {
+        {"loss", loss_sum / counted}, {"tokens", tokens},
+        {"loss_tokens", loss_tokens}, {"batches", K},
+        {"windows", windows.windows}, {"document_masking", document_masks ? "on" : "off"}};
     std::cout << result.dump() << std::endl;
   }
   return 0;

@@ -355,11 +355,11 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
                 double total_time_s) {
   const int world = comm.world_size();
   nlohmann::json eval;
-  // The last step's --eval-every evaluation has scored these weights already.
-  const std::optional<StepEval> last = eval_due(o, o.steps) ? recorder.last_eval() : std::nullopt;
-  if (o.eval_batches > 0)
+  // The last step's --eval-every evaluation, when it had one, has scored these weights already.
+  const std::optional<StepEval> last = recorder.last_eval();
+  if (o.evaluates())
     eval = eval_report_json(last ? *last : evaluate_windows(engine, in.eval, o, comm.rank(), world),
-                            o, world);
+                            in.eval, o, world);
   write_model_with_tokenizer(engine, o.out + "/final", comm, in.tokenizer, o);
   nlohmann::json extra = {
       {"world_size", world},

@@ -51,41 +51,43 @@ TrainEvalSet open_eval_set(const TrainOptions& o, const TokenDataset& training_d
                  "scored as training scores");
     set.data = set.held_out.get();
   }
-  if (o.eval_batches == 0) return set;
-  int64_t windows = 0, tokens = 0;
-  ZT_CHECK(!__builtin_mul_overflow(o.eval_batches * o.micro_batch, int64_t{world}, &windows) &&
-               !__builtin_mul_overflow(windows, o.seq_len + 1, &tokens),
+  if (!o.evaluates()) return set;
+  int64_t batches = kAllEvalBatches;  // K rounds of N batches
+  ZT_CHECK(o.eval_batches == kAllEvalBatches ||
+               !__builtin_mul_overflow(o.eval_batches, int64_t{world}, &batches),
            std::string(kTrainCommand) + ": --eval-batches " + std::to_string(o.eval_batches) +
-               " at " + std::to_string(world) + " ranks is more windows than 2^63 tokens hold");
-  check_eval_windows(*set.data, windows, o.seq_len);
-  check_some_eval_target_counts(*set.data, windows, o.seq_len, set.document_masks);
+               " at " + std::to_string(world) + " ranks is more batches than 2^63 hold");
+  set.windows = eval_windows(*set.data, batches, o.micro_batch, o.seq_len);
+  set.rounds = (set.windows.batches + world - 1) / world;
+  check_some_eval_target_counts(*set.data, set.windows.windows, o.seq_len, set.document_masks);
   return set;
 }
 
 StepEval evaluate_windows(ZeroEngine& engine, const TrainEvalSet& set, const TrainOptions& o,
                           int rank, int world) {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t B = o.micro_batch;
-  EvalBatch batch(B, o.seq_len, set.document_masks);
-  double loss_sum = 0, counted = 0;  // counted targets: exact in a double below 2^53
-  for (int64_t k = 0; k < o.eval_batches; ++k) {
-    counted += static_cast<double>(batch.read(*set.data, (k * world + rank) * B));
+  EvalBatch batch(o.micro_batch, o.seq_len, set.document_masks);
+  double loss_sum = 0, counted = 0;           // counted targets: exact in a double below 2^53
+  for (int64_t k = 0; k < set.rounds; ++k) {  // the same count on every rank: a collective each
+    counted += static_cast<double>(batch.read(*set.data, set.windows, k * world + rank));
     loss_sum += engine.eval_loss_sum(batch.inputs().data(), batch.targets().data(),
                                      batch.doc_starts());  // all ranks'
   }
   engine.communicator().all_reduce_sum_blocking(&counted, 1);
   const auto loss_tokens = static_cast<int64_t>(counted);
-  check_eval_targets_counted(*set.data, o.eval_batches * world * B, loss_tokens);
+  check_eval_targets_counted(*set.data, set.windows.windows, loss_tokens);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return {loss_sum / counted, loss_tokens, seconds};
 }
 
-nlohmann::json eval_report_json(const StepEval& eval, const TrainOptions& o, int world) {
+nlohmann::json eval_report_json(const StepEval& eval, const TrainEvalSet& set,
+                                const TrainOptions& o, int world) {
   return {{"loss", eval.loss},
-          {"tokens", o.eval_batches * world * o.micro_batch * o.seq_len},
+          {"tokens", set.windows.windows * o.seq_len},
           {"loss_tokens", eval.loss_tokens},
-          {"batches", o.eval_batches},
+          {"batches", set.rounds},
+          {"windows", set.windows.windows},
           {"micro_batch", world * o.micro_batch},
           {"data", o.eval_data.empty() ? o.data : o.eval_data}};
 }

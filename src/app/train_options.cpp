@@ -11,6 +11,7 @@
 #include "app/engine_device.h"
 #include "app/kernel_profiling.h"
 #include "engine/lr_schedule.h"
+#include "io/data_loader.h"
 #include "io/fs_util.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -71,12 +72,12 @@ void validate_settings(TrainOptions& o) {
   check_count(o.seq_len, 1, "seq-len", kCommand);
   ZT_CHECK(o.seed >= 0,
            std::string(kCommand) + ": --seed must be >= 0, got " + std::to_string(o.seed));
-  check_count(o.eval_batches, 0, "eval-batches", kCommand);
+  if (o.eval_batches != kAllEvalBatches) check_count(o.eval_batches, 0, "eval-batches", kCommand);
   check_count(o.eval_every, 0, "eval-every", kCommand);
   // Evaluation options that would do nothing are refused rather than ignored.
-  ZT_CHECK(o.eval_batches > 0 || (o.eval_every == 0 && o.eval_data.empty()),
+  ZT_CHECK(o.evaluates() || (o.eval_every == 0 && o.eval_data.empty()),
            std::string(kCommand) + ": " + (o.eval_every > 0 ? "--eval-every" : "--eval-data") +
-               " needs --eval-batches K > 0, the batches each evaluation scores");
+               " needs --eval-batches K > 0 or all, the batches each evaluation scores");
   check_count(o.log_every, 0, "log-every", kCommand);
   check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
   check_profile_steps(o.profile, o.steps);
@@ -195,7 +196,8 @@ nlohmann::json TrainOptions::to_json() const {
           {"trainable", trainable},
           {"freeze", freeze},
           {"lora", lora.to_json(choices.lora)},
-          {"eval_batches", eval_batches},
+          {"eval_batches",
+           eval_batches == kAllEvalBatches ? nlohmann::json("all") : nlohmann::json(eval_batches)},
           {"eval_every", eval_every},
           {"eval_data", eval_data},
           {"log_every", log_every},
@@ -330,9 +332,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("device-memory-limit", decimal_option(&o.device_memory_limit_gib),
       "GiB of device memory per rank this run may use (0 = no limit): refused before training "
       "when the estimate exceeds it; any allocation past it is an error naming the category");
-  add("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
+  add("eval-batches", eval_batches_option(&o.eval_batches, "--eval-batches"),
       "batches of micro-batch windows per rank each evaluation scores, at the end and every "
-      "--eval-every steps (0 = no evaluation)");
+      "--eval-every steps (0 = no evaluation; all = every whole window of the set, the same "
+      "windows at every world size)");
   add("eval-every", po::value(&o.eval_every)->default_value(o.eval_every),
       "evaluate after every N steps too, into metrics.jsonl's eval_loss (0 = at the end only)");
   add("eval-data", po::value(&o.eval_data),

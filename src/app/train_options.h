@@ -38,9 +38,10 @@ struct TrainOptions : RunEngineOptions {
   bool loss_scale_given = false;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
   double device_memory_limit_gib = 0;  // --device-memory-limit: 0 = the device's own size
-  int64_t eval_batches = 0;            // K: rounds of B windows per rank each evaluation scores
-  int64_t eval_every = 0;              // evaluate after every N steps too (0: at the end only)
-  std::string eval_data;  // the held-out token dataset evaluated ("": the training data)
+  // K: rounds of B windows per rank each evaluation scores; kAllEvalBatches: every whole window
+  int64_t eval_batches = 0;
+  int64_t eval_every = 0;  // evaluate after every N steps too (0: at the end only)
+  std::string eval_data;   // the held-out token dataset evaluated ("": the training data)
   int64_t log_every = 10;
   int64_t save_consolidated_every = 0;  // OUT/consolidated/step-N bf16 model every N steps
   ProfileSteps profile;  // --profile-steps A:B: kernel profile of steps A..B (off unset)
@@ -54,6 +55,8 @@ struct TrainOptions : RunEngineOptions {
   AppliedDeepSpeedFile from_deepspeed;
 
   EngineChoices choices;  // the engine's options resolved together, by validate()
+
+  bool evaluates() const { return eval_batches != 0; }  // --eval-batches K > 0 or all
 
   // run.json's `config` and the settings the ranks agree on; after validate() (the LoRA record is
   // the parsed spec).

@@ -222,8 +222,30 @@ EvalBatch::EvalBatch(int64_t micro_batch, int64_t seq_len, bool document_masks)
       targets_(inputs_.size()),
       doc_starts_(document_masks ? inputs_.size() : 0) {}
 
-int64_t EvalBatch::read(const TokenDataset& data, int64_t first) {
-  return read_eval_windows(data, first, B_, T_, inputs_.data(), targets_.data(),
+EvalWindows eval_windows(const TokenDataset& data, int64_t batches, int64_t micro_batch,
+                         int64_t seq_len) {
+  EvalWindows set{batches, 0, micro_batch};
+  if (batches == kAllEvalBatches) {
+    set.windows = data.size() / (seq_len + 1);
+    check_eval_windows(data, std::max<int64_t>(set.windows, 1), seq_len);  // names the length
+    set.batches = (set.windows + micro_batch - 1) / micro_batch;
+    return set;
+  }
+  ZT_CHECK(!__builtin_mul_overflow(batches, micro_batch, &set.windows),
+           "token dataset '" + data.path() + "': evaluating " + std::to_string(batches) +
+               " batches of " + std::to_string(micro_batch) +
+               " windows is more windows than 2^63 tokens hold");
+  check_eval_windows(data, set.windows, seq_len);
+  return set;
+}
+
+int64_t EvalBatch::read(const TokenDataset& data, const EvalWindows& set, int64_t j) {
+  const int64_t first = j * B_, count = std::clamp<int64_t>(set.windows - first, 0, B_);
+  const auto padding = static_cast<size_t>(count * T_);
+  std::fill(inputs_.begin() + padding, inputs_.end(), 0);
+  std::fill(targets_.begin() + padding, targets_.end(), kIgnoredTarget);
+  if (!doc_starts_.empty()) std::fill(doc_starts_.begin() + padding, doc_starts_.end(), 0);
+  return read_eval_windows(data, first, count, T_, inputs_.data(), targets_.data(),
                            doc_starts_.empty() ? nullptr : doc_starts_.data());
 }
 

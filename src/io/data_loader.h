@@ -137,6 +137,20 @@ class WindowSampler {
 // start of /tokens, non-overlapping and unshuffled; inputs are its first T tokens, targets its last
 // T. Fails naming the file when the dataset holds fewer than num_windows windows.
 void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t seq_len);
+
+// What --eval-batches (train) and --batches (eval) take for "all": every whole window of the set.
+inline constexpr int64_t kAllEvalBatches = -1;
+
+// The windows an evaluation scores: batch j holds windows [j·B, j·B + B) of the first `windows`,
+// the last batch padded with windows that count no target when they do not fill it.
+struct EvalWindows {
+  int64_t batches = 0, windows = 0, micro_batch = 0;
+};
+// `batches` batches of B windows, which `data` must hold (check_eval_windows); or, for
+// kAllEvalBatches, every whole window of T + 1 tokens of `data` (at least one), in as many batches
+// as cover them. Fails naming the file when the count overflows.
+EvalWindows eval_windows(const TokenDataset& data, int64_t batches, int64_t micro_batch,
+                         int64_t seq_len);
 // Fails (AgreedError: callers pass a count every rank holds) when the evaluated windows hold no
 // counted target, which leaves their mean loss undefined.
 void check_eval_targets_counted(const TokenDataset& data, int64_t num_windows, int64_t counted);
@@ -155,8 +169,9 @@ int64_t read_eval_windows(const TokenDataset& data, int64_t first, int64_t count
 class EvalBatch {
  public:
   EvalBatch(int64_t micro_batch, int64_t seq_len, bool document_masks);
-  // Reads windows [first, first + B) (read_eval_windows); returns their counted targets.
-  int64_t read(const TokenDataset& data, int64_t first);
+  // Reads batch j of `set` (read_eval_windows), a padding window past its last one (inputs 0, no
+  // counted target, one document); returns the batch's counted targets.
+  int64_t read(const TokenDataset& data, const EvalWindows& set, int64_t j);
   const std::vector<int32_t>& inputs() const { return inputs_; }
   const std::vector<int32_t>& targets() const { return targets_; }
   const int32_t* doc_starts() const { return doc_starts_.empty() ? nullptr : doc_starts_.data(); }

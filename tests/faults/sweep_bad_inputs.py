@@ -105,6 +105,10 @@ def make_inputs(s):
     run("export", w("run/final"), "--out", w("hf"))
     shutil.copy(os.path.join(s.src, ".deps/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"), w("sm.gguf"))
     run("import", w("sm.gguf"), "--out", w("sm"))
+    with open(w("sm_text.txt"), "w") as f:  # held-out data of another tokenizer
+        f.write("A few words for another tokenizer.\n" * 40)
+    run("prepare-data", "--tokenizer", w("sm"), "--text", w("sm_text.txt"), "--out",
+        w("sm_data.h5"))
     with open(w("ds.json"), "w") as f:
         json.dump({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2},
                    "bf16": {"enabled": True}}, f)
@@ -257,6 +261,36 @@ def damaged_file_cases(s):
                  "--overwrite"])
 
 
+def eval_cases(s):
+    """Evaluation inside train and in eval: the batch-count words, --eval-every, --eval-data."""
+    w = s.path
+    train = ["train", "--model", w("model"), "--data", w("data.h5"), "--steps", "2",
+             "--seq-len", "16", "--micro-batch", "1", "--log-every", "0"]
+    evaluate = ["eval", "--model", w("model"), "--data", w("data.h5"), "--micro-batch", "3",
+                "--seq-len", "16"]
+    open(w("evaltext"), "w").write("not HDF5")
+    n = 0
+    for word, expect in [("all", LEGIT), ("ALL", BAD), ("al", BAD), ("all ", BAD), (" 1", BAD),
+                         ("+1", BAD), ("0x2", BAD), ("1.0", BAD), ("-0", BAD), ("1e3", BAD)]:
+        for base, option in [(train, "--eval-batches"), (evaluate, "--batches")]:
+            n += 1
+            out = ["--out", w(f"e{n}")] if base is train else []
+            s.case(f"eval {option} word", base + [option, word] + out, expect, [option],
+                   inputs=[w("model"), w("data.h5")], out=w(f"e{n}"))
+    for extra, expect, named in [
+            (["--eval-batches", "all", "--eval-every", "1"], LEGIT, []),
+            (["--eval-batches", "all", "--eval-every", "1", "--eval-data", w("data.h5")], LEGIT,
+             []),
+            (["--eval-every", "1"], BAD, ["--eval-every"]),
+            (["--eval-batches", "all", "--eval-data", w("missing.h5")], BAD, ["missing.h5"]),
+            (["--eval-batches", "all", "--eval-data", w("evaltext")], BAD, ["evaltext"]),
+            (["--eval-batches", "all", "--eval-data", w("model")], BAD, ["model"]),
+            (["--eval-batches", "1", "--eval-data", w("sm_data.h5")], BAD, ["sm_data.h5"])]:
+        n += 1
+        s.case("eval train options", train + extra + ["--out", w(f"e{n}")], expect, named,
+               inputs=[w("model"), w("data.h5")], out=w(f"e{n}"))
+
+
 def path_cases(s):
     w = s.path
     os.makedirs(w("adir"), exist_ok=True)
@@ -384,14 +418,14 @@ def main():
     p.add_argument("--source-dir", required=True)
     p.add_argument("--work-dir", required=True)
     p.add_argument("--only", help="comma-separated case groups: options, files, paths, chat, "
-                                  "documents (default all)")
+                                  "documents, eval (default all)")
     args = p.parse_args()
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
     s = Sweep(os.path.abspath(args.zerotrain), os.path.abspath(args.source_dir), args.work_dir)
     make_inputs(s)
     groups = {"options": option_cases, "files": damaged_file_cases, "paths": path_cases,
-              "chat": chat_cases, "documents": document_cases}
+              "chat": chat_cases, "documents": document_cases, "eval": eval_cases}
     for name in (args.only.split(",") if args.only else groups):
         groups[name](s)
     counts = {}

@@ -21,7 +21,12 @@ Runs in the project venv (.venv/, ./run.sh deps). Independently of zerotrain's c
   5. A run stopped after step 2 and resumed logs the same eval_loss figures bit for bit; with step
      2's metrics.jsonl line deleted before the resume (a kill before it was written), its
      report.json's history still holds step 2's figure, from the checkpoint's copy of the line.
-  6. Bad input is refused before training, naming the file or option: held-out data of another
+  6. --eval-batches all on a set of 13 windows and 5 bytes (the last micro-batch half padding,
+     the last round one rank's padding only): each eval_loss counts all 13·T targets and meets
+     transformers' loss over the 13 windows, which the reference over 12 misses. `zerotrain eval
+     --batches all` counts the same windows, and gives the same loss, at 1 and 2 ranks and
+     micro-batches 1, 13 and 4.
+  7. Bad input is refused before training, naming the file or option: held-out data of another
      tokenizer, one too short for K·N·B windows, one whose windows count no target (a loss mask
      of zeros), one without document boundaries for a run that trains with document masks, and
      --eval-every without --eval-batches.
@@ -45,6 +50,9 @@ from test_hf_families import (COMMON, U_FP32, hf_loss, imported_random_llama,  #
 
 SEQ_LEN, MICRO_BATCH, RANKS, EVAL_BATCHES, STEPS = 32, 2, 2, 2, 4
 EVAL_WINDOWS = EVAL_BATCHES * RANKS * MICRO_BATCH
+# --eval-batches all: 13 windows and 5 bytes; 7 batches of 2, in 4 rounds of 2 ranks.
+ALL_WINDOWS, ALL_ROUNDS = 13, 4
+ALL_BYTES = ALL_WINDOWS * (SEQ_LEN + 1) + 5
 TRAIN_BYTES, HELD_OUT_OFFSET, HELD_OUT_BYTES = slice(0, 40000), 300000, 20000
 
 
@@ -70,15 +78,15 @@ def train_args(zt, model, data, out, *extra):
             "--log-every", "0", "--comm-timeout", "60", *extra]
 
 
-def reference_at(model, initial, step_dir, tokens):
-    """transformers' mean loss over the first EVAL_WINDOWS windows of `tokens`, with the masters
-    of the checkpoint at step_dir loaded (the model is restored to `initial` after)."""
+def reference_at(model, initial, step_dir, tokens, windows=EVAL_WINDOWS):
+    """transformers' mean loss over the first `windows` windows of `tokens`, with the masters of
+    the checkpoint at step_dir loaded (the model is restored to `initial` after)."""
     masters = {n: torch.from_numpy(v) for n, (v, _) in checkpoint_masters(step_dir).items()}
     missing, unexpected = model.load_state_dict(masters, strict=False)
     check(not unexpected and all(n.endswith("lm_head.weight") for n in missing),
           f"{step_dir}: tensors differ from transformers': {missing} {unexpected}")
     try:
-        return hf_loss(model, tokens, range(EVAL_WINDOWS), SEQ_LEN)
+        return hf_loss(model, tokens, range(windows), SEQ_LEN)
     finally:
         model.load_state_dict(initial)
 
@@ -134,6 +142,58 @@ def check_refusals(args, zt, work, imported, data, held):
         check(not os.path.exists(os.path.join(out, "metrics.jsonl")),
               f"{name}: the refused run trained")
         print(f"refused before training: {name}")
+
+
+def check_every_window(args, zt, work, models, data, step_dir, sample):
+    """--eval-batches all scores every whole window of a set of ALL_WINDOWS windows and a few
+    bytes: rounds of N·B windows, the last batch part padding and the last round one rank's
+    padding only. The figure is transformers' over all of them, and `zerotrain eval --batches all`
+    counts the same windows at 1 and 2 ranks and other micro-batches."""
+    model, initial, imported = models
+    every, every_tokens = byte_dataset(zt, work, "every",
+                                       sample[HELD_OUT_OFFSET:HELD_OUT_OFFSET + ALL_BYTES])
+    out = os.path.join(work, "every_run")
+    run_tool([args.mpirun, "--oversubscribe", "-n", str(RANKS)] + train_args(
+        zt, imported, data, out, "--eval-batches", "all", "--eval-every", "2", "--eval-data",
+        every))
+    lines = metrics(out)
+    figures = {m["step"]: (m["eval_loss"], m["eval_loss_tokens"]) for m in lines if "eval_loss" in m}
+    check(sorted(figures) == [2, 4], f"eval_loss is logged after steps {sorted(figures)}")
+    L = COMMON["num_hidden_layers"]
+    n = max(COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_size"])
+    for step, (got, counted) in figures.items():
+        # The trajectory is the main run's, bit for bit (checked there): its checkpoints hold
+        # these weights.
+        want = reference_at(model, initial, step_dir(step), every_tokens, ALL_WINDOWS)
+        bound = 10 * U_FP32 * n ** 0.5 * (2 * L + 2) * max(1.0, abs(want))
+        print(f"--eval-batches all, step {step}: eval_loss {got:.9f} over {counted} targets, "
+              f"transformers {want:.9f} over {ALL_WINDOWS * SEQ_LEN}, |Δ| {abs(got - want):.3e}")
+        check(counted == ALL_WINDOWS * SEQ_LEN, f"step {step}: {counted} targets counted")
+        check(abs(got - want) <= bound, f"step {step}: eval_loss {got} vs transformers {want}")
+        fewer = reference_at(model, initial, step_dir(step), every_tokens, ALL_WINDOWS - 1)
+        check(abs(got - fewer) > bound, f"step {step}: the reference without the last window "
+              f"({fewer}) also meets eval_loss: the check cannot see it")
+        print(f"step {step}: the reference over {ALL_WINDOWS - 1} windows misses it "
+              f"({fewer:.9f}), as it must")
+    with open(os.path.join(out, "report.json")) as f:
+        report = json.load(f)["eval"]
+    check(report["windows"] == ALL_WINDOWS and report["batches"] == ALL_ROUNDS,
+          f"report.json's eval: {report}")
+    final = os.path.join(out, "final")
+    scored = []
+    for ranks, micro_batch in [(1, 1), (1, ALL_WINDOWS), (2, 4)]:
+        printed = run_tool(
+            [args.mpirun, "--oversubscribe", "-n", str(ranks), zt, "eval", "--model", final,
+             "--data", every, "--batches", "all", "--micro-batch", str(micro_batch), "--seq-len",
+             str(SEQ_LEN), "--precision", "fp32"])
+        result = json.loads([line for line in printed.splitlines() if line.startswith("{")][-1])
+        check(result["windows"] == ALL_WINDOWS and result["loss_tokens"] == ALL_WINDOWS * SEQ_LEN,
+              f"eval --batches all at {ranks} rank(s), micro-batch {micro_batch}: {result}")
+        scored.append(result["loss"])
+    check(max(scored) - min(scored) <= 10 * U_FP32 * n ** 0.5 * max(1.0, abs(scored[0])),
+          f"eval --batches all differs with ranks and micro-batch: {scored}")
+    print(f"eval --batches all: {ALL_WINDOWS} windows at 1 and 2 ranks, micro-batch 1, "
+          f"{ALL_WINDOWS} and 4: {scored}")
 
 
 def checks(args):
@@ -220,6 +280,7 @@ def checks(args):
     print("stopped after step 2, its log line lost, and resumed: the same eval_loss figures and "
           "history, bit for bit")
 
+    check_every_window(args, zt, work, (model, initial, imported), data, step_dir, sample)
     check_refusals(args, zt, work, imported, data, held)
 
 

@@ -152,6 +152,22 @@ TEST(DocumentMasks, WindowsGetDocStartsAndLeaveOutTargetsThatBeginADocument) {
   plain.next_step();
   EXPECT_TRUE(plain.doc_starts().empty());
   EXPECT_EQ(plain.counted_targets(), B * A * 2 * T);
+  // Eval "all": 23 windows of 17 tokens, 12 batches of 2; the last batch's second window is
+  // padding, one document (doc starts 0) with no counted target, after a batch of real documents.
+  const EvalWindows all = eval_windows(data, kAllEvalBatches, B, T);
+  ASSERT_EQ(all.windows, 23);
+  ASSERT_EQ(all.batches, 12);
+  EvalBatch batch(B, T, true);
+  batch.read(data, all, 10);
+  int64_t last = 0;
+  for (int64_t t = 1; t <= T; ++t) last += starts_document(22 * (T + 1) + t) ? 0 : 1;
+  EXPECT_EQ(batch.read(data, all, 11), last);
+  for (int64_t t = 0; t < T; ++t) {
+    EXPECT_EQ(batch.doc_starts()[T + t], 0) << t;
+    EXPECT_EQ(batch.targets()[static_cast<size_t>(T + t)], kIgnoredTarget) << t;
+    EXPECT_EQ(batch.doc_starts()[t],
+              std::max(doc_of(22 * (T + 1) + t), 22 * (T + 1)) - 22 * (T + 1));
+  }
 }
 
 // --document-masking: auto masks data with more than one document (with one, the masks are plain

@@ -179,6 +179,40 @@ TEST(TrainData, EvalWindowsAreConsecutiveAndNonOverlapping) {
   EXPECT_THROW(check_eval_windows(data, 11, T), Error);
 }
 
+// "all" (kAllEvalBatches): every whole window, in batches that cover them; the last batch's windows
+// past the set count nothing, and a batch read before them leaves no trace.
+TEST(TrainData, EveryEvalWindowIsScoredOnceAndPaddingCountsNothing) {
+  TempDir dir;
+  TokenDataset data(write_ramp_dataset(dir, 135));  // 13 windows of 10 tokens, 5 tokens over
+  const int64_t T = 9, B = 3;
+  const EvalWindows all = eval_windows(data, kAllEvalBatches, B, T);
+  EXPECT_EQ(all.windows, 13);
+  EXPECT_EQ(all.batches, 5);  // 4 full batches and one of 1 window
+  const EvalWindows some = eval_windows(data, 4, B, T);
+  EXPECT_EQ(some.windows, 12);
+  EXPECT_EQ(some.batches, 4);
+  EXPECT_THROW(eval_windows(data, 5, B, T), Error);  // 15 windows: more than the set holds
+  EvalBatch batch(B, T, false);
+  EXPECT_EQ(batch.read(data, all, 1), B * T);  // a full batch first: the padding must overwrite it
+  EXPECT_EQ(batch.read(data, all, 4), T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    const bool real = i < T;  // window 12: tokens 120..129
+    EXPECT_EQ(batch.inputs()[static_cast<size_t>(i)], real ? 120 + i : 0) << i;
+    EXPECT_EQ(batch.targets()[static_cast<size_t>(i)], real ? 121 + i : kIgnoredTarget) << i;
+  }
+  EXPECT_EQ(batch.read(data, all, 5), 0);  // a round's batch past the set: padding only
+  for (int32_t t : batch.targets()) EXPECT_EQ(t, kIgnoredTarget);
+  // Shorter than one window: refused, naming the file.
+  TempDir other;
+  TokenDataset tiny(write_ramp_dataset(other, 9));
+  try {
+    eval_windows(tiny, kAllEvalBatches, B, T);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(tiny.path()), std::string::npos) << e.what();
+  }
+}
+
 // The ramp dataset with a loss mask that counts token i unless i % 3 == 0.
 std::string write_masked_ramp_dataset(const TempDir& dir, int64_t n) {
   const std::string path = dir.file("masked_ramp.h5");

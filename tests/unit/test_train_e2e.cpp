@@ -210,7 +210,8 @@ TEST_F(TrainE2E, DelayedUpdateFromTheCommandLineResumesAsTheRunThatSavedThere) {
 }
 
 // --eval-every changes nothing the run computes (docs/fine-tuning.md): in fp16, whose loss scaler
-// an evaluation must leave alone, and with LoRA dropout, whose masks it must not draw, evaluating
+// an evaluation must leave alone, with LoRA and its dropout on (its masks are a stateless hash of
+// the step and token, so this guards the scaler and the LoRA state, not the masks), evaluating
 // after every step leaves the losses and gradient norms bit for bit.
 TEST_F(TrainE2E, EvaluatingEveryStepLeavesAnFp16LoraDropoutRunAsItWas) {
   const std::string common = "--precision fp16 --micro-batch 2 --lora-rank 4 --lora-dropout 0.1";
@@ -282,6 +283,9 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
       {"--preset tiny " + base + " --seed -1", "--seed must be >= 0"},
       {"--preset tiny " + base + " --eval-batches 9000000000000000000", "--eval-batches"},
       {"--preset tiny " + base + " --eval-every -1", "--eval-every must be at least 0"},
+      {"--preset tiny " + base + " --eval-batches some",
+       "--eval-batches takes a count of batches (0 or more) or 'all', got 'some'"},
+      {"--preset tiny " + base + " --eval-batches -1", "--eval-batches takes a count"},
       {"--preset tiny " + base + " --eval-data " + path("sample.h5"),
        "--eval-data needs --eval-batches K > 0"},
       {"--preset tiny " + base + " --eval-batches 1 --eval-data " + path("missing.h5"),
