@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -159,6 +160,13 @@ ScalingRow row_of(const RunData& r) {
   }
   row.comm_bytes_per_step = steps > 0 ? bytes / static_cast<uint64_t>(steps) : 0;
   row.final_loss = r.metrics.empty() ? 0.0 : metric_or_nan(r.metrics.back(), "loss");
+  if (r.report.is_object() && r.report.contains("eval") && r.report["eval"].is_object()) {
+    const nlohmann::json& eval = r.report["eval"];
+    row.eval_loss = metric_or_nan(eval, "loss");
+    // W·T tokens (reports written before the "windows" key have only these).
+    row.eval_windows = row.seq_len > 0 ? eval.value("tokens", int64_t{0}) / row.seq_len : 0;
+    row.eval_data = eval.value("data", std::string());
+  }
   return row;
 }
 
@@ -167,6 +175,19 @@ std::string memory_cell(const ScalingRow& row, const char* cat) {
   if (row.estimated_memory.is_object())
     cell += " / " + fixed(mib(row.estimated_memory.value(cat, 0.0)), 2);
   return cell;
+}
+
+// A note under the table when the rows' end-of-training evaluations did not score the same
+// windows (count and length) of the same file, as its path was given: their losses are then not
+// comparable.
+std::string eval_windows_note(const std::vector<ScalingRow>& rows) {
+  std::set<std::tuple<int64_t, int64_t, std::string>> scored;
+  for (const auto& r : rows)
+    if (r.eval_loss) scored.insert({r.eval_windows, r.seq_len, r.eval_data});
+  if (scored.size() < 2) return "";
+  return " **The eval losses are not comparable:** the runs scored different windows or files "
+         "(`--eval-batches K` scores K·N·B windows, which change with the ranks; "
+         "`--eval-batches all` scores every window of the set at any world size).";
 }
 
 }  // namespace
@@ -220,9 +241,9 @@ std::vector<ScalingRow> scaling_rows(const std::vector<RunData>& runs) {
 std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
   std::ostringstream md;
   md << "| run | stage | ranks | micro-batch | grad-accum | checkpointing | tokens/s | tokens/s "
-        "per rank | scaling efficiency | MFU | comm bytes/step/rank |";
+        "per rank | scaling efficiency | MFU | comm bytes/step/rank | eval loss (windows) |";
   for (const char* cat : kMemoryCategories) md << " " << cat << " MiB |";
-  md << "\n|---|---|---|---|---|---|---|---|---|---|---|";
+  md << "\n|---|---|---|---|---|---|---|---|---|---|---|---|";
   for (size_t i = 0; i < std::size(kMemoryCategories); ++i) md << "---|";
   md << "\n";
   bool estimated = false;
@@ -235,7 +256,10 @@ std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
                               " rank" + (r.baseline_ranks == 1 ? "" : "s") + ")"
                         : std::string("n/a"))
        << " | " << (r.mfu ? fixed(*r.mfu, 4) : std::string("n/a (CPU)")) << " | "
-       << r.comm_bytes_per_step << " |";
+       << r.comm_bytes_per_step << " | "
+       << (r.eval_loss ? fixed(*r.eval_loss, 4) + " (" + std::to_string(r.eval_windows) + ")"
+                       : std::string("n/a"))
+       << " |";
     for (const char* cat : kMemoryCategories) md << " " << memory_cell(r, cat) << " |";
     md << "\n";
   }
@@ -243,7 +267,9 @@ std::string scaling_table_markdown(const std::vector<ScalingRow>& rows) {
      << (estimated ? " / estimate of engine/estimator.h for the same configuration."
                    : "; measured only (no estimate available).")
      << " Scaling efficiency: tokens/s per rank relative to the same stage's 1-rank run, or its "
-        "smallest rank count. MFU is n/a on the CPU backend (no meaningful peak).\n";
+        "smallest rank count. MFU is n/a on the CPU backend (no meaningful peak). Eval loss: "
+        "report.json's end-of-training evaluation and the windows it scored."
+     << eval_windows_note(rows) << "\n";
   return md.str();
 }
 
@@ -251,7 +277,7 @@ std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
   std::ostringstream csv;
   csv << "run,stage,ranks,micro_batch,grad_accum,seq_len,checkpointing,tokens_per_s,"
          "tokens_per_s_per_rank,scaling_efficiency,baseline_ranks,mfu,comm_bytes_per_step,"
-         "final_loss";
+         "final_loss,eval_loss,eval_windows";
   for (const char* cat : kMemoryCategories) csv << ",peak_" << cat << "_bytes";
   for (const char* cat : kMemoryCategories) csv << ",estimated_" << cat << "_bytes";
   csv << "\n";
@@ -260,7 +286,9 @@ std::string scaling_table_csv(const std::vector<ScalingRow>& rows) {
         << "," << r.seq_len << "," << r.checkpointing << "," << fixed(r.tokens_per_s, 3) << ","
         << fixed(r.tokens_per_s_per_rank, 3) << "," << (r.efficiency ? fixed(*r.efficiency, 4) : "")
         << "," << r.baseline_ranks << "," << (r.mfu ? fixed(*r.mfu, 6) : "") << ","
-        << r.comm_bytes_per_step << "," << fixed(r.final_loss, 6);
+        << r.comm_bytes_per_step << "," << fixed(r.final_loss, 6) << ","
+        << (r.eval_loss ? fixed(*r.eval_loss, 6) : "") << ","
+        << (r.eval_loss ? std::to_string(r.eval_windows) : "");
     for (const char* cat : kMemoryCategories) csv << "," << r.measured_memory.value(cat, 0);
     for (const char* cat : kMemoryCategories)
       csv << ","
@@ -299,7 +327,11 @@ std::vector<std::string> write_study_report(const std::vector<RunData>& runs,
                      {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nullptr},
                      {"peak_memory_bytes", r.measured_memory},
                      {"estimated_memory_bytes", r.estimated_memory},
-                     {"comm_bytes_per_step", r.comm_bytes_per_step}});
+                     {"comm_bytes_per_step", r.comm_bytes_per_step},
+                     {"eval", r.eval_loss ? nlohmann::json{{"loss", *r.eval_loss},
+                                                           {"windows", r.eval_windows},
+                                                           {"data", r.eval_data}}
+                                          : nlohmann::json(nullptr)}});
 
   LinePlot throughput{"Throughput vs ranks", "ranks", "tokens/s", true, true, {}};
   std::map<int, PlotSeries> by_stage;

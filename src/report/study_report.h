@@ -37,11 +37,18 @@ struct ScalingRow {
   nlohmann::json estimated_memory;   // engine/estimator.h prediction per category (or null)
   uint64_t comm_bytes_per_step = 0;  // all collectives, bytes sent per rank
   double final_loss = 0;
+  // report.json's end-of-training evaluation (train --eval-batches): its loss, the windows of
+  // T + 1 tokens it scored and the file; none when the run did not evaluate or finish.
+  std::optional<double> eval_loss;
+  int64_t eval_windows = 0;
+  std::string eval_data;
 };
 
 // One row per run, sorted by (stage, ranks, micro-batch, grad-accum); efficiency filled in.
 std::vector<ScalingRow> scaling_rows(const std::vector<RunData>& runs);
 
+// With an eval column, and a warning beside it when the rows' evaluations scored different windows
+// (--eval-batches K scores K·N·B, which differ with the ranks).
 std::string scaling_table_markdown(const std::vector<ScalingRow>& rows);
 std::string scaling_table_csv(const std::vector<ScalingRow>& rows);
 

@@ -116,6 +116,41 @@ TEST_F(ReportStudy, RowsCarryThroughputEfficiencyMemoryAndBytes) {
   EXPECT_EQ(files.size(), 6u);
 }
 
+// Each row carries its end-of-training eval loss and the windows it scored (tokens / T); the table
+// warns when the rows scored different windows, whose losses are then not comparable.
+TEST_F(ReportStudy, RowsCarryTheEvalLossAndWarnWhenItsWindowsDiffer) {
+  auto with_eval = [&](const std::string& name, int ranks, int64_t windows) {
+    const std::string run = make_run(name, 3, ranks, 100);
+    nlohmann::json report = read_json_file(run + "/report.json");
+    report["eval"] = {{"loss", 4.25 + ranks}, {"tokens", windows * 32}, {"data", "held.h5"}};
+    std::ofstream(run + "/report.json") << report.dump();
+    return load_run_dir(run);
+  };
+  std::vector<RunData> runs = {with_eval("all_x1", 1, 13), with_eval("all_x2", 2, 13),
+                               load_run_dir(make_run("none_x4", 3, 4, 100))};
+  std::vector<ScalingRow> rows = scaling_rows(runs);
+  ASSERT_TRUE(rows[0].eval_loss.has_value());
+  EXPECT_DOUBLE_EQ(*rows[1].eval_loss, 6.25);
+  EXPECT_EQ(rows[1].eval_windows, 13);
+  EXPECT_EQ(rows[1].eval_data, "held.h5");
+  EXPECT_FALSE(rows[2].eval_loss.has_value());
+  const std::string csv = scaling_table_csv(rows);
+  EXPECT_NE(csv.find(",final_loss,eval_loss,eval_windows,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",5.200000,6.250000,13,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",5.200000,,,"), std::string::npos) << csv;  // none_x4: no evaluation
+  std::string md = scaling_table_markdown(rows);
+  EXPECT_NE(md.find("| 6.2500 (13) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| n/a |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("not comparable"), std::string::npos) << md;  // the same 13 windows
+  runs.push_back(with_eval("k_x4", 4, 16));  // --eval-batches K at 4 ranks: other windows
+  md = scaling_table_markdown(scaling_rows(runs));
+  EXPECT_NE(md.find("The eval losses are not comparable"), std::string::npos) << md;
+  write_study_report(runs, (dir_ / "out").string());
+  const nlohmann::json table = read_json_file((dir_ / "out" / "scaling.json").string());
+  EXPECT_EQ(table[1]["eval"]["windows"].get<int64_t>(), 13) << table.dump();
+  EXPECT_TRUE(table[2]["eval"].is_null()) << table.dump();
+}
+
 // The estimate beside a world-invariant run counts the mode's buffers (the micro-batch tree, the
 // norm blocks, the per-micro-batch reduce slots): it differs from the same run's without it.
 TEST_F(ReportStudy, EstimateFollowsTheWorldInvariantMode) {
