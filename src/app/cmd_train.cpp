@@ -182,6 +182,7 @@ bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
                                                       "eval_data",
                                                       "eval_every",
                                                       "gemm_algorithms",
+                                                      "keep_best",
                                                       "keep_last",
                                                       "log_every",
                                                       "out",

@@ -34,6 +34,9 @@ void add_checkpoint_options(po::options_description& options, CheckpointFlags& f
       "save a resumable checkpoint every N steps and after the last (0 = never)");
   add("keep-last", po::value(&f.keep_last)->default_value(f.keep_last),
       "keep only the newest K complete checkpoints (0 = all)");
+  add("keep-best", bool_flag(&f.keep_best, false),
+      "with --keep-last, also keep the checkpoint of the lowest eval_loss (--eval-every; "
+      "--save-every a multiple of it)");
   add("resume", po::value(&f.resume)->default_value(f.resume),
       "none | auto (OUT/checkpoints/latest, if any) | PATH of a checkpoint directory");
   add("stop-after-step", po::value(&f.stop_after_step)->default_value(f.stop_after_step),
@@ -74,6 +77,10 @@ void validate_checkpoint_flags(const CheckpointFlags& f, const std::string& comm
   at_least_zero(static_cast<double>(f.keep_last), "keep-last");
   at_least_zero(static_cast<double>(f.stop_after_step), "stop-after-step");
   at_least_zero(f.debug.stall_seconds, "debug-stall-checkpoint");
+  ZT_CHECK(!f.keep_best || (f.keep_last > 0 && f.save_every > 0),
+           command +
+               ": --keep-best needs --keep-last K > 0 and --save-every N > 0: it keeps one "
+               "checkpoint more than --keep-last would");
   ZT_CHECK(!f.resume.empty(), command + ": --resume must be none, auto or a checkpoint directory");
   parse_word(f.frozen, kFrozenInCheckpointWords, command + ": --checkpoint-frozen");
 }
@@ -142,6 +149,7 @@ void TrainCheckpointing::save(ZeroEngine& engine, const TrainingProgress& progre
   options.metrics_line = metrics_line;
   options.root = checkpoints_root(out_dir_);
   options.keep_last = static_cast<int>(flags_.keep_last);
+  options.keep_best_eval = flags_.keep_best;
   options.debug = flags_.debug;
   options.frozen_as_digest =
       frozen_as_digest(flags_.frozen, engine.model().config().lora.enabled());

@@ -27,6 +27,7 @@ inline constexpr WordChoice<FrozenInCheckpoint> kFrozenInCheckpointWords[] = {
 struct CheckpointFlags {
   int64_t save_every = 0;          // 0: no periodic checkpoints
   int64_t keep_last = 0;           // 0: keep all
+  bool keep_best = false;          // with keep_last: also keep the lowest eval_loss's checkpoint
   std::string resume = "none";     // none | auto | PATH
   int64_t stop_after_step = 0;     // > 0: behave as if signalled after that step
   bool allow_data_change = false;  // resume on another dataset than the checkpoint's

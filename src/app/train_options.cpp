@@ -78,6 +78,11 @@ void validate_settings(TrainOptions& o) {
   ZT_CHECK(o.evaluates() || (o.eval_every == 0 && o.eval_data.empty()),
            std::string(kCommand) + ": " + (o.eval_every > 0 ? "--eval-every" : "--eval-data") +
                " needs --eval-batches K > 0 or all, the batches each evaluation scores");
+  ZT_CHECK(
+      !o.checkpoint.keep_best || (o.eval_every > 0 && o.checkpoint.save_every % o.eval_every == 0),
+      std::string(kCommand) +
+          ": --keep-best needs --eval-every N and a --save-every that is a multiple of it, "
+          "so that the checkpoints it compares hold an eval_loss");
   check_count(o.log_every, 0, "log-every", kCommand);
   check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
   check_profile_steps(o.profile, o.steps);
@@ -205,6 +210,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"profile_steps", profile_steps_name(profile)},  // the window: "4:4" is recorded as "4"
           {"save_every", checkpoint.save_every},
           {"keep_last", checkpoint.keep_last},
+          {"keep_best", checkpoint.keep_best},
           {"checkpoint_frozen", checkpoint.frozen},
           {"resume", checkpoint.resume}};
 }

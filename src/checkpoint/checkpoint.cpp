@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -74,20 +75,52 @@ void publish(const CheckpointManifest& manifest, const std::string& tmp,
   fs::rename(latest_tmp, latest, ec);
   ZT_CHECK(!ec, "cannot rename '" + latest_tmp + "' to '" + latest + "': " + ec.message());
   fsync_path(options.root);
-  if (options.keep_last <= 0) return;
+  prune_checkpoints(options.root, options.keep_last, options.keep_best_eval, final_dir);
+}
+
+// The eval_loss a complete checkpoint's manifest recorded in its metrics line (NaN: none, or a
+// manifest that cannot be read: pruning keeps the newest, it does not judge the others).
+double recorded_eval_loss(const std::string& dir) {
+  nlohmann::json manifest;
+  try {
+    manifest = read_json_file(dir + "/" + kCheckpointManifestFile);
+  } catch (const Error&) {
+    return NAN;
+  }
+  const nlohmann::json line = manifest.value("metrics_line", nlohmann::json());
+  const auto it = line.is_object() ? line.find("eval_loss") : line.end();
+  return it != line.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+}  // namespace
+
+void prune_checkpoints(const std::string& root, int keep_last, bool keep_best_eval,
+                       const std::string& keep_dir) {
+  if (keep_last <= 0) return;
   // Complete checkpoints, newest first; the one just published is the newest kept.
   std::vector<std::pair<int64_t, std::string>> complete;
-  for (const auto& entry : fs::directory_iterator(options.root, ec)) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     const int64_t step = checkpoint_step_of_dir_name(name);
     if (step >= 0 && fs::exists(entry.path() / kCheckpointManifestFile))
       complete.emplace_back(step, entry.path().string());
   }
-  ZT_CHECK(!ec, "cannot list checkpoint directory '" + options.root + "': " + ec.message());
+  ZT_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
   std::sort(complete.rbegin(), complete.rend());
-  for (size_t i = static_cast<size_t>(options.keep_last); i < complete.size(); ++i)
-    if (complete[i].second != final_dir) remove_tree(complete[i].second);
+  std::string best;
+  double best_loss = INFINITY;
+  for (auto it = complete.rbegin(); keep_best_eval && it != complete.rend();
+       ++it) {  // oldest first
+    const double loss = recorded_eval_loss(it->second);
+    if (std::isfinite(loss) && loss < best_loss) best_loss = loss, best = it->second;
+  }
+  for (size_t i = static_cast<size_t>(keep_last); i < complete.size(); ++i)
+    if (complete[i].second != keep_dir && complete[i].second != best)
+      remove_tree(complete[i].second);
 }
+
+namespace {
 
 // Per element: the sum over the ranks of their `parts` (modulo 2^64). Collective.
 std::vector<uint64_t> summed_over_ranks(Communicator& comm, const std::vector<uint64_t>& parts) {

@@ -46,6 +46,9 @@ struct CheckpointDebug {
 struct CheckpointSaveOptions {
   std::string root;   // OUT/checkpoints
   int keep_last = 0;  // > 0: keep only the newest K complete checkpoints
+  // With keep_last: also keep the complete checkpoint whose metrics line has the lowest eval_loss
+  // (the earliest of equal ones), as the Hugging Face Trainer keeps its best checkpoint.
+  bool keep_best_eval = false;
   CheckpointDebug debug;
   nlohmann::json metrics_line;  // the step's metrics.jsonl line, kept in the manifest
   // --checkpoint-frozen digest: each wholly frozen group is kept as the digest of its values
@@ -66,6 +69,12 @@ struct SavedCheckpoint {
 SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& progress,
                                 const TrainingHyperparameters& hyper,
                                 const CheckpointSaveOptions& options);
+
+// Rank 0, after publishing `keep_dir` under `root`: removes the complete checkpoints (those with a
+// manifest) but the newest `keep_last` (when > 0), `keep_dir` and, with keep_best_eval, the one of
+// the lowest finite eval_loss in its manifest's metrics line. Names the directory it cannot list.
+void prune_checkpoints(const std::string& root, int keep_last, bool keep_best_eval,
+                       const std::string& keep_dir);
 
 // The checkpoint directory that --resume MODE names: "none" gives ""; "auto" gives the one
 // OUT/checkpoints/latest names, or "" when there is no `latest`; anything else is a checkpoint

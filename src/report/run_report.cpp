@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -142,9 +143,14 @@ nlohmann::json RunSummary::to_json(const std::vector<MemoryByCategory>& peak_mem
   j["total_time_s"] = total_time_s;
   if (!evals_.empty()) {
     nlohmann::json history = nlohmann::json::array();
-    for (const auto& [step, e] : evals_)
+    const std::pair<int64_t, StepEval>* best = nullptr;  // the lowest; the earliest of equal
+    for (const auto& entry : evals_) {
+      const auto& [step, e] = entry;
       history.push_back({{"step", step}, {"loss", e.loss}, {"loss_tokens", e.loss_tokens}});
+      if (std::isfinite(e.loss) && (!best || e.loss < best->second.loss)) best = &entry;
+    }
     j["eval_history"] = history;
+    if (best) j["eval_best"] = {{"step", best->first}, {"loss", best->second.loss}};
   }
   return j;
 }
@@ -211,6 +217,9 @@ std::string report_markdown(const nlohmann::json& report) {
       md << "| " << e.value("step", 0) << " | " << num(e["loss"], 4) << " |\n";
     if (report.contains("eval"))
       md << "| end of training | " << num(report["eval"]["loss"], 4) << " |\n";
+    if (report.contains("eval_best"))
+      md << "\nLowest: after step " << report["eval_best"].value("step", 0) << " ("
+         << num(report["eval_best"]["loss"], 4) << ").\n";
   }
 
   md << "\n## Peak memory per rank\n\n| rank |";

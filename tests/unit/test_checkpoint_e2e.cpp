@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "test_train_support.h"
 
@@ -138,6 +140,26 @@ class CheckpointE2E : public SampleDataSuite<CheckpointE2E> {
     return copy;
   }
 };
+
+// --keep-last 1 --keep-best: the newest checkpoint and the one of the lowest eval_loss stay. A high
+// learning rate makes the loss climb after the first steps, so the best is not the newest.
+TEST_F(CheckpointE2E, KeepBestKeepsTheCheckpointOfTheLowestEvalLoss) {
+  const RunResult r = run_zerotrain(
+      "train --preset tiny --data " + path("sample.h5") + " --out " + path("best") +
+      " --steps 5 --seq-len 16 --micro-batch 2 --seed 7 --lr 0.2 --warmup-steps 0 --log-every 0 "
+      "--save-every 1 --eval-every 1 --eval-batches 1 --keep-last 1 --keep-best");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int64_t best_step = 0;
+  double best = INFINITY;
+  for (const auto& line : read_jsonl(path("best/metrics.jsonl")))
+    if (line["eval_loss"].get<double>() < best)
+      best = line["eval_loss"].get<double>(), best_step = line["step"].get<int64_t>();
+  ASSERT_LT(best_step, 5) << "the eval loss fell to the end: the test sees no best to keep";
+  for (int64_t step = 1; step <= 5; ++step)
+    EXPECT_EQ(fs::exists(checkpoint("best", step)), step == best_step || step == 5) << step;
+  const nlohmann::json report = read_json_file(path("best/report.json"));
+  EXPECT_EQ(report["eval_best"]["step"].get<int64_t>(), best_step) << report["eval_best"];
+}
 
 TEST_F(CheckpointE2E, StopAndResumeIsBitwiseTheUninterruptedRun) {
   const RunResult straight = train("straight", 20, "");

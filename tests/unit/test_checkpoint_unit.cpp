@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -362,6 +364,45 @@ TEST(MetricsLog, ResumeDropsLaterStepsAndAppends) {
     steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
   fs::remove(path);
+}
+
+// --keep-last K with --keep-best: the newest K and the one of the lowest eval_loss in its
+// manifest's metrics line (the earliest of equal ones) stay; a directory without a manifest is
+// not a complete checkpoint and is left alone; without --keep-best the newest K only.
+TEST(CheckpointPruning, KeepsTheNewestAndTheLowestEvalLoss) {
+  const fs::path root = fs::temp_directory_path() / ("zt_prune_" + std::to_string(getpid()));
+  auto make = [&](const double* losses, int n) {
+    fs::remove_all(root);
+    for (int step = 1; step <= n; ++step) {
+      const fs::path dir = root / checkpoint_step_dir_name(step);
+      fs::create_directories(dir);
+      nlohmann::json line = {{"step", step}, {"loss", 9.0}};
+      if (!std::isnan(losses[step - 1])) line["eval_loss"] = losses[step - 1];
+      std::ofstream(dir / kCheckpointManifestFile) << nlohmann::json{{"metrics_line", line}};
+    }
+    fs::create_directories(root / checkpoint_step_dir_name(n + 1));  // half written: no manifest
+  };
+  auto kept = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(root))
+      names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const double losses[] = {3.0, 2.0, 1.5, 1.5, 2.5, NAN, 2.6};
+  make(losses, 7);
+  prune_checkpoints(root.string(), 2, true, (root / checkpoint_step_dir_name(7)).string());
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000003", "step-00000006", "step-00000007",
+                                              "step-00000008"}));
+  make(losses, 7);
+  prune_checkpoints(root.string(), 2, false, (root / checkpoint_step_dir_name(7)).string());
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000006", "step-00000007", "step-00000008"}));
+  // The best among the newest: nothing more is kept.
+  const double falling[] = {3.0, 2.0, 1.0};
+  make(falling, 3);
+  prune_checkpoints(root.string(), 1, true, (root / checkpoint_step_dir_name(3)).string());
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000003", "step-00000004"}));
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -279,5 +279,24 @@ TEST(RunSummary, EvaluationsReadBackIntoTheHistoryAndTheReportTable) {
   EXPECT_EQ(report_markdown(RunSummary().to_json({}, 1.0)).find("Evaluation"), std::string::npos);
 }
 
+// report.json's eval_best: the lowest eval_loss of the history, the earliest of equal ones.
+TEST(RunSummary, TheLowestEvaluationIsNamedWithItsStep) {
+  RunSummary summary;
+  const double losses[] = {3.0, 2.0, 2.5, 2.0, NAN};
+  for (int64_t step = 1; step <= 5; ++step) {
+    StepRecord r;
+    r.step = step;
+    r.stats.loss = 4.0;
+    r.eval = StepEval{losses[step - 1], 64, 0.1};
+    summary.add(r);
+  }
+  const nlohmann::json report = summary.to_json({}, 1.0);
+  EXPECT_EQ(report["eval_best"]["step"].get<int64_t>(), 2) << report["eval_best"].dump();
+  EXPECT_EQ(report["eval_best"]["loss"].get<double>(), 2.0);
+  EXPECT_NE(report_markdown(report).find("Lowest: after step 2 (2.0000)."), std::string::npos)
+      << report_markdown(report);
+  EXPECT_FALSE(RunSummary().to_json({}, 1.0).contains("eval_best"));
+}
+
 }  // namespace
 }  // namespace zt

@@ -286,6 +286,13 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
       {"--preset tiny " + base + " --eval-batches some",
        "--eval-batches takes a count of batches (0 or more) or 'all', got 'some'"},
       {"--preset tiny " + base + " --eval-batches -1", "--eval-batches takes a count"},
+      {"--preset tiny " + base + " --keep-best --eval-every 1 --eval-batches 1",
+       "--keep-best needs --keep-last K > 0 and --save-every N > 0"},
+      {"--preset tiny " + base + " --keep-best --keep-last 1 --save-every 2",
+       "--keep-best needs --eval-every N"},
+      {"--preset tiny " + base +
+           " --keep-best --keep-last 1 --save-every 3 --eval-every 2 --eval-batches 1",
+       "a --save-every that is a multiple of it"},
       {"--preset tiny " + base + " --eval-data " + path("sample.h5"),
        "--eval-data needs --eval-batches K > 0"},
       {"--preset tiny " + base + " --eval-batches 1 --eval-data " + path("missing.h5"),
