@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -75,7 +76,12 @@ void publish(const CheckpointManifest& manifest, const std::string& tmp,
   fs::rename(latest_tmp, latest, ec);
   ZT_CHECK(!ec, "cannot rename '" + latest_tmp + "' to '" + latest + "': " + ec.message());
   fsync_path(options.root);
-  prune_checkpoints(options.root, options.keep_last, options.keep_best_eval, final_dir);
+  try {  // the checkpoint is in place: a failure to remove older ones does not undo it
+    prune_checkpoints(options.root, options.keep_last, options.keep_best_eval, final_dir);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "warning: checkpoint %s saved, but pruning older ones failed: %s\n",
+                 final_dir.c_str(), e.what());
+  }
 }
 
 // The eval_loss a complete checkpoint's manifest recorded in its metrics line (NaN: none, or a
@@ -87,6 +93,7 @@ double recorded_eval_loss(const std::string& dir) {
   } catch (const Error&) {
     return NAN;
   }
+  if (!manifest.is_object()) return NAN;
   const nlohmann::json line = manifest.value("metrics_line", nlohmann::json());
   const auto it = line.is_object() ? line.find("eval_loss") : line.end();
   return it != line.end() && it->is_number() ? it->get<double>() : NAN;
@@ -108,10 +115,13 @@ void prune_checkpoints(const std::string& root, int keep_last, bool keep_best_ev
   }
   ZT_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
   std::sort(complete.rbegin(), complete.rend());
+  // The best of this run's checkpoints up to the one published, oldest first: a resume from an
+  // older one leaves the abandoned steps after it, whose figures are not this run's.
+  const int64_t published = checkpoint_step_of_dir_name(fs::path(keep_dir).filename().string());
   std::string best;
   double best_loss = INFINITY;
-  for (auto it = complete.rbegin(); keep_best_eval && it != complete.rend();
-       ++it) {  // oldest first
+  for (auto it = complete.rbegin(); keep_best_eval && it != complete.rend(); ++it) {
+    if (it->first > published) break;
     const double loss = recorded_eval_loss(it->second);
     if (std::isfinite(loss) && loss < best_loss) best_loss = loss, best = it->second;
   }

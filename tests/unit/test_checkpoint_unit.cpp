@@ -402,6 +402,13 @@ TEST(CheckpointPruning, KeepsTheNewestAndTheLowestEvalLoss) {
   make(falling, 3);
   prune_checkpoints(root.string(), 1, true, (root / checkpoint_step_dir_name(3)).string());
   EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000003", "step-00000004"}));
+  // Resumed from step 2 and saved step 3 again: step 4's figure, from the abandoned steps after
+  // it, is not this run's; a manifest that is not an object has no figure.
+  const double resumed[] = {2.0, 3.0, 2.5, 1.0, 4.0};
+  make(resumed, 5);
+  std::ofstream(root / checkpoint_step_dir_name(1) / kCheckpointManifestFile) << "[1, 2]";
+  prune_checkpoints(root.string(), 1, true, (root / checkpoint_step_dir_name(3)).string());
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000003", "step-00000005", "step-00000006"}));
   fs::remove_all(root);
 }
 
