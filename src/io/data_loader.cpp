@@ -224,7 +224,7 @@ EvalBatch::EvalBatch(int64_t micro_batch, int64_t seq_len, bool document_masks)
 
 EvalWindows eval_windows(const TokenDataset& data, int64_t batches, int64_t micro_batch,
                          int64_t seq_len) {
-  EvalWindows set{batches, 0, micro_batch};
+  EvalWindows set{batches, 0};
   if (batches == kAllEvalBatches) {
     set.windows = data.size() / (seq_len + 1);
     check_eval_windows(data, std::max<int64_t>(set.windows, 1), seq_len);  // names the length
@@ -234,7 +234,7 @@ EvalWindows eval_windows(const TokenDataset& data, int64_t batches, int64_t micr
   ZT_CHECK(!__builtin_mul_overflow(batches, micro_batch, &set.windows),
            "token dataset '" + data.path() + "': evaluating " + std::to_string(batches) +
                " batches of " + std::to_string(micro_batch) +
-               " windows is more windows than 2^63 tokens hold");
+               " windows is more windows than 2^63 hold");
   check_eval_windows(data, set.windows, seq_len);
   return set;
 }

@@ -144,7 +144,7 @@ inline constexpr int64_t kAllEvalBatches = -1;
 // The windows an evaluation scores: batch j holds windows [j·B, j·B + B) of the first `windows`,
 // the last batch padded with windows that count no target when they do not fill it.
 struct EvalWindows {
-  int64_t batches = 0, windows = 0, micro_batch = 0;
+  int64_t batches = 0, windows = 0;
 };
 // `batches` batches of B windows, which `data` must hold (check_eval_windows); or, for
 // kAllEvalBatches, every whole window of T + 1 tokens of `data` (at least one), in as many batches
