@@ -104,24 +104,24 @@ double recorded_eval_loss(const std::string& dir) {
 void prune_checkpoints(const std::string& root, int keep_last, bool keep_best_eval,
                        const std::string& keep_dir) {
   if (keep_last <= 0) return;
-  // Complete checkpoints, newest first; the one just published is the newest kept.
+  // This run's complete checkpoints, newest first: those up to the one just published. A resume
+  // from an older one leaves the abandoned steps after it; they are neither counted nor removed
+  // (a later save of the same step replaces each).
+  const int64_t published = checkpoint_step_of_dir_name(fs::path(keep_dir).filename().string());
   std::vector<std::pair<int64_t, std::string>> complete;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     const int64_t step = checkpoint_step_of_dir_name(name);
-    if (step >= 0 && fs::exists(entry.path() / kCheckpointManifestFile))
+    if (step >= 0 && step <= published && fs::exists(entry.path() / kCheckpointManifestFile))
       complete.emplace_back(step, entry.path().string());
   }
   ZT_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
   std::sort(complete.rbegin(), complete.rend());
-  // The best of this run's checkpoints up to the one published, oldest first: a resume from an
-  // older one leaves the abandoned steps after it, whose figures are not this run's.
-  const int64_t published = checkpoint_step_of_dir_name(fs::path(keep_dir).filename().string());
+  // The best of them, oldest first (the earliest of equal figures).
   std::string best;
   double best_loss = INFINITY;
   for (auto it = complete.rbegin(); keep_best_eval && it != complete.rend(); ++it) {
-    if (it->first > published) break;
     const double loss = recorded_eval_loss(it->second);
     if (std::isfinite(loss) && loss < best_loss) best_loss = loss, best = it->second;
   }

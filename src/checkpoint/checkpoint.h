@@ -70,10 +70,11 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
                                 const TrainingHyperparameters& hyper,
                                 const CheckpointSaveOptions& options);
 
-// Rank 0, after publishing `keep_dir` under `root`: removes the complete checkpoints (those with a
-// manifest) but the newest `keep_last` (when > 0), `keep_dir` and, with keep_best_eval, the one of
-// the lowest finite eval_loss in its manifest's metrics line among those up to keep_dir's step (an
-// unreadable manifest has none). Names the directory it cannot list.
+// Rank 0, after publishing `keep_dir` under `root`: among the complete checkpoints (those with a
+// manifest) up to keep_dir's step, removes all but the newest `keep_last` (when > 0), `keep_dir`
+// and, with keep_best_eval, the one of the lowest finite eval_loss in its manifest's metrics line
+// (an unreadable manifest has none). Later steps, a resume's abandoned ones, are left alone. Names
+// the directory it cannot list.
 void prune_checkpoints(const std::string& root, int keep_last, bool keep_best_eval,
                        const std::string& keep_dir);
 

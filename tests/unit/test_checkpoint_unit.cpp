@@ -368,7 +368,8 @@ TEST(MetricsLog, ResumeDropsLaterStepsAndAppends) {
 
 // --keep-last K with --keep-best: the newest K and the one of the lowest eval_loss in its
 // manifest's metrics line (the earliest of equal ones) stay; a directory without a manifest is
-// not a complete checkpoint and is left alone; without --keep-best the newest K only.
+// not a complete checkpoint and is left alone; without --keep-best the newest K only; steps after
+// the one published (a resume's abandoned ones) are left alone and not counted.
 TEST(CheckpointPruning, KeepsTheNewestAndTheLowestEvalLoss) {
   const fs::path root = fs::temp_directory_path() / ("zt_prune_" + std::to_string(getpid()));
   auto make = [&](const double* losses, int n) {
@@ -402,13 +403,19 @@ TEST(CheckpointPruning, KeepsTheNewestAndTheLowestEvalLoss) {
   make(falling, 3);
   prune_checkpoints(root.string(), 1, true, (root / checkpoint_step_dir_name(3)).string());
   EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000003", "step-00000004"}));
-  // Resumed from step 2 and saved step 3 again: step 4's figure, from the abandoned steps after
-  // it, is not this run's; a manifest that is not an object has no figure.
-  const double resumed[] = {2.0, 3.0, 2.5, 1.0, 4.0};
+  // Resumed from step 2 and saved step 3 again: steps 4 and 5, abandoned after it, are not this
+  // run's: neither step 4's figure nor either's place among the newest counts, and both stay. A
+  // manifest that is not an object has no figure.
+  const double resumed[] = {1.5, 2.0, 3.0, 1.0, 4.0};
   make(resumed, 5);
   std::ofstream(root / checkpoint_step_dir_name(1) / kCheckpointManifestFile) << "[1, 2]";
   prune_checkpoints(root.string(), 1, true, (root / checkpoint_step_dir_name(3)).string());
-  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000003", "step-00000005", "step-00000006"}));
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000002", "step-00000003", "step-00000004",
+                                              "step-00000005", "step-00000006"}));
+  make(resumed, 5);
+  prune_checkpoints(root.string(), 2, false, (root / checkpoint_step_dir_name(3)).string());
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000002", "step-00000003", "step-00000004",
+                                              "step-00000005", "step-00000006"}));
   fs::remove_all(root);
 }
 
