@@ -54,6 +54,13 @@ EVAL_WINDOWS = EVAL_BATCHES * RANKS * MICRO_BATCH
 ALL_WINDOWS, ALL_ROUNDS = 13, 4
 ALL_BYTES = ALL_WINDOWS * (SEQ_LEN + 1) + 5
 TRAIN_BYTES, HELD_OUT_OFFSET, HELD_OUT_BYTES = slice(0, 40000), 300000, 20000
+# The widest contraction (n in the bound above).
+WIDEST = max(COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_size"])
+
+
+def loss_bound(want):
+    """The bound above on an fp32 eval_loss against transformers' figure `want`."""
+    return 10 * U_FP32 * WIDEST ** 0.5 * (2 * COMMON["num_hidden_layers"] + 2) * max(1.0, abs(want))
 
 
 def byte_dataset(zt, work, name, text):
@@ -159,13 +166,11 @@ def check_every_window(args, zt, work, models, data, step_dir, sample):
     lines = metrics(out)
     figures = {m["step"]: (m["eval_loss"], m["eval_loss_tokens"]) for m in lines if "eval_loss" in m}
     check(sorted(figures) == [2, 4], f"eval_loss is logged after steps {sorted(figures)}")
-    L = COMMON["num_hidden_layers"]
-    n = max(COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_size"])
     for step, (got, counted) in figures.items():
         # The trajectory is the main run's, bit for bit (checked there): its checkpoints hold
         # these weights.
         want = reference_at(model, initial, step_dir(step), every_tokens, ALL_WINDOWS)
-        bound = 10 * U_FP32 * n ** 0.5 * (2 * L + 2) * max(1.0, abs(want))
+        bound = loss_bound(want)
         print(f"--eval-batches all, step {step}: eval_loss {got:.9f} over {counted} targets, "
               f"transformers {want:.9f} over {ALL_WINDOWS * SEQ_LEN}, |Δ| {abs(got - want):.3e}")
         check(counted == ALL_WINDOWS * SEQ_LEN, f"step {step}: {counted} targets counted")
@@ -190,7 +195,7 @@ def check_every_window(args, zt, work, models, data, step_dir, sample):
         check(result["windows"] == ALL_WINDOWS and result["loss_tokens"] == ALL_WINDOWS * SEQ_LEN,
               f"eval --batches all at {ranks} rank(s), micro-batch {micro_batch}: {result}")
         scored.append(result["loss"])
-    check(max(scored) - min(scored) <= 10 * U_FP32 * n ** 0.5 * max(1.0, abs(scored[0])),
+    check(max(scored) - min(scored) <= 10 * U_FP32 * WIDEST ** 0.5 * max(1.0, abs(scored[0])),
           f"eval --batches all differs with ranks and micro-batch: {scored}")
     print(f"eval --batches all: {ALL_WINDOWS} windows at 1 and 2 ranks, micro-batch 1, "
           f"{ALL_WINDOWS} and 4: {scored}")
@@ -228,13 +233,10 @@ def checks(args):
     check(all(m["eval_loss_tokens"] == EVAL_WINDOWS * SEQ_LEN for m in lines if "eval_loss" in m),
           "eval_loss_tokens is not every target of the windows")
 
-    L = COMMON["num_hidden_layers"]
-    n = max(COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_size"])
-    base = 10 * U_FP32 * n ** 0.5 * (2 * L + 2)
     step_dir = lambda s: os.path.join(run, "checkpoints", f"step-{s:08d}")  # noqa: E731
     for step, got in figures.items():
         want = reference_at(model, initial, step_dir(step), held_tokens)
-        bound = base * max(1.0, abs(want))
+        bound = loss_bound(want)
         print(f"step {step}: eval_loss {got:.9f}, transformers {want:.9f}, |Δ| "
               f"{abs(got - want):.3e} (bound {bound:.3e})")
         check(abs(got - want) <= bound, f"step {step}: eval_loss {got} vs transformers {want}")
