@@ -158,9 +158,14 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   // Only once the inputs are known to be usable (a refused dataset leaves the previous run in
   // place): --resume continues a run in its own (non-empty) --out; --overwrite replaces one.
   if (rank == 0) in.lock = std::make_unique<RunDirectoryLock>(o.out);
+  std::string fallback_note;
+  in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out, &fallback_note);
+  if (rank == 0 && !fallback_note.empty())
+    std::fprintf(stderr, "warning: --resume auto: %s\n", fallback_note.c_str());
   if (o.checkpoint.resume == "none") check_output_dir(o.out, o.overwrite);
+  if (o.checkpoint.resume == "auto" && in.resume_dir.empty())
+    check_fresh_start_in(o.out, o.overwrite);
   if (rank == 0 && o.checkpoint.resume == "none" && o.overwrite) clear_previous_run(o.out);
-  in.resume_dir = resolve_resume_checkpoint(o.checkpoint.resume, o.out);
   // A checkpoint of another model, other adapters or other frozen tensors is refused before the
   // engine is built (its buffers, and a model directory's weights read, for nothing).
   if (!in.resume_dir.empty()) {

@@ -3,15 +3,20 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
 #include "comm/collective_outcome.h"
 #include "engine/zero_config.h"
+#include "io/fs_util.h"
 #include "runtime/signals.h"
 #include "util/error.h"
 
 namespace zt {
+
+namespace fs = std::filesystem;
+
 namespace {
 
 // Collective over comm: SIGTERM when any rank received SIGTERM, else SIGUSR1 when any rank
@@ -33,7 +38,7 @@ void add_checkpoint_options(po::options_description& options, CheckpointFlags& f
   add("save-every", po::value(&f.save_every)->default_value(f.save_every),
       "save a resumable checkpoint every N steps and after the last (0 = never)");
   add("keep-last", po::value(&f.keep_last)->default_value(f.keep_last),
-      "keep only the newest K complete checkpoints (0 = all)");
+      "keep only the newest K complete checkpoints of this run's branch (0 = all)");
   add("keep-best", bool_flag(&f.keep_best, false),
       "with --keep-last, also keep the checkpoint of the lowest eval_loss (--eval-every; "
       "--save-every a multiple of it)");
@@ -91,6 +96,14 @@ bool frozen_as_digest(const std::string& word, bool lora) {
   return choice == FrozenInCheckpoint::kDigest || (choice == FrozenInCheckpoint::kAuto && lora);
 }
 
+void check_fresh_start_in(const std::string& out_dir, bool overwrite) {
+  std::error_code ec;
+  ZT_CHECK(overwrite || !fs::exists(fs::path(out_dir) / "final", ec),
+           "--resume auto found no checkpoint in '" + out_dir +
+               "', so it would start afresh there, but it holds a finished run (final/) that a "
+               "new one would replace; give --overwrite to start afresh anyway");
+}
+
 TrainCheckpointing::TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
                                        const TrainingHyperparameters& hyper, Communicator& comm,
                                        std::string resume_dir)
@@ -98,7 +111,8 @@ TrainCheckpointing::TrainCheckpointing(const CheckpointFlags& flags, const std::
       out_dir_(out_dir),
       hyper_(hyper),
       comm_(comm),
-      resume_dir_(std::move(resume_dir)) {
+      resume_dir_(std::move(resume_dir)),
+      lineage_{CheckpointRun{new_checkpoint_run_id(), 0}} {
   write_pid_file_if_requested(comm_.rank());  // tests signal one rank by its pid
 }
 
@@ -131,6 +145,12 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
                      : "the checkpoint was not trained in fp16",
                  engine.loss_scaler()->scale());
   resumed_metrics_line_ = manifest.metrics_line;
+  const CheckpointRun own{lineage_.back().id, manifest.progress.step};
+  lineage_ = manifest.lineage;
+  lineage_.push_back(own);
+  std::error_code ec;
+  if (comm_.rank() == 0 && fs::equivalent(dir_parent(resume_dir_), checkpoints_root(out_dir_), ec))
+    point_latest_at(resume_dir_);
   return manifest.progress;
 }
 
@@ -148,7 +168,8 @@ void TrainCheckpointing::save(ZeroEngine& engine, const TrainingProgress& progre
   CheckpointSaveOptions options;
   options.metrics_line = metrics_line;
   options.root = checkpoints_root(out_dir_);
-  options.keep_last = static_cast<int>(flags_.keep_last);
+  options.keep_last = flags_.keep_last;
+  options.lineage = lineage_;
   options.keep_best_eval = flags_.keep_best;
   options.debug = flags_.debug;
   options.frozen_as_digest =

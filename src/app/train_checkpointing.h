@@ -46,6 +46,12 @@ void validate_checkpoint_flags(const CheckpointFlags& flags, const std::string& 
 void add_checkpoint_frozen_option(po::options_description& options, std::string* word);
 bool frozen_as_digest(const std::string& word, bool lora);
 
+// --resume auto found no checkpoint in OUT, so the run starts afresh there: refused when OUT
+// holds a finished run (final/), which it would replace; --overwrite starts afresh anyway. A run
+// that stopped before its first checkpoint is started again, beside whatever else a job script
+// wrote there (the Slurm scripts' slurm-env files).
+void check_fresh_start_in(const std::string& out_dir, bool overwrite);
+
 class TrainCheckpointing {
  public:
   // Installs the stop-signal handlers. resume_dir: the checkpoint --resume resolved to
@@ -57,7 +63,9 @@ class TrainCheckpointing {
   // The checkpoint this run resumes ("" when it starts fresh).
   const std::string& resume_dir() const { return resume_dir_; }
   // Loads resume_dir() into the engine (collective) after checking the run's settings against
-  // it; rank 0 prints warnings and the load time. Returns the restored progress.
+  // it; rank 0 prints warnings and the load time and, when it lies in this run's
+  // OUT/checkpoints, points `latest` at it (a kill before the next save resumes this branch, not
+  // an abandoned later one). Returns the restored progress.
   TrainingProgress resume(ZeroEngine& engine);
   // The metrics.jsonl line the resumed checkpoint carries (null before resume() or in an old one).
   const nlohmann::json& resumed_metrics_line() const { return resumed_metrics_line_; }
@@ -81,6 +89,9 @@ class TrainCheckpointing {
   StopSignalHandlers signal_handlers_;
   std::string resume_dir_;
   nlohmann::json resumed_metrics_line_;
+  // The runs this run's checkpoints descend from, its own last (a fresh id; after resume(), the
+  // resumed checkpoint's lineage before it).
+  std::vector<CheckpointRun> lineage_;
 };
 
 }  // namespace zt

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "checkpoint/checkpoint_files.h"
 #include "comm/collective_outcome.h"
@@ -33,15 +34,18 @@ void remove_tree(const std::string& path) {
   ZT_CHECK(!ec, "cannot remove '" + path + "': " + ec.message());
 }
 
-// Rank 0, before any rank writes: OUT/checkpoints exists, leftovers of interrupted saves are
-// gone, and an empty temporary directory waits.
+// Rank 0, before any rank writes: OUT/checkpoints exists, leftovers of interrupted saves (their
+// directories, and `latest`'s temporary files) are gone, and an empty temporary directory waits.
 void prepare_temp_dir(const std::string& root, const std::string& tmp) {
   std::error_code ec;
   fs::create_directories(root, ec);
   ZT_CHECK(!ec, "cannot create checkpoint directory '" + root + "': " + ec.message());
-  for (const auto& entry : fs::directory_iterator(root, ec))
-    if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0)
+  const std::string latest_tmp = std::string(kLatestCheckpointFile) + kTempPrefix;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kTempPrefix, 0) == 0 || name.rfind(latest_tmp, 0) == 0)
       remove_tree(entry.path().string());
+  }
   ZT_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
   fs::create_directory(tmp, ec);
   ZT_CHECK(!ec, "cannot create '" + tmp + "': " + ec.message());
@@ -69,13 +73,7 @@ void publish(const CheckpointManifest& manifest, const std::string& tmp,
   write_text_file(tmp + "/" + kCheckpointManifestFile, manifest.to_json().dump(1) + "\n");
   fsync_path(tmp);
   move_into_place(tmp, final_dir, /*overwrite=*/true);  // fsyncs the parent
-  const std::string latest = options.root + "/" + kLatestCheckpointFile;
-  const std::string latest_tmp = temp_sibling(latest);
-  write_text_file(latest_tmp, fs::path(final_dir).filename().string() + "\n");
-  std::error_code ec;
-  fs::rename(latest_tmp, latest, ec);
-  ZT_CHECK(!ec, "cannot rename '" + latest_tmp + "' to '" + latest + "': " + ec.message());
-  fsync_path(options.root);
+  point_latest_at(final_dir);
   try {  // the checkpoint is in place: a failure to remove older ones does not undo it
     prune_checkpoints(options.root, options.keep_last, options.keep_best_eval, final_dir);
   } catch (const std::exception& e) {
@@ -84,50 +82,98 @@ void publish(const CheckpointManifest& manifest, const std::string& tmp,
   }
 }
 
-// The eval_loss a complete checkpoint's manifest recorded in its metrics line (NaN: none, or a
-// manifest that cannot be read: pruning keeps the newest, it does not judge the others).
-double recorded_eval_loss(const std::string& dir) {
-  nlohmann::json manifest;
+// A complete checkpoint's manifest as rotation reads it: the run that saved it and the eval_loss
+// of its metrics line (NaN: none). Not CRC-checked: nothing is loaded from it.
+struct RecordedCheckpoint {
+  bool readable = false;  // an object with a well-formed lineage
+  std::string run;
+  double eval_loss = NAN;
+};
+
+RecordedCheckpoint read_recorded(const std::string& dir) {
+  RecordedCheckpoint recorded;
+  const std::string path = dir + "/" + kCheckpointManifestFile;
   try {
-    manifest = read_json_file(dir + "/" + kCheckpointManifestFile);
+    const nlohmann::json manifest = read_json_file(path);
+    if (!manifest.is_object()) return recorded;
+    const std::vector<CheckpointRun> lineage = read_checkpoint_lineage(manifest, path);
+    recorded.run = lineage.empty() ? "" : lineage.back().id;
+    const nlohmann::json line = manifest.value("metrics_line", nlohmann::json());
+    const auto it = line.is_object() ? line.find("eval_loss") : line.end();
+    if (it != line.end() && it->is_number()) recorded.eval_loss = it->get<double>();
   } catch (const Error&) {
-    return NAN;
+    return recorded;
   }
-  if (!manifest.is_object()) return NAN;
-  const nlohmann::json line = manifest.value("metrics_line", nlohmann::json());
-  const auto it = line.is_object() ? line.find("eval_loss") : line.end();
-  return it != line.end() && it->is_number() ? it->get<double>() : NAN;
+  recorded.readable = true;
+  return recorded;
+}
+
+// The newest complete checkpoint (step-N with a manifest) under `root`, or "".
+std::string newest_complete_checkpoint(const std::string& root) {
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (fs::exists(entry.path() / kCheckpointManifestFile))
+      newest = std::max(newest, checkpoint_step_of_dir_name(entry.path().filename().string()));
+  return newest < 0 ? "" : root + "/" + checkpoint_step_dir_name(newest);
 }
 
 }  // namespace
 
-void prune_checkpoints(const std::string& root, int keep_last, bool keep_best_eval,
+void point_latest_at(const std::string& dir) {
+  const std::string root = dir_parent(dir);
+  const std::string latest = root + "/" + kLatestCheckpointFile;
+  const std::string latest_tmp = temp_sibling(latest);
+  write_text_file(latest_tmp, fs::path(strip_trailing_slashes(dir)).filename().string() + "\n");
+  std::error_code ec;
+  fs::rename(latest_tmp, latest, ec);
+  ZT_CHECK(!ec, "cannot rename '" + latest_tmp + "' to '" + latest + "': " + ec.message());
+  fsync_path(root);
+}
+
+void prune_checkpoints(const std::string& root, int64_t keep_last, bool keep_best_eval,
                        const std::string& keep_dir) {
   if (keep_last <= 0) return;
-  // This run's complete checkpoints, newest first: those up to the one just published. A resume
-  // from an older one leaves the abandoned steps after it; they are neither counted nor removed
-  // (a later save of the same step replaces each).
+  // This run's complete checkpoints, newest first: those up to the one just published that its
+  // lineage's runs saved. A resume from an older checkpoint leaves the abandoned run's later
+  // ones; they are neither counted nor removed (a later save of the same step replaces each).
   const int64_t published = checkpoint_step_of_dir_name(fs::path(keep_dir).filename().string());
-  std::vector<std::pair<int64_t, std::string>> complete;
+  const std::vector<CheckpointRun> lineage =
+      read_checkpoint_lineage(read_json_file(keep_dir + "/" + kCheckpointManifestFile), keep_dir);
+  struct Own {
+    int64_t step;
+    std::string dir;
+    double eval_loss;
+  };
+  std::vector<Own> own;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    const int64_t step = checkpoint_step_of_dir_name(name);
-    if (step >= 0 && step <= published && fs::exists(entry.path() / kCheckpointManifestFile))
-      complete.emplace_back(step, entry.path().string());
+    const int64_t step = checkpoint_step_of_dir_name(entry.path().filename().string());
+    if (step < 0 || step > published || !fs::exists(entry.path() / kCheckpointManifestFile))
+      continue;
+    const RecordedCheckpoint recorded = read_recorded(entry.path().string());
+    if (recorded.readable && recorded.run == run_of_step(lineage, step))
+      own.push_back({step, entry.path().string(), recorded.eval_loss});
   }
   ZT_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
-  std::sort(complete.rbegin(), complete.rend());
+  std::sort(own.begin(), own.end(), [](const Own& a, const Own& b) { return a.step > b.step; });
   // The best of them, oldest first (the earliest of equal figures).
   std::string best;
   double best_loss = INFINITY;
-  for (auto it = complete.rbegin(); keep_best_eval && it != complete.rend(); ++it) {
-    const double loss = recorded_eval_loss(it->second);
-    if (std::isfinite(loss) && loss < best_loss) best_loss = loss, best = it->second;
-  }
-  for (size_t i = static_cast<size_t>(keep_last); i < complete.size(); ++i)
-    if (complete[i].second != keep_dir && complete[i].second != best)
-      remove_tree(complete[i].second);
+  for (auto it = own.rbegin(); keep_best_eval && it != own.rend(); ++it)
+    if (std::isfinite(it->eval_loss) && it->eval_loss < best_loss)
+      best_loss = it->eval_loss, best = it->dir;
+  for (size_t i = static_cast<size_t>(std::min<int64_t>(keep_last, own.size())); i < own.size();
+       ++i)
+    if (own[i].dir != keep_dir && own[i].dir != best) remove_tree(own[i].dir);
+}
+
+std::string new_checkpoint_run_id() {
+  std::random_device device;
+  const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+  return text;
 }
 
 namespace {
@@ -241,6 +287,7 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
       checkpoint_groups(engine.layout(), world, engine.zero_config().shard_alignment());
   manifest.tensors = checkpoint_tensors(engine.layout(), engine.model().trainable());
   manifest.metrics_line = options.metrics_line;
+  manifest.lineage = options.lineage;
   manifest.loss_scaling.skipped_steps = engine.skipped_steps();
   if (const LossScaler* scaler = engine.loss_scaler()) {
     manifest.loss_scaling.has_scaler = true;
@@ -303,14 +350,21 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   return saved;
 }
 
-std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir) {
+std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir,
+                                      std::string* fallback_note) {
   if (mode.empty() || mode == "none") return "";
   std::string dir = mode;
   if (mode == "auto") {
     const std::string root = checkpoints_root(out_dir);
     const std::string latest = root + "/" + kLatestCheckpointFile;
     std::error_code ec;
-    if (!fs::exists(latest, ec)) return "";
+    if (!fs::exists(latest, ec)) {
+      const std::string newest = newest_complete_checkpoint(root);
+      if (!newest.empty() && fallback_note)
+        *fallback_note = "'" + latest + "' is missing; resuming from the newest complete " +
+                         "checkpoint, " + newest;
+      return newest;
+    }
     std::ifstream in(latest);
     std::string name;
     std::getline(in, name);

@@ -44,13 +44,15 @@ struct CheckpointDebug {
 };
 
 struct CheckpointSaveOptions {
-  std::string root;   // OUT/checkpoints
-  int keep_last = 0;  // > 0: keep only the newest K complete checkpoints
+  std::string root;       // OUT/checkpoints
+  int64_t keep_last = 0;  // > 0: keep only the newest K complete checkpoints (of this lineage)
   // With keep_last: also keep the complete checkpoint whose metrics line has the lowest eval_loss
   // (the earliest of equal ones), as the Hugging Face Trainer keeps its best checkpoint.
   bool keep_best_eval = false;
   CheckpointDebug debug;
   nlohmann::json metrics_line;  // the step's metrics.jsonl line, kept in the manifest
+  // The runs the checkpoint descends from, this process's last (CheckpointManifest::lineage).
+  std::vector<CheckpointRun> lineage;
   // --checkpoint-frozen digest: each wholly frozen group is kept as the digest of its values
   // (CheckpointGroup::frozen_values_digest), not the values; a resume reloads the base it started
   // from and verifies it against the digest. Otherwise the values, in their working dtype.
@@ -71,17 +73,27 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
                                 const CheckpointSaveOptions& options);
 
 // Rank 0, after publishing `keep_dir` under `root`: among the complete checkpoints (those with a
-// manifest) up to keep_dir's step, removes all but the newest `keep_last` (when > 0), `keep_dir`
-// and, with keep_best_eval, the one of the lowest finite eval_loss in its manifest's metrics line
-// (an unreadable manifest has none). Later steps, a resume's abandoned ones, are left alone. Names
-// the directory it cannot list.
-void prune_checkpoints(const std::string& root, int keep_last, bool keep_best_eval,
+// manifest) of keep_dir's lineage up to its step, those its runs saved, removes all but the newest
+// `keep_last` (when > 0), `keep_dir` and, with keep_best_eval, the one of the lowest finite
+// eval_loss in its manifest's metrics line. Any other directory (a resume's abandoned steps, an
+// unreadable manifest) is left alone. Names the directory it cannot list.
+void prune_checkpoints(const std::string& root, int64_t keep_last, bool keep_best_eval,
                        const std::string& keep_dir);
 
+// Rank 0: OUT/checkpoints/latest names the complete checkpoint `dir` (in that directory), replaced
+// atomically and fsynced.
+void point_latest_at(const std::string& dir);
+
+// A fresh random id for this process's run in its checkpoints' lineage.
+std::string new_checkpoint_run_id();
+
 // The checkpoint directory that --resume MODE names: "none" gives ""; "auto" gives the one
-// OUT/checkpoints/latest names, or "" when there is no `latest`; anything else is a checkpoint
-// directory, which must hold a manifest.
-std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir);
+// OUT/checkpoints/latest names or, without `latest`, the newest complete checkpoint (a save
+// interrupted before it wrote `latest`, as a Hugging Face or torchtitan run picks its last; then
+// *fallback_note says so), or "" when there is none; anything else is a checkpoint directory,
+// which must hold a manifest.
+std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir,
+                                      std::string* fallback_note = nullptr);
 
 // Whether loading `manifest` into `engine` continues its fp16 loss scaler: both have one and its
 // settings are the same. Otherwise the run's scaler starts afresh from its own settings (a

@@ -197,8 +197,42 @@ nlohmann::json CheckpointManifest::to_json() const {
     }
     j["loss_scaling"] = scaling;
   }
+  if (!lineage.empty()) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const CheckpointRun& run : lineage)
+      runs.push_back({{"run", run.id}, {"from_step", run.from_step}});
+    j["lineage"] = runs;
+  }
   j["manifest_crc32c"] = manifest_crc(j);
   return j;
+}
+
+std::vector<CheckpointRun> read_checkpoint_lineage(const nlohmann::json& manifest,
+                                                   const std::string& source) {
+  const auto it = manifest.find("lineage");
+  if (it == manifest.end()) return {};
+  std::vector<CheckpointRun> lineage;
+  const bool is_list = it->is_array() && !it->empty();
+  for (size_t i = 0; is_list && i < it->size(); ++i) {
+    const nlohmann::json& run = (*it)[i];
+    const bool valid = run.is_object() && run.value("run", nlohmann::json()).is_string() &&
+                       run.value("from_step", nlohmann::json()).is_number_integer();
+    ZT_CHECK(valid, source + ": lineage[" + std::to_string(i) +
+                        "] is not an object with a string \"run\" and an integer \"from_step\"");
+    lineage.push_back({run["run"].get<std::string>(), run["from_step"].get<int64_t>()});
+    ZT_CHECK(lineage.back().from_step >= (i == 0 ? 0 : lineage[i - 1].from_step + 1),
+             source + ": lineage[" + std::to_string(i) + "].from_step " +
+                 std::to_string(lineage.back().from_step) + " is not after the run before it");
+  }
+  ZT_CHECK(is_list, source + ": lineage is not a list of runs");
+  return lineage;
+}
+
+std::string run_of_step(const std::vector<CheckpointRun>& lineage, int64_t step) {
+  std::string id;
+  for (const CheckpointRun& run : lineage)
+    if (run.from_step < step) id = run.id;
+  return id;
 }
 
 namespace {
@@ -345,6 +379,7 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
                    "damaged); refusing to read it");
     }
     m.metrics_line = j.value("metrics_line", nlohmann::json());
+    m.lineage = read_checkpoint_lineage(j, source);
     if (j.contains("loss_scaling"))
       m.loss_scaling = read_loss_scaling(j.at("loss_scaling"), source);
     m.progress.step = j.at("step").get<int64_t>();

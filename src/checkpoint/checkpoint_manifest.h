@@ -111,6 +111,23 @@ struct LossScalingProgress {
   int64_t skipped_steps = 0;
 };
 
+// One `train` process in a checkpoint's history: the run (an id each process draws at random)
+// that trained the steps after from_step, up to the next entry's from_step. A manifest's lineage
+// lists them oldest first, the run that saved it last; the history before its first entry (all of
+// it for a checkpoint written before lineages were recorded) counts as the run "". Rotation
+// (prune_checkpoints) keeps to it.
+struct CheckpointRun {
+  std::string id;
+  int64_t from_step = 0;
+};
+
+// The manifest's "lineage" (empty when absent: an older checkpoint); a malformed one is refused,
+// naming `source`.
+std::vector<CheckpointRun> read_checkpoint_lineage(const nlohmann::json& manifest,
+                                                   const std::string& source);
+// The run of `lineage` that trained `step` (the last that started below it; "" if none did).
+std::string run_of_step(const std::vector<CheckpointRun>& lineage, int64_t step);
+
 struct CheckpointManifest {
   int format_version = kCheckpointFormatVersion;
   TrainingProgress progress;
@@ -127,6 +144,7 @@ struct CheckpointManifest {
   // checkpoint's commit and the line's write loses nothing (a resume restores it).
   nlohmann::json metrics_line;
   LossScalingProgress loss_scaling;
+  std::vector<CheckpointRun> lineage;  // "lineage" (written when not empty)
 
   // The JSON written to manifest.json: every field above and "manifest_crc32c", the CRC-32C of
   // the rest (the object without that key, dumped compactly), so an edited step or data cursor

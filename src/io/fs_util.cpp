@@ -1,6 +1,7 @@
 #include "io/fs_util.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -197,27 +198,60 @@ void fsync_path(const std::string& path) {
   ZT_CHECK(rc == 0, "fsync failed on '" + path + "'");
 }
 
+namespace {
+
+// Swaps the directories `tmp` and `target` in one step (renameat2's RENAME_EXCHANGE): `target`
+// never stops existing. False where the file system cannot (EINVAL, ENOSYS, ENOTSUP).
+bool exchange_directories(const std::string& tmp, const std::string& target) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0)
+    return true;
+  const int e = errno;
+  ZT_CHECK(e == EINVAL || e == ENOSYS || e == ENOTSUP,
+           "cannot exchange '" + tmp + "' with '" + target + "': " + std::strerror(e));
+  return false;
+}
+
+}  // namespace
+
+void replace_directory_in_two_steps(const std::string& tmp, const std::string& target) {
+  const std::string old = strip_trailing_slashes(target) + ".old-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  fs::rename(target, old, ec);
+  ZT_CHECK(!ec, "cannot move old '" + target + "' aside: " + ec.message());
+  fs::rename(tmp, target, ec);
+  if (ec) {  // put the old one back: a failed replacement loses nothing
+    std::error_code restored;
+    fs::rename(old, target, restored);
+    fail("cannot rename '" + tmp + "' to '" + target + "': " + ec.message() +
+         (restored ? "; the old one is left at '" + old + "'" : ""));
+  }
+  fs::remove_all(old, ec);
+}
+
 void move_into_place(const std::string& tmp, const std::string& target, bool overwrite) {
   std::error_code ec;
-  std::string old;
+  const std::string parent = dir_parent(target);
+  bool placed = false;
   if (fs::exists(target, ec)) {
     const bool empty_dir = fs::is_directory(target, ec) && fs::is_empty(target, ec);
     ZT_CHECK(overwrite || empty_dir,
              "output '" + target + "' appeared while writing; not replacing it");
     if (!empty_dir && fs::is_directory(target, ec)) {
-      old = strip_trailing_slashes(target) + ".old-" + std::to_string(::getpid());
-      fs::remove_all(old, ec);
-      fs::rename(target, old, ec);
-      ZT_CHECK(!ec, "cannot move old '" + target + "' aside: " + ec.message());
+      placed = true;
+      if (exchange_directories(tmp, target))  // `tmp` now holds the old one
+        fs::remove_all(tmp, ec);
+      else
+        replace_directory_in_two_steps(tmp, target);
     } else if (empty_dir) {
       fs::remove(target, ec);
     }
   }
-  fs::rename(tmp, target, ec);
-  ZT_CHECK(!ec, "cannot rename '" + tmp + "' to '" + target + "': " + ec.message());
-  const std::string parent = dir_parent(target);
+  if (!placed) {
+    fs::rename(tmp, target, ec);
+    ZT_CHECK(!ec, "cannot rename '" + tmp + "' to '" + target + "': " + ec.message());
+  }
   fsync_path(parent.empty() ? "." : parent);
-  if (!old.empty()) fs::remove_all(old, ec);
 }
 
 }  // namespace zt

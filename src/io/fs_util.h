@@ -55,7 +55,14 @@ void write_all(int fd, const void* data, size_t bytes, const std::string& path);
 void fsync_path(const std::string& path);
 
 // Renames `tmp` to `target` (file or directory). An existing target is replaced only when
-// overwrite is set (or it is an empty directory); the old one is removed after the rename.
+// overwrite is set (or it is an empty directory); the old one is removed after the rename. A
+// non-empty directory is exchanged with `tmp` in one step where the file system can (else moved
+// aside first, and moved back if the rename fails), so a reader never finds `target` missing.
 void move_into_place(const std::string& tmp, const std::string& target, bool overwrite);
+
+// move_into_place's way where the file system cannot exchange: the directory `target` is moved
+// aside, `tmp` renamed into its place and the old one removed; if that rename fails, the old one
+// is moved back (or the error names where it is left).
+void replace_directory_in_two_steps(const std::string& tmp, const std::string& target);
 
 }  // namespace zt

@@ -187,6 +187,45 @@ TEST_F(CheckpointE2E, StopAndResumeIsBitwiseTheUninterruptedRun) {
   EXPECT_NE(train("pieces", 20, "").exit_code, 0);
 }
 
+// A resume from an older checkpoint continues that branch: `latest` names it at once (a kill
+// before the next save resumes it again, not the abandoned run's newest), and --keep-last counts
+// and removes only this branch's checkpoints, leaving the abandoned run's step 9 in place. A save
+// removes what a killed one left of `latest`'s temporary file.
+TEST_F(CheckpointE2E, ResumeFromAnOlderCheckpointKeepsToItsBranch) {
+  ASSERT_EQ(train("branch", 12, "--save-every 3").exit_code, 0);
+  const RunResult killed =
+      train("branch", 12,
+            "--save-every 2 --keep-last 1 --debug-kill-rank 0 --debug-kill-step 4 --resume " +
+                checkpoint("branch", 3));
+  ASSERT_NE(killed.exit_code, 0) << killed.output;
+  EXPECT_EQ(latest("branch"), "step-00000003");
+  std::ofstream(path("branch/checkpoints/latest.tmp-1")) << "step-00000012\n";  // a kill's leftover
+  const RunResult resumed = train("branch", 12, "--save-every 2 --keep-last 1 --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000003 at step 3"), std::string::npos) << resumed.output;
+  for (int64_t step = 1; step <= 12; ++step)
+    EXPECT_EQ(fs::exists(checkpoint("branch", step)), step == 9 || step == 12) << step;
+  EXPECT_FALSE(fs::exists(path("branch/checkpoints/latest.tmp-1")));
+  // Without `latest` (a kill between a save's rename and its `latest`), --resume auto takes the
+  // newest complete checkpoint, saying so. Over a finished run without checkpoints it would
+  // start afresh: refused, unless --overwrite.
+  fs::remove(path("branch/checkpoints/latest"));
+  const RunResult lost = train("branch", 12, "--resume auto");
+  EXPECT_EQ(lost.exit_code, 0) << lost.output;
+  EXPECT_NE(
+      lost.output.find("resuming from the newest complete checkpoint, " + checkpoint("branch", 12)),
+      std::string::npos)
+      << lost.output;
+  ASSERT_EQ(train("finished", 2, "").exit_code, 0);
+  const RunResult finished = train("finished", 3, "--resume auto");
+  EXPECT_NE(finished.exit_code, 0);
+  EXPECT_NE(finished.output.find("holds a finished run (final/) that a new one would replace"),
+            std::string::npos)
+      << finished.output;
+  ASSERT_EQ(train("finished", 3, "--resume auto --overwrite").exit_code, 0);
+  EXPECT_EQ(count_lines(path("finished/metrics.jsonl")), 3u);
+}
+
 TEST_F(CheckpointE2E, CorruptedRankFileIsRefusedNamingIt) {
   const std::string copy = copy_of_base("corrupt");
   const std::string file = copy + "/rank-00000.h5";

@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_manifest.h"
+#include "io/fs_util.h"
 #include "report/metrics_log.h"
 #include "util/crc32c.h"
 #include "util/error.h"
@@ -405,18 +406,124 @@ TEST(CheckpointPruning, KeepsTheNewestAndTheLowestEvalLoss) {
   EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000003", "step-00000004"}));
   // Resumed from step 2 and saved step 3 again: steps 4 and 5, abandoned after it, are not this
   // run's: neither step 4's figure nor either's place among the newest counts, and both stay. A
-  // manifest that is not an object has no figure.
+  // manifest that is not an object is no checkpoint of this run's, and stays too.
   const double resumed[] = {1.5, 2.0, 3.0, 1.0, 4.0};
   make(resumed, 5);
   std::ofstream(root / checkpoint_step_dir_name(1) / kCheckpointManifestFile) << "[1, 2]";
   prune_checkpoints(root.string(), 1, true, (root / checkpoint_step_dir_name(3)).string());
-  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000002", "step-00000003", "step-00000004",
-                                              "step-00000005", "step-00000006"}));
+  EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000001", "step-00000002", "step-00000003",
+                                              "step-00000004", "step-00000005", "step-00000006"}));
   make(resumed, 5);
   prune_checkpoints(root.string(), 2, false, (root / checkpoint_step_dir_name(3)).string());
   EXPECT_EQ(kept(), (std::vector<std::string>{"step-00000002", "step-00000003", "step-00000004",
                                               "step-00000005", "step-00000006"}));
   fs::remove_all(root);
+}
+
+// Run "a" saved steps 3, 6 and 9 (every 3); run "b", resumed from step 3, saves every 2 (its step
+// 6 replaced a's). Publishing b's step 10: a's step 9, below it but abandoned, is not b's lineage:
+// its low figure is not the best, it is not among the newest, and it stays. Checkpoints of an
+// older build (no lineage) count as the history before the first run that recorded one.
+TEST(CheckpointPruning, KeepsToThePublishedCheckpointsLineage) {
+  const fs::path root = fs::temp_directory_path() / ("zt_lineage_" + std::to_string(getpid()));
+  auto save = [&](int64_t step, double eval_loss, const nlohmann::json& lineage) {
+    const fs::path dir = root / checkpoint_step_dir_name(step);
+    fs::create_directories(dir);
+    nlohmann::json manifest = {{"metrics_line", {{"step", step}, {"eval_loss", eval_loss}}}};
+    if (!lineage.is_null()) manifest["lineage"] = lineage;
+    std::ofstream(dir / kCheckpointManifestFile) << manifest;
+  };
+  auto kept = [&] {
+    std::vector<int64_t> steps;
+    for (const auto& entry : fs::directory_iterator(root))
+      steps.push_back(checkpoint_step_of_dir_name(entry.path().filename().string()));
+    std::sort(steps.begin(), steps.end());
+    return steps;
+  };
+  const nlohmann::json a = {{{"run", "a"}, {"from_step", 0}}};
+  const nlohmann::json b = {{{"run", "a"}, {"from_step", 0}}, {{"run", "b"}, {"from_step", 3}}};
+  auto two_runs = [&] {
+    fs::remove_all(root);
+    save(3, 4.9, a);
+    save(9, 1.0, a);
+    for (int64_t step : {4, 6, 8, 10}) save(step, 5.0 + static_cast<double>(step) / 10, b);
+  };
+  const std::string published = (root / checkpoint_step_dir_name(10)).string();
+  two_runs();
+  prune_checkpoints(root.string(), 1, true, published);
+  EXPECT_EQ(kept(), (std::vector<int64_t>{3, 9, 10}));
+  two_runs();
+  prune_checkpoints(root.string(), 2, false, published);
+  EXPECT_EQ(kept(), (std::vector<int64_t>{8, 9, 10}));
+  // Resumed from step 2 of an older build's run; its step 4, abandoned, has no lineage either.
+  fs::remove_all(root);
+  for (int64_t step : {1, 2, 4}) save(step, 1.0, nullptr);
+  const nlohmann::json c = {{{"run", "c"}, {"from_step", 2}}};
+  for (int64_t step : {3, 5}) save(step, 2.0, c);
+  prune_checkpoints(root.string(), 3, false, (root / checkpoint_step_dir_name(5)).string());
+  EXPECT_EQ(kept(), (std::vector<int64_t>{2, 3, 4, 5}));
+  fs::remove_all(root);
+}
+
+// A checkpoint written again at the same step replaces the directory in one step: the new files
+// are there, nothing of the old one or a temporary is left; a replacement that fails (here: the
+// new directory is missing) leaves the old one whole.
+TEST(MoveIntoPlace, ReplacesADirectoryWholeAndAFailedReplacementKeepsTheOld) {
+  const fs::path root = fs::temp_directory_path() / ("zt_move_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "step" / "old");
+  fs::create_directories(root / ".tmp-step" / "new");
+  move_into_place((root / ".tmp-step").string(), (root / "step").string(), /*overwrite=*/true);
+  EXPECT_TRUE(fs::exists(root / "step" / "new"));
+  EXPECT_FALSE(fs::exists(root / "step" / "old"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(root), fs::directory_iterator()), 1);
+  EXPECT_THROW(move_into_place((root / ".tmp-gone").string(), (root / "step").string(), true),
+               Error);
+  EXPECT_TRUE(fs::exists(root / "step" / "new"));
+  fs::create_directories(root / ".tmp-step");
+  EXPECT_THROW(move_into_place((root / ".tmp-step").string(), (root / "step").string(), false),
+               Error);
+  EXPECT_TRUE(fs::exists(root / "step" / "new"));
+  // Where the file system cannot exchange: moved aside and back when the rename fails.
+  EXPECT_THROW(
+      replace_directory_in_two_steps((root / ".tmp-gone").string(), (root / "step").string()),
+      Error);
+  EXPECT_TRUE(fs::exists(root / "step" / "new"));
+  fs::create_directories(root / ".tmp-step" / "newer");
+  replace_directory_in_two_steps((root / ".tmp-step").string(), (root / "step").string());
+  EXPECT_TRUE(fs::exists(root / "step" / "newer"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(root), fs::directory_iterator()), 1);
+  fs::remove_all(root);
+}
+
+// The lineage a manifest records: read back as written, absent in an older one, and refused,
+// naming the file, when it is not a list of runs each starting after the one before.
+TEST(CheckpointManifest, LineageRoundTripsAndMalformedOnesAreRefused) {
+  CheckpointManifest m = tiny_manifest(2);
+  EXPECT_FALSE(m.to_json().contains("lineage"));
+  EXPECT_TRUE(CheckpointManifest::from_json(m.to_json(), "old").lineage.empty());
+  m.lineage = {{"", 0}, {"5eed", 4}, {"cafe", 9}};
+  const CheckpointManifest back = CheckpointManifest::from_json(m.to_json(), "test");
+  ASSERT_EQ(back.lineage.size(), 3u);
+  EXPECT_EQ(back.lineage[2].id, "cafe");
+  EXPECT_EQ(back.lineage[2].from_step, 9);
+  EXPECT_EQ(run_of_step(back.lineage, 4), "");
+  EXPECT_EQ(run_of_step(back.lineage, 5), "5eed");
+  EXPECT_EQ(run_of_step(back.lineage, 10), "cafe");
+  EXPECT_EQ(run_of_step({}, 10), "");
+  for (const char* bad :
+       {R"({"lineage": []})", R"({"lineage": {"run": "a"}})",
+        R"({"lineage": [{"run": 1, "from_step": 0}]})",
+        R"({"lineage": [{"run": "a", "from_step": 2.5}]})",
+        R"({"lineage": [{"run": "a", "from_step": 4}, {"run": "b", "from_step": 4}]})"}) {
+    try {
+      read_checkpoint_lineage(nlohmann::json::parse(bad), "x/manifest.json");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("x/manifest.json: lineage"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace
