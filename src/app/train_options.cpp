@@ -314,8 +314,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add_optimizer_options(opts, o);
   add("seed", po::value(&o.seed)->default_value(o.seed),
       "seed of the data order and of --preset init");
-  add("precision", precision_option(&o.precision),
-      "bf16 | fp16 (dynamic loss scaling; CPU backend) | fp32");
+  add("precision", precision_option(&o.precision), "bf16 | fp16 (dynamic loss scaling) | fp32");
   add_loss_scale_options(opts, o.loss_scale);
   add("backend", backend_option(&o.backend),
       "compute backend: cpu | cuda | auto (auto = cuda when built with CUDA and a GPU is "
