@@ -108,13 +108,29 @@ RecordedCheckpoint read_recorded(const std::string& dir) {
   return recorded;
 }
 
-// The newest complete checkpoint (step-N with a manifest) under `root`, or "".
+// The complete checkpoints under `root`: each step-N directory that holds a manifest.
+struct CompleteCheckpoint {
+  int64_t step;
+  fs::path dir;
+};
+std::vector<CompleteCheckpoint> complete_checkpoints(const std::string& root) {
+  std::vector<CompleteCheckpoint> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = checkpoint_step_of_dir_name(entry.path().filename().string());
+    if (step >= 0 && fs::exists(entry.path() / kCheckpointManifestFile))
+      found.push_back({step, entry.path()});
+  }
+  ZT_CHECK(!ec || ec == std::errc::no_such_file_or_directory,
+           "cannot list checkpoint directory '" + root + "': " + ec.message());
+  return found;
+}
+
+// The newest complete checkpoint under `root`, or "".
 std::string newest_complete_checkpoint(const std::string& root) {
   int64_t newest = -1;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec))
-    if (fs::exists(entry.path() / kCheckpointManifestFile))
-      newest = std::max(newest, checkpoint_step_of_dir_name(entry.path().filename().string()));
+  for (const CompleteCheckpoint& found : complete_checkpoints(root))
+    newest = std::max(newest, found.step);
   return newest < 0 ? "" : root + "/" + checkpoint_step_dir_name(newest);
 }
 
@@ -146,16 +162,12 @@ void prune_checkpoints(const std::string& root, int64_t keep_last, bool keep_bes
     double eval_loss;
   };
   std::vector<Own> own;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const int64_t step = checkpoint_step_of_dir_name(entry.path().filename().string());
-    if (step < 0 || step > published || !fs::exists(entry.path() / kCheckpointManifestFile))
-      continue;
-    const RecordedCheckpoint recorded = read_recorded(entry.path().string());
-    if (recorded.readable && recorded.run == run_of_step(lineage, step))
-      own.push_back({step, entry.path().string(), recorded.eval_loss});
+  for (const CompleteCheckpoint& found : complete_checkpoints(root)) {
+    if (found.step > published) continue;
+    const RecordedCheckpoint recorded = read_recorded(found.dir.string());
+    if (recorded.readable && recorded.run == run_of_step(lineage, found.step))
+      own.push_back({found.step, found.dir.string(), recorded.eval_loss});
   }
-  ZT_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
   std::sort(own.begin(), own.end(), [](const Own& a, const Own& b) { return a.step > b.step; });
   // The best of them, oldest first (the earliest of equal figures).
   std::string best;
@@ -372,7 +384,8 @@ std::string resolve_resume_checkpoint(const std::string& mode, const std::string
              "'" + latest + "' does not name a checkpoint directory");
     dir = root + "/" + name;
   }
-  dir = strip_trailing_slashes(dir);
+  // "step-N/." or "step-N/" names step-N itself (its parent is the checkpoints root).
+  dir = strip_trailing_slashes(fs::path(dir).lexically_normal().string());
   std::error_code ec;
   ZT_CHECK(fs::exists(dir, ec), "checkpoint directory '" + dir + "' does not exist" +
                                     (ec ? " or cannot be read (" + ec.message() + ")" : ""));

@@ -526,5 +526,39 @@ TEST(CheckpointManifest, LineageRoundTripsAndMalformedOnesAreRefused) {
   }
 }
 
+// --resume: "auto" follows `latest`, or without it takes the newest complete checkpoint (not a
+// newer one missing its manifest) and says so; a named directory is taken as written, "step-N/."
+// included, and one without a manifest is refused.
+TEST(ResumeCheckpoint, AutoFollowsLatestOrTheNewestCompleteAndANamedOneIsNormalised) {
+  const fs::path out = fs::temp_directory_path() / ("zt_resume_" + std::to_string(getpid()));
+  const fs::path root = out / "checkpoints";
+  fs::remove_all(out);
+  std::string note;
+  EXPECT_EQ(resolve_resume_checkpoint("auto", out.string(), &note), "");
+  EXPECT_EQ(note, "");
+  for (int64_t step : {2, 4, 6}) {
+    fs::create_directories(root / checkpoint_step_dir_name(step));
+    if (step != 6) std::ofstream(root / checkpoint_step_dir_name(step) / kCheckpointManifestFile);
+  }
+  const std::string step2 = (root / checkpoint_step_dir_name(2)).string();
+  const std::string step4 = (root / checkpoint_step_dir_name(4)).string();
+  EXPECT_EQ(resolve_resume_checkpoint("auto", out.string(), &note), step4);
+  EXPECT_NE(note.find("is missing; resuming from the newest complete checkpoint"),
+            std::string::npos)
+      << note;
+  point_latest_at(step2 + "/");
+  note.clear();
+  EXPECT_EQ(resolve_resume_checkpoint("auto", out.string(), &note), step2);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(resolve_resume_checkpoint(step4 + "/.", out.string()), step4);
+  EXPECT_EQ(resolve_resume_checkpoint(step4 + "//", out.string()), step4);
+  EXPECT_EQ(resolve_resume_checkpoint("none", out.string()), "");
+  EXPECT_THROW(
+      resolve_resume_checkpoint((root / checkpoint_step_dir_name(6)).string(), out.string()),
+      Error);
+  EXPECT_THROW(resolve_resume_checkpoint(step4 + "/..", out.string()), Error);
+  fs::remove_all(out);
+}
+
 }  // namespace
 }  // namespace zt
