@@ -12,6 +12,18 @@ class CheckFailed(Exception):
     """A comparison failed: exit 1."""
 
 
+U_FP32 = 2.0 ** -24  # fp32's unit roundoff
+
+
+def fp32_model_bound(widest, layers, value=0.0):
+    """How far zerotrain's and a reference's fp32 loss (or logit) of one Llama model on the same
+    weights may differ. Each of the 2·layers + 2 sublayers (attention and MLP per layer, the
+    embedding and the head) sums dot products of up to `widest` terms in another order, whose
+    rounding grows as sqrt(widest)·u; the figure scales with max(1, |value|). The factor 10 covers
+    the norms', softmax's and cross-entropy's own rounding."""
+    return 10 * U_FP32 * widest ** 0.5 * (2 * layers + 2) * max(1.0, abs(value))
+
+
 def check(condition, message):
     if not condition:
         raise CheckFailed(message)

@@ -37,8 +37,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (CheckFailed, argument_parser, check, document_parts,  # noqa: E402
-                            exit_status, run_tool)
-from test_hf_families import (COMMON, U_FP32, h5py, imported_random_llama,  # noqa: E402
+                            exit_status, fp32_model_bound, run_tool)
+from test_hf_families import (COMMON, h5py, imported_random_llama,  # noqa: E402
                               last_json_line, np, torch)
 
 # Document lengths in bytes (starts 0, 11, 20, 28, 58, 59, 66, 80): window 0 (tokens 0..32) holds
@@ -154,7 +154,7 @@ def checks(args):
     L, n = COMMON["num_hidden_layers"], max(COMMON["hidden_size"], COMMON["intermediate_size"],
                                             COMMON["vocab_size"])
     want = reference(model, tokens, expected_starts)
-    base = 10 * U_FP32 * n ** 0.5 * (2 * L + 2)
+    base = fp32_model_bound(n, L)
     bounds = {"logits": base, "loss": base * max(1.0, abs(want[1])), "grad": 3 * base}
     print(f"reference: {want[2]} counted targets of {MICRO_BATCH * SEQ_LEN}, loss {want[1]:.9f}")
     # Targets 1..32 of window 0 hold starts 11, 20 and 28; targets 34..65 of window 1 hold 58, 59.

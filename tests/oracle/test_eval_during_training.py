@@ -43,10 +43,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, checkpoint_masters, exit_status,  # noqa: E402
-                            fresh_work_dir, refused, run_tool)
-from test_hf_families import (COMMON, U_FP32, hf_loss, imported_random_llama,  # noqa: E402
-                              np, torch)
+from oracle_harness import (U_FP32, argument_parser, check, checkpoint_masters,  # noqa: E402
+                            exit_status, fp32_model_bound, fresh_work_dir, refused, run_tool)
+from test_hf_families import COMMON, hf_loss, imported_random_llama, np, torch  # noqa: E402
 
 SEQ_LEN, MICRO_BATCH, RANKS, EVAL_BATCHES, STEPS = 32, 2, 2, 2, 4
 EVAL_WINDOWS = EVAL_BATCHES * RANKS * MICRO_BATCH
@@ -60,7 +59,7 @@ WIDEST = max(COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_s
 
 def loss_bound(want):
     """The bound above on an fp32 eval_loss against transformers' figure `want`."""
-    return 10 * U_FP32 * WIDEST ** 0.5 * (2 * COMMON["num_hidden_layers"] + 2) * max(1.0, abs(want))
+    return fp32_model_bound(WIDEST, COMMON["num_hidden_layers"], want)
 
 
 def byte_dataset(zt, work, name, text):

@@ -29,13 +29,13 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            require_venv_modules, run_tool)
+from oracle_harness import (argument_parser, check, exit_status, fp32_model_bound,  # noqa: E402
+                            fresh_work_dir, require_venv_modules, run_tool)
 
 gguf, h5py, np, tokenizers, torch, transformers = require_venv_modules(
     "gguf", "h5py", "numpy", "tokenizers", "torch", "transformers")
 from gguf_reference import model_dir_tensors, transformers_gguf_model  # noqa: E402
-from test_hf_families import U_FP32, hf_loss, last_json_line  # noqa: E402
+from test_hf_families import hf_loss, last_json_line  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 # Byte offsets of each type's fp16 scale fields in a block: set to small finite values.
@@ -251,7 +251,7 @@ def check_model(work, zt, arch, vocab, sample):
 def loss_bound(loss, vocab_size):
     """test_hf_families.py's bound: both sides compute in fp32 on the same bf16 weights."""
     n = max(SHAPE["hidden"], SHAPE["ffn"], vocab_size)
-    return 10 * U_FP32 * n ** 0.5 * (2 * SHAPE["layers"] + 2) * max(1.0, abs(loss))
+    return fp32_model_bound(n, SHAPE["layers"], loss)
 
 
 def check_export(work, zt, imported, data, tokens, zt_loss):

@@ -43,12 +43,10 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (CheckFailed, SetupError, check, require_venv_modules,  # noqa: E402
-                            run_tool)
+from oracle_harness import (CheckFailed, SetupError, check, fp32_model_bound,  # noqa: E402
+                            require_venv_modules, run_tool)
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
-
-U_FP32 = 2.0 ** -24
 
 # Small random configs, one per family: (transformers config class, model class, kwargs).
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -304,7 +302,7 @@ def main():
         return last_json_line(out)["loss"]
 
     def compare(what, zt_value, hf_value):
-        bound = 10 * U_FP32 * n ** 0.5 * (2 * L + 2) * max(1.0, abs(hf_value))
+        bound = fp32_model_bound(n, L, hf_value)
         diff = abs(zt_value - hf_value)
         print(f"{args.family} {what}: zerotrain {zt_value:.9f} transformers {hf_value:.9f} "
               f"|diff| {diff:.3e} bound {bound:.3e}", flush=True)
@@ -327,7 +325,7 @@ def main():
               "fp32", "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--steps",
               "1"])
     reference = hf_gradients(model, tokens, micro_batch, seq_len)
-    grad_bound = 10 * U_FP32 * n ** 0.5 * 3 * (2 * L + 2)
+    grad_bound = 3 * fp32_model_bound(n, L)
     worst = (0.0, "")
     with h5py.File(dump, "r") as f:
         dumped = sorted(f["grad"].keys())

@@ -41,13 +41,12 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            require_venv_modules, run_tool)
+from oracle_harness import (argument_parser, check, exit_status, fp32_model_bound,  # noqa: E402
+                            fresh_work_dir, require_venv_modules, run_tool)
 from test_hf_tokenizer import dataset, refused, train_tokenizer  # noqa: E402
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
 
-U_FP32 = 2.0 ** -24
 # A chat template whose assistant turn (its content and the EOS closing it, rendered from the
 # tokenizer's eos_token) is marked with {% generation %}, so transformers can say which tokens are
 # the assistant's.
@@ -195,7 +194,7 @@ def main():
             return json.loads(out.strip().splitlines()[-1])
 
         def bound(value):
-            return 10 * U_FP32 * max(D, F, V) ** 0.5 * (2 * L + 2) * max(1.0, abs(value))
+            return fp32_model_bound(max(D, F, V), L, value)
 
         def compare(what, got, want):
             diff = abs(got - want)

@@ -53,13 +53,13 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 from oracle_harness import (SetupError, argument_parser, check, document_parts,  # noqa: E402
-                            exit_status, fresh_work_dir, frozen_digest_mismatches,
-                            require_venv_modules, run_tool)
+                            exit_status, fp32_model_bound, fresh_work_dir,
+                            frozen_digest_mismatches, require_venv_modules, run_tool)
 
 gguf, h5py, np, torch, transformers = require_venv_modules("gguf", "h5py", "numpy", "torch",
                                                            "transformers")
 from gguf_reference import model_dir_tensors, transformers_gguf_model  # noqa: E402
-from test_hf_families import U_FP32, hf_loss, last_json_line  # noqa: E402
+from test_hf_families import hf_loss, last_json_line  # noqa: E402
 
 CONFIG_DIR = "tests/data/hf_models/HuggingFaceTB--SmolLM2-135M-Instruct"
 PUBLISHED_TOKENIZER = ("tests/data/hf_models/HuggingFaceTB--SmolLM2-135M-Instruct/"
@@ -69,7 +69,7 @@ HIDDEN, FFN, VOCAB, LAYERS = 576, 1536, 49152, 30
 
 
 def bound(loss):
-    return 10 * U_FP32 * max(HIDDEN, FFN, VOCAB) ** 0.5 * (2 * LAYERS + 2) * max(1.0, abs(loss))
+    return fp32_model_bound(max(HIDDEN, FFN, VOCAB), LAYERS, loss)
 
 
 def compare(what, got, want):
