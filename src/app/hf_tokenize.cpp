@@ -67,23 +67,32 @@ def render(path, number, messages, **kwargs):
 TURN_PROBE = "\u2063zerotrain-reply\u2063"
 
 def turn_end(path, number, whole, start, messages, i):
-    """Where assistant turn i ends in the whole rendering, for templates that render the last
-    assistant turn unlike an earlier one (Qwen3 gives the turns after the last user message an
-    empty reasoning block): with the reply replaced by a probe, the whole conversation shows
-    where the reply starts, and the conversation ending with it shows the text that closes a
-    turn; the reply and that text must follow at that point."""
+    """Where assistant turn i ends in the whole rendering, for templates that render an earlier
+    assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
+    turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
+    EOS, not with the text that closes a turn). With the reply replaced by a probe, the turns
+    around it must render as in the whole conversation: what follows the probe there follows the
+    reply, as the template renders it, in the whole one. The turn ends after the part of that
+    text that also closes the probe at the end of a conversation."""
     probe = messages[:i] + [{"role": "assistant", "content": TURN_PROBE}] + messages[i + 1:]
     alone, inside = render(path, number, probe[:i + 1]), render(path, number, probe)
     at, last = inside.find(TURN_PROBE), alone.rfind(TURN_PROBE)
     if at >= start and last >= 0:
-        closing = alone[last + len(TURN_PROBE):]
-        content = messages[i]["content"]
-        for text in (content, content.strip()):
-            if whole.startswith(text, at) and whole.startswith(closing, at + len(text)):
-                return at + len(text) + len(closing)
+        after = inside[at + len(TURN_PROBE):]
+        end = len(whole) - len(after)
+        if end >= at and whole.startswith(inside[:at]) and whole.endswith(after):
+            closing = alone[last + len(TURN_PROBE):]
+            return end + len(os.path.commonprefix([closing, after]))
     sys.exit(f"{path}:{number}: the chat template does not render message {i} (assistant) "
              "inside the conversation as it renders it at the end of one: its turn cannot "
              "be located")
+
+def counted(offsets, special, spans):
+    """Per token: 1 when it overlaps one of the character spans [a, b), as transformers'
+    return_assistant_tokens_mask counts a turn's tokens (from the one holding its first
+    character to the one holding its last); special tokens the tokenizer added never count."""
+    return [int(not added and any(a <= s < b or s < a < e for a, b in spans))
+            for (s, e), added in zip(offsets, special)]
 
 def chat_example(path, number, messages):
     """(ids, mask) of the conversation the tokenizer's chat template renders: each assistant turn
@@ -100,17 +109,19 @@ def chat_example(path, number, messages):
         head = render(path, number, messages[:i], add_generation_prompt=True)
         if not whole.startswith(head):
             sys.exit(f"{path}:{number}: the chat template does not render the turns before "
-                     f"message {i} as the start of the conversation")
+                     f"message {i} as the start of the conversation (a template that renders "
+                     "them differently once later turns follow, as Mistral's v0.3 renders the "
+                     "system message only before the last user message, cannot be split into "
+                     "turns)")
         through = render(path, number, messages[:i + 1])
         end = (len(through) if whole.startswith(through)
                else turn_end(path, number, whole, len(head), messages, i))
         spans.append((len(head), end))
     # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
-    # (no special tokens added: the template writes them); a token counts when it starts inside
-    # an assistant turn.
+    # (no special tokens added: the template writes them).
     encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)
-    return encoding["input_ids"], [int(any(a <= start < b for a, b in spans))
-                                   for start, _ in encoding["offset_mapping"]]
+    ids = encoding["input_ids"]
+    return ids, counted(encoding["offset_mapping"], [0] * len(ids), spans)
 
 ROLES = ("system", "user", "assistant")
 
@@ -154,13 +165,21 @@ def documents(path):
             sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "
                      "(give it one in tokenizer_config.json, or use --chat-template)")
         for number, record in records(path, (sft["prompt"], sft["response"])):
-            # The prompt as a document of its own (the tokenizer's BOS, ...), the response
-            # without special tokens, then EOS: the loss counts the response and its EOS.
-            prompt = ids_of(record[sft["prompt"]], True)
-            response = ids_of(record[sft["response"]], False)
-            if not response or response[-1] != eos:
-                response.append(eos)
-            yield prompt + response, [0] * len(prompt) + [1] * len(response)
+            # As TRL encodes a prompt-completion pair: prompt + response as one text, with the
+            # tokenizer's special tokens (its BOS, ...), then EOS unless the encoding ends with
+            # it. The tokens overlapping the response and the EOS count. (Encoding the response
+            # on its own would give a SentencePiece tokenizer's word-start space to its first
+            # token.)
+            prompt, response = record[sft["prompt"]], record[sft["response"]]
+            encoding = tok(prompt + response, return_offsets_mapping=True,
+                           return_special_tokens_mask=True)
+            ids = encoding["input_ids"]
+            mask = counted(encoding["offset_mapping"], encoding["special_tokens_mask"],
+                           [(len(prompt), len(prompt) + len(response))])
+            if not ids or ids[-1] != eos:
+                ids, mask = ids + [eos], mask + [0]
+            mask[-1] = 1
+            yield ids, mask
     elif not field:
         with open(path, encoding="utf-8", newline="") as f:
             yield ids_of(f.read(), True), None

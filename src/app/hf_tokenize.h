@@ -13,13 +13,14 @@
 
 namespace zt {
 
-// SFT examples (--sft-jsonl): each JSON line's prompt and response. The prompt is encoded as a
-// document of its own (with the tokenizer's special tokens: a Llama tokenizer's BOS), the response
-// without special tokens and followed by the tokenizer's EOS; the dataset's /loss_mask is 0 over
-// the prompt and 1 over the response and its EOS, so only the response is learned.
+// SFT examples (--sft-jsonl): each JSON line's prompt and response, encoded as TRL encodes a
+// prompt-completion pair: prompt + response as one text (with the tokenizer's special tokens: a
+// Llama tokenizer's BOS), then the tokenizer's EOS; the dataset's /loss_mask is 1 over the tokens
+// overlapping the response and the EOS, 0 before, so only the response is learned.
 // With chat_template (--chat-template), transformers renders each example with the tokenizer's
 // chat template (tokenizer_config.json): the user turn with the generation prompt is masked, the
-// rest of the conversation (the response and whatever closes its turn) counts; no EOS is added
+// tokens overlapping the rest of the conversation (the response and whatever closes its turn)
+// count, as transformers' return_assistant_tokens_mask counts them; no EOS is added
 // and no special token beyond what the template writes.
 // With messages (--messages-field, needs chat_template) each line holds a conversation instead:
 // a list of {"role": system|user|assistant, "content"} (TRL's conversational format), rendered

@@ -4,13 +4,14 @@
 The tokenizer is test_hf_tokenizer.py's byte-level BPE (a BOS template, bos/eos named in
 tokenizer_config.json); the examples pair consecutive lines of inputs/data/sample.txt as
 "question" and "answer" (custom field names, so --prompt-field/--response-field are exercised).
-1. `prepare-data --sft-jsonl`: example by example, the tokens equal transformers'
-   tokenizer(prompt)["input_ids"] + tokenizer(response, add_special_tokens=False)["input_ids"] +
-   [eos], and /loss_mask is 0 over the prompt and 1 over the response and its EOS. With
-   --chat-template, the tokens and the mask equal transformers' apply_chat_template with
+1. `prepare-data --sft-jsonl`: example by example, the tokens and mask TRL gives a
+   prompt-completion pair: tokenizer(prompt + response)["input_ids"] + [eos], /loss_mask 0 over
+   the first len(tokenizer(prompt)["input_ids"]) tokens (a prefix of them) and 1 over the rest.
+   With --chat-template, the tokens and the mask equal transformers' apply_chat_template with
    return_assistant_tokens_mask (a template marking the assistant turn with {% generation %}).
-   With --messages-field, multi-turn conversations with a system prompt: the same comparison,
-   every assistant turn counted.
+   With --messages-field, multi-turn conversations with a system prompt, one reply opening with
+   whitespace that the token before it takes in: the same comparison, every assistant turn
+   counted.
 2. A random transformers LlamaForCausalLM, imported: `zerotrain eval` on the SFT data equals the
    loss transformers computes itself from labels with -100 where the mask is 0 (its shifted,
    ignore_index mean over the batch of windows), and differs from the unmasked loss by more than
@@ -104,11 +105,13 @@ def main():
         with h5py.File(work("sft.h5"), "r") as f:
             mask = f["loss_mask"][:].astype(np.int64)
         want_ids, want_mask = [], []
-        for r in records:
+        for r in records:  # TRL's prompt-completion encoding
             prompt = reference(r["question"])["input_ids"]
-            response = reference(r["answer"], add_special_tokens=False)["input_ids"] + [eos]
-            want_ids += prompt + response
-            want_mask += [0] * len(prompt) + [1] * len(response)
+            whole = reference(r["question"] + r["answer"])["input_ids"] + [eos]
+            check(whole[:len(prompt)] == prompt, f"sft: example {r['id']}'s prompt tokens are "
+                  "not a prefix of its whole encoding: TRL's rule is ambiguous there")
+            want_ids += whole
+            want_mask += [0] * len(prompt) + [1] * (len(whole) - len(prompt))
         check(tokens.tolist() == want_ids, "sft: the tokens differ from transformers' "
               f"(first difference at {next((i for i, (a, b) in enumerate(zip(tokens, want_ids)) if a != b), None)}, "
               f"{len(tokens)} vs {len(want_ids)} tokens)")
@@ -163,6 +166,9 @@ def main():
                           {"role": "user", "content": records[i + 1]["question"]},
                           {"role": "assistant", "content": records[i + 1]["answer"]}]
                          for i in range(0, 20, 2)]
+        # A reply opening with whitespace: the pre-tokenizer joins it to the newline before it,
+        # so the token holding the reply's first character starts before the turn.
+        conversations[0][2]["content"] = "\n\n" + conversations[0][2]["content"]
         with open(work("chats.jsonl"), "w") as f:
             for c in conversations:
                 f.write(json.dumps({"messages": c}) + "\n")

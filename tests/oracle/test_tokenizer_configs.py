@@ -13,7 +13,9 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
 3. its loss mask counts one run of tokens per assistant reply: the reply and only special tokens
    and whitespace after it (what closes the turn), and before it nothing but the empty
    reasoning block Qwen3 renders in its last turn. Qwen3 also runs with the replies "d" and
-   "end", pieces of its own "<|im_end|>".
+   "end", pieces of its own "<|im_end|>", and with reasoning in its first reply, which the
+   template drops from a turn before the last user message. (Phi-3 closes a conversation with
+   EOS but a turn with <|end|>: its first reply counts up to <|end|>.)
 And an eos_token that tokenizer.json lacks (transformers would add it as a new id beyond the
 model's vocabulary without a word) is refused naming the token and the file, leaving no data.
 
@@ -86,7 +88,8 @@ def counted_runs(ids, mask):
     return runs + ([run] if run else [])
 
 
-def check_one(work, zt, source, replies=ASSISTANT, label=""):
+def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None):
+    """`rendered`: the replies as the template renders them, when it changes them."""
     name = os.path.basename(os.path.dirname(source)) + label
     config = json.load(open(source, encoding="utf-8"))
     directory = work(name)
@@ -108,7 +111,7 @@ def check_one(work, zt, source, replies=ASSISTANT, label=""):
     # the turn); before it only the empty reasoning block Qwen3 gives its last turn.
     runs = counted_runs(ids, mask)
     check(len(runs) == len(replies), f"{name}: {len(runs)} counted runs for {len(replies)} replies")
-    for run, reply in zip(runs, replies):
+    for run, reply in zip(runs, rendered or replies):
         text = reference.decode(run, skip_special_tokens=True)
         text = text.replace("<think>\n\n</think>\n\n", "", 1).strip()
         check(text == reply, f"{name}: a counted run reads {text!r} without its special tokens, "
@@ -171,6 +174,9 @@ def main():
         for source in configs:
             if "Qwen3" in source:
                 check_one(work, args.zerotrain, source, ["d", "end"], "-short-replies")
+                check_one(work, args.zerotrain, source,
+                          ["<think>\nSmall primes.\n</think>\n\n" + ASSISTANT[0], ASSISTANT[1]],
+                          "-earlier-reasoning", ASSISTANT)
 
         check_missing_eos_is_refused(work, args.zerotrain, configs[0])
 

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
                             require_venv_modules, run_tool)
 
-gguf, np, transformers = require_venv_modules("gguf", "numpy", "transformers")
+gguf, h5py, np, transformers = require_venv_modules("gguf", "h5py", "numpy", "transformers")
 
 VOCABS = ["llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2"]
 SEPARATOR = "\n__ggml_vocab_test__\n"
@@ -107,6 +107,7 @@ def check_vocab(work, zt, vocab_dir, name):
     imported = work(name + "_imported")
     run_tool([zt, "import", model_gguf, "--out", imported])
     check_tokenizer(imported, meta, vocab_dir, name)
+    check_prompt_response(work, zt, imported, name)
     # Export writes the vocabulary back: the same tokens and token types, and a tokenizer that
     # imports to the same ids again. Unknown (2) and control (3) both mean a special token:
     # llama.cpp's Phi-3 file types <unk> as control and its padding tokens as unknown.
@@ -122,6 +123,42 @@ def check_vocab(work, zt, vocab_dir, name):
     reimported = work(name + "_reimported")
     run_tool([zt, "import", exported, "--out", reimported])
     check_tokenizer(reimported, meta, vocab_dir, name + " (exported, imported again)")
+
+
+# Prompt/response pairs as users write them: the separator at the prompt's end, or a space
+# opening the response, or neither (words the tokenizer may join across the boundary).
+PAIRS = [("Question: What is 2+2?\nAnswer:", " 4"), ("Translate to French: cat\n", "chat"),
+         ("Continue: once upon", " a time"), ("Spell it: abra", "cadabra")]
+
+
+def check_prompt_response(work, zt, imported, name):
+    """prepare-data's prompt/response SFT examples with this real tokenizer are TRL's
+    prompt-completion encoding: tokenizer(prompt + response) and EOS, the tokens past those of
+    tokenizer(prompt) counted (where those are a prefix; else from the token that holds the
+    boundary). A response encoded on its own would open with a SentencePiece word-start space."""
+    data, out = work(name + "_pairs.jsonl"), work(name + "_pairs.h5")
+    with open(data, "w", encoding="utf-8") as f:
+        for prompt, response in PAIRS:
+            f.write(json.dumps({"prompt": prompt, "response": response}) + "\n")
+    run_tool([zt, "prepare-data", "--tokenizer", imported, "--sft-jsonl", data, "--out", out])
+    tok = transformers.AutoTokenizer.from_pretrained(imported)
+    want_ids, want_mask = [], []
+    for prompt, response in PAIRS:
+        head, whole = tok(prompt)["input_ids"], tok(prompt + response)["input_ids"]
+        # TRL counts from len(head); where head is not a prefix of whole (the tokenizer joins
+        # the texts' boundary), from the first token where they differ: the one holding it.
+        counted_from = len(os.path.commonprefix([head, whole]))
+        if whole[-1] != tok.eos_token_id:
+            whole = whole + [tok.eos_token_id]
+        want_ids += whole
+        want_mask += [0] * counted_from + [1] * (len(whole) - counted_from)
+    with h5py.File(out, "r") as f:
+        ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+    check(ids == want_ids, f"{name}: the prompt/response ids are not tokenizer(prompt + response)"
+          f"'s: {tok.convert_ids_to_tokens(ids)} vs {tok.convert_ids_to_tokens(want_ids)}")
+    check(mask == want_mask, f"{name}: the prompt/response mask {mask} is not {want_mask}")
+    print(f"ok   {name}: {len(PAIRS)} prompt/response pairs encoded as TRL encodes them, "
+          f"{sum(mask)} tokens counted")
 
 
 def check_bos_by_default(work, zt, vocab_dir):

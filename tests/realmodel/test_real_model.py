@@ -19,7 +19,9 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    greedy decoding of the same chat rendering.
 5. `prepare-data --chat-template` on the shipped instruction set: the ids are the chat template's,
    and the loss mask counts exactly the tokens after each "<|im_start|>assistant\\n" up to the next
-   "<|im_start|>" (TRL's completion-only rule, computed here on the ids).
+   "<|im_start|>" (TRL's completion-only rule, computed here on the ids). Replies opening with
+   whitespace, which the tokenizer joins to the turn's opening, and an empty one: the mask is
+   transformers' return_assistant_tokens_mask under the template marked with {% generation %}.
 6. Chat SFT at 2 ranks with ZeRO-3, with document masking (the default): the first step's loss
    equals transformers' masked loss with each conversation of the same 4 windows run alone, and
    differs from the packed windows' loss by more than the bound; 3 steps run.
@@ -293,6 +295,50 @@ def check_lora_exports(work, zt, sft, base):
           f"safetensors and GGUF hold the same tensors, loss {loss:.6f} (base {base:.6f})")
 
 
+def check_turn_boundaries(work, zt):
+    """Replies whose first characters the real tokenizer joins to the text before them (a reply
+    opening with newlines or spaces, an empty one): the loss mask equals transformers'
+    return_assistant_tokens_mask under the model's template with the assistant turn marked by
+    {% generation %} (rendering the same ids), which counts the token holding a turn's first
+    character."""
+    tok = transformers.AutoTokenizer.from_pretrained(work("model"))
+    marked = tok.chat_template.replace(
+        "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}",
+        "{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}{% generation %}"
+        "{{ message['content'] + '<|im_end|>\n' }}{% endgeneration %}{% else %}"
+        "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+        "{% endif %}")
+    check("generation" in marked, "SmolLM2's chat template is not the one this check marks")
+    conversations = [[{"role": "user", "content": "List two."},
+                      {"role": "assistant", "content": "\n\n- a\n- b"},
+                      {"role": "user", "content": "  And with spaces?  "},
+                      {"role": "assistant", "content": "   spaced \n"}],
+                     [{"role": "system", "content": "Be terse."},
+                      {"role": "user", "content": "Say nothing."},
+                      {"role": "assistant", "content": ""}]]
+    with open(work("boundaries.jsonl"), "w", encoding="utf-8") as f:
+        for c in conversations:
+            f.write(json.dumps({"messages": c}) + "\n")
+    run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--sft-jsonl",
+              work("boundaries.jsonl"), "--messages-field", "messages", "--chat-template",
+              "--out", work("boundaries.h5")])
+    want_ids, want_mask = [], []
+    for c in conversations:
+        rendered = tok.apply_chat_template(c, tokenize=True, chat_template=marked,
+                                           return_dict=True, return_assistant_tokens_mask=True)
+        check(rendered["input_ids"] == tok.apply_chat_template(c, tokenize=True),
+              "the marked template renders other ids than SmolLM2's")
+        want_ids += rendered["input_ids"]
+        want_mask += rendered["assistant_masks"]
+    with h5py.File(work("boundaries.h5"), "r") as f:
+        ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+    check(ids == want_ids, "the turn-boundary conversations' ids are not apply_chat_template's")
+    check(mask == want_mask, "the loss mask differs from transformers' assistant mask at "
+          f"{[i for i, (a, b) in enumerate(zip(mask, want_mask)) if a != b]}")
+    print(f"ok   turn boundaries: {sum(mask)} of {len(ids)} tokens counted, as transformers' "
+          "assistant mask counts them")
+
+
 def check_sft(work, zt, source_dir, mpirun, reference):
     data = os.path.join(source_dir, "inputs/data/chat/zerotrain_facts.jsonl")
     run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--sft-jsonl", data,
@@ -403,6 +449,7 @@ def main():
         reference = transformers_gguf_model(args.gguf)
         check_import(work, args.zerotrain, args.gguf, args.source_dir, reference)
         tokens = check_eval_and_generate(work, args.zerotrain, args.source_dir, reference)
+        check_turn_boundaries(work, args.zerotrain)
         sft, held = check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
         check_export(work, args.zerotrain, tokens, held, sft[3])
         check_lora(work, args.zerotrain, args.mpirun, reference, sft)
