@@ -541,7 +541,8 @@ int run_training(TrainOptions o) {
   return report_rank_local_errors_here(kCommand, [&]() -> int {
     const TrainingHyperparameters hyper =
         o.hyperparameters(in.data_identity, device.attention_kernel);
-    TrainCheckpointing checkpointing(o.checkpoint, o.out, hyper, comm, in.resume_dir);
+    TrainCheckpointing checkpointing(o.checkpoint, o.out, hyper, comm, in.resume_dir,
+                                     tokenizer_files_to_write(in.tokenizer));
     // The engine's buffers and its first values (rank-local work), agreed before any collective.
     run_collectively(comm, [&] {
       engine_ptr = std::make_unique<ZeroEngine>(in.spec, *backend, data_comm, memory, &comm);

@@ -106,13 +106,15 @@ void check_fresh_start_in(const std::string& out_dir, bool overwrite) {
 
 TrainCheckpointing::TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
                                        const TrainingHyperparameters& hyper, Communicator& comm,
-                                       std::string resume_dir)
+                                       std::string resume_dir,
+                                       std::map<std::string, std::string> files_beside)
     : flags_(flags),
       out_dir_(out_dir),
       hyper_(hyper),
       comm_(comm),
       resume_dir_(std::move(resume_dir)),
-      lineage_{CheckpointRun{new_checkpoint_run_id(), 0}} {
+      lineage_{CheckpointRun{new_checkpoint_run_id(), 0}},
+      files_beside_(std::move(files_beside)) {
   write_pid_file_if_requested(comm_.rank());  // tests signal one rank by its pid
 }
 
@@ -172,6 +174,7 @@ void TrainCheckpointing::save(ZeroEngine& engine, const TrainingProgress& progre
   options.lineage = lineage_;
   options.keep_best_eval = flags_.keep_best;
   options.debug = flags_.debug;
+  options.files_beside = files_beside_;
   options.frozen_as_digest =
       frozen_as_digest(flags_.frozen, engine.model().config().lora.enabled());
   const SavedCheckpoint saved = save_checkpoint(engine, progress, hyper_, options);

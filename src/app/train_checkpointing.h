@@ -3,6 +3,7 @@
 // cmd_train calls resume() once before the loop, before_step() and after_step() around each step.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "app/cli.h"
@@ -55,10 +56,11 @@ void check_fresh_start_in(const std::string& out_dir, bool overwrite);
 class TrainCheckpointing {
  public:
   // Installs the stop-signal handlers. resume_dir: the checkpoint --resume resolved to
-  // (resolve_resume_checkpoint; "" to start fresh).
+  // (resolve_resume_checkpoint; "" to start fresh). files_beside: written into every checkpoint
+  // (CheckpointSaveOptions::files_beside; the data's tokenizer files).
   TrainCheckpointing(const CheckpointFlags& flags, const std::string& out_dir,
                      const TrainingHyperparameters& hyper, Communicator& comm,
-                     std::string resume_dir);
+                     std::string resume_dir, std::map<std::string, std::string> files_beside);
 
   // The checkpoint this run resumes ("" when it starts fresh).
   const std::string& resume_dir() const { return resume_dir_; }
@@ -92,6 +94,7 @@ class TrainCheckpointing {
   // The runs this run's checkpoints descend from, its own last (a fresh id; after resume(), the
   // resumed checkpoint's lineage before it).
   std::vector<CheckpointRun> lineage_;
+  std::map<std::string, std::string> files_beside_;
 };
 
 }  // namespace zt

@@ -70,6 +70,8 @@ OptimizerSlice own_slice(ZeroEngine& engine, const std::vector<CheckpointGroup>&
 // Rank 0, after every rank file is complete: manifest, rename, `latest`, pruning.
 void publish(const CheckpointManifest& manifest, const std::string& tmp,
              const std::string& final_dir, const CheckpointSaveOptions& options) {
+  for (const auto& [name, contents] : options.files_beside)
+    write_text_file(tmp + "/" + name, contents);
   write_text_file(tmp + "/" + kCheckpointManifestFile, manifest.to_json().dump(1) + "\n");
   fsync_path(tmp);
   move_into_place(tmp, final_dir, /*overwrite=*/true);  // fsyncs the parent

@@ -21,6 +21,7 @@
 // verifying their size and CRC-32C.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 
 #include "checkpoint/checkpoint_manifest.h"
@@ -57,6 +58,10 @@ struct CheckpointSaveOptions {
   // (CheckpointGroup::frozen_values_digest), not the values; a resume reloads the base it started
   // from and verifies it against the digest. Otherwise the values, in their working dtype.
   bool frozen_as_digest = false;
+  // Files rank 0 writes whole into the checkpoint directory beside the rank files before it is
+  // published (name -> contents): the data's tokenizer files, which `consolidate` and `export
+  // --format peft` carry into what they write, as OUT/final/ has them.
+  std::map<std::string, std::string> files_beside;
 };
 
 struct SavedCheckpoint {

@@ -12,6 +12,7 @@
 #include "comm/collective_outcome.h"
 #include "io/fs_util.h"
 #include "io/parallel_model_dir.h"
+#include "io/tokenizer_files.h"
 #include "util/error.h"
 
 namespace zt {
@@ -119,6 +120,12 @@ uint64_t write_adapter_of(const std::string& dir, const CheckpointManifest& mani
                                 "", checkpoint_masters(reader), overwrite);
 }
 
+// The tokenizer files saved beside a checkpoint's rank files (CheckpointSaveOptions::
+// files_beside), written beside what is made of it, as train writes them into OUT/final/.
+void carry_tokenizer_files(const std::string& checkpoint_dir, const std::string& out_dir) {
+  write_tokenizer_files(read_tokenizer_files(checkpoint_dir), out_dir);
+}
+
 }  // namespace
 
 std::string consolidated_step_dir(const std::string& out_dir, int64_t step) {
@@ -139,8 +146,9 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
   result.dir = strip_trailing_slashes(out_dir);
   if (config.lora.enabled()) {  // the adapters apart from the (frozen) base: PEFT's directory
     run_collectively(comm, [&] {
-      if (rank == 0)
-        result.bytes = write_adapter_of(dir, manifest, config, result.dir, options.overwrite);
+      if (rank != 0) return;
+      result.bytes = write_adapter_of(dir, manifest, config, result.dir, options.overwrite);
+      carry_tokenizer_files(dir, result.dir);
     });
     result.seconds = seconds_since(t0);
     return result;
@@ -170,6 +178,9 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
     });
     result.bytes = model_bytes(ParamLayout(config));
   }
+  run_collectively(comm, [&] {
+    if (rank == 0) carry_tokenizer_files(dir, result.dir);
+  });
   result.seconds = seconds_since(t0);
   return result;
 }
@@ -188,6 +199,7 @@ ConsolidatedModel write_checkpoint_adapter(const std::string& checkpoint_dir,
   ConsolidatedModel result;
   result.dir = strip_trailing_slashes(out_dir);
   result.bytes = write_adapter_of(dir, manifest, config, result.dir, overwrite);
+  carry_tokenizer_files(dir, result.dir);
   result.seconds = seconds_since(t0);
   return result;
 }

@@ -17,7 +17,8 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    ignore_index mean over the batch of windows), and differs from the unmasked loss by more than
    the bound (the mask is honoured).
 3. `train` at 2 ranks, ZeRO-3, on the SFT data, `export`: transformers' masked loss of the export
-   equals `zerotrain eval` of OUT/final; each step's metrics count the step's unmasked targets. A
+   equals `zerotrain eval` of OUT/final; each step's metrics count the step's unmasked targets.
+   `consolidate` of the last checkpoint writes final/'s tokenizer files and evaluates as final/. A
    step whose whole global batch is masked is trained without a loss gradient and warned about.
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
    field options without --sft-jsonl, two equal field names, --chat-template with a tokenizer
@@ -223,7 +224,7 @@ def main():
                   work("sft.h5"), "--out", work("run"), "--steps", "3", "--micro-batch",
                   str(MICRO_BATCH), "--seq-len", str(SEQ_LEN), "--zero-stage", "3", "--lr",
                   "1e-3", "--warmup-steps", "0", "--eval-batches", "0", "--comm-timeout", "60",
-                  "--document-masking", "off"])
+                  "--document-masking", "off", "--save-every", "3"])
         with open(work("run", "metrics.jsonl")) as f:
             steps = [json.loads(line) for line in f]
         check(all(0 < s["loss_tokens"] < s["tokens"] for s in steps),
@@ -235,6 +236,20 @@ def main():
             work("export"), torch_dtype=torch.float32).eval()
         compare("trained, masked loss", zt_eval(work("run", "final"))["loss"],
                 hf_masked_loss(reloaded, tokens, mask))
+        # The last checkpoint consolidated: the model of final/ with its tokenizer files, which
+        # transformers loads (what --keep-best's best checkpoint becomes).
+        run_tool([zt, "consolidate", work("run", "checkpoints", "step-00000003"), "--out",
+                  work("consolidated")])
+        for name in sorted(os.listdir(work("run", "final"))):
+            if name.startswith("tokenizer") or name.endswith("_config.json"):
+                with open(work("run", "final", name), "rb") as a, \
+                        open(work("consolidated", name), "rb") as b:
+                    check(a.read() == b.read(), f"consolidate's {name} differs from final/'s")
+        check(zt_eval(work("consolidated")) == zt_eval(work("run", "final")),
+              "consolidate of the last checkpoint does not evaluate as final/")
+        consolidated_tok = transformers.AutoTokenizer.from_pretrained(work("consolidated"))
+        check(consolidated_tok("a b")["input_ids"] == reference("a b")["input_ids"],
+              "the consolidated model's tokenizer encodes otherwise than the data's")
 
         # 3b. A step whose whole global batch is masked trains with no loss gradient, and says
         # so; the others do not warn. The mask keeps only the first 10 windows' targets, so
