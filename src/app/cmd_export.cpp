@@ -5,6 +5,7 @@
 // training checkpoint as PEFT's adapter directory (checkpoint/consolidate.h). Prints a JSON
 // summary on stdout.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
@@ -50,6 +51,17 @@ int export_peft_adapter(const po::variables_map& vm, const std::string& merge_ad
                    .dump()
             << std::endl;
   return 0;
+}
+
+// A GGUF export of a model with a sliding window: llama.cpp will not apply it.
+void warn_if_window_ignored(const std::string& model, int64_t window) {
+  if (window <= 0) return;
+  std::fprintf(stderr,
+               "warning: export: %s has a sliding window of %lld tokens; the GGUF file records it "
+               "(llama.attention.sliding_window, which an import reads back), but llama.cpp's "
+               "llama architecture does not apply it: past %lld tokens it attends over the whole "
+               "context, as it does for its own Mistral files\n",
+               model.c_str(), static_cast<long long>(window), static_cast<long long>(window));
 }
 
 }  // namespace
@@ -129,6 +141,7 @@ int cmd_export(int argc, char** argv) {
     const GgufExport result = export_gguf(model, vm["out"].as<std::string>(),
                                           parse_gguf_out_type(vm["gguf-type"].as<std::string>()),
                                           vm["overwrite"].as<bool>());
+    warn_if_window_ignored(model, result.sliding_window_ignored);
     std::cout << nlohmann::json{{"out", result.path},
                                 {"bytes", result.bytes},
                                 {"tensor_types", result.tensor_types},

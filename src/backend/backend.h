@@ -160,7 +160,8 @@ class Backend {
   virtual void embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table,
                                  int64_t n, int64_t D) = 0;
   // dtable[v] += Σ_{i: tokens[i]=v} dx[i]: each row's sum formed first (from zero, positions in
-  // order) and added once, so a call contributes one float per element of dtable
+  // order) and added once, so a call contributes one float per element of dtable. A negative id
+  // adds nothing (the padding token, model/config.h).
   virtual void embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens,
                                   int64_t n, int64_t D) = 0;
 

@@ -92,6 +92,10 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
       {arch + ".attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps)},
       {arch + ".vocab_size", u32(c.vocab_size)}};
   if (type == GgufOutType::kQ8_0) m.push_back({"general.quantization_version", u32(2)});
+  // Mistral's window, under the key llama.cpp gives the architectures it applies one to; its
+  // llama architecture ignores it (GgufExport::sliding_window_ignored), an import reads it back.
+  if (c.sliding_window > 0)
+    m.push_back({arch + ".attention.sliding_window", u32(c.sliding_window)});
   if (c.rope_scaling.type == RopeScaling::kLinear) {
     m.push_back({arch + ".rope.scaling.type", text("linear")});
     m.push_back({arch + ".rope.scaling.factor", f32(c.rope_scaling.factor)});
@@ -192,6 +196,7 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
   const ParamLayout& layout = model.layout();
   std::vector<GgufTensorToWrite> tensors;
   GgufExport result;
+  result.sliding_window_ignored = c.sliding_window;
   for (const TensorInfo& t : layout.tensors()) {
     const GgmlType ggml = t.shape.size() == 1 ? GgmlType::kF32 : matrix_type(type, t.shape[1]);
     tensors.push_back({gguf_tensor_name(t.name), {t.shape.rbegin(), t.shape.rend()}, ggml});

@@ -23,6 +23,9 @@ struct GgufExport {
   uint64_t bytes = 0;                           // the file's size
   std::map<std::string, int64_t> tensor_types;  // ggml type name -> tensors of it
   double seconds = 0;
+  // > 0: the model's sliding window, written to the file but not applied by llama.cpp's llama
+  // architecture, which attends over the whole context past it (as for its own Mistral files).
+  int64_t sliding_window_ignored = 0;
 };
 
 // Writes `out_path` (refused when it exists, unless overwrite); the file appears only when whole.

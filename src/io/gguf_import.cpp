@@ -141,6 +141,17 @@ ModelConfig gguf_model_config(const GgufReader& g) {
            path + ": metadata '" + key("vocab_size") + "' differs from token_embd.weight's " +
                std::to_string(c.vocab_size) + " rows");
   c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
+  // transformers' GGUF loader makes the tokenizer's padding token the config's pad_token_id
+  // (the embedding's padding_idx, ModelConfig::padding_token).
+  if (g.has("tokenizer.ggml.padding_token_id")) {
+    c.padding_token = g.integer("tokenizer.ggml.padding_token_id");
+    ZT_CHECK(c.padding_token >= 0 && c.padding_token < c.vocab_size,
+             path + ": metadata 'tokenizer.ggml.padding_token_id' is " +
+                 std::to_string(c.padding_token) + ", not a row of token_embd.weight (" +
+                 std::to_string(c.vocab_size) + ")");
+  }
+  if (arch == "llama" && g.has(key("attention.sliding_window")))  // export's, for Mistral
+    c.sliding_window = g.integer(key("attention.sliding_window"));
   read_attention_shape(g, arch, c);
   read_llama3_rope_factors(g, arch, c);
   try {

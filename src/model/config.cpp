@@ -71,6 +71,9 @@ void ModelConfig::validate() const {
     }
   }
   ZT_CHECK(sliding_window >= 0, "model config: sliding_window must be >= 0 (0: none)");
+  ZT_CHECK(padding_token >= -1 && padding_token < vocab_size,
+           "model config: pad_token_id " + std::to_string(padding_token) +
+               " is not a row of the embedding (vocab_size " + std::to_string(vocab_size) + ")");
   // Only the combinations a Hugging Face architecture computes (model_type()).
   ZT_CHECK(qkv_bias || !o_bias,
            "model config: an o_proj bias without q/k/v biases is not a "

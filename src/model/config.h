@@ -32,6 +32,10 @@ struct ModelConfig {
   // Mistral's sliding attention window in tokens (0: none). A model trains or evaluates only at
   // sequence lengths within the window, where it equals full causal attention.
   int64_t sliding_window = 0;
+  // config.json's pad_token_id, which transformers makes the embedding's padding_idx: that row
+  // gets no gradient from the token's occurrences as an input (a tied head's gradient still
+  // reaches it). -1: none.
+  int64_t padding_token = -1;
   bool tie_word_embeddings = false;
   // config.json's head_dim when it is not hidden_size / num_attention_heads (Qwen3, and Llama or
   // Mistral configs that set it); 0: that quotient. q_proj is then [H·head_dim, hidden_size].

@@ -42,7 +42,6 @@ const std::vector<std::string>& inert_hf_keys() {
                                                 "architectures",
                                                 "bos_token_id",
                                                 "eos_token_id",
-                                                "pad_token_id",
                                                 "unk_token_id",
                                                 "sep_token_id",
                                                 "decoder_start_token_id",
@@ -108,6 +107,7 @@ const std::vector<std::string>& read_hf_keys() {
                                                 "rope_parameters",
                                                 "partial_rotary_factor",
                                                 "tie_word_embeddings",
+                                                "pad_token_id",
                                                 "hidden_act",
                                                 "attention_bias",
                                                 "mlp_bias",
@@ -198,6 +198,11 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
     for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
       full = full && t == "full_attention";
     if (!full) refuse("layer_types", "is not implemented (every layer is \"full_attention\")");
+    const nlohmann::json& layers = j.value("num_hidden_layers", nlohmann::json());
+    if (layers.is_number_integer() && j.at("layer_types").size() != layers.get<size_t>())
+      refuse("layer_types", "has " + std::to_string(j.at("layer_types").size()) +
+                                " entries for num_hidden_layers " + layers.dump() +
+                                " (transformers refuses it)");
   }
 }
 
@@ -283,6 +288,19 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
               {"original_max_position_embeddings", p.original_max_positions}};
   }
   return nullptr;
+}
+
+// config.json "pad_token_id": null or absent is none; a negative id counts from the end of the
+// vocabulary, as torch's nn.Embedding takes its padding_idx; outside [-vocab_size, vocab_size)
+// transformers cannot build the model, and it is refused.
+int64_t padding_token_from_json(const nlohmann::json& j, const std::string& source,
+                                int64_t vocab_size) {
+  if (!j.contains("pad_token_id") || j.at("pad_token_id").is_null()) return -1;
+  const auto id = required<int64_t>(j, "pad_token_id", source);
+  ZT_CHECK(id >= -vocab_size && id < vocab_size, source + ": 'pad_token_id' " + std::to_string(id) +
+                                                     " is not a row of the embedding (vocab_size " +
+                                                     std::to_string(vocab_size) + ")");
+  return id < 0 ? vocab_size + id : id;
 }
 
 // config.json "sliding_window": null (or absent outside Mistral) is none; Mistral's config
@@ -380,6 +398,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
   if (explicit_head_dim > 0 || type == "qwen3") j["head_dim"] = head_dim();
   if (lora.enabled()) j[kLoraConfigKey] = lora.to_json();
+  if (padding_token >= 0) j["pad_token_id"] = padding_token;
   if (type == "mistral") {
     j["sliding_window"] = sliding_window;
   } else if (type == "llama") {
@@ -420,6 +439,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
   read_rope(j, source, c);
   c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
+  c.padding_token = padding_token_from_json(j, source, c.vocab_size);
   c.tie_word_embeddings =
       j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
   read_attention_shape(j, source, type, c);

@@ -169,7 +169,7 @@ ActivationPlan ActivationPlan::make(const ModelConfig& c, int64_t B, int64_t T,
   ActivationTensors counted;
   ActivationPlan plan =
       carve_activation_arena(c, B, T, ac, chunk, storage, nullptr, nullptr, counted);
-  plan.token_bytes = 3 * B * T * static_cast<int64_t>(sizeof(int32_t));
+  plan.token_bytes = 4 * B * T * static_cast<int64_t>(sizeof(int32_t));
   return plan;
 }
 
@@ -260,10 +260,14 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets,
              "document start " + std::to_string(start) + " of token " + std::to_string(t) +
                  " in row " + std::to_string(i / T_) + " is neither its predecessor's nor itself");
   }
-  std::vector<int32_t> all(static_cast<size_t>(3 * M_), 0);
+  std::vector<int32_t> all(static_cast<size_t>(4 * M_), 0);
   std::copy(inputs, inputs + M_, all.begin());
   std::copy(targets, targets + M_, all.begin() + M_);
   if (doc_start) std::copy(doc_start, doc_start + M_, all.begin() + 2 * M_);
+  // The ids whose rows the embedding's gradient adds to: the padding token's none
+  // (ModelConfig::padding_token), as transformers' padding_idx.
+  std::transform(inputs, inputs + M_, all.begin() + 3 * M_,
+                 [&](int32_t tok) { return tok == config_.padding_token ? int32_t{-1} : tok; });
   be_.device_memory().to_device(tokens_.data(), all.data(), all.size() * sizeof(int32_t));
   be_.set_document_layout(doc_start, B_, T_);
   document_masks_ = doc_start != nullptr;
@@ -336,14 +340,14 @@ void LlamaModel::zero_unassigned_grads(int g, float* grads) {
   zero_until(group.numel);
 }
 
-// ---- embedding: x = table[tokens];  dtable[tok] += dx ----
+// ---- embedding: x = table[tokens];  dtable[tok] += dx (tok ≠ the padding token) ----
 void LlamaModel::embed_forward(ConstTensorView params) {
   be_.embedding_forward(t_.resid[0], tokens_.data(), params, M_, config_.hidden_size);
 }
 
 void LlamaModel::embed_backward(float* grads) {
   if (!trainable_.trains(layout_.index_of(layout_.tensor(TensorRole::kEmbedding)))) return;
-  be_.embedding_backward(grads, t_.dresid, tokens_.data(), M_, config_.hidden_size);
+  be_.embedding_backward(grads, t_.dresid, tokens_.data() + 3 * M_, M_, config_.hidden_size);
 }
 
 // ---- decoder layer ----

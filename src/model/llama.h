@@ -64,7 +64,8 @@ struct ActivationPlan {
   int64_t layer_saved = 0;    // per-layer saved activations × layers kept, + scratch if any ckpt
   int64_t head = 0;  // final-norm output, rstd, one chunk of logits/dlogits, per-token losses
   int64_t grad_scratch = 0;  // backward temporaries
-  int64_t token_bytes = 0;   // outside the arena: int32 inputs, targets and document starts
+  int64_t token_bytes = 0;   // outside the arena: int32 inputs, targets, document starts and
+                             // the embedding gradient's ids
   int64_t device_bytes() const { return residual + layer_saved + head + grad_scratch; }
   // head_chunk_rows: rows of logits at a time (0: head_rows_per_chunk); storage: kFloat32 or
   // kBf16, the type of every activation except the statistics.
@@ -237,8 +238,10 @@ class LlamaModel {
   bool head_evaluated_ = false;   // the last head pass was an evaluation (its logits are kept)
   TrackedBuffer<std::byte> arena_;
   TrackedBuffer<std::byte> host_arena_;
-  TrackedBuffer<int32_t> tokens_;  // inputs, targets, then document starts: 3·M
-  bool document_masks_ = false;    // whether the current micro-batch has document starts
+  // inputs, targets, document starts, then the inputs the embedding's gradient adds (the
+  // padding token as -1): 4·M
+  TrackedBuffer<int32_t> tokens_;
+  bool document_masks_ = false;  // whether the current micro-batch has document starts
   const int32_t* document_starts() const {
     return document_masks_ ? tokens_.data() + 2 * M_ : nullptr;
   }

@@ -17,7 +17,9 @@ label "oracle", in the project venv).
    rendering.
 3. Export: the imported Llama exported as F32 and BF16 imports back bit for bit with the same
    tokenizer files; as Q8_0 its bytes equal gguf.quants.quantize of the same values in GGUF's row
-   order; transformers' GGUF loader on the BF16 export gives `eval`'s loss.
+   order; transformers' GGUF loader on the BF16 export gives `eval`'s loss. A Mistral window
+   is written as llama.attention.sliding_window, with a warning that llama.cpp does not apply
+   it, and imports back.
 4. Bad files are refused naming the file and the tensor or key, leaving no output.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
@@ -25,6 +27,7 @@ Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -425,6 +428,35 @@ def check_refusals(work, zt, source_gguf):
     print("ok   bad GGUF files are refused by name, leaving nothing")
 
 
+def check_sliding_window(work, zt, imported):
+    """A Mistral model's window travels in llama.attention.sliding_window: the export says that
+    llama.cpp does not apply it, and an import reads it back (so eval past it is refused)."""
+    mistral = work("mistral_window")
+    shutil.copytree(imported, mistral)
+    path = os.path.join(mistral, "config.json")
+    config = json.load(open(path))
+    config.update(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=16)
+    for key in ("attention_bias", "mlp_bias"):
+        config.pop(key, None)
+    with open(path, "w") as f:
+        json.dump(config, f)
+    proc = subprocess.run([zt, "export", mistral, "--format", "gguf", "--gguf-type", "f32",
+                           "--out", work("mistral_window.gguf")], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    check(proc.returncode == 0, f"export of a model with a window failed: {proc.stderr}")
+    check("sliding window of 16 tokens" in proc.stderr and "does not apply it" in proc.stderr,
+          f"the export does not warn that llama.cpp ignores the window: {proc.stderr!r}")
+    fields = gguf.GGUFReader(work("mistral_window.gguf")).fields
+    check(int(fields["llama.attention.sliding_window"].contents()) == 16,
+          "the GGUF file does not record the window")
+    run_tool([zt, "import", work("mistral_window.gguf"), "--out", work("mistral_window_back")])
+    back = json.load(open(work("mistral_window_back", "config.json")))
+    check(back.get("sliding_window") == 16 and back.get("model_type") == "mistral",
+          f"the window does not import back: {back}")
+    print("ok   a Mistral window travels in llama.attention.sliding_window; the export warns that "
+          "llama.cpp ignores it")
+
+
 def main():
     parser = argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--dequant", required=True, help="zt_gguf_dequant binary")
@@ -445,6 +477,7 @@ def main():
         imported, data, tokens, loss = check_model(work, args.zerotrain, "llama", vocab, sample)
         check_model(work, args.zerotrain, "qwen2", vocab, sample)
         check_export(work, args.zerotrain, imported, data, tokens, loss)
+        check_sliding_window(work, args.zerotrain, imported)
         check_llama3_rope(work, args.zerotrain, vocab, sample, args.converter)
         check_refusals(work, args.zerotrain, work("llama", "model.gguf"))
 

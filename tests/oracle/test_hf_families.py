@@ -53,8 +53,10 @@ COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_l
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
               rms_norm_eps=1e-5, initializer_range=0.1)
 FAMILIES = {
-    # Llama 2/3 shape: grouped-query heads and a Llama-3 rope_theta.
-    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(rope_theta=500000.0)),
+    # Llama 2/3 shape: grouped-query heads and a Llama-3 rope_theta. pad_token_id is the space
+    # (byte 32, frequent in the data): transformers' embedding takes it as padding_idx, whose row
+    # gets no gradient from its inputs.
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(rope_theta=500000.0, pad_token_id=32)),
     # Llama 3.1/3.2's rope_scaling: with hd = 16 and θ = 500000 the wavelengths 2π/inv_i are
     # 6.3, 32, 167, ...: one in each of the three bands of an original context of 64 (kept below
     # 64/4, interpolated up to 64/1, divided by 8 above), on windows of 33 positions.
@@ -63,9 +65,10 @@ FAMILIES = {
                         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
     # Llama 3.2 1B/3B's shape: tied embeddings (no lm_head tensor in the checkpoint) with the
-    # llama3 rope_scaling.
+    # llama3 rope_scaling; a pad_token_id (as SmolLM2's) whose row only the head's gradient reaches.
     "llama3.2-tied": ("LlamaConfig", "LlamaForCausalLM",
-                      dict(rope_theta=500000.0, tie_word_embeddings=True, rope_scaling={
+                      dict(rope_theta=500000.0, tie_word_embeddings=True, pad_token_id=32,
+                           rope_scaling={
                           "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                           "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
     # Linear position interpolation (the older "type" key, as older checkpoints write it).

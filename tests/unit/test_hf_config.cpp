@@ -284,5 +284,33 @@ TEST(HfConfig, QwenFamiliesBiasesAndHeadDimAddTheirTensors) {
   EXPECT_FALSE(ModelConfig::from_hf_json(llama, "l.json").to_hf_json().contains("head_dim"));
 }
 
+// pad_token_id is transformers' embedding padding_idx: read (a negative id from the end of the
+// vocabulary, as torch takes it), written back, refused outside the vocabulary naming the key.
+// layer_types must list every layer, as transformers requires.
+TEST(HfConfig, PadTokenIdIsThePaddingTokenAndLayerTypesListEveryLayer) {
+  const int64_t vocab = preset_config("tiny").vocab_size;
+  EXPECT_EQ(preset_config("tiny").padding_token, -1);
+  EXPECT_EQ(with_key("pad_token_id", nullptr).padding_token, -1);
+  const ModelConfig padded = with_key("pad_token_id", 2);
+  EXPECT_EQ(padded.padding_token, 2);
+  EXPECT_EQ(padded.to_hf_json().at("pad_token_id"), 2);
+  EXPECT_EQ(ModelConfig::from_hf_json(padded.to_hf_json(), "again"), padded);
+  EXPECT_FALSE(preset_config("tiny").to_hf_json().contains("pad_token_id"));
+  EXPECT_EQ(with_key("pad_token_id", -1).padding_token, vocab - 1);
+  for (const nlohmann::json& bad : {nlohmann::json(vocab), nlohmann::json(-vocab - 1)}) {
+    const std::string error = error_of([&] { with_key("pad_token_id", bad); });
+    EXPECT_NE(error.find("cfg.json: 'pad_token_id' " + bad.dump()), std::string::npos) << error;
+  }
+  const int64_t layers = preset_config("tiny").num_layers;
+  EXPECT_NO_THROW(with_key(
+      "layer_types", std::vector<std::string>(static_cast<size_t>(layers), "full_attention")));
+  const std::string error = error_of([&] {
+    with_key("layer_types",
+             std::vector<std::string>(static_cast<size_t>(layers) + 3, "full_attention"));
+  });
+  EXPECT_NE(error.find("'layer_types'"), std::string::npos) << error;
+  EXPECT_NE(error.find("entries for num_hidden_layers"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace zt

@@ -106,11 +106,12 @@ void CpuBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTen
 // sort); threads own ids, so every element's order is fixed whatever the thread count.
 void CpuBackend::embedding_backward(float* dtable, ConstTensorView dx_view, const int32_t* tokens,
                                     int64_t n, int64_t D) {
-  check_ids(tokens, n, INT32_MAX, "embedding: token id");
   const Fp32Input dx32(dx_view, n * D);
   const float* dx = dx32.get();
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  std::vector<int64_t> order;  // the positions with an id (a negative one adds nothing)
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] >= 0) order.push_back(i);
+  n = static_cast<int64_t>(order.size());
   std::stable_sort(order.begin(), order.end(),
                    [tokens](int64_t a, int64_t b) { return tokens[a] < tokens[b]; });
   std::vector<int64_t> starts;  // where each id's run of positions begins in `order`
