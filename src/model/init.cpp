@@ -1,5 +1,6 @@
 #include "model/init.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace zt {
@@ -66,6 +67,14 @@ void init_tensor_range(const ModelConfig& config, const TensorInfo& tensor, uint
 #pragma omp parallel for schedule(static) if (count > (1 << 16))
   for (int64_t i = 0; i < count; ++i)
     out[i] = scale * normal_at(key, static_cast<uint64_t>(begin + i));
+  // The padding token's embedding row starts at zero, as nn.Embedding(padding_idx=...) and
+  // transformers' _init_weights leave it (a tied head shares that row).
+  if (tensor.role == TensorRole::kEmbedding && config.padding_token >= 0) {
+    const int64_t row_begin = config.padding_token * tensor.shape[1];
+    const int64_t zero_begin = std::max(begin, row_begin);
+    const int64_t zero_end = std::min(begin + count, row_begin + tensor.shape[1]);
+    for (int64_t i = zero_begin; i < zero_end; ++i) out[i - begin] = 0.0f;
+  }
 }
 
 }  // namespace zt

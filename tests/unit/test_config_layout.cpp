@@ -113,6 +113,32 @@ TEST(Init, DeterministicPieceIndependentAndScaled) {
   EXPECT_NEAR(std::sqrt(s2 / static_cast<double>(ov.size())), 0.02 / std::sqrt(8.0), 5e-4);
 }
 
+TEST(Init, PaddingTokenRowStartsAtZeroInEveryPiece) {
+  // transformers zeroes the padding_idx row of the embedding (nn.Embedding, _init_weights).
+  ModelConfig c = preset_config("small");
+  c.padding_token = 3;
+  const ParamLayout layout(c);
+  const TensorInfo& e = layout.tensor(TensorRole::kEmbedding, -1);
+  const int64_t d = e.shape[1];
+  std::vector<float> full(static_cast<size_t>(e.numel));
+  init_tensor_range(c, e, 7, 0, e.numel, full.data());
+  for (int64_t j = 0; j < d; ++j) EXPECT_EQ(full[static_cast<size_t>(3 * d + j)], 0.0f) << j;
+  int64_t nonzero_neighbours = 0;
+  for (int64_t j = 0; j < d; ++j)
+    nonzero_neighbours += (full[static_cast<size_t>(2 * d + j)] != 0.0f) +
+                          (full[static_cast<size_t>(4 * d + j)] != 0.0f);
+  EXPECT_EQ(nonzero_neighbours, 2 * d);
+  // A piece that straddles the row's start agrees with the whole tensor.
+  std::vector<float> piece(static_cast<size_t>(d));
+  init_tensor_range(c, e, 7, 3 * d - d / 2, d, piece.data());
+  for (int64_t j = 0; j < d; ++j)
+    EXPECT_EQ(piece[static_cast<size_t>(j)], full[static_cast<size_t>(3 * d - d / 2 + j)]) << j;
+  // Without a padding token no row is zero.
+  c.padding_token = -1;
+  init_tensor_range(c, e, 7, 3 * d, d, piece.data());
+  EXPECT_NE(piece[0], 0.0f);
+}
+
 TEST(Bf16, RoundToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
   // 1 + 2^-8 is exactly halfway between 1 and 1+2^-7: ties to even -> 1.
