@@ -4,9 +4,11 @@
 
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <new>
 
+#include "io/fs_util.h"
 #include "runtime/mpi_runtime.h"
 
 namespace zt {
@@ -41,6 +43,15 @@ void print_error_line(const std::string& command, const char* kind, const std::s
   }
 }
 
+// " (EROFS)": the symbol users search for, when the error is a system one fs_util names.
+std::string errno_suffix(const std::error_code& code) {
+  if (code.category() != std::generic_category() && code.category() != std::system_category())
+    return "";
+  const std::string text = errno_text(code.value());
+  const size_t open = text.rfind(" (");
+  return open == std::string::npos ? "" : text.substr(open);
+}
+
 }  // namespace
 
 int report_error_and_end_mpi(const std::string& command) {
@@ -56,6 +67,10 @@ int report_error_and_end_mpi(const std::string& command) {
     print_error_line(command, "error",
                      "out of memory: an allocation failed (the model, the batch or a buffer is "
                      "larger than this host's memory; see `zerotrain estimate`)");
+    end_mpi_after_error(/*agreed=*/false, 1);
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The environment refused (a read-only or full file system, a permission): not a defect.
+    print_error_line(command, "error", std::string(e.what()) + errno_suffix(e.code()));
     end_mpi_after_error(/*agreed=*/false, 1);
   } catch (const std::exception& e) {
     print_error_line(command, "internal error", e.what());

@@ -43,12 +43,16 @@ uint64_t write_peft_adapter_dir(const std::string& dir, const ParamLayout& layou
   check_output_dir_writable(dir, overwrite);
   std::vector<SafetensorsEntry> entries;
   std::vector<const TensorInfo*> tensors;
+  uint64_t weight_bytes = 0;
   for (const TensorInfo& t : layout.tensors())
     if (in_adapter(layout, trainable, t)) {
       entries.push_back({kPeftNamePrefix + t.name, "F32", t.shape});
       tensors.push_back(&t);
+      weight_bytes += static_cast<uint64_t>(t.numel) * sizeof(float);
     }
   const std::string tmp = temp_sibling(strip_trailing_slashes(dir));
+  check_room_to_write(dir_parent(tmp).empty() ? "." : dir_parent(tmp), weight_bytes,
+                      "adapter '" + dir + "'");
   std::filesystem::remove_all(tmp);
   std::filesystem::create_directories(tmp);
   try {

@@ -49,9 +49,6 @@ void check_output_file_writable(const std::string& file, bool overwrite) {
   ZT_CHECK(overwrite, "output file '" + file + "' already exists (use --overwrite)");
 }
 
-namespace {
-
-// "No space left on device (ENOSPC)": the system's text and the symbol users search for.
 std::string errno_text(int e) {
   const char* name = e == ENOSPC   ? "ENOSPC"
                      : e == EACCES ? "EACCES"
@@ -62,6 +59,8 @@ std::string errno_text(int e) {
                                    : nullptr;
   return std::string(std::strerror(e)) + (name ? std::string(" (") + name + ")" : "");
 }
+
+namespace {
 
 // `path` itself when it exists, else its nearest existing ancestor ("." for a relative path).
 std::string existing_ancestor(const std::string& path) {

@@ -42,6 +42,10 @@ void check_room_to_write(const std::string& dir, uint64_t bytes, const std::stri
 // device (ENOSPC): N bytes free under DIR)", " (Permission denied (EACCES) on DIR)", or "".
 std::string write_failure_cause(const std::string& path);
 
+// "No space left on device (ENOSPC)": strerror(e) and, for the errors a writer meets, the symbol
+// users search for.
+std::string errno_text(int e);
+
 // Writes a text file and fsyncs it; throws zt::Error naming it.
 void write_text_file(const std::string& path, const std::string& text);
 // Parses a JSON file; errors name the file.

@@ -58,7 +58,7 @@ ParallelModelDirWriter::ParallelModelDirWriter(std::string dir, const ModelConfi
     fs::remove_all(tmp, ec);
     if (!dir_parent(dir_).empty()) fs::create_directories(dir_parent(dir_), ec);
     fs::create_directory(tmp, ec);
-    ZT_CHECK(!ec, "cannot create temporary directory '" + tmp + "': " + ec.message());
+    ZT_CHECK(!ec, "cannot create temporary directory '" + tmp + "': " + errno_text(ec.value()));
   });
   tmp_dir_ = broadcast_string(comm_, tmp);
   try {

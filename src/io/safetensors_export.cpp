@@ -68,12 +68,14 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
   const std::vector<int> shard_of = plan_shards(bytes, max_shard_bytes);
   const int num_shards = shard_of.empty() ? 1 : shard_of.back();
 
+  check_room_to_write(dir_parent(result.dir).empty() ? "." : dir_parent(result.dir), result.bytes,
+                      "model '" + result.dir + "'");
   const std::string tmp = temp_sibling(result.dir);
   std::error_code ec;
   fs::remove_all(tmp, ec);
   if (!dir_parent(result.dir).empty()) fs::create_directories(dir_parent(result.dir), ec);
   fs::create_directory(tmp, ec);
-  ZT_CHECK(!ec, "cannot create temporary directory '" + tmp + "': " + ec.message());
+  ZT_CHECK(!ec, "cannot create temporary directory '" + tmp + "': " + errno_text(ec.value()));
   try {
     std::map<std::string, std::string> weight_map;
     for (int s = 1; s <= num_shards; ++s) {

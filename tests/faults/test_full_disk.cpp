@@ -155,21 +155,35 @@ TEST_F(FullDisk, SerialWritersOnAFullDiskFailNamingTheFileAndEnospc) {
 }
 
 // A read-only output filesystem is named as such by every writer (train said "No such file or
-// directory" about its lock file; prepare-data with a tokenizer reported an internal error).
+// directory" about its lock file; prepare-data with a tokenizer, and export --format peft or
+// consolidate of a LoRA checkpoint, reported an internal error).
 TEST_F(FullDisk, ReadOnlyOutputIsNamedByEveryWriter) {
+  const std::string data = path("sample.h5"), text = ZT_SOURCE_DIR "/inputs/data/sample.txt";
+  const std::string base = path("ro_base"), lora = path("ro_lora");
+  ASSERT_EQ(run_zerotrain("init --preset tiny --seed 1 --overwrite --out " + base).exit_code, 0);
+  ASSERT_EQ(run_zerotrain("train --model " + base + " --data " + data + " --out " + lora +
+                          " --steps 1 --seq-len 16 --micro-batch 1 --save-every 1 --lora-rank 2 "
+                          "--overwrite")
+                .exit_code,
+            0);
+  const std::string lora_checkpoint = lora + "/checkpoints/step-00000001";
   ASSERT_EQ(mount(nullptr, disk_.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0)
       << std::strerror(errno);
-  const std::string data = path("sample.h5"), text = ZT_SOURCE_DIR "/inputs/data/sample.txt";
   const std::vector<std::string> commands = {
       "train --preset tiny --data " + data + " --steps 1 --out " + disk_ + "/run",
       "prepare-data --text " + text + " --out " + disk_ + "/d.h5",
       "init --preset tiny --seed 1 --out " + disk_ + "/model",
+      "export " + base + " --out " + disk_ + "/hf",
+      "export " + lora_checkpoint + " --format peft --out " + disk_ + "/adapter",
+      "consolidate " + lora_checkpoint + " --out " + disk_ + "/adapter",
+      "export " + base + " --merge-lora " + lora + "/final --out " + disk_ + "/merged",
   };
   for (const std::string& command : commands) {
     const RunResult r = run_zerotrain(command);
     EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
     EXPECT_NE(r.output.find("Read-only file system (EROFS)"), std::string::npos)
         << command << ": " << r.output;
+    EXPECT_EQ(r.output.find("internal error"), std::string::npos) << command << ": " << r.output;
   }
 }
 
