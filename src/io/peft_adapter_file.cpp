@@ -1,5 +1,6 @@
 #include "io/peft_adapter_file.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "util/error.h"
@@ -54,6 +55,10 @@ void PeftAdapterReader::read_range_f32(const TensorInfo& t, int64_t begin, int64
   const auto it = names_.find(t.name);
   ZT_CHECK(it != names_.end(), description() + " has no tensor '" + t.name + "'");
   file_.read_range_f32(it->second, begin, count, out);
+  for (int64_t i = 0; i < count; ++i)
+    ZT_CHECK(std::isfinite(out[i]), file_.path() + ": tensor '" + it->second +
+                                        "' holds a non-finite value (NaN or infinity) at element " +
+                                        std::to_string(begin + i));
 }
 
 std::vector<std::string> PeftAdapterReader::base_tensors() const {

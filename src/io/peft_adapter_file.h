@@ -25,8 +25,8 @@ class PeftAdapterReader : public TensorSource {
   // from DIR's adapter_config.json (LoraSpec::from_peft_file; train reads it once, with its
   // options); config() is it. Every tensor of the file must name a tensor of that model (an
   // adapter, or a base tensor of modules_to_save) in its shape, and every adapter tensor must be
-  // there; errors name the file and the tensor. A directory with only adapter_model.bin (a PyTorch
-  // pickle) is refused, saying how to re-save it.
+  // there; errors name the file and the tensor, as does a value read that is not finite. A
+  // directory with only adapter_model.bin (a PyTorch pickle) is refused, saying how to re-save it.
   PeftAdapterReader(const std::string& dir, const ModelConfig& model);
 
   const ModelConfig& config() const override { return config_; }

@@ -33,8 +33,9 @@ adapter parameters alone.
    state each at stage 0) and full fine-tuning's 18 bytes per parameter beside them.
 9. Bad input: a PEFT config with DoRA, a regex target_modules, a target zerotrain cannot adapt, and
    a --trainable pattern on a layer's own tensor are refused naming the key, the name or tensor;
-   an adapter directory without weights, with another rank than its tensors or with only a
-   pickle is refused by --lora-init-from and by export --merge-lora.
+   an adapter directory without weights, with another rank than its tensors, with only a
+   pickle or with a NaN in its weights is refused by --lora-init-from (leaving no run
+   directory) and by export --merge-lora.
 
 --mutation scale (PEFT at alpha/(r+1)) or base (PEFT's q_proj base weights train too) with
 --expect-mismatch: the first run must then differ from the reference (oracle_lora_peft_mismatch_*).
@@ -44,6 +45,7 @@ Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 
 import json
 import os
+import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -210,6 +212,18 @@ class MaskedDropout(torch.nn.Module):
                             rows, cols, self.p)
         scale = 1.0 / (1.0 - float(np.float32(self.p)))
         return x * keep.to(x.dtype) * scale
+
+
+def poison_element_5(adapter_dir):
+    """Writes a NaN over element 5 of the first lora_B tensor of an adapter's safetensors file."""
+    path = os.path.join(adapter_dir, "adapter_model.safetensors")
+    with open(path, "r+b") as f:
+        header_bytes = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(header_bytes))
+        name = sorted(k for k in header if k.endswith("lora_B.weight"))[0]
+        assert header[name]["dtype"] == "F32", header[name]
+        f.seek(8 + header_bytes + header[name]["data_offsets"][0] + 5 * 4)
+        f.write(struct.pack("<f", float("nan")))
 
 
 def check_dropout(zt, work, source_dir, weights, initial_a):
@@ -590,11 +604,15 @@ def main():
                 ("other_rank", lambda d: rewrite_config(d, r=8), "has shape"),
                 ("pickle", lambda d: os.replace(os.path.join(d, "adapter_model.safetensors"),
                                                 os.path.join(d, "adapter_model.bin")),
-                 "adapter_model.bin (a PyTorch pickle)")):
+                 "adapter_model.bin (a PyTorch pickle)"),
+                ("nan", poison_element_5, "lora_B.weight' holds a non-finite value (NaN or "
+                 "infinity) at element 5")):
             d = work("adapter_" + case)
             shutil.copytree(work("one", "final"), d)
             edit(d)
-            refused(train_args(zt, work, bad, ["--lora-init-from", d], targets=None), says)
+            refused(train_args(zt, work, bad, ["--lora-init-from", d, "--micro-batch", "2"],
+                               targets=None), says)
+            check(not os.path.exists(bad), f"a refused --lora-init-from ({case}) left {bad}")
             refused([zt, "export", work("model"), "--merge-lora", d, "--out", bad], says)
         refused(train_args(zt, work, bad, ["--lora-init-from", work("one", "final")]),
                 "brings its adapter_config.json")
