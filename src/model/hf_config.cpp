@@ -135,9 +135,24 @@ bool is_qwen(const std::string& type) {
   return type == "qwen2" || type == "qwen3";
 }
 
-// config.json's model_type ("llama" when absent), or "" when it is not one zerotrain implements.
+// The model_type of the class every entry of config.json's `architectures` names, or "" when
+// they name none zerotrain implements, or several.
+std::string model_type_of_architectures(const nlohmann::json& archs) {
+  std::string found;
+  for (const auto& [type, class_name] : hf_architectures())
+    if (archs.is_array() && !archs.empty() &&
+        std::all_of(archs.begin(), archs.end(), [&](const auto& a) { return a == class_name; }))
+      found = type;
+  return found;
+}
+
+// config.json's model_type, or "" when it is not one zerotrain implements. Without the key, the
+// family its `architectures` names (a config saved for MistralForCausalLM.from_pretrained), and
+// "llama" when it has neither (LlamaConfig's defaults).
 std::string model_type_of(const nlohmann::json& j) {
-  if (!j.contains("model_type")) return "llama";
+  if (!j.contains("model_type"))
+    return j.contains("architectures") ? model_type_of_architectures(j.at("architectures"))
+                                       : "llama";
   const auto& type = j.at("model_type");
   return type.is_string() && hf_architectures().count(type.get<std::string>())
              ? type.get<std::string>()
@@ -423,6 +438,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
                                       UnknownConfigKeys unknown) {
   ZT_CHECK(j.is_object(), source + ": expected a JSON object");
   const std::string type = model_type_of(j);
+  if (type.empty() && !j.contains("model_type"))
+    fail(source + ": has no 'model_type', and 'architectures': " +
+         quoted_json(j.at("architectures")) +
+         " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
+         "Qwen2ForCausalLM, Qwen3ForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3)");

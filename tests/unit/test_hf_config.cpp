@@ -201,6 +201,33 @@ TEST(HfConfig, MistralSlidingWindowIsReadAndTheModelRefusesLongerSequences) {
       << e;
 }
 
+// A config.json without model_type (one saved for MistralForCausalLM.from_pretrained) is the
+// family its architectures name; with neither key it is Llama's; another class is refused by name.
+TEST(HfConfig, WithoutModelTypeTheArchitecturesNameTheFamily) {
+  nlohmann::json j = preset_config("tiny").to_hf_json();
+  j.erase("model_type");
+  j["architectures"] = {"MistralForCausalLM"};
+  j["sliding_window"] = 16;  // refused outside a Mistral config
+  EXPECT_EQ(ModelConfig::from_hf_json(j, "m.json").model_type(), "mistral");
+  EXPECT_TRUE(hf_config_unknown_keys(j).empty());
+  j.erase("sliding_window");
+  j.erase("attention_bias");
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  EXPECT_EQ(ModelConfig::from_hf_json(j, "q.json").model_type(), "qwen2");
+  j.erase("architectures");
+  EXPECT_EQ(ModelConfig::from_hf_json(j, "l.json").model_type(), "llama");
+  for (const nlohmann::json& archs :
+       {nlohmann::json{"GPT2LMHeadModel"}, nlohmann::json{"LlamaForCausalLM", "MistralForCausalLM"},
+        nlohmann::json::array(), nlohmann::json("LlamaForCausalLM")}) {
+    j["architectures"] = archs;
+    const std::string e = error_of([&] { ModelConfig::from_hf_json(j, "x.json"); });
+    EXPECT_NE(e.find("x.json: has no 'model_type', and 'architectures': " + archs.dump() +
+                     " names no one model zerotrain implements"),
+              std::string::npos)
+        << e;
+  }
+}
+
 // Qwen2 (q/k/v biases), Qwen3 (q/k norms, explicit head_dim, attention_bias) and Llama's own
 // attention_bias and head_dim: read by family, laid out as transformers names and shapes them,
 // written back to the same config.
