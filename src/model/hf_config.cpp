@@ -439,8 +439,8 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   ZT_CHECK(j.is_object(), source + ": expected a JSON object");
   const std::string type = model_type_of(j);
   if (type.empty() && !j.contains("model_type"))
-    fail(source + ": has no 'model_type', and 'architectures': " +
-         quoted_json(j.at("architectures")) +
+    fail(source +
+         ": has no 'model_type', and 'architectures': " + quoted_json(j.at("architectures")) +
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM)");
   if (type.empty())
