@@ -187,6 +187,18 @@ def documents(path):
         for _, record in records(path, (field,)):
             yield ids_of(record[field], True), None
 
+def not_utf8(path):
+    """The error line naming the line and byte of the first bytes of `path` that are not UTF-8
+    (a decoder's error counts from the chunk it was given, not the file)."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return (f"{path}:{number}: not UTF-8 text: byte {e.start + 1} of the line is "
+                        f"0x{line[e.start]:02x} ({e.reason})")
+    return f"{path}: not UTF-8 text"
+
 written = 0
 with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
         open(starts_path, "wb") as starts_out:
@@ -205,8 +217,8 @@ with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
                 ids.tofile(out)
                 if mask is not None:
                     mask_out.write(bytes(mask))
-        except UnicodeDecodeError as e:
-            sys.exit(f"{path}: not UTF-8 text: {e}")
+        except UnicodeDecodeError:
+            sys.exit(not_utf8(path))
 meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
         "name": os.path.basename(os.path.abspath(tok_dir or "."))}
 with open(meta_path, "w", encoding="utf-8") as f:
@@ -235,8 +247,10 @@ std::vector<int64_t> read_uint64_file(const std::string& path) {
 
 int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   ZT_CHECK(!request.inputs.empty(), "no input files given");
-  for (const std::string& path : request.inputs)
+  for (const std::string& path : request.inputs) {
     ZT_CHECK(fs::is_regular_file(path), "input file '" + path + "' does not exist");
+    ZT_CHECK(fs::file_size(path) > 0, "input file '" + path + "' is empty");
+  }
   ZT_CHECK(fs::exists(request.tokenizer), "tokenizer '" + request.tokenizer + "' does not exist");
   check_output_file_writable(request.out, request.overwrite);
   const ScratchDir scratch(temp_sibling(request.out) + ".tokenize");

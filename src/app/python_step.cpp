@@ -1,5 +1,6 @@
 #include "app/python_step.h"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "io/fs_util.h"
+#include "runtime/signals.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -90,20 +92,40 @@ def special_id(key):
     return -1 if token is None else tok.convert_tokens_to_ids(token)
 )PY";
 
+// Waits for the child `pid` to end, into `status`. A SIGTERM or SIGUSR1 meanwhile (a scheduler's
+// stop, a `kill`, `timeout`) ends the child too and fails, so that the command unwinds and removes
+// its scratch and temporary files instead of dying with the child left running.
+// StopSignalHandlers must be installed (before the child starts, so that no signal is missed).
+void wait_unless_stopped(pid_t pid, const std::string& program, int& status) {
+  for (;;) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    ZT_CHECK(done >= 0 || errno == EINTR, "waiting for '" + program + "' failed");
+    if (done == pid) return;
+    if (const int signal_number = received_stop_signal()) {
+      kill(pid, SIGTERM);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      fail("stopped by " + stop_signal_name(signal_number) + " while '" + program +
+           "' ran; nothing was written");
+    }
+    usleep(10000);  // 10 ms: a step runs for seconds, its end is noticed at once
+  }
+}
+
 // Runs args[0] (found on PATH) with args; its stdout and stderr are ours. Returns its exit status.
 int run_process(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = 0;
+  const StopSignalHandlers stop_handlers;  // the child starts with the default actions (exec)
   const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   ZT_CHECK(rc == 0, "cannot start '" + args[0] + "': " + std::strerror(rc) +
                         " (./run.sh deps makes the project's environment .venv/, which zerotrain "
                         "finds on its own; or give --python PATH of an interpreter with "
                         "transformers)");
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    ZT_CHECK(errno == EINTR, "waiting for '" + args[0] + "' failed");
+  wait_unless_stopped(pid, args[0], status);
   ZT_CHECK(WIFEXITED(status), "'" + args[0] + "' was killed by signal " +
                                   std::to_string(WTERMSIG(status)) + " (" +
                                   strsignal(WTERMSIG(status)) + ")");

@@ -24,7 +24,8 @@ constexpr const char* kPythonOptionHelp =
 // chat template, chat_template.jinja preferred; a bare tokenizer file as PreTrainedTokenizerFast)
 // and special_id(key) (the id of the special token "bos_token", "eos_token", ... or -1 when
 // none). The step reports its errors as one line on stderr, unforeseen ones included; this fails
-// naming the interpreter when it cannot start, is killed or exits non-zero.
+// naming the interpreter when it cannot start, is killed or exits non-zero, and when this process
+// gets a SIGTERM or SIGUSR1 while the step runs (the step is ended first).
 void run_tokenizer_step(const std::string& python, const std::string& unpack, const char* body,
                         const std::vector<std::string>& args);
 

@@ -14,8 +14,9 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
    files, goes through `import` (which copies them), `train` (2 steps, its OUT/final/ gets them
    and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
    documents as the dataset holds them and GenerationConfig has the tokenizer's bos/eos ids.
-4. Bad input: a JSON line without the field, and a model whose vocabulary is smaller than the
-   tokenizer's, are refused naming the file, the line, the field or both vocabularies; the
+4. Bad input: a JSON line without the field, a line that is not UTF-8, an empty input file, and
+   a model whose vocabulary is smaller than the tokenizer's, are refused naming the file, the
+   line (and byte), the field or both vocabularies; the
    refused dataset is not left behind, and a refused `train --overwrite` keeps the previous run.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
@@ -152,6 +153,18 @@ def main():
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("bad.jsonl"),
                  "--text-field", "content", "--out", work("bad.h5")] + python,
                 [work("bad.jsonl") + ":2", "'content'"], work("bad.h5"))
+        # Bytes that are not UTF-8 on line 3 (past the first chunk the decoder reads), and an
+        # empty file beside a good one.
+        with open(work("latin1.jsonl"), "wb") as f:
+            f.write(b'{"content": "fine"}\n' * 1000 + b'{"content": "x"}\n{"content": "caf\xe9"}\n')
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("latin1.jsonl"),
+                 "--text-field", "content", "--out", work("bad.h5")] + python,
+                [work("latin1.jsonl") + ":1002: not UTF-8 text: byte 17 of the line is 0xe9"],
+                work("bad.h5"))
+        open(work("empty.txt"), "w").close()
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file, "--text",
+                 work("empty.txt"), "--out", work("bad.h5")] + python,
+                ["input file '" + work("empty.txt") + "' is empty"], work("bad.h5"))
         # Over the run of step 3 with --overwrite: refused before the old run is cleared.
         refused([zt, "train", "--preset", "tiny", "--data", work("text.h5"), "--out",
                  work("run"), "--overwrite", "--steps", "1", "--seq-len", "16"],

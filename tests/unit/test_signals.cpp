@@ -1,11 +1,17 @@
 // Stop signals (runtime/signals.h): SIGUSR1/SIGTERM are recorded, not fatal; a second SIGTERM
-// exits at once with 143; the previous handlers come back afterwards.
+// exits at once with 143; the previous handlers come back afterwards. A command stopped while its
+// Python step runs ends that step and leaves nothing behind.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <string>
+
 #include "runtime/signals.h"
+#include "test_io_support.h"
 
 namespace zt {
 namespace {
@@ -36,6 +42,40 @@ TEST(StopSignals, FirstSignalIsRecordedSecondSigtermExits143) {
   struct sigaction current;
   ASSERT_EQ(sigaction(SIGUSR1, nullptr, &current), 0);
   EXPECT_EQ(current.sa_handler, SIG_DFL);
+}
+
+// prepare-data's tokenizer step is a child process: a SIGTERM to prepare-data alone (`kill`,
+// `timeout`) used to kill it and leave the step running and its scratch directory behind. The
+// step is played by a script that records its pid and sleeps.
+TEST(StopSignals, PrepareDataStoppedDuringItsTokenizerStepEndsTheStepAndLeavesNothing) {
+  testing::TempDir tmp;
+  const std::string step = tmp / "python.sh", pid_file = tmp / "step.pid", out = tmp / "d.h5";
+  {
+    std::ofstream f(step);
+    f << "#!/bin/sh\necho $$ > '" << pid_file << ".tmp' && mv '" << pid_file << ".tmp' '"
+      << pid_file << "'\nexec sleep 60\n";
+  }
+  std::filesystem::permissions(step, std::filesystem::perms::owner_all);
+  {
+    std::ofstream f(tmp / "run.sh");
+    f << ZT_BINARY << " prepare-data --python '" << step << "' --tokenizer '" << ZT_SOURCE_DIR
+      << "/inputs/data' --text '" << ZT_SOURCE_DIR << "/inputs/data/sample.txt' --out '" << out
+      << "' & z=$!\n"
+      << "n=0; while [ ! -s '" << pid_file << "' ] && [ $n -lt 400 ]; do sleep 0.05; "
+      << "n=$((n+1)); done\n"
+      << "kill -TERM $z; wait $z; echo \"exit=$?\"\n"
+      << "kill -0 $(cat '" << pid_file << "') 2>/dev/null && echo step-still-running; true\n";
+  }
+  ASSERT_EQ(std::system(("sh '" + tmp / "run.sh" + "' > '" + tmp / "log" + "' 2>&1").c_str()), 0);
+  const std::string log = testing::read_file(tmp / "log");
+  EXPECT_NE(log.find("stopped by SIGTERM while '" + step + "' ran; nothing was written"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("exit=1"), std::string::npos) << log;
+  EXPECT_EQ(log.find("step-still-running"), std::string::npos) << log;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path()))
+    EXPECT_EQ(entry.path().filename().string().rfind("d.h5", 0), std::string::npos)
+        << entry.path() << " was left behind";
 }
 
 }  // namespace
