@@ -22,8 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kTempPrefix = ".tmp-";
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -40,10 +38,10 @@ void prepare_temp_dir(const std::string& root, const std::string& tmp) {
   std::error_code ec;
   fs::create_directories(root, ec);
   ZT_CHECK(!ec, "cannot create checkpoint directory '" + root + "': " + ec.message());
-  const std::string latest_tmp = std::string(kLatestCheckpointFile) + kTempPrefix;
+  const std::string latest_tmp = std::string(kLatestCheckpointFile) + kCheckpointTempPrefix;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(kTempPrefix, 0) == 0 || name.rfind(latest_tmp, 0) == 0)
+    if (name.rfind(kCheckpointTempPrefix, 0) == 0 || name.rfind(latest_tmp, 0) == 0)
       remove_tree(entry.path().string());
   }
   ZT_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
@@ -285,7 +283,7 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   Communicator& comm = engine.communicator();
   const int rank = comm.rank(), world = comm.world_size();
   const std::string name = checkpoint_step_dir_name(progress.step);
-  const std::string tmp = options.root + "/" + kTempPrefix + name;
+  const std::string tmp = options.root + "/" + kCheckpointTempPrefix + name;
   SavedCheckpoint saved;
   saved.dir = options.root + "/" + name;
 

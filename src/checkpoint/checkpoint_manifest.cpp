@@ -406,9 +406,14 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
 
 CheckpointManifest CheckpointManifest::read(const std::string& checkpoint_dir) {
   const std::string path = checkpoint_dir + "/" + kCheckpointManifestFile;
+  const std::string dir_name = std::filesystem::path(checkpoint_dir).filename().string();
+  ZT_CHECK(dir_name.rfind(kCheckpointTempPrefix, 0) != 0,
+           "'" + checkpoint_dir + "' is a checkpoint whose save did not finish (a " +
+               kCheckpointTempPrefix +
+               " directory becomes a checkpoint only by its final rename); give a complete one, "
+               "RUN/checkpoints/step-N, or --resume auto");
   CheckpointManifest m = from_json(read_json_file(path), path);
   // A checkpoint directory is named after its step; a manifest that says otherwise was edited.
-  const std::string dir_name = std::filesystem::path(checkpoint_dir).filename().string();
   const int64_t named_step = checkpoint_step_of_dir_name(dir_name);
   if (named_step >= 0)
     ZT_CHECK(named_step == m.progress.step, path + ": the manifest says step " +

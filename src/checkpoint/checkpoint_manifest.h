@@ -26,6 +26,8 @@ namespace zt {
 constexpr int kCheckpointFormatVersion = 3;
 constexpr const char* kFrozenDigestPrefix = "splitmix64-sum:";
 constexpr const char* kCheckpointManifestFile = "manifest.json";
+// A checkpoint being saved is ROOT/.tmp-step-N… until its final rename publishes it.
+constexpr const char* kCheckpointTempPrefix = ".tmp-";
 
 // "step-00000010", "rank-00003.h5", "group_017".
 std::string checkpoint_step_dir_name(int64_t step);
