@@ -43,15 +43,6 @@ void print_error_line(const std::string& command, const char* kind, const std::s
   }
 }
 
-// " (EROFS)": the symbol users search for, when the error is a system one fs_util names.
-std::string errno_suffix(const std::error_code& code) {
-  if (code.category() != std::generic_category() && code.category() != std::system_category())
-    return "";
-  const std::string text = errno_text(code.value());
-  const size_t open = text.rfind(" (");
-  return open == std::string::npos ? "" : text.substr(open);
-}
-
 }  // namespace
 
 int report_error_and_end_mpi(const std::string& command) {
@@ -70,7 +61,9 @@ int report_error_and_end_mpi(const std::string& command) {
     end_mpi_after_error(/*agreed=*/false, 1);
   } catch (const std::filesystem::filesystem_error& e) {
     // The environment refused (a read-only or full file system, a permission): not a defect.
-    print_error_line(command, "error", std::string(e.what()) + errno_suffix(e.code()));
+    const std::string text = environment_filesystem_error_text(e);
+    print_error_line(command, text.empty() ? "internal error" : "error",
+                     text.empty() ? e.what() : text);
     end_mpi_after_error(/*agreed=*/false, 1);
   } catch (const std::exception& e) {
     print_error_line(command, "internal error", e.what());

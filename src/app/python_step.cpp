@@ -94,20 +94,24 @@ def special_id(key):
 
 // Waits for the child `pid` to end, into `status`. A SIGTERM or SIGUSR1 meanwhile (a scheduler's
 // stop, a `kill`, `timeout`) ends the child too and fails, so that the command unwinds and removes
-// its scratch and temporary files instead of dying with the child left running.
+// its scratch and temporary files instead of dying with the child left running. (A second SIGTERM
+// exits at once, runtime/signals.h, and may leave both.)
 // StopSignalHandlers must be installed (before the child starts, so that no signal is missed).
 void wait_unless_stopped(pid_t pid, const std::string& program, int& status) {
   for (;;) {
     const pid_t done = waitpid(pid, &status, WNOHANG);
     ZT_CHECK(done >= 0 || errno == EINTR, "waiting for '" + program + "' failed");
-    if (done == pid) return;
+    // Checked after the wait: a stop that came as the step ended (a whole process group
+    // signalled) is the command's stop too, not the step's failure or success.
     if (const int signal_number = received_stop_signal()) {
-      kill(pid, SIGTERM);
-      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      if (done != pid) {
+        kill(pid, SIGTERM);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
       }
-      fail("stopped by " + stop_signal_name(signal_number) + " while '" + program +
-           "' ran; nothing was written");
+      fail("stopped by " + stop_signal_name(signal_number) + " while '" + program + "' ran");
     }
+    if (done == pid) return;
     usleep(10000);  // 10 ms: a step runs for seconds, its end is noticed at once
   }
 }

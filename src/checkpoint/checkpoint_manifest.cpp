@@ -406,7 +406,12 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
 
 CheckpointManifest CheckpointManifest::read(const std::string& checkpoint_dir) {
   const std::string path = checkpoint_dir + "/" + kCheckpointManifestFile;
-  const std::string dir_name = std::filesystem::path(checkpoint_dir).filename().string();
+  // "DIR/." and "DIR/" name DIR.
+  const std::string dir_name =
+      std::filesystem::path(
+          strip_trailing_slashes(std::filesystem::path(checkpoint_dir).lexically_normal().string()))
+          .filename()
+          .string();
   ZT_CHECK(dir_name.rfind(kCheckpointTempPrefix, 0) != 0,
            "'" + checkpoint_dir + "' is a checkpoint whose save did not finish (a " +
                kCheckpointTempPrefix +

@@ -60,6 +60,22 @@ std::string errno_text(int e) {
   return std::string(std::strerror(e)) + (name ? std::string(" (") + name + ")" : "");
 }
 
+std::string environment_filesystem_error_text(const std::filesystem::filesystem_error& e) {
+  const std::error_code& code = e.code();
+  if (code.category() != std::generic_category() && code.category() != std::system_category())
+    return "";
+  const std::string cause = errno_text(code.value());
+  if (cause.find(" (E") == std::string::npos) return "";  // not one errno_text names
+  // libstdc++: "filesystem error: OPERATION: MESSAGE [PATH1] [PATH2]".
+  std::string operation = e.what();
+  operation = operation.substr(0, operation.find(": " + code.message()));
+  const std::string prefix = "filesystem error: ";
+  if (operation.rfind(prefix, 0) == 0) operation.erase(0, prefix.size());
+  if (!e.path1().empty()) operation += " '" + e.path1().string() + "'";
+  if (!e.path2().empty()) operation += " to '" + e.path2().string() + "'";
+  return operation + ": " + cause;
+}
+
 namespace {
 
 // `path` itself when it exists, else its nearest existing ancestor ("." for a relative path).

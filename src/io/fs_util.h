@@ -2,6 +2,7 @@
 // fsync, atomic move into place, small text/JSON files.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,10 @@ std::string write_failure_cause(const std::string& path);
 // "No space left on device (ENOSPC)": strerror(e) and, for the errors a writer meets, the symbol
 // users search for.
 std::string errno_text(int e);
+// A std::filesystem error the environment caused (no space, a read-only or foreign file system,
+// a permission, a missing path), as "cannot create directories '/x': Read-only file system
+// (EROFS)"; "" for any other error, which is a defect to report as such.
+std::string environment_filesystem_error_text(const std::filesystem::filesystem_error& e);
 
 // Writes a text file and fsyncs it; throws zt::Error naming it.
 void write_text_file(const std::string& path, const std::string& text);

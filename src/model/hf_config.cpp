@@ -136,8 +136,9 @@ bool is_qwen(const std::string& type) {
 }
 
 // The model_type of the class every entry of config.json's `architectures` names, or "" when
-// they name none zerotrain implements, or several.
+// they name none zerotrain implements, or several; an empty list names none ("llama").
 std::string model_type_of_architectures(const nlohmann::json& archs) {
+  if (archs.is_array() && archs.empty()) return "llama";
   std::string found;
   for (const auto& [type, class_name] : hf_architectures())
     if (archs.is_array() && !archs.empty() &&

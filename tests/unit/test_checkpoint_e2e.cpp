@@ -258,13 +258,14 @@ TEST_F(CheckpointE2E, TruncatedRankFileIsRefused) {
 // look complete: resume and consolidate refuse it (they loaded it).
 TEST_F(CheckpointE2E, UnfinishedSaveDirectoryIsRefusedByResumeAndConsolidate) {
   const std::string unfinished = copy_of_base(".tmp-step-00000002");
-  const std::string says = "'" + unfinished + "' is a checkpoint whose save did not finish";
+  const std::string says = "is a checkpoint whose save did not finish";
   RunResult r = train("unfinished_out", 6, "--resume " + unfinished + "/");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
-  r = run_zerotrain("consolidate " + unfinished + " --out " + path("unfinished_model"));
+  r = run_zerotrain("consolidate " + unfinished + "/. --out " + path("unfinished_model"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("'" + unfinished), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(path("unfinished_model")));
 }
 

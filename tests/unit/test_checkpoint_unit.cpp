@@ -498,6 +498,33 @@ TEST(MoveIntoPlace, ReplacesADirectoryWholeAndAFailedReplacementKeepsTheOld) {
 
 // The lineage a manifest records: read back as written, absent in an older one, and refused,
 // naming the file, when it is not a list of runs each starting after the one before.
+// A std::filesystem error the environment caused reads as the others do ("... '/x': Read-only
+// file system (EROFS)"); one from a defect (ENOTDIR, EINVAL) is not dressed up as one.
+TEST(FilesystemErrorText, TheEnvironmentsErrorsAreNamedWithTheirSymbolAndPath) {
+  namespace fs = std::filesystem;
+  const fs::filesystem_error read_only("cannot create directories", fs::path("/ro/x"),
+                                       std::make_error_code(std::errc::read_only_file_system));
+  EXPECT_EQ(environment_filesystem_error_text(read_only),
+            "cannot create directories '/ro/x': Read-only file system (EROFS)");
+  const fs::filesystem_error full("cannot copy", fs::path("/a"), fs::path("/b"),
+                                  std::make_error_code(std::errc::no_space_on_device));
+  EXPECT_EQ(environment_filesystem_error_text(full),
+            "cannot copy '/a' to '/b': No space left on device (ENOSPC)");
+  EXPECT_EQ(environment_filesystem_error_text(
+                fs::filesystem_error("x", std::make_error_code(std::errc::invalid_argument))),
+            "");
+  // A real one: a directory under a regular file is ENOTDIR, a path the program chose.
+  const fs::path file = fs::temp_directory_path() / ("zt_fs_error_" + std::to_string(getpid()));
+  std::ofstream(file).put('x');
+  try {
+    fs::create_directories(file / "sub");
+    ADD_FAILURE() << "create_directories under a file succeeded";
+  } catch (const fs::filesystem_error& e) {
+    EXPECT_EQ(environment_filesystem_error_text(e), "") << e.what();
+  }
+  fs::remove(file);
+}
+
 TEST(CheckpointManifest, LineageRoundTripsAndMalformedOnesAreRefused) {
   CheckpointManifest m = tiny_manifest(2);
   EXPECT_FALSE(m.to_json().contains("lineage"));

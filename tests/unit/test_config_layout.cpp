@@ -133,6 +133,17 @@ TEST(Init, PaddingTokenRowStartsAtZeroInEveryPiece) {
   init_tensor_range(c, e, 7, 3 * d - d / 2, d, piece.data());
   for (int64_t j = 0; j < d; ++j)
     EXPECT_EQ(piece[static_cast<size_t>(j)], full[static_cast<size_t>(3 * d - d / 2 + j)]) << j;
+  // A piece that starts inside the row is zero up to the row's end only.
+  init_tensor_range(c, e, 7, 3 * d + d / 2, d, piece.data());
+  for (int64_t j = 0; j < d; ++j)
+    EXPECT_EQ(piece[static_cast<size_t>(j)],
+              j < d - d / 2 ? 0.0f : full[static_cast<size_t>(3 * d + d / 2 + j)])
+        << j;
+  // An untied head keeps its row: padding_idx is the embedding's.
+  ASSERT_FALSE(c.tie_word_embeddings);
+  const TensorInfo& head = layout.tensor(TensorRole::kLmHead, -1);
+  init_tensor_range(c, head, 7, 3 * d, d, piece.data());
+  EXPECT_NE(piece[0], 0.0f);
   // Without a padding token no row is zero.
   c.padding_token = -1;
   init_tensor_range(c, e, 7, 3 * d, d, piece.data());

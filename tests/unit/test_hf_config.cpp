@@ -216,9 +216,11 @@ TEST(HfConfig, WithoutModelTypeTheArchitecturesNameTheFamily) {
   EXPECT_EQ(ModelConfig::from_hf_json(j, "q.json").model_type(), "qwen2");
   j.erase("architectures");
   EXPECT_EQ(ModelConfig::from_hf_json(j, "l.json").model_type(), "llama");
+  j["architectures"] = nlohmann::json::array();  // accepted with model_type "llama" too
+  EXPECT_EQ(ModelConfig::from_hf_json(j, "l.json").model_type(), "llama");
   for (const nlohmann::json& archs :
        {nlohmann::json{"GPT2LMHeadModel"}, nlohmann::json{"LlamaForCausalLM", "MistralForCausalLM"},
-        nlohmann::json::array(), nlohmann::json("LlamaForCausalLM")}) {
+        nlohmann::json("LlamaForCausalLM")}) {
     j["architectures"] = archs;
     const std::string e = error_of([&] { ModelConfig::from_hf_json(j, "x.json"); });
     EXPECT_NE(e.find("x.json: has no 'model_type', and 'architectures': " + archs.dump() +
