@@ -385,7 +385,7 @@ std::string resolve_resume_checkpoint(const std::string& mode, const std::string
     dir = root + "/" + name;
   }
   // "step-N/." or "step-N/" names step-N itself (its parent is the checkpoints root).
-  dir = strip_trailing_slashes(fs::path(dir).lexically_normal().string());
+  dir = normal_dir_path(dir);
   std::error_code ec;
   ZT_CHECK(fs::exists(dir, ec), "checkpoint directory '" + dir + "' does not exist" +
                                     (ec ? " or cannot be read (" + ec.message() + ")" : ""));

@@ -406,12 +406,8 @@ CheckpointManifest CheckpointManifest::from_json(const nlohmann::json& j,
 
 CheckpointManifest CheckpointManifest::read(const std::string& checkpoint_dir) {
   const std::string path = checkpoint_dir + "/" + kCheckpointManifestFile;
-  // "DIR/." and "DIR/" name DIR.
   const std::string dir_name =
-      std::filesystem::path(
-          strip_trailing_slashes(std::filesystem::path(checkpoint_dir).lexically_normal().string()))
-          .filename()
-          .string();
+      std::filesystem::path(normal_dir_path(checkpoint_dir)).filename().string();
   ZT_CHECK(dir_name.rfind(kCheckpointTempPrefix, 0) != 0,
            "'" + checkpoint_dir + "' is a checkpoint whose save did not finish (a " +
                kCheckpointTempPrefix +

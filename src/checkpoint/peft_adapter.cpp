@@ -51,8 +51,7 @@ uint64_t write_peft_adapter_dir(const std::string& dir, const ParamLayout& layou
       weight_bytes += static_cast<uint64_t>(t.numel) * sizeof(float);
     }
   const std::string tmp = temp_sibling(strip_trailing_slashes(dir));
-  check_room_to_write(dir_parent(tmp).empty() ? "." : dir_parent(tmp), weight_bytes,
-                      "adapter '" + dir + "'");
+  check_room_to_write(dir_parent(tmp), weight_bytes, "adapter '" + dir + "'");
   std::filesystem::remove_all(tmp);
   std::filesystem::create_directories(tmp);
   try {

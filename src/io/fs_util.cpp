@@ -24,6 +24,10 @@ std::string strip_trailing_slashes(const std::string& path) {
   return p;
 }
 
+std::string normal_dir_path(const std::string& path) {
+  return strip_trailing_slashes(fs::path(path).lexically_normal().string());
+}
+
 std::string dir_parent(const std::string& path) {
   return fs::path(strip_trailing_slashes(path)).parent_path().string();
 }
@@ -109,7 +113,7 @@ void check_room_to_write(const std::string& dir, uint64_t bytes, const std::stri
 }
 
 std::string write_failure_cause(const std::string& path) {
-  const std::string base = existing_ancestor(dir_parent(path).empty() ? "." : dir_parent(path));
+  const std::string base = existing_ancestor(dir_parent(path));
   if (access(base.c_str(), W_OK) != 0) return " (" + errno_text(errno) + " on '" + base + "')";
   const uint64_t available = free_bytes(base);
   if (available < (uint64_t{1} << 20))

@@ -13,6 +13,8 @@ namespace zt {
 
 // "a/b/" -> "a/b" (keeps "/" itself).
 std::string strip_trailing_slashes(const std::string& path);
+// `path` with "." and ".." resolved lexically and no trailing slash: "a/b/." and "a/b/" are "a/b".
+std::string normal_dir_path(const std::string& path);
 // The parent directory of `path`, or "" when it has none.
 std::string dir_parent(const std::string& path);
 // PATH.tmp-<pid>: where a writer builds its output before the final rename.
@@ -32,8 +34,8 @@ void check_output_file_writable(const std::string& file, bool overwrite);
 void check_output_apart_from_inputs(const std::string& command, const std::string& out,
                                     const std::vector<std::pair<std::string, std::string>>& inputs);
 
-// Refuses to start writing `bytes` under `dir` (or its nearest existing ancestor) when its
-// filesystem has less free space, or when the directory is not writable: "No space left on
+// Refuses to start writing `bytes` under `dir` (or its nearest existing ancestor; "" is ".") when
+// its filesystem has less free space, or when the directory is not writable: "No space left on
 // device (ENOSPC)", "Permission denied (EACCES)", "Read-only file system (EROFS)", naming
 // `what` and the directory. The
 // environment variable ZT_DEBUG_SKIP_SPACE_CHECK=1 skips the space check (fault tests: a disk

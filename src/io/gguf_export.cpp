@@ -208,7 +208,7 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
     tensors.push_back({kRopeFreqsTensor, {c.head_dim() / 2}, GgmlType::kF32});
     ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(GgmlType::kF32))];
   }
-  check_room_to_write(dir_parent(out_path).empty() ? "." : dir_parent(out_path),
+  check_room_to_write(dir_parent(out_path),
                       model.total_size() * (type == GgufOutType::kF32 ? 2 : 1), "export");
   write_gguf_file(out_path, metadata, tensors, [&](size_t i, std::vector<uint8_t>& bytes) {
     if (i == layout.tensors().size()) {

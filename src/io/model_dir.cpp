@@ -90,8 +90,7 @@ ModelDirWriter::ModelDirWriter(std::string dir, const ModelConfig& config,
   config_.validate();
   ZT_CHECK(shard_limit_ > 0, "shard size limit must be positive");
   check_output_dir_writable(dir_, overwrite_);
-  check_room_to_write(dir_parent(dir_).empty() ? "." : dir_parent(dir_), model_dir_bytes(config_),
-                      "model '" + dir_ + "'");
+  check_room_to_write(dir_parent(dir_), model_dir_bytes(config_), "model '" + dir_ + "'");
   std::error_code ec;
   fs::remove_all(tmp_dir_, ec);
   if (!dir_parent(dir_).empty()) fs::create_directories(dir_parent(dir_), ec);

@@ -68,8 +68,7 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
   const std::vector<int> shard_of = plan_shards(bytes, max_shard_bytes);
   const int num_shards = shard_of.empty() ? 1 : shard_of.back();
 
-  check_room_to_write(dir_parent(result.dir).empty() ? "." : dir_parent(result.dir), result.bytes,
-                      "model '" + result.dir + "'");
+  check_room_to_write(dir_parent(result.dir), result.bytes, "model '" + result.dir + "'");
   const std::string tmp = temp_sibling(result.dir);
   std::error_code ec;
   fs::remove_all(tmp, ec);
