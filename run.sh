@@ -32,7 +32,8 @@ PACKAGES=(
   util-linux procps  # unshare, pkill: the simulated multi-node cluster (tests/multinode)
 )
 
-log() { printf '\033[1m[run.sh]\033[0m %s\n' "$*" >&2; }
+# Each line with the time since the script started, so that a CI log tells where its time went.
+log() { printf '\033[1m[run.sh %d:%02d]\033[0m %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 install_deps() {
   local missing=()
@@ -210,9 +211,11 @@ build_target() {
 
 build() {
   fetch_cudnn_frontend
+  log "building in $BUILD_DIR"
   # shellcheck disable=SC2086
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
   cmake --build "$BUILD_DIR" -j "$(nproc)"
+  log "built"
 }
 
 # Open MPI as root and with more ranks than cores (the tests and the demo use mpirun).
@@ -270,8 +273,11 @@ rerun_whole_suite_failures() {
 # OpenBLAS picks its kernels per CPU, and an element's rounding depends on the kernel, so a claim
 # that holds for one machine's kernels only shows up here. name:OPENBLAS_CORETYPE:ZT_CPU_ADAM_SIMD
 # (empty: OpenBLAS's own detection / the widest Adam path this CPU has). ZT_TEST_VARIANTS=0 skips.
-# The first, native, is what the whole-suite pass already ran when the caller set neither variable,
-# and is then not run twice.
+# Each kernel is to run once, not each pair: tests/kernels/zt_kernel_fingerprint tells, per
+# variant, the digest of the bits OpenBLAS computes and the Adam path, and a variant whose digest
+# and path both ran already (in the whole-suite pass, or an earlier variant) is skipped, saying
+# so. OpenBLAS 0.3.21 gives its Zen core type Haswell's SGEMM kernel and blocking, for one; and
+# native (detection, widest) is the whole-suite pass itself unless the caller set either variable.
 VARIANTS=(native:: haswell:Haswell:scalar skylakex:SkylakeX:avx2 zen:Zen:)
 # Tests whose every assertion is about bytes, files, messages or exit codes, never about a value
 # the kernels compute: the style and include checks, the environment report, the bundle and the
@@ -279,14 +285,34 @@ VARIANTS=(native:: haswell:Haswell:scalar skylakex:SkylakeX:avx2 zen:Zen:)
 # memory estimator (it asserts bytes) and the compile without CUDA. They ran once in the
 # whole-suite pass; a kernel variant cannot change their outcome, so the variants leave them out
 # (about a third of their time).
-VARIANT_EXCLUDED='^(code_format|no_cuda_compile.*|docs_reference|architecture_includes.*|info_env|cpu_tests_hide_gpus|bundle_runs_relocated|gpu_session_dry_run|mpi_estimator_np[0-9]+|FuzzedInputs\.(ModelConfigJson|DeepSpeedJson)|RankFailures\..*|RunDirectory\..*|FullDisk\..*|IoCli\..*|MaxMicroBatch\..*|TrainE2E\.BadInputsFailNamingTheCulprit|TrainMpi\.RankBoundToFewerCpusThanItsThreadsIsWarned)$'
+VARIANT_EXCLUDED='^(code_format|no_cuda_compile.*|docs_reference|architecture_includes.*|info_env|cpu_tests_hide_gpus|kernel_fingerprint|bundle_runs_relocated|gpu_session_dry_run|mpi_estimator_np[0-9]+|FuzzedInputs\.(ModelConfigJson|DeepSpeedJson)|RankFailures\..*|RunDirectory\..*|FullDisk\..*|IoCli\..*|MaxMicroBatch\..*|TrainE2E\.BadInputsFailNamingTheCulprit|TrainMpi\.RankBoundToFewerCpusThanItsThreadsIsWarned)$'
 cpu_has() { grep -qw "$1" /proc/cpuinfo; }
+# kernel_fingerprint CORETYPE SIMD: "blas DIGEST adam PATH" under those settings (empty: unset),
+# or nothing when the probe is missing or fails (the variant then runs).
+kernel_fingerprint() {
+  local probe=$BUILD_DIR/tests/kernels/zt_kernel_fingerprint
+  [ -x "$probe" ] || return 0
+  (
+    if [ -n "$1" ]; then export OPENBLAS_CORETYPE=$1; else unset OPENBLAS_CORETYPE; fi
+    if [ -n "$2" ]; then export ZT_CPU_ADAM_SIMD=$2; else unset ZT_CPU_ADAM_SIMD; fi
+    "$probe" 2>/dev/null
+  ) || true
+}
 run_variants() {
   if [ "${ZT_TEST_VARIANTS:-1}" = 0 ]; then
     log "numeric variants skipped (ZT_TEST_VARIANTS=0)"
     return 0
   fi
-  local failed=() ran=() name core simd
+  local failed=() ran=() name core simd print blas adam
+  # What ran already: the kernel -> the pass that ran it.
+  local -A blas_ran=() adam_ran=()
+  print=$(kernel_fingerprint "${OPENBLAS_CORETYPE:-}" "${ZT_CPU_ADAM_SIMD:-}")
+  if [ -n "$print" ]; then
+    read -r _ blas _ adam <<<"$print"
+    blas_ran[$blas]="the whole-suite pass"
+    adam_ran[$adam]="the whole-suite pass"
+    log "the whole-suite pass ran OpenBLAS kernels $blas and the $adam Adam path"
+  fi
   for v in "${VARIANTS[@]}"; do
     IFS=: read -r name core simd <<<"$v"
     if [ -z "$core$simd" ] && [ -z "${OPENBLAS_CORETYPE:-}${ZT_CPU_ADAM_SIMD:-}" ]; then
@@ -297,7 +323,19 @@ run_variants() {
       SkylakeX) cpu_has avx512f || { log "variant $name skipped: this CPU has no AVX-512"; continue; } ;;
       Haswell | Zen) cpu_has avx2 || { log "variant $name skipped: this CPU has no AVX2"; continue; } ;;
     esac
-    log "variant $name: OPENBLAS_CORETYPE=${core:-(detected)} ZT_CPU_ADAM_SIMD=${simd:-(widest)}"
+    print=$(kernel_fingerprint "$core" "$simd")
+    if [ -n "$print" ]; then
+      read -r _ blas _ adam <<<"$print"
+      if [ -n "${blas_ran[$blas]:-}" ] && [ -n "${adam_ran[$adam]:-}" ]; then
+        log "variant $name skipped: its OpenBLAS kernels ($blas) ran in ${blas_ran[$blas]} and its $adam Adam path in ${adam_ran[$adam]}"
+        continue
+      fi
+      blas_ran[$blas]=${blas_ran[$blas]:-variant $name}
+      adam_ran[$adam]=${adam_ran[$adam]:-variant $name}
+    else
+      log "WARNING: tests/kernels/zt_kernel_fingerprint did not answer; variant $name runs"
+    fi
+    log "variant $name: OPENBLAS_CORETYPE=${core:-(detected)} ZT_CPU_ADAM_SIMD=${simd:-(widest)}${print:+ ($print)}"
     if ! (
       if [ -n "$core" ]; then export OPENBLAS_CORETYPE=$core; else unset OPENBLAS_CORETYPE; fi
       if [ -n "$simd" ]; then export ZT_CPU_ADAM_SIMD=$simd; else unset ZT_CPU_ADAM_SIMD; fi
@@ -468,6 +506,7 @@ case "${1:-}" in
     status=0
     rm -f "$BUILD_DIR/whole_suite_failures.log"
     report_disk_space
+    log "the whole-suite pass (ctest -j2)"
     run_tests "$@" || {
       status=$?
       report_disk_space
@@ -475,6 +514,7 @@ case "${1:-}" in
     }
     run_variants "$@" || status=1
     rerun_whole_suite_failures
+    log "test: exit status $status"
     exit $status
     ;;
   test-asan) shift; install_deps; fetch_test_sources; test_asan "$@" ;;
