@@ -10,6 +10,7 @@
 #include "app/python_step.h"
 #include "io/fs_util.h"
 #include "io/token_dataset.h"
+#include "runtime/signals.h"
 #include "util/error.h"
 
 namespace zt {
@@ -147,6 +148,9 @@ int cmd_prepare_data(int argc, char** argv) {
         read.emplace_back("the input file", file);
   if (vm.count("tokenizer")) read.emplace_back("the tokenizer", vm["tokenizer"].as<std::string>());
   check_output_apart_from_inputs(spec.name, out, read);
+  // A scheduler's stop (SIGTERM, SIGUSR1) ends the tokenizer step or the writing and unwinds:
+  // no output, temporary file or scratch directory is left (io/token_dataset.h).
+  const StopSignalHandlers stop_handlers;
   if (vm.count("tokenizer")) {
     const HfTokenizeRequest request = hf_tokenize_request(vm, out);
     return report_dataset(out, prepare_hf_token_dataset(request), request.inputs.size());

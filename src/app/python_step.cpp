@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "io/fs_util.h"
@@ -122,7 +123,10 @@ int run_process(const std::vector<std::string>& args) {
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = 0;
-  const StopSignalHandlers stop_handlers;  // the child starts with the default actions (exec)
+  // The command's own handlers when it installed them (prepare-data does, for its whole run);
+  // the child starts with the default actions either way (exec).
+  std::optional<StopSignalHandlers> stop_handlers;
+  if (!stop_signal_handlers_installed()) stop_handlers.emplace();
   const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   ZT_CHECK(rc == 0, "cannot start '" + args[0] + "': " + std::strerror(rc) +
                         " (./run.sh deps makes the project's environment .venv/, which zerotrain "

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <thread>
 
 #include "io/fs_util.h"
+#include "runtime/signals.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 
@@ -23,6 +27,16 @@ constexpr const char* kDocStartsDataset = "doc_starts";
 
 std::string in_file(const std::string& path) {
   return "token dataset '" + path + "'";
+}
+
+// ZT_DEBUG_STALL_DATASET=SECONDS (tests): sleeps that long, or until a stop signal is recorded.
+void stall_if_requested() {
+  const char* value = std::getenv("ZT_DEBUG_STALL_DATASET");
+  if (!value || !*value) return;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(std::atof(value));
+  while (std::chrono::steady_clock::now() < until && !received_stop_signal())
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 }  // namespace
@@ -57,9 +71,16 @@ TokenDatasetWriter::~TokenDatasetWriter() {
   fs::remove(tmp_path_, ec);
 }
 
+void TokenDatasetWriter::stop_if_requested() const {
+  if (const int signal_number = received_stop_signal())
+    fail("stopped by " + stop_signal_name(signal_number) + " while writing token dataset '" +
+         path_ + "': nothing written");
+}
+
 void TokenDatasetWriter::append(const uint32_t* tokens, int64_t count, const std::string& source,
                                 const uint8_t* loss_mask) {
   ZT_CHECK(!finished_, "token dataset '" + path_ + "' is already finished");
+  stop_if_requested();
   for (int64_t i = 0; i < count; ++i) {
     ZT_CHECK(tokens[i] < static_cast<uint64_t>(vocab_size_),
              source + ": token " + std::to_string(tokens[i]) + " (dataset position " +
@@ -82,6 +103,7 @@ void TokenDatasetWriter::append(const uint32_t* tokens, int64_t count, const std
     h5::set_extent(mask_dataset_, size_ + count, where);
     h5::write_box(mask_dataset_, DType::kUint8, {size_}, {count}, loss_mask, where);
   }
+  if (size_ == 0) stall_if_requested();
   size_ += count;
 }
 
@@ -96,6 +118,7 @@ void TokenDatasetWriter::add_document_start(int64_t offset) {
 
 void TokenDatasetWriter::finish() {
   ZT_CHECK(!finished_, "token dataset '" + path_ + "' finished twice");
+  stop_if_requested();
   ZT_CHECK(size_ > 0, "no tokens to write to '" + path_ + "'");
   const std::string where = in_file(tmp_path_);
   while (!doc_starts_.empty() && doc_starts_.back() >= size_) doc_starts_.pop_back();

@@ -23,7 +23,10 @@ constexpr int32_t kLlmcMagic = 20240520;        // llm.c .bin, GPT-2 tokens (uin
 constexpr int32_t kLlmcLlama3Magic = 20240801;  // llm.c .bin, Llama 3 tokens (uint32)
 
 // Streams tokens into PATH.tmp-<pid> (chunked, extendible dataset) and renames it to PATH on
-// finish(); without finish() the temporary file is removed.
+// finish(); without finish() the temporary file is removed. Where the command installed the stop
+// handlers (runtime/signals.h), a SIGTERM or SIGUSR1 recorded before the rename fails the next
+// append() or finish(), so that the writer unwinds and nothing is left. ZT_DEBUG_STALL_DATASET=
+// SECONDS (tests) pauses after the first append, the file half written, until then or a stop.
 class TokenDatasetWriter {
  public:
   TokenDatasetWriter(std::string path, int64_t vocab_size, std::string tokenizer,
@@ -53,6 +56,9 @@ class TokenDatasetWriter {
   std::string tokenizer_;
   TokenizerFiles tokenizer_files_;
   bool overwrite_;
+  // Fails naming the signal when a stop was recorded.
+  void stop_if_requested() const;
+
   bool finished_ = false;
   int64_t size_ = 0;
   std::vector<int64_t> doc_starts_;

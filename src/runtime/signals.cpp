@@ -57,8 +57,12 @@ StopSignalHandlers::~StopSignalHandlers() {
   g_installed = false;
 }
 
+bool stop_signal_handlers_installed() {
+  return g_installed;
+}
+
 int received_stop_signal() {
-  return g_stop_signal;
+  return g_installed ? g_stop_signal : 0;
 }
 
 std::string stop_signal_name(int signal_number) {

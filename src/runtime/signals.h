@@ -26,7 +26,11 @@ class StopSignalHandlers {
   StopSignalHandlers& operator=(const StopSignalHandlers&) = delete;
 };
 
-// The signal number this process received (SIGUSR1 or SIGTERM), 0 when none.
+// Whether a StopSignalHandlers is alive (a command that installed them for its whole run keeps
+// them through the steps that would install their own).
+bool stop_signal_handlers_installed();
+// The signal number this process received (SIGUSR1 or SIGTERM) while the handlers are alive; 0
+// when none, and whenever no StopSignalHandlers is alive.
 int received_stop_signal();
 // "SIGUSR1", "SIGTERM", or "signal N".
 std::string stop_signal_name(int signal_number);

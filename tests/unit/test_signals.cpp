@@ -1,6 +1,7 @@
 // Stop signals (runtime/signals.h): SIGUSR1/SIGTERM are recorded, not fatal; a second SIGTERM
-// exits at once with 143; the previous handlers come back afterwards. A command stopped while its
-// Python step runs ends that step and leaves nothing behind.
+// exits at once with 143; the previous handlers come back afterwards. prepare-data stopped while
+// its Python step runs ends that step, and stopped while it writes its dataset ends the writing:
+// either way nothing is left behind.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -71,6 +72,31 @@ TEST(StopSignals, PrepareDataStoppedDuringItsTokenizerStepEndsTheStepAndLeavesNo
   EXPECT_NE(log.find("stopped by SIGTERM while '" + step + "' ran"), std::string::npos) << log;
   EXPECT_NE(log.find("exit=1"), std::string::npos) << log;
   EXPECT_EQ(log.find("step-still-running"), std::string::npos) << log;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path()))
+    EXPECT_EQ(entry.path().filename().string().rfind("d.h5", 0), std::string::npos)
+        << entry.path() << " was left behind";
+}
+
+// Stopped while the dataset is half written (ZT_DEBUG_STALL_DATASET holds the writer after its
+// first chunk, the temporary file on disk): the default action used to kill prepare-data and
+// leave OUT.tmp-<pid> behind.
+TEST(StopSignals, PrepareDataStoppedWhileWritingItsDatasetLeavesNothing) {
+  testing::TempDir tmp;
+  const std::string out = tmp / "d.h5";
+  {
+    std::ofstream f(tmp / "run.sh");
+    f << "ZT_DEBUG_STALL_DATASET=60 " << ZT_BINARY << " prepare-data --text '" << ZT_SOURCE_DIR
+      << "/inputs/data/sample.txt' --out '" << out << "' & z=$!\n"
+      << "n=0; while ! ls '" << out << "'.tmp-* >/dev/null 2>&1 && [ $n -lt 400 ]; do "
+      << "sleep 0.05; n=$((n+1)); done\n"
+      << "kill -TERM $z; wait $z; echo \"exit=$?\"\n";
+  }
+  ASSERT_EQ(std::system(("sh '" + tmp / "run.sh" + "' > '" + tmp / "log" + "' 2>&1").c_str()), 0);
+  const std::string log = testing::read_file(tmp / "log");
+  EXPECT_NE(log.find("stopped by SIGTERM while writing token dataset '" + out + "'"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("exit=1"), std::string::npos) << log;
   for (const auto& entry : std::filesystem::directory_iterator(tmp.path()))
     EXPECT_EQ(entry.path().filename().string().rfind("d.h5", 0), std::string::npos)
         << entry.path() << " was left behind";
