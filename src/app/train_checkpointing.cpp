@@ -45,7 +45,7 @@ void add_checkpoint_options(po::options_description& options, CheckpointFlags& f
   add("resume", po::value(&f.resume)->default_value(f.resume),
       "none | auto (OUT/checkpoints/latest, if any) | PATH of a checkpoint directory");
   add("stop-after-step", po::value(&f.stop_after_step)->default_value(f.stop_after_step),
-      "save a checkpoint after step S and exit 124, as on SIGUSR1 (0 = off)");
+      "save a checkpoint after step S (below --steps) and exit 124, as on SIGUSR1 (0 = off)");
   add("allow-data-change", bool_flag(&f.allow_data_change, false),
       "resume from a checkpoint written on another dataset (refused by default)");
   add_checkpoint_frozen_option(options, &f.frozen);

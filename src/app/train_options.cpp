@@ -132,6 +132,12 @@ void validate_settings(TrainOptions& o) {
   check_attention_request(o.attention_request, o.backend_kind, kCommand);
   check_gemm_algorithms(o.gemm_algorithms, o.backend_kind, kCommand);
   validate_checkpoint_flags(o.checkpoint, kCommand);
+  // At or past the last step the run would end as usual (exit 0, no stop): a contradiction.
+  ZT_CHECK(o.checkpoint.stop_after_step < o.steps,
+           std::string(kCommand) + ": --stop-after-step " +
+               std::to_string(o.checkpoint.stop_after_step) +
+               " is not before the last step (--steps " + std::to_string(o.steps) +
+               "): the run would end there without stopping; give a step below it, or 0");
   o.choices = parse_engine_choices(o, kCommand);
   o.choices.offload.validate(o.zero.stage);
 }

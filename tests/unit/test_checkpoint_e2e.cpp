@@ -169,7 +169,9 @@ TEST_F(CheckpointE2E, StopAndResumeIsBitwiseTheUninterruptedRun) {
   EXPECT_EQ(latest("pieces"), "step-00000010");
   EXPECT_FALSE(fs::exists(checkpoint("pieces", 5))) << "--keep-last 1 kept step 5";
   EXPECT_EQ(count_lines(path("pieces/metrics.jsonl")), 10u);
-  const RunResult second = train("pieces", 20, "--save-every 5 --keep-last 1 --resume auto");
+  // The same command line again, as a requeued job gives it: resumed past step 10, it runs on.
+  const RunResult second =
+      train("pieces", 20, "--save-every 5 --keep-last 1 --stop-after-step 10 --resume auto");
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
   EXPECT_EQ(latest("pieces"), "step-00000020");

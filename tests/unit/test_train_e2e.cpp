@@ -301,6 +301,10 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
       {"--preset tiny " + base + " --comm-timeout -1", "--comm-timeout must be >= 0"},
       {"--preset tiny " + base + " --comm-timeout nan", "--comm-timeout must be >= 0"},
       {"--preset tiny " + base + " --steps 0", "--steps"},
+      {"--preset tiny " + base + " --steps 4 --stop-after-step 4",
+       "--stop-after-step 4 is not before the last step (--steps 4)"},
+      {"--preset tiny " + base + " --steps 4 --stop-after-step 9",
+       "--stop-after-step 9 is not before the last step (--steps 4)"},
       {"--preset tiny " + base + " --micro-batch 200000000 --seq-len 16",
        "tokens per micro-batch is beyond 2^31 - 1"},
       {"--preset tiny " + base +
