@@ -33,6 +33,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_adam.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_compatibility.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/consolidate.h"
 #include "checkpoint/peft_adapter.h"

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint_compatibility.h"
 #include "comm/collective_outcome.h"
 #include "engine/zero_config.h"
 #include "io/fs_util.h"

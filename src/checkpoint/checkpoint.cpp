@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "checkpoint/checkpoint_compatibility.h"
 #include "checkpoint/checkpoint_files.h"
 #include "comm/collective_outcome.h"
 #include "io/fs_util.h"

@@ -45,7 +45,7 @@ struct TrainingProgress {
 
 // The settings a resumed run is compared with. The learning-rate schedule (lr, min_lr,
 // warmup_steps, total_steps) may change with a warning; the rest must match (see
-// check_resume_hyperparameters).
+// check_resume_hyperparameters, checkpoint_compatibility.h).
 struct TrainingHyperparameters {
   AdamWConfig optim;
   int64_t total_steps = 0;
@@ -164,33 +164,11 @@ std::vector<CheckpointGroup> checkpoint_groups(const ParamLayout& layout, int wo
 std::vector<CheckpointTensor> checkpoint_tensors(const ParamLayout& layout,
                                                  const TrainableSet& trainable = {});
 
-// Fails unless the checkpoint was trained with the same frozen tensors as `trainable` (its
-// optimizer state exists for exactly those that train): the message names the tensors that
-// differ.
-void check_checkpoint_trainable(const CheckpointManifest& manifest, const ParamLayout& layout,
-                                const TrainableSet& trainable, const std::string& checkpoint_dir);
-
 // Whether the checkpoint keeps any frozen group as a digest (format 3): a resume must then load
 // the base model the run started from before load_checkpoint, which verifies it.
 bool keeps_frozen_digests(const CheckpointManifest& manifest);
 
 // "crc32c:xxxxxxxx" of the model config's canonical JSON (sorted keys, no whitespace).
 std::string model_config_fingerprint(const ModelConfig& config);
-
-// Fails unless the checkpoint holds this model: the message names the first differing key
-// ("hidden_size: checkpoint 64, run 256"), then any difference in the tensor layout.
-void check_checkpoint_model(const CheckpointManifest& manifest, const ModelConfig& config,
-                            const ParamLayout& layout, const std::string& checkpoint_dir);
-
-// Compares a resumed run's settings with the checkpoint's. Fails on what changes the data order
-// or the update rule (seq_len, data seed, the dataset unless allow_data_change, betas, eps,
-// weight decay, clip; micro-batch and grad-accum at the same world size). Returns warnings for the
-// rest: learning-rate schedule, a global batch changed by a new world size, precision.
-std::vector<std::string> check_resume_hyperparameters(const CheckpointManifest& manifest,
-                                                      const TrainingHyperparameters& run,
-                                                      int run_world_size,
-                                                      const std::string& run_precision,
-                                                      const std::string& checkpoint_dir,
-                                                      bool allow_data_change = false);
 
 }  // namespace zt

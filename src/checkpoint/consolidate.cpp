@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "checkpoint/checkpoint_compatibility.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/peft_adapter.h"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_compatibility.h"
 #include "checkpoint/checkpoint_files.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "io/fs_util.h"
