@@ -211,8 +211,8 @@ def checkpoint_masters(step_dir, kind="master"):
     return out
 
 
-def _splitmix64(x):
-    """splitmix64's finaliser over a uint64 array (wrapping arithmetic)."""
+def splitmix64(x):
+    """util/splitmix64.h's splitmix64 over a uint64 array or scalar (wrapping arithmetic)."""
     import numpy as np
     with np.errstate(over="ignore"):
         x = x + np.uint64(0x9E3779B97F4A7C15)
@@ -231,7 +231,7 @@ def frozen_values_digest(values):
     chunk = 1 << 22
     for begin in range(0, bits.size, chunk):
         index = np.arange(begin, min(begin + chunk, bits.size), dtype=np.uint64)
-        terms = _splitmix64(_splitmix64(index) ^ bits[begin:begin + index.size])
+        terms = splitmix64(splitmix64(index) ^ bits[begin:begin + index.size])
         with np.errstate(over="ignore"):
             total = total + np.sum(terms, dtype=np.uint64)
     return f"splitmix64-sum:{int(total):016x}"

@@ -27,8 +27,8 @@ adapter parameters alone.
    export --merge-lora writes W + s·B·A within one bf16 ulp of PEFT's merge_and_unload (rounded
    to bf16), every other tensor bitwise the base's.
 7. Dropout 0.25: the losses, gradient norms and final adapters of PEFT whose lora_dropout modules
-   apply the mask docs/lora.md describes (computed here from its description), within the same
-   bound (Adam's epsilon 1e-3 on both sides: see DROPOUT_EPS).
+   apply the mask docs/lora.md describes (lora_dropout_mask.py, written from its description),
+   within the same bound (Adam's epsilon 1e-3 on both sides: see DROPOUT_EPS).
 8. estimate --lora-rank counts the adapters (6b, r 16, all-linear: their parameters, 16 bytes of
    state each at stage 0) and full fine-tuning's 18 bytes per parameter beside them.
 9. Bad input: a PEFT config with DoRA, a regex target_modules, a target zerotrain cannot adapt, and
@@ -53,6 +53,7 @@ from oracle_harness import (check, checkpoint_masters, exit_status,  # noqa: E40
                             frozen_digest_mismatches, lora_oracle_arguments, refused, run_tool,
                             write_byte_windows)
 import llama_reference as ref  # noqa: E402
+from lora_dropout_mask import MaskedDropout  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -173,45 +174,6 @@ def rewrite_config(adapter_dir, **changes):
     config.update(changes)
     with open(path, "w") as f:
         json.dump(config, f)
-
-
-MASK = (1 << 64) - 1
-
-
-def splitmix64(x):
-    """util/splitmix64.h's splitmix64 on uint64 arrays (Python ints for the wrap)."""
-    x = (x + 0x9e3779b97f4a7c15) & MASK
-    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & MASK
-    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & MASK
-    return x ^ (x >> 31)
-
-
-def dropout_keep(seed, layer, target, first_token, rows, cols, p):
-    """The kept elements of docs/lora.md's mask, [rows, cols], written from its description:
-    stream = mix(mix(seed) + 8·layer + target); element (first_token + i)·cols + j kept when the
-    top 24 bits of mix(stream ^ mix(element)), over 2^24, are >= p (as fp32)."""
-    stream = splitmix64((splitmix64(seed) + 8 * layer + target) & MASK)
-    elements = (first_token * cols + np.arange(rows * cols, dtype=np.uint64)).astype(object)
-    r = np.array([splitmix64(stream ^ splitmix64(int(e))) for e in elements], dtype=object)
-    uniform = np.array([np.float32(int(v) >> 40) / np.float32(16777216) for v in r],
-                       dtype=np.float32)
-    return torch.from_numpy((uniform >= np.float32(p)).reshape(rows, cols))
-
-
-class MaskedDropout(torch.nn.Module):
-    """PEFT's lora_dropout replaced by zerotrain's mask for one (layer, projection)."""
-    step = 0  # the current optimizer step (1-based), set by the training loop
-
-    def __init__(self, layer, target, p, seed):
-        super().__init__()
-        self.layer, self.target, self.p, self.seed = layer, target, p, seed
-
-    def forward(self, x):
-        rows, cols = x.shape[-2], x.shape[-1]
-        keep = dropout_keep(self.seed, self.layer, self.target, (MaskedDropout.step - 1) * rows,
-                            rows, cols, self.p)
-        scale = 1.0 / (1.0 - float(np.float32(self.p)))
-        return x * keep.to(x.dtype) * scale
 
 
 def poison_element_5(adapter_dir):
