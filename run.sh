@@ -277,7 +277,8 @@ rerun_whole_suite_failures() {
 # variant, the digest of the bits OpenBLAS computes and the Adam path, and a variant whose digest
 # and path both ran already (in the whole-suite pass, or an earlier variant) is skipped, saying
 # so. OpenBLAS 0.3.21 gives its Zen core type Haswell's SGEMM kernel and blocking, for one; and
-# native (detection, widest) is the whole-suite pass itself unless the caller set either variable.
+# native (detection, widest) is the whole-suite pass itself unless the caller set either variable
+# (an empty OPENBLAS_CORETYPE is not OpenBLAS's detection: it falls back to a default core).
 VARIANTS=(native:: haswell:Haswell:scalar skylakex:SkylakeX:avx2 zen:Zen:)
 # Tests whose every assertion is about bytes, files, messages or exit codes, never about a value
 # the kernels compute: the style and include checks, the environment report, the bundle and the
@@ -287,15 +288,18 @@ VARIANTS=(native:: haswell:Haswell:scalar skylakex:SkylakeX:avx2 zen:Zen:)
 # (about a third of their time).
 VARIANT_EXCLUDED='^(code_format|no_cuda_compile.*|docs_reference|architecture_includes.*|info_env|cpu_tests_hide_gpus|kernel_fingerprint|bundle_runs_relocated|gpu_session_dry_run|mpi_estimator_np[0-9]+|FuzzedInputs\.(ModelConfigJson|DeepSpeedJson)|RankFailures\..*|RunDirectory\..*|FullDisk\..*|IoCli\..*|MaxMicroBatch\..*|TrainE2E\.BadInputsFailNamingTheCulprit|TrainMpi\.RankBoundToFewerCpusThanItsThreadsIsWarned)$'
 cpu_has() { grep -qw "$1" /proc/cpuinfo; }
-# kernel_fingerprint CORETYPE SIMD: "blas DIGEST adam PATH" under those settings (empty: unset),
-# or nothing when the probe is missing or fails (the variant then runs).
+# kernel_fingerprint [CORETYPE SIMD]: "blas DIGEST adam PATH" in this environment as it is, or
+# with those settings (empty: unset); nothing when the probe is missing, fails or hangs (the
+# variant then runs).
 kernel_fingerprint() {
   local probe=$BUILD_DIR/tests/kernels/zt_kernel_fingerprint
   [ -x "$probe" ] || return 0
   (
-    if [ -n "$1" ]; then export OPENBLAS_CORETYPE=$1; else unset OPENBLAS_CORETYPE; fi
-    if [ -n "$2" ]; then export ZT_CPU_ADAM_SIMD=$2; else unset ZT_CPU_ADAM_SIMD; fi
-    "$probe" 2>/dev/null
+    if [ $# -gt 0 ]; then
+      if [ -n "$1" ]; then export OPENBLAS_CORETYPE=$1; else unset OPENBLAS_CORETYPE; fi
+      if [ -n "$2" ]; then export ZT_CPU_ADAM_SIMD=$2; else unset ZT_CPU_ADAM_SIMD; fi
+    fi
+    timeout 60 "$probe" 2>/dev/null
   ) || true
 }
 run_variants() {
@@ -306,7 +310,7 @@ run_variants() {
   local failed=() ran=() name core simd print blas adam
   # What ran already: the kernel -> the pass that ran it.
   local -A blas_ran=() adam_ran=()
-  print=$(kernel_fingerprint "${OPENBLAS_CORETYPE:-}" "${ZT_CPU_ADAM_SIMD:-}")
+  print=$(kernel_fingerprint)
   if [ -n "$print" ]; then
     read -r _ blas _ adam <<<"$print"
     blas_ran[$blas]="the whole-suite pass"
@@ -315,7 +319,7 @@ run_variants() {
   fi
   for v in "${VARIANTS[@]}"; do
     IFS=: read -r name core simd <<<"$v"
-    if [ -z "$core$simd" ] && [ -z "${OPENBLAS_CORETYPE:-}${ZT_CPU_ADAM_SIMD:-}" ]; then
+    if [ -z "$core$simd" ] && [ -z "${OPENBLAS_CORETYPE+set}${ZT_CPU_ADAM_SIMD+set}" ]; then
       log "variant $name: the whole-suite pass above ran it (neither variable set)"
       continue
     fi

@@ -127,6 +127,8 @@ int run_process(const std::vector<std::string>& args) {
   // the child starts with the default actions either way (exec).
   std::optional<StopSignalHandlers> stop_handlers;
   if (!stop_signal_handlers_installed()) stop_handlers.emplace();
+  if (const int signal_number = received_stop_signal())  // the command was stopped already
+    fail("stopped by " + stop_signal_name(signal_number) + " before '" + args[0] + "' started");
   const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   ZT_CHECK(rc == 0, "cannot start '" + args[0] + "': " + std::strerror(rc) +
                         " (./run.sh deps makes the project's environment .venv/, which zerotrain "

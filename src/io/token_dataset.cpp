@@ -118,7 +118,6 @@ void TokenDatasetWriter::add_document_start(int64_t offset) {
 
 void TokenDatasetWriter::finish() {
   ZT_CHECK(!finished_, "token dataset '" + path_ + "' finished twice");
-  stop_if_requested();
   ZT_CHECK(size_ > 0, "no tokens to write to '" + path_ + "'");
   const std::string where = in_file(tmp_path_);
   while (!doc_starts_.empty() && doc_starts_.back() >= size_) doc_starts_.pop_back();
@@ -151,6 +150,7 @@ void TokenDatasetWriter::finish() {
   if (mask_dataset_.valid()) mask_dataset_.close(where);
   file_.close(where);
   fsync_path(tmp_path_);
+  stop_if_requested();  // the last moment a stop keeps the dataset from being published
   move_into_place(tmp_path_, path_, overwrite_);
   finished_ = true;
 }

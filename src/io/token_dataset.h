@@ -24,8 +24,8 @@ constexpr int32_t kLlmcLlama3Magic = 20240801;  // llm.c .bin, Llama 3 tokens (u
 
 // Streams tokens into PATH.tmp-<pid> (chunked, extendible dataset) and renames it to PATH on
 // finish(); without finish() the temporary file is removed. Where the command installed the stop
-// handlers (runtime/signals.h), a SIGTERM or SIGUSR1 recorded before the rename fails the next
-// append() or finish(), so that the writer unwinds and nothing is left. ZT_DEBUG_STALL_DATASET=
+// handlers (runtime/signals.h), a SIGTERM or SIGUSR1 fails the next append(), or finish() just
+// before its rename, so that the writer unwinds and nothing is left. ZT_DEBUG_STALL_DATASET=
 // SECONDS (tests) pauses after the first append, the file half written, until then or a stop.
 class TokenDatasetWriter {
  public:
@@ -51,14 +51,14 @@ class TokenDatasetWriter {
   void finish();
 
  private:
+  // Fails naming the signal when a stop was recorded.
+  void stop_if_requested() const;
+
   std::string path_, tmp_path_;
   int64_t vocab_size_;
   std::string tokenizer_;
   TokenizerFiles tokenizer_files_;
   bool overwrite_;
-  // Fails naming the signal when a stop was recorded.
-  void stop_if_requested() const;
-
   bool finished_ = false;
   int64_t size_ = 0;
   std::vector<int64_t> doc_starts_;

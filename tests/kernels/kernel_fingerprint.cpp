@@ -15,7 +15,6 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <vector>
 

@@ -25,6 +25,8 @@ TEST(StopSignals, FirstSignalIsRecordedSecondSigtermExits143) {
     EXPECT_EQ(received_stop_signal(), SIGUSR1);
     EXPECT_EQ(stop_signal_name(SIGUSR1), "SIGUSR1");
   }
+  // Outside the handlers' lifetime no stop is pending, whatever the last one recorded.
+  EXPECT_EQ(received_stop_signal(), 0);
   // A child takes two SIGTERMs: the first is recorded, the second ends it with 143.
   const pid_t child = fork();
   ASSERT_GE(child, 0);
