@@ -104,13 +104,13 @@ void wait_unless_stopped(pid_t pid, const std::string& program, int& status) {
     ZT_CHECK(done >= 0 || errno == EINTR, "waiting for '" + program + "' failed");
     // Checked after the wait: a stop that came as the step ended (a whole process group
     // signalled) is the command's stop too, not the step's failure or success.
-    if (const int signal_number = received_stop_signal()) {
+    if (received_stop_signal()) {
       if (done != pid) {
         kill(pid, SIGTERM);
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
       }
-      fail("stopped by " + stop_signal_name(signal_number) + " while '" + program + "' ran");
+      fail_if_stopped("while '" + program + "' ran");
     }
     if (done == pid) return;
     usleep(10000);  // 10 ms: a step runs for seconds, its end is noticed at once
@@ -127,8 +127,7 @@ int run_process(const std::vector<std::string>& args) {
   // the child starts with the default actions either way (exec).
   std::optional<StopSignalHandlers> stop_handlers;
   if (!stop_signal_handlers_installed()) stop_handlers.emplace();
-  if (const int signal_number = received_stop_signal())  // the command was stopped already
-    fail("stopped by " + stop_signal_name(signal_number) + " before '" + args[0] + "' started");
+  fail_if_stopped("before '" + args[0] + "' started");  // the command was stopped already
   const int rc = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   ZT_CHECK(rc == 0, "cannot start '" + args[0] + "': " + std::strerror(rc) +
                         " (./run.sh deps makes the project's environment .venv/, which zerotrain "

@@ -72,9 +72,8 @@ TokenDatasetWriter::~TokenDatasetWriter() {
 }
 
 void TokenDatasetWriter::stop_if_requested() const {
-  if (const int signal_number = received_stop_signal())
-    fail("stopped by " + stop_signal_name(signal_number) + " while writing token dataset '" +
-         path_ + "': nothing written");
+  if (received_stop_signal())
+    fail_if_stopped("while writing token dataset '" + path_ + "': nothing written");
 }
 
 void TokenDatasetWriter::append(const uint32_t* tokens, int64_t count, const std::string& source,

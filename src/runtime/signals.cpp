@@ -65,6 +65,11 @@ int received_stop_signal() {
   return g_installed ? g_stop_signal : 0;
 }
 
+void fail_if_stopped(const std::string& what) {
+  if (const int signal_number = received_stop_signal())
+    fail("stopped by " + stop_signal_name(signal_number) + " " + what);
+}
+
 std::string stop_signal_name(int signal_number) {
   if (signal_number == SIGUSR1) return "SIGUSR1";
   if (signal_number == SIGTERM) return "SIGTERM";

@@ -32,6 +32,9 @@ bool stop_signal_handlers_installed();
 // The signal number this process received (SIGUSR1 or SIGTERM) while the handlers are alive; 0
 // when none, and whenever no StopSignalHandlers is alive.
 int received_stop_signal();
+// Throws zt::Error "stopped by SIGTERM WHAT" (or SIGUSR1) when a stop was received; `what` says
+// what was under way ("while writing ..."). The one form of a command's stop message.
+void fail_if_stopped(const std::string& what);
 // "SIGUSR1", "SIGTERM", or "signal N".
 std::string stop_signal_name(int signal_number);
 
