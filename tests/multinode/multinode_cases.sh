@@ -181,9 +181,10 @@ PY
     latest_step() { tr -dc '0-9' <"$WORK/$1/checkpoints/latest" | sed 's/^0*//'; }
     # Mid-step: once the step-4 checkpoint is committed, training is past it.
     kill_node_when mid_step "$WORK/mid_step/checkpoints/step-00000004/manifest.json"
-    # Mid-save: the step-4 save stalls with its rank files half written; `latest` stays step 2.
+    # Mid-save: every save stalls 5 s with its rank files half written (step 2's too, hence no
+    # longer), and nodeB dies within the step-4 one's; `latest` stays step 2.
     kill_node_when mid_save "$WORK/mid_save/checkpoints/.tmp-step-00000004" \
-      --debug-stall-checkpoint 30
+      --debug-stall-checkpoint 5
     [ "$(latest_step mid_save)" = 2 ] || fail "mid_save: latest is step $(latest_step mid_save), not 2"
     [ "$(latest_step mid_step)" -ge 4 ] || fail "mid_step: latest is step $(latest_step mid_step)"
     for name in mid_step mid_save; do

@@ -2,6 +2,7 @@
 from a test that could not run (exit 2)."""
 
 import subprocess
+import time
 
 
 class SetupError(Exception):
@@ -32,9 +33,11 @@ def check(condition, message):
 def run_tool(cmd):
     """Runs cmd, echoing it and its output; a non-zero exit is a SetupError. Returns stdout."""
     print("+ " + " ".join(cmd), flush=True)
+    started = time.monotonic()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.stdout.strip():
         print(proc.stdout.rstrip(), flush=True)
+    print(f"  ({cmd[0].rsplit('/', 1)[-1]} took {time.monotonic() - started:.1f} s)", flush=True)
     if proc.returncode != 0:
         raise SetupError(f"{cmd[0]} exited with {proc.returncode}")
     return proc.stdout

@@ -31,6 +31,8 @@ import tempfile
 GUARD = re.compile(r"\b(ZEROTRAIN_HAVE_(CUDA|NCCL|CUDNN|CUPTI)|ZT_CUDA_LIBRARY)\b")
 CUDA_DEFINITION = re.compile(r"^-D(ZEROTRAIN_HAVE_(CUDA|NCCL|CUDNN|CUPTI)|ZT_CUDA_LIBRARY)(=.*)?$")
 QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+# CMake's target_precompile_headers forces this header (and its .gch) into every source.
+PRECOMPILED_HEADER = "cmake_pch."
 # A directory that holds one of these is a CUDA library's include directory.
 CUDA_HEADERS = ("cuda_runtime.h", "nccl.h", "cudnn.h", "cupti.h", "cublasLt.h")
 
@@ -116,12 +118,18 @@ def is_cuda_include_dir(d):
 
 def without_cuda(arguments, directory):
     """The compiler arguments with the CUDA definitions and CUDA's include directories removed
-    and the output replaced: a compile to /dev/null."""
+    and the output replaced: a compile to /dev/null. A precompiled header CMake forces in
+    (`-include .../cmake_pch.hxx`, `-Winvalid-pch`) goes too: it was built with the CUDA
+    definitions, and the source must compile from its own includes."""
     out, i = [], 0
     while i < len(arguments):
         a = arguments[i]
-        if CUDA_DEFINITION.match(a):
+        if CUDA_DEFINITION.match(a) or a == "-Winvalid-pch":
             i += 1
+            continue
+        if a == "-include" and i + 1 < len(arguments) and \
+                os.path.basename(arguments[i + 1]).startswith(PRECOMPILED_HEADER):
+            i += 2
             continue
         if a in ("-I", "-isystem", "-o") and i + 1 < len(arguments):
             value = arguments[i + 1]
@@ -195,6 +203,17 @@ int main() {
 #endif
 }
 """,
+    # Right without CUDA, compiled with a precompiled header made with CUDA's definitions.
+    "src/precompiled.cpp": """#include <vector>
+#ifdef ZEROTRAIN_HAVE_CUDA
+#endif
+int main() { return static_cast<int>(std::vector<int>{}.size()); }
+""",
+    # The same, but it uses a header only the precompiled one brings in.
+    "src/needs_precompiled.cpp": """#ifdef ZEROTRAIN_HAVE_CUDA
+#endif
+int main() { return static_cast<int>(std::vector<int>{}.size()); }
+""",
     # A cuda-folder header included without a guard: it needs CUDA's own header.
     "src/app/unguarded.cpp": """#include "cuda/kernels.h"
 int main() { return kernel_value() - 1; }
@@ -235,23 +254,36 @@ def self_test():
 
         def entry(rel, cuda=True):
             defs = "-DZEROTRAIN_HAVE_CUDA=1 -DZT_CUDA_LIBRARY=\\\"x\\\" " if cuda else ""
+            pch = f"-Winvalid-pch -include {header} " if "precompiled" in rel else ""
             return {"directory": os.path.join(d, "build-cuda"), "file": os.path.join(d, rel),
                     "command": f"{compiler} {defs}-I{d}/src -I {d}/build-cuda/generated "
-                               f"-isystem {d}/fake-cuda/include -Wall -Werror "
+                               f"-isystem {d}/fake-cuda/include -Wall -Werror {pch}"
                                f"-o CMakeFiles/{os.path.basename(rel)[:-4]}.dir/x.o "
                                f"-c {os.path.join(d, rel)}"}
+
+        # A precompiled header as CMake makes one: the .gch beside the header it forces in,
+        # built with a CUDA definition that tests the source's guard (so invalid without it).
+        header = os.path.join(d, "build-cuda", "pch", "cmake_pch.hxx")
+        os.makedirs(os.path.dirname(header))
+        with open(header, "w", encoding="utf-8") as f:
+            f.write("#ifdef ZEROTRAIN_HAVE_CUDA\n#endif\n#include <vector>\n")
+        subprocess.run([compiler, "-DZEROTRAIN_HAVE_CUDA=1", "-x", "c++-header", header, "-o",
+                        header + ".gch"], check=True)
 
         good = ["src/good.cpp", "src/app/guarded.cpp", "src/cuda/kernels.cpp",
                 "tests/gpu/gpu_test.cpp", "bench/gpu_only.cpp"]
         for case, rels, cuda in (("unused_helper", ["src/bad.cpp"], True),
                                  ("unguarded_include", ["src/app/unguarded.cpp"], True),
                                  ("guarded", good, True),
+                                 ("precompiled", ["src/precompiled.cpp"], True),
+                                 ("needs_precompiled", ["src/needs_precompiled.cpp"], True),
                                  ("no_cuda", ["src/bad.cpp"], False)):
             cc = os.path.join(d, case + ".json")
             with open(cc, "w", encoding="utf-8") as f:
                 json.dump([entry(r, cuda) for r in rels], f)
             results[case] = check(cc, d, ["gpu_only"])
-    expected = {"unused_helper": 1, "unguarded_include": 1, "guarded": 0, "no_cuda": 0}
+    expected = {"unused_helper": 1, "unguarded_include": 1, "guarded": 0, "precompiled": 0,
+                "needs_precompiled": 1, "no_cuda": 0}
     if results != expected:
         print(f"self-test failed: {results} (expected {expected})")
         return 1
