@@ -1,20 +1,47 @@
 """What the GGUF tests share (test_gguf.py, tests/realmodel): transformers' GGUF loader as the
 reference model, and a zerotrain model directory's tensors read back."""
 
+import contextlib
 import json
 import os
+import unittest.mock
+
+
+@contextlib.contextmanager
+def gguf_files_in_memory():
+    """Within it, gguf.GGUFReader (transformers' GGUF loader's too) reads the whole file into
+    memory instead of mapping it: the same fields and tensors, three times faster on a 150k-token
+    vocabulary. The reader slices its buffer once per value, and every slice of an np.memmap costs
+    bookkeeping that a plain array's does not."""
+    import gguf
+    import numpy as np
+
+    def read(path, mode="r"):
+        if mode != "r":
+            raise ValueError(f"{path}: only read-only GGUF files are read into memory")
+        return np.fromfile(path, dtype=np.uint8)
+
+    with unittest.mock.patch.object(gguf.gguf_reader.np, "memmap", read):
+        yield
+
+
+def read_gguf(path):
+    """gguf.GGUFReader on the file at `path`, read into memory (gguf_files_in_memory)."""
+    import gguf
+    with gguf_files_in_memory():
+        return gguf.GGUFReader(path)
 
 
 def transformers_gguf_model(path):
     """transformers' GGUF loader on the file at `path`, the tie restored when the file has no
     output.weight (transformers 4.46 leaves lm_head random then), every weight rounded to bf16
     as zerotrain's model directory stores it."""
-    import gguf
     import torch
     import transformers
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(path), gguf_file=os.path.basename(path), torch_dtype=torch.float32)
-    if not any(t.name == "output.weight" for t in gguf.GGUFReader(path).tensors):
+    with gguf_files_in_memory():
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(path), gguf_file=os.path.basename(path), torch_dtype=torch.float32)
+    if not any(t.name == "output.weight" for t in read_gguf(path).tensors):
         model.config.tie_word_embeddings = True
         model.lm_head.weight = model.model.embed_tokens.weight
     with torch.no_grad():

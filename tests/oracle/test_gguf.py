@@ -37,7 +37,7 @@ from oracle_harness import (argument_parser, check, exit_status, fp32_model_boun
 
 gguf, h5py, np, tokenizers, torch, transformers = require_venv_modules(
     "gguf", "h5py", "numpy", "tokenizers", "torch", "transformers")
-from gguf_reference import model_dir_tensors, transformers_gguf_model  # noqa: E402
+from gguf_reference import model_dir_tensors, read_gguf, transformers_gguf_model  # noqa: E402
 from test_hf_families import hf_loss, last_json_line  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
@@ -274,7 +274,7 @@ def check_export(work, zt, imported, data, tokens, zt_loss):
         print(f"ok   export --gguf-type {kind} imports back bit for bit, tokenizer included")
     path = work("export_q8_0.gguf")
     run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", "q8_0", "--out", path])
-    reader = gguf.GGUFReader(path)
+    reader = read_gguf(path)
     hd = SHAPE["hidden"] // SHAPE["heads"]
     hf_name_of = {v: k for k, v in gguf_names(original).items()}
     for t in reader.tensors:
@@ -395,7 +395,7 @@ def check_llama3_rope(work, zt, vocab, sample, converter):
     check(abs(unscaled - want) > bound, "the check cannot see the rope scaling")
     exported = work("llama3_export.gguf")
     run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", "f32", "--out", exported])
-    written = next(t for t in gguf.GGUFReader(exported).tensors if t.name == "rope_freqs.weight")
+    written = next(t for t in read_gguf(exported).tensors if t.name == "rope_freqs.weight")
     written = np.asarray(written.data, dtype=np.float32).reshape(-1)
     check(np.array_equal(written.view(np.uint32), factors.view(np.uint32)),
           f"export's rope_freqs.weight {written} differs from the converter's {factors}")
@@ -446,7 +446,7 @@ def check_sliding_window(work, zt, imported):
     check(proc.returncode == 0, f"export of a model with a window failed: {proc.stderr}")
     check("sliding window of 16 tokens" in proc.stderr and "does not apply it" in proc.stderr,
           f"the export does not warn that llama.cpp ignores the window: {proc.stderr!r}")
-    fields = gguf.GGUFReader(work("mistral_window.gguf")).fields
+    fields = read_gguf(work("mistral_window.gguf")).fields
     check(int(fields["llama.attention.sliding_window"].contents()) == 16,
           "the GGUF file does not record the window")
     run_tool([zt, "import", work("mistral_window.gguf"), "--out", work("mistral_window_back")])

@@ -31,6 +31,7 @@ from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,
                             require_venv_modules, run_tool)
 
 gguf, h5py, np, transformers = require_venv_modules("gguf", "h5py", "numpy", "transformers")
+from gguf_reference import read_gguf  # noqa: E402
 
 VOCABS = ["llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2"]
 SEPARATOR = "\n__ggml_vocab_test__\n"
@@ -65,7 +66,7 @@ def tokenizer_fields(reader):
 def write_tiny_model(path, source, leave_out=()):
     """A 1-layer random Llama whose tokenizer metadata is `source`'s, unchanged (less the keys
     in `leave_out`)."""
-    reader = gguf.GGUFReader(source)
+    reader = read_gguf(source)
     fields = [f for f in tokenizer_fields(reader) if f[0] not in leave_out]
     vocab_size = len(reader.fields["tokenizer.ggml.tokens"].contents())
     rng = np.random.default_rng(0)
@@ -113,7 +114,7 @@ def check_vocab(work, zt, vocab_dir, name):
     # llama.cpp's Phi-3 file types <unk> as control and its padding tokens as unknown.
     exported = work(name + "_exported.gguf")
     run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", "f32", "--out", exported])
-    back = {key: value for key, value, _, _ in tokenizer_fields(gguf.GGUFReader(exported))}
+    back = {key: value for key, value, _, _ in tokenizer_fields(read_gguf(exported))}
     for key in ("tokenizer.ggml.model", "tokenizer.ggml.tokens"):
         check(back.get(key) == meta[key], f"{name}: the exported {key} differs from the source's")
     kinds = [[3 if t == 2 else t for t in m["tokenizer.ggml.token_type"]] for m in (back, meta)]
@@ -185,7 +186,7 @@ def check_metaspace_export(work, zt, vocab_dir):
     import subprocess
     imported = work("llama-spm_imported")
     meta = {key: value for key, value, _, _ in tokenizer_fields(
-        gguf.GGUFReader(work("llama-spm.gguf")))}
+        read_gguf(work("llama-spm.gguf")))}
     for split in (False, True):
         model = work(f"llama-spm_metaspace_split{int(split)}")
         shutil.copytree(imported, model)
