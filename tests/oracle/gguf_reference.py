@@ -12,7 +12,8 @@ def gguf_files_in_memory():
     """Within it, gguf.GGUFReader (transformers' GGUF loader's too) reads the whole file into
     memory instead of mapping it: the same fields and tensors, three times faster on a 150k-token
     vocabulary. The reader slices its buffer once per value, and every slice of an np.memmap costs
-    bookkeeping that a plain array's does not."""
+    bookkeeping that a plain array's does not. The reader's `np` is numpy itself: within the
+    block, numpy.memmap is replaced for the whole process (read-only files only)."""
     import gguf
     import numpy as np
 
@@ -50,8 +51,16 @@ def transformers_gguf_model(path):
     return model.eval()
 
 
-# HDF5's bf16 as zerotrain stores it: 2 bytes, sign bit 15, 8 exponent bits at 7, 7 mantissa bits.
+# HDF5's bf16 as zerotrain stores it: 2 bytes little-endian, sign bit 15, 8 exponent bits at 7
+# with bias 127, 7 mantissa bits.
 BF16_FIELDS = (15, 7, 8, 0, 7)
+
+
+def is_bf16(stored):
+    import h5py
+    return isinstance(stored, h5py.h5t.TypeFloatID) and stored.get_size() == 2 and \
+        stored.get_fields() == BF16_FIELDS and stored.get_ebias() == 127 and \
+        stored.get_order() == h5py.h5t.ORDER_LE
 
 
 def model_dir_tensors(model_dir):
@@ -65,9 +74,8 @@ def model_dir_tensors(model_dir):
     for name, shard in index.items():
         with h5py.File(os.path.join(model_dir, shard), "r") as f:
             stored = f[name].id.get_type()
-            if isinstance(stored, h5py.h5t.TypeFloatID) and stored.get_size() == 2 and \
-                    stored.get_fields() == BF16_FIELDS:
-                bits = np.empty(f[name].shape, dtype=np.uint16)
+            if is_bf16(stored):
+                bits = np.empty(f[name].shape, dtype="<u2")
                 f[name].id.read(h5py.h5s.ALL, h5py.h5s.ALL, bits, mtype=stored)
                 out[name] = (bits.astype(np.uint32) << 16).view(np.float32)
             else:
