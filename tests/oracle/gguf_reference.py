@@ -51,33 +51,13 @@ def transformers_gguf_model(path):
     return model.eval()
 
 
-# HDF5's bf16 as zerotrain stores it: 2 bytes little-endian, sign bit 15, 8 exponent bits at 7
-# with bias 127, 7 mantissa bits.
-BF16_FIELDS = (15, 7, 8, 0, 7)
-
-
-def is_bf16(stored):
-    import h5py
-    return isinstance(stored, h5py.h5t.TypeFloatID) and stored.get_size() == 2 and \
-        stored.get_fields() == BF16_FIELDS and stored.get_ebias() == 127 and \
-        stored.get_order() == h5py.h5t.ORDER_LE
-
-
 def model_dir_tensors(model_dir):
-    """Every tensor of a zerotrain model directory as float32 (bf16 widens exactly). A bf16
-    tensor's bits are read as they are and shifted into float32's upper half, which is the
-    widening HDF5's own conversion computes element by element, five times slower."""
+    """Every tensor of a zerotrain model directory as float32 (bf16 widens exactly)."""
     import h5py
-    import numpy as np
+    from llama_reference import read_float32
     index = json.load(open(os.path.join(model_dir, "model.h5.index.json")))["weight_map"]
     out = {}
     for name, shard in index.items():
         with h5py.File(os.path.join(model_dir, shard), "r") as f:
-            stored = f[name].id.get_type()
-            if is_bf16(stored):
-                bits = np.empty(f[name].shape, dtype="<u2")
-                f[name].id.read(h5py.h5s.ALL, h5py.h5s.ALL, bits, mtype=stored)
-                out[name] = (bits.astype(np.uint32) << 16).view(np.float32)
-            else:
-                out[name] = f[name].astype("float32")[()]
+            out[name] = read_float32(f[name])
     return out

@@ -38,6 +38,7 @@ from oracle_harness import (argument_parser, check, exit_status, fp32_model_boun
 gguf, h5py, np, tokenizers, torch, transformers = require_venv_modules(
     "gguf", "h5py", "numpy", "tokenizers", "torch", "transformers")
 from gguf_reference import model_dir_tensors, read_gguf, transformers_gguf_model  # noqa: E402
+from llama_reference import read_float32  # noqa: E402
 from test_hf_families import hf_loss, last_json_line  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
@@ -213,7 +214,7 @@ def check_model(work, zt, arch, vocab, sample):
     index = json.load(open(os.path.join(imported, "model.h5.index.json")))["weight_map"]
     for name, shard in sorted(index.items()):
         with h5py.File(os.path.join(imported, shard), "r") as f:
-            got = f[name].astype("float32")[()]
+            got = read_float32(f[name])
         want = state[name].numpy()
         check(np.array_equal(got, want), f"{arch} {name}: zerotrain's import differs from "
               f"transformers' GGUF loader in {int((got != want).sum())} values")
