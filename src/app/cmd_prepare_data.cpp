@@ -35,9 +35,11 @@ po::options_description prepare_data_options() {
       "JSON-lines files of SFT examples, a prompt and a response per line (with --tokenizer): "
       "the dataset gets a loss mask so that only the responses are learned")(
       "prompt-field", po::value<std::string>()->default_value("prompt"),
-      "the field of each --sft-jsonl line that holds the prompt")(
+      "the field of each --sft-jsonl line that holds the prompt: a string, or with "
+      "--chat-template a list of messages (TRL's conversational prompt-completion)")(
       "response-field", po::value<std::string>()->default_value("response"),
-      "the field of each --sft-jsonl line that holds the response")(
+      "the field of each --sft-jsonl line that holds the response (TRL names it completion): a "
+      "string, or a list of messages as the prompt is; only the response is learned")(
       "chat-template", po::bool_switch(),
       "render each --sft-jsonl example with the tokenizer's chat template (transformers)")(
       "messages-field", po::value<std::string>(),

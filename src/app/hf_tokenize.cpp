@@ -44,9 +44,31 @@ def records(path, keys):
             except ValueError as e:
                 sys.exit(f"{path}:{number}: not a JSON line: {e}")
             for key in keys:
-                if not isinstance(record, dict) or not isinstance(record.get(key), str):
-                    sys.exit(f"{path}:{number}: no string field '{key}'")
+                string_field(path, number, record, key)
             yield number, record
+
+# The fields of a file's SFT lines that no option reads, with the first line holding each: an
+# example loses them (Alpaca's "input" beside its instruction), so the user is told, once a file,
+# as the Hugging Face Trainer names the dataset columns it ignores.
+unread_fields = {}
+
+def note_unread(number, record, read):
+    if isinstance(record, dict):
+        for key in record:
+            if key not in read:
+                unread_fields.setdefault(key, number)
+
+def string_field(path, number, record, key):
+    value = record.get(key) if isinstance(record, dict) else None
+    if isinstance(value, str):
+        return value
+    hint = ""
+    if isinstance(value, list):
+        hint = (" (a list of messages: TRL's conversational prompt-completion, which "
+                "--chat-template reads)")
+    elif key == "response" and isinstance(record, dict) and "completion" in record:
+        hint = " (the line has TRL's 'completion': --response-field completion)"
+    sys.exit(f"{path}:{number}: no string field '{key}'{hint}")
 
 def ids_of(text, special):
     return tok(text, add_special_tokens=special)["input_ids"]
@@ -94,17 +116,17 @@ def counted(offsets, special, spans):
     return [int(not added and any(a <= s < b or s < a < e for a, b in spans))
             for (s, e), added in zip(offsets, special)]
 
-def chat_example(path, number, messages):
+def chat_example(path, number, messages, first_counted=0):
     """(ids, mask) of the conversation the tokenizer's chat template renders: each assistant turn
-    (its content and whatever closes it) counts; everything before it, up to and including the
-    generation prompt, is masked. Assistant turn i spans the characters from the rendering of
+    from message `first_counted` on (its content and whatever closes it) counts; everything before
+    it, up to and including the generation prompt, is masked. Assistant turn i spans the characters from the rendering of
     messages[:i] with the generation prompt, which must be a prefix of the whole conversation's
     rendering, to the end of the rendering of messages[:i + 1] when that is a prefix too, else
     to the end of the turn located by turn_end."""
     whole = render(path, number, messages)
     spans = []
     for i, message in enumerate(messages):
-        if message["role"] != "assistant":
+        if message["role"] != "assistant" or i < first_counted:
             continue
         head = render(path, number, messages[:i], add_generation_prompt=True)
         if not whole.startswith(head):
@@ -128,14 +150,24 @@ ROLES = ("system", "user", "assistant")
 def conversation(path, number, record, key):
     """The record's list of {"role", "content"} messages (TRL's conversational format): roles
     system, user and assistant, string contents, at least one assistant turn, and a user turn
-    before the first assistant turn."""
-    messages = record.get(key) if isinstance(record, dict) else None
-    if not isinstance(messages, list) or not messages:
-        sys.exit(f"{path}:{number}: no list of messages in field '{key}'")
+    before the first assistant turn. `key` may be a list of fields whose lists are joined (TRL's
+    conversational prompt-completion: prompt, then completion)."""
+    keys = key if isinstance(key, list) else [key]
+    messages = []
+    for k in keys:
+        part = record.get(k) if isinstance(record, dict) else None
+        if not isinstance(part, list) or not part:
+            sys.exit(f"{path}:{number}: no list of messages in field '{k}'")
+        messages += part
+    key = " + ".join(f"'{k}'" for k in keys) if len(keys) > 1 else key
     for i, m in enumerate(messages):
         if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
+            hint = ""
+            if isinstance(m, dict) and "from" in m and "value" in m:
+                hint = (" (ShareGPT's from/value: TRL's conversational format names them role and "
+                        "content, with human as user and gpt as assistant)")
             sys.exit(f"{path}:{number}: '{key}'[{i}] is not a message with a role "
-                     f"({', '.join(ROLES)}) and a string content")
+                     f"({', '.join(ROLES)}) and a string content{hint}")
         # Other keys (reasoning_content, tool_calls, name) change what templates render.
         extra = sorted(set(m) - {"role", "content"})
         if extra:
@@ -153,18 +185,31 @@ def documents(path):
     """(ids, loss mask or None) of each document: a text file is one, a JSON line one each."""
     if sft and sft["messages"]:
         for number, record in records(path, ()):
+            note_unread(number, record, (sft["messages"],))
             yield chat_example(path, number,
                                conversation(path, number, record, sft["messages"]))
     elif sft and sft["chat_template"]:
-        for number, record in records(path, (sft["prompt"], sft["response"])):
-            yield chat_example(path, number, [{"role": "user", "content": record[sft["prompt"]]},
-                                              {"role": "assistant",
-                                               "content": record[sft["response"]]}])
+        for number, record in records(path, ()):
+            prompt, response = sft["prompt"], sft["response"]
+            note_unread(number, record, (prompt, response))
+            if isinstance(record, dict) and isinstance(record.get(prompt), list):
+                # TRL's conversational prompt-completion: the completion's turns count, as TRL's
+                # completion-only loss counts them; the prompt's (an earlier reply too) do not.
+                messages = conversation(path, number, record, [prompt, response])
+                first = len(record[prompt])
+                if "assistant" not in (m["role"] for m in messages[first:]):
+                    sys.exit(f"{path}:{number}: '{response}' has no assistant message to learn")
+                yield chat_example(path, number, messages, first)
+                continue
+            yield chat_example(path, number, [
+                {"role": "user", "content": string_field(path, number, record, prompt)},
+                {"role": "assistant", "content": string_field(path, number, record, response)}])
     elif sft:
         if eos < 0:
             sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "
                      "(give it one in tokenizer_config.json, or use --chat-template)")
         for number, record in records(path, (sft["prompt"], sft["response"])):
+            note_unread(number, record, (sft["prompt"], sft["response"]))
             # As TRL encodes a prompt-completion pair: prompt + response as one text, with the
             # tokenizer's special tokens (its BOS, ...), then EOS unless the encoding ends with
             # it. The tokens overlapping the response and the EOS count. (Encoding the response
@@ -219,6 +264,12 @@ with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
                     mask_out.write(bytes(mask))
         except UnicodeDecodeError:
             sys.exit(not_utf8(path))
+        if unread_fields:
+            listed = ", ".join(f"'{k}' (line {n})" for k, n in sorted(unread_fields.items()))
+            print(f"note: {path}: fields no option reads, left out of the examples: {listed} "
+                  "(the examples are read from --prompt-field and --response-field, or "
+                  "--messages-field)", file=sys.stderr)
+            unread_fields.clear()
 meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
         "name": os.path.basename(os.path.abspath(tok_dir or "."))}
 with open(meta_path, "w", encoding="utf-8") as f:

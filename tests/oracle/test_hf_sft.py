@@ -131,20 +131,22 @@ def main():
             json.dump(tok_config, f)
         chat_reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
 
-        def check_against_chat_template(what, options, out, conversations):
+        def check_against_chat_template(what, options, out, conversations, counted_from=None):
             """prepare-data with `options` gives the tokens and the mask that transformers'
-            apply_chat_template (return_assistant_tokens_mask) gives the conversations."""
+            apply_chat_template (return_assistant_tokens_mask) gives the conversations (with
+            counted_from, only from token counted_from[i] of conversation i on)."""
             run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--chat-template",
                       "--out", work(out)] + options + python)
             got_tokens, _, _ = dataset(work(out))
             with h5py.File(work(out), "r") as f:
                 got_mask = f["loss_mask"][:].astype(np.int64)
             want_ids, want_mask = [], []
-            for c in conversations:
+            for i, c in enumerate(conversations):
                 rendered = chat_reference.apply_chat_template(
                     c, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
                 want_ids += rendered["input_ids"]
-                want_mask += rendered["assistant_masks"]
+                first = counted_from[i] if counted_from else 0
+                want_mask += [0] * first + rendered["assistant_masks"][first:]
             check(got_tokens.tolist() == want_ids, f"{what}: the tokens differ from "
                   "transformers' apply_chat_template")
             check(got_mask.tolist() == want_mask, f"{what}: the loss mask differs from "
@@ -178,6 +180,39 @@ def main():
             "chats.h5", conversations)
         print(f"ok   messages: {len(conversations)} conversations (system, 2 turns each), "
               f"{count} tokens, {counted} counted, as transformers' assistant mask")
+
+        # 1d. TRL's conversational prompt-completion: "prompt" a list of messages (an earlier
+        # reply among them), "completion" the reply to learn. The tokens are the whole
+        # conversation's; only the completion counts (TRL's completion-only loss), so the
+        # reference is transformers' assistant mask less the prompt's rendering.
+        with open(work("prompt_completion.jsonl"), "w") as f:
+            for c in conversations:
+                f.write(json.dumps({"prompt": c[:4], "completion": c[4:]}) + "\n")
+        got_count, got_counted = check_against_chat_template(
+            "conversational prompt-completion",
+            ["--sft-jsonl", work("prompt_completion.jsonl"), "--prompt-field", "prompt",
+             "--response-field", "completion"], "prompt_completion.h5", conversations,
+            counted_from=[len(chat_reference.apply_chat_template(c[:4], tokenize=True))
+                          for c in conversations])
+        check(0 < got_counted < counted, f"prompt-completion counted {got_counted} tokens, the "
+              f"whole conversations {counted}")
+        print(f"ok   conversational prompt-completion: {got_count} tokens, {got_counted} counted "
+              "(the completions alone), as transformers' assistant mask past the prompt")
+
+        # 1e. Fields no option reads (Alpaca's "input" beside its instruction) are named once a
+        # file, with the first line holding each; the fields read are not named.
+        with open(work("alpaca.jsonl"), "w") as f:
+            f.write(json.dumps({"instruction": "Add the numbers.", "output": "4"}) + "\n")
+            f.write(json.dumps({"instruction": "Add.", "input": "2 and 2", "output": "4",
+                                "id": 7}) + "\n")
+        out = run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl",
+                        work("alpaca.jsonl"), "--prompt-field", "instruction", "--response-field",
+                        "output", "--out", work("alpaca.h5")] + python)
+        noted = [line for line in out.splitlines() if line.startswith("note:")]
+        check(len(noted) == 1 and work("alpaca.jsonl") in noted[0] and
+              "'id' (line 2), 'input' (line 2)" in noted[0] and "'output'" not in noted[0] and
+              "'instruction'" not in noted[0], f"the unread fields were not named once: {noted}")
+        print(f"ok   unread fields named: {noted[0]}")
 
         # 2. Eval of an imported model: transformers' own ignore_index loss.
         config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), **SIZES,
@@ -353,6 +388,27 @@ def main():
                  work("bad_keys.jsonl"), "--messages-field", "messages", "--chat-template",
                  "--out", work("bad.h5")] + python,
                 [work("bad_keys.jsonl") + ":1", "'messages'[1]", "reasoning_content"],
+                work("bad.h5"))
+        # TRL's names and ShareGPT's, told where the error is: the completion field, a
+        # conversational prompt without --chat-template, from/value messages.
+        with open(work("trl_names.jsonl"), "w") as f:
+            f.write(json.dumps({"prompt": "q", "completion": "a"}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl",
+                 work("trl_names.jsonl"), "--out", work("bad.h5")] + python,
+                [work("trl_names.jsonl") + ":1", "'response'", "--response-field completion"],
+                work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("prompt_completion.jsonl"), "--prompt-field", "prompt", "--response-field",
+                 "completion", "--out", work("bad.h5")] + python,
+                [work("prompt_completion.jsonl") + ":1", "'prompt'", "--chat-template"],
+                work("bad.h5"))
+        with open(work("sharegpt.jsonl"), "w") as f:
+            f.write(json.dumps({"conversations": [{"from": "human", "value": "q"},
+                                                  {"from": "gpt", "value": "a"}]}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("sharegpt.jsonl"), "--messages-field", "conversations", "--chat-template",
+                 "--out", work("bad.h5")] + python,
+                [work("sharegpt.jsonl") + ":1", "'conversations'[0]", "ShareGPT", "role"],
                 work("bad.h5"))
         with open(work("bad_roles.jsonl"), "w") as f:
             f.write(json.dumps({"messages": [{"role": "tool", "content": "x"}]}) + "\n")
