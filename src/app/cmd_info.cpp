@@ -9,6 +9,7 @@
 #include "app/commands.h"
 #include "app/environment_report.h"
 #include "checkpoint/checkpoint_files.h"
+#include "io/data_loader.h"
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
@@ -119,6 +120,8 @@ void info_tokens(const std::string& path, bool json) {
   const bool masked = resolve_document_masking(AutoSwitch::kAuto, documents, path, "info");
   j["documents"] = data.has_documents() ? nlohmann::json(documents) : nlohmann::json(nullptr);
   j["document_masking"] = masked ? "on" : "off";
+  const Packing packing = resolve_packing(Packing::kAuto, data);  // train's default
+  j["packing"] = packing_name(packing);
   if (json) {
     std::cout << j.dump(2) << "\n";
     return;
@@ -139,6 +142,11 @@ void info_tokens(const std::string& path, bool json) {
   else
     std::cout << "documents: " << (data.has_documents() ? "1" : "not recorded")
               << " (one stream; document masking: off, nothing to mask)\n";
+  std::cout << "packing: " << packing_name(packing)
+            << (packing == Packing::kDocuments
+                    ? " by default (whole documents to a window; --packing wrapped cuts a window "
+                      "every --seq-len tokens)\n"
+                    : " by default (a window every --seq-len tokens)\n");
   if (hi >= data.vocab_size())
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";
 }

@@ -151,9 +151,10 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   const bool document_masks =
       resolve_document_masking(o.document_masking, in.data->num_documents(), o.data, kCommand);
   o.document_masking = document_masks ? AutoSwitch::kOn : AutoSwitch::kOff;
-  in.sampler = std::make_unique<WindowSampler>(*in.data, config.vocab_size, o.seq_len,
-                                               o.micro_batch, o.grad_accum, world, rank,
-                                               static_cast<uint64_t>(o.seed), document_masks);
+  o.packing = resolve_packing(o.packing, *in.data);
+  in.sampler = std::make_unique<WindowSampler>(
+      *in.data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world, rank,
+      static_cast<uint64_t>(o.seed), document_masks, o.packing);
   in.data_identity = in.data->identity();
   in.eval = open_eval_set(o, *in.data, in.tokenizer, document_masks, config, world);
   // Only once the inputs are known to be usable (a refused dataset leaves the previous run in
@@ -217,6 +218,7 @@ nlohmann::json value_before(const nlohmann::json& before, const std::string& key
   static const std::map<std::string, nlohmann::json> added_later = {
       {"document_masking", "off"},
       {"eval_every", 0},
+      {"packing", "wrapped"},
       {"offload_gradient_copies", "fp32"},
       {"offload_optimizer_delay", 0},
       {"offload_optimizer_delay_after", OffloadConfig{}.delay_after}};
@@ -450,6 +452,8 @@ int run_steps(TrainLoop& loop, int64_t first_step) {
   StepProfiling& profiling = loop.profiling;
   const TokenizerFiles& tokenizer = loop.in.tokenizer;
   const bool is_root = comm.rank() == 0;
+  // The data's line, as the Hugging Face Trainer tells its examples and epochs.
+  if (is_root) std::cerr << "data: " << sampler.epoch_summary(o.steps) << "\n";
   Progress progress(is_root, o.steps, o.log_every);
   const int64_t injected_failure_step = debug_failure_step(comm.rank());
   for (int64_t step = first_step; step <= o.steps; ++step) {

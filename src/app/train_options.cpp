@@ -181,6 +181,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"attention", attention_request_name(attention_request)},
           {"gemm_algorithms", gemm_algorithms_name(gemm_algorithms)},
           {"document_masking", auto_switch_name(document_masking)},
+          {"packing", packing_name(packing)},
           {"activations", activation_storage_name(activations)},
           {"zero_stage", zero.stage},
           {"overlap_comm", zero.overlap_comm},
@@ -260,6 +261,7 @@ TrainingHyperparameters TrainOptions::hyperparameters(const std::string& data_id
   h.attention = attention_kernel;
   h.activations = activation_storage_name(activations);
   h.document_masking = auto_switch_name(document_masking);
+  h.packing = packing_name(packing);
   return h;
 }
 
@@ -299,6 +301,21 @@ void add_optimizer_options(po::options_description& opts, TrainOptions& o) {
   add("clip", decimal_option(&o.optim.clip), "global gradient-norm clip (<= 0 disables)");
 }
 
+// The batch's shape and what fills it: --micro-batch, --grad-accum, --seq-len, --packing.
+void add_batch_options(po::options_description& opts, TrainOptions& o) {
+  auto add = opts.add_options();
+  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
+      "sequences per micro-batch per rank");
+  add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
+      "micro-batches per optimizer step");
+  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
+  add("packing", word_option<Packing>(&o.packing, parse_packing, packing_name(o.packing)),
+      "how the data is cut into sequences: documents (whole documents packed in order, each "
+      "sequence padded; a document longer than a sequence runs on into sequences of its own) | "
+      "wrapped (every --seq-len tokens, documents running on from one sequence into the next) | "
+      "auto (documents for SFT data, which has a loss mask and document boundaries; else wrapped)");
+}
+
 }  // namespace
 
 // Returns false when --help was printed.
@@ -312,11 +329,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("out", po::value(&o.out), "output directory");
   add("overwrite", flag(&o.overwrite, false), "allow a non-empty --out");
   add("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
-  add("micro-batch", po::value(&o.micro_batch)->default_value(o.micro_batch),
-      "sequences per micro-batch per rank");
-  add("grad-accum", po::value(&o.grad_accum)->default_value(o.grad_accum),
-      "micro-batches per optimizer step");
-  add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
+  add_batch_options(opts, o);
   add_optimizer_options(opts, o);
   add("seed", po::value(&o.seed)->default_value(o.seed),
       "seed of the data order and of --preset init");

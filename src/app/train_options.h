@@ -20,6 +20,7 @@
 #include "engine/estimator.h"
 #include "engine/loss_scaler.h"
 #include "engine/zero_config.h"
+#include "io/data_loader.h"
 
 namespace zt {
 
@@ -31,6 +32,8 @@ struct TrainOptions : RunEngineOptions {
   bool overwrite = false;
   int64_t steps = 100;
   int64_t seed = 1234;
+  // --packing auto | documents | wrapped; once the dataset is open, the mode that runs.
+  Packing packing = Packing::kAuto;
   AdamWConfig optim;  // with --lr-schedule and --warmup-type, parsed as they are read
   // fp16 loss scaling (--loss-scale, --initial-scale-power, ...; DeepSpeed's fp16 block);
   // loss_scale_given: one of those options was on the command line.

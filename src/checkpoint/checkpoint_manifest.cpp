@@ -84,7 +84,8 @@ nlohmann::json TrainingHyperparameters::to_json() const {
           {"backend", backend},
           {"attention", attention},
           {"activations", activations},
-          {"document_masking", document_masking}};
+          {"document_masking", document_masking},
+          {"packing", packing}};
 }
 
 TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json& j) {
@@ -118,6 +119,9 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
   h.attention = j.value("attention", "");
   h.activations = j.value("activations", "");
   h.document_masking = j.value("document_masking", "off");
+  h.packing = j.value("packing", "wrapped");
+  ZT_CHECK(h.packing == "wrapped" || h.packing == "documents",
+           "hyperparameters.packing must be wrapped or documents, got '" + h.packing + "'");
   return h;
 }
 

@@ -1,12 +1,14 @@
 #include "io/data_loader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <utility>
 
 #include "io/token_dataset.h"
 #include "util/error.h"
 #include "util/ignored_target.h"
+#include "util/word_choice.h"
 
 namespace zt {
 
@@ -38,12 +40,72 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
   return perm;
 }
 
+namespace {
+
+constexpr WordChoice<Packing> kPackingWords[] = {
+    {Packing::kAuto, "auto"}, {Packing::kWrapped, "wrapped"}, {Packing::kDocuments, "documents"}};
+
+}  // namespace
+
+Packing parse_packing(const std::string& text) {
+  return parse_word(text, kPackingWords, "--packing");
+}
+
+const char* packing_name(Packing packing) {
+  return word_of(packing, kPackingWords);
+}
+
+Packing resolve_packing(Packing requested, const TokenDataset& data) {
+  if (requested == Packing::kAuto)
+    return data.has_loss_mask() && data.has_documents() ? Packing::kDocuments : Packing::kWrapped;
+  ZT_CHECK(requested != Packing::kDocuments || data.has_documents(),
+           "--packing documents: token dataset '" + data.path() +
+               "' records no document boundaries (/doc_starts); make it again with this "
+               "version's prepare-data, or use --packing wrapped");
+  return requested;
+}
+
+std::vector<WindowSpan> document_windows(const std::vector<int64_t>& doc_starts, int64_t n_tokens,
+                                         int64_t seq_len) {
+  ZT_CHECK(seq_len > 0, "data schedule: seq_len must be positive");
+  std::vector<WindowSpan> out;
+  const int64_t capacity = seq_len + 1;
+  int64_t begin = 0, end = 0;  // the open window, tokens [begin, end)
+  auto close = [&] {
+    if (end - begin >= 2) out.push_back({begin, end - begin});
+  };
+  for (size_t d = 0; d < doc_starts.size(); ++d) {
+    const int64_t doc_begin = doc_starts[d];
+    const int64_t doc_end = d + 1 < doc_starts.size() ? doc_starts[d + 1] : n_tokens;
+    if (doc_end - begin > capacity) {  // the document does not fit whole in the open window
+      close();
+      begin = doc_begin;
+    }
+    // A document longer than a window: windows of its own, each sharing one token with the next.
+    for (; doc_end - begin > capacity; begin += seq_len) out.push_back({begin, capacity});
+    end = doc_end;
+  }
+  close();
+  return out;
+}
+
 WindowSchedule::WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_batch,
                                int64_t grad_accum, int world_size, uint64_t seed)
     : T_(seq_len), B_(micro_batch), A_(grad_accum), N_(world_size), seed_(seed) {
   ZT_CHECK(T_ > 0 && B_ > 0 && A_ > 0 && N_ > 0,
            "data schedule: seq_len, micro_batch, grad_accum and world size must be positive");
   num_windows_ = n_tokens > 0 ? (n_tokens - 1) / T_ : 0;
+}
+
+WindowSchedule::WindowSchedule(std::vector<WindowSpan> spans, int64_t seq_len, int64_t micro_batch,
+                               int64_t grad_accum, int world_size, uint64_t seed)
+    : WindowSchedule(0, seq_len, micro_batch, grad_accum, world_size, seed) {
+  for (const WindowSpan& s : spans)
+    ZT_CHECK(s.start >= 0 && s.length >= 2 && s.length <= T_ + 1,
+             "data schedule: a window of " + std::to_string(s.length) + " tokens at " +
+                 std::to_string(s.start) + " (windows hold 2 to " + std::to_string(T_ + 1) + ")");
+  spans_ = std::move(spans);
+  num_windows_ = static_cast<int64_t>(spans_.size());
 }
 
 void WindowSchedule::set_cursor(const DataCursor& c) {
@@ -88,15 +150,22 @@ void WindowSchedule::advance() {
 
 void count_window_targets(const TokenDataset& data, int64_t start, int64_t seq_len,
                           bool document_masks, uint8_t* out) {
+  count_window_targets(data, WindowSpan{start, seq_len + 1}, seq_len, document_masks, out);
+}
+
+void count_window_targets(const TokenDataset& data, WindowSpan window, int64_t seq_len,
+                          bool document_masks, uint8_t* out) {
+  const int64_t start = window.start, targets = window.length - 1;
   if (data.has_loss_mask())
-    data.read_loss_mask(start + 1, seq_len, out);
+    data.read_loss_mask(start + 1, targets, out);
   else
-    std::fill(out, out + seq_len, uint8_t{1});
+    std::fill(out, out + targets, uint8_t{1});
+  std::fill(out + targets, out + seq_len, uint8_t{0});  // padding
   if (!document_masks) return;
   const std::vector<int64_t>& starts = data.document_starts();
-  // The document starts among the targets, tokens [start + 1, start + seq_len].
+  // The document starts among the targets, tokens [start + 1, start + targets].
   for (auto it = std::upper_bound(starts.begin(), starts.end(), start);
-       it != starts.end() && *it <= start + seq_len; ++it)
+       it != starts.end() && *it <= start + targets; ++it)
     out[*it - start - 1] = 0;
 }
 
@@ -117,9 +186,14 @@ void window_document_starts(const TokenDataset& data, int64_t start, int64_t seq
 
 WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64_t seq_len,
                              int64_t micro_batch, int64_t grad_accum, int world_size, int rank,
-                             uint64_t seed, bool document_masks)
+                             uint64_t seed, bool document_masks, Packing packing)
     : data_(data),
-      schedule_(data.size(), seq_len, micro_batch, grad_accum, world_size, seed),
+      packing_(packing),
+      schedule_(
+          packing == Packing::kDocuments
+              ? WindowSchedule(document_windows(data.document_starts(), data.size(), seq_len),
+                               seq_len, micro_batch, grad_accum, world_size, seed)
+              : WindowSchedule(data.size(), seq_len, micro_batch, grad_accum, world_size, seed)),
       rank_(rank),
       B_(micro_batch),
       T_(seq_len),
@@ -128,10 +202,14 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
            "token dataset '" + data.path() +
                "' records no document boundaries (/doc_starts) to mask: make it again with this "
                "prepare-data, or train with --document-masking off");
+  ZT_CHECK(packing != Packing::kAuto, "WindowSampler: --packing must be resolved");
   const int64_t G = schedule_.global_batch_windows();
   ZT_CHECK(schedule_.num_windows() >= G,
            "token dataset '" + data.path() + "' has " + std::to_string(data.size()) +
-               " tokens = " + std::to_string(schedule_.num_windows()) + " windows of " +
+               " tokens = " + std::to_string(schedule_.num_windows()) +
+               (packing == Packing::kDocuments
+                    ? " windows of whole documents (--packing documents) of up to "
+                    : " windows of ") +
                std::to_string(seq_len + 1) + " tokens, fewer than one global batch of " +
                std::to_string(G) + " windows (micro-batch " + std::to_string(micro_batch) +
                " x grad-accum " + std::to_string(grad_accum) + " x world " +
@@ -162,18 +240,26 @@ void WindowSampler::next_step() {
   const std::vector<int64_t> global = schedule_.global_windows();
   step_counts_.resize(global.size() * static_cast<size_t>(T_));
   for (size_t p = 0; p < global.size(); ++p)
-    count_window_targets(data_, schedule_.window_start(global[p]), T_, document_masks_,
+    count_window_targets(data_, schedule_.window(global[p]), T_, document_masks_,
                          step_counts_.data() + p * static_cast<size_t>(T_));
   counted_targets_ = std::count(step_counts_.begin(), step_counts_.end(), uint8_t{1});
   const auto windows = schedule_.rank_windows(rank_);
   for (size_t m = 0; m < windows.size(); ++m) {
     for (size_t b = 0; b < windows[m].size(); ++b) {
-      const int64_t start = schedule_.window_start(windows[m][b]);
-      data_.read(start, T_ + 1, window_.data());
+      const WindowSpan span = schedule_.window(windows[m][b]);
+      data_.read(span.start, span.length, window_.data());
+      std::fill(window_.begin() + span.length, window_.end(), 0);
       const auto row = static_cast<std::ptrdiff_t>(b) * T_;
       std::copy(window_.begin(), window_.end() - 1, inputs_[m].begin() + row);
       std::copy(window_.begin() + 1, window_.end(), targets_[m].begin() + row);
-      if (document_masks_) window_document_starts(data_, start, T_, doc_starts_[m].data() + row);
+      // The padding rows, from the one the window's last token would be the input of: token 0.
+      std::fill(inputs_[m].begin() + row + span.length - 1, inputs_[m].begin() + row + T_, 0);
+      if (document_masks_) {
+        int32_t* starts = doc_starts_[m].data() + row;
+        window_document_starts(data_, span.start, T_, starts);
+        // The padding rows are a document of their own, after the window's last input.
+        std::fill(starts + span.length - 1, starts + T_, static_cast<int32_t>(span.length - 1));
+      }
       const uint8_t* counts =
           step_counts_.data() +
           schedule_.step_position(rank_, static_cast<int64_t>(m), static_cast<int64_t>(b)) * T_;
@@ -182,6 +268,21 @@ void WindowSampler::next_step() {
     }
   }
   schedule_.advance();
+}
+
+std::string WindowSampler::epoch_summary(int64_t steps) const {
+  const int64_t windows = schedule_.num_windows(), per_step = schedule_.global_batch_windows();
+  char epochs[32];
+  std::snprintf(
+      epochs, sizeof epochs, "%.2f",
+      static_cast<double>(steps) * static_cast<double>(per_step) / static_cast<double>(windows));
+  return std::to_string(windows) + " windows of " +
+         (packing_ == Packing::kDocuments ? "up to " : "") + std::to_string(T_ + 1) +
+         " tokens an epoch (--packing " + packing_name(packing_) + "; " +
+         std::to_string(data_.size()) + " tokens, " +
+         std::to_string(std::max<int64_t>(data_.num_documents(), 1)) + " documents), " +
+         std::to_string(per_step) + " a step: " + std::to_string(steps) + " steps are " + epochs +
+         " epochs";
 }
 
 void check_eval_windows(const TokenDataset& data, int64_t num_windows, int64_t seq_len) {

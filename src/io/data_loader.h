@@ -1,6 +1,12 @@
-// Training data order. The token dataset is cut into W = (n_tokens − 1) / T windows of T+1
-// tokens; window w starts at token w·T (consecutive windows share one token: the last target
-// of window w is the first input of window w+1). Each epoch visits every window once, in an
+// Training data order. The token dataset is cut into W windows of at most T+1 tokens (--packing):
+//   - wrapped: W = (n_tokens − 1) / T windows of T+1 tokens; window w starts at token w·T
+//     (consecutive windows share one token: the last target of window w is the first input of
+//     window w+1), so a document runs on from one window into the next, and the last
+//     (n_tokens − 1) mod T targets are in no window;
+//   - documents: windows of whole documents, in the dataset's order (document_windows), each
+//     padded to T+1 tokens with rows that count no target, so that every document is trained
+//     with all of its beginning in view, and every token is in some window.
+// Each epoch visits every window once, in an
 // order given by a seeded Fisher–Yates shuffle (splitmix64, seed + epoch), so the order is a
 // pure function of (seed, W) and reproducible on any platform.
 //
@@ -45,16 +51,46 @@ struct DataCursor {
   bool operator==(const DataCursor&) const = default;
 };
 
+// --packing: how training cuts the tokens into windows (auto: a request only, resolve_packing).
+enum class Packing { kAuto, kWrapped, kDocuments };
+Packing parse_packing(const std::string& text);  // "auto" | "wrapped" | "documents"
+const char* packing_name(Packing packing);
+// auto: documents for SFT data (a loss mask and document boundaries), as TRL's SFTTrainer keeps
+// each example whole; wrapped for the rest. documents on a dataset without /doc_starts fails
+// naming the file.
+Packing resolve_packing(Packing requested, const TokenDataset& data);
+
+// One training window: tokens [start, start + length), 2 ≤ length ≤ T + 1. Its inputs are the
+// first length − 1 tokens and its targets the last length − 1; the rows past them are padding.
+struct WindowSpan {
+  int64_t start = 0, length = 0;
+  bool operator==(const WindowSpan&) const = default;
+};
+
+// The windows of --packing documents over `n_tokens` tokens whose documents start at
+// `doc_starts` (ascending, the first 0), in order: each document joins the open window when the
+// window still holds it whole (at most T + 1 tokens), else it opens the next one. A document
+// longer than T + 1 tokens fills windows of its own of T + 1 tokens, each starting at the last
+// token of the one before (as wrapped windows do), and its remainder stays open for the next
+// documents. A window of one token (no target) is left out.
+std::vector<WindowSpan> document_windows(const std::vector<int64_t>& doc_starts, int64_t n_tokens,
+                                         int64_t seq_len);
+
 // Pure index arithmetic of the data order (no I/O): which windows a step gives to each rank.
 class WindowSchedule {
  public:
-  // n_tokens: dataset length; seq_len T; micro_batch B; grad_accum A; world N.
+  // n_tokens: dataset length; seq_len T; micro_batch B; grad_accum A; world N. Wrapped windows.
   WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_batch, int64_t grad_accum,
                  int world_size, uint64_t seed);
+  // The windows `spans` (document_windows), in the same order.
+  WindowSchedule(std::vector<WindowSpan> spans, int64_t seq_len, int64_t micro_batch,
+                 int64_t grad_accum, int world_size, uint64_t seed);
 
   int64_t num_windows() const { return num_windows_; }
   int64_t global_batch_windows() const { return B_ * A_ * N_; }
-  int64_t window_start(int64_t window) const { return window * T_; }
+  WindowSpan window(int64_t w) const {
+    return spans_.empty() ? WindowSpan{w * T_, T_ + 1} : spans_[static_cast<size_t>(w)];
+  }
 
   const DataCursor& cursor() const { return cursor_; }
   void set_cursor(const DataCursor& c);  // validates position < W
@@ -74,6 +110,7 @@ class WindowSchedule {
   int64_t T_, B_, A_, N_;
   uint64_t seed_;
   int64_t num_windows_;
+  std::vector<WindowSpan> spans_;  // empty: wrapped windows
   DataCursor cursor_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> perm_;
@@ -82,8 +119,11 @@ class WindowSchedule {
 // Which targets of the window of T+1 tokens at `start` count in the loss: out[t] = 1 for target t
 // (token start + t + 1) unless the loss mask (SFT data) is 0 there or, with document masks, the
 // target is the first token of a document (the previous document's last token does not predict
-// it). out holds T values.
+// it). out holds T values. A window of `length` < T + 1 tokens counts no target from
+// t = length − 1 on (its padding).
 void count_window_targets(const TokenDataset& data, int64_t start, int64_t seq_len,
+                          bool document_masks, uint8_t* out);
+void count_window_targets(const TokenDataset& data, WindowSpan window, int64_t seq_len,
                           bool document_masks, uint8_t* out);
 // The document masks of that window's inputs (backend.h): row_doc_start[t] is the index within
 // the window of the first token of input t's document, 0 when the document began before the
@@ -100,10 +140,11 @@ void window_document_starts(const TokenDataset& data, int64_t start, int64_t seq
 class WindowSampler {
  public:
   // Validates once that every token is < vocab_size, and that the dataset holds at least one
-  // global batch of windows (the error names the file and the numbers).
+  // global batch of windows (the error names the file and the numbers). `packing` is resolved
+  // (resolve_packing).
   WindowSampler(const TokenDataset& data, int64_t vocab_size, int64_t seq_len, int64_t micro_batch,
                 int64_t grad_accum, int world_size, int rank, uint64_t seed,
-                bool document_masks = false);
+                bool document_masks = false, Packing packing = Packing::kWrapped);
 
   // Fills the current step's micro-batches for this rank and advances the cursor.
   // inputs()[m] / targets()[m] then hold B·T tokens each.
@@ -117,11 +158,16 @@ class WindowSampler {
   int64_t counted_targets() const { return counted_targets_; }
 
   const WindowSchedule& schedule() const { return schedule_; }
+  Packing packing() const { return packing_; }
+  // "W windows of (up to) T+1 tokens an epoch (--packing P; N tokens, D documents), G a step:
+  // S steps are E epochs".
+  std::string epoch_summary(int64_t steps) const;
   const DataCursor& cursor() const { return schedule_.cursor(); }
   void set_cursor(const DataCursor& c) { schedule_.set_cursor(c); }
 
  private:
   const TokenDataset& data_;
+  Packing packing_;
   WindowSchedule schedule_;
   int rank_;
   int64_t B_, T_;

@@ -22,9 +22,11 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    "<|im_start|>" (TRL's completion-only rule, computed here on the ids). Replies opening with
    whitespace, which the tokenizer joins to the turn's opening, and an empty one: the mask is
    transformers' return_assistant_tokens_mask under the template marked with {% generation %}.
-6. Chat SFT at 2 ranks with ZeRO-3, with document masking (the default): the first step's loss
-   equals transformers' masked loss with each conversation of the same 4 windows run alone, and
-   differs from the packed windows' loss by more than the bound; 3 steps run.
+6. Chat SFT at 2 ranks with ZeRO-3, whole conversations packed into windows with document masking
+   (--packing and --document-masking default to both for SFT data): on the first conversations,
+   which the packing's definition puts in exactly 4 windows, the first step's loss equals
+   transformers' masked loss with each conversation run alone, whole, and differs from the packed
+   windows' loss without masks by more than the bound; 3 steps run.
    The run scores a held-out set (`--eval-data`: the conversations past those windows, prepared
    with the same real tokenizer) after step 3.
 7. `export --format safetensors` of the fine-tuned model loads in transformers with `eval`'s
@@ -167,16 +169,14 @@ def completion_only_mask(ids, response, turn_start):
     return mask
 
 
-def conversation_loss(model, ids, mask, starts, T, stride=None):
-    """The 4 windows' masked loss with each conversation's part of a window run alone: a target
-    counts where the mask is 1 and it does not begin a conversation. Window w is tokens
-    [w·stride, w·stride + T], stride T as train reads its windows, T + 1 as evaluation does.
-    Returns (loss, targets)."""
-    stride = stride or T
+def conversation_loss(model, ids, mask, starts, windows):
+    """The masked loss over `windows`, token ranges [begin, end) (inputs all but the last token,
+    targets all but the first), with each conversation's part of a window run alone: a target
+    counts where the mask is 1 and it does not begin a conversation. Returns (loss, targets)."""
     total, counted = 0.0, 0
     with torch.no_grad():
-        for w in range(4):
-            for a, b in document_parts(starts, w * stride, w * stride + T):
+        for begin, end in windows:
+            for a, b in document_parts(starts, begin, end - 1):
                 logits = model(input_ids=torch.tensor([ids[a:b]])).logits[0].double()
                 logp = torch.log_softmax(logits, dim=-1)
                 for i in range(a, b):
@@ -186,6 +186,20 @@ def conversation_loss(model, ids, mask, starts, T, stride=None):
     return total / counted, counted
 
 
+def packed_windows(starts, n, T):
+    """--packing documents (train's default for SFT data, io/data_loader.h) over n tokens of whole
+    conversations, each at most T + 1 tokens: a conversation joins the open window while the window
+    holds it whole, else it opens the next. [(begin, end)] token ranges."""
+    windows = []
+    for a, b in zip(starts, starts[1:] + [n]):
+        check(b - a <= T + 1, f"a conversation of {b - a} tokens is longer than a window")
+        if windows and b - windows[-1][0] <= T + 1:
+            windows[-1] = (windows[-1][0], b)
+        else:
+            windows.append((a, b))
+    return windows
+
+
 def check_lora(work, zt, mpirun, reference, sft):
     """LoRA r 8 on every projection of the real model, 2 ranks ZeRO-3 chat SFT (fp32 working
     weights, so that both sides compute on the same values); PEFT loads OUT/final onto the model
@@ -193,7 +207,7 @@ def check_lora(work, zt, mpirun, reference, sft):
     loss of a run continuing them with a step too small to move them)."""
     import copy
     from peft import PeftModel
-    ids, mask, starts, T = sft
+    ids, mask, starts, T, windows = sft
     launch = [mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model", work("model"),
               "--data", work("sft4.h5"), "--zero-stage", "3", "--micro-batch", "2", "--seq-len",
               str(T), "--precision", "fp32", "--warmup-steps", "0", "--eval-batches", "0",
@@ -204,8 +218,8 @@ def check_lora(work, zt, mpirun, reference, sft):
                        "--lora-init-from", work("lora", "final")])
     got = json.loads(open(work("lora_loss", "metrics.jsonl")).readline())["loss"]
     adapted = PeftModel.from_pretrained(copy.deepcopy(reference), work("lora", "final")).eval()
-    want, _ = conversation_loss(adapted, ids, mask, starts, T)
-    base, _ = conversation_loss(reference, ids, mask, starts, T)
+    want, _ = conversation_loss(adapted, ids, mask, starts, windows)
+    base, _ = conversation_loss(reference, ids, mask, starts, windows)
     compare("LoRA at 2 ranks ZeRO-3 on SmolLM2, the adapter loaded by PEFT", got, want)
     check(base - want > bound(base),
           f"3 LoRA steps did not lower the loss beyond the bound: {base} -> {want}")
@@ -219,7 +233,7 @@ def check_lora_resume(work, zt, mpirun, sft, reference):
     the uninterrupted run bit for bit; the rank files of the step-2 checkpoint hold the adapter
     groups' fp32 state alone, and the manifest's digest of each frozen group is that of the base
     transformers loads (rounded to the run's bf16), computed here."""
-    _, _, _, T = sft
+    T = sft[3]
     launch = [mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model", work("model"),
               "--data", work("sft4.h5"), "--zero-stage", "3", "--micro-batch", "2", "--seq-len",
               str(T), "--warmup-steps", "0", "--eval-batches", "0", "--comm-timeout", "120",
@@ -271,7 +285,7 @@ def check_lora_exports(work, zt, sft, base):
     transformers (its own loader and its GGUF loader) with the same tensors, bit for bit, and a
     loss below the base's beyond the bound (the adapters' effect merged in)."""
     from safetensors.torch import load_file
-    ids, mask, starts, T = sft
+    ids, mask, starts, _, windows = sft
     run_tool([zt, "export", work("lora", "checkpoints", "step-00000003"), "--format", "peft",
               "--out", work("lora_peft")])
     exported, final = (load_file(work(d, "adapter_model.safetensors"))
@@ -288,7 +302,7 @@ def check_lora_exports(work, zt, sft, base):
     a, b = merged.state_dict(), from_gguf.state_dict()
     check(sorted(a) == sorted(b) and all(torch.equal(a[n], b[n]) for n in a),
           "the merged GGUF's tensors differ from the merged safetensors'")
-    loss, _ = conversation_loss(merged, ids, mask, starts, T)
+    loss, _ = conversation_loss(merged, ids, mask, starts, windows)
     check(base - loss > bound(base), f"the merged model's loss {loss} is not below the base's "
           f"{base} beyond the bound")
     print(f"ok   LoRA exports: export --format peft is OUT/final's adapter; the merged model's "
@@ -356,20 +370,30 @@ def check_sft(work, zt, source_dir, mpirun, reference):
           f"{sum(a != b for a, b in zip(mask, want_mask))} tokens")
     print(f"ok   chat SFT data: {len(ids)} tokens as apply_chat_template renders them, "
           f"{sum(mask)} counted as the completion-only rule counts them")
-    # Exactly 4 training windows (train's window w is tokens [w·T, w·T + T], io/data_loader.h),
-    # so that the first step's global batch is all of them; the conversations' starts among them.
-    T = 2 * SEQ_LEN
+    # The first conversations that --packing documents (auto for SFT data) packs into exactly 4
+    # training windows of whole conversations, so that the first step's global batch is all of
+    # them. At 160 tokens a window holds two of the shipped conversations (46 to 131 tokens), and
+    # the held-out rest still fills the 4 evaluation windows of 161 tokens.
+    T = 160
+    with h5py.File(work("sft.h5"), "r") as src:
+        all_starts = [int(s) for s in src["doc_starts"][:]]
+    ends = all_starts[1:] + [len(ids)]
+    kept = 0
+    while kept < len(all_starts) and len(packed_windows(all_starts[:kept + 1], ends[kept], T)) <= 4:
+        kept += 1
+    starts, n = all_starts[:kept], ends[kept - 1]
+    windows = packed_windows(starts, n, T)
+    check(len(windows) == 4 and len(starts) > 4,
+          f"{len(starts)} conversations in {len(windows)} windows, not more than 4 in 4")
     with h5py.File(work("sft.h5"), "r") as src, h5py.File(work("sft4.h5"), "w") as dst:
         for name, value in src.attrs.items():
             dst.attrs[name] = value
-        starts = [int(s) for s in src["doc_starts"][:] if s < 4 * T + 1]
         for name in src:
-            data_of = {"tokens": src[name][:4 * T + 1], "loss_mask": src[name][:4 * T + 1],
+            data_of = {"tokens": src[name][:n], "loss_mask": src[name][:n],
                        "doc_starts": np.array(starts, dtype=np.uint64)}.get(name, src[name][:])
             dst.create_dataset(name, data=data_of)
             for key, value in src[name].attrs.items():
                 dst[name].attrs[key] = value
-    check(len(starts) > 4, f"only {len(starts)} conversations in the 4 windows")
     # The held-out set: the conversations that begin past the training windows, prepared alike
     # (the same real tokenizer files, which --eval-data must match), scored after step 3.
     with open(data, encoding="utf-8") as f:
@@ -387,23 +411,32 @@ def check_sft(work, zt, source_dir, mpirun, reference):
               "--warmup-steps", "0", "--eval-batches", "1", "--eval-every", "3", "--eval-data",
               work("held.h5"), "--comm-timeout", "120"])
     steps = [json.loads(line) for line in open(work("run", "metrics.jsonl"))]
-    check(json.load(open(work("run", "run.json")))["config"]["document_masking"] == "on",
-          "the chat SFT run did not mask its conversations")
-    loss, counted = conversation_loss(reference, ids, mask, starts, T)
+    config = json.load(open(work("run", "run.json")))["config"]
+    check(config["document_masking"] == "on" and config["packing"] == "documents",
+          "the chat SFT run did not pack whole conversations and mask them: "
+          f"{config['packing']}, {config['document_masking']}")
+    loss, counted = conversation_loss(reference, ids, mask, starts, windows)
     check(steps[0]["loss_tokens"] == counted,
           f"step 1 counted {steps[0]['loss_tokens']} targets, the reference {counted}")
-    compare("step 1 of 2-rank ZeRO-3 chat SFT, per conversation", steps[0]["loss"], loss)
-    windows = torch.tensor([ids[w * T: w * T + T + 1] for w in range(4)])
-    labels = windows.clone()
-    labels[torch.tensor([mask[w * T: w * T + T + 1] for w in range(4)]) == 0] = -100
+    compare("step 1 of 2-rank ZeRO-3 chat SFT, each whole conversation alone", steps[0]["loss"],
+            loss)
+    # The same windows without document masks: the conversations attend to each other.
+    total, count = 0.0, 0
     with torch.no_grad():
-        packed = reference(input_ids=windows, labels=labels).loss.item()
+        for begin, end in windows:
+            window = torch.tensor([ids[begin:end]])
+            labels = window.clone()
+            labels[0, torch.tensor(mask[begin:end]) == 0] = -100
+            targets = int((labels[0, 1:] != -100).sum())
+            total += reference(input_ids=window, labels=labels).loss.item() * targets
+            count += targets
+    packed = total / count
     print(f"the packed windows' loss (no document masks) is {packed:.6f}")
     check(abs(packed - loss) > bound(packed),
           "the per-conversation reference equals the packed one: the check cannot see masks")
     check(len(steps) == 3, f"{len(steps)} steps ran")
     check([s["step"] for s in steps if "eval_loss" in s] == [3], "eval_loss is not step 3's alone")
-    return (ids, mask, starts, T), held
+    return (ids, mask, starts, T, windows), held
 
 
 def check_export(work, zt, tokens, held, T):
@@ -415,7 +448,8 @@ def check_export(work, zt, tokens, held, T):
     # conversation's part run alone, on the weights final/ holds.
     held_ids, held_mask, held_starts = held
     step3 = [json.loads(line) for line in open(work("run", "metrics.jsonl"))][-1]
-    loss, counted = conversation_loss(exported, held_ids, held_mask, held_starts, T, T + 1)
+    eval_windows = [(w * (T + 1), w * (T + 1) + T + 1) for w in range(4)]
+    loss, counted = conversation_loss(exported, held_ids, held_mask, held_starts, eval_windows)
     check(step3["eval_loss_tokens"] == counted,
           f"step 3's eval counted {step3['eval_loss_tokens']} targets, the reference {counted}")
     compare("step 3's eval_loss on the held-out conversations", step3["eval_loss"], loss)

@@ -125,12 +125,7 @@ TEST(DocumentMasks, WindowsGetDocStartsAndLeaveOutTargetsThatBeginADocument) {
     int64_t expected = 0;
     for (int64_t w : schedule.global_windows())
       for (int64_t t = 1; t <= T; ++t) expected += starts_document(w * T + t) ? 0 : 1;
-    const auto windows = schedule.rank_windows(1);
-    schedule.advance();
-    rank1.next_step();
-    alone.next_step();
-    EXPECT_EQ(rank1.counted_targets(), expected);
-    EXPECT_EQ(alone.counted_targets(), expected);
+    const auto windows = testing::step_both_samplers(schedule, rank1, alone, expected);
     ASSERT_EQ(rank1.doc_starts().size(), static_cast<size_t>(A));
     for (size_t m = 0; m < windows.size(); ++m)
       for (size_t b = 0; b < windows[m].size(); ++b)

@@ -90,6 +90,7 @@ TEST(IoCli, InitInfoAndPrepareDataWork) {
   EXPECT_EQ(t["tokenizer"], "byte");
   EXPECT_EQ(t["vocab_size"], 256);
   EXPECT_LE(t["max_token"].get<int>(), 127);
+  EXPECT_EQ(t["packing"], "wrapped");  // text, no loss mask: train's auto cuts it as a stream
 
   std::filesystem::create_directories(tmp / "ckpt");
   // Both spellings of the stage key, so the check holds whichever one info prints.

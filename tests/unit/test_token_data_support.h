@@ -1,10 +1,13 @@
 // Shared by the token dataset tests: a dataset written by TokenDatasetWriter, then given one more
 // dataset past the writer (as another tool might write it), to test what the reader accepts.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "io/data_loader.h"
 #include "io/hdf5_util.h"
 #include "io/token_dataset.h"
 
@@ -27,6 +30,22 @@ inline std::string token_dataset_with(const std::string& path, int64_t n, const 
   d.close(path);
   file.close(path);
   return path;
+}
+
+// One step of rank 1 of a 2-rank world and of one rank taking the same global batch: both
+// samplers must count `expected` targets. Returns rank 1's windows, [micro][B], as `schedule`
+// (the same order, stepped alongside) gives them.
+inline std::vector<std::vector<int64_t>> step_both_samplers(WindowSchedule& schedule,
+                                                            WindowSampler& rank1,
+                                                            WindowSampler& alone,
+                                                            int64_t expected) {
+  auto windows = schedule.rank_windows(1);
+  schedule.advance();
+  rank1.next_step();
+  alone.next_step();
+  EXPECT_EQ(rank1.counted_targets(), expected);
+  EXPECT_EQ(alone.counted_targets(), expected);
+  return windows;
 }
 
 }  // namespace zt::testing
