@@ -4,7 +4,8 @@
 # and its frontend headers are found), the CUPTI kernel profiler (files cupti_*, when CUPTI is found) and the CUDA error checks (src/util/cuda). Included
 # by the top-level CMakeLists only when nvcc was found (ZEROTRAIN_HAVE_CUDA); zt_core leaves
 # these folders out.
-#   .cu   device code, nvcc, C++17, sm_80 + sm_90a, warnings are errors
+#   .cu   device code, nvcc, C++17, sm_80 + sm_90a code and compute_80 PTX (which the driver
+#         compiles for newer GPUs: Blackwell's sm_100 and sm_120), warnings are errors
 #   .cpp  host code that calls the CUDA runtime / cuBLASLt / NCCL, the host C++20 compiler with the
 #         project's warnings
 set(CMAKE_CUDA_STANDARD 17)
@@ -25,7 +26,7 @@ list(FILTER ZT_CUDNN_SOURCES INCLUDE REGEX "/cuda/cudnn_[^/]*$")
 list(FILTER ZT_CUDA_SOURCES EXCLUDE REGEX "/cuda/cudnn_[^/]*$")
 add_library(zt_cuda STATIC ${ZT_CUDA_SOURCES})
 target_compile_options(zt_cuda PRIVATE
-  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a -Werror=all-warnings>
+  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80 -gencode=arch=compute_90a,code=sm_90a -Werror=all-warnings>
   $<$<COMPILE_LANGUAGE:CXX>:${ZT_WARNINGS}>)
 target_link_libraries(zt_cuda PUBLIC zt_core CUDA::cudart CUDA::cublasLt)
 target_compile_definitions(zt_cuda PUBLIC ZEROTRAIN_HAVE_CUDA=1)

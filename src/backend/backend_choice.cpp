@@ -39,4 +39,13 @@ const char* backend_kind_name(BackendKind kind) {
   return kind == BackendKind::kCuda ? "cuda" : "cpu";
 }
 
+std::string cuda_device_support_problem(int device, const std::string& name, int major, int minor) {
+  if (major >= 8) return "";
+  return "GPU " + std::to_string(device) + " (" + name + ") has compute capability " +
+         std::to_string(major) + "." + std::to_string(minor) +
+         "; zerotrain's CUDA backend needs 8.0 or newer (A100, H100 and later: bf16 tensor "
+         "cores). Train on the CPU with --backend cpu, or choose another GPU "
+         "(CUDA_VISIBLE_DEVICES)";
+}
+
 }  // namespace zt

@@ -19,4 +19,10 @@ BackendKind resolve_backend(BackendRequest requested, bool built_with_cuda, int 
                             const std::string& what);
 const char* backend_kind_name(BackendKind kind);  // "cpu" / "cuda"
 
+// Why the CUDA backend cannot run on GPU `device` (`name`, compute capability major.minor); ""
+// when it can. Its kernels are built for compute capability 8.0 and newer (sm_80 and sm_90a code,
+// and compute_80 PTX that the driver compiles for later GPUs, cmake/zt_cuda.cmake): the GPUs with
+// bf16 tensor cores, which cuDNN's bf16 attention needs too.
+std::string cuda_device_support_problem(int device, const std::string& name, int major, int minor);
+
 }  // namespace zt

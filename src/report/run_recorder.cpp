@@ -17,10 +17,15 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 }  // namespace
 
 std::optional<double> dense_bf16_peak_tflops(const std::string& backend_name) {
-  if (backend_name.find("h100") != std::string::npos ||
-      backend_name.find("h200") != std::string::npos)
-    return 989.0;
-  if (backend_name.find("a100") != std::string::npos) return 312.0;
+  // The CUDA backend's name is "cuda:" and the device's name in lower case (cudaDeviceProp).
+  if (backend_name.rfind("cuda:", 0) != 0) return std::nullopt;
+  const auto has = [&](const char* part) { return backend_name.find(part) != std::string::npos; };
+  // Hopper: the SXM parts (H100 SXM, H200, GH200) at 989; the PCIe and NVL cards are clocked lower.
+  if (has("h100") || has("h200")) return has("nvl") ? 835.0 : has("pcie") ? 756.0 : 989.0;
+  if (has("gb200")) return 2500.0;  // before "b200": the Grace Blackwell part
+  if (has("b200")) return 2250.0;
+  if (has("a100") || has("a800")) return 312.0;
+  if (has("l40s")) return 362.0;
   return std::nullopt;
 }
 

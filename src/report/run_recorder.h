@@ -20,7 +20,9 @@
 
 namespace zt {
 
-// Dense bf16 peak of the device a backend runs on, in TFLOP/s; none for the CPU backend.
+// Dense bf16 peak of the device a backend runs on, in TFLOP/s (NVIDIA's datasheets, as
+// torchtitan's get_peak_flops reads them: H100 SXM 989, PCIe 756, NVL 835); none for the CPU
+// backend and for a GPU the table does not know, whose MFU is then left out, not guessed.
 std::optional<double> dense_bf16_peak_tflops(const std::string& backend_name);
 
 class RunRecorder {

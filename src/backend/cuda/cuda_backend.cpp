@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/adam_constants.h"
+#include "backend/backend_choice.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_attention.h"
 #if ZEROTRAIN_HAVE_CUPTI
@@ -122,6 +123,9 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options)
   ZT_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
   ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  const std::string unsupported =
+      cuda_device_support_problem(device, prop.name, prop.major, prop.minor);
+  ZT_CHECK(unsupported.empty(), "CUDA backend: " + unsupported);
   s.name = "cuda:";
   for (const char* c = prop.name; *c; ++c)
     s.name += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
