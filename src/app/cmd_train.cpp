@@ -151,7 +151,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   const bool document_masks =
       resolve_document_masking(o.document_masking, in.data->num_documents(), o.data, kCommand);
   o.document_masking = document_masks ? AutoSwitch::kOn : AutoSwitch::kOff;
-  o.packing = resolve_packing(o.packing, *in.data);
+  o.packing = packing_for_run(o.packing, o.checkpoint, o.out, *in.data);
   in.sampler = std::make_unique<WindowSampler>(
       *in.data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world, rank,
       static_cast<uint64_t>(o.seed), document_masks, o.packing);

@@ -143,8 +143,13 @@ EngineDevice make_cuda_device(MpiCommunicator& host, MPI_Comm data_group,
   // two ranks driving one GPU, on any host, put the whole job on the staged one. The GPUs are
   // told apart by UUID, not by counting ranks against the devices a rank sees: a scheduler that
   // binds one GPU per task shows each rank a single device 0, each a different GPU.
-  std::string uuid;  // a rank that cannot read it fails every rank, before the gather
-  run_collectively(host, [&] { uuid = cuda_device_uuid(device); });
+  // A rank that cannot read it, or whose GPU the backend cannot run on, fails every rank, before
+  // the gather.
+  std::string uuid;
+  run_collectively(host, [&] {
+    uuid = cuda_device_uuid(device);
+    check_cuda_device_supported(device);
+  });
   const std::vector<int> sharing = ranks_sharing_device(all_gather_strings(host.comm(), uuid, 64));
   const int share_mine = sharing[static_cast<size_t>(host.rank())];
   const bool shares_gpu = *std::max_element(sharing.begin(), sharing.end()) > 1;

@@ -47,23 +47,23 @@ def records(path, keys):
                 string_field(path, number, record, key)
             yield number, record
 
-# The fields of a file's SFT lines that no option reads, with the first line holding each: an
-# example loses them (Alpaca's "input" beside its instruction), so the user is told, once a file,
-# as the Hugging Face Trainer names the dataset columns it ignores.
+# The fields of the SFT lines that no option reads, with the first file and line holding each: an
+# example loses them (Alpaca's "input" beside its instruction), so the user is told once, at the
+# end, as the Hugging Face Trainer names the dataset columns it ignores.
 unread_fields = {}
 
 def note_unread(number, record, read):
     if isinstance(record, dict):
         for key in record:
             if key not in read:
-                unread_fields.setdefault(key, number)
+                unread_fields.setdefault(key, f"{current_path}:{number}")
 
 def string_field(path, number, record, key):
     value = record.get(key) if isinstance(record, dict) else None
     if isinstance(value, str):
         return value
     hint = ""
-    if isinstance(value, list):
+    if isinstance(value, list) and not (sft and sft["chat_template"]):
         hint = (" (a list of messages: TRL's conversational prompt-completion, which "
                 "--chat-template reads)")
     elif key == "response" and isinstance(record, dict) and "completion" in record:
@@ -192,7 +192,12 @@ def documents(path):
         for number, record in records(path, ()):
             prompt, response = sft["prompt"], sft["response"]
             note_unread(number, record, (prompt, response))
-            if isinstance(record, dict) and isinstance(record.get(prompt), list):
+            lists = [isinstance(record, dict) and isinstance(record.get(k), list)
+                     for k in (prompt, response)]
+            if lists[1] and not lists[0]:
+                sys.exit(f"{path}:{number}: '{response}' is a list of messages, so '{prompt}' "
+                         "must be one too (TRL's conversational prompt-completion)")
+            if lists[0]:
                 # TRL's conversational prompt-completion: the completion's turns count, as TRL's
                 # completion-only loss counts them; the prompt's (an earlier reply too) do not.
                 messages = conversation(path, number, record, [prompt, response])
@@ -248,6 +253,7 @@ written = 0
 with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
         open(starts_path, "wb") as starts_out:
     for path in inputs:
+        current_path = path
         try:
             for ids, mask in documents(path):
                 if not ids:
@@ -264,12 +270,10 @@ with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
                     mask_out.write(bytes(mask))
         except UnicodeDecodeError:
             sys.exit(not_utf8(path))
-        if unread_fields:
-            listed = ", ".join(f"'{k}' (line {n})" for k, n in sorted(unread_fields.items()))
-            print(f"note: {path}: fields no option reads, left out of the examples: {listed} "
-                  "(the examples are read from --prompt-field and --response-field, or "
-                  "--messages-field)", file=sys.stderr)
-            unread_fields.clear()
+if unread_fields:
+    listed = ", ".join(f"'{k}' ({at})" for k, at in sorted(unread_fields.items()))
+    print(f"note: fields no option reads, left out of the examples: {listed} (the examples are "
+          "read from --prompt-field and --response-field, or --messages-field)", file=sys.stderr)
 meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
         "name": os.path.basename(os.path.abspath(tok_dir or "."))}
 with open(meta_path, "w", encoding="utf-8") as f:

@@ -119,6 +119,17 @@ TrainCheckpointing::TrainCheckpointing(const CheckpointFlags& flags, const std::
   write_pid_file_if_requested(comm_.rank());  // tests signal one rank by its pid
 }
 
+Packing packing_for_run(Packing requested, const CheckpointFlags& flags, const std::string& out_dir,
+                        const TokenDataset& data) {
+  if (requested == Packing::kAuto && flags.resume != "none") {
+    const std::string checkpoint = resolve_resume_checkpoint(flags.resume, out_dir);
+    if (!checkpoint.empty())
+      return resolve_packing(parse_packing(CheckpointManifest::read(checkpoint).hyper.packing),
+                             data);
+  }
+  return resolve_packing(requested, data);
+}
+
 TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
   const auto t0 = std::chrono::steady_clock::now();
   const int world = comm_.world_size();

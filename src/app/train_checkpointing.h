@@ -10,6 +10,8 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
 #include "engine/zero_engine.h"
+#include "io/data_loader.h"
+#include "io/token_dataset.h"
 #include "runtime/signals.h"
 #include "util/word_choice.h"
 
@@ -52,6 +54,11 @@ bool frozen_as_digest(const std::string& word, bool lora);
 // that stopped before its first checkpoint is started again, beside whatever else a job script
 // wrote there (the Slurm scripts' slurm-env files).
 void check_fresh_start_in(const std::string& out_dir, bool overwrite);
+// The --packing a run trains with: auto on a resume continues the checkpoint's packing (a run
+// from before the option was wrapped), so that the command line that started a run resumes it;
+// otherwise `requested` resolved for `data` (resolve_packing).
+Packing packing_for_run(Packing requested, const CheckpointFlags& flags, const std::string& out_dir,
+                        const TokenDataset& data);
 
 class TrainCheckpointing {
  public:

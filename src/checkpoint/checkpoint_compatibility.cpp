@@ -123,8 +123,10 @@ std::vector<std::string> check_resume_hyperparameters(
   const TrainingHyperparameters& saved = manifest.hyper;
   std::vector<std::string> errors, warnings;
   compare(errors, "seq_len", saved.seq_len, run.seq_len, int_text);
-  // The data cursor counts the windows of one packing (io/data_loader.h).
-  compare(errors, "packing (--packing)", saved.packing, run.packing, as_is);
+  // The data cursor counts the windows of one packing (io/data_loader.h); on other data it
+  // counts another dataset's windows anyway.
+  compare(allow_data_change ? warnings : errors,
+          "packing (--packing auto continues the checkpoint's)", saved.packing, run.packing, as_is);
   compare(errors, "seed (data order)", saved.data_seed, run.data_seed,
           [](uint64_t v) { return std::to_string(v); });
   compare(errors, "beta1", saved.optim.beta1, run.optim.beta1, float_text);

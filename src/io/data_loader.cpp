@@ -104,6 +104,7 @@ WindowSchedule::WindowSchedule(std::vector<WindowSpan> spans, int64_t seq_len, i
     ZT_CHECK(s.start >= 0 && s.length >= 2 && s.length <= T_ + 1,
              "data schedule: a window of " + std::to_string(s.length) + " tokens at " +
                  std::to_string(s.start) + " (windows hold 2 to " + std::to_string(T_ + 1) + ")");
+  wrapped_ = false;
   spans_ = std::move(spans);
   num_windows_ = static_cast<int64_t>(spans_.size());
 }
@@ -272,16 +273,23 @@ void WindowSampler::next_step() {
 
 std::string WindowSampler::epoch_summary(int64_t steps) const {
   const int64_t windows = schedule_.num_windows(), per_step = schedule_.global_batch_windows();
-  char epochs[32];
+  // The share of the windows' targets that are the data's, not padding.
+  int64_t targets = 0;
+  for (int64_t w = 0; w < windows; ++w) targets += schedule_.window(w).length - 1;
+  const int64_t documents = std::max<int64_t>(data_.num_documents(), 1);
+  char figures[64];
+  std::snprintf(figures, sizeof figures, "%.0f%%",
+                100.0 * static_cast<double>(targets) / static_cast<double>(windows * T_));
+  std::string text = std::to_string(windows) + " windows of " +
+                     (packing_ == Packing::kDocuments ? "up to " : "") + std::to_string(T_ + 1) +
+                     " tokens an epoch, " + figures + " data (--packing " + packing_name(packing_) +
+                     "; " + std::to_string(data_.size()) + " tokens, " + std::to_string(documents) +
+                     (documents == 1 ? " document), " : " documents), ") +
+                     std::to_string(per_step) + " a step: ";
   std::snprintf(
-      epochs, sizeof epochs, "%.2f",
+      figures, sizeof figures, "%.2f",
       static_cast<double>(steps) * static_cast<double>(per_step) / static_cast<double>(windows));
-  return std::to_string(windows) + " windows of " +
-         (packing_ == Packing::kDocuments ? "up to " : "") + std::to_string(T_ + 1) +
-         " tokens an epoch (--packing " + packing_name(packing_) + "; " +
-         std::to_string(data_.size()) + " tokens, " +
-         std::to_string(std::max<int64_t>(data_.num_documents(), 1)) + " documents), " +
-         std::to_string(per_step) + " a step: " + std::to_string(steps) + " steps are " + epochs +
+  return text + std::to_string(steps) + (steps == 1 ? " step is " : " steps are ") + figures +
          " epochs";
 }
 

@@ -5,7 +5,7 @@
 //     (n_tokens − 1) mod T targets are in no window;
 //   - documents: windows of whole documents, in the dataset's order (document_windows), each
 //     padded to T+1 tokens with rows that count no target, so that every document is trained
-//     with all of its beginning in view, and every token is in some window.
+//     with all of its beginning in view, and every target the loss counts is in some window.
 // Each epoch visits every window once, in an
 // order given by a seeded Fisher–Yates shuffle (splitmix64, seed + epoch), so the order is a
 // pure function of (seed, W) and reproducible on any platform.
@@ -89,7 +89,7 @@ class WindowSchedule {
   int64_t num_windows() const { return num_windows_; }
   int64_t global_batch_windows() const { return B_ * A_ * N_; }
   WindowSpan window(int64_t w) const {
-    return spans_.empty() ? WindowSpan{w * T_, T_ + 1} : spans_[static_cast<size_t>(w)];
+    return wrapped_ ? WindowSpan{w * T_, T_ + 1} : spans_[static_cast<size_t>(w)];
   }
 
   const DataCursor& cursor() const { return cursor_; }
@@ -110,7 +110,8 @@ class WindowSchedule {
   int64_t T_, B_, A_, N_;
   uint64_t seed_;
   int64_t num_windows_;
-  std::vector<WindowSpan> spans_;  // empty: wrapped windows
+  bool wrapped_ = true;
+  std::vector<WindowSpan> spans_;  // the windows when not wrapped
   DataCursor cursor_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> perm_;
@@ -159,8 +160,8 @@ class WindowSampler {
 
   const WindowSchedule& schedule() const { return schedule_; }
   Packing packing() const { return packing_; }
-  // "W windows of (up to) T+1 tokens an epoch (--packing P; N tokens, D documents), G a step:
-  // S steps are E epochs".
+  // "W windows of (up to) T+1 tokens an epoch, F% data (--packing P; N tokens, D documents), G a
+  // step: S steps are E epochs", F the share of the windows' targets that are not padding.
   std::string epoch_summary(int64_t steps) const;
   const DataCursor& cursor() const { return schedule_.cursor(); }
   void set_cursor(const DataCursor& c) { schedule_.set_cursor(c); }

@@ -1,6 +1,7 @@
 #include "report/run_recorder.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iostream>
 
 #include "comm/collective_outcome.h"
@@ -20,12 +21,27 @@ std::optional<double> dense_bf16_peak_tflops(const std::string& backend_name) {
   // The CUDA backend's name is "cuda:" and the device's name in lower case (cudaDeviceProp).
   if (backend_name.rfind("cuda:", 0) != 0) return std::nullopt;
   const auto has = [&](const char* part) { return backend_name.find(part) != std::string::npos; };
-  // Hopper: the SXM parts (H100 SXM, H200, GH200) at 989; the PCIe and NVL cards are clocked lower.
-  if (has("h100") || has("h200")) return has("nvl") ? 835.0 : has("pcie") ? 756.0 : 989.0;
-  if (has("gb200")) return 2500.0;  // before "b200": the Grace Blackwell part
-  if (has("b200")) return 2250.0;
-  if (has("a100") || has("a800")) return 312.0;
-  if (has("l40s")) return 362.0;
+  // A model number as a word of the name: "a100" in "nvidia a100-sxm4-80gb", not in "rtx a1000".
+  const auto model = [&](const char* number) {
+    for (size_t at = backend_name.find(number); at != std::string::npos;
+         at = backend_name.find(number, at + 1)) {
+      const size_t end = at + std::char_traits<char>::length(number);
+      const bool starts =
+          at == 0 || !std::isalnum(static_cast<unsigned char>(backend_name[at - 1]));
+      const bool ends = end == backend_name.size() ||
+                        !std::isalnum(static_cast<unsigned char>(backend_name[end]));
+      if (starts && ends) return true;
+    }
+    return false;
+  };
+  // Hopper: the SXM parts (H100 SXM, H800, H200, GH200) at 989; the PCIe and NVL cards are
+  // clocked lower.
+  if (model("h100") || model("h800") || model("h200") || model("gh200"))
+    return has("nvl") ? 835.0 : has("pcie") ? 756.0 : 989.0;
+  if (model("gb200")) return 2500.0;
+  if (model("b200")) return 2250.0;
+  if (model("a100") || model("a800")) return 312.0;
+  if (model("l40s")) return 362.0;
   return std::nullopt;
 }
 

@@ -209,9 +209,10 @@ def main():
                         work("alpaca.jsonl"), "--prompt-field", "instruction", "--response-field",
                         "output", "--out", work("alpaca.h5")] + python)
         noted = [line for line in out.splitlines() if line.startswith("note:")]
-        check(len(noted) == 1 and work("alpaca.jsonl") in noted[0] and
-              "'id' (line 2), 'input' (line 2)" in noted[0] and "'output'" not in noted[0] and
-              "'instruction'" not in noted[0], f"the unread fields were not named once: {noted}")
+        at = work("alpaca.jsonl") + ":2"
+        check(len(noted) == 1 and f"'id' ({at}), 'input' ({at})" in noted[0] and
+              "'output'" not in noted[0] and "'instruction'" not in noted[0],
+              f"the unread fields were not named once: {noted}")
         print(f"ok   unread fields named: {noted[0]}")
 
         # 2. Eval of an imported model: transformers' own ignore_index loss.
@@ -287,13 +288,15 @@ def main():
               "the consolidated model's tokenizer encodes otherwise than the data's")
 
         # 3b. A step whose whole global batch is masked trains with no loss gradient, and says
-        # so; the others do not warn. The mask keeps only the first 10 windows' targets, so
+        # so; the others do not warn. The mask keeps only the targets of the first 10 windows of
+        # T+1 tokens (about 11 of the wrapped windows, pinned so that they are every T tokens), so
         # some of the (shuffled) steps see one and the others none.
         shutil.copy(work("sft.h5"), work("blind.h5"))
         with h5py.File(work("blind.h5"), "r+") as f:
             f["loss_mask"][10 * (SEQ_LEN + 1):] = 0
         out = run_tool([args.mpirun, "-n", "2", zt, "train", "--model", work("model"), "--data",
                         work("blind.h5"), "--out", work("blind_run"), "--steps", "6",
+                        "--packing", "wrapped",
                         "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN),
                         "--zero-stage", "3", "--eval-batches", "0", "--comm-timeout", "60"])
         with open(work("blind_run", "metrics.jsonl")) as f:
@@ -401,6 +404,14 @@ def main():
                  work("prompt_completion.jsonl"), "--prompt-field", "prompt", "--response-field",
                  "completion", "--out", work("bad.h5")] + python,
                 [work("prompt_completion.jsonl") + ":1", "'prompt'", "--chat-template"],
+                work("bad.h5"))
+        with open(work("half_conversational.jsonl"), "w") as f:
+            f.write(json.dumps({"prompt": "q", "completion": conversations[0][4:]}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("half_conversational.jsonl"), "--prompt-field", "prompt",
+                 "--response-field", "completion", "--chat-template", "--out", work("bad.h5")]
+                + python, [work("half_conversational.jsonl") + ":1",
+                           "'completion' is a list of messages, so 'prompt' must be one too"],
                 work("bad.h5"))
         with open(work("sharegpt.jsonl"), "w") as f:
             f.write(json.dumps({"conversations": [{"from": "human", "value": "q"},

@@ -134,13 +134,19 @@ TEST(DocumentPacking, SamplerRowsAreTheWindowsTokensPaddedWithUncountedRows) {
   WindowSampler rank1(data, 256, T, B, A, 2, 1, 5, true, Packing::kDocuments),
       alone(data, 256, T, B, 2 * A, 1, 0, 5, true, Packing::kDocuments);
   ASSERT_EQ(rank1.schedule().num_windows(), schedule.num_windows());
-  // The line train prints at its start: the epoch's windows, a step's (2 ranks x 2 x 2), epochs.
-  char epochs[32];
+  // The line train prints at its start: the epoch's windows, the share of their rows that are
+  // data, a step's windows (2 ranks x 2 x 2), the epochs.
+  int64_t data_rows = 0;
+  for (int64_t w = 0; w < schedule.num_windows(); ++w) data_rows += schedule.window(w).length - 1;
+  char epochs[32], share[16];
   std::snprintf(epochs, sizeof epochs, "%.2f",
                 10.0 * 8 / static_cast<double>(schedule.num_windows()));
+  std::snprintf(
+      share, sizeof share, "%.0f%%",
+      100.0 * static_cast<double>(data_rows) / static_cast<double>(schedule.num_windows() * T));
   EXPECT_EQ(rank1.epoch_summary(10),
-            std::to_string(schedule.num_windows()) +
-                " windows of up to 17 tokens an epoch (--packing documents; 400 tokens, " +
+            std::to_string(schedule.num_windows()) + " windows of up to 17 tokens an epoch, " +
+                share + " data (--packing documents; 400 tokens, " +
                 std::to_string(docs.starts.size()) + " documents), 8 a step: 10 steps are " +
                 epochs + " epochs");
   auto counts = [&](int64_t p) { return mask[static_cast<size_t>(p)] == 1 && !docs.begins_one(p); };
@@ -217,8 +223,10 @@ TEST(DocumentPacking, AutoPacksSftDataAndDocumentsNeedBoundaries) {
   }
 }
 
-// The data cursor counts one packing's windows: a resume with another is refused, and a
-// checkpoint written before --packing existed was wrapped.
+// The data cursor counts one packing's windows: a resume with another is refused, naming what
+// continues it; on other data (--allow-data-change) it is a warning. A checkpoint written before
+// --packing existed was wrapped. (--packing auto taking the checkpoint's:
+// world_invariant_documents.)
 TEST(DocumentPacking, ResumeWithAnotherPackingIsRefused) {
   CheckpointManifest m;
   m.world_size = 2;
@@ -235,10 +243,15 @@ TEST(DocumentPacking, ResumeWithAnotherPackingIsRefused) {
     check_resume_hyperparameters(m, run, 2, "bf16", "c");
     ADD_FAILURE() << "accepted another packing";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("packing (--packing): checkpoint wrapped, run documents"),
+    EXPECT_NE(std::string(e.what()).find("packing (--packing auto continues the checkpoint's): "
+                                         "checkpoint wrapped, run documents"),
               std::string::npos)
         << e.what();
   }
+  const auto on_other_data = check_resume_hyperparameters(m, run, 2, "bf16", "c", true);
+  ASSERT_EQ(on_other_data.size(), 1u);
+  EXPECT_NE(on_other_data[0].find("checkpoint wrapped, run documents"), std::string::npos)
+      << on_other_data[0];
   nlohmann::json unknown = m.hyper.to_json();
   unknown["packing"] = "auto";  // a request, never what ran
   EXPECT_THROW(TrainingHyperparameters::from_json(unknown), Error);

@@ -37,6 +37,9 @@ TEST(GpuSupport, MfuPeakFollowsTheDatasheetOfEachVariant) {
       {"cuda:nvidia a100-sxm4-80gb", 312.0},
       {"cuda:nvidia a100 80gb pcie", 312.0},
       {"cuda:nvidia l40s", 362.0},
+      {"cuda:nvidia h800", 989.0},
+      {"cuda:nvidia rtx a1000 laptop gpu", std::nullopt},  // not an A100
+      {"cuda:nvidia rtx a100x", std::nullopt},
       {"cuda:nvidia geforce rtx 4090", std::nullopt},  // not in the table: no MFU, not a guess
       {"cpu", std::nullopt},
       {"cpu:h100", std::nullopt}};

@@ -12,7 +12,9 @@
 #     resume    2 ranks stage 3 for 2 steps, then 4 ranks stage 1 from its checkpoint
 #     documents the same on packed documents with document masks (each README line its own text
 #               file): stages, activation checkpointing and a resume at another world size; the
-#               run with --document-masking off must differ
+#               run with --document-masking off must differ. With --packing documents (whole
+#               lines to a window; text data wraps by default) too, and its resume with
+#               --packing auto continues the checkpoint's packing; it must differ from wrapped
 #     refusals  3 ranks and 3 micro-batches per rank are refused, naming the number
 set -euo pipefail
 # shellcheck source=tests/support/case_script.sh
@@ -127,6 +129,21 @@ case "$CASE" in
     [[ "$(signature docs_unmasked)" != "$REFERENCE" ]] ||
       fail "--document-masking off trains the same bits: the masks change nothing here"
     echo "ok: without document masks the run differs"
+    run packed_ref 1 0 --packing documents
+    packed=$(signature packed_ref)
+    grep -q '"packing": "documents"' "$WORK/packed_ref/run.json" ||
+      fail "--packing documents did not run"
+    [[ "$packed" != "$REFERENCE" ]] || fail "--packing documents trains the bits of wrapped"
+    run packed_np4_stage3 4 3 --packing documents
+    [[ "$(signature packed_np4_stage3)" == "$packed" ]] ||
+      fail "--packing documents at 4 ranks, stage 3 differs from 1 rank at stage 0"
+    STEPS=2 run packed_resumed 2 1 --packing documents
+    run packed_resumed 4 2 --resume auto
+    grep -q '"packing": "documents"' "$WORK/packed_resumed/run.json" ||
+      fail "--packing auto did not continue the checkpoint's packing"
+    [[ "$(signature packed_resumed)" == "$packed" ]] ||
+      fail "--packing documents resumed at 4 ranks differs from the uninterrupted run"
+    echo "ok: --packing documents gives the same bits at 1, 2 and 4 ranks and across a resume"
     ;;
   refusals)
     for args in "3 1 --grad-accum 1" "1 0 --grad-accum 3"; do

@@ -60,6 +60,14 @@ std::string cuda_device_uuid(int device) {
   return hex;
 }
 
+void check_cuda_device_supported(int device) {
+  cudaDeviceProp prop{};
+  ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  const std::string unsupported =
+      cuda_device_support_problem(device, prop.name, prop.major, prop.minor);
+  ZT_CHECK(unsupported.empty(), "CUDA backend: " + unsupported);
+}
+
 std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
                                                      const cuda::CudaBackendOptions& options) {
   return std::make_unique<cuda::CudaBackend>(device, options);
@@ -121,11 +129,9 @@ CudaBackend::CudaBackend(int device, const CudaBackendOptions& options)
   s.device = device;
   s.options = options;
   ZT_CUDA_CHECK(cudaSetDevice(device));
+  check_cuda_device_supported(device);
   cudaDeviceProp prop{};
   ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  const std::string unsupported =
-      cuda_device_support_problem(device, prop.name, prop.major, prop.minor);
-  ZT_CHECK(unsupported.empty(), "CUDA backend: " + unsupported);
   s.name = "cuda:";
   for (const char* c = prop.name; *c; ++c)
     s.name += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
