@@ -3,6 +3,7 @@
 #include <re2/re2.h>
 
 #include "app/cli.h"
+#include "io/fs_util.h"
 #include "io/peft_adapter_file.h"
 #include "model/init.h"
 #include "util/error.h"
@@ -117,6 +118,16 @@ void LoraStartSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_t
 
 std::string lora_spec_source(const LoraOptions& o) {
   return o.init_from.empty() ? o.config_file : o.init_from + "/" + kPeftConfigFile;
+}
+
+std::string adapter_base_model(const LoraOptions& o, const std::string& trained_on) {
+  const std::string source = lora_spec_source(o);
+  if (source.empty()) return trained_on;
+  const nlohmann::json config = read_json_file(source);
+  const auto named = config.find("base_model_name_or_path");
+  if (named == config.end() || !named->is_string() || named->get<std::string>().empty())
+    return trained_on;
+  return named->get<std::string>();
 }
 
 std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec, const ParamLayout& layout,

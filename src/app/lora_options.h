@@ -25,6 +25,9 @@ struct LoraOptions {
   std::string init_from;    // --lora-init-from DIR: a PEFT adapter directory to continue
   // Which of the options above were given on the command line (refused beside --lora-config).
   std::vector<std::string> given;
+  // What the adapter directories train writes name as their base (adapter_base_model), read once
+  // at the start.
+  std::string base_model;
 
   // run.json's record: `resolved`, the spec resolve_lora_spec made of these options (read once),
   // and where it came from.
@@ -65,5 +68,9 @@ std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec, const Pa
                                                   const std::string& source);
 // The adapter_config.json the options' LoRA specification came from ("" when none).
 std::string lora_spec_source(const LoraOptions& o);
+// The base_model_name_or_path the run's adapter directories name: the one the options'
+// adapter_config.json (--lora-config, --lora-init-from) gives, as PEFT keeps a Hub id there that
+// AutoPeftModelForCausalLM loads; else `trained_on` (the --model directory or the preset).
+std::string adapter_base_model(const LoraOptions& o, const std::string& trained_on);
 
 }  // namespace zt

@@ -14,6 +14,7 @@
 
 #include "engine/engine_spec_json.h"
 #include "io/model_dir.h"
+#include "test_io_support.h"
 #include "test_train_support.h"
 
 namespace zt {
@@ -230,6 +231,26 @@ TEST_F(TrainE2E, EvaluatingEveryStepLeavesAnFp16LoraDropoutRunAsItWas) {
     EXPECT_TRUE(with[i].contains("eval_loss")) << "step " << i + 1;
     EXPECT_FALSE(without[i].contains("eval_loss")) << "step " << i + 1;
   }
+}
+
+// The adapter's base_model_name_or_path (docs/lora.md): the one the --lora-config names, a Hub id
+// PEFT's AutoPeftModelForCausalLM loads, kept; without one, the preset the run trained on.
+TEST_F(TrainE2E, AdapterNamesTheBaseModelItsConfigNamed) {
+  testing::write_file(path("named_adapter_config.json"),
+                      R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8,
+                          "target_modules": ["q_proj", "v_proj"],
+                          "base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"})");
+  const RunResult named =
+      train("named_base", "--micro-batch 2 --lora-config " + path("named_adapter_config.json"), 1);
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  const RunResult preset = train("preset_base", "--micro-batch 2 --lora-rank 4", 1);
+  ASSERT_EQ(preset.exit_code, 0) << preset.output;
+  const auto base_of = [&](const std::string& run) {
+    std::ifstream in(path(run + "/final/adapter_config.json"));
+    return nlohmann::json::parse(in).value("base_model_name_or_path", "");
+  };
+  EXPECT_EQ(base_of("named_base"), "HuggingFaceTB/SmolLM2-135M-Instruct");
+  EXPECT_EQ(base_of("preset_base"), "tiny");
 }
 
 // --offload-gradient-copies (docs/offload.md): bf16 copies move half the device→host bytes of
