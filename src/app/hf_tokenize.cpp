@@ -35,17 +35,36 @@ field, sft = options["text_field"], options["sft"]
 eos = special_id("eos_token")
 
 def records(path, keys):
-    with open(path, encoding="utf-8", newline="") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    """(where, record) of each JSON line, or of each element of a file that is one JSON array (as
+    Stanford Alpaca's alpaca_data.json is, and Hugging Face datasets' json loader reads): where is
+    the line number, or "element N". A byte-order mark at the start is read past, as a file saved
+    by a Windows editor has one."""
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        first = f.read(1)
+        while first.isspace():
+            first = f.read(1)
+        f.seek(0)
+        if first == "[":
             try:
-                record = json.loads(line)
+                elements = json.load(f)
             except ValueError as e:
-                sys.exit(f"{path}:{number}: not a JSON line: {e}")
+                sys.exit(f"{path}: not a JSON array: {e}")
+            numbered = ((f"element {i}", record) for i, record in enumerate(elements, 1))
+        else:
+            numbered = json_lines(path, f)
+        for number, record in numbered:
             for key in keys:
                 string_field(path, number, record, key)
             yield number, record
+
+def json_lines(path, f):
+    for number, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except ValueError as e:
+            sys.exit(f"{path}:{number}: not a JSON line: {e}")
 
 # The fields of the SFT lines that no option reads, with the first file and line holding each: an
 # example loses them (Alpaca's "input" beside its instruction), so the user is told once, at the

@@ -214,6 +214,22 @@ def main():
               "'output'" not in noted[0] and "'instruction'" not in noted[0],
               f"the unread fields were not named once: {noted}")
         print(f"ok   unread fields named: {noted[0]}")
+        # The same records as one JSON array (Stanford Alpaca's alpaca_data.json), saved with a
+        # byte-order mark: the same tokens and mask; the note names the array's elements.
+        with open(work("alpaca.jsonl")) as f:
+            alpaca = [json.loads(line) for line in f]
+        with open(work("alpaca.json"), "w", encoding="utf-8-sig") as f:
+            json.dump(alpaca, f, indent=2)
+        out = run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl",
+                        work("alpaca.json"), "--prompt-field", "instruction", "--response-field",
+                        "output", "--out", work("alpaca_array.h5")] + python)
+        with h5py.File(work("alpaca.h5"), "r") as a, h5py.File(work("alpaca_array.h5"), "r") as b:
+            same = all(np.array_equal(a[k][:], b[k][:]) for k in ("tokens", "loss_mask",
+                                                                   "doc_starts"))
+        check(same, "a JSON array of the records gives other tokens than their JSON lines")
+        check(f"'input' ({work('alpaca.json')}:element 2)" in out,
+              f"the note does not name the array's element: {out}")
+        print("ok   a JSON array with a byte-order mark: the JSON lines' tokens and mask")
 
         # 2. Eval of an imported model: transformers' own ignore_index loss.
         config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), **SIZES,
