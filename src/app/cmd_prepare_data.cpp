@@ -97,7 +97,10 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
            "prepare-data: with --tokenizer the vocabulary and the label are the tokenizer's");
   const bool jsonl = vm.count("jsonl") > 0;
   ZT_CHECK(jsonl || vm["text-field"].defaulted(),
-           "prepare-data: --text-field applies to --jsonl files (a --text file is one document)");
+           std::string("prepare-data: --text-field applies to --jsonl files") +
+               (sft ? " (--sft-jsonl reads --prompt-field and --response-field, or "
+                      "--messages-field)"
+                    : " (a --text file is one document)"));
   ZT_CHECK(!jsonl || !vm["text-field"].as<std::string>().empty(),
            "prepare-data: --text-field must name the JSON field that holds each document");
   HfTokenizeRequest request;

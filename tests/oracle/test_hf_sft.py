@@ -381,6 +381,9 @@ def main():
                  "--response-field", "answer", "--out", work("bad.h5")] + python,
                 ["--response-field", "--sft-jsonl"], work("bad.h5"))
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
+                 "--text-field", "question", "--out", work("bad.h5")] + python,
+                ["--text-field applies to --jsonl", "--prompt-field"], work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
                  "--prompt-field", "answer", "--response-field", "answer",
                  "--out", work("bad.h5")] + python,
                 ["--prompt-field", "--response-field"], work("bad.h5"))
