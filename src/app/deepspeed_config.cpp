@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -518,6 +519,16 @@ bool enabled_anywhere(const json& block) {
   return false;
 }
 
+// An ignored top-level key at DeepSpeed's own default (runtime/constants.py), or a block DeepSpeed
+// switches off ("enabled": false): ignoring it is what DeepSpeed does too, so nothing is said.
+bool at_deepspeed_default(const std::string& key, const json& value) {
+  static const std::map<std::string, json> defaults = {{"prescale_gradients", false},
+                                                       {"gradient_predivide_factor", 1.0}};
+  const auto it = defaults.find(key);
+  if (it != defaults.end()) return value == it->second;
+  return value.is_object() && value.contains("enabled") && value["enabled"] == false;
+}
+
 }  // namespace
 
 DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
@@ -541,7 +552,7 @@ DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
              top.where(key) +
                  " is enabled: it changes the training and is not implemented in "
                  "zerotrain (remove the block or set \"enabled\": false)");
-    top.warn(key, "not implemented in zerotrain (ignored)");
+    if (!at_deepspeed_default(key, block)) top.warn(key, "not implemented in zerotrain (ignored)");
   }
   parse_precision_blocks(top, c);
   c.train_batch_size = top.integer_at_least("train_batch_size", 1);

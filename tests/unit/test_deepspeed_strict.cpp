@@ -165,6 +165,19 @@ TEST(DeepSpeedStrictKeys, TopLevelAndActivationCheckpointingKeysAreWarnings) {
               contains(c.warnings[2], "cpu_checkpointing"))
       << c.warnings[2];
   EXPECT_FALSE(c.option("zero-stage").has_value());  // the misspelt block did nothing
+  // Ignored keys at DeepSpeed's own defaults, and blocks it switches off, ignore nothing: silent.
+  const DeepSpeedConfig defaults =
+      parse({{"prescale_gradients", false},
+             {"gradient_predivide_factor", 1},
+             {"tensorboard", {{"enabled", false}, {"output_path", "x"}}},
+             {"wandb", {{"enabled", false}}}});
+  EXPECT_TRUE(defaults.warnings.empty()) << defaults.warnings.front();
+  const DeepSpeedConfig changed =
+      parse({{"prescale_gradients", true}, {"gradient_predivide_factor", 2.0}});
+  ASSERT_EQ(changed.warnings.size(), 2u);
+  EXPECT_TRUE(contains(changed.warnings[0], "gradient_predivide_factor") &&
+              contains(changed.warnings[0], "not implemented"))
+      << changed.warnings[0];
 }
 
 TEST(DeepSpeedStrictKeys, DeepSpeedsAliasesAndDeprecatedKeysAreAccepted) {
@@ -289,16 +302,17 @@ TEST(DeepSpeedStrictKeys, EnabledTopLevelFeaturesThatChangeTheTrainingAreRefused
     const std::string e = parse_error(config);
     EXPECT_TRUE(contains(e, config.begin().key()) && contains(e, "not implemented")) << e;
   }
-  // Off, "auto" (the HF Trainer's Apex amp, which zerotrain lacks: off) or all techniques
-  // disabled: a warning each.
+  // "auto" (the HF Trainer's Apex amp, which zerotrain lacks: off) or all techniques disabled: a
+  // warning each; a block switched off at its top ("enabled": false) ignores nothing: silent.
   const DeepSpeedConfig off =
       parse({{"amp", {{"enabled", "auto"}, {"opt_level", "auto"}}},
              {"elasticity", {{"enabled", false}}},
              {"compression_training",
               {{"weight_quantization", {{"shared_parameters", {{"enabled", false}}}}}}},
              {"bf16", {{"enabled", true}}}});
-  ASSERT_EQ(off.warnings.size(), 3u);
+  ASSERT_EQ(off.warnings.size(), 2u);
   EXPECT_TRUE(contains(off.warnings[0], "amp")) << off.warnings[0];
+  EXPECT_TRUE(contains(off.warnings[1], "compression_training")) << off.warnings[1];
   const std::string huge = parse_error({{"train_batch_size", json(uint64_t{1} << 63)}});
   EXPECT_TRUE(contains(huge, "train_batch_size") && contains(huge, "too large")) << huge;
 }
