@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <sstream>
 
@@ -453,14 +452,11 @@ const std::vector<std::string> kMappedTopLevel = {"train_batch_size",
                                                   "bf16",
                                                   "bfloat16",
                                                   "zerotrain"};
-const std::vector<std::string> kSilentTopLevel = {"steps_per_print",
-                                                  "wall_clock_breakdown",
-                                                  "memory_breakdown",
-                                                  "zero_allow_untested_optimizer",
-                                                  "zero_force_ds_cpu_optimizer",
-                                                  "dump_state",
-                                                  "dataloader_drop_last",
-                                                  "disable_allgather"};
+const std::vector<std::string> kSilentTopLevel = {
+    "steps_per_print", "wall_clock_breakdown", "memory_breakdown", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "dump_state", "dataloader_drop_last", "disable_allgather",
+    // warned about unless at DeepSpeed's default:
+    "gradient_predivide_factor", "prescale_gradients"};
 const std::vector<std::string> kUnimplementedTopLevel = {"amp",
                                                          "autotuning",
                                                          "aio",
@@ -477,12 +473,10 @@ const std::vector<std::string> kUnimplementedTopLevel = {"amp",
                                                          "eigenvalue",
                                                          "elasticity",
                                                          "flops_profiler",
-                                                         "gradient_predivide_factor",
                                                          "hybrid_engine",
                                                          "load_universal_checkpoint",
                                                          "nebula",
                                                          "pipeline",
-                                                         "prescale_gradients",
                                                          "progressive_layer_drop",
                                                          "quantize_training",
                                                          "seq_parallel_communication_data_type",
@@ -519,16 +513,6 @@ bool enabled_anywhere(const json& block) {
   return false;
 }
 
-// An ignored top-level key at DeepSpeed's own default (runtime/constants.py), or a block DeepSpeed
-// switches off ("enabled": false): ignoring it is what DeepSpeed does too, so nothing is said.
-bool at_deepspeed_default(const std::string& key, const json& value) {
-  static const std::map<std::string, json> defaults = {{"prescale_gradients", false},
-                                                       {"gradient_predivide_factor", 1.0}};
-  const auto it = defaults.find(key);
-  if (it != defaults.end()) return value == it->second;
-  return value.is_object() && value.contains("enabled") && value["enabled"] == false;
-}
-
 }  // namespace
 
 DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
@@ -552,8 +536,15 @@ DeepSpeedConfig parse_deepspeed_config(const json& j, const std::string& source,
              top.where(key) +
                  " is enabled: it changes the training and is not implemented in "
                  "zerotrain (remove the block or set \"enabled\": false)");
-    if (!at_deepspeed_default(key, block)) top.warn(key, "not implemented in zerotrain (ignored)");
+    // A block DeepSpeed switches off ("enabled": false) is ignored there too: nothing to say.
+    const bool switched_off =
+        block.is_object() && block.contains("enabled") && block["enabled"] == false;
+    if (!switched_off) top.warn(key, "not implemented in zerotrain (ignored)");
   }
+  // Gradient-reduction knobs without a counterpart: a warning unless at DeepSpeed's default
+  // (runtime/constants.py).
+  top.warn_unless_default("gradient_predivide_factor", 1.0, "not implemented in zerotrain");
+  top.warn_unless_default("prescale_gradients", false, "not implemented in zerotrain");
   parse_precision_blocks(top, c);
   c.train_batch_size = top.integer_at_least("train_batch_size", 1);
   set_integer(top, "train_micro_batch_size_per_gpu", "micro-batch",
