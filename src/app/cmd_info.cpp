@@ -143,9 +143,9 @@ void info_tokens(const std::string& path, bool json) {
     std::cout << "documents: " << (data.has_documents() ? "1" : "not recorded")
               << " (one stream; document masking: off, nothing to mask)\n";
   std::cout << "packing: " << packing_name(packing)
-            << (packing == Packing::kDocuments
-                    ? " by default (whole documents to a window; --packing wrapped cuts a window "
-                      "every --seq-len tokens)\n"
+            << (packing == Packing::kBfd
+                    ? " by default (whole documents packed best-fit decreasing; --packing wrapped "
+                      "cuts a window every --seq-len tokens)\n"
                     : " by default (a window every --seq-len tokens)\n");
   if (hi >= data.vocab_size())
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";

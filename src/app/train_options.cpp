@@ -310,10 +310,12 @@ void add_batch_options(po::options_description& opts, TrainOptions& o) {
       "micro-batches per optimizer step");
   add("seq-len", po::value(&o.seq_len)->default_value(o.seq_len), "tokens per sequence");
   add("packing", word_option<Packing>(&o.packing, parse_packing, packing_name(o.packing)),
-      "how the data is cut into sequences: documents (whole documents packed in order, each "
-      "sequence padded; a document longer than a sequence runs on into sequences of its own) | "
-      "wrapped (every --seq-len tokens, documents running on from one sequence into the next) | "
-      "auto (documents for SFT data, which has a loss mask and document boundaries; else wrapped)");
+      "how the data is cut into sequences: bfd (whole documents packed best-fit decreasing, as "
+      "TRL packs, each sequence padded; a document longer than a sequence is split into "
+      "sequences of its own) | documents (whole documents packed in the data's order) | wrapped "
+      "(every --seq-len tokens, documents running on from one sequence into the next) | auto "
+      "(bfd for SFT data, which has a loss mask and document boundaries; else wrapped; on a "
+      "resume, the checkpoint's)");
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ struct TrainOptions : RunEngineOptions {
   bool overwrite = false;
   int64_t steps = 100;
   int64_t seed = 1234;
-  // --packing auto | documents | wrapped; once the dataset is open, the mode that runs.
+  // --packing auto | bfd | documents | wrapped; once the dataset is open, the mode that runs.
   Packing packing = Packing::kAuto;
   AdamWConfig optim;  // with --lr-schedule and --warmup-type, parsed as they are read
   // fp16 loss scaling (--loss-scale, --initial-scale-power, ...; DeepSpeed's fp16 block);

@@ -120,8 +120,8 @@ TrainingHyperparameters TrainingHyperparameters::from_json(const nlohmann::json&
   h.activations = j.value("activations", "");
   h.document_masking = j.value("document_masking", "off");
   h.packing = j.value("packing", "wrapped");
-  ZT_CHECK(h.packing == "wrapped" || h.packing == "documents",
-           "hyperparameters.packing must be wrapped or documents, got '" + h.packing + "'");
+  ZT_CHECK(h.packing == "wrapped" || h.packing == "documents" || h.packing == "bfd",
+           "hyperparameters.packing must be wrapped, documents or bfd, got '" + h.packing + "'");
   return h;
 }
 

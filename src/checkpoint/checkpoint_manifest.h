@@ -66,8 +66,8 @@ struct TrainingHyperparameters {
   std::string attention{};
   std::string activations{};
   std::string document_masking = "off";
-  // How the data was cut into windows (--packing resolved: "wrapped" | "documents"); "wrapped" in
-  // checkpoints written before it existed. The data cursor counts these windows.
+  // How the data was cut into windows (--packing resolved: "wrapped" | "documents" | "bfd");
+  // "wrapped" in checkpoints written before it existed. The data cursor counts these windows.
   std::string packing = "wrapped";
 
   nlohmann::json to_json() const;

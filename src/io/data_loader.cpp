@@ -42,8 +42,10 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
 
 namespace {
 
-constexpr WordChoice<Packing> kPackingWords[] = {
-    {Packing::kAuto, "auto"}, {Packing::kWrapped, "wrapped"}, {Packing::kDocuments, "documents"}};
+constexpr WordChoice<Packing> kPackingWords[] = {{Packing::kAuto, "auto"},
+                                                 {Packing::kWrapped, "wrapped"},
+                                                 {Packing::kDocuments, "documents"},
+                                                 {Packing::kBfd, "bfd"}};
 
 }  // namespace
 
@@ -57,36 +59,12 @@ const char* packing_name(Packing packing) {
 
 Packing resolve_packing(Packing requested, const TokenDataset& data) {
   if (requested == Packing::kAuto)
-    return data.has_loss_mask() && data.has_documents() ? Packing::kDocuments : Packing::kWrapped;
-  ZT_CHECK(requested != Packing::kDocuments || data.has_documents(),
-           "--packing documents: token dataset '" + data.path() +
+    return data.has_loss_mask() && data.has_documents() ? Packing::kBfd : Packing::kWrapped;
+  ZT_CHECK(requested == Packing::kWrapped || data.has_documents(),
+           std::string("--packing ") + packing_name(requested) + ": token dataset '" + data.path() +
                "' records no document boundaries (/doc_starts); make it again with this "
                "version's prepare-data, or use --packing wrapped");
   return requested;
-}
-
-std::vector<WindowSpan> document_windows(const std::vector<int64_t>& doc_starts, int64_t n_tokens,
-                                         int64_t seq_len) {
-  ZT_CHECK(seq_len > 0, "data schedule: seq_len must be positive");
-  std::vector<WindowSpan> out;
-  const int64_t capacity = seq_len + 1;
-  int64_t begin = 0, end = 0;  // the open window, tokens [begin, end)
-  auto close = [&] {
-    if (end - begin >= 2) out.push_back({begin, end - begin});
-  };
-  for (size_t d = 0; d < doc_starts.size(); ++d) {
-    const int64_t doc_begin = doc_starts[d];
-    const int64_t doc_end = d + 1 < doc_starts.size() ? doc_starts[d + 1] : n_tokens;
-    if (doc_end - begin > capacity) {  // the document does not fit whole in the open window
-      close();
-      begin = doc_begin;
-    }
-    // A document longer than a window: windows of its own, each sharing one token with the next.
-    for (; doc_end - begin > capacity; begin += seq_len) out.push_back({begin, capacity});
-    end = doc_end;
-  }
-  close();
-  return out;
 }
 
 WindowSchedule::WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_batch,
@@ -97,16 +75,25 @@ WindowSchedule::WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_
   num_windows_ = n_tokens > 0 ? (n_tokens - 1) / T_ : 0;
 }
 
-WindowSchedule::WindowSchedule(std::vector<WindowSpan> spans, int64_t seq_len, int64_t micro_batch,
+WindowSchedule::WindowSchedule(WindowLayout layout, int64_t seq_len, int64_t micro_batch,
                                int64_t grad_accum, int world_size, uint64_t seed)
     : WindowSchedule(0, seq_len, micro_batch, grad_accum, world_size, seed) {
-  for (const WindowSpan& s : spans)
-    ZT_CHECK(s.start >= 0 && s.length >= 2 && s.length <= T_ + 1,
-             "data schedule: a window of " + std::to_string(s.length) + " tokens at " +
-                 std::to_string(s.start) + " (windows hold 2 to " + std::to_string(T_ + 1) + ")");
+  for (int64_t w = 0; w < layout.num_windows(); ++w) {
+    const int64_t length = layout.length(w);
+    ZT_CHECK(length >= 2 && length <= T_ + 1,
+             "data schedule: window " + std::to_string(w) + " of " + std::to_string(length) +
+                 " tokens (windows hold 2 to " + std::to_string(T_ + 1) + ")");
+  }
   wrapped_ = false;
-  spans_ = std::move(spans);
-  num_windows_ = static_cast<int64_t>(spans_.size());
+  layout_ = std::move(layout);
+  num_windows_ = layout_.num_windows();
+}
+
+WindowPieces WindowSchedule::window(int64_t w) const {
+  if (wrapped_) return {WindowSpan{w * T_, T_ + 1}};
+  const auto begin = layout_.pieces.begin();
+  return WindowPieces(begin + layout_.first[static_cast<size_t>(w)],
+                      begin + layout_.first[static_cast<size_t>(w) + 1]);
 }
 
 void WindowSchedule::set_cursor(const DataCursor& c) {
@@ -151,39 +138,55 @@ void WindowSchedule::advance() {
 
 void count_window_targets(const TokenDataset& data, int64_t start, int64_t seq_len,
                           bool document_masks, uint8_t* out) {
-  count_window_targets(data, WindowSpan{start, seq_len + 1}, seq_len, document_masks, out);
+  count_window_targets(data, WindowPieces{{start, seq_len + 1}}, seq_len, document_masks, out);
 }
 
-void count_window_targets(const TokenDataset& data, WindowSpan window, int64_t seq_len,
+void count_window_targets(const TokenDataset& data, const WindowPieces& window, int64_t seq_len,
                           bool document_masks, uint8_t* out) {
-  const int64_t start = window.start, targets = window.length - 1;
-  if (data.has_loss_mask())
-    data.read_loss_mask(start + 1, targets, out);
-  else
-    std::fill(out, out + targets, uint8_t{1});
-  std::fill(out + targets, out + seq_len, uint8_t{0});  // padding
-  if (!document_masks) return;
-  const std::vector<int64_t>& starts = data.document_starts();
-  // The document starts among the targets, tokens [start + 1, start + targets].
-  for (auto it = std::upper_bound(starts.begin(), starts.end(), start);
-       it != starts.end() && *it <= start + targets; ++it)
-    out[*it - start - 1] = 0;
+  std::fill(out, out + seq_len, uint8_t{0});  // padding, and the target at each later piece
+  int64_t offset = 0;                         // the piece's first row in the window
+  for (const WindowSpan& piece : window) {
+    // Rows [offset, offset + targets) predict the piece's tokens [start + 1, start + length).
+    const int64_t start = piece.start, targets = piece.length - 1;
+    uint8_t* counts = out + offset;
+    if (data.has_loss_mask())
+      data.read_loss_mask(start + 1, targets, counts);
+    else
+      std::fill(counts, counts + targets, uint8_t{1});
+    offset += piece.length;
+    if (!document_masks) continue;
+    const std::vector<int64_t>& starts = data.document_starts();
+    for (auto it = std::upper_bound(starts.begin(), starts.end(), start);
+         it != starts.end() && *it <= start + targets; ++it)
+      counts[*it - start - 1] = 0;
+  }
 }
 
-void window_document_starts(const TokenDataset& data, int64_t start, int64_t seq_len,
-                            int32_t* row_doc_start) {
+void window_document_starts(const TokenDataset& data, int64_t start, int64_t rows,
+                            int32_t* row_doc_start, int64_t offset) {
   ZT_CHECK(data.has_documents(), "token dataset '" + data.path() + "' has no document boundaries");
   const std::vector<int64_t>& starts = data.document_starts();
   auto next = std::upper_bound(starts.begin(), starts.end(), start);  // first start after `start`
-  int32_t current = 0;
-  for (int64_t t = 0; t < seq_len; ++t) {
+  auto current = static_cast<int32_t>(offset);
+  for (int64_t t = 0; t < rows; ++t) {
     if (next != starts.end() && *next == start + t) {
-      current = static_cast<int32_t>(t);
+      current = static_cast<int32_t>(offset + t);
       ++next;
     }
-    row_doc_start[t] = current;
+    row_doc_start[offset + t] = current;
   }
 }
+
+namespace {
+
+// The windows of --packing documents or bfd over the dataset's documents.
+WindowLayout packed_layout(const TokenDataset& data, Packing packing, int64_t seq_len) {
+  const std::vector<int64_t>& starts = data.document_starts();
+  return packing == Packing::kBfd ? best_fit_windows(starts, data.size(), seq_len)
+                                  : WindowLayout(document_windows(starts, data.size(), seq_len));
+}
+
+}  // namespace
 
 WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64_t seq_len,
                              int64_t micro_batch, int64_t grad_accum, int world_size, int rank,
@@ -191,10 +194,10 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
     : data_(data),
       packing_(packing),
       schedule_(
-          packing == Packing::kDocuments
-              ? WindowSchedule(document_windows(data.document_starts(), data.size(), seq_len),
-                               seq_len, micro_batch, grad_accum, world_size, seed)
-              : WindowSchedule(data.size(), seq_len, micro_batch, grad_accum, world_size, seed)),
+          packing == Packing::kWrapped
+              ? WindowSchedule(data.size(), seq_len, micro_batch, grad_accum, world_size, seed)
+              : WindowSchedule(packed_layout(data, packing, seq_len), seq_len, micro_batch,
+                               grad_accum, world_size, seed)),
       rank_(rank),
       B_(micro_batch),
       T_(seq_len),
@@ -205,16 +208,17 @@ WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64
                "prepare-data, or train with --document-masking off");
   ZT_CHECK(packing != Packing::kAuto, "WindowSampler: --packing must be resolved");
   const int64_t G = schedule_.global_batch_windows();
-  ZT_CHECK(schedule_.num_windows() >= G,
-           "token dataset '" + data.path() + "' has " + std::to_string(data.size()) +
-               " tokens = " + std::to_string(schedule_.num_windows()) +
-               (packing == Packing::kDocuments
-                    ? " windows of whole documents (--packing documents) of up to "
-                    : " windows of ") +
-               std::to_string(seq_len + 1) + " tokens, fewer than one global batch of " +
-               std::to_string(G) + " windows (micro-batch " + std::to_string(micro_batch) +
-               " x grad-accum " + std::to_string(grad_accum) + " x world " +
-               std::to_string(world_size) + ")");
+  ZT_CHECK(
+      schedule_.num_windows() >= G,
+      "token dataset '" + data.path() + "' has " + std::to_string(data.size()) +
+          " tokens = " + std::to_string(schedule_.num_windows()) +
+          (packing == Packing::kWrapped ? std::string(" windows of ")
+                                        : std::string(" windows of whole documents (--packing ") +
+                                              packing_name(packing) + ") of up to ") +
+          std::to_string(seq_len + 1) + " tokens, fewer than one global batch of " +
+          std::to_string(G) + " windows (micro-batch " + std::to_string(micro_batch) +
+          " x grad-accum " + std::to_string(grad_accum) + " x world " + std::to_string(world_size) +
+          ")");
   data.check_max_token(vocab_size);
   // A loss mask is read whole once (every value 0 or 1) and must count something to train on.
   ZT_CHECK(!data.has_loss_mask() || data.counted_tokens() > 0,
@@ -245,43 +249,53 @@ void WindowSampler::next_step() {
                          step_counts_.data() + p * static_cast<size_t>(T_));
   counted_targets_ = std::count(step_counts_.begin(), step_counts_.end(), uint8_t{1});
   const auto windows = schedule_.rank_windows(rank_);
-  for (size_t m = 0; m < windows.size(); ++m) {
+  for (size_t m = 0; m < windows.size(); ++m)
     for (size_t b = 0; b < windows[m].size(); ++b) {
-      const WindowSpan span = schedule_.window(windows[m][b]);
-      data_.read(span.start, span.length, window_.data());
-      std::fill(window_.begin() + span.length, window_.end(), 0);
-      const auto row = static_cast<std::ptrdiff_t>(b) * T_;
-      std::copy(window_.begin(), window_.end() - 1, inputs_[m].begin() + row);
-      std::copy(window_.begin() + 1, window_.end(), targets_[m].begin() + row);
-      // The padding rows, from the one the window's last token would be the input of: token 0.
-      std::fill(inputs_[m].begin() + row + span.length - 1, inputs_[m].begin() + row + T_, 0);
-      if (document_masks_) {
-        int32_t* starts = doc_starts_[m].data() + row;
-        window_document_starts(data_, span.start, T_, starts);
-        // The padding rows are a document of their own, after the window's last input.
-        std::fill(starts + span.length - 1, starts + T_, static_cast<int32_t>(span.length - 1));
-      }
-      const uint8_t* counts =
-          step_counts_.data() +
-          schedule_.step_position(rank_, static_cast<int64_t>(m), static_cast<int64_t>(b)) * T_;
-      for (int64_t t = 0; t < T_; ++t)
-        if (counts[t] == 0) targets_[m][static_cast<size_t>(row + t)] = kIgnoredTarget;
+      const auto row = static_cast<int64_t>(b) * T_;
+      const int64_t position =
+          schedule_.step_position(rank_, static_cast<int64_t>(m), static_cast<int64_t>(b));
+      read_window(windows[m][b], inputs_[m].data() + row, targets_[m].data() + row,
+                  document_masks_ ? doc_starts_[m].data() + row : nullptr,
+                  step_counts_.data() + position * T_);
     }
-  }
   schedule_.advance();
+}
+
+void WindowSampler::read_window(int64_t w, int32_t* inputs, int32_t* targets, int32_t* doc_starts,
+                                const uint8_t* counts) {
+  // The window's L tokens, its pieces one after another, then zeros.
+  int64_t length = 0;
+  for (const WindowSpan& piece : schedule_.window(w)) {
+    data_.read(piece.start, piece.length, window_.data() + length);
+    // Each piece's inputs attend within it (a piece after the first starts a document).
+    if (doc_starts)
+      window_document_starts(data_, piece.start, std::min(piece.length, T_ - length), doc_starts,
+                             length);
+    length += piece.length;
+  }
+  std::fill(window_.begin() + length, window_.end(), 0);
+  std::copy(window_.begin(), window_.end() - 1, inputs);
+  std::copy(window_.begin() + 1, window_.end(), targets);
+  // The padding rows, from the one the window's last token would be the input of: token 0, a
+  // document of their own after the window's last input.
+  std::fill(inputs + length - 1, inputs + T_, 0);
+  if (doc_starts)
+    std::fill(doc_starts + length - 1, doc_starts + T_, static_cast<int32_t>(length - 1));
+  for (int64_t t = 0; t < T_; ++t)
+    if (counts[t] == 0) targets[t] = kIgnoredTarget;
 }
 
 std::string WindowSampler::epoch_summary(int64_t steps) const {
   const int64_t windows = schedule_.num_windows(), per_step = schedule_.global_batch_windows();
   // The share of the windows' targets that are the data's, not padding.
   int64_t targets = 0;
-  for (int64_t w = 0; w < windows; ++w) targets += schedule_.window(w).length - 1;
+  for (int64_t w = 0; w < windows; ++w) targets += schedule_.window_length(w) - 1;
   const int64_t documents = std::max<int64_t>(data_.num_documents(), 1);
   char figures[64];
   std::snprintf(figures, sizeof figures, "%.0f%%",
                 100.0 * static_cast<double>(targets) / static_cast<double>(windows * T_));
   std::string text = std::to_string(windows) + " windows of " +
-                     (packing_ == Packing::kDocuments ? "up to " : "") + std::to_string(T_ + 1) +
+                     (packing_ == Packing::kWrapped ? "" : "up to ") + std::to_string(T_ + 1) +
                      " tokens an epoch, " + figures + " data (--packing " + packing_name(packing_) +
                      "; " + std::to_string(data_.size()) + " tokens, " + std::to_string(documents) +
                      (documents == 1 ? " document), " : " documents), ") +

@@ -5,7 +5,9 @@
 //     (n_tokens − 1) mod T targets are in no window;
 //   - documents: windows of whole documents, in the dataset's order (document_windows), each
 //     padded to T+1 tokens with rows that count no target, so that every document is trained
-//     with all of its beginning in view, and every target the loss counts is in some window.
+//     with all of its beginning in view, and every target the loss counts is in some window;
+//   - bfd: windows of whole documents packed best-fit decreasing (best_fit_windows), padded alike;
+//     a window's documents are then pieces from anywhere in the dataset.
 // Each epoch visits every window once, in an
 // order given by a seeded Fisher–Yates shuffle (splitmix64, seed + epoch), so the order is a
 // pure function of (seed, W) and reproducible on any platform.
@@ -24,6 +26,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "io/window_packing.h"
 
 namespace zt {
 
@@ -52,29 +56,18 @@ struct DataCursor {
 };
 
 // --packing: how training cuts the tokens into windows (auto: a request only, resolve_packing).
-enum class Packing { kAuto, kWrapped, kDocuments };
-Packing parse_packing(const std::string& text);  // "auto" | "wrapped" | "documents"
+enum class Packing { kAuto, kWrapped, kDocuments, kBfd };
+Packing parse_packing(const std::string& text);  // "auto" | "wrapped" | "documents" | "bfd"
 const char* packing_name(Packing packing);
-// auto: documents for SFT data (a loss mask and document boundaries), as TRL's SFTTrainer keeps
-// each example whole; wrapped for the rest. documents on a dataset without /doc_starts fails
-// naming the file.
+// auto: bfd for SFT data (a loss mask and document boundaries), TRL's SFTTrainer's default packing
+// strategy, which keeps each example whole; wrapped for the rest. documents or bfd on a dataset
+// without /doc_starts fails naming the file.
 Packing resolve_packing(Packing requested, const TokenDataset& data);
 
-// One training window: tokens [start, start + length), 2 ≤ length ≤ T + 1. Its inputs are the
-// first length − 1 tokens and its targets the last length − 1; the rows past them are padding.
-struct WindowSpan {
-  int64_t start = 0, length = 0;
-  bool operator==(const WindowSpan&) const = default;
-};
-
-// The windows of --packing documents over `n_tokens` tokens whose documents start at
-// `doc_starts` (ascending, the first 0), in order: each document joins the open window when the
-// window still holds it whole (at most T + 1 tokens), else it opens the next one. A document
-// longer than T + 1 tokens fills windows of its own of T + 1 tokens, each starting at the last
-// token of the one before (as wrapped windows do), and its remainder stays open for the next
-// documents. A window of one token (no target) is left out.
-std::vector<WindowSpan> document_windows(const std::vector<int64_t>& doc_starts, int64_t n_tokens,
-                                         int64_t seq_len);
+// A training window is its pieces (window_packing.h) one after another, L ≤ T + 1 tokens in all.
+// Its inputs are the first L − 1 tokens and its targets the last L − 1; the rows past them are
+// padding. The target at a piece's first token, other than the window's first, never counts.
+using WindowPieces = std::vector<WindowSpan>;
 
 // Pure index arithmetic of the data order (no I/O): which windows a step gives to each rank.
 class WindowSchedule {
@@ -82,15 +75,14 @@ class WindowSchedule {
   // n_tokens: dataset length; seq_len T; micro_batch B; grad_accum A; world N. Wrapped windows.
   WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_batch, int64_t grad_accum,
                  int world_size, uint64_t seed);
-  // The windows `spans` (document_windows), in the same order.
-  WindowSchedule(std::vector<WindowSpan> spans, int64_t seq_len, int64_t micro_batch,
-                 int64_t grad_accum, int world_size, uint64_t seed);
+  // The windows of `layout` (document_windows, best_fit_windows), in the same order.
+  WindowSchedule(WindowLayout layout, int64_t seq_len, int64_t micro_batch, int64_t grad_accum,
+                 int world_size, uint64_t seed);
 
   int64_t num_windows() const { return num_windows_; }
   int64_t global_batch_windows() const { return B_ * A_ * N_; }
-  WindowSpan window(int64_t w) const {
-    return wrapped_ ? WindowSpan{w * T_, T_ + 1} : spans_[static_cast<size_t>(w)];
-  }
+  WindowPieces window(int64_t w) const;
+  int64_t window_length(int64_t w) const { return wrapped_ ? T_ + 1 : layout_.length(w); }
 
   const DataCursor& cursor() const { return cursor_; }
   void set_cursor(const DataCursor& c);  // validates position < W
@@ -111,7 +103,7 @@ class WindowSchedule {
   uint64_t seed_;
   int64_t num_windows_;
   bool wrapped_ = true;
-  std::vector<WindowSpan> spans_;  // the windows when not wrapped
+  WindowLayout layout_;  // the windows when not wrapped
   DataCursor cursor_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> perm_;
@@ -120,17 +112,20 @@ class WindowSchedule {
 // Which targets of the window of T+1 tokens at `start` count in the loss: out[t] = 1 for target t
 // (token start + t + 1) unless the loss mask (SFT data) is 0 there or, with document masks, the
 // target is the first token of a document (the previous document's last token does not predict
-// it). out holds T values. A window of `length` < T + 1 tokens counts no target from
-// t = length − 1 on (its padding).
+// it). out holds T values.
 void count_window_targets(const TokenDataset& data, int64_t start, int64_t seq_len,
                           bool document_masks, uint8_t* out);
-void count_window_targets(const TokenDataset& data, WindowSpan window, int64_t seq_len,
+// The same for a window of pieces: within each piece as above; the target at the first token of
+// a piece after the window's first is 0 (the piece before it does not precede it in the data), and
+// a window of L < T + 1 tokens counts no target from t = L − 1 on (its padding).
+void count_window_targets(const TokenDataset& data, const WindowPieces& window, int64_t seq_len,
                           bool document_masks, uint8_t* out);
-// The document masks of that window's inputs (backend.h): row_doc_start[t] is the index within
-// the window of the first token of input t's document, 0 when the document began before the
-// window (its part in the window is numbered from 0). T values; the dataset has boundaries.
-void window_document_starts(const TokenDataset& data, int64_t start, int64_t seq_len,
-                            int32_t* row_doc_start);
+// The document masks of the inputs of the `rows` tokens at `start` (backend.h), written from row
+// `offset` of a window: row_doc_start[offset + t] is the index within the window of the first
+// token of input t's document, `offset` when the document began before `start` (its part is
+// numbered from there). The dataset has boundaries.
+void window_document_starts(const TokenDataset& data, int64_t start, int64_t rows,
+                            int32_t* row_doc_start, int64_t offset = 0);
 
 // Reads this rank's micro-batches of each step from a token dataset. A target that does not count
 // (count_window_targets) is kIgnoredTarget (util/ignored_target.h), and the step's loss averages
@@ -173,6 +168,8 @@ class WindowSampler {
   int rank_;
   int64_t B_, T_;
   bool document_masks_;
+  void read_window(int64_t w, int32_t* inputs, int32_t* targets, int32_t* doc_starts,
+                   const uint8_t* counts);
   std::vector<int32_t> window_;       // one window of T+1 tokens
   std::vector<uint8_t> step_counts_;  // whether each target of the step counts, [G·T] by position
   std::vector<std::vector<int32_t>> inputs_, targets_, doc_starts_;  // [micro][B·T]

@@ -22,9 +22,10 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    "<|im_start|>" (TRL's completion-only rule, computed here on the ids). Replies opening with
    whitespace, which the tokenizer joins to the turn's opening, and an empty one: the mask is
    transformers' return_assistant_tokens_mask under the template marked with {% generation %}.
-6. Chat SFT at 2 ranks with ZeRO-3, whole conversations packed into windows with document masking
-   (--packing and --document-masking default to both for SFT data): on the first conversations,
-   which the packing's definition puts in exactly 4 windows, the first step's loss equals
+6. Chat SFT at 2 ranks with ZeRO-3, whole conversations packed into windows best-fit decreasing
+   with document masking (--packing bfd and --document-masking on are the defaults for SFT data):
+   on the first conversations, which the packing's definition (written here) puts in exactly 4
+   windows, the first step's loss equals
    transformers' masked loss with each conversation run alone, whole, and differs from the packed
    windows' loss without masks by more than the bound; 3 steps run.
    The run scores a held-out set (`--eval-data`: the conversations past those windows, prepared
@@ -48,6 +49,7 @@ Bound for the losses: test_hf_families.py's (both sides compute in fp32 on the s
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
 
+import itertools
 import json
 import os
 import shutil
@@ -186,17 +188,24 @@ def conversation_loss(model, ids, mask, starts, windows):
     return total / counted, counted
 
 
-def packed_windows(starts, n, T):
-    """--packing documents (train's default for SFT data, io/data_loader.h) over n tokens of whole
-    conversations, each at most T + 1 tokens: a conversation joins the open window while the window
-    holds it whole, else it opens the next. [(begin, end)] token ranges."""
-    windows = []
-    for a, b in zip(starts, starts[1:] + [n]):
-        check(b - a <= T + 1, f"a conversation of {b - a} tokens is longer than a window")
-        if windows and b - windows[-1][0] <= T + 1:
-            windows[-1] = (windows[-1][0], b)
+def bfd_windows(starts, n, T):
+    """--packing bfd (train's default for SFT data, io/window_packing.h) over n tokens of whole
+    conversations, each at most T + 1 tokens: longest first (ties in order), each into the window
+    with the least room that holds it (ties: the earliest), else into a new window. A list of
+    windows, each a list of (begin, end) token ranges in the order they went in."""
+    convs = list(zip(starts, starts[1:] + [n]))
+    check(all(b - a <= T + 1 for a, b in convs), "a conversation is longer than a window")
+    windows, room = [], []
+    for a, b in sorted(convs, key=lambda c: -(c[1] - c[0])):  # sorted() is stable
+        fits = [w for w in range(len(windows)) if room[w] >= b - a]
+        if fits:
+            w = min(fits, key=lambda w: (room[w], w))
         else:
-            windows.append((a, b))
+            windows.append([])
+            room.append(T + 1)
+            w = len(windows) - 1
+        windows[w].append((a, b))
+        room[w] -= b - a
     return windows
 
 
@@ -207,7 +216,7 @@ def check_lora(work, zt, mpirun, reference, sft):
     loss of a run continuing them with a step too small to move them)."""
     import copy
     from peft import PeftModel
-    ids, mask, starts, T, windows = sft
+    ids, mask, starts, T, pieces = sft
     launch = [mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model", work("model"),
               "--data", work("sft4.h5"), "--zero-stage", "3", "--micro-batch", "2", "--seq-len",
               str(T), "--precision", "fp32", "--warmup-steps", "0", "--eval-batches", "0",
@@ -218,8 +227,8 @@ def check_lora(work, zt, mpirun, reference, sft):
                        "--lora-init-from", work("lora", "final")])
     got = json.loads(open(work("lora_loss", "metrics.jsonl")).readline())["loss"]
     adapted = PeftModel.from_pretrained(copy.deepcopy(reference), work("lora", "final")).eval()
-    want, _ = conversation_loss(adapted, ids, mask, starts, windows)
-    base, _ = conversation_loss(reference, ids, mask, starts, windows)
+    want, _ = conversation_loss(adapted, ids, mask, starts, pieces)
+    base, _ = conversation_loss(reference, ids, mask, starts, pieces)
     compare("LoRA at 2 ranks ZeRO-3 on SmolLM2, the adapter loaded by PEFT", got, want)
     check(base - want > bound(base),
           f"3 LoRA steps did not lower the loss beyond the bound: {base} -> {want}")
@@ -285,7 +294,7 @@ def check_lora_exports(work, zt, sft, base):
     transformers (its own loader and its GGUF loader) with the same tensors, bit for bit, and a
     loss below the base's beyond the bound (the adapters' effect merged in)."""
     from safetensors.torch import load_file
-    ids, mask, starts, _, windows = sft
+    ids, mask, starts, _, pieces = sft
     run_tool([zt, "export", work("lora", "checkpoints", "step-00000003"), "--format", "peft",
               "--out", work("lora_peft")])
     exported, final = (load_file(work(d, "adapter_model.safetensors"))
@@ -302,7 +311,7 @@ def check_lora_exports(work, zt, sft, base):
     a, b = merged.state_dict(), from_gguf.state_dict()
     check(sorted(a) == sorted(b) and all(torch.equal(a[n], b[n]) for n in a),
           "the merged GGUF's tensors differ from the merged safetensors'")
-    loss, _ = conversation_loss(merged, ids, mask, starts, windows)
+    loss, _ = conversation_loss(merged, ids, mask, starts, pieces)
     check(base - loss > bound(base), f"the merged model's loss {loss} is not below the base's "
           f"{base} beyond the bound")
     print(f"ok   LoRA exports: export --format peft is OUT/final's adapter; the merged model's "
@@ -370,19 +379,20 @@ def check_sft(work, zt, source_dir, mpirun, reference):
           f"{sum(a != b for a, b in zip(mask, want_mask))} tokens")
     print(f"ok   chat SFT data: {len(ids)} tokens as apply_chat_template renders them, "
           f"{sum(mask)} counted as the completion-only rule counts them")
-    # The first conversations that --packing documents (auto for SFT data) packs into exactly 4
-    # training windows of whole conversations, so that the first step's global batch is all of
-    # them. At 160 tokens a window holds two of the shipped conversations (46 to 131 tokens), and
+    # The first conversations that --packing bfd (auto for SFT data) packs into exactly 4 training
+    # windows of whole conversations, so that the first step's global batch is all of them. At
+    # 160 tokens a window holds two or three of the shipped conversations (46 to 131 tokens), and
     # the held-out rest still fills the 4 evaluation windows of 161 tokens.
     T = 160
     with h5py.File(work("sft.h5"), "r") as src:
         all_starts = [int(s) for s in src["doc_starts"][:]]
     ends = all_starts[1:] + [len(ids)]
     kept = 0
-    while kept < len(all_starts) and len(packed_windows(all_starts[:kept + 1], ends[kept], T)) <= 4:
+    while kept < len(all_starts) and len(bfd_windows(all_starts[:kept + 1], ends[kept], T)) <= 4:
         kept += 1
     starts, n = all_starts[:kept], ends[kept - 1]
-    windows = packed_windows(starts, n, T)
+    windows = bfd_windows(starts, n, T)
+    pieces = [piece for window in windows for piece in window]  # each a whole conversation
     check(len(windows) == 4 and len(starts) > 4,
           f"{len(starts)} conversations in {len(windows)} windows, not more than 4 in 4")
     with h5py.File(work("sft.h5"), "r") as src, h5py.File(work("sft4.h5"), "w") as dst:
@@ -412,21 +422,24 @@ def check_sft(work, zt, source_dir, mpirun, reference):
               work("held.h5"), "--comm-timeout", "120"])
     steps = [json.loads(line) for line in open(work("run", "metrics.jsonl"))]
     config = json.load(open(work("run", "run.json")))["config"]
-    check(config["document_masking"] == "on" and config["packing"] == "documents",
+    check(config["document_masking"] == "on" and config["packing"] == "bfd",
           "the chat SFT run did not pack whole conversations and mask them: "
           f"{config['packing']}, {config['document_masking']}")
-    loss, counted = conversation_loss(reference, ids, mask, starts, windows)
+    loss, counted = conversation_loss(reference, ids, mask, starts, pieces)
     check(steps[0]["loss_tokens"] == counted,
           f"step 1 counted {steps[0]['loss_tokens']} targets, the reference {counted}")
     compare("step 1 of 2-rank ZeRO-3 chat SFT, each whole conversation alone", steps[0]["loss"],
             loss)
-    # The same windows without document masks: the conversations attend to each other.
+    # The same windows without document masks: the conversations attend to each other (the target
+    # at each conversation after a window's first still does not count).
     total, count = 0.0, 0
     with torch.no_grad():
-        for begin, end in windows:
-            window = torch.tensor([ids[begin:end]])
+        for window_pieces in windows:
+            window = torch.tensor([[t for a, b in window_pieces for t in ids[a:b]]])
             labels = window.clone()
-            labels[0, torch.tensor(mask[begin:end]) == 0] = -100
+            labels[0, torch.tensor([m for a, b in window_pieces for m in mask[a:b]]) == 0] = -100
+            joins = list(itertools.accumulate(b - a for a, b in window_pieces))[:-1]
+            labels[0, joins] = -100
             targets = int((labels[0, 1:] != -100).sum())
             total += reference(input_ids=window, labels=labels).loss.item() * targets
             count += targets
@@ -436,7 +449,7 @@ def check_sft(work, zt, source_dir, mpirun, reference):
           "the per-conversation reference equals the packed one: the check cannot see masks")
     check(len(steps) == 3, f"{len(steps)} steps ran")
     check([s["step"] for s in steps if "eval_loss" in s] == [3], "eval_loss is not step 3's alone")
-    return (ids, mask, starts, T, windows), held
+    return (ids, mask, starts, T, pieces), held
 
 
 def check_export(work, zt, tokens, held, T):

@@ -1,12 +1,14 @@
-// --packing documents (io/data_loader.h; docs/fine-tuning.md, "Packing and document masking"):
-// the windows against their definition (whole documents, every target once, a window closed only
-// when the next document does not fit), the sampler's rows against the dataset's tokens, and how
+// --packing documents and bfd (io/window_packing.h, io/data_loader.h; docs/fine-tuning.md,
+// "Packing and document masking"): the windows against their definition (whole documents, every
+// target once; documents: a window closed only when the next document does not fit; bfd: a plain
+// best-fit decreasing written here), the sampler's rows against the dataset's tokens, and how
 // --packing resolves and refuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,19 @@
 #include "util/ignored_target.h"
 
 namespace zt {
+
+// gtest's message for a layout that differs: each window's pieces as [start, end).
+void PrintTo(const WindowLayout& layout, std::ostream* out) {
+  for (int64_t w = 0; w < layout.num_windows(); ++w) {
+    *out << (w ? " | " : "");
+    for (int64_t p = layout.first[static_cast<size_t>(w)];
+         p < layout.first[static_cast<size_t>(w) + 1]; ++p) {
+      const WindowSpan piece = layout.pieces[static_cast<size_t>(p)];
+      *out << "[" << piece.start << ", " << piece.start + piece.length << ")";
+    }
+  }
+}
+
 namespace {
 
 using testing::TempDir;
@@ -102,6 +117,99 @@ TEST(DocumentPacking, WindowsHoldWholeDocumentsAndEveryTargetOnce) {
   EXPECT_EQ(one, (std::vector<WindowSpan>{{0, 17}, {16, 17}, {32, 8}}));
 }
 
+// Best-fit decreasing as a textbook states it, quadratic: the items (whole documents; a longer one
+// cut into chunks of T + 1 tokens sharing one token, and its remainder; none of one token) longest
+// first, each into the window with the least room that holds it, else a new window.
+WindowLayout plain_best_fit(const Documents& docs, int64_t T) {
+  std::vector<WindowSpan> items;
+  for (int64_t a : docs.starts) {
+    const int64_t b = docs.end_of(a);
+    int64_t at = a;
+    while (b - at > T + 1) {
+      items.push_back({at, T + 1});
+      at += T;
+    }
+    if (b - at >= 2) items.push_back({at, b - at});
+  }
+  std::vector<std::vector<WindowSpan>> windows;
+  std::vector<int64_t> room;
+  std::vector<bool> placed(items.size(), false);
+  for (size_t round = 0; round < items.size(); ++round) {
+    size_t longest = items.size();  // the first unplaced item of the greatest length
+    for (size_t i = 0; i < items.size(); ++i)
+      if (!placed[i] && (longest == items.size() || items[i].length > items[longest].length))
+        longest = i;
+    placed[longest] = true;
+    const WindowSpan item = items[longest];
+    size_t best = windows.size();
+    for (size_t w = 0; w < windows.size(); ++w)
+      if (room[w] >= item.length && (best == windows.size() || room[w] < room[best])) best = w;
+    if (best == windows.size()) {
+      windows.emplace_back();
+      room.push_back(T + 1);
+    }
+    windows[best].push_back(item);
+    room[best] -= item.length;
+  }
+  WindowLayout layout;
+  for (const auto& window : windows) layout.add_window(window);
+  return layout;
+}
+
+TEST(BestFitPacking, WindowsAreBestFitDecreasingOfWholeDocuments) {
+  std::vector<std::vector<int64_t>> patterns = {
+      {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23},
+      {1, 1, 2},
+      {50, 3, 100, 9},
+      {17, 18, 16, 34, 35},
+      {}};
+  SplitMix64 lengths_of(7);  // 97 documents of 1 to 40 tokens
+  for (int i = 0; i < 97; ++i)
+    patterns.back().push_back(static_cast<int64_t>(lengths_of.below(40)) + 1);
+  for (const auto& lengths : patterns)
+    for (const int64_t T : {8, 16, 33})
+      for (const int64_t n : {300, 301, 317, 2000}) {
+        SCOPED_TRACE("T " + std::to_string(T) + " n " + std::to_string(n));
+        const Documents docs{cycling_starts(n, lengths), n};
+        const WindowLayout layout = best_fit_windows(docs.starts, n, T);
+        EXPECT_EQ(layout, plain_best_fit(docs, T));
+        // Every window holds 2 to T + 1 tokens; every target that does not begin a document is
+        // in exactly one piece; a document that fits a window is one piece.
+        std::vector<int> targeted(static_cast<size_t>(n), 0);
+        for (int64_t w = 0; w < layout.num_windows(); ++w) {
+          EXPECT_GE(layout.length(w), 2) << w;
+          EXPECT_LE(layout.length(w), T + 1) << w;
+        }
+        for (const WindowSpan& piece : layout.pieces)
+          for (int64_t p = piece.start + 1; p < piece.start + piece.length; ++p)
+            ++targeted[static_cast<size_t>(p)];
+        for (int64_t p = 1; p < n; ++p)
+          EXPECT_EQ(targeted[static_cast<size_t>(p)], docs.begins_one(p) ? 0 : 1) << p;
+        for (int64_t a : docs.starts) {
+          const int64_t length = docs.end_of(a) - a;
+          if (length < 2 || length > T + 1) continue;
+          EXPECT_NE(std::find(layout.pieces.begin(), layout.pieces.end(), WindowSpan{a, length}),
+                    layout.pieces.end())
+              << "document at " << a;
+        }
+      }
+  // Documents of 6, 5, 4, 3 and 2 tokens in windows of 10: bfd fills two windows, 6 + 4 and
+  // 5 + 3 + 2, where documents packing needs three (6, 5 + 4, 3 + 2).
+  const Documents five{{0, 6, 11, 15, 18}, 20};
+  WindowLayout two;
+  two.add_window({{0, 6}, {11, 4}});
+  two.add_window({{6, 5}, {15, 3}, {18, 2}});
+  EXPECT_EQ(best_fit_windows(five.starts, five.n, 9), two);
+  EXPECT_EQ(document_windows(five.starts, five.n, 9),
+            (std::vector<WindowSpan>{{0, 6}, {6, 9}, {15, 5}}));
+  // 4, 4, 7 and 2 tokens: the 2 goes beside the two 4s, where it fits exactly, not beside the 7,
+  // the first window that holds it (first-fit decreasing).
+  WindowLayout best;
+  best.add_window({{8, 7}});
+  best.add_window({{0, 4}, {4, 4}, {15, 2}});
+  EXPECT_EQ(best_fit_windows({0, 4, 8, 15}, 17, 9), best);
+}
+
 // SFT-like data: tokens (i·7 + 3) mod 256, a loss mask of 0 at every fifth token, and documents
 // of 1 to 23 tokens plus one of 40.
 std::string packed_dataset(const std::string& path, int64_t n, const Documents& docs) {
@@ -118,26 +226,53 @@ std::string packed_dataset(const std::string& path, int64_t n, const Documents& 
   return path;
 }
 
-TEST(DocumentPacking, SamplerRowsAreTheWindowsTokensPaddedWithUncountedRows) {
+// The data positions of window w's L tokens, pieces one after another, and whether each is the
+// first of a piece after the window's first (the target there never counts).
+struct WindowTokens {
+  std::vector<int64_t> position;
+  std::vector<bool> joins;
+  std::vector<int64_t> piece_row;  // the window row where each token's piece begins
+};
+WindowTokens window_tokens(const WindowSchedule& schedule, int64_t w) {
+  WindowTokens out;
+  for (const WindowSpan& piece : schedule.window(w)) {
+    const auto row = static_cast<int64_t>(out.position.size());
+    for (int64_t i = 0; i < piece.length; ++i) {
+      out.position.push_back(piece.start + i);
+      out.joins.push_back(i == 0 && row > 0);
+      out.piece_row.push_back(row);
+    }
+  }
+  return out;
+}
+
+// The sampler's rows for `packing` against the windows its schedule defines: inputs and targets
+// the pieces' tokens, a target counted where the mask counts it, it begins no document and no
+// piece; each row's document start the later of its document's and its piece's; padding rows
+// token 0, uncounted, a document of their own; the epoch line train prints.
+void expect_sampler_rows(Packing packing) {
   TempDir tmp;
   const int64_t n = 400, T = 16, B = 2, A = 2;
   std::vector<int64_t> lengths = {40};
   for (int64_t l = 1; l <= 23; ++l) lengths.push_back(l);
   const Documents docs{cycling_starts(n, lengths), n};
   const TokenDataset data(packed_dataset(tmp / "sft.h5", n, docs));
-  ASSERT_EQ(resolve_packing(Packing::kAuto, data), Packing::kDocuments);
   std::vector<int32_t> tokens(static_cast<size_t>(n));
   std::vector<uint8_t> mask(static_cast<size_t>(n));
   data.read(0, n, tokens.data());
   data.read_loss_mask(0, n, mask.data());
-  WindowSchedule schedule(document_windows(docs.starts, n, T), T, B, A, 2, 5);
-  WindowSampler rank1(data, 256, T, B, A, 2, 1, 5, true, Packing::kDocuments),
-      alone(data, 256, T, B, 2 * A, 1, 0, 5, true, Packing::kDocuments);
+  WindowSchedule schedule(packing == Packing::kBfd
+                              ? best_fit_windows(docs.starts, n, T)
+                              : WindowLayout(document_windows(docs.starts, n, T)),
+                          T, B, A, 2, 5);
+  WindowSampler rank1(data, 256, T, B, A, 2, 1, 5, true, packing),
+      alone(data, 256, T, B, 2 * A, 1, 0, 5, true, packing);
   ASSERT_EQ(rank1.schedule().num_windows(), schedule.num_windows());
   // The line train prints at its start: the epoch's windows, the share of their rows that are
   // data, a step's windows (2 ranks x 2 x 2), the epochs.
   int64_t data_rows = 0;
-  for (int64_t w = 0; w < schedule.num_windows(); ++w) data_rows += schedule.window(w).length - 1;
+  for (int64_t w = 0; w < schedule.num_windows(); ++w)
+    data_rows += static_cast<int64_t>(window_tokens(schedule, w).position.size()) - 1;
   char epochs[32], share[16];
   std::snprintf(epochs, sizeof epochs, "%.2f",
                 10.0 * 8 / static_cast<double>(schedule.num_windows()));
@@ -146,50 +281,80 @@ TEST(DocumentPacking, SamplerRowsAreTheWindowsTokensPaddedWithUncountedRows) {
       100.0 * static_cast<double>(data_rows) / static_cast<double>(schedule.num_windows() * T));
   EXPECT_EQ(rank1.epoch_summary(10),
             std::to_string(schedule.num_windows()) + " windows of up to 17 tokens an epoch, " +
-                share + " data (--packing documents; 400 tokens, " +
+                share + " data (--packing " + packing_name(packing) + "; 400 tokens, " +
                 std::to_string(docs.starts.size()) + " documents), 8 a step: 10 steps are " +
                 epochs + " epochs");
-  auto counts = [&](int64_t p) { return mask[static_cast<size_t>(p)] == 1 && !docs.begins_one(p); };
+  auto counts = [&](const WindowTokens& window, size_t i) {
+    const int64_t p = window.position[i];
+    return !window.joins[i] && mask[static_cast<size_t>(p)] == 1 && !docs.begins_one(p);
+  };
   const int64_t steps = schedule.num_windows() / (B * A * 2) + 2;  // into the second epoch
   for (int64_t step = 0; step < steps; ++step) {
     int64_t expected = 0;
     for (int64_t w : schedule.global_windows()) {
-      const WindowSpan s = schedule.window(w);
-      for (int64_t p = s.start + 1; p < s.start + s.length; ++p) expected += counts(p) ? 1 : 0;
+      const WindowTokens window = window_tokens(schedule, w);
+      for (size_t i = 1; i < window.position.size(); ++i) expected += counts(window, i) ? 1 : 0;
     }
     const auto windows = testing::step_both_samplers(schedule, rank1, alone, expected);
     for (size_t m = 0; m < windows.size(); ++m)
       for (size_t b = 0; b < windows[m].size(); ++b) {
-        const WindowSpan s = schedule.window(windows[m][b]);
+        const WindowTokens window = window_tokens(schedule, windows[m][b]);
+        const auto L = static_cast<int64_t>(window.position.size());
         for (int64_t t = 0; t < T; ++t) {
           const auto i = static_cast<size_t>(static_cast<int64_t>(b) * T + t);
-          const bool real = t < s.length - 1;
-          const int64_t p = s.start + t;
-          EXPECT_EQ(rank1.inputs()[m][i], real ? tokens[static_cast<size_t>(p)] : 0) << t;
+          const auto r = static_cast<size_t>(t);
+          SCOPED_TRACE("window " + std::to_string(windows[m][b]) + " row " + std::to_string(t));
+          if (t >= L - 1) {
+            EXPECT_EQ(rank1.inputs()[m][i], 0);
+            EXPECT_EQ(rank1.targets()[m][i], kIgnoredTarget);
+            EXPECT_EQ(rank1.doc_starts()[m][i], L - 1);
+            continue;
+          }
+          const int64_t p = window.position[r], q = window.position[r + 1];
+          EXPECT_EQ(rank1.inputs()[m][i], tokens[static_cast<size_t>(p)]);
           EXPECT_EQ(rank1.targets()[m][i],
-                    real && counts(p + 1) ? tokens[static_cast<size_t>(p + 1)] : kIgnoredTarget)
-              << "window at " << s.start << " row " << t;
-          EXPECT_EQ(rank1.doc_starts()[m][i],
-                    real ? std::max(docs.begin_of(p), s.start) - s.start : s.length - 1)
-              << "window at " << s.start << " row " << t;
+                    counts(window, r + 1) ? tokens[static_cast<size_t>(q)] : kIgnoredTarget);
+          const int64_t piece_row = window.piece_row[r];
+          EXPECT_EQ(rank1.doc_starts()[m][i], std::max(docs.begin_of(p) - p + t, piece_row));
         }
       }
   }
+}
+
+TEST(DocumentPacking, SamplerRowsAreTheWindowsTokensPaddedWithUncountedRows) {
+  expect_sampler_rows(Packing::kDocuments);
+}
+
+TEST(BestFitPacking, SamplerRowsAreThePiecesTokensPaddedWithUncountedRows) {
+  expect_sampler_rows(Packing::kBfd);
 }
 
 TEST(DocumentPacking, AutoPacksSftDataAndDocumentsNeedBoundaries) {
   TempDir tmp;
   EXPECT_EQ(parse_packing("documents"), Packing::kDocuments);
   EXPECT_EQ(parse_packing("wrapped"), Packing::kWrapped);
+  EXPECT_EQ(parse_packing("bfd"), Packing::kBfd);
   EXPECT_STREQ(packing_name(Packing::kAuto), "auto");
   try {
-    parse_packing("bfd");
+    parse_packing("ffd");
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--packing must be auto, wrapped or documents, got 'bfd'"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("--packing must be auto, wrapped, documents or bfd, got 'ffd'"),
+        std::string::npos)
         << e.what();
   }
+  // SFT data (a loss mask and boundaries): bfd.
+  {
+    TokenDatasetWriter w(tmp / "sft.h5", 256, "byte");
+    const std::vector<uint32_t> tokens(64, 9);
+    const std::vector<uint8_t> mask(64, 1);
+    w.add_document_start(0);
+    w.add_document_start(30);
+    w.append(tokens.data(), 64, "test", mask.data());
+    w.finish();
+  }
+  EXPECT_EQ(resolve_packing(Packing::kAuto, TokenDataset(tmp / "sft.h5")), Packing::kBfd);
   // Text documents without a loss mask: wrapped, as pre-training cuts its stream; documents on
   // request.
   {
@@ -203,6 +368,7 @@ TEST(DocumentPacking, AutoPacksSftDataAndDocumentsNeedBoundaries) {
   const TokenDataset text(tmp / "text.h5");
   EXPECT_EQ(resolve_packing(Packing::kAuto, text), Packing::kWrapped);
   EXPECT_EQ(resolve_packing(Packing::kDocuments, text), Packing::kDocuments);
+  EXPECT_EQ(resolve_packing(Packing::kBfd, text), Packing::kBfd);
   // No document boundaries: auto wraps, documents is refused naming the file.
   {
     TokenDatasetWriter w(tmp / "stream.h5", 256, "byte");
@@ -213,14 +379,17 @@ TEST(DocumentPacking, AutoPacksSftDataAndDocumentsNeedBoundaries) {
   }
   const TokenDataset stream(tmp / "stream.h5");
   EXPECT_EQ(resolve_packing(Packing::kAuto, stream), Packing::kWrapped);
-  try {
-    resolve_packing(Packing::kDocuments, stream);
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("stream.h5"), std::string::npos) << what;
-    EXPECT_NE(what.find("--packing wrapped"), std::string::npos) << what;
-  }
+  for (const Packing packing : {Packing::kDocuments, Packing::kBfd}) try {
+      resolve_packing(packing, stream);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("--packing ") + packing_name(packing) + ": token dataset"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("stream.h5"), std::string::npos) << what;
+      EXPECT_NE(what.find("--packing wrapped"), std::string::npos) << what;
+    }
 }
 
 // The data cursor counts one packing's windows: a resume with another is refused, naming what

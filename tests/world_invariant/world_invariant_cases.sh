@@ -13,8 +13,9 @@
 #     documents the same on packed documents with document masks (each README line its own text
 #               file): stages, activation checkpointing and a resume at another world size; the
 #               run with --document-masking off must differ. With --packing documents (whole
-#               lines to a window; text data wraps by default) too, and its resume with
-#               --packing auto continues the checkpoint's packing; it must differ from wrapped
+#               lines to a window in order; text data wraps by default) and bfd (best-fit
+#               decreasing) too, each differing from the one before, and bfd's resume with
+#               --packing auto continues the checkpoint's packing
 #     refusals  3 ranks and 3 micro-batches per rank are refused, naming the number
 set -euo pipefail
 # shellcheck source=tests/support/case_script.sh
@@ -137,13 +138,21 @@ case "$CASE" in
     run packed_np4_stage3 4 3 --packing documents
     [[ "$(signature packed_np4_stage3)" == "$packed" ]] ||
       fail "--packing documents at 4 ranks, stage 3 differs from 1 rank at stage 0"
-    STEPS=2 run packed_resumed 2 1 --packing documents
-    run packed_resumed 4 2 --resume auto
-    grep -q '"packing": "documents"' "$WORK/packed_resumed/run.json" ||
+    echo "ok: --packing documents gives the same bits at 1 and 4 ranks"
+    run bfd_ref 1 0 --packing bfd
+    bfd=$(signature bfd_ref)
+    grep -q '"packing": "bfd"' "$WORK/bfd_ref/run.json" || fail "--packing bfd did not run"
+    [[ "$bfd" != "$packed" ]] || fail "--packing bfd trains the bits of --packing documents"
+    run bfd_np4_stage3 4 3 --packing bfd
+    [[ "$(signature bfd_np4_stage3)" == "$bfd" ]] ||
+      fail "--packing bfd at 4 ranks, stage 3 differs from 1 rank at stage 0"
+    STEPS=2 run bfd_resumed 2 1 --packing bfd
+    run bfd_resumed 4 2 --resume auto
+    grep -q '"packing": "bfd"' "$WORK/bfd_resumed/run.json" ||
       fail "--packing auto did not continue the checkpoint's packing"
-    [[ "$(signature packed_resumed)" == "$packed" ]] ||
-      fail "--packing documents resumed at 4 ranks differs from the uninterrupted run"
-    echo "ok: --packing documents gives the same bits at 1, 2 and 4 ranks and across a resume"
+    [[ "$(signature bfd_resumed)" == "$bfd" ]] ||
+      fail "--packing bfd resumed at 4 ranks differs from the uninterrupted run"
+    echo "ok: --packing bfd gives the same bits at 1, 2 and 4 ranks and across a resume"
     ;;
   refusals)
     for args in "3 1 --grad-accum 1" "1 0 --grad-accum 3"; do
