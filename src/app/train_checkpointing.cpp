@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -123,9 +124,16 @@ Packing packing_for_run(Packing requested, const CheckpointFlags& flags, const s
                         const TokenDataset& data) {
   if (requested == Packing::kAuto && flags.resume != "none") {
     const std::string checkpoint = resolve_resume_checkpoint(flags.resume, out_dir);
-    if (!checkpoint.empty())
-      return resolve_packing(parse_packing(CheckpointManifest::read(checkpoint).hyper.packing),
-                             data);
+    if (!checkpoint.empty()) {
+      const Packing saved = parse_packing(CheckpointManifest::read(checkpoint).hyper.packing);
+      ZT_CHECK(saved == Packing::kWrapped || data.has_documents(),
+               std::string("train: --packing auto continues the packing of checkpoint '") +
+                   checkpoint + "', " + packing_name(saved) + ", but token dataset '" +
+                   data.path() +
+                   "' records no document boundaries (/doc_starts) to pack by; give --packing "
+                   "wrapped (with --allow-data-change) or data prepared by this version");
+      return saved;
+    }
   }
   return resolve_packing(requested, data);
 }

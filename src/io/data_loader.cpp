@@ -78,6 +78,10 @@ WindowSchedule::WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_
 WindowSchedule::WindowSchedule(WindowLayout layout, int64_t seq_len, int64_t micro_batch,
                                int64_t grad_accum, int world_size, uint64_t seed)
     : WindowSchedule(0, seq_len, micro_batch, grad_accum, world_size, seed) {
+  for (const WindowSpan& piece : layout.pieces)
+    ZT_CHECK(piece.start >= 0 && piece.length >= 1,
+             "data schedule: a piece of " + std::to_string(piece.length) + " tokens at " +
+                 std::to_string(piece.start));
   for (int64_t w = 0; w < layout.num_windows(); ++w) {
     const int64_t length = layout.length(w);
     ZT_CHECK(length >= 2 && length <= T_ + 1,
@@ -267,7 +271,8 @@ void WindowSampler::read_window(int64_t w, int32_t* inputs, int32_t* targets, in
   int64_t length = 0;
   for (const WindowSpan& piece : schedule_.window(w)) {
     data_.read(piece.start, piece.length, window_.data() + length);
-    // Each piece's inputs attend within it (a piece after the first starts a document).
+    // Each piece's inputs attend within it (a piece after the first begins a document or is the
+    // remainder of a long one).
     if (doc_starts)
       window_document_starts(data_, piece.start, std::min(piece.length, T_ - length), doc_starts,
                              length);

@@ -59,9 +59,9 @@ struct DataCursor {
 enum class Packing { kAuto, kWrapped, kDocuments, kBfd };
 Packing parse_packing(const std::string& text);  // "auto" | "wrapped" | "documents" | "bfd"
 const char* packing_name(Packing packing);
-// auto: bfd for SFT data (a loss mask and document boundaries), TRL's SFTTrainer's default packing
-// strategy, which keeps each example whole; wrapped for the rest. documents or bfd on a dataset
-// without /doc_starts fails naming the file.
+// auto: bfd for SFT data (a loss mask and document boundaries), the packing strategy TRL's
+// SFTTrainer defaults to when it packs, which keeps each example whole; wrapped for the rest.
+// documents or bfd on a dataset without /doc_starts fails naming the file.
 Packing resolve_packing(Packing requested, const TokenDataset& data);
 
 // A training window is its pieces (window_packing.h) one after another, L ≤ T + 1 tokens in all.

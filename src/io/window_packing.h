@@ -36,14 +36,15 @@ struct WindowLayout {
 std::vector<WindowSpan> document_windows(const std::vector<int64_t>& doc_starts, int64_t n_tokens,
                                          int64_t seq_len);
 
-// --packing bfd: best-fit decreasing, as TRL's SFTTrainer packs (its "bfd_split": a long document
-// is split, not truncated). The items are the documents, a document longer than T + 1 tokens cut
-// as document_windows cuts it (chunks of T + 1 tokens sharing one token, then the remainder); an
-// item of one token (no target) is left out. Taken longest first (ties: dataset order), each goes
-// into the open window with the least room that holds it (ties: the earliest window), else opens a
-// window. Windows are numbered as they open; a window's pieces are in the order they went in.
-// Every piece but a window's first begins a document or continues one whose previous token was the
-// last target of another window, so the target at a piece's start never counts (data_loader.h).
+// --packing bfd: best-fit decreasing, as TRL's SFTTrainer packs (a long document is split, as its
+// "bfd_split" does, but into chunks that share a token, so that no target is lost). The items are
+// the documents, a document longer than T + 1 tokens cut as document_windows cuts it (chunks of T +
+// 1 tokens sharing one token, then the remainder); an item of one token (no target) is left out.
+// Taken longest first (ties: dataset order), each goes into the open window with the least room
+// that holds it (ties: the earliest window), else opens a window. Windows are numbered as they
+// open; a window's pieces are in the order they went in. Every piece but a window's first begins a
+// document, or is a remainder whose first token is the last target of the chunk before it, so the
+// target at a piece's start never counts (data_loader.h).
 WindowLayout best_fit_windows(const std::vector<int64_t>& doc_starts, int64_t n_tokens,
                               int64_t seq_len);
 

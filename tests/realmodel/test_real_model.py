@@ -27,7 +27,8 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    on the first conversations, which the packing's definition (written here) puts in exactly 4
    windows, the first step's loss equals
    transformers' masked loss with each conversation run alone, whole, and differs from the packed
-   windows' loss without masks by more than the bound; 3 steps run.
+   windows' loss without masks by more than the bound, which zerotrain's first step with
+   --document-masking off equals; 3 steps run.
    The run scores a held-out set (`--eval-data`: the conversations past those windows, prepared
    with the same real tokenizer) after step 3.
 7. `export --format safetensors` of the fine-tuned model loads in transformers with `eval`'s
@@ -381,7 +382,7 @@ def check_sft(work, zt, source_dir, mpirun, reference):
           f"{sum(mask)} counted as the completion-only rule counts them")
     # The first conversations that --packing bfd (auto for SFT data) packs into exactly 4 training
     # windows of whole conversations, so that the first step's global batch is all of them. At
-    # 160 tokens a window holds two or three of the shipped conversations (46 to 131 tokens), and
+    # 160 tokens a window holds two of the shipped conversations (46 to 131 tokens), and
     # the held-out rest still fills the 4 evaluation windows of 161 tokens.
     T = 160
     with h5py.File(work("sft.h5"), "r") as src:
@@ -447,6 +448,18 @@ def check_sft(work, zt, source_dir, mpirun, reference):
     print(f"the packed windows' loss (no document masks) is {packed:.6f}")
     check(abs(packed - loss) > bound(packed),
           "the per-conversation reference equals the packed one: the check cannot see masks")
+    # zerotrain's first step on the same data with --document-masking off is that loss: which
+    # conversations share a window, in what order, and the targets at their joins, end to end.
+    run_tool([mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model",
+              work("model"), "--data", work("sft4.h5"), "--out", work("run_unmasked"),
+              "--zero-stage", "3", "--steps", "1", "--micro-batch", "2", "--seq-len", str(T),
+              "--lr", "1e-5", "--warmup-steps", "0", "--eval-batches", "0",
+              "--document-masking", "off", "--comm-timeout", "120"])
+    unmasked = json.loads(open(work("run_unmasked", "metrics.jsonl")).readline())
+    check(unmasked["loss_tokens"] == count,
+          f"without masks step 1 counted {unmasked['loss_tokens']} targets, the reference {count}")
+    compare("step 1 without document masks, on the bfd windows written here",
+            unmasked["loss"], packed)
     check(len(steps) == 3, f"{len(steps)} steps ran")
     check([s["step"] for s in steps if "eval_loss" in s] == [3], "eval_loss is not step 3's alone")
     return (ids, mask, starts, T, pieces), held

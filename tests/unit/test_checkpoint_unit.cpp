@@ -19,6 +19,7 @@
 #include "checkpoint/checkpoint_manifest.h"
 #include "io/fs_util.h"
 #include "report/metrics_log.h"
+#include "test_manifest_support.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 
@@ -72,29 +73,7 @@ TEST(Crc32c, FileChecksumNamesMissingFile) {
   }
 }
 
-CheckpointManifest tiny_manifest(int world) {
-  const ModelConfig config = preset_config("tiny");
-  const ParamLayout layout(config);
-  CheckpointManifest m;
-  m.progress = {7, 7 * 128, {1, 5}};
-  m.hyper.optim.lr = 5e-3f;
-  m.hyper.optim.beta2 = 0.95f;
-  m.hyper.total_steps = 20;
-  m.hyper.micro_batch = 2;
-  m.hyper.grad_accum = 1;
-  m.hyper.seq_len = 32;
-  m.hyper.data_seed = 7;
-  m.world_size = world;
-  m.zero_stage = 2;
-  m.precision = "bf16";
-  m.model_config = config.to_hf_json();
-  m.config_fingerprint = model_config_fingerprint(config);
-  m.groups = checkpoint_groups(layout, world, /*shard_align=*/1);
-  m.tensors = checkpoint_tensors(layout);
-  for (int r = 0; r < world; ++r)
-    m.files.push_back({checkpoint_rank_file_name(r), 0xdeadbeefu + static_cast<uint32_t>(r), 100});
-  return m;
-}
+using testing::tiny_manifest;
 
 TEST(CheckpointManifest, RoundTripsThroughJson) {
   const CheckpointManifest m = tiny_manifest(3);

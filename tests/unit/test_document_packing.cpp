@@ -8,15 +8,19 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "app/train_checkpointing.h"
 #include "checkpoint/checkpoint_compatibility.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "io/data_loader.h"
 #include "io/token_dataset.h"
 #include "test_io_support.h"
+#include "test_manifest_support.h"
 #include "test_token_data_support.h"
 #include "util/error.h"
 #include "util/ignored_target.h"
@@ -247,10 +251,11 @@ WindowTokens window_tokens(const WindowSchedule& schedule, int64_t w) {
 }
 
 // The sampler's rows for `packing` against the windows its schedule defines: inputs and targets
-// the pieces' tokens, a target counted where the mask counts it, it begins no document and no
-// piece; each row's document start the later of its document's and its piece's; padding rows
-// token 0, uncounted, a document of their own; the epoch line train prints.
-void expect_sampler_rows(Packing packing) {
+// the pieces' tokens, a target counted where the mask counts it and it begins no piece (nor, with
+// document masks, a document); with masks each row's document start the later of its document's
+// and its piece's; padding rows token 0, uncounted (a document of their own); the epoch line train
+// prints.
+void expect_sampler_rows(Packing packing, bool document_masks) {
   TempDir tmp;
   const int64_t n = 400, T = 16, B = 2, A = 2;
   std::vector<int64_t> lengths = {40};
@@ -265,8 +270,9 @@ void expect_sampler_rows(Packing packing) {
                               ? best_fit_windows(docs.starts, n, T)
                               : WindowLayout(document_windows(docs.starts, n, T)),
                           T, B, A, 2, 5);
-  WindowSampler rank1(data, 256, T, B, A, 2, 1, 5, true, packing),
-      alone(data, 256, T, B, 2 * A, 1, 0, 5, true, packing);
+  WindowSampler rank1(data, 256, T, B, A, 2, 1, 5, document_masks, packing),
+      alone(data, 256, T, B, 2 * A, 1, 0, 5, document_masks, packing);
+  ASSERT_EQ(rank1.doc_starts().empty(), !document_masks);
   ASSERT_EQ(rank1.schedule().num_windows(), schedule.num_windows());
   // The line train prints at its start: the epoch's windows, the share of their rows that are
   // data, a step's windows (2 ranks x 2 x 2), the epochs.
@@ -286,7 +292,8 @@ void expect_sampler_rows(Packing packing) {
                 epochs + " epochs");
   auto counts = [&](const WindowTokens& window, size_t i) {
     const int64_t p = window.position[i];
-    return !window.joins[i] && mask[static_cast<size_t>(p)] == 1 && !docs.begins_one(p);
+    return !window.joins[i] && mask[static_cast<size_t>(p)] == 1 &&
+           !(document_masks && docs.begins_one(p));
   };
   const int64_t steps = schedule.num_windows() / (B * A * 2) + 2;  // into the second epoch
   for (int64_t step = 0; step < steps; ++step) {
@@ -307,26 +314,36 @@ void expect_sampler_rows(Packing packing) {
           if (t >= L - 1) {
             EXPECT_EQ(rank1.inputs()[m][i], 0);
             EXPECT_EQ(rank1.targets()[m][i], kIgnoredTarget);
-            EXPECT_EQ(rank1.doc_starts()[m][i], L - 1);
+            if (document_masks) {
+              EXPECT_EQ(rank1.doc_starts()[m][i], L - 1);
+            }
             continue;
           }
           const int64_t p = window.position[r], q = window.position[r + 1];
           EXPECT_EQ(rank1.inputs()[m][i], tokens[static_cast<size_t>(p)]);
           EXPECT_EQ(rank1.targets()[m][i],
                     counts(window, r + 1) ? tokens[static_cast<size_t>(q)] : kIgnoredTarget);
-          const int64_t piece_row = window.piece_row[r];
-          EXPECT_EQ(rank1.doc_starts()[m][i], std::max(docs.begin_of(p) - p + t, piece_row));
+          if (document_masks) {
+            EXPECT_EQ(rank1.doc_starts()[m][i],
+                      std::max(docs.begin_of(p) - p + t, window.piece_row[r]));
+          }
         }
       }
   }
 }
 
 TEST(DocumentPacking, SamplerRowsAreTheWindowsTokensPaddedWithUncountedRows) {
-  expect_sampler_rows(Packing::kDocuments);
+  for (const bool masks : {true, false}) {
+    SCOPED_TRACE(masks ? "document masks" : "no document masks");
+    expect_sampler_rows(Packing::kDocuments, masks);
+  }
 }
 
 TEST(BestFitPacking, SamplerRowsAreThePiecesTokensPaddedWithUncountedRows) {
-  expect_sampler_rows(Packing::kBfd);
+  for (const bool masks : {true, false}) {
+    SCOPED_TRACE(masks ? "document masks" : "no document masks");
+    expect_sampler_rows(Packing::kBfd, masks);
+  }
 }
 
 TEST(DocumentPacking, AutoPacksSftDataAndDocumentsNeedBoundaries) {
@@ -424,6 +441,47 @@ TEST(DocumentPacking, ResumeWithAnotherPackingIsRefused) {
   nlohmann::json unknown = m.hyper.to_json();
   unknown["packing"] = "auto";  // a request, never what ran
   EXPECT_THROW(TrainingHyperparameters::from_json(unknown), Error);
+}
+
+// --packing auto on a resume takes the checkpoint's packing: an earlier version's SFT run
+// (documents) continues with documents, though auto starts SFT data with bfd.
+TEST(DocumentPacking, AutoResumeContinuesTheCheckpointsPacking) {
+  TempDir tmp;
+  const int64_t n = 200;
+  const TokenDataset data(packed_dataset(tmp / "sft.h5", n, {cycling_starts(n, {9, 30}), n}));
+  const std::string dir = tmp / "run/checkpoints/step-00000007";
+  std::filesystem::create_directories(dir);
+  CheckpointFlags resume;
+  resume.resume = dir;
+  auto packing_resumed_from = [&](const std::string& saved, const TokenDataset& on) {
+    CheckpointManifest m = testing::tiny_manifest(1);
+    m.hyper.packing = saved;
+    std::ofstream(dir + "/" + kCheckpointManifestFile) << m.to_json().dump();
+    return packing_for_run(Packing::kAuto, resume, tmp / "run", on);
+  };
+  EXPECT_EQ(packing_for_run(Packing::kAuto, CheckpointFlags{}, tmp / "run", data), Packing::kBfd);
+  EXPECT_EQ(packing_resumed_from("documents", data), Packing::kDocuments);
+  EXPECT_EQ(packing_resumed_from("bfd", data), Packing::kBfd);
+  EXPECT_EQ(packing_resumed_from("wrapped", data), Packing::kWrapped);
+  // On other data (--allow-data-change) without boundaries, auto cannot continue bfd: refused,
+  // naming the checkpoint, its packing and the dataset.
+  {
+    TokenDatasetWriter w(tmp / "stream.h5", 256, "byte");
+    const std::vector<uint32_t> tokens(64, 9);
+    w.append(tokens.data(), 64, "test");
+    w.finish();
+  }
+  const TokenDataset stream(tmp / "stream.h5");
+  try {
+    packing_resumed_from("bfd", stream);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const std::string& part :
+         {dir, std::string("', bfd, but token dataset"), std::string(tmp / "stream.h5"),
+          std::string("--packing wrapped")})
+      EXPECT_NE(what.find(part), std::string::npos) << part << " in " << what;
+  }
 }
 
 }  // namespace
