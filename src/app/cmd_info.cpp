@@ -1,9 +1,12 @@
 // zerotrain info: summarises a model directory, a token dataset or a training checkpoint.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "app/cli.h"
 #include "app/commands.h"
@@ -100,7 +103,40 @@ void info_model(const std::string& dir, bool json, bool verify) {
   if (verify) std::cout << "values: all finite\n";
 }
 
-void info_tokens(const std::string& path, bool json) {
+// What each --packing that applies cuts `data` into at --seq-len T (packing_figures), the default
+// first: into j["packings"], and printed unless `json`.
+void describe_packings(const TokenDataset& data, int64_t seq_len, Packing default_packing,
+                       bool json, nlohmann::json& j) {
+  std::vector<Packing> packings = {default_packing};
+  for (const Packing p : {Packing::kBfd, Packing::kDocuments, Packing::kWrapped})
+    if (p != default_packing && (p == Packing::kWrapped || data.has_documents()))
+      packings.push_back(p);
+  j["seq_len"] = seq_len;
+  j["packings"] = nlohmann::json::object();
+  if (!json) std::cout << "at --seq-len " << seq_len << " (train --packing), an epoch is:\n";
+  for (const Packing p : packings) {
+    const PackingFigures figures = packing_figures(data, p, seq_len);
+    nlohmann::json& entry = j["packings"][packing_name(p)];
+    entry = {{"windows", figures.windows}, {"data_share", figures.data_share(seq_len)}};
+    // A wrapped epoch leaves out the last (tokens − 1) mod T targets.
+    const int64_t left_out =
+        p == Packing::kWrapped ? std::max<int64_t>(data.size() - 1, 0) % seq_len : 0;
+    if (p == Packing::kWrapped) entry["targets_in_no_window"] = left_out;
+    if (json) continue;
+    char share[16];
+    std::snprintf(share, sizeof share, "%.0f%%", 100.0 * figures.data_share(seq_len));
+    std::cout << "  " << packing_name(p) << ": "
+              << with_commas(static_cast<uint64_t>(figures.windows)) << " windows of "
+              << (p == Packing::kWrapped ? "" : "up to ") << seq_len + 1 << " tokens, " << share
+              << " data"
+              << (p == Packing::kWrapped
+                      ? "; the last " + std::to_string(left_out) + " targets in no window"
+                      : std::string())
+              << (p == default_packing ? " (the default)" : "") << "\n";
+  }
+}
+
+void info_tokens(const std::string& path, bool json, int64_t seq_len) {
   const TokenDataset data(path);
   int32_t lo = 0, hi = 0;
   data.min_max(&lo, &hi);
@@ -123,6 +159,7 @@ void info_tokens(const std::string& path, bool json) {
   const Packing packing = resolve_packing(Packing::kAuto, data);  // train's default
   j["packing"] = packing_name(packing);
   if (json) {
+    if (seq_len > 0) describe_packings(data, seq_len, packing, true, j);
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -147,6 +184,7 @@ void info_tokens(const std::string& path, bool json) {
                     ? " by default (whole documents packed best-fit decreasing; --packing wrapped "
                       "cuts a window every --seq-len tokens)\n"
                     : " by default (a window every --seq-len tokens)\n");
+  if (seq_len > 0) describe_packings(data, seq_len, packing, false, j);
   if (hi >= data.vocab_size())
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";
 }
@@ -218,7 +256,8 @@ int cmd_info(int argc, char** argv) {
       "Summarise a model directory, a token dataset (.h5) or a training "
       "checkpoint directory; or, with --env, this installation and what this "
       "rank sees (like DeepSpeed's ds_report).",
-      "zerotrain info PATH [--json] [--verify]\n  zerotrain info --env [--json]"};
+      "zerotrain info PATH [--json] [--verify]\n  zerotrain info DATA.h5 [--seq-len T] [--json]\n"
+      "  zerotrain info --env [--json]"};
   po::options_description options("info options");
   options.add_options()("path", po::value<std::string>(), "what to describe")(
       "json", po::bool_switch(), "print machine-readable JSON")(
@@ -227,12 +266,19 @@ int cmd_info(int argc, char** argv) {
       "variables this process sees (no PATH)")(
       "verify", po::bool_switch(),
       "model directory: read every tensor and check it is finite; checkpoint: check every "
-      "file's CRC-32C");
+      "file's CRC-32C")(
+      "seq-len", po::value<int64_t>(),
+      "token dataset: the windows each train --packing cuts it into at this --seq-len, and the "
+      "share of their rows that hold data rather than padding");
   po::positional_options_description positional;
   positional.add("path", 1);
   po::variables_map vm;
   if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
+  const int64_t seq_len = vm.count("seq-len") ? vm["seq-len"].as<int64_t>() : 0;
+  ZT_CHECK(!vm.count("seq-len") || seq_len > 0,
+           "info --seq-len must be a positive number of tokens, got " + std::to_string(seq_len));
   if (vm["env"].as<bool>()) {
+    ZT_CHECK(!vm.count("seq-len"), "info --seq-len describes a token dataset, not --env");
     ZT_CHECK(!vm.count("path"), "info --env describes this installation and takes no PATH (got '" +
                                     vm["path"].as<std::string>() + "')");
     const nlohmann::json report = environment_report();
@@ -249,6 +295,8 @@ int cmd_info(int argc, char** argv) {
   ZT_CHECK(fs::exists(path, ec), "'" + path + "' does not exist");
   const std::string what = "'" + path + "' is not a model directory, token dataset or checkpoint";
   if (fs::is_directory(path, ec)) {
+    ZT_CHECK(!vm.count("seq-len"),
+             "info --seq-len describes a token dataset's windows; '" + path + "' is a directory");
     if (fs::exists(path + "/" + kSafetensorsFile) ||
         fs::exists(path + "/" + kSafetensorsIndexFile)) {
       info_safetensors(path, json);
@@ -267,7 +315,7 @@ int cmd_info(int argc, char** argv) {
     const h5::Id file = h5::open_file(path);
     ZT_CHECK(h5::has_dataset(file, "tokens"), what + " (HDF5 file without a /tokens dataset)");
   }
-  info_tokens(path, json);
+  info_tokens(path, json, seq_len);
   return 0;
 }
 

@@ -67,6 +67,33 @@ Packing resolve_packing(Packing requested, const TokenDataset& data) {
   return requested;
 }
 
+namespace {
+
+// The windows of --packing documents or bfd over the dataset's documents.
+WindowLayout packed_layout(const TokenDataset& data, Packing packing, int64_t seq_len) {
+  const std::vector<int64_t>& starts = data.document_starts();
+  return packing == Packing::kBfd ? best_fit_windows(starts, data.size(), seq_len)
+                                  : WindowLayout(document_windows(starts, data.size(), seq_len));
+}
+
+}  // namespace
+
+double PackingFigures::data_share(int64_t seq_len) const {
+  return windows > 0 ? static_cast<double>(data_rows) / static_cast<double>(windows * seq_len) : 0;
+}
+
+PackingFigures packing_figures(const TokenDataset& data, Packing packing, int64_t seq_len) {
+  ZT_CHECK(seq_len > 0, "data schedule: seq_len must be positive");
+  if (packing == Packing::kWrapped) {
+    const int64_t windows = data.size() > 0 ? (data.size() - 1) / seq_len : 0;
+    return {windows, windows * seq_len};
+  }
+  const WindowLayout layout = packed_layout(data, packing, seq_len);
+  PackingFigures figures{layout.num_windows(), 0};
+  for (int64_t w = 0; w < figures.windows; ++w) figures.data_rows += layout.length(w) - 1;
+  return figures;
+}
+
 WindowSchedule::WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_batch,
                                int64_t grad_accum, int world_size, uint64_t seed)
     : T_(seq_len), B_(micro_batch), A_(grad_accum), N_(world_size), seed_(seed) {
@@ -181,17 +208,6 @@ void window_document_starts(const TokenDataset& data, int64_t start, int64_t row
   }
 }
 
-namespace {
-
-// The windows of --packing documents or bfd over the dataset's documents.
-WindowLayout packed_layout(const TokenDataset& data, Packing packing, int64_t seq_len) {
-  const std::vector<int64_t>& starts = data.document_starts();
-  return packing == Packing::kBfd ? best_fit_windows(starts, data.size(), seq_len)
-                                  : WindowLayout(document_windows(starts, data.size(), seq_len));
-}
-
-}  // namespace
-
 WindowSampler::WindowSampler(const TokenDataset& data, int64_t vocab_size, int64_t seq_len,
                              int64_t micro_batch, int64_t grad_accum, int world_size, int rank,
                              uint64_t seed, bool document_masks, Packing packing)
@@ -292,13 +308,12 @@ void WindowSampler::read_window(int64_t w, int32_t* inputs, int32_t* targets, in
 
 std::string WindowSampler::epoch_summary(int64_t steps) const {
   const int64_t windows = schedule_.num_windows(), per_step = schedule_.global_batch_windows();
-  // The share of the windows' targets that are the data's, not padding.
-  int64_t targets = 0;
-  for (int64_t w = 0; w < windows; ++w) targets += schedule_.window_length(w) - 1;
+  // The share of the windows' rows that are the data's, not padding.
+  PackingFigures epoch{windows, 0};
+  for (int64_t w = 0; w < windows; ++w) epoch.data_rows += schedule_.window_length(w) - 1;
   const int64_t documents = std::max<int64_t>(data_.num_documents(), 1);
   char figures[64];
-  std::snprintf(figures, sizeof figures, "%.0f%%",
-                100.0 * static_cast<double>(targets) / static_cast<double>(windows * T_));
+  std::snprintf(figures, sizeof figures, "%.0f%%", 100.0 * epoch.data_share(T_));
   std::string text = std::to_string(windows) + " windows of " +
                      (packing_ == Packing::kWrapped ? "" : "up to ") + std::to_string(T_ + 1) +
                      " tokens an epoch, " + figures + " data (--packing " + packing_name(packing_) +

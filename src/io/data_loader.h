@@ -64,6 +64,15 @@ const char* packing_name(Packing packing);
 // documents or bfd on a dataset without /doc_starts fails naming the file.
 Packing resolve_packing(Packing requested, const TokenDataset& data);
 
+// What --packing `packing` (resolved) cuts `data` into at --seq-len T: its windows, and how many of
+// their T rows each hold data rather than padding (a wrapped window all T). What train's epoch
+// line and `info --seq-len` say.
+struct PackingFigures {
+  int64_t windows = 0, data_rows = 0;
+  double data_share(int64_t seq_len) const;  // data_rows / (windows · T); 0 without windows
+};
+PackingFigures packing_figures(const TokenDataset& data, Packing packing, int64_t seq_len);
+
 // A training window is its pieces (window_packing.h) one after another, L ≤ T + 1 tokens in all.
 // Its inputs are the first L − 1 tokens and its targets the last L − 1; the rows past them are
 // padding. The target at a piece's first token, other than the window's first, never counts.

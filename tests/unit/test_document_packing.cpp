@@ -443,6 +443,58 @@ TEST(DocumentPacking, ResumeWithAnotherPackingIsRefused) {
   EXPECT_THROW(TrainingHyperparameters::from_json(unknown), Error);
 }
 
+// info DATA.h5 --seq-len T: what each packing cuts the dataset into (the layouts' windows and
+// the share of their rows that hold data), train's default first; refused on a directory and for
+// a length that is not positive.
+TEST(BestFitPacking, InfoSaysWhatEachPackingCutsTheDatasetInto) {
+  TempDir tmp;
+  const int64_t n = 400, T = 16;
+  std::vector<int64_t> lengths = {40};
+  for (int64_t l = 1; l <= 23; ++l) lengths.push_back(l);
+  const Documents docs{cycling_starts(n, lengths), n};
+  const std::string path = packed_dataset(tmp / "sft.h5", n, docs);
+  testing::RunResult r = testing::run_zerotrain("info --json --seq-len 16 '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["seq_len"], T);
+  const WindowLayout bfd = best_fit_windows(docs.starts, n, T);
+  const std::vector<WindowSpan> in_order = document_windows(docs.starts, n, T);
+  int64_t bfd_rows = 0, in_order_rows = 0;
+  for (int64_t w = 0; w < bfd.num_windows(); ++w) bfd_rows += bfd.length(w) - 1;
+  for (const WindowSpan& s : in_order) in_order_rows += s.length - 1;
+  const auto windows_in_order = static_cast<int64_t>(in_order.size());
+  EXPECT_EQ(j["packings"]["bfd"]["windows"], bfd.num_windows());
+  EXPECT_DOUBLE_EQ(j["packings"]["bfd"]["data_share"].get<double>(),
+                   static_cast<double>(bfd_rows) / static_cast<double>(bfd.num_windows() * T));
+  EXPECT_EQ(j["packings"]["documents"]["windows"], windows_in_order);
+  EXPECT_DOUBLE_EQ(j["packings"]["documents"]["data_share"].get<double>(),
+                   static_cast<double>(in_order_rows) / static_cast<double>(windows_in_order * T));
+  EXPECT_EQ(j["packings"]["wrapped"]["windows"], (n - 1) / T);
+  EXPECT_EQ(j["packings"]["wrapped"]["data_share"], 1.0);
+  EXPECT_EQ(j["packings"]["wrapped"]["targets_in_no_window"], (n - 1) % T);
+  EXPECT_LT(bfd.num_windows(), windows_in_order);
+  r = testing::run_zerotrain("info --seq-len 16 '" + path + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at --seq-len 16 (train --packing), an epoch is:\n  bfd: " +
+                          std::to_string(bfd.num_windows()) + " windows of up to 17 tokens, "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("  wrapped: 24 windows of 17 tokens, 100% data; the last 15 targets in "
+                          "no window\n"),
+            std::string::npos)
+      << r.output;
+  r = testing::run_zerotrain("info --seq-len 0 '" + path + "'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("info --seq-len must be a positive number of tokens, got 0"),
+            std::string::npos)
+      << r.output;
+  std::filesystem::create_directories(tmp / "model");
+  r = testing::run_zerotrain("info --seq-len 16 '" + tmp / "model" + "'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("info --seq-len describes a token dataset's windows"), std::string::npos)
+      << r.output;
+}
+
 // --packing auto on a resume takes the checkpoint's packing: an earlier version's SFT run
 // (documents) continues with documents, though auto starts SFT data with bfd.
 TEST(DocumentPacking, AutoResumeContinuesTheCheckpointsPacking) {
