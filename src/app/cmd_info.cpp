@@ -125,14 +125,16 @@ void describe_packings(const TokenDataset& data, int64_t seq_len, Packing defaul
     if (json) continue;
     char share[16];
     std::snprintf(share, sizeof share, "%.0f%%", 100.0 * figures.data_share(seq_len));
+    std::string tail = left_out == 0
+                           ? ""
+                           : "; the last " + std::to_string(left_out) +
+                                 (left_out == 1 ? " target" : " targets") + " in no window";
+    if (figures.windows == 0) tail = "; train refuses it";
     std::cout << "  " << packing_name(p) << ": "
-              << with_commas(static_cast<uint64_t>(figures.windows)) << " windows of "
+              << with_commas(static_cast<uint64_t>(figures.windows))
+              << (figures.windows == 1 ? " window of " : " windows of ")
               << (p == Packing::kWrapped ? "" : "up to ") << seq_len + 1 << " tokens, " << share
-              << " data"
-              << (p == Packing::kWrapped
-                      ? "; the last " + std::to_string(left_out) + " targets in no window"
-                      : std::string())
-              << (p == default_packing ? " (the default)" : "") << "\n";
+              << " data" << tail << (p == default_packing ? " (the default)" : "") << "\n";
   }
 }
 
@@ -275,10 +277,14 @@ int cmd_info(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_command_line(spec, options, &positional, argc, argv, vm)) return 0;
   const int64_t seq_len = vm.count("seq-len") ? vm["seq-len"].as<int64_t>() : 0;
-  ZT_CHECK(!vm.count("seq-len") || seq_len > 0,
-           "info --seq-len must be a positive number of tokens, got " + std::to_string(seq_len));
+  ZT_CHECK(!vm.count("seq-len") || !vm["env"].as<bool>(),
+           "info --seq-len describes a token dataset, not --env");
+  // Windows of up to T + 1 tokens: T is bounded so that no count of them overflows.
+  constexpr int64_t kMostSeqLen = int64_t{1} << 31;
+  ZT_CHECK(!vm.count("seq-len") || (seq_len > 0 && seq_len <= kMostSeqLen),
+           "info --seq-len must be a positive number of tokens, at most " +
+               std::to_string(kMostSeqLen) + ", got " + std::to_string(seq_len));
   if (vm["env"].as<bool>()) {
-    ZT_CHECK(!vm.count("seq-len"), "info --seq-len describes a token dataset, not --env");
     ZT_CHECK(!vm.count("path"), "info --env describes this installation and takes no PATH (got '" +
                                     vm["path"].as<std::string>() + "')");
     const nlohmann::json report = environment_report();

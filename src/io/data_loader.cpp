@@ -79,7 +79,9 @@ WindowLayout packed_layout(const TokenDataset& data, Packing packing, int64_t se
 }  // namespace
 
 double PackingFigures::data_share(int64_t seq_len) const {
-  return windows > 0 ? static_cast<double>(data_rows) / static_cast<double>(windows * seq_len) : 0;
+  return windows > 0 ? static_cast<double>(data_rows) /
+                           (static_cast<double>(windows) * static_cast<double>(seq_len))
+                     : 0;
 }
 
 PackingFigures packing_figures(const TokenDataset& data, Packing packing, int64_t seq_len) {

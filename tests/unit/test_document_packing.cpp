@@ -475,17 +475,64 @@ TEST(BestFitPacking, InfoSaysWhatEachPackingCutsTheDatasetInto) {
   EXPECT_LT(bfd.num_windows(), windows_in_order);
   r = testing::run_zerotrain("info --seq-len 16 '" + path + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("at --seq-len 16 (train --packing), an epoch is:\n  bfd: " +
-                          std::to_string(bfd.num_windows()) + " windows of up to 17 tokens, "),
-            std::string::npos)
+  auto percent = [](double share) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%.0f%%", 100.0 * share);
+    return std::string(text);
+  };
+  EXPECT_NE(
+      r.output.find("at --seq-len 16 (train --packing), an epoch is:\n  bfd: " +
+                    std::to_string(bfd.num_windows()) + " windows of up to 17 tokens, " +
+                    percent(j["packings"]["bfd"]["data_share"].get<double>()) +
+                    " data (the default)\n  documents: " + std::to_string(windows_in_order) +
+                    " windows of up to 17 tokens, " +
+                    percent(j["packings"]["documents"]["data_share"].get<double>()) + " data\n"),
+      std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("  wrapped: 24 windows of 17 tokens, 100% data; the last 15 targets in "
                           "no window\n"),
             std::string::npos)
       << r.output;
+  // Text with boundaries but no loss mask: wrapped is the default, listed first; without
+  // boundaries only wrapped applies.
+  for (const bool boundaries : {true, false}) {
+    const std::string text = tmp / (boundaries ? "text.h5" : "stream.h5");
+    {
+      TokenDatasetWriter w(text, 256, "byte");
+      const std::vector<uint32_t> tokens(65, 9);
+      if (boundaries) {
+        w.add_document_start(0);
+        w.add_document_start(30);
+      }
+      w.append(tokens.data(), 65, "test");
+      w.finish();
+    }
+    r = testing::run_zerotrain("info --json --seq-len 16 '" + text + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto t = nlohmann::json::parse(r.output);
+    EXPECT_EQ(t["packing"], "wrapped");
+    EXPECT_EQ(t["packings"].size(), boundaries ? 3u : 1u);
+    EXPECT_EQ(t["packings"]["wrapped"]["targets_in_no_window"], 0);
+    r = testing::run_zerotrain("info --seq-len 16 '" + text + "'");
+    EXPECT_NE(r.output.find("an epoch is:\n  wrapped: 4 windows of 17 tokens, 100% data (the "
+                            "default)\n"),
+              std::string::npos)
+        << r.output;
+  }
+  for (const char* bad : {"--env --seq-len 16", "--env --seq-len 0"}) {
+    r = testing::run_zerotrain(std::string("info ") + bad);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("info --seq-len describes a token dataset, not --env"),
+              std::string::npos)
+        << r.output;
+  }
+  r = testing::run_zerotrain("info --seq-len 9223372036854775807 '" + path + "'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("at most 2147483648, got 9223372036854775807"), std::string::npos)
+      << r.output;
   r = testing::run_zerotrain("info --seq-len 0 '" + path + "'");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("info --seq-len must be a positive number of tokens, got 0"),
+  EXPECT_NE(r.output.find("info --seq-len must be a positive number of tokens, at most "),
             std::string::npos)
       << r.output;
   std::filesystem::create_directories(tmp / "model");
