@@ -139,8 +139,6 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
                 in.reader ? "model '" + o.model_dir + "'" : "preset '" + o.preset + "'", kCommand);
   if (!o.lora.init_from.empty())
     in.adapter = std::make_unique<PeftAdapterReader>(o.lora.init_from, config);
-  if (config.lora.enabled())
-    o.lora.base_model = adapter_base_model(o.lora, o.model_dir.empty() ? o.preset : o.model_dir);
   in.data = std::make_unique<TokenDataset>(o.data);
   in.tokenizer = in.data->tokenizer_files();
   // A Hugging Face tokenizer's ids must all be rows of the model's embedding.
@@ -340,12 +338,17 @@ void write_run_json(const TrainOptions& o, ZeroEngine& engine, Communicator& com
 
 // A bf16 model directory with the tokenizer the data was made with beside it, for export
 // (io/tokenizer_files.h); with LoRA, PEFT's adapter directory instead (the base is unchanged;
-// checkpoint/peft_adapter.h), its base_model_name_or_path adapter_base_model's.
+// checkpoint/peft_adapter.h), its base_model_name_or_path the one the LoRA options' adapter config
+// named, else the --model directory or the preset.
 // Collective.
 void write_model_with_tokenizer(ZeroEngine& engine, const std::string& dir, MpiCommunicator& comm,
                                 const TokenizerFiles& tokenizer, const TrainOptions& o) {
+  const std::string& named = o.choices.lora_named_base_model;
   if (engine.model().config().lora.enabled())
-    write_peft_adapter(engine, dir, comm, o.lora.base_model);
+    write_peft_adapter(engine, dir, comm,
+                       !named.empty()        ? named
+                       : o.model_dir.empty() ? o.preset
+                                             : o.model_dir);
   else
     write_consolidated_model(engine, dir, comm, {.overwrite = true});
   run_collectively(comm, [&] {

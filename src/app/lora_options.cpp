@@ -3,7 +3,6 @@
 #include <re2/re2.h>
 
 #include "app/cli.h"
-#include "io/fs_util.h"
 #include "io/peft_adapter_file.h"
 #include "model/init.h"
 #include "util/error.h"
@@ -74,17 +73,32 @@ void note_lora_options_given(const po::variables_map& vm, LoraOptions& o) {
     if (vm.count(name) && !vm[name].defaulted()) o.given.push_back(name);
 }
 
-LoraSpec resolve_lora_spec(const LoraOptions& o) {
+namespace {
+
+// The adapter config at `path`, read once: its specification, and the base model it names.
+LoraSpec spec_from_adapter_config(const std::string& path, std::string* named_base_model) {
+  nlohmann::json parsed;
+  LoraSpec spec = LoraSpec::from_peft_file(path, &parsed);
+  const auto named = parsed.find("base_model_name_or_path");
+  if (named_base_model && named != parsed.end() && named->is_string())
+    *named_base_model = named->get<std::string>();
+  return spec;
+}
+
+}  // namespace
+
+LoraSpec resolve_lora_spec(const LoraOptions& o, std::string* named_base_model) {
+  if (named_base_model) named_base_model->clear();
   if (!o.init_from.empty()) {
     ZT_CHECK(o.config_file.empty() && o.given.empty(),
              "--lora-init-from '" + o.init_from + "' brings its adapter_config.json; give no " +
                  (o.config_file.empty() ? "--" + o.given.front() : "--lora-config") + " beside it");
-    return LoraSpec::from_peft_file(lora_spec_source(o));
+    return spec_from_adapter_config(lora_spec_source(o), named_base_model);
   }
   if (!o.config_file.empty()) {
     ZT_CHECK(o.given.empty(), "--lora-config '" + o.config_file + "' and --" + o.given.front() +
                                   " both specify the adapters; give one or the other");
-    return LoraSpec::from_peft_file(o.config_file);
+    return spec_from_adapter_config(o.config_file, named_base_model);
   }
   LoraSpec s;
   if (o.rank == 0) {
@@ -118,16 +132,6 @@ void LoraStartSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_t
 
 std::string lora_spec_source(const LoraOptions& o) {
   return o.init_from.empty() ? o.config_file : o.init_from + "/" + kPeftConfigFile;
-}
-
-std::string adapter_base_model(const LoraOptions& o, const std::string& trained_on) {
-  const std::string source = lora_spec_source(o);
-  if (source.empty()) return trained_on;
-  const nlohmann::json config = read_json_file(source);
-  const auto named = config.find("base_model_name_or_path");
-  if (named == config.end() || !named->is_string() || named->get<std::string>().empty())
-    return trained_on;
-  return named->get<std::string>();
 }
 
 std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec, const ParamLayout& layout,

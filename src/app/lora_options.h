@@ -25,9 +25,6 @@ struct LoraOptions {
   std::string init_from;    // --lora-init-from DIR: a PEFT adapter directory to continue
   // Which of the options above were given on the command line (refused beside --lora-config).
   std::vector<std::string> given;
-  // What the adapter directories train writes name as their base (adapter_base_model), read once
-  // at the start.
-  std::string base_model;
 
   // run.json's record: `resolved`, the spec resolve_lora_spec made of these options (read once),
   // and where it came from.
@@ -38,7 +35,10 @@ void add_lora_options(boost::program_options::options_description& options, Lora
 // After parsing: records which --lora-* options were given.
 void note_lora_options_given(const boost::program_options::variables_map& vm, LoraOptions& o);
 // The adapters the options ask for (rank 0: none). Throws naming the option or the file's key.
-LoraSpec resolve_lora_spec(const LoraOptions& o);
+// With `named_base_model`, the base_model_name_or_path the options' adapter_config.json
+// (--lora-config, --lora-init-from) names, from the same read ("" when there is none): PEFT keeps
+// a Hub id there that AutoPeftModelForCausalLM loads, which the adapters train writes keep.
+LoraSpec resolve_lora_spec(const LoraOptions& o, std::string* named_base_model = nullptr);
 // The values a LoRA run starts from: the adapter directory's tensors (--lora-init-from), else
 // the base's (a model directory, or the seed's initialisation without one), adapters it lacks
 // from their initialisation.
@@ -68,9 +68,5 @@ std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec, const Pa
                                                   const std::string& source);
 // The adapter_config.json the options' LoRA specification came from ("" when none).
 std::string lora_spec_source(const LoraOptions& o);
-// The base_model_name_or_path the run's adapter directories name: the one the options'
-// adapter_config.json (--lora-config, --lora-init-from) gives, as PEFT keeps a Hub id there that
-// AutoPeftModelForCausalLM loads; else `trained_on` (the --model directory or the preset).
-std::string adapter_base_model(const LoraOptions& o, const std::string& trained_on);
 
 }  // namespace zt

@@ -202,7 +202,7 @@ EngineChoices parse_engine_choices(const RunEngineOptions& o, const std::string&
   check_activation_storage(o.activations, o.precision, command);
   c.ac = with_inputs_on_host(o.activation_checkpointing, o.cpu_checkpointing);
   c.offload = o.offload.resolved(o.backend_kind, o.precision);
-  c.lora = resolve_lora_spec(o.lora);
+  c.lora = resolve_lora_spec(o.lora, &c.lora_named_base_model);
   return c;
 }
 

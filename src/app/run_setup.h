@@ -107,6 +107,8 @@ struct EngineChoices {
   ActivationCheckpointing ac;  // --activation-checkpointing on the host with --cpu-checkpointing
   OffloadConfig offload;       // OffloadOptions::resolved(); not validated for the stage
   LoraSpec lora;               // rank 0: no adapters
+  // The base_model_name_or_path the LoRA options' adapter_config.json names ("" when none).
+  std::string lora_named_base_model;
 };
 // Checks --activations against --precision and --cpu-checkpointing against the policy. Errors
 // name `command`'s option (or the LoRA file's key).

@@ -85,15 +85,11 @@ double PackingFigures::data_share(int64_t seq_len) const {
 }
 
 PackingFigures packing_figures(const TokenDataset& data, Packing packing, int64_t seq_len) {
-  ZT_CHECK(seq_len > 0, "data schedule: seq_len must be positive");
-  if (packing == Packing::kWrapped) {
-    const int64_t windows = data.size() > 0 ? (data.size() - 1) / seq_len : 0;
-    return {windows, windows * seq_len};
-  }
-  const WindowLayout layout = packed_layout(data, packing, seq_len);
-  PackingFigures figures{layout.num_windows(), 0};
-  for (int64_t w = 0; w < figures.windows; ++w) figures.data_rows += layout.length(w) - 1;
-  return figures;
+  // A schedule of one window a step: only its windows are asked for.
+  return (packing == Packing::kWrapped
+              ? WindowSchedule(data.size(), seq_len, 1, 1, 1, 0)
+              : WindowSchedule(packed_layout(data, packing, seq_len), seq_len, 1, 1, 1, 0))
+      .figures();
 }
 
 WindowSchedule::WindowSchedule(int64_t n_tokens, int64_t seq_len, int64_t micro_batch,
@@ -120,6 +116,12 @@ WindowSchedule::WindowSchedule(WindowLayout layout, int64_t seq_len, int64_t mic
   wrapped_ = false;
   layout_ = std::move(layout);
   num_windows_ = layout_.num_windows();
+}
+
+PackingFigures WindowSchedule::figures() const {
+  PackingFigures figures{num_windows_, 0};
+  for (int64_t w = 0; w < num_windows_; ++w) figures.data_rows += window_length(w) - 1;
+  return figures;
 }
 
 WindowPieces WindowSchedule::window(int64_t w) const {
@@ -310,9 +312,7 @@ void WindowSampler::read_window(int64_t w, int32_t* inputs, int32_t* targets, in
 
 std::string WindowSampler::epoch_summary(int64_t steps) const {
   const int64_t windows = schedule_.num_windows(), per_step = schedule_.global_batch_windows();
-  // The share of the windows' rows that are the data's, not padding.
-  PackingFigures epoch{windows, 0};
-  for (int64_t w = 0; w < windows; ++w) epoch.data_rows += schedule_.window_length(w) - 1;
+  const PackingFigures epoch = schedule_.figures();
   const int64_t documents = std::max<int64_t>(data_.num_documents(), 1);
   char figures[64];
   std::snprintf(figures, sizeof figures, "%.0f%%", 100.0 * epoch.data_share(T_));

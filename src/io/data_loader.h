@@ -92,6 +92,7 @@ class WindowSchedule {
   int64_t global_batch_windows() const { return B_ * A_ * N_; }
   WindowPieces window(int64_t w) const;
   int64_t window_length(int64_t w) const { return wrapped_ ? T_ + 1 : layout_.length(w); }
+  PackingFigures figures() const;  // the windows, and their rows that hold data
 
   const DataCursor& cursor() const { return cursor_; }
   void set_cursor(const DataCursor& c);  // validates position < W

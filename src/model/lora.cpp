@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include "util/decimal.h"
 #include "util/error.h"
@@ -178,14 +179,17 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
   return s;
 }
 
-LoraSpec LoraSpec::from_peft_file(const std::string& path) {
+LoraSpec LoraSpec::from_peft_file(const std::string& path, nlohmann::json* parsed) {
   std::error_code ec;
   ZT_CHECK(std::filesystem::is_regular_file(path, ec),
            "adapter config '" + path + "' is not a file");
   std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open adapter config '" + path + "'");
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  return from_peft_json(parse_json(text, path), path);
+  nlohmann::json j = parse_json(text, path);
+  LoraSpec spec = from_peft_json(j, path);
+  if (parsed) *parsed = std::move(j);
+  return spec;
 }
 
 nlohmann::json LoraSpec::to_json() const {

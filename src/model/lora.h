@@ -55,7 +55,8 @@ struct LoraSpec {
   // keys that only describe the adapter (task_type, base_model_name_or_path, revision, ...) are
   // read past.
   static LoraSpec from_peft_json(const nlohmann::json& j, const std::string& source);
-  static LoraSpec from_peft_file(const std::string& path);
+  // The file at `path`; with `parsed`, its JSON is handed back too (for the keys this reads past).
+  static LoraSpec from_peft_file(const std::string& path, nlohmann::json* parsed = nullptr);
   // r, lora_alpha, lora_dropout, use_rslora, target_modules and modules_to_save (and
   // ensure_weight_tying when true): what from_peft_json reads back into this specification.
   nlohmann::json to_json() const;
