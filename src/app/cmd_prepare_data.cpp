@@ -45,7 +45,11 @@ po::options_description prepare_data_options() {
       "render each --sft-jsonl example with the tokenizer's chat template (transformers)")(
       "messages-field", po::value<std::string>(),
       "the field of each --sft-jsonl line that holds a conversation, a list of {role: "
-      "system|user|assistant, content} (with --chat-template): every assistant turn is learned")(
+      "system|user|assistant|tool, content[, tool_calls]} (with --chat-template): every "
+      "assistant turn is learned")(
+      "tools-field", po::value<std::string>()->default_value("tools"),
+      "the field of each --sft-jsonl line that lists the tools the chat template is given (TRL's "
+      "tools column: JSON schemas, or a string holding them), when the line has it")(
       "python", po::value<std::string>()->default_value(default_python(), "auto"),
       kPythonOptionHelp)("out", po::value<std::string>(), "output token dataset (.h5)")(
       "vocab-size", po::value<int64_t>()->default_value(0),
@@ -71,6 +75,8 @@ void check_input_options(const po::variables_map& vm) {
   ZT_CHECK(!vm.count("messages-field") ||
                (vm["prompt-field"].defaulted() && vm["response-field"].defaulted()),
            "prepare-data: --messages-field replaces --prompt-field and --response-field");
+  ZT_CHECK(vm["tools-field"].defaulted() || vm["chat-template"].as<bool>(),
+           "prepare-data: --tools-field needs --chat-template (the template renders the tools)");
   ZT_CHECK(!vm.count("messages-field") || vm["chat-template"].as<bool>(),
            "prepare-data: --messages-field needs --chat-template (the template renders the "
            "conversation)");
@@ -111,7 +117,10 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
     request.sft =
         SftFields{vm["prompt-field"].as<std::string>(), vm["response-field"].as<std::string>(),
                   vm["chat-template"].as<bool>(),
-                  vm.count("messages-field") ? vm["messages-field"].as<std::string>() : ""};
+                  vm.count("messages-field") ? vm["messages-field"].as<std::string>() : "",
+                  vm["tools-field"].as<std::string>()};
+    ZT_CHECK(!request.sft->tools.empty(),
+             "prepare-data: --tools-field must name the JSON field that lists each line's tools");
     ZT_CHECK(!vm.count("messages-field") || !request.sft->messages.empty(),
              "prepare-data: --messages-field must name the JSON field that holds each "
              "conversation");
@@ -137,7 +146,7 @@ int cmd_prepare_data(int argc, char** argv) {
       "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
       "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
       "| --sft-jsonl FILES... ([--prompt-field NAME] [--response-field NAME] | --messages-field "
-      "NAME) [--chat-template])) "
+      "NAME) [--chat-template [--tools-field NAME]])) "
       "--out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};
   po::options_description options = prepare_data_options();

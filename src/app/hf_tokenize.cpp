@@ -18,9 +18,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
-// or {"prompt", "response", "messages"} field names and "chat_template"), tokens file, loss-mask
-// file, document-starts file, metadata file, inputs... It follows the opening of app/python_step.h
-// (the tokenizer as AutoTokenizer loads it, special_id). A document is encoded as
+// or {"prompt", "response", "messages", "tools"} field names and "chat_template"), tokens file,
+// loss-mask file, document-starts file, metadata file, inputs... It follows the opening of
+// app/python_step.h (the tokenizer as AutoTokenizer loads it, special_id). A document is encoded as
 // tokenizer(text)["input_ids"] encodes it (the tokenizer's special tokens added), a chat rendering
 // without them, as apply_chat_template(tokenize=True) does. It writes every document's ids as
 // little-endian uint32 to the tokens file (SFT: one byte per token to the loss-mask file, 1 for the
@@ -96,9 +96,9 @@ if sft and sft["chat_template"] and not tok.chat_template:
     sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply "
              "(and no chat_template.jinja beside it)")
 
-def render(path, number, messages, **kwargs):
+def render(path, number, messages, tools=None, **kwargs):
     try:
-        return tok.apply_chat_template(messages, tokenize=False, **kwargs)
+        return tok.apply_chat_template(messages, tools=tools, tokenize=False, **kwargs)
     except Exception as e:
         roles = ", ".join(m["role"] for m in messages)
         sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
@@ -107,7 +107,25 @@ def render(path, number, messages, **kwargs):
 # Stands in for a reply to find where the template puts it (no template writes this text).
 TURN_PROBE = "\u2063zerotrain-reply\u2063"
 
-def turn_end(path, number, whole, start, messages, i):
+def call_name(call):
+    """The function name of a tool call or a tool schema, {"type": "function", "function":
+    {"name", ...}} as OpenAI and TRL write them, or {"name", ...}; None when it names none."""
+    inner = call.get("function", call) if isinstance(call, dict) else None
+    name = inner.get("name") if isinstance(inner, dict) else None
+    return name if isinstance(name, str) and name else None
+
+def with_probe(message):
+    """The assistant message with TURN_PROBE in place of its reply: the function name of its last
+    tool call when it makes calls (a template may leave the content of such a turn out), else
+    its content."""
+    if not message.get("tool_calls"):
+        return dict(message, content=TURN_PROBE)
+    calls = json.loads(json.dumps(message["tool_calls"]))
+    last = calls[-1]
+    (last["function"] if isinstance(last.get("function"), dict) else last)["name"] = TURN_PROBE
+    return dict(message, tool_calls=calls)
+
+def turn_end(path, number, whole, start, messages, i, tools):
     """Where assistant turn i ends in the whole rendering, for templates that render an earlier
     assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
     turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
@@ -115,8 +133,9 @@ def turn_end(path, number, whole, start, messages, i):
     around it must render as in the whole conversation: what follows the probe there follows the
     reply, as the template renders it, in the whole one. The turn ends after the part of that
     text that also closes the probe at the end of a conversation."""
-    probe = messages[:i] + [{"role": "assistant", "content": TURN_PROBE}] + messages[i + 1:]
-    alone, inside = render(path, number, probe[:i + 1]), render(path, number, probe)
+    probe = messages[:i] + [with_probe(messages[i])] + messages[i + 1:]
+    alone = render(path, number, probe[:i + 1], tools)
+    inside = render(path, number, probe, tools)
     at, last = inside.find(TURN_PROBE), alone.rfind(TURN_PROBE)
     if at >= start and last >= 0:
         after = inside[at + len(TURN_PROBE):]
@@ -135,42 +154,99 @@ def counted(offsets, special, spans):
     return [int(not added and any(a <= s < b or s < a < e for a, b in spans))
             for (s, e), added in zip(offsets, special)]
 
-def chat_example(path, number, messages, first_counted=0):
-    """(ids, mask) of the conversation the tokenizer's chat template renders: each assistant turn
-    from message `first_counted` on (its content and whatever closes it) counts; everything before
-    it, up to and including the generation prompt, is masked. Assistant turn i spans the characters from the rendering of
-    messages[:i] with the generation prompt, which must be a prefix of the whole conversation's
-    rendering, to the end of the rendering of messages[:i + 1] when that is a prefix too, else
-    to the end of the turn located by turn_end."""
-    whole = render(path, number, messages)
-    spans = []
+def check_tools_rendered(path, number, whole, messages, spans, tools):
+    """A template written without tool calls leaves the tools out and renders a call as an empty
+    reply (SmolLM2's, Phi-3's): each tool's name must be in the rendering, and each call's in its
+    turn (the span of a turn in `spans`, else the whole rendering)."""
+    for tool in tools or []:
+        name = call_name(tool)
+        if name is not None and name not in whole:
+            sys.exit(f"{path}:{number}: the chat template does not render the tools (the name "
+                     f"'{name}' is not in its rendering): it is not written for tool calls")
+    for i, message in enumerate(messages):
+        for call in message.get("tool_calls") or []:
+            text = whole[spans[i][0]:spans[i][1]] if i in spans else whole
+            if call_name(call) not in text:
+                sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
+                         f"message {i} (the name '{call_name(call)}' is not in its turn): it is "
+                         "not written for tool calls")
+
+def chat_example(path, number, messages, first_counted=0, tools=None):
+    """(ids, mask) of the conversation the tokenizer's chat template renders (with the record's
+    tools, TRL's tools column): each assistant turn from message `first_counted` on (its content
+    or tool calls, and whatever closes it) counts; everything before it, up to and including the
+    generation prompt, is masked, and so are tool results. Assistant turn i spans the characters
+    from the rendering of messages[:i] with the generation prompt, which must be a prefix of the
+    whole conversation's rendering, to the end of the rendering of messages[:i + 1] when that is
+    a prefix too, else to the end of the turn located by turn_end."""
+    whole = render(path, number, messages, tools)
+    check_tools_rendered(path, number, whole, messages, {}, tools)
+    spans = {}
     for i, message in enumerate(messages):
         if message["role"] != "assistant" or i < first_counted:
             continue
-        head = render(path, number, messages[:i], add_generation_prompt=True)
+        head = render(path, number, messages[:i], tools, add_generation_prompt=True)
         if not whole.startswith(head):
             sys.exit(f"{path}:{number}: the chat template does not render the turns before "
                      f"message {i} as the start of the conversation (a template that renders "
                      "them differently once later turns follow, as Mistral's v0.3 renders the "
                      "system message only before the last user message, cannot be split into "
                      "turns)")
-        through = render(path, number, messages[:i + 1])
+        through = render(path, number, messages[:i + 1], tools)
         end = (len(through) if whole.startswith(through)
-               else turn_end(path, number, whole, len(head), messages, i))
-        spans.append((len(head), end))
+               else turn_end(path, number, whole, len(head), messages, i, tools))
+        spans[i] = (len(head), end)
+    check_tools_rendered(path, number, whole, messages, spans, tools)
     # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
     # (no special tokens added: the template writes them).
     encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)
     ids = encoding["input_ids"]
-    return ids, counted(encoding["offset_mapping"], [0] * len(ids), spans)
+    return ids, counted(encoding["offset_mapping"], [0] * len(ids), spans.values())
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
+# The keys a message of each role may hold beside role and content: TRL's tool-calling format.
+# Others (reasoning_content, a user's name) change what templates render, so they are refused.
+EXTRA_KEYS = {"assistant": ("tool_calls",), "tool": ("name", "tool_call_id")}
+
+def checked_message(where, m, previous):
+    """The message, checked: a role, a string content (an assistant turn that makes tool calls
+    may leave it out; it is then rendered as ""), only the keys its role holds; a tool result
+    follows a turn that made calls, or another result. `previous`: the message before. A key
+    holding null, or an empty tool_calls list, is read as absent: a dataset exported from Arrow
+    or Parquet gives every message every key its column holds (Llama 3.1's template would take
+    "tool_calls": null for a call)."""
+    if isinstance(m, dict):
+        m = {k: v for k, v in m.items() if v is not None and not (k == "tool_calls" and v == [])}
+    if not (isinstance(m, dict) and m.get("role") in ROLES):
+        hint = ""
+        if isinstance(m, dict) and "from" in m and "value" in m:
+            hint = (" (ShareGPT's from/value: TRL's conversational format names them role and "
+                    "content, with human as user and gpt as assistant)")
+        sys.exit(f"{where} is not a message with a role ({', '.join(ROLES)}){hint}")
+    role, allowed = m["role"], EXTRA_KEYS.get(m["role"], ())
+    extra = sorted(set(m) - {"role", "content", *allowed})
+    if extra:
+        holds = ", ".join(("role", "content") + allowed)
+        sys.exit(f"{where} has keys {extra}; a {role} message holds {holds}")
+    calls = m.get("tool_calls")
+    if calls is not None and (not isinstance(calls, list)
+                              or any(call_name(c) is None for c in calls)):
+        sys.exit(f"{where}: 'tool_calls' is not a list of calls that each name a function "
+                 '({"type": "function", "function": {"name", "arguments"}})')
+    content = m.get("content")
+    if not isinstance(content, str) and not (calls and content is None):
+        sys.exit(f"{where} has no string content" +
+                 (" (only a turn with tool_calls may leave it out)" if role == "assistant" else ""))
+    if role == "tool" and not (previous and (previous["role"] == "tool"
+                                             or previous.get("tool_calls"))):
+        sys.exit(f"{where} is a tool result that follows no assistant turn with tool_calls")
+    return dict(m, content=content or "")
 
 def conversation(path, number, record, key):
-    """The record's list of {"role", "content"} messages (TRL's conversational format): roles
-    system, user and assistant, string contents, at least one assistant turn, and a user turn
-    before the first assistant turn. `key` may be a list of fields whose lists are joined (TRL's
-    conversational prompt-completion: prompt, then completion)."""
+    """The record's list of messages (TRL's conversational format, with its tool calls): roles
+    system, user, assistant and tool, checked by checked_message, at least one assistant turn,
+    and a user turn before the first assistant turn. `key` may be a list of fields whose lists
+    are joined (TRL's conversational prompt-completion: prompt, then completion)."""
     keys = key if isinstance(key, list) else [key]
     messages = []
     for k in keys:
@@ -179,38 +255,48 @@ def conversation(path, number, record, key):
             sys.exit(f"{path}:{number}: no list of messages in field '{k}'")
         messages += part
     key = " + ".join(f"'{k}'" for k in keys) if len(keys) > 1 else key
+    checked = []
     for i, m in enumerate(messages):
-        if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
-            hint = ""
-            if isinstance(m, dict) and "from" in m and "value" in m:
-                hint = (" (ShareGPT's from/value: TRL's conversational format names them role and "
-                        "content, with human as user and gpt as assistant)")
-            sys.exit(f"{path}:{number}: '{key}'[{i}] is not a message with a role "
-                     f"({', '.join(ROLES)}) and a string content{hint}")
-        # Other keys (reasoning_content, tool_calls, name) change what templates render.
-        extra = sorted(set(m) - {"role", "content"})
-        if extra:
-            sys.exit(f"{path}:{number}: '{key}'[{i}] has keys {extra}; only role and content "
-                     "are read")
-    roles = [m["role"] for m in messages if m["role"] != "system"]
+        checked.append(checked_message(f"{path}:{number}: '{key}'[{i}]", m,
+                                       checked[-1] if checked else None))
+    roles = [m["role"] for m in checked if m["role"] != "system"]
     if "assistant" not in roles:
         sys.exit(f"{path}:{number}: '{key}' has no assistant message to learn")
-    if roles[0] == "assistant":
+    if roles[0] == "assistant":  # a tool result cannot come first (checked_message)
         sys.exit(f"{path}:{number}: '{key}' opens with an assistant message; a conversation "
                  "starts with a user turn (after any system message)")
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    return checked
+
+def tools_of(path, number, record):
+    """The tools the record lists for the chat template (TRL's tools column): a list of JSON
+    schemas, or a string holding one, as datasets kept in Parquet often store it; None when the
+    record has none (no field, null, empty)."""
+    key = sft["tools"]
+    value = record.get(key) if isinstance(record, dict) else None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except ValueError as e:
+            sys.exit(f"{path}:{number}: '{key}' is a string that is not JSON: {e}")
+    if not value:
+        return None
+    if not isinstance(value, list) or any(call_name(t) is None for t in value):
+        sys.exit(f"{path}:{number}: '{key}' is not a list of tool schemas that each name a "
+                 'function ({"type": "function", "function": {"name", "parameters"}})')
+    return value
 
 def documents(path):
     """(ids, loss mask or None) of each document: a text file is one, a JSON line one each."""
     if sft and sft["messages"]:
         for number, record in records(path, ()):
-            note_unread(number, record, (sft["messages"],))
-            yield chat_example(path, number,
-                               conversation(path, number, record, sft["messages"]))
+            note_unread(number, record, (sft["messages"], sft["tools"]))
+            yield chat_example(path, number, conversation(path, number, record, sft["messages"]),
+                               tools=tools_of(path, number, record))
     elif sft and sft["chat_template"]:
         for number, record in records(path, ()):
             prompt, response = sft["prompt"], sft["response"]
-            note_unread(number, record, (prompt, response))
+            note_unread(number, record, (prompt, response, sft["tools"]))
+            tools = tools_of(path, number, record)
             lists = [isinstance(record, dict) and isinstance(record.get(k), list)
                      for k in (prompt, response)]
             if lists[1] and not lists[0]:
@@ -223,11 +309,12 @@ def documents(path):
                 first = len(record[prompt])
                 if "assistant" not in (m["role"] for m in messages[first:]):
                     sys.exit(f"{path}:{number}: '{response}' has no assistant message to learn")
-                yield chat_example(path, number, messages, first)
+                yield chat_example(path, number, messages, first, tools)
                 continue
             yield chat_example(path, number, [
                 {"role": "user", "content": string_field(path, number, record, prompt)},
-                {"role": "assistant", "content": string_field(path, number, record, response)}])
+                {"role": "assistant", "content": string_field(path, number, record, response)}],
+                tools=tools)
     elif sft:
         if eos < 0:
             sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "
@@ -292,7 +379,8 @@ with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
 if unread_fields:
     listed = ", ".join(f"'{k}' ({at})" for k, at in sorted(unread_fields.items()))
     print(f"note: fields no option reads, left out of the examples: {listed} (the examples are "
-          "read from --prompt-field and --response-field, or --messages-field)", file=sys.stderr)
+          "read from --prompt-field and --response-field or --messages-field, and with "
+          "--chat-template their tools from --tools-field)", file=sys.stderr)
 meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
         "name": os.path.basename(os.path.abspath(tok_dir or "."))}
 with open(meta_path, "w", encoding="utf-8") as f:
@@ -337,7 +425,8 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
     options["sft"] = {{"prompt", request.sft->prompt},
                       {"response", request.sft->response},
                       {"chat_template", request.sft->chat_template},
-                      {"messages", request.sft->messages}};
+                      {"messages", request.sft->messages},
+                      {"tools", request.sft->tools}};
   std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path,
                                    mask_path,         starts_path,    meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());

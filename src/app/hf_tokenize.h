@@ -23,12 +23,15 @@ namespace zt {
 // count, as transformers' return_assistant_tokens_mask counts them; no EOS is added
 // and no special token beyond what the template writes.
 // With messages (--messages-field, needs chat_template) each line holds a conversation instead:
-// a list of {"role": system|user|assistant, "content"} (TRL's conversational format), rendered
-// whole by the template; every assistant turn counts, everything else is masked.
+// a list of {"role": system|user|assistant|tool, "content"} (TRL's conversational format, with
+// its tool calls), rendered whole by the template; every assistant turn (a reply or tool calls)
+// counts, everything else (tool results too) is masked. With chat_template, the line's `tools`
+// field (TRL's tools column) is handed to the template when it has one.
 struct SftFields {
   std::string prompt = "prompt", response = "response";
   bool chat_template = false;
-  std::string messages;  // "" : prompt/response lines
+  std::string messages;         // "" : prompt/response lines
+  std::string tools = "tools";  // the field listing the tools (chat_template)
 };
 
 struct HfTokenizeRequest {

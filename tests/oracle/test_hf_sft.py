@@ -11,7 +11,9 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    return_assistant_tokens_mask (a template marking the assistant turn with {% generation %}).
    With --messages-field, multi-turn conversations with a system prompt, one reply opening with
    whitespace that the token before it takes in: the same comparison, every assistant turn
-   counted.
+   counted. Tool calls (TRL's format, the tools column as a list or a JSON string, a line with
+   the null keys an Arrow export writes): the same comparison, the calls counted, the tool
+   results not.
 2. A random transformers LlamaForCausalLM, imported: `zerotrain eval` on the SFT data equals the
    loss transformers computes itself from labels with -100 where the mask is 0 (its shifted,
    ignore_index mean over the batch of windows), and differs from the unmasked loss by more than
@@ -22,8 +24,10 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    step whose whole global batch is masked is trained without a loss gradient and warned about.
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
    field options without --sft-jsonl, two equal field names, --chat-template with a tokenizer
-   that has no chat template, --messages-field without --chat-template, a conversation without
-   an assistant turn or with an unknown role are refused; nothing is left.
+   that has no chat template, --messages-field or --tools-field without --chat-template, a
+   conversation without an assistant turn or with an unknown role, a tool result answering no
+   call, a call naming no function and a tools field that is not JSON are refused; nothing is
+   left.
    generate refuses a model without a tokenizer (naming it and --tokenizer), a zero temperature
    and a prompt longer than max_position_embeddings.
 5. `generate` on the trained model: the greedy continuation of a prompt equals greedy decoding
@@ -52,10 +56,17 @@ h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "
 # A chat template whose assistant turn (its content and the EOS closing it, rendered from the
 # tokenizer's eos_token) is marked with {% generation %}, so transformers can say which tokens are
 # the assistant's.
+# Written for tool calls too: the tools are listed first, a tool result is its own turn, and an
+# assistant turn's calls follow its content inside the turn's {% generation %} span.
 CHAT_TEMPLATE = (
+    "{% if tools %}<|system|>\nTools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}"
+    "\n{% endif %}"
     "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>\n{{ m['content'] }}\n"
     "{% elif m['role'] == 'system' %}<|system|>\n{{ m['content'] }}\n"
-    "{% else %}<|assistant|>\n{% generation %}{{ m['content'] }}{{ eos_token }}{% endgeneration %}"
+    "{% elif m['role'] == 'tool' %}<|tool|>\n{{ m['content'] }}\n"
+    "{% else %}<|assistant|>\n{% generation %}{{ m['content'] }}"
+    "{% for c in m['tool_calls'] or [] %}<call>{{ c['function']['name'] }}"
+    "{{ c['function']['arguments'] | tojson }}</call>{% endfor %}{{ eos_token }}{% endgeneration %}"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 SEQ_LEN, MICRO_BATCH, BATCHES = 32, 2, 2
 SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -131,10 +142,12 @@ def main():
             json.dump(tok_config, f)
         chat_reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
 
-        def check_against_chat_template(what, options, out, conversations, counted_from=None):
+        def check_against_chat_template(what, options, out, conversations, counted_from=None,
+                                        tools=None):
             """prepare-data with `options` gives the tokens and the mask that transformers'
             apply_chat_template (return_assistant_tokens_mask) gives the conversations (with
-            counted_from, only from token counted_from[i] of conversation i on)."""
+            counted_from, only from token counted_from[i] of conversation i on; with the tools
+            of each, tools[i])."""
             run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--chat-template",
                       "--out", work(out)] + options + python)
             got_tokens, _, _ = dataset(work(out))
@@ -143,7 +156,8 @@ def main():
             want_ids, want_mask = [], []
             for i, c in enumerate(conversations):
                 rendered = chat_reference.apply_chat_template(
-                    c, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+                    c, tools=tools[i] if tools else None, tokenize=True, return_dict=True,
+                    return_assistant_tokens_mask=True)
                 want_ids += rendered["input_ids"]
                 first = counted_from[i] if counted_from else 0
                 want_mask += [0] * first + rendered["assistant_masks"][first:]
@@ -199,7 +213,44 @@ def main():
         print(f"ok   conversational prompt-completion: {got_count} tokens, {got_counted} counted "
               "(the completions alone), as transformers' assistant mask past the prompt")
 
-        # 1e. Fields no option reads (Alpaca's "input" beside its instruction) are named once a
+        # 1e. Tool calls (TRL's format): a turn that only calls tools (no content), the results
+        # (one call answered, then two at once), the answer; the tools column on some lines, as
+        # a JSON string on one; one line with null keys, as Arrow exports it. The calls count,
+        # the results do not, as transformers' mask says.
+        weather = {"type": "function", "function": {"name": "weather", "parameters": {}}}
+        clock = {"type": "function", "function": {"name": "clock", "parameters": {}}}
+
+        def calling(name, **arguments):
+            return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+        tool_chats, tool_lists = [], []
+        for i in range(6):
+            calls = [calling("weather", city=records[i]["question"][:12])]
+            if i % 2:
+                calls.append(calling("clock", zone="UTC"))
+            tool_chats.append([{"role": "user", "content": records[i]["question"]},
+                               {"role": "assistant", "tool_calls": calls}] +
+                              [{"role": "tool", "content": f"result {k}"} for k in range(len(calls))] +
+                              [{"role": "assistant", "content": records[i]["answer"]}])
+            tool_lists.append([weather, clock] if i % 3 else None)
+        with open(work("tool_chats.jsonl"), "w") as f:
+            for i, (c, tools) in enumerate(zip(tool_chats, tool_lists)):
+                line = {"messages": c}
+                if i == 2:  # as Arrow exports them: every key on every message, null if unused
+                    line["messages"] = [{k: m.get(k) for k in ("role", "content", "tool_calls",
+                                                               "name", "tool_call_id")}
+                                        for m in c]
+                if tools:
+                    line["tools"] = json.dumps(tools) if i == 1 else tools
+                f.write(json.dumps(line) + "\n")
+        count, counted = check_against_chat_template(
+            "tool calls", ["--sft-jsonl", work("tool_chats.jsonl"), "--messages-field", "messages"],
+            "tool_chats.h5", [[dict(m, content=m.get("content", "")) for m in c] for c in tool_chats],
+            tools=tool_lists)
+        print(f"ok   tool calls: {len(tool_chats)} conversations, {count} tokens, {counted} counted "
+              "(the calls and the answers), as transformers' assistant mask")
+
+        # 1f. Fields no option reads (Alpaca's "input" beside its instruction) are named once a
         # file, with the first line holding each; the fields read are not named.
         with open(work("alpaca.jsonl"), "w") as f:
             f.write(json.dumps({"instruction": "Add the numbers.", "output": "4"}) + "\n")
@@ -440,12 +491,29 @@ def main():
                  "--out", work("bad.h5")] + python,
                 [work("sharegpt.jsonl") + ":1", "'conversations'[0]", "ShareGPT", "role"],
                 work("bad.h5"))
-        with open(work("bad_roles.jsonl"), "w") as f:
-            f.write(json.dumps({"messages": [{"role": "tool", "content": "x"}]}) + "\n")
-        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                 work("bad_roles.jsonl"), "--messages-field", "messages", "--chat-template",
-                 "--out", work("bad.h5")] + python,
-                [work("bad_roles.jsonl") + ":1", "'messages'[0]", "role"], work("bad.h5"))
+        # An unknown role (OpenAI's retired "function"), and tool calls that do not hold
+        # together: a result answering no call, a call naming no function, tools not JSON.
+        user = {"role": "user", "content": "q"}
+        for name, record, named in [
+                ("bad_roles", {"messages": [{"role": "function", "content": "x"}]},
+                 ["'messages'[0]", "role"]),
+                ("unasked_result", {"messages": [user, {"role": "tool", "content": "r"},
+                                                 {"role": "assistant", "content": "a"}]},
+                 ["'messages'[1]", "tool result", "tool_calls"]),
+                ("nameless_call", {"messages": [user, {"role": "assistant", "tool_calls": [
+                    {"type": "function", "function": {"arguments": {}}}]}]},
+                 ["'messages'[1]", "'tool_calls'", "name"]),
+                ("bad_tools", {"messages": [user, {"role": "assistant", "content": "a"}],
+                               "tools": "[{"}, ["'tools'", "not JSON"])]:
+            with open(work(name + ".jsonl"), "w") as f:
+                f.write(json.dumps(record) + "\n")
+            refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                     work(name + ".jsonl"), "--messages-field", "messages", "--chat-template",
+                     "--out", work("bad.h5")] + python,
+                    [work(name + ".jsonl") + ":1"] + named, work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
+                 "--tools-field", "functions", "--out", work("bad.h5")] + python,
+                ["--tools-field", "--chat-template"], work("bad.h5"))
         refused([zt, "generate", "--model", work("model"), "--prompt", "x"] + python,
                 [work("model"), "tokenizer.json", "--tokenizer"], work("no_output"))
         refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--do-sample",

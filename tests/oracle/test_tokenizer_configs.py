@@ -16,6 +16,14 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
    "end", pieces of its own "<|im_end|>", and with reasoning in its first reply, which the
    template drops from a turn before the last user message. (Phi-3 closes a conversation with
    EOS but a turn with <|end|>: its first reply counts up to <|end|>.)
+Tool calls (TRL's format: an assistant turn with tool_calls, a tool result, the `tools` column)
+go through every config as well. The templates written for them (Qwen2.5, Qwen3, Llama 3.1) give
+apply_chat_template(messages, tools=...)'s ids, and count exactly two runs: the call as the
+template writes it (read off each template by hand, TOOL_CALL_TEXT) and the answer, never the tool
+result. Qwen2.5 also runs two calls in one turn; Qwen3 a `tools` column and call arguments kept
+as JSON strings (as Parquet datasets store them), and TRL's conversational prompt-completion.
+The other templates are refused naming the line and the calls they drop (SmolLM2's also the
+tools it leaves out), or with the template's own error, leaving no data.
 And an eos_token that tokenizer.json lacks (transformers would add it as a new id beyond the
 model's vocabulary without a word) is refused naming the token and the file, leaving no data.
 
@@ -120,6 +128,122 @@ def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None):
           f"counted: each reply and what closes it, no other turn")
 
 
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+# What each template written for tool calls renders for the call get_weather(city="Paris"), read
+# off the template (special tokens left out, as decode(skip_special_tokens=True) leaves them).
+QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TOOL_CALL_TEXT = {
+    "Qwen--Qwen2.5-0.5B-Instruct": QWEN_CALL,
+    "Qwen--Qwen3-0.6B": QWEN_CALL,
+    "meta-llama--Llama-3.1-8B-Instruct": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+}
+
+
+def call(city="Paris", as_string=False):
+    arguments = {"city": city}
+    return {"type": "function", "function": {
+        "name": "get_weather", "arguments": json.dumps(arguments) if as_string else arguments}}
+
+
+def tool_conversation(calls):
+    """A question, a turn that only makes `calls` (no content, as TRL's example writes it), their
+    results, the answer."""
+    return ([{"role": "user", "content": "What is the weather in Paris?"},
+             {"role": "assistant", "tool_calls": calls}] +
+            [{"role": "tool", "name": "get_weather", "content": "18C and windy"} for _ in calls] +
+            [{"role": "assistant", "content": "It is 18C and windy."}])
+
+
+def prepare(work, zt, directory, name, records, extra=()):
+    """prepare-data on `records`; (exit status, output, ids, mask)."""
+    import subprocess
+    data = work(name + ".jsonl")
+    with open(data, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    out = work(name + ".h5")
+    proc = subprocess.run([zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", data,
+                           "--chat-template", "--out", out] + list(extra),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        check(not os.path.exists(out), f"{out} was left behind")
+        return proc.returncode, proc.stdout, None, None
+    with h5py.File(out, "r") as f:
+        return 0, proc.stdout, f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+
+
+def check_tool_calls(work, zt, source):
+    name = os.path.basename(os.path.dirname(source))
+    directory = work(name + "-tools")
+    os.makedirs(directory)
+    shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
+    tokenizer_json(json.load(open(source, encoding="utf-8"))).save(
+        os.path.join(directory, "tokenizer.json"))
+    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    messages = tool_conversation([call()])
+    if name not in TOOL_CALL_TEXT:
+        # Refused for the calls it drops (without a tools column), or by the template itself;
+        # SmolLM2's also with the tools, which it leaves out.
+        refusals = [("-tool-calls", {"messages": messages}, "tool_calls of message 1")]
+        if "SmolLM2" in name:
+            refusals.append(("-tools", {"messages": messages, "tools": TOOLS}, "render the tools"))
+        for label, record, reason in refusals:
+            status, output, _, _ = prepare(work, zt, directory, name + label, [record],
+                                           ["--messages-field", "messages"])
+            check(status != 0, f"{name}: a template not written for tool calls was accepted")
+            check(name + label + ".jsonl:1" in output and
+                  (reason in output or "chat template failed" in output),
+                  f"{name}: the refusal does not name the line and the {reason}: {output}")
+            print(f"ok   {name}: tool calls refused ({output.splitlines()[0]})")
+        return
+    status, output, ids, mask = prepare(work, zt, directory, name + "-tools",
+                                        [{"messages": messages, "tools": TOOLS}],
+                                        ["--messages-field", "messages"])
+    check(status == 0, f"{name}: tool calls refused: {output}")
+
+    def check_runs(label, messages, tools, ids, mask, calls):
+        # A turn that leaves its content out is rendered with an empty one (Qwen3's template
+        # fails on a missing content).
+        given = [dict(m, content=m.get("content") or "") for m in messages]
+        want = reference.apply_chat_template(given, tools=tools, tokenize=True)
+        check(ids == want, f"{name}{label}: the ids differ from apply_chat_template's")
+        runs = counted_runs(ids, mask)
+        texts = [reference.decode(r, skip_special_tokens=True) for r in runs]
+        texts = [t.replace("<think>\n\n</think>\n\n", "", 1).strip() for t in texts]
+        check(texts == calls + ["It is 18C and windy."],
+              f"{name}{label}: the counted runs read {texts}, not the call and the answer")
+
+    check_runs("", messages, TOOLS, ids, mask, [TOOL_CALL_TEXT[name]])
+    if name.startswith("Qwen--Qwen2.5"):
+        two = tool_conversation([call(), call("Lyon")])
+        status, output, ids, mask = prepare(work, zt, directory, name + "-two-calls",
+                                            [{"messages": two, "tools": TOOLS}],
+                                            ["--messages-field", "messages"])
+        check(status == 0, f"{name}: two calls refused: {output}")
+        check_runs(" (two calls)", two, TOOLS, ids, mask,
+                   [TOOL_CALL_TEXT[name] + "\n" + TOOL_CALL_TEXT[name].replace("Paris", "Lyon")])
+    if name.startswith("Qwen--Qwen3"):
+        # Parquet-style: the tools column and the arguments as JSON strings, under other names.
+        strings = tool_conversation([call(as_string=True)])
+        status, output, ids, mask = prepare(
+            work, zt, directory, name + "-strings",
+            [{"conversation": strings, "functions": json.dumps(TOOLS)}],
+            ["--messages-field", "conversation", "--tools-field", "functions"])
+        check(status == 0, f"{name}: JSON-string tools refused: {output}")
+        check_runs(" (JSON strings)", strings, TOOLS, ids, mask, [TOOL_CALL_TEXT[name]])
+        # TRL's conversational prompt-completion: the completion's turns count.
+        status, output, ids, mask = prepare(
+            work, zt, directory, name + "-prompt-completion",
+            [{"prompt": messages[:1], "completion": messages[1:], "tools": TOOLS}],
+            ["--prompt-field", "prompt", "--response-field", "completion"])
+        check(status == 0, f"{name}: tool calls in a completion refused: {output}")
+        check_runs(" (prompt-completion)", messages, TOOLS, ids, mask, [TOOL_CALL_TEXT[name]])
+    print(f"ok   {name}: tool calls as apply_chat_template(tools=...) renders them; the calls "
+          "and the answer count, the tool results do not")
+
+
 def legacy_added_token_config(work, source):
     """The first corpus config with its special tokens written as the legacy AddedToken dicts
     older transformers releases saved ({"__type": "AddedToken", "content": ...})."""
@@ -178,6 +302,10 @@ def main():
                           ["<think>\nSmall primes.\n</think>\n\n" + ASSISTANT[0], ASSISTANT[1]],
                           "-earlier-reasoning", ASSISTANT)
 
+        for source in configs:
+            check_tool_calls(work, args.zerotrain, source)
+        check(all(any(n in c for c in configs) for n in TOOL_CALL_TEXT),
+              "a template written for tool calls is missing from tests/data/hf_models")
         check_missing_eos_is_refused(work, args.zerotrain, configs[0])
 
     return exit_status(checks)
