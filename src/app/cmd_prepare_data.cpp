@@ -119,8 +119,11 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
                   vm["chat-template"].as<bool>(),
                   vm.count("messages-field") ? vm["messages-field"].as<std::string>() : "",
                   vm["tools-field"].as<std::string>()};
-    ZT_CHECK(!request.sft->tools.empty(),
-             "prepare-data: --tools-field must name the JSON field that lists each line's tools");
+    const SftFields& f = *request.sft;
+    ZT_CHECK(
+        !f.tools.empty() && f.tools != f.messages && f.tools != f.prompt && f.tools != f.response,
+        "prepare-data: --tools-field must name the JSON field that lists each line's tools, "
+        "not one that holds the examples");
     ZT_CHECK(!vm.count("messages-field") || !request.sft->messages.empty(),
              "prepare-data: --messages-field must name the JSON field that holds each "
              "conversation");

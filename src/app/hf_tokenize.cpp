@@ -104,8 +104,10 @@ def render(path, number, messages, tools=None, **kwargs):
         sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
                  f"{type(e).__name__}: {e}")
 
-# Stands in for a reply to find where the template puts it (no template writes this text).
+# Stand in for a reply, and for a function name, to find where the template puts them (no
+# template writes these; a name is ASCII, which every tojson filter leaves as it is).
 TURN_PROBE = "\u2063zerotrain-reply\u2063"
+NAME_PROBE = "zerotrain_probe_name"
 
 def call_name(call):
     """The function name of a tool call or a tool schema, {"type": "function", "function":
@@ -114,38 +116,72 @@ def call_name(call):
     name = inner.get("name") if isinstance(inner, dict) else None
     return name if isinstance(name, str) and name else None
 
-def with_probe(message):
-    """The assistant message with TURN_PROBE in place of its reply: the function name of its last
-    tool call when it makes calls (a template may leave the content of such a turn out), else
-    its content."""
-    if not message.get("tool_calls"):
-        return dict(message, content=TURN_PROBE)
-    calls = json.loads(json.dumps(message["tool_calls"]))
-    last = calls[-1]
-    (last["function"] if isinstance(last.get("function"), dict) else last)["name"] = TURN_PROBE
-    return dict(message, tool_calls=calls)
+def probe_names(calls, every):
+    """A copy of the tool calls (or schemas) with NAME_PROBE as the last one's name, or every
+    one's."""
+    calls = json.loads(json.dumps(calls))
+    for call in calls if every else calls[-1:]:
+        (call["function"] if isinstance(call.get("function"), dict) else call)["name"] = NAME_PROBE
+    return calls
 
-def turn_end(path, number, whole, start, messages, i, tools):
+def with_probe(message):
+    """(probe, the assistant message with the probe in place of its reply): the function name of
+    its last tool call when it makes calls (a template may leave the content of such a turn out),
+    else its content."""
+    if not message.get("tool_calls"):
+        return TURN_PROBE, dict(message, content=TURN_PROBE)
+    return NAME_PROBE, dict(message, tool_calls=probe_names(message["tool_calls"], False))
+
+def turn_start(path, number, messages, i, tools, inside, at):
+    """Where assistant turn i starts in the whole rendering when the turns before it render
+    differently once later turns follow (Qwen3 keeps the reasoning of a turn after the last user
+    message and drops it once another user message follows; Mistral v0.3 writes the system
+    message before the last user message): after the generation prompt that opens the turn
+    holding the probe at `at` of `inside`. A template without a generation prompt: the reply's
+    start, `at`, when the probe stands for the content. None when it cannot be told."""
+    before = render(path, number, messages[:i], tools)
+    opening = render(path, number, messages[:i], tools, add_generation_prompt=True)
+    prompt = opening[len(before):] if opening.startswith(before) else ""
+    if not prompt:
+        return None if messages[i].get("tool_calls") else at
+    found = inside.rfind(prompt, 0, at)
+    return found + len(prompt) if found >= 0 else None
+
+def turn_end(path, number, whole, messages, i, tools, inside, at):
     """Where assistant turn i ends in the whole rendering, for templates that render an earlier
     assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
     turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
-    EOS, not with the text that closes a turn). With the reply replaced by a probe, the turns
-    around it must render as in the whole conversation: what follows the probe there follows the
-    reply, as the template renders it, in the whole one. The turn ends after the part of that
-    text that also closes the probe at the end of a conversation."""
-    probe = messages[:i] + [with_probe(messages[i])] + messages[i + 1:]
-    alone = render(path, number, probe[:i + 1], tools)
-    inside = render(path, number, probe, tools)
-    at, last = inside.find(TURN_PROBE), alone.rfind(TURN_PROBE)
-    if at >= start and last >= 0:
-        after = inside[at + len(TURN_PROBE):]
-        end = len(whole) - len(after)
-        if end >= at and whole.startswith(inside[:at]) and whole.endswith(after):
-            closing = alone[last + len(TURN_PROBE):]
-            return end + len(os.path.commonprefix([closing, after]))
-    sys.exit(f"{path}:{number}: the chat template does not render message {i} (assistant) "
-             "inside the conversation as it renders it at the end of one: its turn cannot "
-             "be located")
+    EOS, not with the text that closes a turn). What follows the probe in `inside` follows the
+    reply, as the template renders it, in the whole conversation. The turn ends after the part
+    of that text that also closes the probe at the end of a conversation. None when it cannot
+    be told."""
+    probe, message = with_probe(messages[i])
+    alone = render(path, number, messages[:i] + [message], tools)
+    last = alone.rfind(probe)
+    after = inside[at + len(probe):]
+    if last < 0 or not whole.endswith(after):
+        return None
+    closing = alone[last + len(probe):]
+    return len(whole) - len(after) + len(os.path.commonprefix([closing, after]))
+
+def located_turn(path, number, whole, messages, i, tools, head, through):
+    """(start, end) of assistant turn i in the whole rendering, when the rendering of the turns
+    before it with the generation prompt (`head`), or of the turns through it (`through`), is
+    not a prefix of the whole one: with the reply replaced by a probe, the conversation must
+    render as the whole one up to it, and turn_start and turn_end tell what they replace."""
+    probe, message = with_probe(messages[i])
+    inside = render(path, number, messages[:i] + [message] + messages[i + 1:], tools)
+    at = inside.find(probe)
+    if at >= 0 and whole.startswith(inside[:at]):
+        start = (len(head) if whole.startswith(head)
+                 else turn_start(path, number, messages, i, tools, inside, at))
+        end = (len(through) if whole.startswith(through)
+               else turn_end(path, number, whole, messages, i, tools, inside, at))
+        if start is not None and end is not None and start <= at <= end:
+            return start, end
+    sys.exit(f"{path}:{number}: the chat template renders message {i} (assistant), or the turns "
+             "before it, inside the conversation unlike it renders them at its end: the turn "
+             "cannot be located")
 
 def counted(offsets, special, spans):
     """Per token: 1 when it overlaps one of the character spans [a, b), as transformers'
@@ -154,54 +190,48 @@ def counted(offsets, special, spans):
     return [int(not added and any(a <= s < b or s < a < e for a, b in spans))
             for (s, e), added in zip(offsets, special)]
 
-def check_tools_rendered(path, number, whole, messages, spans, tools):
+def check_tools_rendered(path, number, messages, tools):
     """A template written without tool calls leaves the tools out and renders a call as an empty
-    reply (SmolLM2's, Phi-3's): each tool's name must be in the rendering, and each call's in its
-    turn (the span of a turn in `spans`, else the whole rendering)."""
-    for tool in tools or []:
-        name = call_name(tool)
-        if name is not None and name not in whole:
-            sys.exit(f"{path}:{number}: the chat template does not render the tools (the name "
-                     f"'{name}' is not in its rendering): it is not written for tool calls")
+    reply (SmolLM2's, Phi-3's): with NAME_PROBE as every tool's name, and then as the names of
+    each turn's calls, the rendering must hold it once for each (a name that the text holds
+    anyway would not tell)."""
+    if tools and render(path, number, messages,
+                        probe_names(tools, True)).count(NAME_PROBE) < len(tools):
+        sys.exit(f"{path}:{number}: the chat template does not render the tools (its rendering "
+                 "leaves their names out): it is not written for tool calls")
     for i, message in enumerate(messages):
-        for call in message.get("tool_calls") or []:
-            text = whole[spans[i][0]:spans[i][1]] if i in spans else whole
-            if call_name(call) not in text:
-                sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
-                         f"message {i} (the name '{call_name(call)}' is not in its turn): it is "
-                         "not written for tool calls")
+        calls = message.get("tool_calls")
+        probed = dict(message, tool_calls=probe_names(calls, True)) if calls else None
+        if probed and render(path, number, messages[:i] + [probed] + messages[i + 1:],
+                             tools).count(NAME_PROBE) < len(calls):
+            sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
+                     f"message {i} (its rendering leaves their names out): it is not written "
+                     "for tool calls")
 
 def chat_example(path, number, messages, first_counted=0, tools=None):
     """(ids, mask) of the conversation the tokenizer's chat template renders (with the record's
     tools, TRL's tools column): each assistant turn from message `first_counted` on (its content
     or tool calls, and whatever closes it) counts; everything before it, up to and including the
     generation prompt, is masked, and so are tool results. Assistant turn i spans the characters
-    from the rendering of messages[:i] with the generation prompt, which must be a prefix of the
-    whole conversation's rendering, to the end of the rendering of messages[:i + 1] when that is
-    a prefix too, else to the end of the turn located by turn_end."""
+    from the end of the rendering of messages[:i] with the generation prompt to the end of the
+    rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
+    else located_turn finds it."""
+    check_tools_rendered(path, number, messages, tools)
     whole = render(path, number, messages, tools)
-    check_tools_rendered(path, number, whole, messages, {}, tools)
-    spans = {}
+    spans = []
     for i, message in enumerate(messages):
         if message["role"] != "assistant" or i < first_counted:
             continue
         head = render(path, number, messages[:i], tools, add_generation_prompt=True)
-        if not whole.startswith(head):
-            sys.exit(f"{path}:{number}: the chat template does not render the turns before "
-                     f"message {i} as the start of the conversation (a template that renders "
-                     "them differently once later turns follow, as Mistral's v0.3 renders the "
-                     "system message only before the last user message, cannot be split into "
-                     "turns)")
         through = render(path, number, messages[:i + 1], tools)
-        end = (len(through) if whole.startswith(through)
-               else turn_end(path, number, whole, len(head), messages, i, tools))
-        spans[i] = (len(head), end)
-    check_tools_rendered(path, number, whole, messages, spans, tools)
+        spans.append((len(head), len(through))
+                     if whole.startswith(head) and whole.startswith(through)
+                     else located_turn(path, number, whole, messages, i, tools, head, through))
     # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
     # (no special tokens added: the template writes them).
     encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)
     ids = encoding["input_ids"]
-    return ids, counted(encoding["offset_mapping"], [0] * len(ids), spans.values())
+    return ids, counted(encoding["offset_mapping"], [0] * len(ids), spans)
 
 ROLES = ("system", "user", "assistant", "tool")
 # The keys a message of each role may hold beside role and content: TRL's tool-calling format.

@@ -26,8 +26,8 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    field options without --sft-jsonl, two equal field names, --chat-template with a tokenizer
    that has no chat template, --messages-field or --tools-field without --chat-template, a
    conversation without an assistant turn or with an unknown role, a tool result answering no
-   call, a call naming no function and a tools field that is not JSON are refused; nothing is
-   left.
+   call, a call naming no function, a tools field that is not JSON and a --tools-field that
+   names the messages field are refused; nothing is left.
    generate refuses a model without a tokenizer (naming it and --tokenizer), a zero temperature
    and a prompt longer than max_position_embeddings.
 5. `generate` on the trained model: the greedy continuation of a prompt equals greedy decoding
@@ -514,6 +514,10 @@ def main():
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
                  "--tools-field", "functions", "--out", work("bad.h5")] + python,
                 ["--tools-field", "--chat-template"], work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("chats.jsonl"), "--messages-field", "messages", "--chat-template",
+                 "--tools-field", "messages", "--out", work("bad.h5")] + python,
+                ["--tools-field", "holds the examples"], work("bad.h5"))
         refused([zt, "generate", "--model", work("model"), "--prompt", "x"] + python,
                 [work("model"), "tokenizer.json", "--tokenizer"], work("no_output"))
         refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--do-sample",

@@ -18,11 +18,14 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
    EOS but a turn with <|end|>: its first reply counts up to <|end|>.)
 Tool calls (TRL's format: an assistant turn with tool_calls, a tool result, the `tools` column)
 go through every config as well. The templates written for them (Qwen2.5, Qwen3, Llama 3.1) give
-apply_chat_template(messages, tools=...)'s ids, and count exactly two runs: the call as the
-template writes it (read off each template by hand, TOOL_CALL_TEXT) and the answer, never the tool
-result. Qwen2.5 also runs two calls in one turn; Qwen3 a `tools` column and call arguments kept
-as JSON strings (as Parquet datasets store them), and TRL's conversational prompt-completion.
-The other templates are refused naming the line and the calls they drop (SmolLM2's also the
+apply_chat_template(messages, tools=...)'s ids, and count exactly two runs, which read (special
+tokens included) the call and the answer, each with what closes its turn, as read off each
+template by hand (TEMPLATE_TURNS); never the tool result. Llama 3.1 reads the messages with the
+null keys an Arrow export writes; Qwen2.5 runs two calls in one turn; Qwen3 a tools column and
+call arguments kept as JSON strings (as Parquet datasets store them), TRL's conversational
+prompt-completion, and an agent's trace (reasoning before a call, two turns of calls in a row, a
+later user turn) whose turns are located by the probes. The other templates are refused naming
+the line and the calls they drop (with the name in the text around them; SmolLM2's also the
 tools it leaves out), or with the template's own error, leaving no data.
 And an eos_token that tokenizer.json lacks (transformers would add it as a new id beyond the
 model's vocabulary without a word) is refused naming the token and the file, leaving no data.
@@ -132,14 +135,16 @@ TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city now.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                    "required": ["city"]}}}]
-# What each template written for tool calls renders for the call get_weather(city="Paris"), read
-# off the template (special tokens left out, as decode(skip_special_tokens=True) leaves them).
+# What each template written for tool calls renders, read off the template by hand: the call
+# get_weather(city="Paris"), what closes a turn, and what opens the text of the last one.
 QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-TOOL_CALL_TEXT = {
-    "Qwen--Qwen2.5-0.5B-Instruct": QWEN_CALL,
-    "Qwen--Qwen3-0.6B": QWEN_CALL,
-    "meta-llama--Llama-3.1-8B-Instruct": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+TEMPLATE_TURNS = {
+    "Qwen--Qwen2.5-0.5B-Instruct": (QWEN_CALL, "<|im_end|>\n", ""),
+    "Qwen--Qwen3-0.6B": (QWEN_CALL, "<|im_end|>\n", "<think>\n\n</think>\n\n"),
+    "meta-llama--Llama-3.1-8B-Instruct": (
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}', "<|eot_id|>", ""),
 }
+ANSWER = "It is 18C and windy."
 
 
 def call(city="Paris", as_string=False):
@@ -154,7 +159,14 @@ def tool_conversation(calls):
     return ([{"role": "user", "content": "What is the weather in Paris?"},
              {"role": "assistant", "tool_calls": calls}] +
             [{"role": "tool", "name": "get_weather", "content": "18C and windy"} for _ in calls] +
-            [{"role": "assistant", "content": "It is 18C and windy."}])
+            [{"role": "assistant", "content": ANSWER}])
+
+
+def as_arrow_exports(messages):
+    """Every message with every key of the column, null where it has none, as a dataset
+    exported from Arrow or Parquet writes them."""
+    keys = ("role", "content", "tool_calls", "name", "tool_call_id")
+    return [{k: m.get(k) for k in keys} for m in messages]
 
 
 def prepare(work, zt, directory, name, records, extra=()):
@@ -174,6 +186,27 @@ def prepare(work, zt, directory, name, records, extra=()):
         return 0, proc.stdout, f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
 
 
+def check_tool_refusals(work, zt, directory, name):
+    """A template not written for tool calls: refused for the calls it drops (without a tools
+    column; the function's name also in the user's text and the turn's content, where a search
+    for it would find it), or by the template itself; SmolLM2's also for the tools it leaves
+    out."""
+    messages = tool_conversation([call()])
+    messages[0]["content"] += " Use get_weather."
+    messages[1]["content"] = "Calling get_weather."
+    refusals = [("-tool-calls", {"messages": messages}, "tool_calls of message 1")]
+    if "SmolLM2" in name:
+        refusals.append(("-tools", {"messages": messages, "tools": TOOLS}, "render the tools"))
+    for label, record, reason in refusals:
+        status, output, _, _ = prepare(work, zt, directory, name + label, [record],
+                                       ["--messages-field", "messages"])
+        check(status != 0, f"{name}: a template not written for tool calls was accepted")
+        check(name + label + ".jsonl:1" in output and
+              (reason in output or "chat template failed" in output),
+              f"{name}: the refusal does not name the line and the {reason}: {output}")
+        print(f"ok   {name}: tool calls refused ({output.splitlines()[0]})")
+
+
 def check_tool_calls(work, zt, source):
     name = os.path.basename(os.path.dirname(source))
     directory = work(name + "-tools")
@@ -181,67 +214,66 @@ def check_tool_calls(work, zt, source):
     shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
     tokenizer_json(json.load(open(source, encoding="utf-8"))).save(
         os.path.join(directory, "tokenizer.json"))
-    reference = transformers.AutoTokenizer.from_pretrained(directory)
-    messages = tool_conversation([call()])
-    if name not in TOOL_CALL_TEXT:
-        # Refused for the calls it drops (without a tools column), or by the template itself;
-        # SmolLM2's also with the tools, which it leaves out.
-        refusals = [("-tool-calls", {"messages": messages}, "tool_calls of message 1")]
-        if "SmolLM2" in name:
-            refusals.append(("-tools", {"messages": messages, "tools": TOOLS}, "render the tools"))
-        for label, record, reason in refusals:
-            status, output, _, _ = prepare(work, zt, directory, name + label, [record],
-                                           ["--messages-field", "messages"])
-            check(status != 0, f"{name}: a template not written for tool calls was accepted")
-            check(name + label + ".jsonl:1" in output and
-                  (reason in output or "chat template failed" in output),
-                  f"{name}: the refusal does not name the line and the {reason}: {output}")
-            print(f"ok   {name}: tool calls refused ({output.splitlines()[0]})")
+    if name not in TEMPLATE_TURNS:
+        check_tool_refusals(work, zt, directory, name)
         return
-    status, output, ids, mask = prepare(work, zt, directory, name + "-tools",
-                                        [{"messages": messages, "tools": TOOLS}],
-                                        ["--messages-field", "messages"])
-    check(status == 0, f"{name}: tool calls refused: {output}")
+    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    call_text, close, last_opening = TEMPLATE_TURNS[name]
 
-    def check_runs(label, messages, tools, ids, mask, calls):
+    def check_runs(label, records, extra, messages, runs_want):
+        """prepare-data on the records gives apply_chat_template's ids of `messages` (with
+        TOOLS), and its counted runs read `runs_want` with their special tokens."""
+        status, output, ids, mask = prepare(work, zt, directory, name + label, records, extra)
+        check(status == 0, f"{name}{label}: refused: {output}")
         # A turn that leaves its content out is rendered with an empty one (Qwen3's template
         # fails on a missing content).
         given = [dict(m, content=m.get("content") or "") for m in messages]
-        want = reference.apply_chat_template(given, tools=tools, tokenize=True)
+        want = reference.apply_chat_template(given, tools=TOOLS, tokenize=True)
         check(ids == want, f"{name}{label}: the ids differ from apply_chat_template's")
-        runs = counted_runs(ids, mask)
-        texts = [reference.decode(r, skip_special_tokens=True) for r in runs]
-        texts = [t.replace("<think>\n\n</think>\n\n", "", 1).strip() for t in texts]
-        check(texts == calls + ["It is 18C and windy."],
-              f"{name}{label}: the counted runs read {texts}, not the call and the answer")
+        runs = [reference.decode(r, clean_up_tokenization_spaces=False)
+                for r in counted_runs(ids, mask)]
+        check(runs == runs_want, f"{name}{label}: the counted runs read {runs}, not {runs_want}")
 
-    check_runs("", messages, TOOLS, ids, mask, [TOOL_CALL_TEXT[name]])
+    messages = tool_conversation([call()])
+    runs = [call_text + close, last_opening + ANSWER + close]
+    # Llama 3.1's template takes a "tool_calls" key for a call even when it is null.
+    given = as_arrow_exports(messages) if name.startswith("meta-llama") else messages
+    check_runs("-tools", [{"messages": given, "tools": TOOLS}], ["--messages-field", "messages"],
+               messages, runs)
     if name.startswith("Qwen--Qwen2.5"):
         two = tool_conversation([call(), call("Lyon")])
-        status, output, ids, mask = prepare(work, zt, directory, name + "-two-calls",
-                                            [{"messages": two, "tools": TOOLS}],
-                                            ["--messages-field", "messages"])
-        check(status == 0, f"{name}: two calls refused: {output}")
-        check_runs(" (two calls)", two, TOOLS, ids, mask,
-                   [TOOL_CALL_TEXT[name] + "\n" + TOOL_CALL_TEXT[name].replace("Paris", "Lyon")])
+        check_runs("-two-calls", [{"messages": two, "tools": TOOLS}],
+                   ["--messages-field", "messages"], two,
+                   [call_text + "\n" + call_text.replace("Paris", "Lyon") + close, runs[1]])
     if name.startswith("Qwen--Qwen3"):
         # Parquet-style: the tools column and the arguments as JSON strings, under other names.
         strings = tool_conversation([call(as_string=True)])
-        status, output, ids, mask = prepare(
-            work, zt, directory, name + "-strings",
-            [{"conversation": strings, "functions": json.dumps(TOOLS)}],
-            ["--messages-field", "conversation", "--tools-field", "functions"])
-        check(status == 0, f"{name}: JSON-string tools refused: {output}")
-        check_runs(" (JSON strings)", strings, TOOLS, ids, mask, [TOOL_CALL_TEXT[name]])
+        check_runs("-strings", [{"conversation": strings, "functions": json.dumps(TOOLS)}],
+                   ["--messages-field", "conversation", "--tools-field", "functions"],
+                   strings, runs)
         # TRL's conversational prompt-completion: the completion's turns count.
-        status, output, ids, mask = prepare(
-            work, zt, directory, name + "-prompt-completion",
-            [{"prompt": messages[:1], "completion": messages[1:], "tools": TOOLS}],
-            ["--prompt-field", "prompt", "--response-field", "completion"])
-        check(status == 0, f"{name}: tool calls in a completion refused: {output}")
-        check_runs(" (prompt-completion)", messages, TOOLS, ids, mask, [TOOL_CALL_TEXT[name]])
+        check_runs("-prompt-completion",
+                   [{"prompt": messages[:1], "completion": messages[1:], "tools": TOOLS}],
+                   ["--prompt-field", "prompt", "--response-field", "completion"], messages, runs)
+        # An agent's trace: reasoning before a call, two turns of calls in a row, a later user
+        # turn. Once that turn follows, the template drops the reasoning and writes no reasoning
+        # block before the earlier turns, so neither the turns before a call nor the turns
+        # through it render as the start of the whole conversation.
+        trace = [{"role": "user", "content": "Weather in Paris and Lyon?"},
+                 {"role": "assistant", "content": "<think>\nParis first.\n</think>\n\n",
+                  "tool_calls": [call()]},
+                 {"role": "tool", "content": "18C"},
+                 {"role": "assistant", "tool_calls": [call("Lyon")]},
+                 {"role": "tool", "content": "20C"},
+                 {"role": "assistant", "content": "Paris 18C, Lyon 20C."},
+                 {"role": "user", "content": "Thanks!"},
+                 {"role": "assistant", "content": "You are welcome."}]
+        check_runs("-trace", [{"messages": trace, "tools": TOOLS}],
+                   ["--messages-field", "messages"], trace,
+                   [call_text + close, call_text.replace("Paris", "Lyon") + close,
+                    "Paris 18C, Lyon 20C." + close, last_opening + "You are welcome." + close])
     print(f"ok   {name}: tool calls as apply_chat_template(tools=...) renders them; the calls "
-          "and the answer count, the tool results do not")
+          "and the answers count with what closes their turns, the tool results do not")
 
 
 def legacy_added_token_config(work, source):
@@ -304,7 +336,7 @@ def main():
 
         for source in configs:
             check_tool_calls(work, args.zerotrain, source)
-        check(all(any(n in c for c in configs) for n in TOOL_CALL_TEXT),
+        check(all(any(n in c for c in configs) for n in TEMPLATE_TURNS),
               "a template written for tool calls is missing from tests/data/hf_models")
         check_missing_eos_is_refused(work, args.zerotrain, configs[0])
 
