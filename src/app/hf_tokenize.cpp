@@ -124,38 +124,42 @@ def probe_names(calls, every):
         (call["function"] if isinstance(call.get("function"), dict) else call)["name"] = NAME_PROBE
     return calls
 
-def with_probe(message):
-    """(probe, the assistant message with the probe in place of its reply): the function name of
-    its last tool call when it makes calls (a template may leave the content of such a turn out),
-    else its content."""
-    if not message.get("tool_calls"):
-        return TURN_PROBE, dict(message, content=TURN_PROBE)
-    return NAME_PROBE, dict(message, tool_calls=probe_names(message["tool_calls"], False))
+def with_probes(message):
+    """(the assistant message with TURN_PROBE as its content, when it has one or makes no calls,
+    and NAME_PROBE as the function name of its last tool call, when it makes calls; the probe
+    that comes last in the turn). A template may leave the content of a turn of calls out, and
+    the name is in every template written for calls."""
+    calls = message.get("tool_calls")
+    probed = dict(message, tool_calls=probe_names(calls, False)) if calls else dict(message)
+    if message.get("content") or not calls:
+        probed["content"] = TURN_PROBE
+    return probed, NAME_PROBE if calls else TURN_PROBE
 
-def turn_start(path, number, messages, i, tools, inside, at):
+def turn_start(path, number, messages, i, tools, inside, first):
     """Where assistant turn i starts in the whole rendering when the turns before it render
     differently once later turns follow (Qwen3 keeps the reasoning of a turn after the last user
     message and drops it once another user message follows; Mistral v0.3 writes the system
     message before the last user message): after the generation prompt that opens the turn
-    holding the probe at `at` of `inside`. A template without a generation prompt: the reply's
-    start, `at`, when the probe stands for the content. None when it cannot be told."""
+    whose first probe is at `first` of `inside`. A template without a generation prompt: the
+    content's start, when the first probe stands for it. None when it cannot be told."""
     before = render(path, number, messages[:i], tools)
     opening = render(path, number, messages[:i], tools, add_generation_prompt=True)
     prompt = opening[len(before):] if opening.startswith(before) else ""
     if not prompt:
-        return None if messages[i].get("tool_calls") else at
-    found = inside.rfind(prompt, 0, at)
+        return first if inside.startswith(TURN_PROBE, first) else None
+    found = inside.rfind(prompt, 0, first)
     return found + len(prompt) if found >= 0 else None
 
 def turn_end(path, number, whole, messages, i, tools, inside, at):
     """Where assistant turn i ends in the whole rendering, for templates that render an earlier
     assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
     turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
-    EOS, not with the text that closes a turn). What follows the probe in `inside` follows the
-    reply, as the template renders it, in the whole conversation. The turn ends after the part
-    of that text that also closes the probe at the end of a conversation. None when it cannot
-    be told."""
-    probe, message = with_probe(messages[i])
+    EOS, not with the text that closes a turn). What follows the last probe (at `at` of
+    `inside`) follows the reply, as the template renders it, in the whole conversation. The
+    turn ends after the part of that text that also closes the probe at the end of a
+    conversation (chat_example moves an end inside a token the tokenizer adds whole back to its
+    start). None when it cannot be told."""
+    message, probe = with_probes(messages[i])
     alone = render(path, number, messages[:i] + [message], tools)
     last = alone.rfind(probe)
     after = inside[at + len(probe):]
@@ -167,17 +171,20 @@ def turn_end(path, number, whole, messages, i, tools, inside, at):
 def located_turn(path, number, whole, messages, i, tools, head, through):
     """(start, end) of assistant turn i in the whole rendering, when the rendering of the turns
     before it with the generation prompt (`head`), or of the turns through it (`through`), is
-    not a prefix of the whole one: with the reply replaced by a probe, the conversation must
-    render as the whole one up to it, and turn_start and turn_end tell what they replace."""
-    probe, message = with_probe(messages[i])
+    not a prefix of the whole one: with the reply replaced by probes, the conversation must
+    render as the whole one up to the first, and turn_start and turn_end tell what they
+    replace."""
+    message, probe = with_probes(messages[i])
     inside = render(path, number, messages[:i] + [message] + messages[i + 1:], tools)
+    first = min((p for p in (inside.find(TURN_PROBE), inside.find(NAME_PROBE)) if p >= 0),
+                default=-1)
     at = inside.find(probe)
-    if at >= 0 and whole.startswith(inside[:at]):
+    if 0 <= first <= at and whole.startswith(inside[:first]):
         start = (len(head) if whole.startswith(head)
-                 else turn_start(path, number, messages, i, tools, inside, at))
+                 else turn_start(path, number, messages, i, tools, inside, first))
         end = (len(through) if whole.startswith(through)
                else turn_end(path, number, whole, messages, i, tools, inside, at))
-        if start is not None and end is not None and start <= at <= end:
+        if start is not None and end is not None and start <= first and at <= end:
             return start, end
     sys.exit(f"{path}:{number}: the chat template renders message {i} (assistant), or the turns "
              "before it, inside the conversation unlike it renders them at its end: the turn "
@@ -230,8 +237,14 @@ def chat_example(path, number, messages, first_counted=0, tools=None):
     # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
     # (no special tokens added: the template writes them).
     encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)
-    ids = encoding["input_ids"]
-    return ids, counted(encoding["offset_mapping"], [0] * len(ids), spans)
+    ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
+    # A turn's closing found as a common prefix can run into the opening of the next turn when
+    # it starts like the end of a conversation (Phi-3's "<|user|>" and "<|endoftext|>" share
+    # "<|"); no turn ends inside a token the tokenizer adds whole, so such an end moves back to
+    # that token's start.
+    added = [(s, e) for (s, e), token in zip(offsets, ids) if token in tok.added_tokens_decoder]
+    spans = [(a, min([s for s, e in added if s < b < e], default=b)) for a, b in spans]
+    return ids, counted(offsets, [0] * len(ids), spans)
 
 ROLES = ("system", "user", "assistant", "tool")
 # The keys a message of each role may hold beside role and content: TRL's tool-calling format.

@@ -12,7 +12,8 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
 2. its ids equal transformers' AutoTokenizer.from_pretrained(DIR).apply_chat_template(tokenize=True);
 3. its loss mask counts one run of tokens per assistant reply: the reply and only special tokens
    and whitespace after it (what closes the turn), and before it nothing but the empty
-   reasoning block Qwen3 renders in its last turn. Qwen3 also runs with the replies "d" and
+   reasoning block Qwen3 renders in its last turn. The first run, with its special tokens,
+   reads the reply and what closes a turn as read off each template (TURN_CLOSING). Qwen3 also runs with the replies "d" and
    "end", pieces of its own "<|im_end|>", and with reasoning in its first reply, which the
    template drops from a turn before the last user message. (Phi-3 closes a conversation with
    EOS but a turn with <|end|>: its first reply counts up to <|end|>.)
@@ -99,6 +100,20 @@ def counted_runs(ids, mask):
     return runs + ([run] if run else [])
 
 
+# What closes an assistant turn that another turn follows, read off each template by hand, as
+# the tokenizer encodes it (Phi-3's "<|end|>" is an rstrip token: the newline after it goes).
+TURN_CLOSING = {
+    "HuggingFaceTB--SmolLM2-135M-Instruct": "<|im_end|>\n",
+    "Qwen--Qwen2-7B-Instruct": "<|im_end|>\n",
+    "Qwen--Qwen2.5-0.5B-Instruct": "<|im_end|>\n",
+    "Qwen--Qwen3-0.6B": "<|im_end|>\n",
+    "meta-llama--Llama-3.1-8B-Instruct": "<|eot_id|>",
+    "microsoft--Phi-3-mini-4k-instruct": "<|end|>",
+    "mistralai--Mistral-7B-Instruct-v0.1": "</s>",
+}
+LEGACY_SOURCE = "HuggingFaceTB--SmolLM2-135M-Instruct"  # the first config, rewritten
+
+
 def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None):
     """`rendered`: the replies as the template renders them, when it changes them."""
     name = os.path.basename(os.path.dirname(source)) + label
@@ -122,6 +137,12 @@ def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None):
     # the turn); before it only the empty reasoning block Qwen3 gives its last turn.
     runs = counted_runs(ids, mask)
     check(len(runs) == len(replies), f"{name}: {len(runs)} counted runs for {len(replies)} replies")
+    # The first reply's run, special tokens included, ends with what closes its turn and nothing
+    # of the next one (Phi-3's next "<|user|>" starts like its "<|endoftext|>").
+    base = os.path.basename(os.path.dirname(source))
+    first = reference.decode(runs[0], clean_up_tokenization_spaces=False)
+    want = (rendered or replies)[0] + TURN_CLOSING.get(base, TURN_CLOSING[LEGACY_SOURCE])
+    check(first == want, f"{name}: the first counted run reads {first!r}, not {want!r}")
     for run, reply in zip(runs, rendered or replies):
         text = reference.decode(run, skip_special_tokens=True)
         text = text.replace("<think>\n\n</think>\n\n", "", 1).strip()
@@ -255,22 +276,25 @@ def check_tool_calls(work, zt, source):
         check_runs("-prompt-completion",
                    [{"prompt": messages[:1], "completion": messages[1:], "tools": TOOLS}],
                    ["--prompt-field", "prompt", "--response-field", "completion"], messages, runs)
-        # An agent's trace: reasoning before a call, two turns of calls in a row, a later user
-        # turn. Once that turn follows, the template drops the reasoning and writes no reasoning
+        # An agent's trace: reasoning before a call, two turns of calls in a row (the second
+        # with a content that holds the generation prompt's text: its turn starts before it), a
+        # later user turn. Once that turn follows, the template drops the reasoning and writes no reasoning
         # block before the earlier turns, so neither the turns before a call nor the turns
         # through it render as the start of the whole conversation.
         trace = [{"role": "user", "content": "Weather in Paris and Lyon?"},
                  {"role": "assistant", "content": "<think>\nParis first.\n</think>\n\n",
                   "tool_calls": [call()]},
                  {"role": "tool", "content": "18C"},
-                 {"role": "assistant", "tool_calls": [call("Lyon")]},
+                 {"role": "assistant", "content": "Lyon: <|im_start|>assistant\n",
+                  "tool_calls": [call("Lyon")]},
                  {"role": "tool", "content": "20C"},
                  {"role": "assistant", "content": "Paris 18C, Lyon 20C."},
                  {"role": "user", "content": "Thanks!"},
                  {"role": "assistant", "content": "You are welcome."}]
         check_runs("-trace", [{"messages": trace, "tools": TOOLS}],
                    ["--messages-field", "messages"], trace,
-                   [call_text + close, call_text.replace("Paris", "Lyon") + close,
+                   [call_text + close,
+                    "Lyon: <|im_start|>assistant\n\n" + call_text.replace("Paris", "Lyon") + close,
                     "Paris 18C, Lyon 20C." + close, last_opening + "You are welcome." + close])
     print(f"ok   {name}: tool calls as apply_chat_template(tools=...) renders them; the calls "
           "and the answers count with what closes their turns, the tool results do not")
