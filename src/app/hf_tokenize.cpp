@@ -247,9 +247,10 @@ def chat_example(path, number, messages, first_counted=0, tools=None):
     return ids, counted(offsets, [0] * len(ids), spans)
 
 ROLES = ("system", "user", "assistant", "tool")
-# The keys a message of each role may hold beside role and content: TRL's tool-calling format.
-# Others (reasoning_content, a user's name) change what templates render, so they are refused.
-EXTRA_KEYS = {"assistant": ("tool_calls",), "tool": ("name", "tool_call_id")}
+# The keys a message of each role may hold beside role and content: TRL's tool-calling format,
+# and the reasoning Qwen3's template reads. Others (a user's name, thinking) change what
+# templates render, so they are refused.
+EXTRA_KEYS = {"assistant": ("tool_calls", "reasoning_content"), "tool": ("name", "tool_call_id")}
 
 def checked_message(where, m, previous):
     """The message, checked: a role, a string content (an assistant turn that makes tool calls
@@ -270,12 +271,14 @@ def checked_message(where, m, previous):
     extra = sorted(set(m) - {"role", "content", *allowed})
     if extra:
         holds = ", ".join(("role", "content") + allowed)
-        sys.exit(f"{where} has keys {extra}; a {role} message holds {holds}")
+        sys.exit(f"{where} has keys {extra}; a message of role {role} holds {holds}")
     calls = m.get("tool_calls")
     if calls is not None and (not isinstance(calls, list)
                               or any(call_name(c) is None for c in calls)):
         sys.exit(f"{where}: 'tool_calls' is not a list of calls that each name a function "
                  '({"type": "function", "function": {"name", "arguments"}})')
+    if not isinstance(m.get("reasoning_content", ""), str):
+        sys.exit(f"{where}: 'reasoning_content' is not a string")
     content = m.get("content")
     if not isinstance(content, str) and not (calls and content is None):
         sys.exit(f"{where} has no string content" +
@@ -308,6 +311,14 @@ def conversation(path, number, record, key):
     if roles[0] == "assistant":  # a tool result cannot come first (checked_message)
         sys.exit(f"{path}:{number}: '{key}' opens with an assistant message; a conversation "
                  "starts with a user turn (after any system message)")
+    # A template that does not read reasoning_content would drop the reasoning unseen: it must
+    # render a probe given as the reasoning of the last turn.
+    reasoning = [i for i, m in enumerate(checked) if m.get("reasoning_content")]
+    if reasoning and TURN_PROBE not in render(path, number, [
+            {"role": "user", "content": "?"},
+            {"role": "assistant", "content": "", "reasoning_content": TURN_PROBE}]):
+        sys.exit(f"{path}:{number}: '{key}'[{reasoning[0]}] has a reasoning_content, which the "
+                 "chat template does not render: the reasoning would be dropped")
     return checked
 
 def tools_of(path, number, record):

@@ -13,10 +13,12 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
 3. its loss mask counts one run of tokens per assistant reply: the reply and only special tokens
    and whitespace after it (what closes the turn), and before it nothing but the empty
    reasoning block Qwen3 renders in its last turn. The first run, with its special tokens,
-   reads the reply and what closes a turn as read off each template (TURN_CLOSING). Qwen3 also runs with the replies "d" and
-   "end", pieces of its own "<|im_end|>", and with reasoning in its first reply, which the
-   template drops from a turn before the last user message. (Phi-3 closes a conversation with
-   EOS but a turn with <|end|>: its first reply counts up to <|end|>.)
+   reads the reply and what closes a turn as read off each template (TURN_CLOSING). Qwen3 also
+   runs with the replies "d" and "end", pieces of its own "<|im_end|>", with reasoning in its
+   first reply, which the template drops from a turn before the last user message, and with
+   reasoning_content on both replies: the last one's counts in its <think> block, the first
+   one's is dropped. (Phi-3 closes a conversation with EOS but a turn with <|end|>: its first
+   reply counts up to <|end|>.)
 Tool calls (TRL's format: an assistant turn with tool_calls, a tool result, the `tools` column)
 go through every config as well. The templates written for them (Qwen2.5, Qwen3, Llama 3.1) give
 apply_chat_template(messages, tools=...)'s ids, and count exactly two runs, which read (special
@@ -300,6 +302,34 @@ def check_tool_calls(work, zt, source):
           "and the answers count with what closes their turns, the tool results do not")
 
 
+def check_reasoning_content(work, zt, source):
+    """Qwen3's template reads an assistant turn's reasoning_content: the last turn's is rendered
+    in its <think> block and counts, an earlier turn's is dropped (as transformers renders it)."""
+    name = os.path.basename(os.path.dirname(source)) + "-reasoning-content"
+    directory = work(name)
+    os.makedirs(directory)
+    shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
+    tokenizer_json(json.load(open(source, encoding="utf-8"))).save(
+        os.path.join(directory, "tokenizer.json"))
+    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    messages = [{"role": "user", "content": USER[0]},
+                {"role": "assistant", "content": ASSISTANT[0], "reasoning_content": "Small."},
+                {"role": "user", "content": USER[1]},
+                {"role": "assistant", "content": ASSISTANT[1], "reasoning_content": "Seven."}]
+    status, output, ids, mask = prepare(work, zt, directory, name, [{"messages": messages}],
+                                        ["--messages-field", "messages"])
+    check(status == 0, f"{name}: refused: {output}")
+    check(ids == reference.apply_chat_template(messages, tokenize=True),
+          f"{name}: the ids differ from apply_chat_template's")
+    runs = [reference.decode(r, clean_up_tokenization_spaces=False)
+            for r in counted_runs(ids, mask)]
+    want = [ASSISTANT[0] + "<|im_end|>\n",
+            "<think>\nSeven.\n</think>\n\n" + ASSISTANT[1] + "<|im_end|>\n"]
+    check(runs == want, f"{name}: the counted runs read {runs}, not {want}")
+    print(f"ok   {name}: the last turn's reasoning counts in its <think> block, the earlier "
+          "one's is dropped, as apply_chat_template renders them")
+
+
 def legacy_added_token_config(work, source):
     """The first corpus config with its special tokens written as the legacy AddedToken dicts
     older transformers releases saved ({"__type": "AddedToken", "content": ...})."""
@@ -357,6 +387,7 @@ def main():
                 check_one(work, args.zerotrain, source,
                           ["<think>\nSmall primes.\n</think>\n\n" + ASSISTANT[0], ASSISTANT[1]],
                           "-earlier-reasoning", ASSISTANT)
+                check_reasoning_content(work, args.zerotrain, source)
 
         for source in configs:
             check_tool_calls(work, args.zerotrain, source)
