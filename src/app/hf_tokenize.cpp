@@ -135,31 +135,31 @@ def with_probes(message):
         probed["content"] = TURN_PROBE
     return probed, NAME_PROBE if calls else TURN_PROBE
 
-def turn_start(path, number, messages, i, tools, inside, first):
+def turn_start(path, number, messages, i, tools, head, inside, first):
     """Where assistant turn i starts in the whole rendering when the turns before it render
     differently once later turns follow (Qwen3 keeps the reasoning of a turn after the last user
     message and drops it once another user message follows; Mistral v0.3 writes the system
     message before the last user message): after the generation prompt that opens the turn
-    whose first probe is at `first` of `inside`. A template without a generation prompt: the
-    content's start, when the first probe stands for it. None when it cannot be told."""
+    whose first probe is at `first` of `inside` (`head`: the turns before it rendered with the
+    generation prompt). A template without a generation prompt: the content's start, when the
+    first probe stands for it. None when it cannot be told."""
     before = render(path, number, messages[:i], tools)
-    opening = render(path, number, messages[:i], tools, add_generation_prompt=True)
-    prompt = opening[len(before):] if opening.startswith(before) else ""
+    prompt = head[len(before):] if head.startswith(before) else ""
     if not prompt:
         return first if inside.startswith(TURN_PROBE, first) else None
     found = inside.rfind(prompt, 0, first)
     return found + len(prompt) if found >= 0 else None
 
-def turn_end(path, number, whole, messages, i, tools, inside, at):
+def turn_end(path, number, whole, messages, i, tools, probed, inside, at):
     """Where assistant turn i ends in the whole rendering, for templates that render an earlier
     assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
     turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
-    EOS, not with the text that closes a turn). What follows the last probe (at `at` of
-    `inside`) follows the reply, as the template renders it, in the whole conversation. The
+    EOS, not with the text that closes a turn). `probed`: with_probes(messages[i]). What
+    follows the last probe (at `at` of `inside`) follows the reply, as the template renders it, in the whole conversation. The
     turn ends after the part of that text that also closes the probe at the end of a
     conversation (chat_example moves an end inside a token the tokenizer adds whole back to its
     start). None when it cannot be told."""
-    message, probe = with_probes(messages[i])
+    message, probe = probed
     alone = render(path, number, messages[:i] + [message], tools)
     last = alone.rfind(probe)
     after = inside[at + len(probe):]
@@ -174,16 +174,17 @@ def located_turn(path, number, whole, messages, i, tools, head, through):
     not a prefix of the whole one: with the reply replaced by probes, the conversation must
     render as the whole one up to the first, and turn_start and turn_end tell what they
     replace."""
-    message, probe = with_probes(messages[i])
+    probed = with_probes(messages[i])
+    message, probe = probed
     inside = render(path, number, messages[:i] + [message] + messages[i + 1:], tools)
     first = min((p for p in (inside.find(TURN_PROBE), inside.find(NAME_PROBE)) if p >= 0),
                 default=-1)
     at = inside.find(probe)
     if 0 <= first <= at and whole.startswith(inside[:first]):
         start = (len(head) if whole.startswith(head)
-                 else turn_start(path, number, messages, i, tools, inside, first))
+                 else turn_start(path, number, messages, i, tools, head, inside, first))
         end = (len(through) if whole.startswith(through)
-               else turn_end(path, number, whole, messages, i, tools, inside, at))
+               else turn_end(path, number, whole, messages, i, tools, probed, inside, at))
         if start is not None and end is not None and start <= first and at <= end:
             return start, end
     sys.exit(f"{path}:{number}: the chat template renders message {i} (assistant), or the turns "
