@@ -48,6 +48,10 @@ def one_line_error(kind, value, traceback):
     sys.stderr.write(f"{tok_path}: the tokenizer step failed: {kind.__name__}: {value}\n")
 
 sys.excepthook = one_line_error
+# A tokenizer step needs no tensor library. transformers imports torch when it finds one (over a
+# second and some 200 MB per step, for one type hint); told not to, it imports neither, nor does it
+# advise that models are then unavailable.
+os.environ.update(USE_TORCH="0", USE_TF="0", USE_FLAX="0", TRANSFORMERS_NO_ADVISORY_WARNINGS="1")
 try:
     import transformers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast

@@ -9,7 +9,8 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
    tokenizer(text)["input_ids"] (whole, not truncated), its vocabulary the tokenizer's, its label
    "hf:DIR".
 2. `prepare-data --tokenizer DIR/tokenizer.json --jsonl docs.jsonl --text-field content`: the
-   concatenation of each document's ids, in order.
+   concatenation of each document's ids, in order, with a torch module that raises on import
+   ahead on PYTHONPATH (the tokenizer step imports no torch).
 3. A transformers LlamaForCausalLM with the tokenizer's vocabulary, saved with the tokenizer
    files, goes through `import` (which copies them), `train` (2 steps, its OUT/final/ gets them
    and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
@@ -104,18 +105,27 @@ def main():
         print(f"ok   text: {len(tokens)} tokens equal transformers' ids (not truncated), "
               f"vocab {vocab}")
 
-        # 2. JSON lines, a named field.
+        # 2. JSON lines, a named field. The tokenizer step imports no torch (a second of
+        # start-up): here a torch module that raises shadows the real one, and the step runs.
         with open(work("docs.jsonl"), "w") as f:
             for i, doc in enumerate(DOCUMENTS):
                 f.write(json.dumps({"id": i, "content": doc}) + "\n\n")
-        run_tool([zt, "prepare-data", "--tokenizer", work("tok", "tokenizer.json"), "--jsonl",
-                  work("docs.jsonl"), "--text-field", "content", "--out", work("docs.h5")]
-                 + python)
+        os.makedirs(work("no_torch"))
+        with open(work("no_torch", "torch.py"), "w") as f:
+            f.write('raise RuntimeError("the tokenizer step imported torch")\n')
+        cmd = [zt, "prepare-data", "--tokenizer", work("tok", "tokenizer.json"), "--jsonl",
+               work("docs.jsonl"), "--text-field", "content", "--out", work("docs.h5")] + python
+        print("+ PYTHONPATH=" + work("no_torch") + " " + " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=work("no_torch")),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        print(proc.stdout.rstrip())
+        check(proc.returncode == 0 and "imported torch" not in proc.stdout,
+              "jsonl: the tokenizer step failed where torch cannot be imported")
         tokens, _, _ = dataset(work("docs.h5"))
         want = [i for doc in DOCUMENTS for i in reference(doc)["input_ids"]]
         check(tokens.tolist() == want, f"jsonl: {tokens.tolist()} != {want}")
         print(f"ok   jsonl: {len(DOCUMENTS)} documents, {len(tokens)} tokens as transformers "
-              "gives them")
+              "gives them, with torch unimportable")
 
         # 3. import -> train -> export keeps the tokenizer; transformers loads it.
         config = transformers.LlamaConfig(
