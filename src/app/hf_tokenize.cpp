@@ -155,10 +155,10 @@ def turn_end(path, number, whole, messages, i, tools, probed, inside, at):
     assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
     turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
     EOS, not with the text that closes a turn). `probed`: with_probes(messages[i]). What
-    follows the last probe (at `at` of `inside`) follows the reply, as the template renders it, in the whole conversation. The
-    turn ends after the part of that text that also closes the probe at the end of a
-    conversation (chat_example moves an end inside a token the tokenizer adds whole back to its
-    start). None when it cannot be told."""
+    follows the last probe (at `at` of `inside`) follows the reply, as the template renders
+    it, in the whole conversation. The turn ends after the part of that text that also closes
+    the probe at the end of a conversation (chat_example moves an end inside a token the
+    tokenizer adds whole back to its start). None when it cannot be told."""
     message, probe = probed
     alone = render(path, number, messages[:i] + [message], tools)
     last = alone.rfind(probe)
@@ -168,12 +168,12 @@ def turn_end(path, number, whole, messages, i, tools, probed, inside, at):
     closing = alone[last + len(probe):]
     return len(whole) - len(after) + len(os.path.commonprefix([closing, after]))
 
-def located_turn(path, number, whole, messages, i, tools, head, through):
-    """(start, end) of assistant turn i in the whole rendering, when the rendering of the turns
-    before it with the generation prompt (`head`), or of the turns through it (`through`), is
-    not a prefix of the whole one: with the reply replaced by probes, the conversation must
-    render as the whole one up to the first, and turn_start and turn_end tell what they
-    replace."""
+def located_turn(path, number, whole, messages, i, tools, head, through, name):
+    """(start, end) of assistant turn i (`name` in the record) in the whole rendering, when the
+    rendering of the turns before it with the generation prompt (`head`), or of the turns
+    through it (`through`), is not a prefix of the whole one: with the reply replaced by probes,
+    the conversation must render as the whole one up to the first, and turn_start and turn_end
+    tell what they replace."""
     probed = with_probes(messages[i])
     message, probe = probed
     inside = render(path, number, messages[:i] + [message] + messages[i + 1:], tools)
@@ -187,7 +187,7 @@ def located_turn(path, number, whole, messages, i, tools, head, through):
                else turn_end(path, number, whole, messages, i, tools, probed, inside, at))
         if start is not None and end is not None and start <= first and at <= end:
             return start, end
-    sys.exit(f"{path}:{number}: the chat template renders message {i} (assistant), or the turns "
+    sys.exit(f"{path}:{number}: the chat template renders {name} (assistant), or the turns "
              "before it, inside the conversation unlike it renders them at its end: the turn "
              "cannot be located")
 
@@ -198,7 +198,7 @@ def counted(offsets, special, spans):
     return [int(not added and any(a <= s < b or s < a < e for a, b in spans))
             for (s, e), added in zip(offsets, special)]
 
-def check_tools_rendered(path, number, messages, tools):
+def check_tools_rendered(path, number, messages, tools, names):
     """A template written without tool calls leaves the tools out and renders a call as an empty
     reply (SmolLM2's, Phi-3's): with NAME_PROBE as every tool's name, and then as the names of
     each turn's calls, the rendering must hold it once for each (a name that the text holds
@@ -213,18 +213,19 @@ def check_tools_rendered(path, number, messages, tools):
         if probed and render(path, number, messages[:i] + [probed] + messages[i + 1:],
                              tools).count(NAME_PROBE) < len(calls):
             sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
-                     f"message {i} (its rendering leaves their names out): it is not written "
+                     f"{names[i]} (its rendering leaves their names out): it is not written "
                      "for tool calls")
 
-def chat_example(path, number, messages, first_counted=0, tools=None):
-    """(ids, mask) of the conversation the tokenizer's chat template renders (with the record's
+def chat_example(path, number, messages, names, first_counted=0, tools=None):
+    """(ids, mask) of the conversation the tokenizer's chat template renders (`names`: where each
+    message is in the record, for errors; with the record's
     tools, TRL's tools column): each assistant turn from message `first_counted` on (its content
     or tool calls, and whatever closes it) counts; everything before it, up to and including the
     generation prompt, is masked, and so are tool results. Assistant turn i spans the characters
     from the end of the rendering of messages[:i] with the generation prompt to the end of the
     rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
     else located_turn finds it."""
-    check_tools_rendered(path, number, messages, tools)
+    check_tools_rendered(path, number, messages, tools, names)
     whole = render(path, number, messages, tools)
     spans = []
     for i, message in enumerate(messages):
@@ -234,7 +235,8 @@ def chat_example(path, number, messages, first_counted=0, tools=None):
         through = render(path, number, messages[:i + 1], tools)
         spans.append((len(head), len(through))
                      if whole.startswith(head) and whole.startswith(through)
-                     else located_turn(path, number, whole, messages, i, tools, head, through))
+                     else located_turn(path, number, whole, messages, i, tools, head, through,
+                                       names[i]))
     # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
     # (no special tokens added: the template writes them).
     encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)
@@ -290,27 +292,29 @@ def checked_message(where, m, previous):
     return dict(m, content=content or "")
 
 def conversation(path, number, record, key):
-    """The record's list of messages (TRL's conversational format, with its tool calls): roles
-    system, user, assistant and tool, checked by checked_message, at least one assistant turn,
-    and a user turn before the first assistant turn. `key` may be a list of fields whose lists
-    are joined (TRL's conversational prompt-completion: prompt, then completion)."""
+    """(the record's list of messages, where each is in the record: 'field'[index]). TRL's
+    conversational format, with its tool calls: roles system, user, assistant and tool, checked
+    by checked_message, at least one assistant turn, and a user turn before the first assistant
+    turn. `key` may be a list of fields whose lists are joined (TRL's conversational
+    prompt-completion: prompt, then completion)."""
     keys = key if isinstance(key, list) else [key]
-    messages = []
+    messages, names = [], []
     for k in keys:
         part = record.get(k) if isinstance(record, dict) else None
         if not isinstance(part, list) or not part:
             sys.exit(f"{path}:{number}: no list of messages in field '{k}'")
         messages += part
-    key = " + ".join(f"'{k}'" for k in keys) if len(keys) > 1 else key
+        names += [f"'{k}'[{i}]" for i in range(len(part))]
+    key = " + ".join(f"'{k}'" for k in keys) if len(keys) > 1 else f"'{key}'"
     checked = []
-    for i, m in enumerate(messages):
-        checked.append(checked_message(f"{path}:{number}: '{key}'[{i}]", m,
+    for m, name in zip(messages, names):
+        checked.append(checked_message(f"{path}:{number}: {name}", m,
                                        checked[-1] if checked else None))
     roles = [m["role"] for m in checked if m["role"] != "system"]
     if "assistant" not in roles:
-        sys.exit(f"{path}:{number}: '{key}' has no assistant message to learn")
+        sys.exit(f"{path}:{number}: {key} has no assistant message to learn")
     if roles[0] == "assistant":  # a tool result cannot come first (checked_message)
-        sys.exit(f"{path}:{number}: '{key}' opens with an assistant message; a conversation "
+        sys.exit(f"{path}:{number}: {key} opens with an assistant message; a conversation "
                  "starts with a user turn (after any system message)")
     # A template that does not read reasoning_content would drop the reasoning unseen: it must
     # render a probe given as the reasoning of the last turn.
@@ -318,9 +322,9 @@ def conversation(path, number, record, key):
     if reasoning and TURN_PROBE not in render(path, number, [
             {"role": "user", "content": "?"},
             {"role": "assistant", "content": "", "reasoning_content": TURN_PROBE}]):
-        sys.exit(f"{path}:{number}: '{key}'[{reasoning[0]}] has a reasoning_content, which the "
+        sys.exit(f"{path}:{number}: {names[reasoning[0]]} has a reasoning_content, which the "
                  "chat template does not render: the reasoning would be dropped")
-    return checked
+    return checked, names
 
 def tools_of(path, number, record):
     """The tools the record lists for the chat template (TRL's tools column): a list of JSON
@@ -345,7 +349,7 @@ def documents(path):
     if sft and sft["messages"]:
         for number, record in records(path, ()):
             note_unread(number, record, (sft["messages"], sft["tools"]))
-            yield chat_example(path, number, conversation(path, number, record, sft["messages"]),
+            yield chat_example(path, number, *conversation(path, number, record, sft["messages"]),
                                tools=tools_of(path, number, record))
     elif sft and sft["chat_template"]:
         for number, record in records(path, ()):
@@ -360,16 +364,16 @@ def documents(path):
             if lists[0]:
                 # TRL's conversational prompt-completion: the completion's turns count, as TRL's
                 # completion-only loss counts them; the prompt's (an earlier reply too) do not.
-                messages = conversation(path, number, record, [prompt, response])
+                messages, names = conversation(path, number, record, [prompt, response])
                 first = len(record[prompt])
                 if "assistant" not in (m["role"] for m in messages[first:]):
                     sys.exit(f"{path}:{number}: '{response}' has no assistant message to learn")
-                yield chat_example(path, number, messages, first, tools)
+                yield chat_example(path, number, messages, names, first, tools)
                 continue
             yield chat_example(path, number, [
                 {"role": "user", "content": string_field(path, number, record, prompt)},
                 {"role": "assistant", "content": string_field(path, number, record, response)}],
-                tools=tools)
+                [f"'{prompt}'", f"'{response}'"], tools=tools)
     elif sft:
         if eos < 0:
             sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "

@@ -25,10 +25,10 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
    field options without --sft-jsonl, two equal field names, --chat-template with a tokenizer
    that has no chat template, --messages-field or --tools-field without --chat-template, a
-   conversation without an assistant turn or with an unknown role, a reasoning_content the
-   template does not render, a message key no role holds, a tool result answering no
-   call, a call naming no function, a tools field that is not JSON and a --tools-field that
-   names the messages field are refused; nothing is left.
+   conversation without an assistant turn or with an unknown role (a completion's message named
+   by its own field and index), a reasoning_content the template does not render, a message key
+   no role holds, a tool result answering no call, a call naming no function, a tools field that
+   is not JSON and a --tools-field that names the messages field are refused; nothing is left.
    generate refuses a model without a tokenizer (naming it and --tokenizer), a zero temperature
    and a prompt longer than max_position_embeddings.
 5. `generate` on the trained model: the greedy continuation of a prompt equals greedy decoding
@@ -474,6 +474,16 @@ def main():
                  "--response-field", "completion", "--chat-template", "--out", work("bad.h5")]
                 + python, [work("half_conversational.jsonl") + ":1",
                            "'completion' is a list of messages, so 'prompt' must be one too"],
+                work("bad.h5"))
+        # A bad message of a prompt-completion line is named by its own field and index.
+        with open(work("bad_completion.jsonl"), "w") as f:
+            f.write(json.dumps({"prompt": conversations[0][:2],
+                                "completion": [conversations[0][2],
+                                               {"role": "function", "content": "x"}]}) + "\n")
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("bad_completion.jsonl"), "--prompt-field", "prompt", "--response-field",
+                 "completion", "--chat-template", "--out", work("bad.h5")] + python,
+                [work("bad_completion.jsonl") + ":1: 'completion'[1] is not a message"],
                 work("bad.h5"))
         with open(work("sharegpt.jsonl"), "w") as f:
             f.write(json.dumps({"conversations": [{"from": "human", "value": "q"},

@@ -217,7 +217,7 @@ def check_tool_refusals(work, zt, directory, name):
     messages = tool_conversation([call()])
     messages[0]["content"] += " Use get_weather."
     messages[1]["content"] = "Calling get_weather."
-    refusals = [("-tool-calls", {"messages": messages}, "tool_calls of message 1")]
+    refusals = [("-tool-calls", {"messages": messages}, "tool_calls of 'messages'[1]")]
     if "SmolLM2" in name:
         refusals.append(("-tools", {"messages": messages, "tools": TOOLS}, "render the tools"))
     for label, record, reason in refusals:
