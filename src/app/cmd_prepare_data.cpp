@@ -50,6 +50,9 @@ po::options_description prepare_data_options() {
       "tools-field", po::value<std::string>()->default_value("tools"),
       "the field of each --sft-jsonl line that lists the tools the chat template is given (TRL's "
       "tools column: JSON schemas, or a string holding them), when the line has it")(
+      "workers", po::value<int>()->default_value(1),
+      "processes that tokenize and render the documents, as datasets' map(num_proc=N) (with "
+      "--tokenizer); the dataset is the same whatever the count")(
       "python", po::value<std::string>()->default_value(default_python(), "auto"),
       kPythonOptionHelp)("out", po::value<std::string>(), "output token dataset (.h5)")(
       "vocab-size", po::value<int64_t>()->default_value(0),
@@ -75,6 +78,9 @@ void check_input_options(const po::variables_map& vm) {
   ZT_CHECK(!vm.count("messages-field") ||
                (vm["prompt-field"].defaulted() && vm["response-field"].defaulted()),
            "prepare-data: --messages-field replaces --prompt-field and --response-field");
+  ZT_CHECK(vm["workers"].defaulted() || vm.count("tokenizer"),
+           "prepare-data: --workers applies with --tokenizer (byte-level text and .bin shards "
+           "need no tokenizing)");
   ZT_CHECK(vm["tools-field"].defaulted() || vm["chat-template"].as<bool>(),
            "prepare-data: --tools-field needs --chat-template (the template renders the tools)");
   ZT_CHECK(!vm.count("messages-field") || vm["chat-template"].as<bool>(),
@@ -133,6 +139,10 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
              "fields");
   }
   request.python = vm["python"].as<std::string>();
+  request.workers = vm["workers"].as<int>();
+  ZT_CHECK(
+      request.workers >= 1 && request.workers <= 1024,
+      "prepare-data: --workers must be from 1 to 1024, not " + std::to_string(request.workers));
   request.out = out;
   request.overwrite = vm["overwrite"].as<bool>();
   return request;
@@ -149,7 +159,7 @@ int cmd_prepare_data(int argc, char** argv) {
       "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
       "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
       "| --sft-jsonl FILES... ([--prompt-field NAME] [--response-field NAME] | --messages-field "
-      "NAME) [--chat-template [--tools-field NAME]])) "
+      "NAME) [--chat-template [--tools-field NAME]]) [--workers N]) "
       "--out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};
   po::options_description options = prepare_data_options();

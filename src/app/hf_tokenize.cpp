@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/hf_chat_sft.h"
 #include "app/python_step.h"
 #include "io/fs_util.h"
 #include "io/token_dataset.h"
@@ -17,8 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The Python step. argv: tokenizer, options (JSON: "text_field", "" for text files; "sft": null
-// or {"prompt", "response", "messages", "tools"} field names and "chat_template"), tokens file,
+// The Python step, after hf_chat_sft.h's definitions. argv: tokenizer, options (JSON:
+// "text_field", "" for text files; "sft": null or {"prompt", "response", "messages", "tools"}
+// field names and "chat_template"; "workers", the processes making the examples), tokens file,
 // loss-mask file, document-starts file, metadata file, inputs... It follows the opening of
 // app/python_step.h (the tokenizer as AutoTokenizer loads it, special_id). A document is encoded as
 // tokenizer(text)["input_ids"] encodes it (the tokenizer's special tokens added), a chat rendering
@@ -29,9 +31,12 @@ namespace {
 // {"vocab_size", "bos_token_id", "eos_token_id", "name"} to the metadata file. Errors go to
 // stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
+import collections, ctypes, itertools, multiprocessing, signal
 from array import array
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 options = json.loads(options)
-field, sft = options["text_field"], options["sft"]
+field, sft, workers = options["text_field"], options["sft"], options["workers"]
 eos = special_id("eos_token")
 
 def records(path, keys):
@@ -71,11 +76,11 @@ def json_lines(path, f):
 # end, as the Hugging Face Trainer names the dataset columns it ignores.
 unread_fields = {}
 
-def note_unread(number, record, read):
+def note_unread(path, number, record, read):
     if isinstance(record, dict):
         for key in record:
             if key not in read:
-                unread_fields.setdefault(key, f"{current_path}:{number}")
+                unread_fields.setdefault(key, f"{path}:{number}")
 
 def string_field(path, number, record, key):
     value = record.get(key) if isinstance(record, dict) else None
@@ -96,311 +101,64 @@ if sft and sft["chat_template"] and not tok.chat_template:
     sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply "
              "(and no chat_template.jinja beside it)")
 
-def render(path, number, messages, tools=None, **kwargs):
-    try:
-        return tok.apply_chat_template(messages, tools=tools, tokenize=False, **kwargs)
-    except Exception as e:
-        roles = ", ".join(m["role"] for m in messages)
-        sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
-                 f"{type(e).__name__}: {e}")
-
-# Stand in for a reply, and for a function name, to find where the template puts them (no
-# template writes these; a name is ASCII, which every tojson filter leaves as it is).
-TURN_PROBE = "\u2063zerotrain-reply\u2063"
-NAME_PROBE = "zerotrain_probe_name"
-
-def call_name(call):
-    """The function name of a tool call or a tool schema, {"type": "function", "function":
-    {"name", ...}} as OpenAI and TRL write them, or {"name", ...}; None when it names none."""
-    inner = call.get("function", call) if isinstance(call, dict) else None
-    name = inner.get("name") if isinstance(inner, dict) else None
-    return name if isinstance(name, str) and name else None
-
-def probe_names(calls, every):
-    """A copy of the tool calls (or schemas) with NAME_PROBE as the last one's name, or every
-    one's."""
-    calls = json.loads(json.dumps(calls))
-    for call in calls if every else calls[-1:]:
-        (call["function"] if isinstance(call.get("function"), dict) else call)["name"] = NAME_PROBE
-    return calls
-
-def with_probes(message):
-    """(the assistant message with TURN_PROBE as its content, when it has one or makes no calls,
-    and NAME_PROBE as the function name of its last tool call, when it makes calls; the probe
-    that comes last in the turn). A template may leave the content of a turn of calls out, and
-    the name is in every template written for calls."""
-    calls = message.get("tool_calls")
-    probed = dict(message, tool_calls=probe_names(calls, False)) if calls else dict(message)
-    if message.get("content") or not calls:
-        probed["content"] = TURN_PROBE
-    return probed, NAME_PROBE if calls else TURN_PROBE
-
-def turn_start(path, number, messages, i, tools, head, inside, first):
-    """Where assistant turn i starts in the whole rendering when the turns before it render
-    differently once later turns follow (Qwen3 keeps the reasoning of a turn after the last user
-    message and drops it once another user message follows; Mistral v0.3 writes the system
-    message before the last user message): after the generation prompt that opens the turn
-    whose first probe is at `first` of `inside` (`head`: the turns before it rendered with the
-    generation prompt). A template without a generation prompt: the content's start, when the
-    first probe stands for it. None when it cannot be told."""
-    before = render(path, number, messages[:i], tools)
-    prompt = head[len(before):] if head.startswith(before) else ""
-    if not prompt:
-        return first if inside.startswith(TURN_PROBE, first) else None
-    found = inside.rfind(prompt, 0, first)
-    return found + len(prompt) if found >= 0 else None
-
-def turn_end(path, number, whole, messages, i, tools, probed, inside, at):
-    """Where assistant turn i ends in the whole rendering, for templates that render an earlier
-    assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
-    turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
-    EOS, not with the text that closes a turn). `probed`: with_probes(messages[i]). What
-    follows the last probe (at `at` of `inside`) follows the reply, as the template renders
-    it, in the whole conversation. The turn ends after the part of that text that also closes
-    the probe at the end of a conversation (chat_example moves an end inside a token the
-    tokenizer adds whole back to its start). None when it cannot be told."""
-    message, probe = probed
-    alone = render(path, number, messages[:i] + [message], tools)
-    last = alone.rfind(probe)
-    after = inside[at + len(probe):]
-    if last < 0 or not whole.endswith(after):
-        return None
-    closing = alone[last + len(probe):]
-    return len(whole) - len(after) + len(os.path.commonprefix([closing, after]))
-
-def located_turn(path, number, whole, messages, i, tools, head, through, name):
-    """(start, end) of assistant turn i (`name` in the record) in the whole rendering, when the
-    rendering of the turns before it with the generation prompt (`head`), or of the turns
-    through it (`through`), is not a prefix of the whole one: with the reply replaced by probes,
-    the conversation must render as the whole one up to the first, and turn_start and turn_end
-    tell what they replace."""
-    probed = with_probes(messages[i])
-    message, probe = probed
-    inside = render(path, number, messages[:i] + [message] + messages[i + 1:], tools)
-    first = min((p for p in (inside.find(TURN_PROBE), inside.find(NAME_PROBE)) if p >= 0),
-                default=-1)
-    at = inside.find(probe)
-    if 0 <= first <= at and whole.startswith(inside[:first]):
-        start = (len(head) if whole.startswith(head)
-                 else turn_start(path, number, messages, i, tools, head, inside, first))
-        end = (len(through) if whole.startswith(through)
-               else turn_end(path, number, whole, messages, i, tools, probed, inside, at))
-        if start is not None and end is not None and start <= first and at <= end:
-            return start, end
-    sys.exit(f"{path}:{number}: the chat template renders {name} (assistant), or the turns "
-             "before it, inside the conversation unlike it renders them at its end: the turn "
-             "cannot be located")
-
 def counted(offsets, special, spans):
     """Per token: 1 when it overlaps one of the character spans [a, b), as transformers'
     return_assistant_tokens_mask counts a turn's tokens (from the one holding its first
     character to the one holding its last); special tokens the tokenizer added never count."""
-    return [int(not added and any(a <= s < b or s < a < e for a, b in spans))
-            for (s, e), added in zip(offsets, special)]
+    mask = [0] * len(offsets)
+    for a, b in spans:  # a loop per span: a few spans, thousands of tokens
+        for k, (s, e) in enumerate(offsets):
+            if (a <= s < b or s < a < e) and not special[k]:
+                mask[k] = 1
+    return mask
 
-def check_tools_rendered(path, number, messages, tools, names):
-    """A template written without tool calls leaves the tools out and renders a call as an empty
-    reply (SmolLM2's, Phi-3's): with NAME_PROBE as every tool's name, and then as the names of
-    each turn's calls, the rendering must hold it once for each (a name that the text holds
-    anyway would not tell)."""
-    if tools and render(path, number, messages,
-                        probe_names(tools, True)).count(NAME_PROBE) < len(tools):
-        sys.exit(f"{path}:{number}: the chat template does not render the tools (its rendering "
-                 "leaves their names out): it is not written for tool calls")
-    for i, message in enumerate(messages):
-        calls = message.get("tool_calls")
-        probed = dict(message, tool_calls=probe_names(calls, True)) if calls else None
-        if probed and render(path, number, messages[:i] + [probed] + messages[i + 1:],
-                             tools).count(NAME_PROBE) < len(calls):
-            sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
-                     f"{names[i]} (its rendering leaves their names out): it is not written "
-                     "for tool calls")
+def pair_example(path, number, record):
+    # As TRL encodes a prompt-completion pair: prompt + response as one text, with the
+    # tokenizer's special tokens (its BOS, ...), then EOS unless the encoding ends with it. The
+    # tokens overlapping the response and the EOS count. (Encoding the response on its own
+    # would give a SentencePiece tokenizer's word-start space to its first token.)
+    prompt, response = record[sft["prompt"]], record[sft["response"]]
+    encoding = tok(prompt + response, return_offsets_mapping=True,
+                   return_special_tokens_mask=True)
+    ids = encoding["input_ids"]
+    mask = counted(encoding["offset_mapping"], encoding["special_tokens_mask"],
+                   [(len(prompt), len(prompt) + len(response))])
+    if not ids or ids[-1] != eos:
+        ids, mask = ids + [eos], mask + [0]
+    mask[-1] = 1
+    return ids, mask
 
-def chat_example(path, number, messages, names, first_counted=0, tools=None):
-    """(ids, mask) of the conversation the tokenizer's chat template renders (`names`: where each
-    message is in the record, for errors; with the record's
-    tools, TRL's tools column): each assistant turn from message `first_counted` on (its content
-    or tool calls, and whatever closes it) counts; everything before it, up to and including the
-    generation prompt, is masked, and so are tool results. Assistant turn i spans the characters
-    from the end of the rendering of messages[:i] with the generation prompt to the end of the
-    rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
-    else located_turn finds it."""
-    check_tools_rendered(path, number, messages, tools, names)
-    whole = render(path, number, messages, tools)
-    spans = []
-    for i, message in enumerate(messages):
-        if message["role"] != "assistant" or i < first_counted:
-            continue
-        head = render(path, number, messages[:i], tools, add_generation_prompt=True)
-        through = render(path, number, messages[:i + 1], tools)
-        spans.append((len(head), len(through))
-                     if whole.startswith(head) and whole.startswith(through)
-                     else located_turn(path, number, whole, messages, i, tools, head, through,
-                                       names[i]))
-    # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
-    # (no special tokens added: the template writes them).
-    encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
-    # A turn's closing found as a common prefix can run into the opening of the next turn when
-    # it starts like the end of a conversation (Phi-3's "<|user|>" and "<|endoftext|>" share
-    # "<|"); no turn ends inside a token the tokenizer adds whole, so such an end moves back to
-    # that token's start.
-    added = [(s, e) for (s, e), token in zip(offsets, ids) if token in tok.added_tokens_decoder]
-    spans = [(a, min([s for s, e in added if s < b < e], default=b)) for a, b in spans]
-    return ids, counted(offsets, [0] * len(ids), spans)
+def text_file(path):
+    with open(path, encoding="utf-8", newline="") as f:
+        return ids_of(f.read(), True), None
 
-ROLES = ("system", "user", "assistant", "tool")
-# The keys a message of each role may hold beside role and content: TRL's tool-calling format,
-# and the reasoning Qwen3's template reads. Others (a user's name, thinking) change what
-# templates render, so they are refused.
-EXTRA_KEYS = {"assistant": ("tool_calls", "reasoning_content"), "tool": ("name", "tool_call_id")}
+def text_document(text):
+    return ids_of(text, True), None
 
-def checked_message(where, m, previous):
-    """The message, checked: a role, a string content (an assistant turn that makes tool calls
-    may leave it out; it is then rendered as ""), only the keys its role holds; a tool result
-    follows a turn that made calls, or another result. `previous`: the message before. A key
-    holding null, or an empty tool_calls list, is read as absent: a dataset exported from Arrow
-    or Parquet gives every message every key its column holds (Llama 3.1's template would take
-    "tool_calls": null for a call)."""
-    if isinstance(m, dict):
-        m = {k: v for k, v in m.items() if v is not None and not (k == "tool_calls" and v == [])}
-    if not (isinstance(m, dict) and m.get("role") in ROLES):
-        hint = ""
-        if isinstance(m, dict) and "from" in m and "value" in m:
-            hint = (" (ShareGPT's from/value: TRL's conversational format names them role and "
-                    "content, with human as user and gpt as assistant)")
-        sys.exit(f"{where} is not a message with a role ({', '.join(ROLES)}){hint}")
-    role, allowed = m["role"], EXTRA_KEYS.get(m["role"], ())
-    extra = sorted(set(m) - {"role", "content", *allowed})
-    if extra:
-        holds = ", ".join(("role", "content") + allowed)
-        sys.exit(f"{where} has keys {extra}; a message of role {role} holds {holds}")
-    calls = m.get("tool_calls")
-    if calls is not None and (not isinstance(calls, list)
-                              or any(call_name(c) is None for c in calls)):
-        sys.exit(f"{where}: 'tool_calls' is not a list of calls that each name a function "
-                 '({"type": "function", "function": {"name", "arguments"}})')
-    if not isinstance(m.get("reasoning_content", ""), str):
-        sys.exit(f"{where}: 'reasoning_content' is not a string")
-    content = m.get("content")
-    if not isinstance(content, str) and not (calls and content is None):
-        sys.exit(f"{where} has no string content" +
-                 (" (only a turn with tool_calls may leave it out)" if role == "assistant" else ""))
-    if role == "tool" and not (previous and (previous["role"] == "tool"
-                                             or previous.get("tool_calls"))):
-        sys.exit(f"{where} is a tool result that follows no assistant turn with tool_calls")
-    return dict(m, content=content or "")
-
-def conversation(path, number, record, key):
-    """(the record's list of messages, where each is in the record: 'field'[index]). TRL's
-    conversational format, with its tool calls: roles system, user, assistant and tool, checked
-    by checked_message, at least one assistant turn, and a user turn before the first assistant
-    turn. `key` may be a list of fields whose lists are joined (TRL's conversational
-    prompt-completion: prompt, then completion)."""
-    keys = key if isinstance(key, list) else [key]
-    messages, names = [], []
-    for k in keys:
-        part = record.get(k) if isinstance(record, dict) else None
-        if not isinstance(part, list) or not part:
-            sys.exit(f"{path}:{number}: no list of messages in field '{k}'")
-        messages += part
-        names += [f"'{k}'[{i}]" for i in range(len(part))]
-    key = " + ".join(f"'{k}'" for k in keys) if len(keys) > 1 else f"'{key}'"
-    checked = []
-    for m, name in zip(messages, names):
-        checked.append(checked_message(f"{path}:{number}: {name}", m,
-                                       checked[-1] if checked else None))
-    roles = [m["role"] for m in checked if m["role"] != "system"]
-    if "assistant" not in roles:
-        sys.exit(f"{path}:{number}: {key} has no assistant message to learn")
-    if roles[0] == "assistant":  # a tool result cannot come first (checked_message)
-        sys.exit(f"{path}:{number}: {key} opens with an assistant message; a conversation "
-                 "starts with a user turn (after any system message)")
-    # A template that does not read reasoning_content would drop the reasoning unseen: it must
-    # render a probe given as the reasoning of the last turn.
-    reasoning = [i for i, m in enumerate(checked) if m.get("reasoning_content")]
-    if reasoning and TURN_PROBE not in render(path, number, [
-            {"role": "user", "content": "?"},
-            {"role": "assistant", "content": "", "reasoning_content": TURN_PROBE}]):
-        sys.exit(f"{path}:{number}: {names[reasoning[0]]} has a reasoning_content, which the "
-                 "chat template does not render: the reasoning would be dropped")
-    return checked, names
-
-def tools_of(path, number, record):
-    """The tools the record lists for the chat template (TRL's tools column): a list of JSON
-    schemas, or a string holding one, as datasets kept in Parquet often store it; None when the
-    record has none (no field, null, empty)."""
-    key = sft["tools"]
-    value = record.get(key) if isinstance(record, dict) else None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else None
-        except ValueError as e:
-            sys.exit(f"{path}:{number}: '{key}' is a string that is not JSON: {e}")
-    if not value:
-        return None
-    if not isinstance(value, list) or any(call_name(t) is None for t in value):
-        sys.exit(f"{path}:{number}: '{key}' is not a list of tool schemas that each name a "
-                 'function ({"type": "function", "function": {"name", "parameters"}})')
-    return value
-
-def documents(path):
-    """(ids, loss mask or None) of each document: a text file is one, a JSON line one each."""
+def jobs(path):
+    """(function, arguments) of each document of `path`, in order: the function makes the
+    document's (ids, loss mask or None). Reading the records and naming their unread fields is
+    the main process's; the functions may run in workers."""
     if sft and sft["messages"]:
         for number, record in records(path, ()):
-            note_unread(number, record, (sft["messages"], sft["tools"]))
-            yield chat_example(path, number, *conversation(path, number, record, sft["messages"]),
-                               tools=tools_of(path, number, record))
+            note_unread(path, number, record, (sft["messages"], sft["tools"]))
+            yield message_example, (path, number, record)
     elif sft and sft["chat_template"]:
         for number, record in records(path, ()):
-            prompt, response = sft["prompt"], sft["response"]
-            note_unread(number, record, (prompt, response, sft["tools"]))
-            tools = tools_of(path, number, record)
-            lists = [isinstance(record, dict) and isinstance(record.get(k), list)
-                     for k in (prompt, response)]
-            if lists[1] and not lists[0]:
-                sys.exit(f"{path}:{number}: '{response}' is a list of messages, so '{prompt}' "
-                         "must be one too (TRL's conversational prompt-completion)")
-            if lists[0]:
-                # TRL's conversational prompt-completion: the completion's turns count, as TRL's
-                # completion-only loss counts them; the prompt's (an earlier reply too) do not.
-                messages, names = conversation(path, number, record, [prompt, response])
-                first = len(record[prompt])
-                if "assistant" not in (m["role"] for m in messages[first:]):
-                    sys.exit(f"{path}:{number}: '{response}' has no assistant message to learn")
-                yield chat_example(path, number, messages, names, first, tools)
-                continue
-            yield chat_example(path, number, [
-                {"role": "user", "content": string_field(path, number, record, prompt)},
-                {"role": "assistant", "content": string_field(path, number, record, response)}],
-                [f"'{prompt}'", f"'{response}'"], tools=tools)
+            note_unread(path, number, record, (sft["prompt"], sft["response"], sft["tools"]))
+            yield chat_pair_example, (path, number, record)
     elif sft:
         if eos < 0:
             sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "
                      "(give it one in tokenizer_config.json, or use --chat-template)")
         for number, record in records(path, (sft["prompt"], sft["response"])):
-            note_unread(number, record, (sft["prompt"], sft["response"]))
-            # As TRL encodes a prompt-completion pair: prompt + response as one text, with the
-            # tokenizer's special tokens (its BOS, ...), then EOS unless the encoding ends with
-            # it. The tokens overlapping the response and the EOS count. (Encoding the response
-            # on its own would give a SentencePiece tokenizer's word-start space to its first
-            # token.)
-            prompt, response = record[sft["prompt"]], record[sft["response"]]
-            encoding = tok(prompt + response, return_offsets_mapping=True,
-                           return_special_tokens_mask=True)
-            ids = encoding["input_ids"]
-            mask = counted(encoding["offset_mapping"], encoding["special_tokens_mask"],
-                           [(len(prompt), len(prompt) + len(response))])
-            if not ids or ids[-1] != eos:
-                ids, mask = ids + [eos], mask + [0]
-            mask[-1] = 1
-            yield ids, mask
+            note_unread(path, number, record, (sft["prompt"], sft["response"]))
+            yield pair_example, (path, number, record)
     elif not field:
-        with open(path, encoding="utf-8", newline="") as f:
-            yield ids_of(f.read(), True), None
+        yield text_file, (path,)
     else:
         for _, record in records(path, (field,)):
-            yield ids_of(record[field], True), None
+            yield text_document, (record[field],)
 
 def not_utf8(path):
     """The error line naming the line and byte of the first bytes of `path` that are not UTF-8
@@ -414,27 +172,89 @@ def not_utf8(path):
                         f"0x{line[e.start]:02x} ({e.reason})")
     return f"{path}: not UTF-8 text"
 
+def guarded(path):
+    """The jobs of `path`, and when reading it fails, (None, the error line) as the last."""
+    try:
+        yield from jobs(path)
+    except SystemExit as e:
+        yield None, e.code
+    except UnicodeDecodeError:
+        yield None, not_utf8(path)
+
+def batches(size):
+    """(path, up to `size` jobs) of every input in order, up to the first failed read."""
+    for path in inputs:
+        stream = guarded(path)
+        while batch := list(itertools.islice(stream, size)):
+            yield path, batch
+            if batch[-1][0] is None:
+                return
+
+def made(path, batch):
+    """(True, (ids, mask)) or (False, the error line) of each job of the batch."""
+    outcomes = []
+    for function, arguments in batch:
+        try:
+            outcomes.append((False, arguments) if function is None
+                            else (True, function(*arguments)))
+        except SystemExit as e:
+            outcomes.append((False, e.code))
+        except UnicodeDecodeError:
+            outcomes.append((False, not_utf8(path)))
+    return outcomes
+
+def die_with_parent(parent):
+    # A worker ends with the step (which a stopped prepare-data ends with SIGTERM): it would
+    # otherwise wait for work forever. PR_SET_PDEATHSIG is prctl's option 1.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    if os.getppid() != parent:  # the step ended before the option was set
+        os._exit(1)
+
+def outcomes():
+    """The outcome of every document of every input, in input order, made by `workers` forked
+    processes (datasets' map(num_proc=...)) or, with one, here. The result is the same bytes
+    whatever the count; a failure is the first in input order either way."""
+    if workers == 1:
+        for path, batch in batches(64):
+            yield from made(path, batch)
+        return
+    # The tokenizer was loaded before the fork; its own threads must not run in the workers.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=die_with_parent, initargs=(os.getpid(),))
+    pending = collections.deque()
+    try:
+        for path, batch in batches(8):  # small batches: the workers stay evenly busy
+            pending.append(pool.submit(made, path, batch))
+            if len(pending) >= 4 * workers:  # bounded reading ahead
+                yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
+    except BrokenProcessPool:
+        sys.exit(f"{tok_path}: a tokenizer worker ended abruptly (killed, or out of memory): "
+                 f"give fewer --workers than {workers}")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
 written = 0
 with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
         open(starts_path, "wb") as starts_out:
-    for path in inputs:
-        current_path = path
-        try:
-            for ids, mask in documents(path):
-                if not ids:
-                    continue
-                start = array("Q", [written])
-                ids = array("I", ids)
-                if sys.byteorder == "big":
-                    ids.byteswap()
-                    start.byteswap()
-                start.tofile(starts_out)
-                written += len(ids)
-                ids.tofile(out)
-                if mask is not None:
-                    mask_out.write(bytes(mask))
-        except UnicodeDecodeError:
-            sys.exit(not_utf8(path))
+    for ok, result in outcomes():
+        if not ok:
+            sys.exit(result)
+        ids, mask = result
+        if not ids:
+            continue
+        start = array("Q", [written])
+        ids = array("I", ids)
+        if sys.byteorder == "big":
+            ids.byteswap()
+            start.byteswap()
+        start.tofile(starts_out)
+        written += len(ids)
+        ids.tofile(out)
+        if mask is not None:
+            mask_out.write(bytes(mask))
 if unread_fields:
     listed = ", ".join(f"'{k}' ({at})" for k, at in sorted(unread_fields.items()))
     print(f"note: fields no option reads, left out of the examples: {listed} (the examples are "
@@ -479,7 +299,9 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   const std::string meta_path = scratch.path() + "/meta";
   const std::string mask_path = scratch.path() + "/loss_mask.u8";
   const std::string starts_path = scratch.path() + "/doc_starts.u64";
-  nlohmann::json options = {{"text_field", request.text_field}, {"sft", nullptr}};
+  ZT_CHECK(request.workers >= 1, "--workers must be at least 1");
+  nlohmann::json options = {
+      {"text_field", request.text_field}, {"sft", nullptr}, {"workers", request.workers}};
   if (request.sft)
     options["sft"] = {{"prompt", request.sft->prompt},
                       {"response", request.sft->response},
@@ -491,7 +313,7 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
   run_tokenizer_step(request.python,
                      "tok_path, options, tokens_path, mask_path, starts_path, meta_path, *inputs",
-                     kTokenizeScript, args);
+                     std::string(kChatSftPython) + kTokenizeScript, args);
   const nlohmann::json meta = read_json_file(meta_path);
   TokenizerFiles tokenizer = read_tokenizer_files(request.tokenizer);
   tokenizer.bos_token_id = meta.at("bos_token_id").get<int64_t>();

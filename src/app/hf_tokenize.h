@@ -40,6 +40,9 @@ struct HfTokenizeRequest {
   std::string text_field;           // JSON lines: the field holding each document; "" for text
   std::optional<SftFields> sft;     // JSON lines of SFT examples (text_field unused)
   std::string python;               // interpreter with transformers
+  // Processes that encode the documents (datasets' map(num_proc=N)): the reading and the writing
+  // stay in one; the dataset is the same bytes whatever the count.
+  int workers = 1;
   std::string out;
   bool overwrite = false;
 };

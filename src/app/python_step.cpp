@@ -147,8 +147,8 @@ int run_process(const std::vector<std::string>& args) {
 
 }  // namespace
 
-void run_tokenizer_step(const std::string& python, const std::string& unpack, const char* body,
-                        const std::vector<std::string>& args) {
+void run_tokenizer_step(const std::string& python, const std::string& unpack,
+                        const std::string& body, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {
       python, "-c", "import sys\n" + unpack + " = sys.argv[1:]\n" + kLoadTokenizerPython + body};
   argv.insert(argv.end(), args.begin(), args.end());

@@ -26,8 +26,8 @@ constexpr const char* kPythonOptionHelp =
 // none). The step reports its errors as one line on stderr, unforeseen ones included; this fails
 // naming the interpreter when it cannot start, is killed or exits non-zero, and when this process
 // gets a SIGTERM or SIGUSR1 while the step runs (the step is ended first).
-void run_tokenizer_step(const std::string& python, const std::string& unpack, const char* body,
-                        const std::vector<std::string>& args);
+void run_tokenizer_step(const std::string& python, const std::string& unpack,
+                        const std::string& body, const std::vector<std::string>& args);
 
 // A scratch directory (created), removed with its contents when this goes out of scope.
 class ScratchDir {

@@ -74,6 +74,16 @@ SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_atte
              num_key_value_heads=2, max_position_embeddings=128)
 
 
+def add_chat_template(tokenizer_dir):
+    """Writes CHAT_TEMPLATE into the directory's tokenizer_config.json."""
+    path = os.path.join(tokenizer_dir, "tokenizer_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["chat_template"] = CHAT_TEMPLATE
+    with open(path, "w") as f:
+        json.dump(config, f)
+
+
 def examples(text_file, count):
     lines = [line.strip() for line in open(text_file, encoding="utf-8") if line.strip()]
     return [{"id": i, "question": lines[2 * i], "answer": lines[2 * i + 1]} for i in range(count)]
@@ -136,11 +146,7 @@ def main():
         # 1b. --chat-template: transformers renders each example; its own assistant mask (the
         # template's {% generation %} span, return_assistant_tokens_mask) is the reference.
         shutil.copytree(work("tok"), work("chat_tok"))
-        with open(work("chat_tok", "tokenizer_config.json")) as f:
-            tok_config = json.load(f)
-        tok_config["chat_template"] = CHAT_TEMPLATE
-        with open(work("chat_tok", "tokenizer_config.json"), "w") as f:
-            json.dump(tok_config, f)
+        add_chat_template(work("chat_tok"))
         chat_reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
 
         def check_against_chat_template(what, options, out, conversations, counted_from=None,

@@ -17,8 +17,9 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    model's: below 4.5 nats per token, where chance is ln 49152 = 10.8).
 4. `generate --chat "What is the capital of France?"` answers Paris; its tokens are transformers'
    greedy decoding of the same chat rendering.
-5. `prepare-data --chat-template` on the shipped instruction set: the ids are the chat template's,
-   and the loss mask counts exactly the tokens after each "<|im_start|>assistant\\n" up to the next
+5. `prepare-data --chat-template --workers 2` on the shipped instruction set (two forked
+   processes render and encode the conversations): the ids are the chat template's, and the loss
+   mask counts exactly the tokens after each "<|im_start|>assistant\\n" up to the next
    "<|im_start|>" (TRL's completion-only rule, computed here on the ids). Replies opening with
    whitespace, which the tokenizer joins to the turn's opening, and an empty one: the mask is
    transformers' return_assistant_tokens_mask under the template marked with {% generation %}.
@@ -366,7 +367,8 @@ def check_turn_boundaries(work, zt):
 def check_sft(work, zt, source_dir, mpirun, reference):
     data = os.path.join(source_dir, "inputs/data/chat/zerotrain_facts.jsonl")
     run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--sft-jsonl", data,
-              "--messages-field", "messages", "--chat-template", "--out", work("sft.h5")])
+              "--messages-field", "messages", "--chat-template", "--workers", "2",
+              "--out", work("sft.h5")])
     tok = transformers.AutoTokenizer.from_pretrained(work("model"))
     want_ids = []
     for line in open(data, encoding="utf-8"):

@@ -1,0 +1,278 @@
+#include "app/hf_chat_sft.h"
+
+namespace zt {
+
+const char* const kChatSftPython = R"PY(
+def render(path, number, messages, tools=None, **kwargs):
+    try:
+        return tok.apply_chat_template(messages, tools=tools, tokenize=False, **kwargs)
+    except Exception as e:
+        roles = ", ".join(m["role"] for m in messages)
+        sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
+                 f"{type(e).__name__}: {e}")
+
+# The ids of the tokens the tokenizer adds whole (its special tokens and added tokens): read once,
+# as transformers builds the dict anew at each read.
+ADDED_IDS = frozenset(tok.added_tokens_decoder)
+
+# Stand in for a reply, and for a function name, to find where the template puts them (no
+# template writes these; a name is ASCII, which every tojson filter leaves as it is).
+TURN_PROBE = "\u2063zerotrain-reply\u2063"
+NAME_PROBE = "zerotrain_probe_name"
+
+def call_name(call):
+    """The function name of a tool call or a tool schema, {"type": "function", "function":
+    {"name", ...}} as OpenAI and TRL write them, or {"name", ...}; None when it names none."""
+    inner = call.get("function", call) if isinstance(call, dict) else None
+    name = inner.get("name") if isinstance(inner, dict) else None
+    return name if isinstance(name, str) and name else None
+
+def probe_names(calls, every):
+    """A copy of the tool calls (or schemas) with NAME_PROBE as the last one's name, or every
+    one's."""
+    calls = json.loads(json.dumps(calls))
+    for call in calls if every else calls[-1:]:
+        (call["function"] if isinstance(call.get("function"), dict) else call)["name"] = NAME_PROBE
+    return calls
+
+def with_probes(message):
+    """(the assistant message with TURN_PROBE as its content, when it has one or makes no calls,
+    and NAME_PROBE as the function name of its last tool call, when it makes calls; the probe
+    that comes last in the turn). A template may leave the content of a turn of calls out, and
+    the name is in every template written for calls."""
+    calls = message.get("tool_calls")
+    probed = dict(message, tool_calls=probe_names(calls, False)) if calls else dict(message)
+    if message.get("content") or not calls:
+        probed["content"] = TURN_PROBE
+    return probed, NAME_PROBE if calls else TURN_PROBE
+
+def turn_start(path, number, messages, i, tools, head, inside, first):
+    """Where assistant turn i starts in the whole rendering when the turns before it render
+    differently once later turns follow (Qwen3 keeps the reasoning of a turn after the last user
+    message and drops it once another user message follows; Mistral v0.3 writes the system
+    message before the last user message): after the generation prompt that opens the turn
+    whose first probe is at `first` of `inside` (`head`: the turns before it rendered with the
+    generation prompt). A template without a generation prompt: the content's start, when the
+    first probe stands for it. None when it cannot be told."""
+    before = render(path, number, messages[:i], tools)
+    prompt = head[len(before):] if head.startswith(before) else ""
+    if not prompt:
+        return first if inside.startswith(TURN_PROBE, first) else None
+    found = inside.rfind(prompt, 0, first)
+    return found + len(prompt) if found >= 0 else None
+
+def turn_end(path, number, whole, messages, i, tools, probed, inside, at):
+    """Where assistant turn i ends in the whole rendering, for templates that render an earlier
+    assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
+    turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
+    EOS, not with the text that closes a turn). `probed`: with_probes(messages[i]). What
+    follows the last probe (at `at` of `inside`) follows the reply, as the template renders
+    it, in the whole conversation. The turn ends after the part of that text that also closes
+    the probe at the end of a conversation (chat_example moves an end inside a token the
+    tokenizer adds whole back to its start). None when it cannot be told."""
+    message, probe = probed
+    alone = render(path, number, messages[:i] + [message], tools)
+    last = alone.rfind(probe)
+    after = inside[at + len(probe):]
+    if last < 0 or not whole.endswith(after):
+        return None
+    closing = alone[last + len(probe):]
+    return len(whole) - len(after) + len(os.path.commonprefix([closing, after]))
+
+def located_turn(path, number, whole, messages, i, tools, head, through, name):
+    """(start, end) of assistant turn i (`name` in the record) in the whole rendering, when the
+    rendering of the turns before it with the generation prompt (`head`), or of the turns
+    through it (`through`), is not a prefix of the whole one: with the reply replaced by probes,
+    the conversation must render as the whole one up to the first, and turn_start and turn_end
+    tell what they replace."""
+    probed = with_probes(messages[i])
+    message, probe = probed
+    inside = render(path, number, messages[:i] + [message] + messages[i + 1:], tools)
+    first = min((p for p in (inside.find(TURN_PROBE), inside.find(NAME_PROBE)) if p >= 0),
+                default=-1)
+    at = inside.find(probe)
+    if 0 <= first <= at and whole.startswith(inside[:first]):
+        start = (len(head) if whole.startswith(head)
+                 else turn_start(path, number, messages, i, tools, head, inside, first))
+        end = (len(through) if whole.startswith(through)
+               else turn_end(path, number, whole, messages, i, tools, probed, inside, at))
+        if start is not None and end is not None and start <= first and at <= end:
+            return start, end
+    sys.exit(f"{path}:{number}: the chat template renders {name} (assistant), or the turns "
+             "before it, inside the conversation unlike it renders them at its end: the turn "
+             "cannot be located")
+
+def check_tools_rendered(path, number, messages, tools, names):
+    """A template written without tool calls leaves the tools out and renders a call as an empty
+    reply (SmolLM2's, Phi-3's): with NAME_PROBE as every tool's name, and then as the names of
+    each turn's calls, the rendering must hold it once for each (a name that the text holds
+    anyway would not tell)."""
+    if tools and render(path, number, messages,
+                        probe_names(tools, True)).count(NAME_PROBE) < len(tools):
+        sys.exit(f"{path}:{number}: the chat template does not render the tools (its rendering "
+                 "leaves their names out): it is not written for tool calls")
+    for i, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        probed = dict(message, tool_calls=probe_names(calls, True)) if calls else None
+        if probed and render(path, number, messages[:i] + [probed] + messages[i + 1:],
+                             tools).count(NAME_PROBE) < len(calls):
+            sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
+                     f"{names[i]} (its rendering leaves their names out): it is not written "
+                     "for tool calls")
+
+def chat_example(path, number, messages, names, first_counted=0, tools=None):
+    """(ids, mask) of the conversation the tokenizer's chat template renders (`names`: where each
+    message is in the record, for errors; with the record's
+    tools, TRL's tools column): each assistant turn from message `first_counted` on (its content
+    or tool calls, and whatever closes it) counts; everything before it, up to and including the
+    generation prompt, is masked, and so are tool results. Assistant turn i spans the characters
+    from the end of the rendering of messages[:i] with the generation prompt to the end of the
+    rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
+    else located_turn finds it."""
+    check_tools_rendered(path, number, messages, tools, names)
+    whole = render(path, number, messages, tools)
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or i < first_counted:
+            continue
+        head = render(path, number, messages[:i], tools, add_generation_prompt=True)
+        through = whole if i + 1 == len(messages) else render(path, number, messages[:i + 1],
+                                                              tools)
+        spans.append((len(head), len(through))
+                     if whole.startswith(head) and whole.startswith(through)
+                     else located_turn(path, number, whole, messages, i, tools, head, through,
+                                       names[i]))
+    # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
+    # (no special tokens added: the template writes them).
+    encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
+    # A turn's closing found as a common prefix can run into the opening of the next turn when
+    # it starts like the end of a conversation (Phi-3's "<|user|>" and "<|endoftext|>" share
+    # "<|"); no turn ends inside a token the tokenizer adds whole, so such an end moves back to
+    # that token's start.
+    added = [(s, e) for (s, e), token in zip(offsets, ids) if token in ADDED_IDS]
+    spans = [(a, min([s for s, e in added if s < b < e], default=b)) for a, b in spans]
+    return ids, counted(offsets, [0] * len(ids), spans)
+
+ROLES = ("system", "user", "assistant", "tool")
+# The keys a message of each role may hold beside role and content: TRL's tool-calling format,
+# and the reasoning Qwen3's template reads. Others (a user's name, thinking) change what
+# templates render, so they are refused.
+EXTRA_KEYS = {"assistant": ("tool_calls", "reasoning_content"), "tool": ("name", "tool_call_id")}
+
+def checked_message(where, m, previous):
+    """The message, checked: a role, a string content (an assistant turn that makes tool calls
+    may leave it out; it is then rendered as ""), only the keys its role holds; a tool result
+    follows a turn that made calls, or another result. `previous`: the message before. A key
+    holding null, or an empty tool_calls list, is read as absent: a dataset exported from Arrow
+    or Parquet gives every message every key its column holds (Llama 3.1's template would take
+    "tool_calls": null for a call)."""
+    if isinstance(m, dict):
+        m = {k: v for k, v in m.items() if v is not None and not (k == "tool_calls" and v == [])}
+    if not (isinstance(m, dict) and m.get("role") in ROLES):
+        hint = ""
+        if isinstance(m, dict) and "from" in m and "value" in m:
+            hint = (" (ShareGPT's from/value: TRL's conversational format names them role and "
+                    "content, with human as user and gpt as assistant)")
+        sys.exit(f"{where} is not a message with a role ({', '.join(ROLES)}){hint}")
+    role, allowed = m["role"], EXTRA_KEYS.get(m["role"], ())
+    extra = sorted(set(m) - {"role", "content", *allowed})
+    if extra:
+        holds = ", ".join(("role", "content") + allowed)
+        sys.exit(f"{where} has keys {extra}; a message of role {role} holds {holds}")
+    calls = m.get("tool_calls")
+    if calls is not None and (not isinstance(calls, list)
+                              or any(call_name(c) is None for c in calls)):
+        sys.exit(f"{where}: 'tool_calls' is not a list of calls that each name a function "
+                 '({"type": "function", "function": {"name", "arguments"}})')
+    if not isinstance(m.get("reasoning_content", ""), str):
+        sys.exit(f"{where}: 'reasoning_content' is not a string")
+    content = m.get("content")
+    if not isinstance(content, str) and not (calls and content is None):
+        sys.exit(f"{where} has no string content" +
+                 (" (only a turn with tool_calls may leave it out)" if role == "assistant" else ""))
+    if role == "tool" and not (previous and (previous["role"] == "tool"
+                                             or previous.get("tool_calls"))):
+        sys.exit(f"{where} is a tool result that follows no assistant turn with tool_calls")
+    return dict(m, content=content or "")
+
+def conversation(path, number, record, key):
+    """(the record's list of messages, where each is in the record: 'field'[index]). TRL's
+    conversational format, with its tool calls: roles system, user, assistant and tool, checked
+    by checked_message, at least one assistant turn, and a user turn before the first assistant
+    turn. `key` may be a list of fields whose lists are joined (TRL's conversational
+    prompt-completion: prompt, then completion)."""
+    keys = key if isinstance(key, list) else [key]
+    messages, names = [], []
+    for k in keys:
+        part = record.get(k) if isinstance(record, dict) else None
+        if not isinstance(part, list) or not part:
+            sys.exit(f"{path}:{number}: no list of messages in field '{k}'")
+        messages += part
+        names += [f"'{k}'[{i}]" for i in range(len(part))]
+    key = " + ".join(f"'{k}'" for k in keys) if len(keys) > 1 else f"'{key}'"
+    checked = []
+    for m, name in zip(messages, names):
+        checked.append(checked_message(f"{path}:{number}: {name}", m,
+                                       checked[-1] if checked else None))
+    roles = [m["role"] for m in checked if m["role"] != "system"]
+    if "assistant" not in roles:
+        sys.exit(f"{path}:{number}: {key} has no assistant message to learn")
+    if roles[0] == "assistant":  # a tool result cannot come first (checked_message)
+        sys.exit(f"{path}:{number}: {key} opens with an assistant message; a conversation "
+                 "starts with a user turn (after any system message)")
+    # A template that does not read reasoning_content would drop the reasoning unseen: it must
+    # render a probe given as the reasoning of the last turn.
+    reasoning = [i for i, m in enumerate(checked) if m.get("reasoning_content")]
+    if reasoning and TURN_PROBE not in render(path, number, [
+            {"role": "user", "content": "?"},
+            {"role": "assistant", "content": "", "reasoning_content": TURN_PROBE}]):
+        sys.exit(f"{path}:{number}: {names[reasoning[0]]} has a reasoning_content, which the "
+                 "chat template does not render: the reasoning would be dropped")
+    return checked, names
+
+def tools_of(path, number, record):
+    """The tools the record lists for the chat template (TRL's tools column): a list of JSON
+    schemas, or a string holding one, as datasets kept in Parquet often store it; None when the
+    record has none (no field, null, empty)."""
+    key = sft["tools"]
+    value = record.get(key) if isinstance(record, dict) else None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except ValueError as e:
+            sys.exit(f"{path}:{number}: '{key}' is a string that is not JSON: {e}")
+    if not value:
+        return None
+    if not isinstance(value, list) or any(call_name(t) is None for t in value):
+        sys.exit(f"{path}:{number}: '{key}' is not a list of tool schemas that each name a "
+                 'function ({"type": "function", "function": {"name", "parameters"}})')
+    return value
+
+def message_example(path, number, record):
+    return chat_example(path, number, *conversation(path, number, record, sft["messages"]),
+                        tools=tools_of(path, number, record))
+
+def chat_pair_example(path, number, record):
+    prompt, response = sft["prompt"], sft["response"]
+    tools = tools_of(path, number, record)
+    lists = [isinstance(record, dict) and isinstance(record.get(k), list)
+             for k in (prompt, response)]
+    if lists[1] and not lists[0]:
+        sys.exit(f"{path}:{number}: '{response}' is a list of messages, so '{prompt}' "
+                 "must be one too (TRL's conversational prompt-completion)")
+    if not lists[0]:
+        return chat_example(path, number, [
+            {"role": "user", "content": string_field(path, number, record, prompt)},
+            {"role": "assistant", "content": string_field(path, number, record, response)}],
+            [f"'{prompt}'", f"'{response}'"], tools=tools)
+    # TRL's conversational prompt-completion: the completion's turns count, as TRL's
+    # completion-only loss counts them; the prompt's (an earlier reply too) do not.
+    messages, names = conversation(path, number, record, [prompt, response])
+    first = len(record[prompt])
+    if "assistant" not in (m["role"] for m in messages[first:]):
+        sys.exit(f"{path}:{number}: '{response}' has no assistant message to learn")
+    return chat_example(path, number, messages, names, first, tools)
+)PY";
+
+}  // namespace zt

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""prepare-data --workers N (documents made by N forked processes) against transformers and one
+process (label oracle).
+
+The tokenizer and its chat template are test_hf_sft.py's (tool calls rendered), the examples its
+pairs of lines of inputs/data/sample.txt.
+1. 256 chat conversations of four shapes (a system prompt, two turns, a turn of tool calls with
+   the tools listed and its results, a reply opening with blank lines) at --workers 3: the tokens
+   and the loss mask are transformers' apply_chat_template with return_assistant_tokens_mask,
+   and every dataset and attribute of the file equals --workers 1's. So do prompt-response SFT
+   lines', JSON-lines documents' and text files'.
+2. The first failure in input order is reported, whoever finds it: a bad message on line 20 (a
+   worker's error) before a line that is not JSON on line 35 (the reading's, which runs ahead of
+   the workers), and the reverse; nothing is left. --workers 0, and --workers without
+   --tokenizer, are refused.
+3. A SIGTERM to prepare-data while its workers run, and a worker killed (as for memory):
+   prepare-data reports the stop, or the worker's end naming --workers, and no worker, no output
+   and no scratch file is left.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
+                            require_venv_modules, run_tool)
+from test_hf_sft import add_chat_template, examples  # noqa: E402
+from test_hf_tokenizer import refused, train_tokenizer  # noqa: E402
+
+h5py, np, transformers = require_venv_modules("h5py", "numpy", "transformers")
+
+
+def contents(path):
+    """Every dataset's bytes and every attribute of an HDF5 file, by name."""
+    items = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: items.__setitem__(
+            name, np.asarray(obj[()]).tobytes() if isinstance(obj, h5py.Dataset) else None))
+        items.update({"@" + k: repr(v) for k, v in f.attrs.items()})
+    return items
+
+
+def conversations(records):
+    """Four shapes in turn, with the tools each hands the template (or None)."""
+    weather = {"type": "function", "function": {"name": "weather", "parameters": {}}}
+    chats = []
+    for i, r in enumerate(records):
+        nxt = records[(i + 1) % len(records)]
+        user, reply = {"role": "user", "content": r["question"]}, r["answer"]
+        shape = i % 4
+        if shape == 0:
+            chats.append(([{"role": "system", "content": "Answer in one line."}, user,
+                           {"role": "assistant", "content": reply}], None))
+        elif shape == 1:
+            chats.append(([user, {"role": "assistant", "content": reply},
+                           {"role": "user", "content": nxt["question"]},
+                           {"role": "assistant", "content": nxt["answer"]}], None))
+        elif shape == 2:
+            call = {"type": "function",
+                    "function": {"name": "weather", "arguments": {"city": r["question"][:10]}}}
+            chats.append(([user, {"role": "assistant", "content": "", "tool_calls": [call]},
+                           {"role": "tool", "content": f"result {i}"},
+                           {"role": "assistant", "content": reply}], [weather]))
+        else:
+            chats.append(([user, {"role": "assistant", "content": "\n\n" + reply}], None))
+    return chats
+
+
+def children(pid):
+    """The processes whose parent is `pid` (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def running(pid):
+    """Whether `pid` is a process that has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def interrupted(zt, options, kill, started):
+    """Runs prepare-data with `options` (2 workers), calls kill(its pid, the workers' pids) once
+    both workers run, and waits for it to end. Returns (exit code, its output, the pids of the
+    step and its workers), which are also added to `started`."""
+    with tempfile.TemporaryFile("w+") as log:
+        zt_proc = subprocess.Popen([zt, "prepare-data"] + options, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        steps, workers, deadline = [], [], time.monotonic() + 120
+        while len(workers) < 2 and zt_proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            steps = children(zt_proc.pid)
+            workers = children(steps[0]) if steps else []
+        started.extend(workers + steps)
+        check(len(workers) == 2, f"prepare-data --workers 2 started {len(workers)} workers")
+        kill(zt_proc.pid, workers)
+        code = zt_proc.wait(timeout=120)
+        log.seek(0)
+        said = log.read()
+    print(said.rstrip())
+    return code, said, workers + steps
+
+
+def main():
+    args = argument_parser(__doc__.split("\n")[0]).parse_args()
+    work = fresh_work_dir(args.work_dir)
+    zt = args.zerotrain
+    python = ["--python", sys.executable]
+    left_running = []
+
+    def prepare(options, out, workers):
+        run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", str(workers),
+                  "--out", work(out)] + options + python)
+        return contents(work(out))
+
+    def checks():
+        text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
+        train_tokenizer(text_file, work("tok"))
+        add_chat_template(work("tok"))
+        reference = transformers.AutoTokenizer.from_pretrained(work("tok"))
+        records = examples(text_file, 256)  # 32 batches of 8 conversations
+
+        # 1. The same dataset from 3 workers as from one, transformers' ids and mask.
+        chats = conversations(records)
+        with open(work("chats.jsonl"), "w") as f:
+            for messages, tools in chats:
+                f.write(json.dumps({"messages": messages, **({"tools": tools} if tools else {})})
+                        + "\n")
+        chat_options = ["--sft-jsonl", work("chats.jsonl"), "--messages-field", "messages",
+                        "--chat-template"]
+        parallel = prepare(chat_options, "chats3.h5", 3)
+        want_ids, want_mask = [], []
+        for messages, tools in chats:
+            rendered = reference.apply_chat_template(messages, tools=tools, tokenize=True,
+                                                     return_dict=True,
+                                                     return_assistant_tokens_mask=True)
+            want_ids += rendered["input_ids"]
+            want_mask += rendered["assistant_masks"]
+        with h5py.File(work("chats3.h5"), "r") as f:
+            ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+        check(ids == want_ids, "--workers 3: the tokens are not apply_chat_template's")
+        check(mask == want_mask, "--workers 3: the loss mask is not transformers' assistant mask")
+        check(parallel == prepare(chat_options, "chats1.h5", 1),
+              "--workers 3 and --workers 1 wrote different chat datasets")
+        print(f"ok   chat SFT at --workers 3: {len(chats)} conversations, {len(ids)} tokens, "
+              f"{sum(mask)} counted, as transformers' apply_chat_template; the file as one "
+              "process writes it")
+
+        with open(work("pairs.jsonl"), "w") as f:
+            for r in records:
+                f.write(json.dumps(r) + "\n")
+        with open(work("docs.jsonl"), "w") as f:
+            for r in records:
+                f.write(json.dumps({"text": r["question"] + "\n" + r["answer"]}) + "\n")
+        for what, options in [
+                ("prompt-response SFT", ["--sft-jsonl", work("pairs.jsonl"), "--prompt-field",
+                                         "question", "--response-field", "answer"]),
+                ("JSON-lines documents", ["--jsonl", work("docs.jsonl")]),
+                ("text files", ["--text", text_file, work("docs.jsonl")])]:
+            name = what.split()[0]
+            check(prepare(options, name + "3.h5", 3) == prepare(options, name + "1.h5", 1),
+                  f"{what}: --workers 3 and --workers 1 wrote different datasets")
+            print(f"ok   {what} at --workers 3: the file as one process writes it")
+
+        # 2. The first failure in input order, whoever finds it.
+        lines = [json.dumps({"messages": m}) for m, _ in chats[:40]]
+        bad_message = json.dumps({"messages": [{"role": "function", "content": "x"}]})
+        for name, at_20, at_35, named in [
+                ("worker_first", bad_message, "{not json", [":20: 'messages'[0]", "role"]),
+                ("reader_first", "{not json", bad_message, [":20: not a JSON line"])]:
+            path = work(name + ".jsonl")
+            with open(path, "w") as f:
+                f.write("\n".join(lines[:19] + [at_20] + lines[20:34] + [at_35] + lines[35:])
+                        + "\n")
+            refused([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", "3",
+                     "--out", work("bad.h5")] + chat_options[:1] + [path] + chat_options[2:]
+                    + python, [path + named[0]] + named[1:], work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", "0", "--jsonl",
+                 work("docs.jsonl"), "--out", work("bad.h5")] + python,
+                ["--workers", "from 1"], work("bad.h5"))
+        refused([zt, "prepare-data", "--workers", "2", "--text", text_file, "--out",
+                 work("bad.h5")], ["--workers", "--tokenizer"], work("bad.h5"))
+        print("ok   the first failure in input order is reported, whichever process finds it")
+
+        # 3. Stopped, or a worker killed, while the workers run: nothing is left running or
+        # written.
+        with open(work("many.jsonl"), "w") as f:
+            for _ in range(300):
+                f.write("\n".join(lines) + "\n")
+        for what, kill, said_part in [
+                ("SIGTERM to prepare-data", lambda zt_pid, workers: os.kill(zt_pid, signal.SIGTERM),
+                 "stopped by SIGTERM"),
+                ("SIGKILL to a worker", lambda zt_pid, workers: os.kill(workers[0], signal.SIGKILL),
+                 "give fewer --workers")]:
+            code, said, processes = interrupted(zt, ["--tokenizer", work("tok"), "--workers", "2",
+                                                     "--out", work("many.h5")] + chat_options[:1]
+                                                + [work("many.jsonl")] + chat_options[2:] + python,
+                                                kill, left_running)
+            check(code != 0 and said_part in said, f"{what}: prepare-data exited with {code}")
+            deadline = time.monotonic() + 30
+            while any(running(p) for p in processes) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            still = [p for p in processes if running(p)]
+            check(not still, f"{what}: processes {still} of the step are still running")
+            leftovers = [n for n in os.listdir(work()) if n.startswith("many.h5")]
+            check(not leftovers, f"{what}: prepare-data left {leftovers}")
+            print(f"ok   {what} while 2 workers ran: prepare-data said so, and no process or "
+                  "file is left")
+
+    try:
+        return exit_status(checks)
+    finally:
+        for pid in left_running:  # whatever a failed check left, not to outlive the test
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
