@@ -31,7 +31,7 @@ namespace {
 // {"vocab_size", "bos_token_id", "eos_token_id", "name"} to the metadata file. Errors go to
 // stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
-import collections, ctypes, itertools, multiprocessing, signal
+import collections, ctypes, gc, itertools, multiprocessing, signal
 from array import array
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -52,7 +52,7 @@ def records(path, keys):
         if first == "[":
             try:
                 elements = json.load(f)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 sys.exit(f"{path}: not a JSON array: {e}")
             numbered = ((f"element {i}", record) for i, record in enumerate(elements, 1))
         else:
@@ -68,7 +68,7 @@ def json_lines(path, f):
             continue
         try:
             yield number, json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
             sys.exit(f"{path}:{number}: not a JSON line: {e}")
 
 # The fields of the SFT lines that no option reads, with the first file and line holding each: an
@@ -136,29 +136,30 @@ def text_document(text):
     return ids_of(text, True), None
 
 def jobs(path):
-    """(function, arguments) of each document of `path`, in order: the function makes the
-    document's (ids, loss mask or None). Reading the records and naming their unread fields is
-    the main process's; the functions may run in workers."""
+    """(where, function, arguments) of each document of `path`, in order: the function makes
+    the document's (ids, loss mask or None); where names the file and line for errors. Reading
+    the records and naming their unread fields is the main process's; the functions may run in
+    workers."""
     if sft and sft["messages"]:
         for number, record in records(path, ()):
             note_unread(path, number, record, (sft["messages"], sft["tools"]))
-            yield message_example, (path, number, record)
+            yield f"{path}:{number}", message_example, (path, number, record)
     elif sft and sft["chat_template"]:
         for number, record in records(path, ()):
             note_unread(path, number, record, (sft["prompt"], sft["response"], sft["tools"]))
-            yield chat_pair_example, (path, number, record)
+            yield f"{path}:{number}", chat_pair_example, (path, number, record)
     elif sft:
         if eos < 0:
             sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "
                      "(give it one in tokenizer_config.json, or use --chat-template)")
         for number, record in records(path, (sft["prompt"], sft["response"])):
             note_unread(path, number, record, (sft["prompt"], sft["response"]))
-            yield pair_example, (path, number, record)
+            yield f"{path}:{number}", pair_example, (path, number, record)
     elif not field:
-        yield text_file, (path,)
+        yield path, text_file, (path,)
     else:
-        for _, record in records(path, (field,)):
-            yield text_document, (record[field],)
+        for number, record in records(path, (field,)):
+            yield f"{path}:{number}", text_document, (record[field],)
 
 def not_utf8(path):
     """The error line naming the line and byte of the first bytes of `path` that are not UTF-8
@@ -172,14 +173,21 @@ def not_utf8(path):
                         f"0x{line[e.start]:02x} ({e.reason})")
     return f"{path}: not UTF-8 text"
 
+def failure(where, path, error):
+    """The error line of an exception raised reading or making a document at `where`."""
+    if isinstance(error, SystemExit):
+        return error.code
+    if isinstance(error, UnicodeDecodeError):
+        return not_utf8(path)
+    return f"{where}: the tokenizer step failed here: {type(error).__name__}: {error}"
+
 def guarded(path):
-    """The jobs of `path`, and when reading it fails, (None, the error line) as the last."""
+    """The jobs of `path`, and when reading it fails, (path, None, the error line) as the
+    last."""
     try:
         yield from jobs(path)
-    except SystemExit as e:
-        yield None, e.code
-    except UnicodeDecodeError:
-        yield None, not_utf8(path)
+    except (SystemExit, Exception) as e:
+        yield path, None, failure(path, path, e)
 
 def batches(size):
     """(path, up to `size` jobs) of every input in order, up to the first failed read."""
@@ -187,20 +195,21 @@ def batches(size):
         stream = guarded(path)
         while batch := list(itertools.islice(stream, size)):
             yield path, batch
-            if batch[-1][0] is None:
+            if batch[-1][1] is None:
                 return
 
 def made(path, batch):
-    """(True, (ids, mask)) or (False, the error line) of each job of the batch."""
+    """(True, (ids, mask)) of each job of the batch in order, up to a failure: (False, its
+    error line), the last."""
     outcomes = []
-    for function, arguments in batch:
+    for where, function, arguments in batch:
         try:
             outcomes.append((False, arguments) if function is None
                             else (True, function(*arguments)))
-        except SystemExit as e:
-            outcomes.append((False, e.code))
-        except UnicodeDecodeError:
-            outcomes.append((False, not_utf8(path)))
+        except (SystemExit, Exception) as e:
+            outcomes.append((False, failure(where, path, e)))
+        if not outcomes[-1][0]:
+            break
     return outcomes
 
 def die_with_parent(parent):
@@ -220,6 +229,7 @@ def outcomes():
         return
     # The tokenizer was loaded before the fork; its own threads must not run in the workers.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    gc.freeze()  # what was read before the fork (a JSON array file) stays shared, uncopied
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
                                initializer=die_with_parent, initargs=(os.getpid(),))
     pending = collections.deque()
@@ -234,7 +244,7 @@ def outcomes():
         sys.exit(f"{tok_path}: a tokenizer worker ended abruptly (killed, or out of memory): "
                  f"give fewer --workers than {workers}")
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)  # the batches not started are dropped
 
 written = 0
 with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \

@@ -9,10 +9,11 @@ pairs of lines of inputs/data/sample.txt.
    and the loss mask are transformers' apply_chat_template with return_assistant_tokens_mask,
    and every dataset and attribute of the file equals --workers 1's. So do prompt-response SFT
    lines', JSON-lines documents' and text files'.
-2. The first failure in input order is reported, whoever finds it: a bad message on line 20 (a
-   worker's error) before a line that is not JSON on line 35 (the reading's, which runs ahead of
-   the workers), and the reverse; nothing is left. --workers 0, and --workers without
-   --tokenizer, are refused.
+2. The first failure in input order is reported, whoever finds it, at 1 and at 3 workers: a bad
+   message on line 20 (a job's error) before a line that is not JSON on line 35 (the reading's,
+   which runs ahead of the jobs), and a bad message before an unforeseen error (a lone surrogate
+   the tokenizer refuses) in the same batch; each error alone is named by its line; nothing is
+   left. --workers 0, and --workers without --tokenizer, are refused.
 3. A SIGTERM to prepare-data while its workers run, and a worker killed (as for memory):
    prepare-data reports the stop, or the worker's end naming --workers, and no worker, no output
    and no scratch file is left.
@@ -38,11 +39,16 @@ h5py, np, transformers = require_venv_modules("h5py", "numpy", "transformers")
 
 
 def contents(path):
-    """Every dataset's bytes and every attribute of an HDF5 file, by name."""
+    """Every dataset's bytes and every attribute (of the file, its groups and datasets) of an
+    HDF5 file, by name."""
     items = {}
+
+    def add(name, obj):
+        items[name] = np.asarray(obj[()]).tobytes() if isinstance(obj, h5py.Dataset) else None
+        items.update({f"{name}@{k}": repr(v) for k, v in obj.attrs.items()})
+
     with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: items.__setitem__(
-            name, np.asarray(obj[()]).tobytes() if isinstance(obj, h5py.Dataset) else None))
+        f.visititems(add)
         items.update({"@" + k: repr(v) for k, v in f.attrs.items()})
     return items
 
@@ -88,14 +94,20 @@ def children(pid):
     return found
 
 
-def running(pid):
-    """Whether `pid` is a process that has not ended (a zombie has)."""
+def started_at(pid):
+    """The start time (clock ticks since boot) of process `pid`, None when it has ended (a
+    zombie has)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def running(pid):
+    return started_at(pid) is not None
 
 
 def interrupted(zt, options, kill, started):
@@ -105,15 +117,20 @@ def interrupted(zt, options, kill, started):
     with tempfile.TemporaryFile("w+") as log:
         zt_proc = subprocess.Popen([zt, "prepare-data"] + options, stdout=log,
                                    stderr=subprocess.STDOUT)
-        steps, workers, deadline = [], [], time.monotonic() + 120
-        while len(workers) < 2 and zt_proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-            steps = children(zt_proc.pid)
-            workers = children(steps[0]) if steps else []
-        started.extend(workers + steps)
-        check(len(workers) == 2, f"prepare-data --workers 2 started {len(workers)} workers")
-        kill(zt_proc.pid, workers)
-        code = zt_proc.wait(timeout=120)
+        try:
+            steps, workers, deadline = [], [], time.monotonic() + 120
+            while len(workers) < 2 and zt_proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                steps = children(zt_proc.pid)
+                workers = children(steps[0]) if steps else []
+            started.extend((p, started_at(p)) for p in workers + steps)
+            check(len(workers) == 2, f"prepare-data --workers 2 started {len(workers)} workers")
+            kill(zt_proc.pid, workers)
+            code = zt_proc.wait(timeout=120)
+        finally:
+            if zt_proc.poll() is None:  # a failed check: not to outlive the test
+                zt_proc.kill()
+                zt_proc.wait()
         log.seek(0)
         said = log.read()
     print(said.rstrip())
@@ -171,29 +188,43 @@ def main():
         with open(work("docs.jsonl"), "w") as f:
             for r in records:
                 f.write(json.dumps({"text": r["question"] + "\n" + r["answer"]}) + "\n")
+        text_files = [work(f"doc{i}.txt") for i in range(20)]  # 3 batches
+        for path, r in zip(text_files, records):
+            with open(path, "w") as f:
+                f.write(r["question"] + "\n" + r["answer"] + "\n")
         for what, options in [
                 ("prompt-response SFT", ["--sft-jsonl", work("pairs.jsonl"), "--prompt-field",
                                          "question", "--response-field", "answer"]),
                 ("JSON-lines documents", ["--jsonl", work("docs.jsonl")]),
-                ("text files", ["--text", text_file, work("docs.jsonl")])]:
+                ("text files", ["--text"] + text_files)]:
             name = what.split()[0]
             check(prepare(options, name + "3.h5", 3) == prepare(options, name + "1.h5", 1),
                   f"{what}: --workers 3 and --workers 1 wrote different datasets")
             print(f"ok   {what} at --workers 3: the file as one process writes it")
 
-        # 2. The first failure in input order, whoever finds it.
+        # 2. The first failure in input order, whoever finds it, at 1 and 3 workers: a bad
+        # message (a job's error) before a line that is not JSON (the reading's, which runs
+        # ahead) or before an error nobody foresaw (a lone surrogate, which the tokenizer
+        # refuses with a TypeError) in the same batch; either alone, named by its line.
         lines = [json.dumps({"messages": m}) for m, _ in chats[:40]]
         bad_message = json.dumps({"messages": [{"role": "function", "content": "x"}]})
-        for name, at_20, at_35, named in [
-                ("worker_first", bad_message, "{not json", [":20: 'messages'[0]", "role"]),
-                ("reader_first", "{not json", bad_message, [":20: not a JSON line"])]:
+        surrogate = json.dumps({"messages": [{"role": "user", "content": "\ud800"},
+                                             {"role": "assistant", "content": "a"}]})
+        for name, bad_lines, named in [
+                ("job_then_read", {20: bad_message, 35: "{not json"},
+                 [":20: 'messages'[0]", "role"]),
+                ("job_then_unforeseen", {17: bad_message, 20: surrogate},
+                 [":17: 'messages'[0]", "role"]),
+                ("unforeseen", {20: surrogate}, [":20: the tokenizer step failed here: TypeError"]),
+                ("nested_too_deep", {20: "[" * 100000}, [":20: not a JSON line"])]:
             path = work(name + ".jsonl")
             with open(path, "w") as f:
-                f.write("\n".join(lines[:19] + [at_20] + lines[20:34] + [at_35] + lines[35:])
+                f.write("\n".join(bad_lines.get(n, line) for n, line in enumerate(lines, 1))
                         + "\n")
-            refused([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", "3",
-                     "--out", work("bad.h5")] + chat_options[:1] + [path] + chat_options[2:]
-                    + python, [path + named[0]] + named[1:], work("bad.h5"))
+            for count in ("1", "3"):
+                refused([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", count,
+                         "--out", work("bad.h5")] + chat_options[:1] + [path] + chat_options[2:]
+                        + python, [path + named[0]] + named[1:], work("bad.h5"))
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", "0", "--jsonl",
                  work("docs.jsonl"), "--out", work("bad.h5")] + python,
                 ["--workers", "from 1"], work("bad.h5"))
@@ -229,8 +260,8 @@ def main():
     try:
         return exit_status(checks)
     finally:
-        for pid in left_running:  # whatever a failed check left, not to outlive the test
-            if running(pid):
+        for pid, start in left_running:  # what a failed check left, not a reused pid
+            if start is not None and started_at(pid) == start:
                 os.kill(pid, signal.SIGKILL)
 
 
