@@ -31,7 +31,7 @@ namespace {
 // {"vocab_size", "bos_token_id", "eos_token_id", "name"} to the metadata file. Errors go to
 // stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
-import collections, ctypes, gc, itertools, multiprocessing, signal
+import collections, ctypes, gc, itertools, multiprocessing, re, signal
 from array import array
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -43,15 +43,19 @@ def records(path, keys):
     """(where, record) of each JSON line, or of each element of a file that is one JSON array (as
     Stanford Alpaca's alpaca_data.json is, and Hugging Face datasets' json loader reads): where is
     the line number, or "element N". A byte-order mark at the start is read past, as a file saved
-    by a Windows editor has one."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    by a Windows editor has one. Bytes that are not UTF-8 fail at their line, not before: the
+    lines before them are records (a decoder fails on the chunk it reads ahead)."""
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         first = f.read(1)
         while first.isspace():
             first = f.read(1)
         f.seek(0)
         if first == "[":
+            text = f.read()
+            if UNDECODED.search(text):
+                sys.exit(not_utf8(path))
             try:
-                elements = json.load(f)
+                elements = json.loads(text)
             except (ValueError, RecursionError) as e:
                 sys.exit(f"{path}: not a JSON array: {e}")
             numbered = ((f"element {i}", record) for i, record in enumerate(elements, 1))
@@ -62,8 +66,14 @@ def records(path, keys):
                 string_field(path, number, record, key)
             yield number, record
 
+# The characters that stand for bytes that are not UTF-8 when a file is read with
+# errors="surrogateescape" (decoding UTF-8 yields no others in this range).
+UNDECODED = re.compile("[\udc80-\udcff]")
+
 def json_lines(path, f):
     for number, line in enumerate(f, 1):
+        if UNDECODED.search(line):
+            sys.exit(not_utf8(path))  # this line's: the lines before it were read
         if not line.strip():
             continue
         try:

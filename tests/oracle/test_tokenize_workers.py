@@ -12,8 +12,8 @@ pairs of lines of inputs/data/sample.txt.
 2. The first failure in input order is reported, whoever finds it, at 1 and at 3 workers: a bad
    message on line 20 (a job's error) before a line that is not JSON on line 35 (the reading's,
    which runs ahead of the jobs), and a bad message before an unforeseen error (a lone surrogate
-   the tokenizer refuses) in the same batch; each error alone is named by its line; nothing is
-   left. --workers 0, and --workers without --tokenizer, are refused.
+   the tokenizer refuses) or bytes that are not UTF-8 (which the decoder meets while reading
+   ahead) in the same batch; each error alone is named by its line; nothing is left. --workers 0, and --workers without --tokenizer, are refused.
 3. A SIGTERM to prepare-data while its workers run, and a worker killed (as for memory):
    prepare-data reports the stop, or the worker's end naming --workers, and no worker, no output
    and no scratch file is left.
@@ -216,11 +216,16 @@ def main():
                 ("job_then_unforeseen", {17: bad_message, 20: surrogate},
                  [":17: 'messages'[0]", "role"]),
                 ("unforeseen", {20: surrogate}, [":20: the tokenizer step failed here: TypeError"]),
-                ("nested_too_deep", {20: "[" * 100000}, [":20: not a JSON line"])]:
+                ("nested_too_deep", {20: "[" * 100000}, [":20: not a JSON line"]),
+                ("job_then_bytes", {20: bad_message, 21: "caf\xe9".encode("latin-1")},
+                 [":20: 'messages'[0]", "role"]),
+                ("bytes", {21: "caf\xe9".encode("latin-1")},
+                 [":21: not UTF-8 text: byte 4 of the line is 0xe9"])]:
             path = work(name + ".jsonl")
-            with open(path, "w") as f:
-                f.write("\n".join(bad_lines.get(n, line) for n, line in enumerate(lines, 1))
-                        + "\n")
+            with open(path, "wb") as f:
+                for n, line in enumerate(lines, 1):
+                    line = bad_lines.get(n, line)
+                    f.write((line if isinstance(line, bytes) else line.encode()) + b"\n")
             for count in ("1", "3"):
                 refused([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", count,
                          "--out", work("bad.h5")] + chat_options[:1] + [path] + chat_options[2:]
