@@ -72,8 +72,9 @@ UNDECODED = re.compile("[\udc80-\udcff]")
 
 def json_lines(path, f):
     for number, line in enumerate(f, 1):
-        if UNDECODED.search(line):
-            sys.exit(not_utf8(path))  # this line's: the lines before it were read
+        said = undecodable(f"{path}:{number}", line)
+        if said:
+            sys.exit(said)
         if not line.strip():
             continue
         try:
@@ -171,25 +172,36 @@ def jobs(path):
         for number, record in records(path, (field,)):
             yield f"{path}:{number}", text_document, (record[field],)
 
+def undecodable(where, line):
+    """The error line naming the first bytes of `line` (read with errors="surrogateescape") that
+    are not UTF-8, counted in the line after any byte-order mark; None when it has none."""
+    if not UNDECODED.search(line):
+        return None
+    raw = line.encode("utf-8", "surrogateescape")  # the bytes as they are in the file
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return (f"{where}: not UTF-8 text: byte {e.start + 1} of the line is "
+                f"0x{raw[e.start]:02x} ({e.reason})")
+    return None
+
 def not_utf8(path):
-    """The error line naming the line and byte of the first bytes of `path` that are not UTF-8
-    (a decoder's error counts from the chunk it was given, not the file)."""
-    with open(path, "rb") as f:
+    """undecodable's error line for the first line of `path` that holds bytes that are not
+    UTF-8, the lines numbered as records numbers them (ended by LF, CR or CRLF); None when none
+    does. (A strict decoder's error counts from the chunk it was given, not the line.)"""
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         for number, line in enumerate(f, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                return (f"{path}:{number}: not UTF-8 text: byte {e.start + 1} of the line is "
-                        f"0x{line[e.start]:02x} ({e.reason})")
-    return f"{path}: not UTF-8 text"
+            said = undecodable(f"{path}:{number}", line)
+            if said:
+                return said
+    return None
 
 def failure(where, path, error):
     """The error line of an exception raised reading or making a document at `where`."""
     if isinstance(error, SystemExit):
         return error.code
-    if isinstance(error, UnicodeDecodeError):
-        return not_utf8(path)
-    return f"{where}: the tokenizer step failed here: {type(error).__name__}: {error}"
+    said = not_utf8(path) if isinstance(error, UnicodeDecodeError) else None
+    return said or f"{where}: the tokenizer step failed here: {type(error).__name__}: {error}"
 
 def guarded(path):
     """The jobs of `path`, and when reading it fails, (path, None, the error line) as the
@@ -229,6 +241,17 @@ def die_with_parent(parent):
     if os.getppid() != parent:  # the step ended before the option was set
         os._exit(1)
 
+def settled(path, batch, future):
+    """The outcomes a worker made of the batch, or, when the batch or its outcomes cannot travel
+    between the processes (a record nested too deep to pickle), made here, as one process makes
+    them."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise
+    except Exception:
+        return made(path, batch)
+
 def outcomes():
     """The outcome of every document of every input, in input order, made by `workers` forked
     processes (datasets' map(num_proc=...)) or, with one, here. The result is the same bytes
@@ -245,11 +268,11 @@ def outcomes():
     pending = collections.deque()
     try:
         for path, batch in batches(8):  # small batches: the workers stay evenly busy
-            pending.append(pool.submit(made, path, batch))
+            pending.append((path, batch, pool.submit(made, path, batch)))
             if len(pending) >= 4 * workers:  # bounded reading ahead
-                yield from pending.popleft().result()
+                yield from settled(*pending.popleft())
         while pending:
-            yield from pending.popleft().result()
+            yield from settled(*pending.popleft())
     except BrokenProcessPool:
         sys.exit(f"{tok_path}: a tokenizer worker ended abruptly (killed, or out of memory): "
                  f"give fewer --workers than {workers}")

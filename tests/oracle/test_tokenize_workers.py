@@ -13,7 +13,9 @@ pairs of lines of inputs/data/sample.txt.
    message on line 20 (a job's error) before a line that is not JSON on line 35 (the reading's,
    which runs ahead of the jobs), and a bad message before an unforeseen error (a lone surrogate
    the tokenizer refuses) or bytes that are not UTF-8 (which the decoder meets while reading
-   ahead) in the same batch; each error alone is named by its line; nothing is left. --workers 0, and --workers without --tokenizer, are refused.
+   ahead) in the same batch; each error alone is named by its line, in a file of CR-ended lines
+   too; nothing is left. A record as deeply nested as one process reads, which cannot be pickled
+   to a worker, is written as one process writes it. --workers 0, and --workers without --tokenizer, are refused.
 3. A SIGTERM to prepare-data while its workers run, and a worker killed (as for memory):
    prepare-data reports the stop, or the worker's end naming --workers, and no worker, no output
    and no scratch file is left.
@@ -30,8 +32,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            require_venv_modules, run_tool)
+from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
+                            fresh_work_dir, require_venv_modules, run_tool)
 from test_hf_sft import add_chat_template, examples  # noqa: E402
 from test_hf_tokenizer import refused, train_tokenizer  # noqa: E402
 
@@ -210,22 +212,26 @@ def main():
         bad_message = json.dumps({"messages": [{"role": "function", "content": "x"}]})
         surrogate = json.dumps({"messages": [{"role": "user", "content": "\ud800"},
                                              {"role": "assistant", "content": "a"}]})
-        for name, bad_lines, named in [
+        latin1 = "caf\xe9".encode("latin-1")
+        for name, bad_lines, named, end in [
                 ("job_then_read", {20: bad_message, 35: "{not json"},
-                 [":20: 'messages'[0]", "role"]),
+                 [":20: 'messages'[0]", "role"], b"\n"),
                 ("job_then_unforeseen", {17: bad_message, 20: surrogate},
-                 [":17: 'messages'[0]", "role"]),
-                ("unforeseen", {20: surrogate}, [":20: the tokenizer step failed here: TypeError"]),
-                ("nested_too_deep", {20: "[" * 100000}, [":20: not a JSON line"]),
-                ("job_then_bytes", {20: bad_message, 21: "caf\xe9".encode("latin-1")},
-                 [":20: 'messages'[0]", "role"]),
-                ("bytes", {21: "caf\xe9".encode("latin-1")},
-                 [":21: not UTF-8 text: byte 4 of the line is 0xe9"])]:
+                 [":17: 'messages'[0]", "role"], b"\n"),
+                ("unforeseen", {20: surrogate}, [":20: the tokenizer step failed here: TypeError"],
+                 b"\n"),
+                ("nested_too_deep", {20: "[" * 100000}, [":20: not a JSON line"], b"\n"),
+                ("job_then_bytes", {20: bad_message, 21: latin1}, [":20: 'messages'[0]", "role"],
+                 b"\n"),
+                ("bytes", {21: latin1}, [":21: not UTF-8 text: byte 4 of the line is 0xe9"],
+                 b"\n"),
+                ("bytes_cr", {21: latin1}, [":21: not UTF-8 text: byte 4 of the line is 0xe9"],
+                 b"\r")]:  # lines ended by CR alone, as JSON lines may be
             path = work(name + ".jsonl")
             with open(path, "wb") as f:
                 for n, line in enumerate(lines, 1):
                     line = bad_lines.get(n, line)
-                    f.write((line if isinstance(line, bytes) else line.encode()) + b"\n")
+                    f.write((line if isinstance(line, bytes) else line.encode()) + end)
             for count in ("1", "3"):
                 refused([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", count,
                          "--out", work("bad.h5")] + chat_options[:1] + [path] + chat_options[2:]
@@ -236,6 +242,32 @@ def main():
         refused([zt, "prepare-data", "--workers", "2", "--text", text_file, "--out",
                  work("bad.h5")], ["--workers", "--tokenizer"], work("bad.h5"))
         print("ok   the first failure in input order is reported, whichever process finds it")
+
+        # A record as deeply nested as one process reads (in a field no option reads) cannot be
+        # pickled to a worker: the batch is made by the main process, as --workers 1 makes it.
+        def deep(depth, count):
+            """Whether prepare-data at `count` workers takes line 21 nested `depth` deep."""
+            path = work(f"deep{depth}.jsonl")
+            with open(path, "w") as f:
+                f.write("\n".join(lines[:20] + ['{"messages": %s, "meta": %s%s}' % (
+                    json.dumps(chats[0][0]), "[" * depth, "]" * depth)] + lines[20:]) + "\n")
+            return subprocess.run(
+                [zt, "prepare-data", "--tokenizer", work("tok"), "--workers", count, "--out",
+                 work(f"deep{depth}_{count}.h5")] + chat_options[:1] + [path] + chat_options[2:]
+                + python, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+        low, high = 900, 1000
+        if not deep(low, "1") or deep(high, "1"):
+            raise SetupError(f"one process should read a record nested {low} deep and refuse "
+                             f"one nested {high} deep")
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if deep(middle, "1") else (low, middle)
+        check(deep(low, "3") and contents(work(f"deep{low}_3.h5")) ==
+              contents(work(f"deep{low}_1.h5")),
+              f"--workers 3 did not write what one process writes of a record nested {low} deep")
+        print(f"ok   a record nested {low} deep, the deepest one process reads: --workers 3 "
+              "writes what one process writes")
 
         # 3. Stopped, or a worker killed, while the workers run: nothing is left running or
         # written.
