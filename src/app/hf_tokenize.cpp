@@ -262,12 +262,14 @@ def outcomes():
         return
     # The tokenizer was loaded before the fork; its own threads must not run in the workers.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    gc.freeze()  # what was read before the fork (a JSON array file) stays shared, uncopied
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=die_with_parent, initargs=(os.getpid(),))
-    pending = collections.deque()
+    pool, pending = None, collections.deque()
     try:
         for path, batch in batches(8):  # small batches: the workers stay evenly busy
+            if pool is None:  # the workers fork at the first batch, after it was read
+                gc.freeze()  # what was read (a JSON array file, whole) stays shared, uncopied
+                pool = ProcessPoolExecutor(
+                    workers, mp_context=multiprocessing.get_context("fork"),
+                    initializer=die_with_parent, initargs=(os.getpid(),))
             pending.append((path, batch, pool.submit(made, path, batch)))
             if len(pending) >= 4 * workers:  # bounded reading ahead
                 yield from settled(*pending.popleft())
@@ -277,7 +279,8 @@ def outcomes():
         sys.exit(f"{tok_path}: a tokenizer worker ended abruptly (killed, or out of memory): "
                  f"give fewer --workers than {workers}")
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # the batches not started are dropped
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)  # the batches not started are dropped
 
 written = 0
 with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \

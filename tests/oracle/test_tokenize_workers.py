@@ -8,7 +8,7 @@ pairs of lines of inputs/data/sample.txt.
    the tools listed and its results, a reply opening with blank lines) at --workers 3: the tokens
    and the loss mask are transformers' apply_chat_template with return_assistant_tokens_mask,
    and every dataset and attribute of the file equals --workers 1's. So do prompt-response SFT
-   lines', JSON-lines documents' and text files'.
+   lines', JSON-lines documents', a JSON array of conversations' and text files'.
 2. The first failure in input order is reported, whoever finds it, at 1 and at 3 workers: a bad
    message on line 20 (a job's error) before a line that is not JSON on line 35 (the reading's,
    which runs ahead of the jobs), and a bad message before an unforeseen error (a lone surrogate
@@ -190,6 +190,8 @@ def main():
         with open(work("docs.jsonl"), "w") as f:
             for r in records:
                 f.write(json.dumps({"text": r["question"] + "\n" + r["answer"]}) + "\n")
+        with open(work("chats.json"), "w") as f:  # one JSON array, read whole before the fork
+            json.dump([{"messages": messages} for messages, _ in chats[:64]], f)
         text_files = [work(f"doc{i}.txt") for i in range(20)]  # 3 batches
         for path, r in zip(text_files, records):
             with open(path, "w") as f:
@@ -198,8 +200,11 @@ def main():
                 ("prompt-response SFT", ["--sft-jsonl", work("pairs.jsonl"), "--prompt-field",
                                          "question", "--response-field", "answer"]),
                 ("JSON-lines documents", ["--jsonl", work("docs.jsonl")]),
+                ("a JSON array of conversations", ["--sft-jsonl", work("chats.json"),
+                                                   "--messages-field", "messages",
+                                                   "--chat-template"]),
                 ("text files", ["--text"] + text_files)]:
-            name = what.split()[0]
+            name = what.split()[-1]
             check(prepare(options, name + "3.h5", 3) == prepare(options, name + "1.h5", 1),
                   f"{what}: --workers 3 and --workers 1 wrote different datasets")
             print(f"ok   {what} at --workers 3: the file as one process writes it")
