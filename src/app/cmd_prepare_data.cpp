@@ -20,7 +20,8 @@ namespace {
 po::options_description prepare_data_options() {
   po::options_description options("prepare-data options");
   options.add_options()("text", po::value<std::vector<std::string>>()->multitoken(),
-                        "UTF-8 text files (byte-level tokens)")(
+                        "UTF-8 text files (byte-level tokens; with --tokenizer, its tokens, "
+                        "and the files may be compressed by gzip, bzip2, xz or zstd)")(
       "bin", po::value<std::vector<std::string>>()->multitoken(),
       "llm.c .bin files (magic 20240520: GPT-2, 20240801: Llama 3)")(
       "nanogpt-bin", po::value<std::vector<std::string>>()->multitoken(),
@@ -29,13 +30,15 @@ po::options_description prepare_data_options() {
       "Hugging Face tokenizer.json, or a directory holding it, for --text or --jsonl")(
       "jsonl", po::value<std::vector<std::string>>()->multitoken(),
       "JSON-lines files, one document per line, files holding one JSON array of them, or "
-      "Parquet files, one document per row, as the Hugging Face Hub stores datasets (with "
-      "--tokenizer)")("text-field", po::value<std::string>()->default_value("text"),
-                      "the field of each JSON line that holds its text")(
+      "Parquet files, one document per row, as the Hugging Face Hub stores datasets; JSON may be "
+      "compressed by gzip, bzip2, xz or zstd (with --tokenizer)")(
+      "text-field", po::value<std::string>()->default_value("text"),
+      "the field of each JSON line that holds its text")(
       "sft-jsonl", po::value<std::vector<std::string>>()->multitoken(),
       "JSON-lines files of SFT examples, a prompt and a response per line, files holding one "
-      "JSON array of them, as Alpaca's alpaca_data.json, or Parquet files of them, one per row "
-      "(with --tokenizer): the dataset gets a loss mask so that only the responses are learned")(
+      "JSON array of them, as Alpaca's alpaca_data.json, or Parquet files of them, one per row; "
+      "JSON may be compressed (with --tokenizer): the dataset gets a loss mask so that only the "
+      "responses are learned")(
       "prompt-field", po::value<std::string>()->default_value("prompt"),
       "the field of each --sft-jsonl line that holds the prompt: a string, or with "
       "--chat-template a list of messages (TRL's conversational prompt-completion)")(

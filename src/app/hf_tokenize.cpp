@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/hf_chat_sft.h"
+#include "app/hf_records.h"
 #include "app/python_step.h"
 #include "io/fs_util.h"
 #include "io/token_dataset.h"
@@ -18,10 +19,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The Python step, after hf_chat_sft.h's definitions. argv: tokenizer, options (JSON:
-// "text_field", "" for text files; "sft": null or {"prompt", "response", "messages", "tools"}
-// field names and "chat_template"; "workers", the processes making the examples), tokens file,
-// loss-mask file, document-starts file, metadata file, inputs... It follows the opening of
+// The Python step, after hf_chat_sft.h's and hf_records.h's definitions. argv: tokenizer, options
+// (JSON: "text_field", "" for text files; "sft": null or {"prompt", "response", "messages",
+// "tools"} field names and "chat_template"; "workers", the processes making the examples), tokens
+// file, loss-mask file, document-starts file, metadata file, inputs... It follows the opening of
 // app/python_step.h (the tokenizer as AutoTokenizer loads it, special_id). A document is encoded as
 // tokenizer(text)["input_ids"] encodes it (the tokenizer's special tokens added), a chat rendering
 // without them, as apply_chat_template(tokenize=True) does. It writes every document's ids as
@@ -31,97 +32,13 @@ namespace {
 // {"vocab_size", "bos_token_id", "eos_token_id", "name"} to the metadata file. Errors go to
 // stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
-import collections, ctypes, gc, itertools, multiprocessing, re, signal
+import collections, ctypes, gc, itertools, multiprocessing, signal
 from array import array
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 options = json.loads(options)
 field, sft, workers = options["text_field"], options["sft"], options["workers"]
 eos = special_id("eos_token")
-
-def records(path, keys):
-    """(where, record) of each record of `path` (numbered_records), its `keys` checked to hold
-    strings."""
-    for number, record in numbered_records(path):
-        for key in keys:
-            string_field(path, number, record, key)
-        yield number, record
-
-def numbered_records(path):
-    """(where, record) of each JSON line, of each element of a file that is one JSON array (as
-    Stanford Alpaca's alpaca_data.json is, and Hugging Face datasets' json loader reads), or of
-    each row of a Parquet file: where is the line number, "element N" or "row N". A byte-order
-    mark at the start is read past, as a file saved by a Windows editor has one. Bytes that are
-    not UTF-8 fail at their line, not before: the lines before them are records (a decoder fails
-    on the chunk it reads ahead)."""
-    if is_parquet(path):
-        yield from parquet_rows(path)
-        return
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        first = f.read(1)
-        while first.isspace():
-            first = f.read(1)
-        f.seek(0)
-        if first != "[":
-            yield from json_lines(path, f)
-            return
-        text = f.read()
-        if UNDECODED.search(text):
-            sys.exit(not_utf8(path))
-        try:
-            elements = json.loads(text)
-        except (ValueError, RecursionError) as e:
-            sys.exit(f"{path}: not a JSON array: {e}")
-        yield from ((f"element {i}", record) for i, record in enumerate(elements, 1))
-
-def is_parquet(path):
-    with open(path, "rb") as f:
-        return f.read(4) == b"PAR1"  # Parquet's magic number; no JSON text starts with it
-
-def parquet_rows(path):
-    """(where, record) of each row of a Parquet file (the Hugging Face Hub's format for
-    datasets), read a record batch at a time: where is "row N", counted from 0 as Dataset[N]
-    indexes it. A record is the row as pyarrow's to_pylist gives it, as the datasets library
-    hands a row to apply_chat_template: every column, a struct's keys in the file's order, the
-    keys a message lacked as None."""
-    try:
-        import pyarrow, pyarrow.parquet
-    except ImportError:
-        sys.exit(f"{path}: a Parquet file, and {sys.executable} has no pyarrow to read it "
-                 "(./run.sh deps installs it in .venv/)")
-    row = 0
-    try:
-        reader = pyarrow.parquet.ParquetFile(path).iter_batches(batch_size=256)
-    except (OSError, ValueError, pyarrow.ArrowException) as e:
-        sys.exit(f"{path}: not a readable Parquet file: {e}")
-    while True:
-        try:
-            batch = next(reader, None)
-            rows = None if batch is None else batch.to_pylist()
-        except (OSError, ValueError, pyarrow.ArrowException) as e:  # UnicodeDecodeError too
-            sys.exit(f"{path}: the rows from row {row} on cannot be read: "
-                     f"{type(e).__name__}: {e}")
-        if rows is None:
-            return
-        for record in rows:
-            yield f"row {row}", record
-            row += 1
-
-# The characters that stand for bytes that are not UTF-8 when a file is read with
-# errors="surrogateescape" (decoding UTF-8 yields no others in this range).
-UNDECODED = re.compile("[\udc80-\udcff]")
-
-def json_lines(path, f):
-    for number, line in enumerate(f, 1):
-        said = undecodable(f"{path}:{number}", line)
-        if said:
-            sys.exit(said)
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
-            sys.exit(f"{path}:{number}: not a JSON line: {e}")
 
 # The fields of the SFT lines that no option reads, with the first file and line holding each: an
 # example loses them (Alpaca's "input" beside its instruction), so the user is told once, at the
@@ -181,11 +98,11 @@ def pair_example(path, number, record):
     return ids, mask
 
 def text_file(path):
-    if is_parquet(path):
+    kind = file_kind(path)
+    if kind == "parquet":
         sys.exit(f"{path}: a Parquet file, not text: --jsonl reads its rows (--text-field names "
                  "the column)")
-    with open(path, encoding="utf-8", newline="") as f:
-        return ids_of(f.read(), True), None
+    return ids_of(read_text(path, kind), True), None
 
 def text_document(text):
     return ids_of(text, True), None
@@ -215,33 +132,6 @@ def jobs(path):
     else:
         for number, record in records(path, (field,)):
             yield f"{path}:{number}", text_document, (record[field],)
-
-def undecodable(where, line):
-    """The error line naming the first bytes of `line` (read with errors="surrogateescape") that
-    are not UTF-8, counted in the line after any byte-order mark; None when it has none."""
-    if not UNDECODED.search(line):
-        return None
-    raw = line.encode("utf-8", "surrogateescape")  # the bytes as they are in the file
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return (f"{where}: not UTF-8 text: byte {e.start + 1} of the line is "
-                f"0x{raw[e.start]:02x} ({e.reason})")
-    return None
-
-def not_utf8(path):
-    """undecodable's error line for the first line of `path` that holds bytes that are not
-    UTF-8, the lines numbered as records numbers them (ended by LF, CR or CRLF); None when none
-    does, or when `path` is a Parquet file. (A strict decoder's error counts from the chunk it was
-    given, not the line.)"""
-    if is_parquet(path):
-        return None
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        for number, line in enumerate(f, 1):
-            said = undecodable(f"{path}:{number}", line)
-            if said:
-                return said
-    return None
 
 def failure(where, path, error):
     """The error line of an exception raised reading or making a document at `where`."""
@@ -406,7 +296,7 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
   run_tokenizer_step(request.python,
                      "tok_path, options, tokens_path, mask_path, starts_path, meta_path, *inputs",
-                     std::string(kChatSftPython) + kTokenizeScript, args);
+                     std::string(kChatSftPython) + kRecordsPython + kTokenizeScript, args);
   const nlohmann::json meta = read_json_file(meta_path);
   TokenizerFiles tokenizer = read_tokenizer_files(request.tokenizer);
   tokenizer.bos_token_id = meta.at("bos_token_id").get<int64_t>();

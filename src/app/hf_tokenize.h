@@ -1,10 +1,10 @@
-// prepare-data --tokenizer: text files or JSON-lines documents tokenized by a Hugging Face
-// tokenizer (a directory with tokenizer.json, or the file) as transformers' AutoTokenizer loads
-// it, in a Python step (app/python_step.h; ./run.sh deps installs transformers into .venv/). Each
-// document is encoded with the tokenizer's own special tokens (a Llama tokenizer's BOS, ...) as
-// transformers' run_clm.py encodes it, and the documents are concatenated in order. The dataset
-// is labelled "hf:<name>" and stores the tokenizer files and its bos/eos ids
-// (io/tokenizer_files.h).
+// prepare-data --tokenizer: text files or JSON-lines documents (or Parquet rows, and compressed
+// files: app/hf_records.h) tokenized by a Hugging Face tokenizer (a directory with tokenizer.json,
+// or the file) as transformers' AutoTokenizer loads it, in a Python step (app/python_step.h;
+// ./run.sh deps installs transformers into .venv/). Each document is encoded with the tokenizer's
+// own special tokens (a Llama tokenizer's BOS, ...) as transformers' run_clm.py encodes it, and the
+// documents are concatenated in order. The dataset is labelled "hf:<name>" and stores the tokenizer
+// files and its bos/eos ids (io/tokenizer_files.h).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -36,7 +36,7 @@ struct SftFields {
 
 struct HfTokenizeRequest {
   std::string tokenizer;            // tokenizer.json or a directory holding it
-  std::vector<std::string> inputs;  // text files (one document each) or JSON-lines files
+  std::vector<std::string> inputs;  // text files (one document each), JSON lines or Parquet
   std::string text_field;           // JSON lines: the field holding each document; "" for text
   std::optional<SftFields> sft;     // JSON lines of SFT examples (text_field unused)
   std::string python;               // interpreter with transformers
@@ -48,7 +48,8 @@ struct HfTokenizeRequest {
 };
 
 // Returns the number of tokens written. Errors (no tokenizers library, a bad tokenizer file, a
-// JSON line without its field) name the file, the line and the key; nothing is left at `out`.
+// JSON line or Parquet row without its field) name the file, the line or row and the key; nothing
+// is left at `out`.
 int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request);
 
 }  // namespace zt

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include "io/fs_util.h"
 #include "runtime/signals.h"
@@ -313,6 +315,23 @@ void TokenDataset::min_max(int32_t* min_token, int32_t* max_token) const {
 
 namespace {
 
+// What a file that starts with `head` is when it is compressed or Parquet, whose bytes a
+// byte-level model would learn as if they were text; nullptr for anything else. bzip2's "BZh" is
+// checked with its block size and its first block's magic, since text may start with "BZh".
+const char* binary_format(std::string_view head) {
+  static constexpr std::pair<std::string_view, const char*> kMagics[] = {
+      {{"\x1f\x8b", 2}, "gzip-compressed"},
+      {{"\xfd\x37\x7a\x58\x5a\x00", 6}, "xz-compressed"},
+      {{"\x28\xb5\x2f\xfd", 4}, "zstd-compressed"},
+      {{"PAR1", 4}, "a Parquet file"}};
+  for (const auto& [magic, name] : kMagics)
+    if (head.starts_with(magic)) return name;
+  if (head.size() >= 10 && head.starts_with("BZh") && head[3] >= '1' && head[3] <= '9' &&
+      (head.substr(4, 6) == "1AY&SY" || head.substr(4, 6) == std::string_view("\x17rE8P\x90", 6)))
+    return "bzip2-compressed";
+  return nullptr;
+}
+
 // Byte-level tokenizer: every byte of the file is one token, and the file is one document.
 void append_text_file(TokenDatasetWriter& writer, const std::string& path) {
   writer.add_document_start(writer.size());
@@ -324,6 +343,11 @@ void append_text_file(TokenDatasetWriter& writer, const std::string& path) {
   while (in) {
     in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     const auto n = static_cast<int64_t>(in.gcount());
+    const char* format =
+        total == 0 ? binary_format({bytes.data(), static_cast<size_t>(n)}) : nullptr;
+    ZT_CHECK(format == nullptr, "text file '" + path + "' is " + format +
+                                    ": byte-level tokens would learn its bytes as text "
+                                    "(decompress it, or give --tokenizer, which reads it)");
     for (int64_t i = 0; i < n; ++i)
       tokens[static_cast<size_t>(i)] = static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
     writer.append(tokens.data(), n, "text file '" + path + "'");

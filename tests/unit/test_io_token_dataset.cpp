@@ -66,6 +66,34 @@ TEST(IoTokenDataset, TextFilesRoundTripAsBytes) {
   EXPECT_NO_THROW(d.check_max_token(256));
 }
 
+// A compressed file or a Parquet file given as byte-level text is refused naming the file and
+// its format (its bytes would be learned as text); text that merely starts like bzip2's "BZh"
+// is text. The heads are those gzip, xz, zstd, bzip2 -9 and pyarrow write (oracle_prepare_files
+// runs the tools themselves).
+TEST(IoTokenDataset, CompressedOrParquetFilesAreNotByteLevelText) {
+  TempDir tmp;
+  const std::pair<std::string, const char*> heads[] = {
+      {std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8) + "rest", "gzip-compressed"},
+      {std::string("\xfd\x37\x7a\x58\x5a\x00\x00\x04", 8) + "rest", "xz-compressed"},
+      {std::string("\x28\xb5\x2f\xfd\x24\x0c", 6) + "rest", "zstd-compressed"},
+      {"BZh91AY&SYrest", "bzip2-compressed"},
+      {"PAR1\x15\x04rest", "a Parquet file"}};
+  for (const auto& [head, format] : heads) {
+    testing::write_file(tmp / "data", head);
+    try {
+      prepare_token_dataset({tmp / "data"}, TokenSource::kText, tmp / "o.h5", {}, false);
+      FAIL() << format << " was accepted as text";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(tmp / "data"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(format), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(testing::no_output_left(tmp / "o.h5"));
+  }
+  testing::write_file(tmp / "bzh.txt", "BZh9 opens a bzip2 stream, and this is text.\n");
+  EXPECT_EQ(prepare_token_dataset({tmp / "bzh.txt"}, TokenSource::kText, tmp / "t.h5", {}, false),
+            45);
+}
+
 TEST(IoTokenDataset, LlmcBinFilesConcatenateInOrder) {
   TempDir tmp;
   std::vector<uint16_t> first(3000), second(17);

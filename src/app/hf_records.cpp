@@ -1,0 +1,234 @@
+#include "app/hf_records.h"
+
+namespace zt {
+
+const char* const kRecordsPython = R"PY(
+import bz2, gzip, io, lzma, re, zlib
+
+def records(path, keys):
+    """(where, record) of each record of `path` (numbered_records), its `keys` checked to hold
+    strings."""
+    for number, record in numbered_records(path):
+        for key in keys:
+            string_field(path, number, record, key)
+        yield number, record
+
+def numbered_records(path):
+    """(where, record) of each JSON line, of each element of a file that is one JSON array (as
+    Stanford Alpaca's alpaca_data.json is, and Hugging Face datasets' json loader reads), or of
+    each row of a Parquet file: where is the line number, "element N" or "row N". JSON text may
+    be compressed (gzip, bzip2, xz, zstd: C4's .json.gz, SlimPajama's .jsonl.zst), as the
+    datasets json loader reads it; its lines are counted in the decompressed text. A byte-order
+    mark at the start is read past, as a file saved by a Windows editor has one. Bytes that are
+    not UTF-8 fail at their line, not before: the lines before them are records (a decoder fails
+    on the chunk it reads ahead)."""
+    kind = file_kind(path)
+    if kind == "parquet":
+        yield from parquet_rows(path)
+        return
+    if not starts_array(path, kind):
+        with opened(path, kind) as f:
+            yield from json_lines(path, f)
+        return
+    with opened(path, kind) as f:
+        text = read_whole(path, f)
+    if UNDECODED.search(text):
+        sys.exit(not_utf8(path))
+    try:
+        elements = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        sys.exit(f"{path}: not a JSON array: {e}")
+    yield from ((f"element {i}", record) for i, record in enumerate(elements, 1))
+
+# The magic numbers a file starts with, checked before it is read as text (no UTF-8 text starts
+# with these bytes; bzip2's is checked with its block's magic, below).
+MAGIC = ((b"PAR1", "parquet"), (b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"),
+         (b"\x28\xb5\x2f\xfd", "zstd"))
+
+def file_kind(path):
+    with open(path, "rb") as f:
+        head = f.read(10)
+    for magic, kind in MAGIC:
+        if head.startswith(magic):
+            return kind
+    # "BZh", the block size 1-9, then a block's magic (pi) or the end of an empty stream's (sqrt pi)
+    if head[:3] == b"BZh" and head[3:4] in b"123456789" and head[4:] in (b"1AY&SY",
+                                                                         b"\x17rE8P\x90"):
+        return "bzip2"
+    return "text"
+
+TEXT = dict(encoding="utf-8-sig", errors="surrogateescape", newline="")
+
+def opened(path, kind, **text):
+    """A text stream of the file, decompressed (`text`: open's encoding, errors and newline;
+    TEXT's by default)."""
+    text = text or TEXT
+    if kind == "gzip":
+        return gzip.open(path, "rt", **text)
+    if kind == "bzip2":
+        return bz2.open(path, "rt", **text)
+    if kind == "xz":
+        return lzma.open(path, "rt", **text)
+    if kind == "zstd":
+        return io.TextIOWrapper(io.BufferedReader(ZstdFrames(path)), **text)
+    return open(path, **text)
+
+class ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a zstd file of one or more frames (zstd -c a b > c writes
+    two). A file that ends inside a frame raises EOFError, as gzip's reader does: zstandard's
+    own stream reader returns what it has decompressed, and a download cut short would pass."""
+
+    def __init__(self, path):
+        try:
+            import zstandard
+        except ImportError:
+            sys.exit(f"{path}: zstd-compressed, and {sys.executable} has no zstandard to read it "
+                     "(./run.sh deps installs it in .venv/)")
+        self.zstandard, self.file, self.frame, self.out = zstandard, open(path, "rb"), None, b""
+        READ_ERRORS.add(zstandard.ZstdError)
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        while not self.out:
+            data = self.file.read(1 << 16)
+            if not data:
+                if self.frame is not None:
+                    raise EOFError("the zstd data ends inside a frame")
+                return 0
+            while data:
+                if self.frame is None:
+                    self.frame = self.zstandard.ZstdDecompressor().decompressobj()
+                self.out += self.frame.decompress(data)
+                data = b""
+                if self.frame.eof:  # the frame is whole; what follows it starts another
+                    data, self.frame = self.frame.unused_data, None
+        n = min(len(buffer), len(self.out))
+        buffer[:n], self.out = self.out[:n], self.out[n:]
+        return n
+
+    def close(self):
+        self.file.close()
+        super().close()
+
+# What reading a file raises when it cannot be read on: compressed data corrupt or cut short
+# (EOFError, zlib.error, LZMAError; gzip's BadGzipFile and bz2's errors are OSErrors; zstandard's
+# ZstdError is added when a zstd file is opened), or the disk's error.
+READ_ERRORS = {EOFError, OSError, zlib.error, lzma.LZMAError}
+
+def cannot_read(where, error):
+    return (f"{where}: the file cannot be read on from here (corrupt, or cut short): "
+            f"{type(error).__name__}: {error}")
+
+def read_whole(path, f):
+    try:
+        return f.read()
+    except tuple(READ_ERRORS) as e:
+        sys.exit(cannot_read(path, e))
+
+def read_text(path, kind):
+    """The whole text of a text file (compressed or not), decoded as UTF-8 strictly."""
+    with opened(path, kind, encoding="utf-8", newline="") as f:
+        return read_whole(path, f)
+
+def starts_array(path, kind):
+    """Whether the text of `path` opens with "[" after any spaces (and byte-order mark)."""
+    with opened(path, kind) as f:
+        try:
+            first = f.read(1)
+            while first.isspace():
+                first = f.read(1)
+        except tuple(READ_ERRORS) as e:
+            sys.exit(cannot_read(f"{path}:1", e))
+    return first == "["
+
+def numbered_lines(path, f):
+    """(number, line) of each line of `f` (ended by LF, CR or CRLF), from 1; a file that cannot
+    be read on is named at the line where reading stopped."""
+    number = 0
+    while True:
+        try:
+            line = f.readline()
+        except tuple(READ_ERRORS) as e:
+            sys.exit(cannot_read(f"{path}:{number + 1}", e))
+        if not line:
+            return
+        number += 1
+        yield number, line
+
+def parquet_rows(path):
+    """(where, record) of each row of a Parquet file (the Hugging Face Hub's format for
+    datasets), read a record batch at a time: where is "row N", counted from 0 as Dataset[N]
+    indexes it. A record is the row as pyarrow's to_pylist gives it, as the datasets library
+    hands a row to apply_chat_template: every column, a struct's keys in the file's order, the
+    keys a message lacked as None."""
+    try:
+        import pyarrow, pyarrow.parquet
+    except ImportError:
+        sys.exit(f"{path}: a Parquet file, and {sys.executable} has no pyarrow to read it "
+                 "(./run.sh deps installs it in .venv/)")
+    row = 0
+    try:
+        reader = pyarrow.parquet.ParquetFile(path).iter_batches(batch_size=256)
+    except (OSError, ValueError, pyarrow.ArrowException) as e:
+        sys.exit(f"{path}: not a readable Parquet file: {e}")
+    while True:
+        try:
+            batch = next(reader, None)
+            rows = None if batch is None else batch.to_pylist()
+        except (OSError, ValueError, pyarrow.ArrowException) as e:  # UnicodeDecodeError too
+            sys.exit(f"{path}: the rows from row {row} on cannot be read: "
+                     f"{type(e).__name__}: {e}")
+        if rows is None:
+            return
+        for record in rows:
+            yield f"row {row}", record
+            row += 1
+
+# The characters that stand for bytes that are not UTF-8 when a file is read with
+# errors="surrogateescape" (decoding UTF-8 yields no others in this range).
+UNDECODED = re.compile("[\udc80-\udcff]")
+
+def json_lines(path, f):
+    for number, line in numbered_lines(path, f):
+        said = undecodable(f"{path}:{number}", line)
+        if said:
+            sys.exit(said)
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
+            sys.exit(f"{path}:{number}: not a JSON line: {e}")
+
+def undecodable(where, line):
+    """The error line naming the first bytes of `line` (read with errors="surrogateescape") that
+    are not UTF-8, counted in the line after any byte-order mark; None when it has none."""
+    if not UNDECODED.search(line):
+        return None
+    raw = line.encode("utf-8", "surrogateescape")  # the bytes as they are in the file
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return (f"{where}: not UTF-8 text: byte {e.start + 1} of the line is "
+                f"0x{raw[e.start]:02x} ({e.reason})")
+    return None
+
+def not_utf8(path):
+    """undecodable's error line for the first line of `path` that holds bytes that are not
+    UTF-8, the lines numbered as records numbers them (in the decompressed text); None when none
+    does, or when `path` is a Parquet file. (A strict decoder's error counts from the chunk it
+    was given, not the line.)"""
+    kind = file_kind(path)
+    if kind == "parquet":
+        return None
+    with opened(path, kind) as f:
+        for number, line in numbered_lines(path, f):
+            said = undecodable(f"{path}:{number}", line)
+            if said:
+                return said
+    return None
+)PY";
+
+}  // namespace zt

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""prepare-data reads datasets as the Hugging Face Hub and text corpora ship them, Parquet files
+and compressed JSON lines, against transformers and against the same records as plain JSON lines
+(label oracle).
+
+The Parquet files are written by pyarrow, which Hugging Face datasets writes and reads Parquet
+with, as a dataset pushed to the Hub is: conversations in TRL's format (a list of message structs,
+so a key one message lacks is null in the file, as in every Hub dataset that mixes tool calls with
+plain turns; the tools column as JSON strings, null where a row has none), prompt-completion pairs
+and text documents, with an integer id column, in row groups of 7 rows; 600 pairs and documents,
+so that reading crosses row groups and pyarrow's record batches (of 256 rows). The compressed
+files are written by the gzip, bzip2, xz and zstd tools, as C4's .json.gz and SlimPajama's
+.jsonl.zst were. The tokenizer and its chat template are test_hf_sft.py's.
+1. Conversations from Parquet, at 1 and 3 workers: the tokens and the loss mask are
+   transformers' apply_chat_template with return_assistant_tokens_mask, given each row as
+   pyarrow's to_pylist gives it (what datasets hands TRL); the file equals the one written from
+   the same rows as JSON lines. Prompt-completion pairs (--sft-jsonl) and documents (--jsonl)
+   from Parquet: the JSON lines' files; the documents' tokens are tokenizer(text)'s.
+2. The conversations' JSON lines compressed by each tool (zstd at 3 workers), as several gzip
+   members and several zstd frames, and as one gzipped JSON array; a text file gzipped
+   (--text): each gives the uncompressed file's dataset.
+3. Refused, naming the file and the row (counted from 0, as Dataset[i] indexes it) or the line
+   (counted in the decompressed text), leaving nothing: a null response (Parquet's missing value)
+   on row 300, in the second record batch, at 1 and 3 workers; a column no row has; a Parquet
+   file cut short; a Parquet file given to --text; a bad message on line 20 of a .gz; bytes that
+   are not UTF-8 on line 21 of an .xz; a .gz and a .zst cut short, and a .zst corrupted (its
+   checksum); a .gz given to byte-level --text; and, with a pyarrow or a zstandard that cannot be
+   imported, the missing module.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (argument_parser, check, exit_status,  # noqa: E402
+                            fresh_work_dir, require_venv_modules, run_tool)
+from test_hf_sft import add_chat_template, examples  # noqa: E402
+from test_hf_tokenizer import refused, train_tokenizer  # noqa: E402
+from test_tokenize_workers import contents, conversations  # noqa: E402
+
+h5py, pyarrow, transformers = require_venv_modules("h5py", "pyarrow", "transformers")
+import pyarrow.parquet  # noqa: E402
+
+ROW_GROUP = 7
+CHAT = ["--messages-field", "messages", "--chat-template"]
+PAIR = ["--prompt-field", "question", "--response-field", "answer"]
+BAD_MESSAGE = {"messages": [{"role": "function", "content": "x"}]}
+
+
+def write_parquet(rows, path):
+    """`rows` as one Parquet file of ROW_GROUP-row groups; returns the rows as pyarrow reads them
+    back (every struct key on every element, null where the row had none)."""
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), path, row_group_size=ROW_GROUP)
+    return pyarrow.parquet.read_table(path).to_pylist()
+
+
+def write_jsonl(rows, path):
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def compressed(tool, source, target):
+    """`source` compressed by the command-line `tool` into `target` (appended to it)."""
+    with open(target, "ab") as out:
+        subprocess.run([tool, "-c", source], stdout=out, check=True,
+                       stderr=subprocess.DEVNULL)
+    return target
+
+
+class Session:
+    """The work directory, zerotrain and the tokenizer of one run of the checks."""
+
+    def __init__(self, args):
+        self.work, self.zt = fresh_work_dir(args.work_dir), args.zerotrain
+        self.python = ["--python", sys.executable]
+        self.text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
+
+    def prepare(self, options, out, workers=1):
+        """The contents of the file prepare-data writes with `options`."""
+        run_tool([self.zt, "prepare-data", "--tokenizer", self.work("tok"), "--workers",
+                  str(workers), "--out", self.work(out)] + options + self.python)
+        return contents(self.work(out))
+
+    def refused(self, options, named, env=None, tokenizer=True):
+        """prepare-data with `options` fails naming every string of `named`, leaving nothing."""
+        cmd = ([self.zt, "prepare-data"] + (["--tokenizer", self.work("tok")] if tokenizer else [])
+               + options + ["--out", self.work("bad.h5")] + self.python)
+        if env is None:
+            refused(cmd, named, self.work("bad.h5"))
+            return
+        print(f"+ PYTHONPATH={env} " + " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=env), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        print(proc.stdout.rstrip())
+        check(proc.returncode != 0 and all(n in proc.stdout for n in named)
+              and not os.path.exists(self.work("bad.h5")),
+              f"{options} with PYTHONPATH={env} was not refused naming {named}")
+
+    def without(self, module):
+        """A PYTHONPATH directory where importing `module` fails, as where it is not installed."""
+        os.makedirs(self.work(f"no_{module}/{module}"), exist_ok=True)
+        with open(self.work(f"no_{module}/{module}/__init__.py"), "w") as f:
+            f.write(f"raise ImportError('{module} is not installed (a test stand-in)')\n")
+        return self.work(f"no_{module}")
+
+
+def parquet_checks(s, records, reference):
+    """Part 1; returns the JSON lines' chat dataset."""
+    rows = write_parquet([{"id": i, "messages": messages,
+                           "tools": json.dumps(tools) if tools else None}
+                          for i, (messages, tools) in enumerate(conversations(records[:96]))],
+                         s.work("chats.parquet"))
+    check(any(m["tool_calls"] is None for m in rows[0]["messages"]),
+          "the Parquet file does not hold null message keys, as a Hub dataset does")
+    write_jsonl(rows, s.work("chats.jsonl"))
+    want_ids, want_mask = [], []
+    for row in rows:
+        tools = json.loads(row["tools"]) if row["tools"] else None
+        rendered = reference.apply_chat_template(row["messages"], tools=tools, tokenize=True,
+                                                 return_dict=True,
+                                                 return_assistant_tokens_mask=True)
+        want_ids += rendered["input_ids"]
+        want_mask += rendered["assistant_masks"]
+    from_jsonl = s.prepare(["--sft-jsonl", s.work("chats.jsonl")] + CHAT, "chats_jsonl.h5")
+    for workers in (1, 3):
+        out = f"chats_parquet{workers}.h5"
+        from_parquet = s.prepare(["--sft-jsonl", s.work("chats.parquet")] + CHAT, out, workers)
+        with h5py.File(s.work(out), "r") as f:
+            ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+        check(ids == want_ids, f"--workers {workers}: the tokens are not apply_chat_template's")
+        check(mask == want_mask,
+              f"--workers {workers}: the loss mask is not transformers' assistant mask")
+        check(from_parquet == from_jsonl,
+              f"--workers {workers}: the Parquet file's dataset is not its JSON lines'")
+    print(f"ok   {len(rows)} conversations from Parquet at 1 and 3 workers: {len(ids)} tokens, "
+          f"{sum(mask)} counted, as apply_chat_template and its assistant mask; the file is the "
+          "JSON lines' file")
+
+    pairs = write_parquet(records, s.work("pairs.parquet"))
+    write_jsonl(pairs, s.work("pairs.jsonl"))
+    check(s.prepare(["--sft-jsonl", s.work("pairs.parquet")] + PAIR, "pairs_parquet.h5") ==
+          s.prepare(["--sft-jsonl", s.work("pairs.jsonl")] + PAIR, "pairs_jsonl.h5"),
+          "prompt-completion pairs: the Parquet file's dataset is not its JSON lines'")
+    docs = write_parquet([{"id": r["id"], "text": r["question"] + "\n" + r["answer"]}
+                          for r in records], s.work("docs.parquet"))
+    write_jsonl(docs, s.work("docs.jsonl"))
+    from_parquet = s.prepare(["--jsonl", s.work("docs.parquet")], "docs_parquet.h5")
+    with h5py.File(s.work("docs_parquet.h5"), "r") as f:
+        ids = f["tokens"][:].tolist()
+    check(ids == [t for d in docs for t in reference(d["text"])["input_ids"]],
+          "Parquet documents: the tokens are not tokenizer(text)'s in row order")
+    check(from_parquet == s.prepare(["--jsonl", s.work("docs.jsonl")], "docs_jsonl.h5"),
+          "Parquet documents: the file is not the JSON lines' file")
+    print(f"ok   {len(pairs)} prompt-completion pairs and {len(docs)} documents from Parquet: the "
+          "JSON lines' files, the documents' tokens tokenizer(text)'s")
+    return from_jsonl
+
+
+def compressed_checks(s, from_jsonl):
+    """Part 2."""
+    chats = s.work("chats.jsonl")
+    for tool, suffix, workers in [("gzip", "gz", 1), ("bzip2", "bz2", 1), ("xz", "xz", 1),
+                                  ("zstd", "zst", 3)]:
+        path = compressed(tool, chats, s.work(f"chats.jsonl.{suffix}"))
+        check(s.prepare(["--sft-jsonl", path] + CHAT, f"chats_{suffix}.h5", workers) == from_jsonl,
+              f"{tool}: the compressed file's dataset is not the JSON lines'")
+    with open(chats) as f:
+        lines = f.readlines()
+    with open(s.work("half1.jsonl"), "w") as f:
+        f.writelines(lines[:50])
+    with open(s.work("half2.jsonl"), "w") as f:
+        f.writelines(lines[50:])
+    for tool, suffix in [("gzip", "gz"), ("zstd", "zst")]:
+        path = s.work(f"members.jsonl.{suffix}")  # two gzip members, two zstd frames
+        for half in ("half1.jsonl", "half2.jsonl"):
+            compressed(tool, s.work(half), path)
+        check(s.prepare(["--sft-jsonl", path] + CHAT, f"members_{suffix}.h5") == from_jsonl,
+              f"{tool}: a file of two compressed parts did not give the whole dataset")
+    with open(s.work("chats.json"), "w") as f:
+        json.dump([json.loads(line) for line in lines], f)
+    path = compressed("gzip", s.work("chats.json"), s.work("chats.json.gz"))
+    check(s.prepare(["--sft-jsonl", path] + CHAT, "array_gz.h5") == from_jsonl,
+          "a gzipped JSON array did not give the JSON lines' dataset")
+    path = compressed("gzip", s.text_file, s.work("sample.txt.gz"))
+    check(s.prepare(["--text", path], "text_gz.h5") ==
+          s.prepare(["--text", s.text_file], "text.h5"),
+          "a gzipped text file did not give the text file's dataset")
+    print("ok   JSON lines compressed by gzip, bzip2, xz and zstd (at 3 workers), in two gzip "
+          "members and two zstd frames, a gzipped JSON array and a gzipped text file give the "
+          "uncompressed files' datasets")
+
+
+def parquet_refusals(s, records):
+    """Part 3, Parquet."""
+    write_parquet([dict(r, answer=None) if r["id"] == 300 else r for r in records],
+                  s.work("null.parquet"))
+    for workers in ("1", "3"):
+        s.refused(["--workers", workers, "--sft-jsonl", s.work("null.parquet")] + PAIR,
+                  [s.work("null.parquet") + ":row 300: no string field 'answer'"])
+    s.refused(["--sft-jsonl", s.work("chats.parquet"), "--messages-field", "conversation",
+               "--chat-template"], [s.work("chats.parquet") + ":row 0:", "conversation"])
+    with open(s.work("chats.parquet"), "rb") as f:
+        whole = f.read()
+    with open(s.work("cut.parquet"), "wb") as f:
+        f.write(whole[:len(whole) // 2])
+    s.refused(["--sft-jsonl", s.work("cut.parquet")] + CHAT,
+              [s.work("cut.parquet") + ": not a readable Parquet file"])
+    s.refused(["--text", s.work("docs.parquet")],
+              [s.work("docs.parquet") + ": a Parquet file, not text: --jsonl reads its rows"])
+    s.refused(["--sft-jsonl", s.work("chats.parquet")] + CHAT,
+              [s.work("chats.parquet") + ": a Parquet file", "no pyarrow"], s.without("pyarrow"))
+
+
+def compressed_refusals(s):
+    """Part 3, compressed files."""
+    with open(s.work("chats.jsonl")) as f:
+        lines = f.readlines()
+    with open(s.work("bad_message.jsonl"), "w") as f:
+        f.writelines(lines[:19] + [json.dumps(BAD_MESSAGE) + "\n"] + lines[19:])
+    path = compressed("gzip", s.work("bad_message.jsonl"), s.work("bad_message.jsonl.gz"))
+    s.refused(["--sft-jsonl", path] + CHAT, [path + ":20: 'messages'[0]", "role"])
+    with open(s.work("latin1.jsonl"), "wb") as f:
+        f.write("".join(lines[:20]).encode() + b'{"messages": "caf\xe9"}\n')
+    path = compressed("xz", s.work("latin1.jsonl"), s.work("latin1.jsonl.xz"))
+    s.refused(["--sft-jsonl", path] + CHAT,
+              [path + ":21: not UTF-8 text: byte 18 of the line is 0xe9"])
+    for suffix, damage, named in [
+            ("gz", "cut", "EOFError"), ("zst", "cut", "EOFError: the zstd data ends inside a frame"),
+            ("zst", "flipped", "ZstdError")]:
+        with open(s.work(f"chats.jsonl.{suffix}"), "rb") as f:
+            data = bytearray(f.read())
+        if damage == "cut":
+            data = data[:len(data) // 2]
+        else:
+            data[len(data) // 2] ^= 0xFF  # zstd writes a checksum of each frame
+        path = s.work(f"{damage}.jsonl.{suffix}")
+        with open(path, "wb") as f:
+            f.write(data)
+        s.refused(["--sft-jsonl", path] + CHAT,
+                  [path + ":", "the file cannot be read on from here", named])
+    path = s.work("sample.txt.gz")
+    s.refused(["--text", path], [path, "gzip-compressed"], tokenizer=False)
+    path = s.work("chats.jsonl.zst")
+    s.refused(["--sft-jsonl", path] + CHAT, [path + ": zstd-compressed", "no zstandard"],
+              s.without("zstandard"))
+
+
+def main():
+    args = argument_parser(__doc__.split("\n")[0]).parse_args()
+    s = Session(args)
+
+    def checks():
+        train_tokenizer(s.text_file, s.work("tok"))
+        add_chat_template(s.work("tok"))
+        reference = transformers.AutoTokenizer.from_pretrained(s.work("tok"))
+        records = examples(s.text_file, 600)
+        from_jsonl = parquet_checks(s, records, reference)
+        compressed_checks(s, from_jsonl)
+        parquet_refusals(s, records)
+        compressed_refusals(s)
+        print("ok   a null response, a missing column, Parquet cut short or given as --text, a bad "
+              "message and bytes not UTF-8 in compressed files, compressed files cut short or "
+              "corrupt, a .gz as byte-level text, and a missing pyarrow or zstandard are refused "
+              "naming the file (and the row or line), leaving nothing")
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
