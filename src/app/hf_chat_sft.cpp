@@ -46,32 +46,47 @@ def with_probes(message):
         probed["content"] = TURN_PROBE
     return probed, NAME_PROBE if calls else TURN_PROBE
 
-def turn_start(path, number, messages, i, tools, head, inside, first):
+def first_probe(text):
+    """Where the first probe (TURN_PROBE or NAME_PROBE) is in `text`; -1 when neither is."""
+    return min((p for p in (text.find(TURN_PROBE), text.find(NAME_PROBE)) if p >= 0), default=-1)
+
+def turn_start(path, number, messages, i, tools, head, inside, first, alone):
     """Where assistant turn i starts in the whole rendering when the turns before it render
     differently once later turns follow (Qwen3 keeps the reasoning of a turn after the last user
     message and drops it once another user message follows; Mistral v0.3 writes the system
-    message before the last user message): after the generation prompt that opens the turn
-    whose first probe is at `first` of `inside` (`head`: the turns before it rendered with the
-    generation prompt). A template without a generation prompt: the content's start, when the
-    first probe stands for it. None when it cannot be told."""
+    message and the tools before the last user message): after the generation prompt that opens
+    the turn whose first probe is at `first` of `inside` (`head`: the turns before it rendered
+    with the generation prompt). Else the turn opens as it does when the conversation ends with
+    it (`alone`, the turns before it and it, probes in): with what the template writes between
+    the turns before and the first probe, less the part of it that begins the generation prompt.
+    That part is the prompt whole in most templates; QwQ's and DeepSeek-R1's prompt goes on
+    with "<think>\n", which a reply starts with at generation and a turn already written leaves
+    out; a template without a generation prompt opens a turn of calls with "[TOOL_CALLS]"
+    (Mistral), which counts. None when it cannot be told."""
     before = render(path, number, messages[:i], tools)
     prompt = head[len(before):] if head.startswith(before) else ""
-    if not prompt:
-        return first if inside.startswith(TURN_PROBE, first) else None
-    found = inside.rfind(prompt, 0, first)
-    return found + len(prompt) if found >= 0 else None
+    if prompt:
+        found = inside.rfind(prompt, 0, first)
+        if found >= 0:
+            return found + len(prompt)
+    if not alone.startswith(before) or first_probe(alone) < len(before):
+        return None
+    opening = alone[len(before):first_probe(alone)]
+    prompted = len(os.path.commonprefix([opening, prompt]))
+    if not inside.endswith(opening, 0, first) or (prompt and not prompted):
+        return None
+    return first - len(opening) + prompted
 
-def turn_end(path, number, whole, messages, i, tools, probed, inside, at):
+def turn_end(whole, probe, inside, at, alone):
     """Where assistant turn i ends in the whole rendering, for templates that render an earlier
     assistant turn unlike the last one (Qwen3 drops an earlier turn's reasoning and gives the
     turns after the last user message an empty reasoning block; Phi-3 ends a conversation with
-    EOS, not with the text that closes a turn). `probed`: with_probes(messages[i]). What
-    follows the last probe (at `at` of `inside`) follows the reply, as the template renders
-    it, in the whole conversation. The turn ends after the part of that text that also closes
-    the probe at the end of a conversation (chat_example moves an end inside a token the
-    tokenizer adds whole back to its start). None when it cannot be told."""
-    message, probe = probed
-    alone = render(path, number, messages[:i] + [message], tools)
+    EOS, not with the text that closes a turn). `alone`: the conversation through turn i, its
+    probes in (`probe` the last). What follows the last probe (at `at` of `inside`) follows the
+    reply, as the template renders it, in the whole conversation. The turn ends after the part
+    of that text that also closes the probe at the end of a conversation (chat_example moves an
+    end inside a token the tokenizer adds whole back to its start). None when it cannot be
+    told."""
     last = alone.rfind(probe)
     after = inside[at + len(probe):]
     if last < 0 or not whole.endswith(after):
@@ -85,17 +100,15 @@ def located_turn(path, number, whole, messages, i, tools, head, through, name):
     through it (`through`), is not a prefix of the whole one: with the reply replaced by probes,
     the conversation must render as the whole one up to the first, and turn_start and turn_end
     tell what they replace."""
-    probed = with_probes(messages[i])
-    message, probe = probed
+    message, probe = with_probes(messages[i])
     inside = render(path, number, messages[:i] + [message] + messages[i + 1:], tools)
-    first = min((p for p in (inside.find(TURN_PROBE), inside.find(NAME_PROBE)) if p >= 0),
-                default=-1)
-    at = inside.find(probe)
+    alone = render(path, number, messages[:i] + [message], tools)
+    first, at = first_probe(inside), inside.find(probe)
     if 0 <= first <= at and whole.startswith(inside[:first]):
         start = (len(head) if whole.startswith(head)
-                 else turn_start(path, number, messages, i, tools, head, inside, first))
+                 else turn_start(path, number, messages, i, tools, head, inside, first, alone))
         end = (len(through) if whole.startswith(through)
-               else turn_end(path, number, whole, messages, i, tools, probed, inside, at))
+               else turn_end(whole, probe, inside, at, alone))
         if start is not None and end is not None and start <= first and at <= end:
             return start, end
     sys.exit(f"{path}:{number}: the chat template renders {name} (assistant), or the turns "
@@ -120,6 +133,21 @@ def check_tools_rendered(path, number, messages, tools, names):
                      f"{names[i]} (its rendering leaves their names out): it is not written "
                      "for tool calls")
 
+def check_system_rendered(path, number, messages, tools, names, whole):
+    """A template may leave a system message out of a conversation that ends with an assistant
+    turn (Mistral Nemo's writes it into the last user turn only when that turn ends the
+    conversation): the model would learn the replies without ever seeing it. Its text must be
+    in the rendering, or, as the template may change it (trim it, quote it), a probe given as
+    its content."""
+    for i, message in enumerate(messages):
+        text = message["content"].strip() if message["role"] == "system" else ""
+        if text and text not in whole and TURN_PROBE not in render(
+                path, number, messages[:i] + [dict(message, content=TURN_PROBE)] +
+                messages[i + 1:], tools):
+            sys.exit(f"{path}:{number}: the chat template leaves {names[i]} (system) out of "
+                     "the conversation, which the model would never see; put its text in the "
+                     "first user message")
+
 def chat_example(path, number, messages, names, first_counted=0, tools=None):
     """(ids, mask) of the conversation the tokenizer's chat template renders (`names`: where each
     message is in the record, for errors; with the record's
@@ -131,6 +159,7 @@ def chat_example(path, number, messages, names, first_counted=0, tools=None):
     else located_turn finds it."""
     check_tools_rendered(path, number, messages, tools, names)
     whole = render(path, number, messages, tools)
+    check_system_rendered(path, number, messages, tools, names, whole)
     spans = []
     for i, message in enumerate(messages):
         if message["role"] != "assistant" or i < first_counted:

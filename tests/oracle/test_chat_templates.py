@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Published chat templates whose turns render unlike the generation prompt, through chat SFT,
+against transformers' assistant mask (label oracle).
+
+The templates (tests/data/chat_templates, sources in SOURCES.md) are QwQ-32B's and
+DeepSeek-R1-Distill-Llama-8B's, whose generation prompt goes on with "<think>\\n" that a turn
+already written leaves out (QwQ also drops the reasoning of every turn but the last, DeepSeek of
+every turn), and Mistral-Nemo-Instruct-2407's and Mistral-Small-3.2-24B-Instruct-2506's, which
+have no generation prompt, open a turn of calls with "[TOOL_CALLS]" and list the tools just
+before the last user message. Each is given a tokenizer as test_tokenizer_configs.py makes one
+(a byte-level BPE holding the model's special tokens). The reference is transformers'
+apply_chat_template(return_assistant_tokens_mask=True) on a copy of the template in which the
+assistant turns are marked with {% generation %} by hand (the marks in TEMPLATES: around what the
+model writes after the generation prompt, up to and including the end of its turn; QwQ's last
+turn opens with the "<think>\n" its generation prompt wrote, which is left out); the copy renders
+the same text.
+
+For each template, conversations of two rounds with a system message (without, for Nemo), of two
+rounds whose replies reason in <think> (QwQ, DeepSeek), and agent traces with tools (Mistral: a
+turn of calls with and without content, the tool's result, the answer, a later user turn and its
+answer) go through `prepare-data --sft-jsonl --messages-field messages --chat-template`: the ids
+are apply_chat_template's and the loss mask is the marked copy's assistant mask. Nemo's template
+leaves the system message out of a conversation that ends with a reply: such a conversation is
+refused naming the message, leaving no data.
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
+                            require_venv_modules)
+from test_hf_tokenizer import refused  # noqa: E402
+from test_tokenizer_configs import counted_runs, tokenizer_json  # noqa: E402
+
+h5py, transformers = require_venv_modules("h5py", "transformers")
+
+MISTRAL = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+           "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]"]
+# name: (bos_token, eos_token, the special tokens the template writes, the conversations, and
+# the {% generation %} marks: (text of the template, the text marked), each found once).
+TEMPLATES = {
+    "Qwen-QwQ-32B": (None, "<|im_end|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                     ("system", "reasoning"), [
+        ("{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}",
+         "{{- '<|im_start|>' + message.role + '\\n' }}"
+         "{%- if content.startswith('<think>\\n') %}{{- '<think>\\n' }}"
+         "{%- set content = content[8:] %}{%- endif %}{% generation %}"
+         "{{- content + '<|im_end|>' + '\\n' }}{% endgeneration %}")]),
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": (
+        "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
+        ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
+        ("system", "reasoning"), [
+            ("{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}",
+             "{{'<｜Assistant｜>'}}{% generation %}{{content + '<｜end▁of▁sentence｜>'}}"
+             "{% endgeneration %}")]),
+    "mistralai-Mistral-Nemo-Instruct-2407": ("<s>", "</s>", MISTRAL, ("rounds", "tools"), [
+        ('{{- "[TOOL_CALLS][" }}', '{% generation %}{{- "[TOOL_CALLS][" }}'),
+        ('        {%- endfor %}\n    {%- elif message["role"] == "assistant" %}\n'
+         '        {{- message["content"] + eos_token}}',
+         '        {%- endfor %}{% endgeneration %}\n'
+         '    {%- elif message["role"] == "assistant" %}\n'
+         '        {% generation %}{{- message["content"] + eos_token}}{% endgeneration %}')]),
+    "Mistral-Small-3.2-24B-Instruct-2506": (
+        "<s>", "</s>", MISTRAL + ["[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[CALL_ID]", "[ARGS]",
+                                  "[TOOL_CONTENT]", "[IMG]"], ("system", "tools"), [
+            ("    {%- elif message['role'] == 'assistant' %}\n",
+             "    {%- elif message['role'] == 'assistant' %}{% generation %}\n"),
+            ("        {%- endif %}\n    {%- elif message['role'] == 'tool_results'",
+             "        {%- endif %}{% endgeneration %}\n"
+             "    {%- elif message['role'] == 'tool_results'")]),
+}
+
+USER = ["Name three primes.", "And the next one?"]
+ASSISTANT = ["Two, three and five.", "Seven comes next."]
+THINKING = "<think>\nLet me count.\n</think>\n\n"
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def conversations(kind):
+    """The records of one kind: a list of {"messages"[, "tools"]}."""
+    rounds = [m for u, a in zip(USER, ASSISTANT)
+              for m in ({"role": "user", "content": u}, {"role": "assistant", "content": a})]
+    if kind == "system":
+        return [{"messages": [{"role": "system", "content": "Be brief."}] + rounds}]
+    if kind == "rounds":
+        return [{"messages": rounds}]
+    if kind == "reasoning":
+        return [{"messages": [dict(m, content=THINKING + m["content"])
+                              if m["role"] == "assistant" else m for m in rounds]}]
+    records = []
+    for said in ("", "Let me check."):  # Mistral's templates drop the content of a call turn
+        call = {"type": "function", "id": "call00001",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+        records.append({"tools": TOOLS, "messages": [
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": said, "tool_calls": [call]},
+            {"role": "tool", "name": "get_weather", "tool_call_id": "call00001",
+             "content": "18C and windy"},
+            {"role": "assistant", "content": "It is 18C and windy."},
+            {"role": "user", "content": "And tomorrow?"},
+            {"role": "assistant", "content": "I cannot tell."}]})
+    return records
+
+
+def tokenizer_dir(directory, template, bos, eos, specials):
+    """A tokenizer directory for `template`, its specials at ids from 300 on."""
+    os.makedirs(directory, exist_ok=True)
+    config = {"added_tokens_decoder": {
+        str(300 + i): {"content": c, "lstrip": False, "normalized": False, "rstrip": False,
+                       "single_word": False, "special": True} for i, c in enumerate(specials)},
+        "bos_token": bos, "eos_token": eos, "chat_template": template,
+        "clean_up_tokenization_spaces": False, "model_max_length": 32768,
+        "tokenizer_class": "PreTrainedTokenizerFast"}
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False)
+    tokenizer_json(config).save(os.path.join(directory, "tokenizer.json"))
+    return directory
+
+
+def marked(template, marks, name):
+    for old, new in marks:
+        if template.count(old) != 1:
+            raise SystemExit(f"{name}: the text to mark is in the template "
+                             f"{template.count(old)} times: {old!r}")
+        template = template.replace(old, new)
+    return template
+
+
+def check_template(work, zt, source_dir, name):
+    bos, eos, specials, kinds, marks = TEMPLATES[name]
+    with open(os.path.join(source_dir, "tests/data/chat_templates", name + ".jinja"),
+              encoding="utf-8") as f:
+        template = f.read()
+    directory = tokenizer_dir(work(name), template, bos, eos, specials)
+    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    marked_tok = transformers.AutoTokenizer.from_pretrained(
+        tokenizer_dir(work(name + "-marked"), marked(template, marks, name), bos, eos, specials))
+    for kind in kinds:
+        for n, record in enumerate(conversations(kind)):
+            path = work(f"{name}.{kind}{n}.jsonl")
+            with open(path, "w") as f:
+                f.write(json.dumps(record) + "\n")
+            cmd = [zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", path,
+                   "--messages-field", "messages", "--chat-template", "--out", path + ".h5",
+                   "--python", sys.executable]
+            print("+ " + " ".join(cmd), flush=True)
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+            print(proc.stdout.rstrip())
+            check(proc.returncode == 0, f"{name}, {kind} {n}: prepare-data refused it")
+            with h5py.File(path + ".h5", "r") as f:
+                ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+            tools = record.get("tools")
+            want = reference.apply_chat_template(record["messages"], tools=tools, tokenize=True)
+            rendered = marked_tok.apply_chat_template(record["messages"], tools=tools,
+                                                      tokenize=True, return_dict=True,
+                                                      return_assistant_tokens_mask=True)
+            check(rendered["input_ids"] == want, f"{name}: the marked copy renders other ids")
+            check(ids == want, f"{name}, {kind} {n}: the ids are not apply_chat_template's")
+            runs = [reference.decode(r) for r in counted_runs(ids, mask)]
+            want_runs = [reference.decode(r)
+                         for r in counted_runs(want, rendered["assistant_masks"])]
+            check(mask == rendered["assistant_masks"],
+                  f"{name}, {kind} {n}: zerotrain counts {runs}, transformers' assistant mask "
+                  f"of the marked template {want_runs}")
+            print(f"ok   {name}, {kind} {n}: the ids are apply_chat_template's, the counted "
+                  f"runs transformers' assistant mask's: {runs}")
+
+
+def main():
+    args = argument_parser(__doc__.split("\n")[0]).parse_args()
+    work = fresh_work_dir(args.work_dir)
+
+    def checks():
+        for name in TEMPLATES:
+            check_template(work, args.zerotrain, args.source_dir, name)
+
+        path = work("nemo-system.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(conversations("system")[0]) + "\n")
+        refused([args.zerotrain, "prepare-data", "--tokenizer",
+                 work("mistralai-Mistral-Nemo-Instruct-2407"), "--sft-jsonl", path,
+                 "--messages-field", "messages", "--chat-template", "--out", work("bad.h5"),
+                 "--python", sys.executable],
+                [path + ":1: the chat template leaves 'messages'[0] (system) out"], work("bad.h5"))
+        print("ok   Mistral Nemo's template, which leaves the system message out: refused naming "
+              "it, no data left")
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
