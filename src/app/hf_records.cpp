@@ -5,15 +5,34 @@ namespace zt {
 const char* const kRecordsPython = R"PY(
 import bz2, gzip, io, lzma, re, zlib
 
-def records(path, keys):
+# The fields of the SFT records that no option reads, with the first file and line (or row)
+# holding each: an example loses them (Alpaca's "input" beside its instruction), so the user is
+# told once, at the end, as the Hugging Face Trainer names the dataset columns it ignores.
+unread_fields = {}
+
+def records(path, keys, read=None):
     """(where, record) of each record of `path` (numbered_records), its `keys` checked to hold
-    strings."""
-    for number, record in numbered_records(path):
+    strings. `read`: the fields the examples are made of, when the others are to be noted in
+    unread_fields; a Parquet file is read for these columns alone (for `keys` when None), so that
+    a column no option reads is never converted. A file that holds no record is refused: an
+    empty file the size check could not see (compressed), or one of blank lines, "[]" or no
+    rows."""
+    count = 0
+    for number, record in numbered_records(path, keys if read is None else read,
+                                           read is not None):
+        if read is not None and isinstance(record, dict):
+            for key in record:
+                if key not in read:
+                    unread_fields.setdefault(key, f"{path}:{number}")
         for key in keys:
             string_field(path, number, record, key)
+        count += 1
         yield number, record
+    if not count:
+        sys.exit(f"{path}: no records in the file (no JSON line, an empty JSON array, no Parquet "
+                 "row, or nothing once decompressed)")
 
-def numbered_records(path):
+def numbered_records(path, columns, note):
     """(where, record) of each JSON line, of each element of a file that is one JSON array (as
     Stanford Alpaca's alpaca_data.json is, and Hugging Face datasets' json loader reads), or of
     each row of a Parquet file: where is the line number, "element N" or "row N". JSON text may
@@ -21,10 +40,10 @@ def numbered_records(path):
     datasets json loader reads it; its lines are counted in the decompressed text. A byte-order
     mark at the start is read past, as a file saved by a Windows editor has one. Bytes that are
     not UTF-8 fail at their line, not before: the lines before them are records (a decoder fails
-    on the chunk it reads ahead)."""
+    on the chunk it reads ahead). `columns` and `note`: parquet_rows'."""
     kind = file_kind(path)
     if kind == "parquet":
-        yield from parquet_rows(path)
+        yield from parquet_rows(path, columns, note)
         return
     if not starts_array(path, kind):
         with opened(path, kind) as f:
@@ -40,22 +59,33 @@ def numbered_records(path):
         sys.exit(f"{path}: not a JSON array: {e}")
     yield from ((f"element {i}", record) for i, record in enumerate(elements, 1))
 
-# The magic numbers a file starts with, checked before it is read as text (no UTF-8 text starts
-# with these bytes; bzip2's is checked with its block's magic, below).
-MAGIC = ((b"PAR1", "parquet"), (b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"),
-         (b"\x28\xb5\x2f\xfd", "zstd"))
+# The magic numbers a compressed file starts with, checked before it is read as text (no UTF-8
+# text starts with these bytes; bzip2's is checked with its block's magic, below).
+MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
 
 def file_kind(path):
     with open(path, "rb") as f:
         head = f.read(10)
+        if head.startswith(b"PAR1"):  # and so may text: parquet_file tells
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - 4, 0))
+            return "parquet" if parquet_file(head, f.read(4), size) else "text"
     for magic, kind in MAGIC:
         if head.startswith(magic):
             return kind
+    if head[:1] and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18":
+        return "zstd"  # a skippable frame first, as pzstd writes one
     # "BZh", the block size 1-9, then a block's magic (pi) or the end of an empty stream's (sqrt pi)
     if head[:3] == b"BZh" and head[3:4] in b"123456789" and head[4:] in (b"1AY&SY",
                                                                          b"\x17rE8P\x90"):
         return "bzip2"
     return "text"
+
+def parquet_file(head, tail, size):
+    """Whether a file that starts with Parquet's magic number is Parquet: it ends with it too,
+    or, cut short, a control character follows it (a page header's first byte), as in no text."""
+    return (size >= 12 and tail == b"PAR1") or (len(head) > 4 and head[4] < 0x20
+                                                and head[4] not in b"\t\n\r")
 
 TEXT = dict(encoding="utf-8-sig", errors="surrogateescape", newline="")
 
@@ -75,28 +105,32 @@ def opened(path, kind, **text):
 
 class ZstdFrames(io.RawIOBase):
     """The decompressed bytes of a zstd file of one or more frames (zstd -c a b > c writes
-    two). A file that ends inside a frame raises EOFError, as gzip's reader does: zstandard's
-    own stream reader returns what it has decompressed, and a download cut short would pass."""
+    two; pzstd writes skippable frames between). A file that ends inside a frame raises
+    EOFError, as gzip's reader does: zstandard's own stream reader returns what it has
+    decompressed, and a download cut short would pass."""
 
     def __init__(self, path):
+        self.file = None
         try:
             import zstandard
         except ImportError:
             sys.exit(f"{path}: zstd-compressed, and {sys.executable} has no zstandard to read it "
                      "(./run.sh deps installs it in .venv/)")
-        self.zstandard, self.file, self.frame, self.out = zstandard, open(path, "rb"), None, b""
         READ_ERRORS.add(zstandard.ZstdError)
+        self.zstandard, self.file, self.frame = zstandard, open(path, "rb"), None
+        self.out, self.at = b"", 0  # decompressed bytes, and how many were read
 
     def readable(self):
         return True
 
     def readinto(self, buffer):
-        while not self.out:
-            data = self.file.read(1 << 16)
+        while self.at == len(self.out):
+            data = self.file.read(1 << 14)  # small pieces: what one gives out stays small
             if not data:
                 if self.frame is not None:
                     raise EOFError("the zstd data ends inside a frame")
                 return 0
+            self.out, self.at = b"", 0
             while data:
                 if self.frame is None:
                     self.frame = self.zstandard.ZstdDecompressor().decompressobj()
@@ -104,12 +138,14 @@ class ZstdFrames(io.RawIOBase):
                 data = b""
                 if self.frame.eof:  # the frame is whole; what follows it starts another
                     data, self.frame = self.frame.unused_data, None
-        n = min(len(buffer), len(self.out))
-        buffer[:n], self.out = self.out[:n], self.out[n:]
+        n = min(len(buffer), len(self.out) - self.at)
+        buffer[:n] = memoryview(self.out)[self.at:self.at + n]
+        self.at += n
         return n
 
     def close(self):
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
         super().close()
 
 # What reading a file raises when it cannot be read on: compressed data corrupt or cut short
@@ -118,6 +154,8 @@ class ZstdFrames(io.RawIOBase):
 READ_ERRORS = {EOFError, OSError, zlib.error, lzma.LZMAError}
 
 def cannot_read(where, error):
+    """The error line of a file whose reading stopped at `where`: decompression reads ahead, so
+    the damage is there or further on."""
     return (f"{where}: the file cannot be read on from here (corrupt, or cut short): "
             f"{type(error).__name__}: {error}")
 
@@ -128,9 +166,13 @@ def read_whole(path, f):
         sys.exit(cannot_read(path, e))
 
 def read_text(path, kind):
-    """The whole text of a text file (compressed or not), decoded as UTF-8 strictly."""
+    """The whole text of a text file (compressed or not), decoded as UTF-8 strictly; an empty
+    one is refused (a compressed file the size check could not see through)."""
     with opened(path, kind, encoding="utf-8", newline="") as f:
-        return read_whole(path, f)
+        text = read_whole(path, f)
+    if not text:
+        sys.exit(f"{path}: empty once decompressed")
+    return text
 
 def starts_array(path, kind):
     """Whether the text of `path` opens with "[" after any spaces (and byte-order mark)."""
@@ -157,12 +199,14 @@ def numbered_lines(path, f):
         number += 1
         yield number, line
 
-def parquet_rows(path):
+def parquet_rows(path, columns, note):
     """(where, record) of each row of a Parquet file (the Hugging Face Hub's format for
     datasets), read a record batch at a time: where is "row N", counted from 0 as Dataset[N]
     indexes it. A record is the row as pyarrow's to_pylist gives it, as the datasets library
-    hands a row to apply_chat_template: every column, a struct's keys in the file's order, the
-    keys a message lacked as None."""
+    hands a row to apply_chat_template (a struct's keys in the file's order, the keys a message
+    lacked as None), of `columns` alone: a column no option reads is never converted (pyarrow
+    cannot convert a timestamp in nanoseconds without pandas). `note`: the other columns are
+    noted in unread_fields."""
     try:
         import pyarrow, pyarrow.parquet
     except ImportError:
@@ -170,9 +214,15 @@ def parquet_rows(path):
                  "(./run.sh deps installs it in .venv/)")
     row = 0
     try:
-        reader = pyarrow.parquet.ParquetFile(path).iter_batches(batch_size=256)
+        file = pyarrow.parquet.ParquetFile(path)
+        names = file.schema_arrow.names
+        reader = file.iter_batches(batch_size=256, columns=[n for n in names if n in columns])
     except (OSError, ValueError, pyarrow.ArrowException) as e:
         sys.exit(f"{path}: not a readable Parquet file: {e}")
+    if note and file.metadata.num_rows:
+        for name in names:
+            if name not in columns:
+                unread_fields.setdefault(name, f"{path}:row 0")
     while True:
         try:
             batch = next(reader, None)

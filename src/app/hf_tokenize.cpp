@@ -40,17 +40,6 @@ options = json.loads(options)
 field, sft, workers = options["text_field"], options["sft"], options["workers"]
 eos = special_id("eos_token")
 
-# The fields of the SFT lines that no option reads, with the first file and line holding each: an
-# example loses them (Alpaca's "input" beside its instruction), so the user is told once, at the
-# end, as the Hugging Face Trainer names the dataset columns it ignores.
-unread_fields = {}
-
-def note_unread(path, number, record, read):
-    if isinstance(record, dict):
-        for key in record:
-            if key not in read:
-                unread_fields.setdefault(key, f"{path}:{number}")
-
 def string_field(path, number, record, key):
     value = record.get(key) if isinstance(record, dict) else None
     if isinstance(value, str):
@@ -113,19 +102,18 @@ def jobs(path):
     the records and naming their unread fields is the main process's; the functions may run in
     workers."""
     if sft and sft["messages"]:
-        for number, record in records(path, ()):
-            note_unread(path, number, record, (sft["messages"], sft["tools"]))
+        for number, record in records(path, (), (sft["messages"], sft["tools"])):
             yield f"{path}:{number}", message_example, (path, number, record)
     elif sft and sft["chat_template"]:
-        for number, record in records(path, ()):
-            note_unread(path, number, record, (sft["prompt"], sft["response"], sft["tools"]))
+        read = (sft["prompt"], sft["response"], sft["tools"])
+        for number, record in records(path, (), read):
             yield f"{path}:{number}", chat_pair_example, (path, number, record)
     elif sft:
         if eos < 0:
             sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "
                      "(give it one in tokenizer_config.json, or use --chat-template)")
-        for number, record in records(path, (sft["prompt"], sft["response"])):
-            note_unread(path, number, record, (sft["prompt"], sft["response"]))
+        pair = (sft["prompt"], sft["response"])
+        for number, record in records(path, pair, pair):
             yield f"{path}:{number}", pair_example, (path, number, record)
     elif not field:
         yield path, text_file, (path,)

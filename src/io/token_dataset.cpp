@@ -315,25 +315,64 @@ void TokenDataset::min_max(int32_t* min_token, int32_t* max_token) const {
 
 namespace {
 
-// What a file that starts with `head` is when it is compressed or Parquet, whose bytes a
-// byte-level model would learn as if they were text; nullptr for anything else. bzip2's "BZh" is
-// checked with its block size and its first block's magic, since text may start with "BZh".
-const char* binary_format(std::string_view head) {
+// What a file is when it is compressed (gzip, xz, zstd, or pzstd's skippable frame first, bzip2)
+// or Parquet, whose bytes a byte-level model would learn as if they were text; nullptr for
+// anything else. `head`: its first bytes; `tail`: its last 4; `size`: its size. bzip2's "BZh" is
+// checked with its block size and its first block's magic, and Parquet's "PAR1" with the footer's
+// or, for a file cut short, the control character a page header starts with, since text may
+// start with either.
+const char* binary_format(std::string_view head, std::string_view tail, int64_t size) {
   static constexpr std::pair<std::string_view, const char*> kMagics[] = {
       {{"\x1f\x8b", 2}, "gzip-compressed"},
       {{"\xfd\x37\x7a\x58\x5a\x00", 6}, "xz-compressed"},
-      {{"\x28\xb5\x2f\xfd", 4}, "zstd-compressed"},
-      {{"PAR1", 4}, "a Parquet file"}};
+      {{"\x28\xb5\x2f\xfd", 4}, "zstd-compressed"}};
   for (const auto& [magic, name] : kMagics)
     if (head.starts_with(magic)) return name;
+  if (head.size() >= 4 && (static_cast<unsigned char>(head[0]) & 0xF0) == 0x50 &&
+      head.substr(1, 3) == "\x2a\x4d\x18")
+    return "zstd-compressed";
   if (head.size() >= 10 && head.starts_with("BZh") && head[3] >= '1' && head[3] <= '9' &&
       (head.substr(4, 6) == "1AY&SY" || head.substr(4, 6) == std::string_view("\x17rE8P\x90", 6)))
     return "bzip2-compressed";
+  const bool control_after_magic =
+      head.size() > 4 && static_cast<unsigned char>(head[4]) < 0x20 &&
+      std::string_view("\t\n\r").find(head[4]) == std::string_view::npos;
+  if (head.starts_with("PAR1") && ((size >= 12 && tail == "PAR1") || control_after_magic))
+    return "a Parquet file";
   return nullptr;
+}
+
+// The last `n` bytes of a file (all of it when it is shorter).
+std::string last_bytes(const std::string& path, int64_t n) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  ZT_CHECK(in.good(), "cannot open text file '" + path + "'");
+  const auto size = static_cast<int64_t>(in.tellg());
+  std::string bytes(static_cast<size_t>(std::min(n, size)), '\0');
+  in.seekg(size - static_cast<int64_t>(bytes.size()));
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ZT_CHECK(!in.bad(), "error reading text file '" + path + "'");
+  return bytes;
+}
+
+// Refuses a byte-level text file that is compressed or Parquet (binary_format), naming it.
+void check_not_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in.good(), "cannot open text file '" + path + "'");
+  std::string head(10, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  const char* format =
+      binary_format(head, last_bytes(path, 4), static_cast<int64_t>(fs::file_size(path)));
+  ZT_CHECK(format == nullptr, "text file '" + path + "' is " + format +
+                                  ": byte-level tokens would learn its bytes as text (" +
+                                  (std::string_view(format) == "a Parquet file"
+                                       ? "--tokenizer with --jsonl reads its rows)"
+                                       : "decompress it, or give --tokenizer, which reads it)"));
 }
 
 // Byte-level tokenizer: every byte of the file is one token, and the file is one document.
 void append_text_file(TokenDatasetWriter& writer, const std::string& path) {
+  check_not_binary(path);
   writer.add_document_start(writer.size());
   std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open text file '" + path + "'");
@@ -343,11 +382,6 @@ void append_text_file(TokenDatasetWriter& writer, const std::string& path) {
   while (in) {
     in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     const auto n = static_cast<int64_t>(in.gcount());
-    const char* format =
-        total == 0 ? binary_format({bytes.data(), static_cast<size_t>(n)}) : nullptr;
-    ZT_CHECK(format == nullptr, "text file '" + path + "' is " + format +
-                                    ": byte-level tokens would learn its bytes as text "
-                                    "(decompress it, or give --tokenizer, which reads it)");
     for (int64_t i = 0; i < n; ++i)
       tokens[static_cast<size_t>(i)] = static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
     writer.append(tokens.data(), n, "text file '" + path + "'");

@@ -15,17 +15,21 @@ files are written by the gzip, bzip2, xz and zstd tools, as C4's .json.gz and Sl
    transformers' apply_chat_template with return_assistant_tokens_mask, given each row as
    pyarrow's to_pylist gives it (what datasets hands TRL); the file equals the one written from
    the same rows as JSON lines. Prompt-completion pairs (--sft-jsonl) and documents (--jsonl)
-   from Parquet: the JSON lines' files; the documents' tokens are tokenizer(text)'s.
-2. The conversations' JSON lines compressed by each tool (zstd at 3 workers), as several gzip
-   members and several zstd frames, and as one gzipped JSON array; a text file gzipped
-   (--text): each gives the uncompressed file's dataset.
+   from Parquet: the JSON lines' files (also beside a nanosecond timestamp column, which pyarrow
+   cannot convert without pandas and no option reads); the documents' tokens are
+   tokenizer(text)'s.
+2. The conversations' JSON lines compressed by each tool (zstd at 3 workers; pzstd, which opens
+   with a skippable frame), as several gzip members and several zstd frames, and as one gzipped
+   JSON array; a text file gzipped (--text): each gives the uncompressed file's dataset. A text
+   file opening with "PAR1" is text.
 3. Refused, naming the file and the row (counted from 0, as Dataset[i] indexes it) or the line
    (counted in the decompressed text), leaving nothing: a null response (Parquet's missing value)
    on row 300, in the second record batch, at 1 and 3 workers; a column no row has; a Parquet
-   file cut short; a Parquet file given to --text; a bad message on line 20 of a .gz; bytes that
-   are not UTF-8 on line 21 of an .xz; a .gz and a .zst cut short, and a .zst corrupted (its
-   checksum); a .gz given to byte-level --text; and, with a pyarrow or a zstandard that cannot be
-   imported, the missing module.
+   file cut short; a Parquet file of no rows; a Parquet file given to --text; a bad message on
+   line 20 of a .gz; bytes that are not UTF-8 on line 21 of an .xz; a .gz and a .zst cut short,
+   and a .zst corrupted (its checksum); a gzipped empty file (as JSON lines and as text); a .gz
+   and a pzstd file given to byte-level --text; and, with a pyarrow or a zstandard that cannot
+   be imported, the missing module.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -64,10 +68,10 @@ def write_jsonl(rows, path):
             f.write(json.dumps(row) + "\n")
 
 
-def compressed(tool, source, target):
+def compressed(tool, source, target, *flags):
     """`source` compressed by the command-line `tool` into `target` (appended to it)."""
     with open(target, "ab") as out:
-        subprocess.run([tool, "-c", source], stdout=out, check=True,
+        subprocess.run([tool, *flags, "-c", source], stdout=out, check=True,
                        stderr=subprocess.DEVNULL)
     return target
 
@@ -143,9 +147,19 @@ def parquet_checks(s, records, reference):
 
     pairs = write_parquet(records, s.work("pairs.parquet"))
     write_jsonl(pairs, s.work("pairs.jsonl"))
-    check(s.prepare(["--sft-jsonl", s.work("pairs.parquet")] + PAIR, "pairs_parquet.h5") ==
-          s.prepare(["--sft-jsonl", s.work("pairs.jsonl")] + PAIR, "pairs_jsonl.h5"),
+    from_parquet = s.prepare(["--sft-jsonl", s.work("pairs.parquet")] + PAIR, "pairs_parquet.h5")
+    check(from_parquet == s.prepare(["--sft-jsonl", s.work("pairs.jsonl")] + PAIR,
+                                    "pairs_jsonl.h5"),
           "prompt-completion pairs: the Parquet file's dataset is not its JSON lines'")
+    # A column no option reads that pyarrow cannot convert without pandas (pandas writes
+    # timestamps in nanoseconds) is not read.
+    table = pyarrow.parquet.read_table(s.work("pairs.parquet"))
+    stamps = pyarrow.array([1_700_000_000_000_000_001 + i for i in range(len(table))],
+                           pyarrow.timestamp("ns"))
+    pyarrow.parquet.write_table(table.append_column("created", stamps),
+                                s.work("stamped.parquet"), row_group_size=ROW_GROUP)
+    check(s.prepare(["--sft-jsonl", s.work("stamped.parquet")] + PAIR, "stamped.h5") ==
+          from_parquet, "a column no option reads changed the Parquet file's dataset")
     docs = write_parquet([{"id": r["id"], "text": r["question"] + "\n" + r["answer"]}
                           for r in records], s.work("docs.parquet"))
     write_jsonl(docs, s.work("docs.jsonl"))
@@ -165,8 +179,9 @@ def compressed_checks(s, from_jsonl):
     """Part 2."""
     chats = s.work("chats.jsonl")
     for tool, suffix, workers in [("gzip", "gz", 1), ("bzip2", "bz2", 1), ("xz", "xz", 1),
-                                  ("zstd", "zst", 3)]:
-        path = compressed(tool, chats, s.work(f"chats.jsonl.{suffix}"))
+                                  ("zstd", "zst", 3), ("pzstd", "pzst", 1)]:
+        flags = ("-p", "2") if tool == "pzstd" else ()  # skippable frames between its frames
+        path = compressed(tool, chats, s.work(f"chats.jsonl.{suffix}"), *flags)
         check(s.prepare(["--sft-jsonl", path] + CHAT, f"chats_{suffix}.h5", workers) == from_jsonl,
               f"{tool}: the compressed file's dataset is not the JSON lines'")
     with open(chats) as f:
@@ -190,9 +205,12 @@ def compressed_checks(s, from_jsonl):
     check(s.prepare(["--text", path], "text_gz.h5") ==
           s.prepare(["--text", s.text_file], "text.h5"),
           "a gzipped text file did not give the text file's dataset")
-    print("ok   JSON lines compressed by gzip, bzip2, xz and zstd (at 3 workers), in two gzip "
-          "members and two zstd frames, a gzipped JSON array and a gzipped text file give the "
-          "uncompressed files' datasets")
+    with open(s.work("par1.txt"), "w") as f:  # Parquet's magic number, and text
+        f.write("PAR1 of the report is done.\n")
+    s.prepare(["--text", s.work("par1.txt")], "par1.h5")
+    print("ok   JSON lines compressed by gzip, bzip2, xz, zstd (at 3 workers) and pzstd, in two "
+          "gzip members and two zstd frames, a gzipped JSON array and a gzipped text file give "
+          "the uncompressed files' datasets; text opening with PAR1 is text")
 
 
 def parquet_refusals(s, records):
@@ -214,6 +232,9 @@ def parquet_refusals(s, records):
               [s.work("docs.parquet") + ": a Parquet file, not text: --jsonl reads its rows"])
     s.refused(["--sft-jsonl", s.work("chats.parquet")] + CHAT,
               [s.work("chats.parquet") + ": a Parquet file", "no pyarrow"], s.without("pyarrow"))
+    write_parquet([], s.work("none.parquet"))
+    s.refused(["--sft-jsonl", s.work("none.parquet")] + PAIR,
+              [s.work("none.parquet") + ": no records in the file"])
 
 
 def compressed_refusals(s):
@@ -243,8 +264,13 @@ def compressed_refusals(s):
             f.write(data)
         s.refused(["--sft-jsonl", path] + CHAT,
                   [path + ":", "the file cannot be read on from here", named])
-    path = s.work("sample.txt.gz")
-    s.refused(["--text", path], [path, "gzip-compressed"], tokenizer=False)
+    for path, format in [(s.work("sample.txt.gz"), "gzip-compressed"),
+                         (s.work("chats.jsonl.pzst"), "zstd-compressed")]:
+        s.refused(["--text", path], [path, format], tokenizer=False)
+    open(s.work("empty.txt"), "w").close()
+    path = compressed("gzip", s.work("empty.txt"), s.work("empty.jsonl.gz"))
+    s.refused(["--sft-jsonl", path] + CHAT, [path + ": no records in the file"])
+    s.refused(["--text", path], [path + ": empty once decompressed"])
     path = s.work("chats.jsonl.zst")
     s.refused(["--sft-jsonl", path] + CHAT, [path + ": zstd-compressed", "no zstandard"],
               s.without("zstandard"))
@@ -263,10 +289,11 @@ def main():
         compressed_checks(s, from_jsonl)
         parquet_refusals(s, records)
         compressed_refusals(s)
-        print("ok   a null response, a missing column, Parquet cut short or given as --text, a bad "
-              "message and bytes not UTF-8 in compressed files, compressed files cut short or "
-              "corrupt, a .gz as byte-level text, and a missing pyarrow or zstandard are refused "
-              "naming the file (and the row or line), leaving nothing")
+        print("ok   a null response, a missing column, Parquet cut short, of no rows or given as "
+              "--text, a bad message and bytes not UTF-8 in compressed files, compressed files "
+              "cut short, corrupt or empty, compressed files as byte-level text, and a missing "
+              "pyarrow or zstandard are refused naming the file (and the row or line), leaving "
+              "nothing")
 
     return exit_status(checks)
 

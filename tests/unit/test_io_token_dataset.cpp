@@ -67,17 +67,19 @@ TEST(IoTokenDataset, TextFilesRoundTripAsBytes) {
 }
 
 // A compressed file or a Parquet file given as byte-level text is refused naming the file and
-// its format (its bytes would be learned as text); text that merely starts like bzip2's "BZh"
-// is text. The heads are those gzip, xz, zstd, bzip2 -9 and pyarrow write (oracle_prepare_files
-// runs the tools themselves).
+// its format (its bytes would be learned as text); text that merely starts like bzip2's "BZh" or
+// Parquet's "PAR1" is text. The heads are those gzip, xz, zstd, pzstd (a skippable frame first),
+// bzip2 -9 and pyarrow write (oracle_prepare_files runs the tools themselves).
 TEST(IoTokenDataset, CompressedOrParquetFilesAreNotByteLevelText) {
   TempDir tmp;
   const std::pair<std::string, const char*> heads[] = {
       {std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8) + "rest", "gzip-compressed"},
       {std::string("\xfd\x37\x7a\x58\x5a\x00\x00\x04", 8) + "rest", "xz-compressed"},
       {std::string("\x28\xb5\x2f\xfd\x24\x0c", 6) + "rest", "zstd-compressed"},
+      {std::string("\x50\x2a\x4d\x18\x04\x00\x00\x00", 8) + "rest", "zstd-compressed"},
       {"BZh91AY&SYrest", "bzip2-compressed"},
-      {"PAR1\x15\x04rest", "a Parquet file"}};
+      {"PAR1\x15\x04restPAR1", "a Parquet file"},
+      {"PAR1\x15\x04cut short", "a Parquet file"}};
   for (const auto& [head, format] : heads) {
     testing::write_file(tmp / "data", head);
     try {
@@ -89,9 +91,12 @@ TEST(IoTokenDataset, CompressedOrParquetFilesAreNotByteLevelText) {
     }
     EXPECT_TRUE(testing::no_output_left(tmp / "o.h5"));
   }
-  testing::write_file(tmp / "bzh.txt", "BZh9 opens a bzip2 stream, and this is text.\n");
-  EXPECT_EQ(prepare_token_dataset({tmp / "bzh.txt"}, TokenSource::kText, tmp / "t.h5", {}, false),
-            45);
+  for (const std::string text :
+       {"BZh9 opens a bzip2 stream, and this is text.\n", "PAR1 of the report is done.\n"}) {
+    testing::write_file(tmp / "text.txt", text);
+    EXPECT_EQ(prepare_token_dataset({tmp / "text.txt"}, TokenSource::kText, tmp / "t.h5", {}, true),
+              static_cast<int64_t>(text.size()));
+  }
 }
 
 TEST(IoTokenDataset, LlmcBinFilesConcatenateInOrder) {
