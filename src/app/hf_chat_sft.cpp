@@ -54,26 +54,35 @@ def turn_start(path, number, messages, i, tools, head, inside, first, alone):
     """Where assistant turn i starts in the whole rendering when the turns before it render
     differently once later turns follow (Qwen3 keeps the reasoning of a turn after the last user
     message and drops it once another user message follows; Mistral v0.3 writes the system
-    message and the tools before the last user message): after the generation prompt that opens
-    the turn whose first probe is at `first` of `inside` (`head`: the turns before it rendered
-    with the generation prompt). Else the turn opens as it does when the conversation ends with
-    it (`alone`, the turns before it and it, probes in): with what the template writes between
-    the turns before and the first probe, less the part of it that begins the generation prompt.
-    That part is the prompt whole in most templates; QwQ's and DeepSeek-R1's prompt goes on
-    with "<think>\n", which a reply starts with at generation and a turn already written leaves
-    out; a template without a generation prompt opens a turn of calls with "[TOOL_CALLS]"
-    (Mistral), which counts. None when it cannot be told."""
+    message and the tools before the last user message). The turn opens as it does when the
+    conversation ends with it (`alone`: the turns before it and it, probes in): with what the
+    template writes between the turns before (`before`) and the first probe. It starts after
+    the generation prompt (`head`: the turns before it rendered with the prompt) when that stands
+    right before the first probe (at `first` of `inside`) but for what the opening ends with
+    (Qwen3's empty reasoning block): a prompt found further back lies in an earlier turn (a
+    reply whose "<think>" was never closed). Else after the part of the opening a plain reply's
+    opening shares with the prompt: QwQ's and DeepSeek-R1's prompt goes on with "<think>\n",
+    which a reply starts with at generation and a turn already written leaves out (a turn of
+    calls shares "<t" more with it: "<tool_call>"); a template without a generation prompt
+    (Mistral) opens a turn of calls with "[TOOL_CALLS]", which counts. None when it cannot be
+    told."""
     before = render(path, number, messages[:i], tools)
     prompt = head[len(before):] if head.startswith(before) else ""
+    start = first_probe(alone)
+    opening = alone[len(before):start] if alone.startswith(before) and start >= 0 else None
     if prompt:
         found = inside.rfind(prompt, 0, first)
-        if found >= 0:
+        if found >= 0 and (opening or "").endswith(inside[found + len(prompt):first]):
             return found + len(prompt)
-    if not alone.startswith(before) or first_probe(alone) < len(before):
+    if opening is None or not inside.endswith(opening, 0, first):
         return None
-    opening = alone[len(before):first_probe(alone)]
     prompted = len(os.path.commonprefix([opening, prompt]))
-    if not inside.endswith(opening, 0, first) or (prompt and not prompted):
+    if prompted and not alone.startswith(TURN_PROBE, start):  # a turn of calls, first
+        reply = render(path, number, messages[:i] + [{"role": "assistant",
+                                                      "content": TURN_PROBE}], tools)
+        plain = reply[len(before):] if reply.startswith(before) else ""
+        prompted = min(prompted, len(os.path.commonprefix([plain, prompt])))
+    if prompt and not prompted:
         return None
     return first - len(opening) + prompted
 
@@ -140,8 +149,10 @@ def check_system_rendered(path, number, messages, tools, names, whole):
     in the rendering, or, as the template may change it (trim it, quote it), a probe given as
     its content."""
     for i, message in enumerate(messages):
-        text = message["content"].strip() if message["role"] == "system" else ""
-        if text and text not in whole and TURN_PROBE not in render(
+        if message["role"] != "system":
+            continue
+        text = message["content"].strip()  # empty: the probe tells
+        if not (text and text in whole) and TURN_PROBE not in render(
                 path, number, messages[:i] + [dict(message, content=TURN_PROBE)] +
                 messages[i + 1:], tools):
             sys.exit(f"{path}:{number}: the chat template leaves {names[i]} (system) out of "

@@ -12,13 +12,15 @@ before the last user message. Each is given a tokenizer as test_tokenizer_config
 apply_chat_template(return_assistant_tokens_mask=True) on a copy of the template in which the
 assistant turns are marked with {% generation %} by hand (the marks in TEMPLATES: around what the
 model writes after the generation prompt, up to and including the end of its turn; QwQ's last
-turn opens with the "<think>\n" its generation prompt wrote, which is left out); the copy renders
-the same text.
+turn opens with the "<think>\n" its generation prompt wrote, which is left out, and its turn of
+calls is rewritten to open with the newline its prompt ends with); the copy renders the same
+text.
 
 For each template, conversations of two rounds with a system message (without, for Nemo), of two
-rounds whose replies reason in <think> (QwQ, DeepSeek), and agent traces with tools (Mistral: a
-turn of calls with and without content, the tool's result, the answer, a later user turn and its
-answer) go through `prepare-data --sft-jsonl --messages-field messages --chat-template`: the ids
+rounds whose replies reason in <think> (QwQ, DeepSeek), of three whose first reply's reasoning was
+cut before "</think>" (QwQ: its generation prompt is in that reply too), and agent traces with
+tools (QwQ and Mistral: a turn of calls with and without content, the tool's result, the answer,
+a later user turn and its answer) go through `prepare-data --sft-jsonl --messages-field messages --chat-template`: the ids
 are apply_chat_template's and the loss mask is the marked copy's assistant mask. Nemo's template
 leaves the system message out of a conversation that ends with a reply: such a conversation is
 refused naming the message, leaving no data.
@@ -45,7 +47,16 @@ MISTRAL = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/
 # the {% generation %} marks: (text of the template, the text marked), each found once).
 TEMPLATES = {
     "Qwen-QwQ-32B": (None, "<|im_end|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                     ("system", "reasoning"), [
+                     ("system", "reasoning", "truncated", "tools"), [
+        ("{{- '<|im_start|>' + message.role }}\n        {%- if message.content %}\n"
+         "            {{- '\\n' + content }}\n        {%- endif %}",
+         "{{- '<|im_start|>' + message.role + '\\n' }}{% generation %}"
+         "{%- if message.content %}{{- content }}{%- endif %}"),
+        ("{{- '\\n<tool_call>\\n{\"name\": \"' }}",
+         "{%- if message.content or not loop.first %}{{- '\\n' }}{%- endif %}"
+         "{{- '<tool_call>\\n{\"name\": \"' }}"),
+        ("{%- endfor %}\n        {{- '<|im_end|>\\n' }}",
+         "{%- endfor %}\n        {{- '<|im_end|>\\n' }}{% endgeneration %}"),
         ("{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}",
          "{{- '<|im_start|>' + message.role + '\\n' }}"
          "{%- if content.startswith('<think>\\n') %}{{- '<think>\\n' }}"
@@ -95,6 +106,10 @@ def conversations(kind):
     if kind == "reasoning":
         return [{"messages": [dict(m, content=THINKING + m["content"])
                               if m["role"] == "assistant" else m for m in rounds]}]
+    if kind == "truncated":  # the first reply's reasoning was cut, its "<think>" left open
+        return [{"messages": rounds[:1] + [{"role": "assistant", "content": "<think>\nI was cut"},
+                                           {"role": "user", "content": "Start again."}]
+                 + rounds[1:]}]
     records = []
     for said in ("", "Let me check."):  # Mistral's templates drop the content of a call turn
         call = {"type": "function", "id": "call00001",
