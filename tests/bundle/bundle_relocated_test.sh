@@ -157,7 +157,11 @@ for p in "${loaded[@]}"; do
 done
 for want in lib/libmpi.so.40 lib/libopen-rte.so.40 lib/libhdf5_openmpi.so.103 \
   lib/openmpi/mca_btl_vader.so lib/openmpi/mca_pmix_ext3x.so; do
-  printf '%s\n' "${loaded[@]}" | grep -qx "$B/$want" || fail "no process loaded the bundle's $want"
+  printf '%s\n' "${loaded[@]}" | grep -qx "$B/$want" && continue
+  # Once seen in a CI run and not again in 9 reruns: what the loader logged of it, to tell why.
+  note "the loader's logs ($(find "$WORK/ld" -type f | wc -l) files) on ${want##*/}:"
+  grep -h -- "${want##*/}" "$WORK"/ld/ld.* | sort | uniq -c | sort -rn | head -n 20 >&2 || true
+  fail "no process loaded the bundle's $want"
 done
 # Which ess component a process opens is Open MPI's choice (its schizo components read the
 # environment: a singleton here opens only ess_singleton, elsewhere another); that one came from
