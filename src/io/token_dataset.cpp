@@ -342,27 +342,20 @@ const char* binary_format(std::string_view head, std::string_view tail, int64_t 
   return nullptr;
 }
 
-// The last `n` bytes of a file (all of it when it is shorter).
-std::string last_bytes(const std::string& path, int64_t n) {
+// Refuses a byte-level text file that is compressed or Parquet (binary_format), naming it: its
+// first 10 bytes, its size and its last 4, read through one stream.
+void check_not_binary(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   ZT_CHECK(in.good(), "cannot open text file '" + path + "'");
   const auto size = static_cast<int64_t>(in.tellg());
-  std::string bytes(static_cast<size_t>(std::min(n, size)), '\0');
-  in.seekg(size - static_cast<int64_t>(bytes.size()));
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ZT_CHECK(!in.bad(), "error reading text file '" + path + "'");
-  return bytes;
-}
-
-// Refuses a byte-level text file that is compressed or Parquet (binary_format), naming it.
-void check_not_binary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ZT_CHECK(in.good(), "cannot open text file '" + path + "'");
-  std::string head(10, '\0');
+  std::string head(static_cast<size_t>(std::min<int64_t>(10, size)), '\0');
+  std::string tail(static_cast<size_t>(std::min<int64_t>(4, size)), '\0');
+  in.seekg(0);
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<size_t>(in.gcount()));
-  const char* format =
-      binary_format(head, last_bytes(path, 4), static_cast<int64_t>(fs::file_size(path)));
+  in.seekg(size - static_cast<int64_t>(tail.size()));
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  ZT_CHECK(!in.fail(), "error reading text file '" + path + "'");
+  const char* format = binary_format(head, tail, size);
   ZT_CHECK(format == nullptr, "text file '" + path + "' is " + format +
                                   ": byte-level tokens would learn its bytes as text (" +
                                   (std::string_view(format) == "a Parquet file"
