@@ -159,12 +159,12 @@ def check_system_rendered(path, number, messages, tools, names, whole):
                      "the conversation, which the model would never see; put its text in the "
                      "first user message")
 
-def chat_example(path, number, messages, names, first_counted=0, tools=None):
+def chat_example(path, number, messages, names, learned, tools=None):
     """(ids, mask) of the conversation the tokenizer's chat template renders (`names`: where each
-    message is in the record, for errors; with the record's
-    tools, TRL's tools column): each assistant turn from message `first_counted` on (its content
-    or tool calls, and whatever closes it) counts; everything before it, up to and including the
-    generation prompt, is masked, and so are tool results. Assistant turn i spans the characters
+    message is in the record, for errors; with the record's tools, TRL's tools column): each
+    assistant turn i that is `learned[i]` (its content or tool calls, and whatever closes it)
+    counts; everything before it, up to and including the generation prompt, is masked, and so
+    are tool results. Assistant turn i spans the characters
     from the end of the rendering of messages[:i] with the generation prompt to the end of the
     rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
     else located_turn finds it."""
@@ -173,7 +173,7 @@ def chat_example(path, number, messages, names, first_counted=0, tools=None):
     check_system_rendered(path, number, messages, tools, names, whole)
     spans = []
     for i, message in enumerate(messages):
-        if message["role"] != "assistant" or i < first_counted:
+        if not learned[i]:
             continue
         head = render(path, number, messages[:i], tools, add_generation_prompt=True)
         through = whole if i + 1 == len(messages) else render(path, number, messages[:i + 1],
@@ -196,9 +196,31 @@ def chat_example(path, number, messages, names, first_counted=0, tools=None):
 
 ROLES = ("system", "user", "assistant", "tool")
 # The keys a message of each role may hold beside role and content: TRL's tool-calling format,
-# and the reasoning Qwen3's template reads. Others (a user's name, thinking) change what
+# the reasoning Qwen3's template reads, and the weight of OpenAI's fine-tuning format (1 or 0:
+# whether the turn is learned; it is not handed to the template). Others (thinking) change what
 # templates render, so they are refused.
-EXTRA_KEYS = {"assistant": ("tool_calls", "reasoning_content"), "tool": ("name", "tool_call_id")}
+EXTRA_KEYS = {"assistant": ("tool_calls", "reasoning_content", "weight"),
+              "tool": ("name", "tool_call_id")}
+# What a message key or role refused means, where a known format writes it.
+KEY_HINTS = {
+    "name": "OpenAI's participant name, which the chat templates of Llama, Qwen, Mistral, "
+            "SmolLM2 and Phi-3 leave out: put it in the content",
+    "function_call": "OpenAI's deprecated form of a call: write it as tool_calls",
+    "weight": "OpenAI's weight marks an assistant turn learned or not",
+}
+ROLE_HINTS = {
+    "developer": "OpenAI's developer message: chat templates call it system",
+    "function": "OpenAI's deprecated function result: write it as a tool message",
+}
+
+def message_weight(where, m):
+    """Whether the assistant message is learned: OpenAI's fine-tuning format marks a turn not
+    learned with "weight": 0 (1, or no weight, learns it; nothing else is allowed)."""
+    weight = m.get("weight", 1)
+    if type(weight) not in (int, float) or weight not in (0, 1):
+        sys.exit(f"{where}: 'weight' is {json.dumps(weight, default=str)}; OpenAI's "
+                 "fine-tuning format allows 0 (the turn is not learned) or 1")
+    return weight == 1
 
 def checked_message(where, m, previous):
     """The message, checked: a role, a string content (an assistant turn that makes tool calls
@@ -214,12 +236,15 @@ def checked_message(where, m, previous):
         if isinstance(m, dict) and "from" in m and "value" in m:
             hint = (" (ShareGPT's from/value: TRL's conversational format names them role and "
                     "content, with human as user and gpt as assistant)")
+        elif isinstance(m, dict) and m.get("role") in ROLE_HINTS:
+            hint = f" ({ROLE_HINTS[m['role']]})"
         sys.exit(f"{where} is not a message with a role ({', '.join(ROLES)}){hint}")
     role, allowed = m["role"], EXTRA_KEYS.get(m["role"], ())
     extra = sorted(set(m) - {"role", "content", *allowed})
     if extra:
         holds = ", ".join(("role", "content") + allowed)
-        sys.exit(f"{where} has keys {extra}; a message of role {role} holds {holds}")
+        hints = "".join(f" ({k}: {KEY_HINTS[k]})" for k in extra if k in KEY_HINTS)
+        sys.exit(f"{where} has keys {extra}; a message of role {role} holds {holds}{hints}")
     calls = m.get("tool_calls")
     if calls is not None and (not isinstance(calls, list)
                               or any(call_name(c) is None for c in calls)):
@@ -229,19 +254,22 @@ def checked_message(where, m, previous):
         sys.exit(f"{where}: 'reasoning_content' is not a string")
     content = m.get("content")
     if not isinstance(content, str) and not (calls and content is None):
-        sys.exit(f"{where} has no string content" +
-                 (" (only a turn with tool_calls may leave it out)" if role == "assistant" else ""))
+        hint = " (only a turn with tool_calls may leave it out)" if role == "assistant" else ""
+        if isinstance(content, list):
+            hint = " (a list of content parts, OpenAI's form: write the text as a string)"
+        sys.exit(f"{where} has no string content{hint}")
     if role == "tool" and not (previous and (previous["role"] == "tool"
                                              or previous.get("tool_calls"))):
         sys.exit(f"{where} is a tool result that follows no assistant turn with tool_calls")
     return dict(m, content=content or "")
 
 def conversation(path, number, record, key):
-    """(the record's list of messages, where each is in the record: 'field'[index]). TRL's
-    conversational format, with its tool calls: roles system, user, assistant and tool, checked
-    by checked_message, at least one assistant turn, and a user turn before the first assistant
-    turn. `key` may be a list of fields whose lists are joined (TRL's conversational
-    prompt-completion: prompt, then completion)."""
+    """(the record's list of messages, where each is in the record: 'field'[index], whether each
+    is an assistant turn to learn). TRL's conversational format, with its tool calls: roles
+    system, user, assistant and tool, checked by checked_message, at least one assistant turn, and
+    a user turn before the first assistant turn; OpenAI's weight, taken out of the messages. `key`
+    may be a list of fields whose lists are joined (TRL's conversational prompt-completion:
+    prompt, then completion)."""
     keys = key if isinstance(key, list) else [key]
     messages, names = [], []
     for k in keys:
@@ -251,10 +279,11 @@ def conversation(path, number, record, key):
         messages += part
         names += [f"'{k}'[{i}]" for i in range(len(part))]
     key = " + ".join(f"'{k}'" for k in keys) if len(keys) > 1 else f"'{key}'"
-    checked = []
+    checked, learned = [], []
     for m, name in zip(messages, names):
-        checked.append(checked_message(f"{path}:{number}: {name}", m,
-                                       checked[-1] if checked else None))
+        m = checked_message(f"{path}:{number}: {name}", m, checked[-1] if checked else None)
+        learned.append(m["role"] == "assistant" and message_weight(f"{path}:{number}: {name}", m))
+        checked.append({k: v for k, v in m.items() if k != "weight"})
     roles = [m["role"] for m in checked if m["role"] != "system"]
     if "assistant" not in roles:
         sys.exit(f"{path}:{number}: {key} has no assistant message to learn")
@@ -269,7 +298,7 @@ def conversation(path, number, record, key):
             {"role": "assistant", "content": "", "reasoning_content": TURN_PROBE}]):
         sys.exit(f"{path}:{number}: {names[reasoning[0]]} has a reasoning_content, which the "
                  "chat template does not render: the reasoning would be dropped")
-    return checked, names
+    return checked, names, learned
 
 def tools_of(path, number, record):
     """The tools the record lists for the chat template (TRL's tools column): a list of JSON
@@ -289,9 +318,20 @@ def tools_of(path, number, record):
                  'function ({"type": "function", "function": {"name", "parameters"}})')
     return value
 
+def learned_turns(path, number, key, learned):
+    """`learned`, when it holds a turn to learn; else the record is refused: every assistant
+    message of `key` (a quoted field, or fields) has OpenAI's weight 0."""
+    if not any(learned):
+        sys.exit(f"{path}:{number}: every assistant message of {key} has weight 0: nothing to "
+                 "learn")
+    return learned
+
 def message_example(path, number, record):
-    return chat_example(path, number, *conversation(path, number, record, sft["messages"]),
-                        tools=tools_of(path, number, record))
+    key = sft["messages"]
+    messages, names, learned = conversation(path, number, record, key)
+    return chat_example(path, number, messages, names,
+                        learned_turns(path, number, f"'{key}'", learned),
+                        tools_of(path, number, record))
 
 def chat_pair_example(path, number, record):
     prompt, response = sft["prompt"], sft["response"]
@@ -305,14 +345,16 @@ def chat_pair_example(path, number, record):
         return chat_example(path, number, [
             {"role": "user", "content": string_field(path, number, record, prompt)},
             {"role": "assistant", "content": string_field(path, number, record, response)}],
-            [f"'{prompt}'", f"'{response}'"], tools=tools)
+            [f"'{prompt}'", f"'{response}'"], [False, True], tools)
     # TRL's conversational prompt-completion: the completion's turns count, as TRL's
     # completion-only loss counts them; the prompt's (an earlier reply too) do not.
-    messages, names = conversation(path, number, record, [prompt, response])
+    messages, names, learned = conversation(path, number, record, [prompt, response])
     first = len(record[prompt])
     if "assistant" not in (m["role"] for m in messages[first:]):
         sys.exit(f"{path}:{number}: '{response}' has no assistant message to learn")
-    return chat_example(path, number, messages, names, first, tools)
+    learned = [False] * first + learned[first:]
+    return chat_example(path, number, messages, names,
+                        learned_turns(path, number, f"'{response}'", learned), tools)
 )PY";
 
 }  // namespace zt
