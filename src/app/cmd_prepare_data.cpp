@@ -29,16 +29,17 @@ po::options_description prepare_data_options() {
       "tokenizer", po::value<std::string>(),
       "Hugging Face tokenizer.json, or a directory holding it, for --text or --jsonl")(
       "jsonl", po::value<std::vector<std::string>>()->multitoken(),
-      "JSON-lines files, one document per line, files holding one JSON array of them, or "
-      "Parquet files, one document per row, as the Hugging Face Hub stores datasets; JSON may be "
-      "compressed by gzip, bzip2, xz or zstd (with --tokenizer)")(
+      "JSON-lines files, one document per line, files holding one JSON array of them, "
+      "Parquet files, one document per row, as the Hugging Face Hub stores datasets, or "
+      "directories datasets' save_to_disk wrote (and its Arrow files); JSON may be compressed by "
+      "gzip, bzip2, xz or zstd (with --tokenizer)")(
       "text-field", po::value<std::string>()->default_value("text"),
       "the field of each JSON line that holds its text")(
       "sft-jsonl", po::value<std::vector<std::string>>()->multitoken(),
       "JSON-lines files of SFT examples, a prompt and a response per line, files holding one "
-      "JSON array of them, as Alpaca's alpaca_data.json, or Parquet files of them, one per row; "
-      "JSON may be compressed (with --tokenizer): the dataset gets a loss mask so that only the "
-      "responses are learned")(
+      "JSON array of them, as Alpaca's alpaca_data.json, Parquet files of them, one per row, or "
+      "saved datasets (as --jsonl); JSON may be compressed (with --tokenizer): the dataset gets "
+      "a loss mask so that only the responses are learned")(
       "prompt-field", po::value<std::string>()->default_value("prompt"),
       "the field of each --sft-jsonl line that holds the prompt: a string, or with "
       "--chat-template a list of messages (TRL's conversational prompt-completion)")(

@@ -35,15 +35,16 @@ def records(path, keys, read=None):
 def numbered_records(path, columns, note):
     """(where, record) of each JSON line, of each element of a file that is one JSON array (as
     Stanford Alpaca's alpaca_data.json is, and Hugging Face datasets' json loader reads), or of
-    each row of a Parquet file: where is the line number, "element N" or "row N". JSON text may
+    each row of a Parquet file, an Arrow file or a directory datasets' save_to_disk wrote: where
+    is the line number, "element N" or "row N". JSON text may
     be compressed (gzip, bzip2, xz, zstd: C4's .json.gz, SlimPajama's .jsonl.zst), as the
     datasets json loader reads it; its lines are counted in the decompressed text. A byte-order
     mark at the start is read past, as a file saved by a Windows editor has one. Bytes that are
     not UTF-8 fail at their line, not before: the lines before them are records (a decoder fails
-    on the chunk it reads ahead). `columns` and `note`: parquet_rows'."""
+    on the chunk it reads ahead). `columns` and `note`: table_rows'."""
     kind = file_kind(path)
-    if kind == "parquet":
-        yield from parquet_rows(path, columns, note)
+    if kind in TABLES:
+        yield from TABLES[kind](path, columns, note)
         return
     if not starts_array(path, kind):
         with opened(path, kind) as f:
@@ -59,17 +60,26 @@ def numbered_records(path, columns, note):
         sys.exit(f"{path}: not a JSON array: {e}")
     yield from ((f"element {i}", record) for i, record in enumerate(elements, 1))
 
+# An Arrow stream starts with a message's continuation marker; an Arrow IPC file with its magic.
+ARROW_STREAM, ARROW_FILE = b"\xff\xff\xff\xff", b"ARROW1"
+
 # The magic numbers a compressed file starts with, checked before it is read as text (no UTF-8
 # text starts with these bytes; bzip2's is checked with its block's magic, below).
 MAGIC = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
 
 def file_kind(path):
+    """"saved" (a directory, as save_to_disk writes), "parquet", "arrow" (an Arrow stream, as
+    datasets writes its files, or an Arrow IPC file, Feather's), a compression, or "text"."""
+    if os.path.isdir(path):
+        return "saved"
     with open(path, "rb") as f:
         head = f.read(10)
         if head.startswith(b"PAR1"):  # and so may text: parquet_file tells
             size = f.seek(0, os.SEEK_END)
             f.seek(max(size - 4, 0))
             return "parquet" if parquet_file(head, f.read(4), size) else "text"
+    if head.startswith((ARROW_STREAM, ARROW_FILE)):  # bytes no UTF-8 text starts with
+        return "arrow"
     for magic, kind in MAGIC:
         if head.startswith(magic):
             return kind
@@ -199,42 +209,135 @@ def numbered_lines(path, f):
         number += 1
         yield number, line
 
-def parquet_rows(path, columns, note):
-    """(where, record) of each row of a Parquet file (the Hugging Face Hub's format for
-    datasets), read a record batch at a time: where is "row N", counted from 0 as Dataset[N]
-    indexes it. A record is the row as pyarrow's to_pylist gives it, as the datasets library
-    hands a row to apply_chat_template (a struct's keys in the file's order, the keys a message
-    lacked as None), of `columns` alone: a column no option reads is never converted (pyarrow
-    cannot convert a timestamp in nanoseconds without pandas). `note`: the other columns are
-    noted in unread_fields."""
+def imported_pyarrow(path, what):
     try:
-        import pyarrow, pyarrow.parquet
+        import pyarrow, pyarrow.ipc, pyarrow.parquet
     except ImportError:
-        sys.exit(f"{path}: a Parquet file, and {sys.executable} has no pyarrow to read it "
+        sys.exit(f"{path}: {what}, and {sys.executable} has no pyarrow to read it "
                  "(./run.sh deps installs it in .venv/)")
-    row = 0
+    return pyarrow
+
+def parquet_rows(path, columns, note):
+    """table_rows of a Parquet file (the Hugging Face Hub's format for datasets), read a record
+    batch at a time, of `columns` alone."""
+    pa = imported_pyarrow(path, "a Parquet file")
     try:
-        file = pyarrow.parquet.ParquetFile(path)
-        names = file.schema_arrow.names
-        reader = file.iter_batches(batch_size=256, columns=[n for n in names if n in columns])
-    except (OSError, ValueError, pyarrow.ArrowException) as e:
+        file = pa.parquet.ParquetFile(path)
+        schema = file.schema_arrow
+        batches = file.iter_batches(batch_size=BATCH_ROWS,
+                                    columns=[n for n in schema.names if n in columns])
+    except (OSError, ValueError, pa.ArrowException) as e:
         sys.exit(f"{path}: not a readable Parquet file: {e}")
-    if note and file.metadata.num_rows:
-        for name in names:
-            if name not in columns:
-                unread_fields.setdefault(name, f"{path}:row 0")
+    yield from table_rows(path, schema, batches, columns, note and path, 0)
+
+def arrow_rows(path, columns, note):
+    """table_rows of an Arrow file, or of the Arrow files of a directory datasets' save_to_disk
+    wrote, in the order its state.json lists them, the rows counted through them as
+    load_from_disk's Dataset[N] counts them."""
+    row = 0
+    for file in saved_files(path) if os.path.isdir(path) else [path]:
+        pa = imported_pyarrow(file, "an Arrow file")
+        try:
+            source = pa.memory_map(file)
+            ipc_file = source.read(len(ARROW_FILE)) == ARROW_FILE
+            source.seek(0)
+            if ipc_file:
+                reader = pa.ipc.open_file(source)
+                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            else:
+                reader = pa.ipc.open_stream(source)
+                batches = iter(reader)
+        except (OSError, ValueError, pa.ArrowException) as e:
+            sys.exit(f"{file}: not a readable Arrow file: {e}")
+        names = [n for n in reader.schema.names if n in columns]
+        pieces = (batch.slice(at, BATCH_ROWS).select(names)
+                  for batch in batches for at in range(0, batch.num_rows, BATCH_ROWS))
+        row = yield from table_rows(file, reader.schema, pieces, columns, note and path, row)
+
+def saved_files(path):
+    """The Arrow files of a directory that datasets' save_to_disk wrote (its state.json lists
+    them); a DatasetDict's directory, or another one, is refused."""
+    splits = os.path.join(path, "dataset_dict.json")
+    if os.path.isfile(splits):
+        try:
+            with open(splits, encoding="utf-8") as f:
+                names = [str(n) for n in json.load(f)["splits"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"{splits}: not datasets' list of splits: {type(e).__name__}: {e}")
+        sys.exit(f"{path}: a DatasetDict that save_to_disk wrote, of splits "
+                 f"{', '.join(names)}: give one split's directory "
+                 f"({os.path.join(path, names[0]) if names else 'DIR/train'})")
+    state = os.path.join(path, "state.json")
+    if not os.path.isfile(state):
+        sys.exit(f"{path}: a directory, and not one that datasets' save_to_disk wrote (it holds "
+                 "no state.json)")
+    try:
+        with open(state, encoding="utf-8") as f:
+            files = [entry["filename"] for entry in json.load(f)["_data_files"]]
+        if not all(isinstance(n, str) and n == os.path.basename(n) != ".." for n in files):
+            raise ValueError(f"the file names {files} are not names in the directory")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"{state}: not the state.json of a saved dataset (a list of its _data_files): "
+                 f"{type(e).__name__}: {e}")
+    for name in files:
+        if not os.path.isfile(os.path.join(path, name)):
+            sys.exit(f"{state}: lists {name}, which {path} does not hold")
+    return [os.path.join(path, name) for name in files]
+
+TABLES = {"parquet": parquet_rows, "arrow": arrow_rows, "saved": arrow_rows}
+BATCH_ROWS = 256
+
+def table_rows(path, schema, batches, columns, note, row):
+    """(where, record) of each row of the record `batches` of `path` (of the columns named in
+    `columns`; `schema`: the file's), where "row N" counts from `row` as Dataset[N] indexes it;
+    returns the count after the last. A record is the row as pyarrow's to_pylist gives it, as the
+    datasets library hands a row to apply_chat_template (a struct's keys in the file's order, the
+    keys a message lacked as None), but for values of datasets' Json feature (its arrow.json
+    type: datasets 5 stores a column of messages whose keys differ from message to message so),
+    which are decoded as datasets decodes them. A column no option reads is never converted
+    (pyarrow cannot convert a timestamp in nanoseconds without pandas). `note`: the input to
+    name, in unread_fields, with the other columns, when the file has a row."""
+    pa = sys.modules["pyarrow"]
+    json_types = {f.name: f.type for f in schema if f.name in columns and holds_json(f.type)}
     while True:
         try:
-            batch = next(reader, None)
+            batch = next(batches, None)
             rows = None if batch is None else batch.to_pylist()
-        except (OSError, ValueError, pyarrow.ArrowException) as e:  # UnicodeDecodeError too
+        except (OSError, ValueError, pa.ArrowException) as e:  # UnicodeDecodeError too
             sys.exit(f"{path}: the rows from row {row} on cannot be read: "
                      f"{type(e).__name__}: {e}")
         if rows is None:
-            return
+            return row
+        for name in schema.names if note and rows else ():
+            if name not in columns:
+                unread_fields.setdefault(name, f"{note}:row {row}")
         for record in rows:
+            for name, t in json_types.items():
+                try:
+                    record[name] = json_decoded(record[name], t)
+                except ValueError as e:
+                    sys.exit(f"{path}:row {row}: '{name}' holds JSON text that does not "
+                             f"parse: {e}")
             yield f"row {row}", record
             row += 1
+
+def holds_json(t):
+    """Whether the Arrow type is, or holds, the arrow.json extension type."""
+    return (getattr(t, "extension_name", None) == "arrow.json"
+            or any(holds_json(t.field(i).type) for i in range(t.num_fields)))
+
+def json_decoded(value, t):
+    """The value to_pylist gave of Arrow type `t`, its arrow.json texts parsed."""
+    pa = sys.modules["pyarrow"]
+    if value is None or not holds_json(t):
+        return value
+    if getattr(t, "extension_name", None) == "arrow.json":
+        return json.loads(value)
+    if pa.types.is_struct(t):
+        return {k: json_decoded(v, t.field(k).type) for k, v in value.items()}
+    if pa.types.is_map(t):
+        return [(k, json_decoded(v, t.item_type)) for k, v in value]
+    return [json_decoded(v, t.value_type) for v in value]  # a list of any kind
 
 # The characters that stand for bytes that are not UTF-8 when a file is read with
 # errors="surrogateescape" (decoding UTF-8 yields no others in this range).
@@ -268,10 +371,10 @@ def undecodable(where, line):
 def not_utf8(path):
     """undecodable's error line for the first line of `path` that holds bytes that are not
     UTF-8, the lines numbered as records numbers them (in the decompressed text); None when none
-    does, or when `path` is a Parquet file. (A strict decoder's error counts from the chunk it
+    does, or when `path` is a table (Parquet, Arrow, a saved dataset). (A strict decoder's error counts from the chunk it
     was given, not the line.)"""
     kind = file_kind(path)
-    if kind == "parquet":
+    if kind in TABLES:
         return None
     with opened(path, kind) as f:
         for number, line in numbered_lines(path, f):

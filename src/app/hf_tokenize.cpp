@@ -88,9 +88,9 @@ def pair_example(path, number, record):
 
 def text_file(path):
     kind = file_kind(path)
-    if kind == "parquet":
-        sys.exit(f"{path}: a Parquet file, not text: --jsonl reads its rows (--text-field names "
-                 "the column)")
+    if kind in ("parquet", "arrow"):
+        sys.exit(f"{path}: a{'' if kind == 'parquet' else 'n'} {kind.capitalize()} file, not "
+                 "text: --jsonl reads its rows (--text-field names the column)")
     return ids_of(read_text(path, kind), True), None
 
 def text_document(text):
@@ -259,8 +259,15 @@ std::vector<int64_t> read_uint64_file(const std::string& path) {
 
 int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   ZT_CHECK(!request.inputs.empty(), "no input files given");
+  // Records (--jsonl, --sft-jsonl) may also come from a directory datasets' save_to_disk wrote,
+  // which the step reads and checks; text files are files.
+  const bool records = request.sft.has_value() || !request.text_field.empty();
   for (const std::string& path : request.inputs) {
-    ZT_CHECK(fs::is_regular_file(path), "input file '" + path + "' does not exist");
+    if (records && fs::is_directory(path)) continue;
+    ZT_CHECK(fs::exists(path), "input file '" + path + "' does not exist");
+    ZT_CHECK(fs::is_regular_file(path),
+             "input '" + path + "' is not a file" +
+                 (records ? " (nor a directory that datasets' save_to_disk wrote)" : ""));
     ZT_CHECK(fs::file_size(path) > 0, "input file '" + path + "' is empty");
   }
   ZT_CHECK(fs::exists(request.tokenizer), "tokenizer '" + request.tokenizer + "' does not exist");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -315,35 +316,45 @@ void TokenDataset::min_max(int32_t* min_token, int32_t* max_token) const {
 
 namespace {
 
-// What a file is when it is compressed (gzip, xz, zstd, or pzstd's skippable frame first, bzip2)
-// or Parquet, whose bytes a byte-level model would learn as if they were text; nullptr for
-// anything else. `head`: its first bytes; `tail`: its last 4; `size`: its size. bzip2's "BZh" is
-// checked with its block size and its first block's magic, and Parquet's "PAR1" with the footer's
-// or, for a file cut short, the control character a page header starts with, since text may
-// start with either.
-const char* binary_format(std::string_view head, std::string_view tail, int64_t size) {
-  static constexpr std::pair<std::string_view, const char*> kMagics[] = {
-      {{"\x1f\x8b", 2}, "gzip-compressed"},
-      {{"\xfd\x37\x7a\x58\x5a\x00", 6}, "xz-compressed"},
-      {{"\x28\xb5\x2f\xfd", 4}, "zstd-compressed"}};
-  for (const auto& [magic, name] : kMagics)
-    if (head.starts_with(magic)) return name;
+// A file format whose bytes a byte-level model would learn as if they were text: a compressed
+// file, or a table (Parquet, Arrow) whose rows --tokenizer with --jsonl reads.
+struct BinaryFormat {
+  const char* name;
+  bool table;
+};
+
+// What a file is when it is compressed (gzip, xz, zstd, or pzstd's skippable frame first, bzip2),
+// Parquet or Arrow (a stream, as Hugging Face datasets writes its files, or an IPC file); nullopt
+// for anything else. `head`: its first bytes; `tail`: its last 4; `size`: its size. bzip2's "BZh"
+// is checked with its block size and its first block's magic, and Parquet's "PAR1" with the
+// footer's or, for a file cut short, the control character a page header starts with, since text
+// may start with either. An Arrow stream's continuation marker (0xFFFFFFFF) is no UTF-8 text.
+std::optional<BinaryFormat> binary_format(std::string_view head, std::string_view tail,
+                                          int64_t size) {
+  static constexpr std::pair<std::string_view, BinaryFormat> kMagics[] = {
+      {{"\x1f\x8b", 2}, {"gzip-compressed", false}},
+      {{"\xfd\x37\x7a\x58\x5a\x00", 6}, {"xz-compressed", false}},
+      {{"\x28\xb5\x2f\xfd", 4}, {"zstd-compressed", false}},
+      {{"\xff\xff\xff\xff", 4}, {"an Arrow file", true}},
+      {{"ARROW1", 6}, {"an Arrow file", true}}};
+  for (const auto& [magic, format] : kMagics)
+    if (head.starts_with(magic)) return format;
   if (head.size() >= 4 && (static_cast<unsigned char>(head[0]) & 0xF0) == 0x50 &&
       head.substr(1, 3) == "\x2a\x4d\x18")
-    return "zstd-compressed";
+    return BinaryFormat{"zstd-compressed", false};
   if (head.size() >= 10 && head.starts_with("BZh") && head[3] >= '1' && head[3] <= '9' &&
       (head.substr(4, 6) == "1AY&SY" || head.substr(4, 6) == std::string_view("\x17rE8P\x90", 6)))
-    return "bzip2-compressed";
+    return BinaryFormat{"bzip2-compressed", false};
   const bool control_after_magic =
       head.size() > 4 && static_cast<unsigned char>(head[4]) < 0x20 &&
       std::string_view("\t\n\r").find(head[4]) == std::string_view::npos;
   if (head.starts_with("PAR1") && ((size >= 12 && tail == "PAR1") || control_after_magic))
-    return "a Parquet file";
-  return nullptr;
+    return BinaryFormat{"a Parquet file", true};
+  return std::nullopt;
 }
 
-// Refuses a byte-level text file that is compressed or Parquet (binary_format), naming it: its
-// first 10 bytes, its size and its last 4, read through one stream.
+// Refuses a byte-level text file that is compressed, Parquet or Arrow (binary_format), naming it:
+// its first 10 bytes, its size and its last 4, read through one stream.
 void check_not_binary(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   ZT_CHECK(in.good(), "cannot open text file '" + path + "'");
@@ -355,11 +366,10 @@ void check_not_binary(const std::string& path) {
   in.seekg(size - static_cast<int64_t>(tail.size()));
   in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
   ZT_CHECK(!in.fail(), "error reading text file '" + path + "'");
-  const char* format = binary_format(head, tail, size);
-  ZT_CHECK(format == nullptr, "text file '" + path + "' is " + format +
-                                  ": byte-level tokens would learn its bytes as text (" +
-                                  (std::string_view(format) == "a Parquet file"
-                                       ? "--tokenizer with --jsonl reads its rows)"
+  const std::optional<BinaryFormat> format = binary_format(head, tail, size);
+  ZT_CHECK(!format, "text file '" + path + "' is " + format->name +
+                        ": byte-level tokens would learn its bytes as text (" +
+                        (format->table ? "--tokenizer with --jsonl reads its rows)"
                                        : "decompress it, or give --tokenizer, which reads it)"));
 }
 

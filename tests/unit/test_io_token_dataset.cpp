@@ -70,7 +70,7 @@ TEST(IoTokenDataset, TextFilesRoundTripAsBytes) {
 // its format (its bytes would be learned as text); text that merely starts like bzip2's "BZh" or
 // Parquet's "PAR1" is text. The heads are those gzip, xz, zstd, pzstd (a skippable frame first),
 // bzip2 -9 and pyarrow write (oracle_prepare_files runs the tools themselves).
-TEST(IoTokenDataset, CompressedOrParquetFilesAreNotByteLevelText) {
+TEST(IoTokenDataset, CompressedParquetOrArrowFilesAreNotByteLevelText) {
   TempDir tmp;
   const std::pair<std::string, const char*> heads[] = {
       {std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8) + "rest", "gzip-compressed"},
@@ -79,7 +79,9 @@ TEST(IoTokenDataset, CompressedOrParquetFilesAreNotByteLevelText) {
       {std::string("\x50\x2a\x4d\x18\x04\x00\x00\x00", 8) + "rest", "zstd-compressed"},
       {"BZh91AY&SYrest", "bzip2-compressed"},
       {"PAR1\x15\x04restPAR1", "a Parquet file"},
-      {"PAR1\x15\x04cut short", "a Parquet file"}};
+      {"PAR1\x15\x04cut short", "a Parquet file"},
+      {std::string("\xff\xff\xff\xff\xb8\x03\x00\x00", 8) + "rest", "an Arrow file"},
+      {std::string("ARROW1\x00\x00", 8) + "rest", "an Arrow file"}};
   for (const auto& [head, format] : heads) {
     testing::write_file(tmp / "data", head);
     try {
