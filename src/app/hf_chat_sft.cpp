@@ -124,23 +124,52 @@ def located_turn(path, number, whole, messages, i, tools, head, through, name):
              "before it, inside the conversation unlike it renders them at its end: the turn "
              "cannot be located")
 
-def check_tools_rendered(path, number, messages, tools, names):
+def unrendered_calls(messages, tools, rendering):
+    """The index of the first turn whose tool calls the template leaves out of `rendering`
+    (messages, tools) -> text, given NAME_PROBE as their names (a name that the text holds
+    anyway would not tell); None when it renders them all."""
+    for i, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        probed = dict(message, tool_calls=probe_names(calls, True)) if calls else None
+        if probed and rendering(messages[:i] + [probed] + messages[i + 1:],
+                                tools).count(NAME_PROBE) < len(calls):
+            return i
+    return None
+
+def call_contents(path, number, messages, tools):
+    """(the messages, a turn of calls without content given "" (Qwen3's template fails on none;
+    most render both alike), or none when the template leaves the calls out with "" and renders
+    them with none, as DeepSeek-R1's does (its turn of calls is the one whose content is none),
+    and as transformers renders a null content; the error the template raised given none, when
+    neither renders the calls, for check_tools_rendered to name)."""
+    empty = [dict(m, content="") if m["content"] is None else m for m in messages]
+    nones = [dict(m, content=None) if m.get("tool_calls") and not m["content"] else m
+             for m in messages]
+    if empty == nones or unrendered_calls(empty, tools, lambda m, t: render(
+            path, number, m, t)) is None:
+        return empty, None
+    try:
+        left_out = unrendered_calls(nones, tools, lambda m, t: tok.apply_chat_template(
+            m, tools=t, tokenize=False))
+    except Exception as e:
+        return empty, f"{type(e).__name__}: {e}"
+    return (empty, None) if left_out is not None else (nones, None)
+
+def check_tools_rendered(path, number, messages, tools, names, failed_none=None):
     """A template written without tool calls leaves the tools out and renders a call as an empty
     reply (SmolLM2's, Phi-3's): with NAME_PROBE as every tool's name, and then as the names of
-    each turn's calls, the rendering must hold it once for each (a name that the text holds
-    anyway would not tell)."""
+    each turn's calls, the rendering must hold it once for each. `failed_none`: the error the
+    template raised given a turn of calls whose content is none."""
     if tools and render(path, number, messages,
                         probe_names(tools, True)).count(NAME_PROBE) < len(tools):
         sys.exit(f"{path}:{number}: the chat template does not render the tools (its rendering "
                  "leaves their names out): it is not written for tool calls")
-    for i, message in enumerate(messages):
-        calls = message.get("tool_calls")
-        probed = dict(message, tool_calls=probe_names(calls, True)) if calls else None
-        if probed and render(path, number, messages[:i] + [probed] + messages[i + 1:],
-                             tools).count(NAME_PROBE) < len(calls):
-            sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
-                     f"{names[i]} (its rendering leaves their names out): it is not written "
-                     "for tool calls")
+    i = unrendered_calls(messages, tools, lambda m, t: render(path, number, m, t))
+    if i is not None:
+        also = (f"; given none as the content, it fails: {failed_none}" if failed_none
+                else ": it is not written for tool calls")
+        sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
+                 f"{names[i]} (its rendering leaves their names out){also}")
 
 def check_system_rendered(path, number, messages, tools, names, whole):
     """A template may leave a system message out of a conversation that ends with an assistant
@@ -168,7 +197,8 @@ def chat_example(path, number, messages, names, learned, tools=None):
     from the end of the rendering of messages[:i] with the generation prompt to the end of the
     rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
     else located_turn finds it."""
-    check_tools_rendered(path, number, messages, tools, names)
+    messages, failed_none = call_contents(path, number, messages, tools)
+    check_tools_rendered(path, number, messages, tools, names, failed_none)
     whole = render(path, number, messages, tools)
     check_system_rendered(path, number, messages, tools, names, whole)
     spans = []
@@ -224,7 +254,8 @@ def message_weight(where, m):
 
 def checked_message(where, m, previous):
     """The message, checked: a role, a string content (an assistant turn that makes tool calls
-    may leave it out; it is then rendered as ""), only the keys its role holds; a tool result
+    may leave it out, or hold null; call_contents tells how it is rendered), only the keys its
+    role holds; a tool result
     follows a turn that made calls, or another result. `previous`: the message before. A key
     holding null, or an empty tool_calls list, is read as absent: a dataset exported from Arrow
     or Parquet gives every message every key its column holds (Llama 3.1's template would take
@@ -261,7 +292,7 @@ def checked_message(where, m, previous):
     if role == "tool" and not (previous and (previous["role"] == "tool"
                                              or previous.get("tool_calls"))):
         sys.exit(f"{where} is a tool result that follows no assistant turn with tool_calls")
-    return dict(m, content=content or "")
+    return dict(m, content=content)  # none only in a turn of calls: call_contents
 
 def conversation(path, number, record, key):
     """(the record's list of messages, where each is in the record: 'field'[index], whether each

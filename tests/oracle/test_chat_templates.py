@@ -20,10 +20,13 @@ For each template, conversations of two rounds with a system message (without, f
 rounds whose replies reason in <think> (QwQ, DeepSeek), of three whose first reply's reasoning was
 cut before "</think>" (QwQ: its generation prompt is in that reply too), and agent traces with
 tools (QwQ and Mistral: a turn of calls with and without content, the tool's result, the answer,
-a later user turn and its answer) go through `prepare-data --sft-jsonl --messages-field messages --chat-template`: the ids
+a later user turn and its answer; DeepSeek: a turn of calls whose content is null, OpenAI's form,
+which its template renders only so) go through `prepare-data --sft-jsonl --messages-field messages --chat-template`: the ids
 are apply_chat_template's and the loss mask is the marked copy's assistant mask. Nemo's template
 leaves the system message out of a conversation that ends with a reply: such a conversation is
-refused naming the message, leaving no data.
+refused naming the message, leaving no data. DeepSeek's turn of calls with an empty content gives
+the data of one with null; with arguments that are not a string, which its template cannot
+render, it is refused with the template's error.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -35,7 +38,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            require_venv_modules)
+                            require_venv_modules, run_tool)
 from test_hf_tokenizer import refused  # noqa: E402
 from test_tokenizer_configs import counted_runs, tokenizer_json  # noqa: E402
 
@@ -65,10 +68,20 @@ TEMPLATES = {
     "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": (
         "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
         ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
-        ("system", "reasoning"), [
+        ("system", "reasoning", "null_calls"), [
             ("{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}",
              "{{'<｜Assistant｜>'}}{% generation %}{{content + '<｜end▁of▁sentence｜>'}}"
-             "{% endgeneration %}")]),
+             "{% endgeneration %}"),
+            ("{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + "
+             "'<｜tool▁sep｜>' + tool['function']['name'] + '\\n' + '```json' + '\\n' + "
+             "tool['function']['arguments'] + '\\n' + '```' + '<｜tool▁call▁end｜>'}}",
+             "{{'<｜Assistant｜>'}}{% generation %}{{'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + "
+             "tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\\n' + '```json' + "
+             "'\\n' + tool['function']['arguments'] + '\\n' + '```' + '<｜tool▁call▁end｜>'}}"
+             "{% endgeneration %}"),
+            ("{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}",
+             "{{'<｜tool▁outputs▁end｜>'}}{% generation %}{{message['content'] + "
+             "'<｜end▁of▁sentence｜>'}}{% endgeneration %}")]),
     "mistralai-Mistral-Nemo-Instruct-2407": ("<s>", "</s>", MISTRAL, ("rounds", "tools"), [
         ('{{- "[TOOL_CALLS][" }}', '{% generation %}{{- "[TOOL_CALLS][" }}'),
         ('        {%- endfor %}\n    {%- elif message["role"] == "assistant" %}\n'
@@ -110,6 +123,16 @@ def conversations(kind):
         return [{"messages": rounds[:1] + [{"role": "assistant", "content": "<think>\nI was cut"},
                                            {"role": "user", "content": "Start again."}]
                  + rounds[1:]}]
+    if kind == "null_calls":  # OpenAI's form: no content, the arguments a JSON string
+        call = {"type": "function", "function": {"name": "get_weather",
+                                                 "arguments": '{"city": "Paris"}'}}
+        return [{"messages": [  # no tools: DeepSeek-R1's template does not render them
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "content": "18C and windy"},
+            {"role": "assistant", "content": "It is 18C and windy."},
+            {"role": "user", "content": "And tomorrow?"},
+            {"role": "assistant", "content": "I cannot tell."}]}]
     records = []
     for said in ("", "Let me check."):  # Mistral's templates drop the content of a call turn
         call = {"type": "function", "id": "call00001",
@@ -208,6 +231,35 @@ def main():
                 [path + ":1: the chat template leaves 'messages'[0] (system) out"], work("bad.h5"))
         print("ok   Mistral Nemo's template, which leaves the system message out: refused naming "
               "it, no data left")
+
+        # DeepSeek-R1's template renders a turn's calls only when its content is none: a turn of
+        # calls with an empty content is rendered so too (as without one); with arguments that
+        # are not a string it fails, and is refused with its error.
+        name = "deepseek-ai-DeepSeek-R1-Distill-Llama-8B"
+        record, first = conversations("null_calls")[0], None
+        for n, (said, arguments) in enumerate(((None, None), ("", None), (None, {"city": "P"}))):
+            record["messages"][1]["content"] = said
+            if arguments:
+                record["messages"][1]["tool_calls"][0]["function"]["arguments"] = arguments
+            path = work(f"r1-calls{n}.jsonl")
+            with open(path, "w") as f:
+                f.write(json.dumps(record) + "\n")
+            cmd = [args.zerotrain, "prepare-data", "--tokenizer", work(name), "--sft-jsonl", path,
+                   "--messages-field", "messages", "--chat-template", "--out", path + ".h5",
+                   "--python", sys.executable]
+            if arguments:
+                refused(cmd, [path + ":1: the chat template does not render the tool_calls of "
+                              "'messages'[1]", "given none as the content, it fails: TypeError"],
+                        path + ".h5")
+                continue
+            run_tool(cmd)
+            with h5py.File(path + ".h5", "r") as f:
+                got = (f["tokens"][:].tolist(), f["loss_mask"][:].tolist())
+            check(n == 0 or got == first, "DeepSeek-R1: a turn of calls with an empty content "
+                  "is not rendered as one with none")
+            first = got
+        print("ok   DeepSeek-R1's template: a turn of calls with an empty content is rendered as "
+              "with none; dict arguments, which it cannot render, are refused with its error")
 
     return exit_status(checks)
 
