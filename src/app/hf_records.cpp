@@ -30,7 +30,7 @@ def records(path, keys, read=None):
         yield number, record
     if not count:
         sys.exit(f"{path}: no records in the file (no JSON line, an empty JSON array, no Parquet "
-                 "row, or nothing once decompressed)")
+                 "or Arrow row, or nothing once decompressed)")
 
 def numbered_records(path, columns, note):
     """(where, record) of each JSON line, of each element of a file that is one JSON array (as
@@ -61,7 +61,7 @@ def numbered_records(path, columns, note):
     yield from ((f"element {i}", record) for i, record in enumerate(elements, 1))
 
 # An Arrow stream starts with a message's continuation marker; an Arrow IPC file with its magic.
-ARROW_STREAM, ARROW_FILE = b"\xff\xff\xff\xff", b"ARROW1"
+ARROW_STREAM, ARROW_FILE = b"\xff\xff\xff\xff", b"ARROW1\x00\x00"
 
 # The magic numbers a compressed file starts with, checked before it is read as text (no UTF-8
 # text starts with these bytes; bzip2's is checked with its block's magic, below).
@@ -78,7 +78,7 @@ def file_kind(path):
             size = f.seek(0, os.SEEK_END)
             f.seek(max(size - 4, 0))
             return "parquet" if parquet_file(head, f.read(4), size) else "text"
-    if head.startswith((ARROW_STREAM, ARROW_FILE)):  # bytes no UTF-8 text starts with
+    if head.startswith((ARROW_STREAM, ARROW_FILE)):  # bytes no text starts with
         return "arrow"
     for magic, kind in MAGIC:
         if head.startswith(magic):
@@ -228,7 +228,7 @@ def parquet_rows(path, columns, note):
                                     columns=[n for n in schema.names if n in columns])
     except (OSError, ValueError, pa.ArrowException) as e:
         sys.exit(f"{path}: not a readable Parquet file: {e}")
-    yield from table_rows(path, schema, batches, columns, note and path, 0)
+    yield from table_rows(path, path, schema, batches, columns, note, 0)
 
 def arrow_rows(path, columns, note):
     """table_rows of an Arrow file, or of the Arrow files of a directory datasets' save_to_disk
@@ -252,7 +252,7 @@ def arrow_rows(path, columns, note):
         names = [n for n in reader.schema.names if n in columns]
         pieces = (batch.slice(at, BATCH_ROWS).select(names)
                   for batch in batches for at in range(0, batch.num_rows, BATCH_ROWS))
-        row = yield from table_rows(file, reader.schema, pieces, columns, note and path, row)
+        row = yield from table_rows(path, file, reader.schema, pieces, columns, note, row)
 
 def saved_files(path):
     """The Arrow files of a directory that datasets' save_to_disk wrote (its state.json lists
@@ -274,11 +274,14 @@ def saved_files(path):
     try:
         with open(state, encoding="utf-8") as f:
             files = [entry["filename"] for entry in json.load(f)["_data_files"]]
-        if not all(isinstance(n, str) and n == os.path.basename(n) != ".." for n in files):
-            raise ValueError(f"the file names {files} are not names in the directory")
+        if not all(isinstance(n, str) and n == os.path.basename(n) not in ("", ".", "..")
+                   and n != "state.json" for n in files):
+            raise ValueError(f"the file names {files} are not names of files in the directory")
     except (OSError, ValueError, KeyError, TypeError) as e:
         sys.exit(f"{state}: not the state.json of a saved dataset (a list of its _data_files): "
                  f"{type(e).__name__}: {e}")
+    if not files:  # datasets 5 saves a dataset of no rows so
+        sys.exit(f"{state}: lists no data files: the saved dataset has no rows")
     for name in files:
         if not os.path.isfile(os.path.join(path, name)):
             sys.exit(f"{state}: lists {name}, which {path} does not hold")
@@ -287,57 +290,70 @@ def saved_files(path):
 TABLES = {"parquet": parquet_rows, "arrow": arrow_rows, "saved": arrow_rows}
 BATCH_ROWS = 256
 
-def table_rows(path, schema, batches, columns, note, row):
-    """(where, record) of each row of the record `batches` of `path` (of the columns named in
-    `columns`; `schema`: the file's), where "row N" counts from `row` as Dataset[N] indexes it;
-    returns the count after the last. A record is the row as pyarrow's to_pylist gives it, as the
-    datasets library hands a row to apply_chat_template (a struct's keys in the file's order, the
-    keys a message lacked as None), but for values of datasets' Json feature (its arrow.json
-    type: datasets 5 stores a column of messages whose keys differ from message to message so),
-    which are decoded as datasets decodes them. A column no option reads is never converted
-    (pyarrow cannot convert a timestamp in nanoseconds without pandas). `note`: the input to
-    name, in unread_fields, with the other columns, when the file has a row."""
+def table_rows(path, file, schema, batches, columns, note, row):
+    """(where, record) of each row of the record `batches` of `file` (of the columns named in
+    `columns`; `schema`: the file's), where "row N" counts from `row` through the input `path` (a
+    saved dataset's shards one after another), as Dataset[N] indexes it; returns the count after
+    the last. A record is the row as pyarrow's to_pylist gives it, as the datasets library hands
+    a row to apply_chat_template (a struct's keys in the file's order, the keys a message lacked
+    as None), but for values of datasets' Json feature (Arrow's arrow.json type: datasets 5
+    stores a column of messages whose keys differ from message to message so), which are parsed
+    as JSON, as datasets parses them. A column no option reads is never converted (pyarrow cannot
+    convert a timestamp in nanoseconds without pandas). `note`: whether the other columns are
+    noted in unread_fields, when the file has a row."""
     pa = sys.modules["pyarrow"]
-    json_types = {f.name: f.type for f in schema if f.name in columns and holds_json(f.type)}
+    shard = f" (in {os.path.basename(file)})" if file != path else ""
+    fields = [f for f in schema if f.name in columns and holds_json(f)]
     while True:
         try:
             batch = next(batches, None)
             rows = None if batch is None else batch.to_pylist()
         except (OSError, ValueError, pa.ArrowException) as e:  # UnicodeDecodeError too
-            sys.exit(f"{path}: the rows from row {row} on cannot be read: "
+            sys.exit(f"{path}: the rows from row {row} on cannot be read{shard}: "
                      f"{type(e).__name__}: {e}")
         if rows is None:
             return row
         for name in schema.names if note and rows else ():
             if name not in columns:
-                unread_fields.setdefault(name, f"{note}:row {row}")
+                unread_fields.setdefault(name, f"{path}:row {row}")
         for record in rows:
-            for name, t in json_types.items():
+            for field in fields:
                 try:
-                    record[name] = json_decoded(record[name], t)
-                except ValueError as e:
-                    sys.exit(f"{path}:row {row}: '{name}' holds JSON text that does not "
-                             f"parse: {e}")
+                    record[field.name] = json_decoded(record[field.name], field)
+                except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
+                    sys.exit(f"{path}:row {row}: '{field.name}' holds JSON text that does not "
+                             f"parse{shard}: {e}")
             yield f"row {row}", record
             row += 1
 
-def holds_json(t):
-    """Whether the Arrow type is, or holds, the arrow.json extension type."""
-    return (getattr(t, "extension_name", None) == "arrow.json"
-            or any(holds_json(t.field(i).type) for i in range(t.num_fields)))
+def is_json(field):
+    """Whether the Arrow field is of the arrow.json extension type: a pyarrow that knows the
+    type says so by its name, an older one keeps the name in the field's metadata."""
+    return (getattr(field.type, "extension_name", None) == "arrow.json"
+            or (field.metadata or {}).get(b"ARROW:extension:name") == b"arrow.json")
 
-def json_decoded(value, t):
-    """The value to_pylist gave of Arrow type `t`, its arrow.json texts parsed."""
+def child_fields(field):
+    """The fields a field of a nested type holds (a list's item, a map's entries, a struct's)."""
+    t = field.type
+    return [t.field(i) for i in range(t.num_fields)]
+
+def holds_json(field):
+    """Whether the Arrow field is, or holds, one of the arrow.json extension type."""
+    return is_json(field) or any(holds_json(child) for child in child_fields(field))
+
+def json_decoded(value, field):
+    """The value to_pylist gave of the Arrow field, its arrow.json texts parsed."""
     pa = sys.modules["pyarrow"]
-    if value is None or not holds_json(t):
+    if value is None or not holds_json(field):
         return value
-    if getattr(t, "extension_name", None) == "arrow.json":
+    if is_json(field):
         return json.loads(value)
+    t = field.type
     if pa.types.is_struct(t):
-        return {k: json_decoded(v, t.field(k).type) for k, v in value.items()}
+        return {k: json_decoded(v, t.field(k)) for k, v in value.items()}
     if pa.types.is_map(t):
-        return [(k, json_decoded(v, t.item_type)) for k, v in value]
-    return [json_decoded(v, t.value_type) for v in value]  # a list of any kind
+        return [(k, json_decoded(v, t.item_field)) for k, v in value]
+    return [json_decoded(v, t.value_field) for v in value]  # a list of any kind
 
 # The characters that stand for bytes that are not UTF-8 when a file is read with
 # errors="surrogateescape" (decoding UTF-8 yields no others in this range).

@@ -328,7 +328,8 @@ struct BinaryFormat {
 // for anything else. `head`: its first bytes; `tail`: its last 4; `size`: its size. bzip2's "BZh"
 // is checked with its block size and its first block's magic, and Parquet's "PAR1" with the
 // footer's or, for a file cut short, the control character a page header starts with, since text
-// may start with either. An Arrow stream's continuation marker (0xFFFFFFFF) is no UTF-8 text.
+// may start with either. An Arrow stream's continuation marker (0xFFFFFFFF) is no UTF-8 text; an
+// Arrow IPC file's magic is checked with the two zero bytes that pad it.
 std::optional<BinaryFormat> binary_format(std::string_view head, std::string_view tail,
                                           int64_t size) {
   static constexpr std::pair<std::string_view, BinaryFormat> kMagics[] = {
@@ -336,7 +337,7 @@ std::optional<BinaryFormat> binary_format(std::string_view head, std::string_vie
       {{"\xfd\x37\x7a\x58\x5a\x00", 6}, {"xz-compressed", false}},
       {{"\x28\xb5\x2f\xfd", 4}, {"zstd-compressed", false}},
       {{"\xff\xff\xff\xff", 4}, {"an Arrow file", true}},
-      {{"ARROW1", 6}, {"an Arrow file", true}}};
+      {{"ARROW1\0\0", 8}, {"an Arrow file", true}}};
   for (const auto& [magic, format] : kMagics)
     if (head.starts_with(magic)) return format;
   if (head.size() >= 4 && (static_cast<unsigned char>(head[0]) & 0xF0) == 0x50 &&

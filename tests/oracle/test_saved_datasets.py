@@ -13,11 +13,14 @@ test_hf_sft.py's. For each version:
    conversations (at 1 and 3 workers), prompt-completion pairs and documents, the file the same
    options give source.jsonl; the columns no option reads are named once, at the directory's
    row 0. shuffled/ (shuffled, saved with its indices flattened) gives the rows in the order
-   load_from_disk gave them; chats_dict/train and chats_dict/test, given in turn, give source.jsonl's
-   file. A Feather (Arrow IPC) file of the rows gives it too.
+   load_from_disk gave them; chats_dict/train and chats_dict/test, given in turn, give
+   source.jsonl's file. A Feather (Arrow IPC) file of the rows gives it too, and so does an Arrow stream of the
+   conversations whose messages are arrow.json text and whose tools are structs holding it.
+   source.jsonl's two-round conversations carry OpenAI's weights (0, then 1).
 2. Refused, naming the file and the row (counted through the shards, as Dataset[i] indexes it),
    leaving nothing: a DatasetDict's directory (naming its splits and the directory of one); a
-   directory save_to_disk did not write; a shard missing; a shard cut short; a null answer in
+   directory save_to_disk did not write; a shard missing; a shard cut short (naming the row, and
+   the shard); a saved dataset of no rows; a null answer in
    the second shard's second row (row 9); an Arrow file given to --text, with and without
    --tokenizer; a directory given to --text.
 
@@ -43,10 +46,13 @@ VERSIONS = ("datasets-5.2.0", "datasets-3.6.0")
 DOCS = ["--text-field", "answer"]
 
 
-def same_files(s, saved, source, what):
+MODES = (("chats", "--sft-jsonl", CHAT), ("pairs", "--sft-jsonl", PAIR),
+         ("docs", "--jsonl", DOCS))
+
+
+def same_files(s, saved, source, what, modes=MODES):
     """Each mode (conversations, pairs, documents) gives `saved` the file it gives `source`."""
-    for name, flag, options in (("chats", "--sft-jsonl", CHAT), ("pairs", "--sft-jsonl", PAIR),
-                                ("docs", "--jsonl", DOCS)):
+    for name, flag, options in modes:
         got = s.prepare([flag, *saved] + options, f"{what}_{name}.h5")
         want = s.prepare([flag, source] + options, f"{what}_{name}_jsonl.h5")
         check(got == want, f"{what}: the {name} file is not the JSON lines' file")
@@ -98,7 +104,12 @@ def refusals(s, data):
     shard = s.work("cut", "data-00002-of-00003.arrow")
     with open(shard, "r+b") as f:
         f.truncate(os.path.getsize(shard) // 2)
-    s.refused(["--sft-jsonl", s.work("cut")] + CHAT, [shard + ": ", "row 16"])
+    s.refused(["--sft-jsonl", s.work("cut")] + CHAT,
+              [s.work("cut") + ": the rows from row 16 on cannot be read (in "
+               "data-00002-of-00003.arrow)"])
+    for version in VERSIONS:  # 5.2.0 and 3.6.0 save a dataset of no rows as one empty shard
+        empty = os.path.join(data, version, "empty")
+        s.refused(["--sft-jsonl", empty] + CHAT, [empty + ": no records in the file"])
     # A null answer in the second shard, rewritten as datasets writes a shard (an Arrow stream).
     shutil.copytree(os.path.join(root, "chats"), s.work("null"))
     shard = s.work("null", "data-00001-of-00003.arrow")
@@ -139,7 +150,10 @@ def main():
             rows = [json.loads(line) for line in f]
         pyarrow.feather.write_feather(pyarrow.Table.from_pylist(rows), s.work("chats.feather"))
         same_files(s, [s.work("chats.feather")], source, "Feather")
-        print("ok   a Feather (Arrow IPC) file gives the JSON lines' files")
+        same_files(s, [os.path.join(data, VERSIONS[0], "nested.arrow")], source, "nested JSON",
+                   MODES[:1])
+        print("ok   a Feather (Arrow IPC) file gives the JSON lines' files; so do messages and "
+              "tools as arrow.json text inside lists and structs")
         refusals(s, data)
 
     return exit_status(checks)

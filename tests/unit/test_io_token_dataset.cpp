@@ -94,7 +94,8 @@ TEST(IoTokenDataset, CompressedParquetOrArrowFilesAreNotByteLevelText) {
     EXPECT_TRUE(testing::no_output_left(tmp / "o.h5"));
   }
   for (const std::string text :
-       {"BZh9 opens a bzip2 stream, and this is text.\n", "PAR1 of the report is done.\n"}) {
+       {"BZh9 opens a bzip2 stream, and this is text.\n", "PAR1 of the report is done.\n",
+        "ARROW1 is a fine name for a band.\n"}) {
     testing::write_file(tmp / "text.txt", text);
     EXPECT_EQ(prepare_token_dataset({tmp / "text.txt"}, TokenSource::kText, tmp / "t.h5", {}, true),
               static_cast<int64_t>(text.size()));

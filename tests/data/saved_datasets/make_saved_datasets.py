@@ -9,7 +9,11 @@ From source.jsonl, read as load_dataset("json") reads it (the rows a user downlo
 - shuffled/: the dataset shuffled (seed 0), save_to_disk; shuffled_ids.json: the ids in the
   order load_from_disk gives its rows;
 - chats.parquet: Dataset.to_parquet (as push_to_hub writes a split);
-- cache/json-train.arrow: the file load_dataset caches the rows in (without "created").
+- cache/json-train.arrow: the file load_dataset caches the rows in (without "created");
+- empty/: the dataset filtered to no row, save_to_disk;
+- nested.arrow: the messages and tools of the rows as an Arrow stream written by pyarrow, each
+  message as arrow.json text, each tool a struct whose "function" is arrow.json text (JSON text
+  inside a struct, as datasets' Json feature nests it).
 """
 
 import datetime
@@ -45,7 +49,26 @@ def main():
     shuffled = datasets.load_from_disk(os.path.join(out, "shuffled"))
     with open(os.path.join(out, "shuffled_ids.json"), "w") as f:
         json.dump([row["id"] for row in shuffled], f)
+    rows.filter(lambda row: False).save_to_disk(os.path.join(out, "empty"))
+    write_nested(source, os.path.join(out, "nested.arrow"))
     print(f"wrote {out} with datasets {datasets.__version__}")
+
+
+def write_nested(source, path):
+    import pyarrow.ipc
+    json_type = pyarrow.json_()
+    tool_type = pyarrow.struct([("type", pyarrow.string()), ("function", json_type)])
+    with open(source) as f:
+        rows = [json.loads(line) for line in f]
+    messages = pyarrow.array([[json.dumps(m) for m in row["messages"]] for row in rows],
+                             pyarrow.list_(pyarrow.string())).cast(pyarrow.list_(json_type))
+    tools = pyarrow.array([[{"type": t["type"], "function": json.dumps(t["function"])}
+                            for t in json.loads(row["tools"])] if row["tools"] else None
+                           for row in rows], pyarrow.list_(
+        pyarrow.struct([("type", pyarrow.string()), ("function", pyarrow.string())])))
+    table = pyarrow.table({"messages": messages, "tools": tools.cast(pyarrow.list_(tool_type))})
+    with pyarrow.ipc.new_stream(path, table.schema) as writer:
+        writer.write_table(table)
 
 
 if __name__ == "__main__":
