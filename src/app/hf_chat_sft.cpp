@@ -166,7 +166,7 @@ def check_tools_rendered(path, number, messages, tools, names, failed_none=None)
                  "leaves their names out): it is not written for tool calls")
     i = unrendered_calls(messages, tools, lambda m, t: render(path, number, m, t))
     if i is not None:
-        also = (f"; given none as the content, it fails: {failed_none}" if failed_none
+        also = (f"; given a null content, it fails: {failed_none}" if failed_none
                 else ": it is not written for tool calls")
         sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
                  f"{names[i]} (its rendering leaves their names out){also}")

@@ -249,7 +249,7 @@ def main():
                    "--python", sys.executable]
             if arguments:
                 refused(cmd, [path + ":1: the chat template does not render the tool_calls of "
-                              "'messages'[1]", "given none as the content, it fails: TypeError"],
+                              "'messages'[1]", "given a null content, it fails: TypeError"],
                         path + ".h5")
                 continue
             run_tool(cmd)
