@@ -3,9 +3,15 @@
 namespace zt {
 
 const char* const kChatSftPython = R"PY(
+# The keyword arguments of the example being made for its chat template (TRL's
+# chat_template_kwargs column, template_arguments), set by message_example and chat_pair_example:
+# every rendering of the example gets them, as TRL hands them to each apply_chat_template.
+row_arguments = {}
+
 def render(path, number, messages, tools=None, **kwargs):
     try:
-        return tok.apply_chat_template(messages, tools=tools, tokenize=False, **kwargs)
+        return tok.apply_chat_template(messages, tools=tools, tokenize=False, **row_arguments,
+                                       **kwargs)
     except Exception as e:
         roles = ", ".join(m["role"] for m in messages)
         sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
@@ -69,12 +75,17 @@ def turn_start(path, number, messages, i, tools, head, inside, first, alone):
     before = render(path, number, messages[:i], tools)
     prompt = head[len(before):] if head.startswith(before) else ""
     start = first_probe(alone)
-    opening = alone[len(before):start] if alone.startswith(before) and start >= 0 else None
+    # The opening the turn has at the end of a conversation, or, when it has another there (Qwen3
+    # given enable_thinking=False gives the last turn an empty reasoning block), the one it has in
+    # the conversation.
+    openings = [alone[len(before):start]] if alone.startswith(before) and start >= 0 else []
+    openings += [inside[len(before):first]] if inside.startswith(before) else []
+    opening = next((o for o in openings if inside.endswith(o, 0, first)), None)
     if prompt:
         found = inside.rfind(prompt, 0, first)
         if found >= 0 and (opening or "").endswith(inside[found + len(prompt):first]):
             return found + len(prompt)
-    if opening is None or not inside.endswith(opening, 0, first):
+    if opening is None:
         return None
     prompted = len(os.path.commonprefix([opening, prompt]))
     if prompted and not alone.startswith(TURN_PROBE, start):  # a turn of calls, first
@@ -150,7 +161,7 @@ def call_contents(path, number, messages, tools):
         return empty, None
     try:
         left_out = unrendered_calls(nones, tools, lambda m, t: tok.apply_chat_template(
-            m, tools=t, tokenize=False))
+            m, tools=t, tokenize=False, **row_arguments))
     except Exception as e:
         return empty, f"{type(e).__name__}: {e}"
     return (empty, None) if left_out is not None else (nones, None)
@@ -331,23 +342,55 @@ def conversation(path, number, record, key):
                  "chat template does not render: the reasoning would be dropped")
     return checked, names, learned
 
-def tools_of(path, number, record):
-    """The tools the record lists for the chat template (TRL's tools column): a list of JSON
-    schemas, or a string holding one, as datasets kept in Parquet often store it; None when the
-    record has none (no field, null, empty)."""
-    key = sft["tools"]
+def json_field(path, number, record, key):
+    """The record's field `key`, or the JSON a string there holds (as datasets kept in Parquet
+    often store a column of lists or dicts); None when it has none (no field, null, "")."""
     value = record.get(key) if isinstance(record, dict) else None
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else None
         except ValueError as e:
             sys.exit(f"{path}:{number}: '{key}' is a string that is not JSON: {e}")
+    return value
+
+def tools_of(path, number, record):
+    """The tools the record lists for the chat template (TRL's tools column): a list of JSON
+    schemas, or a string holding one; None when the record has none (no field, null, empty)."""
+    key = sft["tools"]
+    value = json_field(path, number, record, key)
     if not value:
         return None
     if not isinstance(value, list) or any(call_name(t) is None for t in value):
         sys.exit(f"{path}:{number}: '{key}' is not a list of tool schemas that each name a "
                  'function ({"type": "function", "function": {"name", "parameters"}})')
     return value
+
+# TRL's column of the keyword arguments SFTTrainer hands apply_chat_template with a row.
+TEMPLATE_ARGUMENTS = "chat_template_kwargs"
+# apply_chat_template's own arguments, which are not the template's: a row may not set them.
+OWN_ARGUMENTS = frozenset((
+    "conversation", "tools", "chat_template", "add_generation_prompt", "continue_final_message",
+    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs"))
+
+def template_arguments(path, number, record):
+    """The keyword arguments the record gives its chat template, in TRL's chat_template_kwargs
+    (Qwen3's enable_thinking, SmolLM3's xml_tools): an object, or a string holding one; a key
+    holding null is read as absent (a Parquet struct column writes every key on every row); {}
+    when the record has none."""
+    value = json_field(path, number, record, TEMPLATE_ARGUMENTS)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier()
+                                              for k in value):
+        sys.exit(f"{path}:{number}: '{TEMPLATE_ARGUMENTS}' is not an object of keyword "
+                 "arguments for the chat template")
+    own = sorted(OWN_ARGUMENTS.intersection(value))
+    if own:
+        sys.exit(f"{path}:{number}: '{TEMPLATE_ARGUMENTS}' sets {own}, arguments of "
+                 "apply_chat_template itself, not of the template" +
+                 (" (the tools come from --tools-field)" if "tools" in own else ""))
+    return {k: v for k, v in value.items() if v is not None}
 
 def learned_turns(path, number, key, learned):
     """`learned`, when it holds a turn to learn; else the record is refused: every assistant
@@ -358,6 +401,8 @@ def learned_turns(path, number, key, learned):
     return learned
 
 def message_example(path, number, record):
+    global row_arguments
+    row_arguments = template_arguments(path, number, record)
     key = sft["messages"]
     messages, names, learned = conversation(path, number, record, key)
     return chat_example(path, number, messages, names,
@@ -365,6 +410,8 @@ def message_example(path, number, record):
                         tools_of(path, number, record))
 
 def chat_pair_example(path, number, record):
+    global row_arguments
+    row_arguments = template_arguments(path, number, record)
     prompt, response = sft["prompt"], sft["response"]
     tools = tools_of(path, number, record)
     lists = [isinstance(record, dict) and isinstance(record.get(k), list)

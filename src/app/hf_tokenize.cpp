@@ -102,10 +102,11 @@ def jobs(path):
     the records and naming their unread fields is the main process's; the functions may run in
     workers."""
     if sft and sft["messages"]:
-        for number, record in records(path, (), (sft["messages"], sft["tools"])):
+        read = (sft["messages"], sft["tools"], TEMPLATE_ARGUMENTS)
+        for number, record in records(path, (), read):
             yield f"{path}:{number}", message_example, (path, number, record)
     elif sft and sft["chat_template"]:
-        read = (sft["prompt"], sft["response"], sft["tools"])
+        read = (sft["prompt"], sft["response"], sft["tools"], TEMPLATE_ARGUMENTS)
         for number, record in records(path, (), read):
             yield f"{path}:{number}", chat_pair_example, (path, number, record)
     elif sft:
@@ -230,7 +231,8 @@ if unread_fields:
     listed = ", ".join(f"'{k}' ({at})" for k, at in sorted(unread_fields.items()))
     print(f"note: fields no option reads, left out of the examples: {listed} (the examples are "
           "read from --prompt-field and --response-field or --messages-field, and with "
-          "--chat-template their tools from --tools-field)", file=sys.stderr)
+          "--chat-template their tools from --tools-field and the chat template's arguments from "
+          f"'{TEMPLATE_ARGUMENTS}')", file=sys.stderr)
 meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
         "name": os.path.basename(os.path.abspath(tok_dir or "."))}
 with open(meta_path, "w", encoding="utf-8") as f:

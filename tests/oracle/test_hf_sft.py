@@ -13,8 +13,7 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    whitespace that the token before it takes in: the same comparison, every assistant turn
    counted. Tool calls (TRL's format, the tools column as a list or a JSON string, a line with
    the null keys an Arrow export writes): the same comparison, the calls counted, the tool
-   results not. OpenAI's fine-tuning format (an assistant "weight" of 0, 1, 1.0 or none): the
-   same comparison against a template that marks a turn only when its weight is not 0.
+   results not. (OpenAI's fine-tuning format and TRL's chat_template_kwargs: test_chat_formats.py.)
 2. A random transformers LlamaForCausalLM, imported: `zerotrain eval` on the SFT data equals the
    loss transformers computes itself from labels with -100 where the mask is 0 (its shifted,
    ignore_index mean over the batch of windows), and differs from the unmasked loss by more than
@@ -29,10 +28,7 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    conversation without an assistant turn or with an unknown role (a completion's message named
    by its own field and index), a reasoning_content the template does not render, a message key
    no role holds, a tool result answering no call, a call naming no function, a tools field that
-   is not JSON and a --tools-field that names the messages field are refused; so are a weight
-   other than 0 or 1, a weight on a user turn, every turn at weight 0, and what OpenAI's format
-   allows but templates do not render (developer, participant names, content parts,
-   function_call), each with its reason; nothing is left.
+   is not JSON and a --tools-field that names the messages field are refused; nothing is left.
    generate refuses a model without a tokenizer (naming it and --tokenizer), a zero temperature
    and a prompt longer than max_position_embeddings.
 5. `generate` on the trained model: the greedy continuation of a prompt equals greedy decoding
@@ -63,7 +59,9 @@ h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "
 # the assistant's.
 # Written for tool calls too: the tools are listed first, a tool result is its own turn, and an
 # assistant turn's calls follow its content inside the turn's {% generation %} span.
+# A `persona` keyword argument (TRL's chat_template_kwargs) opens the conversation.
 CHAT_TEMPLATE = (
+    "{% if persona %}<|system|>\n{{ persona }}\n{% endif %}"
     "{% if tools %}<|system|>\nTools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}"
     "\n{% endif %}"
     "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>\n{{ m['content'] }}\n"
@@ -73,11 +71,6 @@ CHAT_TEMPLATE = (
     "{% for c in m['tool_calls'] or [] %}<call>{{ c['function']['name'] }}"
     "{{ c['function']['arguments'] | tojson }}</call>{% endfor %}{{ eos_token }}{% endgeneration %}"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
-# The same rendering, the assistant turn marked only when its OpenAI weight is not 0.
-_OPEN, _TURN, _CLOSE = (CHAT_TEMPLATE.split("{% generation %}")[0],
-                        *CHAT_TEMPLATE.split("{% generation %}")[1].split("{% endgeneration %}"))
-WEIGHTED_TEMPLATE = (_OPEN + "{% if m.get('weight', 1) != 0 %}{% generation %}" + _TURN +
-                     "{% endgeneration %}{% else %}" + _TURN + "{% endif %}" + _CLOSE)
 SEQ_LEN, MICRO_BATCH, BATCHES = 32, 2, 2
 SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=128)
@@ -109,6 +102,49 @@ def hf_masked_loss(model, tokens, mask, use_mask=True):
         labels[torch.from_numpy(mask[:n].reshape(-1, SEQ_LEN + 1)) == 0] = -100
     with torch.no_grad():
         return model(input_ids=ids, labels=labels).loss.item()
+
+
+def chat_template_check(zt, work, chat_reference, what, options, out, conversations,
+                        counted_from=None, tools=None, template=None, arguments=None):
+    """prepare-data with the chat tokenizer (work("chat_tok")) and `options` gives the tokens and
+    the mask that transformers' apply_chat_template (return_assistant_tokens_mask) gives the
+    conversations (with counted_from, only from token counted_from[i] of conversation i on; with
+    the tools of each, tools[i]; rendered by `template` instead of the tokenizer's; with the
+    keyword arguments of each, arguments[i], but for those holding None). Returns (tokens,
+    counted)."""
+    run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--chat-template", "--out",
+              work(out), "--python", sys.executable] + options)
+    got_tokens, _, _ = dataset(work(out))
+    with h5py.File(work(out), "r") as f:
+        got_mask = f["loss_mask"][:].astype(np.int64)
+    want_ids, want_mask = [], []
+    for i, c in enumerate(conversations):
+        given = {k: v for k, v in (arguments[i] if arguments else {}).items() if v is not None}
+        rendered = chat_reference.apply_chat_template(
+            c, tools=tools[i] if tools else None, tokenize=True, return_dict=True,
+            return_assistant_tokens_mask=True, chat_template=template, **given)
+        want_ids += rendered["input_ids"]
+        first = counted_from[i] if counted_from else 0
+        want_mask += [0] * first + rendered["assistant_masks"][first:]
+    check(got_tokens.tolist() == want_ids,
+          f"{what}: the tokens differ from transformers' apply_chat_template")
+    check(got_mask.tolist() == want_mask,
+          f"{what}: the loss mask differs from transformers' assistant mask")
+    return len(got_tokens), int(got_mask.sum())
+
+
+def system_conversations(records):
+    """Ten conversations of a system message and two rounds, from 20 question/answer records; the
+    first reply opens with whitespace, which the pre-tokenizer joins to the newline before it
+    (the token holding the reply's first character starts before the turn)."""
+    conversations = [[{"role": "system", "content": "Answer in one line."},
+                      {"role": "user", "content": records[i]["question"]},
+                      {"role": "assistant", "content": records[i]["answer"]},
+                      {"role": "user", "content": records[i + 1]["question"]},
+                      {"role": "assistant", "content": records[i + 1]["answer"]}]
+                     for i in range(0, 20, 2)]
+    conversations[0][2]["content"] = "\n\n" + conversations[0][2]["content"]
+    return conversations
 
 
 def main():
@@ -158,30 +194,9 @@ def main():
         add_chat_template(work("chat_tok"))
         chat_reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
 
-        def check_against_chat_template(what, options, out, conversations, counted_from=None,
-                                        tools=None, template=None):
-            """prepare-data with `options` gives the tokens and the mask that transformers'
-            apply_chat_template (return_assistant_tokens_mask) gives the conversations (with
-            counted_from, only from token counted_from[i] of conversation i on; with the tools
-            of each, tools[i]; rendered by `template` instead of the tokenizer's)."""
-            run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--chat-template",
-                      "--out", work(out)] + options + python)
-            got_tokens, _, _ = dataset(work(out))
-            with h5py.File(work(out), "r") as f:
-                got_mask = f["loss_mask"][:].astype(np.int64)
-            want_ids, want_mask = [], []
-            for i, c in enumerate(conversations):
-                rendered = chat_reference.apply_chat_template(
-                    c, tools=tools[i] if tools else None, tokenize=True, return_dict=True,
-                    return_assistant_tokens_mask=True, chat_template=template)
-                want_ids += rendered["input_ids"]
-                first = counted_from[i] if counted_from else 0
-                want_mask += [0] * first + rendered["assistant_masks"][first:]
-            check(got_tokens.tolist() == want_ids, f"{what}: the tokens differ from "
-                  "transformers' apply_chat_template")
-            check(got_mask.tolist() == want_mask, f"{what}: the loss mask differs from "
-                  "transformers' assistant mask")
-            return len(got_tokens), int(got_mask.sum())
+        def check_against_chat_template(what, options, out, conversations, **kwargs):
+            return chat_template_check(zt, work, chat_reference, what, options, out,
+                                       conversations, **kwargs)
 
         pairs = [[{"role": "user", "content": r["question"]},
                   {"role": "assistant", "content": r["answer"]}] for r in records]
@@ -193,15 +208,7 @@ def main():
 
         # 1c. --messages-field: multi-turn conversations with a system prompt (TRL's
         # conversational format); every assistant turn counts, as transformers' mask says.
-        conversations = [[{"role": "system", "content": "Answer in one line."},
-                          {"role": "user", "content": records[i]["question"]},
-                          {"role": "assistant", "content": records[i]["answer"]},
-                          {"role": "user", "content": records[i + 1]["question"]},
-                          {"role": "assistant", "content": records[i + 1]["answer"]}]
-                         for i in range(0, 20, 2)]
-        # A reply opening with whitespace: the pre-tokenizer joins it to the newline before it,
-        # so the token holding the reply's first character starts before the turn.
-        conversations[0][2]["content"] = "\n\n" + conversations[0][2]["content"]
+        conversations = system_conversations(records)
         with open(work("chats.jsonl"), "w") as f:
             for c in conversations:
                 f.write(json.dumps({"messages": c}) + "\n")
@@ -228,23 +235,6 @@ def main():
               f"whole conversations {counted}")
         print(f"ok   conversational prompt-completion: {got_count} tokens, {got_counted} counted "
               "(the completions alone), as transformers' assistant mask past the prompt")
-
-        # 1d'. OpenAI's fine-tuning format: "weight": 0 marks an assistant turn not learned (1,
-        # or none, learns it). The reference marks a turn only when its weight is not 0.
-        weighted = [[dict(m, weight=(i + k // 4) % 2) if m["role"] == "assistant" else m
-                     for k, m in enumerate(c)] for i, c in enumerate(conversations)]
-        weighted[1][2].pop("weight")  # no weight: learned
-        weighted[2][2]["weight"] = 1.0  # as a float column of Parquet holds it
-        with open(work("weighted.jsonl"), "w") as f:
-            for c in weighted:
-                f.write(json.dumps({"messages": c}) + "\n")
-        count, got_counted = check_against_chat_template(
-            "OpenAI weights", ["--sft-jsonl", work("weighted.jsonl"), "--messages-field",
-                               "messages"], "weighted.h5", weighted, template=WEIGHTED_TEMPLATE)
-        check(0 < got_counted < counted, f"weights: {got_counted} tokens counted, the "
-              f"conversations {counted}")
-        print(f"ok   OpenAI weights: {count} tokens, {got_counted} counted (the turns of weight "
-              "1 or none), as transformers' mask of the turns marked by weight")
 
         # 1e. Tool calls (TRL's format): a turn that only calls tools (no content), the results
         # (one call answered, then two at once), the answer; the tools column on some lines, as
@@ -528,27 +518,9 @@ def main():
         # An unknown role (OpenAI's retired "function"); a reasoning_content this template does
         # not render (it would be dropped unseen), a key no role holds (Harmony's "thinking");
         # tool calls that do not hold together: a result answering no call, a call naming no
-        # function, tools not JSON. What OpenAI's fine-tuning format allows and the templates do
-        # not render, or a weight it does not allow, is refused with the reason.
-        user, reply = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
+        # function, tools not JSON.
+        user = {"role": "user", "content": "q"}
         for name, record, named in [
-                ("half_weight", {"messages": [user, dict(reply, weight=0.5)]},
-                 ["'messages'[1]", "'weight' is 0.5", "allows 0"]),
-                ("user_weight", {"messages": [dict(user, weight=1), reply]},
-                 ["'messages'[0]", "(weight: OpenAI's weight marks an assistant turn"]),
-                ("zero_weights", {"messages": [user, dict(reply, weight=0), user,
-                                               dict(reply, weight=0.0)]},
-                 ["every assistant message of 'messages' has weight 0"]),
-                ("developer", {"messages": [{"role": "developer", "content": "d"}, user, reply]},
-                 ["'messages'[0]", "developer message", "system"]),
-                ("participant", {"messages": [dict(user, name="alice"), reply]},
-                 ["'messages'[0]", "['name']", "participant name"]),
-                ("content_parts", {"messages": [dict(user, content=[{"type": "text",
-                                                                     "text": "q"}]), reply]},
-                 ["'messages'[0]", "list of content parts"]),
-                ("function_call", {"messages": [user, {"role": "assistant", "content": None,
-                                                       "function_call": {"name": "f"}}]},
-                 ["'messages'[1]", "['function_call']", "write it as tool_calls"]),
                 ("bad_keys", {"messages": [user, {"role": "assistant", "content": "a",
                                                   "reasoning_content": "r"}]},
                  ["'messages'[1]", "reasoning_content", "does not render"]),

@@ -17,8 +17,10 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
    runs with the replies "d" and "end", pieces of its own "<|im_end|>", with reasoning in its
    first reply, which the template drops from a turn before the last user message, and with
    reasoning_content on both replies: the last one's counts in its <think> block, the first
-   one's is dropped. (Phi-3 closes a conversation with EOS but a turn with <|end|>: its first
-   reply counts up to <|end|>.)
+   one's is dropped; and with TRL's chat_template_kwargs {"enable_thinking": false}, whose
+   generation prompt writes the empty reasoning block: the ids are apply_chat_template's given
+   it, and no counted run holds "<think>". (Phi-3 closes a conversation with EOS but a turn with
+   <|end|>: its first reply counts up to <|end|>.)
 Tool calls (TRL's format: an assistant turn with tool_calls, a tool result, the `tools` column)
 go through every config as well. The templates written for them (Qwen2.5, Qwen3, Llama 3.1) give
 apply_chat_template(messages, tools=...)'s ids, and count exactly two runs, which read (special
@@ -116,8 +118,10 @@ TURN_CLOSING = {
 LEGACY_SOURCE = "HuggingFaceTB--SmolLM2-135M-Instruct"  # the first config, rewritten
 
 
-def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None):
-    """`rendered`: the replies as the template renders them, when it changes them."""
+def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None, arguments=None,
+              unlearned=None):
+    """`rendered`: the replies as the template renders them, when it changes them; `arguments`:
+    the line's chat_template_kwargs (TRL's); `unlearned`: text no counted run may hold."""
     name = os.path.basename(os.path.dirname(source)) + label
     config = json.load(open(source, encoding="utf-8"))
     directory = work(name)
@@ -128,12 +132,14 @@ def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None):
     messages = conversation(reference, replies)
     data = work(name + ".jsonl")
     with open(data, "w", encoding="utf-8") as f:
-        f.write(json.dumps({"messages": messages}) + "\n")
+        f.write(json.dumps(dict({"messages": messages},
+                                **({"chat_template_kwargs": arguments} if arguments else {})))
+                + "\n")
     run_tool([zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", data,
               "--messages-field", "messages", "--chat-template", "--out", work(name + ".h5")])
     with h5py.File(work(name + ".h5"), "r") as f:
         ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
-    want = reference.apply_chat_template(messages, tokenize=True)
+    want = reference.apply_chat_template(messages, tokenize=True, **(arguments or {}))
     check(ids == want, f"{name}: the ids differ from apply_chat_template's")
     # One counted run per reply: the reply, then only special tokens and whitespace (what closes
     # the turn); before it only the empty reasoning block Qwen3 gives its last turn.
@@ -150,6 +156,8 @@ def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None):
         text = text.replace("<think>\n\n</think>\n\n", "", 1).strip()
         check(text == reply, f"{name}: a counted run reads {text!r} without its special tokens, "
               f"not the reply {reply!r} ({reference.decode(run)!r})")
+        check(not unlearned or unlearned not in reference.decode(run),
+              f"{name}: a counted run holds {unlearned!r}: {reference.decode(run)!r}")
     print(f"ok   {name}: {len(ids)} tokens as apply_chat_template gives them, {sum(mask)} "
           f"counted: each reply and what closes it, no other turn")
 
@@ -388,6 +396,11 @@ def main():
                           ["<think>\nSmall primes.\n</think>\n\n" + ASSISTANT[0], ASSISTANT[1]],
                           "-earlier-reasoning", ASSISTANT)
                 check_reasoning_content(work, args.zerotrain, source)
+                # enable_thinking=False (TRL's chat_template_kwargs): the generation prompt
+                # writes the empty reasoning block, which is then not learned; the earlier turn
+                # renders without it.
+                check_one(work, args.zerotrain, source, label="-no-thinking",
+                          arguments={"enable_thinking": False}, unlearned="<think>")
 
         for source in configs:
             check_tool_calls(work, args.zerotrain, source)
