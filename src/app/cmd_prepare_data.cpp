@@ -55,6 +55,10 @@ po::options_description prepare_data_options() {
       "tools-field", po::value<std::string>()->default_value("tools"),
       "the field of each --sft-jsonl line that lists the tools the chat template is given (TRL's "
       "tools column: JSON schemas, or a string holding them), when the line has it")(
+      "document-eos", po::value<std::string>()->default_value("auto"),
+      "auto | on | off: end each --text or --jsonl document with the tokenizer's EOS, as TRL "
+      "ends a text example and torchtitan a document, unless it ends with it (auto: when the "
+      "tokenizer names an eos_token; off: tokenizer(text) alone, as transformers' run_clm.py)")(
       "workers", po::value<int>()->default_value(1),
       "processes that tokenize and render the documents, as datasets' map(num_proc=N) (with "
       "--tokenizer); the dataset is the same whatever the count")(
@@ -83,6 +87,10 @@ void check_input_options(const po::variables_map& vm) {
   ZT_CHECK(!vm.count("messages-field") ||
                (vm["prompt-field"].defaulted() && vm["response-field"].defaulted()),
            "prepare-data: --messages-field replaces --prompt-field and --response-field");
+  ZT_CHECK(vm["document-eos"].defaulted() ||
+               (vm.count("tokenizer") && (vm.count("text") || vm.count("jsonl"))),
+           "prepare-data: --document-eos applies to --text and --jsonl documents with --tokenizer "
+           "(an SFT example ends as its response or its chat template ends it)");
   ZT_CHECK(vm["workers"].defaulted() || vm.count("tokenizer"),
            "prepare-data: --workers applies with --tokenizer (byte-level text and .bin shards "
            "need no tokenizing)");
@@ -143,6 +151,7 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
              "prepare-data: --prompt-field and --response-field must name two different JSON "
              "fields");
   }
+  request.document_eos = parse_auto_switch(vm["document-eos"].as<std::string>(), "--document-eos");
   request.python = vm["python"].as<std::string>();
   request.workers = vm["workers"].as<int>();
   ZT_CHECK(
@@ -162,8 +171,9 @@ int cmd_prepare_data(int argc, char** argv) {
       ".bin shards (GPT-2 uint16 or Llama 3 uint32 tokens, told by their header), or nanoGPT's "
       "headerless uint16 .bin files, concatenated in order.",
       "zerotrain prepare-data (--text FILES... | --bin FILES... | --nanogpt-bin FILES... "
-      "--vocab-size V | --tokenizer PATH (--text FILES... | --jsonl FILES... [--text-field NAME] "
-      "| --sft-jsonl FILES... ([--prompt-field NAME] [--response-field NAME] | --messages-field "
+      "--vocab-size V | --tokenizer PATH ((--text FILES... | --jsonl FILES... [--text-field "
+      "NAME]) [--document-eos auto|on|off] | --sft-jsonl FILES... ([--prompt-field NAME] "
+      "[--response-field NAME] | --messages-field "
       "NAME) [--chat-template [--tools-field NAME]]) [--workers N]) "
       "--out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};

@@ -39,6 +39,13 @@ from concurrent.futures.process import BrokenProcessPool
 options = json.loads(options)
 field, sft, workers = options["text_field"], options["sft"], options["workers"]
 eos = special_id("eos_token")
+if options["document_eos"] == "on" and eos < 0 and not sft:
+    sys.exit(f"{tok_dir}: --document-eos on, and the tokenizer names no eos_token (give it one in "
+             "tokenizer_config.json, or use --document-eos off)")
+document_eos = options["document_eos"] != "off" and eos >= 0 and not sft
+if options["document_eos"] == "auto" and eos < 0 and not sft:
+    print("note: the tokenizer names no eos_token: the documents end without one",
+          file=sys.stderr)
 
 def string_field(path, number, record, key):
     value = record.get(key) if isinstance(record, dict) else None
@@ -86,15 +93,25 @@ def pair_example(path, number, record):
     mask[-1] = 1
     return ids, mask
 
+def document_ids(text):
+    """A document's ids: tokenizer(text)'s (its special tokens: a Llama tokenizer's BOS), then
+    with document_eos the tokenizer's EOS unless they end with it, as TRL's SFTTrainer appends
+    eos_token to a text example and torchtitan encodes a document with eos=True. An empty text
+    stays empty of EOS."""
+    ids = ids_of(text, True)
+    if document_eos and text and (not ids or ids[-1] != eos):
+        ids.append(eos)
+    return ids
+
 def text_file(path):
     kind = file_kind(path)
     if kind in ("parquet", "arrow"):
         sys.exit(f"{path}: a{'' if kind == 'parquet' else 'n'} {kind.capitalize()} file, not "
                  "text: --jsonl reads its rows (--text-field names the column)")
-    return ids_of(read_text(path, kind), True), None
+    return document_ids(read_text(path, kind)), None
 
 def text_document(text):
-    return ids_of(text, True), None
+    return document_ids(text), None
 
 def jobs(path):
     """(where, function, arguments) of each document of `path`, in order: the function makes
@@ -280,8 +297,10 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   const std::string mask_path = scratch.path() + "/loss_mask.u8";
   const std::string starts_path = scratch.path() + "/doc_starts.u64";
   ZT_CHECK(request.workers >= 1, "--workers must be at least 1");
-  nlohmann::json options = {
-      {"text_field", request.text_field}, {"sft", nullptr}, {"workers", request.workers}};
+  nlohmann::json options = {{"text_field", request.text_field},
+                            {"sft", nullptr},
+                            {"workers", request.workers},
+                            {"document_eos", auto_switch_name(request.document_eos)}};
   if (request.sft)
     options["sft"] = {{"prompt", request.sft->prompt},
                       {"response", request.sft->response},

@@ -2,14 +2,16 @@
 // files: app/hf_records.h) tokenized by a Hugging Face tokenizer (a directory with tokenizer.json,
 // or the file) as transformers' AutoTokenizer loads it, in a Python step (app/python_step.h;
 // ./run.sh deps installs transformers into .venv/). Each document is encoded with the tokenizer's
-// own special tokens (a Llama tokenizer's BOS, ...) as transformers' run_clm.py encodes it, and the
-// documents are concatenated in order. The dataset is labelled "hf:<name>" and stores the tokenizer
-// files and its bos/eos ids (io/tokenizer_files.h).
+// own special tokens (a Llama tokenizer's BOS, ...) as transformers' run_clm.py encodes it, then
+// the tokenizer's EOS (document_eos), and the documents are concatenated in order. The dataset is
+// labelled "hf:<name>" and stores the tokenizer files and its bos/eos ids (io/tokenizer_files.h).
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "app/cli.h"
 
 namespace zt {
 
@@ -39,7 +41,11 @@ struct HfTokenizeRequest {
   std::vector<std::string> inputs;  // text files (one document each), JSON lines or Parquet
   std::string text_field;           // JSON lines: the field holding each document; "" for text
   std::optional<SftFields> sft;     // JSON lines of SFT examples (text_field unused)
-  std::string python;               // interpreter with transformers
+  // Text documents end with the tokenizer's EOS unless they end with it (on; auto: when the
+  // tokenizer names one, else a note), as TRL's SFTTrainer ends a text example and torchtitan a
+  // document; off: tokenizer(text) alone, as transformers' run_clm.py. SFT examples: unused.
+  AutoSwitch document_eos = AutoSwitch::kAuto;
+  std::string python;  // interpreter with transformers
   // Processes that encode the documents (datasets' map(num_proc=N)): the reading and the writing
   // stay in one; the dataset is the same bytes whatever the count.
   int workers = 1;

@@ -220,7 +220,8 @@ def check_model(work, zt, arch, vocab, sample):
               f"transformers' GGUF loader in {int((got != want).sum())} values")
     print(f"ok   {arch}: {len(index)} tensors bitwise equal to transformers' GGUF loader (bf16)")
     data = work(arch + "_data.h5")
-    run_tool([zt, "prepare-data", "--tokenizer", imported, "--text", sample, "--out", data])
+    run_tool([zt, "prepare-data", "--tokenizer", imported, "--text", sample, "--document-eos",
+              "off", "--out", data])
     with h5py.File(data, "r") as f:
         tokens = f["tokens"][:]
     reference_tok = transformers.AutoTokenizer.from_pretrained(gguf_dir, gguf_file="model.gguf")

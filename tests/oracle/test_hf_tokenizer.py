@@ -6,11 +6,11 @@ A byte-level BPE tokenizer is trained here with PyPI's `tokenizers` on inputs/da
 stored in tokenizer.json, which transformers does not apply unless asked). The reference is
 transformers' PreTrainedTokenizerFast on the same files, called as a training script calls it:
 1. `prepare-data --tokenizer DIR --text sample.txt`: the dataset's tokens equal
-   tokenizer(text)["input_ids"] (whole, not truncated), its vocabulary the tokenizer's, its label
-   "hf:DIR".
+   tokenizer(text + eos_token)["input_ids"], TRL's text example (whole, not truncated), its
+   vocabulary the tokenizer's, its label "hf:DIR"; with --document-eos off, tokenizer(text)'s.
 2. `prepare-data --tokenizer DIR/tokenizer.json --jsonl docs.jsonl --text-field content`: the
-   concatenation of each document's ids, in order, with a torch module that raises on import
-   ahead on PYTHONPATH (the tokenizer step imports no torch).
+   concatenation of each document's ids (with eos_token), in order, with a torch module that
+   raises on import ahead on PYTHONPATH (the tokenizer step imports no torch).
 3. A transformers LlamaForCausalLM with the tokenizer's vocabulary, saved with the tokenizer
    files, goes through `import` (which copies them), `train` (2 steps, its OUT/final/ gets them
    and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
@@ -91,19 +91,27 @@ def main():
         vocab = tok.get_vocab_size()
         reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("tok"))
 
-        # 1. Text: one document per file.
+        # 1. Text: one document per file, ending with EOS as TRL ends a text example (its
+        # eos_token appended to the text); --document-eos off: tokenizer(text) alone.
         run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file,
                   "--out", work("text.h5")] + python)
         tokens, data_vocab, label = dataset(work("text.h5"))
         with open(text_file, encoding="utf-8", newline="") as f:
-            want = reference(f.read())["input_ids"]
+            text = f.read()
+        want = reference(text + reference.eos_token)["input_ids"]
+        check(want[-1] == tok.token_to_id("</s>") and reference(text)["input_ids"] == want[:-1],
+              "text: TRL's rule (the text, then eos_token) is not the ids, then EOS, here")
+        run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file,
+                  "--document-eos", "off", "--out", work("text_no_eos.h5")] + python)
+        check(dataset(work("text_no_eos.h5"))[0].tolist() == reference(text)["input_ids"],
+              "text, --document-eos off: the ids are not tokenizer(text)'s")
         check(len(want) > 16, "the reference truncated the text")
         check(tokens.tolist() == want, f"text: {len(tokens)} tokens differ from transformers' "
               f"{len(want)} (first difference at "
               f"{next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b), None)})")
         check(data_vocab == vocab and label == "hf:tok", f"text: vocab {data_vocab}, {label}")
-        print(f"ok   text: {len(tokens)} tokens equal transformers' ids (not truncated), "
-              f"vocab {vocab}")
+        print(f"ok   text: {len(tokens)} tokens equal transformers' ids of the text and EOS (not "
+              f"truncated), vocab {vocab}; without EOS under --document-eos off")
 
         # 2. JSON lines, a named field. The tokenizer step imports no torch (a second of
         # start-up): here a torch module that raises shadows the real one, and the step runs.
@@ -122,7 +130,7 @@ def main():
         check(proc.returncode == 0 and "imported torch" not in proc.stdout,
               "jsonl: the tokenizer step failed where torch cannot be imported")
         tokens, _, _ = dataset(work("docs.h5"))
-        want = [i for doc in DOCUMENTS for i in reference(doc)["input_ids"]]
+        want = [i for doc in DOCUMENTS for i in reference(doc + reference.eos_token)["input_ids"]]
         check(tokens.tolist() == want, f"jsonl: {tokens.tolist()} != {want}")
         print(f"ok   jsonl: {len(DOCUMENTS)} documents, {len(tokens)} tokens as transformers "
               "gives them, with torch unimportable")
@@ -148,7 +156,7 @@ def main():
               f"run.json lists {ignored} as the imported config's ignored keys")
         run_tool([zt, "export", work("run", "final"), "--out", work("export")])
         loaded = transformers.AutoTokenizer.from_pretrained(work("export"))
-        got = [i for doc in DOCUMENTS for i in loaded(doc)["input_ids"]]
+        got = [i for doc in DOCUMENTS for i in loaded(doc + loaded.eos_token)["input_ids"]]
         check(got == want, f"AutoTokenizer on the export: {got} != {want}")
         generation = transformers.GenerationConfig.from_pretrained(work("export"))
         check((generation.bos_token_id, generation.eos_token_id) ==

@@ -17,7 +17,7 @@ files are written by the gzip, bzip2, xz and zstd tools, as C4's .json.gz and Sl
    the same rows as JSON lines. Prompt-completion pairs (--sft-jsonl) and documents (--jsonl)
    from Parquet: the JSON lines' files (also beside a nanosecond timestamp column, which pyarrow
    cannot convert without pandas and no option reads); the documents' tokens are
-   tokenizer(text)'s.
+   tokenizer(text + eos_token)'s, as TRL encodes a text example.
 2. The conversations' JSON lines compressed by each tool (zstd at 3 workers; pzstd, which opens
    with a skippable frame), as several gzip members and several zstd frames, and as one gzipped
    JSON array; a text file gzipped (--text): each gives the uncompressed file's dataset. A text
@@ -166,8 +166,8 @@ def parquet_checks(s, records, reference):
     from_parquet = s.prepare(["--jsonl", s.work("docs.parquet")], "docs_parquet.h5")
     with h5py.File(s.work("docs_parquet.h5"), "r") as f:
         ids = f["tokens"][:].tolist()
-    check(ids == [t for d in docs for t in reference(d["text"])["input_ids"]],
-          "Parquet documents: the tokens are not tokenizer(text)'s in row order")
+    check(ids == [t for d in docs for t in reference(d["text"] + reference.eos_token)["input_ids"]],
+          "Parquet documents: the tokens are not tokenizer(text + eos_token)'s in row order")
     check(from_parquet == s.prepare(["--jsonl", s.work("docs.jsonl")], "docs_jsonl.h5"),
           "Parquet documents: the file is not the JSON lines' file")
     print(f"ok   {len(pairs)} prompt-completion pairs and {len(docs)} documents from Parquet: the "
