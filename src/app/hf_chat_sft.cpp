@@ -20,6 +20,7 @@ def render(path, number, messages, tools=None, **kwargs):
 # The ids of the tokens the tokenizer adds whole (its special tokens and added tokens): read once,
 # as transformers builds the dict anew at each read.
 ADDED_IDS = frozenset(tok.added_tokens_decoder)
+ADDED_TEXTS = frozenset(t.content for t in tok.added_tokens_decoder.values())
 
 # Stand in for a reply, and for a function name, to find where the template puts them (no
 # template writes these; a name is ASCII, which every tojson filter leaves as it is).
@@ -75,12 +76,13 @@ def turn_start(path, number, messages, i, tools, head, inside, first, alone):
     before = render(path, number, messages[:i], tools)
     prompt = head[len(before):] if head.startswith(before) else ""
     start = first_probe(alone)
-    # The opening the turn has at the end of a conversation, or, when it has another there (Qwen3
-    # given enable_thinking=False gives the last turn an empty reasoning block), the one it has in
-    # the conversation.
-    openings = [alone[len(before):start]] if alone.startswith(before) and start >= 0 else []
-    openings += [inside[len(before):first]] if inside.startswith(before) else []
-    opening = next((o for o in openings if inside.endswith(o, 0, first)), None)
+    # The opening the turn has at the end of a conversation, or, when that one goes on past the
+    # one it has in the conversation (Qwen3 given enable_thinking=False gives the last turn an
+    # empty reasoning block), the latter.
+    opening = alone[len(before):start] if alone.startswith(before) and start >= 0 else None
+    within = inside[len(before):first] if inside.startswith(before) else None
+    if opening is not None and not inside.endswith(opening, 0, first):
+        opening = within if within and opening.startswith(within) else None
     if prompt:
         found = inside.rfind(prompt, 0, first)
         if found >= 0 and (opening or "").endswith(inside[found + len(prompt):first]):
@@ -90,7 +92,8 @@ def turn_start(path, number, messages, i, tools, head, inside, first, alone):
     prompted = len(os.path.commonprefix([opening, prompt]))
     if prompted and not alone.startswith(TURN_PROBE, start):  # a turn of calls, first
         reply = render(path, number, messages[:i] + [{"role": "assistant",
-                                                      "content": TURN_PROBE}], tools)
+                                                      "content": TURN_PROBE}] + messages[i + 1:],
+                       tools)
         plain = reply[len(before):] if reply.startswith(before) else ""
         prompted = min(prompted, len(os.path.commonprefix([plain, prompt])))
     if prompt and not prompted:
@@ -106,13 +109,22 @@ def turn_end(whole, probe, inside, at, alone):
     reply, as the template renders it, in the whole conversation. The turn ends after the part
     of that text that also closes the probe at the end of a conversation (chat_example moves an
     end inside a token the tokenizer adds whole back to its start). None when it cannot be
-    told."""
+    told, as when a token the tokenizer adds whole that closes the turn there comes later here
+    (Nemotron-Nano-v2 closes a turn of calls with "</TOOLCALL><SPECIAL_12>" at the end and
+    "</TOOLCALL>\n<SPECIAL_12>" inside): the end would fall short of it. (Phi-3's EOS, which
+    closes only a conversation, is not in what follows a turn.)"""
     last = alone.rfind(probe)
     after = inside[at + len(probe):]
     if last < 0 or not whole.endswith(after):
         return None
     closing = alone[last + len(probe):]
-    return len(whole) - len(after) + len(os.path.commonprefix([closing, after]))
+    shared = len(os.path.commonprefix([closing, after]))
+    for token in ADDED_TEXTS:
+        found = closing.find(token)
+        if found >= 0 and found + len(token) > shared and token in after[
+                max(shared - len(token), 0):shared + len(closing)]:
+            return None
+    return len(whole) - len(after) + shared
 
 def located_turn(path, number, whole, messages, i, tools, head, through, name):
     """(start, end) of assistant turn i (`name` in the record) in the whole rendering, when the
@@ -177,10 +189,10 @@ def check_tools_rendered(path, number, messages, tools, names, failed_none=None)
                  "leaves their names out): it is not written for tool calls")
     i = unrendered_calls(messages, tools, lambda m, t: render(path, number, m, t))
     if i is not None:
-        also = (f"; given a null content, it fails: {failed_none}" if failed_none
-                else ": it is not written for tool calls")
+        also = f"; given a null content instead, it fails: {failed_none}" if failed_none else ""
         sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
-                 f"{names[i]} (its rendering leaves their names out){also}")
+                 f"{names[i]} (its rendering leaves their names out): it is not written for "
+                 f"tool calls{also}")
 
 def check_system_rendered(path, number, messages, tools, names, whole):
     """A template may leave a system message out of a conversation that ends with an assistant
@@ -369,7 +381,8 @@ def tools_of(path, number, record):
 TEMPLATE_ARGUMENTS = "chat_template_kwargs"
 # apply_chat_template's own arguments, which are not the template's: a row may not set them.
 OWN_ARGUMENTS = frozenset((
-    "conversation", "tools", "chat_template", "add_generation_prompt", "continue_final_message",
+    "conversation", "messages", "tools", "chat_template", "add_generation_prompt",
+    "continue_final_message",
     "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
     "return_assistant_tokens_mask", "tokenizer_kwargs"))
 

@@ -26,7 +26,9 @@ are apply_chat_template's and the loss mask is the marked copy's assistant mask.
 leaves the system message out of a conversation that ends with a reply: such a conversation is
 refused naming the message, leaving no data. DeepSeek's turn of calls with an empty content gives
 the data of one with null; with arguments that are not a string, which its template cannot
-render, it is refused with the template's error.
+render, it is refused with the template's error. Nemotron-Nano-v2's plain replies count as its
+template closes them, and its turn of calls, closed unlike at the end of a conversation, is
+refused.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -213,6 +215,48 @@ def check_template(work, zt, source_dir, name):
                   f"runs transformers' assistant mask's: {runs}")
 
 
+def check_nemotron(work, zt, source_dir):
+    """Nemotron-Nano-v2's template writes "<think>\n" after the last turn's opening and closes a
+    turn with "\n<SPECIAL_12>\n"; at the end of a conversation it closes a turn of calls with
+    "</TOOLCALL><SPECIAL_12>\n\n", inside one with "</TOOLCALL>\n<SPECIAL_12>\n". Its plain
+    replies count as a reader of the template counts them (the reply and its closing, not the
+    "<think>\n" the generation prompt writes); where a turn of calls ends cannot be told, so the
+    line is refused naming the message."""
+    name = "NVIDIA-Nemotron-Nano-v2"
+    with open(os.path.join(source_dir, "tests/data/chat_templates", name + ".jinja"),
+              encoding="utf-8") as f:
+        template = f.read()
+    specials = ["<s>", "</s>", "<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<TOOLCALL>",
+                "</TOOLCALL>", "<think>", "</think>", "<TOOL_RESPONSE>", "</TOOL_RESPONSE>",
+                "<AVAILABLE_TOOLS>", "</AVAILABLE_TOOLS>"]
+    directory = tokenizer_dir(work(name), template, "<s>", "<SPECIAL_12>", specials)
+    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    record = conversations("rounds")[0]
+    path = work(name + ".rounds.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(record) + "\n")
+    run_tool([zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", path,
+              "--messages-field", "messages", "--chat-template", "--out", path + ".h5",
+              "--python", sys.executable])
+    with h5py.File(path + ".h5", "r") as f:
+        ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+    check(ids == reference.apply_chat_template(record["messages"], tokenize=True),
+          f"{name}: the ids are not apply_chat_template's")
+    runs = [reference.decode(r) for r in counted_runs(ids, mask)]
+    check(runs == [a + "\n<SPECIAL_12>\n" for a in ASSISTANT],
+          f"{name}: the counted runs are {runs}")
+    path = work(name + ".tools.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(conversations("tools")[1]) + "\n")
+    refused([zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", path,
+             "--messages-field", "messages", "--chat-template", "--out", work("bad.h5"),
+             "--python", sys.executable],
+            [path + ":1: the chat template renders 'messages'[1] (assistant)",
+             "cannot be located"], work("bad.h5"))
+    print(f"ok   {name}: the replies count as its template closes them ({runs}); a turn of "
+          "calls, which it closes unlike at the end of a conversation, is refused")
+
+
 def main():
     args = argument_parser(__doc__.split("\n")[0]).parse_args()
     work = fresh_work_dir(args.work_dir)
@@ -249,7 +293,7 @@ def main():
                    "--python", sys.executable]
             if arguments:
                 refused(cmd, [path + ":1: the chat template does not render the tool_calls of "
-                              "'messages'[1]", "given a null content, it fails: TypeError"],
+                              "'messages'[1]", "not written for tool calls; given a null content instead, it fails: TypeError"],
                         path + ".h5")
                 continue
             run_tool(cmd)
@@ -260,6 +304,7 @@ def main():
             first = got
         print("ok   DeepSeek-R1's template: a turn of calls with an empty content is rendered as "
               "with none; dict arguments, which it cannot render, are refused with its error")
+        check_nemotron(work, args.zerotrain, args.source_dir)
 
     return exit_status(checks)
 
