@@ -163,35 +163,36 @@ def call_contents(path, number, messages, tools):
     """(the messages, a turn of calls without content given "" (Qwen3's template fails on none;
     most render both alike), or none when the template leaves the calls out with "" and renders
     them with none, as DeepSeek-R1's does (its turn of calls is the one whose content is none),
-    and as transformers renders a null content; the error the template raised given none, when
-    neither renders the calls, for check_tools_rendered to name)."""
+    and as transformers renders a null content; unrendered_calls of those messages; the error
+    the template raised given none, when neither renders the calls), for check_tools_rendered."""
     empty = [dict(m, content="") if m["content"] is None else m for m in messages]
     nones = [dict(m, content=None) if m.get("tool_calls") and not m["content"] else m
              for m in messages]
-    if empty == nones or unrendered_calls(empty, tools, lambda m, t: render(
-            path, number, m, t)) is None:
-        return empty, None
+    left_out = unrendered_calls(empty, tools, lambda m, t: render(path, number, m, t))
+    if empty == nones or left_out is None:
+        return empty, left_out, None
     try:
-        left_out = unrendered_calls(nones, tools, lambda m, t: tok.apply_chat_template(
-            m, tools=t, tokenize=False, **row_arguments))
+        if unrendered_calls(nones, tools, lambda m, t: tok.apply_chat_template(
+                m, tools=t, tokenize=False, **row_arguments)) is None:
+            return nones, None, None
     except Exception as e:
-        return empty, f"{type(e).__name__}: {e}"
-    return (empty, None) if left_out is not None else (nones, None)
+        return empty, left_out, f"{type(e).__name__}: {e}"
+    return empty, left_out, None
 
-def check_tools_rendered(path, number, messages, tools, names, failed_none=None):
+def check_tools_rendered(path, number, messages, tools, names, left_out, failed_none):
     """A template written without tool calls leaves the tools out and renders a call as an empty
     reply (SmolLM2's, Phi-3's): with NAME_PROBE as every tool's name, and then as the names of
-    each turn's calls, the rendering must hold it once for each. `failed_none`: the error the
-    template raised given a turn of calls whose content is none."""
+    each turn's calls, the rendering must hold it once for each (`left_out`: unrendered_calls of
+    the messages). `failed_none`: the error the template raised given a turn of calls whose
+    content is none."""
     if tools and render(path, number, messages,
                         probe_names(tools, True)).count(NAME_PROBE) < len(tools):
         sys.exit(f"{path}:{number}: the chat template does not render the tools (its rendering "
                  "leaves their names out): it is not written for tool calls")
-    i = unrendered_calls(messages, tools, lambda m, t: render(path, number, m, t))
-    if i is not None:
+    if left_out is not None:
         also = f"; given a null content instead, it fails: {failed_none}" if failed_none else ""
         sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
-                 f"{names[i]} (its rendering leaves their names out): it is not written for "
+                 f"{names[left_out]} (its rendering leaves their names out): it is not written for "
                  f"tool calls{also}")
 
 def check_system_rendered(path, number, messages, tools, names, whole):
@@ -220,8 +221,8 @@ def chat_example(path, number, messages, names, learned, tools=None):
     from the end of the rendering of messages[:i] with the generation prompt to the end of the
     rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
     else located_turn finds it."""
-    messages, failed_none = call_contents(path, number, messages, tools)
-    check_tools_rendered(path, number, messages, tools, names, failed_none)
+    messages, left_out, failed_none = call_contents(path, number, messages, tools)
+    check_tools_rendered(path, number, messages, tools, names, left_out, failed_none)
     whole = render(path, number, messages, tools)
     check_system_rendered(path, number, messages, tools, names, whole)
     spans = []
