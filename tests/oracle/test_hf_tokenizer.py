@@ -15,7 +15,8 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
    files, goes through `import` (which copies them), `train` (2 steps, its OUT/final/ gets them
    and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
    documents as the dataset holds them and GenerationConfig has the tokenizer's bos/eos ids.
-4. Bad input: a JSON line without the field, a line that is not UTF-8, an empty input file, and
+4. Bad input: a JSON line without the field, a line that is not UTF-8, an empty input file,
+   --document-eos on with a tokenizer that names no eos_token (auto notes it and adds none), and
    a model whose vocabulary is smaller than the tokenizer's, are refused naming the file, the
    line (and byte), the field or both vocabularies; the
    refused dataset is not left behind, and a refused `train --overwrite` keeps the previous run.
@@ -183,6 +184,22 @@ def main():
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file, "--text",
                  work("empty.txt"), "--out", work("bad.h5")] + python,
                 ["input file '" + work("empty.txt") + "' is empty"], work("bad.h5"))
+        # A tokenizer that names no eos_token: --document-eos on is refused naming it; auto
+        # says the documents end without one, and writes tokenizer(text)'s ids.
+        shutil.copytree(work("tok"), work("tok_no_eos"))
+        with open(work("tok_no_eos", "tokenizer_config.json")) as f:
+            config = json.load(f)
+        config.pop("eos_token")
+        with open(work("tok_no_eos", "tokenizer_config.json"), "w") as f:
+            json.dump(config, f)
+        refused([zt, "prepare-data", "--tokenizer", work("tok_no_eos"), "--text", text_file,
+                 "--document-eos", "on", "--out", work("bad.h5")] + python,
+                [work("tok_no_eos") + ": --document-eos on", "no eos_token"], work("bad.h5"))
+        out = run_tool([zt, "prepare-data", "--tokenizer", work("tok_no_eos"), "--text",
+                        text_file, "--out", work("no_eos.h5")] + python)
+        check("note: the tokenizer names no eos_token: the documents end without one" in out and
+              dataset(work("no_eos.h5"))[0].tolist() == reference(text)["input_ids"],
+              "a tokenizer without eos_token: no note, or not tokenizer(text)'s ids")
         # Over the run of step 3 with --overwrite: refused before the old run is cleared.
         refused([zt, "train", "--preset", "tiny", "--data", work("text.h5"), "--out",
                  work("run"), "--overwrite", "--steps", "1", "--seq-len", "16"],
