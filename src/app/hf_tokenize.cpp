@@ -39,13 +39,14 @@ from concurrent.futures.process import BrokenProcessPool
 options = json.loads(options)
 field, sft, workers = options["text_field"], options["sft"], options["workers"]
 eos = special_id("eos_token")
-if options["document_eos"] == "on" and eos < 0 and not sft:
-    sys.exit(f"{tok_dir}: --document-eos on, and the tokenizer names no eos_token (give it one in "
-             "tokenizer_config.json, or use --document-eos off)")
-document_eos = options["document_eos"] != "off" and eos >= 0 and not sft
-if options["document_eos"] == "auto" and eos < 0 and not sft:
+document_eos = options["document_eos"] != "off" and not sft
+if document_eos and eos < 0:
+    if options["document_eos"] == "on":
+        sys.exit(f"{tok_dir}: --document-eos on, and the tokenizer names no eos_token (give it "
+                 "one in tokenizer_config.json, or use --document-eos off)")
     print("note: the tokenizer names no eos_token: the documents end without one",
           file=sys.stderr)
+    document_eos = False
 
 def string_field(path, number, record, key):
     value = record.get(key) if isinstance(record, dict) else None
@@ -105,9 +106,10 @@ def document_ids(text):
 
 def text_file(path):
     kind = file_kind(path)
-    if kind in ("parquet", "arrow"):
-        sys.exit(f"{path}: a{'' if kind == 'parquet' else 'n'} {kind.capitalize()} file, not "
-                 "text: --jsonl reads its rows (--text-field names the column)")
+    table = {"parquet": "a Parquet file", "arrow": "an Arrow file"}.get(kind)
+    if table:
+        sys.exit(f"{path}: {table}, not text: --jsonl reads its rows (--text-field names the "
+                 "column)")
     return document_ids(read_text(path, kind)), None
 
 def text_document(text):
