@@ -8,7 +8,20 @@ const char* const kChatSftPython = R"PY(
 # every rendering of the example gets them, as TRL hands them to each apply_chat_template.
 row_arguments = {}
 
+def check_template_chosen(path, number, tools):
+    """transformers renders a conversation with the tokenizer's chat template named "tool_use"
+    where it is given tools and there is one, else with "default": named templates that hold
+    neither leave no template for the line, which is refused naming them."""
+    named = tok.chat_template
+    if (not isinstance(named, dict) or "default" in named
+            or (tools is not None and "tool_use" in named)):
+        return
+    sys.exit(f"{path}:{number}: the chat templates of {tok_dir} are named "
+             f"{', '.join(sorted(named))}, none 'default': transformers renders a conversation "
+             "without tools with 'default', one with tools with 'tool_use'")
+
 def render(path, number, messages, tools=None, **kwargs):
+    check_template_chosen(path, number, tools)
     try:
         return tok.apply_chat_template(messages, tools=tools, tokenize=False, **row_arguments,
                                        **kwargs)
@@ -318,7 +331,7 @@ def checked_message(where, m, previous):
         sys.exit(f"{where} is a tool result that follows no assistant turn with tool_calls")
     return dict(m, content=content)  # none only in a turn of calls: call_contents
 
-def conversation(path, number, record, key):
+def conversation(path, number, record, key, tools):
     """(the record's list of messages, where each is in the record: 'field'[index], whether each
     is an assistant turn to learn). TRL's conversational format, with its tool calls: roles
     system, user, assistant and tool, checked by checked_message, at least one assistant turn, and
@@ -350,7 +363,7 @@ def conversation(path, number, record, key):
     reasoning = [i for i, m in enumerate(checked) if m.get("reasoning_content")]
     if reasoning and TURN_PROBE not in render(path, number, [
             {"role": "user", "content": "?"},
-            {"role": "assistant", "content": "", "reasoning_content": TURN_PROBE}]):
+            {"role": "assistant", "content": "", "reasoning_content": TURN_PROBE}], tools):
         sys.exit(f"{path}:{number}: {names[reasoning[0]]} has a reasoning_content, which the "
                  "chat template does not render: the reasoning would be dropped")
     return checked, names, learned
@@ -418,10 +431,10 @@ def message_example(path, number, record):
     global row_arguments
     row_arguments = template_arguments(path, number, record)
     key = sft["messages"]
-    messages, names, learned = conversation(path, number, record, key)
+    tools = tools_of(path, number, record)
+    messages, names, learned = conversation(path, number, record, key, tools)
     return chat_example(path, number, messages, names,
-                        learned_turns(path, number, f"'{key}'", learned),
-                        tools_of(path, number, record))
+                        learned_turns(path, number, f"'{key}'", learned), tools)
 
 def chat_pair_example(path, number, record):
     global row_arguments
@@ -440,7 +453,7 @@ def chat_pair_example(path, number, record):
             [f"'{prompt}'", f"'{response}'"], [False, True], tools)
     # TRL's conversational prompt-completion: the completion's turns count, as TRL's
     # completion-only loss counts them; the prompt's (an earlier reply too) do not.
-    messages, names, learned = conversation(path, number, record, [prompt, response])
+    messages, names, learned = conversation(path, number, record, [prompt, response], tools)
     first = len(record[prompt])
     if "assistant" not in (m["role"] for m in messages[first:]):
         sys.exit(f"{path}:{number}: '{response}' has no assistant message to learn")

@@ -86,11 +86,26 @@ for key in ("bos_token", "eos_token"):
         sys.exit(f"{tok_dir}: the {key} {str(token)!r} that tokenizer_config.json or "
                  f"special_tokens_map.json names is not a token of {tok_file}")
 del raw
-# chat_template.jinja is where transformers 4.5x saves the template; it wins over the config's.
-jinja = os.path.join(tok_dir, "chat_template.jinja")
-if os.path.isfile(jinja):
-    with open(jinja, encoding="utf-8") as f:
-        tok.chat_template = f.read()
+# Where transformers 4.5x and later save the chat templates: chat_template.jinja ("default") and
+# additional_chat_templates/NAME.jinja (the named others). Where there are any, they replace the
+# config's, as transformers 5 loads them: one string, or a dict by name.
+def saved_chat_templates(directory):
+    found = {}
+    jinja = os.path.join(directory, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            found["default"] = f.read()
+    named = os.path.join(directory, "additional_chat_templates")
+    for name in sorted(os.listdir(named)) if os.path.isdir(named) else ():
+        path = os.path.join(named, name)
+        if name.endswith(".jinja") and name != ".jinja" and os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                found[name[:-len(".jinja")]] = f.read()
+    return found
+
+saved = saved_chat_templates(tok_dir)
+if saved:
+    tok.chat_template = saved["default"] if list(saved) == ["default"] else saved
 
 def special_id(key):
     token = getattr(tok, key, None)

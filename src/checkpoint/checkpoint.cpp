@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "comm/collective_outcome.h"
 #include "io/fs_util.h"
+#include "io/tokenizer_files.h"
 #include "util/error.h"
 
 namespace zt {
@@ -70,7 +71,7 @@ OptimizerSlice own_slice(ZeroEngine& engine, const std::vector<CheckpointGroup>&
 void publish(const CheckpointManifest& manifest, const std::string& tmp,
              const std::string& final_dir, const CheckpointSaveOptions& options) {
   for (const auto& [name, contents] : options.files_beside)
-    write_text_file(tmp + "/" + name, contents);
+    write_tokenizer_file(tmp, name, contents);
   write_text_file(tmp + "/" + kCheckpointManifestFile, manifest.to_json().dump(1) + "\n");
   fsync_path(tmp);
   move_into_place(tmp, final_dir, /*overwrite=*/true);  // fsyncs the parent

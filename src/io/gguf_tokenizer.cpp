@@ -1,6 +1,7 @@
 #include "io/gguf_tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
@@ -219,6 +220,28 @@ TokenizerPipeline sentencepiece_pipeline(const GgufReader& gguf, const GgufVocab
            {"merges", sentencepiece_merges(v.tokens, v.scores)}}};
 }
 
+// The chat templates of a GGUF file as tokenizer_config.json holds them: tokenizer.chat_template's
+// string alone, or, where the file has named ones (tokenizer.chat_template.NAME, as gguf-py writes
+// a tokenizer's list form), the list form [{"name", "template"}]: "default" first, then the others
+// in name order. Null where it has none.
+nlohmann::json chat_template_of(const GgufReader& gguf) {
+  const std::string prefix = "tokenizer.chat_template.";
+  const bool has_default = gguf.has("tokenizer.chat_template");
+  nlohmann::json list = nlohmann::json::array();
+  if (has_default)
+    list.push_back({{"name", "default"}, {"template", gguf.string("tokenizer.chat_template")}});
+  for (const auto& entry : gguf.metadata()) {
+    const std::string& key = entry.first;
+    if (key.rfind(prefix, 0) != 0 || key.size() == prefix.size()) continue;
+    ZT_CHECK(!(has_default && key == prefix + "default"),
+             gguf.path() + ": both tokenizer.chat_template and " + key + " are given");
+    list.push_back({{"name", key.substr(prefix.size())}, {"template", gguf.string(key)}});
+  }
+  if (list.empty()) return nlohmann::json();
+  if (list.size() == 1 && has_default) return list[0]["template"];
+  return list;
+}
+
 }  // namespace
 
 TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context_length) {
@@ -285,8 +308,8 @@ TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context
       {"bos_token", bos}, {"eos_token", eos}, {"unk_token", unk}, {"pad_token", pad}};
   for (const auto& [key, id] : named)
     if (id >= 0) specials[key] = config[key] = v.tokens[static_cast<size_t>(id)];
-  if (gguf.has("tokenizer.chat_template"))
-    config["chat_template"] = gguf.string("tokenizer.chat_template");
+  config["chat_template"] = chat_template_of(gguf);
+  if (config["chat_template"].is_null()) config.erase("chat_template");
   TokenizerFiles files;
   files.files["tokenizer.json"] = tokenizer.dump(2) + "\n";
   files.files["tokenizer_config.json"] = config.dump(2) + "\n";
@@ -354,6 +377,41 @@ GgufTokenizerKind gguf_tokenizer_kind(const nlohmann::json& tok, const std::stri
 
 GgufValue string_value(const std::string& s) {
   return {GgufValueType::kString, GgufValueType::kUint32, s};
+}
+
+// The chat templates as gguf-py's add_chat_template writes them: "default" as
+// tokenizer.chat_template, each other one as tokenizer.chat_template.NAME (a character of NAME
+// other than an ASCII letter or digit as '_'), their names listed in tokenizer.chat_templates.
+void add_chat_templates(std::vector<std::pair<std::string, GgufValue>>& out,
+                        const std::map<std::string, std::string>& templates,
+                        const std::string& where) {
+  std::vector<std::pair<std::string, GgufValue>> named;
+  nlohmann::json names = nlohmann::json::array();
+  std::map<std::string, std::string> given_as;  // GGUF name -> the tokenizer's
+  for (const auto& [name, text] : templates) {
+    if (name == "default" || text.empty()) continue;
+    std::string key_name;  // one '_' per character (UTF-8 continuation bytes add none)
+    for (const char c : name) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte < 128 && std::isalnum(byte))
+        key_name += c;
+      else if ((byte & 0xC0) != 0x80)
+        key_name += '_';
+    }
+    const auto [it, fresh] = given_as.emplace(key_name, name);
+    ZT_CHECK(fresh, where + ": the chat templates '" + it->second + "' and '" + name +
+                        "' would both be written as tokenizer.chat_template." + key_name);
+    names.push_back(key_name);
+    named.push_back({"tokenizer.chat_template." + key_name, string_value(text)});
+  }
+  if (!names.empty()) {
+    out.push_back(
+        {"tokenizer.chat_templates", {GgufValueType::kArray, GgufValueType::kString, names}});
+    out.insert(out.end(), named.begin(), named.end());
+  }
+  const auto fallback = templates.find("default");
+  if (fallback != templates.end() && !fallback->second.empty())
+    out.push_back({"tokenizer.chat_template", string_value(fallback->second)});
 }
 
 // gguf_tokenizer_metadata, with nlohmann's exceptions for a file of the wrong shape.
@@ -448,13 +506,7 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
       {"tokenizer.ggml.add_bos_token", {GgufValueType::kBool, GgufValueType::kUint32, add_bos}});
   out.push_back(
       {"tokenizer.ggml.add_eos_token", {GgufValueType::kBool, GgufValueType::kUint32, add_eos}});
-  std::string chat_template;
-  if (tokenizer.files.count("chat_template.jinja"))
-    chat_template = tokenizer.files.at("chat_template.jinja");
-  else if (config.contains("chat_template") && config.at("chat_template").is_string())
-    chat_template = config.at("chat_template").get<std::string>();
-  if (!chat_template.empty())
-    out.push_back({"tokenizer.chat_template", string_value(chat_template)});
+  add_chat_templates(out, chat_templates(tokenizer, where), where);
   return out;
 }
 

@@ -264,8 +264,12 @@ Id create_dataset(hid_t file, const std::string& name, DType type,
   Id space = wrap(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max_dims.data()),
                   H5Sclose, "cannot create dataspace", where);
   Id file_type = type_for(type);
-  return wrap(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-              H5Dclose, "cannot create dataset", where);
+  // A name "group/dataset" makes the group too.
+  Id lcpl = wrap(H5Pcreate(H5P_LINK_CREATE), H5Pclose, "cannot create property list", where);
+  check(H5Pset_create_intermediate_group(lcpl, 1), "H5Pset_create_intermediate_group failed",
+        where);
+  return wrap(H5Dcreate2(file, name.c_str(), file_type, space, lcpl, dcpl, H5P_DEFAULT), H5Dclose,
+              "cannot create dataset", where);
 }
 
 Id open_dataset(hid_t file, const std::string& name, const std::string& where) {
@@ -275,6 +279,21 @@ Id open_dataset(hid_t file, const std::string& name, const std::string& where) {
 bool has_dataset(hid_t file, const std::string& name) {
   silence_errors();
   return H5Lexists(file, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::vector<std::string> member_names(hid_t file, const std::string& group,
+                                      const std::string& where) {
+  std::vector<std::string> names;
+  if (!has_dataset(file, group)) return names;
+  Id g = wrap(H5Gopen2(file, group.c_str(), H5P_DEFAULT), H5Gclose,
+              "cannot open group '" + group + "'", where);
+  auto add = [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+    static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+    return 0;
+  };
+  check(H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, add, &names),
+        "cannot list group '" + group + "'", where);
+  return names;
 }
 
 std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& where) {

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "io/fs_util.h"
+#include "io/tokenizer_files.h"
 #include "model/init.h"
 #include "util/error.h"
 
@@ -207,6 +208,8 @@ void ModelDirWriter::add_tensor(const std::string& name, const std::vector<int64
 
 void ModelDirWriter::add_file(const std::string& name, const std::string& contents) {
   ZT_CHECK(!finished_, "model writer for '" + dir_ + "' is already finished");
+  if (!named_chat_template_name(name).empty())
+    return write_tokenizer_file(tmp_dir_, name, contents);
   ZT_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
            "'" + name + "' is not a file name for model directory '" + dir_ + "'");
   write_text_file(tmp_dir_ + "/" + name, contents);

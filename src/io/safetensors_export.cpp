@@ -93,7 +93,7 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
       write_weight_index_file(tmp + "/" + kSafetensorsIndexFile, weight_map, result.bytes);
     // The model's tokenizer files, read from the model directory, appear with the export.
     for (const auto& [name, text] : tokenizer_files_to_write(read_tokenizer_files(model_dir))) {
-      write_text_file(tmp + "/" + name, text);
+      write_tokenizer_file(tmp, name, text);
       result.tokenizer_files.push_back(name);
     }
     write_text_file(tmp + "/" + kModelConfigFile,

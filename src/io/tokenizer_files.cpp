@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -37,7 +38,61 @@ std::string read_whole_file(const fs::path& path) {
   return text.str();
 }
 
+constexpr std::string_view kJinja = ".jinja";
+
+bool ends_with(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// tokenizer_config.json's "chat_template": a string ("default") or the list form.
+std::map<std::string, std::string> config_chat_templates(const TokenizerFiles& tokenizer,
+                                                         const std::string& where) {
+  const auto it = tokenizer.files.find("tokenizer_config.json");
+  if (it == tokenizer.files.end()) return {};
+  const std::string file = where + "/tokenizer_config.json";
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::exception& e) {
+    fail(file + ": not JSON (" + e.what() + ")");
+  }
+  const nlohmann::json value =
+      config.is_object() ? config.value("chat_template", nlohmann::json()) : nlohmann::json();
+  if (value.is_string()) return {{"default", value.get<std::string>()}};
+  if (value.is_null()) return {};
+  ZT_CHECK(value.is_array(), file +
+                                 ": \"chat_template\" is neither a string nor a list of "
+                                 "{\"name\", \"template\"}");
+  std::map<std::string, std::string> templates;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const nlohmann::json& entry = value[i];
+    const std::string at = file + ": \"chat_template\"[" + std::to_string(i) + "]";
+    ZT_CHECK(entry.is_object() && entry.value("name", nlohmann::json()).is_string() &&
+                 entry.value("template", nlohmann::json()).is_string(),
+             at + " is not {\"name\": string, \"template\": string}");
+    const std::string name = entry.at("name").get<std::string>();
+    ZT_CHECK(templates.emplace(name, entry.at("template").get<std::string>()).second,
+             at + ": the name '" + name + "' is given twice");
+  }
+  return templates;
+}
+
 }  // namespace
+
+const char* const kNamedChatTemplateDir = "additional_chat_templates";
+
+std::string named_chat_template_file(const std::string& name) {
+  ZT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+           "'" + name + "' is not a chat template name (a file name's stem)");
+  return std::string(kNamedChatTemplateDir) + "/" + name + std::string(kJinja);
+}
+
+std::string named_chat_template_name(const std::string& path) {
+  const std::string dir = std::string(kNamedChatTemplateDir) + "/";
+  if (path.rfind(dir, 0) != 0 || !ends_with(path, kJinja)) return "";
+  const std::string name = path.substr(dir.size(), path.size() - dir.size() - kJinja.size());
+  return name.empty() || name.find('/') != std::string::npos ? "" : name;
+}
 
 const std::vector<std::string>& tokenizer_file_names() {
   static const std::vector<std::string> names = {
@@ -57,9 +112,24 @@ std::map<std::string, std::string> tokenizer_files_to_write(const TokenizerFiles
   return files;
 }
 
+void write_tokenizer_file(const std::string& dir, const std::string& name,
+                          const std::string& text) {
+  if (!named_chat_template_name(name).empty()) {
+    const fs::path sub = fs::path(dir) / kNamedChatTemplateDir;
+    std::error_code ec;
+    fs::create_directories(sub, ec);
+    ZT_CHECK(!ec, "cannot create '" + sub.string() + "': " + ec.message());
+    write_whole_file(fs::path(dir) / name, text);
+    fsync_path(sub.string());
+    return;
+  }
+  ZT_CHECK(name.find('/') == std::string::npos, "'" + name + "' is not a tokenizer file name");
+  write_whole_file(fs::path(dir) / name, text);
+}
+
 void write_tokenizer_files(const TokenizerFiles& tokenizer, const std::string& dir) {
   for (const auto& [name, text] : tokenizer_files_to_write(tokenizer))
-    write_whole_file(fs::path(dir) / name, text);
+    write_tokenizer_file(dir, name, text);
 }
 
 TokenizerFiles read_tokenizer_files(const std::string& path) {
@@ -71,7 +141,31 @@ TokenizerFiles read_tokenizer_files(const std::string& path) {
     const fs::path file = !is_dir && name == "tokenizer.json" ? fs::path(path) : dir / name;
     if (fs::is_regular_file(file, ec)) tokenizer.files[name] = read_whole_file(file);
   }
+  // The named templates, as transformers lists them: every *.jinja file of the directory.
+  const fs::path named = dir / kNamedChatTemplateDir;
+  if (fs::is_directory(named, ec)) {
+    fs::directory_iterator entries(named, ec);
+    ZT_CHECK(!ec, "cannot list '" + named.string() + "': " + ec.message());
+    for (const fs::directory_entry& entry : entries) {
+      const std::string file = entry.path().filename().string();
+      if (!entry.is_regular_file(ec) || !ends_with(file, kJinja) || file == kJinja) continue;
+      tokenizer.files[named_chat_template_file(file.substr(0, file.size() - kJinja.size()))] =
+          read_whole_file(entry.path());
+    }
+  }
   return tokenizer;
+}
+
+std::map<std::string, std::string> chat_templates(const TokenizerFiles& tokenizer,
+                                                  const std::string& where) {
+  std::map<std::string, std::string> templates;
+  const auto jinja = tokenizer.files.find("chat_template.jinja");
+  if (jinja != tokenizer.files.end()) templates["default"] = jinja->second;
+  for (const auto& [path, text] : tokenizer.files) {  // after it: a file "default.jinja" wins
+    const std::string name = named_chat_template_name(path);
+    if (!name.empty()) templates[name] = text;
+  }
+  return templates.empty() ? config_chat_templates(tokenizer, where) : templates;
 }
 
 }  // namespace zt

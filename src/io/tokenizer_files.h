@@ -17,9 +17,20 @@ namespace zt {
 // slow tokenizers and converters read).
 const std::vector<std::string>& tokenizer_file_names();
 
+// A tokenizer's named chat templates (tokenizer_config.json's list form, [{"name", "template"},
+// ...], as Hermes 3 and Command R ship them): transformers 4.5x and later save the "default" one
+// as chat_template.jinja and each other one as additional_chat_templates/NAME.jinja, which are
+// kept under that relative path.
+extern const char* const kNamedChatTemplateDir;  // "additional_chat_templates"
+// "additional_chat_templates/NAME.jinja"; NAME must be a file name's stem (no '/', not empty).
+std::string named_chat_template_file(const std::string& name);
+// NAME when `path` is such a file, else "".
+std::string named_chat_template_name(const std::string& path);
+
 struct TokenizerFiles {
-  std::map<std::string, std::string> files;  // file name -> contents (one of the names above)
-  int64_t bos_token_id = -1;                 // -1: the tokenizer has none
+  // file name -> contents: one of the names above, or a named chat template's relative path
+  std::map<std::string, std::string> files;
+  int64_t bos_token_id = -1;  // -1: the tokenizer has none
   int64_t eos_token_id = -1;
   bool empty() const { return files.empty(); }
 };
@@ -32,9 +43,21 @@ std::map<std::string, std::string> tokenizer_files_to_write(const TokenizerFiles
 // then renamed into place.
 void write_tokenizer_files(const TokenizerFiles& tokenizer, const std::string& dir);
 
+// Writes one of the files, `name` (a key of TokenizerFiles::files), under `dir`, making the
+// named templates' directory where the name needs it.
+void write_tokenizer_file(const std::string& dir, const std::string& name, const std::string& text);
+
 // The tokenizer files at `path`: a directory holding them, or a tokenizer.json file (stored as
 // tokenizer.json whatever its name) with the others read from its directory. The bos/eos ids are
 // left at -1 for the caller.
 TokenizerFiles read_tokenizer_files(const std::string& path);
+
+// The chat templates, name -> template, as transformers 5 loads them: chat_template.jinja (as
+// "default") and the additional_chat_templates/ files where there are any, which replace what
+// tokenizer_config.json holds; else its "chat_template", a string (as "default") or the list
+// form. Empty where there is none. An entry of the list that is not {"name": string, "template":
+// string}, or a name given twice, is an error naming the file.
+std::map<std::string, std::string> chat_templates(const TokenizerFiles& tokenizer,
+                                                  const std::string& where);
 
 }  // namespace zt

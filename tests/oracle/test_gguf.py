@@ -74,8 +74,9 @@ def dequantized(raw, qtype):
     return gguf.quants.dequantize(raw, qtype).astype(np.float32)
 
 
-def write_gguf(path, arch, metadata, tensors, vocab):
-    """tensors: name -> (raw array, qtype or None for F32/F16 arrays)."""
+def write_gguf(path, arch, metadata, tensors, vocab, chat_template=CHATML):
+    """tensors: name -> (raw array, qtype or None for F32/F16 arrays); chat_template: a string or
+    the list form [{"name", "template"}], as gguf's add_chat_template takes them."""
     w = gguf.GGUFWriter(path, arch)
     w.add_name("tiny " + arch)  # transformers' loader reads general.name
     for key, (kind, value) in metadata.items():
@@ -89,7 +90,7 @@ def write_gguf(path, arch, metadata, tensors, vocab):
     w.add_bos_token_id(tokens.index("<|im_start|>"))
     w.add_eos_token_id(tokens.index("<|im_end|>"))
     w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    w.add_chat_template(chat_template)
     for name, (raw, qtype) in tensors.items():
         w.add_tensor(name, raw, raw_dtype=qtype)
     w.write_header_to_file()

@@ -228,6 +228,7 @@ TEST(IoTokenDataset, TokenizerFilesRoundTripAndWriteAGenerationConfig) {
   TokenizerFiles files;
   files.files["tokenizer.json"] = std::string("{\"model\": {}}\n") + std::string(100000, 'x');
   files.files["tokenizer_config.json"] = "{}";
+  files.files["additional_chat_templates/tool_use.jinja"] = "{{ tools }}";  // in a subdirectory
   files.bos_token_id = 0;
   files.eos_token_id = 1;
   w.set_tokenizer_files(files);
@@ -246,13 +247,51 @@ TEST(IoTokenDataset, TokenizerFilesRoundTripAndWriteAGenerationConfig) {
   EXPECT_EQ(generation, (nlohmann::json{{"bos_token_id", 0}, {"eos_token_id", 1}}));
   // What a model directory holds reads back, the written generation_config.json with it.
   TokenizerFiles read = read_tokenizer_files(tmp / "model");
-  EXPECT_EQ(read.files.size(), 3u);
+  EXPECT_EQ(read.files.size(), 4u);
   read.files.erase("generation_config.json");
   EXPECT_EQ(read.files, files.files);
   // A dataset without a tokenizer has none, and writes nothing.
   testing::write_file(tmp / "a.txt", "abc");
   prepare_token_dataset({tmp / "a.txt"}, TokenSource::kText, tmp / "b.h5", {}, false);
   EXPECT_TRUE(TokenDataset(tmp / "b.h5").tokenizer_files().empty());
+}
+
+// Named chat templates: tokenizer_config.json's list form, or chat_template.jinja ("default") and
+// additional_chat_templates/NAME.jinja, which replace the config's (as transformers 5 loads them).
+TEST(IoTokenizerFiles, ChatTemplatesAreReadByNameAsTransformersLoadsThem) {
+  TokenizerFiles t;
+  EXPECT_TRUE(chat_templates(t, "dir").empty());
+  t.files["tokenizer_config.json"] = R"({"chat_template": "plain"})";
+  EXPECT_EQ(chat_templates(t, "dir"), (std::map<std::string, std::string>{{"default", "plain"}}));
+  t.files["tokenizer_config.json"] =
+      R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "rag", "template": "R"}]})";
+  EXPECT_EQ(chat_templates(t, "dir"),
+            (std::map<std::string, std::string>{{"default", "D"}, {"rag", "R"}}));
+  t.files["additional_chat_templates/tool_use.jinja"] = "T";
+  EXPECT_EQ(chat_templates(t, "dir"), (std::map<std::string, std::string>{{"tool_use", "T"}}));
+  t.files["chat_template.jinja"] = "J";
+  EXPECT_EQ(chat_templates(t, "dir"),
+            (std::map<std::string, std::string>{{"default", "J"}, {"tool_use", "T"}}));
+  EXPECT_EQ(named_chat_template_name("additional_chat_templates/tool_use.jinja"), "tool_use");
+  EXPECT_EQ(named_chat_template_name("chat_template.jinja"), "");
+  EXPECT_EQ(named_chat_template_name("additional_chat_templates/.jinja"), "");
+  EXPECT_THROW(named_chat_template_file("../x"), Error);
+  // A list entry that is not {"name", "template"} strings, or a name given twice, names the file.
+  for (const char* bad : {R"({"chat_template": [{"name": "default"}]})",
+                          R"({"chat_template": [{"name": "a", "template": "x"},
+                                                {"name": "a", "template": "y"}]})",
+                          R"({"chat_template": 3})"}) {
+    TokenizerFiles b;
+    b.files["tokenizer_config.json"] = bad;
+    try {
+      chat_templates(b, "dir");
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dir/tokenizer_config.json: \"chat_template\""),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Writes a dataset of `n` tokens, then gives it a /loss_mask dataset of the given type and values.

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Named chat templates through chat SFT, the directories zerotrain writes and GGUF (CTest label
+"oracle", in the project venv).
+
+A tokenizer may hold several chat templates by name: tokenizer_config.json's list form,
+[{"name", "template"}, ...], as Hermes 3 and Command R ship it, which transformers 4.5x and later
+save as chat_template.jinja ("default") and additional_chat_templates/NAME.jinja. The templates
+here are Hermes-3-Llama-3.1-8B's "default" and "tool_use"
+(tests/data/chat_templates/NousResearch-Hermes-3-Llama-3.1-8B.chat_template.json, sources in
+SOURCES.md).
+
+1. SFT (`prepare-data --chat-template`), on a tokenizer holding the list form: a conversation
+   without tools gets transformers' apply_chat_template ids, which its "default" template
+   renders, and one with tools those of "tool_use" (which differ); the counted runs are the
+   replies as each template closes them, read off the templates by hand. The same tokenizer
+   saved in transformers 5's layout gives the same tokens and loss mask. Templates named without
+   a "default" refuse a conversation without tools, naming the names and leaving no file, and
+   render one with tools.
+2. Carried files: a dataset made with a tokenizer in transformers 5's layout holds its
+   additional_chat_templates/ file, and `train` writes it, byte for byte, into OUT/final/ and into
+   each checkpoint, from which `consolidate` carries it on.
+3. GGUF: a file whose tokenizer gguf's GGUFWriter wrote with the list form imports to a
+   tokenizer_config.json whose templates transformers reads back by name; exported again, from
+   the list form and from transformers 5's layout (with a third template, whose name has a
+   space and a non-ASCII letter), it holds the chat template keys GGUFWriter writes for the same
+   templates (tokenizer.chat_template, tokenizer.chat_template.NAME, tokenizer.chat_templates).
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
+                            require_venv_modules, run_tool)
+from test_chat_templates import tokenizer_dir  # noqa: E402
+from test_gguf import metadata, model_tensors, train_vocab, write_gguf  # noqa: E402
+from test_hf_tokenizer import refused  # noqa: E402
+from test_tokenizer_configs import counted_runs  # noqa: E402
+
+gguf, h5py, np, transformers = require_venv_modules("gguf", "h5py", "numpy", "transformers")
+
+TEMPLATES = "tests/data/chat_templates/NousResearch-Hermes-3-Llama-3.1-8B.chat_template.json"
+SPECIALS = ["<|begin_of_text|>", "<|im_start|>", "<|im_end|>"]
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city."}}, "required": ["city"]}}}
+ROUNDS = {"messages": [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4."},
+    {"role": "user", "content": "And 3 + 3?"}, {"role": "assistant", "content": "6."}]}
+AGENT = {"tools": [WEATHER], "messages": [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "content": "sunny"},
+    {"role": "assistant", "content": "It is sunny in Paris."}]}
+# A "default" that renders reasoning (made here, for a pair whose templates differ in that).
+REASONING_DEFAULT = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.reasoning_content %}"
+                     "<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}<|im_end|>\n"
+                     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# The replies as the templates render them after the generation prompt "<|im_start|>assistant\n"
+# (read off the templates): "default" closes a turn with "<|im_end|>\n"; "tool_use" writes a
+# turn's calls as "\n<tool_call>\n" + {"name": ..., "arguments": ...} + "\n</tool_call>" after
+# "<|im_start|>assistant", the newline being the generation prompt's.
+RUNS = {"rounds": ["4.<|im_end|>\n", "6.<|im_end|>\n"],
+        "agent": ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                  '</tool_call><|im_end|>\n', "It is sunny in Paris.<|im_end|>\n"]}
+
+
+def read_templates(source_dir):
+    with open(os.path.join(source_dir, TEMPLATES), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def saved_as_files(source, directory, named):
+    """A copy of tokenizer directory `source` in transformers 5's layout: tokenizer_config.json
+    without chat_template, chat_template.jinja and additional_chat_templates/NAME.jinja
+    (`named`: name -> template)."""
+    shutil.copytree(source, directory)
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    config.pop("chat_template", None)
+    with open(config_path, "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False)
+    os.makedirs(os.path.join(directory, "additional_chat_templates"))
+    for name, template in named.items():
+        path = (os.path.join(directory, "chat_template.jinja") if name == "default" else
+                os.path.join(directory, "additional_chat_templates", name + ".jinja"))
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(template)
+    return directory
+
+
+def succeeds(cmd, what):
+    """Runs cmd, echoing it; its failure is a failed check (what the named templates broke)."""
+    print("+ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout.rstrip())
+    check(proc.returncode == 0, f"{what} failed")
+
+
+def sft_data(work, zt, tokenizer, name, record):
+    """prepare-data --chat-template of one line; (tokens, loss mask)."""
+    path = work(name + ".jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(record) + "\n")
+    succeeds([zt, "prepare-data", "--tokenizer", tokenizer, "--sft-jsonl", path,
+              "--messages-field", "messages", "--tools-field", "tools", "--chat-template",
+              "--out", path + ".h5", "--python", sys.executable], f"{name}: prepare-data")
+    with h5py.File(path + ".h5", "r") as f:
+        return f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+
+
+def check_sft(work, zt, source_dir):
+    templates = read_templates(source_dir)
+    listed = tokenizer_dir(work("hermes"), templates, "<|begin_of_text|>", "<|im_end|>", SPECIALS)
+    reference = transformers.AutoTokenizer.from_pretrained(listed)
+    by_name = {t["name"]: t["template"] for t in templates}
+    check(reference.chat_template == by_name, "transformers does not read the list form by name")
+    files = saved_as_files(listed, work("hermes-files"), by_name)
+    for kind, record in (("rounds", ROUNDS), ("agent", AGENT)):
+        tools = record.get("tools")
+        ids, mask = sft_data(work, zt, listed, kind, record)
+        want = reference.apply_chat_template(record["messages"], tools=tools, tokenize=True)
+        check(ids == want, f"{kind}: the ids are not apply_chat_template's")
+        chosen = "tool_use" if tools else "default"
+        if tools:  # "tool_use" cannot render a conversation without tools
+            check(ids != reference.apply_chat_template(record["messages"], tools=tools,
+                                                       tokenize=True,
+                                                       chat_template=by_name["default"]),
+                  f"{kind}: both templates render the same ids; the choice is untested")
+        runs = [reference.decode(r) for r in counted_runs(ids, mask)]
+        check(runs == RUNS[kind], f"{kind}: the counted runs are {runs}, not {RUNS[kind]}")
+        check(sft_data(work, zt, files, kind + "-files", record) == (ids, mask),
+              f"{kind}: transformers 5's layout gives other data than the list form")
+        print(f"ok   {kind}: the '{chosen}' template's ids, the replies counted ({runs}); the "
+              "same data from chat_template.jinja and additional_chat_templates/")
+
+    # Named templates without a "default": a conversation without tools has none.
+    no_default = tokenizer_dir(work("no-default"), [templates[1]], "<|begin_of_text|>",
+                               "<|im_end|>", SPECIALS)
+    path = work("no-default.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(ROUNDS) + "\n")
+    refused([zt, "prepare-data", "--tokenizer", no_default, "--sft-jsonl", path,
+             "--messages-field", "messages", "--chat-template", "--out", work("bad.h5"),
+             "--python", sys.executable],
+            [path + f":1: the chat templates of {no_default} are named tool_use, none 'default'",
+             "renders a conversation without tools"], work("bad.h5"))
+    ids, _ = sft_data(work, zt, no_default, "no-default-agent", AGENT)
+    check(ids == reference.apply_chat_template(AGENT["messages"], tools=AGENT["tools"],
+                                               tokenize=True),
+          "templates without a default: the conversation with tools is not 'tool_use''s")
+    print("ok   templates named without 'default': a conversation without tools is refused "
+          "naming them, one with tools renders with 'tool_use'")
+
+    # The template a conversation renders with is the one checked for what it renders: here
+    # "default" writes the reasoning, Hermes' "tool_use" drops it, so a conversation with tools
+    # and reasoning is refused.
+    thinking = [{"name": "default", "template": REASONING_DEFAULT}, templates[1]]
+    mixed = tokenizer_dir(work("mixed"), thinking, "<|begin_of_text|>", "<|im_end|>", SPECIALS)
+    record = json.loads(json.dumps(AGENT))
+    record["messages"][-1]["reasoning_content"] = "It said sunny."
+    path = work("mixed.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps(record) + "\n")
+    refused([zt, "prepare-data", "--tokenizer", mixed, "--sft-jsonl", path, "--messages-field",
+             "messages", "--tools-field", "tools", "--chat-template", "--out", work("bad.h5"),
+             "--python", sys.executable],
+            [path + ":1: 'messages'[3] has a reasoning_content, which the chat template does not "
+             "render"], work("bad.h5"))
+    print("ok   reasoning that 'tool_use' drops is refused though 'default' renders it")
+
+
+def gguf_chat_keys(path):
+    """The chat template keys of a GGUF file and their values."""
+    fields = gguf.GGUFReader(path).fields
+    out = {}
+    for key, field in fields.items():
+        if not key.startswith("tokenizer.chat_template"):
+            continue
+        values = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+        out[key] = sorted(values) if key == "tokenizer.chat_templates" else values[0]
+    return out
+
+
+def gguf_templates(work, templates):
+    """A GGUF file that gguf's GGUFWriter gives `templates` (the list form) alone."""
+    path = work(f"templates-{len(templates)}.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_chat_template(templates)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def check_gguf(work, zt, source_dir, vocab):
+    templates = read_templates(source_dir)
+    by_name = {t["name"]: t["template"] for t in templates}
+    os.makedirs(work("gguf"))
+    source = work("gguf", "model.gguf")
+    write_gguf(source, "llama", metadata("llama", len(vocab[0])),
+               model_tensors(np.random.default_rng(5), "llama", len(vocab[0])), vocab,
+               chat_template=templates)
+    want = gguf_chat_keys(source)
+    check(sorted(want) == ["tokenizer.chat_template", "tokenizer.chat_template.tool_use",
+                           "tokenizer.chat_templates"], f"gguf wrote the keys {sorted(want)}")
+    imported = work("imported")
+    run_tool([zt, "import", source, "--out", imported])
+    with open(os.path.join(imported, "tokenizer_config.json"), encoding="utf-8") as f:
+        listed = json.load(f)["chat_template"]
+    check(listed == templates, "import: tokenizer_config.json's chat_template is not the list "
+          "form of the file's templates")
+    check(transformers.AutoTokenizer.from_pretrained(imported).chat_template == by_name,
+          "import: transformers does not read the templates back by name")
+    print("ok   import: the GGUF file's named templates are tokenizer_config.json's list form")
+    # In transformers 5's layout, with a third template whose name gguf rewrites for its key.
+    odd = {"name": "rag v2\u00e9", "template": "{{ documents }}"}
+    files = saved_as_files(imported, work("imported-files"),
+                           dict(by_name, **{odd["name"]: odd["template"]}))
+    for n, (name, model, listed) in enumerate((("the list form", imported, templates),
+                                               ("transformers 5's layout", files,
+                                                templates + [odd]))):
+        path = work(f"export{n}.gguf")
+        run_tool([zt, "export", model, "--format", "gguf", "--gguf-type", "f32", "--out", path])
+        got, want = gguf_chat_keys(path), gguf_chat_keys(gguf_templates(work, listed))
+        check(got == want, f"export from {name}: chat template keys {sorted(got)} differ "
+              f"from those gguf writes, {sorted(want)}")
+        print(f"ok   export from {name}: the chat template keys gguf writes ({sorted(got)})")
+    return files
+
+
+def check_carried(work, zt, source_dir, model):
+    """`model`: a model directory whose tokenizer is in transformers 5's layout."""
+    named = os.path.join("additional_chat_templates", "tool_use.jinja")
+    with open(os.path.join(model, named), encoding="utf-8") as f:
+        tool_use = f.read()
+    data = work("carried.h5")
+    run_tool([zt, "prepare-data", "--tokenizer", model, "--text",
+              os.path.join(source_dir, "inputs/data/sample.txt"), "--out", data,
+              "--python", sys.executable])
+    with h5py.File(data, "r") as f:
+        check(bytes(f[named][:]).decode("utf-8") == tool_use,
+              "prepare-data: the dataset does not hold the named template")
+    run = work("run")
+    succeeds([zt, "train", "--model", model, "--data", data, "--out", run, "--steps", "1",
+              "--micro-batch", "1", "--seq-len", "32", "--eval-batches", "0", "--save-every", "1"],
+             "train with a named template in its data")
+    checkpoint = os.path.join(run, "checkpoints", "step-00000001")
+    consolidated = work("consolidated")
+    run_tool([zt, "consolidate", checkpoint, "--out", consolidated])
+    for where in (os.path.join(run, "final"), checkpoint, consolidated):
+        path = os.path.join(where, named)
+        check(os.path.isfile(path) and open(path, encoding="utf-8").read() == tool_use,
+              f"{where} does not hold {named} as the tokenizer has it")
+    print("ok   the named template travels: dataset, OUT/final/, the checkpoint, consolidate")
+
+
+def main():
+    args = argument_parser(__doc__.split("\n")[0]).parse_args()
+    work = fresh_work_dir(args.work_dir)
+    transformers.logging.set_verbosity_error()
+
+    def checks():
+        check_sft(work, args.zerotrain, args.source_dir)
+        vocab = train_vocab(os.path.join(args.source_dir, "inputs/data/sample.txt"), work(""))
+        model = check_gguf(work, args.zerotrain, args.source_dir, vocab)
+        check_carried(work, args.zerotrain, args.source_dir, model)
+
+    return exit_status(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
