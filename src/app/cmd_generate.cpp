@@ -56,6 +56,10 @@ if mode in ("encode", "chat"):
             sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template "
                      "(and no chat_template.jinja beside it): --chat needs one; give the text "
                      "to continue with --prompt")
+        if isinstance(tok.chat_template, dict) and "default" not in tok.chat_template:
+            sys.exit(f"{tok_dir}: the chat templates are named "
+                     f"{', '.join(sorted(tok.chat_template))}, none 'default', which --chat "
+                     "renders a message with")
         text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                        add_generation_prompt=True)
     ids = tok(text, add_special_tokens=mode == "encode")["input_ids"]

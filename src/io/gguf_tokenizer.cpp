@@ -382,6 +382,8 @@ GgufValue string_value(const std::string& s) {
 // The chat templates as gguf-py's add_chat_template writes them: "default" as
 // tokenizer.chat_template, each other one as tokenizer.chat_template.NAME (a character of NAME
 // other than an ASCII letter or digit as '_'), their names listed in tokenizer.chat_templates.
+// Unlike gguf-py, an empty template is left out whole (gguf-py lists its name without a key),
+// and two names sharing a key are refused (gguf-py keeps the last).
 void add_chat_templates(std::vector<std::pair<std::string, GgufValue>>& out,
                         const std::map<std::string, std::string>& templates,
                         const std::string& where) {
@@ -389,7 +391,7 @@ void add_chat_templates(std::vector<std::pair<std::string, GgufValue>>& out,
   nlohmann::json names = nlohmann::json::array();
   std::map<std::string, std::string> given_as;  // GGUF name -> the tokenizer's
   for (const auto& [name, text] : templates) {
-    if (name == "default" || text.empty()) continue;
+    if (name.empty() || name == "default" || text.empty()) continue;  // gguf-py skips no name
     std::string key_name;  // one '_' per character (UTF-8 continuation bytes add none)
     for (const char c : name) {
       const auto byte = static_cast<unsigned char>(c);

@@ -264,12 +264,14 @@ Id create_dataset(hid_t file, const std::string& name, DType type,
   Id space = wrap(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max_dims.data()),
                   H5Sclose, "cannot create dataspace", where);
   Id file_type = type_for(type);
-  // A name "group/dataset" makes the group too.
-  Id lcpl = wrap(H5Pcreate(H5P_LINK_CREATE), H5Pclose, "cannot create property list", where);
-  check(H5Pset_create_intermediate_group(lcpl, 1), "H5Pset_create_intermediate_group failed",
-        where);
-  return wrap(H5Dcreate2(file, name.c_str(), file_type, space, lcpl, dcpl, H5P_DEFAULT), H5Dclose,
-              "cannot create dataset", where);
+  return wrap(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+              H5Dclose, "cannot create dataset", where);
+}
+
+void create_group_once(hid_t file, const std::string& name, const std::string& where) {
+  if (has_dataset(file, name)) return;
+  Id g = wrap(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+              "cannot create group '" + name + "'", where);
 }
 
 Id open_dataset(hid_t file, const std::string& name, const std::string& where) {

@@ -77,6 +77,8 @@ Id create_dataset(hid_t file, const std::string& name, DType type,
                   const std::vector<int64_t>& shape, const std::string& where, int64_t chunk = 0);
 Id open_dataset(hid_t file, const std::string& name, const std::string& where);
 bool has_dataset(hid_t file, const std::string& name);
+// Creates group `name` of the file where it has none.
+void create_group_once(hid_t file, const std::string& name, const std::string& where);
 // The names in group `group` of the file, in name order; none where it has no such group.
 std::vector<std::string> member_names(hid_t file, const std::string& group,
                                       const std::string& where);

@@ -138,6 +138,8 @@ void TokenDatasetWriter::finish() {
   h5::write_attr_string(file_, "tokenizer", tokenizer_, where);
   if (!tokenizer_files_.empty()) {
     for (const auto& [name, text] : tokenizer_files_.files) {
+      if (!named_chat_template_name(name).empty())
+        h5::create_group_once(file_, kNamedChatTemplateDir, where);
       h5::Id d = h5::create_dataset(file_, name, DType::kUint8, {static_cast<int64_t>(text.size())},
                                     where);
       if (!text.empty())

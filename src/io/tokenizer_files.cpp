@@ -82,7 +82,8 @@ std::map<std::string, std::string> config_chat_templates(const TokenizerFiles& t
 const char* const kNamedChatTemplateDir = "additional_chat_templates";
 
 std::string named_chat_template_file(const std::string& name) {
-  ZT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+  // NAME + ".jinja" is a plain file name: never "." or "..".
+  ZT_CHECK(!name.empty() && name.find('/') == std::string::npos,
            "'" + name + "' is not a chat template name (a file name's stem)");
   return std::string(kNamedChatTemplateDir) + "/" + name + std::string(kJinja);
 }
@@ -117,10 +118,9 @@ void write_tokenizer_file(const std::string& dir, const std::string& name,
   if (!named_chat_template_name(name).empty()) {
     const fs::path sub = fs::path(dir) / kNamedChatTemplateDir;
     std::error_code ec;
-    fs::create_directories(sub, ec);
+    if (fs::create_directories(sub, ec)) fsync_path(dir);  // the new directory's entry
     ZT_CHECK(!ec, "cannot create '" + sub.string() + "': " + ec.message());
-    write_whole_file(fs::path(dir) / name, text);
-    fsync_path(sub.string());
+    write_whole_file(fs::path(dir) / name, text);  // fsyncs `sub` (move_into_place)
     return;
   }
   ZT_CHECK(name.find('/') == std::string::npos, "'" + name + "' is not a tokenizer file name");

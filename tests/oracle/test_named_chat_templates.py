@@ -202,6 +202,40 @@ def gguf_templates(work, templates):
     return path
 
 
+def check_gguf_edges(work, zt, vocab, templates, imported):
+    """A file with named templates and no default imports them as the list form (which `generate
+    --chat` refuses, naming them); one giving the default both as tokenizer.chat_template and
+    tokenizer.chat_template.default is refused, and so is an export whose template names would
+    share a key."""
+    files = {}
+    for name, extra, listed in (("gguf-no-default", {}, [templates[1]]),
+                                ("two-defaults", {"tokenizer.chat_template.default":
+                                                  ("string", "x")}, templates)):
+        os.makedirs(work(name))
+        files[name] = work(name, "model.gguf")
+        write_gguf(files[name], "llama", dict(metadata("llama", len(vocab[0])), **extra),
+                   model_tensors(np.random.default_rng(5), "llama", len(vocab[0])), vocab,
+                   chat_template=listed)
+    run_tool([zt, "import", files["gguf-no-default"], "--out", work("no-default-imported")])
+    with open(work("no-default-imported", "tokenizer_config.json"), encoding="utf-8") as f:
+        check(json.load(f)["chat_template"] == [templates[1]],
+              "import: named templates without a default are not the list form")
+    refused([zt, "generate", "--model", work("no-default-imported"), "--chat", "Hi",
+             "--max-new-tokens", "1"],
+            [work("no-default-imported") + ": the chat templates are named tool_use, none "
+             "'default', which --chat renders a message with"], work("no-such-output"))
+    refused([zt, "import", files["two-defaults"], "--out", work("two-defaults-imported")],
+            [files["two-defaults"] + ": both tokenizer.chat_template and "
+             "tokenizer.chat_template.default are given"], work("two-defaults-imported"))
+    clash = saved_as_files(imported, work("clash"), {"default": "d", "a b": "x", "a_b": "y"})
+    refused([zt, "export", clash, "--format", "gguf", "--gguf-type", "f32", "--out",
+             work("clash.gguf")],
+            ["the chat templates 'a b' and 'a_b' would both be written as "
+             "tokenizer.chat_template.a_b"], work("clash.gguf"))
+    print("ok   import of templates without a default; a default given twice, and names "
+          "sharing a GGUF key, refused")
+
+
 def check_gguf(work, zt, source_dir, vocab):
     templates = read_templates(source_dir)
     by_name = {t["name"]: t["template"] for t in templates}
@@ -222,6 +256,7 @@ def check_gguf(work, zt, source_dir, vocab):
     check(transformers.AutoTokenizer.from_pretrained(imported).chat_template == by_name,
           "import: transformers does not read the templates back by name")
     print("ok   import: the GGUF file's named templates are tokenizer_config.json's list form")
+    check_gguf_edges(work, zt, vocab, templates, imported)
     # In transformers 5's layout, with a third template whose name gguf rewrites for its key.
     odd = {"name": "rag v2\u00e9", "template": "{{ documents }}"}
     files = saved_as_files(imported, work("imported-files"),
@@ -240,16 +275,22 @@ def check_gguf(work, zt, source_dir, vocab):
 
 def check_carried(work, zt, source_dir, model):
     """`model`: a model directory whose tokenizer is in transformers 5's layout."""
-    named = os.path.join("additional_chat_templates", "tool_use.jinja")
-    with open(os.path.join(model, named), encoding="utf-8") as f:
-        tool_use = f.read()
+    named = ["chat_template.jinja"] + [
+        os.path.join("additional_chat_templates", name)
+        for name in sorted(os.listdir(os.path.join(model, "additional_chat_templates")))]
+    texts = {}
+    for name in named:
+        with open(os.path.join(model, name), encoding="utf-8") as f:
+            texts[name] = f.read()
+    check(len(named) == 3, f"the model holds the templates {named}")
     data = work("carried.h5")
     run_tool([zt, "prepare-data", "--tokenizer", model, "--text",
               os.path.join(source_dir, "inputs/data/sample.txt"), "--out", data,
               "--python", sys.executable])
     with h5py.File(data, "r") as f:
-        check(bytes(f[named][:]).decode("utf-8") == tool_use,
-              "prepare-data: the dataset does not hold the named template")
+        for name in named:
+            check(bytes(f[name][:]).decode("utf-8") == texts[name],
+                  f"prepare-data: the dataset does not hold {name}")
     run = work("run")
     succeeds([zt, "train", "--model", model, "--data", data, "--out", run, "--steps", "1",
               "--micro-batch", "1", "--seq-len", "32", "--eval-batches", "0", "--save-every", "1"],
@@ -258,10 +299,12 @@ def check_carried(work, zt, source_dir, model):
     consolidated = work("consolidated")
     run_tool([zt, "consolidate", checkpoint, "--out", consolidated])
     for where in (os.path.join(run, "final"), checkpoint, consolidated):
-        path = os.path.join(where, named)
-        check(os.path.isfile(path) and open(path, encoding="utf-8").read() == tool_use,
-              f"{where} does not hold {named} as the tokenizer has it")
-    print("ok   the named template travels: dataset, OUT/final/, the checkpoint, consolidate")
+        for name in named:
+            path = os.path.join(where, name)
+            check(os.path.isfile(path) and open(path, encoding="utf-8").read() == texts[name],
+                  f"{where} does not hold {name} as the tokenizer has it")
+    print(f"ok   the templates travel ({', '.join(named)}): dataset, OUT/final/, the "
+          "checkpoint, consolidate")
 
 
 def main():

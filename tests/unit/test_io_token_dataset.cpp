@@ -272,10 +272,16 @@ TEST(IoTokenizerFiles, ChatTemplatesAreReadByNameAsTransformersLoadsThem) {
   t.files["chat_template.jinja"] = "J";
   EXPECT_EQ(chat_templates(t, "dir"),
             (std::map<std::string, std::string>{{"default", "J"}, {"tool_use", "T"}}));
+  t.files["additional_chat_templates/default.jinja"] = "F";  // read after chat_template.jinja
+  EXPECT_EQ(chat_templates(t, "dir").at("default"), "F");
   EXPECT_EQ(named_chat_template_name("additional_chat_templates/tool_use.jinja"), "tool_use");
+  EXPECT_EQ(named_chat_template_name("additional_chat_templates/..jinja"),
+            ".");  // a file "..jinja"
+  EXPECT_EQ(named_chat_template_file("."), "additional_chat_templates/..jinja");
   EXPECT_EQ(named_chat_template_name("chat_template.jinja"), "");
   EXPECT_EQ(named_chat_template_name("additional_chat_templates/.jinja"), "");
   EXPECT_THROW(named_chat_template_file("../x"), Error);
+  EXPECT_THROW(named_chat_template_file(""), Error);
   // A list entry that is not {"name", "template"} strings, or a name given twice, names the file.
   for (const char* bad : {R"({"chat_template": [{"name": "default"}]})",
                           R"({"chat_template": [{"name": "a", "template": "x"},
