@@ -66,12 +66,27 @@ else:
     tok_dir, tok_file = os.path.dirname(tok_path) or ".", tok_path
 if not os.path.isfile(tok_file):
     sys.exit(f"{tok_file}: no tokenizer.json (give the file or a directory holding it)")
+def config_class(directory):
+    """tokenizer_config.json's tokenizer_class; None where it names none or cannot be read (the
+    loader then says why)."""
+    try:
+        with open(os.path.join(directory, "tokenizer_config.json"), encoding="utf-8") as f:
+            value = json.load(f).get("tokenizer_class")
+        return value if isinstance(value, str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
 try:
     if (os.path.basename(tok_file) == "tokenizer.json"
             and os.path.isfile(os.path.join(tok_dir, "tokenizer_config.json"))):
         # As AutoTokenizer.from_pretrained(DIR) loads it: tokenizer_config.json's class, added
-        # tokens (added_tokens_decoder), special tokens and chat template.
-        tok = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
+        # tokens (added_tokens_decoder), special tokens and chat template. transformers 5 saves a
+        # tokenizer that tokenizer.json alone defines (Llama 3's, Mistral's) as class
+        # "TokenizersBackend", which transformers 4 calls PreTrainedTokenizerFast.
+        if config_class(tok_dir) == "TokenizersBackend":
+            tok = PreTrainedTokenizerFast.from_pretrained(tok_dir, local_files_only=True)
+        else:
+            tok = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
     else:
         tok = PreTrainedTokenizerFast(tokenizer_file=tok_file)
 except Exception as e:

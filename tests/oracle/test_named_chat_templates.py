@@ -19,6 +19,9 @@ SOURCES.md).
 2. Carried files: a dataset made with a tokenizer in transformers 5's layout holds its
    additional_chat_templates/ file, and `train` writes it, byte for byte, into OUT/final/ and into
    each checkpoint, from which `consolidate` carries it on.
+   The same tokenizer as transformers 5.24.0 saved it (tests/data/transformers5: class
+   "TokenizersBackend", which transformers 4 does not know, and "Qwen2Tokenizer" with
+   extra_special_tokens) gives the same chat data and the same document tokens.
 3. GGUF: a file whose tokenizer gguf's GGUFWriter wrote with the list form imports to a
    tokenizer_config.json whose templates transformers reads back by name; exported again, from
    the list form and from transformers 5's layout (with a third template, whose name has a
@@ -125,6 +128,7 @@ def check_sft(work, zt, source_dir):
     by_name = {t["name"]: t["template"] for t in templates}
     check(reference.chat_template == by_name, "transformers does not read the list form by name")
     files = saved_as_files(listed, work("hermes-files"), by_name)
+    made = {}
     for kind, record in (("rounds", ROUNDS), ("agent", AGENT)):
         tools = record.get("tools")
         ids, mask = sft_data(work, zt, listed, kind, record)
@@ -140,6 +144,7 @@ def check_sft(work, zt, source_dir):
         check(runs == RUNS[kind], f"{kind}: the counted runs are {runs}, not {RUNS[kind]}")
         check(sft_data(work, zt, files, kind + "-files", record) == (ids, mask),
               f"{kind}: transformers 5's layout gives other data than the list form")
+        made[kind] = (ids, mask)
         print(f"ok   {kind}: the '{chosen}' template's ids, the replies counted ({runs}); the "
               "same data from chat_template.jinja and additional_chat_templates/")
 
@@ -177,6 +182,33 @@ def check_sft(work, zt, source_dir):
             [path + ":1: 'messages'[3] has a reasoning_content, which the chat template does not "
              "render"], work("bad.h5"))
     print("ok   reasoning that 'tool_use' drops is refused though 'default' renders it")
+    return listed, made
+
+
+def check_transformers5(work, zt, source_dir, listed, made):
+    """The tokenizer of check_sft as transformers 5.24.0 saved it (tests/data/transformers5), as
+    "TokenizersBackend" and as "Qwen2Tokenizer" with extra_special_tokens: the same chat data as
+    the list form gives, and the same documents (EOS appended)."""
+    text = work("documents.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write("Hello there. <|im_start|>user\nA special token inside a document.\n")
+    want = None
+    for name in ("list form", "tokenizers-backend", "qwen2-class"):
+        directory = listed if name == "list form" else os.path.join(
+            source_dir, "tests/data/transformers5", name)
+        for kind, record in (("rounds", ROUNDS), ("agent", AGENT)):
+            if name != "list form":
+                check(sft_data(work, zt, directory, f"{name}-{kind}", record) == made[kind],
+                      f"transformers 5's {name} save: {kind} gives other data than the list form")
+        out = work(f"{name}-documents.h5")
+        succeeds([zt, "prepare-data", "--tokenizer", directory, "--text", text, "--document-eos",
+                  "on", "--out", out, "--python", sys.executable], f"{name}: prepare-data --text")
+        with h5py.File(out, "r") as f:
+            tokens = f["tokens"][:].tolist()
+        want = tokens if want is None else want
+        check(tokens == want, f"transformers 5's {name} save: the documents' tokens differ")
+    print("ok   tokenizers saved by transformers 5.24.0 (TokenizersBackend; Qwen2Tokenizer with "
+          "extra_special_tokens): the list form's chat data and document tokens")
 
 
 def gguf_chat_keys(path):
@@ -313,7 +345,8 @@ def main():
     transformers.logging.set_verbosity_error()
 
     def checks():
-        check_sft(work, args.zerotrain, args.source_dir)
+        listed, made = check_sft(work, args.zerotrain, args.source_dir)
+        check_transformers5(work, args.zerotrain, args.source_dir, listed, made)
         vocab = train_vocab(os.path.join(args.source_dir, "inputs/data/sample.txt"), work(""))
         model = check_gguf(work, args.zerotrain, args.source_dir, vocab)
         check_carried(work, args.zerotrain, args.source_dir, model)
