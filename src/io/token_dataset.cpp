@@ -268,9 +268,10 @@ TokenizerFiles TokenDataset::tokenizer_files() const {
   TokenizerFiles tokenizer;
   const std::string where = in_file(path_);
   std::vector<std::string> names = tokenizer_file_names();
-  for (const std::string& file : h5::member_names(file_, kNamedChatTemplateDir, where))
-    if (!named_chat_template_name(std::string(kNamedChatTemplateDir) + "/" + file).empty())
-      names.push_back(std::string(kNamedChatTemplateDir) + "/" + file);
+  for (const std::string& file : h5::member_names(file_, kNamedChatTemplateDir, where)) {
+    const std::string path = std::string(kNamedChatTemplateDir) + "/" + file;
+    if (!named_chat_template_name(path).empty()) names.push_back(path);
+  }
   for (const std::string& name : names) {
     if (!h5::has_dataset(file_, name)) continue;
     const h5::Id d = h5::open_dataset(file_, name, where);
