@@ -508,7 +508,8 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
       {"tokenizer.ggml.add_bos_token", {GgufValueType::kBool, GgufValueType::kUint32, add_bos}});
   out.push_back(
       {"tokenizer.ggml.add_eos_token", {GgufValueType::kBool, GgufValueType::kUint32, add_eos}});
-  add_chat_templates(out, chat_templates(tokenizer, where), where);
+  add_chat_templates(out, chat_templates(tokenizer, config, where + "/tokenizer_config.json"),
+                     where);
   return out;
 }
 

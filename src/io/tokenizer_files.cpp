@@ -40,22 +40,9 @@ std::string read_whole_file(const fs::path& path) {
 
 constexpr std::string_view kJinja = ".jinja";
 
-bool ends_with(const std::string& s, std::string_view tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // tokenizer_config.json's "chat_template": a string ("default") or the list form.
-std::map<std::string, std::string> config_chat_templates(const TokenizerFiles& tokenizer,
-                                                         const std::string& where) {
-  const auto it = tokenizer.files.find("tokenizer_config.json");
-  if (it == tokenizer.files.end()) return {};
-  const std::string file = where + "/tokenizer_config.json";
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(it->second);
-  } catch (const nlohmann::json::exception& e) {
-    fail(file + ": not JSON (" + e.what() + ")");
-  }
+std::map<std::string, std::string> config_chat_templates(const nlohmann::json& config,
+                                                         const std::string& file) {
   const nlohmann::json value =
       config.is_object() ? config.value("chat_template", nlohmann::json()) : nlohmann::json();
   if (value.is_string()) return {{"default", value.get<std::string>()}};
@@ -90,7 +77,7 @@ std::string named_chat_template_file(const std::string& name) {
 
 std::string named_chat_template_name(const std::string& path) {
   const std::string dir = std::string(kNamedChatTemplateDir) + "/";
-  if (path.rfind(dir, 0) != 0 || !ends_with(path, kJinja)) return "";
+  if (path.rfind(dir, 0) != 0 || !path.ends_with(kJinja)) return "";
   const std::string name = path.substr(dir.size(), path.size() - dir.size() - kJinja.size());
   return name.empty() || name.find('/') != std::string::npos ? "" : name;
 }
@@ -148,7 +135,7 @@ TokenizerFiles read_tokenizer_files(const std::string& path) {
     ZT_CHECK(!ec, "cannot list '" + named.string() + "': " + ec.message());
     for (const fs::directory_entry& entry : entries) {
       const std::string file = entry.path().filename().string();
-      if (!entry.is_regular_file(ec) || !ends_with(file, kJinja) || file == kJinja) continue;
+      if (!entry.is_regular_file(ec) || !file.ends_with(kJinja) || file == kJinja) continue;
       tokenizer.files[named_chat_template_file(file.substr(0, file.size() - kJinja.size()))] =
           read_whole_file(entry.path());
     }
@@ -157,7 +144,8 @@ TokenizerFiles read_tokenizer_files(const std::string& path) {
 }
 
 std::map<std::string, std::string> chat_templates(const TokenizerFiles& tokenizer,
-                                                  const std::string& where) {
+                                                  const nlohmann::json& config,
+                                                  const std::string& config_file) {
   std::map<std::string, std::string> templates;
   const auto jinja = tokenizer.files.find("chat_template.jinja");
   if (jinja != tokenizer.files.end()) templates["default"] = jinja->second;
@@ -165,7 +153,7 @@ std::map<std::string, std::string> chat_templates(const TokenizerFiles& tokenize
     const std::string name = named_chat_template_name(path);
     if (!name.empty()) templates[name] = text;
   }
-  return templates.empty() ? config_chat_templates(tokenizer, where) : templates;
+  return templates.empty() ? config_chat_templates(config, config_file) : templates;
 }
 
 }  // namespace zt

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace zt {
 
 // The files, in the order they are listed in messages: tokenizer.json, tokenizer_config.json,
@@ -54,10 +56,12 @@ TokenizerFiles read_tokenizer_files(const std::string& path);
 
 // The chat templates, name -> template, as transformers 5 loads them: chat_template.jinja (as
 // "default") and the additional_chat_templates/ files where there are any, which replace what
-// tokenizer_config.json holds; else its "chat_template", a string (as "default") or the list
-// form. Empty where there is none. An entry of the list that is not {"name": string, "template":
-// string}, or a name given twice, is an error naming the file.
+// tokenizer_config.json holds; else `config`'s "chat_template" (the parsed tokenizer_config.json,
+// read from `config_file`), a string (as "default") or the list form. Empty where there is none.
+// An entry of the list that is not {"name": string, "template": string}, or a name given twice,
+// is an error naming the file.
 std::map<std::string, std::string> chat_templates(const TokenizerFiles& tokenizer,
-                                                  const std::string& where);
+                                                  const nlohmann::json& config,
+                                                  const std::string& config_file);
 
 }  // namespace zt

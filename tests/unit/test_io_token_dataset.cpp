@@ -259,21 +259,28 @@ TEST(IoTokenDataset, TokenizerFilesRoundTripAndWriteAGenerationConfig) {
 // Named chat templates: tokenizer_config.json's list form, or chat_template.jinja ("default") and
 // additional_chat_templates/NAME.jinja, which replace the config's (as transformers 5 loads them).
 TEST(IoTokenizerFiles, ChatTemplatesAreReadByNameAsTransformersLoadsThem) {
+  const auto templates_of = [](const TokenizerFiles& files) {
+    const auto config = files.files.find("tokenizer_config.json");
+    return chat_templates(files,
+                          config == files.files.end() ? nlohmann::json::object()
+                                                      : nlohmann::json::parse(config->second),
+                          "dir/tokenizer_config.json");
+  };
   TokenizerFiles t;
-  EXPECT_TRUE(chat_templates(t, "dir").empty());
+  EXPECT_TRUE(templates_of(t).empty());
   t.files["tokenizer_config.json"] = R"({"chat_template": "plain"})";
-  EXPECT_EQ(chat_templates(t, "dir"), (std::map<std::string, std::string>{{"default", "plain"}}));
+  EXPECT_EQ(templates_of(t), (std::map<std::string, std::string>{{"default", "plain"}}));
   t.files["tokenizer_config.json"] =
       R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "rag", "template": "R"}]})";
-  EXPECT_EQ(chat_templates(t, "dir"),
+  EXPECT_EQ(templates_of(t),
             (std::map<std::string, std::string>{{"default", "D"}, {"rag", "R"}}));
   t.files["additional_chat_templates/tool_use.jinja"] = "T";
-  EXPECT_EQ(chat_templates(t, "dir"), (std::map<std::string, std::string>{{"tool_use", "T"}}));
+  EXPECT_EQ(templates_of(t), (std::map<std::string, std::string>{{"tool_use", "T"}}));
   t.files["chat_template.jinja"] = "J";
-  EXPECT_EQ(chat_templates(t, "dir"),
+  EXPECT_EQ(templates_of(t),
             (std::map<std::string, std::string>{{"default", "J"}, {"tool_use", "T"}}));
   t.files["additional_chat_templates/default.jinja"] = "F";  // read after chat_template.jinja
-  EXPECT_EQ(chat_templates(t, "dir").at("default"), "F");
+  EXPECT_EQ(templates_of(t).at("default"), "F");
   EXPECT_EQ(named_chat_template_name("additional_chat_templates/tool_use.jinja"), "tool_use");
   EXPECT_EQ(named_chat_template_name("additional_chat_templates/..jinja"),
             ".");  // a file "..jinja"
@@ -290,7 +297,7 @@ TEST(IoTokenizerFiles, ChatTemplatesAreReadByNameAsTransformersLoadsThem) {
     TokenizerFiles b;
     b.files["tokenizer_config.json"] = bad;
     try {
-      chat_templates(b, "dir");
+      templates_of(b);
       ADD_FAILURE() << bad;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("dir/tokenizer_config.json: \"chat_template\""),
