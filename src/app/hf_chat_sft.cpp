@@ -4,8 +4,8 @@ namespace zt {
 
 const char* const kChatSftPython = R"PY(
 # The keyword arguments of the example being made for its chat template (TRL's
-# chat_template_kwargs column, template_arguments), set by message_example and chat_pair_example:
-# every rendering of the example gets them, as TRL hands them to each apply_chat_template.
+# chat_template_kwargs column, template_arguments), set by row_tools: every rendering of the
+# example gets them, as TRL hands them to each apply_chat_template.
 row_arguments = {}
 
 def check_template_chosen(path, number, tools):
@@ -21,7 +21,6 @@ def check_template_chosen(path, number, tools):
              "without tools with 'default', one with tools with 'tool_use'")
 
 def render(path, number, messages, tools=None, **kwargs):
-    check_template_chosen(path, number, tools)
     try:
         return tok.apply_chat_template(messages, tools=tools, tokenize=False, **row_arguments,
                                        **kwargs)
@@ -427,20 +426,25 @@ def learned_turns(path, number, key, learned):
                  "learn")
     return learned
 
-def message_example(path, number, record):
+def row_tools(path, number, record):
+    """The record's tools (tools_of), once it is checked that the tokenizer has a template for
+    it (check_template_chosen); sets row_arguments to its template arguments."""
     global row_arguments
     row_arguments = template_arguments(path, number, record)
-    key = sft["messages"]
     tools = tools_of(path, number, record)
+    check_template_chosen(path, number, tools)
+    return tools
+
+def message_example(path, number, record):
+    key = sft["messages"]
+    tools = row_tools(path, number, record)
     messages, names, learned = conversation(path, number, record, key, tools)
     return chat_example(path, number, messages, names,
                         learned_turns(path, number, f"'{key}'", learned), tools)
 
 def chat_pair_example(path, number, record):
-    global row_arguments
-    row_arguments = template_arguments(path, number, record)
     prompt, response = sft["prompt"], sft["response"]
-    tools = tools_of(path, number, record)
+    tools = row_tools(path, number, record)
     lists = [isinstance(record, dict) and isinstance(record.get(k), list)
              for k in (prompt, response)]
     if lists[1] and not lists[0]:
