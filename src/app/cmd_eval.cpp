@@ -4,8 +4,10 @@
 // {"batches": K, "windows": W, "loss": L, "tokens": W·T, ...} on stdout.
 //
 // Under mpirun each rank holds the whole model (a stage-0 engine on its own single-rank
-// communicator) and scores batches k ≡ rank (mod N); the per-batch loss sums are combined in
-// batch order, so the printed loss is the same for every N.
+// communicator, every tensor frozen: the weights without gradients or optimizer state) and scores
+// batches k ≡ rank (mod N); the per-batch loss sums are combined in batch order, so the printed
+// loss is the same for every N. "peak_memory_bytes" is rank 0's, by category as train's metrics
+// give it (every rank holds the same).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -21,6 +23,8 @@
 #include "io/data_loader.h"
 #include "io/model_dir.h"
 #include "io/token_dataset.h"
+#include "model/trainable.h"
+#include "report/metrics_log.h"
 #include "runtime/mpi_runtime.h"
 #include "util/error.h"
 #include "util/ignored_target.h"
@@ -109,8 +113,10 @@ int run_eval(const EvalOptions& o) {
   const ModelConfig& config = reader.config();
 
   // Each rank evaluates its batches alone: a stage-0 engine over MPI_COMM_SELF (eval sets no ZeRO,
-  // checkpointing, offload, trainable or LoRA option: their defaults).
-  const EngineSpec spec = resolve_engine_spec(o, o.choices, config);
+  // checkpointing, offload, trainable or LoRA option: their defaults), every tensor frozen, so
+  // that it holds the weights alone: no gradient, fp32 master or Adam moments.
+  EngineSpec spec = resolve_engine_spec(o, o.choices, config);
+  spec.trainable = TrainableSet::none_train(ParamLayout(spec.model));
   EngineDevice device =
       make_engine_device(o.backend_kind, world, MPI_COMM_SELF, estimate_memory(spec, 1),
                          {o.attention_request, attention_shape(config, B, T),
@@ -156,7 +162,8 @@ int run_eval(const EvalOptions& o) {
     const nlohmann::json result = {
         {"loss", loss_sum / counted}, {"tokens", tokens},
         {"loss_tokens", loss_tokens}, {"batches", K},
-        {"windows", windows.windows}, {"document_masking", document_masks ? "on" : "off"}};
+        {"windows", windows.windows}, {"document_masking", document_masks ? "on" : "off"},
+        {"peak_memory_bytes", memory_json(memory_peaks(memory))}};
     std::cout << result.dump() << std::endl;
   }
   return 0;

@@ -83,6 +83,12 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
   return s;
 }
 
+TrainableSet TrainableSet::none_train(const ParamLayout& layout) {
+  TrainableSet s;
+  s.frozen_.assign(layout.tensors().size(), true);
+  return s;
+}
+
 TrainableSet TrainableSet::from_frozen_names(const ParamLayout& layout,
                                              const std::vector<std::string>& frozen) {
   TrainableSet s;

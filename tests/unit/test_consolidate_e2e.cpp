@@ -136,8 +136,9 @@ TEST_F(ConsolidateE2E, EvalOfTheConsolidatedModelIsTheEndOfRunEval) {
   r = run_zerotrain("eval --model " + path("evalmodel") + " --data " + path("sample.h5") +
                     " --batches 2 --micro-batch 2 --seq-len 16");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const size_t brace = r.output.rfind("{\"");
-  ASSERT_NE(brace, std::string::npos) << r.output;
+  const size_t line = r.output.rfind("\n{\"");  // eval's JSON line, after any note
+  const size_t brace = line == std::string::npos ? 0 : line + 1;
+  ASSERT_EQ(r.output.compare(brace, 2, "{\""), 0) << r.output;
   const double got = nlohmann::json::parse(r.output.substr(brace)).at("loss").get<double>();
   EXPECT_NEAR(got, want, 1e-6 * want) << r.output;
   // The consolidated directory is a model directory that training starts from.

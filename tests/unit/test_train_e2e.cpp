@@ -14,6 +14,7 @@
 
 #include "engine/engine_spec_json.h"
 #include "io/model_dir.h"
+#include "model/layout.h"
 #include "test_io_support.h"
 #include "test_train_support.h"
 
@@ -102,6 +103,13 @@ TEST_F(TrainE2E, TinyRunWritesMetricsReportsAndFinalModel) {
   EXPECT_EQ(result["tokens"].get<int>(), 2 * 4 * 32);
   EXPECT_EQ(result["batches"].get<int>(), 2);
   EXPECT_NEAR(result["loss"].get<double>(), report["eval"]["loss"].get<double>(), 1e-3);
+  // eval holds the weights (fp32, its default precision) and no training state.
+  const auto& peak = result["peak_memory_bytes"];
+  EXPECT_GE(peak["params"].get<int64_t>(),
+            4 * ParamLayout(final_model.config()).total_numel())
+      << peak.dump();
+  EXPECT_EQ(peak["grads"].get<int64_t>(), 0) << peak.dump();
+  EXPECT_EQ(peak["optimizer"].get<int64_t>(), 0) << peak.dump();
 
   // A second run into the same directory is refused without --overwrite.
   const RunResult again = train("run", "--micro-batch 4", 1);
