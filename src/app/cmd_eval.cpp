@@ -159,11 +159,13 @@ int run_eval(const EvalOptions& o) {
   const int64_t tokens = windows.windows * T, loss_tokens = static_cast<int64_t>(counted);
   check_eval_targets_counted(data, windows.windows, loss_tokens);
   if (world.rank() == 0) {
-    const nlohmann::json result = {
-        {"loss", loss_sum / counted}, {"tokens", tokens},
-        {"loss_tokens", loss_tokens}, {"batches", K},
-        {"windows", windows.windows}, {"document_masking", document_masks ? "on" : "off"},
-        {"peak_memory_bytes", memory_json(memory_peaks(memory))}};
+    const nlohmann::json result = {{"loss", loss_sum / counted},
+                                   {"tokens", tokens},
+                                   {"loss_tokens", loss_tokens},
+                                   {"batches", K},
+                                   {"windows", windows.windows},
+                                   {"document_masking", document_masks ? "on" : "off"},
+                                   {"peak_memory_bytes", memory_json(memory_peaks(memory))}};
     std::cout << result.dump() << std::endl;
   }
   return 0;

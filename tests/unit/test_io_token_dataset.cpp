@@ -272,8 +272,7 @@ TEST(IoTokenizerFiles, ChatTemplatesAreReadByNameAsTransformersLoadsThem) {
   EXPECT_EQ(templates_of(t), (std::map<std::string, std::string>{{"default", "plain"}}));
   t.files["tokenizer_config.json"] =
       R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "rag", "template": "R"}]})";
-  EXPECT_EQ(templates_of(t),
-            (std::map<std::string, std::string>{{"default", "D"}, {"rag", "R"}}));
+  EXPECT_EQ(templates_of(t), (std::map<std::string, std::string>{{"default", "D"}, {"rag", "R"}}));
   t.files["additional_chat_templates/tool_use.jinja"] = "T";
   EXPECT_EQ(templates_of(t), (std::map<std::string, std::string>{{"tool_use", "T"}}));
   t.files["chat_template.jinja"] = "J";

@@ -105,8 +105,7 @@ TEST_F(TrainE2E, TinyRunWritesMetricsReportsAndFinalModel) {
   EXPECT_NEAR(result["loss"].get<double>(), report["eval"]["loss"].get<double>(), 1e-3);
   // eval holds the weights (fp32, its default precision) and no training state.
   const auto& peak = result["peak_memory_bytes"];
-  EXPECT_GE(peak["params"].get<int64_t>(),
-            4 * ParamLayout(final_model.config()).total_numel())
+  EXPECT_GE(peak["params"].get<int64_t>(), 4 * ParamLayout(final_model.config()).total_numel())
       << peak.dump();
   EXPECT_EQ(peak["grads"].get<int64_t>(), 0) << peak.dump();
   EXPECT_EQ(peak["optimizer"].get<int64_t>(), 0) << peak.dump();
