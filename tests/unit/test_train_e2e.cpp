@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_adam.h"
 #include "engine/engine_spec_json.h"
 #include "io/model_dir.h"
 #include "model/layout.h"
@@ -44,15 +46,15 @@ class TrainE2E : public ::testing::Test {
   }
   static std::string path(const std::string& name) { return (*dir_ / name).string(); }
 
-  // Trains the tiny preset for `steps` into OUT=path(out) with extra options.
   // Trains the tiny preset for `steps` into OUT=path(out) with extra options (--seed 7 and
-  // --lr 5e-3 unless given).
-  static RunResult train(const std::string& out, const std::string& extra, int steps = 6) {
+  // --lr 5e-3 unless given), in the environment with `env` ("NAME=VALUE " settings) added.
+  static RunResult train(const std::string& out, const std::string& extra, int steps = 6,
+                         const std::string& env = "") {
     std::string args = "train --preset tiny --data " + path("sample.h5") + " --out " + path(out) +
                        " --steps " + std::to_string(steps) + " --seq-len 32 --log-every 0 " + extra;
     if (extra.find("--seed") == std::string::npos) args += " --seed 7";
     if (extra.find("--lr") == std::string::npos) args += " --lr 5e-3";
-    return run_zerotrain(args);
+    return run_command(env + ZT_BINARY + " " + args);
   }
 
   static fs::path* dir_;
@@ -181,6 +183,47 @@ TEST_F(TrainE2E, EveryZeroStageGivesTheSameLossesAtOneRank) {
   EXPECT_EQ(loss_strings(path("selective/metrics.jsonl")), reference);
   std::ifstream run_in(path("selective/run.json"));
   EXPECT_EQ(nlohmann::json::parse(run_in)["config"]["activation_checkpointing"], "selective");
+}
+
+// Every CPU AdamW path this CPU has (backend/cpu/cpu_adam.h: AVX2, AVX-512) trains the scalar
+// path's run bit for bit, the backend's update and the offloaded optimizer's alike: the losses and
+// the final weights. run.json names the path the offloaded optimizer ran. (./run.sh test's kernel
+// variants rely on this test for the Adam paths.)
+TEST_F(TrainE2E, EveryCpuAdamPathTrainsTheScalarPathsRunBitwise) {
+  const std::string offloaded = "--zero-stage 2 --offload-optimizer cpu";
+  for (const std::string& extra : {std::string(), offloaded}) {
+    const std::string common = "--precision fp32 --micro-batch 2 " + extra;
+    const std::string tag = extra.empty() ? "adam_" : "adam_offloaded_";
+    std::vector<float> scalar_weights;
+    std::vector<std::string> scalar_losses;
+    for (cpu::AdamSimd p : {cpu::AdamSimd::kScalar, cpu::AdamSimd::kAvx2, cpu::AdamSimd::kAvx512}) {
+      if (!cpu::adam_simd_available(p)) continue;
+      const std::string name = cpu::adam_simd_name(p), out = tag + name;
+      const RunResult r = train(out, common, 4, "ZT_CPU_ADAM_SIMD=" + name + " ");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      if (!extra.empty()) {
+        std::ifstream run_in(path(out + "/run.json"));
+        EXPECT_EQ(nlohmann::json::parse(run_in)["config"]["host_adam"]["simd"], name);
+      }
+      ModelDirReader final_model(path(out + "/final"));
+      std::vector<float> weights;
+      const ParamLayout layout(final_model.config());
+      for (const TensorInfo& t : layout.tensors()) {
+        std::vector<float> values(static_cast<size_t>(t.numel));
+        final_model.read_tensor_f32(t.name, values.data());
+        weights.insert(weights.end(), values.begin(), values.end());
+      }
+      const std::vector<std::string> losses = loss_strings(path(out + "/metrics.jsonl"));
+      ASSERT_EQ(losses.size(), 4u);
+      if (p == cpu::AdamSimd::kScalar) {
+        scalar_losses = losses, scalar_weights = weights;
+        continue;
+      }
+      EXPECT_EQ(losses, scalar_losses) << name << " " << extra;
+      EXPECT_EQ(std::memcmp(weights.data(), scalar_weights.data(), weights.size() * 4), 0)
+          << name << " " << extra << ": the final weights differ from the scalar path's";
+    }
+  }
 }
 
 // The delayed update from the command line (docs/offload.md): with --offload-optimizer-delay-after
