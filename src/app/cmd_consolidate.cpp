@@ -5,6 +5,8 @@
 #include <cmath>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"

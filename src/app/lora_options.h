@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <boost/program_options.hpp>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "model/layout.h"
 #include "model/lora.h"
