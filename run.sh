@@ -5,7 +5,7 @@
 #                    set, show its answers before and after and where the bytes went
 #   ./run.sh demo-scratch  the first demo: a byte-level model trained from scratch (2 ranks, ZeRO-3)
 #   ./run.sh test    install missing packages and .deps/, build, run the whole test suite (ctest -j2),
-#                    then the unit and mpi labels under other OpenBLAS kernels and CPU Adam paths
+#                    then the unit and mpi labels under other OpenBLAS kernels
 #   ./run.sh test-asan  the CPU path under AddressSanitizer + UBSan (build-asan/, unit + mpi)
 #   ./run.sh build   install missing packages and build only (build/)
 #   ./run.sh deps    install missing Debian packages, fetch the test reference sources, the
@@ -270,7 +270,7 @@ rerun_whole_suite_failures() {
   log "(the run fails on the whole-suite pass's result above, whatever the rerun said)"
 }
 
-# The numeric tests (labels unit and mpi) again under other OpenBLAS kernels and CPU Adam paths:
+# The numeric tests (labels unit and mpi) again under other OpenBLAS kernels (each with a CPU Adam cap):
 # OpenBLAS picks its kernels per CPU, and an element's rounding depends on the kernel, so a claim
 # that holds for one machine's kernels only shows up here. name:OPENBLAS_CORETYPE:ZT_CPU_ADAM_SIMD
 # (empty: OpenBLAS's own detection / the widest Adam path this CPU has). ZT_TEST_VARIANTS=0 skips.
@@ -278,9 +278,9 @@ rerun_whole_suite_failures() {
 # variant, the digest of the bits OpenBLAS computes and the Adam path, and a variant whose digest
 # ran already (in the whole-suite pass, or an earlier variant) is skipped, saying so. The Adam
 # paths need no pass of their own: every path is bitwise the scalar one (backend/cpu/cpu_adam.h),
-# and the whole-suite pass trains under each path this CPU has against the scalar path, losses and
-# weights bit for bit (TrainE2E.EveryCpuAdamPathTrainsTheScalarPathsRunBitwise; CpuAdam.* on the
-# kernel). OpenBLAS 0.3.21 gives its Zen core type Haswell's SGEMM kernel and blocking, for one; and
+# and the whole-suite pass trains under each path this CPU has against the scalar path, losses,
+# fp32 master weights and moments bit for bit (TrainE2E.EveryCpuAdamPathTrainsTheScalarPathsRunBitwise;
+# CpuAdam.* on the kernel). OpenBLAS 0.3.21 gives its Zen core type Haswell's SGEMM kernel and blocking, for one; and
 # native (detection, widest) is the whole-suite pass itself unless the caller set either variable
 # (an empty OPENBLAS_CORETYPE is not OpenBLAS's detection: it falls back to a default core).
 VARIANTS=(native:: haswell:Haswell:scalar skylakex:SkylakeX:avx2 zen:Zen:)
@@ -334,7 +334,7 @@ run_variants() {
     if [ -n "$print" ]; then
       read -r _ blas _ adam <<<"$print"
       if [ -n "${blas_ran[$blas]:-}" ]; then
-        log "variant $name skipped: its OpenBLAS kernels ($blas) ran in ${blas_ran[$blas]} (its $adam Adam path: the whole-suite pass trained under each path, bitwise)"
+        log "variant $name skipped: its OpenBLAS kernels ($blas) ran in ${blas_ran[$blas]}"
         continue
       fi
       blas_ran[$blas]="variant $name"

@@ -116,7 +116,7 @@ int run_eval(const EvalOptions& o) {
   // checkpointing, offload, trainable or LoRA option: their defaults), every tensor frozen, so
   // that it holds the weights alone: no gradient, fp32 master or Adam moments.
   EngineSpec spec = resolve_engine_spec(o, o.choices, config);
-  spec.trainable = TrainableSet::none_train(ParamLayout(spec.model));
+  spec.trainable = TrainableSet::all_frozen(ParamLayout(spec.model));
   EngineDevice device =
       make_engine_device(o.backend_kind, world, MPI_COMM_SELF, estimate_memory(spec, 1),
                          {o.attention_request, attention_shape(config, B, T),

@@ -10,10 +10,11 @@ namespace zt {
 // app/python_step.h's opening (json, os, sys, tok, tok_dir) and before hf_tokenize.cpp's step,
 // whose globals they read when called: sft (the SFT field names), string_field and counted. It
 // defines
-//   chat_example(path, number, messages, names, first_counted=0, tools=None) -> (ids, mask),
+//   chat_example(path, number, messages, names, learned, tools=None) -> (ids, mask),
 //   message_example(path, number, record) and chat_pair_example(path, number, record): the
 //     (ids, mask) of a --messages-field record and of a --prompt-field/--response-field one,
-//   conversation(path, number, record, key) and tools_of(path, number, record),
+//   conversation(path, number, record, key, tools), tools_of(path, number, record) and
+//   row_tools(path, number, record) (the row's tools, its template checked),
 // which report bad input with sys.exit naming the file, the line and the message.
 extern const char* const kChatSftPython;
 

@@ -83,7 +83,7 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
   return s;
 }
 
-TrainableSet TrainableSet::none_train(const ParamLayout& layout) {
+TrainableSet TrainableSet::all_frozen(const ParamLayout& layout) {
   TrainableSet s;
   s.frozen_.assign(layout.tensors().size(), true);
   return s;
@@ -118,7 +118,7 @@ GroupTraining TrainableSet::group(const ParamLayout& layout, int g) const {
 }
 
 int TrainableSet::lowest_backward_group(const ParamLayout& layout) const {
-  int lowest = layout.num_compute_units();  // unreachable for a set from from_patterns
+  int lowest = layout.num_compute_units();  // no unit: all_frozen() runs no backward
   for (int g = 0; g < layout.num_groups(); ++g)
     if (group_trains(layout, g)) lowest = std::min(lowest, layout.compute_unit_of(g));
   return lowest;

@@ -52,7 +52,7 @@ class TrainableSet {
   // The frozen flag of every tensor, in layout order (empty when every tensor trains).
   const std::vector<bool>& frozen_flags() const { return frozen_; }
   // Every tensor frozen: inference (eval), which keeps no gradient, master or Adam moments.
-  static TrainableSet none_train(const ParamLayout& layout);
+  static TrainableSet all_frozen(const ParamLayout& layout);
   // The same set over another layout of the same model (by name); throws on a missing name.
   static TrainableSet from_frozen_names(const ParamLayout& layout,
                                         const std::vector<std::string>& frozen);

@@ -11,7 +11,8 @@
 // (backend/cpu/cpu_adam.h) that ZT_CPU_ADAM_SIMD and the CPU leave.
 //
 // `./run.sh test` runs the numeric tests again under other kernels (its run_variants); a variant
-// whose digest and Adam path both ran already adds nothing and is skipped, saying so.
+// whose digest ran already adds nothing and is skipped, saying so (the Adam paths are checked
+// against each other in the whole-suite pass).
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
