@@ -332,7 +332,7 @@ run_variants() {
     esac
     print=$(kernel_fingerprint "$core" "$simd")
     if [ -n "$print" ]; then
-      read -r _ blas _ adam <<<"$print"
+      read -r _ blas _ <<<"$print"
       if [ -n "${blas_ran[$blas]:-}" ]; then
         log "variant $name skipped: its OpenBLAS kernels ($blas) ran in ${blas_ran[$blas]}"
         continue
