@@ -216,13 +216,39 @@ def check_system_rendered(path, number, messages, tools, names, whole):
     for i, message in enumerate(messages):
         if message["role"] != "system":
             continue
-        text = message["content"].strip()  # empty: the probe tells
+        text = content_text(message["content"]).strip()  # empty: the probe tells
         if not (text and text in whole) and TURN_PROBE not in render(
                 path, number, messages[:i] + [dict(message, content=TURN_PROBE)] +
                 messages[i + 1:], tools):
             sys.exit(f"{path}:{number}: the chat template leaves {names[i]} (system) out of "
                      "the conversation, which the model would never see; put its text in the "
                      "first user message")
+
+def check_parts_rendered(path, number, messages, tools, names):
+    """A message whose content is a list of text parts is rendered by the template as the text
+    of its parts (Mistral Small 3.2's and Gemma 3's read them), or the model would learn from
+    what the template makes of a list: Python's printing of it (Llama 3.1's; a tool result in
+    Mistral Small's), its first part alone (Mistral Small's system message), or an error
+    (SmolLM2's, Qwen2.5's, Qwen3's). Probe parts in place of the message's, as many, must
+    render as the string of them all does."""
+    for i, message in enumerate(messages):
+        if not isinstance(message["content"], list):
+            continue
+        def with_content(content):
+            return messages[:i] + [dict(message, content=content)] + messages[i + 1:]
+        probes = [f"\u2063zerotrain-part-{k}\u2063" for k in range(len(message["content"]))]
+        want = render(path, number, with_content("".join(probes)), tools)
+        try:
+            got = tok.apply_chat_template(
+                with_content([{"type": "text", "text": p} for p in probes]), tools=tools,
+                tokenize=False, **row_arguments)
+            failed = ""
+        except Exception as e:
+            got, failed = None, f" (it fails: {type(e).__name__}: {e})"
+        if got != want:
+            sys.exit(f"{path}:{number}: the chat template does not render the list of content "
+                     f"parts of {names[i]} ({message['role']}) as their text{failed}: write "
+                     "the text as a string")
 
 def chat_example(path, number, messages, names, learned, tools=None):
     """(ids, mask) of the conversation the tokenizer's chat template renders (`names`: where each
@@ -235,6 +261,7 @@ def chat_example(path, number, messages, names, learned, tools=None):
     else located_turn finds it."""
     messages, left_out, failed_none = call_contents(path, number, messages, tools)
     check_tools_rendered(path, number, messages, tools, names, left_out, failed_none)
+    check_parts_rendered(path, number, messages, tools, names)
     whole = render(path, number, messages, tools)
     check_system_rendered(path, number, messages, tools, names, whole)
     spans = []
@@ -288,10 +315,31 @@ def message_weight(where, m):
                  "fine-tuning format allows 0 (the turn is not learned) or 1")
     return weight == 1
 
+def text_parts(where, parts):
+    """The content given as OpenAI's list of parts, checked: text parts ({"type": "text", "text":
+    ...}), a key holding null read as absent (an Arrow struct gives every part every key), at least
+    one. The list goes to the template as it is, as TRL hands it on; check_parts_rendered tells
+    whether the template reads it."""
+    parts = [{k: v for k, v in p.items() if v is not None} if isinstance(p, dict) else p
+             for p in parts]
+    for i, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str) or len(part) != 2:
+            what = f"a part of type {json.dumps(kind)}" if isinstance(kind, str) else "not a part"
+            sys.exit(f"{where}: content[{i}] is {what}; chat SFT reads text parts, "
+                     '{"type": "text", "text": ...}, of a text-only model')
+    if not parts:
+        sys.exit(f"{where}: content is an empty list of parts")
+    return parts
+
+def content_text(content):
+    """A message's text: its content, or the text of its parts joined."""
+    return "".join(p["text"] for p in content) if isinstance(content, list) else content
+
 def checked_message(where, m, previous):
-    """The message, checked: a role, a string content (an assistant turn that makes tool calls
-    may leave it out, or hold null; call_contents tells how it is rendered), only the keys its
-    role holds; a tool result
+    """The message, checked: a role, a string content or a list of text parts (text_parts; an
+    assistant turn that makes tool calls may leave it out, or hold null; call_contents tells how
+    it is rendered), only the keys its role holds; a tool result
     follows a turn that made calls, or another result. `previous`: the message before. A key
     holding null, or an empty tool_calls list, is read as absent: a dataset exported from Arrow
     or Parquet gives every message every key its column holds (Llama 3.1's template would take
@@ -320,11 +368,11 @@ def checked_message(where, m, previous):
     if not isinstance(m.get("reasoning_content", ""), str):
         sys.exit(f"{where}: 'reasoning_content' is not a string")
     content = m.get("content")
-    if not isinstance(content, str) and not (calls and content is None):
+    if isinstance(content, list):
+        content = text_parts(where, content)
+    elif not isinstance(content, str) and not (calls and content is None):
         hint = " (only a turn with tool_calls may leave it out)" if role == "assistant" else ""
-        if isinstance(content, list):
-            hint = " (a list of content parts, OpenAI's form: write the text as a string)"
-        sys.exit(f"{where} has no string content{hint}")
+        sys.exit(f"{where} has no string content, nor a list of text parts{hint}")
     if role == "tool" and not (previous and (previous["role"] == "tool"
                                              or previous.get("tool_calls"))):
         sys.exit(f"{where} is a tool result that follows no assistant turn with tool_calls")

@@ -14,8 +14,9 @@ message and two rounds, made of consecutive lines of inputs/data/sample.txt.
    equal apply_chat_template's given each row's arguments.
 3. Refused, naming the file, the line and the message, leaving nothing: a weight of 0.5, a
    weight on a user turn, every assistant turn at weight 0; what OpenAI's format allows and the
-   templates do not render (a developer message, a participant name, content as a list of parts,
-   function_call), each with its reason; a chat_template_kwargs that is not an object, and one
+   templates do not render (a developer message, a participant name, function_call), each with
+   its reason; content as a list of text parts, which this template prints as Python prints a
+   list; an image part; an empty list of parts; a chat_template_kwargs that is not an object, and one
    that sets apply_chat_template's own tools.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
@@ -91,7 +92,14 @@ def refusals(zt, work):
              ["'messages'[0]", "['name']", "participant name"]),
             ("content_parts", {"messages": [dict(user, content=[{"type": "text", "text": "q"}]),
                                             reply]},
-             ["'messages'[0]", "list of content parts"]),
+             ["the chat template does not render the list of content parts of 'messages'[0] "
+              "(user) as their text", "write the text as a string"]),
+            ("image_part", {"messages": [dict(user, content=[
+                {"type": "text", "text": "q"}, {"type": "image_url", "image_url": {"url": "x"}}]),
+                reply]},
+             ["'messages'[0]: content[1] is a part of type \"image_url\"", "text parts"]),
+            ("no_parts", {"messages": [user, dict(reply, content=[])]},
+             ["'messages'[1]: content is an empty list of parts"]),
             ("function_call", {"messages": [user, {"role": "assistant", "content": None,
                                                    "function_call": {"name": "f"}}]},
              ["'messages'[1]", "['function_call']", "write it as tool_calls"]),

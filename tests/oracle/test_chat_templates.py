@@ -21,10 +21,14 @@ rounds whose replies reason in <think> (QwQ, DeepSeek), of three whose first rep
 cut before "</think>" (QwQ: its generation prompt is in that reply too), and agent traces with
 tools (QwQ and Mistral: a turn of calls with and without content, the tool's result, the answer,
 a later user turn and its answer; DeepSeek: a turn of calls whose content is null, OpenAI's form,
-which its template renders only so) go through `prepare-data --sft-jsonl --messages-field messages --chat-template`: the ids
+which its template renders only so), and for Mistral Small a conversation whose system message,
+first user turn and replies are OpenAI's lists of text parts (handed to the template as lists, as
+TRL hands them on; one part holds "image": null, as an Arrow export writes it) go through `prepare-data --sft-jsonl --messages-field messages --chat-template`: the ids
 are apply_chat_template's and the loss mask is the marked copy's assistant mask. Nemo's template
 leaves the system message out of a conversation that ends with a reply: such a conversation is
-refused naming the message, leaving no data. DeepSeek's turn of calls with an empty content gives
+refused naming the message, leaving no data; so are a system message of two parts, of which
+Mistral Small's template reads the first alone, and a tool result as parts, which it writes as
+Python prints a list. DeepSeek's turn of calls with an empty content gives
 the data of one with null; with arguments that are not a string, which its template cannot
 render, it is refused with the template's error. Nemotron-Nano-v2's plain replies count as its
 template closes them, and its turn of calls, closed unlike at the end of a conversation, is
@@ -93,7 +97,7 @@ TEMPLATES = {
          '        {% generation %}{{- message["content"] + eos_token}}{% endgeneration %}')]),
     "Mistral-Small-3.2-24B-Instruct-2506": (
         "<s>", "</s>", MISTRAL + ["[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[CALL_ID]", "[ARGS]",
-                                  "[TOOL_CONTENT]", "[IMG]"], ("system", "tools"), [
+                                  "[TOOL_CONTENT]", "[IMG]"], ("system", "tools", "parts"), [
             ("    {%- elif message['role'] == 'assistant' %}\n",
              "    {%- elif message['role'] == 'assistant' %}{% generation %}\n"),
             ("        {%- endif %}\n    {%- elif message['role'] == 'tool_results'",
@@ -110,12 +114,22 @@ TOOLS = [{"type": "function", "function": {
                    "required": ["city"]}}}]
 
 
+def parts(*texts):
+    """Content as OpenAI's list of text parts."""
+    return [{"type": "text", "text": t} for t in texts]
+
+
 def conversations(kind):
     """The records of one kind: a list of {"messages"[, "tools"]}."""
     rounds = [m for u, a in zip(USER, ASSISTANT)
               for m in ({"role": "user", "content": u}, {"role": "assistant", "content": a})]
     if kind == "system":
         return [{"messages": [{"role": "system", "content": "Be brief."}] + rounds}]
+    if kind == "parts":  # a system message of one part, a user turn and a reply of two
+        split = [dict(m, content=parts(m["content"][:9], m["content"][9:])) for m in rounds[:2]]
+        split[0]["content"][1]["image"] = None  # as an Arrow export of parts writes the key
+        return [{"messages": [{"role": "system", "content": parts("Be brief.")}] + split
+                 + [rounds[2], dict(rounds[3], content=parts(rounds[3]["content"]))]}]
     if kind == "rounds":
         return [{"messages": rounds}]
     if kind == "reasoning":
@@ -275,6 +289,26 @@ def main():
                 [path + ":1: the chat template leaves 'messages'[0] (system) out"], work("bad.h5"))
         print("ok   Mistral Nemo's template, which leaves the system message out: refused naming "
               "it, no data left")
+
+        # Mistral Small's template reads a system message's first part alone, and prints a tool
+        # result's list as Python prints it: each is refused naming the message.
+        name = "Mistral-Small-3.2-24B-Instruct-2506"
+        system = conversations("parts")[0]
+        system["messages"][0]["content"] = parts("Be ", "brief.")
+        tool = conversations("tools")[1]
+        tool["messages"][2]["content"] = parts("18C and windy")
+        for what, record, message in (("system", system, "'messages'[0] (system)"),
+                                      ("tool", tool, "'messages'[2] (tool)")):
+            path = work(f"small-{what}-parts.jsonl")
+            with open(path, "w") as f:
+                f.write(json.dumps(record) + "\n")
+            refused([args.zerotrain, "prepare-data", "--tokenizer", work(name), "--sft-jsonl",
+                     path, "--messages-field", "messages", "--chat-template", "--out",
+                     work("bad.h5"), "--python", sys.executable],
+                    [path + ":1: the chat template does not render the list of content parts of "
+                     + message + " as their text"], work("bad.h5"))
+        print("ok   Mistral Small's template, which reads a system message's first part alone and "
+              "prints a tool result's list: refused naming the message, no data left")
 
         # DeepSeek-R1's template renders a turn's calls only when its content is none: a turn of
         # calls with an empty content is rendered so too (as without one); with arguments that
