@@ -114,9 +114,12 @@ int run_eval(const EvalOptions& o) {
 
   // Each rank evaluates its batches alone: a stage-0 engine over MPI_COMM_SELF (eval sets no ZeRO,
   // checkpointing, offload, trainable or LoRA option: their defaults), every tensor frozen, so
-  // that it holds the weights alone: no gradient, fp32 master or Adam moments.
+  // that it holds the weights alone: no gradient, fp32 master or Adam moments; and forward-only,
+  // so that its activations are one layer's and two residual buffers, nothing kept for a
+  // backward.
   EngineSpec spec = resolve_engine_spec(o, o.choices, config);
   spec.trainable = TrainableSet::all_frozen(ParamLayout(spec.model));
+  spec.ac.forward_only = true;
   EngineDevice device =
       make_engine_device(o.backend_kind, world, MPI_COMM_SELF, estimate_memory(spec, 1),
                          {o.attention_request, attention_shape(config, B, T),

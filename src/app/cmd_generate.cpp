@@ -226,10 +226,13 @@ int run_generate(const GenerateOptions& o) {
                                   " tokens; the model's max_position_embeddings is " +
                                   std::to_string(config.max_position_embeddings));
 
-  // One window of T positions, its logits in one head chunk; the weights as stored, in fp32.
+  // One window of T positions, its logits in one head chunk; the weights as stored, in fp32; a
+  // forward-only model (no activation kept for a backward).
   std::unique_ptr<Backend> backend = make_cpu_backend();
   MemoryTracker memory(backend->device_memory());
-  LlamaModel model(config, *backend, memory, 1, T, ActivationCheckpointing{}, T);
+  ActivationCheckpointing forward_only;
+  forward_only.forward_only = true;
+  LlamaModel model(config, *backend, memory, 1, T, forward_only, T);
   const ParamLayout& layout = model.layout();
   std::vector<TrackedBuffer<float>> params;
   for (const GroupInfo& group : layout.groups()) {

@@ -81,6 +81,12 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   return a;
 }
 
+// The widest output of a projection LoRA adapts: the columns of the product u·Bᵀ.
+int64_t lora_product_width(const ModelConfig& c) {
+  const bool mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
+  return std::max({c.hidden_size, c.q_dim(), c.kv_dim(), mlp ? c.intermediate_size : 0});
+}
+
 }  // namespace
 
 ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T,
@@ -92,6 +98,8 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   ZT_CHECK(head_chunk_rows > 0, "carve_activation_arena: head_chunk_rows must be positive");
   ZT_CHECK(!(ac.selective && ac.every > 0),
            "activation checkpointing: selective and full/every:K are one policy or the other");
+  ZT_CHECK(!(ac.forward_only && (ac.any() || ac.on_host)),
+           "activation checkpointing: a forward-only model keeps nothing to checkpoint");
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
   const int64_t QD = c.q_dim(), L = c.num_layers;
   ArenaCursor dev(device_base), host(host_base);
@@ -107,9 +115,14 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
     transit.push_back(dev.take(M * D, storage));
   t.resid.assign(static_cast<size_t>(L + 1), nullptr);
   t.host_resid.assign(static_cast<size_t>(L + 1), nullptr);
+  // forward_only: layer l reads buffer l % 2 and writes the other.
+  for (int64_t i = 0; ac.forward_only && i < std::min<int64_t>(2, L + 1); ++i)
+    transit.push_back(dev.take(M * D, storage));
   int64_t seen = 0;
   for (int64_t l = 0; l <= L; ++l) {
-    if (on_host(l)) {
+    if (ac.forward_only) {
+      t.resid[static_cast<size_t>(l)] = transit[static_cast<size_t>(l % 2)];
+    } else if (on_host(l)) {
       t.host_resid[static_cast<size_t>(l)] = host.take(M * D, storage);
       t.resid[static_cast<size_t>(l)] = transit[static_cast<size_t>(seen++ % 2)];
     } else {
@@ -122,7 +135,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   bool any_checkpointed = false;
   const LayerPart per_layer = ac.selective ? LayerPart::kKept : LayerPart::kAll;
   for (int64_t l = 0; l < L; ++l) {
-    if (ac.is_checkpointed(l)) {
+    if (ac.is_checkpointed(l) || ac.forward_only) {
       any_checkpointed = true;
     } else {
       t.layers[static_cast<size_t>(l)] = carve_layer(dev, c, B, T, storage, per_layer);
@@ -138,6 +151,11 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.logits = dev.take(std::min(head_chunk_rows, M) * c.vocab_size, storage);
   t.losses = dev.take_f32(M);
   plan.head = dev.used() - plan.residual - plan.layer_saved;
+  if (ac.forward_only) {  // no backward temporaries; a LoRA forward adds its product from here
+    if (c.lora.enabled()) t.lora_product = dev.take(M * lora_product_width(c), storage);
+    plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;
+    return plan;
+  }
   t.dresid = dev.take(M * D, storage);
   t.dxn = dev.take(M * D, storage);
   // Ordered for the batched weight gradients of the projections (backend/gemm_batch.h): dq, dk,
@@ -152,8 +170,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.dup = dev.take(M * F, storage);
   t.dh = dev.take(M * F, storage);
   if (c.lora.enabled()) {
-    const bool mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
-    t.lora_product = dev.take(M * std::max({D, QD, KV, mlp ? F : 0}), storage);
+    t.lora_product = dev.take(M * lora_product_width(c), storage);
     t.lora_du = dev.take(M * c.lora.rank, storage);
     if (c.lora.dropout > 0) t.lora_dropped = dev.take(M * std::max({D, QD, F}), storage);
   }
@@ -218,7 +235,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
 }
 
 LlamaModel::LayerActs LlamaModel::acts_for(int layer) const {
-  if (ac_.is_checkpointed(layer)) return t_.scratch;
+  if (ac_.is_checkpointed(layer) || ac_.forward_only) return t_.scratch;
   LayerActs a = t_.layers[static_cast<size_t>(layer)];
   if (ac_.selective) {  // the norms' outputs and the SwiGLU product live in the shared scratch
     a.xn1 = t_.scratch.xn1;
@@ -275,6 +292,9 @@ void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets,
 
 void LlamaModel::forward_group(int g, ConstTensorView params, bool training, float grad_scale,
                                ConstTensorView embedding, ConstTensorView adapters) {
+  ZT_CHECK(!(training && ac_.forward_only),
+           "forward_group: a training forward on a forward-only model (it keeps nothing for a "
+           "backward)");
   training_ = training;
   if (g == layout_.embed_group()) {
     embed_forward(params);
@@ -288,6 +308,7 @@ void LlamaModel::forward_group(int g, ConstTensorView params, bool training, flo
 void LlamaModel::backward_group(int g, ConstTensorView params, float* grads,
                                 ConstTensorView embedding, float* embedding_grads,
                                 ConstTensorView adapters, float* adapter_grads, GradWrite write) {
+  ZT_CHECK(!ac_.forward_only, "backward_group: the model is forward-only (eval, generate)");
   const bool layer = g != layout_.embed_group() && g != layout_.head_group();
   ZT_CHECK(layer || adapter_grads == nullptr, "backward_group: only a decoder layer has adapters");
   if (write == GradWrite::kAssign) {

@@ -34,10 +34,15 @@ namespace zt {
 // selective (with every = 0): every layer keeps its GEMM and attention outputs and recomputes
 // only the cheap ops between them in its backward — the two RMSNorm outputs and the SwiGLU
 // product, whose storage one scratch shares across layers (torchtitan's per-op policy).
+// forward_only (eval, generate; with no other policy): no backward will run, so nothing is kept
+// for one: the residual stream lives in two buffers used in turn, every layer's activations in
+// the one scratch, and no backward temporary is carved; a training forward or a backward is
+// refused. The forward's math, and so its bits, are those of a model that keeps everything.
 struct ActivationCheckpointing {
   int every = 0;
   bool on_host = false;
   bool selective = false;
+  bool forward_only = false;
   bool is_checkpointed(int64_t layer) const { return every > 0 && layer % every == 0; }
   bool any() const { return every > 0 || selective; }
 };
@@ -60,6 +65,7 @@ constexpr int64_t kActivationAlignment = 256;
 // tensor is rounded up to kActivationAlignment, exactly as the model carves the arena.
 struct ActivationPlan {
   int64_t residual = 0;       // (L+1)·M·D, minus what goes to the host pool, plus ≤ 2 transits
+                              // (forward_only: 2·M·D)
   int64_t host_residual = 0;  // inputs of checkpointed layers when on_host
   int64_t layer_saved = 0;    // per-layer saved activations × layers kept, + scratch if any ckpt
   int64_t head = 0;  // final-norm output, rstd, one chunk of logits/dlogits, per-token losses
@@ -93,7 +99,8 @@ struct LayerActivations {
 // Where each activation of a micro-batch lives: carve_activation_arena lays them out, the model
 // uses them and ActivationPlan::make counts them (the same function, so plan and arena agree).
 struct ActivationTensors {
-  std::vector<TensorView> resid;         // L+1 residual-stream buffers [M, D] (device)
+  std::vector<TensorView> resid;         // L+1 residual-stream buffers [M, D] (device; with
+                                         // forward_only two, in turn)
   std::vector<TensorView> host_resid;    // cpu_checkpointing: host copies of kept inputs, else null
   std::vector<LayerActivations> layers;  // per layer; checkpointed layers share `scratch`
   LayerActivations scratch;

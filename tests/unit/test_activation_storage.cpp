@@ -22,6 +22,7 @@
 #include "model/llama.h"
 #include "support/engine_spec_for.h"
 #include "util/bf16.h"
+#include "util/error.h"
 #include "util/memory.h"
 
 namespace zt {
@@ -163,14 +164,16 @@ TEST(ActivationStorage, EveryOpRoundsItsOutputOnce) {
 
 struct StorageRun {
   std::vector<float> losses;
-  std::vector<std::vector<float>> grads;  // per group
+  std::vector<std::vector<float>> grads;  // per group; none for an evaluation
+  std::vector<float> logits;              // an evaluation's
   int64_t activation_bytes = 0;
 };
 
 // bf16_params: the working params passed as bf16 views (the engine with bf16 activations)
-// instead of their exact fp32 widening.
+// instead of their exact fp32 widening. training = false: an evaluation's forward alone.
 StorageRun train_one(const ModelConfig& c, int64_t B, int64_t T, DType storage,
-                     ActivationCheckpointing ac = {}, bool bf16_params = false) {
+                     ActivationCheckpointing ac = {}, bool bf16_params = false,
+                     bool training = true) {
   auto be = make_cpu_backend();
   MemoryTracker memory;
   LlamaModel model(c, *be, memory, B, T, ac, 0, storage);
@@ -198,15 +201,16 @@ StorageRun train_one(const ModelConfig& c, int64_t B, int64_t T, DType storage,
     tokens[i] = static_cast<int32_t>((i * 31 + 3) % c.vocab_size);
   model.set_batch(tokens.data(), tokens.data() + B * T);
   for (int g = 0; g < layout.num_groups(); ++g)
-    model.forward_group(g, group_params(g), true, 1.0f / static_cast<float>(B * T));
-  std::vector<std::vector<float>> grads(layout.num_groups());
-  for (int g = layout.num_groups() - 1; g >= 0; --g) {
+    model.forward_group(g, group_params(g), training, 1.0f / static_cast<float>(B * T));
+  std::vector<std::vector<float>> grads(training ? layout.num_groups() : 0);
+  for (int g = static_cast<int>(grads.size()) - 1; g >= 0; --g) {
     grads[g].assign(params[g].size(), 0.0f);
     model.backward_group(g, group_params(g), grads[g].data());
   }
   StorageRun run;
   run.losses.assign(model.token_losses(), model.token_losses() + B * T);
   run.grads = grads;
+  if (!training) run.logits = model.logits();
   run.activation_bytes = static_cast<int64_t>(memory.current(MemCategory::kActivations));
   return run;
 }
@@ -294,6 +298,45 @@ TEST(ActivationStorage, SelectivePlanDropsTheRecomputedTensorsOfAllButOneLayer) 
                 sel.device_bytes());
     }
   }
+}
+
+// A forward-only model (eval, generate) keeps two residual buffers [M, D], one layer's
+// activations (what full checkpointing's scratch holds) and the head's, no backward temporary,
+// and gives the bits of a model that keeps everything: the same losses and logits.
+TEST(ActivationStorage, ForwardOnlyKeepsOneLayerAndTwoResidualBuffersForTheSameBits) {
+  const ModelConfig c = preset_config("tiny");
+  const int64_t B = 2, T = 16, M = B * T;
+  ActivationCheckpointing forward_only;
+  forward_only.forward_only = true;
+  for (DType storage : {DType::kFloat32, DType::kBf16}) {
+    const std::string what = dtype_name(storage);
+    const int64_t residual_bytes = M * c.hidden_size * static_cast<int64_t>(dtype_size(storage));
+    const ActivationPlan all = ActivationPlan::make(c, B, T, {}, 0, storage);
+    const ActivationPlan plan = ActivationPlan::make(c, B, T, forward_only, 0, storage);
+    EXPECT_EQ(plan.residual, 2 * ((residual_bytes + kActivationAlignment - 1) /
+                                  kActivationAlignment * kActivationAlignment))
+        << what;
+    EXPECT_EQ(plan.layer_saved, ActivationPlan::make(c, B, T, {1, false}, 0, storage).layer_saved)
+        << what;
+    EXPECT_EQ(plan.head, all.head) << what;
+    EXPECT_EQ(plan.grad_scratch, 0) << what;
+    const StorageRun kept = train_one(c, B, T, storage, {}, false, /*training=*/false);
+    const StorageRun alone = train_one(c, B, T, storage, forward_only, false, false);
+    EXPECT_EQ(alone.losses, kept.losses) << what;
+    EXPECT_EQ(alone.logits, kept.logits) << what;
+    EXPECT_EQ(alone.activation_bytes, plan.device_bytes() + plan.token_bytes) << what;
+  }
+  // What a forward-only model cannot do, it refuses.
+  auto be = make_cpu_backend();
+  MemoryTracker memory;
+  LlamaModel model(c, *be, memory, B, T, forward_only);
+  const int g = model.layout().embed_group();
+  std::vector<float> embedding(static_cast<size_t>(model.layout().groups()[g].numel), 0.0f);
+  EXPECT_THROW(model.forward_group(g, embedding.data(), true, 1.0f), Error);
+  EXPECT_THROW(model.backward_group(g, embedding.data(), embedding.data()), Error);
+  ActivationCheckpointing both = forward_only;
+  both.every = 1;
+  EXPECT_THROW(ActivationPlan::make(c, B, T, both), Error);
 }
 
 }  // namespace

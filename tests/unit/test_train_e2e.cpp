@@ -19,6 +19,7 @@
 #include "engine/engine_spec_json.h"
 #include "io/model_dir.h"
 #include "model/layout.h"
+#include "model/llama.h"
 #include "test_io_support.h"
 #include "test_train_support.h"
 
@@ -113,6 +114,14 @@ TEST_F(TrainE2E, TinyRunWritesMetricsReportsAndFinalModel) {
       << peak.dump();
   EXPECT_EQ(peak["grads"].get<int64_t>(), 0) << peak.dump();
   EXPECT_EQ(peak["optimizer"].get<int64_t>(), 0) << peak.dump();
+  // ...and a forward-only model's activations: two residual buffers and one layer's, no more.
+  ActivationCheckpointing forward_only;
+  forward_only.forward_only = true;
+  const ActivationPlan activations =
+      ActivationPlan::make(final_model.config(), 4, 32, forward_only);
+  EXPECT_EQ(peak["activations"].get<int64_t>(),
+            activations.device_bytes() + activations.token_bytes)
+      << peak.dump();
 
   // A second run into the same directory is refused without --overwrite.
   const RunResult again = train("run", "--micro-batch 4", 1);
