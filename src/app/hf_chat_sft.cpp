@@ -61,7 +61,7 @@ def with_probes(message):
     the name is in every template written for calls."""
     calls = message.get("tool_calls")
     probed = dict(message, tool_calls=probe_names(calls, False)) if calls else dict(message)
-    if message.get("content") or not calls:
+    if content_text(message.get("content")) or not calls:
         probed["content"] = TURN_PROBE
     return probed, NAME_PROBE if calls else TURN_PROBE
 
@@ -178,8 +178,8 @@ def call_contents(path, number, messages, tools):
     and as transformers renders a null content; unrendered_calls of those messages; the error
     the template raised given none, when neither renders the calls), for check_tools_rendered."""
     empty = [dict(m, content="") if m["content"] is None else m for m in messages]
-    nones = [dict(m, content=None) if m.get("tool_calls") and not m["content"] else m
-             for m in messages]
+    nones = [dict(m, content=None) if m.get("tool_calls") and not content_text(m["content"])
+             else m for m in messages]
     left_out = unrendered_calls(empty, tools, lambda m, t: render(path, number, m, t))
     if empty == nones or left_out is None:
         return empty, left_out, None
@@ -226,16 +226,20 @@ def check_system_rendered(path, number, messages, tools, names, whole):
 
 def check_parts_rendered(path, number, messages, tools, names):
     """A message whose content is a list of text parts is rendered by the template as the text
-    of its parts (Mistral Small 3.2's and Gemma 3's read them), or the model would learn from
-    what the template makes of a list: Python's printing of it (Llama 3.1's; a tool result in
-    Mistral Small's), its first part alone (Mistral Small's system message), or an error
-    (SmolLM2's, Qwen2.5's, Qwen3's). Probe parts in place of the message's, as many, must
-    render as the string of them all does."""
+    of its parts (Mistral Small 3.2's reads them; Gemma 3's trims each), or the model would learn
+    from what the template makes of a list: Python's printing of it (Llama 3.1's; a tool result
+    in Mistral Small's), its first part alone (the system message in Mistral Small's and Gemma
+    3's), or an error (SmolLM2's, Qwen2.5's, Qwen3's). Probe parts in place of the message's, as
+    many, must render as the string of them all does, every other message's parts given as their
+    text, a turn of calls without content "" (as call_contents first renders it), so that a
+    template failing on lists names the first message given so."""
+    as_text = [dict(m, content="" if m["content"] is None else content_text(m["content"]))
+               for m in messages]
     for i, message in enumerate(messages):
         if not isinstance(message["content"], list):
             continue
         def with_content(content):
-            return messages[:i] + [dict(message, content=content)] + messages[i + 1:]
+            return as_text[:i] + [dict(message, content=content)] + as_text[i + 1:]
         probes = [f"\u2063zerotrain-part-{k}\u2063" for k in range(len(message["content"]))]
         want = render(path, number, with_content("".join(probes)), tools)
         try:
@@ -259,9 +263,9 @@ def chat_example(path, number, messages, names, learned, tools=None):
     from the end of the rendering of messages[:i] with the generation prompt to the end of the
     rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
     else located_turn finds it."""
+    check_parts_rendered(path, number, messages, tools, names)
     messages, left_out, failed_none = call_contents(path, number, messages, tools)
     check_tools_rendered(path, number, messages, tools, names, left_out, failed_none)
-    check_parts_rendered(path, number, messages, tools, names)
     whole = render(path, number, messages, tools)
     check_system_rendered(path, number, messages, tools, names, whole)
     spans = []
@@ -324,10 +328,16 @@ def text_parts(where, parts):
              for p in parts]
     for i, part in enumerate(parts):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text" or not isinstance(part.get("text"), str) or len(part) != 2:
+        if kind != "text":
             what = f"a part of type {json.dumps(kind)}" if isinstance(kind, str) else "not a part"
             sys.exit(f"{where}: content[{i}] is {what}; chat SFT reads text parts, "
                      '{"type": "text", "text": ...}, of a text-only model')
+        if not isinstance(part.get("text"), str):
+            sys.exit(f"{where}: content[{i}] is a text part with no string 'text'")
+        extra = sorted(set(part) - {"type", "text"})
+        if extra:
+            sys.exit(f"{where}: content[{i}] is a text part with keys {extra} besides type and "
+                     "text, which chat templates do not read")
     if not parts:
         sys.exit(f"{where}: content is an empty list of parts")
     return parts

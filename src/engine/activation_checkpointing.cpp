@@ -41,7 +41,6 @@ ActivationCheckpointing with_inputs_on_host(ActivationCheckpointing policy, bool
 }
 
 std::string activation_checkpointing_name(const ActivationCheckpointing& ac) {
-  if (ac.forward_only) return "forward-only";
   if (ac.selective) return "selective";
   if (ac.every == 0) return "none";
   if (ac.every == 1) return "full";

@@ -81,12 +81,6 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   return a;
 }
 
-// The widest output of a projection LoRA adapts: the columns of the product u·Bᵀ.
-int64_t lora_product_width(const ModelConfig& c) {
-  const bool mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
-  return std::max({c.hidden_size, c.q_dim(), c.kv_dim(), mlp ? c.intermediate_size : 0});
-}
-
 }  // namespace
 
 ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T,
@@ -100,6 +94,9 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
            "activation checkpointing: selective and full/every:K are one policy or the other");
   ZT_CHECK(!(ac.forward_only && (ac.any() || ac.on_host)),
            "activation checkpointing: a forward-only model keeps nothing to checkpoint");
+  ZT_CHECK(!(ac.forward_only && c.lora.enabled()),
+           "a forward-only model (eval, generate) does not carry LoRA adapters: merge them first "
+           "(export --merge-lora)");
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
   const int64_t QD = c.q_dim(), L = c.num_layers;
   ArenaCursor dev(device_base), host(host_base);
@@ -151,11 +148,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.logits = dev.take(std::min(head_chunk_rows, M) * c.vocab_size, storage);
   t.losses = dev.take_f32(M);
   plan.head = dev.used() - plan.residual - plan.layer_saved;
-  if (ac.forward_only) {  // no backward temporaries; a LoRA forward adds its product from here
-    if (c.lora.enabled()) t.lora_product = dev.take(M * lora_product_width(c), storage);
-    plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;
-    return plan;
-  }
+  if (ac.forward_only) return plan;  // no backward temporaries
   t.dresid = dev.take(M * D, storage);
   t.dxn = dev.take(M * D, storage);
   // Ordered for the batched weight gradients of the projections (backend/gemm_batch.h): dq, dk,
@@ -170,7 +163,8 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.dup = dev.take(M * F, storage);
   t.dh = dev.take(M * F, storage);
   if (c.lora.enabled()) {
-    t.lora_product = dev.take(M * lora_product_width(c), storage);
+    const bool mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
+    t.lora_product = dev.take(M * std::max({D, QD, KV, mlp ? F : 0}), storage);
     t.lora_du = dev.take(M * c.lora.rank, storage);
     if (c.lora.dropout > 0) t.lora_dropped = dev.take(M * std::max({D, QD, F}), storage);
   }

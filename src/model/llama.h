@@ -36,8 +36,9 @@ namespace zt {
 // product, whose storage one scratch shares across layers (torchtitan's per-op policy).
 // forward_only (eval, generate; with no other policy): no backward will run, so nothing is kept
 // for one: the residual stream lives in two buffers used in turn, every layer's activations in
-// the one scratch, and no backward temporary is carved; a training forward or a backward is
-// refused. The forward's math, and so its bits, are those of a model that keeps everything.
+// the one scratch, and no backward temporary is carved; a training forward, a backward and LoRA
+// adapters are refused. The forward runs the same ops on the same inputs as a model that keeps
+// everything.
 struct ActivationCheckpointing {
   int every = 0;
   bool on_host = false;

@@ -16,8 +16,9 @@ message and two rounds, made of consecutive lines of inputs/data/sample.txt.
    weight on a user turn, every assistant turn at weight 0; what OpenAI's format allows and the
    templates do not render (a developer message, a participant name, function_call), each with
    its reason; content as a list of text parts, which this template prints as Python prints a
-   list; an image part; an empty list of parts; a chat_template_kwargs that is not an object, and one
-   that sets apply_chat_template's own tools.
+   list; an image part; an empty list of parts; a text part with a key besides type and text;
+   a chat_template_kwargs that is not an object, and one that sets apply_chat_template's own
+   tools.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -100,6 +101,10 @@ def refusals(zt, work):
              ["'messages'[0]: content[1] is a part of type \"image_url\"", "text parts"]),
             ("no_parts", {"messages": [user, dict(reply, content=[])]},
              ["'messages'[1]: content is an empty list of parts"]),
+            ("cached_part", {"messages": [dict(user, content=[
+                {"type": "text", "text": "q", "cache_control": {"type": "ephemeral"}}]), reply]},
+             ["'messages'[0]: content[0] is a text part with keys ['cache_control'] besides "
+              "type and text"]),
             ("function_call", {"messages": [user, {"role": "assistant", "content": None,
                                                    "function_call": {"name": "f"}}]},
              ["'messages'[1]", "['function_call']", "write it as tool_calls"]),

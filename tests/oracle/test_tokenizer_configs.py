@@ -32,8 +32,8 @@ prompt-completion, and an agent's trace (reasoning before a call, two turns of c
 later user turn) whose turns are located by the probes. The other templates are refused naming
 the line and the calls they drop (with the name in the text around them; SmolLM2's also the
 tools it leaves out), or with the template's own error, leaving no data.
-A user turn given as OpenAI's list of text parts, which transformers renders unlike its text
-with each of these templates, is refused naming the line and the message, leaving no data.
+Messages given as OpenAI's lists of text parts, which transformers renders unlike their text with
+each of these templates, are refused naming the line and the first message, leaving no data.
 And an eos_token that tokenizer.json lacks (transformers would add it as a new id beyond the
 model's vocabulary without a word) is refused naming the token and the file, leaving no data.
 
@@ -220,17 +220,16 @@ def prepare(work, zt, directory, name, records, extra=()):
 
 
 def check_content_parts(work, zt, source):
-    """The first user turn as OpenAI's list of two text parts, which transformers renders unlike
-    the string of both with every published template here (Llama 3.1's prints the list as Python
-    does, the others fail on it): the line is refused naming the message, leaving no data."""
+    """Every message as OpenAI's list of two text parts, which transformers renders unlike the
+    strings of both with every published template here (Llama 3.1's prints the lists as Python
+    does, the others fail on them): the line is refused naming the first message, leaving no
+    data."""
     name = os.path.basename(os.path.dirname(source))
     directory = work(name)  # check_one's
     reference = transformers.AutoTokenizer.from_pretrained(directory)
     messages = conversation(reference, ASSISTANT)
-    first = [m["role"] for m in messages].index("user")
-    split = [dict(m) for m in messages]
-    split[first]["content"] = [{"type": "text", "text": USER[0][:5]},
-                               {"type": "text", "text": USER[0][5:]}]
+    split = [dict(m, content=[{"type": "text", "text": m["content"][:5]},
+                              {"type": "text", "text": m["content"][5:]}]) for m in messages]
     try:
         alike = (reference.apply_chat_template(split, tokenize=False) ==
                  reference.apply_chat_template(messages, tokenize=False))
@@ -240,9 +239,9 @@ def check_content_parts(work, zt, source):
     status, output, _, _ = prepare(work, zt, directory, name + "-parts", [{"messages": split}],
                                    ["--messages-field", "messages"])
     check(status != 0 and work(name + "-parts.jsonl") + ":1: the chat template does not render "
-          f"the list of content parts of 'messages'[{first}] (user) as their text" in output,
-          f"{name}: content as parts was not refused naming the message: {output}")
-    print(f"ok   {name}: a user turn as a list of parts refused ({output.splitlines()[0]})")
+          f"the list of content parts of 'messages'[0] ({messages[0]['role']}) as their text"
+          in output, f"{name}: content as parts was not refused naming the message: {output}")
+    print(f"ok   {name}: messages as lists of parts refused ({output.splitlines()[0]})")
 
 
 def check_tool_refusals(work, zt, directory, name):

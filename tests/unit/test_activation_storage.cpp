@@ -20,6 +20,7 @@
 #include "model/init.h"
 #include "model/layout.h"
 #include "model/llama.h"
+#include "model/lora.h"
 #include "support/engine_spec_for.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -302,7 +303,8 @@ TEST(ActivationStorage, SelectivePlanDropsTheRecomputedTensorsOfAllButOneLayer) 
 
 // A forward-only model (eval, generate) keeps two residual buffers [M, D], one layer's
 // activations (what full checkpointing's scratch holds) and the head's, no backward temporary,
-// and gives the bits of a model that keeps everything: the same losses and logits.
+// and gives the bits of a model that keeps everything: the same losses and logits. A training
+// forward, a backward, a checkpointing policy and LoRA adapters are refused.
 TEST(ActivationStorage, ForwardOnlyKeepsOneLayerAndTwoResidualBuffersForTheSameBits) {
   const ModelConfig c = preset_config("tiny");
   const int64_t B = 2, T = 16, M = B * T;
@@ -337,6 +339,11 @@ TEST(ActivationStorage, ForwardOnlyKeepsOneLayerAndTwoResidualBuffersForTheSameB
   ActivationCheckpointing both = forward_only;
   both.every = 1;
   EXPECT_THROW(ActivationPlan::make(c, B, T, both), Error);
+  ModelConfig adapted = c;
+  adapted.lora.rank = 4;
+  adapted.lora.targets = LoraSpec::parse_targets({"q_proj"}, "test");
+  EXPECT_THROW(ActivationPlan::make(adapted, B, T, forward_only), Error);
+  EXPECT_NO_THROW(ActivationPlan::make(adapted, B, T, {}));
 }
 
 }  // namespace
