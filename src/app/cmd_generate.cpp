@@ -1,9 +1,9 @@
 // zerotrain generate: continues a prompt with a model directory on one process (CPU backend):
 // greedy, or sampled with temperature / top-k / top-p as Hugging Face's generate() samples
 // (model/token_sampling.h), decoding with the model's tokenizer (the tokenizer.json that train,
-// import and export keep beside the weights, or --tokenizer) or bytes (--tokenizer byte). There is
-// no KV cache: each new token runs the whole context through the model, which is what checking a
-// trained model needs and no more.
+// import and export keep beside the weights, or --tokenizer) or bytes (--tokenizer byte). The
+// prompt runs through the model once and each new token alone after it, over a cache of every
+// earlier position's keys and values (model/kv_cache_decoder.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,10 +24,9 @@
 #include "io/data_loader.h"
 #include "io/fs_util.h"
 #include "io/model_dir.h"
-#include "model/llama.h"
+#include "model/kv_cache_decoder.h"
 #include "model/token_sampling.h"
 #include "util/error.h"
-#include "util/ignored_target.h"
 #include "util/memory.h"
 
 namespace zt {
@@ -226,42 +225,33 @@ int run_generate(const GenerateOptions& o) {
                                   " tokens; the model's max_position_embeddings is " +
                                   std::to_string(config.max_position_embeddings));
 
-  // One window of T positions, its logits in one head chunk; the weights as stored, in fp32; a
-  // forward-only model (no activation kept for a backward).
+  // The weights as stored, in fp32; a cache of T positions.
   std::unique_ptr<Backend> backend = make_cpu_backend();
   MemoryTracker memory(backend->device_memory());
-  ActivationCheckpointing forward_only;
-  forward_only.forward_only = true;
-  LlamaModel model(config, *backend, memory, 1, T, forward_only, T);
-  const ParamLayout& layout = model.layout();
+  KvCacheDecoder decoder(config, *backend, memory, T);
+  const ParamLayout& layout = decoder.layout();
   std::vector<TrackedBuffer<float>> params;
+  std::vector<ConstTensorView> views;
   for (const GroupInfo& group : layout.groups()) {
     params.emplace_back(memory, MemCategory::kParams, static_cast<size_t>(group.numel));
     for (int ti : group.tensors) {
       const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
       reader.read_tensor_f32(t.name, params.back().data() + t.offset);
     }
+    views.emplace_back(params.back().data());
   }
   SplitMix64 rng(static_cast<uint64_t>(o.seed));
-  std::vector<int32_t> inputs(static_cast<size_t>(T), 0);
-  const std::vector<int32_t> targets(static_cast<size_t>(T), kIgnoredTarget);
   const int64_t V = config.vocab_size;
-  while (static_cast<int64_t>(context.size()) < T) {
-    // Positions past the context see only earlier ones (causal attention): their input is 0.
-    std::copy(context.begin(), context.end(), inputs.begin());
-    model.set_batch(inputs.data(), targets.data());
-    for (int g = 0; g < layout.num_groups(); ++g) {
-      const bool tied_head = layout.tied_embeddings() && g == layout.head_group();
-      model.forward_group(g, params[static_cast<size_t>(g)].data(), false, 1.0f,
-                          tied_head ? ConstTensorView(params[0].data()) : ConstTensorView());
-    }
-    const std::vector<float> row = model.logits_row(static_cast<int64_t>(context.size()) - 1);
+  std::vector<float> row = decoder.forward(context.data(), prompt_length, views);
+  while (true) {
     const double u = static_cast<double>(rng.next() >> 11) * 0x1p-53;
     const int32_t next = o.sampling.sample
                              ? draw_token(sampling_distribution(row.data(), V, o.sampling), u)
                              : greedy_token(row.data(), V);
     context.push_back(next);
     if (!o.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
+    if (static_cast<int64_t>(context.size()) == T) break;
+    row = decoder.forward(&context.back(), 1, views);
   }
   // The whole sequence decoded, then the prompt's own decoding taken off: a decoder that drops
   // the first token's leading space (SentencePiece's) keeps the space between the two parts.

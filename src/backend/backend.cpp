@@ -28,6 +28,17 @@ void Backend::from_fp16(float*, const uint16_t*, int64_t) {
   fail("the " + name() + " backend does not store fp16 (the CPU and CUDA backends do)");
 }
 
+void Backend::rope_forward_after(TensorView, int64_t, int64_t, int64_t, int64_t, const RopeSpec&,
+                                 int64_t) {
+  fail("the " + name() + " backend has no incremental decoding (generate runs on the CPU backend)");
+}
+
+void Backend::attention_forward_after(TensorView, float*, ConstTensorView, ConstTensorView,
+                                      ConstTensorView, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                      int64_t) {
+  fail("the " + name() + " backend has no incremental decoding (generate runs on the CPU backend)");
+}
+
 std::unique_ptr<KernelProfiler> Backend::make_kernel_profiler() {
   fail("--profile-steps: the " + name() +
        " backend has no kernel profiler (it records CUDA kernels through CUPTI: use --backend "

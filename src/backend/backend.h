@@ -149,6 +149,18 @@ class Backend {
                                   int64_t H, int64_t Hkv, int64_t hd,
                                   const int32_t* doc_start = nullptr) = 0;
 
+  // ---- incremental decoding: new rows after cached ones (generate's key/value cache) ----
+  // The CPU backend has them; others refuse (generate runs on the CPU).
+  // rope_forward of x [B, T, H, hd] whose token t is at position past + t (no document masks).
+  virtual void rope_forward_after(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                  const RopeSpec& rope, int64_t past);
+  // attention_forward of T query rows q [B,T,H,hd] at positions past..past+T−1 over keys and
+  // values k/v [B, past+T, Hkv, hd] (the cached rows, then the new ones): query i sees keys
+  // j ≤ past + i. out [B,T,H,hd], lse [B,H,T]. With past = 0 it is attention_forward.
+  virtual void attention_forward_after(TensorView out, float* lse, ConstTensorView q,
+                                       ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
+                                       int64_t past, int64_t H, int64_t Hkv, int64_t hd);
+
   // ---- SwiGLU: h = silu(gate) · up, silu(a) = a·σ(a), elementwise over n ----
   virtual void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up,
                               int64_t n) = 0;

@@ -95,7 +95,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   ZT_CHECK(!(ac.forward_only && (ac.any() || ac.on_host)),
            "activation checkpointing: a forward-only model keeps nothing to checkpoint");
   ZT_CHECK(!(ac.forward_only && c.lora.enabled()),
-           "a forward-only model (eval, generate) does not carry LoRA adapters: merge them first "
+           "a forward-only model (eval) does not carry LoRA adapters: merge them first "
            "(export --merge-lora)");
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
   const int64_t QD = c.q_dim(), L = c.num_layers;
@@ -239,9 +239,9 @@ LlamaModel::LayerActs LlamaModel::acts_for(int layer) const {
   return a;
 }
 
-LlamaModel::LayerParams LlamaModel::layer_params(int layer, ConstTensorView group) const {
+LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group) {
   auto at = [&](TensorRole r) {
-    const TensorInfo* t = layout_.find_role(r, layer);
+    const TensorInfo* t = layout.find_role(r, layer);
     return t ? group.at(t->offset) : ConstTensorView();
   };
   return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),  at(TensorRole::kKProj),
@@ -302,7 +302,7 @@ void LlamaModel::forward_group(int g, ConstTensorView params, bool training, flo
 void LlamaModel::backward_group(int g, ConstTensorView params, float* grads,
                                 ConstTensorView embedding, float* embedding_grads,
                                 ConstTensorView adapters, float* adapter_grads, GradWrite write) {
-  ZT_CHECK(!ac_.forward_only, "backward_group: the model is forward-only (eval, generate)");
+  ZT_CHECK(!ac_.forward_only, "backward_group: the model is forward-only (eval)");
   const bool layer = g != layout_.embed_group() && g != layout_.head_group();
   ZT_CHECK(layer || adapter_grads == nullptr, "backward_group: only a decoder layer has adapters");
   if (write == GradWrite::kAssign) {

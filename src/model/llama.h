@@ -34,7 +34,7 @@ namespace zt {
 // selective (with every = 0): every layer keeps its GEMM and attention outputs and recomputes
 // only the cheap ops between them in its backward — the two RMSNorm outputs and the SwiGLU
 // product, whose storage one scratch shares across layers (torchtitan's per-op policy).
-// forward_only (eval, generate; with no other policy): no backward will run, so nothing is kept
+// forward_only (eval; with no other policy): no backward will run, so nothing is kept
 // for one: the residual stream lives in two buffers used in turn, every layer's activations in
 // the one scratch, and no backward temporary is carved; a training forward, a backward and LoRA
 // adapters are refused. The forward runs the same ops on the same inputs as a model that keeps
@@ -121,6 +121,13 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
                                       DType storage, std::byte* device_base, std::byte* host_base,
                                       ActivationTensors& out);
 
+// A decoder layer's weights within its group's flat buffer (views at the tensors' offsets).
+struct LayerWeights {
+  ConstTensorView input_norm, wq, wk, wv, wo, post_norm, wgate, wup, wdown;
+  ConstTensorView bq, bk, bv, bo, q_norm, k_norm;  // null when the family has none
+};
+LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group);
+
 class LlamaModel {
  public:
   // head_chunk_rows: rows of logits the head computes at a time (0: head_rows_per_chunk);
@@ -188,8 +195,6 @@ class LlamaModel {
   // Logits [B·T, V] of the last head forward with training == false, copied to the host; only
   // when the head is one chunk (head_rows_per_chunk(B·T, V) ≥ B·T, or head_chunk_rows ≥ B·T).
   std::vector<float> logits() const;
-  // Row `row` of those logits [V] alone (same condition).
-  std::vector<float> logits_row(int64_t row) const;
   int64_t head_chunk_rows() const { return head_chunk_; }
   DType activation_storage() const { return storage_; }
   // Where the activations live (device memory), for tests that inspect what a pass stored.
@@ -197,11 +202,10 @@ class LlamaModel {
 
  private:
   using LayerActs = LayerActivations;
-  struct LayerParams {
-    ConstTensorView input_norm, wq, wk, wv, wo, post_norm, wgate, wup, wdown;
-    ConstTensorView bq, bk, bv, bo, q_norm, k_norm;  // null when the family has none
-  };
-  LayerParams layer_params(int layer, ConstTensorView group) const;
+  using LayerParams = LayerWeights;
+  LayerParams layer_params(int layer, ConstTensorView group) const {
+    return layer_weights(layout_, layer, group);
+  }
   // recompute: the backward's second forward of a checkpointed layer.
   void layer_forward(int layer, ConstTensorView params, bool recompute,
                      ConstTensorView adapters = {});

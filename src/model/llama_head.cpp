@@ -117,14 +117,4 @@ std::vector<float> LlamaModel::logits() const {
   return widened_to_host(be_.device_memory(), t_.logits, M_ * config_.vocab_size);
 }
 
-std::vector<float> LlamaModel::logits_row(int64_t row) const {
-  ZT_CHECK(head_evaluated_,
-           "LlamaModel::logits_row(): only an evaluation forward keeps the logits");
-  ZT_CHECK(head_chunks() == 1 && row >= 0 && row < M_,
-           "LlamaModel::logits_row(" + std::to_string(row) + "): rows [0, " + std::to_string(M_) +
-               ") in one head chunk (the head runs in " + std::to_string(head_chunks()) + ")");
-  return widened_to_host(be_.device_memory(), t_.logits.at(row * config_.vocab_size),
-                         config_.vocab_size);
-}
-
 }  // namespace zt

@@ -301,7 +301,7 @@ TEST(ActivationStorage, SelectivePlanDropsTheRecomputedTensorsOfAllButOneLayer) 
   }
 }
 
-// A forward-only model (eval, generate) keeps two residual buffers [M, D], one layer's
+// A forward-only model (eval) keeps two residual buffers [M, D], one layer's
 // activations (what full checkpointing's scratch holds) and the head's, no backward temporary,
 // and gives the bits of a model that keeps everything: the same losses and logits. A training
 // forward, a backward, a checkpointing policy and LoRA adapters are refused.

@@ -179,6 +179,57 @@ TEST(CpuBackendForward, AttentionMatchesDirectGqa) {
   }
 }
 
+// Incremental decoding (generate's key/value cache): rows that follow `past` cached ones.
+// RoPE of rows past..T−1 is bitwise those rows of the whole sequence's rotation (one cos/sin
+// table, the same elementwise products).
+TEST(CpuBackendForward, RopeAfterCachedRowsRotatesThemAsTheWholeSequence) {
+  auto be = make_cpu_backend();
+  const int64_t T = 37, H = 3, hd = 16, past = 29;
+  const RopeSpec rope = RopeSpec::unscaled(10000.0f);
+  const auto x = random_normal(T * H * hd, 30);
+  std::vector<float> whole(x), after(x.begin() + past * H * hd, x.end());
+  be->rope_forward(whole.data(), 1, T, H, hd, rope);
+  be->rope_forward_after(after.data(), 1, T - past, H, hd, rope, past);
+  for (size_t i = 0; i < after.size(); ++i) ASSERT_EQ(after[i], whole[past * H * hd + i]) << i;
+  // One row at a time, past growing: the table outgrown by one position at each call.
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> row(x.begin() + t * H * hd, x.begin() + (t + 1) * H * hd);
+    be->rope_forward_after(row.data(), 1, 1, H, hd, rope, t);
+    for (int64_t i = 0; i < H * hd; ++i) ASSERT_EQ(row[i], whole[t * H * hd + i]) << t;
+  }
+}
+
+// Query rows past..T−1 over the keys and values of rows 0..T−1: those rows of the direct causal
+// attention, within the bound above; with past = 0 bitwise attention_forward.
+TEST(CpuBackendForward, AttentionAfterCachedRowsMatchesDirectGqa) {
+  auto be = make_cpu_backend();
+  const int64_t T = 75, H = 6, Hkv = 2, hd = 16;  // more than one block of 64 query rows
+  const auto q = random_normal(T * H * hd, 31, 1.5f);
+  const auto k = random_normal(T * Hkv * hd, 32, 1.5f);
+  const auto v = random_normal(T * Hkv * hd, 33);
+  std::vector<double> out_ref, lse_ref;
+  attention_reference(out_ref, lse_ref, q, k, v, 1, T, H, Hkv, hd);
+  for (const int64_t past : {int64_t{0}, int64_t{1}, int64_t{8}, T - 1}) {
+    const int64_t n = T - past;
+    const std::vector<float> q_new(q.begin() + past * H * hd, q.end());
+    std::vector<float> out(n * H * hd), lse(H * n);
+    be->attention_forward_after(out.data(), lse.data(), q_new.data(), k.data(), v.data(), 1, n,
+                                past, H, Hkv, hd);
+    const std::vector<double> want(out_ref.begin() + past * H * hd, out_ref.end());
+    EXPECT_LT(max_relative_error(out, want, 1.0), 2e-6) << "past=" << past;
+    std::vector<double> lse_want(H * n);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < n; ++i) lse_want[h * n + i] = lse_ref[h * T + past + i];
+    EXPECT_LT(max_relative_error(lse, lse_want, 1.0), 2e-6) << "past=" << past;
+    if (past > 0) continue;
+    std::vector<float> whole(out.size()), whole_lse(lse.size());
+    be->attention_forward(whole.data(), whole_lse.data(), q.data(), k.data(), v.data(), 1, T, H,
+                          Hkv, hd);
+    EXPECT_EQ(whole, out);
+    EXPECT_EQ(whole_lse, lse);
+  }
+}
+
 TEST(CpuBackendForward, SwiGluMatchesFormulaIncludingSaturation) {
   auto be = make_cpu_backend();
   auto gate = random_normal(64, 30, 3.0f);

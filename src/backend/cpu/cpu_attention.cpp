@@ -23,39 +23,49 @@ namespace {
 
 constexpr int64_t kQueryBlock = 64;
 
+// T query rows per batch row; past: keys and values cached before them (incremental decoding),
+// so k/v hold past + T rows and query t sits at position past + t.
 struct AttentionShape {
-  int64_t B, T, H, Hkv, hd;
+  int64_t B, T, H, Hkv, hd, past;
   int64_t group() const { return H / Hkv; }  // query heads per kv head
-  // Offsets of row t of batch b, head h in q/out/dq ([B,T,H,hd]) and k/v/dk/dv ([B,T,Hkv,hd]).
+  int64_t keys() const { return past + T; }  // rows of k/v per batch row
+  // Offsets of row t of batch b, head h in q/out/dq ([B,T,H,hd]) and k/v/dk/dv
+  // ([B,past+T,Hkv,hd]).
   int64_t q_offset(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * H + h) * hd; }
-  int64_t kv_offset(int64_t b, int64_t t, int64_t g) const { return ((b * T + t) * Hkv + g) * hd; }
+  int64_t kv_offset(int64_t b, int64_t t, int64_t g) const {
+    return ((b * keys() + t) * Hkv + g) * hd;
+  }
   int64_t q_stride() const { return H * hd; }     // between consecutive t of one head
   int64_t kv_stride() const { return Hkv * hd; }  // same for k/v
   float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))); }
   // Small problems (unit tests, tiny models) stay on the calling thread.
-  bool worth_parallel() const { return B * H * T * T * hd > 4 * kParallelMinElements; }
+  bool worth_parallel() const { return B * H * T * keys() * hd > 4 * kParallelMinElements; }
 };
 
-AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd) {
+AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
+                             int64_t past = 0) {
   ZT_CHECK(Hkv > 0 && H % Hkv == 0, "attention: " + std::to_string(H) +
                                         " query heads are not a multiple of " +
                                         std::to_string(Hkv) + " kv heads");
-  return AttentionShape{B, T, H, Hkv, hd};
+  ZT_CHECK(past >= 0, "attention: negative count of cached keys " + std::to_string(past));
+  return AttentionShape{B, T, H, Hkv, hd, past};
 }
 
 // The keys a block of query rows [i0, i0 + rows) of batch row b meets: [first, end), and row r's
 // visible ones [first + lo(r), first + hi(r)) (columns lo(r) ≤ j < hi(r) of the block's scores).
+// past: cached keys before the queries (query row i sees keys up to past + i).
 struct KeyRange {
   const int32_t* doc_start;  // of batch row b, or null
-  int64_t i0, first, end;
-  KeyRange(const int32_t* doc_start_row, int64_t i0_, int64_t rows)
+  int64_t i0, past, first, end;
+  KeyRange(const int32_t* doc_start_row, int64_t i0_, int64_t rows, int64_t past_ = 0)
       : doc_start(doc_start_row),
         i0(i0_),
+        past(past_),
         first(doc_start_row ? doc_start_row[i0_] : 0),
-        end(i0_ + rows) {}
+        end(past_ + i0_ + rows) {}
   int64_t width() const { return end - first; }
   int64_t lo(int64_t r) const { return doc_start ? doc_start[i0 + r] - first : 0; }
-  int64_t hi(int64_t r) const { return i0 + r + 1 - first; }
+  int64_t hi(int64_t r) const { return past + i0 + r + 1 - first; }
 };
 
 // scores[r, j] = scale · q_{i0+r}·k_{first+j} for a block of query rows of head (b, h) against the
@@ -67,17 +77,15 @@ void block_scores(float* scores, const float* q, const float* k, const Attention
         scores, keys.width());
 }
 
-}  // namespace
-
-// Forward, per query row i of head h (kv head g = h / group), keys j with doc_start_i ≤ j ≤ i:
+// Forward, per query row i of head h (kv head g = h / group), keys j with doc_start_i ≤ j ≤
+// past + i:
 //   s_j = q_i·k_j / sqrt(hd);  lse_i = log Σ_j exp(s_j);  out_i = Σ_j exp(s_j − lse_i)·v_j
-void CpuBackend::attention_forward(TensorView out_view, float* lse, ConstTensorView q_view,
-                                   ConstTensorView k_view, ConstTensorView v_view, int64_t B,
-                                   int64_t T, int64_t H, int64_t Hkv, int64_t hd,
-                                   const int32_t* doc_start) {
-  const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
-  const Fp32Input q32(q_view, B * T * H * hd), k32(k_view, B * T * Hkv * hd),
-      v32(v_view, B * T * Hkv * hd);
+void attention_forward_rows(TensorView out_view, float* lse, ConstTensorView q_view,
+                            ConstTensorView k_view, ConstTensorView v_view,
+                            const AttentionShape& sh, const int32_t* doc_start) {
+  const int64_t B = sh.B, T = sh.T, H = sh.H, hd = sh.hd;
+  const Fp32Input q32(q_view, B * T * H * hd), k32(k_view, B * sh.keys() * sh.Hkv * hd),
+      v32(v_view, B * sh.keys() * sh.Hkv * hd);
   Fp32Output out32(out_view, B * T * H * hd, Fp32Output::Contents::kOverwrite);
   const float* q = q32.get();
   const float* k = k32.get();
@@ -86,14 +94,14 @@ void CpuBackend::attention_forward(TensorView out_view, float* lse, ConstTensorV
   use_single_threaded_blas();  // OpenMP runs one head per thread; each sgemm on its caller
 #pragma omp parallel if (sh.worth_parallel())
   {
-    std::vector<float> probs(static_cast<size_t>(std::min(kQueryBlock, T) * T));
+    std::vector<float> probs(static_cast<size_t>(std::min(kQueryBlock, T) * sh.keys()));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const int64_t b = bh / H;
       const int64_t h = bh % H;
       for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, T - i0);
-        const KeyRange keys(doc_start ? doc_start + b * T : nullptr, i0, rows);
+        const KeyRange keys(doc_start ? doc_start + b * T : nullptr, i0, rows, sh.past);
         const int64_t width = keys.width();
         block_scores(probs.data(), q, k, sh, b, h, rows, keys);
         for (int64_t r = 0; r < rows; ++r) {
@@ -115,6 +123,20 @@ void CpuBackend::attention_forward(TensorView out_view, float* lse, ConstTensorV
     }
   }
   out32.commit();
+}
+
+}  // namespace
+
+void CpuBackend::attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
+                                   ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                   int64_t hd, const int32_t* doc_start) {
+  attention_forward_rows(out, lse, q, k, v, checked_shape(B, T, H, Hkv, hd), doc_start);
+}
+
+void CpuBackend::attention_forward_after(TensorView out, float* lse, ConstTensorView q,
+                                         ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
+                                         int64_t past, int64_t H, int64_t Hkv, int64_t hd) {
+  attention_forward_rows(out, lse, q, k, v, checked_shape(B, T, H, Hkv, hd, past), nullptr);
 }
 
 // Backward, per query row i with p_j = exp(s_j − lse_i) recomputed (0 for keys row i does not see):

@@ -57,6 +57,11 @@ class CpuBackend final : public Backend {
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
                         ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
 
+  void rope_forward_after(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                          const RopeSpec& rope, int64_t past) override;
+  void attention_forward_after(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
+                               ConstTensorView v, int64_t B, int64_t T, int64_t past, int64_t H,
+                               int64_t Hkv, int64_t hd) override;
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
                     const int32_t* doc_start = nullptr) override;
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
@@ -97,9 +102,10 @@ class CpuBackend final : public Backend {
   void from_fp16(float* out, const uint16_t* in, int64_t n) override;
 
  private:
-  // Rotates x[B,T,H,hd] by +angle (forward) or −angle (backward, sin_sign = −1).
+  // Rotates x[B,T,H,hd] by +angle (forward) or −angle (backward, sin_sign = −1); token t is at
+  // position past + t − doc_start[t].
   void rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
-                  float sin_sign, const int32_t* doc_start);
+                  float sin_sign, const int32_t* doc_start, int64_t past = 0);
   // The cached table if it covers (T, hd, rope), else a new one (kept for the next call).
   std::shared_ptr<const RopeTable> rope_table(int64_t T, int64_t hd, const RopeSpec& rope);
 

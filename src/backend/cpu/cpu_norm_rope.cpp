@@ -93,23 +93,29 @@ std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t 
 std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd,
                                                         const RopeSpec& rope) {
   std::lock_guard<std::mutex> lock(rope_mutex_);
-  if (!rope_cache_ || rope_cache_->head_dim != hd || !(rope_cache_->rope == rope) ||
-      rope_cache_->max_positions < T) {
-    rope_cache_ = make_rope_table(T, hd, rope);
+  const bool same_key = rope_cache_ && rope_cache_->head_dim == hd && rope_cache_->rope == rope;
+  if (!same_key || rope_cache_->max_positions < T) {
+    // A table outgrown one position at a time (incremental decoding) doubles, so that its
+    // rebuilds cost O(T) in all; an entry does not depend on the table's length.
+    const int64_t grown = same_key ? std::max(T, 2 * rope_cache_->max_positions) : T;
+    rope_cache_ = make_rope_table(grown, hd, rope);
   }
   return rope_cache_;
 }
 
 // x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:hd/2], x2 = x[hd/2:].
-// σ = +1 is the rotation by p·θ_i (p = t − doc_start[t], or t); σ = −1 its transpose (= inverse).
+// σ = +1 is the rotation by p·θ_i (p = past + t − doc_start[t], or past + t); σ = −1 its
+// transpose (= inverse).
 void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
-                            const RopeSpec& rope, float sin_sign, const int32_t* doc_start) {
+                            const RopeSpec& rope, float sin_sign, const int32_t* doc_start,
+                            int64_t past) {
   ZT_CHECK(hd % 2 == 0, "rope: head dim " + std::to_string(hd) + " is odd");
-  const auto table = rope_table(T, hd, rope);
+  ZT_CHECK(past >= 0, "rope: negative first position " + std::to_string(past));
+  const auto table = rope_table(past + T, hd, rope);
   const int64_t half = hd / 2;
 #pragma omp parallel for schedule(static) if (B * T * H * hd > kParallelMinElements)
   for (int64_t bt = 0; bt < B * T; ++bt) {
-    const int64_t position = bt % T - (doc_start ? doc_start[bt] : 0);
+    const int64_t position = past + bt % T - (doc_start ? doc_start[bt] : 0);
     const float* cos_t = table->cos.data() + position * half;
     const float* sin_t = table->sin.data() + position * half;
     for (int64_t h = 0; h < H; ++h) {
@@ -131,6 +137,13 @@ void CpuBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int
                               const RopeSpec& rope, const int32_t* doc_start) {
   Fp32Output x32(x, B * T * H * hd, Fp32Output::Contents::kKeep);
   rope_apply(x32.get(), B, T, H, hd, rope, 1.0f, doc_start);
+  x32.commit();
+}
+
+void CpuBackend::rope_forward_after(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
+                                    const RopeSpec& rope, int64_t past) {
+  Fp32Output x32(x, B * T * H * hd, Fp32Output::Contents::kKeep);
+  rope_apply(x32.get(), B, T, H, hd, rope, 1.0f, nullptr, past);
   x32.commit();
 }
 

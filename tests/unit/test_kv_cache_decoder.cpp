@@ -1,0 +1,173 @@
+// Incremental decoding with a key/value cache (model/kv_cache_decoder.h) against the model it
+// stands in for: the logits of each position, decoded after a prompt one token at a time, equal
+// those of a forward-only LlamaModel over the whole sequence (the model the oracle tests check
+// against transformers) within the oracle's fp32 tolerance, 1e-4 relative. They cannot be bitwise:
+// a product of one row is computed by another OpenBLAS call shape than a row of a whole window.
+// The families' extra tensors (biases, Qwen3's q/k norms, head_dim ≠ hidden/heads) and tied
+// embeddings are covered, and the refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/init.h"
+#include "model/kv_cache_decoder.h"
+#include "model/layout.h"
+#include "model/llama.h"
+#include "util/error.h"
+#include "util/memory.h"
+
+namespace zt {
+namespace {
+
+ModelConfig llama_untied() {
+  ModelConfig c = preset_config("tiny");  // D 64, H 4, Hkv 2, 2 layers, V 256
+  c.tie_word_embeddings = false;
+  c.validate();
+  return c;
+}
+
+ModelConfig llama_tied() {
+  ModelConfig c = preset_config("tiny");
+  c.tie_word_embeddings = true;
+  c.validate();
+  return c;
+}
+
+ModelConfig qwen3_with_biases() {
+  ModelConfig c = llama_untied();
+  c.explicit_head_dim = 24;
+  c.qkv_bias = c.o_bias = c.qk_norm = true;
+  c.validate();
+  return c;
+}
+
+// Weights with O(1) activations, so that every path moves the logits: the layout's init scaled
+// by 8 (std 0.16 over D = 64 inputs), norms and q/k norms 1 + N(0, 0.1²), biases N(0, 0.1²).
+std::vector<std::vector<float>> strong_params(const ModelConfig& c) {
+  const ParamLayout layout(c);
+  std::mt19937 gen(17);
+  std::normal_distribution<float> noise(0.0f, 0.1f);
+  std::vector<std::vector<float>> params;
+  for (const GroupInfo& g : layout.groups()) {
+    params.emplace_back(static_cast<size_t>(g.numel), 0.0f);
+    for (int ti : g.tensors) {
+      const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
+      float* dst = params.back().data() + t.offset;
+      init_tensor_range(c, t, 23, 0, t.numel, dst);
+      const bool norm = t.role == TensorRole::kInputNorm || t.role == TensorRole::kPostAttnNorm ||
+                        t.role == TensorRole::kFinalNorm || t.role == TensorRole::kQNorm ||
+                        t.role == TensorRole::kKNorm;
+      for (int64_t i = 0; i < t.numel; ++i)
+        dst[i] = norm ? 1.0f + noise(gen) : t.is_bias() ? noise(gen) : 8.0f * dst[i];
+    }
+  }
+  return params;
+}
+
+std::vector<int32_t> some_tokens(const ModelConfig& c, int64_t n) {
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>((i * 97 + 5) % c.vocab_size);
+  return tokens;
+}
+
+// The logits of every position [T, V], from a forward-only model over the whole sequence.
+std::vector<float> whole_window_logits(const ModelConfig& c,
+                                       const std::vector<std::vector<float>>& params,
+                                       const std::vector<int32_t>& tokens) {
+  auto be = make_cpu_backend();
+  MemoryTracker memory;
+  ActivationCheckpointing forward_only;
+  forward_only.forward_only = true;
+  const auto T = static_cast<int64_t>(tokens.size());
+  LlamaModel model(c, *be, memory, 1, T, forward_only, T);
+  model.set_batch(tokens.data(), tokens.data());
+  const ParamLayout& layout = model.layout();
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    const bool tied_head = layout.tied_embeddings() && g == layout.head_group();
+    model.forward_group(g, params[g].data(), false, 1.0f,
+                        tied_head ? ConstTensorView(params[0].data()) : ConstTensorView());
+  }
+  return model.logits();
+}
+
+double relative_norm_error(const float* got, const float* want, int64_t n) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+std::vector<ConstTensorView> views_of(const std::vector<std::vector<float>>& params) {
+  std::vector<ConstTensorView> views;
+  for (const std::vector<float>& p : params) views.emplace_back(p.data());
+  return views;
+}
+
+constexpr double kFp32OracleTolerance = 1e-4;
+
+TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneTokenAtATime) {
+  for (const ModelConfig& c : {llama_untied(), llama_tied(), qwen3_with_biases()}) {
+    const int64_t T = 70, prompt = 13;  // prompt and 57 steps: past one block of 64 queries
+    const std::vector<std::vector<float>> params = strong_params(c);
+    const std::vector<int32_t> tokens = some_tokens(c, T);
+    const std::vector<float> want = whole_window_logits(c, params, tokens);
+    const int64_t V = c.vocab_size;
+
+    auto be = make_cpu_backend();
+    MemoryTracker memory;
+    KvCacheDecoder decoder(c, *be, memory, T);
+    const std::vector<ConstTensorView> views = views_of(params);
+    std::vector<float> row = decoder.forward(tokens.data(), prompt, views);
+    double worst = relative_norm_error(row.data(), want.data() + (prompt - 1) * V, V);
+    for (int64_t t = prompt; t < T; ++t) {
+      row = decoder.forward(tokens.data() + t, 1, views);
+      ASSERT_EQ(decoder.length(), t + 1);
+      const double err = relative_norm_error(row.data(), want.data() + t * V, V);
+      worst = std::max(worst, err);
+      EXPECT_LT(err, kFp32OracleTolerance)
+          << "position " << t << ", qk_norm " << c.qk_norm << ", tied " << c.tie_word_embeddings;
+    }
+    // The logits are not flat: a 1e-4 bound means something.
+    double spread = 0;
+    for (int64_t v = 0; v < V; ++v) spread = std::max(spread, std::fabs(double(row[v]) - row[0]));
+    EXPECT_GT(spread, 1.0);
+    std::cout << "qk_norm " << c.qk_norm << ", tied " << c.tie_word_embeddings
+              << ": worst relative logits error " << worst << "\n";
+  }
+}
+
+TEST(KvCacheDecoder, RefusesWhatItCannotDecode) {
+  const ModelConfig c = llama_untied();
+  auto be = make_cpu_backend();
+  MemoryTracker memory;
+  const std::vector<std::vector<float>> params = strong_params(c);
+  const std::vector<ConstTensorView> views = views_of(params);
+  EXPECT_THROW(KvCacheDecoder(c, *be, memory, c.max_position_embeddings + 1), Error);
+  KvCacheDecoder decoder(c, *be, memory, 4);
+  const std::vector<int32_t> tokens = some_tokens(c, 5);
+  EXPECT_THROW(decoder.forward(tokens.data(), 5, views), Error);  // past the cache
+  const int32_t outside = static_cast<int32_t>(c.vocab_size);
+  EXPECT_THROW(decoder.forward(&outside, 1, views), Error);
+  EXPECT_THROW(decoder.forward(tokens.data(), 1, {views.begin(), views.end() - 1}), Error);
+  EXPECT_EQ(decoder.length(), 0);
+  decoder.forward(tokens.data(), 4, views);
+  EXPECT_THROW(decoder.forward(tokens.data(), 1, views), Error);  // full
+  ModelConfig windowed = c;
+  windowed.sliding_window = 8;
+  EXPECT_THROW(KvCacheDecoder(windowed, *be, memory, 9), Error);
+  ModelConfig lora = c;
+  lora.lora.rank = 4;
+  lora.lora.targets[0] = true;
+  EXPECT_THROW(KvCacheDecoder(lora, *be, memory, 4), Error);
+}
+
+}  // namespace
+}  // namespace zt
