@@ -7,7 +7,7 @@ the last logits, the cache handed back.
 
 zerotrain's figure is per new token at the margin: (wall of N new tokens − wall of 1) / (N − 1),
 so that the process start, the weights' load and the tokenizer's Python steps cancel.
-transformers' is its decoding loop alone, model loaded, prompt's forward excluded, on one
+transformers' is its decoding loop alone per forward after the prompt's (N − 1 of them), on one
 thread and on every core this process may use. Each is the
 best of --repeats, the runs alternating. The model is a zerotrain model directory (the SmolLM2
 import of ./run.sh deps), exported to safetensors for transformers.
@@ -86,10 +86,10 @@ def main():
           f"{zt_one:6.2f} s for 1: {1 / zt_per_token:7.1f} tokens/s "
           f"({1000 * zt_per_token:.1f} ms per token)")
     for n in thread_counts:
-        per_token = hf_best[n] / args.new_tokens
+        per_token = hf_best[n] / (args.new_tokens - 1)  # the forwards after the prompt's
         print(f"transformers, {n} thread(s)  {hf_best[n]:8.2f} s of decoding: "
               f"{1 / per_token:7.1f} tokens/s ({1000 * per_token:.1f} ms per token)")
-    strongest = min(hf_best.values()) / args.new_tokens
+    strongest = min(hf_best.values()) / (args.new_tokens - 1)
     print(f"zerotrain / the faster transformers row: {strongest / zt_per_token:.2f}x tokens/s")
     print(f"tokens equal to transformers' greedy ones: the first {same} of {len(ours)}")
 

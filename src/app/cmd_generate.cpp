@@ -225,10 +225,10 @@ int run_generate(const GenerateOptions& o) {
                                   " tokens; the model's max_position_embeddings is " +
                                   std::to_string(config.max_position_embeddings));
 
-  // The weights as stored, in fp32; a cache of T positions.
+  // The weights as stored, in fp32; a cache of T positions, the prompt the longest forward.
   std::unique_ptr<Backend> backend = make_cpu_backend();
   MemoryTracker memory(backend->device_memory());
-  KvCacheDecoder decoder(config, *backend, memory, T);
+  KvCacheDecoder decoder(config, *backend, memory, T, prompt_length);
   const ParamLayout& layout = decoder.layout();
   std::vector<TrackedBuffer<float>> params;
   std::vector<ConstTensorView> views;

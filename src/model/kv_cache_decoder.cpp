@@ -8,8 +8,12 @@
 namespace zt {
 
 KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
-                               int64_t max_positions)
-    : config_(config), layout_(config), be_(backend), max_positions_(max_positions) {
+                               int64_t max_positions, int64_t max_rows)
+    : config_(config),
+      layout_(config),
+      be_(backend),
+      max_positions_(max_positions),
+      max_rows_(max_rows) {
   ZT_CHECK(max_positions_ > 0 && max_positions_ <= config_.max_position_embeddings,
            "decoding " + std::to_string(max_positions_) +
                " positions: the model's max_position_embeddings is " +
@@ -20,16 +24,22 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
                " positions exceeds the model's sliding_window of " +
                std::to_string(config_.sliding_window) +
                " tokens: attention over a window shorter than the sequence is not implemented");
+  ZT_CHECK(max_rows_ > 0 && max_rows_ <= max_positions_,
+           "decoding: " + std::to_string(max_rows_) + " rows per forward, with " +
+               std::to_string(max_positions_) + " positions");
+  ZT_CHECK(&memory.device_memory() == &backend.device_memory(),
+           "the memory tracker accounts another device memory than the " + backend.name() +
+               " backend's");
   ZT_CHECK(!config_.lora.enabled(),
            "decoding does not carry LoRA adapters: merge them first (export --merge-lora)");
-  const int64_t T = max_positions_, D = config_.hidden_size, KV = config_.kv_dim();
+  const int64_t T = max_rows_, D = config_.hidden_size, KV = config_.kv_dim();
   const int64_t QD = config_.q_dim(), F = config_.intermediate_size, H = config_.num_heads;
   auto buffer = [&](int64_t n) {
     return TrackedBuffer<float>(memory, MemCategory::kActivations, static_cast<size_t>(n));
   };
   for (int64_t l = 0; l < config_.num_layers; ++l) {
-    keys_.push_back(buffer(T * KV));
-    values_.push_back(buffer(T * KV));
+    keys_.push_back(buffer(max_positions_ * KV));
+    values_.push_back(buffer(max_positions_ * KV));
   }
   for (TrackedBuffer<float>& r : resid_) r = buffer(T * D);
   xn_ = buffer(T * D);
@@ -53,9 +63,10 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
 
 std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
                                            const std::vector<ConstTensorView>& params) {
-  ZT_CHECK(n > 0 && length_ + n <= max_positions_,
+  ZT_CHECK(n > 0 && n <= max_rows_ && length_ + n <= max_positions_,
            "decoding " + std::to_string(n) + " tokens after " + std::to_string(length_) +
-               " exceeds the " + std::to_string(max_positions_) + " positions of the cache");
+               ": the cache holds " + std::to_string(max_positions_) + " positions, a forward " +
+               std::to_string(max_rows_) + " tokens");
   ZT_CHECK(static_cast<int>(params.size()) == layout_.num_groups(),
            "decoding: " + std::to_string(params.size()) +
                " parameter groups given, the layout has " + std::to_string(layout_.num_groups()));

@@ -17,13 +17,15 @@ namespace zt {
 
 class KvCacheDecoder {
  public:
-  // Caches up to max_positions positions (≤ max_position_embeddings and the sliding window).
+  // Caches up to max_positions positions (≤ max_position_embeddings and the sliding window) and
+  // runs up to max_rows tokens per forward (the prompt's length: each new token after it is one).
   KvCacheDecoder(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
-                 int64_t max_positions);
+                 int64_t max_positions, int64_t max_rows);
 
   const ParamLayout& layout() const { return layout_; }
   int64_t length() const { return length_; }  // positions cached
   int64_t max_positions() const { return max_positions_; }
+  int64_t max_rows() const { return max_rows_; }
 
   // Runs tokens[0..n) at positions length()..length()+n−1 through the model, caches their keys
   // and values, and returns the logits of the last one [V]. params[g]: group g's fp32 weights in
@@ -37,11 +39,11 @@ class KvCacheDecoder {
   ModelConfig config_;
   ParamLayout layout_;
   Backend& be_;
-  int64_t max_positions_;
+  int64_t max_positions_, max_rows_;
   int64_t length_ = 0;
   // Per layer [max_positions, Hkv, hd]: keys after RoPE (and the q/k norm), values.
   std::vector<TrackedBuffer<float>> keys_, values_;
-  // The new rows' activations, up to max_positions rows: two residual buffers used in turn, then
+  // The new rows' activations, up to max_rows rows: two residual buffers used in turn, then
   // one layer's tensors (shared by every layer), the head's row and the token ids.
   TrackedBuffer<float> resid_[2], xn_, q_, q_raw_, k_raw_, att_, x2_, gate_, up_, h_;
   TrackedBuffer<float> rstd_, rstd_heads_, lse_, head_in_, logits_;

@@ -380,7 +380,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   const int64_t QD = config_.q_dim();
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const RopeSpec rope = config_.rope();
-  const LayerParams P = layer_params(layer, params);
+  const LayerWeights P = layer_weights(layout_, layer, params);
   const LayerActs A = acts_for(layer);
   const TensorView x = t_.resid[static_cast<size_t>(layer)];
   const TensorView out = t_.resid[static_cast<size_t>(layer) + 1];
@@ -442,7 +442,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const int64_t QD = config_.q_dim();
   const RopeSpec rope = config_.rope();
-  const LayerParams P = layer_params(layer, params);
+  const LayerWeights P = layer_weights(layout_, layer, params);
   const LayerActs A = acts_for(layer);
   const ConstTensorView x = t_.resid[static_cast<size_t>(layer)];
   if (ac_.selective) {

@@ -202,10 +202,6 @@ class LlamaModel {
 
  private:
   using LayerActs = LayerActivations;
-  using LayerParams = LayerWeights;
-  LayerParams layer_params(int layer, ConstTensorView group) const {
-    return layer_weights(layout_, layer, group);
-  }
   // recompute: the backward's second forward of a checkpointed layer.
   void layer_forward(int layer, ConstTensorView params, bool recompute,
                      ConstTensorView adapters = {});

@@ -191,10 +191,11 @@ TEST(CpuBackendForward, RopeAfterCachedRowsRotatesThemAsTheWholeSequence) {
   be->rope_forward(whole.data(), 1, T, H, hd, rope);
   be->rope_forward_after(after.data(), 1, T - past, H, hd, rope, past);
   for (size_t i = 0; i < after.size(); ++i) ASSERT_EQ(after[i], whole[past * H * hd + i]) << i;
-  // One row at a time, past growing: the table outgrown by one position at each call.
+  // One row at a time on a backend of its own, past growing: its table outgrown again and again.
+  auto growing = make_cpu_backend();
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> row(x.begin() + t * H * hd, x.begin() + (t + 1) * H * hd);
-    be->rope_forward_after(row.data(), 1, 1, H, hd, rope, t);
+    growing->rope_forward_after(row.data(), 1, 1, H, hd, rope, t);
     for (int64_t i = 0; i < H * hd; ++i) ASSERT_EQ(row[i], whole[t * H * hd + i]) << t;
   }
 }

@@ -115,7 +115,7 @@ constexpr double kFp32OracleTolerance = 1e-4;
 
 TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneTokenAtATime) {
   for (const ModelConfig& c : {llama_untied(), llama_tied(), qwen3_with_biases()}) {
-    const int64_t T = 70, prompt = 13;  // prompt and 57 steps: past one block of 64 queries
+    const int64_t T = 70, prompt = 13;  // a prompt of 13 rows, then 57 of one
     const std::vector<std::vector<float>> params = strong_params(c);
     const std::vector<int32_t> tokens = some_tokens(c, T);
     const std::vector<float> want = whole_window_logits(c, params, tokens);
@@ -123,10 +123,11 @@ TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneToke
 
     auto be = make_cpu_backend();
     MemoryTracker memory;
-    KvCacheDecoder decoder(c, *be, memory, T);
+    KvCacheDecoder decoder(c, *be, memory, T, prompt);
     const std::vector<ConstTensorView> views = views_of(params);
     std::vector<float> row = decoder.forward(tokens.data(), prompt, views);
     double worst = relative_norm_error(row.data(), want.data() + (prompt - 1) * V, V);
+    EXPECT_LT(worst, kFp32OracleTolerance) << "the prompt's last position";
     for (int64_t t = prompt; t < T; ++t) {
       row = decoder.forward(tokens.data() + t, 1, views);
       ASSERT_EQ(decoder.length(), t + 1);
@@ -150,23 +151,29 @@ TEST(KvCacheDecoder, RefusesWhatItCannotDecode) {
   MemoryTracker memory;
   const std::vector<std::vector<float>> params = strong_params(c);
   const std::vector<ConstTensorView> views = views_of(params);
-  EXPECT_THROW(KvCacheDecoder(c, *be, memory, c.max_position_embeddings + 1), Error);
-  KvCacheDecoder decoder(c, *be, memory, 4);
+  EXPECT_THROW(KvCacheDecoder(c, *be, memory, c.max_position_embeddings + 1, 1), Error);
+  EXPECT_THROW(KvCacheDecoder(c, *be, memory, 4, 5), Error);
+  EXPECT_THROW(KvCacheDecoder(c, *be, memory, 4, 0), Error);
+  KvCacheDecoder decoder(c, *be, memory, 4, 3);
   const std::vector<int32_t> tokens = some_tokens(c, 5);
-  EXPECT_THROW(decoder.forward(tokens.data(), 5, views), Error);  // past the cache
+  EXPECT_THROW(decoder.forward(tokens.data(), 4, views), Error);  // more rows than a forward's
   const int32_t outside = static_cast<int32_t>(c.vocab_size);
   EXPECT_THROW(decoder.forward(&outside, 1, views), Error);
   EXPECT_THROW(decoder.forward(tokens.data(), 1, {views.begin(), views.end() - 1}), Error);
   EXPECT_EQ(decoder.length(), 0);
-  decoder.forward(tokens.data(), 4, views);
+  decoder.forward(tokens.data(), 3, views);
+  EXPECT_THROW(decoder.forward(tokens.data(), 2, views), Error);  // past the cache
+  decoder.forward(tokens.data(), 1, views);
+  EXPECT_EQ(decoder.length(), 4);
   EXPECT_THROW(decoder.forward(tokens.data(), 1, views), Error);  // full
   ModelConfig windowed = c;
   windowed.sliding_window = 8;
-  EXPECT_THROW(KvCacheDecoder(windowed, *be, memory, 9), Error);
+  EXPECT_THROW(KvCacheDecoder(windowed, *be, memory, 9, 1), Error);
+  EXPECT_NO_THROW(KvCacheDecoder(windowed, *be, memory, 8, 1));  // no key falls out of it
   ModelConfig lora = c;
   lora.lora.rank = 4;
   lora.lora.targets[0] = true;
-  EXPECT_THROW(KvCacheDecoder(lora, *be, memory, 4), Error);
+  EXPECT_THROW(KvCacheDecoder(lora, *be, memory, 4, 1), Error);
 }
 
 }  // namespace
