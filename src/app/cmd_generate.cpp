@@ -37,9 +37,11 @@ namespace fs = std::filesystem;
 const char* const kCommand = "generate";
 
 // The Python step of a Hugging Face tokenizer. argv: mode (encode | chat | decode), tokenizer.json
-// or a directory holding it, input file, output file. encode: the input's UTF-8 text as the
-// tokenizer encodes a document (its BOS, ...); chat: the input as the user's message, rendered by
-// the tokenizer's chat template with the generation prompt and encoded as
+// or a directory holding it, input file, output file, chat template name (empty: as transformers
+// picks, "tool_use" when there are tools and such a template, else "default"; a single template is
+// named "default", as transformers 5 saves it), tools file (empty: none). encode: the input's
+// UTF-8 text as the tokenizer encodes a document (its BOS, ...); chat: the input as the user's
+// message, rendered by that chat template with the tools and the generation prompt and encoded as
 // apply_chat_template(tokenize=True) encodes it; both -> {"ids": [...], "eos_token_id": ID or -1}.
 // decode: {"ids": [...]} -> the text, special tokens skipped. It follows the opening of
 // app/python_step.h.
@@ -55,12 +57,30 @@ if mode in ("encode", "chat"):
             sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template "
                      "(and no chat_template.jinja beside it): --chat needs one; give the text "
                      "to continue with --prompt")
-        if isinstance(tok.chat_template, dict) and "default" not in tok.chat_template:
-            sys.exit(f"{tok_dir}: the chat templates are named "
-                     f"{', '.join(sorted(tok.chat_template))}, none 'default', which --chat "
-                     "renders a message with")
-        text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                       add_generation_prompt=True)
+        tools = None
+        if tools_path:
+            try:
+                with open(tools_path, encoding="utf-8") as f:
+                    tools = json.load(f)
+            except (OSError, ValueError) as e:
+                sys.exit(f"--tools: {tools_path}: not a JSON file: {e}")
+            if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+                sys.exit(f"--tools: {tools_path}: not a JSON list of tool definitions (objects, "
+                         "as a dataset's tools column holds them)")
+        named = tok.chat_template
+        if not isinstance(named, dict):
+            named = {"default": named}
+        names = ", ".join(sorted(named))
+        name = template_name or ("tool_use" if tools and "tool_use" in named else "default")
+        if name not in named and template_name:
+            sys.exit(f"--chat-template: {tok_dir} has no chat template named {name!r}; its "
+                     f"templates are named {names}")
+        if name not in named:
+            sys.exit(f"{tok_dir}: the chat templates are named {names}, none 'default', which "
+                     "--chat renders a message with (--chat-template NAME picks one)")
+        text = tok.apply_chat_template([{"role": "user", "content": text}], tools=tools,
+                                       tokenize=False, add_generation_prompt=True,
+                                       chat_template=named[name])
     ids = tok(text, add_special_tokens=mode == "encode")["input_ids"]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump({"ids": ids, "eos_token_id": special_id("eos_token")}, f)
@@ -73,6 +93,8 @@ else:
 
 struct GenerateOptions {
   std::string model_dir, prompt, chat, tokenizer, python = default_python();
+  std::string chat_template;  // --chat-template: the named template --chat renders (empty: auto)
+  std::string tools;          // --tools: a JSON file of tool definitions for the chat template
   int64_t max_new_tokens = 64;
   SamplingConfig sampling;
   int64_t seed = 0;
@@ -131,8 +153,8 @@ class PromptTokenizer {
 
  private:
   void step(const std::string& mode, const std::string& in, const std::string& out) {
-    run_tokenizer_step(o_.python, "mode, tok_path, in_path, out_path", kTokenizerStep,
-                       {mode, path_, in, out});
+    run_tokenizer_step(o_.python, "mode, tok_path, in_path, out_path, template_name, tools_path",
+                       kTokenizerStep, {mode, path_, in, out, o_.chat_template, o_.tools});
   }
   static void write_text_file(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary);
@@ -166,6 +188,13 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   add("chat", po::value(&o.chat),
       "a user message: the model's chat template renders it with the generation prompt, and the "
       "reply is printed (it ends at the end-of-turn token)");
+  add("chat-template", po::value(&o.chat_template),
+      "with --chat: which of the tokenizer's named chat templates renders the message (default: "
+      "tool_use when --tools is given and there is one, else default, as transformers picks; a "
+      "single template is named default)");
+  add("tools", po::value(&o.tools),
+      "with --chat: a JSON file holding a list of tool definitions (function schemas) that the "
+      "chat template renders, as apply_chat_template(tools=...)");
   add("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
       "tokens to generate at most (fewer at EOS or at max_position_embeddings)");
   add("do-sample", bool_flag(&o.sampling.sample, false),
@@ -184,8 +213,8 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
       "print one JSON line (prompt and new token ids, the new text) instead of the text");
   const CommandSpec spec{kCommand,
                          "Continue a prompt with a model (one process, CPU): greedy or sampled.",
-                         "zerotrain generate --model DIR (--prompt TEXT | --chat MESSAGE) "
-                         "[--max-new-tokens N] "
+                         "zerotrain generate --model DIR (--prompt TEXT | --chat MESSAGE "
+                         "[--tools FILE] [--chat-template NAME]) [--max-new-tokens N] "
                          "[--do-sample --temperature T --top-k K --top-p P --seed S]"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
@@ -193,6 +222,15 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   ZT_CHECK(vm.count("prompt") + vm.count("chat") == 1,
            "generate: give exactly one of '--prompt' or '--chat'");
   o.chat_mode = vm.count("chat") > 0;
+  for (const char* chat_only : {"chat-template", "tools"})
+    ZT_CHECK(o.chat_mode || vm.count(chat_only) == 0,
+             std::string("generate: --") + chat_only +
+                 " goes with a --chat message (the chat template renders it); --prompt "
+                 "continues a text as it is");
+  ZT_CHECK(vm.count("chat-template") == 0 || !o.chat_template.empty(),
+           "generate: --chat-template needs a template's name");
+  ZT_CHECK(o.tools.empty() || fs::is_regular_file(o.tools),
+           "generate: --tools file '" + o.tools + "' does not exist");
   check_count(o.max_new_tokens, 1, "max-new-tokens", kCommand);
   check_sampling_config(o.sampling);
   ZT_CHECK(o.seed >= 0,

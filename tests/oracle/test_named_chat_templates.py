@@ -27,6 +27,9 @@ SOURCES.md).
    the list form and from transformers 5's layout (with a third template, whose name has a
    space and a non-ASCII letter), it holds the chat template keys GGUFWriter writes for the same
    templates (tokenizer.chat_template, tokenizer.chat_template.NAME, tokenizer.chat_templates).
+   `generate --chat` on the imported model renders its message as apply_chat_template does:
+   with "default", with "tool_use" when given --tools, and with the template --chat-template
+   names; an unknown name and a tools file that is not a list are refused.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -268,6 +271,55 @@ def check_gguf_edges(work, zt, vocab, templates, imported):
           "sharing a GGUF key, refused")
 
 
+def check_generate(work, zt, vocab, templates):
+    """`generate --chat` renders the message with the template transformers picks (tool_use with
+    --tools, else default) or the one --chat-template names, with the tools: its prompt ids are
+    apply_chat_template's (tokenize=True, add_generation_prompt=True). The model's context holds
+    tool_use's long system prompt."""
+    os.makedirs(work("generate"))
+    source, imported = work("generate", "model.gguf"), work("generate", "model")
+    write_gguf(source, "llama", dict(metadata("llama", len(vocab[0])),
+                                     **{"llama.context_length": ("uint32", 2048)}),
+               model_tensors(np.random.default_rng(5), "llama", len(vocab[0])), vocab,
+               chat_template=templates)
+    run_tool([zt, "import", source, "--out", imported])
+    tok = transformers.AutoTokenizer.from_pretrained(imported)
+    message = "What is the weather in Paris?"
+    tools_file = work("tools.json")
+    with open(tools_file, "w", encoding="utf-8") as f:
+        json.dump([WEATHER], f)
+    prompts = {}
+    for label, extra, tools, name in (
+            ("no tools", [], None, None),
+            ("tools", ["--tools", tools_file], [WEATHER], None),
+            ("tools, --chat-template default", ["--tools", tools_file, "--chat-template",
+                                                "default"], [WEATHER], "default")):
+        answer = json.loads(run_tool([zt, "generate", "--model", imported, "--chat", message,
+                                      "--max-new-tokens", "1", "--json"] + extra)
+                            .strip().splitlines()[-1])
+        want = tok.apply_chat_template([{"role": "user", "content": message}], tools=tools,
+                                       chat_template=name, add_generation_prompt=True)
+        check(answer["prompt_tokens"] == want, f"generate --chat with {label}: prompt ids "
+              f"{answer['prompt_tokens'][:12]}... differ from apply_chat_template's")
+        prompts[label] = answer["prompt_tokens"]
+    check(prompts["tools"] != prompts["no tools"] and
+          prompts["tools"] != prompts["tools, --chat-template default"],
+          "tool_use renders the message as default does: the check cannot tell them apart")
+    chat = [zt, "generate", "--model", imported, "--max-new-tokens", "1"]
+    refused(chat + ["--chat", "Hi", "--chat-template", "rag"],
+            [f"--chat-template: {imported} has no chat template named 'rag'; its templates are "
+             "named default, tool_use"], work("no-such-output"))
+    refused(chat + ["--prompt", "Hi", "--chat-template", "tool_use"],
+            ["--chat-template goes with a --chat message"], work("no-such-output"))
+    with open(work("tools-object.json"), "w", encoding="utf-8") as f:
+        json.dump(WEATHER, f)
+    refused(chat + ["--chat", "Hi", "--tools", work("tools-object.json")],
+            [f"--tools: {work('tools-object.json')}: not a JSON list of tool definitions"],
+            work("no-such-output"))
+    print("ok   generate --chat: default, tool_use with --tools, --chat-template default with "
+          "them: apply_chat_template's prompt ids; an unknown name and a tools object refused")
+
+
 def check_gguf(work, zt, source_dir, vocab):
     templates = read_templates(source_dir)
     by_name = {t["name"]: t["template"] for t in templates}
@@ -288,6 +340,7 @@ def check_gguf(work, zt, source_dir, vocab):
     check(transformers.AutoTokenizer.from_pretrained(imported).chat_template == by_name,
           "import: transformers does not read the templates back by name")
     print("ok   import: the GGUF file's named templates are tokenizer_config.json's list form")
+    check_generate(work, zt, vocab, templates)
     check_gguf_edges(work, zt, vocab, templates, imported)
     # In transformers 5's layout, with a third template whose name gguf rewrites for its key.
     odd = {"name": "rag v2\u00e9", "template": "{{ documents }}"}
