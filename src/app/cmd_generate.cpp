@@ -62,11 +62,12 @@ if mode in ("encode", "chat"):
             try:
                 with open(tools_path, encoding="utf-8") as f:
                     tools = json.load(f)
-            except (OSError, ValueError) as e:
-                sys.exit(f"--tools: {tools_path}: not a JSON file: {e}")
-            if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-                sys.exit(f"--tools: {tools_path}: not a JSON list of tool definitions (objects, "
-                         "as a dataset's tools column holds them)")
+            except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+                sys.exit(f"--tools: {tools_path}: not a UTF-8 JSON file: {e}")
+            if not isinstance(tools, list) or any(call_name(t) is None for t in tools):
+                sys.exit(f"--tools: {tools_path}: not a list of tool schemas that each name a "
+                         'function ({"type": "function", "function": {"name", "parameters"}})')
+            tools = tools or None  # an empty list is no tools, as chat SFT data reads it
         named = tok.chat_template
         if not isinstance(named, dict):
             named = {"default": named}
@@ -77,7 +78,8 @@ if mode in ("encode", "chat"):
                      f"templates are named {names}")
         if name not in named:
             sys.exit(f"{tok_dir}: the chat templates are named {names}, none 'default', which "
-                     "--chat renders a message with (--chat-template NAME picks one)")
+                     f"--chat renders a message {'with tools ' if tools else ''}with when none "
+                     "is named 'tool_use' (--chat-template NAME picks one)")
         text = tok.apply_chat_template([{"role": "user", "content": text}], tools=tools,
                                        tokenize=False, add_generation_prompt=True,
                                        chat_template=named[name])
@@ -189,12 +191,12 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
       "a user message: the model's chat template renders it with the generation prompt, and the "
       "reply is printed (it ends at the end-of-turn token)");
   add("chat-template", po::value(&o.chat_template),
-      "with --chat: which of the tokenizer's named chat templates renders the message (default: "
-      "tool_use when --tools is given and there is one, else default, as transformers picks; a "
-      "single template is named default)");
+      "with --chat: the name of the tokenizer's chat template that renders the message (default: "
+      "tool_use when --tools gives tools and there is one, else default, as transformers picks; "
+      "a single template is named default)");
   add("tools", po::value(&o.tools),
-      "with --chat: a JSON file holding a list of tool definitions (function schemas) that the "
-      "chat template renders, as apply_chat_template(tools=...)");
+      "with --chat: a JSON file holding a list of tool schemas that the chat template renders, "
+      "as apply_chat_template(tools=...); an empty list is no tools");
   add("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
       "tokens to generate at most (fewer at EOS or at max_position_embeddings)");
   add("do-sample", bool_flag(&o.sampling.sample, false),
@@ -229,8 +231,8 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
                  "continues a text as it is");
   ZT_CHECK(vm.count("chat-template") == 0 || !o.chat_template.empty(),
            "generate: --chat-template needs a template's name");
-  ZT_CHECK(o.tools.empty() || fs::is_regular_file(o.tools),
-           "generate: --tools file '" + o.tools + "' does not exist");
+  ZT_CHECK(vm.count("tools") == 0 || fs::is_regular_file(o.tools),
+           "generate: --tools '" + o.tools + "' is not a file");
   check_count(o.max_new_tokens, 1, "max-new-tokens", kCommand);
   check_sampling_config(o.sampling);
   ZT_CHECK(o.seed >= 0,

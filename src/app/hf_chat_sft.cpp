@@ -39,13 +39,6 @@ ADDED_TEXTS = frozenset(t.content for t in tok.added_tokens_decoder.values())
 TURN_PROBE = "\u2063zerotrain-reply\u2063"
 NAME_PROBE = "zerotrain_probe_name"
 
-def call_name(call):
-    """The function name of a tool call or a tool schema, {"type": "function", "function":
-    {"name", ...}} as OpenAI and TRL write them, or {"name", ...}; None when it names none."""
-    inner = call.get("function", call) if isinstance(call, dict) else None
-    name = inner.get("name") if isinstance(inner, dict) else None
-    return name if isinstance(name, str) and name else None
-
 def probe_names(calls, every):
     """A copy of the tool calls (or schemas) with NAME_PROBE as the last one's name, or every
     one's."""

@@ -48,6 +48,14 @@ def one_line_error(kind, value, traceback):
     sys.stderr.write(f"{tok_path}: the tokenizer step failed: {kind.__name__}: {value}\n")
 
 sys.excepthook = one_line_error
+
+def call_name(call):
+    """The function name of a tool call or a tool schema, {"type": "function", "function":
+    {"name", ...}} as OpenAI and TRL write them, or {"name", ...}; None when it names none."""
+    inner = call.get("function", call) if isinstance(call, dict) else None
+    name = inner.get("name") if isinstance(inner, dict) else None
+    return name if isinstance(name, str) and name else None
+
 # A tokenizer step needs no tensor library. transformers imports torch when it finds one (over a
 # second and some 200 MB per step, for one type hint); told not to, it imports neither, nor does it
 # advise that models are then unavailable.

@@ -29,7 +29,8 @@ SOURCES.md).
    templates (tokenizer.chat_template, tokenizer.chat_template.NAME, tokenizer.chat_templates).
    `generate --chat` on the imported model renders its message as apply_chat_template does:
    with "default", with "tool_use" when given --tools, and with the template --chat-template
-   names; an unknown name and a tools file that is not a list are refused.
+   names, an empty tools list as no tools; an unknown name and tools that are not a list of
+   named functions are refused.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -288,9 +289,14 @@ def check_generate(work, zt, vocab, templates):
     tools_file = work("tools.json")
     with open(tools_file, "w", encoding="utf-8") as f:
         json.dump([WEATHER], f)
+    empty_file = work("no-tools.json")
+    with open(empty_file, "w", encoding="utf-8") as f:
+        json.dump([], f)
     prompts = {}
     for label, extra, tools, name in (
             ("no tools", [], None, None),
+            ("an empty tools list (no tools, as chat SFT data reads it)",
+             ["--tools", empty_file], None, None),
             ("tools", ["--tools", tools_file], [WEATHER], None),
             ("tools, --chat-template default", ["--tools", tools_file, "--chat-template",
                                                 "default"], [WEATHER], "default")):
@@ -305,19 +311,46 @@ def check_generate(work, zt, vocab, templates):
     check(prompts["tools"] != prompts["no tools"] and
           prompts["tools"] != prompts["tools, --chat-template default"],
           "tool_use renders the message as default does: the check cannot tell them apart")
+    # An empty list is no tools even for a template that tells [] from none (as Llama 3.1's
+    # does): the model of one such template renders it as apply_chat_template(tools=None).
+    # (transformers 4.46 does not read chat_template.jinja: the reference is given the template.)
+    template = ("{% if tools is not none %}[tools]{% endif %}"
+                "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    tells = saved_as_files(imported, work("generate", "tells-empty-from-none"),
+                           {"default": template})
+    answer = json.loads(run_tool([zt, "generate", "--model", tells, "--chat", message,
+                                  "--max-new-tokens", "1", "--json", "--tools", empty_file])
+                        .strip().splitlines()[-1])
+    as_none, as_empty = (tok.apply_chat_template([{"role": "user", "content": message}],
+                                                 tools=tools, chat_template=template,
+                                                 add_generation_prompt=True)
+                         for tools in (None, []))
+    check(as_none != as_empty and answer["prompt_tokens"] == as_none,
+          "generate --chat --tools with an empty list: not rendered as no tools")
     chat = [zt, "generate", "--model", imported, "--max-new-tokens", "1"]
     refused(chat + ["--chat", "Hi", "--chat-template", "rag"],
             [f"--chat-template: {imported} has no chat template named 'rag'; its templates are "
              "named default, tool_use"], work("no-such-output"))
-    refused(chat + ["--prompt", "Hi", "--chat-template", "tool_use"],
-            ["--chat-template goes with a --chat message"], work("no-such-output"))
-    with open(work("tools-object.json"), "w", encoding="utf-8") as f:
-        json.dump(WEATHER, f)
-    refused(chat + ["--chat", "Hi", "--tools", work("tools-object.json")],
-            [f"--tools: {work('tools-object.json')}: not a JSON list of tool definitions"],
+    for option, value in (("--chat-template", "tool_use"), ("--tools", tools_file)):
+        refused(chat + ["--prompt", "Hi", option, value],
+                [f"{option} goes with a --chat message"], work("no-such-output"))
+    refused(chat + ["--chat", "Hi", "--tools", ""], ["--tools '' is not a file"],
             work("no-such-output"))
-    print("ok   generate --chat: default, tool_use with --tools, --chat-template default with "
-          "them: apply_chat_template's prompt ids; an unknown name and a tools object refused")
+    for n, bad in enumerate((WEATHER, [{"type": "function", "function": {}}], None)):
+        path = work(f"bad-tools{n}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(bad, f)
+        refused(chat + ["--chat", "Hi", "--tools", path],
+                [f"--tools: {path}: not a list of tool schemas that each name a function"],
+                work("no-such-output"))
+    with open(work("bad-tools-latin1.json"), "wb") as f:
+        f.write(b'[{"name": "caf\xe9"}]')
+    refused(chat + ["--chat", "Hi", "--tools", work("bad-tools-latin1.json")],
+            [f"--tools: {work('bad-tools-latin1.json')}: not a UTF-8 JSON file"],
+            work("no-such-output"))
+    print("ok   generate --chat: default (with no tools or an empty list), tool_use with --tools, "
+          "--chat-template default with them: apply_chat_template's prompt ids; an unknown name, "
+          "either option with --prompt, and tools that are not a list of named functions refused")
 
 
 def check_gguf(work, zt, source_dir, vocab):
