@@ -85,9 +85,7 @@ std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
                   resid_[(l + 1) % 2].data(), n);
   // The head, for the last row alone: xf = rms(x)·gF; logits = xf·Whᵀ.
   const ConstTensorView head_group = params[static_cast<size_t>(layout_.head_group())];
-  const ConstTensorView head = layout_.tied_embeddings()
-                                   ? embedding.at(layout_.tensor(TensorRole::kEmbedding).offset)
-                                   : head_group.at(layout_.tensor(TensorRole::kLmHead).offset);
+  const ConstTensorView head = head_weight(layout_, head_group, embedding);
   be_.rmsnorm_forward(head_in_.data(), rstd_.data(), resid_[L % 2].data() + (n - 1) * D,
                       head_group.at(layout_.tensor(TensorRole::kFinalNorm).offset), 1, D,
                       static_cast<float>(config_.rms_norm_eps));

@@ -24,8 +24,6 @@ class KvCacheDecoder {
 
   const ParamLayout& layout() const { return layout_; }
   int64_t length() const { return length_; }  // positions cached
-  int64_t max_positions() const { return max_positions_; }
-  int64_t max_rows() const { return max_rows_; }
 
   // Runs tokens[0..n) at positions length()..length()+n−1 through the model, caches their keys
   // and values, and returns the logits of the last one [V]. params[g]: group g's fp32 weights in

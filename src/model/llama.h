@@ -127,6 +127,10 @@ struct LayerWeights {
   ConstTensorView bq, bk, bv, bo, q_norm, k_norm;  // null when the family has none
 };
 LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group);
+// The head's weight [V, D]: lm_head in the head group, or (tied) the embedding table in the
+// embedding group's parameters (its gradient accumulates there too).
+ConstTensorView head_weight(const ParamLayout& layout, ConstTensorView head_group,
+                            ConstTensorView embedding);
 
 class LlamaModel {
  public:
@@ -223,9 +227,6 @@ class LlamaModel {
                     float grad_scale);
   void head_backward(ConstTensorView params, float* grads, ConstTensorView embedding,
                      float* embedding_grads, GradWrite write);
-  // The head's weight [V, D] and where its gradient accumulates: lm_head in the head group, or
-  // (tied) the embedding table and its gradient.
-  ConstTensorView head_weight(ConstTensorView params, ConstTensorView embedding) const;
   // logits of rows [r0, r0 + rows) into logits_ (one chunk).
   void head_logits(ConstTensorView head, int64_t r0, int64_t rows);
   int64_t head_chunks() const { return (M_ + head_chunk_ - 1) / head_chunk_; }

@@ -27,18 +27,19 @@ void LlamaModel::head_logits(ConstTensorView head, int64_t r0, int64_t rows) {
   be_.matmul_forward(t_.logits, t_.final_norm_out.at(r0 * D), head, rows, V, D);
 }
 
-ConstTensorView LlamaModel::head_weight(ConstTensorView params, ConstTensorView embedding) const {
-  if (!layout_.tied_embeddings()) return params.at(layout_.tensor(TensorRole::kLmHead).offset);
+ConstTensorView head_weight(const ParamLayout& layout, ConstTensorView head_group,
+                            ConstTensorView embedding) {
+  if (!layout.tied_embeddings()) return head_group.at(layout.tensor(TensorRole::kLmHead).offset);
   ZT_CHECK(static_cast<bool>(embedding),
            "tied embeddings: the head needs the embedding group's parameters");
-  return embedding.at(layout_.tensor(TensorRole::kEmbedding).offset);
+  return embedding.at(layout.tensor(TensorRole::kEmbedding).offset);
 }
 
 void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding, bool training,
                               float grad_scale) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const ConstTensorView norm = params.at(layout_.tensor(TensorRole::kFinalNorm).offset);
-  const ConstTensorView head = head_weight(params, embedding);
+  const ConstTensorView head = head_weight(layout_, params, embedding);
   be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
                       static_cast<float>(config_.rms_norm_eps));
   head_grad_scale_ = grad_scale;
@@ -58,7 +59,7 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   const TensorInfo& norm_t = layout_.tensor(TensorRole::kFinalNorm);
   const TensorInfo& head_t = layout_.tensor(TensorRole::kLmHead);
-  const ConstTensorView head = head_weight(params, embedding);
+  const ConstTensorView head = head_weight(layout_, params, embedding);
   const bool head_trains = trainable_.trains(layout_.index_of(head_t));
   ZT_CHECK(!layout_.tied_embeddings() || !head_trains || embedding_grads != nullptr,
            "tied embeddings: the head's backward needs the embedding group's gradients");
