@@ -7,7 +7,8 @@
 // communicator, every tensor frozen: the weights without gradients or optimizer state) and scores
 // batches k ≡ rank (mod N); the per-batch loss sums are combined in batch order, so the printed
 // loss is the same for every N. "peak_memory_bytes" is rank 0's, by category as train's metrics
-// give it (every rank holds the same).
+// give it (every rank holds the same). With --adapter, the model carries a PEFT LoRA adapter
+// directory's adapters unmerged, as PeftModel.from_pretrained(base, DIR) evaluates.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -16,12 +17,14 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/engine_device.h"
+#include "app/lora_options.h"
 #include "app/run_setup.h"
 #include "backend/backend.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "io/data_loader.h"
 #include "io/model_dir.h"
+#include "io/peft_adapter_file.h"
 #include "io/token_dataset.h"
 #include "model/trainable.h"
 #include "report/metrics_log.h"
@@ -44,6 +47,7 @@ struct EvalOptions : RunEngineOptions {
     precision = Precision::kFp32;
   }
   std::string model_dir, data;
+  std::string adapter;  // --adapter: a PEFT LoRA adapter directory for the model
   int64_t batches = 1;
   double comm_timeout = Communicator::kDefaultTimeoutSeconds;
   EngineChoices choices;
@@ -53,6 +57,9 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   po::options_description opts("eval options");
   auto add = opts.add_options();
   add("model", po::value(&o.model_dir), "model directory");
+  add("adapter", po::value(&o.adapter),
+      "a PEFT LoRA adapter directory (a LoRA run's OUT/final, or one PEFT saved with "
+      "safetensors) for --model, its adapters unmerged as PeftModel.from_pretrained loads them");
   add("data", po::value(&o.data), "token dataset (HDF5, /tokens)");
   add("batches", eval_batches_option(&o.batches, "--batches"),
       "K: number of batches (all: every whole window of the data, the last batch padded)");
@@ -68,16 +75,18 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   add_document_masking_option(opts, &o.document_masking);
   add_activations_option(opts, &o.activations);
   add_comm_timeout_option(opts, &o.comm_timeout);
-  const CommandSpec spec{kCommand,
-                         "Mean next-token cross-entropy of a model on the first K*B windows of "
-                         "T+1 tokens of a dataset (--batches all: on every whole window).",
-                         "zerotrain eval --model DIR --data FILE.h5 --batches K --micro-batch B "
-                         "--seq-len T"};
+  const CommandSpec spec{
+      kCommand,
+      "Mean next-token cross-entropy of a model on the first K*B windows of "
+      "T+1 tokens of a dataset (--batches all: on every whole window).",
+      "zerotrain eval --model DIR [--adapter DIR] --data FILE.h5 --batches K --micro-batch B "
+      "--seq-len T"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   resolve_device_options(vm, o, kCommand);
   require_option(vm, "model", kCommand);
   require_option(vm, "data", kCommand);
+  check_adapter_option(vm, o.adapter, kCommand);
   if (o.batches != kAllEvalBatches) check_count(o.batches, 1, "batches", kCommand);
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
@@ -97,12 +106,18 @@ int run_eval(const EvalOptions& o) {
   // The inputs, opened by every rank and agreed on, so that a bad one is an error every rank
   // reports (then MPI_Finalize), not one rank's abort.
   std::unique_ptr<ModelDirReader> reader_ptr;
+  std::unique_ptr<PeftAdapterReader> adapter;  // --adapter's, for the model with its LoraSpec
   std::unique_ptr<TokenDataset> data_ptr;
   bool document_masks = false;
   EvalWindows windows;  // batch k: windows [k·B, k·B + B)
   run_collectively(world, [&] {
     reader_ptr = std::make_unique<ModelDirReader>(o.model_dir);
     check_seq_len(reader_ptr->config(), T, "model '" + o.model_dir + "'", kCommand);
+    if (!o.adapter.empty()) {
+      ModelConfig adapted = reader_ptr->config();
+      adapted.lora = LoraSpec::from_peft_file(o.adapter + "/" + kPeftConfigFile);
+      adapter = std::make_unique<PeftAdapterReader>(o.adapter, adapted);
+    }
     data_ptr = std::make_unique<TokenDataset>(o.data);
     windows = eval_windows(*data_ptr, o.batches, B, T);
     document_masks =
@@ -110,14 +125,15 @@ int run_eval(const EvalOptions& o) {
   });
   ModelDirReader& reader = *reader_ptr;
   TokenDataset& data = *data_ptr;
-  const ModelConfig& config = reader.config();
+  const ModelConfig& config = adapter ? adapter->config() : reader.config();
 
   // Each rank evaluates its batches alone: a stage-0 engine over MPI_COMM_SELF (eval sets no ZeRO,
-  // checkpointing, offload, trainable or LoRA option: their defaults), every tensor frozen, so
+  // checkpointing, offload or trainable option: their defaults), every tensor frozen, so
   // that it holds the weights alone: no gradient, fp32 master or Adam moments; and forward-only,
   // so that its activations are one layer's and two residual buffers, nothing kept for a
   // backward.
   EngineSpec spec = resolve_engine_spec(o, o.choices, config);
+  spec.model.lora = config.lora;  // --adapter's (eval takes no LoRA option)
   spec.trainable = TrainableSet::all_frozen(ParamLayout(spec.model));
   spec.ac.forward_only = true;
   EngineDevice device =
@@ -130,7 +146,12 @@ int run_eval(const EvalOptions& o) {
   run_collectively(world, [&] {
     engine_ptr =
         std::make_unique<ZeroEngine>(spec, *device.backend, device.data_comm(self), memory, &self);
-    engine_ptr->load_from(reader);
+    if (adapter) {
+      LoraStartSource adapted(config, &reader, adapter.get(), /*seed=*/0);  // every tensor held
+      engine_ptr->load_from(adapted);
+    } else {
+      engine_ptr->load_from(reader);
+    }
   });
   ZeroEngine& engine = *engine_ptr;
 

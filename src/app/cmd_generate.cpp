@@ -3,7 +3,8 @@
 // (model/token_sampling.h), decoding with the model's tokenizer (the tokenizer.json that train,
 // import and export keep beside the weights, or --tokenizer) or bytes (--tokenizer byte). The
 // prompt runs through the model once and each new token alone after it, over a cache of every
-// earlier position's keys and values (model/kv_cache_decoder.h).
+// earlier position's keys and values (model/kv_cache_decoder.h). With --adapter, a PEFT LoRA
+// adapter directory merged into the model's weights in fp32 (io/lora_merge.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,11 +19,13 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/lora_options.h"
 #include "app/python_step.h"
 #include "app/run_setup.h"
 #include "backend/backend.h"
 #include "io/data_loader.h"
 #include "io/fs_util.h"
+#include "io/lora_merge.h"
 #include "io/model_dir.h"
 #include "model/kv_cache_decoder.h"
 #include "model/token_sampling.h"
@@ -95,6 +98,7 @@ else:
 
 struct GenerateOptions {
   std::string model_dir, prompt, chat, tokenizer, python = default_python();
+  std::string adapter;        // --adapter: a PEFT LoRA adapter directory merged into the model
   std::string chat_template;  // --chat-template: the named template --chat renders (empty: auto)
   std::string tools;          // --tools: a JSON file of tool definitions for the chat template
   int64_t max_new_tokens = 64;
@@ -186,6 +190,9 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   po::options_description opts("generate options");
   auto add = opts.add_options();
   add("model", po::value(&o.model_dir), "model directory");
+  add("adapter", po::value(&o.adapter),
+      "a PEFT LoRA adapter directory (a LoRA run's OUT/final, or one PEFT saved with "
+      "safetensors) for --model, merged into its weights in fp32 as PEFT's merge_and_unload");
   add("prompt", po::value(&o.prompt), "the text to continue");
   add("chat", po::value(&o.chat),
       "a user message: the model's chat template renders it with the generation prompt, and the "
@@ -213,14 +220,15 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   add("ignore-eos", bool_flag(&o.ignore_eos, false), "do not stop at the end-of-sequence token");
   add("json", bool_flag(&o.json, false),
       "print one JSON line (prompt and new token ids, the new text) instead of the text");
-  const CommandSpec spec{kCommand,
-                         "Continue a prompt with a model (one process, CPU): greedy or sampled.",
-                         "zerotrain generate --model DIR (--prompt TEXT | --chat MESSAGE "
-                         "[--tools FILE] [--chat-template NAME]) [--max-new-tokens N] "
-                         "[--do-sample --temperature T --top-k K --top-p P --seed S]"};
+  const CommandSpec spec{
+      kCommand, "Continue a prompt with a model (one process, CPU): greedy or sampled.",
+      "zerotrain generate --model DIR [--adapter DIR] (--prompt TEXT | --chat MESSAGE "
+      "[--tools FILE] [--chat-template NAME]) [--max-new-tokens N] "
+      "[--do-sample --temperature T --top-k K --top-p P --seed S]"};
   po::variables_map vm;
   if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
   require_option(vm, "model", kCommand);
+  check_adapter_option(vm, o.adapter, kCommand);
   ZT_CHECK(vm.count("prompt") + vm.count("chat") == 1,
            "generate: give exactly one of '--prompt' or '--chat'");
   o.chat_mode = vm.count("chat") > 0;
@@ -241,8 +249,12 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
 }
 
 int run_generate(const GenerateOptions& o) {
-  ModelDirReader reader(o.model_dir);
-  const ModelConfig& config = reader.config();
+  std::unique_ptr<TensorSource> weights;
+  if (o.adapter.empty())
+    weights = std::make_unique<ModelDirReader>(o.model_dir);
+  else
+    weights = std::make_unique<LoraMergedSource>(o.model_dir, o.adapter);
+  const ModelConfig& config = weights->config();
   const ScratchDir scratch(fs::temp_directory_path() /
                            ("zerotrain-generate-" + std::to_string(::getpid())));
   PromptTokenizer tokenizer(o, scratch.path());
@@ -276,7 +288,7 @@ int run_generate(const GenerateOptions& o) {
     params.emplace_back(memory, MemCategory::kParams, static_cast<size_t>(group.numel));
     for (int ti : group.tensors) {
       const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
-      reader.read_tensor_f32(t.name, params.back().data() + t.offset);
+      weights->read_range_f32(t, 0, t.numel, params.back().data() + t.offset);
     }
     views.emplace_back(params.back().data());
   }

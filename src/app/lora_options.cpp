@@ -2,6 +2,8 @@
 
 #include <re2/re2.h>
 
+#include <filesystem>
+
 #include "app/cli.h"
 #include "io/peft_adapter_file.h"
 #include "model/init.h"
@@ -128,6 +130,14 @@ void LoraStartSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_t
     base_->read_range_f32(t, begin, count, out);
   else
     init_tensor_range(config_, t, seed_, begin, count, out);
+}
+
+void check_adapter_option(const po::variables_map& vm, const std::string& dir,
+                          const char* command) {
+  std::error_code ec;
+  ZT_CHECK(vm.count("adapter") == 0 || std::filesystem::is_directory(dir, ec),
+           std::string(command) + ": --adapter '" + dir + "' is not a directory (a PEFT " +
+               "adapter directory holds " + kPeftConfigFile + " and " + kPeftWeightsFile + ")");
 }
 
 std::string lora_spec_source(const LoraOptions& o) {

@@ -66,6 +66,10 @@ class LoraStartSource : public TensorSource {
 // "lm_head" says so), or a decoder layer's own module (frozen with LoRA).
 std::vector<std::string> modules_to_save_patterns(const LoraSpec& spec, const ParamLayout& layout,
                                                   const std::string& source);
+// eval's and generate's --adapter DIR, when given: refused naming `command` unless DIR is a
+// directory.
+void check_adapter_option(const boost::program_options::variables_map& vm, const std::string& dir,
+                          const char* command);
 // The adapter_config.json the options' LoRA specification came from ("" when none).
 std::string lora_spec_source(const LoraOptions& o);
 

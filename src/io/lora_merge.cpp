@@ -2,52 +2,70 @@
 
 #include <filesystem>
 #include <map>
-#include <vector>
 
-#include "io/model_dir.h"
-#include "io/peft_adapter_file.h"
 #include "io/tokenizer_files.h"
 #include "util/error.h"
 
 namespace zt {
+namespace {
+
+// The base's configuration with the adapter directory's LoraSpec: the model the adapter's tensors
+// belong to.
+ModelConfig with_adapters_of(ModelConfig base, const std::string& adapter_dir) {
+  base.lora = LoraSpec::from_peft_file(adapter_dir + "/" + kPeftConfigFile);
+  return base;
+}
+
+}  // namespace
+
+LoraMergedSource::LoraMergedSource(const std::string& base_dir, const std::string& adapter_dir)
+    : base_(base_dir),
+      adapter_dir_(adapter_dir),
+      adapter_(adapter_dir, with_adapters_of(base_.config(), adapter_dir)) {}
+
+std::string LoraMergedSource::description() const {
+  return base_.description() + " with PEFT adapter '" + adapter_dir_ + "' merged in";
+}
+
+void LoraMergedSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_t count,
+                                      float* out) {
+  const ParamLayout& adapted = adapter_.layout();
+  const TensorInfo& at = adapted.tensors()[static_cast<size_t>(adapted.find(t.name))];
+  if (adapter_.holds(at)) {  // modules_to_save: the adapter's trained copy
+    adapter_.read_range_f32(at, begin, count, out);
+    return;
+  }
+  base_.read_range_f32(t, begin, count, out);
+  const int target = t.layer >= 0 ? lora_target_of(t.role) : -1;
+  const int ia = target < 0 ? -1 : adapted.lora_tensor(t.layer, target, false);
+  if (ia < 0 || count == 0) return;
+  const TensorInfo& ta = adapted.tensors()[static_cast<size_t>(ia)];
+  const TensorInfo& tb =
+      adapted.tensors()[static_cast<size_t>(adapted.lora_tensor(t.layer, target, true))];
+  const float scale = adapter_.config().lora.scale();
+  const int64_t r = adapter_.config().lora.rank;
+  const int64_t in = t.shape[1], row0 = begin / in, rows = (begin + count - 1) / in - row0 + 1;
+  a_.resize(static_cast<size_t>(ta.numel));
+  adapter_.read_range_f32(ta, 0, ta.numel, a_.data());
+  b_.resize(static_cast<size_t>(rows * r));
+  adapter_.read_range_f32(tb, row0 * r, rows * r, b_.data());
+  // W[i, j] += s · Σ_k B[i, k] · A[k, j], the sum in fp32 in k order.
+  const float* a = a_.data();
+  const float* b = b_.data();
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+  for (int64_t e = 0; e < count; ++e) {
+    const int64_t i = (begin + e) / in - row0, j = (begin + e) % in;
+    float delta = 0;
+    for (int64_t k = 0; k < r; ++k) delta += b[i * r + k] * a[k * in + j];
+    out[e] += delta * scale;
+  }
+}
 
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite) {
-  ModelDirReader base(base_dir);
-  ModelConfig with_adapters = base.config();
-  with_adapters.lora = LoraSpec::from_peft_file(adapter_dir + "/" + kPeftConfigFile);
-  PeftAdapterReader adapter(adapter_dir, with_adapters);
-  const ParamLayout& adapted = adapter.layout();
-  const float scale = adapter.config().lora.scale();
-  const int64_t r = adapter.config().lora.rank;
-  std::vector<float> a, b;  // the current projection's A [r, in] and B rows of the chunk
+  LoraMergedSource merged(base_dir, adapter_dir);
   auto values = [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
-    const TensorInfo& at = adapted.tensors()[static_cast<size_t>(adapted.find(t.name))];
-    if (adapter.holds(at)) {  // modules_to_save: the adapter's trained copy
-      adapter.read_range_f32(at, begin, count, out);
-      return;
-    }
-    base.read_range_f32(t, begin, count, out);
-    const int target = t.layer >= 0 ? lora_target_of(t.role) : -1;
-    const int ia = target < 0 ? -1 : adapted.lora_tensor(t.layer, target, false);
-    if (ia < 0) return;
-    const TensorInfo& ta = adapted.tensors()[static_cast<size_t>(ia)];
-    const TensorInfo& tb =
-        adapted.tensors()[static_cast<size_t>(adapted.lora_tensor(t.layer, target, true))];
-    const int64_t in = t.shape[1], row0 = begin / in, rows = (begin + count - 1) / in - row0 + 1;
-    a.resize(static_cast<size_t>(ta.numel));
-    adapter.read_range_f32(ta, 0, ta.numel, a.data());
-    b.resize(static_cast<size_t>(rows * r));
-    adapter.read_range_f32(tb, row0 * r, rows * r, b.data());
-    // W[i, j] += s · Σ_k B[i, k] · A[k, j], the sum in fp32 in k order.
-#pragma omp parallel for schedule(static) if (count > (1 << 16))
-    for (int64_t e = 0; e < count; ++e) {
-      const int64_t i = (begin + e) / in - row0, j = (begin + e) % in;
-      float delta = 0;
-      for (int64_t k = 0; k < r; ++k)
-        delta += b[static_cast<size_t>(i * r + k)] * a[static_cast<size_t>(k * in + j)];
-      out[e] += delta * scale;
-    }
+    merged.read_range_f32(t, begin, count, out);
   };
   TokenizerFiles tokenizer;
   for (const std::string& name : tokenizer_file_names()) {
@@ -57,7 +75,7 @@ uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& 
       break;
     }
   }
-  return write_model_dir_streaming(dir, base.config(), values, kDefaultShardLimitBytes, overwrite,
+  return write_model_dir_streaming(dir, merged.config(), values, kDefaultShardLimitBytes, overwrite,
                                    tokenizer.empty() ? std::map<std::string, std::string>{}
                                                      : tokenizer_files_to_write(tokenizer));
 }

@@ -1,15 +1,39 @@
-// Merging a PEFT LoRA adapter into its base model (`export --merge-lora`, docs/lora.md): each
-// adapted projection becomes W + s·B·A (PEFT's merge_and_unload), a base tensor the adapter holds
-// (modules_to_save) replaces the base's, every other tensor is copied.
+// Merging a PEFT LoRA adapter into its base model (docs/lora.md): each adapted projection becomes
+// W + s·B·A (PEFT's merge_and_unload), a base tensor the adapter holds (modules_to_save) replaces
+// the base's, every other tensor is the base's. `export --merge-lora` writes the merge as a model
+// directory; `generate --adapter` decodes with it in memory.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "io/model_dir.h"
+#include "io/peft_adapter_file.h"
+#include "model/tensor_source.h"
 
 namespace zt {
 
+// The base model directory with the adapter directory merged in, read as a model without
+// adapters: config() is the base's, and a read gives the merged values in fp32 (the sum over the
+// rank in fp32, in k order). Errors name the adapter's file and tensor, or the base's.
+class LoraMergedSource : public TensorSource {
+ public:
+  LoraMergedSource(const std::string& base_dir, const std::string& adapter_dir);
+
+  const ModelConfig& config() const override { return base_.config(); }
+  std::string description() const override;
+  void read_range_f32(const TensorInfo& t, int64_t begin, int64_t count, float* out) override;
+
+ private:
+  ModelDirReader base_;
+  std::string adapter_dir_;
+  PeftAdapterReader adapter_;
+  std::vector<float> a_, b_;  // the current projection's A [r, in] and B's rows of the read
+};
+
 // Writes the merged model as a bf16 model directory at `dir` (tensor by tensor in bounded
 // chunks, into a temporary sibling moved into place), with the base directory's tokenizer files.
-// Errors name the adapter's file and tensor, or the base's. Returns the tensor bytes written.
+// Returns the tensor bytes written.
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite);
 

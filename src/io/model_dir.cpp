@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "io/fs_util.h"
+#include "io/peft_adapter_file.h"
 #include "io/tokenizer_files.h"
 #include "model/init.h"
 #include "util/error.h"
@@ -244,6 +245,11 @@ namespace {
 ModelConfig load_model_config(const std::string& dir) {
   ZT_CHECK(fs::is_directory(dir), "model directory '" + dir + "' does not exist");
   const std::string path = dir + "/" + kModelConfigFile;
+  ZT_CHECK(fs::exists(path) || !fs::exists(dir + "/" + kPeftConfigFile),
+           "model directory '" + dir + "' has no " + kModelConfigFile + ": it holds a PEFT " +
+               "adapter (" + kPeftConfigFile + "); give its base model here, and the adapter " +
+               "with --adapter (eval, generate), --lora-init-from (train) or --merge-lora " +
+               "(export)");
   ZT_CHECK(fs::exists(path), "model directory '" + dir + "' has no " + kModelConfigFile);
   return ModelConfig::from_hf_file(path);
 }

@@ -94,9 +94,6 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
            "activation checkpointing: selective and full/every:K are one policy or the other");
   ZT_CHECK(!(ac.forward_only && (ac.any() || ac.on_host)),
            "activation checkpointing: a forward-only model keeps nothing to checkpoint");
-  ZT_CHECK(!(ac.forward_only && c.lora.enabled()),
-           "a forward-only model (eval) does not carry LoRA adapters: merge them first "
-           "(export --merge-lora)");
   const int64_t M = B * T, D = c.hidden_size, KV = c.kv_dim(), F = c.intermediate_size;
   const int64_t QD = c.q_dim(), L = c.num_layers;
   ArenaCursor dev(device_base), host(host_base);
@@ -148,7 +145,14 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.logits = dev.take(std::min(head_chunk_rows, M) * c.vocab_size, storage);
   t.losses = dev.take_f32(M);
   plan.head = dev.used() - plan.residual - plan.layer_saved;
-  if (ac.forward_only) return plan;  // no backward temporaries
+  // LoRA's y += u·Bᵀ: the product [M, out] of the widest adapted projection.
+  const bool lora_mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
+  const int64_t lora_product = c.lora.enabled() ? M * std::max({D, QD, KV, lora_mlp ? F : 0}) : 0;
+  if (ac.forward_only) {  // no backward temporaries
+    if (lora_product > 0) t.lora_product = dev.take(lora_product, storage);
+    plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;
+    return plan;
+  }
   t.dresid = dev.take(M * D, storage);
   t.dxn = dev.take(M * D, storage);
   // Ordered for the batched weight gradients of the projections (backend/gemm_batch.h): dq, dk,
@@ -163,8 +167,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.dup = dev.take(M * F, storage);
   t.dh = dev.take(M * F, storage);
   if (c.lora.enabled()) {
-    const bool mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
-    t.lora_product = dev.take(M * std::max({D, QD, KV, mlp ? F : 0}), storage);
+    t.lora_product = dev.take(lora_product, storage);
     t.lora_du = dev.take(M * c.lora.rank, storage);
     if (c.lora.dropout > 0) t.lora_dropped = dev.take(M * std::max({D, QD, F}), storage);
   }

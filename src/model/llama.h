@@ -36,9 +36,9 @@ namespace zt {
 // product, whose storage one scratch shares across layers (torchtitan's per-op policy).
 // forward_only (eval; with no other policy): no backward will run, so nothing is kept
 // for one: the residual stream lives in two buffers used in turn, every layer's activations in
-// the one scratch, and no backward temporary is carved; a training forward, a backward and LoRA
-// adapters are refused. The forward runs the same ops on the same inputs as a model that keeps
-// everything.
+// the one scratch, and no backward temporary is carved (LoRA's product buffer, which the forward
+// writes, stays); a training forward and a backward are refused. The forward runs the same ops on
+// the same inputs as a model that keeps everything.
 struct ActivationCheckpointing {
   int every = 0;
   bool on_host = false;
@@ -70,7 +70,7 @@ struct ActivationPlan {
   int64_t host_residual = 0;  // inputs of checkpointed layers when on_host
   int64_t layer_saved = 0;    // per-layer saved activations × layers kept, + scratch if any ckpt
   int64_t head = 0;  // final-norm output, rstd, one chunk of logits/dlogits, per-token losses
-  int64_t grad_scratch = 0;  // backward temporaries
+  int64_t grad_scratch = 0;  // backward temporaries (forward_only: LoRA's product alone)
   int64_t token_bytes = 0;   // outside the arena: int32 inputs, targets, document starts and
                              // the embedding gradient's ids
   int64_t device_bytes() const { return residual + layer_saved + head + grad_scratch; }

@@ -88,7 +88,7 @@ def main():
             t0 = time.time()
             proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=scratch, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=900)
+                                  errors="replace", timeout=900)  # a byte model's text
             print(proc.stdout[-6000:], flush=True)
             if proc.returncode != 0:
                 print(f"FAIL: the block at {page}:{line} exited with {proc.returncode}")

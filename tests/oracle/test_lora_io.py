@@ -27,9 +27,16 @@ stage 0:
    loss with the adapter unmerged within twice the first-order effect of one bf16 step on every
    weight, 2 * sum |dL/dW| ulp_bf16(W) (float64, the gradient at PEFT's exact merge).
 
+5. `eval --adapter OUT/final` (fp32) gives PeftModel.from_pretrained(base, OUT/final)'s loss on
+   the same windows within test_lora.py's bound; `generate --adapter OUT/final` (merged in fp32)
+   picks, at every new position, the token with PEFT's largest logit, or one within that bound of
+   the logits' scale of it (a near tie). Refused naming the directory: an --adapter that is no
+   directory, and a PEFT adapter directory given as --model.
+
 --mutation head: the PEFT reference trains lm_head without weight decay; --mutation merge: the
-merge check is given the base for the merged model. With --expect-mismatch each must fail its
-comparison (the losses against PEFT's; the merged loss against PEFT's unmerged one), and only it.
+merge check is given the base for the merged model; --mutation adapter: eval and generate run
+without --adapter. With --expect-mismatch each must fail its comparison (the losses against
+PEFT's; the merged loss against PEFT's unmerged one; eval's loss against PEFT's), and only it.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -185,8 +192,48 @@ def check_merge(zt, work, weights, final, eval_tokens, mutation):
     check(abs(got - want) <= bound, f"the merged model's loss {got} is beyond {bound} of {want}")
 
 
+def last_json(output):
+    """The JSON object on the last line of a command's output."""
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def check_adapter_commands(zt, work, weights, eval_tokens, mutation):
+    """eval and generate with --adapter OUT/final against PEFT's unmerged model (float64)."""
+    from peft import PeftModel
+    with_adapter = [] if mutation == "adapter" else ["--adapter", work("run", "final")]
+    windows, seq_len = eval_tokens.shape[0], eval_tokens.shape[1] - 1
+    got = last_json(run_tool([zt, "eval", "--model", work("model"), "--data", work("tok.h5"),
+                              "--batches", "1", "--micro-batch", str(windows), "--seq-len",
+                              str(seq_len)] + with_adapter))["loss"]
+    want = peft_loss(work, weights, work("run", "final"), eval_tokens)
+    print(f"eval --adapter: loss {got:.9f}, PEFT's {want:.9f}")
+    check(abs(got - want) / abs(want) < TOLERANCE, f"eval --adapter's loss {got} vs PEFT's {want}")
+    generated = last_json(run_tool([zt, "generate", "--model", work("model"), "--prompt", "The ",
+                                    "--tokenizer", "byte", "--json", "--ignore-eos",
+                                    "--max-new-tokens", "24"] + with_adapter))
+    prompt, new = generated["prompt_tokens"], generated["new_tokens"]
+    peft = PeftModel.from_pretrained(base_model(work("model"), weights),
+                                     work("run", "final")).to(torch.float64)
+    with torch.no_grad():
+        logits = peft(input_ids=torch.tensor([prompt + new])).logits[0]
+    worst_gap = 0.0
+    for i, token in enumerate(new):
+        row = logits[len(prompt) - 1 + i]
+        gap = (row.max() - row[token]).item()
+        worst_gap = max(worst_gap, gap)
+        check(gap <= TOLERANCE * row.abs().max().item(),
+              f"generate --adapter's token {i} is {token}, PEFT's largest logit is token "
+              f"{row.argmax().item()}, {gap:.3e} above it")
+    print(f"generate --adapter: {len(new)} tokens, each PEFT's largest logit (worst gap "
+          f"{worst_gap:.1e}): {bytes(new)!r}")
+    refused([zt, "eval", "--model", work("model"), "--adapter", work("absent"), "--data",
+             work("tok.h5")], "eval: --adapter '" + work("absent") + "' is not a directory")
+    refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--tokenizer",
+             "byte"], "has no config.json: it holds a PEFT adapter (adapter_config.json)")
+
+
 def main():
-    args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["head", "merge"])
+    args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["head", "merge", "adapter"])
     zt = args.zerotrain
 
     def checks():
@@ -206,7 +253,7 @@ def main():
               f"PEFT's loss with OUT/final {loss} vs zerotrain's evaluation {eval_loss}")
         print(f"PEFT loads OUT/final with modules_to_save: loss {loss:.7f}, zerotrain's "
               f"{eval_loss:.7f}")
-        if args.mutation != "merge":
+        if args.mutation not in ("merge", "adapter"):
             # Rank-stabilised scaling, alpha/sqrt(r), against PEFT's use_rslora.
             rslora = peft_reference(work("model"), weights, initial_a, tokens, args.mutation,
                                     use_rslora=True)[:3]
@@ -215,9 +262,13 @@ def main():
             check_training(work("rslora"), *rslora, modules_to_save=None)
             check_init_from(zt, work, final)
             check_export_peft(zt, work, weights, final, eval_tokens, eval_loss)
-        check_merge(zt, work, weights, final, eval_tokens, args.mutation)
+        if args.mutation != "adapter":
+            check_merge(zt, work, weights, final, eval_tokens, args.mutation)
+        if args.mutation in (None, "adapter"):
+            check_adapter_commands(zt, work, weights, eval_tokens, args.mutation)
 
-    expected = {"head": "vs PEFT", "merge": "the merged model's loss"}
+    expected = {"head": "vs PEFT", "merge": "the merged model's loss",
+                "adapter": "eval --adapter's loss"}
     return exit_status(checks, args.mutation if args.expect_mismatch else None,
                        expected.get(args.mutation))
 
