@@ -42,6 +42,14 @@ PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& 
     ZT_CHECK(e.shape == info.shape, file_.path() + ": tensor '" + e.name + "' has shape " +
                                         nlohmann::json(e.shape).dump() + ", the model's is " +
                                         nlohmann::json(info.shape).dump());
+    // PEFT applies a trained copy of a tied embedding to the embedding alone, the head keeping
+    // the base's matrix, unless ensure_weight_tying trains the shared one (zerotrain's model).
+    ZT_CHECK(info.role != TensorRole::kEmbedding || !layout_.tied_embeddings() ||
+                 config_.lora.ensure_weight_tying,
+             file_.path() + ": tensor '" + e.name + "' is a trained copy of the embedding, " +
+                 "which this model ties to its LM head: PEFT applies it to the embedding alone, " +
+                 "which zerotrain does not (with ensure_weight_tying: true in " + kPeftConfigFile +
+                 ", PEFT 0.18 and later train and apply the shared matrix)");
     names_[name] = e.name;
   }
   for (const TensorInfo& t : layout_.tensors())

@@ -28,15 +28,17 @@ stage 0:
    weight, 2 * sum |dL/dW| ulp_bf16(W) (float64, the gradient at PEFT's exact merge).
 
 5. `eval --adapter OUT/final` (fp32) gives PeftModel.from_pretrained(base, OUT/final)'s loss on
-   the same windows within test_lora.py's bound; `generate --adapter OUT/final` (merged in fp32)
-   picks, at every new position, the token with PEFT's largest logit, or one within that bound of
-   the logits' scale of it (a near tie). Refused naming the directory: an --adapter that is no
-   directory, and a PEFT adapter directory given as --model.
+   the same windows within test_lora.py's bound, and at 2 ranks 1 rank's loss bitwise;
+   `generate --adapter OUT/final` (merged in fp32) picks, at every new position, the token with
+   PEFT's largest logit, or one within that bound of the logits' scale of it (a near tie).
+   Refused naming the directory: an --adapter that is no directory, and a PEFT adapter directory
+   given as --model.
 
 --mutation head: the PEFT reference trains lm_head without weight decay; --mutation merge: the
-merge check is given the base for the merged model; --mutation adapter: eval and generate run
-without --adapter. With --expect-mismatch each must fail its comparison (the losses against
-PEFT's; the merged loss against PEFT's unmerged one; eval's loss against PEFT's), and only it.
+merge check is given the base for the merged model; --mutation eval (generate): eval (generate)
+runs without --adapter. With --expect-mismatch each must fail its comparison (the losses against
+PEFT's; the merged loss against PEFT's unmerged one; eval's loss, generate's tokens against
+PEFT's), and only it.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -197,20 +199,27 @@ def last_json(output):
     return json.loads(output.strip().splitlines()[-1])
 
 
-def check_adapter_commands(zt, work, weights, eval_tokens, mutation):
+def check_adapter_commands(zt, mpirun, work, weights, eval_tokens, mutation):
     """eval and generate with --adapter OUT/final against PEFT's unmerged model (float64)."""
     from peft import PeftModel
-    with_adapter = [] if mutation == "adapter" else ["--adapter", work("run", "final")]
+    adapter = ["--adapter", work("run", "final")]
     windows, seq_len = eval_tokens.shape[0], eval_tokens.shape[1] - 1
     got = last_json(run_tool([zt, "eval", "--model", work("model"), "--data", work("tok.h5"),
                               "--batches", "1", "--micro-batch", str(windows), "--seq-len",
-                              str(seq_len)] + with_adapter))["loss"]
+                              str(seq_len)] + (adapter if mutation != "eval" else [])))["loss"]
     want = peft_loss(work, weights, work("run", "final"), eval_tokens)
     print(f"eval --adapter: loss {got:.9f}, PEFT's {want:.9f}")
     check(abs(got - want) / abs(want) < TOLERANCE, f"eval --adapter's loss {got} vs PEFT's {want}")
+    # Each rank opens the adapter and scores its batches: the loss of every world size is one's.
+    one_window = ["eval", "--model", work("model"), "--data", work("tok.h5"), "--batches",
+                  str(windows), "--micro-batch", "1", "--seq-len", str(seq_len)] + adapter
+    alone = last_json(run_tool([zt] + one_window))["loss"]
+    ranks = last_json(run_tool([mpirun, "-n", "2", zt] + one_window))["loss"]
+    check(ranks == alone, f"eval --adapter at 2 ranks: loss {ranks}, at 1 rank {alone}")
     generated = last_json(run_tool([zt, "generate", "--model", work("model"), "--prompt", "The ",
                                     "--tokenizer", "byte", "--json", "--ignore-eos",
-                                    "--max-new-tokens", "24"] + with_adapter))
+                                    "--max-new-tokens", "24"] +
+                                   (adapter if mutation != "generate" else [])))
     prompt, new = generated["prompt_tokens"], generated["new_tokens"]
     peft = PeftModel.from_pretrained(base_model(work("model"), weights),
                                      work("run", "final")).to(torch.float64)
@@ -233,7 +242,8 @@ def check_adapter_commands(zt, work, weights, eval_tokens, mutation):
 
 
 def main():
-    args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["head", "merge", "adapter"])
+    args, work = lora_oracle_arguments(__doc__.split("\n")[0],
+                                       ["head", "merge", "eval", "generate"])
     zt = args.zerotrain
 
     def checks():
@@ -253,7 +263,7 @@ def main():
               f"PEFT's loss with OUT/final {loss} vs zerotrain's evaluation {eval_loss}")
         print(f"PEFT loads OUT/final with modules_to_save: loss {loss:.7f}, zerotrain's "
               f"{eval_loss:.7f}")
-        if args.mutation not in ("merge", "adapter"):
+        if args.mutation not in ("merge", "eval", "generate"):
             # Rank-stabilised scaling, alpha/sqrt(r), against PEFT's use_rslora.
             rslora = peft_reference(work("model"), weights, initial_a, tokens, args.mutation,
                                     use_rslora=True)[:3]
@@ -262,13 +272,13 @@ def main():
             check_training(work("rslora"), *rslora, modules_to_save=None)
             check_init_from(zt, work, final)
             check_export_peft(zt, work, weights, final, eval_tokens, eval_loss)
-        if args.mutation != "adapter":
+        if args.mutation not in ("eval", "generate"):
             check_merge(zt, work, weights, final, eval_tokens, args.mutation)
-        if args.mutation in (None, "adapter"):
-            check_adapter_commands(zt, work, weights, eval_tokens, args.mutation)
+        if args.mutation in (None, "eval", "generate"):
+            check_adapter_commands(zt, args.mpirun, work, weights, eval_tokens, args.mutation)
 
     expected = {"head": "vs PEFT", "merge": "the merged model's loss",
-                "adapter": "eval --adapter's loss"}
+                "eval": "eval --adapter's loss", "generate": "generate --adapter's token"}
     return exit_status(checks, args.mutation if args.expect_mismatch else None,
                        expected.get(args.mutation))
 

@@ -41,6 +41,9 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    lower than the base's beyond the bound. `export --format peft` of the last checkpoint is
    OUT/final's adapter; `export --merge-lora` as safetensors and as an f32 GGUF load in
    transformers with the same tensors, and a loss lower than the base's beyond the bound.
+   `eval --adapter OUT/final` on the bundled text is PEFT's loss with the adapter, and
+   `generate --adapter OUT/final --chat` picks, at every new token, PEFT's largest logit (or one
+   within the oracle's fp32 bound, 1e-4 of the row's scale, of it: a near tie).
 9. The same LoRA run in bf16 (the default precision), stopped after step 2 (`--stop-after-step`)
    and resumed: its losses are the uninterrupted run's, bit for bit, and the checkpoint stores the
    frozen base (embedding, norms, every projection) in bf16, 2 bytes per element, beside the
@@ -211,7 +214,7 @@ def bfd_windows(starts, n, T):
     return windows
 
 
-def check_lora(work, zt, mpirun, reference, sft):
+def check_lora(work, zt, mpirun, reference, sft, tokens):
     """LoRA r 8 on every projection of the real model, 2 ranks ZeRO-3 chat SFT (fp32 working
     weights, so that both sides compute on the same values); PEFT loads OUT/final onto the model
     and its per-conversation loss on the 4 windows is zerotrain's for the same adapters (the first
@@ -237,6 +240,30 @@ def check_lora(work, zt, mpirun, reference, sft):
     print(f"ok   LoRA: the loss on the SFT windows went {base:.6f} -> {want:.6f}; PEFT loads the "
           "adapter with zerotrain's loss")
     check_lora_exports(work, zt, sft, base)
+    check_adapter_commands(work, zt, adapted, tokens)
+
+
+def check_adapter_commands(work, zt, adapted, tokens):
+    """eval and generate --chat with --adapter OUT/final against PEFT's model (fp32, unmerged)."""
+    adapter = ["--adapter", work("lora", "final")]
+    out = run_tool([zt, "eval", "--model", work("model"), "--data", work("text.h5"), "--batches",
+                    str(BATCHES), "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN)] +
+                   adapter)
+    compare("eval --adapter, PEFT's model", last_json_line(out)["loss"],
+            hf_loss(adapted, tokens, range(MICRO_BATCH * BATCHES), SEQ_LEN))
+    answer = last_json_line(run_tool([zt, "generate", "--model", work("model"), "--chat",
+                                      "What is the capital of France?", "--max-new-tokens", "16",
+                                      "--json"] + adapter))
+    prompt, new = answer["prompt_tokens"], answer["new_tokens"]
+    with torch.no_grad():
+        logits = adapted(input_ids=torch.tensor([prompt + new])).logits[0]
+    for i, token in enumerate(new):
+        row = logits[len(prompt) - 1 + i]
+        gap = (row.max() - row[token]).item()
+        check(gap <= 1e-4 * row.abs().max().item(),
+              f"generate --adapter's token {i} is {token}; PEFT's largest logit is token "
+              f"{row.argmax().item()}, {gap:.3e} above it")
+    print(f"ok   generate --adapter --chat: {answer['text']!r}, each token PEFT's largest logit")
 
 
 def check_lora_resume(work, zt, mpirun, sft, reference):
@@ -514,7 +541,7 @@ def main():
         check_turn_boundaries(work, args.zerotrain)
         sft, held = check_sft(work, args.zerotrain, args.source_dir, args.mpirun, reference)
         check_export(work, args.zerotrain, tokens, held, sft[3])
-        check_lora(work, args.zerotrain, args.mpirun, reference, sft)
+        check_lora(work, args.zerotrain, args.mpirun, reference, sft, tokens)
         check_lora_resume(work, args.zerotrain, args.mpirun, sft, reference)
 
     return exit_status(checks)

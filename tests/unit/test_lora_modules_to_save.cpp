@@ -17,6 +17,7 @@
 #include "../support/error_text.h"
 #include "app/lora_options.h"
 #include "checkpoint/peft_adapter.h"
+#include "io/peft_adapter_file.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/trainable.h"
@@ -128,6 +129,17 @@ TEST(LoraModulesToSave, TheAdapterDirectoryListsTheModulesThatTrained) {
   const LoraSpec tied_back = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile);
   EXPECT_EQ(selected(tied, tied_back.modules_to_save, tied_back.ensure_weight_tying),
             std::vector<std::string>{"model.embed_tokens.weight"});
+  // Opened for eval, generate or a merge: with the tie kept it reads; without it (PEFT 0.13's
+  // copy, applied to the embedding alone) it is refused naming the file and the tensor.
+  ModelConfig tied_model = tiny_lora(true);
+  tied_model.lora = tied_back;
+  EXPECT_NO_THROW(PeftAdapterReader(dir, tied_model));
+  tied_model.lora.ensure_weight_tying = false;
+  EXPECT_NE(error_of([&] { PeftAdapterReader(dir, tied_model); })
+                .find("adapter_model.safetensors: tensor "
+                      "'base_model.model.model.embed_tokens.weight' is a trained copy "
+                      "of the embedding, which this model ties to its LM head"),
+            std::string::npos);
   EXPECT_FALSE(written_config(tied, {}, dir).contains("ensure_weight_tying"));
   std::filesystem::remove_all(dir);
 }
