@@ -39,61 +39,87 @@ namespace fs = std::filesystem;
 
 const char* const kCommand = "generate";
 
-// The Python step of a Hugging Face tokenizer. argv: mode (encode | chat | decode), tokenizer.json
-// or a directory holding it, input file, output file, chat template name (empty: as transformers
-// picks, "tool_use" when there are tools and such a template, else "default"; a single template is
-// named "default", as transformers 5 saves it), tools file (empty: none). encode: the input's
-// UTF-8 text as the tokenizer encodes a document (its BOS, ...); chat: the input as the user's
-// message, rendered by that chat template with the tools and the generation prompt and encoded as
-// apply_chat_template(tokenize=True) encodes it; both -> {"ids": [...], "eos_token_id": ID or -1}.
-// decode: {"ids": [...]} -> the text, special tokens skipped. It follows the opening of
-// app/python_step.h.
+// The Python step of a Hugging Face tokenizer. argv: mode (encode | chat | conversation |
+// decode), tokenizer.json or a directory holding it, input file, output file, chat template name
+// (empty: as transformers picks, "tool_use" when there are tools and such a template, else
+// "default"; a single template is named "default", as transformers 5 saves it), tools file
+// (empty: none), system message file (empty: none). encode: the input's UTF-8 text as the
+// tokenizer encodes a document (its BOS, ...); chat: the input as the user's message, after the
+// system message when there is one; conversation: the input a JSON list of messages (the last not
+// the assistant's); chat and conversation render the messages with that chat template, the tools
+// and the generation prompt, and encode them as apply_chat_template(tokenize=True) does; each ->
+// {"ids": [...], "eos_token_id": ID or -1}. decode: {"ids": [...]} -> the text, special tokens
+// skipped. It follows the opening of app/python_step.h.
 constexpr const char* kTokenizerStep = R"PY(
-if mode in ("encode", "chat"):
+def read_text(path, what):
     try:
-        with open(in_path, encoding="utf-8", newline="") as f:
-            text = f.read()
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.read()
     except UnicodeDecodeError as e:
-        sys.exit(f"the prompt is not UTF-8 text: {e}")
-    if mode == "chat":
-        if not tok.chat_template:
-            sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template "
-                     "(and no chat_template.jinja beside it): --chat needs one; give the text "
-                     "to continue with --prompt")
-        tools = None
-        if tools_path:
-            try:
-                with open(tools_path, encoding="utf-8") as f:
-                    tools = json.load(f)
-            except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
-                sys.exit(f"--tools: {tools_path}: not a UTF-8 JSON file: {e}")
-            if not isinstance(tools, list) or any(call_name(t) is None for t in tools):
-                sys.exit(f"--tools: {tools_path}: not a list of tool schemas that each name a "
-                         'function ({"type": "function", "function": {"name", "parameters"}})')
-            tools = tools or None  # an empty list is no tools, as chat SFT data reads it
-        named = tok.chat_template
-        if not isinstance(named, dict):
-            named = {"default": named}
-        names = ", ".join(sorted(named))
-        name = template_name or ("tool_use" if tools and "tool_use" in named else "default")
-        if name not in named and template_name:
-            sys.exit(f"--chat-template: {tok_dir} has no chat template named {name!r}; its "
-                     f"templates are named {names}")
-        if name not in named:
-            sys.exit(f"{tok_dir}: the chat templates are named {names}, none 'default', which "
-                     f"--chat renders a message {'with tools ' if tools else ''}with when none "
-                     "is named 'tool_use' (--chat-template NAME picks one)")
-        text = tok.apply_chat_template([{"role": "user", "content": text}], tools=tools,
-                                       tokenize=False, add_generation_prompt=True,
-                                       chat_template=named[name])
-    ids = tok(text, add_special_tokens=mode == "encode")["input_ids"]
-    with open(out_path, "w", encoding="utf-8") as f:
-        json.dump({"ids": ids, "eos_token_id": special_id("eos_token")}, f)
-else:
+        sys.exit(f"{what} is not UTF-8 text: {e}")
+
+def read_json(path, option):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        sys.exit(f"{option}: {path}: not a UTF-8 JSON file: {e}")
+
+def conversation(path):
+    messages = read_json(path, "--messages")
+    if (not isinstance(messages, list) or not messages
+            or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)):
+        sys.exit(f"--messages: {path}: not a non-empty list of messages, each an object with a "
+                 "'role' (and its 'content'), as apply_chat_template takes them")
+    if messages[-1]["role"] == "assistant":
+        sys.exit(f"--messages: {path}: the conversation ends with an assistant message; generate "
+                 "writes the next assistant turn, after a user (or tool) message")
+    return messages
+
+def render(messages):
+    if not tok.chat_template:
+        sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template "
+                 "(and no chat_template.jinja beside it): --chat and --messages need one; give "
+                 "the text to continue with --prompt")
+    tools = None
+    if tools_path:
+        tools = read_json(tools_path, "--tools")
+        if not isinstance(tools, list) or any(call_name(t) is None for t in tools):
+            sys.exit(f"--tools: {tools_path}: not a list of tool schemas that each name a "
+                     'function ({"type": "function", "function": {"name", "parameters"}})')
+        tools = tools or None  # an empty list is no tools, as chat SFT data reads it
+    named = tok.chat_template
+    if not isinstance(named, dict):
+        named = {"default": named}
+    names = ", ".join(sorted(named))
+    name = template_name or ("tool_use" if tools and "tool_use" in named else "default")
+    if name not in named and template_name:
+        sys.exit(f"--chat-template: {tok_dir} has no chat template named {name!r}; its "
+                 f"templates are named {names}")
+    if name not in named:
+        sys.exit(f"{tok_dir}: the chat templates are named {names}, none 'default', which "
+                 f"--chat renders a message {'with tools ' if tools else ''}with when none "
+                 "is named 'tool_use' (--chat-template NAME picks one)")
+    return tok.apply_chat_template(messages, tools=tools, tokenize=False,
+                                   add_generation_prompt=True, chat_template=named[name])
+
+if mode == "decode":
     with open(in_path, encoding="utf-8") as f:
         ids = json.load(f)["ids"]
     with open(out_path, "w", encoding="utf-8") as f:
         f.write(tok.decode(ids, skip_special_tokens=True))
+else:
+    if mode == "encode":
+        text = read_text(in_path, "the prompt")
+    elif mode == "chat":
+        system = ([{"role": "system", "content": read_text(system_path, "--system")}]
+                  if system_path else [])
+        text = render(system + [{"role": "user", "content": read_text(in_path, "the message")}])
+    else:
+        text = render(conversation(in_path))
+    ids = tok(text, add_special_tokens=mode == "encode")["input_ids"]
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump({"ids": ids, "eos_token_id": special_id("eos_token")}, f)
 )PY";
 
 struct GenerateOptions {
@@ -101,11 +127,14 @@ struct GenerateOptions {
   std::string adapter;        // --adapter: a PEFT LoRA adapter directory merged into the model
   std::string chat_template;  // --chat-template: the named template --chat renders (empty: auto)
   std::string tools;          // --tools: a JSON file of tool definitions for the chat template
+  std::string system;         // --system: the system message before --chat's (has_system)
+  std::string messages;       // --messages: a JSON file holding the conversation to continue
   int64_t max_new_tokens = 64;
   SamplingConfig sampling;
   int64_t seed = 0;
   bool ignore_eos = false, json = false;
-  bool chat_mode = false;  // --chat given
+  bool has_system = false;  // --system given (an empty one is an empty system message)
+  bool chat_mode = false;   // --chat or --messages given: a chat template renders the prompt
 };
 
 // The prompt's token ids and the id that ends generation (-1: none), and the text of new ids.
@@ -126,21 +155,28 @@ class PromptTokenizer {
             : "tokenizer '" + file + "' does not exist");
   }
 
-  // The prompt's ids: `text` as a document, or with `chat` as the user's message in the chat
-  // template with its generation prompt.
-  std::vector<int32_t> encode(const std::string& text, bool chat, int64_t* eos) {
-    ZT_CHECK(!(byte_ && chat),
-             "--chat needs a Hugging Face tokenizer with a chat template, not "
+  // The prompt's ids: --prompt as a document, or --chat's message (after --system's) or
+  // --messages' conversation in the chat template with its generation prompt.
+  std::vector<int32_t> encode(int64_t* eos) {
+    ZT_CHECK(!(byte_ && o_.chat_mode),
+             "--chat and --messages need a Hugging Face tokenizer with a chat template, not "
              "--tokenizer byte");
     if (byte_) {
       *eos = -1;
       std::vector<int32_t> ids;  // each byte as unsigned char, 0..255 (UTF-8 above 127 too)
-      for (const char c : text) ids.push_back(static_cast<unsigned char>(c));
+      for (const char c : o_.prompt) ids.push_back(static_cast<unsigned char>(c));
       return ids;
     }
-    write_text_file(scratch_ + "/prompt.txt", text);
-    step(chat ? "chat" : "encode", scratch_ + "/prompt.txt", scratch_ + "/encoded.json");
-    const nlohmann::json encoded = read_json_file(scratch_ + "/encoded.json");
+    const std::string encoded_path = scratch_ + "/encoded.json";
+    if (!o_.messages.empty()) {
+      step("conversation", o_.messages, encoded_path);
+    } else {
+      write_text_file(scratch_ + "/prompt.txt", o_.chat_mode ? o_.chat : o_.prompt);
+      if (o_.has_system) write_text_file(scratch_ + "/system.txt", o_.system);
+      step(o_.chat_mode ? "chat" : "encode", scratch_ + "/prompt.txt", encoded_path,
+           o_.has_system ? scratch_ + "/system.txt" : "");
+    }
+    const nlohmann::json encoded = read_json_file(encoded_path);
     *eos = encoded.at("eos_token_id").get<int64_t>();
     return encoded.at("ids").get<std::vector<int32_t>>();
   }
@@ -158,9 +194,11 @@ class PromptTokenizer {
   }
 
  private:
-  void step(const std::string& mode, const std::string& in, const std::string& out) {
-    run_tokenizer_step(o_.python, "mode, tok_path, in_path, out_path, template_name, tools_path",
-                       kTokenizerStep, {mode, path_, in, out, o_.chat_template, o_.tools});
+  void step(const std::string& mode, const std::string& in, const std::string& out,
+            const std::string& system = "") {
+    run_tokenizer_step(o_.python,
+                       "mode, tok_path, in_path, out_path, template_name, tools_path, system_path",
+                       kTokenizerStep, {mode, path_, in, out, o_.chat_template, o_.tools, system});
   }
   static void write_text_file(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary);
@@ -186,8 +224,7 @@ std::vector<int64_t> generation_config_eos(const std::string& model_dir) {
     if (id.is_number_integer()) ids.push_back(id.get<int64_t>());
   return ids;
 }
-bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
-  po::options_description opts("generate options");
+void add_generate_options(po::options_description& opts, GenerateOptions& o) {
   auto add = opts.add_options();
   add("model", po::value(&o.model_dir), "model directory");
   add("adapter", po::value(&o.adapter),
@@ -197,13 +234,20 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   add("chat", po::value(&o.chat),
       "a user message: the model's chat template renders it with the generation prompt, and the "
       "reply is printed (it ends at the end-of-turn token)");
+  add("system", po::value(&o.system),
+      "with --chat: a system message before the user's (without it, the chat template's own "
+      "default, if it has one)");
+  add("messages", po::value(&o.messages),
+      "instead of --chat: a JSON file holding the conversation to continue, a list of messages "
+      "({\"role\", \"content\"}, tool calls and results as a chat template reads them) that ends "
+      "with a user or tool message; the reply is the next assistant turn");
   add("chat-template", po::value(&o.chat_template),
-      "with --chat: the name of the tokenizer's chat template that renders the message (default: "
-      "tool_use when --tools gives tools and there is one, else default, as transformers picks; "
-      "a single template is named default)");
+      "with --chat or --messages: the name of the tokenizer's chat template that renders the "
+      "messages (default: tool_use when --tools gives tools and there is one, else default, as "
+      "transformers picks; a single template is named default)");
   add("tools", po::value(&o.tools),
-      "with --chat: a JSON file holding a list of tool schemas that the chat template renders, "
-      "as apply_chat_template(tools=...); an empty list is no tools");
+      "with --chat or --messages: a JSON file holding a list of tool schemas that the chat "
+      "template renders, as apply_chat_template(tools=...); an empty list is no tools");
   add("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
       "tokens to generate at most (fewer at EOS or at max_position_embeddings)");
   add("do-sample", bool_flag(&o.sampling.sample, false),
@@ -220,31 +264,45 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   add("ignore-eos", bool_flag(&o.ignore_eos, false), "do not stop at the end-of-sequence token");
   add("json", bool_flag(&o.json, false),
       "print one JSON line (prompt and new token ids, the new text) instead of the text");
-  const CommandSpec spec{
-      kCommand, "Continue a prompt with a model (one process, CPU): greedy or sampled.",
-      "zerotrain generate --model DIR [--adapter DIR] (--prompt TEXT | --chat MESSAGE "
-      "[--tools FILE] [--chat-template NAME]) [--max-new-tokens N] "
-      "[--do-sample --temperature T --top-k K --top-p P --seed S]"};
-  po::variables_map vm;
-  if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+}
+
+void check_generate_options(const po::variables_map& vm, GenerateOptions& o) {
   require_option(vm, "model", kCommand);
   check_adapter_option(vm, o.adapter, kCommand);
-  ZT_CHECK(vm.count("prompt") + vm.count("chat") == 1,
-           "generate: give exactly one of '--prompt' or '--chat'");
-  o.chat_mode = vm.count("chat") > 0;
+  ZT_CHECK(vm.count("prompt") + vm.count("chat") + vm.count("messages") == 1,
+           "generate: give exactly one of '--prompt', '--chat' or '--messages'");
+  o.chat_mode = vm.count("chat") + vm.count("messages") > 0;
+  o.has_system = vm.count("system") > 0;
   for (const char* chat_only : {"chat-template", "tools"})
     ZT_CHECK(o.chat_mode || vm.count(chat_only) == 0,
              std::string("generate: --") + chat_only +
-                 " goes with a --chat message (the chat template renders it); --prompt "
-                 "continues a text as it is");
+                 " goes with a --chat message or --messages (the chat template renders them); "
+                 "--prompt continues a text as it is");
+  ZT_CHECK(!o.has_system || vm.count("chat"),
+           "generate: --system goes with a --chat message (--messages holds its own system "
+           "message; --prompt continues a text as it is)");
   ZT_CHECK(vm.count("chat-template") == 0 || !o.chat_template.empty(),
            "generate: --chat-template needs a template's name");
-  ZT_CHECK(vm.count("tools") == 0 || fs::is_regular_file(o.tools),
-           "generate: --tools '" + o.tools + "' is not a file");
+  for (const auto& [option, file] : {std::pair{"tools", &o.tools}, {"messages", &o.messages}})
+    ZT_CHECK(vm.count(option) == 0 || fs::is_regular_file(*file),
+             std::string("generate: --") + option + " '" + *file + "' is not a file");
   check_count(o.max_new_tokens, 1, "max-new-tokens", kCommand);
   check_sampling_config(o.sampling);
   ZT_CHECK(o.seed >= 0,
            std::string(kCommand) + ": --seed must be >= 0, got " + std::to_string(o.seed));
+}
+
+bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
+  po::options_description opts("generate options");
+  add_generate_options(opts, o);
+  const CommandSpec spec{
+      kCommand, "Continue a prompt with a model (one process, CPU): greedy or sampled.",
+      "zerotrain generate --model DIR [--adapter DIR] (--prompt TEXT | --chat MESSAGE "
+      "[--system TEXT] | --messages FILE) [--tools FILE] [--chat-template NAME] "
+      "[--max-new-tokens N] [--do-sample --temperature T --top-k K --top-p P --seed S]"};
+  po::variables_map vm;
+  if (!parse_command_line(spec, opts, nullptr, argc, argv, vm)) return false;
+  check_generate_options(vm, o);
   return true;
 }
 
@@ -262,8 +320,7 @@ int run_generate(const GenerateOptions& o) {
            "--tokenizer byte decodes ids below 256; model '" + o.model_dir + "' has vocab_size " +
                std::to_string(config.vocab_size) + " (give its tokenizer: --tokenizer PATH)");
   int64_t tokenizer_eos = -1;
-  std::vector<int32_t> context =
-      tokenizer.encode(o.chat_mode ? o.chat : o.prompt, o.chat_mode, &tokenizer_eos);
+  std::vector<int32_t> context = tokenizer.encode(&tokenizer_eos);
   std::vector<int64_t> eos = generation_config_eos(o.model_dir);
   if (eos.empty() && tokenizer_eos >= 0) eos.push_back(tokenizer_eos);
   ZT_CHECK(!context.empty(), "the prompt encodes to no token");

@@ -273,10 +273,11 @@ def check_gguf_edges(work, zt, vocab, templates, imported):
 
 
 def check_generate(work, zt, vocab, templates):
-    """`generate --chat` renders the message with the template transformers picks (tool_use with
-    --tools, else default) or the one --chat-template names, with the tools: its prompt ids are
-    apply_chat_template's (tokenize=True, add_generation_prompt=True). The model's context holds
-    tool_use's long system prompt."""
+    """`generate --chat` (after --system's message) and `generate --messages` render the
+    messages with the template transformers picks (tool_use with --tools, else default) or the
+    one --chat-template names, with the tools: the prompt ids are apply_chat_template's
+    (tokenize=True, add_generation_prompt=True). The model's context holds tool_use's long system
+    prompt."""
     os.makedirs(work("generate"))
     source, imported = work("generate", "model.gguf"), work("generate", "model")
     write_gguf(source, "llama", dict(metadata("llama", len(vocab[0])),
@@ -292,25 +293,43 @@ def check_generate(work, zt, vocab, templates):
     empty_file = work("no-tools.json")
     with open(empty_file, "w", encoding="utf-8") as f:
         json.dump([], f)
+    # Conversations that end where the next assistant turn begins: after a tool's result, and
+    # after a user's turn that follows a system message and an earlier round.
+    conversations = {}
+    for label, messages in (("agent", AGENT["messages"][:-1]), ("rounds", ROUNDS["messages"][:-1])):
+        conversations[label] = (work(f"{label}.json"), messages)
+        with open(conversations[label][0], "w", encoding="utf-8") as f:
+            json.dump(messages, f)
+    user = [{"role": "user", "content": message}]
+    system = [{"role": "system", "content": "Answer in French."}]
     prompts = {}
-    for label, extra, tools, name in (
-            ("no tools", [], None, None),
+    for label, extra, messages, tools, name in (
+            ("no tools", ["--chat", message], user, None, None),
             ("an empty tools list (no tools, as chat SFT data reads it)",
-             ["--tools", empty_file], None, None),
-            ("tools", ["--tools", tools_file], [WEATHER], None),
-            ("tools, --chat-template default", ["--tools", tools_file, "--chat-template",
-                                                "default"], [WEATHER], "default")):
-        answer = json.loads(run_tool([zt, "generate", "--model", imported, "--chat", message,
-                                      "--max-new-tokens", "1", "--json"] + extra)
-                            .strip().splitlines()[-1])
-        want = tok.apply_chat_template([{"role": "user", "content": message}], tools=tools,
-                                       chat_template=name, add_generation_prompt=True)
-        check(answer["prompt_tokens"] == want, f"generate --chat with {label}: prompt ids "
+             ["--chat", message, "--tools", empty_file], user, None, None),
+            ("tools", ["--chat", message, "--tools", tools_file], user, [WEATHER], None),
+            ("tools, --chat-template default", ["--chat", message, "--tools", tools_file,
+                                                "--chat-template", "default"],
+             user, [WEATHER], "default"),
+            ("--system", ["--chat", message, "--system", system[0]["content"]], system + user,
+             None, None),
+            ("--messages, a tool call and its result", ["--messages", conversations["agent"][0],
+                                                        "--tools", tools_file],
+             conversations["agent"][1], [WEATHER], None),
+            ("--messages, a system message and a round before",
+             ["--messages", conversations["rounds"][0]], conversations["rounds"][1], None,
+             None)):
+        answer = json.loads(run_tool([zt, "generate", "--model", imported, "--max-new-tokens", "1",
+                                      "--json"] + extra).strip().splitlines()[-1])
+        want = tok.apply_chat_template(messages, tools=tools, chat_template=name,
+                                       add_generation_prompt=True)
+        check(answer["prompt_tokens"] == want, f"generate with {label}: prompt ids "
               f"{answer['prompt_tokens'][:12]}... differ from apply_chat_template's")
         prompts[label] = answer["prompt_tokens"]
     check(prompts["tools"] != prompts["no tools"] and
           prompts["tools"] != prompts["tools, --chat-template default"],
           "tool_use renders the message as default does: the check cannot tell them apart")
+    check(prompts["--system"] != prompts["no tools"], "--system renders as no system message")
     # An empty list is no tools even for a template that tells [] from none (as Llama 3.1's
     # does): the model of one such template renders it as apply_chat_template(tools=None).
     # (transformers 4.46 does not read chat_template.jinja: the reference is given the template.)
@@ -333,7 +352,22 @@ def check_generate(work, zt, vocab, templates):
              "named default, tool_use"], work("no-such-output"))
     for option, value in (("--chat-template", "tool_use"), ("--tools", tools_file)):
         refused(chat + ["--prompt", "Hi", option, value],
-                [f"{option} goes with a --chat message"], work("no-such-output"))
+                [f"{option} goes with a --chat message or --messages"], work("no-such-output"))
+    for extra in (["--prompt", "Hi"], ["--messages", conversations["rounds"][0]]):
+        refused(chat + extra + ["--system", "Be brief."], ["--system goes with a --chat message"],
+                work("no-such-output"))
+    refused(chat + ["--chat", "Hi", "--messages", conversations["rounds"][0]],
+            ["give exactly one of '--prompt', '--chat' or '--messages'"], work("no-such-output"))
+    for n, (bad, says) in enumerate((
+            (ROUNDS["messages"], "the conversation ends with an assistant message"),
+            ({"role": "user", "content": "Hi"}, "not a non-empty list of messages"),
+            ([], "not a non-empty list of messages"),
+            ([{"content": "Hi"}], "not a non-empty list of messages"))):
+        path = work(f"bad-messages{n}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(bad, f)
+        refused(chat + ["--messages", path], [f"--messages: {path}: {says}"],
+                work("no-such-output"))
     refused(chat + ["--chat", "Hi", "--tools", ""], ["--tools '' is not a file"],
             work("no-such-output"))
     for n, bad in enumerate((WEATHER, [{"type": "function", "function": {}}], None)):
@@ -349,8 +383,11 @@ def check_generate(work, zt, vocab, templates):
             [f"--tools: {work('bad-tools-latin1.json')}: not a UTF-8 JSON file"],
             work("no-such-output"))
     print("ok   generate --chat: default (with no tools or an empty list), tool_use with --tools, "
-          "--chat-template default with them: apply_chat_template's prompt ids; an unknown name, "
-          "either option with --prompt, and tools that are not a list of named functions refused")
+          "--chat-template default with them, --system, --messages with a tool call and its "
+          "result and with a system message and an earlier round: apply_chat_template's prompt "
+          "ids; an unknown name, either option with --prompt, --system without --chat, tools "
+          "that are not a list of named functions and conversations that are not a list of "
+          "messages or end with the assistant's refused")
 
 
 def check_gguf(work, zt, source_dir, vocab):
