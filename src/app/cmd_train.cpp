@@ -128,7 +128,7 @@ struct TrainInputs {
 TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   apply_batch_size_rule(o.from_deepspeed.batch_rule, world, o.micro_batch, o.grad_accum);
   validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set, [&] {
-    check_run_size(o, world);
+    if (o.epochs == 0) check_run_size(o, world);  // with --epochs, once the data gives the steps
     if (o.zero.world_invariant) check_world_invariant_shape(world, o.grad_accum);
   });
   TrainInputs in;
@@ -155,6 +155,11 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   in.sampler = std::make_unique<WindowSampler>(
       *in.data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world, rank,
       static_cast<uint64_t>(o.seed), document_masks, o.packing);
+  if (o.epochs > 0)  // the run's length in steps, from the windows an epoch holds
+    validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set, [&] {
+      resolve_epochs(o, *in.sampler);
+      check_run_size(o, world);
+    });
   in.data_identity = in.data->identity();
   in.eval = open_eval_set(o, *in.data, in.tokenizer, document_masks, config, world);
   // Only once the inputs are known to be usable (a refused dataset leaves the previous run in

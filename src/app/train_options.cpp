@@ -56,6 +56,13 @@ bool loss_scale_options_given(const po::variables_map& vm) {
   return false;
 }
 
+// "--steps S", or "--epochs E (S steps)" once the data has given them.
+std::string run_length_text(const TrainOptions& o) {
+  return o.epochs > 0 ? "--epochs " + shortest_decimal(o.epochs) + " (" + std::to_string(o.steps) +
+                            (o.steps == 1 ? " step)" : " steps)")
+                      : "--steps " + std::to_string(o.steps);
+}
+
 void validate_settings(TrainOptions& o) {
   // Checked first: every path under --out is built as OUT + "/...", so '' would mean '/'.
   ZT_CHECK(!o.out.empty(), std::string(kCommand) + ": the output path is empty (--out '')");
@@ -66,7 +73,10 @@ void validate_settings(TrainOptions& o) {
                                   {"the DeepSpeed config", o.deepspeed},
                                   {"the LoRA config", o.lora.config_file},
                                   {"the LoRA adapter to continue", o.lora.init_from}});
-  check_count(o.steps, 1, "steps", kCommand);
+  ZT_CHECK(o.epochs == 0 || (std::isfinite(o.epochs) && o.epochs > 0),
+           std::string(kCommand) + ": --epochs must be a positive number, got " +
+               shortest_decimal(o.epochs));
+  if (o.epochs == 0) validate_run_length(o);  // else once the data gives the steps
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.grad_accum, 1, "grad-accum", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
@@ -85,7 +95,6 @@ void validate_settings(TrainOptions& o) {
           "so that the checkpoints it compares hold an eval_loss");
   check_count(o.log_every, 0, "log-every", kCommand);
   check_count(o.save_consolidated_every, 0, "save-consolidated-every", kCommand);
-  check_profile_steps(o.profile, o.steps);
   check_count(o.optim.warmup_steps, 0, "warmup-steps", kCommand);
   check_count(o.optim.schedule_steps, 0, "schedule-steps", kCommand);
   check_positive(o.optim.lr, "lr", kCommand);
@@ -132,17 +141,29 @@ void validate_settings(TrainOptions& o) {
   check_attention_request(o.attention_request, o.backend_kind, kCommand);
   check_gemm_algorithms(o.gemm_algorithms, o.backend_kind, kCommand);
   validate_checkpoint_flags(o.checkpoint, kCommand);
-  // At or past the last step the run would end as usual (exit 0, no stop): a contradiction.
-  ZT_CHECK(o.checkpoint.stop_after_step < o.steps,
-           std::string(kCommand) + ": --stop-after-step " +
-               std::to_string(o.checkpoint.stop_after_step) +
-               " is not before the last step (--steps " + std::to_string(o.steps) +
-               "): the run would end there without stopping; give a step below it, or 0");
   o.choices = parse_engine_choices(o, kCommand);
   o.choices.offload.validate(o.zero.stage);
 }
 
 }  // namespace
+
+void validate_run_length(const TrainOptions& o) {
+  check_count(o.steps, 1, "steps", kCommand);
+  check_profile_steps(o.profile, o.steps);
+  // At or past the last step the run would end as usual (exit 0, no stop): a contradiction.
+  ZT_CHECK(o.checkpoint.stop_after_step < o.steps,
+           std::string(kCommand) + ": --stop-after-step " +
+               std::to_string(o.checkpoint.stop_after_step) + " is not before the last step (" +
+               run_length_text(o) +
+               "): the run would end there without stopping; give a step below it, or 0");
+}
+
+void resolve_epochs(TrainOptions& o, const WindowSampler& sampler) {
+  if (o.epochs == 0) return;
+  o.steps = steps_for_epochs(o.epochs, sampler.schedule().num_windows(),
+                             sampler.schedule().global_batch_windows());
+  validate_run_length(o);
+}
 
 nlohmann::json TrainOptions::to_json() const {
   return {{"model", model_dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(model_dir)},
@@ -151,6 +172,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"out", out},
           {"overwrite", overwrite},
           {"steps", steps},
+          {"epochs", epochs > 0 ? nlohmann::json(epochs) : nlohmann::json(nullptr)},
           {"micro_batch", micro_batch},
           {"grad_accum", grad_accum},
           {"seq_len", seq_len},
@@ -331,6 +353,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("out", po::value(&o.out), "output directory");
   add("overwrite", flag(&o.overwrite, false), "allow a non-empty --out");
   add("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
+  add("epochs", po::value(&o.epochs),
+      "instead of --steps: the run's length in passes over the data's windows (a decimal, as "
+      "the Hugging Face Trainer's num_train_epochs): ceil(E x windows an epoch / windows a "
+      "step) steps, the data read on across epochs");
   add_batch_options(opts, o);
   add_optimizer_options(opts, o);
   add("seed", po::value(&o.seed)->default_value(o.seed),
@@ -399,6 +425,10 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   note_lora_options_given(vm, o.lora);
   require_option(vm, "data", kCommand);
   require_option(vm, "out", kCommand);
+  ZT_CHECK(!vm.count("epochs") || !vm.count("steps") || vm["steps"].defaulted(),
+           std::string(kCommand) + ": give --steps or --epochs, not both");
+  ZT_CHECK(!vm.count("epochs") || o.epochs != 0,
+           std::string(kCommand) + ": --epochs must be a positive number, got 0");
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
            std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
   // ---- DeepSpeed JSON (app/deepspeed_config.h): fills options left unset above ----

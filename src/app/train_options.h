@@ -30,7 +30,8 @@ inline constexpr const char* kTrainCommand = "train";
 struct TrainOptions : RunEngineOptions {
   std::string model_dir, preset, data, out;
   bool overwrite = false;
-  int64_t steps = 100;
+  int64_t steps = 100;  // --steps, or once the data is open, what --epochs comes to
+  double epochs = 0;    // --epochs E: the run's length in passes over the data (0: --steps)
   int64_t seed = 1234;
   // --packing auto | bfd | documents | wrapped; once the dataset is open, the mode that runs.
   Packing packing = Packing::kAuto;
@@ -84,6 +85,12 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o);
 // Throws zt::Error naming the option whose value is out of range or that does not go with the
 // others; resolves o.choices.
 void validate(TrainOptions& o);
+// The checks that need the run's length in steps: by validate() with --steps; with --epochs once
+// the data has given the steps (resolve_epochs).
+void validate_run_length(const TrainOptions& o);
+// With --epochs, the steps it comes to for `sampler`'s windows (steps_for_epochs), checked as
+// validate_run_length checks them; nothing without.
+void resolve_epochs(TrainOptions& o, const WindowSampler& sampler);
 // The engine train builds for `model`: resolve_engine_spec with train's AdamW and loss scaling.
 // The values were checked and parsed by validate().
 EngineSpec engine_spec(const TrainOptions& o, const ModelConfig& model);

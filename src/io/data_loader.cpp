@@ -1,11 +1,14 @@
 #include "io/data_loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <utility>
 
 #include "io/token_dataset.h"
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/ignored_target.h"
 #include "util/word_choice.h"
@@ -308,6 +311,23 @@ void WindowSampler::read_window(int64_t w, int32_t* inputs, int32_t* targets, in
     std::fill(doc_starts + length - 1, doc_starts + T_, static_cast<int32_t>(length - 1));
   for (int64_t t = 0; t < T_; ++t)
     if (counts[t] == 0) targets[t] = kIgnoredTarget;
+}
+
+int64_t steps_for_epochs(double epochs, int64_t windows, int64_t per_step) {
+  ZT_CHECK(std::isfinite(epochs) && epochs > 0 && windows > 0 && per_step > 0,
+           "--epochs " + shortest_decimal(epochs) + " over " + std::to_string(windows) +
+               " windows, " + std::to_string(per_step) + " a step: not a run length");
+  const double exact = epochs * static_cast<double>(windows) / static_cast<double>(per_step);
+  ZT_CHECK(exact <= 0x1p62, "--epochs " + shortest_decimal(epochs) + " of " +
+                                std::to_string(windows) + " windows, " + std::to_string(per_step) +
+                                " a step, is beyond 2^62 steps");
+  // A decimal E is seldom exact in binary (0.14 · 50 windows / 1 a step is 7.000000000000001):
+  // a product within the rounding of its two operations (a few ulps) of a whole number of steps
+  // is that number. A true fraction of a step is at least 1/(G·10^digits), far above it.
+  const double whole = std::round(exact);
+  const double rounding = 8 * std::numeric_limits<double>::epsilon() * std::max(1.0, exact);
+  const double steps = std::abs(exact - whole) <= rounding ? whole : std::ceil(exact);
+  return std::max<int64_t>(1, static_cast<int64_t>(steps));
 }
 
 std::string WindowSampler::epoch_summary(int64_t steps) const {

@@ -78,6 +78,14 @@ PackingFigures packing_figures(const TokenDataset& data, Packing packing, int64_
 // padding. The target at a piece's first token, other than the window's first, never counts.
 using WindowPieces = std::vector<WindowSpan>;
 
+// The steps that read `epochs` passes over `windows` windows, `per_step` a step: ceil(E·W/G),
+// the last step taking up to G − 1 windows of the next pass (the order reads on across epochs),
+// E·W/G within a few ulps of a whole number being that number (E is a decimal, seldom exact in
+// binary),
+// and at least 1. Fails saying so when E is not a finite positive number or the steps are beyond
+// 2^62.
+int64_t steps_for_epochs(double epochs, int64_t windows, int64_t per_step);
+
 // Pure index arithmetic of the data order (no I/O): which windows a step gives to each rank.
 class WindowSchedule {
  public:

@@ -91,6 +91,23 @@ TEST(TrainData, GlobalBatchIsIndependentOfWorldSize) {
   EXPECT_EQ(std::set<int64_t>(first_epoch.begin(), first_epoch.end()).size(), 62u);
 }
 
+// --epochs E over W windows, G a step: ceil(E·W/G) steps, at least 1; a decimal E whose binary
+// value puts E·W/G a hair above a whole number (0.14 · 50 = 7.000000000000001 in doubles) gives
+// that number; a length that is not one is refused.
+TEST(TrainData, EpochsAreTheStepsThatReadThemRoundedUp) {
+  EXPECT_EQ(steps_for_epochs(3, 17, 4), 13);  // 51 windows: 12.75 steps
+  EXPECT_EQ(steps_for_epochs(1, 16, 4), 4);
+  EXPECT_EQ(steps_for_epochs(0.5, 30, 4), 4);  // 15 windows: 3.75 steps
+  EXPECT_EQ(steps_for_epochs(0.1, 40, 4), 1);
+  EXPECT_EQ(steps_for_epochs(0.1, 1630, 4), 41);  // 40.75
+  EXPECT_EQ(steps_for_epochs(0.14, 50, 1), 7);    // 7.000000000000001
+  EXPECT_EQ(steps_for_epochs(0.56, 50, 2), 14);   // 14.000000000000002
+  EXPECT_EQ(steps_for_epochs(1e-9, 10, 4), 1);
+  EXPECT_EQ(steps_for_epochs(2.5, 1'000'000'007, 3), 833'333'340);  // 833333339.17
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL, 1e300})
+    EXPECT_THROW(steps_for_epochs(bad, 10, 4), Error) << bad;
+}
+
 TEST(TrainData, CursorCanBeRestored) {
   WindowSchedule a(1000, 16, 2, 2, 2, 5), b(1000, 16, 2, 2, 2, 5);
   for (int i = 0; i < 9; ++i) a.advance();

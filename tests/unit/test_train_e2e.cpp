@@ -496,6 +496,47 @@ TEST_F(TrainE2E, OptionsAreAcceptedFromConfigFile) {
   EXPECT_EQ(engine.model.hidden_size, preset_config("tiny").hidden_size);
 }
 
+// --epochs E: the run is ceil(E · windows an epoch / windows a step) steps, the same run as
+// --steps of that many, bit for bit; run.json records both; a length that is not one, and both
+// options, are refused.
+TEST_F(TrainE2E, EpochsGiveTheStepsThatReadThem) {
+  // 1000 tokens: 31 windows of 33 at --seq-len 32 (each shares its last token with the next);
+  // 4 a step, so 0.5 epochs are 4 steps (3.875).
+  std::ifstream sample(std::string(ZT_SOURCE_DIR) + "/inputs/data/sample.txt", std::ios::binary);
+  std::string text(1000, '\0');
+  ASSERT_TRUE(sample.read(text.data(), 1000));
+  std::ofstream(path("thousand.txt"), std::ios::binary) << text;
+  const RunResult data = run_zerotrain("prepare-data --text " + path("thousand.txt") + " --out " +
+                                       path("thousand.h5"));
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  const std::string run = std::string(ZT_BINARY) + " train --preset tiny --seed 7 --data " +
+                          path("thousand.h5") +
+                          " --seq-len 32 --micro-batch 4 --log-every 0 --out ";
+  const RunResult epochs = run_command(run + path("epochs") + " --epochs 0.5");
+  ASSERT_EQ(epochs.exit_code, 0) << epochs.output;
+  EXPECT_NE(epochs.output.find("31 windows of 33 tokens an epoch"), std::string::npos)
+      << epochs.output;
+  const RunResult steps = run_command(run + path("steps") + " --steps 4");
+  ASSERT_EQ(steps.exit_code, 0) << steps.output;
+  const auto losses = loss_strings(path("epochs/metrics.jsonl"));
+  EXPECT_EQ(losses.size(), 4u);
+  EXPECT_EQ(losses, loss_strings(path("steps/metrics.jsonl")));
+  std::ifstream run_in(path("epochs/run.json"));
+  const auto config = nlohmann::json::parse(run_in).at("config");
+  EXPECT_EQ(config.at("steps"), 4);
+  EXPECT_EQ(config.at("epochs"), 0.5);
+  for (const auto& [extra, says] :
+       {std::pair<std::string, std::string>{"--epochs 1 --steps 4", "give --steps or --epochs"},
+        {"--epochs 0", "--epochs must be a positive number, got 0"},
+        {"--epochs inf", "--epochs must be a positive number, got inf"},
+        {"--epochs 0.01 --stop-after-step 2",
+         "--stop-after-step 2 is not before the last step (--epochs 0.01 (1 step))"}}) {
+    const RunResult bad = run_command(run + path("epochs_bad") + " " + extra);
+    EXPECT_NE(bad.exit_code, 0) << extra;
+    EXPECT_NE(bad.output.find(says), std::string::npos) << bad.output;
+  }
+}
+
 TEST_F(TrainE2E, EvalPrintsJsonAndRejectsShortDataset) {
   const RunResult init = run_zerotrain("init --preset tiny --seed 3 --out " + path("init_model"));
   ASSERT_EQ(init.exit_code, 0) << init.output;
