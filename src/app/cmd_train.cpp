@@ -155,11 +155,13 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
   in.sampler = std::make_unique<WindowSampler>(
       *in.data, config.vocab_size, o.seq_len, o.micro_batch, o.grad_accum, world, rank,
       static_cast<uint64_t>(o.seed), document_masks, o.packing);
-  if (o.epochs > 0)  // the run's length in steps, from the windows an epoch holds
+  if (o.epochs > 0) {  // the run's length in steps, from the windows an epoch holds
     validate_naming_deepspeed_file(o.deepspeed, o.from_deepspeed.options_set, [&] {
       resolve_epochs(o, *in.sampler);
       check_run_size(o, world);
     });
+    in.spec.optim = o.optim;  // with --warmup-ratio, the warmup it came to
+  }
   in.data_identity = in.data->identity();
   in.eval = open_eval_set(o, *in.data, in.tokenizer, document_masks, config, world);
   // Only once the inputs are known to be usable (a refused dataset leaves the previous run in

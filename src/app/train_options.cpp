@@ -76,7 +76,16 @@ void validate_settings(TrainOptions& o) {
   ZT_CHECK(o.epochs == 0 || (std::isfinite(o.epochs) && o.epochs > 0),
            std::string(kCommand) + ": --epochs must be a positive number, got " +
                shortest_decimal(o.epochs));
-  if (o.epochs == 0) validate_run_length(o);  // else once the data gives the steps
+  ZT_CHECK(o.warmup_ratio == -1 || (o.warmup_ratio >= 0 && o.warmup_ratio <= 1),
+           std::string(kCommand) + ": --warmup-ratio must lie in [0, 1], got " +
+               shortest_decimal(o.warmup_ratio));
+  ZT_CHECK(o.warmup_ratio == -1 || !o.warmup_steps_given,
+           std::string(kCommand) +
+               ": give --warmup-steps or --warmup-ratio, not both (the warmup is one of them)");
+  if (o.epochs == 0) {  // else once the data gives the steps
+    validate_run_length(o);
+    resolve_warmup_ratio(o);
+  }
   check_count(o.micro_batch, 1, "micro-batch", kCommand);
   check_count(o.grad_accum, 1, "grad-accum", kCommand);
   check_count(o.seq_len, 1, "seq-len", kCommand);
@@ -163,6 +172,13 @@ void resolve_epochs(TrainOptions& o, const WindowSampler& sampler) {
   o.steps = steps_for_epochs(o.epochs, sampler.schedule().num_windows(),
                              sampler.schedule().global_batch_windows());
   validate_run_length(o);
+  resolve_warmup_ratio(o);
+}
+
+void resolve_warmup_ratio(TrainOptions& o) {
+  if (o.warmup_ratio >= 0)
+    o.optim.warmup_steps =
+        static_cast<int64_t>(std::ceil(static_cast<double>(o.steps) * o.warmup_ratio));
 }
 
 nlohmann::json TrainOptions::to_json() const {
@@ -180,6 +196,7 @@ nlohmann::json TrainOptions::to_json() const {
           {"lr", json_number(optim.lr)},
           {"min_lr", json_number(optim.min_lr)},
           {"warmup_steps", optim.warmup_steps},
+          {"warmup_ratio", warmup_ratio >= 0 ? nlohmann::json(warmup_ratio) : nlohmann::json()},
           {"lr_schedule", lr_schedule_name(optim.schedule)},
           {"warmup_type", warmup_shape_name(optim.warmup_shape)},
           {"warmup_start_lr", json_number(optim.warmup_start_lr)},
@@ -299,6 +316,9 @@ void add_optimizer_options(po::options_description& opts, TrainOptions& o) {
       "below the default, --lr / 10");
   add("warmup-steps", po::value(&o.optim.warmup_steps)->default_value(o.optim.warmup_steps),
       "warmup steps");
+  add("warmup-ratio", po::value(&o.warmup_ratio),
+      "instead of --warmup-steps: the warmup as a share R of the run's steps, ceil(R x steps) "
+      "(the Hugging Face Trainer's warmup_ratio)");
   add("lr-schedule",
       word_option<LrScheduleKind>(
           &o.optim.schedule,
@@ -440,6 +460,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
         opts, vm);
   // ---- end DeepSpeed JSON ----
   resolve_device_options(vm, o, kCommand);
+  o.warmup_steps_given = (vm.count("warmup-steps") && !vm["warmup-steps"].defaulted()) ||
+                         std::count(o.from_deepspeed.options_set.begin(),
+                                    o.from_deepspeed.options_set.end(), "warmup-steps") > 0;
   // The default floor is for the default peak: a lower --lr alone (fine-tuning) keeps the ratio.
   if ((!vm.count("min-lr") || vm["min-lr"].defaulted()) && o.optim.min_lr > o.optim.lr)
     o.optim.min_lr = o.optim.lr / 10;

@@ -32,6 +32,11 @@ struct TrainOptions : RunEngineOptions {
   bool overwrite = false;
   int64_t steps = 100;  // --steps, or once the data is open, what --epochs comes to
   double epochs = 0;    // --epochs E: the run's length in passes over the data (0: --steps)
+  // --warmup-ratio R: the warmup is ceil(R·steps) steps once the steps are known (-1: not given,
+  // --warmup-steps holds it); warmup_steps_given: --warmup-steps was set (command line, INI or
+  // DeepSpeed JSON).
+  double warmup_ratio = -1;
+  bool warmup_steps_given = false;
   int64_t seed = 1234;
   // --packing auto | bfd | documents | wrapped; once the dataset is open, the mode that runs.
   Packing packing = Packing::kAuto;
@@ -91,6 +96,10 @@ void validate_run_length(const TrainOptions& o);
 // With --epochs, the steps it comes to for `sampler`'s windows (steps_for_epochs), checked as
 // validate_run_length checks them; nothing without.
 void resolve_epochs(TrainOptions& o, const WindowSampler& sampler);
+// With --warmup-ratio R, the warmup steps it comes to for the run's steps: ceil(R·steps) in
+// double, as the Hugging Face Trainer's get_warmup_steps computes them. Called where the steps
+// become known (validate() with --steps, resolve_epochs with --epochs).
+void resolve_warmup_ratio(TrainOptions& o);
 // The engine train builds for `model`: resolve_engine_spec with train's AdamW and loss scaling.
 // The values were checked and parsed by validate().
 EngineSpec engine_spec(const TrainOptions& o, const ModelConfig& model);
