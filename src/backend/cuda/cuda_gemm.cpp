@@ -304,10 +304,14 @@ void LtGemm::tune(Plan& plan, const RowMajorGemm& g, cublasLtMatmulPreference_t 
     return;
   }
   const TrialEvents events;
-  const auto trial = [&](const cublasLtMatmulAlgo_t& algo) {
+  // The heuristic's own choice must run (its failure is an error); a candidate that does not
+  // (any status: cuBLASLt may refuse one with an internal error, an exhausted workspace, ...) is
+  // counted as failed, and the run keeps the heuristic's.
+  const auto trial = [&](const cublasLtMatmulAlgo_t& algo, bool heuristic) {
     const auto run = [&] {  // false: cuBLASLt does not take this algorithm here
       const cublasStatus_t status = launch(plan, g, algo);
-      if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)
+      if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE ||
+          (status != CUBLAS_STATUS_SUCCESS && !heuristic))
         return false;
       ZT_CUBLAS_CHECK(status);
       return true;
@@ -315,9 +319,9 @@ void LtGemm::tune(Plan& plan, const RowMajorGemm& g, cublasLtMatmulPreference_t 
     return run_trial(stream_, events, run, [&] { return output_fingerprint(g); });
   };
   const GemmOutput output{g.rows * g.cols * g.batch, g.c_type, g.beta != 0.0f};
-  std::vector<GemmCandidateTrial> trials = {trial(algos[0])};
+  std::vector<GemmCandidateTrial> trials = {trial(algos[0], true)};
   if (gemm_reference_comparable(trials[0], output))
-    for (size_t i = 1; i < algos.size(); ++i) trials.push_back(trial(algos[i]));
+    for (size_t i = 1; i < algos.size(); ++i) trials.push_back(trial(algos[i], false));
   shape = choose_gemm_candidate(trials, output);
   if (shape.outcome == GemmTuningOutcome::kReplaced) {
     plan.algo = algos[shape.chosen];

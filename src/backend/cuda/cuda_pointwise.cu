@@ -226,8 +226,10 @@ __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
   A* dx = dlogits + row * V;
   const float factor = static_cast<float>(static_cast<double>(grad_scale) / total.sum);
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float p = expf(load(x, j) - total.max) * factor;
-    store(dx, j, !valid ? NAN : (j == target ? p - grad_scale : p));
+    // The product and the difference rounded apart, as the CPU's two passes round them (nvcc
+    // would otherwise fuse p − grad_scale into one FMA).
+    const float p = __fmul_rn(expf(load(x, j) - total.max), factor);
+    store(dx, j, !valid ? NAN : (j == target ? __fsub_rn(p, grad_scale) : p));
   }
 }
 
