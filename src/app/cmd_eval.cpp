@@ -98,7 +98,8 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
 
 // --adapter's directory, opened for `base` with the LoraSpec its adapter_config.json gives.
 std::unique_ptr<PeftAdapterReader> open_adapter(const std::string& dir, ModelConfig base) {
-  base.lora = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile);
+  base.lora = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile, nullptr,
+                                       LoraSpec::Use::kTrainedWeights);
   return std::make_unique<PeftAdapterReader>(dir, base);
 }
 

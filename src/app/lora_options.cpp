@@ -77,10 +77,12 @@ void note_lora_options_given(const po::variables_map& vm, LoraOptions& o) {
 
 namespace {
 
-// The adapter config at `path`, read once: its specification, and the base model it names.
-LoraSpec spec_from_adapter_config(const std::string& path, std::string* named_base_model) {
+// The adapter config at `path`, read once for `use`: its specification, and the base model it
+// names.
+LoraSpec spec_from_adapter_config(const std::string& path, std::string* named_base_model,
+                                  LoraSpec::Use use) {
   nlohmann::json parsed;
-  LoraSpec spec = LoraSpec::from_peft_file(path, &parsed);
+  LoraSpec spec = LoraSpec::from_peft_file(path, &parsed, use);
   const auto named = parsed.find("base_model_name_or_path");
   if (named_base_model && named != parsed.end() && named->is_string())
     *named_base_model = named->get<std::string>();
@@ -95,12 +97,13 @@ LoraSpec resolve_lora_spec(const LoraOptions& o, std::string* named_base_model) 
     ZT_CHECK(o.config_file.empty() && o.given.empty(),
              "--lora-init-from '" + o.init_from + "' brings its adapter_config.json; give no " +
                  (o.config_file.empty() ? "--" + o.given.front() : "--lora-config") + " beside it");
-    return spec_from_adapter_config(lora_spec_source(o), named_base_model);
+    return spec_from_adapter_config(lora_spec_source(o), named_base_model,
+                                    LoraSpec::Use::kTrainedWeights);
   }
   if (!o.config_file.empty()) {
     ZT_CHECK(o.given.empty(), "--lora-config '" + o.config_file + "' and --" + o.given.front() +
                                   " both specify the adapters; give one or the other");
-    return spec_from_adapter_config(o.config_file, named_base_model);
+    return spec_from_adapter_config(o.config_file, named_base_model, LoraSpec::Use::kInitialise);
   }
   LoraSpec s;
   if (o.rank == 0) {

@@ -12,7 +12,8 @@ namespace {
 // The base's configuration with the adapter directory's LoraSpec: the model the adapter's tensors
 // belong to.
 ModelConfig with_adapters_of(ModelConfig base, const std::string& adapter_dir) {
-  base.lora = LoraSpec::from_peft_file(adapter_dir + "/" + kPeftConfigFile);
+  base.lora = LoraSpec::from_peft_file(adapter_dir + "/" + kPeftConfigFile, nullptr,
+                                       LoraSpec::Use::kTrainedWeights);
   return base;
 }
 

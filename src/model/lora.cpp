@@ -96,7 +96,34 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
   return t;
 }
 
-LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& source) {
+namespace {
+
+// init_lora_weights of an adapter config: for adapters to initialise, PEFT's default alone; for
+// trained adapters, any initialisation that kept the base model's weights (the adapter's
+// tensors are then the whole difference). Refused naming the key.
+void check_init_lora_weights(const nlohmann::json& j, const std::string& source,
+                             LoraSpec::Use use) {
+  if (!j.contains("init_lora_weights") || j["init_lora_weights"] == true) return;
+  const nlohmann::json& init = j["init_lora_weights"];
+  ZT_CHECK(use == LoraSpec::Use::kTrainedWeights,
+           source + ": key 'init_lora_weights' is " + quoted_json(init) +
+               ": zerotrain initialises as PEFT's default (true: A Kaiming-uniform, B zero)");
+  const std::string name = init.is_string() ? init.get<std::string>() : "";
+  for (const char* moves_base : {"pissa", "olora", "loftq", "corda"})
+    ZT_CHECK(name.rfind(moves_base, 0) != 0,
+             source + ": key 'init_lora_weights' is " + quoted_json(init) +
+                 ": that initialisation moved part of the base model's weights into the "
+                 "adapter, which fits only that changed base; PEFT converts it to a plain LoRA "
+                 "adapter (save_pretrained with path_initial_model_for_weight_conversion)");
+  ZT_CHECK(init == false || name == "gaussian" || name == "eva",
+           source + ": key 'init_lora_weights' is " + quoted_json(init) +
+               ", an initialisation zerotrain does not know to leave the base model as it was "
+               "(known: true, false, \"gaussian\", \"eva\")");
+}
+
+}  // namespace
+
+LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& source, Use use) {
   ZT_CHECK(j.is_object(), source + ": an adapter config must be a JSON object");
   if (j.contains("peft_type"))
     refuse_unless(j, "peft_type", j["peft_type"] == "LORA", source, "only LoRA adapters");
@@ -172,14 +199,12 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
                     "weights, one rank and alpha for every layer");
   if (j.contains("bias"))
     refuse_unless(j, "bias", j["bias"] == "none", source, "zerotrain trains no biases in LoRA");
-  if (j.contains("init_lora_weights"))
-    refuse_unless(j, "init_lora_weights", j["init_lora_weights"] == true, source,
-                  "zerotrain initialises as PEFT's default: A Kaiming-uniform, B zero");
+  check_init_lora_weights(j, source, use);
   s.validate(source);
   return s;
 }
 
-LoraSpec LoraSpec::from_peft_file(const std::string& path, nlohmann::json* parsed) {
+LoraSpec LoraSpec::from_peft_file(const std::string& path, nlohmann::json* parsed, Use use) {
   std::error_code ec;
   ZT_CHECK(std::filesystem::is_regular_file(path, ec),
            "adapter config '" + path + "' is not a file");
@@ -187,7 +212,7 @@ LoraSpec LoraSpec::from_peft_file(const std::string& path, nlohmann::json* parse
   ZT_CHECK(in.good(), "cannot open adapter config '" + path + "'");
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   nlohmann::json j = parse_json(text, path);
-  LoraSpec spec = from_peft_json(j, path);
+  LoraSpec spec = from_peft_json(j, path, use);
   if (parsed) *parsed = std::move(j);
   return spec;
 }

@@ -49,14 +49,22 @@ struct LoraSpec {
   // listing the known ones; `source` names the option or file.
   static std::array<bool, kLoraTargets> parse_targets(const std::vector<std::string>& names,
                                                       const std::string& source);
+  // What an adapter_config.json is read for: adapters a run initialises (--lora-config), or the
+  // trained ones beside it (--lora-init-from, eval and generate --adapter, --merge-lora).
+  enum class Use { kInitialise, kTrainedWeights };
   // A PEFT adapter_config.json (peft_type LORA). Keys that would change the adapters' math away
   // from what zerotrain implements (DoRA, a bias, fan_in_fan_out, per-layer rank or alpha
-  // patterns, layers_to_transform, a non-default initialisation) are refused naming the key;
-  // keys that only describe the adapter (task_type, base_model_name_or_path, revision, ...) are
-  // read past.
-  static LoraSpec from_peft_json(const nlohmann::json& j, const std::string& source);
+  // patterns, layers_to_transform) are refused naming the key; keys that only describe the
+  // adapter (task_type, base_model_name_or_path, revision, ...) are read past. init_lora_weights:
+  // to initialise, PEFT's default (true) alone, the one zerotrain draws; for trained weights,
+  // any initialisation that left the base model as it was (true, false, "gaussian", "eva"),
+  // and those that moved part of the base into the adapter (PiSSA, OLoRA, LoftQ, CorDA) or are
+  // unknown refused saying so.
+  static LoraSpec from_peft_json(const nlohmann::json& j, const std::string& source,
+                                 Use use = Use::kInitialise);
   // The file at `path`; with `parsed`, its JSON is handed back too (for the keys this reads past).
-  static LoraSpec from_peft_file(const std::string& path, nlohmann::json* parsed = nullptr);
+  static LoraSpec from_peft_file(const std::string& path, nlohmann::json* parsed = nullptr,
+                                 Use use = Use::kInitialise);
   // r, lora_alpha, lora_dropout, use_rslora, target_modules and modules_to_save (and
   // ensure_weight_tying when true): what from_peft_json reads back into this specification.
   nlohmann::json to_json() const;

@@ -33,6 +33,10 @@ stage 0:
    PEFT's largest logit, or one within that bound of the logits' scale of it (a near tie).
    Refused naming the directory: an --adapter that is no directory, and a PEFT adapter directory
    given as --model.
+6. Adapters PEFT initialised and saved itself: with init_lora_weights="gaussian" (B then given
+   values) eval --adapter gives PEFT's loss and --lora-init-from trains from it, while
+   --lora-config refuses it (zerotrain initialises as PEFT's default); a PiSSA adapter, whose
+   initialisation moved part of the base model into it, is refused naming the key.
 
 --mutation head: the PEFT reference trains lm_head without weight decay; --mutation merge: the
 merge check is given the base for the merged model; --mutation eval (generate): eval (generate)
@@ -241,6 +245,44 @@ def check_adapter_commands(zt, mpirun, work, weights, eval_tokens, mutation):
              "byte"], "has no config.json: it holds a PEFT adapter (adapter_config.json)")
 
 
+def check_peft_initialisations(zt, work, weights, eval_tokens):
+    """Adapters PEFT made and saved itself: one initialised with init_lora_weights="gaussian"
+    (the base kept; B given values, as training would) evaluates with PEFT's loss, and trains on
+    from there; as a config to initialise from, it is refused; a PiSSA adapter, whose
+    initialisation moved part of the base into it, is refused."""
+    from peft import LoraConfig, get_peft_model
+    generator = torch.Generator().manual_seed(11)
+    for init, directory in (("gaussian", work("peft_gaussian")), ("pissa", work("peft_pissa"))):
+        base = base_model(work("model"), weights)
+        if init == "pissa":  # PEFT computes PiSSA's SVD in float32 at most
+            base = base.to(torch.float32)
+        model = get_peft_model(base, LoraConfig(r=RANK, lora_alpha=8,
+                                                target_modules=["q_proj", "v_proj"],
+                                                init_lora_weights=init))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=generator, dtype=p.dtype) * 0.05)
+        model.save_pretrained(directory)
+    want = peft_loss(work, weights, work("peft_gaussian"), eval_tokens)
+    windows, seq_len = eval_tokens.shape[0], eval_tokens.shape[1] - 1
+    evaluate = [zt, "eval", "--model", work("model"), "--data", work("tok.h5"), "--batches", "1",
+                "--micro-batch", str(windows), "--seq-len", str(seq_len), "--adapter"]
+    got = last_json(run_tool(evaluate + [work("peft_gaussian")]))["loss"]
+    print(f"PEFT's gaussian-initialised adapter: eval --adapter {got:.9f}, PEFT {want:.9f}")
+    check(abs(got - want) / abs(want) < TOLERANCE,
+          f"eval --adapter of PEFT's gaussian-initialised adapter: {got} vs PEFT's {want}")
+    run_tool(train_args(zt, work, work("from_gaussian"), ["--micro-batch", "2", "--lora-init-from",
+                                                          work("peft_gaussian")], steps=1,
+                        targets=None))
+    refused(train_args(zt, work, work("bad"), ["--micro-batch", "2", "--lora-config",
+                                               work("peft_gaussian", "adapter_config.json")],
+                       steps=1, targets=None),
+            "key 'init_lora_weights' is \"gaussian\": zerotrain initialises as PEFT's default")
+    refused(evaluate + [work("peft_pissa")],
+            "key 'init_lora_weights' is \"pissa\": that initialisation moved part of the base")
+
+
 def main():
     args, work = lora_oracle_arguments(__doc__.split("\n")[0],
                                        ["head", "merge", "eval", "generate"])
@@ -276,6 +318,8 @@ def main():
             check_merge(zt, work, weights, final, eval_tokens, args.mutation)
         if args.mutation in (None, "eval", "generate"):
             check_adapter_commands(zt, args.mpirun, work, weights, eval_tokens, args.mutation)
+        if args.mutation is None:
+            check_peft_initialisations(zt, work, weights, eval_tokens)
 
     expected = {"head": "vs PEFT", "merge": "the merged model's loss",
                 "eval": "eval --adapter's loss", "generate": "generate --adapter's token"}

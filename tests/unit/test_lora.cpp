@@ -99,6 +99,30 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
   // Keys that describe the adapter, or that stay at their defaults, are read past.
   EXPECT_EQ(with("layers_to_transform", nullptr), "");
   EXPECT_EQ(with("megatron_core", "megatron.core"), "");
+  // init_lora_weights: adapters to initialise take PEFT's default alone; trained ones any
+  // initialisation that kept the base model's weights, not one that moved part of them into
+  // the adapter (PiSSA, OLoRA, LoftQ, CorDA), nor one zerotrain does not know.
+  auto trained = [&](nlohmann::json init) {
+    nlohmann::json j = config;
+    j["init_lora_weights"] = std::move(init);
+    return error_of([&] { LoraSpec::from_peft_json(j, "c.json", LoraSpec::Use::kTrainedWeights); });
+  };
+  EXPECT_EQ(with("init_lora_weights", true), "");
+  for (const nlohmann::json& kept : {nlohmann::json(true), nlohmann::json(false),
+                                     nlohmann::json("gaussian"), nlohmann::json("eva")}) {
+    EXPECT_EQ(trained(kept), "") << kept;
+    if (kept != true) {
+      EXPECT_NE(with("init_lora_weights", kept).find("zerotrain initialises as PEFT's default"),
+                std::string::npos)
+          << kept;
+    }
+  }
+  for (const char* moved : {"pissa", "pissa_niter_4", "olora", "loftq", "corda"})
+    EXPECT_NE(trained(moved).find("moved part of the base model's weights into the adapter"),
+              std::string::npos)
+        << moved;
+  EXPECT_NE(trained("orthogonal").find("an initialisation zerotrain does not know"),
+            std::string::npos);
 }
 
 TEST(Lora, LayoutAddsOneAdapterGroupPerLayerWithPeftNamesAndShapes) {
