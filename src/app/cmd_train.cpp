@@ -188,27 +188,16 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
 }
 
 // The options that do not change what a run computes: where it writes, how often it logs and
-// saves, how it waits. A resume that changes any other one continues on another trajectory.
+// saves, how it waits; and --epochs and --warmup-ratio, whose steps and warmup_steps are
+// compared. A resume that changes any other one continues on another trajectory.
 bool changes_trajectory(const std::string& key, const nlohmann::json& config) {
-  static const std::set<std::string> volatile_keys = {"checkpoint_frozen",
-                                                      "comm_timeout",
-                                                      "eval_batches",
-                                                      "eval_data",
-                                                      "eval_every",
-                                                      "gemm_algorithms",
-                                                      "keep_best",
-                                                      "keep_last",
-                                                      "log_every",
-                                                      "out",
-                                                      "overwrite",
-                                                      "resume",
-                                                      "save_consolidated_every",
-                                                      "save_every",
-                                                      "nvme_path",
-                                                      "offload_buffer_count",
-                                                      "host_adam",
-                                                      "offload_optimizer_overlap",
-                                                      "profile_steps"};
+  // clang-format off
+  static const std::set<std::string> volatile_keys = {
+      "checkpoint_frozen", "comm_timeout", "eval_batches", "eval_data", "eval_every",
+      "gemm_algorithms", "keep_best", "keep_last", "log_every", "out", "overwrite", "resume",
+      "save_consolidated_every", "save_every", "nvme_path", "offload_buffer_count", "host_adam",
+      "offload_optimizer_overlap", "profile_steps", "epochs", "warmup_ratio"};
+  // clang-format on
   // With the delayed update, a save or an evaluation applies the update held back: where they
   // fall is part of the trajectory.
   if ((key == "save_every" || key == "save_consolidated_every" || key == "eval_every") &&

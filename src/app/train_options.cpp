@@ -81,7 +81,9 @@ void validate_settings(TrainOptions& o) {
                shortest_decimal(o.warmup_ratio));
   ZT_CHECK(o.warmup_ratio == -1 || !o.warmup_steps_given,
            std::string(kCommand) +
-               ": give --warmup-steps or --warmup-ratio, not both (the warmup is one of them)");
+               ": give --warmup-steps or --warmup-ratio, not both (the warmup is one of them; a "
+               "DeepSpeed scheduler block sets it unless its warmup_num_steps is \"auto\", "
+               "DeepSpeed's default being 1000)");
   if (o.epochs == 0) {  // else once the data gives the steps
     validate_run_length(o);
     resolve_warmup_ratio(o);
@@ -374,9 +376,9 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   add("overwrite", flag(&o.overwrite, false), "allow a non-empty --out");
   add("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
   add("epochs", po::value(&o.epochs),
-      "instead of --steps: the run's length in passes over the data's windows (a decimal, as "
+      "instead of --steps: the run's length in passes over the data's windows (a decimal, like "
       "the Hugging Face Trainer's num_train_epochs): ceil(E x windows an epoch / windows a "
-      "step) steps, the data read on across epochs");
+      "step) steps, the data read on across epochs (no short last batch an epoch)");
   add_batch_options(opts, o);
   add_optimizer_options(opts, o);
   add("seed", po::value(&o.seed)->default_value(o.seed),
@@ -449,6 +451,8 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
            std::string(kCommand) + ": give --steps or --epochs, not both");
   ZT_CHECK(!vm.count("epochs") || o.epochs != 0,
            std::string(kCommand) + ": --epochs must be a positive number, got 0");
+  ZT_CHECK(!vm.count("warmup-ratio") || o.warmup_ratio != -1,
+           std::string(kCommand) + ": --warmup-ratio must lie in [0, 1], got -1");
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
            std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
   // ---- DeepSpeed JSON (app/deepspeed_config.h): fills options left unset above ----

@@ -1,5 +1,7 @@
 #include "model/lora.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -108,7 +110,9 @@ void check_init_lora_weights(const nlohmann::json& j, const std::string& source,
   ZT_CHECK(use == LoraSpec::Use::kTrainedWeights,
            source + ": key 'init_lora_weights' is " + quoted_json(init) +
                ": zerotrain initialises as PEFT's default (true: A Kaiming-uniform, B zero)");
-  const std::string name = init.is_string() ? init.get<std::string>() : "";
+  std::string name = init.is_string() ? init.get<std::string>() : "";  // as PEFT, any case
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   for (const char* moves_base : {"pissa", "olora", "loftq", "corda"})
     ZT_CHECK(name.rfind(moves_base, 0) != 0,
              source + ": key 'init_lora_weights' is " + quoted_json(init) +

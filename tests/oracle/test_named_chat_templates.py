@@ -362,12 +362,18 @@ def check_generate(work, zt, vocab, templates):
             (ROUNDS["messages"], "the conversation ends with an assistant message"),
             ({"role": "user", "content": "Hi"}, "not a non-empty list of messages"),
             ([], "not a non-empty list of messages"),
-            ([{"content": "Hi"}], "not a non-empty list of messages"))):
+            ([{"content": "Hi"}], "not a non-empty list of messages"),
+            ([{"role": 1, "content": "Hi"}], "not a non-empty list of messages"))):
         path = work(f"bad-messages{n}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(bad, f)
         refused(chat + ["--messages", path], [f"--messages: {path}: {says}"],
                 work("no-such-output"))
+    with open(work("bad-messages-latin1.json"), "wb") as f:
+        f.write(b'[{"role": "user", "content": "caf\xe9"}]')
+    refused(chat + ["--messages", work("bad-messages-latin1.json")],
+            [f"--messages: {work('bad-messages-latin1.json')}: not a UTF-8 JSON file"],
+            work("no-such-output"))
     refused(chat + ["--chat", "Hi", "--tools", ""], ["--tools '' is not a file"],
             work("no-such-output"))
     for n, bad in enumerate((WEATHER, [{"type": "function", "function": {}}], None)):

@@ -108,8 +108,9 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
     return error_of([&] { LoraSpec::from_peft_json(j, "c.json", LoraSpec::Use::kTrainedWeights); });
   };
   EXPECT_EQ(with("init_lora_weights", true), "");
-  for (const nlohmann::json& kept : {nlohmann::json(true), nlohmann::json(false),
-                                     nlohmann::json("gaussian"), nlohmann::json("eva")}) {
+  for (const nlohmann::json& kept :
+       {nlohmann::json(true), nlohmann::json(false), nlohmann::json("gaussian"),
+        nlohmann::json("Gaussian"), nlohmann::json("eva")}) {
     EXPECT_EQ(trained(kept), "") << kept;
     if (kept != true) {
       EXPECT_NE(with("init_lora_weights", kept).find("zerotrain initialises as PEFT's default"),
@@ -117,7 +118,7 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
           << kept;
     }
   }
-  for (const char* moved : {"pissa", "pissa_niter_4", "olora", "loftq", "corda"})
+  for (const char* moved : {"pissa", "pissa_niter_4", "olora", "OLoRA", "loftq", "corda"})
     EXPECT_NE(trained(moved).find("moved part of the base model's weights into the adapter"),
               std::string::npos)
         << moved;

@@ -97,6 +97,7 @@ TEST(TrainData, GlobalBatchIsIndependentOfWorldSize) {
 TEST(TrainData, EpochsAreTheStepsThatReadThemRoundedUp) {
   EXPECT_EQ(steps_for_epochs(3, 17, 4), 13);  // 51 windows: 12.75 steps
   EXPECT_EQ(steps_for_epochs(1, 16, 4), 4);
+  EXPECT_EQ(steps_for_epochs(3, 10, 4), 8);  // 30 windows: 7.5 steps (the Trainer's 3·⌈10/4⌉ = 9)
   EXPECT_EQ(steps_for_epochs(0.5, 30, 4), 4);  // 15 windows: 3.75 steps
   EXPECT_EQ(steps_for_epochs(0.1, 40, 4), 1);
   EXPECT_EQ(steps_for_epochs(0.1, 1630, 4), 41);  // 40.75

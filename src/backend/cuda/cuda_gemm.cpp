@@ -306,13 +306,18 @@ void LtGemm::tune(Plan& plan, const RowMajorGemm& g, cublasLtMatmulPreference_t 
   const TrialEvents events;
   // The heuristic's own choice must run (its failure is an error); a candidate that does not
   // (any status: cuBLASLt may refuse one with an internal error, an exhausted workspace, ...) is
-  // counted as failed, and the run keeps the heuristic's.
+  // counted as failed, and the run keeps the heuristic's, unless the failure left the device in
+  // an error (a sticky one: an illegal address), which the stream's synchronisation reports here.
   const auto trial = [&](const cublasLtMatmulAlgo_t& algo, bool heuristic) {
     const auto run = [&] {  // false: cuBLASLt does not take this algorithm here
       const cublasStatus_t status = launch(plan, g, algo);
-      if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE ||
-          (status != CUBLAS_STATUS_SUCCESS && !heuristic))
+      if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)
         return false;
+      if (status != CUBLAS_STATUS_SUCCESS && !heuristic) {
+        ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        ZT_CUDA_CHECK(cudaGetLastError());
+        return false;
+      }
       ZT_CUBLAS_CHECK(status);
       return true;
     };
