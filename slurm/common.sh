@@ -13,6 +13,8 @@
 #   ZEROTRAIN_PRESET / ZEROTRAIN_MODEL   preset name, or a model directory to start from
 #   ZEROTRAIN_DATA         token dataset (default: sample text prepared into the output root)
 #   ZEROTRAIN_STAGE ZEROTRAIN_MICRO_BATCH ZEROTRAIN_GRAD_ACCUM ZEROTRAIN_SEQ_LEN ZEROTRAIN_STEPS
+#   ZEROTRAIN_EPOCHS       the run's length in passes over the data (train --epochs) instead of
+#                          ZEROTRAIN_STEPS
 #   ZEROTRAIN_PRECISION ZEROTRAIN_CHECKPOINTING (none|selective|full|every:K) ZEROTRAIN_SAVE_EVERY
 #   ZEROTRAIN_OFFLOAD      none | cpu | nvme (optimizer state; see zt_offload_args)
 #   ZEROTRAIN_NVME_PATH    swap directory for ZEROTRAIN_OFFLOAD=nvme (default RUN_DIR/nvme)
@@ -230,7 +232,8 @@ zt_launch_training() {
   data=$(zt_dataset) || exit 2
   offload=$(zt_offload_args "$ZEROTRAIN_OFFLOAD") || exit 2
   zt_check_gpus
-  local -a model_args train_args launch
+  local -a model_args train_args launch length=(--steps "$ZEROTRAIN_STEPS")
+  [ -z "${ZEROTRAIN_EPOCHS:-}" ] || length=(--epochs "$ZEROTRAIN_EPOCHS")
   if [ -n "${ZEROTRAIN_MODEL:-}" ]; then
     model_args=(--model "$ZEROTRAIN_MODEL")
   else
@@ -238,7 +241,7 @@ zt_launch_training() {
   fi
   train_args=(train "${model_args[@]}" --data "$data" --out "$ZEROTRAIN_RUN_DIR"
     --backend "$ZEROTRAIN_BACKEND" --zero-stage "$ZEROTRAIN_STAGE"
-    --steps "$ZEROTRAIN_STEPS" --seq-len "$ZEROTRAIN_SEQ_LEN"
+    "${length[@]}" --seq-len "$ZEROTRAIN_SEQ_LEN"
     --micro-batch "$ZEROTRAIN_MICRO_BATCH" --grad-accum "$ZEROTRAIN_GRAD_ACCUM"
     --precision "$ZEROTRAIN_PRECISION" --activation-checkpointing "$ZEROTRAIN_CHECKPOINTING"
     --comm-timeout "$ZEROTRAIN_COMM_TIMEOUT" --resume auto --save-every "$ZEROTRAIN_SAVE_EVERY")

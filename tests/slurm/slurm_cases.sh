@@ -52,7 +52,9 @@ submit() {
 losses() { python3 -c 'import json,sys; [print(json.dumps(json.loads(l)["loss"])) for l in open(sys.argv[1]) if l.strip()]' "$1"; }
 
 case_zero3_4rank() {
-  ZEROTRAIN_STEPS=8 ZEROTRAIN_SAVE_EVERY=4 submit zero3 0 "${CPU_NODE[@]}" \
+  # The length as epochs (ZEROTRAIN_EPOCHS, train --epochs): 13042 windows of 33 tokens in the
+  # sample text at seq-len 32, 8 a step over 4 ranks, so 0.0049 epochs are ceil(7.99) = 8 steps.
+  ZEROTRAIN_EPOCHS=0.0049 ZEROTRAIN_SAVE_EVERY=4 submit zero3 0 "${CPU_NODE[@]}" \
     "$SRC/slurm/zero3_4gpu.sh"
   local run=$WORK/outputs/zero3-$JOB
   local f
@@ -68,6 +70,7 @@ import json, sys
 run = sys.argv[1]
 cfg = json.load(open(f"{run}/run.json"))
 assert cfg["world_size"] == 4, cfg["world_size"]
+assert cfg["config"]["epochs"] == 0.0049 and cfg["config"]["steps"] == 8, cfg["config"]
 assert cfg["config"]["zero_stage"] == 3 and cfg["config"]["activation_checkpointing"] == "full"
 m = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
 assert [x["step"] for x in m] == list(range(1, 9)), [x["step"] for x in m]
