@@ -362,6 +362,21 @@ void add_batch_options(po::options_description& opts, TrainOptions& o) {
       "resume, the checkpoint's)");
 }
 
+// After parsing (and the DeepSpeed JSON): --steps or --epochs, not both; whether --warmup-steps
+// was set (on the command line, in the INI or by the JSON's scheduler), which --warmup-ratio
+// may not be beside. -1 and 0 are the unset values of --warmup-ratio and --epochs: refused here.
+void note_run_length_options(const po::variables_map& vm, TrainOptions& o) {
+  ZT_CHECK(!vm.count("epochs") || !vm.count("steps") || vm["steps"].defaulted(),
+           std::string(kCommand) + ": give --steps or --epochs, not both");
+  ZT_CHECK(!vm.count("epochs") || o.epochs != 0,
+           std::string(kCommand) + ": --epochs must be a positive number, got 0");
+  ZT_CHECK(!vm.count("warmup-ratio") || o.warmup_ratio != -1,
+           std::string(kCommand) + ": --warmup-ratio must lie in [0, 1], got -1");
+  const auto& from_json = o.from_deepspeed.options_set;
+  o.warmup_steps_given = (vm.count("warmup-steps") && !vm["warmup-steps"].defaulted()) ||
+                         std::count(from_json.begin(), from_json.end(), "warmup-steps") > 0;
+}
+
 }  // namespace
 
 // Returns false when --help was printed.
@@ -447,12 +462,6 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
   note_lora_options_given(vm, o.lora);
   require_option(vm, "data", kCommand);
   require_option(vm, "out", kCommand);
-  ZT_CHECK(!vm.count("epochs") || !vm.count("steps") || vm["steps"].defaulted(),
-           std::string(kCommand) + ": give --steps or --epochs, not both");
-  ZT_CHECK(!vm.count("epochs") || o.epochs != 0,
-           std::string(kCommand) + ": --epochs must be a positive number, got 0");
-  ZT_CHECK(!vm.count("warmup-ratio") || o.warmup_ratio != -1,
-           std::string(kCommand) + ": --warmup-ratio must lie in [0, 1], got -1");
   ZT_CHECK(vm.count("model") + vm.count("preset") == 1,
            std::string(kCommand) + ": give exactly one of --model DIR and --preset NAME");
   // ---- DeepSpeed JSON (app/deepspeed_config.h): fills options left unset above ----
@@ -464,9 +473,7 @@ bool parse_train_options(int argc, char** argv, TrainOptions& o) {
         opts, vm);
   // ---- end DeepSpeed JSON ----
   resolve_device_options(vm, o, kCommand);
-  o.warmup_steps_given = (vm.count("warmup-steps") && !vm["warmup-steps"].defaulted()) ||
-                         std::count(o.from_deepspeed.options_set.begin(),
-                                    o.from_deepspeed.options_set.end(), "warmup-steps") > 0;
+  note_run_length_options(vm, o);
   // The default floor is for the default peak: a lower --lr alone (fine-tuning) keeps the ratio.
   if ((!vm.count("min-lr") || vm["min-lr"].defaulted()) && o.optim.min_lr > o.optim.lr)
     o.optim.min_lr = o.optim.lr / 10;
