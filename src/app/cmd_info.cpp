@@ -15,8 +15,10 @@
 #include "io/data_loader.h"
 #include "io/fs_util.h"
 #include "io/model_dir.h"
+#include "io/peft_adapter_file.h"
 #include "io/safetensors.h"
 #include "io/token_dataset.h"
+#include "model/lora.h"
 #include "util/error.h"
 
 namespace zt {
@@ -191,6 +193,17 @@ void info_tokens(const std::string& path, bool json, int64_t seq_len) {
     std::cout << "warning: max token " << hi << " is not below vocab_size\n";
 }
 
+// A summary `j` ({"kind", "path", ...}) as JSON, or as "TITLE: PATH" and a line per other key.
+void print_summary(const nlohmann::json& j, bool json, const std::string& title) {
+  if (json) {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << title << ": " << j.at("path").get<std::string>() << "\n";
+  for (const auto& [key, value] : j.items())
+    if (key != "kind" && key != "path") std::cout << key << ": " << value.dump() << "\n";
+}
+
 void info_checkpoint(const std::string& dir, bool json, bool verify) {
   const nlohmann::json manifest = read_json_file(dir + "/" + kCheckpointManifestFile);
   nlohmann::json j = {{"kind", "checkpoint"}, {"path", dir}};
@@ -202,13 +215,7 @@ void info_checkpoint(const std::string& dir, bool json, bool verify) {
     for (const CheckpointFile& f : m.files) verify_checkpoint_file(dir, f);
     j["verified_files"] = m.files.size();
   }
-  if (json) {
-    std::cout << j.dump(2) << "\n";
-    return;
-  }
-  std::cout << "training checkpoint: " << dir << "\n";
-  for (const auto& [key, value] : j.items())
-    if (key != "kind" && key != "path") std::cout << key << ": " << value.dump() << "\n";
+  print_summary(j, json, "training checkpoint");
 }
 
 // A Hugging Face directory written by `export`: every safetensors file's header is validated.
@@ -250,13 +257,52 @@ void info_safetensors(const std::string& dir, bool json) {
             << short_count(params) << ")\nbytes: " << with_commas(bytes) << "\n";
 }
 
+// A PEFT LoRA adapter directory (a LoRA run's OUT/final, or PEFT's save_pretrained): its
+// adapter_config.json read as eval and generate --adapter read it, and its tensors' headers.
+void info_peft_adapter(const std::string& dir, bool json) {
+  nlohmann::json config;
+  const LoraSpec spec = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile, &config,
+                                                 LoraSpec::Use::kTrainedWeights);
+  const SafetensorsReader reader(dir + "/" + kPeftWeightsFile);
+  uint64_t params = 0, bytes = 0;
+  std::set<std::string> dtypes;
+  for (const SafetensorsEntry& e : reader.tensors()) {
+    uint64_t numel = 1;
+    for (int64_t s : e.shape) numel *= static_cast<uint64_t>(s);
+    params += numel;
+    bytes += e.end - e.begin;
+    dtypes.insert(e.dtype);
+  }
+  const auto base = config.find("base_model_name_or_path");
+  const nlohmann::json j = {
+      {"kind", "peft_adapter"},
+      {"path", dir},
+      {"r", spec.rank},
+      {"lora_alpha", spec.alpha},
+      {"scale", spec.scale()},
+      {"use_rslora", spec.use_rslora},
+      {"lora_dropout", spec.dropout},
+      {"target_modules", spec.targets_text()},
+      {"modules_to_save", spec.modules_to_save},
+      {"base_model_name_or_path", base != config.end() ? *base : nlohmann::json()},
+      {"tensors", reader.tensors().size()},
+      {"parameters", params},
+      {"bytes", bytes},
+      {"dtypes", dtypes}};
+  print_summary(j, json, "PEFT LoRA adapter");
+  if (!json)
+    std::cout << "use it on its base with eval/generate --adapter, train --lora-init-from or "
+                 "export --merge-lora\n";
+}
+
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
   const CommandSpec spec{
       "info",
-      "Summarise a model directory, a token dataset (.h5) or a training "
-      "checkpoint directory; or, with --env, this installation and what this "
+      "Summarise a model directory, a token dataset (.h5), a training "
+      "checkpoint directory or a PEFT LoRA adapter directory; or, with --env, this installation "
+      "and what this "
       "rank sees (like DeepSpeed's ds_report).",
       "zerotrain info PATH [--json] [--verify]\n  zerotrain info DATA.h5 [--seq-len T] [--json]\n"
       "  zerotrain info --env [--json]"};
@@ -311,6 +357,12 @@ int cmd_info(int argc, char** argv) {
       info_model(path, json, vm["verify"].as<bool>());
     } else if (fs::exists(path + "/" + kCheckpointManifestFile)) {
       info_checkpoint(path, json, vm["verify"].as<bool>());
+    } else if (fs::exists(path + "/" + kPeftConfigFile)) {
+      ZT_CHECK(!vm["verify"].as<bool>(),
+               "info --verify reads a model directory's or a "
+               "checkpoint's values; '" +
+                   path + "' is a PEFT adapter");
+      info_peft_adapter(path, json);
     } else {
       fail(what);
     }

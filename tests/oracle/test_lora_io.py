@@ -36,7 +36,8 @@ stage 0:
 6. Adapters PEFT initialised and saved itself: with init_lora_weights="gaussian" (B then given
    values) eval --adapter gives PEFT's loss and --lora-init-from trains from it, while
    --lora-config refuses it (zerotrain initialises as PEFT's default); a PiSSA adapter, whose
-   initialisation moved part of the base model into it, is refused naming the key.
+   initialisation moved part of the base model into it, is refused naming the key. `info` of
+   the gaussian one gives the rank, alpha, targets, base model and tensor count PEFT wrote.
 
 --mutation head: the PEFT reference trains lm_head without weight decay; --mutation merge: the
 merge check is given the base for the merged model; --mutation eval (generate): eval (generate)
@@ -55,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (check, exit_status, lora_oracle_arguments, refused,  # noqa: E402
                             run_tool)
 import torch  # noqa: E402
-from test_lora import (LR, PREFIX, RANK, STEPS, TOLERANCE, base_model, bf16_ulps,  # noqa: E402
+from test_lora import (LR, PREFIX, RANK, STEPS, TARGETS, TOLERANCE, base_model, bf16_ulps,  # noqa: E402
                        initial_adapters, peft_reference, read_merged, read_safetensors, rel_error,
                        tiny_model_and_windows, train_args, window_loss)
 
@@ -198,6 +199,11 @@ def check_merge(zt, work, weights, final, eval_tokens, mutation):
     check(abs(got - want) <= bound, f"the merged model's loss {got} is beyond {bound} of {want}")
 
 
+def last_json_block(output):
+    """The JSON object a command prints last over several lines (info --json)."""
+    return json.loads(output[output.rindex("\n{") + 1:] if "\n{" in output else output)
+
+
 def last_json(output):
     """The JSON object on the last line of a command's output."""
     return json.loads(output.strip().splitlines()[-1])
@@ -281,6 +287,18 @@ def check_peft_initialisations(zt, work, weights, eval_tokens):
             "key 'init_lora_weights' is \"gaussian\": zerotrain initialises as PEFT's default")
     refused(evaluate + [work("peft_pissa")],
             "key 'init_lora_weights' is \"pissa\": that initialisation moved part of the base")
+    # info describes the adapter PEFT wrote as PEFT's own config and file give it.
+    info = last_json_block(run_tool([zt, "info", work("peft_gaussian"), "--json"]))
+    with open(work("peft_gaussian", "adapter_config.json")) as f:
+        written = json.load(f)
+    tensors = read_safetensors(work("peft_gaussian", "adapter_model.safetensors"))
+    want = {"kind": "peft_adapter", "r": written["r"], "lora_alpha": written["lora_alpha"],
+            "target_modules": ",".join(t for t in TARGETS if t in written["target_modules"]),
+            "base_model_name_or_path": written["base_model_name_or_path"],
+            "tensors": len(tensors), "parameters": sum(t.numel() for t in tensors.values())}
+    check(all(info[k] == v for k, v in want.items()),
+          f"info of PEFT's adapter: {info}, PEFT wrote {want}")
+    print(f"info of PEFT's adapter: {want}")
 
 
 def main():
