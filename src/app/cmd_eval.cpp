@@ -96,13 +96,6 @@ bool parse_eval_options(int argc, char** argv, EvalOptions& o) {
   return true;
 }
 
-// --adapter's directory, opened for `base` with the LoraSpec its adapter_config.json gives.
-std::unique_ptr<PeftAdapterReader> open_adapter(const std::string& dir, ModelConfig base) {
-  base.lora = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile, nullptr,
-                                       LoraSpec::Use::kTrainedWeights);
-  return std::make_unique<PeftAdapterReader>(dir, base);
-}
-
 int run_eval(const EvalOptions& o) {
   MpiRuntime runtime;
   MpiCommunicator world;
@@ -120,7 +113,9 @@ int run_eval(const EvalOptions& o) {
   run_collectively(world, [&] {
     reader_ptr = std::make_unique<ModelDirReader>(o.model_dir);
     check_seq_len(reader_ptr->config(), T, "model '" + o.model_dir + "'", kCommand);
-    if (!o.adapter.empty()) adapter = open_adapter(o.adapter, reader_ptr->config());
+    if (!o.adapter.empty())
+      adapter = std::make_unique<PeftAdapterReader>(
+          o.adapter, adapter_model_config(o.adapter, reader_ptr->config()));
     data_ptr = std::make_unique<TokenDataset>(o.data);
     windows = eval_windows(*data_ptr, o.batches, B, T);
     document_masks =

@@ -233,9 +233,7 @@ void info_safetensors(const std::string& dir, bool json) {
   for (const auto& [name, file] : weight_map) {
     ZT_CHECK(entries.count(name), "'" + dir + "/" + file + "' has no tensor '" + name + "'");
     const SafetensorsEntry& e = entries.at(name);
-    uint64_t numel = 1;
-    for (int64_t s : e.shape) numel *= static_cast<uint64_t>(s);
-    params += numel;
+    params += safetensors_numel(e.shape);
     bytes += e.end - e.begin;
     tensors.push_back({{"name", name}, {"shape", e.shape}, {"dtype", e.dtype}, {"file", file}});
   }
@@ -267,9 +265,7 @@ void info_peft_adapter(const std::string& dir, bool json) {
   uint64_t params = 0, bytes = 0;
   std::set<std::string> dtypes;
   for (const SafetensorsEntry& e : reader.tensors()) {
-    uint64_t numel = 1;
-    for (int64_t s : e.shape) numel *= static_cast<uint64_t>(s);
-    params += numel;
+    params += safetensors_numel(e.shape);
     bytes += e.end - e.begin;
     dtypes.insert(e.dtype);
   }
@@ -300,10 +296,9 @@ void info_peft_adapter(const std::string& dir, bool json) {
 int cmd_info(int argc, char** argv) {
   const CommandSpec spec{
       "info",
-      "Summarise a model directory, a token dataset (.h5), a training "
-      "checkpoint directory or a PEFT LoRA adapter directory; or, with --env, this installation "
-      "and what this "
-      "rank sees (like DeepSpeed's ds_report).",
+      "Summarise a model directory, a token dataset (.h5), a training checkpoint directory or a "
+      "PEFT LoRA adapter directory; or, with --env, this installation and what this rank sees "
+      "(like DeepSpeed's ds_report).",
       "zerotrain info PATH [--json] [--verify]\n  zerotrain info DATA.h5 [--seq-len T] [--json]\n"
       "  zerotrain info --env [--json]"};
   po::options_description options("info options");

@@ -7,22 +7,11 @@
 #include "util/error.h"
 
 namespace zt {
-namespace {
-
-// The base's configuration with the adapter directory's LoraSpec: the model the adapter's tensors
-// belong to.
-ModelConfig with_adapters_of(ModelConfig base, const std::string& adapter_dir) {
-  base.lora = LoraSpec::from_peft_file(adapter_dir + "/" + kPeftConfigFile, nullptr,
-                                       LoraSpec::Use::kTrainedWeights);
-  return base;
-}
-
-}  // namespace
 
 LoraMergedSource::LoraMergedSource(const std::string& base_dir, const std::string& adapter_dir)
     : base_(base_dir),
       adapter_dir_(adapter_dir),
-      adapter_(adapter_dir, with_adapters_of(base_.config(), adapter_dir)) {}
+      adapter_(adapter_dir, adapter_model_config(adapter_dir, base_.config())) {}
 
 std::string LoraMergedSource::description() const {
   return base_.description() + " with PEFT adapter '" + adapter_dir_ + "' merged in";

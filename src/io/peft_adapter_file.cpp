@@ -24,6 +24,12 @@ std::string weights_path(const std::string& dir) {
 
 }  // namespace
 
+ModelConfig adapter_model_config(const std::string& dir, ModelConfig base) {
+  base.lora = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile, nullptr,
+                                       LoraSpec::Use::kTrainedWeights);
+  return base;
+}
+
 PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& model)
     : dir_(dir), config_(model), layout_(config_), file_(weights_path(dir)) {
   ZT_CHECK(config_.lora.enabled(),

@@ -19,6 +19,11 @@ constexpr const char* kPeftConfigFile = "adapter_config.json";
 constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
 constexpr const char* kPeftNamePrefix = "base_model.model.";
 
+// The model a trained adapter directory belongs to: `base` (the base model's configuration) with
+// the LoraSpec of DIR's adapter_config.json, read as trained weights (LoraSpec::Use). What eval
+// and generate --adapter and export --merge-lora open a PeftAdapterReader for.
+ModelConfig adapter_model_config(const std::string& dir, ModelConfig base);
+
 class PeftAdapterReader : public TensorSource {
  public:
   // Opens DIR for `model`: the base model's configuration with the adapters' LoraSpec, the one read

@@ -43,6 +43,15 @@ def run_tool(cmd):
     return proc.stdout
 
 
+def last_json_line(text):
+    """The last line of a command's output that holds a JSON object."""
+    import json
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise SetupError("no JSON line in the output")
+
+
 def refused(cmd, must_contain):
     """Runs cmd, which must fail with output containing must_contain (a check)."""
     print("+ " + " ".join(cmd), flush=True)

@@ -44,7 +44,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (CheckFailed, SetupError, check, fp32_model_bound,  # noqa: E402
-                            require_venv_modules, run_tool)
+                            last_json_line, require_venv_modules, run_tool)
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
 
@@ -193,13 +193,6 @@ def imported_random_llama(zt, work):
     imported = os.path.join(work, "imported")
     run_tool([zt, "import", hf_dir, "--out", imported])
     return load_reference("llama", config, hf_dir).eval(), imported
-
-
-def last_json_line(text):
-    for line in reversed(text.strip().splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise SetupError("no JSON line in the output")
 
 
 def hf_loss(model, tokens, windows, seq_len):

@@ -53,12 +53,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (check, exit_status, lora_oracle_arguments, refused,  # noqa: E402
-                            run_tool)
+from oracle_harness import (check, exit_status, last_json_line,  # noqa: E402
+                            lora_oracle_arguments, refused, run_tool)
 import torch  # noqa: E402
-from test_lora import (LR, PREFIX, RANK, STEPS, TARGETS, TOLERANCE, base_model, bf16_ulps,  # noqa: E402
-                       initial_adapters, peft_reference, read_merged, read_safetensors, rel_error,
-                       tiny_model_and_windows, train_args, window_loss)
+from test_lora import (LR, PREFIX, RANK, STEPS, TARGETS, TOLERANCE,  # noqa: E402
+                       base_model, bf16_ulps, initial_adapters, peft_reference, read_merged,
+                       read_safetensors, rel_error, tiny_model_and_windows, train_args,
+                       window_loss)
 
 HEAD = "lm_head.weight"
 
@@ -199,14 +200,11 @@ def check_merge(zt, work, weights, final, eval_tokens, mutation):
     check(abs(got - want) <= bound, f"the merged model's loss {got} is beyond {bound} of {want}")
 
 
-def last_json_block(output):
-    """The JSON object a command prints last over several lines (info --json)."""
-    return json.loads(output[output.rindex("\n{") + 1:] if "\n{" in output else output)
-
-
-def last_json(output):
-    """The JSON object on the last line of a command's output."""
-    return json.loads(output.strip().splitlines()[-1])
+def eval_command(zt, work, eval_tokens):
+    """`zerotrain eval` of the base model on the evaluation windows, as one batch."""
+    windows, seq_len = eval_tokens.shape[0], eval_tokens.shape[1] - 1
+    return [zt, "eval", "--model", work("model"), "--data", work("tok.h5"), "--batches", "1",
+            "--micro-batch", str(windows), "--seq-len", str(seq_len)]
 
 
 def check_adapter_commands(zt, mpirun, work, weights, eval_tokens, mutation):
@@ -214,22 +212,20 @@ def check_adapter_commands(zt, mpirun, work, weights, eval_tokens, mutation):
     from peft import PeftModel
     adapter = ["--adapter", work("run", "final")]
     windows, seq_len = eval_tokens.shape[0], eval_tokens.shape[1] - 1
-    got = last_json(run_tool([zt, "eval", "--model", work("model"), "--data", work("tok.h5"),
-                              "--batches", "1", "--micro-batch", str(windows), "--seq-len",
-                              str(seq_len)] + (adapter if mutation != "eval" else [])))["loss"]
+    got = last_json_line(run_tool(eval_command(zt, work, eval_tokens) +
+                                  (adapter if mutation != "eval" else [])))["loss"]
     want = peft_loss(work, weights, work("run", "final"), eval_tokens)
     print(f"eval --adapter: loss {got:.9f}, PEFT's {want:.9f}")
     check(abs(got - want) / abs(want) < TOLERANCE, f"eval --adapter's loss {got} vs PEFT's {want}")
     # Each rank opens the adapter and scores its batches: the loss of every world size is one's.
     one_window = ["eval", "--model", work("model"), "--data", work("tok.h5"), "--batches",
                   str(windows), "--micro-batch", "1", "--seq-len", str(seq_len)] + adapter
-    alone = last_json(run_tool([zt] + one_window))["loss"]
-    ranks = last_json(run_tool([mpirun, "-n", "2", zt] + one_window))["loss"]
+    alone = last_json_line(run_tool([zt] + one_window))["loss"]
+    ranks = last_json_line(run_tool([mpirun, "-n", "2", zt] + one_window))["loss"]
     check(ranks == alone, f"eval --adapter at 2 ranks: loss {ranks}, at 1 rank {alone}")
-    generated = last_json(run_tool([zt, "generate", "--model", work("model"), "--prompt", "The ",
-                                    "--tokenizer", "byte", "--json", "--ignore-eos",
-                                    "--max-new-tokens", "24"] +
-                                   (adapter if mutation != "generate" else [])))
+    generate = [zt, "generate", "--model", work("model"), "--prompt", "The ", "--tokenizer",
+                "byte", "--json", "--ignore-eos", "--max-new-tokens", "24"]
+    generated = last_json_line(run_tool(generate + (adapter if mutation != "generate" else [])))
     prompt, new = generated["prompt_tokens"], generated["new_tokens"]
     peft = PeftModel.from_pretrained(base_model(work("model"), weights),
                                      work("run", "final")).to(torch.float64)
@@ -271,10 +267,8 @@ def check_peft_initialisations(zt, work, weights, eval_tokens):
                     p.copy_(torch.randn(p.shape, generator=generator, dtype=p.dtype) * 0.05)
         model.save_pretrained(directory)
     want = peft_loss(work, weights, work("peft_gaussian"), eval_tokens)
-    windows, seq_len = eval_tokens.shape[0], eval_tokens.shape[1] - 1
-    evaluate = [zt, "eval", "--model", work("model"), "--data", work("tok.h5"), "--batches", "1",
-                "--micro-batch", str(windows), "--seq-len", str(seq_len), "--adapter"]
-    got = last_json(run_tool(evaluate + [work("peft_gaussian")]))["loss"]
+    evaluate = eval_command(zt, work, eval_tokens) + ["--adapter"]
+    got = last_json_line(run_tool(evaluate + [work("peft_gaussian")]))["loss"]
     print(f"PEFT's gaussian-initialised adapter: eval --adapter {got:.9f}, PEFT {want:.9f}")
     check(abs(got - want) / abs(want) < TOLERANCE,
           f"eval --adapter of PEFT's gaussian-initialised adapter: {got} vs PEFT's {want}")
@@ -288,7 +282,7 @@ def check_peft_initialisations(zt, work, weights, eval_tokens):
     refused(evaluate + [work("peft_pissa")],
             "key 'init_lora_weights' is \"pissa\": that initialisation moved part of the base")
     # info describes the adapter PEFT wrote as PEFT's own config and file give it.
-    info = last_json_block(run_tool([zt, "info", work("peft_gaussian"), "--json"]))
+    info = json.loads(run_tool([zt, "info", work("peft_gaussian"), "--json"]))
     with open(work("peft_gaussian", "adapter_config.json")) as f:
         written = json.load(f)
     tensors = read_safetensors(work("peft_gaussian", "adapter_model.safetensors"))
