@@ -11,7 +11,9 @@ namespace zt {
 
 int64_t head_rows_per_chunk(int64_t rows, int64_t vocab) {
   ZT_CHECK(rows > 0 && vocab > 0, "head_rows_per_chunk: rows and vocab must be positive");
-  const int64_t budget = kHeadChunkElements / vocab / kHeadChunkRowMultiple * kHeadChunkRowMultiple;
+  const int64_t elements =
+      std::clamp(kHeadChunkTargetRows * vocab, kHeadChunkMinElements, kHeadChunkMaxElements);
+  const int64_t budget = elements / vocab / kHeadChunkRowMultiple * kHeadChunkRowMultiple;
   return std::min(rows, std::max(kHeadChunkRowMultiple, budget));
 }
 

@@ -48,15 +48,24 @@ struct ActivationCheckpointing {
   bool any() const { return every > 0 || selective; }
 };
 
-// The head computes logits in chunks of rows, never all [B·T, V] at once: at most
-// kHeadChunkElements floats of logits (64 MiB) live at a time, unless V > 2^17, where a chunk is
-// the floor of kHeadChunkRowMultiple rows. A chunk is a multiple of that, the CPU backend's GEMM
+// The head computes logits in chunks of rows, never all [B·T, V] at once. A chunk is
+// kHeadChunkTargetRows rows where its logits take between kHeadChunkMinElements and
+// kHeadChunkMaxElements values; more rows where fewer than the minimum would (small vocabularies),
+// fewer where more than the maximum would (past V = 2^18), never fewer than
+// kHeadChunkRowMultiple. Why that many rows: each chunk's weight gradient, dWh += dlogits_Rᵀ·xf_R,
+// reads and writes all of the fp32 dWh (8·V·D bytes) for 2·R·V·D flops, R/4 flops a byte, which
+// keeps a GPU's bf16 GEMM busy from R ≈ 1024 on (the ridge of an H100 or H200 is ≈ 200–300 flops
+// a byte). Chunks of 128 rows at Llama-3's V = 128256 moved 64 times dWh per 8192 rows
+// (≈ 270 GB at D = 4096). A chunk is a multiple of kHeadChunkRowMultiple, the CPU backend's GEMM
 // row tile, so on the CPU a chunk's logits are bitwise the rows of one whole-batch product (a GPU
 // GEMM may pick another algorithm for another row count; the chunking is fixed per run anyway). The
 // rows per chunk depend only on (B·T, V), so every rank, stage and world size chunks alike.
-constexpr int64_t kHeadChunkElements = int64_t{1} << 24;
 constexpr int64_t kHeadChunkRowMultiple = 128;
-// min(rows, max(kHeadChunkRowMultiple, kHeadChunkElements / V rounded down to that multiple)).
+constexpr int64_t kHeadChunkTargetRows = 1024;
+constexpr int64_t kHeadChunkMinElements = int64_t{1} << 24;  // 32 MiB of bf16 logits
+constexpr int64_t kHeadChunkMaxElements = int64_t{1} << 28;  // 512 MiB of bf16 logits
+// min(B·T, max(kHeadChunkRowMultiple, E / V rounded down to that multiple)), where
+// E = kHeadChunkTargetRows·V clamped to [kHeadChunkMinElements, kHeadChunkMaxElements].
 int64_t head_rows_per_chunk(int64_t rows, int64_t vocab);
 
 // Every tensor of the activation arena starts on this many bytes (a GPU's widest vector load).

@@ -1,4 +1,4 @@
-// The head in row chunks (model/llama.h, kHeadChunkElements): a model whose head computes its
+// The head in row chunks (model/llama.h, head_rows_per_chunk): a model whose head computes its
 // logits a few rows at a time trains exactly like one that holds them all. The single-chunk
 // model is the one the oracle tests check against PyTorch, so this carries that check over.
 //   - losses, and every gradient below the head (the final norm, the layers, the embedding),
@@ -78,10 +78,15 @@ HeadRun train_micro_batch(const ModelConfig& c, int64_t B, int64_t T, int64_t he
 }
 
 TEST(ModelHeadChunks, RowsPerChunkDependOnlyOnRowsAndVocab) {
-  EXPECT_EQ(head_rows_per_chunk(64, 256), 64);        // small: one chunk
-  EXPECT_EQ(head_rows_per_chunk(8192, 32000), 512);   // 1b, B=4, T=2048: 524 rows fit, 512 taken
-  EXPECT_EQ(head_rows_per_chunk(8192, 128256), 128);  // Llama-3's vocabulary
+  EXPECT_EQ(head_rows_per_chunk(64, 256), 64);           // small: one chunk
+  EXPECT_EQ(head_rows_per_chunk(1 << 17, 256), 65536);   // 2^24 logits: more rows than the target
+  EXPECT_EQ(head_rows_per_chunk(1 << 17, 20000), 1024);  // 2^24 / 20000 = 838: the target
+  EXPECT_EQ(head_rows_per_chunk(8192, 32000), 1024);     // 1b, B=4, T=2048: 8 chunks
+  EXPECT_EQ(head_rows_per_chunk(8192, 128256), 1024);    // Llama-3's vocabulary: 8, not 64
+  EXPECT_EQ(head_rows_per_chunk(8192, 262144), 1024);    // Gemma 3's: 2^28 logits, the most
+  EXPECT_EQ(head_rows_per_chunk(8192, 300000), 768);     // past it: 2^28 / V = 894, rounded down
   EXPECT_EQ(head_rows_per_chunk(8192, int64_t{1} << 30), 128);  // past the budget: one GEMM tile
+  EXPECT_EQ(head_rows_per_chunk(1000, 128256), 1000);           // at most the micro-batch's rows
   EXPECT_THROW(head_rows_per_chunk(0, 10), Error);
 }
 
