@@ -225,8 +225,12 @@ CommHandle Communicator::all_gather(DType dtype, const void* send, void* recv,
   return issue(std::move(call), world * count_per_rank);
 }
 
+size_t rank_tree_scratch_elements(int world, size_t count_per_rank) {
+  return RankTreeSchedule::scratch_blocks(world) * count_per_rank;
+}
+
 CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void* recv,
-                                            size_t count_per_rank, SumOrder order) {
+                                            size_t count_per_rank, SumOrder order, void* scratch) {
   const CollectiveOp op = CollectiveOp::kReduceScatter;
   check_reducible(op, dtype);
   if (order == SumOrder::kRankTree) {
@@ -245,6 +249,14 @@ CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void*
   const size_t world = static_cast<size_t>(world_size());
   ZT_CHECK(!ranges_overlap(send, world * block_bytes, recv, block_bytes),
            "reduce_scatter: send and recv overlap");
+  ZT_CHECK(scratch == nullptr || order == SumOrder::kRankTree,
+           "reduce_scatter: only the rank-tree order takes a scratch buffer");
+  const size_t scratch_bytes =
+      rank_tree_scratch_elements(world_size(), count_per_rank) * dtype_size(dtype);
+  ZT_CHECK(
+      scratch == nullptr || (!ranges_overlap(send, world * block_bytes, scratch, scratch_bytes) &&
+                             !ranges_overlap(recv, block_bytes, scratch, scratch_bytes)),
+      "reduce_scatter: the rank-tree scratch overlaps send or recv");
   CollectiveCall call;
   call.op = op;
   call.dtype = dtype;
@@ -252,6 +264,9 @@ CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void*
   call.recv = recv;
   call.count = count_per_rank;
   call.order = order;
+  call.scratch = scratch_bytes > 0 ? scratch : nullptr;
+  if (order == SumOrder::kRankTree && call.scratch == nullptr)
+    counters_.unlent_scratch_bytes += scratch_bytes;
   return issue(std::move(call), world * count_per_rank);
 }
 

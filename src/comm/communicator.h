@@ -24,6 +24,11 @@
 //         bytes as the ring). Each pair's sum is computed by one rank or by both, with the same
 //         bits (IEEE addition is commutative), so a subtree's sum does not depend on the world
 //         size: the building block of world-invariant training (docs/ARCHITECTURE.md §4).
+//         Its partial sums need (N − 2)·count elements besides send and recv
+//         (rank_tree_scratch_elements): the caller may lend them as `scratch`, a buffer of the
+//         send's kind (host or device) that belongs to the collective like its other buffers
+//         (the engine plans it, so its bytes are counted); null, the communicator allocates them
+//         for the call.
 //     all_reduce_sum(inout[count], count)                 inout = Σ_ranks inout, in place.
 //     broadcast(buf[count], count, root)                  buf = root's buf.
 //     barrier()                                           blocking.
@@ -119,6 +124,10 @@ enum class SumOrder : uint8_t {
   kRankTree,  // a balanced binary tree over the ranks in rank order (reduce_scatter only)
 };
 
+// Elements of partial sums a rank-tree reduce-scatter of `count_per_rank` over `world` ranks
+// needs besides its send and recv buffers: (N − 2)·count (comm/rank_tree_schedule.h).
+size_t rank_tree_scratch_elements(int world, size_t count_per_rank);
+
 // ---- collectives and their counters ----
 enum class CollectiveOp : uint8_t { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
 constexpr int kNumCollectiveOps = 5;
@@ -135,6 +144,9 @@ struct CollectiveCounter {
 
 struct CommCounters {
   std::array<CollectiveCounter, kNumCollectiveOps> by_op{};
+  // Bytes of rank-tree partial sums the communicator allocated itself, for calls that lent no
+  // scratch (the engine lends its planned buffers: 0 there).
+  uint64_t unlent_scratch_bytes = 0;
 
   const CollectiveCounter& operator[](CollectiveOp op) const {
     return by_op[static_cast<size_t>(op)];
@@ -153,6 +165,7 @@ struct CollectiveCall {
   int root = 0;                // broadcast
   bool in_place = false;       // all_gather whose send is this rank's block of recv
   SumOrder order = SumOrder::kLibrary;  // reduce_scatter
+  void* scratch = nullptr;  // reduce_scatter in rank-tree order: lent partial-sum storage, or null
   // Context for reports.
   int rank = 0;
   int world_size = 1;
@@ -234,7 +247,7 @@ class Communicator {
   // ---- type-erased collectives (validate, count, then start_collective) ----
   CommHandle all_gather(DType dtype, const void* send, void* recv, size_t count_per_rank);
   CommHandle reduce_scatter_sum(DType dtype, const void* send, void* recv, size_t count_per_rank,
-                                SumOrder order = SumOrder::kLibrary);
+                                SumOrder order = SumOrder::kLibrary, void* scratch = nullptr);
   CommHandle all_reduce_sum(DType dtype, void* inout, size_t count);
   CommHandle broadcast(DType dtype, void* buf, size_t count, int root);
   void barrier();
@@ -246,8 +259,8 @@ class Communicator {
   }
   template <ReducibleCommElement T>
   CommHandle reduce_scatter_sum(const T* send, T* recv, size_t count_per_rank,
-                                SumOrder order = SumOrder::kLibrary) {
-    return reduce_scatter_sum(dtype_of<T>(), send, recv, count_per_rank, order);
+                                SumOrder order = SumOrder::kLibrary, T* scratch = nullptr) {
+    return reduce_scatter_sum(dtype_of<T>(), send, recv, count_per_rank, order, scratch);
   }
   template <ReducibleCommElement T>
   CommHandle all_reduce_sum(T* inout, size_t count) {

@@ -61,7 +61,8 @@ class MpiRequest final : public CommRequest {
 // tests the current step's messages and, once they are complete, adds the received partials and
 // posts the next step. Messages carry the collective's sequence number modulo the
 // communicator's largest tag (MPI_TAG_UB, 2^31 − 1 in Open MPI) as their tag, so two such
-// reductions in flight between the same ranks never take each other's blocks.
+// reductions in flight between the same ranks never take each other's blocks. The partial sums
+// go to the caller's scratch, or to a vector of the request's own.
 template <typename T>
 class MpiRankTreeReduceScatter final : public CommRequest {
  public:
@@ -72,7 +73,9 @@ class MpiRankTreeReduceScatter final : public CommRequest {
         count_(call().count),
         send_(static_cast<const T*>(call().send)),
         recv_(static_cast<T*>(call().recv)),
-        scratch_(RankTreeSchedule::scratch_blocks(call().world_size) * call().count),
+        owned_scratch_(
+            call().scratch ? 0 : rank_tree_scratch_elements(call().world_size, call().count)),
+        scratch_(call().scratch ? static_cast<T*>(call().scratch) : owned_scratch_.data()),
         tag_(static_cast<int>(call().sequence % static_cast<uint64_t>(tag_bound))) {
     if (schedule_.steps() == 0) {  // one rank: its block is the sum (an empty one has no buffers)
       if (count_ > 0) std::memcpy(recv_, send_, count_ * sizeof(T));
@@ -105,7 +108,7 @@ class MpiRankTreeReduceScatter final : public CommRequest {
   T* at(RankTreeSchedule::BlockRef ref) {
     using B = RankTreeSchedule::Buffer;
     T* base = ref.buffer == B::kSend      ? const_cast<T*>(send_)
-              : ref.buffer == B::kScratch ? scratch_.data()
+              : ref.buffer == B::kScratch ? scratch_
                                           : recv_;
     return base + ref.block * count_;
   }
@@ -142,7 +145,8 @@ class MpiRankTreeReduceScatter final : public CommRequest {
   size_t count_;
   const T* send_;
   T* recv_;
-  std::vector<T> scratch_;
+  std::vector<T> owned_scratch_;  // when the caller lent none
+  T* scratch_;
   int tag_;
   int step_ = 0;
   std::vector<MPI_Request> requests_;

@@ -111,7 +111,8 @@ void plan_reduction(const PlanShape& s, MemoryPlan& plan) {
   plan.append(GradReducer::plan(
       s.max_trained_padded, zero.reduce_bucket_size, s.world, zero.overlap_comm ? 2 : 1,
       /*own_buckets=*/s.traits.reduces_each_micro_batch() || s.invariant(),
-      /*reduce_scatter=*/s.traits.shard_optimizer || s.invariant()));
+      /*reduce_scatter=*/s.traits.shard_optimizer || s.invariant(),
+      s.invariant() ? SumOrder::kRankTree : SumOrder::kLibrary));
   plan.add(BufferRole::kGroupSumsq, -1, MemCategory::kCommBuffers, s.groups() * 8);
   if (s.invariant()) {
     int64_t leaf = 0, blocks = 0;  // frozen groups have no leaf range and no norm blocks

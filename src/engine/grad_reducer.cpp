@@ -19,18 +19,19 @@ GradReducer::GradReducer(Backend& backend, Communicator& comm, MemoryTracker& me
       bucket_elements_(bucket_elements),
       order_(order) {
   slots_.resize(static_cast<size_t>(num_slots));
-  const MemoryPlan planned =
-      plan(max_padded_group, bucket_elements, world_, num_slots, own_buckets, reduce_scatter);
+  const MemoryPlan planned = plan(max_padded_group, bucket_elements, world_, num_slots, own_buckets,
+                                  reduce_scatter, order);
   for (int k = 0; k < num_slots; ++k) {
     Slot& s = slots_[static_cast<size_t>(k)];
     s.bucket = allocate_planned<float>(memory, planned, BufferRole::kReduceBucket, k);
     s.packed = allocate_planned<float>(memory, planned, BufferRole::kReducePacked, k);
     s.recv = allocate_planned<float>(memory, planned, BufferRole::kReduceReceive, k);
+    s.tree_scratch = allocate_planned<float>(memory, planned, BufferRole::kReduceTreeScratch, k);
   }
 }
 
 MemoryPlan GradReducer::plan(int64_t max_padded_group, int64_t bucket_elements, int world,
-                             int num_slots, bool own_buckets, bool reduce_scatter) {
+                             int num_slots, bool own_buckets, bool reduce_scatter, SumOrder order) {
   const int64_t max_shard = max_padded_group / world;
   const bool needs_packing = reduce_scatter && bucket_elements / world < max_shard;
   MemoryPlan p;
@@ -41,6 +42,11 @@ MemoryPlan GradReducer::plan(int64_t max_padded_group, int64_t bucket_elements, 
       p.add(BufferRole::kReducePacked, k, MemCategory::kCommBuffers, max_padded_group * 4);
     if (reduce_scatter)
       p.add(BufferRole::kReduceReceive, k, MemCategory::kCommBuffers, max_shard * 4);
+    // The rank tree's partial sums of every call of a slot (its chunks are in flight at once).
+    const auto tree_scratch =
+        static_cast<int64_t>(rank_tree_scratch_elements(world, static_cast<size_t>(max_shard)));
+    if (reduce_scatter && order == SumOrder::kRankTree && tree_scratch > 0)
+      p.add(BufferRole::kReduceTreeScratch, k, MemCategory::kCommBuffers, tree_scratch * 4);
   }
   return p;
 }
@@ -83,9 +89,14 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   }
   // Reduce-scatter: chunks of at most bucket/N elements of every rank's shard.
   const int64_t per_rank = std::max<int64_t>(1, bucket_elements_ / world_);
+  // Chunk c0's rank-tree partial sums: its own (N − 2)·len elements of the slot's scratch.
+  auto scratch_at = [&](int64_t c0) -> float* {
+    if (s.tree_scratch.size() == 0) return nullptr;
+    return s.tree_scratch.data() + rank_tree_scratch_elements(world_, static_cast<size_t>(c0));
+  };
   if (per_rank >= s.shard) {
-    s.handles.push_back(
-        comm_.reduce_scatter_sum(grads, landing, static_cast<size_t>(s.shard), order_));
+    s.handles.push_back(comm_.reduce_scatter_sum(grads, landing, static_cast<size_t>(s.shard),
+                                                 order_, scratch_at(0)));
     return;
   }
   float* packed = s.packed.data();
@@ -96,8 +107,8 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
     for (int r = 0; r < world_; ++r)
       device.copy(chunk + r * len, grads + r * s.shard + c0,
                   static_cast<size_t>(len) * sizeof(float));
-    s.handles.push_back(
-        comm_.reduce_scatter_sum(chunk, landing + c0, static_cast<size_t>(len), order_));
+    s.handles.push_back(comm_.reduce_scatter_sum(chunk, landing + c0, static_cast<size_t>(len),
+                                                 order_, scratch_at(c0)));
   }
 }
 

@@ -33,10 +33,12 @@ class GradReducer {
   GradReducer(Backend& backend, Communicator& comm, MemoryTracker& memory, StepIntervals& intervals,
               int64_t max_padded_group, int64_t bucket_elements, int num_slots, bool own_buckets,
               bool reduce_scatter, SumOrder order = SumOrder::kLibrary);
-  // The buffers of those settings over `world` ranks (kReduceBucket, kReducePacked and
-  // kReduceReceive of each slot): what the constructor allocates.
+  // The buffers of those settings over `world` ranks (kReduceBucket, kReducePacked,
+  // kReduceReceive and, in rank-tree order from 4 ranks on, kReduceTreeScratch of each slot):
+  // what the constructor allocates.
   static MemoryPlan plan(int64_t max_padded_group, int64_t bucket_elements, int world,
-                         int num_slots, bool own_buckets, bool reduce_scatter);
+                         int num_slots, bool own_buckets, bool reduce_scatter,
+                         SumOrder order = SumOrder::kLibrary);
 
   // A full-group fp32 buffer (padded size) the model may write a group's gradients into; the
   // slot is free (its previous reduction drained). Not zeroed: it holds what an earlier group
@@ -57,9 +59,10 @@ class GradReducer {
 
  private:
   struct Slot {
-    TrackedBuffer<float> bucket;  // full padded group, written by the model
-    TrackedBuffer<float> packed;  // chunk-major packed copy when buckets split the group
-    TrackedBuffer<float> recv;    // this rank's reduced shard
+    TrackedBuffer<float> bucket;        // full padded group, written by the model
+    TrackedBuffer<float> packed;        // chunk-major packed copy when buckets split the group
+    TrackedBuffer<float> recv;          // this rank's reduced shard
+    TrackedBuffer<float> tree_scratch;  // rank-tree partial sums, (N − 2)·shard (lent to comm_)
     std::vector<CommHandle> handles;
     Mode mode = Mode::kAllReduce;
     float* dest = nullptr;

@@ -44,6 +44,8 @@ const char* buffer_role_name(BufferRole role) {
       return "reduce packing";
     case BufferRole::kReduceReceive:
       return "reduce receive";
+    case BufferRole::kReduceTreeScratch:
+      return "reduce tree scratch";
     case BufferRole::kMicroBatchTree:
       return "micro-batch tree";
     case BufferRole::kGatheredParams:

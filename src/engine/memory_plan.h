@@ -26,40 +26,41 @@ enum class BufferLifetime : int {
 
 // What a planned buffer is. Per group, per reduce slot, per tree level or one of a kind (index).
 enum class BufferRole : int {
-  kWorkingParams,     // the working params of a group (stage 3: its shard)
-  kGradients,         // a group's fp32 gradient accumulator (stage 2/3: its shard)
-  kMaster,            // a group's fp32 master of the own range
-  kAdamM,             // Adam's first moment of the own range
-  kAdamV,             // Adam's second moment of the own range
-  kDelayedWorking,    // a delayed update held back one step (own range, working dtype)
-  kDelayedFresh,      // the delayed update being computed
-  kComputeUpcast,     // fp32 upcast of the group being computed
-  kTiedUpcast,        // tied embeddings: the embedding's fp32 upcast while the head computes
-  kTiedGradients,     // tied embeddings: the embedding's gradient bucket
-  kAdapterUpcast,     // LoRA: the fp32 upcast of a layer's adapter group
-  kGroupSumsq,        // Σ grad² of every group, read once per step
-  kNormBlocks,        // world-invariant: Σ grad² of every norm block
-  kStepLosses,        // the per-token losses of a step's micro-batches
-  kUpdateTile,        // param offload without optimizer offload: a group's updated shard
-  kGatherStaging,     // stages 1/2: one chunk of every rank's updated params
-  kReduceBucket,      // a reduce slot's model-written gradient bucket (per slot)
-  kReducePacked,      // a reduce slot's packing copy when buckets split a group (per slot)
-  kReduceReceive,     // a reduce slot's received shard (per slot)
-  kMicroBatchTree,    // world-invariant: a level of the micro-batch tree (per level)
-  kGatheredParams,    // stage 3: the gathered groups held at once
-  kStagedShards,      // stage 3 param offload: device copies of the shards being gathered
-  kActivationArena,   // the model's activation arena
-  kTokens,            // the model's int32 inputs, targets and document starts
-  kHostResiduals,     // CPU checkpointing: the checkpointed layers' inputs
-  kGradCopyStaging,   // optimizer offload, bf16 copies: a shard rounded on the device (two)
-  kHostGradients,     // optimizer offload: a group's gradient shard on the host (fp32 or bf16)
-  kPendingGradients,  // delayed offload update: the shard the running update reads
-  kKeptState,         // exact offload overlap: a group's master, m and v kept while speculating
-  kSpeculatedValues,  // exact offload overlap: a group's speculated working values (own range)
-  kHostStaging,       // optimizer offload: a working-dtype staging tile (two)
-  kHostOptimizer,     // optimizer offload to cpu: a group's master, m and v
-  kNvmeBuffers,       // optimizer offload to nvme: the swap buffers
-  kNvmeFile,          // optimizer offload to nvme: this rank's swap file
+  kWorkingParams,      // the working params of a group (stage 3: its shard)
+  kGradients,          // a group's fp32 gradient accumulator (stage 2/3: its shard)
+  kMaster,             // a group's fp32 master of the own range
+  kAdamM,              // Adam's first moment of the own range
+  kAdamV,              // Adam's second moment of the own range
+  kDelayedWorking,     // a delayed update held back one step (own range, working dtype)
+  kDelayedFresh,       // the delayed update being computed
+  kComputeUpcast,      // fp32 upcast of the group being computed
+  kTiedUpcast,         // tied embeddings: the embedding's fp32 upcast while the head computes
+  kTiedGradients,      // tied embeddings: the embedding's gradient bucket
+  kAdapterUpcast,      // LoRA: the fp32 upcast of a layer's adapter group
+  kGroupSumsq,         // Σ grad² of every group, read once per step
+  kNormBlocks,         // world-invariant: Σ grad² of every norm block
+  kStepLosses,         // the per-token losses of a step's micro-batches
+  kUpdateTile,         // param offload without optimizer offload: a group's updated shard
+  kGatherStaging,      // stages 1/2: one chunk of every rank's updated params
+  kReduceBucket,       // a reduce slot's model-written gradient bucket (per slot)
+  kReducePacked,       // a reduce slot's packing copy when buckets split a group (per slot)
+  kReduceReceive,      // a reduce slot's received shard (per slot)
+  kReduceTreeScratch,  // world-invariant: a reduce slot's rank-tree partial sums (per slot)
+  kMicroBatchTree,     // world-invariant: a level of the micro-batch tree (per level)
+  kGatheredParams,     // stage 3: the gathered groups held at once
+  kStagedShards,       // stage 3 param offload: device copies of the shards being gathered
+  kActivationArena,    // the model's activation arena
+  kTokens,             // the model's int32 inputs, targets and document starts
+  kHostResiduals,      // CPU checkpointing: the checkpointed layers' inputs
+  kGradCopyStaging,    // optimizer offload, bf16 copies: a shard rounded on the device (two)
+  kHostGradients,      // optimizer offload: a group's gradient shard on the host (fp32 or bf16)
+  kPendingGradients,   // delayed offload update: the shard the running update reads
+  kKeptState,          // exact offload overlap: a group's master, m and v kept while speculating
+  kSpeculatedValues,   // exact offload overlap: a group's speculated working values (own range)
+  kHostStaging,        // optimizer offload: a working-dtype staging tile (two)
+  kHostOptimizer,      // optimizer offload to cpu: a group's master, m and v
+  kNvmeBuffers,        // optimizer offload to nvme: the swap buffers
+  kNvmeFile,           // optimizer offload to nvme: this rank's swap file
 };
 const char* buffer_role_name(BufferRole role);
 const char* buffer_lifetime_name(BufferLifetime lifetime);  // "run", "training", "pass", ...

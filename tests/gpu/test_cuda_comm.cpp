@@ -72,6 +72,19 @@ void check_collectives(Communicator& comm) {
     DeviceBuffer<float> tree_send(tree_blocks), tree_recv(count);
     comm.reduce_scatter_sum(tree_send.get(), tree_recv.get(), count, SumOrder::kRankTree).wait();
     EXPECT_TRUE(bitwise_equal(tree_recv.download(), tree_expected, "reduce_scatter rank tree"));
+    // The same with the partial sums in a lent device scratch (the engine's planned one): the
+    // same bits, and under NCCL every scratch element written (from 4 ranks on; none below). The
+    // staged communicator sums on the host, in host scratch of its own, and leaves it alone.
+    const size_t scratch_n = rank_tree_scratch_elements(world, count);
+    DeviceBuffer<float> lent(std::vector<float>(scratch_n + 1, std::nanf(""))), lent_recv(count);
+    comm.reduce_scatter_sum(tree_send.get(), lent_recv.get(), count, SumOrder::kRankTree,
+                            lent.get())
+        .wait();
+    EXPECT_TRUE(bitwise_equal(lent_recv.download(), tree_expected, "rank tree, lent scratch"));
+    const std::vector<float> partials = lent.download();
+    const bool on_device = std::string(comm.backend_name()) == "nccl";
+    for (size_t i = 0; i < scratch_n; ++i) ASSERT_NE(std::isnan(partials[i]), on_device) << i;
+    EXPECT_TRUE(std::isnan(partials[scratch_n])) << "written past (N - 2)·count";
   }
 
   DeviceBuffer<int64_t> counter(std::vector<int64_t>{rank + 1});

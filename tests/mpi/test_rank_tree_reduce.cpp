@@ -10,6 +10,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/rank_tree_schedule.h"
 #include "comm_test_support.h"
+#include "util/error.h"
 
 namespace zt {
 namespace {
@@ -104,6 +105,48 @@ TEST_F(CommTest, RankTreeReductionsInFlightTogetherKeepTheirBlocks) {
   const uint64_t sent = comm().counters()[CollectiveOp::kReduceScatter].bytes_sent -
                         before[CollectiveOp::kReduceScatter].bytes_sent;
   EXPECT_EQ(sent, 2 * static_cast<uint64_t>(world - 1) * count * sizeof(float));
+}
+
+// A caller's scratch (what the engine's reduce slots lend: planned, so counted) holds the
+// partial sums: a NaN sentinel there is overwritten from 4 ranks on (where there are partials to
+// keep), the sums are the tree's, bit for bit, and a scratch that overlaps the send or receive
+// buffer, or one given for the library's order, is refused before anything is sent.
+TEST_F(CommTest, RankTreeKeepsItsPartialSumsInALentScratch) {
+  const int world = this->world();
+  const size_t count = 257;
+  EXPECT_EQ(rank_tree_scratch_elements(world, count),
+            world > 2 ? static_cast<size_t>(world - 2) * count : 0);
+  std::vector<std::vector<double>> inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(rank_input<double>(r, world, count));
+  const std::vector<double>& mine = inputs[static_cast<size_t>(rank())];
+  const size_t scratch_n = rank_tree_scratch_elements(world, count);
+  std::vector<double> scratch(scratch_n + 1, std::nan(""));  // one more: a guard after it
+  std::vector<double> recv(count, -1.0);
+  const uint64_t unlent_before = comm().counters().unlent_scratch_bytes;
+  comm()
+      .reduce_scatter_sum(mine.data(), recv.data(), count, SumOrder::kRankTree, scratch.data())
+      .wait();
+  EXPECT_EQ(comm().counters().unlent_scratch_bytes, unlent_before);
+  comm().reduce_scatter_sum(mine.data(), recv.data(), count, SumOrder::kRankTree).wait();
+  EXPECT_EQ(comm().counters().unlent_scratch_bytes - unlent_before, scratch_n * sizeof(double));
+  for (size_t e = 0; e < count; ++e)
+    ASSERT_EQ(recv[e], tree_sum(inputs, 0, world, static_cast<size_t>(rank()) * count + e)) << e;
+  size_t written = 0;
+  for (size_t i = 0; i < scratch_n; ++i) written += std::isnan(scratch[i]) ? 0 : 1;
+  EXPECT_EQ(written, scratch_n) << "the partial sums went elsewhere";
+  EXPECT_TRUE(std::isnan(scratch[scratch_n])) << "written past (N - 2)·count";
+
+  std::vector<double> send_copy = mine;
+  EXPECT_THROW(comm().reduce_scatter_sum(send_copy.data(), recv.data(), count, SumOrder::kLibrary,
+                                         scratch.data()),
+               Error);
+  if (world < 4) return;  // below 4 ranks no scratch is used, and none is checked
+  EXPECT_THROW(comm().reduce_scatter_sum(send_copy.data(), recv.data(), count, SumOrder::kRankTree,
+                                         send_copy.data() + count),
+               Error);
+  EXPECT_THROW(comm().reduce_scatter_sum(send_copy.data(), recv.data(), count, SumOrder::kRankTree,
+                                         recv.data()),
+               Error);
 }
 
 TEST(RankTreeSchedule, EveryBlockEndsAtItsRankAndScratchHoldsTheRegions) {

@@ -143,6 +143,7 @@ RunResult expect_world_invariant_stages_equal_one_rank(Communicator& world, Comm
   base.world_invariant = true;
   const bool tied = base.tied;
   const RunResult ref = run(self, base, kAccum * world.world_size(), steps);
+  const uint64_t unlent_before = world.counters().unlent_scratch_bytes;
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool overlap : {true, false}) {
       for (int ckpt : {0, 1}) {
@@ -175,6 +176,9 @@ RunResult expect_world_invariant_stages_equal_one_rank(Communicator& world, Comm
       }
     }
   }
+  // Every rank-tree reduction summed in the reduce slots' planned scratch, none in the
+  // communicator's own (which the estimate would not count).
+  EXPECT_EQ(world.counters().unlent_scratch_bytes, unlent_before);
   return ref;
 }
 

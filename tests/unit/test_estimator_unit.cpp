@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/device_arena_plan.h"
+#include "engine/engine_memory_plan.h"
 #include "engine/estimator.h"
+#include "engine/memory_plan.h"
 #include "model/layout.h"
 #include "support/engine_spec_for.h"
 #include "test_train_support.h"
@@ -365,6 +367,36 @@ TEST(EstimateCommand, GradientCopiesReachTheOffloadRowsAndTheAdvice) {
 // `zerotrain estimate --plan`: the requested stage's buffers by role, which add up to that
 // stage's row: per category, what is held for the run and from the first step, plus the larger
 // of a pass's and the optimizer step's.
+// World-invariant training's reduce-scatters sum in rank-tree order, whose partial sums take
+// (N − 2) blocks of a call's per-rank count: each reduce slot has its own, for its largest shard,
+// from 4 ranks on, in the buffers the estimate adds up (before, the communicator allocated them
+// beside the plan: on a GPU, past the device memory the estimate promised).
+TEST(EstimatorPlan, WorldInvariantReduceSlotsHoldTheRankTreesPartialSums) {
+  const ModelConfig model = preset_config("6b");
+  const ParamLayout layout(model);
+  for (int world : {1, 2, 4, 8}) {
+    for (bool invariant : {false, true}) {
+      ZeroConfig z;
+      z.stage = 2;
+      z.world_invariant = invariant;
+      const EngineSpec spec = engine_spec_for(model, z, 1, 2048);
+      const MemoryPlan plan = plan_engine_memory(spec, world);
+      const PlannedBuffer* receive = plan.find(BufferRole::kReduceReceive, 0);
+      ASSERT_NE(receive, nullptr);
+      const int64_t expected = invariant && world > 2 ? (world - 2) * receive->bytes : 0;
+      const int slots = z.overlap_comm ? 2 : 1;
+      EXPECT_EQ(plan.bytes_of(BufferRole::kReduceTreeScratch), slots * expected)
+          << "world " << world << (invariant ? " invariant" : "");
+      if (expected == 0) continue;
+      EXPECT_EQ(plan.find(BufferRole::kReduceTreeScratch, 0)->category, MemCategory::kCommBuffers);
+      // 6b at 4 ranks: a layer's gradient shard is ≈ 50 M elements, so 2 slots hold ≈ 0.8 GB.
+      if (world == 4) {
+        EXPECT_GT(plan.bytes_of(BufferRole::kReduceTreeScratch), int64_t{700} << 20);
+      }
+    }
+  }
+}
+
 TEST(EstimateCommand, PlanListsTheBuffersOfTheRequestedStage) {
   // Params on the host with the device optimizer: the buffers category has a pass's staged
   // shards and the optimizer step's update tile, of which only the larger counts.

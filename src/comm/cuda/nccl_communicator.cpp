@@ -106,7 +106,8 @@ class NcclRequest final : public CommRequest {
 
 // A reduce-scatter in rank-tree order (comm/rank_tree_schedule.h), queued whole on the comm
 // stream: per step one NCCL group of sends and receives with the partner, then the adds. The
-// scratch regions are stream-ordered allocations, freed after the last add.
+// partial sums go to the caller's scratch (the engine's planned buffer), or else to a
+// stream-ordered allocation freed after the last add.
 void enqueue_rank_tree_reduce_scatter(const CollectiveCall& call, ncclComm_t comm,
                                       cudaStream_t stream) {
   const RankTreeSchedule schedule(call.rank, call.world_size);
@@ -119,9 +120,11 @@ void enqueue_rank_tree_reduce_scatter(const CollectiveCall& call, ncclComm_t com
     ZT_CUDA_CHECK(cudaMemcpyAsync(recv, send, block_bytes, cudaMemcpyDeviceToDevice, stream));
     return;
   }
-  char* scratch = nullptr;
-  const size_t scratch_bytes = RankTreeSchedule::scratch_blocks(call.world_size) * block_bytes;
-  if (scratch_bytes > 0) ZT_CUDA_CHECK(cudaMallocAsync(&scratch, scratch_bytes, stream));
+  char* scratch = static_cast<char*>(call.scratch);
+  const bool owns_scratch = scratch == nullptr;
+  const size_t scratch_bytes = rank_tree_scratch_elements(call.world_size, call.count) * elem;
+  if (owns_scratch && scratch_bytes > 0)
+    ZT_CUDA_CHECK(cudaMallocAsync(&scratch, scratch_bytes, stream));
   // The send buffer's blocks are only read (sent or added from).
   auto at = [&](RankTreeSchedule::BlockRef ref) -> char* {
     using B = RankTreeSchedule::Buffer;
@@ -146,7 +149,7 @@ void enqueue_rank_tree_reduce_scatter(const CollectiveCall& call, ncclComm_t com
       if (schedule.keeps(step, i))
         launch_rank_tree_add(kept(step, i), live(step, i), call.count, call.dtype, stream);
   }
-  if (scratch) ZT_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+  if (owns_scratch && scratch) ZT_CUDA_CHECK(cudaFreeAsync(scratch, stream));
 }
 
 }  // namespace
