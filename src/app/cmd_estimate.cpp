@@ -254,7 +254,7 @@ std::string lora_comparison(const EstimateOptions& o, const EngineSpec& spec, nl
 
 // The run the options describe, resolved and checked as train resolves and checks it.
 EngineSpec estimate_spec(const EstimateOptions& o, const ModelConfig& base_model) {
-  check_run_tokens(o.micro_batch, o.seq_len, o.grad_accum, o.world, 1, kCommand);
+  check_run_tokens(o.micro_batch, o.seq_len, o.grad_accum, o.world, 1, "one step", kCommand);
   EngineSpec spec = resolve_engine_spec(o, parse_engine_choices(o, kCommand), base_model);
   check_seq_len(spec.model, o.seq_len,
                 o.model_dir.empty() ? "preset '" + o.preset + "'" : o.model_dir, kCommand);

@@ -46,18 +46,17 @@ int64_t check_micro_batch_tokens(int64_t micro_batch, int64_t seq_len, const std
 }
 
 void check_run_tokens(int64_t micro_batch, int64_t seq_len, int64_t grad_accum, int64_t world,
-                      int64_t steps, const std::string& command) {
+                      int64_t steps, const std::string& run_length, const std::string& command) {
   const int64_t micro_tokens = check_micro_batch_tokens(micro_batch, seq_len, command);
   int64_t step_tokens = 0, run_tokens = 0;
   const bool fits = !__builtin_mul_overflow(micro_tokens, grad_accum, &step_tokens) &&
                     !__builtin_mul_overflow(step_tokens, world, &step_tokens) &&
                     !__builtin_mul_overflow(step_tokens, steps, &run_tokens) &&
                     run_tokens <= (int64_t{1} << 62);
-  ZT_CHECK(fits, command + ": --steps " + std::to_string(steps) +
-                     " × global batch (--micro-batch " + std::to_string(micro_batch) +
-                     " × --grad-accum " + std::to_string(grad_accum) + " × " +
-                     std::to_string(world) + " ranks) × seq-len " + std::to_string(seq_len) +
-                     " tokens is beyond 2^62");
+  ZT_CHECK(fits, command + ": " + run_length + " × global batch (--micro-batch " +
+                     std::to_string(micro_batch) + " × --grad-accum " + std::to_string(grad_accum) +
+                     " × " + std::to_string(world) + " ranks) × seq-len " +
+                     std::to_string(seq_len) + " tokens is beyond 2^62");
 }
 
 uint64_t shard_limit_bytes(double mib, const std::string& option, const std::string& command) {

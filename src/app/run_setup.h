@@ -36,9 +36,10 @@ void check_count(int64_t value, int64_t minimum, const std::string& option,
 int64_t check_micro_batch_tokens(int64_t micro_batch, int64_t seq_len, const std::string& command);
 // The run's sizes as train and estimate both take them: a micro-batch's tokens within 32-bit GEMM
 // dimensions, and steps × global batch × seq-len tokens within 2^62 (the int64 token counters and
-// every byte figure derived from them).
+// every byte figure derived from them). `run_length` says where the steps came from, for the
+// message: "--steps 12", "--epochs 3 (12 steps)", "one step".
 void check_run_tokens(int64_t micro_batch, int64_t seq_len, int64_t grad_accum, int64_t world,
-                      int64_t steps, const std::string& command);
+                      int64_t steps, const std::string& run_length, const std::string& command);
 // A shard size in MiB (--shard-size-mb, --max-shard-size-mb) as bytes: finite, positive and at
 // most 2^30 MiB (1 PiB); else a zt::Error naming the option and the value.
 uint64_t shard_limit_bytes(double mib, const std::string& option, const std::string& command);

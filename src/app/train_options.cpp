@@ -159,7 +159,13 @@ void validate_settings(TrainOptions& o) {
 }  // namespace
 
 void validate_run_length(const TrainOptions& o) {
-  check_count(o.steps, 1, "steps", kCommand);
+  if (o.epochs > 0) {
+    ZT_CHECK(o.steps >= 1 && o.steps < kMaxCount,
+             std::string(kCommand) + ": " + run_length_text(o) + " is too long: a run has below " +
+                 std::to_string(kMaxCount) + " steps");
+  } else {
+    check_count(o.steps, 1, "steps", kCommand);
+  }
   check_profile_steps(o.profile, o.steps);
   // At or past the last step the run would end as usual (exit 0, no stop): a contradiction.
   ZT_CHECK(o.checkpoint.stop_after_step < o.steps,
@@ -493,7 +499,8 @@ EngineSpec engine_spec(const TrainOptions& o, const ModelConfig& model) {
 }
 
 void check_run_size(const TrainOptions& o, int world) {
-  check_run_tokens(o.micro_batch, o.seq_len, o.grad_accum, world, o.steps, kCommand);
+  check_run_tokens(o.micro_batch, o.seq_len, o.grad_accum, world, o.steps, run_length_text(o),
+                   kCommand);
 }
 
 size_t device_memory_limit_bytes(const TrainOptions& o) {

@@ -407,7 +407,8 @@ TEST_F(TrainE2E, BadInputsFailNamingTheCulprit) {
        "tokens per micro-batch is beyond 2^31 - 1"},
       {"--preset tiny " + base +
            " --steps 2000000000 --micro-batch 1000000 --grad-accum 1000000 --seq-len 64",
-       "tokens is beyond 2^62"},
+       "--steps 2000000000 × global batch (--micro-batch 1000000 × --grad-accum 1000000 × 1 "
+       "ranks) × seq-len 64 tokens is beyond 2^62"},
       {"--preset tiny " + base + " --micro-batch 0", "--micro-batch"},
       {"--preset tiny " + base + " --offload-gradient-copies fp8",
        "--offload-gradient-copies must be auto, bf16 or fp32, got 'fp8'"},
@@ -529,6 +530,7 @@ TEST_F(TrainE2E, EpochsGiveTheStepsThatReadThem) {
        {std::pair<std::string, std::string>{"--epochs 1 --steps 4", "give --steps or --epochs"},
         {"--epochs 0", "--epochs must be a positive number, got 0"},
         {"--epochs inf", "--epochs must be a positive number, got inf"},
+        {"--epochs 1e9", " (7750000000 steps) is too long: a run has below 2147483648 steps"},
         {"--epochs 0.01 --stop-after-step 2",
          "--stop-after-step 2 is not before the last step (--epochs 0.01 (1 step))"}}) {
     const RunResult bad = run_command(run + path("epochs_bad") + " " + extra);
