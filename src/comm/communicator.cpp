@@ -371,14 +371,14 @@ CollectiveBytes collective_bytes(const CollectiveCall& call) {
 }
 
 CommHandle forward_collective(Communicator& target, const CollectiveCall& call, const void* send,
-                              void* recv) {
+                              void* recv, void* scratch) {
   target.set_timeout_seconds(call.timeout_seconds);
   target.set_context(call.step, call.phase.c_str());
   switch (call.op) {
     case CollectiveOp::kAllGather:
       return target.all_gather(call.dtype, send, recv, call.count);
     case CollectiveOp::kReduceScatter:
-      return target.reduce_scatter_sum(call.dtype, send, recv, call.count, call.order);
+      return target.reduce_scatter_sum(call.dtype, send, recv, call.count, call.order, scratch);
     case CollectiveOp::kAllReduce:
       return target.all_reduce_sum(call.dtype, recv, call.count);
     case CollectiveOp::kBroadcast:

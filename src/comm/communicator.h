@@ -327,10 +327,11 @@ class Communicator {
   double timeout_seconds_ = kDefaultTimeoutSeconds;
 };
 
-// Issues `call`'s collective (op, dtype, count, root) on `target` over the buffers send/recv:
-// for communicators that wrap another one (staging, guarding). A barrier blocks and returns a
-// completed handle.
+// Issues `call`'s collective (op, dtype, count, root, sum order) on `target` over the buffers
+// send/recv and a rank-tree reduce-scatter's `scratch` (null: target allocates its own): for
+// communicators that wrap another one (staging, which sums host copies in host scratch of its
+// own; guarding, which hands the caller's on). A barrier blocks and returns a completed handle.
 CommHandle forward_collective(Communicator& target, const CollectiveCall& call, const void* send,
-                              void* recv);
+                              void* recv, void* scratch = nullptr);
 
 }  // namespace zt

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "util/error.h"
@@ -78,6 +79,10 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   s.lands_in_dest =
       mode == Mode::kReduceScatterStore &&
       (address(dest + s.shard) <= address(grads) || address(grads + padded) <= address(dest));
+  ZT_CHECK(
+      mode == Mode::kAllReduce || s.lands_in_dest || static_cast<size_t>(s.shard) <= s.recv.size(),
+      "GradReducer: a shard of " + std::to_string(s.shard) +
+          " elements is past its slot's receive buffer");
   float* const landing = s.lands_in_dest ? dest : s.recv.data();
   if (mode == Mode::kAllReduce) {
     // In place, in chunks of the bucket size.
@@ -90,6 +95,11 @@ void GradReducer::start(Mode mode, float* grads, int64_t padded, float* dest,
   // Reduce-scatter: chunks of at most bucket/N elements of every rank's shard.
   const int64_t per_rank = std::max<int64_t>(1, bucket_elements_ / world_);
   // Chunk c0's rank-tree partial sums: its own (N − 2)·len elements of the slot's scratch.
+  ZT_CHECK(
+      s.tree_scratch.size() == 0 ||
+          rank_tree_scratch_elements(world_, static_cast<size_t>(s.shard)) <= s.tree_scratch.size(),
+      "GradReducer: a shard of " + std::to_string(s.shard) +
+          " elements is past the rank-tree scratch its slot was planned with");
   auto scratch_at = [&](int64_t c0) -> float* {
     if (s.tree_scratch.size() == 0) return nullptr;
     return s.tree_scratch.data() + rank_tree_scratch_elements(world_, static_cast<size_t>(c0));

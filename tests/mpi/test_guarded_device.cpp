@@ -50,6 +50,7 @@ struct RunSpec {
   OffloadConfig offload;
   std::string label;
   ActivationCheckpointing ac{};
+  bool world_invariant = false;  // rank-tree reductions in the reduce slots' lent scratch
 };
 
 // Built member by member: brace-initialising RunSpec in place trips GCC 12's
@@ -88,6 +89,7 @@ Outcome train(MpiCommunicator& world, const RunSpec& spec, bool guarded, const f
   zero.allgather_bucket_size = 20'000;  // chunked param all-gather (stages 1/2)
   zero.prefetch_bucket_size = 3 * 50'000;
   zero.param_persistence_threshold = 0;
+  zero.world_invariant = spec.world_invariant;
   EngineSpec built = engine_spec_for(cfg, zero, kMicro, kSeq);
   built.precision = spec.precision;
   built.ac = spec.ac;
@@ -172,6 +174,14 @@ TEST_F(GuardedDeviceTest, EveryStageMatchesThePlainCpuBackendBitwise) {
       run_spec(3, Precision::kBf16, OffloadConfig{}, "s3_ckpt_cpu", {1, true}));
   expect_guarded_matches_plain(
       run_spec(0, Precision::kBf16, OffloadConfig{}, "s0_ckpt2_cpu", {2, true}));
+  // World-invariant: from 4 ranks on, the reduce-scatters sum in each slot's planned scratch,
+  // which is the collective's (off limits to the engine) until the slot is drained.
+  for (int stage : {1, 3}) {
+    RunSpec invariant =
+        run_spec(stage, Precision::kBf16, OffloadConfig{}, "s" + std::to_string(stage) + "_inv");
+    invariant.world_invariant = true;
+    expect_guarded_matches_plain(invariant);
+  }
 }
 
 TEST_F(GuardedDeviceTest, EveryOffloadModeMatchesThePlainCpuBackendBitwise) {

@@ -403,6 +403,12 @@ class GuardedBackend final : public Backend {
   GuardedDeviceMemory& mem_;
 };
 
+// Bytes of the rank-tree partial sums a reduce-scatter's caller lent (0 when none).
+size_t lent_scratch_bytes(const CollectiveCall& call) {
+  if (call.scratch == nullptr) return 0;
+  return rank_tree_scratch_elements(call.world_size, call.count) * dtype_size(call.dtype);
+}
+
 class GuardedRequest final : public CommRequest {
  public:
   GuardedRequest(CollectiveCall call, GuardedDeviceMemory& memory, CommHandle inner)
@@ -414,6 +420,8 @@ class GuardedRequest final : public CommRequest {
       tokens_.push_back(mem_.begin_in_flight(this->call().send, bytes.send, op + seq + " send"));
     if (bytes.recv > 0)
       tokens_.push_back(mem_.begin_in_flight(this->call().recv, bytes.recv, op + seq + " recv"));
+    if (const size_t scratch = lent_scratch_bytes(this->call()); scratch > 0)
+      tokens_.push_back(mem_.begin_in_flight(this->call().scratch, scratch, op + seq + " scratch"));
   }
   ~GuardedRequest() override {
     if (!inner_.done()) {
@@ -467,8 +475,10 @@ class GuardedCommunicator final : public Communicator {
     const CollectiveBytes bytes = collective_bytes(call);
     if (bytes.send > 0) mem_.require_device(call.send, bytes.send, "collective send buffer");
     if (bytes.recv > 0) mem_.require_device(call.recv, bytes.recv, "collective recv buffer");
+    if (const size_t scratch = lent_scratch_bytes(call); scratch > 0)
+      mem_.require_device(call.scratch, scratch, "rank-tree scratch");
     GuardedDeviceMemory::Access a(mem_);
-    CommHandle inner = forward_collective(inner_, call, call.send, call.recv);
+    CommHandle inner = forward_collective(inner_, call, call.send, call.recv, call.scratch);
     return std::make_unique<GuardedRequest>(std::move(call), mem_, std::move(inner));
   }
 

@@ -364,9 +364,6 @@ TEST(EstimateCommand, GradientCopiesReachTheOffloadRowsAndTheAdvice) {
       << auto_advice;
 }
 
-// `zerotrain estimate --plan`: the requested stage's buffers by role, which add up to that
-// stage's row: per category, what is held for the run and from the first step, plus the larger
-// of a pass's and the optimizer step's.
 // World-invariant training's reduce-scatters sum in rank-tree order, whose partial sums take
 // (N − 2) blocks of a call's per-rank count: each reduce slot has its own, for its largest shard,
 // from 4 ranks on, in the buffers the estimate adds up (before, the communicator allocated them
@@ -397,6 +394,9 @@ TEST(EstimatorPlan, WorldInvariantReduceSlotsHoldTheRankTreesPartialSums) {
   }
 }
 
+// `zerotrain estimate --plan`: the requested stage's buffers by role, which add up to that
+// stage's row: per category, what is held for the run and from the first step, plus the larger
+// of a pass's and the optimizer step's.
 TEST(EstimateCommand, PlanListsTheBuffersOfTheRequestedStage) {
   // Params on the host with the device optimizer: the buffers category has a pass's staged
   // shards and the optimizer step's update tile, of which only the larger counts.
