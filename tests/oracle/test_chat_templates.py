@@ -5,7 +5,8 @@ against transformers' assistant mask (label oracle).
 The templates (tests/data/chat_templates, sources in SOURCES.md) are QwQ-32B's and
 DeepSeek-R1-Distill-Llama-8B's, whose generation prompt goes on with "<think>\\n" that a turn
 already written leaves out (QwQ also drops the reasoning of every turn but the last, DeepSeek of
-every turn), and Mistral-Nemo-Instruct-2407's and Mistral-Small-3.2-24B-Instruct-2506's, which
+every turn), and Mistral-Nemo-Instruct-2407's, Mistral-Small-3.1-24B-Instruct-2503's and
+Mistral-Small-3.2-24B-Instruct-2506's, which
 have no generation prompt, open a turn of calls with "[TOOL_CALLS]" and list the tools just
 before the last user message. Each is given a tokenizer as test_tokenizer_configs.py makes one
 (a byte-level BPE holding the model's special tokens). The reference is transformers'
@@ -28,7 +29,8 @@ are apply_chat_template's and the loss mask is the marked copy's assistant mask.
 leaves the system message out of a conversation that ends with a reply: such a conversation is
 refused naming the message, leaving no data; so are a system message of two parts, of which
 Mistral Small's template reads the first alone, and a tool result as parts, which it writes as
-Python prints a list. DeepSeek's turn of calls with an empty content gives
+Python prints a list; so is a reply of two parts under Mistral Small 3.1's, which reads a
+reply's first part alone (its user turns in parts are read whole, and tested). DeepSeek's turn of calls with an empty content gives
 the data of one with null; with arguments that are not a string, which its template cannot
 render, it is refused with the template's error. Nemotron-Nano-v2's plain replies count as its
 template closes them, and its turn of calls, closed unlike at the end of a conversation, is
@@ -103,6 +105,16 @@ TEMPLATES = {
             ("        {%- endif %}\n    {%- elif message['role'] == 'tool_results'",
              "        {%- endif %}{% endgeneration %}\n"
              "    {%- elif message['role'] == 'tool_results'")]),
+    "mistralai-Mistral-Small-3.1-24B-Instruct-2503": (
+        "<s>", "</s>", MISTRAL + ["[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[IMG]"],
+        ("system", "tools", "user_parts"), [
+            ('{{- "[TOOL_CALLS] [" }}', '{% generation %}{{- "[TOOL_CALLS] [" }}'),
+            ("        {%- endfor %}\n    {%- elif message['role'] == 'assistant' %}\n",
+             "        {%- endfor %}{% endgeneration %}\n"
+             "    {%- elif message['role'] == 'assistant' %}{% generation %}\n"),
+            ('        {%- endif %}\n    {%- elif message["role"] == "tool_results"',
+             '        {%- endif %}{% endgeneration %}\n'
+             '    {%- elif message["role"] == "tool_results"')]),
 }
 
 USER = ["Name three primes.", "And the next one?"]
@@ -130,6 +142,12 @@ def conversations(kind):
         split[0]["content"][1]["image"] = None  # as an Arrow export of parts writes the key
         return [{"messages": [{"role": "system", "content": parts("Be brief.")}] + split
                  + [rounds[2], dict(rounds[3], content=parts(rounds[3]["content"]))]}]
+    if kind == "user_parts":  # Mistral Small 3.1 reads a user turn's parts, a reply's first
+        split = [dict(m, content=parts(m["content"][:9], m["content"][9:]))
+                 if m["role"] == "user" else m for m in rounds]
+        split[0]["content"][1]["image"] = None
+        split[3] = dict(split[3], content=parts(split[3]["content"]))  # one part
+        return [{"messages": [{"role": "system", "content": parts("Be brief.")}] + split}]
     if kind == "rounds":
         return [{"messages": rounds}]
     if kind == "reasoning":
@@ -309,6 +327,22 @@ def main():
                      + message + " as their text"], work("bad.h5"))
         print("ok   Mistral Small's template, which reads a system message's first part alone and "
               "prints a tool result's list: refused naming the message, no data left")
+
+        # Mistral Small 3.1's template reads a reply's first part alone: a reply of two parts is
+        # refused naming it.
+        name = "mistralai-Mistral-Small-3.1-24B-Instruct-2503"
+        record = conversations("user_parts")[0]
+        record["messages"][2]["content"] = parts("Two, three ", "and five.")
+        path = work("small31-reply-parts.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(record) + "\n")
+        refused([args.zerotrain, "prepare-data", "--tokenizer", work(name), "--sft-jsonl", path,
+                 "--messages-field", "messages", "--chat-template", "--out", work("bad.h5"),
+                 "--python", sys.executable],
+                [path + ":1: the chat template does not render the list of content parts of "
+                 "'messages'[2] (assistant) as their text"], work("bad.h5"))
+        print("ok   Mistral Small 3.1's template, which reads a reply's first part alone: a reply "
+              "of two parts is refused naming it, no data left")
 
         # DeepSeek-R1's template renders a turn's calls only when its content is none: a turn of
         # calls with an empty content is rendered so too (as without one); with arguments that
