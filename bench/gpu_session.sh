@@ -42,7 +42,10 @@
 #                memory (mean of the steps after the first)
 #     profile    train --profile-steps 3:5 (CUPTI kernel times by GEMM, attention, pointwise,
 #                cross-entropy, optimizer, communication, copies, idle) on the stage-0 defaults of
-#                each of ZT_PROFILE_PRESETS (default "125m 1b"); kernel_profile.json per run
+#                each of ZT_PROFILE_PRESETS (default "125m 1b") and of ZT_PROFILE_CONFIGS (default
+#                "Llama-3.2-1B", its config.json initialised at random: Llama-3's vocabulary; empty
+#                for none);
+#                kernel_profile.json per run
 #     pytorch    bench_gpu_vs_pytorch.py for each of ZT_PYTORCH_PRESET (default "125m 1b"),
 #                seq 2048, micro-batch 4: PyTorch eager, torch.compile, max-autotune, and
 #                max-autotune with bf16 params (ZT_PYTORCH_MODES: each row changes one thing
@@ -101,6 +104,10 @@ pack() {
   tar -C "$work" -czf "$dest/zerotrain-bundle.tar.gz" bundle || exit 1
   rm -rf "$work"
   cp -r "$root/bench" "$root/inputs" "$dest/" || exit 1
+  # Configurations the profile part initialises at random (ZT_PROFILE_CONFIGS).
+  mkdir -p "$dest/configs" &&
+    cp "$root/tests/data/hf_models/meta-llama--Llama-3.2-1B/config.json" \
+      "$dest/configs/Llama-3.2-1B.json" || exit 1
   { git -C "$root" rev-parse HEAD && git -C "$root" status --short | head -n 20; } >"$dest/COMMIT"
   du -sh "$dest"
 }
@@ -453,32 +460,49 @@ run_part_train() {
 }
 
 # Kernel-time profiles (train --profile-steps, CUPTI): each preset of ZT_PROFILE_PRESETS (default
-# "125m 1b") on its stage-0 defaults, steps 3..5 of 6 recorded; kernel_profile.json into the
+# "125m 1b") on its stage-0 defaults, steps 3..5 of 6 recorded; then each configuration of
+# ZT_PROFILE_CONFIGS (default "Llama-3.2-1B": configs/ of the pack, initialised at random), whose
+# Llama-3 vocabulary (V = 128256) makes the head a fifth of the FLOPs (its chunk size:
+# bench/GPU_NOTES.md, "Head chunks sized for the weight gradient"). kernel_profile.json into the
 # evidence and one line of shares per run into the summary. CUDA only.
-run_part_profile() {
-  local preset run
-  if [ "$backend" != cuda ]; then
-    say "profile: skipped (the kernel profiler needs the CUDA backend)"
-    return 0
+profile_run() {  # profile_run NAME OUTDIR MODEL-ARGS...
+  local name=$1 run=$2
+  shift 2
+  train_run "$name stage 0 defaults, kernel profile $backend" "$run" "$@" \
+    --zero-stage 0 --steps 6 --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
+    --profile-steps 3:5
+  if [ ! -f "$run/kernel_profile.json" ]; then
+    say "$name kernel profile: none written"
+    return
   fi
-  for preset in ${ZT_PROFILE_PRESETS:-125m 1b}; do
-    run=$work/profile_${preset}
-    train_run "$preset stage 0 defaults, kernel profile $backend" "$run" --preset "$preset" \
-      --zero-stage 0 --steps 6 --micro-batch "${ZT_MICRO_BATCH:-4}" --seq-len "$seq" \
-      --profile-steps 3:5
-    [ -f "$run/kernel_profile.json" ] || {
-      say "$preset kernel profile: none written"
-      continue
-    }
-    cp "$run/kernel_profile.json" "$evidence/runs/$(basename "$run")/"
-    "$python" - "$preset" "$run/kernel_profile.json" <<'PY' | tee -a "$summary"
+  cp "$run/kernel_profile.json" "$evidence/runs/$(basename "$run")/"
+  "$python" - "$name" "$run/kernel_profile.json" <<'PY' | tee -a "$summary"
 import json, sys
 p = json.load(open(sys.argv[2]))
 shares = ", ".join(f"{k} {100 * v['share']:.1f}%" for k, v in p["categories"].items())
 print(f"{sys.argv[1]} kernel profile: {p['per_step_ms']:.1f} ms/step; {shares}; "
       f"{p['distinct_kernels']} kernels, dropped {p['dropped_records']}")
 PY
-    pack_evidence
+  pack_evidence
+}
+
+run_part_profile() {
+  local preset config
+  if [ "$backend" != cuda ]; then
+    say "profile: skipped (the kernel profiler needs the CUDA backend)"
+    return 0
+  fi
+  for preset in ${ZT_PROFILE_PRESETS:-125m 1b}; do
+    profile_run "$preset" "$work/profile_${preset}" --preset "$preset"
+  done
+  for config in ${ZT_PROFILE_CONFIGS-Llama-3.2-1B}; do
+    if ! step "$config init" "$step_seconds" "$B/libexec/zerotrain" init --config-json \
+      "$dir/configs/$config.json" --seed 1 --out "$work/model_$config" --overwrite; then
+      say "$config init: FAILED"
+      continue
+    fi
+    profile_run "$config" "$work/profile_$config" --model "$work/model_$config"
+    rm -rf "$work/model_$config"
   done
 }
 
