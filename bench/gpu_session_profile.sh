@@ -4,7 +4,7 @@
 # shellcheck shell=bash disable=SC2154  # the session script assigns B, backend, seq and the rest
 
 # Kernel-time profiles (train --profile-steps, CUPTI): each preset of ZT_PROFILE_PRESETS (default
-# "125m 1b") on its stage-0 defaults, steps 3..5 of 6 recorded; then each configuration of
+# "125m 1b"; set and empty for none) on its stage-0 defaults, steps 3..5 of 6 recorded; then each configuration of
 # ZT_PROFILE_CONFIGS (default "Llama-3.2-1B": configs/ of the pack, initialised at random), whose
 # Llama-3 vocabulary (V = 128256) makes the head a fifth of the FLOPs (its chunk size:
 # bench/GPU_NOTES.md, "Head chunks sized for the weight gradient"). kernel_profile.json into the
@@ -36,7 +36,7 @@ run_part_profile() {
     say "profile: skipped (the kernel profiler needs the CUDA backend)"
     return 0
   fi
-  for preset in ${ZT_PROFILE_PRESETS:-125m 1b}; do
+  for preset in ${ZT_PROFILE_PRESETS-125m 1b}; do
     profile_run "$preset" "$work/profile_${preset}" --preset "$preset"
   done
   for config in ${ZT_PROFILE_CONFIGS-Llama-3.2-1B}; do

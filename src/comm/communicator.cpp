@@ -229,6 +229,11 @@ size_t rank_tree_scratch_elements(int world, size_t count_per_rank) {
   return RankTreeSchedule::scratch_blocks(world) * count_per_rank;
 }
 
+size_t rank_tree_scratch_bytes(const CollectiveCall& call) {
+  if (call.op != CollectiveOp::kReduceScatter || call.order != SumOrder::kRankTree) return 0;
+  return rank_tree_scratch_elements(call.world_size, call.count) * dtype_size(call.dtype);
+}
+
 CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void* recv,
                                             size_t count_per_rank, SumOrder order, void* scratch) {
   const CollectiveOp op = CollectiveOp::kReduceScatter;
@@ -251,12 +256,6 @@ CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void*
            "reduce_scatter: send and recv overlap");
   ZT_CHECK(scratch == nullptr || order == SumOrder::kRankTree,
            "reduce_scatter: only the rank-tree order takes a scratch buffer");
-  const size_t scratch_bytes =
-      rank_tree_scratch_elements(world_size(), count_per_rank) * dtype_size(dtype);
-  ZT_CHECK(
-      scratch == nullptr || (!ranges_overlap(send, world * block_bytes, scratch, scratch_bytes) &&
-                             !ranges_overlap(recv, block_bytes, scratch, scratch_bytes)),
-      "reduce_scatter: the rank-tree scratch overlaps send or recv");
   CollectiveCall call;
   call.op = op;
   call.dtype = dtype;
@@ -264,6 +263,12 @@ CommHandle Communicator::reduce_scatter_sum(DType dtype, const void* send, void*
   call.recv = recv;
   call.count = count_per_rank;
   call.order = order;
+  call.world_size = world_size();
+  const size_t scratch_bytes = rank_tree_scratch_bytes(call);
+  ZT_CHECK(
+      scratch == nullptr || (!ranges_overlap(send, world * block_bytes, scratch, scratch_bytes) &&
+                             !ranges_overlap(recv, block_bytes, scratch, scratch_bytes)),
+      "reduce_scatter: the rank-tree scratch overlaps send or recv");
   call.scratch = scratch_bytes > 0 ? scratch : nullptr;
   if (order == SumOrder::kRankTree && call.scratch == nullptr)
     counters_.unlent_scratch_bytes += scratch_bytes;

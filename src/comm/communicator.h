@@ -175,6 +175,11 @@ struct CollectiveCall {
   double timeout_seconds = 600.0;
 };
 
+// Bytes of partial sums a call needs besides its send and recv buffers: those of
+// rank_tree_scratch_elements for a reduce-scatter in rank-tree order, else 0. Its one definition
+// for every communicator and for the tests' guard.
+size_t rank_tree_scratch_bytes(const CollectiveCall& call);
+
 // A backend's in-flight collective.
 class CommRequest {
  public:

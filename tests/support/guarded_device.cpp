@@ -405,8 +405,7 @@ class GuardedBackend final : public Backend {
 
 // Bytes of the rank-tree partial sums a reduce-scatter's caller lent (0 when none).
 size_t lent_scratch_bytes(const CollectiveCall& call) {
-  if (call.scratch == nullptr) return 0;
-  return rank_tree_scratch_elements(call.world_size, call.count) * dtype_size(call.dtype);
+  return call.scratch == nullptr ? 0 : rank_tree_scratch_bytes(call);
 }
 
 class GuardedRequest final : public CommRequest {

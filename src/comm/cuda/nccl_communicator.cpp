@@ -122,7 +122,7 @@ void enqueue_rank_tree_reduce_scatter(const CollectiveCall& call, ncclComm_t com
   }
   char* scratch = static_cast<char*>(call.scratch);
   const bool owns_scratch = scratch == nullptr;
-  const size_t scratch_bytes = rank_tree_scratch_elements(call.world_size, call.count) * elem;
+  const size_t scratch_bytes = rank_tree_scratch_bytes(call);
   if (owns_scratch && scratch_bytes > 0)
     ZT_CUDA_CHECK(cudaMallocAsync(&scratch, scratch_bytes, stream));
   // The send buffer's blocks are only read (sent or added from).
