@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_math.h"
 #include "engine/activation_checkpointing.h"
 #include "engine/estimator.h"
 #include "model/config.h"
@@ -24,6 +25,7 @@
 #include "support/engine_spec_for.h"
 #include "util/bf16.h"
 #include "util/error.h"
+#include "util/ignored_target.h"
 #include "util/memory.h"
 
 namespace zt {
@@ -161,6 +163,39 @@ TEST(ActivationStorage, EveryOpRoundsItsOutputOnce) {
     expect_rounded(cb, c32, "cross_entropy dlogits (in place)");
     EXPECT_EQ(lossb, loss32) << "cross_entropy losses (fp32)";
   }
+}
+
+// Cross-entropy widens and rounds a row at a time in each thread's own rows: at a size its threads
+// share (M·V past the CPU backend's parallel threshold) and with ignored targets, every way the
+// head calls it on bf16 logits (in place, loss only) and the others (a separate bf16 dlogits, fp32
+// dlogits) gives the fp32 kernel's losses and its dlogits rounded once.
+TEST(ActivationStorage, CrossEntropyOnBf16RowsGivesTheFp32ResultRoundedOnce) {
+  auto be = make_cpu_backend();
+  constexpr int64_t M = 48, V = 1000;
+  static_assert(M * V > cpu::kParallelMinElements, "the rows must be shared among threads");
+  Values logits = values(M * V, 21, 6.0f);
+  std::vector<int32_t> targets(M);
+  for (int64_t m = 0; m < M; ++m)
+    targets[m] = m % 7 == 3 ? kIgnoredTarget : static_cast<int32_t>((m * 131) % V);
+  std::vector<float> d32 = logits.f32, loss32(M), lossb(M);
+  be->cross_entropy(loss32.data(), d32.data(), d32.data(), targets.data(), M, V, 0.5f);
+
+  std::vector<bf16_t> in_place = logits.bf16;
+  be->cross_entropy(lossb.data(), in_place.data(), in_place.data(), targets.data(), M, V, 0.5f);
+  expect_rounded(in_place, d32, "in place");
+  EXPECT_EQ(lossb, loss32) << "in place";
+
+  std::vector<float> loss_only(M);
+  be->cross_entropy(loss_only.data(), TensorView(), logits.bf16.data(), targets.data(), M, V, 0.5f);
+  EXPECT_EQ(loss_only, loss32) << "loss only";
+
+  std::vector<bf16_t> separate(M * V);
+  std::vector<float> d_wide(M * V);
+  be->cross_entropy(lossb.data(), separate.data(), logits.bf16.data(), targets.data(), M, V, 0.5f);
+  expect_rounded(separate, d32, "separate bf16 dlogits");
+  be->cross_entropy(lossb.data(), d_wide.data(), logits.bf16.data(), targets.data(), M, V, 0.5f);
+  EXPECT_EQ(d_wide, d32) << "fp32 dlogits of bf16 logits";
+  EXPECT_EQ(lossb, loss32);
 }
 
 struct StorageRun {

@@ -1,7 +1,8 @@
 // How the CPU backend honours the storage types of backend.h: its kernels compute in fp32, so a
 // bf16 (or fp16) input is widened into an fp32 copy first and an fp32 result is rounded once into
 // a 16-bit output after. fp32 views pass straight through (no copy, nothing rounded), so an
-// all-fp32 run computes exactly as it did before views existed. The copies live only for one op.
+// all-fp32 run computes exactly as it did before views existed. The copies live only for one op
+// (cross_entropy, whose logits may take 2^28 values, widens and rounds a row at a time instead).
 #pragma once
 #include <cstdint>
 #include <vector>
