@@ -48,6 +48,10 @@ po::options_description prepare_data_options() {
       "string, or a list of messages as the prompt is; only the response is learned")(
       "chat-template", po::bool_switch(),
       "render each --sft-jsonl example with the tokenizer's chat template (transformers)")(
+      "chat-template-file", po::value<std::string>(),
+      "render with this Jinja chat template instead of the tokenizer's, as TRL's "
+      "chat_template_path (for a base model without one); implies --chat-template, and the "
+      "dataset's tokenizer files, so the trained model's, carry it")(
       "messages-field", po::value<std::string>(),
       "the field of each --sft-jsonl line that holds a conversation, a list of {role: "
       "system|user|assistant|tool, content[, tool_calls]} (with --chat-template): every "
@@ -72,6 +76,11 @@ po::options_description prepare_data_options() {
   return options;
 }
 
+// --chat-template, or --chat-template-file, which implies it.
+bool renders_chat_template(const po::variables_map& vm) {
+  return vm["chat-template"].as<bool>() || vm.count("chat-template-file") > 0;
+}
+
 // The one kind of input, and the options that go with it.
 void check_input_options(const po::variables_map& vm) {
   const bool sft = vm.count("sft-jsonl") > 0;
@@ -81,9 +90,9 @@ void check_input_options(const po::variables_map& vm) {
            "prepare-data: give exactly one of '--text', '--jsonl', '--sft-jsonl', '--bin' and "
            "'--nanogpt-bin'");
   ZT_CHECK(sft || (vm["prompt-field"].defaulted() && vm["response-field"].defaulted() &&
-                   !vm["chat-template"].as<bool>() && !vm.count("messages-field")),
-           "prepare-data: --prompt-field, --response-field, --messages-field and --chat-template "
-           "apply to --sft-jsonl files");
+                   !renders_chat_template(vm) && !vm.count("messages-field")),
+           "prepare-data: --prompt-field, --response-field, --messages-field, --chat-template "
+           "and --chat-template-file apply to --sft-jsonl files");
   ZT_CHECK(!vm.count("messages-field") ||
                (vm["prompt-field"].defaulted() && vm["response-field"].defaulted()),
            "prepare-data: --messages-field replaces --prompt-field and --response-field");
@@ -94,9 +103,9 @@ void check_input_options(const po::variables_map& vm) {
   ZT_CHECK(vm["workers"].defaulted() || vm.count("tokenizer"),
            "prepare-data: --workers applies with --tokenizer (byte-level text and .bin shards "
            "need no tokenizing)");
-  ZT_CHECK(vm["tools-field"].defaulted() || vm["chat-template"].as<bool>(),
+  ZT_CHECK(vm["tools-field"].defaulted() || renders_chat_template(vm),
            "prepare-data: --tools-field needs --chat-template (the template renders the tools)");
-  ZT_CHECK(!vm.count("messages-field") || vm["chat-template"].as<bool>(),
+  ZT_CHECK(!vm.count("messages-field") || renders_chat_template(vm),
            "prepare-data: --messages-field needs --chat-template (the template renders the "
            "conversation)");
 }
@@ -134,10 +143,12 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
   if (jsonl) request.text_field = vm["text-field"].as<std::string>();
   if (sft) {
     request.sft =
-        SftFields{vm["prompt-field"].as<std::string>(), vm["response-field"].as<std::string>(),
-                  vm["chat-template"].as<bool>(),
+        SftFields{vm["prompt-field"].as<std::string>(),
+                  vm["response-field"].as<std::string>(),
+                  renders_chat_template(vm),
                   vm.count("messages-field") ? vm["messages-field"].as<std::string>() : "",
-                  vm["tools-field"].as<std::string>()};
+                  vm["tools-field"].as<std::string>(),
+                  vm.count("chat-template-file") ? vm["chat-template-file"].as<std::string>() : ""};
     const SftFields& f = *request.sft;
     ZT_CHECK(
         !f.tools.empty() && f.tools != f.messages && f.tools != f.prompt && f.tools != f.response,
@@ -174,7 +185,8 @@ int cmd_prepare_data(int argc, char** argv) {
       "--vocab-size V | --tokenizer PATH ((--text FILES... | --jsonl FILES... [--text-field "
       "NAME]) [--document-eos auto|on|off] | --sft-jsonl FILES... ([--prompt-field NAME] "
       "[--response-field NAME] | --messages-field "
-      "NAME) [--chat-template [--tools-field NAME]]) [--workers N]) "
+      "NAME) [(--chat-template | --chat-template-file FILE) [--tools-field NAME]]) "
+      "[--workers N]) "
       "--out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};
   po::options_description options = prepare_data_options();
@@ -190,6 +202,8 @@ int cmd_prepare_data(int argc, char** argv) {
       for (const std::string& file : vm[option].as<std::vector<std::string>>())
         read.emplace_back("the input file", file);
   if (vm.count("tokenizer")) read.emplace_back("the tokenizer", vm["tokenizer"].as<std::string>());
+  if (vm.count("chat-template-file"))
+    read.emplace_back("the chat template", vm["chat-template-file"].as<std::string>());
   check_output_apart_from_inputs(spec.name, out, read);
   // A scheduler's stop (SIGTERM, SIGUSR1) ends the tokenizer step or the writing and unwinds:
   // no output, temporary file or scratch directory is left (io/token_dataset.h).

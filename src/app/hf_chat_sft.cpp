@@ -7,6 +7,8 @@ const char* const kChatSftPython = R"PY(
 # chat_template_kwargs column, template_arguments), set by row_tools: every rendering of the
 # example gets them, as TRL hands them to each apply_chat_template.
 row_arguments = {}
+# " (FILE)" when --chat-template-file replaced the tokenizer's template, for the errors.
+template_origin = ""
 
 def check_template_chosen(path, number, tools):
     """transformers renders a conversation with the tokenizer's chat template named "tool_use"
@@ -26,8 +28,8 @@ def render(path, number, messages, tools=None, **kwargs):
                                        **kwargs)
     except Exception as e:
         roles = ", ".join(m["role"] for m in messages)
-        sys.exit(f"{path}:{number}: the chat template failed on the turns ({roles}): "
-                 f"{type(e).__name__}: {e}")
+        sys.exit(f"{path}:{number}: the chat template{template_origin} failed on the turns "
+                 f"({roles}): {type(e).__name__}: {e}")
 
 # The ids of the tokens the tokenizer adds whole (its special tokens and added tokens): read once,
 # as transformers builds the dict anew at each read.

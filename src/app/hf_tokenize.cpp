@@ -11,6 +11,7 @@
 #include "app/python_step.h"
 #include "io/fs_util.h"
 #include "io/token_dataset.h"
+#include "io/tokenizer_files.h"
 #include "util/error.h"
 
 namespace zt {
@@ -63,6 +64,9 @@ def string_field(path, number, record, key):
 def ids_of(text, special):
     return tok(text, add_special_tokens=special)["input_ids"]
 
+if sft and sft["template_text"]:  # --chat-template-file, as TRL's chat_template_path sets it
+    tok.chat_template = sft["template_text"]
+    template_origin = f" ({sft['template_file']})"
 if sft and sft["chat_template"] and not tok.chat_template:
     sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply "
              "(and no chat_template.jinja beside it)")
@@ -303,12 +307,17 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
                             {"sft", nullptr},
                             {"workers", request.workers},
                             {"document_eos", auto_switch_name(request.document_eos)}};
+  const std::string template_file = request.sft ? request.sft->template_file : "";
+  const std::string template_text =
+      template_file.empty() ? "" : read_chat_template_file(template_file);
   if (request.sft)
     options["sft"] = {{"prompt", request.sft->prompt},
                       {"response", request.sft->response},
                       {"chat_template", request.sft->chat_template},
                       {"messages", request.sft->messages},
-                      {"tools", request.sft->tools}};
+                      {"tools", request.sft->tools},
+                      {"template_file", template_file},
+                      {"template_text", template_text}};
   std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path,
                                    mask_path,         starts_path,    meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
@@ -317,6 +326,7 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
                      std::string(kChatSftPython) + kRecordsPython + kTokenizeScript, args);
   const nlohmann::json meta = read_json_file(meta_path);
   TokenizerFiles tokenizer = read_tokenizer_files(request.tokenizer);
+  if (!template_text.empty()) replace_chat_template(tokenizer, template_text, request.tokenizer);
   tokenizer.bos_token_id = meta.at("bos_token_id").get<int64_t>();
   tokenizer.eos_token_id = meta.at("eos_token_id").get<int64_t>();
   TokenDatasetWriter writer(request.out, meta.at("vocab_size").get<int64_t>(),

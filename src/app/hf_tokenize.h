@@ -34,6 +34,10 @@ struct SftFields {
   bool chat_template = false;
   std::string messages;         // "" : prompt/response lines
   std::string tools = "tools";  // the field listing the tools (chat_template)
+  // --chat-template-file: a Jinja file rendered in place of the tokenizer's templates, as TRL's
+  // chat_template_path sets it; the dataset's tokenizer files then carry it (replace_chat_template
+  // in io/tokenizer_files.h). "": the tokenizer's own.
+  std::string template_file;
 };
 
 struct HfTokenizeRequest {

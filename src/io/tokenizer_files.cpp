@@ -29,12 +29,13 @@ void write_whole_file(const fs::path& path, const std::string& text) {
   }
 }
 
-std::string read_whole_file(const fs::path& path) {
+// `what` names the file in errors: "tokenizer file", "chat template".
+std::string read_whole_file(const fs::path& path, const std::string& what = "tokenizer file") {
   std::ifstream in(path, std::ios::binary);
-  ZT_CHECK(in.is_open(), "cannot open tokenizer file '" + path.string() + "'");
+  ZT_CHECK(in.is_open(), "cannot open " + what + " '" + path.string() + "'");
   std::ostringstream text;
   text << in.rdbuf();
-  ZT_CHECK(!in.bad(), "cannot read tokenizer file '" + path.string() + "'");
+  ZT_CHECK(!in.bad(), "cannot read " + what + " '" + path.string() + "'");
   return text.str();
 }
 
@@ -154,6 +155,44 @@ std::map<std::string, std::string> chat_templates(const TokenizerFiles& tokenize
     if (!name.empty()) templates[name] = text;
   }
   return templates.empty() ? config_chat_templates(config, config_file) : templates;
+}
+
+std::string read_chat_template_file(const std::string& path) {
+  std::error_code ec;
+  ZT_CHECK(!fs::is_directory(path, ec),
+           "chat template '" + path +
+               "' is a directory: give the Jinja file itself (a tokenizer directory's template is "
+               "its chat_template.jinja, or the \"chat_template\" of its tokenizer_config.json)");
+  ZT_CHECK(fs::is_regular_file(path, ec), "chat template '" + path + "' is not a file");
+  const std::string text = read_whole_file(path, "chat template");
+  ZT_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos,
+           "chat template '" + path + "' is empty");
+  try {
+    (void)nlohmann::json(text).dump();  // dump() refuses a string that is not UTF-8
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("chat template '" + path + "' is not UTF-8 text (" + e.what() + ")");
+  }
+  const nlohmann::json as_json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ZT_CHECK(!as_json.is_object(),
+           "chat template '" + path +
+               "' is a JSON object, not a Jinja template: give the template's text, as "
+               "chat_template.jinja holds it (a tokenizer_config.json holds it as its "
+               "\"chat_template\")");
+  return text;
+}
+
+void replace_chat_template(TokenizerFiles& files, const std::string& text,
+                           const std::string& tokenizer) {
+  std::erase_if(files.files,
+                [](const auto& entry) { return !named_chat_template_name(entry.first).empty(); });
+  files.files["chat_template.jinja"] = text;
+  const auto config = files.files.find("tokenizer_config.json");
+  if (config == files.files.end()) return;
+  nlohmann::ordered_json parsed =
+      nlohmann::ordered_json::parse(config->second, nullptr, /*allow_exceptions=*/false);
+  ZT_CHECK(parsed.is_object(), tokenizer + ": tokenizer_config.json is not a JSON object");
+  parsed["chat_template"] = text;
+  config->second = parsed.dump(2) + "\n";
 }
 
 }  // namespace zt

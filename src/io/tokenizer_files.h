@@ -64,4 +64,18 @@ std::map<std::string, std::string> chat_templates(const TokenizerFiles& tokenize
                                                   const nlohmann::json& config,
                                                   const std::string& config_file);
 
+// The text of a chat template file (`prepare-data --chat-template-file`, TRL's
+// chat_template_path): a Jinja template as chat_template.jinja holds it. A missing or unreadable
+// path, a directory, an empty file, text that is not UTF-8 and a JSON object (a tokenizer config,
+// not its template) are errors naming the file.
+std::string read_chat_template_file(const std::string& path);
+
+// Makes `text` the tokenizer's one chat template, so that every transformers version loads it
+// and no other: chat_template.jinja (what 4.5x and 5 read first) holds it, tokenizer_config.json's
+// "chat_template" too where there is a config (what 4.4x reads; the config is otherwise kept, its
+// keys in order), and the named templates (additional_chat_templates/) are dropped. `tokenizer`
+// names the files' origin in the error for a config that is not a JSON object.
+void replace_chat_template(TokenizerFiles& files, const std::string& text,
+                           const std::string& tokenizer);
+
 }  // namespace zt

@@ -10,7 +10,10 @@ reference here: for Llama 3, Qwen2.5, Qwen3, Qwen3-2507, Qwen3.5, Phi-3, Phi-3.5
 and Command R7B, conversations of two rounds (with and without a system message), agent traces
 with tools (the Qwen templates) and replies with reasoning (Qwen3, Qwen3.5) go through
 `prepare-data --chat-template`, with the model's own template where it renders the same ids as
-its training variant (checked), else with the training variant. The ids must be
+its training variant (checked), else with the training variant. The same template given as a
+file to a tokenizer without one (a base model's: `--chat-template-file`, as TRL's
+chat_template_path) must make the same data, and the tokenizer files the dataset stores (which
+`train` writes into OUT/final/) must load in transformers with that template. The ids must be
 apply_chat_template's, and the counted tokens TRL's, except that zerotrain never counts what the
 generation prompt writes (the model is given it): where TRL's marker opens inside the prompt
 (Qwen2.5's newline after "<|im_start|>assistant", DeepSeek's "<｜Assistant｜>", Qwen3.5's
@@ -78,13 +81,51 @@ CONVERSATIONS = {
 }
 
 
-def tokenizer_for(work, source_dir, name, variant):
+def template_file(source_dir, name, variant):
+    return os.path.join(source_dir, TEMPLATES, name + variant + ".jinja")
+
+
+def tokenizer_for(work, source_dir, name, variant, base=False):
+    """The model's tokenizer holding the template; with `base`, the same without one (a base
+    model's, which --chat-template-file gives the template, as TRL's chat_template_path)."""
     bos, eos = CASES[name][:2]
-    with open(os.path.join(source_dir, TEMPLATES, name + variant + ".jinja"),
-              encoding="utf-8") as f:
+    with open(template_file(source_dir, name, variant), encoding="utf-8") as f:
         template = f.read()
     specials = sorted(set(SPECIAL.findall(template)) | {t for t in (bos, eos) if t})
-    return tokenizer_dir(work(name + variant), template, bos, eos, specials)
+    return tokenizer_dir(work(name + variant + (".base" if base else "")),
+                         None if base else template, bos, eos, specials)
+
+
+def prepare(zt, directory, path, out, template):
+    """prepare-data's tokens and loss mask: with the tokenizer's template (`template` None) or
+    with --chat-template-file `template`."""
+    cmd = [zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", path,
+           "--messages-field", "messages", "--tools-field", "tools", "--out", out,
+           "--python", sys.executable]
+    cmd += ["--chat-template"] if template is None else ["--chat-template-file", template]
+    print("+ " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(proc.stdout.rstrip())
+    check(proc.returncode == 0, f"{out}: prepare-data refused it")
+    with h5py.File(out, "r") as f:
+        return f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+
+
+def check_stored_template(work, out, template):
+    """The tokenizer files a --chat-template-file dataset stores (which train writes into
+    OUT/final/) load in transformers with that template and no other."""
+    directory = work(os.path.basename(out) + ".tokenizer")
+    os.makedirs(directory, exist_ok=True)
+    with h5py.File(out, "r") as f:
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            with open(os.path.join(directory, name), "wb") as g:
+                g.write(f[name][:].tobytes())
+        check("additional_chat_templates" not in f, f"{out}: named templates stored")
+    with open(template, encoding="utf-8") as f:
+        text = f.read()
+    loaded = transformers.AutoTokenizer.from_pretrained(directory).chat_template
+    check(loaded == text, f"{out}: the stored tokenizer loads in transformers "
+          f"{transformers.__version__} with another chat template than {template}")
 
 
 def prompt_parts(tok, messages, tools):
@@ -132,6 +173,7 @@ def check_case(work, zt, source_dir, name):
     reference = transformers.AutoTokenizer.from_pretrained(
         tokenizer_for(work, source_dir, name, "_training"))
     directory = tokenizer_for(work, source_dir, name, "" if own else "_training")
+    base = tokenizer_for(work, source_dir, name, "" if own else "_training", base=True)
     ours = transformers.AutoTokenizer.from_pretrained(directory)
     for kind in CASES[name][3]:
         record = CONVERSATIONS[kind]
@@ -139,15 +181,13 @@ def check_case(work, zt, source_dir, name):
         path = work(f"{name}.{kind}.jsonl")
         with open(path, "w") as f:
             f.write(json.dumps(record) + "\n")
-        cmd = [zt, "prepare-data", "--tokenizer", directory, "--sft-jsonl", path,
-               "--messages-field", "messages", "--tools-field", "tools", "--chat-template",
-               "--out", path + ".h5", "--python", sys.executable]
-        print("+ " + " ".join(cmd), flush=True)
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        print(proc.stdout.rstrip())
-        check(proc.returncode == 0, f"{name}, {kind}: prepare-data refused it")
-        with h5py.File(path + ".h5", "r") as f:
-            ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
+        ids, mask = prepare(zt, directory, path, path + ".h5", None)
+        # A base model's tokenizer given the same template as a file makes the same data.
+        given = template_file(source_dir, name, "" if own else "_training")
+        check(prepare(zt, base, path, path + ".file.h5", given) == (ids, mask),
+              f"{name}, {kind}: --chat-template-file {given} gives other data than the "
+              "tokenizer holding that template")
+        check_stored_template(work, path + ".file.h5", given)
         marked = reference.apply_chat_template(messages, tools=tools, tokenize=True,
                                                return_dict=True,
                                                return_assistant_tokens_mask=True)
@@ -164,8 +204,9 @@ def check_case(work, zt, source_dir, name):
         got = [reference.decode(run) for run in counted_runs(ids, mask)]
         check(got == want, f"{name}, {kind}: zerotrain counts {got}, TRL's training template "
               f"{want} (its marked runs without the generation prompt's end)")
-        print(f"ok   {name}, {kind} ({'its own template' if own else 'the training template'}):"
-              f" the counted runs are TRL's: {got}")
+        print(f"ok   {name}, {kind} ({'its own template' if own else 'the training template'}"
+              f", in the tokenizer and as --chat-template-file): the counted runs are TRL's: "
+              f"{got}")
 
 
 def main():

@@ -306,6 +306,69 @@ TEST(IoTokenizerFiles, ChatTemplatesAreReadByNameAsTransformersLoadsThem) {
   }
 }
 
+// --chat-template-file: the file's text, or an error naming it; the template then replaces every
+// template of the tokenizer files, in chat_template.jinja and in the config (keys kept in order).
+TEST(IoTokenizerFiles, AChatTemplateFileReplacesEveryTemplateOfTheTokenizer) {
+  const TempDir tmp;
+  const std::string file = tmp / "chatml.jinja";
+  const std::string text = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% endfor %}";
+  testing::write_file(file, text);
+  EXPECT_EQ(read_chat_template_file(file), text);
+  testing::write_file(tmp / "empty.jinja", " \n");
+  testing::write_file(tmp / "bytes.jinja", "{{ x }}\xff");
+  testing::write_file(tmp / "tokenizer_config.json", R"({"chat_template": "x"})");
+  for (const auto& [path, says] : std::vector<std::pair<std::string, std::string>>{
+           {tmp / "absent.jinja", "is not a file"},
+           {tmp.path().string(), "is a directory"},
+           {tmp / "empty.jinja", "is empty"},
+           {tmp / "bytes.jinja", "is not UTF-8 text"},
+           {tmp / "tokenizer_config.json", "is a JSON object, not a Jinja template"}}) {
+    try {
+      read_chat_template_file(path);
+      ADD_FAILURE() << path;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("chat template '" + path + "' " + says), std::string::npos) << what;
+    }
+  }
+
+  TokenizerFiles t;
+  t.files["tokenizer.json"] = "{}";
+  t.files["tokenizer_config.json"] =
+      R"({"tokenizer_class": "X", "chat_template": [{"name": "default", "template": "D"}], "eos_token": "e"})";
+  t.files["chat_template.jinja"] = "J";
+  t.files["additional_chat_templates/tool_use.jinja"] = "T";
+  replace_chat_template(t, text, "tok");
+  EXPECT_EQ(t.files.size(), 3u);
+  EXPECT_EQ(t.files.at("chat_template.jinja"), text);
+  const auto config = nlohmann::ordered_json::parse(t.files.at("tokenizer_config.json"));
+  EXPECT_EQ(config.at("chat_template"), text);
+  std::vector<std::string> keys;
+  for (const auto& item : config.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"tokenizer_class", "chat_template", "eos_token"}));
+  EXPECT_EQ(chat_templates(t, nlohmann::json::parse(t.files.at("tokenizer_config.json")), "c"),
+            (std::map<std::string, std::string>{{"default", text}}));
+  TokenizerFiles bare;  // a tokenizer.json alone: the template goes beside it
+  bare.files["tokenizer.json"] = "{}";
+  replace_chat_template(bare, text, "tok");
+  EXPECT_EQ(bare.files.at("chat_template.jinja"), text);
+  EXPECT_EQ(bare.files.count("tokenizer_config.json"), 0u);
+  TokenizerFiles broken;
+  broken.files["tokenizer_config.json"] = "[1]";
+  EXPECT_THROW(
+      {
+        try {
+          replace_chat_template(broken, text, "dir/tok");
+        } catch (const Error& e) {
+          EXPECT_NE(
+              std::string(e.what()).find("dir/tok: tokenizer_config.json is not a JSON object"),
+              std::string::npos);
+          throw;
+        }
+      },
+      Error);
+}
+
 // Writes a dataset of `n` tokens, then gives it a /loss_mask dataset of the given type and values.
 std::string dataset_with_mask(const TempDir& tmp, const std::string& name, int64_t n, DType type,
                               const std::vector<uint8_t>& mask_bytes) {
