@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "model/decoder_layer.h"
 #include "model/llama.h"
 #include "util/error.h"
 
@@ -96,47 +97,38 @@ std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
   return row;
 }
 
-// The decoder layer of LlamaModel::layer_forward (model/llama.cpp) over the n new rows at
-// positions past = length_..: their keys and values go into the cache at rows past.., and their
-// queries attend over every cached row up to their own.
+// The decoder layer of LlamaModel::layer_forward (model/decoder_layer.h's halves) over the n new
+// rows at positions past = length_..: their keys and values go into the cache at rows past..,
+// and their queries attend over every cached row up to their own.
 void KvCacheDecoder::layer_forward(int layer, ConstTensorView params, TensorView x, TensorView out,
                                    int64_t n) {
-  const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
-  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
-  const int64_t QD = config_.q_dim(), past = length_;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const RopeSpec rope = config_.rope();
-  const LayerWeights P = layer_weights(layout_, layer, params);
+  const int64_t KV = config_.kv_dim(), H = config_.num_heads, Hkv = config_.num_kv_heads;
+  const int64_t hd = config_.head_dim(), past = length_;
   float* const cached_keys = keys_[static_cast<size_t>(layer)].data();
   float* const cached_values = values_[static_cast<size_t>(layer)].data();
-  float* const k = cached_keys + past * KV;
-  float* const v = cached_values + past * KV;
-
-  be_.rmsnorm_forward(xn_.data(), rstd_.data(), x, P.input_norm, n, D, eps);
-  const bool qk_norm = config_.qk_norm;
-  float* const q_out = qk_norm ? q_raw_.data() : q_.data();
-  float* const k_out = qk_norm ? k_raw_.data() : k;
-  be_.matmul_forward(q_out, xn_.data(), P.wq, n, QD, D);
-  be_.matmul_forward(k_out, xn_.data(), P.wk, n, KV, D);
-  be_.matmul_forward(v, xn_.data(), P.wv, n, KV, D);
-  if (P.bq) be_.bias_forward(q_out, P.bq, n, QD);
-  if (P.bk) be_.bias_forward(k_out, P.bk, n, KV);
-  if (P.bv) be_.bias_forward(v, P.bv, n, KV);
-  if (qk_norm) {  // each head's hd values are one row of the norm
-    be_.rmsnorm_forward(q_.data(), rstd_heads_.data(), q_raw_.data(), P.q_norm, n * H, hd, eps);
-    be_.rmsnorm_forward(k, rstd_heads_.data(), k_raw_.data(), P.k_norm, n * Hkv, hd, eps);
-  }
-  be_.rope_forward_after(q_.data(), 1, n, H, hd, rope, past);
-  be_.rope_forward_after(k, 1, n, Hkv, hd, rope, past);
-  be_.attention_forward_after(att_.data(), lse_.data(), q_.data(), cached_keys, cached_values, 1, n,
-                              past, H, Hkv, hd);
-  be_.matmul_forward_add(x2_.data(), att_.data(), P.wo, x, n, D, QD);  // x2 = x + att·Woᵀ
-  if (P.bo) be_.bias_forward(x2_.data(), P.bo, n, D);
-  be_.rmsnorm_forward(xn_.data(), rstd_.data(), x2_.data(), P.post_norm, n, D, eps);
-  be_.matmul_forward(gate_.data(), xn_.data(), P.wgate, n, F, D);
-  be_.matmul_forward(up_.data(), xn_.data(), P.wup, n, F, D);
-  be_.swiglu_forward(h_.data(), gate_.data(), up_.data(), n * F);
-  be_.matmul_forward_add(out, h_.data(), P.wdown, x2_.data(), n, D, F);  // out = x2 + h·Wdᵀ
+  LayerActivations A;  // one layer's buffers, shared by every layer; k and v in the cache
+  A.xn1 = A.xn2 = xn_.data();
+  A.q = q_.data();
+  A.k = cached_keys + past * KV;
+  A.v = cached_values + past * KV;
+  A.q_raw = q_raw_.data();
+  A.k_raw = k_raw_.data();
+  A.att = att_.data();
+  A.x2 = x2_.data();
+  A.gate = gate_.data();
+  A.up = up_.data();
+  A.h = h_.data();
+  A.rstd1 = A.rstd2 = rstd_.data();
+  A.rstd_q = A.rstd_k = rstd_heads_.data();
+  A.lse = lse_.data();
+  const LayerWeights P = layer_weights(layout_, layer, params);
+  decoder_layer_qkv(be_, config_, P, A, x, n, {});
+  const RopeSpec rope = config_.rope();
+  be_.rope_forward_after(A.q, 1, n, H, hd, rope, past);
+  be_.rope_forward_after(A.k, 1, n, Hkv, hd, rope, past);
+  be_.attention_forward_after(A.att, A.lse, A.q, cached_keys, cached_values, 1, n, past, H, Hkv,
+                              hd);
+  decoder_layer_mlp(be_, config_, P, A, x, out, n, {});
 }
 
 }  // namespace zt

@@ -244,18 +244,6 @@ LlamaModel::LayerActs LlamaModel::acts_for(int layer) const {
   return a;
 }
 
-LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group) {
-  auto at = [&](TensorRole r) {
-    const TensorInfo* t = layout.find_role(r, layer);
-    return t ? group.at(t->offset) : ConstTensorView();
-  };
-  return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),  at(TensorRole::kKProj),
-          at(TensorRole::kVProj),     at(TensorRole::kOProj),  at(TensorRole::kPostAttnNorm),
-          at(TensorRole::kGateProj),  at(TensorRole::kUpProj), at(TensorRole::kDownProj),
-          at(TensorRole::kQBias),     at(TensorRole::kKBias),  at(TensorRole::kVBias),
-          at(TensorRole::kOBias),     at(TensorRole::kQNorm),  at(TensorRole::kKNorm)};
-}
-
 void LlamaModel::set_batch(const int32_t* inputs, const int32_t* targets,
                            const int32_t* doc_start) {
   auto check = [&](int32_t tok) {
@@ -377,14 +365,13 @@ void LlamaModel::embed_backward(float* grads) {
 // (each residual add happens in its projection's GEMM: matmul_forward_add, one rounding)
 // (a bias or a q/k norm only where the family has one; rms_head normalises each head's hd values)
 // LoRA adds each adapted projection's s·(input·Aᵀ)·Bᵀ to its output, bias included, before
-// what follows it reads it (llama_lora.cpp).
+// what follows it reads it (llama_lora.cpp). The ops on either side of the attention are
+// decoder_layer_qkv and decoder_layer_mlp (model/decoder_layer.h), which the KV-cache decoder
+// runs too.
 void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute,
                                ConstTensorView adapters) {
-  const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
-  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
-  const int64_t QD = config_.q_dim();
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const RopeSpec rope = config_.rope();
+  const int64_t D = config_.hidden_size, H = config_.num_heads, Hkv = config_.num_kv_heads;
+  const int64_t hd = config_.head_dim();
   const LayerWeights P = layer_weights(layout_, layer, params);
   const LayerActs A = acts_for(layer);
   const TensorView x = t_.resid[static_cast<size_t>(layer)];
@@ -398,43 +385,18 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
     else
       be_.device_memory().to_host_queued(kept.data, x.data, bytes);
   }
-
-  be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);
-  const bool qk_norm = config_.qk_norm;
-  const TensorView q_out = qk_norm ? A.q_raw : A.q, k_out = qk_norm ? A.k_raw : A.k;
-  // The projections of one input go as one batch of equal shapes (backend.h): k and v always,
-  // q too when it is as wide (no grouped-query heads). Biases follow, each y += b.
-  const TensorView qkv[] = {q_out, k_out, A.v};
-  const ConstTensorView qkv_weights[] = {P.wq, P.wk, P.wv};
-  const int first = QD == KV ? 0 : 1;  // the first projection of the batch
-  if (first == 1) be_.matmul_forward(q_out, A.xn1, P.wq, M_, QD, D);
-  be_.matmul_forward_batch(qkv + first, A.xn1, qkv_weights + first, 3 - first, M_, KV, D);
-  if (P.bq) be_.bias_forward(q_out, P.bq, M_, QD);
-  if (P.bk) be_.bias_forward(k_out, P.bk, M_, KV);
-  if (P.bv) be_.bias_forward(A.v, P.bv, M_, KV);
-  lora_forward(layer, LoraTarget::kQ, q_out, A.xn1, adapters);
-  lora_forward(layer, LoraTarget::kK, k_out, A.xn1, adapters);
-  lora_forward(layer, LoraTarget::kV, A.v, A.xn1, adapters);
-  if (qk_norm) {  // each head's hd values are one row of the norm
-    be_.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, M_ * H, hd, eps);
-    be_.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, M_ * Hkv, hd, eps);
-  }
+  ProjectionAdapter adapt;
+  if (config_.lora.enabled())
+    adapt = [&](LoraTarget target, TensorView y, ConstTensorView in) {
+      lora_forward(layer, target, y, in, adapters);
+    };
+  decoder_layer_qkv(be_, config_, P, A, x, M_, adapt);
   const int32_t* doc_start = document_starts();
+  const RopeSpec rope = config_.rope();
   be_.rope_forward(A.q, B_, T_, H, hd, rope, doc_start);
   be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start);
-  be_.matmul_forward_add(A.x2, A.att, P.wo, x, M_, D, QD);  // x2 = x + att·Woᵀ, rounded once
-  if (P.bo) be_.bias_forward(A.x2, P.bo, M_, D);
-  lora_forward(layer, LoraTarget::kO, A.x2, A.att, adapters);
-  be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
-  const TensorView gate_up[] = {A.gate, A.up};
-  const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
-  be_.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, M_, F, D);
-  lora_forward(layer, LoraTarget::kGate, A.gate, A.xn2, adapters);
-  lora_forward(layer, LoraTarget::kUp, A.up, A.xn2, adapters);
-  be_.swiglu_forward(A.h, A.gate, A.up, M_ * F);
-  be_.matmul_forward_add(out, A.h, P.wdown, A.x2, M_, D, F);  // out = x2 + h·Wdᵀ
-  lora_forward(layer, LoraTarget::kDown, out, A.h, adapters);
+  decoder_layer_mlp(be_, config_, P, A, x, out, M_, adapt);
 }
 
 // On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated, or

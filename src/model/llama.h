@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/decoder_layer.h"
 #include "model/layout.h"
 #include "model/trainable.h"
 #include "util/memory.h"
@@ -94,18 +95,6 @@ struct ActivationPlan {
 // training step's loss and an evaluation's agree bitwise.
 double sum_token_losses(const float* losses, int64_t n);
 
-// One layer's saved activations in the arena (the statistics in fp32). With q/k norms (Qwen3)
-// q_raw and k_raw hold the projections before the norm and rstd_q/rstd_k their per-head
-// statistics; q and k are always what RoPE and attention see.
-// LoRA: lora[t] = s·(x·Aᵀ) [M, r] of each adapted projection (null for the others).
-struct LayerActivations {
-  TensorView xn1, q, k, v, att, x2, xn2, gate, up, h;
-  std::array<TensorView, kLoraTargets> lora{};
-  TensorView q_raw, k_raw;
-  float *rstd1 = nullptr, *lse = nullptr, *rstd2 = nullptr;
-  float *rstd_q = nullptr, *rstd_k = nullptr;
-};
-
 // Where each activation of a micro-batch lives: carve_activation_arena lays them out, the model
 // uses them and ActivationPlan::make counts them (the same function, so plan and arena agree).
 struct ActivationTensors {
@@ -130,12 +119,6 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
                                       DType storage, std::byte* device_base, std::byte* host_base,
                                       ActivationTensors& out);
 
-// A decoder layer's weights within its group's flat buffer (views at the tensors' offsets).
-struct LayerWeights {
-  ConstTensorView input_norm, wq, wk, wv, wo, post_norm, wgate, wup, wdown;
-  ConstTensorView bq, bk, bv, bo, q_norm, k_norm;  // null when the family has none
-};
-LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group);
 // The head's weight [V, D]: lm_head in the head group, or (tied) the embedding table in the
 // embedding group's parameters (its gradient accumulates there too).
 ConstTensorView head_weight(const ParamLayout& layout, ConstTensorView head_group,

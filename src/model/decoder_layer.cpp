@@ -1,0 +1,68 @@
+#include "model/decoder_layer.h"
+
+namespace zt {
+
+LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group) {
+  auto at = [&](TensorRole r) {
+    const TensorInfo* t = layout.find_role(r, layer);
+    return t ? group.at(t->offset) : ConstTensorView();
+  };
+  return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),  at(TensorRole::kKProj),
+          at(TensorRole::kVProj),     at(TensorRole::kOProj),  at(TensorRole::kPostAttnNorm),
+          at(TensorRole::kGateProj),  at(TensorRole::kUpProj), at(TensorRole::kDownProj),
+          at(TensorRole::kQBias),     at(TensorRole::kKBias),  at(TensorRole::kVBias),
+          at(TensorRole::kOBias),     at(TensorRole::kQNorm),  at(TensorRole::kKNorm)};
+}
+
+void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeights& P,
+                       const LayerActivations& A, ConstTensorView x, int64_t rows,
+                       const ProjectionAdapter& adapt) {
+  const int64_t D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();
+  const int64_t H = config.num_heads, Hkv = config.num_kv_heads, hd = config.head_dim();
+  const float eps = static_cast<float>(config.rms_norm_eps);
+  be.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, rows, D, eps);
+  const bool qk_norm = config.qk_norm;
+  const TensorView q_out = qk_norm ? A.q_raw : A.q, k_out = qk_norm ? A.k_raw : A.k;
+  // The projections of one input go as one batch of equal shapes (backend.h): k and v always,
+  // q too when it is as wide (no grouped-query heads). Biases follow, each y += b.
+  const TensorView qkv[] = {q_out, k_out, A.v};
+  const ConstTensorView qkv_weights[] = {P.wq, P.wk, P.wv};
+  const int first = QD == KV ? 0 : 1;  // the first projection of the batch
+  if (first == 1) be.matmul_forward(q_out, A.xn1, P.wq, rows, QD, D);
+  be.matmul_forward_batch(qkv + first, A.xn1, qkv_weights + first, 3 - first, rows, KV, D);
+  if (P.bq) be.bias_forward(q_out, P.bq, rows, QD);
+  if (P.bk) be.bias_forward(k_out, P.bk, rows, KV);
+  if (P.bv) be.bias_forward(A.v, P.bv, rows, KV);
+  if (adapt) {
+    adapt(LoraTarget::kQ, q_out, A.xn1);
+    adapt(LoraTarget::kK, k_out, A.xn1);
+    adapt(LoraTarget::kV, A.v, A.xn1);
+  }
+  if (qk_norm) {  // each head's hd values are one row of the norm
+    be.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, rows * H, hd, eps);
+    be.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, rows * Hkv, hd, eps);
+  }
+}
+
+void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeights& P,
+                       const LayerActivations& A, ConstTensorView x, TensorView out, int64_t rows,
+                       const ProjectionAdapter& adapt) {
+  const int64_t D = config.hidden_size, F = config.intermediate_size, QD = config.q_dim();
+  const float eps = static_cast<float>(config.rms_norm_eps);
+  be.matmul_forward_add(A.x2, A.att, P.wo, x, rows, D, QD);  // x2 = x + att·Woᵀ, rounded once
+  if (P.bo) be.bias_forward(A.x2, P.bo, rows, D);
+  if (adapt) adapt(LoraTarget::kO, A.x2, A.att);
+  be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps);
+  const TensorView gate_up[] = {A.gate, A.up};
+  const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
+  be.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, rows, F, D);
+  if (adapt) {
+    adapt(LoraTarget::kGate, A.gate, A.xn2);
+    adapt(LoraTarget::kUp, A.up, A.xn2);
+  }
+  be.swiglu_forward(A.h, A.gate, A.up, rows * F);
+  be.matmul_forward_add(out, A.h, P.wdown, A.x2, rows, D, F);  // out = x2 + h·Wdᵀ
+  if (adapt) adapt(LoraTarget::kDown, out, A.h);
+}
+
+}  // namespace zt

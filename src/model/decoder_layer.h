@@ -1,0 +1,55 @@
+// A Llama decoder layer's tensors (its weights' views in the group's buffer, its activations'
+// views) and its forward on either side of the attention, shared by the training model
+// (model/llama.cpp) and the key/value-cache decoder (model/kv_cache_decoder.cpp): one definition
+// of the layer's math, so both run the same ops in the same order. Between the two halves the
+// caller rotates q and k (RoPE) and attends: over the micro-batch's window, or for new rows after
+// cached ones. `adapt` adds a LoRA adapter's product to a projection's output, bias included,
+// before what follows reads it (null: a model without adapters).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/lora.h"
+#include "util/tensor_view.h"
+
+namespace zt {
+
+// One layer's saved activations in the arena (the statistics in fp32). With q/k norms (Qwen3)
+// q_raw and k_raw hold the projections before the norm and rstd_q/rstd_k their per-head
+// statistics; q and k are always what RoPE and attention see.
+// LoRA: lora[t] = s·(x·Aᵀ) [M, r] of each adapted projection (null for the others).
+struct LayerActivations {
+  TensorView xn1, q, k, v, att, x2, xn2, gate, up, h;
+  std::array<TensorView, kLoraTargets> lora{};
+  TensorView q_raw, k_raw;
+  float *rstd1 = nullptr, *lse = nullptr, *rstd2 = nullptr;
+  float *rstd_q = nullptr, *rstd_k = nullptr;
+};
+
+// A decoder layer's weights within its group's flat buffer (views at the tensors' offsets).
+struct LayerWeights {
+  ConstTensorView input_norm, wq, wk, wv, wo, post_norm, wgate, wup, wdown;
+  ConstTensorView bq, bk, bv, bo, q_norm, k_norm;  // null when the family has none
+};
+LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group);
+
+using ProjectionAdapter = std::function<void(LoraTarget target, TensorView y, ConstTensorView x)>;
+
+// xn1 = rms(x)·g1; q = xn1·Wqᵀ (+ bq), k, v likewise; with the family's q/k norm, each head's hd
+// values of q and k normalised (rms_head). Writes A.xn1, A.rstd1, A.q, A.k, A.v (and A.q_raw,
+// A.k_raw, A.rstd_q, A.rstd_k with q/k norms) for `rows` rows.
+void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeights& P,
+                       const LayerActivations& A, ConstTensorView x, int64_t rows,
+                       const ProjectionAdapter& adapt);
+
+// From A.att: x2 = (x + att·Woᵀ) + bo; xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ);
+// out = x2 + h·Wdᵀ (each residual add in its projection's GEMM: matmul_forward_add, one rounding).
+void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeights& P,
+                       const LayerActivations& A, ConstTensorView x, TensorView out, int64_t rows,
+                       const ProjectionAdapter& adapt);
+
+}  // namespace zt
