@@ -176,8 +176,8 @@ struct CollectiveCall {
 };
 
 // Bytes of partial sums a call needs besides its send and recv buffers: those of
-// rank_tree_scratch_elements for a reduce-scatter in rank-tree order, else 0. Its one definition
-// for every communicator and for the tests' guard.
+// rank_tree_scratch_elements for a reduce-scatter in rank-tree order, else 0 (what the
+// communicator's checks, the NCCL communicator's own allocation and the tests' guard take).
 size_t rank_tree_scratch_bytes(const CollectiveCall& call);
 
 // A backend's in-flight collective.

@@ -196,6 +196,12 @@ TEST(ActivationStorage, CrossEntropyOnBf16RowsGivesTheFp32ResultRoundedOnce) {
   be->cross_entropy(lossb.data(), d_wide.data(), logits.bf16.data(), targets.data(), M, V, 0.5f);
   EXPECT_EQ(d_wide, d32) << "fp32 dlogits of bf16 logits";
   EXPECT_EQ(lossb, loss32);
+  // dlogits a row past the logits would overwrite rows before they are read: refused.
+  std::vector<bf16_t> shifted = logits.bf16;
+  shifted.resize(static_cast<size_t>((M + 1) * V));
+  EXPECT_THROW(be->cross_entropy(lossb.data(), shifted.data() + V, shifted.data(), targets.data(),
+                                 M, V, 0.5f),
+               Error);
 }
 
 struct StorageRun {

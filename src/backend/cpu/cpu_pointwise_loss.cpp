@@ -2,9 +2,12 @@
 // by side.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <omp.h>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
@@ -181,27 +184,44 @@ void CpuBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTens
   ZT_CHECK(!dlogits_view || dlogits_view.data != logits_view.data ||
                dlogits_view.dtype == logits_view.dtype,
            "cross_entropy: dlogits aliases logits in another storage type");
+  // In place is row for row; dlogits that overlap logits otherwise would overwrite rows not yet
+  // read.
+  const auto* logits_begin = static_cast<const std::byte*>(logits_view.data);
+  const auto* dlogits_begin = static_cast<const std::byte*>(dlogits_view.data);
+  const size_t elements = static_cast<size_t>(M * V);
+  ZT_CHECK(!dlogits_view || dlogits_begin == logits_begin ||
+               dlogits_begin + elements * dtype_size(dlogits_view.dtype) <= logits_begin ||
+               logits_begin + elements * dtype_size(logits_view.dtype) <= dlogits_begin,
+           "cross_entropy: dlogits overlap logits without being them");
   const bool widen_rows = needs_fp32_copy(logits_view);
   const bool round_rows = needs_fp32_copy(dlogits_view);
   const size_t row_elements = static_cast<size_t>(V);
+  // Each thread's fp32 rows, allocated here: an allocation that fails inside the parallel region
+  // could not unwind out of it.
+  const size_t rows_per_thread = (widen_rows ? 1 : 0) + (round_rows ? 1 : 0);
+  std::vector<float> thread_rows(static_cast<size_t>(omp_get_max_threads()) * rows_per_thread *
+                                 row_elements);
 #pragma omp parallel if (M * V > kParallelMinElements)
   {
-    std::vector<float> row32(widen_rows ? row_elements : 0), drow32(round_rows ? row_elements : 0);
+    float* const own = thread_rows.data() +
+                       static_cast<size_t>(omp_get_thread_num()) * rows_per_thread * row_elements;
+    float* const row32 = own;
+    float* const drow32 = own + (widen_rows ? row_elements : 0);
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < M; ++m) {
-      const float* row = row32.data();
+      const float* row = row32;
       if (widen_rows)  // read whole before its dlogits, which may alias it, are stored
         widen_16bit(logits_view.dtype, static_cast<const uint16_t*>(logits_view.data) + m * V,
-                    row32.data(), row_elements);
+                    row32, row_elements);
       else
         row = static_cast<const float*>(logits_view.data) + m * V;
       float* drow = !dlogits_view ? nullptr
-                    : round_rows  ? drow32.data()
+                    : round_rows  ? drow32
                                   : static_cast<float*>(dlogits_view.data) + m * V;
       losses[m] = cross_entropy_row(row, drow, targets[m], V, grad_scale);
       if (round_rows)
-        round_16bit(dlogits_view.dtype, drow32.data(),
-                    static_cast<uint16_t*>(dlogits_view.data) + m * V, row_elements);
+        round_16bit(dlogits_view.dtype, drow32, static_cast<uint16_t*>(dlogits_view.data) + m * V,
+                    row_elements);
     }
   }
 }
