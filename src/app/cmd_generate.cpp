@@ -143,7 +143,9 @@ class PromptTokenizer {
   PromptTokenizer(const GenerateOptions& o, const std::string& scratch)
       : o_(o), scratch_(scratch), byte_(o.tokenizer == "byte") {
     if (byte_) return;
-    path_ = o.tokenizer.empty() ? o.model_dir : o.tokenizer;
+    path_ = !o.tokenizer.empty() ? o.tokenizer
+            : o.adapter.empty()  ? o.model_dir
+                                 : merged_model_tokenizer_dir(o.model_dir, o.adapter);
     const std::string file = fs::is_directory(path_) ? path_ + "/tokenizer.json" : path_;
     ZT_CHECK(
         fs::is_regular_file(file),
@@ -259,7 +261,8 @@ void add_generate_options(po::options_description& opts, GenerateOptions& o) {
       "sample among the fewest most likely tokens holding this much probability (1: all)");
   add("seed", po::value(&o.seed)->default_value(o.seed), "seed of the sampling");
   add("tokenizer", po::value(&o.tokenizer),
-      "tokenizer.json or its directory (default: the model's), or 'byte'");
+      "tokenizer.json or its directory (default: --adapter's when it holds one, as a LoRA run's "
+      "OUT/final does, else the model's), or 'byte'");
   add("python", po::value(&o.python)->default_value(o.python, "auto"), kPythonOptionHelp);
   add("ignore-eos", bool_flag(&o.ignore_eos, false), "do not stop at the end-of-sequence token");
   add("json", bool_flag(&o.json, false),
@@ -321,7 +324,8 @@ int run_generate(const GenerateOptions& o) {
                std::to_string(config.vocab_size) + " (give its tokenizer: --tokenizer PATH)");
   int64_t tokenizer_eos = -1;
   std::vector<int32_t> context = tokenizer.encode(&tokenizer_eos);
-  std::vector<int64_t> eos = generation_config_eos(o.model_dir);
+  std::vector<int64_t> eos = generation_config_eos(
+      o.adapter.empty() ? o.model_dir : merged_model_tokenizer_dir(o.model_dir, o.adapter));
   if (eos.empty() && tokenizer_eos >= 0) eos.push_back(tokenizer_eos);
   ZT_CHECK(!context.empty(), "the prompt encodes to no token");
   for (int32_t id : context)

@@ -103,6 +103,8 @@ void check_input_options(const po::variables_map& vm) {
   ZT_CHECK(vm["workers"].defaulted() || vm.count("tokenizer"),
            "prepare-data: --workers applies with --tokenizer (byte-level text and .bin shards "
            "need no tokenizing)");
+  ZT_CHECK(!vm.count("chat-template-file") || !vm["chat-template-file"].as<std::string>().empty(),
+           "prepare-data: --chat-template-file needs the path of a Jinja file");
   ZT_CHECK(vm["tools-field"].defaulted() || renders_chat_template(vm),
            "prepare-data: --tools-field needs --chat-template (the template renders the tools)");
   ZT_CHECK(!vm.count("messages-field") || renders_chat_template(vm),

@@ -150,7 +150,8 @@ def located_turn(path, number, whole, messages, i, tools, head, through, name):
                else turn_end(whole, probe, inside, at, alone))
         if start is not None and end is not None and start <= first and at <= end:
             return start, end
-    sys.exit(f"{path}:{number}: the chat template renders {name} (assistant), or the turns "
+    sys.exit(f"{path}:{number}: the chat template{template_origin} "
+             f"renders {name} (assistant), or the turns "
              "before it, inside the conversation unlike it renders them at its end: the turn "
              "cannot be located")
 
@@ -194,11 +195,13 @@ def check_tools_rendered(path, number, messages, tools, names, left_out, failed_
     content is none."""
     if tools and render(path, number, messages,
                         probe_names(tools, True)).count(NAME_PROBE) < len(tools):
-        sys.exit(f"{path}:{number}: the chat template does not render the tools (its rendering "
+        sys.exit(f"{path}:{number}: the chat template{template_origin} "
+                 f"does not render the tools (its rendering "
                  "leaves their names out): it is not written for tool calls")
     if left_out is not None:
         also = f"; given a null content instead, it fails: {failed_none}" if failed_none else ""
-        sys.exit(f"{path}:{number}: the chat template does not render the tool_calls of "
+        sys.exit(f"{path}:{number}: the chat template{template_origin} "
+                 f"does not render the tool_calls of "
                  f"{names[left_out]} (its rendering leaves their names out): it is not written for "
                  f"tool calls{also}")
 
@@ -215,7 +218,8 @@ def check_system_rendered(path, number, messages, tools, names, whole):
         if not (text and text in whole) and TURN_PROBE not in render(
                 path, number, messages[:i] + [dict(message, content=TURN_PROBE)] +
                 messages[i + 1:], tools):
-            sys.exit(f"{path}:{number}: the chat template leaves {names[i]} (system) out of "
+            sys.exit(f"{path}:{number}: the chat template{template_origin} "
+                     f"leaves {names[i]} (system) out of "
                      "the conversation, which the model would never see; put its text in the "
                      "first user message")
 
@@ -245,7 +249,8 @@ def check_parts_rendered(path, number, messages, tools, names):
         except Exception as e:
             got, failed = None, f" (it fails: {type(e).__name__}: {e})"
         if got != want:
-            sys.exit(f"{path}:{number}: the chat template does not render the list of content "
+            sys.exit(f"{path}:{number}: the chat template{template_origin} "
+                     f"does not render the list of content "
                      f"parts of {names[i]} ({message['role']}) as their text{failed}: write "
                      "the text as a string")
 
@@ -417,7 +422,8 @@ def conversation(path, number, record, key, tools):
             {"role": "user", "content": "?"},
             {"role": "assistant", "content": "", "reasoning_content": TURN_PROBE}], tools):
         sys.exit(f"{path}:{number}: {names[reasoning[0]]} has a reasoning_content, which the "
-                 "chat template does not render: the reasoning would be dropped")
+                 f"chat template{template_origin} does not render: the reasoning would be "
+                 "dropped")
     return checked, names, learned
 
 def json_field(path, number, record, key):

@@ -12,15 +12,14 @@ namespace zt {
 namespace {
 
 // A held-out set scored against a model trained on other token ids says nothing of the run: its
-// tokenizer (name, vocabulary, stored files and their bos/eos ids) must be the training data's.
+// tokenizer (name, vocabulary, stored files and their bos/eos ids) must be the training data's,
+// apart from the chat templates, which do not change how text is encoded.
 void check_same_tokenizer(const TokenDataset& held_out, const TokenDataset& training,
                           const TokenizerFiles& training_tokenizer) {
-  const TokenizerFiles files = held_out.tokenizer_files();
   const bool same_name = held_out.tokenizer() == training.tokenizer() &&
                          held_out.vocab_size() == training.vocab_size();
-  const bool same_files = files.files == training_tokenizer.files &&
-                          files.bos_token_id == training_tokenizer.bos_token_id &&
-                          files.eos_token_id == training_tokenizer.eos_token_id;
+  const bool same_files =
+      same_tokenizer_apart_from_chat_templates(held_out.tokenizer_files(), training_tokenizer);
   if (same_name && same_files) return;
   throw Error(std::string(kTrainCommand) + ": --eval-data '" + held_out.path() +
               "' was tokenized by " + held_out.tokenizer() + " (vocabulary " +

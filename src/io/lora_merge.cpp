@@ -51,17 +51,25 @@ void LoraMergedSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_
   }
 }
 
+std::string merged_model_tokenizer_dir(const std::string& base_dir,
+                                       const std::string& adapter_dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(adapter_dir + "/tokenizer.json", ec) ? adapter_dir
+                                                                               : base_dir;
+}
+
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite) {
   LoraMergedSource merged(base_dir, adapter_dir);
   auto values = [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
     merged.read_range_f32(t, begin, count, out);
   };
+  const std::string tokenizer_dir = merged_model_tokenizer_dir(base_dir, adapter_dir);
   TokenizerFiles tokenizer;
   for (const std::string& name : tokenizer_file_names()) {
     std::error_code ec;
-    if (std::filesystem::exists(base_dir + "/" + name, ec)) {
-      tokenizer = read_tokenizer_files(base_dir);
+    if (std::filesystem::exists(tokenizer_dir + "/" + name, ec)) {
+      tokenizer = read_tokenizer_files(tokenizer_dir);
       break;
     }
   }

@@ -31,9 +31,15 @@ class LoraMergedSource : public TensorSource {
   std::vector<float> a_, b_;  // the current projection's A [r, in] and B's rows of the read
 };
 
+// Where the merged model's tokenizer is read: the adapter directory when it holds tokenizer.json
+// (a LoRA run's OUT/final carries its data's tokenizer, with the chat template the run was
+// trained on), else the base directory.
+std::string merged_model_tokenizer_dir(const std::string& base_dir, const std::string& adapter_dir);
+
 // Writes the merged model as a bf16 model directory at `dir` (tensor by tensor in bounded
-// chunks, into a temporary sibling moved into place), with the base directory's tokenizer files.
-// Returns the tensor bytes written.
+// chunks, into a temporary sibling moved into place), with the tokenizer files of
+// merged_model_tokenizer_dir (none where neither directory has any). Returns the tensor bytes
+// written.
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite);
 

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -40,6 +41,68 @@ std::string read_whole_file(const fs::path& path, const std::string& what = "tok
 }
 
 constexpr std::string_view kJinja = ".jinja";
+
+// Where a value lies in the text of a JSON document: [begin, end).
+struct JsonSpan {
+  size_t begin = 0, end = 0;
+};
+
+size_t skip_json_space(const std::string& s, size_t i) {
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
+  return i;
+}
+
+// s[i] opens a string: the index past its closing quote.
+size_t skip_json_string(const std::string& s, size_t i) {
+  for (++i; i < s.size() && s[i] != '"'; ++i)
+    if (s[i] == '\\') ++i;
+  return i + 1;
+}
+
+// s[i] opens a value: the index past it (a string, an object or array whole, or a scalar).
+size_t skip_json_value(const std::string& s, size_t i) {
+  if (s[i] == '"') return skip_json_string(s, i);
+  if (s[i] != '{' && s[i] != '[') {
+    while (i < s.size() && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' &&
+           s[i] != '\t' && s[i] != '\n' && s[i] != '\r')
+      ++i;
+    return i;
+  }
+  int depth = 0;
+  while (i < s.size()) {
+    if (s[i] == '"') {
+      i = skip_json_string(s, i);
+      continue;
+    }
+    if (s[i] == '{' || s[i] == '[') ++depth;
+    if (s[i] == '}' || s[i] == ']') --depth;
+    ++i;
+    if (depth == 0) break;
+  }
+  return i;
+}
+
+// The value of `key` in the top-level object of `s` (valid JSON; the last one where the key is
+// given twice, as Python's json keeps it), or none.
+std::optional<JsonSpan> top_level_value(const std::string& s, const std::string& key) {
+  std::optional<JsonSpan> found;
+  size_t i = s.find('{') + 1;  // past the object's opening (a byte-order mark may precede it)
+  while (true) {
+    i = skip_json_space(s, i);
+    if (i >= s.size() || s[i] == '}') return found;
+    const size_t key_end = skip_json_string(s, i);
+    const bool match = nlohmann::json::parse(s.substr(i, key_end - i)).get<std::string>() == key;
+    i = skip_json_space(s, skip_json_space(s, key_end) + 1);  // past ':'
+    const size_t value_end = skip_json_value(s, i);
+    if (match) found = JsonSpan{i, value_end};
+    i = skip_json_space(s, value_end);
+    if (i < s.size() && s[i] == ',') ++i;
+  }
+}
+
+bool json_object_is_empty(const std::string& s) {
+  return s[skip_json_space(s, s.find('{') + 1)] == '}';
+}
 
 // tokenizer_config.json's "chat_template": a string ("default") or the list form.
 std::map<std::string, std::string> config_chat_templates(const nlohmann::json& config,
@@ -158,15 +221,29 @@ std::map<std::string, std::string> chat_templates(const TokenizerFiles& tokenize
 }
 
 std::string read_chat_template_file(const std::string& path) {
+  ZT_CHECK(!path.empty(), "--chat-template-file: no path given");
   std::error_code ec;
+  ZT_CHECK(fs::exists(path, ec), "chat template '" + path + "' does not exist");
   ZT_CHECK(!fs::is_directory(path, ec),
            "chat template '" + path +
                "' is a directory: give the Jinja file itself (a tokenizer directory's template is "
                "its chat_template.jinja, or the \"chat_template\" of its tokenizer_config.json)");
   ZT_CHECK(fs::is_regular_file(path, ec), "chat template '" + path + "' is not a file");
-  const std::string text = read_whole_file(path, "chat template");
-  ZT_CHECK(text.find_first_not_of(" \t\r\n") != std::string::npos,
-           "chat template '" + path + "' is empty");
+  // Read as Python reads a text file (TRL's open(path, encoding="utf-8")): "\r\n" and a lone
+  // "\r" are newlines, "\n"; a byte-order mark stays.
+  std::string text;
+  const std::string bytes = read_whole_file(path, "chat template");
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != '\r') {
+      text += bytes[i];
+      continue;
+    }
+    text += '\n';
+    if (i + 1 < bytes.size() && bytes[i + 1] == '\n') ++i;
+  }
+  ZT_CHECK(text.find_first_not_of(" \t\n") != std::string::npos,
+           "chat template '" + path + "' is empty (" + std::to_string(bytes.size()) +
+               " bytes of whitespace)");
   try {
     (void)nlohmann::json(text).dump();  // dump() refuses a string that is not UTF-8
   } catch (const nlohmann::json::exception& e) {
@@ -188,11 +265,44 @@ void replace_chat_template(TokenizerFiles& files, const std::string& text,
   files.files["chat_template.jinja"] = text;
   const auto config = files.files.find("tokenizer_config.json");
   if (config == files.files.end()) return;
-  nlohmann::ordered_json parsed =
-      nlohmann::ordered_json::parse(config->second, nullptr, /*allow_exceptions=*/false);
-  ZT_CHECK(parsed.is_object(), tokenizer + ": tokenizer_config.json is not a JSON object");
-  parsed["chat_template"] = text;
-  config->second = parsed.dump(2) + "\n";
+  std::string& json = config->second;
+  ZT_CHECK(nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false).is_object(),
+           tokenizer + ": tokenizer_config.json is not a JSON object");
+  // The value is spliced into the text, so every other byte of the config stays (a number such
+  // as model_max_length 1000000000000000019884624838656 would not survive a parse and a dump).
+  const std::string value = nlohmann::json(text).dump();
+  const std::optional<JsonSpan> held = top_level_value(json, "chat_template");
+  if (held) {
+    json.replace(held->begin, held->end - held->begin, value);
+    return;
+  }
+  const std::string entry =
+      "\"chat_template\": " + value + (json_object_is_empty(json) ? "" : ", ");
+  json.insert(json.find('{') + 1, entry);
+}
+
+namespace {
+
+// The files that decide the encoding: every file but the chat templates, tokenizer_config.json
+// without its "chat_template" (parsed, so its formatting does not count either).
+std::map<std::string, std::string> encoding_files(const TokenizerFiles& tokenizer) {
+  std::map<std::string, std::string> files;
+  for (const auto& [name, text] : tokenizer.files) {
+    if (name == "chat_template.jinja" || !named_chat_template_name(name).empty()) continue;
+    nlohmann::json config = name == "tokenizer_config.json"
+                                ? nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)
+                                : nlohmann::json();
+    if (config.is_object()) config.erase("chat_template");
+    files[name] = config.is_object() ? config.dump() : text;
+  }
+  return files;
+}
+
+}  // namespace
+
+bool same_tokenizer_apart_from_chat_templates(const TokenizerFiles& a, const TokenizerFiles& b) {
+  return a.bos_token_id == b.bos_token_id && a.eos_token_id == b.eos_token_id &&
+         encoding_files(a) == encoding_files(b);
 }
 
 }  // namespace zt

@@ -78,4 +78,10 @@ std::string read_chat_template_file(const std::string& path);
 void replace_chat_template(TokenizerFiles& files, const std::string& text,
                            const std::string& tokenizer);
 
+// Whether two tokenizers encode text alike: the same files and bos/eos ids, apart from their chat
+// templates (chat_template.jinja, additional_chat_templates/, the config's "chat_template"), which
+// render conversations but leave the encoding as it is: a held-out set of plain text needs no
+// --chat-template-file to be scored beside chat data made with one.
+bool same_tokenizer_apart_from_chat_templates(const TokenizerFiles& a, const TokenizerFiles& b);
+
 }  // namespace zt

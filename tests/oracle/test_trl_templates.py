@@ -116,13 +116,16 @@ def check_stored_template(work, out, template):
     OUT/final/) load in transformers with that template and no other."""
     directory = work(os.path.basename(out) + ".tokenizer")
     os.makedirs(directory, exist_ok=True)
+    with open(template, encoding="utf-8") as f:
+        text = f.read()
     with h5py.File(out, "r") as f:
         for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
             with open(os.path.join(directory, name), "wb") as g:
                 g.write(f[name][:].tobytes())
         check("additional_chat_templates" not in f, f"{out}: named templates stored")
-    with open(template, encoding="utf-8") as f:
-        text = f.read()
+        # What transformers versions that read chat_template.jinja first load.
+        check(f["chat_template.jinja"][:].tobytes().decode("utf-8") == text,
+              f"{out}: chat_template.jinja is not {template}'s text")
     loaded = transformers.AutoTokenizer.from_pretrained(directory).chat_template
     check(loaded == text, f"{out}: the stored tokenizer loads in transformers "
           f"{transformers.__version__} with another chat template than {template}")

@@ -17,8 +17,10 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    model's: below 4.5 nats per token, where chance is ln 49152 = 10.8).
 4. `generate --chat "What is the capital of France?"` answers Paris; its tokens are transformers'
    greedy decoding of the same chat rendering.
-5. `prepare-data --chat-template --workers 2` on the shipped instruction set (two forked
-   processes render and encode the conversations): the ids are the chat template's, and the loss
+5. `prepare-data --chat-template-file --workers 2` on the shipped instruction set, with the
+   model's tokenizer stripped of its chat template (a base model's, the weights the same) and the
+   template given as a file (two forked processes render and encode the conversations): the ids
+   are the chat template's, and the loss
    mask counts exactly the tokens after each "<|im_start|>assistant\\n" up to the next
    "<|im_start|>" (TRL's completion-only rule, computed here on the ids). Replies opening with
    whitespace, which the tokenizer joins to the turn's opening, and an empty one: the mask is
@@ -36,11 +38,14 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
    loss, and with step 3's held-out `eval_loss` (each conversation's part of the 4 evaluation
    windows run alone); `export --format gguf --gguf-type q8_0` loads in transformers' GGUF loader within the
    quantization's reach of it.
-8. LoRA (r 8, every projection) at 2 ranks with ZeRO-3 on the same chat SFT windows: PEFT loads
+8. LoRA (r 8, every projection) at 2 ranks with ZeRO-3 on the same chat SFT windows, its base
+   the directory without a chat template, so that generate and the merge must take the adapter
+   directory's tokenizer (the data's, with the template) to render a chat: PEFT loads
    OUT/final onto the model, and its per-conversation loss is zerotrain's for those adapters,
    lower than the base's beyond the bound. `export --format peft` of the last checkpoint is
    OUT/final's adapter; `export --merge-lora` as safetensors and as an f32 GGUF load in
-   transformers with the same tensors, and a loss lower than the base's beyond the bound.
+   transformers with the same tensors, and a loss lower than the base's beyond the bound, the
+   safetensors directory's tokenizer with the template.
    `eval --adapter OUT/final` on the bundled text is PEFT's loss with the adapter, and
    `generate --adapter OUT/final --chat` picks, at every new token, PEFT's largest logit (or one
    within the oracle's fp32 bound, 1e-4 of the row's scale, of it: a near tie).
@@ -222,7 +227,7 @@ def check_lora(work, zt, mpirun, reference, sft, tokens):
     import copy
     from peft import PeftModel
     ids, mask, starts, T, pieces = sft
-    launch = [mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model", work("model"),
+    launch = [mpirun, "-n", "2", "-x", "OMP_NUM_THREADS=1", zt, "train", "--model", work("base"),
               "--data", work("sft4.h5"), "--zero-stage", "3", "--micro-batch", "2", "--seq-len",
               str(T), "--precision", "fp32", "--warmup-steps", "0", "--eval-batches", "0",
               "--comm-timeout", "120"]
@@ -246,12 +251,14 @@ def check_lora(work, zt, mpirun, reference, sft, tokens):
 def check_adapter_commands(work, zt, adapted, tokens):
     """eval and generate --chat with --adapter OUT/final against PEFT's model (fp32, unmerged)."""
     adapter = ["--adapter", work("lora", "final")]
-    out = run_tool([zt, "eval", "--model", work("model"), "--data", work("text.h5"), "--batches",
+    out = run_tool([zt, "eval", "--model", work("base"), "--data", work("text.h5"), "--batches",
                     str(BATCHES), "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN)] +
                    adapter)
     compare("eval --adapter, PEFT's model", last_json_line(out)["loss"],
             hf_loss(adapted, tokens, range(MICRO_BATCH * BATCHES), SEQ_LEN))
-    answer = last_json_line(run_tool([zt, "generate", "--model", work("model"), "--chat",
+    # The base's tokenizer has no chat template: --chat renders with the adapter's, the one the
+    # run was trained on.
+    answer = last_json_line(run_tool([zt, "generate", "--model", work("base"), "--chat",
                                       "What is the capital of France?", "--max-new-tokens", "16",
                                       "--json"] + adapter))
     prompt, new = answer["prompt_tokens"], answer["new_tokens"]
@@ -331,8 +338,11 @@ def check_lora_exports(work, zt, sft, base):
     check(sorted(exported) == sorted(final) and
           all(torch.equal(exported[n], final[n]) for n in final),
           "export --format peft of the last checkpoint differs from OUT/final")
-    merge = [zt, "export", work("model"), "--merge-lora", work("lora", "final"), "--out"]
+    merge = [zt, "export", work("base"), "--merge-lora", work("lora", "final"), "--out"]
     run_tool(merge + [work("merged")])
+    with open(work("smollm2.jinja"), encoding="utf-8") as f:
+        check(transformers.AutoTokenizer.from_pretrained(work("merged")).chat_template == f.read(),
+              "the merged model's tokenizer lacks the chat template the LoRA run trained on")
     run_tool(merge + [work("merged.gguf"), "--format", "gguf", "--gguf-type", "f32"])
     merged = transformers.AutoModelForCausalLM.from_pretrained(
         work("merged"), torch_dtype=torch.float32).eval()
@@ -391,10 +401,30 @@ def check_turn_boundaries(work, zt):
           "assistant mask counts them")
 
 
+def base_model_dir(work):
+    """SmolLM2 as a base model's directory comes: the same weights (linked), its tokenizer without
+    a chat template, which work("smollm2.jinja") holds instead, for --chat-template-file."""
+    os.makedirs(work("base"), exist_ok=True)
+    for name in os.listdir(work("model")):
+        if name == "tokenizer_config.json":
+            with open(work("model", name), encoding="utf-8") as f:
+                config = json.load(f)
+            with open(work("smollm2.jinja"), "w", encoding="utf-8") as f:
+                f.write(config.pop("chat_template"))
+            with open(work("base", name), "w", encoding="utf-8") as f:
+                json.dump(config, f, ensure_ascii=False, indent=2)
+        elif name.endswith(".h5"):
+            os.symlink(work("model", name), work("base", name))
+        else:
+            shutil.copy(work("model", name), work("base", name))
+    return work("base"), work("smollm2.jinja")
+
+
 def check_sft(work, zt, source_dir, mpirun, reference):
     data = os.path.join(source_dir, "inputs/data/chat/zerotrain_facts.jsonl")
-    run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--sft-jsonl", data,
-              "--messages-field", "messages", "--chat-template", "--workers", "2",
+    base, template = base_model_dir(work)
+    run_tool([zt, "prepare-data", "--tokenizer", base, "--sft-jsonl", data,
+              "--messages-field", "messages", "--chat-template-file", template, "--workers", "2",
               "--out", work("sft.h5")])
     tok = transformers.AutoTokenizer.from_pretrained(work("model"))
     want_ids = []
@@ -440,8 +470,9 @@ def check_sft(work, zt, source_dir, mpirun, reference):
         held_lines = f.readlines()[len(starts):]
     with open(work("held.jsonl"), "w", encoding="utf-8") as f:
         f.writelines(held_lines)
-    run_tool([zt, "prepare-data", "--tokenizer", work("model"), "--sft-jsonl", work("held.jsonl"),
-              "--messages-field", "messages", "--chat-template", "--out", work("held.h5")])
+    run_tool([zt, "prepare-data", "--tokenizer", base, "--sft-jsonl", work("held.jsonl"),
+              "--messages-field", "messages", "--chat-template-file", template,
+              "--out", work("held.h5")])
     with h5py.File(work("held.h5"), "r") as f:
         held = (f["tokens"][:].tolist(), f["loss_mask"][:].tolist(),
                 [int(s) for s in f["doc_starts"][:]])

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
@@ -314,13 +315,16 @@ TEST(IoTokenizerFiles, AChatTemplateFileReplacesEveryTemplateOfTheTokenizer) {
   const std::string text = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% endfor %}";
   testing::write_file(file, text);
   EXPECT_EQ(read_chat_template_file(file), text);
-  testing::write_file(tmp / "empty.jinja", " \n");
+  // Newlines as Python reads a text file: CRLF and a lone CR are "\n"; a byte-order mark stays.
+  testing::write_file(tmp / "crlf.jinja", "\xEF\xBB\xBF{{ a }}\r\n{{ b }}\r{{ c }}\n");
+  EXPECT_EQ(read_chat_template_file(tmp / "crlf.jinja"), "\xEF\xBB\xBF{{ a }}\n{{ b }}\n{{ c }}\n");
+  testing::write_file(tmp / "empty.jinja", " \r\n");
   testing::write_file(tmp / "bytes.jinja", "{{ x }}\xff");
   testing::write_file(tmp / "tokenizer_config.json", R"({"chat_template": "x"})");
   for (const auto& [path, says] : std::vector<std::pair<std::string, std::string>>{
-           {tmp / "absent.jinja", "is not a file"},
+           {tmp / "absent.jinja", "does not exist"},
            {tmp.path().string(), "is a directory"},
-           {tmp / "empty.jinja", "is empty"},
+           {tmp / "empty.jinja", "is empty (3 bytes of whitespace)"},
            {tmp / "bytes.jinja", "is not UTF-8 text"},
            {tmp / "tokenizer_config.json", "is a JSON object, not a Jinja template"}}) {
     try {
@@ -332,22 +336,40 @@ TEST(IoTokenizerFiles, AChatTemplateFileReplacesEveryTemplateOfTheTokenizer) {
     }
   }
 
+  // The config's template is replaced in its text, every other byte kept (a number that a parse
+  // and a dump would turn into 1e+30 included); the files hold no other template.
+  const std::string value = nlohmann::json(text).dump();
+  const std::string config_tail =
+      R"(, "eos_token": "e", "model_max_length": 1000000000000000019884624838656})";
   TokenizerFiles t;
   t.files["tokenizer.json"] = "{}";
   t.files["tokenizer_config.json"] =
-      R"({"tokenizer_class": "X", "chat_template": [{"name": "default", "template": "D"}], "eos_token": "e"})";
+      R"({"tokenizer_class": "X", "chat_template": [{"name": "default", "template": "{}"}])" +
+      config_tail;
   t.files["chat_template.jinja"] = "J";
   t.files["additional_chat_templates/tool_use.jinja"] = "T";
   replace_chat_template(t, text, "tok");
   EXPECT_EQ(t.files.size(), 3u);
   EXPECT_EQ(t.files.at("chat_template.jinja"), text);
-  const auto config = nlohmann::ordered_json::parse(t.files.at("tokenizer_config.json"));
-  EXPECT_EQ(config.at("chat_template"), text);
-  std::vector<std::string> keys;
-  for (const auto& item : config.items()) keys.push_back(item.key());
-  EXPECT_EQ(keys, (std::vector<std::string>{"tokenizer_class", "chat_template", "eos_token"}));
+  EXPECT_EQ(t.files.at("tokenizer_config.json"),
+            R"({"tokenizer_class": "X", "chat_template": )" + value + config_tail);
   EXPECT_EQ(chat_templates(t, nlohmann::json::parse(t.files.at("tokenizer_config.json")), "c"),
             (std::map<std::string, std::string>{{"default", text}}));
+  // A config without a template gets one first; an empty one, alone; a key given twice, the
+  // last (as Python's json keeps it); a byte-order mark before the object stays.
+  for (const auto& [config, want] : std::vector<std::pair<std::string, std::string>>{
+           {"{\n  \"a\": 1\n}", "{\"chat_template\": " + value + ", \n  \"a\": 1\n}"},
+           {" { } ", " {\"chat_template\": " + value + " } "},
+           {R"({"chat_template": "a", "b": [1, {"c": "]"}], "chat_template": null})",
+            R"({"chat_template": "a", "b": [1, {"c": "]"}], "chat_template": )" + value + "}"},
+           {"\xEF\xBB\xBF{\"a\": \"\\\"\"}",
+            "\xEF\xBB\xBF{\"chat_template\": " + value + ", \"a\": \"\\\"\"}"}}) {
+    TokenizerFiles c;
+    c.files["tokenizer_config.json"] = config;
+    replace_chat_template(c, text, "tok");
+    EXPECT_EQ(c.files.at("tokenizer_config.json"), want) << config;
+    EXPECT_EQ(nlohmann::json::parse(want).at("chat_template"), text) << want;
+  }
   TokenizerFiles bare;  // a tokenizer.json alone: the template goes beside it
   bare.files["tokenizer.json"] = "{}";
   replace_chat_template(bare, text, "tok");
@@ -355,18 +377,40 @@ TEST(IoTokenizerFiles, AChatTemplateFileReplacesEveryTemplateOfTheTokenizer) {
   EXPECT_EQ(bare.files.count("tokenizer_config.json"), 0u);
   TokenizerFiles broken;
   broken.files["tokenizer_config.json"] = "[1]";
-  EXPECT_THROW(
-      {
-        try {
-          replace_chat_template(broken, text, "dir/tok");
-        } catch (const Error& e) {
-          EXPECT_NE(
-              std::string(e.what()).find("dir/tok: tokenizer_config.json is not a JSON object"),
+  try {
+    replace_chat_template(broken, text, "dir/tok");
+    ADD_FAILURE() << "a config that is not an object";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dir/tok: tokenizer_config.json is not a JSON object"),
               std::string::npos);
-          throw;
-        }
-      },
-      Error);
+  }
+}
+
+// Held-out data is scored beside training data whose tokenizer encodes alike: the chat templates
+// (and the config's formatting) do not count; any other file, key or bos/eos id does.
+TEST(IoTokenizerFiles, TokenizersThatDifferInTheirChatTemplatesAloneEncodeAlike) {
+  TokenizerFiles plain;
+  plain.files["tokenizer.json"] = R"({"model": {}})";
+  plain.files["tokenizer_config.json"] = R"({"eos_token": "e", "bos_token": "b"})";
+  plain.eos_token_id = 2;
+  TokenizerFiles chat = plain;
+  replace_chat_template(chat, "{{ messages }}", "tok");
+  chat.files["additional_chat_templates/rag.jinja"] = "R";
+  EXPECT_TRUE(same_tokenizer_apart_from_chat_templates(plain, chat));
+  TokenizerFiles reformatted = plain;
+  reformatted.files["tokenizer_config.json"] =
+      "{\n  \"bos_token\": \"b\",\n  \"eos_token\": \"e\"\n}";
+  EXPECT_TRUE(same_tokenizer_apart_from_chat_templates(reformatted, chat));
+  for (const auto& edit : std::vector<std::function<void(TokenizerFiles&)>>{
+           [](TokenizerFiles& t) { t.files["tokenizer.json"] = R"({"model": {"x": 1}})"; },
+           [](TokenizerFiles& t) { t.files["tokenizer_config.json"] = R"({"eos_token": "x"})"; },
+           [](TokenizerFiles& t) { t.files["special_tokens_map.json"] = "{}"; },
+           [](TokenizerFiles& t) { t.eos_token_id = 3; },
+           [](TokenizerFiles& t) { t.bos_token_id = 0; }}) {
+    TokenizerFiles other = chat;
+    edit(other);
+    EXPECT_FALSE(same_tokenizer_apart_from_chat_templates(plain, other));
+  }
 }
 
 // Writes a dataset of `n` tokens, then gives it a /loss_mask dataset of the given type and values.
