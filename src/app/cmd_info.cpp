@@ -18,6 +18,7 @@
 #include "io/peft_adapter_file.h"
 #include "io/safetensors.h"
 #include "io/token_dataset.h"
+#include "io/tokenizer_files.h"
 #include "model/lora.h"
 #include "util/error.h"
 
@@ -140,6 +141,35 @@ void describe_packings(const TokenDataset& data, int64_t seq_len, Packing defaul
   }
 }
 
+// The Hugging Face tokenizer files a dataset stores (train writes them into OUT/final/) and the
+// names of the chat templates among them, into `j`; "" and nothing for byte-level data.
+std::string describe_tokenizer_files(const TokenDataset& data, nlohmann::json& j) {
+  const TokenizerFiles tokenizer = data.tokenizer_files();
+  if (tokenizer.empty()) return "";
+  std::vector<std::string> files, templates;
+  for (const auto& entry : tokenizer.files) files.push_back(entry.first);
+  const auto config = tokenizer.files.find("tokenizer_config.json");
+  const nlohmann::json parsed =
+      config == tokenizer.files.end()
+          ? nlohmann::json::object()
+          : nlohmann::json::parse(config->second, nullptr, /*allow_exceptions=*/false);
+  for (const auto& entry :
+       chat_templates(tokenizer, parsed, data.path() + ": tokenizer_config.json"))
+    templates.push_back(entry.first);
+  j["tokenizer_files"] = files;
+  j["chat_templates"] = templates;
+  const auto joined = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+    return out;
+  };
+  return "tokenizer_files: " + joined(files) +
+         (templates.empty() ? " (no chat template)"
+                            : std::string(" (chat template") + (templates.size() > 1 ? "s" : "") +
+                                  ": " + joined(templates) + ")") +
+         "\n";
+}
+
 void info_tokens(const std::string& path, bool json, int64_t seq_len) {
   const TokenDataset data(path);
   int32_t lo = 0, hi = 0;
@@ -162,6 +192,7 @@ void info_tokens(const std::string& path, bool json, int64_t seq_len) {
   j["document_masking"] = masked ? "on" : "off";
   const Packing packing = resolve_packing(Packing::kAuto, data);  // train's default
   j["packing"] = packing_name(packing);
+  const std::string tokenizer_line = describe_tokenizer_files(data, j);
   if (json) {
     if (seq_len > 0) describe_packings(data, seq_len, packing, true, j);
     std::cout << j.dump(2) << "\n";
@@ -171,7 +202,7 @@ void info_tokens(const std::string& path, bool json, int64_t seq_len) {
             << "tokens: " << with_commas(static_cast<uint64_t>(data.size())) << "\n"
             << "vocab_size: " << data.vocab_size() << "\n"
             << "tokenizer: " << data.tokenizer() << "\n"
-            << "dtype: " << dtype_name(data.dtype()) << "\n"
+            << tokenizer_line << "dtype: " << dtype_name(data.dtype()) << "\n"
             << "min_token: " << lo << "\nmax_token: " << hi << "\n";
   if (counted >= 0)
     std::cout << "loss_mask: " << with_commas(static_cast<uint64_t>(counted))

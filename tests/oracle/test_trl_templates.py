@@ -111,9 +111,10 @@ def prepare(zt, directory, path, out, template):
         return f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
 
 
-def check_stored_template(work, out, template):
+def check_stored_template(work, zt, out, template):
     """The tokenizer files a --chat-template-file dataset stores (which train writes into
-    OUT/final/) load in transformers with that template and no other."""
+    OUT/final/) load in transformers with that template and no other; `info` lists them and the
+    one template."""
     directory = work(os.path.basename(out) + ".tokenizer")
     os.makedirs(directory, exist_ok=True)
     with open(template, encoding="utf-8") as f:
@@ -126,6 +127,11 @@ def check_stored_template(work, out, template):
         # What transformers versions that read chat_template.jinja first load.
         check(f["chat_template.jinja"][:].tobytes().decode("utf-8") == text,
               f"{out}: chat_template.jinja is not {template}'s text")
+    info = json.loads(subprocess.run([zt, "info", out, "--json"], check=True,
+                                     stdout=subprocess.PIPE, text=True).stdout)
+    check(info["chat_templates"] == ["default"] and "chat_template.jinja" in info["tokenizer_files"]
+          and "tokenizer_config.json" in info["tokenizer_files"],
+          f"{out}: info lists {info['tokenizer_files']}, templates {info['chat_templates']}")
     loaded = transformers.AutoTokenizer.from_pretrained(directory).chat_template
     check(loaded == text, f"{out}: the stored tokenizer loads in transformers "
           f"{transformers.__version__} with another chat template than {template}")
@@ -190,7 +196,7 @@ def check_case(work, zt, source_dir, name):
         check(prepare(zt, base, path, path + ".file.h5", given) == (ids, mask),
               f"{name}, {kind}: --chat-template-file {given} gives other data than the "
               "tokenizer holding that template")
-        check_stored_template(work, path + ".file.h5", given)
+        check_stored_template(work, zt, path + ".file.h5", given)
         marked = reference.apply_chat_template(messages, tools=tools, tokenize=True,
                                                return_dict=True,
                                                return_assistant_tokens_mask=True)
