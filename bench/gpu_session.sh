@@ -291,16 +291,16 @@ run_part_tests() {
     say "zt_gpu_tests: absent from the bundle"
     return
   fi
-  local entry name known=" all none " wanted=" ${ZT_TEST_GROUPS:-all} "
-  wanted=${wanted//,/ }
+  local entry name known=" all none " groups=" ${ZT_TEST_GROUPS:-all} "
+  groups=${groups//,/ }
   for entry in "${gpu_test_groups[@]}" "${gpu_test_np2_groups[@]}"; do
     known+="${entry%%=*} "
   done
-  for name in $wanted; do
+  for name in $groups; do
     [[ $known == *" $name "* ]] ||
       say "tests: unknown group '$name' in ZT_TEST_GROUPS (known:$known)"
   done
-  wanted_group() { [ "$wanted" = " all " ] || [[ $wanted == *" $1 "* ]]; }
+  wanted_group() { [ "$groups" = " all " ] || [[ $groups == *" $1 "* ]]; }
   for entry in "${gpu_test_groups[@]}"; do
     wanted_group "${entry%%=*}" || continue
     step "gpu_${entry%%=*}" "$step_seconds" "$B/libexec/zt_gpu_tests" \
@@ -559,7 +559,8 @@ B=$work/bundle
 . "$B/env.sh"
 # Python (PyTorch brings its own CUDA libraries) runs with the host's library path.
 host_python=(env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$python")
-export LD_LIBRARY_PATH="$(cuda_library_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+cuda_libraries=$(cuda_library_path)
+export LD_LIBRARY_PATH="$cuda_libraries${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 # zerotrain as the Python benchmarks launch it: our library path again, whatever Python's is.

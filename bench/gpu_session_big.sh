@@ -70,7 +70,7 @@ big_run() {
 # where host memory allows; without offload at stages 0 and 2 where the GPU holds it (an H200);
 # then 1b at micro-batch 1 with and without offload, whose losses must be the same.
 run_part_big() {
-  local preset=${ZT_BIG_PRESET:-6b} small=${ZT_OFFLOAD_PRESET:-1b} a b stage offload
+  local preset=${ZT_BIG_PRESET:-6b} small=${ZT_OFFLOAD_PRESET:-1b} stage offload
   timeout 60 "$B/libexec/zerotrain" estimate --preset "$preset" --world 1 --zero-stage 2 \
     --micro-batch 1 --seq-len "$seq" --activation-checkpointing full --offload-optimizer cpu \
     --backend "$backend" | tee -a "$summary"
