@@ -153,16 +153,25 @@ std::string describe_tokenizer_files(const TokenDataset& data, nlohmann::json& j
       config == tokenizer.files.end()
           ? nlohmann::json::object()
           : nlohmann::json::parse(config->second, nullptr, /*allow_exceptions=*/false);
-  for (const auto& entry :
-       chat_templates(tokenizer, parsed, data.path() + ": tokenizer_config.json"))
-    templates.push_back(entry.first);
+  std::string unreadable;  // a template list info cannot read is reported, not fatal
+  try {
+    for (const auto& entry :
+         chat_templates(tokenizer, parsed, data.path() + ": tokenizer_config.json"))
+      templates.push_back(entry.first);
+  } catch (const Error& e) {
+    unreadable = e.what();
+  }
   j["tokenizer_files"] = files;
-  j["chat_templates"] = templates;
+  j["chat_templates"] = unreadable.empty() ? nlohmann::json(templates) : nlohmann::json(nullptr);
+  if (!unreadable.empty()) j["chat_templates_error"] = unreadable;
   const auto joined = [](const std::vector<std::string>& items) {
     std::string out;
     for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
     return out;
   };
+  if (!unreadable.empty())
+    return "tokenizer_files: " + joined(files) + " (chat templates unreadable: " + unreadable +
+           ")\n";
   return "tokenizer_files: " + joined(files) +
          (templates.empty() ? " (no chat template)"
                             : std::string(" (chat template") + (templates.size() > 1 ? "s" : "") +

@@ -1,6 +1,7 @@
 #include "io/lora_merge.h"
 
 #include <filesystem>
+#include <iostream>
 #include <map>
 
 #include "io/tokenizer_files.h"
@@ -58,6 +59,19 @@ std::string merged_model_tokenizer_dir(const std::string& base_dir,
                                                                                : base_dir;
 }
 
+namespace {
+
+// A directory's tokenizer files, none when it has none.
+TokenizerFiles tokenizer_files_in(const std::string& dir) {
+  for (const std::string& name : tokenizer_file_names()) {
+    std::error_code ec;
+    if (std::filesystem::exists(dir + "/" + name, ec)) return read_tokenizer_files(dir);
+  }
+  return {};
+}
+
+}  // namespace
+
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite) {
   LoraMergedSource merged(base_dir, adapter_dir);
@@ -65,13 +79,18 @@ uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& 
     merged.read_range_f32(t, begin, count, out);
   };
   const std::string tokenizer_dir = merged_model_tokenizer_dir(base_dir, adapter_dir);
-  TokenizerFiles tokenizer;
-  for (const std::string& name : tokenizer_file_names()) {
-    std::error_code ec;
-    if (std::filesystem::exists(tokenizer_dir + "/" + name, ec)) {
-      tokenizer = read_tokenizer_files(tokenizer_dir);
-      break;
-    }
+  TokenizerFiles tokenizer = tokenizer_files_in(tokenizer_dir);
+  if (tokenizer_dir != base_dir) {
+    const TokenizerFiles base = tokenizer_files_in(base_dir);
+    // generation_config.json describes the model: the base's where the adapter directory has
+    // none (PEFT and TRL save the tokenizer beside an adapter, not the generation config).
+    const auto generation = base.files.find("generation_config.json");
+    if (!tokenizer.files.count("generation_config.json") && generation != base.files.end())
+      tokenizer.files.insert(*generation);
+    if (!base.empty() && !same_tokenizer_apart_from_chat_templates(tokenizer, base))
+      std::cerr << "warning: the tokenizer of adapter '" << adapter_dir << "' differs from base '"
+                << base_dir << "''s beyond the chat template; the merged model gets the "
+                << "adapter's\n";
   }
   return write_model_dir_streaming(dir, merged.config(), values, kDefaultShardLimitBytes, overwrite,
                                    tokenizer.empty() ? std::map<std::string, std::string>{}

@@ -251,10 +251,33 @@ TEST(IoTokenDataset, TokenizerFilesRoundTripAndWriteAGenerationConfig) {
   EXPECT_EQ(read.files.size(), 4u);
   read.files.erase("generation_config.json");
   EXPECT_EQ(read.files, files.files);
+  // info lists the files and the templates' names; a template list it cannot read is reported
+  // in its line, not fatal.
+  testing::RunResult r = testing::run_zerotrain("info --json " + tmp / "t.h5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto info = nlohmann::json::parse(r.output);
+  EXPECT_EQ(info["tokenizer_files"], (nlohmann::json{"additional_chat_templates/tool_use.jinja",
+                                                     "tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(info["chat_templates"], (nlohmann::json{"tool_use"}));
+  files.files["tokenizer_config.json"] = R"({"chat_template": 3})";
+  files.files.erase("additional_chat_templates/tool_use.jinja");
+  TokenDatasetWriter odd(tmp / "odd.h5", 400, "hf:tok");
+  odd.set_tokenizer_files(files);
+  odd.append(tokens.data(), 3, "test");
+  odd.finish();
+  r = testing::run_zerotrain("info " + tmp / "odd.h5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer_files: tokenizer.json, tokenizer_config.json (chat templates "
+                          "unreadable: "),
+            std::string::npos)
+      << r.output;
   // A dataset without a tokenizer has none, and writes nothing.
   testing::write_file(tmp / "a.txt", "abc");
   prepare_token_dataset({tmp / "a.txt"}, TokenSource::kText, tmp / "b.h5", {}, false);
   EXPECT_TRUE(TokenDataset(tmp / "b.h5").tokenizer_files().empty());
+  r = testing::run_zerotrain("info --json " + tmp / "b.h5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(nlohmann::json::parse(r.output).contains("tokenizer_files"));
 }
 
 // Named chat templates: tokenizer_config.json's list form, or chat_template.jinja ("default") and
