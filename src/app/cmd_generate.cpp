@@ -27,6 +27,7 @@
 #include "io/fs_util.h"
 #include "io/lora_merge.h"
 #include "io/model_dir.h"
+#include "io/tokenizer_files.h"
 #include "model/kv_cache_decoder.h"
 #include "model/token_sampling.h"
 #include "util/error.h"
@@ -43,11 +44,13 @@ const char* const kCommand = "generate";
 // decode), tokenizer.json or a directory holding it, input file, output file, chat template name
 // (empty: as transformers picks, "tool_use" when there are tools and such a template, else
 // "default"; a single template is named "default", as transformers 5 saves it), tools file
-// (empty: none), system message file (empty: none). encode: the input's UTF-8 text as the
-// tokenizer encodes a document (its BOS, ...); chat: the input as the user's message, after the
-// system message when there is one; conversation: the input a JSON list of messages (the last not
-// the assistant's); chat and conversation render the messages with that chat template, the tools
-// and the generation prompt, and encode them as apply_chat_template(tokenize=True) does; each ->
+// (empty: none), system message file (empty: none), chat template file (--chat-template-file's
+// text, read and checked by io/tokenizer_files.h; empty: the tokenizer's templates). encode: the
+// input's UTF-8 text as the tokenizer encodes a document (its BOS, ...); chat: the input as the
+// user's message, after the system message when there is one; conversation: the input a JSON list
+// of messages (the last not the assistant's); chat and conversation render the messages with that
+// chat template, the tools and the generation prompt, and encode them as
+// apply_chat_template(tokenize=True) does; each ->
 // {"ids": [...], "eos_token_id": ID or -1}. decode: {"ids": [...]} -> the text, special tokens
 // skipped. It follows the opening of app/python_step.h.
 constexpr const char* kTokenizerStep = R"PY(
@@ -77,7 +80,7 @@ def conversation(path):
     return messages
 
 def render(messages):
-    if not tok.chat_template:
+    if not tok.chat_template and not template_path:
         sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template "
                  "(and no chat_template.jinja beside it): --chat and --messages need one; give "
                  "the text to continue with --prompt")
@@ -89,6 +92,8 @@ def render(messages):
                      'function ({"type": "function", "function": {"name", "parameters"}})')
         tools = tools or None  # an empty list is no tools, as chat SFT data reads it
     named = tok.chat_template
+    if template_path:  # --chat-template-file: this template in place of the tokenizer's
+        named = read_text(template_path, "--chat-template-file")
     if not isinstance(named, dict):
         named = {"default": named}
     names = ", ".join(sorted(named))
@@ -126,9 +131,10 @@ struct GenerateOptions {
   std::string model_dir, prompt, chat, tokenizer, python = default_python();
   std::string adapter;        // --adapter: a PEFT LoRA adapter directory merged into the model
   std::string chat_template;  // --chat-template: the named template --chat renders (empty: auto)
-  std::string tools;          // --tools: a JSON file of tool definitions for the chat template
-  std::string system;         // --system: the system message before --chat's (has_system)
-  std::string messages;       // --messages: a JSON file holding the conversation to continue
+  std::string chat_template_file;  // --chat-template-file: a Jinja template rendered instead
+  std::string tools;               // --tools: a JSON file of tool definitions for the chat template
+  std::string system;              // --system: the system message before --chat's (has_system)
+  std::string messages;            // --messages: a JSON file holding the conversation to continue
   int64_t max_new_tokens = 64;
   SamplingConfig sampling;
   int64_t seed = 0;
@@ -143,6 +149,10 @@ class PromptTokenizer {
   PromptTokenizer(const GenerateOptions& o, const std::string& scratch)
       : o_(o), scratch_(scratch), byte_(o.tokenizer == "byte") {
     if (byte_) return;
+    if (!o.chat_template_file.empty()) {  // as prepare-data reads it: Python's newlines, checked
+      template_file_ = scratch_ + "/chat_template.jinja";
+      write_text_file(template_file_, read_chat_template_file(o.chat_template_file));
+    }
     path_ = !o.tokenizer.empty() ? o.tokenizer
             : o.adapter.empty()  ? o.model_dir
                                  : merged_model_tokenizer_dir(o.model_dir, o.adapter);
@@ -199,8 +209,10 @@ class PromptTokenizer {
   void step(const std::string& mode, const std::string& in, const std::string& out,
             const std::string& system = "") {
     run_tokenizer_step(o_.python,
-                       "mode, tok_path, in_path, out_path, template_name, tools_path, system_path",
-                       kTokenizerStep, {mode, path_, in, out, o_.chat_template, o_.tools, system});
+                       "mode, tok_path, in_path, out_path, template_name, tools_path, system_path, "
+                       "template_path",
+                       kTokenizerStep,
+                       {mode, path_, in, out, o_.chat_template, o_.tools, system, template_file_});
   }
   static void write_text_file(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary);
@@ -209,7 +221,7 @@ class PromptTokenizer {
   }
 
   const GenerateOptions& o_;
-  std::string scratch_, path_;
+  std::string scratch_, path_, template_file_;
   bool byte_;
 };
 
@@ -247,6 +259,9 @@ void add_generate_options(po::options_description& opts, GenerateOptions& o) {
       "with --chat or --messages: the name of the tokenizer's chat template that renders the "
       "messages (default: tool_use when --tools gives tools and there is one, else default, as "
       "transformers picks; a single template is named default)");
+  add("chat-template-file", po::value(&o.chat_template_file),
+      "with --chat or --messages: a Jinja chat template file rendered instead of the tokenizer's "
+      "templates (a base model's; as prepare-data --chat-template-file)");
   add("tools", po::value(&o.tools),
       "with --chat or --messages: a JSON file holding a list of tool schemas that the chat "
       "template renders, as apply_chat_template(tools=...); an empty list is no tools");
@@ -276,7 +291,7 @@ void check_generate_options(const po::variables_map& vm, GenerateOptions& o) {
            "generate: give exactly one of '--prompt', '--chat' or '--messages'");
   o.chat_mode = vm.count("chat") + vm.count("messages") > 0;
   o.has_system = vm.count("system") > 0;
-  for (const char* chat_only : {"chat-template", "tools"})
+  for (const char* chat_only : {"chat-template", "chat-template-file", "tools"})
     ZT_CHECK(o.chat_mode || vm.count(chat_only) == 0,
              std::string("generate: --") + chat_only +
                  " goes with a --chat message or --messages (the chat template renders them); "
@@ -286,6 +301,11 @@ void check_generate_options(const po::variables_map& vm, GenerateOptions& o) {
            "message; --prompt continues a text as it is)");
   ZT_CHECK(vm.count("chat-template") == 0 || !o.chat_template.empty(),
            "generate: --chat-template needs a template's name");
+  ZT_CHECK(vm.count("chat-template") + vm.count("chat-template-file") < 2,
+           "generate: give --chat-template (a template of the tokenizer, by name) or "
+           "--chat-template-file (a template of your own), not both");
+  ZT_CHECK(vm.count("chat-template-file") == 0 || !o.chat_template_file.empty(),
+           "generate: --chat-template-file needs the path of a Jinja file");
   for (const auto& [option, file] : {std::pair{"tools", &o.tools}, {"messages", &o.messages}})
     ZT_CHECK(vm.count(option) == 0 || fs::is_regular_file(*file),
              std::string("generate: --") + option + " '" + *file + "' is not a file");

@@ -28,9 +28,11 @@ SOURCES.md).
    space and a non-ASCII letter), it holds the chat template keys GGUFWriter writes for the same
    templates (tokenizer.chat_template, tokenizer.chat_template.NAME, tokenizer.chat_templates).
    `generate --chat` on the imported model renders its message as apply_chat_template does:
-   with "default", with "tool_use" when given --tools, and with the template --chat-template
-   names, an empty tools list as no tools; an unknown name and tools that are not a list of
-   named functions are refused.
+   with "default", with "tool_use" when given --tools, with the template --chat-template
+   names, and with a template of one's own that --chat-template-file gives (written with CRLF
+   newlines, read as Python reads text), an empty tools list as no tools; an unknown name, both
+   template options at once, a missing template file and tools that are not a list of named
+   functions are refused.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -302,6 +304,12 @@ def check_generate(work, zt, vocab, templates):
             json.dump(messages, f)
     user = [{"role": "user", "content": message}]
     system = [{"role": "system", "content": "Answer in French."}]
+    # A template of one's own, as a base model is given one (CRLF, read as Python reads text).
+    own_template = ("{% for m in messages %}<<{{ m['role'] }}>>{{ m['content'] }}\n{% endfor %}"
+                    "{% if add_generation_prompt %}<<assistant>>{% endif %}")
+    own_file = work("own.jinja")
+    with open(own_file, "w", encoding="utf-8", newline="\r\n") as f:
+        f.write(own_template)
     prompts = {}
     for label, extra, messages, tools, name in (
             ("no tools", ["--chat", message], user, None, None),
@@ -313,6 +321,8 @@ def check_generate(work, zt, vocab, templates):
              user, [WEATHER], "default"),
             ("--system", ["--chat", message, "--system", system[0]["content"]], system + user,
              None, None),
+            ("--chat-template-file", ["--chat", message, "--chat-template-file", own_file], user,
+             None, own_template),
             ("--messages, a tool call and its result", ["--messages", conversations["agent"][0],
                                                         "--tools", tools_file],
              conversations["agent"][1], [WEATHER], None),
@@ -330,6 +340,8 @@ def check_generate(work, zt, vocab, templates):
           prompts["tools"] != prompts["tools, --chat-template default"],
           "tool_use renders the message as default does: the check cannot tell them apart")
     check(prompts["--system"] != prompts["no tools"], "--system renders as no system message")
+    check(prompts["--chat-template-file"] != prompts["no tools"],
+          "--chat-template-file renders as the tokenizer's default template")
     # An empty list is no tools even for a template that tells [] from none (as Llama 3.1's
     # does): the model of one such template renders it as apply_chat_template(tools=None).
     # (transformers 4.46 does not read chat_template.jinja: the reference is given the template.)
@@ -350,7 +362,12 @@ def check_generate(work, zt, vocab, templates):
     refused(chat + ["--chat", "Hi", "--chat-template", "rag"],
             [f"--chat-template: {imported} has no chat template named 'rag'; its templates are "
              "named default, tool_use"], work("no-such-output"))
-    for option, value in (("--chat-template", "tool_use"), ("--tools", tools_file)):
+    refused(chat + ["--chat", "Hi", "--chat-template", "default", "--chat-template-file",
+                    own_file], ["give --chat-template", "not both"], work("no-such-output"))
+    refused(chat + ["--chat", "Hi", "--chat-template-file", work("absent.jinja")],
+            [f"chat template '{work('absent.jinja')}' does not exist"], work("no-such-output"))
+    for option, value in (("--chat-template", "tool_use"), ("--tools", tools_file),
+                          ("--chat-template-file", own_file)):
         refused(chat + ["--prompt", "Hi", option, value],
                 [f"{option} goes with a --chat message or --messages"], work("no-such-output"))
     for extra in (["--prompt", "Hi"], ["--messages", conversations["rounds"][0]]):
@@ -389,7 +406,7 @@ def check_generate(work, zt, vocab, templates):
             [f"--tools: {work('bad-tools-latin1.json')}: not a UTF-8 JSON file"],
             work("no-such-output"))
     print("ok   generate --chat: default (with no tools or an empty list), tool_use with --tools, "
-          "--chat-template default with them, --system, --messages with a tool call and its "
+          "--chat-template default with them, --chat-template-file, --system, --messages with a tool call and its "
           "result and with a system message and an earlier round: apply_chat_template's prompt "
           "ids; an unknown name, either option with --prompt, --system without --chat, tools "
           "that are not a list of named functions and conversations that are not a list of "
