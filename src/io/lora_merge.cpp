@@ -59,19 +59,6 @@ std::string merged_model_tokenizer_dir(const std::string& base_dir,
                                                                                : base_dir;
 }
 
-namespace {
-
-// A directory's tokenizer files, none when it has none.
-TokenizerFiles tokenizer_files_in(const std::string& dir) {
-  for (const std::string& name : tokenizer_file_names()) {
-    std::error_code ec;
-    if (std::filesystem::exists(dir + "/" + name, ec)) return read_tokenizer_files(dir);
-  }
-  return {};
-}
-
-}  // namespace
-
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite) {
   LoraMergedSource merged(base_dir, adapter_dir);
@@ -79,9 +66,9 @@ uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& 
     merged.read_range_f32(t, begin, count, out);
   };
   const std::string tokenizer_dir = merged_model_tokenizer_dir(base_dir, adapter_dir);
-  TokenizerFiles tokenizer = tokenizer_files_in(tokenizer_dir);
+  TokenizerFiles tokenizer = read_tokenizer_files(tokenizer_dir);  // none: empty
   if (tokenizer_dir != base_dir) {
-    const TokenizerFiles base = tokenizer_files_in(base_dir);
+    const TokenizerFiles base = read_tokenizer_files(base_dir);
     // generation_config.json describes the model: the base's where the adapter directory has
     // none (PEFT and TRL save the tokenizer beside an adapter, not the generation config).
     const auto generation = base.files.find("generation_config.json");
