@@ -344,11 +344,10 @@ int run_generate(const GenerateOptions& o) {
                std::to_string(config.vocab_size) + " (give its tokenizer: --tokenizer PATH)");
   int64_t tokenizer_eos = -1;
   std::vector<int32_t> context = tokenizer.encode(&tokenizer_eos);
-  // The tokenizer's directory's generation_config.json, else the model's (an adapter directory
-  // PEFT or TRL saved holds the tokenizer, not the generation config).
-  std::vector<int64_t> eos;
-  if (!o.adapter.empty())
-    eos = generation_config_eos(merged_model_tokenizer_dir(o.model_dir, o.adapter));
+  // The merged model's generation_config.json (the adapter directory's, else the base's), else
+  // the base's when that one names no EOS.
+  std::vector<int64_t> eos = generation_config_eos(
+      o.adapter.empty() ? o.model_dir : merged_model_generation_config_dir(o.model_dir, o.adapter));
   if (eos.empty()) eos = generation_config_eos(o.model_dir);
   if (eos.empty() && tokenizer_eos >= 0) eos.push_back(tokenizer_eos);
   ZT_CHECK(!context.empty(), "the prompt encodes to no token");

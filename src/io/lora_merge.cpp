@@ -59,6 +59,15 @@ std::string merged_model_tokenizer_dir(const std::string& base_dir,
                                                                                : base_dir;
 }
 
+std::string merged_model_generation_config_dir(const std::string& base_dir,
+                                               const std::string& adapter_dir) {
+  const std::string tokenizer_dir = merged_model_tokenizer_dir(base_dir, adapter_dir);
+  std::error_code ec;
+  return std::filesystem::is_regular_file(tokenizer_dir + "/generation_config.json", ec)
+             ? tokenizer_dir
+             : base_dir;
+}
+
 uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& adapter_dir,
                                 const std::string& dir, bool overwrite) {
   LoraMergedSource merged(base_dir, adapter_dir);
@@ -69,11 +78,10 @@ uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& 
   TokenizerFiles tokenizer = read_tokenizer_files(tokenizer_dir);  // none: empty
   if (tokenizer_dir != base_dir) {
     const TokenizerFiles base = read_tokenizer_files(base_dir);
-    // generation_config.json describes the model: the base's where the adapter directory has
-    // none (PEFT and TRL save the tokenizer beside an adapter, not the generation config).
     const auto generation = base.files.find("generation_config.json");
-    if (!tokenizer.files.count("generation_config.json") && generation != base.files.end())
-      tokenizer.files.insert(*generation);
+    if (merged_model_generation_config_dir(base_dir, adapter_dir) == base_dir &&
+        generation != base.files.end())
+      tokenizer.files.insert_or_assign(generation->first, generation->second);
     if (!base.empty() && !same_tokenizer_apart_from_chat_templates(tokenizer, base))
       std::cerr << "warning: the tokenizer of adapter '" << adapter_dir << "' differs from base '"
                 << base_dir << "''s beyond the chat template; the merged model gets the "

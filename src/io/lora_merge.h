@@ -36,6 +36,12 @@ class LoraMergedSource : public TensorSource {
 // trained on), else the base directory.
 std::string merged_model_tokenizer_dir(const std::string& base_dir, const std::string& adapter_dir);
 
+// Where the merged model's generation_config.json (its EOS list) is read: the tokenizer's
+// directory when it holds one, else the base directory (PEFT and TRL save the tokenizer beside an
+// adapter, not the generation config).
+std::string merged_model_generation_config_dir(const std::string& base_dir,
+                                               const std::string& adapter_dir);
+
 // Writes the merged model as a bf16 model directory at `dir` (tensor by tensor in bounded
 // chunks, into a temporary sibling moved into place), with the tokenizer files of
 // merged_model_tokenizer_dir (none where neither directory has any). Returns the tensor bytes

@@ -1,8 +1,9 @@
 // The tokenizer a LoRA merge ships (io/lora_merge.h): the adapter directory's when it holds
 // tokenizer.json (a LoRA run's OUT/final carries its data's tokenizer and chat template), with
 // the base's generation_config.json where the adapter directory has none (PEFT and TRL save the
-// tokenizer beside an adapter, not the generation config); else the base's. An adapter tokenizer
-// that encodes unlike the base's is warned about.
+// tokenizer beside an adapter, not the generation config); else the base's. generate --adapter
+// reads its EOS list from the same generation config. An adapter tokenizer that encodes unlike
+// the base's is warned about.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@ TEST(LoraMergeTokenizer, TheAdapterDirectorysTokenizerShipsWithTheBasesGeneratio
   testing::write_file(base + "/tokenizer_config.json", R"({"eos_token": "e"})");
   testing::write_file(base + "/generation_config.json", R"({"eos_token_id": [1, 2]})");
   EXPECT_EQ(merged_model_tokenizer_dir(base, adapter), base);
+  EXPECT_EQ(merged_model_generation_config_dir(base, adapter), base);
   write_merged_model_dir(base, adapter, tmp / "merged_base", /*overwrite=*/false);
   EXPECT_EQ(testing::read_file(tmp / "merged_base/tokenizer_config.json"), R"({"eos_token": "e"})");
   // With one (the base's tokenizer and a chat template, as a run on --chat-template-file data
@@ -52,6 +54,7 @@ TEST(LoraMergeTokenizer, TheAdapterDirectorysTokenizerShipsWithTheBasesGeneratio
   replace_chat_template(chat, "{{ messages }}", "test");
   for (const auto& [name, text] : chat.files) testing::write_file(adapter + "/" + name, text);
   EXPECT_EQ(merged_model_tokenizer_dir(base, adapter), adapter);
+  EXPECT_EQ(merged_model_generation_config_dir(base, adapter), base);  // what generate reads
   ::testing::internal::CaptureStderr();
   write_merged_model_dir(base, adapter, tmp / "merged", /*overwrite=*/false);
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
@@ -60,6 +63,12 @@ TEST(LoraMergeTokenizer, TheAdapterDirectorysTokenizerShipsWithTheBasesGeneratio
             chat.files.at("tokenizer_config.json"));
   EXPECT_EQ(testing::read_file(tmp / "merged/generation_config.json"),
             R"({"eos_token_id": [1, 2]})");
+  // An adapter directory with a generation config of its own gives it (generate's EOS list).
+  testing::write_file(adapter + "/generation_config.json", R"({"eos_token_id": 3})");
+  EXPECT_EQ(merged_model_generation_config_dir(base, adapter), adapter);
+  write_merged_model_dir(base, adapter, tmp / "merged_own", /*overwrite=*/false);
+  EXPECT_EQ(testing::read_file(tmp / "merged_own/generation_config.json"),
+            R"({"eos_token_id": 3})");
   // An adapter tokenizer that encodes unlike the base's ships, with a warning naming both.
   testing::write_file(adapter + "/tokenizer.json", R"({"model": {"extended": true}})");
   ::testing::internal::CaptureStderr();
