@@ -11,6 +11,7 @@
 #include "app/deepspeed_block.h"
 #include "engine/loss_scaler.h"
 #include "engine/stage_traits.h"
+#include "model/layout.h"
 #include "util/decimal.h"
 #include "util/error.h"
 #include "util/json_text.h"
@@ -335,6 +336,13 @@ const std::vector<std::string>& zero_keys() {
 
 // The bucket, prefetch, persistence, live-parameter and reuse-distance sizes, with "auto" resolved
 // as the Hugging Face Trainer resolves it from the model's hidden size.
+int64_t largest_tensor_numel(const ModelConfig& model) {
+  int64_t largest = 1;
+  const ParamLayout layout(model);
+  for (const TensorInfo& t : layout.tensors()) largest = std::max(largest, t.numel);
+  return largest;
+}
+
 void map_zero_sizes(Block& s, const ModelConfig& model) {
   const int64_t d = model.hidden_size;
   // (JSON key and alias, option, minimum, "auto" value or 0 when "auto" keeps ours)
@@ -349,13 +357,13 @@ void map_zero_sizes(Block& s, const ModelConfig& model) {
       {{"allgather_bucket_size"}, "allgather-bucket-size", 1, 0},
       {{"stage3_prefetch_bucket_size", "prefetch_bucket_size"},
        "prefetch-bucket-size",
-       1,
+       0,
        static_cast<int64_t>(0.9 * static_cast<double>(d * d))},
       {{"stage3_param_persistence_threshold", "param_persistence_threshold"},
        "param-persistence-threshold",
        0,
        10 * d},
-      {{"stage3_max_live_parameters", "max_live_parameters"}, "max-live-parameters", 1, 0},
+      {{"stage3_max_live_parameters", "max_live_parameters"}, "max-live-parameters", 0, 0},
       {{"stage3_max_reuse_distance", "max_reuse_distance"}, "max-reuse-distance", 0, 0},
   };
   for (const SizeKey& k : sizes) {
@@ -411,7 +419,11 @@ void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c)
                           "gather_16bit_weights_on_model_save",
                           "stage3_gather_fp16_weights_on_model_save"}))
           .value_or(true);
-  c.sub_group_size = s.integer_at_least("sub_group_size", 1).value_or(0);
+  // 0 is DeepSpeed's smallest sub-group, a parameter each (axolotl's stage 3 configs give it):
+  // zerotrain's tile is in elements, so the model's largest tensor, DeepSpeed's largest sub-group.
+  std::optional<int64_t> sub_group = s.integer_at_least("sub_group_size", 0);
+  if (sub_group == 0) sub_group = largest_tensor_numel(model);
+  c.sub_group_size = sub_group.value_or(0);
   map_zero_offload(s, c);
   if (c.sub_group_size > 0) set_integer(s, "sub_group_size", "sub-group-size", c.sub_group_size);
 }

@@ -48,13 +48,17 @@ void ZeroConfig::validate() const {
   };
   positive(reduce_bucket_size, "reduce-bucket-size", "reduce_bucket_size");
   positive(allgather_bucket_size, "allgather-bucket-size", "allgather_bucket_size");
-  positive(prefetch_bucket_size, "prefetch-bucket-size", "stage3_prefetch_bucket_size");
-  positive(max_live_parameters, "max-live-parameters", "stage3_max_live_parameters");
-  ZT_CHECK(param_persistence_threshold >= 0,
-           "--param-persistence-threshold (zero_optimization.stage3_param_persistence_threshold) "
-           "must be >= 0");
-  ZT_CHECK(max_reuse_distance >= 0,
-           "--max-reuse-distance (zero_optimization.stage3_max_reuse_distance) must be >= 0");
+  // 0 is DeepSpeed's too (axolotl's stage 3 configs give it): nothing is prefetched, and no
+  // group is kept for a reuse.
+  auto non_negative = [](int64_t v, const char* option, const char* key) {
+    ZT_CHECK(v >= 0, std::string("--") + option + " (zero_optimization." + key +
+                         ") must be >= 0, got " + std::to_string(v));
+  };
+  non_negative(prefetch_bucket_size, "prefetch-bucket-size", "stage3_prefetch_bucket_size");
+  non_negative(max_live_parameters, "max-live-parameters", "stage3_max_live_parameters");
+  non_negative(param_persistence_threshold, "param-persistence-threshold",
+               "stage3_param_persistence_threshold");
+  non_negative(max_reuse_distance, "max-reuse-distance", "stage3_max_reuse_distance");
 }
 
 void check_world_invariant_shape(int world, int64_t grad_accum) {

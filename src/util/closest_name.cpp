@@ -27,7 +27,8 @@ std::string closest_name(const std::string& given, const std::vector<std::string
     const size_t d = edit_distance(given, name);
     if (d < best) best = d, closest = name;
   }
-  return closest;
+  const size_t near_enough = std::max<size_t>(2, given.size() / 3);
+  return best <= near_enough ? closest : "";
 }
 
 }  // namespace zt

@@ -171,7 +171,9 @@ def option_cases(s):
                                                "--min-lr", "--warmup-start-lr", "--loss-scale",
                                                "--schedule-steps", "--device-memory-limit",
                                                "--beta1", "--beta2", "--temperature", "--top-k",
-                                               "--initial-scale-power", "--ranks-per-node"):
+                                               "--initial-scale-power", "--ranks-per-node",
+                                               "--prefetch-bucket-size",
+                                               "--max-live-parameters"):
                     expect = ANY
                 s.case(f"option {name} {option}", args, expect, [option, option.lstrip("-")],
                        inputs=[w("model"), w("data.h5")], out=w(f"o{n}"))

@@ -165,6 +165,11 @@ TEST(DeepSpeedStrictKeys, TopLevelAndActivationCheckpointingKeysAreWarnings) {
               contains(c.warnings[2], "cpu_checkpointing"))
       << c.warnings[2];
   EXPECT_FALSE(c.option("zero-stage").has_value());  // the misspelt block did nothing
+  // Another tool's key is no misspelling: no suggestion (LLaMA-Factory writes "_comment").
+  const DeepSpeedConfig other = parse({{"_comment", "x"}, {"monitor_config", {{"enabled", true}}}});
+  ASSERT_EQ(other.warnings.size(), 2u);
+  for (const std::string& w : other.warnings)
+    EXPECT_TRUE(contains(w, "unknown key") && !contains(w, "closest")) << w;
   // Ignored keys at DeepSpeed's own defaults, and blocks it switches off, ignore nothing: silent.
   const DeepSpeedConfig defaults =
       parse({{"prescale_gradients", false},
@@ -199,6 +204,22 @@ TEST(DeepSpeedStrictKeys, DeepSpeedsAliasesAndDeprecatedKeysAreAccepted) {
   EXPECT_FALSE(c.gather_16bit_weights_on_model_save);
   EXPECT_EQ(c.option("offload-optimizer"), "cpu");  // cpu_offload: true
   EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
+  // 0, as axolotl's stage 3 configs give it (DeepSpeed's fields are >= 0): no prefetch, no
+  // group kept for a reuse, the smallest sub-groups.
+  const DeepSpeedConfig zeros = parse({{"zero_optimization",
+                                        {{"stage", 3},
+                                         {"max_live_parameters", 0},
+                                         {"max_reuse_distance", 0},
+                                         {"stage3_prefetch_bucket_size", 0},
+                                         {"sub_group_size", 0}}}});
+  EXPECT_EQ(zeros.option("max-live-parameters"), "0");
+  // sub_group_size 0: a parameter per sub-group, so the largest, tiny's embedding (256 x 64).
+  EXPECT_EQ(zeros.option("sub-group-size"), "16384");
+  EXPECT_EQ(zeros.option("max-reuse-distance"), "0");
+  EXPECT_EQ(zeros.option("prefetch-bucket-size"), "0");
+  const std::string negative =
+      parse_error({{"zero_optimization", {{"stage", 3}, {"max_live_parameters", -1}}}});
+  EXPECT_TRUE(contains(negative, "zero_optimization.max_live_parameters must be >= 0")) << negative;
   const std::string twice = parse_error(
       {{"zero_optimization", {{"prefetch_bucket_size", 1}, {"stage3_prefetch_bucket_size", 2}}}});
   EXPECT_TRUE(contains(twice, "prefetch_bucket_size") && contains(twice, "same setting")) << twice;

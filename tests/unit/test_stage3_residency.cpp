@@ -43,6 +43,29 @@ TEST(Stage3Residency, PrefetchesWhileTheElementsAheadAreBelowTheBucketAndRelease
   EXPECT_EQ(r.peak_in_flight_elements(), 210);  // groups 1, 2 and 3 before 1 landed
 }
 
+// max_live_parameters 0 (axolotl's stage 3 configs): DeepSpeed's coordinator prefetches at most
+// max_live − live elements, so nothing; each group is gathered at its use and released after it
+// unless persistent.
+TEST(Stage3Residency, NoLiveBudgetGathersEachGroupAtItsUseOnly) {
+  Stage3Residency r = make(/*prefetch=*/1000, /*persistence=*/0, /*reuse=*/1000);
+  ZeroConfig zero;
+  zero.overlap_comm = true;
+  zero.max_live_parameters = 0;
+  zero.max_reuse_distance = 0;
+  zero.param_persistence_threshold = 0;
+  zero.validate();
+  Stage3Residency none({GroupPartition::of(10, 1), GroupPartition::of(100, 1)}, zero);
+  none.begin_pass(Stage3Residency::training_pass(2, false));
+  EXPECT_EQ(none.gathers_for(0), std::vector<int>{0});
+  none.landed(0);
+  EXPECT_FALSE(none.keep_after(0));
+  none.released(0);
+  EXPECT_EQ(none.gathers_for(1), std::vector<int>{1});
+  EXPECT_EQ(none.peak_live_elements(), 100);
+  // The same pass with a budget prefetches group 1 at use 0.
+  EXPECT_EQ(r.gathers_for(0), (std::vector<int>{0, 1, 2, 3}));
+}
+
 // A group larger than the whole bucket (a 6b layer against DeepSpeed's default 5e7) is still
 // prefetched, one at a time; no overlap: nothing ahead.
 TEST(Stage3Residency, PrefetchesAGroupLargerThanTheBucketAlone) {
