@@ -18,6 +18,12 @@ needed; deepspeed.comm answers the world size. Its pydantic blocks run unmodifie
    source), must be accepted by `zerotrain estimate --deepspeed`. Misspelt keys that DeepSpeed
    refuses must be refused by zerotrain too, naming the key.
 
+3. Real configs. The 40 DeepSpeed configs of public fine-tuning repositories in
+   tests/data/deepspeed_configs/ (SOURCES.md names each), given to `train` as the files are, at 2
+   ranks, resolve as in 1 (the Trainer's precision added as accelerate adds it); the three that
+   zerotrain refuses (REAL_REFUSED) are refused naming the file and the key, and the one DeepSpeed
+   refuses too is refused by DeepSpeedConfig.
+
 --expect-mismatch gives DeepSpeed the other precision (the precision blocks removed, or bf16
 enabled where zerotrain trains fp32) and passes only if every resolution then disagrees: the
 comparison can fail.
@@ -135,10 +141,14 @@ def hf_fill_auto(config, run, hidden):
         "scheduler.params.warmup_num_steps": o["warmup_steps"],
         "scheduler.params.total_num_steps": o["steps"],
         "bf16.enabled": o["precision"] == "bf16",
+        "bfloat16.enabled": o["precision"] == "bf16",
         "fp16.enabled": o["precision"] == "fp16",
         "zero_optimization.reduce_bucket_size": hidden * hidden,
         "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
         "zero_optimization.stage3_param_persistence_threshold": 10 * hidden,
+        # accelerate's DeepSpeedPlugin fills it from zero3_save_16bit_model; zerotrain saves
+        # consolidated weights whatever it says
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save": True,
     }
 
     def walk(node, prefix):
@@ -151,15 +161,24 @@ def hf_fill_auto(config, run, hidden):
                     raise SetupError(f"no Trainer value for \"auto\" at {dotted}")
                 node[key] = values[dotted]
     walk(c, "")
+    # The Trainer's precision reaches DeepSpeed through accelerate's DeepSpeedPlugin
+    # (set_mixed_precision), which adds the block of that precision where the file has none: a
+    # file with only `"fp16": {"enabled": "auto"}` trains bf16 under --bf16.
+    if o["precision"] == "bf16" and "bf16" not in c:
+        c["bf16"] = {"enabled": True}
+    if o["precision"] == "fp16" and "fp16" not in c:
+        c["fp16"] = {"enabled": True, "auto_cast": True}
     return c
 
 
-def zerotrain_run(args, data, name, config, world, extra):
+def zerotrain_run(args, data, name, config, world, extra, path=None):
+    """run.json of one step trained with `config`, written out, or with the file `path` as it is."""
     work = os.path.join(args.work_dir, name)
     os.makedirs(work, exist_ok=True)
-    path = os.path.join(work, "ds.json")
-    with open(path, "w") as f:
-        json.dump(config, f, indent=1)
+    if path is None:
+        path = os.path.join(work, "ds.json")
+        with open(path, "w") as f:
+            json.dump(config, f, indent=1)
     cmd = [args.zerotrain, "train", "--deepspeed", path, "--preset", "tiny", "--data", data,
            "--out", os.path.join(work, "out"), "--overwrite", "--steps", "1", "--seq-len", "16",
            "--log-every", "0"] + extra
@@ -292,6 +311,67 @@ def resolution_checks(args, deepspeed, data, expect_mismatch):
     return failures
 
 
+# The real configs zerotrain refuses, with what its message must say: an optimizer or a block it
+# does not implement, and a bucket of 0, which DeepSpeed 0.19.8 refuses too (gt=0).
+REAL_REFUSED = {
+    "microsoft--DeepSpeedExamples--training__BingBertSquad__1-bit_adam__nccl__"
+    "deepspeed_onebitadam_bsz96_config.json": ("optimizer 'OnebitAdam' is not supported", False),
+    "microsoft--DeepSpeedExamples--training__bing_bert__deepspeed_bsz64k_lamb_config_seq128.json":
+        ("sparse_attention is enabled", False),
+    "huggingface--transformers--tests__deepspeed__ds_config_zero3.61c7ec94.json":
+        ("zero_optimization.reduce_bucket_size must be positive, got 0", True),
+}
+
+
+def real_config_checks(args, deepspeed):
+    """The DeepSpeed configs of public fine-tuning repositories (tests/data/deepspeed_configs/,
+    their sources in its SOURCES.md), given to `train` as the files are: each trains one step at
+    2 ranks and resolves as DeepSpeedConfig resolves it, or is refused as REAL_REFUSED says."""
+    folder = os.path.join(args.source_dir, "tests/data/deepspeed_configs")
+    paths = sorted(p for p in glob.glob(os.path.join(folder, "*")) if not p.endswith(".md"))
+    if len(paths) < 30:
+        raise SetupError(f"{folder}: {len(paths)} configs, expected the stored 40")
+    failures = 0
+    for path in paths:
+        base = os.path.basename(path)
+        config = json.load(open(path))
+        if base in REAL_REFUSED:
+            text, deepspeed_refuses = REAL_REFUSED[base]
+            proc = subprocess.run([args.zerotrain, "estimate", "--deepspeed", path, "--preset",
+                                   "tiny"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+            named = proc.returncode != 0 and base in proc.stdout and text in proc.stdout
+            if deepspeed_refuses:
+                try:
+                    deepspeed.parse(config, 2)
+                    named = False
+                    print(f"     {base}: DeepSpeed accepts it")
+                except Exception:  # noqa: BLE001 - DeepSpeed refuses it too
+                    pass
+            print(f"{'ok  ' if named else 'FAIL'} {base}: refused ({text})"
+                  + ("" if named else f"; exit {proc.returncode}:\n{proc.stdout}"))
+            failures += not named
+            continue
+        run = zerotrain_run(args, args.data, "real_" + base.rsplit(".", 1)[0], config, 2, [],
+                            path=path)
+        filled = hf_fill_auto(config, run, run["model"]["hidden_size"])
+        # axolotl's torch_compile files give an older DeepSpeed's compile keys (disable, backend),
+        # which 0.19.8's CompileConfig refuses; zerotrain ignores the block with a warning.
+        if "compile" in filled and "compile: not implemented" in json.dumps(run["deepspeed"]):
+            del filled["compile"]
+        try:
+            ds = deepspeed.parse(filled, 2)
+        except Exception as e:  # noqa: BLE001 - DeepSpeed's own refusal is a finding
+            print(f"FAIL {base}: DeepSpeed refuses the filled config: {e}")
+            failures += 1
+            continue
+        diffs = compare(base, config, ds, run, deepspeed.adam_keywords())
+        print(f"{'FAIL' if diffs else 'ok  '} {base}: "
+              + ("; ".join(diffs) if diffs else "resolves as DeepSpeed resolves it"))
+        failures += bool(diffs)
+    return failures
+
+
 def estimate(args, name, config):
     """(exit status, output) of `zerotrain estimate --deepspeed` on config."""
     path = os.path.join(args.work_dir, name + ".json")
@@ -413,6 +493,7 @@ def main():
         failures = resolution_checks(args, deepspeed, args.data, args.expect_mismatch)
         if not args.expect_mismatch:
             failures += key_checks(args, deepspeed)
+            failures += real_config_checks(args, deepspeed)
         check(failures == 0, f"{failures} check(s) failed")
 
     return exit_status(checks)
