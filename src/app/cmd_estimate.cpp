@@ -248,6 +248,8 @@ std::string lora_comparison(const EstimateOptions& o, const EngineSpec& spec, nl
                  {"alpha", model.lora.alpha},
                  {"targets", model.lora.targets_text()},
                  {"adapter_psi", adapter_psi},
+                 {"scale", model.lora.scale()},
+                 {"adapter_config", model.lora.to_json()},  // as resolved, in PEFT's keys
                  {"full_finetune", full}};
   return text;
 }

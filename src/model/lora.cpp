@@ -90,6 +90,13 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
       continue;
     }
     const int i = target_index(name);
+    const size_t layer_at = name.find("layers.");
+    ZT_CHECK(i >= 0 || layer_at == std::string::npos ||
+                 !std::isdigit(static_cast<unsigned char>(name[layer_at + 7])),
+             source + ": '" + name +
+                 "' names one layer's module (PEFT adapts that layer alone); zerotrain adapts a "
+                 "projection in every layer: name it without the layer (known: " +
+                 known_targets() + ")");
     ZT_CHECK(i >= 0, source + ": '" + name +
                          "' is not a projection zerotrain can adapt (known: " + known_targets() +
                          "; the embedding and the LM head train in full through modules_to_save)");
