@@ -78,7 +78,8 @@ std::string did_you_mean(const std::string& given, const po::options_description
     if (d < best) best = d, closest = name;
   }
   std::vector<std::string> names = prefixed;
-  if (names.empty() && best <= std::max<size_t>(2, given.size() / 3)) names.push_back(closest);
+  if (names.empty() && best != std::string::npos && near_enough_to_suggest(best, given.size()))
+    names.push_back(closest);
   if (names.empty()) return "";
   std::string text = " (did you mean ";
   for (size_t i = 0; i < names.size(); ++i)

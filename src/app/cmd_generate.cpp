@@ -344,8 +344,8 @@ int run_generate(const GenerateOptions& o) {
                std::to_string(config.vocab_size) + " (give its tokenizer: --tokenizer PATH)");
   int64_t tokenizer_eos = -1;
   std::vector<int32_t> context = tokenizer.encode(&tokenizer_eos);
-  // The merged model's generation_config.json (the adapter directory's, else the base's), else
-  // the base's when that one names no EOS.
+  // The merged model's generation_config.json (the adapter directory's where it holds the
+  // tokenizer and that file, else the base's); the base's when that one names no EOS.
   std::vector<int64_t> eos = generation_config_eos(
       o.adapter.empty() ? o.model_dir : merged_model_generation_config_dir(o.model_dir, o.adapter));
   if (eos.empty()) eos = generation_config_eos(o.model_dir);

@@ -334,8 +334,6 @@ const std::vector<std::string>& zero_keys() {
   return keys;
 }
 
-// The bucket, prefetch, persistence, live-parameter and reuse-distance sizes, with "auto" resolved
-// as the Hugging Face Trainer resolves it from the model's hidden size.
 int64_t largest_tensor_numel(const ModelConfig& model) {
   int64_t largest = 1;
   const ParamLayout layout(model);
@@ -343,6 +341,8 @@ int64_t largest_tensor_numel(const ModelConfig& model) {
   return largest;
 }
 
+// The bucket, prefetch, persistence, live-parameter and reuse-distance sizes, with "auto" resolved
+// as the Hugging Face Trainer resolves it from the model's hidden size.
 void map_zero_sizes(Block& s, const ModelConfig& model) {
   const int64_t d = model.hidden_size;
   // (JSON key and alias, option, minimum, "auto" value or 0 when "auto" keeps ours)
@@ -419,8 +419,9 @@ void parse_zero(const json& block, const ModelConfig& model, DeepSpeedConfig& c)
                           "gather_16bit_weights_on_model_save",
                           "stage3_gather_fp16_weights_on_model_save"}))
           .value_or(true);
-  // 0 is DeepSpeed's smallest sub-group, a parameter each (axolotl's stage 3 configs give it):
-  // zerotrain's tile is in elements, so the model's largest tensor, DeepSpeed's largest sub-group.
+  // 0 is DeepSpeed's smallest sub-group, a parameter's slice on a rank each (axolotl's stage 3
+  // configs give it). zerotrain's tile is in elements, bounded by each rank's own range: the
+  // model's largest tensor, whole (DeepSpeed's largest sub-group holds 1/N of it).
   std::optional<int64_t> sub_group = s.integer_at_least("sub_group_size", 0);
   if (sub_group == 0) sub_group = largest_tensor_numel(model);
   c.sub_group_size = sub_group.value_or(0);

@@ -81,6 +81,17 @@ void LoraSpec::validate(const std::string& source) const {
   ZT_CHECK(targets_any(), source + ": no LoRA target module (known: " + known_targets() + ")");
 }
 
+void LoraSpec::check_biases(bool qkv_bias, bool o_bias) const {
+  if (!enabled() || bias == "none") return;
+  const bool all = bias == "all";
+  const bool qkv =
+      qkv_bias && (all || has(LoraTarget::kQ) || has(LoraTarget::kK) || has(LoraTarget::kV));
+  const bool o = o_bias && (all || has(LoraTarget::kO));
+  ZT_CHECK(!qkv && !o, bias_source + " would train this model's " +
+                           (qkv ? std::string("q/k/v") : std::string("o_proj")) +
+                           " biases: zerotrain trains no biases in LoRA (\"none\")");
+}
+
 std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::string>& names,
                                                        const std::string& source) {
   std::array<bool, kLoraTargets> t{};
@@ -90,7 +101,10 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
       continue;
     }
     const int i = target_index(name);
-    const size_t layer_at = name.find("layers.");
+    // "layers.N." at the start or after a dot: a module path with its layer index.
+    const size_t layer_at = name.rfind(".layers.") != std::string::npos
+                                ? name.rfind(".layers.") + 1
+                                : (name.rfind("layers.", 0) == 0 ? 0 : std::string::npos);
     ZT_CHECK(i >= 0 || layer_at == std::string::npos ||
                  !std::isdigit(static_cast<unsigned char>(name[layer_at + 7])),
              source + ": '" + name +
@@ -208,8 +222,13 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
       refuse_unless(j, key, is_null_or(j[key], ok), source,
                     "zerotrain trains plain LoRA: no DoRA, QALoRA, aLoRA, bias or fan-in/fan-out "
                     "weights, one rank and alpha for every layer");
-  if (j.contains("bias"))
-    refuse_unless(j, "bias", j["bias"] == "none", source, "zerotrain trains no biases in LoRA");
+  if (j.contains("bias") && !j["bias"].is_null()) {
+    const nlohmann::json& bias = j["bias"];
+    refuse_unless(j, "bias", bias == "none" || bias == "lora_only" || bias == "all", source,
+                  "PEFT's values are none, lora_only and all");
+    s.bias = bias.get<std::string>();
+    s.bias_source = source + ": key 'bias' = " + quoted_json(bias);
+  }
   check_init_lora_weights(j, source, use);
   s.validate(source);
   return s;

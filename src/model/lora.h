@@ -34,6 +34,11 @@ struct LoraSpec {
   // PEFT's ensure_weight_tying (PEFT 0.18 and later): a modules_to_save embedding of a model
   // that ties its LM head to it stays tied, the shared matrix training, as zerotrain trains it.
   bool ensure_weight_tying = false;
+  // PEFT's bias: "none", or "lora_only" (the biases of the adapted projections train too) or
+  // "all" (every bias trains), which a model without such biases trains as "none";
+  // check_biases says which. bias_source names the file and key for its refusal.
+  std::string bias = "none";
+  std::string bias_source;
 
   bool enabled() const { return rank > 0; }
   bool targets_any() const;
@@ -42,6 +47,10 @@ struct LoraSpec {
   float scale() const;
   // Throws naming the option (or key) when the rank, alpha, dropout or targets are unusable.
   void validate(const std::string& source) const;
+  // Throws naming bias_source when `bias` would train biases this model has: the q/k/v biases
+  // (qkv_bias) or the o bias (o_bias) of adapted projections, or any with "all". zerotrain trains
+  // no biases in LoRA; on a model without them PEFT trains none either.
+  void check_biases(bool qkv_bias, bool o_bias) const;
 
   // Targets from PEFT's target_modules spelling: a comma-separated list of module names
   // ("q_proj,v_proj", also as "self_attn.q_proj") or "all-linear" (every projection of the

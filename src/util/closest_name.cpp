@@ -20,6 +20,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+bool near_enough_to_suggest(size_t distance, size_t given_length) {
+  return distance < given_length && distance <= std::max<size_t>(2, given_length / 3);
+}
+
 std::string closest_name(const std::string& given, const std::vector<std::string>& candidates) {
   std::string closest;
   size_t best = std::string::npos;
@@ -27,8 +31,7 @@ std::string closest_name(const std::string& given, const std::vector<std::string
     const size_t d = edit_distance(given, name);
     if (d < best) best = d, closest = name;
   }
-  const size_t near_enough = std::max<size_t>(2, given.size() / 3);
-  return best <= near_enough ? closest : "";
+  return best != std::string::npos && near_enough_to_suggest(best, given.size()) ? closest : "";
 }
 
 }  // namespace zt

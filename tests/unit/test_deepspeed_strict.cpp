@@ -140,12 +140,16 @@ TEST(DeepSpeedStrictKeys, UnknownKeysAreRefusedNamingTheClosestValidKey) {
        "scheduler.params.warmup_num_steps"},
       {{{"bf16", {{"enabeld", true}}}}, "bf16.enabeld", "bf16.enabled"},
       {{{"fp16", {{"enabled", false}, {"loss_scal", 0}}}}, "fp16.loss_scal", "fp16.loss_scale"},
+      // Two edits turn "wd" into "lr": no misspelling of it.
+      {{{"optimizer", {{"type", "AdamW"}, {"params", {{"wd", 0.1}}}}}}, "optimizer.params.wd", ""},
   };
   for (const UnknownKeyCase& c : cases) {
     const std::string e = parse_error(c.config);
     EXPECT_TRUE(contains(e, "ds.json") && contains(e, "'" + c.key + "'")) << c.config << ": " << e;
     if (!c.closest.empty()) {
       EXPECT_TRUE(contains(e, "closest valid key is '" + c.closest + "'")) << e;
+    } else {
+      EXPECT_FALSE(contains(e, "closest")) << e;
     }
   }
 }

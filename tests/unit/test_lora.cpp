@@ -70,7 +70,8 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
     return error_of([&] { LoraSpec::from_peft_json(j, "c.json"); });
   };
   EXPECT_NE(with("use_dora", true).find("c.json: key 'use_dora'"), std::string::npos);
-  EXPECT_NE(with("bias", "all").find("key 'bias'"), std::string::npos);
+  EXPECT_NE(with("bias", "some").find("key 'bias'"), std::string::npos);
+  EXPECT_EQ(with("bias", "all"), "");  // refused by the model's biases, below
   EXPECT_NE(with("rank_pattern", {{"q_proj", 4}}).find("key 'rank_pattern'"), std::string::npos);
   EXPECT_NE(with("peft_type", "IA3").find("only LoRA"), std::string::npos);
   EXPECT_NE(with("r", 0).find("rank must be a positive integer"), std::string::npos);
@@ -123,6 +124,30 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
               std::string::npos)
         << moved;
   EXPECT_NE(trained("orthogonal").find("an initialisation zerotrain does not know"),
+            std::string::npos);
+}
+
+// PEFT's bias "lora_only" trains the biases of the adapted projections, "all" every bias: on a
+// model without them (Llama, Mistral) PEFT trains none, as zerotrain does; where the model has
+// them (Qwen2's q/k/v, attention_bias's o) the config is refused naming the file and key.
+TEST(Lora, ABiasSettingIsRefusedOnlyWhereTheModelHasBiasesItWouldTrain) {
+  auto layout_error = [](bool qkv, bool o, const char* bias, std::vector<std::string> targets) {
+    ModelConfig c = preset_config("tiny");
+    c.qkv_bias = qkv;
+    c.o_bias = o;
+    c.lora =
+        LoraSpec::from_peft_json({{"r", 4}, {"bias", bias}, {"target_modules", targets}}, "m.json");
+    return error_of([&] { ParamLayout layout(c); });
+  };
+  EXPECT_EQ(layout_error(false, false, "lora_only", {"q_proj"}), "");
+  EXPECT_EQ(layout_error(false, false, "all", {"q_proj"}), "");
+  EXPECT_EQ(layout_error(true, false, "lora_only", {"gate_proj", "o_proj"}), "");
+  const std::string qkv = layout_error(true, false, "lora_only", {"v_proj"});
+  EXPECT_NE(qkv.find("m.json: key 'bias' = \"lora_only\" would train this model's q/k/v biases"),
+            std::string::npos)
+      << qkv;
+  EXPECT_NE(layout_error(true, true, "all", {"gate_proj"}).find("q/k/v biases"), std::string::npos);
+  EXPECT_NE(layout_error(true, true, "lora_only", {"o_proj"}).find("o_proj biases"),
             std::string::npos);
 }
 

@@ -44,26 +44,32 @@ TEST(Stage3Residency, PrefetchesWhileTheElementsAheadAreBelowTheBucketAndRelease
 }
 
 // max_live_parameters 0 (axolotl's stage 3 configs): DeepSpeed's coordinator prefetches at most
-// max_live − live elements, so nothing; each group is gathered at its use and released after it
-// unless persistent.
+// max_live − live elements, so nothing, and zerotrain keeps no group for a reuse beyond that
+// budget either: each group is gathered at its use and released after it unless persistent. The
+// same pass with a budget prefetches and keeps.
 TEST(Stage3Residency, NoLiveBudgetGathersEachGroupAtItsUseOnly) {
-  Stage3Residency r = make(/*prefetch=*/1000, /*persistence=*/0, /*reuse=*/1000);
-  ZeroConfig zero;
-  zero.overlap_comm = true;
-  zero.max_live_parameters = 0;
-  zero.max_reuse_distance = 0;
-  zero.param_persistence_threshold = 0;
-  zero.validate();
-  Stage3Residency none({GroupPartition::of(10, 1), GroupPartition::of(100, 1)}, zero);
-  none.begin_pass(Stage3Residency::training_pass(2, false));
+  auto pass = [](int64_t max_live) {
+    ZeroConfig zero;
+    zero.overlap_comm = true;
+    zero.max_live_parameters = max_live;
+    zero.max_reuse_distance = 1'000'000'000;
+    zero.param_persistence_threshold = 0;
+    zero.validate();
+    Stage3Residency r({GroupPartition::of(10, 1), GroupPartition::of(100, 1)}, zero);
+    r.begin_pass(Stage3Residency::training_pass(2, false));  // uses 0 1 1 0
+    return r;
+  };
+  Stage3Residency none = pass(0);
   EXPECT_EQ(none.gathers_for(0), std::vector<int>{0});
   none.landed(0);
-  EXPECT_FALSE(none.keep_after(0));
+  EXPECT_FALSE(none.keep_after(0));  // used again after group 1: within the reuse distance
   none.released(0);
   EXPECT_EQ(none.gathers_for(1), std::vector<int>{1});
   EXPECT_EQ(none.peak_live_elements(), 100);
-  // The same pass with a budget prefetches group 1 at use 0.
-  EXPECT_EQ(r.gathers_for(0), (std::vector<int>{0, 1, 2, 3}));
+  Stage3Residency budget = pass(1000);
+  EXPECT_EQ(budget.gathers_for(0), (std::vector<int>{0, 1}));
+  budget.landed(0);
+  EXPECT_TRUE(budget.keep_after(0));
 }
 
 // A group larger than the whole bucket (a 6b layer against DeepSpeed's default 5e7) is still
