@@ -87,7 +87,7 @@ void LoraSpec::check_biases(bool qkv_bias, bool o_bias) const {
   const bool qkv =
       qkv_bias && (all || has(LoraTarget::kQ) || has(LoraTarget::kK) || has(LoraTarget::kV));
   const bool o = o_bias && (all || has(LoraTarget::kO));
-  ZT_CHECK(!qkv && !o, bias_source + " would train this model's " +
+  ZT_CHECK(!qkv && !o, bias_source.text + " would train this model's " +
                            (qkv ? std::string("q/k/v") : std::string("o_proj")) +
                            " biases: zerotrain trains no biases in LoRA (\"none\")");
 }
@@ -227,7 +227,7 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
     refuse_unless(j, "bias", bias == "none" || bias == "lora_only" || bias == "all", source,
                   "PEFT's values are none, lora_only and all");
     s.bias = bias.get<std::string>();
-    s.bias_source = source + ": key 'bias' = " + quoted_json(bias);
+    s.bias_source.text = source + ": key 'bias' = " + quoted_json(bias);
   }
   check_init_lora_weights(j, source, use);
   s.validate(source);
@@ -260,6 +260,7 @@ nlohmann::json LoraSpec::to_json() const {
       {"modules_to_save",
        modules_to_save.empty() ? nlohmann::json() : nlohmann::json(modules_to_save)}};
   if (ensure_weight_tying) j["ensure_weight_tying"] = true;  // absent before the key was read
+  if (bias != "none") j["bias"] = bias;  // one the model has no biases for (check_biases)
   return j;
 }
 
@@ -268,7 +269,7 @@ nlohmann::json LoraSpec::to_peft_json(const std::string& base_model_name_or_path
   j.update({{"peft_type", "LORA"},
             {"task_type", "CAUSAL_LM"},
             {"base_model_name_or_path", base_model_name_or_path},
-            {"bias", "none"},
+            {"bias", "none"},  // a bias setting is accepted only where it trains nothing
             {"fan_in_fan_out", false},
             {"init_lora_weights", true},
             {"use_dora", false},

@@ -36,9 +36,13 @@ struct LoraSpec {
   bool ensure_weight_tying = false;
   // PEFT's bias: "none", or "lora_only" (the biases of the adapted projections train too) or
   // "all" (every bias trains), which a model without such biases trains as "none";
-  // check_biases says which. bias_source names the file and key for its refusal.
+  // check_biases says which. bias_source names the file and key for its refusal: where the spec
+  // was read, not part of what it is (equal whatever it holds).
   std::string bias = "none";
-  std::string bias_source;
+  struct SourceNote {
+    std::string text;
+    bool operator==(const SourceNote&) const { return true; }
+  } bias_source;
 
   bool enabled() const { return rank > 0; }
   bool targets_any() const;

@@ -147,6 +147,12 @@ TEST(Lora, ABiasSettingIsRefusedOnlyWhereTheModelHasBiasesItWouldTrain) {
             std::string::npos)
       << qkv;
   EXPECT_NE(layout_error(true, true, "all", {"gate_proj"}).find("q/k/v biases"), std::string::npos);
+  // The setting travels with the model config (a checkpoint's, run.json's); where it was read
+  // does not make two specs differ.
+  const LoraSpec read = LoraSpec::from_peft_json({{"r", 4}, {"bias", "all"}}, "x.json");
+  const LoraSpec again = LoraSpec::from_peft_json(read.to_json(), "y.json");
+  EXPECT_EQ(again.bias, "all");
+  EXPECT_TRUE(again == read);
   EXPECT_NE(layout_error(true, true, "lora_only", {"o_proj"}).find("o_proj biases"),
             std::string::npos);
 }
