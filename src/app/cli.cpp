@@ -67,20 +67,15 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
 }
 
 std::string did_you_mean(const std::string& given, const po::options_description& options) {
-  std::vector<std::string> prefixed;
-  std::string closest;
-  size_t best = std::string::npos;
+  std::vector<std::string> all, names;  // names: those `given` begins, else the closest
   for (const auto& option : options.options()) {
     const std::string& name = option->long_name();
     if (name.empty()) continue;
-    if (name.rfind(given, 0) == 0) prefixed.push_back(name);
-    const size_t d = edit_distance(given, name);
-    if (d < best) best = d, closest = name;
+    all.push_back(name);
+    if (name.rfind(given, 0) == 0) names.push_back(name);
   }
-  std::vector<std::string> names = prefixed;
-  if (names.empty() && best != std::string::npos && near_enough_to_suggest(best, given.size()))
-    names.push_back(closest);
-  if (names.empty()) return "";
+  if (names.empty()) names.push_back(closest_name(given, all));
+  if (names.front().empty()) return "";
   std::string text = " (did you mean ";
   for (size_t i = 0; i < names.size(); ++i)
     text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + ("--" + names[i]);

@@ -346,9 +346,10 @@ int run_generate(const GenerateOptions& o) {
   std::vector<int32_t> context = tokenizer.encode(&tokenizer_eos);
   // The merged model's generation_config.json (the adapter directory's where it holds the
   // tokenizer and that file, else the base's); the base's when that one names no EOS.
-  std::vector<int64_t> eos = generation_config_eos(
-      o.adapter.empty() ? o.model_dir : merged_model_generation_config_dir(o.model_dir, o.adapter));
-  if (eos.empty()) eos = generation_config_eos(o.model_dir);
+  const std::string generation_dir =
+      o.adapter.empty() ? o.model_dir : merged_model_generation_config_dir(o.model_dir, o.adapter);
+  std::vector<int64_t> eos = generation_config_eos(generation_dir);
+  if (eos.empty() && generation_dir != o.model_dir) eos = generation_config_eos(o.model_dir);
   if (eos.empty() && tokenizer_eos >= 0) eos.push_back(tokenizer_eos);
   ZT_CHECK(!context.empty(), "the prompt encodes to no token");
   for (int32_t id : context)

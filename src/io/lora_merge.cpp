@@ -78,10 +78,10 @@ uint64_t write_merged_model_dir(const std::string& base_dir, const std::string& 
   TokenizerFiles tokenizer = read_tokenizer_files(tokenizer_dir);  // none: empty
   if (tokenizer_dir != base_dir) {
     const TokenizerFiles base = read_tokenizer_files(base_dir);
+    // merged_model_generation_config_dir's rule, on the files already read.
     const auto generation = base.files.find("generation_config.json");
-    if (merged_model_generation_config_dir(base_dir, adapter_dir) == base_dir &&
-        generation != base.files.end())
-      tokenizer.files.insert_or_assign(generation->first, generation->second);
+    if (!tokenizer.files.count("generation_config.json") && generation != base.files.end())
+      tokenizer.files.insert(*generation);
     if (!base.empty() && !same_tokenizer_apart_from_chat_templates(tokenizer, base))
       std::cerr << "warning: the tokenizer of adapter '" << adapter_dir << "' differs from base '"
                 << base_dir << "''s beyond the chat template; the merged model gets the "

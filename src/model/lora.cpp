@@ -35,6 +35,13 @@ int target_index(const std::string& name) {
   return -1;
 }
 
+// Whether a module name holds a layer index: "layers.N." at its start or after a dot.
+bool names_a_layer(const std::string& name) {
+  const size_t dot = name.rfind(".layers.");
+  const size_t at = dot != std::string::npos ? dot + 1 : name.rfind("layers.", 0);
+  return at != std::string::npos && std::isdigit(static_cast<unsigned char>(name[at + 7]));
+}
+
 bool is_null_or(const nlohmann::json& v, bool (*empty)(const nlohmann::json&)) {
   return v.is_null() || empty(v);
 }
@@ -101,12 +108,7 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
       continue;
     }
     const int i = target_index(name);
-    // "layers.N." at the start or after a dot: a module path with its layer index.
-    const size_t layer_at = name.rfind(".layers.") != std::string::npos
-                                ? name.rfind(".layers.") + 1
-                                : (name.rfind("layers.", 0) == 0 ? 0 : std::string::npos);
-    ZT_CHECK(i >= 0 || layer_at == std::string::npos ||
-                 !std::isdigit(static_cast<unsigned char>(name[layer_at + 7])),
+    ZT_CHECK(i >= 0 || !names_a_layer(name),
              source + ": '" + name +
                  "' names one layer's module (PEFT adapts that layer alone); zerotrain adapts a "
                  "projection in every layer: name it without the layer (known: " +

@@ -283,29 +283,39 @@ RESOLUTION_CASES = [
 ]
 
 
+def check_resolution(deepspeed, name, config, run, world, expect_mismatch, adam_defaults):
+    """1 when DeepSpeed's resolution of `config` (filled as the Trainer fills it; the other
+    precision with expect_mismatch) and zerotrain's run.json `run` disagree, or agree though they
+    should not; 0 otherwise. Prints the verdict."""
+    filled = hf_fill_auto(config, run, run["model"]["hidden_size"])
+    if expect_mismatch:
+        flip_precision(filled, run)
+    # axolotl's torch_compile files give an older DeepSpeed's compile keys (disable, backend),
+    # which 0.19.8's CompileConfig refuses; zerotrain ignores the block with a warning.
+    if "compile" in filled and "compile: not implemented" in json.dumps(run.get("deepspeed")):
+        del filled["compile"]
+    try:
+        ds = deepspeed.parse(filled, world)
+    except Exception as e:  # noqa: BLE001 - DeepSpeed's own refusal is a finding
+        print(f"FAIL {name}: DeepSpeed refuses the filled config: {e}")
+        return 1
+    diffs = compare(name, config, ds, run, adam_defaults)
+    failed = bool(diffs) != expect_mismatch
+    print(f"{'FAIL' if failed else 'ok  '} {name} at {world} rank(s): "
+          + ("; ".join(diffs) if diffs else "DeepSpeed agreed though it should not" if failed
+             else "batch, stage, offload, precision, optimizer agree"))
+    return int(failed)
+
+
 def resolution_checks(args, deepspeed, data, expect_mismatch):
     cases = [(f"inputs_{os.path.basename(p)[:-5]}", json.load(open(p)), 2, [])
              for p in sorted(glob.glob(os.path.join(args.source_dir, "inputs/configs/*.json")))]
+    adam_defaults = deepspeed.adam_keywords()
     failures = 0
     for name, config, world, extra in cases + RESOLUTION_CASES:
         run = zerotrain_run(args, args.data, name, config, world, extra)
-        filled = hf_fill_auto(config, run, run["model"]["hidden_size"])
-        if expect_mismatch:
-            flip_precision(filled, run)
-        try:
-            ds = deepspeed.parse(filled, world)
-        except Exception as e:  # noqa: BLE001 - DeepSpeed's own refusal is a finding
-            print(f"FAIL {name}: DeepSpeed refuses the filled config: {e}")
-            failures += 1
-            continue
-        diffs = compare(name, config, ds, run, deepspeed.adam_keywords())
-        if bool(diffs) == expect_mismatch:
-            print(f"ok   {name} at {world} rank(s): "
-                  + ("; ".join(diffs) if diffs else "batch, stage, offload, precision, optimizer agree"))
-        else:
-            failures += 1
-            print(f"FAIL {name} at {world} rank(s): "
-                  + ("; ".join(diffs) if diffs else "DeepSpeed agreed though it should not"))
+        failures += check_resolution(deepspeed, name, config, run, world, expect_mismatch,
+                                     adam_defaults)
     return failures
 
 
@@ -338,6 +348,7 @@ def real_config_checks(args, deepspeed, expect_mismatch=False):
     if len(paths) != 40 or not set(REAL_REFUSED) <= {os.path.basename(p) for p in paths}:
         raise SetupError(f"{folder}: {len(paths)} configs, expected the stored 40 with every "
                          "REAL_REFUSED one")
+    adam_defaults = deepspeed.adam_keywords()
     failures = 0
     for path in paths:
         base = os.path.basename(path)
@@ -346,10 +357,8 @@ def real_config_checks(args, deepspeed, expect_mismatch=False):
             continue
         if base in REAL_REFUSED:
             text, deepspeed_refuses = REAL_REFUSED[base]
-            proc = subprocess.run([args.zerotrain, "estimate", "--deepspeed", path, "--preset",
-                                   "tiny"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
-            named = proc.returncode != 0 and base in proc.stdout and text in proc.stdout
+            status, output = estimate(args, base, config, path=path)
+            named = status != 0 and base in output and text in output
             if deepspeed_refuses:
                 try:
                     deepspeed.parse(config, 2)
@@ -358,7 +367,7 @@ def real_config_checks(args, deepspeed, expect_mismatch=False):
                 except Exception as e:  # noqa: BLE001 - DeepSpeed refuses it too, for that key
                     named = named and "reduce_bucket_size" in str(e)
             print(f"{'ok  ' if named else 'FAIL'} {base}: refused ({text})"
-                  + ("" if named else f"; exit {proc.returncode}:\n{proc.stdout}"))
+                  + ("" if named else f"; exit {status}:\n{output}"))
             failures += not named
             continue
         try:
@@ -368,32 +377,18 @@ def real_config_checks(args, deepspeed, expect_mismatch=False):
             print(f"FAIL {base}: {e}")
             failures += 1
             continue
-        filled = hf_fill_auto(config, run, run["model"]["hidden_size"])
-        if expect_mismatch:
-            flip_precision(filled, run)
-        # axolotl's torch_compile files give an older DeepSpeed's compile keys (disable, backend),
-        # which 0.19.8's CompileConfig refuses; zerotrain ignores the block with a warning.
-        if "compile" in filled and "compile: not implemented" in json.dumps(run["deepspeed"]):
-            del filled["compile"]
-        try:
-            ds = deepspeed.parse(filled, 2)
-        except Exception as e:  # noqa: BLE001 - DeepSpeed's own refusal is a finding
-            print(f"FAIL {base}: DeepSpeed refuses the filled config: {e}")
-            failures += 1
-            continue
-        diffs = compare(base, config, ds, run, deepspeed.adam_keywords())
-        failed = bool(diffs) != expect_mismatch
-        print(f"{'FAIL' if failed else 'ok  '} {base}: "
-              + ("; ".join(diffs) if diffs else "resolves as DeepSpeed resolves it"))
-        failures += failed
+        failures += check_resolution(deepspeed, base, config, run, 2, expect_mismatch,
+                                     adam_defaults)
     return failures
 
 
-def estimate(args, name, config):
-    """(exit status, output) of `zerotrain estimate --deepspeed` on config."""
-    path = os.path.join(args.work_dir, name + ".json")
-    with open(path, "w") as f:
-        json.dump(config, f, indent=1)
+def estimate(args, name, config, path=None):
+    """(exit status, output) of `zerotrain estimate --deepspeed` on config, written out, or on the
+    file `path` as it is."""
+    if path is None:
+        path = os.path.join(args.work_dir, name + ".json")
+        with open(path, "w") as f:
+            json.dump(config, f, indent=1)
     proc = subprocess.run([args.zerotrain, "estimate", "--deepspeed", path, "--preset", "tiny"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc.returncode, proc.stdout
