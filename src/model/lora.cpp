@@ -1,11 +1,14 @@
 #include "model/lora.h"
 
+#include <re2/re2.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <utility>
 
 #include "util/decimal.h"
@@ -99,6 +102,77 @@ void LoraSpec::check_biases(bool qkv_bias, bool o_bias) const {
                            " biases: zerotrain trains no biases in LoRA (\"none\")");
 }
 
+namespace {
+
+// PEFT's target_modules regular expression, compiled by RE2; refused naming `source` where RE2
+// cannot read it (look-around, back-references: Python's re has them, RE2 does not).
+std::unique_ptr<RE2> compiled_target_pattern(const std::string& regex, const std::string& source) {
+  auto re = std::make_unique<RE2>(regex, RE2::Quiet);
+  ZT_CHECK(re->ok(), source + ": target_modules " + quoted_json(regex) +
+                         " is a regular expression RE2 cannot read (" + re->error() +
+                         "): zerotrain matches it as PEFT does, whole against each module path, "
+                         "but without look-around or back-references; list the modules instead "
+                         "(known: " +
+                         known_targets() + ")");
+  return re;
+}
+
+// The projections of `layer` whose module paths the pattern matches whole (Python's fullmatch).
+std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
+  std::array<bool, kLoraTargets> t{};
+  for (int i = 0; i < kLoraTargets; ++i)
+    t[static_cast<size_t>(i)] =
+        RE2::FullMatch(lora_module_path(layer, static_cast<LoraTarget>(i)), re);
+  return t;
+}
+
+// The module paths of a Llama-family model that hold no projection an adapter can sit on: the
+// model's own (the embedding and LM head first), then layer l's (containers, norms, activation).
+const std::vector<std::string> kModelModules = {"model.embed_tokens", "lm_head", "model",
+                                                "model.layers", "model.norm"};
+std::vector<std::string> layer_modules(int64_t layer) {
+  const std::string l = "model.layers." + std::to_string(layer);
+  return {l,
+          l + ".self_attn",
+          l + ".mlp",
+          l + ".mlp.act_fn",
+          l + ".input_layernorm",
+          l + ".post_attention_layernorm"};
+}
+
+}  // namespace
+
+void LoraSpec::check_target_pattern(int64_t num_layers) const {
+  if (target_pattern.regex.empty()) return;
+  const auto re = compiled_target_pattern(target_pattern.regex, target_pattern.source);
+  const std::string says =
+      target_pattern.source + ": target_modules " + quoted_json(target_pattern.regex) + " selects ";
+  for (int64_t layer = 1; layer < num_layers; ++layer) {
+    const std::array<bool, kLoraTargets> here = pattern_targets(*re, layer);
+    for (int i = 0; i < kLoraTargets; ++i) {
+      const bool in_first = targets[static_cast<size_t>(i)];
+      if (here[static_cast<size_t>(i)] == in_first) continue;
+      const std::string first = lora_module_path(0, static_cast<LoraTarget>(i));
+      const std::string other = lora_module_path(layer, static_cast<LoraTarget>(i));
+      fail(says + "'" + (in_first ? first : other) + "' but not '" + (in_first ? other : first) +
+           "' (PEFT adapts only the modules it selects); zerotrain adapts a projection in "
+           "every layer: select it in all of them, or list the modules");
+    }
+  }
+  for (const std::string& module : kModelModules)
+    ZT_CHECK(
+        !RE2::FullMatch(module, *re) || (module != "lm_head" && module != "model.embed_tokens"),
+        says + "'" + module +
+            "': zerotrain adapts the decoder layers' projections; the embedding and the LM "
+            "head train in full through modules_to_save");
+  std::vector<std::string> others(kModelModules.begin() + 2, kModelModules.end());
+  for (int64_t layer = 0; layer < num_layers; ++layer)
+    for (std::string& module : layer_modules(layer)) others.push_back(std::move(module));
+  for (const std::string& module : others)
+    ZT_CHECK(!RE2::FullMatch(module, *re),
+             says + "'" + module + "', which is no linear layer (PEFT refuses to adapt it too)");
+}
+
 std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::string>& names,
                                                        const std::string& source) {
   std::array<bool, kLoraTargets> t{};
@@ -176,12 +250,18 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
   s.ensure_weight_tying = boolean("ensure_weight_tying");
   const nlohmann::json targets = j.value("target_modules", nlohmann::json());
   std::vector<std::string> names;
-  if (targets.is_string()) {
+  if (targets.is_string() && targets != "all-linear") {
     // PEFT reads a string other than all-linear as a regular expression over module paths.
-    ZT_CHECK(targets == "all-linear", source + ": target_modules " + quoted_json(targets) +
-                                          " is a regular expression; list the modules instead "
-                                          "(known: " +
-                                          known_targets() + ")");
+    s.target_pattern = {targets.get<std::string>(), source};
+    s.targets = pattern_targets(*compiled_target_pattern(s.target_pattern.regex, source), 0);
+    ZT_CHECK(s.targets_any(),
+             source + ": target_modules " + quoted_json(targets) +
+                 " selects no projection of layer 0 (PEFT matches it whole against module "
+                 "paths such as " +
+                 lora_module_path(0, LoraTarget::kQ) +
+                 "); zerotrain adapts a projection in every layer (known: " + known_targets() +
+                 ")");
+  } else if (targets.is_string()) {
     names.push_back("all-linear");
   } else if (targets.is_array()) {
     for (const auto& n : targets) {
@@ -194,7 +274,7 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
              source + ": target_modules must be a list of names, got " + quoted_json(targets));
     names = {"q_proj", "v_proj"};
   }
-  s.targets = parse_targets(names, source + " target_modules");
+  if (s.target_pattern.regex.empty()) s.targets = parse_targets(names, source + " target_modules");
   const nlohmann::json save = j.value("modules_to_save", nlohmann::json());
   if (save.is_array())
     for (const auto& n : save) {

@@ -43,6 +43,15 @@ struct LoraSpec {
     std::string text;
     bool operator==(const SourceNote&) const { return true; }
   } bias_source;
+  // PEFT's target_modules given as a regular expression, which PEFT matches whole against every
+  // module path of the model (model.layers.3.self_attn.q_proj, lm_head, ...): `targets` holds
+  // what it selects in layer 0, and check_target_pattern that it selects the same projections in
+  // every layer and nothing else. Like bias_source, a note of how the spec was written (with
+  // the file and key, for messages), equal whatever it holds: the targets are the adapters.
+  struct TargetPattern {
+    std::string regex, source;
+    bool operator==(const TargetPattern&) const { return true; }
+  } target_pattern;
 
   bool enabled() const { return rank > 0; }
   bool targets_any() const;
@@ -55,11 +64,16 @@ struct LoraSpec {
   // (qkv_bias) or the o bias (o_bias) of adapted projections, or any with "all". zerotrain trains
   // no biases in LoRA; on a model without them PEFT trains none either.
   void check_biases(bool qkv_bias, bool o_bias) const;
+  // Throws naming target_pattern.source when the pattern selects other projections in some layer
+  // than in layer 0 (PEFT would adapt the layers apart; zerotrain adapts a projection in every
+  // layer), or a module that is no decoder projection (the embedding, the LM head, a norm).
+  void check_target_pattern(int64_t num_layers) const;
 
-  // Targets from PEFT's target_modules spelling: a comma-separated list of module names
-  // ("q_proj,v_proj", also as "self_attn.q_proj") or "all-linear" (every projection of the
-  // decoder layers; the LM head is never adapted, as in PEFT). Throws naming the unknown name and
-  // listing the known ones; `source` names the option or file.
+  // Targets from PEFT's target_modules spelling as a list: module names ("q_proj", also as
+  // "self_attn.q_proj") or "all-linear" (every projection of the decoder layers; the LM head is
+  // never adapted, as in PEFT). Throws naming the unknown name and listing the known ones;
+  // `source` names the option or file. (A string other than all-linear is a regular expression,
+  // which from_peft_json reads.)
   static std::array<bool, kLoraTargets> parse_targets(const std::vector<std::string>& names,
                                                       const std::string& source);
   // What an adapter_config.json is read for: adapters a run initialises (--lora-config), or the
@@ -67,7 +81,9 @@ struct LoraSpec {
   enum class Use { kInitialise, kTrainedWeights };
   // A PEFT adapter_config.json (peft_type LORA). Keys that would change the adapters' math away
   // from what zerotrain implements (DoRA, a bias, fan_in_fan_out, per-layer rank or alpha
-  // patterns, layers_to_transform) are refused naming the key; keys that only describe the
+  // patterns, layers_to_transform) are refused naming the key; a target_modules regular
+  // expression is read with RE2 (Python's syntax without look-around or back-references) and
+  // must select the same projections in every layer; keys that only describe the
   // adapter (task_type, base_model_name_or_path, revision, ...) are read past. init_lora_weights:
   // to initialise, PEFT's default (true) alone, the one zerotrain draws; for trained weights,
   // any initialisation that left the base model as it was (true, false, "gaussian", "eva"),

@@ -544,7 +544,8 @@ def main():
         for name, config, says in (
                 ("dora.json", {"r": 4, "target_modules": ["q_proj"], "use_dora": True},
                  "key 'use_dora'"),
-                ("regex.json", {"r": 4, "target_modules": ".*proj"}, "regular expression"),
+                ("regex.json", {"r": 4, "target_modules": r"model\.layers\.0\..*proj"},
+                 "selects 'model.layers.0.self_attn.q_proj' but not 'model.layers.1."),
                 ("head.json", {"r": 4, "target_modules": ["lm_head"]}, "'lm_head' is not"),
                 ("dropout.json", {"r": 4, "lora_dropout": 1.0}, "lora_dropout must be in")):
             with open(work(name), "w") as f:

@@ -34,7 +34,8 @@ stage 0:
    Refused naming the directory: an --adapter that is no directory, and a PEFT adapter directory
    given as --model.
 6. Adapters PEFT initialised and saved itself: with init_lora_weights="gaussian" (B then given
-   values) eval --adapter gives PEFT's loss and --lora-init-from trains from it, while
+   values; its target_modules a regular expression, as Unsloth saves them) eval --adapter gives
+   PEFT's loss and --lora-init-from trains from it, while
    --lora-config refuses it (zerotrain initialises as PEFT's default); a PiSSA adapter, whose
    initialisation moved part of the base model into it, is refused naming the key. `info` of
    the gaussian one gives the rank, alpha, targets, base model and tensor count PEFT wrote.
@@ -56,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (check, exit_status, last_json_line,  # noqa: E402
                             lora_oracle_arguments, refused, run_tool)
 import torch  # noqa: E402
-from test_lora import (LR, PREFIX, RANK, STEPS, TARGETS, TOLERANCE,  # noqa: E402
+from test_lora import (LR, PREFIX, RANK, STEPS, TOLERANCE,  # noqa: E402
                        base_model, bf16_ulps, initial_adapters, peft_reference, read_merged,
                        read_safetensors, rel_error, tiny_model_and_windows, train_args,
                        window_loss)
@@ -254,12 +255,16 @@ def check_peft_initialisations(zt, work, weights, eval_tokens):
     initialisation moved part of the base into it, is refused."""
     from peft import LoraConfig, get_peft_model
     generator = torch.Generator().manual_seed(11)
+    # The gaussian adapter names its targets as Unsloth does, with a regular expression PEFT
+    # matches whole against each module path and saves as it was given.
+    targets = {"gaussian": r"model\.layers\.\d+\.self_attn\.(q|v)_proj",
+               "pissa": ["q_proj", "v_proj"]}
     for init, directory in (("gaussian", work("peft_gaussian")), ("pissa", work("peft_pissa"))):
         base = base_model(work("model"), weights)
         if init == "pissa":  # PEFT computes PiSSA's SVD in float32 at most
             base = base.to(torch.float32)
         model = get_peft_model(base, LoraConfig(r=RANK, lora_alpha=8,
-                                                target_modules=["q_proj", "v_proj"],
+                                                target_modules=targets[init],
                                                 init_lora_weights=init))
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -285,9 +290,11 @@ def check_peft_initialisations(zt, work, weights, eval_tokens):
     info = json.loads(run_tool([zt, "info", work("peft_gaussian"), "--json"]))
     with open(work("peft_gaussian", "adapter_config.json")) as f:
         written = json.load(f)
+    check(written["target_modules"] == targets["gaussian"],
+          f"PEFT saved target_modules {written['target_modules']!r}, not the regular expression")
     tensors = read_safetensors(work("peft_gaussian", "adapter_model.safetensors"))
     want = {"kind": "peft_adapter", "r": written["r"], "lora_alpha": written["lora_alpha"],
-            "target_modules": ",".join(t for t in TARGETS if t in written["target_modules"]),
+            "target_modules": "q_proj,v_proj",
             "base_model_name_or_path": written["base_model_name_or_path"],
             "tensors": len(tensors), "parameters": sum(t.numel() for t in tensors.values())}
     check(all(info[k] == v for k, v in want.items()),

@@ -11,7 +11,9 @@ PEFT adapts (in every layer), the trainable parameter count (the adapters and PE
 copies of modules_to_save), each adapter's scale and dropout, and modules_to_save. Keys PEFT 0.13.2
 does not know are dropped, as later PEFT releases drop the keys of newer ones, after checking that
 each holds its default (so dropping it changes nothing). Files zerotrain refuses (REFUSED) must be
-refused naming the file and saying why; the other files must all be accepted.
+refused naming the file and saying why; the other files must all be accepted. Beside them, files
+written here hold target_modules regular expressions in Python's syntax (REGEX_AGREE, compared as
+the stored ones; REGEX_REFUSED, refused saying why).
 
 --expect-mismatch runs PEFT with lora_alpha doubled, and passes only if every accepted file then
 disagrees.
@@ -31,16 +33,16 @@ from oracle_harness import (CheckFailed, SetupError, argument_parser, check,  # 
                             exit_status, fresh_work_dir, require_venv_modules, run_tool)
 
 # What zerotrain must say of the files it refuses: a module that is not a Llama projection (LoRA on
-# lm_head, GPT-2's c_attn), another PEFT method, a layer-specific target list, a regular
-# expression, or a file that is no JSON. (bias "lora_only" on Mistral, which has no biases, is
-# accepted: PEFT trains no bias there either.)
+# lm_head, GPT-2's c_attn), another PEFT method, a layer-specific target list, or a file that is no
+# JSON. (bias "lora_only" on Mistral, which has no biases, is accepted: PEFT trains no bias there
+# either; Unsloth's target_modules regular expression, saved for Gemma 3, selects every Llama
+# projection, as PEFT reads it.)
 REFUSED = {
     "EllaHxyz--LLama2_Finetuning--adapter_config.json":
         "'model.layers.31.self_attn.q_proj' names one layer's module",
     "Iqbalwasim01--BNF_LLM_predictor--adapter_config.INVALID-1ffeaa4.json": "invalid JSON",
     "KamilaTrinkenschuh--Minstral-Model--adapter_config.json":
         "'lm_head' is not a projection zerotrain can adapt",
-    "aravadikesh--MedQA_DPO--lora_adapter__adapter_config.json": "is a regular expression",
     "rqchao--cs182-project--outputs__checkpoint-500__adapter_config.json":
         "key 'peft_type' = \"PROMPT_TUNING\" is not supported",
     "sanaear--tiny-LLM-Lora--lora-out__adapter_config.json":
@@ -55,7 +57,28 @@ DROPPED_DEFAULTS = {
     "ensure_weight_tying": [False], "peft_version": None, "lora_ga_config": [None],
     "use_bdlora": [None, False],
 }
-STORED = 35  # the files of tests/data/peft_adapter_configs/; 29 of them plain LoRA
+STORED = 35  # the files of tests/data/peft_adapter_configs/; 30 of them plain LoRA
+# target_modules regular expressions as users write them, in Python's syntax, each in a file of
+# its own beside the stored ones (r 8, alpha 16). PEFT matches one whole against every module path
+# of the tiny preset's two layers; zerotrain must select the same projections...
+REGEX_AGREE = [
+    r".*\.(q_proj|v_proj)",
+    r"model\.layers\.\d+\.mlp\.(gate|up|down)_proj",
+    r"model\.layers\.[01]\.self_attn\.(?P<projection>[qkvo])_proj",  # Python's named group
+    r"(?i).*\.(Q|K)_PROJ",  # an inline flag
+    r"(?:.*?(?:self_attn|mlp).*?(?:o_proj|down_proj).*?)",
+    r".*\.gate_proj|up_proj",  # whole, as fullmatch: the bare "up_proj" selects no module path
+]
+# ... or refuse one PEFT reads otherwise, saying why: a layer alone, a module that is no
+# projection, Python's look-around (which RE2 does not read).
+REGEX_REFUSED = {
+    r"model\.layers\.0\..*_proj": "selects 'model.layers.0.self_attn.q_proj' but not "
+                                     "'model.layers.1.self_attn.q_proj'",
+    r"lm_head|.*\.v_proj": "selects 'lm_head': zerotrain adapts the decoder layers' projections",
+    r".*\.mlp|.*\.v_proj": "selects 'model.layers.0.mlp', which is no linear layer",
+    r".*(?<!k)_proj": "is a regular expression RE2 cannot read",
+    r"model\.layers\.\d+\.mlp": "selects no projection of layer 0",
+}
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -121,13 +144,22 @@ def checks(args, work, alpha_factor):
     if len(paths) != STORED or not set(REFUSED) <= names:
         raise SetupError(f"{folder}: {len(paths)} adapter configs, expected the stored {STORED} "
                          f"with every REFUSED one ({sorted(set(REFUSED) - names)} missing)")
+    refused = dict(REFUSED)
+    os.makedirs(work("regex"))
+    for i, pattern in enumerate(REGEX_AGREE + list(REGEX_REFUSED)):
+        paths.append(work("regex", f"regex-{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": pattern},
+                      f)
+        if pattern in REGEX_REFUSED:
+            refused[os.path.basename(paths[-1])] = REGEX_REFUSED[pattern]
     failures, agreed = [], 0
     for path in paths:
         name = os.path.basename(path)
         status, out, err = zerotrain_resolution(args, path)
-        if name in REFUSED:
-            ok = status != 0 and path in err and REFUSED[name] in err
-            print(f"{'ok  ' if ok else 'FAIL'} {name}: refused ({REFUSED[name]})"
+        if name in refused:
+            ok = status != 0 and path in err and refused[name] in err
+            print(f"{'ok  ' if ok else 'FAIL'} {name}: refused ({refused[name]})"
                   + ("" if ok else f"; exit {status}: {err.strip()}"))
             if not ok:
                 failures.append(name)
@@ -157,7 +189,7 @@ def checks(args, work, alpha_factor):
         check(agreed == 0, f"{agreed} file(s) agreed with PEFT's doubled lora_alpha")
         raise CheckFailed("doubled alpha: every accepted file disagrees with PEFT")
     check(not failures, f"{len(failures)} file(s) failed: {', '.join(failures)}")
-    check(agreed == STORED - len(REFUSED), f"{agreed} file(s) agreed with PEFT")
+    check(agreed == STORED - len(REFUSED) + len(REGEX_AGREE), f"{agreed} file(s) agreed with PEFT")
 
 
 def main():

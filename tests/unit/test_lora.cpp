@@ -157,6 +157,55 @@ TEST(Lora, ABiasSettingIsRefusedOnlyWhereTheModelHasBiasesItWouldTrain) {
             std::string::npos);
 }
 
+// A target_modules string other than all-linear is PEFT's regular expression, matched whole
+// against every module path: accepted where it selects the same projections in every layer (a
+// spec equal to the listed one, written back as the list), refused naming the file and the
+// module where it selects a layer alone or a module that is no projection. The cases against
+// PEFT itself are tests/oracle/test_peft_adapter_configs.py's.
+TEST(Lora, ATargetModulesRegexMustSelectTheSameProjectionsInEveryLayer) {
+  auto spec = [](const char* regex) {
+    return LoraSpec::from_peft_json({{"r", 4}, {"target_modules", regex}}, "p.json");
+  };
+  auto layout_error = [&](const char* regex, int64_t layers) {
+    ModelConfig c = preset_config("tiny");
+    c.num_layers = layers;
+    c.lora = spec(regex);
+    return error_of([&] { ParamLayout layout(c); });
+  };
+  const LoraSpec listed =
+      LoraSpec::from_peft_json({{"r", 4}, {"target_modules", {"q_proj", "down_proj"}}}, "l.json");
+  const LoraSpec matched = spec(R"(model\.layers\.\d+\.(self_attn\.q|mlp\.down)_proj)");
+  EXPECT_EQ(matched.targets_text(), "q_proj,down_proj");
+  EXPECT_TRUE(matched == listed);
+  EXPECT_EQ(matched.to_json()["target_modules"], listed.to_json()["target_modules"]);
+  EXPECT_EQ(layout_error(R"(model\.layers\.\d+\.(self_attn\.q|mlp\.down)_proj)", 12), "");
+  // Whole, as Python's fullmatch: the bare alternative "v_proj" selects no module path.
+  EXPECT_EQ(spec(R"(.*\.q_proj|v_proj)").targets_text(), "q_proj");
+  // Layers 0 to 9 of twelve: the first layer outside is named.
+  const std::string range = layout_error(R"(model\.layers\.[0-9]\.self_attn\.v_proj)", 12);
+  EXPECT_NE(range.find("p.json: target_modules \"model\\\\.layers"), std::string::npos) << range;
+  EXPECT_NE(range.find("selects 'model.layers.0.self_attn.v_proj' but not "
+                       "'model.layers.10.self_attn.v_proj'"),
+            std::string::npos)
+      << range;
+  EXPECT_EQ(layout_error(R"(model\.layers\.[0-9]\.self_attn\.v_proj)", 10), "");
+  // Layer 5 alone: nothing in layer 0, where the targets are read.
+  EXPECT_NE(
+      error_of([&] { spec(R"(model\.layers\.5\..*)"); }).find("selects no projection of layer 0"),
+      std::string::npos);
+  EXPECT_NE(layout_error(".*_proj|lm_head", 2).find("selects 'lm_head'"), std::string::npos);
+  EXPECT_NE(layout_error(".*_proj|.*embed_tokens", 2).find("selects 'model.embed_tokens'"),
+            std::string::npos);
+  EXPECT_NE(layout_error(".*k_proj|.*layers\\.1\\.input_layernorm", 2)
+                .find("selects 'model.layers.1.input_layernorm', which is no linear layer"),
+            std::string::npos);
+  const std::string look = error_of([&] { spec("(?!k).*_proj"); });
+  EXPECT_NE(look.find("p.json: target_modules \"(?!k).*_proj\" is a regular expression RE2 "
+                      "cannot read"),
+            std::string::npos)
+      << look;
+}
+
 TEST(Lora, LayoutAddsOneAdapterGroupPerLayerWithPeftNamesAndShapes) {
   const ModelConfig c = tiny_with_lora({"q_proj", "down_proj"});
   const ParamLayout base(c.base()), layout(c);
