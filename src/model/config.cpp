@@ -98,7 +98,7 @@ void ModelConfig::validate() const {
   const double params = layers * (2 * d * qd + 2 * d * kv_dim() + 3 * d * ff + 4 * d + 2 * qd) +
                         (tie_word_embeddings ? 1 : 2) * d * v + d;
   lora.check_biases(qkv_bias, o_bias);
-  lora.check_target_pattern(num_layers);
+  lora.check_target_pattern(num_layers, qk_norm);
   ZT_CHECK(largest_matrix <= 0x1p40 && params <= 0x1p48,
            "model config: " + shortest_decimal(params) +
                " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "

@@ -127,22 +127,25 @@ std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
 }
 
 // The module paths of a Llama-family model that hold no projection an adapter can sit on: the
-// model's own (the embedding and LM head first), then layer l's (containers, norms, activation).
+// model's own (the embedding and LM head first), then layer l's (containers, norms, activation;
+// Qwen3's q/k norms with qk_norm).
 const std::vector<std::string> kModelModules = {"model.embed_tokens", "lm_head", "model",
                                                 "model.layers", "model.norm"};
-std::vector<std::string> layer_modules(int64_t layer) {
+std::vector<std::string> layer_modules(int64_t layer, bool qk_norm) {
   const std::string l = "model.layers." + std::to_string(layer);
-  return {l,
-          l + ".self_attn",
-          l + ".mlp",
-          l + ".mlp.act_fn",
-          l + ".input_layernorm",
-          l + ".post_attention_layernorm"};
+  std::vector<std::string> modules = {l,
+                                      l + ".self_attn",
+                                      l + ".mlp",
+                                      l + ".mlp.act_fn",
+                                      l + ".input_layernorm",
+                                      l + ".post_attention_layernorm"};
+  if (qk_norm) modules.insert(modules.end(), {l + ".self_attn.q_norm", l + ".self_attn.k_norm"});
+  return modules;
 }
 
 }  // namespace
 
-void LoraSpec::check_target_pattern(int64_t num_layers) const {
+void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm) const {
   if (target_pattern.regex.empty()) return;
   const auto re = compiled_target_pattern(target_pattern.regex, target_pattern.source);
   const std::string says =
@@ -167,7 +170,7 @@ void LoraSpec::check_target_pattern(int64_t num_layers) const {
             "head train in full through modules_to_save");
   std::vector<std::string> others(kModelModules.begin() + 2, kModelModules.end());
   for (int64_t layer = 0; layer < num_layers; ++layer)
-    for (std::string& module : layer_modules(layer)) others.push_back(std::move(module));
+    for (std::string& module : layer_modules(layer, qk_norm)) others.push_back(std::move(module));
   for (const std::string& module : others)
     ZT_CHECK(!RE2::FullMatch(module, *re),
              says + "'" + module + "', which is no linear layer (PEFT refuses to adapt it too)");

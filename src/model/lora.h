@@ -66,8 +66,9 @@ struct LoraSpec {
   void check_biases(bool qkv_bias, bool o_bias) const;
   // Throws naming target_pattern.source when the pattern selects other projections in some layer
   // than in layer 0 (PEFT would adapt the layers apart; zerotrain adapts a projection in every
-  // layer), or a module that is no decoder projection (the embedding, the LM head, a norm).
-  void check_target_pattern(int64_t num_layers) const;
+  // layer), or a module that is no decoder projection (the embedding, the LM head, a norm; with
+  // qk_norm, Qwen3's q/k norms too).
+  void check_target_pattern(int64_t num_layers, bool qk_norm) const;
 
   // Targets from PEFT's target_modules spelling as a list: module names ("q_proj", also as
   // "self_attn.q_proj") or "all-linear" (every projection of the decoder layers; the LM head is

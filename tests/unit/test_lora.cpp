@@ -199,6 +199,16 @@ TEST(Lora, ATargetModulesRegexMustSelectTheSameProjectionsInEveryLayer) {
   EXPECT_NE(layout_error(".*k_proj|.*layers\\.1\\.input_layernorm", 2)
                 .find("selects 'model.layers.1.input_layernorm', which is no linear layer"),
             std::string::npos);
+  // Qwen3's q/k norms sit beside the projections in self_attn; PEFT cannot adapt a norm.
+  ModelConfig qwen3 = preset_config("tiny");
+  qwen3.qk_norm = true;
+  qwen3.lora = spec(R"(.*\.self_attn\..*)");
+  EXPECT_NE(error_of([&] {
+              ParamLayout layout(qwen3);
+            }).find("selects 'model.layers.0.self_attn.q_norm', which is no linear layer"),
+            std::string::npos);
+  qwen3.qk_norm = false;
+  EXPECT_EQ(error_of([&] { ParamLayout layout(qwen3); }), "");
   const std::string look = error_of([&] { spec("(?!k).*_proj"); });
   EXPECT_NE(look.find("p.json: target_modules \"(?!k).*_proj\" is a regular expression RE2 "
                       "cannot read"),
