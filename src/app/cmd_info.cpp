@@ -299,8 +299,8 @@ void info_safetensors(const std::string& dir, bool json) {
 // adapter_config.json read as eval and generate --adapter read it, and its tensors' headers.
 void info_peft_adapter(const std::string& dir, bool json) {
   nlohmann::json config;
-  const LoraSpec spec = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile, &config,
-                                                 LoraSpec::Use::kTrainedWeights);
+  const LoraSpec spec = read_peft_adapter_config(dir + "/" + kPeftConfigFile,
+                                                 LoraSpec::Use::kTrainedWeights, &config);
   const SafetensorsReader reader(dir + "/" + kPeftWeightsFile);
   uint64_t params = 0, bytes = 0;
   std::set<std::string> dtypes;

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "engine/zero_config.h"
+#include "runtime/mpi_runtime.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -16,16 +17,6 @@ namespace zt {
 
 namespace po = boost::program_options;
 using nlohmann::json;
-
-namespace {
-
-bool launch_rank_is_zero() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* v = std::getenv(var)) return std::string(v) == "0";
-  return true;
-}
-
-}  // namespace
 
 void apply_batch_size_rule(const BatchSizeRule& rule, int world, int64_t& micro, int64_t& accum) {
   if (!rule.train_batch_size) return;
@@ -112,7 +103,7 @@ AppliedDeepSpeedFile apply_deepspeed_file(const std::string& path, const ModelCo
         std::tuple{"warmup-start-lr", "scheduler.params.warmup_min_ratio", c.warmup_min_ratio}})
     if (ratio && vm.count("lr"))
       store({{key, option, shortest_decimal(static_cast<float>(*ratio * vm["lr"].as<float>()))}});
-  if (launch_rank_is_zero()) {
+  if (is_rank_zero_of_launch()) {
     for (const std::string& w : c.warnings) std::cerr << "warning: " << w << "\n";
     if (vm.count("precision")) {
       const bool implied_fp32 = std::any_of(mapping.begin(), mapping.end(), [](const json& m) {

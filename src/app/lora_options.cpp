@@ -82,7 +82,7 @@ namespace {
 LoraSpec spec_from_adapter_config(const std::string& path, std::string* named_base_model,
                                   LoraSpec::Use use) {
   nlohmann::json parsed;
-  LoraSpec spec = LoraSpec::from_peft_file(path, &parsed, use);
+  LoraSpec spec = read_peft_adapter_config(path, use, &parsed);
   const auto named = parsed.find("base_model_name_or_path");
   if (named_base_model && named != parsed.end() && named->is_string())
     *named_base_model = named->get<std::string>();

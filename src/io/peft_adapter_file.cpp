@@ -2,7 +2,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <utility>
 
+#include <nlohmann/json.hpp>
+
+#include "runtime/mpi_runtime.h"
 #include "util/error.h"
 
 namespace zt {
@@ -24,9 +29,21 @@ std::string weights_path(const std::string& dir) {
 
 }  // namespace
 
+LoraSpec read_peft_adapter_config(const std::string& path, LoraSpec::Use use,
+                                  nlohmann::json* parsed) {
+  nlohmann::json j;
+  LoraSpec spec = LoraSpec::from_peft_file(path, &j, use);
+  if (is_rank_zero_of_launch())
+    for (const std::string& key : LoraSpec::unknown_peft_keys(j))
+      std::cerr << "warning: " << path << ": key '" << key
+                << "' is no PEFT LoraConfig key zerotrain knows (PEFT 0.2 to 0.20); read past, "
+                   "as PEFT 0.14 and later read past keys they do not know\n";
+  if (parsed) *parsed = std::move(j);
+  return spec;
+}
+
 ModelConfig adapter_model_config(const std::string& dir, ModelConfig base) {
-  base.lora = LoraSpec::from_peft_file(dir + "/" + kPeftConfigFile, nullptr,
-                                       LoraSpec::Use::kTrainedWeights);
+  base.lora = read_peft_adapter_config(dir + "/" + kPeftConfigFile, LoraSpec::Use::kTrainedWeights);
   return base;
 }
 

@@ -19,6 +19,12 @@ constexpr const char* kPeftConfigFile = "adapter_config.json";
 constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
 constexpr const char* kPeftNamePrefix = "base_model.model.";
 
+// An adapter_config.json read for `use` (LoraSpec::from_peft_file; with `parsed`, its JSON handed
+// back), warning on rank 0 of each key that is none of PEFT's LoraConfig keys zerotrain knows (a
+// newer PEFT's, read past as PEFT reads past the keys it does not know).
+LoraSpec read_peft_adapter_config(const std::string& path, LoraSpec::Use use,
+                                  nlohmann::json* parsed = nullptr);
+
 // The model a trained adapter directory belongs to: `base` (the base model's configuration) with
 // the LoraSpec of DIR's adapter_config.json, read as trained weights (LoraSpec::Use). What eval
 // and generate --adapter and export --merge-lora open a PeftAdapterReader for.

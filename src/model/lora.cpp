@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "util/closest_name.h"
 #include "util/decimal.h"
 #include "util/error.h"
 #include "util/json_text.h"
@@ -225,10 +226,104 @@ void check_init_lora_weights(const nlohmann::json& j, const std::string& source,
                "(known: true, false, \"gaussian\", \"eva\")");
 }
 
+// Every key of PEFT's LoraConfig and of the PeftConfig it extends, PEFT 0.2 to 0.20
+// (enable_lora and merge_weights are 0.2's).
+const std::vector<std::string> kPeftLoraKeys = {"task_type",
+                                                "peft_type",
+                                                "auto_mapping",
+                                                "peft_version",
+                                                "base_model_name_or_path",
+                                                "revision",
+                                                "inference_mode",
+                                                "r",
+                                                "target_modules",
+                                                "exclude_modules",
+                                                "lora_alpha",
+                                                "lora_dropout",
+                                                "fan_in_fan_out",
+                                                "bias",
+                                                "use_rslora",
+                                                "modules_to_save",
+                                                "init_lora_weights",
+                                                "layers_to_transform",
+                                                "layers_pattern",
+                                                "rank_pattern",
+                                                "alpha_pattern",
+                                                "megatron_config",
+                                                "megatron_core",
+                                                "trainable_token_indices",
+                                                "loftq_config",
+                                                "eva_config",
+                                                "corda_config",
+                                                "lora_ga_config",
+                                                "use_dora",
+                                                "velora_config",
+                                                "alora_invocation_tokens",
+                                                "use_qalora",
+                                                "qalora_group_size",
+                                                "monteclora_config",
+                                                "layer_replication",
+                                                "runtime_config",
+                                                "lora_bias",
+                                                "target_parameters",
+                                                "use_bdlora",
+                                                "arrow_config",
+                                                "kasa_config",
+                                                "ensure_weight_tying",
+                                                "enable_lora",
+                                                "merge_weights"};
+
+// A key PEFT does not know but one of its keys is near: a misspelling, refused naming the key it
+// is near (PEFT 0.13 refuses any unknown key; from 0.14 it ignores one with a warning, so a
+// misspelt lora_alpha would silently train at the default).
+void refuse_misspelt_keys(const nlohmann::json& j, const std::string& source) {
+  for (const auto& item : j.items()) {
+    if (std::find(kPeftLoraKeys.begin(), kPeftLoraKeys.end(), item.key()) != kPeftLoraKeys.end())
+      continue;
+    const std::string near = closest_name(item.key(), kPeftLoraKeys);
+    ZT_CHECK(near.empty(), source + ": unknown key '" + item.key() + "'; did you mean '" + near +
+                               "'? (no key of PEFT's LoraConfig; read past, it would leave '" +
+                               near + "' at its default)");
+  }
+}
+
+// The keys of LoRA variants, and of per-layer settings, whose non-default values change the
+// adapters' math away from plain LoRA: refused naming the key.
+void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
+  auto empty_container = [](const nlohmann::json& v) { return v.empty(); };
+  auto is_false = [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); };
+  auto never = [](const nlohmann::json&) { return false; };  // only null (absent) is plain LoRA
+  const std::pair<const char*, bool (*)(const nlohmann::json&)> math_keys[] = {
+      {"use_dora", is_false},
+      {"fan_in_fan_out", is_false},
+      {"lora_bias", is_false},
+      {"rank_pattern", empty_container},
+      {"alpha_pattern", empty_container},
+      {"layers_to_transform", empty_container},
+      {"layer_replication", empty_container},
+      {"exclude_modules", empty_container},
+      {"trainable_token_indices", empty_container},
+      {"target_parameters", empty_container},
+      {"use_qalora", is_false},            // QALoRA's pooled input
+      {"use_bdlora", is_false},            // block-diagonal LoRA
+      {"alora_invocation_tokens", never},  // aLoRA (even with []): adapted after the tokens
+      {"velora_config", never},            // VeLoRA's compressed-activation backward
+      {"monteclora_config", never},        // MonteCLoRA's sampled adapters
+      {"arrow_config", never},             // Arrow's routing among adapters
+      {"kasa_config", never}};             // KaSA's singular values between A and B
+  for (const auto& [key, ok] : math_keys)
+    if (j.contains(key))
+      refuse_unless(j, key, is_null_or(j[key], ok), source,
+                    "zerotrain trains plain LoRA: no DoRA, QALoRA, aLoRA, VeLoRA, MonteCLoRA, "
+                    "KaSA, Arrow or block-diagonal variant, no bias or fan-in/fan-out weights, one "
+                    "rank and alpha for every layer");
+}
+
 }  // namespace
 
 LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& source, Use use) {
   ZT_CHECK(j.is_object(), source + ": an adapter config must be a JSON object");
+  refuse_misspelt_keys(j, source);
   if (j.contains("peft_type"))
     refuse_unless(j, "peft_type", j["peft_type"] == "LORA", source, "only LoRA adapters");
   LoraSpec s;
@@ -286,27 +381,7 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
     }
   else
     ZT_CHECK(save.is_null(), source + ": modules_to_save must be a list of names");
-  auto empty_container = [](const nlohmann::json& v) { return v.empty(); };
-  auto is_false = [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); };
-  auto never = [](const nlohmann::json&) { return false; };  // only null (absent) is plain LoRA
-  const std::pair<const char*, bool (*)(const nlohmann::json&)> math_keys[] = {
-      {"use_dora", is_false},
-      {"fan_in_fan_out", is_false},
-      {"lora_bias", is_false},
-      {"rank_pattern", empty_container},
-      {"alpha_pattern", empty_container},
-      {"layers_to_transform", empty_container},
-      {"layer_replication", empty_container},
-      {"exclude_modules", empty_container},
-      {"trainable_token_indices", empty_container},
-      {"target_parameters", empty_container},
-      {"use_qalora", is_false},             // QALoRA's pooled input
-      {"alora_invocation_tokens", never}};  // aLoRA (even with []): adapted after the tokens
-  for (const auto& [key, ok] : math_keys)
-    if (j.contains(key))
-      refuse_unless(j, key, is_null_or(j[key], ok), source,
-                    "zerotrain trains plain LoRA: no DoRA, QALoRA, aLoRA, bias or fan-in/fan-out "
-                    "weights, one rank and alpha for every layer");
+  refuse_lora_variants(j, source);
   if (j.contains("bias") && !j["bias"].is_null()) {
     const nlohmann::json& bias = j["bias"];
     refuse_unless(j, "bias", bias == "none" || bias == "lora_only" || bias == "all", source,
@@ -317,6 +392,15 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
   check_init_lora_weights(j, source, use);
   s.validate(source);
   return s;
+}
+
+std::vector<std::string> LoraSpec::unknown_peft_keys(const nlohmann::json& j) {
+  std::vector<std::string> unknown;
+  if (j.is_object())
+    for (const auto& item : j.items())
+      if (std::find(kPeftLoraKeys.begin(), kPeftLoraKeys.end(), item.key()) == kPeftLoraKeys.end())
+        unknown.push_back(item.key());
+  return unknown;
 }
 
 LoraSpec LoraSpec::from_peft_file(const std::string& path, nlohmann::json* parsed, Use use) {

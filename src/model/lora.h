@@ -82,7 +82,8 @@ struct LoraSpec {
   enum class Use { kInitialise, kTrainedWeights };
   // A PEFT adapter_config.json (peft_type LORA). Keys that would change the adapters' math away
   // from what zerotrain implements (DoRA, a bias, fan_in_fan_out, per-layer rank or alpha
-  // patterns, layers_to_transform) are refused naming the key; a target_modules regular
+  // patterns, layers_to_transform, another LoRA variant) are refused naming the key, as is a key
+  // that is no LoraConfig key but near one (a misspelling); a target_modules regular
   // expression is read with RE2 (Python's syntax without look-around or back-references) and
   // must select the same projections in every layer; keys that only describe the
   // adapter (task_type, base_model_name_or_path, revision, ...) are read past. init_lora_weights:
@@ -92,6 +93,10 @@ struct LoraSpec {
   // unknown refused saying so.
   static LoraSpec from_peft_json(const nlohmann::json& j, const std::string& source,
                                  Use use = Use::kInitialise);
+  // The keys of an adapter config that are none of PEFT's LoraConfig (PEFT 0.2 to 0.20), nor near
+  // one (from_peft_json refuses those as misspellings): a newer PEFT's, read past as PEFT 0.14
+  // and later read past keys they do not know, with a warning (io/peft_adapter_file.h).
+  static std::vector<std::string> unknown_peft_keys(const nlohmann::json& j);
   // The file at `path`; with `parsed`, its JSON is handed back too (for the keys this reads past).
   static LoraSpec from_peft_file(const std::string& path, nlohmann::json* parsed = nullptr,
                                  Use use = Use::kInitialise);

@@ -1,6 +1,7 @@
 #include "runtime/mpi_runtime.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -42,6 +43,15 @@ int mpi_world_size_if_running() {
   if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return 0;
   if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return 0;
   return MPI_Comm_size(MPI_COMM_WORLD, &size) == MPI_SUCCESS ? size : 0;
+}
+
+bool is_rank_zero_of_launch() {
+  int rank = 0;
+  if (mpi_world_size_if_running() > 0 && MPI_Comm_rank(MPI_COMM_WORLD, &rank) == MPI_SUCCESS)
+    return rank == 0;
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::string(v) == "0";
+  return true;
 }
 
 void end_mpi_after_error(bool agreed, int exit_code) {

@@ -49,6 +49,10 @@ class MpiRuntime {
 void end_mpi_after_error(bool agreed, int exit_code);
 // MPI_COMM_WORLD's size while MPI is initialised and not finalised; 0 otherwise.
 int mpi_world_size_if_running();
+// Whether this process is the job's rank 0: MPI_COMM_WORLD's while MPI runs, else the launcher's
+// (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK or SLURM_PROCID; no launcher: true). The rank that
+// prints a warning every rank would print.
+bool is_rank_zero_of_launch();
 
 struct LocalRank {
   int local_rank = 0;  // index of this rank among the ranks on its host, in rank order

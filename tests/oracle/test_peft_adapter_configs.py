@@ -164,8 +164,8 @@ def checks(args, work, alpha_factor):
             if not ok:
                 failures.append(name)
             continue
-        if status != 0:
-            print(f"FAIL {name}: refused: {err.strip()}")
+        if status != 0 or "warning" in err:  # every key of these files is a LoraConfig key
+            print(f"FAIL {name}: " + ("refused" if status else "warned") + f": {err.strip()}")
             failures.append(name)
             continue
         lora = json.loads(out)["lora"]

@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "engine/stage3_residency.h"
+#include "io/peft_adapter_file.h"
 #include "model/config.h"
 #include "model/init.h"
 #include "model/layout.h"
@@ -124,6 +127,49 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
               std::string::npos)
         << moved;
   EXPECT_NE(trained("orthogonal").find("an initialisation zerotrain does not know"),
+            std::string::npos);
+}
+
+// An adapter config's keys: one near a LoraConfig key is a misspelling, refused naming both (read
+// past, lora_aplha would train at the default alpha); one that is no key PEFT 0.2 to 0.20 knows
+// is a newer PEFT's, read past with a warning on rank 0 as PEFT 0.14 and later read past keys
+// they do not know; the keys of other LoRA variants are refused unless at their defaults.
+TEST(Lora, MisspeltKeysAreRefusedNewerOnesReadPastWithAWarning) {
+  const std::string alpha = error_of([] {
+    LoraSpec::from_peft_json({{"r", 8}, {"lora_aplha", 16}}, "typo.json");
+  });
+  EXPECT_NE(alpha.find("typo.json: unknown key 'lora_aplha'; did you mean 'lora_alpha'?"),
+            std::string::npos)
+      << alpha;
+  EXPECT_NE(error_of([] {
+              LoraSpec::from_peft_json({{"r", 8}, {"target_module", {"k_proj"}}}, "t.json");
+            }).find("did you mean 'target_modules'?"),
+            std::string::npos);
+  const nlohmann::json newer = {
+      {"r", 8}, {"peft_version", "0.20.0"}, {"kasa_config", nullptr}, {"future_knob", 3}};
+  EXPECT_EQ(LoraSpec::from_peft_json(newer, "n.json").rank, 8);
+  EXPECT_EQ(LoraSpec::unknown_peft_keys(newer), std::vector<std::string>{"future_knob"});
+  const std::string path = ::testing::TempDir() + "zt_lora_newer_" +
+                           std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                           ".json";
+  std::ofstream(path) << newer.dump();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(read_peft_adapter_config(path, LoraSpec::Use::kInitialise).rank, 8);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(warned, "warning: " + path +
+                        ": key 'future_knob' is no PEFT LoraConfig key zerotrain knows (PEFT 0.2 "
+                        "to 0.20); read past, as PEFT 0.14 and later read past keys they do not "
+                        "know\n");
+  std::filesystem::remove(path);
+  for (const char* variant : {"kasa_config", "velora_config", "arrow_config", "monteclora_config"})
+    EXPECT_NE(error_of([&] {
+                LoraSpec::from_peft_json({{"r", 8}, {variant, {{"x", 1}}}}, "v.json");
+              }).find(std::string("v.json: key '") + variant + "' = {\"x\":1} is not supported"),
+              std::string::npos)
+        << variant;
+  EXPECT_NE(error_of([] {
+              LoraSpec::from_peft_json({{"r", 8}, {"use_bdlora", true}}, "b.json");
+            }).find("key 'use_bdlora' = true is not supported"),
             std::string::npos);
 }
 
