@@ -10,6 +10,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/consolidate.h"
 #include "comm/mpi_communicator.h"
 #include "io/fs_util.h"
@@ -52,7 +53,7 @@ int cmd_consolidate(int argc, char** argv) {
   MpiRuntime runtime;
   MpiCommunicator comm;
   comm.set_timeout_seconds(comm_timeout);
-  const std::string checkpoint = vm["checkpoint"].as<std::string>();
+  const std::string checkpoint = checkpoint_dir_through_latest(vm["checkpoint"].as<std::string>());
   check_output_apart_from_inputs(spec.name, vm["out"].as<std::string>(),
                                  {{"the checkpoint", checkpoint}});
   const ConsolidatedModel model =

@@ -12,6 +12,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/run_setup.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_manifest.h"
 #include "checkpoint/consolidate.h"
 #include "io/fs_util.h"
@@ -31,7 +32,8 @@ namespace {
 int export_peft_adapter(const po::variables_map& vm, const std::string& merge_adapter) {
   ZT_CHECK(merge_adapter.empty(),
            "export: --merge-lora writes a merged model and --format peft an adapter; give one");
-  const std::string checkpoint = strip_trailing_slashes(vm["model"].as<std::string>());
+  const std::string checkpoint =
+      checkpoint_dir_through_latest(strip_trailing_slashes(vm["model"].as<std::string>()));
   std::error_code ec;
   const auto has = [&](const char* file) {
     return std::filesystem::exists(checkpoint + "/" + file, ec);
@@ -115,11 +117,18 @@ int cmd_export(int argc, char** argv) {
            "export: --max-shard-size-mb applies to --format safetensors");
   if (format == "peft") return export_peft_adapter(vm, adapter);
   std::error_code ec;
-  ZT_CHECK(
-      !std::filesystem::exists(vm["model"].as<std::string>() + "/" + kCheckpointManifestFile, ec),
-      "export: '" + vm["model"].as<std::string>() +
-          "' is a training checkpoint: `zerotrain consolidate` writes its model (a LoRA "
-          "run's checkpoint: export --format peft writes its adapter)");
+  const std::string given = strip_trailing_slashes(vm["model"].as<std::string>());
+  const std::string checkpoint = checkpoint_dir_through_latest(given);
+  ZT_CHECK(!std::filesystem::exists(checkpoint + "/" + kCheckpointManifestFile, ec),
+           "export: '" + given + "' " +
+               (checkpoint == given ? std::string("is a training checkpoint")
+                                    : "names the training checkpoint '" + checkpoint +
+                                          "' (through its latest tag)") +
+               ": `zerotrain consolidate` writes its model (a LoRA run's checkpoint: export "
+               "--format peft writes its adapter)" +
+               (std::filesystem::is_directory(given + "/final", ec)
+                    ? "; the run's final model is '" + given + "/final'"
+                    : ""));
   // --merge-lora: the merged model is written beside the output first, then exported from there.
   std::string model = vm["model"].as<std::string>();
   const std::string merged =

@@ -116,6 +116,10 @@ int cmd_import(int argc, char** argv) {
       spec.name, out,
       {{"the model", source}, {"the tokenizer", vm["tokenizer"].as<std::string>()}});
   std::error_code ec;
+  ZT_CHECK(std::filesystem::exists(source, ec),
+           "import: '" + source +
+               "' does not exist (import takes a Hugging Face model directory or a GGUF file; "
+               "Hub ids are not downloaded)");
   if (std::filesystem::is_regular_file(source, ec)) {
     ZT_CHECK(is_gguf_file(source), "import: '" + source +
                                        "' is a file but not a GGUF file (no 'GGUF' magic); give "

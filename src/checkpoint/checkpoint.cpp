@@ -364,11 +364,39 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
   return saved;
 }
 
+namespace {
+
+// The checkpoint directory a checkpoints root's `latest` file names (a name in that root).
+std::string named_by_latest(const std::string& root, const std::string& latest) {
+  std::ifstream in(latest);
+  std::string name;
+  std::getline(in, name);
+  ZT_CHECK(!in.bad() && !name.empty() && name.find('/') == std::string::npos,
+           "'" + latest + "' does not name a checkpoint directory");
+  return root + "/" + name;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_through_latest(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(path + "/" + kCheckpointManifestFile, ec)) return path;
+  const fs::path given(path);
+  if (given.filename() == kLatestCheckpointFile && fs::is_regular_file(given, ec))
+    return named_by_latest(given.has_parent_path() ? given.parent_path().string() : ".", path);
+  for (const std::string& root : {path, checkpoints_root(path)})
+    if (fs::is_regular_file(root + "/" + kLatestCheckpointFile, ec))
+      return named_by_latest(root, root + "/" + kLatestCheckpointFile);
+  return path;
+}
+
 std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir,
                                       std::string* fallback_note) {
   if (mode.empty() || mode == "none") return "";
-  std::string dir = mode;
-  if (mode == "auto") {
+  std::string dir;
+  if (mode != "auto") {
+    dir = checkpoint_dir_through_latest(strip_trailing_slashes(mode));
+  } else {
     const std::string root = checkpoints_root(out_dir);
     const std::string latest = root + "/" + kLatestCheckpointFile;
     std::error_code ec;
@@ -379,12 +407,7 @@ std::string resolve_resume_checkpoint(const std::string& mode, const std::string
                          "checkpoint, " + newest;
       return newest;
     }
-    std::ifstream in(latest);
-    std::string name;
-    std::getline(in, name);
-    ZT_CHECK(!in.bad() && !name.empty() && name.find('/') == std::string::npos,
-             "'" + latest + "' does not name a checkpoint directory");
-    dir = root + "/" + name;
+    dir = named_by_latest(root, latest);
   }
   // "step-N/." or "step-N/" names step-N itself (its parent is the checkpoints root).
   dir = normal_dir_path(dir);

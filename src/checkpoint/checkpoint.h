@@ -92,11 +92,17 @@ void point_latest_at(const std::string& dir);
 // A fresh random id for this process's run in its checkpoints' lineage.
 std::string new_checkpoint_run_id();
 
+// The checkpoint a PATH names, as DeepSpeed's load_checkpoint and zero_to_fp32 read a directory
+// through its `latest` tag: PATH itself when it holds a manifest; else the checkpoint `latest`
+// names where PATH is that file, a checkpoints root holding it, or a run's output directory
+// (OUT/checkpoints/latest); else PATH (whose reader then refuses it naming it).
+std::string checkpoint_dir_through_latest(const std::string& path);
+
 // The checkpoint directory that --resume MODE names: "none" gives ""; "auto" gives the one
 // OUT/checkpoints/latest names or, without `latest`, the newest complete checkpoint (a save
 // interrupted before it wrote `latest`, as a Hugging Face or torchtitan run picks its last; then
-// *fallback_note says so), or "" when there is none; anything else is a checkpoint directory,
-// which must hold a manifest.
+// *fallback_note says so), or "" when there is none; anything else is a checkpoint, found through
+// checkpoint_dir_through_latest, which must hold a manifest.
 std::string resolve_resume_checkpoint(const std::string& mode, const std::string& out_dir,
                                       std::string* fallback_note = nullptr);
 

@@ -243,14 +243,19 @@ void ModelDirWriter::finish() {
 namespace {
 
 ModelConfig load_model_config(const std::string& dir) {
-  ZT_CHECK(fs::is_directory(dir), "model directory '" + dir + "' does not exist");
+  ZT_CHECK(fs::is_directory(dir), "model directory '" + dir + "' " +
+                                      (fs::exists(dir) ? "is not a directory" : "does not exist"));
   const std::string path = dir + "/" + kModelConfigFile;
   ZT_CHECK(fs::exists(path) || !fs::exists(dir + "/" + kPeftConfigFile),
            "model directory '" + dir + "' has no " + kModelConfigFile + ": it holds a PEFT " +
                "adapter (" + kPeftConfigFile + "); give its base model here, and the adapter " +
                "with --adapter (eval, generate), --lora-init-from (train) or --merge-lora " +
                "(export)");
-  ZT_CHECK(fs::exists(path), "model directory '" + dir + "' has no " + kModelConfigFile);
+  ZT_CHECK(fs::exists(path),
+           "model directory '" + dir + "' has no " + kModelConfigFile +
+               (fs::exists(dir + "/final/" + kModelConfigFile)
+                    ? " (a training run's output: its model is '" + dir + "/final')"
+                    : ""));
   return ModelConfig::from_hf_file(path);
 }
 

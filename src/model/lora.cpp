@@ -405,8 +405,13 @@ std::vector<std::string> LoraSpec::unknown_peft_keys(const nlohmann::json& j) {
 
 LoraSpec LoraSpec::from_peft_file(const std::string& path, nlohmann::json* parsed, Use use) {
   std::error_code ec;
-  ZT_CHECK(std::filesystem::is_regular_file(path, ec),
-           "adapter config '" + path + "' is not a file");
+  const std::filesystem::path given(path), run_dir = given.parent_path();
+  ZT_CHECK(
+      std::filesystem::is_regular_file(path, ec),
+      "adapter config '" + path + "' is not a file" +
+          (std::filesystem::is_regular_file(run_dir / "final" / given.filename(), ec)
+               ? " (a training run's output: its adapter is '" + (run_dir / "final").string() + "')"
+               : ""));
   std::ifstream in(path, std::ios::binary);
   ZT_CHECK(in.good(), "cannot open adapter config '" + path + "'");
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -563,7 +563,34 @@ TEST(ResumeCheckpoint, AutoFollowsLatestOrTheNewestCompleteAndANamedOneIsNormali
   EXPECT_THROW(
       resolve_resume_checkpoint((root / checkpoint_step_dir_name(6)).string(), out.string()),
       Error);
-  EXPECT_THROW(resolve_resume_checkpoint(step4 + "/..", out.string()), Error);
+  fs::remove_all(out);
+}
+
+// A path that is no checkpoint is followed through `latest`, as DeepSpeed's load_checkpoint and
+// zero_to_fp32 read a checkpoints directory: the `latest` file itself, the checkpoints root
+// holding it, and the run's output directory each name the checkpoint `latest` names (for
+// --resume, consolidate and export); a checkpoint is itself, and any other path stays as given.
+TEST(ResumeCheckpoint, ARunDirectoryItsCheckpointsRootAndLatestNameTheCheckpointLatestNames) {
+  const fs::path out =
+      fs::temp_directory_path() / ("zt_through_latest_" + std::to_string(getpid()));
+  const fs::path root = out / "checkpoints";
+  fs::remove_all(out);
+  for (int64_t step : {2, 4}) {
+    fs::create_directories(root / checkpoint_step_dir_name(step));
+    std::ofstream(root / checkpoint_step_dir_name(step) / kCheckpointManifestFile);
+  }
+  const std::string step2 = (root / checkpoint_step_dir_name(2)).string();
+  const std::string step4 = (root / checkpoint_step_dir_name(4)).string();
+  EXPECT_EQ(checkpoint_dir_through_latest(out.string()), out.string());  // no latest yet
+  point_latest_at(step2);
+  for (const fs::path& given : {out, root, root / kLatestCheckpointFile})
+    EXPECT_EQ(checkpoint_dir_through_latest(given.string()), step2) << given;
+  EXPECT_EQ(resolve_resume_checkpoint(out.string() + "/", "elsewhere"), step2);
+  EXPECT_EQ(resolve_resume_checkpoint((root / kLatestCheckpointFile).string(), "elsewhere"), step2);
+  EXPECT_EQ(checkpoint_dir_through_latest(step4), step4);
+  EXPECT_EQ(checkpoint_dir_through_latest((out / "absent").string()), (out / "absent").string());
+  std::ofstream(root / kLatestCheckpointFile) << "../../etc\n";
+  EXPECT_THROW(checkpoint_dir_through_latest(root.string()), Error);
   fs::remove_all(out);
 }
 

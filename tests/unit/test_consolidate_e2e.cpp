@@ -175,10 +175,16 @@ TEST_F(ConsolidateE2E, DamagedCheckpointIsRefusedNamingTheFile) {
     EXPECT_NE(r.output.find(file), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(path("from_damaged")));
   }
-  // Not a checkpoint at all.
-  const RunResult r = consolidate("", path("damaged_run"), "from_run_dir");
+  // The run's directory names the checkpoint its latest tag names, as zero_to_fp32 reads a
+  // checkpoints directory; its final model is no checkpoint at all.
+  const RunResult from_run = consolidate("", path("damaged_run"), "from_run_dir");
+  EXPECT_EQ(from_run.exit_code, 0) << from_run.output;
+  EXPECT_NE(from_run.output.find("damaged_run/checkpoints/step-"), std::string::npos)
+      << from_run.output;
+  const RunResult r = consolidate("", path("damaged_run") + "/final", "from_final");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("manifest.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is not a training checkpoint (no manifest.json)"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace
