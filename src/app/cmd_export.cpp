@@ -27,6 +27,23 @@ namespace zt {
 
 namespace {
 
+// A training checkpoint given as the model to export (itself, or a run's directory, its
+// checkpoints root or `latest`, which name one): refused saying which command writes it.
+void refuse_training_checkpoint(const std::string& given) {
+  std::error_code ec;
+  const std::string checkpoint = checkpoint_dir_through_latest(given);
+  ZT_CHECK(!std::filesystem::exists(checkpoint + "/" + kCheckpointManifestFile, ec),
+           "export: '" + given + "' " +
+               (checkpoint == given ? std::string("is a training checkpoint")
+                                    : "names the training checkpoint '" + checkpoint +
+                                          "' (through its latest tag)") +
+               ": `zerotrain consolidate` writes its model (a LoRA run's checkpoint: export "
+               "--format peft writes its adapter)" +
+               (std::filesystem::is_directory(given + "/final", ec)
+                    ? "; the run's final model is '" + given + "/final'"
+                    : ""));
+}
+
 // --format peft: the adapter of a LoRA run's training checkpoint. What else MODEL may be (a PEFT
 // adapter directory, a model directory) is named in the refusal.
 int export_peft_adapter(const po::variables_map& vm, const std::string& merge_adapter) {
@@ -116,19 +133,7 @@ int cmd_export(int argc, char** argv) {
   ZT_CHECK(format == "safetensors" || vm["max-shard-size-mb"].defaulted(),
            "export: --max-shard-size-mb applies to --format safetensors");
   if (format == "peft") return export_peft_adapter(vm, adapter);
-  std::error_code ec;
-  const std::string given = strip_trailing_slashes(vm["model"].as<std::string>());
-  const std::string checkpoint = checkpoint_dir_through_latest(given);
-  ZT_CHECK(!std::filesystem::exists(checkpoint + "/" + kCheckpointManifestFile, ec),
-           "export: '" + given + "' " +
-               (checkpoint == given ? std::string("is a training checkpoint")
-                                    : "names the training checkpoint '" + checkpoint +
-                                          "' (through its latest tag)") +
-               ": `zerotrain consolidate` writes its model (a LoRA run's checkpoint: export "
-               "--format peft writes its adapter)" +
-               (std::filesystem::is_directory(given + "/final", ec)
-                    ? "; the run's final model is '" + given + "/final'"
-                    : ""));
+  refuse_training_checkpoint(strip_trailing_slashes(vm["model"].as<std::string>()));
   // --merge-lora: the merged model is written beside the output first, then exported from there.
   std::string model = vm["model"].as<std::string>();
   const std::string merged =

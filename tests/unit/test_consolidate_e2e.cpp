@@ -185,6 +185,23 @@ TEST_F(ConsolidateE2E, DamagedCheckpointIsRefusedNamingTheFile) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("is not a training checkpoint (no manifest.json)"), std::string::npos)
       << r.output;
+  // export and eval of the run's directory name what it holds: the checkpoint and final/.
+  const RunResult exported =
+      run_zerotrain("export " + path("damaged_run") + " --out " + path("exported"));
+  EXPECT_EQ(exported.exit_code, 1) << exported.output;
+  EXPECT_NE(exported.output.find("names the training checkpoint '" + path("damaged_run") +
+                                 "/checkpoints/step-"),
+            std::string::npos)
+      << exported.output;
+  EXPECT_NE(exported.output.find("the run's final model is '" + path("damaged_run") + "/final'"),
+            std::string::npos)
+      << exported.output;
+  const RunResult generated = run_zerotrain("generate --model " + path("damaged_run") +
+                                            " --prompt x --tokenizer byte --max-new-tokens 1");
+  EXPECT_NE(generated.output.find("has no config.json (a training run's output: its model is '" +
+                                  path("damaged_run") + "/final')"),
+            std::string::npos)
+      << generated.output;
 }
 
 }  // namespace
