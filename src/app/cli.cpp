@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include "io/data_loader.h"
@@ -66,6 +67,49 @@ bool parse_command_line(const CommandSpec& spec, po::options_description& option
   return true;
 }
 
+namespace {
+
+// Hugging Face TrainingArguments' (and TRL's SFTConfig's) names, dashed, of settings whose
+// zerotrain option is spelt otherwise: too far apart for a closest-name suggestion.
+constexpr std::pair<const char*, const char*> kHuggingFaceNames[] = {
+    {"learning-rate", "lr"},
+    {"per-device-train-batch-size", "micro-batch"},
+    {"gradient-accumulation-steps", "grad-accum"},
+    {"num-train-epochs", "epochs"},
+    {"max-steps", "steps"},
+    {"output-dir", "out"},
+    {"model-name-or-path", "model"},
+    {"max-seq-length", "seq-len"},
+    {"max-length", "seq-len"},
+    {"save-steps", "save-every"},
+    {"save-total-limit", "keep-last"},
+    {"logging-steps", "log-every"},
+    {"eval-steps", "eval-every"},
+    {"max-grad-norm", "clip"},
+    {"adam-beta1", "beta1"},
+    {"adam-beta2", "beta2"},
+    {"adam-epsilon", "eps"},
+    {"lr-scheduler-type", "lr-schedule"},
+    {"gradient-checkpointing", "activation-checkpointing"},
+    {"resume-from-checkpoint", "resume"},
+    {"bf16", "precision"},
+    {"fp16", "precision"},
+    {"lora-r", "lora-rank"}};
+
+// " (Hugging Face's --NAME is --OPTION here)" where `given` is such a name of one of `options`.
+std::string hugging_face_name_hint(const std::string& given,
+                                   const std::vector<std::string>& options) {
+  std::string dashed = given;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  for (const auto& [hf, ours] : kHuggingFaceNames)
+    if (dashed == hf && std::find(options.begin(), options.end(), ours) != options.end())
+      return " (Hugging Face's --" + given + " is --" + ours +
+             (dashed == "bf16" || dashed == "fp16" ? " " + dashed : std::string()) + " here)";
+  return "";
+}
+
+}  // namespace
+
 std::string did_you_mean(const std::string& given, const po::options_description& options) {
   std::vector<std::string> all, names;  // names: those `given` begins, else the closest
   for (const auto& option : options.options()) {
@@ -74,6 +118,8 @@ std::string did_you_mean(const std::string& given, const po::options_description
     all.push_back(name);
     if (name.rfind(given, 0) == 0) names.push_back(name);
   }
+  const std::string hint = hugging_face_name_hint(given, all);
+  if (!hint.empty()) return hint;
   if (names.empty()) names.push_back(closest_name(given, all));
   if (names.front().empty()) return "";
   std::string text = " (did you mean ";

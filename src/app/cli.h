@@ -156,7 +156,9 @@ void add_trainable_options(po::options_description& options, std::vector<std::st
                            std::vector<std::string>* freeze);
 
 // " (did you mean --a or --b?)" for an unknown option `given`: every known long name it is a
-// prefix of, else the closest one by edit distance when it is close; "" when nothing is.
+// prefix of, else the closest one by edit distance when it is close; "" when nothing is. A
+// Hugging Face TrainingArguments name of an option spelt otherwise here (learning_rate,
+// per_device_train_batch_size, ...) names that option instead.
 std::string did_you_mean(const std::string& given, const po::options_description& options);
 
 // Fails with a message naming the missing option unless vm has it.

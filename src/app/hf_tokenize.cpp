@@ -59,6 +59,9 @@ def string_field(path, number, record, key):
                 "--chat-template reads)")
     elif key == "response" and isinstance(record, dict) and "completion" in record:
         hint = " (the line has TRL's 'completion': --response-field completion)"
+    elif isinstance(record, dict) and isinstance(record.get("messages"), list):
+        hint = (" (the line has a 'messages' list, TRL's conversational format: "
+                "--messages-field messages --chat-template)")
     sys.exit(f"{path}:{number}: no string field '{key}'{hint}")
 
 def ids_of(text, special):

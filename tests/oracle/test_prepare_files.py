@@ -222,6 +222,14 @@ def parquet_refusals(s, records):
                   [s.work("null.parquet") + ":row 300: no string field 'answer'"])
     s.refused(["--sft-jsonl", s.work("chats.parquet"), "--messages-field", "conversation",
                "--chat-template"], [s.work("chats.parquet") + ":row 0:", "conversation"])
+    # TRL's conversational lines read as prompt-response pairs: the hint names the options.
+    with open(s.work("messages.jsonl"), "w") as f:
+        f.write(json.dumps({"messages": [{"role": "user", "content": "Hi"},
+                                         {"role": "assistant", "content": "Hello"}]}) + "\n")
+    s.refused(["--sft-jsonl", s.work("messages.jsonl")],
+              [s.work("messages.jsonl") + ":1: no string field 'prompt' (the line has a "
+               "'messages' list, TRL's conversational format: --messages-field messages "
+               "--chat-template)"])
     with open(s.work("chats.parquet"), "rb") as f:
         whole = f.read()
     with open(s.work("cut.parquet"), "wb") as f:

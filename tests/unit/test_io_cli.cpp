@@ -138,7 +138,8 @@ TEST(IoCli, MissingAndUnknownOptions) {
 
 // Options are taken by their full names only: an abbreviation that worked until a longer option
 // was added (--warmup, once --warmup-steps alone) is refused with the names it may mean, and a
-// near miss with the closest name. --help prints float defaults as short decimals and keeps the
+// near miss with the closest name, a Hugging Face TrainingArguments name (learning_rate) with
+// the option it is here. --help prints float defaults as short decimals and keeps the
 // fault-injection options in a group of their own.
 TEST(IoCli, FullOptionNamesOnlyWithSuggestions) {
   TempDir tmp;
@@ -148,6 +149,14 @@ TEST(IoCli, FullOptionNamesOnlyWithSuggestions) {
       r, {"'--warmup'", "did you mean --warmup-steps", "--warmup-type", "--warmup-start-lr"});
   r = run_zerotrain(base + " --weight-decy 0.1");
   expect_failure_naming(r, {"did you mean --weight-decay?"});
+  // Hugging Face's names of settings spelt otherwise here name the option.
+  r = run_zerotrain(base + " --learning_rate 2e-4");
+  expect_failure_naming(r, {"(Hugging Face's --learning_rate is --lr here)"});
+  r = run_zerotrain(base + " --per-device-train-batch-size 4");
+  expect_failure_naming(r,
+                        {"(Hugging Face's --per-device-train-batch-size is --micro-batch here)"});
+  r = run_zerotrain(base + " --bf16");
+  expect_failure_naming(r, {"(Hugging Face's --bf16 is --precision bf16 here)"});
   r = run_zerotrain(base + " --qqqqqqq 1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(r.output.find("did you mean"), std::string::npos) << r.output;
