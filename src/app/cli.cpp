@@ -93,8 +93,7 @@ constexpr std::pair<const char*, const char*> kHuggingFaceNames[] = {
     {"gradient-checkpointing", "activation-checkpointing"},
     {"resume-from-checkpoint", "resume"},
     {"bf16", "precision"},
-    {"fp16", "precision"},
-    {"lora-r", "lora-rank"}};
+    {"fp16", "precision"}};
 
 // " (Hugging Face's --NAME is --OPTION here)" where `given` is such a name of one of `options`.
 std::string hugging_face_name_hint(const std::string& given,

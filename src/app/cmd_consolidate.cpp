@@ -26,9 +26,11 @@ int cmd_consolidate(int argc, char** argv) {
                          "[mpirun -np N] zerotrain consolidate CHECKPOINT_DIR --out DIR "
                          "[--serial] [--shard-size-mb N] [--overwrite] [--comm-timeout S]"};
   po::options_description options("consolidate options");
-  options.add_options()("checkpoint", po::value<std::string>(),
-                        "training checkpoint directory (OUT/checkpoints/step-NNNNNNNN)")(
-      "out", po::value<std::string>(), "output model directory")(
+  options.add_options()(
+      "checkpoint", po::value<std::string>(),
+      "training checkpoint directory (OUT/checkpoints/step-NNNNNNNN; a run's OUT, its "
+      "checkpoints/ or their latest: the checkpoint latest names)")("out", po::value<std::string>(),
+                                                                    "output model directory")(
       "serial", po::bool_switch(),
       "write one tensor at a time through rank 0 even when HDF5 is parallel")(
       "shard-size-mb", po::value<double>()->default_value(2048),

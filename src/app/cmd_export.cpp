@@ -31,7 +31,11 @@ namespace {
 // checkpoints root or `latest`, which name one): refused saying which command writes it.
 void refuse_training_checkpoint(const std::string& given) {
   std::error_code ec;
-  const std::string checkpoint = checkpoint_dir_through_latest(given);
+  std::string checkpoint = given;
+  try {
+    checkpoint = checkpoint_dir_through_latest(given);
+  } catch (const Error&) {  // a `latest` that names no checkpoint: no run's, the model's to read
+  }
   ZT_CHECK(!std::filesystem::exists(checkpoint + "/" + kCheckpointManifestFile, ec),
            "export: '" + given + "' " +
                (checkpoint == given ? std::string("is a training checkpoint")

@@ -45,7 +45,8 @@ void add_checkpoint_options(po::options_description& options, CheckpointFlags& f
       "with --keep-last, also keep the checkpoint of the lowest eval_loss (--eval-every; "
       "--save-every a multiple of it)");
   add("resume", po::value(&f.resume)->default_value(f.resume),
-      "none | auto (OUT/checkpoints/latest, if any) | PATH of a checkpoint directory");
+      "none | auto (OUT/checkpoints/latest, if any) | PATH of a checkpoint directory (a run's "
+      "OUT, its checkpoints/ or their latest: the checkpoint latest names)");
   add("stop-after-step", po::value(&f.stop_after_step)->default_value(f.stop_after_step),
       "save a checkpoint after step S (below --steps) and exit 124, as on SIGUSR1 (0 = off)");
   add("allow-data-change", bool_flag(&f.allow_data_change, false),

@@ -367,11 +367,15 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
 namespace {
 
 // The checkpoint directory a checkpoints root's `latest` file names (a name in that root).
+// Its first line, blanks around it dropped (DeepSpeed strips its tag), must be a name.
 std::string named_by_latest(const std::string& root, const std::string& latest) {
   std::ifstream in(latest);
   std::string name;
   std::getline(in, name);
-  ZT_CHECK(!in.bad() && !name.empty() && name.find('/') == std::string::npos,
+  const size_t begin = name.find_first_not_of(" \t\r"), end = name.find_last_not_of(" \t\r");
+  name = begin == std::string::npos ? "" : name.substr(begin, end - begin + 1);
+  ZT_CHECK(!in.bad() && !name.empty() && name != "." && name != ".." &&
+               name.find('/') == std::string::npos,
            "'" + latest + "' does not name a checkpoint directory");
   return root + "/" + name;
 }

@@ -39,6 +39,12 @@ int target_index(const std::string& name) {
   return -1;
 }
 
+std::string lower_case(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
 // Whether a module name holds a layer index: "layers.N." at its start or after a dot.
 bool names_a_layer(const std::string& name) {
   const size_t dot = name.rfind(".layers.");
@@ -108,6 +114,14 @@ namespace {
 // PEFT's target_modules regular expression, compiled by RE2; refused naming `source` where RE2
 // cannot read it (look-around, back-references: Python's re has them, RE2 does not).
 std::unique_ptr<RE2> compiled_target_pattern(const std::string& regex, const std::string& source) {
+  // Python reads x{,n} as x{0,n}; RE2 reads "{,n}" as those characters.
+  for (size_t at = regex.find("{,"); at != std::string::npos; at = regex.find("{,", at + 1)) {
+    size_t backslashes = 0;
+    while (backslashes < at && regex[at - 1 - backslashes] == '\\') ++backslashes;
+    ZT_CHECK(backslashes % 2 == 1, source + ": target_modules " + quoted_json(regex) +
+                                       " repeats with '{,': Python reads x{,n} as x{0,n}, RE2 as "
+                                       "the characters; write {0,n}");
+  }
   auto re = std::make_unique<RE2>(regex, RE2::Quiet);
   ZT_CHECK(re->ok(), source + ": target_modules " + quoted_json(regex) +
                          " is a regular expression RE2 cannot read (" + re->error() +
@@ -128,10 +142,11 @@ std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
 }
 
 // The module paths of a Llama-family model that hold no projection an adapter can sit on: the
-// model's own (the embedding and LM head first), then layer l's (containers, norms, activation;
-// Qwen3's q/k norms with qk_norm).
-const std::vector<std::string> kModelModules = {"model.embed_tokens", "lm_head", "model",
-                                                "model.layers", "model.norm"};
+// model's own (the embedding and LM head first; the rotary embedding, the model's since
+// transformers 4.45), then layer l's (containers, norms, activation; Qwen3's q/k norms with
+// qk_norm).
+const std::vector<std::string> kModelModules = {
+    "model.embed_tokens", "lm_head", "model", "model.layers", "model.norm", "model.rotary_emb"};
 std::vector<std::string> layer_modules(int64_t layer, bool qk_norm) {
   const std::string l = "model.layers." + std::to_string(layer);
   std::vector<std::string> modules = {l,
@@ -211,9 +226,7 @@ void check_init_lora_weights(const nlohmann::json& j, const std::string& source,
   ZT_CHECK(use == LoraSpec::Use::kTrainedWeights,
            source + ": key 'init_lora_weights' is " + quoted_json(init) +
                ": zerotrain initialises as PEFT's default (true: A Kaiming-uniform, B zero)");
-  std::string name = init.is_string() ? init.get<std::string>() : "";  // as PEFT, any case
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string name = lower_case(init.is_string() ? init.get<std::string>() : "");  // as PEFT
   for (const char* moves_base : {"pissa", "olora", "loftq", "corda"})
     ZT_CHECK(name.rfind(moves_base, 0) != 0,
              source + ": key 'init_lora_weights' is " + quoted_json(init) +
@@ -226,8 +239,8 @@ void check_init_lora_weights(const nlohmann::json& j, const std::string& source,
                "(known: true, false, \"gaussian\", \"eva\")");
 }
 
-// Every key of PEFT's LoraConfig and of the PeftConfig it extends, PEFT 0.2 to 0.20
-// (enable_lora and merge_weights are 0.2's).
+// Every key of PEFT's LoraConfig and of the PeftConfig it extends, PEFT 0.2 to 0.20 and its main
+// branch after 0.20.0 (kasa_config; enable_lora and merge_weights are 0.2's).
 const std::vector<std::string> kPeftLoraKeys = {"task_type",
                                                 "peft_type",
                                                 "auto_mapping",
@@ -305,7 +318,7 @@ void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
       {"trainable_token_indices", empty_container},
       {"target_parameters", empty_container},
       {"use_qalora", is_false},            // QALoRA's pooled input
-      {"use_bdlora", is_false},            // block-diagonal LoRA
+      {"use_bdlora", is_false},            // block-diagonal LoRA (a BdLoraConfig when used)
       {"alora_invocation_tokens", never},  // aLoRA (even with []): adapted after the tokens
       {"velora_config", never},            // VeLoRA's compressed-activation backward
       {"monteclora_config", never},        // MonteCLoRA's sampled adapters
@@ -323,9 +336,9 @@ void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
 
 LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& source, Use use) {
   ZT_CHECK(j.is_object(), source + ": an adapter config must be a JSON object");
-  refuse_misspelt_keys(j, source);
-  if (j.contains("peft_type"))
+  if (j.contains("peft_type"))  // first: another method's keys are no misspelt LoRA keys
     refuse_unless(j, "peft_type", j["peft_type"] == "LORA", source, "only LoRA adapters");
+  refuse_misspelt_keys(j, source);
   LoraSpec s;
   auto number = [&](const char* key, double fallback) {
     if (!j.contains(key) || j[key].is_null()) return fallback;
@@ -348,7 +361,10 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
   s.ensure_weight_tying = boolean("ensure_weight_tying");
   const nlohmann::json targets = j.value("target_modules", nlohmann::json());
   std::vector<std::string> names;
-  if (targets.is_string() && targets != "all-linear") {
+  // PEFT compares all-linear in any case.
+  const bool all_linear =
+      targets.is_string() && lower_case(targets.get<std::string>()) == "all-linear";
+  if (targets.is_string() && !all_linear) {
     // PEFT reads a string other than all-linear as a regular expression over module paths.
     s.target_pattern = {targets.get<std::string>(), source};
     s.targets = pattern_targets(*compiled_target_pattern(s.target_pattern.regex, source), 0);

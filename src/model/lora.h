@@ -93,9 +93,10 @@ struct LoraSpec {
   // unknown refused saying so.
   static LoraSpec from_peft_json(const nlohmann::json& j, const std::string& source,
                                  Use use = Use::kInitialise);
-  // The keys of an adapter config that are none of PEFT's LoraConfig (PEFT 0.2 to 0.20), nor near
-  // one (from_peft_json refuses those as misspellings): a newer PEFT's, read past as PEFT 0.14
-  // and later read past keys they do not know, with a warning (io/peft_adapter_file.h).
+  // The keys of an adapter config that are none of PEFT's LoraConfig (PEFT 0.2 to 0.20): in a
+  // config from_peft_json accepted (which refuses those near a known key as misspellings), a
+  // newer PEFT's, read past as PEFT 0.14 and later read past keys they do not know, with a
+  // warning (io/peft_adapter_file.h).
   static std::vector<std::string> unknown_peft_keys(const nlohmann::json& j);
   // The file at `path`; with `parsed`, its JSON is handed back too (for the keys this reads past).
   static LoraSpec from_peft_file(const std::string& path, nlohmann::json* parsed = nullptr,

@@ -589,8 +589,12 @@ TEST(ResumeCheckpoint, ARunDirectoryItsCheckpointsRootAndLatestNameTheCheckpoint
   EXPECT_EQ(resolve_resume_checkpoint((root / kLatestCheckpointFile).string(), "elsewhere"), step2);
   EXPECT_EQ(checkpoint_dir_through_latest(step4), step4);
   EXPECT_EQ(checkpoint_dir_through_latest((out / "absent").string()), (out / "absent").string());
-  std::ofstream(root / kLatestCheckpointFile) << "../../etc\n";
-  EXPECT_THROW(checkpoint_dir_through_latest(root.string()), Error);
+  std::ofstream(root / kLatestCheckpointFile) << " " << checkpoint_step_dir_name(4) << "\r\n";
+  EXPECT_EQ(checkpoint_dir_through_latest(root.string()), step4);  // blanks dropped, as DeepSpeed
+  for (const char* bad : {"../../etc\n", "..\n", ".", "\n"}) {
+    std::ofstream(root / kLatestCheckpointFile) << bad;
+    EXPECT_THROW(checkpoint_dir_through_latest(root.string()), Error) << bad;
+  }
   fs::remove_all(out);
 }
 

@@ -168,9 +168,15 @@ TEST(Lora, MisspeltKeysAreRefusedNewerOnesReadPastWithAWarning) {
               std::string::npos)
         << variant;
   EXPECT_NE(error_of([] {
-              LoraSpec::from_peft_json({{"r", 8}, {"use_bdlora", true}}, "b.json");
-            }).find("key 'use_bdlora' = true is not supported"),
+              LoraSpec::from_peft_json({{"r", 8}, {"use_bdlora", {{"nblocks", 2}}}}, "b.json");
+            }).find("key 'use_bdlora' = {\"nblocks\":2} is not supported"),
             std::string::npos);
+  // Another PEFT method's keys are no misspelt LoRA keys: its type is refused first.
+  EXPECT_NE(
+      error_of([] {
+        LoraSpec::from_peft_json({{"peft_type", "LOHA"}, {"r", 8}, {"rank_dropout", 0}}, "h.json");
+      }).find("only LoRA adapters"),
+      std::string::npos);
 }
 
 // PEFT's bias "lora_only" trains the biases of the adapted projections, "all" every bias: on a
@@ -255,6 +261,16 @@ TEST(Lora, ATargetModulesRegexMustSelectTheSameProjectionsInEveryLayer) {
             std::string::npos);
   qwen3.qk_norm = false;
   EXPECT_EQ(error_of([&] { ParamLayout layout(qwen3); }), "");
+  // Python's x{,n} is x{0,n}; RE2 would read the characters: refused, saying so.
+  EXPECT_NE(error_of([&] {
+              spec(R"(.*q_proj|model\.layers\.\d{,2}\.mlp\..*)");
+            }).find("repeats with '{,': Python reads x{,n} as x{0,n}"),
+            std::string::npos);
+  EXPECT_EQ(spec(R"(.*q_proj|x\{,)").targets_text(), "q_proj");  // an escaped brace
+  // PEFT compares all-linear in any case.
+  EXPECT_EQ(spec("ALL-LINEAR").targets_text(),
+            LoraSpec::from_peft_json({{"r", 4}, {"target_modules", "all-linear"}}, "a.json")
+                .targets_text());
   const std::string look = error_of([&] { spec("(?!k).*_proj"); });
   EXPECT_NE(look.find("p.json: target_modules \"(?!k).*_proj\" is a regular expression RE2 "
                       "cannot read"),
