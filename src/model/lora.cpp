@@ -142,11 +142,12 @@ std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
 }
 
 // The module paths of a Llama-family model that hold no projection an adapter can sit on: the
-// model's own (the embedding and LM head first; the rotary embedding, the model's since
-// transformers 4.45), then layer l's (containers, norms, activation; Qwen3's q/k norms with
-// qk_norm).
-const std::vector<std::string> kModelModules = {
-    "model.embed_tokens", "lm_head", "model", "model.layers", "model.norm", "model.rotary_emb"};
+// embedding and LM head (which train in full instead), the model's other modules (the rotary
+// embedding is the model's since transformers 4.45), then layer l's (containers, norms,
+// activation; Qwen3's q/k norms with qk_norm).
+const std::vector<std::string> kEmbeddingAndHead = {"model.embed_tokens", "lm_head"};
+const std::vector<std::string> kModelModules = {"model", "model.layers", "model.norm",
+                                                "model.rotary_emb"};
 std::vector<std::string> layer_modules(int64_t layer, bool qk_norm) {
   const std::string l = "model.layers." + std::to_string(layer);
   std::vector<std::string> modules = {l,
@@ -178,13 +179,12 @@ void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm) const {
            "every layer: select it in all of them, or list the modules");
     }
   }
-  for (const std::string& module : kModelModules)
-    ZT_CHECK(
-        !RE2::FullMatch(module, *re) || (module != "lm_head" && module != "model.embed_tokens"),
-        says + "'" + module +
-            "': zerotrain adapts the decoder layers' projections; the embedding and the LM "
-            "head train in full through modules_to_save");
-  std::vector<std::string> others(kModelModules.begin() + 2, kModelModules.end());
+  for (const std::string& module : kEmbeddingAndHead)
+    ZT_CHECK(!RE2::FullMatch(module, *re),
+             says + "'" + module +
+                 "': zerotrain adapts the decoder layers' projections; the embedding and the LM "
+                 "head train in full through modules_to_save");
+  std::vector<std::string> others = kModelModules;
   for (int64_t layer = 0; layer < num_layers; ++layer)
     for (std::string& module : layer_modules(layer, qk_norm)) others.push_back(std::move(module));
   for (const std::string& module : others)
@@ -290,11 +290,9 @@ const std::vector<std::string> kPeftLoraKeys = {"task_type",
 // is near (PEFT 0.13 refuses any unknown key; from 0.14 it ignores one with a warning, so a
 // misspelt lora_alpha would silently train at the default).
 void refuse_misspelt_keys(const nlohmann::json& j, const std::string& source) {
-  for (const auto& item : j.items()) {
-    if (std::find(kPeftLoraKeys.begin(), kPeftLoraKeys.end(), item.key()) != kPeftLoraKeys.end())
-      continue;
-    const std::string near = closest_name(item.key(), kPeftLoraKeys);
-    ZT_CHECK(near.empty(), source + ": unknown key '" + item.key() + "'; did you mean '" + near +
+  for (const std::string& key : LoraSpec::unknown_peft_keys(j)) {
+    const std::string near = closest_name(key, kPeftLoraKeys);
+    ZT_CHECK(near.empty(), source + ": unknown key '" + key + "'; did you mean '" + near +
                                "'? (no key of PEFT's LoraConfig; read past, it would leave '" +
                                near + "' at its default)");
   }
