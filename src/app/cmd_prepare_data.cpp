@@ -54,8 +54,9 @@ po::options_description prepare_data_options() {
       "dataset's tokenizer files, so the trained model's, carry it")(
       "messages-field", po::value<std::string>(),
       "the field of each --sft-jsonl line that holds a conversation, a list of {role: "
-      "system|user|assistant|tool, content[, tool_calls]} (with --chat-template): every "
-      "assistant turn is learned")(
+      "system|user|assistant|tool, content[, tool_calls]}, or ShareGPT's {from, value} "
+      "(conversations in LLaMA-Factory and axolotl) (with --chat-template): every assistant "
+      "turn is learned")(
       "tools-field", po::value<std::string>()->default_value("tools"),
       "the field of each --sft-jsonl line that lists the tools the chat template is given (TRL's "
       "tools column: JSON schemas, or a string holding them), when the line has it")(

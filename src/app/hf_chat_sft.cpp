@@ -358,10 +358,7 @@ def checked_message(where, m, previous):
         m = {k: v for k, v in m.items() if v is not None and not (k == "tool_calls" and v == [])}
     if not (isinstance(m, dict) and m.get("role") in ROLES):
         hint = ""
-        if isinstance(m, dict) and "from" in m and "value" in m:
-            hint = (" (ShareGPT's from/value: TRL's conversational format names them role and "
-                    "content, with human as user and gpt as assistant)")
-        elif isinstance(m, dict) and m.get("role") in ROLE_HINTS:
+        if isinstance(m, dict) and m.get("role") in ROLE_HINTS:
             hint = f" ({ROLE_HINTS[m['role']]})"
         sys.exit(f"{where} is not a message with a role ({', '.join(ROLES)}){hint}")
     role, allowed = m["role"], EXTRA_KEYS.get(m["role"], ())
@@ -390,7 +387,8 @@ def checked_message(where, m, previous):
 
 def conversation(path, number, record, key, tools):
     """(the record's list of messages, where each is in the record: 'field'[index], whether each
-    is an assistant turn to learn). TRL's conversational format, with its tool calls: roles
+    is an assistant turn to learn). TRL's conversational format, or ShareGPT's (read_sharegpt),
+    with its tool calls: roles
     system, user, assistant and tool, checked by checked_message, at least one assistant turn, and
     a user turn before the first assistant turn; OpenAI's weight, taken out of the messages. `key`
     may be a list of fields whose lists are joined (TRL's conversational prompt-completion:
@@ -401,8 +399,9 @@ def conversation(path, number, record, key, tools):
         part = record.get(k) if isinstance(record, dict) else None
         if not isinstance(part, list) or not part:
             sys.exit(f"{path}:{number}: no list of messages in field '{k}'")
-        messages += part
         names += [f"'{k}'[{i}]" for i in range(len(part))]
+        messages += [read_sharegpt(f"{path}:{number}: {name}", m)
+                     for m, name in zip(part, names[-len(part):])]
     key = " + ".join(f"'{k}'" for k in keys) if len(keys) > 1 else f"'{key}'"
     checked, learned = [], []
     for m, name in zip(messages, names):

@@ -8,6 +8,7 @@
 
 #include "app/hf_chat_sft.h"
 #include "app/hf_records.h"
+#include "app/hf_sharegpt.h"
 #include "app/python_step.h"
 #include "io/fs_util.h"
 #include "io/token_dataset.h"
@@ -324,9 +325,9 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
   std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path,
                                    mask_path,         starts_path,    meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
-  run_tokenizer_step(request.python,
-                     "tok_path, options, tokens_path, mask_path, starts_path, meta_path, *inputs",
-                     std::string(kChatSftPython) + kRecordsPython + kTokenizeScript, args);
+  run_tokenizer_step(
+      request.python, "tok_path, options, tokens_path, mask_path, starts_path, meta_path, *inputs",
+      std::string(kShareGptPython) + kChatSftPython + kRecordsPython + kTokenizeScript, args);
   const nlohmann::json meta = read_json_file(meta_path);
   TokenizerFiles tokenizer = read_tokenizer_files(request.tokenizer);
   if (!template_text.empty()) replace_chat_template(tokenizer, template_text, request.tokenizer);

@@ -12,13 +12,24 @@ message and two rounds, made of consecutive lines of inputs/data/sample.txt.
    object, a JSON string (as Parquet may keep it) and an object whose key holds null (read as
    absent); the template renders a `persona` argument as a system turn. The tokens and the mask
    equal apply_chat_template's given each row's arguments.
-3. Refused, naming the file, the line and the message, leaving nothing: a weight of 0.5, a
+3. ShareGPT's conversations, as LLaMA-Factory's sharegpt format, axolotl and Unsloth write them:
+   the first 20 records of LLaMA-Factory's glaive_toolcall_en_demo.json (tests/data/sharegpt: from
+   human, gpt, function_call and observation, the tools a JSON string of bare function schemas),
+   read as its dataset_info.json reads them (--messages-field conversations, --tools-field
+   tools), rendered by a template that names a bare schema (--chat-template-file); and records
+   made here from system, user, assistant and tool, with a turn of weight 0, the weight null on
+   every message (as OpenHermes-2.5 stores it) and a function_call of two parallel calls. The
+   tokens and the mask equal apply_chat_template's of the conversations converted by the mapping
+   LLaMA-Factory documents (human/user as user, gpt/assistant and function_call as assistant,
+   the call's JSON as TRL's tool_calls, observation/tool as tool), written here.
+4. Refused, naming the file, the line and the message, leaving nothing: a weight of 0.5, a
    weight on a user turn, every assistant turn at weight 0; what OpenAI's format allows and the
    templates do not render (a developer message, a participant name, function_call), each with
    its reason; content as a list of text parts, which this template prints as Python prints a
    list; an image part; an empty list of parts; a text part with a key besides type and text;
    a chat_template_kwargs that is not an object, and one that sets apply_chat_template's own
-   tools.
+   tools; a ShareGPT message from a speaker no tool maps, with a key besides from, value and
+   weight, with no value, and a function_call whose value is not JSON or names no function.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -76,8 +87,67 @@ def template_arguments(run, conversations):
           "apply_chat_template given each row's arguments")
 
 
-def refusals(zt, work):
+# The mapping LLaMA-Factory documents for its sharegpt format (and axolotl's and Unsloth's names).
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "function_call": "assistant", "observation": "tool", "tool": "tool",
+                  "system": "system"}
+
+
+def from_sharegpt(messages):
+    """ShareGPT's messages as TRL's: a function_call's JSON (a call, or a list of calls) becomes
+    the turn's tool_calls; a null weight is no weight."""
+    converted = []
+    for m in messages:
+        turn = {"role": SHAREGPT_ROLES[m["from"]]}
+        if m["from"] == "function_call":
+            calls = json.loads(m["value"])
+            turn["tool_calls"] = [{"type": "function", "function": c}
+                                  for c in (calls if isinstance(calls, list) else [calls])]
+        else:
+            turn["content"] = m["value"]
+        if m.get("weight") is not None:
+            turn["weight"] = m["weight"]
+        converted.append(turn)
+    return converted
+
+
+def sharegpt(run, conversations, data_dir):
     """Part 3."""
+    path = os.path.join(data_dir, "sharegpt", "LLaMA-Factory--glaive_toolcall_en_demo.first20.json")
+    with open(path) as f:
+        glaive = json.load(f)
+    # The test's template, reading a tool schema as LLaMA-Factory's data write it: bare, {"name",
+    # "description", "parameters"}, not inside {"type": "function", "function": ...}.
+    bare = CHAT_TEMPLATE.replace("t['function']['name']", "t['name']")
+    count, got = run("glaive sharegpt", path, [from_sharegpt(r["conversations"]) for r in glaive],
+                     field="conversations", template=bare, template_file=bare,
+                     tools=[json.loads(r["tools"]) or None for r in glaive])
+    calls = sum(m["from"] == "function_call" for r in glaive for m in r["conversations"])
+    print(f"ok   LLaMA-Factory's glaive_toolcall_en_demo (ShareGPT, {calls} function calls): "
+          f"{count} tokens, {got} counted, as transformers' rendering of the records converted")
+    speakers = {"system": "system", "user": "human", "assistant": "gpt"}
+    made = [[{"from": speakers[m["role"]], "value": m["content"], "weight": None} for m in c]
+            for c in conversations[:6]]
+    made[1] = [dict(m, **{"from": {"human": "user", "gpt": "assistant"}.get(m["from"], m["from"])})
+               for m in made[1]]
+    made[2][2]["weight"] = 0
+    made[3][3:3] = [{"from": "function_call", "value": json.dumps(
+                        [{"name": "f", "arguments": {"x": 1}}, {"name": "g", "arguments": {}}])},
+                    {"from": "observation", "value": "1"}, {"from": "tool", "value": "2"},
+                    {"from": "gpt", "value": "Both done."}]
+    tools = [None] * 3 + [[{"name": "f", "parameters": {}}, {"name": "g", "parameters": {}}]] + \
+        [None] * 2
+    count, got = run("sharegpt speakers", [{"conversations": c, "tools": t}
+                                           for c, t in zip(made, tools)],
+                     [from_sharegpt(c) for c in made], field="conversations",
+                     template=WEIGHTED_TEMPLATE.replace("t['function']['name']", "t['name']"),
+                     template_file=bare, tools=tools)
+    print(f"ok   ShareGPT from system, human/user, gpt/assistant, function_call (two parallel "
+          f"calls), observation/tool, a turn of weight 0: {count} tokens, {got} counted")
+
+
+def refusals(zt, work):
+    """Part 4."""
     user, reply = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
     for name, record, named in [
             ("half_weight", {"messages": [user, dict(reply, weight=0.5)]},
@@ -112,7 +182,20 @@ def refusals(zt, work):
              ["'chat_template_kwargs' is not an object of keyword arguments"]),
             ("kwargs_tools", {"messages": [user, reply], "chat_template_kwargs": {
                 "tools": [], "enable_thinking": False}},
-             ["'chat_template_kwargs' sets ['tools']", "--tools-field"])]:
+             ["'chat_template_kwargs' sets ['tools']", "--tools-field"]),
+            ("sharegpt_speaker", {"messages": [{"from": "human", "value": "q"},
+                                               {"from": "bot", "value": "a"}]},
+             ["'messages'[1] is from \"bot\"", "human, user, gpt"]),
+            ("sharegpt_key", {"messages": [{"from": "human", "value": "q", "lang": "en"}, reply]},
+             ["'messages'[0] has keys ['lang']", "ShareGPT message holds from and value"]),
+            ("sharegpt_value", {"messages": [{"from": "human"}, reply]},
+             ["'messages'[0]", "ShareGPT message", "no 'value'"]),
+            ("sharegpt_call_json", {"messages": [user, {"from": "function_call",
+                                                        "value": "f(x=1)"}]},
+             ["'messages'[1]: the value of a function_call is not JSON"]),
+            ("sharegpt_call_name", {"messages": [user, {"from": "function_call",
+                                                        "value": '{"arguments": {}}'}]},
+             ["'messages'[1]: the value of a function_call is not a call"])]:
         write_lines(work(name + ".jsonl"), [{"messages": [user, reply]}, record])
         refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
                  work(name + ".jsonl"), "--messages-field", "messages", "--chat-template",
@@ -134,18 +217,25 @@ def main():
         reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
         conversations = system_conversations(examples(text_file, 40))
 
-        def run(what, lines, want, **kwargs):
-            """prepare-data of `lines` ({"messages"} records, or conversations) against
-            transformers' rendering of the conversations `want`."""
-            path = work(what.replace(" ", "_") + ".jsonl")
-            write_lines(path, [line if isinstance(line, dict) else {"messages": line}
-                               for line in lines])
-            return chat_template_check(args.zerotrain, work, reference, what,
-                                       ["--sft-jsonl", path, "--messages-field", "messages"],
+        def run(what, lines, want, field="messages", template_file=None, **kwargs):
+            """prepare-data of `lines` (records, or conversations in the field; or the path of a
+            file of them) against transformers' rendering of the conversations `want`; with
+            template_file, zerotrain renders with that template (--chat-template-file)."""
+            path = lines if isinstance(lines, str) else work(what.replace(" ", "_") + ".jsonl")
+            if not isinstance(lines, str):
+                write_lines(path, [line if isinstance(line, dict) else {field: line}
+                                   for line in lines])
+            options = ["--sft-jsonl", path, "--messages-field", field]
+            if template_file is not None:
+                with open(work("template.jinja"), "w") as f:
+                    f.write(template_file)
+                options += ["--chat-template-file", work("template.jinja")]
+            return chat_template_check(args.zerotrain, work, reference, what, options,
                                        what.replace(" ", "_") + ".h5", want, **kwargs)
 
         weights(run, conversations)
         template_arguments(run, conversations)
+        sharegpt(run, conversations, os.path.join(args.source_dir, "tests/data"))
         refusals(args.zerotrain, work)
 
     return exit_status(checks)

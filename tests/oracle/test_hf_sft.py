@@ -476,8 +476,8 @@ def main():
                  work("bad_chats.jsonl"), "--messages-field", "messages", "--chat-template",
                  "--out", work("bad.h5")] + python,
                 [work("bad_chats.jsonl") + ":2", "'messages'", "no assistant"], work("bad.h5"))
-        # TRL's names and ShareGPT's, told where the error is: the completion field, a
-        # conversational prompt without --chat-template, from/value messages.
+        # TRL's names, told where the error is: the completion field, a conversational prompt
+        # without --chat-template.
         with open(work("trl_names.jsonl"), "w") as f:
             f.write(json.dumps({"prompt": "q", "completion": "a"}) + "\n")
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl",
@@ -506,14 +506,6 @@ def main():
                  work("bad_completion.jsonl"), "--prompt-field", "prompt", "--response-field",
                  "completion", "--chat-template", "--out", work("bad.h5")] + python,
                 [work("bad_completion.jsonl") + ":1: 'completion'[1] is not a message"],
-                work("bad.h5"))
-        with open(work("sharegpt.jsonl"), "w") as f:
-            f.write(json.dumps({"conversations": [{"from": "human", "value": "q"},
-                                                  {"from": "gpt", "value": "a"}]}) + "\n")
-        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                 work("sharegpt.jsonl"), "--messages-field", "conversations", "--chat-template",
-                 "--out", work("bad.h5")] + python,
-                [work("sharegpt.jsonl") + ":1", "'conversations'[0]", "ShareGPT", "role"],
                 work("bad.h5"))
         # An unknown role (OpenAI's retired "function"); a reasoning_content this template does
         # not render (it would be dropped unseen), a key no role holds (Harmony's "thinking");

@@ -25,8 +25,10 @@ Tool calls (TRL's format: an assistant turn with tool_calls, a tool result, the 
 go through every config as well. The templates written for them (Qwen2.5, Qwen3, Llama 3.1) give
 apply_chat_template(messages, tools=...)'s ids, and count exactly two runs, which read (special
 tokens included) the call and the answer, each with what closes its turn, as read off each
-template by hand (TEMPLATE_TURNS); never the tool result. Llama 3.1 reads the messages with the
-null keys an Arrow export writes; Qwen2.5 runs two calls in one turn; Qwen3 a tools column and
+template by hand (TEMPLATE_TURNS); never the tool result; the same conversation in ShareGPT's
+form (LLaMA-Factory's function_call and observation, the tools a string of bare function schemas)
+gives the same runs and apply_chat_template's ids of it converted. Llama 3.1 reads the messages
+with the null keys an Arrow export writes; Qwen2.5 runs two calls in one turn; Qwen3 a tools column and
 call arguments kept as JSON strings (as Parquet datasets store them), TRL's conversational
 prompt-completion, and an agent's trace (reasoning before a call, two turns of calls in a row, a
 later user turn) whose turns are located by the probes. The other templates are refused naming
@@ -278,15 +280,15 @@ def check_tool_calls(work, zt, source):
     reference = transformers.AutoTokenizer.from_pretrained(directory)
     call_text, close, last_opening = TEMPLATE_TURNS[name]
 
-    def check_runs(label, records, extra, messages, runs_want):
+    def check_runs(label, records, extra, messages, runs_want, tools=TOOLS):
         """prepare-data on the records gives apply_chat_template's ids of `messages` (with
-        TOOLS), and its counted runs read `runs_want` with their special tokens."""
+        `tools`), and its counted runs read `runs_want` with their special tokens."""
         status, output, ids, mask = prepare(work, zt, directory, name + label, records, extra)
         check(status == 0, f"{name}{label}: refused: {output}")
         # A turn that leaves its content out is rendered with an empty one (Qwen3's template
         # fails on a missing content).
         given = [dict(m, content=m.get("content") or "") for m in messages]
-        want = reference.apply_chat_template(given, tools=TOOLS, tokenize=True)
+        want = reference.apply_chat_template(given, tools=tools, tokenize=True)
         check(ids == want, f"{name}{label}: the ids differ from apply_chat_template's")
         runs = [reference.decode(r, clean_up_tokenization_spaces=False)
                 for r in counted_runs(ids, mask)]
@@ -298,6 +300,17 @@ def check_tool_calls(work, zt, source):
     given = as_arrow_exports(messages) if name.startswith("meta-llama") else messages
     check_runs("-tools", [{"messages": given, "tools": TOOLS}], ["--messages-field", "messages"],
                messages, runs)
+    # ShareGPT, as LLaMA-Factory's sharegpt format writes the call (a function_call holding its
+    # JSON), the result (an observation, which names no function) and the tools (a string of bare
+    # function schemas), which the template prints as given.
+    bare = [t["function"] for t in TOOLS]
+    sharegpt = [{"from": "human", "value": messages[0]["content"]},
+                {"from": "function_call", "value": json.dumps(call()["function"])},
+                {"from": "observation", "value": messages[2]["content"]},
+                {"from": "gpt", "value": ANSWER}]
+    check_runs("-sharegpt", [{"conversations": sharegpt, "tools": json.dumps(bare)}],
+               ["--messages-field", "conversations"],
+               [{k: v for k, v in m.items() if k != "name"} for m in messages], runs, bare)
     if name.startswith("Qwen--Qwen2.5"):
         two = tool_conversation([call(), call("Lyon")])
         check_runs("-two-calls", [{"messages": two, "tools": TOOLS}],

@@ -1,0 +1,53 @@
+#include "app/hf_sharegpt.h"
+
+namespace zt {
+
+const char* const kShareGptPython = R"PY(
+# ShareGPT's speakers and the roles they are: LLaMA-Factory's tags (human, gpt, system,
+# observation for a tool result, function_call below) and the names axolotl and Unsloth also
+# map (user, assistant, tool).
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "system": "system", "observation": "tool", "tool": "tool"}
+# LLaMA-Factory's assistant turn that calls tools: its value is the JSON of a call {"name",
+# "arguments"}, or of a list of them (parallel calls).
+SHAREGPT_CALL = "function_call"
+
+def sharegpt_calls(where, value):
+    """A function_call's value as TRL's tool_calls: each call {"type": "function", "function":
+    {"name", "arguments"}}, the arguments as the value holds them."""
+    try:
+        calls = json.loads(value) if isinstance(value, str) else value
+    except ValueError as e:
+        sys.exit(f"{where}: the value of a function_call is not JSON: {e}")
+    calls = calls if isinstance(calls, list) else [calls]
+    if not calls or any(not isinstance(c, dict) or call_name(c) is None
+                        or set(c) - {"name", "arguments"} for c in calls):
+        sys.exit(f"{where}: the value of a function_call is not a call "
+                 '{"name": ..., "arguments": {...}}, nor a list of them (LLaMA-Factory\'s format)')
+    return [{"type": "function", "function": c} for c in calls]
+
+def read_sharegpt(where, m):
+    """The message in TRL's form when it is ShareGPT's {"from", "value"[, "weight"]}: its speaker
+    as the role (SHAREGPT_ROLES; a function_call as an assistant turn of tool_calls), its value as
+    the content; OpenAI's weight, which axolotl also reads, kept. Any other message as given."""
+    if not (isinstance(m, dict) and "from" in m and "role" not in m):
+        return m
+    m = {k: v for k, v in m.items() if v is not None}
+    speaker = m.get("from")
+    extra = sorted(set(m) - {"from", "value", "weight"})
+    if extra:
+        sys.exit(f"{where} has keys {extra}; a ShareGPT message holds from and value "
+                 "(and an assistant turn's weight)")
+    if "value" not in m:
+        sys.exit(f"{where} is a ShareGPT message (it has 'from') with no 'value'")
+    if speaker == SHAREGPT_CALL:
+        return {"role": "assistant", "tool_calls": sharegpt_calls(where, m["value"]),
+                **({"weight": m["weight"]} if "weight" in m else {})}
+    if speaker not in SHAREGPT_ROLES:
+        sys.exit(f"{where} is from {json.dumps(speaker, default=str)}; a ShareGPT message is from "
+                 f"{', '.join([*SHAREGPT_ROLES, SHAREGPT_CALL])}")
+    return {"role": SHAREGPT_ROLES[speaker], "content": m["value"],
+            **({"weight": m["weight"]} if "weight" in m else {})}
+)PY";
+
+}  // namespace zt
