@@ -109,6 +109,20 @@ std::string hugging_face_name_hint(const std::string& given,
 
 }  // namespace
 
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, end - start);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
 std::string did_you_mean(const std::string& given, const po::options_description& options) {
   std::vector<std::string> all, names;  // names: those `given` begins, else the closest
   for (const auto& option : options.options()) {

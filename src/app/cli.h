@@ -161,6 +161,10 @@ void add_trainable_options(po::options_description& options, std::vector<std::st
 // per_device_train_batch_size, ...) names that option instead.
 std::string did_you_mean(const std::string& given, const po::options_description& options);
 
+// The items of a comma-separated option value, each without the blanks around it ("a, b" gives
+// a and b; "" gives one empty item, "a," an empty last one, for the caller to refuse).
+std::vector<std::string> split_commas(const std::string& text);
+
 // Fails with a message naming the missing option unless vm has it.
 void require_option(const po::variables_map& vm, const std::string& name,
                     const std::string& command);

@@ -1,6 +1,7 @@
 // zerotrain prepare-data: builds an HDF5 token dataset from text files, llm.c .bin shards,
 // nanoGPT's headerless .bin files, or (with a Hugging Face tokenizer) text, JSON-lines documents
 // and SFT examples with a loss mask.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -42,7 +43,9 @@ po::options_description prepare_data_options() {
       "a loss mask so that only the responses are learned")(
       "prompt-field", po::value<std::string>()->default_value("prompt"),
       "the field of each --sft-jsonl line that holds the prompt: a string, or with "
-      "--chat-template a list of messages (TRL's conversational prompt-completion)")(
+      "--chat-template a list of messages (TRL's conversational prompt-completion); or fields "
+      "separated by commas (Alpaca's instruction,input), whose texts that are not empty are "
+      "joined by a newline, as LLaMA-Factory joins them")(
       "response-field", po::value<std::string>()->default_value("response"),
       "the field of each --sft-jsonl line that holds the response (TRL names it completion): a "
       "string, or a list of messages as the prompt is; only the response is learned")(
@@ -80,6 +83,28 @@ po::options_description prepare_data_options() {
 // --chat-template, or --chat-template-file, which implies it.
 bool renders_chat_template(const po::variables_map& vm) {
   return vm["chat-template"].as<bool>() || vm.count("chat-template-file") > 0;
+}
+
+// The fields --sft-jsonl reads: named, and no field for two things. --prompt-field may name
+// several (Alpaca's instruction,input), joined into the prompt.
+void check_sft_fields(const SftFields& f, bool messages_given) {
+  ZT_CHECK(!messages_given || !f.messages.empty(),
+           "prepare-data: --messages-field must name the JSON field that holds each conversation");
+  std::vector<std::string> prompt = split_commas(f.prompt);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    ZT_CHECK(!prompt[i].empty(), "prepare-data: --prompt-field '" + f.prompt +
+                                     "' names an empty field (give one field, or several "
+                                     "separated by commas: instruction,input)");
+    ZT_CHECK(std::find(prompt.begin(), prompt.begin() + i, prompt[i]) == prompt.begin() + i,
+             "prepare-data: --prompt-field names '" + prompt[i] + "' twice");
+  }
+  const bool in_prompt = std::find(prompt.begin(), prompt.end(), f.response) != prompt.end();
+  ZT_CHECK(!f.response.empty() && !in_prompt,
+           "prepare-data: --prompt-field and --response-field must name different JSON fields");
+  ZT_CHECK(!f.tools.empty() && f.tools != f.messages && f.tools != f.response &&
+               std::find(prompt.begin(), prompt.end(), f.tools) == prompt.end(),
+           "prepare-data: --tools-field must name the JSON field that lists each line's tools, "
+           "not one that holds the examples");
 }
 
 // The one kind of input, and the options that go with it.
@@ -152,18 +177,7 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
                   vm.count("messages-field") ? vm["messages-field"].as<std::string>() : "",
                   vm["tools-field"].as<std::string>(),
                   vm.count("chat-template-file") ? vm["chat-template-file"].as<std::string>() : ""};
-    const SftFields& f = *request.sft;
-    ZT_CHECK(
-        !f.tools.empty() && f.tools != f.messages && f.tools != f.prompt && f.tools != f.response,
-        "prepare-data: --tools-field must name the JSON field that lists each line's tools, "
-        "not one that holds the examples");
-    ZT_CHECK(!vm.count("messages-field") || !request.sft->messages.empty(),
-             "prepare-data: --messages-field must name the JSON field that holds each "
-             "conversation");
-    ZT_CHECK(!request.sft->prompt.empty() && !request.sft->response.empty() &&
-                 request.sft->prompt != request.sft->response,
-             "prepare-data: --prompt-field and --response-field must name two different JSON "
-             "fields");
+    check_sft_fields(*request.sft, vm.count("messages-field") > 0);
   }
   request.document_eos = parse_auto_switch(vm["document-eos"].as<std::string>(), "--document-eos");
   request.python = vm["python"].as<std::string>();

@@ -504,13 +504,16 @@ def chat_pair_example(path, number, record):
     prompt, response = sft["prompt"], sft["response"]
     tools = row_tools(path, number, record)
     lists = [isinstance(record, dict) and isinstance(record.get(k), list)
-             for k in (prompt, response)]
+             for k in (prompt_fields[0], response)]
     if lists[1] and not lists[0]:
         sys.exit(f"{path}:{number}: '{response}' is a list of messages, so '{prompt}' "
                  "must be one too (TRL's conversational prompt-completion)")
+    if lists[0] and len(prompt_fields) > 1:
+        sys.exit(f"{path}:{number}: '{prompt_fields[0]}' is a list of messages, which is not "
+                 f"joined with other fields (--prompt-field {prompt})")
     if not lists[0]:
         return chat_example(path, number, [
-            {"role": "user", "content": string_field(path, number, record, prompt)},
+            {"role": "user", "content": prompt_text(path, number, record)},
             {"role": "assistant", "content": string_field(path, number, record, response)}],
             [f"'{prompt}'", f"'{response}'"], [False, True], tools)
     # TRL's conversational prompt-completion: the completion's turns count, as TRL's

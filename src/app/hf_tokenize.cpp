@@ -65,6 +65,22 @@ def string_field(path, number, record, key):
                 "--messages-field messages --chat-template)")
     sys.exit(f"{path}:{number}: no string field '{key}'{hint}")
 
+# --prompt-field's fields: one, or several whose texts make the prompt (Alpaca's
+# instruction,input).
+prompt_fields = sft["prompt"].split(",") if sft else []
+
+def prompt_text(path, number, record):
+    """The record's prompt: its --prompt-field; of several fields, the texts that are not empty
+    joined by a newline, as LLaMA-Factory joins an Alpaca instruction and its input. The first
+    must be a string; a later one may also be absent or null (no text), as Alpaca's input is
+    empty for an instruction that needs none."""
+    first = string_field(path, number, record, prompt_fields[0])
+    if len(prompt_fields) == 1:
+        return first
+    rest = [string_field(path, number, record, k) if record.get(k) is not None else ""
+            for k in prompt_fields[1:]]
+    return "\n".join(text for text in [first] + rest if text)
+
 def ids_of(text, special):
     return tok(text, add_special_tokens=special)["input_ids"]
 
@@ -91,7 +107,7 @@ def pair_example(path, number, record):
     # tokenizer's special tokens (its BOS, ...), then EOS unless the encoding ends with it. The
     # tokens overlapping the response and the EOS count. (Encoding the response on its own
     # would give a SentencePiece tokenizer's word-start space to its first token.)
-    prompt, response = record[sft["prompt"]], record[sft["response"]]
+    prompt, response = prompt_text(path, number, record), record[sft["response"]]
     encoding = tok(prompt + response, return_offsets_mapping=True,
                    return_special_tokens_mask=True)
     ids = encoding["input_ids"]
@@ -133,15 +149,15 @@ def jobs(path):
         for number, record in records(path, (), read):
             yield f"{path}:{number}", message_example, (path, number, record)
     elif sft and sft["chat_template"]:
-        read = (sft["prompt"], sft["response"], sft["tools"], TEMPLATE_ARGUMENTS)
+        read = (*prompt_fields, sft["response"], sft["tools"], TEMPLATE_ARGUMENTS)
         for number, record in records(path, (), read):
             yield f"{path}:{number}", chat_pair_example, (path, number, record)
     elif sft:
         if eos < 0:
             sys.exit(f"{tok_dir}: the tokenizer names no eos_token, which ends each response "
                      "(give it one in tokenizer_config.json, or use --chat-template)")
-        pair = (sft["prompt"], sft["response"])
-        for number, record in records(path, pair, pair):
+        pair = (prompt_fields[0], sft["response"])
+        for number, record in records(path, pair, (*prompt_fields, sft["response"])):
             yield f"{path}:{number}", pair_example, (path, number, record)
     elif not field:
         yield path, text_file, (path,)
@@ -259,7 +275,10 @@ if unread_fields:
     print(f"note: fields no option reads, left out of the examples: {listed} (the examples are "
           "read from --prompt-field and --response-field or --messages-field, and with "
           "--chat-template their tools from --tools-field and the chat template's arguments from "
-          f"'{TEMPLATE_ARGUMENTS}')", file=sys.stderr)
+          f"'{TEMPLATE_ARGUMENTS}')" + (
+              "; Alpaca's 'input' completes its instruction: --prompt-field instruction,input"
+              if "input" in unread_fields and "instruction" in prompt_fields else ""),
+          file=sys.stderr)
 meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
         "name": os.path.basename(os.path.abspath(tok_dir or "."))}
 with open(meta_path, "w", encoding="utf-8") as f:

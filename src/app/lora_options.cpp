@@ -18,20 +18,6 @@ namespace {
 constexpr const char* kLoraOptionNames[] = {"lora-rank", "lora-alpha", "lora-dropout",
                                             "lora-targets", "use-rslora"};
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t end = std::min(text.find(',', start), text.size());
-    std::string item = text.substr(start, end - start);
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    out.push_back(item);
-    start = end + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 nlohmann::json LoraOptions::to_json(const LoraSpec& s) const {

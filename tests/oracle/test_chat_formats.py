@@ -13,7 +13,7 @@ message and two rounds, made of consecutive lines of inputs/data/sample.txt.
    absent); the template renders a `persona` argument as a system turn. The tokens and the mask
    equal apply_chat_template's given each row's arguments.
 3. ShareGPT's conversations, as LLaMA-Factory's sharegpt format, axolotl and Unsloth write them:
-   the first 20 records of LLaMA-Factory's glaive_toolcall_en_demo.json (tests/data/sharegpt: from
+   the first 20 records of LLaMA-Factory's glaive_toolcall_en_demo.json (tests/data/sft_datasets: from
    human, gpt, function_call and observation, the tools a JSON string of bare function schemas),
    read as its dataset_info.json reads them (--messages-field conversations, --tools-field
    tools), rendered by a template that names a bare schema (--chat-template-file); and records
@@ -113,7 +113,7 @@ def from_sharegpt(messages):
 
 def sharegpt(run, conversations, data_dir):
     """Part 3."""
-    path = os.path.join(data_dir, "sharegpt", "LLaMA-Factory--glaive_toolcall_en_demo.first20.json")
+    path = os.path.join(data_dir, "sft_datasets", "LLaMA-Factory--glaive_toolcall_en_demo.first20.json")
     with open(path) as f:
         glaive = json.load(f)
     # The test's template, reading a tool schema as LLaMA-Factory's data write it: bare, {"name",

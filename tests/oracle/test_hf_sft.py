@@ -13,7 +13,11 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    whitespace that the token before it takes in: the same comparison, every assistant turn
    counted. Tool calls (TRL's format, the tools column as a list or a JSON string, a line with
    the null keys an Arrow export writes): the same comparison, the calls counted, the tool
-   results not. (OpenAI's fine-tuning format and TRL's chat_template_kwargs: test_chat_formats.py.)
+   results not. Alpaca's instruction and input (--prompt-field instruction,input), on the first
+   30 records of LLaMA-Factory's alpaca_en_demo.json (tests/data/sft_datasets): the prompt is the
+   two joined by a newline when the input is not empty, as LLaMA-Factory joins them, without and
+   with the chat template; an unread 'input' beside --prompt-field instruction is noted with
+   that option. (OpenAI's fine-tuning format and TRL's chat_template_kwargs: test_chat_formats.py.)
 2. A random transformers LlamaForCausalLM, imported: `zerotrain eval` on the SFT data equals the
    loss transformers computes itself from labels with -100 where the mask is 0 (its shifted,
    ignore_index mean over the batch of windows), and differs from the unmasked loss by more than
@@ -23,7 +27,9 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    `consolidate` of the last checkpoint writes final/'s tokenizer files and evaluates as final/. A
    step whose whole global batch is masked is trained without a loss gradient and warned about.
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
-   field options without --sft-jsonl, two equal field names, --chat-template with a tokenizer
+   field options without --sft-jsonl, two equal field names (also within --prompt-field's
+   list), an empty name in the list, a first prompt field no line holds, --chat-template with a
+   tokenizer
    that has no chat template, --messages-field or --tools-field without --chat-template, a
    conversation without an assistant turn or with an unknown role (a completion's message named
    by its own field and index), a reasoning_content the template does not render, a message key
@@ -91,6 +97,20 @@ def examples(text_file, count):
     return [{"id": i, "question": lines[2 * i], "answer": lines[2 * i + 1]} for i in range(count)]
 
 
+def trl_pairs(reference, eos, pairs):
+    """(ids, mask) of TRL's prompt-completion encoding of the (prompt, response) pairs:
+    tokenizer(prompt + response) and EOS, the prompt's tokens masked."""
+    want_ids, want_mask = [], []
+    for i, (question, answer) in enumerate(pairs):
+        prompt = reference(question)["input_ids"]
+        whole = reference(question + answer)["input_ids"] + [eos]
+        check(whole[:len(prompt)] == prompt, f"sft: example {i}'s prompt tokens are not a "
+              "prefix of its whole encoding: TRL's rule is ambiguous there")
+        want_ids += whole
+        want_mask += [0] * len(prompt) + [1] * (len(whole) - len(prompt))
+    return want_ids, want_mask
+
+
 def hf_masked_loss(model, tokens, mask, use_mask=True):
     """transformers' own loss over the first MICRO_BATCH·BATCHES windows of SEQ_LEN+1 tokens (as
     `zerotrain eval` reads them): labels are the window, -100 where the mask is 0; the model
@@ -147,6 +167,36 @@ def system_conversations(records):
     return conversations
 
 
+def alpaca_input(zt, work, source_dir, reference, eos, check_against_chat_template):
+    """Part 1g."""
+    path = os.path.join(source_dir, "tests/data/sft_datasets",
+                        "LLaMA-Factory--alpaca_en_demo.first30.json")
+    with open(path, encoding="utf-8") as f:
+        alpaca = json.load(f)
+    # LLaMA-Factory's alpaca converter: the instruction and the input that are not empty,
+    # joined by a newline.
+    pairs = [("\n".join(t for t in (r["instruction"], r["input"]) if t), r["output"])
+             for r in alpaca]
+    inputs = sum(bool(r["input"]) for r in alpaca)
+    fields = ["--prompt-field", "instruction,input", "--response-field", "output"]
+    out = run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", path,
+                    "--out", work("alpaca_input.h5"), "--python", sys.executable] + fields)
+    check("note:" not in out, f"instruction,input: a field was noted unread: {out}")
+    tokens, _, _ = dataset(work("alpaca_input.h5"))
+    with h5py.File(work("alpaca_input.h5"), "r") as f:
+        mask = f["loss_mask"][:].astype(np.int64)
+    want_ids, want_mask = trl_pairs(reference, eos, pairs)
+    check(tokens.tolist() == want_ids, "instruction,input: the tokens differ from transformers' "
+          "encoding of the joined prompt and the output")
+    check(mask.tolist() == want_mask, "instruction,input: the loss mask differs")
+    count, _ = check_against_chat_template(
+        "instruction,input chat", ["--sft-jsonl", path] + fields, "alpaca_input_chat.h5",
+        [[{"role": "user", "content": q}, {"role": "assistant", "content": a}] for q, a in pairs])
+    print(f"ok   LLaMA-Factory's alpaca_en_demo ({len(alpaca)} records, {inputs} with an input), "
+          f"--prompt-field instruction,input: {len(tokens)} tokens as TRL encodes the joined "
+          f"prompt, {count} with the chat template as transformers renders it")
+
+
 def main():
     parser = argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--mpirun", default="mpirun")
@@ -172,14 +222,8 @@ def main():
         tokens, _, label = dataset(work("sft.h5"))
         with h5py.File(work("sft.h5"), "r") as f:
             mask = f["loss_mask"][:].astype(np.int64)
-        want_ids, want_mask = [], []
-        for r in records:  # TRL's prompt-completion encoding
-            prompt = reference(r["question"])["input_ids"]
-            whole = reference(r["question"] + r["answer"])["input_ids"] + [eos]
-            check(whole[:len(prompt)] == prompt, f"sft: example {r['id']}'s prompt tokens are "
-                  "not a prefix of its whole encoding: TRL's rule is ambiguous there")
-            want_ids += whole
-            want_mask += [0] * len(prompt) + [1] * (len(whole) - len(prompt))
+        want_ids, want_mask = trl_pairs(reference, eos, [(r["question"], r["answer"])
+                                                         for r in records])
         check(tokens.tolist() == want_ids, "sft: the tokens differ from transformers' "
               f"(first difference at {next((i for i, (a, b) in enumerate(zip(tokens, want_ids)) if a != b), None)}, "
               f"{len(tokens)} vs {len(want_ids)} tokens)")
@@ -285,7 +329,8 @@ def main():
         noted = [line for line in out.splitlines() if line.startswith("note:")]
         at = work("alpaca.jsonl") + ":2"
         check(len(noted) == 1 and f"'id' ({at}), 'input' ({at})" in noted[0] and
-              "'output'" not in noted[0] and "'instruction'" not in noted[0],
+              "'output'" not in noted[0] and "'instruction'" not in noted[0] and
+              "--prompt-field instruction,input" in noted[0],
               f"the unread fields were not named once: {noted}")
         print(f"ok   unread fields named: {noted[0]}")
         # The same records as one JSON array (Stanford Alpaca's alpaca_data.json), saved with a
@@ -304,6 +349,7 @@ def main():
         check(f"'input' ({work('alpaca.json')}:element 2)" in out,
               f"the note does not name the array's element: {out}")
         print("ok   a JSON array with a byte-order mark: the JSON lines' tokens and mask")
+        alpaca_input(zt, work, args.source_dir, reference, eos, check_against_chat_template)
 
         # 2. Eval of an imported model: transformers' own ignore_index loss.
         config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), **SIZES,
@@ -457,10 +503,16 @@ def main():
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
                  "--text-field", "question", "--out", work("bad.h5")] + python,
                 ["--text-field applies to --jsonl", "--prompt-field"], work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
-                 "--prompt-field", "answer", "--response-field", "answer",
-                 "--out", work("bad.h5")] + python,
-                ["--prompt-field", "--response-field"], work("bad.h5"))
+        for fields, named in [(["answer", "answer"], ["--prompt-field", "--response-field"]),
+                              (["question,answer", "answer"], ["--prompt-field",
+                                                               "--response-field"]),
+                              (["question,,id", "answer"], ["'question,,id'", "empty field"]),
+                              (["question,id,question", "answer"], ["'question' twice"]),
+                              (["id,question", "answer"], [work("sft.jsonl") + ":1",
+                                                           "no string field 'id'"])]:
+            refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl",
+                     work("sft.jsonl"), "--prompt-field", fields[0], "--response-field",
+                     fields[1], "--out", work("bad.h5")] + python, named, work("bad.h5"))
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
                  "--prompt-field", "question", "--response-field", "answer", "--chat-template",
                  "--out", work("bad.h5")] + python,
