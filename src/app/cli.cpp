@@ -123,6 +123,20 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
+std::string hub_id_hint(const std::string& path) {
+  const size_t slash = path.find('/');
+  const auto name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  };
+  const bool hub_id =
+      slash != std::string::npos && slash > 0 && slash + 1 < path.size() &&
+      path.find('/', slash + 1) == std::string::npos && path[0] != '.' &&
+      std::all_of(path.begin(), path.end(), [&](char c) { return c == '/' || name_char(c); });
+  if (!hub_id) return "";
+  return " (a Hugging Face Hub id? Hub ids are not downloaded: `huggingface-cli download " + path +
+         " --local-dir DIR` fetches it, then give DIR)";
+}
+
 std::string did_you_mean(const std::string& given, const po::options_description& options) {
   std::vector<std::string> all, names;  // names: those `given` begins, else the closest
   for (const auto& option : options.options()) {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/cli.h"
 #include "app/hf_chat_sft.h"
 #include "app/hf_records.h"
 #include "app/hf_sharegpt.h"
@@ -318,7 +319,8 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
                  (records ? " (nor a directory that datasets' save_to_disk wrote)" : ""));
     ZT_CHECK(fs::file_size(path) > 0, "input file '" + path + "' is empty");
   }
-  ZT_CHECK(fs::exists(request.tokenizer), "tokenizer '" + request.tokenizer + "' does not exist");
+  ZT_CHECK(fs::exists(request.tokenizer),
+           "tokenizer '" + request.tokenizer + "' does not exist" + hub_id_hint(request.tokenizer));
   check_output_file_writable(request.out, request.overwrite);
   const ScratchDir scratch(temp_sibling(request.out) + ".tokenize");
   const std::string tokens_path = scratch.path() + "/tokens.u32";

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <vector>
 
@@ -38,6 +40,23 @@ std::string default_python() {
 }
 
 namespace {
+
+// What runs a step: `python -c WRAPPER ERROR_FILE STEP args...` runs STEP with sys.argv[1:] the
+// args; a sys.exit with a message (how a step refuses its input) writes the message into
+// ERROR_FILE for run_tokenizer_step, and exits 1.
+constexpr const char* kStepWrapperPython = R"PY(
+import sys
+error_file, step = sys.argv[1], sys.argv[2]
+del sys.argv[1:3]
+try:
+    exec(compile(step, "<zerotrain step>", "exec"))
+except SystemExit as refusal:
+    if refusal.code is None or isinstance(refusal.code, int):
+        raise
+    with open(error_file, "w", encoding="utf-8") as f:
+        f.write(str(refusal.code))
+    sys.exit(1)
+)PY";
 
 // The opening of every tokenizer step (see run_tokenizer_step).
 constexpr const char* kLoadTokenizerPython = R"PY(
@@ -187,12 +206,28 @@ int run_process(const std::vector<std::string>& args) {
 
 void run_tokenizer_step(const std::string& python, const std::string& unpack,
                         const std::string& body, const std::vector<std::string>& args) {
+  // The step's refusal (its sys.exit message) comes back through a file, to be this command's
+  // error: one line naming the file and the record, not a second one naming the interpreter.
+  static int steps = 0;
+  const std::filesystem::path error_file =
+      std::filesystem::temp_directory_path() /
+      ("zt-step-error-" + std::to_string(::getpid()) + "-" + std::to_string(++steps));
   std::vector<std::string> argv = {
-      python, "-c", "import sys\n" + unpack + " = sys.argv[1:]\n" + kLoadTokenizerPython + body};
+      python, "-c", kStepWrapperPython, error_file.string(),
+      "import sys\n" + unpack + " = sys.argv[1:]\n" + kLoadTokenizerPython + body};
   argv.insert(argv.end(), args.begin(), args.end());
   const int status = run_process(argv);
-  ZT_CHECK(status == 0, "the tokenizer step failed (" + python + " exited with " +
-                            std::to_string(status) + "; its message is above)");
+  std::string refusal;
+  if (std::filesystem::exists(error_file)) {
+    std::ifstream in(error_file);
+    refusal.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    std::error_code ec;
+    std::filesystem::remove(error_file, ec);
+  }
+  ZT_CHECK(status == 0, !refusal.empty()
+                            ? refusal
+                            : "the tokenizer step failed (" + python + " exited with " +
+                                  std::to_string(status) + "; its message is above)");
 }
 
 ScratchDir::ScratchDir(std::string path) : path_(std::move(path)) {

@@ -27,7 +27,8 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    `consolidate` of the last checkpoint writes final/'s tokenizer files and evaluates as final/. A
    step whose whole global batch is masked is trained without a loss gradient and warned about.
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
-   field options without --sft-jsonl, two equal field names (also within --prompt-field's
+   field options without --sft-jsonl, a Hub id as the tokenizer (named, with the command that
+   downloads it), two equal field names (also within --prompt-field's
    list), an empty name in the list, a first prompt field no line holds, --chat-template with a
    tokenizer
    that has no chat template, --messages-field or --tools-field without --chat-template, a
@@ -497,6 +498,10 @@ def main():
                  "--prompt-field", "question", "--response-field", "answer",
                  "--out", work("bad.h5")] + python,
                 [work("bad.jsonl") + ":2", "'answer'"], work("bad.h5"))
+        refused([zt, "prepare-data", "--tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct",
+                 "--sft-jsonl", work("sft.jsonl"), "--out", work("bad.h5")] + python,
+                ["tokenizer 'HuggingFaceTB/SmolLM2-135M-Instruct' does not exist",
+                 "huggingface-cli download HuggingFaceTB/SmolLM2-135M-Instruct"], work("bad.h5"))
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("sft.jsonl"),
                  "--response-field", "answer", "--out", work("bad.h5")] + python,
                 ["--response-field", "--sft-jsonl"], work("bad.h5"))
