@@ -141,11 +141,7 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
     in.adapter = std::make_unique<PeftAdapterReader>(o.lora.init_from, config);
   in.data = std::make_unique<TokenDataset>(o.data);
   in.tokenizer = in.data->tokenizer_files();
-  // A Hugging Face tokenizer's ids must all be rows of the model's embedding.
-  ZT_CHECK(in.tokenizer.empty() || in.data->vocab_size() <= config.vocab_size,
-           "--data '" + o.data + "' was tokenized by " + in.data->tokenizer() + " with " +
-               std::to_string(in.data->vocab_size()) +
-               " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
+  check_data_fits_model(*in.data, o.data, o.model_dir, config.vocab_size);
   // From here on the options hold the mode that runs, so the ranks agree on it and run.json
   // records it.
   const bool document_masks =

@@ -197,13 +197,14 @@ def check_tools_rendered(path, number, messages, tools, names, left_out, failed_
                         probe_names(tools, True)).count(NAME_PROBE) < len(tools):
         sys.exit(f"{path}:{number}: the chat template{template_origin} "
                  f"does not render the tools (its rendering "
-                 "leaves their names out): it is not written for tool calls")
+                 "leaves their names out): it is not written for tool calls (give one that is "
+                 "with --chat-template-file)")
     if left_out is not None:
         also = f"; given a null content instead, it fails: {failed_none}" if failed_none else ""
         sys.exit(f"{path}:{number}: the chat template{template_origin} "
                  f"does not render the tool_calls of "
                  f"{names[left_out]} (its rendering leaves their names out): it is not written for "
-                 f"tool calls{also}")
+                 f"tool calls{also} (give one that is with --chat-template-file)")
 
 def check_system_rendered(path, number, messages, tools, names, whole):
     """A template may leave a system message out of a conversation that ends with an assistant
@@ -495,7 +496,8 @@ def row_tools(path, number, record):
 
 def message_example(path, number, record):
     key = sft["messages"]
-    tools = row_tools(path, number, record)
+    tools = sharegpt_tools(record.get(key) if isinstance(record, dict) else None,
+                           row_tools(path, number, record))
     messages, names, learned = conversation(path, number, record, key, tools)
     return chat_example(path, number, messages, names,
                         learned_turns(path, number, f"'{key}'", learned), tools)
@@ -506,8 +508,8 @@ def chat_pair_example(path, number, record):
     lists = [isinstance(record, dict) and isinstance(record.get(k), list)
              for k in (prompt_fields[0], response)]
     if lists[1] and not lists[0]:
-        sys.exit(f"{path}:{number}: '{response}' is a list of messages, so '{prompt}' "
-                 "must be one too (TRL's conversational prompt-completion)")
+        sys.exit(f"{path}:{number}: '{response}' is a list of messages, so "
+                 f"'{prompt_fields[0]}' must be one too (TRL's conversational prompt-completion)")
     if lists[0] and len(prompt_fields) > 1:
         sys.exit(f"{path}:{number}: '{prompt_fields[0]}' is a list of messages, which is not "
                  f"joined with other fields (--prompt-field {prompt})")

@@ -10,17 +10,44 @@ import bz2, gzip, io, lzma, re, zlib
 # told once, at the end, as the Hugging Face Trainer names the dataset columns it ignores.
 unread_fields = {}
 
+# Columns that make a record something other than a text SFT example, unless an option reads
+# them: a preference pair (DPO's chosen and rejected), KTO's boolean label, media.
+MEDIA_COLUMNS = ("images", "videos", "audios", "image", "video", "audio")
+OTHER_DATA_COLUMNS = ("chosen", "rejected", "label", *MEDIA_COLUMNS)
+
+def check_text_sft(path, number, record, read):
+    """Refuses a record whose unread columns say it is not a text SFT example: TRL's and
+    LLaMA-Factory's preference pairs (chosen and rejected), KTO's desirable/undesirable label (a
+    boolean), and a multimodal example's media (LLaMA-Factory's images, videos, audios; LLaVA's
+    image). A column holding null or nothing is read as absent."""
+    if not isinstance(record, dict):
+        return
+    given = {k: v for k, v in record.items()
+             if k not in read and v is not None and not (isinstance(v, (str, list, dict)) and not v)}
+    if "chosen" in given and "rejected" in given:
+        sys.exit(f"{path}:{number}: 'chosen' and 'rejected' make a preference pair (DPO's data); "
+                 "zerotrain trains SFT (--response-field chosen learns the chosen replies)")
+    if isinstance(given.get("label"), bool):
+        sys.exit(f"{path}:{number}: 'label' is {json.dumps(given['label'])}, KTO's tag of a "
+                 "desirable or undesirable reply; zerotrain trains SFT, which would learn the "
+                 "undesirable replies too (keep the lines labelled true, without the column)")
+    media = [k for k in MEDIA_COLUMNS if k in given]
+    if media:
+        sys.exit(f"{path}:{number}: '{media[0]}' holds media, a multimodal example; zerotrain "
+                 "trains text-only models, which would learn replies about media they never see")
+
 def records(path, keys, read=None):
     """(where, record) of each record of `path` (numbered_records), its `keys` checked to hold
     strings. `read`: the fields the examples are made of, when the others are to be noted in
     unread_fields; a Parquet file is read for these columns alone (for `keys` when None), so that
-    a column no option reads is never converted. A file that holds no record is refused: an
-    empty file the size check could not see (compressed), or one of blank lines, "[]" or no
-    rows."""
+    a column no option reads is never converted (but those check_text_sft reads). A file that
+    holds no record is refused: an empty file the size check could not see (compressed), or one
+    of blank lines, "[]" or no rows."""
     count = 0
-    for number, record in numbered_records(path, keys if read is None else read,
-                                           read is not None):
+    columns = keys if read is None else (*read, *OTHER_DATA_COLUMNS)
+    for number, record in numbered_records(path, columns, read is not None):
         if read is not None and isinstance(record, dict):
+            check_text_sft(path, number, record, read)
             for key in record:
                 if key not in read:
                     unread_fields.setdefault(key, f"{path}:{number}")

@@ -21,16 +21,23 @@ def sharegpt_calls(where, value):
         sys.exit(f"{where}: the value of a function_call is not JSON: {e}")
     calls = calls if isinstance(calls, list) else [calls]
     if not calls or any(not isinstance(c, dict) or call_name(c) is None
-                        or set(c) - {"name", "arguments"} for c in calls):
+                        or set(c) != {"name", "arguments"} for c in calls):
         sys.exit(f"{where}: the value of a function_call is not a call "
                  '{"name": ..., "arguments": {...}}, nor a list of them (LLaMA-Factory\'s format)')
     return [{"type": "function", "function": c} for c in calls]
 
+def is_sharegpt(m):
+    """Whether the message is ShareGPT's: it has a "from" and no "role" (keys holding null read as
+    absent, as an Arrow struct column gives every message every key)."""
+    return (isinstance(m, dict) and m.get("from") is not None and m.get("role") is None)
+
 def read_sharegpt(where, m):
     """The message in TRL's form when it is ShareGPT's {"from", "value"[, "weight"]}: its speaker
     as the role (SHAREGPT_ROLES; a function_call as an assistant turn of tool_calls), its value as
-    the content; OpenAI's weight, which axolotl also reads, kept. Any other message as given."""
-    if not (isinstance(m, dict) and "from" in m and "role" not in m):
+    the content; OpenAI's weight, which axolotl also reads, kept, but for a weight of 0 on a turn
+    that is not the assistant's (SlimOrca's human turns), which is never learned anyway. Any
+    other message as given."""
+    if not is_sharegpt(m):
         return m
     m = {k: v for k, v in m.items() if v is not None}
     speaker = m.get("from")
@@ -43,11 +50,22 @@ def read_sharegpt(where, m):
     if speaker == SHAREGPT_CALL:
         return {"role": "assistant", "tool_calls": sharegpt_calls(where, m["value"]),
                 **({"weight": m["weight"]} if "weight" in m else {})}
-    if speaker not in SHAREGPT_ROLES:
+    if not isinstance(speaker, str) or speaker not in SHAREGPT_ROLES:
         sys.exit(f"{where} is from {json.dumps(speaker, default=str)}; a ShareGPT message is from "
                  f"{', '.join([*SHAREGPT_ROLES, SHAREGPT_CALL])}")
-    return {"role": SHAREGPT_ROLES[speaker], "content": m["value"],
-            **({"weight": m["weight"]} if "weight" in m else {})}
+    role = SHAREGPT_ROLES[speaker]
+    keep = "weight" in m and (role == "assistant" or m["weight"] != 0)
+    return {"role": role, "content": m["value"], **({"weight": m["weight"]} if keep else {})}
+
+def sharegpt_tools(messages, tools):
+    """The tools of a ShareGPT conversation, each bare function schema {"name", "description",
+    "parameters"} wrapped as {"type": "function", "function": schema}, as LLaMA-Factory's tool
+    formats wrap the schemas of its data and as callers give them at inference; the tools of any
+    other conversation as given."""
+    if not tools or not isinstance(messages, list) or not any(map(is_sharegpt, messages)):
+        return tools
+    return [t if t.get("type") == "function" else {"type": "function", "function": t}
+            for t in tools]
 )PY";
 
 }  // namespace zt

@@ -64,11 +64,17 @@ def string_field(path, number, record, key):
     elif isinstance(record, dict) and isinstance(record.get("messages"), list):
         hint = (" (the line has a 'messages' list, TRL's conversational format: "
                 "--messages-field messages --chat-template)")
+    elif isinstance(record, dict) and isinstance(record.get("conversations"), list):
+        hint = (" (the line has a 'conversations' list, as ShareGPT's data: "
+                "--messages-field conversations --chat-template)")
+    elif isinstance(record, dict) and "instruction" in record and "output" in record:
+        hint = (" (the line has Alpaca's fields: --prompt-field instruction,input "
+                "--response-field output)")
     sys.exit(f"{path}:{number}: no string field '{key}'{hint}")
 
 # --prompt-field's fields: one, or several whose texts make the prompt (Alpaca's
 # instruction,input).
-prompt_fields = sft["prompt"].split(",") if sft else []
+prompt_fields = [k.strip() for k in sft["prompt"].split(",")] if sft else []
 
 def prompt_text(path, number, record):
     """The record's prompt: its --prompt-field; of several fields, the texts that are not empty

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -225,6 +226,25 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
   spec.ac = choices.ac;
   spec.offload = choices.offload;
   return spec;
+}
+
+void check_data_fits_model(const TokenDataset& data, const std::string& data_path,
+                           const std::string& model_dir, int64_t vocab_size) {
+  ZT_CHECK(data.tokenizer_files().empty() || data.vocab_size() <= vocab_size,
+           "--data '" + data_path + "' was tokenized by " + data.tokenizer() + " with " +
+               std::to_string(data.vocab_size()) + " tokens, more than the model's vocab_size " +
+               std::to_string(vocab_size));
+  std::error_code ec;
+  const bool model_tokenizer =
+      !model_dir.empty() && std::filesystem::exists(model_dir + "/tokenizer.json", ec);
+  ZT_CHECK(!model_tokenizer || data.tokenizer() != "byte",
+           "--data '" + data_path +
+               "' holds bytes (prepare-data --text without --tokenizer), "
+               "and the model '" +
+               model_dir +
+               "' carries its own tokenizer.json, which would read "
+               "them as its token ids: prepare the data with --tokenizer " +
+               model_dir);
 }
 
 }  // namespace zt

@@ -13,6 +13,7 @@
 #include "engine/engine_spec.h"
 #include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
+#include "io/token_dataset.h"
 #include "model/config.h"
 #include "model/llama.h"
 
@@ -121,6 +122,13 @@ EngineChoices parse_engine_choices(const RunEngineOptions& o, const std::string&
 // settings are train's own (left at their defaults here); not validated (EngineSpec::validate).
 EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& choices,
                                const ModelConfig& model);
+
+// The training data's tokens fit the model (`model_dir`, "" for a preset): a Hugging Face
+// tokenizer's ids are all rows of its embedding (`vocab_size`), and byte-level data (prepare-data
+// --text without --tokenizer) does not go to a model that carries its own tokenizer.json, which
+// would read the bytes as its token ids.
+void check_data_fits_model(const TokenDataset& data, const std::string& data_path,
+                           const std::string& model_dir, int64_t vocab_size);
 
 // --offload-optimizer-overlap auto: the host bytes one rank's kept state may take, half of what
 // the host's available memory (/proc/meminfo's MemAvailable, shared by `local_size` ranks) leaves

@@ -13,23 +13,27 @@ message and two rounds, made of consecutive lines of inputs/data/sample.txt.
    absent); the template renders a `persona` argument as a system turn. The tokens and the mask
    equal apply_chat_template's given each row's arguments.
 3. ShareGPT's conversations, as LLaMA-Factory's sharegpt format, axolotl and Unsloth write them:
-   the first 20 records of LLaMA-Factory's glaive_toolcall_en_demo.json (tests/data/sft_datasets: from
-   human, gpt, function_call and observation, the tools a JSON string of bare function schemas),
-   read as its dataset_info.json reads them (--messages-field conversations, --tools-field
-   tools), rendered by a template that names a bare schema (--chat-template-file); and records
-   made here from system, user, assistant and tool, with a turn of weight 0, the weight null on
-   every message (as OpenHermes-2.5 stores it) and a function_call of two parallel calls. The
-   tokens and the mask equal apply_chat_template's of the conversations converted by the mapping
-   LLaMA-Factory documents (human/user as user, gpt/assistant and function_call as assistant,
-   the call's JSON as TRL's tool_calls, observation/tool as tool), written here.
+   the first 20 records of LLaMA-Factory's glaive_toolcall_en_demo.json (tests/data/sft_datasets:
+   from human, gpt, function_call and observation, the tools a JSON string of bare function
+   schemas), read as its dataset_info.json reads them (--messages-field conversations,
+   --tools-field tools); and records made here from system, user, assistant and tool, with a turn
+   of weight 0, the weight null on every message (as OpenHermes-2.5 stores it), SlimOrca's
+   weights (0.0 on the human turns) and a function_call of two parallel calls. The tokens and the
+   mask equal apply_chat_template's of the conversations converted by the mapping LLaMA-Factory
+   documents (human/user as user, gpt/assistant and function_call as assistant, the call's JSON
+   as TRL's tool_calls, observation/tool as tool), written here and pinned on the file's first
+   call, with each bare tool schema wrapped as {"type": "function", "function": schema}, as
+   LLaMA-Factory's tool formats wrap them.
 4. Refused, naming the file, the line and the message, leaving nothing: a weight of 0.5, a
    weight on a user turn, every assistant turn at weight 0; what OpenAI's format allows and the
    templates do not render (a developer message, a participant name, function_call), each with
    its reason; content as a list of text parts, which this template prints as Python prints a
    list; an image part; an empty list of parts; a text part with a key besides type and text;
    a chat_template_kwargs that is not an object, and one that sets apply_chat_template's own
-   tools; a ShareGPT message from a speaker no tool maps, with a key besides from, value and
-   weight, with no value, and a function_call whose value is not JSON or names no function.
+   tools; what is not text SFT data (KTO's boolean label, DPO's chosen and rejected, a
+   multimodal example's images); a ShareGPT message from a speaker no tool maps, with a key besides from, value and
+   weight, with no value, from a list, with a weight of 1 on a human turn, and a function_call
+   whose value is not JSON, names no function or has no arguments.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -95,7 +99,8 @@ SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistan
 
 def from_sharegpt(messages):
     """ShareGPT's messages as TRL's: a function_call's JSON (a call, or a list of calls) becomes
-    the turn's tool_calls; a null weight is no weight."""
+    the turn's tool_calls; a null weight is no weight, and so is a weight of 0 on a turn that is
+    not the assistant's (SlimOrca's human turns), which is never learned."""
     converted = []
     for m in messages:
         turn = {"role": SHAREGPT_ROLES[m["from"]]}
@@ -105,26 +110,37 @@ def from_sharegpt(messages):
                                   for c in (calls if isinstance(calls, list) else [calls])]
         else:
             turn["content"] = m["value"]
-        if m.get("weight") is not None:
+        if m.get("weight") is not None and (turn["role"] == "assistant" or m["weight"] != 0):
             turn["weight"] = m["weight"]
         converted.append(turn)
     return converted
 
 
+def wrapped(tools):
+    """A record's tools as LLaMA-Factory's tool formats hand them to a model: each bare function
+    schema inside {"type": "function", "function": ...}."""
+    return [t if t.get("type") == "function" else {"type": "function", "function": t}
+            for t in tools] or None
+
+
 def sharegpt(run, conversations, data_dir):
     """Part 3."""
-    path = os.path.join(data_dir, "sft_datasets", "LLaMA-Factory--glaive_toolcall_en_demo.first20.json")
+    path = os.path.join(data_dir, "sft_datasets",
+                        "LLaMA-Factory--glaive_toolcall_en_demo.first20.json")
     with open(path) as f:
         glaive = json.load(f)
-    # The test's template, reading a tool schema as LLaMA-Factory's data write it: bare, {"name",
-    # "description", "parameters"}, not inside {"type": "function", "function": ...}.
-    bare = CHAT_TEMPLATE.replace("t['function']['name']", "t['name']")
+    # The mapping, pinned on the file's first call (so that it is not only this test's reading).
+    check(from_sharegpt(glaive[3]["conversations"])[1:3] == [
+        {"role": "assistant", "tool_calls": [{"type": "function", "function": {
+            "name": "calculate_area",
+            "arguments": {"shape": "rectangle", "dimensions": [5, 3]}}}]},
+        {"role": "tool", "content": '{"area": 15}'}], "glaive: the first call is read otherwise")
     count, got = run("glaive sharegpt", path, [from_sharegpt(r["conversations"]) for r in glaive],
-                     field="conversations", template=bare, template_file=bare,
-                     tools=[json.loads(r["tools"]) or None for r in glaive])
+                     field="conversations", tools=[wrapped(json.loads(r["tools"])) for r in glaive])
     calls = sum(m["from"] == "function_call" for r in glaive for m in r["conversations"])
     print(f"ok   LLaMA-Factory's glaive_toolcall_en_demo (ShareGPT, {calls} function calls): "
-          f"{count} tokens, {got} counted, as transformers' rendering of the records converted")
+          f"{count} tokens, {got} counted, as transformers' rendering of the records converted "
+          "(the bare tool schemas wrapped)")
     speakers = {"system": "system", "user": "human", "assistant": "gpt"}
     made = [[{"from": speakers[m["role"]], "value": m["content"], "weight": None} for m in c]
             for c in conversations[:6]]
@@ -135,15 +151,19 @@ def sharegpt(run, conversations, data_dir):
                         [{"name": "f", "arguments": {"x": 1}}, {"name": "g", "arguments": {}}])},
                     {"from": "observation", "value": "1"}, {"from": "tool", "value": "2"},
                     {"from": "gpt", "value": "Both done."}]
-    tools = [None] * 3 + [[{"name": "f", "parameters": {}}, {"name": "g", "parameters": {}}]] + \
+    # SlimOrca's weights: null on the system turn, 0.0 on the human turns, 1.0 on the replies.
+    made[4] = [dict(m, weight={"system": None, "human": 0.0, "gpt": 1.0}[m["from"]])
+               for m in made[4]]
+    tools = [None] * 3 + [[{"name": "f", "parameters": {}},
+                           {"type": "function", "function": {"name": "g", "parameters": {}}}]] + \
         [None] * 2
     count, got = run("sharegpt speakers", [{"conversations": c, "tools": t}
                                            for c, t in zip(made, tools)],
                      [from_sharegpt(c) for c in made], field="conversations",
-                     template=WEIGHTED_TEMPLATE.replace("t['function']['name']", "t['name']"),
-                     template_file=bare, tools=tools)
+                     template=WEIGHTED_TEMPLATE, tools=[t and wrapped(t) for t in tools])
     print(f"ok   ShareGPT from system, human/user, gpt/assistant, function_call (two parallel "
-          f"calls), observation/tool, a turn of weight 0: {count} tokens, {got} counted")
+          f"calls), observation/tool, a turn of weight 0, SlimOrca's weights: {count} tokens, "
+          f"{got} counted")
 
 
 def refusals(zt, work):
@@ -195,7 +215,22 @@ def refusals(zt, work):
              ["'messages'[1]: the value of a function_call is not JSON"]),
             ("sharegpt_call_name", {"messages": [user, {"from": "function_call",
                                                         "value": '{"arguments": {}}'}]},
-             ["'messages'[1]: the value of a function_call is not a call"])]:
+             ["'messages'[1]: the value of a function_call is not a call"]),
+            ("sharegpt_call_arguments", {"messages": [user, {"from": "function_call",
+                                                             "value": '{"name": "f"}'}]},
+             ["'messages'[1]: the value of a function_call is not a call"]),
+            ("sharegpt_from_list", {"messages": [{"from": ["human"], "value": "q"}, reply]},
+             ["'messages'[0] is from [\"human\"]", "human, user, gpt"]),
+            ("kto_label", {"messages": [user, reply], "label": False},
+             ["'label' is false, KTO's tag", "undesirable replies"]),
+            ("dpo_pair", {"messages": [user], "chosen": reply, "rejected": reply},
+             ["'chosen' and 'rejected' make a preference pair", "--response-field chosen"]),
+            ("llava_image", {"messages": [dict(user, content="<image>\nq"), reply],
+                             "images": ["a.jpg"]},
+             ["'images' holds media", "text-only"]),
+            ("sharegpt_human_weight", {"messages": [{"from": "human", "value": "q", "weight": 1},
+                                                    reply]},
+             ["'messages'[0]", "(weight: OpenAI's weight marks an assistant turn"])]:
         write_lines(work(name + ".jsonl"), [{"messages": [user, reply]}, record])
         refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
                  work(name + ".jsonl"), "--messages-field", "messages", "--chat-template",
@@ -217,19 +252,14 @@ def main():
         reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
         conversations = system_conversations(examples(text_file, 40))
 
-        def run(what, lines, want, field="messages", template_file=None, **kwargs):
+        def run(what, lines, want, field="messages", **kwargs):
             """prepare-data of `lines` (records, or conversations in the field; or the path of a
-            file of them) against transformers' rendering of the conversations `want`; with
-            template_file, zerotrain renders with that template (--chat-template-file)."""
+            file of them) against transformers' rendering of the conversations `want`."""
             path = lines if isinstance(lines, str) else work(what.replace(" ", "_") + ".jsonl")
             if not isinstance(lines, str):
                 write_lines(path, [line if isinstance(line, dict) else {field: line}
                                    for line in lines])
             options = ["--sft-jsonl", path, "--messages-field", field]
-            if template_file is not None:
-                with open(work("template.jinja"), "w") as f:
-                    f.write(template_file)
-                options += ["--chat-template-file", work("template.jinja")]
             return chat_template_check(args.zerotrain, work, reference, what, options,
                                        what.replace(" ", "_") + ".h5", want, **kwargs)
 

@@ -27,7 +27,8 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    `consolidate` of the last checkpoint writes final/'s tokenizer files and evaluates as final/. A
    step whose whole global batch is masked is trained without a loss gradient and warned about.
 4. Bad input: a line without its response field names the file, the line and the field; the SFT
-   field options without --sft-jsonl, a Hub id as the tokenizer (named, with the command that
+   field options without --sft-jsonl, byte-level data for train and eval of a model that
+   carries a tokenizer.json, a Hub id as the tokenizer (named, with the command that
    downloads it), two equal field names (also within --prompt-field's
    list), an empty name in the list, a first prompt field no line holds, --chat-template with a
    tokenizer
@@ -193,9 +194,24 @@ def alpaca_input(zt, work, source_dir, reference, eos, check_against_chat_templa
     count, _ = check_against_chat_template(
         "instruction,input chat", ["--sft-jsonl", path] + fields, "alpaca_input_chat.h5",
         [[{"role": "user", "content": q}, {"role": "assistant", "content": a}] for q, a in pairs])
+    # An input absent or null is no input; blanks around the comma are not part of the names.
+    lines = [{"instruction": "Add the numbers.", "output": "4"},
+             {"instruction": "Add.", "input": None, "output": "4"},
+             {"instruction": "Add.", "input": "2 and 2", "output": "5"}]
+    with open(work("alpaca_null.jsonl"), "w") as f:
+        f.writelines(json.dumps(line) + "\n" for line in lines)
+    out = run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl",
+                    work("alpaca_null.jsonl"), "--prompt-field", "instruction, input",
+                    "--response-field", "output", "--out", work("alpaca_null.h5"), "--python",
+                    sys.executable])
+    tokens, _, _ = dataset(work("alpaca_null.h5"))
+    check("note:" not in out and tokens.tolist() == trl_pairs(reference, eos, [
+        ("Add the numbers.", "4"), ("Add.", "4"), ("Add.\n2 and 2", "5")])[0],
+        f"'instruction, input' with an absent and a null input: other tokens ({out})")
     print(f"ok   LLaMA-Factory's alpaca_en_demo ({len(alpaca)} records, {inputs} with an input), "
           f"--prompt-field instruction,input: {len(tokens)} tokens as TRL encodes the joined "
-          f"prompt, {count} with the chat template as transformers renders it")
+          f"prompt, {count} with the chat template as transformers renders it; an absent and a "
+          "null input, and 'instruction, input' with a blank")
 
 
 def main():
@@ -599,6 +615,14 @@ def main():
                  work("chats.jsonl"), "--messages-field", "messages", "--chat-template",
                  "--tools-field", "messages", "--out", work("bad.h5")] + python,
                 ["--tools-field", "holds the examples"], work("bad.h5"))
+        # Byte-level data (prepare-data --text without --tokenizer) for a model that carries
+        # its own tokenizer.json: its bytes would be read as that tokenizer's ids.
+        run_tool([zt, "prepare-data", "--text", text_file, "--out", work("bytes.h5")])
+        for command in (["train", "--out", work("byte_run"), "--steps", "1"], ["eval"]):
+            refused([zt, *command, "--model", work("run", "final"), "--data", work("bytes.h5"),
+                     "--seq-len", str(SEQ_LEN), "--micro-batch", "1"],
+                    [work("bytes.h5"), "holds bytes", "tokenizer.json",
+                     "--tokenizer " + work("run", "final")], work("byte_run"))
         refused([zt, "generate", "--model", work("model"), "--prompt", "x"] + python,
                 [work("model"), "tokenizer.json", "--tokenizer"], work("no_output"))
         refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--do-sample",

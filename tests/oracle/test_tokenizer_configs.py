@@ -26,8 +26,8 @@ go through every config as well. The templates written for them (Qwen2.5, Qwen3,
 apply_chat_template(messages, tools=...)'s ids, and count exactly two runs, which read (special
 tokens included) the call and the answer, each with what closes its turn, as read off each
 template by hand (TEMPLATE_TURNS); never the tool result; the same conversation in ShareGPT's
-form (LLaMA-Factory's function_call and observation, the tools a string of bare function schemas)
-gives the same runs and apply_chat_template's ids of it converted. Llama 3.1 reads the messages
+form (LLaMA-Factory's function_call and observation, the tools a string of bare function schemas,
+wrapped as LLaMA-Factory wraps them) gives the same runs and apply_chat_template's ids. Llama 3.1 reads the messages
 with the null keys an Arrow export writes; Qwen2.5 runs two calls in one turn; Qwen3 a tools column and
 call arguments kept as JSON strings (as Parquet datasets store them), TRL's conversational
 prompt-completion, and an agent's trace (reasoning before a call, two turns of calls in a row, a
@@ -302,7 +302,7 @@ def check_tool_calls(work, zt, source):
                messages, runs)
     # ShareGPT, as LLaMA-Factory's sharegpt format writes the call (a function_call holding its
     # JSON), the result (an observation, which names no function) and the tools (a string of bare
-    # function schemas), which the template prints as given.
+    # function schemas, which are wrapped as TOOLS are, as LLaMA-Factory wraps them).
     bare = [t["function"] for t in TOOLS]
     sharegpt = [{"from": "human", "value": messages[0]["content"]},
                 {"from": "function_call", "value": json.dumps(call()["function"])},
@@ -310,7 +310,7 @@ def check_tool_calls(work, zt, source):
                 {"from": "gpt", "value": ANSWER}]
     check_runs("-sharegpt", [{"conversations": sharegpt, "tools": json.dumps(bare)}],
                ["--messages-field", "conversations"],
-               [{k: v for k, v in m.items() if k != "name"} for m in messages], runs, bare)
+               [{k: v for k, v in m.items() if k != "name"} for m in messages], runs)
     if name.startswith("Qwen--Qwen2.5"):
         two = tool_conversation([call(), call("Lyon")])
         check_runs("-two-calls", [{"messages": two, "tools": TOOLS}],
