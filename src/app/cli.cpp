@@ -132,8 +132,10 @@ std::string hub_id_hint(const std::string& path) {
       slash != std::string::npos && slash > 0 && slash + 1 < path.size() &&
       path.find('/', slash + 1) == std::string::npos && path[0] != '.' &&
       std::all_of(path.begin(), path.end(), [&](char c) { return c == '/' || name_char(c); });
-  if (!hub_id) return "";
-  return " (a Hugging Face Hub id? Hub ids are not downloaded: `huggingface-cli download " + path +
+  const bool file_name = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  std::error_code ec;
+  if (!hub_id || file_name || std::filesystem::exists(path.substr(0, slash), ec)) return "";
+  return " (a Hugging Face Hub id? Hub ids are not downloaded: `hf download " + path +
          " --local-dir DIR` fetches it, then give DIR)";
 }
 

@@ -411,7 +411,8 @@ def conversation(path, number, record, key, tools):
         checked.append({k: v for k, v in m.items() if k != "weight"})
     roles = [m["role"] for m in checked if m["role"] != "system"]
     if "assistant" not in roles:
-        sys.exit(f"{path}:{number}: {key} has no assistant message to learn")
+        sys.exit(f"{path}:{number}: {key} has no assistant message to learn"
+                 f"{preference_hint(record)}")
     if roles[0] == "assistant":  # a tool result cannot come first (checked_message)
         sys.exit(f"{path}:{number}: {key} opens with an assistant message; a conversation "
                  "starts with a user turn (after any system message)")

@@ -11,26 +11,43 @@ import bz2, gzip, io, lzma, re, zlib
 unread_fields = {}
 
 # Columns that make a record something other than a text SFT example, unless an option reads
-# them: a preference pair (DPO's chosen and rejected), KTO's boolean label, media.
+# them: KTO's boolean label, media; and a preference pair (DPO's chosen and rejected), which
+# only explains an example that is missing (preference_hint), since SFT sets such as
+# ultrafeedback_binarized's train_sft keep the pair beside their messages.
 MEDIA_COLUMNS = ("images", "videos", "audios", "image", "video", "audio")
 OTHER_DATA_COLUMNS = ("chosen", "rejected", "label", *MEDIA_COLUMNS)
 
+def absent(value):
+    """Whether a column's value holds nothing: null, empty, or only such values inside (an Arrow
+    Image struct {"bytes": null, "path": null}, a list of nulls)."""
+    if isinstance(value, (list, tuple)):
+        return all(absent(v) for v in value)
+    if isinstance(value, dict):
+        return all(absent(v) for v in value.values())
+    return value is None or value == ""
+
+def preference_hint(record):
+    """" (...)" naming a preference pair when the record holds chosen and rejected, for an error
+    that finds no example in it; "" otherwise."""
+    if isinstance(record, dict) and not absent(record.get("chosen")) and \
+            not absent(record.get("rejected")):
+        return (" (the line holds 'chosen' and 'rejected', a preference pair: DPO's data; "
+                "zerotrain trains SFT, and --response-field chosen or --messages-field chosen "
+                "learns the chosen replies)")
+    return ""
+
 def check_text_sft(path, number, record, read):
-    """Refuses a record whose unread columns say it is not a text SFT example: TRL's and
-    LLaMA-Factory's preference pairs (chosen and rejected), KTO's desirable/undesirable label (a
-    boolean), and a multimodal example's media (LLaMA-Factory's images, videos, audios; LLaVA's
-    image). A column holding null or nothing is read as absent."""
+    """Refuses a record whose unread columns say it is not a text SFT example: KTO's label false
+    (an undesirable reply, which SFT would learn), and a multimodal example's media
+    (LLaMA-Factory's images, videos, audios; LLaVA's image). A column that holds nothing
+    (absent) is read as absent."""
     if not isinstance(record, dict):
         return
-    given = {k: v for k, v in record.items()
-             if k not in read and v is not None and not (isinstance(v, (str, list, dict)) and not v)}
-    if "chosen" in given and "rejected" in given:
-        sys.exit(f"{path}:{number}: 'chosen' and 'rejected' make a preference pair (DPO's data); "
-                 "zerotrain trains SFT (--response-field chosen learns the chosen replies)")
-    if isinstance(given.get("label"), bool):
-        sys.exit(f"{path}:{number}: 'label' is {json.dumps(given['label'])}, KTO's tag of a "
-                 "desirable or undesirable reply; zerotrain trains SFT, which would learn the "
-                 "undesirable replies too (keep the lines labelled true, without the column)")
+    given = {k: record[k] for k in OTHER_DATA_COLUMNS
+             if k in record and k not in read and not absent(record[k])}
+    if given.get("label") is False:
+        sys.exit(f"{path}:{number}: 'label' is false, KTO's tag of an undesirable reply; "
+                 "zerotrain trains SFT, which would learn it (keep the lines labelled true)")
     media = [k for k in MEDIA_COLUMNS if k in given]
     if media:
         sys.exit(f"{path}:{number}: '{media[0]}' holds media, a multimodal example; zerotrain "

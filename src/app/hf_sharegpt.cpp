@@ -64,8 +64,7 @@ def sharegpt_tools(messages, tools):
     other conversation as given."""
     if not tools or not isinstance(messages, list) or not any(map(is_sharegpt, messages)):
         return tools
-    return [t if t.get("type") == "function" else {"type": "function", "function": t}
-            for t in tools]
+    return [t if "function" in t else {"type": "function", "function": t} for t in tools]
 )PY";
 
 }  // namespace zt

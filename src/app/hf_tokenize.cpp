@@ -55,7 +55,7 @@ def string_field(path, number, record, key):
     value = record.get(key) if isinstance(record, dict) else None
     if isinstance(value, str):
         return value
-    hint = ""
+    hint = preference_hint(record)
     if isinstance(value, list) and not (sft and sft["chat_template"]):
         hint = (" (a list of messages: TRL's conversational prompt-completion, which "
                 "--chat-template reads)")
@@ -74,7 +74,7 @@ def string_field(path, number, record, key):
 
 # --prompt-field's fields: one, or several whose texts make the prompt (Alpaca's
 # instruction,input).
-prompt_fields = [k.strip() for k in sft["prompt"].split(",")] if sft else []
+prompt_fields = [k.strip(" ") for k in sft["prompt"].split(",")] if sft else []
 
 def prompt_text(path, number, record):
     """The record's prompt: its --prompt-field; of several fields, the texts that are not empty

@@ -43,18 +43,25 @@ namespace {
 
 // What runs a step: `python -c WRAPPER ERROR_FILE STEP args...` runs STEP with sys.argv[1:] the
 // args; a sys.exit with a message (how a step refuses its input) writes the message into
-// ERROR_FILE for run_tokenizer_step, and exits 1.
+// ERROR_FILE for run_tokenizer_step (onto stderr when it cannot), and exits 1.
 constexpr const char* kStepWrapperPython = R"PY(
 import sys
-error_file, step = sys.argv[1], sys.argv[2]
+# At the top level (a function around the step would cost stack frames the step's JSON reading
+# counts on), under names no step uses.
+_zerotrain_error_file, _zerotrain_step = sys.argv[1], sys.argv[2]
 del sys.argv[1:3]
 try:
-    exec(compile(step, "<zerotrain step>", "exec"))
-except SystemExit as refusal:
-    if refusal.code is None or isinstance(refusal.code, int):
+    exec(compile(_zerotrain_step, "<zerotrain step>", "exec"))
+except SystemExit as _zerotrain_refusal:
+    if _zerotrain_refusal.code is None or isinstance(_zerotrain_refusal.code, int):
         raise
-    with open(error_file, "w", encoding="utf-8") as f:
-        f.write(str(refusal.code))
+    try:
+        if not _zerotrain_error_file:
+            raise OSError("no error file")
+        with open(_zerotrain_error_file, "w", encoding="utf-8") as _zerotrain_out:
+            _zerotrain_out.write(str(_zerotrain_refusal.code))
+    except OSError:
+        sys.stderr.write(f"{_zerotrain_refusal.code}\n")
     sys.exit(1)
 )PY";
 
@@ -202,28 +209,49 @@ int run_process(const std::vector<std::string>& args) {
   return WEXITSTATUS(status);
 }
 
+// A private, empty file for a step's refusal (mkstemp: created anew, mode 0600, in $TMPDIR or
+// /tmp), removed when this goes out of scope; "" when none could be made (the step's message then
+// stays on its stderr).
+class StepErrorFile {
+ public:
+  StepErrorFile() {
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+    if (ec || !std::filesystem::is_directory(dir, ec)) dir = "/tmp";
+    std::string name = (dir / "zt-step-error-XXXXXX").string();
+    const int fd = ::mkstemp(name.data());
+    if (fd < 0) return;
+    ::close(fd);
+    path_ = name;
+  }
+  ~StepErrorFile() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  StepErrorFile(const StepErrorFile&) = delete;
+  StepErrorFile& operator=(const StepErrorFile&) = delete;
+  const std::string& path() const { return path_; }
+  std::string text() const {
+    std::ifstream in(path_);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
 void run_tokenizer_step(const std::string& python, const std::string& unpack,
                         const std::string& body, const std::vector<std::string>& args) {
   // The step's refusal (its sys.exit message) comes back through a file, to be this command's
   // error: one line naming the file and the record, not a second one naming the interpreter.
-  static int steps = 0;
-  const std::filesystem::path error_file =
-      std::filesystem::temp_directory_path() /
-      ("zt-step-error-" + std::to_string(::getpid()) + "-" + std::to_string(++steps));
+  const StepErrorFile error_file;
   std::vector<std::string> argv = {
-      python, "-c", kStepWrapperPython, error_file.string(),
+      python, "-c", kStepWrapperPython, error_file.path(),
       "import sys\n" + unpack + " = sys.argv[1:]\n" + kLoadTokenizerPython + body};
   argv.insert(argv.end(), args.begin(), args.end());
   const int status = run_process(argv);
-  std::string refusal;
-  if (std::filesystem::exists(error_file)) {
-    std::ifstream in(error_file);
-    refusal.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    std::error_code ec;
-    std::filesystem::remove(error_file, ec);
-  }
+  const std::string refusal = status != 0 && !error_file.path().empty() ? error_file.text() : "";
   ZT_CHECK(status == 0, !refusal.empty()
                             ? refusal
                             : "the tokenizer step failed (" + python + " exited with " +

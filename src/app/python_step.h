@@ -16,16 +16,18 @@ constexpr const char* kPythonOptionHelp =
     "Python with transformers and tokenizers (auto: $ZT_PYTHON, else the project's .venv/ made "
     "by ./run.sh deps, else python3)";
 
-// Runs a Python step that uses a Hugging Face tokenizer: `python -c SCRIPT args...`, where SCRIPT
-// assigns sys.argv[1:] to `unpack` (Python names, `tok_path` among them: a tokenizer.json or a
-// directory holding it), then runs the shared opening, then `body`. The opening defines tok_dir,
-// tok_file, tok (the tokenizer as transformers' AutoTokenizer.from_pretrained(tok_dir) loads it
-// when tokenizer_config.json is beside tokenizer.json: its class, added tokens, special tokens and
-// chat template, chat_template.jinja preferred; a bare tokenizer file as PreTrainedTokenizerFast)
-// and special_id(key) (the id of the special token "bos_token", "eos_token", ... or -1 when
-// none). The step reports its errors as one line on stderr, unforeseen ones included; this fails
-// naming the interpreter when it cannot start, is killed or exits non-zero, and when this process
-// gets a SIGTERM or SIGUSR1 while the step runs (the step is ended first).
+// Runs a Python step that uses a Hugging Face tokenizer: `python -c WRAPPER ERROR_FILE SCRIPT
+// args...`, the wrapper running SCRIPT, which assigns sys.argv[1:] (the args) to `unpack` (Python
+// names, `tok_path` among them: a tokenizer.json or a directory holding it), then runs the shared
+// opening, then `body`. The opening defines tok_dir, tok_file, tok (the tokenizer as transformers'
+// AutoTokenizer.from_pretrained(tok_dir) loads it when tokenizer_config.json is beside
+// tokenizer.json: its class, added tokens, special tokens and chat template, chat_template.jinja
+// preferred; a bare tokenizer file as PreTrainedTokenizerFast) and special_id(key) (the id of the
+// special token "bos_token", "eos_token", ... or -1 when none). A step refuses its input with
+// sys.exit(message): the message, handed back through a private file, is this function's error. An
+// unforeseen error is one line on the step's stderr; this then fails naming the interpreter, as
+// when it cannot start, is killed or exits non-zero, and when this process gets a SIGTERM or
+// SIGUSR1 while the step runs (the step is ended first).
 void run_tokenizer_step(const std::string& python, const std::string& unpack,
                         const std::string& body, const std::vector<std::string>& args);
 

@@ -24,14 +24,17 @@ message and two rounds, made of consecutive lines of inputs/data/sample.txt.
    as TRL's tool_calls, observation/tool as tool), written here and pinned on the file's first
    call, with each bare tool schema wrapped as {"type": "function", "function": schema}, as
    LLaMA-Factory's tool formats wrap them.
+   Lines that keep other data's columns beside their conversation (chosen and rejected, as
+   ultrafeedback_binarized's train_sft; KTO's label true; media columns holding nothing) give
+   transformers' rendering of the conversations.
 4. Refused, naming the file, the line and the message, leaving nothing: a weight of 0.5, a
    weight on a user turn, every assistant turn at weight 0; what OpenAI's format allows and the
    templates do not render (a developer message, a participant name, function_call), each with
    its reason; content as a list of text parts, which this template prints as Python prints a
    list; an image part; an empty list of parts; a text part with a key besides type and text;
    a chat_template_kwargs that is not an object, and one that sets apply_chat_template's own
-   tools; what is not text SFT data (KTO's boolean label, DPO's chosen and rejected, a
-   multimodal example's images); a ShareGPT message from a speaker no tool maps, with a key besides from, value and
+   tools; what is not text SFT data (KTO's label false, a multimodal example's images, a
+   preference pair without a reply to learn, which is named); a ShareGPT message from a speaker no tool maps, with a key besides from, value and
    weight, with no value, from a list, with a weight of 1 on a human turn, and a function_call
    whose value is not JSON, names no function or has no arguments.
 
@@ -166,6 +169,18 @@ def sharegpt(run, conversations, data_dir):
           f"{got} counted")
 
 
+def sft_beside_other_columns(run, conversations):
+    """Part 3b: SFT lines that keep other data's columns (ultrafeedback_binarized's train_sft
+    keeps chosen and rejected beside its messages; KTO's label true; media columns holding
+    nothing, as an Arrow Image struct of nulls) are SFT examples."""
+    columns = [{"chosen": [{"role": "assistant", "content": "c"}], "rejected": "r"},
+               {"label": True}, {"images": [], "image": {"bytes": None, "path": None}}]
+    lines = [dict(columns[i % 3], messages=c) for i, c in enumerate(conversations[:6])]
+    count, got = run("other columns", lines, conversations[:6])
+    print(f"ok   SFT lines beside chosen/rejected, a true KTO label and empty media columns: "
+          f"{count} tokens, {got} counted, as transformers renders the conversations")
+
+
 def refusals(zt, work):
     """Part 4."""
     user, reply = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
@@ -222,9 +237,10 @@ def refusals(zt, work):
             ("sharegpt_from_list", {"messages": [{"from": ["human"], "value": "q"}, reply]},
              ["'messages'[0] is from [\"human\"]", "human, user, gpt"]),
             ("kto_label", {"messages": [user, reply], "label": False},
-             ["'label' is false, KTO's tag", "undesirable replies"]),
-            ("dpo_pair", {"messages": [user], "chosen": reply, "rejected": reply},
-             ["'chosen' and 'rejected' make a preference pair", "--response-field chosen"]),
+             ["'label' is false, KTO's tag of an undesirable reply"]),
+            ("dpo_pair", {"messages": [user], "chosen": [reply], "rejected": [reply]},
+             ["'messages' has no assistant message to learn (the line holds 'chosen' and "
+              "'rejected', a preference pair", "--messages-field chosen"]),
             ("llava_image", {"messages": [dict(user, content="<image>\nq"), reply],
                              "images": ["a.jpg"]},
              ["'images' holds media", "text-only"]),
@@ -266,6 +282,7 @@ def main():
         weights(run, conversations)
         template_arguments(run, conversations)
         sharegpt(run, conversations, os.path.join(args.source_dir, "tests/data"))
+        sft_beside_other_columns(run, conversations)
         refusals(args.zerotrain, work)
 
     return exit_status(checks)

@@ -517,7 +517,7 @@ def main():
         refused([zt, "prepare-data", "--tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct",
                  "--sft-jsonl", work("sft.jsonl"), "--out", work("bad.h5")] + python,
                 ["tokenizer 'HuggingFaceTB/SmolLM2-135M-Instruct' does not exist",
-                 "huggingface-cli download HuggingFaceTB/SmolLM2-135M-Instruct"], work("bad.h5"))
+                 "hf download HuggingFaceTB/SmolLM2-135M-Instruct"], work("bad.h5"))
         refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("sft.jsonl"),
                  "--response-field", "answer", "--out", work("bad.h5")] + python,
                 ["--response-field", "--sft-jsonl"], work("bad.h5"))
