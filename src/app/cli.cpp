@@ -134,7 +134,9 @@ std::string hub_id_hint(const std::string& path) {
       std::all_of(path.begin(), path.end(), [&](char c) { return c == '/' || name_char(c); });
   const bool file_name = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   std::error_code ec;
-  if (!hub_id || file_name || std::filesystem::exists(path.substr(0, slash), ec)) return "";
+  if (!hub_id || file_name || std::filesystem::exists(path, ec) ||
+      std::filesystem::exists(path.substr(0, slash), ec))
+    return "";
   return " (a Hugging Face Hub id? Hub ids are not downloaded: `hf download " + path +
          " --local-dir DIR` fetches it, then give DIR)";
 }

@@ -165,7 +165,7 @@ std::string did_you_mean(const std::string& given, const po::options_description
 // a and b; "" gives one empty item, "a," an empty last one, for the caller to refuse).
 std::vector<std::string> split_commas(const std::string& text);
 
-// " (a Hub id: ...)" when `path`, which does not exist, reads as a Hugging Face Hub id (ORG/NAME,
+// " (a Hub id: ...)" when `path` does not exist and reads as a Hugging Face Hub id (ORG/NAME,
 // no local ORG, no .json name): Hub ids are not downloaded, and the hint names the command that
 // fetches one (huggingface_hub's `hf download`); "" otherwise.
 std::string hub_id_hint(const std::string& path);

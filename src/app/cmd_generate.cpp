@@ -164,8 +164,7 @@ class PromptTokenizer {
                   "' carries no tokenizer.json: give --tokenizer PATH (a tokenizer.json or its "
                   "directory), or --tokenizer byte for a model trained on `prepare-data "
                   "--text` data"
-            : "tokenizer '" + file + "' does not exist" +
-                  (fs::exists(o.tokenizer) ? "" : hub_id_hint(o.tokenizer)));
+            : "tokenizer '" + file + "' does not exist" + hub_id_hint(o.tokenizer));
   }
 
   // The prompt's ids: --prompt as a document, or --chat's message (after --system's) or

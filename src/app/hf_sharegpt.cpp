@@ -48,14 +48,15 @@ def read_sharegpt(where, m):
     if "value" not in m:
         sys.exit(f"{where} is a ShareGPT message (it has 'from') with no 'value'")
     if speaker == SHAREGPT_CALL:
-        return {"role": "assistant", "tool_calls": sharegpt_calls(where, m["value"]),
-                **({"weight": m["weight"]} if "weight" in m else {})}
-    if not isinstance(speaker, str) or speaker not in SHAREGPT_ROLES:
+        turn = {"role": "assistant", "tool_calls": sharegpt_calls(where, m["value"])}
+    elif isinstance(speaker, str) and speaker in SHAREGPT_ROLES:
+        turn = {"role": SHAREGPT_ROLES[speaker], "content": m["value"]}
+    else:
         sys.exit(f"{where} is from {json.dumps(speaker, default=str)}; a ShareGPT message is from "
                  f"{', '.join([*SHAREGPT_ROLES, SHAREGPT_CALL])}")
-    role = SHAREGPT_ROLES[speaker]
-    keep = "weight" in m and (role == "assistant" or m["weight"] != 0)
-    return {"role": role, "content": m["value"], **({"weight": m["weight"]} if keep else {})}
+    if "weight" in m and (turn["role"] == "assistant" or m["weight"] != 0):
+        turn["weight"] = m["weight"]
+    return turn
 
 def sharegpt_tools(messages, tools):
     """The tools of a ShareGPT conversation, each bare function schema {"name", "description",
