@@ -108,7 +108,7 @@ pack() {
   mkdir -p "$dest/configs" &&
     cp "$root/tests/data/hf_models/meta-llama--Llama-3.2-1B/config.json" \
       "$dest/configs/Llama-3.2-1B.json" || exit 1
-  { git -C "$root" rev-parse HEAD && git -C "$root" status --short | head -n 20; } >"$dest/COMMIT"
+  { git -C "$root" rev-parse HEAD && git -C "$root" status --short | sed -n 1,20p; } >"$dest/COMMIT"
   du -sh "$dest"
 }
 
@@ -230,7 +230,7 @@ run_part_preflight() {
   say "memory: $(free -g | awk '/^Mem:/ { print $2 " GiB total, " $7 " GiB available" }')"
   if command -v nvidia-smi >/dev/null; then
     say "gpu: $(timeout 60 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap \
-      --format=csv,noheader 2>&1 | head -n 1)"
+      --format=csv,noheader 2>&1 | sed -n 1p)"
     timeout 60 nvidia-smi
   else
     say "gpu: no nvidia-smi on this host"
@@ -242,7 +242,7 @@ run_part_preflight() {
     while IFS= read -r -d: d; do
       if [ -z "$found" ] && [ -e "$d/$f" ]; then found="$d/$f"; fi
     done <<<"$LD_LIBRARY_PATH:"
-    [ -n "$found" ] || found=$(ldconfig -p 2>/dev/null | awk -v f="$f" '$1 == f { print $NF; exit }')
+    [ -n "$found" ] || found=$(ldconfig -p 2>/dev/null | awk -v f="$f" '$1 == f && !n++ { print $NF }')
     say "  $f: ${found:-not found}"
   done
   say "compute-sanitizer: ${sanitizer:-not found} $([ -n "$sanitizer" ] &&

@@ -128,7 +128,8 @@ for kv in prefix="$B" pkglibdir="$B/lib/openmpi" pkgdatadir="$B/share/openmpi" \
   sysconfdir="$B/etc" bindir="$B/bin"; do
   grep -qx "path:${kv%%=*}:${kv#*=}" <<<"$paths" || fail "ompi_info: ${kv%%=*} is not ${kv#*=}:"$'\n'"$paths"
 done
-"$B/bin/ompi_info" --parsable | grep -q '^mca:btl:vader:' || fail "ompi_info does not list btl vader"
+components=$("$B/bin/ompi_info" --parsable) || fail "bin/ompi_info --parsable failed"
+grep -q '^mca:btl:vader:' <<<"$components" || fail "ompi_info does not list btl vader"
 note "(b) bin/ompi_info: prefix, pkglibdir, pkgdatadir, sysconfdir, bindir in the bundle"
 
 # ---- (c), (d) under LD_DEBUG=libs ----
@@ -149,6 +150,9 @@ unset LD_DEBUG LD_DEBUG_OUTPUT
 mapfile -t loaded < <(sed -n 's/^ *[0-9]*:[[:space:]]*calling init: //p' "$WORK"/ld/ld.* | sort -u |
   while IFS= read -r p; do readlink -f "$p"; done | sort -u)
 [ ${#loaded[@]} -gt 0 ] || fail "LD_DEBUG recorded no loaded objects"
+# Searched as one string: `printf ... | grep -q` under pipefail fails when grep's early exit
+# leaves printf a closed pipe (SIGPIPE), as it did now and then under load.
+loaded_list=$(printf '%s\n' "${loaded[@]}")
 mapfile -t sources < <(manifest_sources "$B")
 for p in "${loaded[@]}"; do
   for s in "${sources[@]}"; do
@@ -157,8 +161,7 @@ for p in "${loaded[@]}"; do
 done
 for want in lib/libmpi.so.40 lib/libopen-rte.so.40 lib/libhdf5_openmpi.so.103 \
   lib/openmpi/mca_btl_vader.so lib/openmpi/mca_pmix_ext3x.so; do
-  printf '%s\n' "${loaded[@]}" | grep -qx "$B/$want" && continue
-  # Once seen in a CI run and not again in 9 reruns: what the loader logged of it, to tell why.
+  grep -qx -- "$B/$want" <<<"$loaded_list" && continue
   note "the loader's logs ($(find "$WORK/ld" -type f | wc -l) files) on ${want##*/}:"
   grep -h -- "${want##*/}" "$WORK"/ld/ld.* | sort | uniq -c | sort -rn | head -n 20 >&2 || true
   fail "no process loaded the bundle's $want"
@@ -166,13 +169,13 @@ done
 # Which ess component a process opens is Open MPI's choice (its schizo components read the
 # environment: a singleton here opens only ess_singleton, elsewhere another); that one came from
 # the bundle is what matters.
-ess=$(printf '%s\n' "${loaded[@]}" | sed -n "s|^$B/lib/openmpi/mca_ess_\\(.*\\)\\.so$|\\1|p" | paste -sd,)
+ess=$(sed -n "s|^$B/lib/openmpi/mca_ess_\\(.*\\)\\.so$|\\1|p" <<<"$loaded_list" | paste -sd,)
 [ -n "$ess" ] || fail "no process loaded an ess component from the bundle's lib/openmpi"
 if compgen -G "$B/lib/pmix/*.so" >/dev/null; then
-  printf '%s\n' "${loaded[@]}" | grep -q "^$B/lib/pmix/" || fail "no process loaded PMIx's components from the bundle"
+  grep -q "^$B/lib/pmix/" <<<"$loaded_list" || fail "no process loaded PMIx's components from the bundle"
 fi
 grep -qh 'initialize program: .*/bin/orted$' "$WORK"/ld/ld.* || note "note: no orted started"
-note "(c,d) LD_DEBUG: $(printf '%s\n' "${loaded[@]}" | grep -c "^$B/") objects from the bundle (ess: $ess), none of the ${#sources[@]} system sources"
+note "(c,d) LD_DEBUG: $(grep -c "^$B/" <<<"$loaded_list") objects from the bundle (ess: $ess), none of the ${#sources[@]} system sources"
 
 # ---- (e) ----
 if unshare -m --propagation private true 2>/dev/null; then

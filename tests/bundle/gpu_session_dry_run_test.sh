@@ -73,7 +73,8 @@ ZT_BUILD_DIR=$BUILD ZT_PACK_NO_BUILD=1 bash "$SRC/bench/gpu_session.sh" --pack "
   fail "gpu_session.sh --pack failed"
 }
 gpu_tests=0
-if tar -tzf "$WORK/pack/zerotrain-bundle.tar.gz" | grep -q '^bundle/libexec/zt_gpu_tests$'; then
+listing=$(tar -tzf "$WORK/pack/zerotrain-bundle.tar.gz") || fail "the packed bundle cannot be listed"
+if grep -q '^bundle/libexec/zt_gpu_tests$' <<<"$listing"; then
   gpu_tests=1
 fi
 if unshare -m --propagation private true 2>/dev/null; then

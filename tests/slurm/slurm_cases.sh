@@ -113,8 +113,8 @@ case_requeue_resume() {
   # `scontrol update StartTime=now+10` keeps this test short while leaving slurmd the seconds it
   # needs to finish the first run (a step launched at once can fail to start).
   for ((i = 0; i < 600; i++)); do
-    if scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" &&
-      scontrol show job "$job" | grep -q "JobState=PENDING"; then
+    state=$(scontrol show job "$job" 2>/dev/null) || state=""
+    if grep -q "Restarts=1" <<<"$state" && grep -q "JobState=PENDING" <<<"$state"; then
       scontrol update JobId="$job" StartTime=now+10 || true
       break
     fi
@@ -141,7 +141,7 @@ PY
   diff <(losses "$reference/metrics.jsonl") <(losses "$run/metrics.jsonl") >&2 ||
     fail "losses of the requeued run differ from the uninterrupted run"
   note "$steps losses bitwise equal to the uninterrupted run; stopped at step" \
-    "$(grep -o 'stopped after step [0-9]*' "$log" | head -1)"
+    "$(grep -o 'stopped after step [0-9]*' "$log" | sed -n 1p)"
 }
 
 case_sweep_report() {

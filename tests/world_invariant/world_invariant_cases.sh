@@ -26,7 +26,7 @@ if [[ $CASE == documents ]]; then  # every non-empty line of the README: a docum
   awk -v dir="$WORK/docs" 'NF { f = sprintf("%s/%04d.txt", dir, ++n); print > f; close(f) }' \
     "$SRC/README.md"
   "$BIN" prepare-data --text "$WORK"/docs/*.txt --out "$WORK/data.h5" > /dev/null
-  "$BIN" info "$WORK/data.h5" | grep -q "^documents: [0-9,]* (document masking: on" ||
+  grep -q "^documents: [0-9,]* (document masking: on" <<<"$("$BIN" info "$WORK/data.h5")" ||
     fail "the README's lines are not recorded as documents"
 else
   "$BIN" prepare-data --text "$SRC/README.md" --out "$WORK/data.h5" > /dev/null
