@@ -63,6 +63,14 @@ po::options_description prepare_data_options() {
       "tools-field", po::value<std::string>()->default_value("tools"),
       "the field of each --sft-jsonl line that lists the tools the chat template is given (TRL's "
       "tools column: JSON schemas, or a string holding them), when the line has it")(
+      "system-field", po::value<std::string>(),
+      "the field of each --sft-jsonl line that holds a system prompt (LLaMA-Factory's system "
+      "column, OpenOrca's system_prompt) (with --chat-template): it opens the conversation as a "
+      "system message, unless the conversation opens with one; absent, null or empty adds none")(
+      "history-field", po::value<std::string>(),
+      "the field of each --sft-jsonl prompt/response line that lists the turns before its "
+      "prompt, [prompt, response] pairs (LLaMA-Factory's alpaca history) (with --chat-template): "
+      "each pair is a user and an assistant turn, and its response is learned")(
       "document-eos", po::value<std::string>()->default_value("auto"),
       "auto | on | off: end each --text or --jsonl document with the tokenizer's EOS, as TRL "
       "ends a text example and torchtitan a document, unless it ends with it (auto: when the "
@@ -105,6 +113,16 @@ void check_sft_fields(const SftFields& f, bool messages_given) {
                std::find(prompt.begin(), prompt.end(), f.tools) == prompt.end(),
            "prepare-data: --tools-field must name the JSON field that lists each line's tools, "
            "not one that holds the examples");
+  std::vector<std::string> taken = prompt;
+  taken.insert(taken.end(), {f.response, f.messages, f.tools});
+  for (const auto& [option, field] :
+       {std::pair{"--system-field", f.system}, std::pair{"--history-field", f.history}}) {
+    if (field.empty()) continue;
+    ZT_CHECK(std::find(taken.begin(), taken.end(), field) == taken.end(),
+             std::string("prepare-data: ") + option + " names '" + field +
+                 "', a field another option reads");
+    taken.push_back(field);
+  }
 }
 
 // The one kind of input, and the options that go with it.
@@ -133,6 +151,17 @@ void check_input_options(const po::variables_map& vm) {
            "prepare-data: --chat-template-file needs the path of a Jinja file");
   ZT_CHECK(vm["tools-field"].defaulted() || renders_chat_template(vm),
            "prepare-data: --tools-field needs --chat-template (the template renders the tools)");
+  for (const char* option : {"system-field", "history-field"}) {
+    ZT_CHECK(!vm.count(option) || (sft && renders_chat_template(vm)),
+             std::string("prepare-data: --") + option + " needs --sft-jsonl and --chat-template " +
+                 "(the chat template places " +
+                 (option[0] == 's' ? "the system prompt)" : "the earlier turns)"));
+    ZT_CHECK(!vm.count(option) || !vm[option].as<std::string>().empty(),
+             std::string("prepare-data: --") + option + " must name a JSON field");
+  }
+  ZT_CHECK(!vm.count("history-field") || !vm.count("messages-field"),
+           "prepare-data: --history-field goes with --prompt-field (a conversation of "
+           "--messages-field holds its own earlier turns)");
   ZT_CHECK(!vm.count("messages-field") || renders_chat_template(vm),
            "prepare-data: --messages-field needs --chat-template (the template renders the "
            "conversation)");
@@ -176,7 +205,9 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
                   renders_chat_template(vm),
                   vm.count("messages-field") ? vm["messages-field"].as<std::string>() : "",
                   vm["tools-field"].as<std::string>(),
-                  vm.count("chat-template-file") ? vm["chat-template-file"].as<std::string>() : ""};
+                  vm.count("chat-template-file") ? vm["chat-template-file"].as<std::string>() : "",
+                  vm.count("system-field") ? vm["system-field"].as<std::string>() : "",
+                  vm.count("history-field") ? vm["history-field"].as<std::string>() : ""};
     check_sft_fields(*request.sft, vm.count("messages-field") > 0);
   }
   request.document_eos = parse_auto_switch(vm["document-eos"].as<std::string>(), "--document-eos");
@@ -202,7 +233,8 @@ int cmd_prepare_data(int argc, char** argv) {
       "--vocab-size V | --tokenizer PATH ((--text FILES... | --jsonl FILES... [--text-field "
       "NAME]) [--document-eos auto|on|off] | --sft-jsonl FILES... ([--prompt-field NAME] "
       "[--response-field NAME] | --messages-field "
-      "NAME) [(--chat-template | --chat-template-file FILE) [--tools-field NAME]]) "
+      "NAME) [(--chat-template | --chat-template-file FILE) [--tools-field NAME] "
+      "[--system-field NAME] [--history-field NAME]]) "
       "[--workers N]) "
       "--out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};

@@ -499,7 +499,8 @@ def message_example(path, number, record):
     key = sft["messages"]
     tools = sharegpt_tools(record.get(key) if isinstance(record, dict) else None,
                            row_tools(path, number, record))
-    messages, names, learned = conversation(path, number, record, key, tools)
+    messages, names, learned = system_first(path, number, record,
+                                            *conversation(path, number, record, key, tools))
     return chat_example(path, number, messages, names,
                         learned_turns(path, number, f"'{key}'", learned), tools)
 
@@ -514,11 +515,16 @@ def chat_pair_example(path, number, record):
     if lists[0] and len(prompt_fields) > 1:
         sys.exit(f"{path}:{number}: '{prompt_fields[0]}' is a list of messages, which is not "
                  f"joined with other fields (--prompt-field {prompt})")
+    history = history_turns(path, number, record)
+    if lists[0] and history[0]:
+        sys.exit(f"{path}:{number}: '{prompt_fields[0]}' is a list of messages, which holds its "
+                 f"own earlier turns: '{sft['history']}' (--history-field) goes with a prompt "
+                 "string")
     if not lists[0]:
-        return chat_example(path, number, [
+        return chat_example(path, number, *system_first(path, number, record, history[0] + [
             {"role": "user", "content": prompt_text(path, number, record)},
             {"role": "assistant", "content": string_field(path, number, record, response)}],
-            [f"'{prompt}'", f"'{response}'"], [False, True], tools)
+            history[1] + [f"'{prompt}'", f"'{response}'"], history[2] + [False, True]), tools)
     # TRL's conversational prompt-completion: the completion's turns count, as TRL's
     # completion-only loss counts them; the prompt's (an earlier reply too) do not.
     messages, names, learned = conversation(path, number, record, [prompt, response], tools)
@@ -526,6 +532,7 @@ def chat_pair_example(path, number, record):
     if "assistant" not in (m["role"] for m in messages[first:]):
         sys.exit(f"{path}:{number}: '{response}' has no assistant message to learn")
     learned = [False] * first + learned[first:]
+    messages, names, learned = system_first(path, number, record, messages, names, learned)
     return chat_example(path, number, messages, names,
                         learned_turns(path, number, f"'{response}'", learned), tools)
 )PY";

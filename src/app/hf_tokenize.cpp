@@ -10,6 +10,7 @@
 #include "app/hf_chat_sft.h"
 #include "app/hf_records.h"
 #include "app/hf_sharegpt.h"
+#include "app/hf_system_history.h"
 #include "app/python_step.h"
 #include "io/fs_util.h"
 #include "io/token_dataset.h"
@@ -24,7 +25,8 @@ namespace {
 
 // The Python step, after hf_chat_sft.h's and hf_records.h's definitions. argv: tokenizer, options
 // (JSON: "text_field", "" for text files; "sft": null or {"prompt", "response", "messages",
-// "tools"} field names and "chat_template"; "workers", the processes making the examples), tokens
+// "tools", "system", "history"} field names and "chat_template"; "workers", the processes making
+// the examples), tokens
 // file, loss-mask file, document-starts file, metadata file, inputs... It follows the opening of
 // app/python_step.h (the tokenizer as AutoTokenizer loads it, special_id). A document is encoded as
 // tokenizer(text)["input_ids"] encodes it (the tokenizer's special tokens added), a chat rendering
@@ -151,12 +153,14 @@ def jobs(path):
     the document's (ids, loss mask or None); where names the file and line for errors. Reading
     the records and naming their unread fields is the main process's; the functions may run in
     workers."""
+    # The fields the examples are made of (a field an option does not name is noted unread).
+    turns = tuple(k for k in (sft["system"], sft["history"]) if k) if sft else ()
     if sft and sft["messages"]:
-        read = (sft["messages"], sft["tools"], TEMPLATE_ARGUMENTS)
+        read = (sft["messages"], sft["tools"], TEMPLATE_ARGUMENTS, *turns)
         for number, record in records(path, (), read):
             yield f"{path}:{number}", message_example, (path, number, record)
     elif sft and sft["chat_template"]:
-        read = (*prompt_fields, sft["response"], sft["tools"], TEMPLATE_ARGUMENTS)
+        read = (*prompt_fields, sft["response"], sft["tools"], TEMPLATE_ARGUMENTS, *turns)
         for number, record in records(path, (), read):
             yield f"{path}:{number}", chat_pair_example, (path, number, record)
     elif sft:
@@ -277,15 +281,29 @@ with open(tokens_path, "wb") as out, open(mask_path, "wb") as mask_out, \
         ids.tofile(out)
         if mask is not None:
             mask_out.write(bytes(mask))
+# What an unread field of LLaMA-Factory's formats (and OpenOrca's system_prompt) may hold, and
+# the option that reads it (with --chat-template).
+UNREAD_HINTS = {"system": ("the system prompt", "--system-field system"),
+                "system_prompt": ("the system prompt", "--system-field system_prompt"),
+                "history": ("the turns before the prompt", "--history-field history")}
+
+def unread_hints():
+    needs = "" if sft and sft["chat_template"] else " --chat-template"
+    hints = [f"'{k}' may hold {what}: {option}{needs}"
+             for k, (what, option) in sorted(UNREAD_HINTS.items())
+             if k in unread_fields and not (k == "history" and sft and sft["messages"])]
+    if "input" in unread_fields and "instruction" in prompt_fields:
+        hints.insert(0, "Alpaca's 'input' completes its instruction: --prompt-field "
+                        "instruction,input")
+    return "".join(f"; {h}" for h in hints)
+
 if unread_fields:
     listed = ", ".join(f"'{k}' ({at})" for k, at in sorted(unread_fields.items()))
     print(f"note: fields no option reads, left out of the examples: {listed} (the examples are "
           "read from --prompt-field and --response-field or --messages-field, and with "
-          "--chat-template their tools from --tools-field and the chat template's arguments from "
-          f"'{TEMPLATE_ARGUMENTS}')" + (
-              "; Alpaca's 'input' completes its instruction: --prompt-field instruction,input"
-              if "input" in unread_fields and "instruction" in prompt_fields else ""),
-          file=sys.stderr)
+          "--chat-template their tools from --tools-field, the chat template's arguments from "
+          f"'{TEMPLATE_ARGUMENTS}', a system prompt from --system-field and earlier turns from "
+          f"--history-field){unread_hints()}", file=sys.stderr)
 meta = {"vocab_size": len(tok), "bos_token_id": special_id("bos_token"), "eos_token_id": eos,
         "name": os.path.basename(os.path.abspath(tok_dir or "."))}
 with open(meta_path, "w", encoding="utf-8") as f:
@@ -347,14 +365,18 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
                       {"chat_template", request.sft->chat_template},
                       {"messages", request.sft->messages},
                       {"tools", request.sft->tools},
+                      {"system", request.sft->system},
+                      {"history", request.sft->history},
                       {"template_file", template_file},
                       {"template_text", template_text}};
   std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path,
                                    mask_path,         starts_path,    meta_path};
   args.insert(args.end(), request.inputs.begin(), request.inputs.end());
-  run_tokenizer_step(
-      request.python, "tok_path, options, tokens_path, mask_path, starts_path, meta_path, *inputs",
-      std::string(kShareGptPython) + kChatSftPython + kRecordsPython + kTokenizeScript, args);
+  run_tokenizer_step(request.python,
+                     "tok_path, options, tokens_path, mask_path, starts_path, meta_path, *inputs",
+                     std::string(kShareGptPython) + kSystemHistoryPython + kChatSftPython +
+                         kRecordsPython + kTokenizeScript,
+                     args);
   const nlohmann::json meta = read_json_file(meta_path);
   TokenizerFiles tokenizer = read_tokenizer_files(request.tokenizer);
   if (!template_text.empty()) replace_chat_template(tokenizer, template_text, request.tokenizer);

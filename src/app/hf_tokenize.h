@@ -38,6 +38,10 @@ struct SftFields {
   // chat_template_path sets it; the dataset's tokenizer files then carry it (replace_chat_template
   // in io/tokenizer_files.h). "": the tokenizer's own.
   std::string template_file;
+  // With chat_template, "" when not given: the field of a system prompt opening the conversation
+  // (LLaMA-Factory's system column), and of the [prompt, response] pairs before a prompt string
+  // (its alpaca history column), whose responses are learned.
+  std::string system, history;
 };
 
 struct HfTokenizeRequest {

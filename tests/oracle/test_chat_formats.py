@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Chat data in the forms other tools write it, through chat SFT, against transformers (label
-oracle): OpenAI's fine-tuning files and TRL's chat_template_kwargs column.
+oracle): OpenAI's fine-tuning files, TRL's chat_template_kwargs column, ShareGPT, and system
+prompts and earlier turns kept in columns of their own.
 
 The tokenizer and its chat template are test_hf_sft.py's; the conversations its ten of a system
 message and two rounds, made of consecutive lines of inputs/data/sample.txt.
@@ -37,6 +38,17 @@ message and two rounds, made of consecutive lines of inputs/data/sample.txt.
    preference pair without a reply to learn, which is named); a ShareGPT message from a speaker no tool maps, with a key besides from, value and
    weight, with no value, from a list, with a weight of 1 on a human turn, and a function_call
    whose value is not JSON, names no function or has no arguments.
+5. System prompts and earlier turns in columns of their own (--system-field, --history-field):
+   rows in OpenOrca's columns (system_prompt empty on one, null on another: no system message),
+   LLaMA-Factory's alpaca records with a system and a history (a list of [prompt, response]
+   pairs; a JSON string of it, null, two pairs) read with instruction,input, ShareGPT with its
+   system column (a conversation opening with its own system turn keeps it), and TRL's
+   conversational prompt-completion: the tokens and the mask equal apply_chat_template's of the
+   conversations they stand for, the history's replies learned. Refused, naming the line and the
+   field: a system prompt that is not a string, a history that is not JSON, not a list, or has a
+   pair of one; a history beside a prompt of messages. Options refused: --system-field without
+   --chat-template, --history-field with --messages-field, a field named twice, an empty name.
+   Unread system and history fields are noted with the options that read them.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -48,7 +60,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
-                            require_venv_modules)
+                            require_venv_modules, run_tool)
 from test_hf_sft import (CHAT_TEMPLATE, add_chat_template, chat_template_check,  # noqa: E402
                          examples, system_conversations)
 from test_hf_tokenizer import refused, train_tokenizer  # noqa: E402
@@ -181,6 +193,105 @@ def sft_beside_other_columns(run, conversations):
           f"{count} tokens, {got} counted, as transformers renders the conversations")
 
 
+def system_and_history(check_lines, reference, conversations):
+    """Part 5."""
+    system, qa = [c[0] for c in conversations], [c[1:3] for c in conversations]
+    # OpenOrca's columns (id, system_prompt, question, response); its t0 rows have an empty
+    # system prompt, and a row may lack it (null).
+    orca = [{"id": f"niv.{i}", "system_prompt": ["You are an AI assistant.", "", None][i % 3],
+             "question": q["content"], "response": a["content"]} for i, (q, a) in enumerate(qa)]
+    count, got = check_lines("openorca system_prompt", orca, [
+        "--prompt-field", "question", "--response-field", "response",
+        "--system-field", "system_prompt"],
+        [([{"role": "system", "content": r["system_prompt"]}] if r["system_prompt"] else []) +
+         list(pair) for r, pair in zip(orca, qa)])
+    # LLaMA-Factory's alpaca columns: each conversation's second round as the instruction and
+    # the output, its first as the history, its system message as the system. The history is a
+    # JSON string on one line (as a Parquet column of strings may hold it), null on another,
+    # and on another holds the first round twice.
+    alpaca = [{"instruction": c[3]["content"], "input": "", "output": c[4]["content"],
+               "system": c[0]["content"], "history": [[c[1]["content"], c[2]["content"]]]}
+              for c in conversations]
+    alpaca[1]["history"] = json.dumps(alpaca[1]["history"])
+    alpaca[2].update(history=None, input="in")
+    alpaca[3]["history"] *= 2
+    want = [list(c) for c in conversations]
+    want[2] = want[2][:1] + [dict(want[2][3], content=want[2][3]["content"] + "\nin"),
+                             want[2][4]]
+    want[3][1:1] = want[3][1:3]
+    fields = ["--prompt-field", "instruction,input", "--response-field", "output",
+              "--system-field", "system", "--history-field", "history"]
+    count2, got2 = check_lines("alpaca history", alpaca, fields, want)
+    # ShareGPT with LLaMA-Factory's system column; a conversation that opens with a system turn
+    # keeps its own. TRL's conversational prompt-completion with a system column.
+    speakers = {"system": "system", "user": "human", "assistant": "gpt"}
+    shared = [{"conversations": [{"from": speakers[m["role"]], "value": m["content"]}
+                                 for m in c[1 if i % 2 else 0:]], "system": f"Column {i}."}
+              for i, c in enumerate(conversations[:4])]
+    want = [([{"role": "system", "content": f"Column {i}."}] + c[1:]) if i % 2 else c
+            for i, c in enumerate(conversations[:4])]
+    count3, got3 = check_lines("sharegpt system column", shared, [
+        "--messages-field", "conversations", "--system-field", "system"], want)
+    pairs = [{"prompt": c[1:4], "completion": c[4:], "sys": s["content"]}
+             for c, s in zip(conversations[:3], system)]
+    check_lines("prompt-completion system", pairs, [
+        "--prompt-field", "prompt", "--response-field", "completion", "--system-field", "sys"],
+        conversations[:3], counted_from=[len(reference.apply_chat_template(c[:4], tokenize=True))
+                                         for c in conversations[:3]])
+    print(f"ok   system prompts and history: OpenOrca's system_prompt ({count} tokens, {got} "
+          f"counted; empty and null add none), LLaMA-Factory's alpaca system and history "
+          f"({count2}, {got2}: the history's replies learned), its sharegpt system column "
+          f"({count3}, {got3}; a conversation's own system turn kept), and TRL's "
+          "prompt-completion, as transformers renders the conversations")
+
+
+def system_history_refusals(zt, work):
+    """Part 5b: bad system and history fields, and options that cannot go together, refused
+    naming the line and the field or the option; fields of LLaMA-Factory's left unread are noted
+    with the option that reads them."""
+    line = {"prompt": "q", "response": "a"}
+    user, reply = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
+    fields = ["--prompt-field", "prompt", "--response-field", "response", "--system-field",
+              "system", "--history-field", "history", "--chat-template"]
+    for name, record, named in [
+            ("system_list", dict(line, system=["x"]), ["'system' is not a string"]),
+            ("history_text", dict(line, history="earlier"), ["'history' is a string that is not "
+                                                             "JSON"]),
+            ("history_object", dict(line, history={"q": "a"}),
+             ["'history' is not a list of [prompt, response] pairs"]),
+            ("history_single", dict(line, history=[["q", "a"], ["q"]]),
+             ["'history'[1] is not a [prompt, response] pair of strings"]),
+            ("history_messages", {"prompt": [user], "response": [reply], "history": [["q", "a"]]},
+             ["'prompt' is a list of messages, which holds its own earlier turns"])]:
+        write_lines(work(name + ".jsonl"), [line, record])
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work(name + ".jsonl"), "--out", work("bad.h5"), "--python", sys.executable] +
+                fields, [work(name + ".jsonl") + ":2"] + named, work("bad.h5"))
+    write_lines(work("plain.jsonl"), [line])
+    for options, named in [
+            (["--system-field", "system"], ["--system-field needs --sft-jsonl and "
+                                            "--chat-template"]),
+            (["--messages-field", "m", "--history-field", "h", "--chat-template"],
+             ["--history-field goes with --prompt-field"]),
+            (["--system-field", "prompt", "--chat-template"],
+             ["--system-field names 'prompt', a field another option reads"]),
+            (["--history-field", "", "--chat-template"], ["--history-field must name"])]:
+        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                 work("plain.jsonl"), "--out", work("bad.h5"), "--python", sys.executable] +
+                options, named, work("bad.h5"))
+    write_lines(work("alpaca_unread.jsonl"), [{"instruction": "q", "output": "a", "system": "s",
+                                               "history": [["q", "a"]]}])
+    out = run_tool([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
+                    work("alpaca_unread.jsonl"), "--prompt-field", "instruction",
+                    "--response-field", "output", "--chat-template", "--out",
+                    work("alpaca_unread.h5"), "--python", sys.executable])
+    for part in ("'history' may hold the turns before the prompt: --history-field history;",
+                 "'system' may hold the system prompt: --system-field system"):
+        check(part in out, f"the note of unread fields does not say {part!r}: {out}")
+    print("ok   bad system and history fields and options refused, naming the line and the "
+          "field; unread system and history noted with the options that read them")
+
+
 def refusals(zt, work):
     """Part 4."""
     user, reply = {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}
@@ -283,6 +394,18 @@ def main():
         template_arguments(run, conversations)
         sharegpt(run, conversations, os.path.join(args.source_dir, "tests/data"))
         sft_beside_other_columns(run, conversations)
+
+        def check_lines(what, lines, options, want, **kwargs):
+            """prepare-data of the records `lines` read with `options` against transformers'
+            rendering of the conversations `want`."""
+            name = what.replace(" ", "_")
+            write_lines(work(name + ".jsonl"), lines)
+            return chat_template_check(args.zerotrain, work, reference, what,
+                                       ["--sft-jsonl", work(name + ".jsonl")] + options,
+                                       name + ".h5", want, **kwargs)
+
+        system_and_history(check_lines, reference, conversations)
+        system_history_refusals(args.zerotrain, work)
         refusals(args.zerotrain, work)
 
     return exit_status(checks)
