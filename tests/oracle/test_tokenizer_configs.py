@@ -21,6 +21,9 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
    generation prompt writes the empty reasoning block: the ids are apply_chat_template's given
    it, and no counted run holds "<think>". (Phi-3 closes a conversation with EOS but a turn with
    <|end|>: its first reply counts up to <|end|>.)
+The same conversation as LLaMA-Factory's alpaca record (--system-field system, its first round
+in --history-field history) gives the same ids and mask, and with an empty system the ids of the
+rounds alone (Qwen2.5's template writes its default system prompt), both replies counted.
 Tool calls (TRL's format: an assistant turn with tool_calls, a tool result, the `tools` column)
 go through every config as well. The templates written for them (Qwen2.5, Qwen3, Llama 3.1) give
 apply_chat_template(messages, tools=...)'s ids, and count exactly two runs, which read (special
@@ -162,8 +165,30 @@ def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None, argu
               f"not the reply {reply!r} ({reference.decode(run)!r})")
         check(not unlearned or unlearned not in reference.decode(run),
               f"{name}: a counted run holds {unlearned!r}: {reference.decode(run)!r}")
+    if not label:
+        check_alpaca_history(work, zt, directory, name, reference, messages, ids, mask)
     print(f"ok   {name}: {len(ids)} tokens as apply_chat_template gives them, {sum(mask)} "
           f"counted: each reply and what closes it, no other turn")
+
+
+def check_alpaca_history(work, zt, directory, name, reference, messages, ids, mask):
+    """The conversation as LLaMA-Factory's alpaca record (its system column, its first round as
+    the history) gives the conversation's ids and mask; with an empty system, the ids of the
+    rounds alone (the template's default system prompt, Qwen2.5's), and both replies counted."""
+    rounds = [m for m in messages if m["role"] != "system"]
+    system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+    record = {"instruction": rounds[2]["content"], "input": "", "output": rounds[3]["content"],
+              "system": system, "history": [[rounds[0]["content"], rounds[1]["content"]]]}
+    status, output, got_ids, got_mask = prepare(
+        work, zt, directory, name + "-alpaca", [record, dict(record, system="")],
+        ["--prompt-field", "instruction,input", "--response-field", "output", "--system-field",
+         "system", "--history-field", "history"])
+    check(status == 0, f"{name}-alpaca: refused: {output}")
+    check(got_ids == ids + reference.apply_chat_template(rounds, tokenize=True),
+          f"{name}-alpaca: the ids differ from apply_chat_template's of the conversations")
+    check(got_mask[:len(ids)] == mask and len(counted_runs(got_ids[len(ids):],
+                                                            got_mask[len(ids):])) == 2,
+          f"{name}-alpaca: the history's reply or the output is not counted as in the conversation")
 
 
 TOOLS = [{"type": "function", "function": {
