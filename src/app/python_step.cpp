@@ -41,15 +41,20 @@ std::string default_python() {
 
 namespace {
 
-// What runs a step: `python -c WRAPPER ERROR_FILE STEP args...` runs STEP with sys.argv[1:] the
-// args; a sys.exit with a message (how a step refuses its input) writes the message into
-// ERROR_FILE for run_tokenizer_step (onto stderr when it cannot), and exits 1.
+// What runs a step: `python -c WRAPPER ERROR_FILE STEP_FILE STEP args...` runs the Python text in
+// STEP_FILE (STEP when STEP_FILE is "") with sys.argv[1:] the args; a sys.exit with a message (how
+// a step refuses its input) writes the message into ERROR_FILE for run_tokenizer_step (onto stderr
+// when it cannot), and exits 1. The step travels in a file: as one argument it would be bounded
+// by Linux's 128 KiB per argument (MAX_ARG_STRLEN).
 constexpr const char* kStepWrapperPython = R"PY(
 import sys
 # At the top level (a function around the step would cost stack frames the step's JSON reading
 # counts on), under names no step uses.
-_zerotrain_error_file, _zerotrain_step = sys.argv[1], sys.argv[2]
-del sys.argv[1:3]
+_zerotrain_error_file, _zerotrain_step_file, _zerotrain_step = sys.argv[1:4]
+del sys.argv[1:4]
+if _zerotrain_step_file:
+    with open(_zerotrain_step_file, encoding="utf-8") as _zerotrain_in:
+        _zerotrain_step = _zerotrain_in.read()
 try:
     exec(compile(_zerotrain_step, "<zerotrain step>", "exec"))
 except SystemExit as _zerotrain_refusal:
@@ -209,26 +214,35 @@ int run_process(const std::vector<std::string>& args) {
   return WEXITSTATUS(status);
 }
 
-// A private, empty file for a step's refusal (mkstemp: created anew, mode 0600, in $TMPDIR or
-// /tmp), removed when this goes out of scope; "" when none could be made (the step's message then
-// stays on its stderr).
-class StepErrorFile {
+// A private file (mkstemp: created anew, mode 0600, in $TMPDIR or /tmp), empty or holding
+// `text`, removed when this goes out of scope; its path is "" when it could not be made and
+// written (a step's refusal then stays on its stderr, and the step travels as an argument).
+class PrivateTempFile {
  public:
-  StepErrorFile() {
+  explicit PrivateTempFile(const std::string& text = "") {
     std::error_code ec;
     std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
     if (ec || !std::filesystem::is_directory(dir, ec)) dir = "/tmp";
-    std::string name = (dir / "zt-step-error-XXXXXX").string();
+    std::string name = (dir / "zt-step-XXXXXX").string();
     const int fd = ::mkstemp(name.data());
     if (fd < 0) return;
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n <= 0 && errno != EINTR) break;
+      if (n > 0) done += static_cast<size_t>(n);
+    }
     ::close(fd);
-    path_ = name;
+    if (done == text.size())
+      path_ = name;
+    else
+      ::unlink(name.c_str());
   }
-  ~StepErrorFile() {
+  ~PrivateTempFile() {
     if (!path_.empty()) ::unlink(path_.c_str());
   }
-  StepErrorFile(const StepErrorFile&) = delete;
-  StepErrorFile& operator=(const StepErrorFile&) = delete;
+  PrivateTempFile(const PrivateTempFile&) = delete;
+  PrivateTempFile& operator=(const PrivateTempFile&) = delete;
   const std::string& path() const { return path_; }
   std::string text() const {
     std::ifstream in(path_);
@@ -245,10 +259,16 @@ void run_tokenizer_step(const std::string& python, const std::string& unpack,
                         const std::string& body, const std::vector<std::string>& args) {
   // The step's refusal (its sys.exit message) comes back through a file, to be this command's
   // error: one line naming the file and the record, not a second one naming the interpreter.
-  const StepErrorFile error_file;
-  std::vector<std::string> argv = {
-      python, "-c", kStepWrapperPython, error_file.path(),
-      "import sys\n" + unpack + " = sys.argv[1:]\n" + kLoadTokenizerPython + body};
+  const PrivateTempFile error_file;
+  const std::string step =
+      "import sys\n" + unpack + " = sys.argv[1:]\n" + kLoadTokenizerPython + body;
+  const PrivateTempFile step_file(step);
+  std::vector<std::string> argv = {python,
+                                   "-c",
+                                   kStepWrapperPython,
+                                   error_file.path(),
+                                   step_file.path(),
+                                   step_file.path().empty() ? step : ""};
   argv.insert(argv.end(), args.begin(), args.end());
   const int status = run_process(argv);
   const std::string refusal = status != 0 && !error_file.path().empty() ? error_file.text() : "";

@@ -20,6 +20,9 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
    a model whose vocabulary is smaller than the tokenizer's, are refused naming the file, the
    line (and byte), the field or both vocabularies; the
    refused dataset is not left behind, and a refused `train --overwrite` keeps the previous run.
+5. The tokenizer step's text and its refusal pass through private files in $TMPDIR (the step as
+   one argument would be bounded by Linux's 128 KiB per argument): none is left after a refusal
+   or a run.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -208,6 +211,21 @@ def main():
               os.path.isfile(work("run", "final", "tokenizer.json")),
               "a refused --overwrite run removed the previous run")
         print("ok   bad inputs refused, naming the file, the line, the field, the vocabularies")
+
+        # 5. The step's text and its refusal travel through private files in $TMPDIR, removed
+        # after a refusal and after a run.
+        os.makedirs(work("tmp"))
+        env = dict(os.environ, TMPDIR=work("tmp"))
+        for inputs, ok in [(["--jsonl", work("bad.jsonl"), "--text-field", "content"], False), (["--text", text_file], True)]:
+            proc = subprocess.run([zt, "prepare-data", "--tokenizer", work("tok"), "--out",
+                                   work("tmp_check.h5"), "--overwrite"] + inputs + python,
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+            check((proc.returncode == 0) == ok and (ok or "bad.jsonl:2" in proc.stdout),
+                  f"prepare-data with TMPDIR set: {proc.stdout}")
+            left = os.listdir(work("tmp"))
+            check(not left, f"the tokenizer step left {left} in $TMPDIR")
+        print("ok   the step's files in $TMPDIR are removed after a refusal and after a run")
 
     return exit_status(checks)
 
