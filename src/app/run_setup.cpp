@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "app/engine_device.h"
+#include "io/tokenizer_files.h"
+#include "io/tokenizer_vocabulary.h"
 #include "model/layout.h"
 #include "model/trainable.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 namespace zt {
 
@@ -228,6 +231,40 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
   return spec;
 }
 
+namespace {
+
+// The data's tokenizer.json and the model's read ids alike: no id is a regular token of either
+// under another name (renamed special tokens, as between Llama 3 and 3.1, pass). A model without
+// one, or data without one, is not compared.
+void check_same_tokenizer(const TokenDataset& data, const std::string& data_path,
+                          const std::string& model_dir) {
+  std::error_code ec;
+  if (model_dir.empty() || !std::filesystem::exists(model_dir + "/tokenizer.json", ec)) return;
+  const TokenizerFiles data_files = data.tokenizer_files();
+  const auto data_json = data_files.files.find("tokenizer.json");
+  if (data_json == data_files.files.end()) return;
+  const TokenizerFiles model_files = read_tokenizer_files(model_dir);
+  const std::string& model_json = model_files.files.at("tokenizer.json");
+  if (model_json == data_json->second) return;
+  const std::string model_file = model_dir + "/tokenizer.json";
+  const VocabularyDifference difference = regular_token_differences(
+      read_tokenizer_vocabulary(data_json->second,
+                                "the tokenizer.json of --data '" + data_path + "'"),
+      read_tokenizer_vocabulary(model_json, model_file), 3);
+  if (difference.count == 0) return;
+  std::string examples;
+  for (const DifferingToken& t : difference.first)
+    examples += (examples.empty() ? "" : "; ") + std::string("id ") + std::to_string(t.id) +
+                " is " + quoted_json(t.in_a) + " in the data's, " + quoted_json(t.in_b) +
+                " in the model's";
+  ZT_CHECK(false, "--data '" + data_path + "' was tokenized by " + data.tokenizer() +
+                      ", whose tokenizer.json reads ids unlike the model's '" + model_file + "' (" +
+                      std::to_string(difference.count) + " ids differ: " + examples +
+                      "): prepare the data with --tokenizer " + model_dir);
+}
+
+}  // namespace
+
 void check_data_fits_model(const TokenDataset& data, const std::string& data_path,
                            const std::string& model_dir, int64_t vocab_size) {
   ZT_CHECK(data.tokenizer_files().empty() || data.vocab_size() <= vocab_size,
@@ -245,6 +282,7 @@ void check_data_fits_model(const TokenDataset& data, const std::string& data_pat
                "' carries its own tokenizer.json, which would read "
                "them as its token ids: prepare the data with --tokenizer " +
                model_dir);
+  check_same_tokenizer(data, data_path, model_dir);
 }
 
 }  // namespace zt

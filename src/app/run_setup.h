@@ -126,7 +126,8 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
 // The training data's tokens fit the model (`model_dir`, "" for a preset): a Hugging Face
 // tokenizer's ids are all rows of its embedding (`vocab_size`), and byte-level data (prepare-data
 // --text without --tokenizer) does not go to a model that carries its own tokenizer.json, which
-// would read the bytes as its token ids.
+// would read the bytes as its token ids, nor data that another tokenizer made (its tokenizer.json
+// holds a regular token at an id where the model's holds another).
 void check_data_fits_model(const TokenDataset& data, const std::string& data_path,
                            const std::string& model_dir, int64_t vocab_size);
 

@@ -17,8 +17,10 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
    documents as the dataset holds them and GenerationConfig has the tokenizer's bos/eos ids.
 4. Bad input: a JSON line without the field, a line that is not UTF-8, an empty input file,
    --document-eos on with a tokenizer that names no eos_token (auto notes it and adds none), and
-   a model whose vocabulary is smaller than the tokenizer's, are refused naming the file, the
-   line (and byte), the field or both vocabularies; the
+   a model whose vocabulary is smaller than the tokenizer's, and data that another tokenizer
+   made (trained on the lines reversed: ids read otherwise), are refused naming the file, the
+   line (and byte), the field, both vocabularies or the ids that differ (the model's
+   tokenizer.json saved otherwise, a special token renamed, trains); the
    refused dataset is not left behind, and a refused `train --overwrite` keeps the previous run.
 5. The tokenizer step's text and its refusal pass through private files in $TMPDIR (the step as
    one argument would be bounded by Linux's 128 KiB per argument): none is left after a refusal
@@ -210,7 +212,31 @@ def main():
         check(os.path.isfile(work("run", "run.json")) and
               os.path.isfile(work("run", "final", "tokenizer.json")),
               "a refused --overwrite run removed the previous run")
-        print("ok   bad inputs refused, naming the file, the line, the field, the vocabularies")
+        # Data another tokenizer made (one trained on the lines reversed) for the model of step 3:
+        # refused naming the ids that differ. The model's tokenizer.json saved otherwise, with a
+        # special token renamed, reads ids alike: it trains.
+        with open(text_file, encoding="utf-8") as f, open(work("reversed.txt"), "w") as out:
+            out.writelines(line[::-1] for line in f)
+        train_tokenizer(work("reversed.txt"), work("tok_other"))
+        run_tool([zt, "prepare-data", "--tokenizer", work("tok_other"), "--text", text_file,
+                  "--out", work("other.h5")] + python)
+        refused([zt, "train", "--model", work("model"), "--data", work("other.h5"), "--out",
+                 work("run_other"), "--steps", "1", "--seq-len", "16"],
+                [work("other.h5"), "reads ids unlike the model's '" +
+                 work("model", "tokenizer.json") + "'", "ids differ: id ",
+                 "prepare the data with --tokenizer " + work("model")], work("run_other"))
+        shutil.copytree(work("model"), work("model_resaved"))
+        with open(work("model", "tokenizer.json"), encoding="utf-8") as f:
+            resaved = json.load(f)
+        for token in resaved["added_tokens"]:
+            token["content"] = token["content"].replace("<s>", "<|begin|>")
+        with open(work("model_resaved", "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(resaved, f, indent=4)
+        run_tool([zt, "train", "--model", work("model_resaved"), "--data", work("text.h5"),
+                  "--out", work("run_resaved"), "--steps", "1", "--seq-len", "16", "--log-every",
+                  "0"])
+        print("ok   bad inputs refused, naming the file, the line, the field, the vocabularies, "
+              "the ids another tokenizer reads otherwise")
 
         # 5. The step's text and its refusal travel through private files in $TMPDIR, removed
         # after a refusal and after a run.
