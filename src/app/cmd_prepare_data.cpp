@@ -113,8 +113,10 @@ void check_sft_fields(const SftFields& f, bool messages_given) {
                std::find(prompt.begin(), prompt.end(), f.tools) == prompt.end(),
            "prepare-data: --tools-field must name the JSON field that lists each line's tools, "
            "not one that holds the examples");
-  std::vector<std::string> taken = prompt;
-  taken.insert(taken.end(), {f.response, f.messages, f.tools});
+  // The fields the examples are read from: the conversation, or the prompt's and the response.
+  std::vector<std::string> taken = f.messages.empty() ? prompt : std::vector{f.messages};
+  if (f.messages.empty()) taken.push_back(f.response);
+  taken.push_back(f.tools);
   for (const auto& [option, field] :
        {std::pair{"--system-field", f.system}, std::pair{"--history-field", f.history}}) {
     if (field.empty()) continue;
@@ -153,7 +155,8 @@ void check_input_options(const po::variables_map& vm) {
            "prepare-data: --tools-field needs --chat-template (the template renders the tools)");
   for (const char* option : {"system-field", "history-field"}) {
     ZT_CHECK(!vm.count(option) || (sft && renders_chat_template(vm)),
-             std::string("prepare-data: --") + option + " needs --sft-jsonl and --chat-template " +
+             std::string("prepare-data: --") + option +
+                 " needs --sft-jsonl and --chat-template or --chat-template-file " +
                  "(the chat template places " +
                  (option[0] == 's' ? "the system prompt)" : "the earlier turns)"));
     ZT_CHECK(!vm.count(option) || !vm[option].as<std::string>().empty(),

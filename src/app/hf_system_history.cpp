@@ -37,7 +37,7 @@ def history_turns(path, number, record):
                  "(--history-field: the turns before the prompt, as LLaMA-Factory's history)")
     messages, names, learned = [], [], []
     for i, pair in enumerate(value):
-        if not (isinstance(pair, list) and len(pair) == 2
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
                 and all(isinstance(text, str) for text in pair)):
             sys.exit(f"{path}:{number}: '{key}'[{i}] is not a [prompt, response] pair of "
                      "strings")

@@ -143,7 +143,32 @@ def text_file(path):
     if table:
         sys.exit(f"{path}: {table}, not text: --jsonl reads its rows (--text-field names the "
                  "column)")
-    return document_ids(read_text(path, kind)), None
+    text = read_text(path, kind)
+    records = json_records_kind(text)
+    if records:
+        print(f"note: {path} holds {records}: --text trains on its text, braces and keys "
+              "included; --jsonl reads each record's --text-field, --sft-jsonl its examples",
+              file=sys.stderr)
+    return document_ids(text), None
+
+def json_records_kind(text):
+    """"JSON lines" when the text's first line is a JSON object, "a JSON array of records" when
+    the text is a JSON list of objects; else None (text, or JSON of another shape)."""
+    start = text.lstrip("\ufeff \t\r\n")
+    if start[:1] == "{":
+        try:
+            if isinstance(json.loads(start.split("\n", 1)[0]), dict):
+                return "JSON lines"
+        except ValueError:
+            return None
+    if start[:1] == "[":
+        try:
+            value = json.loads(start)
+        except ValueError:
+            return None
+        if value and isinstance(value, list) and isinstance(value[0], dict):
+            return "a JSON array of records"
+    return None
 
 def text_document(text):
     return document_ids(text), None

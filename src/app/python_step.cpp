@@ -214,29 +214,28 @@ int run_process(const std::vector<std::string>& args) {
   return WEXITSTATUS(status);
 }
 
-// A private file (mkstemp: created anew, mode 0600, in $TMPDIR or /tmp), empty or holding
-// `text`, removed when this goes out of scope; its path is "" when it could not be made and
-// written (a step's refusal then stays on its stderr, and the step travels as an argument).
+// A private file (mkstemp: created anew, mode 0600, in $TMPDIR, else /tmp), empty or holding
+// `text`, removed when this goes out of scope; its path is "" when it could be made and written
+// in neither (a step's refusal then stays on its stderr, and the step travels as an argument).
 class PrivateTempFile {
  public:
   explicit PrivateTempFile(const std::string& text = "") {
     std::error_code ec;
-    std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
-    if (ec || !std::filesystem::is_directory(dir, ec)) dir = "/tmp";
-    std::string name = (dir / "zt-step-XXXXXX").string();
-    const int fd = ::mkstemp(name.data());
-    if (fd < 0) return;
-    size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-      if (n <= 0 && errno != EINTR) break;
-      if (n > 0) done += static_cast<size_t>(n);
-    }
-    ::close(fd);
-    if (done == text.size())
-      path_ = name;
-    else
+    const std::filesystem::path tmpdir = std::filesystem::temp_directory_path(ec);
+    for (const std::filesystem::path& dir :
+         {ec ? std::filesystem::path("/tmp") : tmpdir, std::filesystem::path("/tmp")}) {
+      std::string name = (dir / "zt-step-XXXXXX").string();
+      const int fd = ::mkstemp(name.data());
+      if (fd < 0) continue;
+      // Written whole and closed without error, or not used (a truncated step could still run).
+      bool written = write_whole(fd, text);
+      written = ::close(fd) == 0 && written;
+      if (written) {
+        path_ = name;
+        return;
+      }
       ::unlink(name.c_str());
+    }
   }
   ~PrivateTempFile() {
     if (!path_.empty()) ::unlink(path_.c_str());
@@ -244,6 +243,16 @@ class PrivateTempFile {
   PrivateTempFile(const PrivateTempFile&) = delete;
   PrivateTempFile& operator=(const PrivateTempFile&) = delete;
   const std::string& path() const { return path_; }
+  static bool write_whole(int fd, const std::string& text) {
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
   std::string text() const {
     std::ifstream in(path_);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

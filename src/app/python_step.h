@@ -16,8 +16,9 @@ constexpr const char* kPythonOptionHelp =
     "Python with transformers and tokenizers (auto: $ZT_PYTHON, else the project's .venv/ made "
     "by ./run.sh deps, else python3)";
 
-// Runs a Python step that uses a Hugging Face tokenizer: `python -c WRAPPER ERROR_FILE SCRIPT
-// args...`, the wrapper running SCRIPT, which assigns sys.argv[1:] (the args) to `unpack` (Python
+// Runs a Python step that uses a Hugging Face tokenizer: `python -c WRAPPER ERROR_FILE SCRIPT_FILE
+// "" args...` (SCRIPT_FILE a private file holding SCRIPT; where none can be made, "" SCRIPT), the
+// wrapper running SCRIPT, which assigns sys.argv[1:] (the args) to `unpack` (Python
 // names, `tok_path` among them: a tokenizer.json or a directory holding it), then runs the shared
 // opening, then `body`. The opening defines tok_dir, tok_file, tok (the tokenizer as transformers'
 // AutoTokenizer.from_pretrained(tok_dir) loads it when tokenizer_config.json is beside

@@ -233,9 +233,9 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
 
 namespace {
 
-// The data's tokenizer.json and the model's read ids alike: no id is a regular token of either
-// under another name (renamed special tokens, as between Llama 3 and 3.1, pass). A model without
-// one, or data without one, is not compared.
+// The data's tokenizer.json and the model's read ids alike: no id is a regular token of both
+// under other names (regular_token_differences). A model without one, or data without one, is
+// not compared.
 void check_same_tokenizer(const TokenDataset& data, const std::string& data_path,
                           const std::string& model_dir) {
   std::error_code ec;
@@ -244,8 +244,9 @@ void check_same_tokenizer(const TokenDataset& data, const std::string& data_path
   const auto data_json = data_files.files.find("tokenizer.json");
   if (data_json == data_files.files.end()) return;
   const TokenizerFiles model_files = read_tokenizer_files(model_dir);
-  const std::string& model_json = model_files.files.at("tokenizer.json");
-  if (model_json == data_json->second) return;
+  const auto model_found = model_files.files.find("tokenizer.json");
+  if (model_found == model_files.files.end() || model_found->second == data_json->second) return;
+  const std::string& model_json = model_found->second;
   const std::string model_file = model_dir + "/tokenizer.json";
   const VocabularyDifference difference = regular_token_differences(
       read_tokenizer_vocabulary(data_json->second,

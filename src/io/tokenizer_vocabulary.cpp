@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
-#include "util/json_text.h"
 
 namespace zt {
 
@@ -35,7 +34,19 @@ std::map<int64_t, std::string> model_vocabulary(const nlohmann::json& vocab,
 
 TokenizerVocabulary read_tokenizer_vocabulary(const std::string& json_text,
                                               const std::string& origin) {
-  const nlohmann::json j = parse_json(json_text, origin);
+  // Only the vocabularies are kept (a tokenizer.json is megabytes, mostly merges).
+  const nlohmann::json::parser_callback_t vocabularies_only =
+      [](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event != nlohmann::json::parse_event_t::key || depth > 2) return true;
+        const std::string key = parsed.get<std::string>();
+        return depth == 1 ? key == "model" || key == "added_tokens" : key == "vocab";
+      };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text, vocabularies_only);
+  } catch (const nlohmann::json::exception& e) {
+    ZT_CHECK(false, origin + ": not JSON: " + e.what());
+  }
   ZT_CHECK(j.is_object() && j.contains("model") && j["model"].is_object() &&
                j["model"].contains("vocab"),
            origin + ": not a tokenizer.json (no model.vocab)");
@@ -54,18 +65,11 @@ TokenizerVocabulary read_tokenizer_vocabulary(const std::string& json_text,
 
 VocabularyDifference regular_token_differences(const TokenizerVocabulary& a,
                                                const TokenizerVocabulary& b, size_t limit) {
-  // An added token takes its id over the model's entry, as tokenizers decodes it.
-  auto merged = [](const TokenizerVocabulary& v) {
-    std::map<int64_t, std::string> all = v.regular;
-    for (const auto& [id, token] : v.added) all[id] = token;
-    return all;
-  };
-  const std::map<int64_t, std::string> in_a = merged(a), in_b = merged(b);
   VocabularyDifference difference;
-  for (const auto& [id, token] : in_a) {
-    const auto other = in_b.find(id);
-    if (other == in_b.end() || other->second == token) continue;
-    if (a.added.count(id) && b.added.count(id)) continue;  // both special: renamed, not moved
+  for (const auto& [id, token] : a.regular) {
+    if (a.added.count(id) || b.added.count(id)) continue;  // an added token takes the id over
+    const auto other = b.regular.find(id);
+    if (other == b.regular.end() || other->second == token) continue;
     if (difference.first.size() < limit) difference.first.push_back({id, token, other->second});
     ++difference.count;
   }

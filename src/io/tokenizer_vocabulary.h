@@ -25,9 +25,11 @@ struct DifferingToken {
   std::string in_a, in_b;
 };
 
-// The ids both tokenizers hold whose tokens differ, where either holds it as a regular token
-// (an added token that both hold under other names, as Llama 3.1 renamed some of Llama 3's
-// reserved special tokens, is not counted): the first `limit` of them, and how many there are.
+// The ids both tokenizers hold as regular tokens (of their models' vocabularies), under other
+// names: the first `limit` of them, and how many there are. An id either holds as an added token
+// is not counted: special tokens renamed (as Llama 3.1 renamed some of Llama 3's reserved ones),
+// or a chat variant's added token over a base vocabulary's reserved slot; nor is an id only one
+// holds (a vocabulary extended).
 struct VocabularyDifference {
   std::vector<DifferingToken> first;
   int64_t count = 0;

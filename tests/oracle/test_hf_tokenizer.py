@@ -10,7 +10,9 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
    vocabulary the tokenizer's, its label "hf:DIR"; with --document-eos off, tokenizer(text)'s.
 2. `prepare-data --tokenizer DIR/tokenizer.json --jsonl docs.jsonl --text-field content`: the
    concatenation of each document's ids (with eos_token), in order, with a torch module that
-   raises on import ahead on PYTHONPATH (the tokenizer step imports no torch).
+   raises on import ahead on PYTHONPATH (the tokenizer step imports no torch). The file, and a
+   JSON array of the records, given as --text are read as text, with a note naming --jsonl (no
+   note for plain text).
 3. A transformers LlamaForCausalLM with the tokenizer's vocabulary, saved with the tokenizer
    files, goes through `import` (which copies them), `train` (2 steps, its OUT/final/ gets them
    and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
@@ -99,8 +101,9 @@ def main():
 
         # 1. Text: one document per file, ending with EOS as TRL ends a text example (its
         # eos_token appended to the text); --document-eos off: tokenizer(text) alone.
-        run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file,
-                  "--out", work("text.h5")] + python)
+        out = run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file,
+                        "--out", work("text.h5")] + python)
+        check("note:" not in out, f"text: a note about plain text: {out}")
         tokens, data_vocab, label = dataset(work("text.h5"))
         with open(text_file, encoding="utf-8", newline="") as f:
             text = f.read()
@@ -140,6 +143,21 @@ def main():
         check(tokens.tolist() == want, f"jsonl: {tokens.tolist()} != {want}")
         print(f"ok   jsonl: {len(DOCUMENTS)} documents, {len(tokens)} tokens as transformers "
               "gives them, with torch unimportable")
+        # The same file, and a JSON array of the records, given as --text: read as text (their
+        # tokens), with a note naming --jsonl.
+        with open(work("docs.json"), "w") as f:
+            json.dump([{"content": doc} for doc in DOCUMENTS], f, indent=2)
+        for name, kind in (("docs.jsonl", "JSON lines"), ("docs.json", "a JSON array of records")):
+            out = run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text", work(name),
+                            "--out", work(name + ".h5")] + python)
+            check(f"note: {work(name)} holds {kind}: --text trains on its text" in out and
+                  "--jsonl reads" in out, f"--text of {name}: no note naming --jsonl: {out}")
+            with open(work(name), encoding="utf-8") as f:
+                raw = f.read()
+            check(dataset(work(name + ".h5"))[0].tolist() ==
+                  reference(raw + reference.eos_token)["input_ids"],
+                  f"--text of {name}: not the tokens of its text")
+        print("ok   JSON records given as --text: their text's tokens, with a note naming --jsonl")
 
         # 3. import -> train -> export keeps the tokenizer; transformers loads it.
         config = transformers.LlamaConfig(

@@ -186,8 +186,12 @@ def check_alpaca_history(work, zt, directory, name, reference, messages, ids, ma
     check(status == 0, f"{name}-alpaca: refused: {output}")
     check(got_ids == ids + reference.apply_chat_template(rounds, tokenize=True),
           f"{name}-alpaca: the ids differ from apply_chat_template's of the conversations")
-    check(got_mask[:len(ids)] == mask and len(counted_runs(got_ids[len(ids):],
-                                                            got_mask[len(ids):])) == 2,
+    status, output, _, rounds_mask = prepare(work, zt, directory, name + "-rounds",
+                                             [{"messages": rounds}], ["--messages-field",
+                                                                      "messages"])
+    check(status == 0, f"{name}-rounds: refused: {output}")
+    check(got_mask == mask + rounds_mask and len(counted_runs(got_ids[len(ids):],
+                                                              rounds_mask)) == 2,
           f"{name}-alpaca: the history's reply or the output is not counted as in the conversation")
 
 
