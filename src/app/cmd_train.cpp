@@ -117,7 +117,7 @@ struct TrainInputs {
   std::unique_ptr<WindowSampler> sampler;
   std::string data_identity;  // TokenDataset::identity()
   TrainEvalSet eval;          // what --eval-batches scores: --eval-data's windows or --data's
-  TokenizerFiles tokenizer;   // the data's Hugging Face tokenizer, read once; empty for others
+  TokenizerFiles tokenizer;   // the data's Hugging Face tokenizer, else the model's; or empty
   std::string resume_dir;     // "" when the run starts fresh
   // The checkpoint keeps frozen groups as digests: the resume loads the base first (as a fresh run
   // does) and load_checkpoint verifies it.
@@ -141,6 +141,12 @@ TrainInputs open_inputs(TrainOptions& o, int rank, int world) {
     in.adapter = std::make_unique<PeftAdapterReader>(o.lora.init_from, config);
   in.data = std::make_unique<TokenDataset>(o.data);
   in.tokenizer = in.data->tokenizer_files();
+  // Data that carries no tokenizer (llm.c or nanoGPT shards) trains a model that may: final/ and
+  // the checkpoints then carry the model's, so that what the run writes loads as the model did.
+  if (in.tokenizer.empty() && !o.model_dir.empty()) {
+    TokenizerFiles model_tokenizer = read_tokenizer_files(o.model_dir);
+    if (model_tokenizer.files.count("tokenizer.json")) in.tokenizer = std::move(model_tokenizer);
+  }
   check_data_fits_model(*in.data, o.data, o.model_dir, config.vocab_size);
   // From here on the options hold the mode that runs, so the ranks agree on it and run.json
   // records it.

@@ -17,6 +17,8 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
    files, goes through `import` (which copies them), `train` (2 steps, its OUT/final/ gets them
    and generation_config.json) and `export`: AutoTokenizer.from_pretrained(export) encodes the
    documents as the dataset holds them and GenerationConfig has the tokenizer's bos/eos ids.
+   The same tokens as a nanoGPT shard (no tokenizer in the data) train the model too, and its
+   final/ and checkpoint carry the model's tokenizer.json.
 4. Bad input: a JSON line without the field, a line that is not UTF-8, an empty input file,
    --document-eos on with a tokenizer that names no eos_token (auto notes it and adds none), and
    a model whose vocabulary is smaller than the tokenizer's, and data that another tokenizer
@@ -31,6 +33,7 @@ transformers' PreTrainedTokenizerFast on the same files, called as a training sc
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
 
+import glob
 import json
 import os
 import shutil
@@ -178,6 +181,22 @@ def main():
             ignored = json.load(f).get("model_import", {}).get("ignored_config_keys", [])
         check("transformers_version" in ignored and "use_cache" in ignored,
               f"run.json lists {ignored} as the imported config's ignored keys")
+        # The same tokens as nanoGPT's headerless shard, which carries no tokenizer: final/ and the
+        # checkpoint carry the model's.
+        dataset(work("text.h5"))[0].astype(np.uint16).tofile(work("text_nanogpt.bin"))
+        run_tool([zt, "prepare-data", "--nanogpt-bin", work("text_nanogpt.bin"), "--vocab-size",
+                  str(vocab), "--out", work("text_nanogpt.h5")])
+        run_tool([zt, "train", "--model", work("model"), "--data", work("text_nanogpt.h5"),
+                  "--out", work("run_shard"), "--steps", "2", "--seq-len", "32", "--micro-batch",
+                  "2", "--log-every", "0", "--save-every", "2"])
+        with open(work("model", "tokenizer.json"), encoding="utf-8") as f:
+            model_tokenizer = f.read()
+        saved = glob.glob(work("run_shard", "checkpoints", "step-*", ""))
+        check(len(saved) == 1, f"shard data: checkpoints {saved}, not the one of step 2")
+        for where in ["final", os.path.relpath(saved[0], work("run_shard"))]:
+            path = work("run_shard", where, "tokenizer.json")
+            check(os.path.isfile(path) and open(path, encoding="utf-8").read() == model_tokenizer,
+                  f"shard data: {where}/ does not carry the model's tokenizer.json")
         run_tool([zt, "export", work("run", "final"), "--out", work("export")])
         loaded = transformers.AutoTokenizer.from_pretrained(work("export"))
         got = [i for doc in DOCUMENTS for i in loaded(doc + loaded.eos_token)["input_ids"]]
