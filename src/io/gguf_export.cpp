@@ -57,6 +57,10 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
            "export: model '" + dir +
                "' is a llama with attention biases, which is not written "
                "to GGUF yet");
+  ZT_CHECK(type != "phi3", "export: model '" + dir +
+                               "' is a Phi-3, which is not written to GGUF yet (llama.cpp's phi3 "
+                               "architecture); export --format safetensors, then convert that "
+                               "directory with llama.cpp's convert_hf_to_gguf.py");
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }
 

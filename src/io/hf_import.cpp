@@ -13,6 +13,7 @@
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "io/tokenizer_files.h"
+#include "model/hf_checkpoint_tensors.h"
 #include "model/layout.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -95,7 +96,7 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
     }
   }
   std::set<std::string> expected;
-  for (const TensorInfo& t : layout.tensors()) {
+  for (const HfCheckpointTensor& t : hf_checkpoint_tensors(layout)) {
     expected.insert(t.name);
     const auto where = weight_map.find(t.name);
     ZT_CHECK(where != weight_map.end(), "import: '" + hf_dir + "' has no tensor '" + t.name +
@@ -138,17 +139,21 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
                                             {"tokenizer_files", result.tokenizer_files}}
                                  .dump(2) +
                              "\n";
+  // A layout tensor is read from its place in the checkpoint (Phi-3's fused tensors hold several).
+  const std::vector<HfCheckpointPlace> places = hf_checkpoint_places(layout);
   result.bytes_written = write_model_dir_streaming(
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
-        const SafetensorsReader& reader = *readers.at(weight_map.at(t.name));
-        reader.read_range_f32(t.name, begin, count, out);
+        const HfCheckpointPlace& place = places.at(static_cast<size_t>(layout.find(t.name)));
+        const SafetensorsReader& reader = *readers.at(weight_map.at(place.name));
+        const int64_t first = place.element_offset + begin;
+        reader.read_range_f32(place.name, first, count, out);
         // Checked as stored in bf16: an F32 value beyond bf16's range would round to infinity.
         for (int64_t i = 0; i < count; ++i) {
           ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
-                   "import: '" + reader.path() + "': tensor '" + t.name +
+                   "import: '" + reader.path() + "': tensor '" + place.name +
                        "' holds a value that is not finite in bf16 at element " +
-                       std::to_string(begin + i) + " (" + std::to_string(out[i]) + ")");
+                       std::to_string(first + i) + " (" + std::to_string(out[i]) + ")");
         }
       },
       shard_limit_bytes, overwrite, files);

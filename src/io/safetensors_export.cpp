@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "io/tokenizer_files.h"
+#include "model/hf_checkpoint_tensors.h"
 #include "util/error.h"
 
 namespace zt {
@@ -22,22 +24,27 @@ constexpr int64_t kExportChunkElems = int64_t{4} << 20;
 
 namespace {
 
-// Streams the tensors of one output file from the model directory.
+// Streams the tensors of one output file from the model directory: each the rows of its parts
+// (`parts`, the model directory's tensor names, by the file's tensor name) one after another.
 void write_safetensors_shard(ModelDirReader& model, const std::string& path,
-                             std::vector<SafetensorsEntry> tensors) {
+                             std::vector<SafetensorsEntry> tensors,
+                             const std::map<std::string, std::vector<std::string>>& parts) {
   SafetensorsFileWriter writer(path, std::move(tensors));
   std::vector<uint8_t> buffer;
   for (const SafetensorsEntry& t : writer.tensors()) {
-    const int64_t numel = static_cast<int64_t>(safetensors_numel(t.shape));
     const size_t size = safetensors_dtype_size(t.dtype);
-    for (int64_t done = 0; done < numel; done += kExportChunkElems) {
-      const int64_t n = std::min(kExportChunkElems, numel - done);
-      buffer.resize(static_cast<size_t>(n) * size);
-      if (t.dtype == "BF16")
-        model.read_tensor_range_bf16(t.name, done, n, reinterpret_cast<bf16_t*>(buffer.data()));
-      else
-        model.read_tensor_range_f32(t.name, done, n, reinterpret_cast<float*>(buffer.data()));
-      writer.append(buffer.data(), buffer.size());
+    for (const std::string& part : parts.at(t.name)) {
+      const int64_t numel =
+          model.layout().tensors()[static_cast<size_t>(model.layout().find(part))].numel;
+      for (int64_t done = 0; done < numel; done += kExportChunkElems) {
+        const int64_t n = std::min(kExportChunkElems, numel - done);
+        buffer.resize(static_cast<size_t>(n) * size);
+        if (t.dtype == "BF16")
+          model.read_tensor_range_bf16(part, done, n, reinterpret_cast<bf16_t*>(buffer.data()));
+        else
+          model.read_tensor_range_f32(part, done, n, reinterpret_cast<float*>(buffer.data()));
+        writer.append(buffer.data(), buffer.size());
+      }
     }
   }
   writer.finish();
@@ -54,13 +61,24 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
   result.dir = strip_trailing_slashes(out_dir);
   check_output_dir_writable(result.dir, overwrite);
 
+  // Written as the family's checkpoint stores them (Phi-3's projections joined).
   std::vector<SafetensorsEntry> all;
   std::vector<uint64_t> bytes;
-  for (const TensorInfo& t : model.layout().tensors()) {
+  std::map<std::string, std::vector<std::string>> parts;
+  const std::vector<TensorInfo>& layout_tensors = model.layout().tensors();
+  for (const HfCheckpointTensor& t : hf_checkpoint_tensors(model.layout())) {
     SafetensorsEntry e;
     e.name = t.name;
-    e.dtype = safetensors_dtype_of(model.stored_dtype(t.name));
     e.shape = t.shape;
+    for (int part : t.parts) {
+      const std::string& part_name = layout_tensors[static_cast<size_t>(part)].name;
+      const std::string dtype = safetensors_dtype_of(model.stored_dtype(part_name));
+      ZT_CHECK(e.dtype.empty() || e.dtype == dtype,
+               "export: '" + model_dir + "': the parts of '" + t.name +
+                   "' are stored in different types (" + e.dtype + ", " + dtype + ")");
+      e.dtype = dtype;
+      parts[t.name].push_back(part_name);
+    }
     bytes.push_back(safetensors_numel(t.shape) * safetensors_dtype_size(e.dtype));
     result.bytes += bytes.back();
     all.push_back(std::move(e));
@@ -86,7 +104,7 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
           tensors.push_back(all[i]);
           weight_map[all[i].name] = file;
         }
-      write_safetensors_shard(model, tmp + "/" + file, std::move(tensors));
+      write_safetensors_shard(model, tmp + "/" + file, std::move(tensors), parts);
       result.files.push_back(file);
     }
     if (num_shards > 1)

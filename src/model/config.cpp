@@ -87,6 +87,15 @@ void ModelConfig::validate() const {
                explicit_head_dim * num_heads == hidden_size,
            "model config: Qwen2 (q/k/v biases) computes head_dim as hidden_size / "
            "num_attention_heads; another head_dim is not implemented");
+  ZT_CHECK(!fused_projections || (!qkv_bias && !qk_norm && explicit_head_dim == 0),
+           "model config: Phi-3's fused projections with attention biases, q/k norms or a "
+           "head_dim other than hidden_size / num_attention_heads are not a Hugging Face "
+           "architecture");
+  // PEFT adapts Phi-3's fused qkv_proj and gate_up_proj as single modules (one A shared by q, k
+  // and v), which adapters on the separate projections cannot express.
+  ZT_CHECK(!fused_projections || !lora.enabled(),
+           "model config: LoRA on a Phi-3 model (fused qkv_proj and gate_up_proj) is not "
+           "implemented; fine-tune it in full, or with --trainable/--freeze");
   ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone,
            "model config: a sliding window (Mistral) with rope_scaling is not implemented");
   // Element offsets, byte counts and FLOP counts are int64/double products of these sizes; a
@@ -106,6 +115,7 @@ void ModelConfig::validate() const {
 }
 
 std::string ModelConfig::model_type() const {
+  if (fused_projections) return "phi3";
   if (qk_norm) return "qwen3";
   if (qkv_bias && !o_bias) return "qwen2";
   return sliding_window > 0 ? "mistral" : "llama";

@@ -46,6 +46,11 @@ struct ModelConfig {
   bool o_bias = false;
   // Qwen3: an RMSNorm over each head of q and of k (weights [head_dim]) before RoPE.
   bool qk_norm = false;
+  // Phi-3: the same model as Llama's, whose Hugging Face checkpoint stores q/k/v as one
+  // self_attn.qkv_proj [q_dim + 2·kv_dim, hidden] and gate/up as one mlp.gate_up_proj
+  // [2·intermediate, hidden] (rows in that order). The model directory keeps them apart
+  // (model/hf_checkpoint_tensors.h joins and splits them at the Hugging Face boundary).
+  bool fused_projections = false;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
@@ -56,17 +61,18 @@ struct ModelConfig {
   }
   int64_t q_dim() const { return head_dim() * num_heads; }
   int64_t kv_dim() const { return head_dim() * num_kv_heads; }
-  // The Hugging Face architecture the model is written as: "qwen3" (q/k norms), "qwen2" (q/k/v
-  // biases without an o bias), "mistral" (a sliding window), else "llama".
+  // The Hugging Face architecture the model is written as: "phi3" (fused projections), "qwen3"
+  // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window), else
+  // "llama".
   std::string model_type() const;
   RopeSpec rope() const { return {static_cast<float>(rope_theta), rope_scaling}; }
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;
 
-  // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
-  // Qwen3ForCausalLM; torch_dtype bfloat16): the model directory's config.json, and the object a
-  // checkpoint manifest compares and fingerprints.
+  // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+  // Qwen3ForCausalLM or Phi3ForCausalLM; torch_dtype bfloat16): the model directory's config.json,
+  // and the object a checkpoint manifest compares and fingerprints.
   nlohmann::json to_hf_json() const;
   // The config.json of an export for transformers: to_hf_json() with rope_scaling's older "type"
   // beside "rope_type", which transformers before 4.43 reads.
@@ -75,9 +81,9 @@ struct ModelConfig {
   // rope_parameters); `source` names the file in error messages. A key that would change the
   // mathematics away from what zerotrain implements (a rope type other than default, linear or
   // llama3, MLP biases, hidden_act other than silu, a sliding window shorter than the sequence,
-  // quantized weights, a model_type other than llama, mistral, qwen2 and qwen3) is refused naming
-  // it. A key it neither reads nor knows to be inert (hf_config_unknown_keys) is accepted, or
-  // refused with UnknownConfigKeys::kRefuse (import --strict-config).
+  // quantized weights, a model_type other than llama, mistral, qwen2, qwen3 and phi3) is refused
+  // naming it. A key it neither reads nor knows to be inert (hf_config_unknown_keys) is accepted,
+  // or refused with UnknownConfigKeys::kRefuse (import --strict-config).
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source,
                                   UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);
   static ModelConfig from_hf_file(const std::string& path,

@@ -114,6 +114,8 @@ const std::vector<std::string>& read_hf_keys() {
                                                 "sliding_window",
                                                 "use_sliding_window",
                                                 "attention_dropout",
+                                                "embd_pdrop",
+                                                "resid_pdrop",
                                                 "head_dim",
                                                 "layer_types",
                                                 "use_mrope",
@@ -127,7 +129,8 @@ const std::map<std::string, std::string>& hf_architectures() {
   static const std::map<std::string, std::string> table = {{"llama", "LlamaForCausalLM"},
                                                            {"mistral", "MistralForCausalLM"},
                                                            {"qwen2", "Qwen2ForCausalLM"},
-                                                           {"qwen3", "Qwen3ForCausalLM"}};
+                                                           {"qwen3", "Qwen3ForCausalLM"},
+                                                           {"phi3", "Phi3ForCausalLM"}};
   return table;
 }
 
@@ -161,11 +164,13 @@ std::string model_type_of(const nlohmann::json& j) {
 }
 
 // Keys that transformers reads but that do not change a family's model: Qwen's sliding window
-// settings while use_sliding_window is false (refused otherwise), and Qwen2's attention_bias
-// (its q/k/v projections have biases and its o projection none, whatever the key says).
+// settings while use_sliding_window is false (refused otherwise), Qwen2's attention_bias
+// (its q/k/v projections have biases and its o projection none, whatever the key says), and
+// Phi-3's original_max_position_embeddings, which only its longrope scaling reads.
 std::vector<std::string> family_ignored_keys(const std::string& type) {
   if (type == "qwen2") return {"sliding_window", "attention_bias"};
   if (type == "qwen3") return {"sliding_window"};
+  if (type == "phi3") return {"original_max_position_embeddings"};
   return {};
 }
 
@@ -192,8 +197,9 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   if (j.contains("hidden_act") && j.at("hidden_act") != "swish")
     must_be("hidden_act", "silu", "is not implemented (zerotrain's MLP is SwiGLU with silu)");
   must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
-  if (type == "mistral")
-    must_be("attention_bias", false, "is not applied by transformers' Mistral (no biases)");
+  if (type == "mistral" || type == "phi3")
+    must_be("attention_bias", false,
+            "is not applied by transformers' " + hf_architectures().at(type) + " (no biases)");
   must_be("use_mrope", false, "is not implemented (multimodal rotary positions of Qwen2-VL)");
   must_be("use_sliding_window", false,
           "is not implemented (Qwen's sliding window; Mistral's is read from sliding_window)");
@@ -206,9 +212,10 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
     refuse("quantization_config",
            "says the weights are quantized; zerotrain imports BF16, F16 or F32 safetensors (or a "
            "GGUF file)");
-  if (j.contains("attention_dropout") &&
-      !(j.at("attention_dropout").is_number() && j.at("attention_dropout").get<double>() == 0.0))
-    refuse("attention_dropout", "is not implemented (no dropout)");
+  // Phi-3's embd_pdrop and resid_pdrop drop the embedding's output and each residual branch.
+  for (const char* key : {"attention_dropout", "embd_pdrop", "resid_pdrop"})
+    if (j.contains(key) && !(j.at(key).is_number() && j.at(key).get<double>() == 0.0))
+      refuse(key, "is not implemented (no dropout)");
   if (j.contains("layer_types")) {
     bool full = j.at("layer_types").is_array();
     for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
@@ -320,9 +327,9 @@ int64_t padding_token_from_json(const nlohmann::json& j, const std::string& sour
 }
 
 // config.json "sliding_window": null (or absent outside Mistral) is none; Mistral's config
-// defaults an absent key to 4096, as transformers' MistralConfig does.
-// transformers' Llama ignores the key, so a window is refused outside Mistral; Mistral's rotary
-// embedding (4.46) has no scaling, so a scaling is refused there.
+// defaults an absent key to 4096, as transformers' MistralConfig does (Phi3Config to none).
+// transformers' Llama ignores the key, so a window is refused outside Mistral and Phi-3; Mistral's
+// rotary embedding (4.46) has no scaling, so a scaling is refused there.
 int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& source,
                                  const std::string& type, const RopeScalingParams& scaling) {
   if (is_qwen(type)) return 0;  // use_sliding_window is false (check_fixed_hf_keys)
@@ -331,10 +338,16 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
     fail(source +
          ": 'rope_scaling' is not applied by transformers' Mistral; refused rather than "
          "computing another model than transformers does");
+  if (type == "phi3" && scaling.type != RopeScaling::kNone)
+    fail(source +
+         ": 'rope_scaling' of a Phi-3 config is read by transformers as longrope alone, which "
+         "zerotrain does not implement");
   if (!j.contains("sliding_window")) return mistral ? 4096 : 0;
   if (j.at("sliding_window").is_null()) return 0;
-  ZT_CHECK(mistral, source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +
-                        " outside a Mistral config (model_type \"mistral\") is not implemented");
+  ZT_CHECK(mistral || type == "phi3",
+           source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +
+               " outside a Mistral or Phi-3 config (model_type \"mistral\" or \"phi3\") is not "
+               "implemented");
   const auto w = required<int64_t>(j, "sliding_window", source);
   ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
   return w;
@@ -351,12 +364,14 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
   ZT_CHECK(!has_head_dim || head_dim > 0,
            source + ": 'head_dim' must be positive, got " + std::to_string(head_dim));
-  if (type == "qwen2" && has_head_dim && head_dim * c.num_heads != c.hidden_size)
+  if ((type == "qwen2" || type == "phi3") && has_head_dim &&
+      head_dim * c.num_heads != c.hidden_size)
     fail(source + ": 'head_dim': " + std::to_string(head_dim) +
          " differs from hidden_size / num_attention_heads = " +
          std::to_string(c.num_heads > 0 ? c.hidden_size / c.num_heads : 0) +
-         ", which transformers' Qwen2 uses up to 4.46 (later releases read head_dim); refused "
-         "rather than computing another model than some release");
+         ", which transformers' " + hf_architectures().at(type) +
+         " uses up to 4.46 (later releases read head_dim); refused rather than computing another "
+         "model than some release");
   const bool quotient = c.num_heads > 0 && head_dim * c.num_heads == c.hidden_size;
   c.explicit_head_dim = quotient ? 0 : head_dim;
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
@@ -366,6 +381,7 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   c.qkv_bias = type == "qwen2" || attention_bias;
   c.o_bias = type != "qwen2" && attention_bias;
   c.qk_norm = type == "qwen3";
+  c.fused_projections = type == "phi3";
 }
 
 bool is_inert_key(const std::string& key, const std::string& type) {
@@ -417,6 +433,8 @@ nlohmann::json ModelConfig::to_hf_json() const {
   if (padding_token >= 0) j["pad_token_id"] = padding_token;
   if (type == "mistral") {
     j["sliding_window"] = sliding_window;
+  } else if (type == "phi3") {
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
   } else if (type == "llama") {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
@@ -443,10 +461,10 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
     fail(source +
          ": has no 'model_type', and 'architectures': " + quoted_json(j.at("architectures")) +
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
-         "Qwen2ForCausalLM, Qwen3ForCausalLM)");
+         "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
-         " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3)");
+         " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3)");
   ModelConfig c;
   c.hidden_size = required<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);

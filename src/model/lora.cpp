@@ -206,6 +206,11 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
                  "' names one layer's module (PEFT adapts that layer alone); zerotrain adapts a "
                  "projection in every layer: name it without the layer (known: " +
                  known_targets() + ")");
+    ZT_CHECK(name != "qkv_proj" && name != "gate_up_proj",
+             source + ": '" + name +
+                 "' is a fused projection of Phi-3; LoRA on a Phi-3 model is not implemented "
+                 "(PEFT adapts the fused module as one, which adapters on the separate "
+                 "projections cannot express)");
     ZT_CHECK(i >= 0, source + ": '" + name +
                          "' is not a projection zerotrain can adapt (known: " + known_targets() +
                          "; the embedding and the LM head train in full through modules_to_save)");

@@ -23,6 +23,10 @@ forward hooks: Qwen3's attention is exactly that, since its norms act on each he
 projection's output before RoPE. The checkpoint is written as a Qwen3 one (model_type "qwen3",
 q_norm/k_norm tensors), and the export is read back into the same reference.
 
+Phi-3 is transformers' own Phi3ForCausalLM: its checkpoint fuses q/k/v into qkv_proj and gate/up
+into gate_up_proj, which zerotrain splits on import and joins on export; transformers' gradients of
+the fused tensors are split the same way (split_fused) to compare with zerotrain's.
+
 Bound (both sides run fp32 on the same bf16 weights; they differ only in the order and
 association of fp32 sums): the logits pass through 2·L + 2 fp32 contractions of inner length
 ≤ n = max(D, F, V, H·hd). Rounding errors of an n-term sum behave as a random walk of standard
@@ -89,6 +93,14 @@ FAMILIES = {
                              dict(attention_bias=True, head_dim=32)),
     # Qwen3: q/k norms and head_dim 32 ≠ D/H (built as described above).
     "qwen3": ("LlamaConfig", "LlamaForCausalLM", dict(head_dim=32, rope_theta=1000000.0)),
+    # Phi-3 (mini-4k, medium-4k): Llama's model with q/k/v stored as one qkv_proj and gate/up as
+    # one gate_up_proj; grouped-query heads (COMMON) put k and v at offsets other than q's size.
+    # Phi3Config's pad_token_id (32000) is outside this vocabulary: the space, as for Llama.
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(sliding_window=None, pad_token_id=32)),
+    # Phi-3 mini-4k's config names a sliding window (2047 there); here one at least as long as
+    # every sequence (33 tokens), where it is full attention.
+    "phi3-window": ("Phi3Config", "Phi3ForCausalLM", dict(sliding_window=40, pad_token_id=32,
+                                                          rope_theta=500000.0)),
 }
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)
@@ -211,9 +223,30 @@ def hf_loss(model, tokens, windows, seq_len):
     return total / count
 
 
+def split_fused(grads, config):
+    """Phi-3's fused tensors as the separate ones of zerotrain's model directory: qkv_proj's
+    rows are q (H·hd), k and v (KV·hd each), as Phi3Attention slices its output; gate_up_proj's
+    two halves are gate and up, as Phi3MLP chunks it."""
+    hd = config.hidden_size // config.num_attention_heads
+    q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
+    out = {}
+    for name, g in grads.items():
+        if name.endswith("self_attn.qkv_proj.weight"):
+            stem = name[: -len("qkv_proj.weight")]
+            for part, rows in zip(("q", "k", "v"), g.split([q, kv, kv])):
+                out[f"{stem}{part}_proj.weight"] = rows
+        elif name.endswith("mlp.gate_up_proj.weight"):
+            stem = name[: -len("gate_up_proj.weight")]
+            gate, up = g.chunk(2)
+            out[stem + "gate_proj.weight"], out[stem + "up_proj.weight"] = gate, up
+        else:
+            out[name] = g
+    return out
+
+
 def hf_gradients(model, tokens, micro_batch, seq_len):
     """d(mean next-token cross-entropy over the first micro_batch windows)/d(parameter), by
-    autograd in float64, keyed by the Hugging Face tensor name."""
+    autograd in float64, keyed by the Hugging Face tensor name (Phi-3's fused ones split)."""
     model = model.double()
     model.zero_grad()
     rows = [tokens[w * (seq_len + 1): (w + 1) * (seq_len + 1)].astype(np.int64)
@@ -225,7 +258,7 @@ def hf_gradients(model, tokens, micro_batch, seq_len):
     loss.backward()
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
     model.float()
-    return grads
+    return split_fused(grads, model.config)
 
 
 def main():

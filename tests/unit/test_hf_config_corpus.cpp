@@ -1,8 +1,10 @@
 // The config.json files of real published models (tests/data/hf_models, sources in its
-// SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, and
-// re-saves by transformers 4.56, 4.57 and 5.7) are read with the keys as published:
+// SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
+// and re-saves by transformers 4.56, 4.57 and 5.7) are read with the keys as published:
 //   - every one is accepted, also under --strict-config: each key in them is one zerotrain reads
-//     or knows to leave the model unchanged;
+//     or knows to leave the model unchanged, except the keys listed as unknown for a file
+//     (Phi-3's auto_map, which names the repository's own modelling code), which are accepted
+//     with a warning and refused under --strict-config;
 //   - the model each describes has the parameter count its model card states (tied embeddings
 //     counted once), and the family, tie, RoPE base and scaling the file says;
 //   - llama3 rope scaling, written as GGUF's per-frequency factors, reads back as the published
@@ -12,8 +14,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "model/config.h"
 #include "model/layout.h"
@@ -57,6 +62,7 @@ const std::map<std::string, Published>& corpus() {
       {"meta-llama--Llama-3.2-3B", {3212749824, "llama", true, 500000, R::kLlama3}},
       {"mistralai--Mistral-7B-v0.1", {7241732096, "mistral", false, 10000, R::kNone}},
       {"mistralai--Mistral-7B-Instruct-v0.3", {7248023552, "llama", false, 1000000, R::kNone}},
+      {"microsoft--Phi-3-mini-4k-instruct", {3821079552, "phi3", false, 10000, R::kNone}},
       {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
        {1100048384, "llama", false, 10000, R::kNone}},
       {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",
@@ -67,6 +73,12 @@ const std::map<std::string, Published>& corpus() {
        {3212749824, "llama", true, 500000, R::kLlama3}},
   };
   return table;
+}
+
+// Keys of a published file that zerotrain neither reads nor knows to be inert.
+std::vector<std::string> expected_unknown_keys(const std::string& name) {
+  if (name == "microsoft--Phi-3-mini-4k-instruct") return {"auto_map"};
+  return {};
 }
 
 TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
@@ -80,8 +92,14 @@ TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
     const auto expected = corpus().find(name);
     ASSERT_NE(expected, corpus().end()) << "a corpus directory without its expected figures";
     const std::string file = (entry.path() / "config.json").string();
+    std::ifstream in(file);
+    const nlohmann::json published = nlohmann::json::parse(in);
+    EXPECT_EQ(hf_config_unknown_keys(published), expected_unknown_keys(name));
+    const UnknownConfigKeys strictness = expected_unknown_keys(name).empty()
+                                             ? UnknownConfigKeys::kRefuse
+                                             : UnknownConfigKeys::kAccept;
     ModelConfig c;
-    ASSERT_NO_THROW(c = ModelConfig::from_hf_file(file, UnknownConfigKeys::kRefuse));
+    ASSERT_NO_THROW(c = ModelConfig::from_hf_file(file, strictness));
     const Published& p = expected->second;
     EXPECT_EQ(ParamLayout(c).total_numel(), p.parameters);
     EXPECT_EQ(c.model_type(), p.model_type);
