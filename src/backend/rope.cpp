@@ -10,13 +10,18 @@ namespace zt {
 // `number / tensor` is computed as reciprocal(tensor) · number.
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim) {
   const int64_t half = head_dim / 2;
+  const RopeScalingParams& sc = rope.scaling;
   std::vector<float> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     const float power = static_cast<float>(std::pow(static_cast<double>(rope.theta), exponent));
-    inv[static_cast<size_t>(i)] = 1.0f / power;
+    // longrope: 1.0 / (ext_factors * base ** exponent), the factors an fp32 tensor.
+    const float divisor =
+        sc.type == RopeScaling::kLongrope
+            ? static_cast<float>(sc.short_factor.at(static_cast<size_t>(i))) * power
+            : power;
+    inv[static_cast<size_t>(i)] = 1.0f / divisor;
   }
-  const RopeScalingParams& sc = rope.scaling;
   const auto factor = static_cast<float>(sc.factor);
   if (sc.type == RopeScaling::kLinear) {
     for (float& f : inv) f = f / factor;

@@ -1,13 +1,13 @@
 // Rotary position embedding parameters: the base θ and Hugging Face's rope_scaling of type
-// `linear` or `llama3` (docs/ARCHITECTURE.md §2). Both backends rotate by the same fp32 table,
-// built from rope_inv_freq on the host.
+// `linear`, `llama3` or Phi-3's `longrope` (docs/ARCHITECTURE.md §2). Both backends rotate by the
+// same fp32 table, built from rope_inv_freq (and longrope's attention factor) on the host.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 namespace zt {
 
-enum class RopeScaling { kNone, kLinear, kLlama3 };
+enum class RopeScaling { kNone, kLinear, kLlama3, kLongrope };
 
 // Hugging Face's config.json `rope_scaling` object.
 struct RopeScalingParams {
@@ -17,12 +17,20 @@ struct RopeScalingParams {
   double factor = 1.0;           // linear and llama3
   double low_freq_factor = 1.0;  // llama3
   double high_freq_factor = 4.0;
-  int64_t original_max_positions = 0;  // llama3: original_max_position_embeddings
+  // llama3: its original_max_position_embeddings; longrope: config.json's top-level one
+  int64_t original_max_positions = 0;
+  // longrope (transformers' Phi3LongRoPEScaledRotaryEmbedding): one factor per frequency that
+  // divides it, short_factor for sequences up to original_max_positions (the only ones zerotrain
+  // runs a longrope model at) and long_factor beyond; and the factor multiplying cos and sin,
+  // sqrt(1 + ln(max_position_embeddings / original) / ln(original)) when that ratio exceeds 1.
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
   // Written out: the CUDA sources that include this header are compiled as C++17.
   bool operator==(const RopeScalingParams& o) const {
     return type == o.type && factor == o.factor && low_freq_factor == o.low_freq_factor &&
            high_freq_factor == o.high_freq_factor &&
-           original_max_positions == o.original_max_positions;
+           original_max_positions == o.original_max_positions && short_factor == o.short_factor &&
+           long_factor == o.long_factor && attention_factor == o.attention_factor;
   }
 };
 
@@ -44,6 +52,7 @@ struct RopeSpec {
 //   llama3:  wavelen = (1/inv_i)·2π; below original/high_freq_factor kept, above
 //            original/low_freq_factor divided by factor, in between
 //            (1 − s)·inv_i/factor + s·inv_i with s = (original/wavelen − low)/(high − low).
+//   longrope: 1 / (short_factor_i · θ^(2i/hd))                (the product, then its reciprocal)
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim);
 
 }  // namespace zt

@@ -60,6 +60,18 @@ void ModelConfig::validate() const {
     ZT_CHECK(r.factor >= 1 && std::isfinite(r.factor),
              "model config: rope_scaling.factor must be a finite number >= 1, got " +
                  shortest_decimal(r.factor));
+    if (r.type == RopeScaling::kLongrope) {
+      const auto half = static_cast<size_t>(head_dim() / 2);
+      ZT_CHECK(r.short_factor.size() == half && r.long_factor.size() == half,
+               "model config: rope_scaling's short_factor and long_factor need head_dim / 2 = " +
+                   std::to_string(half) + " values, got " + std::to_string(r.short_factor.size()) +
+                   " and " + std::to_string(r.long_factor.size()));
+      ZT_CHECK(r.original_max_positions > 1 && r.attention_factor >= 1 &&
+                   std::isfinite(r.attention_factor),
+               "model config: longrope needs original_max_position_embeddings above 1");
+      ZT_CHECK(fused_projections,
+               "model config: longrope rope scaling is implemented for Phi-3 only");
+    }
     if (r.type == RopeScaling::kLlama3) {
       ZT_CHECK(r.low_freq_factor > 0 && r.low_freq_factor < r.high_freq_factor &&
                    std::isfinite(r.high_freq_factor),
@@ -96,7 +108,7 @@ void ModelConfig::validate() const {
   ZT_CHECK(!fused_projections || !lora.enabled(),
            "model config: LoRA on a Phi-3 model (fused qkv_proj and gate_up_proj) is not "
            "implemented; fine-tune it in full, or with --trainable/--freeze");
-  ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone,
+  ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone || fused_projections,
            "model config: a sliding window (Mistral) with rope_scaling is not implemented");
   // Element offsets, byte counts and FLOP counts are int64/double products of these sizes; a
   // bound far above any real model (2^48 parameters, 2^40 per matrix) keeps them exact.

@@ -2,6 +2,7 @@
 // are read, which are refused at any other value than the one zerotrain computes, which are known
 // not to change the model, and what an unknown key gets (docs/fine-tuning.md: the key policy).
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -164,12 +165,17 @@ std::string model_type_of(const nlohmann::json& j) {
 }
 
 // Keys that transformers reads but that do not change a family's model: Qwen's sliding window
-// settings while use_sliding_window is false (refused otherwise), Qwen2's attention_bias
-// (its q/k/v projections have biases and its o projection none, whatever the key says), and
-// Phi-3's original_max_position_embeddings, which only its longrope scaling reads.
+// settings while use_sliding_window is false (refused otherwise), and Qwen2's attention_bias
+// (its q/k/v projections have biases and its o projection none, whatever the key says).
 std::vector<std::string> family_ignored_keys(const std::string& type) {
   if (type == "qwen2") return {"sliding_window", "attention_bias"};
   if (type == "qwen3") return {"sliding_window"};
+  return {};
+}
+
+// Keys a family reads beside read_hf_keys: Phi-3's original_max_position_embeddings (its
+// longrope's original length; nothing reads it without longrope).
+std::vector<std::string> family_read_keys(const std::string& type) {
   if (type == "phi3") return {"original_max_position_embeddings"};
   return {};
 }
@@ -229,9 +235,25 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   }
 }
 
-// One rope object: {"rope_type" (or the older "type"): "default" | "linear" | "llama3", its
-// parameters}, as config.json's rope_scaling (transformers 4.x) or rope_parameters (5.x, which
-// also holds rope_theta: `extra_keys`). "default" is no scaling. Other types and keys are refused.
+// A longrope factor list (short_factor, long_factor): positive finite numbers.
+std::vector<double> rope_factor_list(const nlohmann::json& r, const char* key,
+                                     const std::string& where) {
+  ZT_CHECK(r.contains(key), where + " has no '" + key + "'");
+  const nlohmann::json& list = r.at(key);
+  ZT_CHECK(list.is_array(), where + ": '" + key + "' must be a list of numbers");
+  std::vector<double> out;
+  for (const auto& v : list) {
+    ZT_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0,
+             where + ": '" + key + "' holds " + quoted_json(v) + ", not a positive number");
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+// One rope object: {"rope_type" (or the older "type"): "default" | "linear" | "llama3" |
+// "longrope", its parameters}, as config.json's rope_scaling (transformers 4.x) or rope_parameters
+// (5.x, which also holds rope_theta: `extra_keys`). "default" is no scaling. Other types and keys
+// are refused.
 RopeScalingParams rope_scaling_from_object(const nlohmann::json& r, const std::string& where,
                                            const std::vector<std::string>& extra_keys) {
   RopeScalingParams p;
@@ -256,12 +278,18 @@ RopeScalingParams rope_scaling_from_object(const nlohmann::json& r, const std::s
     p.low_freq_factor = required<double>(r, "low_freq_factor", where);
     p.high_freq_factor = required<double>(r, "high_freq_factor", where);
     p.original_max_positions = required<int64_t>(r, "original_max_position_embeddings", where);
+  } else if (type == "longrope") {
+    p.type = RopeScaling::kLongrope;
+    keys.insert(keys.end(), {"short_factor", "long_factor"});
+    p.short_factor = rope_factor_list(r, "short_factor", where);
+    p.long_factor = rope_factor_list(r, "long_factor", where);
   } else {
     fail(where + ": rope_type '" + type +
-         "' is not implemented (default, linear and llama3 are; dynamic, yarn and longrope "
-         "change the angles in other ways)");
+         "' is not implemented (default, linear, llama3 and Phi-3's longrope are; dynamic and "
+         "yarn change the angles in other ways" +
+         (type == "su" ? "; \"su\" is longrope's older name: write \"longrope\")" : ")"));
   }
-  if (p.type != RopeScaling::kNone) {
+  if (p.type == RopeScaling::kLinear || p.type == RopeScaling::kLlama3) {
     keys.push_back("factor");
     p.factor = required<double>(r, "factor", where);
   }
@@ -309,6 +337,10 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
               {"low_freq_factor", p.low_freq_factor},
               {"high_freq_factor", p.high_freq_factor},
               {"original_max_position_embeddings", p.original_max_positions}};
+    case RopeScaling::kLongrope:
+      // The three keys transformers' Phi3Config (4.46) accepts, and no other.
+      return {
+          {"type", "longrope"}, {"short_factor", p.short_factor}, {"long_factor", p.long_factor}};
   }
   return nullptr;
 }
@@ -316,8 +348,20 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
 // config.json "pad_token_id": null or absent is none; a negative id counts from the end of the
 // vocabulary, as torch's nn.Embedding takes its padding_idx; outside [-vocab_size, vocab_size)
 // transformers cannot build the model, and it is refused.
+// Phi3Config alone defaults an absent key to 32000 (Phi-3's <|endoftext|>), a row transformers'
+// Phi3Model then makes the padding_idx.
 int64_t padding_token_from_json(const nlohmann::json& j, const std::string& source,
-                                int64_t vocab_size) {
+                                int64_t vocab_size, const std::string& type) {
+  constexpr int64_t kPhi3DefaultPad = 32000;
+  if (!j.contains("pad_token_id") && type == "phi3") {
+    ZT_CHECK(kPhi3DefaultPad < vocab_size,
+             source +
+                 ": has no 'pad_token_id', and Phi3Config's default 32000 is not a row of "
+                 "the embedding (vocab_size " +
+                 std::to_string(vocab_size) +
+                 "), so transformers cannot build this model: give pad_token_id (null: none)");
+    return kPhi3DefaultPad;
+  }
   if (!j.contains("pad_token_id") || j.at("pad_token_id").is_null()) return -1;
   const auto id = required<int64_t>(j, "pad_token_id", source);
   ZT_CHECK(id >= -vocab_size && id < vocab_size, source + ": 'pad_token_id' " + std::to_string(id) +
@@ -338,10 +382,13 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
     fail(source +
          ": 'rope_scaling' is not applied by transformers' Mistral; refused rather than "
          "computing another model than transformers does");
-  if (type == "phi3" && scaling.type != RopeScaling::kNone)
+  if (type == "phi3" && scaling.type != RopeScaling::kNone &&
+      scaling.type != RopeScaling::kLongrope)
+    fail(source + ": 'rope_scaling' of a Phi-3 config is read by transformers as longrope alone");
+  if (type != "phi3" && scaling.type == RopeScaling::kLongrope)
     fail(source +
-         ": 'rope_scaling' of a Phi-3 config is read by transformers as longrope alone, which "
-         "zerotrain does not implement");
+         ": 'rope_scaling' of type longrope is implemented for Phi-3 (model_type \"phi3\") "
+         "only");
   if (!j.contains("sliding_window")) return mistral ? 4096 : 0;
   if (j.at("sliding_window").is_null()) return 0;
   ZT_CHECK(mistral || type == "phi3",
@@ -384,6 +431,23 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   c.fused_projections = type == "phi3";
 }
 
+// Phi-3's longrope: the original length is config.json's top-level
+// original_max_position_embeddings (Phi3Config's default 4096), and the factor on cos and sin
+// follows from it and max_position_embeddings, as transformers computes it in double.
+void read_longrope_lengths(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  RopeScalingParams& r = c.rope_scaling;
+  if (r.type != RopeScaling::kLongrope) return;
+  r.original_max_positions = j.contains("original_max_position_embeddings")
+                                 ? required<int64_t>(j, "original_max_position_embeddings", source)
+                                 : 4096;
+  ZT_CHECK(r.original_max_positions > 1,
+           source + ": 'original_max_position_embeddings' must be above 1, got " +
+               std::to_string(r.original_max_positions));
+  const double original = static_cast<double>(r.original_max_positions);
+  const double scale = static_cast<double>(c.max_position_embeddings) / original;
+  r.attention_factor = scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(original));
+}
+
 bool is_inert_key(const std::string& key, const std::string& type) {
   return listed(inert_hf_keys(), key) || listed(family_ignored_keys(type), key);
 }
@@ -404,7 +468,9 @@ std::vector<std::string> hf_config_unknown_keys(const nlohmann::json& j) {
   if (!j.is_object()) return out;
   const std::string type = model_type_of(j);
   for (const auto& [key, value] : j.items())
-    if (!listed(read_hf_keys(), key) && !is_inert_key(key, type)) out.push_back(key);
+    if (!listed(read_hf_keys(), key) && !listed(family_read_keys(type), key) &&
+        !is_inert_key(key, type))
+      out.push_back(key);
   return out;
 }
 
@@ -435,6 +501,10 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["sliding_window"] = sliding_window;
   } else if (type == "phi3") {
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
+    // Written when none, too: Phi3Config would read its absence as 32000.
+    if (padding_token < 0) j["pad_token_id"] = nullptr;
+    if (rope_scaling.type == RopeScaling::kLongrope)
+      j["original_max_position_embeddings"] = rope_scaling.original_max_positions;
   } else if (type == "llama") {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
@@ -449,7 +519,9 @@ nlohmann::json ModelConfig::to_transformers_json() const {
   nlohmann::json j = to_hf_json();
   // transformers before 4.43 reads the scaling's type from "type" only; later releases take
   // both when they agree.
-  if (j.contains("rope_scaling")) j["rope_scaling"]["type"] = j["rope_scaling"]["rope_type"];
+  // (longrope is written with "type" alone, as Phi3Config requires.)
+  if (j.contains("rope_scaling") && j["rope_scaling"].contains("rope_type"))
+    j["rope_scaling"]["type"] = j["rope_scaling"]["rope_type"];
   return j;
 }
 
@@ -477,8 +549,9 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
   read_rope(j, source, c);
+  read_longrope_lengths(j, source, c);
   c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
-  c.padding_token = padding_token_from_json(j, source, c.vocab_size);
+  c.padding_token = padding_token_from_json(j, source, c.vocab_size, type);
   c.tie_word_embeddings =
       j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
   read_attention_shape(j, source, type, c);

@@ -25,6 +25,13 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
                " positions exceeds the model's sliding_window of " +
                std::to_string(config_.sliding_window) +
                " tokens: attention over a window shorter than the sequence is not implemented");
+  ZT_CHECK(config_.rope_scaling.type != RopeScaling::kLongrope ||
+               max_positions_ <= config_.rope_scaling.original_max_positions,
+           "decoding " + std::to_string(max_positions_) +
+               " positions exceeds the original_max_position_embeddings of the model's longrope "
+               "scaling (" +
+               std::to_string(config_.rope_scaling.original_max_positions) +
+               "): its long factors are not implemented");
   ZT_CHECK(max_rows_ > 0 && max_rows_ <= max_positions_,
            "decoding: " + std::to_string(max_rows_) + " rows per forward, with " +
                std::to_string(max_positions_) + " positions");

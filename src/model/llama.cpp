@@ -209,6 +209,15 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
                " tokens: attention over a window shorter than the sequence is not implemented "
                "(use --seq-len <= " +
                std::to_string(config_.sliding_window) + ")");
+  // Longrope's long factors apply to sequences longer than its original length; only the short
+  // ones are implemented.
+  ZT_CHECK(config_.rope_scaling.type != RopeScaling::kLongrope ||
+               T_ <= config_.rope_scaling.original_max_positions,
+           "sequence length " + std::to_string(T_) +
+               " exceeds the original_max_position_embeddings of the model's longrope scaling (" +
+               std::to_string(config_.rope_scaling.original_max_positions) +
+               "): its long factors are not implemented (use --seq-len <= " +
+               std::to_string(config_.rope_scaling.original_max_positions) + ")");
   head_chunk_ = head_chunk_rows > 0 ? std::min(head_chunk_rows, M_)
                                     : head_rows_per_chunk(M_, config_.vocab_size);
   // Activations (and every device-pool buffer of the engine) live in the backend's memory.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "model/hf_checkpoint_tensors.h"
 #include "util/error.h"
 
 namespace zt {
@@ -49,13 +50,20 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
   const auto drop = compile(freeze, "--freeze");
   std::vector<bool> keep_used(keep.size(), false), drop_used(drop.size(), false);
   const std::vector<TensorInfo>& tensors = layout.tensors();
+  // A pattern also matches the tensor a Hugging Face checkpoint stores a tensor in: Phi-3's
+  // 'qkv_proj' (and 'v_proj', which its name holds, as in PyTorch) select q, k and v.
+  const std::vector<HfCheckpointPlace> places = hf_checkpoint_places(layout);
+  auto matches = [&](size_t t, const RE2& re) {
+    return RE2::PartialMatch(tensors[t].name, re) ||
+           (places[t].name != tensors[t].name && RE2::PartialMatch(places[t].name, re));
+  };
   s.frozen_.assign(tensors.size(), false);
   bool any_trains = false;
   for (size_t t = 0; t < tensors.size(); ++t) {
     // LoRA: the adapters train, the base only where --trainable names it (modules_to_save).
     bool trains = tensors[t].is_lora() || (keep.empty() && !lora);
     for (size_t i = 0; i < keep.size(); ++i)
-      if (RE2::PartialMatch(tensors[t].name, *keep[i])) {
+      if (matches(t, *keep[i])) {
         ZT_CHECK(!lora || tensors[t].layer < 0 || tensors[t].is_lora(),
                  "--trainable '" + trainable[i] + "' matches " + tensors[t].name +
                      ": with LoRA a decoder layer's own tensors stay frozen (train the embedding, "
@@ -63,7 +71,7 @@ TrainableSet TrainableSet::from_patterns(const ParamLayout& layout,
         trains = true, keep_used[i] = true;
       }
     for (size_t i = 0; i < drop.size(); ++i)
-      if (RE2::PartialMatch(tensors[t].name, *drop[i])) trains = false, drop_used[i] = true;
+      if (matches(t, *drop[i])) trains = false, drop_used[i] = true;
     s.frozen_[t] = !trains;
     any_trains = any_trains || trains;
   }

@@ -101,6 +101,14 @@ FAMILIES = {
     # every sequence (33 tokens), where it is full attention.
     "phi3-window": ("Phi3Config", "Phi3ForCausalLM", dict(sliding_window=40, pad_token_id=32,
                                                           rope_theta=500000.0)),
+    # Phi-3.5-mini's longrope on windows of original_max_position_embeddings (32) tokens: the
+    # short factors divide the frequencies (spread here so that each matters) and cos and sin are
+    # scaled by sqrt(1 + ln(128/32)/ln 32) ≈ 1.18. Longer windows would take the long factors.
+    "phi3-longrope": ("Phi3Config", "Phi3ForCausalLM", dict(
+        sliding_window=None, pad_token_id=32, original_max_position_embeddings=32,
+        rope_scaling={"type": "longrope",
+                      "short_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0],
+                      "long_factor": [20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0]})),
 }
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)

@@ -171,7 +171,7 @@ TEST(GgufRope, FactorsThatAreNotLlama3ScalingAreRefused) {
   c.hidden_size = 2048;
   c.num_heads = 32;
   c.rope_theta = 500000.0;
-  c.rope_scaling = {RopeScaling::kLlama3, 32.0, 1.0, 4.0, 8192};  // Llama 3.2's
+  c.rope_scaling = {RopeScaling::kLlama3, 32.0, 1.0, 4.0, 8192, {}, {}, 1.0};  // Llama 3.2's
   const std::vector<float> factors = llama3_rope_freq_factors(c);
   const std::string where = "m.gguf: tensor 'rope_freqs.weight'";
   ASSERT_EQ(llama3_scaling_from_freq_factors(factors, c.rope_theta, 64, where), c.rope_scaling);
@@ -197,7 +197,8 @@ TEST(GgufRope, FactorsOfOneAreNoScalingAndParametersReadBackAsWritten) {
   c.hidden_size = 2048;
   c.num_heads = 32;
   c.rope_theta = 500000.0;
-  c.rope_scaling = {RopeScaling::kLlama3, 2.2, 1.0, 4.0, 8192};  // 2.2 is not an fp32 value
+  c.rope_scaling = {
+      RopeScaling::kLlama3, 2.2, 1.0, 4.0, 8192, {}, {}, 1.0};  // 2.2 is not an fp32 value
   const std::string where = "m.gguf: tensor 'rope_freqs.weight'";
   EXPECT_EQ(llama3_scaling_from_freq_factors(llama3_rope_freq_factors(c), c.rope_theta, 64, where),
             c.rope_scaling);

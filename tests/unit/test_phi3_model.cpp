@@ -4,12 +4,18 @@
 // output). The weights themselves are checked against transformers in oracle_hf_phi3.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
+#include "backend/backend.h"
+#include "backend/rope.h"
 #include "model/config.h"
 #include "model/hf_checkpoint_tensors.h"
 #include "model/layout.h"
+#include "model/llama.h"
+#include "model/trainable.h"
 #include "support/error_text.h"
+#include "util/memory.h"
 
 namespace zt {
 namespace {
@@ -75,10 +81,12 @@ TEST(Phi3Config, WhatPhi3ComputesOtherwiseIsRefusedNamingTheKey) {
   EXPECT_NE(error_with("head_dim", 32).find("'head_dim': 32 differs"), std::string::npos);
   EXPECT_NE(error_with("architectures", {"LlamaForCausalLM"}).find("'architectures'"),
             std::string::npos);
-  // Phi-3.5 and the 128k models: longrope (its factors and attention scaling) is not implemented.
+  // A longrope factor list needs head_dim / 2 = 8 values here.
   const nlohmann::json longrope = {
       {"type", "longrope"}, {"short_factor", {1.0, 1.0}}, {"long_factor", {2.0, 2.0}}};
-  EXPECT_NE(error_with("rope_scaling", longrope).find("rope_type 'longrope' is not implemented"),
+  EXPECT_NE(error_with("rope_scaling", longrope).find("need head_dim / 2 = 8 values, got 2"),
+            std::string::npos);
+  EXPECT_NE(error_with("rope_scaling", {{"type", "su"}}).find("longrope's older name"),
             std::string::npos);
   const nlohmann::json linear = {{"type", "linear"}, {"factor", 2.0}};
   EXPECT_NE(error_with("rope_scaling", linear).find("longrope alone"), std::string::npos);
@@ -93,6 +101,89 @@ TEST(Phi3Config, WhatPhi3ComputesOtherwiseIsRefusedNamingTheKey) {
                 LoraSpec::parse_targets({fused, "o_proj"}, "a.json");
               }).find("a.json: '" + std::string(fused) + "' is a fused projection of Phi-3"),
               std::string::npos);
+}
+
+// Phi-3.5-mini's and the 128k models' rope scaling. The frequencies and the factor on cos and sin
+// are transformers' formulas (Phi3LongRoPEScaledRotaryEmbedding, 4.46) written out here; the
+// model with them is checked against transformers in oracle_hf_phi3_longrope.
+TEST(Phi3Config, LongropeTakesTheShortFactorsAndTheAttentionFactorOfItsLengths) {
+  nlohmann::json j = phi3_json();
+  std::vector<double> shorts, longs;
+  for (int i = 0; i < 8; ++i) shorts.push_back(1.0 + 0.25 * i), longs.push_back(4.0 + i);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
+  j["original_max_position_embeddings"] = 32;  // max_position_embeddings 128: scale 4
+  const ModelConfig c = ModelConfig::from_hf_json(j, "phi3.json");
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kLongrope);
+  EXPECT_EQ(c.rope_scaling.original_max_positions, 32);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, std::sqrt(1 + std::log(4.0) / std::log(32.0)));
+  const std::vector<float> inv = rope_inv_freq(c.rope(), c.head_dim());
+  for (size_t i = 0; i < 8; ++i) {
+    const float power = static_cast<float>(std::pow(10000.0, static_cast<float>(2 * i) / 16.0f));
+    EXPECT_EQ(inv[i], 1.0f / (static_cast<float>(shorts[i]) * power)) << i;
+  }
+  // Written back as Phi3Config reads it: three keys, and the original length at the top level.
+  const nlohmann::json back = c.to_transformers_json();
+  EXPECT_EQ(back.at("rope_scaling").size(), 3u);
+  EXPECT_EQ(back.at("rope_scaling").at("type"), "longrope");
+  EXPECT_EQ(back.at("original_max_position_embeddings"), 32);
+  EXPECT_EQ(ModelConfig::from_hf_json(back, "again"), c);
+  EXPECT_TRUE(hf_config_unknown_keys(j).empty());
+  // Sequences up to the original length take the short factors; longer ones are refused.
+  auto be = make_cpu_backend();
+  MemoryTracker memory;
+  EXPECT_NO_THROW(LlamaModel(c, *be, memory, 1, 32));
+  EXPECT_NE(error_of([&] { LlamaModel(c, *be, memory, 1, 33); })
+                .find("sequence length 33 exceeds the original_max_position_embeddings of the "
+                      "model's longrope scaling (32)"),
+            std::string::npos);
+  // Without a longer max_position_embeddings the factor is 1; a Llama's longrope is refused.
+  j["max_position_embeddings"] = 32;
+  EXPECT_EQ(ModelConfig::from_hf_json(j, "phi3.json").rope_scaling.attention_factor, 1.0);
+  nlohmann::json llama = preset_config("tiny").to_hf_json();
+  llama["rope_scaling"] = j["rope_scaling"];
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_hf_json(llama, "l.json");
+            }).find("longrope is implemented for Phi-3"),
+            std::string::npos);
+}
+
+TEST(Phi3Config, AnAbsentPadTokenIdIsPhi3ConfigsDefault) {
+  nlohmann::json j = phi3_json();
+  j.erase("pad_token_id");
+  j["vocab_size"] = 32064;
+  const ModelConfig c = ModelConfig::from_hf_json(j, "phi3.json");
+  EXPECT_EQ(c.padding_token, 32000);
+  j["vocab_size"] = 256;  // transformers cannot build it: padding_idx outside the embedding
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_hf_json(j, "phi3.json");
+            }).find("phi3.json: has no 'pad_token_id', and Phi3Config's default 32000"),
+            std::string::npos);
+  // None is written as null, which Phi3Config reads as none.
+  j["pad_token_id"] = nullptr;
+  const ModelConfig none = ModelConfig::from_hf_json(j, "phi3.json");
+  EXPECT_EQ(none.padding_token, -1);
+  EXPECT_TRUE(none.to_hf_json().at("pad_token_id").is_null());
+  EXPECT_EQ(ModelConfig::from_hf_json(none.to_hf_json(), "again"), none);
+}
+
+TEST(Phi3Trainable, PatternsMatchTheCheckpointsFusedNamesAsInPyTorch) {
+  const ParamLayout layout(ModelConfig::from_hf_json(phi3_json(), "phi3.json"));
+  auto trained = [&](const std::vector<std::string>& keep) {
+    const TrainableSet s = TrainableSet::from_patterns(layout, keep, {});
+    std::vector<std::string> names;
+    for (size_t t = 0; t < layout.tensors().size(); ++t)
+      if (s.trains(static_cast<int>(t)) && layout.tensors()[t].layer == 0)
+        names.push_back(layout.tensors()[t].name);
+    return names;
+  };
+  const std::string a = "model.layers.0.self_attn.", m = "model.layers.0.mlp.";
+  const std::vector<std::string> qkv = {a + "q_proj.weight", a + "k_proj.weight",
+                                        a + "v_proj.weight"};
+  EXPECT_EQ(trained({"qkv_proj"}), qkv);
+  // PyTorch's named_parameters of a Phi-3 hold 'v_proj' only inside 'qkv_proj', all three.
+  EXPECT_EQ(trained({"v_proj"}), qkv);
+  EXPECT_EQ(trained({"gate_up_proj"}),
+            (std::vector<std::string>{m + "gate_proj.weight", m + "up_proj.weight"}));
 }
 
 TEST(Phi3CheckpointTensors, FusedTensorsStackTheirPartsInTransformersOrder) {

@@ -67,8 +67,8 @@ void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView
 // ---- rotary position embedding (rotate-half) ----
 // Hugging Face computes, in fp32: inv_freq_i (rope_inv_freq: 1 / theta^(float(2i)/hd), then the
 // rope_scaling), angle = float(t)·inv_freq_i (one fp32 product), then cos/sin of that fp32 angle
-// rounded to fp32. The same roundings here, with pow/cos/sin evaluated in double and rounded once
-// (correctly rounded in practice).
+// rounded to fp32 (times longrope's attention factor, one more fp32 product). The same roundings
+// here, with pow/cos/sin evaluated in double and rounded once (correctly rounded in practice).
 std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t head_dim,
                                                  const RopeSpec& rope) {
   auto table = std::make_shared<RopeTable>();
@@ -77,14 +77,16 @@ std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t 
   table->rope = rope;
   const int64_t half = head_dim / 2;
   const std::vector<float> inv_freq = rope_inv_freq(rope, head_dim);
+  // longrope's attention factor: emb.cos() * scaling_factor, an fp32 product (1 elsewhere: exact).
+  const auto amplitude = static_cast<float>(rope.scaling.attention_factor);
   table->cos.resize(static_cast<size_t>(max_positions * half));
   table->sin.resize(table->cos.size());
   for (int64_t t = 0; t < max_positions; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(t) * inv_freq[static_cast<size_t>(i)];
       const size_t at = static_cast<size_t>(t * half + i);
-      table->cos[at] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      table->sin[at] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      table->cos[at] = static_cast<float>(std::cos(static_cast<double>(angle))) * amplitude;
+      table->sin[at] = static_cast<float>(std::sin(static_cast<double>(angle))) * amplitude;
     }
   }
   return table;
