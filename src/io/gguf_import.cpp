@@ -9,6 +9,7 @@
 #include "io/gguf_tokenizer.h"
 #include "io/hf_import.h"
 #include "io/model_dir.h"
+#include "model/hf_checkpoint_tensors.h"
 #include "model/layout.h"
 #include "model/rope_freq_factors.h"
 #include "util/bf16.h"
@@ -44,6 +45,9 @@ constexpr LayerName kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    // Phi-3's fused projections (model/hf_checkpoint_tensors.h), as llama.cpp's phi3 names them.
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+    {"mlp.gate_up_proj.weight", "ffn_up.weight"},
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -85,6 +89,50 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
            path + ": tensor 'blk.0.attn_q.bias': attention biases are read for qwen2 files only");
   c.qkv_bias = arch == "qwen2";
   c.qk_norm = arch == "qwen3";
+  c.fused_projections = arch == "phi3";
+}
+
+// One fp32 factor per rotary frequency, from a 1-D tensor of head_dim / 2 values.
+std::vector<double> rope_factor_tensor(const GgufReader& g, const char* name, int64_t head_dim) {
+  const GgufTensorInfo* t = g.find_tensor(name);
+  const std::string tensor = g.path() + ": tensor '" + name + "'";
+  ZT_CHECK(t != nullptr, g.path() + ": has one of '" + kRopeFactorsShortTensor + "' and '" +
+                             kRopeFactorsLongTensor + "' without the other");
+  ZT_CHECK(t->dims.size() == 1 && t->dims[0] == head_dim / 2,
+           tensor + " has shape " + nlohmann::json(t->hf_shape()).dump() + ", not [" +
+               std::to_string(head_dim / 2) + "] (one factor per rotary frequency)");
+  std::vector<float> values(static_cast<size_t>(head_dim / 2));
+  g.read_rows(*t, 0, 1, values.data());
+  return {values.begin(), values.end()};
+}
+
+// Phi-3's longrope as llama.cpp writes it: the factor tensors, the original context length and
+// the attention factor it computed, which must be the one transformers computes from the lengths.
+void read_phi3_longrope(const GgufReader& g, const std::string& arch, ModelConfig& c) {
+  if (!g.find_tensor(kRopeFactorsShortTensor) && !g.find_tensor(kRopeFactorsLongTensor)) return;
+  ZT_CHECK(arch == "phi3", g.path() + ": longrope factor tensors in a " + arch +
+                               " file; they are read for phi3 files only");
+  RopeScalingParams& r = c.rope_scaling;
+  r.type = RopeScaling::kLongrope;
+  r.short_factor = rope_factor_tensor(g, kRopeFactorsShortTensor, c.head_dim());
+  r.long_factor = rope_factor_tensor(g, kRopeFactorsLongTensor, c.head_dim());
+  const std::string original = arch + ".rope.scaling.original_context_length";
+  ZT_CHECK(g.has(original), g.path() + ": longrope factors without metadata '" + original + "'");
+  r.original_max_positions = g.integer(original);
+  ZT_CHECK(r.original_max_positions > 1,
+           g.path() + ": metadata '" + original + "' must be above 1");
+  const double scale = static_cast<double>(c.max_position_embeddings) /
+                       static_cast<double>(r.original_max_positions);
+  r.attention_factor =
+      scale <= 1.0 ? 1.0
+                   : std::sqrt(1.0 + std::log(scale) /
+                                         std::log(static_cast<double>(r.original_max_positions)));
+  const std::string stored = arch + ".rope.scaling.attn_factor";
+  ZT_CHECK(!g.has(stored) ||
+               static_cast<float>(g.number(stored)) == static_cast<float>(r.attention_factor),
+           g.path() + ": metadata '" + stored + "' is " + std::to_string(g.number(stored)) +
+               ", not longrope's sqrt(1 + ln(context / original) / ln(original)) = " +
+               std::to_string(r.attention_factor));
 }
 
 // Llama 3.1-style rope scaling: the rope_freqs.weight tensor llama.cpp's converter writes for it.
@@ -115,9 +163,10 @@ bool is_gguf_file(const std::string& path) {
 ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string& path = g.path();
   const std::string arch = g.string("general.architecture");
-  ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3",
+  ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3",
            path + ": metadata 'general.architecture' is \"" + arch +
-               "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2 and qwen3");
+               "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3 "
+               "and phi3");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -150,10 +199,12 @@ ModelConfig gguf_model_config(const GgufReader& g) {
                  std::to_string(c.padding_token) + ", not a row of token_embd.weight (" +
                  std::to_string(c.vocab_size) + ")");
   }
-  if (arch == "llama" && g.has(key("attention.sliding_window")))  // export's, for Mistral
+  // Export's, for Mistral; llama.cpp's for Phi-3 (0: none, its Phi-4 files).
+  if ((arch == "llama" || arch == "phi3") && g.has(key("attention.sliding_window")))
     c.sliding_window = g.integer(key("attention.sliding_window"));
   read_attention_shape(g, arch, c);
   read_llama3_rope_factors(g, arch, c);
+  read_phi3_longrope(g, arch, c);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -204,10 +255,11 @@ void read_hf_range(const GgufReader& g, const GgufTensorInfo& t, bool permuted, 
     g.read_rows(t, gguf_permuted_row(first + r, head_dim), 1, out + r * row_length);
 }
 
-// Every tensor of the layout present with its shape, and nothing else in the file.
+// Every tensor of the layout present with its shape (Phi-3's fused ones as such), and nothing
+// else in the file.
 void check_tensors(const GgufReader& g, const ParamLayout& layout, const ModelConfig& c) {
   std::vector<std::string> expected;
-  for (const TensorInfo& t : layout.tensors()) {
+  for (const HfCheckpointTensor& t : hf_checkpoint_tensors(layout)) {
     const std::string name = gguf_tensor_name(t.name);
     expected.push_back(name);
     const GgufTensorInfo* stored = g.find_tensor(name);
@@ -220,6 +272,8 @@ void check_tensors(const GgufReader& g, const ParamLayout& layout, const ModelCo
   }
   // Read and checked with the config (read_llama3_rope_factors), also when all factors are 1.
   if (g.find_tensor(kRopeFreqsTensor)) expected.push_back(kRopeFreqsTensor);
+  if (c.rope_scaling.type == RopeScaling::kLongrope)  // read_phi3_longrope
+    expected.insert(expected.end(), {kRopeFactorsShortTensor, kRopeFactorsLongTensor});
   for (const GgufTensorInfo& t : g.tensors())
     ZT_CHECK(
         std::find(expected.begin(), expected.end(), t.name) != expected.end(),
@@ -262,18 +316,22 @@ GgufImportResult import_gguf_model(const std::string& gguf_path, const std::stri
                            {"tokenizer_files", result.tokenizer_files}};
   files[kImportRecordFile] = record.dump(2) + "\n";
   const int64_t head_dim = result.config.head_dim();
+  // A layout tensor is read from its place (Phi-3's fused tensors hold several, whole rows each).
+  const std::vector<HfCheckpointPlace> places = hf_checkpoint_places(layout);
   result.bytes_written = write_model_dir_streaming(
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
-        const GgufTensorInfo& stored = *g.find_tensor(gguf_tensor_name(t.name));
-        read_hf_range(g, stored, gguf_permutes_rows(result.architecture, t.name), head_dim, begin,
+        const HfCheckpointPlace& place = places.at(static_cast<size_t>(layout.find(t.name)));
+        const GgufTensorInfo& stored = *g.find_tensor(gguf_tensor_name(place.name));
+        const int64_t first = place.element_offset + begin;
+        read_hf_range(g, stored, gguf_permutes_rows(result.architecture, t.name), head_dim, first,
                       count, out);
         for (int64_t i = 0; i < count; ++i)
           ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
                    g.path() + ": tensor '" + stored.name +
                        "' holds a value that is not finite in "
                        "bf16 at element " +
-                       std::to_string(begin + i));
+                       std::to_string(first + i));
       },
       shard_limit_bytes, overwrite, files);
   return result;

@@ -37,6 +37,9 @@ int64_t gguf_permuted_row(int64_t row, int64_t head_dim);
 
 // The tensor llama.cpp stores llama3 rope scaling in (model/rope_freq_factors.h).
 inline constexpr const char* kRopeFreqsTensor = "rope_freqs.weight";
+// Phi-3's longrope factors as llama.cpp's converter writes them (fp32, one per frequency).
+inline constexpr const char* kRopeFactorsShortTensor = "rope_factors_short.weight";
+inline constexpr const char* kRopeFactorsLongTensor = "rope_factors_long.weight";
 
 struct GgufImportResult {
   ModelConfig config;
