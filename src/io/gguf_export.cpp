@@ -11,6 +11,7 @@
 #include "io/gguf_tokenizer.h"
 #include "io/model_dir.h"
 #include "io/tokenizer_files.h"
+#include "model/hf_checkpoint_tensors.h"
 #include "model/layout.h"
 #include "model/rope_freq_factors.h"
 #include "util/bf16.h"
@@ -57,10 +58,6 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
            "export: model '" + dir +
                "' is a llama with attention biases, which is not written "
                "to GGUF yet");
-  ZT_CHECK(type != "phi3", "export: model '" + dir +
-                               "' is a Phi-3, which is not written to GGUF yet (llama.cpp's phi3 "
-                               "architecture); export --format safetensors, then convert that "
-                               "directory with llama.cpp's convert_hf_to_gguf.py");
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }
 
@@ -98,8 +95,16 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
   if (type == GgufOutType::kQ8_0) m.push_back({"general.quantization_version", u32(2)});
   // Mistral's window, under the key llama.cpp gives the architectures it applies one to; its
   // llama architecture ignores it (GgufExport::sliding_window_ignored), an import reads it back.
-  if (c.sliding_window > 0)
+  // Phi-3's as llama.cpp's converter writes it, 0 for none (llama.cpp's phi3 applies it).
+  if (c.sliding_window > 0 || arch == "phi3")
     m.push_back({arch + ".attention.sliding_window", u32(c.sliding_window)});
+  // Phi-3's original length, and longrope's factor on cos and sin, as the converter writes them
+  // (the factors travel as tensors).
+  if (arch == "phi3")
+    m.push_back({arch + ".rope.scaling.original_context_length",
+                 u32(c.rope_scaling.original_max_positions)});
+  if (c.rope_scaling.type == RopeScaling::kLongrope)
+    m.push_back({arch + ".rope.scaling.attn_factor", f32(c.rope_scaling.attention_factor)});
   if (c.rope_scaling.type == RopeScaling::kLinear) {
     m.push_back({arch + ".rope.scaling.type", text("linear")});
     m.push_back({arch + ".rope.scaling.factor", f32(c.rope_scaling.factor)});
@@ -133,13 +138,21 @@ std::vector<float> rope_freqs_to_write(const ModelConfig& c, const std::string& 
   return factors;
 }
 
-// The tensor's bytes in `type`, its rows in GGUF's order (llama's q and k permuted).
-void tensor_bytes(ModelDirReader& model, const TensorInfo& t, GgmlType type, bool permuted,
+// The bytes of a stored tensor in `type`: its parts' rows one after another (Phi-3's fused
+// tensors), in GGUF's order (llama's q and k permuted).
+void tensor_bytes(ModelDirReader& model, const HfCheckpointTensor& t, GgmlType type, bool permuted,
                   int64_t head_dim, std::vector<uint8_t>& bytes) {
   const int64_t row_length = t.shape.size() == 2 ? t.shape[1] : t.shape[0];
-  const int64_t rows = t.numel / row_length;
-  std::vector<float> values(static_cast<size_t>(t.numel));
-  model.read_tensor_f32(t.name, values.data());
+  int64_t numel = 0;
+  for (int part : t.parts) numel += model.layout().tensors()[static_cast<size_t>(part)].numel;
+  const int64_t rows = numel / row_length;
+  std::vector<float> values(static_cast<size_t>(numel));
+  int64_t filled = 0;
+  for (int part : t.parts) {
+    const TensorInfo& info = model.layout().tensors()[static_cast<size_t>(part)];
+    model.read_tensor_f32(info.name, values.data() + filled);
+    filled += info.numel;
+  }
   if (permuted) {
     std::vector<float> hf = values;
     for (int64_t r = 0; r < rows; ++r)
@@ -151,12 +164,12 @@ void tensor_bytes(ModelDirReader& model, const TensorInfo& t, GgmlType type, boo
       std::memcpy(bytes.data(), values.data(), bytes.size());
       return;
     case GgmlType::kQ8_0:
-      quantize_q8_0(values.data(), t.numel, bytes.data());
+      quantize_q8_0(values.data(), numel, bytes.data());
       return;
     default:
       break;
   }
-  for (int64_t i = 0; i < t.numel; ++i) {
+  for (int64_t i = 0; i < numel; ++i) {
     uint16_t h;
     if (type == GgmlType::kBF16) {
       h = float_to_bf16(values[static_cast<size_t>(i)]);
@@ -197,30 +210,40 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
       model_metadata(c, arch, fs::path(strip_trailing_slashes(model_dir)).filename(), type);
   for (auto& entry : gguf_tokenizer_metadata(tokenizer, c.vocab_size, model_dir))
     metadata.push_back(std::move(entry));
-  const ParamLayout& layout = model.layout();
+  // The tensors as the family's checkpoint stores them (Phi-3's fused), then the rope factors.
+  const std::vector<HfCheckpointTensor> stored = hf_checkpoint_tensors(model.layout());
   std::vector<GgufTensorToWrite> tensors;
   GgufExport result;
-  result.sliding_window_ignored = c.sliding_window;
-  for (const TensorInfo& t : layout.tensors()) {
+  result.sliding_window_ignored = arch == "phi3" ? 0 : c.sliding_window;
+  for (const HfCheckpointTensor& t : stored) {
     const GgmlType ggml = t.shape.size() == 1 ? GgmlType::kF32 : matrix_type(type, t.shape[1]);
     tensors.push_back({gguf_tensor_name(t.name), {t.shape.rbegin(), t.shape.rend()}, ggml});
-    ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(ggml))];
   }
-  // Llama 3.1-style rope scaling travels as the factors llama.cpp's converter writes.
-  const std::vector<float> rope_factors = rope_freqs_to_write(c, arch, model_dir);
-  if (!rope_factors.empty()) {
-    tensors.push_back({kRopeFreqsTensor, {c.head_dim() / 2}, GgmlType::kF32});
-    ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(GgmlType::kF32))];
+  // Llama 3.1-style rope scaling travels as the factors llama.cpp's converter writes, and so
+  // does Phi-3's longrope (long, then short, as the converter yields them).
+  std::vector<std::pair<const char*, std::vector<float>>> rope_factors;
+  if (std::vector<float> f = rope_freqs_to_write(c, arch, model_dir); !f.empty())
+    rope_factors.emplace_back(kRopeFreqsTensor, std::move(f));
+  if (c.rope_scaling.type == RopeScaling::kLongrope) {
+    const RopeScalingParams& r = c.rope_scaling;
+    rope_factors.emplace_back(kRopeFactorsLongTensor,
+                              std::vector<float>(r.long_factor.begin(), r.long_factor.end()));
+    rope_factors.emplace_back(kRopeFactorsShortTensor,
+                              std::vector<float>(r.short_factor.begin(), r.short_factor.end()));
   }
+  for (const auto& [name, values] : rope_factors)
+    tensors.push_back({name, {static_cast<int64_t>(values.size())}, GgmlType::kF32});
+  for (const GgufTensorToWrite& t : tensors)
+    ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(t.type))];
   check_room_to_write(dir_parent(out_path),
                       model.total_size() * (type == GgufOutType::kF32 ? 2 : 1), "export");
   write_gguf_file(out_path, metadata, tensors, [&](size_t i, std::vector<uint8_t>& bytes) {
-    if (i == layout.tensors().size()) {
-      std::memcpy(bytes.data(), rope_factors.data(), bytes.size());
+    if (i >= stored.size()) {
+      std::memcpy(bytes.data(), rope_factors[i - stored.size()].second.data(), bytes.size());
       return;
     }
-    const TensorInfo& t = layout.tensors()[i];
-    tensor_bytes(model, t, tensors[i].type, gguf_permutes_rows(arch, t.name), c.head_dim(), bytes);
+    tensor_bytes(model, stored[i], tensors[i].type, gguf_permutes_rows(arch, stored[i].name),
+                 c.head_dim(), bytes);
   });
   result.path = out_path;
   result.bytes = fs::file_size(out_path);

@@ -109,18 +109,22 @@ std::vector<double> rope_factor_tensor(const GgufReader& g, const char* name, in
 // Phi-3's longrope as llama.cpp writes it: the factor tensors, the original context length and
 // the attention factor it computed, which must be the one transformers computes from the lengths.
 void read_phi3_longrope(const GgufReader& g, const std::string& arch, ModelConfig& c) {
-  if (!g.find_tensor(kRopeFactorsShortTensor) && !g.find_tensor(kRopeFactorsLongTensor)) return;
-  ZT_CHECK(arch == "phi3", g.path() + ": longrope factor tensors in a " + arch +
-                               " file; they are read for phi3 files only");
+  const bool factors =
+      g.find_tensor(kRopeFactorsShortTensor) || g.find_tensor(kRopeFactorsLongTensor);
+  ZT_CHECK(arch == "phi3" || !factors, g.path() + ": longrope factor tensors in a " + arch +
+                                           " file; they are read for phi3 files only");
+  if (arch != "phi3") return;
+  // Phi-3's original length, kept with or without longrope (Phi3Config's default 4096).
   RopeScalingParams& r = c.rope_scaling;
+  const std::string original = arch + ".rope.scaling.original_context_length";
+  r.original_max_positions = g.has(original) ? g.integer(original) : 4096;
+  ZT_CHECK(r.original_max_positions > 1,
+           g.path() + ": metadata '" + original + "' must be above 1");
+  if (!factors) return;
+  ZT_CHECK(g.has(original), g.path() + ": longrope factors without metadata '" + original + "'");
   r.type = RopeScaling::kLongrope;
   r.short_factor = rope_factor_tensor(g, kRopeFactorsShortTensor, c.head_dim());
   r.long_factor = rope_factor_tensor(g, kRopeFactorsLongTensor, c.head_dim());
-  const std::string original = arch + ".rope.scaling.original_context_length";
-  ZT_CHECK(g.has(original), g.path() + ": longrope factors without metadata '" + original + "'");
-  r.original_max_positions = g.integer(original);
-  ZT_CHECK(r.original_max_positions > 1,
-           g.path() + ": metadata '" + original + "' must be above 1");
   const double scale = static_cast<double>(c.max_position_embeddings) /
                        static_cast<double>(r.original_max_positions);
   r.attention_factor =

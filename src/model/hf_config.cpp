@@ -431,18 +431,21 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   c.fused_projections = type == "phi3";
 }
 
-// Phi-3's longrope: the original length is config.json's top-level
-// original_max_position_embeddings (Phi3Config's default 4096), and the factor on cos and sin
-// follows from it and max_position_embeddings, as transformers computes it in double.
-void read_longrope_lengths(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+// Phi-3's original length: config.json's top-level original_max_position_embeddings (Phi3Config's
+// default 4096), kept with or without longrope; longrope's factor on cos and sin follows from it
+// and max_position_embeddings, as transformers computes it in double.
+void read_phi3_lengths(const nlohmann::json& j, const std::string& source, const std::string& type,
+                       ModelConfig& c) {
   RopeScalingParams& r = c.rope_scaling;
-  if (r.type != RopeScaling::kLongrope) return;
+  // Phi-3 keeps its original length with or without longrope (GGUF files carry it too).
+  if (type != "phi3" || (r.type != RopeScaling::kNone && r.type != RopeScaling::kLongrope)) return;
   r.original_max_positions = j.contains("original_max_position_embeddings")
                                  ? required<int64_t>(j, "original_max_position_embeddings", source)
                                  : 4096;
   ZT_CHECK(r.original_max_positions > 1,
            source + ": 'original_max_position_embeddings' must be above 1, got " +
                std::to_string(r.original_max_positions));
+  if (r.type != RopeScaling::kLongrope) return;
   const double original = static_cast<double>(r.original_max_positions);
   const double scale = static_cast<double>(c.max_position_embeddings) / original;
   r.attention_factor = scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(original));
@@ -503,8 +506,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
     // Written when none, too: Phi3Config would read its absence as 32000.
     if (padding_token < 0) j["pad_token_id"] = nullptr;
-    if (rope_scaling.type == RopeScaling::kLongrope)
-      j["original_max_position_embeddings"] = rope_scaling.original_max_positions;
+    j["original_max_position_embeddings"] = rope_scaling.original_max_positions;
   } else if (type == "llama") {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
@@ -549,7 +551,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
   read_rope(j, source, c);
-  read_longrope_lengths(j, source, c);
+  read_phi3_lengths(j, source, type, c);
   c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
   c.padding_token = padding_token_from_json(j, source, c.vocab_size, type);
   c.tie_word_embeddings =

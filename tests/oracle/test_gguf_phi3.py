@@ -24,7 +24,11 @@ Checks:
      tensor, the config's longrope factors, lengths and window, and `eval`'s loss bit for bit),
      which oracle_hf_phi3_longrope checks against transformers; and `eval`'s loss equals
      transformers' Phi3ForCausalLM's within the bound;
-  3. the longrope file with another attn_factor is refused naming the key.
+  3. the longrope file with another attn_factor is refused naming the key;
+  4. `export --format gguf` of each import writes every phi3.* key the converter wrote with its
+     value, the same tensor names, and the longrope factor tensors; as F32 it imports back bit for
+     bit (config and tensors), and as Q8_0 the fused attn_qkv's bytes are gguf.quants.quantize of
+     the import's q, k and v rows joined.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -152,6 +156,52 @@ def split_like_transformers(tensors, config):
     return split_fused(tensors, config)
 
 
+def phi3_metadata(reader):
+    """The file's phi3.* keys and their values (floats as fp32, as GGUF stores them)."""
+    out = {}
+    for key, field in reader.fields.items():
+        if key.startswith("phi3."):
+            value = field.contents()
+            out[key] = float(np.float32(value)) if isinstance(value, float) else value
+    return out
+
+
+def check_export(zt, work, source_gguf, imported, tag):
+    """Check 4 for one import of `source_gguf` (written by the converter's code)."""
+    exported = work(f"{tag}-export.gguf")
+    run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", "f32", "--out", exported])
+    source, ours = read_gguf(source_gguf), read_gguf(exported)
+    want, got = phi3_metadata(source), phi3_metadata(ours)
+    missing = {k: v for k, v in want.items() if got.get(k) != v}
+    check(not missing, f"{tag}: the export's phi3 keys differ from the converter's: "
+          f"{ {k: (v, got.get(k)) for k, v in missing.items()} }")
+    check(sorted(t.name for t in ours.tensors) == sorted(t.name for t in source.tensors),
+          f"{tag}: the export's tensor names differ from the converter's")
+    for t in source.tensors:
+        if t.name.startswith("rope_factors"):
+            mine = next(o for o in ours.tensors if o.name == t.name)
+            check(np.array_equal(np.asarray(mine.data), np.asarray(t.data)),
+                  f"{tag}: tensor {t.name} differs from the converter's")
+    back = work(f"{tag}-reimported")
+    run_tool([zt, "import", exported, "--out", back])
+    a, b = model_dir_tensors(imported), model_dir_tensors(back)
+    check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
+          f"{tag}: the F32 export does not import back bit for bit")
+    configs = [json.load(open(os.path.join(d, "config.json"))) for d in (imported, back)]
+    check(configs[0] == configs[1], f"{tag}: the re-import's config.json differs: {configs}")
+    quantized = work(f"{tag}-export-q8.gguf")
+    run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", "q8_0", "--out",
+              quantized])
+    qkv = next(t for t in read_gguf(quantized).tensors if t.name == "blk.0.attn_qkv.weight")
+    rows = np.concatenate([a[f"model.layers.0.self_attn.{p}_proj.weight"] for p in "qkv"])
+    expected = gguf.quants.quantize(rows.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+    check(np.array_equal(np.asarray(qkv.data).reshape(-1).view(np.uint8),
+                         expected.reshape(-1).view(np.uint8)),
+          f"{tag}: the Q8_0 export's blk.0.attn_qkv.weight is not gguf's quantization of q, k, v")
+    print(f"{tag}: the GGUF export writes the converter's phi3 keys and tensor names, and "
+          "imports back bit for bit", flush=True)
+
+
 def zt_eval(zt, model_dir, data):
     out = run_tool([zt, "eval", "--model", model_dir, "--data", data, "--batches", str(BATCHES),
                     "--micro-batch", str(MICRO_BATCH), "--seq-len", str(SEQ_LEN),
@@ -210,6 +260,7 @@ def main():
         windows = list(range(MICRO_BATCH * BATCHES))
         compare_losses("phi3 GGUF loss", zt_eval(zt, imported, data),
                        hf_loss(loader, tokens, windows, SEQ_LEN), layers, vocab_size)
+        check_export(zt, work, plain, imported, "plain")
 
         # 2. Longrope (Phi-3.5-mini's scaling) against transformers' Phi3ForCausalLM itself.
         config, model = random_phi3(vocab_size, sliding_window=None, rope_scaling=LONGROPE,
@@ -239,6 +290,7 @@ def main():
               flush=True)
         compare_losses("phi3 longrope GGUF loss", gguf_loss,
                        hf_loss(model, tokens, windows, SEQ_LEN), layers, vocab_size)
+        check_export(zt, work, longrope, imported, "longrope")
 
         # 3. An attention factor the lengths do not give is refused by name.
         wrong = work("wrong", "phi3.gguf")
