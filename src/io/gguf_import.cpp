@@ -185,6 +185,10 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   c.rope_theta = g.has(key("rope.freq_base"))
                      ? decimal_of_float(static_cast<float>(g.number(key("rope.freq_base"))))
                      : 10000.0;
+  // llama.cpp's phi3 has no rope scaling type: its longrope is the factor tensors.
+  ZT_CHECK(arch != "phi3" || !g.has(key("rope.scaling.type")),
+           path + ": metadata '" + key("rope.scaling.type") +
+               "' in a phi3 file; its rope scaling is longrope's factor tensors alone");
   c.rope_scaling = gguf_rope_scaling(g, arch);
   const GgufTensorInfo* embedding = g.find_tensor("token_embd.weight");
   ZT_CHECK(embedding && embedding->dims.size() == 2,

@@ -24,7 +24,8 @@ Checks:
      tensor, the config's longrope factors, lengths and window, and `eval`'s loss bit for bit),
      which oracle_hf_phi3_longrope checks against transformers; and `eval`'s loss equals
      transformers' Phi3ForCausalLM's within the bound;
-  3. the longrope file with another attn_factor is refused naming the key;
+  3. the longrope file with another attn_factor, or with a phi3.rope.scaling.type, is refused
+     naming the key;
   4. `export --format gguf` of each import writes every phi3.* key the converter wrote with its
      value, the same tensor names, and the longrope factor tensors; as F32 it imports back bit for
      bit (config and tensors), and as Q8_0 the fused attn_qkv's bytes are gguf.quants.quantize of
@@ -55,7 +56,7 @@ SHAPE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_atte
              initializer_range=0.1, rope_theta=10000.0, pad_token_id=32000, bos_token_id=1,
              eos_token_id=32000)
 LONGROPE = {"type": "longrope",
-            "short_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0],
+            "short_factor": [1.0, 1.08, 2.02, 3.3, 4.1, 6.07, 8.3, 10.1],
             "long_factor": [20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0]}
 SEQ_LEN, MICRO_BATCH, BATCHES = 32, 2, 2
 
@@ -95,10 +96,12 @@ def copy_vocabulary(writer, vocab_file):
     return len(value("tokenizer.ggml.tokens"))
 
 
-def write_phi3_gguf(path, model, hparams, methods, vocab_file, attn_factor=None, quantize=True):
+def write_phi3_gguf(path, model, hparams, methods, vocab_file, attn_factor=None, quantize=True,
+                    rope_scaling_type=None):
     """The model as llama.cpp's converter writes it (module docstring). attn_factor replaces the
     converter's value (a file whose factor disagrees with its lengths); quantize=False keeps every
-    tensor F32 (the bf16 values exactly)."""
+    tensor F32 (the bf16 values exactly); rope_scaling_type adds a phi3.rope.scaling.type, which
+    llama.cpp's phi3 does not have."""
     set_parameters, extra_tensors = methods
     writer = gguf.GGUFWriter(path, "phi3")
     writer.add_name("tiny phi3")
@@ -120,6 +123,8 @@ def write_phi3_gguf(path, model, hparams, methods, vocab_file, attn_factor=None,
         key = "phi3.rope.scaling.attn_factor"
         check(key in writer.kv_data[0], f"the converter wrote no {key}")
         writer.kv_data[0][key].value = attn_factor
+    if rope_scaling_type is not None:
+        writer.add_string("phi3.rope.scaling.type", rope_scaling_type)
     copy_vocabulary(writer, vocab_file)
     names = gguf.TensorNameMap(gguf.MODEL_ARCH.PHI3, hparams["num_hidden_layers"])
     for hf_name, value in model.state_dict().items():
@@ -277,6 +282,10 @@ def main():
         check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
               "the GGUF import's tensors differ from the safetensors import's")
         configs = [json.load(open(os.path.join(d, "config.json"))) for d in (imported, from_hf)]
+        # GGUF stores the factors in fp32, as transformers and zerotrain compute with them.
+        for c in configs:
+            for key in ("short_factor", "long_factor"):
+                c["rope_scaling"][key] = np.float32(c["rope_scaling"][key]).tolist()
         for key in ("rope_scaling", "original_max_position_embeddings", "sliding_window",
                     "max_position_embeddings", "pad_token_id", "model_type"):
             check(configs[0].get(key) == configs[1].get(key),
@@ -298,6 +307,11 @@ def main():
         write_phi3_gguf(wrong, model, config.to_dict(), methods, args.vocab, attn_factor=1.0)
         out = work("wrong-imported")
         refused([zt, "import", wrong, "--out", out], "metadata 'phi3.rope.scaling.attn_factor'")
+        check(not os.path.exists(out), "a refused import left its output")
+        write_phi3_gguf(wrong, model, config.to_dict(), methods, args.vocab,
+                        rope_scaling_type="linear")
+        refused([zt, "import", wrong, "--out", out],
+                "metadata 'phi3.rope.scaling.type' in a phi3 file")
         check(not os.path.exists(out), "a refused import left its output")
         shutil.rmtree(work("wrong"))
 

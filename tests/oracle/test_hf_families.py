@@ -107,7 +107,7 @@ FAMILIES = {
     "phi3-longrope": ("Phi3Config", "Phi3ForCausalLM", dict(
         sliding_window=None, pad_token_id=32, original_max_position_embeddings=32,
         rope_scaling={"type": "longrope",
-                      "short_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0],
+                      "short_factor": [1.0, 1.08, 2.02, 3.3, 4.1, 6.07, 8.3, 10.1],
                       "long_factor": [20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0]})),
 }
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,

@@ -11,6 +11,7 @@
 #include "backend/rope.h"
 #include "model/config.h"
 #include "model/hf_checkpoint_tensors.h"
+#include "model/kv_cache_decoder.h"
 #include "model/layout.h"
 #include "model/llama.h"
 #include "model/trainable.h"
@@ -136,6 +137,11 @@ TEST(Phi3Config, LongropeTakesTheShortFactorsAndTheAttentionFactorOfItsLengths) 
                 .find("sequence length 33 exceeds the original_max_position_embeddings of the "
                       "model's longrope scaling (32)"),
             std::string::npos);
+  EXPECT_NO_THROW(KvCacheDecoder(c, *be, memory, 32, 8));
+  EXPECT_NE(error_of([&] {
+              KvCacheDecoder(c, *be, memory, 33, 8);
+            }).find("decoding 33 positions exceeds the original_max_position_embeddings"),
+            std::string::npos);
   // Without a longer max_position_embeddings the factor is 1; a Llama's longrope is refused.
   j["max_position_embeddings"] = 32;
   EXPECT_EQ(ModelConfig::from_hf_json(j, "phi3.json").rope_scaling.attention_factor, 1.0);
@@ -182,8 +188,14 @@ TEST(Phi3Trainable, PatternsMatchTheCheckpointsFusedNamesAsInPyTorch) {
   EXPECT_EQ(trained({"qkv_proj"}), qkv);
   // PyTorch's named_parameters of a Phi-3 hold 'v_proj' only inside 'qkv_proj', all three.
   EXPECT_EQ(trained({"v_proj"}), qkv);
-  EXPECT_EQ(trained({"gate_up_proj"}),
-            (std::vector<std::string>{m + "gate_proj.weight", m + "up_proj.weight"}));
+  const std::vector<std::string> gate_up = {m + "gate_proj.weight", m + "up_proj.weight"};
+  EXPECT_EQ(trained({"gate_up_proj"}), gate_up);
+  EXPECT_EQ(trained({"mlp\\.up_proj"}), std::vector<std::string>{m + "up_proj.weight"});
+  EXPECT_EQ(trained({"up_proj"}), gate_up);  // PyTorch: inside gate_up_proj
+  // --freeze the same way: freezing qkv_proj leaves o_proj and the MLP of layer 0 training.
+  const TrainableSet frozen = TrainableSet::from_patterns(layout, {}, {"qkv_proj"});
+  for (const std::string& name : qkv) EXPECT_FALSE(frozen.trains(layout.find(name))) << name;
+  EXPECT_TRUE(frozen.trains(layout.find(a + "o_proj.weight")));
 }
 
 TEST(Phi3CheckpointTensors, FusedTensorsStackTheirPartsInTransformersOrder) {

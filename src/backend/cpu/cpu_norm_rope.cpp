@@ -107,7 +107,8 @@ std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd,
 
 // x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:hd/2], x2 = x[hd/2:].
 // σ = +1 is the rotation by p·θ_i (p = past + t − doc_start[t], or past + t); σ = −1 its
-// transpose (= inverse).
+// transpose (the inverse, divided by the square of longrope's attention factor where it has one:
+// the backward of the scaled rotation).
 void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
                             const RopeSpec& rope, float sin_sign, const int32_t* doc_start,
                             int64_t past) {
