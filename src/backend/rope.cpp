@@ -48,4 +48,10 @@ std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim) {
   return inv;
 }
 
+double longrope_attention_factor(int64_t max_positions, int64_t original) {
+  const double scale = static_cast<double>(max_positions) / static_cast<double>(original);
+  return scale <= 1.0 ? 1.0
+                      : std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(original)));
+}
+
 }  // namespace zt

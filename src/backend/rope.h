@@ -55,4 +55,8 @@ struct RopeSpec {
 //   longrope: 1 / (short_factor_i · θ^(2i/hd))                (the product, then its reciprocal)
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim);
 
+// Longrope's factor on cos and sin, in double as transformers computes it:
+// sqrt(1 + ln(max_positions / original) / ln(original)), or 1 when the ratio is at most 1.
+double longrope_attention_factor(int64_t max_positions, int64_t original);
+
 }  // namespace zt

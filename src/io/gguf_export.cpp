@@ -143,9 +143,8 @@ std::vector<float> rope_freqs_to_write(const ModelConfig& c, const std::string& 
 void tensor_bytes(ModelDirReader& model, const HfCheckpointTensor& t, GgmlType type, bool permuted,
                   int64_t head_dim, std::vector<uint8_t>& bytes) {
   const int64_t row_length = t.shape.size() == 2 ? t.shape[1] : t.shape[0];
-  int64_t numel = 0;
-  for (int part : t.parts) numel += model.layout().tensors()[static_cast<size_t>(part)].numel;
-  const int64_t rows = numel / row_length;
+  const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
+  const int64_t numel = rows * row_length;
   std::vector<float> values(static_cast<size_t>(numel));
   int64_t filled = 0;
   for (int part : t.parts) {

@@ -114,10 +114,10 @@ void read_phi3_longrope(const GgufReader& g, const std::string& arch, ModelConfi
   ZT_CHECK(arch == "phi3" || !factors, g.path() + ": longrope factor tensors in a " + arch +
                                            " file; they are read for phi3 files only");
   if (arch != "phi3") return;
-  // Phi-3's original length, kept with or without longrope (Phi3Config's default 4096).
+  // Phi-3's original length, kept with or without longrope (Phi3Config's default when absent).
   RopeScalingParams& r = c.rope_scaling;
   const std::string original = arch + ".rope.scaling.original_context_length";
-  r.original_max_positions = g.has(original) ? g.integer(original) : 4096;
+  r.original_max_positions = g.has(original) ? g.integer(original) : kPhi3DefaultOriginalPositions;
   ZT_CHECK(r.original_max_positions > 1,
            g.path() + ": metadata '" + original + "' must be above 1");
   if (!factors) return;
@@ -125,12 +125,8 @@ void read_phi3_longrope(const GgufReader& g, const std::string& arch, ModelConfi
   r.type = RopeScaling::kLongrope;
   r.short_factor = rope_factor_tensor(g, kRopeFactorsShortTensor, c.head_dim());
   r.long_factor = rope_factor_tensor(g, kRopeFactorsLongTensor, c.head_dim());
-  const double scale = static_cast<double>(c.max_position_embeddings) /
-                       static_cast<double>(r.original_max_positions);
   r.attention_factor =
-      scale <= 1.0 ? 1.0
-                   : std::sqrt(1.0 + std::log(scale) /
-                                         std::log(static_cast<double>(r.original_max_positions)));
+      longrope_attention_factor(c.max_position_embeddings, r.original_max_positions);
   const std::string stored = arch + ".rope.scaling.attn_factor";
   ZT_CHECK(!g.has(stored) ||
                static_cast<float>(g.number(stored)) == static_cast<float>(r.attention_factor),
@@ -325,11 +321,11 @@ GgufImportResult import_gguf_model(const std::string& gguf_path, const std::stri
   files[kImportRecordFile] = record.dump(2) + "\n";
   const int64_t head_dim = result.config.head_dim();
   // A layout tensor is read from its place (Phi-3's fused tensors hold several, whole rows each).
-  const std::vector<HfCheckpointPlace> places = hf_checkpoint_places(layout);
+  const std::map<std::string, HfCheckpointPlace> places = hf_checkpoint_places_by_name(layout);
   result.bytes_written = write_model_dir_streaming(
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
-        const HfCheckpointPlace& place = places.at(static_cast<size_t>(layout.find(t.name)));
+        const HfCheckpointPlace& place = places.at(t.name);
         const GgufTensorInfo& stored = *g.find_tensor(gguf_tensor_name(place.name));
         const int64_t first = place.element_offset + begin;
         read_hf_range(g, stored, gguf_permutes_rows(result.architecture, t.name), head_dim, first,

@@ -140,11 +140,11 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
                                  .dump(2) +
                              "\n";
   // A layout tensor is read from its place in the checkpoint (Phi-3's fused tensors hold several).
-  const std::vector<HfCheckpointPlace> places = hf_checkpoint_places(layout);
+  const std::map<std::string, HfCheckpointPlace> places = hf_checkpoint_places_by_name(layout);
   result.bytes_written = write_model_dir_streaming(
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
-        const HfCheckpointPlace& place = places.at(static_cast<size_t>(layout.find(t.name)));
+        const HfCheckpointPlace& place = places.at(t.name);
         const SafetensorsReader& reader = *readers.at(weight_map.at(place.name));
         const int64_t first = place.element_offset + begin;
         reader.read_range_f32(place.name, first, count, out);

@@ -25,24 +25,24 @@ constexpr int64_t kExportChunkElems = int64_t{4} << 20;
 namespace {
 
 // Streams the tensors of one output file from the model directory: each the rows of its parts
-// (`parts`, the model directory's tensor names, by the file's tensor name) one after another.
+// (`stored`, the checkpoint's tensors by name) one after another.
 void write_safetensors_shard(ModelDirReader& model, const std::string& path,
                              std::vector<SafetensorsEntry> tensors,
-                             const std::map<std::string, std::vector<std::string>>& parts) {
+                             const std::map<std::string, const HfCheckpointTensor*>& stored) {
   SafetensorsFileWriter writer(path, std::move(tensors));
   std::vector<uint8_t> buffer;
   for (const SafetensorsEntry& t : writer.tensors()) {
     const size_t size = safetensors_dtype_size(t.dtype);
-    for (const std::string& part : parts.at(t.name)) {
-      const int64_t numel =
-          model.layout().tensors()[static_cast<size_t>(model.layout().find(part))].numel;
-      for (int64_t done = 0; done < numel; done += kExportChunkElems) {
-        const int64_t n = std::min(kExportChunkElems, numel - done);
+    for (int index : stored.at(t.name)->parts) {
+      const TensorInfo& part = model.layout().tensors()[static_cast<size_t>(index)];
+      for (int64_t done = 0; done < part.numel; done += kExportChunkElems) {
+        const int64_t n = std::min(kExportChunkElems, part.numel - done);
         buffer.resize(static_cast<size_t>(n) * size);
         if (t.dtype == "BF16")
-          model.read_tensor_range_bf16(part, done, n, reinterpret_cast<bf16_t*>(buffer.data()));
+          model.read_tensor_range_bf16(part.name, done, n,
+                                       reinterpret_cast<bf16_t*>(buffer.data()));
         else
-          model.read_tensor_range_f32(part, done, n, reinterpret_cast<float*>(buffer.data()));
+          model.read_tensor_range_f32(part.name, done, n, reinterpret_cast<float*>(buffer.data()));
         writer.append(buffer.data(), buffer.size());
       }
     }
@@ -64,9 +64,11 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
   // Written as the family's checkpoint stores them (Phi-3's projections joined).
   std::vector<SafetensorsEntry> all;
   std::vector<uint64_t> bytes;
-  std::map<std::string, std::vector<std::string>> parts;
+  const std::vector<HfCheckpointTensor> checkpoint = hf_checkpoint_tensors(model.layout());
+  std::map<std::string, const HfCheckpointTensor*> stored;
   const std::vector<TensorInfo>& layout_tensors = model.layout().tensors();
-  for (const HfCheckpointTensor& t : hf_checkpoint_tensors(model.layout())) {
+  for (const HfCheckpointTensor& t : checkpoint) {
+    stored[t.name] = &t;
     SafetensorsEntry e;
     e.name = t.name;
     e.shape = t.shape;
@@ -77,7 +79,6 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
                "export: '" + model_dir + "': the parts of '" + t.name +
                    "' are stored in different types (" + e.dtype + ", " + dtype + ")");
       e.dtype = dtype;
-      parts[t.name].push_back(part_name);
     }
     bytes.push_back(safetensors_numel(t.shape) * safetensors_dtype_size(e.dtype));
     result.bytes += bytes.back();
@@ -104,7 +105,7 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
           tensors.push_back(all[i]);
           weight_map[all[i].name] = file;
         }
-      write_safetensors_shard(model, tmp + "/" + file, std::move(tensors), parts);
+      write_safetensors_shard(model, tmp + "/" + file, std::move(tensors), stored);
       result.files.push_back(file);
     }
     if (num_shards > 1)

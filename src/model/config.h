@@ -14,6 +14,9 @@ namespace zt {
 // The key of to_hf_json's object under which a LoRA model's adapters are described.
 inline constexpr const char* kLoraConfigKey = "zerotrain_lora";
 
+// Phi3Config's original_max_position_embeddings when config.json (or a GGUF file) gives none.
+inline constexpr int64_t kPhi3DefaultOriginalPositions = 4096;
+
 // What ModelConfig::from_hf_json does with a config.json key it neither reads nor knows to be
 // inert.
 enum class UnknownConfigKeys { kAccept, kRefuse };

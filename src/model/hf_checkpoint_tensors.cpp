@@ -70,4 +70,11 @@ std::vector<HfCheckpointPlace> hf_checkpoint_places(const ParamLayout& layout) {
   return places;
 }
 
+std::map<std::string, HfCheckpointPlace> hf_checkpoint_places_by_name(const ParamLayout& layout) {
+  const std::vector<HfCheckpointPlace> places = hf_checkpoint_places(layout);
+  std::map<std::string, HfCheckpointPlace> out;
+  for (size_t i = 0; i < places.size(); ++i) out[layout.tensors()[i].name] = places[i];
+  return out;
+}
+
 }  // namespace zt

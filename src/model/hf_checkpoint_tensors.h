@@ -6,6 +6,7 @@
 // gate first). Import splits such a tensor into its parts; export joins them.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,7 @@ struct HfCheckpointPlace {
 };
 // One per layout tensor, indexed as ParamLayout::tensors().
 std::vector<HfCheckpointPlace> hf_checkpoint_places(const ParamLayout& layout);
+// The same by the layout tensor's name (for readers handed a TensorInfo of another layout object).
+std::map<std::string, HfCheckpointPlace> hf_checkpoint_places_by_name(const ParamLayout& layout);
 
 }  // namespace zt

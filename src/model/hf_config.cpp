@@ -173,8 +173,8 @@ std::vector<std::string> family_ignored_keys(const std::string& type) {
   return {};
 }
 
-// Keys a family reads beside read_hf_keys: Phi-3's original_max_position_embeddings (its
-// longrope's original length; nothing reads it without longrope).
+// Keys a family reads beside read_hf_keys: Phi-3's original_max_position_embeddings (kept with or
+// without longrope, which reads it).
 std::vector<std::string> family_read_keys(const std::string& type) {
   if (type == "phi3") return {"original_max_position_embeddings"};
   return {};
@@ -441,14 +441,13 @@ void read_phi3_lengths(const nlohmann::json& j, const std::string& source, const
   if (type != "phi3" || (r.type != RopeScaling::kNone && r.type != RopeScaling::kLongrope)) return;
   r.original_max_positions = j.contains("original_max_position_embeddings")
                                  ? required<int64_t>(j, "original_max_position_embeddings", source)
-                                 : 4096;
+                                 : kPhi3DefaultOriginalPositions;
   ZT_CHECK(r.original_max_positions > 1,
            source + ": 'original_max_position_embeddings' must be above 1, got " +
                std::to_string(r.original_max_positions));
   if (r.type != RopeScaling::kLongrope) return;
-  const double original = static_cast<double>(r.original_max_positions);
-  const double scale = static_cast<double>(c.max_position_embeddings) / original;
-  r.attention_factor = scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(original));
+  r.attention_factor =
+      longrope_attention_factor(c.max_position_embeddings, r.original_max_positions);
 }
 
 bool is_inert_key(const std::string& key, const std::string& type) {
