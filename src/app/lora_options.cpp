@@ -26,7 +26,10 @@ nlohmann::json LoraOptions::to_json(const LoraSpec& s) const {
           {"alpha", s.alpha},
           {"dropout", s.dropout},
           {"use_rslora", s.use_rslora},
-          {"targets", s.targets_text()},
+          // as given: all-linear and a pattern select among the model's projections
+          {"targets", s.target_pattern.all_linear       ? std::string("all-linear")
+                      : !s.target_pattern.regex.empty() ? s.target_pattern.regex
+                                                        : s.targets_text()},
           {"modules_to_save", s.modules_to_save},
           {"config", config_file.empty() ? nlohmann::json() : nlohmann::json(config_file)},
           {"init_from", init_from.empty() ? nlohmann::json() : nlohmann::json(init_from)}};
@@ -102,7 +105,7 @@ LoraSpec resolve_lora_spec(const LoraOptions& o, std::string* named_base_model) 
   s.alpha = o.alpha;
   s.dropout = o.dropout;
   s.use_rslora = o.use_rslora;
-  s.targets = LoraSpec::parse_targets(split_commas(o.targets), "--lora-targets");
+  s.set_targets(split_commas(o.targets), "--lora-targets");
   s.validate("--lora-rank/--lora-alpha/--lora-dropout/--lora-targets");
   return s;
 }

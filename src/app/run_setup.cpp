@@ -213,7 +213,7 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
                                const ModelConfig& model) {
   EngineSpec spec;
   spec.model = model;
-  spec.model.lora = choices.lora;
+  spec.model.set_lora(choices.lora);
   const ParamLayout layout(spec.model);
   std::vector<std::string> trainable = o.trainable;
   for (const std::string& p :

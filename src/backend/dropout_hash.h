@@ -15,7 +15,8 @@ ZT_HOST_DEVICE inline float dropout_uniform(uint64_t stream, uint64_t element) {
   return static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
 }
 
-// The stream of one adapted projection: `target` a LoraTarget (0..6) of decoder layer `layer`.
+// The stream of one adapted projection: `target` a LoraTarget (0..8) of decoder layer `layer`.
+// Phi-3's gate_up_proj (8) meets the next layer's q_proj (0), which a Phi-3 model has not.
 inline uint64_t dropout_stream(uint64_t seed, int64_t layer, int target) {
   return splitmix64(splitmix64(seed) + static_cast<uint64_t>(layer) * 8 +
                     static_cast<uint64_t>(target));

@@ -27,19 +27,19 @@ void LoraMergedSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_
     return;
   }
   base_.read_range_f32(t, begin, count, out);
-  const int target = t.layer >= 0 ? lora_target_of(t.role) : -1;
-  const int ia = target < 0 ? -1 : adapted.lora_tensor(t.layer, target, false);
-  if (ia < 0 || count == 0) return;
-  const TensorInfo& ta = adapted.tensors()[static_cast<size_t>(ia)];
-  const TensorInfo& tb =
-      adapted.tensors()[static_cast<size_t>(adapted.lora_tensor(t.layer, target, true))];
+  // The projection's rows of B: all of it, or its part of a fused adapter's (Phi-3's qkv_proj).
+  const ProjectionLora lora =
+      t.layer >= 0 ? projection_lora(adapted, t.role, t.layer) : ProjectionLora{};
+  if (lora.a < 0 || count == 0) return;
+  const TensorInfo& ta = adapted.tensors()[static_cast<size_t>(lora.a)];
+  const TensorInfo& tb = adapted.tensors()[static_cast<size_t>(lora.b)];
   const float scale = adapter_.config().lora.scale();
   const int64_t r = adapter_.config().lora.rank;
   const int64_t in = t.shape[1], row0 = begin / in, rows = (begin + count - 1) / in - row0 + 1;
   a_.resize(static_cast<size_t>(ta.numel));
   adapter_.read_range_f32(ta, 0, ta.numel, a_.data());
   b_.resize(static_cast<size_t>(rows * r));
-  adapter_.read_range_f32(tb, row0 * r, rows * r, b_.data());
+  adapter_.read_range_f32(tb, (lora.b_first_row + row0) * r, rows * r, b_.data());
   // W[i, j] += s · Σ_k B[i, k] · A[k, j], the sum in fp32 in k order.
   const float* a = a_.data();
   const float* b = b_.data();

@@ -43,7 +43,8 @@ LoraSpec read_peft_adapter_config(const std::string& path, LoraSpec::Use use,
 }
 
 ModelConfig adapter_model_config(const std::string& dir, ModelConfig base) {
-  base.lora = read_peft_adapter_config(dir + "/" + kPeftConfigFile, LoraSpec::Use::kTrainedWeights);
+  base.set_lora(
+      read_peft_adapter_config(dir + "/" + kPeftConfigFile, LoraSpec::Use::kTrainedWeights));
   return base;
 }
 

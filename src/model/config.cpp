@@ -103,11 +103,6 @@ void ModelConfig::validate() const {
            "model config: Phi-3's fused projections with attention biases, q/k norms or a "
            "head_dim other than hidden_size / num_attention_heads are not a Hugging Face "
            "architecture");
-  // PEFT adapts Phi-3's fused qkv_proj and gate_up_proj as single modules (one A shared by q, k
-  // and v), which adapters on the separate projections cannot express.
-  ZT_CHECK(!fused_projections || !lora.enabled(),
-           "model config: LoRA on a Phi-3 model (fused qkv_proj and gate_up_proj) is not "
-           "implemented; fine-tune it in full, or with --trainable/--freeze");
   ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone || fused_projections,
            "model config: a sliding window (Mistral) with rope_scaling is not implemented");
   // Element offsets, byte counts and FLOP counts are int64/double products of these sizes; a
@@ -119,11 +114,17 @@ void ModelConfig::validate() const {
   const double params = layers * (2 * d * qd + 2 * d * kv_dim() + 3 * d * ff + 4 * d + 2 * qd) +
                         (tie_word_embeddings ? 1 : 2) * d * v + d;
   lora.check_biases(qkv_bias, o_bias);
-  lora.check_target_pattern(num_layers, qk_norm);
+  lora.check_fits_model(fused_projections, model_type());
+  lora.check_target_pattern(num_layers, qk_norm, fused_projections);
   ZT_CHECK(largest_matrix <= 0x1p40 && params <= 0x1p48,
            "model config: " + shortest_decimal(params) +
                " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "
                "are beyond what zerotrain can address (2^48 parameters, 2^40 per matrix)");
+}
+
+void ModelConfig::set_lora(LoraSpec spec) {
+  spec.fit_to_model(fused_projections, model_type());
+  lora = std::move(spec);
 }
 
 std::string ModelConfig::model_type() const {

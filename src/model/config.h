@@ -93,6 +93,9 @@ struct ModelConfig {
                                   UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);
 
   bool operator==(const ModelConfig&) const = default;
+  // Sets the adapters, fitted to this model's projections (LoraSpec::fit_to_model: Phi-3's are
+  // fused).
+  void set_lora(LoraSpec spec);
   // The same model without its adapters (what a model directory holds).
   ModelConfig base() const {
     ModelConfig b = *this;

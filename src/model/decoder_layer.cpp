@@ -34,9 +34,10 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
   if (P.bk) be.bias_forward(k_out, P.bk, rows, KV);
   if (P.bv) be.bias_forward(A.v, P.bv, rows, KV);
   if (adapt) {
-    adapt(LoraTarget::kQ, q_out, A.xn1);
-    adapt(LoraTarget::kK, k_out, A.xn1);
-    adapt(LoraTarget::kV, A.v, A.xn1);
+    adapt(LoraTarget::kQ, {q_out}, A.xn1);
+    adapt(LoraTarget::kK, {k_out}, A.xn1);
+    adapt(LoraTarget::kV, {A.v}, A.xn1);
+    adapt(LoraTarget::kQkv, {q_out, k_out, A.v}, A.xn1);
   }
   if (qk_norm) {  // each head's hd values are one row of the norm
     be.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, rows * H, hd, eps);
@@ -51,18 +52,19 @@ void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeight
   const float eps = static_cast<float>(config.rms_norm_eps);
   be.matmul_forward_add(A.x2, A.att, P.wo, x, rows, D, QD);  // x2 = x + att·Woᵀ, rounded once
   if (P.bo) be.bias_forward(A.x2, P.bo, rows, D);
-  if (adapt) adapt(LoraTarget::kO, A.x2, A.att);
+  if (adapt) adapt(LoraTarget::kO, {A.x2}, A.att);
   be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps);
   const TensorView gate_up[] = {A.gate, A.up};
   const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
   be.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, rows, F, D);
   if (adapt) {
-    adapt(LoraTarget::kGate, A.gate, A.xn2);
-    adapt(LoraTarget::kUp, A.up, A.xn2);
+    adapt(LoraTarget::kGate, {A.gate}, A.xn2);
+    adapt(LoraTarget::kUp, {A.up}, A.xn2);
+    adapt(LoraTarget::kGateUp, {A.gate, A.up}, A.xn2);
   }
   be.swiglu_forward(A.h, A.gate, A.up, rows * F);
   be.matmul_forward_add(out, A.h, P.wdown, A.x2, rows, D, F);  // out = x2 + h·Wdᵀ
-  if (adapt) adapt(LoraTarget::kDown, out, A.h);
+  if (adapt) adapt(LoraTarget::kDown, {out}, A.h);
 }
 
 }  // namespace zt

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 
 #include "backend/backend.h"
 #include "model/config.h"
@@ -37,7 +38,9 @@ struct LayerWeights {
 };
 LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group);
 
-using ProjectionAdapter = std::function<void(LoraTarget target, TensorView y, ConstTensorView x)>;
+// Adds target's adapter product to its outputs ys (a fused target's parts, in order).
+using ProjectionAdapter =
+    std::function<void(LoraTarget target, std::initializer_list<TensorView> ys, ConstTensorView x)>;
 
 // xn1 = rms(x)·g1; q = xn1·Wqᵀ (+ bq), k, v likewise; with the family's q/k norm, each head's hd
 // values of q and k normalised (rms_head). Writes A.xn1, A.rstd1, A.q, A.k, A.v (and A.q_raw,

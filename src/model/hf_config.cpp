@@ -557,7 +557,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
       j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
   read_attention_shape(j, source, type, c);
   if (j.contains(kLoraConfigKey))
-    c.lora = LoraSpec::from_peft_json(j.at(kLoraConfigKey), source + " " + kLoraConfigKey);
+    c.set_lora(LoraSpec::from_peft_json(j.at(kLoraConfigKey), source + " " + kLoraConfigKey));
   try {
     c.validate();
   } catch (const Error& e) {

@@ -49,19 +49,17 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
 // matrix does under Hugging Face's Trainer.
 void ParamLayout::add_adapters() {
   const ModelConfig& c = config_;
-  const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim(), qd = c.q_dim();
-  const std::array<std::array<int64_t, 2>, kLoraTargets> out_in = {
-      {{qd, d}, {kv, d}, {kv, d}, {d, qd}, {f, d}, {f, d}, {d, f}}};
   std::array<std::array<int, 2>, kLoraTargets> none;
   for (auto& ab : none) ab = {-1, -1};
   lora_tensors_.assign(static_cast<size_t>(c.num_layers), none);
   for (int l = 0; l < c.num_layers; ++l) {
     const int g = adapter_group(l);
     groups_[static_cast<size_t>(g)].name = "lora." + std::to_string(l);
-    for (int t = 0; t < kLoraTargets; ++t) {
-      if (!c.lora.has(static_cast<LoraTarget>(t))) continue;
-      const auto [out, in] = out_in[static_cast<size_t>(t)];
-      const std::string m = lora_module_path(l, static_cast<LoraTarget>(t));
+    for (const LoraTarget target : kLoraTargetsInLayerOrder) {
+      if (!c.lora.has(target)) continue;
+      const int t = static_cast<int>(target);
+      const auto [out, in] = lora_projection_shape(c, target);
+      const std::string m = lora_module_path(l, target);
       auto& ab = lora_tensors_[static_cast<size_t>(l)][static_cast<size_t>(t)];
       ab[0] = static_cast<int>(tensors_.size());
       add(g, m + ".lora_A.weight", {c.lora.rank, in}, TensorRole::kLoraA, -1, true);
@@ -170,6 +168,62 @@ int lora_target_of(TensorRole role) {
   for (int t = 0; t < kLoraTargets; ++t)
     if (kProjections[t] == role) return t;
   return -1;
+}
+
+std::array<int64_t, 2> lora_projection_shape(const ModelConfig& c, LoraTarget t) {
+  const std::vector<int64_t> rows = lora_output_rows(c, t);
+  int64_t out = 0;
+  for (int64_t r : rows) out += r;
+  const bool from_attention = t == LoraTarget::kO, from_mlp = t == LoraTarget::kDown;
+  return {out, from_attention ? c.q_dim() : from_mlp ? c.intermediate_size : c.hidden_size};
+}
+
+std::vector<int64_t> lora_output_rows(const ModelConfig& c, LoraTarget t) {
+  const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim(), qd = c.q_dim();
+  switch (t) {
+    case LoraTarget::kQ:
+      return {qd};
+    case LoraTarget::kK:
+    case LoraTarget::kV:
+      return {kv};
+    case LoraTarget::kO:
+    case LoraTarget::kDown:
+      return {d};
+    case LoraTarget::kGate:
+    case LoraTarget::kUp:
+      return {f};
+    case LoraTarget::kQkv:
+      return {qd, kv, kv};
+    case LoraTarget::kGateUp:
+      return {f, f};
+  }
+  return {};
+}
+
+ProjectionLora projection_lora(const ParamLayout& layout, TensorRole role, int layer) {
+  const int separate = lora_target_of(role);
+  if (separate < 0) return {};
+  const ModelConfig& c = layout.config();
+  // A fused target's outputs in B's row order, and the part this projection is.
+  LoraTarget target = static_cast<LoraTarget>(separate);
+  int part = 0;
+  if (c.fused_projections) {
+    const bool attention =
+        role == TensorRole::kQProj || role == TensorRole::kKProj || role == TensorRole::kVProj;
+    const bool mlp = role == TensorRole::kGateProj || role == TensorRole::kUpProj;
+    if (attention) target = LoraTarget::kQkv;
+    if (mlp) target = LoraTarget::kGateUp;
+    part = role == TensorRole::kKProj || role == TensorRole::kUpProj ? 1
+           : role == TensorRole::kVProj                              ? 2
+                                                                     : 0;
+  }
+  ProjectionLora p;
+  p.a = layout.lora_tensor(layer, static_cast<int>(target), false);
+  if (p.a < 0) return {};
+  p.b = layout.lora_tensor(layer, static_cast<int>(target), true);
+  const std::vector<int64_t> rows = lora_output_rows(c, target);
+  for (int i = 0; i < part; ++i) p.b_first_row += rows[static_cast<size_t>(i)];
+  return p;
 }
 
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len) {

@@ -130,6 +130,22 @@ class ParamLayout {
 // LoraTarget::kQ, ..., kDownProj LoraTarget::kDown; -1 for every other role.
 int lora_target_of(TensorRole role);
 
+// [out, in] of the projection a LoRA target adapts; a fused target's out is its parts' rows
+// together (qkv_proj: q_dim + 2·kv_dim), as its B is.
+std::array<int64_t, 2> lora_projection_shape(const ModelConfig& c, LoraTarget t);
+// The output rows each of a target's outputs takes from its B, in B's row order: q, k and v of
+// qkv_proj, gate and up of gate_up_proj, the one projection's otherwise.
+std::vector<int64_t> lora_output_rows(const ModelConfig& c, LoraTarget t);
+
+// The adapter of a decoder layer's projection (kQProj, ..., kDownProj): its A and B tensors in the
+// layout and the first of B's rows that the projection's output takes (k's are after q's in a
+// fused qkv_proj adapter); a = b = -1 when the projection has none.
+struct ProjectionLora {
+  int a = -1, b = -1;
+  int64_t b_first_row = 0;
+};
+ProjectionLora projection_lora(const ParamLayout& layout, TensorRole role, int layer);
+
 // Useful training FLOPs per token of `config` at sequence length T, torchtitan's convention
 // (docs/ARCHITECTURE.md §5): 6·Ψ_non-embedding + 12·L·H·head_dim·T; recomputation not counted.
 // With tied embeddings the head's weight is the embedding, so its GEMMs are not counted either

@@ -148,7 +148,8 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.losses = dev.take_f32(M);
   plan.head = dev.used() - plan.residual - plan.layer_saved;
   // LoRA's y += u·Bᵀ: the product [M, out] of the widest adapted projection.
-  const bool lora_mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp);
+  const bool lora_mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp) ||
+                        c.lora.has(LoraTarget::kGateUp);
   const int64_t lora_product = c.lora.enabled() ? M * std::max({D, QD, KV, lora_mlp ? F : 0}) : 0;
   if (ac.forward_only) {  // no backward temporaries
     if (lora_product > 0) t.lora_product = dev.take(lora_product, storage);
@@ -396,8 +397,8 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   }
   ProjectionAdapter adapt;
   if (config_.lora.enabled())
-    adapt = [&](LoraTarget target, TensorView y, ConstTensorView in) {
-      lora_forward(layer, target, y, in, adapters);
+    adapt = [&](LoraTarget target, std::initializer_list<TensorView> ys, ConstTensorView in) {
+      lora_forward(layer, target, ys, in, adapters);
     };
   decoder_layer_qkv(be_, config_, P, A, x, M_, adapt);
   const int32_t* doc_start = document_starts();
@@ -439,13 +440,16 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   // MLP: out = x2 + (silu(gate)·up)·Wdᵀ
   be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false,
                       write);
-  lora_backward(layer, LoraTarget::kDown, t_.dh, t_.dresid, A.h, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kDown, t_.dh, {t_.dresid}, A.h, adapters, adapter_grads, write);
   be_.swiglu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F);
   // dxn = dgate·Wg + dup·Wu; dWg += dgateᵀ·xn2 and dWu += dupᵀ·xn2 as one batch
   be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false, write);
   be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true, write);
-  lora_backward(layer, LoraTarget::kGate, t_.dxn, t_.dgate, A.xn2, adapters, adapter_grads, write);
-  lora_backward(layer, LoraTarget::kUp, t_.dxn, t_.dup, A.xn2, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kGate, t_.dxn, {t_.dgate}, A.xn2, adapters, adapter_grads,
+                write);
+  lora_backward(layer, LoraTarget::kUp, t_.dxn, {t_.dup}, A.xn2, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kGateUp, t_.dxn, {t_.dgate, t_.dup}, A.xn2, adapters,
+                adapter_grads, write);
   float* const gate_up_grads[] = {grad(TensorRole::kGateProj), grad(TensorRole::kUpProj)};
   const ConstTensorView gate_up_dys[] = {t_.dgate, t_.dup};
   be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D, write);
@@ -457,7 +461,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
     be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
   be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false,
                       write);
-  lora_backward(layer, LoraTarget::kO, t_.datt, t_.dresid, A.att, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kO, t_.datt, {t_.dresid}, A.att, adapters, adapter_grads, write);
   const int32_t* doc_start = document_starts();
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
                          hd, doc_start);
@@ -482,7 +486,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
     be_.matmul_backward(t_.dxn, batched ? nullptr : grad(w), dy, A.xn1, W, M_, N, D, accumulate,
                         write);
     const auto target = static_cast<LoraTarget>(lora_target_of(w));
-    lora_backward(layer, target, t_.dxn, dy, A.xn1, adapters, adapter_grads, write);
+    lora_backward(layer, target, t_.dxn, {dy}, A.xn1, adapters, adapter_grads, write);
   };
   // q's weight gradient joins k's and v's batch when it has their shape and its output gradient
   // stays put (a q/k norm's backward writes both into datt, one after the other).
@@ -494,6 +498,9 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
       head_norm_backward(t_.dk, TensorRole::kKNorm, P.k_norm, A.k_raw, A.rstd_k, Hkv, KV);
   linear_backward(dk, TensorRole::kKProj, P.wk, TensorRole::kKBias, P.bk, KV, true, true);
   linear_backward(t_.dv, TensorRole::kVProj, P.wv, TensorRole::kVBias, P.bv, KV, true, true);
+  // Phi-3's fused qkv_proj adapter (no q/k norms: dq and dk are the outputs' gradients).
+  lora_backward(layer, LoraTarget::kQkv, t_.dxn, {dq, dk, t_.dv}, A.xn1, adapters, adapter_grads,
+                write);
   float* const qkv_grads[] = {grad(TensorRole::kQProj), grad(TensorRole::kKProj),
                               grad(TensorRole::kVProj)};
   const ConstTensorView qkv_dys[] = {dq, dk, t_.dv};

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -208,11 +209,12 @@ class LlamaModel {
   void zero_unassigned_grads(int g, float* grads);
   // LoRA on one projection y = x·Wᵀ of `layer` (model/llama_lora.cpp); nothing when `target` has
   // no adapter. Forward: y += s·(x·Aᵀ)·Bᵀ. Backward: dB += dyᵀ·u, dA += duᵀ·x, dx += du·A.
-  void lora_forward(int layer, LoraTarget target, TensorView y, ConstTensorView x,
-                    ConstTensorView adapters);
-  void lora_backward(int layer, LoraTarget target, TensorView dx, ConstTensorView dy,
-                     ConstTensorView x, ConstTensorView adapters, float* adapter_grads,
-                     GradWrite write);
+  // A fused target's outputs (ys, dys) are its parts', in order (q, k, v; gate, up).
+  void lora_forward(int layer, LoraTarget target, std::initializer_list<TensorView> ys,
+                    ConstTensorView x, ConstTensorView adapters);
+  void lora_backward(int layer, LoraTarget target, TensorView dx,
+                     std::initializer_list<ConstTensorView> dys, ConstTensorView x,
+                     ConstTensorView adapters, float* adapter_grads, GradWrite write);
   void embed_forward(ConstTensorView params);
   void embed_backward(float* grads);
   void head_forward(ConstTensorView params, ConstTensorView embedding, bool training,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <memory>
 #include <utility>
@@ -20,16 +21,26 @@ namespace zt {
 
 namespace {
 
-constexpr const char* kTargetNames[kLoraTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                    "gate_proj", "up_proj", "down_proj"};
+// By LoraTarget's value.
+constexpr const char* kTargetNames[kLoraTargets] = {"q_proj",    "k_proj",    "v_proj",
+                                                    "o_proj",    "gate_proj", "up_proj",
+                                                    "down_proj", "qkv_proj",  "gate_up_proj"};
 constexpr const char* kTargetModules[kLoraTargets] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    "self_attn.q_proj", "self_attn.k_proj",   "self_attn.v_proj",
+    "self_attn.o_proj", "mlp.gate_proj",      "mlp.up_proj",
+    "mlp.down_proj",    "self_attn.qkv_proj", "mlp.gate_up_proj"};
+
+// The target names of one kind of model (fused: Phi-3's), then all-linear.
+std::string model_targets(bool fused) {
+  std::string s;
+  for (LoraTarget t : kLoraTargetsInLayerOrder)
+    if (lora_target_in_model(t, fused))
+      s += std::string(s.empty() ? "" : ", ") + lora_target_name(t);
+  return s + ", all-linear";
+}
 
 std::string known_targets() {
-  std::string s;
-  for (const char* n : kTargetNames) s += std::string(s.empty() ? "" : ", ") + n;
-  return s + ", all-linear";
+  return model_targets(false) + "; Phi-3's " + model_targets(true);
 }
 
 // The target a PEFT module name selects: its last component, or its last two (self_attn.q_proj).
@@ -65,6 +76,23 @@ void refuse_unless(const nlohmann::json& j, const char* key, bool ok, const std:
 }
 
 }  // namespace
+
+const std::array<LoraTarget, kLoraTargets> kLoraTargetsInLayerOrder = {
+    LoraTarget::kQ,    LoraTarget::kK,  LoraTarget::kV,      LoraTarget::kQkv, LoraTarget::kO,
+    LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kGateUp, LoraTarget::kDown};
+
+bool lora_target_in_model(LoraTarget t, bool fused_projections) {
+  switch (t) {
+    case LoraTarget::kO:
+    case LoraTarget::kDown:
+      return true;
+    case LoraTarget::kQkv:
+    case LoraTarget::kGateUp:
+      return fused_projections;
+    default:
+      return !fused_projections;
+  }
+}
 
 const char* lora_target_name(LoraTarget t) {
   return kTargetNames[static_cast<int>(t)];
@@ -162,7 +190,8 @@ std::vector<std::string> layer_modules(int64_t layer, bool qk_norm) {
 
 }  // namespace
 
-void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm) const {
+void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm,
+                                    bool fused_projections) const {
   if (target_pattern.regex.empty()) return;
   const auto re = compiled_target_pattern(target_pattern.regex, target_pattern.source);
   const std::string says =
@@ -171,7 +200,9 @@ void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm) const {
     const std::array<bool, kLoraTargets> here = pattern_targets(*re, layer);
     for (int i = 0; i < kLoraTargets; ++i) {
       const bool in_first = targets[static_cast<size_t>(i)];
-      if (here[static_cast<size_t>(i)] == in_first) continue;
+      if (!lora_target_in_model(static_cast<LoraTarget>(i), fused_projections) ||
+          here[static_cast<size_t>(i)] == in_first)
+        continue;
       const std::string first = lora_module_path(0, static_cast<LoraTarget>(i));
       const std::string other = lora_module_path(layer, static_cast<LoraTarget>(i));
       fail(says + "'" + (in_first ? first : other) + "' but not '" + (in_first ? other : first) +
@@ -206,17 +237,52 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
                  "' names one layer's module (PEFT adapts that layer alone); zerotrain adapts a "
                  "projection in every layer: name it without the layer (known: " +
                  known_targets() + ")");
-    ZT_CHECK(name != "qkv_proj" && name != "gate_up_proj",
-             source + ": '" + name +
-                 "' is a fused projection of Phi-3; LoRA on a Phi-3 model is not implemented "
-                 "(PEFT adapts the fused module as one, which adapters on the separate "
-                 "projections cannot express)");
     ZT_CHECK(i >= 0, source + ": '" + name +
                          "' is not a projection zerotrain can adapt (known: " + known_targets() +
                          "; the embedding and the LM head train in full through modules_to_save)");
     t[static_cast<size_t>(i)] = true;
   }
   return t;
+}
+
+void LoraSpec::set_targets(const std::vector<std::string>& names, const std::string& source) {
+  targets = parse_targets(names, source);
+  target_pattern.all_linear = std::find(names.begin(), names.end(), "all-linear") != names.end();
+}
+
+void LoraSpec::fit_to_model(bool fused_projections, const std::string& model_type) {
+  if (!enabled()) return;
+  std::string dropped;
+  std::array<bool, kLoraTargets> fitted{};
+  for (LoraTarget t : kLoraTargetsInLayerOrder) {
+    const auto i = static_cast<size_t>(t);
+    fitted[i] = targets[i] && lora_target_in_model(t, fused_projections);
+    if (targets[i] && !fitted[i])
+      dropped += std::string(dropped.empty() ? "" : ", ") + lora_target_name(t);
+  }
+  const bool selected = target_pattern.all_linear || !target_pattern.regex.empty();
+  const std::string listed = targets_text();
+  targets = fitted;
+  const std::string projections = model_targets(fused_projections);
+  ZT_CHECK(targets_any(),
+           "LoRA target_modules " + (selected ? quoted_json(target_pattern.regex) : listed) +
+               ": a " + model_type +
+               " model has no such projection (its projections: " + projections + ")" +
+               (fused_projections ? "; Phi-3 fuses q, k, v into qkv_proj and gate, up into "
+                                    "gate_up_proj, and PEFT adapts each fused module as one"
+                                  : ""));
+  if (selected || dropped.empty()) return;
+  std::cerr << "warning: LoRA target_modules " << listed << ": a " << model_type << " model has no "
+            << dropped << " (its projections: " << projections
+            << "); as PEFT does, zerotrain adapts " << targets_text() << " alone\n";
+}
+
+void LoraSpec::check_fits_model(bool fused_projections, const std::string& model_type) const {
+  for (LoraTarget t : kLoraTargetsInLayerOrder)
+    ZT_CHECK(!has(t) || lora_target_in_model(t, fused_projections),
+             "LoRA target " + std::string(lora_target_name(t)) + ": a " + model_type +
+                 " model has no such projection (its projections: " +
+                 model_targets(fused_projections) + ")");
 }
 
 namespace {
@@ -391,7 +457,7 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
              source + ": target_modules must be a list of names, got " + quoted_json(targets));
     names = {"q_proj", "v_proj"};
   }
-  if (s.target_pattern.regex.empty()) s.targets = parse_targets(names, source + " target_modules");
+  if (s.target_pattern.regex.empty()) s.set_targets(names, source + " target_modules");
   const nlohmann::json save = j.value("modules_to_save", nlohmann::json());
   if (save.is_array())
     for (const auto& n : save) {
@@ -442,8 +508,8 @@ LoraSpec LoraSpec::from_peft_file(const std::string& path, nlohmann::json* parse
 
 nlohmann::json LoraSpec::to_json() const {
   nlohmann::json targets = nlohmann::json::array();
-  for (int i = 0; i < kLoraTargets; ++i)
-    if (this->targets[static_cast<size_t>(i)]) targets.push_back(kTargetNames[i]);
+  for (LoraTarget t : kLoraTargetsInLayerOrder)
+    if (has(t)) targets.push_back(lora_target_name(t));
   nlohmann::json j = {
       {"r", rank},
       {"lora_alpha", alpha},
@@ -472,8 +538,8 @@ nlohmann::json LoraSpec::to_peft_json(const std::string& base_model_name_or_path
 
 std::string LoraSpec::targets_text() const {
   std::string s;
-  for (int i = 0; i < kLoraTargets; ++i)
-    if (targets[static_cast<size_t>(i)]) s += std::string(s.empty() ? "" : ",") + kTargetNames[i];
+  for (LoraTarget t : kLoraTargetsInLayerOrder)
+    if (has(t)) s += std::string(s.empty() ? "" : ",") + lora_target_name(t);
   return s;
 }
 

@@ -15,12 +15,22 @@
 
 namespace zt {
 
-// The projections an adapter can sit on, in a layer's order; names as PEFT's target_modules.
-enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
-constexpr int kLoraTargets = 7;
-const char* lora_target_name(LoraTarget t);  // "q_proj", ..., "down_proj"
+// The projections an adapter can sit on; names as PEFT's target_modules. A Llama-family layer has
+// q, k, v, o, gate, up and down; Phi-3's checkpoint fuses q, k and v into qkv_proj and gate and up
+// into gate_up_proj, which PEFT adapts as one module each: one A on the shared input, one B whose
+// rows are the parts' (q, k, v; gate, up), as the fused weight's are. (The values index dropout
+// masks: backend/dropout_hash.h; the fused ones come last so that the others keep theirs.)
+enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown, kQkv, kGateUp };
+constexpr int kLoraTargets = 9;
+// Every target in a decoder layer's order (q, k, v, qkv, o, gate, up, gate_up, down): the order of
+// the adapters' tensors and of target lists.
+extern const std::array<LoraTarget, kLoraTargets> kLoraTargetsInLayerOrder;
+const char* lora_target_name(LoraTarget t);  // "q_proj", ..., "down_proj", "qkv_proj"
 // "self_attn.q_proj", ..., "mlp.down_proj": the module's path inside a decoder layer.
 const char* lora_target_module(LoraTarget t);
+// Whether the target is a projection of a model with fused projections (Phi-3: qkv_proj, o_proj,
+// gate_up_proj, down_proj) or of one without (q_proj, ..., down_proj).
+bool lora_target_in_model(LoraTarget t, bool fused_projections);
 
 struct LoraSpec {
   int64_t rank = 0;  // 0: no adapters
@@ -48,8 +58,10 @@ struct LoraSpec {
   // what it selects in layer 0, and check_target_pattern that it selects the same projections in
   // every layer and nothing else. Like bias_source, a note of how the spec was written (with
   // the file and key, for messages), equal whatever it holds: the targets are the adapters.
+  // all_linear: target_modules was all-linear, which selects every projection the model has.
   struct TargetPattern {
     std::string regex, source;
+    bool all_linear = false;
     bool operator==(const TargetPattern&) const { return true; }
   } target_pattern;
 
@@ -68,15 +80,26 @@ struct LoraSpec {
   // than in layer 0 (PEFT would adapt the layers apart; zerotrain adapts a projection in every
   // layer), or a module that is no decoder projection (the embedding, the LM head, a norm; with
   // qk_norm, Qwen3's q/k norms too).
-  void check_target_pattern(int64_t num_layers, bool qk_norm) const;
+  void check_target_pattern(int64_t num_layers, bool qk_norm, bool fused_projections) const;
+  // Fits the targets to a model's projections as PEFT matches target_modules against the modules
+  // the model has: all-linear and a regular expression select among them; of listed names, those
+  // that are projections of the other kind of model (q_proj on Phi-3, qkv_proj on Llama) are
+  // dropped with a warning when another name selects a projection (PEFT adapts those alone) and
+  // refused naming the model's projections when none does. `model_type` names the model in
+  // messages. Fitted targets are unchanged by it.
+  void fit_to_model(bool fused_projections, const std::string& model_type);
+  // Throws naming a target the model has no projection for (a spec not fitted to it).
+  void check_fits_model(bool fused_projections, const std::string& model_type) const;
 
   // Targets from PEFT's target_modules spelling as a list: module names ("q_proj", also as
-  // "self_attn.q_proj") or "all-linear" (every projection of the decoder layers; the LM head is
-  // never adapted, as in PEFT). Throws naming the unknown name and listing the known ones;
-  // `source` names the option or file. (A string other than all-linear is a regular expression,
-  // which from_peft_json reads.)
+  // "self_attn.q_proj") or "all-linear" (every projection of the decoder layers, of both kinds
+  // until fit_to_model; the LM head is never adapted, as in PEFT). Throws naming the unknown
+  // name and listing the known ones; `source` names the option or file. (A string other than
+  // all-linear is a regular expression, which from_peft_json reads.)
   static std::array<bool, kLoraTargets> parse_targets(const std::vector<std::string>& names,
                                                       const std::string& source);
+  // targets = parse_targets(names, source), noting all-linear in target_pattern.
+  void set_targets(const std::vector<std::string>& names, const std::string& source);
   // What an adapter_config.json is read for: adapters a run initialises (--lora-config), or the
   // trained ones beside it (--lora-init-from, eval and generate --adapter, --merge-lora).
   enum class Use { kInitialise, kTrainedWeights };

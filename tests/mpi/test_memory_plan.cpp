@@ -105,7 +105,8 @@ TEST_F(EstimatorMemoryPlan, EveryCombinationAllocatesItsPlanExactly) {
           if (combination % 3 == 0) {
             c.lora.rank = 4;
             c.lora.alpha = 8;
-            c.lora.targets.fill(true);
+            c.lora.set_targets({"all-linear"}, "test");
+            c.lora.fit_to_model(false, "llama");
           }
           // World-invariant training: a micro-batch tree of two leaves (no offload there).
           c.world_invariant =

@@ -133,8 +133,17 @@ def peft_reference(model_dir, weights, initial_a, tokens, mutation=None, modules
         groups.append({"params": leaked})
     optimizer = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS,
                                   weight_decay=WEIGHT_DECAY, foreach=False)
+    losses, norms = train_steps(model, trained, optimizer, tokens, history)
+    return losses, norms, {n: p.detach().clone() for n, p in trained.items()}, model
+
+
+def train_steps(model, trained, optimizer, tokens, history=None):
+    """STEPS optimizer steps of PEFT's model on the windows ({name: parameter} the trained ones;
+    MaskedDropout.step set to each 1-based step): (losses, gradient norms). history, as in
+    peft_reference."""
     losses, norms = [], []
-    for _ in range(STEPS):
+    for step in range(1, STEPS + 1):
+        MaskedDropout.step = step
         loss = window_loss(model, tokens)
         loss.backward()
         losses.append(loss.item())
@@ -148,7 +157,7 @@ def peft_reference(model_dir, weights, initial_a, tokens, mutation=None, modules
                                 optimizer.state[p]["exp_avg_sq"].clone())
                             for n, p in trained.items()})
         optimizer.zero_grad(set_to_none=True)
-    return losses, norms, {n: p.detach().clone() for n, p in trained.items()}, model
+    return losses, norms
 
 
 def read_merged(hf_dir):
@@ -283,6 +292,16 @@ def initial_adapters(zt, work, extra):
     return read_safetensors(work("init", "final", "adapter_model.safetensors"))
 
 
+def world_runs(work, mpirun):
+    """The runs compared with PEFT: {what: (out directory, options, launcher)}, 1 rank stage 0
+    with 2 micro-batches and 2 ranks stage 3."""
+    return {"1 rank stage 0": (work("one"), ["--micro-batch", "1", "--grad-accum", "2",
+                                             "--eval-batches", "2"], []),
+            "2 ranks stage 3": (work("two"), ["--micro-batch", "1", "--zero-stage", "3",
+                                              "--eval-batches", "1"],
+                                [mpirun, "--oversubscribe", "-n", "2"])}
+
+
 def check_gradients_per_step(what, out, history):
     """Each step's A/B gradients and Adam moments: the checkpoint of every step holds zerotrain's
     m and v, and m gives the step's gradient back, g_k = (m_k - beta1 m_(k-1)) / (1 - beta1)
@@ -340,12 +359,7 @@ def main():
         print("PEFT losses:      " + " ".join(f"{x:.7f}" for x in want_losses))
         print("PEFT grad norms:  " + " ".join(f"{x:.7f}" for x in want_norms))
 
-        runs = {"1 rank stage 0": (work("one"), ["--micro-batch", "1", "--grad-accum", "2",
-                                                 "--eval-batches", "2"], []),
-                "2 ranks stage 3": (work("two"), ["--micro-batch", "1", "--zero-stage", "3",
-                                                  "--eval-batches", "1"],
-                                    [args.mpirun, "--oversubscribe", "-n", "2"])}
-        for what, (out, world_args, launcher) in runs.items():
+        for what, (out, world_args, launcher) in world_runs(work, args.mpirun).items():
             run_tool(launcher + train_args(zt, work, out, world_args, save_every=1))
             with open(os.path.join(out, "metrics.jsonl")) as f:
                 metrics = [json.loads(line) for line in f]
@@ -419,7 +433,7 @@ def main():
         print("a DeepSpeed JSON with PEFT's adapter_config.json: the CLI run's losses, bitwise")
 
         # A resume continues the adapters bitwise (2 ranks, stage 3, from step 2 of 4).
-        two_args = runs["2 ranks stage 3"][1]
+        two_args = world_runs(work, args.mpirun)["2 ranks stage 3"][1]
         launcher = [args.mpirun, "--oversubscribe", "-n", "2"]
 
         # CPU optimizer offload from the command line, with the exact overlap forced on (auto is

@@ -367,8 +367,10 @@ TEST(ActivationStorage, ForwardOnlyKeepsOneLayerAndTwoResidualBuffersForTheSameB
   ActivationCheckpointing forward_only;
   forward_only.forward_only = true;
   ModelConfig adapted = c;  // adapters on every projection, the widest product the MLP's
-  adapted.lora.rank = 4;
-  adapted.lora.targets = LoraSpec::parse_targets({"all-linear"}, "test");
+  LoraSpec lora;
+  lora.rank = 4;
+  lora.set_targets({"all-linear"}, "test");
+  adapted.set_lora(lora);
   for (DType storage : {DType::kFloat32, DType::kBf16}) {
     const std::string what = dtype_name(storage);
     const auto element = static_cast<int64_t>(dtype_size(storage));

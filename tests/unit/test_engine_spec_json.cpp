@@ -21,7 +21,8 @@ EngineSpec unusual_spec() {
   model.tie_word_embeddings = true;
   model.lora.rank = 4;
   model.lora.alpha = 16;
-  model.lora.targets.fill(true);
+  model.lora.set_targets({"all-linear"}, "test");
+  model.lora.fit_to_model(false, "llama");
   ZeroConfig zero;
   zero.stage = 3;
   zero.overlap_comm = false;

@@ -150,9 +150,11 @@ std::vector<std::vector<float>> accumulated_gradients(const BackwardCase& s,
 }
 
 ModelConfig with_lora(ModelConfig c, const std::vector<std::string>& targets, double dropout) {
-  c.lora.rank = 4;
-  c.lora.targets = LoraSpec::parse_targets(targets, "test");
-  c.lora.dropout = dropout;
+  LoraSpec lora;
+  lora.rank = 4;
+  lora.set_targets(targets, "test");
+  lora.dropout = dropout;
+  c.set_lora(lora);
   return c;
 }
 
@@ -166,6 +168,8 @@ std::vector<BackwardCase> backward_cases() {
   no_gqa.num_kv_heads = no_gqa.num_heads;
   ModelConfig no_gqa_biases = no_gqa;
   no_gqa_biases.qkv_bias = no_gqa_biases.o_bias = true;
+  ModelConfig phi3 = tiny;  // fused qkv_proj and gate_up_proj: one adapter on each
+  phi3.fused_projections = true;
   const ActivationCheckpointing every_layer{1, false, false}, selective{0, false, true};
   return {
       {"every tensor, the head in 3 chunks", tiny, {}, {}, 8},
@@ -193,6 +197,16 @@ std::vector<BackwardCase> backward_cases() {
        with_lora(tiny, {"q_proj", "down_proj"}, 0.1),
        {},
        {"layers\\.1\\..*down_proj\\.lora_A"},
+       0},
+      {"LoRA on Phi-3's fused projections, with dropout",
+       with_lora(phi3, {"all-linear"}, 0.1),
+       {},
+       {},
+       0},
+      {"LoRA on Phi-3's fused projections, one B frozen",
+       with_lora(phi3, {"qkv_proj", "gate_up_proj"}, 0.0),
+       {},
+       {"1.*qkv_proj\\.lora_B"},
        0},
       {"LoRA on a tied model, the embedding training",
        with_lora(tied, {"all-linear"}, 0.0),

@@ -33,11 +33,16 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-ModelConfig tiny_with_lora(const std::vector<std::string>& targets, int64_t rank = 4) {
-  ModelConfig c = preset_config("tiny");
-  c.lora.rank = rank;
-  c.lora.targets = LoraSpec::parse_targets(targets, "test");
+ModelConfig with_lora(ModelConfig c, const std::vector<std::string>& targets, int64_t rank = 4) {
+  LoraSpec lora;
+  lora.rank = rank;
+  lora.set_targets(targets, "test");
+  c.set_lora(lora);
   return c;
+}
+
+ModelConfig tiny_with_lora(const std::vector<std::string>& targets, int64_t rank = 4) {
+  return with_lora(preset_config("tiny"), targets, rank);
 }
 
 TEST(Lora, ScaleIsAlphaOverRankOrOverItsRootWithRslora) {
@@ -221,7 +226,7 @@ TEST(Lora, ATargetModulesRegexMustSelectTheSameProjectionsInEveryLayer) {
   auto layout_error = [&](const char* regex, int64_t layers) {
     ModelConfig c = preset_config("tiny");
     c.num_layers = layers;
-    c.lora = spec(regex);
+    c.set_lora(spec(regex));
     return error_of([&] { ParamLayout layout(c); });
   };
   const LoraSpec listed =
@@ -254,7 +259,7 @@ TEST(Lora, ATargetModulesRegexMustSelectTheSameProjectionsInEveryLayer) {
   // Qwen3's q/k norms sit beside the projections in self_attn; PEFT cannot adapt a norm.
   ModelConfig qwen3 = preset_config("tiny");
   qwen3.qk_norm = true;
-  qwen3.lora = spec(R"(.*\.self_attn\..*)");
+  qwen3.set_lora(spec(R"(.*\.self_attn\..*)"));
   EXPECT_NE(error_of([&] {
               ParamLayout layout(qwen3);
             }).find("selects 'model.layers.0.self_attn.q_norm', which is no linear layer"),
@@ -308,39 +313,43 @@ TEST(Lora, LayoutAddsOneAdapterGroupPerLayerWithPeftNamesAndShapes) {
             (std::vector<int>{layout.layer_group(1), layout.adapter_group(1)}));
 }
 
+// Phi-3's fused adapters too: A on the shared input [r, hidden], B over the parts' rows.
 TEST(Lora, AdaptersStartAsPeftDoes) {
-  const ModelConfig c = tiny_with_lora({"all-linear"});
-  const ParamLayout layout(c);
-  for (const TensorInfo& t : layout.tensors()) {
-    if (!t.is_lora()) continue;
-    std::vector<float> v(static_cast<size_t>(t.numel));
-    init_tensor_range(c, t, 7, 0, t.numel, v.data());
-    float largest = 0, lowest = 0, highest = 0;
-    double sum = 0, sum_squares = 0;
-    for (float x : v) {
-      largest = std::max(largest, std::fabs(x));
-      lowest = std::min(lowest, x);
-      highest = std::max(highest, x);
-      sum += x;
-      sum_squares += static_cast<double>(x) * x;
+  ModelConfig phi3 = preset_config("tiny");
+  phi3.fused_projections = true;
+  for (const ModelConfig& c : {tiny_with_lora({"all-linear"}), with_lora(phi3, {"all-linear"})}) {
+    const ParamLayout layout(c);
+    for (const TensorInfo& t : layout.tensors()) {
+      if (!t.is_lora()) continue;
+      std::vector<float> v(static_cast<size_t>(t.numel));
+      init_tensor_range(c, t, 7, 0, t.numel, v.data());
+      float largest = 0, lowest = 0, highest = 0;
+      double sum = 0, sum_squares = 0;
+      for (float x : v) {
+        largest = std::max(largest, std::fabs(x));
+        lowest = std::min(lowest, x);
+        highest = std::max(highest, x);
+        sum += x;
+        sum_squares += static_cast<double>(x) * x;
+      }
+      if (t.role == TensorRole::kLoraB) {
+        EXPECT_EQ(largest, 0.0f) << t.name;
+        continue;
+      }
+      // U(−b, b), b = 1/√in: within the bound, reaching most of it on both sides (n ≥ 256
+      // draws: each side misses 0.9·b with probability 0.95^n < 2e-6), with the mean and the mean
+      // square of U(−b, b) within 5 standard deviations of their expected 0 and b²/3 (the
+      // variances of one draw: b²/3 and Var(x²) = b⁴/5 − b⁴/9 = 4b⁴/45).
+      const double b = 1.0 / std::sqrt(static_cast<double>(t.shape[1]));
+      const auto n = static_cast<double>(v.size());
+      ASSERT_GE(n, 256) << t.name;
+      EXPECT_LE(largest, static_cast<float>(b)) << t.name;
+      EXPECT_LT(lowest, -0.9 * b) << t.name;
+      EXPECT_GT(highest, 0.9 * b) << t.name;
+      EXPECT_LT(std::fabs(sum / n), 5 * b / std::sqrt(3 * n)) << t.name;
+      EXPECT_LT(std::fabs(sum_squares / n - b * b / 3), 5 * b * b * std::sqrt(4 / (45 * n)))
+          << t.name;
     }
-    if (t.role == TensorRole::kLoraB) {
-      EXPECT_EQ(largest, 0.0f) << t.name;
-      continue;
-    }
-    // U(−b, b), b = 1/√in: within the bound, reaching most of it on both sides (n ≥ 256
-    // draws: each side misses 0.9·b with probability 0.95^n < 2e-6), with the mean and the mean
-    // square of U(−b, b) within 5 standard deviations of their expected 0 and b²/3 (the
-    // variances of one draw: b²/3 and Var(x²) = b⁴/5 − b⁴/9 = 4b⁴/45).
-    const double b = 1.0 / std::sqrt(static_cast<double>(t.shape[1]));
-    const auto n = static_cast<double>(v.size());
-    ASSERT_GE(n, 256) << t.name;
-    EXPECT_LE(largest, static_cast<float>(b)) << t.name;
-    EXPECT_LT(lowest, -0.9 * b) << t.name;
-    EXPECT_GT(highest, 0.9 * b) << t.name;
-    EXPECT_LT(std::fabs(sum / n), 5 * b / std::sqrt(3 * n)) << t.name;
-    EXPECT_LT(std::fabs(sum_squares / n - b * b / 3), 5 * b * b * std::sqrt(4 / (45 * n)))
-        << t.name;
   }
 }
 

@@ -91,17 +91,78 @@ TEST(Phi3Config, WhatPhi3ComputesOtherwiseIsRefusedNamingTheKey) {
             std::string::npos);
   const nlohmann::json linear = {{"type", "linear"}, {"factor", 2.0}};
   EXPECT_NE(error_with("rope_scaling", linear).find("longrope alone"), std::string::npos);
-  // LoRA would adapt q, k and v apart, where PEFT adapts the fused qkv_proj as one module.
+}
+
+// LoRA on Phi-3 adapts the modules its checkpoint has, as PEFT matches target_modules against
+// them: qkv_proj, o_proj, gate_up_proj and down_proj. A fused adapter's B holds its parts' rows
+// (q, k, v; gate, up) as the fused weight does; each projection of the model takes its own.
+TEST(Phi3Lora, TargetsAreTheFusedModulesAsPeftMatchesThem) {
+  const ModelConfig phi3 = ModelConfig::from_hf_json(phi3_json(), "phi3.json");
+  const ModelConfig llama = preset_config("tiny");
+  auto fitted = [](ModelConfig c, const nlohmann::json& target_modules) {
+    c.set_lora(LoraSpec::from_peft_json({{"r", 4}, {"target_modules", target_modules}}, "a.json"));
+    c.validate();
+    return c.lora.targets_text();
+  };
+  EXPECT_EQ(fitted(phi3, "all-linear"), "qkv_proj,o_proj,gate_up_proj,down_proj");
+  EXPECT_EQ(fitted(llama, "all-linear"), "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+  EXPECT_EQ(fitted(phi3, {"gate_up_proj", "qkv_proj"}), "qkv_proj,gate_up_proj");
+  // PEFT adapts the names the model has when another name has none (Phi-3 cookbooks list
+  // Llama's seven: PEFT adapts o_proj and down_proj alone); zerotrain warns, naming them.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(fitted(phi3, {"q_proj", "k_proj", "o_proj", "down_proj"}), "o_proj,down_proj");
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("a phi3 model has no q_proj, k_proj"),
+            std::string::npos);
+  EXPECT_EQ(fitted(llama, {"qkv_proj", "o_proj"}), "o_proj");
+  // A regular expression selects among the model's modules.
+  EXPECT_EQ(fitted(phi3, ".*\\.(qkv|q|o)_proj"), "qkv_proj,o_proj");
+  EXPECT_EQ(fitted(llama, ".*\\.(qkv|q|o)_proj"), "q_proj,o_proj");
+  // No name the model has: refused naming its projections (PEFT: "not found in the base model").
+  const std::string none = error_of([&] { fitted(phi3, {"q_proj", "v_proj"}); });
+  EXPECT_NE(none.find("q_proj,v_proj: a phi3 model has no such projection (its projections: "
+                      "qkv_proj, o_proj, gate_up_proj, down_proj, all-linear)"),
+            std::string::npos)
+      << none;
+  EXPECT_NE(error_of([&] { fitted(llama, {"gate_up_proj"}); }).find("has no such projection"),
+            std::string::npos);
+  // A spec not fitted to the model is refused by its validation, naming the target.
+  ModelConfig unfitted = phi3;
+  unfitted.lora.rank = 4;
+  unfitted.lora.targets[static_cast<size_t>(LoraTarget::kQ)] = true;
+  EXPECT_NE(error_of([&] { unfitted.validate(); }).find("LoRA target q_proj: a phi3 model"),
+            std::string::npos);
+}
+
+TEST(Phi3Lora, AFusedAdapterHoldsItsPartsRowsInTheFusedOrder) {
   ModelConfig c = ModelConfig::from_hf_json(phi3_json(), "phi3.json");
-  c.lora.rank = 4;
-  c.lora.targets[0] = true;
-  EXPECT_NE(error_of([&] { c.validate(); }).find("LoRA on a Phi-3 model"), std::string::npos);
-  // A PEFT adapter of a Phi-3 names the fused modules (PEFT's all-linear saves them as a list).
-  for (const char* fused : {"qkv_proj", "gate_up_proj"})
-    EXPECT_NE(error_of([&] {
-                LoraSpec::parse_targets({fused, "o_proj"}, "a.json");
-              }).find("a.json: '" + std::string(fused) + "' is a fused projection of Phi-3"),
-              std::string::npos);
+  c.set_lora(LoraSpec::from_peft_json({{"r", 4}, {"target_modules", "all-linear"}}, "a.json"));
+  const ParamLayout layout(c);
+  const int64_t qd = c.q_dim(), kv = c.kv_dim(), f = c.intermediate_size, d = c.hidden_size;
+  auto shape = [&](const std::string& name) {
+    return layout.tensors()[static_cast<size_t>(layout.find(name))].shape;
+  };
+  EXPECT_EQ(shape("model.layers.1.self_attn.qkv_proj.lora_A.weight"), (std::vector<int64_t>{4, d}));
+  EXPECT_EQ(shape("model.layers.1.self_attn.qkv_proj.lora_B.weight"),
+            (std::vector<int64_t>{qd + 2 * kv, 4}));
+  EXPECT_EQ(shape("model.layers.1.mlp.gate_up_proj.lora_B.weight"),
+            (std::vector<int64_t>{2 * f, 4}));
+  EXPECT_EQ(layout.find("model.layers.1.self_attn.q_proj.lora_A.weight"), -1);
+  const int qkv_b = layout.find("model.layers.1.self_attn.qkv_proj.lora_B.weight");
+  const int gate_up_b = layout.find("model.layers.1.mlp.gate_up_proj.lora_B.weight");
+  const std::pair<TensorRole, int64_t> first_rows[] = {{TensorRole::kQProj, 0},
+                                                       {TensorRole::kKProj, qd},
+                                                       {TensorRole::kVProj, qd + kv},
+                                                       {TensorRole::kGateProj, 0},
+                                                       {TensorRole::kUpProj, f}};
+  for (const auto& [role, first] : first_rows) {
+    const ProjectionLora p = projection_lora(layout, role, 1);
+    const bool attention =
+        first_rows[0].first == role || role == TensorRole::kKProj || role == TensorRole::kVProj;
+    EXPECT_EQ(p.b, attention ? qkv_b : gate_up_b);
+    EXPECT_EQ(p.b_first_row, first);
+  }
+  EXPECT_EQ(projection_lora(layout, TensorRole::kOProj, 1).b,
+            layout.find("model.layers.1.self_attn.o_proj.lora_B.weight"));
 }
 
 // Phi-3.5-mini's and the 128k models' rope scaling. The frequencies and the factor on cos and sin
