@@ -297,6 +297,23 @@ void info_safetensors(const std::string& dir, bool json) {
 
 // A PEFT LoRA adapter directory (a LoRA run's OUT/final, or PEFT's save_pretrained): its
 // adapter_config.json read as eval and generate --adapter read it, and its tensors' headers.
+// The projections an adapter's targets select: all-linear and a pattern select among a model's,
+// those of the kind of model its weights show (Phi-3's fused ones, or the others); where they
+// select none of them, the targets as the file gives them.
+std::string adapted_projections(const LoraSpec& spec, const SafetensorsReader& weights) {
+  bool fused = false;
+  for (const SafetensorsEntry& e : weights.tensors())
+    fused = fused || e.name.find(".qkv_proj.lora_") != std::string::npos ||
+            e.name.find(".gate_up_proj.lora_") != std::string::npos;
+  LoraSpec fitted = spec;
+  try {
+    (void)fitted.fit_to_model(fused, fused ? "phi3" : "llama");
+  } catch (const Error&) {
+    return spec.targets_as_given();
+  }
+  return fitted.targets_text();
+}
+
 void info_peft_adapter(const std::string& dir, bool json) {
   nlohmann::json config;
   const LoraSpec spec = read_peft_adapter_config(dir + "/" + kPeftConfigFile,
@@ -318,7 +335,7 @@ void info_peft_adapter(const std::string& dir, bool json) {
       {"scale", spec.scale()},
       {"use_rslora", spec.use_rslora},
       {"lora_dropout", spec.dropout},
-      {"target_modules", spec.targets_text()},
+      {"target_modules", adapted_projections(spec, reader)},
       {"modules_to_save", spec.modules_to_save},
       {"base_model_name_or_path", base != config.end() ? *base : nlohmann::json()},
       {"tensors", reader.tensors().size()},

@@ -27,9 +27,7 @@ nlohmann::json LoraOptions::to_json(const LoraSpec& s) const {
           {"dropout", s.dropout},
           {"use_rslora", s.use_rslora},
           // as given: all-linear and a pattern select among the model's projections
-          {"targets", s.target_pattern.all_linear       ? std::string("all-linear")
-                      : !s.target_pattern.regex.empty() ? s.target_pattern.regex
-                                                        : s.targets_text()},
+          {"targets", s.targets_as_given()},
           {"modules_to_save", s.modules_to_save},
           {"config", config_file.empty() ? nlohmann::json() : nlohmann::json(config_file)},
           {"init_from", init_from.empty() ? nlohmann::json() : nlohmann::json(init_from)}};
@@ -47,7 +45,8 @@ void add_lora_options(po::options_description& options, LoraOptions& o) {
       "keyed by the global token, so every world size and stage drops the same elements")(
       "lora-targets", po::value(&o.targets)->default_value(o.targets),
       "LoRA: the projections that get adapters, as PEFT's target_modules: comma-separated "
-      "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear")(
+      "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (Phi-3: qkv_proj, "
+      "o_proj, gate_up_proj, down_proj), or all-linear")(
       "use-rslora", bool_flag(&o.use_rslora, false),
       "LoRA: rank-stabilised scaling alpha/sqrt(R) instead of alpha/R")(
       "lora-config", po::value(&o.config_file),

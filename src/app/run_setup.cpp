@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "io/tokenizer_vocabulary.h"
 #include "model/layout.h"
 #include "model/trainable.h"
+#include "runtime/mpi_runtime.h"
 #include "util/decimal.h"
 #include "util/error.h"
 #include "util/json_text.h"
@@ -213,7 +215,8 @@ EngineSpec resolve_engine_spec(const RunEngineOptions& o, const EngineChoices& c
                                const ModelConfig& model) {
   EngineSpec spec;
   spec.model = model;
-  spec.model.set_lora(choices.lora);
+  const std::string warning = spec.model.set_lora(choices.lora);
+  if (!warning.empty() && is_rank_zero_of_launch()) std::cerr << "warning: " << warning << "\n";
   const ParamLayout layout(spec.model);
   std::vector<std::string> trainable = o.trainable;
   for (const std::string& p :

@@ -43,8 +43,9 @@ LoraSpec read_peft_adapter_config(const std::string& path, LoraSpec::Use use,
 }
 
 ModelConfig adapter_model_config(const std::string& dir, ModelConfig base) {
-  base.set_lora(
+  const std::string warning = base.set_lora(
       read_peft_adapter_config(dir + "/" + kPeftConfigFile, LoraSpec::Use::kTrainedWeights));
+  if (!warning.empty() && is_rank_zero_of_launch()) std::cerr << "warning: " << warning << "\n";
   return base;
 }
 

@@ -122,9 +122,10 @@ void ModelConfig::validate() const {
                "are beyond what zerotrain can address (2^48 parameters, 2^40 per matrix)");
 }
 
-void ModelConfig::set_lora(LoraSpec spec) {
-  spec.fit_to_model(fused_projections, model_type());
+std::string ModelConfig::set_lora(LoraSpec spec) {
+  std::string warning = spec.fit_to_model(fused_projections, model_type());
   lora = std::move(spec);
+  return warning;
 }
 
 std::string ModelConfig::model_type() const {

@@ -94,8 +94,8 @@ struct ModelConfig {
 
   bool operator==(const ModelConfig&) const = default;
   // Sets the adapters, fitted to this model's projections (LoraSpec::fit_to_model: Phi-3's are
-  // fused).
-  void set_lora(LoraSpec spec);
+  // fused). Returns fit_to_model's warning, or "".
+  std::string set_lora(LoraSpec spec);
   // The same model without its adapters (what a model directory holds).
   ModelConfig base() const {
     ModelConfig b = *this;

@@ -161,12 +161,12 @@ int64_t ParamLayout::non_embedding_numel() const {
 }
 
 int lora_target_of(TensorRole role) {
-  // In LoraTarget's order.
-  constexpr TensorRole kProjections[kLoraTargets] = {
+  // In LoraTarget's order: the separate projections (the fused targets are no role's).
+  constexpr std::array<TensorRole, 7> kProjections = {
       TensorRole::kQProj,    TensorRole::kKProj,  TensorRole::kVProj,   TensorRole::kOProj,
       TensorRole::kGateProj, TensorRole::kUpProj, TensorRole::kDownProj};
-  for (int t = 0; t < kLoraTargets; ++t)
-    if (kProjections[t] == role) return t;
+  for (size_t t = 0; t < kProjections.size(); ++t)
+    if (kProjections[t] == role) return static_cast<int>(t);
   return -1;
 }
 

@@ -70,6 +70,8 @@ void LlamaModel::lora_backward(int layer, LoraTarget target, TensorView dx,
   const int64_t in = lora_projection_shape(config_, target)[1];
   const std::vector<int64_t> rows = lora_output_rows(config_, target);
   const int64_t r = config_.lora.rank;
+  ZT_CHECK(dys.size() == rows.size(), std::string("LoRA on ") + lora_target_name(target) +
+                                          ": the layer passed another number of gradients");
   const ConstTensorView u = acts_for(layer).lora[static_cast<size_t>(target)];
   // du = Σ dy_i·B_i over the outputs (their rows B_i of B), dB_i = dy_iᵀ·u (disjoint rows).
   int64_t b_row = 0;

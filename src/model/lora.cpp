@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <iterator>
 #include <memory>
 #include <utility>
@@ -169,21 +168,24 @@ std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
   return t;
 }
 
-// The module paths of a Llama-family model that hold no projection an adapter can sit on: the
-// embedding and LM head (which train in full instead), the model's other modules (the rotary
-// embedding is the model's since transformers 4.45), then layer l's (containers, norms,
-// activation; Qwen3's q/k norms with qk_norm).
+// The module paths of a model that hold no projection an adapter can sit on: the embedding and
+// LM head (which train in full instead), the model's other modules, then layer l's (containers,
+// norms, activation; Qwen3's q/k norms with qk_norm), as transformers 4.46 names them: Llama's
+// rotary embedding is the model's (since 4.45), Phi-3's each attention's, beside its dropouts.
 const std::vector<std::string> kEmbeddingAndHead = {"model.embed_tokens", "lm_head"};
-const std::vector<std::string> kModelModules = {"model", "model.layers", "model.norm",
-                                                "model.rotary_emb"};
-std::vector<std::string> layer_modules(int64_t layer, bool qk_norm) {
+std::vector<std::string> model_modules(bool fused) {
+  if (fused) return {"model", "model.layers", "model.norm", "model.embed_dropout"};
+  return {"model", "model.layers", "model.norm", "model.rotary_emb"};
+}
+std::vector<std::string> layer_modules(int64_t layer, bool qk_norm, bool fused) {
   const std::string l = "model.layers." + std::to_string(layer);
-  std::vector<std::string> modules = {l,
-                                      l + ".self_attn",
-                                      l + ".mlp",
-                                      l + ".mlp.act_fn",
-                                      l + ".input_layernorm",
+  std::vector<std::string> modules = {l, l + ".self_attn", l + ".mlp", l + ".input_layernorm",
                                       l + ".post_attention_layernorm"};
+  if (fused)
+    modules.insert(modules.end(), {l + ".self_attn.rotary_emb", l + ".mlp.activation_fn",
+                                   l + ".resid_attn_dropout", l + ".resid_mlp_dropout"});
+  else
+    modules.push_back(l + ".mlp.act_fn");
   if (qk_norm) modules.insert(modules.end(), {l + ".self_attn.q_norm", l + ".self_attn.k_norm"});
   return modules;
 }
@@ -198,9 +200,10 @@ void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm,
       target_pattern.source + ": target_modules " + quoted_json(target_pattern.regex) + " selects ";
   for (int64_t layer = 1; layer < num_layers; ++layer) {
     const std::array<bool, kLoraTargets> here = pattern_targets(*re, layer);
-    for (int i = 0; i < kLoraTargets; ++i) {
+    for (const LoraTarget target : kLoraTargetsInLayerOrder) {
+      const int i = static_cast<int>(target);
       const bool in_first = targets[static_cast<size_t>(i)];
-      if (!lora_target_in_model(static_cast<LoraTarget>(i), fused_projections) ||
+      if (!lora_target_in_model(target, fused_projections) ||
           here[static_cast<size_t>(i)] == in_first)
         continue;
       const std::string first = lora_module_path(0, static_cast<LoraTarget>(i));
@@ -215,9 +218,10 @@ void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm,
              says + "'" + module +
                  "': zerotrain adapts the decoder layers' projections; the embedding and the LM "
                  "head train in full through modules_to_save");
-  std::vector<std::string> others = kModelModules;
+  std::vector<std::string> others = model_modules(fused_projections);
   for (int64_t layer = 0; layer < num_layers; ++layer)
-    for (std::string& module : layer_modules(layer, qk_norm)) others.push_back(std::move(module));
+    for (std::string& module : layer_modules(layer, qk_norm, fused_projections))
+      others.push_back(std::move(module));
   for (const std::string& module : others)
     ZT_CHECK(!RE2::FullMatch(module, *re),
              says + "'" + module + "', which is no linear layer (PEFT refuses to adapt it too)");
@@ -247,11 +251,12 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
 
 void LoraSpec::set_targets(const std::vector<std::string>& names, const std::string& source) {
   targets = parse_targets(names, source);
+  target_pattern.source = source;
   target_pattern.all_linear = std::find(names.begin(), names.end(), "all-linear") != names.end();
 }
 
-void LoraSpec::fit_to_model(bool fused_projections, const std::string& model_type) {
-  if (!enabled()) return;
+std::string LoraSpec::fit_to_model(bool fused_projections, const std::string& model_type) {
+  if (!enabled()) return "";
   std::string dropped;
   std::array<bool, kLoraTargets> fitted{};
   for (LoraTarget t : kLoraTargetsInLayerOrder) {
@@ -260,21 +265,29 @@ void LoraSpec::fit_to_model(bool fused_projections, const std::string& model_typ
     if (targets[i] && !fitted[i])
       dropped += std::string(dropped.empty() ? "" : ", ") + lora_target_name(t);
   }
+  // Named as given: "FILE: target_modules \"REGEX\"", or "FILE target_modules: q_proj,v_proj"
+  // (--lora-targets: q_proj,v_proj).
   const bool selected = target_pattern.all_linear || !target_pattern.regex.empty();
-  const std::string listed = targets_text();
+  const std::string given =
+      target_pattern.source + ": " +
+      (selected ? "target_modules " + quoted_json(target_pattern.regex) : targets_text());
   targets = fitted;
   const std::string projections = model_targets(fused_projections);
   ZT_CHECK(targets_any(),
-           "LoRA target_modules " + (selected ? quoted_json(target_pattern.regex) : listed) +
-               ": a " + model_type +
+           given + ": a " + model_type +
                " model has no such projection (its projections: " + projections + ")" +
                (fused_projections ? "; Phi-3 fuses q, k, v into qkv_proj and gate, up into "
                                     "gate_up_proj, and PEFT adapts each fused module as one"
                                   : ""));
-  if (selected || dropped.empty()) return;
-  std::cerr << "warning: LoRA target_modules " << listed << ": a " << model_type << " model has no "
-            << dropped << " (its projections: " << projections
-            << "); as PEFT does, zerotrain adapts " << targets_text() << " alone\n";
+  if (selected || dropped.empty()) return "";
+  return given + ": a " + model_type + " model has no " + dropped +
+         " (its projections: " + projections + "); as PEFT does, zerotrain adapts " +
+         targets_text() + " alone";
+}
+
+std::string LoraSpec::targets_as_given() const {
+  if (target_pattern.all_linear) return "all-linear";
+  return target_pattern.regex.empty() ? targets_text() : target_pattern.regex;
 }
 
 void LoraSpec::check_fits_model(bool fused_projections, const std::string& model_type) const {
@@ -457,7 +470,10 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
              source + ": target_modules must be a list of names, got " + quoted_json(targets));
     names = {"q_proj", "v_proj"};
   }
-  if (s.target_pattern.regex.empty()) s.set_targets(names, source + " target_modules");
+  if (s.target_pattern.regex.empty())
+    s.set_targets(names, source + (targets.is_null() ? " (no target_modules: PEFT's default for "
+                                                       "Llama-family models)"
+                                                     : " target_modules"));
   const nlohmann::json save = j.value("modules_to_save", nlohmann::json());
   if (save.is_array())
     for (const auto& n : save) {

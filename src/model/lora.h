@@ -59,6 +59,7 @@ struct LoraSpec {
   // every layer and nothing else. Like bias_source, a note of how the spec was written (with
   // the file and key, for messages), equal whatever it holds: the targets are the adapters.
   // all_linear: target_modules was all-linear, which selects every projection the model has.
+  // With a list of names (set_targets), source names the option or the file and key.
   struct TargetPattern {
     std::string regex, source;
     bool all_linear = false;
@@ -86,8 +87,9 @@ struct LoraSpec {
   // that are projections of the other kind of model (q_proj on Phi-3, qkv_proj on Llama) are
   // dropped with a warning when another name selects a projection (PEFT adapts those alone) and
   // refused naming the model's projections when none does. `model_type` names the model in
-  // messages. Fitted targets are unchanged by it.
-  void fit_to_model(bool fused_projections, const std::string& model_type);
+  // messages. Fitted targets are unchanged by it. Returns the warning to print (on one rank),
+  // or "".
+  std::string fit_to_model(bool fused_projections, const std::string& model_type);
   // Throws naming a target the model has no projection for (a spec not fitted to it).
   void check_fits_model(bool fused_projections, const std::string& model_type) const;
 
@@ -131,6 +133,9 @@ struct LoraSpec {
   nlohmann::json to_peft_json(const std::string& base_model_name_or_path) const;
   // Comma-separated target names in layer order ("q_proj,v_proj"), for messages and run.json.
   std::string targets_text() const;
+  // The targets as target_modules gave them: "all-linear", the regular expression, or
+  // targets_text() (all-linear and a pattern select among a model's projections once fitted).
+  std::string targets_as_given() const;
 
   bool operator==(const LoraSpec&) const = default;
 };

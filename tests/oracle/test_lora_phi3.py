@@ -16,7 +16,9 @@ test_lora.py (whose helpers and constants this uses: r 4, alpha 8, STEPS steps o
 3. PeftModel.from_pretrained(base, OUT/final) loads the adapter; its loss is zerotrain's
    end-of-run evaluation's.
 4. export --merge-lora to a Hugging Face directory: its qkv_proj and gate_up_proj are PEFT's
-   merge_and_unload (rounded to bf16) within one bf16 ulp; transformers loads it.
+   merge_and_unload (rounded to bf16) within one bf16 ulp; transformers loads it. PEFT's own
+   save_pretrained of its trained adapter: eval --adapter gives PEFT's loss, and a run that
+   continues it (--lora-init-from) starts from PEFT's loss.
 5. Dropout 0.25: one mask per fused module (PEFT drops the shared input once), as
    lora_dropout_mask.py writes docs/lora.md's description; losses and final adapters as PEFT's.
 6. Target names: Llama's q_proj,v_proj (--lora-targets' default) are refused naming Phi-3's
@@ -126,6 +128,35 @@ def check_merge(zt, work, out, want_model):
     print("export --merge-lora: qkv_proj and gate_up_proj within 1 bf16 ulp of PEFT's merge")
 
 
+def check_peft_saved(zt, work, model, tokens, eval_tokens):
+    """PEFT's own save_pretrained of its trained Phi-3 adapter (F64 tensors): eval --adapter and
+    --lora-init-from score it as PEFT does (its values rounded to fp32)."""
+    from oracle_harness import last_json_line
+    model.save_pretrained(work("peft_saved"))
+    info = json.loads(run_tool([zt, "info", work("peft_saved"), "--json"]))
+    check(info["target_modules"] == ",".join(FUSED),
+          f"info of PEFT's Phi-3 adapter: target_modules {info['target_modules']}")
+    S = lora.SEQ_LEN
+    got = last_json_line(run_tool(
+        [zt, "eval", "--model", work("model"), "--data", work("tok.h5"), "--batches", "1",
+         "--micro-batch", str(eval_tokens.shape[0]), "--seq-len", str(S), "--adapter",
+         work("peft_saved")]))["loss"]
+    with torch.no_grad():
+        want = lora.window_loss(model, eval_tokens).item()
+        want_first = lora.window_loss(model, tokens).item()
+    print(f"eval --adapter PEFT's directory: loss {got:.7f}, PEFT's {want:.7f}")
+    check(abs(got - want) / abs(want) < lora.TOLERANCE,
+          f"eval --adapter of PEFT's directory: loss {got} vs PEFT's {want}")
+    run_tool(lora.train_args(zt, work, work("continued"),
+                             ["--micro-batch", "2", "--lora-init-from", work("peft_saved")],
+                             steps=1, targets=None))
+    with open(work("continued", "metrics.jsonl")) as f:
+        first = json.loads(f.readline())["loss"]
+    print(f"--lora-init-from PEFT's directory: first loss {first:.7f}, PEFT's {want_first:.7f}")
+    check(abs(first - want_first) / abs(want_first) < lora.TOLERANCE,
+          f"--lora-init-from PEFT's directory: first loss {first} vs PEFT's {want_first}")
+
+
 def check_dropout(zt, work, source_dir, initial_a):
     """Dropout 0.25 with docs/lora.md's mask given to PEFT's lora_dropout modules."""
     p, seed = 0.25, 1234
@@ -229,6 +260,7 @@ def main():
         check(abs(peft_loss - eval_loss) / abs(peft_loss) < lora.TOLERANCE,
               "the adapter's loss in PEFT differs from zerotrain's evaluation")
         check_merge(zt, work, work("one"), loaded)
+        check_peft_saved(zt, work, model, tokens, eval_tokens)
         check_dropout(zt, work, args.source_dir, initial_a)
         check_target_names(zt, work)
 

@@ -15,6 +15,13 @@ refused naming the file and saying why; the other files must all be accepted. Be
 written here hold target_modules regular expressions in Python's syntax (REGEX_AGREE, compared as
 the stored ones; REGEX_REFUSED, refused saying why).
 
+--family phi3 resolves the same files, and tests/data/peft_adapter_configs_phi3/'s adapters of
+Phi-3 models, on a Phi3ForCausalLM of the tiny preset's shape (imported from save_pretrained),
+whose projections are the fused qkv_proj and gate_up_proj beside o_proj and down_proj: where PEFT
+finds a listed name and leaves others unmatched zerotrain adapts the same ones and warns; where
+PEFT finds none (its "Target modules ... not found") zerotrain refuses naming the model's
+projections.
+
 --expect-mismatch runs PEFT with lora_alpha doubled, and passes only if every accepted file then
 disagrees.
 
@@ -79,7 +86,16 @@ REGEX_REFUSED = {
     r".*(?<!k)_proj": "is a regular expression RE2 cannot read",
     r"model\.layers\.\d+\.mlp": "selects no projection of layer 0",
 }
-PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# On Phi-3 the projections and their modules differ, and so do some of those refusals.
+REGEX_REFUSED_PHI3 = dict(REGEX_REFUSED, **{
+    r"model\.layers\.0\..*_proj": "selects 'model.layers.0.self_attn.qkv_proj' but not "
+                                     "'model.layers.1.self_attn.qkv_proj'",
+    r"lm_head|.*\.v_proj": "a phi3 model has no such projection",
+    r".*\.mlp|.*\.v_proj": "a phi3 model has no such projection"})
+PROJECTIONS = ["q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj",
+               "gate_up_proj", "down_proj"]
+PHI3_STORED = 9  # the files of tests/data/peft_adapter_configs_phi3/
+NONE_FOUND = "a phi3 model has no such projection"  # zerotrain's refusal where PEFT finds none
 
 
 def peft_config(path, alpha_factor):
@@ -105,12 +121,19 @@ def peft_config(path, alpha_factor):
 
 def peft_resolution(base_config, config):
     """(adapted projections, trainable parameters, {scales}, {dropouts}, modules_to_save) of
-    get_peft_model on a fresh tiny LlamaForCausalLM."""
+    get_peft_model on a fresh tiny model of the config's class; None where PEFT finds none of
+    the target modules."""
     import torch
+    import transformers
     from peft import get_peft_model
-    from transformers import LlamaForCausalLM
     torch.manual_seed(0)
-    model = get_peft_model(LlamaForCausalLM(base_config), config)
+    base = getattr(transformers, base_config.architectures[0])(base_config)
+    try:
+        model = get_peft_model(base, config)
+    except ValueError as e:
+        if "not found in the base model" not in str(e):
+            raise
+        return None
     adapted, scales, dropouts = {}, set(), set()
     for name, module in model.named_modules():
         if hasattr(module, "lora_A") and "default" in module.lora_A:
@@ -127,36 +150,66 @@ def peft_resolution(base_config, config):
             sorted(config.modules_to_save or []))
 
 
-def zerotrain_resolution(args, path):
-    proc = subprocess.run([args.zerotrain, "estimate", "--preset", "tiny", "--lora-config", path,
-                           "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def zerotrain_resolution(args, model, path):
+    proc = subprocess.run([args.zerotrain, "estimate"] + model + ["--lora-config", path,
+                                                                   "--json"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def checks(args, work, alpha_factor):
-    from transformers import LlamaConfig
+def base_model(args, work):
+    """(estimate's model options, transformers config) of the tiny preset, or with --family phi3
+    of a Phi3ForCausalLM of its shape, saved by transformers and imported."""
+    import transformers
     run_tool([args.zerotrain, "init", "--preset", "tiny", "--seed", "1", "--out", work("tiny")])
     with open(work("tiny", "config.json")) as f:
-        base_config = LlamaConfig(**json.load(f))
+        tiny = json.load(f)
+    if args.family == "llama":
+        return ["--preset", "tiny"], transformers.LlamaConfig(**tiny)
+    shape = {k: tiny[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                  "num_hidden_layers", "num_attention_heads",
+                                  "num_key_value_heads", "rms_norm_eps", "rope_theta")}
+    config = transformers.Phi3Config(**shape, sliding_window=None, pad_token_id=0,
+                                     architectures=["Phi3ForCausalLM"])
+    transformers.Phi3ForCausalLM(config).save_pretrained(work("phi3-hf"))
+    run_tool([args.zerotrain, "import", work("phi3-hf"), "--out", work("phi3")])
+    return ["--model", work("phi3")], config
+
+
+def adapter_config_files(args, work):
+    """The stored files (the Phi-3 ones too with --family phi3) and the regular-expression files
+    written here: (paths, {file name: what its refusal says})."""
     folder = os.path.join(args.source_dir, "tests/data/peft_adapter_configs")
     paths = sorted(p for p in glob.glob(os.path.join(folder, "*.json")))
     names = {os.path.basename(p) for p in paths}
     if len(paths) != STORED or not set(REFUSED) <= names:
         raise SetupError(f"{folder}: {len(paths)} adapter configs, expected the stored {STORED} "
                          f"with every REFUSED one ({sorted(set(REFUSED) - names)} missing)")
+    if args.family == "phi3":
+        phi3 = sorted(glob.glob(os.path.join(folder + "_phi3", "*.json")))
+        if len(phi3) != PHI3_STORED:
+            raise SetupError(f"{folder}_phi3: {len(phi3)} adapter configs")
+        paths += phi3
     refused = dict(REFUSED)
+    regex_refused = REGEX_REFUSED_PHI3 if args.family == "phi3" else REGEX_REFUSED
     os.makedirs(work("regex"))
-    for i, pattern in enumerate(REGEX_AGREE + list(REGEX_REFUSED)):
+    for i, pattern in enumerate(REGEX_AGREE + list(regex_refused)):
         paths.append(work("regex", f"regex-{i}.json"))
         with open(paths[-1], "w") as f:
             json.dump({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": pattern},
                       f)
-        if pattern in REGEX_REFUSED:
-            refused[os.path.basename(paths[-1])] = REGEX_REFUSED[pattern]
-    failures, agreed = [], 0
+        if pattern in regex_refused:
+            refused[os.path.basename(paths[-1])] = regex_refused[pattern]
+    return paths, refused
+
+
+def checks(args, work, alpha_factor):
+    model, base_config = base_model(args, work)
+    paths, refused = adapter_config_files(args, work)
+    failures, agreed, none_found = [], 0, 0
     for path in paths:
         name = os.path.basename(path)
-        status, out, err = zerotrain_resolution(args, path)
+        status, out, err = zerotrain_resolution(args, model, path)
         if name in refused:
             ok = status != 0 and path in err and refused[name] in err
             print(f"{'ok  ' if ok else 'FAIL'} {name}: refused ({refused[name]})"
@@ -164,7 +217,20 @@ def checks(args, work, alpha_factor):
             if not ok:
                 failures.append(name)
             continue
-        if status != 0 or "warning" in err:  # every key of these files is a LoraConfig key
+        theirs = peft_resolution(base_config, peft_config(path, alpha_factor))
+        if theirs is None:  # PEFT finds none of the target modules
+            ok = status != 0 and path in err and NONE_FOUND in err
+            print(f"{'ok  ' if ok else 'FAIL'} {name}: refused as PEFT (none of its "
+                  f"target_modules found)" + ("" if ok else f"; exit {status}: {err.strip()}"))
+            none_found += 1 if ok else 0
+            if not ok:
+                failures.append(name)
+            continue
+        # Every key of these files is a LoraConfig key; a list naming projections of another
+        # model alone is warned about (PEFT adapts the names it finds).
+        warned = [line for line in err.splitlines() if "warning" in line and
+                  f"a {args.family} model has no " not in line]
+        if status != 0 or warned:
             print(f"FAIL {name}: " + ("refused" if status else "warned") + f": {err.strip()}")
             failures.append(name)
             continue
@@ -172,7 +238,6 @@ def checks(args, work, alpha_factor):
         ours = (lora["targets"].split(","), json.loads(out)["trainable_psi"], {lora["scale"]},
                 {lora["adapter_config"]["lora_dropout"]},
                 sorted(lora["adapter_config"]["modules_to_save"] or []))
-        theirs = peft_resolution(base_config, peft_config(path, alpha_factor))
         what = ["projections", "trainable parameters", "scale", "dropout", "modules_to_save"]
         diffs = [f"{w}: PEFT {t}, zerotrain {o}" for w, o, t in zip(what, ours, theirs)
                  if not (o == t or (w in ("scale", "dropout") and len(t) == 1 and
@@ -189,12 +254,18 @@ def checks(args, work, alpha_factor):
         check(agreed == 0, f"{agreed} file(s) agreed with PEFT's doubled lora_alpha")
         raise CheckFailed("doubled alpha: every accepted file disagrees with PEFT")
     check(not failures, f"{len(failures)} file(s) failed: {', '.join(failures)}")
-    check(agreed == STORED - len(REFUSED) + len(REGEX_AGREE), f"{agreed} file(s) agreed with PEFT")
+    check(agreed + none_found == len(paths) - len(refused),
+          f"{agreed} file(s) agreed with PEFT, {none_found} refused as PEFT")
+    check(args.family == "phi3" or none_found == 0,
+          f"{none_found} file(s) whose targets PEFT does not find on Llama")
+    print(f"{agreed} file(s) agreed with PEFT, {none_found} refused where PEFT finds no target, "
+          f"{len(refused)} refused saying why")
 
 
 def main():
     parser = argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--expect-mismatch", action="store_true")
+    parser.add_argument("--family", choices=["llama", "phi3"], default="llama")
     args = parser.parse_args()
     require_venv_modules("peft", "transformers")
     import torch

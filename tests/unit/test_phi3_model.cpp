@@ -99,8 +99,10 @@ TEST(Phi3Config, WhatPhi3ComputesOtherwiseIsRefusedNamingTheKey) {
 TEST(Phi3Lora, TargetsAreTheFusedModulesAsPeftMatchesThem) {
   const ModelConfig phi3 = ModelConfig::from_hf_json(phi3_json(), "phi3.json");
   const ModelConfig llama = preset_config("tiny");
-  auto fitted = [](ModelConfig c, const nlohmann::json& target_modules) {
-    c.set_lora(LoraSpec::from_peft_json({{"r", 4}, {"target_modules", target_modules}}, "a.json"));
+  std::string warning;
+  auto fitted = [&](ModelConfig c, const nlohmann::json& target_modules) {
+    warning = c.set_lora(
+        LoraSpec::from_peft_json({{"r", 4}, {"target_modules", target_modules}}, "a.json"));
     c.validate();
     return c.lora.targets_text();
   };
@@ -109,11 +111,15 @@ TEST(Phi3Lora, TargetsAreTheFusedModulesAsPeftMatchesThem) {
   EXPECT_EQ(fitted(phi3, {"gate_up_proj", "qkv_proj"}), "qkv_proj,gate_up_proj");
   // PEFT adapts the names the model has when another name has none (Phi-3 cookbooks list
   // Llama's seven: PEFT adapts o_proj and down_proj alone); zerotrain warns, naming them.
-  testing::internal::CaptureStderr();
   EXPECT_EQ(fitted(phi3, {"q_proj", "k_proj", "o_proj", "down_proj"}), "o_proj,down_proj");
-  EXPECT_NE(testing::internal::GetCapturedStderr().find("a phi3 model has no q_proj, k_proj"),
-            std::string::npos);
+  EXPECT_EQ(warning,
+            "a.json target_modules: q_proj,k_proj,o_proj,down_proj: a phi3 model has no q_proj, "
+            "k_proj (its projections: qkv_proj, o_proj, gate_up_proj, down_proj, all-linear); as "
+            "PEFT does, zerotrain adapts o_proj,down_proj alone");
   EXPECT_EQ(fitted(llama, {"qkv_proj", "o_proj"}), "o_proj");
+  EXPECT_NE(warning.find("a llama model has no qkv_proj"), std::string::npos);
+  EXPECT_EQ(fitted(phi3, "all-linear"), "qkv_proj,o_proj,gate_up_proj,down_proj");
+  EXPECT_EQ(warning, "");  // all-linear selects the model's projections
   // A regular expression selects among the model's modules.
   EXPECT_EQ(fitted(phi3, ".*\\.(qkv|q|o)_proj"), "qkv_proj,o_proj");
   EXPECT_EQ(fitted(llama, ".*\\.(qkv|q|o)_proj"), "q_proj,o_proj");
@@ -125,6 +131,23 @@ TEST(Phi3Lora, TargetsAreTheFusedModulesAsPeftMatchesThem) {
       << none;
   EXPECT_NE(error_of([&] { fitted(llama, {"gate_up_proj"}); }).find("has no such projection"),
             std::string::npos);
+  EXPECT_NE(error_of([&] {
+              ModelConfig c = phi3;
+              c.set_lora(LoraSpec::from_peft_json({{"r", 4}}, "b.json"));
+            })
+                .find("b.json (no target_modules: PEFT's default for Llama-family models): "
+                      "q_proj,v_proj: a phi3 model has no such projection"),
+            std::string::npos);
+  // A regular expression over Phi-3's modules: its activation and dropouts are no linear layers.
+  EXPECT_NE(error_of([&] {
+              fitted(phi3, ".*\\.(qkv_proj|activation_fn)");
+            }).find("selects 'model.layers.0.mlp.activation_fn', which is no linear layer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              fitted(phi3, ".*(qkv_proj|resid_mlp_dropout)");
+            }).find("selects 'model.layers.0.resid_mlp_dropout', which is no linear layer"),
+            std::string::npos);
+  EXPECT_EQ(fitted(phi3, ".*\\.(qkv_proj|act_fn)"), "qkv_proj");  // Llama's act_fn: none here
   // A spec not fitted to the model is refused by its validation, naming the target.
   ModelConfig unfitted = phi3;
   unfitted.lora.rank = 4;
