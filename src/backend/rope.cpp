@@ -16,10 +16,10 @@ std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     const float power = static_cast<float>(std::pow(static_cast<double>(rope.theta), exponent));
     // longrope: 1.0 / (ext_factors * base ** exponent), the factors an fp32 tensor.
-    const float divisor =
-        sc.type == RopeScaling::kLongrope
-            ? static_cast<float>(sc.short_factor.at(static_cast<size_t>(i))) * power
-            : power;
+    const std::vector<double>& factors = sc.long_factors ? sc.long_factor : sc.short_factor;
+    const float divisor = sc.type == RopeScaling::kLongrope
+                              ? static_cast<float>(factors.at(static_cast<size_t>(i))) * power
+                              : power;
     inv[static_cast<size_t>(i)] = 1.0f / divisor;
   }
   const auto factor = static_cast<float>(sc.factor);

@@ -20,17 +20,21 @@ struct RopeScalingParams {
   // llama3: its original_max_position_embeddings; longrope: config.json's top-level one
   int64_t original_max_positions = 0;
   // longrope (transformers' Phi3LongRoPEScaledRotaryEmbedding): one factor per frequency that
-  // divides it, short_factor for sequences up to original_max_positions (the only ones zerotrain
-  // runs a longrope model at) and long_factor beyond; and the factor multiplying cos and sin,
-  // sqrt(1 + ln(max_position_embeddings / original) / ln(original)) when that ratio exceeds 1.
+  // divides it, short_factor for sequences up to original_max_positions and long_factor beyond;
+  // and the factor multiplying cos and sin, sqrt(1 + ln(max_position_embeddings / original) /
+  // ln(original)) when that ratio exceeds 1, whichever factors apply. long_factors: those of a
+  // sequence longer than original_max_positions (a model's, chosen by its sequence length as
+  // transformers 4.46 chooses them by the forward's key/value length; not from config.json).
   std::vector<double> short_factor, long_factor;
   double attention_factor = 1.0;
+  bool long_factors = false;
   // Written out: the CUDA sources that include this header are compiled as C++17.
   bool operator==(const RopeScalingParams& o) const {
     return type == o.type && factor == o.factor && low_freq_factor == o.low_freq_factor &&
            high_freq_factor == o.high_freq_factor &&
            original_max_positions == o.original_max_positions && short_factor == o.short_factor &&
-           long_factor == o.long_factor && attention_factor == o.attention_factor;
+           long_factor == o.long_factor && attention_factor == o.attention_factor &&
+           long_factors == o.long_factors;
   }
 };
 
@@ -52,7 +56,8 @@ struct RopeSpec {
 //   llama3:  wavelen = (1/inv_i)·2π; below original/high_freq_factor kept, above
 //            original/low_freq_factor divided by factor, in between
 //            (1 − s)·inv_i/factor + s·inv_i with s = (original/wavelen − low)/(high − low).
-//   longrope: 1 / (short_factor_i · θ^(2i/hd))                (the product, then its reciprocal)
+//   longrope: 1 / (factor_i · θ^(2i/hd))    (the product, then its reciprocal; factor_i the
+//             short_factor, or with long_factors the long_factor)
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim);
 
 // Longrope's factor on cos and sin, in double as transformers computes it:

@@ -122,6 +122,13 @@ void ModelConfig::validate() const {
                "are beyond what zerotrain can address (2^48 parameters, 2^40 per matrix)");
 }
 
+RopeSpec ModelConfig::rope_for_length(int64_t length) const {
+  RopeSpec r = rope();
+  r.scaling.long_factors =
+      rope_scaling.type == RopeScaling::kLongrope && length > rope_scaling.original_max_positions;
+  return r;
+}
+
 std::string ModelConfig::set_lora(LoraSpec spec) {
   std::string warning = spec.fit_to_model(fused_projections, model_type());
   lora = std::move(spec);

@@ -69,6 +69,9 @@ struct ModelConfig {
   // "llama".
   std::string model_type() const;
   RopeSpec rope() const { return {static_cast<float>(rope_theta), rope_scaling}; }
+  // The rotation of sequences of `length` positions: with longrope, its long factors beyond
+  // original_max_position_embeddings (transformers 4.46's Phi-3, by the forward's length).
+  RopeSpec rope_for_length(int64_t length) const;
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;

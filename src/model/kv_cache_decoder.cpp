@@ -31,7 +31,8 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
                " positions exceeds the original_max_position_embeddings of the model's longrope "
                "scaling (" +
                std::to_string(config_.rope_scaling.original_max_positions) +
-               "): its long factors are not implemented");
+               "): transformers switches to its long factors in the middle of a generation, "
+               "which decoding does not implement");
   ZT_CHECK(max_rows_ > 0 && max_rows_ <= max_positions_,
            "decoding: " + std::to_string(max_rows_) + " rows per forward, with " +
                std::to_string(max_positions_) + " positions");

@@ -210,15 +210,6 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
                " tokens: attention over a window shorter than the sequence is not implemented "
                "(use --seq-len <= " +
                std::to_string(config_.sliding_window) + ")");
-  // Longrope's long factors apply to sequences longer than its original length; only the short
-  // ones are implemented.
-  ZT_CHECK(config_.rope_scaling.type != RopeScaling::kLongrope ||
-               T_ <= config_.rope_scaling.original_max_positions,
-           "sequence length " + std::to_string(T_) +
-               " exceeds the original_max_position_embeddings of the model's longrope scaling (" +
-               std::to_string(config_.rope_scaling.original_max_positions) +
-               "): its long factors are not implemented (use --seq-len <= " +
-               std::to_string(config_.rope_scaling.original_max_positions) + ")");
   head_chunk_ = head_chunk_rows > 0 ? std::min(head_chunk_rows, M_)
                                     : head_rows_per_chunk(M_, config_.vocab_size);
   // Activations (and every device-pool buffer of the engine) live in the backend's memory.
@@ -402,7 +393,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
     };
   decoder_layer_qkv(be_, config_, P, A, x, M_, adapt);
   const int32_t* doc_start = document_starts();
-  const RopeSpec rope = config_.rope();
+  const RopeSpec rope = config_.rope_for_length(T_);
   be_.rope_forward(A.q, B_, T_, H, hd, rope, doc_start);
   be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start);
@@ -418,7 +409,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const int64_t QD = config_.q_dim();
-  const RopeSpec rope = config_.rope();
+  const RopeSpec rope = config_.rope_for_length(T_);
   const LayerWeights P = layer_weights(layout_, layer, params);
   const LayerActs A = acts_for(layer);
   const ConstTensorView x = t_.resid[static_cast<size_t>(layer)];

@@ -109,6 +109,14 @@ FAMILIES = {
         rope_scaling={"type": "longrope",
                       "short_factor": [1.0, 1.08, 2.02, 3.3, 4.1, 6.07, 8.3, 10.1],
                       "long_factor": [20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0]})),
+    # Phi-3-mini-128k and Phi-3.5-mini fine-tuned beyond their original length: windows of 32
+    # tokens past original_max_position_embeddings 16 take the long factors (transformers 4.46
+    # chooses by the forward's sequence length), cos and sin scaled by sqrt(1 + ln 8 / ln 16).
+    "phi3-longrope-long": ("Phi3Config", "Phi3ForCausalLM", dict(
+        sliding_window=None, pad_token_id=32, original_max_position_embeddings=16,
+        rope_scaling={"type": "longrope",
+                      "short_factor": [1.0, 1.08, 2.02, 3.3, 4.1, 6.07, 8.3, 10.1],
+                      "long_factor": [1.3, 2.7, 4.9, 7.3, 11.9, 17.1, 23.7, 31.3]})),
 }
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)

@@ -190,8 +190,8 @@ TEST(Phi3Lora, AFusedAdapterHoldsItsPartsRowsInTheFusedOrder) {
 
 // Phi-3.5-mini's and the 128k models' rope scaling. The frequencies and the factor on cos and sin
 // are transformers' formulas (Phi3LongRoPEScaledRotaryEmbedding, 4.46) written out here; the
-// model with them is checked against transformers in oracle_hf_phi3_longrope.
-TEST(Phi3Config, LongropeTakesTheShortFactorsAndTheAttentionFactorOfItsLengths) {
+// model with them is checked against transformers in oracle_hf_phi3_longrope(_long).
+TEST(Phi3Config, LongropeTakesTheFactorsOfTheSequenceLengthAndTheAttentionFactorOfItsLengths) {
   nlohmann::json j = phi3_json();
   std::vector<double> shorts, longs;
   for (int i = 0; i < 8; ++i) shorts.push_back(1.0 + 0.25 * i), longs.push_back(4.0 + i);
@@ -213,14 +213,21 @@ TEST(Phi3Config, LongropeTakesTheShortFactorsAndTheAttentionFactorOfItsLengths) 
   EXPECT_EQ(back.at("original_max_position_embeddings"), 32);
   EXPECT_EQ(ModelConfig::from_hf_json(back, "again"), c);
   EXPECT_TRUE(hf_config_unknown_keys(j).empty());
-  // Sequences up to the original length take the short factors; longer ones are refused.
+  // Sequences up to the original length take the short factors, longer ones the long factors
+  // (transformers chooses by the forward's sequence length), the attention factor either way.
+  EXPECT_FALSE(c.rope_for_length(32).scaling.long_factors);
+  EXPECT_TRUE(c.rope_for_length(33).scaling.long_factors);
+  EXPECT_EQ(rope_inv_freq(c.rope_for_length(32), c.head_dim()), inv);
+  const std::vector<float> long_inv = rope_inv_freq(c.rope_for_length(33), c.head_dim());
+  for (size_t i = 0; i < 8; ++i) {
+    const float power = static_cast<float>(std::pow(10000.0, static_cast<float>(2 * i) / 16.0f));
+    EXPECT_EQ(long_inv[i], 1.0f / (static_cast<float>(longs[i]) * power)) << i;
+  }
+  EXPECT_FALSE(preset_config("tiny").rope_for_length(1 << 20).scaling.long_factors);
   auto be = make_cpu_backend();
   MemoryTracker memory;
-  EXPECT_NO_THROW(LlamaModel(c, *be, memory, 1, 32));
-  EXPECT_NE(error_of([&] { LlamaModel(c, *be, memory, 1, 33); })
-                .find("sequence length 33 exceeds the original_max_position_embeddings of the "
-                      "model's longrope scaling (32)"),
-            std::string::npos);
+  EXPECT_NO_THROW(LlamaModel(c, *be, memory, 1, 33));
+  // Decoding past the original length is refused: transformers switches factors mid-generation.
   EXPECT_NO_THROW(KvCacheDecoder(c, *be, memory, 32, 8));
   EXPECT_NE(error_of([&] {
               KvCacheDecoder(c, *be, memory, 33, 8);
