@@ -135,9 +135,10 @@ struct EngineOptions {
   int64_t bucket = 500'000'000;
   int64_t reuse = 1'000'000'000;
   int64_t persistence = 0;
-  int64_t micro = 2;                           // sequences per micro-batch of this rank
-  int64_t accum = 1;                           // micro-batches per step the spec plans for
-  bool tied = false;                           // the tiny preset with tie_word_embeddings
+  int64_t micro = 2;   // sequences per micro-batch of this rank
+  int64_t accum = 1;   // micro-batches per step the spec plans for
+  bool tied = false;   // the tiny preset with tie_word_embeddings
+  bool fused = false;  // the tiny preset as a Phi-3 (fused qkv_proj, gate_up_proj adapters)
   bool world_invariant = false;                // zero.world_invariant (docs/ARCHITECTURE.md §4)
   std::vector<std::string> trainable, freeze;  // --trainable / --freeze (model/trainable.h)
   LoraSpec lora;                               // LoRA adapters (model/lora.h); rank 0: none
@@ -170,7 +171,8 @@ class TestEngine {
     zero.world_invariant = o.world_invariant;
     ModelConfig model = preset_config("tiny");
     model.tie_word_embeddings = o.tied;
-    model.lora = o.lora;
+    model.fused_projections = o.fused;
+    (void)model.set_lora(o.lora);  // fitted: all-linear is the model's projections
     EngineSpec spec = engine_spec_for(model, zero, o.micro, o.seq);
     spec.grad_accum = o.accum;
     spec.precision = o.precision;

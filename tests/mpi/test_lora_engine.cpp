@@ -39,8 +39,7 @@ LoraSpec adapters(int64_t rank = 4) {
   LoraSpec s;
   s.rank = rank;
   s.alpha = 8;
-  s.set_targets({"all-linear"}, "test");
-  s.fit_to_model(false, "llama");
+  s.set_targets({"all-linear"}, "test");  // fitted to the model by the test engine
   return s;
 }
 
@@ -119,7 +118,7 @@ TEST_F(LoraEngineTest, BaseStaysBitwiseAndEveryStageEqualsOneRankStageZero) {
     const std::string name = precision_name(precision);
     const Trained reference = train(self_, lora_options(0, precision));
     ModelConfig model = preset_config("tiny");
-    model.lora = adapters();
+    (void)model.set_lora(adapters());
     const ParamLayout layout(model);
     int moved = 0;
     for (const TensorInfo& t : layout.tensors()) {
@@ -131,6 +130,30 @@ TEST_F(LoraEngineTest, BaseStaysBitwiseAndEveryStageEqualsOneRankStageZero) {
     EXPECT_EQ(moved, 2 * 2 * 7) << name;  // A and B of 7 projections in 2 layers
     expect_every_mode_trains_as(
         reference, [&](int stage) { return lora_options(stage, precision); }, name);
+  }
+}
+
+// Phi-3's fused adapters (one A for q, k and v, one B over their rows; gate and up likewise): every
+// stage and mode trains as one rank at stage 0, bit for bit (the math against PEFT is
+// oracle_lora_phi3's).
+TEST_F(LoraEngineTest, Phi3FusedAdaptersTrainAtEveryStageAsOneRankStageZero) {
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    auto options = [&](int stage) {
+      EngineOptions o = lora_options(stage, precision);
+      o.fused = true;
+      o.lora.dropout = 0.1;
+      return o;
+    };
+    const Trained reference = train(self_, options(0));
+    int adapters = 0;
+    for (const auto& [name, values] : reference.final) {
+      const bool fused = name.find("qkv_proj.lora") != std::string::npos ||
+                         name.find("gate_up_proj.lora") != std::string::npos;
+      adapters += fused && values != reference.initial.at(name) ? 1 : 0;
+    }
+    EXPECT_EQ(adapters, 2 * 2 * 2);  // A and B of qkv_proj and gate_up_proj in 2 layers
+    expect_every_mode_trains_as(reference, options,
+                                std::string(precision_name(precision)) + " Phi-3");
   }
 }
 
@@ -153,7 +176,7 @@ TEST_F(LoraEngineTest, DropoutMasksAreTheSameAtEveryStageAndWorldSize) {
 
 TEST_F(LoraEngineTest, OnlyTheAdaptersCarryGradientsAndOptimizerState) {
   ModelConfig model = preset_config("tiny");
-  model.lora = adapters();
+  (void)model.set_lora(adapters());
   const ParamLayout layout(model);
   for (int stage = 0; stage <= 3; ++stage) {
     EngineOptions o = lora_options(stage, Precision::kBf16);
