@@ -297,21 +297,21 @@ void info_safetensors(const std::string& dir, bool json) {
 
 // A PEFT LoRA adapter directory (a LoRA run's OUT/final, or PEFT's save_pretrained): its
 // adapter_config.json read as eval and generate --adapter read it, and its tensors' headers.
-// The projections an adapter's targets select: all-linear and a pattern select among a model's,
-// those of the kind of model its weights show (Phi-3's fused ones, or the others); where they
-// select none of them, the targets as the file gives them.
+// The projections the adapter's weights adapt, in a layer's order (PEFT saves lora_A and lora_B
+// for each module its targets found in the model); the targets as the file gives them when its
+// weights hold none.
 std::string adapted_projections(const LoraSpec& spec, const SafetensorsReader& weights) {
-  bool fused = false;
-  for (const SafetensorsEntry& e : weights.tensors())
-    fused = fused || e.name.find(".qkv_proj.lora_") != std::string::npos ||
-            e.name.find(".gate_up_proj.lora_") != std::string::npos;
-  LoraSpec fitted = spec;
-  try {
-    (void)fitted.fit_to_model(fused, fused ? "phi3" : "llama");
-  } catch (const Error&) {
-    return spec.targets_as_given();
+  std::set<std::string> modules;
+  for (const SafetensorsEntry& e : weights.tensors()) {
+    const size_t at = e.name.rfind(".lora_A.");
+    const size_t dot = at == std::string::npos || at == 0 ? at : e.name.rfind('.', at - 1);
+    if (dot != std::string::npos) modules.insert(e.name.substr(dot + 1, at - dot - 1));
   }
-  return fitted.targets_text();
+  std::string text;
+  for (LoraTarget t : kLoraTargetsInLayerOrder)
+    if (modules.count(lora_target_name(t)) > 0)
+      text += std::string(text.empty() ? "" : ",") + lora_target_name(t);
+  return text.empty() ? spec.targets_as_given() : text;
 }
 
 void info_peft_adapter(const std::string& dir, bool json) {

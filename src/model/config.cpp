@@ -130,6 +130,8 @@ RopeSpec ModelConfig::rope_for_length(int64_t length) const {
 }
 
 std::string ModelConfig::set_lora(LoraSpec spec) {
+  // A pattern's modules first (the LM head, a norm: named), then what it selects here.
+  spec.check_target_pattern(num_layers, qk_norm, fused_projections);
   std::string warning = spec.fit_to_model(fused_projections, model_type());
   lora = std::move(spec);
   return warning;

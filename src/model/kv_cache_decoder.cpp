@@ -1,5 +1,6 @@
 #include "model/kv_cache_decoder.h"
 
+#include <algorithm>
 #include <string>
 
 #include "model/decoder_layer.h"
@@ -25,14 +26,11 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
                " positions exceeds the model's sliding_window of " +
                std::to_string(config_.sliding_window) +
                " tokens: attention over a window shorter than the sequence is not implemented");
-  ZT_CHECK(config_.rope_scaling.type != RopeScaling::kLongrope ||
-               max_positions_ <= config_.rope_scaling.original_max_positions,
-           "decoding " + std::to_string(max_positions_) +
-               " positions exceeds the original_max_position_embeddings of the model's longrope "
-               "scaling (" +
-               std::to_string(config_.rope_scaling.original_max_positions) +
-               "): transformers switches to its long factors in the middle of a generation, "
-               "which decoding does not implement");
+  // Longrope: the forward that passes the original length runs every position so far again.
+  const int64_t original = config_.rope_scaling.original_max_positions;
+  if (config_.rope_scaling.type == RopeScaling::kLongrope && max_rows_ <= original &&
+      max_positions_ > original)
+    max_rows_ = std::min(max_positions_, original + max_rows_);
   ZT_CHECK(max_rows_ > 0 && max_rows_ <= max_positions_,
            "decoding: " + std::to_string(max_rows_) + " rows per forward, with " +
                std::to_string(max_positions_) + " positions");
@@ -72,6 +70,18 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
 
 std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
                                            const std::vector<ConstTensorView>& params) {
+  // transformers (4.46, Phi3ForCausalLM.prepare_inputs_for_generation) drops the cache once the
+  // sequence reaches original + 1 with at most original positions cached, and runs it whole: every
+  // key then takes the long factors.
+  const int64_t original = config_.rope_scaling.original_max_positions;
+  if (config_.rope_scaling.type == RopeScaling::kLongrope && length_ > 0 && length_ <= original &&
+      length_ + n > original) {
+    std::vector<int32_t> whole = history_;
+    whole.insert(whole.end(), tokens, tokens + n);
+    length_ = 0;
+    history_.clear();
+    return forward(whole.data(), static_cast<int64_t>(whole.size()), params);
+  }
   ZT_CHECK(n > 0 && n <= max_rows_ && length_ + n <= max_positions_,
            "decoding " + std::to_string(n) + " tokens after " + std::to_string(length_) +
                ": the cache holds " + std::to_string(max_positions_) + " positions, a forward " +
@@ -100,6 +110,7 @@ std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
                       static_cast<float>(config_.rms_norm_eps));
   be_.matmul_forward(logits_.data(), head_in_.data(), head, 1, V, D);
   length_ += n;
+  history_.insert(history_.end(), tokens, tokens + n);
   std::vector<float> row(static_cast<size_t>(V));
   be_.device_memory().to_host(row.data(), logits_.data(), row.size() * sizeof(float));
   return row;
@@ -131,7 +142,9 @@ void KvCacheDecoder::layer_forward(int layer, ConstTensorView params, TensorView
   A.lse = lse_.data();
   const LayerWeights P = layer_weights(layout_, layer, params);
   decoder_layer_qkv(be_, config_, P, A, x, n, {});
-  const RopeSpec rope = config_.rope();
+  // Longrope: the factors of this forward's key/value length, as transformers 4.46's Phi-3 rotates
+  // (short up to the original length; past it forward() has run every position again).
+  const RopeSpec rope = config_.rope_for_length(past + n);
   be_.rope_forward_after(A.q, 1, n, H, hd, rope, past);
   be_.rope_forward_after(A.k, 1, n, Hkv, hd, rope, past);
   be_.attention_forward_after(A.att, A.lse, A.q, cached_keys, cached_values, 1, n, past, H, Hkv,

@@ -28,6 +28,8 @@ class KvCacheDecoder {
   // Runs tokens[0..n) at positions length()..length()+n−1 through the model, caches their keys
   // and values, and returns the logits of the last one [V]. params[g]: group g's fp32 weights in
   // the layout's order (the head of a tied model reads the embedding group's table).
+  // Longrope: a forward that takes the cache past original_max_position_embeddings runs every
+  // position again with the long factors, as transformers' Phi-3 generation drops its cache there.
   std::vector<float> forward(const int32_t* tokens, int64_t n,
                              const std::vector<ConstTensorView>& params);
 
@@ -39,6 +41,7 @@ class KvCacheDecoder {
   Backend& be_;
   int64_t max_positions_, max_rows_;
   int64_t length_ = 0;
+  std::vector<int32_t> history_;  // the tokens cached (longrope: run again past its original)
   // Per layer [max_positions, Hkv, hd]: keys after RoPE (and the q/k norm), values.
   std::vector<TrackedBuffer<float>> keys_, values_;
   // The new rows' activations, up to max_rows rows: two residual buffers used in turn, then

@@ -277,6 +277,56 @@ def hf_gradients(model, tokens, micro_batch, seq_len):
     return split_fused(grads, model.config)
 
 
+def greedy_scores(model, prompt_ids, count):
+    """The scores of transformers' greedy generation, step by step: GenerationMixin's loop
+    (prepare_inputs_for_generation, the forward, _update_model_kwargs_for_generation) run here,
+    as generate() itself does not start on Debian's torch 1.13 with Python 3.11. Phi-3's
+    prepare_inputs_for_generation drops the cache where longrope switches to the long factors."""
+    from transformers import DynamicCache
+    ids = torch.tensor([prompt_ids])
+    kwargs = {"attention_mask": torch.ones_like(ids), "use_cache": True,
+              "past_key_values": DynamicCache(), "cache_position": torch.arange(len(prompt_ids)),
+              "num_logits_to_keep": 1}  # as generate() sets it for Phi-3
+    scores = []
+    with torch.no_grad():
+        for _ in range(count):
+            inputs = model.prepare_inputs_for_generation(ids, **kwargs)
+            out = model(**inputs, return_dict=True)
+            row = out.logits[0, -1].double()
+            scores.append(row)
+            ids = torch.cat([ids, row.argmax().view(1, 1)], dim=1)
+            kwargs = model._update_model_kwargs_for_generation(out, kwargs)
+    return scores
+
+
+def check_generate(zt, imported, model, tokens, family, original):
+    """Greedy generate across longrope's original length against transformers' generate, which
+    rotates each forward with the factors of its key/value length (the prompt's forward, then
+    each new token's with the cache before it): every new token is the largest of transformers'
+    scores at its step, within 1e-4 of the row's largest magnitude."""
+    prompt_ids = [int(t) for t in tokens[:24]]
+    check(all(0 < t < 128 for t in prompt_ids), "the prompt is ASCII")
+    new_count = 2 * original + 8 - len(prompt_ids)  # past the original length either way
+    out = run_tool([zt, "generate", "--model", imported, "--prompt", bytes(prompt_ids).decode(),
+                    "--tokenizer", "byte", "--json", "--ignore-eos", "--max-new-tokens",
+                    str(new_count)])
+    generated = last_json_line(out)
+    check(generated["prompt_tokens"] == prompt_ids, "generate encoded another prompt")
+    new = generated["new_tokens"]
+    scores = greedy_scores(model, prompt_ids, new_count)
+    check(len(new) == new_count == len(scores), f"{len(new)} new tokens")
+    worst = 0.0
+    for i, token in enumerate(new):
+        row = scores[i]
+        gap = (row.max() - row[token]).item() / max(1.0, row.abs().max().item())
+        worst = max(worst, gap)
+        check(gap <= 1e-4, f"generate: new token {i} (position {len(prompt_ids) + i}) is {token}, "
+              f"transformers' largest score is {row.argmax().item()}, {gap:.2e} above it")
+    print(f"{family} generate: {new_count} tokens from position {len(prompt_ids)}, past "
+          f"original {original}, each transformers' largest score (worst gap {worst:.1e})",
+          flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--zerotrain", required=True)
@@ -385,6 +435,10 @@ def main():
             check(error <= grad_bound, f"grad {name}: ‖Δ‖/‖ref‖ = {error:.3e} > {grad_bound:.3e}")
     print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ {worst[0]:.3e} "
           f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
+
+    if "longrope" in args.family:
+        check_generate(zt, imported, model, tokens, args.family,
+                       extra["original_max_position_embeddings"])
 
     # Train from the import at 2 ranks, stage 3, export, and let transformers read the export.
     run = os.path.join(work, "run")

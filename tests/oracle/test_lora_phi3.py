@@ -14,7 +14,8 @@ test_lora.py (whose helpers and constants this uses: r 4, alpha 8, STEPS steps o
    step's gradient and Adam moments of every lora_A and lora_B, and the final adapters equal
    PEFT's within test_lora.py's fp32 bound (1e-4 relative).
 3. PeftModel.from_pretrained(base, OUT/final) loads the adapter; its loss is zerotrain's
-   end-of-run evaluation's.
+   end-of-run evaluation's. export --format peft of the 2-rank run's last checkpoint writes
+   final/'s tensors bitwise, under PEFT's names.
 4. export --merge-lora to a Hugging Face directory: its qkv_proj and gate_up_proj are PEFT's
    merge_and_unload (rounded to bf16) within one bf16 ulp; transformers loads it. PEFT's own
    save_pretrained of its trained adapter: eval --adapter gives PEFT's loss, and a run that
@@ -209,6 +210,9 @@ def check_target_names(zt, work):
           f"Llama's list on Phi-3: zerotrain adapts {sorted(ours)}, PEFT {sorted(peft_names)}")
     check("a phi3 model has no q_proj, k_proj, v_proj, gate_proj, up_proj" in err,
           f"Llama's list on Phi-3 was not warned about: {err.strip()}")
+    info = json.loads(run_tool([zt, "info", work("llama_list", "final"), "--json"]))
+    check(info["target_modules"] == "o_proj,down_proj",
+          f"info names {info['target_modules']} for an adapter of o_proj and down_proj")
     print("target names: q_proj,v_proj refused; Llama's list adapts o_proj and down_proj, as PEFT")
 
 
@@ -250,6 +254,16 @@ def main():
             print(f"{what}: every step's A/B gradients, m and v within {worst:.2e} of PEFT's")
             if args.mutation:
                 return
+        # The 2-rank stage-3 checkpoint's adapter (export --format peft): final/'s, bitwise.
+        run_tool([zt, "export", work("two", "checkpoints", f"step-{lora.STEPS:08d}"), "--format",
+                  "peft", "--out", work("exported")])
+        exported = lora.read_safetensors(work("exported", "adapter_model.safetensors"))
+        final = lora.read_safetensors(work("two", "final", "adapter_model.safetensors"))
+        check(set(exported) == set(final) and all(torch.equal(exported[n], final[n])
+                                                  for n in final),
+              "export --format peft of the last checkpoint differs from final/")
+        with open(work("exported", "adapter_config.json")) as f:
+            check(json.load(f)["target_modules"] == FUSED, "the exported adapter's targets")
         from peft import PeftModel
         loaded = PeftModel.from_pretrained(base_model(work("hf")), work("one", "final"))
         with torch.no_grad():
