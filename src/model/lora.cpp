@@ -170,8 +170,9 @@ std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
 
 // The module paths of a model that hold no projection an adapter can sit on: the embedding and
 // LM head (which train in full instead), the model's other modules, then layer l's (containers,
-// norms, activation; Qwen3's q/k norms with qk_norm), as transformers 4.46 names them: Llama's
-// rotary embedding is the model's (since 4.45), Phi-3's each attention's, beside its dropouts.
+// norms, activation, each attention's rotary embedding; Qwen3's q/k norms with qk_norm), as
+// transformers 4.46 names them: Llama's rotary embedding is also the model's (since 4.45),
+// Phi-3's attention has its dropouts beside it.
 const std::vector<std::string> kEmbeddingAndHead = {"model.embed_tokens", "lm_head"};
 std::vector<std::string> model_modules(bool fused) {
   if (fused) return {"model", "model.layers", "model.norm", "model.embed_dropout"};
@@ -179,11 +180,12 @@ std::vector<std::string> model_modules(bool fused) {
 }
 std::vector<std::string> layer_modules(int64_t layer, bool qk_norm, bool fused) {
   const std::string l = "model.layers." + std::to_string(layer);
-  std::vector<std::string> modules = {l, l + ".self_attn", l + ".mlp", l + ".input_layernorm",
-                                      l + ".post_attention_layernorm"};
+  std::vector<std::string> modules = {
+      l,          l + ".self_attn",       l + ".self_attn.rotary_emb",
+      l + ".mlp", l + ".input_layernorm", l + ".post_attention_layernorm"};
   if (fused)
-    modules.insert(modules.end(), {l + ".self_attn.rotary_emb", l + ".mlp.activation_fn",
-                                   l + ".resid_attn_dropout", l + ".resid_mlp_dropout"});
+    modules.insert(modules.end(),
+                   {l + ".mlp.activation_fn", l + ".resid_attn_dropout", l + ".resid_mlp_dropout"});
   else
     modules.push_back(l + ".mlp.act_fn");
   if (qk_norm) modules.insert(modules.end(), {l + ".self_attn.q_norm", l + ".self_attn.k_norm"});
