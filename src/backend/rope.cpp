@@ -12,11 +12,11 @@ std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim) {
   const int64_t half = head_dim / 2;
   const RopeScalingParams& sc = rope.scaling;
   std::vector<float> inv(static_cast<size_t>(half));
+  const std::vector<double>& factors = sc.long_factors ? sc.long_factor : sc.short_factor;
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     const float power = static_cast<float>(std::pow(static_cast<double>(rope.theta), exponent));
     // longrope: 1.0 / (ext_factors * base ** exponent), the factors an fp32 tensor.
-    const std::vector<double>& factors = sc.long_factors ? sc.long_factor : sc.short_factor;
     const float divisor = sc.type == RopeScaling::kLongrope
                               ? static_cast<float>(factors.at(static_cast<size_t>(i))) * power
                               : power;

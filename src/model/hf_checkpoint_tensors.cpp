@@ -7,32 +7,6 @@
 
 namespace zt {
 
-namespace {
-
-// The fused tensor a layout tensor of a Phi-3 layer belongs to (its name after "model.layers.N."),
-// and its place among the parts.
-struct FusedMember {
-  TensorRole role;
-  const char* suffix;
-  int position;
-};
-
-constexpr FusedMember kFusedMembers[] = {
-    {TensorRole::kQProj, "self_attn.qkv_proj.weight", 0},
-    {TensorRole::kKProj, "self_attn.qkv_proj.weight", 1},
-    {TensorRole::kVProj, "self_attn.qkv_proj.weight", 2},
-    {TensorRole::kGateProj, "mlp.gate_up_proj.weight", 0},
-    {TensorRole::kUpProj, "mlp.gate_up_proj.weight", 1},
-};
-
-const FusedMember* fused_member(TensorRole role) {
-  for (const FusedMember& m : kFusedMembers)
-    if (m.role == role) return &m;
-  return nullptr;
-}
-
-}  // namespace
-
 std::vector<HfCheckpointTensor> hf_checkpoint_tensors(const ParamLayout& layout) {
   const bool fused = layout.config().fused_projections;
   std::vector<HfCheckpointTensor> out;
@@ -40,17 +14,20 @@ std::vector<HfCheckpointTensor> hf_checkpoint_tensors(const ParamLayout& layout)
   const std::vector<TensorInfo>& tensors = layout.tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo& t = tensors[i];
-    const FusedMember* member = fused && t.layer >= 0 ? fused_member(t.role) : nullptr;
-    if (!member) {
+    // A Phi-3 layer's q, k, v and gate, up: parts of the module a LoRA adapter also takes whole.
+    const ProjectionModule module =
+        t.layer >= 0 ? projection_module(t.role, fused) : ProjectionModule{};
+    const auto target = static_cast<LoraTarget>(module.target);
+    if (target != LoraTarget::kQkv && target != LoraTarget::kGateUp) {
       out.push_back({t.name, t.shape, {static_cast<int>(i)}});
       continue;
     }
-    const std::string name = "model.layers." + std::to_string(t.layer) + "." + member->suffix;
+    const std::string name = lora_module_path(t.layer, target) + ".weight";
     auto [it, added] = fused_index.emplace(name, out.size());
     if (added) out.push_back({name, {0, t.shape[1]}, {}});
     HfCheckpointTensor& whole = out[it->second];
     // The layout holds a layer's parts in the fused order (q, k, v; gate, up).
-    ZT_CHECK(static_cast<int>(whole.parts.size()) == member->position,
+    ZT_CHECK(static_cast<int>(whole.parts.size()) == module.part,
              "hf_checkpoint_tensors: " + t.name + " out of the fused order");
     whole.parts.push_back(static_cast<int>(i));
     whole.shape[0] += t.shape[0];

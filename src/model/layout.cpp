@@ -160,70 +160,87 @@ int64_t ParamLayout::non_embedding_numel() const {
   return total_numel() - groups_[0].numel;
 }
 
+namespace {
+
+// The separate projections in LoraTarget's order (the fused targets come after them).
+constexpr std::array<TensorRole, 7> kSeparateProjections = {
+    TensorRole::kQProj,    TensorRole::kKProj,  TensorRole::kVProj,   TensorRole::kOProj,
+    TensorRole::kGateProj, TensorRole::kUpProj, TensorRole::kDownProj};
+
+}  // namespace
+
 int lora_target_of(TensorRole role) {
-  // In LoraTarget's order: the separate projections (the fused targets are no role's).
-  constexpr std::array<TensorRole, 7> kProjections = {
-      TensorRole::kQProj,    TensorRole::kKProj,  TensorRole::kVProj,   TensorRole::kOProj,
-      TensorRole::kGateProj, TensorRole::kUpProj, TensorRole::kDownProj};
-  for (size_t t = 0; t < kProjections.size(); ++t)
-    if (kProjections[t] == role) return static_cast<int>(t);
+  for (size_t t = 0; t < kSeparateProjections.size(); ++t)
+    if (kSeparateProjections[t] == role) return static_cast<int>(t);
   return -1;
 }
 
+namespace {
+
+// The projections a target adapts, in the order its B holds their rows: one, or a fused target's
+// parts (Phi-3's qkv_proj: q, k, v; gate_up_proj: gate, up).
+std::vector<TensorRole> adapted_projections(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQkv:
+      return {TensorRole::kQProj, TensorRole::kKProj, TensorRole::kVProj};
+    case LoraTarget::kGateUp:
+      return {TensorRole::kGateProj, TensorRole::kUpProj};
+    default:
+      return {kSeparateProjections[static_cast<size_t>(t)]};
+  }
+}
+
+// [out, in] of a decoder layer's projection.
+std::array<int64_t, 2> projection_shape(const ModelConfig& c, TensorRole role) {
+  const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim(), qd = c.q_dim();
+  switch (role) {
+    case TensorRole::kQProj:
+      return {qd, d};
+    case TensorRole::kKProj:
+    case TensorRole::kVProj:
+      return {kv, d};
+    case TensorRole::kOProj:
+      return {d, qd};
+    case TensorRole::kDownProj:
+      return {d, f};
+    default:  // gate and up
+      return {f, d};
+  }
+}
+
+}  // namespace
+
 std::array<int64_t, 2> lora_projection_shape(const ModelConfig& c, LoraTarget t) {
-  const std::vector<int64_t> rows = lora_output_rows(c, t);
+  const std::vector<TensorRole> parts = adapted_projections(t);
   int64_t out = 0;
-  for (int64_t r : rows) out += r;
-  const bool from_attention = t == LoraTarget::kO, from_mlp = t == LoraTarget::kDown;
-  return {out, from_attention ? c.q_dim() : from_mlp ? c.intermediate_size : c.hidden_size};
+  for (TensorRole part : parts) out += projection_shape(c, part)[0];
+  return {out, projection_shape(c, parts.front())[1]};  // the parts share their input
 }
 
 std::vector<int64_t> lora_output_rows(const ModelConfig& c, LoraTarget t) {
-  const int64_t d = c.hidden_size, f = c.intermediate_size, kv = c.kv_dim(), qd = c.q_dim();
-  switch (t) {
-    case LoraTarget::kQ:
-      return {qd};
-    case LoraTarget::kK:
-    case LoraTarget::kV:
-      return {kv};
-    case LoraTarget::kO:
-    case LoraTarget::kDown:
-      return {d};
-    case LoraTarget::kGate:
-    case LoraTarget::kUp:
-      return {f};
-    case LoraTarget::kQkv:
-      return {qd, kv, kv};
-    case LoraTarget::kGateUp:
-      return {f, f};
+  std::vector<int64_t> rows;
+  for (TensorRole part : adapted_projections(t)) rows.push_back(projection_shape(c, part)[0]);
+  return rows;
+}
+
+ProjectionModule projection_module(TensorRole role, bool fused_projections) {
+  for (const LoraTarget fused : {LoraTarget::kQkv, LoraTarget::kGateUp}) {
+    const std::vector<TensorRole> parts = adapted_projections(fused);
+    for (size_t i = 0; fused_projections && i < parts.size(); ++i)
+      if (parts[i] == role) return {static_cast<int>(fused), static_cast<int>(i)};
   }
-  return {};
+  return {lora_target_of(role), 0};
 }
 
 ProjectionLora projection_lora(const ParamLayout& layout, TensorRole role, int layer) {
-  const int separate = lora_target_of(role);
-  if (separate < 0) return {};
   const ModelConfig& c = layout.config();
-  // A fused target's outputs in B's row order, and the part this projection is.
-  LoraTarget target = static_cast<LoraTarget>(separate);
-  int part = 0;
-  if (c.fused_projections) {
-    const bool attention =
-        role == TensorRole::kQProj || role == TensorRole::kKProj || role == TensorRole::kVProj;
-    const bool mlp = role == TensorRole::kGateProj || role == TensorRole::kUpProj;
-    if (attention) target = LoraTarget::kQkv;
-    if (mlp) target = LoraTarget::kGateUp;
-    part = role == TensorRole::kKProj || role == TensorRole::kUpProj ? 1
-           : role == TensorRole::kVProj                              ? 2
-                                                                     : 0;
-  }
-  ProjectionLora p;
-  p.a = layout.lora_tensor(layer, static_cast<int>(target), false);
-  if (p.a < 0) return {};
-  p.b = layout.lora_tensor(layer, static_cast<int>(target), true);
-  const std::vector<int64_t> rows = lora_output_rows(c, target);
-  for (int i = 0; i < part; ++i) p.b_first_row += rows[static_cast<size_t>(i)];
-  return p;
+  const ProjectionModule module = projection_module(role, c.fused_projections);
+  const int a = module.target < 0 ? -1 : layout.lora_tensor(layer, module.target, false);
+  if (a < 0) return {};
+  const std::vector<int64_t> rows = lora_output_rows(c, static_cast<LoraTarget>(module.target));
+  int64_t first_row = 0;
+  for (int i = 0; i < module.part; ++i) first_row += rows[static_cast<size_t>(i)];
+  return {a, layout.lora_tensor(layer, module.target, true), first_row};
 }
 
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len) {

@@ -33,7 +33,7 @@ void LlamaModel::lora_forward(int layer, LoraTarget target, std::initializer_lis
   ZT_CHECK(static_cast<bool>(adapters),
            "layer " + std::to_string(layer) + ": LoRA needs the adapter group's parameters");
   const int b = layout_.lora_tensor(layer, static_cast<int>(target), true);
-  const int64_t in = lora_projection_shape(config_, target)[1];
+  const int64_t in = layout_.tensors()[static_cast<size_t>(a)].shape[1];  // A: [r, in]
   const std::vector<int64_t> rows = lora_output_rows(config_, target);
   ZT_CHECK(ys.size() == rows.size(), std::string("LoRA on ") + lora_target_name(target) +
                                          ": the layer passed another number of outputs");
@@ -67,7 +67,7 @@ void LlamaModel::lora_backward(int layer, LoraTarget target, TensorView dx,
     return adapter_grads && trainable_.trains(layout_.index_of(t)) ? adapter_grads + t.offset
                                                                    : nullptr;
   };
-  const int64_t in = lora_projection_shape(config_, target)[1];
+  const int64_t in = ta.shape[1];  // A: [r, in]
   const std::vector<int64_t> rows = lora_output_rows(config_, target);
   const int64_t r = config_.lora.rank;
   ZT_CHECK(dys.size() == rows.size(), std::string("LoRA on ") + lora_target_name(target) +
