@@ -127,9 +127,9 @@ class Backend {
 
   // ---- rotary position embedding, HF rotate-half convention, in place ----
   // x is [B, T, H, hd]; position of token t is p = t − doc_start[t] (t without document masks).
-  // With c=a·cos(p·θ_i), s=a·sin(p·θ_i), θ_i = rope_inv_freq(rope, hd)_i (theta^(−2i/hd), scaled;
-  // backend/rope.h; a: longrope's attention factor, else 1), i < hd/2:
-  // x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:hd/2]).
+  // With c=a·cos(p·θ_i), s=a·sin(p·θ_i), θ_i = rope_inv_freq(rope, hd)_i (theta^(−2i/r), scaled;
+  // backend/rope.h; a: longrope's attention factor, else 1), i < r/2, r = rope.rotated(hd):
+  // x1' = x1·c − x2·s,  x2' = x2·c + x1·s  (x1 = x[:r/2], x2 = x[r/2:r]; x[r:] unchanged).
   virtual void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
                             const RopeSpec& rope, const int32_t* doc_start = nullptr) = 0;
   // The transpose (the inverse where a = 1) applied to the gradient, in place.

@@ -9,12 +9,12 @@ namespace zt {
 // of transformers' rope functions: a Python number meets an fp32 tensor as an fp32 value, and
 // `number / tensor` is computed as reciprocal(tensor) · number.
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim) {
-  const int64_t half = head_dim / 2;
+  const int64_t dims = rope.rotated(head_dim), half = dims / 2;
   const RopeScalingParams& sc = rope.scaling;
   std::vector<float> inv(static_cast<size_t>(half));
   const std::vector<double>& factors = sc.long_factors ? sc.long_factor : sc.short_factor;
   for (int64_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dims);
     const float power = static_cast<float>(std::pow(static_cast<double>(rope.theta), exponent));
     // longrope: 1.0 / (ext_factors * base ** exponent), the factors an fp32 tensor.
     const float divisor = sc.type == RopeScaling::kLongrope

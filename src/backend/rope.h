@@ -41,22 +41,28 @@ struct RopeScalingParams {
 struct RopeSpec {
   float theta = 10000.0f;
   RopeScalingParams scaling;
+  // The leading elements of each head that rotate (transformers' int(head_dim ·
+  // partial_rotary_factor), Phi-4-mini's 96 of 128); the rest pass through. 0: the whole head.
+  int64_t rotary_dims = 0;
   static RopeSpec unscaled(float theta) {
     RopeSpec r;
     r.theta = theta;
     return r;
   }
-  bool operator==(const RopeSpec& o) const { return theta == o.theta && scaling == o.scaling; }
+  int64_t rotated(int64_t head_dim) const { return rotary_dims > 0 ? rotary_dims : head_dim; }
+  bool operator==(const RopeSpec& o) const {
+    return theta == o.theta && scaling == o.scaling && rotary_dims == o.rotary_dims;
+  }
 };
 
-// inv_freq_i for i < head_dim/2, rounded at the points where transformers (4.4x,
-// modeling_rope_utils) rounds them in fp32:
-//   default: inv_i = 1 / θ^(2i/hd)                           (the power correctly rounded)
+// inv_freq_i for i < r/2, r = rope.rotated(head_dim) (the rotated dims: transformers' `dim`),
+// rounded at the points where transformers (4.4x, modeling_rope_utils) rounds them in fp32:
+//   default: inv_i = 1 / θ^(2i/r)                            (the power correctly rounded)
 //   linear:  inv_i / factor
 //   llama3:  wavelen = (1/inv_i)·2π; below original/high_freq_factor kept, above
 //            original/low_freq_factor divided by factor, in between
 //            (1 − s)·inv_i/factor + s·inv_i with s = (original/wavelen − low)/(high − low).
-//   longrope: 1 / (factor_i · θ^(2i/hd))    (the product, then its reciprocal; factor_i the
+//   longrope: 1 / (factor_i · θ^(2i/r))     (the product, then its reciprocal; factor_i the
 //             short_factor, or with long_factors the long_factor)
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim);
 

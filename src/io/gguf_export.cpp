@@ -88,7 +88,7 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
       {arch + ".attention.head_count_kv", u32(c.num_kv_heads)},
       {arch + ".attention.key_length", u32(c.head_dim())},
       {arch + ".attention.value_length", u32(c.head_dim())},
-      {arch + ".rope.dimension_count", u32(c.head_dim())},
+      {arch + ".rope.dimension_count", u32(c.rotary_dims())},
       {arch + ".rope.freq_base", f32(c.rope_theta)},
       {arch + ".attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps)},
       {arch + ".vocab_size", u32(c.vocab_size)}};

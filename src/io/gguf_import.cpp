@@ -68,6 +68,24 @@ RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch
   return p;
 }
 
+// RoPE on the leading rope.dimension_count elements of each head: the whole head, or part of it in
+// a phi3 file (Phi-4-mini's partial_rotary_factor, as llama.cpp's converter writes it), read back
+// as the factor whose int(head_dim · factor) is that count.
+void read_rotary_dims(const GgufReader& g, const std::string& arch, ModelConfig& c) {
+  const std::string key = arch + ".rope.dimension_count";
+  if (!g.has(key) || g.integer(key) == c.head_dim()) return;
+  const int64_t dims = g.integer(key), head_dim = c.head_dim();
+  ZT_CHECK(arch == "phi3" && dims > 0 && dims < head_dim && dims % 2 == 0,
+           g.path() + ": metadata '" + key + "' is " + std::to_string(dims) +
+               ", not the head size " + std::to_string(head_dim) +
+               (arch == "phi3" ? " nor an even count below it"
+                               : ": RoPE on part of a head is read for phi3 files only"));
+  double factor = static_cast<double>(dims) / static_cast<double>(head_dim);
+  if (static_cast<int64_t>(static_cast<double>(head_dim) * factor) != dims)
+    factor = std::nextafter(factor, 1.0);
+  c.partial_rotary_factor = factor;
+}
+
 void read_attention_shape(const GgufReader& g, const std::string& arch, ModelConfig& c) {
   const std::string& path = g.path();
   const std::string key_length = arch + ".attention.key_length";
@@ -77,13 +95,8 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   ZT_CHECK(!g.has(value_length) || g.integer(value_length) == head_dim,
            path + ": metadata '" + value_length + "' differs from the key length " +
                std::to_string(head_dim) + "; zerotrain's heads have one size");
-  const std::string rope_dims = arch + ".rope.dimension_count";
-  ZT_CHECK(!g.has(rope_dims) || g.integer(rope_dims) == head_dim,
-           path + ": metadata '" + rope_dims + "' is " +
-               (g.has(rope_dims) ? std::to_string(g.integer(rope_dims)) : "") +
-               ", not the head size " + std::to_string(head_dim) +
-               ": RoPE on part of a head is not implemented");
   c.explicit_head_dim = head_dim * c.num_heads == c.hidden_size ? 0 : head_dim;
+  read_rotary_dims(g, arch, c);
   const bool biases = g.find_tensor("blk.0.attn_q.bias") != nullptr;
   ZT_CHECK(arch == "qwen2" || !biases,
            path + ": tensor 'blk.0.attn_q.bias': attention biases are read for qwen2 files only");
@@ -92,16 +105,16 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   c.fused_projections = arch == "phi3";
 }
 
-// One fp32 factor per rotary frequency, from a 1-D tensor of head_dim / 2 values.
-std::vector<double> rope_factor_tensor(const GgufReader& g, const char* name, int64_t head_dim) {
+// One fp32 factor per rotary frequency, from a 1-D tensor of rotary_dims / 2 values.
+std::vector<double> rope_factor_tensor(const GgufReader& g, const char* name, int64_t rotary_dims) {
   const GgufTensorInfo* t = g.find_tensor(name);
   const std::string tensor = g.path() + ": tensor '" + name + "'";
   ZT_CHECK(t != nullptr, g.path() + ": has one of '" + kRopeFactorsShortTensor + "' and '" +
                              kRopeFactorsLongTensor + "' without the other");
-  ZT_CHECK(t->dims.size() == 1 && t->dims[0] == head_dim / 2,
+  ZT_CHECK(t->dims.size() == 1 && t->dims[0] == rotary_dims / 2,
            tensor + " has shape " + nlohmann::json(t->hf_shape()).dump() + ", not [" +
-               std::to_string(head_dim / 2) + "] (one factor per rotary frequency)");
-  std::vector<float> values(static_cast<size_t>(head_dim / 2));
+               std::to_string(rotary_dims / 2) + "] (one factor per rotary frequency)");
+  std::vector<float> values(static_cast<size_t>(rotary_dims / 2));
   g.read_rows(*t, 0, 1, values.data());
   return {values.begin(), values.end()};
 }
@@ -123,8 +136,8 @@ void read_phi3_longrope(const GgufReader& g, const std::string& arch, ModelConfi
   if (!factors) return;
   ZT_CHECK(g.has(original), g.path() + ": longrope factors without metadata '" + original + "'");
   r.type = RopeScaling::kLongrope;
-  r.short_factor = rope_factor_tensor(g, kRopeFactorsShortTensor, c.head_dim());
-  r.long_factor = rope_factor_tensor(g, kRopeFactorsLongTensor, c.head_dim());
+  r.short_factor = rope_factor_tensor(g, kRopeFactorsShortTensor, c.rotary_dims());
+  r.long_factor = rope_factor_tensor(g, kRopeFactorsLongTensor, c.rotary_dims());
   r.attention_factor =
       longrope_attention_factor(c.max_position_embeddings, r.original_max_positions);
   const std::string stored = arch + ".rope.scaling.attn_factor";

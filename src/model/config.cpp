@@ -51,6 +51,7 @@ void ModelConfig::validate() const {
   ZT_CHECK(num_heads % num_kv_heads == 0,
            "model config: num_attention_heads must be a multiple of num_key_value_heads");
   ZT_CHECK(head_dim() % 2 == 0, "model config: head_dim must be even for RoPE");
+  check_partial_rotary();
   ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
            "model config: rms_norm_eps must be a positive finite number");
   ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
@@ -61,11 +62,13 @@ void ModelConfig::validate() const {
              "model config: rope_scaling.factor must be a finite number >= 1, got " +
                  shortest_decimal(r.factor));
     if (r.type == RopeScaling::kLongrope) {
-      const auto half = static_cast<size_t>(head_dim() / 2);
+      const auto half = static_cast<size_t>(rotary_dims() / 2);
       ZT_CHECK(r.short_factor.size() == half && r.long_factor.size() == half,
-               "model config: rope_scaling's short_factor and long_factor need head_dim / 2 = " +
-                   std::to_string(half) + " values, got " + std::to_string(r.short_factor.size()) +
-                   " and " + std::to_string(r.long_factor.size()));
+               "model config: rope_scaling's short_factor and long_factor need one value per "
+               "rotated pair, " +
+                   std::to_string(half) + " (head_dim · partial_rotary_factor / 2), got " +
+                   std::to_string(r.short_factor.size()) + " and " +
+                   std::to_string(r.long_factor.size()));
       ZT_CHECK(r.original_max_positions > 1 && r.attention_factor >= 1 &&
                    std::isfinite(r.attention_factor),
                "model config: longrope needs original_max_position_embeddings above 1");
@@ -120,6 +123,20 @@ void ModelConfig::validate() const {
            "model config: " + shortest_decimal(params) +
                " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "
                "are beyond what zerotrain can address (2^48 parameters, 2^40 per matrix)");
+}
+
+void ModelConfig::check_partial_rotary() const {
+  if (partial_rotary_factor == 1.0) return;
+  ZT_CHECK(partial_rotary_factor > 0 && partial_rotary_factor < 1,
+           "model config: partial_rotary_factor must be in (0, 1], got " +
+               shortest_decimal(partial_rotary_factor));
+  ZT_CHECK(rotary_dims() >= 2 && rotary_dims() % 2 == 0,
+           "model config: partial_rotary_factor " + shortest_decimal(partial_rotary_factor) +
+               " rotates " + std::to_string(rotary_dims()) + " elements of a head of " +
+               std::to_string(head_dim()) + "; an even count of at least 2 is needed");
+  ZT_CHECK(fused_projections,
+           "model config: partial_rotary_factor is implemented for Phi-3 (Phi-4-mini) only, as "
+           "transformers applies it");
 }
 
 RopeSpec ModelConfig::rope_for_length(int64_t length) const {

@@ -43,6 +43,9 @@ struct ModelConfig {
   // config.json's head_dim when it is not hidden_size / num_attention_heads (Qwen3, and Llama or
   // Mistral configs that set it); 0: that quotient. q_proj is then [H·head_dim, hidden_size].
   int64_t explicit_head_dim = 0;
+  // Phi-4-mini's partial_rotary_factor (Phi-3 only, as transformers' Phi3 applies it from 4.49):
+  // RoPE rotates the leading int(head_dim · factor) elements of each head, rotary_dims().
+  double partial_rotary_factor = 1.0;
   // Biases of the attention projections (docs/ARCHITECTURE.md §3): q/k/v (Qwen2; attention_bias of
   // Llama and Qwen3) and o (attention_bias of Llama and Qwen3; Qwen2 has none).
   bool qkv_bias = false;
@@ -68,13 +71,21 @@ struct ModelConfig {
   // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window), else
   // "llama".
   std::string model_type() const;
-  RopeSpec rope() const { return {static_cast<float>(rope_theta), rope_scaling}; }
+  // transformers' int(head_dim · partial_rotary_factor), truncated.
+  int64_t rotary_dims() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor);
+  }
+  RopeSpec rope() const {
+    return {static_cast<float>(rope_theta), rope_scaling,
+            rotary_dims() == head_dim() ? 0 : rotary_dims()};
+  }
   // The rotation of sequences of `length` positions: with longrope, its long factors beyond
   // original_max_position_embeddings (transformers 4.46's Phi-3, by the forward's length).
   RopeSpec rope_for_length(int64_t length) const;
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;
+  void check_partial_rotary() const;  // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
   // Qwen3ForCausalLM or Phi3ForCausalLM; torch_dtype bfloat16): the model directory's config.json,

@@ -212,8 +212,6 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   must_be("rope_interleaved", false,
           "says the checkpoint pairs RoPE's elements another way than transformers' rotate-half, "
           "which zerotrain computes");
-  must_be("partial_rotary_factor", 1.0,
-          "is not implemented (RoPE rotates every element of a head)");
   if (j.contains("quantization_config"))
     refuse("quantization_config",
            "says the weights are quantized; zerotrain imports BF16, F16 or F32 safetensors (or a "
@@ -313,9 +311,6 @@ void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& 
   const RopeScalingParams scaling =
       rope_scaling_from_object(r, where, {"rope_theta", "partial_rotary_factor"});
   const double theta = required<double>(r, "rope_theta", where);
-  if (r.contains("partial_rotary_factor") && r.at("partial_rotary_factor") != 1.0)
-    fail(where + ": 'partial_rotary_factor' " + quoted_json(r.at("partial_rotary_factor")) +
-         " is not implemented (RoPE rotates every element of a head)");
   ZT_CHECK(!j.contains("rope_theta") || theta == c.rope_theta,
            where + ": rope_theta " + quoted_json(r.at("rope_theta")) +
                " differs from the top-level 'rope_theta' " + quoted_json(j.at("rope_theta")));
@@ -323,6 +318,28 @@ void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& 
            where + " and 'rope_scaling' describe different scalings");
   c.rope_theta = theta;
   c.rope_scaling = scaling;
+}
+
+// partial_rotary_factor, top-level (transformers 4.x) or in rope_parameters (5.x), which must
+// agree: Phi-3's (Phi-4-mini's 0.75) is read, as transformers' Phi3 applies it from 4.49; the
+// other families' attention rotates every element of a head, so another value than 1 is refused.
+double partial_rotary_from_json(const nlohmann::json& j, const std::string& source,
+                                const std::string& type) {
+  const char* key = "partial_rotary_factor";
+  const bool inner = j.contains("rope_parameters") && j.at("rope_parameters").is_object() &&
+                     j.at("rope_parameters").contains(key);
+  const bool top = j.contains(key) && !j.at(key).is_null();
+  const double factor =
+      top     ? required<double>(j, key, source)
+      : inner ? required<double>(j.at("rope_parameters"), key, source + ": 'rope_parameters'")
+              : 1.0;
+  ZT_CHECK(!top || !inner || j.at("rope_parameters").at(key) == j.at(key),
+           source + ": 'rope_parameters' and the top level give different '" + key + "'");
+  ZT_CHECK(factor == 1.0 || type == "phi3",
+           source + ": '" + key + "': " + quoted_json(factor) + " is not implemented for " +
+               hf_architectures().at(type) +
+               ", whose attention rotates every element of a head (Phi-3's, as Phi-4-mini's, is)");
+  return factor;
 }
 
 nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
@@ -506,6 +523,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
     // Written when none, too: Phi3Config would read its absence as 32000.
     if (padding_token < 0) j["pad_token_id"] = nullptr;
     j["original_max_position_embeddings"] = rope_scaling.original_max_positions;
+    if (partial_rotary_factor != 1.0) j["partial_rotary_factor"] = partial_rotary_factor;
   } else if (type == "llama") {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
@@ -556,6 +574,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.tie_word_embeddings =
       j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
   read_attention_shape(j, source, type, c);
+  c.partial_rotary_factor = partial_rotary_from_json(j, source, type);
   if (j.contains(kLoraConfigKey))
     c.set_lora(LoraSpec::from_peft_json(j.at(kLoraConfigKey), source + " " + kLoraConfigKey));
   try {

@@ -75,11 +75,20 @@ TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
   llama3.scaling.type = RopeScaling::kLlama3;
   llama3.scaling.factor = 8.0;
   llama3.scaling.original_max_positions = 64;  // low/high_freq_factor 1 and 4: Llama 3.1's
-  const RopeSpec specs[] = {RopeSpec::unscaled(10000.0f), RopeSpec::unscaled(500000.0f), linear,
-                            llama3};
+  // Phi-4-mini's partial rotation: 12 leading elements (6 pairs: not whole chunks) and 48.
+  RopeSpec partial12 = RopeSpec::unscaled(10000.0f), partial48 = partial12;
+  partial12.rotary_dims = 12;
+  partial48.rotary_dims = 48;
+  const RopeSpec specs[] = {RopeSpec::unscaled(10000.0f),
+                            RopeSpec::unscaled(500000.0f),
+                            linear,
+                            llama3,
+                            partial12,
+                            partial48};
   for (const RopeSpec& rope : specs) {
     for (const auto& s : shapes) {
       const int64_t B = s[0], T = s[1], H = s[2], hd = s[3];
+      if (rope.rotary_dims > hd) continue;
       SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) +
                    " H=" + std::to_string(H) + " hd=" + std::to_string(hd));
       const auto x = random_floats(B * T * H * hd, 6);

@@ -8,7 +8,8 @@ already written leaves out (QwQ also drops the reasoning of every turn but the l
 every turn), and Mistral-Nemo-Instruct-2407's, Mistral-Small-3.1-24B-Instruct-2503's and
 Mistral-Small-3.2-24B-Instruct-2506's, which
 have no generation prompt, open a turn of calls with "[TOOL_CALLS]" and list the tools just
-before the last user message. Each is given a tokenizer as test_tokenizer_configs.py makes one
+before the last user message, and Phi-4-mini-instruct's, which closes a turn with "<|end|>" and
+the conversation with its EOS (the last reply counts up to it). Each is given a tokenizer as test_tokenizer_configs.py makes one
 (a byte-level BPE holding the model's special tokens). The reference is transformers'
 apply_chat_template(return_assistant_tokens_mask=True) on a copy of the template in which the
 assistant turns are marked with {% generation %} by hand (the marks in TEMPLATES: around what the
@@ -115,6 +116,23 @@ TEMPLATES = {
             ('        {%- endif %}\n    {%- elif message["role"] == "tool_results"',
              '        {%- endif %}{% endgeneration %}\n'
              '    {%- elif message["role"] == "tool_results"')]),
+    # Phi-4-mini-instruct's: a turn is "<|role|>" + content + "<|end|>", and a conversation
+    # without the generation prompt ends with the EOS. As for Phi-3 (docs/fine-tuning.md, Chat
+    # data), the last reply counts up to that EOS, what closes the conversation after it, as TRL's
+    # prompt-completion data counts it; an earlier reply up to its "<|end|>".
+    "microsoft-Phi-4-mini-instruct": (
+        "<|endoftext|>", "<|endoftext|>",
+        ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>",
+         "<|/tool|>"], ("system", "rounds"), [
+            ("{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+             "{% endif %}",
+             "{% else %}{{ '<|' + message['role'] + '|>' }}"
+             "{% if message['role'] == 'assistant' %}{% generation %}"
+             "{{ message['content'] + '<|end|>' }}{% endgeneration %}"
+             "{% else %}{{ message['content'] + '<|end|>' }}{% endif %}{% endif %}"),
+            ("{% else %}{{ eos_token }}{% endif %}",
+             "{% elif messages[-1]['role'] == 'assistant' %}{% generation %}{{ eos_token }}"
+             "{% endgeneration %}{% else %}{{ eos_token }}{% endif %}")]),
 }
 
 USER = ["Name three primes.", "And the next one?"]

@@ -30,6 +30,9 @@ Checks:
      value, the same tensor names, and the longrope factor tensors; as F32 it imports back bit for
      bit (config and tensors), and as Q8_0 the fused attn_qkv's bytes are gguf.quants.quantize of
      the import's q, k and v rows joined.
+  5. (--partial-rotary, under transformers 4.49) check 2 and check 4 for Phi-4-mini's shape:
+     partial_rotary_factor 0.75, which the converter writes as phi3.rope.dimension_count 12 of
+     16 with 6 longrope factors, and which the import reads back as the factor.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -55,6 +58,9 @@ SHAPE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_atte
              num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
              initializer_range=0.1, rope_theta=10000.0, pad_token_id=32000, bos_token_id=1,
              eos_token_id=32000)
+# Phi-4-mini's: one factor per rotated pair (partial_rotary_factor 0.75: 12 of 16 elements).
+LONGROPE_PARTIAL = {"type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.7, 5.3, 8.9],
+                    "long_factor": [20.0, 21.0, 22.0, 23.0, 24.0, 25.0]}
 LONGROPE = {"type": "longrope",
             "short_factor": [1.0, 1.08, 2.02, 3.3, 4.1, 6.07, 8.3, 10.1],
             "long_factor": [20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0]}
@@ -223,10 +229,59 @@ def compare_losses(what, zt_value, reference, layers, vocab_size):
     check(diff <= bound, f"{what}: |{zt_value} - {reference}| = {diff} > {bound}")
 
 
+def longrope_import(zt, work, methods, vocab_file, data, tokens, tag, rope_scaling, source_dir,
+                    **extra):
+    """Check 2 for one longrope model (extra: partial_rotary_factor for Phi-4-mini's shape) on the
+    tokens of `data` (None: the source's sample text, tokenized by the GGUF import): returns its
+    config and transformers model."""
+    vocab_size = len(read_gguf(vocab_file).fields["tokenizer.ggml.tokens"].contents())
+    config, model = random_phi3(vocab_size, sliding_window=None, rope_scaling=rope_scaling,
+                                original_max_position_embeddings=SEQ_LEN, **extra)
+    longrope = work(tag, "phi3.gguf")
+    os.makedirs(os.path.dirname(longrope))
+    write_phi3_gguf(longrope, model, config.to_dict(), methods, vocab_file, quantize=False)
+    imported = work(tag + "-imported")
+    run_tool([zt, "import", longrope, "--out", imported])
+    if data is None:  # tokenized by the import's tokenizer (the vocabulary of the file)
+        data = work(tag + "-data.h5")
+        run_tool([zt, "prepare-data", "--tokenizer", imported, "--text",
+                  os.path.join(source_dir, "inputs/data/sample.txt"), "--out", data])
+        with h5py.File(data, "r") as f:
+            tokens = f["/tokens"][:]
+    hf_dir, from_hf = work(tag + "-hf"), work(tag + "-hf-imported")
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    run_tool([zt, "import", hf_dir, "--out", from_hf])
+    a, b = model_dir_tensors(imported), model_dir_tensors(from_hf)
+    check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
+          f"{tag}: the GGUF import's tensors differ from the safetensors import's")
+    configs = [json.load(open(os.path.join(d, "config.json"))) for d in (imported, from_hf)]
+    # GGUF stores the factors in fp32, as transformers and zerotrain compute with them.
+    for c in configs:
+        for key in ("short_factor", "long_factor"):
+            c["rope_scaling"][key] = np.float32(c["rope_scaling"][key]).tolist()
+    for key in ("rope_scaling", "original_max_position_embeddings", "sliding_window",
+                "max_position_embeddings", "pad_token_id", "model_type", "partial_rotary_factor"):
+        check(configs[0].get(key) == configs[1].get(key),
+              f"{tag}: config.json '{key}': the GGUF import's {configs[0].get(key)} differs "
+              f"from the safetensors import's {configs[1].get(key)}")
+    gguf_loss, hf_import_loss = zt_eval(zt, imported, data), zt_eval(zt, from_hf, data)
+    check(gguf_loss == hf_import_loss,
+          f"{tag}: eval: the GGUF import's loss {gguf_loss} is not the safetensors import's "
+          f"{hf_import_loss}")
+    print(f"the {tag} GGUF import is the safetensors import: tensors, config, loss", flush=True)
+    windows = list(range(MICRO_BATCH * BATCHES))
+    compare_losses(f"phi3 {tag} GGUF loss", gguf_loss, hf_loss(model, tokens, windows, SEQ_LEN),
+                   SHAPE["num_hidden_layers"], vocab_size)
+    check_export(zt, work, longrope, imported, tag)
+    return config, model
+
+
 def main():
     p = argument_parser(__doc__.split("\n")[0])
     p.add_argument("--converter", required=True, help="llama.cpp's convert_hf_to_gguf.py")
     p.add_argument("--vocab", required=True, help="llama.cpp's ggml-vocab-phi-3.gguf")
+    p.add_argument("--partial-rotary", action="store_true",
+                   help="check 5 alone (transformers 4.49, whose Phi3 applies the factor)")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(1234)
@@ -235,6 +290,21 @@ def main():
     methods = converter_methods(args.converter)
     vocab_size = len(read_gguf(args.vocab).fields["tokenizer.ggml.tokens"].contents())
     layers = SHAPE["num_hidden_layers"]
+
+    def partial_rotary_checks():
+        # 5. Phi-4-mini's shape: check 2 with RoPE on 12 of each head's 16 elements.
+        version = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+        check(version >= (4, 49), f"transformers {transformers.__version__}: the partial "
+              "rotation needs 4.49 (.venv/transformers-4.49 first on PYTHONPATH)")
+        longrope_import(zt, work, methods, args.vocab, None, None, "partial-rotary",
+                        LONGROPE_PARTIAL, args.source_dir, partial_rotary_factor=0.75)
+        metadata = phi3_metadata(read_gguf(work("partial-rotary", "phi3.gguf")))
+        check(metadata["phi3.rope.dimension_count"] == 12,
+              f"the converter wrote phi3.rope.dimension_count "
+              f"{metadata['phi3.rope.dimension_count']}, not 12")
+
+    if args.partial_rotary:
+        return exit_status(partial_rotary_checks)
 
     def checks():
         # 1. A Phi-3-mini-4k-like model through transformers' GGUF loader.
@@ -268,38 +338,8 @@ def main():
         check_export(zt, work, plain, imported, "plain")
 
         # 2. Longrope (Phi-3.5-mini's scaling) against transformers' Phi3ForCausalLM itself.
-        config, model = random_phi3(vocab_size, sliding_window=None, rope_scaling=LONGROPE,
-                                    original_max_position_embeddings=SEQ_LEN)
-        longrope = work("longrope", "phi3.gguf")
-        os.makedirs(os.path.dirname(longrope))
-        write_phi3_gguf(longrope, model, config.to_dict(), methods, args.vocab, quantize=False)
-        imported = work("longrope-imported")
-        run_tool([zt, "import", longrope, "--out", imported])
-        hf_dir, from_hf = work("longrope-hf"), work("longrope-hf-imported")
-        model.save_pretrained(hf_dir, safe_serialization=True)
-        run_tool([zt, "import", hf_dir, "--out", from_hf])
-        a, b = model_dir_tensors(imported), model_dir_tensors(from_hf)
-        check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
-              "the GGUF import's tensors differ from the safetensors import's")
-        configs = [json.load(open(os.path.join(d, "config.json"))) for d in (imported, from_hf)]
-        # GGUF stores the factors in fp32, as transformers and zerotrain compute with them.
-        for c in configs:
-            for key in ("short_factor", "long_factor"):
-                c["rope_scaling"][key] = np.float32(c["rope_scaling"][key]).tolist()
-        for key in ("rope_scaling", "original_max_position_embeddings", "sliding_window",
-                    "max_position_embeddings", "pad_token_id", "model_type"):
-            check(configs[0].get(key) == configs[1].get(key),
-                  f"config.json '{key}': the GGUF import's {configs[0].get(key)} differs from "
-                  f"the safetensors import's {configs[1].get(key)}")
-        gguf_loss, hf_import_loss = zt_eval(zt, imported, data), zt_eval(zt, from_hf, data)
-        check(gguf_loss == hf_import_loss,
-              f"eval: the GGUF import's loss {gguf_loss} is not the safetensors import's "
-              f"{hf_import_loss}")
-        print("the longrope GGUF import is the safetensors import: tensors, config, loss",
-              flush=True)
-        compare_losses("phi3 longrope GGUF loss", gguf_loss,
-                       hf_loss(model, tokens, windows, SEQ_LEN), layers, vocab_size)
-        check_export(zt, work, longrope, imported, "longrope")
+        config, model = longrope_import(zt, work, methods, args.vocab, data, tokens, "longrope",
+                                        LONGROPE, args.source_dir)
 
         # 3. An attention factor the lengths do not give is refused by name.
         wrong = work("wrong", "phi3.gguf")

@@ -73,21 +73,54 @@ TEST(CpuBackendGrad, RmsNorm) {
   expect_gradient_matches("dg", g, minus(dg, -1.0f), objective, kSmoothStep, kSmoothTol);
 }
 
+// The whole head, and (Phi-4-mini's partial_rotary_factor) its leading 6 or 2 elements.
 TEST(CpuBackendGrad, Rope) {
   auto be = make_cpu_backend();
   const int64_t B = 2, T = 5, H = 3, hd = 8;
-  const float theta = 10.0f;  // small base: every frequency pair rotates noticeably
-  auto x = random_normal(B * T * H * hd, 7);
-  const auto r = random_normal(x.size(), 8);
-  std::vector<float> y(x.size());
-  auto objective = [&] {
-    y = x;
-    be->rope_forward(y.data(), B, T, H, hd, RopeSpec::unscaled(theta));
-    return weighted_sum(r, y);
-  };
-  std::vector<float> dx(r);
-  be->rope_backward(dx.data(), B, T, H, hd, RopeSpec::unscaled(theta));
-  expect_gradient_matches("dx", x, dx, objective, kLinearStep, kLinearTol);
+  for (const int64_t rotated : {0, 6, 2}) {
+    SCOPED_TRACE("rotary_dims " + std::to_string(rotated));
+    RopeSpec rope = RopeSpec::unscaled(10.0f);  // small base: every pair rotates noticeably
+    rope.rotary_dims = rotated;
+    auto x = random_normal(B * T * H * hd, 7);
+    const auto r = random_normal(x.size(), 8);
+    std::vector<float> y(x.size());
+    auto objective = [&] {
+      y = x;
+      be->rope_forward(y.data(), B, T, H, hd, rope);
+      return weighted_sum(r, y);
+    };
+    std::vector<float> dx(r);
+    be->rope_backward(dx.data(), B, T, H, hd, rope);
+    expect_gradient_matches("dx", x, dx, objective, kLinearStep, kLinearTol);
+  }
+}
+
+// A partial rotation is the rotation of a head of its r elements (inv_freq over r, as
+// transformers' rope functions take dim = int(head_dim · factor)) on each head's leading r, and
+// leaves the rest as they were, bit for bit.
+TEST(CpuBackendGrad, PartialRopeRotatesTheLeadingElementsAsAHeadOfTheirCount) {
+  auto be = make_cpu_backend();
+  const int64_t B = 2, T = 9, H = 3, hd = 16, r = 12;
+  RopeSpec partial = RopeSpec::unscaled(10.0f);
+  partial.rotary_dims = r;
+  const auto x = random_normal(B * T * H * hd, 21);
+  std::vector<float> head(B * T * H * r);
+  for (int64_t row = 0; row < B * T * H; ++row)
+    std::copy_n(x.begin() + row * hd, r, head.begin() + row * r);
+  for (const bool forward : {true, false}) {
+    std::vector<float> y = x, want = head;
+    if (forward) {
+      be->rope_forward(y.data(), B, T, H, hd, partial);
+      be->rope_forward(want.data(), B, T, H, r, RopeSpec::unscaled(10.0f));
+    } else {
+      be->rope_backward(y.data(), B, T, H, hd, partial);
+      be->rope_backward(want.data(), B, T, H, r, RopeSpec::unscaled(10.0f));
+    }
+    for (int64_t row = 0; row < B * T * H; ++row)
+      for (int64_t e = 0; e < hd; ++e)
+        ASSERT_EQ(y[row * hd + e], e < r ? want[row * r + e] : x[row * hd + e])
+            << (forward ? "forward" : "backward") << " row " << row << " element " << e;
+  }
 }
 
 TEST(CpuBackendGrad, AttentionGqaOddLength) {

@@ -1,5 +1,6 @@
 // The config.json files of real published models (tests/data/hf_models, sources in its
 // SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
+// Phi-4-mini (RoPE on part of each head),
 // and re-saves by transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7) are read with the
 // keys as published:
 //   - every one is accepted, also under --strict-config: each key in them is one zerotrain reads
@@ -64,6 +65,8 @@ const std::map<std::string, Published>& corpus() {
       {"mistralai--Mistral-7B-v0.1", {7241732096, "mistral", false, 10000, R::kNone}},
       {"mistralai--Mistral-7B-Instruct-v0.3", {7248023552, "llama", false, 1000000, R::kNone}},
       {"microsoft--Phi-3-mini-4k-instruct", {3821079552, "phi3", false, 10000, R::kNone}},
+      // Its card's 3.8B; 3,836,021,760 from the shapes its config states (tied embeddings).
+      {"microsoft--Phi-4-mini-instruct", {3836021760, "phi3", true, 10000, R::kLongrope}},
       {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
        {1100048384, "llama", false, 10000, R::kNone}},
       {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",
@@ -81,6 +84,9 @@ const std::map<std::string, Published>& corpus() {
 // Keys of a published file that zerotrain neither reads nor knows to be inert.
 std::vector<std::string> expected_unknown_keys(const std::string& name) {
   if (name.find("Phi-3") != std::string::npos) return {"auto_map"};
+  // Phi-4-mini's: its remote code's keys, which transformers' Phi3 does not read.
+  if (name.find("Phi-4-mini") != std::string::npos)
+    return {"auto_map", "full_attn_mod", "interpolate_factor", "lm_head_bias"};
   return {};
 }
 
@@ -109,6 +115,8 @@ TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
     EXPECT_EQ(c.tie_word_embeddings, p.tied);
     EXPECT_EQ(c.rope_theta, p.rope_theta);
     EXPECT_EQ(c.rope_scaling.type, p.scaling);
+    // Phi-4-mini rotates 96 of each head's 128 elements; the others, whole heads.
+    EXPECT_EQ(c.rotary_dims(), name.find("Phi-4-mini") != std::string::npos ? 96 : c.head_dim());
     // What was read is what zerotrain writes back.
     EXPECT_EQ(ModelConfig::from_hf_json(c.to_hf_json(), "again"), c);
     // Through GGUF, where llama3 scaling travels as llama.cpp's per-frequency factors, the

@@ -85,12 +85,56 @@ TEST(Phi3Config, WhatPhi3ComputesOtherwiseIsRefusedNamingTheKey) {
   // A longrope factor list needs head_dim / 2 = 8 values here.
   const nlohmann::json longrope = {
       {"type", "longrope"}, {"short_factor", {1.0, 1.0}}, {"long_factor", {2.0, 2.0}}};
-  EXPECT_NE(error_with("rope_scaling", longrope).find("need head_dim / 2 = 8 values, got 2"),
+  EXPECT_NE(error_with("rope_scaling", longrope).find("one value per rotated pair, 8"),
             std::string::npos);
   EXPECT_NE(error_with("rope_scaling", {{"type", "su"}}).find("longrope's older name"),
             std::string::npos);
   const nlohmann::json linear = {{"type", "linear"}, {"factor", 2.0}};
   EXPECT_NE(error_with("rope_scaling", linear).find("longrope alone"), std::string::npos);
+}
+
+// Phi-4-mini's partial_rotary_factor (transformers' Phi3 from 4.49): RoPE rotates the leading
+// int(head_dim · factor) elements of each head, and longrope has one factor per rotated pair.
+TEST(Phi3Config, PartialRotaryFactorRotatesTheLeadingElementsOfEachHead) {
+  nlohmann::json j = phi3_json();
+  j["partial_rotary_factor"] = 0.75;  // 12 of each head's 16, as Phi-4-mini's 96 of 128
+  const ModelConfig c = ModelConfig::from_hf_json(j, "phi4.json");
+  EXPECT_EQ(c.rotary_dims(), 12);
+  EXPECT_EQ(c.rope().rotary_dims, 12);
+  EXPECT_EQ(c.rope().rotated(c.head_dim()), 12);
+  EXPECT_EQ(ModelConfig::from_hf_json(phi3_json(), "phi3.json").rope().rotated(16), 16);
+  EXPECT_EQ(c.to_hf_json().at("partial_rotary_factor"), 0.75);
+  EXPECT_EQ(ModelConfig::from_hf_json(c.to_hf_json(), "again"), c);
+  // transformers 5.x writes it inside rope_parameters: the same model.
+  nlohmann::json v5 = phi3_json();
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.75}};
+  EXPECT_EQ(ModelConfig::from_hf_json(v5, "v5.json"), c);
+  v5["partial_rotary_factor"] = 0.5;
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_hf_json(v5, "v5.json");
+            }).find("'rope_parameters' and the top level give different"),
+            std::string::npos);
+  // Longrope: 6 factors for the 12 rotated elements, not head_dim / 2.
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", std::vector<double>(6, 1.0)},
+                       {"long_factor", std::vector<double>(6, 2.0)}};
+  EXPECT_EQ(ModelConfig::from_hf_json(j, "phi4.json").rope().scaling.long_factor.size(), 6u);
+  j["rope_scaling"]["short_factor"] = std::vector<double>(8, 1.0);
+  j["rope_scaling"]["long_factor"] = std::vector<double>(8, 1.0);
+  EXPECT_NE(error_of([&] {
+              ModelConfig::from_hf_json(j, "phi4.json");
+            }).find("one value per rotated pair, 6 (head_dim · partial_rotary_factor / 2)"),
+            std::string::npos);
+  // int(16 · 0.7) = 11 elements cannot be paired; a factor outside (0, 1] rotates nothing sane.
+  EXPECT_NE(error_with("partial_rotary_factor", 0.7).find("rotates 11 elements"),
+            std::string::npos);
+  EXPECT_NE(error_with("partial_rotary_factor", 1.5).find("must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(error_with("partial_rotary_factor", 0.0).find("must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(error_with("partial_rotary_factor", "0.75").find("'partial_rotary_factor'"),
+            std::string::npos);
 }
 
 // LoRA on Phi-3 adapts the modules its checkpoint has, as PEFT matches target_modules against

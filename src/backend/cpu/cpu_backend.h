@@ -12,13 +12,13 @@
 
 namespace zt::cpu {
 
-// cos(t·θ_i) and sin(t·θ_i) for t < T, i < hd/2, rounded exactly as Hugging Face's
-// LlamaRotaryEmbedding computes them in fp32 (see make_rope_table).
+// cos(t·θ_i) and sin(t·θ_i) for t < T, i < r/2 (r = rope.rotated(hd)), rounded exactly as Hugging
+// Face's LlamaRotaryEmbedding computes them in fp32 (see make_rope_table).
 struct RopeTable {
   int64_t max_positions = 0;
   int64_t head_dim = 0;
   RopeSpec rope;
-  std::vector<float> cos;  // [max_positions, head_dim/2]
+  std::vector<float> cos;  // [max_positions, rope.rotated(head_dim)/2]
   std::vector<float> sin;
 };
 std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t head_dim,

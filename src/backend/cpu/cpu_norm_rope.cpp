@@ -75,7 +75,7 @@ std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t 
   table->max_positions = max_positions;
   table->head_dim = head_dim;
   table->rope = rope;
-  const int64_t half = head_dim / 2;
+  const int64_t half = rope.rotated(head_dim) / 2;
   const std::vector<float> inv_freq = rope_inv_freq(rope, head_dim);
   // longrope's attention factor: emb.cos() * scaling_factor, an fp32 product (1 elsewhere: exact).
   const auto amplitude = static_cast<float>(rope.scaling.attention_factor);
@@ -105,17 +105,21 @@ std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd,
   return rope_cache_;
 }
 
-// x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:hd/2], x2 = x[hd/2:].
-// σ = +1 is the rotation by p·θ_i (p = past + t − doc_start[t], or past + t); σ = −1 its
-// transpose (the inverse, divided by the square of longrope's attention factor where it has one:
-// the backward of the scaled rotation).
+// x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:r/2], x2 = x[r/2:r] for the r =
+// rope.rotated(hd) leading elements of each head (the others pass through, as transformers'
+// Phi-3 leaves a partial rotation's q_pass and k_pass). σ = +1 is the rotation by p·θ_i (p = past +
+// t − doc_start[t], or past + t); σ = −1 its transpose (the inverse, divided by the square of
+// longrope's attention factor where it has one: the backward of the scaled rotation).
 void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
                             const RopeSpec& rope, float sin_sign, const int32_t* doc_start,
                             int64_t past) {
-  ZT_CHECK(hd % 2 == 0, "rope: head dim " + std::to_string(hd) + " is odd");
+  const int64_t rotated = rope.rotated(hd);
+  ZT_CHECK(rotated % 2 == 0 && rotated <= hd,
+           "rope: " + std::to_string(rotated) + " rotated elements of a head of " +
+               std::to_string(hd) + " (an even count, at most the head's, is needed)");
   ZT_CHECK(past >= 0, "rope: negative first position " + std::to_string(past));
   const auto table = rope_table(past + T, hd, rope);
-  const int64_t half = hd / 2;
+  const int64_t half = rotated / 2;
 #pragma omp parallel for schedule(static) if (B * T * H * hd > kParallelMinElements)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t position = past + bt % T - (doc_start ? doc_start[bt] : 0);

@@ -399,7 +399,9 @@ namespace {
 
 const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64_t T, int64_t hd,
                                   const RopeSpec& rope) {
-  ZT_CHECK(hd % 2 == 0, "rope: head dim " + std::to_string(hd) + " is odd");
+  ZT_CHECK(rope.rotated(hd) % 2 == 0 && rope.rotated(hd) <= hd,
+           "rope: " + std::to_string(rope.rotated(hd)) + " rotated elements of a head of " +
+               std::to_string(hd) + " (an even count, at most the head's, is needed)");
   if (cache && cache->host->head_dim == hd && cache->host->rope == rope &&
       cache->host->max_positions >= T) {
     return *cache;
@@ -425,13 +427,15 @@ const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64
 void CudaBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
                                const RopeSpec& rope, const int32_t* doc_start) {
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
-  launch_rope(x, table.cos, table.sin, B, T, H, hd, 1.0f, doc_start, state_->stream);
+  launch_rope(x, table.cos, table.sin, B, T, H, hd, rope.rotated(hd), 1.0f, doc_start,
+              state_->stream);
 }
 
 void CudaBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                                 const RopeSpec& rope, const int32_t* doc_start) {
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
-  launch_rope(dx, table.cos, table.sin, B, T, H, hd, -1.0f, doc_start, state_->stream);
+  launch_rope(dx, table.cos, table.sin, B, T, H, hd, rope.rotated(hd), -1.0f, doc_start,
+              state_->stream);
 }
 
 // ---- attention (cudnn_attention.cpp when fused, else cuda_attention.cpp) ----

@@ -27,10 +27,11 @@ void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorVi
 void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
                                 const float* rstd, int64_t M, int64_t D, int64_t rows_per_chunk,
                                 cudaStream_t stream);
-// x[B,T,H,hd] rotated by ±angle from the [T, hd/2] cos/sin tables (sin_sign = ±1), token t of
-// row b at position t − doc_start[b·T + t] (t when doc_start is null; backend.h).
+// The `rotated` leading elements of each head of x[B,T,H,hd] rotated by ±angle from the
+// [T, rotated/2] cos/sin tables (sin_sign = ±1), token t of row b at position t − doc_start[b·T +
+// t] (t when doc_start is null; backend.h).
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, float sin_sign, const int32_t* doc_start,
+                 int64_t H, int64_t hd, int64_t rotated, float sin_sign, const int32_t* doc_start,
                  cudaStream_t stream);
 
 // ---- cuda_pointwise.cu ----

@@ -91,16 +91,17 @@ struct RmsnormDgTerm {
 };
 
 // ---- RoPE (rotate-half) ----
-// Over pairs (b, t, h, i < hd/2): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs), x1 = x[i],
-// x2 = x[i + hd/2]. The explicit _rn intrinsics keep nvcc from fusing into FMAs, so the result is
-// the CPU's bit for bit (same table, same unfused fp32 operations). A chunk (cuda_elementwise.cuh)
-// is kChunk consecutive i of one head, which needs hd/2 to be a multiple of kChunk.
+// Over pairs (b, t, h, i < r/2) of the r rotated leading elements of each head (the rest pass
+// through): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs), x1 = x[i], x2 = x[i + r/2]. The explicit
+// _rn intrinsics keep nvcc from fusing into FMAs, so the result is the CPU's bit for bit (same
+// table, same unfused fp32 operations). A chunk (cuda_elementwise.cuh) is kChunk consecutive i of
+// one head, which needs r/2 and hd to be multiples of kChunk.
 template <typename A>
 struct RopeRotate {
   A* x;
   const float* cos_table;
   const float* sin_table;
-  int64_t T, H, half;
+  int64_t T, H, half, hd;  // half: the rotated elements' half; hd: a head's elements
   float sin_sign;
   const int32_t* doc_start;  // null: position t
   template <typename At>
@@ -109,7 +110,7 @@ struct RopeRotate {
     const int64_t bth = at.first / half;                                     // (b·T + t)·H + h
     const int64_t t = (bth / H) % T - (doc_start ? doc_start[bth / H] : 0);  // the position
     const At here{0};
-    A* x1 = x + bth * 2 * half + i;
+    A* x1 = x + bth * hd + i;
     float a[At::kCount], b[At::kCount], c[At::kCount], s[At::kCount];
     here.load(x1, a);
     here.load(x1 + half, b);
@@ -177,14 +178,15 @@ void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy,
 }
 
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, float sin_sign, const int32_t* doc_start,
+                 int64_t H, int64_t hd, int64_t rotated, float sin_sign, const int32_t* doc_start,
                  cudaStream_t stream) {
-  const int64_t half = hd / 2, pairs = B * T * H * half;
+  const int64_t half = rotated / 2, pairs = B * T * H * half;
   with_storage(x.dtype, "rope x", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
     launch_elementwise(
-        "rope", RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, sin_sign, doc_start},
-        pairs, {x.data, cos_table, sin_table}, stream, half % kChunk == 0);
+        "rope",
+        RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, hd, sin_sign, doc_start},
+        pairs, {x.data, cos_table, sin_table}, stream, half % kChunk == 0 && hd % kChunk == 0);
   });
 }
 
