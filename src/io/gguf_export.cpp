@@ -58,6 +58,9 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
            "export: model '" + dir +
                "' is a llama with attention biases, which is not written "
                "to GGUF yet");
+  ZT_CHECK(type != "smollm3", "export: model '" + dir +
+                                  "' is a SmolLM3 (layers without RoPE), which is not written to "
+                                  "GGUF yet");
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }
 

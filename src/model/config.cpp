@@ -52,6 +52,7 @@ void ModelConfig::validate() const {
            "model config: num_attention_heads must be a multiple of num_key_value_heads");
   ZT_CHECK(head_dim() % 2 == 0, "model config: head_dim must be even for RoPE");
   check_partial_rotary();
+  check_layers_without_rope();
   ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
            "model config: rms_norm_eps must be a positive finite number");
   ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
@@ -139,6 +140,20 @@ void ModelConfig::check_partial_rotary() const {
            "transformers applies it");
 }
 
+void ModelConfig::check_layers_without_rope() const {
+  for (size_t i = 0; i < layers_without_rope.size(); ++i) {
+    const int64_t l = layers_without_rope[i];
+    ZT_CHECK(l >= 0 && l < num_layers && (i == 0 || l > layers_without_rope[i - 1]),
+             "model config: the layers without RoPE must be distinct layers below " +
+                 std::to_string(num_layers) + " in ascending order, got " + std::to_string(l));
+  }
+  // SmolLM3's attention is Llama's: no fused projections, q/k norms, Qwen2 biases or window.
+  ZT_CHECK(layers_without_rope.empty() ||
+               (!fused_projections && !qk_norm && qkv_bias == o_bias && sliding_window == 0),
+           "model config: layers without RoPE (SmolLM3) with fused projections, q/k norms, "
+           "Qwen2's biases or a sliding window are not a Hugging Face architecture");
+}
+
 RopeSpec ModelConfig::rope_for_length(int64_t length) const {
   RopeSpec r = rope();
   r.scaling.long_factors =
@@ -158,6 +173,7 @@ std::string ModelConfig::model_type() const {
   if (fused_projections) return "phi3";
   if (qk_norm) return "qwen3";
   if (qkv_bias && !o_bias) return "qwen2";
+  if (!layers_without_rope.empty()) return "smollm3";
   return sliding_window > 0 ? "mistral" : "llama";
 }
 

@@ -1,5 +1,6 @@
 // Llama model configuration (Hugging Face LlamaConfig keys) and the built-in presets.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,19 +58,25 @@ struct ModelConfig {
   // [2·intermediate, hidden] (rows in that order). The model directory keeps them apart
   // (model/hf_checkpoint_tensors.h joins and splits them at the Hugging Face boundary).
   bool fused_projections = false;
+  // SmolLM3's NoPE layers: those whose attention takes no RoPE (the zeros of config.json's
+  // no_rope_layers; every fourth layer of SmolLM3-3B), ascending. Empty: every layer rotates.
+  std::vector<int64_t> layers_without_rope;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
   LoraSpec lora;
 
+  bool layer_rotates(int64_t layer) const {
+    return !std::binary_search(layers_without_rope.begin(), layers_without_rope.end(), layer);
+  }
   int64_t head_dim() const {
     return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads;
   }
   int64_t q_dim() const { return head_dim() * num_heads; }
   int64_t kv_dim() const { return head_dim() * num_kv_heads; }
   // The Hugging Face architecture the model is written as: "phi3" (fused projections), "qwen3"
-  // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window), else
-  // "llama".
+  // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window),
+  // "smollm3" (layers without RoPE), else "llama".
   std::string model_type() const;
   // transformers' int(head_dim · partial_rotary_factor), truncated.
   int64_t rotary_dims() const {
@@ -85,11 +92,12 @@ struct ModelConfig {
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;
-  void check_partial_rotary() const;  // part of validate()
+  void check_partial_rotary() const;       // part of validate()
+  void check_layers_without_rope() const;  // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-  // Qwen3ForCausalLM or Phi3ForCausalLM; torch_dtype bfloat16): the model directory's config.json,
-  // and the object a checkpoint manifest compares and fingerprints.
+  // Qwen3ForCausalLM, Phi3ForCausalLM or SmolLM3ForCausalLM; torch_dtype bfloat16): the model
+  // directory's config.json, and the object a checkpoint manifest compares and fingerprints.
   nlohmann::json to_hf_json() const;
   // The config.json of an export for transformers: to_hf_json() with rope_scaling's older "type"
   // beside "rope_type", which transformers before 4.43 reads.
@@ -98,9 +106,9 @@ struct ModelConfig {
   // rope_parameters); `source` names the file in error messages. A key that would change the
   // mathematics away from what zerotrain implements (a rope type other than default, linear or
   // llama3, MLP biases, hidden_act other than silu, a sliding window shorter than the sequence,
-  // quantized weights, a model_type other than llama, mistral, qwen2, qwen3 and phi3) is refused
-  // naming it. A key it neither reads nor knows to be inert (hf_config_unknown_keys) is accepted,
-  // or refused with UnknownConfigKeys::kRefuse (import --strict-config).
+  // quantized weights, a model_type other than llama, mistral, qwen2, qwen3, phi3 and smollm3) is
+  // refused naming it. A key it neither reads nor knows to be inert (hf_config_unknown_keys) is
+  // accepted, or refused with UnknownConfigKeys::kRefuse (import --strict-config).
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source,
                                   UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);
   static ModelConfig from_hf_file(const std::string& path,

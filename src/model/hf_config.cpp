@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "model/config.h"
+#include "model/hf_config_keys.h"
 #include "util/error.h"
 #include "util/json_text.h"
 
@@ -28,156 +29,6 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
   } catch (const nlohmann::json::exception&) {
     fail(source + ": key '" + key + "' has the wrong type");
   }
-}
-
-bool listed(const std::vector<std::string>& keys, const std::string& key) {
-  return std::find(keys.begin(), keys.end(), key) != keys.end();
-}
-
-// Keys known not to change the model: ids, dtypes, versions, initialisation and generation
-// settings, attributes every transformers config carries, and the extras published configs add
-// (SmolLM2's is_llama_config and transformers.js_config, nanotron's rope_interleaved once it is
-// checked false). transformers' Llama, Mistral and Qwen modelling code reads none of them.
-const std::vector<std::string>& inert_hf_keys() {
-  static const std::vector<std::string> keys = {"_name_or_path",
-                                                "architectures",
-                                                "bos_token_id",
-                                                "eos_token_id",
-                                                "unk_token_id",
-                                                "sep_token_id",
-                                                "decoder_start_token_id",
-                                                "torch_dtype",
-                                                "dtype",
-                                                "transformers_version",
-                                                "use_cache",
-                                                "initializer_range",
-                                                "pretraining_tp",
-                                                "tokenizer_class",
-                                                "output_attentions",
-                                                "output_hidden_states",
-                                                "return_dict",
-                                                "model_type",
-                                                "max_window_layers",
-                                                "is_llama_config",
-                                                "rope_interleaved",
-                                                "transformers.js_config",
-                                                "_attn_implementation_autoset",
-                                                "id2label",
-                                                "label2id",
-                                                "problem_type",
-                                                "task_specific_params",
-                                                "finetuning_task",
-                                                "torchscript",
-                                                "use_bfloat16",
-                                                "is_decoder",
-                                                "is_encoder_decoder",
-                                                "add_cross_attention",
-                                                "tie_encoder_decoder",
-                                                "chunk_size_feed_forward",
-                                                "prefix",
-                                                "tf_legacy_loss",
-                                                "max_length",
-                                                "min_length",
-                                                "do_sample",
-                                                "early_stopping",
-                                                "num_beams",
-                                                "temperature",
-                                                "top_k",
-                                                "top_p",
-                                                "repetition_penalty",
-                                                "length_penalty",
-                                                "no_repeat_ngram_size",
-                                                "num_return_sequences",
-                                                "bad_words_ids"};
-  return keys;
-}
-
-// Keys read, or checked to hold the one value zerotrain computes.
-const std::vector<std::string>& read_hf_keys() {
-  static const std::vector<std::string> keys = {kLoraConfigKey,
-                                                "hidden_size",
-                                                "intermediate_size",
-                                                "num_hidden_layers",
-                                                "num_attention_heads",
-                                                "num_key_value_heads",
-                                                "vocab_size",
-                                                "max_position_embeddings",
-                                                "rms_norm_eps",
-                                                "rope_theta",
-                                                "rope_scaling",
-                                                "rope_parameters",
-                                                "partial_rotary_factor",
-                                                "tie_word_embeddings",
-                                                "pad_token_id",
-                                                "hidden_act",
-                                                "attention_bias",
-                                                "mlp_bias",
-                                                "sliding_window",
-                                                "use_sliding_window",
-                                                "attention_dropout",
-                                                "embd_pdrop",
-                                                "resid_pdrop",
-                                                "head_dim",
-                                                "layer_types",
-                                                "use_mrope",
-                                                "quantization_config"};
-  return keys;
-}
-
-// The architectures zerotrain implements, by config.json model_type, and the class transformers
-// loads each as.
-const std::map<std::string, std::string>& hf_architectures() {
-  static const std::map<std::string, std::string> table = {{"llama", "LlamaForCausalLM"},
-                                                           {"mistral", "MistralForCausalLM"},
-                                                           {"qwen2", "Qwen2ForCausalLM"},
-                                                           {"qwen3", "Qwen3ForCausalLM"},
-                                                           {"phi3", "Phi3ForCausalLM"}};
-  return table;
-}
-
-bool is_qwen(const std::string& type) {
-  return type == "qwen2" || type == "qwen3";
-}
-
-// The model_type of the class every entry of config.json's `architectures` names, or "" when
-// they name none zerotrain implements, or several; an empty list names none ("llama").
-std::string model_type_of_architectures(const nlohmann::json& archs) {
-  if (archs.is_array() && archs.empty()) return "llama";
-  std::string found;
-  for (const auto& [type, class_name] : hf_architectures())
-    if (archs.is_array() && !archs.empty() &&
-        std::all_of(archs.begin(), archs.end(), [&](const auto& a) { return a == class_name; }))
-      found = type;
-  return found;
-}
-
-// config.json's model_type, or "" when it is not one zerotrain implements. Without the key, the
-// family its `architectures` names (a config saved for MistralForCausalLM.from_pretrained), and
-// "llama" when it has neither (LlamaConfig's defaults).
-std::string model_type_of(const nlohmann::json& j) {
-  if (!j.contains("model_type"))
-    return j.contains("architectures") ? model_type_of_architectures(j.at("architectures"))
-                                       : "llama";
-  const auto& type = j.at("model_type");
-  return type.is_string() && hf_architectures().count(type.get<std::string>())
-             ? type.get<std::string>()
-             : "";
-}
-
-// Keys that transformers reads but that do not change a family's model: Qwen's sliding window
-// settings while use_sliding_window is false (refused otherwise), and Qwen2's attention_bias
-// (its q/k/v projections have biases and its o projection none, whatever the key says).
-std::vector<std::string> family_ignored_keys(const std::string& type) {
-  if (type == "qwen2") return {"sliding_window", "attention_bias"};
-  if (type == "qwen3") return {"sliding_window"};
-  return {};
-}
-
-// Keys a family reads beside read_hf_keys: Phi-3's original_max_position_embeddings (kept with or
-// without longrope, which reads it).
-std::vector<std::string> family_read_keys(const std::string& type) {
-  if (type == "phi3") return {"original_max_position_embeddings"};
-  return {};
 }
 
 // Keys zerotrain implements only at one value (the model it computes): anything else is refused,
@@ -327,7 +178,8 @@ double partial_rotary_from_json(const nlohmann::json& j, const std::string& sour
                                 const std::string& type) {
   const char* key = "partial_rotary_factor";
   const bool inner = j.contains("rope_parameters") && j.at("rope_parameters").is_object() &&
-                     j.at("rope_parameters").contains(key);
+                     j.at("rope_parameters").contains(key) &&
+                     !j.at("rope_parameters").at(key).is_null();
   const bool top = j.contains(key) && !j.at(key).is_null();
   const double factor =
       top     ? required<double>(j, key, source)
@@ -340,6 +192,37 @@ double partial_rotary_from_json(const nlohmann::json& j, const std::string& sour
                hf_architectures().at(type) +
                ", whose attention rotates every element of a head (Phi-3's, as Phi-4-mini's, is)");
   return factor;
+}
+
+// SmolLM3's layers without RoPE: the zeros of no_rope_layers, a 0/1 entry per layer (longer lists
+// are read as transformers reads them, by layer index); without it, every no_rope_layer_interval-th
+// layer (4), as SmolLM3Config derives it.
+std::vector<int64_t> layers_without_rope_from_json(const nlohmann::json& j,
+                                                   const std::string& source,
+                                                   const std::string& type, int64_t layers) {
+  std::vector<int64_t> out;
+  if (type != "smollm3") return out;
+  if (!j.contains("no_rope_layers") || j.at("no_rope_layers").is_null()) {
+    const auto interval = j.contains("no_rope_layer_interval")
+                              ? required<int64_t>(j, "no_rope_layer_interval", source)
+                              : int64_t{4};
+    ZT_CHECK(interval > 0, source + ": 'no_rope_layer_interval' must be positive, got " +
+                               std::to_string(interval));
+    for (int64_t l = interval - 1; l < layers; l += interval) out.push_back(l);
+    return out;
+  }
+  const nlohmann::json& list = j.at("no_rope_layers");
+  ZT_CHECK(list.is_array() && static_cast<int64_t>(list.size()) >= layers,
+           source + ": 'no_rope_layers' must list a 1 (RoPE) or 0 (none) for each of the " +
+               std::to_string(layers) + " layers, got " + quoted_json(list));
+  for (int64_t l = 0; l < layers; ++l) {
+    const nlohmann::json& entry = list.at(static_cast<size_t>(l));
+    ZT_CHECK(entry == 0 || entry == 1, source + ": 'no_rope_layers' entry " + std::to_string(l) +
+                                           " is " + quoted_json(entry) +
+                                           ", not 1 (RoPE) or 0 (none)");
+    if (entry == 0) out.push_back(l);
+  }
+  return out;
 }
 
 nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
@@ -365,19 +248,19 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
 // config.json "pad_token_id": null or absent is none; a negative id counts from the end of the
 // vocabulary, as torch's nn.Embedding takes its padding_idx; outside [-vocab_size, vocab_size)
 // transformers cannot build the model, and it is refused.
-// Phi3Config alone defaults an absent key to 32000 (Phi-3's <|endoftext|>), a row transformers'
-// Phi3Model then makes the padding_idx.
+// Phi3Config defaults an absent key to 32000 (Phi-3's <|endoftext|>) and SmolLM3Config to 128004,
+// a row transformers' model then makes the padding_idx.
 int64_t padding_token_from_json(const nlohmann::json& j, const std::string& source,
                                 int64_t vocab_size, const std::string& type) {
-  constexpr int64_t kPhi3DefaultPad = 32000;
-  if (!j.contains("pad_token_id") && type == "phi3") {
-    ZT_CHECK(kPhi3DefaultPad < vocab_size,
-             source +
-                 ": has no 'pad_token_id', and Phi3Config's default 32000 is not a row of "
-                 "the embedding (vocab_size " +
+  const int64_t family_default = type == "phi3" ? 32000 : type == "smollm3" ? 128004 : -1;
+  if (!j.contains("pad_token_id") && family_default >= 0) {
+    ZT_CHECK(family_default < vocab_size,
+             source + ": has no 'pad_token_id', and " +
+                 (type == "phi3" ? "Phi3Config" : "SmolLM3Config") + "'s default " +
+                 std::to_string(family_default) + " is not a row of the embedding (vocab_size " +
                  std::to_string(vocab_size) +
                  "), so transformers cannot build this model: give pad_token_id (null: none)");
-    return kPhi3DefaultPad;
+    return family_default;
   }
   if (!j.contains("pad_token_id") || j.at("pad_token_id").is_null()) return -1;
   const auto id = required<int64_t>(j, "pad_token_id", source);
@@ -393,7 +276,8 @@ int64_t padding_token_from_json(const nlohmann::json& j, const std::string& sour
 // rotary embedding (4.46) has no scaling, so a scaling is refused there.
 int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& source,
                                  const std::string& type, const RopeScalingParams& scaling) {
-  if (is_qwen(type)) return 0;  // use_sliding_window is false (check_fixed_hf_keys)
+  // use_sliding_window is false (check_fixed_hf_keys)
+  if (is_qwen(type) || type == "smollm3") return 0;
   const bool mistral = type == "mistral";
   if (mistral && scaling.type != RopeScaling::kNone)
     fail(source +
@@ -418,7 +302,7 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
 }
 
 // The attention's shape by family: head_dim (Qwen3's default 128, else hidden_size /
-// num_attention_heads), the projections' biases (Qwen2: q/k/v always; Llama and Qwen3:
+// num_attention_heads), the projections' biases (Qwen2: q/k/v always; Llama, Qwen3 and SmolLM3:
 // attention_bias, all four) and Qwen3's q/k norms. A head_dim equal to the quotient is kept
 // implicit, so a config written with and without it is one model.
 void read_attention_shape(const nlohmann::json& j, const std::string& source,
@@ -439,7 +323,7 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   const bool quotient = c.num_heads > 0 && head_dim * c.num_heads == c.hidden_size;
   c.explicit_head_dim = quotient ? 0 : head_dim;
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
-  const bool attention_bias = (type == "llama" || type == "qwen3") &&
+  const bool attention_bias = (type == "llama" || type == "qwen3" || type == "smollm3") &&
                               j.contains("attention_bias") &&
                               required<bool>(j, "attention_bias", source);
   c.qkv_bias = type == "qwen2" || attention_bias;
@@ -527,6 +411,15 @@ nlohmann::json ModelConfig::to_hf_json() const {
   } else if (type == "llama") {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
+  } else if (type == "smollm3") {
+    nlohmann::json rotates = nlohmann::json::array();
+    for (int64_t l = 0; l < num_layers; ++l) rotates.push_back(layer_rotates(l) ? 1 : 0);
+    j["no_rope_layers"] = rotates;
+    j["use_sliding_window"] = false;
+    j["attention_bias"] = qkv_bias;
+    j["mlp_bias"] = false;
+    // Written when none, too: SmolLM3Config would read its absence as 128004.
+    if (padding_token < 0) j["pad_token_id"] = nullptr;
   } else {
     j["use_sliding_window"] = false;
     if (type == "qwen3") j["attention_bias"] = qkv_bias;
@@ -552,10 +445,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
     fail(source +
          ": has no 'model_type', and 'architectures': " + quoted_json(j.at("architectures")) +
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
-         "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)");
+         "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
-         " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3)");
+         " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
+         "smollm3)");
   ModelConfig c;
   c.hidden_size = required<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
@@ -568,12 +462,18 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
   read_rope(j, source, c);
+  // SmolLM3Config's default base (the others' is 10000, read_rope's).
+  if (type == "smollm3" && !j.contains("rope_theta") && !j.contains("rope_parameters"))
+    c.rope_theta = 2000000.0;
   read_phi3_lengths(j, source, type, c);
   c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
   c.padding_token = padding_token_from_json(j, source, c.vocab_size, type);
-  c.tie_word_embeddings =
-      j.contains("tie_word_embeddings") ? required<bool>(j, "tie_word_embeddings", source) : false;
+  // Absent, SmolLM3Config keeps PretrainedConfig's true; the others' configs default to false.
+  c.tie_word_embeddings = j.contains("tie_word_embeddings")
+                              ? required<bool>(j, "tie_word_embeddings", source)
+                              : type == "smollm3";
   read_attention_shape(j, source, type, c);
+  c.layers_without_rope = layers_without_rope_from_json(j, source, type, c.num_layers);
   c.partial_rotary_factor = partial_rotary_from_json(j, source, type);
   if (j.contains(kLoraConfigKey))
     c.set_lora(LoraSpec::from_peft_json(j.at(kLoraConfigKey), source + " " + kLoraConfigKey));

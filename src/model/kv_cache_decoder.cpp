@@ -145,8 +145,10 @@ void KvCacheDecoder::layer_forward(int layer, ConstTensorView params, TensorView
   // Longrope: the factors of this forward's key/value length, as transformers 4.46's Phi-3 rotates
   // (short up to the original length; past it forward() has run every position again).
   const RopeSpec rope = config_.rope_for_length(past + n);
-  be_.rope_forward_after(A.q, 1, n, H, hd, rope, past);
-  be_.rope_forward_after(A.k, 1, n, Hkv, hd, rope, past);
+  if (config_.layer_rotates(layer)) {  // SmolLM3's NoPE layers take none
+    be_.rope_forward_after(A.q, 1, n, H, hd, rope, past);
+    be_.rope_forward_after(A.k, 1, n, Hkv, hd, rope, past);
+  }
   be_.attention_forward_after(A.att, A.lse, A.q, cached_keys, cached_values, 1, n, past, H, Hkv,
                               hd);
   decoder_layer_mlp(be_, config_, P, A, x, out, n, {});

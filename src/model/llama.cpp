@@ -394,10 +394,20 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
   decoder_layer_qkv(be_, config_, P, A, x, M_, adapt);
   const int32_t* doc_start = document_starts();
   const RopeSpec rope = config_.rope_for_length(T_);
-  be_.rope_forward(A.q, B_, T_, H, hd, rope, doc_start);
-  be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
+  if (config_.layer_rotates(layer)) {  // SmolLM3's NoPE layers take none
+    be_.rope_forward(A.q, B_, T_, H, hd, rope, doc_start);
+    be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
+  }
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start);
   decoder_layer_mlp(be_, config_, P, A, x, out, M_, adapt);
+}
+
+void LlamaModel::rope_backward_qk(int layer, const int32_t* doc_start) {
+  if (!config_.layer_rotates(layer)) return;  // SmolLM3's NoPE layers took none
+  const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
+  const RopeSpec rope = config_.rope_for_length(T_);
+  be_.rope_backward(t_.dq, B_, T_, H, hd, rope, doc_start);
+  be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope, doc_start);
 }
 
 // On entry t_.dresid = ∂L/∂out; on exit t_.dresid = ∂L/∂x. Parameter gradients are accumulated, or
@@ -409,7 +419,6 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   const int64_t D = config_.hidden_size, KV = config_.kv_dim(), F = config_.intermediate_size;
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
   const int64_t QD = config_.q_dim();
-  const RopeSpec rope = config_.rope_for_length(T_);
   const LayerWeights P = layer_weights(layout_, layer, params);
   const LayerActs A = acts_for(layer);
   const ConstTensorView x = t_.resid[static_cast<size_t>(layer)];
@@ -456,8 +465,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   const int32_t* doc_start = document_starts();
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
                          hd, doc_start);
-  be_.rope_backward(t_.dq, B_, T_, H, hd, rope, doc_start);
-  be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope, doc_start);
+  rope_backward_qk(layer, doc_start);
   // dq, dk are now ∂L/∂(what RoPE rotated). Qwen3: back through the per-head norm into datt
   // (free after the attention's backward, as wide as q), giving ∂L/∂(the projection's output).
   auto head_norm_backward = [&](ConstTensorView dy, TensorRole norm, ConstTensorView g,

@@ -204,6 +204,8 @@ class LlamaModel {
                      ConstTensorView adapters = {});
   void layer_backward(int layer, ConstTensorView params, float* grads, ConstTensorView adapters,
                       float* adapter_grads, GradWrite write);
+  // RoPE's backward on t_.dq and t_.dk, where the layer rotated them (not SmolLM3's NoPE layers).
+  void rope_backward_qk(int layer, const int32_t* doc_start);
   // kAssign's first half: zeros in group g's gradient ranges that no weight-gradient GEMM of its
   // backward assigns (gradients of other ops, frozen tensors, gaps).
   void zero_unassigned_grads(int g, float* grads);

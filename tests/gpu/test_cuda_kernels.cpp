@@ -67,7 +67,9 @@ TEST_F(CudaKernels, RmsNormForwardBackward) {
 }
 
 TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
-  const int64_t shapes[][4] = {{1, 1, 1, 2}, {2, 37, 3, 16}, {1, 130, 2, 64}, {2, 5, 4, 128}};
+  // hd = 18 with 16 rotated: whole chunks of pairs in heads that are not (the row stride).
+  const int64_t shapes[][4] = {
+      {1, 1, 1, 2}, {2, 37, 3, 16}, {1, 130, 2, 64}, {2, 5, 4, 128}, {1, 3, 2, 18}};
   RopeSpec linear = RopeSpec::unscaled(10000.0f);
   linear.scaling.type = RopeScaling::kLinear;
   linear.scaling.factor = 4.0;
@@ -76,14 +78,16 @@ TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
   llama3.scaling.factor = 8.0;
   llama3.scaling.original_max_positions = 64;  // low/high_freq_factor 1 and 4: Llama 3.1's
   // Phi-4-mini's partial rotation: 12 leading elements (6 pairs: not whole chunks) and 48.
-  RopeSpec partial12 = RopeSpec::unscaled(10000.0f), partial48 = partial12;
+  RopeSpec partial12 = RopeSpec::unscaled(10000.0f), partial16 = partial12, partial48 = partial12;
   partial12.rotary_dims = 12;
+  partial16.rotary_dims = 16;  // whole chunks in heads of 18, which are not: the row stride
   partial48.rotary_dims = 48;
   const RopeSpec specs[] = {RopeSpec::unscaled(10000.0f),
                             RopeSpec::unscaled(500000.0f),
                             linear,
                             llama3,
                             partial12,
+                            partial16,
                             partial48};
   for (const RopeSpec& rope : specs) {
     for (const auto& s : shapes) {

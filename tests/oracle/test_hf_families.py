@@ -23,6 +23,12 @@ forward hooks: Qwen3's attention is exactly that, since its norms act on each he
 projection's output before RoPE. The checkpoint is written as a Qwen3 one (model_type "qwen3",
 q_norm/k_norm tensors), and the export is read back into the same reference.
 
+SmolLM3 (transformers 4.53 and later, which need a newer torch) is transformers' Llama in which
+each layer that SmolLM3's no_rope_layers marks 0 (every fourth) gets the identity rotation, cos 1
+and sin 0, in place of the model's (drop_rope): SmolLM3Attention is Llama's attention that skips
+apply_rotary_pos_emb on those layers. Its checkpoint is written as a SmolLM3 one (model_type
+"smollm3", no_rope_layers), as Qwen3's is.
+
 Phi-3 is transformers' own Phi3ForCausalLM: its checkpoint fuses q/k/v into qkv_proj and gate/up
 into gate_up_proj, which zerotrain splits on import and joins on export; transformers' gradients of
 the fused tensors are split the same way (split_fused) to compare with zerotrain's.
@@ -48,7 +54,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (CheckFailed, SetupError, check, fp32_model_bound,  # noqa: E402
-                            last_json_line, require_venv_modules, run_tool)
+                            last_json_line, refused, require_venv_modules, run_tool)
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
 
@@ -135,9 +141,18 @@ FAMILIES = {
         original_max_position_embeddings=16,
         rope_scaling={"type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.7, 5.3, 8.9],
                       "long_factor": [1.3, 2.9, 5.1, 9.7, 15.3, 27.1]})),
+    # SmolLM3 (newer than any transformers that runs here): Llama whose every fourth layer takes
+    # no RoPE (NoPE), tied embeddings; built as described in the docstring. rope_theta is Llama's
+    # 10000, not SmolLM3-3B's 5e6, so that a layer rotated or not moves the loss well past the bound.
+    "smollm3": ("LlamaConfig", "LlamaForCausalLM", dict(
+        num_hidden_layers=4, rope_theta=10000.0, tie_word_embeddings=True, pad_token_id=32)),
 }
+# SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
+SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 # The families whose reference is transformers 4.49 (partial_rotary_factor in Phi3).
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
+# Families the reference builds on transformers' Llama and writes as their own checkpoints.
+WRITTEN_AS = {"qwen3", "smollm3"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)
 
@@ -168,6 +183,24 @@ def add_qk_norms(model, config):
     return model
 
 
+def drop_rope(model, no_rope_layers):
+    """SmolLM3's NoPE layers on transformers' Llama: each layer whose no_rope_layers entry is 0
+    gets the identity rotation (cos 1, sin 0) in place of the model's, which is what
+    SmolLM3Attention computes when it skips apply_rotary_pos_emb (q·1 + rotate_half(q)·0 = q)."""
+    for layer, rotates in zip(model.model.layers, no_rope_layers):
+        if rotates:
+            continue
+        attn = layer.self_attn
+        forward = attn.forward
+
+        def unrotated(*args, forward=forward, **kwargs):
+            cos, sin = kwargs["position_embeddings"]
+            kwargs["position_embeddings"] = (torch.ones_like(cos), torch.zeros_like(sin))
+            return forward(*args, **kwargs)
+        attn.forward = unrotated
+    return model
+
+
 def randomize_small_tensors(model):
     """Biases ~ N(0, 0.1²) and q/k norm weights ~ 1 + N(0, 0.1²): transformers starts them at 0
     and 1, where leaving one out would change nothing."""
@@ -181,15 +214,19 @@ def randomize_small_tensors(model):
 
 def build_reference(family, config):
     model = getattr(transformers, FAMILIES[family][1])(config)
+    if family == "smollm3":
+        return drop_rope(model, SMOLLM3_NO_ROPE_LAYERS)
     return add_qk_norms(model, config) if family == "qwen3" else model
 
 
-def save_qwen3(model, config, out_dir):
-    """A Qwen3 checkpoint (config.json as Qwen3Config writes it, one safetensors file)."""
+def save_written_as(family, model, config, out_dir):
+    """A Qwen3 or SmolLM3 checkpoint (config.json as Qwen3Config or SmolLM3Config writes it, one
+    safetensors file)."""
     import safetensors.torch
     os.makedirs(out_dir)
     tensors = {k: v.contiguous() for k, v in model.state_dict().items()
-               if not k.endswith("rotary_emb.inv_freq")}
+               if not k.endswith("rotary_emb.inv_freq")
+               and not (config.tie_word_embeddings and k == "lm_head.weight")}
     safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"),
                                 metadata={"format": "pt"})
     saved = {k: v for k, v in config.to_dict().items()
@@ -197,21 +234,27 @@ def save_qwen3(model, config, out_dir):
                       "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
                       "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
                       "head_dim", "hidden_act", "attention_dropout", "initializer_range")}
-    saved.update(QWEN3_KEYS, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
-                 torch_dtype="bfloat16")
+    if family == "qwen3":
+        saved.update(QWEN3_KEYS, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
+                     torch_dtype="bfloat16")
+    else:  # SmolLM3's own keys, with a tie its config would default to anyway
+        saved.update(model_type="smollm3", architectures=["SmolLM3ForCausalLM"],
+                     no_rope_layers=SMOLLM3_NO_ROPE_LAYERS, no_rope_layer_interval=4,
+                     use_sliding_window=False, sliding_window=None, attention_bias=False,
+                     mlp_bias=False, pad_token_id=config.pad_token_id, torch_dtype="bfloat16")
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(saved, f, indent=2)
 
 
 def load_reference(family, config, hf_dir):
-    """The model of hf_dir in fp32: transformers' from_pretrained, or for Qwen3 the reference
-    above with every tensor of the directory's safetensors files loaded strictly."""
-    if family != "qwen3":
+    """The model of hf_dir in fp32: transformers' from_pretrained, or for Qwen3 and SmolLM3 the
+    reference above with every tensor of the directory's safetensors files loaded strictly."""
+    if family not in WRITTEN_AS:
         return transformers.AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
     import safetensors.torch
     with open(os.path.join(hf_dir, "config.json")) as f:
         saved = json.load(f)
-    check(saved.get("model_type") == "qwen3", f"{hf_dir}/config.json is not a Qwen3 config")
+    check(saved.get("model_type") == family, f"{hf_dir}/config.json is not a {family} config")
     model = build_reference(family, config)
     state = {}
     for name in sorted(os.listdir(hf_dir)):
@@ -387,13 +430,13 @@ def main():
                          f"partial_rotary_factor), found {transformers.__version__}: put "
                          ".venv/transformers-4.49 (./run.sh deps) first on PYTHONPATH")
     config_name, model_name, extra = FAMILIES[args.family]
-    config = getattr(transformers, config_name)(**COMMON, **extra)
+    config = getattr(transformers, config_name)(**{**COMMON, **extra})
     model = build_reference(args.family, config)
     randomize_small_tensors(model)
     model = model.to(torch.bfloat16)
     hf_dir = os.path.join(work, "hf")
-    if args.family == "qwen3":
-        save_qwen3(model, config, hf_dir)
+    if args.family in WRITTEN_AS:
+        save_written_as(args.family, model, config, hf_dir)
     else:
         model.save_pretrained(hf_dir, safe_serialization=True,
                               max_shard_size="100KB" if args.sharded else "10GB")
@@ -425,7 +468,7 @@ def main():
     seq_len, micro_batch, batches = 32, 2, 2
     windows = list(range(micro_batch * batches))
     D, F, V, L = (COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_size"],
-                  COMMON["num_hidden_layers"])
+                  config.num_hidden_layers)
     n = max(D, F, V, COMMON["num_attention_heads"] * extra.get("head_dim", 0))
 
     def zt_eval(model_dir):
@@ -474,9 +517,9 @@ def main():
     print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ {worst[0]:.3e} "
           f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
 
-    if "longrope" in args.family:
+    if "longrope" in args.family or args.family == "smollm3":
         check_generate(zt, imported, model, tokens, args.family,
-                       extra["original_max_position_embeddings"])
+                       extra.get("original_max_position_embeddings", 16))
 
     # Train from the import at 2 ranks, stage 3, export, and let transformers read the export.
     run = os.path.join(work, "run")
@@ -499,6 +542,11 @@ def main():
     print(f"the export ({exported_type}) loads as {type(reloaded).__name__}", flush=True)
     trained_hf = hf_loss(reloaded.eval(), tokens, windows, seq_len)
     compare("trained loss", zt_eval(final), trained_hf)
+    if args.family == "smollm3":  # not to GGUF, rather than as a Llama that rotates every layer
+        gguf_out = os.path.join(work, "exported.gguf")
+        refused([zt, "export", final, "--format", "gguf", "--out", gguf_out],
+                "is a SmolLM3 (layers without RoPE), which is not written to GGUF yet")
+        check(not os.path.exists(gguf_out), "a refused GGUF export left its file")
     return 0
 
 

@@ -1,6 +1,6 @@
 // The config.json files of real published models (tests/data/hf_models, sources in its
 // SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
-// Phi-4-mini (RoPE on part of each head),
+// Phi-4-mini (RoPE on part of each head), SmolLM3 (layers without RoPE),
 // and re-saves by transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7) are read with the
 // keys as published:
 //   - every one is accepted, also under --strict-config: each key in them is one zerotrain reads
@@ -47,6 +47,9 @@ const std::map<std::string, Published>& corpus() {
       {"HuggingFaceTB--SmolLM2-135M", {134515008, "llama", true, 100000, R::kNone}},
       {"HuggingFaceTB--SmolLM2-135M-Instruct", {134515008, "llama", true, 100000, R::kNone}},
       {"HuggingFaceTB--SmolLM2-1.7B-Instruct", {1711376384, "llama", true, 130000, R::kNone}},
+      // Its model.safetensors.index.json's total_parameters; tied, though its config.json has no
+      // tie_word_embeddings key (SmolLM3Config's default).
+      {"HuggingFaceTB--SmolLM3-3B", {3075098624, "smollm3", true, 5000000, R::kNone}},
       {"Qwen--Qwen2-0.5B", {494032768, "qwen2", true, 1000000, R::kNone}},
       {"Qwen--Qwen2.5-0.5B", {494032768, "qwen2", true, 1000000, R::kNone}},
       {"Qwen--Qwen2.5-0.5B-Instruct", {494032768, "qwen2", true, 1000000, R::kNone}},
@@ -115,6 +118,8 @@ TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
     EXPECT_EQ(c.tie_word_embeddings, p.tied);
     EXPECT_EQ(c.rope_theta, p.rope_theta);
     EXPECT_EQ(c.rope_scaling.type, p.scaling);
+    // SmolLM3-3B's every fourth layer takes no RoPE; the others' every layer rotates.
+    EXPECT_EQ(c.layers_without_rope.size(), name.find("SmolLM3") != std::string::npos ? 9u : 0u);
     // Phi-4-mini rotates 96 of each head's 128 elements; the others, whole heads.
     EXPECT_EQ(c.rotary_dims(), name.find("Phi-4-mini") != std::string::npos ? 96 : c.head_dim());
     // What was read is what zerotrain writes back.

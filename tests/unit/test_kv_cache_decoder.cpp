@@ -3,8 +3,8 @@
 // those of a forward-only LlamaModel over the whole sequence (the model the oracle tests check
 // against transformers) within the oracle's fp32 tolerance, 1e-4 relative. They cannot be bitwise:
 // a product of one row is computed by another OpenBLAS call shape than a row of a whole window.
-// The families' extra tensors (biases, Qwen3's q/k norms, head_dim ≠ hidden/heads) and tied
-// embeddings are covered, and the refusals.
+// The families' extra tensors (biases, Qwen3's q/k norms, head_dim ≠ hidden/heads), SmolLM3's
+// layers without RoPE and tied embeddings are covered, and the refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,6 +43,14 @@ ModelConfig qwen3_with_biases() {
   ModelConfig c = llama_untied();
   c.explicit_head_dim = 24;
   c.qkv_bias = c.o_bias = c.qk_norm = true;
+  c.validate();
+  return c;
+}
+
+// SmolLM3's shape: its second layer without RoPE (NoPE), tied embeddings.
+ModelConfig smollm3_tied() {
+  ModelConfig c = llama_tied();
+  c.layers_without_rope = {1};
   c.validate();
   return c;
 }
@@ -114,7 +122,7 @@ std::vector<ConstTensorView> views_of(const std::vector<std::vector<float>>& par
 constexpr double kFp32OracleTolerance = 1e-4;
 
 TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneTokenAtATime) {
-  for (const ModelConfig& c : {llama_untied(), llama_tied(), qwen3_with_biases()}) {
+  for (const ModelConfig& c : {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied()}) {
     const int64_t T = 70, prompt = 13;  // a prompt of 13 rows, then 57 of one
     const std::vector<std::vector<float>> params = strong_params(c);
     const std::vector<int32_t> tokens = some_tokens(c, T);

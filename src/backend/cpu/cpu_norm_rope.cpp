@@ -65,7 +65,8 @@ void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView
 }
 
 // ---- rotary position embedding (rotate-half) ----
-// Hugging Face computes, in fp32: inv_freq_i (rope_inv_freq: 1 / theta^(float(2i)/hd), then the
+// Hugging Face computes, in fp32: inv_freq_i (rope_inv_freq: 1 / theta^(float(2i)/r), r the
+// rotated elements of a head, then the
 // rope_scaling), angle = float(t)·inv_freq_i (one fp32 product), then cos/sin of that fp32 angle
 // rounded to fp32 (times longrope's attention factor, one more fp32 product). The same roundings
 // here, with pow/cos/sin evaluated in double and rounded once (correctly rounded in practice).

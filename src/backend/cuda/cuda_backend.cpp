@@ -79,7 +79,7 @@ namespace cuda {
 // (positions, head dim, RoPE parameters) and kept while later calls fit in it.
 struct DeviceRopeTable {
   std::shared_ptr<const cpu::RopeTable> host;
-  float* cos = nullptr;  // [max_positions, head_dim/2]
+  float* cos = nullptr;  // [max_positions, rope.rotated(head_dim)/2]
   float* sin = nullptr;
 
   ~DeviceRopeTable() {

@@ -1,0 +1,29 @@
+// The tables of config.json keys behind model/hf_config.cpp's policy (docs/fine-tuning.md: the
+// key policy): the architectures zerotrain implements by model_type, the keys it reads, those known
+// not to change a model, and each family's own.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace zt {
+
+bool listed(const std::vector<std::string>& keys, const std::string& key);
+// Keys known not to change the model (ids, dtypes, versions, generation settings, ...).
+const std::vector<std::string>& inert_hf_keys();
+// Keys read, or checked to hold the one value zerotrain computes.
+const std::vector<std::string>& read_hf_keys();
+// model_type -> the class transformers loads it as.
+const std::map<std::string, std::string>& hf_architectures();
+bool is_qwen(const std::string& type);
+// config.json's model_type ("" when it is not one zerotrain implements); without the key, the
+// family its `architectures` names, or "llama".
+std::string model_type_of(const nlohmann::json& j);
+// Keys transformers reads that do not change a family's model, and keys a family reads beside
+// read_hf_keys.
+std::vector<std::string> family_ignored_keys(const std::string& type);
+std::vector<std::string> family_read_keys(const std::string& type);
+
+}  // namespace zt
