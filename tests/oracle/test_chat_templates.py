@@ -8,8 +8,10 @@ already written leaves out (QwQ also drops the reasoning of every turn but the l
 every turn), and Mistral-Nemo-Instruct-2407's, Mistral-Small-3.1-24B-Instruct-2503's and
 Mistral-Small-3.2-24B-Instruct-2506's, which
 have no generation prompt, open a turn of calls with "[TOOL_CALLS]" and list the tools just
-before the last user message, and Phi-4-mini-instruct's, which closes a turn with "<|end|>" and
-the conversation with its EOS (the last reply counts up to it). Each is given a tokenizer as test_tokenizer_configs.py makes one
+before the last user message, Phi-4-mini-instruct's, which closes a turn with "<|end|>" and
+the conversation with its EOS (the last reply counts up to it), and SmolLM3-3B's, which writes
+today's date into its system header and, given "/no_think", an empty <think> block that both its
+generation prompt and its replies open with. Each is given a tokenizer as test_tokenizer_configs.py makes one
 (a byte-level BPE holding the model's special tokens). The reference is transformers'
 apply_chat_template(return_assistant_tokens_mask=True) on a copy of the template in which the
 assistant turns are marked with {% generation %} by hand (the marks in TEMPLATES: around what the
@@ -133,6 +135,24 @@ TEMPLATES = {
             ("{% else %}{{ eos_token }}{% endif %}",
              "{% elif messages[-1]['role'] == 'assistant' %}{% generation %}{{ eos_token }}"
              "{% endgeneration %}{% else %}{{ eos_token }}{% endif %}")]),
+    # SmolLM3-3B's: ChatML whose system header it writes itself (today's date, the reasoning
+    # mode), "/no_think" in the system message opening each reply with an empty <think> block
+    # that its generation prompt writes too. Its own {% generation %} marks take the whole turn,
+    # "<|im_start|>assistant\n" included (TRL's assistant_only_loss); zerotrain counts what the
+    # model writes after the generation prompt, so the marks here are moved to that: the reply
+    # and "<|im_end|>\n".
+    "HuggingFaceTB-SmolLM3-3B": (
+        None, "<|im_end|>", ["<|im_start|>", "<|im_end|>"],
+        ("system", "rounds", "reasoning", "no_think"), [
+            ("{% generation %}", ""),
+            ("{% endgeneration %}", ""),
+            ('{{ "<|im_start|>assistant\\n" + content.lstrip("\\n") + "<|im_end|>\\n" }}',
+             '{{ "<|im_start|>assistant\\n" }}{% generation %}'
+             '{{ content.lstrip("\\n") + "<|im_end|>\\n" }}{% endgeneration %}'),
+            ('{{ "<|im_start|>assistant\\n" + "<think>\\n\\n</think>\\n" + '
+             'content.lstrip("\\n") + "<|im_end|>\\n" }}',
+             '{{ "<|im_start|>assistant\\n" + "<think>\\n\\n</think>\\n" }}{% generation %}'
+             '{{ content.lstrip("\\n") + "<|im_end|>\\n" }}{% endgeneration %}')]),
 }
 
 USER = ["Name three primes.", "And the next one?"]
@@ -168,6 +188,8 @@ def conversations(kind):
         return [{"messages": [{"role": "system", "content": parts("Be brief.")}] + split}]
     if kind == "rounds":
         return [{"messages": rounds}]
+    if kind == "no_think":  # SmolLM3's flag in the system message
+        return [{"messages": [{"role": "system", "content": "Be brief. /no_think"}] + rounds}]
     if kind == "reasoning":
         return [{"messages": [dict(m, content=THINKING + m["content"])
                               if m["role"] == "assistant" else m for m in rounds]}]
