@@ -58,9 +58,13 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
            "export: model '" + dir +
                "' is a llama with attention biases, which is not written "
                "to GGUF yet");
-  ZT_CHECK(type != "smollm3", "export: model '" + dir +
-                                  "' is a SmolLM3 (layers without RoPE), which is not written to "
-                                  "GGUF yet");
+  // llama.cpp's smollm3 takes no RoPE in every fourth layer, whatever the file says.
+  for (int64_t l = 0; type == "smollm3" && l < c.num_layers; ++l)
+    ZT_CHECK(c.layer_rotates(l) == ((l + 1) % kSmolLM3NoRopeStep != 0),
+             "export: model '" + dir + "' is a SmolLM3 whose layer " + std::to_string(l) +
+                 (c.layer_rotates(l) ? " takes RoPE" : " takes no RoPE") +
+                 "; llama.cpp's smollm3 takes none in every fourth layer (3, 7, ...) and RoPE in "
+                 "the others, so it is not written to GGUF (export safetensors instead)");
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }
 

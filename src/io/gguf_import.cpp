@@ -103,6 +103,11 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   c.qkv_bias = arch == "qwen2";
   c.qk_norm = arch == "qwen3";
   c.fused_projections = arch == "phi3";
+  // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
+  // the file does not carry), as SmolLM3-3B's no_rope_layers says.
+  if (arch == "smollm3")
+    for (int64_t l = kSmolLM3NoRopeStep - 1; l < c.num_layers; l += kSmolLM3NoRopeStep)
+      c.layers_without_rope.push_back(l);
 }
 
 // One fp32 factor per rotary frequency, from a 1-D tensor of rotary_dims / 2 values.
@@ -176,10 +181,11 @@ bool is_gguf_file(const std::string& path) {
 ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string& path = g.path();
   const std::string arch = g.string("general.architecture");
-  ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3",
-           path + ": metadata 'general.architecture' is \"" + arch +
-               "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3 "
-               "and phi3");
+  ZT_CHECK(
+      arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" || arch == "smollm3",
+      path + ": metadata 'general.architecture' is \"" + arch +
+          "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
+          "phi3 and smollm3");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -244,8 +250,11 @@ std::string gguf_tensor_name(const std::string& hf) {
 }
 
 bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_name) {
-  return architecture == "llama" && (ends_with(hf_name, "self_attn.q_proj.weight") ||
-                                     ends_with(hf_name, "self_attn.k_proj.weight"));
+  // llama.cpp's converter permutes them for llama and for smollm3 (its SmolLM3Model is a
+  // LlamaModel), whose RoPE pairs adjacent elements.
+  return (architecture == "llama" || architecture == "smollm3") &&
+         (ends_with(hf_name, "self_attn.q_proj.weight") ||
+          ends_with(hf_name, "self_attn.k_proj.weight"));
 }
 
 int64_t gguf_permuted_row(int64_t row, int64_t head_dim) {

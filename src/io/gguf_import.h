@@ -37,6 +37,8 @@ int64_t gguf_permuted_row(int64_t row, int64_t head_dim);
 
 // The tensor llama.cpp stores llama3 rope scaling in (model/rope_freq_factors.h).
 inline constexpr const char* kRopeFreqsTensor = "rope_freqs.weight";
+// llama.cpp's smollm3: every this-many-th layer takes no RoPE (its n_no_rope_layer_step).
+inline constexpr int64_t kSmolLM3NoRopeStep = 4;
 // Phi-3's longrope factors as llama.cpp's converter writes them (fp32, one per frequency).
 inline constexpr const char* kRopeFactorsShortTensor = "rope_factors_short.weight";
 inline constexpr const char* kRopeFactorsLongTensor = "rope_factors_long.weight";

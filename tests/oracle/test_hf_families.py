@@ -404,6 +404,98 @@ def check_generate(zt, imported, model, tokens, family, original):
           flush=True)
 
 
+def converter_llama_permute(converter):
+    """LlamaModel.permute of llama.cpp's convert_hf_to_gguf.py, which its SmolLM3Model inherits:
+    the order in which llama.cpp's RoPE (adjacent pairs) reads q_proj's and k_proj's rows."""
+    import ast
+    tree = ast.parse(open(converter, encoding="utf-8").read())
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    check([b.id for b in classes["SmolLM3Model"].bases] == ["LlamaModel"],
+          f"{converter}: SmolLM3Model is not a LlamaModel")
+    permute = next(n for n in classes["LlamaModel"].body
+                   if isinstance(n, ast.FunctionDef) and n.name == "permute")
+    permute.decorator_list, permute.returns = [], None
+    for a in permute.args.args:
+        a.annotation = None
+    scope = {}
+    exec(compile(ast.fix_missing_locations(ast.Module(body=[permute], type_ignores=[])),
+                 converter, "exec"), scope)
+    return scope["permute"]
+
+
+def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
+    """A trained SmolLM3 through GGUF as llama.cpp's smollm3 reads it: the export's architecture,
+    gguf's tensor names, q_proj's and k_proj's rows permuted by the converter's own
+    LlamaModel.permute (every layer, NoPE ones too), and the import gives back the model bit for
+    bit (its no_rope_layers from llama.cpp's step of 4); a NoPE pattern llama.cpp cannot run is
+    refused."""
+    import gguf
+    import safetensors.torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gguf_reference import model_dir_tensors, read_gguf
+    from test_tokenizer_configs import tokenizer_json
+    permute = converter_llama_permute(
+        os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py"))
+    # A GGUF file carries its tokenizer: a byte-level BPE over the 256 ids of this vocabulary.
+    with_tokenizer = os.path.join(work, "final-with-tokenizer")
+    shutil.copytree(final, with_tokenizer)
+    tokenizer_config = {"added_tokens_decoder": {}, "eos_token": None, "bos_token": None,
+                        "tokenizer_class": "PreTrainedTokenizerFast"}
+    tokenizer_json(tokenizer_config).save(os.path.join(with_tokenizer, "tokenizer.json"))
+    with open(os.path.join(with_tokenizer, "tokenizer_config.json"), "w") as f:
+        json.dump(tokenizer_config, f)
+    final = with_tokenizer
+    path = os.path.join(work, "exported.gguf")
+    run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "f32", "--out", path])
+    reader = read_gguf(path)
+    check(reader.fields["general.architecture"].contents() == "smollm3",
+          "the GGUF export's architecture is not smollm3")
+    # The pinned gguf (0.17.1) predates MODEL_ARCH.SMOLLM3, whose tensors llama.cpp names as
+    # llama's (the same kinds, TOKEN_EMBD to FFN_UP).
+    arch = getattr(gguf.MODEL_ARCH, "SMOLLM3", gguf.MODEL_ARCH.LLAMA)
+    names = gguf.TensorNameMap(arch, config.num_hidden_layers)
+    stored = {t.name: np.array(t.data) for t in reader.tensors}
+    hf = {}
+    for name in sorted(os.listdir(exported)):
+        if name.endswith(".safetensors"):
+            hf.update(safetensors.torch.load_file(os.path.join(exported, name)))
+    for hf_name, value in hf.items():
+        name = names.get_name(hf_name, try_suffixes=(".weight",))
+        check(name in stored, f"the GGUF export has no {name} for {hf_name}")
+        want = value.float()
+        if hf_name.endswith("q_proj.weight"):
+            want = permute(want, config.num_attention_heads, config.num_attention_heads)
+        elif hf_name.endswith("k_proj.weight"):
+            want = permute(want, config.num_attention_heads, config.num_key_value_heads)
+        check(np.array_equal(stored[name].reshape(want.shape), want.numpy()),
+              f"{name}: not {hf_name} as llama.cpp's converter writes it")
+    back = os.path.join(work, "gguf-imported")
+    run_tool([zt, "import", path, "--out", back])
+    with open(os.path.join(back, "config.json")) as f:
+        back_config = json.load(f)
+    check(back_config.get("model_type") == "smollm3" and
+          back_config.get("no_rope_layers") == SMOLLM3_NO_ROPE_LAYERS,
+          f"the GGUF import reads {back_config.get('model_type')}, no_rope_layers "
+          f"{back_config.get('no_rope_layers')}")
+    a, b = model_dir_tensors(final), model_dir_tensors(back)
+    check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
+          "the GGUF import's tensors differ from the exported model's")
+    print(f"the GGUF export is llama.cpp's smollm3 ({len(hf)} tensors as the converter writes "
+          "them) and imports back bit for bit", flush=True)
+    # A NoPE layer where llama.cpp's smollm3 rotates: refused, no file left.
+    moved = os.path.join(work, "moved-nope")
+    shutil.copytree(final, moved)
+    with open(os.path.join(moved, "config.json")) as f:
+        moved_config = json.load(f)
+    moved_config["no_rope_layers"] = [1, 1, 0, 1]
+    with open(os.path.join(moved, "config.json"), "w") as f:
+        json.dump(moved_config, f)
+    out = os.path.join(work, "moved.gguf")
+    refused([zt, "export", moved, "--format", "gguf", "--out", out],
+            "llama.cpp's smollm3 takes none in every fourth layer")
+    check(not os.path.exists(out), "a refused GGUF export left its file")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--zerotrain", required=True)
@@ -542,11 +634,8 @@ def main():
     print(f"the export ({exported_type}) loads as {type(reloaded).__name__}", flush=True)
     trained_hf = hf_loss(reloaded.eval(), tokens, windows, seq_len)
     compare("trained loss", zt_eval(final), trained_hf)
-    if args.family == "smollm3":  # not to GGUF, rather than as a Llama that rotates every layer
-        gguf_out = os.path.join(work, "exported.gguf")
-        refused([zt, "export", final, "--format", "gguf", "--out", gguf_out],
-                "is a SmolLM3 (layers without RoPE), which is not written to GGUF yet")
-        check(not os.path.exists(gguf_out), "a refused GGUF export left its file")
+    if args.family == "smollm3":
+        check_smollm3_gguf(zt, work, final, exported, data, args.source_dir, config)
     return 0
 
 
