@@ -206,21 +206,24 @@ std::vector<int64_t> layers_without_rope_from_json(const nlohmann::json& j,
     const auto interval = j.contains("no_rope_layer_interval")
                               ? required<int64_t>(j, "no_rope_layer_interval", source)
                               : int64_t{4};
-    ZT_CHECK(interval > 0, source + ": 'no_rope_layer_interval' must be positive, got " +
-                               std::to_string(interval));
-    for (int64_t l = interval - 1; l < layers; l += interval) out.push_back(l);
+    ZT_CHECK(interval != 0,
+             source + ": 'no_rope_layer_interval' is 0 (transformers divides by it)");
+    // Python's (l + 1) % interval != 0: a negative interval marks the same layers.
+    const int64_t step = interval < 0 ? -interval : interval;
+    for (int64_t l = step - 1; l < layers; l += step) out.push_back(l);
     return out;
   }
   const nlohmann::json& list = j.at("no_rope_layers");
   ZT_CHECK(list.is_array() && static_cast<int64_t>(list.size()) >= layers,
            source + ": 'no_rope_layers' must list a 1 (RoPE) or 0 (none) for each of the " +
                std::to_string(layers) + " layers, got " + quoted_json(list));
+  // Read as Python reads `if use_rope:`: a number or a boolean, zero or false for none.
   for (int64_t l = 0; l < layers; ++l) {
     const nlohmann::json& entry = list.at(static_cast<size_t>(l));
-    ZT_CHECK(entry == 0 || entry == 1, source + ": 'no_rope_layers' entry " + std::to_string(l) +
-                                           " is " + quoted_json(entry) +
-                                           ", not 1 (RoPE) or 0 (none)");
-    if (entry == 0) out.push_back(l);
+    ZT_CHECK(entry.is_number() || entry.is_boolean(),
+             source + ": 'no_rope_layers' entry " + std::to_string(l) + " is " +
+                 quoted_json(entry) + ", not 1 (RoPE) or 0 (none)");
+    if (entry.is_boolean() ? !entry.get<bool>() : entry.get<double>() == 0.0) out.push_back(l);
   }
   return out;
 }
@@ -455,9 +458,16 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
   c.num_layers = required<int64_t>(j, "num_hidden_layers", source);
   c.num_heads = required<int64_t>(j, "num_attention_heads", source);
-  c.num_kv_heads = j.contains("num_key_value_heads") && !j.at("num_key_value_heads").is_null()
-                       ? required<int64_t>(j, "num_key_value_heads", source)
-                       : c.num_heads;
+  // Absent, each family's config class default (Llama's and Phi-3's: the query heads); null is
+  // the query heads in every one.
+  const int64_t absent_kv_heads = type == "mistral"                    ? 8
+                                  : type == "smollm3"                  ? 4
+                                  : type == "qwen2" || type == "qwen3" ? 32
+                                                                       : c.num_heads;
+  c.num_kv_heads = !j.contains("num_key_value_heads") ? absent_kv_heads
+                   : j.at("num_key_value_heads").is_null()
+                       ? c.num_heads
+                       : required<int64_t>(j, "num_key_value_heads", source);
   c.vocab_size = required<int64_t>(j, "vocab_size", source);
   c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);

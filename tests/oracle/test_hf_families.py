@@ -255,6 +255,20 @@ def load_reference(family, config, hf_dir):
     with open(os.path.join(hf_dir, "config.json")) as f:
         saved = json.load(f)
     check(saved.get("model_type") == family, f"{hf_dir}/config.json is not a {family} config")
+    # The reference is built from `config`: the directory's config.json must describe that model
+    # (an export's too), key by key, with the keys whose defaults differ between families given.
+    expected = {k: getattr(config, k) for k in (
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+        "head_dim", "pad_token_id")}
+    if family == "smollm3":
+        expected["no_rope_layers"] = SMOLLM3_NO_ROPE_LAYERS
+    # Absent, head_dim is hidden_size / num_attention_heads and pad_token_id none (Qwen3's).
+    absent = {"head_dim": config.hidden_size // config.num_attention_heads,
+              "pad_token_id": None if family == "qwen3" else "required"}
+    for key, want in expected.items():
+        got = saved.get(key, absent.get(key, "required"))
+        check(got == want, f"{hf_dir}/config.json: '{key}' is {got}, the reference's {want}")
     model = build_reference(family, config)
     state = {}
     for name in sorted(os.listdir(hf_dir)):

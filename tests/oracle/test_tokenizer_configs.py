@@ -125,6 +125,26 @@ TURN_CLOSING = {
 LEGACY_SOURCE = "HuggingFaceTB--SmolLM2-135M-Instruct"  # the first config, rewritten
 
 
+def copy_tokenizer_files(source, directory):
+    """The published tokenizer_config.json, and the chat_template.jinja published beside it where
+    the template is kept in its own file (SmolLM3-3B's, as transformers 4.47 and later save it)."""
+    shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
+    template = os.path.join(os.path.dirname(source), "chat_template.jinja")
+    if os.path.exists(template):
+        shutil.copy(template, os.path.join(directory, "chat_template.jinja"))
+
+
+def reference_tokenizer(directory):
+    """transformers' AutoTokenizer of the directory, with its chat_template.jinja as transformers
+    4.47 and later load it (4.46, pinned here, reads the config's template only)."""
+    tok = transformers.AutoTokenizer.from_pretrained(directory)
+    template = os.path.join(directory, "chat_template.jinja")
+    if os.path.exists(template):
+        with open(template, encoding="utf-8") as f:
+            tok.chat_template = f.read()
+    return tok
+
+
 def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None, arguments=None,
               unlearned=None):
     """`rendered`: the replies as the template renders them, when it changes them; `arguments`:
@@ -133,9 +153,9 @@ def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None, argu
     config = json.load(open(source, encoding="utf-8"))
     directory = work(name)
     os.makedirs(directory)
-    shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
+    copy_tokenizer_files(source, directory)
     tokenizer_json(config).save(os.path.join(directory, "tokenizer.json"))
-    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    reference = reference_tokenizer(directory)
     messages = conversation(reference, replies)
     data = work(name + ".jsonl")
     with open(data, "w", encoding="utf-8") as f:
@@ -257,7 +277,7 @@ def check_content_parts(work, zt, source):
     data."""
     name = os.path.basename(os.path.dirname(source))
     directory = work(name)  # check_one's
-    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    reference = reference_tokenizer(directory)
     messages = conversation(reference, ASSISTANT)
     split = [dict(m, content=[{"type": "text", "text": m["content"][:5]},
                               {"type": "text", "text": m["content"][5:]}]) for m in messages]
@@ -300,13 +320,13 @@ def check_tool_calls(work, zt, source):
     name = os.path.basename(os.path.dirname(source))
     directory = work(name + "-tools")
     os.makedirs(directory)
-    shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
+    copy_tokenizer_files(source, directory)
     tokenizer_json(json.load(open(source, encoding="utf-8"))).save(
         os.path.join(directory, "tokenizer.json"))
     if name not in TEMPLATE_TURNS:
         check_tool_refusals(work, zt, directory, name)
         return
-    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    reference = reference_tokenizer(directory)
     call_text, close, last_opening = TEMPLATE_TURNS[name]
 
     def check_runs(label, records, extra, messages, runs_want, tools=TOOLS):
@@ -385,10 +405,10 @@ def check_reasoning_content(work, zt, source):
     name = os.path.basename(os.path.dirname(source)) + "-reasoning-content"
     directory = work(name)
     os.makedirs(directory)
-    shutil.copy(source, os.path.join(directory, "tokenizer_config.json"))
+    copy_tokenizer_files(source, directory)
     tokenizer_json(json.load(open(source, encoding="utf-8"))).save(
         os.path.join(directory, "tokenizer.json"))
-    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    reference = reference_tokenizer(directory)
     messages = [{"role": "user", "content": USER[0]},
                 {"role": "assistant", "content": ASSISTANT[0], "reasoning_content": "Small."},
                 {"role": "user", "content": USER[1]},

@@ -316,6 +316,29 @@ TEST(HfConfig, QwenFamiliesBiasesAndHeadDimAddTheirTensors) {
 // pad_token_id is transformers' embedding padding_idx: read (a negative id from the end of the
 // vocabulary, as torch takes it), written back, refused outside the vocabulary naming the key.
 // layer_types must list every layer, as transformers requires.
+// An absent num_key_value_heads is the family's config class default: LlamaConfig's and
+// Phi3Config's the query heads, MistralConfig's 8, Qwen2Config's and Qwen3Config's 32 (4.46, 4.54);
+// null is the query heads in each.
+TEST(HfConfig, AnAbsentNumKeyValueHeadsIsTheFamilysDefault) {
+  nlohmann::json j = preset_config("tiny").to_hf_json();  // hidden 64
+  j["num_attention_heads"] = 32;
+  j["hidden_size"] = 256;
+  j.erase("num_key_value_heads");
+  const std::vector<std::pair<std::string, int64_t>> families = {
+      {"llama", 32}, {"mistral", 8}, {"qwen2", 32}};
+  for (const auto& [type, kv_heads] : families) {
+    SCOPED_TRACE(type);
+    nlohmann::json c = j;
+    c["model_type"] = type;
+    c.erase("architectures");
+    if (type == "mistral") c["sliding_window"] = nullptr;
+    if (type != "llama") c.erase("attention_bias");
+    EXPECT_EQ(ModelConfig::from_hf_json(c, "cfg.json").num_kv_heads, kv_heads);
+    c["num_key_value_heads"] = nullptr;
+    EXPECT_EQ(ModelConfig::from_hf_json(c, "cfg.json").num_kv_heads, 32);
+  }
+}
+
 TEST(HfConfig, PadTokenIdIsThePaddingTokenAndLayerTypesListEveryLayer) {
   const int64_t vocab = preset_config("tiny").vocab_size;
   EXPECT_EQ(preset_config("tiny").padding_token, -1);

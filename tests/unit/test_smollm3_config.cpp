@@ -89,6 +89,15 @@ TEST(SmolLM3Config, AbsentKeysTakeSmolLM3ConfigsDefaults) {
   EXPECT_EQ(c.layers_without_rope, (std::vector<int64_t>{3, 7}));
   EXPECT_EQ(c.rope_theta, 2000000.0);
   EXPECT_EQ(c.padding_token, 128004);
+  // An absent num_key_value_heads is SmolLM3Config's 4 (Llama's: the query heads); null is the
+  // query heads.
+  j["num_attention_heads"] = 8;
+  j.erase("num_key_value_heads");
+  EXPECT_EQ(read(j).num_kv_heads, 4);
+  j["num_key_value_heads"] = nullptr;
+  EXPECT_EQ(read(j).num_kv_heads, 8);
+  j["num_key_value_heads"] = 2;
+  j["num_attention_heads"] = 4;
   j["no_rope_layer_interval"] = 3;
   EXPECT_EQ(read(j).layers_without_rope, (std::vector<int64_t>{2, 5}));
   j.erase("no_rope_layer_interval");  // 4 when absent too
@@ -103,17 +112,23 @@ TEST(SmolLM3Config, AbsentKeysTakeSmolLM3ConfigsDefaults) {
 TEST(SmolLM3Config, WhatSmolLM3ComputesOtherwiseIsRefusedNamingTheKey) {
   EXPECT_NE(error_with("no_rope_layers", {1, 1, 0}).find("'no_rope_layers' must list a 1"),
             std::string::npos);
-  EXPECT_NE(error_with("no_rope_layers", {1, 1, 2, 0, 1, 1, 1, 0}).find("entry 2 is 2"),
+  EXPECT_NE(error_with("no_rope_layers", {1, 1, "0", 0, 1, 1, 1, 0}).find("entry 2 is \"0\""),
             std::string::npos);
   EXPECT_NE(error_with("no_rope_layers", "1110").find("'no_rope_layers'"), std::string::npos);
   nlohmann::json by_interval = smollm3_json();  // read only without no_rope_layers
   by_interval.erase("no_rope_layers");
   by_interval["no_rope_layer_interval"] = 0;
-  EXPECT_NE(error_of([&] { read(by_interval); }).find("must be positive"), std::string::npos);
+  EXPECT_NE(error_of([&] { read(by_interval); }).find("is 0"), std::string::npos);
+  by_interval["no_rope_layer_interval"] = -4;  // Python's % gives 4's layers
+  EXPECT_EQ(read(by_interval).layers_without_rope, (std::vector<int64_t>{3, 7}));
   EXPECT_NE(error_with("use_sliding_window", true).find("'use_sliding_window'"), std::string::npos);
   EXPECT_NE(error_with("layer_types", {"sliding_attention"}).find("'layer_types'"),
             std::string::npos);
   EXPECT_NE(error_with("partial_rotary_factor", 0.5).find("SmolLM3ForCausalLM"), std::string::npos);
+  // Entries are read as Python's `if use_rope:` reads them: booleans, and any non-zero number.
+  nlohmann::json truthy = smollm3_json();
+  truthy["no_rope_layers"] = {true, 2, 1.0, false, 1, 1, 1, 0.0};
+  EXPECT_EQ(read(truthy).layers_without_rope, (std::vector<int64_t>{3, 7}));
   // A longer list is read by layer index, as transformers reads it.
   nlohmann::json longer = smollm3_json();
   longer["no_rope_layers"] = {1, 1, 1, 0, 1, 1, 1, 0, 0, 0};
