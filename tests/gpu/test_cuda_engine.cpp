@@ -49,9 +49,10 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
                                    const OffloadConfig& offload, const ActivationCheckpointing& ac,
                                    DType storage = DType::kFloat32,
                                    std::vector<double>* wall_s = nullptr,
-                                   engine_test::OwnState* probe = nullptr) {
+                                   engine_test::OwnState* probe = nullptr,
+                                   const ModelConfig* model = nullptr) {
   EngineSpec spec;
-  spec.model = preset_config("small");
+  spec.model = model ? *model : preset_config("small");
   const ModelConfig& cfg = spec.model;
   spec.zero.stage = stage;
   spec.zero.reduce_bucket_size = 200'000;
@@ -116,6 +117,53 @@ TEST(CudaEngine, SmallPresetTracksTheCpuLossesAndIsDeterministic) {
   EXPECT_EQ(first, second) << "two GPU runs differ";
   for (size_t i = 0; i < first.size(); ++i)
     std::printf("step %2zu  cpu %.6f  cuda %.6f\n", i + 1, reference[i], first[i]);
+}
+
+// The families' own paths on the device, each against the CPU backend at stage 2 in bf16 and
+// deterministic: Phi-4-mini's shape (fused projections with LoRA on them, longrope whose
+// windows of 64 pass its original length of 32 and take the long factors, RoPE on 24 of each
+// head's 32 elements, tied embeddings) and SmolLM3's (every second layer without RoPE).
+TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
+  ModelConfig phi4 = preset_config("small");  // hidden 256, 8 heads of 32, 4 layers
+  phi4.fused_projections = true;
+  phi4.tie_word_embeddings = true;
+  phi4.partial_rotary_factor = 0.75;
+  RopeScalingParams& r = phi4.rope_scaling;
+  r.type = RopeScaling::kLongrope;
+  r.original_max_positions = kSeq / 2;
+  r.short_factor = {1.0, 1.3, 2.1, 3.7, 5.3, 8.9, 11.0, 13.0, 17.0, 19.0, 23.0, 29.0};
+  r.long_factor = {1.3, 2.9, 5.1, 9.7, 15.3, 27.1, 31.0, 37.0, 41.0, 43.0, 47.0, 53.0};
+  phi4.max_position_embeddings = 4 * kSeq;
+  r.attention_factor = longrope_attention_factor(phi4.max_position_embeddings, kSeq / 2);
+  LoraSpec lora;
+  lora.rank = 4;
+  lora.alpha = 8;
+  lora.set_targets({"all-linear"}, "test");
+  (void)phi4.set_lora(lora);
+  ModelConfig smollm3 = preset_config("small");
+  smollm3.layers_without_rope = {1, 3};
+  for (const ModelConfig* model : {&phi4, &smollm3}) {
+    model->validate();
+    const std::string name = model->model_type();
+    MpiCommunicator self(MPI_COMM_SELF);
+    auto cpu = make_cpu_backend();
+    auto losses = [&](Backend& backend, Communicator& data) {
+      std::vector<double> out;
+      for (const StepStats& s : train_steps(backend, data, self, 2, 6, kAccum, {}, {},
+                                            DType::kFloat32, nullptr, nullptr, model))
+        out.push_back(s.loss);
+      return out;
+    };
+    const std::vector<double> reference = losses(*cpu, self);
+    auto gpu = make_cuda_backend(0);
+    cuda::StagedDeviceCommunicator staged(MPI_COMM_SELF);
+    const std::vector<double> first = losses(*gpu, staged);
+    expect_close(first, reference, 2e-2, name + ": cuda vs cpu, stage 2");
+    EXPECT_EQ(first, losses(*gpu, staged)) << name << ": two GPU runs differ";
+    for (size_t i = 0; i < first.size(); ++i)
+      std::printf("%s step %zu  cpu %.6f  cuda %.6f\n", name.c_str(), i + 1, reference[i],
+                  first[i]);
+  }
 }
 
 // bf16 activation storage (--activations bf16, bf16 working params read as stored): tracks the

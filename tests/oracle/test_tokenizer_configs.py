@@ -3,7 +3,8 @@
 project venv).
 
 Every tests/data/hf_models/*/tokenizer_config.json (sources in SOURCES.md) is used as published:
-its added_tokens_decoder, special tokens, tokenizer class and chat template. Beside it goes a
+its added_tokens_decoder, special tokens, tokenizer class and chat template (or the
+chat_template.jinja published beside it, SmolLM3-3B's). Beside it goes a
 tokenizer.json made here (the published ones are megabytes): a byte-level BPE whose vocabulary
 holds the 256 byte symbols and every added token at the id the config gives it. For each:
 
