@@ -130,8 +130,9 @@ with z.open(name) as src, open(sys.argv[2] + "/" + name.split("/")[1], "wb") as 
 
 # Real tokenizers as GGUF vocabularies, with the ids their Hugging Face originals give on a set of
 # hard texts: llama.cpp's models/ggml-vocab-{llama-spm,phi-3,llama-bpe,qwen2,gpt-2}.gguf and
-# their .inp/.out files (realmodel_gguf_vocabs); and llama.cpp's convert_hf_to_gguf.py, whose
-# rope factors oracle_gguf compares against. Taken from PyPI's llama-cpp-python sdist, which
+# their .inp/.out files (realmodel_gguf_vocabs); llama.cpp's convert_hf_to_gguf.py, whose
+# rope factors oracle_gguf compares against; and its gguf-py vocab.py, whose SpecialVocab
+# oracle_gguf_special_tokens compares the BOS/EOS flags against. Taken from PyPI's llama-cpp-python sdist, which
 # vendors llama.cpp (MIT, its LICENSE kept beside them), pinned and checked by SHA-256, into
 # .deps/llama-cpp-vocab/.
 LLAMA_CPP_PYTHON_VERSION=0.3.16
@@ -141,7 +142,7 @@ fetch_llama_vocabs() {
   # A stamp names the sdist the files came from; a newer pin, or a lost file, fetches again.
   local stamp=$LLAMA_VOCAB_DIR/.from-sha256
   [ "$(cat "$stamp" 2>/dev/null)" = "$LLAMA_CPP_PYTHON_SHA256" ] &&
-    [ "$(ls "$LLAMA_VOCAB_DIR" | wc -l)" -eq 17 ] && return
+    [ "$(ls "$LLAMA_VOCAB_DIR" | wc -l)" -eq 18 ] && return
   local sdist=$ROOT/.deps/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
   if ! echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --status 2>/dev/null; then
     log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from PyPI (llama.cpp's vocabulary test files, 50 MB)"
@@ -164,7 +165,7 @@ with urllib.request.urlopen(url, timeout=60) as src, open(sys.argv[2], "wb") as 
   rm -rf "$LLAMA_VOCAB_DIR.tmp" && mkdir -p "$LLAMA_VOCAB_DIR.tmp"
   /usr/bin/python3 -c 'import os, sys, tarfile
 prefix = "llama_cpp_python-" + sys.argv[2] + "/vendor/llama.cpp/"
-wanted = ["LICENSE", "convert_hf_to_gguf.py"] + ["models/ggml-vocab-%s.gguf%s" % (v, e)
+wanted = ["LICENSE", "convert_hf_to_gguf.py", "gguf-py/gguf/vocab.py"] + ["models/ggml-vocab-%s.gguf%s" % (v, e)
                         for v in ("llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2")
                         for e in ("", ".inp", ".out")]
 with tarfile.open(sys.argv[1]) as t:

@@ -416,6 +416,45 @@ void add_chat_templates(std::vector<std::pair<std::string, GgufValue>>& out,
     out.push_back({"tokenizer.chat_template", string_value(fallback->second)});
 }
 
+// Whether a tokenizer puts its BOS before and its EOS after an encoded text, as llama.cpp's
+// converter (gguf-py's SpecialVocab) reads it for tokenizer.ggml.add_bos_token/add_eos_token: the
+// post-processor's template (alone or inside a Sequence, as Llama 3's sits after its ByteLevel;
+// RobertaProcessing adds both), a template's leading special token being the BOS (or CLS) and its
+// trailing one the EOS, and then tokenizer_config.json's add_bos_token and add_eos_token, which
+// win where they are booleans (Phi-3's false over a template that writes <s>).
+std::pair<bool, bool> specials_around_a_sequence(const nlohmann::json& tok,
+                                                 const nlohmann::json& config,
+                                                 const std::map<std::string, int64_t>& ids) {
+  bool add_bos = false, add_eos = false;
+  const nlohmann::json post = tok.value("post_processor", nlohmann::json());
+  const bool sequence = post.is_object() && post.value("type", "") == "Sequence";
+  const nlohmann::json processors =
+      sequence ? post.value("processors", nlohmann::json::array()) : nlohmann::json::array({post});
+  auto special = [](const nlohmann::json& piece) {
+    return piece.is_object() && piece.contains("SpecialToken")
+               ? piece["SpecialToken"].value("id", std::string())
+               : std::string();
+  };
+  for (const nlohmann::json& p : processors) {
+    if (!p.is_object()) continue;
+    const std::string type = p.value("type", "");
+    if (type == "RobertaProcessing") add_bos = add_eos = true;
+    const nlohmann::json single = p.value("single", nlohmann::json::array());
+    if (type != "TemplateProcessing" || !single.is_array() || single.size() < 2) continue;
+    const std::string first = special(single.front()), last = special(single.back());
+    if (!first.empty())
+      add_bos = first == special_token_text(config, "bos_token") ||
+                first == special_token_text(config, "cls_token");
+    if (!last.empty()) add_eos = last == special_token_text(config, "eos_token");
+  }
+  if (config.contains("add_bos_token") && config.at("add_bos_token").is_boolean())
+    add_bos = config.at("add_bos_token").get<bool>();
+  if (config.contains("add_eos_token") && config.at("add_eos_token").is_boolean())
+    add_eos = config.at("add_eos_token").get<bool>();
+  // A flag without its token in the vocabulary adds nothing.
+  return {add_bos && ids.count("bos_token") > 0, add_eos && ids.count("eos_token") > 0};
+}
+
 // gguf_tokenizer_metadata, with nlohmann's exceptions for a file of the wrong shape.
 std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
     const TokenizerFiles& tokenizer, int64_t vocab_size, const std::string& where) {
@@ -492,18 +531,7 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
     out.push_back({std::string("tokenizer.ggml.") + gguf_key,
                    {GgufValueType::kUint32, GgufValueType::kUint32, it->second}});
   }
-  // What the post-processor adds around a sequence: a template's leading and trailing tokens.
-  const nlohmann::json post = tok.value("post_processor", nlohmann::json());
-  bool add_bos = false, add_eos = false;
-  if (post.is_object() && post.value("type", "") == "TemplateProcessing") {
-    const nlohmann::json& single = post.at("single");
-    auto special_at = [&](const nlohmann::json& piece, const char* key) {
-      return piece.contains("SpecialToken") && special_ids.count(key) &&
-             piece["SpecialToken"]["id"] == special_token_text(config, key);
-    };
-    add_bos = !single.empty() && special_at(single.front(), "bos_token");
-    add_eos = !single.empty() && special_at(single.back(), "eos_token");
-  }
+  const auto [add_bos, add_eos] = specials_around_a_sequence(tok, config, special_ids);
   out.push_back(
       {"tokenizer.ggml.add_bos_token", {GgufValueType::kBool, GgufValueType::kUint32, add_bos}});
   out.push_back(
