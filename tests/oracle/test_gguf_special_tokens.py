@@ -65,7 +65,8 @@ def template(*pieces):
               {"SpecialToken": {"id": p, "type_id": 0}} for p in pieces]
     specials = {p: {"id": p, "ids": [next(i for i, t in SPECIALS.items() if t == p)],
                     "tokens": [p]} for p in pieces if p != "$A"}
-    return {"type": "TemplateProcessing", "single": single, "pair": single, "special_tokens": specials}
+    return {"type": "TemplateProcessing", "single": single, "pair": single,
+            "special_tokens": specials}
 
 
 BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,

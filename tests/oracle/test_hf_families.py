@@ -143,7 +143,8 @@ FAMILIES = {
                       "long_factor": [1.3, 2.9, 5.1, 9.7, 15.3, 27.1]})),
     # SmolLM3 (newer than any transformers that runs here): Llama whose every fourth layer takes
     # no RoPE (NoPE), tied embeddings; built as described in the docstring. rope_theta is Llama's
-    # 10000, not SmolLM3-3B's 5e6, so that a layer rotated or not moves the loss well past the bound.
+    # 10000, not SmolLM3-3B's 5e6, so that a layer rotated or not moves the loss well past the
+    # bound.
     "smollm3": ("LlamaConfig", "LlamaForCausalLM", dict(
         num_hidden_layers=4, rope_theta=10000.0, tie_word_embeddings=True, pad_token_id=32)),
 }
