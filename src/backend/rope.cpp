@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <numbers>
+#include <string>
+
+#include "util/error.h"
 
 namespace zt {
 
@@ -46,6 +49,14 @@ std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim) {
     }
   }
   return inv;
+}
+
+int64_t checked_rotated_dims(const RopeSpec& rope, int64_t head_dim) {
+  const int64_t rotated = rope.rotated(head_dim);
+  ZT_CHECK(rotated % 2 == 0 && rotated <= head_dim,
+           "rope: " + std::to_string(rotated) + " rotated elements of a head of " +
+               std::to_string(head_dim) + " (an even count, at most the head's, is needed)");
+  return rotated;
 }
 
 double longrope_attention_factor(int64_t max_positions, int64_t original) {

@@ -66,6 +66,10 @@ struct RopeSpec {
 //             short_factor, or with long_factors the long_factor)
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim);
 
+// rope.rotated(head_dim), the count both backends rotate; a zt::Error unless it is even and at
+// most the head's.
+int64_t checked_rotated_dims(const RopeSpec& rope, int64_t head_dim);
+
 // Longrope's factor on cos and sin, in double as transformers computes it:
 // sqrt(1 + ln(max_positions / original) / ln(original)), or 1 when the ratio is at most 1.
 double longrope_attention_factor(int64_t max_positions, int64_t original);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "io/fs_util.h"
 #include "io/gguf_file.h"
 #include "io/gguf_import.h"
@@ -59,12 +61,12 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
                "' is a llama with attention biases, which is not written "
                "to GGUF yet");
   // llama.cpp's smollm3 takes no RoPE in every fourth layer, whatever the file says.
-  for (int64_t l = 0; type == "smollm3" && l < c.num_layers; ++l)
-    ZT_CHECK(c.layer_rotates(l) == ((l + 1) % kSmolLM3NoRopeStep != 0),
-             "export: model '" + dir + "' is a SmolLM3 whose layer " + std::to_string(l) +
-                 (c.layer_rotates(l) ? " takes RoPE" : " takes no RoPE") +
-                 "; llama.cpp's smollm3 takes none in every fourth layer (3, 7, ...) and RoPE in "
-                 "the others, so it is not written to GGUF (export safetensors instead)");
+  ZT_CHECK(type != "smollm3" ||
+               c.layers_without_rope == every_nth_layer(kSmolLM3NoRopeStep, c.num_layers),
+           "export: model '" + dir + "' is a SmolLM3 whose layers without RoPE are " +
+               nlohmann::json(c.layers_without_rope).dump() +
+               "; llama.cpp's smollm3 takes none in every fourth layer (3, 7, ...) and RoPE in "
+               "the others, so it is not written to GGUF (export safetensors instead)");
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }
 

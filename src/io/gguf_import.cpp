@@ -105,9 +105,7 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   c.fused_projections = arch == "phi3";
   // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
   // the file does not carry), as SmolLM3-3B's no_rope_layers says.
-  if (arch == "smollm3")
-    for (int64_t l = kSmolLM3NoRopeStep - 1; l < c.num_layers; l += kSmolLM3NoRopeStep)
-      c.layers_without_rope.push_back(l);
+  if (arch == "smollm3") c.layers_without_rope = every_nth_layer(kSmolLM3NoRopeStep, c.num_layers);
 }
 
 // One fp32 factor per rotary frequency, from a 1-D tensor of rotary_dims / 2 values.

@@ -154,6 +154,12 @@ void ModelConfig::check_layers_without_rope() const {
            "Qwen2's biases or a sliding window are not a Hugging Face architecture");
 }
 
+std::vector<int64_t> every_nth_layer(int64_t step, int64_t num_layers) {
+  std::vector<int64_t> layers;
+  for (int64_t l = step - 1; step > 0 && l < num_layers; l += step) layers.push_back(l);
+  return layers;
+}
+
 RopeSpec ModelConfig::rope_for_length(int64_t length) const {
   RopeSpec r = rope();
   r.scaling.long_factors =

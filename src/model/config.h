@@ -133,6 +133,10 @@ std::vector<std::string> hf_config_ignored_keys(const nlohmann::json& j);
 // (it reads only the attributes it defines), so they are accepted with a warning by default.
 std::vector<std::string> hf_config_unknown_keys(const nlohmann::json& j);
 
+// Layers step − 1, 2·step − 1, ... below num_layers: SmolLM3's layers without RoPE when every
+// step-th takes none (SmolLM3Config's no_rope_layer_interval, llama.cpp's n_no_rope_layer_step).
+std::vector<int64_t> every_nth_layer(int64_t step, int64_t num_layers);
+
 // Presets (docs/running.md lists their shapes): tiny, small, 125m, 1b, 6b, 7b.
 ModelConfig preset_config(const std::string& name);
 std::vector<std::string> preset_names();

@@ -149,13 +149,16 @@ RopeScalingParams rope_scaling_from_object(const nlohmann::json& r, const std::s
 }
 
 // rope_theta and the scaling: from rope_parameters (transformers 5.x) or from rope_theta and
-// rope_scaling (4.x). A config holding both spellings must say the same in each.
-void read_rope(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+// rope_scaling (4.x; without rope_theta, absent_theta, the family's default). A config holding
+// both spellings must say the same in each.
+void read_rope(const nlohmann::json& j, const std::string& source, double absent_theta,
+               ModelConfig& c) {
   const bool legacy_scaling = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
   if (legacy_scaling)
     c.rope_scaling =
         rope_scaling_from_object(j.at("rope_scaling"), source + ": 'rope_scaling'", {});
-  c.rope_theta = j.contains("rope_theta") ? required<double>(j, "rope_theta", source) : 10000.0;
+  c.rope_theta =
+      j.contains("rope_theta") ? required<double>(j, "rope_theta", source) : absent_theta;
   if (!j.contains("rope_parameters") || j.at("rope_parameters").is_null()) return;
   const std::string where = source + ": 'rope_parameters'";
   const nlohmann::json& r = j.at("rope_parameters");
@@ -200,8 +203,7 @@ double partial_rotary_from_json(const nlohmann::json& j, const std::string& sour
 std::vector<int64_t> layers_without_rope_from_json(const nlohmann::json& j,
                                                    const std::string& source,
                                                    const std::string& type, int64_t layers) {
-  std::vector<int64_t> out;
-  if (type != "smollm3") return out;
+  if (type != "smollm3") return {};
   if (!j.contains("no_rope_layers") || j.at("no_rope_layers").is_null()) {
     const auto interval = j.contains("no_rope_layer_interval")
                               ? required<int64_t>(j, "no_rope_layer_interval", source)
@@ -209,15 +211,14 @@ std::vector<int64_t> layers_without_rope_from_json(const nlohmann::json& j,
     ZT_CHECK(interval != 0,
              source + ": 'no_rope_layer_interval' is 0 (transformers divides by it)");
     // Python's (l + 1) % interval != 0: a negative interval marks the same layers.
-    const int64_t step = interval < 0 ? -interval : interval;
-    for (int64_t l = step - 1; l < layers; l += step) out.push_back(l);
-    return out;
+    return every_nth_layer(interval < 0 ? -interval : interval, layers);
   }
   const nlohmann::json& list = j.at("no_rope_layers");
   ZT_CHECK(list.is_array() && static_cast<int64_t>(list.size()) >= layers,
            source + ": 'no_rope_layers' must list a 1 (RoPE) or 0 (none) for each of the " +
                std::to_string(layers) + " layers, got " + quoted_json(list));
   // Read as Python reads `if use_rope:`: a number or a boolean, zero or false for none.
+  std::vector<int64_t> out;
   for (int64_t l = 0; l < layers; ++l) {
     const nlohmann::json& entry = list.at(static_cast<size_t>(l));
     ZT_CHECK(entry.is_number() || entry.is_boolean(),
@@ -251,15 +252,15 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
 // config.json "pad_token_id": null or absent is none; a negative id counts from the end of the
 // vocabulary, as torch's nn.Embedding takes its padding_idx; outside [-vocab_size, vocab_size)
 // transformers cannot build the model, and it is refused.
-// Phi3Config defaults an absent key to 32000 (Phi-3's <|endoftext|>) and SmolLM3Config to 128004,
-// a row transformers' model then makes the padding_idx.
+// An absent key is the family's default (hf_family_defaults: Phi3Config's 32000, Phi-3's
+// <|endoftext|>, SmolLM3Config's 128004), a row transformers' model then makes the padding_idx.
 int64_t padding_token_from_json(const nlohmann::json& j, const std::string& source,
                                 int64_t vocab_size, const std::string& type) {
-  const int64_t family_default = type == "phi3" ? 32000 : type == "smollm3" ? 128004 : -1;
+  const HfFamilyDefaults& defaults = hf_family_defaults(type);
+  const int64_t family_default = defaults.pad_token_id;
   if (!j.contains("pad_token_id") && family_default >= 0) {
     ZT_CHECK(family_default < vocab_size,
-             source + ": has no 'pad_token_id', and " +
-                 (type == "phi3" ? "Phi3Config" : "SmolLM3Config") + "'s default " +
+             source + ": has no 'pad_token_id', and " + defaults.config_class + "'s default " +
                  std::to_string(family_default) + " is not a row of the embedding (vocab_size " +
                  std::to_string(vocab_size) +
                  "), so transformers cannot build this model: give pad_token_id (null: none)");
@@ -458,12 +459,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
   c.num_layers = required<int64_t>(j, "num_hidden_layers", source);
   c.num_heads = required<int64_t>(j, "num_attention_heads", source);
-  // Absent, each family's config class default (Llama's and Phi-3's: the query heads); null is
-  // the query heads in every one.
-  const int64_t absent_kv_heads = type == "mistral"                    ? 8
-                                  : type == "smollm3"                  ? 4
-                                  : type == "qwen2" || type == "qwen3" ? 32
-                                                                       : c.num_heads;
+  // Absent, each family's config class default (hf_family_defaults; Llama's and Phi-3's: the
+  // query heads); null is the query heads in every one.
+  const HfFamilyDefaults& defaults = hf_family_defaults(type);
+  const int64_t absent_kv_heads =
+      defaults.num_key_value_heads > 0 ? defaults.num_key_value_heads : c.num_heads;
   c.num_kv_heads = !j.contains("num_key_value_heads") ? absent_kv_heads
                    : j.at("num_key_value_heads").is_null()
                        ? c.num_heads
@@ -471,17 +471,13 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.vocab_size = required<int64_t>(j, "vocab_size", source);
   c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
-  read_rope(j, source, c);
-  // SmolLM3Config's default base (the others' is 10000, read_rope's).
-  if (type == "smollm3" && !j.contains("rope_theta") && !j.contains("rope_parameters"))
-    c.rope_theta = 2000000.0;
+  read_rope(j, source, defaults.rope_theta, c);
   read_phi3_lengths(j, source, type, c);
   c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
   c.padding_token = padding_token_from_json(j, source, c.vocab_size, type);
-  // Absent, SmolLM3Config keeps PretrainedConfig's true; the others' configs default to false.
   c.tie_word_embeddings = j.contains("tie_word_embeddings")
                               ? required<bool>(j, "tie_word_embeddings", source)
-                              : type == "smollm3";
+                              : defaults.tie_word_embeddings;
   read_attention_shape(j, source, type, c);
   c.layers_without_rope = layers_without_rope_from_json(j, source, type, c.num_layers);
   c.partial_rotary_factor = partial_rotary_from_json(j, source, type);

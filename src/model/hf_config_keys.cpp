@@ -163,4 +163,17 @@ std::vector<std::string> family_read_keys(const std::string& type) {
   return {};
 }
 
+// transformers 4.46's MistralConfig, Qwen2Config and Phi3Config, 4.54's Qwen3Config and
+// SmolLM3Config (which keeps PretrainedConfig's tied embeddings).
+const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
+  static const std::map<std::string, HfFamilyDefaults> table = {
+      {"llama", {"LlamaConfig"}},
+      {"mistral", {"MistralConfig", -1, 8}},
+      {"qwen2", {"Qwen2Config", -1, 32}},
+      {"qwen3", {"Qwen3Config", -1, 32}},
+      {"phi3", {"Phi3Config", 32000}},
+      {"smollm3", {"SmolLM3Config", 128004, 4, true, 2000000.0}}};
+  return table.at(type);
+}
+
 }  // namespace zt

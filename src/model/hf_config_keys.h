@@ -2,6 +2,7 @@
 // key policy): the architectures zerotrain implements by model_type, the keys it reads, those known
 // not to change a model, and each family's own.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,5 +26,17 @@ std::string model_type_of(const nlohmann::json& j);
 // read_hf_keys.
 std::vector<std::string> family_ignored_keys(const std::string& type);
 std::vector<std::string> family_read_keys(const std::string& type);
+
+// What a family's transformers config class takes for a key config.json leaves out, where that
+// is not LlamaConfig's: pad_token_id (-1: none), num_key_value_heads (0: the query heads),
+// tie_word_embeddings and rope_theta.
+struct HfFamilyDefaults {
+  const char* config_class = "LlamaConfig";
+  int64_t pad_token_id = -1;
+  int64_t num_key_value_heads = 0;
+  bool tie_word_embeddings = false;
+  double rope_theta = 10000.0;
+};
+const HfFamilyDefaults& hf_family_defaults(const std::string& type);
 
 }  // namespace zt

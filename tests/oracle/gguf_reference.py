@@ -1,6 +1,8 @@
 """What the GGUF tests share (test_gguf.py, tests/realmodel): transformers' GGUF loader as the
-reference model, and a zerotrain model directory's tensors read back."""
+reference model, a zerotrain model directory's tensors read back, and definitions taken from
+llama.cpp's own Python sources (its converter, gguf-py) to run as references."""
 
+import ast
 import contextlib
 import json
 import os
@@ -61,3 +63,37 @@ def model_dir_tensors(model_dir):
         with h5py.File(os.path.join(model_dir, shard), "r") as f:
             out[name] = read_float32(f[name])
     return out
+
+
+def python_classes(path):
+    """The top-level classes of a Python file, by name (their AST, not run)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def run_definitions(path, nodes, scope):
+    """Compiles the definitions `nodes` taken from `path` alone into `scope` (the names they use
+    from their module given there) and returns it: llama.cpp's converter and gguf-py import
+    packages Debian's torch lacks, so a test runs only the parts it compares with. Annotations are
+    postponed (never evaluated) and a function's decorators dropped (a static method runs as a
+    plain function)."""
+    for node in nodes:
+        if isinstance(node, ast.FunctionDef):
+            node.decorator_list = []
+    future = ast.ImportFrom(module="__future__", names=[ast.alias("annotations")], level=0)
+    module = ast.fix_missing_locations(ast.Module(body=[future] + list(nodes), type_ignores=[]))
+    exec(compile(module, path, "exec"), scope)
+    return scope
+
+
+def class_methods(path, class_name, names, scope):
+    """The methods `names` of class `class_name` in `path`, run as plain functions in `scope`
+    (run_definitions); a method missing is an AssertionError naming the file."""
+    cls = python_classes(path).get(class_name)
+    methods = [n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef)
+               and n.name in names]
+    assert len(methods) == len(names), f"{path}: {class_name} lacks {names}"
+    run_definitions(path, methods, scope)
+    return [scope[n] for n in names]
+

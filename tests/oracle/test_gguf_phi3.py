@@ -37,7 +37,6 @@ Checks:
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
 
-import ast
 import json
 import math
 import os
@@ -51,7 +50,8 @@ from oracle_harness import (argument_parser, check, exit_status, fp32_model_boun
 
 gguf, h5py, np, torch, transformers = require_venv_modules(
     "gguf", "h5py", "numpy", "torch", "transformers")
-from gguf_reference import model_dir_tensors, read_gguf, transformers_gguf_model  # noqa: E402
+from gguf_reference import (class_methods, model_dir_tensors, read_gguf,  # noqa: E402
+                            transformers_gguf_model)
 from test_hf_families import hf_loss  # noqa: E402
 
 SHAPE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -70,17 +70,12 @@ SEQ_LEN, MICRO_BATCH, BATCHES = 32, 2, 2
 def converter_methods(converter):
     """Phi3MiniModel's set_gguf_parameters and generate_extra_tensors, their source taken from
     convert_hf_to_gguf.py (the module itself imports packages Debian's torch lacks)."""
-    tree = ast.parse(open(converter, encoding="utf-8").read())
-    phi3 = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Phi3MiniModel")
-    methods = [n for n in phi3.body if isinstance(n, ast.FunctionDef)
-               and n.name in ("set_gguf_parameters", "generate_extra_tensors")]
-    check(len(methods) == 2, f"{converter}: Phi3MiniModel lacks the methods this test runs")
-    for m in methods:
-        m.returns = None
-        m.args.args[0].annotation = None
-    namespace = {"math": math, "torch": torch, "gguf": gguf}
-    exec(compile(ast.Module(methods, []), converter, "exec"), namespace)
-    return namespace["set_gguf_parameters"], namespace["generate_extra_tensors"]
+    try:
+        return tuple(class_methods(converter, "Phi3MiniModel",
+                                   ("set_gguf_parameters", "generate_extra_tensors"),
+                                   {"math": math, "torch": torch, "gguf": gguf}))
+    except AssertionError as e:
+        check(False, f"{e} (the methods this test runs)")
 
 
 def copy_vocabulary(writer, vocab_file):

@@ -21,7 +21,6 @@ none (no template adds the token and the config says nothing: transformers adds 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
 
-import ast
 import itertools
 import json
 import os
@@ -32,7 +31,7 @@ from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,
                             require_venv_modules, run_tool)
 
 gguf, torch, transformers = require_venv_modules("gguf", "torch", "transformers")
-from gguf_reference import read_gguf  # noqa: E402
+from gguf_reference import python_classes, read_gguf, run_definitions  # noqa: E402
 from test_tokenizer_configs import tokenizer_json  # noqa: E402
 
 BOS, EOS, CLS = "<s>", "</s>", "<cls>"
@@ -42,9 +41,7 @@ SPECIALS = {256: BOS, 257: EOS, 258: CLS}
 def special_vocab_class(vocab_py):
     """gguf-py's SpecialVocab, its source taken from llama.cpp's vocab.py (the module itself
     imports the whole gguf package of that llama.cpp, newer than the pinned one)."""
-    tree = ast.parse(open(vocab_py, encoding="utf-8").read())
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SpecialVocab"),
-               None)
+    cls = python_classes(vocab_py).get("SpecialVocab")
     check(cls is not None, f"{vocab_py}: no SpecialVocab class")
     import logging
     import re
@@ -53,10 +50,7 @@ def special_vocab_class(vocab_py):
     scope = {"json": json, "os": os, "re": re, "Path": Path, "Any": Any, "Iterable": Iterable,
              "Mapping": Mapping, "Sequence": Sequence, "logger": logging.getLogger("vocab"),
              "gguf": gguf, "GGUFWriter": object}
-    module = ast.Module(body=[ast.ImportFrom(module="__future__", names=[ast.alias("annotations")],
-                                             level=0), cls], type_ignores=[])
-    exec(compile(ast.fix_missing_locations(module), vocab_py, "exec"), scope)
-    return scope["SpecialVocab"]
+    return run_definitions(vocab_py, [cls], scope)["SpecialVocab"]
 
 
 def template(*pieces):

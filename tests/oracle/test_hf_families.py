@@ -422,20 +422,10 @@ def check_generate(zt, imported, model, tokens, family, original):
 def converter_llama_permute(converter):
     """LlamaModel.permute of llama.cpp's convert_hf_to_gguf.py, which its SmolLM3Model inherits:
     the order in which llama.cpp's RoPE (adjacent pairs) reads q_proj's and k_proj's rows."""
-    import ast
-    tree = ast.parse(open(converter, encoding="utf-8").read())
-    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    check([b.id for b in classes["SmolLM3Model"].bases] == ["LlamaModel"],
+    from gguf_reference import class_methods, python_classes
+    check([b.id for b in python_classes(converter)["SmolLM3Model"].bases] == ["LlamaModel"],
           f"{converter}: SmolLM3Model is not a LlamaModel")
-    permute = next(n for n in classes["LlamaModel"].body
-                   if isinstance(n, ast.FunctionDef) and n.name == "permute")
-    permute.decorator_list, permute.returns = [], None
-    for a in permute.args.args:
-        a.annotation = None
-    scope = {}
-    exec(compile(ast.fix_missing_locations(ast.Module(body=[permute], type_ignores=[])),
-                 converter, "exec"), scope)
-    return scope["permute"]
+    return class_methods(converter, "LlamaModel", ("permute",), {})[0]
 
 
 def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):

@@ -114,10 +114,7 @@ std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd,
 void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
                             const RopeSpec& rope, float sin_sign, const int32_t* doc_start,
                             int64_t past) {
-  const int64_t rotated = rope.rotated(hd);
-  ZT_CHECK(rotated % 2 == 0 && rotated <= hd,
-           "rope: " + std::to_string(rotated) + " rotated elements of a head of " +
-               std::to_string(hd) + " (an even count, at most the head's, is needed)");
+  const int64_t rotated = checked_rotated_dims(rope, hd);
   ZT_CHECK(past >= 0, "rope: negative first position " + std::to_string(past));
   const auto table = rope_table(past + T, hd, rope);
   const int64_t half = rotated / 2;

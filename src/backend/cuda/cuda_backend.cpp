@@ -399,9 +399,7 @@ namespace {
 
 const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64_t T, int64_t hd,
                                   const RopeSpec& rope) {
-  ZT_CHECK(rope.rotated(hd) % 2 == 0 && rope.rotated(hd) <= hd,
-           "rope: " + std::to_string(rope.rotated(hd)) + " rotated elements of a head of " +
-               std::to_string(hd) + " (an even count, at most the head's, is needed)");
+  (void)checked_rotated_dims(rope, hd);
   if (cache && cache->host->head_dim == hd && cache->host->rope == rope &&
       cache->host->max_positions >= T) {
     return *cache;
