@@ -25,6 +25,7 @@
 #include <string>
 
 #include "backend/gemm_tuning.h"
+#include "backend/glu_activation.h"
 #include "backend/kernel_profile.h"
 #include "backend/phase_timeline.h"
 #include "backend/rope.h"
@@ -102,13 +103,15 @@ class Backend {
                                uint64_t stream, int64_t first_row) = 0;
 
   // ---- RMSNorm over the last dimension D of x[M,D] ----
-  // rstd[m] = 1/sqrt(mean_d x² + eps);  y = x · rstd · g
+  // rstd[m] = 1/sqrt(mean_d x² + eps);  y = x · rstd · (o + g), o = weight_offset: 0, or Gemma's
+  // 1 (its norms scale by 1 + weight, the weight stored as trained).
   virtual void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
-                               int64_t M, int64_t D, float eps) = 0;
-  // dx[M,D] += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x);   dg[D] += Σ_m dy·x·rstd
+                               int64_t M, int64_t D, float eps, float weight_offset = 0.0f) = 0;
+  // dx[M,D] += rstd·(w·dy) − x·rstd³·mean_d(w·dy·x), w = o + g;   dg[D] += Σ_m dy·x·rstd
   // dx or dg may be null to skip that part (dg: a frozen norm weight).
   virtual void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
-                                ConstTensorView g, const float* rstd, int64_t M, int64_t D) = 0;
+                                ConstTensorView g, const float* rstd, int64_t M, int64_t D,
+                                float weight_offset = 0.0f) = 0;
 
   // ---- document masks (packed sequences) ----
   // doc_start[b·T + t] (int32, device memory, [B, T]) is the index in row b of the first token of
@@ -162,12 +165,16 @@ class Backend {
                                        ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
                                        int64_t past, int64_t H, int64_t Hkv, int64_t hd);
 
-  // ---- SwiGLU: h = silu(gate) · up, silu(a) = a·σ(a), elementwise over n ----
-  virtual void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up,
-                              int64_t n) = 0;
-  // dgate = dh·up·σ(a)·(1 + a·(1−σ(a))),  dup = dh·silu(a)   (both =)
-  virtual void swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
-                               ConstTensorView gate, ConstTensorView up, int64_t n) = 0;
+  // ---- gated MLP activation, elementwise over n: h = act(gate) · up ----
+  // kSilu (SwiGLU): act(a) = silu(a) = a·σ(a). kGeluTanh (Gemma's GeGLU, PyTorch's
+  // gelu(approximate="tanh")): act(a) = a/2 · (1 + tanh(k·(a + 0.044715·a³))), k = sqrt(2/π).
+  virtual void glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
+                           GluActivation act = GluActivation::kSilu) = 0;
+  // dgate = dh·up·act'(a),  dup = dh·act(a)   (both =); silu'(a) = σ(a)·(1 + a·(1−σ(a))),
+  // gelu'(a) = (1 + t)/2 + a/2 · (1 − t²) · k·(1 + 3·0.044715·a²), t = tanh(k·(a + 0.044715·a³)).
+  virtual void glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
+                            ConstTensorView gate, ConstTensorView up, int64_t n,
+                            GluActivation act = GluActivation::kSilu) = 0;
 
   // ---- token embedding: x[n,D] = table[tokens[n]] ----
   virtual void embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table,

@@ -60,6 +60,11 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
            "export: model '" + dir +
                "' is a llama with attention biases, which is not written "
                "to GGUF yet");
+  // llama.cpp's gemma stores each norm as 1 + weight and reads its own tokenizer layout: not
+  // written yet.
+  ZT_CHECK(type != "gemma", "export: model '" + dir +
+                                "' is a Gemma, which is not written to GGUF yet (export "
+                                "safetensors, which llama.cpp's convert_hf_to_gguf.py reads)");
   // llama.cpp's smollm3 takes no RoPE in every fourth layer, whatever the file says.
   ZT_CHECK(type != "smollm3" ||
                c.layers_without_rope == every_nth_layer(kSmolLM3NoRopeStep, c.num_layers),

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "util/bf16.h"
 #include "util/decimal.h"
 #include "util/error.h"
 
@@ -53,6 +54,7 @@ void ModelConfig::validate() const {
   ZT_CHECK(head_dim() % 2 == 0, "model config: head_dim must be even for RoPE");
   check_partial_rotary();
   check_layers_without_rope();
+  check_gemma();
   ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
            "model config: rms_norm_eps must be a positive finite number");
   ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
@@ -154,6 +156,34 @@ void ModelConfig::check_layers_without_rope() const {
            "Qwen2's biases or a sliding window are not a Hugging Face architecture");
 }
 
+void ModelConfig::check_gemma() const {
+  const bool gelu = mlp_activation == GluActivation::kGeluTanh;
+  ZT_CHECK((norm_weight_offset == 0.0f || norm_weight_offset == 1.0f) &&
+               is_gemma() == scaled_embeddings && is_gemma() == gelu,
+           "model config: Gemma's (1 + weight) norms, scaled embedding and GeGLU come together "
+           "(model_type \"gemma\"); a part of them is not a Hugging Face architecture");
+  // GemmaForCausalLM: Llama's attention (biases on all four projections or none), no window,
+  // no rope scaling (transformers 4.46's Gemma applies none), every layer rotating its whole head.
+  ZT_CHECK(
+      !is_gemma() || (!fused_projections && !qk_norm && qkv_bias == o_bias && sliding_window == 0 &&
+                      layers_without_rope.empty() && rope_scaling.type == RopeScaling::kNone),
+      "model config: Gemma with fused projections, q/k norms, Qwen2's biases, a sliding "
+      "window, layers without RoPE or rope scaling is not a Hugging Face architecture");
+}
+
+float ModelConfig::embedding_scale(DType activations) const {
+  if (!scaled_embeddings) return 1.0f;
+  const auto scale = static_cast<float>(std::sqrt(static_cast<double>(hidden_size)));
+  switch (activations) {
+    case DType::kBf16:
+      return round_to_bf16(scale);
+    case DType::kFloat16:
+      return round_to_fp16(scale);
+    default:
+      return scale;
+  }
+}
+
 std::vector<int64_t> every_nth_layer(int64_t step, int64_t num_layers) {
   std::vector<int64_t> layers;
   for (int64_t l = step - 1; step > 0 && l < num_layers; l += step) layers.push_back(l);
@@ -176,6 +206,7 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
 }
 
 std::string ModelConfig::model_type() const {
+  if (is_gemma()) return "gemma";
   if (fused_projections) return "phi3";
   if (qk_norm) return "qwen3";
   if (qkv_bias && !o_bias) return "qwen2";

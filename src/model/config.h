@@ -7,8 +7,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "backend/glu_activation.h"
 #include "backend/rope.h"
 #include "model/lora.h"
+#include "util/dtype.h"
 
 namespace zt {
 
@@ -24,7 +26,7 @@ enum class UnknownConfigKeys { kAccept, kRefuse };
 
 struct ModelConfig {
   int64_t hidden_size = 0;        // d_model
-  int64_t intermediate_size = 0;  // SwiGLU hidden width
+  int64_t intermediate_size = 0;  // the gated MLP's hidden width
   int64_t num_layers = 0;         // num_hidden_layers
   int64_t num_heads = 0;          // num_attention_heads
   int64_t num_kv_heads = 0;       // num_key_value_heads (grouped-query attention)
@@ -61,11 +63,23 @@ struct ModelConfig {
   // SmolLM3's NoPE layers: those whose attention takes no RoPE (the zeros of config.json's
   // no_rope_layers; every fourth layer of SmolLM3-3B), ascending. Empty: every layer rotates.
   std::vector<int64_t> layers_without_rope;
+  // Gemma: every RMSNorm scales by (1 + weight) (the weight stored as the checkpoint holds it:
+  // norm_weight_offset 1), the embedding's output is multiplied by sqrt(hidden_size) rounded to the
+  // activations' type (scaled_embeddings; the tied head reads the table unscaled), and the MLP is
+  // GeGLU with the tanh form of GELU (mlp_activation). All three or none: model_type "gemma".
+  float norm_weight_offset = 0.0f;
+  bool scaled_embeddings = false;
+  GluActivation mlp_activation = GluActivation::kSilu;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
   LoraSpec lora;
 
+  bool is_gemma() const { return norm_weight_offset != 0.0f; }
+  // The factor on the embedding's output for activations stored as `activations`: Gemma's
+  // sqrt(hidden_size) rounded to that type (transformers multiplies by it as a tensor of the
+  // hidden states' dtype), else 1.
+  float embedding_scale(DType activations) const;
   bool layer_rotates(int64_t layer) const {
     return !std::binary_search(layers_without_rope.begin(), layers_without_rope.end(), layer);
   }
@@ -76,7 +90,7 @@ struct ModelConfig {
   int64_t kv_dim() const { return head_dim() * num_kv_heads; }
   // The Hugging Face architecture the model is written as: "phi3" (fused projections), "qwen3"
   // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window),
-  // "smollm3" (layers without RoPE), else "llama".
+  // "smollm3" (layers without RoPE), "gemma" (its norms, embedding scale and GeGLU), else "llama".
   std::string model_type() const;
   // transformers' int(head_dim · partial_rotary_factor), truncated.
   int64_t rotary_dims() const {
@@ -94,9 +108,11 @@ struct ModelConfig {
   void validate() const;
   void check_partial_rotary() const;       // part of validate()
   void check_layers_without_rope() const;  // part of validate()
+  void check_gemma() const;                // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-  // Qwen3ForCausalLM, Phi3ForCausalLM or SmolLM3ForCausalLM; torch_dtype bfloat16): the model
+  // Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM or GemmaForCausalLM; torch_dtype
+  // bfloat16): the model
   // directory's config.json, and the object a checkpoint manifest compares and fingerprints.
   nlohmann::json to_hf_json() const;
   // The config.json of an export for transformers: to_hf_json() with rope_scaling's older "type"
@@ -106,7 +122,8 @@ struct ModelConfig {
   // rope_parameters); `source` names the file in error messages. A key that would change the
   // mathematics away from what zerotrain implements (a rope type other than default, linear or
   // llama3, MLP biases, hidden_act other than silu, a sliding window shorter than the sequence,
-  // quantized weights, a model_type other than llama, mistral, qwen2, qwen3, phi3 and smollm3) is
+  // quantized weights, a model_type other than llama, mistral, qwen2, qwen3, phi3, smollm3 and
+  // gemma) is
   // refused naming it. A key it neither reads nor knows to be inert (hf_config_unknown_keys) is
   // accepted, or refused with UnknownConfigKeys::kRefuse (import --strict-config).
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source,

@@ -20,7 +20,8 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
   const int64_t D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();
   const int64_t H = config.num_heads, Hkv = config.num_kv_heads, hd = config.head_dim();
   const float eps = static_cast<float>(config.rms_norm_eps);
-  be.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, rows, D, eps);
+  const float offset = config.norm_weight_offset;
+  be.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, rows, D, eps, offset);
   const bool qk_norm = config.qk_norm;
   const TensorView q_out = qk_norm ? A.q_raw : A.q, k_out = qk_norm ? A.k_raw : A.k;
   // The projections of one input go as one batch of equal shapes (backend.h): k and v always,
@@ -40,8 +41,8 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
     adapt(LoraTarget::kQkv, {q_out, k_out, A.v}, A.xn1);
   }
   if (qk_norm) {  // each head's hd values are one row of the norm
-    be.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, rows * H, hd, eps);
-    be.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, rows * Hkv, hd, eps);
+    be.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, rows * H, hd, eps, offset);
+    be.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, rows * Hkv, hd, eps, offset);
   }
 }
 
@@ -53,7 +54,7 @@ void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeight
   be.matmul_forward_add(A.x2, A.att, P.wo, x, rows, D, QD);  // x2 = x + att·Woᵀ, rounded once
   if (P.bo) be.bias_forward(A.x2, P.bo, rows, D);
   if (adapt) adapt(LoraTarget::kO, {A.x2}, A.att);
-  be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps);
+  be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps, config.norm_weight_offset);
   const TensorView gate_up[] = {A.gate, A.up};
   const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
   be.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, rows, F, D);
@@ -62,7 +63,7 @@ void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeight
     adapt(LoraTarget::kUp, {A.up}, A.xn2);
     adapt(LoraTarget::kGateUp, {A.gate, A.up}, A.xn2);
   }
-  be.swiglu_forward(A.h, A.gate, A.up, rows * F);
+  be.glu_forward(A.h, A.gate, A.up, rows * F, config.mlp_activation);
   be.matmul_forward_add(out, A.h, P.wdown, A.x2, rows, D, F);  // out = x2 + h·Wdᵀ
   if (adapt) adapt(LoraTarget::kDown, {out}, A.h);
 }

@@ -31,6 +31,22 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
   }
 }
 
+// Gemma's MLP activation. transformers 4.38 to 4.47 take it from hidden_activation, null meaning
+// the tanh form of GELU whatever hidden_act says (Google's configs say "gelu" there); later
+// releases read hidden_act. zerotrain computes the tanh form (docs/fine-tuning.md, Gemma), the one
+// every release computes for hidden_act "gelu_pytorch_tanh"; another hidden_activation, or a
+// hidden_act no release reads as a GELU, is refused.
+void check_gemma_activation(const nlohmann::json& j, const std::string& source) {
+  const char* tanh_gelu = "gelu_pytorch_tanh";
+  if (j.contains("hidden_activation") && !j.at("hidden_activation").is_null() &&
+      j.at("hidden_activation") != tanh_gelu)
+    fail(source + ": 'hidden_activation': " + quoted_json(j.at("hidden_activation")) +
+         " is not implemented (Gemma's MLP is GeGLU with \"gelu_pytorch_tanh\")");
+  if (j.contains("hidden_act") && j.at("hidden_act") != tanh_gelu && j.at("hidden_act") != "gelu")
+    fail(source + ": 'hidden_act': " + quoted_json(j.at("hidden_act")) +
+         " is not implemented (Gemma's MLP is GeGLU with \"gelu_pytorch_tanh\")");
+}
+
 // Keys zerotrain implements only at one value (the model it computes): anything else is refused,
 // naming the key, instead of training a different model than the checkpoint's.
 void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
@@ -50,9 +66,12 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   auto must_be = [&](const char* key, const nlohmann::json& value, const std::string& why) {
     if (j.contains(key) && j.at(key) != value) refuse(key, why);
   };
-  // transformers' activation table maps "swish" to the same SiLU as "silu".
-  if (j.contains("hidden_act") && j.at("hidden_act") != "swish")
+  if (type == "gemma") {
+    check_gemma_activation(j, source);
+  } else if (j.contains("hidden_act") && j.at("hidden_act") != "swish") {
+    // transformers' activation table maps "swish" to the same SiLU as "silu".
     must_be("hidden_act", "silu", "is not implemented (zerotrain's MLP is SwiGLU with silu)");
+  }
   must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
   if (type == "mistral" || type == "phi3")
     must_be("attention_bias", false,
@@ -283,10 +302,10 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
   // use_sliding_window is false (check_fixed_hf_keys)
   if (is_qwen(type) || type == "smollm3") return 0;
   const bool mistral = type == "mistral";
-  if (mistral && scaling.type != RopeScaling::kNone)
-    fail(source +
-         ": 'rope_scaling' is not applied by transformers' Mistral; refused rather than "
-         "computing another model than transformers does");
+  if ((mistral || type == "gemma") && scaling.type != RopeScaling::kNone)
+    fail(source + ": 'rope_scaling' is not applied by transformers' " +
+         (mistral ? "Mistral" : "Gemma (4.46; later releases apply it)") +
+         "; refused rather than computing another model than transformers does");
   if (type == "phi3" && scaling.type != RopeScaling::kNone &&
       scaling.type != RopeScaling::kLongrope)
     fail(source + ": 'rope_scaling' of a Phi-3 config is read by transformers as longrope alone");
@@ -314,6 +333,7 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
   int64_t head_dim = has_head_dim ? required<int64_t>(j, "head_dim", source) : 0;
   if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
+  if (!has_head_dim && type == "gemma") head_dim = 256;  // GemmaConfig's
   ZT_CHECK(!has_head_dim || head_dim > 0,
            source + ": 'head_dim' must be positive, got " + std::to_string(head_dim));
   if ((type == "qwen2" || type == "phi3") && has_head_dim &&
@@ -327,13 +347,18 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   const bool quotient = c.num_heads > 0 && head_dim * c.num_heads == c.hidden_size;
   c.explicit_head_dim = quotient ? 0 : head_dim;
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
-  const bool attention_bias = (type == "llama" || type == "qwen3" || type == "smollm3") &&
-                              j.contains("attention_bias") &&
-                              required<bool>(j, "attention_bias", source);
+  const bool attention_bias =
+      (type == "llama" || type == "qwen3" || type == "smollm3" || type == "gemma") &&
+      j.contains("attention_bias") && required<bool>(j, "attention_bias", source);
   c.qkv_bias = type == "qwen2" || attention_bias;
   c.o_bias = type != "qwen2" && attention_bias;
   c.qk_norm = type == "qwen3";
   c.fused_projections = type == "phi3";
+  if (type == "gemma") {
+    c.norm_weight_offset = 1.0f;
+    c.scaled_embeddings = true;
+    c.mlp_activation = GluActivation::kGeluTanh;
+  }
 }
 
 // Phi-3's original length: config.json's top-level original_max_position_embeddings (Phi3Config's
@@ -395,13 +420,13 @@ nlohmann::json ModelConfig::to_hf_json() const {
                    {"rms_norm_eps", rms_norm_eps},
                    {"rope_theta", rope_theta},
                    {"tie_word_embeddings", tie_word_embeddings},
-                   {"hidden_act", "silu"},
+                   {"hidden_act", is_gemma() ? "gelu_pytorch_tanh" : "silu"},
                    {"torch_dtype", "bfloat16"}};
   // Written only when set: the manifest's model fingerprint hashes this object, and checkpoints
   // written before rope_scaling (or head_dim) existed must keep matching it.
   if (rope_scaling.type != RopeScaling::kNone)
     j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
-  if (explicit_head_dim > 0 || type == "qwen3") j["head_dim"] = head_dim();
+  if (explicit_head_dim > 0 || type == "qwen3" || type == "gemma") j["head_dim"] = head_dim();
   if (lora.enabled()) j[kLoraConfigKey] = lora.to_json();
   if (padding_token >= 0) j["pad_token_id"] = padding_token;
   if (type == "mistral") {
@@ -415,6 +440,12 @@ nlohmann::json ModelConfig::to_hf_json() const {
   } else if (type == "llama") {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
+  } else if (type == "gemma") {
+    // hidden_activation for transformers 4.38 to 4.47, hidden_act for later releases.
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["attention_bias"] = qkv_bias;
+    // Written when none, too: GemmaConfig would read its absence as 0.
+    if (padding_token < 0) j["pad_token_id"] = nullptr;
   } else if (type == "smollm3") {
     nlohmann::json rotates = nlohmann::json::array();
     for (int64_t l = 0; l < num_layers; ++l) rotates.push_back(layer_rotates(l) ? 1 : 0);
@@ -449,11 +480,12 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
     fail(source +
          ": has no 'model_type', and 'architectures': " + quoted_json(j.at("architectures")) +
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
-         "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM)");
+         "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, "
+         "GemmaForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
-         "smollm3)");
+         "smollm3, gemma)");
   ModelConfig c;
   c.hidden_size = required<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);

@@ -109,7 +109,8 @@ const std::map<std::string, std::string>& hf_architectures() {
   static const std::map<std::string, std::string> table = {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
-      {"phi3", "Phi3ForCausalLM"},   {"smollm3", "SmolLM3ForCausalLM"}};
+      {"phi3", "Phi3ForCausalLM"},   {"smollm3", "SmolLM3ForCausalLM"},
+      {"gemma", "GemmaForCausalLM"}};
   return table;
 }
 
@@ -156,15 +157,16 @@ std::vector<std::string> family_ignored_keys(const std::string& type) {
 }
 
 // Keys a family reads beside read_hf_keys: Phi-3's original_max_position_embeddings (kept with or
-// without longrope, which reads it), SmolLM3's layers without RoPE.
+// without longrope, which reads it), SmolLM3's layers without RoPE, Gemma's hidden_activation.
 std::vector<std::string> family_read_keys(const std::string& type) {
   if (type == "phi3") return {"original_max_position_embeddings"};
+  if (type == "gemma") return {"hidden_activation"};
   if (type == "smollm3") return {"no_rope_layers", "no_rope_layer_interval"};
   return {};
 }
 
-// transformers 4.46's MistralConfig, Qwen2Config and Phi3Config, 4.54's Qwen3Config and
-// SmolLM3Config (which keeps PretrainedConfig's tied embeddings).
+// transformers 4.46's MistralConfig, Qwen2Config, Phi3Config and GemmaConfig, 4.54's Qwen3Config
+// and SmolLM3Config (which keeps PretrainedConfig's tied embeddings).
 const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
   static const std::map<std::string, HfFamilyDefaults> table = {
       {"llama", {"LlamaConfig"}},
@@ -172,7 +174,8 @@ const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
       {"qwen2", {"Qwen2Config", -1, 32}},
       {"qwen3", {"Qwen3Config", -1, 32}},
       {"phi3", {"Phi3Config", 32000}},
-      {"smollm3", {"SmolLM3Config", 128004, 4, true, 2000000.0}}};
+      {"smollm3", {"SmolLM3Config", 128004, 4, true, 2000000.0}},
+      {"gemma", {"GemmaConfig", 0, 16, true}}};
   return table.at(type);
 }
 

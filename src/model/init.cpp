@@ -56,8 +56,8 @@ void init_tensor_range(const ModelConfig& config, const TensorInfo& tensor, uint
     return;
   }
   const bool is_norm = tensor.shape.size() == 1;
-  if (is_norm) {
-    for (int64_t i = 0; i < count; ++i) out[i] = 1.0f;
+  if (is_norm) {  // a norm's scale starts at 1: Gemma's (1 + weight) at weight 0
+    for (int64_t i = 0; i < count; ++i) out[i] = 1.0f - config.norm_weight_offset;
     return;
   }
   double std = 0.02;

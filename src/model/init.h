@@ -1,8 +1,9 @@
 // Deterministic parameter initialisation. Each tensor's values depend only on (seed, tensor
 // name, element index), so a tensor can be produced alone, in any order, or in pieces (a rank's
 // shard) and always equals the full initialisation. normal(0, 0.02) for matrices, output
-// projections (o_proj, down_proj) scaled by 1/sqrt(2L), norm weights at 1, biases at 0, the
-// padding token's embedding row at 0; LoRA's A Kaiming-uniform and B zero (model/lora.h).
+// projections (o_proj, down_proj) scaled by 1/sqrt(2L), norm scales at 1 (Gemma's weights at 0),
+// biases at 0, the padding token's embedding row at 0; LoRA's A Kaiming-uniform and B zero
+// (model/lora.h).
 #pragma once
 #include <cstdint>
 

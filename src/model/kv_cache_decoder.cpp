@@ -98,6 +98,8 @@ std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
   const ConstTensorView embedding = params[static_cast<size_t>(layout_.embed_group())];
   be_.embedding_forward(resid_[0].data(), tokens_.data(),
                         embedding.at(layout_.tensor(TensorRole::kEmbedding).offset), n, D);
+  const float scale = config_.embedding_scale(DType::kFloat32);  // Gemma's sqrt(D), else 1
+  if (scale != 1.0f) be_.scale_inplace(resid_[0].data(), scale, n * D);
   const int64_t L = config_.num_layers;
   for (int64_t l = 0; l < L; ++l)
     layer_forward(static_cast<int>(l), params[static_cast<size_t>(l) + 1], resid_[l % 2].data(),
@@ -107,7 +109,7 @@ std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
   const ConstTensorView head = head_weight(layout_, head_group, embedding);
   be_.rmsnorm_forward(head_in_.data(), rstd_.data(), resid_[L % 2].data() + (n - 1) * D,
                       head_group.at(layout_.tensor(TensorRole::kFinalNorm).offset), 1, D,
-                      static_cast<float>(config_.rms_norm_eps));
+                      static_cast<float>(config_.rms_norm_eps), config_.norm_weight_offset);
   be_.matmul_forward(logits_.data(), head_in_.data(), head, 1, V, D);
   length_ += n;
   history_.insert(history_.end(), tokens, tokens + n);

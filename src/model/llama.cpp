@@ -349,20 +349,26 @@ void LlamaModel::zero_unassigned_grads(int g, float* grads) {
   zero_until(group.numel);
 }
 
-// ---- embedding: x = table[tokens];  dtable[tok] += dx (tok ≠ the padding token) ----
+// ---- embedding: x = table[tokens]·s;  dtable[tok] += dx·s (tok ≠ the padding token) ----
+// s: Gemma's sqrt(hidden_size) in the activations' type, else 1 (no pass).
 void LlamaModel::embed_forward(ConstTensorView params) {
   be_.embedding_forward(t_.resid[0], tokens_.data(), params, M_, config_.hidden_size);
+  const float scale = config_.embedding_scale(t_.resid[0].dtype);
+  if (scale != 1.0f) be_.scale_inplace(t_.resid[0], scale, M_ * config_.hidden_size);
 }
 
 void LlamaModel::embed_backward(float* grads) {
   if (!trainable_.trains(layout_.index_of(layout_.tensor(TensorRole::kEmbedding)))) return;
+  const float scale = config_.embedding_scale(t_.resid[0].dtype);
+  if (scale != 1.0f) be_.scale_inplace(t_.dresid, scale, M_ * config_.hidden_size);
   be_.embedding_backward(grads, t_.dresid, tokens_.data() + 3 * M_, M_, config_.hidden_size);
 }
 
 // ---- decoder layer ----
 // xn1 = rms(x)·g1; q,k,v = xn1·W{q,k,v}ᵀ (+ b{q,k,v}); [Qwen3: q,k = rms_head(q,k)·g{q,k}];
 // rope(q,k); att = causal_softmax(q kᵀ/√hd)·v; x2 = (x + att·Woᵀ) + bo;
-// xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
+// xn2 = rms(x2)·g2; h = act(xn2·Wgᵀ)·(xn2·Wuᵀ); out = x2 + h·Wdᵀ
+// (Gemma: each rms(·)·g is rms(·)·(1 + g), act is GELU's tanh form; else act = silu)
 // (each residual add happens in its projection's GEMM: matmul_forward_add, one rounding)
 // (a bias or a q/k norm only where the family has one; rms_head normalises each head's hd values)
 // LoRA adds each adapted projection's s·(input·Aᵀ)·Bᵀ to its output, bias included, before
@@ -427,9 +433,10 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
     // again with the forward's kernels on the forward's inputs, so they give the forward's bits
     // (the statistics rstd1 and rstd2 are rewritten with the values they already hold).
     const float eps = static_cast<float>(config_.rms_norm_eps);
-    be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps);
-    be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps);
-    be_.swiglu_forward(A.h, A.gate, A.up, M_ * F);
+    const float offset = config_.norm_weight_offset;
+    be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps, offset);
+    be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps, offset);
+    be_.glu_forward(A.h, A.gate, A.up, M_ * F, config_.mlp_activation);
   }
   // Where tensor r's gradient accumulates; null for a frozen tensor (its product is skipped).
   auto grad = [&](TensorRole r) -> float* {
@@ -437,11 +444,11 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
     return trainable_.trains(layout_.index_of(t)) ? grads + t.offset : nullptr;
   };
 
-  // MLP: out = x2 + (silu(gate)·up)·Wdᵀ
+  // MLP: out = x2 + (act(gate)·up)·Wdᵀ
   be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false,
                       write);
   lora_backward(layer, LoraTarget::kDown, t_.dh, {t_.dresid}, A.h, adapters, adapter_grads, write);
-  be_.swiglu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F);
+  be_.glu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F, config_.mlp_activation);
   // dxn = dgate·Wg + dup·Wu; dWg += dgateᵀ·xn2 and dWu += dupᵀ·xn2 as one batch
   be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false, write);
   be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true, write);
@@ -455,7 +462,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D, write);
   // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
-                       A.rstd2, M_, D);
+                       A.rstd2, M_, D, config_.norm_weight_offset);
   // attention: x2 = (x + att·Woᵀ) + bo;  dbo += Σ_rows ∂L/∂x2
   if (P.bo && grad(TensorRole::kOBias))
     be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
@@ -473,7 +480,8 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
                                 int64_t N) -> ConstTensorView {
     if (!g) return dy;
     be_.zero(t_.datt, M_ * N);
-    be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g, rstd, M_ * heads, hd);
+    be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g, rstd, M_ * heads, hd,
+                         config_.norm_weight_offset);
     return t_.datt;
   };
   // The forward's projections: dxn (= or +=) dy·W, db += Σ_rows dy, and dW += dyᵀ·xn1 unless
@@ -508,7 +516,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
                                write);
   // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
-                       M_, D);
+                       M_, D, config_.norm_weight_offset);
 }
 
 }  // namespace zt

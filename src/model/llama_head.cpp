@@ -41,7 +41,7 @@ void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding,
   const ConstTensorView norm = params.at(layout_.tensor(TensorRole::kFinalNorm).offset);
   const ConstTensorView head = head_weight(layout_, params, embedding);
   be_.rmsnorm_forward(t_.final_norm_out, t_.final_rstd, t_.resid.back(), norm, M_, D,
-                      static_cast<float>(config_.rms_norm_eps));
+                      static_cast<float>(config_.rms_norm_eps), config_.norm_weight_offset);
   head_grad_scale_ = grad_scale;
   head_pending_ = training;
   head_evaluated_ = !training;
@@ -84,7 +84,7 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
   be_.zero(t_.dresid, M_ * D);
   float* norm_grads = trainable_.trains(layout_.index_of(norm_t)) ? grads + norm_t.offset : nullptr;
   be_.rmsnorm_backward(t_.dresid, norm_grads, t_.dxn, t_.resid.back(), params.at(norm_t.offset),
-                       t_.final_rstd, M_, D);
+                       t_.final_rstd, M_, D, config_.norm_weight_offset);
 }
 
 double sum_token_losses(const float* losses, int64_t n) {

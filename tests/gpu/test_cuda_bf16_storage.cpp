@@ -61,12 +61,12 @@ TEST_F(CudaBf16Storage, RmsNormRopeSwiGluAdd) {
 
   Bf16Tensor gate(random_floats(n, 6, 3.0f)), up(random_floats(n, 7)), dh(random_floats(n, 8)),
       h(n), dgate(n), dup(n);
-  cpu_.swiglu_forward(h.host.data(), gate.host.data(), up.host.data(), n);
-  cpu_.swiglu_backward(dgate.host.data(), dup.host.data(), dh.host.data(), gate.host.data(),
-                       up.host.data(), n);
-  gpu_->swiglu_forward(h.device.get(), gate.device.get(), up.device.get(), n);
-  gpu_->swiglu_backward(dgate.device.get(), dup.device.get(), dh.device.get(), gate.device.get(),
-                        up.device.get(), n);
+  cpu_.glu_forward(h.host.data(), gate.host.data(), up.host.data(), n);
+  cpu_.glu_backward(dgate.host.data(), dup.host.data(), dh.host.data(), gate.host.data(),
+                    up.host.data(), n);
+  gpu_->glu_forward(h.device.get(), gate.device.get(), up.device.get(), n);
+  gpu_->glu_backward(dgate.device.get(), dup.device.get(), dh.device.get(), gate.device.get(),
+                     up.device.get(), n);
   EXPECT_TRUE(close(h.gpu(), h.cpu(), kRoundedTolerance, "swiglu h"));
   EXPECT_TRUE(close(dgate.gpu(), dgate.cpu(), kRoundedTolerance, "swiglu dgate"));
   EXPECT_TRUE(close(dup.gpu(), dup.cpu(), kRoundedTolerance, "swiglu dup"));

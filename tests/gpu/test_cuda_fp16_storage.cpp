@@ -82,8 +82,8 @@ TEST_F(CudaFp16Storage, RmsNormSwiGluAddAndEmbedding) {
   EXPECT_TRUE(close(d_dg.download(), dg, kFp32Tolerance, "rmsnorm dg"));
 
   Fp16Tensor gate(random_floats(n, 6, 3.0f)), up(random_floats(n, 7)), h(n);
-  cpu_.swiglu_forward(h.cpu_view(), gate.cpu_view(), up.cpu_view(), n);
-  gpu_->swiglu_forward(h.gpu_view(), gate.gpu_view(), up.gpu_view(), n);
+  cpu_.glu_forward(h.cpu_view(), gate.cpu_view(), up.cpu_view(), n);
+  gpu_->glu_forward(h.gpu_view(), gate.gpu_view(), up.gpu_view(), n);
   EXPECT_TRUE(close(h.gpu(), h.cpu(), kRoundedTolerance, "swiglu h"));
 
   Fp16Tensor resid(random_floats(n, 8)), branch(random_floats(n, 9));

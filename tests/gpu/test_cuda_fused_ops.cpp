@@ -198,9 +198,9 @@ ElementwiseOutputs run_elementwise(cuda::CudaBackend& gpu, const std::vector<flo
   };
   Bf16 g(padded(gate)), u(padded(up)), d(padded(dh)), sum(padded(gate)), h(n + offset),
       dg(n + offset), du(n + offset);
-  gpu.swiglu_forward(h.gpu_view().at(offset), g.gpu_view().at(offset), u.gpu_view().at(offset), n);
-  gpu.swiglu_backward(dg.gpu_view().at(offset), du.gpu_view().at(offset), d.gpu_view().at(offset),
-                      g.gpu_view().at(offset), u.gpu_view().at(offset), n);
+  gpu.glu_forward(h.gpu_view().at(offset), g.gpu_view().at(offset), u.gpu_view().at(offset), n);
+  gpu.glu_backward(dg.gpu_view().at(offset), du.gpu_view().at(offset), d.gpu_view().at(offset),
+                   g.gpu_view().at(offset), u.gpu_view().at(offset), n);
   gpu.add_inplace(sum.gpu_view().at(offset), u.gpu_view().at(offset), n);
   DeviceBuffer<float> widened(n + offset);
   gpu.from_bf16(widened.get() + offset, h.device.get() + offset, n);

@@ -31,39 +31,43 @@ TEST_F(CudaKernels, ScratchBytesAreTheArenaRegions) {
   EXPECT_EQ(cpu_.scratch_bytes(), 0);
 }
 
+// Plain, and Gemma's (1 + g) (weight_offset 1).
 TEST_F(CudaKernels, RmsNormForwardBackward) {
   const int64_t shapes[][2] = {{1, 8}, {33, 100}, {7, 4096}, {300, 64}};
-  for (const auto& shape : shapes) {
-    const int64_t M = shape[0], D = shape[1];
-    SCOPED_TRACE("M=" + std::to_string(M) + " D=" + std::to_string(D));
-    const auto x = random_floats(M * D, 1), g = random_floats(D, 2), dy = random_floats(M * D, 3);
-    const auto dx0 = random_floats(M * D, 4), dg0 = random_floats(D, 5);
-    std::vector<float> y(M * D), rstd(M), dx = dx0, dg = dg0;
-    cpu_.rmsnorm_forward(y.data(), rstd.data(), x.data(), g.data(), M, D, 1e-5f);
-    cpu_.rmsnorm_backward(dx.data(), dg.data(), dy.data(), x.data(), g.data(), rstd.data(), M, D);
+  for (const float offset : {0.0f, 1.0f})
+    for (const auto& shape : shapes) {
+      const int64_t M = shape[0], D = shape[1];
+      SCOPED_TRACE("M=" + std::to_string(M) + " D=" + std::to_string(D) +
+                   " offset=" + std::to_string(offset));
+      const auto x = random_floats(M * D, 1), g = random_floats(D, 2), dy = random_floats(M * D, 3);
+      const auto dx0 = random_floats(M * D, 4), dg0 = random_floats(D, 5);
+      std::vector<float> y(M * D), rstd(M), dx = dx0, dg = dg0;
+      cpu_.rmsnorm_forward(y.data(), rstd.data(), x.data(), g.data(), M, D, 1e-5f, offset);
+      cpu_.rmsnorm_backward(dx.data(), dg.data(), dy.data(), x.data(), g.data(), rstd.data(), M, D,
+                            offset);
 
-    DeviceBuffer<float> d_x(x), d_g(g), d_dy(dy), d_y(M * D), d_rstd(M);
-    std::vector<float> first_dx, first_dg;
-    for (int run = 0; run < 2; ++run) {
-      d_y.poison();
-      d_rstd.poison();
-      DeviceBuffer<float> d_dx(dx0), d_dg(dg0);
-      gpu_->rmsnorm_forward(d_y.get(), d_rstd.get(), d_x.get(), d_g.get(), M, D, 1e-5f);
-      gpu_->rmsnorm_backward(d_dx.get(), d_dg.get(), d_dy.get(), d_x.get(), d_g.get(), d_rstd.get(),
-                             M, D);
-      EXPECT_TRUE(close(d_y.download(), y, kFp32Tolerance, "y"));
-      EXPECT_TRUE(close(d_rstd.download(), rstd, kFp32Tolerance, "rstd"));
-      EXPECT_TRUE(close(d_dx.download(), dx, kFp32Tolerance, "dx"));
-      EXPECT_TRUE(close(d_dg.download(), dg, kFp32Tolerance, "dg"));
-      if (run == 0) {
-        first_dx = d_dx.download();
-        first_dg = d_dg.download();
-      } else {
-        EXPECT_TRUE(bitwise_equal(d_dx.download(), first_dx, "dx run 2"));
-        EXPECT_TRUE(bitwise_equal(d_dg.download(), first_dg, "dg run 2"));
+      DeviceBuffer<float> d_x(x), d_g(g), d_dy(dy), d_y(M * D), d_rstd(M);
+      std::vector<float> first_dx, first_dg;
+      for (int run = 0; run < 2; ++run) {
+        d_y.poison();
+        d_rstd.poison();
+        DeviceBuffer<float> d_dx(dx0), d_dg(dg0);
+        gpu_->rmsnorm_forward(d_y.get(), d_rstd.get(), d_x.get(), d_g.get(), M, D, 1e-5f, offset);
+        gpu_->rmsnorm_backward(d_dx.get(), d_dg.get(), d_dy.get(), d_x.get(), d_g.get(),
+                               d_rstd.get(), M, D, offset);
+        EXPECT_TRUE(close(d_y.download(), y, kFp32Tolerance, "y"));
+        EXPECT_TRUE(close(d_rstd.download(), rstd, kFp32Tolerance, "rstd"));
+        EXPECT_TRUE(close(d_dx.download(), dx, kFp32Tolerance, "dx"));
+        EXPECT_TRUE(close(d_dg.download(), dg, kFp32Tolerance, "dg"));
+        if (run == 0) {
+          first_dx = d_dx.download();
+          first_dg = d_dg.download();
+        } else {
+          EXPECT_TRUE(bitwise_equal(d_dx.download(), first_dx, "dx run 2"));
+          EXPECT_TRUE(bitwise_equal(d_dg.download(), first_dg, "dg run 2"));
+        }
       }
     }
-  }
 }
 
 TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
@@ -119,20 +123,23 @@ TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
   }
 }
 
-TEST_F(CudaKernels, SwiGluForwardBackward) {
-  for (int64_t n : {1, 1000, 4097}) {
-    SCOPED_TRACE("n=" + std::to_string(n));
-    const auto gate = random_floats(n, 7, 3.0f), up = random_floats(n, 8), dh = random_floats(n, 9);
-    std::vector<float> h(n), dgate(n), dup(n);
-    cpu_.swiglu_forward(h.data(), gate.data(), up.data(), n);
-    cpu_.swiglu_backward(dgate.data(), dup.data(), dh.data(), gate.data(), up.data(), n);
-    DeviceBuffer<float> d_gate(gate), d_up(up), d_dh(dh), d_h(n), d_dgate(n), d_dup(n);
-    gpu_->swiglu_forward(d_h.get(), d_gate.get(), d_up.get(), n);
-    gpu_->swiglu_backward(d_dgate.get(), d_dup.get(), d_dh.get(), d_gate.get(), d_up.get(), n);
-    EXPECT_TRUE(close(d_h.download(), h, kFp32Tolerance, "h"));
-    EXPECT_TRUE(close(d_dgate.download(), dgate, kFp32Tolerance, "dgate"));
-    EXPECT_TRUE(close(d_dup.download(), dup, kFp32Tolerance, "dup"));
-  }
+// SwiGLU, and Gemma's GeGLU (GELU's tanh form).
+TEST_F(CudaKernels, GluForwardBackward) {
+  for (const GluActivation act : {GluActivation::kSilu, GluActivation::kGeluTanh})
+    for (int64_t n : {1, 1000, 4097}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + (act == GluActivation::kSilu ? " silu" : " gelu"));
+      const auto gate = random_floats(n, 7, 3.0f), up = random_floats(n, 8),
+                 dh = random_floats(n, 9);
+      std::vector<float> h(n), dgate(n), dup(n);
+      cpu_.glu_forward(h.data(), gate.data(), up.data(), n, act);
+      cpu_.glu_backward(dgate.data(), dup.data(), dh.data(), gate.data(), up.data(), n, act);
+      DeviceBuffer<float> d_gate(gate), d_up(up), d_dh(dh), d_h(n), d_dgate(n), d_dup(n);
+      gpu_->glu_forward(d_h.get(), d_gate.get(), d_up.get(), n, act);
+      gpu_->glu_backward(d_dgate.get(), d_dup.get(), d_dh.get(), d_gate.get(), d_up.get(), n, act);
+      EXPECT_TRUE(close(d_h.download(), h, kFp32Tolerance, "h"));
+      EXPECT_TRUE(close(d_dgate.download(), dgate, kFp32Tolerance, "dgate"));
+      EXPECT_TRUE(close(d_dup.download(), dup, kFp32Tolerance, "dup"));
+    }
 }
 
 // Forward copies rows; backward sums each id's rows in token order and adds the sum once, like

@@ -153,6 +153,15 @@ TEMPLATES = {
              'content.lstrip("\\n") + "<|im_end|>\\n" }}',
              '{{ "<|im_start|>assistant\\n" + "<think>\\n\\n</think>\\n" }}{% generation %}'
              '{{ content.lstrip("\\n") + "<|im_end|>\\n" }}{% endgeneration %}')]),
+    # Gemma's (gemma-7b-it's, here CodeGemma-7b-it's copy): "<start_of_turn>model\n", the reply
+    # trimmed, "<end_of_turn>\n"; a system message is refused by the template itself.
+    "google-codegemma-7b-it": (
+        "<bos>", "<eos>", ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"], ("rounds",), [
+            ("{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + "
+             "'<end_of_turn>\n' }}",
+             "{{ '<start_of_turn>' + role + '\n' }}{% if role == 'model' %}{% generation %}"
+             "{{ message['content'] | trim + '<end_of_turn>\n' }}{% endgeneration %}"
+             "{% else %}{{ message['content'] | trim + '<end_of_turn>\n' }}{% endif %}")]),
 }
 
 USER = ["Name three primes.", "And the next one?"]
@@ -347,6 +356,17 @@ def main():
                 [path + ":1: the chat template leaves 'messages'[0] (system) out"], work("bad.h5"))
         print("ok   Mistral Nemo's template, which leaves the system message out: refused naming "
               "it, no data left")
+
+        # Gemma's template refuses a system message itself: the line is refused with its error.
+        path = work("gemma-system.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(conversations("system")[0]) + "\n")
+        refused([args.zerotrain, "prepare-data", "--tokenizer", work("google-codegemma-7b-it"),
+                 "--sft-jsonl", path, "--messages-field", "messages", "--chat-template", "--out",
+                 work("bad.h5"), "--python", sys.executable],
+                [path + ":1:", "System role not supported"], work("bad.h5"))
+        print("ok   Gemma's template, which refuses a system message: refused with its error, no "
+              "data left")
 
         # Mistral Small's template reads a system message's first part alone, and prints a tool
         # result's list as Python prints it: each is refused naming the message.

@@ -147,6 +147,12 @@ FAMILIES = {
     # bound.
     "smollm3": ("LlamaConfig", "LlamaForCausalLM", dict(
         num_hidden_layers=4, rope_theta=10000.0, tie_word_embeddings=True, pad_token_id=32)),
+    # Gemma (1, CodeGemma): norms scaling by (1 + weight), the embedding's output times
+    # sqrt(hidden_size), GeGLU with GELU's tanh form, tied embeddings, head_dim 32 ≠ D/H as
+    # gemma-7b's 256 ≠ 3072/16. hidden_act "gelu" with no hidden_activation, as google/gemma-2b's
+    # first config.json: transformers 4.46 computes the tanh form for it.
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(
+        head_dim=32, pad_token_id=32, hidden_act="gelu", hidden_activation=None)),
 }
 # SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
 SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
@@ -203,11 +209,13 @@ def drop_rope(model, no_rope_layers):
 
 
 def randomize_small_tensors(model):
-    """Biases ~ N(0, 0.1²) and q/k norm weights ~ 1 + N(0, 0.1²): transformers starts them at 0
-    and 1, where leaving one out would change nothing."""
+    """Biases ~ N(0, 0.1²), q/k norm weights ~ 1 + N(0, 0.1²) and Gemma's norm weights
+    ~ N(0, 0.1²): transformers starts them at 0, 1 and 0, where leaving one out would change
+    nothing."""
+    gemma = model.config.model_type == "gemma"
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith(".bias"):
+            if name.endswith(".bias") or (gemma and name.endswith("norm.weight")):
                 param.normal_(0.0, 0.1)
             elif name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
                 param.normal_(1.0, 0.1)
@@ -510,10 +518,10 @@ def main():
     p.add_argument("--family", required=True, choices=sorted(FAMILIES))
     p.add_argument("--sharded", action="store_true", help="save the HF model in several files")
     p.add_argument("--mpirun", default="mpirun")
-    p.add_argument("--break-config", metavar="KEY=VALUE",
-                   help="change one config.json key after saving, so that zerotrain imports "
-                        "another model than transformers runs: the imported loss must then "
-                        "differ beyond the bound (exit 0 when it does, 1 when it does not)")
+    p.add_argument("--break-config", metavar="KEY=VALUE", action="append",
+                   help="change a config.json key after saving (repeatable), so that zerotrain "
+                        "imports another model than transformers runs: the imported loss must "
+                        "then differ beyond the bound (exit 0 when it does, 1 when it does not)")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(1234)
@@ -544,11 +552,12 @@ def main():
     # object itself would keep its rotary inv_freq buffer rounded to bf16 by .to(bfloat16).
     model = load_reference(args.family, config, hf_dir).eval()
     if args.break_config:
-        key, value = args.break_config.split("=", 1)
         path = os.path.join(hf_dir, "config.json")
         with open(path) as f:
             saved = json.load(f)
-        saved[key] = json.loads(value)
+        for change in args.break_config:
+            key, value = change.split("=", 1)
+            saved[key] = json.loads(value)
         with open(path, "w") as f:
             json.dump(saved, f)
 
@@ -614,7 +623,7 @@ def main():
     print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ {worst[0]:.3e} "
           f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
 
-    if "longrope" in args.family or args.family == "smollm3":
+    if "longrope" in args.family or args.family in ("smollm3", "gemma"):
         check_generate(zt, imported, model, tokens, args.family,
                        extra.get("original_max_position_embeddings", 16))
 

@@ -21,7 +21,8 @@ holds the 256 byte symbols and every added token at the id the config gives it. 
    one's is dropped; and with TRL's chat_template_kwargs {"enable_thinking": false}, whose
    generation prompt writes the empty reasoning block: the ids are apply_chat_template's given
    it, and no counted run holds "<think>". (Phi-3 closes a conversation with EOS but a turn with
-   <|end|>: its first reply counts up to <|end|>.)
+   <|end|>: its first reply counts up to <|end|>. Gemma's "<end_of_turn>" is not marked special
+   in its config, and is read off as what closes the turn.)
 The same conversation as LLaMA-Factory's alpaca record (--system-field system, its first round
 in --history-field history) gives the same ids and mask, and with an empty system the ids of the
 rounds alone (Qwen2.5's template writes its default system prompt), both replies counted.
@@ -122,6 +123,7 @@ TURN_CLOSING = {
     "meta-llama--Llama-3.1-8B-Instruct": "<|eot_id|>",
     "microsoft--Phi-3-mini-4k-instruct": "<|end|>",
     "mistralai--Mistral-7B-Instruct-v0.1": "</s>",
+    "resaved-unsloth--google--codegemma-7b-it": "<end_of_turn>\n",
 }
 LEGACY_SOURCE = "HuggingFaceTB--SmolLM2-135M-Instruct"  # the first config, rewritten
 
@@ -179,9 +181,15 @@ def check_one(work, zt, source, replies=ASSISTANT, label="", rendered=None, argu
     first = reference.decode(runs[0], clean_up_tokenization_spaces=False)
     want = (rendered or replies)[0] + TURN_CLOSING.get(base, TURN_CLOSING[LEGACY_SOURCE])
     check(first == want, f"{name}: the first counted run reads {first!r}, not {want!r}")
+    # Gemma's "<end_of_turn>" is an added token its config does not mark special: what closes
+    # the turn all the same, read off as such.
+    closing = TURN_CLOSING.get(base, TURN_CLOSING[LEGACY_SOURCE]).strip()
+    unmarked_closing = closing not in reference.all_special_tokens
     for run, reply in zip(runs, rendered or replies):
         text = reference.decode(run, skip_special_tokens=True)
         text = text.replace("<think>\n\n</think>\n\n", "", 1).strip()
+        if unmarked_closing and text.endswith(closing):
+            text = text[: -len(closing)].strip()
         check(text == reply, f"{name}: a counted run reads {text!r} without its special tokens, "
               f"not the reply {reply!r} ({reference.decode(run)!r})")
         check(not unlearned or unlearned not in reference.decode(run),

@@ -213,16 +213,17 @@ class GuardedBackend final : public Backend {
     be_.bias_backward(db, dy, M, N);
   }
   void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
-                       int64_t D, float eps) override {
+                       int64_t D, float eps, float weight_offset = 0.0f) override {
     need(y, M * D, "rmsnorm_forward y");
     need(rstd, M, "rmsnorm_forward rstd");
     need(x, M * D, "rmsnorm_forward x");
     need(g, D, "rmsnorm_forward g");
     GuardedDeviceMemory::Access a(mem_);
-    be_.rmsnorm_forward(y, rstd, x, g, M, D, eps);
+    be_.rmsnorm_forward(y, rstd, x, g, M, D, eps, weight_offset);
   }
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
-                        ConstTensorView g, const float* rstd, int64_t M, int64_t D) override {
+                        ConstTensorView g, const float* rstd, int64_t M, int64_t D,
+                        float weight_offset = 0.0f) override {
     need(dx, M * D, "rmsnorm_backward dx");
     need(dg, D, "rmsnorm_backward dg");
     need(dy, M * D, "rmsnorm_backward dy");
@@ -230,7 +231,7 @@ class GuardedBackend final : public Backend {
     need(g, D, "rmsnorm_backward g");
     need(rstd, M, "rmsnorm_backward rstd");
     GuardedDeviceMemory::Access a(mem_);
-    be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D);
+    be_.rmsnorm_backward(dx, dg, dy, x, g, rstd, M, D, weight_offset);
   }
   // Host memory: the wrapped backend reads it as the model passes it.
   void set_document_layout(const int32_t* host_doc_start, int64_t B, int64_t T) override {
@@ -280,22 +281,24 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, hd, doc_start);
   }
-  void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n) override {
-    need(h, n, "swiglu_forward h");
-    need(gate, n, "swiglu_forward gate");
-    need(up, n, "swiglu_forward up");
+  void glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
+                   GluActivation act = GluActivation::kSilu) override {
+    need(h, n, "glu_forward h");
+    need(gate, n, "glu_forward gate");
+    need(up, n, "glu_forward up");
     GuardedDeviceMemory::Access a(mem_);
-    be_.swiglu_forward(h, gate, up, n);
+    be_.glu_forward(h, gate, up, n, act);
   }
-  void swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
-                       ConstTensorView up, int64_t n) override {
-    need(dgate, n, "swiglu_backward dgate");
-    need(dup, n, "swiglu_backward dup");
-    need(dh, n, "swiglu_backward dh");
-    need(gate, n, "swiglu_backward gate");
-    need(up, n, "swiglu_backward up");
+  void glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
+                    ConstTensorView up, int64_t n,
+                    GluActivation act = GluActivation::kSilu) override {
+    need(dgate, n, "glu_backward dgate");
+    need(dup, n, "glu_backward dup");
+    need(dh, n, "glu_backward dh");
+    need(gate, n, "glu_backward gate");
+    need(up, n, "glu_backward up");
     GuardedDeviceMemory::Access a(mem_);
-    be_.swiglu_backward(dgate, dup, dh, gate, up, n);
+    be_.glu_backward(dgate, dup, dh, gate, up, n, act);
   }
   void embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                          int64_t D) override {

@@ -129,15 +129,13 @@ TEST(ActivationStorage, EveryOpRoundsItsOutputOnce) {
     Values up = values(M * D, 10);
     std::vector<float> h32(M * D), dg32(M * D), du32(M * D), y32 = dx0.f32;
     std::vector<bf16_t> hb(M * D), dgb(M * D), dub(M * D), yb = dx0.bf16;
-    be->swiglu_forward(h32.data(), x.f32.data(), up.f32.data(), M * D);
-    be->swiglu_forward(hb.data(), x.bf16.data(), up.bf16.data(), M * D);
-    expect_rounded(hb, h32, "swiglu_forward h");
-    be->swiglu_backward(dg32.data(), du32.data(), dx0.f32.data(), x.f32.data(), up.f32.data(),
-                        M * D);
-    be->swiglu_backward(dgb.data(), dub.data(), dx0.bf16.data(), x.bf16.data(), up.bf16.data(),
-                        M * D);
-    expect_rounded(dgb, dg32, "swiglu_backward dgate");
-    expect_rounded(dub, du32, "swiglu_backward dup");
+    be->glu_forward(h32.data(), x.f32.data(), up.f32.data(), M * D);
+    be->glu_forward(hb.data(), x.bf16.data(), up.bf16.data(), M * D);
+    expect_rounded(hb, h32, "glu_forward h");
+    be->glu_backward(dg32.data(), du32.data(), dx0.f32.data(), x.f32.data(), up.f32.data(), M * D);
+    be->glu_backward(dgb.data(), dub.data(), dx0.bf16.data(), x.bf16.data(), up.bf16.data(), M * D);
+    expect_rounded(dgb, dg32, "glu_backward dgate");
+    expect_rounded(dub, du32, "glu_backward dup");
     be->add_inplace(y32.data(), x.f32.data(), M * D);
     be->add_inplace(yb.data(), x.bf16.data(), M * D);
     expect_rounded(yb, y32, "add_inplace y (+=)");

@@ -239,10 +239,32 @@ TEST(CpuBackendForward, SwiGluMatchesFormulaIncludingSaturation) {
   gate[2] = 0.0f;
   const auto up = random_normal(64, 31);
   std::vector<float> h(64);
-  be->swiglu_forward(h.data(), gate.data(), up.data(), 64);
+  be->glu_forward(h.data(), gate.data(), up.data(), 64);
   std::vector<double> ref(64);
   for (size_t i = 0; i < 64; ++i) ref[i] = gate[i] / (1.0 + std::exp(-double(gate[i]))) * up[i];
   EXPECT_LT(max_relative_error(h, ref, 1e-6), 1e-6);
+}
+
+// PyTorch's gelu(approximate="tanh") times up, computed in double. The kernel's fp32 steps
+// (about a dozen, tanh's few ulps among them) each round once; 1 + t cancels for negative gates as
+// PyTorch's fp32 does, so the bound is absolute at that sum: 32 ulps of |a/2 · u| plus of |h|.
+TEST(CpuBackendForward, GeGluMatchesThePytorchTanhGeluIncludingSaturation) {
+  auto be = make_cpu_backend();
+  auto gate = random_normal(64, 30, 3.0f);
+  gate[0] = 100.0f;
+  gate[1] = -100.0f;
+  gate[2] = 0.0f;
+  const auto up = random_normal(64, 31);
+  std::vector<float> h(64);
+  be->glu_forward(h.data(), gate.data(), up.data(), 64, GluActivation::kGeluTanh);
+  const double k = std::sqrt(2.0 / M_PI), ulp = std::ldexp(1.0, -24);
+  for (size_t i = 0; i < 64; ++i) {
+    const double a = gate[i];
+    const double ref = 0.5 * a * (1.0 + std::tanh(k * (a + 0.044715 * a * a * a))) * up[i];
+    const double bound = 32 * ulp * (std::abs(0.5 * a * up[i]) + std::abs(ref));
+    EXPECT_LE(std::abs(h[i] - ref), bound) << "gate " << a << " up " << up[i];
+  }
+  EXPECT_EQ(h[1], 0.0f);  // gelu(−100) is −0 in fp32: h is ±0
 }
 
 TEST(CpuBackendForward, EmbeddingCopiesRowsAndRejectsBadIds) {

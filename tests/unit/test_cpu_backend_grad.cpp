@@ -73,6 +73,34 @@ TEST(CpuBackendGrad, RmsNorm) {
   expect_gradient_matches("dg", g, minus(dg, -1.0f), objective, kSmoothStep, kSmoothTol);
 }
 
+// Gemma's norm, y = x·rstd·(1 + g): the same values as the plain norm of the weight 1 + g (one
+// fp32 addition either way), and gradients that match finite differences, dg included.
+TEST(CpuBackendGrad, RmsNormWithGemmaOffsetScalesByOnePlusTheWeight) {
+  auto be = make_cpu_backend();
+  const int64_t M = 3, D = 8;
+  const float eps = 1e-6f, offset = 1.0f;
+  auto x = random_normal(M * D, 4);
+  auto g = random_normal(D, 5, 0.3f);
+  std::vector<float> one_plus_g(g.size());
+  for (size_t d = 0; d < g.size(); ++d) one_plus_g[d] = 1.0f + g[d];
+  std::vector<float> plain(M * D), plain_rstd(M);
+  be->rmsnorm_forward(plain.data(), plain_rstd.data(), x.data(), one_plus_g.data(), M, D, eps);
+  const auto r = random_normal(M * D, 6);
+  std::vector<float> y(M * D), rstd(M);
+  auto objective = [&] {
+    be->rmsnorm_forward(y.data(), rstd.data(), x.data(), g.data(), M, D, eps, offset);
+    return weighted_sum(r, y);
+  };
+  objective();
+  EXPECT_EQ(y, plain);
+  EXPECT_EQ(rstd, plain_rstd);
+  std::vector<float> dx(M * D, 0.5f), dg(D, -1.0f);
+  be->rmsnorm_backward(dx.data(), dg.data(), r.data(), x.data(), g.data(), rstd.data(), M, D,
+                       offset);
+  expect_gradient_matches("dx", x, minus(dx, 0.5f), objective, kSmoothStep, kSmoothTol);
+  expect_gradient_matches("dg", g, minus(dg, -1.0f), objective, kSmoothStep, kSmoothTol);
+}
+
 // The whole head, and (Phi-4-mini's partial_rotary_factor) its leading 6 or 2 elements.
 TEST(CpuBackendGrad, Rope) {
   auto be = make_cpu_backend();
@@ -152,11 +180,30 @@ TEST(CpuBackendGrad, SwiGlu) {
   const auto r = random_normal(n, 15);
   std::vector<float> h(n);
   auto objective = [&] {
-    be->swiglu_forward(h.data(), gate.data(), up.data(), n);
+    be->glu_forward(h.data(), gate.data(), up.data(), n);
     return weighted_sum(r, h);
   };
   std::vector<float> dgate(n, 123.0f), dup(n, 123.0f);
-  be->swiglu_backward(dgate.data(), dup.data(), r.data(), gate.data(), up.data(), n);
+  be->glu_backward(dgate.data(), dup.data(), r.data(), gate.data(), up.data(), n);
+  expect_gradient_matches("dgate", gate, dgate, objective, kSmoothStep, kSmoothTol);
+  expect_gradient_matches("dup", up, dup, objective, kSmoothStep, kSmoothTol);
+}
+
+// Gemma's GeGLU, h = gelu_tanh(gate)·up.
+TEST(CpuBackendGrad, GeGlu) {
+  auto be = make_cpu_backend();
+  const int64_t n = 24;
+  auto gate = random_normal(n, 13, 2.0f);
+  auto up = random_normal(n, 14);
+  const auto r = random_normal(n, 15);
+  std::vector<float> h(n);
+  auto objective = [&] {
+    be->glu_forward(h.data(), gate.data(), up.data(), n, GluActivation::kGeluTanh);
+    return weighted_sum(r, h);
+  };
+  std::vector<float> dgate(n, 123.0f), dup(n, 123.0f);
+  be->glu_backward(dgate.data(), dup.data(), r.data(), gate.data(), up.data(), n,
+                   GluActivation::kGeluTanh);
   expect_gradient_matches("dgate", gate, dgate, objective, kSmoothStep, kSmoothTol);
   expect_gradient_matches("dup", up, dup, objective, kSmoothStep, kSmoothTol);
 }

@@ -150,10 +150,10 @@ TEST(Fp16, CpuBackendOpsRoundFp16OutputsOnce) {
   floats_to_fp16(gate.data(), gate16.data(), gate16.size());
   floats_to_fp16(up.data(), up16.data(), up16.size());
   std::vector<float> h32(n);
-  be->swiglu_forward(h32.data(), gate.data(), up.data(), n);
-  be->swiglu_forward(TensorView(h16.data(), DType::kFloat16),
-                     ConstTensorView(gate16.data(), DType::kFloat16),
-                     ConstTensorView(up16.data(), DType::kFloat16), n);
+  be->glu_forward(h32.data(), gate.data(), up.data(), n);
+  be->glu_forward(TensorView(h16.data(), DType::kFloat16),
+                  ConstTensorView(gate16.data(), DType::kFloat16),
+                  ConstTensorView(up16.data(), DType::kFloat16), n);
   for (int64_t i = 0; i < n; ++i)
     ASSERT_EQ(h16[static_cast<size_t>(i)], float_to_fp16(h32[static_cast<size_t>(i)])) << i;
   std::vector<uint16_t> via_backend(n);

@@ -1,7 +1,8 @@
 // The config.json files of real published models (tests/data/hf_models, sources in its
 // SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
 // Phi-4-mini (RoPE on part of each head), SmolLM3 (layers without RoPE),
-// and re-saves by transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7) are read with the
+// and re-saves by transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7, and unsloth's of
+// CodeGemma-7b-it (Gemma)) are read with the
 // keys as published:
 //   - every one is accepted, also under --strict-config: each key in them is one zerotrain reads
 //     or knows to leave the model unchanged, except the keys listed as unknown for a file
@@ -70,6 +71,10 @@ const std::map<std::string, Published>& corpus() {
       {"microsoft--Phi-3-mini-4k-instruct", {3821079552, "phi3", false, 10000, R::kNone}},
       // Its card's 3.8B; 3,836,021,760 from the shapes its config states (tied embeddings).
       {"microsoft--Phi-4-mini-instruct", {3836021760, "phi3", true, 10000, R::kLongrope}},
+      // unsloth's re-save of CodeGemma-7b-it (transformers 4.44.2): Gemma-7B's shape, its card's
+      // 8.54B; tied, though its config.json has no tie_word_embeddings key (GemmaConfig's
+      // default).
+      {"resaved-unsloth--google--codegemma-7b-it", {8537680896, "gemma", true, 10000, R::kNone}},
       {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
        {1100048384, "llama", false, 10000, R::kNone}},
       {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",
@@ -87,6 +92,7 @@ const std::map<std::string, Published>& corpus() {
 // Keys of a published file that zerotrain neither reads nor knows to be inert.
 std::vector<std::string> expected_unknown_keys(const std::string& name) {
   if (name.find("Phi-3") != std::string::npos) return {"auto_map"};
+  if (name.find("unsloth") != std::string::npos) return {"unsloth_version"};  // the re-saver's
   // Phi-4-mini's: its remote code's keys, which transformers' Phi3 does not read.
   if (name.find("Phi-4-mini") != std::string::npos)
     return {"auto_map", "full_attn_mod", "interpolate_factor", "lm_head_bias"};

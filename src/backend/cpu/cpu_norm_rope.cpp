@@ -10,10 +10,12 @@
 namespace zt::cpu {
 
 // ---- RMSNorm ----
-// Forward: rstd[m] = 1/sqrt(mean_d x² + eps), y = g · (x · rstd) (Hugging Face's order of the two
-// products). The mean of squares is accumulated in double.
+// Forward: rstd[m] = 1/sqrt(mean_d x² + eps), y = (o + g) · (x · rstd) (Hugging Face's order of
+// the two products; o = weight_offset, Gemma's 1 added in fp32 as GemmaRMSNorm adds it). The mean
+// of squares is accumulated in double.
 void CpuBackend::rmsnorm_forward(TensorView y_view, float* rstd, ConstTensorView x_view,
-                                 ConstTensorView g_view, int64_t M, int64_t D, float eps) {
+                                 ConstTensorView g_view, int64_t M, int64_t D, float eps,
+                                 float weight_offset) {
   const Fp32Input x32(x_view, M * D), g32(g_view, D);
   Fp32Output y32(y_view, M * D, Fp32Output::Contents::kOverwrite);
   const float* x = x32.get();
@@ -26,16 +28,16 @@ void CpuBackend::rmsnorm_forward(TensorView y_view, float* rstd, ConstTensorView
     const float r = static_cast<float>(1.0 / std::sqrt(mean_square + static_cast<double>(eps)));
     rstd[m] = r;
     float* yr = y + m * D;
-    for (int64_t d = 0; d < D; ++d) yr[d] = g[d] * (xr[d] * r);
+    for (int64_t d = 0; d < D; ++d) yr[d] = (weight_offset + g[d]) * (xr[d] * r);
   }
   y32.commit();
 }
 
-// Backward: dx += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x), rows in parallel;
+// Backward: dx += rstd·(w·dy) − x·rstd³·mean_d(w·dy·x), w = o + g, rows in parallel;
 // dg[d] += Σ_m dy·x·rstd, columns in parallel (each column summed over m in order, in double).
 void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView dy_view,
                                   ConstTensorView x_view, ConstTensorView g_view, const float* rstd,
-                                  int64_t M, int64_t D) {
+                                  int64_t M, int64_t D, float weight_offset) {
   const Fp32Input dy32(dy_view, M * D), x32(x_view, M * D), g32(g_view, D);
   Fp32Output dx32(dx_view, M * D, Fp32Output::Contents::kKeep);
   const float* dy = dy32.get();
@@ -48,12 +50,14 @@ void CpuBackend::rmsnorm_backward(TensorView dx_view, float* dg, ConstTensorView
     for (int64_t m = 0; m < M; ++m) {
       const float* xr = x + m * D;
       const float* dyr = dy + m * D;
-      const double gdy_x =
-          lane_sum(D, [&](int64_t d) { return static_cast<double>(g[d] * dyr[d]) * xr[d]; });
+      const double gdy_x = lane_sum(D, [&](int64_t d) {
+        return static_cast<double>((weight_offset + g[d]) * dyr[d]) * xr[d];
+      });
       const float r = rstd[m];
       const float coef = static_cast<float>(gdy_x / static_cast<double>(D)) * r * r * r;
       float* dxr = dx + m * D;
-      for (int64_t d = 0; d < D; ++d) dxr[d] += r * (g[d] * dyr[d]) - xr[d] * coef;
+      for (int64_t d = 0; d < D; ++d)
+        dxr[d] += r * ((weight_offset + g[d]) * dyr[d]) - xr[d] * coef;
     }
   }
   if (dg) {

@@ -357,13 +357,14 @@ void CudaBackend::matmul_weight_grad_batch(float* const* dws, const ConstTensorV
 
 // ---- RMSNorm ----
 void CudaBackend::rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
-                                  int64_t M, int64_t D, float eps) {
-  launch_rmsnorm_forward(y, rstd, x, g, M, D, eps, state_->stream);
+                                  int64_t M, int64_t D, float eps, float weight_offset) {
+  launch_rmsnorm_forward(y, rstd, x, g, M, D, eps, weight_offset, state_->stream);
 }
 
 void CudaBackend::rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
-                                   ConstTensorView g, const float* rstd, int64_t M, int64_t D) {
-  if (dx) launch_rmsnorm_backward_dx(dx, dy, x, g, rstd, M, D, state_->stream);
+                                   ConstTensorView g, const float* rstd, int64_t M, int64_t D,
+                                   float weight_offset) {
+  if (dx) launch_rmsnorm_backward_dx(dx, dy, x, g, rstd, M, D, weight_offset, state_->stream);
   if (dg && M > 0 && D > 0) {
     const ArenaScope scope(*state_->arena);
     const ColumnSumScratch scratch = column_sum_scratch(M, D);
@@ -469,15 +470,16 @@ void CudaBackend::attention_backward(TensorView dq, TensorView dk, TensorView dv
                            out, lse, {B, T, H, Hkv, hd}, doc_start);
 }
 
-// ---- SwiGLU, embedding, cross-entropy (cuda_pointwise.cu) ----
-void CudaBackend::swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up,
-                                 int64_t n) {
-  launch_swiglu_forward(h, gate, up, n, state_->stream);
+// ---- gated MLP activation, embedding, cross-entropy (cuda_pointwise.cu) ----
+void CudaBackend::glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
+                              GluActivation act) {
+  launch_glu_forward(h, gate, up, n, act, state_->stream);
 }
 
-void CudaBackend::swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
-                                  ConstTensorView gate, ConstTensorView up, int64_t n) {
-  launch_swiglu_backward(dgate, dup, dh, gate, up, n, state_->stream);
+void CudaBackend::glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
+                               ConstTensorView gate, ConstTensorView up, int64_t n,
+                               GluActivation act) {
+  launch_glu_backward(dgate, dup, dh, gate, up, n, act, state_->stream);
 }
 
 void CudaBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table,

@@ -118,11 +118,12 @@ class CudaBackend final : public Backend {
                                 GradWrite write) override;
 
   void rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g, int64_t M,
-                       int64_t D, float eps) override;
+                       int64_t D, float eps, float weight_offset = 0.0f) override;
   void bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N) override;
   void bias_backward(float* db, ConstTensorView dy, int64_t M, int64_t N) override;
   void rmsnorm_backward(TensorView dx, float* dg, ConstTensorView dy, ConstTensorView x,
-                        ConstTensorView g, const float* rstd, int64_t M, int64_t D) override;
+                        ConstTensorView g, const float* rstd, int64_t M, int64_t D,
+                        float weight_offset = 0.0f) override;
 
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
                     const int32_t* doc_start = nullptr) override;
@@ -137,9 +138,11 @@ class CudaBackend final : public Backend {
                           ConstTensorView out, const float* lse, int64_t B, int64_t T, int64_t H,
                           int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr) override;
 
-  void swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n) override;
-  void swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
-                       ConstTensorView up, int64_t n) override;
+  void glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
+                   GluActivation act = GluActivation::kSilu) override;
+  void glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
+                    ConstTensorView up, int64_t n,
+                    GluActivation act = GluActivation::kSilu) override;
 
   void embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                          int64_t D) override;

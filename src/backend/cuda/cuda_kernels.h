@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/adam_constants.h"
+#include "backend/glu_activation.h"
 #include "util/dtype.h"
 #include "util/tensor_view.h"
 
@@ -17,11 +18,13 @@ namespace zt::cuda {
 // may have another. Statistics and parameter gradients are fp32.
 
 // ---- cuda_norm_rope.cu ----
+// The norm's weight enters as weight_offset + g (backend.h: Gemma's 1 + g).
 void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
-                            int64_t M, int64_t D, float eps, cudaStream_t stream);
+                            int64_t M, int64_t D, float eps, float weight_offset,
+                            cudaStream_t stream);
 void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D,
-                                cudaStream_t stream);
+                                float weight_offset, cudaStream_t stream);
 // dg[d] += Σ_m dy·x·rstd in two passes: partials[chunk][d] (doubles, rows_per_chunk rows each),
 // then the chunks in order.
 void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy, ConstTensorView x,
@@ -35,11 +38,10 @@ void launch_rope(TensorView x, const float* cos_table, const float* sin_table, i
                  cudaStream_t stream);
 
 // ---- cuda_pointwise.cu ----
-void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
-                           cudaStream_t stream);
-void launch_swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
-                            ConstTensorView gate, ConstTensorView up, int64_t n,
-                            cudaStream_t stream);
+void launch_glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
+                        GluActivation act, cudaStream_t stream);
+void launch_glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
+                         ConstTensorView up, int64_t n, GluActivation act, cudaStream_t stream);
 void launch_embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                               int64_t D, cudaStream_t stream);
 void launch_embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens, int64_t n,

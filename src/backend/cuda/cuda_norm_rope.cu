@@ -15,10 +15,11 @@ namespace zt::cuda {
 namespace {
 
 // ---- RMSNorm (rows in 16-byte chunks where they allow it: for_row, cuda_elementwise.cuh) ----
-// Forward, one block per row: rstd = 1/sqrt(mean_d x² + eps) (fp32 block sum); y = g·(x·rstd).
+// Forward, one block per row: rstd = 1/sqrt(mean_d x² + eps) (fp32 block sum);
+// y = (o + g)·(x·rstd), o = weight_offset (Gemma's 1).
 template <typename A, typename W>
 __global__ void rmsnorm_forward_kernel(A* y, float* rstd, const A* x, const W* g, int64_t D,
-                                       float eps, bool chunked) {
+                                       float eps, float weight_offset, bool chunked) {
   const int64_t row = blockIdx.x;
   const A* xr = x + row * D;
   float acc = 0.0f;
@@ -39,16 +40,17 @@ __global__ void rmsnorm_forward_kernel(A* y, float* rstd, const A* x, const W* g
     at.load(xr, v);
     at.load(g, gain);
 #pragma unroll
-    for (int j = 0; j < At::kCount; ++j) v[j] = gain[j] * (v[j] * r);
+    for (int j = 0; j < At::kCount; ++j) v[j] = (weight_offset + gain[j]) * (v[j] * r);
     at.store(yr, v);
   });
 }
 
-// Backward dx, one block per row: dx += rstd·(g·dy) − x·rstd³·mean_d(g·dy·x).
+// Backward dx, one block per row: dx += rstd·(w·dy) − x·rstd³·mean_d(w·dy·x), w = o + g.
 // dx is accumulated: read, added to in fp32, rounded once.
 template <typename A, typename W>
 __global__ void rmsnorm_backward_dx_kernel(A* dx, const A* dy, const A* x, const W* g,
-                                           const float* rstd, int64_t D, bool chunked) {
+                                           const float* rstd, int64_t D, float weight_offset,
+                                           bool chunked) {
   const int64_t row = blockIdx.x;
   const A* xr = x + row * D;
   const A* dyr = dy + row * D;
@@ -60,7 +62,7 @@ __global__ void rmsnorm_backward_dx_kernel(A* dx, const A* dy, const A* x, const
     at.load(dyr, grad);
     at.load(xr, v);
 #pragma unroll
-    for (int j = 0; j < At::kCount; ++j) acc += (gain[j] * grad[j]) * v[j];
+    for (int j = 0; j < At::kCount; ++j) acc += ((weight_offset + gain[j]) * grad[j]) * v[j];
   });
   const float r = rstd[row];
   const float coef = block_sum(acc) / static_cast<float>(D) * r * r * r;
@@ -73,7 +75,8 @@ __global__ void rmsnorm_backward_dx_kernel(A* dx, const A* dy, const A* x, const
     at.load(xr, v);
     at.load(dxr, out);
 #pragma unroll
-    for (int j = 0; j < At::kCount; ++j) out[j] = out[j] + (r * (gain[j] * grad[j]) - v[j] * coef);
+    for (int j = 0; j < At::kCount; ++j)
+      out[j] = out[j] + (r * ((weight_offset + gain[j]) * grad[j]) - v[j] * coef);
     at.store(dxr, out);
   });
 }
@@ -136,7 +139,8 @@ bool chunked_rows(int64_t D, std::initializer_list<const void*> pointers) {
 }  // namespace
 
 void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
-                            int64_t M, int64_t D, float eps, cudaStream_t stream) {
+                            int64_t M, int64_t D, float eps, float weight_offset,
+                            cudaStream_t stream) {
   if (M == 0) return;
   const bool chunked = chunked_rows(D, {y.data, x.data, g.data});
   with_storage(shared_storage("rmsnorm_forward", {y, x}), "rmsnorm_forward", [&](auto x_tag) {
@@ -144,7 +148,7 @@ void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstT
     with_storage(g.dtype, "rmsnorm_forward g", [&](auto g_tag) {
       using W = std::remove_pointer_t<decltype(g_tag)>;
       rmsnorm_forward_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-          typed<A>(y), rstd, typed<A>(x), typed<W>(g), D, eps, chunked);
+          typed<A>(y), rstd, typed<A>(x), typed<W>(g), D, eps, weight_offset, chunked);
     });
   });
   ZT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
@@ -152,7 +156,7 @@ void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstT
 
 void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorView x,
                                 ConstTensorView g, const float* rstd, int64_t M, int64_t D,
-                                cudaStream_t stream) {
+                                float weight_offset, cudaStream_t stream) {
   if (M == 0) return;
   const DType storage = shared_storage("rmsnorm_backward", {dx, dy, x});
   const bool chunked = chunked_rows(D, {dx.data, dy.data, x.data, g.data});
@@ -161,7 +165,7 @@ void launch_rmsnorm_backward_dx(TensorView dx, ConstTensorView dy, ConstTensorVi
     with_storage(g.dtype, "rmsnorm_backward g", [&](auto g_tag) {
       using W = std::remove_pointer_t<decltype(g_tag)>;
       rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-          typed<A>(dx), typed<A>(dy), typed<A>(x), typed<W>(g), rstd, D, chunked);
+          typed<A>(dx), typed<A>(dy), typed<A>(x), typed<W>(g), rstd, D, weight_offset, chunked);
     });
   });
   ZT_CUDA_CHECK_LAUNCH("rmsnorm_backward_dx_kernel");

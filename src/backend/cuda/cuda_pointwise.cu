@@ -1,7 +1,7 @@
-// CUDA backend: SwiGLU, token embedding, fused softmax cross-entropy and the elementwise helpers,
-// forward and backward side by side. Activations in any storage type (cuda_storage.cuh): read
-// widened, computed in fp32, each output rounded once. The elementwise ops run in 16-byte
-// accesses where their tensors are aligned (cuda_elementwise.cuh).
+// CUDA backend: the gated MLP activations (SwiGLU, GeGLU), token embedding, fused softmax
+// cross-entropy and the elementwise helpers, forward and backward side by side. Activations in any
+// storage type (cuda_storage.cuh): read widened, computed in fp32, each output rounded once. The
+// elementwise ops run in 16-byte accesses where their tensors are aligned (cuda_elementwise.cuh).
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -56,6 +56,61 @@ struct SwigluBackward {
       const float sigma = 1.0f / (1.0f + expf(-a[j]));
       dg[j] = g[j] * u[j] * sigma * (1.0f + a[j] * (1.0f - sigma));
       du[j] = g[j] * (a[j] * sigma);
+    }
+    at.store(dgate, dg);
+    at.store(dup, du);
+  }
+};
+
+// GeGLU (Gemma): gelu_tanh(a) = a/2 · (1 + t), t = tanh(k·(a + c·a³)), k = sqrt(2/π),
+// c = 0.044715 (PyTorch's gelu(approximate="tanh")); forward h = gelu_tanh(a)·u.
+constexpr float kGeluTanhScale = 0.7978845608028654f;
+constexpr float kGeluTanhCubic = 0.044715f;
+
+__device__ inline float gelu_tanh_inner(float a) {
+  return tanhf(kGeluTanhScale * (a + kGeluTanhCubic * a * a * a));
+}
+
+template <typename A>
+struct GegluForward {
+  A* h;
+  const A* gate;
+  const A* up;
+  template <typename At>
+  __device__ void operator()(At at) const {
+    float a[At::kCount], u[At::kCount], out[At::kCount];
+    at.load(gate, a);
+    at.load(up, u);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j)
+      out[j] = 0.5f * a[j] * (1.0f + gelu_tanh_inner(a[j])) * u[j];
+    at.store(h, out);
+  }
+};
+
+// Backward: gelu' = (1 + t)/2 + a/2 · (1 − t²) · k·(1 + 3c·a²); dgate = dh·u·gelu'(a);
+// dup = dh·gelu_tanh(a).
+template <typename A>
+struct GegluBackward {
+  A* dgate;
+  A* dup;
+  const A* dh;
+  const A* gate;
+  const A* up;
+  template <typename At>
+  __device__ void operator()(At at) const {
+    float a[At::kCount], u[At::kCount], g[At::kCount], dg[At::kCount], du[At::kCount];
+    at.load(gate, a);
+    at.load(up, u);
+    at.load(dh, g);
+#pragma unroll
+    for (int j = 0; j < At::kCount; ++j) {
+      const float t = gelu_tanh_inner(a[j]);
+      const float half_a = 0.5f * a[j];
+      const float slope = 0.5f * (1.0f + t) + half_a * (1.0f - t * t) * kGeluTanhScale *
+                                                  (1.0f + 3.0f * kGeluTanhCubic * a[j] * a[j]);
+      dg[j] = g[j] * u[j] * slope;
+      du[j] = g[j] * (half_a * (1.0f + t));
     }
     at.store(dgate, dg);
     at.store(dup, du);
@@ -304,28 +359,38 @@ void launch_convert(const char* name, Out* out, const In* in, int64_t n, cudaStr
 
 }  // namespace
 
-void launch_swiglu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
-                           cudaStream_t stream) {
+void launch_glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
+                        GluActivation act, cudaStream_t stream) {
   if (n == 0) return;
-  with_storage(shared_storage("swiglu_forward", {h, gate, up}), "swiglu_forward", [&](auto tag) {
+  with_storage(shared_storage("glu_forward", {h, gate, up}), "glu_forward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    launch_elementwise("swiglu_forward",
-                       SwigluForward<A>{typed<A>(h), typed<A>(gate), typed<A>(up)}, n,
-                       {h.data, gate.data, up.data}, stream);
+    if (act == GluActivation::kSilu)
+      launch_elementwise("swiglu_forward",
+                         SwigluForward<A>{typed<A>(h), typed<A>(gate), typed<A>(up)}, n,
+                         {h.data, gate.data, up.data}, stream);
+    else
+      launch_elementwise("geglu_forward",
+                         GegluForward<A>{typed<A>(h), typed<A>(gate), typed<A>(up)}, n,
+                         {h.data, gate.data, up.data}, stream);
   });
 }
 
-void launch_swiglu_backward(TensorView dgate, TensorView dup, ConstTensorView dh,
-                            ConstTensorView gate, ConstTensorView up, int64_t n,
-                            cudaStream_t stream) {
+void launch_glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, ConstTensorView gate,
+                         ConstTensorView up, int64_t n, GluActivation act, cudaStream_t stream) {
   if (n == 0) return;
-  const DType storage = shared_storage("swiglu_backward", {dgate, dup, dh, gate, up});
-  with_storage(storage, "swiglu_backward", [&](auto tag) {
+  const DType storage = shared_storage("glu_backward", {dgate, dup, dh, gate, up});
+  with_storage(storage, "glu_backward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    launch_elementwise("swiglu_backward",
-                       SwigluBackward<A>{typed<A>(dgate), typed<A>(dup), typed<A>(dh),
-                                         typed<A>(gate), typed<A>(up)},
-                       n, {dgate.data, dup.data, dh.data, gate.data, up.data}, stream);
+    if (act == GluActivation::kSilu)
+      launch_elementwise("swiglu_backward",
+                         SwigluBackward<A>{typed<A>(dgate), typed<A>(dup), typed<A>(dh),
+                                           typed<A>(gate), typed<A>(up)},
+                         n, {dgate.data, dup.data, dh.data, gate.data, up.data}, stream);
+    else
+      launch_elementwise("geglu_backward",
+                         GegluBackward<A>{typed<A>(dgate), typed<A>(dup), typed<A>(dh),
+                                          typed<A>(gate), typed<A>(up)},
+                         n, {dgate.data, dup.data, dh.data, gate.data, up.data}, stream);
   });
 }
 
