@@ -122,7 +122,8 @@ TEST(CudaEngine, SmallPresetTracksTheCpuLossesAndIsDeterministic) {
 // The families' own paths on the device, each against the CPU backend at stage 2 in bf16 and
 // deterministic: Phi-4-mini's shape (fused projections with LoRA on them, longrope whose
 // windows of 64 pass its original length of 32 and take the long factors, RoPE on 24 of each
-// head's 32 elements, tied embeddings) and SmolLM3's (every second layer without RoPE).
+// head's 32 elements, tied embeddings), SmolLM3's (every second layer without RoPE) and Gemma's
+// ((1 + weight) norms, the embedding times sqrt(hidden), GeGLU, a head_dim of 64 ≠ 256 / 8).
 TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   ModelConfig phi4 = preset_config("small");  // hidden 256, 8 heads of 32, 4 layers
   phi4.fused_projections = true;
@@ -142,7 +143,13 @@ TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   (void)phi4.set_lora(lora);
   ModelConfig smollm3 = preset_config("small");
   smollm3.layers_without_rope = {1, 3};
-  for (const ModelConfig* model : {&phi4, &smollm3}) {
+  ModelConfig gemma = preset_config("small");  // (1 + weight) norms, scaled embedding, GeGLU
+  gemma.norm_weight_offset = 1.0f;
+  gemma.scaled_embeddings = true;
+  gemma.mlp_activation = GluActivation::kGeluTanh;
+  gemma.tie_word_embeddings = true;
+  gemma.explicit_head_dim = 64;  // ≠ hidden / heads, as gemma-7b's 256
+  for (const ModelConfig* model : {&phi4, &smollm3, &gemma}) {
     model->validate();
     const std::string name = model->model_type();
     MpiCommunicator self(MPI_COMM_SELF);
