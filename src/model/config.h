@@ -121,11 +121,11 @@ struct ModelConfig {
   // Parses an HF config.json object (transformers 4.x or 5.x: rope_theta and rope_scaling, or
   // rope_parameters); `source` names the file in error messages. A key that would change the
   // mathematics away from what zerotrain implements (a rope type other than default, linear or
-  // llama3, MLP biases, hidden_act other than silu, a sliding window shorter than the sequence,
-  // quantized weights, a model_type other than llama, mistral, qwen2, qwen3, phi3, smollm3 and
-  // gemma) is
-  // refused naming it. A key it neither reads nor knows to be inert (hf_config_unknown_keys) is
-  // accepted, or refused with UnknownConfigKeys::kRefuse (import --strict-config).
+  // llama3, MLP biases, hidden_act other than silu (Gemma's: the tanh GELU), a sliding window
+  // shorter than the sequence, quantized weights, a model_type other than llama, mistral, qwen2,
+  // qwen3, phi3, smollm3 and gemma) is refused naming it. A key it neither reads nor knows to be
+  // inert (hf_config_unknown_keys) is accepted, or refused with UnknownConfigKeys::kRefuse (import
+  // --strict-config).
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source,
                                   UnknownConfigKeys unknown = UnknownConfigKeys::kAccept);
   static ModelConfig from_hf_file(const std::string& path,

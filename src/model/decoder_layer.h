@@ -49,8 +49,9 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
                        const LayerActivations& A, ConstTensorView x, int64_t rows,
                        const ProjectionAdapter& adapt);
 
-// From A.att: x2 = (x + att·Woᵀ) + bo; xn2 = rms(x2)·g2; h = silu(xn2·Wgᵀ)·(xn2·Wuᵀ);
-// out = x2 + h·Wdᵀ (each residual add in its projection's GEMM: matmul_forward_add, one rounding).
+// From A.att: x2 = (x + att·Woᵀ) + bo; xn2 = rms(x2)·g2; h = act(xn2·Wgᵀ)·(xn2·Wuᵀ) (silu, or
+// Gemma's tanh GELU with its (1 + g2)); out = x2 + h·Wdᵀ (each residual add in its projection's
+// GEMM: matmul_forward_add, one rounding).
 void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeights& P,
                        const LayerActivations& A, ConstTensorView x, TensorView out, int64_t rows,
                        const ProjectionAdapter& adapt);

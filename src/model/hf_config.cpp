@@ -333,7 +333,12 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
   int64_t head_dim = has_head_dim ? required<int64_t>(j, "head_dim", source) : 0;
   if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
-  if (!has_head_dim && type == "gemma") head_dim = 256;  // GemmaConfig's
+  // GemmaConfig's default; a null one is kept as None there, which its attention cannot use.
+  ZT_CHECK(type != "gemma" || !j.contains("head_dim") || has_head_dim,
+           source +
+               ": 'head_dim' is null, which transformers' Gemma cannot build (absent, it is "
+               "256)");
+  if (!has_head_dim && type == "gemma") head_dim = 256;
   ZT_CHECK(!has_head_dim || head_dim > 0,
            source + ": 'head_dim' must be positive, got " + std::to_string(head_dim));
   if ((type == "qwen2" || type == "phi3") && has_head_dim &&

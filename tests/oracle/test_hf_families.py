@@ -87,6 +87,10 @@ FAMILIES = {
     # Mistral without a sliding window.
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None,
                                                              rope_theta=1000000.0)),
+    # Mistral-Nemo's shape: a head_dim other than hidden_size / heads (its 128, not 5120 / 32),
+    # which MistralConfig reads, and no window (exported as a Llama with that head_dim).
+    "mistral-nemo": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None, head_dim=32,
+                                                                  rope_theta=1000000.0)),
     # Mistral with a window at least as long as every sequence here (33 tokens): full attention.
     "mistral-window": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=40)),
     # Qwen2/2.5: q/k/v biases (no o bias), a large rope_theta, the sliding-window keys of every

@@ -125,6 +125,7 @@ TEST(GemmaConfig, WhatGemmaDoesNotComputeIsRefusedNamingTheKey) {
   EXPECT_NE(error_with("sliding_window", 4096).find("'sliding_window' 4096 outside a Mistral"),
             std::string::npos);
   EXPECT_NE(error_with("mlp_bias", true).find("'mlp_bias'"), std::string::npos);
+  EXPECT_NE(error_with("head_dim", nullptr).find("'head_dim' is null"), std::string::npos);
   // Gemma's parts come together: a Llama with one of them is no Hugging Face architecture.
   ModelConfig part = read(gemma_2b_json());
   part.scaled_embeddings = false;

@@ -58,6 +58,9 @@ const std::map<std::string, Published>& corpus() {
       {"Qwen--Qwen2.5-7B-Instruct", {7615616512, "qwen2", false, 1000000, R::kNone}},
       {"Qwen--Qwen3-0.6B", {596049920, "qwen3", true, 1000000, R::kNone}},
       {"Qwen--Qwen3-8B", {8190735360, "qwen3", false, 1000000, R::kNone}},
+      // Its card's 1.7B (1.4B without the embedding); 1,720,574,976 from the shapes its config
+      // states (tied embeddings). Its rope_theta is written as an integer.
+      {"Qwen--Qwen3-1.7B", {1720574976, "qwen3", true, 1000000, R::kNone}},
       {"TinyLlama--TinyLlama-1.1B-Chat-v1.0", {1100048384, "llama", false, 10000, R::kNone}},
       {"meta-llama--Llama-2-7b-hf", {6738415616, "llama", false, 10000, R::kNone}},
       {"meta-llama--Meta-Llama-3-8B", {8030261248, "llama", false, 500000, R::kNone}},
@@ -66,8 +69,13 @@ const std::map<std::string, Published>& corpus() {
       {"meta-llama--Llama-3.1-8B-Instruct", {8030261248, "llama", false, 500000, R::kLlama3}},
       {"meta-llama--Llama-3.2-1B", {1235814400, "llama", true, 500000, R::kLlama3}},
       {"meta-llama--Llama-3.2-3B", {3212749824, "llama", true, 500000, R::kLlama3}},
+      {"meta-llama--Llama-3.2-1B-Instruct", {1235814400, "llama", true, 500000, R::kLlama3}},
+      {"meta-llama--Llama-3.2-3B-Instruct", {3212749824, "llama", true, 500000, R::kLlama3}},
       {"mistralai--Mistral-7B-v0.1", {7241732096, "mistral", false, 10000, R::kNone}},
       {"mistralai--Mistral-7B-Instruct-v0.3", {7248023552, "llama", false, 1000000, R::kNone}},
+      // Its card's 12B; 12,247,782,400 from the shapes its config states (head_dim 128, not
+      // 5120 / 32; no window, so written as a Llama).
+      {"mistralai--Mistral-Nemo-Instruct-2407", {12247782400, "llama", false, 1000000, R::kNone}},
       {"microsoft--Phi-3-mini-4k-instruct", {3821079552, "phi3", false, 10000, R::kNone}},
       // Its card's 3.8B; 3,836,021,760 from the shapes its config states (tied embeddings).
       {"microsoft--Phi-4-mini-instruct", {3836021760, "phi3", true, 10000, R::kLongrope}},
