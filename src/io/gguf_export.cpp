@@ -60,11 +60,6 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
            "export: model '" + dir +
                "' is a llama with attention biases, which is not written "
                "to GGUF yet");
-  // llama.cpp's gemma stores each norm as 1 + weight and reads its own tokenizer layout: not
-  // written yet.
-  ZT_CHECK(type != "gemma", "export: model '" + dir +
-                                "' is a Gemma, which is not written to GGUF yet (export "
-                                "safetensors, which llama.cpp's convert_hf_to_gguf.py reads)");
   // llama.cpp's smollm3 takes no RoPE in every fourth layer, whatever the file says.
   ZT_CHECK(type != "smollm3" ||
                c.layers_without_rope == every_nth_layer(kSmolLM3NoRopeStep, c.num_layers),
@@ -155,7 +150,7 @@ std::vector<float> rope_freqs_to_write(const ModelConfig& c, const std::string& 
 // The bytes of a stored tensor in `type`: its parts' rows one after another (Phi-3's fused
 // tensors), in GGUF's order (llama's q and k permuted).
 void tensor_bytes(ModelDirReader& model, const HfCheckpointTensor& t, GgmlType type, bool permuted,
-                  int64_t head_dim, std::vector<uint8_t>& bytes) {
+                  float norm_offset, int64_t head_dim, std::vector<uint8_t>& bytes) {
   const int64_t row_length = t.shape.size() == 2 ? t.shape[1] : t.shape[0];
   const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
   const int64_t numel = rows * row_length;
@@ -166,6 +161,8 @@ void tensor_bytes(ModelDirReader& model, const HfCheckpointTensor& t, GgmlType t
     model.read_tensor_f32(info.name, values.data() + filled);
     filled += info.numel;
   }
+  if (norm_offset != 0.0f)  // a Gemma norm: 1 + w (gguf_stored_norm_offset); else −0 stays −0
+    for (float& v : values) v += norm_offset;
   if (permuted) {
     std::vector<float> hf = values;
     for (int64_t r = 0; r < rows; ++r)
@@ -256,7 +253,7 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
       return;
     }
     tensor_bytes(model, stored[i], tensors[i].type, gguf_permutes_rows(arch, stored[i].name),
-                 c.head_dim(), bytes);
+                 gguf_stored_norm_offset(arch, stored[i].name), c.head_dim(), bytes);
   });
   result.path = out_path;
   result.bytes = fs::file_size(out_path);

@@ -106,6 +106,11 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
   // the file does not carry), as SmolLM3-3B's no_rope_layers says.
   if (arch == "smollm3") c.layers_without_rope = every_nth_layer(kSmolLM3NoRopeStep, c.num_layers);
+  if (arch == "gemma") {  // llama.cpp's gemma: Gemma's norms, embedding scale and GeGLU
+    c.norm_weight_offset = 1.0f;
+    c.scaled_embeddings = true;
+    c.mlp_activation = GluActivation::kGeluTanh;
+  }
 }
 
 // One fp32 factor per rotary frequency, from a 1-D tensor of rotary_dims / 2 values.
@@ -179,11 +184,11 @@ bool is_gguf_file(const std::string& path) {
 ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string& path = g.path();
   const std::string arch = g.string("general.architecture");
-  ZT_CHECK(
-      arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" || arch == "smollm3",
-      path + ": metadata 'general.architecture' is \"" + arch +
-          "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
-          "phi3 and smollm3");
+  ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
+               arch == "smollm3" || arch == "gemma",
+           path + ": metadata 'general.architecture' is \"" + arch +
+               "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
+               "phi3, smollm3 and gemma");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -253,6 +258,10 @@ bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_n
   return (architecture == "llama" || architecture == "smollm3") &&
          (ends_with(hf_name, "self_attn.q_proj.weight") ||
           ends_with(hf_name, "self_attn.k_proj.weight"));
+}
+
+float gguf_stored_norm_offset(const std::string& architecture, const std::string& hf_name) {
+  return architecture == "gemma" && ends_with(hf_name, "norm.weight") ? 1.0f : 0.0f;
 }
 
 int64_t gguf_permuted_row(int64_t row, int64_t head_dim) {
@@ -350,6 +359,8 @@ GgufImportResult import_gguf_model(const std::string& gguf_path, const std::stri
         const int64_t first = place.element_offset + begin;
         read_hf_range(g, stored, gguf_permutes_rows(result.architecture, t.name), head_dim, first,
                       count, out);
+        const float offset = gguf_stored_norm_offset(result.architecture, t.name);
+        for (int64_t i = 0; offset != 0.0f && i < count; ++i) out[i] -= offset;
         for (int64_t i = 0; i < count; ++i)
           ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
                    g.path() + ": tensor '" + stored.name +

@@ -34,6 +34,10 @@ bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_n
 // The row of a permuted [heads·head_dim, in] projection where Hugging Face's row `row` is stored:
 // within each head, the first and second halves are interleaved.
 int64_t gguf_permuted_row(int64_t row, int64_t head_dim);
+// What llama.cpp's file holds for a norm weight w of a Gemma (Hugging Face's `...norm.weight`):
+// 1 + w, as its converter writes it (llama.cpp's gemma multiplies by the stored value); the
+// offset to add on export and take away on import, 0 for other tensors and architectures.
+float gguf_stored_norm_offset(const std::string& architecture, const std::string& hf_name);
 
 // The tensor llama.cpp stores llama3 rope scaling in (model/rope_freq_factors.h).
 inline constexpr const char* kRopeFreqsTensor = "rope_freqs.weight";

@@ -450,18 +450,9 @@ def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
     import safetensors.torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gguf_reference import model_dir_tensors, read_gguf
-    from test_tokenizer_configs import tokenizer_json
     permute = converter_llama_permute(
         os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py"))
-    # A GGUF file carries its tokenizer: a byte-level BPE over the 256 ids of this vocabulary.
-    with_tokenizer = os.path.join(work, "final-with-tokenizer")
-    shutil.copytree(final, with_tokenizer)
-    tokenizer_config = {"added_tokens_decoder": {}, "eos_token": None, "bos_token": None,
-                        "tokenizer_class": "PreTrainedTokenizerFast"}
-    tokenizer_json(tokenizer_config).save(os.path.join(with_tokenizer, "tokenizer.json"))
-    with open(os.path.join(with_tokenizer, "tokenizer_config.json"), "w") as f:
-        json.dump(tokenizer_config, f)
-    final = with_tokenizer
+    final = gguf_ready_copy(final, work)  # a GGUF file carries its tokenizer
     path = os.path.join(work, "exported.gguf")
     run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "f32", "--out", path])
     reader = read_gguf(path)
@@ -511,6 +502,69 @@ def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
     refused([zt, "export", moved, "--format", "gguf", "--out", out],
             "llama.cpp's smollm3 takes none in every fourth layer")
     check(not os.path.exists(out), "a refused GGUF export left its file")
+
+
+def gguf_ready_copy(final, work):
+    """The trained model directory with a tokenizer a GGUF file can carry: a byte-level BPE over
+    the 256 ids of this vocabulary."""
+    from test_tokenizer_configs import tokenizer_json
+    with_tokenizer = os.path.join(work, "final-with-tokenizer")
+    shutil.copytree(final, with_tokenizer)
+    tokenizer_config = {"added_tokens_decoder": {}, "eos_token": None, "bos_token": None,
+                        "tokenizer_class": "PreTrainedTokenizerFast"}
+    tokenizer_json(tokenizer_config).save(os.path.join(with_tokenizer, "tokenizer.json"))
+    with open(os.path.join(with_tokenizer, "tokenizer_config.json"), "w") as f:
+        json.dump(tokenizer_config, f)
+    return with_tokenizer
+
+
+def check_gemma_gguf(zt, work, final, exported, source_dir, config):
+    """A trained Gemma through GGUF as llama.cpp's gemma reads it: the export's architecture, each
+    tensor as the converter's own GemmaModel.modify_tensors writes it (a norm as 1 + weight, no
+    lm_head, no row permutation), and the import gives back the model bit for bit."""
+    import logging
+    import typing
+    import gguf
+    import safetensors.torch
+    from gguf_reference import class_methods, model_dir_tensors, read_gguf
+    converter = os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py")
+    modify_tensors = class_methods(converter, "GemmaModel", ("modify_tensors",), {
+        "Tensor": torch.Tensor, "Iterable": typing.Iterable, "logger": logging.getLogger()})[0]
+
+    class Named:  # the converter's map_tensor_name, gguf's own table
+        names = gguf.TensorNameMap(gguf.MODEL_ARCH.GEMMA, config.num_hidden_layers)
+
+        def map_tensor_name(self, name):
+            return self.names.get_name(name, try_suffixes=(".weight",))
+
+    final = gguf_ready_copy(final, work)
+    path = os.path.join(work, "exported.gguf")
+    run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "f32", "--out", path])
+    reader = read_gguf(path)
+    check(reader.fields["general.architecture"].contents() == "gemma",
+          "the GGUF export's architecture is not gemma")
+    stored = {t.name: np.array(t.data) for t in reader.tensors}
+    hf = {}
+    for name in sorted(os.listdir(exported)):
+        if name.endswith(".safetensors"):
+            hf.update(safetensors.torch.load_file(os.path.join(exported, name)))
+    want = {}
+    for hf_name, value in hf.items():
+        want.update(dict(modify_tensors(Named(), value.float(), hf_name, None)))
+    check(sorted(want) == sorted(stored),
+          f"the GGUF export holds {sorted(stored)}, the converter writes {sorted(want)}")
+    for name, value in want.items():
+        check(np.array_equal(stored[name].reshape(value.shape), value.numpy()),
+              f"{name}: not as llama.cpp's converter writes it")
+    back = os.path.join(work, "gguf-imported")
+    run_tool([zt, "import", path, "--out", back])
+    with open(os.path.join(back, "config.json")) as f:
+        check(json.load(f).get("model_type") == "gemma", "the GGUF import is not a gemma")
+    a, b = model_dir_tensors(final), model_dir_tensors(back)
+    check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
+          "the GGUF import's tensors differ from the exported model's")
+    print(f"the GGUF export is llama.cpp's gemma ({len(want)} tensors as the converter writes "
+          "them) and imports back bit for bit", flush=True)
 
 
 def main():
@@ -654,6 +708,8 @@ def main():
     compare("trained loss", zt_eval(final), trained_hf)
     if args.family == "smollm3":
         check_smollm3_gguf(zt, work, final, exported, data, args.source_dir, config)
+    if args.family == "gemma":
+        check_gemma_gguf(zt, work, final, exported, args.source_dir, config)
     return 0
 
 
