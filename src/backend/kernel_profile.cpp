@@ -42,14 +42,15 @@ KernelCategory classify_kernel(std::string_view name) {
   // softmax and its statistics transpose.
   if (any({"sdpa", "attention", "flash_fprop", "flash_bprop", "fmha", "flash::"}))
     return KernelCategory::kAttention;
-  // AdamW, the gradient norm's sums of squares and the gradient scaling before the update (also
-  // LoRA's scaling of its rank-r products, which share the kernel).
-  if (any({"adamw", "sum_squares", "ScaleInPlace"})) return KernelCategory::kOptimizer;
+  // AdamW and the gradient norm's sums of squares (the clipping and loss scale ride in AdamW).
+  if (any({"adamw", "sum_squares"})) return KernelCategory::kOptimizer;
   if (any({"nccl", "rank_tree_add"})) return KernelCategory::kCommunication;
   if (any({"nvjet", "gemm", "gemv", "cutlass", "splitKreduce", "cublasLt::", "cublas"}))
     return KernelCategory::kGemm;
   if (any({"elementwise_kernel", "rmsnorm", "rope", "swiglu", "bias_", "embedding_", "column_sum",
-           "Convert", "AddInPlace", "dropout_kernel"}))
+           "Convert", "AddInPlace", "dropout_kernel",
+           // the model's scaling passes: LoRA's rank-r products, Gemma's embedding
+           "ScaleInPlace"}))
     return KernelCategory::kPointwise;
   return KernelCategory::kOther;
 }
