@@ -31,11 +31,11 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
   }
 }
 
-// Gemma's MLP activation. transformers 4.38 to 4.47 take it from hidden_activation, null meaning
-// the tanh form of GELU whatever hidden_act says (Google's configs say "gelu" there); later
-// releases read hidden_act. zerotrain computes the tanh form (docs/fine-tuning.md, Gemma), the one
-// every release computes for hidden_act "gelu_pytorch_tanh"; another hidden_activation, or a
-// hidden_act no release reads as a GELU, is refused.
+// Gemma's MLP activation. transformers 4.46 (and back to 4.38) takes it from hidden_activation,
+// null meaning the tanh form of GELU whatever hidden_act says (Google's configs say "gelu" there);
+// 4.49 and later read hidden_act. zerotrain computes the tanh form (docs/fine-tuning.md, Gemma),
+// the one every release computes for hidden_act "gelu_pytorch_tanh"; another hidden_activation, or
+// a hidden_act no release reads as a GELU, is refused.
 void check_gemma_activation(const nlohmann::json& j, const std::string& source) {
   const char* tanh_gelu = "gelu_pytorch_tanh";
   if (j.contains("hidden_activation") && !j.at("hidden_activation").is_null() &&
@@ -446,7 +446,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
   } else if (type == "gemma") {
-    // hidden_activation for transformers 4.38 to 4.47, hidden_act for later releases.
+    // hidden_activation for transformers 4.46 (and back to 4.38), hidden_act for 4.49 and later.
     j["hidden_activation"] = "gelu_pytorch_tanh";
     j["attention_bias"] = qkv_bias;
     // Written when none, too: GemmaConfig would read its absence as 0.

@@ -96,9 +96,9 @@ TEST(GemmaConfig, AbsentKeysTakeGemmaConfigsDefaults) {
   EXPECT_EQ(c.rope_theta, 10000.0);
 }
 
-// transformers 4.38–4.47 read hidden_activation (null: the tanh form); later ones hidden_act. The
-// published values ("gelu" in hidden_act, "gelu_pytorch_tanh" in either) are read as the tanh
-// form; another activation is refused naming the key.
+// transformers 4.46 (and back to 4.38) reads hidden_activation (null: the tanh form), 4.49
+// hidden_act. The published values ("gelu" in hidden_act, "gelu_pytorch_tanh" in either) are read
+// as the tanh form; another activation is refused naming the key.
 TEST(GemmaConfig, ActivationKeysAsPublishedAreReadOthersRefused) {
   for (const nlohmann::json& activation : {nlohmann::json(), nlohmann::json("gelu_pytorch_tanh")}) {
     nlohmann::json j = gemma_2b_json();
