@@ -106,11 +106,7 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
   // the file does not carry), as SmolLM3-3B's no_rope_layers says.
   if (arch == "smollm3") c.layers_without_rope = every_nth_layer(kSmolLM3NoRopeStep, c.num_layers);
-  if (arch == "gemma") {  // llama.cpp's gemma: Gemma's norms, embedding scale and GeGLU
-    c.norm_weight_offset = 1.0f;
-    c.scaled_embeddings = true;
-    c.mlp_activation = GluActivation::kGeluTanh;
-  }
+  if (arch == "gemma") c.use_gemma_math();  // llama.cpp's gemma
 }
 
 // One fp32 factor per rotary frequency, from a 1-D tensor of rotary_dims / 2 values.

@@ -76,6 +76,12 @@ struct ModelConfig {
   LoraSpec lora;
 
   bool is_gemma() const { return norm_weight_offset != 0.0f; }
+  // Sets Gemma's three changes above (model_type "gemma").
+  void use_gemma_math() {
+    norm_weight_offset = 1.0f;
+    scaled_embeddings = true;
+    mlp_activation = GluActivation::kGeluTanh;
+  }
   // The factor on the embedding's output for activations stored as `activations`: Gemma's
   // sqrt(hidden_size) rounded to that type (transformers multiplies by it as a tensor of the
   // hidden states' dtype), else 1.

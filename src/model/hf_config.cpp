@@ -359,11 +359,7 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   c.o_bias = type != "qwen2" && attention_bias;
   c.qk_norm = type == "qwen3";
   c.fused_projections = type == "phi3";
-  if (type == "gemma") {
-    c.norm_weight_offset = 1.0f;
-    c.scaled_embeddings = true;
-    c.mlp_activation = GluActivation::kGeluTanh;
-  }
+  if (type == "gemma") c.use_gemma_math();
 }
 
 // Phi-3's original length: config.json's top-level original_max_position_embeddings (Phi3Config's

@@ -144,9 +144,7 @@ TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   ModelConfig smollm3 = preset_config("small");
   smollm3.layers_without_rope = {1, 3};
   ModelConfig gemma = preset_config("small");  // (1 + weight) norms, scaled embedding, GeGLU
-  gemma.norm_weight_offset = 1.0f;
-  gemma.scaled_embeddings = true;
-  gemma.mlp_activation = GluActivation::kGeluTanh;
+  gemma.use_gemma_math();
   gemma.tie_word_embeddings = true;
   gemma.explicit_head_dim = 64;  // ≠ hidden / heads, as gemma-7b's 256
   for (const ModelConfig* model : {&phi4, &smollm3, &gemma}) {

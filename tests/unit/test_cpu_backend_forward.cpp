@@ -231,15 +231,26 @@ TEST(CpuBackendForward, AttentionAfterCachedRowsMatchesDirectGqa) {
   }
 }
 
+// 64 gates, the first three saturating (±100) or zero, and their ups.
+struct GluInputs {
+  std::vector<float> gate = random_normal(64, 30, 3.0f), up = random_normal(64, 31);
+  GluInputs() {
+    gate[0] = 100.0f;
+    gate[1] = -100.0f;
+    gate[2] = 0.0f;
+  }
+  std::vector<float> forward(GluActivation act) const {
+    std::vector<float> h(gate.size());
+    make_cpu_backend()->glu_forward(h.data(), gate.data(), up.data(), 64, act);
+    return h;
+  }
+};
+
 TEST(CpuBackendForward, SwiGluMatchesFormulaIncludingSaturation) {
-  auto be = make_cpu_backend();
-  auto gate = random_normal(64, 30, 3.0f);
-  gate[0] = 100.0f;
-  gate[1] = -100.0f;
-  gate[2] = 0.0f;
-  const auto up = random_normal(64, 31);
-  std::vector<float> h(64);
-  be->glu_forward(h.data(), gate.data(), up.data(), 64);
+  const GluInputs in;
+  const auto& gate = in.gate;
+  const auto& up = in.up;
+  const std::vector<float> h = in.forward(GluActivation::kSilu);
   std::vector<double> ref(64);
   for (size_t i = 0; i < 64; ++i) ref[i] = gate[i] / (1.0 + std::exp(-double(gate[i]))) * up[i];
   EXPECT_LT(max_relative_error(h, ref, 1e-6), 1e-6);
@@ -249,14 +260,10 @@ TEST(CpuBackendForward, SwiGluMatchesFormulaIncludingSaturation) {
 // (about a dozen, tanh's few ulps among them) each round once; 1 + t cancels for negative gates as
 // PyTorch's fp32 does, so the bound is absolute at that sum: 32 ulps of |a/2 · u| plus of |h|.
 TEST(CpuBackendForward, GeGluMatchesThePytorchTanhGeluIncludingSaturation) {
-  auto be = make_cpu_backend();
-  auto gate = random_normal(64, 30, 3.0f);
-  gate[0] = 100.0f;
-  gate[1] = -100.0f;
-  gate[2] = 0.0f;
-  const auto up = random_normal(64, 31);
-  std::vector<float> h(64);
-  be->glu_forward(h.data(), gate.data(), up.data(), 64, GluActivation::kGeluTanh);
+  const GluInputs in;
+  const auto& gate = in.gate;
+  const auto& up = in.up;
+  const std::vector<float> h = in.forward(GluActivation::kGeluTanh);
   const double k = std::sqrt(2.0 / M_PI), ulp = std::ldexp(1.0, -24);
   for (size_t i = 0; i < 64; ++i) {
     const double a = gate[i];

@@ -147,14 +147,8 @@ TEST(GemmaConfig, EmbeddingScaleIsTheSquareRootInTheActivationsType) {
 
 // `init` starts a Gemma norm's weight at 0, its scale (1 + weight) at 1, as GemmaRMSNorm does.
 TEST(GemmaConfig, InitStartsTheNormWeightsAtZero) {
-  ModelConfig c = read(gemma_2b_json());
-  c.num_layers = 1;
-  c.vocab_size = 64;
-  c.hidden_size = 16;
-  c.num_heads = 2;
-  c.intermediate_size = 32;
-  c.num_kv_heads = 1;
-  c.explicit_head_dim = 0;
+  ModelConfig c = preset_config("tiny");
+  c.use_gemma_math();
   const ParamLayout layout(c);
   const TensorInfo& norm = layout.tensor(TensorRole::kFinalNorm);
   std::vector<float> values(static_cast<size_t>(norm.numel), 5.0f);

@@ -32,45 +32,61 @@ void check_ids(const int32_t* ids, int64_t n, int64_t limit, const char* what) {
 }  // namespace
 
 // ---- gated MLP activation (SwiGLU, GeGLU) ----
-// silu(a) = a / (1 + exp(−a)) (PyTorch's form); gelu_tanh(a) = a/2 · (1 + tanh(k·(a + c·a³))),
-// k = sqrt(2/π), c = 0.044715 (PyTorch's gelu(approximate="tanh"), in its order of operations).
+// Each activation gives act(a), and the gradients dgate = dh·u·act'(a), dup = dh·act(a).
 namespace {
 
-constexpr float kGeluTanhScale = 0.7978845608028654f;  // sqrt(2/π)
-constexpr float kGeluTanhCubic = 0.044715f;
-
-// gelu_tanh(a) and its derivative (1 + t)/2 + a/2 · (1 − t²) · k·(1 + 3c·a²), t = tanh(...).
-struct GeluPoint {
-  float act, slope;
+// silu(a) = a / (1 + exp(−a)) (PyTorch's form); σ = 1/(1 + exp(−a)), silu' = σ·(1 + a·(1 − σ)).
+struct Silu {
+  static float value(float a) { return a / (1.0f + fast_expf(-a)); }
+  static void grads(float a, float g, float u, float& dg, float& du) {
+    const float sigma = 1.0f / (1.0f + fast_expf(-a));
+    dg = g * u * sigma * (1.0f + a * (1.0f - sigma));
+    du = g * (a * sigma);
+  }
 };
 
-inline GeluPoint gelu_tanh_point(float a) {
-  const float t = std::tanh(kGeluTanhScale * (a + kGeluTanhCubic * a * a * a));
-  const float half_a = 0.5f * a;
-  return {half_a * (1.0f + t), 0.5f * (1.0f + t) + half_a * (1.0f - t * t) * kGeluTanhScale *
-                                                       (1.0f + 3.0f * kGeluTanhCubic * a * a)};
+// gelu_tanh(a) = a/2 · (1 + t), t = tanh(k·(a + c·a³)), k = sqrt(2/π), c = 0.044715 (PyTorch's
+// gelu(approximate="tanh"), in its order of operations); gelu' = (1 + t)/2 + a/2 · (1 − t²) ·
+// k·(1 + 3c·a²).
+struct GeluTanh {
+  static constexpr float kScale = 0.7978845608028654f;
+  static constexpr float kCubic = 0.044715f;
+  static float inner(float a) { return std::tanh(kScale * (a + kCubic * a * a * a)); }
+  static float value(float a) { return 0.5f * a * (1.0f + inner(a)); }
+  static void grads(float a, float g, float u, float& dg, float& du) {
+    const float t = inner(a);
+    const float half_a = 0.5f * a;
+    const float slope =
+        0.5f * (1.0f + t) + half_a * (1.0f - t * t) * kScale * (1.0f + 3.0f * kCubic * a * a);
+    dg = g * u * slope;
+    du = g * (half_a * (1.0f + t));
+  }
+};
+
+template <typename Act>
+void glu_forward_rows(float* h, const float* gate, const float* up, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) h[i] = Act::value(gate[i]) * up[i];
+}
+
+template <typename Act>
+void glu_backward_rows(float* dgate, float* dup, const float* dh, const float* gate,
+                       const float* up, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) Act::grads(gate[i], dh[i], up[i], dgate[i], dup[i]);
 }
 
 }  // namespace
 
-// Forward: h = act(a)·u (silu as a / (1 + exp(−a)), PyTorch's form).
+// Forward: h = act(a)·u.
 void CpuBackend::glu_forward(TensorView h_view, ConstTensorView gate_view, ConstTensorView up_view,
                              int64_t n, GluActivation act) {
   const Fp32Input gate32(gate_view, n), up32(up_view, n);
   Fp32Output h32(h_view, n, Fp32Output::Contents::kOverwrite);
-  const float* gate = gate32.get();
-  const float* up = up32.get();
-  float* h = h32.get();
-  if (act == GluActivation::kSilu) {
-#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
-    for (int64_t i = 0; i < n; ++i) {
-      const float a = gate[i];
-      h[i] = a / (1.0f + fast_expf(-a)) * up[i];
-    }
-  } else {
-#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
-    for (int64_t i = 0; i < n; ++i) h[i] = gelu_tanh_point(gate[i]).act * up[i];
-  }
+  if (act == GluActivation::kSilu)
+    glu_forward_rows<Silu>(h32.get(), gate32.get(), up32.get(), n);
+  else
+    glu_forward_rows<GeluTanh>(h32.get(), gate32.get(), up32.get(), n);
   h32.commit();
 }
 
@@ -81,29 +97,11 @@ void CpuBackend::glu_backward(TensorView dgate_view, TensorView dup_view, ConstT
   const Fp32Input dh32(dh_view, n), gate32(gate_view, n), up32(up_view, n);
   Fp32Output dgate32(dgate_view, n, Fp32Output::Contents::kOverwrite),
       dup32(dup_view, n, Fp32Output::Contents::kOverwrite);
-  const float* dh = dh32.get();
-  const float* gate = gate32.get();
-  const float* up = up32.get();
-  float* dgate = dgate32.get();
-  float* dup = dup32.get();
-  if (act == GluActivation::kSilu) {  // σ = 1/(1 + exp(−a)), silu' = σ·(1 + a·(1 − σ))
-#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
-    for (int64_t i = 0; i < n; ++i) {
-      const float a = gate[i];
-      const float sigma = 1.0f / (1.0f + fast_expf(-a));
-      const float g = dh[i];
-      dgate[i] = g * up[i] * sigma * (1.0f + a * (1.0f - sigma));
-      dup[i] = g * (a * sigma);
-    }
-  } else {
-#pragma omp parallel for schedule(static) if (n > kParallelMinElements)
-    for (int64_t i = 0; i < n; ++i) {
-      const GeluPoint p = gelu_tanh_point(gate[i]);
-      const float g = dh[i];
-      dgate[i] = g * up[i] * p.slope;
-      dup[i] = g * p.act;
-    }
-  }
+  if (act == GluActivation::kSilu)
+    glu_backward_rows<Silu>(dgate32.get(), dup32.get(), dh32.get(), gate32.get(), up32.get(), n);
+  else
+    glu_backward_rows<GeluTanh>(dgate32.get(), dup32.get(), dh32.get(), gate32.get(), up32.get(),
+                                n);
   dgate32.commit();
   dup32.commit();
 }

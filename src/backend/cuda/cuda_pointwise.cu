@@ -19,60 +19,39 @@
 namespace zt::cuda {
 namespace {
 
-// ---- SwiGLU (elementwise bodies: cuda_elementwise.cuh) ----
-// Forward: h = silu(a)·u with silu(a) = a / (1 + exp(−a)).
-template <typename A>
-struct SwigluForward {
-  A* h;
-  const A* gate;
-  const A* up;
-  template <typename At>
-  __device__ void operator()(At at) const {
-    float a[At::kCount], u[At::kCount], out[At::kCount];
-    at.load(gate, a);
-    at.load(up, u);
-#pragma unroll
-    for (int j = 0; j < At::kCount; ++j) out[j] = a[j] / (1.0f + expf(-a[j])) * u[j];
-    at.store(h, out);
-  }
-};
-
-// Backward: σ = 1/(1 + exp(−a)); dgate = dh·u·σ·(1 + a·(1 − σ)); dup = dh·a·σ.
-template <typename A>
-struct SwigluBackward {
-  A* dgate;
-  A* dup;
-  const A* dh;
-  const A* gate;
-  const A* up;
-  template <typename At>
-  __device__ void operator()(At at) const {
-    float a[At::kCount], u[At::kCount], g[At::kCount], dg[At::kCount], du[At::kCount];
-    at.load(gate, a);
-    at.load(up, u);
-    at.load(dh, g);
-#pragma unroll
-    for (int j = 0; j < At::kCount; ++j) {
-      const float sigma = 1.0f / (1.0f + expf(-a[j]));
-      dg[j] = g[j] * u[j] * sigma * (1.0f + a[j] * (1.0f - sigma));
-      du[j] = g[j] * (a[j] * sigma);
-    }
-    at.store(dgate, dg);
-    at.store(dup, du);
+// ---- gated MLP activations (elementwise bodies: cuda_elementwise.cuh) ----
+// Each activation gives act(a), and the gradients dgate = dh·u·act'(a), dup = dh·act(a).
+// SwiGLU: silu(a) = a / (1 + exp(−a)); σ = 1/(1 + exp(−a)), silu' = σ·(1 + a·(1 − σ)).
+struct Silu {
+  __device__ static float value(float a) { return a / (1.0f + expf(-a)); }
+  __device__ static void grads(float a, float g, float u, float& dg, float& du) {
+    const float sigma = 1.0f / (1.0f + expf(-a));
+    dg = g * u * sigma * (1.0f + a * (1.0f - sigma));
+    du = g * (a * sigma);
   }
 };
 
 // GeGLU (Gemma): gelu_tanh(a) = a/2 · (1 + t), t = tanh(k·(a + c·a³)), k = sqrt(2/π),
-// c = 0.044715 (PyTorch's gelu(approximate="tanh")); forward h = gelu_tanh(a)·u.
-constexpr float kGeluTanhScale = 0.7978845608028654f;
-constexpr float kGeluTanhCubic = 0.044715f;
+// c = 0.044715 (PyTorch's gelu(approximate="tanh")); gelu' = (1 + t)/2 + a/2 · (1 − t²) ·
+// k·(1 + 3c·a²).
+struct GeluTanh {
+  static constexpr float kScale = 0.7978845608028654f;
+  static constexpr float kCubic = 0.044715f;
+  __device__ static float inner(float a) { return tanhf(kScale * (a + kCubic * a * a * a)); }
+  __device__ static float value(float a) { return 0.5f * a * (1.0f + inner(a)); }
+  __device__ static void grads(float a, float g, float u, float& dg, float& du) {
+    const float t = inner(a);
+    const float half_a = 0.5f * a;
+    const float slope =
+        0.5f * (1.0f + t) + half_a * (1.0f - t * t) * kScale * (1.0f + 3.0f * kCubic * a * a);
+    dg = g * u * slope;
+    du = g * (half_a * (1.0f + t));
+  }
+};
 
-__device__ inline float gelu_tanh_inner(float a) {
-  return tanhf(kGeluTanhScale * (a + kGeluTanhCubic * a * a * a));
-}
-
-template <typename A>
-struct GegluForward {
+// Forward: h = act(a)·u.
+template <typename A, typename Act>
+struct GluForward {
   A* h;
   const A* gate;
   const A* up;
@@ -82,16 +61,14 @@ struct GegluForward {
     at.load(gate, a);
     at.load(up, u);
 #pragma unroll
-    for (int j = 0; j < At::kCount; ++j)
-      out[j] = 0.5f * a[j] * (1.0f + gelu_tanh_inner(a[j])) * u[j];
+    for (int j = 0; j < At::kCount; ++j) out[j] = Act::value(a[j]) * u[j];
     at.store(h, out);
   }
 };
 
-// Backward: gelu' = (1 + t)/2 + a/2 · (1 − t²) · k·(1 + 3c·a²); dgate = dh·u·gelu'(a);
-// dup = dh·gelu_tanh(a).
-template <typename A>
-struct GegluBackward {
+// Backward: dgate and dup from dh (Act::grads).
+template <typename A, typename Act>
+struct GluBackward {
   A* dgate;
   A* dup;
   const A* dh;
@@ -104,18 +81,20 @@ struct GegluBackward {
     at.load(up, u);
     at.load(dh, g);
 #pragma unroll
-    for (int j = 0; j < At::kCount; ++j) {
-      const float t = gelu_tanh_inner(a[j]);
-      const float half_a = 0.5f * a[j];
-      const float slope = 0.5f * (1.0f + t) + half_a * (1.0f - t * t) * kGeluTanhScale *
-                                                  (1.0f + 3.0f * kGeluTanhCubic * a[j] * a[j]);
-      dg[j] = g[j] * u[j] * slope;
-      du[j] = g[j] * (half_a * (1.0f + t));
-    }
+    for (int j = 0; j < At::kCount; ++j) Act::grads(a[j], g[j], u[j], dg[j], du[j]);
     at.store(dgate, dg);
     at.store(dup, du);
   }
 };
+
+// Calls fn with a value of the activation's type (Silu or GeluTanh).
+template <typename Fn>
+void with_activation(GluActivation act, Fn&& fn) {
+  if (act == GluActivation::kSilu)
+    fn(Silu{});
+  else
+    fn(GeluTanh{});
+}
 
 // ---- token embedding ----
 // Forward, one block per token: x[i] = table[tokens[i]]; a negative id gives a NaN row.
@@ -364,14 +343,12 @@ void launch_glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, 
   if (n == 0) return;
   with_storage(shared_storage("glu_forward", {h, gate, up}), "glu_forward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    if (act == GluActivation::kSilu)
-      launch_elementwise("swiglu_forward",
-                         SwigluForward<A>{typed<A>(h), typed<A>(gate), typed<A>(up)}, n,
+    with_activation(act, [&](auto activation) {
+      using Act = decltype(activation);
+      launch_elementwise("glu_forward",
+                         GluForward<A, Act>{typed<A>(h), typed<A>(gate), typed<A>(up)}, n,
                          {h.data, gate.data, up.data}, stream);
-    else
-      launch_elementwise("geglu_forward",
-                         GegluForward<A>{typed<A>(h), typed<A>(gate), typed<A>(up)}, n,
-                         {h.data, gate.data, up.data}, stream);
+    });
   });
 }
 
@@ -381,16 +358,13 @@ void launch_glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, C
   const DType storage = shared_storage("glu_backward", {dgate, dup, dh, gate, up});
   with_storage(storage, "glu_backward", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    if (act == GluActivation::kSilu)
-      launch_elementwise("swiglu_backward",
-                         SwigluBackward<A>{typed<A>(dgate), typed<A>(dup), typed<A>(dh),
-                                           typed<A>(gate), typed<A>(up)},
+    with_activation(act, [&](auto activation) {
+      using Act = decltype(activation);
+      launch_elementwise("glu_backward",
+                         GluBackward<A, Act>{typed<A>(dgate), typed<A>(dup), typed<A>(dh),
+                                             typed<A>(gate), typed<A>(up)},
                          n, {dgate.data, dup.data, dh.data, gate.data, up.data}, stream);
-    else
-      launch_elementwise("geglu_backward",
-                         GegluBackward<A>{typed<A>(dgate), typed<A>(dup), typed<A>(dh),
-                                          typed<A>(gate), typed<A>(up)},
-                         n, {dgate.data, dup.data, dh.data, gate.data, up.data}, stream);
+    });
   });
 }
 
