@@ -50,8 +50,9 @@ const char* const kCommand = "generate";
 // user's message, after the system message when there is one; conversation: the input a JSON list
 // of messages (the last not the assistant's); chat and conversation render the messages with that
 // chat template, the tools and the generation prompt, and encode them as
-// apply_chat_template(tokenize=True) does; each ->
-// {"ids": [...], "eos_token_id": ID or -1}. decode: {"ids": [...]} -> the text, special tokens
+// apply_chat_template(tokenize=True) does; each -> {"ids": [...], "eos_token_id": ID or -1,
+// "turn_end_id": ID or -1} (the token that closes the assistant's turn in that template, when
+// the tokenizer adds it whole; -1 for encode). decode: {"ids": [...]} -> the text, special tokens
 // skipped. It follows the opening of app/python_step.h.
 constexpr const char* kTokenizerStep = R"PY(
 def read_text(path, what):
@@ -79,7 +80,8 @@ def conversation(path):
                  "writes the next assistant turn, after a user (or tool) message")
     return messages
 
-def render(messages):
+def chosen_template():
+    """(the chat template --chat and --messages render with, the tools it is given)."""
     if not tok.chat_template and not template_path:
         sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template "
                  "(and no chat_template.jinja beside it): --chat and --messages need one; give "
@@ -105,8 +107,30 @@ def render(messages):
         sys.exit(f"{tok_dir}: the chat templates are named {names}, none 'default', which "
                  f"--chat renders a message {'with tools ' if tools else ''}with when none "
                  "is named 'tool_use' (--chat-template NAME picks one)")
-    return tok.apply_chat_template(messages, tools=tools, tokenize=False,
-                                   add_generation_prompt=True, chat_template=named[name])
+    return named[name], tools
+
+def turn_end_id(messages, template, tools):
+    """The token that closes the assistant turn the template renders after the messages, when
+    it is one the tokenizer adds whole (<|im_end|>, <|eot_id|>, <|end|>, Gemma's <end_of_turn>,
+    which its config does not mark special; after whitespace, as Llama 2's " </s>"); -1 when
+    the turn closes with plain text, or the template renders no such turn."""
+    probe = "zerotrain-reply-probe"
+    try:
+        closed = tok.apply_chat_template(messages + [{"role": "assistant", "content": probe}],
+                                         tools=tools, tokenize=False, chat_template=template)
+    except Exception:  # a template that raises on a closed turn has none to read
+        return -1
+    at = closed.rfind(probe)
+    closing = closed[at + len(probe):].lstrip() if at >= 0 else ""
+    ids = tok(closing, add_special_tokens=False)["input_ids"] if closing else []
+    return ids[0] if ids and ids[0] in tok.added_tokens_decoder else -1
+
+def chat_prompt(messages):
+    """The messages rendered with the generation prompt, and the token that ends the reply."""
+    template, tools = chosen_template()
+    text = tok.apply_chat_template(messages, tools=tools, tokenize=False,
+                                   add_generation_prompt=True, chat_template=template)
+    return text, turn_end_id(messages, template, tools)
 
 if mode == "decode":
     with open(in_path, encoding="utf-8") as f:
@@ -115,16 +139,18 @@ if mode == "decode":
         f.write(tok.decode(ids, skip_special_tokens=True))
 else:
     if mode == "encode":
-        text = read_text(in_path, "the prompt")
+        text, turn_end = read_text(in_path, "the prompt"), -1
     elif mode == "chat":
         system = ([{"role": "system", "content": read_text(system_path, "--system")}]
                   if system_path else [])
-        text = render(system + [{"role": "user", "content": read_text(in_path, "the message")}])
+        text, turn_end = chat_prompt(
+            system + [{"role": "user", "content": read_text(in_path, "the message")}])
     else:
-        text = render(conversation(in_path))
+        text, turn_end = chat_prompt(conversation(in_path))
     ids = tok(text, add_special_tokens=mode == "encode")["input_ids"]
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump({"ids": ids, "eos_token_id": special_id("eos_token")}, f)
+        json.dump({"ids": ids, "eos_token_id": special_id("eos_token"),
+                   "turn_end_id": turn_end}, f)
 )PY";
 
 struct GenerateOptions {
@@ -143,7 +169,14 @@ struct GenerateOptions {
   bool chat_mode = false;   // --chat or --messages given: a chat template renders the prompt
 };
 
-// The prompt's token ids and the id that ends generation (-1: none), and the text of new ids.
+// A prompt's token ids, the tokenizer's EOS id and the id that closes an assistant's turn in the
+// chat template (-1: none).
+struct EncodedPrompt {
+  std::vector<int32_t> ids;
+  int64_t eos = -1, turn_end = -1;
+};
+
+// The prompt's token ids and the ids that end generation, and the text of new ids.
 class PromptTokenizer {
  public:
   PromptTokenizer(const GenerateOptions& o, const std::string& scratch)
@@ -169,15 +202,14 @@ class PromptTokenizer {
 
   // The prompt's ids: --prompt as a document, or --chat's message (after --system's) or
   // --messages' conversation in the chat template with its generation prompt.
-  std::vector<int32_t> encode(int64_t* eos) {
+  EncodedPrompt encode() {
     ZT_CHECK(!(byte_ && o_.chat_mode),
              "--chat and --messages need a Hugging Face tokenizer with a chat template, not "
              "--tokenizer byte");
     if (byte_) {
-      *eos = -1;
-      std::vector<int32_t> ids;  // each byte as unsigned char, 0..255 (UTF-8 above 127 too)
-      for (const char c : o_.prompt) ids.push_back(static_cast<unsigned char>(c));
-      return ids;
+      EncodedPrompt byte_prompt;  // each byte as unsigned char, 0..255 (UTF-8 above 127 too)
+      for (const char c : o_.prompt) byte_prompt.ids.push_back(static_cast<unsigned char>(c));
+      return byte_prompt;
     }
     const std::string encoded_path = scratch_ + "/encoded.json";
     if (!o_.messages.empty()) {
@@ -189,8 +221,8 @@ class PromptTokenizer {
            o_.has_system ? scratch_ + "/system.txt" : "");
     }
     const nlohmann::json encoded = read_json_file(encoded_path);
-    *eos = encoded.at("eos_token_id").get<int64_t>();
-    return encoded.at("ids").get<std::vector<int32_t>>();
+    return {encoded.at("ids").get<std::vector<int32_t>>(),
+            encoded.at("eos_token_id").get<int64_t>(), encoded.at("turn_end_id").get<int64_t>()};
   }
 
   std::string decode(const std::vector<int32_t>& ids) {
@@ -247,7 +279,8 @@ void add_generate_options(po::options_description& opts, GenerateOptions& o) {
   add("prompt", po::value(&o.prompt), "the text to continue");
   add("chat", po::value(&o.chat),
       "a user message: the model's chat template renders it with the generation prompt, and the "
-      "reply is printed (it ends at the end-of-turn token)");
+      "reply is printed (it ends at the end-of-sequence token or at the token that closes the "
+      "assistant's turn in the template)");
   add("system", po::value(&o.system),
       "with --chat: a system message before the user's (without it, the chat template's own "
       "default, if it has one)");
@@ -279,9 +312,11 @@ void add_generate_options(po::options_description& opts, GenerateOptions& o) {
       "tokenizer.json or its directory (default: --adapter's when it holds one, as a LoRA run's "
       "OUT/final does, else the model's), or 'byte'");
   add("python", po::value(&o.python)->default_value(o.python, "auto"), kPythonOptionHelp);
-  add("ignore-eos", bool_flag(&o.ignore_eos, false), "do not stop at the end-of-sequence token");
+  add("ignore-eos", bool_flag(&o.ignore_eos, false),
+      "do not stop at the end-of-sequence token (nor, in a chat, at the end-of-turn token)");
   add("json", bool_flag(&o.json, false),
-      "print one JSON line (prompt and new token ids, the new text) instead of the text");
+      "print one JSON line (prompt and new token ids, the new text, finish_reason: stop at an "
+      "end token, length at the limit) instead of the text");
 }
 
 void check_generate_options(const po::variables_map& vm, GenerateOptions& o) {
@@ -329,6 +364,63 @@ bool parse_generate_options(int argc, char** argv, GenerateOptions& o) {
   return true;
 }
 
+// The ids generation stops at: generation_config.json's EOS ids (the merged model's: the adapter
+// directory's where it holds the tokenizer and that file, else the base's; the base's when that
+// one names none), else the tokenizer's EOS; and in a chat, the token that closes the
+// assistant's turn in the template, which a generation_config may leave out (CodeGemma's names
+// <eos> alone, its turns close with <end_of_turn>) and a base model trained on a chat template
+// lacks (its EOS <|endoftext|>, ChatML's turns closed by <|im_end|>).
+std::vector<int64_t> stop_ids(const GenerateOptions& o, const EncodedPrompt& prompt) {
+  const std::string generation_dir =
+      o.adapter.empty() ? o.model_dir : merged_model_generation_config_dir(o.model_dir, o.adapter);
+  std::vector<int64_t> stops = generation_config_eos(generation_dir);
+  if (stops.empty() && generation_dir != o.model_dir) stops = generation_config_eos(o.model_dir);
+  if (stops.empty() && prompt.eos >= 0) stops.push_back(prompt.eos);
+  if (prompt.turn_end >= 0 && std::find(stops.begin(), stops.end(), prompt.turn_end) == stops.end())
+    stops.push_back(prompt.turn_end);
+  return stops;
+}
+
+// The new tokens after the prompt (`context`), until one of `stops` (unless --ignore-eos), the
+// T-th position or --max-new-tokens; `*stopped`: whether a stop id ended them (it is the last).
+// The weights as stored, in fp32; a cache of T positions, the prompt the longest forward.
+std::vector<int32_t> new_tokens(const GenerateOptions& o, TensorSource& weights,
+                                const std::vector<int32_t>& context, int64_t T,
+                                const std::vector<int64_t>& stops, bool* stopped) {
+  const ModelConfig& config = weights.config();
+  const auto prompt_length = static_cast<int64_t>(context.size());
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  MemoryTracker memory(backend->device_memory());
+  KvCacheDecoder decoder(config, *backend, memory, T, prompt_length);
+  const ParamLayout& layout = decoder.layout();
+  std::vector<TrackedBuffer<float>> params;
+  std::vector<ConstTensorView> views;
+  for (const GroupInfo& group : layout.groups()) {
+    params.emplace_back(memory, MemCategory::kParams, static_cast<size_t>(group.numel));
+    for (int ti : group.tensors) {
+      const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
+      weights.read_range_f32(t, 0, t.numel, params.back().data() + t.offset);
+    }
+    views.emplace_back(params.back().data());
+  }
+  SplitMix64 rng(static_cast<uint64_t>(o.seed));
+  const int64_t V = config.vocab_size;
+  std::vector<int32_t> generated;
+  std::vector<float> row = decoder.forward(context.data(), prompt_length, views);
+  *stopped = false;
+  while (true) {
+    const double u = static_cast<double>(rng.next() >> 11) * 0x1p-53;
+    const int32_t next = o.sampling.sample
+                             ? draw_token(sampling_distribution(row.data(), V, o.sampling), u)
+                             : greedy_token(row.data(), V);
+    generated.push_back(next);
+    *stopped = !o.ignore_eos && std::find(stops.begin(), stops.end(), next) != stops.end();
+    if (*stopped || prompt_length + static_cast<int64_t>(generated.size()) == T) break;
+    row = decoder.forward(&generated.back(), 1, views);
+  }
+  return generated;
+}
+
 int run_generate(const GenerateOptions& o) {
   std::unique_ptr<TensorSource> weights;
   if (o.adapter.empty())
@@ -342,65 +434,38 @@ int run_generate(const GenerateOptions& o) {
   ZT_CHECK(o.tokenizer != "byte" || config.vocab_size <= 256,
            "--tokenizer byte decodes ids below 256; model '" + o.model_dir + "' has vocab_size " +
                std::to_string(config.vocab_size) + " (give its tokenizer: --tokenizer PATH)");
-  int64_t tokenizer_eos = -1;
-  std::vector<int32_t> context = tokenizer.encode(&tokenizer_eos);
-  // The merged model's generation_config.json (the adapter directory's where it holds the
-  // tokenizer and that file, else the base's); the base's when that one names no EOS.
-  const std::string generation_dir =
-      o.adapter.empty() ? o.model_dir : merged_model_generation_config_dir(o.model_dir, o.adapter);
-  std::vector<int64_t> eos = generation_config_eos(generation_dir);
-  if (eos.empty() && generation_dir != o.model_dir) eos = generation_config_eos(o.model_dir);
-  if (eos.empty() && tokenizer_eos >= 0) eos.push_back(tokenizer_eos);
-  ZT_CHECK(!context.empty(), "the prompt encodes to no token");
-  for (int32_t id : context)
+  const EncodedPrompt prompt = tokenizer.encode();
+  const std::vector<int32_t>& prompt_ids = prompt.ids;
+  ZT_CHECK(!prompt_ids.empty(), "the prompt encodes to no token");
+  for (int32_t id : prompt_ids)
     ZT_CHECK(id >= 0 && id < config.vocab_size,
              "prompt token " + std::to_string(id) + " is outside the vocabulary (" +
                  std::to_string(config.vocab_size) + ") of model '" + o.model_dir + "'");
-  const auto prompt_length = static_cast<int64_t>(context.size());
+  const auto prompt_length = static_cast<int64_t>(prompt_ids.size());
   const int64_t T = std::min(prompt_length + o.max_new_tokens, config.max_position_embeddings);
   ZT_CHECK(prompt_length < T, "the prompt has " + std::to_string(prompt_length) +
                                   " tokens; the model's max_position_embeddings is " +
                                   std::to_string(config.max_position_embeddings));
-
-  // The weights as stored, in fp32; a cache of T positions, the prompt the longest forward.
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  MemoryTracker memory(backend->device_memory());
-  KvCacheDecoder decoder(config, *backend, memory, T, prompt_length);
-  const ParamLayout& layout = decoder.layout();
-  std::vector<TrackedBuffer<float>> params;
-  std::vector<ConstTensorView> views;
-  for (const GroupInfo& group : layout.groups()) {
-    params.emplace_back(memory, MemCategory::kParams, static_cast<size_t>(group.numel));
-    for (int ti : group.tensors) {
-      const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
-      weights->read_range_f32(t, 0, t.numel, params.back().data() + t.offset);
-    }
-    views.emplace_back(params.back().data());
-  }
-  SplitMix64 rng(static_cast<uint64_t>(o.seed));
-  const int64_t V = config.vocab_size;
-  std::vector<float> row = decoder.forward(context.data(), prompt_length, views);
-  while (true) {
-    const double u = static_cast<double>(rng.next() >> 11) * 0x1p-53;
-    const int32_t next = o.sampling.sample
-                             ? draw_token(sampling_distribution(row.data(), V, o.sampling), u)
-                             : greedy_token(row.data(), V);
-    context.push_back(next);
-    if (!o.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
-    if (static_cast<int64_t>(context.size()) == T) break;
-    row = decoder.forward(&context.back(), 1, views);
-  }
-  // The whole sequence decoded, then the prompt's own decoding taken off: a decoder that drops
-  // the first token's leading space (SentencePiece's) keeps the space between the two parts.
-  const std::vector<int32_t> prompt_ids(context.begin(), context.begin() + prompt_length);
-  const std::vector<int32_t> generated(context.begin() + prompt_length, context.end());
-  const std::string whole = tokenizer.decode(context), head = tokenizer.decode(prompt_ids);
-  const std::string text = whole.compare(0, head.size(), head) == 0 ? whole.substr(head.size())
-                                                                    : tokenizer.decode(generated);
+  bool stopped = false;
+  const std::vector<int32_t> generated =
+      new_tokens(o, *weights, prompt_ids, T, stop_ids(o, prompt), &stopped);
+  // The text: the sequence decoded without the stop token (a turn's end the tokenizer does not
+  // mark special, as Gemma's <end_of_turn>, would be printed), then the prompt's own decoding
+  // taken off: a decoder that drops the first token's leading space (SentencePiece's) keeps the
+  // space between the two parts.
+  std::vector<int32_t> shown(prompt_ids);
+  shown.insert(shown.end(), generated.begin(), generated.end() - (stopped ? 1 : 0));
+  const std::string whole = tokenizer.decode(shown), head = tokenizer.decode(prompt_ids);
+  const std::string text =
+      whole.compare(0, head.size(), head) == 0
+          ? whole.substr(head.size())
+          : tokenizer.decode(std::vector<int32_t>(shown.begin() + prompt_length, shown.end()));
   if (o.json) {
+    // finish_reason as OpenAI's API and vLLM name it: "stop" at a stop id, else "length".
     std::cout << nlohmann::json{{"prompt_tokens", prompt_ids},
                                 {"new_tokens", generated},
-                                {"text", text}}
+                                {"text", text},
+                                {"finish_reason", stopped ? "stop" : "length"}}
                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
               << std::endl;
   } else {

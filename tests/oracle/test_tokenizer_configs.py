@@ -475,15 +475,21 @@ def check_missing_eos_is_refused(work, zt, source):
     print("ok   an eos_token that tokenizer.json lacks is refused, naming it")
 
 
+def published_configs(source_dir):
+    """Every tests/data/hf_models/*/tokenizer_config.json, sorted (none is a failed check)."""
+    configs = sorted(glob.glob(os.path.join(source_dir, "tests/data/hf_models/*",
+                                            "tokenizer_config.json")))
+    check(configs, "no tokenizer_config.json under tests/data/hf_models")
+    return configs
+
+
 def main():
     args = argument_parser(__doc__.split("\n")[0]).parse_args()
     transformers.logging.set_verbosity_error()
     work = fresh_work_dir(args.work_dir)
-    configs = sorted(glob.glob(os.path.join(args.source_dir, "tests/data/hf_models/*",
-                                            "tokenizer_config.json")))
 
     def checks():
-        check(configs, "no tokenizer_config.json under tests/data/hf_models")
+        configs = published_configs(args.source_dir)
         for source in configs + [legacy_added_token_config(work, configs[0])]:
             check_one(work, args.zerotrain, source)
         # Replies that are also pieces of the template's own text ("<|im_end|>").
