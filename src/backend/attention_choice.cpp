@@ -61,7 +61,9 @@ const char* attention_kernel_name(AttentionKernel kernel) {
 
 std::string describe(const AttentionShape& s) {
   return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
-         " Hkv=" + std::to_string(s.Hkv) + " hd=" + std::to_string(s.hd);
+         " Hkv=" + std::to_string(s.Hkv) + " hd=" + std::to_string(s.hd) +
+         (s.scores.scale > 0 ? " scale=" + std::to_string(s.scores.scale) : "") +
+         (s.scores.softcap > 0 ? " softcap=" + std::to_string(s.scores.softcap) : "");
 }
 
 std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major,
@@ -81,6 +83,9 @@ std::string fused_attention_unsupported(const AttentionShape& shape, int sm_majo
   if (hd % 8 != 0 || hd <= 0 || hd > 128)
     return "head_dim " + std::to_string(hd) +
            " is not supported by cuDNN's SDPA (a multiple of 8, at most 128)";
+  if (shape.scores.softcap > 0)
+    return "the attention scores' soft cap (attn_logit_softcapping " +
+           std::to_string(shape.scores.softcap) + ") is not a stage of cuDNN's SDPA";
   if (shape.T < 2)
     return "a sequence of " + std::to_string(shape.T) +
            " position(s) is not supported by cuDNN's SDPA backward (--seq-len of at least 2)";

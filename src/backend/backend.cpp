@@ -35,7 +35,7 @@ void Backend::rope_forward_after(TensorView, int64_t, int64_t, int64_t, int64_t,
 
 void Backend::attention_forward_after(TensorView, float*, ConstTensorView, ConstTensorView,
                                       ConstTensorView, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                      int64_t) {
+                                      int64_t, const AttentionScores&) {
   fail("the " + name() + " backend has no incremental decoding (generate runs on the CPU backend)");
 }
 

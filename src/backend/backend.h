@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/attention_scores.h"
 #include "backend/gemm_tuning.h"
 #include "backend/glu_activation.h"
 #include "backend/kernel_profile.h"
@@ -142,16 +143,20 @@ class Backend {
   // ---- causal attention with grouped-query heads, block-causal with document masks ----
   // q[B,T,H,hd], k/v[B,T,Hkv,hd], out[B,T,H,hd]; head h uses kv head h/(H/Hkv). Query i sees the
   // keys j with doc_start[i] ≤ j ≤ i (j ≤ i without document masks):
-  // out = softmax(q·kᵀ/sqrt(hd) + mask)·v, softmax in fp32; lse[B,H,T] = log Σ exp(s).
+  // out = softmax(s + mask)·v, softmax in fp32; lse[B,H,T] = log Σ exp(s), with the scores
+  // s = q·kᵀ·scale, soft-capped where `scores` says (s ← c·tanh(s/c); attention_scores.h).
   virtual void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                                  ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                                 int64_t hd, const int32_t* doc_start = nullptr) = 0;
-  // dq (=), dk (=), dv (=) from dout, recomputing probabilities from q, k and lse.
+                                 int64_t hd, const int32_t* doc_start = nullptr,
+                                 const AttentionScores& scores = {}) = 0;
+  // dq (=), dk (=), dv (=) from dout, recomputing probabilities from q, k and lse; a capped
+  // score's gradient is multiplied by 1 − (s/c)².
   virtual void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                                   ConstTensorView q, ConstTensorView k, ConstTensorView v,
                                   ConstTensorView out, const float* lse, int64_t B, int64_t T,
                                   int64_t H, int64_t Hkv, int64_t hd,
-                                  const int32_t* doc_start = nullptr) = 0;
+                                  const int32_t* doc_start = nullptr,
+                                  const AttentionScores& scores = {}) = 0;
 
   // ---- incremental decoding: new rows after cached ones (generate's key/value cache) ----
   // The CPU backend has them; others refuse (generate runs on the CPU).
@@ -163,7 +168,8 @@ class Backend {
   // j ≤ past + i. out [B,T,H,hd], lse [B,H,T]. With past = 0 it is attention_forward.
   virtual void attention_forward_after(TensorView out, float* lse, ConstTensorView q,
                                        ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
-                                       int64_t past, int64_t H, int64_t Hkv, int64_t hd);
+                                       int64_t past, int64_t H, int64_t Hkv, int64_t hd,
+                                       const AttentionScores& scores = {});
 
   // ---- gated MLP activation, elementwise over n: h = act(gate) · up ----
   // kSilu (SwiGLU): act(a) = silu(a) = a·σ(a). kGeluTanh (Gemma's GeGLU, PyTorch's

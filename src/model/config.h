@@ -7,6 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "backend/attention_scores.h"
 #include "backend/glu_activation.h"
 #include "backend/rope.h"
 #include "model/lora.h"
@@ -70,6 +71,9 @@ struct ModelConfig {
   float norm_weight_offset = 0.0f;
   bool scaled_embeddings = false;
   GluActivation mlp_activation = GluActivation::kSilu;
+  // How attention forms its scores: the scale (default 1/sqrt(head_dim)) and a soft cap
+  // (backend/attention_scores.h); the default for every family read today.
+  AttentionScores attention_scores;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).

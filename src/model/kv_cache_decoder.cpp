@@ -151,8 +151,8 @@ void KvCacheDecoder::layer_forward(int layer, ConstTensorView params, TensorView
     be_.rope_forward_after(A.q, 1, n, H, hd, rope, past);
     be_.rope_forward_after(A.k, 1, n, Hkv, hd, rope, past);
   }
-  be_.attention_forward_after(A.att, A.lse, A.q, cached_keys, cached_values, 1, n, past, H, Hkv,
-                              hd);
+  be_.attention_forward_after(A.att, A.lse, A.q, cached_keys, cached_values, 1, n, past, H, Hkv, hd,
+                              config_.attention_scores);
   decoder_layer_mlp(be_, config_, P, A, x, out, n, {});
 }
 

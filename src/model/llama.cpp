@@ -404,7 +404,8 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
     be_.rope_forward(A.q, B_, T_, H, hd, rope, doc_start);
     be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
   }
-  be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start);
+  be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start,
+                        config_.attention_scores);
   decoder_layer_mlp(be_, config_, P, A, x, out, M_, adapt);
 }
 
@@ -471,7 +472,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   lora_backward(layer, LoraTarget::kO, t_.datt, {t_.dresid}, A.att, adapters, adapter_grads, write);
   const int32_t* doc_start = document_starts();
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
-                         hd, doc_start);
+                         hd, doc_start, config_.attention_scores);
   rope_backward_qk(layer, doc_start);
   // dq, dk are now ∂L/∂(what RoPE rotated). Qwen3: back through the per-head norm into datt
   // (free after the attention's backward, as wide as q), giving ∂L/∂(the projection's output).

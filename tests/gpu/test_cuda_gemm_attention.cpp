@@ -95,12 +95,14 @@ struct AttentionCase {
   int64_t B, T, H, Hkv, hd;
   size_t scratch_bytes;         // 0: the default test scratch
   bool document_masks = false;  // periodic_doc_starts on both backends
+  AttentionScores scores{};     // the scale and soft cap of the scores
 };
 
 std::string describe(const AttentionCase& c) {
   return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) +
          " Hkv=" + std::to_string(c.Hkv) + " hd=" + std::to_string(c.hd) +
-         " scratch=" + std::to_string(c.scratch_bytes) + (c.document_masks ? " masked" : "");
+         " scratch=" + std::to_string(c.scratch_bytes) + (c.document_masks ? " masked" : "") +
+         " softcap=" + std::to_string(c.scores.softcap);
 }
 
 void check_attention(cpu::CpuBackend& cpu, GemmCompute compute, const AttentionCase& c) {
@@ -118,9 +120,9 @@ void check_attention(cpu::CpuBackend& cpu, GemmCompute compute, const AttentionC
       c.document_masks ? periodic_doc_starts(c.B, c.T) : std::vector<int32_t>{};
   const int32_t* cpu_starts = c.document_masks ? starts.data() : nullptr;
   cpu.attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H, c.Hkv,
-                        c.hd, cpu_starts);
+                        c.hd, cpu_starts, c.scores);
   cpu.attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
-                         out.data(), lse.data(), c.B, c.T, c.H, c.Hkv, c.hd, cpu_starts);
+                         out.data(), lse.data(), c.B, c.T, c.H, c.Hkv, c.hd, cpu_starts, c.scores);
 
   DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_dout(dout);
   DeviceBuffer<int32_t> d_starts(c.document_masks ? starts : std::vector<int32_t>{0});
@@ -130,12 +132,12 @@ void check_attention(cpu::CpuBackend& cpu, GemmCompute compute, const AttentionC
     DeviceBuffer<float> d_out(q_elems), d_lse(lse.size()), d_dq(q_elems), d_dk(kv_elems),
         d_dv(kv_elems);
     gpu->attention_forward(d_out.get(), d_lse.get(), d_q.get(), d_k.get(), d_v.get(), c.B, c.T, c.H,
-                           c.Hkv, c.hd, gpu_starts);
+                           c.Hkv, c.hd, gpu_starts, c.scores);
     // The backward gets the CPU's out/lse, so its check does not inherit forward differences.
     DeviceBuffer<float> d_out_ref(out), d_lse_ref(lse);
     gpu->attention_backward(d_dq.get(), d_dk.get(), d_dv.get(), d_dout.get(), d_q.get(), d_k.get(),
                             d_v.get(), d_out_ref.get(), d_lse_ref.get(), c.B, c.T, c.H, c.Hkv, c.hd,
-                            gpu_starts);
+                            gpu_starts, c.scores);
     EXPECT_TRUE(close(d_out.download(), out, rtol, "out"));
     EXPECT_TRUE(close(d_lse.download(), lse, rtol, "lse"));
     EXPECT_TRUE(close(d_dq.download(), dq, grad_rtol, "dq"));
@@ -165,6 +167,16 @@ TEST_P(CudaAttention, MatchesCpuForwardBackward) {
       {1, 128, 8, 8, 64, 0},  // multi-head, T a multiple of 32
   };
   for (const AttentionCase& c : cases) check_attention(cpu_, GetParam(), c);
+}
+
+// Gemma 2's scores (a scale of its own, the soft cap s ← c·tanh(s/c); c small enough to bend these
+// scores), with and without document masks, in one pass and in several.
+TEST_P(CudaAttention, MatchesCpuWithOwnScaleAndSoftCap) {
+  const AttentionScores gemma2{0.9f, 0.5f};
+  const int64_t T = 37;
+  const size_t matrix_bytes = cuda::align_up(T * T * sizeof(float));
+  check_attention(cpu_, GetParam(), {2, T, 4, 2, 16, 0, false, gemma2});
+  check_attention(cpu_, GetParam(), {2, T, 8, 4, 16, 3 * 2 * matrix_bytes, true, gemma2});
 }
 
 // Document masks (block-causal attention, backend.h): the row kernels keep each query's own

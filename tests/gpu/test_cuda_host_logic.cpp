@@ -185,6 +185,12 @@ TEST(AttentionChoice, FusedSupportFollowsCudnnLimits) {
             std::string::npos);
   EXPECT_NE(fused_attention_unsupported(heads(12, 8, 64), 9).find("not a multiple"),
             std::string::npos);
+  // Gemma 2's soft cap is no stage of SDPA; its scale alone is.
+  EXPECT_NE(fused_attention_unsupported(AttentionShape{2, 2048, 16, 8, 128, {0.0625f, 50.0f}}, 9)
+                .find("soft cap"),
+            std::string::npos);
+  EXPECT_EQ(fused_attention_unsupported(AttentionShape{2, 2048, 16, 8, 128, {0.0625f, 0.0f}}, 9),
+            "");
   // One position: cuDNN's backward refuses s_q = s_kv = 1; two run.
   EXPECT_NE(fused_attention_unsupported(AttentionShape{4, 1, 16, 16, 64}, 9).find("--seq-len"),
             std::string::npos);

@@ -253,7 +253,8 @@ class GuardedBackend final : public Backend {
   }
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                         int64_t hd, const int32_t* doc_start = nullptr) override {
+                         int64_t hd, const int32_t* doc_start = nullptr,
+                         const AttentionScores& scores = {}) override {
     need_doc_start(doc_start, B * T, "attention_forward doc_start");
     need(out, B * T * H * hd, "attention_forward out");
     need(lse, B * H * T, "attention_forward lse");
@@ -261,12 +262,13 @@ class GuardedBackend final : public Backend {
     need(k, B * T * Hkv * hd, "attention_forward k");
     need(v, B * T * Hkv * hd, "attention_forward v");
     GuardedDeviceMemory::Access a(mem_);
-    be_.attention_forward(out, lse, q, k, v, B, T, H, Hkv, hd, doc_start);
+    be_.attention_forward(out, lse, q, k, v, B, T, H, Hkv, hd, doc_start, scores);
   }
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                           ConstTensorView q, ConstTensorView k, ConstTensorView v,
                           ConstTensorView out, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr) override {
+                          int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr,
+                          const AttentionScores& scores = {}) override {
     const int64_t nq = B * T * H * hd, nkv = B * T * Hkv * hd;
     need_doc_start(doc_start, B * T, "attention_backward doc_start");
     need(dq, nq, "attention_backward dq");
@@ -279,7 +281,8 @@ class GuardedBackend final : public Backend {
     need(out, nq, "attention_backward out");
     need(lse, B * H * T, "attention_backward lse");
     GuardedDeviceMemory::Access a(mem_);
-    be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, hd, doc_start);
+    be_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, hd, doc_start,
+                           scores);
   }
   void glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
                    GluActivation act = GluActivation::kSilu) override {

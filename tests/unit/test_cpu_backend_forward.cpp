@@ -125,11 +125,14 @@ TEST(CpuBackendForward, RopeTableCacheAcrossLengths) {
   EXPECT_NE(other_theta[H * hd + 1], short_a[H * hd + 1]);  // theta is part of the cache key
 }
 
-// Direct causal GQA attention in double: out and lse.
+// Direct causal GQA attention in double: out and lse. scores: the scale (1/sqrt(hd) when 0) and
+// Gemma 2's soft cap c of the scores, s ← c·tanh(s/c) (none when 0).
 void attention_reference(std::vector<double>& out, std::vector<double>& lse,
                          const std::vector<float>& q, const std::vector<float>& k,
                          const std::vector<float>& v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                         int64_t hd) {
+                         int64_t hd, const AttentionScores& scores = {}) {
+  const double scale = scores.scale > 0 ? double{scores.scale} : 1.0 / std::sqrt(double(hd));
+  const double cap = scores.softcap;
   out.assign(B * T * H * hd, 0.0);
   lse.assign(B * H * T, 0.0);
   for (int64_t b = 0; b < B; ++b) {
@@ -142,7 +145,8 @@ void attention_reference(std::vector<double>& out, std::vector<double>& lse,
           for (int64_t d = 0; d < hd; ++d) {
             s[j] += double(q[((b * T + i) * H + h) * hd + d]) * k[((b * T + j) * Hkv + g) * hd + d];
           }
-          s[j] /= std::sqrt(double(hd));
+          s[j] *= scale;
+          if (cap > 0) s[j] = cap * std::tanh(s[j] / cap);
           mx = std::max(mx, s[j]);
         }
         double sum = 0.0;
@@ -159,23 +163,31 @@ void attention_reference(std::vector<double>& out, std::vector<double>& lse,
   }
 }
 
+// Plain scores, and Gemma 2's: its own scale (query_pre_attn_scalar^−½) and a soft cap small
+// enough that tanh bends most scores of these inputs (|s| up to about 3c).
+const AttentionScores kScoreForms[] = {{}, {0.3f, 2.0f}};
+
 TEST(CpuBackendForward, AttentionMatchesDirectGqa) {
   auto be = make_cpu_backend();
   struct Case {
     int64_t B, T, H, Hkv, hd;
   };
-  for (const Case c : {Case{2, 7, 4, 2, 8}, Case{1, 33, 6, 3, 16}, Case{1, 20, 4, 4, 32}}) {
-    const auto q = random_normal(c.B * c.T * c.H * c.hd, 27, 1.5f);
-    const auto k = random_normal(c.B * c.T * c.Hkv * c.hd, 28, 1.5f);
-    const auto v = random_normal(c.B * c.T * c.Hkv * c.hd, 29);
-    std::vector<float> out(q.size()), lse(c.B * c.H * c.T);
-    be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H,
-                          c.Hkv, c.hd);
-    std::vector<double> out_ref, lse_ref;
-    attention_reference(out_ref, lse_ref, q, k, v, c.B, c.T, c.H, c.Hkv, c.hd);
-    // |out| ≲ 1, so an absolute bound is a relative one on the typical element.
-    EXPECT_LT(max_relative_error(out, out_ref, 1.0), 2e-6) << "T=" << c.T;
-    EXPECT_LT(max_relative_error(lse, lse_ref, 1.0), 2e-6) << "T=" << c.T;
+  for (const AttentionScores& scores : kScoreForms) {
+    for (const Case c : {Case{2, 7, 4, 2, 8}, Case{1, 33, 6, 3, 16}, Case{1, 20, 4, 4, 32}}) {
+      const auto q = random_normal(c.B * c.T * c.H * c.hd, 27, 1.5f);
+      const auto k = random_normal(c.B * c.T * c.Hkv * c.hd, 28, 1.5f);
+      const auto v = random_normal(c.B * c.T * c.Hkv * c.hd, 29);
+      std::vector<float> out(q.size()), lse(c.B * c.H * c.T);
+      be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H,
+                            c.Hkv, c.hd, nullptr, scores);
+      std::vector<double> out_ref, lse_ref;
+      attention_reference(out_ref, lse_ref, q, k, v, c.B, c.T, c.H, c.Hkv, c.hd, scores);
+      // |out| ≲ 1, so an absolute bound is a relative one on the typical element.
+      EXPECT_LT(max_relative_error(out, out_ref, 1.0), 2e-6)
+          << "T=" << c.T << " softcap=" << scores.softcap;
+      EXPECT_LT(max_relative_error(lse, lse_ref, 1.0), 2e-6)
+          << "T=" << c.T << " softcap=" << scores.softcap;
+    }
   }
 }
 
@@ -202,32 +214,42 @@ TEST(CpuBackendForward, RopeAfterCachedRowsRotatesThemAsTheWholeSequence) {
 
 // Query rows past..T−1 over the keys and values of rows 0..T−1: those rows of the direct causal
 // attention, within the bound above; with past = 0 bitwise attention_forward.
-TEST(CpuBackendForward, AttentionAfterCachedRowsMatchesDirectGqa) {
+void attention_after_cached_rows_matches(const std::vector<float>& q, const std::vector<float>& k,
+                                         const std::vector<float>& v, int64_t T, int64_t H,
+                                         int64_t Hkv, int64_t hd, const AttentionScores& scores) {
   auto be = make_cpu_backend();
-  const int64_t T = 75, H = 6, Hkv = 2, hd = 16;  // more than one block of 64 query rows
-  const auto q = random_normal(T * H * hd, 31, 1.5f);
-  const auto k = random_normal(T * Hkv * hd, 32, 1.5f);
-  const auto v = random_normal(T * Hkv * hd, 33);
   std::vector<double> out_ref, lse_ref;
-  attention_reference(out_ref, lse_ref, q, k, v, 1, T, H, Hkv, hd);
+  attention_reference(out_ref, lse_ref, q, k, v, 1, T, H, Hkv, hd, scores);
   for (const int64_t past : {int64_t{0}, int64_t{1}, int64_t{8}, T - 1}) {
     const int64_t n = T - past;
     const std::vector<float> q_new(q.begin() + past * H * hd, q.end());
     std::vector<float> out(n * H * hd), lse(H * n);
     be->attention_forward_after(out.data(), lse.data(), q_new.data(), k.data(), v.data(), 1, n,
-                                past, H, Hkv, hd);
+                                past, H, Hkv, hd, scores);
     const std::vector<double> want(out_ref.begin() + past * H * hd, out_ref.end());
-    EXPECT_LT(max_relative_error(out, want, 1.0), 2e-6) << "past=" << past;
+    EXPECT_LT(max_relative_error(out, want, 1.0), 2e-6)
+        << "past=" << past << " softcap=" << scores.softcap;
     std::vector<double> lse_want(H * n);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < n; ++i) lse_want[h * n + i] = lse_ref[h * T + past + i];
-    EXPECT_LT(max_relative_error(lse, lse_want, 1.0), 2e-6) << "past=" << past;
+    EXPECT_LT(max_relative_error(lse, lse_want, 1.0), 2e-6)
+        << "past=" << past << " softcap=" << scores.softcap;
     if (past > 0) continue;
     std::vector<float> whole(out.size()), whole_lse(lse.size());
     be->attention_forward(whole.data(), whole_lse.data(), q.data(), k.data(), v.data(), 1, T, H,
-                          Hkv, hd);
+                          Hkv, hd, nullptr, scores);
     EXPECT_EQ(whole, out);
     EXPECT_EQ(whole_lse, lse);
+  }
+}
+
+TEST(CpuBackendForward, AttentionAfterCachedRowsMatchesDirectGqa) {
+  const int64_t T = 75, H = 6, Hkv = 2, hd = 16;  // more than one block of 64 query rows
+  const auto q = random_normal(T * H * hd, 31, 1.5f);
+  const auto k = random_normal(T * Hkv * hd, 32, 1.5f);
+  const auto v = random_normal(T * Hkv * hd, 33);
+  for (const AttentionScores& scores : kScoreForms) {
+    attention_after_cached_rows_matches(q, k, v, T, H, Hkv, hd, scores);
   }
 }
 

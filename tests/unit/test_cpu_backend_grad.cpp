@@ -151,7 +151,8 @@ TEST(CpuBackendGrad, PartialRopeRotatesTheLeadingElementsAsAHeadOfTheirCount) {
   }
 }
 
-TEST(CpuBackendGrad, AttentionGqaOddLength) {
+// dq, dk, dv of attention with the given score form against finite differences.
+void expect_attention_gradients_match(const AttentionScores& scores) {
   auto be = make_cpu_backend();
   const int64_t B = 2, T = 7, H = 4, Hkv = 2, hd = 8;
   auto q = random_normal(B * T * H * hd, 9);
@@ -160,16 +161,27 @@ TEST(CpuBackendGrad, AttentionGqaOddLength) {
   const auto r = random_normal(q.size(), 12);
   std::vector<float> out(q.size()), lse(B * H * T);
   auto objective = [&] {
-    be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, hd);
+    be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, hd,
+                          nullptr, scores);
     return weighted_sum(r, out);
   };
   objective();
   std::vector<float> dq(q.size(), 123.0f), dk(k.size(), 123.0f), dv(v.size(), 123.0f);
   be->attention_backward(dq.data(), dk.data(), dv.data(), r.data(), q.data(), k.data(), v.data(),
-                         out.data(), lse.data(), B, T, H, Hkv, hd);
+                         out.data(), lse.data(), B, T, H, Hkv, hd, nullptr, scores);
   expect_gradient_matches("dq", q, dq, objective, kSmoothStep, kSmoothTol);
   expect_gradient_matches("dk", k, dk, objective, kSmoothStep, kSmoothTol);
   expect_gradient_matches("dv", v, dv, objective, kSmoothStep, kSmoothTol);
+}
+
+TEST(CpuBackendGrad, AttentionGqaOddLength) {
+  expect_attention_gradients_match({});
+}
+
+// Gemma 2's scores: a scale of its own and the soft cap s ← c·tanh(s/c), c small enough (0.8 for
+// scores of about ±2 here) that tanh bends them.
+TEST(CpuBackendGrad, AttentionWithOwnScaleAndSoftCap) {
+  expect_attention_gradients_match({0.7f, 0.8f});
 }
 
 // h = act(gate)·up: both gradients against finite differences.

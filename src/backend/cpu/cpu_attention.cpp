@@ -24,9 +24,10 @@ namespace {
 constexpr int64_t kQueryBlock = 64;
 
 // T query rows per batch row; past: keys and values cached before them (incremental decoding),
-// so k/v hold past + T rows and query t sits at position past + t.
+// so k/v hold past + T rows and query t sits at position past + t. scores: the scale and soft cap.
 struct AttentionShape {
   int64_t B, T, H, Hkv, hd, past;
+  AttentionScores scores;
   int64_t group() const { return H / Hkv; }  // query heads per kv head
   int64_t keys() const { return past + T; }  // rows of k/v per batch row
   // Offsets of row t of batch b, head h in q/out/dq ([B,T,H,hd]) and k/v/dk/dv
@@ -37,18 +38,21 @@ struct AttentionShape {
   }
   int64_t q_stride() const { return H * hd; }     // between consecutive t of one head
   int64_t kv_stride() const { return Hkv * hd; }  // same for k/v
-  float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))); }
+  float scale() const { return scores.scale_for(hd); }
   // Small problems (unit tests, tiny models) stay on the calling thread.
   bool worth_parallel() const { return B * H * T * keys() * hd > 4 * kParallelMinElements; }
 };
 
 AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
-                             int64_t past = 0) {
+                             const AttentionScores& scores, int64_t past = 0) {
   ZT_CHECK(Hkv > 0 && H % Hkv == 0, "attention: " + std::to_string(H) +
                                         " query heads are not a multiple of " +
                                         std::to_string(Hkv) + " kv heads");
   ZT_CHECK(past >= 0, "attention: negative count of cached keys " + std::to_string(past));
-  return AttentionShape{B, T, H, Hkv, hd, past};
+  ZT_CHECK(scores.softcap >= 0.0f && scores.scale >= 0.0f,
+           "attention: a negative scale or soft cap (" + std::to_string(scores.scale) + ", " +
+               std::to_string(scores.softcap) + ")");
+  return AttentionShape{B, T, H, Hkv, hd, past, scores};
 }
 
 // The keys a block of query rows [i0, i0 + rows) of batch row b meets: [first, end), and row r's
@@ -69,17 +73,23 @@ struct KeyRange {
 };
 
 // scores[r, j] = scale · q_{i0+r}·k_{first+j} for a block of query rows of head (b, h) against the
-// keys of `keys`; row stride of scores is keys.width().
+// keys of `keys`, then with a soft cap c: c·tanh(scores/c); row stride of scores is keys.width().
 void block_scores(float* scores, const float* q, const float* k, const AttentionShape& sh,
                   int64_t b, int64_t h, int64_t rows, const KeyRange& keys) {
   sgemm(false, true, rows, keys.width(), sh.hd, sh.scale(), q + sh.q_offset(b, keys.i0, h),
         sh.q_stride(), k + sh.kv_offset(b, keys.first, h / sh.group()), sh.kv_stride(), 0.0f,
         scores, keys.width());
+  const float cap = sh.scores.softcap;
+  if (cap <= 0.0f) return;
+  const float inv_cap = 1.0f / cap;
+  for (int64_t n = 0; n < rows * keys.width(); ++n)
+    scores[n] = cap * std::tanh(scores[n] * inv_cap);
 }
 
 // Forward, per query row i of head h (kv head g = h / group), keys j with doc_start_i ≤ j ≤
 // past + i:
-//   s_j = q_i·k_j / sqrt(hd);  lse_i = log Σ_j exp(s_j);  out_i = Σ_j exp(s_j − lse_i)·v_j
+//   s_j = q_i·k_j·scale (c·tanh(s_j/c) with a soft cap c);  lse_i = log Σ_j exp(s_j);  out_i = Σ_j
+//   exp(s_j − lse_i)·v_j
 void attention_forward_rows(TensorView out_view, float* lse, ConstTensorView q_view,
                             ConstTensorView k_view, ConstTensorView v_view,
                             const AttentionShape& sh, const int32_t* doc_start) {
@@ -129,26 +139,30 @@ void attention_forward_rows(TensorView out_view, float* lse, ConstTensorView q_v
 
 void CpuBackend::attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                                    ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                                   int64_t hd, const int32_t* doc_start) {
-  attention_forward_rows(out, lse, q, k, v, checked_shape(B, T, H, Hkv, hd), doc_start);
+                                   int64_t hd, const int32_t* doc_start,
+                                   const AttentionScores& scores) {
+  attention_forward_rows(out, lse, q, k, v, checked_shape(B, T, H, Hkv, hd, scores), doc_start);
 }
 
 void CpuBackend::attention_forward_after(TensorView out, float* lse, ConstTensorView q,
                                          ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
-                                         int64_t past, int64_t H, int64_t Hkv, int64_t hd) {
-  attention_forward_rows(out, lse, q, k, v, checked_shape(B, T, H, Hkv, hd, past), nullptr);
+                                         int64_t past, int64_t H, int64_t Hkv, int64_t hd,
+                                         const AttentionScores& scores) {
+  attention_forward_rows(out, lse, q, k, v, checked_shape(B, T, H, Hkv, hd, scores, past), nullptr);
 }
 
 // Backward, per query row i with p_j = exp(s_j − lse_i) recomputed (0 for keys row i does not see):
-//   dp_j = dout_i·v_j;  D_i = dout_i·out_i;  ds_j = p_j·(dp_j − D_i)/sqrt(hd)
+//   dp_j = dout_i·v_j;  D_i = dout_i·out_i;  ds_j = p_j·(dp_j − D_i)·scale  (·(1 − (s_j/c)²) with a
+//   soft cap c, s_j the capped score)
 //   dq_i = Σ_j ds_j·k_j;  dk_j = Σ_{heads of the group, i} ds_j·q_i;  dv_j = Σ p_j·dout_i
 void CpuBackend::attention_backward(TensorView dq_view, TensorView dk_view, TensorView dv_view,
                                     ConstTensorView dout_view, ConstTensorView q_view,
                                     ConstTensorView k_view, ConstTensorView v_view,
                                     ConstTensorView out_view, const float* lse, int64_t B,
                                     int64_t T, int64_t H, int64_t Hkv, int64_t hd,
-                                    const int32_t* doc_start) {
-  const AttentionShape sh = checked_shape(B, T, H, Hkv, hd);
+                                    const int32_t* doc_start, const AttentionScores& scores) {
+  const AttentionShape sh = checked_shape(B, T, H, Hkv, hd, scores);
+  const float inv_cap = scores.softcap > 0.0f ? 1.0f / scores.softcap : 0.0f;
   const int64_t q_elements = B * T * H * hd, kv_elements = B * T * Hkv * hd;
   const Fp32Input dout32(dout_view, q_elements), q32(q_view, q_elements), k32(k_view, kv_elements),
       v32(v_view, kv_elements), out32(out_view, q_elements);
@@ -199,8 +213,11 @@ void CpuBackend::attention_backward(TensorView dq_view, TensorView dk_view, Tens
                 static_cast<float>(dot_double(dout + row_offset, out + row_offset, hd));
             float* p = probs.data() + r * width;
             float* ds = dscores.data() + r * width;
-            for (int64_t j = lo; j < hi; ++j) p[j] = fast_expf(p[j] - row_lse);
-            for (int64_t j = lo; j < hi; ++j) ds[j] = p[j] * (ds[j] - dout_dot_out) * scale;
+            for (int64_t j = lo; j < hi; ++j) {
+              const float capped = p[j] * inv_cap;  // tanh(s/c) with a cap, else 0
+              p[j] = fast_expf(p[j] - row_lse);
+              ds[j] = p[j] * (ds[j] - dout_dot_out) * scale * (1.0f - capped * capped);
+            }
             for (float* zeroed : {p, ds}) {
               std::fill(zeroed, zeroed + lo, 0.0f);
               std::fill(zeroed + hi, zeroed + width, 0.0f);

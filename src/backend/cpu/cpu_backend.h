@@ -62,7 +62,8 @@ class CpuBackend final : public Backend {
                           const RopeSpec& rope, int64_t past) override;
   void attention_forward_after(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                                ConstTensorView v, int64_t B, int64_t T, int64_t past, int64_t H,
-                               int64_t Hkv, int64_t hd) override;
+                               int64_t Hkv, int64_t hd,
+                               const AttentionScores& scores = {}) override;
   void rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
                     const int32_t* doc_start = nullptr) override;
   void rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
@@ -70,11 +71,13 @@ class CpuBackend final : public Backend {
 
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                         int64_t hd, const int32_t* doc_start = nullptr) override;
+                         int64_t hd, const int32_t* doc_start = nullptr,
+                         const AttentionScores& scores = {}) override;
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                           ConstTensorView q, ConstTensorView k, ConstTensorView v,
                           ConstTensorView out, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr) override;
+                          int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr,
+                          const AttentionScores& scores = {}) override;
 
   void glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
                    GluActivation act = GluActivation::kSilu) override;

@@ -3,8 +3,9 @@
 // heads of a pass, (g0 + c)·group + j, are equally spaced (group·hd floats apart in a row of q),
 // and so are their kv heads (hd apart), which makes every product of the pass ONE strided-batched
 // cuBLASLt GEMM over c. Per pass, with S/P/dS [heads, T, T] in the attention scratch:
-//   forward   S = scale·Q·Kᵀ  →  causal softmax (P, lse)  →  O = P·V
+//   forward   S = scale·Q·Kᵀ  →  (soft cap)  →  causal softmax (P, lse)  →  O = P·V
 //   backward  S = scale·Q·Kᵀ, dP = dO·Vᵀ  →  P = exp(S − lse), dS = P∘(dP − rowsum(dO∘O))·scale
+//             (with a soft cap c: S capped first, dS times 1 − (S/c)²)
 //             dQ = dS·K;  dK (=, then += over j) dSᵀ·Q;  dV (=, then += over j) Pᵀ·dO
 // Passes run in a fixed order on one stream and dK/dV accumulate over j in increasing order
 // (β = 0 for j = 0, then 1): deterministic. The full T×T products are computed and the upper
@@ -46,7 +47,7 @@ struct PassView {
   int64_t q_offset() const { return (b * s.T * s.H + g0 * group() + j) * s.hd; }
   int64_t kv_offset() const { return (b * s.T * s.Hkv + g0) * s.hd; }
   int64_t lse_offset() const { return (b * s.H + g0 * group() + j) * s.T; }
-  float scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd))); }
+  float scale() const { return s.scores.scale_for(s.hd); }
 
   // C[T, T] per head = alpha · X[T, hd] · Yᵀ, X rows of a q-like tensor, Y of a kv-like one.
   RowMajorGemm q_times_kv_t(const float* x, const float* y, float alpha, float* c) const {
@@ -86,6 +87,7 @@ struct PassView {
     p.out = out ? out + q_offset() : nullptr;
     p.row_stride = q_row_stride(), p.head_stride = q_head_stride();
     p.scale = scale();
+    p.softcap = s.scores.softcap;
     p.doc_start = doc_start ? doc_start + b * s.T : nullptr;
     return p;
   }

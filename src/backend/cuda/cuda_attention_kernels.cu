@@ -35,8 +35,14 @@ __device__ int64_t first_visible_key(const AttentionPass& pass, int64_t i) {
   return pass.doc_start ? pass.doc_start[i] : 0;
 }
 
-// Forward, row i of local head c (keys lo ≤ j ≤ i visible, lo = first_visible_key):
-//   p_j = exp(s_j − max)/Σ (fp32 exp, double sum), 0 for other j;  lse_i = max + log Σ.
+// A score under the soft cap c: c·tanh(s/c) (attention_scores.h); s itself without one (c = 0).
+__device__ float capped_score(float s, float cap) {
+  return cap > 0.0f ? cap * tanhf(s / cap) : s;
+}
+
+// Forward, row i of local head c (keys lo ≤ j ≤ i visible, lo = first_visible_key): s_j capped
+// in place, then p_j = exp(s_j − max)/Σ (fp32 exp, double sum), 0 for other j;
+// lse_i = max + log Σ. (block_max's barrier orders the capping before the other loops.)
 __global__ void attention_softmax_kernel(float* scores, AttentionPass pass) {
   const int64_t r = blockIdx.x;  // c·T + i
   const int64_t c = r / pass.T;
@@ -44,7 +50,10 @@ __global__ void attention_softmax_kernel(float* scores, AttentionPass pass) {
   const int64_t lo = first_visible_key(pass, i);
   float* s = scores + r * pass.T;
   float local_max = -INFINITY;
-  for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) local_max = fmaxf(local_max, s[j]);
+  for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) {
+    s[j] = capped_score(s[j], pass.softcap);
+    local_max = fmaxf(local_max, s[j]);
+  }
   const float row_max = block_max(local_max);
   double local_sum = 0.0;
   for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x)
@@ -58,7 +67,8 @@ __global__ void attention_softmax_kernel(float* scores, AttentionPass pass) {
 }
 
 // Backward, row i of local head c: D_i = dout_i·out_i (double); p_j = exp(s_j − lse_i) and
-// ds_j = p_j·(dP_j − D_i)·scale for lo ≤ j ≤ i, both 0 for the keys row i does not see.
+// ds_j = p_j·(dP_j − D_i)·scale for lo ≤ j ≤ i (s_j capped first and ds_j times 1 − (s_j/c)² under
+// a soft cap c), both 0 for the keys row i does not see.
 __global__ void attention_backward_rows_kernel(float* probs, float* dscores, AttentionPass pass) {
   const int64_t r = blockIdx.x;
   const int64_t c = r / pass.T;
@@ -75,9 +85,11 @@ __global__ void attention_backward_rows_kernel(float* probs, float* dscores, Att
   const int64_t lo = first_visible_key(pass, i);
   for (int64_t j = threadIdx.x; j < pass.T; j += blockDim.x) {
     if (lo <= j && j <= i) {
-      const float pj = expf(p[j] - row_lse);
+      const float s = capped_score(p[j], pass.softcap);
+      const float t = pass.softcap > 0.0f ? s / pass.softcap : 0.0f;  // tanh(s/c)
+      const float pj = expf(s - row_lse);
       p[j] = pj;
-      ds[j] = pj * (ds[j] - dout_dot_out) * pass.scale;
+      ds[j] = pj * (ds[j] - dout_dot_out) * pass.scale * (1.0f - t * t);
     } else {
       p[j] = 0.0f;
       ds[j] = 0.0f;

@@ -442,32 +442,33 @@ void CudaBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, 
 // micro-batch; the GEMM path reads doc_start itself.
 void CudaBackend::attention_forward(TensorView out, float* lse, ConstTensorView q,
                                     ConstTensorView k, ConstTensorView v, int64_t B, int64_t T,
-                                    int64_t H, int64_t Hkv, int64_t hd, const int32_t* doc_start) {
+                                    int64_t H, int64_t Hkv, int64_t hd, const int32_t* doc_start,
+                                    const AttentionScores& scores) {
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
-    state_->fused_attention->forward(*state_->arena, out, lse, q, k, v, {B, T, H, Hkv, hd},
+    state_->fused_attention->forward(*state_->arena, out, lse, q, k, v, {B, T, H, Hkv, hd, scores},
                                      doc_start != nullptr);
     return;
   }
 #endif
   cuda::attention_forward(*state_->gemm, *state_->arena, state_->stream, out, lse, q, k, v,
-                          {B, T, H, Hkv, hd}, doc_start);
+                          {B, T, H, Hkv, hd, scores}, doc_start);
 }
 
 void CudaBackend::attention_backward(TensorView dq, TensorView dk, TensorView dv,
                                      ConstTensorView dout, ConstTensorView q, ConstTensorView k,
                                      ConstTensorView v, ConstTensorView out, const float* lse,
                                      int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hd,
-                                     const int32_t* doc_start) {
+                                     const int32_t* doc_start, const AttentionScores& scores) {
 #if ZEROTRAIN_HAVE_CUDNN
   if (state_->fused_attention) {
     state_->fused_attention->backward(*state_->arena, dq, dk, dv, dout, q, k, v, out, lse,
-                                      {B, T, H, Hkv, hd}, doc_start != nullptr);
+                                      {B, T, H, Hkv, hd, scores}, doc_start != nullptr);
     return;
   }
 #endif
   cuda::attention_backward(*state_->gemm, *state_->arena, state_->stream, dq, dk, dv, dout, q, k, v,
-                           out, lse, {B, T, H, Hkv, hd}, doc_start);
+                           out, lse, {B, T, H, Hkv, hd, scores}, doc_start);
 }
 
 // ---- gated MLP activation, embedding, cross-entropy (cuda_pointwise.cu) ----

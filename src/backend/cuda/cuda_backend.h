@@ -132,11 +132,13 @@ class CudaBackend final : public Backend {
 
   void attention_forward(TensorView out, float* lse, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                         int64_t hd, const int32_t* doc_start = nullptr) override;
+                         int64_t hd, const int32_t* doc_start = nullptr,
+                         const AttentionScores& scores = {}) override;
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout,
                           ConstTensorView q, ConstTensorView k, ConstTensorView v,
                           ConstTensorView out, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr) override;
+                          int64_t Hkv, int64_t hd, const int32_t* doc_start = nullptr,
+                          const AttentionScores& scores = {}) override;
 
   void glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,
                    GluActivation act = GluActivation::kSilu) override;

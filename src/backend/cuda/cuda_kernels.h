@@ -102,7 +102,8 @@ struct AttentionPass {
   const float* out = nullptr;
   int64_t row_stride = 0;
   int64_t head_stride = 0;
-  float scale = 1.0f;  // 1/sqrt(hd)
+  float scale = 1.0f;    // of the scores: 1/sqrt(hd) unless the model sets its own
+  float softcap = 0.0f;  // the scores' soft cap c (s ← c·tanh(s/c)); 0: none
   // Document masks of the pass's batch row ([T], device; null: plain causal): row i sees keys
   // doc_start[i] ≤ j ≤ i (backend.h).
   const int32_t* doc_start = nullptr;

@@ -110,7 +110,7 @@ void set_stats_layout(fe::graph::Tensor_attributes& t, const SdpaGraphKey& key,
 }
 
 float attention_scale(const AttentionShape& s) {
-  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
+  return s.scores.scale_for(s.hd);
 }
 
 struct BuiltGraph {
@@ -357,6 +357,10 @@ struct CudnnAttention::Impl {
 
   // The graph key of a call: the documents' ragged layout when the call has document masks.
   SdpaGraphKey key_for(const AttentionShape& s, bool backward, DType io, bool with_documents) {
+    ZT_CHECK(s.scores.softcap <= 0.0f,
+             "fused attention: " + describe(s) +
+                 ": a soft cap is not a stage of cuDNN's SDPA "
+                 "(choose_attention keeps such a model on the GEMM path)");
     if (!with_documents) return {s, backward, io, {}};
     ZT_CHECK(documents.has_value(),
              "fused attention with document masks: no documents were set for the micro-batch "
