@@ -195,9 +195,15 @@ class Backend {
   // losses[m] = logsumexp(logits[m]) − logits[m, targets[m]] (natural log).
   // If dlogits is not null: dlogits[m] = (softmax(logits[m]) − onehot(targets[m])) · grad_scale.
   // dlogits may alias logits (computed in place, same storage type). A target kIgnoredTarget
-  // (util/ignored_target.h) gives losses[m] = 0 and a zero dlogits row.
+  // (util/ignored_target.h) gives losses[m] = 0 and a zero dlogits row. softcap c > 0: the logits
+  // are soft-capped ones, s = c·tanh(z/c) (softcap_inplace), and dlogits is the gradient with
+  // respect to the raw z: each element times 1 − (s/c)².
   virtual void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
-                             const int32_t* targets, int64_t M, int64_t V, float grad_scale) = 0;
+                             const int32_t* targets, int64_t M, int64_t V, float grad_scale,
+                             float softcap = 0.0f) = 0;
+  // y = c·tanh(y/c) elementwise, in place, read widened and rounded once (Gemma 2's
+  // final_logit_softcapping on the logits).
+  virtual void softcap_inplace(TensorView y, float c, int64_t n) = 0;
 
   // ---- optimizer ----
   // AdamW on fp32 master weights, n elements:

@@ -49,8 +49,9 @@ KernelCategory classify_kernel(std::string_view name) {
     return KernelCategory::kGemm;
   if (any({"elementwise_kernel", "rmsnorm", "rope", "swiglu", "bias_", "embedding_", "column_sum",
            "Convert", "AddInPlace", "dropout_kernel",
-           // the model's scaling passes: LoRA's rank-r products, Gemma's embedding
-           "ScaleInPlace"}))
+           // the model's scaling passes (MapInPlace: ScaleBy for LoRA's rank-r products and
+           // Gemma's embedding, SoftCap for Gemma 2's logits)
+           "MapInPlace"}))
     return KernelCategory::kPointwise;
   return KernelCategory::kOther;
 }

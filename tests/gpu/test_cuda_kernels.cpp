@@ -206,6 +206,29 @@ TEST_F(CudaKernels, CrossEntropyLossAndGradient) {
   }
 }
 
+// Gemma 2's final_logit_softcapping: softcap_inplace (y = c·tanh(y/c)) and the cross-entropy of
+// the capped logits, whose gradient is taken with respect to the raw ones, against the CPU.
+TEST_F(CudaKernels, SoftcappedCrossEntropy) {
+  const int64_t M = 9, V = 32000;
+  const float cap = 30.0f;
+  const auto logits = random_floats(M * V, 16, 40.0f);
+  auto targets = random_ids(M, static_cast<int32_t>(V), 17);
+  targets[4] = kIgnoredTarget;
+  std::vector<float> capped = logits, losses(M);
+  cpu_.softcap_inplace(capped.data(), cap, M * V);
+  std::vector<float> dlogits = capped;
+  cpu_.cross_entropy(losses.data(), dlogits.data(), dlogits.data(), targets.data(), M, V, 0.5f,
+                     cap);
+  DeviceBuffer<int32_t> d_targets(targets);
+  DeviceBuffer<float> d_logits(logits), d_losses(M);
+  gpu_->softcap_inplace(d_logits.get(), cap, M * V);
+  EXPECT_TRUE(close(d_logits.download(), capped, kFp32Tolerance, "capped logits"));
+  gpu_->cross_entropy(d_losses.get(), d_logits.get(), d_logits.get(), d_targets.get(), M, V, 0.5f,
+                      cap);
+  EXPECT_TRUE(close(d_losses.download(), losses, kFp32Tolerance, "losses"));
+  EXPECT_TRUE(close(d_logits.download(), dlogits, kFp32Tolerance, "dlogits"));
+}
+
 // The q/k/v/o biases (Qwen2, attention_bias): y += b broadcast over rows, db += the column sums
 // (in double, chunked on the GPU: the CPU's value within fp32 rounding, bitwise on a rerun).
 TEST_F(CudaKernels, BiasForwardBackward) {

@@ -320,13 +320,19 @@ class GuardedBackend final : public Backend {
     be_.embedding_backward(dtable, dx, tokens, n, D);
   }
   void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
-                     const int32_t* targets, int64_t M, int64_t V, float grad_scale) override {
+                     const int32_t* targets, int64_t M, int64_t V, float grad_scale,
+                     float softcap = 0.0f) override {
     need(losses, M, "cross_entropy losses");
     need(dlogits, M * V, "cross_entropy dlogits");
     need(logits, M * V, "cross_entropy logits");
     mem_.require_device(targets, bytes_of(M, sizeof(int32_t)), "cross_entropy targets");
     GuardedDeviceMemory::Access a(mem_);
-    be_.cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale);
+    be_.cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, softcap);
+  }
+  void softcap_inplace(TensorView y, float c, int64_t n) override {
+    need(y, n, "softcap_inplace y");
+    GuardedDeviceMemory::Access a(mem_);
+    be_.softcap_inplace(y, c, n);
   }
   void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
              float* param_f32, int64_t n, const AdamWHyper& h) override {

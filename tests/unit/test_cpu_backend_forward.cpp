@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_math.h"
 #include "test_cpu_backend_support.h"
+#include "util/bf16.h"
 #include "util/error.h"
 
 namespace zt {
@@ -308,6 +309,36 @@ TEST(CpuBackendForward, EmbeddingCopiesRowsAndRejectsBadIds) {
   }
   const int32_t bad = -1;
   EXPECT_THROW(be->embedding_forward(x.data(), &bad, table.data(), 1, D), Error);
+}
+
+// Gemma 2's logit soft cap, y = c·tanh(y/c): in fp32 the formula within a few ulps of the double
+// one (std::tanh's error), saturating at ±c; in bf16 the same fp32 value rounded once; more
+// elements than one block of the 16-bit path. A cap of 0 is refused.
+TEST(CpuBackendForward, SoftcapMatchesFormulaInFp32AndRoundsOnceInBf16) {
+  auto be = make_cpu_backend();
+  const float c = 30.0f;
+  const int64_t n = 10000;
+  auto x = random_normal(n, 35, 40.0f);
+  x[0] = 1e30f, x[1] = -1e30f, x[2] = 0.0f;
+  std::vector<float> y = x;
+  be->softcap_inplace(y.data(), c, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = c * std::tanh(static_cast<double>(x[i]) / c);
+    ASSERT_NEAR(y[i], want, 4 * c * std::numeric_limits<float>::epsilon()) << i;
+    ASSERT_LE(std::abs(y[i]), c) << i;
+  }
+  EXPECT_EQ(y[0], c);
+  EXPECT_EQ(y[1], -c);
+  EXPECT_EQ(y[2], 0.0f);
+  std::vector<bf16_t> stored(n);
+  for (int64_t i = 0; i < n; ++i) stored[i] = float_to_bf16(x[i]);
+  be->softcap_inplace(stored.data(), c, n);
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<float> one{bf16_to_float(float_to_bf16(x[i]))};
+    be->softcap_inplace(one.data(), c, 1);
+    ASSERT_EQ(bf16_to_float(stored[i]), round_to_bf16(one[0])) << i;
+  }
+  EXPECT_THROW(be->softcap_inplace(y.data(), 0.0f, n), Error);
 }
 
 TEST(CpuBackendForward, CrossEntropyStableAndInPlace) {

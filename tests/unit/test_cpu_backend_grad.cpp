@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "test_cpu_backend_support.h"
+#include "util/ignored_target.h"
 
 namespace zt {
 namespace {
@@ -268,6 +269,28 @@ TEST(CpuBackendGrad, CrossEntropyMeanLoss) {
   be->cross_entropy(losses.data(), dlogits.data(), logits.data(), targets.data(), M, V,
                     1.0f / static_cast<float>(M));
   expect_gradient_matches("dlogits", logits, dlogits, objective, kSmoothStep, kSmoothTol);
+}
+
+// Gemma 2's final_logit_softcapping: the loss of soft-capped logits s = c·tanh(z/c)
+// (softcap_inplace, then cross_entropy given c), differentiated with respect to the raw z, in
+// place as the head runs it. c = 1.5 bends logits of about ±4.
+TEST(CpuBackendGrad, CrossEntropyOfSoftCappedLogits) {
+  auto be = make_cpu_backend();
+  const int64_t M = 3, V = 13;
+  const float cap = 1.5f;
+  auto logits = random_normal(M * V, 19, 2.0f);
+  const std::vector<int32_t> targets = {2, 12, kIgnoredTarget};
+  std::vector<float> losses(M), capped(M * V);
+  auto objective = [&] {
+    capped = logits;
+    be->softcap_inplace(capped.data(), cap, M * V);
+    be->cross_entropy(losses.data(), nullptr, capped.data(), targets.data(), M, V, 1.0f);
+    return static_cast<double>(losses[0]) + losses[1] + losses[2];
+  };
+  objective();
+  std::vector<float> grads = capped;  // dlogits in place over the capped logits
+  be->cross_entropy(losses.data(), grads.data(), grads.data(), targets.data(), M, V, 1.0f, cap);
+  expect_gradient_matches("dlogits", logits, grads, objective, kSmoothStep, kSmoothTol);
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ TEST(KernelProfile, EveryZerotrainKernelHasANamedCategory) {
       {"column_sum_partials_kernel", KernelCategory::kPointwise},
       {"rank_tree_add_kernel", KernelCategory::kCommunication},
       {"gemm_fingerprint_kernel", KernelCategory::kGemm},  // --gemm-algorithms timed's trials
-      {"ScaleInPlace", KernelCategory::kPointwise},
+      {"ScaleBy", KernelCategory::kPointwise},
+      {"SoftCap", KernelCategory::kPointwise},
       {"AddInPlace", KernelCategory::kPointwise}};
   std::set<std::string> seen;
   for (const std::string& k : kernels) {

@@ -91,7 +91,9 @@ class CpuBackend final : public Backend {
                           int64_t D) override;
 
   void cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
-                     const int32_t* targets, int64_t M, int64_t V, float grad_scale) override;
+                     const int32_t* targets, int64_t M, int64_t V, float grad_scale,
+                     float softcap = 0.0f) override;
+  void softcap_inplace(TensorView y, float c, int64_t n) override;
 
   void adamw(float* master, float* m, float* v, const float* grad, bf16_t* param_bf16,
              float* param_f32, int64_t n, const AdamWHyper& h) override;

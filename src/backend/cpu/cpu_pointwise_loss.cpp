@@ -180,8 +180,8 @@ void CpuBackend::embedding_backward(float* dtable, ConstTensorView dx_view, cons
 namespace {
 
 // One row: its loss, and its gradient into drow when there is one (drow may be row itself).
-float cross_entropy_row(const float* row, float* drow, int32_t target, int64_t V,
-                        float grad_scale) {
+float cross_entropy_row(const float* row, float* drow, int32_t target, int64_t V, float grad_scale,
+                        float softcap) {
   if (target == kIgnoredTarget) {  // a loss that does not count: 0, and no gradient
     if (drow) std::fill(drow, drow + V, 0.0f);
     return 0.0f;
@@ -189,7 +189,18 @@ float cross_entropy_row(const float* row, float* drow, int32_t target, int64_t V
   const float target_logit = row[target];
   const float row_max = max_of(row, V);
   double sum = 0.0;
-  if (drow) {
+  if (drow && softcap > 0.0f) {  // the row read whole before drow, which may alias it, is written
+    sum = lane_sum(
+        V, [row, row_max](int64_t j) { return static_cast<double>(fast_expf(row[j] - row_max)); });
+    const float factor = static_cast<float>(static_cast<double>(grad_scale) / sum);
+    const float inv_cap = 1.0f / softcap;
+    for (int64_t j = 0; j < V; ++j) {
+      const float capped = row[j] * inv_cap;  // tanh(z/c)
+      float d = fast_expf(row[j] - row_max) * factor;
+      if (j == target) d -= grad_scale;
+      drow[j] = d * (1.0f - capped * capped);
+    }
+  } else if (drow) {
     for (int64_t j = 0; j < V; ++j) drow[j] = fast_expf(row[j] - row_max);
     sum = sum_double(drow, V);
     const float factor = static_cast<float>(static_cast<double>(grad_scale) / sum);
@@ -210,7 +221,8 @@ float cross_entropy_row(const float* row, float* drow, int32_t target, int64_t V
 // M·V copies (≈ 1 GiB) that Fp32Input/Fp32Output would make. Each element is widened and rounded
 // exactly as they would, so the bits are the same.
 void CpuBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTensorView logits_view,
-                               const int32_t* targets, int64_t M, int64_t V, float grad_scale) {
+                               const int32_t* targets, int64_t M, int64_t V, float grad_scale,
+                               float softcap) {
   for (int64_t m = 0; m < M; ++m)
     ZT_CHECK(targets[m] == kIgnoredTarget || (targets[m] >= 0 && targets[m] < V),
              "cross_entropy: target " + std::to_string(targets[m]) + " at position " +
@@ -252,10 +264,32 @@ void CpuBackend::cross_entropy(float* losses, TensorView dlogits_view, ConstTens
       float* drow = !dlogits_view ? nullptr
                     : round_rows  ? drow32
                                   : static_cast<float*>(dlogits_view.data) + m * V;
-      losses[m] = cross_entropy_row(row, drow, targets[m], V, grad_scale);
+      losses[m] = cross_entropy_row(row, drow, targets[m], V, grad_scale, softcap);
       if (round_rows)
         round_16bit(dlogits_view.dtype, drow32, static_cast<uint16_t*>(dlogits_view.data) + m * V,
                     row_elements);
+    }
+  }
+}
+
+// Blocks of kSoftcapBlock elements, each widened into (and rounded back from) a thread's fp32
+// block for 16-bit storage: a head chunk's logits never take a whole fp32 copy.
+void CpuBackend::softcap_inplace(TensorView y_view, float c, int64_t n) {
+  ZT_CHECK(c > 0.0f, "softcap_inplace: the cap must be positive, got " + std::to_string(c));
+  constexpr int64_t kSoftcapBlock = 4096;
+  const bool widen = needs_fp32_copy(y_view);
+  const float inv_c = 1.0f / c;
+#pragma omp parallel if (n > kParallelMinElements)
+  {
+    std::vector<float> block(widen ? static_cast<size_t>(kSoftcapBlock) : 0);
+#pragma omp for schedule(static)
+    for (int64_t b0 = 0; b0 < n; b0 += kSoftcapBlock) {
+      const int64_t count = std::min(kSoftcapBlock, n - b0);
+      uint16_t* stored = widen ? static_cast<uint16_t*>(y_view.data) + b0 : nullptr;
+      float* y = widen ? block.data() : static_cast<float*>(y_view.data) + b0;
+      if (widen) widen_16bit(y_view.dtype, stored, y, static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) y[i] = c * std::tanh(y[i] * inv_c);
+      if (widen) round_16bit(y_view.dtype, y, stored, static_cast<size_t>(count));
     }
   }
 }

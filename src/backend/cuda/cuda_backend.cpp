@@ -494,8 +494,14 @@ void CudaBackend::embedding_backward(float* dtable, ConstTensorView dx, const in
 }
 
 void CudaBackend::cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
-                                const int32_t* targets, int64_t M, int64_t V, float grad_scale) {
-  launch_cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, state_->stream);
+                                const int32_t* targets, int64_t M, int64_t V, float grad_scale,
+                                float softcap) {
+  launch_cross_entropy(losses, dlogits, logits, targets, M, V, grad_scale, softcap, state_->stream);
+}
+
+void CudaBackend::softcap_inplace(TensorView y, float c, int64_t n) {
+  ZT_CHECK(c > 0.0f, "softcap_inplace: the cap must be positive, got " + std::to_string(c));
+  launch_softcap(y, c, n, state_->stream);
 }
 
 // ---- optimizer (cuda_optimizer.cu) ----

@@ -49,7 +49,7 @@ void launch_embedding_backward(float* dtable, ConstTensorView dx, const int32_t*
 // dlogits may alias logits (then both have its type).
 void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                           const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                          cudaStream_t stream);
+                          float softcap, cudaStream_t stream);
 // y[M,N] += b[N] (b may be stored in another type than y).
 void launch_bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N,
                          cudaStream_t stream);
@@ -58,6 +58,7 @@ void launch_bias_backward(float* db, double* partials, ConstTensorView dy, int64
                           int64_t rows_per_chunk, cudaStream_t stream);
 void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream);  // y += x
 void launch_scale(TensorView y, float s, int64_t n, cudaStream_t stream);          // y *= s
+void launch_softcap(TensorView y, float c, int64_t n, cudaStream_t stream);  // y = c·tanh(y/c)
 // y[e] = x[e]/(1−p) where element first_element + e of `stream_key` is kept
 // (backend/dropout_hash.h).
 void launch_dropout(TensorView y, ConstTensorView x, int64_t n, uint64_t first_element, float p,

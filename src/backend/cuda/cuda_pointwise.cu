@@ -223,10 +223,13 @@ __device__ MaxSum block_max_sum(MaxSum value) {
 // dlogits = (exp(x − max)/Σ − [j = target])·grad_scale. Every read of the row (the target logit
 // included) happens before the block-wide reduction, every write after it, so dlogits may alias
 // logits. An ignored target (kIgnoredTarget) gives loss 0 and a zero dlogits row; any other
-// out-of-range target a NaN loss and a NaN dlogits row.
+// out-of-range target a NaN loss and a NaN dlogits row. softcap c > 0: x holds soft-capped logits
+// s = c·tanh(z/c), and each dlogits element is also multiplied by 1 − (s/c)² (the gradient with
+// respect to z).
 template <typename A>
 __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
-                                     const int32_t* targets, int64_t V, float grad_scale) {
+                                     const int32_t* targets, int64_t V, float grad_scale,
+                                     float softcap) {
   const int64_t row = blockIdx.x;
   const A* x = logits + row * V;
   const int32_t target = targets[row];
@@ -262,8 +265,11 @@ __global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
     // The product and the difference rounded apart, as the CPU's two passes round them (nvcc
     // would otherwise fuse p − grad_scale into one FMA).
-    const float p = __fmul_rn(expf(load(x, j) - total.max), factor);
-    store(dx, j, !valid ? NAN : (j == target ? __fsub_rn(p, grad_scale) : p));
+    const float s = load(x, j);
+    const float p = __fmul_rn(expf(s - total.max), factor);
+    const float d = !valid ? NAN : (j == target ? __fsub_rn(p, grad_scale) : p);
+    const float t = softcap > 0.0f ? s / softcap : 0.0f;  // tanh(z/c) with a cap
+    store(dx, j, softcap > 0.0f ? __fmul_rn(d, 1.0f - t * t) : d);
   }
 }
 
@@ -302,19 +308,29 @@ struct AddInPlace {
   }
 };
 
-// y *= s, rounded once in y's storage.
-template <typename A>
-struct ScaleInPlace {
+// y = op(y) elementwise, read widened and rounded once in y's storage.
+template <typename A, typename Op>
+struct MapInPlace {
   A* y;
-  float s;
+  Op op;
   template <typename At>
   __device__ void operator()(At at) const {
     float a[At::kCount];
     at.load(y, a);
 #pragma unroll
-    for (int j = 0; j < At::kCount; ++j) a[j] *= s;
+    for (int j = 0; j < At::kCount; ++j) a[j] = op(a[j]);
     at.store(y, a);
   }
+};
+// scale_inplace: y·s.
+struct ScaleBy {
+  float s;
+  __device__ float operator()(float y) const { return y * s; }
+};
+// softcap_inplace: c·tanh(y/c).
+struct SoftCap {
+  float c;
+  __device__ float operator()(float y) const { return c * tanhf(y / c); }
 };
 
 // out = in in another storage type: load() widens exactly, store() rounds once (to nearest even;
@@ -398,12 +414,12 @@ void launch_embedding_backward(float* dtable, ConstTensorView dx, const int32_t*
 
 void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
                           const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                          cudaStream_t stream) {
+                          float softcap, cudaStream_t stream) {
   if (M == 0) return;
   with_storage(shared_storage("cross_entropy", {dlogits, logits}), "cross_entropy", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
     cross_entropy_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-        losses, typed<A>(dlogits), typed<A>(logits), targets, V, grad_scale);
+        losses, typed<A>(dlogits), typed<A>(logits), targets, V, grad_scale, softcap);
   });
   ZT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
 }
@@ -440,12 +456,22 @@ void launch_bias_backward(float* db, double* partials, ConstTensorView dy, int64
   });
 }
 
-void launch_scale(TensorView y, float s, int64_t n, cudaStream_t stream) {
+// y = op(y) in place, whatever y's storage; `what` names the op in errors and launches.
+template <typename Op>
+void launch_map_in_place(TensorView y, Op op, int64_t n, const char* what, cudaStream_t stream) {
   if (n == 0) return;
-  with_storage(y.dtype, "scale_inplace", [&](auto tag) {
+  with_storage(y.dtype, what, [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    launch_elementwise("scale_inplace", ScaleInPlace<A>{typed<A>(y), s}, n, {y.data}, stream);
+    launch_elementwise(what, MapInPlace<A, Op>{typed<A>(y), op}, n, {y.data}, stream);
   });
+}
+
+void launch_softcap(TensorView y, float c, int64_t n, cudaStream_t stream) {
+  launch_map_in_place(y, SoftCap{c}, n, "softcap_inplace", stream);
+}
+
+void launch_scale(TensorView y, float s, int64_t n, cudaStream_t stream) {
+  launch_map_in_place(y, ScaleBy{s}, n, "scale_inplace", stream);
 }
 
 template <typename A>
