@@ -54,7 +54,8 @@ void check_activation_storage(DType storage, Precision precision, const std::str
 }
 
 AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) {
-  return {B, T, config.num_heads, config.num_kv_heads, config.head_dim(), config.attention_scores};
+  return {
+      B, T, config.num_heads, config.num_kv_heads, config.head_dim(), config.attention_scores()};
 }
 
 #if ZEROTRAIN_HAVE_CUDA

@@ -67,6 +67,9 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
                nlohmann::json(c.layers_without_rope).dump() +
                "; llama.cpp's smollm3 takes none in every fourth layer (3, 7, ...) and RoPE in "
                "the others, so it is not written to GGUF (export safetensors instead)");
+  ZT_CHECK(type != "gemma2", "export: model '" + dir +
+                                 "' is a Gemma 2, which is not written to GGUF yet (export "
+                                 "safetensors instead)");
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }
 

@@ -55,6 +55,7 @@ void ModelConfig::validate() const {
   check_partial_rotary();
   check_layers_without_rope();
   check_gemma();
+  check_gemma2();
   ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
            "model config: rms_norm_eps must be a positive finite number");
   ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
@@ -121,7 +122,7 @@ void ModelConfig::validate() const {
                         (tie_word_embeddings ? 1 : 2) * d * v + d;
   lora.check_biases(qkv_bias, o_bias);
   lora.check_fits_model(fused_projections, model_type());
-  lora.check_target_pattern(num_layers, qk_norm, fused_projections);
+  lora.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms);
   ZT_CHECK(largest_matrix <= 0x1p40 && params <= 0x1p48,
            "model config: " + shortest_decimal(params) +
                " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "
@@ -164,11 +165,35 @@ void ModelConfig::check_gemma() const {
            "(model_type \"gemma\"); a part of them is not a Hugging Face architecture");
   // GemmaForCausalLM: Llama's attention (biases on all four projections or none), no window,
   // no rope scaling (transformers 4.46's Gemma applies none), every layer rotating its whole head.
-  ZT_CHECK(
-      !is_gemma() || (!fused_projections && !qk_norm && qkv_bias == o_bias && sliding_window == 0 &&
-                      layers_without_rope.empty() && rope_scaling.type == RopeScaling::kNone),
-      "model config: Gemma with fused projections, q/k norms, Qwen2's biases, a sliding "
-      "window, layers without RoPE or rope scaling is not a Hugging Face architecture");
+  ZT_CHECK(!is_gemma() || (!fused_projections && !qk_norm && qkv_bias == o_bias &&
+                           (sliding_window == 0 || sandwich_norms) && layers_without_rope.empty() &&
+                           rope_scaling.type == RopeScaling::kNone),
+           "model config: Gemma with fused projections, q/k norms, Qwen2's biases, a sliding "
+           "window (Gemma 2's aside), layers without RoPE or rope scaling is not a Hugging Face "
+           "architecture");
+}
+
+void ModelConfig::check_gemma2() const {
+  ZT_CHECK(query_pre_attn_scalar >= 0.0 && std::isfinite(query_pre_attn_scalar) &&
+               attn_logit_softcap >= 0.0f && std::isfinite(attn_logit_softcap) &&
+               final_logit_softcap >= 0.0f && std::isfinite(final_logit_softcap),
+           "model config: query_pre_attn_scalar and the soft caps must be positive and finite "
+           "(0: none)");
+  // Gemma2ForCausalLM: Gemma's model with the sandwich norms; its scale and caps come with it.
+  ZT_CHECK(sandwich_norms == (query_pre_attn_scalar > 0.0) &&
+               (sandwich_norms || (attn_logit_softcap == 0.0f && final_logit_softcap == 0.0f)) &&
+               (!sandwich_norms || is_gemma()),
+           "model config: the sandwich norms, query_pre_attn_scalar and the soft caps are Gemma "
+           "2's (model_type \"gemma2\", with Gemma's norms, embedding scale and GeGLU); a part of "
+           "them is not a Hugging Face architecture");
+}
+
+AttentionScores ModelConfig::attention_scores() const {
+  AttentionScores scores;
+  if (query_pre_attn_scalar > 0.0)
+    scores.scale = static_cast<float>(std::pow(query_pre_attn_scalar, -0.5));
+  scores.softcap = attn_logit_softcap;
+  return scores;
 }
 
 float ModelConfig::embedding_scale(DType activations) const {
@@ -199,13 +224,14 @@ RopeSpec ModelConfig::rope_for_length(int64_t length) const {
 
 std::string ModelConfig::set_lora(LoraSpec spec) {
   // A pattern's modules first (the LM head, a norm: named), then what it selects here.
-  spec.check_target_pattern(num_layers, qk_norm, fused_projections);
+  spec.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms);
   std::string warning = spec.fit_to_model(fused_projections, model_type());
   lora = std::move(spec);
   return warning;
 }
 
 std::string ModelConfig::model_type() const {
+  if (sandwich_norms) return "gemma2";
   if (is_gemma()) return "gemma";
   if (fused_projections) return "phi3";
   if (qk_norm) return "qwen3";

@@ -71,15 +71,25 @@ struct ModelConfig {
   float norm_weight_offset = 0.0f;
   bool scaled_embeddings = false;
   GluActivation mlp_activation = GluActivation::kSilu;
-  // How attention forms its scores: the scale (default 1/sqrt(head_dim)) and a soft cap
-  // (backend/attention_scores.h); the default for every family read today.
-  AttentionScores attention_scores;
+  // Gemma 2: the attention's output and the MLP's each pass through an RMSNorm of their own before
+  // the residual add (sandwich_norms: post_attention_layernorm and post_feedforward_layernorm; the
+  // norm before the MLP is pre_feedforward_layernorm), the scores are scaled by
+  // query_pre_attn_scalar^−½ and soft-capped (attn_logit_softcapping), and so are the logits
+  // (final_logit_softcapping): model_type "gemma2", with Gemma's three parts. 0: none.
+  bool sandwich_norms = false;
+  double query_pre_attn_scalar = 0.0;
+  float attn_logit_softcap = 0.0f;
+  float final_logit_softcap = 0.0f;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
   LoraSpec lora;
 
   bool is_gemma() const { return norm_weight_offset != 0.0f; }
+  // How attention forms its scores (backend/attention_scores.h): query_pre_attn_scalar^−½ as
+  // transformers computes it in double and PyTorch multiplies fp32 scores by it (else
+  // 1/sqrt(head_dim)), and attn_logit_softcap.
+  AttentionScores attention_scores() const;
   // Sets Gemma's three changes above (model_type "gemma").
   void use_gemma_math() {
     norm_weight_offset = 1.0f;
@@ -119,6 +129,7 @@ struct ModelConfig {
   void check_partial_rotary() const;       // part of validate()
   void check_layers_without_rope() const;  // part of validate()
   void check_gemma() const;                // part of validate()
+  void check_gemma2() const;               // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
   // Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM or GemmaForCausalLM; torch_dtype

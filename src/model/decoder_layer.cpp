@@ -7,11 +7,12 @@ LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView
     const TensorInfo* t = layout.find_role(r, layer);
     return t ? group.at(t->offset) : ConstTensorView();
   };
-  return {at(TensorRole::kInputNorm), at(TensorRole::kQProj),  at(TensorRole::kKProj),
-          at(TensorRole::kVProj),     at(TensorRole::kOProj),  at(TensorRole::kPostAttnNorm),
-          at(TensorRole::kGateProj),  at(TensorRole::kUpProj), at(TensorRole::kDownProj),
-          at(TensorRole::kQBias),     at(TensorRole::kKBias),  at(TensorRole::kVBias),
-          at(TensorRole::kOBias),     at(TensorRole::kQNorm),  at(TensorRole::kKNorm)};
+  return {at(TensorRole::kInputNorm),   at(TensorRole::kQProj),     at(TensorRole::kKProj),
+          at(TensorRole::kVProj),       at(TensorRole::kOProj),     at(TensorRole::kPostAttnNorm),
+          at(TensorRole::kGateProj),    at(TensorRole::kUpProj),    at(TensorRole::kDownProj),
+          at(TensorRole::kQBias),       at(TensorRole::kKBias),     at(TensorRole::kVBias),
+          at(TensorRole::kOBias),       at(TensorRole::kQNorm),     at(TensorRole::kKNorm),
+          at(TensorRole::kAttnOutNorm), at(TensorRole::kMlpOutNorm)};
 }
 
 void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeights& P,
@@ -50,11 +51,21 @@ void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeight
                        const LayerActivations& A, ConstTensorView x, TensorView out, int64_t rows,
                        const ProjectionAdapter& adapt) {
   const int64_t D = config.hidden_size, F = config.intermediate_size, QD = config.q_dim();
-  const float eps = static_cast<float>(config.rms_norm_eps);
-  be.matmul_forward_add(A.x2, A.att, P.wo, x, rows, D, QD);  // x2 = x + att·Woᵀ, rounded once
-  if (P.bo) be.bias_forward(A.x2, P.bo, rows, D);
-  if (adapt) adapt(LoraTarget::kO, {A.x2}, A.att);
-  be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps, config.norm_weight_offset);
+  const float eps = static_cast<float>(config.rms_norm_eps), offset = config.norm_weight_offset;
+  const bool sandwich = config.sandwich_norms;
+  // x2 = x + att·Woᵀ (+ bo), the add in the GEMM, rounded once; or Gemma 2's x + rms(att·Woᵀ)
+  const TensorView attn_out = sandwich ? A.attn_out : A.x2;
+  if (sandwich)
+    be.matmul_forward(attn_out, A.att, P.wo, rows, D, QD);
+  else
+    be.matmul_forward_add(attn_out, A.att, P.wo, x, rows, D, QD);
+  if (P.bo) be.bias_forward(attn_out, P.bo, rows, D);
+  if (adapt) adapt(LoraTarget::kO, {attn_out}, A.att);
+  if (sandwich) {
+    be.rmsnorm_forward(A.x2, A.rstd_attn_out, attn_out, P.attn_out_norm, rows, D, eps, offset);
+    be.add_inplace(A.x2, x, rows * D);
+  }
+  be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps, offset);
   const TensorView gate_up[] = {A.gate, A.up};
   const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
   be.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, rows, F, D);
@@ -64,8 +75,15 @@ void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeight
     adapt(LoraTarget::kGateUp, {A.gate, A.up}, A.xn2);
   }
   be.glu_forward(A.h, A.gate, A.up, rows * F, config.mlp_activation);
-  be.matmul_forward_add(out, A.h, P.wdown, A.x2, rows, D, F);  // out = x2 + h·Wdᵀ
-  if (adapt) adapt(LoraTarget::kDown, {out}, A.h);
+  if (!sandwich) {
+    be.matmul_forward_add(out, A.h, P.wdown, A.x2, rows, D, F);  // out = x2 + h·Wdᵀ
+    if (adapt) adapt(LoraTarget::kDown, {out}, A.h);
+    return;
+  }
+  be.matmul_forward(A.mlp_out, A.h, P.wdown, rows, D, F);  // out = x2 + rms(h·Wdᵀ)
+  if (adapt) adapt(LoraTarget::kDown, {A.mlp_out}, A.h);
+  be.rmsnorm_forward(out, A.rstd_mlp_out, A.mlp_out, P.mlp_out_norm, rows, D, eps, offset);
+  be.add_inplace(out, A.x2, rows * D);
 }
 
 }  // namespace zt

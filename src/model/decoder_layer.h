@@ -23,8 +23,12 @@ namespace zt {
 // q_raw and k_raw hold the projections before the norm and rstd_q/rstd_k their per-head
 // statistics; q and k are always what RoPE and attention see.
 // LoRA: lora[t] = s·(x·Aᵀ) [M, r] of each adapted projection (null for the others).
+// Gemma 2's sandwich norms: attn_out and mlp_out hold the o_proj and down_proj outputs before
+// their norms, with their statistics (null otherwise).
 struct LayerActivations {
   TensorView xn1, q, k, v, att, x2, xn2, gate, up, h;
+  TensorView attn_out, mlp_out;
+  float *rstd_attn_out = nullptr, *rstd_mlp_out = nullptr;
   std::array<TensorView, kLoraTargets> lora{};
   TensorView q_raw, k_raw;
   float *rstd1 = nullptr, *lse = nullptr, *rstd2 = nullptr;
@@ -35,6 +39,7 @@ struct LayerActivations {
 struct LayerWeights {
   ConstTensorView input_norm, wq, wk, wv, wo, post_norm, wgate, wup, wdown;
   ConstTensorView bq, bk, bv, bo, q_norm, k_norm;  // null when the family has none
+  ConstTensorView attn_out_norm, mlp_out_norm;     // Gemma 2's sandwich norms, else null
 };
 LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group);
 
@@ -51,7 +56,9 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
 
 // From A.att: x2 = (x + att·Woᵀ) + bo; xn2 = rms(x2)·g2; h = act(xn2·Wgᵀ)·(xn2·Wuᵀ) (silu, or
 // Gemma's tanh GELU with its (1 + g2)); out = x2 + h·Wdᵀ (each residual add in its projection's
-// GEMM: matmul_forward_add, one rounding).
+// GEMM: matmul_forward_add, one rounding). Gemma 2's sandwich norms: attn_out = att·Woᵀ + bo,
+// x2 = x + rms(attn_out)·(1 + g_ao); mlp_out = h·Wdᵀ, out = x2 + rms(mlp_out)·(1 + g_mo) (each
+// norm's output rounded, then the add, as transformers rounds them).
 void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeights& P,
                        const LayerActivations& A, ConstTensorView x, TensorView out, int64_t rows,
                        const ProjectionAdapter& adapt);

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "model/config.h"
+#include "model/hf_config_gemma.h"
 #include "model/hf_config_keys.h"
 #include "util/error.h"
 #include "util/json_text.h"
@@ -31,22 +32,6 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
   }
 }
 
-// Gemma's MLP activation. transformers 4.46 (and back to 4.38) takes it from hidden_activation,
-// null meaning the tanh form of GELU whatever hidden_act says (Google's configs say "gelu" there);
-// 4.49 and later read hidden_act. zerotrain computes the tanh form (docs/fine-tuning.md, Gemma),
-// the one every release computes for hidden_act "gelu_pytorch_tanh"; another hidden_activation, or
-// a hidden_act no release reads as a GELU, is refused.
-void check_gemma_activation(const nlohmann::json& j, const std::string& source) {
-  const char* tanh_gelu = "gelu_pytorch_tanh";
-  if (j.contains("hidden_activation") && !j.at("hidden_activation").is_null() &&
-      j.at("hidden_activation") != tanh_gelu)
-    fail(source + ": 'hidden_activation': " + quoted_json(j.at("hidden_activation")) +
-         " is not implemented (Gemma's MLP is GeGLU with \"gelu_pytorch_tanh\")");
-  if (j.contains("hidden_act") && j.at("hidden_act") != tanh_gelu && j.at("hidden_act") != "gelu")
-    fail(source + ": 'hidden_act': " + quoted_json(j.at("hidden_act")) +
-         " is not implemented (Gemma's MLP is GeGLU with \"gelu_pytorch_tanh\")");
-}
-
 // Keys zerotrain implements only at one value (the model it computes): anything else is refused,
 // naming the key, instead of training a different model than the checkpoint's.
 void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
@@ -66,8 +51,8 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   auto must_be = [&](const char* key, const nlohmann::json& value, const std::string& why) {
     if (j.contains(key) && j.at(key) != value) refuse(key, why);
   };
-  if (type == "gemma") {
-    check_gemma_activation(j, source);
+  if (is_gemma_type(type)) {
+    check_gemma_activation(j, source, type);
   } else if (j.contains("hidden_act") && j.at("hidden_act") != "swish") {
     // transformers' activation table maps "swish" to the same SiLU as "silu".
     must_be("hidden_act", "silu", "is not implemented (zerotrain's MLP is SwiGLU with silu)");
@@ -302,9 +287,9 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
   // use_sliding_window is false (check_fixed_hf_keys)
   if (is_qwen(type) || type == "smollm3") return 0;
   const bool mistral = type == "mistral";
-  if ((mistral || type == "gemma") && scaling.type != RopeScaling::kNone)
+  if ((mistral || is_gemma_type(type)) && scaling.type != RopeScaling::kNone)
     fail(source + ": 'rope_scaling' is not applied by transformers' " +
-         (mistral ? "Mistral" : "Gemma (4.46; later releases apply it)") +
+         (mistral ? "Mistral" : "Gemma and Gemma 2 (4.46; later releases apply it)") +
          "; refused rather than computing another model than transformers does");
   if (type == "phi3" && scaling.type != RopeScaling::kNone &&
       scaling.type != RopeScaling::kLongrope)
@@ -313,12 +298,13 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
     fail(source +
          ": 'rope_scaling' of type longrope is implemented for Phi-3 (model_type \"phi3\") "
          "only");
-  if (!j.contains("sliding_window")) return mistral ? 4096 : 0;
+  // Gemma 2's window (Gemma2Config's default 4096) is every other layer's, from the first.
+  if (!j.contains("sliding_window")) return mistral || type == "gemma2" ? 4096 : 0;
   if (j.at("sliding_window").is_null()) return 0;
-  ZT_CHECK(mistral || type == "phi3",
+  ZT_CHECK(mistral || type == "phi3" || type == "gemma2",
            source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +
-               " outside a Mistral or Phi-3 config (model_type \"mistral\" or \"phi3\") is not "
-               "implemented");
+               " outside a Mistral, Phi-3 or Gemma 2 config (model_type \"mistral\", \"phi3\" or "
+               "\"gemma2\") is not implemented");
   const auto w = required<int64_t>(j, "sliding_window", source);
   ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
   return w;
@@ -334,11 +320,11 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   int64_t head_dim = has_head_dim ? required<int64_t>(j, "head_dim", source) : 0;
   if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
   // GemmaConfig's default; a null one is kept as None there, which its attention cannot use.
-  ZT_CHECK(type != "gemma" || !j.contains("head_dim") || has_head_dim,
+  ZT_CHECK(!is_gemma_type(type) || !j.contains("head_dim") || has_head_dim,
            source +
                ": 'head_dim' is null, which transformers' Gemma cannot build (absent, it is "
                "256)");
-  if (!has_head_dim && type == "gemma") head_dim = 256;
+  if (!has_head_dim && is_gemma_type(type)) head_dim = 256;
   ZT_CHECK(!has_head_dim || head_dim > 0,
            source + ": 'head_dim' must be positive, got " + std::to_string(head_dim));
   if ((type == "qwen2" || type == "phi3") && has_head_dim &&
@@ -353,13 +339,13 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   c.explicit_head_dim = quotient ? 0 : head_dim;
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
   const bool attention_bias =
-      (type == "llama" || type == "qwen3" || type == "smollm3" || type == "gemma") &&
+      (type == "llama" || type == "qwen3" || type == "smollm3" || is_gemma_type(type)) &&
       j.contains("attention_bias") && required<bool>(j, "attention_bias", source);
   c.qkv_bias = type == "qwen2" || attention_bias;
   c.o_bias = type != "qwen2" && attention_bias;
   c.qk_norm = type == "qwen3";
   c.fused_projections = type == "phi3";
-  if (type == "gemma") c.use_gemma_math();
+  read_gemma_family(j, source, type, c);
 }
 
 // Phi-3's original length: config.json's top-level original_max_position_embeddings (Phi3Config's
@@ -427,7 +413,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
   // written before rope_scaling (or head_dim) existed must keep matching it.
   if (rope_scaling.type != RopeScaling::kNone)
     j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
-  if (explicit_head_dim > 0 || type == "qwen3" || type == "gemma") j["head_dim"] = head_dim();
+  if (explicit_head_dim > 0 || type == "qwen3" || is_gemma_type(type)) j["head_dim"] = head_dim();
   if (lora.enabled()) j[kLoraConfigKey] = lora.to_json();
   if (padding_token >= 0) j["pad_token_id"] = padding_token;
   if (type == "mistral") {
@@ -441,12 +427,8 @@ nlohmann::json ModelConfig::to_hf_json() const {
   } else if (type == "llama") {
     j["attention_bias"] = qkv_bias;
     j["mlp_bias"] = false;
-  } else if (type == "gemma") {
-    // hidden_activation for transformers 4.46 (and back to 4.38), hidden_act for 4.49 and later.
-    j["hidden_activation"] = "gelu_pytorch_tanh";
-    j["attention_bias"] = qkv_bias;
-    // Written when none, too: GemmaConfig would read its absence as 0.
-    if (padding_token < 0) j["pad_token_id"] = nullptr;
+  } else if (is_gemma_type(type)) {
+    write_gemma_keys(*this, j);
   } else if (type == "smollm3") {
     nlohmann::json rotates = nlohmann::json::array();
     for (int64_t l = 0; l < num_layers; ++l) rotates.push_back(layer_rotates(l) ? 1 : 0);
@@ -482,11 +464,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
          ": has no 'model_type', and 'architectures': " + quoted_json(j.at("architectures")) +
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, "
-         "GemmaForCausalLM)");
+         "GemmaForCausalLM, Gemma2ForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
-         "smollm3, gemma)");
+         "smollm3, gemma, gemma2)");
   ModelConfig c;
   c.hidden_size = required<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);

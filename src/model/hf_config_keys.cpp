@@ -110,7 +110,7 @@ const std::map<std::string, std::string>& hf_architectures() {
       {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
       {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
       {"phi3", "Phi3ForCausalLM"},   {"smollm3", "SmolLM3ForCausalLM"},
-      {"gemma", "GemmaForCausalLM"}};
+      {"gemma", "GemmaForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"}};
   return table;
 }
 
@@ -153,6 +153,9 @@ std::string model_type_of(const nlohmann::json& j) {
 std::vector<std::string> family_ignored_keys(const std::string& type) {
   if (type == "qwen2") return {"sliding_window", "attention_bias"};
   if (type == "qwen3" || type == "smollm3") return {"sliding_window"};
+  // gemma-2-9b's first files say sliding_window_size beside sliding_window, which transformers'
+  // Gemma2Config reads; the hybrid cache is generate()'s.
+  if (type == "gemma2") return {"sliding_window_size", "cache_implementation"};
   return {};
 }
 
@@ -161,6 +164,9 @@ std::vector<std::string> family_ignored_keys(const std::string& type) {
 std::vector<std::string> family_read_keys(const std::string& type) {
   if (type == "phi3") return {"original_max_position_embeddings"};
   if (type == "gemma") return {"hidden_activation"};
+  if (type == "gemma2")
+    return {"hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
+            "final_logit_softcapping"};
   if (type == "smollm3") return {"no_rope_layers", "no_rope_layer_interval"};
   return {};
 }
@@ -175,7 +181,8 @@ const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
       {"qwen3", {"Qwen3Config", -1, 32}},
       {"phi3", {"Phi3Config", 32000}},
       {"smollm3", {"SmolLM3Config", 128004, 4, true, 2000000.0}},
-      {"gemma", {"GemmaConfig", 0, 16, true}}};
+      {"gemma", {"GemmaConfig", 0, 16, true}},
+      {"gemma2", {"Gemma2Config", 0, 16, true}}};
   return table.at(type);
 }
 

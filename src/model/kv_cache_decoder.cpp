@@ -57,6 +57,10 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
   }
   att_ = buffer(T * QD);
   x2_ = buffer(T * D);
+  if (config_.sandwich_norms) {  // Gemma 2's projection outputs before their norms
+    attn_out_ = buffer(T * D);
+    mlp_out_ = buffer(T * D);
+  }
   gate_ = buffer(T * F);
   up_ = buffer(T * F);
   h_ = buffer(T * F);
@@ -104,13 +108,15 @@ std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
   for (int64_t l = 0; l < L; ++l)
     layer_forward(static_cast<int>(l), params[static_cast<size_t>(l) + 1], resid_[l % 2].data(),
                   resid_[(l + 1) % 2].data(), n);
-  // The head, for the last row alone: xf = rms(x)·gF; logits = xf·Whᵀ.
+  // The head, for the last row alone: xf = rms(x)·gF; logits = xf·Whᵀ (Gemma 2: soft-capped).
   const ConstTensorView head_group = params[static_cast<size_t>(layout_.head_group())];
   const ConstTensorView head = head_weight(layout_, head_group, embedding);
   be_.rmsnorm_forward(head_in_.data(), rstd_.data(), resid_[L % 2].data() + (n - 1) * D,
                       head_group.at(layout_.tensor(TensorRole::kFinalNorm).offset), 1, D,
                       static_cast<float>(config_.rms_norm_eps), config_.norm_weight_offset);
   be_.matmul_forward(logits_.data(), head_in_.data(), head, 1, V, D);
+  if (config_.final_logit_softcap > 0.0f)
+    be_.softcap_inplace(logits_.data(), config_.final_logit_softcap, V);
   length_ += n;
   history_.insert(history_.end(), tokens, tokens + n);
   std::vector<float> row(static_cast<size_t>(V));
@@ -136,6 +142,9 @@ void KvCacheDecoder::layer_forward(int layer, ConstTensorView params, TensorView
   A.k_raw = k_raw_.data();
   A.att = att_.data();
   A.x2 = x2_.data();
+  A.attn_out = attn_out_.data();
+  A.mlp_out = mlp_out_.data();
+  A.rstd_attn_out = A.rstd_mlp_out = rstd_.data();
   A.gate = gate_.data();
   A.up = up_.data();
   A.h = h_.data();
@@ -152,7 +161,7 @@ void KvCacheDecoder::layer_forward(int layer, ConstTensorView params, TensorView
     be_.rope_forward_after(A.k, 1, n, Hkv, hd, rope, past);
   }
   be_.attention_forward_after(A.att, A.lse, A.q, cached_keys, cached_values, 1, n, past, H, Hkv, hd,
-                              config_.attention_scores);
+                              config_.attention_scores());
   decoder_layer_mlp(be_, config_, P, A, x, out, n, {});
 }
 

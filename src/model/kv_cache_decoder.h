@@ -47,6 +47,7 @@ class KvCacheDecoder {
   // The new rows' activations, up to max_rows rows: two residual buffers used in turn, then
   // one layer's tensors (shared by every layer), the head's row and the token ids.
   TrackedBuffer<float> resid_[2], xn_, q_, q_raw_, k_raw_, att_, x2_, gate_, up_, h_;
+  TrackedBuffer<float> attn_out_, mlp_out_;  // Gemma 2 only
   TrackedBuffer<float> rstd_, rstd_heads_, lse_, head_in_, logits_;
   TrackedBuffer<int32_t> tokens_;
 };

@@ -22,10 +22,17 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
     add(g, p + "self_attn.k_proj.weight", {kv, d}, TensorRole::kKProj, l, true);
     add(g, p + "self_attn.v_proj.weight", {kv, d}, TensorRole::kVProj, l, true);
     add(g, p + "self_attn.o_proj.weight", {d, qd}, TensorRole::kOProj, l, true);
-    add(g, p + "post_attention_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
+    if (c.sandwich_norms) {  // Gemma 2's names: the norm before the MLP is its "pre" one
+      add(g, p + "post_attention_layernorm.weight", {d}, TensorRole::kAttnOutNorm, l, false);
+      add(g, p + "pre_feedforward_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
+    } else {
+      add(g, p + "post_attention_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
+    }
     add(g, p + "mlp.gate_proj.weight", {f, d}, TensorRole::kGateProj, l, true);
     add(g, p + "mlp.up_proj.weight", {f, d}, TensorRole::kUpProj, l, true);
     add(g, p + "mlp.down_proj.weight", {d, f}, TensorRole::kDownProj, l, true);
+    if (c.sandwich_norms)
+      add(g, p + "post_feedforward_layernorm.weight", {d}, TensorRole::kMlpOutNorm, l, false);
     if (c.qkv_bias) {
       add(g, p + "self_attn.q_proj.bias", {qd}, TensorRole::kQBias, l, false);
       add(g, p + "self_attn.k_proj.bias", {kv}, TensorRole::kKBias, l, false);

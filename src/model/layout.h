@@ -34,22 +34,27 @@ enum class TensorRole {
   kGateProj,
   kUpProj,
   kDownProj,
-  // Present only in some families (ModelConfig): q/k/v/o biases, Qwen3's per-head q/k norms.
+  // Present only in some families (ModelConfig): q/k/v/o biases, Qwen3's per-head q/k norms,
+  // Gemma 2's norms of the attention's and the MLP's outputs (its post_attention_layernorm and
+  // post_feedforward_layernorm; kPostAttnNorm, the norm before the MLP, is its
+  // pre_feedforward_layernorm).
   kQBias,
   kKBias,
   kVBias,
   kOBias,
   kQNorm,
   kKNorm,
+  kAttnOutNorm,
+  kMlpOutNorm,
   kFinalNorm,
   kLmHead,
   // LoRA adapters (model/lora.h): A [r, in] and B [out, r] of one targeted projection.
   kLoraA,
   kLoraB,
 };
-// Roles of a decoder layer: kInputNorm .. kKNorm.
+// Roles of a decoder layer: kInputNorm .. kMlpOutNorm.
 constexpr int kLayerRoles =
-    static_cast<int>(TensorRole::kKNorm) - static_cast<int>(TensorRole::kInputNorm) + 1;
+    static_cast<int>(TensorRole::kMlpOutNorm) - static_cast<int>(TensorRole::kInputNorm) + 1;
 
 struct TensorInfo {
   std::string name;            // HF name, e.g. model.layers.3.mlp.up_proj.weight

@@ -71,6 +71,12 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   }
   a.att = c.take(M * QD, s);
   a.lse = c.take_f32(B * config.num_heads * T);
+  if (config.sandwich_norms) {  // Gemma 2: the GEMMs' outputs before their norms, kept
+    a.attn_out = c.take(M * D, s);
+    a.rstd_attn_out = c.take_f32(M);
+    a.mlp_out = c.take(M * D, s);
+    a.rstd_mlp_out = c.take_f32(M);
+  }
   a.x2 = c.take(M * D, s);
   if (part == LayerPart::kAll) a.xn2 = c.take(M * D, s);
   a.rstd2 = c.take_f32(M);
@@ -405,7 +411,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
     be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
   }
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start,
-                        config_.attention_scores);
+                        config_.attention_scores());
   decoder_layer_mlp(be_, config_, P, A, x, out, M_, adapt);
 }
 
@@ -439,40 +445,19 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
     be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps, offset);
     be_.glu_forward(A.h, A.gate, A.up, M_ * F, config_.mlp_activation);
   }
-  // Where tensor r's gradient accumulates; null for a frozen tensor (its product is skipped).
-  auto grad = [&](TensorRole r) -> float* {
-    const TensorInfo& t = layout_.tensor(r, layer);
-    return trainable_.trains(layout_.index_of(t)) ? grads + t.offset : nullptr;
-  };
-
-  // MLP: out = x2 + (act(gate)·up)·Wdᵀ
-  be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), t_.dresid, A.h, P.wdown, M_, D, F, false,
-                      write);
-  lora_backward(layer, LoraTarget::kDown, t_.dh, {t_.dresid}, A.h, adapters, adapter_grads, write);
-  be_.glu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F, config_.mlp_activation);
-  // dxn = dgate·Wg + dup·Wu; dWg += dgateᵀ·xn2 and dWu += dupᵀ·xn2 as one batch
-  be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false, write);
-  be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true, write);
-  lora_backward(layer, LoraTarget::kGate, t_.dxn, {t_.dgate}, A.xn2, adapters, adapter_grads,
-                write);
-  lora_backward(layer, LoraTarget::kUp, t_.dxn, {t_.dup}, A.xn2, adapters, adapter_grads, write);
-  lora_backward(layer, LoraTarget::kGateUp, t_.dxn, {t_.dgate, t_.dup}, A.xn2, adapters,
-                adapter_grads, write);
-  float* const gate_up_grads[] = {grad(TensorRole::kGateProj), grad(TensorRole::kUpProj)};
-  const ConstTensorView gate_up_dys[] = {t_.dgate, t_.dup};
-  be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D, write);
-  // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
-  be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
-                       A.rstd2, M_, D, config_.norm_weight_offset);
-  // attention: x2 = (x + att·Woᵀ) + bo;  dbo += Σ_rows ∂L/∂x2
+  auto grad = [&](TensorRole r) { return layer_grad(r, layer, grads); };
+  mlp_backward(layer, P, A, grads, adapters, adapter_grads, write);
+  // attention: x2 = (x + att·Woᵀ) + bo;  dbo += Σ_rows ∂L/∂x2 (Gemma 2: x2 = x + rms(attn_out))
+  const ConstTensorView dattn_out = output_norm_backward(
+      layer, TensorRole::kAttnOutNorm, P.attn_out_norm, A.attn_out, A.rstd_attn_out, grads);
   if (P.bo && grad(TensorRole::kOBias))
-    be_.bias_backward(grad(TensorRole::kOBias), t_.dresid, M_, D);
-  be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), t_.dresid, A.att, P.wo, M_, D, QD, false,
+    be_.bias_backward(grad(TensorRole::kOBias), dattn_out, M_, D);
+  be_.matmul_backward(t_.datt, grad(TensorRole::kOProj), dattn_out, A.att, P.wo, M_, D, QD, false,
                       write);
-  lora_backward(layer, LoraTarget::kO, t_.datt, {t_.dresid}, A.att, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kO, t_.datt, {dattn_out}, A.att, adapters, adapter_grads, write);
   const int32_t* doc_start = document_starts();
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
-                         hd, doc_start, config_.attention_scores);
+                         hd, doc_start, config_.attention_scores());
   rope_backward_qk(layer, doc_start);
   // dq, dk are now ∂L/∂(what RoPE rotated). Qwen3: back through the per-head norm into datt
   // (free after the attention's backward, as wide as q), giving ∂L/∂(the projection's output).
@@ -518,6 +503,55 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
   be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
                        M_, D, config_.norm_weight_offset);
+}
+
+// Where tensor r of `layer` accumulates its gradient in `grads`; null for a frozen tensor (its
+// product is skipped).
+float* LlamaModel::layer_grad(TensorRole r, int layer, float* grads) const {
+  const TensorInfo& t = layout_.tensor(r, layer);
+  return trainable_.trains(layout_.index_of(t)) ? grads + t.offset : nullptr;
+}
+
+// Gemma 2's norm of a projection's output y (attn_out, mlp_out) before the residual add: ∂L/∂y
+// from ∂L/∂(the sum), t_.dresid, into t_.dxn (free here), which is returned; without the sandwich
+// norms ∂L/∂y is t_.dresid itself.
+ConstTensorView LlamaModel::output_norm_backward(int layer, TensorRole role, ConstTensorView g,
+                                                 ConstTensorView y, const float* rstd,
+                                                 float* grads) {
+  if (!config_.sandwich_norms) return t_.dresid;
+  const int64_t D = config_.hidden_size;
+  be_.zero(t_.dxn, M_ * D);
+  be_.rmsnorm_backward(t_.dxn, layer_grad(role, layer, grads), t_.dresid, y, g, rstd, M_, D,
+                       config_.norm_weight_offset);
+  return t_.dxn;
+}
+
+// The MLP half of layer_backward: on entry t_.dresid = ∂L/∂out, on exit ∂L/∂x2.
+void LlamaModel::mlp_backward(int layer, const LayerWeights& P, const LayerActs& A, float* grads,
+                              ConstTensorView adapters, float* adapter_grads, GradWrite write) {
+  const int64_t D = config_.hidden_size, F = config_.intermediate_size;
+  auto grad = [&](TensorRole r) { return layer_grad(r, layer, grads); };
+  // out = x2 + (act(gate)·up)·Wdᵀ (Gemma 2: x2 + rms(mlp_out), mlp_out = h·Wdᵀ)
+  const ConstTensorView dmlp_out = output_norm_backward(
+      layer, TensorRole::kMlpOutNorm, P.mlp_out_norm, A.mlp_out, A.rstd_mlp_out, grads);
+  be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), dmlp_out, A.h, P.wdown, M_, D, F, false,
+                      write);
+  lora_backward(layer, LoraTarget::kDown, t_.dh, {dmlp_out}, A.h, adapters, adapter_grads, write);
+  be_.glu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F, config_.mlp_activation);
+  // dxn = dgate·Wg + dup·Wu; dWg += dgateᵀ·xn2 and dWu += dupᵀ·xn2 as one batch
+  be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false, write);
+  be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true, write);
+  lora_backward(layer, LoraTarget::kGate, t_.dxn, {t_.dgate}, A.xn2, adapters, adapter_grads,
+                write);
+  lora_backward(layer, LoraTarget::kUp, t_.dxn, {t_.dup}, A.xn2, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kGateUp, t_.dxn, {t_.dgate, t_.dup}, A.xn2, adapters,
+                adapter_grads, write);
+  float* const gate_up_grads[] = {grad(TensorRole::kGateProj), grad(TensorRole::kUpProj)};
+  const ConstTensorView gate_up_dys[] = {t_.dgate, t_.dup};
+  be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D, write);
+  // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
+  be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
+                       A.rstd2, M_, D, config_.norm_weight_offset);
 }
 
 }  // namespace zt

@@ -204,6 +204,12 @@ class LlamaModel {
                      ConstTensorView adapters = {});
   void layer_backward(int layer, ConstTensorView params, float* grads, ConstTensorView adapters,
                       float* adapter_grads, GradWrite write);
+  // layer_backward's parts (model/llama.cpp).
+  float* layer_grad(TensorRole r, int layer, float* grads) const;
+  ConstTensorView output_norm_backward(int layer, TensorRole role, ConstTensorView g,
+                                       ConstTensorView y, const float* rstd, float* grads);
+  void mlp_backward(int layer, const LayerWeights& P, const LayerActivations& A, float* grads,
+                    ConstTensorView adapters, float* adapter_grads, GradWrite write);
   // RoPE's backward on t_.dq and t_.dk, where the layer rotated them (not SmolLM3's NoPE layers).
   void rope_backward_qk(int layer, const int32_t* doc_start);
   // kAssign's first half: zeros in group g's gradient ranges that no weight-gradient GEMM of its

@@ -21,10 +21,14 @@ namespace zt {
 //   dxf_R = dlogits_R·Wh;  dWh += dlogits_Rᵀ·xf_R
 // so a training micro-batch's losses exist only after the head's backward (head_pending_).
 // Tied embeddings: Wh is the embedding table E, and dE collects dWh here and the embedding
-// backward's scatter-add later (one parameter, one gradient).
+// backward's scatter-add later (one parameter, one gradient). Gemma 2's final_logit_softcapping c:
+// logits_R ← c·tanh(logits_R/c) before the cross-entropy, which then also multiplies dlogits_R by
+// 1 − (logits_R/c)² (backend.h).
 void LlamaModel::head_logits(ConstTensorView head, int64_t r0, int64_t rows) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   be_.matmul_forward(t_.logits, t_.final_norm_out.at(r0 * D), head, rows, V, D);
+  if (config_.final_logit_softcap > 0.0f)
+    be_.softcap_inplace(t_.logits, config_.final_logit_softcap, rows * V);
 }
 
 ConstTensorView head_weight(const ParamLayout& layout, ConstTensorView head_group,
@@ -50,7 +54,7 @@ void LlamaModel::head_forward(ConstTensorView params, ConstTensorView embedding,
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     head_logits(head, r0, rows);
     be_.cross_entropy(t_.losses + r0, TensorView(), t_.logits, tokens_.data() + M_ + r0, rows, V,
-                      grad_scale);
+                      grad_scale, config_.final_logit_softcap);
   }
 }
 
@@ -76,7 +80,7 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     head_logits(head, r0, rows);
     be_.cross_entropy(t_.losses + r0, t_.logits, t_.logits, tokens_.data() + M_ + r0, rows, V,
-                      head_grad_scale_);
+                      head_grad_scale_, config_.final_logit_softcap);
     be_.matmul_backward(t_.dxn.at(r0 * D), head_grads, t_.logits, t_.final_norm_out.at(r0 * D),
                         head, rows, V, D, false, r0 == 0 ? first_chunk_write : GradWrite::kAdd);
   }

@@ -170,7 +170,8 @@ std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
 
 // The module paths of a model that hold no projection an adapter can sit on: the embedding and
 // LM head (which train in full instead), the model's other modules, then layer l's (containers,
-// norms, activation, each attention's rotary embedding; Qwen3's q/k norms with qk_norm), as
+// norms, activation, each attention's rotary embedding; Qwen3's q/k norms with qk_norm, Gemma 2's
+// norms around the MLP with sandwich), as
 // transformers 4.46 names them: Llama's rotary embedding is also the model's (since 4.45),
 // Phi-3's attention has its dropouts beside it.
 const std::vector<std::string> kEmbeddingAndHead = {"model.embed_tokens", "lm_head"};
@@ -178,7 +179,7 @@ std::vector<std::string> model_modules(bool fused) {
   if (fused) return {"model", "model.layers", "model.norm", "model.embed_dropout"};
   return {"model", "model.layers", "model.norm", "model.rotary_emb"};
 }
-std::vector<std::string> layer_modules(int64_t layer, bool qk_norm, bool fused) {
+std::vector<std::string> layer_modules(int64_t layer, bool qk_norm, bool fused, bool sandwich) {
   const std::string l = "model.layers." + std::to_string(layer);
   std::vector<std::string> modules = {
       l,          l + ".self_attn",       l + ".self_attn.rotary_emb",
@@ -189,13 +190,16 @@ std::vector<std::string> layer_modules(int64_t layer, bool qk_norm, bool fused) 
   else
     modules.push_back(l + ".mlp.act_fn");
   if (qk_norm) modules.insert(modules.end(), {l + ".self_attn.q_norm", l + ".self_attn.k_norm"});
+  if (sandwich)  // Gemma 2's (its post_attention_layernorm is listed above)
+    modules.insert(modules.end(),
+                   {l + ".pre_feedforward_layernorm", l + ".post_feedforward_layernorm"});
   return modules;
 }
 
 }  // namespace
 
-void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm,
-                                    bool fused_projections) const {
+void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm, bool fused_projections,
+                                    bool sandwich_norms) const {
   if (target_pattern.regex.empty()) return;
   const auto re = compiled_target_pattern(target_pattern.regex, target_pattern.source);
   const std::string says =
@@ -222,7 +226,7 @@ void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm,
                  "head train in full through modules_to_save");
   std::vector<std::string> others = model_modules(fused_projections);
   for (int64_t layer = 0; layer < num_layers; ++layer)
-    for (std::string& module : layer_modules(layer, qk_norm, fused_projections))
+    for (std::string& module : layer_modules(layer, qk_norm, fused_projections, sandwich_norms))
       others.push_back(std::move(module));
   for (const std::string& module : others)
     ZT_CHECK(!RE2::FullMatch(module, *re),

@@ -123,7 +123,9 @@ TEST(CudaEngine, SmallPresetTracksTheCpuLossesAndIsDeterministic) {
 // deterministic: Phi-4-mini's shape (fused projections with LoRA on them, longrope whose
 // windows of 64 pass its original length of 32 and take the long factors, RoPE on 24 of each
 // head's 32 elements, tied embeddings), SmolLM3's (every second layer without RoPE) and Gemma's
-// ((1 + weight) norms, the embedding times sqrt(hidden), GeGLU, a head_dim of 64 ≠ 256 / 8).
+// ((1 + weight) norms, the embedding times sqrt(hidden), GeGLU, a head_dim of 64 ≠ 256 / 8), and
+// Gemma 2's (Gemma's with sandwich norms, its own scale and soft caps small enough to bend these
+// scores and logits: the GEMM attention path's capped softmax, the capped cross-entropy).
 TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   ModelConfig phi4 = preset_config("small");  // hidden 256, 8 heads of 32, 4 layers
   phi4.fused_projections = true;
@@ -147,7 +149,12 @@ TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   gemma.use_gemma_math();
   gemma.tie_word_embeddings = true;
   gemma.explicit_head_dim = 64;  // ≠ hidden / heads, as gemma-7b's 256
-  for (const ModelConfig* model : {&phi4, &smollm3, &gemma}) {
+  ModelConfig gemma2 = gemma;
+  gemma2.sandwich_norms = true;
+  gemma2.query_pre_attn_scalar = 48;
+  gemma2.attn_logit_softcap = 2.0f;
+  gemma2.final_logit_softcap = 3.0f;
+  for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2}) {
     model->validate();
     const std::string name = model->model_type();
     MpiCommunicator self(MPI_COMM_SELF);

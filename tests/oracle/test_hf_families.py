@@ -157,6 +157,14 @@ FAMILIES = {
     # first config.json: transformers 4.46 computes the tanh form for it.
     "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(
         head_dim=32, pad_token_id=32, hidden_act="gelu", hidden_activation=None)),
+    # Gemma 2: Gemma's model with a norm on the attention's and the MLP's outputs before each
+    # residual add, scores scaled by query_pre_attn_scalar^-1/2 (24 ≠ head_dim 32) and soft-capped,
+    # and soft-capped logits. The caps are small (2 and 3, Google's are 50 and 30) so that these
+    # random weights' scores and logits bend well past the bound. The window (every other layer's,
+    # from the first) is wider than every sequence here, where it changes nothing.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        head_dim=32, pad_token_id=32, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
+        final_logit_softcapping=3.0, sliding_window=64)),
 }
 # SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
 SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
@@ -216,7 +224,7 @@ def randomize_small_tensors(model):
     """Biases ~ N(0, 0.1²), q/k norm weights ~ 1 + N(0, 0.1²) and Gemma's norm weights
     ~ N(0, 0.1²): transformers starts them at 0, 1 and 0, where leaving one out would change
     nothing."""
-    gemma = model.config.model_type == "gemma"
+    gemma = model.config.model_type in ("gemma", "gemma2")
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith(".bias") or (gemma and name.endswith("norm.weight")):
@@ -322,7 +330,8 @@ def hf_loss(model, tokens, windows, seq_len):
         for w in windows:
             start = w * (seq_len + 1)
             chunk = torch.from_numpy(tokens[start: start + seq_len + 1].astype(np.int64))
-            logits = model(input_ids=chunk[None, :-1]).logits[0].double()
+            # No cache: Gemma 2's HybridCache needs torch._dynamo, which torch 1.13 lacks.
+            logits = model(input_ids=chunk[None, :-1], use_cache=False).logits[0].double()
             logp = torch.log_softmax(logits, dim=-1)
             total += -logp.gather(1, chunk[1:, None]).sum().item()
             count += seq_len
@@ -358,7 +367,7 @@ def hf_gradients(model, tokens, micro_batch, seq_len):
     rows = [tokens[w * (seq_len + 1): (w + 1) * (seq_len + 1)].astype(np.int64)
             for w in range(micro_batch)]
     batch = torch.from_numpy(np.stack(rows))
-    logits = model(input_ids=batch[:, :-1]).logits
+    logits = model(input_ids=batch[:, :-1], use_cache=False).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                              batch[:, 1:].reshape(-1))
     loss.backward()
@@ -376,9 +385,18 @@ def greedy_scores(model, prompt_ids, count):
     """The scores of transformers' greedy generation, step by step: GenerationMixin's loop
     (prepare_inputs_for_generation, the forward, _update_model_kwargs_for_generation) run here,
     as generate() itself does not start on Debian's torch 1.13 with Python 3.11. Phi-3's
-    prepare_inputs_for_generation drops the cache where longrope switches to the long factors."""
+    prepare_inputs_for_generation drops the cache where longrope switches to the long factors.
+    Gemma 2's generation needs its HybridCache, which torch 1.13 cannot build (torch._dynamo):
+    each step runs the whole sequence instead, the same scores as a cache would give."""
     from transformers import DynamicCache
     ids = torch.tensor([prompt_ids])
+    if model.config.model_type == "gemma2":
+        scores = []
+        with torch.no_grad():
+            for _ in range(count):
+                scores.append(model(input_ids=ids, use_cache=False).logits[0, -1].double())
+                ids = torch.cat([ids, scores[-1].argmax().view(1, 1)], dim=1)
+        return scores
     kwargs = {"attention_mask": torch.ones_like(ids), "use_cache": True,
               "past_key_values": DynamicCache(), "cache_position": torch.arange(len(prompt_ids)),
               # as generate() sets it for Phi-3 (renamed in transformers 4.49)
@@ -681,7 +699,7 @@ def main():
     print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ {worst[0]:.3e} "
           f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
 
-    if "longrope" in args.family or args.family in ("smollm3", "gemma"):
+    if "longrope" in args.family or args.family in ("smollm3", "gemma", "gemma2"):
         check_generate(zt, imported, model, tokens, args.family,
                        extra.get("original_max_position_embeddings", 16))
 

@@ -2,8 +2,9 @@
 // q/k/v/o biases, per-head q/k norms and head_dim ≠ hidden/heads. Their gradients against
 // transformers are the oracle's (oracle_hf_qwen3, oracle_hf_llama_attention_bias); here the paths
 // the oracle does not take: the checkpointed layer's recompute gives the same bits as the stored
-// activations, in fp32 and in bf16 storage, and bf16 storage stays near fp32. And the bias ops
-// round a bf16 output once, as every op does.
+// activations, in fp32 and in bf16 storage, and bf16 storage stays near fp32; the same for a Gemma
+// 2-shaped layer (sandwich norms, its own attention scale, soft-capped scores and logits; oracle:
+// oracle_hf_gemma2). And the bias ops round a bf16 output once, as every op does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,8 +35,21 @@ struct Pass {
   std::vector<std::vector<float>> grads;  // per group
 };
 
+ModelConfig gemma2_shaped() {
+  ModelConfig c = preset_config("tiny");
+  c.use_gemma_math();  // untied: run_pass gives the head no embedding
+  c.explicit_head_dim = 24;
+  c.sandwich_norms = true;
+  c.query_pre_attn_scalar = 20;
+  c.attn_logit_softcap = 1.0f;
+  c.final_logit_softcap = 2.0f;
+  c.validate();
+  return c;
+}
+
 // One micro-batch's forward and backward over every group, the parameters as the layout inits
-// them, with biases ~ N(0, 0.1²) and q/k norm weights ~ 1 + N(0, 0.1²).
+// them, with biases ~ N(0, 0.1²), q/k norm weights ~ 1 + N(0, 0.1²) and Gemma's norm weights
+// ~ N(0, 0.1²).
 Pass run_pass(const ModelConfig& c, const ActivationCheckpointing& ac, DType storage) {
   auto be = make_cpu_backend();
   MemoryTracker memory;
@@ -54,7 +68,8 @@ Pass run_pass(const ModelConfig& c, const ActivationCheckpointing& ac, DType sto
       float* dst = params.back().data() + t.offset;
       init_tensor_range(c, t, 11, 0, t.numel, dst);
       const bool qk_norm = t.role == TensorRole::kQNorm || t.role == TensorRole::kKNorm;
-      if (t.is_bias() || qk_norm)
+      const bool gemma_norm = c.is_gemma() && t.shape.size() == 1;
+      if (t.is_bias() || qk_norm || gemma_norm)
         for (int64_t i = 0; i < t.numel; ++i) dst[i] += noise(gen);
     }
   }
@@ -81,8 +96,7 @@ double relative_error(const Pass& got, const Pass& want) {
   return std::sqrt(diff / norm);
 }
 
-TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithBiasesAndQkNorms) {
-  const ModelConfig c = qwen3_with_biases();
+void expect_recompute_gives_the_same_bits(const ModelConfig& c) {
   for (DType storage : {DType::kFloat32, DType::kBf16}) {
     SCOPED_TRACE(dtype_name(storage));
     const Pass stored = run_pass(c, {}, storage);
@@ -101,6 +115,14 @@ TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithBiasesAndQkNorms) {
   EXPECT_GT(error, 0.0);
   EXPECT_LT(error, 5e-2);
   EXPECT_NEAR(b16.loss, f32.loss, 1e-2 * std::abs(f32.loss));
+}
+
+TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithBiasesAndQkNorms) {
+  expect_recompute_gives_the_same_bits(qwen3_with_biases());
+}
+
+TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGemma2SandwichNormsAndSoftCaps) {
+  expect_recompute_gives_the_same_bits(gemma2_shaped());
 }
 
 TEST(FamilyModel, BiasOpsRoundABf16OutputOnce) {

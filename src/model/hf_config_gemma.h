@@ -1,0 +1,25 @@
+// The config.json keys of Gemma's families (model/hf_config.cpp's helpers): Gemma's MLP
+// activation keys, and Gemma 2's sandwich norms, attention scale and soft caps, read and written
+// as transformers 4.46's GemmaConfig and Gemma2Config take them (docs/fine-tuning.md, Gemma).
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace zt {
+
+// model_type "gemma" or "gemma2".
+bool is_gemma_type(const std::string& type);
+// Refuses an MLP activation other than Gemma's tanh GELU, naming the key.
+void check_gemma_activation(const nlohmann::json& j, const std::string& source,
+                            const std::string& type);
+// Gemma's three parts, and for "gemma2" its sandwich norms, query_pre_attn_scalar (Gemma2Config's
+// default 224) and soft caps (50 and 30 absent, none when null).
+void read_gemma_family(const nlohmann::json& j, const std::string& source, const std::string& type,
+                       ModelConfig& c);
+// The keys of a Gemma or Gemma 2 config.json beside the common ones.
+void write_gemma_keys(const ModelConfig& c, nlohmann::json& j);
+
+}  // namespace zt

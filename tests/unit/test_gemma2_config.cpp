@@ -1,0 +1,122 @@
+// Gemma 2 (Gemma2ForCausalLM, model_type "gemma2"): Gemma's model with a norm on the attention's
+// and the MLP's outputs (sandwich norms), scores scaled by query_pre_attn_scalar^−½ and
+// soft-capped, and soft-capped logits. What Gemma2Config (transformers 4.46) reads from the
+// published gemma-2-9b-it config.json (tests/data/hf_models), its defaults where a file leaves keys
+// out, what is refused, and what is written back. The model is checked against transformers in
+// oracle_hf_gemma2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/layout.h"
+#include "support/error_text.h"
+
+namespace zt {
+namespace {
+
+nlohmann::json gemma2_9b_it_json() {
+  std::ifstream in(std::string(ZT_SOURCE_DIR) +
+                   "/tests/data/hf_models/google--gemma-2-9b-it/config.json");
+  return nlohmann::json::parse(in);
+}
+
+ModelConfig read(const nlohmann::json& j) {
+  return ModelConfig::from_hf_json(j, "gemma2.json", UnknownConfigKeys::kRefuse);
+}
+
+std::string error_with(const std::string& key, const nlohmann::json& value) {
+  nlohmann::json j = gemma2_9b_it_json();
+  j[key] = value;
+  return error_of([&] { read(j); });
+}
+
+TEST(Gemma2Config, Gemma2_9bItIsReadWithItsScaleCapsWindowAndNorms) {
+  const ModelConfig c = read(gemma2_9b_it_json());
+  EXPECT_EQ(c.model_type(), "gemma2");
+  EXPECT_TRUE(c.is_gemma() && c.sandwich_norms && c.scaled_embeddings);
+  EXPECT_EQ(c.attention_scores().scale, 0.0625f);  // 256^−½
+  EXPECT_EQ(c.attention_scores().softcap, 50.0f);
+  EXPECT_EQ(c.final_logit_softcap, 30.0f);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_TRUE(c.tie_word_embeddings);  // Gemma2Config's default: the file has no key
+  // Gemma 2's names: post_attention_layernorm follows the attention, pre_feedforward_layernorm
+  // precedes the MLP.
+  const ParamLayout layout(c);
+  EXPECT_EQ(layout.tensor(TensorRole::kAttnOutNorm, 3).name,
+            "model.layers.3.post_attention_layernorm.weight");
+  EXPECT_EQ(layout.tensor(TensorRole::kPostAttnNorm, 3).name,
+            "model.layers.3.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(layout.tensor(TensorRole::kMlpOutNorm, 3).name,
+            "model.layers.3.post_feedforward_layernorm.weight");
+  const nlohmann::json written = c.to_hf_json();
+  EXPECT_EQ(written.at("architectures"), nlohmann::json({"Gemma2ForCausalLM"}));
+  EXPECT_EQ(written.at("query_pre_attn_scalar"), 256.0);
+  EXPECT_EQ(written.at("attn_logit_softcapping"), 50.0);
+  EXPECT_EQ(written.at("final_logit_softcapping"), 30.0);
+  EXPECT_EQ(written.at("sliding_window"), 4096);
+  EXPECT_EQ(written.at("hidden_activation"), "gelu_pytorch_tanh");
+  EXPECT_EQ(read(written), c);
+}
+
+// Absent keys take Gemma2Config's defaults (query_pre_attn_scalar 224, caps 50 and 30, window
+// 4096); null caps and window are none, and written back as null.
+TEST(Gemma2Config, AbsentKeysTakeGemma2ConfigsDefaultsNullIsNone) {
+  nlohmann::json j = gemma2_9b_it_json();
+  for (const char* key : {"query_pre_attn_scalar", "attn_logit_softcapping",
+                          "final_logit_softcapping", "sliding_window", "sliding_window_size"})
+    j.erase(key);
+  const ModelConfig d = read(j);
+  EXPECT_EQ(d.query_pre_attn_scalar, 224.0);
+  EXPECT_EQ(d.attention_scores().scale, static_cast<float>(std::pow(224.0, -0.5)));
+  EXPECT_EQ(d.attn_logit_softcap, 50.0f);
+  EXPECT_EQ(d.final_logit_softcap, 30.0f);
+  EXPECT_EQ(d.sliding_window, 4096);
+  j["attn_logit_softcapping"] = j["final_logit_softcapping"] = j["sliding_window"] = nullptr;
+  const ModelConfig none = read(j);
+  EXPECT_EQ(none.attention_scores().softcap, 0.0f);
+  EXPECT_EQ(none.final_logit_softcap, 0.0f);
+  EXPECT_EQ(none.sliding_window, 0);
+  const nlohmann::json written = none.to_hf_json();
+  EXPECT_TRUE(written.at("attn_logit_softcapping").is_null());
+  EXPECT_TRUE(written.at("final_logit_softcapping").is_null());
+  EXPECT_TRUE(written.at("sliding_window").is_null());
+  EXPECT_EQ(read(written), none);
+}
+
+TEST(Gemma2Config, WhatGemma2DoesNotComputeIsRefusedNamingTheKey) {
+  EXPECT_NE(error_with("query_pre_attn_scalar", nullptr).find("'query_pre_attn_scalar' is null"),
+            std::string::npos);
+  EXPECT_NE(error_with("attn_logit_softcapping", -1.0)
+                .find("'attn_logit_softcapping' must be a positive number or null"),
+            std::string::npos);
+  EXPECT_NE(error_with("final_logit_softcapping", "30")
+                .find("'final_logit_softcapping' must be a positive number or null"),
+            std::string::npos);
+  EXPECT_NE(error_with("hidden_activation", nullptr).find("'hidden_activation' is null"),
+            std::string::npos);
+  EXPECT_NE(error_with("hidden_activation", "gelu").find("'hidden_activation': \"gelu\""),
+            std::string::npos);
+  EXPECT_NE(error_with("rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}})
+                .find("not applied by transformers' Gemma and Gemma 2"),
+            std::string::npos);
+  EXPECT_NE(error_with("architectures", {"GemmaForCausalLM"}).find("'architectures'"),
+            std::string::npos);
+  // Gemma 2's parts come with Gemma's: sandwich norms on a Llama, or a scale without them, are no
+  // Hugging Face architecture.
+  ModelConfig part = read(gemma2_9b_it_json());
+  part.norm_weight_offset = 0.0f;
+  part.scaled_embeddings = false;
+  part.mlp_activation = GluActivation::kSilu;
+  EXPECT_NE(error_of([&] { part.validate(); }).find("Gemma 2's"), std::string::npos);
+  ModelConfig scale_only = preset_config("tiny");
+  scale_only.query_pre_attn_scalar = 16;
+  EXPECT_NE(error_of([&] { scale_only.validate(); }).find("Gemma 2's"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zt
