@@ -67,9 +67,19 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
                nlohmann::json(c.layers_without_rope).dump() +
                "; llama.cpp's smollm3 takes none in every fourth layer (3, 7, ...) and RoPE in "
                "the others, so it is not written to GGUF (export safetensors instead)");
-  ZT_CHECK(type != "gemma2", "export: model '" + dir +
-                                 "' is a Gemma 2, which is not written to GGUF yet (export "
-                                 "safetensors instead)");
+  // llama.cpp's gemma2 always caps, takes a window, and scales the scores by a rule of its own
+  // (gguf_import.cpp's read_gemma2): a model it would compute otherwise is not written.
+  const double llama_cpp_scalar = static_cast<double>(
+      c.num_layers == kGemma2_27bLayers ? c.hidden_size / c.num_heads : c.head_dim());
+  ZT_CHECK(
+      type != "gemma2" || (c.attn_logit_softcap > 0.0f && c.final_logit_softcap > 0.0f &&
+                           c.sliding_window > 0 && c.query_pre_attn_scalar == llama_cpp_scalar),
+      "export: model '" + dir + "' is a Gemma 2 whose query_pre_attn_scalar (" +
+          std::to_string(c.query_pre_attn_scalar) +
+          "), soft caps or window llama.cpp's gemma2 would not compute (it scales by head_dim, "
+          "hidden/heads at 46 layers, " +
+          std::to_string(llama_cpp_scalar) +
+          ", and always caps and windows); export safetensors instead");
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }
 
@@ -117,6 +127,10 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
                  u32(c.rope_scaling.original_max_positions)});
   if (c.rope_scaling.type == RopeScaling::kLongrope)
     m.push_back({arch + ".rope.scaling.attn_factor", f32(c.rope_scaling.attention_factor)});
+  if (arch == "gemma2") {  // as llama.cpp's converter writes them
+    m.push_back({arch + ".attn_logit_softcapping", f32(c.attn_logit_softcap)});
+    m.push_back({arch + ".final_logit_softcapping", f32(c.final_logit_softcap)});
+  }
   if (c.rope_scaling.type == RopeScaling::kLinear) {
     m.push_back({arch + ".rope.scaling.type", text("linear")});
     m.push_back({arch + ".rope.scaling.factor", f32(c.rope_scaling.factor)});
@@ -227,10 +241,11 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
   const std::vector<HfCheckpointTensor> stored = hf_checkpoint_tensors(model.layout());
   std::vector<GgufTensorToWrite> tensors;
   GgufExport result;
-  result.sliding_window_ignored = arch == "phi3" ? 0 : c.sliding_window;
+  result.sliding_window_ignored = arch == "phi3" || arch == "gemma2" ? 0 : c.sliding_window;
   for (const HfCheckpointTensor& t : stored) {
     const GgmlType ggml = t.shape.size() == 1 ? GgmlType::kF32 : matrix_type(type, t.shape[1]);
-    tensors.push_back({gguf_tensor_name(t.name), {t.shape.rbegin(), t.shape.rend()}, ggml});
+    tensors.push_back(
+        {gguf_tensor_name(t.name, c.sandwich_norms), {t.shape.rbegin(), t.shape.rend()}, ggml});
   }
   // Llama 3.1-style rope scaling travels as the factors llama.cpp's converter writes, and so
   // does Phi-3's longrope (long, then short, as the converter yields them).

@@ -45,6 +45,10 @@ constexpr LayerName kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    // Gemma 2's norm before the MLP and its norm of the MLP's output (its norm of the attention's
+    // output, post_attention_layernorm, is gguf_tensor_name's own case).
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
     // Phi-3's fused projections (model/hf_checkpoint_tensors.h), as llama.cpp's phi3 names them.
     {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
     {"mlp.gate_up_proj.weight", "ffn_up.weight"},
@@ -106,7 +110,25 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
   // the file does not carry), as SmolLM3-3B's no_rope_layers says.
   if (arch == "smollm3") c.layers_without_rope = every_nth_layer(kSmolLM3NoRopeStep, c.num_layers);
-  if (arch == "gemma") c.use_gemma_math();  // llama.cpp's gemma
+  if (arch == "gemma" || arch == "gemma2") c.use_gemma_math();  // llama.cpp's gemma and gemma2
+}
+
+// llama.cpp's gemma2: the sandwich norms; the caps and the window from the metadata, with
+// llama.cpp's defaults (50, 30, 4096); the scale llama.cpp computes, which the file does not carry:
+// 1/sqrt(hidden / heads) for the 46 layers of Gemma-2-27B, else 1/sqrt(head_dim), as the
+// query_pre_attn_scalar of those models.
+void read_gemma2(const GgufReader& g, ModelConfig& c) {
+  c.sandwich_norms = true;
+  c.query_pre_attn_scalar = static_cast<double>(
+      c.num_layers == kGemma2_27bLayers ? c.hidden_size / c.num_heads : c.head_dim());
+  auto number = [&](const std::string& key, double absent) {
+    return g.has(key) ? g.number(key) : absent;
+  };
+  c.attn_logit_softcap = static_cast<float>(number("gemma2.attn_logit_softcapping", 50.0));
+  c.final_logit_softcap = static_cast<float>(number("gemma2.final_logit_softcapping", 30.0));
+  c.sliding_window = g.has("gemma2.attention.sliding_window")
+                         ? g.integer("gemma2.attention.sliding_window")
+                         : 4096;
 }
 
 // One fp32 factor per rotary frequency, from a 1-D tensor of rotary_dims / 2 values.
@@ -181,10 +203,10 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string& path = g.path();
   const std::string arch = g.string("general.architecture");
   ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
-               arch == "smollm3" || arch == "gemma",
+               arch == "smollm3" || arch == "gemma" || arch == "gemma2",
            path + ": metadata 'general.architecture' is \"" + arch +
                "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
-               "phi3, smollm3 and gemma");
+               "phi3, smollm3, gemma and gemma2");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -225,6 +247,7 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   if ((arch == "llama" || arch == "phi3") && g.has(key("attention.sliding_window")))
     c.sliding_window = g.integer(key("attention.sliding_window"));
   read_attention_shape(g, arch, c);
+  if (arch == "gemma2") read_gemma2(g, c);
   read_llama3_rope_factors(g, arch, c);
   read_phi3_longrope(g, arch, c);
   try {
@@ -235,7 +258,7 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   return c;
 }
 
-std::string gguf_tensor_name(const std::string& hf) {
+std::string gguf_tensor_name(const std::string& hf, bool sandwich_norms) {
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
@@ -243,6 +266,10 @@ std::string gguf_tensor_name(const std::string& hf) {
   ZT_CHECK(hf.rfind(prefix, 0) == 0, "no GGUF name for tensor '" + hf + "'");
   const size_t dot = hf.find('.', prefix.size());
   const std::string layer = hf.substr(prefix.size(), dot - prefix.size());
+  // Gemma 2's post_attention_layernorm follows the attention; Llama's precedes the MLP.
+  if (sandwich_norms &&
+      hf.compare(dot + 1, std::string::npos, "post_attention_layernorm.weight") == 0)
+    return "blk." + layer + ".post_attention_norm.weight";
   for (const LayerName& n : kLayerNames)
     if (hf.compare(dot + 1, std::string::npos, n.hf) == 0) return "blk." + layer + "." + n.gguf;
   fail("no GGUF name for tensor '" + hf + "'");
@@ -257,7 +284,9 @@ bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_n
 }
 
 float gguf_stored_norm_offset(const std::string& architecture, const std::string& hf_name) {
-  return architecture == "gemma" && ends_with(hf_name, "norm.weight") ? 1.0f : 0.0f;
+  return (architecture == "gemma" || architecture == "gemma2") && ends_with(hf_name, "norm.weight")
+             ? 1.0f
+             : 0.0f;
 }
 
 int64_t gguf_permuted_row(int64_t row, int64_t head_dim) {
@@ -289,7 +318,7 @@ void read_hf_range(const GgufReader& g, const GgufTensorInfo& t, bool permuted, 
 void check_tensors(const GgufReader& g, const ParamLayout& layout, const ModelConfig& c) {
   std::vector<std::string> expected;
   for (const HfCheckpointTensor& t : hf_checkpoint_tensors(layout)) {
-    const std::string name = gguf_tensor_name(t.name);
+    const std::string name = gguf_tensor_name(t.name, c.sandwich_norms);
     expected.push_back(name);
     const GgufTensorInfo* stored = g.find_tensor(name);
     ZT_CHECK(stored != nullptr, g.path() + ": no tensor '" + name + "' (" + t.name +
@@ -351,7 +380,8 @@ GgufImportResult import_gguf_model(const std::string& gguf_path, const std::stri
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
         const HfCheckpointPlace& place = places.at(t.name);
-        const GgufTensorInfo& stored = *g.find_tensor(gguf_tensor_name(place.name));
+        const GgufTensorInfo& stored =
+            *g.find_tensor(gguf_tensor_name(place.name, result.config.sandwich_norms));
         const int64_t first = place.element_offset + begin;
         read_hf_range(g, stored, gguf_permutes_rows(result.architecture, t.name), head_dim, first,
                       count, out);

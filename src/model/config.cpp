@@ -99,7 +99,7 @@ void ModelConfig::validate() const {
            "Hugging Face architecture");
   ZT_CHECK(!qk_norm || qkv_bias == o_bias,
            "model config: q/k norms (Qwen3) take attention_bias for all four projections or none");
-  ZT_CHECK(sliding_window == 0 || (!qkv_bias && !qk_norm),
+  ZT_CHECK(sliding_window == 0 || sandwich_norms || (!qkv_bias && !qk_norm),
            "model config: a sliding window (Mistral) with attention biases or q/k norms is not "
            "implemented");
   ZT_CHECK(!(qkv_bias && !o_bias && !qk_norm) || explicit_head_dim == 0 ||
@@ -180,6 +180,9 @@ void ModelConfig::check_gemma2() const {
            "model config: query_pre_attn_scalar and the soft caps must be positive and finite "
            "(0: none)");
   // Gemma2ForCausalLM: Gemma's model with the sandwich norms; its scale and caps come with it.
+  ZT_CHECK(std::isfinite(attention_scores().scale),
+           "model config: query_pre_attn_scalar " + std::to_string(query_pre_attn_scalar) +
+               " gives no finite fp32 scale of the scores");
   ZT_CHECK(sandwich_norms == (query_pre_attn_scalar > 0.0) &&
                (sandwich_norms || (attn_logit_softcap == 0.0f && final_logit_softcap == 0.0f)) &&
                (!sandwich_norms || is_gemma()),

@@ -62,6 +62,10 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
     must_be("attention_bias", false,
             "is not applied by transformers' " + hf_architectures().at(type) + " (no biases)");
   must_be("use_mrope", false, "is not implemented (multimodal rotary positions of Qwen2-VL)");
+  // transformers 4.56 and later write it (EmbeddingGemma's encoder sets it true).
+  if (j.contains("use_bidirectional_attention") && !j.at("use_bidirectional_attention").is_null())
+    must_be("use_bidirectional_attention", false,
+            "is not implemented (a causal language model's attention)");
   must_be("use_sliding_window", false,
           "is not implemented (Qwen's sliding window; Mistral's is read from sliding_window)");
   must_be("rope_interleaved", false,
@@ -75,11 +79,17 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   for (const char* key : {"attention_dropout", "embd_pdrop", "resid_pdrop"})
     if (j.contains(key) && !(j.at(key).is_number() && j.at(key).get<double>() == 0.0))
       refuse(key, "is not implemented (no dropout)");
+  // transformers 4.53 and later write it; Gemma 2's alternates windowed and full layers, which are
+  // one attention within its window, the longest sequence it is trained at.
   if (j.contains("layer_types")) {
     bool full = j.at("layer_types").is_array();
     for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
-      full = full && t == "full_attention";
-    if (!full) refuse("layer_types", "is not implemented (every layer is \"full_attention\")");
+      full = full && (t == "full_attention" || (type == "gemma2" && t == "sliding_attention"));
+    if (!full)
+      refuse("layer_types", type == "gemma2"
+                                ? "is not implemented (each layer \"full_attention\" or "
+                                  "\"sliding_attention\")"
+                                : "is not implemented (every layer is \"full_attention\")");
     const nlohmann::json& layers = j.value("num_hidden_layers", nlohmann::json());
     if (layers.is_number_integer() && j.at("layer_types").size() != layers.get<size_t>())
       refuse("layer_types", "has " + std::to_string(j.at("layer_types").size()) +
@@ -300,6 +310,11 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
          "only");
   // Gemma 2's window (Gemma2Config's default 4096) is every other layer's, from the first.
   if (!j.contains("sliding_window")) return mistral || type == "gemma2" ? 4096 : 0;
+  // transformers 4.46's Gemma 2 builds every other layer's mask from its window: null fails there.
+  ZT_CHECK(type != "gemma2" || !j.at("sliding_window").is_null(),
+           source +
+               ": 'sliding_window' is null, which transformers' Gemma 2 cannot build "
+               "(absent, it is 4096)");
   if (j.at("sliding_window").is_null()) return 0;
   ZT_CHECK(mistral || type == "phi3" || type == "gemma2",
            source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +

@@ -11,15 +11,19 @@ namespace {
 
 constexpr const char* kTanhGelu = "gelu_pytorch_tanh";
 
-// A positive finite number, or 0 for null (Gemma2Config's None: no cap); `absent` when missing.
+// A positive finite number (with in_fp32, where the caps are applied, one that stays so in fp32),
+// or 0 for null (Gemma2Config's None: no cap); `absent` when missing.
 double optional_positive(const nlohmann::json& j, const char* key, double absent,
-                         const std::string& source) {
+                         const std::string& source, bool in_fp32) {
   if (!j.contains(key)) return absent;
   const nlohmann::json& v = j.at(key);
   if (v.is_null()) return 0.0;
-  ZT_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0.0,
-           source + ": '" + key + "' must be a positive number or null, got " + quoted_json(v));
-  return v.get<double>();
+  const double d = v.is_number() ? v.get<double>() : 0.0;
+  const double used = in_fp32 ? static_cast<double>(static_cast<float>(d)) : d;
+  ZT_CHECK(v.is_number() && std::isfinite(used) && used > 0.0,
+           source + ": '" + key + "' must be a positive number" +
+               (in_fp32 ? " (finite in fp32)" : "") + " or null, got " + quoted_json(v));
+  return d;
 }
 
 }  // namespace
@@ -55,15 +59,15 @@ void read_gemma_family(const nlohmann::json& j, const std::string& source, const
   c.use_gemma_math();
   if (type != "gemma2") return;
   c.sandwich_norms = true;
-  c.query_pre_attn_scalar = optional_positive(j, "query_pre_attn_scalar", 224.0, source);
+  c.query_pre_attn_scalar = optional_positive(j, "query_pre_attn_scalar", 224.0, source, false);
   ZT_CHECK(c.query_pre_attn_scalar > 0.0,
            source +
                ": 'query_pre_attn_scalar' is null, which transformers' Gemma 2 cannot use "
                "(absent, it is 224)");
   c.attn_logit_softcap =
-      static_cast<float>(optional_positive(j, "attn_logit_softcapping", 50.0, source));
+      static_cast<float>(optional_positive(j, "attn_logit_softcapping", 50.0, source, true));
   c.final_logit_softcap =
-      static_cast<float>(optional_positive(j, "final_logit_softcapping", 30.0, source));
+      static_cast<float>(optional_positive(j, "final_logit_softcapping", 30.0, source, true));
 }
 
 void write_gemma_keys(const ModelConfig& c, nlohmann::json& j) {

@@ -99,6 +99,7 @@ const std::vector<std::string>& read_hf_keys() {
                                                 "head_dim",
                                                 "layer_types",
                                                 "use_mrope",
+                                                "use_bidirectional_attention",
                                                 "quantization_config"};
   return keys;
 }

@@ -536,21 +536,49 @@ def gguf_ready_copy(final, work):
     return with_tokenizer
 
 
+def gemma2_gguf_ready(zt, final, exported, work, config):
+    """llama.cpp's gemma2 scales the scores by 1/sqrt(head_dim) (hidden/heads at 46 layers) and
+    reads no query_pre_attn_scalar: export refuses the trained model (24 ≠ head_dim), naming it.
+    The format is then checked on the same weights with query_pre_attn_scalar = head_dim, written
+    into copies of the trained model and of its export (another model, one llama.cpp computes)."""
+    refused([zt, "export", gguf_ready_copy(final, work), "--format", "gguf", "--out",
+             os.path.join(work, "refused.gguf")], "llama.cpp's gemma2 would not compute")
+    shutil.rmtree(os.path.join(work, "final-with-tokenizer"))
+    copies = []
+    for directory, name in ((final, "final-head-dim-scale"), (exported, "exported-head-dim-scale")):
+        copy = os.path.join(work, name)
+        shutil.copytree(directory, copy)
+        with open(os.path.join(copy, "config.json")) as f:
+            saved = json.load(f)
+        saved["query_pre_attn_scalar"] = config.head_dim
+        with open(os.path.join(copy, "config.json"), "w") as f:
+            json.dump(saved, f)
+        copies.append(copy)
+    return copies
+
+
 def check_gemma_gguf(zt, work, final, exported, source_dir, config):
-    """A trained Gemma through GGUF as llama.cpp's gemma reads it: the export's architecture, each
-    tensor as the converter's own GemmaModel.modify_tensors writes it (a norm as 1 + weight, no
-    lm_head, no row permutation), and the import gives back the model bit for bit."""
+    """A trained Gemma (or Gemma 2) through GGUF as llama.cpp's gemma (gemma2) reads it: the
+    export's architecture, each tensor as the converter's own GemmaModel.modify_tensors
+    (Gemma2Model's) writes it (a norm as 1 + weight, no lm_head, no row permutation; Gemma 2's
+    norm after the attention as post_attention_norm), Gemma 2's caps and window as its
+    set_gguf_parameters writes them, and the import gives back the model bit for bit."""
     import logging
     import typing
     import gguf
     import safetensors.torch
     from gguf_reference import class_methods, model_dir_tensors, read_gguf
     converter = os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py")
-    modify_tensors = class_methods(converter, "GemmaModel", ("modify_tensors",), {
+    arch = config.model_type
+    model_class, model_arch = {"gemma": ("GemmaModel", gguf.MODEL_ARCH.GEMMA),
+                               "gemma2": ("Gemma2Model", gguf.MODEL_ARCH.GEMMA2)}[arch]
+    modify_tensors = class_methods(converter, model_class, ("modify_tensors",), {
         "Tensor": torch.Tensor, "Iterable": typing.Iterable, "logger": logging.getLogger()})[0]
+    if arch == "gemma2":
+        final, exported = gemma2_gguf_ready(zt, final, exported, work, config)
 
     class Named:  # the converter's map_tensor_name, gguf's own table
-        names = gguf.TensorNameMap(gguf.MODEL_ARCH.GEMMA, config.num_hidden_layers)
+        names = gguf.TensorNameMap(model_arch, config.num_hidden_layers)
 
         def map_tensor_name(self, name):
             return self.names.get_name(name, try_suffixes=(".weight",))
@@ -559,8 +587,15 @@ def check_gemma_gguf(zt, work, final, exported, source_dir, config):
     path = os.path.join(work, "exported.gguf")
     run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "f32", "--out", path])
     reader = read_gguf(path)
-    check(reader.fields["general.architecture"].contents() == "gemma",
-          "the GGUF export's architecture is not gemma")
+    check(reader.fields["general.architecture"].contents() == arch,
+          f"the GGUF export's architecture is not {arch}")
+    if arch == "gemma2":  # Gemma2Model.set_gguf_parameters: the config's values
+        for key, want in (("attn_logit_softcapping", config.attn_logit_softcapping),
+                          ("final_logit_softcapping", config.final_logit_softcapping),
+                          ("attention.sliding_window", config.sliding_window),
+                          ("attention.key_length", config.head_dim)):
+            got = reader.fields[f"gemma2.{key}"].contents()
+            check(got == want, f"the GGUF export's gemma2.{key} is {got}, the converter's {want}")
     stored = {t.name: np.array(t.data) for t in reader.tensors}
     hf = {}
     for name in sorted(os.listdir(exported)):
@@ -577,11 +612,19 @@ def check_gemma_gguf(zt, work, final, exported, source_dir, config):
     back = os.path.join(work, "gguf-imported")
     run_tool([zt, "import", path, "--out", back])
     with open(os.path.join(back, "config.json")) as f:
-        check(json.load(f).get("model_type") == "gemma", "the GGUF import is not a gemma")
+        check(json.load(f).get("model_type") == arch, f"the GGUF import is not a {arch}")
     a, b = model_dir_tensors(final), model_dir_tensors(back)
     check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
           "the GGUF import's tensors differ from the exported model's")
-    print(f"the GGUF export is llama.cpp's gemma ({len(want)} tensors as the converter writes "
+    if arch == "gemma2":
+        with open(os.path.join(back, "config.json")) as f, \
+                open(os.path.join(final, "config.json")) as g:
+            got, want_config = json.load(f), json.load(g)
+        for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+                    "sliding_window"):
+            check(got[key] == want_config[key], f"the GGUF import's {key} is {got[key]}, the "
+                  f"exported model's {want_config[key]}")
+    print(f"the GGUF export is llama.cpp's {arch} ({len(want)} tensors as the converter writes "
           "them) and imports back bit for bit", flush=True)
 
 
@@ -726,7 +769,7 @@ def main():
     compare("trained loss", zt_eval(final), trained_hf)
     if args.family == "smollm3":
         check_smollm3_gguf(zt, work, final, exported, data, args.source_dir, config)
-    if args.family == "gemma":
+    if args.family in ("gemma", "gemma2"):
         check_gemma_gguf(zt, work, final, exported, args.source_dir, config)
     return 0
 

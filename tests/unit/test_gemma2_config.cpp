@@ -64,7 +64,8 @@ TEST(Gemma2Config, Gemma2_9bItIsReadWithItsScaleCapsWindowAndNorms) {
 }
 
 // Absent keys take Gemma2Config's defaults (query_pre_attn_scalar 224, caps 50 and 30, window
-// 4096); null caps and window are none, and written back as null.
+// 4096); null caps are none, written back as null. transformers 4.53 and later write layer_types,
+// Gemma 2's alternating windowed and full layers, and 4.56 use_bidirectional_attention false.
 TEST(Gemma2Config, AbsentKeysTakeGemma2ConfigsDefaultsNullIsNone) {
   nlohmann::json j = gemma2_9b_it_json();
   for (const char* key : {"query_pre_attn_scalar", "attn_logit_softcapping",
@@ -76,26 +77,44 @@ TEST(Gemma2Config, AbsentKeysTakeGemma2ConfigsDefaultsNullIsNone) {
   EXPECT_EQ(d.attn_logit_softcap, 50.0f);
   EXPECT_EQ(d.final_logit_softcap, 30.0f);
   EXPECT_EQ(d.sliding_window, 4096);
-  j["attn_logit_softcapping"] = j["final_logit_softcapping"] = j["sliding_window"] = nullptr;
+  j["attn_logit_softcapping"] = j["final_logit_softcapping"] = nullptr;
   const ModelConfig none = read(j);
   EXPECT_EQ(none.attention_scores().softcap, 0.0f);
   EXPECT_EQ(none.final_logit_softcap, 0.0f);
-  EXPECT_EQ(none.sliding_window, 0);
   const nlohmann::json written = none.to_hf_json();
   EXPECT_TRUE(written.at("attn_logit_softcapping").is_null());
   EXPECT_TRUE(written.at("final_logit_softcapping").is_null());
-  EXPECT_TRUE(written.at("sliding_window").is_null());
   EXPECT_EQ(read(written), none);
+  nlohmann::json resaved = gemma2_9b_it_json();
+  resaved["layer_types"] = nlohmann::json::array();
+  for (int l = 0; l < 42; ++l)
+    resaved["layer_types"].push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  resaved["use_bidirectional_attention"] = false;
+  EXPECT_EQ(read(resaved), read(gemma2_9b_it_json()));
 }
 
 TEST(Gemma2Config, WhatGemma2DoesNotComputeIsRefusedNamingTheKey) {
   EXPECT_NE(error_with("query_pre_attn_scalar", nullptr).find("'query_pre_attn_scalar' is null"),
             std::string::npos);
-  EXPECT_NE(error_with("attn_logit_softcapping", -1.0)
-                .find("'attn_logit_softcapping' must be a positive number or null"),
-            std::string::npos);
+  EXPECT_NE(
+      error_with("attn_logit_softcapping", -1.0)
+          .find("'attn_logit_softcapping' must be a positive number (finite in fp32) or null"),
+      std::string::npos);
   EXPECT_NE(error_with("final_logit_softcapping", "30")
-                .find("'final_logit_softcapping' must be a positive number or null"),
+                .find("'final_logit_softcapping' must be a positive number"),
+            std::string::npos);
+  // 1e-50 is 0 in fp32, where the cap is applied: no cap, which the file does not say.
+  EXPECT_NE(error_with("final_logit_softcapping", 1e-50)
+                .find("'final_logit_softcapping' must be a positive number (finite in fp32)"),
+            std::string::npos);
+  EXPECT_NE(error_with("query_pre_attn_scalar", 1e-90).find("no finite fp32 scale"),
+            std::string::npos);
+  EXPECT_NE(error_with("sliding_window", nullptr).find("'sliding_window' is null"),
+            std::string::npos);
+  EXPECT_NE(
+      error_with("layer_types", {"sliding_attention", "chunked_attention"}).find("'layer_types'"),
+      std::string::npos);
+  EXPECT_NE(error_with("use_bidirectional_attention", true).find("'use_bidirectional_attention'"),
             std::string::npos);
   EXPECT_NE(error_with("hidden_activation", nullptr).find("'hidden_activation' is null"),
             std::string::npos);

@@ -55,6 +55,20 @@ ModelConfig smollm3_tied() {
   return c;
 }
 
+// Gemma 2's shape: Gemma's norms, scaled embedding and GeGLU, sandwich norms, its own scale of the
+// scores, caps that bend these scores and logits, a window wider than the sequence.
+ModelConfig gemma2_tied() {
+  ModelConfig c = llama_tied();
+  c.use_gemma_math();
+  c.sandwich_norms = true;
+  c.query_pre_attn_scalar = 20;
+  c.attn_logit_softcap = 2.0f;
+  c.final_logit_softcap = 3.0f;
+  c.sliding_window = 128;
+  c.validate();
+  return c;
+}
+
 // Weights with O(1) activations, so that every path moves the logits: the layout's init scaled
 // by 8 (std 0.16 over D = 64 inputs), norms and q/k norms 1 + N(0, 0.1²), biases N(0, 0.1²).
 std::vector<std::vector<float>> strong_params(const ModelConfig& c) {
@@ -70,7 +84,8 @@ std::vector<std::vector<float>> strong_params(const ModelConfig& c) {
       init_tensor_range(c, t, 23, 0, t.numel, dst);
       const bool norm = t.role == TensorRole::kInputNorm || t.role == TensorRole::kPostAttnNorm ||
                         t.role == TensorRole::kFinalNorm || t.role == TensorRole::kQNorm ||
-                        t.role == TensorRole::kKNorm;
+                        t.role == TensorRole::kKNorm || t.role == TensorRole::kAttnOutNorm ||
+                        t.role == TensorRole::kMlpOutNorm;
       for (int64_t i = 0; i < t.numel; ++i)
         dst[i] = norm ? 1.0f + noise(gen) : t.is_bias() ? noise(gen) : 8.0f * dst[i];
     }
@@ -122,7 +137,8 @@ std::vector<ConstTensorView> views_of(const std::vector<std::vector<float>>& par
 constexpr double kFp32OracleTolerance = 1e-4;
 
 TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneTokenAtATime) {
-  for (const ModelConfig& c : {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied()}) {
+  for (const ModelConfig& c :
+       {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied(), gemma2_tied()}) {
     const int64_t T = 70, prompt = 13;  // a prompt of 13 rows, then 57 of one
     const std::vector<std::vector<float>> params = strong_params(c);
     const std::vector<int32_t> tokens = some_tokens(c, T);

@@ -81,9 +81,7 @@ void block_scores(float* scores, const float* q, const float* k, const Attention
         scores, keys.width());
   const float cap = sh.scores.softcap;
   if (cap <= 0.0f) return;
-  const float inv_cap = 1.0f / cap;
-  for (int64_t n = 0; n < rows * keys.width(); ++n)
-    scores[n] = cap * std::tanh(scores[n] * inv_cap);
+  for (int64_t n = 0; n < rows * keys.width(); ++n) scores[n] = cap * std::tanh(scores[n] / cap);
 }
 
 // Forward, per query row i of head h (kv head g = h / group), keys j with doc_start_i ≤ j ≤
@@ -162,7 +160,7 @@ void CpuBackend::attention_backward(TensorView dq_view, TensorView dk_view, Tens
                                     int64_t T, int64_t H, int64_t Hkv, int64_t hd,
                                     const int32_t* doc_start, const AttentionScores& scores) {
   const AttentionShape sh = checked_shape(B, T, H, Hkv, hd, scores);
-  const float inv_cap = scores.softcap > 0.0f ? 1.0f / scores.softcap : 0.0f;
+  const float cap = scores.softcap;
   const int64_t q_elements = B * T * H * hd, kv_elements = B * T * Hkv * hd;
   const Fp32Input dout32(dout_view, q_elements), q32(q_view, q_elements), k32(k_view, kv_elements),
       v32(v_view, kv_elements), out32(out_view, q_elements);
@@ -214,7 +212,7 @@ void CpuBackend::attention_backward(TensorView dq_view, TensorView dk_view, Tens
             float* p = probs.data() + r * width;
             float* ds = dscores.data() + r * width;
             for (int64_t j = lo; j < hi; ++j) {
-              const float capped = p[j] * inv_cap;  // tanh(s/c) with a cap, else 0
+              const float capped = cap > 0.0f ? p[j] / cap : 0.0f;  // tanh(s/c) with a cap
               p[j] = fast_expf(p[j] - row_lse);
               ds[j] = p[j] * (ds[j] - dout_dot_out) * scale * (1.0f - capped * capped);
             }

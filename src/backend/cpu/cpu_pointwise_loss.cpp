@@ -193,9 +193,8 @@ float cross_entropy_row(const float* row, float* drow, int32_t target, int64_t V
     sum = lane_sum(
         V, [row, row_max](int64_t j) { return static_cast<double>(fast_expf(row[j] - row_max)); });
     const float factor = static_cast<float>(static_cast<double>(grad_scale) / sum);
-    const float inv_cap = 1.0f / softcap;
     for (int64_t j = 0; j < V; ++j) {
-      const float capped = row[j] * inv_cap;  // tanh(z/c)
+      const float capped = row[j] / softcap;  // tanh(z/c)
       float d = fast_expf(row[j] - row_max) * factor;
       if (j == target) d -= grad_scale;
       drow[j] = d * (1.0f - capped * capped);
@@ -278,7 +277,6 @@ void CpuBackend::softcap_inplace(TensorView y_view, float c, int64_t n) {
   ZT_CHECK(c > 0.0f, "softcap_inplace: the cap must be positive, got " + std::to_string(c));
   constexpr int64_t kSoftcapBlock = 4096;
   const bool widen = needs_fp32_copy(y_view);
-  const float inv_c = 1.0f / c;
 #pragma omp parallel if (n > kParallelMinElements)
   {
     std::vector<float> block(widen ? static_cast<size_t>(kSoftcapBlock) : 0);
@@ -288,7 +286,7 @@ void CpuBackend::softcap_inplace(TensorView y_view, float c, int64_t n) {
       uint16_t* stored = widen ? static_cast<uint16_t*>(y_view.data) + b0 : nullptr;
       float* y = widen ? block.data() : static_cast<float*>(y_view.data) + b0;
       if (widen) widen_16bit(y_view.dtype, stored, y, static_cast<size_t>(count));
-      for (int64_t i = 0; i < count; ++i) y[i] = c * std::tanh(y[i] * inv_c);
+      for (int64_t i = 0; i < count; ++i) y[i] = c * std::tanh(y[i] / c);
       if (widen) round_16bit(y_view.dtype, y, stored, static_cast<size_t>(count));
     }
   }
