@@ -65,12 +65,13 @@ def swap_k_and_v(module, _inputs, output):
     return torch.cat([q, v, k], dim=-1)
 
 
-def peft_model(hf_dir, initial_a, dropout=0.0, mutation=None):
-    """PEFT on the base with zerotrain's initial A and B zero: (model, {name: parameter})."""
+def peft_model(hf_dir, initial_a, dropout=0.0, mutation=None, base=None):
+    """PEFT's all-linear on the base (Phi-3's, or `base` given) with zerotrain's initial A and B
+    zero: (model, {name: parameter})."""
     from peft import LoraConfig, get_peft_model
     config = LoraConfig(r=lora.RANK, lora_alpha=lora.ALPHA, lora_dropout=dropout,
                         target_modules="all-linear", task_type="CAUSAL_LM")
-    model = get_peft_model(base_model(hf_dir), config)
+    model = get_peft_model(base if base is not None else base_model(hf_dir), config)
     trained = {}
     for name, p in model.named_parameters():
         if p.requires_grad:
@@ -216,6 +217,28 @@ def check_target_names(zt, work):
     print("target names: q_proj,v_proj refused; Llama's list adapts o_proj and down_proj, as PEFT")
 
 
+def imported_windows_and_initial_a(zt, work, source_dir):
+    """work("hf") imported as work("model"), the byte windows (training, evaluation) and
+    zerotrain's initial all-linear A (a run whose step cannot move an fp32 value): (tokens,
+    eval_tokens, {name: A in float64}, the adapter config's target_modules)."""
+    run_tool([zt, "import", work("hf"), "--out", work("model")])
+    S = lora.SEQ_LEN
+    data = write_byte_windows(work("tok.h5"), os.path.join(source_dir, "inputs", "data",
+                                                           "sample.txt"), lora.WINDOWS, S,
+                              extra_tokens=1)
+    tokens = torch.from_numpy(np.stack([data[w * S: w * S + S + 1]
+                                        for w in range(lora.WINDOWS)]).astype(np.int64))
+    eval_tokens = torch.from_numpy(
+        data[:lora.WINDOWS * (S + 1)].reshape(lora.WINDOWS, S + 1).astype(np.int64))
+    run_tool(lora.train_args(zt, work, work("init"), ["--micro-batch", "2"], steps=1, lr=1e-30,
+                             targets="all-linear"))
+    initial = lora.read_safetensors(work("init", "final", "adapter_model.safetensors"))
+    initial_a = {n[len(lora.PREFIX):]: t.to(torch.float64) for n, t in initial.items()
+                 if ".lora_A." in n}
+    with open(work("init", "final", "adapter_config.json")) as f:
+        return tokens, eval_tokens, initial_a, json.load(f)["target_modules"]
+
+
 def main():
     args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["parts"])
     zt = args.zerotrain
@@ -225,22 +248,8 @@ def main():
         torch.manual_seed(1234)
         model = Phi3ForCausalLM(Phi3Config(**CONFIG)).to(torch.bfloat16)
         model.save_pretrained(work("hf"), safe_serialization=True)
-        run_tool([zt, "import", work("hf"), "--out", work("model")])
-        data = write_byte_windows(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
-                                                               "sample.txt"), lora.WINDOWS,
-                                  lora.SEQ_LEN, extra_tokens=1)
-        S = lora.SEQ_LEN
-        tokens = torch.from_numpy(np.stack([data[w * S: w * S + S + 1]
-                                            for w in range(lora.WINDOWS)]).astype(np.int64))
-        eval_tokens = torch.from_numpy(
-            data[:lora.WINDOWS * (S + 1)].reshape(lora.WINDOWS, S + 1).astype(np.int64))
-        run_tool(lora.train_args(zt, work, work("init"), ["--micro-batch", "2"], steps=1,
-                                 lr=1e-30, targets="all-linear"))
-        initial = lora.read_safetensors(work("init", "final", "adapter_model.safetensors"))
-        initial_a = {n[len(lora.PREFIX):]: t.to(torch.float64) for n, t in initial.items()
-                     if ".lora_A." in n}
-        with open(work("init", "final", "adapter_config.json")) as f:
-            written = json.load(f)["target_modules"]
+        tokens, eval_tokens, initial_a, written = imported_windows_and_initial_a(
+            zt, work, args.source_dir)
         check(written == FUSED, f"all-linear on Phi-3 adapts {written}, PEFT {FUSED}")
         history = []
         model, trained = peft_model(work("hf"), initial_a, mutation=args.mutation)
