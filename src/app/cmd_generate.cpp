@@ -113,12 +113,16 @@ def turn_end_id(messages, template, tools):
     """The token that closes the assistant turn the template renders after the messages, when
     it is one the tokenizer adds whole (<|im_end|>, <|eot_id|>, <|end|>, Gemma's <end_of_turn>,
     which its config does not mark special; after whitespace, as Llama 2's " </s>"); -1 when
-    the turn closes with plain text, or the template renders no such turn."""
+    the turn closes with plain text, or the template renders no such turn (said on stderr when
+    it raises)."""
     probe = "zerotrain-reply-probe"
     try:
         closed = tok.apply_chat_template(messages + [{"role": "assistant", "content": probe}],
                                          tools=tools, tokenize=False, chat_template=template)
-    except Exception:  # a template that raises on a closed turn has none to read
+    except Exception as e:  # a template that raises on a closed turn has none to read
+        print(f"generate: warning: the chat template raised rendering a closed assistant turn "
+              f"({type(e).__name__}: {e}); the reply stops at the EOS ids alone",
+              file=sys.stderr)
         return -1
     at = closed.rfind(probe)
     closing = closed[at + len(probe):].lstrip() if at >= 0 else ""

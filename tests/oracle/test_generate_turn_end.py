@@ -24,6 +24,8 @@ read off each template by hand (test_tokenizer_configs.TURN_CLOSING), then "O" a
    transformers' greedy decoding without a stop; finish_reason "length".
 3. `--prompt` continues a text, not a turn: it stops at the EOS ids alone, as transformers'
    generate() does (CodeGemma and Phi-3, whose closing token is not EOS, run to the length).
+4. A chat template that raises on an assistant turn (--chat-template-file, CodeGemma): the reply
+   stops at the EOS ids alone, and a warning names the template's error.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -148,6 +150,23 @@ def check_one(work, zt, source):
           f"{name}: generate --prompt wrote {new} ({reason}), not transformers' greedy "
           f"{want} stopped at EOS {sorted(eos)} alone")
     print(f"ok   {name}: --ignore-eos and --prompt run past {closing_text} to {MAX_NEW} tokens")
+    # 4. A template that cannot render a closed assistant turn has no closing token to read.
+    template = work(name, "no-replies.jinja")
+    with open(template, "w", encoding="utf-8") as f:
+        f.write("{% for m in messages %}{% if m['role'] == 'assistant' %}"
+                "{{ raise_exception('no replies here') }}{% endif %}"
+                "<<{{ m['role'] }}>>{{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}<<assistant>>{% endif %}")
+    out = run_tool([zt, "generate", "--model", model_dir, "--max-new-tokens", str(MAX_NEW),
+                    "--json", "--chat", MESSAGE, "--chat-template-file", template])
+    answer = last_json_line(out)
+    want = greedy(model, answer["prompt_tokens"], eos)
+    check(answer["new_tokens"] == want and answer["finish_reason"] == "length",
+          f"{name}: with a template that raises on a reply, generate wrote "
+          f"{answer['new_tokens']} ({answer['finish_reason']}), not {want}")
+    check("the chat template raised rendering a closed assistant turn" in out and
+          "no replies here" in out, f"{name}: no warning naming the template's error: {out}")
+    print(f"ok   {name}: a template that raises on a reply: EOS alone, the error named")
 
 
 def check_all(work, zt, source_dir):
