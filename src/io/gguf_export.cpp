@@ -69,8 +69,7 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
                "the others, so it is not written to GGUF (export safetensors instead)");
   // llama.cpp's gemma2 always caps, takes a window, and scales the scores by a rule of its own
   // (gguf_import.cpp's read_gemma2): a model it would compute otherwise is not written.
-  const double llama_cpp_scalar = static_cast<double>(
-      c.num_layers == kGemma2_27bLayers ? c.hidden_size / c.num_heads : c.head_dim());
+  const double llama_cpp_scalar = llama_cpp_gemma2_query_scalar(c);
   ZT_CHECK(
       type != "gemma2" || (c.attn_logit_softcap > 0.0f && c.final_logit_softcap > 0.0f &&
                            c.sliding_window > 0 && c.query_pre_attn_scalar == llama_cpp_scalar),

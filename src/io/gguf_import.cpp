@@ -119,8 +119,7 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
 // query_pre_attn_scalar of those models.
 void read_gemma2(const GgufReader& g, ModelConfig& c) {
   c.sandwich_norms = true;
-  c.query_pre_attn_scalar = static_cast<double>(
-      c.num_layers == kGemma2_27bLayers ? c.hidden_size / c.num_heads : c.head_dim());
+  c.query_pre_attn_scalar = llama_cpp_gemma2_query_scalar(c);
   auto number = [&](const std::string& key, double absent) {
     return g.has(key) ? g.number(key) : absent;
   };
@@ -273,6 +272,12 @@ std::string gguf_tensor_name(const std::string& hf, bool sandwich_norms) {
   for (const LayerName& n : kLayerNames)
     if (hf.compare(dot + 1, std::string::npos, n.hf) == 0) return "blk." + layer + "." + n.gguf;
   fail("no GGUF name for tensor '" + hf + "'");
+}
+
+double llama_cpp_gemma2_query_scalar(const ModelConfig& c) {
+  constexpr int64_t kGemma2_27bLayers = 46;
+  return static_cast<double>(c.num_layers == kGemma2_27bLayers ? c.hidden_size / c.num_heads
+                                                               : c.head_dim());
 }
 
 bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_name) {

@@ -31,8 +31,9 @@ ModelConfig gguf_model_config(const GgufReader& gguf);
 // "blk.3.attn_q.weight"), and whether llama.cpp permutes its rows for an architecture.
 // sandwich_norms: a Gemma 2's, whose post_attention_layernorm is llama.cpp's post_attention_norm.
 std::string gguf_tensor_name(const std::string& hf_name, bool sandwich_norms = false);
-// Gemma-2-27B's layer count, by which llama.cpp's gemma2 picks its attention scale.
-inline constexpr int64_t kGemma2_27bLayers = 46;
+// The query_pre_attn_scalar llama.cpp's gemma2 scales the scores by (the file carries none):
+// hidden / heads for Gemma-2-27B's 46 layers, else head_dim.
+double llama_cpp_gemma2_query_scalar(const ModelConfig& c);
 bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_name);
 // The row of a permuted [heads·head_dim, in] projection where Hugging Face's row `row` is stored:
 // within each head, the first and second halves are interleaved.

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_staging.h"
+#include "backend/glu_math.h"
 #include "util/error.h"
 #include "util/ignored_target.h"
 
@@ -31,37 +32,16 @@ void check_ids(const int32_t* ids, int64_t n, int64_t limit, const char* what) {
 
 }  // namespace
 
-// ---- gated MLP activation (SwiGLU, GeGLU) ----
-// Each activation gives act(a), and the gradients dgate = dh·u·act'(a), dup = dh·act(a).
+// ---- gated MLP activation (SwiGLU, GeGLU: backend/glu_math.h) ----
 namespace {
 
-// silu(a) = a / (1 + exp(−a)) (PyTorch's form); σ = 1/(1 + exp(−a)), silu' = σ·(1 + a·(1 − σ)).
-struct Silu {
-  static float value(float a) { return a / (1.0f + fast_expf(-a)); }
-  static void grads(float a, float g, float u, float& dg, float& du) {
-    const float sigma = 1.0f / (1.0f + fast_expf(-a));
-    dg = g * u * sigma * (1.0f + a * (1.0f - sigma));
-    du = g * (a * sigma);
-  }
+// The backend's exp and tanh for backend/glu_math.h's activations.
+struct CpuMath {
+  static float exp(float x) { return fast_expf(x); }
+  static float tanh(float x) { return std::tanh(x); }
 };
-
-// gelu_tanh(a) = a/2 · (1 + t), t = tanh(k·(a + c·a³)), k = sqrt(2/π), c = 0.044715 (PyTorch's
-// gelu(approximate="tanh"), in its order of operations); gelu' = (1 + t)/2 + a/2 · (1 − t²) ·
-// k·(1 + 3c·a²).
-struct GeluTanh {
-  static constexpr float kScale = 0.7978845608028654f;
-  static constexpr float kCubic = 0.044715f;
-  static float inner(float a) { return std::tanh(kScale * (a + kCubic * a * a * a)); }
-  static float value(float a) { return 0.5f * a * (1.0f + inner(a)); }
-  static void grads(float a, float g, float u, float& dg, float& du) {
-    const float t = inner(a);
-    const float half_a = 0.5f * a;
-    const float slope =
-        0.5f * (1.0f + t) + half_a * (1.0f - t * t) * kScale * (1.0f + 3.0f * kCubic * a * a);
-    dg = g * u * slope;
-    du = g * (half_a * (1.0f + t));
-  }
-};
+using Silu = zt::Silu<CpuMath>;
+using GeluTanh = zt::GeluTanh<CpuMath>;
 
 template <typename Act>
 void glu_forward_rows(float* h, const float* gate, const float* up, int64_t n) {

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
 #include "backend/dropout_hash.h"
+#include "backend/glu_math.h"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
 #include "util/ignored_target.h"
@@ -20,34 +21,13 @@ namespace zt::cuda {
 namespace {
 
 // ---- gated MLP activations (elementwise bodies: cuda_elementwise.cuh) ----
-// Each activation gives act(a), and the gradients dgate = dh·u·act'(a), dup = dh·act(a).
-// SwiGLU: silu(a) = a / (1 + exp(−a)); σ = 1/(1 + exp(−a)), silu' = σ·(1 + a·(1 − σ)).
-struct Silu {
-  __device__ static float value(float a) { return a / (1.0f + expf(-a)); }
-  __device__ static void grads(float a, float g, float u, float& dg, float& du) {
-    const float sigma = 1.0f / (1.0f + expf(-a));
-    dg = g * u * sigma * (1.0f + a * (1.0f - sigma));
-    du = g * (a * sigma);
-  }
+// backend/glu_math.h's activations with CUDA's exp and tanh.
+struct CudaMath {
+  ZT_HOST_DEVICE static float exp(float x) { return expf(x); }
+  ZT_HOST_DEVICE static float tanh(float x) { return tanhf(x); }
 };
-
-// GeGLU (Gemma): gelu_tanh(a) = a/2 · (1 + t), t = tanh(k·(a + c·a³)), k = sqrt(2/π),
-// c = 0.044715 (PyTorch's gelu(approximate="tanh")); gelu' = (1 + t)/2 + a/2 · (1 − t²) ·
-// k·(1 + 3c·a²).
-struct GeluTanh {
-  static constexpr float kScale = 0.7978845608028654f;
-  static constexpr float kCubic = 0.044715f;
-  __device__ static float inner(float a) { return tanhf(kScale * (a + kCubic * a * a * a)); }
-  __device__ static float value(float a) { return 0.5f * a * (1.0f + inner(a)); }
-  __device__ static void grads(float a, float g, float u, float& dg, float& du) {
-    const float t = inner(a);
-    const float half_a = 0.5f * a;
-    const float slope =
-        0.5f * (1.0f + t) + half_a * (1.0f - t * t) * kScale * (1.0f + 3.0f * kCubic * a * a);
-    dg = g * u * slope;
-    du = g * (half_a * (1.0f + t));
-  }
-};
+using Silu = zt::Silu<CudaMath>;
+using GeluTanh = zt::GeluTanh<CudaMath>;
 
 // Forward: h = act(a)·u.
 template <typename A, typename Act>
