@@ -54,8 +54,13 @@ void check_activation_storage(DType storage, Precision precision, const std::str
 }
 
 AttentionShape attention_shape(const ModelConfig& config, int64_t B, int64_t T) {
-  return {
-      B, T, config.num_heads, config.num_kv_heads, config.head_dim(), config.attention_scores()};
+  // Layer 0 has the model's window where any layer has one (Gemma 2's first layer slides).
+  return {B,
+          T,
+          config.num_heads,
+          config.num_kv_heads,
+          config.head_dim(),
+          config.attention_scores(0, T)};
 }
 
 #if ZEROTRAIN_HAVE_CUDA

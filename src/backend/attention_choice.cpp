@@ -63,7 +63,8 @@ std::string describe(const AttentionShape& s) {
   return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
          " Hkv=" + std::to_string(s.Hkv) + " hd=" + std::to_string(s.hd) +
          (s.scores.scale > 0 ? " scale=" + std::to_string(s.scores.scale) : "") +
-         (s.scores.softcap > 0 ? " softcap=" + std::to_string(s.scores.softcap) : "");
+         (s.scores.softcap > 0 ? " softcap=" + std::to_string(s.scores.softcap) : "") +
+         (s.scores.window > 0 ? " window=" + std::to_string(s.scores.window) : "");
 }
 
 std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major,
@@ -86,6 +87,9 @@ std::string fused_attention_unsupported(const AttentionShape& shape, int sm_majo
   if (shape.scores.softcap > 0)
     return "the attention scores' soft cap (attn_logit_softcapping " +
            std::to_string(shape.scores.softcap) + ") is not a stage of cuDNN's SDPA";
+  if (shape.scores.window > 0)
+    return "a sliding window of " + std::to_string(shape.scores.window) +
+           " tokens, shorter than the sequence, is not implemented on the fused path";
   if (shape.T < 2)
     return "a sequence of " + std::to_string(shape.T) +
            " position(s) is not supported by cuDNN's SDPA backward (--seq-len of at least 2)";

@@ -36,7 +36,7 @@ const char* attention_request_name(AttentionRequest request);
 const char* attention_kernel_name(AttentionKernel kernel);
 
 // q[B,T,H,hd], k/v[B,T,Hkv,hd] (Backend::attention_forward's layout), and how the scores are
-// formed (the model's scale and soft cap).
+// formed (the model's scale, soft cap and the shortest of its layers' windows shorter than T).
 struct AttentionShape {
   int64_t B = 0, T = 0, H = 0, Hkv = 0, hd = 0;
   AttentionScores scores{};
@@ -48,10 +48,11 @@ std::string describe(const AttentionShape& shape);
 // major.minor ("" when they can): cuDNN's bf16 SDPA needs sm_80 or newer, a head dimension that is
 // a multiple of 8 and at most 128 (forward and backward), H a multiple of Hkv, and at least two
 // positions (its backward refuses s_q = s_kv = 1), and scores without a soft cap (Gemma 2's, which
-// SDPA has no stage for; a scale of the model's own it takes). With document_masks the documents
-// run as cuDNN's ragged (packed, THD) sequences, which its kernels take on Hopper (sm_90) only
-// (cuDNN refuses the deterministic ragged backward on sm_100); the graph build checks cuDNN's
-// version.
+// SDPA has no stage for; a scale of the model's own it takes) or a sliding window shorter than
+// the sequence (not built on the fused path; a window the sequence fits in is none). With
+// document_masks the documents run as cuDNN's ragged (packed, THD) sequences, which its kernels
+// take on Hopper (sm_90) only (cuDNN refuses the deterministic ragged backward on sm_100); the
+// graph build checks cuDNN's version.
 std::string fused_attention_unsupported(const AttentionShape& shape, int sm_major,
                                         bool document_masks = false);
 

@@ -1,9 +1,14 @@
-// How attention forms its scores before the softmax (backend.h's attention ops):
+// How attention forms its scores before the softmax (backend.h's attention ops), and which keys a
+// query sees:
 //   s = scale·q·k,  then with a soft cap c (Gemma 2's attn_logit_softcapping)  s ← c·tanh(s/c)
 // scale is 1/sqrt(head_dim) unless the family says otherwise (Gemma 2's query_pre_attn_scalar^−½).
 // The cap bounds every score within (−c, c) and keeps the order of the scores; its derivative is
 // 1 − tanh²(s/c) = 1 − (s_capped/c)², so the backward needs only the capped score.
+// A sliding window of w tokens (Mistral's, Phi-3's, every other layer of Gemma 2) lets the query
+// at position p see only the keys at positions p − w < j ≤ p: itself and the w − 1 before it, as
+// transformers' eager and SDPA masks keep them (key j masked where j ≤ p − w).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -12,12 +17,17 @@ namespace zt {
 struct AttentionScores {
   float scale = 0.0f;    // 0: 1/sqrt(head_dim)
   float softcap = 0.0f;  // 0: none
+  int64_t window = 0;    // 0: none (every earlier key)
   float scale_for(int64_t head_dim) const {
     return scale > 0.0f ? scale
                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   }
+  // The first key position the query at `position` sees under the window (0 without one).
+  int64_t first_key(int64_t position) const {
+    return window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+  }
   bool operator==(const AttentionScores& o) const {
-    return scale == o.scale && softcap == o.softcap;
+    return scale == o.scale && softcap == o.softcap && window == o.window;
   }
 };
 

@@ -199,6 +199,18 @@ AttentionScores ModelConfig::attention_scores() const {
   return scores;
 }
 
+AttentionScores ModelConfig::attention_scores(int layer, int64_t keys) const {
+  AttentionScores scores = attention_scores();
+  const int64_t window = layer_window(layer);
+  if (window > 0 && window < keys) scores.window = window;
+  return scores;
+}
+
+int64_t ModelConfig::layer_window(int layer) const {
+  if (sandwich_norms && layer % 2 != 0) return 0;  // Gemma 2's global layers
+  return sliding_window;
+}
+
 float ModelConfig::embedding_scale(DType activations) const {
   if (!scaled_embeddings) return 1.0f;
   const auto scale = static_cast<float>(std::sqrt(static_cast<double>(hidden_size)));

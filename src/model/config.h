@@ -36,8 +36,9 @@ struct ModelConfig {
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeScalingParams rope_scaling;  // config.json rope_scaling: none, linear or llama3
-  // Mistral's sliding attention window in tokens (0: none). A model trains or evaluates only at
-  // sequence lengths within the window, where it equals full causal attention.
+  // The sliding attention window in tokens (0: none): Mistral's and Phi-3's on every layer,
+  // Gemma 2's on every other one (layer_window); the query at position p sees keys p − w < j ≤ p
+  // (backend/attention_scores.h).
   int64_t sliding_window = 0;
   // config.json's pad_token_id, which transformers makes the embedding's padding_idx: that row
   // gets no gradient from the token's occurrences as an input (a tied head's gradient still
@@ -90,6 +91,13 @@ struct ModelConfig {
   // transformers computes it in double and PyTorch multiplies fp32 scores by it (else
   // 1/sqrt(head_dim)), and attn_logit_softcap.
   AttentionScores attention_scores() const;
+  // The same for layer `layer` attending over `keys` positions, with the layer's window where it
+  // masks a key there (window < keys; a window the keys fit in is no window, so that the scores
+  // equal full causal attention's bit for bit and the fused path stays open).
+  AttentionScores attention_scores(int layer, int64_t keys) const;
+  // Layer `layer`'s sliding window (0: none): Gemma 2's on its even layers (transformers'
+  // Gemma2 is_sliding = not layer_idx % 2), Mistral's and Phi-3's on all.
+  int64_t layer_window(int layer) const;
   // Sets Gemma's three changes above (model_type "gemma").
   void use_gemma_math() {
     norm_weight_offset = 1.0f;

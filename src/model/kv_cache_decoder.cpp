@@ -20,12 +20,6 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
            "decoding " + std::to_string(max_positions_) +
                " positions: the model's max_position_embeddings is " +
                std::to_string(config_.max_position_embeddings));
-  // A window of W tokens masks keys more than W − 1 positions back: none while length ≤ W.
-  ZT_CHECK(config_.sliding_window == 0 || max_positions_ <= config_.sliding_window,
-           "decoding " + std::to_string(max_positions_) +
-               " positions exceeds the model's sliding_window of " +
-               std::to_string(config_.sliding_window) +
-               " tokens: attention over a window shorter than the sequence is not implemented");
   // Longrope: the forward that passes the original length runs every position so far again.
   const int64_t original = config_.rope_scaling.original_max_positions;
   if (config_.rope_scaling.type == RopeScaling::kLongrope && max_rows_ <= original &&
@@ -161,7 +155,7 @@ void KvCacheDecoder::layer_forward(int layer, ConstTensorView params, TensorView
     be_.rope_forward_after(A.k, 1, n, Hkv, hd, rope, past);
   }
   be_.attention_forward_after(A.att, A.lse, A.q, cached_keys, cached_values, 1, n, past, H, Hkv, hd,
-                              config_.attention_scores());
+                              config_.attention_scores(layer, past + n));
   decoder_layer_mlp(be_, config_, P, A, x, out, n, {});
 }
 

@@ -209,13 +209,6 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
       storage_(storage) {
   ZT_CHECK(B_ > 0 && T_ > 0, "micro-batch and sequence length must be positive");
   ZT_CHECK(head_chunk_rows >= 0, "head_chunk_rows must be >= 0");
-  // A window of W tokens masks keys more than W − 1 positions back: no key at T <= W.
-  ZT_CHECK(config_.sliding_window == 0 || T_ <= config_.sliding_window,
-           "sequence length " + std::to_string(T_) + " exceeds the model's sliding_window of " +
-               std::to_string(config_.sliding_window) +
-               " tokens: attention over a window shorter than the sequence is not implemented "
-               "(use --seq-len <= " +
-               std::to_string(config_.sliding_window) + ")");
   head_chunk_ = head_chunk_rows > 0 ? std::min(head_chunk_rows, M_)
                                     : head_rows_per_chunk(M_, config_.vocab_size);
   // Activations (and every device-pool buffer of the engine) live in the backend's memory.
@@ -411,7 +404,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
     be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
   }
   be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, B_, T_, H, Hkv, hd, doc_start,
-                        config_.attention_scores());
+                        config_.attention_scores(layer, T_));
   decoder_layer_mlp(be_, config_, P, A, x, out, M_, adapt);
 }
 
@@ -457,7 +450,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   lora_backward(layer, LoraTarget::kO, t_.datt, {dattn_out}, A.att, adapters, adapter_grads, write);
   const int32_t* doc_start = document_starts();
   be_.attention_backward(t_.dq, t_.dk, t_.dv, t_.datt, A.q, A.k, A.v, A.att, A.lse, B_, T_, H, Hkv,
-                         hd, doc_start, config_.attention_scores());
+                         hd, doc_start, config_.attention_scores(layer, T_));
   rope_backward_qk(layer, doc_start);
   // dq, dk are now ∂L/∂(what RoPE rotated). Qwen3: back through the per-head norm into datt
   // (free after the attention's backward, as wide as q), giving ∂L/∂(the projection's output).

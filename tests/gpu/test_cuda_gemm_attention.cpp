@@ -95,14 +95,15 @@ struct AttentionCase {
   int64_t B, T, H, Hkv, hd;
   size_t scratch_bytes;         // 0: the default test scratch
   bool document_masks = false;  // periodic_doc_starts on both backends
-  AttentionScores scores{};     // the scale and soft cap of the scores
+  AttentionScores scores{};     // the scale, soft cap and sliding window of the scores
 };
 
 std::string describe(const AttentionCase& c) {
   return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) +
          " Hkv=" + std::to_string(c.Hkv) + " hd=" + std::to_string(c.hd) +
          " scratch=" + std::to_string(c.scratch_bytes) + (c.document_masks ? " masked" : "") +
-         " softcap=" + std::to_string(c.scores.softcap);
+         " softcap=" + std::to_string(c.scores.softcap) +
+         " window=" + std::to_string(c.scores.window);
 }
 
 void check_attention(cpu::CpuBackend& cpu, GemmCompute compute, const AttentionCase& c) {
@@ -177,6 +178,17 @@ TEST_P(CudaAttention, MatchesCpuWithOwnScaleAndSoftCap) {
   const size_t matrix_bytes = cuda::align_up(T * T * sizeof(float));
   check_attention(cpu_, GetParam(), {2, T, 4, 2, 16, 0, false, gemma2});
   check_attention(cpu_, GetParam(), {2, T, 8, 4, 16, 3 * 2 * matrix_bytes, true, gemma2});
+}
+
+// A sliding window (Mistral's; Gemma 2's with its scores): the row kernels keep each query's last
+// `window` keys, as the CPU attention does, alone, under document masks and in several passes.
+TEST_P(CudaAttention, MatchesCpuInASlidingWindow) {
+  const int64_t T = 100;
+  const size_t matrix_bytes = cuda::align_up(T * T * sizeof(float));
+  check_attention(cpu_, GetParam(), {2, T, 4, 2, 16, 0, false, {0.0f, 0.0f, 7}});
+  check_attention(cpu_, GetParam(), {3, T, 4, 2, 16, 0, true, {0.0f, 0.0f, 30}});
+  check_attention(cpu_, GetParam(),
+                  {2, T, 8, 4, 16, 3 * 2 * matrix_bytes, false, {0.9f, 0.5f, 30}});
 }
 
 // Document masks (block-causal attention, backend.h): the row kernels keep each query's own

@@ -191,6 +191,18 @@ TEST(AttentionChoice, FusedSupportFollowsCudnnLimits) {
             std::string::npos);
   EXPECT_EQ(fused_attention_unsupported(AttentionShape{2, 2048, 16, 8, 128, {0.0625f, 0.0f}}, 9),
             "");
+  // A sliding window shorter than the sequence is not built on the fused path (auto keeps such a
+  // run on the GEMM path, saying so); a window the sequence fits in is none
+  // (ModelConfig::attention_scores), as Mistral-7B-v0.1's 4096 at 2048 positions.
+  const AttentionShape windowed{2, 2048, 32, 8, 128, {0.0f, 0.0f, 1024}};
+  EXPECT_NE(fused_attention_unsupported(windowed, 9).find("sliding window of 1024 tokens"),
+            std::string::npos);
+  const AttentionChoice auto_windowed =
+      choose_attention(AttentionRequest::kAuto, true, 9, windowed, false, cudnn_accepts);
+  EXPECT_EQ(auto_windowed.kernel, AttentionKernel::kGemm);
+  EXPECT_NE(auto_windowed.why.find("sliding window"), std::string::npos) << auto_windowed.why;
+  EXPECT_THROW(choose_attention(AttentionRequest::kFused, true, 9, windowed, false, cudnn_accepts),
+               Error);
   // One position: cuDNN's backward refuses s_q = s_kv = 1; two run.
   EXPECT_NE(fused_attention_unsupported(AttentionShape{4, 1, 16, 16, 64}, 9).find("--seq-len"),
             std::string::npos);

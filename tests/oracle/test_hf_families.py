@@ -91,8 +91,9 @@ FAMILIES = {
     # which MistralConfig reads, and no window (exported as a Llama with that head_dim).
     "mistral-nemo": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None, head_dim=32,
                                                                   rope_theta=1000000.0)),
-    # Mistral with a window at least as long as every sequence here (33 tokens): full attention.
-    "mistral-window": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=40)),
+    # Mistral with a window of 12 keys, shorter than the sequences here (32 positions) and than
+    # the prompt generate starts from (24 tokens): the keys slide.
+    "mistral-window": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=12)),
     # Qwen2/2.5: q/k/v biases (no o bias), a large rope_theta, the sliding-window keys of every
     # Qwen2 config.json with use_sliding_window false, tied embeddings as Qwen2.5-0.5B.
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
@@ -107,9 +108,9 @@ FAMILIES = {
     # one gate_up_proj; grouped-query heads (COMMON) put k and v at offsets other than q's size.
     # Phi3Config's pad_token_id (32000) is outside this vocabulary: the space, as for Llama.
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(sliding_window=None, pad_token_id=32)),
-    # Phi-3 mini-4k's config names a sliding window (2047 there); here one at least as long as
-    # every sequence (33 tokens), where it is full attention.
-    "phi3-window": ("Phi3Config", "Phi3ForCausalLM", dict(sliding_window=40, pad_token_id=32,
+    # Phi-3 mini-4k's config names a sliding window (2047 there, half its 4096 positions); here
+    # one of 12 keys, shorter than every sequence.
+    "phi3-window": ("Phi3Config", "Phi3ForCausalLM", dict(sliding_window=12, pad_token_id=32,
                                                           rope_theta=500000.0)),
     # Phi-3.5-mini's longrope on windows of original_max_position_embeddings (32) tokens: the
     # short factors divide the frequencies (spread here so that each matters) and cos and sin are
@@ -161,10 +162,10 @@ FAMILIES = {
     # residual add, scores scaled by query_pre_attn_scalar^-1/2 (24 ≠ head_dim 32) and soft-capped,
     # and soft-capped logits. The caps are small (2 and 3, Google's are 50 and 30) so that these
     # random weights' scores and logits bend well past the bound. The window (every other layer's,
-    # from the first) is wider than every sequence here, where it changes nothing.
+    # from the first) is 12 keys, shorter than every sequence here.
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
         head_dim=32, pad_token_id=32, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
-        final_logit_softcapping=3.0, sliding_window=64)),
+        final_logit_softcapping=3.0, sliding_window=12)),
 }
 # SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
 SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
@@ -416,8 +417,9 @@ def greedy_scores(model, prompt_ids, count):
 def check_generate(zt, imported, model, tokens, family, original):
     """Greedy generate across longrope's original length against transformers' generate, which
     rotates each forward with the factors of its key/value length (the prompt's forward, then
-    each new token's with the cache before it): every new token is the largest of transformers'
-    scores at its step, within 1e-4 of the row's largest magnitude."""
+    each new token's with the cache before it), and past a sliding window (every position from
+    the prompt's on sees 12 keys): every new token is the largest of transformers' scores at its
+    step, within 1e-4 of the row's largest magnitude."""
     prompt_ids = [int(t) for t in tokens[:24]]
     check(all(0 < t < 128 for t in prompt_ids), "the prompt is ASCII")
     new_count = 2 * original + 8 - len(prompt_ids)  # past the original length either way
@@ -742,7 +744,8 @@ def main():
     print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ {worst[0]:.3e} "
           f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
 
-    if "longrope" in args.family or args.family in ("smollm3", "gemma", "gemma2"):
+    if "longrope" in args.family or "window" in args.family or args.family in (
+            "smollm3", "gemma", "gemma2"):
         check_generate(zt, imported, model, tokens, args.family,
                        extra.get("original_max_position_embeddings", 16))
 

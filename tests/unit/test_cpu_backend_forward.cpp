@@ -126,8 +126,9 @@ TEST(CpuBackendForward, RopeTableCacheAcrossLengths) {
   EXPECT_NE(other_theta[H * hd + 1], short_a[H * hd + 1]);  // theta is part of the cache key
 }
 
-// Direct causal GQA attention in double: out and lse. scores: the scale (1/sqrt(hd) when 0) and
-// Gemma 2's soft cap c of the scores, s ← c·tanh(s/c) (none when 0).
+// Direct causal GQA attention in double: out and lse. scores: the scale (1/sqrt(hd) when 0),
+// Gemma 2's soft cap c of the scores, s ← c·tanh(s/c) (none when 0), and a sliding window w: query
+// i sees keys i − w < j ≤ i, as transformers' masks keep them (every earlier key when 0).
 void attention_reference(std::vector<double>& out, std::vector<double>& lse,
                          const std::vector<float>& q, const std::vector<float>& k,
                          const std::vector<float>& v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
@@ -140,9 +141,10 @@ void attention_reference(std::vector<double>& out, std::vector<double>& lse,
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = h / (H / Hkv);
       for (int64_t i = 0; i < T; ++i) {
+        const int64_t first = scores.window > 0 ? std::max<int64_t>(0, i - scores.window + 1) : 0;
         std::vector<double> s(i + 1);
         double mx = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           for (int64_t d = 0; d < hd; ++d) {
             s[j] += double(q[((b * T + i) * H + h) * hd + d]) * k[((b * T + j) * Hkv + g) * hd + d];
           }
@@ -151,9 +153,9 @@ void attention_reference(std::vector<double>& out, std::vector<double>& lse,
           mx = std::max(mx, s[j]);
         }
         double sum = 0.0;
-        for (double sj : s) sum += std::exp(sj - mx);
+        for (int64_t j = first; j <= i; ++j) sum += std::exp(s[j] - mx);
         lse[(b * H + h) * T + i] = mx + std::log(sum);
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           const double p = std::exp(s[j] - mx) / sum;
           for (int64_t d = 0; d < hd; ++d) {
             out[((b * T + i) * H + h) * hd + d] += p * v[((b * T + j) * Hkv + g) * hd + d];
@@ -165,8 +167,10 @@ void attention_reference(std::vector<double>& out, std::vector<double>& lse,
 }
 
 // Plain scores, and Gemma 2's: its own scale (query_pre_attn_scalar^−½) and a soft cap small
-// enough that tanh bends most scores of these inputs (|s| up to about 3c).
-const AttentionScores kScoreForms[] = {{}, {0.3f, 2.0f}};
+// enough that tanh bends most scores of these inputs (|s| up to about 3c); then sliding windows:
+// 5 keys (every case's later rows lose keys), and 70 with Gemma 2's scores (past the first block
+// of 64 query rows, a block's first key inside the keys of the rows before it).
+const AttentionScores kScoreForms[] = {{}, {0.3f, 2.0f}, {0.0f, 0.0f, 5}, {0.3f, 2.0f, 70}};
 
 TEST(CpuBackendForward, AttentionMatchesDirectGqa) {
   auto be = make_cpu_backend();
@@ -185,9 +189,9 @@ TEST(CpuBackendForward, AttentionMatchesDirectGqa) {
       attention_reference(out_ref, lse_ref, q, k, v, c.B, c.T, c.H, c.Hkv, c.hd, scores);
       // |out| ≲ 1, so an absolute bound is a relative one on the typical element.
       EXPECT_LT(max_relative_error(out, out_ref, 1.0), 2e-6)
-          << "T=" << c.T << " softcap=" << scores.softcap;
+          << "T=" << c.T << " softcap=" << scores.softcap << " window=" << scores.window;
       EXPECT_LT(max_relative_error(lse, lse_ref, 1.0), 2e-6)
-          << "T=" << c.T << " softcap=" << scores.softcap;
+          << "T=" << c.T << " softcap=" << scores.softcap << " window=" << scores.window;
     }
   }
 }
@@ -229,12 +233,12 @@ void attention_after_cached_rows_matches(const std::vector<float>& q, const std:
                                 past, H, Hkv, hd, scores);
     const std::vector<double> want(out_ref.begin() + past * H * hd, out_ref.end());
     EXPECT_LT(max_relative_error(out, want, 1.0), 2e-6)
-        << "past=" << past << " softcap=" << scores.softcap;
+        << "past=" << past << " softcap=" << scores.softcap << " window=" << scores.window;
     std::vector<double> lse_want(H * n);
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < n; ++i) lse_want[h * n + i] = lse_ref[h * T + past + i];
     EXPECT_LT(max_relative_error(lse, lse_want, 1.0), 2e-6)
-        << "past=" << past << " softcap=" << scores.softcap;
+        << "past=" << past << " softcap=" << scores.softcap << " window=" << scores.window;
     if (past > 0) continue;
     std::vector<float> whole(out.size()), whole_lse(lse.size());
     be->attention_forward(whole.data(), whole_lse.data(), q.data(), k.data(), v.data(), 1, T, H,

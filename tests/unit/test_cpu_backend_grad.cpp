@@ -185,6 +185,13 @@ TEST(CpuBackendGrad, AttentionWithOwnScaleAndSoftCap) {
   expect_attention_gradients_match({0.7f, 0.8f});
 }
 
+// A sliding window of 3 keys (rows 3..6 of T = 7 lose their first keys), with plain scores and
+// with Gemma 2's (whose even layers take a window).
+TEST(CpuBackendGrad, AttentionInASlidingWindow) {
+  expect_attention_gradients_match({0.0f, 0.0f, 3});
+  expect_attention_gradients_match({0.7f, 0.8f, 3});
+}
+
 // h = act(gate)·up: both gradients against finite differences.
 void expect_glu_gradients_match(GluActivation act) {
   auto be = make_cpu_backend();

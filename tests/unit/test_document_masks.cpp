@@ -211,8 +211,11 @@ double worst_difference(const std::vector<float>& got, const std::vector<float>&
 // Documents crossing the CPU attention's 64-row query blocks, a one-token document, and a row
 // that is one document: forward and backward equal each document's part run alone (B = 1, plain
 // causal), up to fp32 sums in another order: 10·u·√T (u = 2^-24) of the largest term. RoPE with
-// masks is bitwise RoPE of each part from position 0.
-TEST(DocumentMasks, CpuAttentionAndRopeEqualEachDocumentAlone) {
+// masks is bitwise RoPE of each part from position 0. Under a sliding window (`scores`) each part
+// runs alone with the same window: a row's first key is the later of its document's and its
+// window's.
+void expect_documents_computed_alone(const AttentionScores& scores) {
+  SCOPED_TRACE("window " + std::to_string(scores.window));
   const int64_t B = 3, T = 150, H = 4, Hkv = 2, hd = 8;
   const std::vector<std::vector<int32_t>> starts = {{0, 40, 70, 71, 130}, {0, 100}, {0}};
   const std::vector<int32_t> doc_start = doc_start_rows(starts, T);
@@ -222,9 +225,9 @@ TEST(DocumentMasks, CpuAttentionAndRopeEqualEachDocumentAlone) {
   auto be = make_cpu_backend();
   std::vector<float> out(q.size()), lse(B * H * T), dq(q.size()), dk(k.size()), dv(v.size());
   be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, Hkv, hd,
-                        doc_start.data());
+                        doc_start.data(), scores);
   be->attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
-                         out.data(), lse.data(), B, T, H, Hkv, hd, doc_start.data());
+                         out.data(), lse.data(), B, T, H, Hkv, hd, doc_start.data(), scores);
   const double bound = 10 * std::ldexp(1.0, -24) * std::sqrt(static_cast<double>(T));
   const RopeSpec rope = RopeSpec::unscaled(10000.0f);
   auto roped = q;
@@ -238,9 +241,10 @@ TEST(DocumentMasks, CpuAttentionAndRopeEqualEachDocumentAlone) {
       std::vector<float> pout(pq.size()), plse(H * n), pdq(pq.size()), pdk(pk.size()),
           pdv(pv.size());
       be->attention_forward(pout.data(), plse.data(), pq.data(), pk.data(), pv.data(), 1, n, H, Hkv,
-                            hd);
+                            hd, nullptr, scores);
       be->attention_backward(pdq.data(), pdk.data(), pdv.data(), pdout.data(), pq.data(), pk.data(),
-                             pv.data(), pout.data(), plse.data(), 1, n, H, Hkv, hd);
+                             pv.data(), pout.data(), plse.data(), 1, n, H, Hkv, hd, nullptr,
+                             scores);
       const std::string where = "row " + std::to_string(r) + " document " + std::to_string(d);
       EXPECT_LE(worst_difference(out, pout, r, T, qw, a), bound) << where << " out";
       EXPECT_LE(worst_difference(dq, pdq, r, T, qw, a), bound) << where << " dq";
@@ -253,6 +257,16 @@ TEST(DocumentMasks, CpuAttentionAndRopeEqualEachDocumentAlone) {
       EXPECT_EQ(worst_difference(roped, pq, r, T, qw, a), 0.0) << where << " rope";
     }
   }
+}
+
+TEST(DocumentMasks, CpuAttentionAndRopeEqualEachDocumentAlone) {
+  expect_documents_computed_alone({});
+}
+
+// A window of 50 keys: shorter than the documents of 59, 60, 100 and 150 tokens (and than a block
+// of 64 query rows), longer than those of 40 and 30.
+TEST(DocumentMasks, CpuAttentionInASlidingWindowEqualsEachDocumentAlone) {
+  expect_documents_computed_alone({0.0f, 0.0f, 50});
 }
 
 // A row that is one document computes bitwise what no masks compute (the path every unmasked run

@@ -43,6 +43,12 @@ TEST(Gemma2Config, Gemma2_9bItIsReadWithItsScaleCapsWindowAndNorms) {
   EXPECT_EQ(c.attention_scores().softcap, 50.0f);
   EXPECT_EQ(c.final_logit_softcap, 30.0f);
   EXPECT_EQ(c.sliding_window, 4096);
+  // The window is the even layers' (transformers' is_sliding = not layer_idx % 2), where it masks
+  // keys: at 8192 positions (max_position_embeddings), not at 4096.
+  EXPECT_EQ(c.attention_scores(0, 8192).window, 4096);
+  EXPECT_EQ(c.attention_scores(40, 8192).window, 4096);
+  EXPECT_EQ(c.attention_scores(41, 8192).window, 0);
+  EXPECT_EQ(c.attention_scores(0, 4096).window, 0);
   EXPECT_TRUE(c.tie_word_embeddings);  // Gemma2Config's default: the file has no key
   // Gemma 2's names: post_attention_layernorm follows the attention, pre_feedforward_layernorm
   // precedes the MLP.

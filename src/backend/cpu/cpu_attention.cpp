@@ -5,9 +5,10 @@
 // accumulated by one thread in a fixed order. Within a head, query rows go in blocks of
 // kQueryBlock; a block of rows [i0, i1) only meets keys [k0, i1), so the score, value and gradient
 // products are single-threaded sgemm calls on strided views of q/k/v (about half the work of
-// the full T×T square is skipped). k0 is 0, or with document masks the first key of the block's
-// first row (doc starts never decrease along a row), so the keys of earlier documents are skipped
-// too. The softmax runs in fp32 with the vectorisable fast_expf.
+// the full T×T square is skipped). k0 is 0, or with document masks or a sliding window the first
+// key of the block's first row (neither start decreases along a row), so the keys of earlier
+// documents and those out of every row's window are skipped too. The softmax runs in fp32 with
+// the vectorisable fast_expf.
 
 #include <algorithm>
 #include <cmath>
@@ -49,26 +50,35 @@ AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64
                                         " query heads are not a multiple of " +
                                         std::to_string(Hkv) + " kv heads");
   ZT_CHECK(past >= 0, "attention: negative count of cached keys " + std::to_string(past));
-  ZT_CHECK(scores.softcap >= 0.0f && scores.scale >= 0.0f,
-           "attention: a negative scale or soft cap (" + std::to_string(scores.scale) + ", " +
-               std::to_string(scores.softcap) + ")");
+  ZT_CHECK(scores.softcap >= 0.0f && scores.scale >= 0.0f && scores.window >= 0,
+           "attention: a negative scale, soft cap or window (" + std::to_string(scores.scale) +
+               ", " + std::to_string(scores.softcap) + ", " + std::to_string(scores.window) + ")");
   return AttentionShape{B, T, H, Hkv, hd, past, scores};
 }
 
 // The keys a block of query rows [i0, i0 + rows) of batch row b meets: [first, end), and row r's
 // visible ones [first + lo(r), first + hi(r)) (columns lo(r) ≤ j < hi(r) of the block's scores).
-// past: cached keys before the queries (query row i sees keys up to past + i).
+// past: cached keys before the queries (query row i sees keys up to past + i). A row's first key
+// is the later of its document's start and its window's (AttentionScores::first_key); both never
+// decrease along a row, so the block's first row has the block's first key.
 struct KeyRange {
   const int32_t* doc_start;  // of batch row b, or null
+  AttentionScores scores;
   int64_t i0, past, first, end;
-  KeyRange(const int32_t* doc_start_row, int64_t i0_, int64_t rows, int64_t past_ = 0)
+  KeyRange(const int32_t* doc_start_row, const AttentionScores& scores_, int64_t i0_, int64_t rows,
+           int64_t past_ = 0)
       : doc_start(doc_start_row),
+        scores(scores_),
         i0(i0_),
         past(past_),
-        first(doc_start_row ? doc_start_row[i0_] : 0),
+        first(first_visible(0)),
         end(past_ + i0_ + rows) {}
+  int64_t first_visible(int64_t r) const {
+    const int64_t doc = doc_start ? doc_start[i0 + r] : 0;
+    return std::max<int64_t>(doc, scores.first_key(past + i0 + r));
+  }
   int64_t width() const { return end - first; }
-  int64_t lo(int64_t r) const { return doc_start ? doc_start[i0 + r] - first : 0; }
+  int64_t lo(int64_t r) const { return first_visible(r) - first; }
   int64_t hi(int64_t r) const { return past + i0 + r + 1 - first; }
 };
 
@@ -85,7 +95,7 @@ void block_scores(float* scores, const float* q, const float* k, const Attention
 }
 
 // Forward, per query row i of head h (kv head g = h / group), keys j with doc_start_i ≤ j ≤
-// past + i:
+// past + i (and past + i − w < j under a window w):
 //   s_j = q_i·k_j·scale (c·tanh(s_j/c) with a soft cap c);  lse_i = log Σ_j exp(s_j);  out_i = Σ_j
 //   exp(s_j − lse_i)·v_j
 void attention_forward_rows(TensorView out_view, float* lse, ConstTensorView q_view,
@@ -109,7 +119,7 @@ void attention_forward_rows(TensorView out_view, float* lse, ConstTensorView q_v
       const int64_t h = bh % H;
       for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, T - i0);
-        const KeyRange keys(doc_start ? doc_start + b * T : nullptr, i0, rows, sh.past);
+        const KeyRange keys(doc_start ? doc_start + b * T : nullptr, sh.scores, i0, rows, sh.past);
         const int64_t width = keys.width();
         block_scores(probs.data(), q, k, sh, b, h, rows, keys);
         for (int64_t r = 0; r < rows; ++r) {
@@ -195,7 +205,7 @@ void CpuBackend::attention_backward(TensorView dq_view, TensorView dk_view, Tens
       for (int64_t h = g * sh.group(); h < (g + 1) * sh.group(); ++h) {
         for (int64_t i0 = 0; i0 < T; i0 += kQueryBlock) {
           const int64_t rows = std::min(kQueryBlock, T - i0);
-          const KeyRange keys(doc_start ? doc_start + b * T : nullptr, i0, rows);
+          const KeyRange keys(doc_start ? doc_start + b * T : nullptr, sh.scores, i0, rows);
           const int64_t width = keys.width();
           const float* q_block = q + sh.q_offset(b, i0, h);
           const float* dout_block = dout + sh.q_offset(b, i0, h);

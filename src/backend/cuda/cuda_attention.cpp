@@ -88,6 +88,7 @@ struct PassView {
     p.row_stride = q_row_stride(), p.head_stride = q_head_stride();
     p.scale = scale();
     p.softcap = s.scores.softcap;
+    p.window = s.scores.window;
     p.doc_start = doc_start ? doc_start + b * s.T : nullptr;
     return p;
   }

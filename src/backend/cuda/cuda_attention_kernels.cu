@@ -30,9 +30,12 @@ __device__ float block_max(float value) {
   return warp_max[0];
 }
 
-// The first key row i sees: 0, or its document's first token.
+// The first key row i sees: 0, or its document's first token, or under a sliding window w the
+// first of the w keys ending at i, whichever is later (backend/attention_scores.h).
 __device__ int64_t first_visible_key(const AttentionPass& pass, int64_t i) {
-  return pass.doc_start ? pass.doc_start[i] : 0;
+  const int64_t doc = pass.doc_start ? pass.doc_start[i] : 0;
+  const int64_t in_window = pass.window > 0 ? i - pass.window + 1 : 0;
+  return doc > in_window ? doc : in_window;
 }
 
 // A score under the soft cap c: c·tanh(s/c) (attention_scores.h); s itself without one (c = 0).

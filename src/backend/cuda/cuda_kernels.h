@@ -105,6 +105,7 @@ struct AttentionPass {
   int64_t head_stride = 0;
   float scale = 1.0f;    // of the scores: 1/sqrt(hd) unless the model sets its own
   float softcap = 0.0f;  // the scores' soft cap c (s ← c·tanh(s/c)); 0: none
+  int64_t window = 0;    // sliding window w: row i sees keys j > i − w; 0: none
   // Document masks of the pass's batch row ([T], device; null: plain causal): row i sees keys
   // doc_start[i] ≤ j ≤ i (backend.h).
   const int32_t* doc_start = nullptr;

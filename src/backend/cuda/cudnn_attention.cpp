@@ -357,9 +357,9 @@ struct CudnnAttention::Impl {
 
   // The graph key of a call: the documents' ragged layout when the call has document masks.
   SdpaGraphKey key_for(const AttentionShape& s, bool backward, DType io, bool with_documents) {
-    ZT_CHECK(s.scores.softcap <= 0.0f,
+    ZT_CHECK(s.scores.softcap <= 0.0f && s.scores.window == 0,
              "fused attention: " + describe(s) +
-                 ": a soft cap is not a stage of cuDNN's SDPA "
+                 ": a soft cap or a sliding window is not implemented on the fused path "
                  "(choose_attention keeps such a model on the GEMM path)");
     if (!with_documents) return {s, backward, io, {}};
     ZT_CHECK(documents.has_value(),
