@@ -67,6 +67,10 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
                nlohmann::json(c.layers_without_rope).dump() +
                "; llama.cpp's smollm3 takes none in every fourth layer (3, 7, ...) and RoPE in "
                "the others, so it is not written to GGUF (export safetensors instead)");
+  ZT_CHECK(type != "gemma3_text",
+           "export: model '" + dir +
+               "' is a Gemma 3, which is not written to GGUF yet (llama.cpp's gemma3); export "
+               "safetensors instead");
   // llama.cpp's gemma2 always caps, takes a window, and scales the scores by a rule of its own
   // (gguf_import.cpp's read_gemma2): a model it would compute otherwise is not written.
   const double llama_cpp_scalar = llama_cpp_gemma2_query_scalar(c);

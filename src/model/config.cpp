@@ -56,6 +56,8 @@ void ModelConfig::validate() const {
   check_layers_without_rope();
   check_gemma();
   check_gemma2();
+  check_gemma3();
+  check_sliding_window();
   ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
            "model config: rms_norm_eps must be a positive finite number");
   ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
@@ -89,7 +91,6 @@ void ModelConfig::validate() const {
                "model config: rope_scaling.original_max_position_embeddings must be positive");
     }
   }
-  ZT_CHECK(sliding_window >= 0, "model config: sliding_window must be >= 0 (0: none)");
   ZT_CHECK(padding_token >= -1 && padding_token < vocab_size,
            "model config: pad_token_id " + std::to_string(padding_token) +
                " is not a row of the embedding (vocab_size " + std::to_string(vocab_size) + ")");
@@ -99,9 +100,6 @@ void ModelConfig::validate() const {
            "Hugging Face architecture");
   ZT_CHECK(!qk_norm || qkv_bias == o_bias,
            "model config: q/k norms (Qwen3) take attention_bias for all four projections or none");
-  ZT_CHECK(sliding_window == 0 || sandwich_norms || (!qkv_bias && !qk_norm),
-           "model config: a sliding window (Mistral) with attention biases or q/k norms is not "
-           "implemented");
   ZT_CHECK(!(qkv_bias && !o_bias && !qk_norm) || explicit_head_dim == 0 ||
                explicit_head_dim * num_heads == hidden_size,
            "model config: Qwen2 (q/k/v biases) computes head_dim as hidden_size / "
@@ -110,8 +108,6 @@ void ModelConfig::validate() const {
            "model config: Phi-3's fused projections with attention biases, q/k norms or a "
            "head_dim other than hidden_size / num_attention_heads are not a Hugging Face "
            "architecture");
-  ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone || fused_projections,
-           "model config: a sliding window (Mistral) with rope_scaling is not implemented");
   // Element offsets, byte counts and FLOP counts are int64/double products of these sizes; a
   // bound far above any real model (2^48 parameters, 2^40 per matrix) keeps them exact.
   const double d = static_cast<double>(hidden_size), ff = static_cast<double>(intermediate_size);
@@ -165,12 +161,15 @@ void ModelConfig::check_gemma() const {
            "(model_type \"gemma\"); a part of them is not a Hugging Face architecture");
   // GemmaForCausalLM: Llama's attention (biases on all four projections or none), no window,
   // no rope scaling (transformers 4.46's Gemma applies none), every layer rotating its whole head.
-  ZT_CHECK(!is_gemma() || (!fused_projections && !qk_norm && qkv_bias == o_bias &&
-                           (sliding_window == 0 || sandwich_norms) && layers_without_rope.empty() &&
-                           rope_scaling.type == RopeScaling::kNone),
-           "model config: Gemma with fused projections, q/k norms, Qwen2's biases, a sliding "
-           "window (Gemma 2's aside), layers without RoPE or rope scaling is not a Hugging Face "
-           "architecture");
+  // Gemma 3's q/k norms and linear rope scaling (its full-attention layers') aside.
+  const bool gemma3_rope = is_gemma3() && rope_scaling.type == RopeScaling::kLinear;
+  ZT_CHECK(
+      !is_gemma() || (!fused_projections && (!qk_norm || sandwich_norms) && qkv_bias == o_bias &&
+                      (sliding_window == 0 || sandwich_norms) && layers_without_rope.empty() &&
+                      (rope_scaling.type == RopeScaling::kNone || gemma3_rope)),
+      "model config: Gemma with fused projections, q/k norms (Gemma 3's aside), Qwen2's "
+      "biases, a sliding window (Gemma 2's and 3's aside), layers without RoPE or rope "
+      "scaling (Gemma 3's linear aside) is not a Hugging Face architecture");
 }
 
 void ModelConfig::check_gemma2() const {
@@ -191,6 +190,30 @@ void ModelConfig::check_gemma2() const {
            "them is not a Hugging Face architecture");
 }
 
+void ModelConfig::check_sliding_window() const {
+  ZT_CHECK(sliding_window >= 0, "model config: sliding_window must be >= 0 (0: none)");
+  ZT_CHECK(sliding_window == 0 || sandwich_norms || (!qkv_bias && !qk_norm),
+           "model config: a sliding window (Mistral) with attention biases or q/k norms is not "
+           "implemented");
+  ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone || fused_projections ||
+               is_gemma3(),
+           "model config: a sliding window (Mistral) with rope_scaling is not implemented");
+}
+
+// Gemma3ForCausalLM: Gemma 2's model with q/k norms; its pattern and local base come with it, and
+// a window (transformers' Gemma 3 builds its layers' masks from it).
+void ModelConfig::check_gemma3() const {
+  ZT_CHECK(
+      (sliding_window_pattern > 0 || local_rope_theta > 0.0) == is_gemma3(),
+      "model config: sliding_window_pattern and rope_local_base_freq are Gemma 3's "
+      "(model_type \"gemma3_text\", with Gemma 2's model and q/k norms); a part of them is not "
+      "a Hugging Face architecture");
+  if (!is_gemma3()) return;
+  ZT_CHECK(sliding_window > 0, "model config: Gemma 3 needs a sliding_window");
+  ZT_CHECK(std::isfinite(local_rope_theta) && static_cast<float>(local_rope_theta) > 0.0f,
+           "model config: rope_local_base_freq must be a positive finite number");
+}
+
 AttentionScores ModelConfig::attention_scores() const {
   AttentionScores scores;
   if (query_pre_attn_scalar > 0.0)
@@ -207,7 +230,11 @@ AttentionScores ModelConfig::attention_scores(int layer, int64_t keys) const {
 }
 
 int64_t ModelConfig::layer_window(int layer) const {
-  if (sandwich_norms && layer % 2 != 0) return 0;  // Gemma 2's global layers
+  // Every period-th layer attends over every key: Gemma 3's pattern, Gemma 2's every other one.
+  const int64_t period = sliding_window_pattern > 0 ? sliding_window_pattern
+                         : sandwich_norms           ? 2
+                                                    : 0;
+  if (period > 0 && (layer + 1) % period == 0) return 0;
   return sliding_window;
 }
 
@@ -237,6 +264,13 @@ RopeSpec ModelConfig::rope_for_length(int64_t length) const {
   return r;
 }
 
+RopeSpec ModelConfig::rope_for_layer(int layer, int64_t length) const {
+  if (local_rope_theta <= 0.0 || layer_window(layer) == 0) return rope_for_length(length);
+  RopeSpec r = RopeSpec::unscaled(static_cast<float>(local_rope_theta));
+  r.rotary_dims = rope().rotary_dims;
+  return r;
+}
+
 std::string ModelConfig::set_lora(LoraSpec spec) {
   // A pattern's modules first (the LM head, a norm: named), then what it selects here.
   spec.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms);
@@ -246,7 +280,7 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
 }
 
 std::string ModelConfig::model_type() const {
-  if (sandwich_norms) return "gemma2";
+  if (sandwich_norms) return qk_norm ? "gemma3_text" : "gemma2";
   if (is_gemma()) return "gemma";
   if (fused_projections) return "phi3";
   if (qk_norm) return "qwen3";

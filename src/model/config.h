@@ -81,12 +81,21 @@ struct ModelConfig {
   double query_pre_attn_scalar = 0.0;
   float attn_logit_softcap = 0.0f;
   float final_logit_softcap = 0.0f;
+  // Gemma 3 (model_type "gemma3_text", Gemma3ForCausalLM): Gemma 2's model with per-head q/k norms
+  // (qk_norm, scaling by 1 + weight as every Gemma norm), the window on every layer but each
+  // sliding_window_pattern-th (transformers' is_sliding = (layer + 1) % P != 0: layers 5, 11, ...
+  // attend over every key), and the windowed layers rotating with a base of their own,
+  // local_rope_theta (rope_local_base_freq), unscaled: rope_theta and rope_scaling are the
+  // full-attention layers'. 0: not Gemma 3.
+  int64_t sliding_window_pattern = 0;
+  double local_rope_theta = 0.0;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
   LoraSpec lora;
 
   bool is_gemma() const { return norm_weight_offset != 0.0f; }
+  bool is_gemma3() const { return sandwich_norms && qk_norm; }
   // How attention forms its scores (backend/attention_scores.h): query_pre_attn_scalar^−½ as
   // transformers computes it in double and PyTorch multiplies fp32 scores by it (else
   // 1/sqrt(head_dim)), and attn_logit_softcap.
@@ -96,7 +105,8 @@ struct ModelConfig {
   // equal full causal attention's bit for bit and the fused path stays open).
   AttentionScores attention_scores(int layer, int64_t keys) const;
   // Layer `layer`'s sliding window (0: none): Gemma 2's on its even layers (transformers'
-  // Gemma2 is_sliding = not layer_idx % 2), Mistral's and Phi-3's on all.
+  // Gemma2 is_sliding = not layer_idx % 2), Gemma 3's on all but every sliding_window_pattern-th,
+  // Mistral's and Phi-3's on all.
   int64_t layer_window(int layer) const;
   // Sets Gemma's three changes above (model_type "gemma").
   void use_gemma_math() {
@@ -131,6 +141,9 @@ struct ModelConfig {
   // The rotation of sequences of `length` positions: with longrope, its long factors beyond
   // original_max_position_embeddings (transformers 4.46's Phi-3, by the forward's length).
   RopeSpec rope_for_length(int64_t length) const;
+  // Layer `layer`'s rotation at that length: Gemma 3's windowed layers take local_rope_theta,
+  // unscaled; every other layer rope_for_length(length).
+  RopeSpec rope_for_layer(int layer, int64_t length) const;
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;
@@ -138,6 +151,8 @@ struct ModelConfig {
   void check_layers_without_rope() const;  // part of validate()
   void check_gemma() const;                // part of validate()
   void check_gemma2() const;               // part of validate()
+  void check_gemma3() const;               // part of validate()
+  void check_sliding_window() const;       // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
   // Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM or GemmaForCausalLM; torch_dtype

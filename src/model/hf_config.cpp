@@ -79,14 +79,15 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   for (const char* key : {"attention_dropout", "embd_pdrop", "resid_pdrop"})
     if (j.contains(key) && !(j.at(key).is_number() && j.at(key).get<double>() == 0.0))
       refuse(key, "is not implemented (no dropout)");
-  // transformers 4.53 and later write it; Gemma 2's alternates windowed and full layers, which are
-  // one attention within its window, the longest sequence it is trained at.
+  // transformers 4.53 and later write it; Gemma 2's and 3's list their windowed and full layers,
+  // which must be the family's pattern (model/hf_config_gemma.cpp).
   if (j.contains("layer_types")) {
     bool full = j.at("layer_types").is_array();
     for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
-      full = full && (t == "full_attention" || (type == "gemma2" && t == "sliding_attention"));
+      full = full && (t == "full_attention" ||
+                      ((type == "gemma2" || type == "gemma3_text") && t == "sliding_attention"));
     if (!full)
-      refuse("layer_types", type == "gemma2"
+      refuse("layer_types", type == "gemma2" || type == "gemma3_text"
                                 ? "is not implemented (each layer \"full_attention\" or "
                                   "\"sliding_attention\")"
                                 : "is not implemented (every layer is \"full_attention\")");
@@ -297,9 +298,14 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
   // use_sliding_window is false (check_fixed_hf_keys)
   if (is_qwen(type) || type == "smollm3") return 0;
   const bool mistral = type == "mistral";
-  if ((mistral || is_gemma_type(type)) && scaling.type != RopeScaling::kNone)
+  const bool gemma3 = type == "gemma3_text";
+  if ((mistral || is_gemma_type(type)) && scaling.type != RopeScaling::kNone &&
+      !(gemma3 && scaling.type == RopeScaling::kLinear))
     fail(source + ": 'rope_scaling' is not applied by transformers' " +
-         (mistral ? "Mistral" : "Gemma and Gemma 2 (4.46; later releases apply it)") +
+         (mistral  ? "Mistral"
+          : gemma3 ? "Gemma 3 other than linear (its full-attention layers'; gemma-3-4b's and "
+                     "larger) is not implemented"
+                   : "Gemma and Gemma 2 (4.46; later releases apply it)") +
          "; refused rather than computing another model than transformers does");
   if (type == "phi3" && scaling.type != RopeScaling::kNone &&
       scaling.type != RopeScaling::kLongrope)
@@ -308,18 +314,19 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
     fail(source +
          ": 'rope_scaling' of type longrope is implemented for Phi-3 (model_type \"phi3\") "
          "only");
-  // Gemma 2's window (Gemma2Config's default 4096) is every other layer's, from the first.
-  if (!j.contains("sliding_window")) return mistral || type == "gemma2" ? 4096 : 0;
-  // transformers 4.46's Gemma 2 builds every other layer's mask from its window: null fails there.
-  ZT_CHECK(type != "gemma2" || !j.at("sliding_window").is_null(),
-           source +
-               ": 'sliding_window' is null, which transformers' Gemma 2 cannot build "
-               "(absent, it is 4096)");
+  // Gemma 2's window (Gemma2Config's default 4096) is every other layer's, from the first; Gemma
+  // 3's (Gemma3TextConfig's default 4096) all but every sliding_window_pattern-th layer's.
+  const bool gemma_window = type == "gemma2" || gemma3;
+  if (!j.contains("sliding_window")) return mistral || gemma_window ? 4096 : 0;
+  // transformers' Gemma 2 and 3 build their windowed layers' masks from it: null fails there.
+  ZT_CHECK(!gemma_window || !j.at("sliding_window").is_null(),
+           source + ": 'sliding_window' is null, which transformers' " +
+               (gemma3 ? "Gemma 3" : "Gemma 2") + " cannot build (absent, it is 4096)");
   if (j.at("sliding_window").is_null()) return 0;
-  ZT_CHECK(mistral || type == "phi3" || type == "gemma2",
+  ZT_CHECK(mistral || type == "phi3" || gemma_window,
            source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +
-               " outside a Mistral, Phi-3 or Gemma 2 config (model_type \"mistral\", \"phi3\" or "
-               "\"gemma2\") is not implemented");
+               " outside a Mistral, Phi-3, Gemma 2 or Gemma 3 config (model_type \"mistral\", "
+               "\"phi3\", \"gemma2\" or \"gemma3_text\") is not implemented");
   const auto w = required<int64_t>(j, "sliding_window", source);
   ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
   return w;
@@ -479,11 +486,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
          ": has no 'model_type', and 'architectures': " + quoted_json(j.at("architectures")) +
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, "
-         "GemmaForCausalLM, Gemma2ForCausalLM)");
+         "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
-         "smollm3, gemma, gemma2)");
+         "smollm3, gemma, gemma2, gemma3_text)");
   ModelConfig c;
   c.hidden_size = required<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);

@@ -26,10 +26,54 @@ double optional_positive(const nlohmann::json& j, const char* key, double absent
   return d;
 }
 
+// The period of config.json's layer_types (transformers 4.53 and later write it; it wins over
+// the pattern keys there): every period-th layer "full_attention", the others "sliding_attention"
+// (a period past the last layer when none is full); 0 without the key. Another list is refused.
+int64_t layer_types_period(const nlohmann::json& j, const std::string& source) {
+  if (!j.contains("layer_types") || !j.at("layer_types").is_array()) return 0;
+  const nlohmann::json& types = j.at("layer_types");
+  int64_t period = static_cast<int64_t>(types.size()) + 1;
+  for (size_t l = types.size(); l-- > 0;)
+    if (types[l] == "full_attention") period = static_cast<int64_t>(l) + 1;
+  for (size_t l = 0; l < types.size(); ++l) {
+    const bool full = (static_cast<int64_t>(l) + 1) % period == 0;
+    ZT_CHECK(types[l] == (full ? "full_attention" : "sliding_attention"),
+             source + ": 'layer_types' " + quoted_json(types) +
+                 " is not every n-th layer \"full_attention\" and the others "
+                 "\"sliding_attention\", the pattern Gemma 2 and 3 compute");
+  }
+  return period;
+}
+
+// Gemma 3's q/k norms, the RoPE base of its windowed layers (Gemma3TextConfig's default 10000)
+// and which layers attend over every key: every sliding_window_pattern-th (default 6; the key
+// `_sliding_window_pattern` in 4.53's re-saves), or as layer_types lists them.
+void read_gemma3_layers(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  c.qk_norm = true;
+  c.local_rope_theta = j.contains("rope_local_base_freq")
+                           ? optional_positive(j, "rope_local_base_freq", 0.0, source, true)
+                           : 10000.0;
+  ZT_CHECK(c.local_rope_theta > 0.0, source +
+                                         ": 'rope_local_base_freq' is null, which "
+                                         "transformers' Gemma 3 cannot use (absent, it is "
+                                         "10000)");
+  const char* key =
+      j.contains("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+  c.sliding_window_pattern = 6;
+  if (j.contains(key)) {
+    const nlohmann::json& v = j.at(key);
+    ZT_CHECK(v.is_number_integer() && v.get<int64_t>() > 0,
+             source + ": '" + key + "' must be a positive integer, got " + quoted_json(v));
+    c.sliding_window_pattern = v.get<int64_t>();
+  }
+  if (const int64_t period = layer_types_period(j, source); period > 0)
+    c.sliding_window_pattern = period;
+}
+
 }  // namespace
 
 bool is_gemma_type(const std::string& type) {
-  return type == "gemma" || type == "gemma2";
+  return type == "gemma" || type == "gemma2" || type == "gemma3_text";
 }
 
 // Gemma's MLP activation. transformers 4.46 (and back to 4.38) takes it from hidden_activation,
@@ -44,10 +88,10 @@ void check_gemma_activation(const nlohmann::json& j, const std::string& source,
       j.at("hidden_activation") != kTanhGelu)
     fail(source + ": 'hidden_activation': " + quoted_json(j.at("hidden_activation")) +
          " is not implemented (Gemma's MLP is GeGLU with \"gelu_pytorch_tanh\")");
-  if (type == "gemma2" && j.contains("hidden_activation") && j.at("hidden_activation").is_null())
-    fail(source +
-         ": 'hidden_activation' is null, which transformers' Gemma 2 cannot build "
-         "(absent, it is \"gelu_pytorch_tanh\")");
+  if (type != "gemma" && j.contains("hidden_activation") && j.at("hidden_activation").is_null())
+    fail(source + ": 'hidden_activation' is null, which transformers' " +
+         (type == "gemma2" ? "Gemma 2" : "Gemma 3") +
+         " cannot build (absent, it is \"gelu_pytorch_tanh\")");
   if (j.contains("hidden_act") && j.at("hidden_act") != kTanhGelu && j.at("hidden_act") != "gelu")
     fail(source + ": 'hidden_act': " + quoted_json(j.at("hidden_act")) +
          " is not implemented (Gemma's MLP is GeGLU with \"gelu_pytorch_tanh\")");
@@ -57,17 +101,29 @@ void read_gemma_family(const nlohmann::json& j, const std::string& source, const
                        ModelConfig& c) {
   if (!is_gemma_type(type)) return;
   c.use_gemma_math();
-  if (type != "gemma2") return;
+  if (type == "gemma") return;
+  // Gemma2Config's defaults, or Gemma3TextConfig's: scalar 256 and no caps.
+  const bool gemma3 = type == "gemma3_text";
   c.sandwich_norms = true;
-  c.query_pre_attn_scalar = optional_positive(j, "query_pre_attn_scalar", 224.0, source, false);
+  c.query_pre_attn_scalar =
+      optional_positive(j, "query_pre_attn_scalar", gemma3 ? 256.0 : 224.0, source, false);
   ZT_CHECK(c.query_pre_attn_scalar > 0.0,
-           source +
-               ": 'query_pre_attn_scalar' is null, which transformers' Gemma 2 cannot use "
-               "(absent, it is 224)");
-  c.attn_logit_softcap =
-      static_cast<float>(optional_positive(j, "attn_logit_softcapping", 50.0, source, true));
-  c.final_logit_softcap =
-      static_cast<float>(optional_positive(j, "final_logit_softcapping", 30.0, source, true));
+           source + ": 'query_pre_attn_scalar' is null, which transformers' " +
+               (gemma3 ? "Gemma 3 cannot use (absent, it is 256)"
+                       : "Gemma 2 cannot use (absent, it is 224)"));
+  c.attn_logit_softcap = static_cast<float>(
+      optional_positive(j, "attn_logit_softcapping", gemma3 ? 0.0 : 50.0, source, true));
+  c.final_logit_softcap = static_cast<float>(
+      optional_positive(j, "final_logit_softcapping", gemma3 ? 0.0 : 30.0, source, true));
+  if (gemma3) {
+    read_gemma3_layers(j, source, c);
+    return;
+  }
+  const int64_t period = layer_types_period(j, source);
+  ZT_CHECK(period == 0 || period == 2,
+           source + ": 'layer_types' " + quoted_json(j.value("layer_types", nlohmann::json())) +
+               " is not Gemma 2's (the even layers \"sliding_attention\", the odd ones "
+               "\"full_attention\"), the layers zerotrain slides");
 }
 
 void write_gemma_keys(const ModelConfig& c, nlohmann::json& j) {
@@ -83,6 +139,11 @@ void write_gemma_keys(const ModelConfig& c, nlohmann::json& j) {
   j["final_logit_softcapping"] = or_null(c.final_logit_softcap);
   // Written when none, too: Gemma2Config would read its absence as 4096.
   j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json();
+  if (!c.is_gemma3()) return;
+  // transformers 4.50 to 4.52 read sliding_window_pattern; later releases derive layer_types from
+  // it when the file has none.
+  j["sliding_window_pattern"] = c.sliding_window_pattern;
+  j["rope_local_base_freq"] = c.local_rope_theta;
 }
 
 }  // namespace zt

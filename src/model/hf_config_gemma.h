@@ -1,6 +1,7 @@
 // The config.json keys of Gemma's families (model/hf_config.cpp's helpers): Gemma's MLP
-// activation keys, and Gemma 2's sandwich norms, attention scale and soft caps, read and written
-// as transformers 4.46's GemmaConfig and Gemma2Config take them (docs/fine-tuning.md, Gemma).
+// activation keys, Gemma 2's sandwich norms, attention scale and soft caps, and Gemma 3's q/k
+// norms, layer pattern and local RoPE base, read and written as transformers 4.46's GemmaConfig
+// and Gemma2Config and 4.50's Gemma3TextConfig take them (docs/fine-tuning.md, Gemma).
 #pragma once
 #include <string>
 
@@ -10,16 +11,17 @@
 
 namespace zt {
 
-// model_type "gemma" or "gemma2".
+// model_type "gemma", "gemma2" or "gemma3_text".
 bool is_gemma_type(const std::string& type);
 // Refuses an MLP activation other than Gemma's tanh GELU, naming the key.
 void check_gemma_activation(const nlohmann::json& j, const std::string& source,
                             const std::string& type);
 // Gemma's three parts, and for "gemma2" its sandwich norms, query_pre_attn_scalar (Gemma2Config's
-// default 224) and soft caps (50 and 30 absent, none when null).
+// default 224) and soft caps (50 and 30 absent, none when null); for "gemma3_text" the same with
+// Gemma3TextConfig's defaults (256, no caps), q/k norms, its pattern and local RoPE base.
 void read_gemma_family(const nlohmann::json& j, const std::string& source, const std::string& type,
                        ModelConfig& c);
-// The keys of a Gemma or Gemma 2 config.json beside the common ones.
+// The keys of a Gemma, Gemma 2 or Gemma 3 config.json beside the common ones.
 void write_gemma_keys(const ModelConfig& c, nlohmann::json& j);
 
 }  // namespace zt

@@ -108,10 +108,11 @@ const std::vector<std::string>& read_hf_keys() {
 // loads each as.
 const std::map<std::string, std::string>& hf_architectures() {
   static const std::map<std::string, std::string> table = {
-      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
-      {"phi3", "Phi3ForCausalLM"},   {"smollm3", "SmolLM3ForCausalLM"},
-      {"gemma", "GemmaForCausalLM"}, {"gemma2", "Gemma2ForCausalLM"}};
+      {"llama", "LlamaForCausalLM"},       {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},       {"qwen3", "Qwen3ForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"},         {"smollm3", "SmolLM3ForCausalLM"},
+      {"gemma", "GemmaForCausalLM"},       {"gemma2", "Gemma2ForCausalLM"},
+      {"gemma3_text", "Gemma3ForCausalLM"}};
   return table;
 }
 
@@ -157,6 +158,7 @@ std::vector<std::string> family_ignored_keys(const std::string& type) {
   // gemma-2-9b's first files say sliding_window_size beside sliding_window, which transformers'
   // Gemma2Config reads; the hybrid cache is generate()'s.
   if (type == "gemma2") return {"sliding_window_size", "cache_implementation"};
+  if (type == "gemma3_text") return {"cache_implementation"};
   return {};
 }
 
@@ -168,12 +170,17 @@ std::vector<std::string> family_read_keys(const std::string& type) {
   if (type == "gemma2")
     return {"hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
             "final_logit_softcapping"};
+  if (type == "gemma3_text")
+    return {"hidden_activation",       "query_pre_attn_scalar",  "attn_logit_softcapping",
+            "final_logit_softcapping", "sliding_window_pattern", "_sliding_window_pattern",
+            "rope_local_base_freq"};
   if (type == "smollm3") return {"no_rope_layers", "no_rope_layer_interval"};
   return {};
 }
 
-// transformers 4.46's MistralConfig, Qwen2Config, Phi3Config and GemmaConfig, 4.54's Qwen3Config
-// and SmolLM3Config (which keeps PretrainedConfig's tied embeddings).
+// transformers 4.46's MistralConfig, Qwen2Config, Phi3Config and GemmaConfig, 4.50's
+// Gemma3TextConfig, 4.54's Qwen3Config and SmolLM3Config (which keeps PretrainedConfig's tied
+// embeddings).
 const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
   static const std::map<std::string, HfFamilyDefaults> table = {
       {"llama", {"LlamaConfig"}},
@@ -183,7 +190,8 @@ const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
       {"phi3", {"Phi3Config", 32000}},
       {"smollm3", {"SmolLM3Config", 128004, 4, true, 2000000.0}},
       {"gemma", {"GemmaConfig", 0, 16, true}},
-      {"gemma2", {"Gemma2Config", 0, 16, true}}};
+      {"gemma2", {"Gemma2Config", 0, 16, true}},
+      {"gemma3_text", {"Gemma3TextConfig", 0, 4, true, 1000000.0}}};
   return table.at(type);
 }
 

@@ -149,7 +149,7 @@ void KvCacheDecoder::layer_forward(int layer, ConstTensorView params, TensorView
   decoder_layer_qkv(be_, config_, P, A, x, n, {});
   // Longrope: the factors of this forward's key/value length, as transformers 4.46's Phi-3 rotates
   // (short up to the original length; past it forward() has run every position again).
-  const RopeSpec rope = config_.rope_for_length(past + n);
+  const RopeSpec rope = config_.rope_for_layer(layer, past + n);
   if (config_.layer_rotates(layer)) {  // SmolLM3's NoPE layers take none
     be_.rope_forward_after(A.q, 1, n, H, hd, rope, past);
     be_.rope_forward_after(A.k, 1, n, Hkv, hd, rope, past);

@@ -398,7 +398,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
     };
   decoder_layer_qkv(be_, config_, P, A, x, M_, adapt);
   const int32_t* doc_start = document_starts();
-  const RopeSpec rope = config_.rope_for_length(T_);
+  const RopeSpec rope = config_.rope_for_layer(layer, T_);
   if (config_.layer_rotates(layer)) {  // SmolLM3's NoPE layers take none
     be_.rope_forward(A.q, B_, T_, H, hd, rope, doc_start);
     be_.rope_forward(A.k, B_, T_, Hkv, hd, rope, doc_start);
@@ -411,7 +411,7 @@ void LlamaModel::layer_forward(int layer, ConstTensorView params, bool recompute
 void LlamaModel::rope_backward_qk(int layer, const int32_t* doc_start) {
   if (!config_.layer_rotates(layer)) return;  // SmolLM3's NoPE layers took none
   const int64_t H = config_.num_heads, Hkv = config_.num_kv_heads, hd = config_.head_dim();
-  const RopeSpec rope = config_.rope_for_length(T_);
+  const RopeSpec rope = config_.rope_for_layer(layer, T_);
   be_.rope_backward(t_.dq, B_, T_, H, hd, rope, doc_start);
   be_.rope_backward(t_.dk, B_, T_, Hkv, hd, rope, doc_start);
 }

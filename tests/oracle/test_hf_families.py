@@ -57,11 +57,16 @@ from oracle_harness import (CheckFailed, SetupError, check, fp32_model_bound,  #
                             last_json_line, refused, require_venv_modules, run_tool)
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
+from gemma3_reference import GEMMA3_KEYS, build_gemma3, write_gemma3_config  # noqa: E402
 
 # Small random configs, one per family: (transformers config class, model class, kwargs).
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
               rms_norm_eps=1e-5, initializer_range=0.1)
+GEMMA3_COMMON = dict(
+    head_dim=32, pad_token_id=32, query_pre_attn_scalar=24, attn_logit_softcapping=None,
+    final_logit_softcapping=None, sliding_window=12, num_hidden_layers=4, rope_theta=1000000.0,
+    sliding_window_pattern=3, rope_local_base_freq=100.0, rope_scaling=None)
 FAMILIES = {
     # Llama 2/3 shape: grouped-query heads and a Llama-3 rope_theta. pad_token_id is the space
     # (byte 32, frequent in the data): transformers' embedding takes it as padding_idx, whose row
@@ -166,13 +171,24 @@ FAMILIES = {
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
         head_dim=32, pad_token_id=32, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
         final_logit_softcapping=3.0, sliding_window=12)),
+    # Gemma 3's text model (gemma3_reference.py: built on 4.46's Gemma 2, as 4.50 computes it):
+    # q/k norms, no caps, the window (12 keys) on every layer but each third (layer 2 attends over
+    # every key; Google's models: each sixth), whose RoPE base is rope_theta (1e6), the windowed
+    # layers' rope_local_base_freq (100; Google's 10000, far enough from 1e6 on their head_dim of
+    # 256, not on 32).
+    "gemma3": ("Gemma2Config", "Gemma2ForCausalLM", dict(GEMMA3_COMMON)),
+    # ... and gemma-3-4b's text model's linear rope scaling, on the full-attention layers alone.
+    "gemma3-linear": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        GEMMA3_COMMON, rope_scaling={"rope_type": "linear", "factor": 4.0})),
 }
 # SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
 SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 # The families whose reference is transformers 4.49 (partial_rotary_factor in Phi3).
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
-WRITTEN_AS = {"qwen3", "smollm3"}
+WRITTEN_AS = {"qwen3", "smollm3", "gemma3", "gemma3-linear"}
+# The model_type each family's config.json says.
+MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)
 
@@ -235,6 +251,8 @@ def randomize_small_tensors(model):
 
 
 def build_reference(family, config):
+    if family.startswith("gemma3"):
+        return build_gemma3(config)
     model = getattr(transformers, FAMILIES[family][1])(config)
     if family == "smollm3":
         return drop_rope(model, SMOLLM3_NO_ROPE_LAYERS)
@@ -242,8 +260,8 @@ def build_reference(family, config):
 
 
 def save_written_as(family, model, config, out_dir):
-    """A Qwen3 or SmolLM3 checkpoint (config.json as Qwen3Config or SmolLM3Config writes it, one
-    safetensors file)."""
+    """A Qwen3, SmolLM3 or Gemma 3 checkpoint (config.json as Qwen3Config, SmolLM3Config or
+    Gemma3TextConfig writes it, one safetensors file)."""
     import safetensors.torch
     os.makedirs(out_dir)
     tensors = {k: v.contiguous() for k, v in model.state_dict().items()
@@ -251,6 +269,9 @@ def save_written_as(family, model, config, out_dir):
                and not (config.tie_word_embeddings and k == "lm_head.weight")}
     safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"),
                                 metadata={"format": "pt"})
+    if family.startswith("gemma3"):
+        write_gemma3_config(config, out_dir)
+        return
     saved = {k: v for k, v in config.to_dict().items()
              if k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                       "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
@@ -276,7 +297,9 @@ def load_reference(family, config, hf_dir):
     import safetensors.torch
     with open(os.path.join(hf_dir, "config.json")) as f:
         saved = json.load(f)
-    check(saved.get("model_type") == family, f"{hf_dir}/config.json is not a {family} config")
+    model_type = MODEL_TYPES.get(family, family)
+    check(saved.get("model_type") == model_type,
+          f"{hf_dir}/config.json is not a {model_type} config")
     # The reference is built from `config`: the directory's config.json must describe that model
     # (an export's too), key by key, with the keys whose defaults differ between families given.
     expected = {k: getattr(config, k) for k in (
@@ -285,6 +308,16 @@ def load_reference(family, config, hf_dir):
         "head_dim", "pad_token_id")}
     if family == "smollm3":
         expected["no_rope_layers"] = SMOLLM3_NO_ROPE_LAYERS
+    if family.startswith("gemma3"):
+        expected.update({k: getattr(config, k) for k in GEMMA3_KEYS + (
+            "query_pre_attn_scalar", "sliding_window", "attn_logit_softcapping",
+            "final_logit_softcapping")})
+        scaling = saved.get("rope_scaling") or {}
+        got = (scaling.get("rope_type", scaling.get("type")), scaling.get("factor"))
+        want = config.rope_scaling or {}
+        check(got == ((want["rope_type"], want["factor"]) if want else (None, None)),
+              f"{hf_dir}/config.json: 'rope_scaling' is {saved.get('rope_scaling')}, the "
+              f"reference's {config.rope_scaling}")
     # Absent, head_dim is hidden_size / num_attention_heads and pad_token_id none (Qwen3's).
     absent = {"head_dim": config.hidden_size // config.num_attention_heads,
               "pad_token_id": None if family == "qwen3" else "required"}
@@ -745,7 +778,7 @@ def main():
           f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
 
     if "longrope" in args.family or "window" in args.family or args.family in (
-            "smollm3", "gemma", "gemma2"):
+            "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear"):
         check_generate(zt, imported, model, tokens, args.family,
                        extra.get("original_max_position_embeddings", 16))
 
@@ -774,6 +807,9 @@ def main():
         check_smollm3_gguf(zt, work, final, exported, data, args.source_dir, config)
     if args.family in ("gemma", "gemma2"):
         check_gemma_gguf(zt, work, final, exported, args.source_dir, config)
+    if args.family.startswith("gemma3"):  # llama.cpp's gemma3 is not written yet
+        refused([zt, "export", final, "--format", "gguf", "--out",
+                 os.path.join(work, "refused.gguf")], "is a Gemma 3, which is not written to GGUF")
     return 0
 
 

@@ -168,8 +168,9 @@ void attention_reference(std::vector<double>& out, std::vector<double>& lse,
 
 // Plain scores, and Gemma 2's: its own scale (query_pre_attn_scalar^−½) and a soft cap small
 // enough that tanh bends most scores of these inputs (|s| up to about 3c); then sliding windows:
-// 5 keys (every case's later rows lose keys), and 70 with Gemma 2's scores (past the first block
-// of 64 query rows, a block's first key inside the keys of the rows before it).
+// 5 keys (every case's later rows lose keys), and 70 with Gemma 2's scores (after 8 or 74 cached
+// rows of the 75 below, a block's first key inside the keys of the rows before it; the shorter
+// cases fit in it).
 const AttentionScores kScoreForms[] = {{}, {0.3f, 2.0f}, {0.0f, 0.0f, 5}, {0.3f, 2.0f, 70}};
 
 TEST(CpuBackendForward, AttentionMatchesDirectGqa) {

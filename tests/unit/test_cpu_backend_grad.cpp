@@ -152,10 +152,15 @@ TEST(CpuBackendGrad, PartialRopeRotatesTheLeadingElementsAsAHeadOfTheirCount) {
   }
 }
 
+struct AttentionGradShape {
+  int64_t B, T, H, Hkv, hd;
+};
+
 // dq, dk, dv of attention with the given score form against finite differences.
-void expect_attention_gradients_match(const AttentionScores& scores) {
+void expect_attention_gradients_match(const AttentionScores& scores,
+                                      AttentionGradShape shape = {2, 7, 4, 2, 8}) {
   auto be = make_cpu_backend();
-  const int64_t B = 2, T = 7, H = 4, Hkv = 2, hd = 8;
+  const auto [B, T, H, Hkv, hd] = shape;
   auto q = random_normal(B * T * H * hd, 9);
   auto k = random_normal(B * T * Hkv * hd, 10);
   auto v = random_normal(B * T * Hkv * hd, 11);
@@ -190,6 +195,14 @@ TEST(CpuBackendGrad, AttentionWithOwnScaleAndSoftCap) {
 TEST(CpuBackendGrad, AttentionInASlidingWindow) {
   expect_attention_gradients_match({0.0f, 0.0f, 3});
   expect_attention_gradients_match({0.7f, 0.8f, 3});
+}
+
+// Across blocks of 64 query rows (T = 130: blocks from rows 0, 64 and 128): with a window of 5
+// the later blocks' first keys are 60 and 124, with one of 70 the last block's is 59, each block's
+// rows starting at other keys.
+TEST(CpuBackendGrad, AttentionInASlidingWindowAcrossQueryBlocks) {
+  expect_attention_gradients_match({0.0f, 0.0f, 5}, {1, 130, 2, 1, 4});
+  expect_attention_gradients_match({0.0f, 0.0f, 70}, {1, 130, 2, 1, 4});
 }
 
 // h = act(gate)·up: both gradients against finite differences.

@@ -263,8 +263,8 @@ TEST(DocumentMasks, CpuAttentionAndRopeEqualEachDocumentAlone) {
   expect_documents_computed_alone({});
 }
 
-// A window of 50 keys: shorter than the documents of 59, 60, 100 and 150 tokens (and than a block
-// of 64 query rows), longer than those of 40 and 30.
+// A window of 50 keys: shorter than the documents of 59, 100 and 150 tokens (and than a block of
+// 64 query rows), as long as the one of 50, longer than those of 40, 30, 20 and 1.
 TEST(DocumentMasks, CpuAttentionInASlidingWindowEqualsEachDocumentAlone) {
   expect_documents_computed_alone({0.0f, 0.0f, 50});
 }

@@ -4,7 +4,8 @@
 // the oracle does not take: the checkpointed layer's recompute gives the same bits as the stored
 // activations, in fp32 and in bf16 storage, and bf16 storage stays near fp32; the same for a Gemma
 // 2-shaped layer (sandwich norms, its own attention scale, soft-capped scores and logits; oracle:
-// oracle_hf_gemma2). And the bias ops round a bf16 output once, as every op does.
+// oracle_hf_gemma2) and a Gemma 3-shaped one (q/k norms, a window, two RoPE bases; oracle:
+// oracle_hf_gemma3). And the bias ops round a bf16 output once, as every op does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "model/init.h"
 #include "model/layout.h"
 #include "model/llama.h"
+#include "support/gemma3_shape.h"
 #include "util/bf16.h"
 #include "util/memory.h"
 
@@ -45,6 +47,12 @@ ModelConfig gemma2_shaped() {
   c.final_logit_softcap = 2.0f;
   c.validate();
   return c;
+}
+
+// Gemma 3's: Gemma 2's layer without caps, with Gemma's q/k norms, a window of 5 keys (of 16) on
+// its first layer, whose RoPE base is its own, and none on its second.
+ModelConfig gemma3_shaped() {
+  return gemma3_from_gemma2_shape(gemma2_shaped(), 5);
 }
 
 // One micro-batch's forward and backward over every group, the parameters as the layout inits
@@ -123,6 +131,10 @@ TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithBiasesAndQkNorms) {
 
 TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGemma2SandwichNormsAndSoftCaps) {
   expect_recompute_gives_the_same_bits(gemma2_shaped());
+}
+
+TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGemma3QkNormsAndWindows) {
+  expect_recompute_gives_the_same_bits(gemma3_shaped());
 }
 
 TEST(FamilyModel, BiasOpsRoundABf16OutputOnce) {

@@ -120,6 +120,15 @@ TEST(Gemma2Config, WhatGemma2DoesNotComputeIsRefusedNamingTheKey) {
   EXPECT_NE(
       error_with("layer_types", {"sliding_attention", "chunked_attention"}).find("'layer_types'"),
       std::string::npos);
+  // A re-save's layer_types that is not Gemma 2's alternation (which transformers 4.53 and later
+  // would compute): all full, or the odd layers sliding.
+  for (const bool odd_slide : {false, true}) {
+    nlohmann::json types = nlohmann::json::array();
+    for (int l = 0; l < 42; ++l)
+      types.push_back(odd_slide && l % 2 == 1 ? "sliding_attention" : "full_attention");
+    EXPECT_NE(error_with("layer_types", types).find("'layer_types'"), std::string::npos)
+        << types.dump();
+  }
   EXPECT_NE(error_with("use_bidirectional_attention", true).find("'use_bidirectional_attention'"),
             std::string::npos);
   EXPECT_NE(error_with("hidden_activation", nullptr).find("'hidden_activation' is null"),

@@ -186,7 +186,7 @@ TEST(HfConfig, MistralSlidingWindowIsReadAndSlidesOverLongerSequences) {
   llama["sliding_window"] = 4096;
   EXPECT_NE(error_of([&] {
               ModelConfig::from_hf_json(llama, "l.json");
-            }).find("'sliding_window' 4096 outside a Mistral, Phi-3 or Gemma 2 config"),
+            }).find("'sliding_window' 4096 outside a Mistral, Phi-3, Gemma 2 or Gemma 3 config"),
             std::string::npos);
   j["sliding_window"] = -1;
   EXPECT_NE(error_of([&] { ModelConfig::from_hf_json(j, "m.json"); }).find("sliding_window"),

@@ -1,8 +1,9 @@
 // The config.json files of real published models (tests/data/hf_models, sources in its
 // SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
 // Phi-4-mini (RoPE on part of each head), SmolLM3 (layers without RoPE),
-// Gemma 2 (gemma-2-9b-it: sandwich norms, soft caps), and re-saves by transformers 4.46
-// (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7, and unsloth's of CodeGemma-7b-it (Gemma)) are read
+// Gemma 2 (gemma-2-9b-it: sandwich norms, soft caps), Gemma 3 (gemma-3-270m; gemma-3-1b-it re-saved
+// by 4.52.4), and re-saves by transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7, and
+// unsloth's of CodeGemma-7b-it (Gemma)) are read
 // with the keys as published:
 //   - every one is accepted, also under --strict-config: each key in them is one zerotrain reads
 //     or knows to leave the model unchanged, except the keys listed as unknown for a file
@@ -86,6 +87,12 @@ const std::map<std::string, Published>& corpus() {
       // Its card's 9.24B (9,241,705,984: its safetensors index's 18,483,411,968 bytes of bf16);
       // tied, though its config.json has no tie_word_embeddings key (Gemma2Config's default).
       {"google--gemma-2-9b-it", {9241705984, "gemma2", true, 10000, R::kNone}},
+      // Gemma 3's text models (q/k norms, 512-token windows on five layers in six, RoPE base
+      // 10000 there and rope_theta on the others): 999,885,952 and 268,098,176 from the shapes
+      // their configs state (their cards' 1B and 270M; tied, Gemma3TextConfig's default).
+      {"resaved-transformers-4.52.4--google--gemma-3-1b-it",
+       {999885952, "gemma3_text", true, 1000000, R::kNone}},
+      {"google--gemma-3-270m", {268098176, "gemma3_text", true, 1000000, R::kNone}},
       {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
        {1100048384, "llama", false, 10000, R::kNone}},
       {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",

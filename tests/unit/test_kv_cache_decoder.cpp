@@ -20,6 +20,7 @@
 #include "model/kv_cache_decoder.h"
 #include "model/layout.h"
 #include "model/llama.h"
+#include "support/gemma3_shape.h"
 #include "util/error.h"
 #include "util/memory.h"
 
@@ -78,6 +79,12 @@ ModelConfig gemma2_tied() {
   c.sliding_window = 20;
   c.validate();
   return c;
+}
+
+// Gemma 3's shape: Gemma 2's without caps, with q/k norms, its window (20 keys) on every layer but
+// each second, those layers rotating with a base of their own.
+ModelConfig gemma3_tied() {
+  return gemma3_from_gemma2_shape(gemma2_tied(), 20);
 }
 
 // Weights with O(1) activations, so that every path moves the logits: the layout's init scaled
@@ -149,7 +156,7 @@ constexpr double kFp32OracleTolerance = 1e-4;
 
 TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneTokenAtATime) {
   for (const ModelConfig& c : {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied(),
-                               mistral_windowed(), gemma2_tied()}) {
+                               mistral_windowed(), gemma2_tied(), gemma3_tied()}) {
     const int64_t T = 70, prompt = 13;  // a prompt of 13 rows, then 57 of one
     const std::vector<std::vector<float>> params = strong_params(c);
     const std::vector<int32_t> tokens = some_tokens(c, T);

@@ -1,0 +1,148 @@
+// Gemma 3's text models (Gemma3ForCausalLM, model_type "gemma3_text"): Gemma 2's model with
+// per-head q/k norms (scaling by 1 + weight), a sliding window on every layer but each
+// sliding_window_pattern-th, and those windowed layers rotating with rope_local_base_freq. What
+// Gemma3TextConfig (transformers 4.50) reads from the published gemma-3-1b-it and gemma-3-270m
+// config.json files (tests/data/hf_models; 270m's states its layers as transformers 4.55 writes
+// them, layer_types), its defaults where a file leaves keys out, what is refused, and what is
+// written back. The model is checked against a transformers reference in oracle_hf_gemma3.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/layout.h"
+#include "support/hf_config_files.h"
+
+namespace zt {
+namespace {
+
+const char* const kGemma3_1bIt = "resaved-transformers-4.52.4--google--gemma-3-1b-it";
+
+ModelConfig read(const nlohmann::json& j) {
+  return read_strict(j, "gemma3.json");
+}
+
+std::string error_with(const std::string& key, const nlohmann::json& value) {
+  return error_with_key(published_config(kGemma3_1bIt), key, value, "gemma3.json");
+}
+
+TEST(Gemma3Config, Gemma3_1bItIsReadWithItsNormsWindowsAndTwoRopeBases) {
+  const ModelConfig c = read(published_config(kGemma3_1bIt));
+  EXPECT_EQ(c.model_type(), "gemma3_text");
+  EXPECT_TRUE(c.is_gemma() && c.sandwich_norms && c.qk_norm && c.is_gemma3());
+  EXPECT_EQ(c.attention_scores().scale, 0.0625f);  // 256^−½
+  EXPECT_EQ(c.attention_scores().softcap, 0.0f);   // null: none
+  EXPECT_EQ(c.final_logit_softcap, 0.0f);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_EQ(c.sliding_window_pattern, 6);
+  // Layers 5, 11, 17 and 23 attend over every key and rotate with rope_theta; the others within
+  // 512 keys (at 32768 positions), rotating with rope_local_base_freq.
+  for (int layer = 0; layer < 26; ++layer) {
+    const bool global = (layer + 1) % 6 == 0;
+    EXPECT_EQ(c.attention_scores(layer, 32768).window, global ? 0 : 512) << layer;
+    EXPECT_EQ(c.rope_for_layer(layer, 32768).theta, global ? 1000000.0f : 10000.0f) << layer;
+  }
+  EXPECT_EQ(c.attention_scores(0, 512).window, 0);  // the keys fit in the window
+  // Qwen3's tensor names for the q/k norms beside Gemma 2's four norms.
+  const ParamLayout layout(c);
+  EXPECT_EQ(layout.tensor(TensorRole::kQNorm, 3).name, "model.layers.3.self_attn.q_norm.weight");
+  EXPECT_EQ(layout.tensor(TensorRole::kKNorm, 3).name, "model.layers.3.self_attn.k_norm.weight");
+  EXPECT_EQ(layout.tensor(TensorRole::kMlpOutNorm, 3).name,
+            "model.layers.3.post_feedforward_layernorm.weight");
+  const nlohmann::json written = c.to_hf_json();
+  EXPECT_EQ(written.at("architectures"), nlohmann::json({"Gemma3ForCausalLM"}));
+  EXPECT_EQ(written.at("model_type"), "gemma3_text");
+  EXPECT_EQ(written.at("sliding_window_pattern"), 6);
+  EXPECT_EQ(written.at("rope_local_base_freq"), 10000.0);
+  EXPECT_EQ(written.at("sliding_window"), 512);
+  EXPECT_EQ(written.at("query_pre_attn_scalar"), 256.0);
+  EXPECT_TRUE(written.at("attn_logit_softcapping").is_null());
+  EXPECT_EQ(read(written), c);
+}
+
+// gemma-3-270m's file states its layers as transformers 4.55 writes them (layer_types, with
+// _sliding_window_pattern beside): the same pattern of every sixth layer.
+TEST(Gemma3Config, LayerTypesOfNewerReSavesAreThePattern) {
+  const ModelConfig c = read(published_config("google--gemma-3-270m"));
+  EXPECT_EQ(c.sliding_window_pattern, 6);
+  EXPECT_EQ(c.num_layers, 18);
+  EXPECT_EQ(c.attention_scores(17, 4096).window, 0);
+  EXPECT_EQ(c.attention_scores(16, 4096).window, 512);
+  // layer_types wins over the pattern key, as transformers 4.53 and later read it.
+  nlohmann::json j = published_config(kGemma3_1bIt);
+  j["layer_types"] = nlohmann::json::array();
+  for (int l = 0; l < 26; ++l)
+    j["layer_types"].push_back((l + 1) % 3 == 0 ? "full_attention" : "sliding_attention");
+  EXPECT_EQ(read(j).sliding_window_pattern, 3);
+}
+
+// Absent keys take Gemma3TextConfig's defaults (4.50), the values a file that states them says:
+// query_pre_attn_scalar 256, no caps, window 4096, pattern 6, local base 10000, rope_theta 1e6,
+// 4 kv heads, head_dim 256, tied.
+TEST(Gemma3Config, AbsentKeysTakeGemma3TextConfigsDefaults) {
+  const nlohmann::json defaults = {{"query_pre_attn_scalar", 256},
+                                   {"attn_logit_softcapping", nullptr},
+                                   {"final_logit_softcapping", nullptr},
+                                   {"sliding_window", 4096},
+                                   {"sliding_window_pattern", 6},
+                                   {"rope_local_base_freq", 10000.0},
+                                   {"rope_theta", 1000000.0},
+                                   {"num_key_value_heads", 4},
+                                   {"head_dim", 256},
+                                   {"tie_word_embeddings", true}};
+  nlohmann::json absent = published_config(kGemma3_1bIt), stated = absent;
+  for (const auto& [key, value] : defaults.items()) {
+    absent.erase(key);
+    stated[key] = value;
+  }
+  const ModelConfig c = read(absent);
+  EXPECT_EQ(c, read(stated));
+  EXPECT_EQ(c.num_kv_heads, 4);       // not 1b's 1
+  EXPECT_EQ(c.sliding_window, 4096);  // not 1b's 512
+  EXPECT_TRUE(c.tie_word_embeddings);
+}
+
+// gemma-3-4b's text model scales its full-attention layers' RoPE linearly (factor 8); the local
+// layers' base is never scaled.
+TEST(Gemma3Config, LinearRopeScalingIsTheFullAttentionLayers) {
+  nlohmann::json j = published_config(kGemma3_1bIt);
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  const ModelConfig c = read(j);
+  EXPECT_EQ(c.rope_for_layer(5, 4096).scaling.type, RopeScaling::kLinear);
+  EXPECT_EQ(c.rope_for_layer(5, 4096).scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_for_layer(4, 4096).scaling.type, RopeScaling::kNone);
+  EXPECT_EQ(read(c.to_hf_json()), c);
+}
+
+TEST(Gemma3Config, WhatGemma3DoesNotComputeIsRefusedNamingTheKey) {
+  EXPECT_NE(error_with("sliding_window", nullptr).find("'sliding_window' is null"),
+            std::string::npos);
+  EXPECT_NE(error_with("query_pre_attn_scalar", nullptr).find("'query_pre_attn_scalar' is null"),
+            std::string::npos);
+  EXPECT_NE(error_with("rope_local_base_freq", nullptr).find("'rope_local_base_freq' is null"),
+            std::string::npos);
+  EXPECT_NE(error_with("rope_local_base_freq", -1).find("'rope_local_base_freq'"),
+            std::string::npos);
+  EXPECT_NE(error_with("sliding_window_pattern", 0).find("'sliding_window_pattern'"),
+            std::string::npos);
+  EXPECT_NE(error_with("sliding_window_pattern", "6").find("'sliding_window_pattern'"),
+            std::string::npos);
+  EXPECT_NE(error_with("hidden_activation", nullptr).find("'hidden_activation' is null"),
+            std::string::npos);
+  nlohmann::json odd = nlohmann::json::array();
+  for (int l = 0; l < 26; ++l) odd.push_back(l == 3 ? "full_attention" : "sliding_attention");
+  EXPECT_NE(error_with("layer_types", odd).find("'layer_types'"), std::string::npos);
+  EXPECT_NE(
+      error_with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}).find("'rope_scaling'"),
+      std::string::npos);
+  EXPECT_NE(error_with("use_bidirectional_attention", true).find("'use_bidirectional_attention'"),
+            std::string::npos);
+  // A Gemma 3 config.json read as another family's keys: architectures must name Gemma3.
+  EXPECT_NE(error_with("architectures", {"Gemma2ForCausalLM"}).find("'architectures'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace zt
