@@ -163,11 +163,31 @@ RopeScalingParams rope_scaling_from_object(const nlohmann::json& r, const std::s
   return p;
 }
 
+// rope_parameters of transformers 5's Gemma 3, one object per layer type: the full-attention
+// layers' (rope_theta and the scaling, read as the rope object of other families) and the
+// sliding ones' (their base, rope_local_base_freq, read with the layers in hf_config_gemma.cpp).
+// Any other key is refused; so is the form outside Gemma 3.
+const nlohmann::json& full_attention_rope(const nlohmann::json& r, const std::string& type,
+                                          std::string& where) {
+  if (!r.is_object() || !(r.contains("full_attention") || r.contains("sliding_attention")))
+    return r;
+  ZT_CHECK(type == "gemma3_text",
+           where +
+               " holds one object per layer type, which zerotrain reads for Gemma 3 "
+               "(model_type \"gemma3_text\") alone");
+  for (const auto& [key, value] : r.items())
+    ZT_CHECK(key == "full_attention" || key == "sliding_attention",
+             where + ": unknown key '" + key + "' beside the layer types' objects");
+  ZT_CHECK(r.contains("full_attention"), where + " has no 'full_attention' object");
+  where += ".full_attention";
+  return r.at("full_attention");
+}
+
 // rope_theta and the scaling: from rope_parameters (transformers 5.x) or from rope_theta and
 // rope_scaling (4.x; without rope_theta, absent_theta, the family's default). A config holding
 // both spellings must say the same in each.
-void read_rope(const nlohmann::json& j, const std::string& source, double absent_theta,
-               ModelConfig& c) {
+void read_rope(const nlohmann::json& j, const std::string& source, const std::string& type,
+               double absent_theta, ModelConfig& c) {
   const bool legacy_scaling = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
   if (legacy_scaling)
     c.rope_scaling =
@@ -175,8 +195,8 @@ void read_rope(const nlohmann::json& j, const std::string& source, double absent
   c.rope_theta =
       j.contains("rope_theta") ? required<double>(j, "rope_theta", source) : absent_theta;
   if (!j.contains("rope_parameters") || j.at("rope_parameters").is_null()) return;
-  const std::string where = source + ": 'rope_parameters'";
-  const nlohmann::json& r = j.at("rope_parameters");
+  std::string where = source + ": 'rope_parameters'";
+  const nlohmann::json& r = full_attention_rope(j.at("rope_parameters"), type, where);
   const RopeScalingParams scaling =
       rope_scaling_from_object(r, where, {"rope_theta", "partial_rotary_factor"});
   const double theta = required<double>(r, "rope_theta", where);
@@ -187,6 +207,27 @@ void read_rope(const nlohmann::json& j, const std::string& source, double absent
            where + " and 'rope_scaling' describe different scalings");
   c.rope_theta = theta;
   c.rope_scaling = scaling;
+}
+
+// The sliding layers' object of transformers 5's per-layer-type rope_parameters (Gemma 3): their
+// base, unscaled, which must agree with rope_local_base_freq where the file has both.
+void read_sliding_rope(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  if (!c.is_gemma3() || !j.contains("rope_parameters") || !j.at("rope_parameters").is_object() ||
+      !j.at("rope_parameters").contains("sliding_attention"))
+    return;
+  const std::string where = source + ": 'rope_parameters'.sliding_attention";
+  const nlohmann::json& r = j.at("rope_parameters").at("sliding_attention");
+  ZT_CHECK(rope_scaling_from_object(r, where, {"rope_theta"}).type == RopeScaling::kNone,
+           where +
+               ": a scaling of the sliding layers' RoPE is not Gemma 3's (rope_type "
+               "\"default\")");
+  const double theta = required<double>(r, "rope_theta", where);
+  ZT_CHECK(!j.contains("rope_local_base_freq") || theta == c.local_rope_theta,
+           where + ": rope_theta " + quoted_json(r.at("rope_theta")) +
+               " differs from 'rope_local_base_freq' " + quoted_json(j.at("rope_local_base_freq")));
+  ZT_CHECK(std::isfinite(theta) && static_cast<float>(theta) > 0.0f,
+           where + ": rope_theta must be a positive finite number");
+  c.local_rope_theta = theta;
 }
 
 // partial_rotary_factor, top-level (transformers 4.x) or in rope_parameters (5.x), which must
@@ -508,7 +549,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.vocab_size = required<int64_t>(j, "vocab_size", source);
   c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
   c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
-  read_rope(j, source, defaults.rope_theta, c);
+  read_rope(j, source, type, defaults.rope_theta, c);
   read_phi3_lengths(j, source, type, c);
   c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
   c.padding_token = padding_token_from_json(j, source, c.vocab_size, type);
@@ -516,6 +557,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
                               ? required<bool>(j, "tie_word_embeddings", source)
                               : defaults.tie_word_embeddings;
   read_attention_shape(j, source, type, c);
+  read_sliding_rope(j, source, c);
   c.layers_without_rope = layers_without_rope_from_json(j, source, type, c.num_layers);
   c.partial_rotary_factor = partial_rotary_from_json(j, source, type);
   if (j.contains(kLoraConfigKey))

@@ -116,6 +116,39 @@ TEST(Gemma3Config, LinearRopeScalingIsTheFullAttentionLayers) {
   EXPECT_EQ(read(c.to_hf_json()), c);
 }
 
+// transformers 5 writes the RoPE of each layer type in rope_parameters (and no rope_theta or
+// rope_local_base_freq): the same model as 4.x's keys say.
+TEST(Gemma3Config, Transformers5RopeParametersPerLayerTypeAreTheTwoBases) {
+  nlohmann::json v4 = published_config(kGemma3_1bIt);
+  v4["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  v4["rope_local_base_freq"] = 20000.0;  // not the default: the object must be read
+  nlohmann::json v5 = v4;
+  for (const char* key : {"rope_theta", "rope_local_base_freq", "rope_scaling"}) v5.erase(key);
+  v5["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1000000.0}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}}};
+  EXPECT_EQ(read(v5), read(v4));
+  // Both spellings in one file must agree; a sliding scaling or another key is refused.
+  nlohmann::json both = v5;
+  both["rope_local_base_freq"] = 30000.0;
+  EXPECT_NE(error_of([&] { read(both); }).find("differs from 'rope_local_base_freq'"),
+            std::string::npos);
+  nlohmann::json scaled = v5;
+  scaled["rope_parameters"]["sliding_attention"] = {
+      {"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 20000.0}};
+  EXPECT_NE(error_of([&] { read(scaled); }).find("sliding_attention"), std::string::npos);
+  nlohmann::json extra = v5;
+  extra["rope_parameters"]["chunked_attention"] = {{"rope_type", "default"}};
+  EXPECT_NE(error_of([&] { read(extra); }).find("unknown key 'chunked_attention'"),
+            std::string::npos);
+  // The per-layer-type form outside Gemma 3 is refused naming it.
+  nlohmann::json llama = preset_config("tiny").to_hf_json();
+  llama.erase("rope_theta");
+  llama["rope_parameters"] = v5["rope_parameters"];
+  EXPECT_NE(error_of([&] { read_strict(llama, "l.json"); }).find("one object per layer type"),
+            std::string::npos);
+}
+
 TEST(Gemma3Config, WhatGemma3DoesNotComputeIsRefusedNamingTheKey) {
   EXPECT_NE(error_with("sliding_window", nullptr).find("'sliding_window' is null"),
             std::string::npos);
