@@ -43,9 +43,20 @@ def is_sliding(config, layer_idx):
     return bool((layer_idx + 1) % config.sliding_window_pattern)
 
 
-def build_gemma3(config):
+def hook_qk_norms(model):
+    """Applies each attention's q_norm and k_norm to the outputs of its q_proj and k_proj as they
+    are now: after PEFT has wrapped a projection, to the wrapper's (base plus adapter), as Gemma 3
+    normalizes the whole projection."""
+    for module in model.modules():
+        if hasattr(module, "q_norm") and hasattr(module, "q_proj"):
+            module.q_proj.register_forward_hook(lambda mod, inp, out, n=module.q_norm: n(out))
+            module.k_proj.register_forward_hook(lambda mod, inp, out, n=module.k_norm: n(out))
+
+
+def build_gemma3(config, norm_hooks=True):
     """Gemma2ForCausalLM(config) made Gemma 3's: config is a Gemma2Config with Gemma 3's
-    sliding_window_pattern and rope_local_base_freq set on it."""
+    sliding_window_pattern and rope_local_base_freq set on it. norm_hooks False: the q/k norms
+    are there but not applied until hook_qk_norms (after PEFT wraps the projections)."""
     model = transformers.Gemma2ForCausalLM(config)
     scaling = config.rope_scaling or {}
     for idx, layer in enumerate(model.model.layers):
@@ -60,9 +71,36 @@ def build_gemma3(config):
             attn.rotary_emb.inv_freq /= scaling["factor"]
         attn.q_norm = GemmaHeadNorm(config.head_dim, config.rms_norm_eps)
         attn.k_norm = GemmaHeadNorm(config.head_dim, config.rms_norm_eps)
-        attn.q_proj.register_forward_hook(lambda mod, inp, out, n=attn.q_norm: n(out))
-        attn.k_proj.register_forward_hook(lambda mod, inp, out, n=attn.k_norm: n(out))
+    if norm_hooks:
+        hook_qk_norms(model)
     return model
+
+
+def save_tensors(model, config, out_dir):
+    """The model's tensors as one model.safetensors (a tied head and the rotary buffers left
+    out), as save_pretrained writes them."""
+    import safetensors.torch
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items()
+               if not k.endswith("rotary_emb.inv_freq")
+               and not (config.tie_word_embeddings and k == "lm_head.weight")}
+    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"),
+                                metadata={"format": "pt"})
+
+
+def load_gemma3(config, hf_dir, dtype, norm_hooks=True):
+    """The reference with every tensor of hf_dir's model.safetensors loaded (strictly), in
+    dtype."""
+    import safetensors.torch
+    model = build_gemma3(config, norm_hooks)
+    state = safetensors.torch.load_file(os.path.join(hf_dir, "model.safetensors"))
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in state.items()},
+                                                strict=False)
+    missing = [k for k in missing if not k.endswith("rotary_emb.inv_freq")
+               and not (config.tie_word_embeddings and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise RuntimeError(f"{hf_dir}: missing {missing}, unexpected {unexpected}")
+    return model.to(dtype)
 
 
 def gemma3_config_json(config):

@@ -57,7 +57,8 @@ from oracle_harness import (CheckFailed, SetupError, check, fp32_model_bound,  #
                             last_json_line, refused, require_venv_modules, run_tool)
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
-from gemma3_reference import GEMMA3_KEYS, build_gemma3, write_gemma3_config  # noqa: E402
+from gemma3_reference import (GEMMA3_KEYS, build_gemma3, save_tensors,  # noqa: E402
+                              write_gemma3_config)
 
 # Small random configs, one per family: (transformers config class, model class, kwargs).
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -262,13 +263,7 @@ def build_reference(family, config):
 def save_written_as(family, model, config, out_dir):
     """A Qwen3, SmolLM3 or Gemma 3 checkpoint (config.json as Qwen3Config, SmolLM3Config or
     Gemma3TextConfig writes it, one safetensors file)."""
-    import safetensors.torch
-    os.makedirs(out_dir)
-    tensors = {k: v.contiguous() for k, v in model.state_dict().items()
-               if not k.endswith("rotary_emb.inv_freq")
-               and not (config.tie_word_embeddings and k == "lm_head.weight")}
-    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"),
-                                metadata={"format": "pt"})
+    save_tensors(model, config, out_dir)
     if family.startswith("gemma3"):
         write_gemma3_config(config, out_dir)
         return

@@ -55,38 +55,42 @@ def save_base(hf_dir):
     model.to(torch.bfloat16).save_pretrained(hf_dir, safe_serialization=True)
 
 
+def check_all_linear_against_peft(args, work, family, save, base, wrapped=lambda model: None):
+    """Checks 1-3 above for a family: save(hf_dir) writes the base checkpoint, base(hf_dir) loads
+    it in float64 for PEFT, wrapped(model) runs on each PEFT model once it wraps the projections."""
+    zt = args.zerotrain
+    save(work("hf"))
+    tokens, eval_tokens, initial_a, written = phi3.imported_windows_and_initial_a(
+        zt, work, args.source_dir)
+    check(sorted(written) == sorted(lora.TARGETS),
+          f"all-linear on {family} adapts {written}, PEFT {lora.TARGETS}")
+    history = []
+    model, trained = phi3.peft_model(work("hf"), initial_a, base=base(work("hf")))
+    wrapped(model)
+    want_losses, want_norms, want_final = phi3.train_peft(model, trained, tokens, history=history)
+    print("PEFT losses: " + " ".join(f"{x:.7f}" for x in want_losses))
+    for what, (out, world_args, launcher) in lora.world_runs(work, args.mpirun).items():
+        run_tool(launcher + lora.train_args(zt, work, out, world_args, save_every=1,
+                                            targets="all-linear"))
+        phi3.compare_run(what, out, want_losses, want_norms, want_final)
+        worst = lora.check_gradients_per_step(what, out, history)
+        print(f"{what}: every step's A/B gradients, m and v within {worst:.2e} of PEFT's")
+    from peft import PeftModel
+    loaded = PeftModel.from_pretrained(base(work("hf")), work("one", "final"))
+    wrapped(loaded)
+    with torch.no_grad():
+        peft_loss = lora.window_loss(loaded, eval_tokens).item()
+    with open(work("one", "report.json")) as f:
+        eval_loss = json.load(f)["eval"]["loss"]
+    print(f"PEFT-loaded loss {peft_loss:.7f}, zerotrain eval {eval_loss:.7f}")
+    check(abs(peft_loss - eval_loss) / abs(peft_loss) < lora.TOLERANCE,
+          "the adapter's loss in PEFT differs from zerotrain's evaluation")
+
+
 def main():
     args, work = lora_oracle_arguments(__doc__.split("\n")[0], [])
-    zt = args.zerotrain
-
-    def checks():
-        save_base(work("hf"))
-        tokens, eval_tokens, initial_a, written = phi3.imported_windows_and_initial_a(
-            zt, work, args.source_dir)
-        check(sorted(written) == sorted(lora.TARGETS),
-              f"all-linear on Gemma 2 adapts {written}, PEFT {lora.TARGETS}")
-        history = []
-        model, trained = phi3.peft_model(work("hf"), initial_a, base=base_model(work("hf")))
-        want_losses, want_norms, want_final = phi3.train_peft(model, trained, tokens,
-                                                              history=history)
-        print("PEFT losses: " + " ".join(f"{x:.7f}" for x in want_losses))
-        for what, (out, world_args, launcher) in lora.world_runs(work, args.mpirun).items():
-            run_tool(launcher + lora.train_args(zt, work, out, world_args, save_every=1,
-                                                targets="all-linear"))
-            phi3.compare_run(what, out, want_losses, want_norms, want_final)
-            worst = lora.check_gradients_per_step(what, out, history)
-            print(f"{what}: every step's A/B gradients, m and v within {worst:.2e} of PEFT's")
-        from peft import PeftModel
-        loaded = PeftModel.from_pretrained(base_model(work("hf")), work("one", "final"))
-        with torch.no_grad():
-            peft_loss = lora.window_loss(loaded, eval_tokens).item()
-        with open(work("one", "report.json")) as f:
-            eval_loss = json.load(f)["eval"]["loss"]
-        print(f"PEFT-loaded loss {peft_loss:.7f}, zerotrain eval {eval_loss:.7f}")
-        check(abs(peft_loss - eval_loss) / abs(peft_loss) < lora.TOLERANCE,
-              "the adapter's loss in PEFT differs from zerotrain's evaluation")
-
-    return exit_status(checks)
+    return exit_status(lambda: check_all_linear_against_peft(args, work, "Gemma 2", save_base,
+                                                             base_model))
 
 
 if __name__ == "__main__":
