@@ -17,6 +17,7 @@
 #include "model/layout.h"
 #include "model/rope_freq_factors.h"
 #include "util/bf16.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace zt {
@@ -54,6 +55,24 @@ GgmlType matrix_type(GgufOutType t, int64_t row_length) {
   return GgmlType::kF32;
 }
 
+// llama.cpp's gemma3 reads the window and the global layers' base and linear scaling; it fixes the
+// rest (gguf_import.cpp's read_gemma3) and has no soft caps: a Gemma 3 it would compute otherwise
+// is not written.
+void check_llama_cpp_gemma3(const ModelConfig& c, const std::string& dir, double scalar) {
+  if (!c.is_gemma3()) return;
+  ZT_CHECK(c.sliding_window_pattern == kLlamaCppGemma3Pattern &&
+               c.local_rope_theta == kLlamaCppGemma3LocalRopeBase &&
+               c.query_pre_attn_scalar == scalar && c.attn_logit_softcap == 0.0f &&
+               c.final_logit_softcap == 0.0f,
+           "export: model '" + dir + "' is a Gemma 3 whose sliding_window_pattern (" +
+               std::to_string(c.sliding_window_pattern) + "), rope_local_base_freq (" +
+               shortest_decimal(c.local_rope_theta) + "), query_pre_attn_scalar (" +
+               shortest_decimal(c.query_pre_attn_scalar) +
+               ") or soft caps llama.cpp's gemma3 would not compute (it takes every sixth layer "
+               "global, a local base of 10000, a scalar of " +
+               shortest_decimal(scalar) + " and no caps); export safetensors instead");
+}
+
 std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   const std::string type = c.model_type();
   ZT_CHECK(type != "llama" || !c.qkv_bias,
@@ -67,13 +86,10 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
                nlohmann::json(c.layers_without_rope).dump() +
                "; llama.cpp's smollm3 takes none in every fourth layer (3, 7, ...) and RoPE in "
                "the others, so it is not written to GGUF (export safetensors instead)");
-  ZT_CHECK(type != "gemma3_text",
-           "export: model '" + dir +
-               "' is a Gemma 3, which is not written to GGUF yet (llama.cpp's gemma3); export "
-               "safetensors instead");
   // llama.cpp's gemma2 always caps, takes a window, and scales the scores by a rule of its own
   // (gguf_import.cpp's read_gemma2): a model it would compute otherwise is not written.
-  const double llama_cpp_scalar = llama_cpp_gemma2_query_scalar(c);
+  const double llama_cpp_scalar = llama_cpp_gemma_query_scalar(c);
+  check_llama_cpp_gemma3(c, dir, llama_cpp_scalar);
   ZT_CHECK(
       type != "gemma2" || (c.attn_logit_softcap > 0.0f && c.final_logit_softcap > 0.0f &&
                            c.sliding_window > 0 && c.query_pre_attn_scalar == llama_cpp_scalar),
@@ -83,6 +99,7 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
           "hidden/heads at 46 layers, " +
           std::to_string(llama_cpp_scalar) +
           ", and always caps and windows); export safetensors instead");
+  if (type == "gemma3_text") return "gemma3";
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }
 
@@ -244,7 +261,8 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
   const std::vector<HfCheckpointTensor> stored = hf_checkpoint_tensors(model.layout());
   std::vector<GgufTensorToWrite> tensors;
   GgufExport result;
-  result.sliding_window_ignored = arch == "phi3" || arch == "gemma2" ? 0 : c.sliding_window;
+  result.sliding_window_ignored =
+      arch == "phi3" || arch == "gemma2" || arch == "gemma3" ? 0 : c.sliding_window;
   for (const HfCheckpointTensor& t : stored) {
     const GgmlType ggml = t.shape.size() == 1 ? GgmlType::kF32 : matrix_type(type, t.shape[1]);
     tensors.push_back(

@@ -105,12 +105,13 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   ZT_CHECK(arch == "qwen2" || !biases,
            path + ": tensor 'blk.0.attn_q.bias': attention biases are read for qwen2 files only");
   c.qkv_bias = arch == "qwen2";
-  c.qk_norm = arch == "qwen3";
+  c.qk_norm = arch == "qwen3" || arch == "gemma3";
   c.fused_projections = arch == "phi3";
   // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
   // the file does not carry), as SmolLM3-3B's no_rope_layers says.
   if (arch == "smollm3") c.layers_without_rope = every_nth_layer(kSmolLM3NoRopeStep, c.num_layers);
-  if (arch == "gemma" || arch == "gemma2") c.use_gemma_math();  // llama.cpp's gemma and gemma2
+  if (arch == "gemma" || arch == "gemma2" || arch == "gemma3")
+    c.use_gemma_math();  // llama.cpp's gemma, gemma2 and gemma3
 }
 
 // llama.cpp's gemma2: the sandwich norms; the caps and the window from the metadata, with
@@ -119,7 +120,7 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
 // query_pre_attn_scalar of those models.
 void read_gemma2(const GgufReader& g, ModelConfig& c) {
   c.sandwich_norms = true;
-  c.query_pre_attn_scalar = llama_cpp_gemma2_query_scalar(c);
+  c.query_pre_attn_scalar = llama_cpp_gemma_query_scalar(c);
   auto number = [&](const std::string& key, double absent) {
     return g.has(key) ? g.number(key) : absent;
   };
@@ -128,6 +129,19 @@ void read_gemma2(const GgufReader& g, ModelConfig& c) {
   c.sliding_window = g.has("gemma2.attention.sliding_window")
                          ? g.integer("gemma2.attention.sliding_window")
                          : 4096;
+}
+
+// llama.cpp's gemma3: Gemma 2's norms with q/k norms, no caps, and what llama.cpp fixes rather than
+// reads: every sixth layer attends over every key, the others within the file's (required) window
+// and rotate with a base of 10000, unscaled; the scale by the rule above (62 layers: Gemma-3-27B).
+void read_gemma3(const GgufReader& g, ModelConfig& c) {
+  c.sandwich_norms = true;
+  c.query_pre_attn_scalar = llama_cpp_gemma_query_scalar(c);
+  c.sliding_window_pattern = kLlamaCppGemma3Pattern;
+  c.local_rope_theta = kLlamaCppGemma3LocalRopeBase;
+  const std::string window = "gemma3.attention.sliding_window";
+  ZT_CHECK(g.has(window), g.path() + ": no metadata '" + window + "', which llama.cpp requires");
+  c.sliding_window = g.integer(window);
 }
 
 // One fp32 factor per rotary frequency, from a 1-D tensor of rotary_dims / 2 values.
@@ -202,10 +216,10 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string& path = g.path();
   const std::string arch = g.string("general.architecture");
   ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
-               arch == "smollm3" || arch == "gemma" || arch == "gemma2",
+               arch == "smollm3" || arch == "gemma" || arch == "gemma2" || arch == "gemma3",
            path + ": metadata 'general.architecture' is \"" + arch +
                "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
-               "phi3, smollm3, gemma and gemma2");
+               "phi3, smollm3, gemma, gemma2 and gemma3");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -247,6 +261,7 @@ ModelConfig gguf_model_config(const GgufReader& g) {
     c.sliding_window = g.integer(key("attention.sliding_window"));
   read_attention_shape(g, arch, c);
   if (arch == "gemma2") read_gemma2(g, c);
+  if (arch == "gemma3") read_gemma3(g, c);
   read_llama3_rope_factors(g, arch, c);
   read_phi3_longrope(g, arch, c);
   try {
@@ -274,10 +289,11 @@ std::string gguf_tensor_name(const std::string& hf, bool sandwich_norms) {
   fail("no GGUF name for tensor '" + hf + "'");
 }
 
-double llama_cpp_gemma2_query_scalar(const ModelConfig& c) {
-  constexpr int64_t kGemma2_27bLayers = 46;
-  return static_cast<double>(c.num_layers == kGemma2_27bLayers ? c.hidden_size / c.num_heads
-                                                               : c.head_dim());
+double llama_cpp_gemma_query_scalar(const ModelConfig& c) {
+  // Gemma-2-27B's 46 layers, Gemma-3-27B's 62: the 27B models llama.cpp knows by their depth.
+  const int64_t layers_27b = c.is_gemma3() ? 62 : 46;
+  return static_cast<double>(c.num_layers == layers_27b ? c.hidden_size / c.num_heads
+                                                        : c.head_dim());
 }
 
 bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_name) {
@@ -289,7 +305,8 @@ bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_n
 }
 
 float gguf_stored_norm_offset(const std::string& architecture, const std::string& hf_name) {
-  return (architecture == "gemma" || architecture == "gemma2") && ends_with(hf_name, "norm.weight")
+  return (architecture == "gemma" || architecture == "gemma2" || architecture == "gemma3") &&
+                 ends_with(hf_name, "norm.weight")
              ? 1.0f
              : 0.0f;
 }

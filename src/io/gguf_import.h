@@ -29,11 +29,16 @@ ModelConfig gguf_model_config(const GgufReader& gguf);
 
 // The GGUF name of a Hugging Face tensor name ("model.layers.3.self_attn.q_proj.weight" ->
 // "blk.3.attn_q.weight"), and whether llama.cpp permutes its rows for an architecture.
-// sandwich_norms: a Gemma 2's, whose post_attention_layernorm is llama.cpp's post_attention_norm.
+// sandwich_norms: a Gemma 2's or 3's, whose post_attention_layernorm is llama.cpp's
+// post_attention_norm.
 std::string gguf_tensor_name(const std::string& hf_name, bool sandwich_norms = false);
-// The query_pre_attn_scalar llama.cpp's gemma2 scales the scores by (the file carries none):
-// hidden / heads for Gemma-2-27B's 46 layers, else head_dim.
-double llama_cpp_gemma2_query_scalar(const ModelConfig& c);
+// The query_pre_attn_scalar llama.cpp's gemma2 and gemma3 scale the scores by (the file carries
+// none): hidden / heads for the 27B models (Gemma-2's 46 layers, Gemma-3's 62), else head_dim.
+double llama_cpp_gemma_query_scalar(const ModelConfig& c);
+// What llama.cpp's gemma3 fixes for every file: every sixth layer attends over every key, the
+// others rotate with a base of 10000.
+constexpr int64_t kLlamaCppGemma3Pattern = 6;
+constexpr double kLlamaCppGemma3LocalRopeBase = 10000.0;
 bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_name);
 // The row of a permuted [heads·head_dim, in] projection where Hugging Face's row `row` is stored:
 // within each head, the first and second halves are interleaved.

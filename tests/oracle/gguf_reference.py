@@ -87,6 +87,17 @@ def run_definitions(path, nodes, scope):
     return scope
 
 
+def class_constant(path, class_name, name):
+    """The literal value class `class_name` in `path` assigns to its attribute `name` (Gemma3Model's
+    norm_shift); one missing is an AssertionError naming the file."""
+    cls = python_classes(path).get(class_name)
+    for node in cls.body if cls else []:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path}: {class_name} assigns no {name}")
+
+
 def class_methods(path, class_name, names, scope):
     """The methods `names` of class `class_name` in `path`, run as plain functions in `scope`
     (run_definitions); a method missing is an AssertionError naming the file."""

@@ -566,13 +566,15 @@ def gguf_ready_copy(final, work):
     return with_tokenizer
 
 
-def gemma2_gguf_ready(zt, final, exported, work, config):
-    """llama.cpp's gemma2 scales the scores by 1/sqrt(head_dim) (hidden/heads at 46 layers) and
-    reads no query_pre_attn_scalar: export refuses the trained model (24 ≠ head_dim), naming it.
-    The format is then checked on the same weights with query_pre_attn_scalar = head_dim, written
-    into copies of the trained model and of its export (another model, one llama.cpp computes)."""
+def gemma_gguf_ready(zt, final, exported, work, config, arch):
+    """llama.cpp's gemma2 and gemma3 scale the scores by 1/sqrt(head_dim) (hidden/heads for the 27B
+    models) and read no query_pre_attn_scalar; gemma3 takes every sixth layer global and a local
+    RoPE base of 10000 whatever the file says: export refuses the trained model (24 ≠ head_dim;
+    Gemma 3's pattern 3 and base 100), naming it. The format is then checked on the same weights
+    with the values llama.cpp computes, written into copies of the trained model and of its export
+    (another model, one llama.cpp computes)."""
     refused([zt, "export", gguf_ready_copy(final, work), "--format", "gguf", "--out",
-             os.path.join(work, "refused.gguf")], "llama.cpp's gemma2 would not compute")
+             os.path.join(work, "refused.gguf")], f"llama.cpp's {arch} would not compute")
     shutil.rmtree(os.path.join(work, "final-with-tokenizer"))
     copies = []
     for directory, name in ((final, "final-head-dim-scale"), (exported, "exported-head-dim-scale")):
@@ -581,31 +583,34 @@ def gemma2_gguf_ready(zt, final, exported, work, config):
         with open(os.path.join(copy, "config.json")) as f:
             saved = json.load(f)
         saved["query_pre_attn_scalar"] = config.head_dim
+        if arch == "gemma3":
+            saved.update(sliding_window_pattern=6, rope_local_base_freq=10000.0)
         with open(os.path.join(copy, "config.json"), "w") as f:
             json.dump(saved, f)
         copies.append(copy)
     return copies
 
 
-def check_gemma_gguf(zt, work, final, exported, source_dir, config):
-    """A trained Gemma (or Gemma 2) through GGUF as llama.cpp's gemma (gemma2) reads it: the
-    export's architecture, each tensor as the converter's own GemmaModel.modify_tensors
-    (Gemma2Model's) writes it (a norm as 1 + weight, no lm_head, no row permutation; Gemma 2's
-    norm after the attention as post_attention_norm), Gemma 2's caps and window as its
-    set_gguf_parameters writes them, and the import gives back the model bit for bit."""
+def check_gemma_gguf(zt, work, final, exported, source_dir, config, arch):
+    """A trained Gemma (Gemma 2, Gemma 3) through GGUF as llama.cpp's gemma (gemma2, gemma3) reads
+    it: the export's architecture, each tensor as the converter's own GemmaModel.modify_tensors
+    (Gemma2Model's, Gemma3Model's) writes it (a norm as 1 + weight, q/k norms too, no lm_head, no
+    row permutation; the norm after the attention as post_attention_norm), Gemma 2's caps and
+    the window as its set_gguf_parameters writes them, and the import gives back the model bit
+    for bit."""
     import logging
     import typing
     import gguf
     import safetensors.torch
-    from gguf_reference import class_methods, model_dir_tensors, read_gguf
+    from gguf_reference import class_constant, class_methods, model_dir_tensors, read_gguf
     converter = os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py")
-    arch = config.model_type
     model_class, model_arch = {"gemma": ("GemmaModel", gguf.MODEL_ARCH.GEMMA),
-                               "gemma2": ("Gemma2Model", gguf.MODEL_ARCH.GEMMA2)}[arch]
+                               "gemma2": ("Gemma2Model", gguf.MODEL_ARCH.GEMMA2),
+                               "gemma3": ("Gemma3Model", gguf.MODEL_ARCH.GEMMA3)}[arch]
     modify_tensors = class_methods(converter, model_class, ("modify_tensors",), {
         "Tensor": torch.Tensor, "Iterable": typing.Iterable, "logger": logging.getLogger()})[0]
-    if arch == "gemma2":
-        final, exported = gemma2_gguf_ready(zt, final, exported, work, config)
+    if arch in ("gemma2", "gemma3"):
+        final, exported = gemma_gguf_ready(zt, final, exported, work, config, arch)
 
     class Named:  # the converter's map_tensor_name, gguf's own table
         names = gguf.TensorNameMap(model_arch, config.num_hidden_layers)
@@ -613,19 +618,30 @@ def check_gemma_gguf(zt, work, final, exported, source_dir, config):
         def map_tensor_name(self, name):
             return self.names.get_name(name, try_suffixes=(".weight",))
 
+        if arch == "gemma3":  # Gemma3Model's shift of a stored norm weight
+            norm_shift = class_constant(converter, model_class, "norm_shift")
+
+        def _create_vocab_sentencepiece(self):  # Gemma3Model's, to trim out-of-vocabulary rows
+            return [b"t%d" % i for i in range(config.vocab_size)], None, None
+
     final = gguf_ready_copy(final, work)
     path = os.path.join(work, "exported.gguf")
     run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "f32", "--out", path])
     reader = read_gguf(path)
     check(reader.fields["general.architecture"].contents() == arch,
           f"the GGUF export's architecture is not {arch}")
-    if arch == "gemma2":  # Gemma2Model.set_gguf_parameters: the config's values
-        for key, want in (("attn_logit_softcapping", config.attn_logit_softcapping),
-                          ("final_logit_softcapping", config.final_logit_softcapping),
-                          ("attention.sliding_window", config.sliding_window),
-                          ("attention.key_length", config.head_dim)):
-            got = reader.fields[f"gemma2.{key}"].contents()
-            check(got == want, f"the GGUF export's gemma2.{key} is {got}, the converter's {want}")
+    if arch in ("gemma2", "gemma3"):  # set_gguf_parameters: the config's values
+        written = [("attention.sliding_window", config.sliding_window),
+                   ("attention.key_length", config.head_dim)]
+        if arch == "gemma2":
+            written += [("attn_logit_softcapping", config.attn_logit_softcapping),
+                        ("final_logit_softcapping", config.final_logit_softcapping)]
+        else:
+            check(f"{arch}.attn_logit_softcapping" not in reader.fields,
+                  "a gemma3 GGUF export carries a soft cap, which its converter never writes")
+        for key, want in written:
+            got = reader.fields[f"{arch}.{key}"].contents()
+            check(got == want, f"the GGUF export's {arch}.{key} is {got}, the converter's {want}")
     stored = {t.name: np.array(t.data) for t in reader.tensors}
     hf = {}
     for name in sorted(os.listdir(exported)):
@@ -641,17 +657,18 @@ def check_gemma_gguf(zt, work, final, exported, source_dir, config):
               f"{name}: not as llama.cpp's converter writes it")
     back = os.path.join(work, "gguf-imported")
     run_tool([zt, "import", path, "--out", back])
+    model_type = {"gemma3": "gemma3_text"}.get(arch, arch)  # llama.cpp's name for Gemma 3's
     with open(os.path.join(back, "config.json")) as f:
-        check(json.load(f).get("model_type") == arch, f"the GGUF import is not a {arch}")
+        check(json.load(f).get("model_type") == model_type, f"the GGUF import is not a {arch}")
     a, b = model_dir_tensors(final), model_dir_tensors(back)
     check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
           "the GGUF import's tensors differ from the exported model's")
-    if arch == "gemma2":
+    if arch in ("gemma2", "gemma3"):
         with open(os.path.join(back, "config.json")) as f, \
                 open(os.path.join(final, "config.json")) as g:
             got, want_config = json.load(f), json.load(g)
         for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
-                    "sliding_window"):
+                    "sliding_window") + (GEMMA3_KEYS if arch == "gemma3" else ()):
             check(got[key] == want_config[key], f"the GGUF import's {key} is {got[key]}, the "
                   f"exported model's {want_config[key]}")
     print(f"the GGUF export is llama.cpp's {arch} ({len(want)} tensors as the converter writes "
@@ -800,11 +817,9 @@ def main():
     compare("trained loss", zt_eval(final), trained_hf)
     if args.family == "smollm3":
         check_smollm3_gguf(zt, work, final, exported, data, args.source_dir, config)
-    if args.family in ("gemma", "gemma2"):
-        check_gemma_gguf(zt, work, final, exported, args.source_dir, config)
-    if args.family.startswith("gemma3"):  # llama.cpp's gemma3 is not written yet
-        refused([zt, "export", final, "--format", "gguf", "--out",
-                 os.path.join(work, "refused.gguf")], "is a Gemma 3, which is not written to GGUF")
+    if args.family in ("gemma", "gemma2", "gemma3"):
+        check_gemma_gguf(zt, work, final, exported, args.source_dir, config,
+                         "gemma3" if args.family == "gemma3" else config.model_type)
     return 0
 
 
