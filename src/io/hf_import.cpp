@@ -14,6 +14,7 @@
 #include "io/safetensors.h"
 #include "io/tokenizer_files.h"
 #include "model/hf_checkpoint_tensors.h"
+#include "model/hf_config_gemma.h"
 #include "model/layout.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -29,6 +30,44 @@ bool is_ignored_buffer(const std::string& name) {
   const std::string suffix = "rotary_emb.inv_freq";
   return name.size() >= suffix.size() &&
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Where a multimodal checkpoint keeps the text model's tensors (Gemma 3's: transformers 4.50 wrote
+// language_model.model.* and language_model.lm_head.weight, 4.52 and later model.language_model.*
+// and lm_head.weight), as a map from the text model's names; and whether a stored tensor belongs
+// to the vision tower or its projector, which the text model leaves out.
+struct CheckpointNaming {
+  std::string model_prefix;  // replaces "model."
+  std::string head_name = "lm_head.weight";
+  std::string stored(const std::string& name) const {
+    if (model_prefix.empty()) return name;
+    if (name == "lm_head.weight") return head_name;
+    return model_prefix + name.substr(std::string("model.").size());
+  }
+  bool is_vision(const std::string& name) const {
+    if (model_prefix.empty()) return false;
+    for (const char* part : {"vision_tower.", "multi_modal_projector."})
+      if (name.rfind(part, 0) == 0 || name.rfind(std::string("model.") + part, 0) == 0) return true;
+    return false;
+  }
+};
+
+CheckpointNaming checkpoint_naming(bool multimodal, const std::map<std::string, std::string>& map,
+                                   const std::string& hf_dir) {
+  CheckpointNaming naming;
+  if (!multimodal) return naming;
+  if (map.count("language_model.model.embed_tokens.weight")) {
+    naming.model_prefix = "language_model.model.";
+    naming.head_name = "language_model.lm_head.weight";
+  } else {
+    ZT_CHECK(map.count("model.language_model.embed_tokens.weight"),
+             "import: '" + hf_dir +
+                 "' is a Gemma 3 multimodal checkpoint without its text model's embedding "
+                 "(language_model.model.embed_tokens.weight or "
+                 "model.language_model.embed_tokens.weight)");
+    naming.model_prefix = "model.language_model.";
+  }
+  return naming;
 }
 
 // A tied checkpoint that stores lm_head.weight anyway: transformers ties it to the embedding on
@@ -56,6 +95,58 @@ std::string tied_head_note(const SafetensorsReader& head, const SafetensorsReade
   return "lm_head.weight (tie_word_embeddings: the same values as the embedding)";
 }
 
+using Readers = std::map<std::string, std::unique_ptr<SafetensorsReader>>;
+
+// Every tensor of the model is in the checkpoint, readable and of its shape; every other stored
+// tensor is one the model may leave out (buffers, a tied head, a multimodal checkpoint's vision
+// tower), recorded in result.ignored_tensors. Counts the tensors rounded to bf16.
+void check_checkpoint_tensors(const ParamLayout& layout, const CheckpointNaming& naming,
+                              const std::map<std::string, std::string>& weight_map,
+                              const Readers& readers, const std::string& hf_dir,
+                              const std::string& config_path, HfImportResult& result) {
+  std::set<std::string> expected;
+  for (const HfCheckpointTensor& t : hf_checkpoint_tensors(layout)) {
+    const std::string name = naming.stored(t.name);
+    expected.insert(name);
+    const auto where = weight_map.find(name);
+    ZT_CHECK(where != weight_map.end(), "import: '" + hf_dir + "' has no tensor '" + name +
+                                            "', which the model of " + config_path + " needs");
+    const SafetensorsReader& reader = *readers.at(where->second);
+    const SafetensorsEntry& stored = reader.tensor(name);
+    ZT_CHECK(stored.dtype == "BF16" || stored.dtype == "F16" || stored.dtype == "F32",
+             "import: '" + reader.path() + "': tensor '" + name + "' is " + stored.dtype +
+                 "; zerotrain reads BF16, F16 or F32 weights");
+    ZT_CHECK(stored.shape == t.shape, "import: '" + reader.path() + "': tensor '" + name +
+                                          "' has shape " + nlohmann::json(stored.shape).dump() +
+                                          ", " + config_path + " gives " +
+                                          nlohmann::json(t.shape).dump());
+    if (stored.dtype != "BF16") ++result.rounded_tensors;
+  }
+  int64_t vision_tensors = 0;
+  for (const auto& [name, file] : weight_map) {
+    if (expected.count(name)) continue;
+    if (name == naming.head_name && result.config.tie_word_embeddings) {
+      const TensorInfo& embedding = layout.tensor(TensorRole::kEmbedding);
+      result.ignored_tensors.push_back(tied_head_note(
+          *readers.at(file), *readers.at(weight_map.at(naming.stored(embedding.name))),
+          embedding.shape));
+      continue;
+    }
+    if (naming.is_vision(name)) {
+      ++vision_tensors;
+      continue;
+    }
+    ZT_CHECK(is_ignored_buffer(name), "import: '" + (fs::path(hf_dir) / file).string() +
+                                          "' has tensor '" + name + "', which the model of " +
+                                          config_path + " does not have");
+    result.ignored_tensors.push_back(name);
+  }
+
+  if (vision_tensors > 0)
+    result.ignored_tensors.push_back(std::to_string(vision_tensors) +
+                                     " tensors of the vision tower and its projector");
+}
+
 }  // namespace
 
 HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out_dir,
@@ -64,18 +155,35 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
   std::error_code ec;
   ZT_CHECK(fs::is_directory(hf_dir, ec), "import: '" + hf_dir + "' is not a directory");
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
-  const nlohmann::json config_json = read_json_file(config_path);
+  const nlohmann::json file_json = read_json_file(config_path);
+  // A Gemma 3 multimodal checkpoint: its text model (docs/fine-tuning.md, Gemma 3).
+  const bool multimodal = is_gemma3_multimodal(file_json);
+  const nlohmann::json config_json =
+      multimodal ? gemma3_text_config_of(file_json, config_path) : file_json;
   HfImportResult result;
   result.config = ModelConfig::from_hf_json(config_json, config_path, unknown);
   result.ignored_keys = hf_config_ignored_keys(config_json);
   result.unknown_keys = hf_config_unknown_keys(config_json);
+  if (multimodal) {  // the text model's keys named as text_config's, the file's own beside them
+    auto in_text_config = [](std::vector<std::string> keys) {
+      std::vector<std::string> named;
+      for (const std::string& key : keys)
+        if (key != "model_type" && key != "architectures") named.push_back("text_config." + key);
+      return named;
+    };
+    result.ignored_keys = gemma3_multimodal_keys(file_json);
+    for (const std::string& key : in_text_config(hf_config_ignored_keys(config_json)))
+      result.ignored_keys.push_back(key);
+    result.unknown_keys = in_text_config(result.unknown_keys);
+  }
   const ParamLayout layout(result.config);
 
   // Where each tensor is, every file's header read and checked once.
   const std::map<std::string, std::string> weight_map = safetensors_weight_map(hf_dir);
+  const CheckpointNaming naming = checkpoint_naming(multimodal, weight_map, hf_dir);
   result.index_ignored = fs::exists(fs::path(hf_dir) / kSafetensorsFile, ec) &&
                          fs::exists(fs::path(hf_dir) / kSafetensorsIndexFile, ec);
-  std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
+  Readers readers;
   for (const auto& [name, file] : weight_map) {
     ZT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
              "import: '" + hf_dir + "': tensor '" + name + "' is mapped to '" + file +
@@ -95,36 +203,7 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
                    "', which the index does not map to it");
     }
   }
-  std::set<std::string> expected;
-  for (const HfCheckpointTensor& t : hf_checkpoint_tensors(layout)) {
-    expected.insert(t.name);
-    const auto where = weight_map.find(t.name);
-    ZT_CHECK(where != weight_map.end(), "import: '" + hf_dir + "' has no tensor '" + t.name +
-                                            "', which the model of " + config_path + " needs");
-    const SafetensorsReader& reader = *readers.at(where->second);
-    const SafetensorsEntry& stored = reader.tensor(t.name);
-    ZT_CHECK(stored.dtype == "BF16" || stored.dtype == "F16" || stored.dtype == "F32",
-             "import: '" + reader.path() + "': tensor '" + t.name + "' is " + stored.dtype +
-                 "; zerotrain reads BF16, F16 or F32 weights");
-    ZT_CHECK(stored.shape == t.shape, "import: '" + reader.path() + "': tensor '" + t.name +
-                                          "' has shape " + nlohmann::json(stored.shape).dump() +
-                                          ", " + config_path + " gives " +
-                                          nlohmann::json(t.shape).dump());
-    if (stored.dtype != "BF16") ++result.rounded_tensors;
-  }
-  for (const auto& [name, file] : weight_map) {
-    if (expected.count(name)) continue;
-    if (name == "lm_head.weight" && result.config.tie_word_embeddings) {
-      const TensorInfo& embedding = layout.tensor(TensorRole::kEmbedding);
-      result.ignored_tensors.push_back(tied_head_note(
-          *readers.at(file), *readers.at(weight_map.at(embedding.name)), embedding.shape));
-      continue;
-    }
-    ZT_CHECK(is_ignored_buffer(name), "import: '" + (fs::path(hf_dir) / file).string() +
-                                          "' has tensor '" + name + "', which the model of " +
-                                          config_path + " does not have");
-    result.ignored_tensors.push_back(name);
-  }
+  check_checkpoint_tensors(layout, naming, weight_map, readers, hf_dir, config_path, result);
 
   // The tokenizer files and the record appear with the model, all read before anything is written.
   std::map<std::string, std::string> files = tokenizer_files_to_write(read_tokenizer_files(hf_dir));
@@ -145,13 +224,14 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
         const HfCheckpointPlace& place = places.at(t.name);
-        const SafetensorsReader& reader = *readers.at(weight_map.at(place.name));
+        const std::string name = naming.stored(place.name);
+        const SafetensorsReader& reader = *readers.at(weight_map.at(name));
         const int64_t first = place.element_offset + begin;
-        reader.read_range_f32(place.name, first, count, out);
+        reader.read_range_f32(name, first, count, out);
         // Checked as stored in bf16: an F32 value beyond bf16's range would round to infinity.
         for (int64_t i = 0; i < count; ++i) {
           ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
-                   "import: '" + reader.path() + "': tensor '" + place.name +
+                   "import: '" + reader.path() + "': tensor '" + name +
                        "' holds a value that is not finite in bf16 at element " +
                        std::to_string(first + i) + " (" + std::to_string(out[i]) + ")");
         }

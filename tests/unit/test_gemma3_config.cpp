@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "model/hf_config_gemma.h"
 #include "model/layout.h"
 #include "support/hf_config_files.h"
 
@@ -146,6 +147,47 @@ TEST(Gemma3Config, Transformers5RopeParametersPerLayerTypeAreTheTwoBases) {
   llama.erase("rope_theta");
   llama["rope_parameters"] = v5["rope_parameters"];
   EXPECT_NE(error_of([&] { read_strict(llama, "l.json"); }).find("one object per layer type"),
+            std::string::npos);
+}
+
+// gemma-3-4b's multimodal config.json states its text model sparsely, as Gemma3Config writes it
+// (the shape of google/gemma-3-4b-it's file, its vision tower's keys left out here): the text
+// model takes Gemma3TextConfig's defaults for the rest: 8 heads of 256, 4 kv heads, a vocabulary
+// of 262208, 3,880,263,168 parameters, its full-attention layers' RoPE linearly scaled by 8.
+TEST(Gemma3Config, AMultimodalConfigsTextModelTakesGemma3TextConfigsDefaults) {
+  const nlohmann::json multimodal = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                                     {"model_type", "gemma3"},
+                                     {"boi_token_index", 255999},
+                                     {"eoi_token_index", 256000},
+                                     {"image_token_index", 262144},
+                                     {"mm_tokens_per_image", 256},
+                                     {"text_config",
+                                      {{"hidden_size", 2560},
+                                       {"intermediate_size", 10240},
+                                       {"model_type", "gemma3_text"},
+                                       {"num_hidden_layers", 34},
+                                       {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
+                                       {"sliding_window", 1024}}},
+                                     {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+  ASSERT_TRUE(is_gemma3_multimodal(multimodal));
+  EXPECT_FALSE(is_gemma3_multimodal(published_config(kGemma3_1bIt)));
+  const ModelConfig c = read(gemma3_text_config_of(multimodal, "mm.json"));
+  EXPECT_EQ(c.model_type(), "gemma3_text");
+  EXPECT_EQ(ParamLayout(c).total_numel(), 3880263168);
+  EXPECT_EQ(c.num_heads, 8);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.vocab_size, 262208);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_EQ(c.sliding_window, 1024);
+  EXPECT_EQ(c.rope_for_layer(5, 4096).scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_for_layer(4, 4096).scaling.type, RopeScaling::kNone);
+  nlohmann::json without = multimodal;
+  without.erase("text_config");
+  EXPECT_NE(error_of([&] { gemma3_text_config_of(without, "mm.json"); }).find("'text_config'"),
+            std::string::npos);
+  nlohmann::json other = multimodal;
+  other["text_config"]["model_type"] = "gemma2";
+  EXPECT_NE(error_of([&] { gemma3_text_config_of(other, "mm.json"); }).find("not \"gemma3_text\""),
             std::string::npos);
 }
 

@@ -281,7 +281,7 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
       {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}}},
       {"mlp_bias", true},
       {"hidden_act", "gelu"},
-      {"model_type", "gemma3"},
+      {"model_type", "mixtral"},
       {"architectures", {"Qwen2ForCausalLM"}},
       {"sliding_window", 0},
       {"use_sliding_window", true},
