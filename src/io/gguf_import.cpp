@@ -139,6 +139,17 @@ void read_gemma3(const GgufReader& g, ModelConfig& c) {
   c.query_pre_attn_scalar = llama_cpp_gemma_query_scalar(c);
   c.sliding_window_pattern = kLlamaCppGemma3Pattern;
   c.local_rope_theta = kLlamaCppGemma3LocalRopeBase;
+  // Its global layers' base is rope.freq_base (no default that llama.cpp and Gemma 3 share); a
+  // file that names the bases another way (Ollama's own gemma3 files write rope.global and
+  // rope.local) is not implemented.
+  ZT_CHECK(g.has("gemma3.rope.freq_base"),
+           g.path() +
+               ": no metadata 'gemma3.rope.freq_base' (the global layers' RoPE base; a file "
+               "with rope.global.freq_base, as Ollama's own writes, is not implemented)");
+  const std::string local = "gemma3.rope.freq_base_swa";
+  ZT_CHECK(!g.has(local) || g.number(local) == kLlamaCppGemma3LocalRopeBase,
+           g.path() + ": metadata '" + local + "' is " + shortest_decimal(g.number(local)) +
+               "; zerotrain reads llama.cpp's gemma3 with the local layers' base of 10000");
   const std::string window = "gemma3.attention.sliding_window";
   ZT_CHECK(g.has(window), g.path() + ": no metadata '" + window + "', which llama.cpp requires");
   c.sliding_window = g.integer(window);

@@ -210,6 +210,8 @@ void ModelConfig::check_gemma3() const {
       "a Hugging Face architecture");
   if (!is_gemma3()) return;
   ZT_CHECK(sliding_window > 0, "model config: Gemma 3 needs a sliding_window");
+  ZT_CHECK(attn_logit_softcap == 0.0f,
+           "model config: transformers' Gemma 3 applies no attention soft cap");
   ZT_CHECK(std::isfinite(local_rope_theta) && static_cast<float>(local_rope_theta) > 0.0f,
            "model config: rope_local_base_freq must be a positive finite number");
 }

@@ -46,10 +46,15 @@ int64_t layer_types_period(const nlohmann::json& j, const std::string& source) {
 }
 
 // Gemma 3's q/k norms, the RoPE base of its windowed layers (Gemma3TextConfig's default 10000)
-// and which layers attend over every key: every sliding_window_pattern-th (default 6; the key
-// `_sliding_window_pattern` in 4.53's re-saves), or as layer_types lists them.
+// and which layers attend over every key: every sliding_window_pattern-th (default 6), or as
+// layer_types lists them. transformers' Gemma 3 passes no attention cap to its attention (4.50):
+// a file that sets one is refused rather than computed another way.
 void read_gemma3_layers(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
   c.qk_norm = true;
+  ZT_CHECK(c.attn_logit_softcap == 0.0f,
+           source + ": 'attn_logit_softcapping' " + quoted_json(j.at("attn_logit_softcapping")) +
+               " is not applied by transformers' Gemma 3 (its attention takes no cap; Google's "
+               "files say null); refused rather than computing another model");
   c.local_rope_theta = j.contains("rope_local_base_freq")
                            ? optional_positive(j, "rope_local_base_freq", 0.0, source, true)
                            : 10000.0;
@@ -57,8 +62,8 @@ void read_gemma3_layers(const nlohmann::json& j, const std::string& source, Mode
                                          ": 'rope_local_base_freq' is null, which "
                                          "transformers' Gemma 3 cannot use (absent, it is "
                                          "10000)");
-  const char* key =
-      j.contains("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+  // (transformers 4.53 and later also write `_sliding_window_pattern`, which they do not read.)
+  const char* key = "sliding_window_pattern";
   c.sliding_window_pattern = 6;
   if (j.contains(key)) {
     const nlohmann::json& v = j.at(key);
@@ -151,6 +156,8 @@ nlohmann::json gemma3_text_config_of(const nlohmann::json& j, const std::string&
     if (!text.contains(key)) text[key] = value;
   text["model_type"] = "gemma3_text";
   text["architectures"] = {"Gemma3ForCausalLM"};
+  // A quantized checkpoint says so at the top level: refused as the text model's key.
+  if (j.contains("quantization_config")) text["quantization_config"] = j.at("quantization_config");
   return text;
 }
 

@@ -158,7 +158,9 @@ std::vector<std::string> family_ignored_keys(const std::string& type) {
   // gemma-2-9b's first files say sliding_window_size beside sliding_window, which transformers'
   // Gemma2Config reads; the hybrid cache is generate()'s.
   if (type == "gemma2") return {"sliding_window_size", "cache_implementation"};
-  if (type == "gemma3_text") return {"cache_implementation"};
+  // transformers 4.53 and later write _sliding_window_pattern beside layer_types and read neither
+  // it nor anything from it.
+  if (type == "gemma3_text") return {"cache_implementation", "_sliding_window_pattern"};
   return {};
 }
 
@@ -172,8 +174,7 @@ std::vector<std::string> family_read_keys(const std::string& type) {
             "final_logit_softcapping"};
   if (type == "gemma3_text")
     return {"hidden_activation",       "query_pre_attn_scalar",  "attn_logit_softcapping",
-            "final_logit_softcapping", "sliding_window_pattern", "_sliding_window_pattern",
-            "rope_local_base_freq"};
+            "final_logit_softcapping", "sliding_window_pattern", "rope_local_base_freq"};
   if (type == "smollm3") return {"no_rope_layers", "no_rope_layer_interval"};
   return {};
 }

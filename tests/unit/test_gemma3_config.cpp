@@ -77,6 +77,11 @@ TEST(Gemma3Config, LayerTypesOfNewerReSavesAreThePattern) {
   for (int l = 0; l < 26; ++l)
     j["layer_types"].push_back((l + 1) % 3 == 0 ? "full_attention" : "sliding_attention");
   EXPECT_EQ(read(j).sliding_window_pattern, 3);
+  // _sliding_window_pattern, which those releases write and do not read, changes nothing.
+  nlohmann::json unread = published_config(kGemma3_1bIt);
+  unread.erase("sliding_window_pattern");
+  unread["_sliding_window_pattern"] = 3;
+  EXPECT_EQ(read(unread).sliding_window_pattern, 6);
 }
 
 // Absent keys take Gemma3TextConfig's defaults (4.50), the values a file that states them says:
@@ -205,6 +210,10 @@ TEST(Gemma3Config, WhatGemma3DoesNotComputeIsRefusedNamingTheKey) {
   EXPECT_NE(error_with("sliding_window_pattern", "6").find("'sliding_window_pattern'"),
             std::string::npos);
   EXPECT_NE(error_with("hidden_activation", nullptr).find("'hidden_activation' is null"),
+            std::string::npos);
+  // transformers' Gemma 3 passes no cap to its attention: a file's cap is refused, not applied.
+  EXPECT_NE(error_with("attn_logit_softcapping", 50.0)
+                .find("'attn_logit_softcapping' 50.0 is not applied by transformers' Gemma 3"),
             std::string::npos);
   nlohmann::json odd = nlohmann::json::array();
   for (int l = 0; l < 26; ++l) odd.push_back(l == 3 ? "full_attention" : "sliding_attention");

@@ -114,11 +114,13 @@ class CpuBackend final : public Backend {
   // position past + t − doc_start[t].
   void rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd, const RopeSpec& rope,
                   float sin_sign, const int32_t* doc_start, int64_t past = 0);
-  // The cached table if it covers (T, hd, rope), else a new one (kept for the next call).
+  // The cached table of (hd, rope) if it covers T, else a new one (kept for the next call). One
+  // table per rotation, a few at once: Gemma 3's layers alternate two bases, and a model's layers
+  // would otherwise rebuild the table at each switch.
   std::shared_ptr<const RopeTable> rope_table(int64_t T, int64_t hd, const RopeSpec& rope);
 
   std::mutex rope_mutex_;
-  std::shared_ptr<const RopeTable> rope_cache_;
+  std::vector<std::shared_ptr<const RopeTable>> rope_cache_;  // most recently built last
 };
 
 }  // namespace zt::cpu

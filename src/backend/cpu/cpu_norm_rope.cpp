@@ -99,15 +99,20 @@ std::shared_ptr<const RopeTable> make_rope_table(int64_t max_positions, int64_t 
 
 std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd,
                                                         const RopeSpec& rope) {
+  constexpr size_t kKeptTables = 4;
   std::lock_guard<std::mutex> lock(rope_mutex_);
-  const bool same_key = rope_cache_ && rope_cache_->head_dim == hd && rope_cache_->rope == rope;
-  if (!same_key || rope_cache_->max_positions < T) {
-    // A table outgrown one position at a time (incremental decoding) doubles, so that its
-    // rebuilds cost O(T) in all; an entry does not depend on the table's length.
-    const int64_t grown = same_key ? std::max(T, 2 * rope_cache_->max_positions) : T;
-    rope_cache_ = make_rope_table(grown, hd, rope);
-  }
-  return rope_cache_;
+  auto same_key = [&](const std::shared_ptr<const RopeTable>& t) {
+    return t->head_dim == hd && t->rope == rope;
+  };
+  const auto cached = std::find_if(rope_cache_.begin(), rope_cache_.end(), same_key);
+  if (cached != rope_cache_.end() && (*cached)->max_positions >= T) return *cached;
+  // A table outgrown one position at a time (incremental decoding) doubles, so that its
+  // rebuilds cost O(T) in all; an entry does not depend on the table's length.
+  const int64_t grown = cached != rope_cache_.end() ? std::max(T, 2 * (*cached)->max_positions) : T;
+  if (cached != rope_cache_.end()) rope_cache_.erase(cached);
+  if (rope_cache_.size() >= kKeptTables) rope_cache_.erase(rope_cache_.begin());
+  rope_cache_.push_back(make_rope_table(grown, hd, rope));
+  return rope_cache_.back();
 }
 
 // x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:r/2], x2 = x[r/2:r] for the r =

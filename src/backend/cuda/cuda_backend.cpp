@@ -99,8 +99,8 @@ struct CudaBackend::State {
 #if ZEROTRAIN_HAVE_CUDNN
   std::unique_ptr<CudnnAttention> fused_attention;  // --attention fused
 #endif
-  std::unique_ptr<DeviceRopeTable> rope;
-  std::unique_ptr<CudaDeviceMemory> memory;  // the engine's buffers
+  std::vector<std::unique_ptr<DeviceRopeTable>> rope;  // cuda_backend.cpp's rope_table
+  std::unique_ptr<CudaDeviceMemory> memory;            // the engine's buffers
   std::unique_ptr<CudaEventTimeline> timeline;
   double* sum_result_host = nullptr;  // pinned
 
@@ -112,7 +112,7 @@ struct CudaBackend::State {
 #if ZEROTRAIN_HAVE_CUDNN
     fused_attention.reset();
 #endif
-    rope.reset();
+    rope.clear();
     arena.reset();
     if (sum_result_host) cudaFreeHost(sum_result_host);
     if (stream) cudaStreamDestroy(stream);
@@ -398,27 +398,35 @@ void CudaBackend::bias_backward(float* db, ConstTensorView dy, int64_t M, int64_
 // ---- RoPE: the CPU's table, rotated by +angle (forward) or −angle (backward) ----
 namespace {
 
-const DeviceRopeTable& rope_table(std::unique_ptr<DeviceRopeTable>& cache, int64_t T, int64_t hd,
-                                  const RopeSpec& rope) {
+// One table per rotation, a few at once (Gemma 3's layers alternate two bases): the cached one of
+// (hd, rope) when it covers T, else a new one in its place.
+const DeviceRopeTable& rope_table(std::vector<std::unique_ptr<DeviceRopeTable>>& cache, int64_t T,
+                                  int64_t hd, const RopeSpec& rope) {
+  constexpr size_t kKeptTables = 4;
   (void)checked_rotated_dims(rope, hd);
-  if (cache && cache->host->head_dim == hd && cache->host->rope == rope &&
-      cache->host->max_positions >= T) {
-    return *cache;
-  }
+  const auto cached = std::find_if(cache.begin(), cache.end(), [&](const auto& t) {
+    return t->host->head_dim == hd && t->host->rope == rope;
+  });
+  if (cached != cache.end() && (*cached)->host->max_positions >= T) return **cached;
   auto table = std::make_unique<DeviceRopeTable>();
   table->host = cpu::make_rope_table(T, hd, rope);
   const size_t bytes = table->host->cos.size() * sizeof(float);
   if (bytes > 0) {
     ZT_CUDA_CHECK(cudaMalloc(&table->cos, bytes));
     ZT_CUDA_CHECK(cudaMalloc(&table->sin, bytes));
-    // Synchronous copies: the previous table may still be read by queued kernels, so it is only
-    // freed (when `cache` is replaced) after the device is idle.
+    // Synchronous copies (the upload happens once per table).
     ZT_CUDA_CHECK(cudaMemcpy(table->cos, table->host->cos.data(), bytes, cudaMemcpyHostToDevice));
     ZT_CUDA_CHECK(cudaMemcpy(table->sin, table->host->sin.data(), bytes, cudaMemcpyHostToDevice));
   }
-  if (cache) ZT_CUDA_CHECK(cudaDeviceSynchronize());
-  cache = std::move(table);
-  return *cache;
+  // A table replaced or evicted is freed only after the device is idle (queued kernels read it).
+  const bool freeing = cached != cache.end() || cache.size() >= kKeptTables;
+  if (freeing) ZT_CUDA_CHECK(cudaDeviceSynchronize());
+  if (cached != cache.end())
+    cache.erase(cached);
+  else if (cache.size() >= kKeptTables)
+    cache.erase(cache.begin());
+  cache.push_back(std::move(table));
+  return *cache.back();
 }
 
 }  // namespace
