@@ -8,11 +8,21 @@
 // at position p see only the keys at positions p − w < j ≤ p: itself and the w − 1 before it, as
 // transformers' eager and SDPA masks keep them (key j masked where j ≤ p − w).
 #pragma once
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "util/splitmix64.h"  // ZT_HOST_DEVICE
+
 namespace zt {
+
+// The first key the query at `position` sees: the later of its document's first token
+// (`document_start`, 0 without document masks) and, under a window w > 0, position − w + 1. One
+// definition for the CPU attention and the CUDA row kernels.
+ZT_HOST_DEVICE inline int64_t first_visible_key(int64_t position, int64_t document_start,
+                                                int64_t window) {
+  const int64_t in_window = window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
+  return document_start > in_window ? document_start : in_window;
+}
 
 struct AttentionScores {
   float scale = 0.0f;    // 0: 1/sqrt(head_dim)
@@ -21,10 +31,6 @@ struct AttentionScores {
   float scale_for(int64_t head_dim) const {
     return scale > 0.0f ? scale
                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  }
-  // The first key position the query at `position` sees under the window (0 without one).
-  int64_t first_key(int64_t position) const {
-    return window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
   }
   bool operator==(const AttentionScores& o) const {
     return scale == o.scale && softcap == o.softcap && window == o.window;

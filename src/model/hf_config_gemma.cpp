@@ -1,6 +1,8 @@
 #include "model/hf_config_gemma.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "util/error.h"
 #include "util/json_text.h"
@@ -32,9 +34,8 @@ double optional_positive(const nlohmann::json& j, const char* key, double absent
 int64_t layer_types_period(const nlohmann::json& j, const std::string& source) {
   if (!j.contains("layer_types") || !j.at("layer_types").is_array()) return 0;
   const nlohmann::json& types = j.at("layer_types");
-  int64_t period = static_cast<int64_t>(types.size()) + 1;
-  for (size_t l = types.size(); l-- > 0;)
-    if (types[l] == "full_attention") period = static_cast<int64_t>(l) + 1;
+  const auto first_full = std::find(types.begin(), types.end(), "full_attention");
+  const int64_t period = std::distance(types.begin(), first_full) + 1;  // size + 1 when none
   for (size_t l = 0; l < types.size(); ++l) {
     const bool full = (static_cast<int64_t>(l) + 1) % period == 0;
     ZT_CHECK(types[l] == (full ? "full_attention" : "sliding_attention"),

@@ -3,16 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "util/splitmix64.h"
+
 namespace zt {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 uint64_t hash_name(const std::string& s) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a

@@ -59,7 +59,7 @@ AttentionShape checked_shape(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64
 // The keys a block of query rows [i0, i0 + rows) of batch row b meets: [first, end), and row r's
 // visible ones [first + lo(r), first + hi(r)) (columns lo(r) ≤ j < hi(r) of the block's scores).
 // past: cached keys before the queries (query row i sees keys up to past + i). A row's first key
-// is the later of its document's start and its window's (AttentionScores::first_key); both never
+// is the later of its document's start and its window's (first_visible_key); both never
 // decrease along a row, so the block's first row has the block's first key.
 struct KeyRange {
   const int32_t* doc_start;  // of batch row b, or null
@@ -74,8 +74,7 @@ struct KeyRange {
         first(first_visible(0)),
         end(past_ + i0_ + rows) {}
   int64_t first_visible(int64_t r) const {
-    const int64_t doc = doc_start ? doc_start[i0 + r] : 0;
-    return std::max<int64_t>(doc, scores.first_key(past + i0 + r));
+    return first_visible_key(past + i0 + r, doc_start ? doc_start[i0 + r] : 0, scores.window);
   }
   int64_t width() const { return end - first; }
   int64_t lo(int64_t r) const { return first_visible(r) - first; }

@@ -3,6 +3,7 @@
 // reductions, so both kernels are deterministic.
 #include <cmath>
 
+#include "backend/attention_scores.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
 #include "util/cuda/cuda_check.h"
@@ -30,12 +31,10 @@ __device__ float block_max(float value) {
   return warp_max[0];
 }
 
-// The first key row i sees: 0, or its document's first token, or under a sliding window w the
-// first of the w keys ending at i, whichever is later (backend/attention_scores.h).
+// The first key row i sees: its document's first token or its window's, whichever is later
+// (backend/attention_scores.h, as the CPU attention).
 __device__ int64_t first_visible_key(const AttentionPass& pass, int64_t i) {
-  const int64_t doc = pass.doc_start ? pass.doc_start[i] : 0;
-  const int64_t in_window = pass.window > 0 ? i - pass.window + 1 : 0;
-  return doc > in_window ? doc : in_window;
+  return zt::first_visible_key(i, pass.doc_start ? pass.doc_start[i] : 0, pass.window);
 }
 
 // A score under the soft cap c: c·tanh(s/c) (attention_scores.h); s itself without one (c = 0).
