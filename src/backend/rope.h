@@ -1,23 +1,26 @@
 // Rotary position embedding parameters: the base θ and Hugging Face's rope_scaling of type
-// `linear`, `llama3` or Phi-3's `longrope` (docs/ARCHITECTURE.md §2). Both backends rotate by the
-// same fp32 table, built from rope_inv_freq (and longrope's attention factor) on the host.
+// `linear`, `llama3`, `yarn` or Phi-3's `longrope` (docs/ARCHITECTURE.md §2). Both backends rotate
+// by the same fp32 table, built from rope_inv_freq (and the attention factor of longrope and
+// yarn) on the host.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace zt {
 
-enum class RopeScaling { kNone, kLinear, kLlama3, kLongrope };
+enum class RopeScaling { kNone, kLinear, kLlama3, kLongrope, kYarn };
 
 // Hugging Face's config.json `rope_scaling` object.
 struct RopeScalingParams {
   RopeScaling type = RopeScaling::kNone;
   // As config.json gives them (doubles, as Python reads them); rounded to fp32 where PyTorch
   // meets them with an fp32 tensor.
-  double factor = 1.0;           // linear and llama3
+  double factor = 1.0;           // linear, llama3 and yarn
   double low_freq_factor = 1.0;  // llama3
   double high_freq_factor = 4.0;
-  // llama3: its original_max_position_embeddings; longrope: config.json's top-level one
+  // llama3 and yarn: its original_max_position_embeddings (yarn's defaults to
+  // max_position_embeddings); longrope: config.json's top-level one
   int64_t original_max_positions = 0;
   // longrope (transformers' Phi3LongRoPEScaledRotaryEmbedding): one factor per frequency that
   // divides it, short_factor for sequences up to original_max_positions and long_factor beyond;
@@ -25,16 +28,20 @@ struct RopeScalingParams {
   // ln(original)) when that ratio exceeds 1, whichever factors apply. long_factors: those of a
   // sequence longer than original_max_positions (a model's, chosen by its sequence length as
   // transformers 4.46 chooses them by the forward's key/value length; not from config.json).
+  // yarn's attention factor: config.json's, else 0.1·ln(factor) + 1 (or DeepSeek's mscale ratio).
   std::vector<double> short_factor, long_factor;
   double attention_factor = 1.0;
   bool long_factors = false;
+  // yarn: the rotation counts bounding the band of frequencies that blends extrapolation
+  // (beta_fast: above it, kept) into interpolation (beta_slow: below it, divided by factor).
+  double beta_fast = 32.0, beta_slow = 1.0;
   // Written out: the CUDA sources that include this header are compiled as C++17.
   bool operator==(const RopeScalingParams& o) const {
     return type == o.type && factor == o.factor && low_freq_factor == o.low_freq_factor &&
            high_freq_factor == o.high_freq_factor &&
            original_max_positions == o.original_max_positions && short_factor == o.short_factor &&
            long_factor == o.long_factor && attention_factor == o.attention_factor &&
-           long_factors == o.long_factors;
+           long_factors == o.long_factors && beta_fast == o.beta_fast && beta_slow == o.beta_slow;
   }
 };
 
@@ -64,11 +71,20 @@ struct RopeSpec {
 //            (1 − s)·inv_i/factor + s·inv_i with s = (original/wavelen − low)/(high − low).
 //   longrope: 1 / (factor_i · θ^(2i/r))     (the product, then its reciprocal; factor_i the
 //             short_factor, or with long_factors the long_factor)
+//   yarn:    e_i = 1 − clamp((i − lo) / (hi − lo), 0, 1), blending the extrapolated 1/θ^(2i/r)
+//            and the interpolated 1/(factor · θ^(2i/r)): interp·(1 − e_i) + extrap·e_i, where
+//            lo = max(0, ⌊d(beta_fast)⌋), hi = min(r − 1, ⌈d(beta_slow)⌉) and
+//            d(β) = r·ln(original / (2π·β)) / (2·ln θ), the pair index that turns β times over
+//            the original length (yarn_correction_range).
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim);
 
 // rope.rotated(head_dim), the count both backends rotate; a zt::Error unless it is even and at
 // most the head's.
 int64_t checked_rotated_dims(const RopeSpec& rope, int64_t head_dim);
+
+// yarn's band [lo, hi] of pair indices (above: interpolated, below: kept), in double as Python
+// evaluates it; hi is lo + 0.001 when they meet, as transformers keeps the ramp defined.
+std::pair<double, double> yarn_correction_range(const RopeSpec& rope, int64_t head_dim);
 
 // Longrope's factor on cos and sin, in double as transformers computes it:
 // sqrt(1 + ln(max_positions / original) / ln(original)), or 1 when the ratio is at most 1.

@@ -73,8 +73,25 @@ void check_llama_cpp_gemma3(const ModelConfig& c, const std::string& dir, double
                shortest_decimal(scalar) + " and no caps); export safetensors instead");
 }
 
+// llama.cpp runs yarn with the band's rotation counts of its context (32 and 1, which a file does
+// not carry) and cos and sin times 0.1·ln(factor) + 1 (writing no rope.scaling.attn_factor keeps
+// it so): a yarn it would compute otherwise is not written.
+void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
+  const RopeScalingParams& r = c.rope_scaling;
+  if (r.type != RopeScaling::kYarn) return;
+  ZT_CHECK(r.beta_fast == 32.0 && r.beta_slow == 1.0 &&
+               r.attention_factor == 0.1 * std::log(r.factor) + 1.0,
+           "export: model '" + dir + "' has yarn rope scaling with beta_fast " +
+               shortest_decimal(r.beta_fast) + ", beta_slow " + shortest_decimal(r.beta_slow) +
+               " and attention_factor " + shortest_decimal(r.attention_factor) +
+               "; llama.cpp runs yarn with 32, 1 and 0.1·ln(factor) + 1 (" +
+               shortest_decimal(0.1 * std::log(r.factor) + 1.0) +
+               "), which a GGUF file cannot change; export safetensors instead");
+}
+
 std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   const std::string type = c.model_type();
+  check_llama_cpp_yarn(c, dir);
   ZT_CHECK(type != "llama" || !c.qkv_bias,
            "export: model '" + dir +
                "' is a llama with attention biases, which is not written "
@@ -151,9 +168,13 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
     m.push_back({arch + ".attn_logit_softcapping", f32(c.attn_logit_softcap)});
     m.push_back({arch + ".final_logit_softcapping", f32(c.final_logit_softcap)});
   }
-  if (c.rope_scaling.type == RopeScaling::kLinear) {
-    m.push_back({arch + ".rope.scaling.type", text("linear")});
+  if (c.rope_scaling.type == RopeScaling::kLinear || c.rope_scaling.type == RopeScaling::kYarn) {
+    const bool yarn = c.rope_scaling.type == RopeScaling::kYarn;
+    m.push_back({arch + ".rope.scaling.type", text(yarn ? "yarn" : "linear")});
     m.push_back({arch + ".rope.scaling.factor", f32(c.rope_scaling.factor)});
+    if (yarn)  // as llama.cpp's converter writes Qwen2's (check_yarn_for_llama_cpp)
+      m.push_back({arch + ".rope.scaling.original_context_length",
+                   u32(c.rope_scaling.original_max_positions)});
   }
   return m;
 }

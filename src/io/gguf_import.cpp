@@ -59,16 +59,30 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The rope scaling of the metadata: none, or linear with its factor.
-RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch) {
+// The rope scaling of the metadata: none, linear with its factor, or yarn as llama.cpp runs it
+// (c's context length read): its factor, its original length (rope.scaling.original_context_length,
+// else the context length), the band's rotation counts llama.cpp fixes (32 and 1), and the factor
+// on cos and sin, 0.1·ln(factor) + 1 times rope.scaling.attn_factor (1 when absent).
+RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch,
+                                    const ModelConfig& c) {
   RopeScalingParams p;
   const std::string key = arch + ".rope.scaling.type";
   const std::string type = g.has(key) ? g.string(key) : "none";
   if (type == "none") return p;
-  ZT_CHECK(type == "linear", g.path() + ": metadata '" + key + "' is \"" + type +
-                                 "\"; zerotrain implements linear rope scaling (and none)");
-  p.type = RopeScaling::kLinear;
-  p.factor = g.number(arch + ".rope.scaling.factor");
+  ZT_CHECK(type == "linear" || type == "yarn",
+           g.path() + ": metadata '" + key + "' is \"" + type +
+               "\"; zerotrain implements linear and yarn rope scaling (and none)");
+  p.type = type == "yarn" ? RopeScaling::kYarn : RopeScaling::kLinear;
+  p.factor = decimal_of_float(static_cast<float>(g.number(arch + ".rope.scaling.factor")));
+  if (p.type == RopeScaling::kLinear) return p;
+  const std::string log_multiplier = arch + ".rope.scaling.yarn_log_multiplier";
+  ZT_CHECK(!g.has(log_multiplier), g.path() + ": metadata '" + log_multiplier +
+                                       "' (DeepSeek's yarn magnitude) is not implemented");
+  const std::string original = arch + ".rope.scaling.original_context_length";
+  p.original_max_positions = g.has(original) ? g.integer(original) : c.max_position_embeddings;
+  const std::string magnitude = arch + ".rope.scaling.attn_factor";
+  const double stored = g.has(magnitude) ? g.number(magnitude) : 1.0;
+  p.attention_factor = stored * (0.1 * std::log(p.factor) + 1.0);
   return p;
 }
 
@@ -249,7 +263,7 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   ZT_CHECK(arch != "phi3" || !g.has(key("rope.scaling.type")),
            path + ": metadata '" + key("rope.scaling.type") +
                "' in a phi3 file; its rope scaling is longrope's factor tensors alone");
-  c.rope_scaling = gguf_rope_scaling(g, arch);
+  c.rope_scaling = gguf_rope_scaling(g, arch, c);
   const GgufTensorInfo* embedding = g.find_tensor("token_embd.weight");
   ZT_CHECK(embedding && embedding->dims.size() == 2,
            path + ": no 2-D tensor 'token_embd.weight' (the token embedding)");

@@ -28,6 +28,49 @@ const std::map<std::string, PresetRow>& presets() {
 
 }  // namespace
 
+void ModelConfig::check_rope_scaling() const {
+  if (rope_scaling.type == RopeScaling::kNone) return;
+  const RopeScalingParams& r = rope_scaling;
+  ZT_CHECK(r.factor >= 1 && std::isfinite(r.factor),
+           "model config: rope_scaling.factor must be a finite number >= 1, got " +
+               shortest_decimal(r.factor));
+  if (r.type == RopeScaling::kLongrope) {
+    const auto half = static_cast<size_t>(rotary_dims() / 2);
+    ZT_CHECK(r.short_factor.size() == half && r.long_factor.size() == half,
+             "model config: rope_scaling's short_factor and long_factor need one value per "
+             "rotated pair, " +
+                 std::to_string(half) + " (head_dim · partial_rotary_factor / 2), got " +
+                 std::to_string(r.short_factor.size()) + " and " +
+                 std::to_string(r.long_factor.size()));
+    ZT_CHECK(r.original_max_positions > 1 && r.attention_factor >= 1 &&
+                 std::isfinite(r.attention_factor),
+             "model config: longrope needs original_max_position_embeddings above 1");
+    ZT_CHECK(fused_projections,
+             "model config: longrope rope scaling is implemented for Phi-3 only");
+  }
+  if (r.type == RopeScaling::kYarn) {
+    ZT_CHECK(r.original_max_positions > 0,
+             "model config: yarn needs original_max_position_embeddings above 0");
+    ZT_CHECK(r.beta_fast > 0 && r.beta_slow > 0 && std::isfinite(r.beta_fast) &&
+                 std::isfinite(r.beta_slow),
+             "model config: yarn's beta_fast and beta_slow must be positive finite numbers");
+    ZT_CHECK(r.attention_factor > 0 && std::isfinite(static_cast<float>(r.attention_factor)),
+             "model config: yarn's attention_factor must be a positive number, finite in fp32");
+    ZT_CHECK(!fused_projections && !is_gemma(),
+             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3 and "
+             "SmolLM3");
+  }
+  if (r.type == RopeScaling::kLlama3) {
+    ZT_CHECK(r.low_freq_factor > 0 && r.low_freq_factor < r.high_freq_factor &&
+                 std::isfinite(r.high_freq_factor),
+             "model config: rope_scaling needs 0 < low_freq_factor < high_freq_factor, got " +
+                 shortest_decimal(r.low_freq_factor) + " and " +
+                 shortest_decimal(r.high_freq_factor));
+    ZT_CHECK(r.original_max_positions > 0,
+             "model config: rope_scaling.original_max_position_embeddings must be positive");
+  }
+}
+
 void ModelConfig::validate() const {
   // Each size is a GEMM or index dimension: 32-bit for the BLAS and CUDA libraries.
   auto positive = [](int64_t v, const char* name) {
@@ -62,35 +105,7 @@ void ModelConfig::validate() const {
            "model config: rms_norm_eps must be a positive finite number");
   ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
            "model config: rope_theta must be a positive finite number");
-  if (rope_scaling.type != RopeScaling::kNone) {
-    const RopeScalingParams& r = rope_scaling;
-    ZT_CHECK(r.factor >= 1 && std::isfinite(r.factor),
-             "model config: rope_scaling.factor must be a finite number >= 1, got " +
-                 shortest_decimal(r.factor));
-    if (r.type == RopeScaling::kLongrope) {
-      const auto half = static_cast<size_t>(rotary_dims() / 2);
-      ZT_CHECK(r.short_factor.size() == half && r.long_factor.size() == half,
-               "model config: rope_scaling's short_factor and long_factor need one value per "
-               "rotated pair, " +
-                   std::to_string(half) + " (head_dim · partial_rotary_factor / 2), got " +
-                   std::to_string(r.short_factor.size()) + " and " +
-                   std::to_string(r.long_factor.size()));
-      ZT_CHECK(r.original_max_positions > 1 && r.attention_factor >= 1 &&
-                   std::isfinite(r.attention_factor),
-               "model config: longrope needs original_max_position_embeddings above 1");
-      ZT_CHECK(fused_projections,
-               "model config: longrope rope scaling is implemented for Phi-3 only");
-    }
-    if (r.type == RopeScaling::kLlama3) {
-      ZT_CHECK(r.low_freq_factor > 0 && r.low_freq_factor < r.high_freq_factor &&
-                   std::isfinite(r.high_freq_factor),
-               "model config: rope_scaling needs 0 < low_freq_factor < high_freq_factor, got " +
-                   shortest_decimal(r.low_freq_factor) + " and " +
-                   shortest_decimal(r.high_freq_factor));
-      ZT_CHECK(r.original_max_positions > 0,
-               "model config: rope_scaling.original_max_position_embeddings must be positive");
-    }
-  }
+  check_rope_scaling();
   ZT_CHECK(padding_token >= -1 && padding_token < vocab_size,
            "model config: pad_token_id " + std::to_string(padding_token) +
                " is not a row of the embedding (vocab_size " + std::to_string(vocab_size) + ")");

@@ -147,6 +147,7 @@ struct ModelConfig {
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
   void validate() const;
+  void check_rope_scaling() const;         // part of validate()
   void check_partial_rotary() const;       // part of validate()
   void check_layers_without_rope() const;  // part of validate()
   void check_gemma() const;                // part of validate()

@@ -11,26 +11,14 @@
 #include "model/config.h"
 #include "model/hf_config_gemma.h"
 #include "model/hf_config_keys.h"
+#include "model/hf_config_rope.h"
+#include "model/hf_config_value.h"
 #include "util/error.h"
 #include "util/json_text.h"
 
 namespace zt {
 
 namespace {
-
-template <typename T>
-T required(const nlohmann::json& j, const char* key, const std::string& source) {
-  if (!j.contains(key)) fail(source + ": missing required key '" + key + "'");
-  // A count must be an integer: 64.5 is refused, not truncated to 64.
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
-    ZT_CHECK(j.at(key).is_number_integer(),
-             source + ": key '" + key + "' must be an integer, got " + j.at(key).dump(-1));
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail(source + ": key '" + key + "' has the wrong type");
-  }
-}
 
 // Keys zerotrain implements only at one value (the model it computes): anything else is refused,
 // naming the key, instead of training a different model than the checkpoint's.
@@ -99,160 +87,6 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   }
 }
 
-// A longrope factor list (short_factor, long_factor): positive finite numbers.
-std::vector<double> rope_factor_list(const nlohmann::json& r, const char* key,
-                                     const std::string& where) {
-  ZT_CHECK(r.contains(key), where + " has no '" + key + "'");
-  const nlohmann::json& list = r.at(key);
-  ZT_CHECK(list.is_array(), where + ": '" + key + "' must be a list of numbers");
-  std::vector<double> out;
-  for (const auto& v : list) {
-    ZT_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0,
-             where + ": '" + key + "' holds " + quoted_json(v) + ", not a positive number");
-    out.push_back(v.get<double>());
-  }
-  return out;
-}
-
-// One rope object: {"rope_type" (or the older "type"): "default" | "linear" | "llama3" |
-// "longrope", its parameters}, as config.json's rope_scaling (transformers 4.x) or rope_parameters
-// (5.x, which also holds rope_theta: `extra_keys`). "default" is no scaling. Other types and keys
-// are refused.
-RopeScalingParams rope_scaling_from_object(const nlohmann::json& r, const std::string& where,
-                                           const std::vector<std::string>& extra_keys) {
-  RopeScalingParams p;
-  ZT_CHECK(r.is_object(), where + " must be null or an object, got " + quoted_json(r));
-  // transformers writes "rope_type" and keeps an older "type" beside it: they must agree.
-  ZT_CHECK(r.contains("rope_type") || r.contains("type"), where + " has no 'rope_type'");
-  const std::string type =
-      required<std::string>(r, r.contains("rope_type") ? "rope_type" : "type", where);
-  ZT_CHECK(!r.contains("type") || !r.contains("rope_type") || r.at("type") == r.at("rope_type"),
-           where + ": 'type' " + quoted_json(r.at("type")) + " and 'rope_type' " +
-               quoted_json(r.at("rope_type")) + " differ");
-  std::vector<std::string> keys = {"rope_type", "type"};
-  keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
-  if (type == "default") {
-    p.type = RopeScaling::kNone;
-  } else if (type == "linear") {
-    p.type = RopeScaling::kLinear;
-  } else if (type == "llama3") {
-    p.type = RopeScaling::kLlama3;
-    keys.insert(keys.end(),
-                {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-    p.low_freq_factor = required<double>(r, "low_freq_factor", where);
-    p.high_freq_factor = required<double>(r, "high_freq_factor", where);
-    p.original_max_positions = required<int64_t>(r, "original_max_position_embeddings", where);
-  } else if (type == "longrope") {
-    p.type = RopeScaling::kLongrope;
-    keys.insert(keys.end(), {"short_factor", "long_factor"});
-    p.short_factor = rope_factor_list(r, "short_factor", where);
-    p.long_factor = rope_factor_list(r, "long_factor", where);
-  } else {
-    fail(where + ": rope_type '" + type +
-         "' is not implemented (default, linear, llama3 and Phi-3's longrope are; dynamic and "
-         "yarn change the angles in other ways" +
-         (type == "su" ? "; \"su\" is longrope's older name: write \"longrope\")" : ")"));
-  }
-  if (p.type == RopeScaling::kLinear || p.type == RopeScaling::kLlama3) {
-    keys.push_back("factor");
-    p.factor = required<double>(r, "factor", where);
-  }
-  for (const auto& [key, value] : r.items())
-    if (!listed(keys, key))
-      fail(where + ": unknown key '" + key + "' for rope_type '" + type + "'");
-  return p;
-}
-
-// rope_parameters of transformers 5's Gemma 3, one object per layer type: the full-attention
-// layers' (rope_theta and the scaling, read as the rope object of other families) and the
-// sliding ones' (their base, rope_local_base_freq, read with the layers in hf_config_gemma.cpp).
-// Any other key is refused; so is the form outside Gemma 3.
-const nlohmann::json& full_attention_rope(const nlohmann::json& r, const std::string& type,
-                                          std::string& where) {
-  if (!r.is_object() || !(r.contains("full_attention") || r.contains("sliding_attention")))
-    return r;
-  ZT_CHECK(type == "gemma3_text",
-           where +
-               " holds one object per layer type, which zerotrain reads for Gemma 3 "
-               "(model_type \"gemma3_text\") alone");
-  for (const auto& [key, value] : r.items())
-    ZT_CHECK(key == "full_attention" || key == "sliding_attention",
-             where + ": unknown key '" + key + "' beside the layer types' objects");
-  ZT_CHECK(r.contains("full_attention"), where + " has no 'full_attention' object");
-  where += ".full_attention";
-  return r.at("full_attention");
-}
-
-// rope_theta and the scaling: from rope_parameters (transformers 5.x) or from rope_theta and
-// rope_scaling (4.x; without rope_theta, absent_theta, the family's default). A config holding
-// both spellings must say the same in each.
-void read_rope(const nlohmann::json& j, const std::string& source, const std::string& type,
-               double absent_theta, ModelConfig& c) {
-  const bool legacy_scaling = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
-  if (legacy_scaling)
-    c.rope_scaling =
-        rope_scaling_from_object(j.at("rope_scaling"), source + ": 'rope_scaling'", {});
-  c.rope_theta =
-      j.contains("rope_theta") ? required<double>(j, "rope_theta", source) : absent_theta;
-  if (!j.contains("rope_parameters") || j.at("rope_parameters").is_null()) return;
-  std::string where = source + ": 'rope_parameters'";
-  const nlohmann::json& r = full_attention_rope(j.at("rope_parameters"), type, where);
-  const RopeScalingParams scaling =
-      rope_scaling_from_object(r, where, {"rope_theta", "partial_rotary_factor"});
-  const double theta = required<double>(r, "rope_theta", where);
-  ZT_CHECK(!j.contains("rope_theta") || theta == c.rope_theta,
-           where + ": rope_theta " + quoted_json(r.at("rope_theta")) +
-               " differs from the top-level 'rope_theta' " + quoted_json(j.at("rope_theta")));
-  ZT_CHECK(!legacy_scaling || scaling == c.rope_scaling,
-           where + " and 'rope_scaling' describe different scalings");
-  c.rope_theta = theta;
-  c.rope_scaling = scaling;
-}
-
-// The sliding layers' object of transformers 5's per-layer-type rope_parameters (Gemma 3): their
-// base, unscaled, which must agree with rope_local_base_freq where the file has both.
-void read_sliding_rope(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
-  if (!c.is_gemma3() || !j.contains("rope_parameters") || !j.at("rope_parameters").is_object() ||
-      !j.at("rope_parameters").contains("sliding_attention"))
-    return;
-  const std::string where = source + ": 'rope_parameters'.sliding_attention";
-  const nlohmann::json& r = j.at("rope_parameters").at("sliding_attention");
-  ZT_CHECK(rope_scaling_from_object(r, where, {"rope_theta"}).type == RopeScaling::kNone,
-           where +
-               ": a scaling of the sliding layers' RoPE is not Gemma 3's (rope_type "
-               "\"default\")");
-  const double theta = required<double>(r, "rope_theta", where);
-  ZT_CHECK(!j.contains("rope_local_base_freq") || theta == c.local_rope_theta,
-           where + ": rope_theta " + quoted_json(r.at("rope_theta")) +
-               " differs from 'rope_local_base_freq' " + quoted_json(j.at("rope_local_base_freq")));
-  ZT_CHECK(std::isfinite(theta) && static_cast<float>(theta) > 0.0f,
-           where + ": rope_theta must be a positive finite number");
-  c.local_rope_theta = theta;
-}
-
-// partial_rotary_factor, top-level (transformers 4.x) or in rope_parameters (5.x), which must
-// agree: Phi-3's (Phi-4-mini's 0.75) is read, as transformers' Phi3 applies it from 4.49; the
-// other families' attention rotates every element of a head, so another value than 1 is refused.
-double partial_rotary_from_json(const nlohmann::json& j, const std::string& source,
-                                const std::string& type) {
-  const char* key = "partial_rotary_factor";
-  const bool inner = j.contains("rope_parameters") && j.at("rope_parameters").is_object() &&
-                     j.at("rope_parameters").contains(key) &&
-                     !j.at("rope_parameters").at(key).is_null();
-  const bool top = j.contains(key) && !j.at(key).is_null();
-  const double factor =
-      top     ? required<double>(j, key, source)
-      : inner ? required<double>(j.at("rope_parameters"), key, source + ": 'rope_parameters'")
-              : 1.0;
-  ZT_CHECK(!top || !inner || j.at("rope_parameters").at(key) == j.at(key),
-           source + ": 'rope_parameters' and the top level give different '" + key + "'");
-  ZT_CHECK(factor == 1.0 || type == "phi3",
-           source + ": '" + key + "': " + quoted_json(factor) + " is not implemented for " +
-               hf_architectures().at(type) +
-               ", whose attention rotates every element of a head (Phi-3's, as Phi-4-mini's, is)");
-  return factor;
-}
-
 // SmolLM3's layers without RoPE: the zeros of no_rope_layers, a 0/1 entry per layer (longer lists
 // are read as transformers reads them, by layer index); without it, every no_rope_layer_interval-th
 // layer (4), as SmolLM3Config derives it.
@@ -262,7 +96,7 @@ std::vector<int64_t> layers_without_rope_from_json(const nlohmann::json& j,
   if (type != "smollm3") return {};
   if (!j.contains("no_rope_layers") || j.at("no_rope_layers").is_null()) {
     const auto interval = j.contains("no_rope_layer_interval")
-                              ? required<int64_t>(j, "no_rope_layer_interval", source)
+                              ? required_key<int64_t>(j, "no_rope_layer_interval", source)
                               : int64_t{4};
     ZT_CHECK(interval != 0,
              source + ": 'no_rope_layer_interval' is 0 (transformers divides by it)");
@@ -285,26 +119,6 @@ std::vector<int64_t> layers_without_rope_from_json(const nlohmann::json& j,
   return out;
 }
 
-nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
-  switch (p.type) {
-    case RopeScaling::kNone:
-      return nullptr;
-    case RopeScaling::kLinear:
-      return {{"rope_type", "linear"}, {"factor", p.factor}};
-    case RopeScaling::kLlama3:
-      return {{"rope_type", "llama3"},
-              {"factor", p.factor},
-              {"low_freq_factor", p.low_freq_factor},
-              {"high_freq_factor", p.high_freq_factor},
-              {"original_max_position_embeddings", p.original_max_positions}};
-    case RopeScaling::kLongrope:
-      // The three keys transformers' Phi3Config (4.46) accepts, and no other.
-      return {
-          {"type", "longrope"}, {"short_factor", p.short_factor}, {"long_factor", p.long_factor}};
-  }
-  return nullptr;
-}
-
 // config.json "pad_token_id": null or absent is none; a negative id counts from the end of the
 // vocabulary, as torch's nn.Embedding takes its padding_idx; outside [-vocab_size, vocab_size)
 // transformers cannot build the model, and it is refused.
@@ -323,7 +137,7 @@ int64_t padding_token_from_json(const nlohmann::json& j, const std::string& sour
     return family_default;
   }
   if (!j.contains("pad_token_id") || j.at("pad_token_id").is_null()) return -1;
-  const auto id = required<int64_t>(j, "pad_token_id", source);
+  const auto id = required_key<int64_t>(j, "pad_token_id", source);
   ZT_CHECK(id >= -vocab_size && id < vocab_size, source + ": 'pad_token_id' " + std::to_string(id) +
                                                      " is not a row of the embedding (vocab_size " +
                                                      std::to_string(vocab_size) + ")");
@@ -368,7 +182,7 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
            source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +
                " outside a Mistral, Phi-3, Gemma 2 or Gemma 3 config (model_type \"mistral\", "
                "\"phi3\", \"gemma2\" or \"gemma3_text\") is not implemented");
-  const auto w = required<int64_t>(j, "sliding_window", source);
+  const auto w = required_key<int64_t>(j, "sliding_window", source);
   ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
   return w;
 }
@@ -380,7 +194,7 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
 void read_attention_shape(const nlohmann::json& j, const std::string& source,
                           const std::string& type, ModelConfig& c) {
   const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
-  int64_t head_dim = has_head_dim ? required<int64_t>(j, "head_dim", source) : 0;
+  int64_t head_dim = has_head_dim ? required_key<int64_t>(j, "head_dim", source) : 0;
   if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
   // GemmaConfig's default; a null one is kept as None there, which its attention cannot use.
   ZT_CHECK(!is_gemma_type(type) || !j.contains("head_dim") || has_head_dim,
@@ -403,31 +217,12 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
   const bool attention_bias =
       (type == "llama" || type == "qwen3" || type == "smollm3" || is_gemma_type(type)) &&
-      j.contains("attention_bias") && required<bool>(j, "attention_bias", source);
+      j.contains("attention_bias") && required_key<bool>(j, "attention_bias", source);
   c.qkv_bias = type == "qwen2" || attention_bias;
   c.o_bias = type != "qwen2" && attention_bias;
   c.qk_norm = type == "qwen3";
   c.fused_projections = type == "phi3";
   read_gemma_family(j, source, type, c);
-}
-
-// Phi-3's original length: config.json's top-level original_max_position_embeddings (Phi3Config's
-// default 4096), kept with or without longrope; longrope's factor on cos and sin follows from it
-// and max_position_embeddings, as transformers computes it in double.
-void read_phi3_lengths(const nlohmann::json& j, const std::string& source, const std::string& type,
-                       ModelConfig& c) {
-  RopeScalingParams& r = c.rope_scaling;
-  // Phi-3 keeps its original length with or without longrope (GGUF files carry it too).
-  if (type != "phi3" || (r.type != RopeScaling::kNone && r.type != RopeScaling::kLongrope)) return;
-  r.original_max_positions = j.contains("original_max_position_embeddings")
-                                 ? required<int64_t>(j, "original_max_position_embeddings", source)
-                                 : kPhi3DefaultOriginalPositions;
-  ZT_CHECK(r.original_max_positions > 1,
-           source + ": 'original_max_position_embeddings' must be above 1, got " +
-               std::to_string(r.original_max_positions));
-  if (r.type != RopeScaling::kLongrope) return;
-  r.attention_factor =
-      longrope_attention_factor(c.max_position_embeddings, r.original_max_positions);
 }
 
 bool is_inert_key(const std::string& key, const std::string& type) {
@@ -533,10 +328,10 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
          "smollm3, gemma, gemma2, gemma3_text)");
   ModelConfig c;
-  c.hidden_size = required<int64_t>(j, "hidden_size", source);
-  c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
-  c.num_layers = required<int64_t>(j, "num_hidden_layers", source);
-  c.num_heads = required<int64_t>(j, "num_attention_heads", source);
+  c.hidden_size = required_key<int64_t>(j, "hidden_size", source);
+  c.intermediate_size = required_key<int64_t>(j, "intermediate_size", source);
+  c.num_layers = required_key<int64_t>(j, "num_hidden_layers", source);
+  c.num_heads = required_key<int64_t>(j, "num_attention_heads", source);
   // Absent, each family's config class default (hf_family_defaults; Llama's and Phi-3's: the
   // query heads); null is the query heads in every one.
   const HfFamilyDefaults& defaults = hf_family_defaults(type);
@@ -545,16 +340,16 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.num_kv_heads = !j.contains("num_key_value_heads") ? absent_kv_heads
                    : j.at("num_key_value_heads").is_null()
                        ? c.num_heads
-                       : required<int64_t>(j, "num_key_value_heads", source);
-  c.vocab_size = required<int64_t>(j, "vocab_size", source);
-  c.max_position_embeddings = required<int64_t>(j, "max_position_embeddings", source);
-  c.rms_norm_eps = required<double>(j, "rms_norm_eps", source);
+                       : required_key<int64_t>(j, "num_key_value_heads", source);
+  c.vocab_size = required_key<int64_t>(j, "vocab_size", source);
+  c.max_position_embeddings = required_key<int64_t>(j, "max_position_embeddings", source);
+  c.rms_norm_eps = required_key<double>(j, "rms_norm_eps", source);
   read_rope(j, source, type, defaults.rope_theta, c);
-  read_phi3_lengths(j, source, type, c);
+  read_rope_lengths(j, source, type, c);
   c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
   c.padding_token = padding_token_from_json(j, source, c.vocab_size, type);
   c.tie_word_embeddings = j.contains("tie_word_embeddings")
-                              ? required<bool>(j, "tie_word_embeddings", source)
+                              ? required_key<bool>(j, "tie_word_embeddings", source)
                               : defaults.tie_word_embeddings;
   read_attention_shape(j, source, type, c);
   read_sliding_rope(j, source, c);

@@ -90,6 +90,22 @@ FAMILIES = {
     # Linear position interpolation (the older "type" key, as older checkpoints write it).
     "llama-linear-rope": ("LlamaConfig", "LlamaForCausalLM",
                           dict(rope_scaling={"type": "linear", "factor": 4.0})),
+    # YaRN as Qwen documents it for Qwen2.5 and Qwen3 past 32,768 tokens (factor 4, the original
+    # length the file's max_position_embeddings, here 128): with hd = 16 and θ = 10000 the band
+    # runs over pairs 0-3 (kept below, blended, divided by 4 above), cos and sin times
+    # 0.1·ln 4 + 1.
+    "qwen2-yarn": ("Qwen2Config", "Qwen2ForCausalLM",
+                   dict(rope_theta=10000.0, use_sliding_window=False, sliding_window=4096,
+                        rope_scaling={"type": "yarn", "factor": 4.0,
+                                      "original_max_position_embeddings": 128})),
+    # YaRN with max_position_embeddings (128) past the original length (64), a factor (3) other
+    # than their ratio, the band's ends and the factor on cos and sin given. Read as vLLM,
+    # llama.cpp and transformers since its fix of issue 38224 read it: the band from the
+    # original length, which transformers 4.46 takes from max_position_embeddings, so the
+    # reference loads with that set to 64 (REFERENCE_OVERRIDES).
+    "llama-yarn-extended": ("LlamaConfig", "LlamaForCausalLM", dict(rope_scaling={
+        "rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 64,
+        "beta_fast": 4.0, "beta_slow": 0.25, "attention_factor": 1.25})),
     # Mistral without a sliding window.
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None,
                                                              rope_theta=1000000.0)),
@@ -188,6 +204,10 @@ SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
 WRITTEN_AS = {"qwen3", "smollm3", "gemma3", "gemma3-linear"}
+# Config attributes the reference loads with in place of its config.json's: transformers 4.46's
+# yarn takes its band from max_position_embeddings, later releases (and zerotrain) from the
+# original length.
+REFERENCE_OVERRIDES = {"llama-yarn-extended": dict(max_position_embeddings=64)}
 # The model_type each family's config.json says.
 MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
@@ -285,10 +305,12 @@ def save_written_as(family, model, config, out_dir):
 
 
 def load_reference(family, config, hf_dir):
-    """The model of hf_dir in fp32: transformers' from_pretrained, or for Qwen3 and SmolLM3 the
-    reference above with every tensor of the directory's safetensors files loaded strictly."""
+    """The model of hf_dir in fp32: transformers' from_pretrained (with the family's
+    REFERENCE_OVERRIDES), or for Qwen3 and SmolLM3 the reference above with every tensor of the
+    directory's safetensors files loaded strictly."""
     if family not in WRITTEN_AS:
-        return transformers.AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            hf_dir, torch_dtype=torch.float32, **REFERENCE_OVERRIDES.get(family, {}))
     import safetensors.torch
     with open(os.path.join(hf_dir, "config.json")) as f:
         saved = json.load(f)
@@ -488,6 +510,19 @@ def converter_llama_permute(converter):
     return class_methods(converter, "LlamaModel", ("permute",), {})[0]
 
 
+def gguf_imported_back(zt, path, final, work, name="gguf-imported"):
+    """Imports the GGUF file at path into work/name, checks that its tensors are the model
+    directory final's, bit for bit, and returns the import's config.json."""
+    from gguf_reference import model_dir_tensors
+    back = os.path.join(work, name)
+    run_tool([zt, "import", path, "--out", back])
+    a, b = model_dir_tensors(final), model_dir_tensors(back)
+    check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
+          "the GGUF import's tensors differ from the exported model's")
+    with open(os.path.join(back, "config.json")) as f:
+        return json.load(f)
+
+
 def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
     """A trained SmolLM3 through GGUF as llama.cpp's smollm3 reads it: the export's architecture,
     gguf's tensor names, q_proj's and k_proj's rows permuted by the converter's own
@@ -497,7 +532,7 @@ def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
     import gguf
     import safetensors.torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from gguf_reference import model_dir_tensors, read_gguf
+    from gguf_reference import read_gguf
     permute = converter_llama_permute(
         os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py"))
     final = gguf_ready_copy(final, work)  # a GGUF file carries its tokenizer
@@ -525,17 +560,11 @@ def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
             want = permute(want, config.num_attention_heads, config.num_key_value_heads)
         check(np.array_equal(stored[name].reshape(want.shape), want.numpy()),
               f"{name}: not {hf_name} as llama.cpp's converter writes it")
-    back = os.path.join(work, "gguf-imported")
-    run_tool([zt, "import", path, "--out", back])
-    with open(os.path.join(back, "config.json")) as f:
-        back_config = json.load(f)
+    back_config = gguf_imported_back(zt, path, final, work)
     check(back_config.get("model_type") == "smollm3" and
           back_config.get("no_rope_layers") == SMOLLM3_NO_ROPE_LAYERS,
           f"the GGUF import reads {back_config.get('model_type')}, no_rope_layers "
           f"{back_config.get('no_rope_layers')}")
-    a, b = model_dir_tensors(final), model_dir_tensors(back)
-    check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
-          "the GGUF import's tensors differ from the exported model's")
     print(f"the GGUF export is llama.cpp's smollm3 ({len(hf)} tensors as the converter writes "
           "them) and imports back bit for bit", flush=True)
     # A NoPE layer where llama.cpp's smollm3 rotates: refused, no file left.
@@ -550,6 +579,56 @@ def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
     refused([zt, "export", moved, "--format", "gguf", "--out", out],
             "llama.cpp's smollm3 takes none in every fourth layer")
     check(not os.path.exists(out), "a refused GGUF export left its file")
+
+
+def check_yarn_gguf(zt, work, final, exported, config):
+    """A trained yarn model through GGUF: Qwen's setting is written as llama.cpp's converter
+    writes it (Qwen2Model.set_gguf_parameters: rope.scaling.type yarn, its factor and
+    original_context_length, from the export's rope_scaling) and imports back with the same
+    config.json scaling and the same tensors, bit for bit; a yarn llama.cpp would compute
+    otherwise (its band's ends, or factor on cos and sin, not llama.cpp's) is refused."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gguf_reference import read_gguf
+    final = gguf_ready_copy(final, work)
+    path = os.path.join(work, "exported.gguf")
+    command = [zt, "export", final, "--format", "gguf", "--gguf-type", "f32", "--out", path]
+    with open(os.path.join(exported, "config.json")) as f:
+        scaling = json.load(f)["rope_scaling"]
+    if scaling.get("beta_fast") != 32.0 or scaling.get("attention_factor") == 1.25:
+        refused(command, "llama.cpp runs yarn with 32, 1 and 0.1·ln(factor) + 1")
+        check(not os.path.exists(path), "a refused GGUF export left a file")
+        return
+    run_tool(command)
+    arch = config.model_type
+    fields = read_gguf(path).fields
+    written = {key: fields[f"{arch}.rope.scaling.{key}"].contents()
+               for key in ("type", "factor", "original_context_length")}
+    want = {"type": "yarn", "factor": scaling["factor"],
+            "original_context_length": scaling["original_max_position_embeddings"]}
+    check(written == want, f"the GGUF export's yarn metadata {written}, not {want}")
+    back_scaling = gguf_imported_back(zt, path, final, work)["rope_scaling"]
+    with open(os.path.join(final, "config.json")) as f:
+        final_config = json.load(f)
+    check(back_scaling == final_config["rope_scaling"],
+          f"the GGUF import's rope_scaling {back_scaling}, not the model's "
+          f"{final_config['rope_scaling']}")
+    # The same model with max_position_embeddings raised to factor × original (a common recipe):
+    # the file's context length then differs from its original_context_length, which the
+    # import reads back.
+    raised = os.path.join(work, "raised-context")
+    shutil.copytree(final, raised)
+    final_config["max_position_embeddings"] = 4 * want["original_context_length"]
+    with open(os.path.join(raised, "config.json"), "w") as f:
+        json.dump(final_config, f)
+    raised_path = os.path.join(work, "raised.gguf")
+    run_tool([zt, "export", raised, "--format", "gguf", "--gguf-type", "f32", "--out",
+              raised_path])
+    raised_back = gguf_imported_back(zt, raised_path, raised, work, "raised-imported")
+    check(raised_back["rope_scaling"] == final_config["rope_scaling"] and
+          raised_back["max_position_embeddings"] == final_config["max_position_embeddings"],
+          f"the GGUF import of a raised context reads {raised_back['rope_scaling']}")
+    print(f"the GGUF export carries yarn as llama.cpp's converter writes it ({written}) and "
+          "imports back bit for bit", flush=True)
 
 
 def gguf_ready_copy(final, work):
@@ -602,7 +681,7 @@ def check_gemma_gguf(zt, work, final, exported, source_dir, config, arch):
     import typing
     import gguf
     import safetensors.torch
-    from gguf_reference import class_constant, class_methods, model_dir_tensors, read_gguf
+    from gguf_reference import class_constant, class_methods, read_gguf
     converter = os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py")
     model_class, model_arch = {"gemma": ("GemmaModel", gguf.MODEL_ARCH.GEMMA),
                                "gemma2": ("Gemma2Model", gguf.MODEL_ARCH.GEMMA2),
@@ -655,18 +734,12 @@ def check_gemma_gguf(zt, work, final, exported, source_dir, config, arch):
     for name, value in want.items():
         check(np.array_equal(stored[name].reshape(value.shape), value.numpy()),
               f"{name}: not as llama.cpp's converter writes it")
-    back = os.path.join(work, "gguf-imported")
-    run_tool([zt, "import", path, "--out", back])
+    got = gguf_imported_back(zt, path, final, work)
     model_type = {"gemma3": "gemma3_text"}.get(arch, arch)  # llama.cpp's name for Gemma 3's
-    with open(os.path.join(back, "config.json")) as f:
-        check(json.load(f).get("model_type") == model_type, f"the GGUF import is not a {arch}")
-    a, b = model_dir_tensors(final), model_dir_tensors(back)
-    check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a),
-          "the GGUF import's tensors differ from the exported model's")
+    check(got.get("model_type") == model_type, f"the GGUF import is not a {arch}")
     if arch in ("gemma2", "gemma3"):
-        with open(os.path.join(back, "config.json")) as f, \
-                open(os.path.join(final, "config.json")) as g:
-            got, want_config = json.load(f), json.load(g)
+        with open(os.path.join(final, "config.json")) as g:
+            want_config = json.load(g)
         for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
                     "sliding_window") + (GEMMA3_KEYS if arch == "gemma3" else ()):
             check(got[key] == want_config[key], f"the GGUF import's {key} is {got[key]}, the "
@@ -822,6 +895,8 @@ def main():
     print(f"the export ({exported_type}) loads as {type(reloaded).__name__}", flush=True)
     trained_hf = hf_loss(reloaded.eval(), tokens, windows, seq_len)
     compare("trained loss", zt_eval(final), trained_hf)
+    if "yarn" in args.family:
+        check_yarn_gguf(zt, work, final, exported, config)
     if args.family == "smollm3":
         check_smollm3_gguf(zt, work, final, exported, data, args.source_dir, config)
     if args.family in ("gemma", "gemma2", "gemma3"):

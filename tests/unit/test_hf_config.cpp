@@ -62,7 +62,7 @@ TEST(HfConfig, BadRopeScalingIsRefusedNamingTheKey) {
   nlohmann::json inverted = llama3_scaling();
   inverted["low_freq_factor"] = 4.0;
   const std::vector<std::pair<nlohmann::json, std::string>> cases = {
-      {{{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_type 'yarn' is not implemented"},
+      {{{"rope_type", "dynamic"}, {"factor", 4.0}}, "rope_type 'dynamic' is not implemented"},
       {{{"rope_type", "dynamic"}, {"factor", 2.0}}, "rope_type 'dynamic'"},
       {{{"factor", 2.0}}, "has no 'rope_type'"},
       {{{"type", "linear"}, {"rope_type", "llama3"}, {"factor", 2.0}}, "differ"},

@@ -278,7 +278,7 @@ TEST(HfImport, ConfigKeysThatChangeTheModelAreRefusedByName) {
   const std::vector<StoredTensor> tensors = tiny_tensors();
   const nlohmann::json base = preset_config("tiny").to_hf_json();
   const std::vector<std::pair<std::string, nlohmann::json>> cases = {
-      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 8.0}}},
+      {"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 8.0}}},
       {"mlp_bias", true},
       {"hidden_act", "gelu"},
       {"model_type", "mixtral"},
