@@ -9,7 +9,8 @@ every turn), and Mistral-Nemo-Instruct-2407's, Mistral-Small-3.1-24B-Instruct-25
 Mistral-Small-3.2-24B-Instruct-2506's, which
 have no generation prompt, open a turn of calls with "[TOOL_CALLS]" and list the tools just
 before the last user message, Phi-4-mini-instruct's, which closes a turn with "<|end|>" and
-the conversation with its EOS (the last reply counts up to it), and SmolLM3-3B's, which writes
+the conversation with its EOS (the last reply counts up to it), gemma-3-4b-it's, which writes
+the system message into the first user turn and trims each part of a list, and SmolLM3-3B's, which writes
 today's date into its system header and, given "/no_think", an empty <think> block that both its
 generation prompt and its replies open with. Each is given a tokenizer as test_tokenizer_configs.py makes one
 (a byte-level BPE holding the model's special tokens). The reference is transformers'
@@ -25,13 +26,13 @@ rounds whose replies reason in <think> (QwQ, DeepSeek), of three whose first rep
 cut before "</think>" (QwQ: its generation prompt is in that reply too), and agent traces with
 tools (QwQ and Mistral: a turn of calls with and without content, the tool's result, the answer,
 a later user turn and its answer; DeepSeek: a turn of calls whose content is null, OpenAI's form,
-which its template renders only so), and for Mistral Small a conversation whose system message,
+which its template renders only so), and for Mistral Small and Gemma 3 a conversation whose system message,
 first user turn and replies are OpenAI's lists of text parts (handed to the template as lists, as
 TRL hands them on; one part holds "image": null, as an Arrow export writes it) go through `prepare-data --sft-jsonl --messages-field messages --chat-template`: the ids
 are apply_chat_template's and the loss mask is the marked copy's assistant mask. Nemo's template
 leaves the system message out of a conversation that ends with a reply: such a conversation is
 refused naming the message, leaving no data; so are a system message of two parts, of which
-Mistral Small's template reads the first alone, and a tool result as parts, which it writes as
+Mistral Small's and Gemma 3's templates read the first alone, and a tool result as parts, which it writes as
 Python prints a list; so is a reply of two parts under Mistral Small 3.1's, which reads a
 reply's first part alone (its user turns in parts are read whole, and tested). DeepSeek's turn of calls with an empty content gives
 the data of one with null; with arguments that are not a string, which its template cannot
@@ -162,6 +163,18 @@ TEMPLATES = {
              "{{ '<start_of_turn>' + role + '\n' }}{% if role == 'model' %}{% generation %}"
              "{{ message['content'] | trim + '<end_of_turn>\n' }}{% endgeneration %}"
              "{% else %}{{ message['content'] | trim + '<end_of_turn>\n' }}{% endif %}")]),
+    # Gemma 3's (gemma-3-4b-it's): Gemma's turns, the system message written before the first
+    # user turn's text, each part of a list trimmed ("<start_of_image>" for an image part). The
+    # content and "<end_of_turn>\n" are captured as `body`, marked when the role is the model's.
+    "google-gemma-3-4b-it": (
+        "<bos>", "<eos>", ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>",
+                           "<start_of_image>"], ("system", "rounds", "parts", "spaced_parts"), [
+            ("    {%- if message['content'] is string -%}",
+             "    {%- set body -%}{%- if message['content'] is string -%}"),
+            ("    {{ '<end_of_turn>\n' }}\n{%- endfor -%}",
+             "    {{ '<end_of_turn>\n' }}{%- endset -%}{%- if role == 'model' -%}"
+             "{% generation %}{{ body }}{% endgeneration %}{%- else -%}{{ body }}{%- endif -%}\n"
+             "{%- endfor -%}")]),
 }
 
 USER = ["Name three primes.", "And the next one?"]
@@ -189,6 +202,10 @@ def conversations(kind):
         split[0]["content"][1]["image"] = None  # as an Arrow export of parts writes the key
         return [{"messages": [{"role": "system", "content": parts("Be brief.")}] + split
                  + [rounds[2], dict(rounds[3], content=parts(rounds[3]["content"]))]}]
+    if kind == "spaced_parts":  # parts split at a space, which a template trimming each drops
+        split = [dict(m, content=parts(*m["content"].split(" ", 1))) for m in rounds[:2]]
+        split[0]["content"][0]["text"] += " "
+        return [{"messages": split + rounds[2:]}]
     if kind == "user_parts":  # Mistral Small 3.1 reads a user turn's parts, a reply's first
         split = [dict(m, content=parts(m["content"][:9], m["content"][9:]))
                  if m["role"] == "user" else m for m in rounds]
@@ -387,6 +404,20 @@ def main():
                      + message + " as their text"], work("bad.h5"))
         print("ok   Mistral Small's template, which reads a system message's first part alone and "
               "prints a tool result's list: refused naming the message, no data left")
+
+        # Gemma 3's template reads a system message's first part alone too.
+        record = conversations("parts")[0]
+        record["messages"][0]["content"] = parts("Be ", "brief.")
+        path = work("gemma3-system-parts.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(record) + "\n")
+        refused([args.zerotrain, "prepare-data", "--tokenizer", work("google-gemma-3-4b-it"),
+                 "--sft-jsonl", path, "--messages-field", "messages", "--chat-template", "--out",
+                 work("bad.h5"), "--python", sys.executable],
+                [path + ":1: the chat template does not render the list of content parts of "
+                 "'messages'[0] (system) as their text"], work("bad.h5"))
+        print("ok   Gemma 3's template, which reads a system message's first part alone: refused "
+              "naming the message, no data left")
 
         # Mistral Small 3.1's template reads a reply's first part alone: a reply of two parts is
         # refused naming it.
