@@ -14,7 +14,7 @@
 #include "io/safetensors.h"
 #include "io/tokenizer_files.h"
 #include "model/hf_checkpoint_tensors.h"
-#include "model/hf_config_gemma.h"
+#include "model/hf_multimodal_config.h"
 #include "model/layout.h"
 #include "util/bf16.h"
 #include "util/error.h"
@@ -32,10 +32,10 @@ bool is_ignored_buffer(const std::string& name) {
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Where a multimodal checkpoint keeps the text model's tensors (Gemma 3's: transformers 4.50 wrote
-// language_model.model.* and language_model.lm_head.weight, 4.52 and later model.language_model.*
-// and lm_head.weight), as a map from the text model's names; and whether a stored tensor belongs
-// to the vision tower or its projector, which the text model leaves out.
+// Where a multimodal checkpoint keeps the text model's tensors (Gemma 3's and Mistral 3's:
+// transformers 4.50 wrote language_model.model.* and language_model.lm_head.weight, 4.52 and later
+// model.language_model.* and lm_head.weight), as a map from the text model's names; and whether a
+// stored tensor belongs to the vision tower or its projector, which the text model leaves out.
 struct CheckpointNaming {
   std::string model_prefix;  // replaces "model."
   std::string head_name = "lm_head.weight";
@@ -52,7 +52,8 @@ struct CheckpointNaming {
   }
 };
 
-CheckpointNaming checkpoint_naming(bool multimodal, const std::map<std::string, std::string>& map,
+CheckpointNaming checkpoint_naming(const MultimodalWrapper* multimodal,
+                                   const std::map<std::string, std::string>& map,
                                    const std::string& hf_dir) {
   CheckpointNaming naming;
   if (!multimodal) return naming;
@@ -61,8 +62,8 @@ CheckpointNaming checkpoint_naming(bool multimodal, const std::map<std::string, 
     naming.head_name = "language_model.lm_head.weight";
   } else {
     ZT_CHECK(map.count("model.language_model.embed_tokens.weight"),
-             "import: '" + hf_dir +
-                 "' is a Gemma 3 multimodal checkpoint without its text model's embedding "
+             "import: '" + hf_dir + "' is a " + multimodal->name +
+                 " multimodal checkpoint without its text model's embedding "
                  "(language_model.model.embed_tokens.weight or "
                  "model.language_model.embed_tokens.weight)");
     naming.model_prefix = "model.language_model.";
@@ -156,10 +157,10 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
   ZT_CHECK(fs::is_directory(hf_dir, ec), "import: '" + hf_dir + "' is not a directory");
   const std::string config_path = (fs::path(hf_dir) / "config.json").string();
   const nlohmann::json file_json = read_json_file(config_path);
-  // A Gemma 3 multimodal checkpoint: its text model (docs/fine-tuning.md, Gemma 3).
-  const bool multimodal = is_gemma3_multimodal(file_json);
+  // A multimodal checkpoint (Gemma 3's, Mistral Small 3's): its text model (docs/fine-tuning.md).
+  const MultimodalWrapper* multimodal = multimodal_wrapper(file_json);
   const nlohmann::json config_json =
-      multimodal ? gemma3_text_config_of(file_json, config_path) : file_json;
+      multimodal ? multimodal_text_config(file_json, *multimodal, config_path) : file_json;
   HfImportResult result;
   result.config = ModelConfig::from_hf_json(config_json, config_path, unknown);
   result.ignored_keys = hf_config_ignored_keys(config_json);
@@ -171,7 +172,7 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
         if (key != "model_type" && key != "architectures") named.push_back("text_config." + key);
       return named;
     };
-    result.ignored_keys = gemma3_multimodal_keys(file_json);
+    result.ignored_keys = multimodal_keys(file_json);
     for (const std::string& key : in_text_config(hf_config_ignored_keys(config_json)))
       result.ignored_keys.push_back(key);
     result.unknown_keys = in_text_config(result.unknown_keys);

@@ -132,43 +132,6 @@ void read_gemma_family(const nlohmann::json& j, const std::string& source, const
                "\"full_attention\"), the layers zerotrain slides");
 }
 
-bool is_gemma3_multimodal(const nlohmann::json& j) {
-  if (!j.is_object()) return false;
-  if (j.contains("model_type")) return j.at("model_type") == "gemma3";
-  return j.contains("architectures") &&
-         j.at("architectures") == nlohmann::json::array({"Gemma3ForConditionalGeneration"});
-}
-
-nlohmann::json gemma3_text_config_of(const nlohmann::json& j, const std::string& source) {
-  ZT_CHECK(j.contains("text_config") && j.at("text_config").is_object(),
-           source +
-               ": a Gemma 3 multimodal config (Gemma3ForConditionalGeneration) without a "
-               "'text_config' object");
-  nlohmann::json text = j.at("text_config");
-  ZT_CHECK(!text.contains("model_type") || text.at("model_type") == "gemma3_text",
-           source + ": 'text_config' has model_type " + quoted_json(text.at("model_type")) +
-               ", not \"gemma3_text\"");
-  // Gemma3TextConfig's defaults for the keys zerotrain requires (the others take theirs when read).
-  const nlohmann::json defaults = {{"hidden_size", 2304},     {"intermediate_size", 9216},
-                                   {"num_hidden_layers", 26}, {"num_attention_heads", 8},
-                                   {"vocab_size", 262208},    {"max_position_embeddings", 131072},
-                                   {"rms_norm_eps", 1e-6}};
-  for (const auto& [key, value] : defaults.items())
-    if (!text.contains(key)) text[key] = value;
-  text["model_type"] = "gemma3_text";
-  text["architectures"] = {"Gemma3ForCausalLM"};
-  // A quantized checkpoint says so at the top level: refused as the text model's key.
-  if (j.contains("quantization_config")) text["quantization_config"] = j.at("quantization_config");
-  return text;
-}
-
-std::vector<std::string> gemma3_multimodal_keys(const nlohmann::json& j) {
-  std::vector<std::string> keys;
-  for (const auto& [key, value] : j.items())
-    if (key != "text_config") keys.push_back(key);
-  return keys;
-}
-
 void write_gemma_keys(const ModelConfig& c, nlohmann::json& j) {
   // hidden_activation for transformers 4.46 (and back to 4.38), hidden_act for 4.49 and later.
   j["hidden_activation"] = kTanhGelu;

@@ -22,18 +22,6 @@ void check_gemma_activation(const nlohmann::json& j, const std::string& source,
 // Gemma3TextConfig's defaults (256, no caps), q/k norms, its pattern and local RoPE base.
 void read_gemma_family(const nlohmann::json& j, const std::string& source, const std::string& type,
                        ModelConfig& c);
-// Gemma 3's multimodal checkpoints (model_type "gemma3", Gemma3ForConditionalGeneration:
-// gemma-3-4b/12b/27b as published) hold a text model whose config is `text_config`, sparse as
-// Gemma3Config writes it: true when `j` is one.
-bool is_gemma3_multimodal(const nlohmann::json& j);
-// Its text model's config.json as a Gemma3ForCausalLM's: `text_config` with Gemma3TextConfig's
-// (transformers 4.50) defaults written for the keys it leaves out that zerotrain requires, and
-// model_type "gemma3_text". A missing or non-object text_config is refused naming the file.
-nlohmann::json gemma3_text_config_of(const nlohmann::json& j, const std::string& source);
-// The multimodal config's own keys (the vision tower's, the image tokens'), which the text model
-// leaves unread.
-std::vector<std::string> gemma3_multimodal_keys(const nlohmann::json& j);
-
 // The keys of a Gemma, Gemma 2 or Gemma 3 config.json beside the common ones.
 void write_gemma_keys(const ModelConfig& c, nlohmann::json& j);
 

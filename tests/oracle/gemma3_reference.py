@@ -121,37 +121,3 @@ def gemma3_config_json(config):
 def write_gemma3_config(config, out_dir):
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(gemma3_config_json(config), f, indent=2)
-
-
-def write_multimodal(text_dir, out_dir, prefix):
-    """text_dir's Gemma 3 text checkpoint as a Gemma3ForConditionalGeneration checkpoint holds its
-    language model: config.json with the text config under text_config (beside a vision_config
-    and the image tokens' keys), the text model's tensors under `prefix` (transformers 4.50's
-    "language_model.model.", 4.52 and later "model.language_model."; the head, if any, as
-    language_model.lm_head.weight or lm_head.weight), and two tensors of a vision tower and
-    projector, which the text model leaves out."""
-    import safetensors.torch
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(text_dir, "config.json")) as f:
-        text = json.load(f)
-    text.pop("architectures", None)
-    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-              "text_config": text, "boi_token_index": 255999, "eoi_token_index": 256000,
-              "image_token_index": 262144, "mm_tokens_per_image": 256,
-              "initializer_range": 0.02, "torch_dtype": "bfloat16",
-              "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8,
-                                "num_hidden_layers": 1, "patch_size": 14, "image_size": 28}}
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    head = "language_model.lm_head.weight" if prefix.startswith("language_model") else \
-        "lm_head.weight"
-    tensors = {}
-    for name, value in safetensors.torch.load_file(
-            os.path.join(text_dir, "model.safetensors")).items():
-        tensors[head if name == "lm_head.weight" else prefix + name[len("model."):]] = value
-    vision = "vision_tower." if prefix.startswith("language_model") else "model.vision_tower."
-    tensors[vision + "vision_model.embeddings.patch_embedding.weight"] = torch.ones(8, 3, 14, 14)
-    tensors[vision.replace("vision_tower", "multi_modal_projector")
-            + "mm_input_projection_weight"] = torch.ones(8, 64)
-    safetensors.torch.save_file(tensors, os.path.join(out_dir, "model.safetensors"),
-                                metadata={"format": "pt"})

@@ -58,7 +58,8 @@ from oracle_harness import (CheckFailed, SetupError, check, fp32_model_bound,  #
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
 from gemma3_reference import (GEMMA3_KEYS, build_gemma3, save_tensors,  # noqa: E402
-                              write_gemma3_config, write_multimodal)
+                              write_gemma3_config)
+from multimodal_reference import write_multimodal  # noqa: E402
 
 # Small random configs, one per family: (transformers config class, model class, kwargs).
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -757,8 +758,10 @@ def main():
     p.add_argument("--family", required=True, choices=sorted(FAMILIES))
     p.add_argument("--sharded", action="store_true", help="save the HF model in several files")
     p.add_argument("--multimodal", choices=("language_model.model", "model.language_model"),
-                   help="gemma3: import the model as a Gemma3ForConditionalGeneration checkpoint "
-                        "holds its text model, under this prefix (transformers 4.50's, 4.52's)")
+                   help="gemma3 and mistral families: import the model as a "
+                        "Gemma3ForConditionalGeneration or Mistral3ForConditionalGeneration "
+                        "checkpoint holds its text model, under this prefix (transformers 4.50's, "
+                        "4.52's)")
     p.add_argument("--mpirun", default="mpirun")
     p.add_argument("--break-config", metavar="KEY=VALUE", action="append",
                    help="change a config.json key after saving (repeatable), so that zerotrain "
@@ -811,9 +814,10 @@ def main():
 
     imported = os.path.join(work, "imported")
     source = hf_dir
-    if args.multimodal:  # the same text model inside a Gemma3ForConditionalGeneration checkpoint
+    if args.multimodal:  # the same text model inside a multimodal checkpoint
         source = os.path.join(work, "hf-multimodal")
-        write_multimodal(hf_dir, source, args.multimodal + ".")
+        write_multimodal(hf_dir, source, args.multimodal + ".",
+                         "mistral3" if args.family.startswith("mistral") else "gemma3")
     run_tool([zt, "import", source, "--out", imported])
     run_tool([zt, "info", "--verify", imported])
 

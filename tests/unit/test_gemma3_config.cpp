@@ -13,6 +13,7 @@
 
 #include "model/config.h"
 #include "model/hf_config_gemma.h"
+#include "model/hf_multimodal_config.h"
 #include "model/layout.h"
 #include "support/hf_config_files.h"
 
@@ -174,9 +175,11 @@ TEST(Gemma3Config, AMultimodalConfigsTextModelTakesGemma3TextConfigsDefaults) {
                                        {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
                                        {"sliding_window", 1024}}},
                                      {"vision_config", {{"model_type", "siglip_vision_model"}}}};
-  ASSERT_TRUE(is_gemma3_multimodal(multimodal));
-  EXPECT_FALSE(is_gemma3_multimodal(published_config(kGemma3_1bIt)));
-  const ModelConfig c = read(gemma3_text_config_of(multimodal, "mm.json"));
+  const MultimodalWrapper* wrapper = multimodal_wrapper(multimodal);
+  ASSERT_TRUE(wrapper != nullptr);
+  EXPECT_EQ(std::string(wrapper->model_type), "gemma3");
+  EXPECT_EQ(multimodal_wrapper(published_config(kGemma3_1bIt)), nullptr);
+  const ModelConfig c = read(multimodal_text_config(multimodal, *wrapper, "mm.json"));
   EXPECT_EQ(c.model_type(), "gemma3_text");
   EXPECT_EQ(ParamLayout(c).total_numel(), 3880263168);
   EXPECT_EQ(c.num_heads, 8);
@@ -188,11 +191,14 @@ TEST(Gemma3Config, AMultimodalConfigsTextModelTakesGemma3TextConfigsDefaults) {
   EXPECT_EQ(c.rope_for_layer(4, 4096).scaling.type, RopeScaling::kNone);
   nlohmann::json without = multimodal;
   without.erase("text_config");
-  EXPECT_NE(error_of([&] { gemma3_text_config_of(without, "mm.json"); }).find("'text_config'"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { multimodal_text_config(without, *wrapper, "mm.json"); }).find("'text_config'"),
+      std::string::npos);
   nlohmann::json other = multimodal;
   other["text_config"]["model_type"] = "gemma2";
-  EXPECT_NE(error_of([&] { gemma3_text_config_of(other, "mm.json"); }).find("not \"gemma3_text\""),
+  EXPECT_NE(error_of([&] {
+              multimodal_text_config(other, *wrapper, "mm.json");
+            }).find("not \"gemma3_text\""),
             std::string::npos);
 }
 

@@ -2,9 +2,9 @@
 // SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
 // Phi-4-mini (RoPE on part of each head), SmolLM3 (layers without RoPE),
 // Gemma 2 (gemma-2-9b-it: sandwich norms, soft caps), Gemma 3 (gemma-3-270m; gemma-3-1b-it re-saved
-// by 4.52.4), and re-saves by transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7, and
-// unsloth's of CodeGemma-7b-it (Gemma)) are read
-// with the keys as published:
+// by 4.52.4), Mistral Small 3.1 (a multimodal checkpoint: its text model read), and re-saves by
+// transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7, and unsloth's of CodeGemma-7b-it
+// (Gemma)) are read with the keys as published:
 //   - every one is accepted, also under --strict-config: each key in them is one zerotrain reads
 //     or knows to leave the model unchanged, except the keys listed as unknown for a file
 //     (Phi-3's auto_map, which names the repository's own modelling code), which are accepted
@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "model/hf_multimodal_config.h"
 #include "model/layout.h"
 #include "model/rope_freq_factors.h"
 
@@ -77,6 +78,10 @@ const std::map<std::string, Published>& corpus() {
       // Its card's 12B; 12,247,782,400 from the shapes its config states (head_dim 128, not
       // 5120 / 32; no window, so written as a Llama).
       {"mistralai--Mistral-Nemo-Instruct-2407", {12247782400, "llama", false, 1000000, R::kNone}},
+      // Mistral3ForConditionalGeneration: its text model, 23,572,403,200 from the shapes its
+      // text_config states (its card's 24B with the vision tower; head_dim 128, no window).
+      {"mistralai--Mistral-Small-3.1-24B-Instruct-2503",
+       {23572403200, "llama", false, 1000000000, R::kNone}},
       {"microsoft--Phi-3-mini-4k-instruct", {3821079552, "phi3", false, 10000, R::kNone}},
       // Its card's 3.8B; 3,836,021,760 from the shapes its config states (tied embeddings).
       {"microsoft--Phi-4-mini-instruct", {3836021760, "phi3", true, 10000, R::kLongrope}},
@@ -129,13 +134,16 @@ TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
     ASSERT_NE(expected, corpus().end()) << "a corpus directory without its expected figures";
     const std::string file = (entry.path() / "config.json").string();
     std::ifstream in(file);
-    const nlohmann::json published = nlohmann::json::parse(in);
+    nlohmann::json published = nlohmann::json::parse(in);
+    // A multimodal checkpoint's text model, as import reads it.
+    if (const MultimodalWrapper* wrapper = multimodal_wrapper(published))
+      published = multimodal_text_config(published, *wrapper, file);
     EXPECT_EQ(hf_config_unknown_keys(published), expected_unknown_keys(name));
     const UnknownConfigKeys strictness = expected_unknown_keys(name).empty()
                                              ? UnknownConfigKeys::kRefuse
                                              : UnknownConfigKeys::kAccept;
     ModelConfig c;
-    ASSERT_NO_THROW(c = ModelConfig::from_hf_file(file, strictness));
+    ASSERT_NO_THROW(c = ModelConfig::from_hf_json(published, file, strictness));
     const Published& p = expected->second;
     EXPECT_EQ(ParamLayout(c).total_numel(), p.parameters);
     EXPECT_EQ(c.model_type(), p.model_type);

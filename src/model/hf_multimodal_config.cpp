@@ -1,0 +1,72 @@
+#include "model/hf_multimodal_config.h"
+
+#include <array>
+
+#include "util/error.h"
+#include "util/json_text.h"
+
+namespace zt {
+
+namespace {
+
+constexpr std::array<MultimodalWrapper, 2> kWrappers = {{
+    {"gemma3", "Gemma3ForConditionalGeneration", "gemma3_text", "Gemma3ForCausalLM", "Gemma 3"},
+    {"mistral3", "Mistral3ForConditionalGeneration", "mistral", "MistralForCausalLM", "Mistral 3"},
+}};
+
+// The text config class's defaults (transformers 4.50's Gemma3TextConfig, MistralConfig) for the
+// keys zerotrain requires; the others take the family's defaults when read.
+nlohmann::json required_defaults(const std::string& text_model_type) {
+  if (text_model_type == "gemma3_text")
+    return {{"hidden_size", 2304},     {"intermediate_size", 9216},
+            {"num_hidden_layers", 26}, {"num_attention_heads", 8},
+            {"vocab_size", 262208},    {"max_position_embeddings", 131072},
+            {"rms_norm_eps", 1e-6}};
+  return {{"hidden_size", 4096},     {"intermediate_size", 14336},
+          {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+          {"vocab_size", 32000},     {"max_position_embeddings", 131072},
+          {"rms_norm_eps", 1e-6}};
+}
+
+}  // namespace
+
+const MultimodalWrapper* multimodal_wrapper(const nlohmann::json& j) {
+  if (!j.is_object()) return nullptr;
+  for (const MultimodalWrapper& w : kWrappers) {
+    if (j.contains("model_type")
+            ? j.at("model_type") == w.model_type
+            : j.contains("architectures") &&
+                  j.at("architectures") == nlohmann::json::array({w.architecture}))
+      return &w;
+  }
+  return nullptr;
+}
+
+nlohmann::json multimodal_text_config(const nlohmann::json& j, const MultimodalWrapper& wrapper,
+                                      const std::string& source) {
+  ZT_CHECK(j.contains("text_config") && j.at("text_config").is_object(),
+           source + ": a " + wrapper.name + " multimodal config (" + wrapper.architecture +
+               ") without a 'text_config' object");
+  nlohmann::json text = j.at("text_config");
+  ZT_CHECK(!text.contains("model_type") || text.at("model_type") == wrapper.text_model_type,
+           source + ": 'text_config' has model_type " + quoted_json(text.at("model_type")) +
+               ", not \"" + wrapper.text_model_type + "\" (the " + wrapper.name +
+               " text model zerotrain imports)");
+  const nlohmann::json defaults = required_defaults(wrapper.text_model_type);
+  for (const auto& [key, value] : defaults.items())
+    if (!text.contains(key)) text[key] = value;
+  text["model_type"] = wrapper.text_model_type;
+  text["architectures"] = {wrapper.text_architecture};
+  // A quantized checkpoint says so at the top level: refused as the text model's key.
+  if (j.contains("quantization_config")) text["quantization_config"] = j.at("quantization_config");
+  return text;
+}
+
+std::vector<std::string> multimodal_keys(const nlohmann::json& j) {
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : j.items())
+    if (key != "text_config") keys.push_back(key);
+  return keys;
+}
+
+}  // namespace zt
