@@ -303,7 +303,7 @@ void add_generate_options(po::options_description& opts, GenerateOptions& o) {
       "with --chat or --messages: a JSON file holding a list of tool schemas that the chat "
       "template renders, as apply_chat_template(tools=...); an empty list is no tools");
   add("max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
-      "tokens to generate at most (fewer at EOS or at max_position_embeddings)");
+      "tokens to generate at most (fewer at EOS or at the model's longest sequence)");
   add("do-sample", bool_flag(&o.sampling.sample, false),
       "sample (temperature, top-k, top-p) instead of the greedy choice");
   add("temperature", decimal_option(&o.sampling.temperature), "divides the logits (sampling)");
@@ -446,10 +446,9 @@ int run_generate(const GenerateOptions& o) {
              "prompt token " + std::to_string(id) + " is outside the vocabulary (" +
                  std::to_string(config.vocab_size) + ") of model '" + o.model_dir + "'");
   const auto prompt_length = static_cast<int64_t>(prompt_ids.size());
-  const int64_t T = std::min(prompt_length + o.max_new_tokens, config.max_position_embeddings);
+  const int64_t T = std::min(prompt_length + o.max_new_tokens, config.max_positions());
   ZT_CHECK(prompt_length < T, "the prompt has " + std::to_string(prompt_length) +
-                                  " tokens; the model's max_position_embeddings is " +
-                                  std::to_string(config.max_position_embeddings));
+                                  " tokens; the model's " + config.max_positions_text());
   bool stopped = false;
   const std::vector<int32_t> generated =
       new_tokens(o, *weights, prompt_ids, T, stop_ids(o, prompt), &stopped);

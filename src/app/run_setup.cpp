@@ -74,10 +74,9 @@ uint64_t shard_limit_bytes(double mib, const std::string& option, const std::str
 
 void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string& model_source,
                    const std::string& command) {
-  ZT_CHECK(seq_len <= config.max_position_embeddings,
-           command + ": --seq-len " + std::to_string(seq_len) +
-               " exceeds max_position_embeddings " +
-               std::to_string(config.max_position_embeddings) + " of " + model_source);
+  ZT_CHECK(seq_len <= config.max_positions(), command + ": --seq-len " + std::to_string(seq_len) +
+                                                  " exceeds " + config.max_positions_text() +
+                                                  " of " + model_source);
 }
 
 void add_zero_bucket_options(po::options_description& options, ZeroConfig& z) {

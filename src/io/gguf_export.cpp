@@ -74,8 +74,9 @@ void check_llama_cpp_gemma3(const ModelConfig& c, const std::string& dir, double
 }
 
 // llama.cpp runs yarn with the band's rotation counts of its context (32 and 1, which a file does
-// not carry) and cos and sin times 0.1·ln(factor) + 1 (writing no rope.scaling.attn_factor keeps
-// it so): a yarn it would compute otherwise is not written.
+// not carry) and cos and sin times 0.1·ln(factor) + 1 (times rope.scaling.attn_factor, which
+// zerotrain does not write: an import would read the product back rounded): a yarn it would
+// compute otherwise is not written.
 void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
   const RopeScalingParams& r = c.rope_scaling;
   if (r.type != RopeScaling::kYarn) return;
@@ -86,7 +87,8 @@ void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
                " and attention_factor " + shortest_decimal(r.attention_factor) +
                "; llama.cpp runs yarn with 32, 1 and 0.1·ln(factor) + 1 (" +
                shortest_decimal(0.1 * std::log(r.factor) + 1.0) +
-               "), which a GGUF file cannot change; export safetensors instead");
+               ") unless told otherwise, and zerotrain writes that yarn only; export "
+               "safetensors instead");
 }
 
 std::string architecture_of(const ModelConfig& c, const std::string& dir) {
@@ -172,7 +174,7 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
     const bool yarn = c.rope_scaling.type == RopeScaling::kYarn;
     m.push_back({arch + ".rope.scaling.type", text(yarn ? "yarn" : "linear")});
     m.push_back({arch + ".rope.scaling.factor", f32(c.rope_scaling.factor)});
-    if (yarn)  // as llama.cpp's converter writes Qwen2's (check_yarn_for_llama_cpp)
+    if (yarn)  // as llama.cpp's converter writes Qwen2's (check_llama_cpp_yarn)
       m.push_back({arch + ".rope.scaling.original_context_length",
                    u32(c.rope_scaling.original_max_positions)});
   }

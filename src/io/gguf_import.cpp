@@ -63,24 +63,39 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 // (c's context length read): its factor, its original length (rope.scaling.original_context_length,
 // else the context length), the band's rotation counts llama.cpp fixes (32 and 1), and the factor
 // on cos and sin, 0.1·ln(factor) + 1 times rope.scaling.attn_factor (1 when absent).
+// Without rope.scaling.type llama.cpp takes "linear": a factor (rope.scaling.factor, or the older
+// rope.scale_linear) other than 0 and 1 scales. rope.scaling.attn_factor multiplies cos and sin
+// whatever the type (Phi-3's longrope reads it in read_phi3_longrope).
 RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch,
                                     const ModelConfig& c) {
   RopeScalingParams p;
   const std::string key = arch + ".rope.scaling.type";
-  const std::string type = g.has(key) ? g.string(key) : "none";
+  const std::string factor_key = g.has(arch + ".rope.scaling.factor")
+                                     ? arch + ".rope.scaling.factor"
+                                     : arch + ".rope.scale_linear";
+  const double factor = g.has(factor_key) ? g.number(factor_key) : 0.0;
+  const std::string type = g.has(key)                       ? g.string(key)
+                           : factor != 0.0 && factor != 1.0 ? "linear"
+                                                            : "none";
+  const std::string magnitude = arch + ".rope.scaling.attn_factor";
+  ZT_CHECK(type == "yarn" || arch == "phi3" || !g.has(magnitude) || g.number(magnitude) == 1.0,
+           g.path() + ": metadata '" + magnitude + "' " + shortest_decimal(g.number(magnitude)) +
+               " (llama.cpp's factor on cos and sin) with rope scaling \"" + type +
+               "\" is not implemented");
   if (type == "none") return p;
   ZT_CHECK(type == "linear" || type == "yarn",
            g.path() + ": metadata '" + key + "' is \"" + type +
                "\"; zerotrain implements linear and yarn rope scaling (and none)");
+  ZT_CHECK(g.has(factor_key), g.path() + ": rope scaling \"" + type + "\" without metadata '" +
+                                  arch + ".rope.scaling.factor'");
   p.type = type == "yarn" ? RopeScaling::kYarn : RopeScaling::kLinear;
-  p.factor = decimal_of_float(static_cast<float>(g.number(arch + ".rope.scaling.factor")));
+  p.factor = decimal_of_float(static_cast<float>(factor));
   if (p.type == RopeScaling::kLinear) return p;
   const std::string log_multiplier = arch + ".rope.scaling.yarn_log_multiplier";
   ZT_CHECK(!g.has(log_multiplier), g.path() + ": metadata '" + log_multiplier +
                                        "' (DeepSeek's yarn magnitude) is not implemented");
   const std::string original = arch + ".rope.scaling.original_context_length";
   p.original_max_positions = g.has(original) ? g.integer(original) : c.max_position_embeddings;
-  const std::string magnitude = arch + ".rope.scaling.attn_factor";
   const double stored = g.has(magnitude) ? g.number(magnitude) : 1.0;
   p.attention_factor = stored * (0.1 * std::log(p.factor) + 1.0);
   return p;

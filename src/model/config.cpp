@@ -274,6 +274,20 @@ std::vector<int64_t> every_nth_layer(int64_t step, int64_t num_layers) {
   return layers;
 }
 
+int64_t ModelConfig::max_positions() const {
+  if (rope_scaling.type != RopeScaling::kYarn) return max_position_embeddings;
+  const double scaled =
+      std::floor(rope_scaling.factor * static_cast<double>(rope_scaling.original_max_positions));
+  return std::max(max_position_embeddings, static_cast<int64_t>(scaled));
+}
+
+std::string ModelConfig::max_positions_text() const {
+  return max_positions() == max_position_embeddings
+             ? "max_position_embeddings " + std::to_string(max_position_embeddings)
+             : "yarn's factor × original_max_position_embeddings, " +
+                   std::to_string(max_positions());
+}
+
 RopeSpec ModelConfig::rope_for_length(int64_t length) const {
   RopeSpec r = rope();
   r.scaling.long_factors =

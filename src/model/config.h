@@ -141,6 +141,13 @@ struct ModelConfig {
   // The rotation of sequences of `length` positions: with longrope, its long factors beyond
   // original_max_position_embeddings (transformers 4.46's Phi-3, by the forward's length).
   RopeSpec rope_for_length(int64_t length) const;
+  // The longest sequence the model takes: max_position_embeddings, or with yarn the length it
+  // scales to, ⌊factor · original_max_position_embeddings⌋, when longer (as vLLM sizes it:
+  // Qwen's documented setting leaves max_position_embeddings at the original length).
+  int64_t max_positions() const;
+  // What max_positions() is, for messages: "max_position_embeddings 32768" or "yarn's factor ×
+  // original_max_position_embeddings, 131072".
+  std::string max_positions_text() const;
   // Layer `layer`'s rotation at that length: Gemma 3's windowed layers take local_rope_theta,
   // unscaled; every other layer rope_for_length(length).
   RopeSpec rope_for_layer(int layer, int64_t length) const;

@@ -59,7 +59,8 @@ void read_yarn(const nlohmann::json& r, const std::string& where, RopeScalingPar
   }
   p.beta_fast = positive_or(r, "beta_fast", 32.0, where, true);
   p.beta_slow = positive_or(r, "beta_slow", 1.0, where, true);
-  ZT_CHECK(!r.contains("truncate") || r.at("truncate").is_null() || r.at("truncate") == true,
+  // transformers reads rope_scaling.get("truncate", True): a null is falsy, an unrounded band.
+  ZT_CHECK(!r.contains("truncate") || r.at("truncate") == true,
            where + ": 'truncate': " + quoted_json(r.at("truncate")) +
                " is not implemented (the band's ends are rounded outward, as every Llama-family "
                "yarn checkpoint has them)");
@@ -245,15 +246,18 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
               {"low_freq_factor", p.low_freq_factor},
               {"high_freq_factor", p.high_freq_factor},
               {"original_max_position_embeddings", p.original_max_positions}};
-    case RopeScaling::kYarn:
-      // The factor on cos and sin written out, whichever keys gave it (transformers before 4.5x
-      // reads neither mscale key).
-      return {{"rope_type", "yarn"},
-              {"factor", p.factor},
-              {"original_max_position_embeddings", p.original_max_positions},
-              {"attention_factor", p.attention_factor},
-              {"beta_fast", p.beta_fast},
-              {"beta_slow", p.beta_slow}};
+    case RopeScaling::kYarn: {
+      nlohmann::json j = {{"rope_type", "yarn"},
+                          {"factor", p.factor},
+                          {"original_max_position_embeddings", p.original_max_positions},
+                          {"beta_fast", p.beta_fast},
+                          {"beta_slow", p.beta_slow}};
+      // The factor on cos and sin written out when it is not the default, whichever keys gave
+      // it (transformers 4.46 to 4.50 read no mscale key; vLLM reads neither it nor this one).
+      if (p.attention_factor != yarn_magnitude(p.factor, 1.0))
+        j["attention_factor"] = p.attention_factor;
+      return j;
+    }
     case RopeScaling::kLongrope:
       // The three keys transformers' Phi3Config (4.46) accepts, and no other.
       return {

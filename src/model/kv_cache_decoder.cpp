@@ -16,10 +16,9 @@ KvCacheDecoder::KvCacheDecoder(const ModelConfig& config, Backend& backend, Memo
       be_(backend),
       max_positions_(max_positions),
       max_rows_(max_rows) {
-  ZT_CHECK(max_positions_ > 0 && max_positions_ <= config_.max_position_embeddings,
-           "decoding " + std::to_string(max_positions_) +
-               " positions: the model's max_position_embeddings is " +
-               std::to_string(config_.max_position_embeddings));
+  ZT_CHECK(max_positions_ > 0 && max_positions_ <= config_.max_positions(),
+           "decoding " + std::to_string(max_positions_) + " positions: the model's " +
+               config_.max_positions_text());
   // Longrope: the forward that passes the original length runs every position so far again.
   const int64_t original = config_.rope_scaling.original_max_positions;
   if (config_.rope_scaling.type == RopeScaling::kLongrope && max_rows_ <= original &&

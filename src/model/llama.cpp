@@ -215,9 +215,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, MemoryTracke
   ZT_CHECK(&memory.device_memory() == &backend.device_memory(),
            "the memory tracker accounts another device memory than the " + backend.name() +
                " backend's");
-  ZT_CHECK(T_ <= config_.max_position_embeddings,
-           "seq-len " + std::to_string(T_) + " exceeds max_position_embeddings " +
-               std::to_string(config_.max_position_embeddings));
+  ZT_CHECK(T_ <= config_.max_positions(),
+           "seq-len " + std::to_string(T_) + " exceeds " + config_.max_positions_text());
   const ActivationPlan plan = ActivationPlan::make(config_, B_, T_, ac_, head_chunk_, storage_);
   arena_ = TrackedBuffer<std::byte>(memory, MemCategory::kActivations,
                                     static_cast<size_t>(plan.device_bytes()));

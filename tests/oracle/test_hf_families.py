@@ -582,6 +582,29 @@ def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
     check(not os.path.exists(out), "a refused GGUF export left its file")
 
 
+def check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n):
+    """yarn's model takes sequences up to ⌊factor · original_max_position_embeddings⌋ (Qwen's
+    setting leaves max_position_embeddings at the original length): a window 32 positions past
+    max_position_embeddings evaluates as transformers computes it, and one past the scaled length
+    is refused naming it."""
+    scaling = config.rope_scaling
+    longest = int(scaling["factor"] * scaling["original_max_position_embeddings"])
+    seq_len = config.max_position_embeddings + 32
+    check(seq_len <= longest, f"the test's window {seq_len} is past the scaled length {longest}")
+    command = [zt, "eval", "--model", imported, "--data", data, "--batches", "1",
+               "--micro-batch", "1", "--precision", "fp32", "--seq-len"]
+    got = last_json_line(run_tool(command + [str(seq_len)]))["loss"]
+    want = hf_loss(model, tokens, [0], seq_len)
+    bound = fp32_model_bound(max(n, seq_len), config.num_hidden_layers, want)
+    print(f"yarn at {seq_len} positions (max_position_embeddings {config.max_position_embeddings}):"
+          f" zerotrain {got:.9f} transformers {want:.9f} |diff| {abs(got - want):.3e} "
+          f"bound {bound:.3e}", flush=True)
+    check(abs(got - want) <= bound, f"yarn past max_position_embeddings: |{got} - {want}| > "
+          f"{bound}")
+    refused(command + [str(longest + 1)],
+            f"exceeds yarn's factor × original_max_position_embeddings, {longest}")
+
+
 def check_yarn_gguf(zt, work, final, exported, config):
     """A trained yarn model through GGUF: Qwen's setting is written as llama.cpp's converter
     writes it (Qwen2Model.set_gguf_parameters: rope.scaling.type yarn, its factor and
@@ -873,6 +896,8 @@ def main():
     print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ {worst[0]:.3e} "
           f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
 
+    if "yarn" in args.family:
+        check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)
     if "longrope" in args.family or "window" in args.family or args.family in (
             "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear"):
         check_generate(zt, imported, model, tokens, args.family,

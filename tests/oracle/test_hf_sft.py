@@ -628,7 +628,7 @@ def main():
         refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--do-sample",
                  "--temperature", "0"] + python, ["--temperature"], work("no_output"))
         refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x " * 200]
-                + python, ["max_position_embeddings is 128"], work("no_output"))
+                + python, ["the model's max_position_embeddings 128"], work("no_output"))
         print("ok   bad inputs refused, naming the file, the line and the field")
 
     return exit_status(checks)

@@ -1,5 +1,5 @@
 """Writes tests/data/yarn_frequencies.json, the yarn frequencies tests/unit/test_yarn_rope.cpp
-compares with: transformers' own _compute_yarn_parameters (4.46.3, the project venv) for three
+compares with: transformers' own _compute_yarn_parameters (4.46.3, the project venv) for five
 LlamaConfigs whose max_position_embeddings is the original length (4.46 takes the band from
 it), each frequency as a float hex literal, with the factor on cos and sin.
 
@@ -11,20 +11,22 @@ import sys
 import transformers
 from transformers.modeling_rope_utils import _compute_yarn_parameters
 
+# (what, hidden_size, num_attention_heads, max_position_embeddings, rope_theta, yarn's keys)
 CASES = [
-    ("Qwen2.5-7B's shape with Qwen's setting",
-     dict(hidden_size=3584, num_attention_heads=28, max_position_embeddings=32768,
-          rope_theta=1000000.0), {"factor": 4.0}),
-    ("beta_fast 16, beta_slow 2",
-     dict(hidden_size=2048, num_attention_heads=32, max_position_embeddings=8192,
-          rope_theta=500000.0), {"factor": 8.0, "beta_fast": 16.0, "beta_slow": 2.0}),
-    ("a band that closes (both ends at pair 0)",
-     dict(hidden_size=64, num_attention_heads=4, max_position_embeddings=6,
-          rope_theta=10000.0), {"factor": 2.0}),
+    ("Qwen2.5-7B's shape with Qwen's setting", 3584, 28, 32768, 1e6, {"factor": 4.0}),
+    ("beta_fast 16, beta_slow 2", 2048, 32, 8192, 5e5,
+     {"factor": 8.0, "beta_fast": 16.0, "beta_slow": 2.0}),
+    ("a band that closes (both ends at pair 0)", 64, 4, 6, 1e4, {"factor": 2.0}),
+    ("a band clamped at dim - 1 (theta 500, original 1,000,000)", 64, 4, 1000000, 500.0,
+     {"factor": 4.0}),
+    ("beta_fast below beta_slow (a negative span)", 128, 4, 4096, 1e4,
+     {"factor": 4.0, "beta_fast": 1.0, "beta_slow": 32.0}),
 ]
 
 cases = []
-for name, shape, scaling in CASES:
+for name, hidden, heads, positions, theta, scaling in CASES:
+    shape = dict(hidden_size=hidden, num_attention_heads=heads,
+                 max_position_embeddings=positions, rope_theta=theta)
     config = transformers.LlamaConfig(**shape, rope_scaling={"rope_type": "yarn", **scaling})
     inv_freq, attention_factor = _compute_yarn_parameters(config, "cpu")
     cases.append({

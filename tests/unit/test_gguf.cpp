@@ -5,6 +5,7 @@
 //   - llama.cpp's q/k row permutation (reshape to [heads, 2, hd/2, in], swap axes 1 and 2) is what
 //     gguf_permuted_row computes, and a bijection;
 //   - Q8_0 quantization rounds each value to within half a step of its block's scale;
+//   - the rope scaling keys read as llama.cpp reads them (yarn, linear without a type);
 //   - rope_freqs.weight factors that are not llama3 scaling (one factor off by 1%, the wrong
 //     count, a factor below 1) are refused naming the file and the tensor; factors of 1 are no
 //     scaling, and a factor reads back as the decimal it was written from.
@@ -205,6 +206,77 @@ TEST(GgufRope, FactorsOfOneAreNoScalingAndParametersReadBackAsWritten) {
   EXPECT_EQ(
       llama3_scaling_from_freq_factors(std::vector<float>(32, 1.0f), c.rope_theta, 64, where).type,
       RopeScaling::kNone);
+}
+
+// A llama file's model metadata with `rope` added, and its embedding (no tensor data read).
+ModelConfig config_of_llama_file(const std::string& path,
+                                 std::vector<std::pair<std::string, GgufValue>> rope) {
+  auto u32 = [](int64_t v) { return GgufValue{GgufValueType::kUint32, GgufValueType::kUint32, v}; };
+  std::vector<std::pair<std::string, GgufValue>> metadata = {
+      {"general.architecture", {GgufValueType::kString, GgufValueType::kUint32, "llama"}},
+      {"llama.context_length", u32(128)},
+      {"llama.embedding_length", u32(64)},
+      {"llama.block_count", u32(1)},
+      {"llama.feed_forward_length", u32(96)},
+      {"llama.attention.head_count", u32(4)},
+      {"llama.attention.head_count_kv", u32(2)},
+      {"llama.attention.layer_norm_rms_epsilon",
+       {GgufValueType::kFloat32, GgufValueType::kUint32, 1e-5}}};
+  metadata.insert(metadata.end(), rope.begin(), rope.end());
+  write_gguf_file(
+      path, metadata, {{"token_embd.weight", {64, 256}, GgmlType::kF32}},
+      [](size_t, std::vector<uint8_t>& bytes) { std::fill(bytes.begin(), bytes.end(), 0); });
+  return gguf_model_config(GgufReader(path));
+}
+
+GgufValue f32_value(double v) {
+  return {GgufValueType::kFloat32, GgufValueType::kUint32, v};
+}
+GgufValue text_value(const char* v) {
+  return {GgufValueType::kString, GgufValueType::kUint32, v};
+}
+
+// llama.cpp's reading of the rope scaling keys (llama-model.cpp, llama-context.cpp): yarn's factor
+// and original length (the context length when absent), the factor on cos and sin as
+// rope.scaling.attn_factor × (0.1·ln(factor) + 1); linear when a factor comes without a type;
+// an attn_factor with another scaling, which zerotrain does not apply, refused.
+TEST(GgufRope, ScalingKeysAreReadAsLlamaCppReadsThem) {
+  TempDir tmp;
+  const std::string path = tmp / "rope.gguf";
+  ModelConfig c =
+      config_of_llama_file(path, {{"llama.rope.scaling.type", text_value("yarn")},
+                                  {"llama.rope.scaling.factor", f32_value(4.0)},
+                                  {"llama.rope.scaling.original_context_length",
+                                   {GgufValueType::kUint32, GgufValueType::kUint32, 32}}});
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kYarn);
+  EXPECT_EQ(c.rope_scaling.original_max_positions, 32);
+  EXPECT_EQ(c.rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  EXPECT_EQ(c.max_positions(), 128);
+  c = config_of_llama_file(path, {{"llama.rope.scaling.type", text_value("yarn")},
+                                  {"llama.rope.scaling.factor", f32_value(2.0)},
+                                  {"llama.rope.scaling.attn_factor", f32_value(0.5)}});
+  EXPECT_EQ(c.rope_scaling.original_max_positions, 128);
+  EXPECT_EQ(c.rope_scaling.attention_factor, 0.5 * (0.1 * std::log(2.0) + 1.0));
+  EXPECT_EQ(c.max_positions(), 256);
+  // No type: llama.cpp's default, linear, where a factor scales.
+  c = config_of_llama_file(path, {{"llama.rope.scaling.factor", f32_value(4.0)}});
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kLinear);
+  EXPECT_EQ(c.rope_scaling.factor, 4.0);
+  c = config_of_llama_file(path, {{"llama.rope.scale_linear", f32_value(2.0)}});
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kLinear);
+  c = config_of_llama_file(path, {{"llama.rope.scaling.factor", f32_value(1.0)}});
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kNone);
+  EXPECT_NE(error_of([&] {
+              config_of_llama_file(path, {{"llama.rope.scaling.attn_factor", f32_value(0.5)}});
+            }).find("rope.gguf: metadata 'llama.rope.scaling.attn_factor' 0.5"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              config_of_llama_file(path,
+                                   {{"llama.rope.scaling.type", text_value("yarn")},
+                                    {"llama.rope.scaling.factor", f32_value(4.0)},
+                                    {"llama.rope.scaling.yarn_log_multiplier", f32_value(0.1)}});
+            }).find("'llama.rope.scaling.yarn_log_multiplier'"),
+            std::string::npos);
 }
 
 }  // namespace
