@@ -107,6 +107,15 @@ FAMILIES = {
     "llama-yarn-extended": ("LlamaConfig", "LlamaForCausalLM", dict(rope_scaling={
         "rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 64,
         "beta_fast": 4.0, "beta_slow": 0.25, "attention_factor": 1.25})),
+    # Qwen's setting on Qwen3 (its documented use past 32,768 tokens) and on SmolLM3, whose
+    # NoPE layers take no rotation, so no yarn magnitude either.
+    "qwen3-yarn": ("LlamaConfig", "LlamaForCausalLM", dict(
+        head_dim=32, rope_theta=1000000.0, rope_scaling={
+            "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128})),
+    "smollm3-yarn": ("LlamaConfig", "LlamaForCausalLM", dict(
+        num_hidden_layers=4, rope_theta=10000.0, tie_word_embeddings=True, pad_token_id=32,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                      "original_max_position_embeddings": 128})),
     # Mistral without a sliding window.
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None,
                                                              rope_theta=1000000.0)),
@@ -204,13 +213,14 @@ SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 # The families whose reference is transformers 4.49 (partial_rotary_factor in Phi3).
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
-WRITTEN_AS = {"qwen3", "smollm3", "gemma3", "gemma3-linear"}
+WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3", "gemma3-linear"}
 # Config attributes the reference loads with in place of its config.json's: transformers 4.46's
 # yarn takes its band from max_position_embeddings, later releases (and zerotrain) from the
 # original length.
 REFERENCE_OVERRIDES = {"llama-yarn-extended": dict(max_position_embeddings=64)}
 # The model_type each family's config.json says.
-MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text"}
+MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text", "qwen3-yarn": "qwen3",
+               "smollm3-yarn": "smollm3"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)
 
@@ -276,9 +286,9 @@ def build_reference(family, config):
     if family.startswith("gemma3"):
         return build_gemma3(config)
     model = getattr(transformers, FAMILIES[family][1])(config)
-    if family == "smollm3":
+    if family.startswith("smollm3"):
         return drop_rope(model, SMOLLM3_NO_ROPE_LAYERS)
-    return add_qk_norms(model, config) if family == "qwen3" else model
+    return add_qk_norms(model, config) if family.startswith("qwen3") else model
 
 
 def save_written_as(family, model, config, out_dir):
@@ -293,7 +303,7 @@ def save_written_as(family, model, config, out_dir):
                       "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
                       "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
                       "head_dim", "hidden_act", "attention_dropout", "initializer_range")}
-    if family == "qwen3":
+    if family.startswith("qwen3"):
         saved.update(QWEN3_KEYS, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
                      torch_dtype="bfloat16")
     else:  # SmolLM3's own keys, with a tie its config would default to anyway
@@ -303,6 +313,26 @@ def save_written_as(family, model, config, out_dir):
                      mlp_bias=False, pad_token_id=config.pad_token_id, torch_dtype="bfloat16")
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(saved, f, indent=2)
+
+
+def check_same_rotation(hf_dir, saved, config):
+    """The directory's config.json gives the reference's rotation: its rope_theta and
+    rope_scaling give the inverse frequencies and the factor on cos and sin that transformers'
+    own rope functions compute for the reference's config (an export's yarn, written with its
+    band's ends, is compared by what it computes, not by its keys)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    def rotation(c):
+        scaling = c.rope_scaling or {}
+        return ROPE_INIT_FUNCTIONS[scaling.get("rope_type", scaling.get("type", "default"))](
+            c, "cpu")
+    written = transformers.LlamaConfig(**{k: saved[k] for k in (
+        "hidden_size", "num_attention_heads", "max_position_embeddings", "rope_theta", "head_dim")
+        if k in saved}, rope_scaling=saved.get("rope_scaling"))
+    (want, want_factor), (got, got_factor) = rotation(config), rotation(written)
+    check(torch.equal(want, got) and want_factor == got_factor,
+          f"{hf_dir}/config.json: rope_theta {saved.get('rope_theta')} and rope_scaling "
+          f"{saved.get('rope_scaling')} rotate otherwise than the reference's")
 
 
 def load_reference(family, config, hf_dir):
@@ -324,8 +354,9 @@ def load_reference(family, config, hf_dir):
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
         "head_dim", "pad_token_id")}
-    if family == "smollm3":
+    if family.startswith("smollm3"):
         expected["no_rope_layers"] = SMOLLM3_NO_ROPE_LAYERS
+    check_same_rotation(hf_dir, saved, config)
     if family.startswith("gemma3"):
         expected.update({k: getattr(config, k) for k in GEMMA3_KEYS + (
             "query_pre_attn_scalar", "sliding_window", "attn_logit_softcapping",
@@ -338,7 +369,7 @@ def load_reference(family, config, hf_dir):
               f"reference's {config.rope_scaling}")
     # Absent, head_dim is hidden_size / num_attention_heads and pad_token_id none (Qwen3's).
     absent = {"head_dim": config.hidden_size // config.num_attention_heads,
-              "pad_token_id": None if family == "qwen3" else "required"}
+              "pad_token_id": None if family.startswith("qwen3") else "required"}
     for key, want in expected.items():
         got = saved.get(key, absent.get(key, "required"))
         check(got == want, f"{hf_dir}/config.json: '{key}' is {got}, the reference's {want}")
@@ -924,7 +955,7 @@ def main():
     print(f"the export ({exported_type}) loads as {type(reloaded).__name__}", flush=True)
     trained_hf = hf_loss(reloaded.eval(), tokens, windows, seq_len)
     compare("trained loss", zt_eval(final), trained_hf)
-    if "yarn" in args.family:
+    if args.family in ("qwen2-yarn", "llama-yarn-extended"):
         check_yarn_gguf(zt, work, final, exported, config)
     if args.family == "smollm3":
         check_smollm3_gguf(zt, work, final, exported, data, args.source_dir, config)
