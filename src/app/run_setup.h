@@ -44,7 +44,8 @@ void check_run_tokens(int64_t micro_batch, int64_t seq_len, int64_t grad_accum, 
 // A shard size in MiB (--shard-size-mb, --max-shard-size-mb) as bytes: finite, positive and at
 // most 2^30 MiB (1 PiB); else a zt::Error naming the option and the value.
 uint64_t shard_limit_bytes(double mib, const std::string& option, const std::string& command);
-// Fails naming both numbers when seq_len exceeds the model's max_position_embeddings.
+// Fails naming both numbers when seq_len exceeds the model's longest sequence
+// (ModelConfig::max_positions(): max_position_embeddings, or yarn's scaled length).
 void check_seq_len(const ModelConfig& config, int64_t seq_len, const std::string& model_source,
                    const std::string& command);
 

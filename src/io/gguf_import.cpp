@@ -82,12 +82,12 @@ RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch
            g.path() + ": metadata '" + magnitude + "' " + shortest_decimal(g.number(magnitude)) +
                " (llama.cpp's factor on cos and sin) with rope scaling \"" + type +
                "\" is not implemented");
-  if (type == "none") return p;
+  // llama.cpp's freq_scale of 1 (a factor of 0 or 1) scales nothing, whatever the type says.
+  if (type == "none" || ((type == "linear" || type == "yarn") && (factor == 0.0 || factor == 1.0)))
+    return p;
   ZT_CHECK(type == "linear" || type == "yarn",
            g.path() + ": metadata '" + key + "' is \"" + type +
                "\"; zerotrain implements linear and yarn rope scaling (and none)");
-  ZT_CHECK(g.has(factor_key), g.path() + ": rope scaling \"" + type + "\" without metadata '" +
-                                  arch + ".rope.scaling.factor'");
   p.type = type == "yarn" ? RopeScaling::kYarn : RopeScaling::kLinear;
   p.factor = decimal_of_float(static_cast<float>(factor));
   if (p.type == RopeScaling::kLinear) return p;
@@ -415,7 +415,7 @@ GgufImportResult import_gguf_model(const std::string& gguf_path, const std::stri
     ++result.tensor_types[ggml_type_name(static_cast<uint32_t>(t.type))];
   TokenizerFiles tokenizer;
   if (tokenizer_dir.empty()) {
-    tokenizer = tokenizer_files_from_gguf(g, result.config.max_position_embeddings);
+    tokenizer = tokenizer_files_from_gguf(g, result.config.max_positions());
     result.tokenizer_source = "the GGUF vocabulary";
   } else {
     tokenizer = read_tokenizer_files(tokenizer_dir);

@@ -71,29 +71,30 @@ CheckpointNaming checkpoint_naming(const MultimodalWrapper* multimodal,
   return naming;
 }
 
-// A tied checkpoint that stores lm_head.weight anyway: transformers ties it to the embedding on
-// load, and so does zerotrain; the stored copy is compared (as fp32 values, in bounded chunks)
-// only to say whether it was the same. Returns the note for the ignored-tensor list.
-std::string tied_head_note(const SafetensorsReader& head, const SafetensorsReader& embedding,
+// A tied checkpoint that stores its head anyway (lm_head.weight, a multimodal checkpoint's under
+// its naming): transformers ties it to the embedding on load, and so does zerotrain; the stored
+// copy is compared (as fp32 values, in bounded chunks) only to say whether it was the same.
+// Returns the note for the ignored-tensor list.
+std::string tied_head_note(const SafetensorsReader& head, const std::string& head_name,
+                           const SafetensorsReader& embedding, const std::string& embedding_name,
                            const std::vector<int64_t>& shape) {
-  const SafetensorsEntry& stored = head.tensor("lm_head.weight");
-  ZT_CHECK(stored.shape == shape, "import: '" + head.path() +
-                                      "': tensor 'lm_head.weight' has shape " +
-                                      nlohmann::json(stored.shape).dump() +
+  const SafetensorsEntry& stored = head.tensor(head_name);
+  ZT_CHECK(stored.shape == shape, "import: '" + head.path() + "': tensor '" + head_name +
+                                      "' has shape " + nlohmann::json(stored.shape).dump() +
                                       ", the tied embedding " + nlohmann::json(shape).dump());
   const int64_t numel = shape[0] * shape[1];
   constexpr int64_t kChunk = int64_t{1} << 20;
   std::vector<float> a(static_cast<size_t>(std::min(numel, kChunk))), b(a.size());
   for (int64_t begin = 0; begin < numel; begin += kChunk) {
     const int64_t n = std::min(kChunk, numel - begin);
-    head.read_range_f32("lm_head.weight", begin, n, a.data());
-    embedding.read_range_f32("model.embed_tokens.weight", begin, n, b.data());
+    head.read_range_f32(head_name, begin, n, a.data());
+    embedding.read_range_f32(embedding_name, begin, n, b.data());
     for (int64_t i = 0; i < n; ++i)
       if (round_to_bf16(a[static_cast<size_t>(i)]) != round_to_bf16(b[static_cast<size_t>(i)]))
-        return "lm_head.weight (tie_word_embeddings: differs from the embedding at element " +
+        return head_name + " (tie_word_embeddings: differs from the embedding at element " +
                std::to_string(begin + i) + "; transformers also uses the embedding)";
   }
-  return "lm_head.weight (tie_word_embeddings: the same values as the embedding)";
+  return head_name + " (tie_word_embeddings: the same values as the embedding)";
 }
 
 using Readers = std::map<std::string, std::unique_ptr<SafetensorsReader>>;
@@ -128,9 +129,10 @@ void check_checkpoint_tensors(const ParamLayout& layout, const CheckpointNaming&
     if (expected.count(name)) continue;
     if (name == naming.head_name && result.config.tie_word_embeddings) {
       const TensorInfo& embedding = layout.tensor(TensorRole::kEmbedding);
-      result.ignored_tensors.push_back(tied_head_note(
-          *readers.at(file), *readers.at(weight_map.at(naming.stored(embedding.name))),
-          embedding.shape));
+      const std::string embedding_name = naming.stored(embedding.name);
+      result.ignored_tensors.push_back(tied_head_note(*readers.at(file), name,
+                                                      *readers.at(weight_map.at(embedding_name)),
+                                                      embedding_name, embedding.shape));
       continue;
     }
     if (naming.is_vision(name)) {

@@ -17,9 +17,9 @@ namespace zt {
 
 class KvCacheDecoder {
  public:
-  // Caches up to max_positions positions (≤ max_position_embeddings; a layer with a sliding window
-  // attends over the last ones of them) and runs up to max_rows tokens per forward (the prompt's
-  // length: each new token after it is one).
+  // Caches up to max_positions positions (≤ the model's max_positions(); a layer with a sliding
+  // window attends over the last ones of them) and runs up to max_rows tokens per forward (the
+  // prompt's length: each new token after it is one).
   KvCacheDecoder(const ModelConfig& config, Backend& backend, MemoryTracker& memory,
                  int64_t max_positions, int64_t max_rows);
 

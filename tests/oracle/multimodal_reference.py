@@ -33,9 +33,10 @@ VISION_TENSORS = {
 }
 
 
-def write_multimodal(text_dir, out_dir, prefix, wrapper="gemma3"):
+def write_multimodal(text_dir, out_dir, prefix, wrapper="gemma3", store_tied_head=False):
     """text_dir's text checkpoint (model.safetensors) as a `wrapper` checkpoint in out_dir, the
-    text model's tensors under `prefix`."""
+    text model's tensors under `prefix`; with store_tied_head, a tied model's head stored anyway
+    (a copy of the embedding under the head's name), as some re-saves write it."""
     import safetensors.torch
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(text_dir, "config.json")) as f:
@@ -50,6 +51,8 @@ def write_multimodal(text_dir, out_dir, prefix, wrapper="gemma3"):
     for name, value in safetensors.torch.load_file(
             os.path.join(text_dir, "model.safetensors")).items():
         tensors[head if name == "lm_head.weight" else prefix + name[len("model."):]] = value
+    if store_tied_head and head not in tensors:
+        tensors[head] = tensors[prefix + "embed_tokens.weight"].clone()
     outer = "" if v4_50 else "model."
     tower, projector = VISION_TENSORS[wrapper]
     tensors[outer + "vision_tower." + tower] = torch.ones(8, 3, 14, 14)

@@ -330,6 +330,12 @@ def check_same_rotation(hf_dir, saved, config):
         "hidden_size", "num_attention_heads", "max_position_embeddings", "rope_theta", "head_dim")
         if k in saved}, rope_scaling=saved.get("rope_scaling"))
     (want, want_factor), (got, got_factor) = rotation(config), rotation(written)
+    # transformers 4.46 takes yarn's band from max_position_embeddings, not this key: compared
+    # as it stands.
+    original = "original_max_position_embeddings"
+    check((saved.get("rope_scaling") or {}).get(original) ==
+          (config.rope_scaling or {}).get(original),
+          f"{hf_dir}/config.json: rope_scaling's {original} is not the reference's")
     check(torch.equal(want, got) and want_factor == got_factor,
           f"{hf_dir}/config.json: rope_theta {saved.get('rope_theta')} and rope_scaling "
           f"{saved.get('rope_scaling')} rotate otherwise than the reference's")
@@ -870,8 +876,10 @@ def main():
     source = hf_dir
     if args.multimodal:  # the same text model inside a multimodal checkpoint
         source = os.path.join(work, "hf-multimodal")
+        # The 4.52 naming with a tied head stored anyway (a re-save's), which import ignores.
         write_multimodal(hf_dir, source, args.multimodal + ".",
-                         "mistral3" if args.family.startswith("mistral") else "gemma3")
+                         "mistral3" if args.family.startswith("mistral") else "gemma3",
+                         store_tied_head=args.multimodal == "model.language_model")
     run_tool([zt, "import", source, "--out", imported])
     run_tool([zt, "info", "--verify", imported])
 

@@ -266,6 +266,12 @@ TEST(GgufRope, ScalingKeysAreReadAsLlamaCppReadsThem) {
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::kLinear);
   c = config_of_llama_file(path, {{"llama.rope.scaling.factor", f32_value(1.0)}});
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::kNone);
+  // A factor of 1 (or none) scales nothing in llama.cpp whatever the type.
+  c = config_of_llama_file(path, {{"llama.rope.scaling.type", text_value("linear")},
+                                  {"llama.rope.scaling.factor", f32_value(1.0)}});
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kNone);
+  c = config_of_llama_file(path, {{"llama.rope.scaling.type", text_value("yarn")}});
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kNone);
   EXPECT_NE(error_of([&] {
               config_of_llama_file(path, {{"llama.rope.scaling.attn_factor", f32_value(0.5)}});
             }).find("rope.gguf: metadata 'llama.rope.scaling.attn_factor' 0.5"),

@@ -37,9 +37,19 @@ TEST(Mistral3Config, ThePublishedWrapperYieldsItsMistralTextModel) {
   EXPECT_EQ(ParamLayout(c).total_numel(), 23572403200);
   // Without the architectures key the wrapper is still known by model_type, and without
   // model_type by architectures.
+  nlohmann::json by_type = published;
+  by_type.erase("architectures");
+  EXPECT_EQ(multimodal_wrapper(by_type), wrapper);
   nlohmann::json by_class = published;
   by_class.erase("model_type");
   EXPECT_EQ(multimodal_wrapper(by_class), wrapper);
+  // An empty text_config is MistralConfig's defaults: Mistral-7B's shape (its card's
+  // 7,241,732,096 parameters, as HfConfigCorpus reads Mistral-7B-v0.1's file).
+  nlohmann::json empty = published;
+  empty["text_config"] = nlohmann::json::object();
+  EXPECT_EQ(ParamLayout(read_strict(multimodal_text_config(empty, *wrapper, "e.json"), "e.json"))
+                .total_numel(),
+            7241732096);
   // A text config that leaves sliding_window out takes MistralConfig's default window (4096).
   nlohmann::json sparse = published;
   sparse["text_config"].erase("sliding_window");
