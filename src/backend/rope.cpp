@@ -17,19 +17,19 @@ float frequency_divisor(const RopeSpec& rope, int64_t i, int64_t dims) {
   return static_cast<float>(std::pow(static_cast<double>(rope.theta), exponent));
 }
 
-// yarn: `inv` holds the extrapolated frequencies 1/θ^(2i/r); each becomes its blend with the
-// interpolated 1/(factor·θ^(2i/r)), transformers' (4.46 and 4.56+) tensor expressions in fp32:
+// yarn: `inv` holds the extrapolated frequencies 1/θ^(2i/r) (`powers` the θ^(2i/r)); each becomes
+// its blend with the interpolated 1/(factor·θ^(2i/r)), transformers' (4.46 and 4.56+) tensor
+// expressions in fp32:
 //   ramp = clamp((arange(r/2) − lo) / (hi − lo), 0, 1);  e = 1 − ramp
 //   inv  = interp · (1 − e) + extrap · e
-void blend_yarn(const RopeSpec& rope, int64_t head_dim, std::vector<float>& inv) {
+void blend_yarn(const RopeSpec& rope, int64_t head_dim, const std::vector<float>& powers,
+                std::vector<float>& inv) {
   const auto [low, high] = yarn_correction_range(rope, head_dim);
   const auto low_f = static_cast<float>(low), span = static_cast<float>(high - low);
   const auto factor = static_cast<float>(rope.scaling.factor);
-  const int64_t dims = rope.rotated(head_dim);
   for (size_t i = 0; i < inv.size(); ++i) {
     const float extrapolated = inv[i];
-    const float interpolated =
-        1.0f / (factor * frequency_divisor(rope, static_cast<int64_t>(i), dims));
+    const float interpolated = 1.0f / (factor * powers[i]);
     const float ramp = std::clamp((static_cast<float>(i) - low_f) / span, 0.0f, 1.0f);
     const float kept = 1.0f - ramp;
     inv[i] = interpolated * (1.0f - kept) + extrapolated * kept;
@@ -44,10 +44,10 @@ void blend_yarn(const RopeSpec& rope, int64_t head_dim, std::vector<float>& inv)
 std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim) {
   const int64_t dims = rope.rotated(head_dim), half = dims / 2;
   const RopeScalingParams& sc = rope.scaling;
-  std::vector<float> inv(static_cast<size_t>(half));
+  std::vector<float> inv(static_cast<size_t>(half)), powers(inv.size());
   const std::vector<double>& factors = sc.long_factors ? sc.long_factor : sc.short_factor;
   for (int64_t i = 0; i < half; ++i) {
-    const float power = frequency_divisor(rope, i, dims);
+    const float power = powers[static_cast<size_t>(i)] = frequency_divisor(rope, i, dims);
     // longrope: 1.0 / (ext_factors * base ** exponent), the factors an fp32 tensor.
     const float divisor = sc.type == RopeScaling::kLongrope
                               ? static_cast<float>(factors.at(static_cast<size_t>(i))) * power
@@ -58,7 +58,7 @@ std::vector<float> rope_inv_freq(const RopeSpec& rope, int64_t head_dim) {
   if (sc.type == RopeScaling::kLinear) {
     for (float& f : inv) f = f / factor;
   } else if (sc.type == RopeScaling::kYarn) {
-    blend_yarn(rope, head_dim, inv);
+    blend_yarn(rope, head_dim, powers, inv);
   } else if (sc.type == RopeScaling::kLlama3) {
     const double old_len = static_cast<double>(sc.original_max_positions);
     const auto low_wavelen = static_cast<float>(old_len / sc.low_freq_factor);
@@ -102,6 +102,10 @@ int64_t checked_rotated_dims(const RopeSpec& rope, int64_t head_dim) {
            "rope: " + std::to_string(rotated) + " rotated elements of a head of " +
                std::to_string(head_dim) + " (an even count, at most the head's, is needed)");
   return rotated;
+}
+
+double yarn_attention_factor(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
 
 double longrope_attention_factor(int64_t max_positions, int64_t original) {

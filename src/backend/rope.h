@@ -86,6 +86,11 @@ int64_t checked_rotated_dims(const RopeSpec& rope, int64_t head_dim);
 // evaluates it; hi is lo + 0.001 when they meet, as transformers keeps the ramp defined.
 std::pair<double, double> yarn_correction_range(const RopeSpec& rope, int64_t head_dim);
 
+// yarn's factor on cos and sin for a scaling `factor` (transformers' get_mscale, in double):
+// 0.1·mscale·ln(factor) + 1, or 1 for a factor of at most 1. Its default is mscale 1; DeepSeek's
+// configs give the ratio of two.
+double yarn_attention_factor(double factor, double mscale = 1.0);
+
 // Longrope's factor on cos and sin, in double as transformers computes it:
 // sqrt(1 + ln(max_positions / original) / ln(original)), or 1 when the ratio is at most 1.
 double longrope_attention_factor(int64_t max_positions, int64_t original);

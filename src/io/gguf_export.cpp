@@ -80,13 +80,13 @@ void check_llama_cpp_gemma3(const ModelConfig& c, const std::string& dir, double
 void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
   const RopeScalingParams& r = c.rope_scaling;
   if (r.type != RopeScaling::kYarn) return;
-  ZT_CHECK(r.beta_fast == 32.0 && r.beta_slow == 1.0 &&
-               r.attention_factor == 0.1 * std::log(r.factor) + 1.0,
+  const double llama_cpp_magnitude = yarn_attention_factor(r.factor);
+  ZT_CHECK(r.beta_fast == 32.0 && r.beta_slow == 1.0 && r.attention_factor == llama_cpp_magnitude,
            "export: model '" + dir + "' has yarn rope scaling with beta_fast " +
                shortest_decimal(r.beta_fast) + ", beta_slow " + shortest_decimal(r.beta_slow) +
                " and attention_factor " + shortest_decimal(r.attention_factor) +
                "; llama.cpp runs yarn with 32, 1 and 0.1·ln(factor) + 1 (" +
-               shortest_decimal(0.1 * std::log(r.factor) + 1.0) +
+               shortest_decimal(llama_cpp_magnitude) +
                ") unless told otherwise, and zerotrain writes that yarn only; export "
                "safetensors instead");
 }

@@ -97,7 +97,7 @@ RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch
   const std::string original = arch + ".rope.scaling.original_context_length";
   p.original_max_positions = g.has(original) ? g.integer(original) : c.max_position_embeddings;
   const double stored = g.has(magnitude) ? g.number(magnitude) : 1.0;
-  p.attention_factor = stored * (0.1 * std::log(p.factor) + 1.0);
+  p.attention_factor = stored * yarn_attention_factor(p.factor);
   return p;
 }
 

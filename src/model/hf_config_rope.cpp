@@ -37,11 +37,6 @@ double positive_or(const nlohmann::json& r, const char* key, double absent,
   return v.get<double>() == 0.0 ? absent : v.get<double>();
 }
 
-// YaRN's magnitude on cos and sin for `scale`, with DeepSeek's multiplier: 1 up to a scale of 1.
-double yarn_magnitude(double scale, double multiplier) {
-  return scale <= 1.0 ? 1.0 : 0.1 * multiplier * std::log(scale) + 1.0;
-}
-
 // yarn (p.factor read): its original length (0 when absent: max_position_embeddings, set by
 // read_rope_lengths), the band's rotation counts (beta_fast 32, beta_slow 1 when absent, null or
 // 0), and the factor on cos and sin: attention_factor, else get_mscale(factor, mscale) /
@@ -66,10 +61,10 @@ void read_yarn(const nlohmann::json& r, const std::string& where, RopeScalingPar
                "yarn checkpoint has them)");
   const double mscale = positive_or(r, "mscale", 0.0, where, true);
   const double mscale_all_dim = positive_or(r, "mscale_all_dim", 0.0, where, true);
-  p.attention_factor =
-      mscale > 0.0 && mscale_all_dim > 0.0
-          ? yarn_magnitude(p.factor, mscale) / yarn_magnitude(p.factor, mscale_all_dim)
-          : yarn_magnitude(p.factor, 1.0);
+  p.attention_factor = mscale > 0.0 && mscale_all_dim > 0.0
+                           ? yarn_attention_factor(p.factor, mscale) /
+                                 yarn_attention_factor(p.factor, mscale_all_dim)
+                           : yarn_attention_factor(p.factor);
   p.attention_factor = positive_or(r, "attention_factor", p.attention_factor, where, false);
 }
 
@@ -254,7 +249,7 @@ nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {
                           {"beta_slow", p.beta_slow}};
       // The factor on cos and sin written out when it is not the default, whichever keys gave
       // it (transformers 4.46 to 4.50 read no mscale key; vLLM reads neither it nor this one).
-      if (p.attention_factor != yarn_magnitude(p.factor, 1.0))
+      if (p.attention_factor != yarn_attention_factor(p.factor))
         j["attention_factor"] = p.attention_factor;
       return j;
     }
