@@ -57,8 +57,8 @@ void ModelConfig::check_rope_scaling() const {
     ZT_CHECK(r.attention_factor > 0 && std::isfinite(static_cast<float>(r.attention_factor)),
              "model config: yarn's attention_factor must be a positive number, finite in fp32");
     ZT_CHECK(!fused_projections && !is_gemma(),
-             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3 and "
-             "SmolLM3");
+             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3, SmolLM3 "
+             "and OLMo 2");
   }
   if (r.type == RopeScaling::kLlama3) {
     ZT_CHECK(r.low_freq_factor > 0 && r.low_freq_factor < r.high_freq_factor &&
@@ -100,6 +100,7 @@ void ModelConfig::validate() const {
   check_gemma();
   check_gemma2();
   check_gemma3();
+  check_olmo2();
   check_sliding_window();
   ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
            "model config: rms_norm_eps must be a positive finite number");
@@ -197,9 +198,10 @@ void ModelConfig::check_gemma2() const {
   ZT_CHECK(std::isfinite(attention_scores().scale),
            "model config: query_pre_attn_scalar " + std::to_string(query_pre_attn_scalar) +
                " gives no finite fp32 scale of the scores");
-  ZT_CHECK(sandwich_norms == (query_pre_attn_scalar > 0.0) &&
-               (sandwich_norms || (attn_logit_softcap == 0.0f && final_logit_softcap == 0.0f)) &&
-               (!sandwich_norms || is_gemma()),
+  const bool gemma2 = sandwich_norms && is_gemma();
+  ZT_CHECK(gemma2 == (query_pre_attn_scalar > 0.0) &&
+               (gemma2 || (attn_logit_softcap == 0.0f && final_logit_softcap == 0.0f)) &&
+               (!sandwich_norms || is_gemma() || is_olmo2()),
            "model config: the sandwich norms, query_pre_attn_scalar and the soft caps are Gemma "
            "2's (model_type \"gemma2\", with Gemma's norms, embedding scale and GeGLU); a part of "
            "them is not a Hugging Face architecture");
@@ -231,6 +233,24 @@ void ModelConfig::check_gemma3() const {
            "model config: rope_local_base_freq must be a positive finite number");
 }
 
+// Olmo2ForCausalLM: Llama's model with its norms moved after the attention and the MLP, and q/k
+// norms over whole projections; Llama's attention otherwise (biases on all four projections or
+// none, head_dim, rope scaling), without a window or layers without RoPE.
+void ModelConfig::check_olmo2() const {
+  ZT_CHECK(is_olmo2() == qk_norm_spans_heads && (!is_olmo2() || (sandwich_norms && qk_norm)),
+           "model config: OLMo 2's norms after the attention and the MLP with none before them, "
+           "and its q/k norms over whole projections, come together (model_type \"olmo2\"); a "
+           "part of them is not a Hugging Face architecture");
+  ZT_CHECK(!is_olmo2() || (!is_gemma() && !fused_projections && qkv_bias == o_bias &&
+                           sliding_window == 0 && layers_without_rope.empty()),
+           "model config: OLMo 2 with Gemma's norms, fused projections, Qwen2's biases, a sliding "
+           "window or layers without RoPE is not a Hugging Face architecture");
+  ZT_CHECK(!is_olmo2() || rope_scaling.type == RopeScaling::kNone ||
+               rope_scaling.type == RopeScaling::kLinear,
+           "model config: OLMo 2's rope scaling is linear or none (transformers' Olmo2Config "
+           "refuses the others; its dynamic is not implemented)");
+}
+
 AttentionScores ModelConfig::attention_scores() const {
   AttentionScores scores;
   if (query_pre_attn_scalar > 0.0)
@@ -248,9 +268,9 @@ AttentionScores ModelConfig::attention_scores(int layer, int64_t keys) const {
 
 int64_t ModelConfig::layer_window(int layer) const {
   // Every period-th layer attends over every key: Gemma 3's pattern, Gemma 2's every other one.
-  const int64_t period = sliding_window_pattern > 0 ? sliding_window_pattern
-                         : sandwich_norms           ? 2
-                                                    : 0;
+  const int64_t period = sliding_window_pattern > 0     ? sliding_window_pattern
+                         : sandwich_norms && is_gemma() ? 2
+                                                        : 0;
   if (period > 0 && (layer + 1) % period == 0) return 0;
   return sliding_window;
 }
@@ -311,6 +331,7 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
 }
 
 std::string ModelConfig::model_type() const {
+  if (is_olmo2()) return "olmo2";
   if (sandwich_norms) return qk_norm ? "gemma3_text" : "gemma2";
   if (is_gemma()) return "gemma";
   if (fused_projections) return "phi3";

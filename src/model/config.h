@@ -89,13 +89,21 @@ struct ModelConfig {
   // full-attention layers'. 0: not Gemma 3.
   int64_t sliding_window_pattern = 0;
   double local_rope_theta = 0.0;
+  // OLMo 2 (model_type "olmo2", Olmo2ForCausalLM): Gemma 2's norms on the attention's and the
+  // MLP's outputs (sandwich_norms: post_attention_layernorm and post_feedforward_layernorm) and
+  // none before them (pre_norms false: the projections read the residual stream itself), and q/k
+  // norms over all heads of a token at once (qk_norm_spans_heads: weights [q_dim] and [kv_dim],
+  // before the heads are split) rather than over each head. All three or none, with Llama's norms.
+  bool pre_norms = true;
+  bool qk_norm_spans_heads = false;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
   LoraSpec lora;
 
   bool is_gemma() const { return norm_weight_offset != 0.0f; }
-  bool is_gemma3() const { return sandwich_norms && qk_norm; }
+  bool is_gemma3() const { return is_gemma() && sandwich_norms && qk_norm; }
+  bool is_olmo2() const { return !pre_norms; }
   // How attention forms its scores (backend/attention_scores.h): query_pre_attn_scalar^−½ as
   // transformers computes it in double and PyTorch multiplies fp32 scores by it (else
   // 1/sqrt(head_dim)), and attn_logit_softcap.
@@ -128,7 +136,8 @@ struct ModelConfig {
   int64_t kv_dim() const { return head_dim() * num_kv_heads; }
   // The Hugging Face architecture the model is written as: "phi3" (fused projections), "qwen3"
   // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window),
-  // "smollm3" (layers without RoPE), "gemma" (its norms, embedding scale and GeGLU), else "llama".
+  // "smollm3" (layers without RoPE), "gemma" (its norms, embedding scale and GeGLU), "gemma2" and
+  // "gemma3_text" (Gemma's with the sandwich norms), "olmo2" (no pre-norms), else "llama".
   std::string model_type() const;
   // transformers' int(head_dim · partial_rotary_factor), truncated.
   int64_t rotary_dims() const {
@@ -160,6 +169,7 @@ struct ModelConfig {
   void check_gemma() const;                // part of validate()
   void check_gemma2() const;               // part of validate()
   void check_gemma3() const;               // part of validate()
+  void check_olmo2() const;                // part of validate()
   void check_sliding_window() const;       // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,

@@ -19,10 +19,11 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
                        const LayerActivations& A, ConstTensorView x, int64_t rows,
                        const ProjectionAdapter& adapt) {
   const int64_t D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();
-  const int64_t H = config.num_heads, Hkv = config.num_kv_heads, hd = config.head_dim();
+  const int64_t H = config.num_heads, Hkv = config.num_kv_heads;
   const float eps = static_cast<float>(config.rms_norm_eps);
   const float offset = config.norm_weight_offset;
-  be.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, rows, D, eps, offset);
+  if (config.pre_norms) be.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, rows, D, eps, offset);
+  const ConstTensorView in = attention_input(config, A, x);
   const bool qk_norm = config.qk_norm;
   const TensorView q_out = qk_norm ? A.q_raw : A.q, k_out = qk_norm ? A.k_raw : A.k;
   // The projections of one input go as one batch of equal shapes (backend.h): k and v always,
@@ -30,20 +31,21 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
   const TensorView qkv[] = {q_out, k_out, A.v};
   const ConstTensorView qkv_weights[] = {P.wq, P.wk, P.wv};
   const int first = QD == KV ? 0 : 1;  // the first projection of the batch
-  if (first == 1) be.matmul_forward(q_out, A.xn1, P.wq, rows, QD, D);
-  be.matmul_forward_batch(qkv + first, A.xn1, qkv_weights + first, 3 - first, rows, KV, D);
+  if (first == 1) be.matmul_forward(q_out, in, P.wq, rows, QD, D);
+  be.matmul_forward_batch(qkv + first, in, qkv_weights + first, 3 - first, rows, KV, D);
   if (P.bq) be.bias_forward(q_out, P.bq, rows, QD);
   if (P.bk) be.bias_forward(k_out, P.bk, rows, KV);
   if (P.bv) be.bias_forward(A.v, P.bv, rows, KV);
   if (adapt) {
-    adapt(LoraTarget::kQ, {q_out}, A.xn1);
-    adapt(LoraTarget::kK, {k_out}, A.xn1);
-    adapt(LoraTarget::kV, {A.v}, A.xn1);
-    adapt(LoraTarget::kQkv, {q_out, k_out, A.v}, A.xn1);
+    adapt(LoraTarget::kQ, {q_out}, in);
+    adapt(LoraTarget::kK, {k_out}, in);
+    adapt(LoraTarget::kV, {A.v}, in);
+    adapt(LoraTarget::kQkv, {q_out, k_out, A.v}, in);
   }
-  if (qk_norm) {  // each head's hd values are one row of the norm
-    be.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, rows * H, hd, eps, offset);
-    be.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, rows * Hkv, hd, eps, offset);
+  if (qk_norm) {  // rows of each head's hd values, or of a token's whole projection (OLMo 2)
+    const QkNormRows q = qk_norm_rows(config, H), k = qk_norm_rows(config, Hkv);
+    be.rmsnorm_forward(A.q, A.rstd_q, A.q_raw, P.q_norm, rows * q.per_token, q.width, eps, offset);
+    be.rmsnorm_forward(A.k, A.rstd_k, A.k_raw, P.k_norm, rows * k.per_token, k.width, eps, offset);
   }
 }
 
@@ -65,14 +67,15 @@ void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeight
     be.rmsnorm_forward(A.x2, A.rstd_attn_out, attn_out, P.attn_out_norm, rows, D, eps, offset);
     be.add_inplace(A.x2, x, rows * D);
   }
-  be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps, offset);
+  if (config.pre_norms) be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps, offset);
+  const ConstTensorView in = mlp_input(config, A);
   const TensorView gate_up[] = {A.gate, A.up};
   const ConstTensorView gate_up_weights[] = {P.wgate, P.wup};
-  be.matmul_forward_batch(gate_up, A.xn2, gate_up_weights, 2, rows, F, D);
+  be.matmul_forward_batch(gate_up, in, gate_up_weights, 2, rows, F, D);
   if (adapt) {
-    adapt(LoraTarget::kGate, {A.gate}, A.xn2);
-    adapt(LoraTarget::kUp, {A.up}, A.xn2);
-    adapt(LoraTarget::kGateUp, {A.gate, A.up}, A.xn2);
+    adapt(LoraTarget::kGate, {A.gate}, in);
+    adapt(LoraTarget::kUp, {A.up}, in);
+    adapt(LoraTarget::kGateUp, {A.gate, A.up}, in);
   }
   be.glu_forward(A.h, A.gate, A.up, rows * F, config.mlp_activation);
   if (!sandwich) {

@@ -43,6 +43,26 @@ struct LayerWeights {
 };
 LayerWeights layer_weights(const ParamLayout& layout, int layer, ConstTensorView group);
 
+// What the attention's projections read: xn1 = rms(x)·g1, or x itself without pre-norms (OLMo 2).
+inline ConstTensorView attention_input(const ModelConfig& config, const LayerActivations& A,
+                                       ConstTensorView x) {
+  return config.pre_norms ? ConstTensorView(A.xn1) : x;
+}
+// What the MLP's projections read: xn2 = rms(x2)·g2, or x2 itself without pre-norms (OLMo 2).
+inline ConstTensorView mlp_input(const ModelConfig& config, const LayerActivations& A) {
+  return config.pre_norms ? A.xn2 : A.x2;
+}
+// The rows a q/k norm normalises for a projection of `heads` heads: each head's head_dim values
+// (Qwen3, Gemma 3: `heads` rows a token), or a token's whole projection (OLMo 2: one row of
+// heads · head_dim).
+struct QkNormRows {
+  int64_t per_token, width;
+};
+inline QkNormRows qk_norm_rows(const ModelConfig& config, int64_t heads) {
+  if (config.qk_norm_spans_heads) return {1, heads * config.head_dim()};
+  return {heads, config.head_dim()};
+}
+
 // Adds target's adapter product to its outputs ys (a fused target's parts, in order).
 using ProjectionAdapter =
     std::function<void(LoraTarget target, std::initializer_list<TensorView> ys, ConstTensorView x)>;

@@ -215,12 +215,17 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   const bool quotient = c.num_heads > 0 && head_dim * c.num_heads == c.hidden_size;
   c.explicit_head_dim = quotient ? 0 : head_dim;
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
+  const bool olmo2 = type == "olmo2";
   const bool attention_bias =
-      (type == "llama" || type == "qwen3" || type == "smollm3" || is_gemma_type(type)) &&
+      (type == "llama" || type == "qwen3" || type == "smollm3" || is_gemma_type(type) || olmo2) &&
       j.contains("attention_bias") && required_key<bool>(j, "attention_bias", source);
   c.qkv_bias = type == "qwen2" || attention_bias;
   c.o_bias = type != "qwen2" && attention_bias;
-  c.qk_norm = type == "qwen3";
+  c.qk_norm = type == "qwen3" || olmo2;
+  // OLMo 2: norms after the attention and the MLP, none before; q/k norms over whole projections.
+  c.sandwich_norms = olmo2;
+  c.pre_norms = !olmo2;
+  c.qk_norm_spans_heads = olmo2;
   c.fused_projections = type == "phi3";
   read_gemma_family(j, source, type, c);
 }
@@ -287,6 +292,10 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["mlp_bias"] = false;
   } else if (is_gemma_type(type)) {
     write_gemma_keys(*this, j);
+  } else if (type == "olmo2") {
+    j["attention_bias"] = qkv_bias;
+    // Written when none, too: Olmo2Config would read its absence as 1.
+    if (padding_token < 0) j["pad_token_id"] = nullptr;
   } else if (type == "smollm3") {
     nlohmann::json rotates = nlohmann::json::array();
     for (int64_t l = 0; l < num_layers; ++l) rotates.push_back(layer_rotates(l) ? 1 : 0);
@@ -310,6 +319,9 @@ nlohmann::json ModelConfig::to_transformers_json() const {
   // (longrope is written with "type" alone, as Phi3Config requires.)
   if (j.contains("rope_scaling") && j["rope_scaling"].contains("rope_type"))
     j["rope_scaling"]["type"] = j["rope_scaling"]["rope_type"];
+  // Olmo2Config (4.47 to 4.57) refuses any rope_scaling but {"type", "factor"}.
+  if (j.contains("rope_scaling") && model_type() == "olmo2")
+    j["rope_scaling"] = {{"type", "linear"}, {"factor", rope_scaling.factor}};
   return j;
 }
 
@@ -322,11 +334,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
          ": has no 'model_type', and 'architectures': " + quoted_json(j.at("architectures")) +
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, "
-         "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)");
+         "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Olmo2ForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
-         "smollm3, gemma, gemma2, gemma3_text)");
+         "smollm3, gemma, gemma2, gemma3_text, olmo2)");
   ModelConfig c;
   c.hidden_size = required_key<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required_key<int64_t>(j, "intermediate_size", source);

@@ -108,11 +108,11 @@ const std::vector<std::string>& read_hf_keys() {
 // loads each as.
 const std::map<std::string, std::string>& hf_architectures() {
   static const std::map<std::string, std::string> table = {
-      {"llama", "LlamaForCausalLM"},       {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"},       {"qwen3", "Qwen3ForCausalLM"},
-      {"phi3", "Phi3ForCausalLM"},         {"smollm3", "SmolLM3ForCausalLM"},
-      {"gemma", "GemmaForCausalLM"},       {"gemma2", "Gemma2ForCausalLM"},
-      {"gemma3_text", "Gemma3ForCausalLM"}};
+      {"llama", "LlamaForCausalLM"},        {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"},        {"qwen3", "Qwen3ForCausalLM"},
+      {"phi3", "Phi3ForCausalLM"},          {"smollm3", "SmolLM3ForCausalLM"},
+      {"gemma", "GemmaForCausalLM"},        {"gemma2", "Gemma2ForCausalLM"},
+      {"gemma3_text", "Gemma3ForCausalLM"}, {"olmo2", "Olmo2ForCausalLM"}};
   return table;
 }
 
@@ -179,9 +179,9 @@ std::vector<std::string> family_read_keys(const std::string& type) {
   return {};
 }
 
-// transformers 4.46's MistralConfig, Qwen2Config, Phi3Config and GemmaConfig, 4.50's
-// Gemma3TextConfig, 4.54's Qwen3Config and SmolLM3Config (which keeps PretrainedConfig's tied
-// embeddings).
+// transformers 4.46's MistralConfig, Qwen2Config, Phi3Config and GemmaConfig, 4.49's Olmo2Config
+// (pad_token_id 1), 4.50's Gemma3TextConfig, 4.54's Qwen3Config and SmolLM3Config (which keeps
+// PretrainedConfig's tied embeddings).
 const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
   static const std::map<std::string, HfFamilyDefaults> table = {
       {"llama", {"LlamaConfig"}},
@@ -192,7 +192,8 @@ const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
       {"smollm3", {"SmolLM3Config", 128004, 4, true, 2000000.0}},
       {"gemma", {"GemmaConfig", 0, 16, true}},
       {"gemma2", {"Gemma2Config", 0, 16, true}},
-      {"gemma3_text", {"Gemma3TextConfig", 0, 4, true, 1000000.0}}};
+      {"gemma3_text", {"Gemma3TextConfig", 0, 4, true, 1000000.0}},
+      {"olmo2", {"Olmo2Config", 1}}};
   return table.at(type);
 }
 

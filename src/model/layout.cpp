@@ -17,14 +17,15 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
     const int g = layer_group(l);
     groups_[static_cast<size_t>(g)].name = "layer." + std::to_string(l);
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(g, p + "input_layernorm.weight", {d}, TensorRole::kInputNorm, l, false);
+    if (c.pre_norms) add(g, p + "input_layernorm.weight", {d}, TensorRole::kInputNorm, l, false);
     add(g, p + "self_attn.q_proj.weight", {qd, d}, TensorRole::kQProj, l, true);
     add(g, p + "self_attn.k_proj.weight", {kv, d}, TensorRole::kKProj, l, true);
     add(g, p + "self_attn.v_proj.weight", {kv, d}, TensorRole::kVProj, l, true);
     add(g, p + "self_attn.o_proj.weight", {d, qd}, TensorRole::kOProj, l, true);
     if (c.sandwich_norms) {  // Gemma 2's names: the norm before the MLP is its "pre" one
       add(g, p + "post_attention_layernorm.weight", {d}, TensorRole::kAttnOutNorm, l, false);
-      add(g, p + "pre_feedforward_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
+      if (c.pre_norms)  // OLMo 2 has none
+        add(g, p + "pre_feedforward_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
     } else {
       add(g, p + "post_attention_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
     }
@@ -39,9 +40,11 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
       add(g, p + "self_attn.v_proj.bias", {kv}, TensorRole::kVBias, l, false);
     }
     if (c.o_bias) add(g, p + "self_attn.o_proj.bias", {d}, TensorRole::kOBias, l, false);
-    if (c.qk_norm) {
-      add(g, p + "self_attn.q_norm.weight", {c.head_dim()}, TensorRole::kQNorm, l, false);
-      add(g, p + "self_attn.k_norm.weight", {c.head_dim()}, TensorRole::kKNorm, l, false);
+    if (c.qk_norm) {  // each head's (Qwen3, Gemma 3) or a token's whole projection's (OLMo 2)
+      const int64_t q_norm = c.qk_norm_spans_heads ? qd : c.head_dim();
+      const int64_t k_norm = c.qk_norm_spans_heads ? kv : c.head_dim();
+      add(g, p + "self_attn.q_norm.weight", {q_norm}, TensorRole::kQNorm, l, false);
+      add(g, p + "self_attn.k_norm.weight", {k_norm}, TensorRole::kKNorm, l, false);
     }
   }
   const int h = head_group();

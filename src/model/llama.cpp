@@ -47,14 +47,15 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();
   const int64_t F = config.intermediate_size;
   LayerActivations a;
+  const bool norms = config.pre_norms;  // OLMo 2's projections read the residual stream itself
   if (part == LayerPart::kRecomputed) {
-    a.xn1 = c.take(M * D, s);
-    a.xn2 = c.take(M * D, s);
+    if (norms) a.xn1 = c.take(M * D, s);
+    if (norms) a.xn2 = c.take(M * D, s);
     a.h = c.take(M * F, s);
     return a;
   }
-  if (part == LayerPart::kAll) a.xn1 = c.take(M * D, s);
-  a.rstd1 = c.take_f32(M);
+  if (part == LayerPart::kAll && norms) a.xn1 = c.take(M * D, s);
+  if (norms) a.rstd1 = c.take_f32(M);
   // The outputs of the q/k/v projections sit in that order, one after the other, so that the
   // CUDA backend can issue them as one strided batch (backend/gemm_batch.h): q, k, v, or with
   // per-head q/k norms q, k, q_raw, k_raw, v (the projections write q_raw, k_raw and v).
@@ -66,8 +67,8 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   }
   a.v = c.take(M * KV, s);
   if (config.qk_norm) {
-    a.rstd_q = c.take_f32(M * config.num_heads);
-    a.rstd_k = c.take_f32(M * config.num_kv_heads);
+    a.rstd_q = c.take_f32(M * qk_norm_rows(config, config.num_heads).per_token);
+    a.rstd_k = c.take_f32(M * qk_norm_rows(config, config.num_kv_heads).per_token);
   }
   a.att = c.take(M * QD, s);
   a.lse = c.take_f32(B * config.num_heads * T);
@@ -78,8 +79,8 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
     a.rstd_mlp_out = c.take_f32(M);
   }
   a.x2 = c.take(M * D, s);
-  if (part == LayerPart::kAll) a.xn2 = c.take(M * D, s);
-  a.rstd2 = c.take_f32(M);
+  if (part == LayerPart::kAll && norms) a.xn2 = c.take(M * D, s);
+  if (norms) a.rstd2 = c.take_f32(M);
   a.gate = c.take(M * F, s);
   a.up = c.take(M * F, s);
   if (part == LayerPart::kAll) a.h = c.take(M * F, s);
@@ -433,8 +434,10 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
     // (the statistics rstd1 and rstd2 are rewritten with the values they already hold).
     const float eps = static_cast<float>(config_.rms_norm_eps);
     const float offset = config_.norm_weight_offset;
-    be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps, offset);
-    be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps, offset);
+    if (config_.pre_norms) {
+      be_.rmsnorm_forward(A.xn1, A.rstd1, x, P.input_norm, M_, D, eps, offset);
+      be_.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, M_, D, eps, offset);
+    }
     be_.glu_forward(A.h, A.gate, A.up, M_ * F, config_.mlp_activation);
   }
   auto grad = [&](TensorRole r) { return layer_grad(r, layer, grads); };
@@ -452,26 +455,29 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
                          hd, doc_start, config_.attention_scores(layer, T_));
   rope_backward_qk(layer, doc_start);
   // dq, dk are now ∂L/∂(what RoPE rotated). Qwen3: back through the per-head norm into datt
-  // (free after the attention's backward, as wide as q), giving ∂L/∂(the projection's output).
+  // (free after the attention's backward, as wide as q), giving ∂L/∂(the projection's output);
+  // OLMo 2: through its norm of the whole projection.
   auto head_norm_backward = [&](ConstTensorView dy, TensorRole norm, ConstTensorView g,
                                 ConstTensorView raw, const float* rstd, int64_t heads,
                                 int64_t N) -> ConstTensorView {
     if (!g) return dy;
+    const QkNormRows rows = qk_norm_rows(config_, heads);
     be_.zero(t_.datt, M_ * N);
-    be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g, rstd, M_ * heads, hd,
+    be_.rmsnorm_backward(t_.datt, grad(norm), dy, raw, g, rstd, M_ * rows.per_token, rows.width,
                          config_.norm_weight_offset);
     return t_.datt;
   };
+  const ConstTensorView in = attention_input(config_, A, x);
   // The forward's projections: dxn (= or +=) dy·W, db += Σ_rows dy, and dW += dyᵀ·xn1 unless
   // the weight's product is batched (`batched`: the caller adds it with the others).
   // LoRA: the adapter's products on the same dy, before a q/k norm's dy is overwritten.
   auto linear_backward = [&](ConstTensorView dy, TensorRole w, ConstTensorView W, TensorRole b,
                              ConstTensorView bias, int64_t N, bool accumulate, bool batched) {
     if (bias && grad(b)) be_.bias_backward(grad(b), dy, M_, N);
-    be_.matmul_backward(t_.dxn, batched ? nullptr : grad(w), dy, A.xn1, W, M_, N, D, accumulate,
+    be_.matmul_backward(t_.dxn, batched ? nullptr : grad(w), dy, in, W, M_, N, D, accumulate,
                         write);
     const auto target = static_cast<LoraTarget>(lora_target_of(w));
-    lora_backward(layer, target, t_.dxn, {dy}, A.xn1, adapters, adapter_grads, write);
+    lora_backward(layer, target, t_.dxn, {dy}, in, adapters, adapter_grads, write);
   };
   // q's weight gradient joins k's and v's batch when it has their shape and its output gradient
   // stays put (a q/k norm's backward writes both into datt, one after the other).
@@ -484,17 +490,28 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   linear_backward(dk, TensorRole::kKProj, P.wk, TensorRole::kKBias, P.bk, KV, true, true);
   linear_backward(t_.dv, TensorRole::kVProj, P.wv, TensorRole::kVBias, P.bv, KV, true, true);
   // Phi-3's fused qkv_proj adapter (no q/k norms: dq and dk are the outputs' gradients).
-  lora_backward(layer, LoraTarget::kQkv, t_.dxn, {dq, dk, t_.dv}, A.xn1, adapters, adapter_grads,
+  lora_backward(layer, LoraTarget::kQkv, t_.dxn, {dq, dk, t_.dv}, in, adapters, adapter_grads,
                 write);
   float* const qkv_grads[] = {grad(TensorRole::kQProj), grad(TensorRole::kKProj),
                               grad(TensorRole::kVProj)};
   const ConstTensorView qkv_dys[] = {dq, dk, t_.dv};
   const int first = q_batched ? 0 : 1;
-  be_.matmul_weight_grad_batch(qkv_grads + first, qkv_dys + first, A.xn1, 3 - first, M_, KV, D,
-                               write);
-  // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1)
-  be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kInputNorm), t_.dxn, x, P.input_norm, A.rstd1,
-                       M_, D, config_.norm_weight_offset);
+  be_.matmul_weight_grad_batch(qkv_grads + first, qkv_dys + first, in, 3 - first, M_, KV, D, write);
+  // t_.dresid becomes ∂L/∂x = ∂L/∂x2 + rmsnorm_backward(dxn1) (OLMo 2: + dxn1 itself)
+  pre_norm_backward(layer, TensorRole::kInputNorm, P.input_norm, x, A.rstd1, grads);
+}
+
+// ∂L/∂(a pre-norm's input) += the norm's backward of t_.dxn, ∂L/∂(its output), into t_.dresid; a
+// layer without pre-norms (OLMo 2) fed its input to the projections, so t_.dxn adds as it is.
+void LlamaModel::pre_norm_backward(int layer, TensorRole role, ConstTensorView g, ConstTensorView x,
+                                   const float* rstd, float* grads) {
+  const int64_t D = config_.hidden_size;
+  if (!config_.pre_norms) {
+    be_.add_inplace(t_.dresid, t_.dxn, M_ * D);
+    return;
+  }
+  be_.rmsnorm_backward(t_.dresid, layer_grad(role, layer, grads), t_.dxn, x, g, rstd, M_, D,
+                       config_.norm_weight_offset);
 }
 
 // Where tensor r of `layer` accumulates its gradient in `grads`; null for a frozen tensor (its
@@ -531,19 +548,18 @@ void LlamaModel::mlp_backward(int layer, const LayerWeights& P, const LayerActs&
   lora_backward(layer, LoraTarget::kDown, t_.dh, {dmlp_out}, A.h, adapters, adapter_grads, write);
   be_.glu_backward(t_.dgate, t_.dup, t_.dh, A.gate, A.up, M_ * F, config_.mlp_activation);
   // dxn = dgate·Wg + dup·Wu; dWg += dgateᵀ·xn2 and dWu += dupᵀ·xn2 as one batch
-  be_.matmul_backward(t_.dxn, nullptr, t_.dgate, A.xn2, P.wgate, M_, F, D, false, write);
-  be_.matmul_backward(t_.dxn, nullptr, t_.dup, A.xn2, P.wup, M_, F, D, true, write);
-  lora_backward(layer, LoraTarget::kGate, t_.dxn, {t_.dgate}, A.xn2, adapters, adapter_grads,
+  const ConstTensorView in = mlp_input(config_, A);
+  be_.matmul_backward(t_.dxn, nullptr, t_.dgate, in, P.wgate, M_, F, D, false, write);
+  be_.matmul_backward(t_.dxn, nullptr, t_.dup, in, P.wup, M_, F, D, true, write);
+  lora_backward(layer, LoraTarget::kGate, t_.dxn, {t_.dgate}, in, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kUp, t_.dxn, {t_.dup}, in, adapters, adapter_grads, write);
+  lora_backward(layer, LoraTarget::kGateUp, t_.dxn, {t_.dgate, t_.dup}, in, adapters, adapter_grads,
                 write);
-  lora_backward(layer, LoraTarget::kUp, t_.dxn, {t_.dup}, A.xn2, adapters, adapter_grads, write);
-  lora_backward(layer, LoraTarget::kGateUp, t_.dxn, {t_.dgate, t_.dup}, A.xn2, adapters,
-                adapter_grads, write);
   float* const gate_up_grads[] = {grad(TensorRole::kGateProj), grad(TensorRole::kUpProj)};
   const ConstTensorView gate_up_dys[] = {t_.dgate, t_.dup};
-  be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, A.xn2, 2, M_, F, D, write);
-  // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2)
-  be_.rmsnorm_backward(t_.dresid, grad(TensorRole::kPostAttnNorm), t_.dxn, A.x2, P.post_norm,
-                       A.rstd2, M_, D, config_.norm_weight_offset);
+  be_.matmul_weight_grad_batch(gate_up_grads, gate_up_dys, in, 2, M_, F, D, write);
+  // t_.dresid becomes ∂L/∂x2 = ∂L/∂out + rmsnorm_backward(dxn2) (OLMo 2: + dxn2 itself)
+  pre_norm_backward(layer, TensorRole::kPostAttnNorm, P.post_norm, A.x2, A.rstd2, grads);
 }
 
 }  // namespace zt

@@ -208,6 +208,8 @@ class LlamaModel {
   float* layer_grad(TensorRole r, int layer, float* grads) const;
   ConstTensorView output_norm_backward(int layer, TensorRole role, ConstTensorView g,
                                        ConstTensorView y, const float* rstd, float* grads);
+  void pre_norm_backward(int layer, TensorRole role, ConstTensorView g, ConstTensorView x,
+                         const float* rstd, float* grads);
   void mlp_backward(int layer, const LayerWeights& P, const LayerActivations& A, float* grads,
                     ConstTensorView adapters, float* adapter_grads, GradWrite write);
   // RoPE's backward on t_.dq and t_.dk, where the layer rotated them (not SmolLM3's NoPE layers).

@@ -222,7 +222,7 @@ GradPass compute_gradients(ModelDirReader& reader, Backend& backend, const Batch
                                   {"gate", a.gate, F},
                                   {"up", a.up, F},
                                   {"h", a.h, F}})
-      keep(p + name, v, {M, width});
+      if (v) keep(p + name, v, {M, width});  // OLMo 2 has no xn1 or xn2
   }
   keep("act/final/x", t.resid.back(), {M, D});
   keep("act/final/xf", t.final_norm_out, {M, D});

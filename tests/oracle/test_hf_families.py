@@ -207,11 +207,23 @@ FAMILIES = {
     # ... and gemma-3-4b's text model's linear rope scaling, on the full-attention layers alone.
     "gemma3-linear": ("Gemma2Config", "Gemma2ForCausalLM", dict(
         GEMMA3_COMMON, rope_scaling={"rope_type": "linear", "factor": 4.0})),
+    # OLMo 2 (transformers 4.47 and later: run under .venv/transformers-4.49): no norm before the
+    # attention or the MLP, one on each one's output before the residual add, and q/k norms over
+    # a token's whole projection (weights [H·hd], [Hkv·hd]) before the heads are split; grouped
+    # heads, untied, OLMo 2's rope_theta.
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(pad_token_id=32, rope_theta=500000.0)),
+    # ... with attention_bias (all four projections), tied embeddings and linear rope scaling
+    # (Olmo2Config takes {"type": "linear" or "dynamic", "factor"} and no other).
+    "olmo2-bias-linear": ("Olmo2Config", "Olmo2ForCausalLM", dict(
+        pad_token_id=None, attention_bias=True, tie_word_embeddings=True,
+        rope_scaling={"type": "linear", "factor": 4.0})),
 }
 # SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
 SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
-# The families whose reference is transformers 4.49 (partial_rotary_factor in Phi3).
+# The families whose reference is transformers 4.49 (partial_rotary_factor in Phi3; Olmo2, which
+# 4.46 does not have).
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
+TRANSFORMERS_449 = PARTIAL_ROTARY | {"olmo2", "olmo2-bias-linear"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
 WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3", "gemma3-linear"}
 # Config attributes the reference loads with in place of its config.json's: transformers 4.46's
@@ -835,10 +847,10 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
 
-    if args.family in PARTIAL_ROTARY and logits_to_keep_key() != "logits_to_keep":
+    if args.family in TRANSFORMERS_449 and logits_to_keep_key() != "logits_to_keep":
         raise SetupError(f"{args.family} needs transformers 4.49 (its Phi3 applies "
-                         f"partial_rotary_factor), found {transformers.__version__}: put "
-                         ".venv/transformers-4.49 (./run.sh deps) first on PYTHONPATH")
+                         f"partial_rotary_factor; it has Olmo2), found {transformers.__version__}: "
+                         "put .venv/transformers-4.49 (./run.sh deps) first on PYTHONPATH")
     config_name, model_name, extra = FAMILIES[args.family]
     config = getattr(transformers, config_name)(**{**COMMON, **extra})
     model = build_reference(args.family, config)
@@ -938,7 +950,7 @@ def main():
     if "yarn" in args.family:
         check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)
     if "longrope" in args.family or "window" in args.family or args.family in (
-            "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear"):
+            "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2"):
         check_generate(zt, imported, model, tokens, args.family,
                        extra.get("original_max_position_embeddings", 16))
 

@@ -5,7 +5,9 @@
 // activations, in fp32 and in bf16 storage, and bf16 storage stays near fp32; the same for a Gemma
 // 2-shaped layer (sandwich norms, its own attention scale, soft-capped scores and logits; oracle:
 // oracle_hf_gemma2) and a Gemma 3-shaped one (q/k norms, a window, two RoPE bases; oracle:
-// oracle_hf_gemma3). And the bias ops round a bf16 output once, as every op does.
+// oracle_hf_gemma3), and an OLMo 2-shaped one (norms after the attention and the MLP only, q/k
+// norms over whole projections; oracle: oracle_hf_olmo2). And the bias ops round a bf16 output
+// once, as every op does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,6 +55,17 @@ ModelConfig gemma2_shaped() {
 // its first layer, whose RoPE base is its own, and none on its second.
 ModelConfig gemma3_shaped() {
   return gemma3_from_gemma2_shape(gemma2_shaped(), 5);
+}
+
+// OLMo 2's: norms after the attention and the MLP and none before, q/k norms over whole
+// projections, grouped heads (Hkv 2 of 4: k's norm is narrower than q's), biases on all four.
+ModelConfig olmo2_shaped() {
+  ModelConfig c = preset_config("tiny");
+  c.sandwich_norms = c.qk_norm = c.qk_norm_spans_heads = true;
+  c.pre_norms = false;
+  c.qkv_bias = c.o_bias = true;
+  c.validate();
+  return c;
 }
 
 // One micro-batch's forward and backward over every group, the parameters as the layout inits
@@ -135,6 +148,10 @@ TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGemma2SandwichNormsAn
 
 TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGemma3QkNormsAndWindows) {
   expect_recompute_gives_the_same_bits(gemma3_shaped());
+}
+
+TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithOlmo2PostNormsAndWholeQkNorms) {
+  expect_recompute_gives_the_same_bits(olmo2_shaped());
 }
 
 TEST(FamilyModel, BiasOpsRoundABf16OutputOnce) {

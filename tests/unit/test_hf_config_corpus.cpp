@@ -1,7 +1,8 @@
 // The config.json files of real published models (tests/data/hf_models, sources in its
 // SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
 // Phi-4-mini (RoPE on part of each head), SmolLM3 (layers without RoPE),
-// Gemma 2 (gemma-2-9b-it: sandwich norms, soft caps), Gemma 3 (gemma-3-270m; gemma-3-1b-it re-saved
+// Gemma 2 (gemma-2-9b-it: sandwich norms, soft caps), OLMo 2 (13B and its Instruct: norms after the
+// attention and the MLP), Gemma 3 (gemma-3-270m; gemma-3-1b-it re-saved
 // by 4.52.4), Mistral Small 3.1 (a multimodal checkpoint: its text model read), and re-saves by
 // transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7, and unsloth's of CodeGemma-7b-it
 // (Gemma)) are read with the keys as published:
@@ -98,6 +99,10 @@ const std::map<std::string, Published>& corpus() {
       {"resaved-transformers-4.52.4--google--gemma-3-1b-it",
        {999885952, "gemma3_text", true, 1000000, R::kNone}},
       {"google--gemma-3-270m", {268098176, "gemma3_text", true, 1000000, R::kNone}},
+      // OLMo 2 13B (norms after attention and MLP, q/k norms over whole projections): its
+      // safetensors index's 54,864,793,600 bytes of fp32; its card's 13B.
+      {"allenai--OLMo-2-1124-13B", {13716198400, "olmo2", false, 500000, R::kNone}},
+      {"allenai--OLMo-2-1124-13B-Instruct", {13716198400, "olmo2", false, 500000, R::kNone}},
       {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
        {1100048384, "llama", false, 10000, R::kNone}},
       {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",
