@@ -118,6 +118,12 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
           "hidden/heads at 46 layers, " +
           std::to_string(llama_cpp_scalar) +
           ", and always caps and windows); export safetensors instead");
+  // llama.cpp's olmo2 has no biases, heads of hidden / heads and an output tensor of its own.
+  ZT_CHECK(type != "olmo2" || (!c.qkv_bias && c.explicit_head_dim == 0 && !c.tie_word_embeddings),
+           "export: model '" + dir +
+               "' is an OLMo 2 with attention biases, tied embeddings or a head_dim other than "
+               "hidden_size / num_attention_heads, which llama.cpp's olmo2 does not compute; "
+               "export safetensors instead");
   if (type == "gemma3_text") return "gemma3";
   return type == "mistral" ? "llama" : type;  // llama.cpp runs Mistral as llama
 }

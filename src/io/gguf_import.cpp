@@ -134,8 +134,12 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   ZT_CHECK(arch == "qwen2" || !biases,
            path + ": tensor 'blk.0.attn_q.bias': attention biases are read for qwen2 files only");
   c.qkv_bias = arch == "qwen2";
-  c.qk_norm = arch == "qwen3" || arch == "gemma3";
+  c.qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "olmo2";
   c.fused_projections = arch == "phi3";
+  // llama.cpp's olmo2: norms after the attention and the MLP only, q/k norms over whole
+  // projections.
+  c.sandwich_norms = c.qk_norm_spans_heads = arch == "olmo2";
+  c.pre_norms = arch != "olmo2";
   // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
   // the file does not carry), as SmolLM3-3B's no_rope_layers says.
   if (arch == "smollm3") c.layers_without_rope = every_nth_layer(kSmolLM3NoRopeStep, c.num_layers);
@@ -256,10 +260,11 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string& path = g.path();
   const std::string arch = g.string("general.architecture");
   ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
-               arch == "smollm3" || arch == "gemma" || arch == "gemma2" || arch == "gemma3",
+               arch == "smollm3" || arch == "gemma" || arch == "gemma2" || arch == "gemma3" ||
+               arch == "olmo2",
            path + ": metadata 'general.architecture' is \"" + arch +
                "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
-               "phi3, smollm3, gemma, gemma2 and gemma3");
+               "phi3, smollm3, gemma, gemma2, gemma3 and olmo2");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));

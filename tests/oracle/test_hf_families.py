@@ -573,49 +573,60 @@ def gguf_imported_back(zt, path, final, work, name="gguf-imported"):
         return json.load(f)
 
 
-def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
-    """A trained SmolLM3 through GGUF as llama.cpp's smollm3 reads it: the export's architecture,
-    gguf's tensor names, q_proj's and k_proj's rows permuted by the converter's own
-    LlamaModel.permute (every layer, NoPE ones too), and the import gives back the model bit for
-    bit (its no_rope_layers from llama.cpp's step of 4); a NoPE pattern llama.cpp cannot run is
-    refused."""
+def exported_gguf_is_converters(zt, work, final, exported, arch, config, permute=None):
+    """Exports the trained model directory final as an f32 GGUF file and checks it is llama.cpp's
+    `arch` (a gguf.MODEL_ARCH name) as its converter writes the safetensors export `exported`:
+    the architecture, gguf's tensor names, each tensor's values (q_proj's and k_proj's rows
+    through the converter's permute where given); then that it imports back bit for bit. Returns
+    (the import's config.json, the tensor count, final's GGUF-ready copy)."""
     import gguf
     import safetensors.torch
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gguf_reference import read_gguf
-    permute = converter_llama_permute(
-        os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py"))
     final = gguf_ready_copy(final, work)  # a GGUF file carries its tokenizer
     path = os.path.join(work, "exported.gguf")
     run_tool([zt, "export", final, "--format", "gguf", "--gguf-type", "f32", "--out", path])
     reader = read_gguf(path)
-    check(reader.fields["general.architecture"].contents() == "smollm3",
-          "the GGUF export's architecture is not smollm3")
+    check(reader.fields["general.architecture"].contents() == arch,
+          f"the GGUF export's architecture is not {arch}")
     # The pinned gguf (0.17.1) predates MODEL_ARCH.SMOLLM3, whose tensors llama.cpp names as
     # llama's (the same kinds, TOKEN_EMBD to FFN_UP).
-    arch = getattr(gguf.MODEL_ARCH, "SMOLLM3", gguf.MODEL_ARCH.LLAMA)
-    names = gguf.TensorNameMap(arch, config.num_hidden_layers)
+    names = gguf.TensorNameMap(getattr(gguf.MODEL_ARCH, arch.upper(), gguf.MODEL_ARCH.LLAMA),
+                               config.num_hidden_layers)
     stored = {t.name: np.array(t.data) for t in reader.tensors}
     hf = {}
     for name in sorted(os.listdir(exported)):
         if name.endswith(".safetensors"):
             hf.update(safetensors.torch.load_file(os.path.join(exported, name)))
+    check(len(stored) == len(hf), f"the GGUF export has {len(stored)} tensors, the safetensors "
+          f"export {len(hf)}")
     for hf_name, value in hf.items():
         name = names.get_name(hf_name, try_suffixes=(".weight",))
         check(name in stored, f"the GGUF export has no {name} for {hf_name}")
         want = value.float()
-        if hf_name.endswith("q_proj.weight"):
+        if permute and hf_name.endswith("q_proj.weight"):
             want = permute(want, config.num_attention_heads, config.num_attention_heads)
-        elif hf_name.endswith("k_proj.weight"):
+        elif permute and hf_name.endswith("k_proj.weight"):
             want = permute(want, config.num_attention_heads, config.num_key_value_heads)
         check(np.array_equal(stored[name].reshape(want.shape), want.numpy()),
               f"{name}: not {hf_name} as llama.cpp's converter writes it")
-    back_config = gguf_imported_back(zt, path, final, work)
+    return gguf_imported_back(zt, path, final, work), len(hf), final
+
+
+def check_smollm3_gguf(zt, work, final, exported, source_dir, config):
+    """A trained SmolLM3 through GGUF as llama.cpp's smollm3 reads it: the export's architecture,
+    gguf's tensor names, q_proj's and k_proj's rows permuted by the converter's own
+    LlamaModel.permute (every layer, NoPE ones too), and the import gives back the model bit for
+    bit (its no_rope_layers from llama.cpp's step of 4); a NoPE pattern llama.cpp cannot run is
+    refused."""
+    permute = converter_llama_permute(
+        os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py"))
+    back_config, count, final = exported_gguf_is_converters(zt, work, final, exported, "smollm3",
+                                                            config, permute)
     check(back_config.get("model_type") == "smollm3" and
           back_config.get("no_rope_layers") == SMOLLM3_NO_ROPE_LAYERS,
           f"the GGUF import reads {back_config.get('model_type')}, no_rope_layers "
           f"{back_config.get('no_rope_layers')}")
-    print(f"the GGUF export is llama.cpp's smollm3 ({len(hf)} tensors as the converter writes "
+    print(f"the GGUF export is llama.cpp's smollm3 ({count} tensors as the converter writes "
           "them) and imports back bit for bit", flush=True)
     # A NoPE layer where llama.cpp's smollm3 rotates: refused, no file left.
     moved = os.path.join(work, "moved-nope")
@@ -629,6 +640,33 @@ def check_smollm3_gguf(zt, work, final, exported, data, source_dir, config):
     refused([zt, "export", moved, "--format", "gguf", "--out", out],
             "llama.cpp's smollm3 takes none in every fourth layer")
     check(not os.path.exists(out), "a refused GGUF export left its file")
+
+
+def check_olmo2_gguf(zt, work, final, exported, config):
+    """A trained OLMo 2 through GGUF as llama.cpp's olmo2 reads it (its converter's Olmo2Model
+    writes every tensor as it is: NeoX RoPE, no permutation; post_attention_norm, post_ffw_norm,
+    attn_q_norm and attn_k_norm over whole projections), with the keys llama.cpp reads, and back
+    bit for bit; a model llama.cpp's olmo2 cannot hold (attention biases, tied embeddings: it
+    requires an output tensor) is refused, leaving no file."""
+    if config.attention_bias or config.tie_word_embeddings:
+        out = os.path.join(work, "refused.gguf")
+        refused([zt, "export", final, "--format", "gguf", "--out", out],
+                "which llama.cpp's olmo2 does not compute")
+        check(not os.path.exists(out), "a refused GGUF export left its file")
+        print("the GGUF export of an OLMo 2 with biases and a tied head is refused", flush=True)
+        return
+    back_config, count, _ = exported_gguf_is_converters(zt, work, final, exported, "olmo2",
+                                                        config)
+    from gguf_reference import read_gguf
+    fields = read_gguf(os.path.join(work, "exported.gguf")).fields
+    check(fields["olmo2.attention.layer_norm_rms_epsilon"].contents() ==
+          np.float32(config.rms_norm_eps) and
+          fields["olmo2.rope.freq_base"].contents() == config.rope_theta,
+          "the GGUF export's rms epsilon or RoPE base is not the model's")
+    check(back_config.get("model_type") == "olmo2", f"the GGUF import reads "
+          f"{back_config.get('model_type')}")
+    print(f"the GGUF export is llama.cpp's olmo2 ({count} tensors as the converter writes them) "
+          "and imports back bit for bit", flush=True)
 
 
 def check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n):
@@ -978,7 +1016,9 @@ def main():
     if args.family in ("qwen2-yarn", "llama-yarn-extended"):
         check_yarn_gguf(zt, work, final, exported, config)
     if args.family == "smollm3":
-        check_smollm3_gguf(zt, work, final, exported, data, args.source_dir, config)
+        check_smollm3_gguf(zt, work, final, exported, args.source_dir, config)
+    if args.family.startswith("olmo2"):
+        check_olmo2_gguf(zt, work, final, exported, config)
     if args.family in ("gemma", "gemma2", "gemma3"):
         check_gemma_gguf(zt, work, final, exported, args.source_dir, config,
                          "gemma3" if args.family == "gemma3" else config.model_type)
