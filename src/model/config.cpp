@@ -57,8 +57,8 @@ void ModelConfig::check_rope_scaling() const {
     ZT_CHECK(r.attention_factor > 0 && std::isfinite(static_cast<float>(r.attention_factor)),
              "model config: yarn's attention_factor must be a positive number, finite in fp32");
     ZT_CHECK(!fused_projections && !is_gemma(),
-             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3, SmolLM3 "
-             "and OLMo 2");
+             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3 and "
+             "SmolLM3");
   }
   if (r.type == RopeScaling::kLlama3) {
     ZT_CHECK(r.low_freq_factor > 0 && r.low_freq_factor < r.high_freq_factor &&

@@ -12,7 +12,8 @@ before the last user message, Phi-4-mini-instruct's, which closes a turn with "<
 the conversation with its EOS (the last reply counts up to it), gemma-3-4b-it's, which writes
 the system message into the first user turn and trims each part of a list, and SmolLM3-3B's, which writes
 today's date into its system header and, given "/no_think", an empty <think> block that both its
-generation prompt and its replies open with. Each is given a tokenizer as test_tokenizer_configs.py makes one
+generation prompt and its replies open with, and OLMo-2-1124-13B-Instruct's (Tülu 3's), whose
+replies close with the EOS and a newline that the last one leaves out. Each is given a tokenizer as test_tokenizer_configs.py makes one
 (a byte-level BPE holding the model's special tokens). The reference is transformers'
 apply_chat_template(return_assistant_tokens_mask=True) on a copy of the template in which the
 assistant turns are marked with {% generation %} by hand (the marks in TEMPLATES: around what the
@@ -175,6 +176,18 @@ TEMPLATES = {
              "    {{ '<end_of_turn>\n' }}{%- endset -%}{%- if role == 'model' -%}"
              "{% generation %}{{ body }}{% endgeneration %}{%- else -%}{{ body }}{%- endif -%}\n"
              "{%- endfor -%}")]),
+    # OLMo 2's (OLMo-2-1124-13B-Instruct's, Tülu 3's): the BOS, then "<|system|>\n",
+    # "<|user|>\n" and "<|assistant|>\n" as plain text before each message, a reply closed by the
+    # EOS, and a newline after it unless it is the conversation's last message (the newlines are
+    # characters of the template's string literals, as the JSON file holds it).
+    "allenai-OLMo-2-1124-13B-Instruct": (
+        "<|endoftext|>", "<|endoftext|>", ["<|endoftext|>", "<|pad|>"], ("system", "rounds"), [
+            ("{{ '<|assistant|>\n'  + message['content'] + eos_token + '\n' }}",
+             "{{ '<|assistant|>\n' }}{% generation %}{{ message['content'] + eos_token }}"
+             "{% endgeneration %}{{ '\n' }}"),
+            ("{{ '<|assistant|>\n'  + message['content'] + eos_token }}",
+             "{{ '<|assistant|>\n' }}{% generation %}{{ message['content'] + eos_token }}"
+             "{% endgeneration %}")]),
 }
 
 USER = ["Name three primes.", "And the next one?"]
