@@ -125,7 +125,8 @@ TEST(CudaEngine, SmallPresetTracksTheCpuLossesAndIsDeterministic) {
 // head's 32 elements, tied embeddings), SmolLM3's (every second layer without RoPE) and Gemma's
 // ((1 + weight) norms, the embedding times sqrt(hidden), GeGLU, a head_dim of 64 ≠ 256 / 8), and
 // Gemma 2's (Gemma's with sandwich norms, its own scale and soft caps small enough to bend these
-// scores and logits: the GEMM attention path's capped softmax, the capped cross-entropy).
+// scores and logits: the GEMM attention path's capped softmax, the capped cross-entropy), and
+// OLMo 2's (norms after the attention and the MLP only, q/k norms over rows of heads·head_dim).
 TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   ModelConfig phi4 = preset_config("small");  // hidden 256, 8 heads of 32, 4 layers
   phi4.fused_projections = true;
@@ -154,7 +155,10 @@ TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   gemma2.query_pre_attn_scalar = 48;
   gemma2.attn_logit_softcap = 2.0f;
   gemma2.final_logit_softcap = 3.0f;
-  for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2}) {
+  ModelConfig olmo2 = preset_config("small");  // no pre-norms, q/k norms over whole projections
+  olmo2.sandwich_norms = olmo2.qk_norm = olmo2.qk_norm_spans_heads = true;
+  olmo2.pre_norms = false;
+  for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2, &olmo2}) {
     model->validate();
     const std::string name = model->model_type();
     MpiCommunicator self(MPI_COMM_SELF);
