@@ -29,7 +29,7 @@ ModelConfig gguf_model_config(const GgufReader& gguf);
 
 // The GGUF name of a Hugging Face tensor name ("model.layers.3.self_attn.q_proj.weight" ->
 // "blk.3.attn_q.weight"), and whether llama.cpp permutes its rows for an architecture.
-// sandwich_norms: a Gemma 2's or 3's, whose post_attention_layernorm is llama.cpp's
+// sandwich_norms: a Gemma 2's, Gemma 3's or OLMo 2's, whose post_attention_layernorm is llama.cpp's
 // post_attention_norm.
 std::string gguf_tensor_name(const std::string& hf_name, bool sandwich_norms = false);
 // The query_pre_attn_scalar llama.cpp's gemma2 and gemma3 scale the scores by (the file carries

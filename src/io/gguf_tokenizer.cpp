@@ -36,7 +36,15 @@ nlohmann::json split_then_bytes(const char* regex) {
 struct PreTokenizer {
   std::vector<std::string> gguf_names;  // the first is the one export writes
   nlohmann::json hf;
+  // Whether llama.cpp takes a pre-token found whole in the vocabulary as one token (its llama3
+  // pre-tokenizer does), the BPE model's ignore_merges.
+  bool ignore_merges = false;
 };
+
+// Llama 3's split, which llama.cpp's llama3 (llama-bpe) and dbrx share.
+constexpr const char* kLlama3Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 const std::vector<PreTokenizer>& pre_tokenizers() {
   static const std::vector<PreTokenizer> table = {
@@ -44,9 +52,9 @@ const std::vector<PreTokenizer>& pre_tokenizers() {
       {{"smollm"},
        {{"type", "Sequence"},
         {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}}},
-      {{"llama-bpe", "llama3"},
-       split_then_bytes("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-                        "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")},
+      {{"llama-bpe", "llama3"}, split_then_bytes(kLlama3Split), true},
+      // cl100k's vocabularies (DBRX's, OLMo 2's), whose merges llama.cpp follows.
+      {{"dbrx"}, split_then_bytes(kLlama3Split), false},
       {{"qwen2"},
        split_then_bytes("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
                         "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")},
@@ -191,8 +199,7 @@ TokenizerPipeline byte_level_pipeline(const GgufReader& gguf, const GgufVocab& v
            {"end_of_word_suffix", nullptr},
            {"fuse_unk", false},
            {"byte_fallback", false},
-           // llama.cpp takes a Llama 3 pre-token found whole in the vocabulary as one token.
-           {"ignore_merges", pre_tokenizer->gguf_names.front() == "llama-bpe"},
+           {"ignore_merges", pre_tokenizer->ignore_merges},
            {"vocab", vocab},
            {"merges", v.merges}}};
 }
@@ -368,9 +375,16 @@ GgufTokenizerKind gguf_tokenizer_kind(const nlohmann::json& tok, const std::stri
   const nlohmann::json pre_tokenizer = tok.value("pre_tokenizer", nlohmann::json());
   if (model.value("byte_fallback", false))
     return {"llama", "default", true, sentencepiece_space_prefix(tok, file)};
+  // The name whose split and ignore_merges are the tokenizer's (Llama 3's and cl100k's split
+  // alike), else the first whose split is.
   const nlohmann::json wanted = without_offsets(pre_tokenizer);
+  const bool ignore_merges = model.value("ignore_merges", false);
+  const PreTokenizer* found = nullptr;
   for (const PreTokenizer& p : pre_tokenizers())
-    if (without_offsets(p.hf) == wanted) return {"gpt2", p.gguf_names.front(), false, false};
+    if (without_offsets(p.hf) == wanted &&
+        (!found || (found->ignore_merges != ignore_merges && p.ignore_merges == ignore_merges)))
+      found = &p;
+  if (found) return {"gpt2", found->gguf_names.front(), false, false};
   fail(file + ": its pre_tokenizer " + quoted_json(pre_tokenizer) +
        " is not one llama.cpp knows by name here (" + known_pre_names() + ")");
 }

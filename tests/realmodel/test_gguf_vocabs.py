@@ -63,11 +63,12 @@ def tokenizer_fields(reader):
     return out
 
 
-def write_tiny_model(path, source, leave_out=()):
+def write_tiny_model(path, source, leave_out=(), pre=None):
     """A 1-layer random Llama whose tokenizer metadata is `source`'s, unchanged (less the keys
-    in `leave_out`)."""
+    in `leave_out`; with tokenizer.ggml.pre `pre` where given)."""
     reader = read_gguf(source)
-    fields = [f for f in tokenizer_fields(reader) if f[0] not in leave_out]
+    fields = [(k, pre, t, s) if pre and k == "tokenizer.ggml.pre" else (k, v, t, s)
+              for k, v, t, s in tokenizer_fields(reader) if k not in leave_out]
     vocab_size = len(reader.fields["tokenizer.ggml.tokens"].contents())
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(path, "llama")
@@ -178,6 +179,40 @@ def check_bos_by_default(work, zt, vocab_dir):
     print(f"ok   llama-spm without add_bos_token: BOS added, as llama.cpp adds it ({ids})")
 
 
+def check_dbrx(work, zt, vocab_dir):
+    """llama.cpp's dbrx pre-tokenizer (cl100k's vocabularies: DBRX's, OLMo 2's) is Llama 3's split
+    with the merges followed: its llama3 alone takes a pre-token found whole in the vocabulary as
+    one token (ignore_merges). Llama 3's real vocabulary labelled dbrx imports to the tokenizer
+    Llama 3's import gives with ignore_merges false (the tokenizers library's BPE then follows the
+    merges): the same ids on every text, which differ from Llama 3's own on some (the flag is
+    seen), and exports back as dbrx (Llama 3's own as llama-bpe, check_vocab)."""
+    from tokenizers import Tokenizer
+    path = work("llama-bpe-as-dbrx.gguf")
+    write_tiny_model(path, os.path.join(vocab_dir, "ggml-vocab-llama-bpe.gguf"), pre="dbrx")
+    imported = work("dbrx_imported")
+    run_tool([zt, "import", path, "--out", imported])
+    with open(os.path.join(work("llama-bpe_imported"), "tokenizer.json"), encoding="utf-8") as f:
+        llama3 = json.load(f)
+    check(llama3["model"]["ignore_merges"] is True, "llama-bpe: its import ignores no merges")
+    llama3["model"]["ignore_merges"] = False
+    want = Tokenizer.from_str(json.dumps(llama3))
+    got = Tokenizer.from_file(os.path.join(imported, "tokenizer.json"))
+    texts, llama3_ids = cases(vocab_dir, "llama-bpe")
+    differ = 0
+    for i, text in enumerate(texts):
+        ids = got.encode(text, add_special_tokens=False).ids
+        check(ids == want.encode(text, add_special_tokens=False).ids,
+              f"dbrx text {i} {text!r}: ids {ids} are not the merges' {want.encode(text).ids}")
+        differ += ids != llama3_ids[i]
+    check(differ > 0, "dbrx: every text gives Llama 3's own ids: the flag is not seen")
+    exported = work("dbrx_exported.gguf")
+    run_tool([zt, "export", imported, "--format", "gguf", "--gguf-type", "f32", "--out", exported])
+    pre = read_gguf(exported).fields["tokenizer.ggml.pre"].contents()
+    check(pre == "dbrx", f"dbrx: exported with tokenizer.ggml.pre {pre!r}")
+    print(f"ok   dbrx: Llama 3's vocabulary with its merges followed on {len(texts)} texts ({differ} "
+          "unlike llama3's whole-word lookup), exported back as dbrx")
+
+
 def check_metaspace_export(work, zt, vocab_dir):
     """A SentencePiece tokenizer.json in the newer form transformers writes (no normalizer, a
     Metaspace pre-tokenizer, legacy=False) exports as the same llama vocabulary; with split=True
@@ -265,6 +300,7 @@ def main():
         for name in VOCABS:
             check_vocab(work, args.zerotrain, args.vocab_dir, name)
         check_bos_by_default(work, args.zerotrain, args.vocab_dir)
+        check_dbrx(work, args.zerotrain, args.vocab_dir)
         check_metaspace_export(work, args.zerotrain, args.vocab_dir)
 
     return exit_status(checks)

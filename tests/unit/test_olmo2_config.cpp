@@ -102,10 +102,13 @@ TEST(Olmo2Config, WhatOlmo2DoesNotComputeIsRefusedNamingTheKey) {
                                  {"low_freq_factor", 1.0},
                                  {"high_freq_factor", 4.0},
                                  {"original_max_position_embeddings", 8192}};
-  EXPECT_NE(error_with("rope_scaling", llama3).find("OLMo 2's rope scaling is linear or none"),
+  EXPECT_NE(error_with("rope_scaling", llama3).find("OLMo 2's rope scaling is linear"),
             std::string::npos);
   EXPECT_NE(error_with("rope_scaling", {{"type", "yarn"}, {"factor", 4.0}})
-                .find("OLMo 2's rope scaling is linear or none"),
+                .find("OLMo 2's rope scaling is linear"),
+            std::string::npos);
+  EXPECT_NE(error_with("rope_scaling", {{"type", "linear"}, {"factor", 1.0}})
+                .find("linear with a factor above 1"),
             std::string::npos);
   EXPECT_NE(error_with("sliding_window", 4096).find("'sliding_window'"), std::string::npos);
   EXPECT_NE(error_with("hidden_act", "gelu").find("'hidden_act'"), std::string::npos);
