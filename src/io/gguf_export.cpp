@@ -94,9 +94,9 @@ void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
 std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   const std::string type = c.model_type();
   check_llama_cpp_yarn(c, dir);
-  ZT_CHECK(type != "llama" || !c.qkv_bias,
+  ZT_CHECK((type != "llama" && type != "granite") || !c.qkv_bias,
            "export: model '" + dir +
-               "' is a llama with attention biases, which is not written "
+               "' is a llama or granite with attention biases, which is not written "
                "to GGUF yet");
   // llama.cpp's smollm3 takes no RoPE in every fourth layer, whatever the file says.
   ZT_CHECK(type != "smollm3" ||
@@ -172,6 +172,12 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
                  u32(c.rope_scaling.original_max_positions)});
   if (c.rope_scaling.type == RopeScaling::kLongrope)
     m.push_back({arch + ".rope.scaling.attn_factor", f32(c.rope_scaling.attention_factor)});
+  if (arch == "granite") {  // its four scalars, as llama.cpp's converter names them
+    m.push_back({arch + ".embedding_scale", f32(c.embedding_multiplier)});
+    m.push_back({arch + ".attention.scale", f32(c.attention_multiplier)});
+    m.push_back({arch + ".residual_scale", f32(c.residual_multiplier)});
+    m.push_back({arch + ".logit_scale", f32(c.logits_scaling)});
+  }
   if (arch == "gemma2") {  // as llama.cpp's converter writes them
     m.push_back({arch + ".attn_logit_softcapping", f32(c.attn_logit_softcap)});
     m.push_back({arch + ".final_logit_softcapping", f32(c.final_logit_softcap)});

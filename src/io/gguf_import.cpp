@@ -188,6 +188,24 @@ void read_gemma3(const GgufReader& g, ModelConfig& c) {
   c.sliding_window = g.integer(window);
 }
 
+// llama.cpp's granite: its four scalars, each required (llama.cpp refuses a file without one),
+// as the shortest decimals of their fp32 values.
+void read_granite(const GgufReader& g, ModelConfig& c) {
+  auto scalar = [&](const char* key) {
+    const std::string name = std::string("granite.") + key;
+    ZT_CHECK(g.has(name), g.path() + ": no metadata '" + name + "', which llama.cpp requires");
+    return decimal_of_float(static_cast<float>(g.number(name)));
+  };
+  c.embedding_multiplier = scalar("embedding_scale");
+  c.attention_multiplier = scalar("attention.scale");
+  c.residual_multiplier = scalar("residual_scale");
+  c.logits_scaling = scalar("logit_scale");
+  ZT_CHECK(c.attention_multiplier > 0.0,
+           g.path() +
+               ": metadata 'granite.attention.scale' is 0, which llama.cpp reads as "
+               "1/sqrt(head_dim) and transformers' Granite as no scale; not imported");
+}
+
 // One fp32 factor per rotary frequency, from a 1-D tensor of rotary_dims / 2 values.
 std::vector<double> rope_factor_tensor(const GgufReader& g, const char* name, int64_t rotary_dims) {
   const GgufTensorInfo* t = g.find_tensor(name);
@@ -261,10 +279,10 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string arch = g.string("general.architecture");
   ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
                arch == "smollm3" || arch == "gemma" || arch == "gemma2" || arch == "gemma3" ||
-               arch == "olmo2",
+               arch == "olmo2" || arch == "granite",
            path + ": metadata 'general.architecture' is \"" + arch +
                "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
-               "phi3, smollm3, gemma, gemma2, gemma3 and olmo2");
+               "phi3, smollm3, gemma, gemma2, gemma3, olmo2 and granite");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -307,6 +325,7 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   read_attention_shape(g, arch, c);
   if (arch == "gemma2") read_gemma2(g, c);
   if (arch == "gemma3") read_gemma3(g, c);
+  if (arch == "granite") read_granite(g, c);
   read_llama3_rope_factors(g, arch, c);
   read_phi3_longrope(g, arch, c);
   try {
@@ -342,9 +361,9 @@ double llama_cpp_gemma_query_scalar(const ModelConfig& c) {
 }
 
 bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_name) {
-  // llama.cpp's converter permutes them for llama and for smollm3 (its SmolLM3Model is a
-  // LlamaModel), whose RoPE pairs adjacent elements.
-  return (architecture == "llama" || architecture == "smollm3") &&
+  // llama.cpp's converter permutes them for llama, smollm3 and granite (its SmolLM3Model and
+  // GraniteModel are LlamaModels), whose RoPE pairs adjacent elements.
+  return (architecture == "llama" || architecture == "smollm3" || architecture == "granite") &&
          (ends_with(hf_name, "self_attn.q_proj.weight") ||
           ends_with(hf_name, "self_attn.k_proj.weight"));
 }

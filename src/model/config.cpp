@@ -101,6 +101,7 @@ void ModelConfig::validate() const {
   check_gemma2();
   check_gemma3();
   check_olmo2();
+  check_granite();
   check_sliding_window();
   ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
            "model config: rms_norm_eps must be a positive finite number");
@@ -246,15 +247,45 @@ void ModelConfig::check_olmo2() const {
            "model config: OLMo 2 with Gemma's norms, fused projections, Qwen2's biases, a sliding "
            "window or layers without RoPE is not a Hugging Face architecture");
   ZT_CHECK(!is_olmo2() || rope_scaling.type == RopeScaling::kNone ||
-               rope_scaling.type == RopeScaling::kLinear,
-           "model config: OLMo 2's rope scaling is linear or none (transformers' Olmo2Config "
-           "refuses the others; its dynamic is not implemented)");
+               (rope_scaling.type == RopeScaling::kLinear && rope_scaling.factor > 1.0),
+           "model config: OLMo 2's rope scaling is linear with a factor above 1, or none "
+           "(transformers' Olmo2Config refuses the others; its dynamic is not implemented)");
+}
+
+// GraniteForCausalLM: Llama's model (biases on all four projections or none, Llama's rope
+// scalings) with its four scalars, each positive and finite in fp32.
+void ModelConfig::check_granite() const {
+  auto positive = [](double m) {  // and so is its fp32 value
+    return m > 0.0 && std::isfinite(static_cast<float>(m)) && static_cast<float>(m) > 0.0f;
+  };
+  ZT_CHECK((attention_multiplier == 0.0 || positive(attention_multiplier)) &&
+               positive(embedding_multiplier) && positive(residual_multiplier) &&
+               positive(logits_scaling) && positive(1.0 / logits_scaling),
+           "model config: Granite's multipliers and logits_scaling must be positive numbers, "
+           "finite and nonzero in fp32 (1 / logits_scaling too), got " +
+               shortest_decimal(embedding_multiplier) + ", " +
+               shortest_decimal(attention_multiplier) + ", " +
+               shortest_decimal(residual_multiplier) + " and " + shortest_decimal(logits_scaling));
+  const bool scalars_one =
+      embedding_multiplier == 1.0 && residual_multiplier == 1.0 && logits_scaling == 1.0;
+  ZT_CHECK(is_granite() || scalars_one,
+           "model config: embedding_multiplier, residual_multiplier and logits_scaling are "
+           "Granite's (model_type \"granite\", with its attention_multiplier); not a Hugging "
+           "Face architecture otherwise");
+  ZT_CHECK(
+      !is_granite() || (!is_gemma() && !sandwich_norms && !fused_projections && !qk_norm &&
+                        qkv_bias == o_bias && sliding_window == 0 && layers_without_rope.empty() &&
+                        rope_scaling.type != RopeScaling::kLongrope),
+      "model config: Granite with Gemma's or OLMo 2's norms, fused projections, q/k norms, "
+      "Qwen2's biases, a sliding window, layers without RoPE or longrope is not a Hugging "
+      "Face architecture");
 }
 
 AttentionScores ModelConfig::attention_scores() const {
   AttentionScores scores;
   if (query_pre_attn_scalar > 0.0)
     scores.scale = static_cast<float>(std::pow(query_pre_attn_scalar, -0.5));
+  if (is_granite()) scores.scale = static_cast<float>(attention_multiplier);
   scores.softcap = attn_logit_softcap;
   return scores;
 }
@@ -276,6 +307,7 @@ int64_t ModelConfig::layer_window(int layer) const {
 }
 
 float ModelConfig::embedding_scale(DType activations) const {
+  if (is_granite()) return static_cast<float>(embedding_multiplier);
   if (!scaled_embeddings) return 1.0f;
   const auto scale = static_cast<float>(std::sqrt(static_cast<double>(hidden_size)));
   switch (activations) {
@@ -332,6 +364,7 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
 
 std::string ModelConfig::model_type() const {
   if (is_olmo2()) return "olmo2";
+  if (is_granite()) return "granite";
   if (sandwich_norms) return qk_norm ? "gemma3_text" : "gemma2";
   if (is_gemma()) return "gemma";
   if (fused_projections) return "phi3";

@@ -96,6 +96,15 @@ struct ModelConfig {
   // before the heads are split) rather than over each head. All three or none, with Llama's norms.
   bool pre_norms = true;
   bool qk_norm_spans_heads = false;
+  // Granite (model_type "granite", GraniteForCausalLM): Llama's model with four scalars, the
+  // embedding's output times embedding_multiplier, the scores times attention_multiplier (in place
+  // of 1/sqrt(head_dim)), the attention's and the MLP's outputs times residual_multiplier before
+  // each residual add, and the logits divided by logits_scaling. attention_multiplier 0: not
+  // Granite (the others then 1).
+  double embedding_multiplier = 1.0;
+  double attention_multiplier = 0.0;
+  double residual_multiplier = 1.0;
+  double logits_scaling = 1.0;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
@@ -104,6 +113,12 @@ struct ModelConfig {
   bool is_gemma() const { return norm_weight_offset != 0.0f; }
   bool is_gemma3() const { return is_gemma() && sandwich_norms && qk_norm; }
   bool is_olmo2() const { return !pre_norms; }
+  bool is_granite() const { return attention_multiplier > 0.0; }
+  // What the logits are multiplied by: 1 / logits_scaling in fp32 (1 but for Granite).
+  float logits_factor() const { return static_cast<float>(1.0 / logits_scaling); }
+  // Whether a branch's output joins the residual stream as it is (the add done in its GEMM):
+  // not with Gemma 2's and OLMo 2's norms on it, nor with Granite's residual_multiplier.
+  bool plain_residual_add() const { return !sandwich_norms && residual_multiplier == 1.0; }
   // How attention forms its scores (backend/attention_scores.h): query_pre_attn_scalar^−½ as
   // transformers computes it in double and PyTorch multiplies fp32 scores by it (else
   // 1/sqrt(head_dim)), and attn_logit_softcap.
@@ -124,7 +139,7 @@ struct ModelConfig {
   }
   // The factor on the embedding's output for activations stored as `activations`: Gemma's
   // sqrt(hidden_size) rounded to that type (transformers multiplies by it as a tensor of the
-  // hidden states' dtype), else 1.
+  // hidden states' dtype), Granite's embedding_multiplier in fp32 (a Python float there), else 1.
   float embedding_scale(DType activations) const;
   bool layer_rotates(int64_t layer) const {
     return !std::binary_search(layers_without_rope.begin(), layers_without_rope.end(), layer);
@@ -137,7 +152,8 @@ struct ModelConfig {
   // The Hugging Face architecture the model is written as: "phi3" (fused projections), "qwen3"
   // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window),
   // "smollm3" (layers without RoPE), "gemma" (its norms, embedding scale and GeGLU), "gemma2" and
-  // "gemma3_text" (Gemma's with the sandwich norms), "olmo2" (no pre-norms), else "llama".
+  // "gemma3_text" (Gemma's with the sandwich norms), "olmo2" (no pre-norms), "granite" (its four
+  // scalars), else "llama".
   std::string model_type() const;
   // transformers' int(head_dim · partial_rotary_factor), truncated.
   int64_t rotary_dims() const {
@@ -170,6 +186,7 @@ struct ModelConfig {
   void check_gemma2() const;               // part of validate()
   void check_gemma3() const;               // part of validate()
   void check_olmo2() const;                // part of validate()
+  void check_granite() const;              // part of validate()
   void check_sliding_window() const;       // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,

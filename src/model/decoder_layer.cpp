@@ -49,24 +49,53 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
   }
 }
 
+namespace {
+
+// The projection whose output joins the residual stream (o_proj, down_proj), its bias, the norm
+// on its output with where it keeps the output and the norm's statistics (Gemma 2, OLMo 2; null
+// otherwise), and its adapter.
+struct BranchWeights {
+  ConstTensorView weight, bias, norm;
+  TensorView kept;
+  float* rstd = nullptr;
+  LoraTarget target;
+};
+
+// y = in·Wᵀ (+ b) (+ its adapter's product) joins the residual stream: out = residual + y, the add
+// in the GEMM, rounded once (plain_residual_add); out = residual + rms(y)·g, y kept (Gemma 2's and
+// OLMo 2's norms on the outputs); or out = residual + m·y (Granite's residual_multiplier).
+void branch_to_residual(Backend& be, const ModelConfig& config, const BranchWeights& b,
+                        ConstTensorView in, int64_t K, ConstTensorView residual, TensorView out,
+                        int64_t rows, const ProjectionAdapter& adapt) {
+  const int64_t D = config.hidden_size;
+  const bool plain = config.plain_residual_add();
+  const TensorView y = config.sandwich_norms ? b.kept : out;
+  if (plain)
+    be.matmul_forward_add(y, in, b.weight, residual, rows, D, K);
+  else
+    be.matmul_forward(y, in, b.weight, rows, D, K);
+  if (b.bias) be.bias_forward(y, b.bias, rows, D);
+  if (adapt) adapt(b.target, {y}, in);
+  if (plain) return;
+  if (config.sandwich_norms)
+    be.rmsnorm_forward(out, b.rstd, y, b.norm, rows, D, static_cast<float>(config.rms_norm_eps),
+                       config.norm_weight_offset);
+  else
+    be.scale_inplace(out, static_cast<float>(config.residual_multiplier), rows * D);
+  be.add_inplace(out, residual, rows * D);
+}
+
+}  // namespace
+
 void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeights& P,
                        const LayerActivations& A, ConstTensorView x, TensorView out, int64_t rows,
                        const ProjectionAdapter& adapt) {
   const int64_t D = config.hidden_size, F = config.intermediate_size, QD = config.q_dim();
   const float eps = static_cast<float>(config.rms_norm_eps), offset = config.norm_weight_offset;
-  const bool sandwich = config.sandwich_norms;
-  // x2 = x + att·Woᵀ (+ bo), the add in the GEMM, rounded once; or Gemma 2's x + rms(att·Woᵀ)
-  const TensorView attn_out = sandwich ? A.attn_out : A.x2;
-  if (sandwich)
-    be.matmul_forward(attn_out, A.att, P.wo, rows, D, QD);
-  else
-    be.matmul_forward_add(attn_out, A.att, P.wo, x, rows, D, QD);
-  if (P.bo) be.bias_forward(attn_out, P.bo, rows, D);
-  if (adapt) adapt(LoraTarget::kO, {attn_out}, A.att);
-  if (sandwich) {
-    be.rmsnorm_forward(A.x2, A.rstd_attn_out, attn_out, P.attn_out_norm, rows, D, eps, offset);
-    be.add_inplace(A.x2, x, rows * D);
-  }
+  // x2 = x + att·Woᵀ (+ bo), or Gemma 2's and OLMo 2's x + rms(att·Woᵀ), or Granite's x + m·(...)
+  branch_to_residual(be, config,
+                     {P.wo, P.bo, P.attn_out_norm, A.attn_out, A.rstd_attn_out, LoraTarget::kO},
+                     A.att, QD, x, A.x2, rows, adapt);
   if (config.pre_norms) be.rmsnorm_forward(A.xn2, A.rstd2, A.x2, P.post_norm, rows, D, eps, offset);
   const ConstTensorView in = mlp_input(config, A);
   const TensorView gate_up[] = {A.gate, A.up};
@@ -78,15 +107,10 @@ void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeight
     adapt(LoraTarget::kGateUp, {A.gate, A.up}, in);
   }
   be.glu_forward(A.h, A.gate, A.up, rows * F, config.mlp_activation);
-  if (!sandwich) {
-    be.matmul_forward_add(out, A.h, P.wdown, A.x2, rows, D, F);  // out = x2 + h·Wdᵀ
-    if (adapt) adapt(LoraTarget::kDown, {out}, A.h);
-    return;
-  }
-  be.matmul_forward(A.mlp_out, A.h, P.wdown, rows, D, F);  // out = x2 + rms(h·Wdᵀ)
-  if (adapt) adapt(LoraTarget::kDown, {A.mlp_out}, A.h);
-  be.rmsnorm_forward(out, A.rstd_mlp_out, A.mlp_out, P.mlp_out_norm, rows, D, eps, offset);
-  be.add_inplace(out, A.x2, rows * D);
+  // out = x2 + h·Wdᵀ, or x2 + rms(h·Wdᵀ), or x2 + m·h·Wdᵀ
+  branch_to_residual(
+      be, config, {P.wdown, nullptr, P.mlp_out_norm, A.mlp_out, A.rstd_mlp_out, LoraTarget::kDown},
+      A.h, F, A.x2, out, rows, adapt);
 }
 
 }  // namespace zt

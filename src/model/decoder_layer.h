@@ -78,7 +78,9 @@ void decoder_layer_qkv(Backend& be, const ModelConfig& config, const LayerWeight
 // Gemma's tanh GELU with its (1 + g2)); out = x2 + h·Wdᵀ (each residual add in its projection's
 // GEMM: matmul_forward_add, one rounding). Gemma 2's sandwich norms: attn_out = att·Woᵀ + bo,
 // x2 = x + rms(attn_out)·(1 + g_ao); mlp_out = h·Wdᵀ, out = x2 + rms(mlp_out)·(1 + g_mo) (each
-// norm's output rounded, then the add, as transformers rounds them).
+// norm's output rounded, then the add, as transformers rounds them); OLMo 2's the same without the
+// norm before the MLP (xn2 is x2). Granite: x2 = x + m·(att·Woᵀ + bo), out = x2 + m·(h·Wdᵀ), m its
+// residual_multiplier (the product rounded, then the add).
 void decoder_layer_mlp(Backend& be, const ModelConfig& config, const LayerWeights& P,
                        const LayerActivations& A, ConstTensorView x, TensorView out, int64_t rows,
                        const ProjectionAdapter& adapt);

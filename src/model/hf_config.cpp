@@ -187,6 +187,23 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
   return w;
 }
 
+// Granite's four scalars, GraniteConfig's 1.0 where absent (a null one is refused: transformers'
+// Granite multiplies by it); validate() checks that each is positive.
+void read_granite(const nlohmann::json& j, const std::string& source, const std::string& type,
+                  ModelConfig& c) {
+  if (type != "granite") return;
+  auto scalar = [&](const char* key) {
+    return j.contains(key) ? required_key<double>(j, key, source) : 1.0;
+  };
+  c.embedding_multiplier = scalar("embedding_multiplier");
+  c.attention_multiplier = scalar("attention_multiplier");
+  c.residual_multiplier = scalar("residual_multiplier");
+  c.logits_scaling = scalar("logits_scaling");
+  ZT_CHECK(c.attention_multiplier > 0.0,
+           source + ": 'attention_multiplier' must be a positive number, got " +
+               quoted_json(j.at("attention_multiplier")));
+}
+
 // The attention's shape by family: head_dim (Qwen3's default 128, else hidden_size /
 // num_attention_heads), the projections' biases (Qwen2: q/k/v always; Llama, Qwen3 and SmolLM3:
 // attention_bias, all four) and Qwen3's q/k norms. A head_dim equal to the quotient is kept
@@ -216,9 +233,10 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   c.explicit_head_dim = quotient ? 0 : head_dim;
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
   const bool olmo2 = type == "olmo2";
-  const bool attention_bias =
-      (type == "llama" || type == "qwen3" || type == "smollm3" || is_gemma_type(type) || olmo2) &&
-      j.contains("attention_bias") && required_key<bool>(j, "attention_bias", source);
+  const bool attention_bias = (type == "llama" || type == "qwen3" || type == "smollm3" ||
+                               is_gemma_type(type) || olmo2 || type == "granite") &&
+                              j.contains("attention_bias") &&
+                              required_key<bool>(j, "attention_bias", source);
   c.qkv_bias = type == "qwen2" || attention_bias;
   c.o_bias = type != "qwen2" && attention_bias;
   c.qk_norm = type == "qwen3" || olmo2;
@@ -228,6 +246,7 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   c.qk_norm_spans_heads = olmo2;
   c.fused_projections = type == "phi3";
   read_gemma_family(j, source, type, c);
+  read_granite(j, source, type, c);
 }
 
 bool is_inert_key(const std::string& key, const std::string& type) {
@@ -292,6 +311,13 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["mlp_bias"] = false;
   } else if (is_gemma_type(type)) {
     write_gemma_keys(*this, j);
+  } else if (type == "granite") {
+    j["attention_bias"] = qkv_bias;
+    j["mlp_bias"] = false;
+    j["embedding_multiplier"] = embedding_multiplier;
+    j["attention_multiplier"] = attention_multiplier;
+    j["residual_multiplier"] = residual_multiplier;
+    j["logits_scaling"] = logits_scaling;
   } else if (type == "olmo2") {
     j["attention_bias"] = qkv_bias;
     // Written when none, too: Olmo2Config would read its absence as 1.
@@ -334,11 +360,12 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
          ": has no 'model_type', and 'architectures': " + quoted_json(j.at("architectures")) +
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, "
-         "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Olmo2ForCausalLM)");
+         "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Olmo2ForCausalLM, "
+         "GraniteForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
-         "smollm3, gemma, gemma2, gemma3_text, olmo2)");
+         "smollm3, gemma, gemma2, gemma3_text, olmo2, granite)");
   ModelConfig c;
   c.hidden_size = required_key<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required_key<int64_t>(j, "intermediate_size", source);

@@ -112,7 +112,8 @@ const std::map<std::string, std::string>& hf_architectures() {
       {"qwen2", "Qwen2ForCausalLM"},        {"qwen3", "Qwen3ForCausalLM"},
       {"phi3", "Phi3ForCausalLM"},          {"smollm3", "SmolLM3ForCausalLM"},
       {"gemma", "GemmaForCausalLM"},        {"gemma2", "Gemma2ForCausalLM"},
-      {"gemma3_text", "Gemma3ForCausalLM"}, {"olmo2", "Olmo2ForCausalLM"}};
+      {"gemma3_text", "Gemma3ForCausalLM"}, {"olmo2", "Olmo2ForCausalLM"},
+      {"granite", "GraniteForCausalLM"}};
   return table;
 }
 
@@ -165,7 +166,8 @@ std::vector<std::string> family_ignored_keys(const std::string& type) {
 }
 
 // Keys a family reads beside read_hf_keys: Phi-3's original_max_position_embeddings (kept with or
-// without longrope, which reads it), SmolLM3's layers without RoPE, Gemma's hidden_activation.
+// without longrope, which reads it), SmolLM3's layers without RoPE, Gemma's hidden_activation,
+// Granite's scalars.
 std::vector<std::string> family_read_keys(const std::string& type) {
   if (type == "phi3") return {"original_max_position_embeddings"};
   if (type == "gemma") return {"hidden_activation"};
@@ -176,6 +178,9 @@ std::vector<std::string> family_read_keys(const std::string& type) {
     return {"hidden_activation",       "query_pre_attn_scalar",  "attn_logit_softcapping",
             "final_logit_softcapping", "sliding_window_pattern", "rope_local_base_freq"};
   if (type == "smollm3") return {"no_rope_layers", "no_rope_layer_interval"};
+  if (type == "granite")
+    return {"embedding_multiplier", "attention_multiplier", "residual_multiplier",
+            "logits_scaling"};
   return {};
 }
 
@@ -193,7 +198,8 @@ const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
       {"gemma", {"GemmaConfig", 0, 16, true}},
       {"gemma2", {"Gemma2Config", 0, 16, true}},
       {"gemma3_text", {"Gemma3TextConfig", 0, 4, true, 1000000.0}},
-      {"olmo2", {"Olmo2Config", 1}}};
+      {"olmo2", {"Olmo2Config", 1}},
+      {"granite", {"GraniteConfig"}}};
   return table.at(type);
 }
 

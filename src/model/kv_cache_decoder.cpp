@@ -108,6 +108,7 @@ std::vector<float> KvCacheDecoder::forward(const int32_t* tokens, int64_t n,
                       head_group.at(layout_.tensor(TensorRole::kFinalNorm).offset), 1, D,
                       static_cast<float>(config_.rms_norm_eps), config_.norm_weight_offset);
   be_.matmul_forward(logits_.data(), head_in_.data(), head, 1, V, D);
+  if (config_.logits_scaling != 1.0) be_.scale_inplace(logits_.data(), config_.logits_factor(), V);
   if (config_.final_logit_softcap > 0.0f)
     be_.softcap_inplace(logits_.data(), config_.final_logit_softcap, V);
   length_ += n;

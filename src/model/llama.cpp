@@ -443,7 +443,7 @@ void LlamaModel::layer_backward(int layer, ConstTensorView params, float* grads,
   auto grad = [&](TensorRole r) { return layer_grad(r, layer, grads); };
   mlp_backward(layer, P, A, grads, adapters, adapter_grads, write);
   // attention: x2 = (x + att·Woᵀ) + bo;  dbo += Σ_rows ∂L/∂x2 (Gemma 2: x2 = x + rms(attn_out))
-  const ConstTensorView dattn_out = output_norm_backward(
+  const ConstTensorView dattn_out = branch_output_backward(
       layer, TensorRole::kAttnOutNorm, P.attn_out_norm, A.attn_out, A.rstd_attn_out, grads);
   if (P.bo && grad(TensorRole::kOBias))
     be_.bias_backward(grad(TensorRole::kOBias), dattn_out, M_, D);
@@ -521,14 +521,19 @@ float* LlamaModel::layer_grad(TensorRole r, int layer, float* grads) const {
   return trainable_.trains(layout_.index_of(t)) ? grads + t.offset : nullptr;
 }
 
-// Gemma 2's norm of a projection's output y (attn_out, mlp_out) before the residual add: ∂L/∂y
-// from ∂L/∂(the sum), t_.dresid, into t_.dxn (free here), which is returned; without the sandwich
-// norms ∂L/∂y is t_.dresid itself.
-ConstTensorView LlamaModel::output_norm_backward(int layer, TensorRole role, ConstTensorView g,
-                                                 ConstTensorView y, const float* rstd,
-                                                 float* grads) {
-  if (!config_.sandwich_norms) return t_.dresid;
+// ∂L/∂y of a branch's output y (attn_out, mlp_out; decoder_layer.cpp's branch_to_residual) from
+// ∂L/∂(the sum), t_.dresid: t_.dresid itself for a plain add; through Gemma 2's and OLMo 2's norm
+// of y, or times Granite's residual_multiplier, into t_.dxn (free here), which is returned.
+ConstTensorView LlamaModel::branch_output_backward(int layer, TensorRole role, ConstTensorView g,
+                                                   ConstTensorView y, const float* rstd,
+                                                   float* grads) {
+  if (config_.plain_residual_add()) return t_.dresid;
   const int64_t D = config_.hidden_size;
+  if (!config_.sandwich_norms) {
+    be_.device_memory().copy(t_.dxn.data, t_.dresid.data, view_bytes(t_.dxn, M_ * D));
+    be_.scale_inplace(t_.dxn, static_cast<float>(config_.residual_multiplier), M_ * D);
+    return t_.dxn;
+  }
   be_.zero(t_.dxn, M_ * D);
   be_.rmsnorm_backward(t_.dxn, layer_grad(role, layer, grads), t_.dresid, y, g, rstd, M_, D,
                        config_.norm_weight_offset);
@@ -541,7 +546,7 @@ void LlamaModel::mlp_backward(int layer, const LayerWeights& P, const LayerActs&
   const int64_t D = config_.hidden_size, F = config_.intermediate_size;
   auto grad = [&](TensorRole r) { return layer_grad(r, layer, grads); };
   // out = x2 + (act(gate)·up)·Wdᵀ (Gemma 2: x2 + rms(mlp_out), mlp_out = h·Wdᵀ)
-  const ConstTensorView dmlp_out = output_norm_backward(
+  const ConstTensorView dmlp_out = branch_output_backward(
       layer, TensorRole::kMlpOutNorm, P.mlp_out_norm, A.mlp_out, A.rstd_mlp_out, grads);
   be_.matmul_backward(t_.dh, grad(TensorRole::kDownProj), dmlp_out, A.h, P.wdown, M_, D, F, false,
                       write);

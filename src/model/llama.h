@@ -206,8 +206,8 @@ class LlamaModel {
                       float* adapter_grads, GradWrite write);
   // layer_backward's parts (model/llama.cpp).
   float* layer_grad(TensorRole r, int layer, float* grads) const;
-  ConstTensorView output_norm_backward(int layer, TensorRole role, ConstTensorView g,
-                                       ConstTensorView y, const float* rstd, float* grads);
+  ConstTensorView branch_output_backward(int layer, TensorRole role, ConstTensorView g,
+                                         ConstTensorView y, const float* rstd, float* grads);
   void pre_norm_backward(int layer, TensorRole role, ConstTensorView g, ConstTensorView x,
                          const float* rstd, float* grads);
   void mlp_backward(int layer, const LayerWeights& P, const LayerActivations& A, float* grads,

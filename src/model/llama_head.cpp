@@ -23,10 +23,13 @@ namespace zt {
 // Tied embeddings: Wh is the embedding table E, and dE collects dWh here and the embedding
 // backward's scatter-add later (one parameter, one gradient). Gemma 2's final_logit_softcapping c:
 // logits_R ← c·tanh(logits_R/c) before the cross-entropy, which then also multiplies dlogits_R by
-// 1 − (logits_R/c)² (backend.h).
+// 1 − (logits_R/c)² (backend.h). Granite's logits_scaling s: logits_R ← logits_R·(1/s) (1/s in
+// fp32: transformers divides by s, the same for the published powers of two), dlogits_R ·= 1/s.
 void LlamaModel::head_logits(ConstTensorView head, int64_t r0, int64_t rows) {
   const int64_t D = config_.hidden_size, V = config_.vocab_size;
   be_.matmul_forward(t_.logits, t_.final_norm_out.at(r0 * D), head, rows, V, D);
+  if (config_.logits_scaling != 1.0)
+    be_.scale_inplace(t_.logits, config_.logits_factor(), rows * V);
   if (config_.final_logit_softcap > 0.0f)
     be_.softcap_inplace(t_.logits, config_.final_logit_softcap, rows * V);
 }
@@ -79,8 +82,9 @@ void LlamaModel::head_backward(ConstTensorView params, float* grads, ConstTensor
   for (int64_t r0 = 0; r0 < M_; r0 += head_chunk_) {
     const int64_t rows = std::min(head_chunk_, M_ - r0);
     head_logits(head, r0, rows);
+    // Granite's logits/s: dlogits_raw = dlogits/s, folded into the cross-entropy's factor.
     be_.cross_entropy(t_.losses + r0, t_.logits, t_.logits, tokens_.data() + M_ + r0, rows, V,
-                      head_grad_scale_, config_.final_logit_softcap);
+                      head_grad_scale_ * config_.logits_factor(), config_.final_logit_softcap);
     be_.matmul_backward(t_.dxn.at(r0 * D), head_grads, t_.logits, t_.final_norm_out.at(r0 * D),
                         head, rows, V, D, false, r0 == 0 ? first_chunk_write : GradWrite::kAdd);
   }

@@ -126,7 +126,8 @@ TEST(CudaEngine, SmallPresetTracksTheCpuLossesAndIsDeterministic) {
 // ((1 + weight) norms, the embedding times sqrt(hidden), GeGLU, a head_dim of 64 ≠ 256 / 8), and
 // Gemma 2's (Gemma's with sandwich norms, its own scale and soft caps small enough to bend these
 // scores and logits: the GEMM attention path's capped softmax, the capped cross-entropy), and
-// OLMo 2's (norms after the attention and the MLP only, q/k norms over rows of heads·head_dim).
+// OLMo 2's (norms after the attention and the MLP only, q/k norms over rows of heads·head_dim),
+// and Granite's (its four scalars: the scaled branches and logits).
 TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   ModelConfig phi4 = preset_config("small");  // hidden 256, 8 heads of 32, 4 layers
   phi4.fused_projections = true;
@@ -158,7 +159,12 @@ TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   ModelConfig olmo2 = preset_config("small");  // no pre-norms, q/k norms over whole projections
   olmo2.sandwich_norms = olmo2.qk_norm = olmo2.qk_norm_spans_heads = true;
   olmo2.pre_norms = false;
-  for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2, &olmo2}) {
+  ModelConfig granite = preset_config("small");  // embedding, scores, residual, logits scaled
+  granite.embedding_multiplier = 12.0;
+  granite.attention_multiplier = 0.05;
+  granite.residual_multiplier = 0.22;
+  granite.logits_scaling = 3.0;
+  for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2, &olmo2, &granite}) {
     model->validate();
     const std::string name = model->model_type();
     MpiCommunicator self(MPI_COMM_SELF);

@@ -217,6 +217,21 @@ FAMILIES = {
     "olmo2-bias-linear": ("Olmo2Config", "Olmo2ForCausalLM", dict(
         pad_token_id=None, attention_bias=True, tie_word_embeddings=True,
         rope_scaling={"type": "linear", "factor": 4.0})),
+    # Granite (transformers 4.46's own GraniteForCausalLM): the embedding's output times 12, the
+    # scores times 0.05 (not 1/sqrt(16)), each branch's output times 0.22 before its residual add
+    # (granite-3's 12 and 0.22), and the logits divided by 3 (granite-3's are 8 and 16: a divisor
+    # that is no power of two rounds 1/s once, within the bound); grouped heads, untied.
+    "granite": ("GraniteConfig", "GraniteForCausalLM", dict(
+        pad_token_id=32, embedding_multiplier=12.0, attention_multiplier=0.05,
+        residual_multiplier=0.22, logits_scaling=3.0)),
+    # ... with attention_bias (all four projections), tied embeddings (granite-3's) and llama3
+    # rope scaling, which its rotary embedding (Llama's) applies.
+    "granite-bias-llama3": ("GraniteConfig", "GraniteForCausalLM", dict(
+        pad_token_id=None, embedding_multiplier=12.0, attention_multiplier=0.0625,
+        residual_multiplier=0.22, logits_scaling=8.0, attention_bias=True,
+        tie_word_embeddings=True,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
 }
 # SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
 SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
@@ -282,15 +297,19 @@ def drop_rope(model, no_rope_layers):
 
 
 def randomize_small_tensors(model):
-    """Biases ~ N(0, 0.1²), q/k norm weights ~ 1 + N(0, 0.1²) and Gemma's norm weights
-    ~ N(0, 0.1²): transformers starts them at 0, 1 and 0, where leaving one out would change
+    """Biases ~ N(0, 0.1²), q/k norm weights (OLMo 2's and Granite's every norm weight)
+    ~ 1 + N(0, 0.1²) and Gemma's norm weights ~ N(0, 0.1²): transformers starts them at 0, 1 and 0, where leaving one out would change
     nothing."""
     gemma = model.config.model_type in ("gemma", "gemma2")
+    # OLMo 2's and Granite's other norms too (~ 1 + N(0, 0.1²)): at 1, a norm weight left out
+    # would change neither the loss nor any gradient.
+    every_norm = model.config.model_type in ("olmo2", "granite")
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith(".bias") or (gemma and name.endswith("norm.weight")):
                 param.normal_(0.0, 0.1)
-            elif name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
+            elif name.endswith("q_norm.weight") or name.endswith("k_norm.weight") or (
+                    every_norm and name.endswith("norm.weight")):
                 param.normal_(1.0, 0.1)
 
 
@@ -499,9 +518,12 @@ def greedy_scores(model, prompt_ids, count):
                 ids = torch.cat([ids, scores[-1].argmax().view(1, 1)], dim=1)
         return scores
     kwargs = {"attention_mask": torch.ones_like(ids), "use_cache": True,
-              "past_key_values": DynamicCache(), "cache_position": torch.arange(len(prompt_ids)),
-              # as generate() sets it for Phi-3 (renamed in transformers 4.49)
-              logits_to_keep_key(): 1}
+              "past_key_values": DynamicCache(), "cache_position": torch.arange(len(prompt_ids))}
+    # as generate() sets it where the forward takes it (Phi-3; renamed in transformers 4.49; 4.46's
+    # Granite has none)
+    import inspect
+    if logits_to_keep_key() in inspect.signature(model.forward).parameters:
+        kwargs[logits_to_keep_key()] = 1
     scores = []
     with torch.no_grad():
         for _ in range(count):
@@ -642,6 +664,14 @@ def check_smollm3_gguf(zt, work, final, exported, source_dir, config):
     check(not os.path.exists(out), "a refused GGUF export left its file")
 
 
+def gguf_export_refused(zt, work, final, message, what):
+    """export --format gguf of final is refused with `message`, leaving no file."""
+    out = os.path.join(work, "refused.gguf")
+    refused([zt, "export", final, "--format", "gguf", "--out", out], message)
+    check(not os.path.exists(out), "a refused GGUF export left its file")
+    print(f"the GGUF export of {what} is refused", flush=True)
+
+
 def check_olmo2_gguf(zt, work, final, exported, config):
     """A trained OLMo 2 through GGUF as llama.cpp's olmo2 reads it (its converter's Olmo2Model
     writes every tensor as it is: NeoX RoPE, no permutation; post_attention_norm, post_ffw_norm,
@@ -649,11 +679,8 @@ def check_olmo2_gguf(zt, work, final, exported, config):
     bit for bit; a model llama.cpp's olmo2 cannot hold (attention biases, tied embeddings: it
     requires an output tensor) is refused, leaving no file."""
     if config.attention_bias or config.tie_word_embeddings:
-        out = os.path.join(work, "refused.gguf")
-        refused([zt, "export", final, "--format", "gguf", "--out", out],
-                "which llama.cpp's olmo2 does not compute")
-        check(not os.path.exists(out), "a refused GGUF export left its file")
-        print("the GGUF export of an OLMo 2 with biases and a tied head is refused", flush=True)
+        gguf_export_refused(zt, work, final, "which llama.cpp's olmo2 does not compute",
+                            "an OLMo 2 with biases and a tied head")
         return
     back_config, count, _ = exported_gguf_is_converters(zt, work, final, exported, "olmo2",
                                                         config)
@@ -667,6 +694,34 @@ def check_olmo2_gguf(zt, work, final, exported, config):
           f"{back_config.get('model_type')}")
     print(f"the GGUF export is llama.cpp's olmo2 ({count} tensors as the converter writes them) "
           "and imports back bit for bit", flush=True)
+
+
+def check_granite_gguf(zt, work, final, exported, source_dir, config):
+    """A trained Granite through GGUF as llama.cpp's granite reads it (its converter's
+    GraniteModel is a LlamaModel: q_proj's and k_proj's rows permuted by LlamaModel.permute), its
+    four scalars under the keys the converter writes them, and back bit for bit with the same
+    scalars; a Granite with attention biases is refused, leaving no file."""
+    if config.attention_bias:
+        gguf_export_refused(zt, work, final, "granite with attention biases",
+                            "a Granite with biases")
+        return
+    permute = converter_llama_permute(
+        os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py"))
+    back_config, count, _ = exported_gguf_is_converters(zt, work, final, exported, "granite",
+                                                        config, permute)
+    from gguf_reference import read_gguf
+    fields = read_gguf(os.path.join(work, "exported.gguf")).fields
+    for key, name in (("embedding_multiplier", "granite.embedding_scale"),
+                      ("attention_multiplier", "granite.attention.scale"),
+                      ("residual_multiplier", "granite.residual_scale"),
+                      ("logits_scaling", "granite.logit_scale")):
+        want = getattr(config, key)
+        check(fields[name].contents() == np.float32(want), f"the GGUF export's {name} is "
+              f"{fields[name].contents()}, the model's {key} {want}")
+        check(back_config.get(key) == want, f"the GGUF import's {key} is "
+              f"{back_config.get(key)}, the model's {want}")
+    print(f"the GGUF export is llama.cpp's granite ({count} tensors as the converter writes "
+          "them, its four scalars) and imports back bit for bit", flush=True)
 
 
 def check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n):
@@ -988,7 +1043,7 @@ def main():
     if "yarn" in args.family:
         check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)
     if "longrope" in args.family or "window" in args.family or args.family in (
-            "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2"):
+            "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2", "granite"):
         check_generate(zt, imported, model, tokens, args.family,
                        extra.get("original_max_position_embeddings", 16))
 
@@ -1019,6 +1074,8 @@ def main():
         check_smollm3_gguf(zt, work, final, exported, args.source_dir, config)
     if args.family.startswith("olmo2"):
         check_olmo2_gguf(zt, work, final, exported, config)
+    if args.family.startswith("granite"):
+        check_granite_gguf(zt, work, final, exported, args.source_dir, config)
     if args.family in ("gemma", "gemma2", "gemma3"):
         check_gemma_gguf(zt, work, final, exported, args.source_dir, config,
                          "gemma3" if args.family == "gemma3" else config.model_type)

@@ -36,23 +36,33 @@ CONFIG = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_l
               attn_logit_softcapping=2.0, final_logit_softcapping=3.0, sliding_window=64)
 
 
-def base_model(hf_dir):
-    """The saved Gemma 2 in float64 (its bf16 weights exactly), without a cache."""
-    from transformers import Gemma2ForCausalLM
-    model = Gemma2ForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float64).eval()
+def load_float64(model_class, hf_dir):
+    """The saved model in float64 (its bf16 weights exactly), without a cache."""
+    model = model_class.from_pretrained(hf_dir, torch_dtype=torch.float64).eval()
     model.config.use_cache = False
     return model
 
 
-def save_base(hf_dir):
-    from transformers import Gemma2Config, Gemma2ForCausalLM
+def save_random(hf_dir, config_class, model_class, config, norm_mean):
+    """A random model_class(config_class(**config)), its norm weights drawn as norm_mean +
+    N(0, 0.1²) (where they start, leaving one out would be invisible), saved in bf16."""
     torch.manual_seed(1234)
-    model = Gemma2ForCausalLM(Gemma2Config(**CONFIG))
-    with torch.no_grad():  # Gemma's norm weights start at 0, where leaving one out is invisible
+    model = model_class(config_class(**config))
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.normal_(0.0, 0.1)
+                p.normal_(norm_mean, 0.1)
     model.to(torch.bfloat16).save_pretrained(hf_dir, safe_serialization=True)
+
+
+def base_model(hf_dir):
+    from transformers import Gemma2ForCausalLM
+    return load_float64(Gemma2ForCausalLM, hf_dir)
+
+
+def save_base(hf_dir):
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+    save_random(hf_dir, Gemma2Config, Gemma2ForCausalLM, CONFIG, 0.0)  # Gemma's norms start at 0
 
 
 def check_all_linear_against_peft(args, work, family, save, base, wrapped=lambda model: None):

@@ -23,7 +23,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import SetupError, exit_status, lora_oracle_arguments  # noqa: E402
 import test_lora_gemma2 as gemma2  # noqa: E402
-import torch  # noqa: E402
 
 CONFIG = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
@@ -39,21 +38,11 @@ def olmo2_classes():
 
 
 def base_model(hf_dir):
-    """The saved OLMo 2 in float64 (its bf16 weights exactly), without a cache."""
-    model = olmo2_classes()[1].from_pretrained(hf_dir, torch_dtype=torch.float64).eval()
-    model.config.use_cache = False
-    return model
+    return gemma2.load_float64(olmo2_classes()[1], hf_dir)
 
 
 def save_base(hf_dir):
-    config_class, model_class = olmo2_classes()
-    torch.manual_seed(1234)
-    model = model_class(config_class(**CONFIG))
-    with torch.no_grad():  # norm weights start at 1, where leaving one out is invisible
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.normal_(1.0, 0.1)
-    model.to(torch.bfloat16).save_pretrained(hf_dir, safe_serialization=True)
+    gemma2.save_random(hf_dir, *olmo2_classes(), CONFIG, 1.0)
 
 
 def main():

@@ -6,7 +6,8 @@
 // 2-shaped layer (sandwich norms, its own attention scale, soft-capped scores and logits; oracle:
 // oracle_hf_gemma2) and a Gemma 3-shaped one (q/k norms, a window, two RoPE bases; oracle:
 // oracle_hf_gemma3), and an OLMo 2-shaped one (norms after the attention and the MLP only, q/k
-// norms over whole projections; oracle: oracle_hf_olmo2). And the bias ops round a bf16 output
+// norms over whole projections; oracle: oracle_hf_olmo2) and a Granite-shaped one (its four
+// scalars; oracle: oracle_hf_granite). And the bias ops round a bf16 output
 // once, as every op does.
 #include <gtest/gtest.h>
 
@@ -63,6 +64,18 @@ ModelConfig olmo2_shaped() {
   ModelConfig c = preset_config("tiny");
   c.sandwich_norms = c.qk_norm = c.qk_norm_spans_heads = true;
   c.pre_norms = false;
+  c.qkv_bias = c.o_bias = true;
+  c.validate();
+  return c;
+}
+
+// Granite's: the four scalars (the residual one on both branches), with biases.
+ModelConfig granite_shaped() {
+  ModelConfig c = preset_config("tiny");
+  c.embedding_multiplier = 12.0;
+  c.attention_multiplier = 0.05;
+  c.residual_multiplier = 0.22;
+  c.logits_scaling = 3.0;
   c.qkv_bias = c.o_bias = true;
   c.validate();
   return c;
@@ -152,6 +165,10 @@ TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGemma3QkNormsAndWindo
 
 TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithOlmo2PostNormsAndWholeQkNorms) {
   expect_recompute_gives_the_same_bits(olmo2_shaped());
+}
+
+TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGraniteScalars) {
+  expect_recompute_gives_the_same_bits(granite_shaped());
 }
 
 TEST(FamilyModel, BiasOpsRoundABf16OutputOnce) {

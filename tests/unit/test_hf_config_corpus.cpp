@@ -2,7 +2,7 @@
 // SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
 // Phi-4-mini (RoPE on part of each head), SmolLM3 (layers without RoPE),
 // Gemma 2 (gemma-2-9b-it: sandwich norms, soft caps), OLMo 2 (13B and its Instruct: norms after the
-// attention and the MLP), Gemma 3 (gemma-3-270m; gemma-3-1b-it re-saved
+// attention and the MLP), Granite 3.3 (four scalars), Gemma 3 (gemma-3-270m; gemma-3-1b-it re-saved
 // by 4.52.4), Mistral Small 3.1 (a multimodal checkpoint: its text model read), and re-saves by
 // transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7, and unsloth's of CodeGemma-7b-it
 // (Gemma)) are read with the keys as published:
@@ -103,6 +103,9 @@ const std::map<std::string, Published>& corpus() {
       // safetensors index's 54,864,793,600 bytes of fp32; its card's 13B.
       {"allenai--OLMo-2-1124-13B", {13716198400, "olmo2", false, 500000, R::kNone}},
       {"allenai--OLMo-2-1124-13B-Instruct", {13716198400, "olmo2", false, 500000, R::kNone}},
+      // Granite 3.3 8B Instruct (its four scalars on Llama's model): 8,170,864,640 from the shapes
+      // its config states (tied embeddings); its card's 8B.
+      {"ibm-granite--granite-3.3-8b-instruct", {8170864640, "granite", true, 10000000, R::kNone}},
       {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
        {1100048384, "llama", false, 10000, R::kNone}},
       {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",
