@@ -129,7 +129,8 @@ with z.open(name) as src, open(sys.argv[2] + "/" + name.split("/")[1], "wb") as 
 }
 
 # Real tokenizers as GGUF vocabularies, with the ids their Hugging Face originals give on a set of
-# hard texts: llama.cpp's models/ggml-vocab-{llama-spm,phi-3,llama-bpe,qwen2,gpt-2}.gguf and
+# hard texts: llama.cpp's models/ggml-vocab-{llama-spm,phi-3,llama-bpe,qwen2,gpt-2,refact,
+# starcoder}.gguf and
 # their .inp/.out files (realmodel_gguf_vocabs); llama.cpp's convert_hf_to_gguf.py, whose
 # rope factors oracle_gguf compares against; and its gguf-py vocab.py, whose SpecialVocab
 # oracle_gguf_special_tokens compares the BOS/EOS flags against. Taken from PyPI's llama-cpp-python sdist, which
@@ -142,7 +143,7 @@ fetch_llama_vocabs() {
   # A stamp names the sdist the files came from; a newer pin, or a lost file, fetches again.
   local stamp=$LLAMA_VOCAB_DIR/.from-sha256
   [ "$(cat "$stamp" 2>/dev/null)" = "$LLAMA_CPP_PYTHON_SHA256" ] &&
-    [ "$(ls "$LLAMA_VOCAB_DIR" | wc -l)" -eq 18 ] && return
+    [ "$(ls "$LLAMA_VOCAB_DIR" | wc -l)" -eq 24 ] && return
   local sdist=$ROOT/.deps/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
   if ! echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --status 2>/dev/null; then
     log "fetching llama-cpp-python $LLAMA_CPP_PYTHON_VERSION from PyPI (llama.cpp's vocabulary test files, 50 MB)"
@@ -166,7 +167,8 @@ with urllib.request.urlopen(url, timeout=60) as src, open(sys.argv[2], "wb") as 
   /usr/bin/python3 -c 'import os, sys, tarfile
 prefix = "llama_cpp_python-" + sys.argv[2] + "/vendor/llama.cpp/"
 wanted = ["LICENSE", "convert_hf_to_gguf.py", "gguf-py/gguf/vocab.py"] + ["models/ggml-vocab-%s.gguf%s" % (v, e)
-                        for v in ("llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2")
+                        for v in ("llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2", "refact",
+                                  "starcoder")
                         for e in ("", ".inp", ".out")]
 with tarfile.open(sys.argv[1]) as t:
     for name in wanted:

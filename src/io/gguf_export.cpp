@@ -194,15 +194,17 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
 }
 
 // Llama 3.1-style rope scaling as llama.cpp's converter writes it: rope_freqs.weight, only for
-// llama files, and only parameters an import reads back the same (none for a factor of 1, which
-// scales nothing). Empty when there is nothing to write.
+// llama and granite files (its GraniteModel is a LlamaModel), and only parameters an import reads
+// back the same (none for a factor of 1, which scales nothing). Empty when there is nothing to
+// write.
 std::vector<float> rope_freqs_to_write(const ModelConfig& c, const std::string& arch,
                                        const std::string& dir) {
   if (c.rope_scaling.type != RopeScaling::kLlama3) return {};
   const std::string what = "export: model '" + dir + "' has llama3 rope scaling";
-  ZT_CHECK(arch == "llama", what + " in a " + arch +
-                                " model; llama.cpp reads rope_freqs.weight for llama files only "
-                                "(export safetensors instead)");
+  ZT_CHECK(arch == "llama" || arch == "granite",
+           what + " in a " + arch +
+               " model; llama.cpp reads rope_freqs.weight for llama and granite files only "
+               "(export safetensors instead)");
   std::vector<float> factors = llama3_rope_freq_factors(c);
   RopeScalingParams back;
   try {

@@ -254,7 +254,8 @@ void read_llama3_rope_factors(const GgufReader& g, const std::string& arch, Mode
   const GgufTensorInfo* t = g.find_tensor(kRopeFreqsTensor);
   if (!t) return;
   const std::string tensor = g.path() + ": tensor '" + kRopeFreqsTensor + "'";
-  ZT_CHECK(arch == "llama", tensor + " in a " + arch + " file; it is read for llama files only");
+  ZT_CHECK(arch == "llama" || arch == "granite",
+           tensor + " in a " + arch + " file; it is read for llama and granite files only");
   ZT_CHECK(c.rope_scaling.type == RopeScaling::kNone,
            tensor + " beside metadata '" + arch + ".rope.scaling.type': two rope scalings");
   ZT_CHECK(t->dims.size() == 1 && t->dims[0] == c.head_dim() / 2,

@@ -49,7 +49,9 @@ constexpr const char* kLlama3Split =
 const std::vector<PreTokenizer>& pre_tokenizers() {
   static const std::vector<PreTokenizer> table = {
       {{"gpt-2"}, byte_level(true)},
-      {{"smollm"},
+      // SmolLM's, and StarCoder's and Refact's (Granite 3's GGUF files), which llama.cpp splits
+      // alike.
+      {{"smollm", "refact", "starcoder"},
        {{"type", "Sequence"},
         {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}}},
       {{"llama-bpe", "llama3"}, split_then_bytes(kLlama3Split), true},

@@ -221,7 +221,7 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   if (!has_head_dim && is_gemma_type(type)) head_dim = 256;
   ZT_CHECK(!has_head_dim || head_dim > 0,
            source + ": 'head_dim' must be positive, got " + std::to_string(head_dim));
-  if ((type == "qwen2" || type == "phi3") && has_head_dim &&
+  if ((type == "qwen2" || type == "phi3" || type == "granite") && has_head_dim &&
       head_dim * c.num_heads != c.hidden_size)
     fail(source + ": 'head_dim': " + std::to_string(head_dim) +
          " differs from hidden_size / num_attention_heads = " +

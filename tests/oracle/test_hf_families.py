@@ -232,6 +232,14 @@ FAMILIES = {
         tie_word_embeddings=True,
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
+    # ... tied and with llama3 rope scaling but no biases: the GGUF export llama.cpp's granite
+    # reads (rope_freqs.weight, no output tensor); bands that hold two of head_dim 16's eight
+    # frequencies, which GGUF's per-frequency factors need to give the parameters back.
+    "granite-tied-llama3": ("GraniteConfig", "GraniteForCausalLM", dict(
+        pad_token_id=None, embedding_multiplier=12.0, attention_multiplier=0.0625,
+        residual_multiplier=0.22, logits_scaling=8.0, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 8.0, "original_max_position_embeddings": 256})),
 }
 # SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
 SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
@@ -619,8 +627,12 @@ def exported_gguf_is_converters(zt, work, final, exported, arch, config, permute
     for name in sorted(os.listdir(exported)):
         if name.endswith(".safetensors"):
             hf.update(safetensors.torch.load_file(os.path.join(exported, name)))
-    check(len(stored) == len(hf), f"the GGUF export has {len(stored)} tensors, the safetensors "
-          f"export {len(hf)}")
+    # llama3 rope scaling travels as one more tensor, rope_freqs.weight (its values: oracle_gguf).
+    llama3 = (config.rope_scaling or {}).get("rope_type") == "llama3"
+    check(("rope_freqs.weight" in stored) == llama3,
+          f"the GGUF export's rope_freqs.weight is {'missing' if llama3 else 'there'}")
+    check(len(stored) - llama3 == len(hf), f"the GGUF export has {len(stored)} tensors, the "
+          f"safetensors export {len(hf)}")
     for hf_name, value in hf.items():
         name = names.get_name(hf_name, try_suffixes=(".weight",))
         check(name in stored, f"the GGUF export has no {name} for {hf_name}")
@@ -720,6 +732,9 @@ def check_granite_gguf(zt, work, final, exported, source_dir, config):
               f"{fields[name].contents()}, the model's {key} {want}")
         check(back_config.get(key) == want, f"the GGUF import's {key} is "
               f"{back_config.get(key)}, the model's {want}")
+    scaling = (back_config.get("rope_scaling") or {}).get("rope_type")
+    check(scaling == (config.rope_scaling or {}).get("rope_type"),
+          f"the GGUF import's rope scaling is {scaling}, the model's {config.rope_scaling}")
     print(f"the GGUF export is llama.cpp's granite ({count} tensors as the converter writes "
           "them, its four scalars) and imports back bit for bit", flush=True)
 

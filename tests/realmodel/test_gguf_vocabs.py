@@ -9,7 +9,8 @@ llama.cpp's convert_hf_to_gguf_update.py). ./run.sh deps takes them from PyPI's
 llama-cpp-python sdist (pinned by SHA-256) into .deps/llama-cpp-vocab/.
 
 For each vocabulary: SentencePiece BPE (llama-spm: Llama 2's tokenizer; phi-3: the same kind
-with added chat tokens) and byte-level BPE (llama-bpe: Llama 3's; qwen2; gpt-2), a tiny random
+with added chat tokens) and byte-level BPE (llama-bpe: Llama 3's; qwen2; gpt-2; refact and
+starcoder, split as SmolLM's, the names Granite 3's GGUF files carry), a tiny random
 Llama carrying that vocabulary's tokenizer metadata unchanged is written as GGUF and imported
 with `zerotrain import`. The tokenizer files it rebuilds must give the original tokenizer's ids
 on every text, decode them back to the text, add BOS as the metadata says (and, for a
@@ -33,7 +34,7 @@ from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,
 gguf, h5py, np, transformers = require_venv_modules("gguf", "h5py", "numpy", "transformers")
 from gguf_reference import read_gguf  # noqa: E402
 
-VOCABS = ["llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2"]
+VOCABS = ["llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2", "refact", "starcoder"]
 SEPARATOR = "\n__ggml_vocab_test__\n"
 HIDDEN = 32
 
@@ -134,10 +135,11 @@ PAIRS = [("Question: What is 2+2?\nAnswer:", " 4"), ("Translate to French: cat\n
 
 
 def check_prompt_response(work, zt, imported, name):
-    """prepare-data's prompt/response SFT examples with this real tokenizer are TRL's
-    prompt-completion encoding: tokenizer(prompt + response) and EOS, the tokens past those of
-    tokenizer(prompt) counted (where those are a prefix; else from the token that holds the
-    boundary). A response encoded on its own would open with a SentencePiece word-start space."""
+    """prepare-data's prompt/response SFT examples with this real tokenizer: tokenizer(prompt +
+    response) and EOS, the tokens overlapping the response counted (transformers' offsets), which
+    is TRL's prompt-completion encoding where tokenizer(prompt) is a prefix (it counts from its
+    length); where the tokenizer joins the texts' boundary, from the token holding it. A
+    response encoded on its own would open with a SentencePiece word-start space."""
     data, out = work(name + "_pairs.jsonl"), work(name + "_pairs.h5")
     with open(data, "w", encoding="utf-8") as f:
         for prompt, response in PAIRS:
@@ -146,10 +148,14 @@ def check_prompt_response(work, zt, imported, name):
     tok = transformers.AutoTokenizer.from_pretrained(imported)
     want_ids, want_mask = [], []
     for prompt, response in PAIRS:
-        head, whole = tok(prompt)["input_ids"], tok(prompt + response)["input_ids"]
-        # TRL counts from len(head); where head is not a prefix of whole (the tokenizer joins
-        # the texts' boundary), from the first token where they differ: the one holding it.
-        counted_from = len(os.path.commonprefix([head, whole]))
+        head = tok(prompt)["input_ids"]
+        encoding = tok(prompt + response, return_offsets_mapping=True)
+        whole = encoding["input_ids"]
+        counted_from = next(i for i, (_, end) in enumerate(encoding["offset_mapping"])
+                            if end > len(prompt))
+        check(whole[:len(head)] != head or counted_from == len(head),
+              f"{name}: {prompt!r} is a prefix of the pair's tokens, yet the response's first "
+              f"token is {counted_from}, not TRL's {len(head)}")
         if whole[-1] != tok.eos_token_id:
             whole = whole + [tok.eos_token_id]
         want_ids += whole

@@ -5,7 +5,8 @@
 // a product of one row is computed by another OpenBLAS call shape than a row of a whole window.
 // The families' extra tensors (biases, Qwen3's q/k norms, head_dim ≠ hidden/heads), SmolLM3's
 // layers without RoPE, sliding windows the sequence outgrows (Mistral's on every layer, Gemma 2's
-// on every other) and tied embeddings are covered, and the refusals.
+// on every other), OLMo 2's norms, Granite's scalars and tied embeddings are covered, and the
+// refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -87,6 +88,26 @@ ModelConfig gemma3_tied() {
   return gemma3_from_gemma2_shape(gemma2_tied(), 20);
 }
 
+// OLMo 2's shape: norms after the attention and the MLP only, q/k norms over whole projections.
+ModelConfig olmo2_untied() {
+  ModelConfig c = llama_untied();
+  c.sandwich_norms = c.qk_norm = c.qk_norm_spans_heads = true;
+  c.pre_norms = false;
+  c.validate();
+  return c;
+}
+
+// Granite's: its four scalars (the logits divided by 3, which sampling sees), tied embeddings.
+ModelConfig granite_tied() {
+  ModelConfig c = llama_tied();
+  c.embedding_multiplier = 12.0;
+  c.attention_multiplier = 0.05;
+  c.residual_multiplier = 0.22;
+  c.logits_scaling = 3.0;
+  c.validate();
+  return c;
+}
+
 // Weights with O(1) activations, so that every path moves the logits: the layout's init scaled
 // by 8 (std 0.16 over D = 64 inputs), norms and q/k norms 1 + N(0, 0.1²), biases N(0, 0.1²).
 std::vector<std::vector<float>> strong_params(const ModelConfig& c) {
@@ -155,8 +176,9 @@ std::vector<ConstTensorView> views_of(const std::vector<std::vector<float>>& par
 constexpr double kFp32OracleTolerance = 1e-4;
 
 TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneTokenAtATime) {
-  for (const ModelConfig& c : {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied(),
-                               mistral_windowed(), gemma2_tied(), gemma3_tied()}) {
+  for (const ModelConfig& c :
+       {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied(), mistral_windowed(),
+        gemma2_tied(), gemma3_tied(), olmo2_untied(), granite_tied()}) {
     const int64_t T = 70, prompt = 13;  // a prompt of 13 rows, then 57 of one
     const std::vector<std::vector<float>> params = strong_params(c);
     const std::vector<int32_t> tokens = some_tokens(c, T);
