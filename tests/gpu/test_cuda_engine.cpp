@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../mpi/engine_test_support.h"
+#include "../support/family_shapes.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device_memory.h"
@@ -156,14 +157,8 @@ TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   gemma2.query_pre_attn_scalar = 48;
   gemma2.attn_logit_softcap = 2.0f;
   gemma2.final_logit_softcap = 3.0f;
-  ModelConfig olmo2 = preset_config("small");  // no pre-norms, q/k norms over whole projections
-  olmo2.sandwich_norms = olmo2.qk_norm = olmo2.qk_norm_spans_heads = true;
-  olmo2.pre_norms = false;
-  ModelConfig granite = preset_config("small");  // embedding, scores, residual, logits scaled
-  granite.embedding_multiplier = 12.0;
-  granite.attention_multiplier = 0.05;
-  granite.residual_multiplier = 0.22;
-  granite.logits_scaling = 3.0;
+  ModelConfig olmo2 = olmo2_from_llama_shape(preset_config("small"));
+  ModelConfig granite = granite_from_llama_shape(preset_config("small"));
   for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2, &olmo2, &granite}) {
     model->validate();
     const std::string name = model->model_type();

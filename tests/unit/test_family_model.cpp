@@ -20,6 +20,7 @@
 #include "model/init.h"
 #include "model/layout.h"
 #include "model/llama.h"
+#include "support/family_shapes.h"
 #include "support/gemma3_shape.h"
 #include "util/bf16.h"
 #include "util/memory.h"
@@ -58,24 +59,9 @@ ModelConfig gemma3_shaped() {
   return gemma3_from_gemma2_shape(gemma2_shaped(), 5);
 }
 
-// OLMo 2's: norms after the attention and the MLP and none before, q/k norms over whole
-// projections, grouped heads (Hkv 2 of 4: k's norm is narrower than q's), biases on all four.
-ModelConfig olmo2_shaped() {
-  ModelConfig c = preset_config("tiny");
-  c.sandwich_norms = c.qk_norm = c.qk_norm_spans_heads = true;
-  c.pre_norms = false;
-  c.qkv_bias = c.o_bias = true;
-  c.validate();
-  return c;
-}
-
-// Granite's: the four scalars (the residual one on both branches), with biases.
-ModelConfig granite_shaped() {
-  ModelConfig c = preset_config("tiny");
-  c.embedding_multiplier = 12.0;
-  c.attention_multiplier = 0.05;
-  c.residual_multiplier = 0.22;
-  c.logits_scaling = 3.0;
+// OLMo 2's (k's norm narrower than q's: Hkv 2 of 4) and Granite's, with biases on all four
+// projections.
+ModelConfig with_biases(ModelConfig c) {
   c.qkv_bias = c.o_bias = true;
   c.validate();
   return c;
@@ -164,11 +150,12 @@ TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGemma3QkNormsAndWindo
 }
 
 TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithOlmo2PostNormsAndWholeQkNorms) {
-  expect_recompute_gives_the_same_bits(olmo2_shaped());
+  expect_recompute_gives_the_same_bits(olmo2_from_llama_shape(with_biases(preset_config("tiny"))));
 }
 
 TEST(FamilyModel, CheckpointedRecomputeGivesTheSameBitsWithGraniteScalars) {
-  expect_recompute_gives_the_same_bits(granite_shaped());
+  expect_recompute_gives_the_same_bits(
+      granite_from_llama_shape(with_biases(preset_config("tiny"))));
 }
 
 TEST(FamilyModel, BiasOpsRoundABf16OutputOnce) {

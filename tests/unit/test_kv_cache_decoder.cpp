@@ -21,6 +21,7 @@
 #include "model/kv_cache_decoder.h"
 #include "model/layout.h"
 #include "model/llama.h"
+#include "support/family_shapes.h"
 #include "support/gemma3_shape.h"
 #include "util/error.h"
 #include "util/memory.h"
@@ -86,26 +87,6 @@ ModelConfig gemma2_tied() {
 // each second, those layers rotating with a base of their own.
 ModelConfig gemma3_tied() {
   return gemma3_from_gemma2_shape(gemma2_tied(), 20);
-}
-
-// OLMo 2's shape: norms after the attention and the MLP only, q/k norms over whole projections.
-ModelConfig olmo2_untied() {
-  ModelConfig c = llama_untied();
-  c.sandwich_norms = c.qk_norm = c.qk_norm_spans_heads = true;
-  c.pre_norms = false;
-  c.validate();
-  return c;
-}
-
-// Granite's: its four scalars (the logits divided by 3, which sampling sees), tied embeddings.
-ModelConfig granite_tied() {
-  ModelConfig c = llama_tied();
-  c.embedding_multiplier = 12.0;
-  c.attention_multiplier = 0.05;
-  c.residual_multiplier = 0.22;
-  c.logits_scaling = 3.0;
-  c.validate();
-  return c;
 }
 
 // Weights with O(1) activations, so that every path moves the logits: the layout's init scaled
@@ -178,7 +159,8 @@ constexpr double kFp32OracleTolerance = 1e-4;
 TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneTokenAtATime) {
   for (const ModelConfig& c :
        {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied(), mistral_windowed(),
-        gemma2_tied(), gemma3_tied(), olmo2_untied(), granite_tied()}) {
+        gemma2_tied(), gemma3_tied(), olmo2_from_llama_shape(llama_untied()),
+        granite_from_llama_shape(llama_tied())}) {
     const int64_t T = 70, prompt = 13;  // a prompt of 13 rows, then 57 of one
     const std::vector<std::vector<float>> params = strong_params(c);
     const std::vector<int32_t> tokens = some_tokens(c, T);
