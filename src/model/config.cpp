@@ -135,7 +135,7 @@ void ModelConfig::validate() const {
                         (tie_word_embeddings ? 1 : 2) * d * v + d;
   lora.check_biases(qkv_bias, o_bias);
   lora.check_fits_model(fused_projections, model_type());
-  lora.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms);
+  lora.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms, pre_norms);
   ZT_CHECK(largest_matrix <= 0x1p40 && params <= 0x1p48,
            "model config: " + shortest_decimal(params) +
                " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "
@@ -356,7 +356,7 @@ RopeSpec ModelConfig::rope_for_layer(int layer, int64_t length) const {
 
 std::string ModelConfig::set_lora(LoraSpec spec) {
   // A pattern's modules first (the LM head, a norm: named), then what it selects here.
-  spec.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms);
+  spec.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms, pre_norms);
   std::string warning = spec.fit_to_model(fused_projections, model_type());
   lora = std::move(spec);
   return warning;

@@ -179,27 +179,28 @@ std::vector<std::string> model_modules(bool fused) {
   if (fused) return {"model", "model.layers", "model.norm", "model.embed_dropout"};
   return {"model", "model.layers", "model.norm", "model.rotary_emb"};
 }
-std::vector<std::string> layer_modules(int64_t layer, bool qk_norm, bool fused, bool sandwich) {
+std::vector<std::string> layer_modules(int64_t layer, bool qk_norm, bool fused, bool sandwich,
+                                       bool pre_norms) {
   const std::string l = "model.layers." + std::to_string(layer);
-  std::vector<std::string> modules = {
-      l,          l + ".self_attn",       l + ".self_attn.rotary_emb",
-      l + ".mlp", l + ".input_layernorm", l + ".post_attention_layernorm"};
+  std::vector<std::string> modules = {l, l + ".self_attn", l + ".self_attn.rotary_emb", l + ".mlp",
+                                      l + ".post_attention_layernorm"};
+  if (pre_norms) modules.push_back(l + ".input_layernorm");
   if (fused)
     modules.insert(modules.end(),
                    {l + ".mlp.activation_fn", l + ".resid_attn_dropout", l + ".resid_mlp_dropout"});
   else
     modules.push_back(l + ".mlp.act_fn");
   if (qk_norm) modules.insert(modules.end(), {l + ".self_attn.q_norm", l + ".self_attn.k_norm"});
-  if (sandwich)  // Gemma 2's (its post_attention_layernorm is listed above)
-    modules.insert(modules.end(),
-                   {l + ".pre_feedforward_layernorm", l + ".post_feedforward_layernorm"});
+  if (sandwich)  // Gemma 2's and OLMo 2's (post_attention_layernorm is listed above)
+    modules.push_back(l + ".post_feedforward_layernorm");
+  if (sandwich && pre_norms) modules.push_back(l + ".pre_feedforward_layernorm");  // Gemma 2's
   return modules;
 }
 
 }  // namespace
 
 void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm, bool fused_projections,
-                                    bool sandwich_norms) const {
+                                    bool sandwich_norms, bool pre_norms) const {
   if (target_pattern.regex.empty()) return;
   const auto re = compiled_target_pattern(target_pattern.regex, target_pattern.source);
   const std::string says =
@@ -226,7 +227,8 @@ void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm, bool fused
                  "head train in full through modules_to_save");
   std::vector<std::string> others = model_modules(fused_projections);
   for (int64_t layer = 0; layer < num_layers; ++layer)
-    for (std::string& module : layer_modules(layer, qk_norm, fused_projections, sandwich_norms))
+    for (std::string& module :
+         layer_modules(layer, qk_norm, fused_projections, sandwich_norms, pre_norms))
       others.push_back(std::move(module));
   for (const std::string& module : others)
     ZT_CHECK(!RE2::FullMatch(module, *re),

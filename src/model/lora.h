@@ -80,9 +80,10 @@ struct LoraSpec {
   // Throws naming target_pattern.source when the pattern selects other projections in some layer
   // than in layer 0 (PEFT would adapt the layers apart; zerotrain adapts a projection in every
   // layer), or a module that is no decoder projection (the embedding, the LM head, a norm; with
-  // qk_norm, Qwen3's q/k norms too; with sandwich_norms, Gemma 2's norms around the MLP).
+  // qk_norm, Qwen3's q/k norms too; with sandwich_norms, Gemma 2's norms around the MLP; without
+  // pre_norms, OLMo 2's layer, which has no input_layernorm and no norm before the MLP).
   void check_target_pattern(int64_t num_layers, bool qk_norm, bool fused_projections,
-                            bool sandwich_norms = false) const;
+                            bool sandwich_norms = false, bool pre_norms = true) const;
   // Fits the targets to a model's projections as PEFT matches target_modules against the modules
   // the model has: all-linear and a regular expression select among them; of listed names, those
   // that are projections of the other kind of model (q_proj on Phi-3, qkv_proj on Llama) are

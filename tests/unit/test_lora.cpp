@@ -265,6 +265,17 @@ TEST(Lora, ATargetModulesRegexMustSelectTheSameProjectionsInEveryLayer) {
               (void)qwen3.set_lora(spec(R"(.*\.self_attn\.[qk]_.*)"));
             }).find("selects 'model.layers.0.self_attn.q_norm', which is no linear layer"),
             std::string::npos);
+  // OLMo 2 has no input_layernorm (PEFT sees none to refuse); its post_feedforward_layernorm is
+  // no linear layer.
+  ModelConfig olmo2 = preset_config("tiny");
+  olmo2.sandwich_norms = olmo2.qk_norm = olmo2.qk_norm_spans_heads = true;
+  olmo2.pre_norms = false;
+  EXPECT_EQ(error_of([&] { (void)olmo2.set_lora(spec(R"(.*_proj|.*input_layernorm)")); }), "");
+  EXPECT_NE(
+      error_of([&] {
+        (void)olmo2.set_lora(spec(R"(.*_proj|.*post_feedforward_layernorm)"));
+      }).find("selects 'model.layers.0.post_feedforward_layernorm', which is no linear layer"),
+      std::string::npos);
   // Every attention of transformers 4.46's Llama holds its rotary embedding (PEFT: unsupported).
   qwen3.qk_norm = false;
   EXPECT_NE(error_of([&] {
