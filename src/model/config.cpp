@@ -234,16 +234,26 @@ void ModelConfig::check_gemma3() const {
            "model config: rope_local_base_freq must be a positive finite number");
 }
 
+namespace {
+
+// Llama's attention and norms, as OLMo 2 and Granite keep them: no Gemma norms, no fused
+// projections, biases on all four projections or none, no window, RoPE in every layer.
+bool llama_attention(const ModelConfig& c) {
+  return !c.is_gemma() && !c.fused_projections && c.qkv_bias == c.o_bias && c.sliding_window == 0 &&
+         c.layers_without_rope.empty();
+}
+
+}  // namespace
+
 // Olmo2ForCausalLM: Llama's model with its norms moved after the attention and the MLP, and q/k
-// norms over whole projections; Llama's attention otherwise (biases on all four projections or
-// none, head_dim, rope scaling), without a window or layers without RoPE.
+// norms over whole projections; Llama's attention otherwise (llama_attention; head_dim, rope
+// scaling).
 void ModelConfig::check_olmo2() const {
   ZT_CHECK(is_olmo2() == qk_norm_spans_heads && (!is_olmo2() || (sandwich_norms && qk_norm)),
            "model config: OLMo 2's norms after the attention and the MLP with none before them, "
            "and its q/k norms over whole projections, come together (model_type \"olmo2\"); a "
            "part of them is not a Hugging Face architecture");
-  ZT_CHECK(!is_olmo2() || (!is_gemma() && !fused_projections && qkv_bias == o_bias &&
-                           sliding_window == 0 && layers_without_rope.empty()),
+  ZT_CHECK(!is_olmo2() || llama_attention(*this),
            "model config: OLMo 2 with Gemma's norms, fused projections, Qwen2's biases, a sliding "
            "window or layers without RoPE is not a Hugging Face architecture");
   ZT_CHECK(!is_olmo2() || rope_scaling.type == RopeScaling::kNone ||
@@ -272,13 +282,11 @@ void ModelConfig::check_granite() const {
            "model config: embedding_multiplier, residual_multiplier and logits_scaling are "
            "Granite's (model_type \"granite\", with its attention_multiplier); not a Hugging "
            "Face architecture otherwise");
-  ZT_CHECK(
-      !is_granite() || (!is_gemma() && !sandwich_norms && !fused_projections && !qk_norm &&
-                        qkv_bias == o_bias && sliding_window == 0 && layers_without_rope.empty() &&
-                        rope_scaling.type != RopeScaling::kLongrope),
-      "model config: Granite with Gemma's or OLMo 2's norms, fused projections, q/k norms, "
-      "Qwen2's biases, a sliding window, layers without RoPE or longrope is not a Hugging "
-      "Face architecture");
+  ZT_CHECK(!is_granite() || (llama_attention(*this) && !sandwich_norms && !qk_norm &&
+                             rope_scaling.type != RopeScaling::kLongrope),
+           "model config: Granite with Gemma's or OLMo 2's norms, fused projections, q/k norms, "
+           "Qwen2's biases, a sliding window, layers without RoPE or longrope is not a Hugging "
+           "Face architecture");
 }
 
 AttentionScores ModelConfig::attention_scores() const {
