@@ -382,10 +382,11 @@ GgufTokenizerKind gguf_tokenizer_kind(const nlohmann::json& tok, const std::stri
   const nlohmann::json wanted = without_offsets(pre_tokenizer);
   const bool ignore_merges = model.value("ignore_merges", false);
   const PreTokenizer* found = nullptr;
-  for (const PreTokenizer& p : pre_tokenizers())
-    if (without_offsets(p.hf) == wanted &&
-        (!found || (found->ignore_merges != ignore_merges && p.ignore_merges == ignore_merges)))
-      found = &p;
+  for (const PreTokenizer& p : pre_tokenizers()) {
+    if (without_offsets(p.hf) != wanted) continue;
+    if (p.ignore_merges == ignore_merges) return {"gpt2", p.gguf_names.front(), false, false};
+    if (!found) found = &p;
+  }
   if (found) return {"gpt2", found->gguf_names.front(), false, false};
   fail(file + ": its pre_tokenizer " + quoted_json(pre_tokenizer) +
        " is not one llama.cpp knows by name here (" + known_pre_names() + ")");
