@@ -93,6 +93,9 @@ void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
 
 std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   const std::string type = c.model_type();
+  ZT_CHECK(type != "olmo3", "export: model '" + dir +
+                                "' is an OLMo 3, which zerotrain does not write to GGUF yet; "
+                                "export safetensors instead");
   check_llama_cpp_yarn(c, dir);
   ZT_CHECK((type != "llama" && type != "granite") || !c.qkv_bias,
            "export: model '" + dir +

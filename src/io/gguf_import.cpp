@@ -320,6 +320,11 @@ ModelConfig gguf_model_config(const GgufReader& g) {
                  std::to_string(c.padding_token) + ", not a row of token_embd.weight (" +
                  std::to_string(c.vocab_size) + ")");
   }
+  // OLMo 3's layout (llama.cpp's olmo2 with a window) is not read yet: refused, not read as OLMo 2.
+  ZT_CHECK(arch != "olmo2" || !g.has(key("attention.sliding_window")),
+           path + ": metadata '" + key("attention.sliding_window") +
+               "' in an olmo2 file: OLMo 3's windowed layers, which zerotrain does not read from "
+               "GGUF yet (import the Hugging Face checkpoint instead)");
   // Export's, for Mistral; llama.cpp's for Phi-3 (0: none, its Phi-4 files).
   if ((arch == "llama" || arch == "phi3") && g.has(key("attention.sliding_window")))
     c.sliding_window = g.integer(key("attention.sliding_window"));

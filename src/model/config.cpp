@@ -99,7 +99,7 @@ void ModelConfig::validate() const {
   check_layers_without_rope();
   check_gemma();
   check_gemma2();
-  check_gemma3();
+  check_layer_pattern();
   check_olmo2();
   check_granite();
   check_sliding_window();
@@ -214,33 +214,40 @@ void ModelConfig::check_sliding_window() const {
            "model config: a sliding window (Mistral) with attention biases or q/k norms is not "
            "implemented");
   ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone || fused_projections ||
-               is_gemma3(),
+               is_gemma3() || is_olmo3(),
            "model config: a sliding window (Mistral) with rope_scaling is not implemented");
 }
 
 // Gemma3ForCausalLM: Gemma 2's model with q/k norms; its pattern and local base come with it, and
-// a window (transformers' Gemma 3 builds its layers' masks from it).
-void ModelConfig::check_gemma3() const {
-  ZT_CHECK(
-      (sliding_window_pattern > 0 || local_rope_theta > 0.0) == is_gemma3(),
-      "model config: sliding_window_pattern and rope_local_base_freq are Gemma 3's "
-      "(model_type \"gemma3_text\", with Gemma 2's model and q/k norms); a part of them is not "
-      "a Hugging Face architecture");
-  if (!is_gemma3()) return;
-  ZT_CHECK(sliding_window > 0, "model config: Gemma 3 needs a sliding_window");
+// a window (transformers' Gemma 3 builds its layers' masks from it). Olmo3ForCausalLM: OLMo 2's
+// model with a pattern and a window, its windowed layers rotating with rope_theta.
+void ModelConfig::check_layer_pattern() const {
+  ZT_CHECK((sliding_window_pattern > 0) == (local_rope_theta > 0.0) &&
+               (sliding_window_pattern > 0) == (is_gemma3() || is_olmo3()),
+           "model config: sliding_window_pattern and rope_local_base_freq are Gemma 3's "
+           "(model_type \"gemma3_text\", with Gemma 2's model and q/k norms) or, the pattern with "
+           "the local base equal to rope_theta, OLMo 3's (model_type \"olmo3\"); a part of them is "
+           "not a Hugging Face architecture");
+  if (!is_gemma3() && !is_olmo3()) return;
+  const std::string family = is_olmo3() ? "OLMo 3" : "Gemma 3";
+  ZT_CHECK(sliding_window > 0, "model config: " + family + " needs a sliding_window");
   ZT_CHECK(attn_logit_softcap == 0.0f,
            "model config: transformers' Gemma 3 applies no attention soft cap");
   ZT_CHECK(std::isfinite(local_rope_theta) && static_cast<float>(local_rope_theta) > 0.0f,
            "model config: rope_local_base_freq must be a positive finite number");
+  ZT_CHECK(!is_olmo3() || local_rope_theta == rope_theta,
+           "model config: OLMo 3's windowed layers rotate with rope_theta (" +
+               shortest_decimal(rope_theta) + "), not " + shortest_decimal(local_rope_theta));
 }
 
 namespace {
 
 // Llama's attention and norms, as OLMo 2 and Granite keep them: no Gemma norms, no fused
-// projections, biases on all four projections or none, no window, RoPE in every layer.
-bool llama_attention(const ModelConfig& c) {
-  return !c.is_gemma() && !c.fused_projections && c.qkv_bias == c.o_bias && c.sliding_window == 0 &&
-         c.layers_without_rope.empty();
+// projections, biases on all four projections or none, no window (but where `windowed`), RoPE in
+// every layer.
+bool llama_attention(const ModelConfig& c, bool windowed = false) {
+  return !c.is_gemma() && !c.fused_projections && c.qkv_bias == c.o_bias &&
+         (c.sliding_window == 0 || windowed) && c.layers_without_rope.empty();
 }
 
 }  // namespace
@@ -253,13 +260,17 @@ void ModelConfig::check_olmo2() const {
            "model config: OLMo 2's norms after the attention and the MLP with none before them, "
            "and its q/k norms over whole projections, come together (model_type \"olmo2\"); a "
            "part of them is not a Hugging Face architecture");
-  ZT_CHECK(!is_olmo2() || llama_attention(*this),
+  ZT_CHECK(!is_olmo2() || llama_attention(*this, is_olmo3()),
            "model config: OLMo 2 with Gemma's norms, fused projections, Qwen2's biases, a sliding "
-           "window or layers without RoPE is not a Hugging Face architecture");
-  ZT_CHECK(!is_olmo2() || rope_scaling.type == RopeScaling::kNone ||
+           "window (OLMo 3's aside) or layers without RoPE is not a Hugging Face architecture");
+  ZT_CHECK(!is_olmo2() || is_olmo3() || rope_scaling.type == RopeScaling::kNone ||
                (rope_scaling.type == RopeScaling::kLinear && rope_scaling.factor > 1.0),
            "model config: OLMo 2's rope scaling is linear with a factor above 1, or none "
            "(transformers' Olmo2Config refuses the others; its dynamic is not implemented)");
+  ZT_CHECK(!is_olmo3() || rope_scaling.type == RopeScaling::kNone ||
+               rope_scaling.type == RopeScaling::kYarn,
+           "model config: OLMo 3's rope scaling is yarn (AllenAI's) or none; the others are not "
+           "implemented for it");
 }
 
 // GraniteForCausalLM: Llama's model (biases on all four projections or none, Llama's rope
@@ -371,7 +382,7 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
 }
 
 std::string ModelConfig::model_type() const {
-  if (is_olmo2()) return "olmo2";
+  if (is_olmo2()) return is_olmo3() ? "olmo3" : "olmo2";
   if (is_granite()) return "granite";
   if (sandwich_norms) return qk_norm ? "gemma3_text" : "gemma2";
   if (is_gemma()) return "gemma";

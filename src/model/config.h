@@ -86,7 +86,10 @@ struct ModelConfig {
   // sliding_window_pattern-th (transformers' is_sliding = (layer + 1) % P != 0: layers 5, 11, ...
   // attend over every key), and the windowed layers rotating with a base of their own,
   // local_rope_theta (rope_local_base_freq), unscaled: rope_theta and rope_scaling are the
-  // full-attention layers'. 0: not Gemma 3.
+  // full-attention layers'. OLMo 3 (model_type "olmo3", Olmo3ForCausalLM) is OLMo 2's model with
+  // the same layout of windows (every fourth layer attending over every key in AllenAI's files),
+  // its windowed layers rotating with rope_theta itself, unscaled (local_rope_theta = rope_theta),
+  // and the scaling (yarn) on the others. 0: neither.
   int64_t sliding_window_pattern = 0;
   double local_rope_theta = 0.0;
   // OLMo 2 (model_type "olmo2", Olmo2ForCausalLM): Gemma 2's norms on the attention's and the
@@ -112,7 +115,9 @@ struct ModelConfig {
 
   bool is_gemma() const { return norm_weight_offset != 0.0f; }
   bool is_gemma3() const { return is_gemma() && sandwich_norms && qk_norm; }
+  // OLMo 2's norms (OLMo 3 included: is_olmo3()).
   bool is_olmo2() const { return !pre_norms; }
+  bool is_olmo3() const { return is_olmo2() && sliding_window_pattern > 0; }
   bool is_granite() const { return attention_multiplier > 0.0; }
   // What the logits are multiplied by: 1 / logits_scaling in fp32 (1 but for Granite).
   float logits_factor() const { return static_cast<float>(1.0 / logits_scaling); }
@@ -128,8 +133,8 @@ struct ModelConfig {
   // equal full causal attention's bit for bit and the fused path stays open).
   AttentionScores attention_scores(int layer, int64_t keys) const;
   // Layer `layer`'s sliding window (0: none): Gemma 2's on its even layers (transformers'
-  // Gemma2 is_sliding = not layer_idx % 2), Gemma 3's on all but every sliding_window_pattern-th,
-  // Mistral's and Phi-3's on all.
+  // Gemma2 is_sliding = not layer_idx % 2), Gemma 3's and OLMo 3's on all but every
+  // sliding_window_pattern-th, Mistral's and Phi-3's on all.
   int64_t layer_window(int layer) const;
   // Sets Gemma's three changes above (model_type "gemma").
   void use_gemma_math() {
@@ -152,8 +157,8 @@ struct ModelConfig {
   // The Hugging Face architecture the model is written as: "phi3" (fused projections), "qwen3"
   // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window),
   // "smollm3" (layers without RoPE), "gemma" (its norms, embedding scale and GeGLU), "gemma2" and
-  // "gemma3_text" (Gemma's with the sandwich norms), "olmo2" (no pre-norms), "granite" (its four
-  // scalars), else "llama".
+  // "gemma3_text" (Gemma's with the sandwich norms), "olmo2" (no pre-norms), "olmo3" (OLMo 2's
+  // with windows), "granite" (its four scalars), else "llama".
   std::string model_type() const;
   // transformers' int(head_dim · partial_rotary_factor), truncated.
   int64_t rotary_dims() const {
@@ -173,8 +178,8 @@ struct ModelConfig {
   // What max_positions() is, for messages: "max_position_embeddings 32768" or "yarn's factor ×
   // original_max_position_embeddings, 131072".
   std::string max_positions_text() const;
-  // Layer `layer`'s rotation at that length: Gemma 3's windowed layers take local_rope_theta,
-  // unscaled; every other layer rope_for_length(length).
+  // Layer `layer`'s rotation at that length: Gemma 3's and OLMo 3's windowed layers take
+  // local_rope_theta, unscaled; every other layer rope_for_length(length).
   RopeSpec rope_for_layer(int layer, int64_t length) const;
 
   // Throws zt::Error naming the offending field when the shape is inconsistent.
@@ -184,7 +189,7 @@ struct ModelConfig {
   void check_layers_without_rope() const;  // part of validate()
   void check_gemma() const;                // part of validate()
   void check_gemma2() const;               // part of validate()
-  void check_gemma3() const;               // part of validate()
+  void check_layer_pattern() const;        // part of validate()
   void check_olmo2() const;                // part of validate()
   void check_granite() const;              // part of validate()
   void check_sliding_window() const;       // part of validate()

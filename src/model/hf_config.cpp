@@ -73,9 +73,10 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
     bool full = j.at("layer_types").is_array();
     for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
       full = full && (t == "full_attention" ||
-                      ((type == "gemma2" || type == "gemma3_text") && t == "sliding_attention"));
+                      ((type == "gemma2" || type == "gemma3_text" || type == "olmo3") &&
+                       t == "sliding_attention"));
     if (!full)
-      refuse("layer_types", type == "gemma2" || type == "gemma3_text"
+      refuse("layer_types", type == "gemma2" || type == "gemma3_text" || type == "olmo3"
                                 ? "is not implemented (each layer \"full_attention\" or "
                                   "\"sliding_attention\")"
                                 : "is not implemented (every layer is \"full_attention\")");
@@ -170,18 +171,24 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
          ": 'rope_scaling' of type longrope is implemented for Phi-3 (model_type \"phi3\") "
          "only");
   // Gemma 2's window (Gemma2Config's default 4096) is every other layer's, from the first; Gemma
-  // 3's (Gemma3TextConfig's default 4096) all but every sliding_window_pattern-th layer's.
-  const bool gemma_window = type == "gemma2" || gemma3;
+  // 3's (Gemma3TextConfig's default 4096) and OLMo 3's (Olmo3Config's 4096) all but every
+  // sliding_window_pattern-th layer's.
+  const bool gemma_window = type == "gemma2" || gemma3 || type == "olmo3";
   if (!j.contains("sliding_window")) return mistral || gemma_window ? 4096 : 0;
-  // transformers' Gemma 2 and 3 build their windowed layers' masks from it: null fails there.
+  // transformers' Gemma 2 and 3 and OLMo 3 build their windowed layers' masks from it: null fails
+  // there.
   ZT_CHECK(!gemma_window || !j.at("sliding_window").is_null(),
            source + ": 'sliding_window' is null, which transformers' " +
-               (gemma3 ? "Gemma 3" : "Gemma 2") + " cannot build (absent, it is 4096)");
+               (gemma3            ? "Gemma 3"
+                : type == "olmo3" ? "OLMo 3"
+                                  : "Gemma 2") +
+               " cannot build (absent, it is 4096)");
   if (j.at("sliding_window").is_null()) return 0;
   ZT_CHECK(mistral || type == "phi3" || gemma_window,
            source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +
-               " outside a Mistral, Phi-3, Gemma 2 or Gemma 3 config (model_type \"mistral\", "
-               "\"phi3\", \"gemma2\" or \"gemma3_text\") is not implemented");
+               " outside a Mistral, Phi-3, Gemma 2, Gemma 3 or OLMo 3 config (model_type "
+               "\"mistral\", \"phi3\", \"gemma2\", \"gemma3_text\" or \"olmo3\") is not "
+               "implemented");
   const auto w = required_key<int64_t>(j, "sliding_window", source);
   ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
   return w;
@@ -202,6 +209,22 @@ void read_granite(const nlohmann::json& j, const std::string& source, const std:
   ZT_CHECK(c.attention_multiplier > 0.0,
            source + ": 'attention_multiplier' must be a positive number, got " +
                quoted_json(j.at("attention_multiplier")));
+}
+
+// OLMo 3: OLMo 2's layers with a window on all but every fourth (Olmo3Config's layer_types when
+// the file has none), or as layer_types lists them; the windowed layers rotate with rope_theta,
+// unscaled. Its rope_theta must be given: transformers 4.57 reads an absent one as 10000, 5.x as
+// 500000.
+void read_olmo3_layers(const nlohmann::json& j, const std::string& source, const std::string& type,
+                       ModelConfig& c) {
+  if (type != "olmo3") return;
+  ZT_CHECK(c.rope_theta > 0.0, source +
+                                   ": has no 'rope_theta', which transformers 4.57's Olmo3Config "
+                                   "reads as 10000 and 5.x's as 500000; refused rather than "
+                                   "choosing one (AllenAI's files say 500000)");
+  const int64_t period = layer_types_period(j, source);
+  c.sliding_window_pattern = period > 0 ? period : 4;
+  c.local_rope_theta = c.rope_theta;
 }
 
 // The attention's shape by family: head_dim (Qwen3's default 128, else hidden_size /
@@ -232,7 +255,7 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   const bool quotient = c.num_heads > 0 && head_dim * c.num_heads == c.hidden_size;
   c.explicit_head_dim = quotient ? 0 : head_dim;
   // Mistral's attention_bias is refused by check_fixed_hf_keys; Qwen2's is ignored.
-  const bool olmo2 = type == "olmo2";
+  const bool olmo2 = type == "olmo2" || type == "olmo3";
   const bool attention_bias = (type == "llama" || type == "qwen3" || type == "smollm3" ||
                                is_gemma_type(type) || olmo2 || type == "granite") &&
                               j.contains("attention_bias") &&
@@ -247,6 +270,7 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   c.fused_projections = type == "phi3";
   read_gemma_family(j, source, type, c);
   read_granite(j, source, type, c);
+  read_olmo3_layers(j, source, type, c);
 }
 
 bool is_inert_key(const std::string& key, const std::string& type) {
@@ -318,10 +342,17 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["attention_multiplier"] = attention_multiplier;
     j["residual_multiplier"] = residual_multiplier;
     j["logits_scaling"] = logits_scaling;
-  } else if (type == "olmo2") {
+  } else if (type == "olmo2" || type == "olmo3") {
     j["attention_bias"] = qkv_bias;
-    // Written when none, too: Olmo2Config would read its absence as 1.
+    // Written when none, too: Olmo2Config and Olmo3Config would read its absence as 1.
     if (padding_token < 0) j["pad_token_id"] = nullptr;
+    if (type == "olmo3") {
+      j["sliding_window"] = sliding_window;
+      nlohmann::json types = nlohmann::json::array();
+      for (int l = 0; l < num_layers; ++l)
+        types.push_back(layer_window(l) > 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+    }
   } else if (type == "smollm3") {
     nlohmann::json rotates = nlohmann::json::array();
     for (int64_t l = 0; l < num_layers; ++l) rotates.push_back(layer_rotates(l) ? 1 : 0);
@@ -361,11 +392,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, "
          "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Olmo2ForCausalLM, "
-         "GraniteForCausalLM)");
+         "Olmo3ForCausalLM, GraniteForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
-         "smollm3, gemma, gemma2, gemma3_text, olmo2, granite)");
+         "smollm3, gemma, gemma2, gemma3_text, olmo2, olmo3, granite)");
   ModelConfig c;
   c.hidden_size = required_key<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required_key<int64_t>(j, "intermediate_size", source);

@@ -28,9 +28,9 @@ double optional_positive(const nlohmann::json& j, const char* key, double absent
   return d;
 }
 
-// The period of config.json's layer_types (transformers 4.53 and later write it; it wins over
-// the pattern keys there): every period-th layer "full_attention", the others "sliding_attention"
-// (a period past the last layer when none is full); 0 without the key. Another list is refused.
+}  // namespace
+
+// transformers 4.53 and later write layer_types; it wins over Gemma 3's pattern keys there.
 int64_t layer_types_period(const nlohmann::json& j, const std::string& source) {
   if (!j.contains("layer_types") || !j.at("layer_types").is_array()) return 0;
   const nlohmann::json& types = j.at("layer_types");
@@ -41,10 +41,12 @@ int64_t layer_types_period(const nlohmann::json& j, const std::string& source) {
     ZT_CHECK(types[l] == (full ? "full_attention" : "sliding_attention"),
              source + ": 'layer_types' " + quoted_json(types) +
                  " is not every n-th layer \"full_attention\" and the others "
-                 "\"sliding_attention\", the pattern Gemma 2 and 3 compute");
+                 "\"sliding_attention\", the pattern Gemma 2 and 3 and OLMo 3 compute");
   }
   return period;
 }
+
+namespace {
 
 // Gemma 3's q/k norms, the RoPE base of its windowed layers (Gemma3TextConfig's default 10000)
 // and which layers attend over every key: every sliding_window_pattern-th (default 6), or as

@@ -22,6 +22,10 @@ void check_gemma_activation(const nlohmann::json& j, const std::string& source,
 // Gemma3TextConfig's defaults (256, no caps), q/k norms, its pattern and local RoPE base.
 void read_gemma_family(const nlohmann::json& j, const std::string& source, const std::string& type,
                        ModelConfig& c);
+// The period of config.json's layer_types (Gemma 2's, Gemma 3's and OLMo 3's): every period-th
+// layer "full_attention", the others "sliding_attention" (a period past the last layer when none
+// is full); 0 without the key. Another list is refused naming it.
+int64_t layer_types_period(const nlohmann::json& j, const std::string& source);
 // The keys of a Gemma, Gemma 2 or Gemma 3 config.json beside the common ones.
 void write_gemma_keys(const ModelConfig& c, nlohmann::json& j);
 

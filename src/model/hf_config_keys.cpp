@@ -113,7 +113,7 @@ const std::map<std::string, std::string>& hf_architectures() {
       {"phi3", "Phi3ForCausalLM"},          {"smollm3", "SmolLM3ForCausalLM"},
       {"gemma", "GemmaForCausalLM"},        {"gemma2", "Gemma2ForCausalLM"},
       {"gemma3_text", "Gemma3ForCausalLM"}, {"olmo2", "Olmo2ForCausalLM"},
-      {"granite", "GraniteForCausalLM"}};
+      {"olmo3", "Olmo3ForCausalLM"},        {"granite", "GraniteForCausalLM"}};
   return table;
 }
 
@@ -186,7 +186,8 @@ std::vector<std::string> family_read_keys(const std::string& type) {
 
 // transformers 4.46's MistralConfig, Qwen2Config, Phi3Config and GemmaConfig, 4.49's Olmo2Config
 // (pad_token_id 1), 4.50's Gemma3TextConfig, 4.54's Qwen3Config and SmolLM3Config (which keeps
-// PretrainedConfig's tied embeddings).
+// PretrainedConfig's tied embeddings), 4.57's Olmo3Config (pad_token_id 1) with no rope_theta
+// (0: 4.57 reads an absent one as 10000, 5.x as 500000, so model/hf_config.cpp refuses it).
 const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
   static const std::map<std::string, HfFamilyDefaults> table = {
       {"llama", {"LlamaConfig"}},
@@ -199,6 +200,7 @@ const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
       {"gemma2", {"Gemma2Config", 0, 16, true}},
       {"gemma3_text", {"Gemma3TextConfig", 0, 4, true, 1000000.0}},
       {"olmo2", {"Olmo2Config", 1}},
+      {"olmo3", {"Olmo3Config", 1, 0, false, 0.0}},
       {"granite", {"GraniteConfig"}}};
   return table.at(type);
 }

@@ -145,10 +145,10 @@ const nlohmann::json& full_attention_rope(const nlohmann::json& r, const std::st
                                           std::string& where) {
   if (!r.is_object() || !(r.contains("full_attention") || r.contains("sliding_attention")))
     return r;
-  ZT_CHECK(type == "gemma3_text",
+  ZT_CHECK(type == "gemma3_text" || type == "olmo3",
            where +
-               " holds one object per layer type, which zerotrain reads for Gemma 3 "
-               "(model_type \"gemma3_text\") alone");
+               " holds one object per layer type, which zerotrain reads for Gemma 3 and OLMo 3 "
+               "(model_type \"gemma3_text\", \"olmo3\") alone");
   for (const auto& [key, value] : r.items())
     ZT_CHECK(key == "full_attention" || key == "sliding_attention",
              where + ": unknown key '" + key + "' beside the layer types' objects");
@@ -175,6 +175,14 @@ void read_rope(const nlohmann::json& j, const std::string& source, const std::st
   const nlohmann::json& r = full_attention_rope(j.at("rope_parameters"), type, where);
   const RopeScalingParams scaling =
       rope_scaling_from_object(r, where, {"rope_theta", "partial_rotary_factor"});
+  // Olmo3Config puts rope_scaling on the full-attention layers (4.57, vLLM, 5.x's per-layer-type
+  // form); transformers 5.2 read one rope_parameters object as every layer's.
+  ZT_CHECK(type != "olmo3" || &r != &j.at("rope_parameters") || scaling.type == RopeScaling::kNone,
+           where +
+               " is one object with a scaling for every layer type, which transformers releases "
+               "read differently for OLMo 3 (5.2 scales every layer; 4.57, vLLM and later 5.x "
+               "releases the full-attention layers alone); write it as rope_scaling or as one "
+               "object per layer type");
   const double theta = required_key<double>(r, "rope_theta", where);
   ZT_CHECK(!j.contains("rope_theta") || theta == c.rope_theta,
            where + ": rope_theta " + quoted_json(r.at("rope_theta")) +
@@ -185,18 +193,19 @@ void read_rope(const nlohmann::json& j, const std::string& source, const std::st
   c.rope_scaling = scaling;
 }
 
-// The sliding layers' object of transformers 5's per-layer-type rope_parameters (Gemma 3): their
-// base, unscaled, which must agree with rope_local_base_freq where the file has both.
+// The sliding layers' object of transformers 5's per-layer-type rope_parameters (Gemma 3, OLMo 3):
+// their base, unscaled, which must agree with rope_local_base_freq where the file has both (OLMo
+// 3's with rope_theta, validate()).
 void read_sliding_rope(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
-  if (!c.is_gemma3() || !j.contains("rope_parameters") || !j.at("rope_parameters").is_object() ||
+  if (!(c.is_gemma3() || c.is_olmo3()) || !j.contains("rope_parameters") ||
+      !j.at("rope_parameters").is_object() ||
       !j.at("rope_parameters").contains("sliding_attention"))
     return;
   const std::string where = source + ": 'rope_parameters'.sliding_attention";
   const nlohmann::json& r = j.at("rope_parameters").at("sliding_attention");
   ZT_CHECK(rope_scaling_from_object(r, where, {"rope_theta"}).type == RopeScaling::kNone,
-           where +
-               ": a scaling of the sliding layers' RoPE is not Gemma 3's (rope_type "
-               "\"default\")");
+           where + ": a scaling of the sliding layers' RoPE is not " +
+               (c.is_olmo3() ? "OLMo 3's" : "Gemma 3's") + " (rope_type \"default\")");
   const double theta = required_key<double>(r, "rope_theta", where);
   ZT_CHECK(!j.contains("rope_local_base_freq") || theta == c.local_rope_theta,
            where + ": rope_theta " + quoted_json(r.at("rope_theta")) +

@@ -158,8 +158,9 @@ TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   gemma2.attn_logit_softcap = 2.0f;
   gemma2.final_logit_softcap = 3.0f;
   ModelConfig olmo2 = olmo2_from_llama_shape(preset_config("small"));
+  ModelConfig olmo3 = olmo3_from_llama_shape(preset_config("small"), kSeq / 2);
   ModelConfig granite = granite_from_llama_shape(preset_config("small"));
-  for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2, &olmo2, &granite}) {
+  for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2, &olmo2, &olmo3, &granite}) {
     model->validate();
     const std::string name = model->model_type();
     MpiCommunicator self(MPI_COMM_SELF);

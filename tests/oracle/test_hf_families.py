@@ -60,6 +60,8 @@ h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "
 from gemma3_reference import (GEMMA3_KEYS, build_gemma3, save_tensors,  # noqa: E402
                               write_gemma3_config)
 from multimodal_reference import write_multimodal  # noqa: E402
+from olmo3_reference import (OLMO3_KEYS, build_olmo3, olmo3_config,  # noqa: E402
+                             write_olmo3_config)
 
 # Small random configs, one per family: (transformers config class, model class, kwargs).
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -217,6 +219,22 @@ FAMILIES = {
     "olmo2-bias-linear": ("Olmo2Config", "Olmo2ForCausalLM", dict(
         pad_token_id=None, attention_bias=True, tie_word_embeddings=True,
         rope_scaling={"type": "linear", "factor": 4.0})),
+    # OLMo 3 (olmo3_reference.py: built on 4.49's OLMo 2, as 4.57 computes it): OLMo 2's model
+    # with a window of 12 keys on all but every fourth layer (Olmo3Config's default layer_types,
+    # written out as 4.57 writes them), the windowed layers rotating unscaled and the full ones
+    # with yarn, as AllenAI's files give it (factor 4 here, 8 there; an attention_factor that is
+    # not 0.1·ln(factor) + 1; the original length the file's max_position_embeddings, see
+    # olmo3_reference.py); grouped heads, untied, OLMo's rope_theta.
+    "olmo3-yarn": ("Olmo2Config", "Olmo2ForCausalLM", dict(
+        num_hidden_layers=4, pad_token_id=32, rope_theta=500000.0, sliding_window=12,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                      "attention_factor": 1.2079441541679836, "beta_fast": 32.0,
+                      "beta_slow": 1.0})),
+    # ... with attention_bias (all four projections), tied embeddings, no scaling and a window on
+    # every other layer (layer_types listing a period of 2).
+    "olmo3-bias-tied": ("Olmo2Config", "Olmo2ForCausalLM", dict(
+        num_hidden_layers=4, pad_token_id=None, attention_bias=True, tie_word_embeddings=True,
+        sliding_window=12, layer_types=["sliding_attention", "full_attention"] * 2)),
     # Granite (transformers 4.46's own GraniteForCausalLM): the embedding's output times 12, the
     # scores times 0.05 (not 1/sqrt(16)), each branch's output times 0.22 before its residual add
     # (granite-3's 12 and 0.22), and the logits divided by 3 (granite-3's are 8 and 16: a divisor
@@ -246,16 +264,17 @@ SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 # The families whose reference is transformers 4.49 (partial_rotary_factor in Phi3; Olmo2, which
 # 4.46 does not have).
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
-TRANSFORMERS_449 = PARTIAL_ROTARY | {"olmo2", "olmo2-bias-linear"}
+OLMO3 = {"olmo3-yarn", "olmo3-bias-tied"}
+TRANSFORMERS_449 = PARTIAL_ROTARY | OLMO3 | {"olmo2", "olmo2-bias-linear"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
-WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3", "gemma3-linear"}
+WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3", "gemma3-linear"} | OLMO3
 # Config attributes the reference loads with in place of its config.json's: transformers 4.46's
 # yarn takes its band from max_position_embeddings, later releases (and zerotrain) from the
 # original length.
 REFERENCE_OVERRIDES = {"llama-yarn-extended": dict(max_position_embeddings=64)}
 # The model_type each family's config.json says.
 MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text", "qwen3-yarn": "qwen3",
-               "smollm3-yarn": "smollm3"}
+               "smollm3-yarn": "smollm3", "olmo3-yarn": "olmo3", "olmo3-bias-tied": "olmo3"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)
 
@@ -324,6 +343,8 @@ def randomize_small_tensors(model):
 def build_reference(family, config):
     if family.startswith("gemma3"):
         return build_gemma3(config)
+    if family in OLMO3:
+        return build_olmo3(config)
     model = getattr(transformers, FAMILIES[family][1])(config)
     if family.startswith("smollm3"):
         return drop_rope(model, SMOLLM3_NO_ROPE_LAYERS)
@@ -336,6 +357,9 @@ def save_written_as(family, model, config, out_dir):
     save_tensors(model, config, out_dir)
     if family.startswith("gemma3"):
         write_gemma3_config(config, out_dir)
+        return
+    if family in OLMO3:
+        write_olmo3_config(config, out_dir)
         return
     saved = {k: v for k, v in config.to_dict().items()
              if k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -401,6 +425,8 @@ def load_reference(family, config, hf_dir):
         "head_dim", "pad_token_id")}
     if family.startswith("smollm3"):
         expected["no_rope_layers"] = SMOLLM3_NO_ROPE_LAYERS
+    if family in OLMO3:
+        expected.update({k: getattr(config, k) for k in OLMO3_KEYS + ("attention_bias",)})
     check_same_rotation(hf_dir, saved, config)
     if family.startswith("gemma3"):
         expected.update({k: getattr(config, k) for k in GEMMA3_KEYS + (
@@ -706,6 +732,27 @@ def check_olmo2_gguf(zt, work, final, exported, config):
           f"{back_config.get('model_type')}")
     print(f"the GGUF export is llama.cpp's olmo2 ({count} tensors as the converter writes them) "
           "and imports back bit for bit", flush=True)
+    check_olmo2_window_refused(zt, work)
+
+
+def check_olmo2_window_refused(zt, work):
+    """The exported olmo2 file copied with `olmo2.attention.sliding_window` added (gguf's own
+    gguf_new_metadata copy; llama.cpp's layout of OLMo 3) is refused naming the key, not imported
+    as an OLMo 2 without windows, and leaves no directory."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+    reader = gguf.GGUFReader(os.path.join(work, "exported.gguf"))
+    path = os.path.join(work, "olmo2-window.gguf")
+    writer = gguf.GGUFWriter(path, arch="olmo2")
+    # (gguf's writer takes no empty array: those keys, the byte tokenizer's, are left out.)
+    empty = [f.name for f in reader.fields.values()
+             if f.types and f.types[0] == gguf.GGUFValueType.ARRAY and not f.data]
+    copy_with_new_metadata(reader, writer, {"olmo2.attention.sliding_window": MetadataDetails(
+        gguf.GGUFValueType.UINT32, 4096)}, empty)
+    out = os.path.join(work, "olmo2-window")
+    refused([zt, "import", path, "--out", out], "'olmo2.attention.sliding_window' in an olmo2 file")
+    check(not os.path.exists(out), "a refused GGUF import left its directory")
+    print("an olmo2 GGUF file with a sliding window (OLMo 3's) is refused", flush=True)
 
 
 def check_granite_gguf(zt, work, final, exported, source_dir, config):
@@ -960,7 +1007,8 @@ def main():
                          f"partial_rotary_factor; it has Olmo2), found {transformers.__version__}: "
                          "put .venv/transformers-4.49 (./run.sh deps) first on PYTHONPATH")
     config_name, model_name, extra = FAMILIES[args.family]
-    config = getattr(transformers, config_name)(**{**COMMON, **extra})
+    config = (olmo3_config if args.family in OLMO3 else getattr(transformers, config_name))(
+        **{**COMMON, **extra})
     model = build_reference(args.family, config)
     randomize_small_tensors(model)
     model = model.to(torch.bfloat16)
@@ -1058,7 +1106,8 @@ def main():
     if "yarn" in args.family:
         check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)
     if "longrope" in args.family or "window" in args.family or args.family in (
-            "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2", "granite"):
+            "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2", "granite") or (
+            args.family in OLMO3):
         check_generate(zt, imported, model, tokens, args.family,
                        extra.get("original_max_position_embeddings", 16))
 
@@ -1089,6 +1138,9 @@ def main():
         check_smollm3_gguf(zt, work, final, exported, args.source_dir, config)
     if args.family.startswith("olmo2"):
         check_olmo2_gguf(zt, work, final, exported, config)
+    if args.family in OLMO3:
+        gguf_export_refused(zt, work, final, "is an OLMo 3, which zerotrain does not write to GGUF",
+                            "an OLMo 3")
     if args.family.startswith("granite"):
         check_granite_gguf(zt, work, final, exported, args.source_dir, config)
     if args.family in ("gemma", "gemma2", "gemma3"):

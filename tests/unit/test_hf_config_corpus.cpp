@@ -103,6 +103,9 @@ const std::map<std::string, Published>& corpus() {
       // safetensors index's 54,864,793,600 bytes of fp32; its card's 13B.
       {"allenai--OLMo-2-1124-13B", {13716198400, "olmo2", false, 500000, R::kNone}},
       {"allenai--OLMo-2-1124-13B-Instruct", {13716198400, "olmo2", false, 500000, R::kNone}},
+      // OLMo 3.1 32B Instruct (OLMo 2's model with 4096-key windows on three layers in four, yarn
+      // on the others): 32,233,522,176 from the shapes its config states; its card's 32B.
+      {"allenai--Olmo-3.1-32B-Instruct", {32233522176, "olmo3", false, 500000, R::kYarn}},
       // Granite 3.3 8B Instruct (its four scalars on Llama's model): 8,170,864,640 from the shapes
       // its config states (tied embeddings); its card's 8B.
       {"ibm-granite--granite-3.3-8b-instruct", {8170864640, "granite", true, 10000000, R::kNone}},

@@ -160,7 +160,7 @@ TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneToke
   for (const ModelConfig& c :
        {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied(), mistral_windowed(),
         gemma2_tied(), gemma3_tied(), olmo2_from_llama_shape(llama_untied()),
-        granite_from_llama_shape(llama_tied())}) {
+        olmo3_from_llama_shape(llama_untied(), 20), granite_from_llama_shape(llama_tied())}) {
     const int64_t T = 70, prompt = 13;  // a prompt of 13 rows, then 57 of one
     const std::vector<std::vector<float>> params = strong_params(c);
     const std::vector<int32_t> tokens = some_tokens(c, T);
