@@ -148,7 +148,10 @@ def located_turn(path, number, whole, messages, i, tools, head, through, name):
                  else turn_start(path, number, messages, i, tools, head, inside, first, alone))
         end = (len(through) if whole.startswith(through)
                else turn_end(whole, probe, inside, at, alone))
-        if start is not None and end is not None and start <= first and at <= end:
+        # A prompt found whole before the turn may end inside the reply, which then opens with
+        # what the prompt goes on with (Olmo-3-Think's "<think>"): the turn starts after it.
+        if (start is not None and end is not None and at <= end and start <= end and
+                (start <= first or whole.startswith(head))):
             return start, end
     sys.exit(f"{path}:{number}: the chat template{template_origin} "
              f"renders {name} (assistant), or the turns "

@@ -13,7 +13,9 @@ the conversation with its EOS (the last reply counts up to it), gemma-3-4b-it's,
 the system message into the first user turn and trims each part of a list, and SmolLM3-3B's, which writes
 today's date into its system header and, given "/no_think", an empty <think> block that both its
 generation prompt and its replies open with, and OLMo-2-1124-13B-Instruct's (Tülu 3's), whose
-replies close with the EOS and a newline that the last one leaves out. Each is given a tokenizer as test_tokenizer_configs.py makes one
+replies close with the EOS and a newline that the last one leaves out, and Olmo-3-7B-Instruct's and
+-Think's, whose replies close with "<|im_end|>\n" inside a conversation and with the EOS at its
+end (Think's generation prompt goes on with "<think>"). Each is given a tokenizer as test_tokenizer_configs.py makes one
 (a byte-level BPE holding the model's special tokens). The reference is transformers'
 apply_chat_template(return_assistant_tokens_mask=True) on a copy of the template in which the
 assistant turns are marked with {% generation %} by hand (the marks in TEMPLATES: around what the
@@ -188,6 +190,37 @@ TEMPLATES = {
             ("{{ '<|assistant|>\n'  + message['content'] + eos_token }}",
              "{{ '<|assistant|>\n' }}{% generation %}{{ message['content'] + eos_token }}"
              "{% endgeneration %}")]),
+    # OLMo 3's (Olmo-3-7B-Instruct's): ChatML with a default system message naming the functions
+    # (the tools as JSON), calls written as name(key=value) in <function_calls>, tool results as
+    # an "environment" turn, and a reply closed by "<|im_end|>\n" inside the conversation and by
+    # the EOS at its end. The two closings share no token, so a reply inside the conversation
+    # counts its content alone (zerotrain's rule, docs/fine-tuning.md "Chat data"; TRL with the
+    # marker around "<|im_end|>\n" would count it too).
+    "allenai-Olmo-3-7B-Instruct": (
+        "<|endoftext|>", "<|endoftext|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"],
+        ("system", "rounds", "tools"), [
+            ("{{- '<|im_start|>assistant\n' -}}{%- if message.get('content', none) is not none -%}",
+             "{{- '<|im_start|>assistant\n' -}}{% generation %}"
+             "{%- if message.get('content', none) is not none -%}"),
+            ("{%- if not loop.last -%}{{- '<|im_end|>' + '\n' -}}{%- else -%}{{- eos_token -}}"
+             "{%- endif -%}",
+             "{{- '' if not loop.last else eos_token -}}{% endgeneration %}"
+             "{{- ('<|im_end|>' + '\n') if not loop.last else '' -}}")]),
+    # Olmo-3-7B-Think's: the same turns with OLMo's own system message, and a generation prompt
+    # that goes on with "<think>", which a reply already written holds only as its content does:
+    # a plain reply counts from after "<|im_start|>assistant\n", the part of the prompt its
+    # opening holds, and one that opens with "<think>" from after it, as the prompt writes it.
+    "allenai-Olmo-3-7B-Think": (
+        "<|endoftext|>", "<|endoftext|>", ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"],
+        ("system", "rounds", "reasoning"), [
+            ("{{ '<|im_start|>assistant\n' }}{% if message.get('content', none) is not none %}"
+             "{{ message['content'] }}{% endif %}",
+             "{{ '<|im_start|>assistant\n' }}{% set c = message.get('content', none) or '' %}"
+             "{% set t = '<think>' if c.startswith('<think>') else '' %}{{ t }}"
+             "{% generation %}{{ c[t | length:] }}"),
+            ("{% if not loop.last %}{{ '<|im_end|>' + '\n' }}{% else %}{{ eos_token }}{% endif %}",
+             "{{ '' if not loop.last else eos_token }}{% endgeneration %}"
+             "{{ ('<|im_end|>' + '\n') if not loop.last else '' }}")]),
 }
 
 USER = ["Name three primes.", "And the next one?"]
