@@ -57,8 +57,8 @@ void ModelConfig::check_rope_scaling() const {
     ZT_CHECK(r.attention_factor > 0 && std::isfinite(static_cast<float>(r.attention_factor)),
              "model config: yarn's attention_factor must be a positive number, finite in fp32");
     ZT_CHECK(!fused_projections && !is_gemma(),
-             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3 and "
-             "SmolLM3");
+             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3, SmolLM3 "
+             "and OLMo 3 (its full-attention layers)");
   }
   if (r.type == RopeScaling::kLlama3) {
     ZT_CHECK(r.low_freq_factor > 0 && r.low_freq_factor < r.high_freq_factor &&
@@ -95,6 +95,10 @@ void ModelConfig::validate() const {
   ZT_CHECK(num_heads % num_kv_heads == 0,
            "model config: num_attention_heads must be a multiple of num_key_value_heads");
   ZT_CHECK(head_dim() % 2 == 0, "model config: head_dim must be even for RoPE");
+  ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
+           "model config: rms_norm_eps must be a positive finite number");
+  ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
+           "model config: rope_theta must be a positive finite number");
   check_partial_rotary();
   check_layers_without_rope();
   check_gemma();
@@ -103,10 +107,6 @@ void ModelConfig::validate() const {
   check_olmo2();
   check_granite();
   check_sliding_window();
-  ZT_CHECK(rms_norm_eps > 0 && std::isfinite(rms_norm_eps),
-           "model config: rms_norm_eps must be a positive finite number");
-  ZT_CHECK(rope_theta > 0 && std::isfinite(rope_theta),
-           "model config: rope_theta must be a positive finite number");
   check_rope_scaling();
   ZT_CHECK(padding_token >= -1 && padding_token < vocab_size,
            "model config: pad_token_id " + std::to_string(padding_token) +
@@ -234,7 +234,8 @@ void ModelConfig::check_layer_pattern() const {
   ZT_CHECK(attn_logit_softcap == 0.0f,
            "model config: transformers' Gemma 3 applies no attention soft cap");
   ZT_CHECK(std::isfinite(local_rope_theta) && static_cast<float>(local_rope_theta) > 0.0f,
-           "model config: rope_local_base_freq must be a positive finite number");
+           "model config: " + std::string(is_olmo3() ? "rope_theta" : "rope_local_base_freq") +
+               " must be a positive finite number");
   ZT_CHECK(!is_olmo3() || local_rope_theta == rope_theta,
            "model config: OLMo 3's windowed layers rotate with rope_theta (" +
                shortest_decimal(rope_theta) + "), not " + shortest_decimal(local_rope_theta));

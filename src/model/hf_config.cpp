@@ -69,7 +69,8 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
       refuse(key, "is not implemented (no dropout)");
   // transformers 4.53 and later write it; Gemma 2's and 3's list their windowed and full layers,
   // which must be the family's pattern (model/hf_config_gemma.cpp).
-  if (j.contains("layer_types")) {
+  // (null: the family's default, as transformers reads it)
+  if (j.contains("layer_types") && !j.at("layer_types").is_null()) {
     bool full = j.at("layer_types").is_array();
     for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
       full = full && (t == "full_attention" ||
@@ -84,7 +85,7 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
     if (layers.is_number_integer() && j.at("layer_types").size() != layers.get<size_t>())
       refuse("layer_types", "has " + std::to_string(j.at("layer_types").size()) +
                                 " entries for num_hidden_layers " + layers.dump() +
-                                " (transformers refuses it)");
+                                " (one entry per layer)");
   }
 }
 
@@ -218,10 +219,12 @@ void read_granite(const nlohmann::json& j, const std::string& source, const std:
 void read_olmo3_layers(const nlohmann::json& j, const std::string& source, const std::string& type,
                        ModelConfig& c) {
   if (type != "olmo3") return;
-  ZT_CHECK(c.rope_theta > 0.0, source +
-                                   ": has no 'rope_theta', which transformers 4.57's Olmo3Config "
-                                   "reads as 10000 and 5.x's as 500000; refused rather than "
-                                   "choosing one (AllenAI's files say 500000)");
+  const bool given = j.contains("rope_theta") ||
+                     (j.contains("rope_parameters") && !j.at("rope_parameters").is_null());
+  ZT_CHECK(given, source +
+                      ": has no 'rope_theta', which transformers 4.57's Olmo3Config "
+                      "reads as 10000 and 5.x's as 500000; refused rather than "
+                      "choosing one (AllenAI's files say 500000)");
   const int64_t period = layer_types_period(j, source);
   c.sliding_window_pattern = period > 0 ? period : 4;
   c.local_rope_theta = c.rope_theta;

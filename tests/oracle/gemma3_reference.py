@@ -91,8 +91,13 @@ def save_tensors(model, config, out_dir):
 def load_gemma3(config, hf_dir, dtype, norm_hooks=True):
     """The reference with every tensor of hf_dir's model.safetensors loaded (strictly), in
     dtype."""
+    return load_tensors(build_gemma3(config, norm_hooks), config, hf_dir, dtype)
+
+
+def load_tensors(model, config, hf_dir, dtype):
+    """model with every tensor of hf_dir's model.safetensors loaded (strictly: a tied head and
+    the rotary buffers aside), in dtype."""
     import safetensors.torch
-    model = build_gemma3(config, norm_hooks)
     state = safetensors.torch.load_file(os.path.join(hf_dir, "model.safetensors"))
     missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in state.items()},
                                                 strict=False)

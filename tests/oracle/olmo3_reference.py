@@ -86,3 +86,12 @@ def olmo3_config_json(config):
 def write_olmo3_config(config, out_dir):
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(olmo3_config_json(config), f, indent=2)
+
+
+def load_olmo3(config, hf_dir, dtype):
+    """The reference with every tensor of hf_dir's model.safetensors loaded (strictly), in dtype,
+    without a cache."""
+    from gemma3_reference import load_tensors
+    model = load_tensors(build_olmo3(config), config, hf_dir, dtype).eval()
+    model.config.use_cache = False
+    return model

@@ -26,7 +26,8 @@ text.
 
 For each template, conversations of two rounds with a system message (without, for Nemo), of two
 rounds whose replies reason in <think> (QwQ, DeepSeek), of three whose first reply's reasoning was
-cut before "</think>" (QwQ: its generation prompt is in that reply too), and agent traces with
+cut before "</think>" (QwQ: its generation prompt is in that reply too; DeepSeek: that reply
+keeps the "<think>\n" its generation prompt writes, and counts from after it), and agent traces with
 tools (QwQ and Mistral: a turn of calls with and without content, the tool's result, the answer,
 a later user turn and its answer; DeepSeek: a turn of calls whose content is null, OpenAI's form,
 which its template renders only so), and for Mistral Small and Gemma 3 a conversation whose system message,
@@ -83,10 +84,13 @@ TEMPLATES = {
     "deepseek-ai-DeepSeek-R1-Distill-Llama-8B": (
         "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
         ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>"],
-        ("system", "reasoning", "null_calls"), [
+        ("system", "reasoning", "truncated", "null_calls"), [
+            # (a reply whose reasoning was cut keeps its "<think>\n", which the generation
+            # prompt writes: it counts from after it)
             ("{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}",
-             "{{'<｜Assistant｜>'}}{% generation %}{{content + '<｜end▁of▁sentence｜>'}}"
-             "{% endgeneration %}"),
+             "{{'<｜Assistant｜>'}}{%- if content.startswith('<think>\n') %}{{- '<think>\n' }}"
+             "{%- set content = content[8:] %}{%- endif %}{% generation %}"
+             "{{content + '<｜end▁of▁sentence｜>'}}{% endgeneration %}"),
             ("{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + "
              "'<｜tool▁sep｜>' + tool['function']['name'] + '\\n' + '```json' + '\\n' + "
              "tool['function']['arguments'] + '\\n' + '```' + '<｜tool▁call▁end｜>'}}",
@@ -221,6 +225,19 @@ TEMPLATES = {
             ("{% if not loop.last %}{{ '<|im_end|>' + '\n' }}{% else %}{{ eos_token }}{% endif %}",
              "{{ '' if not loop.last else eos_token }}{% endgeneration %}"
              "{{ ('<|im_end|>' + '\n') if not loop.last else '' }}")]),
+    # Granite 3.3's (its April 2025 release, granite-3.3-2b-instruct's and -8b-instruct's): every
+    # message as <|start_of_role|>ROLE<|end_of_role|>CONTENT<|end_of_text|> and a newline, a
+    # default system message with today's date, the generation prompt the assistant's opening.
+    "ibm-granite-granite-3.3-instruct-2504": (
+        "<|end_of_text|>", "<|end_of_text|>",
+        ["<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>"],
+        ("system", "rounds"), [
+            ("{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + message['content'] "
+             "+ '<|end_of_text|>\n' }}",
+             "{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' }}"
+             "{%- if message['role'] == 'assistant' %}{% generation %}"
+             "{{- message['content'] + '<|end_of_text|>\n' }}{% endgeneration %}"
+             "{%- else %}{{- message['content'] + '<|end_of_text|>\n' }}{%- endif %}")]),
 }
 
 USER = ["Name three primes.", "And the next one?"]
@@ -409,16 +426,30 @@ def main():
         for name in TEMPLATES:
             check_template(work, args.zerotrain, args.source_dir, name)
 
-        path = work("nemo-system.jsonl")
-        with open(path, "w") as f:
-            f.write(json.dumps(conversations("system")[0]) + "\n")
-        refused([args.zerotrain, "prepare-data", "--tokenizer",
-                 work("mistralai-Mistral-Nemo-Instruct-2407"), "--sft-jsonl", path,
-                 "--messages-field", "messages", "--chat-template", "--out", work("bad.h5"),
-                 "--python", sys.executable],
-                [path + ":1: the chat template leaves 'messages'[0] (system) out"], work("bad.h5"))
+        def refused_record(file, record, tokenizer, message):
+            """prepare-data of a file holding `record` is refused with `message` after the line
+            number, leaving no data."""
+            path = work(file)
+            with open(path, "w") as f:
+                f.write(json.dumps(record) + "\n")
+            refused([args.zerotrain, "prepare-data", "--tokenizer", work(tokenizer),
+                     "--sft-jsonl", path, "--messages-field", "messages", "--chat-template",
+                     "--out", work("bad.h5"), "--python", sys.executable],
+                    [path + ":1: " + message], work("bad.h5"))
+
+        refused_record("nemo-system.jsonl", conversations("system")[0],
+                       "mistralai-Mistral-Nemo-Instruct-2407",
+                       "the chat template leaves 'messages'[0] (system) out")
         print("ok   Mistral Nemo's template, which leaves the system message out: refused naming "
               "it, no data left")
+
+        # Granite 3.3's template writes a message's content alone: a turn of calls is refused
+        # naming it rather than trained as an empty reply.
+        refused_record("granite-calls.jsonl", conversations("tools")[1],
+                       "ibm-granite-granite-3.3-instruct-2504",
+                       "the chat template does not render the tool_calls of 'messages'[1]")
+        print("ok   Granite 3.3's template, which writes no tool_calls: a turn of calls is "
+              "refused naming it, no data left")
 
         # Gemma's template refuses a system message itself: the line is refused with its error.
         path = work("gemma-system.jsonl")

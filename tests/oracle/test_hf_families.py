@@ -1071,37 +1071,44 @@ def main():
         check(diff <= bound, f"{what}: |{zt_value} - {hf_value}| = {diff} > {bound}")
 
     imported_zt, imported_hf = zt_eval(imported), hf_loss(model, tokens, windows, seq_len)
-    if args.break_config:
-        try:
-            compare("imported loss", imported_zt, imported_hf)
-        except CheckFailed as e:
-            print(f"with {args.break_config} the comparison fails, as it must: {e}")
-            return 0
-        raise CheckFailed(f"with {args.break_config} the losses still agree: the comparison "
-                          "cannot see that key")
-    compare("imported loss", imported_zt, imported_hf)
 
-    # Gradients of one micro-batch of the imported model, tensor by tensor.
-    dump = os.path.join(work, "dump.h5")
-    run_tool([args.dump, "--model", imported, "--tokens", data, "--out", dump, "--precision",
-              "fp32", "--micro-batch", str(micro_batch), "--seq-len", str(seq_len), "--steps",
-              "1"])
-    reference = hf_gradients(model, tokens, micro_batch, seq_len)
-    grad_bound = 3 * fp32_model_bound(n, L)
-    worst = (0.0, "")
-    with h5py.File(dump, "r") as f:
-        dumped = sorted(f["grad"].keys())
-        check(dumped == sorted(reference), f"zerotrain's tensors {dumped} differ from the "
-              f"reference's {sorted(reference)}")
-        for name, want in reference.items():
-            got = torch.from_numpy(f["grad/" + name][()]).double()
-            check(tuple(got.shape) == tuple(want.shape),
-                  f"grad {name}: shape {tuple(got.shape)} vs {tuple(want.shape)}")
-            error = ((got - want).norm() / want.norm()).item()
-            worst = max(worst, (error, name))
-            check(error <= grad_bound, f"grad {name}: ‖Δ‖/‖ref‖ = {error:.3e} > {grad_bound:.3e}")
-    print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ {worst[0]:.3e} "
-          f"({worst[1]}), bound {grad_bound:.3e}", flush=True)
+    def compare_gradients():
+        """The gradients of one micro-batch of the imported model, tensor by tensor."""
+        dump = os.path.join(work, "dump.h5")
+        run_tool([args.dump, "--model", imported, "--tokens", data, "--out", dump, "--precision",
+                  "fp32", "--micro-batch", str(micro_batch), "--seq-len", str(seq_len),
+                  "--steps", "1"])
+        reference = hf_gradients(model, tokens, micro_batch, seq_len)
+        grad_bound = 3 * fp32_model_bound(n, L)
+        worst = (0.0, "")
+        with h5py.File(dump, "r") as f:
+            dumped = sorted(f["grad"].keys())
+            check(dumped == sorted(reference), f"zerotrain's tensors {dumped} differ from the "
+                  f"reference's {sorted(reference)}")
+            for name, want in reference.items():
+                got = torch.from_numpy(f["grad/" + name][()]).double()
+                check(tuple(got.shape) == tuple(want.shape),
+                      f"grad {name}: shape {tuple(got.shape)} vs {tuple(want.shape)}")
+                error = ((got - want).norm() / want.norm()).item()
+                worst = max(worst, (error, name))
+                check(error <= grad_bound,
+                      f"grad {name}: ‖Δ‖/‖ref‖ = {error:.3e} > {grad_bound:.3e}")
+        print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ "
+              f"{worst[0]:.3e} ({worst[1]}), bound {grad_bound:.3e}", flush=True)
+
+    if args.break_config:  # the loss, then the gradients, must see the change
+        for what, comparison in (("loss", lambda: compare("imported loss", imported_zt,
+                                                          imported_hf)),
+                                 ("gradients", compare_gradients)):
+            try:
+                comparison()
+            except CheckFailed as e:
+                print(f"with {args.break_config} the {what} comparison fails, as it must: {e}")
+                return 0
+        raise CheckFailed(f"with {args.break_config} the losses and gradients still agree: the "
+                          "comparison cannot see that key")
+    compare("imported loss", imported_zt, imported_hf)
+    compare_gradients()
 
     if "yarn" in args.family:
         check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)

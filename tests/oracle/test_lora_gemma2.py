@@ -47,12 +47,17 @@ def save_random(hf_dir, config_class, model_class, config, norm_mean):
     """A random model_class(config_class(**config)), its norm weights drawn as norm_mean +
     N(0, 0.1²) (where they start, leaving one out would be invisible), saved in bf16."""
     torch.manual_seed(1234)
-    model = model_class(config_class(**config))
+    model = randomize_norms(model_class(config_class(**config)), norm_mean)
+    model.to(torch.bfloat16).save_pretrained(hf_dir, safe_serialization=True)
+
+
+def randomize_norms(model, norm_mean):
+    """model with its norm weights drawn as norm_mean + N(0, 0.1²)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.normal_(norm_mean, 0.1)
-    model.to(torch.bfloat16).save_pretrained(hf_dir, safe_serialization=True)
+    return model
 
 
 def base_model(hf_dir):

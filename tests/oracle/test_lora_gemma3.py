@@ -58,11 +58,8 @@ def save_base(hf_dir):
     from gemma3_reference import build_gemma3
     torch.manual_seed(1234)
     config = gemma3_config()
-    model = build_gemma3(config)
-    with torch.no_grad():  # Gemma's norm weights start at 0, where leaving one out is invisible
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.normal_(0.0, 0.1)
+    # Gemma's norm weights start at 0, where leaving one out is invisible.
+    model = gemma2.randomize_norms(build_gemma3(config), 0.0)
     save_tensors(model.to(torch.bfloat16), config, hf_dir)
     write_gemma3_config(config, hf_dir)
 

@@ -96,6 +96,10 @@ TEST(Olmo3Config, AbsentKeysTakeOlmo3ConfigsDefaultsAndLayerTypesAreReadAsListed
     c.num_kv_heads = c.num_heads;
     return c;
   }());
+  // A null layer_types is Olmo3Config's default too.
+  nlohmann::json null_types = olmo3_32b_instruct_json();
+  null_types["layer_types"] = nullptr;
+  EXPECT_EQ(read(null_types), read(olmo3_32b_instruct_json()));
   nlohmann::json every_other = olmo3_32b_instruct_json();
   nlohmann::json types = nlohmann::json::array();
   for (int l = 0; l < 64; ++l) types.push_back(l % 2 ? "full_attention" : "sliding_attention");
@@ -145,6 +149,8 @@ TEST(Olmo3Config, WhatOlmo3DoesNotComputeIsRefusedNamingTheKey) {
   nlohmann::json j = olmo3_32b_instruct_json();
   j.erase("rope_theta");
   EXPECT_NE(error_of_json(j).find("has no 'rope_theta'"), std::string::npos);
+  EXPECT_NE(error_with("rope_theta", 0).find("rope_theta must be a positive finite number"),
+            std::string::npos);
   EXPECT_NE(error_with("sliding_window", nullptr).find("'sliding_window' is null"),
             std::string::npos);
   EXPECT_NE(error_with("rope_scaling", {{"rope_type", "linear"}, {"factor", 4.0}})
