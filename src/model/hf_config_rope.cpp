@@ -175,6 +175,13 @@ void read_rope(const nlohmann::json& j, const std::string& source, const std::st
   const nlohmann::json& r = full_attention_rope(j.at("rope_parameters"), type, where);
   const RopeScalingParams scaling =
       rope_scaling_from_object(r, where, {"rope_theta", "partial_rotary_factor"});
+  // (the top-level object's is read by partial_rotary_from_json; a layer type's is refused there)
+  const char* partial = "partial_rotary_factor";
+  ZT_CHECK(&r == &j.at("rope_parameters") || !r.contains(partial) || r.at(partial).is_null() ||
+               r.at(partial) == 1.0,
+           where + ": '" + partial + "' " + quoted_json(r.value(partial, nlohmann::json(1.0))) +
+               " is not implemented for " + hf_architectures().at(type) +
+               ", whose attention rotates every element of a head");
   // Olmo3Config puts rope_scaling on the full-attention layers (4.57, vLLM, 5.x's per-layer-type
   // form); transformers 5.2 read one rope_parameters object as every layer's.
   ZT_CHECK(type != "olmo3" || &r != &j.at("rope_parameters") || scaling.type == RopeScaling::kNone,

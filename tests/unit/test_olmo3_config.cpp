@@ -143,6 +143,12 @@ TEST(Olmo3Config, TransformersFivesRopeParametersAreReadPerLayerType) {
   EXPECT_NE(error_of_json(local).find("windowed layers rotate with rope_theta"), std::string::npos);
   local["rope_parameters"]["sliding_attention"] = yarn;
   EXPECT_NE(error_of_json(local).find("is not OLMo 3's"), std::string::npos);
+  nlohmann::json partial = five;
+  partial["rope_parameters"]["full_attention"]["partial_rotary_factor"] = 0.5;
+  EXPECT_NE(error_of_json(partial).find("'partial_rotary_factor' 0.5 is not implemented"),
+            std::string::npos);
+  partial["rope_parameters"]["full_attention"]["partial_rotary_factor"] = 1.0;
+  EXPECT_EQ(read(partial), read(published));
 }
 
 TEST(Olmo3Config, WhatOlmo3DoesNotComputeIsRefusedNamingTheKey) {
