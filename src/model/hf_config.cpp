@@ -71,16 +71,14 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   // which must be the family's pattern (model/hf_config_gemma.cpp).
   // (null: the family's default, as transformers reads it)
   if (j.contains("layer_types") && !j.at("layer_types").is_null()) {
+    const bool windowed = has_windowed_layers(type);
     bool full = j.at("layer_types").is_array();
     for (const auto& t : full ? j.at("layer_types") : nlohmann::json::array())
-      full = full && (t == "full_attention" ||
-                      ((type == "gemma2" || type == "gemma3_text" || type == "olmo3") &&
-                       t == "sliding_attention"));
+      full = full && (t == "full_attention" || (windowed && t == "sliding_attention"));
     if (!full)
-      refuse("layer_types", type == "gemma2" || type == "gemma3_text" || type == "olmo3"
-                                ? "is not implemented (each layer \"full_attention\" or "
-                                  "\"sliding_attention\")"
-                                : "is not implemented (every layer is \"full_attention\")");
+      refuse("layer_types", windowed ? "is not implemented (each layer \"full_attention\" or "
+                                       "\"sliding_attention\")"
+                                     : "is not implemented (every layer is \"full_attention\")");
     const nlohmann::json& layers = j.value("num_hidden_layers", nlohmann::json());
     if (layers.is_number_integer() && j.at("layer_types").size() != layers.get<size_t>())
       refuse("layer_types", "has " + std::to_string(j.at("layer_types").size()) +
@@ -174,7 +172,7 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
   // Gemma 2's window (Gemma2Config's default 4096) is every other layer's, from the first; Gemma
   // 3's (Gemma3TextConfig's default 4096) and OLMo 3's (Olmo3Config's 4096) all but every
   // sliding_window_pattern-th layer's.
-  const bool gemma_window = type == "gemma2" || gemma3 || type == "olmo3";
+  const bool gemma_window = has_windowed_layers(type);
   if (!j.contains("sliding_window")) return mistral || gemma_window ? 4096 : 0;
   // transformers' Gemma 2 and 3 and OLMo 3 build their windowed layers' masks from it: null fails
   // there.
@@ -214,17 +212,10 @@ void read_granite(const nlohmann::json& j, const std::string& source, const std:
 
 // OLMo 3: OLMo 2's layers with a window on all but every fourth (Olmo3Config's layer_types when
 // the file has none), or as layer_types lists them; the windowed layers rotate with rope_theta,
-// unscaled. Its rope_theta must be given: transformers 4.57 reads an absent one as 10000, 5.x as
-// 500000.
+// unscaled.
 void read_olmo3_layers(const nlohmann::json& j, const std::string& source, const std::string& type,
                        ModelConfig& c) {
   if (type != "olmo3") return;
-  const bool given = j.contains("rope_theta") ||
-                     (j.contains("rope_parameters") && !j.at("rope_parameters").is_null());
-  ZT_CHECK(given, source +
-                      ": has no 'rope_theta', which transformers 4.57's Olmo3Config "
-                      "reads as 10000 and 5.x's as 500000; refused rather than "
-                      "choosing one (AllenAI's files say 500000)");
   const int64_t period = layer_types_period(j, source);
   c.sliding_window_pattern = period > 0 ? period : 4;
   c.local_rope_theta = c.rope_theta;

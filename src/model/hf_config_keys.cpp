@@ -121,6 +121,10 @@ bool is_qwen(const std::string& type) {
   return type == "qwen2" || type == "qwen3";
 }
 
+bool has_windowed_layers(const std::string& type) {
+  return type == "gemma2" || type == "gemma3_text" || type == "olmo3";
+}
+
 namespace {
 
 // The model_type of the class every entry of config.json's `architectures` names, or "" when
@@ -187,7 +191,7 @@ std::vector<std::string> family_read_keys(const std::string& type) {
 // transformers 4.46's MistralConfig, Qwen2Config, Phi3Config and GemmaConfig, 4.49's Olmo2Config
 // (pad_token_id 1), 4.50's Gemma3TextConfig, 4.54's Qwen3Config and SmolLM3Config (which keeps
 // PretrainedConfig's tied embeddings), 4.57's Olmo3Config (pad_token_id 1) with no rope_theta
-// (0: 4.57 reads an absent one as 10000, 5.x as 500000, so model/hf_config.cpp refuses it).
+// (0: 4.57 reads an absent one as 10000, 5.x as 500000, so model/hf_config_rope.cpp refuses it).
 const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
   static const std::map<std::string, HfFamilyDefaults> table = {
       {"llama", {"LlamaConfig"}},

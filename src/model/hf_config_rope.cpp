@@ -170,21 +170,29 @@ void read_rope(const nlohmann::json& j, const std::string& source, const std::st
         rope_scaling_from_object(j.at("rope_scaling"), source + ": 'rope_scaling'", {});
   c.rope_theta =
       j.contains("rope_theta") ? required_key<double>(j, "rope_theta", source) : absent_theta;
-  if (!j.contains("rope_parameters") || j.at("rope_parameters").is_null()) return;
+  const bool parameters = j.contains("rope_parameters") && !j.at("rope_parameters").is_null();
+  // A family without a default (absent_theta 0: OLMo 3's, which transformers 4.57 reads as 10000
+  // and 5.x as 500000) must give it.
+  ZT_CHECK(absent_theta > 0.0 || j.contains("rope_theta") || parameters,
+           source + ": has no 'rope_theta', whose default transformers releases' " +
+               hf_family_defaults(type).config_class +
+               " disagree on; refused rather than choosing one");
+  if (!parameters) return;
   std::string where = source + ": 'rope_parameters'";
   const nlohmann::json& r = full_attention_rope(j.at("rope_parameters"), type, where);
+  const bool per_layer_type = &r != &j.at("rope_parameters");
   const RopeScalingParams scaling =
       rope_scaling_from_object(r, where, {"rope_theta", "partial_rotary_factor"});
   // (the top-level object's is read by partial_rotary_from_json; a layer type's is refused there)
   const char* partial = "partial_rotary_factor";
-  ZT_CHECK(&r == &j.at("rope_parameters") || !r.contains(partial) || r.at(partial).is_null() ||
-               r.at(partial) == 1.0,
-           where + ": '" + partial + "' " + quoted_json(r.value(partial, nlohmann::json(1.0))) +
-               " is not implemented for " + hf_architectures().at(type) +
-               ", whose attention rotates every element of a head");
+  ZT_CHECK(
+      !per_layer_type || !r.contains(partial) || r.at(partial).is_null() || r.at(partial) == 1.0,
+      where + ": '" + partial + "' " + quoted_json(r.value(partial, nlohmann::json(1.0))) +
+          " is not implemented for " + hf_architectures().at(type) +
+          ", whose attention rotates every element of a head");
   // Olmo3Config puts rope_scaling on the full-attention layers (4.57, vLLM, 5.x's per-layer-type
   // form); transformers 5.2 read one rope_parameters object as every layer's.
-  ZT_CHECK(type != "olmo3" || &r != &j.at("rope_parameters") || scaling.type == RopeScaling::kNone,
+  ZT_CHECK(type != "olmo3" || per_layer_type || scaling.type == RopeScaling::kNone,
            where +
                " is one object with a scaling for every layer type, which transformers releases "
                "read differently for OLMo 3 (5.2 scales every layer; 4.57, vLLM and later 5.x "
