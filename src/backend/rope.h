@@ -51,14 +51,22 @@ struct RopeSpec {
   // The leading elements of each head that rotate (transformers' int(head_dim ·
   // partial_rotary_factor), Phi-4-mini's 96 of 128); the rest pass through. 0: the whole head.
   int64_t rotary_dims = 0;
+  // Which elements pair up: false, element i with i + r/2 of the rotated r (transformers'
+  // rotate_half, Llama's); true, element 2i with 2i + 1 (GLM's rotate_half on x[..., 0::2] and
+  // x[..., 1::2], GPT-J's). Pair i turns by angle p·inv_freq_i either way.
+  bool interleaved = false;
   static RopeSpec unscaled(float theta) {
     RopeSpec r;
     r.theta = theta;
     return r;
   }
   int64_t rotated(int64_t head_dim) const { return rotary_dims > 0 ? rotary_dims : head_dim; }
+  // Where pair i's first element lies (i·pair_step()) and how far its second is from it.
+  int64_t pair_step() const { return interleaved ? 2 : 1; }
+  int64_t pair_partner(int64_t head_dim) const { return interleaved ? 1 : rotated(head_dim) / 2; }
   bool operator==(const RopeSpec& o) const {
-    return theta == o.theta && scaling == o.scaling && rotary_dims == o.rotary_dims;
+    return theta == o.theta && scaling == o.scaling && rotary_dims == o.rotary_dims &&
+           interleaved == o.interleaved;
   }
 };
 

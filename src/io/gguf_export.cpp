@@ -96,6 +96,9 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   ZT_CHECK(type != "olmo3", "export: model '" + dir +
                                 "' is an OLMo 3, which zerotrain does not write to GGUF yet; "
                                 "export safetensors instead");
+  ZT_CHECK(!c.is_glm(), "export: model '" + dir + "' is a " + type +
+                            " (GLM), which zerotrain does not write to GGUF yet; export "
+                            "safetensors instead");
   check_llama_cpp_yarn(c, dir);
   ZT_CHECK((type != "llama" && type != "granite") || !c.qkv_bias,
            "export: model '" + dir +

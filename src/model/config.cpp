@@ -106,6 +106,7 @@ void ModelConfig::validate() const {
   check_layer_pattern();
   check_olmo2();
   check_granite();
+  check_glm();
   check_sliding_window();
   check_rope_scaling();
   ZT_CHECK(padding_token >= -1 && padding_token < vocab_size,
@@ -117,7 +118,7 @@ void ModelConfig::validate() const {
            "Hugging Face architecture");
   ZT_CHECK(!qk_norm || qkv_bias == o_bias,
            "model config: q/k norms (Qwen3) take attention_bias for all four projections or none");
-  ZT_CHECK(!(qkv_bias && !o_bias && !qk_norm) || explicit_head_dim == 0 ||
+  ZT_CHECK(!(qkv_bias && !o_bias && !qk_norm && !is_glm()) || explicit_head_dim == 0 ||
                explicit_head_dim * num_heads == hidden_size,
            "model config: Qwen2 (q/k/v biases) computes head_dim as hidden_size / "
            "num_attention_heads; another head_dim is not implemented");
@@ -134,8 +135,8 @@ void ModelConfig::validate() const {
   const double params = layers * (2 * d * qd + 2 * d * kv_dim() + 3 * d * ff + 4 * d + 2 * qd) +
                         (tie_word_embeddings ? 1 : 2) * d * v + d;
   lora.check_biases(qkv_bias, o_bias);
-  lora.check_fits_model(fused_projections, model_type());
-  lora.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms, pre_norms);
+  lora.check_fits_model(fused_modules(), model_type());
+  lora.check_target_pattern(lora_modules());
   ZT_CHECK(largest_matrix <= 0x1p40 && params <= 0x1p48,
            "model config: " + shortest_decimal(params) +
                " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "
@@ -151,9 +152,9 @@ void ModelConfig::check_partial_rotary() const {
            "model config: partial_rotary_factor " + shortest_decimal(partial_rotary_factor) +
                " rotates " + std::to_string(rotary_dims()) + " elements of a head of " +
                std::to_string(head_dim()) + "; an even count of at least 2 is needed");
-  ZT_CHECK(fused_projections,
-           "model config: partial_rotary_factor is implemented for Phi-3 (Phi-4-mini) only, as "
-           "transformers applies it");
+  ZT_CHECK(fused_projections || is_glm(),
+           "model config: partial_rotary_factor is implemented for Phi-3 (Phi-4-mini) and GLM "
+           "only, as transformers applies it");
 }
 
 void ModelConfig::check_layers_without_rope() const {
@@ -202,7 +203,7 @@ void ModelConfig::check_gemma2() const {
   const bool gemma2 = sandwich_norms && is_gemma();
   ZT_CHECK(gemma2 == (query_pre_attn_scalar > 0.0) &&
                (gemma2 || (attn_logit_softcap == 0.0f && final_logit_softcap == 0.0f)) &&
-               (!sandwich_norms || is_gemma() || is_olmo2()),
+               (!sandwich_norms || is_gemma() || is_olmo2() || is_glm()),
            "model config: the sandwich norms, query_pre_attn_scalar and the soft caps are Gemma "
            "2's (model_type \"gemma2\", with Gemma's norms, embedding scale and GeGLU); a part of "
            "them is not a Hugging Face architecture");
@@ -301,6 +302,23 @@ void ModelConfig::check_granite() const {
            "Face architecture");
 }
 
+// GlmForCausalLM and Glm4ForCausalLM: Llama's model with its RoPE's pairs adjacent and gate/up
+// fused in the checkpoint (both or neither), q/k/v biases or none and no o bias, Llama's norms
+// (GLM-4 with its sandwich ones too), no window or q/k norms, every layer rotating.
+void ModelConfig::check_glm() const {
+  ZT_CHECK(interleaved_rope == fused_gate_up,
+           "model config: GLM's adjacent RoPE pairs and its fused gate_up_proj come together "
+           "(model_type \"glm\" or \"glm4\"); a part of them is not a Hugging Face architecture");
+  if (!is_glm()) return;
+  ZT_CHECK(!is_gemma() && !fused_projections && !o_bias && !qk_norm && pre_norms &&
+               sliding_window == 0 && layers_without_rope.empty() && !is_granite(),
+           "model config: GLM with Gemma's norms, Phi-3's fused q/k/v, an o_proj bias, q/k norms, "
+           "OLMo 2's norms, a sliding window, layers without RoPE or Granite's scalars is not a "
+           "Hugging Face architecture");
+  ZT_CHECK(rope_scaling.type != RopeScaling::kLongrope,
+           "model config: longrope rope scaling is implemented for Phi-3 only");
+}
+
 AttentionScores ModelConfig::attention_scores() const {
   AttentionScores scores;
   if (query_pre_attn_scalar > 0.0)
@@ -371,13 +389,14 @@ RopeSpec ModelConfig::rope_for_layer(int layer, int64_t length) const {
   if (local_rope_theta <= 0.0 || layer_window(layer) == 0) return rope_for_length(length);
   RopeSpec r = RopeSpec::unscaled(static_cast<float>(local_rope_theta));
   r.rotary_dims = rope().rotary_dims;
+  r.interleaved = interleaved_rope;
   return r;
 }
 
 std::string ModelConfig::set_lora(LoraSpec spec) {
   // A pattern's modules first (the LM head, a norm: named), then what it selects here.
-  spec.check_target_pattern(num_layers, qk_norm, fused_projections, sandwich_norms, pre_norms);
-  std::string warning = spec.fit_to_model(fused_projections, model_type());
+  spec.check_target_pattern(lora_modules());
+  std::string warning = spec.fit_to_model(fused_modules(), model_type());
   lora = std::move(spec);
   return warning;
 }
@@ -385,6 +404,7 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
 std::string ModelConfig::model_type() const {
   if (is_olmo2()) return is_olmo3() ? "olmo3" : "olmo2";
   if (is_granite()) return "granite";
+  if (is_glm()) return sandwich_norms ? "glm4" : "glm";
   if (sandwich_norms) return qk_norm ? "gemma3_text" : "gemma2";
   if (is_gemma()) return "gemma";
   if (fused_projections) return "phi3";

@@ -62,6 +62,16 @@ struct ModelConfig {
   // [2·intermediate, hidden] (rows in that order). The model directory keeps them apart
   // (model/hf_checkpoint_tensors.h joins and splits them at the Hugging Face boundary).
   bool fused_projections = false;
+  // GLM (model_type "glm", GlmForCausalLM: glm-4-9b-chat-hf, glm-edge; "glm4", Glm4ForCausalLM:
+  // GLM-4-0414 and GLM-Z1): Llama's model whose RoPE pairs adjacent elements (interleaved_rope,
+  // RopeSpec::interleaved) of each head's leading int(head_dim · partial_rotary_factor) (half in
+  // THUDM's files), whose checkpoint stores gate/up as one mlp.gate_up_proj (fused_gate_up; q, k
+  // and v apart), with q/k/v biases (attention_bias; o_proj has none). The two come together.
+  // GLM-4 adds norms on the attention's and the MLP's outputs (sandwich_norms, Llama's scaling by
+  // the weight), named post_self_attn_layernorm and post_mlp_layernorm; its
+  // post_attention_layernorm precedes the MLP, as Llama's.
+  bool interleaved_rope = false;
+  bool fused_gate_up = false;
   // SmolLM3's NoPE layers: those whose attention takes no RoPE (the zeros of config.json's
   // no_rope_layers; every fourth layer of SmolLM3-3B), ascending. Empty: every layer rotates.
   std::vector<int64_t> layers_without_rope;
@@ -114,6 +124,15 @@ struct ModelConfig {
   LoraSpec lora;
 
   bool is_gemma() const { return norm_weight_offset != 0.0f; }
+  bool is_glm() const { return interleaved_rope; }
+  // The projections the Hugging Face checkpoint (and PEFT) holds as one module.
+  FusedModules fused_modules() const {
+    return {fused_projections, fused_projections || fused_gate_up};
+  }
+  // The modules a LoRA target_modules pattern could select (LoraSpec::check_target_pattern).
+  LoraModelModules lora_modules() const {
+    return {num_layers, fused_modules(), qk_norm, sandwich_norms, pre_norms, is_glm()};
+  }
   bool is_gemma3() const { return is_gemma() && sandwich_norms && qk_norm; }
   // OLMo 2's norms (OLMo 3 included: is_olmo3()).
   bool is_olmo2() const { return !pre_norms; }
@@ -166,7 +185,7 @@ struct ModelConfig {
   }
   RopeSpec rope() const {
     return {static_cast<float>(rope_theta), rope_scaling,
-            rotary_dims() == head_dim() ? 0 : rotary_dims()};
+            rotary_dims() == head_dim() ? 0 : rotary_dims(), interleaved_rope};
   }
   // The rotation of sequences of `length` positions: with longrope, its long factors beyond
   // original_max_position_embeddings (transformers 4.46's Phi-3, by the forward's length).
@@ -192,6 +211,7 @@ struct ModelConfig {
   void check_layer_pattern() const;        // part of validate()
   void check_olmo2() const;                // part of validate()
   void check_granite() const;              // part of validate()
+  void check_glm() const;                  // part of validate()
   void check_sliding_window() const;       // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,

@@ -8,13 +8,14 @@
 namespace zt {
 
 std::vector<HfCheckpointTensor> hf_checkpoint_tensors(const ParamLayout& layout) {
-  const bool fused = layout.config().fused_projections;
+  const FusedModules fused = layout.config().fused_modules();
   std::vector<HfCheckpointTensor> out;
   std::map<std::string, size_t> fused_index;  // fused name -> its entry in `out`
   const std::vector<TensorInfo>& tensors = layout.tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo& t = tensors[i];
-    // A Phi-3 layer's q, k, v and gate, up: parts of the module a LoRA adapter also takes whole.
+    // A Phi-3 layer's q, k, v and gate, up (GLM's gate, up): parts of the module a LoRA adapter
+    // also takes whole.
     const ProjectionModule module =
         t.layer >= 0 ? projection_module(t.role, fused) : ProjectionModule{};
     const auto target = static_cast<LoraTarget>(module.target);

@@ -1,9 +1,10 @@
 // The tensors of a model as its Hugging Face checkpoint stores them. Most families store each
 // tensor of the parameter layout (model/layout.h) under its own name; Phi-3 stores a layer's q, k
 // and v projections as one self_attn.qkv_proj.weight and its gate and up projections as one
-// mlp.gate_up_proj.weight, each the parts' rows stacked in that order (transformers' Phi3Attention
-// splits qkv_proj's output at q_dim and q_dim + kv_dim, Phi3MLP chunks gate_up_proj's in halves,
-// gate first). Import splits such a tensor into its parts; export joins them.
+// mlp.gate_up_proj.weight (GLM the latter alone), each the parts' rows stacked in that order
+// (transformers' Phi3Attention splits qkv_proj's output at q_dim and q_dim + kv_dim, Phi3MLP and
+// GlmMLP chunk gate_up_proj's in halves, gate first). Import splits such a tensor into its parts;
+// export joins them.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -229,7 +229,8 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
                           const std::string& type, ModelConfig& c) {
   const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
   int64_t head_dim = has_head_dim ? required_key<int64_t>(j, "head_dim", source) : 0;
-  if (!has_head_dim && type == "qwen3") head_dim = 128;  // transformers' Qwen3Config default
+  // transformers' Qwen3Config, GlmConfig and Glm4Config default
+  if (!has_head_dim && (type == "qwen3" || is_glm_type(type))) head_dim = 128;
   // GemmaConfig's default; a null one is kept as None there, which its attention cannot use.
   ZT_CHECK(!is_gemma_type(type) || !j.contains("head_dim") || has_head_dim,
            source +
@@ -254,14 +255,19 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
                                is_gemma_type(type) || olmo2 || type == "granite") &&
                               j.contains("attention_bias") &&
                               required_key<bool>(j, "attention_bias", source);
-  c.qkv_bias = type == "qwen2" || attention_bias;
+  // GlmConfig's and Glm4Config's attention_bias (default true) is q/k/v's alone.
+  const bool glm_bias = is_glm_type(type) && (!j.contains("attention_bias") ||
+                                              required_key<bool>(j, "attention_bias", source));
+  c.qkv_bias = type == "qwen2" || attention_bias || glm_bias;
   c.o_bias = type != "qwen2" && attention_bias;
   c.qk_norm = type == "qwen3" || olmo2;
   // OLMo 2: norms after the attention and the MLP, none before; q/k norms over whole projections.
-  c.sandwich_norms = olmo2;
+  // GLM-4: norms on the attention's and the MLP's outputs too.
+  c.sandwich_norms = olmo2 || type == "glm4";
   c.pre_norms = !olmo2;
   c.qk_norm_spans_heads = olmo2;
   c.fused_projections = type == "phi3";
+  c.interleaved_rope = c.fused_gate_up = is_glm_type(type);
   read_gemma_family(j, source, type, c);
   read_granite(j, source, type, c);
   read_olmo3_layers(j, source, type, c);
@@ -313,7 +319,8 @@ nlohmann::json ModelConfig::to_hf_json() const {
   // written before rope_scaling (or head_dim) existed must keep matching it.
   if (rope_scaling.type != RopeScaling::kNone)
     j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
-  if (explicit_head_dim > 0 || type == "qwen3" || is_gemma_type(type)) j["head_dim"] = head_dim();
+  if (explicit_head_dim > 0 || type == "qwen3" || is_gemma_type(type) || is_glm_type(type))
+    j["head_dim"] = head_dim();
   if (lora.enabled()) j[kLoraConfigKey] = lora.to_json();
   if (padding_token >= 0) j["pad_token_id"] = padding_token;
   if (type == "mistral") {
@@ -347,6 +354,11 @@ nlohmann::json ModelConfig::to_hf_json() const {
         types.push_back(layer_window(l) > 0 ? "sliding_attention" : "full_attention");
       j["layer_types"] = types;
     }
+  } else if (is_glm_type(type)) {
+    j["attention_bias"] = qkv_bias;
+    j["partial_rotary_factor"] = partial_rotary_factor;
+    // Written when none, too: GlmConfig and Glm4Config would read its absence as 151329.
+    if (padding_token < 0) j["pad_token_id"] = nullptr;
   } else if (type == "smollm3") {
     nlohmann::json rotates = nlohmann::json::array();
     for (int64_t l = 0; l < num_layers; ++l) rotates.push_back(layer_rotates(l) ? 1 : 0);
@@ -386,11 +398,11 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, "
          "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Olmo2ForCausalLM, "
-         "Olmo3ForCausalLM, GraniteForCausalLM)");
+         "Olmo3ForCausalLM, GraniteForCausalLM, GlmForCausalLM, Glm4ForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
-         "smollm3, gemma, gemma2, gemma3_text, olmo2, olmo3, granite)");
+         "smollm3, gemma, gemma2, gemma3_text, olmo2, olmo3, granite, glm, glm4)");
   ModelConfig c;
   c.hidden_size = required_key<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required_key<int64_t>(j, "intermediate_size", source);

@@ -107,18 +107,29 @@ const std::vector<std::string>& read_hf_keys() {
 // The architectures zerotrain implements, by config.json model_type, and the class transformers
 // loads each as.
 const std::map<std::string, std::string>& hf_architectures() {
-  static const std::map<std::string, std::string> table = {
-      {"llama", "LlamaForCausalLM"},        {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"},        {"qwen3", "Qwen3ForCausalLM"},
-      {"phi3", "Phi3ForCausalLM"},          {"smollm3", "SmolLM3ForCausalLM"},
-      {"gemma", "GemmaForCausalLM"},        {"gemma2", "Gemma2ForCausalLM"},
-      {"gemma3_text", "Gemma3ForCausalLM"}, {"olmo2", "Olmo2ForCausalLM"},
-      {"olmo3", "Olmo3ForCausalLM"},        {"granite", "GraniteForCausalLM"}};
+  static const std::map<std::string, std::string> table = {{"llama", "LlamaForCausalLM"},
+                                                           {"mistral", "MistralForCausalLM"},
+                                                           {"qwen2", "Qwen2ForCausalLM"},
+                                                           {"qwen3", "Qwen3ForCausalLM"},
+                                                           {"phi3", "Phi3ForCausalLM"},
+                                                           {"smollm3", "SmolLM3ForCausalLM"},
+                                                           {"gemma", "GemmaForCausalLM"},
+                                                           {"gemma2", "Gemma2ForCausalLM"},
+                                                           {"gemma3_text", "Gemma3ForCausalLM"},
+                                                           {"olmo2", "Olmo2ForCausalLM"},
+                                                           {"olmo3", "Olmo3ForCausalLM"},
+                                                           {"granite", "GraniteForCausalLM"},
+                                                           {"glm", "GlmForCausalLM"},
+                                                           {"glm4", "Glm4ForCausalLM"}};
   return table;
 }
 
 bool is_qwen(const std::string& type) {
   return type == "qwen2" || type == "qwen3";
+}
+
+bool is_glm_type(const std::string& type) {
+  return type == "glm" || type == "glm4";
 }
 
 bool has_windowed_layers(const std::string& type) {
@@ -191,7 +202,9 @@ std::vector<std::string> family_read_keys(const std::string& type) {
 // transformers 4.46's MistralConfig, Qwen2Config, Phi3Config and GemmaConfig, 4.49's Olmo2Config
 // (pad_token_id 1), 4.50's Gemma3TextConfig, 4.54's Qwen3Config and SmolLM3Config (which keeps
 // PretrainedConfig's tied embeddings), 4.57's Olmo3Config (pad_token_id 1) with no rope_theta
-// (0: 4.57 reads an absent one as 10000, 5.x as 500000, so model/hf_config_rope.cpp refuses it).
+// (0: 4.57 reads an absent one as 10000, 5.x as 500000, so model/hf_config_rope.cpp refuses it),
+// 4.49's GlmConfig and 4.57's Glm4Config (pad_token_id 151329, GLM-4-9B's <|endoftext|>; 2
+// key/value heads).
 const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
   static const std::map<std::string, HfFamilyDefaults> table = {
       {"llama", {"LlamaConfig"}},
@@ -205,7 +218,9 @@ const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
       {"gemma3_text", {"Gemma3TextConfig", 0, 4, true, 1000000.0}},
       {"olmo2", {"Olmo2Config", 1}},
       {"olmo3", {"Olmo3Config", 1, 0, false, 0.0}},
-      {"granite", {"GraniteConfig"}}};
+      {"granite", {"GraniteConfig"}},
+      {"glm", {"GlmConfig", 151329, 2}},
+      {"glm4", {"Glm4Config", 151329, 2}}};
   return table.at(type);
 }
 

@@ -19,6 +19,8 @@ const std::vector<std::string>& read_hf_keys();
 // model_type -> the class transformers loads it as.
 const std::map<std::string, std::string>& hf_architectures();
 bool is_qwen(const std::string& type);
+// "glm" and "glm4" (GlmForCausalLM, Glm4ForCausalLM).
+bool is_glm_type(const std::string& type);
 // The families whose layer_types list windowed ("sliding_attention") layers: Gemma 2, Gemma 3 and
 // OLMo 3.
 bool has_windowed_layers(const std::string& type);

@@ -231,7 +231,9 @@ void read_sliding_rope(const nlohmann::json& j, const std::string& source, Model
 }
 
 // partial_rotary_factor, top-level (transformers 4.x) or in rope_parameters (5.x), which must
-// agree: Phi-3's (Phi-4-mini's 0.75) is read, as transformers' Phi3 applies it from 4.49; the
+// agree: Phi-3's (Phi-4-mini's 0.75) is read, as transformers' Phi3 applies it from 4.49, and
+// GLM's (GlmConfig's and Glm4Config's default 0.5; glm-edge's 1), as transformers' GLM applies it
+// from 4.47 (4.46, the first with GLM, rotated half of each head whatever the key said). The
 // other families' attention rotates every element of a head, so another value than 1 is refused.
 double partial_rotary_from_json(const nlohmann::json& j, const std::string& source,
                                 const std::string& type) {
@@ -243,13 +245,15 @@ double partial_rotary_from_json(const nlohmann::json& j, const std::string& sour
   const double factor =
       top     ? required_key<double>(j, key, source)
       : inner ? required_key<double>(j.at("rope_parameters"), key, source + ": 'rope_parameters'")
-              : 1.0;
+      : is_glm_type(type) ? 0.5
+                          : 1.0;
   ZT_CHECK(!top || !inner || j.at("rope_parameters").at(key) == j.at(key),
            source + ": 'rope_parameters' and the top level give different '" + key + "'");
-  ZT_CHECK(factor == 1.0 || type == "phi3",
+  ZT_CHECK(factor == 1.0 || type == "phi3" || is_glm_type(type),
            source + ": '" + key + "': " + quoted_json(factor) + " is not implemented for " +
                hf_architectures().at(type) +
-               ", whose attention rotates every element of a head (Phi-3's, as Phi-4-mini's, is)");
+               ", whose attention rotates every element of a head (Phi-3's, as Phi-4-mini's, and "
+               "GLM's are read)");
   return factor;
 }
 

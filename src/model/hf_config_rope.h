@@ -24,7 +24,8 @@ void read_rope_lengths(const nlohmann::json& j, const std::string& source, const
 // Gemma 3's sliding layers' base from 5.x's per-layer-type rope_parameters, which must agree
 // with rope_local_base_freq.
 void read_sliding_rope(const nlohmann::json& j, const std::string& source, ModelConfig& c);
-// partial_rotary_factor (top-level, or in 5.x's rope_parameters): Phi-3's read, 1 elsewhere.
+// partial_rotary_factor (top-level, or in 5.x's rope_parameters): Phi-3's and GLM's read (GLM's
+// default 0.5), 1 elsewhere.
 double partial_rotary_from_json(const nlohmann::json& j, const std::string& source,
                                 const std::string& type);
 // The scaling as config.json's rope_scaling object (null for none).

@@ -22,7 +22,10 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
     add(g, p + "self_attn.k_proj.weight", {kv, d}, TensorRole::kKProj, l, true);
     add(g, p + "self_attn.v_proj.weight", {kv, d}, TensorRole::kVProj, l, true);
     add(g, p + "self_attn.o_proj.weight", {d, qd}, TensorRole::kOProj, l, true);
-    if (c.sandwich_norms) {  // Gemma 2's names: the norm before the MLP is its "pre" one
+    if (c.sandwich_norms && c.is_glm()) {  // GLM-4's: post_attention_layernorm precedes the MLP
+      add(g, p + "post_self_attn_layernorm.weight", {d}, TensorRole::kAttnOutNorm, l, false);
+      add(g, p + "post_attention_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
+    } else if (c.sandwich_norms) {  // Gemma 2's names: the norm before the MLP is its "pre" one
       add(g, p + "post_attention_layernorm.weight", {d}, TensorRole::kAttnOutNorm, l, false);
       if (c.pre_norms)  // OLMo 2 has none
         add(g, p + "pre_feedforward_layernorm.weight", {d}, TensorRole::kPostAttnNorm, l, false);
@@ -33,7 +36,8 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
     add(g, p + "mlp.up_proj.weight", {f, d}, TensorRole::kUpProj, l, true);
     add(g, p + "mlp.down_proj.weight", {d, f}, TensorRole::kDownProj, l, true);
     if (c.sandwich_norms)
-      add(g, p + "post_feedforward_layernorm.weight", {d}, TensorRole::kMlpOutNorm, l, false);
+      add(g, p + (c.is_glm() ? "post_mlp_layernorm.weight" : "post_feedforward_layernorm.weight"),
+          {d}, TensorRole::kMlpOutNorm, l, false);
     if (c.qkv_bias) {
       add(g, p + "self_attn.q_proj.bias", {qd}, TensorRole::kQBias, l, false);
       add(g, p + "self_attn.k_proj.bias", {kv}, TensorRole::kKBias, l, false);
@@ -233,18 +237,19 @@ std::vector<int64_t> lora_output_rows(const ModelConfig& c, LoraTarget t) {
   return rows;
 }
 
-ProjectionModule projection_module(TensorRole role, bool fused_projections) {
-  for (const LoraTarget fused : {LoraTarget::kQkv, LoraTarget::kGateUp}) {
-    const std::vector<TensorRole> parts = adapted_projections(fused);
-    for (size_t i = 0; fused_projections && i < parts.size(); ++i)
-      if (parts[i] == role) return {static_cast<int>(fused), static_cast<int>(i)};
+ProjectionModule projection_module(TensorRole role, FusedModules fused) {
+  for (const LoraTarget module : {LoraTarget::kQkv, LoraTarget::kGateUp}) {
+    if (!lora_target_in_model(module, fused)) continue;
+    const std::vector<TensorRole> parts = adapted_projections(module);
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i] == role) return {static_cast<int>(module), static_cast<int>(i)};
   }
   return {lora_target_of(role), 0};
 }
 
 ProjectionLora projection_lora(const ParamLayout& layout, TensorRole role, int layer) {
   const ModelConfig& c = layout.config();
-  const ProjectionModule module = projection_module(role, c.fused_projections);
+  const ProjectionModule module = projection_module(role, c.fused_modules());
   const int a = module.target < 0 ? -1 : layout.lora_tensor(layer, module.target, false);
   if (a < 0) return {};
   const std::vector<int64_t> rows = lora_output_rows(c, static_cast<LoraTarget>(module.target));

@@ -144,13 +144,13 @@ std::vector<int64_t> lora_output_rows(const ModelConfig& c, LoraTarget t);
 
 // The module of a model's checkpoint (and a PEFT adapter's target) that holds a decoder layer's
 // projection (kQProj, ..., kDownProj), and its place among the module's parts: the projection
-// itself (part 0), or with fused projections Phi-3's qkv_proj (q 0, k 1, v 2) and gate_up_proj
-// (gate 0, up 1). target = -1 for a role that is no projection.
+// itself (part 0), or in a fused module Phi-3's qkv_proj (q 0, k 1, v 2) and Phi-3's and GLM's
+// gate_up_proj (gate 0, up 1). target = -1 for a role that is no projection.
 struct ProjectionModule {
   int target = -1;  // a LoraTarget
   int part = 0;
 };
-ProjectionModule projection_module(TensorRole role, bool fused_projections);
+ProjectionModule projection_module(TensorRole role, FusedModules fused);
 
 // The adapter of a decoder layer's projection (kQProj, ..., kDownProj): its A and B tensors in the
 // layout and the first of B's rows that the projection's output takes (k's are after q's in a

@@ -29,8 +29,8 @@ constexpr const char* kTargetModules[kLoraTargets] = {
     "self_attn.o_proj", "mlp.gate_proj",      "mlp.up_proj",
     "mlp.down_proj",    "self_attn.qkv_proj", "mlp.gate_up_proj"};
 
-// The target names of one kind of model (fused: Phi-3's), then all-linear.
-std::string model_targets(bool fused) {
+// The target names of one kind of model (Llama's, Phi-3's or GLM's), then all-linear.
+std::string model_targets(FusedModules fused) {
   std::string s;
   for (LoraTarget t : kLoraTargetsInLayerOrder)
     if (lora_target_in_model(t, fused))
@@ -39,7 +39,18 @@ std::string model_targets(bool fused) {
 }
 
 std::string known_targets() {
-  return model_targets(false) + "; Phi-3's " + model_targets(true);
+  return model_targets({}) + "; Phi-3's " + model_targets({true, true}) + "; GLM's " +
+         model_targets({false, true});
+}
+
+// How a model with fused modules stores its projections, for a message that found none.
+std::string fused_note(FusedModules fused) {
+  if (fused.qkv)
+    return "; Phi-3 fuses q, k, v into qkv_proj and gate, up into gate_up_proj, and PEFT adapts "
+           "each fused module as one";
+  if (fused.gate_up)
+    return "; GLM fuses gate and up into gate_up_proj, and PEFT adapts it as one module";
+  return "";
 }
 
 // The target a PEFT module name selects: its last component, or its last two (self_attn.q_proj).
@@ -80,16 +91,20 @@ const std::array<LoraTarget, kLoraTargets> kLoraTargetsInLayerOrder = {
     LoraTarget::kQ,    LoraTarget::kK,  LoraTarget::kV,      LoraTarget::kQkv, LoraTarget::kO,
     LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kGateUp, LoraTarget::kDown};
 
-bool lora_target_in_model(LoraTarget t, bool fused_projections) {
+bool lora_target_in_model(LoraTarget t, FusedModules fused) {
   switch (t) {
     case LoraTarget::kO:
     case LoraTarget::kDown:
       return true;
     case LoraTarget::kQkv:
+      return fused.qkv;
     case LoraTarget::kGateUp:
-      return fused_projections;
-    default:
-      return !fused_projections;
+      return fused.gate_up;
+    case LoraTarget::kGate:
+    case LoraTarget::kUp:
+      return !fused.gate_up;
+    default:  // q, k, v
+      return !fused.qkv;
   }
 }
 
@@ -172,46 +187,46 @@ std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
 // LM head (which train in full instead), the model's other modules, then layer l's (containers,
 // norms, activation, each attention's rotary embedding; Qwen3's q/k norms with qk_norm, Gemma 2's
 // norms around the MLP with sandwich), as
-// transformers 4.46 names them: Llama's rotary embedding is also the model's (since 4.45),
-// Phi-3's attention has its dropouts beside it.
+// transformers 4.46 names them (GLM's as 4.49 and 4.57 do): Llama's rotary embedding is also the
+// model's (since 4.45), Phi-3's attention has its dropouts beside it; GLM's layers have no rotary
+// embedding, and GLM-4's norms on the outputs are post_self_attn_layernorm and post_mlp_layernorm.
 const std::vector<std::string> kEmbeddingAndHead = {"model.embed_tokens", "lm_head"};
-std::vector<std::string> model_modules(bool fused) {
-  if (fused) return {"model", "model.layers", "model.norm", "model.embed_dropout"};
+std::vector<std::string> model_modules(const LoraModelModules& m) {
+  if (m.fused.qkv) return {"model", "model.layers", "model.norm", "model.embed_dropout"};
   return {"model", "model.layers", "model.norm", "model.rotary_emb"};
 }
-std::vector<std::string> layer_modules(int64_t layer, bool qk_norm, bool fused, bool sandwich,
-                                       bool pre_norms) {
+std::vector<std::string> layer_modules(int64_t layer, const LoraModelModules& m) {
   const std::string l = "model.layers." + std::to_string(layer);
-  std::vector<std::string> modules = {l, l + ".self_attn", l + ".self_attn.rotary_emb", l + ".mlp",
+  std::vector<std::string> modules = {l, l + ".self_attn", l + ".mlp",
                                       l + ".post_attention_layernorm"};
-  if (pre_norms) modules.push_back(l + ".input_layernorm");
-  if (fused)
-    modules.insert(modules.end(),
-                   {l + ".mlp.activation_fn", l + ".resid_attn_dropout", l + ".resid_mlp_dropout"});
-  else
-    modules.push_back(l + ".mlp.act_fn");
-  if (qk_norm) modules.insert(modules.end(), {l + ".self_attn.q_norm", l + ".self_attn.k_norm"});
-  if (sandwich)  // Gemma 2's and OLMo 2's (post_attention_layernorm is listed above)
+  if (!m.glm) modules.push_back(l + ".self_attn.rotary_emb");
+  if (m.pre_norms) modules.push_back(l + ".input_layernorm");
+  modules.push_back(l + (m.fused.gate_up ? ".mlp.activation_fn" : ".mlp.act_fn"));
+  if (m.fused.qkv)
+    modules.insert(modules.end(), {l + ".resid_attn_dropout", l + ".resid_mlp_dropout"});
+  if (m.qk_norm) modules.insert(modules.end(), {l + ".self_attn.q_norm", l + ".self_attn.k_norm"});
+  if (m.sandwich_norms && m.glm) {  // GLM-4's (post_attention_layernorm precedes the MLP)
+    modules.insert(modules.end(), {l + ".post_self_attn_layernorm", l + ".post_mlp_layernorm"});
+  } else if (m.sandwich_norms) {  // Gemma 2's and OLMo 2's (post_attention_layernorm is above)
     modules.push_back(l + ".post_feedforward_layernorm");
-  if (sandwich && pre_norms) modules.push_back(l + ".pre_feedforward_layernorm");  // Gemma 2's
+    if (m.pre_norms) modules.push_back(l + ".pre_feedforward_layernorm");  // Gemma 2's
+  }
   return modules;
 }
 
 }  // namespace
 
-void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm, bool fused_projections,
-                                    bool sandwich_norms, bool pre_norms) const {
+void LoraSpec::check_target_pattern(const LoraModelModules& model) const {
   if (target_pattern.regex.empty()) return;
   const auto re = compiled_target_pattern(target_pattern.regex, target_pattern.source);
   const std::string says =
       target_pattern.source + ": target_modules " + quoted_json(target_pattern.regex) + " selects ";
-  for (int64_t layer = 1; layer < num_layers; ++layer) {
+  for (int64_t layer = 1; layer < model.num_layers; ++layer) {
     const std::array<bool, kLoraTargets> here = pattern_targets(*re, layer);
     for (const LoraTarget target : kLoraTargetsInLayerOrder) {
       const int i = static_cast<int>(target);
       const bool in_first = targets[static_cast<size_t>(i)];
-      if (!lora_target_in_model(target, fused_projections) ||
-          here[static_cast<size_t>(i)] == in_first)
+      if (!lora_target_in_model(target, model.fused) || here[static_cast<size_t>(i)] == in_first)
         continue;
       const std::string first = lora_module_path(0, static_cast<LoraTarget>(i));
       const std::string other = lora_module_path(layer, static_cast<LoraTarget>(i));
@@ -225,11 +240,9 @@ void LoraSpec::check_target_pattern(int64_t num_layers, bool qk_norm, bool fused
              says + "'" + module +
                  "': zerotrain adapts the decoder layers' projections; the embedding and the LM "
                  "head train in full through modules_to_save");
-  std::vector<std::string> others = model_modules(fused_projections);
-  for (int64_t layer = 0; layer < num_layers; ++layer)
-    for (std::string& module :
-         layer_modules(layer, qk_norm, fused_projections, sandwich_norms, pre_norms))
-      others.push_back(std::move(module));
+  std::vector<std::string> others = model_modules(model);
+  for (int64_t layer = 0; layer < model.num_layers; ++layer)
+    for (std::string& module : layer_modules(layer, model)) others.push_back(std::move(module));
   for (const std::string& module : others)
     ZT_CHECK(!RE2::FullMatch(module, *re),
              says + "'" + module + "', which is no linear layer (PEFT refuses to adapt it too)");
@@ -263,13 +276,13 @@ void LoraSpec::set_targets(const std::vector<std::string>& names, const std::str
   target_pattern.all_linear = std::find(names.begin(), names.end(), "all-linear") != names.end();
 }
 
-std::string LoraSpec::fit_to_model(bool fused_projections, const std::string& model_type) {
+std::string LoraSpec::fit_to_model(FusedModules fused, const std::string& model_type) {
   if (!enabled()) return "";
   std::string dropped;
   std::array<bool, kLoraTargets> fitted{};
   for (LoraTarget t : kLoraTargetsInLayerOrder) {
     const auto i = static_cast<size_t>(t);
-    fitted[i] = targets[i] && lora_target_in_model(t, fused_projections);
+    fitted[i] = targets[i] && lora_target_in_model(t, fused);
     if (targets[i] && !fitted[i])
       dropped += std::string(dropped.empty() ? "" : ", ") + lora_target_name(t);
   }
@@ -280,13 +293,10 @@ std::string LoraSpec::fit_to_model(bool fused_projections, const std::string& mo
       target_pattern.source + ": " +
       (selected ? "target_modules " + quoted_json(target_pattern.regex) : targets_text());
   targets = fitted;
-  const std::string projections = model_targets(fused_projections);
-  ZT_CHECK(targets_any(),
-           given + ": a " + model_type +
-               " model has no such projection (its projections: " + projections + ")" +
-               (fused_projections ? "; Phi-3 fuses q, k, v into qkv_proj and gate, up into "
-                                    "gate_up_proj, and PEFT adapts each fused module as one"
-                                  : ""));
+  const std::string projections = model_targets(fused);
+  ZT_CHECK(targets_any(), given + ": a " + model_type +
+                              " model has no such projection (its projections: " + projections +
+                              ")" + fused_note(fused));
   if (selected || dropped.empty()) return "";
   return given + ": a " + model_type + " model has no " + dropped +
          " (its projections: " + projections + "); as PEFT does, zerotrain adapts " +
@@ -298,12 +308,11 @@ std::string LoraSpec::targets_as_given() const {
   return target_pattern.regex.empty() ? targets_text() : target_pattern.regex;
 }
 
-void LoraSpec::check_fits_model(bool fused_projections, const std::string& model_type) const {
+void LoraSpec::check_fits_model(FusedModules fused, const std::string& model_type) const {
   for (LoraTarget t : kLoraTargetsInLayerOrder)
-    ZT_CHECK(!has(t) || lora_target_in_model(t, fused_projections),
+    ZT_CHECK(!has(t) || lora_target_in_model(t, fused),
              "LoRA target " + std::string(lora_target_name(t)) + ": a " + model_type +
-                 " model has no such projection (its projections: " +
-                 model_targets(fused_projections) + ")");
+                 " model has no such projection (its projections: " + model_targets(fused) + ")");
 }
 
 namespace {

@@ -28,9 +28,27 @@ extern const std::array<LoraTarget, kLoraTargets> kLoraTargetsInLayerOrder;
 const char* lora_target_name(LoraTarget t);  // "q_proj", ..., "down_proj", "qkv_proj"
 // "self_attn.q_proj", ..., "mlp.down_proj": the module's path inside a decoder layer.
 const char* lora_target_module(LoraTarget t);
-// Whether the target is a projection of a model with fused projections (Phi-3: qkv_proj, o_proj,
-// gate_up_proj, down_proj) or of one without (q_proj, ..., down_proj).
-bool lora_target_in_model(LoraTarget t, bool fused_projections);
+// Which of a layer's projections a model's checkpoint holds as one module, which PEFT adapts
+// whole: Phi-3's q/k/v (self_attn.qkv_proj) and gate/up (mlp.gate_up_proj); GLM's gate/up alone.
+struct FusedModules {
+  bool qkv = false;
+  bool gate_up = false;
+};
+// Whether the target is a projection of a model that fuses `fused` (Phi-3: qkv_proj, o_proj,
+// gate_up_proj, down_proj; GLM: q_proj, k_proj, v_proj, o_proj, gate_up_proj, down_proj; Llama:
+// q_proj, ..., down_proj).
+bool lora_target_in_model(LoraTarget t, FusedModules fused);
+
+// The modules of a model that a target_modules regular expression could select besides its
+// projections (LoraSpec::check_target_pattern): its layers, and which norms each layer has.
+struct LoraModelModules {
+  int64_t num_layers = 0;
+  FusedModules fused;
+  bool qk_norm = false;         // Qwen3's, Gemma 3's and OLMo 2's q_norm and k_norm
+  bool sandwich_norms = false;  // norms on the attention's and the MLP's outputs
+  bool pre_norms = true;        // input_layernorm and the norm before the MLP (not OLMo 2's)
+  bool glm = false;             // GLM's names: post_self_attn_layernorm, post_mlp_layernorm
+};
 
 struct LoraSpec {
   int64_t rank = 0;  // 0: no adapters
@@ -79,11 +97,9 @@ struct LoraSpec {
   void check_biases(bool qkv_bias, bool o_bias) const;
   // Throws naming target_pattern.source when the pattern selects other projections in some layer
   // than in layer 0 (PEFT would adapt the layers apart; zerotrain adapts a projection in every
-  // layer), or a module that is no decoder projection (the embedding, the LM head, a norm; with
-  // qk_norm, Qwen3's q/k norms too; with sandwich_norms, Gemma 2's norms around the MLP; without
-  // pre_norms, OLMo 2's layer, which has no input_layernorm and no norm before the MLP).
-  void check_target_pattern(int64_t num_layers, bool qk_norm, bool fused_projections,
-                            bool sandwich_norms = false, bool pre_norms = true) const;
+  // layer), or a module that is no decoder projection (the embedding, the LM head, a norm: those
+  // `model` has).
+  void check_target_pattern(const LoraModelModules& model) const;
   // Fits the targets to a model's projections as PEFT matches target_modules against the modules
   // the model has: all-linear and a regular expression select among them; of listed names, those
   // that are projections of the other kind of model (q_proj on Phi-3, qkv_proj on Llama) are
@@ -91,9 +107,9 @@ struct LoraSpec {
   // refused naming the model's projections when none does. `model_type` names the model in
   // messages. Fitted targets are unchanged by it. Returns the warning to print (on one rank),
   // or "".
-  std::string fit_to_model(bool fused_projections, const std::string& model_type);
+  std::string fit_to_model(FusedModules fused, const std::string& model_type);
   // Throws naming a target the model has no projection for (a spec not fitted to it).
-  void check_fits_model(bool fused_projections, const std::string& model_type) const;
+  void check_fits_model(FusedModules fused, const std::string& model_type) const;
 
   // Targets from PEFT's target_modules spelling as a list: module names ("q_proj", also as
   // "self_attn.q_proj") or "all-linear" (every projection of the decoder layers, of both kinds

@@ -86,7 +86,12 @@ TEST_F(CudaKernels, RopeMatchesCpuBitwise) {
   partial12.rotary_dims = 12;
   partial16.rotary_dims = 16;  // whole chunks in heads of 18, which are not: the row stride
   partial48.rotary_dims = 48;
-  const RopeSpec specs[] = {RopeSpec::unscaled(10000.0f),
+  // GLM's: the leading half of each head in adjacent pairs (never chunked), and a whole head so.
+  RopeSpec glm16 = partial16, interleaved = RopeSpec::unscaled(10000.0f);
+  glm16.interleaved = interleaved.interleaved = true;
+  const RopeSpec specs[] = {glm16,
+                            interleaved,
+                            RopeSpec::unscaled(10000.0f),
                             RopeSpec::unscaled(500000.0f),
                             linear,
                             llama3,

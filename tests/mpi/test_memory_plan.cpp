@@ -106,7 +106,7 @@ TEST_F(EstimatorMemoryPlan, EveryCombinationAllocatesItsPlanExactly) {
             c.lora.rank = 4;
             c.lora.alpha = 8;
             c.lora.set_targets({"all-linear"}, "test");
-            c.lora.fit_to_model(false, "llama");
+            c.lora.fit_to_model({}, "llama");
           }
           // World-invariant training: a micro-batch tree of two leaves (no offload there).
           c.world_invariant =

@@ -70,22 +70,23 @@ def build_olmo3(config):
     return model
 
 
-def olmo3_config_json(config):
-    """config.json of the reference as Olmo3Config (transformers 4.57) writes one."""
+def write_config_457(config, out_dir, model_type, architecture, family_keys):
+    """out_dir/config.json as transformers 4.57 writes the config class of `model_type`: the
+    keys every such class has, with `family_keys` of its own, sorted, its dtype and version."""
     keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
             "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
             "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings", "pad_token_id",
             "bos_token_id", "eos_token_id", "attention_bias", "attention_dropout", "hidden_act",
-            "initializer_range", "use_cache") + OLMO3_KEYS
+            "initializer_range", "use_cache") + family_keys
     saved = {k: getattr(config, k) for k in keys}
-    saved.update(model_type="olmo3", architectures=["Olmo3ForCausalLM"], dtype="bfloat16",
+    saved.update(model_type=model_type, architectures=[architecture], dtype="bfloat16",
                  transformers_version="4.57.1")
-    return dict(sorted(saved.items()))
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(dict(sorted(saved.items())), f, indent=2)
 
 
 def write_olmo3_config(config, out_dir):
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(olmo3_config_json(config), f, indent=2)
+    write_config_457(config, out_dir, "olmo3", "Olmo3ForCausalLM", OLMO3_KEYS)
 
 
 def load_olmo3(config, hf_dir, dtype):

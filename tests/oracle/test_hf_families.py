@@ -64,6 +64,7 @@ from hf_family_gguf import (check_gemma_gguf, check_granite_gguf, check_olmo2_gg
                             check_smollm3_gguf, check_yarn_gguf, gguf_export_refused)
 from olmo3_reference import (OLMO3_KEYS, build_olmo3, olmo3_config,  # noqa: E402
                              write_olmo3_config)
+from glm4_reference import GLM4_KEYS, build_glm4, glm_config, write_glm4_config  # noqa: E402
 
 # Small random configs, one per family: (transformers config class, model class, kwargs).
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -260,6 +261,26 @@ FAMILIES = {
         residual_multiplier=0.22, logits_scaling=8.0, tie_word_embeddings=True,
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 8.0, "original_max_position_embeddings": 256})),
+    # GLM (transformers 4.49's GlmForCausalLM, as GLM-4-9B-Chat's GlmForCausalLM form): RoPE on
+    # the leading half of each head (8 of 16) in adjacent pairs, gate/up stored as one
+    # gate_up_proj, q/k/v biases (attention_bias), grouped heads, untied.
+    "glm": ("GlmConfig", "GlmForCausalLM", dict(
+        head_dim=16, partial_rotary_factor=0.5, attention_bias=True, pad_token_id=32)),
+    # ... glm-edge's: the whole head rotated in adjacent pairs, no biases, tied embeddings.
+    "glm-edge-tied": ("GlmConfig", "GlmForCausalLM", dict(
+        head_dim=16, partial_rotary_factor=1.0, attention_bias=False, tie_word_embeddings=True,
+        pad_token_id=None)),
+    # GLM-4 (glm4_reference.py: built on 4.49's GLM, as 4.57 computes it): GLM's model with norms
+    # on the attention's and the MLP's outputs; head_dim 32 ≠ D/H (16 of it rotated), biases.
+    "glm4": ("GlmConfig", "GlmForCausalLM", dict(
+        head_dim=32, partial_rotary_factor=0.5, attention_bias=True, pad_token_id=32)),
+    # ... without biases (GLM-4-32B-0414's), with yarn (Glm4Config takes any rope_scaling) on 12 of
+    # each head's 16 elements (partial_rotary_factor 0.75), the original length the file's
+    # max_position_embeddings (4.49 takes yarn's band from it).
+    "glm4-yarn": ("GlmConfig", "GlmForCausalLM", dict(
+        head_dim=16, partial_rotary_factor=0.75, attention_bias=False, pad_token_id=None,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                      "original_max_position_embeddings": 128})),
 }
 # SmolLM3's layers without RoPE (no_rope_layers' zeros: SmolLM3Config's default interval of 4).
 SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
@@ -267,16 +288,20 @@ SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 # 4.46 does not have).
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
 OLMO3 = {"olmo3-yarn", "olmo3-bias-tied"}
-TRANSFORMERS_449 = PARTIAL_ROTARY | OLMO3 | {"olmo2", "olmo2-bias-linear"}
+GLM4 = {"glm4", "glm4-yarn"}
+GLM = GLM4 | {"glm", "glm-edge-tied"}
+TRANSFORMERS_449 = PARTIAL_ROTARY | OLMO3 | GLM | {"olmo2", "olmo2-bias-linear"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
-WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3", "gemma3-linear"} | OLMO3
+WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3",
+              "gemma3-linear"} | OLMO3 | GLM4
 # Config attributes the reference loads with in place of its config.json's: transformers 4.46's
 # yarn takes its band from max_position_embeddings, later releases (and zerotrain) from the
 # original length.
 REFERENCE_OVERRIDES = {"llama-yarn-extended": dict(max_position_embeddings=64)}
 # The model_type each family's config.json says.
 MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text", "qwen3-yarn": "qwen3",
-               "smollm3-yarn": "smollm3", "olmo3-yarn": "olmo3", "olmo3-bias-tied": "olmo3"}
+               "smollm3-yarn": "smollm3", "olmo3-yarn": "olmo3", "olmo3-bias-tied": "olmo3",
+               "glm4": "glm4", "glm4-yarn": "glm4"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)
 
@@ -330,9 +355,9 @@ def randomize_small_tensors(model):
     ~ 1 + N(0, 0.1²) and Gemma's norm weights ~ N(0, 0.1²): transformers starts them at 0, 1 and 0, where leaving one out would change
     nothing."""
     gemma = model.config.model_type in ("gemma", "gemma2")
-    # OLMo 2's and Granite's other norms too (~ 1 + N(0, 0.1²)): at 1, a norm weight left out
-    # would change neither the loss nor any gradient.
-    every_norm = model.config.model_type in ("olmo2", "granite")
+    # OLMo 2's, Granite's and GLM's other norms too (~ 1 + N(0, 0.1²)): at 1, a norm weight left
+    # out would change neither the loss nor any gradient.
+    every_norm = model.config.model_type in ("olmo2", "granite", "glm")
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith(".bias") or (gemma and name.endswith("norm.weight")):
@@ -347,6 +372,8 @@ def build_reference(family, config):
         return build_gemma3(config)
     if family in OLMO3:
         return build_olmo3(config)
+    if family in GLM4:
+        return build_glm4(config)
     model = getattr(transformers, FAMILIES[family][1])(config)
     if family.startswith("smollm3"):
         return drop_rope(model, SMOLLM3_NO_ROPE_LAYERS)
@@ -362,6 +389,9 @@ def save_written_as(family, model, config, out_dir):
         return
     if family in OLMO3:
         write_olmo3_config(config, out_dir)
+        return
+    if family in GLM4:
+        write_glm4_config(config, out_dir)
         return
     saved = {k: v for k, v in config.to_dict().items()
              if k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -392,8 +422,8 @@ def check_same_rotation(hf_dir, saved, config):
         return ROPE_INIT_FUNCTIONS[scaling.get("rope_type", scaling.get("type", "default"))](
             c, "cpu")
     written = transformers.LlamaConfig(**{k: saved[k] for k in (
-        "hidden_size", "num_attention_heads", "max_position_embeddings", "rope_theta", "head_dim")
-        if k in saved}, rope_scaling=saved.get("rope_scaling"))
+        "hidden_size", "num_attention_heads", "max_position_embeddings", "rope_theta", "head_dim",
+        "partial_rotary_factor") if k in saved}, rope_scaling=saved.get("rope_scaling"))
     (want, want_factor), (got, got_factor) = rotation(config), rotation(written)
     # transformers 4.46 takes yarn's band from max_position_embeddings, not this key: compared
     # as it stands.
@@ -429,6 +459,8 @@ def load_reference(family, config, hf_dir):
         expected["no_rope_layers"] = SMOLLM3_NO_ROPE_LAYERS
     if family in OLMO3:
         expected.update({k: getattr(config, k) for k in OLMO3_KEYS + ("attention_bias",)})
+    if family in GLM4:
+        expected.update({k: getattr(config, k) for k in GLM4_KEYS + ("attention_bias",)})
     check_same_rotation(hf_dir, saved, config)
     if family.startswith("gemma3"):
         expected.update({k: getattr(config, k) for k in GEMMA3_KEYS + (
@@ -663,8 +695,8 @@ def main():
                          f"partial_rotary_factor; it has Olmo2), found {transformers.__version__}: "
                          "put .venv/transformers-4.49 (./run.sh deps) first on PYTHONPATH")
     config_name, model_name, extra = FAMILIES[args.family]
-    config = (olmo3_config if args.family in OLMO3 else getattr(transformers, config_name))(
-        **{**COMMON, **extra})
+    config = (olmo3_config if args.family in OLMO3 else glm_config if args.family in GLM
+              else getattr(transformers, config_name))(**{**COMMON, **extra})
     model = build_reference(args.family, config)
     randomize_small_tensors(model)
     model = model.to(torch.bfloat16)
@@ -770,7 +802,7 @@ def main():
         check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)
     if "longrope" in args.family or "window" in args.family or args.family in (
             "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2", "granite") or (
-            args.family in OLMO3):
+            args.family in OLMO3 | GLM):
         check_generate(zt, imported, model, tokens, args.family,
                        extra.get("original_max_position_embeddings", 16))
 
@@ -805,6 +837,9 @@ def main():
     if args.family in OLMO3:
         gguf_export_refused(zt, work, final, "is an OLMo 3, which zerotrain does not write to GGUF",
                             "an OLMo 3")
+    if args.family in GLM:
+        gguf_export_refused(zt, work, final, "(GLM), which zerotrain does not write to GGUF",
+                            "a GLM")
     if args.family.startswith("granite"):
         check_granite_gguf(zt, work, final, exported, args.source_dir, config)
     if args.family in ("gemma", "gemma2", "gemma3"):

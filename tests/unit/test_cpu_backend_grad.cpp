@@ -102,26 +102,29 @@ TEST(CpuBackendGrad, RmsNormWithGemmaOffsetScalesByOnePlusTheWeight) {
   expect_gradient_matches("dg", g, minus(dg, -1.0f), objective, kSmoothStep, kSmoothTol);
 }
 
-// The whole head, and (Phi-4-mini's partial_rotary_factor) its leading 6 or 2 elements.
+// The whole head, and (Phi-4-mini's partial_rotary_factor) its leading 6 or 2 elements, paired
+// as Llama pairs them and as GLM does (adjacent elements).
 TEST(CpuBackendGrad, Rope) {
   auto be = make_cpu_backend();
   const int64_t B = 2, T = 5, H = 3, hd = 8;
-  for (const int64_t rotated : {0, 6, 2}) {
-    SCOPED_TRACE("rotary_dims " + std::to_string(rotated));
-    RopeSpec rope = RopeSpec::unscaled(10.0f);  // small base: every pair rotates noticeably
-    rope.rotary_dims = rotated;
-    auto x = random_normal(B * T * H * hd, 7);
-    const auto r = random_normal(x.size(), 8);
-    std::vector<float> y(x.size());
-    auto objective = [&] {
-      y = x;
-      be->rope_forward(y.data(), B, T, H, hd, rope);
-      return weighted_sum(r, y);
-    };
-    std::vector<float> dx(r);
-    be->rope_backward(dx.data(), B, T, H, hd, rope);
-    expect_gradient_matches("dx", x, dx, objective, kLinearStep, kLinearTol);
-  }
+  for (const int64_t rotated : {0, 6, 2})
+    for (const bool interleaved : {false, true}) {
+      SCOPED_TRACE("rotary_dims " + std::to_string(rotated) + (interleaved ? " interleaved" : ""));
+      RopeSpec rope = RopeSpec::unscaled(10.0f);  // small base: every pair rotates noticeably
+      rope.rotary_dims = rotated;
+      rope.interleaved = interleaved;
+      auto x = random_normal(B * T * H * hd, 7);
+      const auto r = random_normal(x.size(), 8);
+      std::vector<float> y(x.size());
+      auto objective = [&] {
+        y = x;
+        be->rope_forward(y.data(), B, T, H, hd, rope);
+        return weighted_sum(r, y);
+      };
+      std::vector<float> dx(r);
+      be->rope_backward(dx.data(), B, T, H, hd, rope);
+      expect_gradient_matches("dx", x, dx, objective, kLinearStep, kLinearTol);
+    }
 }
 
 // A partial rotation is the rotation of a head of its r elements (inv_freq over r, as
@@ -149,6 +152,45 @@ TEST(CpuBackendGrad, PartialRopeRotatesTheLeadingElementsAsAHeadOfTheirCount) {
       for (int64_t e = 0; e < hd; ++e)
         ASSERT_EQ(y[row * hd + e], e < r ? want[row * r + e] : x[row * hd + e])
             << (forward ? "forward" : "backward") << " row " << row << " element " << e;
+  }
+}
+
+// GLM's interleaved rotation is Llama's on a head whose rotated elements are reordered evens
+// first (element 2i to i, 2i + 1 to i + r/2): the same pairs turned by the same angles, so the
+// same bits once put back; the elements past r pass through.
+TEST(CpuBackendGrad, InterleavedRopeIsTheHalfSplitRotationOfTheReorderedHead) {
+  auto be = make_cpu_backend();
+  const int64_t B = 2, T = 7, H = 3, hd = 12;
+  for (const int64_t r : {int64_t{6}, hd}) {
+    SCOPED_TRACE("rotated " + std::to_string(r));
+    RopeSpec interleaved = RopeSpec::unscaled(10.0f), split = interleaved;
+    interleaved.rotary_dims = split.rotary_dims = r;
+    interleaved.interleaved = true;
+    const auto x = random_normal(B * T * H * hd, 31);
+    auto reorder = [&](const std::vector<float>& v, bool back) {
+      std::vector<float> out = v;
+      for (int64_t row = 0; row < B * T * H; ++row)
+        for (int64_t i = 0; i < r / 2; ++i)
+          for (const int64_t k : {int64_t{0}, int64_t{1}}) {
+            const int64_t adjacent = row * hd + 2 * i + k, halves = row * hd + i + k * r / 2;
+            out[static_cast<size_t>(back ? adjacent : halves)] =
+                v[static_cast<size_t>(back ? halves : adjacent)];
+          }
+      return out;
+    };
+    for (const bool forward : {true, false}) {
+      std::vector<float> got = x, want = reorder(x, false);
+      if (forward) {
+        be->rope_forward(got.data(), B, T, H, hd, interleaved);
+        be->rope_forward(want.data(), B, T, H, hd, split);
+      } else {
+        be->rope_backward(got.data(), B, T, H, hd, interleaved);
+        be->rope_backward(want.data(), B, T, H, hd, split);
+      }
+      want = reorder(want, true);
+      ASSERT_EQ(got, want) << (forward ? "forward" : "backward");
+      ASSERT_NE(got, x) << "the rotation moved nothing";
+    }
   }
 }
 

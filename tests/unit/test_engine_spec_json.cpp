@@ -22,7 +22,7 @@ EngineSpec unusual_spec() {
   model.lora.rank = 4;
   model.lora.alpha = 16;
   model.lora.set_targets({"all-linear"}, "test");
-  model.lora.fit_to_model(false, "llama");
+  model.lora.fit_to_model({}, "llama");
   ZeroConfig zero;
   zero.stage = 3;
   zero.overlap_comm = false;

@@ -2,7 +2,9 @@
 // SOURCES.md: Llama 2, 3, 3.1, 3.2, Mistral, Qwen2, Qwen2.5, Qwen3, SmolLM2, TinyLlama, Phi-3,
 // Phi-4-mini (RoPE on part of each head), SmolLM3 (layers without RoPE),
 // Gemma 2 (gemma-2-9b-it: sandwich norms, soft caps), OLMo 2 (13B and its Instruct: norms after the
-// attention and the MLP), Granite 3.3 (four scalars), Gemma 3 (gemma-3-270m; gemma-3-1b-it re-saved
+// attention and the MLP), Granite 3.3 (four scalars), GLM (glm-4-9b-chat's GlmForCausalLM form:
+// RoPE on half of each head, in adjacent pairs; glm-edge-1.5b-chat: on all of it), Gemma 3
+// (gemma-3-270m; gemma-3-1b-it re-saved
 // by 4.52.4), Mistral Small 3.1 (a multimodal checkpoint: its text model read), and re-saves by
 // transformers 4.46 (Phi-3.5-mini, longrope), 4.56, 4.57 and 5.7, and unsloth's of CodeGemma-7b-it
 // (Gemma)) are read with the keys as published:
@@ -109,6 +111,11 @@ const std::map<std::string, Published>& corpus() {
       // Granite 3.3 8B Instruct (its four scalars on Llama's model): 8,170,864,640 from the shapes
       // its config states (tied embeddings); its card's 8B.
       {"ibm-granite--granite-3.3-8b-instruct", {8170864640, "granite", true, 10000000, R::kNone}},
+      // GLM-4-9B-Chat as GlmForCausalLM (q/k/v biases, gate/up fused in the file): 9,399,951,360
+      // from the shapes its config states (untied), its card's 9B; glm-edge-1.5b-chat (no
+      // biases, tied): 1,472,055,296, its name's 1.5B.
+      {"THUDM--glm-4-9b-chat-rev-9918c3f", {9399951360, "glm", false, 10000, R::kNone}},
+      {"THUDM--glm-edge-1.5b-chat", {1472055296, "glm", true, 10000, R::kNone}},
       {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
        {1100048384, "llama", false, 10000, R::kNone}},
       {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",
@@ -163,8 +170,12 @@ TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
     EXPECT_EQ(c.rope_scaling.type, p.scaling);
     // SmolLM3-3B's every fourth layer takes no RoPE; the others' every layer rotates.
     EXPECT_EQ(c.layers_without_rope.size(), name.find("SmolLM3") != std::string::npos ? 9u : 0u);
-    // Phi-4-mini rotates 96 of each head's 128 elements; the others, whole heads.
-    EXPECT_EQ(c.rotary_dims(), name.find("Phi-4-mini") != std::string::npos ? 96 : c.head_dim());
+    // Phi-4-mini rotates 96 of each head's 128 elements, GLM-4-9B-Chat 64 (GlmConfig's default
+    // half); the others, whole heads.
+    EXPECT_EQ(c.rotary_dims(), name.find("Phi-4-mini") != std::string::npos      ? 96
+                               : name.find("glm-4-9b-chat") != std::string::npos ? 64
+                                                                                 : c.head_dim());
+    EXPECT_EQ(c.rope().interleaved, name.find("glm") != std::string::npos);
     // What was read is what zerotrain writes back.
     EXPECT_EQ(ModelConfig::from_hf_json(c.to_hf_json(), "again"), c);
     // Through GGUF, where llama3 scaling travels as llama.cpp's per-frequency factors, the

@@ -115,9 +115,10 @@ std::shared_ptr<const RopeTable> CpuBackend::rope_table(int64_t T, int64_t hd,
   return rope_cache_.back();
 }
 
-// x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:r/2], x2 = x[r/2:r] for the r =
-// rope.rotated(hd) leading elements of each head (the others pass through, as transformers'
-// Phi-3 leaves a partial rotation's q_pass and k_pass). σ = +1 is the rotation by p·θ_i (p = past +
+// x1' = x1·c − x2·(σ·s), x2' = x2·c + x1·(σ·s) with x1 = x[:r/2], x2 = x[r/2:r] (interleaved:
+// x1 = x[0:r:2], x2 = x[1:r:2]) for the r = rope.rotated(hd) leading elements of each head (the
+// others pass through, as transformers' Phi-3 and GLM leave a partial rotation's q_pass and
+// k_pass). σ = +1 is the rotation by p·θ_i (p = past +
 // t − doc_start[t], or past + t); σ = −1 its transpose (the inverse, divided by the square of
 // longrope's attention factor where it has one: the backward of the scaled rotation).
 void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t hd,
@@ -127,21 +128,22 @@ void CpuBackend::rope_apply(float* x, int64_t B, int64_t T, int64_t H, int64_t h
   ZT_CHECK(past >= 0, "rope: negative first position " + std::to_string(past));
   const auto table = rope_table(past + T, hd, rope);
   const int64_t half = rotated / 2;
+  const int64_t step = rope.pair_step(), partner = rope.pair_partner(hd);
 #pragma omp parallel for schedule(static) if (B * T * H * hd > kParallelMinElements)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t position = past + bt % T - (doc_start ? doc_start[bt] : 0);
     const float* cos_t = table->cos.data() + position * half;
     const float* sin_t = table->sin.data() + position * half;
     for (int64_t h = 0; h < H; ++h) {
-      float* x1 = x + (bt * H + h) * hd;
-      float* x2 = x1 + half;
+      float* head = x + (bt * H + h) * hd;
       for (int64_t i = 0; i < half; ++i) {
         const float c = cos_t[i];
         const float s = sin_sign * sin_t[i];
-        const float a = x1[i];
-        const float b = x2[i];
-        x1[i] = a * c - b * s;
-        x2[i] = b * c + a * s;
+        float& a = head[i * step];
+        float& b = head[i * step + partner];
+        const float a0 = a;
+        a = a0 * c - b * s;
+        b = b * c + a0 * s;
       }
     }
   }

@@ -105,6 +105,7 @@ struct RopeRotate {
   const float* cos_table;
   const float* sin_table;
   int64_t T, H, half, hd;  // half: the rotated elements' half; hd: a head's elements
+  int64_t step, partner;   // pair i: elements i·step and i·step + partner (RopeSpec's)
   float sin_sign;
   const int32_t* doc_start;  // null: position t
   template <typename At>
@@ -113,10 +114,10 @@ struct RopeRotate {
     const int64_t bth = at.first / half;                                     // (b·T + t)·H + h
     const int64_t t = (bth / H) % T - (doc_start ? doc_start[bth / H] : 0);  // the position
     const At here{0};
-    A* x1 = x + bth * hd + i;
+    A* x1 = x + bth * hd + i * step;  // chunks only with step 1: consecutive pairs
     float a[At::kCount], b[At::kCount], c[At::kCount], s[At::kCount];
     here.load(x1, a);
-    here.load(x1 + half, b);
+    here.load(x1 + partner, b);
     here.load(cos_table + t * half + i, c);
     here.load(sin_table + t * half + i, s);
 #pragma unroll
@@ -127,7 +128,7 @@ struct RopeRotate {
       a[j] = a2;
     }
     here.store(x1, a);
-    here.store(x1 + half, b);
+    here.store(x1 + partner, b);
   }
 };
 
@@ -182,15 +183,17 @@ void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy,
 }
 
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, int64_t rotated, float sin_sign, const int32_t* doc_start,
-                 cudaStream_t stream) {
+                 int64_t H, int64_t hd, int64_t rotated, bool interleaved, float sin_sign,
+                 const int32_t* doc_start, cudaStream_t stream) {
   const int64_t half = rotated / 2, pairs = B * T * H * half;
+  const int64_t step = interleaved ? 2 : 1, partner = interleaved ? 1 : half;
   with_storage(x.dtype, "rope x", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    launch_elementwise(
-        "rope",
-        RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, hd, sin_sign, doc_start},
-        pairs, {x.data, cos_table, sin_table}, stream, half % kChunk == 0 && hd % kChunk == 0);
+    launch_elementwise("rope",
+                       RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, hd, step,
+                                     partner, sin_sign, doc_start},
+                       pairs, {x.data, cos_table, sin_table}, stream,
+                       !interleaved && half % kChunk == 0 && hd % kChunk == 0);
   });
 }
 
