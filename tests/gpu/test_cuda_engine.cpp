@@ -128,7 +128,8 @@ TEST(CudaEngine, SmallPresetTracksTheCpuLossesAndIsDeterministic) {
 // Gemma 2's (Gemma's with sandwich norms, its own scale and soft caps small enough to bend these
 // scores and logits: the GEMM attention path's capped softmax, the capped cross-entropy), and
 // OLMo 2's (norms after the attention and the MLP only, q/k norms over rows of heads·head_dim),
-// and Granite's (its four scalars: the scaled branches and logits).
+// Granite's (its four scalars: the scaled branches and logits), and GLM-4's (RoPE in adjacent
+// pairs on half of each head: the unchunked rotation; q/k/v biases, norms on the outputs).
 TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   ModelConfig phi4 = preset_config("small");  // hidden 256, 8 heads of 32, 4 layers
   phi4.fused_projections = true;
@@ -160,7 +161,9 @@ TEST(CudaEngine, FamilyPathsTrackTheCpuLosses) {
   ModelConfig olmo2 = olmo2_from_llama_shape(preset_config("small"));
   ModelConfig olmo3 = olmo3_from_llama_shape(preset_config("small"), kSeq / 2);
   ModelConfig granite = granite_from_llama_shape(preset_config("small"));
-  for (const ModelConfig* model : {&phi4, &smollm3, &gemma, &gemma2, &olmo2, &olmo3, &granite}) {
+  ModelConfig glm4 = glm4_from_llama_shape(preset_config("small"));
+  for (const ModelConfig* model :
+       {&phi4, &smollm3, &gemma, &gemma2, &olmo2, &olmo3, &granite, &glm4}) {
     model->validate();
     const std::string name = model->model_type();
     MpiCommunicator self(MPI_COMM_SELF);

@@ -70,15 +70,17 @@ def save_base(hf_dir):
     save_random(hf_dir, Gemma2Config, Gemma2ForCausalLM, CONFIG, 0.0)  # Gemma's norms start at 0
 
 
-def check_all_linear_against_peft(args, work, family, save, base, wrapped=lambda model: None):
+def check_all_linear_against_peft(args, work, family, save, base, wrapped=lambda model: None,
+                                  targets=lora.TARGETS):
     """Checks 1-3 above for a family: save(hf_dir) writes the base checkpoint, base(hf_dir) loads
-    it in float64 for PEFT, wrapped(model) runs on each PEFT model once it wraps the projections."""
+    it in float64 for PEFT, wrapped(model) runs on each PEFT model once it wraps the projections;
+    all-linear adapts `targets` (the family's projections as PEFT names its modules)."""
     zt = args.zerotrain
     save(work("hf"))
     tokens, eval_tokens, initial_a, written = phi3.imported_windows_and_initial_a(
         zt, work, args.source_dir)
-    check(sorted(written) == sorted(lora.TARGETS),
-          f"all-linear on {family} adapts {written}, PEFT {lora.TARGETS}")
+    check(sorted(written) == sorted(targets),
+          f"all-linear on {family} adapts {written}, PEFT {targets}")
     history = []
     model, trained = phi3.peft_model(work("hf"), initial_a, base=base(work("hf")))
     wrapped(model)

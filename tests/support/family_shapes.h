@@ -32,6 +32,17 @@ inline ModelConfig olmo3_from_llama_shape(ModelConfig c, int64_t window) {
   return c;
 }
 
+// GLM-4's model: RoPE in adjacent pairs on half of each head, gate/up fused in the checkpoint,
+// q/k/v biases, norms on the attention's and the MLP's outputs.
+inline ModelConfig glm4_from_llama_shape(ModelConfig c) {
+  c.interleaved_rope = c.fused_gate_up = true;
+  c.partial_rotary_factor = 0.5;
+  c.qkv_bias = true;
+  c.sandwich_norms = true;
+  c.validate();
+  return c;
+}
+
 // Granite's four scalars, each far from 1 (Granite 3's embedding and residual ones; a score scale
 // unlike 1/sqrt(head_dim); logits divided by 3, no power of two).
 inline ModelConfig granite_from_llama_shape(ModelConfig c) {

@@ -5,8 +5,8 @@
 // a product of one row is computed by another OpenBLAS call shape than a row of a whole window.
 // The families' extra tensors (biases, Qwen3's q/k norms, head_dim ≠ hidden/heads), SmolLM3's
 // layers without RoPE, sliding windows the sequence outgrows (Mistral's on every layer, Gemma 2's
-// on every other), OLMo 2's norms, Granite's scalars and tied embeddings are covered, and the
-// refusals.
+// on every other), OLMo 2's norms, Granite's scalars, GLM-4's rotation in adjacent pairs and tied
+// embeddings are covered, and the refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -160,7 +160,8 @@ TEST(KvCacheDecoder, EachPositionsLogitsAreTheWholeWindowsAfterAPromptAndOneToke
   for (const ModelConfig& c :
        {llama_untied(), llama_tied(), qwen3_with_biases(), smollm3_tied(), mistral_windowed(),
         gemma2_tied(), gemma3_tied(), olmo2_from_llama_shape(llama_untied()),
-        olmo3_from_llama_shape(llama_untied(), 20), granite_from_llama_shape(llama_tied())}) {
+        olmo3_from_llama_shape(llama_untied(), 20), granite_from_llama_shape(llama_tied()),
+        glm4_from_llama_shape(llama_untied())}) {
     const int64_t T = 70, prompt = 13;  // a prompt of 13 rows, then 57 of one
     const std::vector<std::vector<float>> params = strong_params(c);
     const std::vector<int32_t> tokens = some_tokens(c, T);
