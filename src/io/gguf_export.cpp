@@ -96,9 +96,17 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   ZT_CHECK(type != "olmo3", "export: model '" + dir +
                                 "' is an OLMo 3, which zerotrain does not write to GGUF yet; "
                                 "export safetensors instead");
-  ZT_CHECK(!c.is_glm(), "export: model '" + dir + "' is a " + type +
-                            " (GLM), which zerotrain does not write to GGUF yet; export "
-                            "safetensors instead");
+  // llama.cpp reads GlmForCausalLM as its chatglm (other tensors); its glm4 needs an output
+  // tensor here (a tied one is not written), and its converter writes yarn scaling alone.
+  ZT_CHECK(type != "glm", "export: model '" + dir +
+                              "' is a glm (GlmForCausalLM), which llama.cpp reads as its chatglm "
+                              "and zerotrain does not write to GGUF; export safetensors instead");
+  ZT_CHECK(
+      type != "glm4" || (!c.tie_word_embeddings && (c.rope_scaling.type == RopeScaling::kNone ||
+                                                    c.rope_scaling.type == RopeScaling::kYarn)),
+      "export: model '" + dir +
+          "' is a GLM-4 with tied embeddings or a rope scaling other than yarn, which "
+          "zerotrain does not write to llama.cpp's glm4; export safetensors instead");
   check_llama_cpp_yarn(c, dir);
   ZT_CHECK((type != "llama" && type != "granite") || !c.qkv_bias,
            "export: model '" + dir +
@@ -308,8 +316,9 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
       arch == "phi3" || arch == "gemma2" || arch == "gemma3" ? 0 : c.sliding_window;
   for (const HfCheckpointTensor& t : stored) {
     const GgmlType ggml = t.shape.size() == 1 ? GgmlType::kF32 : matrix_type(type, t.shape[1]);
-    tensors.push_back(
-        {gguf_tensor_name(t.name, c.sandwich_norms), {t.shape.rbegin(), t.shape.rend()}, ggml});
+    tensors.push_back({gguf_tensor_name(t.name, gguf_post_attention_norm_follows_attention(c)),
+                       {t.shape.rbegin(), t.shape.rend()},
+                       ggml});
   }
   // Llama 3.1-style rope scaling travels as the factors llama.cpp's converter writes, and so
   // does Phi-3's longrope (long, then short, as the converter yields them).

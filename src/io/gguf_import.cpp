@@ -49,9 +49,14 @@ constexpr LayerName kLayerNames[] = {
     // output, post_attention_layernorm, is gguf_tensor_name's own case).
     {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
     {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
-    // Phi-3's fused projections (model/hf_checkpoint_tensors.h), as llama.cpp's phi3 names them.
+    // Phi-3's fused projections (model/hf_checkpoint_tensors.h), as llama.cpp's phi3 names them
+    // (and GLM-4's gate_up_proj, its glm4's).
     {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
     {"mlp.gate_up_proj.weight", "ffn_up.weight"},
+    // GLM-4's norms of the attention's and the MLP's outputs (its post_attention_layernorm is the
+    // norm before the MLP, Llama's ffn_norm).
+    {"post_self_attn_layernorm.weight", "post_attention_norm.weight"},
+    {"post_mlp_layernorm.weight", "post_ffw_norm.weight"},
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -102,17 +107,18 @@ RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch
 }
 
 // RoPE on the leading rope.dimension_count elements of each head: the whole head, or part of it in
-// a phi3 file (Phi-4-mini's partial_rotary_factor, as llama.cpp's converter writes it), read back
-// as the factor whose int(head_dim · factor) is that count.
+// a phi3 or glm4 file (Phi-4-mini's and GLM-4's partial_rotary_factor, as llama.cpp's converter
+// writes them), read back as the factor whose int(head_dim · factor) is that count.
 void read_rotary_dims(const GgufReader& g, const std::string& arch, ModelConfig& c) {
   const std::string key = arch + ".rope.dimension_count";
   if (!g.has(key) || g.integer(key) == c.head_dim()) return;
   const int64_t dims = g.integer(key), head_dim = c.head_dim();
-  ZT_CHECK(arch == "phi3" && dims > 0 && dims < head_dim && dims % 2 == 0,
+  const bool partial = arch == "phi3" || arch == "glm4";
+  ZT_CHECK(partial && dims > 0 && dims < head_dim && dims % 2 == 0,
            g.path() + ": metadata '" + key + "' is " + std::to_string(dims) +
                ", not the head size " + std::to_string(head_dim) +
-               (arch == "phi3" ? " nor an even count below it"
-                               : ": RoPE on part of a head is read for phi3 files only"));
+               (partial ? " nor an even count below it"
+                        : ": RoPE on part of a head is read for phi3 and glm4 files only"));
   double factor = static_cast<double>(dims) / static_cast<double>(head_dim);
   if (static_cast<int64_t>(static_cast<double>(head_dim) * factor) != dims)
     factor = std::nextafter(factor, 1.0);
@@ -131,15 +137,20 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   c.explicit_head_dim = head_dim * c.num_heads == c.hidden_size ? 0 : head_dim;
   read_rotary_dims(g, arch, c);
   const bool biases = g.find_tensor("blk.0.attn_q.bias") != nullptr;
-  ZT_CHECK(arch == "qwen2" || !biases,
-           path + ": tensor 'blk.0.attn_q.bias': attention biases are read for qwen2 files only");
-  c.qkv_bias = arch == "qwen2";
+  ZT_CHECK(arch == "qwen2" || arch == "glm4" || !biases,
+           path +
+               ": tensor 'blk.0.attn_q.bias': attention biases are read for qwen2 and glm4 files "
+               "only");
+  c.qkv_bias = arch == "qwen2" || (arch == "glm4" && biases);
   c.qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "olmo2";
   c.fused_projections = arch == "phi3";
   // llama.cpp's olmo2: norms after the attention and the MLP only, q/k norms over whole
   // projections.
   c.sandwich_norms = c.qk_norm_spans_heads = arch == "olmo2";
   c.pre_norms = arch != "olmo2";
+  // llama.cpp's glm4: GLM-4's model (its RoPE in adjacent pairs, its "norm" rope type; gate/up
+  // one ffn_up; norms on the attention's and the MLP's outputs).
+  if (arch == "glm4") c.interleaved_rope = c.fused_gate_up = c.sandwich_norms = true;
   // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
   // the file does not carry), as SmolLM3-3B's no_rope_layers says.
   if (arch == "smollm3") c.layers_without_rope = every_nth_layer(kSmolLM3NoRopeStep, c.num_layers);
@@ -280,10 +291,10 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string arch = g.string("general.architecture");
   ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
                arch == "smollm3" || arch == "gemma" || arch == "gemma2" || arch == "gemma3" ||
-               arch == "olmo2" || arch == "granite",
+               arch == "olmo2" || arch == "granite" || arch == "glm4",
            path + ": metadata 'general.architecture' is \"" + arch +
                "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
-               "phi3, smollm3, gemma, gemma2, gemma3, olmo2 and granite");
+               "phi3, smollm3, gemma, gemma2, gemma3, olmo2, granite and glm4");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -340,6 +351,10 @@ ModelConfig gguf_model_config(const GgufReader& g) {
     fail(path + ": " + e.what());
   }
   return c;
+}
+
+bool gguf_post_attention_norm_follows_attention(const ModelConfig& c) {
+  return c.sandwich_norms && !c.is_glm();
 }
 
 std::string gguf_tensor_name(const std::string& hf, bool sandwich_norms) {
@@ -410,7 +425,8 @@ void read_hf_range(const GgufReader& g, const GgufTensorInfo& t, bool permuted, 
 void check_tensors(const GgufReader& g, const ParamLayout& layout, const ModelConfig& c) {
   std::vector<std::string> expected;
   for (const HfCheckpointTensor& t : hf_checkpoint_tensors(layout)) {
-    const std::string name = gguf_tensor_name(t.name, c.sandwich_norms);
+    const std::string name =
+        gguf_tensor_name(t.name, gguf_post_attention_norm_follows_attention(c));
     expected.push_back(name);
     const GgufTensorInfo* stored = g.find_tensor(name);
     ZT_CHECK(stored != nullptr, g.path() + ": no tensor '" + name + "' (" + t.name +
@@ -472,8 +488,8 @@ GgufImportResult import_gguf_model(const std::string& gguf_path, const std::stri
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
         const HfCheckpointPlace& place = places.at(t.name);
-        const GgufTensorInfo& stored =
-            *g.find_tensor(gguf_tensor_name(place.name, result.config.sandwich_norms));
+        const GgufTensorInfo& stored = *g.find_tensor(gguf_tensor_name(
+            place.name, gguf_post_attention_norm_follows_attention(result.config)));
         const int64_t first = place.element_offset + begin;
         read_hf_range(g, stored, gguf_permutes_rows(result.architecture, t.name), head_dim, first,
                       count, out);

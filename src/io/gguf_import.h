@@ -30,8 +30,10 @@ ModelConfig gguf_model_config(const GgufReader& gguf);
 // The GGUF name of a Hugging Face tensor name ("model.layers.3.self_attn.q_proj.weight" ->
 // "blk.3.attn_q.weight"), and whether llama.cpp permutes its rows for an architecture.
 // sandwich_norms: a Gemma 2's, Gemma 3's or OLMo 2's, whose post_attention_layernorm is llama.cpp's
-// post_attention_norm.
+// post_attention_norm (gguf_post_attention_norm_follows_attention; GLM-4's norm of the attention's
+// output is its post_self_attn_layernorm).
 std::string gguf_tensor_name(const std::string& hf_name, bool sandwich_norms = false);
+bool gguf_post_attention_norm_follows_attention(const ModelConfig& c);
 // The query_pre_attn_scalar llama.cpp's gemma2 and gemma3 scale the scores by (the file carries
 // none): hidden / heads for the 27B models (Gemma-2's 46 layers, Gemma-3's 62), else head_dim.
 double llama_cpp_gemma_query_scalar(const ModelConfig& c);

@@ -64,7 +64,7 @@ def exported_gguf_is_converters(zt, work, final, exported, arch, config, permute
     check(len(stored) - llama3 == len(hf), f"the GGUF export has {len(stored)} tensors, the "
           f"safetensors export {len(hf)}")
     for hf_name, value in hf.items():
-        name = names.get_name(hf_name, try_suffixes=(".weight",))
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         check(name in stored, f"the GGUF export has no {name} for {hf_name}")
         want = value.float()
         if permute and hf_name.endswith("q_proj.weight"):
@@ -137,6 +137,36 @@ def check_olmo2_gguf(zt, work, final, exported, config):
     print(f"the GGUF export is llama.cpp's olmo2 ({count} tensors as the converter writes them) "
           "and imports back bit for bit", flush=True)
     check_olmo2_window_refused(zt, work)
+
+
+def check_glm_gguf(zt, work, final, exported, config):
+    """A trained GLM-4 through GGUF as llama.cpp's glm4 reads it (its converter's Glm4Model writes
+    every tensor as it is: GLM's adjacent-pair RoPE is llama.cpp's "norm" one, no permutation;
+    gate_up_proj as ffn_up, the output norms as post_attention_norm and post_ffw_norm), with the
+    keys its set_gguf_parameters writes (rope.dimension_count int(head_dim · partial_rotary_factor),
+    yarn's type, factor and original length), and back bit for bit."""
+    back_config, count, _ = exported_gguf_is_converters(zt, work, final, exported, "glm4", config)
+    from gguf_reference import read_gguf
+    fields = read_gguf(os.path.join(work, "exported.gguf")).fields
+    rope_dim = config.head_dim or config.hidden_size // config.num_attention_heads
+    check(fields["glm4.rope.dimension_count"].contents() ==
+          int(rope_dim * config.partial_rotary_factor),
+          "the GGUF export's rope.dimension_count is not the converter's")
+    scaling = config.rope_scaling or {}
+    if scaling.get("rope_type") == "yarn":
+        check(fields["glm4.rope.scaling.type"].contents() == "yarn" and
+              fields["glm4.rope.scaling.factor"].contents() == scaling["factor"] and
+              fields["glm4.rope.scaling.original_context_length"].contents() ==
+              scaling["original_max_position_embeddings"],
+              "the GGUF export's yarn keys are not the converter's")
+    else:
+        check("glm4.rope.scaling.type" not in fields, "the GGUF export has a rope scaling")
+    check(back_config.get("model_type") == "glm4" and
+          back_config.get("attention_bias") == config.attention_bias and
+          back_config.get("partial_rotary_factor") == config.partial_rotary_factor,
+          f"the GGUF import reads {back_config}")
+    print(f"the GGUF export is llama.cpp's glm4 ({count} tensors as the converter writes them) "
+          "and imports back bit for bit", flush=True)
 
 
 def check_olmo2_window_refused(zt, work):

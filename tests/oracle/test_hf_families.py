@@ -60,8 +60,9 @@ h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "
 from gemma3_reference import (GEMMA3_KEYS, build_gemma3, save_tensors,  # noqa: E402
                               write_gemma3_config)
 from multimodal_reference import write_multimodal  # noqa: E402
-from hf_family_gguf import (check_gemma_gguf, check_granite_gguf, check_olmo2_gguf,  # noqa: E402
-                            check_smollm3_gguf, check_yarn_gguf, gguf_export_refused)
+from hf_family_gguf import (check_gemma_gguf, check_glm_gguf, check_granite_gguf,  # noqa: E402
+                            check_olmo2_gguf, check_smollm3_gguf, check_yarn_gguf,
+                            gguf_export_refused)
 from olmo3_reference import (OLMO3_KEYS, build_olmo3, olmo3_config,  # noqa: E402
                              write_olmo3_config)
 from glm4_reference import GLM4_KEYS, build_glm4, glm_config, write_glm4_config  # noqa: E402
@@ -601,9 +602,11 @@ def main():
     if args.family in OLMO3:
         gguf_export_refused(zt, work, final, "is an OLMo 3, which zerotrain does not write to GGUF",
                             "an OLMo 3")
-    if args.family in GLM:
-        gguf_export_refused(zt, work, final, "(GLM), which zerotrain does not write to GGUF",
-                            "a GLM")
+    if args.family in GLM4:
+        check_glm_gguf(zt, work, final, exported, config)
+    elif args.family in GLM:  # GlmForCausalLM
+        gguf_export_refused(zt, work, final, "which llama.cpp reads as its chatglm",
+                            "a GlmForCausalLM")
     if args.family.startswith("granite"):
         check_granite_gguf(zt, work, final, exported, args.source_dir, config)
     if args.family in ("gemma", "gemma2", "gemma3"):
