@@ -46,7 +46,7 @@ void add_lora_options(po::options_description& options, LoraOptions& o) {
       "lora-targets", po::value(&o.targets)->default_value(o.targets),
       "LoRA: the projections that get adapters, as PEFT's target_modules: comma-separated "
       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (Phi-3: qkv_proj, "
-      "o_proj, gate_up_proj, down_proj), or all-linear")(
+      "o_proj, gate_up_proj, down_proj; GLM: gate_up_proj for gate and up), or all-linear")(
       "use-rslora", bool_flag(&o.use_rslora, false),
       "LoRA: rank-stabilised scaling alpha/sqrt(R) instead of alpha/R")(
       "lora-config", po::value(&o.config_file),

@@ -304,7 +304,8 @@ void ModelConfig::check_granite() const {
 
 // GlmForCausalLM and Glm4ForCausalLM: Llama's model with its RoPE's pairs adjacent and gate/up
 // fused in the checkpoint (both or neither), q/k/v biases or none and no o bias, Llama's norms
-// (GLM-4 with its sandwich ones too), no window or q/k norms, every layer rotating.
+// (GLM-4 with its sandwich ones too), no window or q/k norms, every layer rotating (longrope is
+// check_rope_scaling's: Phi-3's alone).
 void ModelConfig::check_glm() const {
   ZT_CHECK(interleaved_rope == fused_gate_up,
            "model config: GLM's adjacent RoPE pairs and its fused gate_up_proj come together "
@@ -315,8 +316,6 @@ void ModelConfig::check_glm() const {
            "model config: GLM with Gemma's norms, Phi-3's fused q/k/v, an o_proj bias, q/k norms, "
            "OLMo 2's norms, a sliding window, layers without RoPE or Granite's scalars is not a "
            "Hugging Face architecture");
-  ZT_CHECK(rope_scaling.type != RopeScaling::kLongrope,
-           "model config: longrope rope scaling is implemented for Phi-3 only");
 }
 
 AttentionScores ModelConfig::attention_scores() const {

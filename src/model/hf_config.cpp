@@ -45,7 +45,8 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
     // transformers' activation table maps "swish" to the same SiLU as "silu".
     must_be("hidden_act", "silu", "is not implemented (zerotrain's MLP is SwiGLU with silu)");
   }
-  must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
+  if (!is_glm_type(type))  // (GLM's MLP reads no mlp_bias: an ignored key there)
+    must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
   if (type == "mistral" || type == "phi3")
     must_be("attention_bias", false,
             "is not applied by transformers' " + hf_architectures().at(type) + " (no biases)");
@@ -231,7 +232,12 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
   int64_t head_dim = has_head_dim ? required_key<int64_t>(j, "head_dim", source) : 0;
   // transformers' Qwen3Config, GlmConfig and Glm4Config default
   if (!has_head_dim && (type == "qwen3" || is_glm_type(type))) head_dim = 128;
-  // GemmaConfig's default; a null one is kept as None there, which its attention cannot use.
+  // GemmaConfig's default; a null one is kept as None there, which its attention cannot use (nor
+  // can GLM's).
+  ZT_CHECK(!is_glm_type(type) || !j.contains("head_dim") || has_head_dim,
+           source +
+               ": 'head_dim' is null, which transformers' GLM cannot build (absent, it is "
+               "128)");
   ZT_CHECK(!is_gemma_type(type) || !j.contains("head_dim") || has_head_dim,
            source +
                ": 'head_dim' is null, which transformers' Gemma cannot build (absent, it is "

@@ -171,6 +171,8 @@ std::string model_type_of(const nlohmann::json& j) {
 std::vector<std::string> family_ignored_keys(const std::string& type) {
   if (type == "qwen2") return {"sliding_window", "attention_bias"};
   if (type == "qwen3" || type == "smollm3") return {"sliding_window"};
+  // GlmMLP has no bias and reads no mlp_bias.
+  if (is_glm_type(type)) return {"mlp_bias"};
   // gemma-2-9b's first files say sliding_window_size beside sliding_window, which transformers'
   // Gemma2Config reads; the hybrid cache is generate()'s.
   if (type == "gemma2") return {"sliding_window_size", "cache_implementation"};

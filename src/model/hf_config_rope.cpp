@@ -247,6 +247,9 @@ double partial_rotary_from_json(const nlohmann::json& j, const std::string& sour
       : inner ? required_key<double>(j.at("rope_parameters"), key, source + ": 'rope_parameters'")
       : is_glm_type(type) ? 0.5
                           : 1.0;
+  ZT_CHECK(
+      !is_glm_type(type) || !j.contains(key) || top,
+      source + ": '" + key + "' is null, which transformers' GLM cannot build (absent, it is 0.5)");
   ZT_CHECK(!top || !inner || j.at("rope_parameters").at(key) == j.at(key),
            source + ": 'rope_parameters' and the top level give different '" + key + "'");
   ZT_CHECK(factor == 1.0 || type == "phi3" || is_glm_type(type),

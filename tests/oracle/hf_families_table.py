@@ -206,6 +206,14 @@ FAMILIES = {
     "glm-edge-tied": ("GlmConfig", "GlmForCausalLM", dict(
         head_dim=16, partial_rotary_factor=1.0, attention_bias=False, tie_word_embeddings=True,
         pad_token_id=None)),
+    # ... with llama3 rope scaling, which GlmConfig applies from 4.47 to its rotated half: of its
+    # four frequencies (θ = 10000 over 8 elements: wavelengths 6.3, 63, 628, 6283) one kept, one
+    # blended and two divided by 8 in an original context of 64.
+    "glm-llama3": ("GlmConfig", "GlmForCausalLM", dict(
+        head_dim=16, partial_rotary_factor=0.5, attention_bias=True, pad_token_id=32,
+        rope_theta=10000.0, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
     # GLM-4 (glm4_reference.py: built on 4.49's GLM, as 4.57 computes it): GLM's model with norms
     # on the attention's and the MLP's outputs; head_dim 32 ≠ D/H (16 of it rotated), biases.
     "glm4": ("GlmConfig", "GlmForCausalLM", dict(
@@ -225,7 +233,7 @@ SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
 OLMO3 = {"olmo3-yarn", "olmo3-bias-tied"}
 GLM4 = {"glm4", "glm4-yarn"}
-GLM = GLM4 | {"glm", "glm-edge-tied"}
+GLM = GLM4 | {"glm", "glm-edge-tied", "glm-llama3"}
 TRANSFORMERS_449 = PARTIAL_ROTARY | OLMO3 | GLM | {"olmo2", "olmo2-bias-linear"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
 WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3",

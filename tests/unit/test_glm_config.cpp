@@ -7,6 +7,7 @@
 // checked against transformers in the oracle_hf_glm* tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -106,10 +107,14 @@ TEST(GlmConfig, Glm4AddsNormsOnTheOutputsUnderItsOwnNames) {
   EXPECT_EQ(norms, (std::vector<std::string>{
                        l + "input_layernorm.weight", l + "post_self_attn_layernorm.weight",
                        l + "post_attention_layernorm.weight", l + "post_mlp_layernorm.weight"}));
-  // The one before the MLP is post_attention_layernorm, as Llama's.
+  // The one before the MLP is post_attention_layernorm, as Llama's; the others norm the outputs.
   for (const TensorInfo& t : layout.tensors()) {
     if (t.name == l + "post_attention_layernorm.weight") {
       EXPECT_EQ(t.role, TensorRole::kPostAttnNorm);
+    } else if (t.name == l + "post_self_attn_layernorm.weight") {
+      EXPECT_EQ(t.role, TensorRole::kAttnOutNorm);
+    } else if (t.name == l + "post_mlp_layernorm.weight") {
+      EXPECT_EQ(t.role, TensorRole::kMlpOutNorm);
     }
   }
   EXPECT_EQ(read(c.to_hf_json()), c);
@@ -122,7 +127,7 @@ TEST(GlmConfig, DefaultsAreGlmConfigs) {
     j.erase(key);
   const ModelConfig c = read(j);
   EXPECT_TRUE(c.qkv_bias);         // attention_bias true
-  EXPECT_EQ(c.head_dim(), 128);    // not hidden_size / heads (6144 / 48 is 128 too)
+  EXPECT_EQ(c.head_dim(), 128);    // (6144 / 48 is 128 too: the lines below tell them apart)
   EXPECT_EQ(c.rotary_dims(), 64);  // 0.5
   EXPECT_EQ(c.padding_token, 151329);
   EXPECT_EQ(c.num_kv_heads, 2);
@@ -140,6 +145,22 @@ TEST(GlmConfig, Transformers5RopeParametersAreRead) {
   j["rope_parameters"]["partial_rotary_factor"] = 0.75;
   EXPECT_NE(error_of([&] { read(j); }).find("different 'partial_rotary_factor'"),
             std::string::npos);
+  j.erase("partial_rotary_factor");  // the inner one alone
+  EXPECT_EQ(read(j).rotary_dims(), 96);
+}
+
+// What transformers' GLM cannot build is refused naming the key; what it ignores is accepted.
+TEST(GlmConfig, NullsAreRefusedAndMlpBiasIgnored) {
+  const nlohmann::json j = glm4_32b_0414_shape();
+  EXPECT_NE(error_with(j, "head_dim", nullptr).find("'head_dim' is null"), std::string::npos);
+  EXPECT_NE(error_with(j, "partial_rotary_factor", nullptr).find("'partial_rotary_factor' is null"),
+            std::string::npos);
+  nlohmann::json biased = j;
+  biased["mlp_bias"] = true;  // GlmMLP reads no mlp_bias
+  EXPECT_EQ(read(biased), read(j));
+  EXPECT_TRUE(hf_config_unknown_keys(biased).empty());
+  const std::vector<std::string> ignored = hf_config_ignored_keys(biased);
+  EXPECT_NE(std::find(ignored.begin(), ignored.end(), "mlp_bias"), ignored.end());
 }
 
 TEST(GlmConfig, WhatIsNotGlmsIsRefusedNamingIt) {
@@ -154,7 +175,7 @@ TEST(GlmConfig, WhatIsNotGlmsIsRefusedNamingIt) {
   EXPECT_NE(error_with(j, "sliding_window", 4096).find("sliding_window"), std::string::npos);
   EXPECT_NE(error_with(j, "architectures", {"GlmForCausalLM"}).find("Glm4ForCausalLM"),
             std::string::npos);
-  EXPECT_NE(error_with(j, "mlp_bias", true).find("mlp_bias"), std::string::npos);
+  EXPECT_NE(error_with(j, "hidden_act", "gelu").find("hidden_act"), std::string::npos);
 }
 
 // PEFT's modules of a GLM model: q, k, v apart and gate_up_proj whole; a pattern selecting a norm

@@ -93,9 +93,10 @@ struct RmsnormDgTerm {
   }
 };
 
-// ---- RoPE (rotate-half) ----
+// ---- RoPE (rotate-half; GLM's adjacent pairs) ----
 // Over pairs (b, t, h, i < r/2) of the r rotated leading elements of each head (the rest pass
-// through): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs), x1 = x[i], x2 = x[i + r/2]. The explicit
+// through): x1' = x1·c − x2·(σs), x2' = x2·c + x1·(σs), x1 = x[i], x2 = x[i + r/2] (interleaved:
+// x1 = x[2i], x2 = x[2i + 1], one pair per thread, never chunked). The explicit
 // _rn intrinsics keep nvcc from fusing into FMAs, so the result is the CPU's bit for bit (same
 // table, same unfused fp32 operations). A chunk (cuda_elementwise.cuh) is kChunk consecutive i of
 // one head, which needs r/2 and hd to be multiples of kChunk.
