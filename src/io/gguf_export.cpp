@@ -96,17 +96,11 @@ std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   ZT_CHECK(type != "olmo3", "export: model '" + dir +
                                 "' is an OLMo 3, which zerotrain does not write to GGUF yet; "
                                 "export safetensors instead");
-  // llama.cpp reads GlmForCausalLM as its chatglm (other tensors); its glm4 needs an output
-  // tensor here (a tied one is not written), and its converter writes yarn scaling alone.
+  // llama.cpp reads GlmForCausalLM as its chatglm (other tensors). (Its glm4 reads no
+  // rope_freqs.weight: llama3 scaling is refused by rope_freqs_to_write.)
   ZT_CHECK(type != "glm", "export: model '" + dir +
                               "' is a glm (GlmForCausalLM), which llama.cpp reads as its chatglm "
                               "and zerotrain does not write to GGUF; export safetensors instead");
-  ZT_CHECK(
-      type != "glm4" || (!c.tie_word_embeddings && (c.rope_scaling.type == RopeScaling::kNone ||
-                                                    c.rope_scaling.type == RopeScaling::kYarn)),
-      "export: model '" + dir +
-          "' is a GLM-4 with tied embeddings or a rope scaling other than yarn, which "
-          "zerotrain does not write to llama.cpp's glm4; export safetensors instead");
   check_llama_cpp_yarn(c, dir);
   ZT_CHECK((type != "llama" && type != "granite") || !c.qkv_bias,
            "export: model '" + dir +
@@ -306,7 +300,9 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
                "carries the tokenizer llama.cpp runs with");
   auto metadata =
       model_metadata(c, arch, fs::path(strip_trailing_slashes(model_dir)).filename(), type);
-  for (auto& entry : gguf_tokenizer_metadata(tokenizer, c.vocab_size, model_dir))
+  // llama.cpp's converter marks GLM-4's <|user|> as the end of a turn.
+  for (auto& entry : gguf_tokenizer_metadata(tokenizer, c.vocab_size, model_dir,
+                                             arch == "glm4" ? "<|user|>" : ""))
     metadata.push_back(std::move(entry));
   // The tensors as the family's checkpoint stores them (Phi-3's fused), then the rope factors.
   const std::vector<HfCheckpointTensor> stored = hf_checkpoint_tensors(model.layout());

@@ -151,6 +151,11 @@ void read_attention_shape(const GgufReader& g, const std::string& arch, ModelCon
   // llama.cpp's glm4: GLM-4's model (its RoPE in adjacent pairs, its "norm" rope type; gate/up
   // one ffn_up; norms on the attention's and the MLP's outputs).
   if (arch == "glm4") c.interleaved_rope = c.fused_gate_up = c.sandwich_norms = true;
+  // GLM-4V's language model (multimodal rotary sections) rotates otherwise.
+  ZT_CHECK(!g.has(arch + ".rope.dimension_sections"),
+           path + ": metadata '" + arch +
+               ".rope.dimension_sections' (multimodal rotary positions, llama.cpp's mrope) is "
+               "not implemented");
   // llama.cpp's smollm3 takes no RoPE in every fourth layer (its n_no_rope_layer_step, 4, which
   // the file does not carry), as SmolLM3-3B's no_rope_layers says.
   if (arch == "smollm3") c.layers_without_rope = every_nth_layer(kSmolLM3NoRopeStep, c.num_layers);

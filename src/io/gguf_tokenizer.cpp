@@ -474,7 +474,8 @@ std::pair<bool, bool> specials_around_a_sequence(const nlohmann::json& tok,
 
 // gguf_tokenizer_metadata, with nlohmann's exceptions for a file of the wrong shape.
 std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
-    const TokenizerFiles& tokenizer, int64_t vocab_size, const std::string& where) {
+    const TokenizerFiles& tokenizer, int64_t vocab_size, const std::string& where,
+    const std::string& end_of_turn) {
   ZT_CHECK(tokenizer.files.count("tokenizer.json"),
            where + ": no tokenizer.json to write into the GGUF file");
   const nlohmann::json tok = parse_tokenizer_file(tokenizer, "tokenizer.json", where);
@@ -548,6 +549,9 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
     out.push_back({std::string("tokenizer.ggml.") + gguf_key,
                    {GgufValueType::kUint32, GgufValueType::kUint32, it->second}});
   }
+  if (const auto it = id_of.find(end_of_turn); !end_of_turn.empty() && it != id_of.end())
+    out.push_back({"tokenizer.ggml.eot_token_id",
+                   {GgufValueType::kUint32, GgufValueType::kUint32, it->second}});
   const auto [add_bos, add_eos] = specials_around_a_sequence(tok, config, special_ids);
   out.push_back(
       {"tokenizer.ggml.add_bos_token", {GgufValueType::kBool, GgufValueType::kUint32, add_bos}});
@@ -561,9 +565,10 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of_tokenizer_files(
 }  // namespace
 
 std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(
-    const TokenizerFiles& tokenizer, int64_t vocab_size, const std::string& where) {
+    const TokenizerFiles& tokenizer, int64_t vocab_size, const std::string& where,
+    const std::string& end_of_turn) {
   try {
-    return metadata_of_tokenizer_files(tokenizer, vocab_size, where);
+    return metadata_of_tokenizer_files(tokenizer, vocab_size, where, end_of_turn);
   } catch (const nlohmann::json::exception& e) {
     fail(where + ": the tokenizer files are not in the format transformers writes (" + e.what() +
          ")");

@@ -30,8 +30,11 @@ TokenizerFiles tokenizer_files_from_gguf(const GgufReader& gguf, int64_t context
 // The tokenizer.ggml.* metadata of Hugging Face tokenizer files (tokenizer.json,
 // tokenizer_config.json, chat_template.jinja), with the token list padded to `vocab_size`
 // entries of type unused when the model's embedding has more rows than the tokenizer has tokens.
-// `where` names the files in errors.
+// `where` names the files in errors. `end_of_turn`: the token llama.cpp's converter writes as
+// tokenizer.ggml.eot_token_id for the architecture (GLM-4's <|user|>, at which a turn ends),
+// written where the vocabulary holds it.
 std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(
-    const TokenizerFiles& tokenizer, int64_t vocab_size, const std::string& where);
+    const TokenizerFiles& tokenizer, int64_t vocab_size, const std::string& where,
+    const std::string& end_of_turn = "");
 
 }  // namespace zt

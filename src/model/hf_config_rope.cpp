@@ -247,8 +247,9 @@ double partial_rotary_from_json(const nlohmann::json& j, const std::string& sour
       : inner ? required_key<double>(j.at("rope_parameters"), key, source + ": 'rope_parameters'")
       : is_glm_type(type) ? 0.5
                           : 1.0;
+  // (5.x reads a null top-level one past the rope_parameters one; 4.x fails on it)
   ZT_CHECK(
-      !is_glm_type(type) || !j.contains(key) || top,
+      !is_glm_type(type) || !j.contains(key) || top || inner,
       source + ": '" + key + "' is null, which transformers' GLM cannot build (absent, it is 0.5)");
   ZT_CHECK(!top || !inner || j.at("rope_parameters").at(key) == j.at(key),
            source + ": 'rope_parameters' and the top level give different '" + key + "'");

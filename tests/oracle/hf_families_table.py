@@ -206,10 +206,10 @@ FAMILIES = {
     "glm-edge-tied": ("GlmConfig", "GlmForCausalLM", dict(
         head_dim=16, partial_rotary_factor=1.0, attention_bias=False, tie_word_embeddings=True,
         pad_token_id=None)),
-    # ... with llama3 rope scaling, which GlmConfig applies from 4.47 to its rotated half: of its
-    # four frequencies (θ = 10000 over 8 elements: wavelengths 6.3, 63, 628, 6283) one kept, one
+    # GLM-4 with llama3 rope scaling, which transformers applies to the rotated half: of its four
+    # frequencies (θ = 10000 over 8 elements: wavelengths 6.3, 63, 628, 6283) one kept, one
     # blended and two divided by 8 in an original context of 64.
-    "glm-llama3": ("GlmConfig", "GlmForCausalLM", dict(
+    "glm4-llama3": ("GlmConfig", "GlmForCausalLM", dict(
         head_dim=16, partial_rotary_factor=0.5, attention_bias=True, pad_token_id=32,
         rope_theta=10000.0, rope_scaling={
             "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -218,11 +218,12 @@ FAMILIES = {
     # on the attention's and the MLP's outputs; head_dim 32 ≠ D/H (16 of it rotated), biases.
     "glm4": ("GlmConfig", "GlmForCausalLM", dict(
         head_dim=32, partial_rotary_factor=0.5, attention_bias=True, pad_token_id=32)),
-    # ... without biases (GLM-4-32B-0414's), with yarn (Glm4Config takes any rope_scaling) on 12 of
-    # each head's 16 elements (partial_rotary_factor 0.75), the original length the file's
-    # max_position_embeddings (4.49 takes yarn's band from it).
+    # ... without biases (GLM-4-32B-0414's), tied, with yarn (Glm4Config takes any rope_scaling)
+    # on 12 of each head's 16 elements (partial_rotary_factor 0.75), the original length the
+    # file's max_position_embeddings (4.49 takes yarn's band from it).
     "glm4-yarn": ("GlmConfig", "GlmForCausalLM", dict(
         head_dim=16, partial_rotary_factor=0.75, attention_bias=False, pad_token_id=None,
+        tie_word_embeddings=True,
         rope_scaling={"rope_type": "yarn", "factor": 4.0,
                       "original_max_position_embeddings": 128})),
 }
@@ -232,8 +233,8 @@ SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 # 4.46 does not have).
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
 OLMO3 = {"olmo3-yarn", "olmo3-bias-tied"}
-GLM4 = {"glm4", "glm4-yarn"}
-GLM = GLM4 | {"glm", "glm-edge-tied", "glm-llama3"}
+GLM4 = {"glm4", "glm4-yarn", "glm4-llama3"}
+GLM = GLM4 | {"glm", "glm-edge-tied"}
 TRANSFORMERS_449 = PARTIAL_ROTARY | OLMO3 | GLM | {"olmo2", "olmo2-bias-linear"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
 WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3",
@@ -245,6 +246,6 @@ REFERENCE_OVERRIDES = {"llama-yarn-extended": dict(max_position_embeddings=64)}
 # The model_type each family's config.json says.
 MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text", "qwen3-yarn": "qwen3",
                "smollm3-yarn": "smollm3", "olmo3-yarn": "olmo3", "olmo3-bias-tied": "olmo3",
-               "glm4": "glm4", "glm4-yarn": "glm4"}
+               "glm4": "glm4", "glm4-yarn": "glm4", "glm4-llama3": "glm4"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)

@@ -144,7 +144,13 @@ def check_glm_gguf(zt, work, final, exported, config):
     every tensor as it is: GLM's adjacent-pair RoPE is llama.cpp's "norm" one, no permutation;
     gate_up_proj as ffn_up, the output norms as post_attention_norm and post_ffw_norm), with the
     keys its set_gguf_parameters writes (rope.dimension_count int(head_dim · partial_rotary_factor),
-    yarn's type, factor and original length), and back bit for bit."""
+    yarn's type, factor and original length), and back bit for bit with the same rotation; llama3
+    scaling, whose rope_freqs.weight llama.cpp's glm4 does not read, is refused."""
+    scaling = config.rope_scaling or {}
+    if scaling.get("rope_type") == "llama3":
+        gguf_export_refused(zt, work, gguf_ready_copy(final, work),
+                            "llama3 rope scaling in a glm4 model", "a GLM-4 with llama3 scaling")
+        return
     back_config, count, _ = exported_gguf_is_converters(zt, work, final, exported, "glm4", config)
     from gguf_reference import read_gguf
     fields = read_gguf(os.path.join(work, "exported.gguf")).fields
@@ -152,8 +158,12 @@ def check_glm_gguf(zt, work, final, exported, config):
     check(fields["glm4.rope.dimension_count"].contents() ==
           int(rope_dim * config.partial_rotary_factor),
           "the GGUF export's rope.dimension_count is not the converter's")
-    scaling = config.rope_scaling or {}
     if scaling.get("rope_type") == "yarn":
+        back = back_config.get("rope_scaling") or {}
+        check((back.get("rope_type"), back.get("factor"),
+               back.get("original_max_position_embeddings")) ==
+              ("yarn", scaling["factor"], scaling["original_max_position_embeddings"]),
+              f"the GGUF import's rope_scaling is {back}, not {scaling}")
         check(fields["glm4.rope.scaling.type"].contents() == "yarn" and
               fields["glm4.rope.scaling.factor"].contents() == scaling["factor"] and
               fields["glm4.rope.scaling.original_context_length"].contents() ==
@@ -167,25 +177,42 @@ def check_glm_gguf(zt, work, final, exported, config):
           f"the GGUF import reads {back_config}")
     print(f"the GGUF export is llama.cpp's glm4 ({count} tensors as the converter writes them) "
           "and imports back bit for bit", flush=True)
-
-
-def check_olmo2_window_refused(zt, work):
-    """The exported olmo2 file copied with `olmo2.attention.sliding_window` added (gguf's own
-    gguf_new_metadata copy; llama.cpp's layout of OLMo 3) is refused naming the key, not imported
-    as an OLMo 2 without windows, and leaves no directory."""
+    # GLM-4V's language model as llama.cpp's glm4 holds it (multimodal rotary sections): refused,
+    # not read as GLM-4's rotation.
     import gguf
-    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+    from gguf.scripts.gguf_new_metadata import MetadataDetails
+    added_key_refused(zt, work, "glm4", "glm4.rope.dimension_sections",
+                      MetadataDetails(gguf.GGUFValueType.ARRAY, [2, 1, 1, 0],
+                                      sub_type=gguf.GGUFValueType.INT32),
+                      "'glm4.rope.dimension_sections' (multimodal rotary positions")
+    print("a glm4 GGUF file with rotary sections (GLM-4V's) is refused", flush=True)
+
+
+def added_key_refused(zt, work, arch, key, details, message):
+    """The exported file copied with metadata `key` added (gguf's own gguf_new_metadata copy) is
+    refused with `message`, and leaves no directory."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import copy_with_new_metadata
     reader = gguf.GGUFReader(os.path.join(work, "exported.gguf"))
-    path = os.path.join(work, "olmo2-window.gguf")
-    writer = gguf.GGUFWriter(path, arch="olmo2")
+    path = os.path.join(work, "added-key.gguf")
+    writer = gguf.GGUFWriter(path, arch=arch)
     # (gguf's writer takes no empty array: those keys, the byte tokenizer's, are left out.)
     empty = [f.name for f in reader.fields.values()
              if f.types and f.types[0] == gguf.GGUFValueType.ARRAY and not f.data]
-    copy_with_new_metadata(reader, writer, {"olmo2.attention.sliding_window": MetadataDetails(
-        gguf.GGUFValueType.UINT32, 4096)}, empty)
-    out = os.path.join(work, "olmo2-window")
-    refused([zt, "import", path, "--out", out], "'olmo2.attention.sliding_window' in an olmo2 file")
+    copy_with_new_metadata(reader, writer, {key: details}, empty)
+    out = os.path.join(work, "added-key")
+    refused([zt, "import", path, "--out", out], message)
     check(not os.path.exists(out), "a refused GGUF import left its directory")
+
+
+def check_olmo2_window_refused(zt, work):
+    """The exported olmo2 file with `olmo2.attention.sliding_window` added (llama.cpp's layout of
+    OLMo 3) is refused naming the key, not imported as an OLMo 2 without windows."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails
+    added_key_refused(zt, work, "olmo2", "olmo2.attention.sliding_window",
+                      MetadataDetails(gguf.GGUFValueType.UINT32, 4096),
+                      "'olmo2.attention.sliding_window' in an olmo2 file")
     print("an olmo2 GGUF file with a sliding window (OLMo 3's) is refused", flush=True)
 
 

@@ -147,6 +147,8 @@ TEST(GlmConfig, Transformers5RopeParametersAreRead) {
             std::string::npos);
   j.erase("partial_rotary_factor");  // the inner one alone
   EXPECT_EQ(read(j).rotary_dims(), 96);
+  j["partial_rotary_factor"] = nullptr;  // a null one beside it, as 5.x reads past
+  EXPECT_EQ(read(j).rotary_dims(), 96);
 }
 
 // What transformers' GLM cannot build is refused naming the key; what it ignores is accepted.
