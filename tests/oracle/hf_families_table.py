@@ -206,6 +206,10 @@ FAMILIES = {
     "glm-edge-tied": ("GlmConfig", "GlmForCausalLM", dict(
         head_dim=16, partial_rotary_factor=1.0, attention_bias=False, tie_word_embeddings=True,
         pad_token_id=None)),
+    # GLM-4 with linear rope scaling (factor 4) on the rotated half.
+    "glm4-linear": ("GlmConfig", "GlmForCausalLM", dict(
+        head_dim=16, partial_rotary_factor=0.5, attention_bias=True, pad_token_id=32,
+        rope_scaling={"rope_type": "linear", "factor": 4.0})),
     # GLM-4 with llama3 rope scaling, which transformers applies to the rotated half: of its four
     # frequencies (θ = 10000 over 8 elements: wavelengths 6.3, 63, 628, 6283) one kept, one
     # blended and two divided by 8 in an original context of 64.
@@ -233,7 +237,7 @@ SMOLLM3_NO_ROPE_LAYERS = [1, 1, 1, 0]
 # 4.46 does not have).
 PARTIAL_ROTARY = {"phi3-partial-rotary", "phi4-mini-longrope", "phi4-mini-longrope-long"}
 OLMO3 = {"olmo3-yarn", "olmo3-bias-tied"}
-GLM4 = {"glm4", "glm4-yarn", "glm4-llama3"}
+GLM4 = {"glm4", "glm4-yarn", "glm4-llama3", "glm4-linear"}
 GLM = GLM4 | {"glm", "glm-edge-tied"}
 TRANSFORMERS_449 = PARTIAL_ROTARY | OLMO3 | GLM | {"olmo2", "olmo2-bias-linear"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
@@ -246,6 +250,6 @@ REFERENCE_OVERRIDES = {"llama-yarn-extended": dict(max_position_embeddings=64)}
 # The model_type each family's config.json says.
 MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text", "qwen3-yarn": "qwen3",
                "smollm3-yarn": "smollm3", "olmo3-yarn": "olmo3", "olmo3-bias-tied": "olmo3",
-               "glm4": "glm4", "glm4-yarn": "glm4", "glm4-llama3": "glm4"}
+               "glm4": "glm4", "glm4-yarn": "glm4", "glm4-llama3": "glm4", "glm4-linear": "glm4"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)

@@ -144,7 +144,8 @@ def check_glm_gguf(zt, work, final, exported, config):
     every tensor as it is: GLM's adjacent-pair RoPE is llama.cpp's "norm" one, no permutation;
     gate_up_proj as ffn_up, the output norms as post_attention_norm and post_ffw_norm), with the
     keys its set_gguf_parameters writes (rope.dimension_count int(head_dim · partial_rotary_factor),
-    yarn's type, factor and original length), and back bit for bit with the same rotation; llama3
+    yarn's type, factor and original length; linear as llama.cpp's generic keys, which its glm4
+    reads and the converter does not write), and back bit for bit with the same rotation; llama3
     scaling, whose rope_freqs.weight llama.cpp's glm4 does not read, is refused."""
     scaling = config.rope_scaling or {}
     if scaling.get("rope_type") == "llama3":
@@ -169,6 +170,11 @@ def check_glm_gguf(zt, work, final, exported, config):
               fields["glm4.rope.scaling.original_context_length"].contents() ==
               scaling["original_max_position_embeddings"],
               "the GGUF export's yarn keys are not the converter's")
+    elif scaling.get("rope_type") == "linear":  # llama.cpp's generic keys, which every arch reads
+        check(fields["glm4.rope.scaling.type"].contents() == "linear" and
+              fields["glm4.rope.scaling.factor"].contents() == scaling["factor"] and
+              (back_config.get("rope_scaling") or {}).get("factor") == scaling["factor"],
+              "the GGUF export's linear scaling is not the model's")
     else:
         check("glm4.rope.scaling.type" not in fields, "the GGUF export has a rope scaling")
     check(back_config.get("model_type") == "glm4" and
