@@ -15,7 +15,9 @@ today's date into its system header and, given "/no_think", an empty <think> blo
 generation prompt and its replies open with, and OLMo-2-1124-13B-Instruct's (Tülu 3's), whose
 replies close with the EOS and a newline that the last one leaves out, and Olmo-3-7B-Instruct's and
 -Think's, whose replies close with "<|im_end|>\n" inside a conversation and with the EOS at its
-end (Think's generation prompt goes on with "<think>"). Each is given a tokenizer as test_tokenizer_configs.py makes one
+end (Think's generation prompt goes on with "<think>"), and GLM-4-0414's (as Xinference copied it),
+which writes nothing after a reply: prepare-data notes that no counted token teaches the model to
+stop, for it and for no other template here. Each is given a tokenizer as test_tokenizer_configs.py makes one
 (a byte-level BPE holding the model's special tokens). The reference is transformers'
 apply_chat_template(return_assistant_tokens_mask=True) on a copy of the template in which the
 assistant turns are marked with {% generation %} by hand (the marks in TEMPLATES: around what the
@@ -225,6 +227,17 @@ TEMPLATES = {
             ("{% if not loop.last %}{{ '<|im_end|>' + '\n' }}{% else %}{{ eos_token }}{% endif %}",
              "{{ '' if not loop.last else eos_token }}{% endgeneration %}"
              "{{ ('<|im_end|>' + '\n') if not loop.last else '' }}")]),
+    # GLM-4-0414's (GLM-4-9B-0414's and -32B-0414's, as Xinference copied it): "[gMASK]<sop>",
+    # then each turn as <|role|>, a newline and its content, and nothing after a reply (its turn
+    # ends where the next one opens); the generation prompt is "<|assistant|>" alone, so a reply
+    # counts its newline and content, and no stop token (the note says so).
+    "THUDM-GLM-4-0414": (
+        None, "<|endoftext|>", ["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>",
+                                "<|assistant|>", "<|observation|>"],
+        ("system", "rounds"), [
+            ("<|assistant|>\n{{ content }}{%- elif role == 'assistant' and meta %}",
+             "<|assistant|>{% generation %}{{ '\\n' + content }}{% endgeneration %}"
+             "{%- elif role == 'assistant' and meta %}")]),
     # Granite 3.3's (its April 2025 release, granite-3.3-2b-instruct's and -8b-instruct's): every
     # message as <|start_of_role|>ROLE<|end_of_role|>CONTENT<|end_of_text|> and a newline, a
     # default system message with today's date, the generation prompt the assistant's opening.
@@ -239,6 +252,10 @@ TEMPLATES = {
              "{{- message['content'] + '<|end_of_text|>\n' }}{% endgeneration %}"
              "{%- else %}{{- message['content'] + '<|end_of_text|>\n' }}{%- endif %}")]),
 }
+
+# The templates that write nothing after a conversation's last reply: prepare-data notes that
+# no counted token teaches the model to stop (and only for them).
+UNCLOSED = {"THUDM-GLM-4-0414"}
 
 USER = ["Name three primes.", "And the next one?"]
 ASSISTANT = ["Two, three and five.", "Seven comes next."]
@@ -357,6 +374,9 @@ def check_template(work, zt, source_dir, name):
                                   text=True)
             print(proc.stdout.rstrip())
             check(proc.returncode == 0, f"{name}, {kind} {n}: prepare-data refused it")
+            check(("writes nothing after the conversation's last reply" in proc.stdout) ==
+                  (name in UNCLOSED), f"{name}, {kind} {n}: the note on a reply the template "
+                  f"closes with nothing is {'missing' if name in UNCLOSED else 'printed'}")
             with h5py.File(path + ".h5", "r") as f:
                 ids, mask = f["tokens"][:].tolist(), f["loss_mask"][:].tolist()
             tools = record.get("tools")
