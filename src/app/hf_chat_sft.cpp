@@ -9,24 +9,6 @@ const char* const kChatSftPython = R"PY(
 row_arguments = {}
 # " (FILE)" when --chat-template-file replaced the tokenizer's template, for the errors.
 template_origin = ""
-# Whether the note that the template closes no reply has been printed (once a run).
-noted_unclosed = False
-
-def note_unclosed_reply(path, number, messages, whole):
-    """Prints once, on stderr, that the chat template writes nothing after a conversation's last
-    reply (GLM's: a turn ends where the next one opens), so no token of the data teaches the model
-    to stop."""
-    global noted_unclosed
-    last = messages[-1] if messages else {}
-    content = last.get("content")
-    if (noted_unclosed or last.get("role") != "assistant" or not isinstance(content, str)
-            or not content or not whole.endswith(content)):
-        return
-    noted_unclosed = True
-    print(f"note: {path}:{number}: the chat template{template_origin} writes nothing after the "
-          "conversation's last reply (its turn ends where the next one opens, as GLM's does): "
-          "no counted token teaches the model to stop; fine-tuning scripts for such templates "
-          "append the token generation stops at (GLM's <|user|>) to the data", file=sys.stderr)
 
 def check_template_chosen(path, number, tools):
     """transformers renders a conversation with the tokenizer's chat template named "tool_use"
@@ -58,6 +40,24 @@ ADDED_TEXTS = frozenset(t.content for t in tok.added_tokens_decoder.values())
 # template writes these; a name is ASCII, which every tojson filter leaves as it is).
 TURN_PROBE = "\u2063zerotrain-reply\u2063"
 NAME_PROBE = "zerotrain_probe_name"
+
+def note_unclosed_template():
+    """Prints on stderr, once before any record is made (before the workers fork), that the chat
+    template writes nothing after a conversation's last reply (GLM's: a turn ends where the next
+    one opens), judged on a user turn and a probe reply: no counted token then teaches the model
+    to stop. A template that renders no such conversation (one that needs a system message) is
+    left to the data."""
+    try:
+        whole = tok.apply_chat_template([{"role": "user", "content": "?"},
+                                         {"role": "assistant", "content": TURN_PROBE}],
+                                        tokenize=False)
+    except Exception:
+        return
+    if isinstance(whole, str) and whole.endswith(TURN_PROBE):
+        print(f"note: the chat template{template_origin} writes nothing after a conversation's "
+              "last reply (its turn ends where the next one opens, as GLM's does): no counted "
+              "token teaches the model to stop; fine-tuning scripts for such templates append "
+              "the token generation stops at (GLM's <|user|>) to the data", file=sys.stderr)
 
 def probe_names(calls, every):
     """A copy of the tool calls (or schemas) with NAME_PROBE as the last one's name, or every
@@ -301,8 +301,6 @@ def chat_example(path, number, messages, names, learned, tools=None):
                      if whole.startswith(head) and whole.startswith(through)
                      else located_turn(path, number, whole, messages, i, tools, head, through,
                                        names[i]))
-    if learned and learned[-1]:
-        note_unclosed_reply(path, number, messages, whole)
     # One encoding of the whole conversation, as apply_chat_template(tokenize=True) encodes it
     # (no special tokens added: the template writes them).
     encoding = tok(whole, add_special_tokens=False, return_offsets_mapping=True)

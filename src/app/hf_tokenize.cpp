@@ -99,6 +99,8 @@ if sft and sft["template_text"]:  # --chat-template-file, as TRL's chat_template
 if sft and sft["chat_template"] and not tok.chat_template:
     sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply "
              "(and no chat_template.jinja beside it)")
+if sft and sft["chat_template"]:
+    note_unclosed_template()
 
 def counted(offsets, special, spans):
     """Per token: 1 when it overlaps one of the character spans [a, b), as transformers'

@@ -171,10 +171,11 @@ def check_glm_gguf(zt, work, final, exported, config):
               scaling["original_max_position_embeddings"],
               "the GGUF export's yarn keys are not the converter's")
     elif scaling.get("rope_type") == "linear":  # llama.cpp's generic keys, which every arch reads
+        back = back_config.get("rope_scaling") or {}
         check(fields["glm4.rope.scaling.type"].contents() == "linear" and
               fields["glm4.rope.scaling.factor"].contents() == scaling["factor"] and
-              (back_config.get("rope_scaling") or {}).get("factor") == scaling["factor"],
-              "the GGUF export's linear scaling is not the model's")
+              (back.get("rope_type"), back.get("factor")) == ("linear", scaling["factor"]),
+              f"the GGUF export's linear scaling is not the model's (read back as {back})")
     else:
         check("glm4.rope.scaling.type" not in fields, "the GGUF export has a rope scaling")
     check(back_config.get("model_type") == "glm4" and

@@ -374,7 +374,7 @@ def check_template(work, zt, source_dir, name):
                                   text=True)
             print(proc.stdout.rstrip())
             check(proc.returncode == 0, f"{name}, {kind} {n}: prepare-data refused it")
-            check(("writes nothing after the conversation's last reply" in proc.stdout) ==
+            check(("writes nothing after a conversation's last reply" in proc.stdout) ==
                   (name in UNCLOSED), f"{name}, {kind} {n}: the note on a reply the template "
                   f"closes with nothing is {'missing' if name in UNCLOSED else 'printed'}")
             with h5py.File(path + ".h5", "r") as f:
