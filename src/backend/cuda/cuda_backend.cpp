@@ -434,15 +434,15 @@ const DeviceRopeTable& rope_table(std::vector<std::unique_ptr<DeviceRopeTable>>&
 void CudaBackend::rope_forward(TensorView x, int64_t B, int64_t T, int64_t H, int64_t hd,
                                const RopeSpec& rope, const int32_t* doc_start) {
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
-  launch_rope(x, table.cos, table.sin, B, T, H, hd, rope.rotated(hd), rope.interleaved, 1.0f,
-              doc_start, state_->stream);
+  launch_rope(x, table.cos, table.sin, B, T, H, hd, rope.rotated(hd), rope.pair_step(),
+              rope.pair_partner(hd), 1.0f, doc_start, state_->stream);
 }
 
 void CudaBackend::rope_backward(TensorView dx, int64_t B, int64_t T, int64_t H, int64_t hd,
                                 const RopeSpec& rope, const int32_t* doc_start) {
   const DeviceRopeTable& table = rope_table(state_->rope, T, hd, rope);
-  launch_rope(dx, table.cos, table.sin, B, T, H, hd, rope.rotated(hd), rope.interleaved, -1.0f,
-              doc_start, state_->stream);
+  launch_rope(dx, table.cos, table.sin, B, T, H, hd, rope.rotated(hd), rope.pair_step(),
+              rope.pair_partner(hd), -1.0f, doc_start, state_->stream);
 }
 
 // ---- attention (cudnn_attention.cpp when fused, else cuda_attention.cpp) ----

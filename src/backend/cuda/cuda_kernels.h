@@ -32,11 +32,11 @@ void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy,
                                 cudaStream_t stream);
 // The `rotated` leading elements of each head of x[B,T,H,hd] rotated by ±angle from the
 // [T, rotated/2] cos/sin tables (sin_sign = ±1), token t of row b at position t − doc_start[b·T +
-// t] (t when doc_start is null; backend.h); pair i is elements (i, i + rotated/2), or (2i, 2i + 1)
-// when `interleaved` (RopeSpec::interleaved).
+// t] (t when doc_start is null; backend.h); pair i is elements i·step and i·step + partner
+// (RopeSpec::pair_step and pair_partner: (i, i + rotated/2), or GLM's (2i, 2i + 1)).
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, int64_t rotated, bool interleaved, float sin_sign,
-                 const int32_t* doc_start, cudaStream_t stream);
+                 int64_t H, int64_t hd, int64_t rotated, int64_t step, int64_t partner,
+                 float sin_sign, const int32_t* doc_start, cudaStream_t stream);
 
 // ---- cuda_pointwise.cu ----
 void launch_glu_forward(TensorView h, ConstTensorView gate, ConstTensorView up, int64_t n,

@@ -184,17 +184,16 @@ void launch_rmsnorm_backward_dg(float* dg, double* partials, ConstTensorView dy,
 }
 
 void launch_rope(TensorView x, const float* cos_table, const float* sin_table, int64_t B, int64_t T,
-                 int64_t H, int64_t hd, int64_t rotated, bool interleaved, float sin_sign,
-                 const int32_t* doc_start, cudaStream_t stream) {
+                 int64_t H, int64_t hd, int64_t rotated, int64_t step, int64_t partner,
+                 float sin_sign, const int32_t* doc_start, cudaStream_t stream) {
   const int64_t half = rotated / 2, pairs = B * T * H * half;
-  const int64_t step = interleaved ? 2 : 1, partner = interleaved ? 1 : half;
   with_storage(x.dtype, "rope x", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
     launch_elementwise("rope",
                        RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, hd, step,
                                      partner, sin_sign, doc_start},
                        pairs, {x.data, cos_table, sin_table}, stream,
-                       !interleaved && half % kChunk == 0 && hd % kChunk == 0);
+                       step == 1 && half % kChunk == 0 && hd % kChunk == 0);
   });
 }
 
