@@ -67,6 +67,11 @@ po::options_description prepare_data_options() {
       "the field of each --sft-jsonl line that holds a system prompt (LLaMA-Factory's system "
       "column, OpenOrca's system_prompt) (with --chat-template): it opens the conversation as a "
       "system message, unless the conversation opens with one; absent, null or empty adds none")(
+      "chat-end-token", po::value<std::string>()->default_value("auto"),
+      "auto | off | TOKEN: the token appended after each conversation's last reply, and "
+      "counted, when the chat template writes nothing but whitespace after it (GLM's), so that "
+      "the model learns to stop (auto: the tokenizer's EOS, as LLaMA-Factory appends it; TOKEN: "
+      "one the tokenizer holds whole, as GLM's <|user|>)")(
       "history-field", po::value<std::string>(),
       "the field of each --sft-jsonl prompt/response line that lists the turns before its "
       "prompt, [prompt, response] pairs (LLaMA-Factory's alpaca history) (with --chat-template): "
@@ -151,6 +156,11 @@ void check_input_options(const po::variables_map& vm) {
            "need no tokenizing)");
   ZT_CHECK(!vm.count("chat-template-file") || !vm["chat-template-file"].as<std::string>().empty(),
            "prepare-data: --chat-template-file needs the path of a Jinja file");
+  ZT_CHECK(vm["chat-end-token"].defaulted() || (sft && renders_chat_template(vm)),
+           "prepare-data: --chat-end-token needs --sft-jsonl and --chat-template or "
+           "--chat-template-file (it closes what the chat template leaves unclosed)");
+  ZT_CHECK(!vm["chat-end-token"].as<std::string>().empty(),
+           "prepare-data: --chat-end-token must be auto, off or a token");
   ZT_CHECK(vm["tools-field"].defaulted() || renders_chat_template(vm),
            "prepare-data: --tools-field needs --chat-template (the template renders the tools)");
   for (const char* option : {"system-field", "history-field"}) {
@@ -210,7 +220,8 @@ HfTokenizeRequest hf_tokenize_request(const po::variables_map& vm, const std::st
                   vm["tools-field"].as<std::string>(),
                   vm.count("chat-template-file") ? vm["chat-template-file"].as<std::string>() : "",
                   vm.count("system-field") ? vm["system-field"].as<std::string>() : "",
-                  vm.count("history-field") ? vm["history-field"].as<std::string>() : ""};
+                  vm.count("history-field") ? vm["history-field"].as<std::string>() : "",
+                  vm["chat-end-token"].as<std::string>()};
     check_sft_fields(*request.sft, vm.count("messages-field") > 0);
   }
   request.document_eos = parse_auto_switch(vm["document-eos"].as<std::string>(), "--document-eos");
@@ -237,7 +248,7 @@ int cmd_prepare_data(int argc, char** argv) {
       "NAME]) [--document-eos auto|on|off] | --sft-jsonl FILES... ([--prompt-field NAME] "
       "[--response-field NAME] | --messages-field "
       "NAME) [(--chat-template | --chat-template-file FILE) [--tools-field NAME] "
-      "[--system-field NAME] [--history-field NAME]]) "
+      "[--system-field NAME] [--history-field NAME] [--chat-end-token auto|off|TOKEN]]) "
       "[--workers N]) "
       "--out FILE.h5 "
       "[--tokenizer-label NAME] [--overwrite]"};

@@ -41,23 +41,56 @@ ADDED_TEXTS = frozenset(t.content for t in tok.added_tokens_decoder.values())
 TURN_PROBE = "\u2063zerotrain-reply\u2063"
 NAME_PROBE = "zerotrain_probe_name"
 
-def note_unclosed_template():
-    """Prints on stderr, once before any record is made (before the workers fork), that the chat
-    template writes nothing after a conversation's last reply (GLM's: a turn ends where the next
-    one opens), judged on a user turn and a probe reply: no counted token then teaches the model
-    to stop. A template that renders no such conversation (one that needs a system message) is
-    left to the data."""
+# The id appended after a conversation's last reply, and counted, when the chat template writes
+# nothing but whitespace after it (choose_end_token); None: nothing is appended.
+END_ID = None
+
+def reply_closing():
+    """What the chat template writes after a conversation's last reply, judged on a user turn and
+    a probe reply; None when it renders no such conversation (one that needs a system message)
+    or drops the reply."""
     try:
         whole = tok.apply_chat_template([{"role": "user", "content": "?"},
                                          {"role": "assistant", "content": TURN_PROBE}],
                                         tokenize=False)
     except Exception:
+        return None
+    at = whole.rfind(TURN_PROBE) if isinstance(whole, str) else -1
+    return whole[at + len(TURN_PROBE):] if at >= 0 else None
+
+def choose_end_token():
+    """Sets END_ID once, before the workers fork: a template that writes nothing but whitespace
+    after the last reply (GLM's) counts no token teaching the model to stop, so --chat-end-token's
+    is appended (auto: the tokenizer's EOS, as LLaMA-Factory's efficient_eos; off: none, noted).
+    A token named for a template that closes its replies is refused."""
+    choice, closing = sft["end_token"], reply_closing()
+    if closing is None or closing.strip():
+        if choice not in ("auto", "off"):
+            what = (f"closes a reply with {closing!r}" if closing is not None else
+                    "does not render a user turn and a reply, so it cannot be told how it closes "
+                    "one")
+            sys.exit(f"--chat-end-token {choice!r}: the chat template{template_origin} {what}; "
+                     "the option names the token to append for a template that writes nothing "
+                     "after the last reply")
         return
-    if isinstance(whole, str) and whole.endswith(TURN_PROBE):
-        print(f"note: the chat template{template_origin} writes nothing after a conversation's "
-              "last reply (its turn ends where the next one opens, as GLM's does): no counted "
-              "token teaches the model to stop; fine-tuning scripts for such templates append "
-              "the token generation stops at (GLM's <|user|>) to the data", file=sys.stderr)
+    global END_ID
+    said = (f"the chat template{template_origin} writes nothing"
+            + (" but whitespace after a conversation's last reply (no EOS closes it)" if closing
+               else " after a conversation's last reply (its turn ends where the next one "
+               "opens, as GLM's does)"))
+    if choice == "off" or (choice == "auto" and tok.eos_token_id is None):
+        why = ("the tokenizer names no eos_token (name one with --chat-end-token)"
+               if choice == "auto" else "--chat-end-token off")
+        print(f"note: {said}: no counted token teaches the model to stop, as {why}",
+              file=sys.stderr)
+        return
+    END_ID = tok.eos_token_id if choice == "auto" else tok.get_vocab().get(choice)
+    if END_ID is None:
+        sys.exit(f"--chat-end-token {choice!r} is not a token of {tok_dir}'s vocabulary (give "
+                 "one the tokenizer holds whole, as GLM's <|user|>)")
+    print(f"note: {said}: {tok.convert_ids_to_tokens(END_ID)!r} is appended after each "
+          "conversation's last reply and counted, so that the model learns to stop "
+          "(--chat-end-token)", file=sys.stderr)
 
 def probe_names(calls, every):
     """A copy of the tool calls (or schemas) with NAME_PROBE as the last one's name, or every
@@ -311,7 +344,10 @@ def chat_example(path, number, messages, names, learned, tools=None):
     # that token's start.
     added = [(s, e) for (s, e), token in zip(offsets, ids) if token in ADDED_IDS]
     spans = [(a, min([s for s, e in added if s < b < e], default=b)) for a, b in spans]
-    return ids, counted(offsets, [0] * len(ids), spans)
+    mask = counted(offsets, [0] * len(ids), spans)
+    if END_ID is not None and learned[-1]:  # the template leaves the last reply unclosed
+        return ids + [END_ID], mask + [1]
+    return ids, mask
 
 ROLES = ("system", "user", "assistant", "tool")
 # The keys a message of each role may hold beside role and content: TRL's tool-calling format,

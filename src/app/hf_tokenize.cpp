@@ -25,15 +25,14 @@ namespace {
 
 // The Python step, after hf_chat_sft.h's and hf_records.h's definitions. argv: tokenizer, options
 // (JSON: "text_field", "" for text files; "sft": null or {"prompt", "response", "messages",
-// "tools", "system", "history"} field names and "chat_template"; "workers", the processes making
-// the examples), tokens
-// file, loss-mask file, document-starts file, metadata file, inputs... It follows the opening of
-// app/python_step.h (the tokenizer as AutoTokenizer loads it, special_id). A document is encoded as
-// tokenizer(text)["input_ids"] encodes it (the tokenizer's special tokens added), a chat rendering
-// without them, as apply_chat_template(tokenize=True) does. It writes every document's ids as
-// little-endian uint32 to the tokens file (SFT: one byte per token to the loss-mask file, 1 for the
-// response), the offset of each non-empty document's first token as little-endian uint64 to the
-// document-starts file, and
+// "tools", "system", "history"} field names, "chat_template" and "end_token"; "workers", the
+// processes making the examples), tokens file, loss-mask file, document-starts file, metadata file,
+// inputs... It follows the opening of app/python_step.h (the tokenizer as AutoTokenizer loads it,
+// special_id). A document is encoded as tokenizer(text)["input_ids"] encodes it (the tokenizer's
+// special tokens added), a chat rendering without them, as apply_chat_template(tokenize=True) does.
+// It writes every document's ids as little-endian uint32 to the tokens file (SFT: one byte per
+// token to the loss-mask file, 1 for the response), the offset of each non-empty document's first
+// token as little-endian uint64 to the document-starts file, and
 // {"vocab_size", "bos_token_id", "eos_token_id", "name"} to the metadata file. Errors go to
 // stderr as one line naming the file (and line, and key) and exit 1.
 constexpr const char* kTokenizeScript = R"PY(
@@ -100,7 +99,7 @@ if sft and sft["chat_template"] and not tok.chat_template:
     sys.exit(f"{os.path.join(tok_dir, 'tokenizer_config.json')}: no chat_template to apply "
              "(and no chat_template.jinja beside it)")
 if sft and sft["chat_template"]:
-    note_unclosed_template()
+    choose_end_token()
 
 def counted(offsets, special, spans):
     """Per token: 1 when it overlaps one of the character spans [a, b), as transformers'
@@ -394,6 +393,7 @@ int64_t prepare_hf_token_dataset(const HfTokenizeRequest& request) {
                       {"tools", request.sft->tools},
                       {"system", request.sft->system},
                       {"history", request.sft->history},
+                      {"end_token", request.sft->end_token},
                       {"template_file", template_file},
                       {"template_text", template_text}};
   std::vector<std::string> args = {request.tokenizer, options.dump(), tokens_path,

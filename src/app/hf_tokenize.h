@@ -42,6 +42,11 @@ struct SftFields {
   // (LLaMA-Factory's system column), and of the [prompt, response] pairs before a prompt string
   // (its alpaca history column), whose responses are learned.
   std::string system, history;
+  // With chat_template: the token appended after a conversation's last reply, and counted, when
+  // the template writes nothing but whitespace after it (GLM's), so that the model learns to
+  // stop: "auto", the tokenizer's EOS (LLaMA-Factory's efficient_eos); "off", none; else a token
+  // the tokenizer holds whole. A named token is refused for a template that closes its replies.
+  std::string end_token = "auto";
 };
 
 struct HfTokenizeRequest {

@@ -16,8 +16,9 @@ generation prompt and its replies open with, and OLMo-2-1124-13B-Instruct's (Tü
 replies close with the EOS and a newline that the last one leaves out, and Olmo-3-7B-Instruct's and
 -Think's, whose replies close with "<|im_end|>\n" inside a conversation and with the EOS at its
 end (Think's generation prompt goes on with "<think>"), and GLM-4-0414's (as Xinference copied it),
-which writes nothing after a reply: prepare-data notes that no counted token teaches the model to
-stop, for it and for no other template here. Each is given a tokenizer as test_tokenizer_configs.py makes one
+which writes nothing after a reply: prepare-data appends the tokenizer's EOS after the last reply,
+counted, and notes it, for it and for no other template here (test_chat_end_token.py checks the
+option's other values). Each is given a tokenizer as test_tokenizer_configs.py makes one
 (a byte-level BPE holding the model's special tokens). The reference is transformers'
 apply_chat_template(return_assistant_tokens_mask=True) on a copy of the template in which the
 assistant turns are marked with {% generation %} by hand (the marks in TEMPLATES: around what the
@@ -230,7 +231,7 @@ TEMPLATES = {
     # GLM-4-0414's (GLM-4-9B-0414's and -32B-0414's, as Xinference copied it): "[gMASK]<sop>",
     # then each turn as <|role|>, a newline and its content, and nothing after a reply (its turn
     # ends where the next one opens); the generation prompt is "<|assistant|>" alone, so a reply
-    # counts its newline and content, and no stop token (the note says so).
+    # counts its newline and content; prepare-data appends the tokenizer's EOS, counted (UNCLOSED).
     "THUDM-GLM-4-0414": (
         None, "<|endoftext|>", ["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>",
                                 "<|assistant|>", "<|observation|>"],
@@ -253,8 +254,8 @@ TEMPLATES = {
              "{%- else %}{{- message['content'] + '<|end_of_text|>\n' }}{%- endif %}")]),
 }
 
-# The templates that write nothing after a conversation's last reply: prepare-data notes that
-# no counted token teaches the model to stop (and only for them).
+# The templates that write nothing after a conversation's last reply: prepare-data appends the
+# tokenizer's EOS after the last reply, counted, and notes it (and only for them).
 UNCLOSED = {"THUDM-GLM-4-0414"}
 
 USER = ["Name three primes.", "And the next one?"]
@@ -374,7 +375,8 @@ def check_template(work, zt, source_dir, name):
                                   text=True)
             print(proc.stdout.rstrip())
             check(proc.returncode == 0, f"{name}, {kind} {n}: prepare-data refused it")
-            check(("writes nothing after a conversation's last reply" in proc.stdout) ==
+            check(("writes nothing after a conversation's last reply" in proc.stdout and
+                   "is appended after each conversation's last reply" in proc.stdout) ==
                   (name in UNCLOSED), f"{name}, {kind} {n}: the note on a reply the template "
                   f"closes with nothing is {'missing' if name in UNCLOSED else 'printed'}")
             with h5py.File(path + ".h5", "r") as f:
@@ -385,11 +387,14 @@ def check_template(work, zt, source_dir, name):
                                                       tokenize=True, return_dict=True,
                                                       return_assistant_tokens_mask=True)
             check(rendered["input_ids"] == want, f"{name}: the marked copy renders other ids")
-            check(ids == want, f"{name}, {kind} {n}: the ids are not apply_chat_template's")
+            # After a reply the template leaves unclosed, the tokenizer's EOS, counted.
+            end = [reference.eos_token_id] if name in UNCLOSED else []
+            check(ids == want + end, f"{name}, {kind} {n}: the ids are not apply_chat_template's"
+                  + (" and its EOS" if end else ""))
             runs = [reference.decode(r) for r in counted_runs(ids, mask)]
-            want_runs = [reference.decode(r)
-                         for r in counted_runs(want, rendered["assistant_masks"])]
-            check(mask == rendered["assistant_masks"],
+            want_mask = rendered["assistant_masks"] + [1] * len(end)
+            want_runs = [reference.decode(r) for r in counted_runs(want + end, want_mask)]
+            check(mask == want_mask,
                   f"{name}, {kind} {n}: zerotrain counts {runs}, transformers' assistant mask "
                   f"of the marked template {want_runs}")
             print(f"ok   {name}, {kind} {n}: the ids are apply_chat_template's, the counted "
