@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/safetensors.h"
@@ -110,13 +112,16 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
     }
     if (num_shards > 1)
       write_weight_index_file(tmp + "/" + kSafetensorsIndexFile, weight_map, result.bytes);
-    // The model's tokenizer files, read from the model directory, appear with the export.
-    for (const auto& [name, text] : tokenizer_files_to_write(read_tokenizer_files(model_dir))) {
+    // The model's tokenizer files, read from the model directory, appear with the export, and
+    // config.json carries generation_config.json's bos/eos ids.
+    const auto tokenizer_files = tokenizer_files_to_write(read_tokenizer_files(model_dir));
+    for (const auto& [name, text] : tokenizer_files) {
       write_tokenizer_file(tmp, name, text);
       result.tokenizer_files.push_back(name);
     }
-    write_text_file(tmp + "/" + kModelConfigFile,
-                    model.config().to_transformers_json().dump(2) + "\n");
+    nlohmann::json config = model.config().to_transformers_json();
+    config.update(generation_token_ids(tokenizer_files, model_dir));
+    write_text_file(tmp + "/" + kModelConfigFile, config.dump(2) + "\n");
     fsync_path(tmp);
     move_into_place(tmp, result.dir, overwrite);
   } catch (...) {

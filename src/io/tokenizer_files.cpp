@@ -1,5 +1,6 @@
 #include "io/tokenizer_files.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -162,6 +163,25 @@ std::map<std::string, std::string> tokenizer_files_to_write(const TokenizerFiles
   if (tokenizer.eos_token_id >= 0) generation["eos_token_id"] = tokenizer.eos_token_id;
   if (!generation.empty()) files["generation_config.json"] = generation.dump(2) + "\n";
   return files;
+}
+
+nlohmann::json generation_token_ids(const std::map<std::string, std::string>& files,
+                                    const std::string& where) {
+  nlohmann::json ids = nlohmann::json::object();
+  const auto file = files.find("generation_config.json");
+  if (file == files.end()) return ids;
+  const nlohmann::json generation = nlohmann::json::parse(file->second, nullptr, false);
+  ZT_CHECK(generation.is_object(),
+           where + "/generation_config.json: not a JSON object (transformers cannot read it)");
+  const auto is_id = [](const nlohmann::json& v) { return v.is_number_integer() && v >= 0; };
+  for (const char* key : {"bos_token_id", "eos_token_id"}) {
+    const auto it = generation.find(key);
+    if (it == generation.end()) continue;
+    if (is_id(*it) ||
+        (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), is_id)))
+      ids[key] = *it;
+  }
+  return ids;
 }
 
 void write_tokenizer_file(const std::string& dir, const std::string& name,

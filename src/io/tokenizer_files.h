@@ -41,6 +41,15 @@ struct TokenizerFiles {
 // when the files do not include one.
 std::map<std::string, std::string> tokenizer_files_to_write(const TokenizerFiles& tokenizer);
 
+// {"bos_token_id", "eos_token_id"}: those that generation_config.json among `files` (as
+// tokenizer_files_to_write returns them) holds, an id or a list of ids each; {} without one. An
+// export's config.json carries them, as a Hub checkpoint's does: transformers reads them there
+// where no generation config is loaded (pipelines; its config class's defaults otherwise, which
+// are other tokens for most vocabularies). A generation_config.json that is not a JSON object is
+// refused naming `where`.
+nlohmann::json generation_token_ids(const std::map<std::string, std::string>& files,
+                                    const std::string& where);
+
 // Writes tokenizer_files_to_write() into `dir` (which must exist). Each file is written whole,
 // then renamed into place.
 void write_tokenizer_files(const TokenizerFiles& tokenizer, const std::string& dir);

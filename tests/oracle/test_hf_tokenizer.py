@@ -205,6 +205,14 @@ def main():
         check((generation.bos_token_id, generation.eos_token_id) ==
               (tok.token_to_id("<s>"), tok.token_to_id("</s>")),
               f"generation_config bos/eos {generation.bos_token_id}/{generation.eos_token_id}")
+        # config.json carries the same ids, which transformers reads where no generation config
+        # is loaded (LlamaConfig's defaults, 1 and 2, are other tokens here).
+        exported = transformers.AutoConfig.from_pretrained(work("export"))
+        check((exported.bos_token_id, exported.eos_token_id) == (config.bos_token_id,
+                                                                config.eos_token_id),
+              f"the export's config.json bos/eos {exported.bos_token_id}/"
+              f"{exported.eos_token_id}, the imported model's {config.bos_token_id}/"
+              f"{config.eos_token_id}")
         print(f"ok   export: AutoTokenizer ({type(loaded).__name__}) encodes as the dataset, "
               f"generation_config bos {generation.bos_token_id} eos {generation.eos_token_id}")
 
