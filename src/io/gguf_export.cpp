@@ -93,9 +93,9 @@ void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
 
 std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   const std::string type = c.model_type();
-  ZT_CHECK(type != "olmo3", "export: model '" + dir +
-                                "' is an OLMo 3, which zerotrain does not write to GGUF yet; "
-                                "export safetensors instead");
+  ZT_CHECK(type != "olmo3" && type != "ministral3",
+           "export: model '" + dir + "' is " + (type == "olmo3" ? "an OLMo 3" : "a Ministral 3") +
+               ", which zerotrain does not write to GGUF yet; export safetensors instead");
   // llama.cpp reads GlmForCausalLM as its chatglm (other tensors). (Its glm4 reads no
   // rope_freqs.weight: llama3 scaling is refused by rope_freqs_to_write.)
   ZT_CHECK(type != "glm", "export: model '" + dir +

@@ -107,6 +107,7 @@ void ModelConfig::validate() const {
   check_olmo2();
   check_granite();
   check_glm();
+  check_ministral3();
   check_sliding_window();
   check_rope_scaling();
   ZT_CHECK(padding_token >= -1 && padding_token < vocab_size,
@@ -215,7 +216,7 @@ void ModelConfig::check_sliding_window() const {
            "model config: a sliding window (Mistral) with attention biases or q/k norms is not "
            "implemented");
   ZT_CHECK(sliding_window == 0 || rope_scaling.type == RopeScaling::kNone || fused_projections ||
-               is_gemma3() || is_olmo3(),
+               is_gemma3() || is_olmo3() || is_ministral3(),
            "model config: a sliding window (Mistral) with rope_scaling is not implemented");
 }
 
@@ -318,6 +319,20 @@ void ModelConfig::check_glm() const {
            "Hugging Face architecture");
 }
 
+void ModelConfig::check_ministral3() const {
+  if (!is_ministral3()) return;
+  ZT_CHECK(std::isfinite(llama4_scaling_beta) &&
+               (llama4_scaling_beta == 0.0 || llama4_scaling_positions > 0),
+           "model config: Ministral 3's llama_4_scaling_beta must be a finite number ≥ 0, with a "
+           "positive original_max_position_embeddings");
+  ZT_CHECK(!is_gemma() && !fused_projections && !qkv_bias && !qk_norm && pre_norms &&
+               !sandwich_norms && layers_without_rope.empty() && !is_granite() && !is_glm() &&
+               partial_rotary_factor == 1.0,
+           "model config: Ministral 3 with Gemma's norms, Phi-3's fused q/k/v, attention biases, "
+           "q/k norms, OLMo 2's or GLM's norms, layers without RoPE, Granite's scalars or a "
+           "partial rotation is not a Hugging Face architecture");
+}
+
 AttentionScores ModelConfig::attention_scores() const {
   AttentionScores scores;
   if (query_pre_attn_scalar > 0.0)
@@ -364,6 +379,8 @@ std::vector<int64_t> every_nth_layer(int64_t step, int64_t num_layers) {
 }
 
 int64_t ModelConfig::max_positions() const {
+  // Ministral 3's queries are scaled from llama4_scaling_positions on, which is not implemented.
+  if (is_ministral3() && llama4_scaling_beta > 0.0) return llama4_scaling_positions;
   if (rope_scaling.type != RopeScaling::kYarn) return max_position_embeddings;
   const double scaled =
       std::floor(rope_scaling.factor * static_cast<double>(rope_scaling.original_max_positions));
@@ -371,6 +388,11 @@ int64_t ModelConfig::max_positions() const {
 }
 
 std::string ModelConfig::max_positions_text() const {
+  if (is_ministral3() && llama4_scaling_beta > 0.0)
+    return "Ministral 3's original_max_position_embeddings, " +
+           std::to_string(llama4_scaling_positions) +
+           " (past it transformers scales the queries by llama_4_scaling_beta, which zerotrain "
+           "does not implement)";
   return max_positions() == max_position_embeddings
              ? "max_position_embeddings " + std::to_string(max_position_embeddings)
              : "yarn's factor × original_max_position_embeddings, " +
@@ -401,6 +423,7 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
 }
 
 std::string ModelConfig::model_type() const {
+  if (is_ministral3()) return "ministral3";
   if (is_olmo2()) return is_olmo3() ? "olmo3" : "olmo2";
   if (is_granite()) return "granite";
   if (is_glm()) return sandwich_norms ? "glm4" : "glm";

@@ -118,6 +118,14 @@ struct ModelConfig {
   double attention_multiplier = 0.0;
   double residual_multiplier = 1.0;
   double logits_scaling = 1.0;
+  // Ministral 3 (model_type "ministral3", Ministral3ForCausalLM: the text model of Mistral AI's
+  // Ministral-3-3B, -8B and -14B): Mistral's model (yarn RoPE in Mistral AI's files, a window when
+  // one is given) whose queries transformers multiplies after RoPE by
+  // 1 + llama4_scaling_beta · ln(1 + ⌊position / llama4_scaling_positions⌋) (rope_parameters'
+  // llama_4_scaling_beta and original_max_position_embeddings): exactly 1 below that length, the
+  // only positions zerotrain takes (max_positions()). −1: not Ministral 3.
+  double llama4_scaling_beta = -1.0;
+  int64_t llama4_scaling_positions = 0;
   // LoRA adapters trained on the frozen projections (model/lora.h; `train --lora-*`). A model
   // directory holds the base, the adapter travels as PEFT's files; to_hf_json writes the spec
   // under kLoraConfigKey (the checkpoint manifest's model, which from_hf_json reads back).
@@ -138,6 +146,7 @@ struct ModelConfig {
   bool is_olmo2() const { return !pre_norms; }
   bool is_olmo3() const { return is_olmo2() && sliding_window_pattern > 0; }
   bool is_granite() const { return attention_multiplier > 0.0; }
+  bool is_ministral3() const { return llama4_scaling_beta >= 0.0; }
   // What the logits are multiplied by: 1 / logits_scaling in fp32 (1 but for Granite).
   float logits_factor() const { return static_cast<float>(1.0 / logits_scaling); }
   // Whether a branch's output joins the residual stream as it is (the add done in its GEMM):
@@ -177,7 +186,8 @@ struct ModelConfig {
   // (q/k norms), "qwen2" (q/k/v biases without an o bias), "mistral" (a sliding window),
   // "smollm3" (layers without RoPE), "gemma" (its norms, embedding scale and GeGLU), "gemma2" and
   // "gemma3_text" (Gemma's with the sandwich norms), "olmo2" (no pre-norms), "olmo3" (OLMo 2's
-  // with windows), "granite" (its four scalars), else "llama".
+  // with windows), "granite" (its four scalars), "glm" and "glm4", "ministral3" (its query
+  // scaling), else "llama".
   std::string model_type() const;
   // transformers' int(head_dim · partial_rotary_factor), truncated.
   int64_t rotary_dims() const {
@@ -212,6 +222,7 @@ struct ModelConfig {
   void check_olmo2() const;                // part of validate()
   void check_granite() const;              // part of validate()
   void check_glm() const;                  // part of validate()
+  void check_ministral3() const;           // part of validate()
   void check_sliding_window() const;       // part of validate()
 
   // HF config.json of model_type() (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,

@@ -47,7 +47,7 @@ void check_fixed_hf_keys(const nlohmann::json& j, const std::string& source,
   }
   if (!is_glm_type(type))  // (GLM's MLP reads no mlp_bias: an ignored key there)
     must_be("mlp_bias", false, "is not implemented (the MLP projections have no bias)");
-  if (type == "mistral" || type == "phi3")
+  if (type == "mistral" || type == "phi3" || type == "ministral3")
     must_be("attention_bias", false,
             "is not applied by transformers' " + hf_architectures().at(type) + " (no biases)");
   must_be("use_mrope", false, "is not implemented (multimodal rotary positions of Qwen2-VL)");
@@ -155,6 +155,8 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
   if (is_qwen(type) || type == "smollm3") return 0;
   const bool mistral = type == "mistral";
   const bool gemma3 = type == "gemma3_text";
+  // Ministral3Config: a window when one is given (none when absent), with any scaling.
+  const bool ministral3 = type == "ministral3";
   if ((mistral || is_gemma_type(type)) && scaling.type != RopeScaling::kNone &&
       !(gemma3 && scaling.type == RopeScaling::kLinear))
     fail(source + ": 'rope_scaling' is not applied by transformers' " +
@@ -184,11 +186,11 @@ int64_t sliding_window_from_json(const nlohmann::json& j, const std::string& sou
                                   : "Gemma 2") +
                " cannot build (absent, it is 4096)");
   if (j.at("sliding_window").is_null()) return 0;
-  ZT_CHECK(mistral || type == "phi3" || gemma_window,
+  ZT_CHECK(mistral || ministral3 || type == "phi3" || gemma_window,
            source + ": 'sliding_window' " + quoted_json(j.at("sliding_window")) +
-               " outside a Mistral, Phi-3, Gemma 2, Gemma 3 or OLMo 3 config (model_type "
-               "\"mistral\", \"phi3\", \"gemma2\", \"gemma3_text\" or \"olmo3\") is not "
-               "implemented");
+               " outside a Mistral, Ministral 3, Phi-3, Gemma 2, Gemma 3 or OLMo 3 config "
+               "(model_type \"mistral\", \"ministral3\", \"phi3\", \"gemma2\", "
+               "\"gemma3_text\" or \"olmo3\") is not implemented");
   const auto w = required_key<int64_t>(j, "sliding_window", source);
   ZT_CHECK(w > 0, source + ": 'sliding_window' must be null or positive, got " + std::to_string(w));
   return w;
@@ -230,7 +232,9 @@ void read_attention_shape(const nlohmann::json& j, const std::string& source,
                           const std::string& type, ModelConfig& c) {
   const bool has_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
   int64_t head_dim = has_head_dim ? required_key<int64_t>(j, "head_dim", source) : 0;
-  // transformers' Qwen3Config, GlmConfig and Glm4Config default
+  // transformers' Qwen3Config, GlmConfig, Glm4Config and Ministral3Config default (null is the
+  // quotient in Ministral3Config)
+  if (!j.contains("head_dim") && type == "ministral3") head_dim = 128;
   if (!has_head_dim && (type == "qwen3" || is_glm_type(type))) head_dim = 128;
   // GemmaConfig's default; a null one is kept as None there, which its attention cannot use (nor
   // can GLM's).
@@ -325,12 +329,21 @@ nlohmann::json ModelConfig::to_hf_json() const {
   // written before rope_scaling (or head_dim) existed must keep matching it.
   if (rope_scaling.type != RopeScaling::kNone)
     j["rope_scaling"] = rope_scaling_to_json(rope_scaling);
-  if (explicit_head_dim > 0 || type == "qwen3" || is_gemma_type(type) || is_glm_type(type))
+  if (explicit_head_dim > 0 || type == "qwen3" || is_gemma_type(type) || is_glm_type(type) ||
+      type == "ministral3")
     j["head_dim"] = head_dim();
   if (lora.enabled()) j[kLoraConfigKey] = lora.to_json();
   if (padding_token >= 0) j["pad_token_id"] = padding_token;
   if (type == "mistral") {
     j["sliding_window"] = sliding_window;
+  } else if (type == "ministral3") {
+    // As Ministral3Config writes them: the scaling and the base in rope_parameters alone.
+    j.erase("rope_scaling");
+    j.erase("rope_theta");
+    j["rope_parameters"] = ministral3_rope_parameters(*this);
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
+    // Written when none, too: Ministral3Config would read its absence as 11.
+    if (padding_token < 0) j["pad_token_id"] = nullptr;
   } else if (type == "phi3") {
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
     // Written when none, too: Phi3Config would read its absence as 32000.
@@ -404,11 +417,12 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
          " names no one model zerotrain implements (LlamaForCausalLM, MistralForCausalLM, "
          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, "
          "GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Olmo2ForCausalLM, "
-         "Olmo3ForCausalLM, GraniteForCausalLM, GlmForCausalLM, Glm4ForCausalLM)");
+         "Olmo3ForCausalLM, GraniteForCausalLM, GlmForCausalLM, Glm4ForCausalLM, "
+         "Ministral3ForCausalLM)");
   if (type.empty())
     fail(source + ": 'model_type': " + quoted_json(j.at("model_type")) +
          " is not an architecture zerotrain implements (llama, mistral, qwen2, qwen3, phi3, "
-         "smollm3, gemma, gemma2, gemma3_text, olmo2, olmo3, granite, glm, glm4)");
+         "smollm3, gemma, gemma2, gemma3_text, olmo2, olmo3, granite, glm, glm4, ministral3)");
   ModelConfig c;
   c.hidden_size = required_key<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required_key<int64_t>(j, "intermediate_size", source);
@@ -426,8 +440,10 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.vocab_size = required_key<int64_t>(j, "vocab_size", source);
   c.max_position_embeddings = required_key<int64_t>(j, "max_position_embeddings", source);
   c.rms_norm_eps = required_key<double>(j, "rms_norm_eps", source);
-  read_rope(j, source, type, defaults.rope_theta, c);
-  read_rope_lengths(j, source, type, c);
+  const nlohmann::json rope_json = with_family_rope_defaults(j, source, type);
+  read_rope(rope_json, source, type, defaults.rope_theta, c);
+  read_rope_lengths(rope_json, source, type, c);
+  read_llama4_scaling(rope_json, source, type, c);
   c.sliding_window = sliding_window_from_json(j, source, type, c.rope_scaling);
   c.padding_token = padding_token_from_json(j, source, c.vocab_size, type);
   c.tie_word_embeddings = j.contains("tie_word_embeddings")
@@ -436,7 +452,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   read_attention_shape(j, source, type, c);
   read_sliding_rope(j, source, c);
   c.layers_without_rope = layers_without_rope_from_json(j, source, type, c.num_layers);
-  c.partial_rotary_factor = partial_rotary_from_json(j, source, type);
+  c.partial_rotary_factor = partial_rotary_from_json(rope_json, source, type);
   if (j.contains(kLoraConfigKey))
     c.set_lora(LoraSpec::from_peft_json(j.at(kLoraConfigKey), source + " " + kLoraConfigKey));
   try {

@@ -120,7 +120,8 @@ const std::map<std::string, std::string>& hf_architectures() {
                                                            {"olmo3", "Olmo3ForCausalLM"},
                                                            {"granite", "GraniteForCausalLM"},
                                                            {"glm", "GlmForCausalLM"},
-                                                           {"glm4", "Glm4ForCausalLM"}};
+                                                           {"glm4", "Glm4ForCausalLM"},
+                                                           {"ministral3", "Ministral3ForCausalLM"}};
   return table;
 }
 
@@ -206,7 +207,8 @@ std::vector<std::string> family_read_keys(const std::string& type) {
 // PretrainedConfig's tied embeddings), 4.57's Olmo3Config (pad_token_id 1) with no rope_theta
 // (0: 4.57 reads an absent one as 10000, 5.x as 500000, so model/hf_config_rope.cpp refuses it),
 // 4.49's GlmConfig and 4.57's Glm4Config (pad_token_id 151329, GLM-4-9B's <|endoftext|>; 2
-// key/value heads).
+// key/value heads), 5.x's Ministral3Config (pad_token_id 11; its rope_theta 1e6 is its default
+// rope_parameters', read with them in model/hf_config_rope.cpp).
 const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
   static const std::map<std::string, HfFamilyDefaults> table = {
       {"llama", {"LlamaConfig"}},
@@ -222,7 +224,8 @@ const HfFamilyDefaults& hf_family_defaults(const std::string& type) {
       {"olmo3", {"Olmo3Config", 1, 0, false, 0.0}},
       {"granite", {"GraniteConfig"}},
       {"glm", {"GlmConfig", 151329, 2}},
-      {"glm4", {"Glm4Config", 151329, 2}}};
+      {"glm4", {"Glm4Config", 151329, 2}},
+      {"ministral3", {"Ministral3Config", 11, 8, false, 1000000.0}}};
   return table.at(type);
 }
 

@@ -164,10 +164,13 @@ const nlohmann::json& full_attention_rope(const nlohmann::json& r, const std::st
 // both spellings must say the same in each.
 void read_rope(const nlohmann::json& j, const std::string& source, const std::string& type,
                double absent_theta, ModelConfig& c) {
+  // Ministral 3's query scaling rides in its rope object (read_llama4_scaling).
+  std::vector<std::string> family_keys;
+  if (type == "ministral3") family_keys = {"llama_4_scaling_beta", "max_position_embeddings"};
   const bool legacy_scaling = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
   if (legacy_scaling)
     c.rope_scaling =
-        rope_scaling_from_object(j.at("rope_scaling"), source + ": 'rope_scaling'", {});
+        rope_scaling_from_object(j.at("rope_scaling"), source + ": 'rope_scaling'", family_keys);
   c.rope_theta =
       j.contains("rope_theta") ? required_key<double>(j, "rope_theta", source) : absent_theta;
   const bool parameters = j.contains("rope_parameters") && !j.at("rope_parameters").is_null();
@@ -181,8 +184,8 @@ void read_rope(const nlohmann::json& j, const std::string& source, const std::st
   std::string where = source + ": 'rope_parameters'";
   const nlohmann::json& r = full_attention_rope(j.at("rope_parameters"), type, where);
   const bool per_layer_type = &r != &j.at("rope_parameters");
-  const RopeScalingParams scaling =
-      rope_scaling_from_object(r, where, {"rope_theta", "partial_rotary_factor"});
+  family_keys.insert(family_keys.end(), {"rope_theta", "partial_rotary_factor"});
+  const RopeScalingParams scaling = rope_scaling_from_object(r, where, family_keys);
   // (the top-level object's is read by partial_rotary_from_json; a layer type's is refused there)
   const char* partial = "partial_rotary_factor";
   ZT_CHECK(
@@ -259,6 +262,72 @@ double partial_rotary_from_json(const nlohmann::json& j, const std::string& sour
                ", whose attention rotates every element of a head (Phi-3's, as Phi-4-mini's, and "
                "GLM's are read)");
   return factor;
+}
+
+namespace {
+
+bool given(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && !j.at(key).is_null();
+}
+
+}  // namespace
+
+nlohmann::json with_family_rope_defaults(const nlohmann::json& j, const std::string& source,
+                                         const std::string& type) {
+  if (type != "ministral3" || given(j, "rope_parameters") || given(j, "rope_scaling")) return j;
+  ZT_CHECK(!j.contains("rope_theta"),
+           source +
+               ": a Ministral 3 config with 'rope_theta' and no 'rope_parameters', whose "
+               "default (yarn, with its own rope_theta) transformers releases may or may not "
+               "combine with it; give rope_parameters");
+  nlohmann::json with = j;
+  with["rope_parameters"] = {{"rope_type", "yarn"},
+                             {"rope_theta", 1000000.0},
+                             {"factor", 16.0},
+                             {"original_max_position_embeddings", 16384},
+                             {"beta_fast", 32.0},
+                             {"beta_slow", 1.0},
+                             {"mscale_all_dim", 1.0},
+                             {"mscale", 1.0},
+                             {"llama_4_scaling_beta", 0.1}};
+  return with;
+}
+
+void read_llama4_scaling(const nlohmann::json& j, const std::string& source,
+                         const std::string& type, ModelConfig& c) {
+  if (type != "ministral3") return;
+  const char* key = given(j, "rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const std::string where = source + ": '" + key + "'";
+  ZT_CHECK(given(j, key), source + ": a Ministral 3 config without 'rope_parameters'");
+  const nlohmann::json& r = j.at(key);
+  ZT_CHECK(given(r, "llama_4_scaling_beta"),
+           where +
+               " has no 'llama_4_scaling_beta', which transformers' Ministral 3 scales the "
+               "queries by (0: no scaling)");
+  c.llama4_scaling_beta = required_key<double>(r, "llama_4_scaling_beta", where);
+  ZT_CHECK(c.llama4_scaling_beta >= 0.0 && std::isfinite(c.llama4_scaling_beta),
+           where + ": 'llama_4_scaling_beta' must be a finite number ≥ 0, got " +
+               quoted_json(r.at("llama_4_scaling_beta")));
+  ZT_CHECK(!given(r, "max_position_embeddings") ||
+               r.at("max_position_embeddings") == c.max_position_embeddings,
+           where + ": 'max_position_embeddings' " + quoted_json(r.at("max_position_embeddings")) +
+               " differs from the top-level one, " + std::to_string(c.max_position_embeddings));
+  if (c.llama4_scaling_beta == 0.0) return;
+  ZT_CHECK(given(r, "original_max_position_embeddings"),
+           where +
+               " has no 'original_max_position_embeddings', which transformers' Ministral 3 "
+               "divides the positions by to scale the queries");
+  c.llama4_scaling_positions = required_key<int64_t>(r, "original_max_position_embeddings", where);
+}
+
+nlohmann::json ministral3_rope_parameters(const ModelConfig& c) {
+  nlohmann::json r = rope_scaling_to_json(c.rope_scaling);
+  if (r.is_null()) r = {{"rope_type", "default"}};
+  r["rope_theta"] = c.rope_theta;
+  r["llama_4_scaling_beta"] = c.llama4_scaling_beta;
+  if (c.llama4_scaling_beta > 0.0 && !r.contains("original_max_position_embeddings"))
+    r["original_max_position_embeddings"] = c.llama4_scaling_positions;
+  return r;
 }
 
 nlohmann::json rope_scaling_to_json(const RopeScalingParams& p) {

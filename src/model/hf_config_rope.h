@@ -28,6 +28,21 @@ void read_sliding_rope(const nlohmann::json& j, const std::string& source, Model
 // default 0.5), 1 elsewhere.
 double partial_rotary_from_json(const nlohmann::json& j, const std::string& source,
                                 const std::string& type);
+// Ministral 3 (model_type "ministral3"): `j` with Ministral3Config's default rope_parameters
+// (yarn, factor 16 over 16384 positions, theta 1e6, llama_4_scaling_beta 0.1) where it gives no
+// RoPE key; a rope_theta without rope_parameters is refused (which wins is unclear). Other
+// families: `j`.
+nlohmann::json with_family_rope_defaults(const nlohmann::json& j, const std::string& source,
+                                         const std::string& type);
+// Ministral 3's query scaling from its rope object (rope_parameters or rope_scaling):
+// llama_4_scaling_beta, required (transformers multiplies by it), and with a positive one the
+// original_max_position_embeddings it divides the positions by; a max_position_embeddings inside
+// must be the top-level one. Other families: none.
+void read_llama4_scaling(const nlohmann::json& j, const std::string& source,
+                         const std::string& type, ModelConfig& c);
+// Ministral 3's rope_parameters as Ministral3Config writes them: the scaling, rope_theta and
+// llama_4_scaling_beta.
+nlohmann::json ministral3_rope_parameters(const ModelConfig& c);
 // The scaling as config.json's rope_scaling object (null for none).
 nlohmann::json rope_scaling_to_json(const RopeScalingParams& p);
 

@@ -1,6 +1,8 @@
 #include "model/hf_multimodal_config.h"
 
 #include <array>
+#include <tuple>
+#include <utility>
 
 #include "util/error.h"
 #include "util/json_text.h"
@@ -14,9 +16,21 @@ constexpr std::array<MultimodalWrapper, 2> kWrappers = {{
     {"mistral3", "Mistral3ForConditionalGeneration", "mistral", "MistralForCausalLM", "Mistral 3"},
 }};
 
-// The text config class's defaults (transformers 4.50's Gemma3TextConfig, MistralConfig) for the
-// keys zerotrain requires; the others take the family's defaults when read.
+// The text models a wrapper holds beyond its first (Mistral3ForConditionalGeneration: Mistral
+// Small's mistral, Ministral 3's ministral3), as {wrapper, text model_type, class}.
+constexpr std::array<std::array<const char*, 3>, 1> kOtherTextModels = {{
+    {"mistral3", "ministral3", "Ministral3ForCausalLM"},
+}};
+
+// The text config class's defaults (transformers 4.50's Gemma3TextConfig, MistralConfig, 5.x's
+// Ministral3Config) for the keys zerotrain requires; the others take the family's defaults when
+// read.
 nlohmann::json required_defaults(const std::string& text_model_type) {
+  if (text_model_type == "ministral3")
+    return {{"hidden_size", 4096},     {"intermediate_size", 14336},
+            {"num_hidden_layers", 34}, {"num_attention_heads", 32},
+            {"vocab_size", 131072},    {"max_position_embeddings", 262144},
+            {"rms_norm_eps", 1e-5}};
   if (text_model_type == "gemma3_text")
     return {{"hidden_size", 2304},     {"intermediate_size", 9216},
             {"num_hidden_layers", 26}, {"num_attention_heads", 8},
@@ -48,15 +62,22 @@ nlohmann::json multimodal_text_config(const nlohmann::json& j, const MultimodalW
            source + ": a " + wrapper.name + " multimodal config (" + wrapper.architecture +
                ") without a 'text_config' object");
   nlohmann::json text = j.at("text_config");
-  ZT_CHECK(!text.contains("model_type") || text.at("model_type") == wrapper.text_model_type,
+  std::string type = wrapper.text_model_type, architecture = wrapper.text_architecture;
+  std::string known = std::string("\"") + type + "\"";
+  for (const auto& [outer, other, other_architecture] : kOtherTextModels) {
+    if (outer != std::string(wrapper.model_type)) continue;
+    known += std::string(" or \"") + other + "\"";
+    if (text.contains("model_type") && text.at("model_type") == other)
+      std::tie(type, architecture) = std::pair{other, other_architecture};
+  }
+  ZT_CHECK(!text.contains("model_type") || text.at("model_type") == type,
            source + ": 'text_config' has model_type " + quoted_json(text.at("model_type")) +
-               ", not \"" + wrapper.text_model_type + "\" (the " + wrapper.name +
-               " text model zerotrain imports)");
-  const nlohmann::json defaults = required_defaults(wrapper.text_model_type);
+               ", not " + known + " (the " + wrapper.name + " text models zerotrain imports)");
+  const nlohmann::json defaults = required_defaults(type);
   for (const auto& [key, value] : defaults.items())
     if (!text.contains(key)) text[key] = value;
-  text["model_type"] = wrapper.text_model_type;
-  text["architectures"] = {wrapper.text_architecture};
+  text["model_type"] = type;
+  text["architectures"] = {architecture};
   // A quantized checkpoint says so at the top level: refused as the text model's key.
   if (j.contains("quantization_config")) text["quantization_config"] = j.at("quantization_config");
   return text;

@@ -57,6 +57,16 @@ FAMILIES = {
         num_hidden_layers=4, rope_theta=10000.0, tie_word_embeddings=True, pad_token_id=32,
         rope_scaling={"rope_type": "yarn", "factor": 4.0,
                       "original_max_position_embeddings": 128})),
+    # Ministral 3 (ministral3_reference.py: written as Ministral3Config writes it, rope_parameters
+    # alone, as Mistral AI's files give them: yarn with factor 16, beta 32 and 1, mscale and
+    # mscale_all_dim 1, llama_4_scaling_beta 0.1), on windows below the original length (64)
+    # where its query scale is 1, and a head_dim other than D/H as the 3B's 128 (not 3072 / 32).
+    # With θ = 1e6 and hd = 32, pairs 0-2 turn 10, 4.3 and 1.8 times over 64 positions (blended),
+    # the others less than once (divided by 16).
+    "ministral3": ("LlamaConfig", "LlamaForCausalLM", dict(
+        head_dim=32, rope_theta=1000000.0, max_position_embeddings=64, pad_token_id=32,
+        rope_scaling={"rope_type": "yarn", "factor": 16.0,
+                      "original_max_position_embeddings": 64, "attention_factor": 1.0})),
     # Mistral without a sliding window.
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=None,
                                                              rope_theta=1000000.0)),
@@ -240,9 +250,10 @@ OLMO3 = {"olmo3-yarn", "olmo3-bias-tied"}
 GLM4 = {"glm4", "glm4-yarn", "glm4-llama3", "glm4-linear"}
 GLM = GLM4 | {"glm", "glm-edge-tied"}
 TRANSFORMERS_449 = PARTIAL_ROTARY | OLMO3 | GLM | {"olmo2", "olmo2-bias-linear"}
+MINISTRAL3 = {"ministral3"}
 # Families the reference builds on transformers' Llama and writes as their own checkpoints.
 WRITTEN_AS = {"qwen3", "qwen3-yarn", "smollm3", "smollm3-yarn", "gemma3",
-              "gemma3-linear"} | OLMO3 | GLM4
+              "gemma3-linear"} | OLMO3 | GLM4 | MINISTRAL3
 # Config attributes the reference loads with in place of its config.json's: transformers 4.46's
 # yarn takes its band from max_position_embeddings, later releases (and zerotrain) from the
 # original length.
@@ -250,6 +261,7 @@ REFERENCE_OVERRIDES = {"llama-yarn-extended": dict(max_position_embeddings=64)}
 # The model_type each family's config.json says.
 MODEL_TYPES = {"gemma3": "gemma3_text", "gemma3-linear": "gemma3_text", "qwen3-yarn": "qwen3",
                "smollm3-yarn": "smollm3", "olmo3-yarn": "olmo3", "olmo3-bias-tied": "olmo3",
-               "glm4": "glm4", "glm4-yarn": "glm4", "glm4-llama3": "glm4", "glm4-linear": "glm4"}
+               "glm4": "glm4", "glm4-yarn": "glm4", "glm4-llama3": "glm4", "glm4-linear": "glm4",
+               "ministral3": "ministral3"}
 QWEN3_KEYS = dict(use_sliding_window=False, sliding_window=None, max_window_layers=2,
                   attention_bias=False)

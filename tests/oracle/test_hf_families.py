@@ -66,8 +66,10 @@ from hf_family_gguf import (check_gemma_gguf, check_glm_gguf, check_granite_gguf
 from olmo3_reference import (OLMO3_KEYS, build_olmo3, olmo3_config,  # noqa: E402
                              write_olmo3_config)
 from glm4_reference import GLM4_KEYS, build_glm4, glm_config, write_glm4_config  # noqa: E402
-from hf_families_table import (COMMON, FAMILIES, GLM, GLM4, MODEL_TYPES, OLMO3,  # noqa: E402
-                               PARTIAL_ROTARY, QWEN3_KEYS, REFERENCE_OVERRIDES,
+from ministral3_reference import (as_transformers4, check_length_refused,  # noqa: E402
+                                  write_ministral3_config)
+from hf_families_table import (COMMON, FAMILIES, GLM, GLM4, MINISTRAL3, MODEL_TYPES,  # noqa: E402
+                               OLMO3, PARTIAL_ROTARY, QWEN3_KEYS, REFERENCE_OVERRIDES,
                                SMOLLM3_NO_ROPE_LAYERS, TRANSFORMERS_449, WRITTEN_AS)
 
 
@@ -155,8 +157,8 @@ def save_written_as(family, model, config, out_dir):
     if family in OLMO3:
         write_olmo3_config(config, out_dir)
         return
-    if family in GLM4:
-        write_glm4_config(config, out_dir)
+    if family in GLM4 | MINISTRAL3:
+        (write_glm4_config if family in GLM4 else write_ministral3_config)(config, out_dir)
         return
     saved = {k: v for k, v in config.to_dict().items()
              if k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -214,6 +216,8 @@ def load_reference(family, config, hf_dir):
     model_type = MODEL_TYPES.get(family, family)
     check(saved.get("model_type") == model_type,
           f"{hf_dir}/config.json is not a {model_type} config")
+    if model_type == "ministral3":  # rope_parameters alone, read as 4.x's keys
+        saved = as_transformers4(saved)
     # The reference is built from `config`: the directory's config.json must describe that model
     # (an export's too), key by key, with the keys whose defaults differ between families given.
     expected = {k: getattr(config, k) for k in (
@@ -499,7 +503,8 @@ def main():
         source = os.path.join(work, "hf-multimodal")
         # The 4.52 naming with a tied head stored anyway (a re-save's), which import ignores.
         write_multimodal(hf_dir, source, args.multimodal + ".",
-                         "mistral3" if args.family.startswith("mistral") else "gemma3",
+                         "mistral3" if args.family.startswith(("mistral", "ministral"))
+                         else "gemma3",
                          store_tied_head=args.multimodal == "model.language_model")
     run_tool([zt, "import", source, "--out", imported])
     run_tool([zt, "info", "--verify", imported])
@@ -565,6 +570,8 @@ def main():
 
     if "yarn" in args.family:
         check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)
+    if args.family in MINISTRAL3:
+        check_length_refused(zt, imported, data, config.max_position_embeddings)
     if "longrope" in args.family or "window" in args.family or args.family in (
             "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2", "granite") or (
             args.family in OLMO3 | GLM):
@@ -599,9 +606,10 @@ def main():
                            SMOLLM3_NO_ROPE_LAYERS)
     if args.family.startswith("olmo2"):
         check_olmo2_gguf(zt, work, final, exported, config)
-    if args.family in OLMO3:
-        gguf_export_refused(zt, work, final, "is an OLMo 3, which zerotrain does not write to GGUF",
-                            "an OLMo 3")
+    if args.family in OLMO3 | MINISTRAL3:
+        what = "an OLMo 3" if args.family in OLMO3 else "a Ministral 3"
+        gguf_export_refused(zt, work, final, f"is {what}, which zerotrain does not write to GGUF",
+                            what)
     if args.family in GLM4:
         check_glm_gguf(zt, work, final, exported, config)
     elif args.family in GLM:  # GlmForCausalLM

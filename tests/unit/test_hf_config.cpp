@@ -184,11 +184,10 @@ TEST(HfConfig, MistralSlidingWindowIsReadAndSlidesOverLongerSequences) {
             std::string::npos);
   nlohmann::json llama = preset_config("tiny").to_hf_json();
   llama["sliding_window"] = 4096;
-  EXPECT_NE(
-      error_of([&] {
-        ModelConfig::from_hf_json(llama, "l.json");
-      }).find("'sliding_window' 4096 outside a Mistral, Phi-3, Gemma 2, Gemma 3 or OLMo 3 config"),
-      std::string::npos);
+  EXPECT_NE(error_of([&] { ModelConfig::from_hf_json(llama, "l.json"); })
+                .find("'sliding_window' 4096 outside a Mistral, Ministral 3, Phi-3, Gemma 2, Gemma "
+                      "3 or OLMo 3 config"),
+            std::string::npos);
   j["sliding_window"] = -1;
   EXPECT_NE(error_of([&] { ModelConfig::from_hf_json(j, "m.json"); }).find("sliding_window"),
             std::string::npos);

@@ -116,6 +116,11 @@ const std::map<std::string, Published>& corpus() {
       // biases, tied): 1,472,055,296, its name's 1.5B.
       {"THUDM--glm-4-9b-chat-rev-9918c3f", {9399951360, "glm", false, 10000, R::kNone}},
       {"THUDM--glm-edge-1.5b-chat", {1472055296, "glm", true, 10000, R::kNone}},
+      // Ministral 3 8B's text model (yarn, llama_4_scaling_beta; untied): 8,489,553,920 from the
+      // shapes its text_config states, from a user's copy of the instruct config without its
+      // FP8 quantization_config (the -BF16 release's shape).
+      {"third-party-copy--mistralai--Ministral-3-8B-Instruct-2512",
+       {8489553920, "ministral3", false, 1000000, R::kYarn}},
       {"resaved-transformers-4.56.0--TinyLlama--TinyLlama-1.1B-Chat-v1.0",
        {1100048384, "llama", false, 10000, R::kNone}},
       {"resaved-transformers-4.57.1--Qwen--Qwen3-8B",

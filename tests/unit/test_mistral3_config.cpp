@@ -61,12 +61,12 @@ TEST(Mistral3Config, ThePublishedWrapperYieldsItsMistralTextModel) {
 TEST(Mistral3Config, AnotherTextModelOrNoneIsRefusedNamingTheFile) {
   const nlohmann::json published = published_config(kSmall31);
   const MultimodalWrapper& wrapper = *multimodal_wrapper(published);
-  // Ministral 3's text model (its own attention scaling and yarn) is another architecture.
-  nlohmann::json ministral = published;
-  ministral["text_config"]["model_type"] = "ministral3";
-  EXPECT_NE(error_of([&] {
-              multimodal_text_config(ministral, wrapper, "m.json");
-            }).find("m.json: 'text_config' has model_type \"ministral3\", not \"mistral\""),
+  // A text model other than Mistral's and Ministral 3's (test_ministral3_config.cpp).
+  nlohmann::json mixtral = published;
+  mixtral["text_config"]["model_type"] = "mixtral";
+  EXPECT_NE(error_of([&] { multimodal_text_config(mixtral, wrapper, "m.json"); })
+                .find("m.json: 'text_config' has model_type \"mixtral\", not \"mistral\" or "
+                      "\"ministral3\""),
             std::string::npos);
   nlohmann::json without = published;
   without.erase("text_config");
