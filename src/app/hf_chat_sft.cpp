@@ -47,16 +47,17 @@ END_ID = None
 
 def reply_closing():
     """What the chat template writes after a conversation's last reply, judged on a user turn and
-    a probe reply; None when it renders no such conversation (one that needs a system message)
-    or drops the reply."""
-    try:
-        whole = tok.apply_chat_template([{"role": "user", "content": "?"},
-                                         {"role": "assistant", "content": TURN_PROBE}],
-                                        tokenize=False)
-    except Exception:
-        return None
-    at = whole.rfind(TURN_PROBE) if isinstance(whole, str) else -1
-    return whole[at + len(TURN_PROBE):] if at >= 0 else None
+    a probe reply (after a system message, for a template that needs one); None when it renders
+    neither or drops the reply."""
+    turns = [{"role": "user", "content": "?"}, {"role": "assistant", "content": TURN_PROBE}]
+    for opening in ([], [{"role": "system", "content": "?"}]):
+        try:
+            whole = tok.apply_chat_template(opening + turns, tokenize=False)
+        except Exception:
+            continue
+        at = whole.rfind(TURN_PROBE) if isinstance(whole, str) else -1
+        return whole[at + len(TURN_PROBE):] if at >= 0 else None
+    return None
 
 def choose_end_token():
     """Sets END_ID once, before the workers fork: a template that writes nothing but whitespace
@@ -317,7 +318,7 @@ def chat_example(path, number, messages, names, learned, tools=None):
     are tool results. Assistant turn i spans the characters
     from the end of the rendering of messages[:i] with the generation prompt to the end of the
     rendering of messages[:i + 1], when both are prefixes of the whole conversation's rendering;
-    else located_turn finds it."""
+    else located_turn finds it. END_ID follows a learned last reply, counted (choose_end_token)."""
     check_parts_rendered(path, number, messages, tools, names)
     messages, left_out, failed_none = call_contents(path, number, messages, tools)
     check_tools_rendered(path, number, messages, tools, names, left_out, failed_none)

@@ -22,8 +22,8 @@ namespace zt {
 // With chat_template (--chat-template), transformers renders each example with the tokenizer's
 // chat template (tokenizer_config.json): the user turn with the generation prompt is masked, the
 // tokens overlapping the rest of the conversation (the response and whatever closes its turn)
-// count, as transformers' return_assistant_tokens_mask counts them; no EOS is added
-// and no special token beyond what the template writes.
+// count, as transformers' return_assistant_tokens_mask counts them; no special token is added
+// beyond what the template writes, but for end_token's after a last reply it leaves unclosed.
 // With messages (--messages-field, needs chat_template) each line holds a conversation instead:
 // a list of {"role": system|user|assistant|tool, "content"} (TRL's conversational format, with
 // its tool calls), rendered whole by the template; every assistant turn (a reply or tool calls)

@@ -166,20 +166,25 @@ std::map<std::string, std::string> tokenizer_files_to_write(const TokenizerFiles
 }
 
 nlohmann::json generation_token_ids(const std::map<std::string, std::string>& files,
-                                    const std::string& where) {
+                                    int64_t vocab_size, const std::string& where) {
   nlohmann::json ids = nlohmann::json::object();
   const auto file = files.find("generation_config.json");
   if (file == files.end()) return ids;
   const nlohmann::json generation = nlohmann::json::parse(file->second, nullptr, false);
   ZT_CHECK(generation.is_object(),
            where + "/generation_config.json: not a JSON object (transformers cannot read it)");
-  const auto is_id = [](const nlohmann::json& v) { return v.is_number_integer() && v >= 0; };
+  const auto is_id = [&](const nlohmann::json& v) {
+    return v.is_number_integer() && v >= 0 && v < vocab_size;
+  };
   for (const char* key : {"bos_token_id", "eos_token_id"}) {
     const auto it = generation.find(key);
-    if (it == generation.end()) continue;
-    if (is_id(*it) ||
-        (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), is_id)))
-      ids[key] = *it;
+    if (it == generation.end() || it->is_null()) continue;
+    ZT_CHECK(is_id(*it) ||
+                 (it->is_array() && !it->empty() && std::all_of(it->begin(), it->end(), is_id)),
+             where + "/generation_config.json: '" + key + "' is " + it->dump() +
+                 ", not a token id of the model's " + std::to_string(vocab_size) +
+                 "-token vocabulary (or a list of them)");
+    ids[key] = *it;
   }
   return ids;
 }

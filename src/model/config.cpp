@@ -57,8 +57,8 @@ void ModelConfig::check_rope_scaling() const {
     ZT_CHECK(r.attention_factor > 0 && std::isfinite(static_cast<float>(r.attention_factor)),
              "model config: yarn's attention_factor must be a positive number, finite in fp32");
     ZT_CHECK(!fused_projections && !is_gemma(),
-             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3, SmolLM3 "
-             "and OLMo 3 (its full-attention layers)");
+             "model config: yarn rope scaling is implemented for Llama, Qwen2, Qwen3, SmolLM3, "
+             "GLM-4, Ministral 3 and OLMo 3 (its full-attention layers)");
   }
   if (r.type == RopeScaling::kLlama3) {
     ZT_CHECK(r.low_freq_factor > 0 && r.low_freq_factor < r.high_freq_factor &&
@@ -321,8 +321,7 @@ void ModelConfig::check_glm() const {
 
 void ModelConfig::check_ministral3() const {
   if (!is_ministral3()) return;
-  ZT_CHECK(std::isfinite(llama4_scaling_beta) &&
-               (llama4_scaling_beta == 0.0 || llama4_scaling_positions > 0),
+  ZT_CHECK(std::isfinite(llama4_scaling_beta) && llama4_scaling_positions > 0,
            "model config: Ministral 3's llama_4_scaling_beta must be a finite number ≥ 0, with a "
            "positive original_max_position_embeddings");
   ZT_CHECK(!is_gemma() && !fused_projections && !qkv_bias && !qk_norm && pre_norms &&
@@ -380,15 +379,19 @@ std::vector<int64_t> every_nth_layer(int64_t step, int64_t num_layers) {
 
 int64_t ModelConfig::max_positions() const {
   // Ministral 3's queries are scaled from llama4_scaling_positions on, which is not implemented.
-  if (is_ministral3() && llama4_scaling_beta > 0.0) return llama4_scaling_positions;
-  if (rope_scaling.type != RopeScaling::kYarn) return max_position_embeddings;
-  const double scaled =
-      std::floor(rope_scaling.factor * static_cast<double>(rope_scaling.original_max_positions));
-  return std::max(max_position_embeddings, static_cast<int64_t>(scaled));
+  int64_t longest = max_position_embeddings;
+  if (rope_scaling.type == RopeScaling::kYarn)
+    longest = std::max(
+        longest,
+        static_cast<int64_t>(std::floor(rope_scaling.factor *
+                                        static_cast<double>(rope_scaling.original_max_positions))));
+  if (is_ministral3() && llama4_scaling_beta > 0.0)
+    longest = std::min(longest, llama4_scaling_positions);
+  return longest;
 }
 
 std::string ModelConfig::max_positions_text() const {
-  if (is_ministral3() && llama4_scaling_beta > 0.0)
+  if (is_ministral3() && llama4_scaling_beta > 0.0 && max_positions() == llama4_scaling_positions)
     return "Ministral 3's original_max_position_embeddings, " +
            std::to_string(llama4_scaling_positions) +
            " (past it transformers scales the queries by llama_4_scaling_beta, which zerotrain "

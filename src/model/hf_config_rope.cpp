@@ -164,9 +164,12 @@ const nlohmann::json& full_attention_rope(const nlohmann::json& r, const std::st
 // both spellings must say the same in each.
 void read_rope(const nlohmann::json& j, const std::string& source, const std::string& type,
                double absent_theta, ModelConfig& c) {
-  // Ministral 3's query scaling rides in its rope object (read_llama4_scaling).
+  // Ministral 3's query scaling rides in its rope object, with the length it divides the
+  // positions by whatever the rope type (read_llama4_scaling).
   std::vector<std::string> family_keys;
-  if (type == "ministral3") family_keys = {"llama_4_scaling_beta", "max_position_embeddings"};
+  if (type == "ministral3")
+    family_keys = {"llama_4_scaling_beta", "max_position_embeddings",
+                   "original_max_position_embeddings"};
   const bool legacy_scaling = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
   if (legacy_scaling)
     c.rope_scaling =
@@ -312,11 +315,10 @@ void read_llama4_scaling(const nlohmann::json& j, const std::string& source,
                r.at("max_position_embeddings") == c.max_position_embeddings,
            where + ": 'max_position_embeddings' " + quoted_json(r.at("max_position_embeddings")) +
                " differs from the top-level one, " + std::to_string(c.max_position_embeddings));
-  if (c.llama4_scaling_beta == 0.0) return;
   ZT_CHECK(given(r, "original_max_position_embeddings"),
            where +
                " has no 'original_max_position_embeddings', which transformers' Ministral 3 "
-               "divides the positions by to scale the queries");
+               "divides the positions by to scale the queries (even by a β of 0)");
   c.llama4_scaling_positions = required_key<int64_t>(r, "original_max_position_embeddings", where);
 }
 
@@ -325,8 +327,7 @@ nlohmann::json ministral3_rope_parameters(const ModelConfig& c) {
   if (r.is_null()) r = {{"rope_type", "default"}};
   r["rope_theta"] = c.rope_theta;
   r["llama_4_scaling_beta"] = c.llama4_scaling_beta;
-  if (c.llama4_scaling_beta > 0.0 && !r.contains("original_max_position_embeddings"))
-    r["original_max_position_embeddings"] = c.llama4_scaling_positions;
+  r["original_max_position_embeddings"] = c.llama4_scaling_positions;
   return r;
 }
 

@@ -35,8 +35,8 @@ double partial_rotary_from_json(const nlohmann::json& j, const std::string& sour
 nlohmann::json with_family_rope_defaults(const nlohmann::json& j, const std::string& source,
                                          const std::string& type);
 // Ministral 3's query scaling from its rope object (rope_parameters or rope_scaling):
-// llama_4_scaling_beta, required (transformers multiplies by it), and with a positive one the
-// original_max_position_embeddings it divides the positions by; a max_position_embeddings inside
+// llama_4_scaling_beta and the original_max_position_embeddings it divides the positions by,
+// both required (transformers reads both whatever β is); a max_position_embeddings inside
 // must be the top-level one. Other families: none.
 void read_llama4_scaling(const nlohmann::json& j, const std::string& source,
                          const std::string& type, ModelConfig& c);

@@ -19,24 +19,33 @@ namespace {
 
 TEST(ExportConfigIds, GenerationConfigIdsAreReadAsTheyAreWritten) {
   const auto ids = [](const std::string& generation) {
-    return generation_token_ids({{"generation_config.json", generation}}, "m");
+    return generation_token_ids({{"generation_config.json", generation}}, 151552, "m");
+  };
+  const auto refusal = [&](const std::string& generation) {
+    try {
+      ids(generation);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
   };
   EXPECT_EQ(ids(R"({"bos_token_id": 0, "eos_token_id": [151329, 151336, 151338]})"),
             nlohmann::json::parse(R"({"bos_token_id": 0, "eos_token_id": [151329, 151336,
                                    151338]})"));
-  // null and malformed ids are left out, as is every other key (pad_token_id is the model's).
+  // null is none, and every other key is left (pad_token_id is the model's).
   EXPECT_EQ(ids(R"({"bos_token_id": null, "eos_token_id": 2, "pad_token_id": 3})"),
             nlohmann::json::parse(R"({"eos_token_id": 2})"));
-  EXPECT_EQ(ids(R"({"eos_token_id": [], "bos_token_id": -1})"), nlohmann::json::object());
-  EXPECT_EQ(ids(R"({"eos_token_id": [1, "x"]})"), nlohmann::json::object());
-  EXPECT_EQ(generation_token_ids({{"tokenizer.json", "{}"}}, "m"), nlohmann::json::object());
-  try {
-    ids("{\"eos_token_id\": 2");
-    FAIL() << "a truncated generation_config.json was read";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("m/generation_config.json"), std::string::npos)
-        << e.what();
+  EXPECT_EQ(generation_token_ids({{"tokenizer.json", "{}"}}, 8, "m"), nlohmann::json::object());
+  // What is no id of the vocabulary is refused naming the file and the key.
+  for (const char* bad : {R"({"eos_token_id": []})", R"({"bos_token_id": -1})",
+                          R"({"eos_token_id": [1, "x"]})", R"({"eos_token_id": 151552})"}) {
+    EXPECT_NE(refusal(bad).find("m/generation_config.json: '"), std::string::npos) << bad;
+    EXPECT_NE(refusal(bad).find("not a token id of the model's 151552-token vocabulary"),
+              std::string::npos)
+        << refusal(bad);
   }
+  EXPECT_NE(refusal("{\"eos_token_id\": 2").find("m/generation_config.json: not a JSON object"),
+            std::string::npos);
 }
 
 TEST(ExportConfigIds, SafetensorsExportWritesThemIntoConfigJson) {

@@ -127,8 +127,23 @@ TEST(Ministral3Config, WhatTransformersWouldNotComputeIsRefused) {
   nlohmann::json mistral = text;
   mistral["model_type"] = "mistral";
   mistral["architectures"] = {"MistralForCausalLM"};
-  mistral["rope_parameters"]["rope_type"] = mistral["rope_parameters"]["type"] = "default";
-  EXPECT_NE(refused(mistral).find("unknown key"), std::string::npos) << refused(mistral);
+  mistral["sliding_window"] = nullptr;
+  mistral["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 1e6}, {"llama_4_scaling_beta", 0.1}};
+  EXPECT_NE(refused(mistral).find("unknown key 'llama_4_scaling_beta'"), std::string::npos)
+      << refused(mistral);
+  // Whatever the rope type and β, transformers divides by the original length: required, and
+  // read beside a default rotation.
+  nlohmann::json unrotated = text;
+  unrotated["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 1e6}, {"llama_4_scaling_beta", 0.0}};
+  EXPECT_NE(refused(unrotated).find("has no 'original_max_position_embeddings'"), std::string::npos)
+      << refused(unrotated);
+  unrotated["rope_parameters"]["original_max_position_embeddings"] = 8192;
+  unrotated["rope_parameters"]["llama_4_scaling_beta"] = 0.1;
+  EXPECT_EQ(read_strict(unrotated, "d.json").max_positions(), 8192);
+  EXPECT_EQ(read_strict(unrotated, "d.json").to_hf_json().at("rope_parameters"),
+            unrotated["rope_parameters"]);
   // Another text model inside Mistral3ForConditionalGeneration names both it reads.
   nlohmann::json wrapped = published_config(kMinistral8b);
   wrapped["text_config"]["model_type"] = "ministral";
