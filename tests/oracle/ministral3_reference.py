@@ -3,7 +3,8 @@ Ministral-3-3B, -8B and -14B) for test_hf_families.py: Mistral's model with yarn
 queries are multiplied after RoPE by 1 + llama_4_scaling_beta · ln(1 + ⌊position / original⌋),
 which is 1 below the original length, where the reference runs: transformers 4.46's Llama with
 the same yarn (its attention_factor given, as mscale and mscale_all_dim of 1 make it). The
-checkpoint's config.json is written as Ministral3Config writes it: the RoPE keys in rope_parameters alone."""
+checkpoint's config.json is written as Ministral3Config writes it: the RoPE keys in
+rope_parameters alone."""
 
 import json
 import math
