@@ -120,7 +120,7 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
       result.tokenizer_files.push_back(name);
     }
     nlohmann::json config = model.config().to_transformers_json();
-    config.update(generation_token_ids(tokenizer_files, model.config().vocab_size, model_dir));
+    config.update(generation_token_ids(tokenizer_files, model_dir));
     write_text_file(tmp + "/" + kModelConfigFile, config.dump(2) + "\n");
     fsync_path(tmp);
     move_into_place(tmp, result.dir, overwrite);

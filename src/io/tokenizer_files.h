@@ -46,10 +46,10 @@ std::map<std::string, std::string> tokenizer_files_to_write(const TokenizerFiles
 // export's config.json carries them, as a Hub checkpoint's does: transformers reads them there
 // where no generation config is loaded (pipelines; its config class's defaults otherwise, which
 // are other tokens for most vocabularies). A generation_config.json that is not a JSON object, or
-// an id that is not a row of a `vocab_size` embedding (or a list of them; null is none), is
-// refused naming `where` and the key.
+// a value that is no token id nor a list of them (null is none), is refused naming `where` and
+// the key.
 nlohmann::json generation_token_ids(const std::map<std::string, std::string>& files,
-                                    int64_t vocab_size, const std::string& where);
+                                    const std::string& where);
 
 // Writes tokenizer_files_to_write() into `dir` (which must exist). Each file is written whole,
 // then renamed into place.
