@@ -79,7 +79,7 @@ void check_llama_cpp_gemma3(const ModelConfig& c, const std::string& dir, double
 // compute otherwise is not written.
 void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
   const RopeScalingParams& r = c.rope_scaling;
-  if (r.type != RopeScaling::kYarn) return;
+  if (r.type != RopeScaling::kYarn || c.is_ministral3()) return;  // (mistral3_log_multiplier)
   const double llama_cpp_magnitude = yarn_attention_factor(r.factor);
   ZT_CHECK(r.beta_fast == 32.0 && r.beta_slow == 1.0 && r.attention_factor == llama_cpp_magnitude,
            "export: model '" + dir + "' has yarn rope scaling with beta_fast " +
@@ -91,11 +91,45 @@ void check_llama_cpp_yarn(const ModelConfig& c, const std::string& dir) {
                "safetensors instead");
 }
 
+// llama.cpp's mistral3 (Ministral 3) reads yarn's band ends and its magnitude as
+// get_mscale(factor, 1) / get_mscale(factor, yarn_log_multiplier): the multiplier that gives the
+// model's attention_factor back exactly as an import reads its fp32 value (1 for Mistral AI's
+// files). Its
+// query scale divides by the yarn original length (n_ctx_orig_yarn); no window is written.
+double mistral3_log_multiplier(const ModelConfig& c, const std::string& dir) {
+  const RopeScalingParams& r = c.rope_scaling;
+  const std::string what = "export: model '" + dir + "' is a Ministral 3 ";
+  ZT_CHECK(c.sliding_window == 0, what +
+                                      "with a sliding window, which zerotrain does not write "
+                                      "to llama.cpp's mistral3; export safetensors instead");
+  const int64_t divisor =
+      r.type == RopeScaling::kYarn ? r.original_max_positions : c.max_position_embeddings;
+  ZT_CHECK(c.llama4_scaling_beta == 0.0 || c.llama4_scaling_positions == divisor,
+           what + "whose query scale divides by " + std::to_string(c.llama4_scaling_positions) +
+               " positions, where llama.cpp's mistral3 divides by " + std::to_string(divisor) +
+               "; export safetensors instead");
+  if (r.type != RopeScaling::kYarn) return 0.0;
+  const double ln = std::log(r.factor);
+  const double wanted = (yarn_attention_factor(r.factor) / r.attention_factor - 1.0) / (0.1 * ln);
+  const double stored = decimal_of_float(static_cast<float>(wanted));  // as an import reads it
+  ZT_CHECK(
+      wanted >= 0.0 && yarn_attention_factor(r.factor) / yarn_attention_factor(r.factor, stored) ==
+                           r.attention_factor,
+      what + "whose yarn attention_factor " + shortest_decimal(r.attention_factor) +
+          " llama.cpp's mistral3 cannot be given exactly (its yarn_log_multiplier); export "
+          "safetensors instead");
+  return stored;
+}
+
 std::string architecture_of(const ModelConfig& c, const std::string& dir) {
   const std::string type = c.model_type();
-  ZT_CHECK(type != "olmo3" && type != "ministral3",
-           "export: model '" + dir + "' is " + (type == "olmo3" ? "an OLMo 3" : "a Ministral 3") +
-               ", which zerotrain does not write to GGUF yet; export safetensors instead");
+  ZT_CHECK(type != "olmo3", "export: model '" + dir +
+                                "' is an OLMo 3, which zerotrain does not write to GGUF yet; "
+                                "export safetensors instead");
+  if (type == "ministral3") {
+    mistral3_log_multiplier(c, dir);  // (its checks)
+    return "mistral3";
+  }
   // llama.cpp reads GlmForCausalLM as its chatglm (other tensors). (Its glm4 reads no
   // rope_freqs.weight: llama3 scaling is refused by rope_freqs_to_write.)
   ZT_CHECK(type != "glm", "export: model '" + dir +
@@ -197,6 +231,15 @@ std::vector<std::pair<std::string, GgufValue>> model_metadata(const ModelConfig&
     if (yarn)  // as llama.cpp's converter writes Qwen2's (check_llama_cpp_yarn)
       m.push_back({arch + ".rope.scaling.original_context_length",
                    u32(c.rope_scaling.original_max_positions)});
+  }
+  if (arch == "mistral3") {  // as its converter's Ministral3Model writes them
+    if (c.rope_scaling.type == RopeScaling::kYarn) {
+      m.push_back({arch + ".rope.scaling.yarn_beta_fast", f32(c.rope_scaling.beta_fast)});
+      m.push_back({arch + ".rope.scaling.yarn_beta_slow", f32(c.rope_scaling.beta_slow)});
+      m.push_back(
+          {arch + ".rope.scaling.yarn_log_multiplier", f32(mistral3_log_multiplier(c, ""))});
+    }
+    m.push_back({arch + ".attention.temperature_scale", f32(c.llama4_scaling_beta)});
   }
   return m;
 }

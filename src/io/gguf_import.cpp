@@ -64,6 +64,32 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// llama.cpp's mistral3 (Ministral 3, its converter's Ministral3Model): yarn's band ends from
+// rope.scaling.yarn_beta_fast and _slow (32 and 1 when absent), and the factor on cos and sin
+// get_mscale(factor, 1) / get_mscale(factor, yarn_log_multiplier), the config's mscale_all_dim
+// (llama.cpp takes mscale as 1; 0: the default magnitude). A rope.scaling.attn_factor, or the
+// yarn_attn_factor and yarn_ext_factor the converter writes for a config that gives them, is
+// refused.
+void read_mistral3_yarn(const GgufReader& g, const std::string& arch, RopeScalingParams& p) {
+  for (const char* unread : {"attn_factor", "yarn_attn_factor", "yarn_ext_factor"}) {
+    const std::string key = arch + ".rope.scaling." + unread;
+    ZT_CHECK(!g.has(key), g.path() + ": metadata '" + key +
+                              "' in a mistral3 file is not "
+                              "implemented");
+  }
+  const auto number_or = [&](const char* name, double absent) {
+    const std::string key = arch + ".rope.scaling." + name;
+    return g.has(key) ? decimal_of_float(static_cast<float>(g.number(key))) : absent;
+  };
+  p.beta_fast = number_or("yarn_beta_fast", 32.0);
+  p.beta_slow = number_or("yarn_beta_slow", 1.0);
+  const double log_multiplier = number_or("yarn_log_multiplier", 0.0);
+  ZT_CHECK(log_multiplier >= 0.0,
+           g.path() + ": metadata '" + arch + ".rope.scaling.yarn_log_multiplier' is negative");
+  p.attention_factor =
+      yarn_attention_factor(p.factor) / yarn_attention_factor(p.factor, log_multiplier);
+}
+
 // The rope scaling of the metadata: none, linear with its factor, or yarn as llama.cpp runs it
 // (c's context length read): its factor, its original length (rope.scaling.original_context_length,
 // else the context length), the band's rotation counts llama.cpp fixes (32 and 1), and the factor
@@ -96,11 +122,15 @@ RopeScalingParams gguf_rope_scaling(const GgufReader& g, const std::string& arch
   p.type = type == "yarn" ? RopeScaling::kYarn : RopeScaling::kLinear;
   p.factor = decimal_of_float(static_cast<float>(factor));
   if (p.type == RopeScaling::kLinear) return p;
-  const std::string log_multiplier = arch + ".rope.scaling.yarn_log_multiplier";
-  ZT_CHECK(!g.has(log_multiplier), g.path() + ": metadata '" + log_multiplier +
-                                       "' (DeepSeek's yarn magnitude) is not implemented");
   const std::string original = arch + ".rope.scaling.original_context_length";
   p.original_max_positions = g.has(original) ? g.integer(original) : c.max_position_embeddings;
+  const std::string log_multiplier = arch + ".rope.scaling.yarn_log_multiplier";
+  if (arch == "mistral3") {
+    read_mistral3_yarn(g, arch, p);
+    return p;
+  }
+  ZT_CHECK(!g.has(log_multiplier), g.path() + ": metadata '" + log_multiplier +
+                                       "' (DeepSeek's yarn magnitude) is not implemented");
   const double stored = g.has(magnitude) ? g.number(magnitude) : 1.0;
   p.attention_factor = stored * yarn_attention_factor(p.factor);
   return p;
@@ -206,6 +236,20 @@ void read_gemma3(const GgufReader& g, ModelConfig& c) {
 
 // llama.cpp's granite: its four scalars, each required (llama.cpp refuses a file without one),
 // as the shortest decimals of their fp32 values.
+// llama.cpp's mistral3: Ministral 3's query scale, attention.temperature_scale (β, 0 when
+// absent: none) over the yarn original length (its n_ctx_orig_yarn); a window, which the file
+// would carry under attention.sliding_window, is not read.
+void read_mistral3(const GgufReader& g, ModelConfig& c) {
+  const std::string scale = "mistral3.attention.temperature_scale";
+  c.llama4_scaling_beta =
+      g.has(scale) ? decimal_of_float(static_cast<float>(g.number(scale))) : 0.0;
+  c.llama4_scaling_positions = c.rope_scaling.type == RopeScaling::kYarn
+                                   ? c.rope_scaling.original_max_positions
+                                   : c.max_position_embeddings;
+  ZT_CHECK(!g.has("mistral3.attention.sliding_window"),
+           g.path() + ": metadata 'mistral3.attention.sliding_window' is not implemented");
+}
+
 void read_granite(const GgufReader& g, ModelConfig& c) {
   auto scalar = [&](const char* key) {
     const std::string name = std::string("granite.") + key;
@@ -296,10 +340,11 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   const std::string arch = g.string("general.architecture");
   ZT_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" ||
                arch == "smollm3" || arch == "gemma" || arch == "gemma2" || arch == "gemma3" ||
-               arch == "olmo2" || arch == "granite" || arch == "glm4",
+               arch == "olmo2" || arch == "granite" || arch == "glm4" || arch == "mistral3",
            path + ": metadata 'general.architecture' is \"" + arch +
                "\"; zerotrain imports llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, "
-               "phi3, smollm3, gemma, gemma2, gemma3, olmo2, granite and glm4");
+               "phi3, smollm3, gemma, gemma2, gemma3, olmo2, granite, glm4 and mistral3 "
+               "(Ministral 3)");
   auto key = [&](const char* k) { return arch + "." + k; };
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
@@ -348,6 +393,7 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   if (arch == "gemma2") read_gemma2(g, c);
   if (arch == "gemma3") read_gemma3(g, c);
   if (arch == "granite") read_granite(g, c);
+  if (arch == "mistral3") read_mistral3(g, c);
   read_llama3_rope_factors(g, arch, c);
   read_phi3_longrope(g, arch, c);
   try {
@@ -387,9 +433,11 @@ double llama_cpp_gemma_query_scalar(const ModelConfig& c) {
 }
 
 bool gguf_permutes_rows(const std::string& architecture, const std::string& hf_name) {
-  // llama.cpp's converter permutes them for llama, smollm3 and granite (its SmolLM3Model and
-  // GraniteModel are LlamaModels), whose RoPE pairs adjacent elements.
-  return (architecture == "llama" || architecture == "smollm3" || architecture == "granite") &&
+  // llama.cpp's converter permutes them for llama, smollm3, granite and mistral3 (its
+  // SmolLM3Model, GraniteModel and Ministral3Model are LlamaModels), whose RoPE pairs adjacent
+  // elements.
+  return (architecture == "llama" || architecture == "smollm3" || architecture == "granite" ||
+          architecture == "mistral3") &&
          (ends_with(hf_name, "self_attn.q_proj.weight") ||
           ends_with(hf_name, "self_attn.k_proj.weight"));
 }

@@ -106,6 +106,52 @@ def check_smollm3_gguf(zt, work, final, exported, source_dir, config, no_rope_la
     check(not os.path.exists(out), "a refused GGUF export left its file")
 
 
+def check_ministral3_gguf(zt, work, final, exported, source_dir, config):
+    """A trained Ministral 3 through GGUF as llama.cpp's mistral3 reads it, with the keys its
+    converter's Ministral3Model (conversion/mistral3.py at 32e9e04, a LlamaModel: q_proj's and
+    k_proj's rows permuted) writes from rope_parameters: yarn's type, factor, original length,
+    yarn_beta_fast and _slow, yarn_log_multiplier (mscale_all_dim: llama.cpp's magnitude
+    get_mscale(factor, 1) / get_mscale(factor, it)) and attention.temperature_scale
+    (llama_4_scaling_beta); imported back bit for bit with the same config."""
+    from gguf_reference import read_gguf
+    permute = converter_llama_permute(
+        os.path.join(source_dir, ".deps/llama-cpp-vocab/convert_hf_to_gguf.py"))
+    back_config, count, final = exported_gguf_is_converters(zt, work, final, exported, "mistral3",
+                                                            config, permute)
+    fields = read_gguf(os.path.join(work, "exported.gguf")).fields
+    scaling = config.rope_scaling
+    written = {key: fields["mistral3." + key].contents() for key in (
+        "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+        "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+        "rope.scaling.yarn_log_multiplier", "attention.temperature_scale",
+        "attention.key_length")}
+    want = {"rope.scaling.type": "yarn", "rope.scaling.factor": scaling["factor"],
+            "rope.scaling.original_context_length": scaling["original_max_position_embeddings"],
+            "rope.scaling.yarn_beta_fast": 32.0, "rope.scaling.yarn_beta_slow": 1.0,
+            "rope.scaling.yarn_log_multiplier": 1.0,  # the reference's mscale_all_dim
+            "attention.temperature_scale": float(np.float32(0.1)),  # its llama_4_scaling_beta
+            "attention.key_length": config.head_dim}
+    check(written == want, f"the GGUF export's mistral3 keys {written}, not the converter's {want}")
+    with open(os.path.join(final, "config.json")) as f:
+        final_config = json.load(f)
+    check(back_config.get("model_type") == "ministral3" and
+          back_config.get("rope_parameters") == final_config["rope_parameters"] and
+          back_config.get("head_dim") == config.head_dim,
+          f"the GGUF import reads {back_config}, not the model's {final_config}")
+    print(f"the GGUF export is llama.cpp's mistral3 ({count} tensors as the converter writes "
+          "them, its yarn and temperature keys) and imports back bit for bit", flush=True)
+    # What the converter writes for a config with keys zerotrain does not read, and a window.
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails
+    for key, details in (("rope.scaling.yarn_attn_factor", MetadataDetails(
+            gguf.GGUFValueType.FLOAT32, 1.5)), ("attention.sliding_window", MetadataDetails(
+            gguf.GGUFValueType.UINT32, 4096))):
+        added_key_refused(zt, work, "mistral3", "mistral3." + key, details,
+                          f"metadata 'mistral3.{key}'")
+    print("a mistral3 file with yarn_attn_factor or a sliding window is refused naming the key",
+          flush=True)
+
+
 def gguf_export_refused(zt, work, final, message, what):
     """export --format gguf of final is refused with `message`, leaving no file."""
     out = os.path.join(work, "refused.gguf")

@@ -61,8 +61,8 @@ from gemma3_reference import (GEMMA3_KEYS, build_gemma3, save_tensors,  # noqa: 
                               write_gemma3_config)
 from multimodal_reference import write_multimodal  # noqa: E402
 from hf_family_gguf import (check_gemma_gguf, check_glm_gguf, check_granite_gguf,  # noqa: E402
-                            check_olmo2_gguf, check_smollm3_gguf, check_yarn_gguf,
-                            gguf_export_refused)
+                            check_ministral3_gguf, check_olmo2_gguf, check_smollm3_gguf,
+                            check_yarn_gguf, gguf_export_refused)
 from olmo3_reference import (OLMO3_KEYS, build_olmo3, olmo3_config,  # noqa: E402
                              write_olmo3_config)
 from glm4_reference import GLM4_KEYS, build_glm4, glm_config, write_glm4_config  # noqa: E402
@@ -606,10 +606,11 @@ def main():
                            SMOLLM3_NO_ROPE_LAYERS)
     if args.family.startswith("olmo2"):
         check_olmo2_gguf(zt, work, final, exported, config)
-    if args.family in OLMO3 | MINISTRAL3:
-        what = "an OLMo 3" if args.family in OLMO3 else "a Ministral 3"
-        gguf_export_refused(zt, work, final, f"is {what}, which zerotrain does not write to GGUF",
-                            what)
+    if args.family in OLMO3:
+        gguf_export_refused(zt, work, final, "is an OLMo 3, which zerotrain does not write to GGUF",
+                            "an OLMo 3")
+    if args.family in MINISTRAL3:
+        check_ministral3_gguf(zt, work, final, exported, args.source_dir, config)
     if args.family in GLM4:
         check_glm_gguf(zt, work, final, exported, config)
     elif args.family in GLM:  # GlmForCausalLM

@@ -210,17 +210,18 @@ TEST(GgufRope, FactorsOfOneAreNoScalingAndParametersReadBackAsWritten) {
 
 // A llama file's model metadata with `rope` added, and its embedding (no tensor data read).
 ModelConfig config_of_llama_file(const std::string& path,
-                                 std::vector<std::pair<std::string, GgufValue>> rope) {
+                                 std::vector<std::pair<std::string, GgufValue>> rope,
+                                 const std::string& arch = "llama") {
   auto u32 = [](int64_t v) { return GgufValue{GgufValueType::kUint32, GgufValueType::kUint32, v}; };
   std::vector<std::pair<std::string, GgufValue>> metadata = {
-      {"general.architecture", {GgufValueType::kString, GgufValueType::kUint32, "llama"}},
-      {"llama.context_length", u32(128)},
-      {"llama.embedding_length", u32(64)},
-      {"llama.block_count", u32(1)},
-      {"llama.feed_forward_length", u32(96)},
-      {"llama.attention.head_count", u32(4)},
-      {"llama.attention.head_count_kv", u32(2)},
-      {"llama.attention.layer_norm_rms_epsilon",
+      {"general.architecture", {GgufValueType::kString, GgufValueType::kUint32, arch}},
+      {arch + ".context_length", u32(128)},
+      {arch + ".embedding_length", u32(64)},
+      {arch + ".block_count", u32(1)},
+      {arch + ".feed_forward_length", u32(96)},
+      {arch + ".attention.head_count", u32(4)},
+      {arch + ".attention.head_count_kv", u32(2)},
+      {arch + ".attention.layer_norm_rms_epsilon",
        {GgufValueType::kFloat32, GgufValueType::kUint32, 1e-5}}};
   metadata.insert(metadata.end(), rope.begin(), rope.end());
   write_gguf_file(
@@ -282,6 +283,42 @@ TEST(GgufRope, ScalingKeysAreReadAsLlamaCppReadsThem) {
                                     {"llama.rope.scaling.factor", f32_value(4.0)},
                                     {"llama.rope.scaling.yarn_log_multiplier", f32_value(0.1)}});
             }).find("'llama.rope.scaling.yarn_log_multiplier'"),
+            std::string::npos);
+}
+
+// llama.cpp's mistral3 (Ministral 3): yarn's band ends from its keys, the magnitude
+// get_mscale(f, 1) / get_mscale(f, yarn_log_multiplier), and the query scale β
+// (attention.temperature_scale) over the yarn original length; without the scale, β 0.
+TEST(GgufRope, Mistral3ReadsItsYarnAndQueryScale) {
+  TempDir tmp;
+  const std::string path = tmp / "mistral3.gguf";
+  const std::vector<std::pair<std::string, GgufValue>> yarn = {
+      {"mistral3.rope.scaling.type", text_value("yarn")},
+      {"mistral3.rope.scaling.factor", f32_value(16.0)},
+      {"mistral3.rope.scaling.original_context_length",
+       {GgufValueType::kUint32, GgufValueType::kUint32, 32}},
+      {"mistral3.rope.scaling.yarn_beta_fast", f32_value(16.0)},
+      {"mistral3.rope.scaling.yarn_log_multiplier", f32_value(0.5)}};
+  auto scaled = yarn;
+  scaled.push_back({"mistral3.attention.temperature_scale", f32_value(0.1)});
+  ModelConfig c = config_of_llama_file(path, scaled, "mistral3");
+  EXPECT_EQ(c.model_type(), "ministral3");
+  EXPECT_EQ(c.rope_scaling.beta_fast, 16.0);
+  EXPECT_EQ(c.rope_scaling.beta_slow, 1.0);
+  EXPECT_EQ(c.rope_scaling.attention_factor,
+            (0.1 * std::log(16.0) + 1.0) / (0.05 * std::log(16.0) + 1.0));
+  EXPECT_EQ(c.llama4_scaling_beta, 0.1);
+  EXPECT_EQ(c.llama4_scaling_positions, 32);
+  EXPECT_EQ(c.max_positions(), 32);
+  c = config_of_llama_file(path, yarn, "mistral3");
+  EXPECT_EQ(c.model_type(), "ministral3");
+  EXPECT_EQ(c.llama4_scaling_beta, 0.0);
+  EXPECT_EQ(c.max_positions(), 16 * 32);
+  auto extended = yarn;
+  extended.push_back({"mistral3.rope.scaling.yarn_ext_factor", f32_value(1.0)});
+  EXPECT_NE(error_of([&] {
+              config_of_llama_file(path, extended, "mistral3");
+            }).find("metadata 'mistral3.rope.scaling.yarn_ext_factor' in a mistral3 file"),
             std::string::npos);
 }
 
