@@ -224,10 +224,20 @@ std::string lora_comparison(const EstimateOptions& o, const EngineSpec& spec, nl
   const ModelConfig& model = spec.model;
   const ParamLayout layout(model);
   int64_t adapter_psi = 0;
+  // Each adapter as resolved, by its module's path: its rank, alpha and scale.
+  nlohmann::json modules = nlohmann::json::object();
+  const auto adapters = model.lora.adapters(model.num_layers);
+  for (int64_t l = 0; l < model.num_layers; ++l)
+    for (const LoraTarget t : kLoraTargetsInLayerOrder)
+      if (const LoraAdapter& a = adapters[static_cast<size_t>(l)][static_cast<size_t>(t)];
+          a.present())
+        modules[lora_module_path(l, t)] = {
+            {"r", a.rank}, {"lora_alpha", a.alpha}, {"scale", model.lora.scale_of(a)}};
   for (const TensorInfo& t : layout.tensors()) adapter_psi += t.is_lora() ? t.numel : 0;
   nlohmann::json full = nlohmann::json::array();
   std::string text = "LoRA r " + std::to_string(model.lora.rank) + " on " +
-                     model.lora.targets_text() + ": " + std::to_string(adapter_psi) +
+                     model.lora.targets_text() + model.lora.layers_text() + ": " +
+                     std::to_string(adapter_psi) +
                      " adapter parameters; full fine-tuning of the base per rank (GiB):\n";
   for (int stage = 0; stage < StageTraits::kCount; ++stage) {
     EngineSpec full_finetune = spec_at_stage(spec, stage);
@@ -250,6 +260,7 @@ std::string lora_comparison(const EstimateOptions& o, const EngineSpec& spec, nl
                  {"adapter_psi", adapter_psi},
                  {"scale", model.lora.scale()},
                  {"adapter_config", model.lora.to_json()},  // as resolved, in PEFT's keys
+                 {"modules", modules},
                  {"full_finetune", full}};
   return text;
 }

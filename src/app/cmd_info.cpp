@@ -327,21 +327,23 @@ void info_peft_adapter(const std::string& dir, bool json) {
     dtypes.insert(e.dtype);
   }
   const auto base = config.find("base_model_name_or_path");
-  const nlohmann::json j = {
-      {"kind", "peft_adapter"},
-      {"path", dir},
-      {"r", spec.rank},
-      {"lora_alpha", spec.alpha},
-      {"scale", spec.scale()},
-      {"use_rslora", spec.use_rslora},
-      {"lora_dropout", spec.dropout},
-      {"target_modules", adapted_projections(spec, reader)},
-      {"modules_to_save", spec.modules_to_save},
-      {"base_model_name_or_path", base != config.end() ? *base : nlohmann::json()},
-      {"tensors", reader.tensors().size()},
-      {"parameters", params},
-      {"bytes", bytes},
-      {"dtypes", dtypes}};
+  nlohmann::json j = {{"kind", "peft_adapter"},
+                      {"path", dir},
+                      {"r", spec.rank},
+                      {"lora_alpha", spec.alpha},
+                      {"scale", spec.scale()},
+                      {"use_rslora", spec.use_rslora},
+                      {"lora_dropout", spec.dropout},
+                      {"target_modules", adapted_projections(spec, reader)},
+                      {"modules_to_save", spec.modules_to_save},
+                      {"base_model_name_or_path", base != config.end() ? *base : nlohmann::json()},
+                      {"tensors", reader.tensors().size()},
+                      {"parameters", params},
+                      {"bytes", bytes},
+                      {"dtypes", dtypes}};
+  nlohmann::json layer_keys;  // layers_to_transform, rank_pattern, ...: those given
+  spec.write_layer_keys(layer_keys);
+  if (!layer_keys.is_null()) j.update(layer_keys);
   print_summary(j, json, "PEFT LoRA adapter");
   if (!json)
     std::cout << "use it on its base with eval/generate --adapter, train --lora-init-from or "

@@ -33,8 +33,8 @@ void LoraMergedSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_
   if (lora.a < 0 || count == 0) return;
   const TensorInfo& ta = adapted.tensors()[static_cast<size_t>(lora.a)];
   const TensorInfo& tb = adapted.tensors()[static_cast<size_t>(lora.b)];
-  const float scale = adapter_.config().lora.scale();
-  const int64_t r = adapter_.config().lora.rank;
+  const float scale = lora.scale;
+  const int64_t r = lora.rank;
   const int64_t in = t.shape[1], row0 = begin / in, rows = (begin + count - 1) / in - row0 + 1;
   a_.resize(static_cast<size_t>(ta.numel));
   adapter_.read_range_f32(ta, 0, ta.numel, a_.data());

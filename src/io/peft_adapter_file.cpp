@@ -61,8 +61,8 @@ PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& 
     const int t = layout_.find(name);
     ZT_CHECK(t >= 0, file_.path() + ": tensor '" + e.name + "' is not a tensor of the " +
                          config_.model_type() + " model with these adapters (" +
-                         config_.lora.targets_text() + ", r " + std::to_string(config_.lora.rank) +
-                         ")");
+                         config_.lora.targets_text() + config_.lora.layers_text() + ", r " +
+                         std::to_string(config_.lora.rank) + ")");
     const TensorInfo& info = layout_.tensors()[static_cast<size_t>(t)];
     ZT_CHECK(e.shape == info.shape, file_.path() + ": tensor '" + e.name + "' has shape " +
                                         nlohmann::json(e.shape).dump() + ", the model's is " +

@@ -138,6 +138,7 @@ void ModelConfig::validate() const {
   lora.check_biases(qkv_bias, o_bias);
   lora.check_fits_model(fused_modules(), model_type());
   lora.check_target_pattern(lora_modules());
+  lora.check_layers(num_layers);
   ZT_CHECK(largest_matrix <= 0x1p40 && params <= 0x1p48,
            "model config: " + shortest_decimal(params) +
                " parameters (hidden_size, intermediate_size, vocab_size, num_hidden_layers) "
@@ -421,6 +422,7 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
   // A pattern's modules first (the LM head, a norm: named), then what it selects here.
   spec.check_target_pattern(lora_modules());
   std::string warning = spec.fit_to_model(fused_modules(), model_type());
+  spec.fit_to_layers(num_layers);
   lora = std::move(spec);
   return warning;
 }

@@ -59,26 +59,31 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
   if (lora) add_adapters();
 }
 
-// Each targeted projection [out, in] gets A [r, in] and B [out, r]; both decay, as every weight
-// matrix does under Hugging Face's Trainer.
+// Each adapted projection [out, in] gets A [r, in] and B [out, r] (r its own: rank_pattern); both
+// decay, as every weight matrix does under Hugging Face's Trainer. A layer whose projections carry
+// none (layers_to_transform) keeps an empty group.
 void ParamLayout::add_adapters() {
   const ModelConfig& c = config_;
   std::array<std::array<int, 2>, kLoraTargets> none;
   for (auto& ab : none) ab = {-1, -1};
   lora_tensors_.assign(static_cast<size_t>(c.num_layers), none);
+  lora_scales_.assign(static_cast<size_t>(c.num_layers), {});
+  const auto adapters = c.lora.adapters(c.num_layers);
   for (int l = 0; l < c.num_layers; ++l) {
     const int g = adapter_group(l);
     groups_[static_cast<size_t>(g)].name = "lora." + std::to_string(l);
     for (const LoraTarget target : kLoraTargetsInLayerOrder) {
-      if (!c.lora.has(target)) continue;
       const int t = static_cast<int>(target);
+      const LoraAdapter& adapter = adapters[static_cast<size_t>(l)][static_cast<size_t>(t)];
+      if (!adapter.present()) continue;
+      lora_scales_[static_cast<size_t>(l)][static_cast<size_t>(t)] = c.lora.scale_of(adapter);
       const auto [out, in] = lora_projection_shape(c, target);
       const std::string m = lora_module_path(l, target);
       auto& ab = lora_tensors_[static_cast<size_t>(l)][static_cast<size_t>(t)];
       ab[0] = static_cast<int>(tensors_.size());
-      add(g, m + ".lora_A.weight", {c.lora.rank, in}, TensorRole::kLoraA, -1, true);
+      add(g, m + ".lora_A.weight", {adapter.rank, in}, TensorRole::kLoraA, -1, true);
       ab[1] = static_cast<int>(tensors_.size());
-      add(g, m + ".lora_B.weight", {out, c.lora.rank}, TensorRole::kLoraB, -1, true);
+      add(g, m + ".lora_B.weight", {out, adapter.rank}, TensorRole::kLoraB, -1, true);
       tensors_[static_cast<size_t>(ab[0])].layer = tensors_[static_cast<size_t>(ab[1])].layer = l;
       tensors_[static_cast<size_t>(ab[0])].lora_target = t;
       tensors_[static_cast<size_t>(ab[1])].lora_target = t;
@@ -105,6 +110,13 @@ std::vector<int> ParamLayout::unit_groups(int u) const {
 int ParamLayout::lora_tensor(int layer, int target, bool b) const {
   if (lora_tensors_.empty()) return -1;
   return lora_tensors_[static_cast<size_t>(layer)][static_cast<size_t>(target)][b ? 1 : 0];
+}
+
+float ParamLayout::lora_scale(int layer, int target) const {
+  ZT_CHECK(lora_tensor(layer, target, false) >= 0,
+           "layer " + std::to_string(layer) + " has no adapter on " +
+               lora_target_name(static_cast<LoraTarget>(target)));
+  return lora_scales_[static_cast<size_t>(layer)][static_cast<size_t>(target)];
 }
 
 void ParamLayout::add(int group, const std::string& name, std::vector<int64_t> shape,
@@ -255,7 +267,9 @@ ProjectionLora projection_lora(const ParamLayout& layout, TensorRole role, int l
   const std::vector<int64_t> rows = lora_output_rows(c, static_cast<LoraTarget>(module.target));
   int64_t first_row = 0;
   for (int i = 0; i < module.part; ++i) first_row += rows[static_cast<size_t>(i)];
-  return {a, layout.lora_tensor(layer, module.target, true), first_row};
+  return {a, layout.lora_tensor(layer, module.target, true), first_row,
+          layout.tensors()[static_cast<size_t>(a)].shape[0],
+          layout.lora_scale(layer, module.target)};
 }
 
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len) {

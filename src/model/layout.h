@@ -101,6 +101,8 @@ class ParamLayout {
   std::vector<int> unit_groups(int u) const;
   // The tensor index of adapter A (or B) of `target` in layer `layer`, or -1.
   int lora_tensor(int layer, int target, bool b) const;
+  // The scale s of that adapter's product (LoraSpec::scale_of: its own rank and alpha).
+  float lora_scale(int layer, int target) const;
   bool tied_embeddings() const { return config_.tie_word_embeddings; }
   const ModelConfig& config() const { return config_; }
 
@@ -129,6 +131,7 @@ class ParamLayout {
   std::vector<std::array<int, kLayerRoles>> layer_roles_;
   // Per decoder layer and LoraTarget, the index of its A and B tensors (-1 when not adapted).
   std::vector<std::array<std::array<int, 2>, kLoraTargets>> lora_tensors_;
+  std::vector<std::array<float, kLoraTargets>> lora_scales_;  // likewise, each adapter's scale
 };
 
 // The LoRA target (model/lora.h) a decoder layer's projection is, by its role: kQProj is
@@ -158,6 +161,8 @@ ProjectionModule projection_module(TensorRole role, FusedModules fused);
 struct ProjectionLora {
   int a = -1, b = -1;
   int64_t b_first_row = 0;
+  int64_t rank = 0;
+  float scale = 0;  // the adapter's own (ParamLayout::lora_scale)
 };
 ProjectionLora projection_lora(const ParamLayout& layout, TensorRole role, int layer);
 

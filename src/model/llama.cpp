@@ -86,7 +86,7 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   if (part == LayerPart::kAll) a.h = c.take(M * F, s);
   for (int t = 0; t < kLoraTargets && config.lora.enabled(); ++t)
     if (config.lora.has(static_cast<LoraTarget>(t)))
-      a.lora[static_cast<size_t>(t)] = c.take(M * config.lora.rank, s);
+      a.lora[static_cast<size_t>(t)] = c.take(M * config.lora.max_rank(), s);
   return a;
 }
 
@@ -178,7 +178,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.dh = dev.take(M * F, storage);
   if (c.lora.enabled()) {
     t.lora_product = dev.take(lora_product, storage);
-    t.lora_du = dev.take(M * c.lora.rank, storage);
+    t.lora_du = dev.take(M * c.lora.max_rank(), storage);
     if (c.lora.dropout > 0) t.lora_dropped = dev.take(M * std::max({D, QD, F}), storage);
   }
   plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;

@@ -37,11 +37,11 @@ void LlamaModel::lora_forward(int layer, LoraTarget target, std::initializer_lis
   const std::vector<int64_t> rows = lora_output_rows(config_, target);
   ZT_CHECK(ys.size() == rows.size(), std::string("LoRA on ") + lora_target_name(target) +
                                          ": the layer passed another number of outputs");
-  const int64_t r = config_.lora.rank;
+  const int64_t r = layout_.tensors()[static_cast<size_t>(a)].shape[0];  // this adapter's rank
   const TensorView u = acts_for(layer).lora[static_cast<size_t>(target)];
   be_.matmul_forward(u, lora_input(layer, target, x, in),
                      adapters.at(layout_.tensors()[static_cast<size_t>(a)].offset), M_, r, in);
-  be_.scale_inplace(u, config_.lora.scale(), M_ * r);
+  be_.scale_inplace(u, layout_.lora_scale(layer, static_cast<int>(target)), M_ * r);
   // Each output takes its rows of B (all of them but for a fused projection's parts).
   int64_t b_row = 0;
   auto row_count = rows.begin();
@@ -67,9 +67,8 @@ void LlamaModel::lora_backward(int layer, LoraTarget target, TensorView dx,
     return adapter_grads && trainable_.trains(layout_.index_of(t)) ? adapter_grads + t.offset
                                                                    : nullptr;
   };
-  const int64_t in = ta.shape[1];  // A: [r, in]
+  const int64_t in = ta.shape[1], r = ta.shape[0];  // A: [r, in]
   const std::vector<int64_t> rows = lora_output_rows(config_, target);
-  const int64_t r = config_.lora.rank;
   ZT_CHECK(dys.size() == rows.size(), std::string("LoRA on ") + lora_target_name(target) +
                                           ": the layer passed another number of gradients");
   const ConstTensorView u = acts_for(layer).lora[static_cast<size_t>(target)];
@@ -83,7 +82,7 @@ void LlamaModel::lora_backward(int layer, LoraTarget target, TensorView dx,
                         adapters.at(tb.offset + b_row * r), M_, out, r, b_row > 0, write);
     b_row += out;
   }
-  be_.scale_inplace(t_.lora_du, config_.lora.scale(), M_ * r);
+  be_.scale_inplace(t_.lora_du, layout_.lora_scale(layer, static_cast<int>(target)), M_ * r);
   const ConstTensorView xd = lora_input(layer, target, x, in);
   if (xd.data == x.data) {  // no dropout: dx += du·A and dA += duᵀ·x in one call
     be_.matmul_backward(dx, grad(ta), t_.lora_du, x, adapters.at(ta.offset), M_, r, in, true,

@@ -126,8 +126,7 @@ bool LoraSpec::targets_any() const {
 }
 
 float LoraSpec::scale() const {
-  const double r = static_cast<double>(rank);
-  return static_cast<float>(use_rslora ? alpha / std::sqrt(r) : alpha / r);
+  return scale_of({rank, alpha});
 }
 
 void LoraSpec::validate(const std::string& source) const {
@@ -173,6 +172,10 @@ std::unique_ptr<RE2> compiled_target_pattern(const std::string& regex, const std
                          known_targets() + ")");
   return re;
 }
+
+// The layers a target_modules pattern is tried on before a model is known: more than any decoder
+// has (LoraSpec::fit_to_layers then reads it on the model's own).
+constexpr int64_t kPatternProbeLayers = 1024;
 
 // The projections of `layer` whose module paths the pattern matches whole (Python's fullmatch).
 std::array<bool, kLoraTargets> pattern_targets(const RE2& re, int64_t layer) {
@@ -221,20 +224,6 @@ void LoraSpec::check_target_pattern(const LoraModelModules& model) const {
   const auto re = compiled_target_pattern(target_pattern.regex, target_pattern.source);
   const std::string says =
       target_pattern.source + ": target_modules " + quoted_json(target_pattern.regex) + " selects ";
-  for (int64_t layer = 1; layer < model.num_layers; ++layer) {
-    const std::array<bool, kLoraTargets> here = pattern_targets(*re, layer);
-    for (const LoraTarget target : kLoraTargetsInLayerOrder) {
-      const int i = static_cast<int>(target);
-      const bool in_first = targets[static_cast<size_t>(i)];
-      if (!lora_target_in_model(target, model.fused) || here[static_cast<size_t>(i)] == in_first)
-        continue;
-      const std::string first = lora_module_path(0, static_cast<LoraTarget>(i));
-      const std::string other = lora_module_path(layer, static_cast<LoraTarget>(i));
-      fail(says + "'" + (in_first ? first : other) + "' but not '" + (in_first ? other : first) +
-           "' (PEFT adapts only the modules it selects); zerotrain adapts a projection in "
-           "every layer: select it in all of them, or list the modules");
-    }
-  }
   for (const std::string& module : kEmbeddingAndHead)
     ZT_CHECK(!RE2::FullMatch(module, *re),
              says + "'" + module +
@@ -259,8 +248,9 @@ std::array<bool, kLoraTargets> LoraSpec::parse_targets(const std::vector<std::st
     const int i = target_index(name);
     ZT_CHECK(i >= 0 || !names_a_layer(name),
              source + ": '" + name +
-                 "' names one layer's module (PEFT adapts that layer alone); zerotrain adapts a "
-                 "projection in every layer: name it without the layer (known: " +
+                 "' names one layer's module (PEFT adapts that layer alone); zerotrain reads "
+                 "layers from layers_to_transform or a target_modules regular expression: name "
+                 "the projection without the layer (known: " +
                  known_targets() + ")");
     ZT_CHECK(i >= 0, source + ": '" + name +
                          "' is not a projection zerotrain can adapt (known: " + known_targets() +
@@ -409,9 +399,6 @@ void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
       {"use_dora", is_false},
       {"fan_in_fan_out", is_false},
       {"lora_bias", is_false},
-      {"rank_pattern", empty_container},
-      {"alpha_pattern", empty_container},
-      {"layers_to_transform", empty_container},
       {"layer_replication", empty_container},
       {"exclude_modules", empty_container},
       {"trainable_token_indices", empty_container},
@@ -427,8 +414,8 @@ void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
     if (j.contains(key))
       refuse_unless(j, key, is_null_or(j[key], ok), source,
                     "zerotrain trains plain LoRA: no DoRA, QALoRA, aLoRA, VeLoRA, MonteCLoRA, "
-                    "KaSA, Arrow or block-diagonal variant, no bias or fan-in/fan-out weights, one "
-                    "rank and alpha for every layer");
+                    "KaSA, Arrow or block-diagonal variant, no bias or fan-in/fan-out weights, no "
+                    "excluded modules or replicated layers");
 }
 
 }  // namespace
@@ -466,14 +453,16 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
   if (targets.is_string() && !all_linear) {
     // PEFT reads a string other than all-linear as a regular expression over module paths.
     s.target_pattern = {targets.get<std::string>(), source};
-    s.targets = pattern_targets(*compiled_target_pattern(s.target_pattern.regex, source), 0);
+    // The projections it selects in some layer (fit_to_layers narrows them to a model's layers).
+    const auto re = compiled_target_pattern(s.target_pattern.regex, source);
+    for (int64_t layer = 0; layer < kPatternProbeLayers; ++layer) {
+      const std::array<bool, kLoraTargets> here = pattern_targets(*re, layer);
+      for (size_t t = 0; t < here.size(); ++t) s.targets[t] = s.targets[t] || here[t];
+    }
     ZT_CHECK(s.targets_any(),
              source + ": target_modules " + quoted_json(targets) +
-                 " selects no projection of layer 0 (PEFT matches it whole against module "
-                 "paths such as " +
-                 lora_module_path(0, LoraTarget::kQ) +
-                 "); zerotrain adapts a projection in every layer (known: " + known_targets() +
-                 ")");
+                 " selects no projection (PEFT matches it whole against module paths such as " +
+                 lora_module_path(0, LoraTarget::kQ) + "; known: " + known_targets() + ")");
   } else if (targets.is_string()) {
     names.push_back("all-linear");
   } else if (targets.is_array()) {
@@ -491,6 +480,7 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
     s.set_targets(names, source + (targets.is_null() ? " (no target_modules: PEFT's default for "
                                                        "Llama-family models)"
                                                      : " target_modules"));
+  s.read_layer_keys(j, source);
   const nlohmann::json save = j.value("modules_to_save", nlohmann::json());
   if (save.is_array())
     for (const auto& n : save) {
@@ -552,6 +542,7 @@ nlohmann::json LoraSpec::to_json() const {
       {"modules_to_save",
        modules_to_save.empty() ? nlohmann::json() : nlohmann::json(modules_to_save)}};
   if (ensure_weight_tying) j["ensure_weight_tying"] = true;  // absent before the key was read
+  write_layer_keys(j);
   if (bias != "none") j["bias"] = bias;  // one the model has no biases for (check_biases)
   return j;
 }

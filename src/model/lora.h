@@ -8,6 +8,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,14 @@ struct LoraModelModules {
   bool glm = false;             // GLM's names: post_self_attn_layernorm, post_mlp_layernorm
 };
 
+// One projection's adapter as PEFT resolves a spec on a model (LoraSpec::adapters): its rank
+// and alpha, rank 0 where no adapter sits.
+struct LoraAdapter {
+  int64_t rank = 0;
+  double alpha = 0;
+  bool present() const { return rank > 0; }
+};
+
 struct LoraSpec {
   int64_t rank = 0;  // 0: no adapters
   double alpha = 8.0;
@@ -73,32 +82,78 @@ struct LoraSpec {
   } bias_source;
   // PEFT's target_modules given as a regular expression, which PEFT matches whole against every
   // module path of the model (model.layers.3.self_attn.q_proj, lm_head, ...): `targets` holds
-  // what it selects in layer 0, and check_target_pattern that it selects the same projections in
-  // every layer and nothing else. Like bias_source, a note of how the spec was written (with
-  // the file and key, for messages), equal whatever it holds: the targets are the adapters.
+  // the projections it selects in some layer, adapters() those of each layer, and
+  // check_target_pattern that it selects nothing else. Like bias_source, a note of how the spec
+  // was written (with the file and key, for messages), equal whatever it holds unless per_layer.
   // all_linear: target_modules was all-linear, which selects every projection the model has.
   // With a list of names (set_targets), source names the option or the file and key.
+  // per_layer: the pattern selects other projections in some layers than in others
+  // (fit_to_layers says, on the model's layers); the regex is then part of what the adapters
+  // are, compared and written back as target_modules.
   struct TargetPattern {
     std::string regex, source;
     bool all_linear = false;
-    bool operator==(const TargetPattern&) const { return true; }
+    bool per_layer = false;
+    bool operator==(const TargetPattern& o) const {
+      return per_layer == o.per_layer && (!per_layer || regex == o.regex);
+    }
   } target_pattern;
+  // PEFT's layers_to_transform (model/lora_layers.cpp): with target_modules a list, the decoder
+  // layers whose listed projections get adapters (empty: every layer), each module's layer index
+  // read from its path as PEFT reads it, after one of layers_pattern's names (a regular
+  // expression; none given: after any name).
+  std::vector<int64_t> layers_to_transform;
+  std::vector<std::string> layers_pattern;
+  // PEFT's rank_pattern and alpha_pattern: another r or lora_alpha for the modules a key matches
+  // (a regular expression over the end of the module path, whole components: "v_proj",
+  // "layers.3.mlp.down_proj").
+  std::map<std::string, int64_t> rank_pattern;
+  std::map<std::string, double> alpha_pattern;
+  SourceNote layers_source;  // the file these were read from, for messages
 
   bool enabled() const { return rank > 0; }
   bool targets_any() const;
+  // Whether some layer adapts t (every layer, unless layers or patterns choose).
   bool has(LoraTarget t) const { return targets[static_cast<size_t>(t)]; }
-  // The scale s of the adapter's product: alpha/r, or alpha/√r with use_rslora.
+  // The scale s of the adapter's product: alpha/r, or alpha/√r with use_rslora; scale_of is one
+  // adapter's, with its own rank and alpha (rank_pattern, alpha_pattern).
   float scale() const;
+  float scale_of(const LoraAdapter& a) const;
+  // The largest rank an adapter can have: r, or a rank_pattern value above it.
+  int64_t max_rank() const;
+  // Whether layers or patterns choose which layers adapt what, or with which rank and alpha.
+  bool varies_by_layer() const;
+  // Each decoder layer's adapters on a model of num_layers layers, [layer][LoraTarget], as PEFT
+  // resolves the spec module by module: the targets (a pattern's in each layer, a list's in the
+  // layers of layers_to_transform), each with its rank_pattern and alpha_pattern values, their
+  // keys matched as PEFT 0.15 and later match them. Throws naming the module and the keys where
+  // two keys of a pattern give it different values (PEFT takes the first in the file's order,
+  // which this does not keep).
+  std::vector<std::array<LoraAdapter, kLoraTargets>> adapters(int64_t num_layers) const;
+  // Fits the spec, fitted to the model's projections (fit_to_model), to its layers: a
+  // target_modules pattern's targets become the projections it selects in some layer
+  // (per_layer when not in all). Throws naming the key where
+  // layers_to_transform names a layer the model lacks, layers_pattern finds no layer index, no
+  // projection is adapted in any layer, or adapters() refuses.
+  void fit_to_layers(int64_t num_layers);
+  // fit_to_layers' checks, on a spec already fitted.
+  void check_layers(int64_t num_layers) const;
+  // Reads layers_to_transform, layers_pattern, rank_pattern and alpha_pattern of a PEFT adapter
+  // config into this spec, refusing ill-typed values (and layers_to_transform or layers_pattern
+  // beside a target_modules string, as PEFT refuses them) naming the key.
+  void read_layer_keys(const nlohmann::json& j, const std::string& source);
+  // Writes them back, those given, and a per_layer pattern as target_modules.
+  void write_layer_keys(nlohmann::json& j) const;
+  // " in layers 1, 3" / " (rank_pattern, alpha_pattern)" for messages: how the layers vary.
+  std::string layers_text() const;
   // Throws naming the option (or key) when the rank, alpha, dropout or targets are unusable.
   void validate(const std::string& source) const;
   // Throws naming bias_source when `bias` would train biases this model has: the q/k/v biases
   // (qkv_bias) or the o bias (o_bias) of adapted projections, or any with "all". zerotrain trains
   // no biases in LoRA; on a model without them PEFT trains none either.
   void check_biases(bool qkv_bias, bool o_bias) const;
-  // Throws naming target_pattern.source when the pattern selects other projections in some layer
-  // than in layer 0 (PEFT would adapt the layers apart; zerotrain adapts a projection in every
-  // layer), or a module that is no decoder projection (the embedding, the LM head, a norm: those
-  // `model` has).
+  // Throws naming target_pattern.source when the pattern selects a module that is no decoder
+  // projection (the embedding, the LM head, a norm: those `model` has).
   void check_target_pattern(const LoraModelModules& model) const;
   // Fits the targets to a model's projections as PEFT matches target_modules against the modules
   // the model has: all-linear and a regular expression select among them; of listed names, those
@@ -124,11 +179,11 @@ struct LoraSpec {
   // trained ones beside it (--lora-init-from, eval and generate --adapter, --merge-lora).
   enum class Use { kInitialise, kTrainedWeights };
   // A PEFT adapter_config.json (peft_type LORA). Keys that would change the adapters' math away
-  // from what zerotrain implements (DoRA, a bias, fan_in_fan_out, per-layer rank or alpha
-  // patterns, layers_to_transform, another LoRA variant) are refused naming the key, as is a key
-  // that is no LoraConfig key but near one (a misspelling); a target_modules regular
-  // expression is read with RE2 (Python's syntax without look-around or back-references) and
-  // must select the same projections in every layer; keys that only describe the
+  // from what zerotrain implements (DoRA, a bias, fan_in_fan_out, exclude_modules, another LoRA
+  // variant) are refused naming the key, as is a key that is no LoraConfig key but near one (a
+  // misspelling); a target_modules regular expression is read with RE2 (Python's syntax without
+  // look-around or back-references); layers_to_transform, layers_pattern, rank_pattern and
+  // alpha_pattern are read (read_layer_keys); keys that only describe the
   // adapter (task_type, base_model_name_or_path, revision, ...) are read past. init_lora_weights:
   // to initialise, PEFT's default (true) alone, the one zerotrain draws; for trained weights,
   // any initialisation that left the base model as it was (true, false, "gaussian", "eva"),
@@ -145,7 +200,8 @@ struct LoraSpec {
   static LoraSpec from_peft_file(const std::string& path, nlohmann::json* parsed = nullptr,
                                  Use use = Use::kInitialise);
   // r, lora_alpha, lora_dropout, use_rslora, target_modules and modules_to_save (and
-  // ensure_weight_tying when true): what from_peft_json reads back into this specification.
+  // ensure_weight_tying when true, the layer keys given: write_layer_keys): what from_peft_json
+  // reads back into this specification.
   nlohmann::json to_json() const;
   // The adapter_config.json PEFT writes for this specification.
   nlohmann::json to_peft_json(const std::string& base_model_name_or_path) const;

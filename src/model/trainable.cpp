@@ -120,9 +120,11 @@ GroupTraining TrainableSet::group(const ParamLayout& layout, int g) const {
     ++total;
     if (trains(t)) ++trainable;
   }
-  return trainable == total ? GroupTraining::kAll
-         : trainable == 0   ? GroupTraining::kNone
-                            : GroupTraining::kSome;
+  // An empty group (a layer without adapters: layers_to_transform) trains nothing.
+  return total == 0           ? GroupTraining::kNone
+         : trainable == total ? GroupTraining::kAll
+         : trainable == 0     ? GroupTraining::kNone
+                              : GroupTraining::kSome;
 }
 
 int TrainableSet::lowest_backward_group(const ParamLayout& layout) const {

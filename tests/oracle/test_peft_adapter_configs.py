@@ -70,26 +70,44 @@ STORED = 35  # the files of tests/data/peft_adapter_configs/; 30 of them plain L
 # of the tiny preset's two layers; zerotrain must select the same projections...
 REGEX_AGREE = [
     r".*\.(q_proj|v_proj)",
+    r"model\.layers\.0\..*_proj",  # layer 0's projections alone
     r"model\.layers\.\d+\.mlp\.(gate|up|down)_proj",
     r"model\.layers\.[01]\.self_attn\.(?P<projection>[qkvo])_proj",  # Python's named group
     r"(?i).*\.(Q|K)_PROJ",  # an inline flag
     r"(?:.*?(?:self_attn|mlp).*?(?:o_proj|down_proj).*?)",
     r".*\.gate_proj|up_proj",  # whole, as fullmatch: the bare "up_proj" selects no module path
 ]
-# ... or refuse one PEFT reads otherwise, saying why: a layer alone, a module that is no
-# projection, Python's look-around (which RE2 does not read).
+# ... or refuse one PEFT reads otherwise, saying why: a module that is no projection, Python's
+# look-around (which RE2 does not read), no projection at all.
 REGEX_REFUSED = {
-    r"model\.layers\.0\..*_proj": "selects 'model.layers.0.self_attn.q_proj' but not "
-                                     "'model.layers.1.self_attn.q_proj'",
     r"lm_head|.*\.v_proj": "selects 'lm_head': zerotrain adapts the decoder layers' projections",
     r".*\.mlp|.*\.v_proj": "selects 'model.layers.0.mlp', which is no linear layer",
     r".*(?<!k)_proj": "is a regular expression RE2 cannot read",
-    r"model\.layers\.\d+\.mlp": "selects no projection of layer 0",
+    r"model\.layers\.\d+\.mlp": "selects no projection (",
 }
-# On Phi-3 the projections and their modules differ, and so do some of those refusals.
-REGEX_REFUSED_PHI3 = dict(REGEX_REFUSED, **{
-    r"model\.layers\.0\..*_proj": "selects 'model.layers.0.self_attn.qkv_proj' but not "
-                                     "'model.layers.1.self_attn.qkv_proj'"})
+# Layers and per-module ranks and alphas (r 8, alpha 16 besides), written here, each a file of its
+# own: zerotrain must resolve each module as PEFT does...
+LAYER_KEYS_AGREE = [
+    {"target_modules": ["q_proj", "v_proj", "o_proj"], "layers_to_transform": [1]},
+    {"target_modules": ["o_proj", "down_proj"], "layers_to_transform": 0,
+     "layers_pattern": "layers"},
+    {"target_modules": ["q_proj", "k_proj", "down_proj"],
+     "rank_pattern": {"k_proj": 2, "layers.1.mlp.down_proj": 12}, "alpha_pattern": {"q_proj": 64}},
+    {"target_modules": "all-linear", "rank_pattern": {"o_proj": 4, "qkv_proj": 6},
+     "alpha_pattern": {"o_proj": 4}, "use_rslora": True},
+    {"target_modules": r".*\.1\.self_attn\.[qkvo]_proj|.*\.0\.mlp\.down_proj",
+     "rank_pattern": {"down_proj": 3}},
+]
+# ... or refuse, saying why: GPT-2's layers_pattern (PEFT adapts nothing), a layer the model lacks,
+# two keys of a pattern giving a module different values (PEFT's choice is the keys' order).
+LAYER_KEYS_REFUSED = [
+    ({"target_modules": ["o_proj"], "layers_to_transform": [0], "layers_pattern": "h"},
+     "finds no layer index in the model's module paths"),
+    ({"target_modules": ["o_proj"], "layers_to_transform": [2]},
+     "layers_to_transform names layer 2, which the model does not have"),
+    ({"target_modules": ["o_proj"], "rank_pattern": {"o_proj": 2, "self_attn.o_proj": 4}},
+     "with different values"),
+]
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj",
                "gate_up_proj", "down_proj"]
 PHI3_STORED = 9  # the files of tests/data/peft_adapter_configs_phi3/
@@ -118,9 +136,9 @@ def peft_config(path, alpha_factor):
 
 
 def peft_resolution(base_config, config):
-    """(adapted projections, trainable parameters, {scales}, {dropouts}, modules_to_save) of
-    get_peft_model on a fresh tiny model of the config's class; None where PEFT finds none of
-    the target modules."""
+    """(adapted projections, trainable parameters, {module path: scale}, {dropouts},
+    modules_to_save, {module path: r}) of get_peft_model on a fresh tiny model of the config's
+    class; None where PEFT finds none of the target modules."""
     import torch
     import transformers
     from peft import get_peft_model
@@ -132,20 +150,23 @@ def peft_resolution(base_config, config):
         if "not found in the base model" not in str(e):
             raise
         return None
-    adapted, scales, dropouts = {}, set(), set()
+    projections, scales, ranks, dropouts = set(), {}, {}, set()
     for name, module in model.named_modules():
         if hasattr(module, "lora_A") and "default" in module.lora_A:
-            projection = name.rsplit(".", 1)[-1]
-            adapted.setdefault(projection, set()).add(name.split(".layers.")[1].split(".")[0])
-            scales.add(module.scaling["default"])
+            projections.add(name.rsplit(".", 1)[-1])
+            path = name[len("base_model.model."):]
+            scales[path], ranks[path] = module.scaling["default"], module.r["default"]
             dropout = module.lora_dropout["default"]
             dropouts.add(dropout.p if isinstance(dropout, torch.nn.Dropout) else 0.0)
-    layers = {str(i) for i in range(base_config.num_hidden_layers)}
-    check(all(v == layers for v in adapted.values()),
-          f"PEFT adapts some projections in some layers only: {adapted}")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return (sorted(adapted, key=PROJECTIONS.index), trainable, scales, dropouts,
-            sorted(config.modules_to_save or []))
+    return (sorted(projections, key=PROJECTIONS.index), trainable, scales, dropouts,
+            sorted(config.modules_to_save or []), ranks)
+
+
+def same_scales(ours, theirs):
+    """Whether {module: scale} agree, module by module, within fp32's rounding of each."""
+    return set(ours) == set(theirs) and all(
+        abs(ours[m] - theirs[m]) <= 1e-6 * max(1.0, abs(theirs[m])) for m in theirs)
 
 
 def zerotrain_resolution(args, model, path):
@@ -189,15 +210,15 @@ def adapter_config_files(args, work):
             raise SetupError(f"{folder}_phi3: {len(phi3)} adapter configs")
         paths += phi3
     refused = dict(REFUSED)
-    regex_refused = REGEX_REFUSED_PHI3 if args.family == "phi3" else REGEX_REFUSED
     os.makedirs(work("regex"))
-    for i, pattern in enumerate(REGEX_AGREE + list(regex_refused)):
-        paths.append(work("regex", f"regex-{i}.json"))
+    written = [({"target_modules": p}, REGEX_REFUSED.get(p)) for p in REGEX_AGREE + list(
+        REGEX_REFUSED)] + [(keys, None) for keys in LAYER_KEYS_AGREE] + LAYER_KEYS_REFUSED
+    for i, (keys, says) in enumerate(written):
+        paths.append(work("regex", f"written-{i}.json"))
         with open(paths[-1], "w") as f:
-            json.dump({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": pattern},
-                      f)
-        if pattern in regex_refused:
-            refused[os.path.basename(paths[-1])] = regex_refused[pattern]
+            json.dump(dict({"peft_type": "LORA", "r": 8, "lora_alpha": 16}, **keys), f)
+        if says:
+            refused[os.path.basename(paths[-1])] = says
     return paths, refused
 
 
@@ -233,14 +254,18 @@ def checks(args, work, alpha_factor):
             failures.append(name)
             continue
         lora = json.loads(out)["lora"]
-        ours = (lora["targets"].split(","), json.loads(out)["trainable_psi"], {lora["scale"]},
+        modules = lora["modules"]
+        ours = (lora["targets"].split(","), json.loads(out)["trainable_psi"],
+                {m: a["scale"] for m, a in modules.items()},
                 {lora["adapter_config"]["lora_dropout"]},
-                sorted(lora["adapter_config"]["modules_to_save"] or []))
-        what = ["projections", "trainable parameters", "scale", "dropout", "modules_to_save"]
+                sorted(lora["adapter_config"]["modules_to_save"] or []),
+                {m: a["r"] for m, a in modules.items()})
+        what = ["projections", "trainable parameters", "scale", "dropout", "modules_to_save",
+                "ranks"]
         diffs = [f"{w}: PEFT {t}, zerotrain {o}" for w, o, t in zip(what, ours, theirs)
-                 if not (o == t or (w in ("scale", "dropout") and len(t) == 1 and
-                                    abs(next(iter(o)) - next(iter(t)))
-                                    <= 1e-6 * max(1.0, abs(next(iter(t))))))]
+                 if not (o == t or (w == "scale" and same_scales(o, t)) or
+                         (w == "dropout" and len(t) == 1 and
+                          abs(next(iter(o)) - next(iter(t))) <= 1e-6))]
         print(f"{'FAIL' if diffs else 'ok  '} {name}: "
               + ("; ".join(diffs) if diffs else f"r {lora['rank']} on {lora['targets']}, "
                  f"{ours[1]} trainable, as PEFT"))

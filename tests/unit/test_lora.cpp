@@ -79,8 +79,10 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
   };
   EXPECT_NE(with("use_dora", true).find("c.json: key 'use_dora'"), std::string::npos);
   EXPECT_NE(with("bias", "some").find("key 'bias'"), std::string::npos);
-  EXPECT_EQ(with("bias", "all"), "");  // refused by the model's biases, below
-  EXPECT_NE(with("rank_pattern", {{"q_proj", 4}}).find("key 'rank_pattern'"), std::string::npos);
+  EXPECT_EQ(with("bias", "all"), "");                    // refused by the model's biases, below
+  EXPECT_EQ(with("rank_pattern", {{"q_proj", 4}}), "");  // tests/unit/test_lora_layers.cpp
+  EXPECT_NE(with("rank_pattern", {{"q_proj", 0}}).find("c.json: rank_pattern gives 'q_proj' 0"),
+            std::string::npos);
   EXPECT_NE(with("peft_type", "IA3").find("only LoRA"), std::string::npos);
   EXPECT_NE(with("r", 0).find("rank must be a positive integer"), std::string::npos);
   EXPECT_NE(with("r", 4.5).find("key 'r' must be an integer"), std::string::npos);
@@ -215,11 +217,12 @@ TEST(Lora, ABiasSettingIsRefusedOnlyWhereTheModelHasBiasesItWouldTrain) {
 }
 
 // A target_modules string other than all-linear is PEFT's regular expression, matched whole
-// against every module path: accepted where it selects the same projections in every layer (a
-// spec equal to the listed one, written back as the list), refused naming the file and the
-// module where it selects a layer alone or a module that is no projection. The cases against
-// PEFT itself are tests/oracle/test_peft_adapter_configs.py's.
-TEST(Lora, ATargetModulesRegexMustSelectTheSameProjectionsInEveryLayer) {
+// against every module path: where it selects the same projections in every layer, a spec equal
+// to the listed one, written back as the list; where it selects by layer, the regex itself;
+// refused naming the file and the module where it selects a module that is no projection, or no
+// projection of the model's layers. The cases against PEFT itself are
+// tests/oracle/test_peft_adapter_configs.py's.
+TEST(Lora, ATargetModulesRegexSelectsProjectionsLayerByLayer) {
   auto spec = [](const char* regex) {
     return LoraSpec::from_peft_json({{"r", 4}, {"target_modules", regex}}, "p.json");
   };
@@ -240,18 +243,24 @@ TEST(Lora, ATargetModulesRegexMustSelectTheSameProjectionsInEveryLayer) {
   EXPECT_EQ(layout_error(R"(model\.layers\.\d+\.(self_attn\.q|mlp\.down)_proj)", 12), "");
   // Whole, as Python's fullmatch: the bare alternative "v_proj" selects no module path.
   EXPECT_EQ(spec(R"(.*\.q_proj|v_proj)").targets_text(), "q_proj");
-  // Layers 0 to 9 of twelve: the first layer outside is named.
-  const std::string range = layout_error(R"(model\.layers\.[0-9]\.self_attn\.v_proj)", 12);
-  EXPECT_NE(range.find("p.json: target_modules \"model\\\\.layers"), std::string::npos) << range;
-  EXPECT_NE(range.find("selects 'model.layers.0.self_attn.v_proj' but not "
-                       "'model.layers.10.self_attn.v_proj'"),
-            std::string::npos)
-      << range;
+  // Layers 0 to 9 of twelve: v_proj there alone, the regex written back.
+  ModelConfig twelve = preset_config("tiny");
+  twelve.num_layers = 12;
+  (void)twelve.set_lora(spec(R"(model\.layers\.[0-9]\.self_attn\.v_proj)"));
+  EXPECT_TRUE(twelve.lora.target_pattern.per_layer);
+  EXPECT_EQ(twelve.lora.to_json()["target_modules"], R"(model\.layers\.[0-9]\.self_attn\.v_proj)");
+  const ParamLayout by_layer(twelve);
+  for (int l = 0; l < 12; ++l)
+    EXPECT_EQ(by_layer.lora_tensor(l, static_cast<int>(LoraTarget::kV), false) >= 0, l < 10) << l;
+  EXPECT_FALSE(LoraSpec(twelve.lora) == spec(R"(.*\.v_proj)"));
   EXPECT_EQ(layout_error(R"(model\.layers\.[0-9]\.self_attn\.v_proj)", 10), "");
-  // Layer 5 alone: nothing in layer 0, where the targets are read.
-  EXPECT_NE(
-      error_of([&] { spec(R"(model\.layers\.5\..*)"); }).find("selects no projection of layer 0"),
-      std::string::npos);
+  // Layer 5 alone: a projection of a model with six layers, none of one with two.
+  EXPECT_EQ(layout_error(R"(model\.layers\.5\..*_proj)", 6), "");
+  EXPECT_NE(layout_error(R"(model\.layers\.5\..*_proj)", 2)
+                .find("selects no projection in the model's 2 layers"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { spec(R"(model\.layers\.\d+\.mlp)"); }).find("selects no projection ("),
+            std::string::npos);
   EXPECT_NE(layout_error(".*_proj|lm_head", 2).find("selects 'lm_head'"), std::string::npos);
   EXPECT_NE(layout_error(".*_proj|.*embed_tokens", 2).find("selects 'model.embed_tokens'"),
             std::string::npos);
