@@ -75,8 +75,9 @@ VENV=$ROOT/.venv
 setup_venv() {
   local req=$ROOT/tests/oracle/requirements-hf.txt stamp=$VENV/.requirements.sha256
   local req_449=$ROOT/tests/oracle/requirements-hf-4.49.txt
+  local req_peft=$ROOT/tests/oracle/requirements-peft-0.17.txt
   local want
-  want=$(cat "$req" "$req_449" | sha256sum | cut -d' ' -f1)
+  want=$(cat "$req" "$req_449" "$req_peft" | sha256sum | cut -d' ' -f1)
   [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return
   log "creating .venv/ with the pinned oracle clients (tests/oracle/requirements-hf.txt)"
   rm -rf "$VENV"
@@ -85,14 +86,22 @@ setup_venv() {
     --require-hashes -r "$req" >&2 || { log ".venv/: pip could not install $req"; return 1; }
   "$VENV/bin/python" -c 'import torch, transformers, safetensors, tokenizers, pydantic, hjson, jinja2, gguf, accelerate, peft, pyarrow.parquet, zstandard' ||
     { log ".venv/: the oracle clients do not import"; return 1; }
-  # transformers 4.49 beside it, for the models 4.46 has no reference for (Phi-4-mini).
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-    --require-hashes --target "$VENV/transformers-4.49" -r "$req_449" >&2 ||
-    { log ".venv/: pip could not install $req_449"; return 1; }
-  PYTHONPATH=$VENV/transformers-4.49 "$VENV/bin/python" -c \
-    'import transformers, sys; sys.exit(transformers.__version__ != "4.49.0")' ||
-    { log ".venv/transformers-4.49: transformers 4.49.0 does not import"; return 1; }
+  # transformers 4.49 beside it, for the models 4.46 has no reference for (Phi-4-mini), and PEFT
+  # 0.17 for the adapter configs newer releases read otherwise.
+  install_beside transformers-4.49 "$req_449" transformers 4.49.0 || return 1
+  install_beside peft-0.17 "$req_peft" peft 0.17.1 || return 1
   echo "$want" >"$stamp"
+}
+# install_beside DIR REQUIREMENTS MODULE VERSION: REQUIREMENTS (pinned, hashed) installed with
+# --no-deps into .venv/DIR, which a test puts first on PYTHONPATH; MODULE must import there at
+# VERSION.
+install_beside() {
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    --require-hashes --target "$VENV/$1" -r "$2" >&2 ||
+    { log ".venv/: pip could not install $2"; return 1; }
+  PYTHONPATH=$VENV/$1 "$VENV/bin/python" -c \
+    "import $3, sys; sys.exit($3.__version__ != '$4')" ||
+    { log ".venv/$1: $3 $4 does not import"; return 1; }
 }
 # test: without the venv everything else still runs; the oracle_hf_* tests then fail, naming it.
 setup_venv_or_warn() {

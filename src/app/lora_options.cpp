@@ -22,15 +22,19 @@ constexpr const char* kLoraOptionNames[] = {"lora-rank", "lora-alpha", "lora-dro
 
 nlohmann::json LoraOptions::to_json(const LoraSpec& s) const {
   if (rank == 0 && config_file.empty() && init_from.empty()) return nullptr;
-  return {{"rank", s.rank},
-          {"alpha", s.alpha},
-          {"dropout", s.dropout},
-          {"use_rslora", s.use_rslora},
-          // as given: all-linear and a pattern select among the model's projections
-          {"targets", s.targets_as_given()},
-          {"modules_to_save", s.modules_to_save},
-          {"config", config_file.empty() ? nlohmann::json() : nlohmann::json(config_file)},
-          {"init_from", init_from.empty() ? nlohmann::json() : nlohmann::json(init_from)}};
+  nlohmann::json j = {
+      {"rank", s.rank},
+      {"alpha", s.alpha},
+      {"dropout", s.dropout},
+      {"use_rslora", s.use_rslora},
+      // as given: all-linear and a pattern select among the model's projections
+      {"targets", s.targets_as_given()},
+      {"modules_to_save", s.modules_to_save},
+      {"config", config_file.empty() ? nlohmann::json() : nlohmann::json(config_file)},
+      {"init_from", init_from.empty() ? nlohmann::json() : nlohmann::json(init_from)}};
+  s.write_layer_keys(j);      // layers_to_transform, rank_pattern, ...: those given
+  j.erase("target_modules");  // a by-layer pattern: "targets" holds it
+  return j;
 }
 
 void add_lora_options(po::options_description& options, LoraOptions& o) {
@@ -51,7 +55,9 @@ void add_lora_options(po::options_description& options, LoraOptions& o) {
       "LoRA: rank-stabilised scaling alpha/sqrt(R) instead of alpha/R")(
       "lora-config", po::value(&o.config_file),
       "LoRA: a PEFT adapter_config.json giving r, lora_alpha, target_modules, use_rslora and "
-      "modules_to_save (instead of the --lora-* options)")(
+      "modules_to_save, and which layers and modules take which rank and alpha "
+      "(layers_to_transform, rank_pattern, alpha_pattern, exclude_modules; instead of the "
+      "--lora-* options)")(
       "lora-init-from", po::value(&o.init_from),
       "LoRA: start from a PEFT adapter directory (adapter_config.json and "
       "adapter_model.safetensors, e.g. a run's OUT/final) and continue training it");

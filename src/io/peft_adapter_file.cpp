@@ -78,9 +78,9 @@ PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& 
     names_[name] = e.name;
   }
   for (const TensorInfo& t : layout_.tensors())
-    ZT_CHECK(!t.is_lora() || names_.count(t.name), file_.path() + ": no tensor '" + prefix +
-                                                       t.name + "', which adapter_config.json (" +
-                                                       config_.lora.targets_text() + ") implies");
+    ZT_CHECK(!t.is_lora() || names_.count(t.name),
+             file_.path() + ": no tensor '" + prefix + t.name + "', which adapter_config.json (" +
+                 config_.lora.targets_text() + config_.lora.layers_text() + ") implies");
 }
 
 void PeftAdapterReader::read_range_f32(const TensorInfo& t, int64_t begin, int64_t count,

@@ -422,7 +422,9 @@ std::string ModelConfig::set_lora(LoraSpec spec) {
   // A pattern's modules first (the LM head, a norm: named), then what it selects here.
   spec.check_target_pattern(lora_modules());
   std::string warning = spec.fit_to_model(fused_modules(), model_type());
-  spec.fit_to_layers(num_layers);
+  const std::string layers_warning = spec.fit_to_layers(num_layers);
+  if (!layers_warning.empty())  // each line printed after "warning: "
+    warning += (warning.empty() ? "" : "\nwarning: ") + layers_warning;
   lora = std::move(spec);
   return warning;
 }

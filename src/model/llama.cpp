@@ -42,8 +42,26 @@ class ArenaCursor {
 // per layer (everything but the norms' outputs and the SwiGLU product), or only those three.
 enum class LayerPart { kAll, kKept, kRecomputed };
 
+// Each adapter's rank (model/lora.h), [LoraTarget]: 0 where a layer has none.
+using AdapterRanks = std::array<int64_t, kLoraTargets>;
+
+// The ranks of each layer's adapters, then (last) the largest of each target over the layers, for
+// the scratch a recomputed layer runs in.
+std::vector<AdapterRanks> adapter_ranks(const ModelConfig& c) {
+  std::vector<AdapterRanks> ranks(static_cast<size_t>(c.num_layers) + 1, AdapterRanks{});
+  if (!c.lora.enabled()) return ranks;
+  const auto adapters = c.lora.adapters(c.num_layers);
+  for (size_t l = 0; l < adapters.size(); ++l)
+    for (size_t t = 0; t < ranks[l].size(); ++t) {
+      ranks[l][t] = adapters[l][t].rank;
+      ranks.back()[t] = std::max(ranks.back()[t], ranks[l][t]);
+    }
+  return ranks;
+}
+
 LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t B, int64_t T,
-                             DType s, LayerPart part = LayerPart::kAll) {
+                             DType s, const AdapterRanks& lora_ranks,
+                             LayerPart part = LayerPart::kAll) {
   const int64_t M = B * T, D = config.hidden_size, KV = config.kv_dim(), QD = config.q_dim();
   const int64_t F = config.intermediate_size;
   LayerActivations a;
@@ -84,9 +102,8 @@ LayerActivations carve_layer(ArenaCursor& c, const ModelConfig& config, int64_t 
   a.gate = c.take(M * F, s);
   a.up = c.take(M * F, s);
   if (part == LayerPart::kAll) a.h = c.take(M * F, s);
-  for (int t = 0; t < kLoraTargets && config.lora.enabled(); ++t)
-    if (config.lora.has(static_cast<LoraTarget>(t)))
-      a.lora[static_cast<size_t>(t)] = c.take(M * config.lora.max_rank(), s);
+  for (size_t t = 0; t < lora_ranks.size(); ++t)  // u = s·(x·Aᵀ) of each adapter
+    if (lora_ranks[t] > 0) a.lora[t] = c.take(M * lora_ranks[t], s);
   return a;
 }
 
@@ -137,17 +154,20 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.layers.assign(static_cast<size_t>(L), LayerActivations{});
   bool any_checkpointed = false;
   const LayerPart per_layer = ac.selective ? LayerPart::kKept : LayerPart::kAll;
+  const std::vector<AdapterRanks> ranks = adapter_ranks(c);
   for (int64_t l = 0; l < L; ++l) {
     if (ac.is_checkpointed(l) || ac.forward_only) {
       any_checkpointed = true;
     } else {
-      t.layers[static_cast<size_t>(l)] = carve_layer(dev, c, B, T, storage, per_layer);
+      t.layers[static_cast<size_t>(l)] =
+          carve_layer(dev, c, B, T, storage, ranks[static_cast<size_t>(l)], per_layer);
     }
   }
   // The scratch: a whole layer for the recomputed ones, or the three tensors every layer
   // recomputes under selective checkpointing.
-  if (any_checkpointed) t.scratch = carve_layer(dev, c, B, T, storage);
-  if (ac.selective && L > 0) t.scratch = carve_layer(dev, c, B, T, storage, LayerPart::kRecomputed);
+  if (any_checkpointed) t.scratch = carve_layer(dev, c, B, T, storage, ranks.back());
+  if (ac.selective && L > 0)
+    t.scratch = carve_layer(dev, c, B, T, storage, ranks.back(), LayerPart::kRecomputed);
   plan.layer_saved = dev.used() - plan.residual;
   t.final_norm_out = dev.take(M * D, storage);
   t.final_rstd = dev.take_f32(M);
@@ -178,7 +198,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.dh = dev.take(M * F, storage);
   if (c.lora.enabled()) {
     t.lora_product = dev.take(lora_product, storage);
-    t.lora_du = dev.take(M * c.lora.max_rank(), storage);
+    t.lora_du = dev.take(M * *std::max_element(ranks.back().begin(), ranks.back().end()), storage);
     if (c.lora.dropout > 0) t.lora_dropped = dev.take(M * std::max({D, QD, F}), storage);
   }
   plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;

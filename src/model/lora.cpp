@@ -400,7 +400,6 @@ void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
       {"fan_in_fan_out", is_false},
       {"lora_bias", is_false},
       {"layer_replication", empty_container},
-      {"exclude_modules", empty_container},
       {"trainable_token_indices", empty_container},
       {"target_parameters", empty_container},
       {"use_qalora", is_false},            // QALoRA's pooled input
@@ -415,7 +414,7 @@ void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
       refuse_unless(j, key, is_null_or(j[key], ok), source,
                     "zerotrain trains plain LoRA: no DoRA, QALoRA, aLoRA, VeLoRA, MonteCLoRA, "
                     "KaSA, Arrow or block-diagonal variant, no bias or fan-in/fan-out weights, no "
-                    "excluded modules or replicated layers");
+                    "replicated layers");
 }
 
 }  // namespace

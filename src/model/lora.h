@@ -109,6 +109,11 @@ struct LoraSpec {
   // "layers.3.mlp.down_proj").
   std::map<std::string, int64_t> rank_pattern;
   std::map<std::string, double> alpha_pattern;
+  // PEFT's exclude_modules (0.14 and later): modules never adapted, by name (a module path, or
+  // its last components after a dot) or, written as a string (exclude_pattern), a regular
+  // expression matched whole against the path.
+  std::vector<std::string> exclude_modules;
+  bool exclude_pattern = false;
   SourceNote layers_source;  // the file these were read from, for messages
 
   bool enabled() const { return rank > 0; }
@@ -119,8 +124,6 @@ struct LoraSpec {
   // adapter's, with its own rank and alpha (rank_pattern, alpha_pattern).
   float scale() const;
   float scale_of(const LoraAdapter& a) const;
-  // The largest rank an adapter can have: r, or a rank_pattern value above it.
-  int64_t max_rank() const;
   // Whether layers or patterns choose which layers adapt what, or with which rank and alpha.
   bool varies_by_layer() const;
   // Each decoder layer's adapters on a model of num_layers layers, [layer][LoraTarget], as PEFT
@@ -132,15 +135,18 @@ struct LoraSpec {
   std::vector<std::array<LoraAdapter, kLoraTargets>> adapters(int64_t num_layers) const;
   // Fits the spec, fitted to the model's projections (fit_to_model), to its layers: a
   // target_modules pattern's targets become the projections it selects in some layer
-  // (per_layer when not in all). Throws naming the key where
-  // layers_to_transform names a layer the model lacks, layers_pattern finds no layer index, no
-  // projection is adapted in any layer, or adapters() refuses.
-  void fit_to_layers(int64_t num_layers);
-  // fit_to_layers' checks, on a spec already fitted.
+  // (per_layer when not in all). Throws naming the keys where no projection is adapted in any
+  // layer (check_layers), or where adapters() refuses. Returns a warning, or "": of the
+  // layers of layers_to_transform the model lacks (PEFT adapts the others), or of modules PEFT
+  // 0.13 or 0.14 would give another rank or alpha.
+  std::string fit_to_layers(int64_t num_layers);
+  // Throws naming the keys that chose nothing (layers_to_transform, layers_pattern,
+  // exclude_modules) where no module of a model of num_layers layers is adapted.
   void check_layers(int64_t num_layers) const;
-  // Reads layers_to_transform, layers_pattern, rank_pattern and alpha_pattern of a PEFT adapter
-  // config into this spec, refusing ill-typed values (and layers_to_transform or layers_pattern
-  // beside a target_modules string, as PEFT refuses them) naming the key.
+  // Reads layers_to_transform, layers_pattern, rank_pattern, alpha_pattern and exclude_modules
+  // of a PEFT adapter config into this spec, refusing ill-typed values (and, as PEFT 0.17 refuses
+  // them, layers_to_transform or layers_pattern beside a target_modules string, layers_pattern
+  // without layers_to_transform) naming the key.
   void read_layer_keys(const nlohmann::json& j, const std::string& source);
   // Writes them back, those given, and a per_layer pattern as target_modules.
   void write_layer_keys(nlohmann::json& j) const;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/lora.h"
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/json_text.h"
 
@@ -68,29 +69,36 @@ class LayerIndexReader {
 };
 
 // rank_pattern or alpha_pattern, its keys matched against module paths as PEFT 0.15 and later
-// match them, re.match(rf"(.*\.)?({key})$", path): the end of the path, whole components. (PEFT
-// 0.13 and 0.14 match re.match(rf".*\.{key}$", path), and 0.13 looks the first key of either
-// pattern up in both.)
+// match them, re.match(rf"(.*\.)?({key})$", path): the end of the path, whole components; or,
+// `earlier`, as PEFT 0.13 and 0.14 do, re.match(rf".*\.{key}$", path) (after a dot).
 template <typename Value>
 class ModulePattern {
  public:
-  ModulePattern(const std::map<std::string, Value>& pattern, const std::string& what)
+  ModulePattern(const std::map<std::string, Value>& pattern, const std::string& what,
+                bool earlier = false)
       : pattern_(pattern), what_(what) {
     for (const auto& [key, value] : pattern)
       keys_.emplace_back(
-          key, compiled("^(?:(.*\\.)?(" + key + ")$)", what + " key " + quoted_json(key)));
+          key, compiled(earlier ? "^(?:.*\\." + key + "$)" : "^(?:(.*\\.)?(" + key + ")$)",
+                        what + " key " + quoted_json(key)));
   }
+  std::vector<std::string> keys_matching(const std::string& path) const {
+    std::vector<std::string> keys;
+    for (const auto& [key, re] : keys_)
+      if (RE2::PartialMatch(path, *re)) keys.push_back(key);
+    return keys;
+  }
+  const std::map<std::string, Value>& values() const { return pattern_; }
   // The value for the module at `path`, or `fallback` where no key matches it. PEFT takes the
   // first key in the file's order, which a JSON object here does not keep: keys that match with
   // different values are refused.
   Value value(const std::string& path, Value fallback) const {
     std::set<Value> values;
     std::string keys;
-    for (const auto& [key, re] : keys_)
-      if (RE2::PartialMatch(path, *re)) {
-        values.insert(pattern_.at(key));
-        keys += (keys.empty() ? "'" : ", '") + key + "'";
-      }
+    for (const std::string& key : keys_matching(path)) {
+      values.insert(pattern_.at(key));
+      keys += (keys.empty() ? "'" : ", '") + key + "'";
+    }
     ZT_CHECK(values.size() <= 1,
              what_ + ": keys " + keys + " match '" + path +
                  "' with different values; PEFT takes the first in the file's order, which "
@@ -104,6 +112,44 @@ class ModulePattern {
   std::vector<std::pair<std::string, std::unique_ptr<RE2>>> keys_;
 };
 
+// Where PEFT 0.13 or 0.14 would give an adapted module another r or lora_alpha than `table` (PEFT
+// 0.15's reading, zerotrain's): 0.14 matches keys after a dot only; 0.13 also looks the first
+// matching key, of rank_pattern then alpha_pattern, up in both. A note naming the first such
+// module and the count, or "".
+std::string earlier_peft_note(const LoraSpec& s,
+                              const std::vector<std::array<LoraAdapter, kLoraTargets>>& table) {
+  if (s.rank_pattern.empty() && s.alpha_pattern.empty()) return "";
+  const std::string& src = s.layers_source.text;
+  const ModulePattern<int64_t> ranks(s.rank_pattern, src + ": rank_pattern", true);
+  const ModulePattern<double> alphas(s.alpha_pattern, src + ": alpha_pattern", true);
+  auto reading = [](int64_t r, double a) {
+    return "r " + std::to_string(r) + ", lora_alpha " + shortest_decimal(a);
+  };
+  int64_t differing = 0;
+  std::string first;
+  for (size_t l = 0; l < table.size(); ++l)
+    for (const LoraTarget t : kLoraTargetsInLayerOrder) {
+      const LoraAdapter& a = table[l][static_cast<size_t>(t)];
+      if (!a.present()) continue;
+      const std::string path = lora_module_path(static_cast<int64_t>(l), t);
+      const auto rk = ranks.keys_matching(path), ak = alphas.keys_matching(path);
+      const int64_t r14 = rk.empty() ? s.rank : s.rank_pattern.at(rk.front());
+      const double a14 = ak.empty() ? s.alpha : s.alpha_pattern.at(ak.front());
+      const std::string k13 = !rk.empty() ? rk.front() : !ak.empty() ? ak.front() : "";
+      const int64_t r13 = s.rank_pattern.count(k13) ? s.rank_pattern.at(k13) : s.rank;
+      const double a13 = s.alpha_pattern.count(k13) ? s.alpha_pattern.at(k13) : s.alpha;
+      if (r14 == a.rank && a14 == a.alpha && r13 == a.rank && a13 == a.alpha) continue;
+      if (differing++ == 0)
+        first = "'" + path + "': " + reading(a.rank, a.alpha) + " as PEFT 0.15 reads it; 0.14 " +
+                reading(r14, a14) + ", 0.13 " + reading(r13, a13);
+    }
+  if (differing == 0) return "";
+  return src + ": rank_pattern and alpha_pattern give " + std::to_string(differing) +
+         " module(s) another r or lora_alpha in PEFT 0.13 or 0.14 than in 0.15 and later, which "
+         "zerotrain follows (" +
+         first + "); an adapter trained with an older PEFT trained with those";
+}
+
 }  // namespace
 
 float LoraSpec::scale_of(const LoraAdapter& a) const {
@@ -111,15 +157,9 @@ float LoraSpec::scale_of(const LoraAdapter& a) const {
   return static_cast<float>(use_rslora ? a.alpha / std::sqrt(r) : a.alpha / r);
 }
 
-int64_t LoraSpec::max_rank() const {
-  int64_t most = rank;
-  for (const auto& [key, r] : rank_pattern) most = std::max(most, r);
-  return most;
-}
-
 bool LoraSpec::varies_by_layer() const {
   return !layers_to_transform.empty() || target_pattern.per_layer || !rank_pattern.empty() ||
-         !alpha_pattern.empty();
+         !alpha_pattern.empty() || !exclude_modules.empty();
 }
 
 std::vector<std::array<LoraAdapter, kLoraTargets>> LoraSpec::adapters(int64_t num_layers) const {
@@ -132,14 +172,28 @@ std::vector<std::array<LoraAdapter, kLoraTargets>> LoraSpec::adapters(int64_t nu
   const LayerIndexReader layer_index(layers_pattern, src);
   const ModulePattern<int64_t> ranks(rank_pattern, src + ": rank_pattern");
   const ModulePattern<double> alphas(alpha_pattern, src + ": alpha_pattern");
+  std::unique_ptr<RE2> excluded_by;
+  if (exclude_pattern)
+    excluded_by = compiled(exclude_modules.front(),
+                           src + ": exclude_modules " + quoted_json(exclude_modules.front()));
+  // PEFT's _check_for_modules_to_exclude: the pattern whole, or a name that is the path or ends it.
+  auto excluded = [&](const std::string& path) {
+    if (excluded_by) return RE2::FullMatch(path, *excluded_by);
+    return std::any_of(exclude_modules.begin(), exclude_modules.end(), [&](const std::string& e) {
+      return path == e ||
+             (path.size() > e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0 &&
+              path[path.size() - e.size() - 1] == '.');
+    });
+  };
   for (int64_t l = 0; l < num_layers; ++l)
     for (const LoraTarget t : kLoraTargetsInLayerOrder) {
       const std::string path = lora_module_path(l, t);
       const bool chosen =
-          has(t) && (regex ? RE2::FullMatch(path, *regex)
-                           : layers_to_transform.empty() ||
-                                 std::count(layers_to_transform.begin(), layers_to_transform.end(),
-                                            layer_index.index(path)) > 0);
+          has(t) && !excluded(path) &&
+          (regex ? RE2::FullMatch(path, *regex)
+                 : layers_to_transform.empty() ||
+                       std::count(layers_to_transform.begin(), layers_to_transform.end(),
+                                  layer_index.index(path)) > 0);
       if (!chosen) continue;
       table[static_cast<size_t>(l)][static_cast<size_t>(t)] = {ranks.value(path, rank),
                                                                alphas.value(path, alpha)};
@@ -147,8 +201,8 @@ std::vector<std::array<LoraAdapter, kLoraTargets>> LoraSpec::adapters(int64_t nu
   return table;
 }
 
-void LoraSpec::fit_to_layers(int64_t num_layers) {
-  if (!enabled()) return;
+std::string LoraSpec::fit_to_layers(int64_t num_layers) {
+  if (!enabled()) return "";
   if (!target_pattern.regex.empty()) {
     const auto re = compiled(target_pattern.regex, target_pattern.source + ": target_modules");
     target_pattern.per_layer = false;
@@ -168,21 +222,38 @@ void LoraSpec::fit_to_layers(int64_t num_layers) {
                  lora_module_path(0, LoraTarget::kQ) + ")");
   }
   check_layers(num_layers);
+  std::string notes;
+  for (int64_t l : layers_to_transform)  // PEFT matches no module of a layer the model lacks
+    if (l < 0 || l >= num_layers)
+      notes += std::string(notes.empty() ? "" : ", ") + std::to_string(l);
+  if (!notes.empty())
+    notes = layers_source.text + ": layers_to_transform names layer(s) " + notes +
+            ", which the model does not have (its layers: 0 to " + std::to_string(num_layers - 1) +
+            "); as PEFT does, zerotrain adapts the others";
+  const std::string earlier = earlier_peft_note(*this, adapters(num_layers));
+  return notes + (notes.empty() || earlier.empty() ? "" : "\nwarning: ") + earlier;
 }
 
 void LoraSpec::check_layers(int64_t num_layers) const {
   if (!enabled()) return;
-  for (int64_t l : layers_to_transform)
-    ZT_CHECK(l >= 0 && l < num_layers,
-             layers_source.text + ": layers_to_transform names layer " + std::to_string(l) +
-                 ", which the model does not have (its layers: 0 to " +
-                 std::to_string(num_layers - 1) + "): an adapter config of another model?");
   for (const auto& layer : adapters(num_layers))
     for (const LoraAdapter& a : layer)
       if (a.present()) return;
-  fail(layers_source.text + ": layers_pattern " + quoted_json(nlohmann::json(layers_pattern)) +
-       " finds no layer index in the model's module paths (" + lora_module_path(0, LoraTarget::kQ) +
-       ", ...): PEFT would adapt no module");
+  // Nothing adapted: the keys that chose nothing.
+  std::string why;
+  if (!layers_to_transform.empty())
+    why += "layers_to_transform " + quoted_json(nlohmann::json(layers_to_transform)) +
+           " (the model's layers: 0 to " + std::to_string(num_layers - 1) + ")";
+  if (!layers_pattern.empty())
+    why += ", layers_pattern " + quoted_json(nlohmann::json(layers_pattern)) +
+           " (PEFT reads the layer index after it, in paths such as " +
+           lora_module_path(0, LoraTarget::kQ) + ")";
+  if (!exclude_modules.empty())
+    why += std::string(why.empty() ? "" : ", ") + "exclude_modules " +
+           quoted_json(exclude_pattern ? nlohmann::json(exclude_modules.front())
+                                       : nlohmann::json(exclude_modules)) +
+           " (PEFT: \"All modules were excluded\")";
+  fail(layers_source.text + ": no module of the model is adapted: " + why);
 }
 
 void LoraSpec::read_layer_keys(const nlohmann::json& j, const std::string& source) {
@@ -210,7 +281,7 @@ void LoraSpec::read_layer_keys(const nlohmann::json& j, const std::string& sourc
         layers_to_transform.push_back(l.get<int64_t>());
       }
     }
-    if (!layers_to_transform.empty()) refuse_beside_string("layers_to_transform");
+    refuse_beside_string("layers_to_transform");  // PEFT: "is not None", even []
   }
   if (given("layers_pattern")) {
     const nlohmann::json& v = j["layers_pattern"];
@@ -221,7 +292,27 @@ void LoraSpec::read_layer_keys(const nlohmann::json& j, const std::string& sourc
       ZT_CHECK(name.is_string(), source + ": layers_pattern holds " + quoted_json(name));
       if (!name.get<std::string>().empty()) layers_pattern.push_back(name.get<std::string>());
     }
-    if (!layers_pattern.empty()) refuse_beside_string("layers_pattern");
+    refuse_beside_string("layers_pattern");
+    ZT_CHECK(layers_pattern.empty() || !layers_to_transform.empty(),
+             source +
+                 ": key 'layers_pattern' without layers_to_transform: PEFT 0.14 and later "
+                 "refuse it (0.17 also beside an empty list; 0.13 reads past it); give the "
+                 "layers, or leave the key out");
+  }
+  if (given("exclude_modules")) {
+    const nlohmann::json& v = j["exclude_modules"];
+    ZT_CHECK(v.is_string() || v.is_array(),
+             source +
+                 ": key 'exclude_modules' must be a regular expression or a list of module "
+                 "names, got " +
+                 quoted_json(v));
+    exclude_pattern = v.is_string();
+    for (const auto& name : exclude_pattern ? nlohmann::json::array({v}) : v) {
+      ZT_CHECK(name.is_string(), source + ": exclude_modules holds " + quoted_json(name));
+      exclude_modules.push_back(name.get<std::string>());
+    }
+    if (exclude_pattern && exclude_modules.front().empty()) exclude_modules.clear();  // PEFT: falsy
+    if (exclude_modules.empty()) exclude_pattern = false;
   }
   auto read_pattern = [&](const char* key, auto& out, auto valid, const char* what) {
     if (!given(key)) return;
@@ -248,10 +339,15 @@ void LoraSpec::read_layer_keys(const nlohmann::json& j, const std::string& sourc
 
 void LoraSpec::write_layer_keys(nlohmann::json& j) const {
   if (!layers_to_transform.empty()) j["layers_to_transform"] = layers_to_transform;
-  if (layers_pattern.size() == 1) j["layers_pattern"] = layers_pattern.front();
-  if (layers_pattern.size() > 1) j["layers_pattern"] = layers_pattern;
+  if (!layers_to_transform.empty() && layers_pattern.size() == 1)  // PEFT 0.14: only beside it
+    j["layers_pattern"] = layers_pattern.front();
+  if (!layers_to_transform.empty() && layers_pattern.size() > 1)
+    j["layers_pattern"] = layers_pattern;
   if (!rank_pattern.empty()) j["rank_pattern"] = rank_pattern;
   if (!alpha_pattern.empty()) j["alpha_pattern"] = alpha_pattern;
+  if (!exclude_modules.empty())
+    j["exclude_modules"] =
+        exclude_pattern ? nlohmann::json(exclude_modules.front()) : nlohmann::json(exclude_modules);
   if (target_pattern.per_layer) j["target_modules"] = target_pattern.regex;
 }
 
@@ -263,6 +359,9 @@ std::string LoraSpec::layers_text() const {
       s += (i ? ", " : "") + std::to_string(layers_to_transform[i]);
   }
   if (target_pattern.per_layer) s += " (by layer: target_modules " + target_pattern.regex + ")";
+  if (!exclude_modules.empty())
+    s += " excluding " +
+         (exclude_pattern ? exclude_modules.front() : nlohmann::json(exclude_modules).dump());
   if (!rank_pattern.empty() || !alpha_pattern.empty())
     s += std::string(" with ") + (rank_pattern.empty() ? "" : "rank_pattern") +
          (rank_pattern.empty() || alpha_pattern.empty() ? "" : " and ") +

@@ -89,7 +89,7 @@ REGEX_REFUSED = {
 # own: zerotrain must resolve each module as PEFT does...
 LAYER_KEYS_AGREE = [
     {"target_modules": ["q_proj", "v_proj", "o_proj"], "layers_to_transform": [1]},
-    {"target_modules": ["o_proj", "down_proj"], "layers_to_transform": 0,
+    {"target_modules": ["o_proj", "down_proj"], "layers_to_transform": 1,  # (0.17 refuses a 0)
      "layers_pattern": "layers"},
     {"target_modules": ["q_proj", "k_proj", "down_proj"],
      "rank_pattern": {"k_proj": 2, "layers.1.mlp.down_proj": 12}, "alpha_pattern": {"q_proj": 64}},
@@ -98,16 +98,38 @@ LAYER_KEYS_AGREE = [
     {"target_modules": r".*\.1\.self_attn\.[qkvo]_proj|.*\.0\.mlp\.down_proj",
      "rank_pattern": {"down_proj": 3}},
 ]
+# ... and, with PEFT 0.15 or later (the _peft017 variants), those that PEFT 0.13 reads otherwise
+# or not at all: exclude_modules (0.14), rank_pattern and alpha_pattern keys matching from the
+# module path's start (0.15).
+LAYER_KEYS_AGREE_NEWER = [
+    {"target_modules": ["q_proj", "v_proj", "down_proj"],
+     "exclude_modules": ["layers.0.self_attn.v_proj", "lm_head"]},
+    {"target_modules": "all-linear", "exclude_modules": r".*\.1\.mlp\..*"},
+    {"target_modules": ["q_proj", "k_proj"],
+     "rank_pattern": {"model.layers.0.self_attn.q_proj": 2},
+     "alpha_pattern": {"model.layers.1.self_attn.k_proj": 32}},
+]
 # ... or refuse, saying why: GPT-2's layers_pattern (PEFT adapts nothing), a layer the model lacks,
-# two keys of a pattern giving a module different values (PEFT's choice is the keys' order).
+# two keys of a pattern giving a module different values (PEFT's choice is the keys' order),
+# layers_pattern alone (PEFT 0.17 refuses it), every module excluded.
 LAYER_KEYS_REFUSED = [
     ({"target_modules": ["o_proj"], "layers_to_transform": [0], "layers_pattern": "h"},
-     "finds no layer index in the model's module paths"),
+     "layers_pattern [\"h\"] (PEFT reads the layer index after it"),
     ({"target_modules": ["o_proj"], "layers_to_transform": [2]},
-     "layers_to_transform names layer 2, which the model does not have"),
+     "no module of the model is adapted: layers_to_transform [2] (the model's layers: 0 to 1)"),
     ({"target_modules": ["o_proj"], "rank_pattern": {"o_proj": 2, "self_attn.o_proj": 4}},
      "with different values"),
+    ({"target_modules": ["o_proj"], "layers_pattern": "layers"},
+     "key 'layers_pattern' without layers_to_transform"),
+    ({"target_modules": ["o_proj", "down_proj"], "exclude_modules": r".*_proj"},
+     "(PEFT: \"All modules were excluded\")"),
 ]
+
+
+def newer_peft():
+    """Whether the PEFT imported matches rank_pattern keys from the path's start (0.15 on)."""
+    import peft
+    return tuple(int(x) for x in peft.__version__.split(".")[:2]) >= (0, 15)
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj",
                "gate_up_proj", "down_proj"]
 PHI3_STORED = 9  # the files of tests/data/peft_adapter_configs_phi3/
@@ -211,8 +233,9 @@ def adapter_config_files(args, work):
         paths += phi3
     refused = dict(REFUSED)
     os.makedirs(work("regex"))
+    agree = LAYER_KEYS_AGREE + (LAYER_KEYS_AGREE_NEWER if newer_peft() else [])
     written = [({"target_modules": p}, REGEX_REFUSED.get(p)) for p in REGEX_AGREE + list(
-        REGEX_REFUSED)] + [(keys, None) for keys in LAYER_KEYS_AGREE] + LAYER_KEYS_REFUSED
+        REGEX_REFUSED)] + [(keys, None) for keys in agree] + LAYER_KEYS_REFUSED
     for i, (keys, says) in enumerate(written):
         paths.append(work("regex", f"written-{i}.json"))
         with open(paths[-1], "w") as f:
@@ -247,8 +270,10 @@ def checks(args, work, alpha_factor):
             continue
         # Every key of these files is a LoraConfig key; a list naming projections of another
         # model alone is warned about (PEFT adapts the names it finds).
+        # (and, of a file only newer PEFT reads alike, that older releases read it otherwise)
         warned = [line for line in err.splitlines() if "warning" in line and
-                  f"a {args.family} model has no " not in line]
+                  f"a {args.family} model has no " not in line and
+                  "than in 0.15 and later, which zerotrain follows" not in line]
         if status != 0 or warned:
             print(f"FAIL {name}: " + ("refused" if status else "warned") + f": {err.strip()}")
             failures.append(name)

@@ -89,7 +89,8 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
   EXPECT_NE(with("target_modules", {"wq"}).find("'wq' is not a projection"), std::string::npos);
   EXPECT_NE(with("lora_dropout", 1.0).find("lora_dropout must be in [0, 1)"), std::string::npos);
   EXPECT_EQ(with("lora_dropout", 0.05), "");
-  EXPECT_NE(with("exclude_modules", {"down_proj"}).find("key 'exclude_modules'"),
+  EXPECT_EQ(with("exclude_modules", {"down_proj"}), "");  // tests/unit/test_lora_layers.cpp
+  EXPECT_NE(with("exclude_modules", 3).find("c.json: key 'exclude_modules' must be"),
             std::string::npos);
   // Newer PEFT's QALoRA and aLoRA change the products; at their defaults they are read past.
   EXPECT_NE(with("use_qalora", true).find("key 'use_qalora'"), std::string::npos);
@@ -253,6 +254,14 @@ TEST(Lora, ATargetModulesRegexSelectsProjectionsLayerByLayer) {
   for (int l = 0; l < 12; ++l)
     EXPECT_EQ(by_layer.lora_tensor(l, static_cast<int>(LoraTarget::kV), false) >= 0, l < 10) << l;
   EXPECT_FALSE(LoraSpec(twelve.lora) == spec(R"(.*\.v_proj)"));
+  // Another by-layer pattern is another spec; the same one, read back, the same.
+  ModelConfig other = twelve.base();
+  (void)other.set_lora(spec(R"(model\.layers\.[0-8]\.self_attn\.v_proj)"));
+  EXPECT_TRUE(other.lora.target_pattern.per_layer);
+  EXPECT_FALSE(other.lora == twelve.lora);
+  ModelConfig again = twelve.base();
+  (void)again.set_lora(LoraSpec::from_peft_json(twelve.lora.to_json(), "r.json"));
+  EXPECT_TRUE(again.lora == twelve.lora);
   EXPECT_EQ(layout_error(R"(model\.layers\.[0-9]\.self_attn\.v_proj)", 10), "");
   // Layer 5 alone: a projection of a model with six layers, none of one with two.
   EXPECT_EQ(layout_error(R"(model\.layers\.5\..*_proj)", 6), "");

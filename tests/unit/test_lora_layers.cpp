@@ -13,6 +13,7 @@
 
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/llama.h"
 #include "model/lora.h"
 #include "model/trainable.h"
 #include "support/error_text.h"
@@ -70,18 +71,32 @@ TEST(LoraLayers, LayersToTransformChoosesTheLayersOfTheListedProjections) {
   EXPECT_EQ(lora_only.lowest_backward_group(layout), layout.layer_group(1));
 }
 
+// Each layer keeps u = s·(x·Aᵀ) [M, r] of its own adapters alone: none in a layer without, and
+// each at its own rank.
+TEST(LoraLayers, ActivationsHoldEachLayersAdaptersAtTheirRanks) {
+  const int64_t B = 1, T = 64;
+  const ModelConfig c = adapted({{"r", 4},
+                                 {"target_modules", {"q_proj", "v_proj", "down_proj"}},
+                                 {"layers_to_transform", {1, 3}},
+                                 {"rank_pattern", {{"v_proj", 2}, {"down_proj", 6}}}});
+  const ActivationPlan base = ActivationPlan::make(c.base(), B, T, {}, 0, DType::kFloat32);
+  const ActivationPlan plan = ActivationPlan::make(c, B, T, {}, 0, DType::kFloat32);
+  EXPECT_EQ(plan.layer_saved - base.layer_saved, 2 * (4 + 2 + 6) * B * T * 4);
+}
+
 TEST(LoraLayers, LayersPatternNamesWhereTheLayerIndexIsRead) {
-  nlohmann::json j = {{"r", 4}, {"target_modules", {"v_proj"}}, {"layers_to_transform", {0}}};
+  nlohmann::json j = {{"r", 4}, {"target_modules", {"v_proj"}}, {"layers_to_transform", {2}}};
   for (const nlohmann::json& pattern : {nlohmann::json("layers"), nlohmann::json({"h", "layers"}),
                                         nlohmann::json(""), nlohmann::json("la.ers")}) {
     j["layers_pattern"] = pattern;
-    EXPECT_EQ(adapted_modules(adapted(j)), std::vector<std::string>{"0:v_proj"}) << pattern;
+    EXPECT_EQ(adapted_modules(adapted(j)), std::vector<std::string>{"2:v_proj"}) << pattern;
   }
   // GPT-2's "h" finds no index in a Llama's paths: PEFT adapts nothing, zerotrain refuses.
   j["layers_pattern"] = "h";
   EXPECT_NE(error_of([&] { (void)adapted(j); })
-                .find("a.json: layers_pattern [\"h\"] finds no layer index in the model's module "
-                      "paths (model.layers.0.self_attn.q_proj, ...)"),
+                .find("a.json: no module of the model is adapted: layers_to_transform [2] (the "
+                      "model's layers: 0 to 3), layers_pattern [\"h\"] (PEFT reads the layer index "
+                      "after it"),
             std::string::npos);
   // A pattern whose first group is no number (PEFT's int() fails on it).
   j["layers_pattern"] = "(layers)";
@@ -97,6 +112,28 @@ TEST(LoraLayers, RankAndAlphaPatternsGiveModulesTheirOwn) {
       {"alpha_pattern", {{"q_proj", 32}, {"model.layers.0.mlp.down_proj", 3}}}};
   const ModelConfig c = adapted(j, 2);
   const auto table = c.lora.adapters(2);
+  // Read as PEFT 0.15 reads it, the module older releases read otherwise named in a warning: 0.14
+  // matches a key only after a dot; 0.13 looks the first key, of rank_pattern then alpha_pattern,
+  // up in both.
+  ModelConfig two = preset_config("tiny");
+  EXPECT_EQ(two.set_lora(LoraSpec::from_peft_json(j, "a.json")),
+            "a.json: rank_pattern and alpha_pattern give 1 module(s) another r or lora_alpha in "
+            "PEFT 0.13 or 0.14 than in 0.15 and later, which zerotrain follows "
+            "('model.layers.0.mlp.down_proj': r 4, lora_alpha 3 as PEFT 0.15 reads it; 0.14 r 4, "
+            "lora_alpha 8, 0.13 r 4, lora_alpha 8); an adapter trained with an older PEFT trained "
+            "with those");
+  nlohmann::json joint = {{"r", 4},
+                          {"target_modules", {"q_proj"}},
+                          {"rank_pattern", {{"q_proj", 2}}},
+                          {"alpha_pattern", {{"self_attn.q_proj", 16}}}};
+  EXPECT_NE(two.set_lora(LoraSpec::from_peft_json(joint, "a.json"))
+                .find("give 2 module(s) another r or lora_alpha in PEFT 0.13 or 0.14 than in 0.15 "
+                      "and later, which zerotrain follows ('model.layers.0.self_attn.q_proj': r 2, "
+                      "lora_alpha 16 as PEFT 0.15 reads it; 0.14 r 2, lora_alpha 16, 0.13 r 2, "
+                      "lora_alpha 8)"),
+            std::string::npos);
+  joint["alpha_pattern"] = {{"q_proj", 16}};  // one key in both: every release reads it alike
+  EXPECT_EQ(two.set_lora(LoraSpec::from_peft_json(joint, "a.json")), "");
   auto at = [&](int l, LoraTarget t) {
     const LoraAdapter a = table[static_cast<size_t>(l)][static_cast<size_t>(t)];
     return std::to_string(a.rank) + "/" + std::to_string(static_cast<int>(a.alpha));
@@ -105,7 +142,6 @@ TEST(LoraLayers, RankAndAlphaPatternsGiveModulesTheirOwn) {
   EXPECT_EQ(at(1, LoraTarget::kV), "2/8");
   EXPECT_EQ(at(0, LoraTarget::kDown), "4/3");  // a key from the path's start (PEFT 0.15)
   EXPECT_EQ(at(1, LoraTarget::kDown), "6/8");
-  EXPECT_EQ(c.lora.max_rank(), 6);
   // The layout's shapes and scales follow.
   const ParamLayout layout(c);
   const auto& v = layout.tensors()[static_cast<size_t>(
@@ -130,6 +166,36 @@ TEST(LoraLayers, RankAndAlphaPatternsGiveModulesTheirOwn) {
   EXPECT_EQ(adapted(partial, 2).lora.adapters(2)[0][0].rank, 4);
 }
 
+// PEFT's exclude_modules (0.14 and later): a list of names, each the path or its end after a
+// dot, or a regular expression matched whole; every module excluded is refused, as PEFT refuses.
+TEST(LoraLayers, ExcludeModulesLeavesModulesUnadapted) {
+  nlohmann::json j = {{"r", 4}, {"target_modules", {"q_proj", "down_proj"}}};
+  j["exclude_modules"] = {"layers.1.mlp.down_proj", "model.layers.0.self_attn.q_proj", "lm_head"};
+  const ModelConfig listed = adapted(j, 2);
+  EXPECT_EQ(adapted_modules(listed), (std::vector<std::string>{"0:down_proj", "1:q_proj"}));
+  EXPECT_EQ(listed.lora.to_json()["exclude_modules"], j["exclude_modules"]);
+  EXPECT_TRUE(LoraSpec::from_peft_json(listed.lora.to_json(), "b.json") == listed.lora);
+  // A name matches whole path components: "proj" ends no path after a dot.
+  j["exclude_modules"] = {"proj", "_proj"};
+  EXPECT_EQ(adapted_modules(adapted(j, 2)).size(), 4u);
+  j["target_modules"] = "all-linear";
+  j["exclude_modules"] = R"(.*\.1\..*|.*mlp.*)";
+  const ModelConfig pattern = adapted(j, 2);
+  EXPECT_EQ(adapted_modules(pattern),
+            (std::vector<std::string>{"0:q_proj", "0:k_proj", "0:v_proj", "0:o_proj"}));
+  EXPECT_EQ(pattern.lora.to_json()["exclude_modules"], j["exclude_modules"]);
+  j["exclude_modules"] = ".*";
+  EXPECT_NE(error_of([&] { (void)adapted(j, 2); })
+                .find("a.json: no module of the model is adapted: exclude_modules \".*\" (PEFT: "
+                      "\"All modules were excluded\")"),
+            std::string::npos);
+  j["exclude_modules"] = "(";
+  EXPECT_NE(error_of([&] { (void)adapted(j, 2); }).find("RE2 cannot read"), std::string::npos);
+  j["exclude_modules"] = {1};
+  EXPECT_NE(error_of([&] { (void)adapted(j, 2); }).find("exclude_modules holds 1"),
+            std::string::npos);
+}
+
 TEST(LoraLayers, BadLayerKeysAreRefusedNamingTheFileAndKey) {
   const nlohmann::json base = {{"r", 4}, {"target_modules", {"q_proj"}}};
   auto with = [&](const char* key, nlohmann::json value) {
@@ -137,17 +203,30 @@ TEST(LoraLayers, BadLayerKeysAreRefusedNamingTheFileAndKey) {
     j[key] = std::move(value);
     return error_of([&] { (void)adapted(j); });
   };
-  EXPECT_NE(with("layers_to_transform", {1, 4})
-                .find("a.json: layers_to_transform names layer 4, which the model does not have "
-                      "(its layers: 0 to 3)"),
+  // A layer the model lacks: PEFT adapts the others (a warning), or nothing (refused).
+  ModelConfig four = preset_config("tiny");
+  four.num_layers = 4;
+  nlohmann::json beyond = base;
+  beyond["layers_to_transform"] = {1, 4, -1};
+  EXPECT_NE(four.set_lora(LoraSpec::from_peft_json(beyond, "a.json"))
+                .find("a.json: layers_to_transform names layer(s) 4, -1, which the model does not "
+                      "have (its layers: 0 to 3); as PEFT does, zerotrain adapts the others"),
             std::string::npos);
-  EXPECT_NE(with("layers_to_transform", {-1}).find("names layer -1"), std::string::npos);
+  EXPECT_EQ(adapted_modules(four), std::vector<std::string>{"1:q_proj"});
+  EXPECT_NE(with("layers_to_transform", {4})
+                .find("a.json: no module of the model is adapted: "
+                      "layers_to_transform [4] (the model's layers: "
+                      "0 to 3)"),
+            std::string::npos);
   EXPECT_NE(with("layers_to_transform", "1").find("key 'layers_to_transform' must be a layer"),
             std::string::npos);
   EXPECT_NE(with("layers_to_transform", {1.5}).find("layers_to_transform holds 1.5"),
             std::string::npos);
   EXPECT_NE(with("layers_pattern", 3).find("key 'layers_pattern' must be a name"),
             std::string::npos);
+  EXPECT_NE(
+      with("layers_pattern", "layers").find("without layers_to_transform: PEFT 0.14 and later"),
+      std::string::npos);
   EXPECT_NE(with("rank_pattern", {{"q_proj", 2.5}}).find("rank_pattern gives 'q_proj' 2.5"),
             std::string::npos);
   EXPECT_NE(with("rank_pattern", {1, 2}).find("key 'rank_pattern' must be an object"),
