@@ -78,8 +78,9 @@ setup_venv() {
   local req_peft=$ROOT/tests/oracle/requirements-peft-0.17.txt
   local want
   want=$(cat "$req" "$req_449" "$req_peft" | sha256sum | cut -d' ' -f1)
-  [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return
-  log "creating .venv/ with the pinned oracle clients (tests/oracle/requirements-hf.txt)"
+  [ -x "$VENV/bin/python" ] && [ -d "$VENV/peft-0.17" ] &&
+    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return
+  log "creating .venv/ with the pinned oracle clients (tests/oracle/requirements-hf*.txt, requirements-peft-0.17.txt)"
   rm -rf "$VENV"
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \

@@ -175,8 +175,10 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.losses = dev.take_f32(M);
   plan.head = dev.used() - plan.residual - plan.layer_saved;
   // LoRA's y += u·Bᵀ: the product [M, out] of the widest adapted projection.
-  const bool lora_mlp = c.lora.has(LoraTarget::kGate) || c.lora.has(LoraTarget::kUp) ||
-                        c.lora.has(LoraTarget::kGateUp);
+  const AdapterRanks& largest = ranks.back();  // of each target over the layers
+  const bool lora_mlp = largest[static_cast<size_t>(LoraTarget::kGate)] > 0 ||
+                        largest[static_cast<size_t>(LoraTarget::kUp)] > 0 ||
+                        largest[static_cast<size_t>(LoraTarget::kGateUp)] > 0;
   const int64_t lora_product = c.lora.enabled() ? M * std::max({D, QD, KV, lora_mlp ? F : 0}) : 0;
   if (ac.forward_only) {  // no backward temporaries
     if (lora_product > 0) t.lora_product = dev.take(lora_product, storage);
@@ -198,7 +200,7 @@ ActivationPlan carve_activation_arena(const ModelConfig& c, int64_t B, int64_t T
   t.dh = dev.take(M * F, storage);
   if (c.lora.enabled()) {
     t.lora_product = dev.take(lora_product, storage);
-    t.lora_du = dev.take(M * *std::max_element(ranks.back().begin(), ranks.back().end()), storage);
+    t.lora_du = dev.take(M * *std::max_element(largest.begin(), largest.end()), storage);
     if (c.lora.dropout > 0) t.lora_dropped = dev.take(M * std::max({D, QD, F}), storage);
   }
   plan.grad_scratch = dev.used() - plan.residual - plan.layer_saved - plan.head;

@@ -112,18 +112,46 @@ class ModulePattern {
   std::vector<std::pair<std::string, std::unique_ptr<RE2>>> keys_;
 };
 
-// Where PEFT 0.13 or 0.14 would give an adapted module another r or lora_alpha than `table` (PEFT
-// 0.15's reading, zerotrain's): 0.14 matches keys after a dot only; 0.13 also looks the first
-// matching key, of rank_pattern then alpha_pattern, up in both. A note naming the first such
-// module and the count, or "".
+using Reading = std::pair<int64_t, double>;  // a module's r and lora_alpha
+
+// What PEFT 0.14 and 0.13 can give the module at `path`, whatever the order of the keys that match
+// it (`ranks`, `alphas`: matched as they match them, after a dot). A key that matches none falls
+// back to the path itself, looked up as a key (so a key that is a whole path applies). 0.14 looks
+// each pattern up apart; 0.13 looks the first matching key, of rank_pattern then alpha_pattern,
+// up in both.
+std::array<std::set<Reading>, 2> earlier_readings(const LoraSpec& s,
+                                                  const ModulePattern<int64_t>& ranks,
+                                                  const ModulePattern<double>& alphas,
+                                                  const std::string& path) {
+  auto or_path = [&](std::vector<std::string> keys) {
+    if (keys.empty()) keys.push_back(path);
+    return keys;
+  };
+  auto reading = [&](const std::string& rank_key, const std::string& alpha_key) {
+    const auto r = s.rank_pattern.find(rank_key);
+    const auto a = s.alpha_pattern.find(alpha_key);
+    return Reading{r == s.rank_pattern.end() ? s.rank : r->second,
+                   a == s.alpha_pattern.end() ? s.alpha : a->second};
+  };
+  const auto rk = ranks.keys_matching(path), ak = alphas.keys_matching(path);
+  std::array<std::set<Reading>, 2> out;  // 0.14's, 0.13's
+  for (const std::string& r : or_path(rk))
+    for (const std::string& a : or_path(ak)) out[0].insert(reading(r, a));
+  for (const std::string& k : or_path(rk.empty() ? ak : rk)) out[1].insert(reading(k, k));
+  return out;
+}
+
+// Where PEFT 0.14 or 0.13 would give an adapted module another r or lora_alpha than `table` (PEFT
+// 0.15's reading, zerotrain's) in every order of its keys: a note naming the first such module
+// and the count, or "".
 std::string earlier_peft_note(const LoraSpec& s,
                               const std::vector<std::array<LoraAdapter, kLoraTargets>>& table) {
   if (s.rank_pattern.empty() && s.alpha_pattern.empty()) return "";
   const std::string& src = s.layers_source.text;
   const ModulePattern<int64_t> ranks(s.rank_pattern, src + ": rank_pattern", true);
   const ModulePattern<double> alphas(s.alpha_pattern, src + ": alpha_pattern", true);
-  auto reading = [](int64_t r, double a) {
-    return "r " + std::to_string(r) + ", lora_alpha " + shortest_decimal(a);
+  auto text = [](const Reading& r) {
+    return "r " + std::to_string(r.first) + ", lora_alpha " + shortest_decimal(r.second);
   };
   int64_t differing = 0;
   std::string first;
@@ -132,16 +160,12 @@ std::string earlier_peft_note(const LoraSpec& s,
       const LoraAdapter& a = table[l][static_cast<size_t>(t)];
       if (!a.present()) continue;
       const std::string path = lora_module_path(static_cast<int64_t>(l), t);
-      const auto rk = ranks.keys_matching(path), ak = alphas.keys_matching(path);
-      const int64_t r14 = rk.empty() ? s.rank : s.rank_pattern.at(rk.front());
-      const double a14 = ak.empty() ? s.alpha : s.alpha_pattern.at(ak.front());
-      const std::string k13 = !rk.empty() ? rk.front() : !ak.empty() ? ak.front() : "";
-      const int64_t r13 = s.rank_pattern.count(k13) ? s.rank_pattern.at(k13) : s.rank;
-      const double a13 = s.alpha_pattern.count(k13) ? s.alpha_pattern.at(k13) : s.alpha;
-      if (r14 == a.rank && a14 == a.alpha && r13 == a.rank && a13 == a.alpha) continue;
+      const Reading here{a.rank, a.alpha};
+      const auto [peft014, peft013] = earlier_readings(s, ranks, alphas, path);
+      if (peft014.count(here) && peft013.count(here)) continue;
       if (differing++ == 0)
-        first = "'" + path + "': " + reading(a.rank, a.alpha) + " as PEFT 0.15 reads it; 0.14 " +
-                reading(r14, a14) + ", 0.13 " + reading(r13, a13);
+        first = "'" + path + "': " + text(here) + " as PEFT 0.15 reads it; 0.14 " +
+                text(*peft014.begin()) + ", 0.13 " + text(*peft013.begin());
     }
   if (differing == 0) return "";
   return src + ": rank_pattern and alpha_pattern give " + std::to_string(differing) +
@@ -293,7 +317,9 @@ void LoraSpec::read_layer_keys(const nlohmann::json& j, const std::string& sourc
       if (!name.get<std::string>().empty()) layers_pattern.push_back(name.get<std::string>());
     }
     refuse_beside_string("layers_pattern");
-    ZT_CHECK(layers_pattern.empty() || !layers_to_transform.empty(),
+    // PEFT tests `not layers_to_transform`: an empty list, and the index 0 given as a number.
+    const bool layers_falsy = layers_to_transform.empty() || j["layers_to_transform"] == 0;
+    ZT_CHECK(layers_pattern.empty() || !layers_falsy,
              source +
                  ": key 'layers_pattern' without layers_to_transform: PEFT 0.14 and later "
                  "refuse it (0.17 also beside an empty list; 0.13 reads past it); give the "

@@ -160,15 +160,24 @@ def write_byte_windows(path, sample, windows, seq_len, extra_tokens=0):
 
 
 def require_venv_modules(*names):
-    """Imports the named modules or exits 2 saying how to make the venv that has them."""
+    """Imports the named modules or exits 2 saying how to make the venv that has them. With
+    ZT_EXPECT_PEFT set (a test run against PEFT installed beside the venv's), PEFT must be that
+    version: without it on the path, the venv's own would stand in unnoticed."""
     import importlib
+    import os
     import sys
     try:
-        return [importlib.import_module(name) for name in names]
+        modules = [importlib.import_module(name) for name in names]
     except ImportError as e:
         print(f"cannot import {e.name}: run ./run.sh deps (it creates .venv/ with the pinned "
               f"oracle clients) and run this test with .venv/bin/python", file=sys.stderr)
         sys.exit(2)
+    want = os.environ.get("ZT_EXPECT_PEFT")
+    if want and "peft" in names and modules[names.index("peft")].__version__ != want:
+        print(f"PEFT {modules[names.index('peft')].__version__} imported, ZT_EXPECT_PEFT={want}: "
+              f"run ./run.sh deps (it installs PEFT {want} beside the venv's)", file=sys.stderr)
+        sys.exit(2)
+    return modules
 
 
 def extract_from_sdist(sdist, member_path, work_dir):

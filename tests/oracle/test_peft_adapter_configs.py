@@ -95,19 +95,23 @@ LAYER_KEYS_AGREE = [
      "rank_pattern": {"k_proj": 2, "layers.1.mlp.down_proj": 12}, "alpha_pattern": {"q_proj": 64}},
     {"target_modules": "all-linear", "rank_pattern": {"o_proj": 4, "qkv_proj": 6},
      "alpha_pattern": {"o_proj": 4}, "use_rslora": True},
+    {"target_modules": ["q_proj", "k_proj"],  # keys that are whole paths
+     "rank_pattern": {"model.layers.0.self_attn.q_proj": 2},
+     "alpha_pattern": {"model.layers.1.self_attn.k_proj": 32}},
     {"target_modules": r".*\.1\.self_attn\.[qkvo]_proj|.*\.0\.mlp\.down_proj",
      "rank_pattern": {"down_proj": 3}},
 ]
 # ... and, with PEFT 0.15 or later (the _peft017 variants), those that PEFT 0.13 reads otherwise
-# or not at all: exclude_modules (0.14), rank_pattern and alpha_pattern keys matching from the
-# module path's start (0.15).
+# or not at all: exclude_modules (0.14), rank_pattern and alpha_pattern keys that match from the
+# module path's start without being the path itself (0.15; zerotrain warns that 0.13 and 0.14
+# read them otherwise).
 LAYER_KEYS_AGREE_NEWER = [
     {"target_modules": ["q_proj", "v_proj", "down_proj"],
      "exclude_modules": ["layers.0.self_attn.v_proj", "lm_head"]},
     {"target_modules": "all-linear", "exclude_modules": r".*\.1\.mlp\..*"},
     {"target_modules": ["q_proj", "k_proj"],
-     "rank_pattern": {"model.layers.0.self_attn.q_proj": 2},
-     "alpha_pattern": {"model.layers.1.self_attn.k_proj": 32}},
+     "rank_pattern": {r"model\.layers\.[01]\.self_attn\.q_proj": 2},
+     "alpha_pattern": {"model.layers.1.self_attn.k_.*": 32}},
 ]
 # ... or refuse, saying why: GPT-2's layers_pattern (PEFT adapts nothing), a layer the model lacks,
 # two keys of a pattern giving a module different values (PEFT's choice is the keys' order),
@@ -124,6 +128,9 @@ LAYER_KEYS_REFUSED = [
     ({"target_modules": ["o_proj", "down_proj"], "exclude_modules": r".*_proj"},
      "(PEFT: \"All modules were excluded\")"),
 ]
+
+
+OLDER_PEFT_WARNED = set()  # the files of LAYER_KEYS_AGREE_NEWER, which may warn so
 
 
 def newer_peft():
@@ -242,6 +249,8 @@ def adapter_config_files(args, work):
             json.dump(dict({"peft_type": "LORA", "r": 8, "lora_alpha": 16}, **keys), f)
         if says:
             refused[os.path.basename(paths[-1])] = says
+        if keys in LAYER_KEYS_AGREE_NEWER:
+            OLDER_PEFT_WARNED.add(os.path.basename(paths[-1]))
     return paths, refused
 
 
@@ -272,8 +281,9 @@ def checks(args, work, alpha_factor):
         # model alone is warned about (PEFT adapts the names it finds).
         # (and, of a file only newer PEFT reads alike, that older releases read it otherwise)
         warned = [line for line in err.splitlines() if "warning" in line and
-                  f"a {args.family} model has no " not in line and
-                  "than in 0.15 and later, which zerotrain follows" not in line]
+                  f"a {args.family} model has no " not in line and not (
+                      name in OLDER_PEFT_WARNED and
+                      "than in 0.15 and later, which zerotrain follows" in line)]
         if status != 0 or warned:
             print(f"FAIL {name}: " + ("refused" if status else "warned") + f": {err.strip()}")
             failures.append(name)

@@ -112,16 +112,27 @@ TEST(LoraLayers, RankAndAlphaPatternsGiveModulesTheirOwn) {
       {"alpha_pattern", {{"q_proj", 32}, {"model.layers.0.mlp.down_proj", 3}}}};
   const ModelConfig c = adapted(j, 2);
   const auto table = c.lora.adapters(2);
-  // Read as PEFT 0.15 reads it, the module older releases read otherwise named in a warning: 0.14
-  // matches a key only after a dot; 0.13 looks the first key, of rank_pattern then alpha_pattern,
-  // up in both.
+  // Read as PEFT 0.15 reads it; a module older releases read otherwise (in every order of the
+  // keys) is named in a warning. 0.14 matches a key after a dot, or as the whole path itself
+  // (the key above: no warning); 0.13 looks the first key, of rank_pattern then alpha_pattern, up
+  // in both.
   ModelConfig two = preset_config("tiny");
-  EXPECT_EQ(two.set_lora(LoraSpec::from_peft_json(j, "a.json")),
-            "a.json: rank_pattern and alpha_pattern give 1 module(s) another r or lora_alpha in "
+  EXPECT_EQ(two.set_lora(LoraSpec::from_peft_json(j, "a.json")), "");
+  nlohmann::json from_start = j;
+  from_start["alpha_pattern"] = {{"q_proj", 32}, {"model.layers.[01].mlp.down_proj", 3}};
+  EXPECT_EQ(two.set_lora(LoraSpec::from_peft_json(from_start, "a.json")),
+            "a.json: rank_pattern and alpha_pattern give 2 module(s) another r or lora_alpha in "
             "PEFT 0.13 or 0.14 than in 0.15 and later, which zerotrain follows "
             "('model.layers.0.mlp.down_proj': r 4, lora_alpha 3 as PEFT 0.15 reads it; 0.14 r 4, "
             "lora_alpha 8, 0.13 r 4, lora_alpha 8); an adapter trained with an older PEFT trained "
             "with those");
+  // Two keys of the same rank: 0.13 looks up whichever comes first in the file, which may be the
+  // one alpha_pattern holds too: no warning.
+  nlohmann::json order = {{"r", 4},
+                          {"target_modules", {"q_proj"}},
+                          {"rank_pattern", {{"q_proj", 8}, {"layers.0.self_attn.q_proj", 8}}},
+                          {"alpha_pattern", {{"q_proj", 16}}}};
+  EXPECT_EQ(two.set_lora(LoraSpec::from_peft_json(order, "a.json")), "");
   nlohmann::json joint = {{"r", 4},
                           {"target_modules", {"q_proj"}},
                           {"rank_pattern", {{"q_proj", 2}}},
@@ -140,7 +151,7 @@ TEST(LoraLayers, RankAndAlphaPatternsGiveModulesTheirOwn) {
   };
   EXPECT_EQ(at(0, LoraTarget::kQ), "4/32");
   EXPECT_EQ(at(1, LoraTarget::kV), "2/8");
-  EXPECT_EQ(at(0, LoraTarget::kDown), "4/3");  // a key from the path's start (PEFT 0.15)
+  EXPECT_EQ(at(0, LoraTarget::kDown), "4/3");  // a key that is the whole path
   EXPECT_EQ(at(1, LoraTarget::kDown), "6/8");
   // The layout's shapes and scales follow.
   const ParamLayout layout(c);
@@ -227,6 +238,13 @@ TEST(LoraLayers, BadLayerKeysAreRefusedNamingTheFileAndKey) {
   EXPECT_NE(
       with("layers_pattern", "layers").find("without layers_to_transform: PEFT 0.14 and later"),
       std::string::npos);
+  nlohmann::json zero = base;  // PEFT's `not layers_to_transform` holds for the index 0
+  zero["layers_to_transform"] = 0;
+  zero["layers_pattern"] = "layers";
+  EXPECT_NE(error_of([&] { (void)adapted(zero); }).find("key 'layers_pattern' without"),
+            std::string::npos);
+  zero["layers_to_transform"] = {0};
+  EXPECT_EQ(error_of([&] { (void)adapted(zero); }), "");
   EXPECT_NE(with("rank_pattern", {{"q_proj", 2.5}}).find("rank_pattern gives 'q_proj' 2.5"),
             std::string::npos);
   EXPECT_NE(with("rank_pattern", {1, 2}).find("key 'rank_pattern' must be an object"),
