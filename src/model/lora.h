@@ -57,6 +57,7 @@ struct LoraAdapter {
   int64_t rank = 0;
   double alpha = 0;
   bool present() const { return rank > 0; }
+  bool operator==(const LoraAdapter&) const = default;
 };
 
 struct LoraSpec {
@@ -137,8 +138,8 @@ struct LoraSpec {
   // target_modules pattern's targets become the projections it selects in some layer
   // (per_layer when not in all). Throws naming the keys where no projection is adapted in any
   // layer (check_layers), or where adapters() refuses. Returns a warning, or "": of the
-  // layers of layers_to_transform the model lacks (PEFT adapts the others), or of modules PEFT
-  // 0.13 or 0.14 would give another rank or alpha.
+  // layers of layers_to_transform the model lacks (PEFT adapts the others), of modules PEFT
+  // 0.13 or 0.14 would give another rank or alpha, or of exclude_modules excluding nothing.
   std::string fit_to_layers(int64_t num_layers);
   // Throws naming the keys that chose nothing (layers_to_transform, layers_pattern,
   // exclude_modules) where no module of a model of num_layers layers is adapted.

@@ -254,8 +254,22 @@ std::string LoraSpec::fit_to_layers(int64_t num_layers) {
     notes = layers_source.text + ": layers_to_transform names layer(s) " + notes +
             ", which the model does not have (its layers: 0 to " + std::to_string(num_layers - 1) +
             "); as PEFT does, zerotrain adapts the others";
-  const std::string earlier = earlier_peft_note(*this, adapters(num_layers));
-  return notes + (notes.empty() || earlier.empty() ? "" : "\nwarning: ") + earlier;
+  const auto table = adapters(num_layers);
+  auto add = [&](const std::string& note) {
+    notes += (notes.empty() || note.empty() ? "" : "\nwarning: ") + note;
+  };
+  add(earlier_peft_note(*this, table));
+  if (!exclude_modules.empty()) {  // PEFT warns when the key excluded nothing (a misspelling?)
+    LoraSpec without = *this;
+    without.exclude_modules.clear();
+    without.exclude_pattern = false;
+    if (without.adapters(num_layers) == table)
+      add(layers_source.text + ": exclude_modules " +
+          quoted_json(exclude_pattern ? nlohmann::json(exclude_modules.front())
+                                      : nlohmann::json(exclude_modules)) +
+          " excludes no module the other keys choose (PEFT warns so too): a misspelt name?");
+  }
+  return notes;
 }
 
 void LoraSpec::check_layers(int64_t num_layers) const {

@@ -186,9 +186,16 @@ TEST(LoraLayers, ExcludeModulesLeavesModulesUnadapted) {
   EXPECT_EQ(adapted_modules(listed), (std::vector<std::string>{"0:down_proj", "1:q_proj"}));
   EXPECT_EQ(listed.lora.to_json()["exclude_modules"], j["exclude_modules"]);
   EXPECT_TRUE(LoraSpec::from_peft_json(listed.lora.to_json(), "b.json") == listed.lora);
-  // A name matches whole path components: "proj" ends no path after a dot.
+  // A name matches whole path components: "proj" ends no path after a dot. Excluding nothing is
+  // warned about, as PEFT warns.
   j["exclude_modules"] = {"proj", "_proj"};
   EXPECT_EQ(adapted_modules(adapted(j, 2)).size(), 4u);
+  ModelConfig two = preset_config("tiny");
+  EXPECT_EQ(two.set_lora(LoraSpec::from_peft_json(j, "a.json")),
+            "a.json: exclude_modules [\"proj\",\"_proj\"] excludes no module the other keys "
+            "choose (PEFT warns so too): a misspelt name?");
+  j["exclude_modules"] = {"down_proj"};
+  EXPECT_EQ(two.set_lora(LoraSpec::from_peft_json(j, "a.json")), "");
   j["target_modules"] = "all-linear";
   j["exclude_modules"] = R"(.*\.1\..*|.*mlp.*)";
   const ModelConfig pattern = adapted(j, 2);
