@@ -125,8 +125,6 @@ struct LoraSpec {
   // adapter's, with its own rank and alpha (rank_pattern, alpha_pattern).
   float scale() const;
   float scale_of(const LoraAdapter& a) const;
-  // Whether layers or patterns choose which layers adapt what, or with which rank and alpha.
-  bool varies_by_layer() const;
   // Each decoder layer's adapters on a model of num_layers layers, [layer][LoraTarget], as PEFT
   // resolves the spec module by module: the targets (a pattern's in each layer, a list's in the
   // layers of layers_to_transform), each with its rank_pattern and alpha_pattern values, their
@@ -144,6 +142,8 @@ struct LoraSpec {
   // Throws naming the keys that chose nothing (layers_to_transform, layers_pattern,
   // exclude_modules) where no module of a model of num_layers layers is adapted.
   void check_layers(int64_t num_layers) const;
+  // check_layers on the adapters() of a model (table): throws unless one is present.
+  void refuse_none_adapted(const std::vector<std::array<LoraAdapter, kLoraTargets>>& table) const;
   // Reads layers_to_transform, layers_pattern, rank_pattern, alpha_pattern and exclude_modules
   // of a PEFT adapter config into this spec, refusing ill-typed values (and, as PEFT 0.17 refuses
   // them, layers_to_transform or layers_pattern beside a target_modules string, layers_pattern

@@ -112,6 +112,12 @@ class ModulePattern {
   std::vector<std::pair<std::string, std::unique_ptr<RE2>>> keys_;
 };
 
+// exclude_modules as the file gave it: the pattern, or the list of names.
+nlohmann::json exclude_modules_json(const LoraSpec& s) {
+  return s.exclude_pattern ? nlohmann::json(s.exclude_modules.front())
+                           : nlohmann::json(s.exclude_modules);
+}
+
 using Reading = std::pair<int64_t, double>;  // a module's r and lora_alpha
 
 // What PEFT 0.14 and 0.13 can give the module at `path`, whatever the order of the keys that match
@@ -181,11 +187,6 @@ float LoraSpec::scale_of(const LoraAdapter& a) const {
   return static_cast<float>(use_rslora ? a.alpha / std::sqrt(r) : a.alpha / r);
 }
 
-bool LoraSpec::varies_by_layer() const {
-  return !layers_to_transform.empty() || target_pattern.per_layer || !rank_pattern.empty() ||
-         !alpha_pattern.empty() || !exclude_modules.empty();
-}
-
 std::vector<std::array<LoraAdapter, kLoraTargets>> LoraSpec::adapters(int64_t num_layers) const {
   std::vector<std::array<LoraAdapter, kLoraTargets>> table(static_cast<size_t>(num_layers));
   if (!enabled()) return table;
@@ -245,7 +246,8 @@ std::string LoraSpec::fit_to_layers(int64_t num_layers) {
                  "against module paths such as " +
                  lora_module_path(0, LoraTarget::kQ) + ")");
   }
-  check_layers(num_layers);
+  const auto table = adapters(num_layers);
+  refuse_none_adapted(table);
   std::string notes;
   for (int64_t l : layers_to_transform)  // PEFT matches no module of a layer the model lacks
     if (l < 0 || l >= num_layers)
@@ -254,7 +256,6 @@ std::string LoraSpec::fit_to_layers(int64_t num_layers) {
     notes = layers_source.text + ": layers_to_transform names layer(s) " + notes +
             ", which the model does not have (its layers: 0 to " + std::to_string(num_layers - 1) +
             "); as PEFT does, zerotrain adapts the others";
-  const auto table = adapters(num_layers);
   auto add = [&](const std::string& note) {
     notes += (notes.empty() || note.empty() ? "" : "\nwarning: ") + note;
   };
@@ -264,17 +265,20 @@ std::string LoraSpec::fit_to_layers(int64_t num_layers) {
     without.exclude_modules.clear();
     without.exclude_pattern = false;
     if (without.adapters(num_layers) == table)
-      add(layers_source.text + ": exclude_modules " +
-          quoted_json(exclude_pattern ? nlohmann::json(exclude_modules.front())
-                                      : nlohmann::json(exclude_modules)) +
+      add(layers_source.text + ": exclude_modules " + quoted_json(exclude_modules_json(*this)) +
           " excludes no module the other keys choose (PEFT warns so too): a misspelt name?");
   }
   return notes;
 }
 
 void LoraSpec::check_layers(int64_t num_layers) const {
-  if (!enabled()) return;
-  for (const auto& layer : adapters(num_layers))
+  if (enabled()) refuse_none_adapted(adapters(num_layers));
+}
+
+void LoraSpec::refuse_none_adapted(
+    const std::vector<std::array<LoraAdapter, kLoraTargets>>& table) const {
+  const auto num_layers = static_cast<int64_t>(table.size());
+  for (const auto& layer : table)
     for (const LoraAdapter& a : layer)
       if (a.present()) return;
   // Nothing adapted: the keys that chose nothing.
@@ -288,9 +292,7 @@ void LoraSpec::check_layers(int64_t num_layers) const {
            lora_module_path(0, LoraTarget::kQ) + ")";
   if (!exclude_modules.empty())
     why += std::string(why.empty() ? "" : ", ") + "exclude_modules " +
-           quoted_json(exclude_pattern ? nlohmann::json(exclude_modules.front())
-                                       : nlohmann::json(exclude_modules)) +
-           " (PEFT: \"All modules were excluded\")";
+           quoted_json(exclude_modules_json(*this)) + " (PEFT: \"All modules were excluded\")";
   fail(layers_source.text + ": no module of the model is adapted: " + why);
 }
 
@@ -385,9 +387,7 @@ void LoraSpec::write_layer_keys(nlohmann::json& j) const {
     j["layers_pattern"] = layers_pattern;
   if (!rank_pattern.empty()) j["rank_pattern"] = rank_pattern;
   if (!alpha_pattern.empty()) j["alpha_pattern"] = alpha_pattern;
-  if (!exclude_modules.empty())
-    j["exclude_modules"] =
-        exclude_pattern ? nlohmann::json(exclude_modules.front()) : nlohmann::json(exclude_modules);
+  if (!exclude_modules.empty()) j["exclude_modules"] = exclude_modules_json(*this);
   if (target_pattern.per_layer) j["target_modules"] = target_pattern.regex;
 }
 
