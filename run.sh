@@ -311,7 +311,7 @@ VARIANTS=(native:: haswell:Haswell:scalar skylakex:SkylakeX:avx2 zen:Zen:)
 # memory estimator (it asserts bytes) and the compile without CUDA. They ran once in the
 # whole-suite pass; a kernel variant cannot change their outcome, so the variants leave them out
 # (about a third of their time).
-VARIANT_EXCLUDED='^(code_format|no_cuda_compile.*|docs_reference|architecture_includes.*|info_env|cpu_tests_hide_gpus|kernel_fingerprint|bundle_runs_relocated|gpu_session_dry_run|mpi_estimator_np[0-9]+|FuzzedInputs\.(ModelConfigJson|DeepSpeedJson)|RankFailures\..*|RunDirectory\..*|FullDisk\..*|IoCli\..*|MaxMicroBatch\..*|TrainE2E\.BadInputsFailNamingTheCulprit|TrainMpi\.RankBoundToFewerCpusThanItsThreadsIsWarned)$'
+VARIANT_EXCLUDED='^(code_format|no_cuda_compile.*|docs_reference|architecture_includes.*|info_env|cpu_tests_hide_gpus|kernel_fingerprint|bundle_runs_relocated|gpu_session_dry_run|mpi_estimator_np[0-9]+|FuzzedInputs\..*|HostileInputs\..*|OutputOverlap\..*|world_invariant_refusals|Gguf\.DamagedFilesAreRefusedNamingTheFile|ConsolidateE2E\.DamagedCheckpointIsRefusedNamingTheFile|CheckpointE2E\.(UnfinishedSaveDirectoryIsRefusedByResumeAndConsolidate|CheckpointOfAnotherModelIsRefusedNamingTheKey|TruncatedRankFileIsRefused|CorruptedRankFileIsRefusedNamingIt)|RankFailures\..*|RunDirectory\..*|FullDisk\..*|IoCli\..*|MaxMicroBatch\..*|TrainE2E\.BadInputsFailNamingTheCulprit|TrainMpi\.RankBoundToFewerCpusThanItsThreadsIsWarned)$'
 cpu_has() { grep -qw "$1" /proc/cpuinfo; }
 # kernel_fingerprint [CORETYPE SIMD]: "blas DIGEST adam PATH" in this environment as it is, or
 # with those settings (empty: unset); nothing when the probe is missing, fails or hangs (the
