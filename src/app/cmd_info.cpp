@@ -333,6 +333,7 @@ void info_peft_adapter(const std::string& dir, bool json) {
                       {"lora_alpha", spec.alpha},
                       {"scale", spec.scale()},
                       {"use_rslora", spec.use_rslora},
+                      {"use_dora", spec.use_dora},
                       {"lora_dropout", spec.dropout},
                       {"target_modules", adapted_projections(spec, reader)},
                       {"modules_to_save", spec.modules_to_save},

@@ -15,8 +15,8 @@ namespace po = boost::program_options;
 
 namespace {
 
-constexpr const char* kLoraOptionNames[] = {"lora-rank", "lora-alpha", "lora-dropout",
-                                            "lora-targets", "use-rslora"};
+constexpr const char* kLoraOptionNames[] = {"lora-rank",    "lora-alpha", "lora-dropout",
+                                            "lora-targets", "use-rslora", "use-dora"};
 
 }  // namespace
 
@@ -27,6 +27,7 @@ nlohmann::json LoraOptions::to_json(const LoraSpec& s) const {
       {"alpha", s.alpha},
       {"dropout", s.dropout},
       {"use_rslora", s.use_rslora},
+      {"use_dora", s.use_dora},
       // as given: all-linear and a pattern select among the model's projections
       {"targets", s.targets_as_given()},
       {"modules_to_save", s.modules_to_save},
@@ -53,9 +54,12 @@ void add_lora_options(po::options_description& options, LoraOptions& o) {
       "o_proj, gate_up_proj, down_proj; GLM: gate_up_proj for gate and up), or all-linear")(
       "use-rslora", bool_flag(&o.use_rslora, false),
       "LoRA: rank-stabilised scaling alpha/sqrt(R) instead of alpha/R")(
+      "use-dora", bool_flag(&o.use_dora, false),
+      "LoRA: DoRA, PEFT's use_dora: each adapted projection's output rows rescaled by a trained "
+      "magnitude over the norm of that row of W + s·B·A")(
       "lora-config", po::value(&o.config_file),
-      "LoRA: a PEFT adapter_config.json giving r, lora_alpha, target_modules, use_rslora and "
-      "modules_to_save, and which layers and modules take which rank and alpha "
+      "LoRA: a PEFT adapter_config.json giving r, lora_alpha, target_modules, use_rslora, "
+      "use_dora and modules_to_save, and which layers and modules take which rank and alpha "
       "(layers_to_transform, rank_pattern, alpha_pattern, exclude_modules; instead of the "
       "--lora-* options)")(
       "lora-init-from", po::value(&o.init_from),
@@ -110,6 +114,7 @@ LoraSpec resolve_lora_spec(const LoraOptions& o, std::string* named_base_model) 
   s.alpha = o.alpha;
   s.dropout = o.dropout;
   s.use_rslora = o.use_rslora;
+  s.use_dora = o.use_dora;
   s.set_targets(split_commas(o.targets), "--lora-targets");
   s.validate("--lora-rank/--lora-alpha/--lora-dropout/--lora-targets");
   return s;
@@ -125,8 +130,16 @@ void LoraStartSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_t
     adapter_->read_range_f32(t, begin, count, out);
   else if (base_ && base_->holds(t))
     base_->read_range_f32(t, begin, count, out);
-  else
-    init_tensor_range(config_, t, seed_, begin, count, out);
+  else  // a DoRA magnitude from the base (or the base's initialisation)
+    init_start_range(
+        layout_, t, seed_, begin, count,
+        [&](const TensorInfo& w, int64_t b, int64_t n, float* values) {
+          if (base_)
+            base_->read_range_f32(w, b, n, values);
+          else
+            init_tensor_range(config_, w, seed_, b, n, values);
+        },
+        out);
 }
 
 void check_adapter_option(const po::variables_map& vm, const std::string& dir,

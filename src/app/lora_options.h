@@ -1,6 +1,6 @@
 // train's LoRA options (docs/lora.md): --lora-rank, --lora-alpha, --lora-dropout,
-// --lora-targets, --use-rslora, or a PEFT adapter_config.json through --lora-config; resolved
-// into the model's LoraSpec (model/lora.h) and the --trainable patterns of PEFT's
+// --lora-targets, --use-rslora, --use-dora, or a PEFT adapter_config.json through --lora-config;
+// resolved into the model's LoraSpec (model/lora.h) and the --trainable patterns of PEFT's
 // modules_to_save.
 #pragma once
 #include <string>
@@ -21,6 +21,7 @@ struct LoraOptions {
   double dropout = 0.0;
   std::string targets = "q_proj,v_proj";  // PEFT's default for Llama-family models
   bool use_rslora = false;
+  bool use_dora = false;
   std::string config_file;  // --lora-config adapter_config.json
   std::string init_from;    // --lora-init-from DIR: a PEFT adapter directory to continue
   // Which of the options above were given on the command line (refused beside --lora-config).
@@ -46,7 +47,7 @@ class LoraStartSource : public TensorSource {
  public:
   LoraStartSource(const ModelConfig& config, TensorSource* base, TensorSource* adapter,
                   uint64_t seed)
-      : config_(config), base_(base), adapter_(adapter), seed_(seed) {}
+      : config_(config), layout_(config_), base_(base), adapter_(adapter), seed_(seed) {}
   const ModelConfig& config() const override { return config_; }
   std::string description() const override;
   bool holds(const TensorInfo&) const override { return true; }
@@ -54,6 +55,7 @@ class LoraStartSource : public TensorSource {
 
  private:
   ModelConfig config_;
+  ParamLayout layout_;  // config_'s: where a DoRA magnitude's base rows are
   TensorSource *base_, *adapter_;
   uint64_t seed_;
 };

@@ -103,6 +103,22 @@ class Backend {
   virtual void dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
                                uint64_t stream, int64_t first_row) = 0;
 
+  // ---- DoRA (PEFT's use_dora; model/llama_lora.cpp) ----
+  // norms[n] = ‖w[n,:] + s·(b[n,:]·a)‖₂ for n < N (w [N,K], b [N,r], a [r,K]): each row of the
+  // adapted weight, its elements formed in fp32 as PEFT forms W + s·(B·A), their squares summed
+  // in double.
+  virtual void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b,
+                                 ConstTensorView a, float s, int64_t N, int64_t r, int64_t K) = 0;
+  // y[m,n] (+= when accumulate, else =) (magnitude[n]/norms[n] + offset)·x[m,n], the factor in
+  // fp32, read widened and rounded once. y must not alias x.
+  virtual void dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
+                                  const float* norms, float offset, int64_t M, int64_t N,
+                                  bool accumulate) = 0;
+  // dm[n] += (Σ_m dy[m,n]·z[m,n]) / norms[n]: each column's sum in double in a fixed order,
+  // divided and added once.
+  virtual void dora_magnitude_grad(float* dm, ConstTensorView dy, ConstTensorView z,
+                                   const float* norms, int64_t M, int64_t N) = 0;
+
   // ---- RMSNorm over the last dimension D of x[M,D] ----
   // rstd[m] = 1/sqrt(mean_d x² + eps);  y = x · rstd · (o + g), o = weight_offset: 0, or Gemma's
   // 1 (its norms scale by 1 + weight, the weight stored as trained).

@@ -48,7 +48,7 @@ KernelCategory classify_kernel(std::string_view name) {
   if (any({"nvjet", "gemm", "gemv", "cutlass", "splitKreduce", "cublasLt::", "cublas"}))
     return KernelCategory::kGemm;
   if (any({"elementwise_kernel", "rmsnorm", "rope", "swiglu", "bias_", "embedding_", "column_sum",
-           "Convert", "AddInPlace", "dropout_kernel",
+           "Convert", "AddInPlace", "dropout_kernel", "dora_",
            // the model's scaling passes (MapInPlace: ScaleBy for LoRA's rank-r products and
            // Gemma's embedding, SoftCap for Gemma 2's logits)
            "MapInPlace"}))

@@ -80,7 +80,7 @@ void check_checkpoint_model(const CheckpointManifest& manifest, const ModelConfi
                ", this run " + (run_lora.is_null() ? "has none" : "asks for " + run_lora.dump()) +
                " (the model config's " + kLoraConfigKey +
                "): resume with the adapter options it was trained with (--lora-rank, --lora-alpha, "
-               "--lora-dropout, --lora-targets, --use-rslora, or --lora-config)");
+               "--lora-dropout, --lora-targets, --use-rslora, --use-dora, or --lora-config)");
   std::set<std::string> keys;
   for (const auto& [key, value] : run.items()) keys.insert(key);
   for (const auto& [key, value] : manifest.model_config.items()) keys.insert(key);

@@ -110,8 +110,11 @@ void ZeroEngine::Impl::master_to_working(int g) {
 
 void ZeroEngine::init_from_seed(uint64_t seed) {
   const ModelConfig& c = model_.config();
-  impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
+  const TensorRangeReader initial = [&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
     init_tensor_range(c, t, seed, b, n, out);
+  };
+  impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
+    init_start_range(model_.layout(), t, seed, b, n, initial, out);
   });
 }
 
@@ -119,11 +122,14 @@ void ZeroEngine::load_from(TensorSource& source, uint64_t adapter_seed) {
   const ModelConfig& c = model_.config();
   ZT_CHECK(source.config() == c || source.config() == c.base(),
            source.description() + " does not match the configured model");
+  const TensorRangeReader base = [&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
+    source.read_range_f32(t, b, n, out);
+  };
   impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
     if (source.holds(t))
       source.read_range_f32(t, b, n, out);
-    else if (t.is_lora())
-      init_tensor_range(c, t, adapter_seed, b, n, out);
+    else if (t.is_lora())  // a DoRA magnitude from the base the source holds
+      init_start_range(model_.layout(), t, adapter_seed, b, n, base, out);
     else
       fail(source.description() + " has no tensor '" + t.name + "'");
   });

@@ -1,5 +1,7 @@
 #include "io/lora_merge.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -26,16 +28,21 @@ void LoraMergedSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_
     adapter_.read_range_f32(at, begin, count, out);
     return;
   }
-  base_.read_range_f32(t, begin, count, out);
   // The projection's rows of B: all of it, or its part of a fused adapter's (Phi-3's qkv_proj).
   const ProjectionLora lora =
       t.layer >= 0 ? projection_lora(adapted, t.role, t.layer) : ProjectionLora{};
-  if (lora.a < 0 || count == 0) return;
+  if (lora.a < 0 || count == 0) {
+    base_.read_range_f32(t, begin, count, out);
+    return;
+  }
   const TensorInfo& ta = adapted.tensors()[static_cast<size_t>(lora.a)];
   const TensorInfo& tb = adapted.tensors()[static_cast<size_t>(lora.b)];
   const float scale = lora.scale;
   const int64_t r = lora.rank;
   const int64_t in = t.shape[1], row0 = begin / in, rows = (begin + count - 1) / in - row0 + 1;
+  // The whole rows the range touches (DoRA scales a row by its norm).
+  rows_.resize(static_cast<size_t>(rows * in));
+  base_.read_range_f32(t, row0 * in, rows * in, rows_.data());
   a_.resize(static_cast<size_t>(ta.numel));
   adapter_.read_range_f32(ta, 0, ta.numel, a_.data());
   b_.resize(static_cast<size_t>(rows * r));
@@ -43,13 +50,27 @@ void LoraMergedSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_
   // W[i, j] += s · Σ_k B[i, k] · A[k, j], the sum in fp32 in k order.
   const float* a = a_.data();
   const float* b = b_.data();
-#pragma omp parallel for schedule(static) if (count > (1 << 16))
-  for (int64_t e = 0; e < count; ++e) {
-    const int64_t i = (begin + e) / in - row0, j = (begin + e) % in;
+  float* w = rows_.data();
+#pragma omp parallel for schedule(static) if (rows * in > (1 << 16))
+  for (int64_t e = 0; e < rows * in; ++e) {
+    const int64_t i = e / in, j = e % in;
     float delta = 0;
     for (int64_t k = 0; k < r; ++k) delta += b[i * r + k] * a[k * in + j];
-    out[e] += delta * scale;
+    w[e] += delta * scale;
   }
+  if (lora.magnitude >= 0) {  // DoRA: each row times m / ‖row‖ (PEFT's merge)
+    std::vector<float> m(static_cast<size_t>(rows));
+    adapter_.read_range_f32(adapted.tensors()[static_cast<size_t>(lora.magnitude)],
+                            lora.b_first_row + row0, rows, m.data());
+    for (int64_t i = 0; i < rows; ++i) {
+      double squares = 0;
+      for (int64_t j = 0; j < in; ++j)
+        squares += static_cast<double>(w[i * in + j]) * w[i * in + j];
+      const float factor = m[static_cast<size_t>(i)] / static_cast<float>(std::sqrt(squares));
+      for (int64_t j = 0; j < in; ++j) w[i * in + j] *= factor;
+    }
+  }
+  std::copy(w + (begin - row0 * in), w + (begin - row0 * in) + count, out);
 }
 
 std::string merged_model_tokenizer_dir(const std::string& base_dir,

@@ -1,7 +1,8 @@
 // Merging a PEFT LoRA adapter into its base model (docs/lora.md): each adapted projection becomes
-// W + s·B·A (PEFT's merge_and_unload), a base tensor the adapter holds (modules_to_save) replaces
-// the base's, every other tensor is the base's. `export --merge-lora` writes the merge as a model
-// directory; `generate --adapter` decodes with it in memory.
+// W + s·B·A (PEFT's merge_and_unload; with DoRA each row of it times m/‖row‖), a base tensor the
+// adapter holds (modules_to_save) replaces the base's, every other tensor is the base's. `export
+// --merge-lora` writes the merge as a model directory; `generate --adapter` decodes with it in
+// memory.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,7 +29,8 @@ class LoraMergedSource : public TensorSource {
   ModelDirReader base_;
   std::string adapter_dir_;
   PeftAdapterReader adapter_;
-  std::vector<float> a_, b_;  // the current projection's A [r, in] and B's rows of the read
+  // the current projection's A [r, in], B's rows of the read and the base's rows it touches
+  std::vector<float> a_, b_, rows_;
 };
 
 // Where the merged model's tokenizer is read: the adapter directory when it holds tokenizer.json

@@ -59,10 +59,15 @@ PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& 
                                                "' does not start with PEFT's '" + prefix + "'");
     const std::string name = e.name.substr(prefix.size());
     const int t = layout_.find(name);
+    const bool magnitude = name.ends_with(".lora_magnitude_vector");
     ZT_CHECK(t >= 0, file_.path() + ": tensor '" + e.name + "' is not a tensor of the " +
                          config_.model_type() + " model with these adapters (" +
                          config_.lora.targets_text() + config_.lora.layers_text() + ", r " +
-                         std::to_string(config_.lora.rank) + ")");
+                         std::to_string(config_.lora.rank) + ")" +
+                         (magnitude && !config_.lora.use_dora
+                              ? ": a DoRA magnitude, and " + std::string(kPeftConfigFile) +
+                                    " has no use_dora: true"
+                              : ""));
     const TensorInfo& info = layout_.tensors()[static_cast<size_t>(t)];
     ZT_CHECK(e.shape == info.shape, file_.path() + ": tensor '" + e.name + "' has shape " +
                                         nlohmann::json(e.shape).dump() + ", the model's is " +
@@ -80,7 +85,8 @@ PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& 
   for (const TensorInfo& t : layout_.tensors())
     ZT_CHECK(!t.is_lora() || names_.count(t.name),
              file_.path() + ": no tensor '" + prefix + t.name + "', which adapter_config.json (" +
-                 config_.lora.targets_text() + config_.lora.layers_text() + ") implies");
+                 config_.lora.targets_text() + config_.lora.layers_text() +
+                 (t.role == TensorRole::kLoraMagnitude ? ", use_dora: true" : "") + ") implies");
 }
 
 void PeftAdapterReader::read_range_f32(const TensorInfo& t, int64_t begin, int64_t count,

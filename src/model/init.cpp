@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "util/splitmix64.h"
 
@@ -69,6 +70,29 @@ void init_tensor_range(const ModelConfig& config, const TensorInfo& tensor, uint
     const int64_t zero_begin = std::max(begin, row_begin);
     const int64_t zero_end = std::min(begin + count, row_begin + tensor.shape[1]);
     for (int64_t i = zero_begin; i < zero_end; ++i) out[i - begin] = 0.0f;
+  }
+}
+
+void init_start_range(const ParamLayout& layout, const TensorInfo& tensor, uint64_t seed,
+                      int64_t begin, int64_t count, const TensorRangeReader& read_base,
+                      float* out) {
+  if (tensor.role != TensorRole::kLoraMagnitude) {
+    init_tensor_range(layout.config(), tensor, seed, begin, count, out);
+    return;
+  }
+  const auto target = static_cast<LoraTarget>(tensor.lora_target);
+  const std::vector<int64_t> rows = lora_output_rows(layout.config(), target);
+  const std::vector<TensorRole> roles = lora_adapted_roles(target);
+  const int64_t in = lora_projection_shape(layout.config(), target)[1];
+  std::vector<float> row(static_cast<size_t>(in));
+  for (int64_t o = begin; o < begin + count; ++o) {
+    size_t part = 0;
+    int64_t first = 0;  // the first of the part's rows
+    while (o >= first + rows[part]) first += rows[part++];
+    read_base(layout.tensor(roles[part], tensor.layer), (o - first) * in, in, row.data());
+    double squares = 0;
+    for (const float v : row) squares += static_cast<double>(v) * v;
+    out[o - begin] = static_cast<float>(std::sqrt(squares));
   }
 }
 

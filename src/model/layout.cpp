@@ -59,13 +59,14 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
   if (lora) add_adapters();
 }
 
-// Each adapted projection [out, in] gets A [r, in] and B [out, r] (r its own: rank_pattern); both
-// decay, as every weight matrix does under Hugging Face's Trainer. A layer whose projections carry
-// none (layers_to_transform) keeps an empty group.
+// Each adapted projection [out, in] gets A [r, in] and B [out, r] (r its own: rank_pattern), and
+// with DoRA a magnitude [out]; all decay, as Hugging Face's Trainer decays every parameter but
+// biases and norms. A layer whose projections carry none (layers_to_transform) keeps an empty
+// group.
 void ParamLayout::add_adapters() {
   const ModelConfig& c = config_;
-  std::array<std::array<int, 2>, kLoraTargets> none;
-  for (auto& ab : none) ab = {-1, -1};
+  std::array<std::array<int, 3>, kLoraTargets> none;
+  for (auto& ab : none) ab = {-1, -1, -1};
   lora_tensors_.assign(static_cast<size_t>(c.num_layers), none);
   lora_scales_.assign(static_cast<size_t>(c.num_layers), {});
   const auto adapters = c.lora.adapters(c.num_layers);
@@ -84,9 +85,15 @@ void ParamLayout::add_adapters() {
       add(g, m + ".lora_A.weight", {adapter.rank, in}, TensorRole::kLoraA, -1, true);
       ab[1] = static_cast<int>(tensors_.size());
       add(g, m + ".lora_B.weight", {out, adapter.rank}, TensorRole::kLoraB, -1, true);
-      tensors_[static_cast<size_t>(ab[0])].layer = tensors_[static_cast<size_t>(ab[1])].layer = l;
-      tensors_[static_cast<size_t>(ab[0])].lora_target = t;
-      tensors_[static_cast<size_t>(ab[1])].lora_target = t;
+      if (c.lora.use_dora) {
+        ab[2] = static_cast<int>(tensors_.size());
+        add(g, m + ".lora_magnitude_vector", {out}, TensorRole::kLoraMagnitude, -1, true);
+      }
+      for (const int index : ab) {
+        if (index < 0) continue;
+        tensors_[static_cast<size_t>(index)].layer = l;
+        tensors_[static_cast<size_t>(index)].lora_target = t;
+      }
     }
   }
 }
@@ -110,6 +117,11 @@ std::vector<int> ParamLayout::unit_groups(int u) const {
 int ParamLayout::lora_tensor(int layer, int target, bool b) const {
   if (lora_tensors_.empty()) return -1;
   return lora_tensors_[static_cast<size_t>(layer)][static_cast<size_t>(target)][b ? 1 : 0];
+}
+
+int ParamLayout::lora_magnitude(int layer, int target) const {
+  if (lora_tensors_.empty()) return -1;
+  return lora_tensors_[static_cast<size_t>(layer)][static_cast<size_t>(target)][2];
 }
 
 float ParamLayout::lora_scale(int layer, int target) const {
@@ -201,11 +213,7 @@ int lora_target_of(TensorRole role) {
   return -1;
 }
 
-namespace {
-
-// The projections a target adapts, in the order its B holds their rows: one, or a fused target's
-// parts (Phi-3's qkv_proj: q, k, v; gate_up_proj: gate, up).
-std::vector<TensorRole> adapted_projections(LoraTarget t) {
+std::vector<TensorRole> lora_adapted_roles(LoraTarget t) {
   switch (t) {
     case LoraTarget::kQkv:
       return {TensorRole::kQProj, TensorRole::kKProj, TensorRole::kVProj};
@@ -215,6 +223,8 @@ std::vector<TensorRole> adapted_projections(LoraTarget t) {
       return {kSeparateProjections[static_cast<size_t>(t)]};
   }
 }
+
+namespace {
 
 // [out, in] of a decoder layer's projection.
 std::array<int64_t, 2> projection_shape(const ModelConfig& c, TensorRole role) {
@@ -237,7 +247,7 @@ std::array<int64_t, 2> projection_shape(const ModelConfig& c, TensorRole role) {
 }  // namespace
 
 std::array<int64_t, 2> lora_projection_shape(const ModelConfig& c, LoraTarget t) {
-  const std::vector<TensorRole> parts = adapted_projections(t);
+  const std::vector<TensorRole> parts = lora_adapted_roles(t);
   int64_t out = 0;
   for (TensorRole part : parts) out += projection_shape(c, part)[0];
   return {out, projection_shape(c, parts.front())[1]};  // the parts share their input
@@ -245,14 +255,14 @@ std::array<int64_t, 2> lora_projection_shape(const ModelConfig& c, LoraTarget t)
 
 std::vector<int64_t> lora_output_rows(const ModelConfig& c, LoraTarget t) {
   std::vector<int64_t> rows;
-  for (TensorRole part : adapted_projections(t)) rows.push_back(projection_shape(c, part)[0]);
+  for (TensorRole part : lora_adapted_roles(t)) rows.push_back(projection_shape(c, part)[0]);
   return rows;
 }
 
 ProjectionModule projection_module(TensorRole role, FusedModules fused) {
   for (const LoraTarget module : {LoraTarget::kQkv, LoraTarget::kGateUp}) {
     if (!lora_target_in_model(module, fused)) continue;
-    const std::vector<TensorRole> parts = adapted_projections(module);
+    const std::vector<TensorRole> parts = lora_adapted_roles(module);
     for (size_t i = 0; i < parts.size(); ++i)
       if (parts[i] == role) return {static_cast<int>(module), static_cast<int>(i)};
   }
@@ -267,7 +277,10 @@ ProjectionLora projection_lora(const ParamLayout& layout, TensorRole role, int l
   const std::vector<int64_t> rows = lora_output_rows(c, static_cast<LoraTarget>(module.target));
   int64_t first_row = 0;
   for (int i = 0; i < module.part; ++i) first_row += rows[static_cast<size_t>(i)];
-  return {a, layout.lora_tensor(layer, module.target, true), first_row,
+  return {a,
+          layout.lora_tensor(layer, module.target, true),
+          layout.lora_magnitude(layer, module.target),
+          first_row,
           layout.tensors()[static_cast<size_t>(a)].shape[0],
           layout.lora_scale(layer, module.target)};
 }

@@ -48,9 +48,11 @@ enum class TensorRole {
   kMlpOutNorm,
   kFinalNorm,
   kLmHead,
-  // LoRA adapters (model/lora.h): A [r, in] and B [out, r] of one targeted projection.
+  // LoRA adapters (model/lora.h): A [r, in] and B [out, r] of one targeted projection, and with
+  // DoRA its magnitude [out] (PEFT's lora_magnitude_vector).
   kLoraA,
   kLoraB,
+  kLoraMagnitude,
 };
 // Roles of a decoder layer: kInputNorm .. kMlpOutNorm.
 constexpr int kLayerRoles =
@@ -65,12 +67,12 @@ struct TensorInfo {
   TensorRole role = TensorRole::kEmbedding;
   int layer = -1;            // decoder layer index, -1 for embedding/final tensors
   bool weight_decay = true;  // AdamW decay: off for norms, biases and the embedding
-  int lora_target = -1;      // kLoraA/kLoraB: the LoraTarget adapted
+  int lora_target = -1;      // kLoraA/kLoraB/kLoraMagnitude: the LoraTarget adapted
   bool is_output_projection() const {
     return role == TensorRole::kOProj || role == TensorRole::kDownProj;
   }
   bool is_bias() const { return role >= TensorRole::kQBias && role <= TensorRole::kOBias; }
-  bool is_lora() const { return role == TensorRole::kLoraA || role == TensorRole::kLoraB; }
+  bool is_lora() const { return role >= TensorRole::kLoraA && role <= TensorRole::kLoraMagnitude; }
 };
 
 struct GroupInfo {
@@ -101,6 +103,8 @@ class ParamLayout {
   std::vector<int> unit_groups(int u) const;
   // The tensor index of adapter A (or B) of `target` in layer `layer`, or -1.
   int lora_tensor(int layer, int target, bool b) const;
+  // The tensor index of that adapter's DoRA magnitude, or -1 (no adapter, or no DoRA).
+  int lora_magnitude(int layer, int target) const;
   // The scale s of that adapter's product (LoraSpec::scale_of: its own rank and alpha).
   float lora_scale(int layer, int target) const;
   bool tied_embeddings() const { return config_.tie_word_embeddings; }
@@ -129,8 +133,9 @@ class ParamLayout {
   std::vector<GroupInfo> groups_;
   // Per decoder layer, the index in tensors_ of each layer role (role − kInputNorm), −1 if absent.
   std::vector<std::array<int, kLayerRoles>> layer_roles_;
-  // Per decoder layer and LoraTarget, the index of its A and B tensors (-1 when not adapted).
-  std::vector<std::array<std::array<int, 2>, kLoraTargets>> lora_tensors_;
+  // Per decoder layer and LoraTarget, the index of its A, B and DoRA magnitude tensors (-1 when
+  // absent).
+  std::vector<std::array<std::array<int, 3>, kLoraTargets>> lora_tensors_;
   std::vector<std::array<float, kLoraTargets>> lora_scales_;  // likewise, each adapter's scale
 };
 
@@ -144,6 +149,9 @@ std::array<int64_t, 2> lora_projection_shape(const ModelConfig& c, LoraTarget t)
 // The output rows each of a target's outputs takes from its B, in B's row order: q, k and v of
 // qkv_proj, gate and up of gate_up_proj, the one projection's otherwise.
 std::vector<int64_t> lora_output_rows(const ModelConfig& c, LoraTarget t);
+// The projections a target adapts, in the order its B holds their rows: one, or a fused target's
+// parts (Phi-3's qkv_proj: kQProj, kKProj, kVProj; gate_up_proj: kGateProj, kUpProj).
+std::vector<TensorRole> lora_adapted_roles(LoraTarget t);
 
 // The module of a model's checkpoint (and a PEFT adapter's target) that holds a decoder layer's
 // projection (kQProj, ..., kDownProj), and its place among the module's parts: the projection
@@ -160,6 +168,7 @@ ProjectionModule projection_module(TensorRole role, FusedModules fused);
 // fused qkv_proj adapter); a = b = -1 when the projection has none.
 struct ProjectionLora {
   int a = -1, b = -1;
+  int magnitude = -1;  // DoRA's: its rows from b_first_row are the projection's
   int64_t b_first_row = 0;
   int64_t rank = 0;
   float scale = 0;  // the adapter's own (ParamLayout::lora_scale)

@@ -111,6 +111,10 @@ struct ActivationTensors {
   // LoRA: an adapter's product u·Bᵀ [M, out] before it is added, ∂L/∂(x·Aᵀ) [M, r], and with
   // dropout the dropped input [M, in] (also ∂L/∂ of it in the backward).
   TensorView lora_product, lora_du, lora_dropped;
+  // DoRA: the product d(x)·Wᵀ of an adapter's outputs [M, out], the outputs' (m/n − 1)·dy in the
+  // backward; and the adapted weight's row norms [out].
+  TensorView dora_base;
+  float* dora_norms = nullptr;
 };
 
 // Lays the activations out from `device_base` and `host_base` (null: only count) and returns
@@ -220,11 +224,31 @@ class LlamaModel {
   // LoRA on one projection y = x·Wᵀ of `layer` (model/llama_lora.cpp); nothing when `target` has
   // no adapter. Forward: y += s·(x·Aᵀ)·Bᵀ. Backward: dB += dyᵀ·u, dA += duᵀ·x, dx += du·A.
   // A fused target's outputs (ys, dys) are its parts', in order (q, k, v; gate, up).
+  // With DoRA the outputs are rescaled (llama_lora.cpp), which reads the base weights P.
   void lora_forward(int layer, LoraTarget target, std::initializer_list<TensorView> ys,
-                    ConstTensorView x, ConstTensorView adapters);
+                    ConstTensorView x, ConstTensorView adapters, const LayerWeights& P);
   void lora_backward(int layer, LoraTarget target, TensorView dx,
                      std::initializer_list<ConstTensorView> dys, ConstTensorView x,
-                     ConstTensorView adapters, float* adapter_grads, GradWrite write);
+                     ConstTensorView adapters, float* adapter_grads, GradWrite write,
+                     const LayerWeights& P);
+  // An adapter's tensors in the layout (a = null: none), its rank, input width and scale.
+  struct AdapterTensors {
+    const TensorInfo *a = nullptr, *b = nullptr;
+    const TensorInfo* magnitude = nullptr;  // DoRA's, else null
+    int64_t rank = 0, in = 0;
+    float scale = 0;
+  };
+  AdapterTensors adapter_tensors(int layer, LoraTarget target) const;
+  // DoRA (llama_lora.cpp): the row norms of W + s·B·A for `out` rows of B from b_row, into
+  // t_.dora_norms + b_row; one output's backward (returns g⊙dy, keeps (g − 1)⊙dy in t_.dora_base,
+  // adds to dm); and d(d(x)) += Σ_i ((g − 1)⊙dy_i)·W_i over the target's outputs.
+  float* dora_row_norms(const AdapterTensors& t, ConstTensorView adapters, ConstTensorView w,
+                        int64_t b_row, int64_t out);
+  ConstTensorView dora_output_backward(const AdapterTensors& t, ConstTensorView dy,
+                                       ConstTensorView xd, ConstTensorView adapters,
+                                       ConstTensorView w, int64_t b_row, int64_t out, float* dm);
+  void dora_base_backward(TensorView dxd, ConstTensorView x, LoraTarget target,
+                          const LayerWeights& P, int64_t in);
   void embed_forward(ConstTensorView params);
   void embed_backward(float* grads);
   void head_forward(ConstTensorView params, ConstTensorView embedding, bool training,

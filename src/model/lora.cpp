@@ -396,7 +396,6 @@ void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
   auto is_false = [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); };
   auto never = [](const nlohmann::json&) { return false; };  // only null (absent) is plain LoRA
   const std::pair<const char*, bool (*)(const nlohmann::json&)> math_keys[] = {
-      {"use_dora", is_false},
       {"fan_in_fan_out", is_false},
       {"lora_bias", is_false},
       {"layer_replication", empty_container},
@@ -412,7 +411,7 @@ void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
   for (const auto& [key, ok] : math_keys)
     if (j.contains(key))
       refuse_unless(j, key, is_null_or(j[key], ok), source,
-                    "zerotrain trains plain LoRA: no DoRA, QALoRA, aLoRA, VeLoRA, MonteCLoRA, "
+                    "zerotrain trains plain LoRA and DoRA: no QALoRA, aLoRA, VeLoRA, MonteCLoRA, "
                     "KaSA, Arrow or block-diagonal variant, no bias or fan-in/fan-out weights, no "
                     "replicated layers");
 }
@@ -443,6 +442,7 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
     return j[key].get<bool>();
   };
   s.use_rslora = boolean("use_rslora");
+  s.use_dora = boolean("use_dora");
   s.ensure_weight_tying = boolean("ensure_weight_tying");
   const nlohmann::json targets = j.value("target_modules", nlohmann::json());
   std::vector<std::string> names;
@@ -540,6 +540,7 @@ nlohmann::json LoraSpec::to_json() const {
       {"target_modules", targets},
       {"modules_to_save",
        modules_to_save.empty() ? nlohmann::json() : nlohmann::json(modules_to_save)}};
+  if (use_dora) j["use_dora"] = true;
   if (ensure_weight_tying) j["ensure_weight_tying"] = true;  // absent before the key was read
   write_layer_keys(j);
   if (bias != "none") j["bias"] = bias;  // one the model has no biases for (check_biases)
@@ -554,7 +555,7 @@ nlohmann::json LoraSpec::to_peft_json(const std::string& base_model_name_or_path
             {"bias", "none"},  // a bias setting is accepted only where it trains nothing
             {"fan_in_fan_out", false},
             {"init_lora_weights", true},
-            {"use_dora", false},
+            {"use_dora", use_dora},
             {"inference_mode", true}});
   return j;
 }

@@ -65,6 +65,9 @@ struct LoraSpec {
   double alpha = 8.0;
   double dropout = 0.0;  // on the adapters' input while training (backend/dropout_hash.h)
   bool use_rslora = false;
+  // PEFT's use_dora (model/llama_lora.cpp): each adapted projection's output rows rescaled by a
+  // trained magnitude over the norm of that row of W + s·B·A.
+  bool use_dora = false;
   std::array<bool, kLoraTargets> targets{};  // which projections carry an adapter
   // PEFT's modules_to_save: module names (e.g. lm_head) whose tensors train in full beside the
   // adapters; the app turns them into --trainable patterns.
@@ -186,8 +189,8 @@ struct LoraSpec {
   // trained ones beside it (--lora-init-from, eval and generate --adapter, --merge-lora).
   enum class Use { kInitialise, kTrainedWeights };
   // A PEFT adapter_config.json (peft_type LORA). Keys that would change the adapters' math away
-  // from what zerotrain implements (DoRA, a bias, fan_in_fan_out, exclude_modules, another LoRA
-  // variant) are refused naming the key, as is a key that is no LoraConfig key but near one (a
+  // from what zerotrain implements (a bias, fan_in_fan_out, a LoRA variant other than DoRA) are
+  // refused naming the key, as is a key that is no LoraConfig key but near one (a
   // misspelling); a target_modules regular expression is read with RE2 (Python's syntax without
   // look-around or back-references); layers_to_transform, layers_pattern, rank_pattern and
   // alpha_pattern are read (read_layer_keys); keys that only describe the
@@ -207,8 +210,8 @@ struct LoraSpec {
   static LoraSpec from_peft_file(const std::string& path, nlohmann::json* parsed = nullptr,
                                  Use use = Use::kInitialise);
   // r, lora_alpha, lora_dropout, use_rslora, target_modules and modules_to_save (and
-  // ensure_weight_tying when true, the layer keys given: write_layer_keys): what from_peft_json
-  // reads back into this specification.
+  // use_dora and ensure_weight_tying when true, the layer keys given: write_layer_keys): what
+  // from_peft_json reads back into this specification.
   nlohmann::json to_json() const;
   // The adapter_config.json PEFT writes for this specification.
   nlohmann::json to_peft_json(const std::string& base_model_name_or_path) const;

@@ -164,6 +164,13 @@ double training_flops_per_token(const ModelConfig& config, int64_t seq_len,
     if (t.group == layout.embed_group()) continue;  // a lookup (tied: the head's GEMM uncounted)
     const bool backward = layout.compute_unit_of(t.group) >= lowest;
     const bool trains = trainable.trains(layout.index_of(t));  // a trained tensor runs a backward
+    if (t.role == TensorRole::kLoraMagnitude) {
+      // DoRA (model/llama_lora.cpp): the input times the base weight again, formed once more in
+      // the backward beside ((g − 1)⊙dy)·W; the magnitude's own ops are elementwise.
+      const auto shape = lora_projection_shape(config, static_cast<LoraTarget>(t.lora_target));
+      flops += (backward ? 6.0 : 2.0) * static_cast<double>(shape[0] * shape[1]);
+      continue;
+    }
     flops += (2.0 + (backward ? 2.0 : 0.0) + (trains ? 2.0 : 0.0)) * static_cast<double>(t.numel);
   }
   const double attention_forward = 4.0 * static_cast<double>(config.num_heads) *

@@ -66,8 +66,9 @@ class TrainableSet {
 // a frozen or LoRA run counts the work it does. Every non-embedding tensor costs 2 per element
 // forward; from the lowest unit that trains up (lowest_backward_group: nothing below runs a
 // backward), 2 more for the input gradient and, if it trains, 2 for its own gradient; attention
-// costs 4·H·head_dim·T per layer forward and 8 more in a layer that runs its backward. With every
-// tensor trainable this is training_flops_per_token(config, T) exactly.
+// costs 4·H·head_dim·T per layer forward and 8 more in a layer that runs its backward; a DoRA
+// adapter costs its projection's 2·out·in again forward and 4·out·in backward. With every tensor
+// trainable this is training_flops_per_token(config, T) exactly.
 double training_flops_per_token(const ModelConfig& config, int64_t seq_len,
                                 const TrainableSet& trainable);
 

@@ -402,6 +402,48 @@ TEST_F(CudaKernels, DropoutMasksAreTheCpusBitwise) {
   EXPECT_NEAR(static_cast<double>(dropped) / static_cast<double>(M * K), 0.3, 0.03);
 }
 
+// DoRA's ops (backend.h): the row norms of W + s·B·A, the column scaling (accumulated and not, the
+// factor m/n + offset) and the magnitude's gradient, against the CPU backend; fp32 sums in
+// another order, so within kFp32Tolerance, and the same bits on a second run.
+TEST_F(CudaKernels, DoraOpsMatchTheCpu) {
+  const int64_t M = 67, N = 96, r = 4, K = 130;
+  const float s = 0.75f;
+  const auto w = random_floats(N * K, 41), b = random_floats(N * r, 42),
+             a = random_floats(r * K, 43);
+  const auto x = random_floats(M * N, 44), y0 = random_floats(M * N, 45);
+  const auto dy = random_floats(M * N, 46), dm0 = random_floats(N, 47);
+  std::vector<float> magnitude = random_floats(N, 48);
+  for (float& m : magnitude) m = 2.0f + m;  // positive, as row norms start
+  std::vector<float> norms(N), added = y0, scaled(M * N), dm = dm0;
+  cpu_.dora_weight_norms(norms.data(), w.data(), b.data(), a.data(), s, N, r, K);
+  cpu_.dora_scale_columns(added.data(), x.data(), magnitude.data(), norms.data(), -1.0f, M, N,
+                          true);
+  cpu_.dora_scale_columns(scaled.data(), x.data(), magnitude.data(), norms.data(), 0.0f, M, N,
+                          false);
+  cpu_.dora_magnitude_grad(dm.data(), dy.data(), x.data(), norms.data(), M, N);
+  DeviceBuffer<float> d_w(w), d_b(b), d_a(a), d_x(x), d_dy(dy), d_m(magnitude);
+  std::vector<float> first_dm;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer<float> d_norms(N), d_added(y0), d_scaled(M * N), d_dm(dm0);
+    gpu_->dora_weight_norms(d_norms.get(), d_w.get(), d_b.get(), d_a.get(), s, N, r, K);
+    EXPECT_TRUE(close(d_norms.download(), norms, kFp32Tolerance, "norms"));
+    // The same norms on both sides from here, so that each op is compared alone.
+    DeviceBuffer<float> d_cpu_norms(norms);
+    gpu_->dora_scale_columns(d_added.get(), d_x.get(), d_m.get(), d_cpu_norms.get(), -1.0f, M, N,
+                             true);
+    gpu_->dora_scale_columns(d_scaled.get(), d_x.get(), d_m.get(), d_cpu_norms.get(), 0.0f, M, N,
+                             false);
+    gpu_->dora_magnitude_grad(d_dm.get(), d_dy.get(), d_x.get(), d_cpu_norms.get(), M, N);
+    EXPECT_TRUE(close(d_added.download(), added, kFp32Tolerance, "scale_columns +="));
+    EXPECT_TRUE(close(d_scaled.download(), scaled, kFp32Tolerance, "scale_columns ="));
+    EXPECT_TRUE(close(d_dm.download(), dm, kFp32Tolerance, "magnitude_grad"));
+    if (run == 0)
+      first_dm = d_dm.download();
+    else
+      EXPECT_TRUE(bitwise_equal(d_dm.download(), first_dm, "magnitude_grad run 2"));
+  }
+}
+
 TEST_F(CudaKernels, ElementwiseHelpers) {
   const int64_t n = 5003;
   auto x = random_floats(n, 22), y0 = random_floats(n, 23);

@@ -157,6 +157,28 @@ TEST_F(LoraEngineTest, Phi3FusedAdaptersTrainAtEveryStageAsOneRankStageZero) {
   }
 }
 
+// DoRA (use_dora) on Phi-3's fused projections with dropout: one magnitude over each fused
+// module's rows, each part's rows normalised by its own weight's norms. Every stage and mode trains
+// as one rank at stage 0, bit for bit, the magnitudes among the tensors that move (the math
+// against PEFT is oracle_lora_dora's).
+TEST_F(LoraEngineTest, DoraTrainsAtEveryStageAsOneRankStageZero) {
+  auto options = [&](int stage) {
+    EngineOptions o = lora_options(stage, Precision::kBf16);
+    o.fused = true;
+    o.lora.dropout = 0.1;
+    o.lora.use_dora = true;
+    return o;
+  };
+  const Trained reference = train(self_, options(0));
+  int magnitudes = 0;
+  for (const auto& [name, values] : reference.final) {
+    const bool magnitude = name.find(".lora_magnitude_vector") != std::string::npos;
+    magnitudes += magnitude && values != reference.initial.at(name) ? 1 : 0;
+  }
+  EXPECT_EQ(magnitudes, 2 * 4);  // qkv_proj, o_proj, gate_up_proj and down_proj in 2 layers
+  expect_every_mode_trains_as(reference, options, "bf16 Phi-3 DoRA dropout 0.1");
+}
+
 // Dropout on the adapters' inputs: its masks are keyed by the global token, so every stage and
 // world size drops the same elements, and the losses are those of one rank at stage 0; they
 // differ from the run without dropout (the masks are applied).

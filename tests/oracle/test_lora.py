@@ -31,7 +31,7 @@ adapter parameters alone.
    within the same bound (Adam's epsilon 1e-3 on both sides: see DROPOUT_EPS).
 8. estimate --lora-rank counts the adapters (6b, r 16, all-linear: their parameters, 16 bytes of
    state each at stage 0) and full fine-tuning's 18 bytes per parameter beside them.
-9. Bad input: a PEFT config with DoRA, a regex target_modules selecting a layer the model lacks,
+9. Bad input: a PEFT config with replicated layers, a regex target_modules selecting a layer the model lacks,
    a target zerotrain cannot adapt, and a --trainable pattern on a layer's own tensor are refused
    naming the key, the name or tensor;
    an adapter directory without weights, with another rank than its tensors, with only a
@@ -248,6 +248,18 @@ def check_dropout(zt, work, source_dir, weights, initial_a):
     worst = max(rel_error(t, adapters[n[len(PREFIX):]].detach()) for n, t in final.items())
     check(worst < TOLERANCE, f"dropout: final adapters differ from PEFT's by {worst:.2e}")
     print(f"dropout 0.25: losses and final adapters (within {worst:.2e}) as PEFT's with the mask")
+
+
+def check_loaded_loss(what, loaded, eval_tokens, out):
+    """PEFT's loss with an adapter it loaded (`loaded`) on the evaluation's windows against
+    zerotrain's end-of-run evaluation in OUT/report.json, within TOLERANCE."""
+    with torch.no_grad():
+        peft_loss = window_loss(loaded, eval_tokens).item()
+    with open(os.path.join(out, "report.json")) as f:
+        eval_loss = json.load(f)["eval"]["loss"]
+    print(f"{what}PEFT-loaded loss {peft_loss:.7f}, zerotrain eval {eval_loss:.7f}")
+    check(abs(peft_loss - eval_loss) / abs(peft_loss) < TOLERANCE,
+          f"{what}the adapter's loss in PEFT differs from zerotrain's evaluation")
 
 
 def rel_error(got, want):
@@ -557,8 +569,8 @@ def main():
         # Bad input.
         bad = work("bad")
         for name, config, says in (
-                ("dora.json", {"r": 4, "target_modules": ["q_proj"], "use_dora": True},
-                 "key 'use_dora'"),
+                ("replicated.json", {"r": 4, "target_modules": ["q_proj"],
+                                     "layer_replication": [[0, 1]]}, "key 'layer_replication'"),
                 ("regex.json", {"r": 4, "target_modules": r"model\.layers\.7\..*proj"},
                  "selects no projection in the model's 2 layers"),
                 ("head.json", {"r": 4, "target_modules": ["lm_head"]}, "'lm_head' is not"),
@@ -595,7 +607,7 @@ def main():
         refused(train_args(zt, work, bad, ["--lora-init-from", work("one", "final")]),
                 "brings its adapter_config.json")
 
-        refused(train_args(zt, work, bad, ["--lora-config", work("dora.json")]),
+        refused(train_args(zt, work, bad, ["--lora-config", work("replicated.json")]),
                 "both specify the adapters")
 
     return exit_status(checks, args.mutation if args.expect_mismatch else None,

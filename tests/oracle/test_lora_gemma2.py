@@ -20,7 +20,6 @@ constants this uses: r 4, alpha 8, STEPS steps on 2 windows).
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
 
-import json
 import os
 import sys
 
@@ -95,13 +94,7 @@ def check_all_linear_against_peft(args, work, family, save, base, wrapped=lambda
     from peft import PeftModel
     loaded = PeftModel.from_pretrained(base(work("hf")), work("one", "final"))
     wrapped(loaded)
-    with torch.no_grad():
-        peft_loss = lora.window_loss(loaded, eval_tokens).item()
-    with open(work("one", "report.json")) as f:
-        eval_loss = json.load(f)["eval"]["loss"]
-    print(f"PEFT-loaded loss {peft_loss:.7f}, zerotrain eval {eval_loss:.7f}")
-    check(abs(peft_loss - eval_loss) / abs(peft_loss) < lora.TOLERANCE,
-          "the adapter's loss in PEFT differs from zerotrain's evaluation")
+    lora.check_loaded_loss("", loaded, eval_tokens, work("one"))
 
 
 def main():

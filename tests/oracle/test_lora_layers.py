@@ -152,13 +152,7 @@ def check_config(zt, work, args, name, adapter, tokens, eval_tokens):
     check(adapted_modules(loaded) == adapted_modules(model),
           f"{name}: PEFT reads OUT/final/adapter_config.json into other adapters: "
           f"{adapted_modules(loaded)}")
-    with torch.no_grad():
-        peft_loss = lora.window_loss(loaded, eval_tokens).item()
-    with open(work(f"one-{name}", "report.json")) as f:
-        eval_loss = json.load(f)["eval"]["loss"]
-    print(f"{name}: PEFT-loaded loss {peft_loss:.7f}, zerotrain eval {eval_loss:.7f}")
-    check(abs(peft_loss - eval_loss) / abs(peft_loss) < lora.TOLERANCE,
-          f"{name}: the adapter's loss in PEFT differs from zerotrain's evaluation")
+    lora.check_loaded_loss(f"{name}: ", loaded, eval_tokens, work(f"one-{name}"))
     check_merge(zt, work, work(f"one-{name}"), loaded, ours)
 
 

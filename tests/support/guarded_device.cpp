@@ -375,6 +375,34 @@ class GuardedBackend final : public Backend {
     GuardedDeviceMemory::Access a(mem_);
     be_.dropout_forward(y, x, M, K, p, stream, first_row);
   }
+  void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
+                         float s, int64_t N, int64_t r, int64_t K) override {
+    need(norms, N, "dora_weight_norms norms");
+    need(w, N * K, "dora_weight_norms w");
+    need(b, N * r, "dora_weight_norms b");
+    need(a, r * K, "dora_weight_norms a");
+    GuardedDeviceMemory::Access access(mem_);
+    be_.dora_weight_norms(norms, w, b, a, s, N, r, K);
+  }
+  void dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
+                          const float* norms, float offset, int64_t M, int64_t N,
+                          bool accumulate) override {
+    need(y, M * N, "dora_scale_columns y");
+    need(x, M * N, "dora_scale_columns x");
+    need(magnitude, N, "dora_scale_columns magnitude");
+    need(norms, N, "dora_scale_columns norms");
+    GuardedDeviceMemory::Access access(mem_);
+    be_.dora_scale_columns(y, x, magnitude, norms, offset, M, N, accumulate);
+  }
+  void dora_magnitude_grad(float* dm, ConstTensorView dy, ConstTensorView z, const float* norms,
+                           int64_t M, int64_t N) override {
+    need(dm, N, "dora_magnitude_grad dm");
+    need(dy, M * N, "dora_magnitude_grad dy");
+    need(z, M * N, "dora_magnitude_grad z");
+    need(norms, N, "dora_magnitude_grad norms");
+    GuardedDeviceMemory::Access access(mem_);
+    be_.dora_magnitude_grad(dm, dy, z, norms, M, N);
+  }
   void zero(TensorView y, int64_t n) override { mem_.zero(y.data, view_bytes(y, n)); }
   void to_bf16(bf16_t* out, const float* in, int64_t n) override {
     mem_.require_device(out, bytes_of(n, sizeof(bf16_t)), "to_bf16 out");

@@ -200,6 +200,15 @@ TEST(ModelConfig, TrainingFlopsPerTokenCountWhatAFrozenOrLoraRunRuns) {
   const TrainableSet adapters_only = TrainableSet::from_patterns(lora_layout, {}, {});
   EXPECT_EQ(training_flops_per_token(lora, 2048, adapters_only),
             4 * non_embedding + 6 * adapters + 16 * 3 * attention_forward);
+  // DoRA: each adapted projection's product with the input once more forward and twice more
+  // backward (6 per element of q_proj and v_proj, [2048, 2048] each); the magnitudes are
+  // elementwise.
+  ModelConfig dora = lora;
+  dora.lora.use_dora = true;
+  const TrainableSet dora_adapters = TrainableSet::from_patterns(ParamLayout(dora), {}, {});
+  EXPECT_EQ(
+      training_flops_per_token(dora, 2048, dora_adapters),
+      4 * non_embedding + 6 * adapters + 16 * 3 * attention_forward + 16 * 6 * (2 * 2048.0 * 2048));
 }
 
 }  // namespace zt

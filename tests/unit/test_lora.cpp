@@ -77,7 +77,11 @@ TEST(Lora, PeftConfigIsReadAndItsUnsupportedKeysAreRefusedByName) {
     j[key] = std::move(value);
     return error_of([&] { LoraSpec::from_peft_json(j, "c.json"); });
   };
-  EXPECT_NE(with("use_dora", true).find("c.json: key 'use_dora'"), std::string::npos);
+  EXPECT_NE(with("use_dora", "yes").find("c.json: key 'use_dora' must be true or false"),
+            std::string::npos);
+  EXPECT_TRUE(LoraSpec::from_peft_json({{"r", 4}, {"use_dora", true}}, "d.json").use_dora);
+  EXPECT_NE(with("layer_replication", {{0, 1}}).find("c.json: key 'layer_replication'"),
+            std::string::npos);
   EXPECT_NE(with("bias", "some").find("key 'bias'"), std::string::npos);
   EXPECT_EQ(with("bias", "all"), "");                    // refused by the model's biases, below
   EXPECT_EQ(with("rank_pattern", {{"q_proj", 4}}), "");  // tests/unit/test_lora_layers.cpp

@@ -102,6 +102,14 @@ class CpuBackend final : public Backend {
 
   void add_inplace(TensorView y, ConstTensorView x, int64_t n) override;
   void scale_inplace(TensorView y, float s, int64_t n) override;
+  // DoRA (cpu_dora.cpp)
+  void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
+                         float s, int64_t N, int64_t r, int64_t K) override;
+  void dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
+                          const float* norms, float offset, int64_t M, int64_t N,
+                          bool accumulate) override;
+  void dora_magnitude_grad(float* dm, ConstTensorView dy, ConstTensorView z, const float* norms,
+                           int64_t M, int64_t N) override;
   void dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
                        uint64_t stream, int64_t first_row) override;
   void to_bf16(bf16_t* out, const float* in, int64_t n) override;

@@ -194,6 +194,9 @@ std::unique_ptr<KernelProfiler> CudaBackend::make_kernel_profiler() {
   return Backend::make_kernel_profiler();
 #endif
 }
+DeviceArena& CudaBackend::scratch_arena() {
+  return *state_->arena;
+}
 void* CudaBackend::stream_handle() const {
   return state_->stream;
 }

@@ -67,6 +67,7 @@ namespace zt {
 namespace cuda {
 
 class CudaDeviceMemory;  // cuda_device_memory.h
+class DeviceArena;       // cuda_device_arena.h
 
 struct CudaBackendOptions {
   GemmCompute gemm_compute = GemmCompute::kBf16TensorCores;
@@ -166,6 +167,14 @@ class CudaBackend final : public Backend {
   void scale_inplace(TensorView y, float s, int64_t n) override;
   void dropout_forward(TensorView y, ConstTensorView x, int64_t M, int64_t K, float p,
                        uint64_t stream, int64_t first_row) override;
+  // DoRA (cuda_backend_dora.cpp)
+  void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
+                         float s, int64_t N, int64_t r, int64_t K) override;
+  void dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
+                          const float* norms, float offset, int64_t M, int64_t N,
+                          bool accumulate) override;
+  void dora_magnitude_grad(float* dm, ConstTensorView dy, ConstTensorView z, const float* norms,
+                           int64_t M, int64_t N) override;
   void zero(TensorView y, int64_t n) override;
   DeviceMemory& device_memory() override;
   // The same object, for reserving its per-category arenas before the engine allocates.
@@ -210,6 +219,8 @@ class CudaBackend final : public Backend {
     int64_t rows_per_chunk = 0;
   };
   ColumnSumScratch column_sum_scratch(int64_t M, int64_t N);
+  // The device scratch arena, for ops defined outside cuda_backend.cpp (cuda_backend_dora.cpp).
+  DeviceArena& scratch_arena();
 
   struct State;  // stream, cuBLASLt, arena, RoPE table (cuda_backend.cpp)
   std::unique_ptr<State> state_;

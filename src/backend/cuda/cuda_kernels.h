@@ -64,6 +64,18 @@ void launch_softcap(TensorView y, float c, int64_t n, cudaStream_t stream);  // 
 // (backend/dropout_hash.h).
 void launch_dropout(TensorView y, ConstTensorView x, int64_t n, uint64_t first_element, float p,
                     uint64_t stream_key, cudaStream_t stream);
+
+// ---- cuda_dora.cu (backend.h's DoRA ops) ----
+void launch_dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
+                              float s, int64_t N, int64_t r, int64_t K, cudaStream_t stream);
+void launch_dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
+                               const float* norms, float offset, int64_t M, int64_t N,
+                               bool accumulate, cudaStream_t stream);
+// sums: N floats of device scratch; partials as launch_bias_backward's.
+void launch_dora_magnitude_grad(float* dm, float* sums, double* partials, ConstTensorView dy,
+                                ConstTensorView z, const float* norms, int64_t M, int64_t N,
+                                int64_t rows_per_chunk, cudaStream_t stream);
+
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
 void launch_from_bf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
 void launch_to_fp16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
