@@ -130,16 +130,12 @@ void LoraStartSource::read_range_f32(const TensorInfo& t, int64_t begin, int64_t
     adapter_->read_range_f32(t, begin, count, out);
   else if (base_ && base_->holds(t))
     base_->read_range_f32(t, begin, count, out);
-  else  // a DoRA magnitude from the base (or the base's initialisation)
-    init_start_range(
-        layout_, t, seed_, begin, count,
-        [&](const TensorInfo& w, int64_t b, int64_t n, float* values) {
-          if (base_)
-            base_->read_range_f32(w, b, n, values);
-          else
-            init_tensor_range(config_, w, seed_, b, n, values);
-        },
-        out);
+  else
+    init_tensor_range(config_, t, seed_, begin, count, out);
+}
+
+bool LoraStartSource::holds(const TensorInfo& t) const {
+  return t.role != TensorRole::kLoraMagnitude || (adapter_ && adapter_->holds(t));
 }
 
 void check_adapter_option(const po::variables_map& vm, const std::string& dir,

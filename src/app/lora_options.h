@@ -47,15 +47,16 @@ class LoraStartSource : public TensorSource {
  public:
   LoraStartSource(const ModelConfig& config, TensorSource* base, TensorSource* adapter,
                   uint64_t seed)
-      : config_(config), layout_(config_), base_(base), adapter_(adapter), seed_(seed) {}
+      : config_(config), base_(base), adapter_(adapter), seed_(seed) {}
   const ModelConfig& config() const override { return config_; }
   std::string description() const override;
-  bool holds(const TensorInfo&) const override { return true; }
+  // Every tensor but a DoRA magnitude no adapter holds: the engine starts it from the base rows
+  // it works with (ZeroEngine::load_from).
+  bool holds(const TensorInfo& t) const override;
   void read_range_f32(const TensorInfo& t, int64_t begin, int64_t count, float* out) override;
 
  private:
   ModelConfig config_;
-  ParamLayout layout_;  // config_'s: where a DoRA magnitude's base rows are
   TensorSource *base_, *adapter_;
   uint64_t seed_;
 };

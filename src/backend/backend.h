@@ -106,16 +106,19 @@ class Backend {
   // ---- DoRA (PEFT's use_dora; model/llama_lora.cpp) ----
   // norms[n] = ‖w[n,:] + s·(b[n,:]·a)‖₂ for n < N (w [N,K], b [N,r], a [r,K]): each row of the
   // adapted weight, its elements formed in fp32 as PEFT forms W + s·(B·A), their squares summed
-  // in double.
+  // in double, the norm rounded to norm_type (the magnitude's storage type, as PEFT rounds it to
+  // the weight's dtype: a 16-bit magnitude that starts at its base row's norm then divides by
+  // exactly that value).
   virtual void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b,
-                                 ConstTensorView a, float s, int64_t N, int64_t r, int64_t K) = 0;
+                                 ConstTensorView a, float s, int64_t N, int64_t r, int64_t K,
+                                 DType norm_type) = 0;
   // y[m,n] (+= when accumulate, else =) (magnitude[n]/norms[n] + offset)·x[m,n], the factor in
   // fp32, read widened and rounded once. y must not alias x.
   virtual void dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
                                   const float* norms, float offset, int64_t M, int64_t N,
                                   bool accumulate) = 0;
   // dm[n] += (Σ_m dy[m,n]·z[m,n]) / norms[n]: each column's sum in double in a fixed order,
-  // divided and added once.
+  // rounded to fp32, then divided and added.
   virtual void dora_magnitude_grad(float* dm, ConstTensorView dy, ConstTensorView z,
                                    const float* norms, int64_t M, int64_t N) = 0;
 

@@ -17,6 +17,7 @@ ZeroEngine::ZeroEngine(const EngineSpec& spec, Backend& backend, Communicator& c
       impl_(std::make_unique<Impl>(*this, spec.zero, spec.precision, spec.optim, backend, comm,
                                    host_comm ? *host_comm : comm, memory)) {
   model_.set_trainable(spec.trainable);
+  model_.set_parameter_type(working_dtype(spec.precision));
   impl_->offload = spec.offload;
   if (spec.precision == Precision::kFp16)
     impl_->scaler = std::make_unique<LossScaler>(spec.loss_scale);

@@ -28,6 +28,7 @@
 #include "engine/memory_plan.h"
 #include "engine/offload/offload_config.h"
 #include "engine/zero_config.h"
+#include "model/init.h"
 #include "model/llama.h"
 #include "model/tensor_source.h"
 #include "util/memory.h"
@@ -117,6 +118,9 @@ class ZeroEngine {
                             const std::function<bool(int g)>& groups = {});
 
  private:
+  // `read` with each value rounded to the working parameters' type (16-bit precisions): what the
+  // forward multiplies by, which a DoRA magnitude starts from (init_from_seed, load_from).
+  TensorRangeReader as_working_values(TensorRangeReader read) const;
   struct Impl;
   LlamaModel model_;
   std::vector<GroupPartition> parts_;

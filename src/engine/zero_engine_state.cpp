@@ -108,11 +108,25 @@ void ZeroEngine::Impl::master_to_working(int g) {
   }
 }
 
+TensorRangeReader ZeroEngine::as_working_values(TensorRangeReader read) const {
+  const DType work = impl_->work_dtype();
+  if (work == DType::kFloat32) return read;
+  // A DoRA magnitude starts at the norms of the rows the forward multiplies by: the base's values
+  // in the working parameters' type (as PEFT computes them on a model loaded in bf16).
+  return [read = std::move(read), work](const TensorInfo& t, int64_t b, int64_t n, float* out) {
+    read(t, b, n, out);
+    std::vector<uint16_t> rounded(static_cast<size_t>(n));
+    round_16bit(work, out, rounded.data(), rounded.size());
+    widen_16bit(work, rounded.data(), out, rounded.size());
+  };
+}
+
 void ZeroEngine::init_from_seed(uint64_t seed) {
   const ModelConfig& c = model_.config();
-  const TensorRangeReader initial = [&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
-    init_tensor_range(c, t, seed, b, n, out);
-  };
+  const TensorRangeReader initial =
+      as_working_values([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
+        init_tensor_range(c, t, seed, b, n, out);
+      });
   impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
     init_start_range(model_.layout(), t, seed, b, n, initial, out);
   });
@@ -122,9 +136,10 @@ void ZeroEngine::load_from(TensorSource& source, uint64_t adapter_seed) {
   const ModelConfig& c = model_.config();
   ZT_CHECK(source.config() == c || source.config() == c.base(),
            source.description() + " does not match the configured model");
-  const TensorRangeReader base = [&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
-    source.read_range_f32(t, b, n, out);
-  };
+  const TensorRangeReader base =
+      as_working_values([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
+        source.read_range_f32(t, b, n, out);
+      });
   impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
     if (source.holds(t))
       source.read_range_f32(t, b, n, out);

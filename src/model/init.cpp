@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/cpu_math.h"
 #include "util/splitmix64.h"
 
 namespace zt {
@@ -90,8 +91,11 @@ void init_start_range(const ParamLayout& layout, const TensorInfo& tensor, uint6
     int64_t first = 0;  // the first of the part's rows
     while (o >= first + rows[part]) first += rows[part++];
     read_base(layout.tensor(roles[part], tensor.layer), (o - first) * in, in, row.data());
-    double squares = 0;
-    for (const float v : row) squares += static_cast<double>(v) * v;
+    // Summed as the CPU backend's dora_weight_norms sums a row with B zero: the forward's norm
+    // of an unchanged row is this value, bit for bit.
+    const double squares = cpu::lane_sum(in, [&](int64_t k) {
+      return static_cast<double>(row[static_cast<size_t>(k)]) * row[static_cast<size_t>(k)];
+    });
     out[o - begin] = static_cast<float>(std::sqrt(squares));
   }
 }

@@ -148,7 +148,7 @@ static bool gemm_writes_gradient(const TensorInfo& t) {
     case TensorRole::kLoraA:
     case TensorRole::kLoraB:
       return true;
-    default:
+    default:  // DoRA's magnitudes among them: their gradients are added (dora_magnitude_grad)
       return false;
   }
 }

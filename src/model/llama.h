@@ -181,6 +181,9 @@ class LlamaModel {
   // next micro-batch's first token (its position in the run's data order, the same at every
   // world size), which keys them. Training forwards drop, evaluations do not.
   void set_lora_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  // The type the engine keeps the working parameters in (bf16, fp16 or fp32), which the views an
+  // op reads may widen to fp32: DoRA's norms are rounded to it, the magnitude's type.
+  void set_parameter_type(DType t) { parameter_type_ = t; }
   void set_batch_position(int64_t first_token) { first_token_ = first_token; }
 
   // Which tensors have gradients (PyTorch's requires_grad); every tensor by default.
@@ -286,6 +289,7 @@ class LlamaModel {
   TrainableSet trainable_;
   bool training_ = false;  // of the last forward: LoRA dropout applies
   uint64_t dropout_seed_ = 0;
+  DType parameter_type_ = DType::kFloat32;  // set_parameter_type
   int64_t first_token_ = 0;
   // LoRA dropout: x dropped into t_.lora_dropped for `target` of `layer`; x itself without it.
   ConstTensorView lora_input(int layer, LoraTarget target, ConstTensorView x, int64_t in);

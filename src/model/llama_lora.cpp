@@ -115,8 +115,11 @@ void LlamaModel::lora_forward(int layer, LoraTarget target, std::initializer_lis
 float* LlamaModel::dora_row_norms(const AdapterTensors& t, ConstTensorView adapters,
                                   ConstTensorView w, int64_t b_row, int64_t out) {
   float* const norms = t_.dora_norms + b_row;
+  // Rounded to the magnitude's type, in which it starts at the base rows' norms (the view may be
+  // a 16-bit parameter widened to fp32).
+  const DType magnitude_type = adapters.dtype != DType::kFloat32 ? adapters.dtype : parameter_type_;
   be_.dora_weight_norms(norms, w, adapters.at(t.b->offset + b_row * t.rank),
-                        adapters.at(t.a->offset), t.scale, out, t.rank, t.in);
+                        adapters.at(t.a->offset), t.scale, out, t.rank, t.in, magnitude_type);
   return norms;
 }
 

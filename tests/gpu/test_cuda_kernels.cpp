@@ -415,7 +415,7 @@ TEST_F(CudaKernels, DoraOpsMatchTheCpu) {
   std::vector<float> magnitude = random_floats(N, 48);
   for (float& m : magnitude) m = 2.0f + m;  // positive, as row norms start
   std::vector<float> norms(N), added = y0, scaled(M * N), dm = dm0;
-  cpu_.dora_weight_norms(norms.data(), w.data(), b.data(), a.data(), s, N, r, K);
+  cpu_.dora_weight_norms(norms.data(), w.data(), b.data(), a.data(), s, N, r, K, DType::kFloat32);
   cpu_.dora_scale_columns(added.data(), x.data(), magnitude.data(), norms.data(), -1.0f, M, N,
                           true);
   cpu_.dora_scale_columns(scaled.data(), x.data(), magnitude.data(), norms.data(), 0.0f, M, N,
@@ -425,7 +425,8 @@ TEST_F(CudaKernels, DoraOpsMatchTheCpu) {
   std::vector<float> first_dm;
   for (int run = 0; run < 2; ++run) {
     DeviceBuffer<float> d_norms(N), d_added(y0), d_scaled(M * N), d_dm(dm0);
-    gpu_->dora_weight_norms(d_norms.get(), d_w.get(), d_b.get(), d_a.get(), s, N, r, K);
+    gpu_->dora_weight_norms(d_norms.get(), d_w.get(), d_b.get(), d_a.get(), s, N, r, K,
+                            DType::kFloat32);
     EXPECT_TRUE(close(d_norms.download(), norms, kFp32Tolerance, "norms"));
     // The same norms on both sides from here, so that each op is compared alone.
     DeviceBuffer<float> d_cpu_norms(norms);
@@ -441,6 +442,17 @@ TEST_F(CudaKernels, DoraOpsMatchTheCpu) {
       first_dm = d_dm.download();
     else
       EXPECT_TRUE(bitwise_equal(d_dm.download(), first_dm, "magnitude_grad run 2"));
+  }
+  // Norms rounded to a bf16 magnitude's type: bf16 values, each within a bf16 step of the CPU's.
+  std::vector<float> norms16(N);
+  cpu_.dora_weight_norms(norms16.data(), w.data(), b.data(), a.data(), s, N, r, K, DType::kBf16);
+  DeviceBuffer<float> d_norms16(N);
+  gpu_->dora_weight_norms(d_norms16.get(), d_w.get(), d_b.get(), d_a.get(), s, N, r, K,
+                          DType::kBf16);
+  const std::vector<float> gpu_norms16 = d_norms16.download();
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_EQ(bf16_to_float(float_to_bf16(gpu_norms16[n])), gpu_norms16[n]) << n;
+    EXPECT_NEAR(gpu_norms16[n], norms16[n], norms16[n] / 128) << n;
   }
 }
 

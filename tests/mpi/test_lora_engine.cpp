@@ -170,6 +170,17 @@ TEST_F(LoraEngineTest, DoraTrainsAtEveryStageAsOneRankStageZero) {
     return o;
   };
   const Trained reference = train(self_, options(0));
+  // B starts at zero and each magnitude at its row's norm in the working type, the norm the
+  // forward divides by: g = 1 exactly, so the first step's loss is plain LoRA's, the base's.
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    EngineOptions dora = options(0), plain = options(0);
+    dora.precision = plain.precision = precision;
+    dora.activations = plain.activations =
+        precision == Precision::kFp16 ? DType::kFloat16 : DType::kFloat32;
+    plain.lora.use_dora = false;
+    EXPECT_EQ(train(self_, dora).losses.front(), train(self_, plain).losses.front())
+        << precision_name(precision);
+  }
   int magnitudes = 0;
   for (const auto& [name, values] : reference.final) {
     const bool magnitude = name.find(".lora_magnitude_vector") != std::string::npos;

@@ -376,13 +376,13 @@ class GuardedBackend final : public Backend {
     be_.dropout_forward(y, x, M, K, p, stream, first_row);
   }
   void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
-                         float s, int64_t N, int64_t r, int64_t K) override {
+                         float s, int64_t N, int64_t r, int64_t K, DType norm_type) override {
     need(norms, N, "dora_weight_norms norms");
     need(w, N * K, "dora_weight_norms w");
     need(b, N * r, "dora_weight_norms b");
     need(a, r * K, "dora_weight_norms a");
     GuardedDeviceMemory::Access access(mem_);
-    be_.dora_weight_norms(norms, w, b, a, s, N, r, K);
+    be_.dora_weight_norms(norms, w, b, a, s, N, r, K, norm_type);
   }
   void dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
                           const float* norms, float offset, int64_t M, int64_t N,

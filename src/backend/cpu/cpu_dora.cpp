@@ -12,8 +12,8 @@
 namespace zt::cpu {
 
 void CpuBackend::dora_weight_norms(float* norms, ConstTensorView w_view, ConstTensorView b_view,
-                                   ConstTensorView a_view, float s, int64_t N, int64_t r,
-                                   int64_t K) {
+                                   ConstTensorView a_view, float s, int64_t N, int64_t r, int64_t K,
+                                   DType norm_type) {
   const Fp32Input w32(w_view, N * K), b32(b_view, N * r), a32(a_view, r * K);
   const float* w = w32.get();
   const float* b = b32.get();
@@ -33,6 +33,10 @@ void CpuBackend::dora_weight_norms(float* norms, ConstTensorView w_view, ConstTe
     });
     norms[n] = static_cast<float>(std::sqrt(squares));
   }
+  if (norm_type == DType::kFloat32) return;
+  std::vector<uint16_t> rounded(static_cast<size_t>(N));
+  round_16bit(norm_type, norms, rounded.data(), rounded.size());
+  widen_16bit(norm_type, rounded.data(), norms, rounded.size());
 }
 
 void CpuBackend::dora_scale_columns(TensorView y_view, ConstTensorView x_view,

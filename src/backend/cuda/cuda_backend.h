@@ -169,7 +169,7 @@ class CudaBackend final : public Backend {
                        uint64_t stream, int64_t first_row) override;
   // DoRA (cuda_backend_dora.cpp)
   void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
-                         float s, int64_t N, int64_t r, int64_t K) override;
+                         float s, int64_t N, int64_t r, int64_t K, DType norm_type) override;
   void dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
                           const float* norms, float offset, int64_t M, int64_t N,
                           bool accumulate) override;

@@ -8,8 +8,10 @@
 namespace zt::cuda {
 
 void CudaBackend::dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b,
-                                    ConstTensorView a, float s, int64_t N, int64_t r, int64_t K) {
-  launch_dora_weight_norms(norms, w, b, a, s, N, r, K, static_cast<cudaStream_t>(stream_handle()));
+                                    ConstTensorView a, float s, int64_t N, int64_t r, int64_t K,
+                                    DType norm_type) {
+  launch_dora_weight_norms(norms, w, b, a, s, N, r, K, norm_type,
+                           static_cast<cudaStream_t>(stream_handle()));
 }
 
 void CudaBackend::dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,

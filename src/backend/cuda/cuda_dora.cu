@@ -15,8 +15,9 @@ namespace zt::cuda {
 namespace {
 
 // Block n: thread t takes the elements k = t, t + blockDim, ... of row n of W + s·(B·A), each
-// B·A term summed in fp32 in rank order, its square added in double; block_sum in a fixed order.
-template <typename W, typename L>
+// B·A term summed in fp32 in rank order, its square added in double; block_sum in a fixed order;
+// the norm rounded to Norm's type (backend.h's norm_type) and back.
+template <typename W, typename L, typename Norm>
 __global__ void dora_weight_norms_kernel(float* norms, const W* w, const L* b, const L* a, float s,
                                          int64_t r, int64_t K) {
   const int64_t n = blockIdx.x;
@@ -28,7 +29,11 @@ __global__ void dora_weight_norms_kernel(float* norms, const W* w, const L* b, c
     squares += static_cast<double>(v) * v;
   }
   squares = block_sum(squares);
-  if (threadIdx.x == 0) norms[n] = static_cast<float>(sqrt(squares));
+  if (threadIdx.x == 0) {
+    Norm rounded[1];
+    store(rounded, 0, static_cast<float>(sqrt(squares)));
+    norms[n] = load(rounded, 0);
+  }
 }
 
 template <typename A, typename L>
@@ -62,15 +67,19 @@ __global__ void dora_divide_add_kernel(float* dm, const float* sums, const float
 }  // namespace
 
 void launch_dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
-                              float s, int64_t N, int64_t r, int64_t K, cudaStream_t stream) {
+                              float s, int64_t N, int64_t r, int64_t K, DType norm_type,
+                              cudaStream_t stream) {
   if (N == 0) return;
+  ZT_CHECK(a.dtype == b.dtype, "dora_weight_norms: A and B are stored in different types");
   with_storage(w.dtype, "dora_weight_norms w", [&](auto w_tag) {
     using W = std::remove_pointer_t<decltype(w_tag)>;
     with_storage(b.dtype, "dora_weight_norms b", [&](auto l_tag) {
       using L = std::remove_pointer_t<decltype(l_tag)>;
-      ZT_CHECK(a.dtype == b.dtype, "dora_weight_norms: A and B are stored in different types");
-      dora_weight_norms_kernel<<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
-          norms, typed<W>(w), typed<L>(b), typed<L>(a), s, r, K);
+      with_storage(norm_type, "dora_weight_norms norm_type", [&](auto n_tag) {
+        using Norm = std::remove_pointer_t<decltype(n_tag)>;
+        dora_weight_norms_kernel<W, L, Norm><<<static_cast<unsigned>(N), kRowThreads, 0, stream>>>(
+            norms, typed<W>(w), typed<L>(b), typed<L>(a), s, r, K);
+      });
     });
   });
   ZT_CUDA_CHECK_LAUNCH("dora_weight_norms_kernel");

@@ -67,7 +67,8 @@ void launch_dropout(TensorView y, ConstTensorView x, int64_t n, uint64_t first_e
 
 // ---- cuda_dora.cu (backend.h's DoRA ops) ----
 void launch_dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,
-                              float s, int64_t N, int64_t r, int64_t K, cudaStream_t stream);
+                              float s, int64_t N, int64_t r, int64_t K, DType norm_type,
+                              cudaStream_t stream);
 void launch_dora_scale_columns(TensorView y, ConstTensorView x, ConstTensorView magnitude,
                                const float* norms, float offset, int64_t M, int64_t N,
                                bool accumulate, cudaStream_t stream);
