@@ -105,10 +105,10 @@ class Backend {
 
   // ---- DoRA (PEFT's use_dora; model/llama_lora.cpp) ----
   // norms[n] = ‖w[n,:] + s·(b[n,:]·a)‖₂ for n < N (w [N,K], b [N,r], a [r,K]): each row of the
-  // adapted weight, its elements formed in fp32 as PEFT forms W + s·(B·A), their squares summed
-  // in double, the norm rounded to norm_type (the magnitude's storage type, as PEFT rounds it to
-  // the weight's dtype: a 16-bit magnitude that starts at its base row's norm then divides by
-  // exactly that value).
+  // adapted weight, its elements formed in fp32 as PEFT forms W + s·(B·A) on an fp32 model,
+  // their squares summed in double, the norm rounded to norm_type (the magnitude's storage type, as
+  // PEFT rounds it to the weight's dtype: a 16-bit magnitude that starts at its base row's norm
+  // then divides by exactly that value).
   virtual void dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b,
                                  ConstTensorView a, float s, int64_t N, int64_t r, int64_t K,
                                  DType norm_type) = 0;

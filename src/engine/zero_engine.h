@@ -59,7 +59,8 @@ class ZeroEngine {
   void init_from_seed(uint64_t seed);
   // The tensors `source` holds (TensorSource::holds; its configuration is the model's, or the
   // model's without LoRA); LoRA adapters it does not hold start from their initialisation with
-  // `adapter_seed` (model/init.h).
+  // `adapter_seed`, a DoRA magnitude from the norms of the base rows the source holds, in the
+  // working parameters' type (model/init.h's init_start_range).
   void load_from(TensorSource& source, uint64_t adapter_seed = 0);
 
   // One optimizer step over `accum` micro-batches of this rank. fp16: the loss is scaled before

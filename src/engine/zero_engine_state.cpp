@@ -115,9 +115,7 @@ TensorRangeReader ZeroEngine::as_working_values(TensorRangeReader read) const {
   // in the working parameters' type (as PEFT computes them on a model loaded in bf16).
   return [read = std::move(read), work](const TensorInfo& t, int64_t b, int64_t n, float* out) {
     read(t, b, n, out);
-    std::vector<uint16_t> rounded(static_cast<size_t>(n));
-    round_16bit(work, out, rounded.data(), rounded.size());
-    widen_16bit(work, rounded.data(), out, rounded.size());
+    round_through_16bit(work, out, static_cast<size_t>(n));
   };
 }
 
@@ -143,7 +141,7 @@ void ZeroEngine::load_from(TensorSource& source, uint64_t adapter_seed) {
   impl_->fill([&](const TensorInfo& t, int64_t b, int64_t n, float* out) {
     if (source.holds(t))
       source.read_range_f32(t, b, n, out);
-    else if (t.is_lora())  // a DoRA magnitude from the base the source holds
+    else if (t.is_lora())  // A and B drawn, a DoRA magnitude from the base the source holds
       init_start_range(model_.layout(), t, adapter_seed, b, n, base, out);
     else
       fail(source.description() + " has no tensor '" + t.name + "'");

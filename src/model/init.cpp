@@ -4,7 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/cpu_math.h"
+#include "util/error.h"
+#include "util/lane_sum.h"
 #include "util/splitmix64.h"
 
 namespace zt {
@@ -35,6 +36,8 @@ float uniform_at(uint64_t key, uint64_t index) {
 
 void init_tensor_range(const ModelConfig& config, const TensorInfo& tensor, uint64_t seed,
                        int64_t begin, int64_t count, float* out) {
+  ZT_CHECK(tensor.role != TensorRole::kLoraMagnitude,
+           tensor.name + ": a DoRA magnitude starts from its base rows (init_start_range)");
   // LoRA (model/lora.h): B starts at zero, so the adapted model starts as the base; A as PEFT's
   // kaiming_uniform_(a=√5), which is U(−1/√in, 1/√in).
   if (tensor.role == TensorRole::kLoraB) {
@@ -93,7 +96,7 @@ void init_start_range(const ParamLayout& layout, const TensorInfo& tensor, uint6
     read_base(layout.tensor(roles[part], tensor.layer), (o - first) * in, in, row.data());
     // Summed as the CPU backend's dora_weight_norms sums a row with B zero: the forward's norm
     // of an unchanged row is this value, bit for bit.
-    const double squares = cpu::lane_sum(in, [&](int64_t k) {
+    const double squares = lane_sum(in, [&](int64_t k) {
       return static_cast<double>(row[static_cast<size_t>(k)]) * row[static_cast<size_t>(k)];
     });
     out[o - begin] = static_cast<float>(std::sqrt(squares));

@@ -44,8 +44,10 @@ ConstTensorView projection_weight(const LayerWeights& P, TensorRole role) {
       return P.wgate;
     case TensorRole::kUpProj:
       return P.wup;
-    default:
+    case TensorRole::kDownProj:
       return P.wdown;
+    default:
+      throw Error("projection_weight: not a decoder layer's projection");
   }
 }
 

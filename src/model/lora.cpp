@@ -390,7 +390,7 @@ void refuse_misspelt_keys(const nlohmann::json& j, const std::string& source) {
 }
 
 // The keys of LoRA variants, and of per-layer settings, whose non-default values change the
-// adapters' math away from plain LoRA: refused naming the key.
+// adapters' math away from plain LoRA and DoRA: refused naming the key.
 void refuse_lora_variants(const nlohmann::json& j, const std::string& source) {
   auto empty_container = [](const nlohmann::json& v) { return v.empty(); };
   auto is_false = [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); };

@@ -18,7 +18,8 @@ class TensorSource {
   // What the source is, for error messages ("model directory 'DIR'").
   virtual std::string description() const = 0;
   // Whether the source stores tensor t: a model's own tensors, not LoRA adapters (which start
-  // from their initialisation unless a source holds them).
+  // from their initialisation unless a source holds them; a DoRA magnitude from the base's rows:
+  // ZeroEngine::load_from).
   virtual bool holds(const TensorInfo& t) const { return !t.is_lora(); }
   // Elements [begin, begin+count) of tensor t, flattened, as fp32.
   virtual void read_range_f32(const TensorInfo& t, int64_t begin, int64_t count, float* out) = 0;

@@ -40,6 +40,14 @@ inline void round_16bit(DType dtype, const float* in, uint16_t* out, size_t n) {
     floats_to_fp16(in, out, n);
 }
 
+// Each of n floats rounded to `dtype` (bf16 or fp16) and widened back, in place: the value a
+// 16-bit tensor of that type holds.
+inline void round_through_16bit(DType dtype, float* values, size_t n) {
+  std::vector<uint16_t> rounded(n);
+  round_16bit(dtype, values, rounded.data(), n);
+  widen_16bit(dtype, rounded.data(), values, n);
+}
+
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kFloat32;

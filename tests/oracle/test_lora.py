@@ -31,9 +31,9 @@ adapter parameters alone.
    within the same bound (Adam's epsilon 1e-3 on both sides: see DROPOUT_EPS).
 8. estimate --lora-rank counts the adapters (6b, r 16, all-linear: their parameters, 16 bytes of
    state each at stage 0) and full fine-tuning's 18 bytes per parameter beside them.
-9. Bad input: a PEFT config with replicated layers, a regex target_modules selecting a layer the model lacks,
-   a target zerotrain cannot adapt, and a --trainable pattern on a layer's own tensor are refused
-   naming the key, the name or tensor;
+9. Bad input: a PEFT config with replicated layers, a regex target_modules selecting a layer the
+   model lacks, a target zerotrain cannot adapt, and a --trainable pattern on a layer's own
+   tensor are refused naming the key, the name or tensor;
    an adapter directory without weights, with another rank than its tensors, with only a
    pickle or with a NaN in its weights is refused by --lora-init-from (leaving no run
    directory) and by export --merge-lora.

@@ -23,10 +23,11 @@ windows).
    epsilon 1e-3, as test_lora.py's dropout check).
 6. A 2-rank stage-3 run resumed at step 2 has the uninterrupted run's losses and adapters, bitwise,
    and export --format peft of its last checkpoint writes final/'s tensors bitwise.
-7. Bad input: an adapter directory whose config says use_dora without the magnitudes, or the
+7. --use-dora on the command line trains the config file's initial A and magnitudes; --lora-init-from OUT/final starts from its tensors, magnitudes included, bit for bit.
+8. Bad input: an adapter directory whose config says use_dora without the magnitudes, or the
    magnitudes without use_dora, is refused naming the tensor by --lora-init-from, eval --adapter
    and export --merge-lora; --use-dora beside --lora-config is refused.
-8. Phi-3 (test_lora_phi3.py's model, all-linear): one magnitude over a fused module's rows, each
+9. Phi-3 (test_lora_phi3.py's model, all-linear): one magnitude over a fused module's rows, each
    part's rows scaled by its own norms (qkv_proj's q, k and v; gate_up_proj's gate and up); 1 to
    4 as above but dropout.
 
@@ -188,6 +189,36 @@ def check_resume_and_export(zt, work, args, path):
     print("resume at step 2 and export --format peft: the uninterrupted run's adapters, bitwise")
 
 
+def check_command_line_and_init_from(zt, work, initial):
+    """--use-dora on the command line trains the same adapters as the config file (the same
+    initial A and magnitudes, and use_dora written back); --lora-init-from OUT/final
+    starts from its magnitudes (a run whose step moves no fp32 value ends on them, bit for
+    bit)."""
+    run_tool(lora.train_args(zt, work, work("cli"), ["--micro-batch", "2", "--use-dora"],
+                             steps=1, lr=1e-30))
+    cli = lora.read_safetensors(work("cli", "final", "adapter_model.safetensors"))
+    with open(work("cli", "final", "adapter_config.json")) as f:
+        check(json.load(f).get("use_dora") is True, "--use-dora's adapter_config.json")
+    names = {n[len(lora.PREFIX):] for n in cli}
+    check(sum(n.endswith(MAGNITUDE) for n in names) == 4 * len(lora.TARGETS),
+          f"--use-dora trains {sorted(names)[:4]}...")
+    for n in names:
+        # v_proj is at r 2 in the config file; B moved by 1e-30 along gradients that o_proj's
+        # alpha changes.
+        if "v_proj" not in n and ".lora_B." not in n:
+            check(torch.equal(cli[lora.PREFIX + n].to(torch.float64), initial[n]),
+                  f"--use-dora's initial {n} differs from the config file's")
+    run_tool(lora.train_args(zt, work, work("continued"), ["--micro-batch", "2", "--lora-init-from",
+                                                           work("one", "final")],
+                             steps=1, lr=1e-30, targets=None))
+    final = lora.read_safetensors(work("one", "final", "adapter_model.safetensors"))
+    continued = lora.read_safetensors(work("continued", "final", "adapter_model.safetensors"))
+    check(set(final) == set(continued) and all(torch.equal(final[n], continued[n]) for n in final),
+          "--lora-init-from a DoRA adapter did not start from its tensors")
+    print("--use-dora trains the config file's adapters; --lora-init-from starts from OUT/final's "
+          "magnitudes, bit for bit")
+
+
 def check_dropout(zt, work, args, path, initial):
     """Dropout 0.25 on one window a step (step s's tokens are [(s−1)·T, s·T) of the data)."""
     p, seed = 0.25, 1234
@@ -277,6 +308,7 @@ def main():
         check_dropout(args.zerotrain, work, args, path, initial)
         check_refusals(args.zerotrain, work, path)
         check_resume_and_export(args.zerotrain, work, args, path)
+        check_command_line_and_init_from(args.zerotrain, work, initial)
         # Phi-3's fused modules, in a directory of their own.
         os.makedirs(work("phi3"))
         fused = lambda *parts: work("phi3", *parts)  # noqa: E731

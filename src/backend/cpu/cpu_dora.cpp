@@ -33,10 +33,7 @@ void CpuBackend::dora_weight_norms(float* norms, ConstTensorView w_view, ConstTe
     });
     norms[n] = static_cast<float>(std::sqrt(squares));
   }
-  if (norm_type == DType::kFloat32) return;
-  std::vector<uint16_t> rounded(static_cast<size_t>(N));
-  round_16bit(norm_type, norms, rounded.data(), rounded.size());
-  widen_16bit(norm_type, rounded.data(), norms, rounded.size());
+  if (norm_type != DType::kFloat32) round_through_16bit(norm_type, norms, static_cast<size_t>(N));
 }
 
 void CpuBackend::dora_scale_columns(TensorView y_view, ConstTensorView x_view,

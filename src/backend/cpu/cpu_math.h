@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "util/lane_sum.h"
+
 namespace zt::cpu {
 
 // Loops over fewer elements than this run on the calling thread.
@@ -46,25 +48,6 @@ inline float fast_expf(float x) {
   const int32_t exponent_bits = (static_cast<int32_t>(n) + 127) << 23;
   const float result = p * std::bit_cast<float>(exponent_bits);
   return select_float(x < kMin, 0.0f, result);  // NaN in, NaN out
-}
-
-// Sums in double over kSumLanes interleaved partial sums (lane l takes the elements i ≡ l mod
-// kSumLanes, the tail goes to lane 0), combined pairwise in lane order at the end. The order is
-// fixed by n alone, and the independent lanes avoid one long chain of dependent additions.
-constexpr int64_t kSumLanes = 8;
-
-template <typename Term>
-double lane_sum(int64_t n, Term term) {
-  double lanes[kSumLanes] = {};
-  int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes) {
-    for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] += term(i + l);
-  }
-  for (; i < n; ++i) lanes[0] += term(i);
-  for (int64_t width = kSumLanes / 2; width > 0; width /= 2) {
-    for (int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  return lanes[0];
 }
 
 // Σ x[i] in double.

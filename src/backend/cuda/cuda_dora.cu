@@ -1,5 +1,6 @@
-// DoRA's three ops on the device (backend/backend.h; the math is model/llama_lora.cpp's), computed
-// as the CPU backend computes them (cpu_dora.cpp), sums in double in a fixed order:
+// DoRA's three ops on the device (backend/backend.h; the math is model/llama_lora.cpp's), each
+// element as the CPU backend forms it (cpu_dora.cpp), sums in double in a fixed order of their own
+// (not the CPU's: equal within fp32 rounding):
 //   norms     n[o] = ‖W[o,:] + s·(B[o,:]·A)‖₂          one block per row
 //   scale     y (+)= (m/n + offset) ⊙ x, by column      elementwise
 //   gradient  dm[o] += Σ_t dy[t,o]·z[t,o] / n[o]        column sums, then one division

@@ -1,0 +1,54 @@
+"""DoRA on the real model (test_real_model.py's check 10, label realmodel): PEFT's own DoRA adapter
+on SmolLM2-135M-Instruct, read by `eval --adapter` and `export --merge-lora`."""
+
+import torch
+
+from oracle_harness import check, run_tool
+from test_hf_families import hf_loss, last_json_line
+
+
+def check_dora_adapter(work, zt, reference, tokens, compare, bound, shape):
+    """test_real_model.py's check 10: a DoRA adapter PEFT made on the model (`reference`), read by
+    eval --adapter and export --merge-lora; compare and bound are test_real_model.py's, shape its
+    evaluation's (micro-batch, batches, sequence length)."""
+    micro_batch, batches, seq_len = shape
+    import copy
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    torch.manual_seed(7)
+    config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", use_dora=True,
+                        task_type="CAUSAL_LM")
+    adapted = get_peft_model(copy.deepcopy(reference), config).eval()
+    with torch.no_grad():
+        for name, p in adapted.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0.0, 0.02)
+            elif "lora_magnitude_vector" in name:
+                p.mul_(1.0 + 0.05 * torch.randn_like(p))
+    adapted.save_pretrained(work("dora_peft"))
+    out = run_tool([zt, "eval", "--model", work("base"), "--data", work("text.h5"), "--batches",
+                    str(batches), "--micro-batch", str(micro_batch), "--seq-len", str(seq_len),
+                    "--adapter", work("dora_peft")])
+    want = hf_loss(adapted, tokens, range(micro_batch * batches), seq_len)
+    base = hf_loss(reference, tokens, range(micro_batch * batches), seq_len)
+    compare("eval --adapter with PEFT's DoRA adapter", last_json_line(out)["loss"], want)
+    check(abs(want - base) > bound(base), f"the DoRA adapter left the loss at the base's: {base}")
+    run_tool([zt, "export", work("base"), "--merge-lora", work("dora_peft"), "--out",
+              work("dora_merged")])
+    merged = {n: t.to(torch.bfloat16) for n, t in
+              load_file(work("dora_merged", "model.safetensors")).items()}
+    # Each merged element within a bf16 step of PEFT's fp32 merge (2^-7 of it), or, where W and
+    # s·B·A nearly cancel and the two fp32 sums part by their rounding, within 2^-16 of its row's
+    # largest element.
+    want_merged = copy.deepcopy(adapted).merge_and_unload().state_dict()
+    worst = 0.0
+    for name, tensor in want_merged.items():
+        if name.endswith("_proj.weight"):
+            want_row = tensor.float()
+            allowed = (want_row.abs() * 2.0 ** -7 +
+                       want_row.abs().amax(dim=1, keepdim=True) * 2.0 ** -16)
+            worst = max(worst, ((merged[name].float() - want_row).abs() / allowed).max().item())
+    check(worst <= 1, f"export --merge-lora of the DoRA adapter is {worst:.2f} times the "
+          "allowance from PEFT's merge_and_unload")
+    print(f"ok   DoRA: eval --adapter gives PEFT's loss ({base:.6f} for the base); the merge is "
+          f"within {worst:.2f} of a bf16 step of PEFT's merge_and_unload")
