@@ -250,6 +250,12 @@ def check_dropout(zt, work, source_dir, weights, initial_a):
     print(f"dropout 0.25: losses and final adapters (within {worst:.2e}) as PEFT's with the mask")
 
 
+def run_losses(out):
+    """Each step's loss of the run in OUT (its metrics.jsonl)."""
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
 def check_loaded_loss(what, loaded, eval_tokens, out):
     """PEFT's loss with an adapter it loaded (`loaded`) on the evaluation's windows against
     zerotrain's end-of-run evaluation in OUT/report.json, within TOLERANCE."""
@@ -467,10 +473,7 @@ def main():
 
         run_tool(launcher + train_args(zt, work, work("resumed"), two_args, steps=STEPS // 2))
         run_tool(launcher + train_args(zt, work, work("resumed"), two_args + ["--resume", "auto"]))
-        losses = {}
-        for run in ("two", "resumed"):
-            with open(work(run, "metrics.jsonl")) as f:
-                losses[run] = [json.loads(line)["loss"] for line in f]
+        losses = {run: run_losses(work(run)) for run in ("two", "resumed")}
         check(losses["resumed"] == losses["two"],
               f"the resumed run's losses {losses['resumed']} differ from {losses['two']}")
         with open(work("two", "final", "adapter_model.safetensors"), "rb") as a, \

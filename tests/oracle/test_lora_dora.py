@@ -170,10 +170,7 @@ def check_resume_and_export(zt, work, args, path):
                                         targets=None))
     run_tool(launcher + lora.train_args(zt, work, work("resumed"), two_args + ["--resume", "auto"],
                                         targets=None))
-    losses = {}
-    for run in ("two", "resumed"):
-        with open(work(run, "metrics.jsonl")) as f:
-            losses[run] = [json.loads(line)["loss"] for line in f]
+    losses = {run: lora.run_losses(work(run)) for run in ("two", "resumed")}
     check(losses["resumed"] == losses["two"],
           f"the resumed run's losses {losses['resumed']} differ from {losses['two']}")
     final = lora.read_safetensors(work("two", "final", "adapter_model.safetensors"))
