@@ -37,11 +37,13 @@ void import_hf(const po::variables_map& vm, const std::string& source, const std
       source, out, shard_bytes, vm["overwrite"].as<bool>(),
       vm["strict-config"].as<bool>() ? UnknownConfigKeys::kRefuse : UnknownConfigKeys::kAccept);
   std::cout << "imported " << source << " -> " << out << ": " << ParamLayout(r.config).total_numel()
-            << " parameters from " << r.source_files.size() << " safetensors file(s), "
-            << r.bytes_written << " bytes of bf16 in " << seconds_since(start) << " s\n";
+            << " parameters from " << r.source_files.size() << " " << r.weights_format
+            << " file(s), " << r.bytes_written << " bytes of bf16 in " << seconds_since(start)
+            << " s\n";
   if (r.index_ignored)
-    std::cout << "  read model.safetensors; the model.safetensors.index.json beside it was not "
-                 "used (transformers reads the single file too)\n";
+    std::cout << "  read " << std::filesystem::path(r.source_files.at(0)).filename().string()
+              << "; the " << std::filesystem::path(r.source_files.at(0)).filename().string()
+              << ".index.json beside it was not used (transformers reads the single file too)\n";
   if (!r.tokenizer_files.empty())
     std::cout << "  tokenizer files copied beside the model: " << listed(r.tokenizer_files) << "\n";
   if (r.rounded_tensors > 0)
@@ -85,14 +87,16 @@ void import_gguf(const po::variables_map& vm, const std::string& source, const s
 int cmd_import(int argc, char** argv) {
   const CommandSpec spec{
       "import",
-      "Import a Hugging Face checkpoint (config.json + safetensors) or a llama.cpp GGUF file as a "
+      "Import a Hugging Face checkpoint (config.json + safetensors or PyTorch .bin weights) or a "
+      "llama.cpp GGUF file as a "
       "zerotrain model directory (bf16 HDF5 shards, with the tokenizer files).",
       "zerotrain import (HF_DIR | FILE.gguf) --out MODEL_DIR [--shard-size-mb N] [--overwrite] "
       "[--strict-config] [--tokenizer HF_TOKENIZER_DIR]"};
   po::options_description options("import options");
   options.add_options()("source", po::value<std::string>(),
                         "a Hugging Face directory (config.json and model.safetensors or "
-                        "model.safetensors.index.json with its shards), or a GGUF file")(
+                        "model.safetensors.index.json with its shards; without them "
+                        "pytorch_model.bin or pytorch_model.bin.index.json), or a GGUF file")(
       "out", po::value<std::string>(), "output model directory")(
       "shard-size-mb", po::value<int64_t>()->default_value(2048),
       "largest shard file size in MiB (shards split at tensor boundaries)")(

@@ -16,9 +16,9 @@
 #include "io/fs_util.h"
 #include "io/model_dir.h"
 #include "io/peft_adapter_file.h"
-#include "io/safetensors.h"
 #include "io/token_dataset.h"
 #include "io/tokenizer_files.h"
+#include "io/weight_file.h"
 #include "model/lora.h"
 #include "util/error.h"
 
@@ -258,33 +258,40 @@ void info_checkpoint(const std::string& dir, bool json, bool verify) {
   print_summary(j, json, "training checkpoint");
 }
 
-// A Hugging Face directory written by `export`: every safetensors file's header is validated.
-void info_safetensors(const std::string& dir, bool json) {
-  const auto weight_map = safetensors_weight_map(dir);
-  std::map<std::string, SafetensorsEntry> entries;
+// A Hugging Face directory (one `export` wrote, or a PyTorch checkpoint's): every weight file's
+// header (or pickle) is validated.
+void info_hf_weights(const std::string& dir, bool json) {
+  const auto weight_map = hf_weight_map(dir);
+  const bool pytorch = !weight_map.empty() && !weight_map.begin()->second.ends_with(".safetensors");
+  std::map<std::string, StoredTensor> entries;
   std::set<std::string> files;
   for (const auto& [name, file] : weight_map) files.insert(file);
   for (const std::string& file : files) {
-    const SafetensorsReader reader(dir + "/" + file);
-    for (const SafetensorsEntry& e : reader.tensors()) entries[e.name] = e;
+    const WeightFile reader(dir + "/" + file);
+    for (const StoredTensor& e : reader.tensors()) entries[e.name] = e;
   }
   nlohmann::json tensors = nlohmann::json::array();
   uint64_t params = 0, bytes = 0;
   for (const auto& [name, file] : weight_map) {
     ZT_CHECK(entries.count(name), "'" + dir + "/" + file + "' has no tensor '" + name + "'");
-    const SafetensorsEntry& e = entries.at(name);
+    const StoredTensor& e = entries.at(name);
     params += safetensors_numel(e.shape);
-    bytes += e.end - e.begin;
+    bytes += safetensors_numel(e.shape) * safetensors_dtype_size(e.dtype);
     tensors.push_back({{"name", name}, {"shape", e.shape}, {"dtype", e.dtype}, {"file", file}});
   }
   if (json) {
-    std::cout << nlohmann::json{{"kind", "safetensors"}, {"path", dir},    {"tensors", tensors},
-                                {"parameters", params},  {"bytes", bytes}, {"files", files}}
+    std::cout << nlohmann::json{{"kind", pytorch ? "pytorch" : "safetensors"},
+                                {"path", dir},
+                                {"tensors", tensors},
+                                {"parameters", params},
+                                {"bytes", bytes},
+                                {"files", files}}
                      .dump(2)
               << "\n";
     return;
   }
-  std::cout << "Hugging Face safetensors directory: " << dir << "\ntensors:\n";
+  std::cout << "Hugging Face " << (pytorch ? "PyTorch checkpoint" : "safetensors")
+            << " directory: " << dir << "\ntensors:\n";
   for (const auto& t : tensors) {
     const std::string shape = h5::shape_string(t["shape"].get<std::vector<int64_t>>());
     std::printf("  %-48s %-16s %-5s %s\n", t["name"].get<std::string>().c_str(), shape.c_str(),
@@ -300,9 +307,9 @@ void info_safetensors(const std::string& dir, bool json) {
 // The projections the adapter's weights adapt, in a layer's order (PEFT saves lora_A and lora_B
 // for each module its targets found in the model); the targets as the file gives them when its
 // weights hold none.
-std::string adapted_projections(const LoraSpec& spec, const SafetensorsReader& weights) {
+std::string adapted_projections(const LoraSpec& spec, const WeightFile& weights) {
   std::set<std::string> modules;
-  for (const SafetensorsEntry& e : weights.tensors()) {
+  for (const StoredTensor& e : weights.tensors()) {
     const size_t at = e.name.rfind(".lora_A.");
     const size_t dot = at == std::string::npos || at == 0 ? at : e.name.rfind('.', at - 1);
     if (dot != std::string::npos) modules.insert(e.name.substr(dot + 1, at - dot - 1));
@@ -318,12 +325,12 @@ void info_peft_adapter(const std::string& dir, bool json) {
   nlohmann::json config;
   const LoraSpec spec = read_peft_adapter_config(dir + "/" + kPeftConfigFile,
                                                  LoraSpec::Use::kTrainedWeights, &config);
-  const SafetensorsReader reader(dir + "/" + kPeftWeightsFile);
+  const WeightFile reader(peft_weights_path(dir));
   uint64_t params = 0, bytes = 0;
   std::set<std::string> dtypes;
-  for (const SafetensorsEntry& e : reader.tensors()) {
+  for (const StoredTensor& e : reader.tensors()) {
     params += safetensors_numel(e.shape);
-    bytes += e.end - e.begin;
+    bytes += safetensors_numel(e.shape) * safetensors_dtype_size(e.dtype);
     dtypes.insert(e.dtype);
   }
   const auto base = config.find("base_model_name_or_path");
@@ -404,9 +411,9 @@ int cmd_info(int argc, char** argv) {
   if (fs::is_directory(path, ec)) {
     ZT_CHECK(!vm.count("seq-len"),
              "info --seq-len describes a token dataset's windows; '" + path + "' is a directory");
-    if (fs::exists(path + "/" + kSafetensorsFile) ||
+    if (is_hf_checkpoint_dir(path) || fs::exists(path + "/" + kSafetensorsFile) ||
         fs::exists(path + "/" + kSafetensorsIndexFile)) {
-      info_safetensors(path, json);
+      info_hf_weights(path, json);
     } else if (fs::exists(path + "/" + kModelConfigFile) ||
                fs::exists(path + "/" + kModelIndexFile)) {
       info_model(path, json, vm["verify"].as<bool>());

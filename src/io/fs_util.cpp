@@ -53,6 +53,15 @@ void check_output_file_writable(const std::string& file, bool overwrite) {
   ZT_CHECK(overwrite, "output file '" + file + "' already exists (use --overwrite)");
 }
 
+ReadOnlyFile::ReadOnlyFile(const std::string& path)
+    : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+  ZT_CHECK(fd >= 0, "cannot open '" + path + "': " + errno_text(errno));
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  ::close(fd);
+}
+
 std::string errno_text(int e) {
   const char* name = e == ENOSPC   ? "ENOSPC"
                      : e == EACCES ? "EACCES"

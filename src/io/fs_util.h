@@ -57,6 +57,15 @@ std::string environment_filesystem_error_text(const std::filesystem::filesystem_
 void write_text_file(const std::string& path, const std::string& text);
 // Parses a JSON file; errors name the file.
 nlohmann::json read_json_file(const std::string& path);
+// A file opened read-only, closed on scope exit; opening fails naming the file and the cause.
+struct ReadOnlyFile {
+  explicit ReadOnlyFile(const std::string& path);
+  ~ReadOnlyFile();
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+  int fd;
+};
+
 // pread(2) until `bytes` arrived at `offset`; errors (end of file included) name `path`.
 void read_exact(int fd, uint64_t offset, void* out, size_t bytes, const std::string& path);
 // write(2) until every byte is written (EINTR retried); errors name `path` and the cause.

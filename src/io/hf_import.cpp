@@ -11,8 +11,8 @@
 
 #include "io/fs_util.h"
 #include "io/model_dir.h"
-#include "io/safetensors.h"
 #include "io/tokenizer_files.h"
+#include "io/weight_file.h"
 #include "model/hf_checkpoint_tensors.h"
 #include "model/hf_multimodal_config.h"
 #include "model/layout.h"
@@ -75,10 +75,10 @@ CheckpointNaming checkpoint_naming(const MultimodalWrapper* multimodal,
 // its naming): transformers ties it to the embedding on load, and so does zerotrain; the stored
 // copy is compared (as fp32 values, in bounded chunks) only to say whether it was the same.
 // Returns the note for the ignored-tensor list.
-std::string tied_head_note(const SafetensorsReader& head, const std::string& head_name,
-                           const SafetensorsReader& embedding, const std::string& embedding_name,
+std::string tied_head_note(const WeightFile& head, const std::string& head_name,
+                           const WeightFile& embedding, const std::string& embedding_name,
                            const std::vector<int64_t>& shape) {
-  const SafetensorsEntry& stored = head.tensor(head_name);
+  const StoredTensor& stored = head.tensor(head_name);
   ZT_CHECK(stored.shape == shape, "import: '" + head.path() + "': tensor '" + head_name +
                                       "' has shape " + nlohmann::json(stored.shape).dump() +
                                       ", the tied embedding " + nlohmann::json(shape).dump());
@@ -97,7 +97,7 @@ std::string tied_head_note(const SafetensorsReader& head, const std::string& hea
   return head_name + " (tie_word_embeddings: the same values as the embedding)";
 }
 
-using Readers = std::map<std::string, std::unique_ptr<SafetensorsReader>>;
+using Readers = std::map<std::string, std::unique_ptr<WeightFile>>;
 
 // Every tensor of the model is in the checkpoint, readable and of its shape; every other stored
 // tensor is one the model may leave out (buffers, a tied head, a multimodal checkpoint's vision
@@ -113,8 +113,8 @@ void check_checkpoint_tensors(const ParamLayout& layout, const CheckpointNaming&
     const auto where = weight_map.find(name);
     ZT_CHECK(where != weight_map.end(), "import: '" + hf_dir + "' has no tensor '" + name +
                                             "', which the model of " + config_path + " needs");
-    const SafetensorsReader& reader = *readers.at(where->second);
-    const SafetensorsEntry& stored = reader.tensor(name);
+    const WeightFile& reader = *readers.at(where->second);
+    const StoredTensor& stored = reader.tensor(name);
     ZT_CHECK(stored.dtype == "BF16" || stored.dtype == "F16" || stored.dtype == "F32",
              "import: '" + reader.path() + "': tensor '" + name + "' is " + stored.dtype +
                  "; zerotrain reads BF16, F16 or F32 weights");
@@ -182,10 +182,9 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
   const ParamLayout layout(result.config);
 
   // Where each tensor is, every file's header read and checked once.
-  const std::map<std::string, std::string> weight_map = safetensors_weight_map(hf_dir);
+  const std::map<std::string, std::string> weight_map =
+      hf_weight_map(hf_dir, &result.index_ignored);
   const CheckpointNaming naming = checkpoint_naming(multimodal, weight_map, hf_dir);
-  result.index_ignored = fs::exists(fs::path(hf_dir) / kSafetensorsFile, ec) &&
-                         fs::exists(fs::path(hf_dir) / kSafetensorsIndexFile, ec);
   Readers readers;
   for (const auto& [name, file] : weight_map) {
     ZT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
@@ -193,13 +192,14 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
                  "', not a file name inside the directory");
     auto& reader = readers[file];
     if (!reader) {
-      reader = std::make_unique<SafetensorsReader>((fs::path(hf_dir) / file).string());
+      reader = std::make_unique<WeightFile>((fs::path(hf_dir) / file).string());
       result.source_files.push_back(reader->path());
+      result.weights_format = reader->format();
     }
   }
   // Every tensor a shard holds must be one the index maps to that shard.
   for (const auto& [file, reader] : readers) {
-    for (const SafetensorsEntry& t : reader->tensors()) {
+    for (const StoredTensor& t : reader->tensors()) {
       const auto mapped = weight_map.find(t.name);
       ZT_CHECK(mapped != weight_map.end() && mapped->second == file,
                "import: '" + reader->path() + "' holds tensor '" + t.name +
@@ -228,7 +228,7 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
         const HfCheckpointPlace& place = places.at(t.name);
         const std::string name = naming.stored(place.name);
-        const SafetensorsReader& reader = *readers.at(weight_map.at(name));
+        const WeightFile& reader = *readers.at(weight_map.at(name));
         const int64_t first = place.element_offset + begin;
         reader.read_range_f32(name, first, count, out);
         // Checked as stored in bf16: an F32 value beyond bf16's range would round to infinity.

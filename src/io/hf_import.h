@@ -1,5 +1,6 @@
 // zerotrain import: a Hugging Face checkpoint directory (config.json + model.safetensors, or
-// shards listed by model.safetensors.index.json; BF16, F16 or F32 tensors) into a zerotrain model
+// shards listed by model.safetensors.index.json; or, without them, PyTorch's pytorch_model.bin or
+// its index's shards, io/weight_file.h; BF16, F16 or F32 tensors) into a zerotrain model
 // directory (io/model_dir.h: bf16 HDF5 shards). The config goes through ModelConfig::from_hf_json,
 // which refuses every key that would change the model away from what zerotrain computes
 // (and, with UnknownConfigKeys::kRefuse, every key it does not know).
@@ -24,13 +25,15 @@ constexpr const char* kImportRecordFile = "import.json";
 
 struct HfImportResult {
   ModelConfig config;
-  std::vector<std::string> source_files;  // safetensors files read
+  std::vector<std::string> source_files;  // weight files read
+  std::string weights_format;             // "safetensors" or "PyTorch" (WeightFile::format)
   std::vector<std::string> ignored_keys;  // config.json keys read past (hf_config_ignored_keys)
   std::vector<std::string> unknown_keys;  // ... and those it does not know (hf_config_unknown_keys)
   // Stored tensors that are not parameters: buffers (inv_freq), a tied model's lm_head copy.
   std::vector<std::string> ignored_tensors;
   std::vector<std::string> tokenizer_files;  // copied beside the model (io/tokenizer_files.h)
-  // model.safetensors was read and an index beside it was not, as transformers does.
+  // model.safetensors (pytorch_model.bin) was read and an index beside it was not, as
+  // transformers does.
   bool index_ignored = false;
   uint64_t bytes_written = 0;
   int64_t rounded_tensors = 0;  // F16/F32 tensors rounded to bf16

@@ -1,6 +1,6 @@
 #include "io/model_dir.h"
 
-#include "io/safetensors.h"
+#include "io/weight_file.h"
 
 #include <unistd.h>
 
@@ -286,7 +286,7 @@ ModelDirReader::ModelDirReader(const std::string& dir, bool check_finite)
   const std::string index_path = dir_ + "/" + kModelIndexFile;
   if (!fs::exists(index_path) && is_hf_checkpoint_dir(dir_))
     fail("'" + dir_ +
-         "' is a Hugging Face checkpoint (config.json + safetensors), not a zerotrain "
+         "' is a Hugging Face checkpoint (config.json and its weights), not a zerotrain "
          "model directory: run `zerotrain import " +
          dir_ + " --out MODEL_DIR` and pass MODEL_DIR");
   ZT_CHECK(fs::exists(index_path), "model directory '" + dir_ + "' has no " + kModelIndexFile);

@@ -12,22 +12,13 @@
 
 namespace zt {
 
-namespace {
-
-std::string weights_path(const std::string& dir) {
-  const std::string path = dir + "/" + kPeftWeightsFile;
+std::string peft_weights_path(const std::string& dir) {
   std::error_code ec;
-  ZT_CHECK(
-      !std::filesystem::exists(dir + "/adapter_model.bin", ec) || std::filesystem::exists(path, ec),
-      "PEFT adapter '" + dir +
-          "' holds adapter_model.bin (a PyTorch pickle), which zerotrain does not read; "
-          "re-save it with save_pretrained(..., safe_serialization=True)");
-  ZT_CHECK(std::filesystem::is_regular_file(path, ec),
-           "PEFT adapter '" + dir + "' has no " + kPeftWeightsFile);
-  return path;
+  for (const char* file : {kPeftWeightsFile, kPeftPytorchWeightsFile})
+    if (std::filesystem::is_regular_file(dir + "/" + file, ec)) return dir + "/" + file;
+  fail("PEFT adapter '" + dir + "' has neither " + kPeftWeightsFile + " nor " +
+       kPeftPytorchWeightsFile);
 }
-
-}  // namespace
 
 LoraSpec read_peft_adapter_config(const std::string& path, LoraSpec::Use use,
                                   nlohmann::json* parsed) {
@@ -50,11 +41,11 @@ ModelConfig adapter_model_config(const std::string& dir, ModelConfig base) {
 }
 
 PeftAdapterReader::PeftAdapterReader(const std::string& dir, const ModelConfig& model)
-    : dir_(dir), config_(model), layout_(config_), file_(weights_path(dir)) {
+    : dir_(dir), config_(model), layout_(config_), file_(peft_weights_path(dir)) {
   ZT_CHECK(config_.lora.enabled(),
            "PEFT adapter directory '" + dir + "': the model it is opened for has no LoRA adapters");
   const std::string prefix = kPeftNamePrefix;
-  for (const SafetensorsEntry& e : file_.tensors()) {
+  for (const StoredTensor& e : file_.tensors()) {
     ZT_CHECK(e.name.rfind(prefix, 0) == 0, file_.path() + ": tensor '" + e.name +
                                                "' does not start with PEFT's '" + prefix + "'");
     const std::string name = e.name.substr(prefix.size());

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "io/weight_file.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/tensor_source.h"
@@ -17,6 +17,7 @@ namespace zt {
 
 constexpr const char* kPeftConfigFile = "adapter_config.json";
 constexpr const char* kPeftWeightsFile = "adapter_model.safetensors";
+constexpr const char* kPeftPytorchWeightsFile = "adapter_model.bin";  // PEFT before 0.7's default
 constexpr const char* kPeftNamePrefix = "base_model.model.";
 
 // An adapter_config.json read for `use` (LoraSpec::from_peft_file; with `parsed`, its JSON handed
@@ -30,14 +31,18 @@ LoraSpec read_peft_adapter_config(const std::string& path, LoraSpec::Use use,
 // and generate --adapter and export --merge-lora open a PeftAdapterReader for.
 ModelConfig adapter_model_config(const std::string& dir, ModelConfig base);
 
+// DIR's weights as PEFT's from_pretrained picks them: adapter_model.safetensors, else
+// adapter_model.bin (a PyTorch checkpoint, weight_file.h); neither is an error naming DIR.
+std::string peft_weights_path(const std::string& dir);
+
 class PeftAdapterReader : public TensorSource {
  public:
   // Opens DIR for `model`: the base model's configuration with the adapters' LoraSpec, the one read
   // from DIR's adapter_config.json (LoraSpec::from_peft_file; train reads it once, with its
   // options); config() is it. Every tensor of the file must name a tensor of that model (an
   // adapter, or a base tensor of modules_to_save) in its shape, and every adapter tensor must be
-  // there; errors name the file and the tensor, as does a value read that is not finite. A
-  // directory with only adapter_model.bin (a PyTorch pickle) is refused, saying how to re-save it.
+  // there; errors name the file and the tensor, as does a value read that is not finite. The
+  // weights are adapter_model.safetensors or, without it, adapter_model.bin (peft_weights_path).
   PeftAdapterReader(const std::string& dir, const ModelConfig& model);
 
   const ModelConfig& config() const override { return config_; }
@@ -52,7 +57,7 @@ class PeftAdapterReader : public TensorSource {
   std::string dir_;
   ModelConfig config_;
   ParamLayout layout_;
-  SafetensorsReader file_;
+  WeightFile file_;
   std::map<std::string, std::string> names_;  // model name -> the file's name
 };
 

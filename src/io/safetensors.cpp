@@ -33,17 +33,6 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-// An open file descriptor, closed on scope exit.
-struct ReadOnlyFile {
-  explicit ReadOnlyFile(const std::string& path) : fd(::open(path.c_str(), O_RDONLY)) {
-    ZT_CHECK(fd >= 0, "cannot open '" + path + "': " + errno_text());
-  }
-  ~ReadOnlyFile() { ::close(fd); }
-  ReadOnlyFile(const ReadOnlyFile&) = delete;
-  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
-  int fd;
-};
-
 }  // namespace
 
 size_t safetensors_dtype_size(const std::string& dtype) {
@@ -257,60 +246,42 @@ void SafetensorsReader::read_range_f32(const std::string& name, int64_t begin, i
   if (count == 0) return;
   ReadOnlyFile file(path_);
   const uint64_t offset = header_bytes_ + t.begin + static_cast<uint64_t>(begin) * size;
-  if (size == 4) {
+  if (t.dtype == "F32") {  // read in place
     read_exact(file.fd, offset, out, static_cast<size_t>(count) * 4, path_);
     return;
   }
-  if (size == 8) {  // F64: rounded to nearest; a finite value past fp32's range is refused
-    std::vector<double> wide(static_cast<size_t>(count));
-    read_exact(file.fd, offset, wide.data(), wide.size() * 8, path_);
-    for (size_t i = 0; i < wide.size(); ++i) {
-      out[i] = static_cast<float>(wide[i]);
-      if (std::isfinite(out[i]) || !std::isfinite(wide[i])) continue;
+  std::vector<uint8_t> bytes(static_cast<size_t>(count) * size);
+  read_exact(file.fd, offset, bytes.data(), bytes.size(), path_);
+  widen_weights_to_f32(t.dtype, bytes.data(), count, out, what, begin);
+}
+
+void widen_weights_to_f32(const std::string& dtype, const uint8_t* bytes, int64_t count, float* out,
+                          const std::string& what, int64_t first) {
+  const auto n = static_cast<size_t>(count);
+  if (dtype == "F32") {
+    std::memcpy(out, bytes, n * 4);
+  } else if (dtype == "F64") {  // rounded to nearest; a finite value past fp32's range is refused
+    for (size_t i = 0; i < n; ++i) {
+      double wide;
+      std::memcpy(&wide, bytes + 8 * i, 8);
+      out[i] = static_cast<float>(wide);
+      if (std::isfinite(out[i]) || !std::isfinite(wide)) continue;
       char value[32];
-      std::snprintf(value, sizeof value, "%.9g", wide[i]);
-      fail(what + ": element " + std::to_string(begin + static_cast<int64_t>(i)) + " (" + value +
+      std::snprintf(value, sizeof value, "%.9g", wide);
+      fail(what + ": element " + std::to_string(first + static_cast<int64_t>(i)) + " (" + value +
            ") is past fp32's range");
     }
-    return;
-  }
-  std::vector<uint16_t> half(static_cast<size_t>(count));
-  read_exact(file.fd, offset, half.data(), half.size() * 2, path_);
-  if (t.dtype == "BF16") {
-    bf16_to_floats(half.data(), out, half.size());
   } else {
-    for (size_t i = 0; i < half.size(); ++i) out[i] = fp16_to_float(half[i]);
+    ZT_CHECK(dtype == "BF16" || dtype == "F16",
+             what + " is " + dtype + "; zerotrain reads " + kReadableWeightDtypes + " weights");
+    std::vector<uint16_t> half(n);
+    std::memcpy(half.data(), bytes, n * 2);
+    if (dtype == "BF16") {
+      bf16_to_floats(half.data(), out, n);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = fp16_to_float(half[i]);
+    }
   }
-}
-
-std::map<std::string, std::string> safetensors_weight_map(const std::string& dir) {
-  const std::string single = dir + "/" + kSafetensorsFile;
-  const std::string index = dir + "/" + kSafetensorsIndexFile;
-  std::map<std::string, std::string> map;
-  std::error_code ec;
-  if (fs::exists(single, ec)) {
-    const SafetensorsReader reader(single);
-    for (const SafetensorsEntry& t : reader.tensors()) map[t.name] = kSafetensorsFile;
-    return map;
-  }
-  ZT_CHECK(fs::exists(index, ec),
-           "'" + dir + "' has neither " + kSafetensorsFile + " nor " + kSafetensorsIndexFile);
-  const nlohmann::json j = read_json_file(index);
-  ZT_CHECK(j.contains("weight_map") && j.at("weight_map").is_object(),
-           index + ": expected {\"weight_map\": {TENSOR: FILE, ...}}");
-  for (const auto& [name, file] : j.at("weight_map").items()) {
-    ZT_CHECK(file.is_string(),
-             index + ": weight_map['" + name + "'] must be a file name, got " + quoted_json(file));
-    map[name] = file.get<std::string>();
-  }
-  return map;
-}
-
-bool is_hf_checkpoint_dir(const std::string& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(fs::path(dir) / "config.json", ec) &&
-         (fs::is_regular_file(fs::path(dir) / kSafetensorsFile, ec) ||
-          fs::is_regular_file(fs::path(dir) / kSafetensorsIndexFile, ec));
 }
 
 }  // namespace zt

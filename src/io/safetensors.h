@@ -41,6 +41,11 @@ size_t safetensors_dtype_size(const std::string& dtype);
 // to fp32 once: what PEFT writes for an adapter trained in float64).
 bool is_readable_weight_dtype(const std::string& dtype);
 inline constexpr const char* kReadableWeightDtypes = "BF16, F16, F32 or F64";
+// `count` little-endian elements of a readable dtype as fp32: BF16 and F16 widened exactly, F64
+// rounded to nearest (a finite value past fp32's range is refused, naming `what` and the element,
+// counted from `first`); another dtype is refused naming `what`.
+void widen_weights_to_f32(const std::string& dtype, const uint8_t* bytes, int64_t count, float* out,
+                          const std::string& what, int64_t first);
 // The safetensors dtype name of a stored dtype (bf16 "BF16", fp32 "F32"); others fail.
 std::string safetensors_dtype_of(DType t);
 // Elements of a tensor of this shape.
@@ -96,13 +101,5 @@ class SafetensorsReader {
   nlohmann::json metadata_;
   std::vector<SafetensorsEntry> tensors_;
 };
-
-// Tensor name -> file name of a Hugging Face directory: every tensor of model.safetensors, or,
-// without that file, model.safetensors.index.json's map. transformers' from_pretrained reads the
-// single file when both are there, and so does this.
-std::map<std::string, std::string> safetensors_weight_map(const std::string& dir);
-
-// Whether `dir` looks like a Hugging Face checkpoint (config.json and safetensors weights).
-bool is_hf_checkpoint_dir(const std::string& dir);
 
 }  // namespace zt

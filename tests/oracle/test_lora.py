@@ -34,9 +34,9 @@ adapter parameters alone.
 9. Bad input: a PEFT config with replicated layers, a regex target_modules selecting a layer the
    model lacks, a target zerotrain cannot adapt, and a --trainable pattern on a layer's own
    tensor are refused naming the key, the name or tensor;
-   an adapter directory without weights, with another rank than its tensors, with only a
-   pickle or with a NaN in its weights is refused by --lora-init-from (leaving no run
-   directory) and by export --merge-lora.
+   an adapter directory without weights, with another rank than its tensors, with a
+   safetensors file named adapter_model.bin or with a NaN in its weights is refused by
+   --lora-init-from (leaving no run directory) and by export --merge-lora.
 
 --mutation scale (PEFT at alpha/(r+1)) or base (PEFT's q_proj base weights train too) with
 --expect-mismatch: the first run must then differ from the reference (oracle_lora_peft_mismatch_*).
@@ -589,15 +589,16 @@ def main():
         refused(train_args(zt, work, bad, ["--lora-rank", "0"], targets=None) +
                 ["--lora-alpha", "16"], "--lora-alpha needs --lora-rank R")
         # Adapter directories that do not fit: no weights, another rank than the file's, a
-        # pickle only; and the options that would contradict the directory's config.
+        # safetensors file under the .bin name; and the options that would contradict the
+        # directory's config.
         import shutil
         for case, edit, says in (
                 ("no_weights", lambda d: os.remove(os.path.join(d, "adapter_model.safetensors")),
-                 "has no adapter_model.safetensors"),
+                 "has neither adapter_model.safetensors nor adapter_model.bin"),
                 ("other_rank", lambda d: rewrite_config(d, r=8), "has shape"),
-                ("pickle", lambda d: os.replace(os.path.join(d, "adapter_model.safetensors"),
-                                                os.path.join(d, "adapter_model.bin")),
-                 "adapter_model.bin (a PyTorch pickle)"),
+                ("renamed", lambda d: os.replace(os.path.join(d, "adapter_model.safetensors"),
+                                                 os.path.join(d, "adapter_model.bin")),
+                 "adapter_model.bin' is not a PyTorch checkpoint"),
                 ("nan", poison_element_5, "lora_B.weight' holds a non-finite value (NaN or "
                  "infinity) at element 5")):
             d = work("adapter_" + case)

@@ -27,6 +27,7 @@
 #include "io/model_dir.h"
 #include "io/safetensors.h"
 #include "io/safetensors_export.h"
+#include "io/weight_file.h"
 #include "model/layout.h"
 #include "test_io_support.h"
 #include "util/bf16.h"

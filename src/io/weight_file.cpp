@@ -1,0 +1,86 @@
+#include "io/weight_file.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "io/fs_util.h"
+#include "util/error.h"
+#include "util/json_text.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+WeightFile::WeightFile(const std::string& path) : path_(path) {
+  if (!path.ends_with(".safetensors")) {
+    torch_ = std::make_unique<TorchCheckpointReader>(path);
+    for (const TorchTensor& t : torch_->tensors()) tensors_.push_back({t.name, t.dtype, t.shape});
+  } else {
+    safetensors_ = std::make_unique<SafetensorsReader>(path);
+    for (const SafetensorsEntry& e : safetensors_->tensors())
+      tensors_.push_back({e.name, e.dtype, e.shape});
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
+}
+
+const StoredTensor& WeightFile::tensor(const std::string& name) const {
+  const auto it = by_name_.find(name);
+  ZT_CHECK(it != by_name_.end(), "'" + path_ + "' has no tensor '" + name + "'");
+  return tensors_[it->second];
+}
+
+void WeightFile::read_range_f32(const std::string& name, int64_t begin, int64_t count,
+                                float* out) const {
+  if (safetensors_)
+    safetensors_->read_range_f32(name, begin, count, out);
+  else
+    torch_->read_range_f32(name, begin, count, out);
+}
+
+namespace {
+
+std::map<std::string, std::string> index_weight_map(const std::string& index) {
+  const nlohmann::json j = read_json_file(index);
+  ZT_CHECK(j.contains("weight_map") && j.at("weight_map").is_object(),
+           index + ": expected {\"weight_map\": {TENSOR: FILE, ...}}");
+  std::map<std::string, std::string> map;
+  for (const auto& [name, file] : j.at("weight_map").items()) {
+    ZT_CHECK(file.is_string(),
+             index + ": weight_map['" + name + "'] must be a file name, got " + quoted_json(file));
+    map[name] = file.get<std::string>();
+  }
+  return map;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> hf_weight_map(const std::string& dir, bool* index_ignored) {
+  std::error_code ec;
+  for (const auto& [single, index] : {std::pair{kSafetensorsFile, kSafetensorsIndexFile},
+                                      std::pair{kPytorchFile, kPytorchIndexFile}}) {
+    const bool has_index = fs::exists(fs::path(dir) / index, ec);
+    if (index_ignored) *index_ignored = false;
+    if (fs::exists(fs::path(dir) / single, ec)) {
+      if (index_ignored) *index_ignored = has_index;
+      std::map<std::string, std::string> map;
+      const WeightFile file((fs::path(dir) / single).string());
+      for (const StoredTensor& t : file.tensors()) map[t.name] = single;
+      return map;
+    }
+    if (has_index) return index_weight_map((fs::path(dir) / index).string());
+  }
+  fail("'" + dir + "' has none of " + kSafetensorsFile + ", " + kSafetensorsIndexFile + ", " +
+       kPytorchFile + " or " + kPytorchIndexFile);
+}
+
+bool is_hf_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(dir) / "config.json", ec)) return false;
+  for (const char* file :
+       {kSafetensorsFile, kSafetensorsIndexFile, kPytorchFile, kPytorchIndexFile})
+    if (fs::is_regular_file(fs::path(dir) / file, ec)) return true;
+  return false;
+}
+
+}  // namespace zt

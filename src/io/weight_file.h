@@ -1,0 +1,57 @@
+// The weights a Hugging Face tool wrote, in either of its formats (docs/fine-tuning.md "PyTorch
+// checkpoints"): safetensors (safetensors.h) or a PyTorch checkpoint (torch_checkpoint.h, what
+// save_pretrained(safe_serialization=False) writes: pytorch_model.bin, adapter_model.bin). As
+// transformers and PEFT tell them, by name: a .safetensors file is safetensors, any other a
+// PyTorch file. What import, PEFT adapters and info read.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "io/torch_checkpoint.h"
+
+namespace zt {
+
+constexpr const char* kPytorchFile = "pytorch_model.bin";
+constexpr const char* kPytorchIndexFile = "pytorch_model.bin.index.json";
+
+struct StoredTensor {
+  std::string name;
+  std::string dtype;  // a safetensors dtype name
+  std::vector<int64_t> shape;
+};
+
+class WeightFile {
+ public:
+  explicit WeightFile(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  // "safetensors" or "PyTorch"
+  const char* format() const { return safetensors_ ? "safetensors" : "PyTorch"; }
+  const std::vector<StoredTensor>& tensors() const { return tensors_; }  // the file's order
+  const StoredTensor& tensor(const std::string& name) const;
+  // SafetensorsReader::read_range_f32's contract, for either format.
+  void read_range_f32(const std::string& name, int64_t begin, int64_t count, float* out) const;
+
+ private:
+  std::string path_;
+  std::unique_ptr<SafetensorsReader> safetensors_;
+  std::unique_ptr<TorchCheckpointReader> torch_;
+  std::vector<StoredTensor> tensors_;
+  std::map<std::string, size_t> by_name_;
+};
+
+// Tensor name -> file name of a Hugging Face directory, as transformers' from_pretrained chooses
+// its weights: model.safetensors, else model.safetensors.index.json's map, else
+// pytorch_model.bin, else pytorch_model.bin.index.json's map. `index_ignored` tells whether a
+// single file was read while its index sat beside it.
+std::map<std::string, std::string> hf_weight_map(const std::string& dir,
+                                                 bool* index_ignored = nullptr);
+
+// Whether `dir` looks like a Hugging Face checkpoint (config.json and weights in either format).
+bool is_hf_checkpoint_dir(const std::string& dir);
+
+}  // namespace zt
