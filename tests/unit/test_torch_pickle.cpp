@@ -33,13 +33,8 @@ const std::string kProtocol4 = from_hex(
     "8c0773746f72616765948c05746f726368948c0f42466c6f6174313653746f726167659493948c0130948c03"
     "637075944b0c7494514b024b034b0286944b014b03869489680229529474945294732e");
 
-std::string error_of(const std::string& pickle) {
-  try {
-    read_torch_state_dict(pickle, "'f.bin'");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+std::string refusal(const std::string& pickle) {
+  return error_of([&] { read_torch_state_dict(pickle, "'f.bin'"); });
 }
 
 TEST(TorchPickle, ReadsTorchsStateDictAtProtocolsTwoAndFour) {
@@ -62,7 +57,7 @@ TEST(TorchPickle, ReadsTorchsStateDictAtProtocolsTwoAndFour) {
 TEST(TorchPickle, EveryTruncationIsAnErrorNamingTheFile) {
   for (const std::string* pickle : {&kProtocol2, &kProtocol4})
     for (size_t n = 0; n < pickle->size(); ++n)
-      EXPECT_NE(error_of(pickle->substr(0, n)).find("'f.bin'"), std::string::npos) << n;
+      EXPECT_NE(refusal(pickle->substr(0, n)).find("'f.bin'"), std::string::npos) << n;
 }
 
 TEST(TorchPickle, HostilePicklesAreRefusedNamingWhy) {
@@ -92,7 +87,7 @@ TEST(TorchPickle, HostilePicklesAreRefusedNamingWhy) {
       {head + "t."s, "MARK that is not there"},
   };
   for (const auto& [pickle, says] : cases) {
-    const std::string error = error_of(pickle);
+    const std::string error = refusal(pickle);
     EXPECT_NE(error.find(says), std::string::npos) << error;
     EXPECT_NE(error.find("'f.bin'"), std::string::npos) << error;
   }
@@ -107,9 +102,9 @@ TEST(TorchPickle, ViewsPastTheirStorageAreRefused) {
                              3));
   ASSERT_NE(at, std::string::npos);
   small[at + 1] = 7;
-  EXPECT_NE(error_of(small).find("reaches element 7 of storage '0', which holds 7"),
+  EXPECT_NE(refusal(small).find("reaches element 7 of storage '0', which holds 7"),
             std::string::npos)
-      << error_of(small);
+      << refusal(small);
 }
 
 }  // namespace
