@@ -12,7 +12,8 @@
    norm expanded from one element (stride 0), up_proj in fp16, an nn.Parameter, RoPE's inv_freq
    buffer; and the same file repacked as ZIP64 (every size and offset in the extra field, as
    torch's writer does past 4 GiB, and 65,536 extra entries, past the classic directory's
-   count): `import` reads each tensor as torch does.
+   count), and in PyTorch 2's layout (archive/, a byteorder record): `import` reads each tensor
+   as torch does.
 3. PEFT's save_pretrained(safe_serialization=False), adapter_model.bin: `eval --adapter`,
    `export --merge-lora` and `train --lora-init-from` give what the adapter_model.safetensors of
    the same adapter gives, bit for bit.
@@ -177,6 +178,17 @@ def check_strided_views(zt, work, mutation):
                 extra_entries=65536)
     check_imported(zt, work("zip64"), work("zip64_imported"), want,
                    "the same file repacked as ZIP64 with 65,536 more entries")
+    # PyTorch 2's layout: the folder "archive/", a byteorder record and a serialization id.
+    shutil.copytree(work("single"), work("torch2"), ignore=shutil.ignore_patterns("*.bin"))
+    with zipfile.ZipFile(work("strided", "pytorch_model.bin")) as z:
+        entries = [("archive/" + i.filename.split("/", 1)[1], z.read(i.filename))
+                   for i in z.infolist()]
+    with zipfile.ZipFile(work("torch2", "pytorch_model.bin"), "w") as z:
+        for name, data in entries + [("archive/byteorder", b"little"),
+                                     ("archive/.data/serialization_id", b"0123456789")]:
+            z.writestr(name, data)
+    check_imported(zt, work("torch2"), work("torch2_imported"), want,
+                   "the same in PyTorch 2's layout (archive/, byteorder \"little\")")
 
 
 def check_peft_bin(zt, work):
