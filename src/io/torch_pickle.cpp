@@ -29,6 +29,9 @@ constexpr const char* kRebuildTensor = "torch._utils._rebuild_tensor_v2";
 constexpr const char* kRebuildParameter = "torch._utils._rebuild_parameter";
 constexpr const char* kRebuildParameterWithState = "torch._utils._rebuild_parameter_with_state";
 constexpr int kMaxNesting = 32;  // a state dict nests 4 deep; bounds the destructors' recursion
+// Objects pushed and memo entries: a state dict of N tensors pushes about 15 N (a 7B model's
+// shard, 300 tensors, 5,000); bounds the memory a hostile pickle of many small opcodes takes.
+constexpr size_t kMaxPushes = size_t{1} << 21, kMaxMemo = size_t{1} << 21;
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
@@ -81,7 +84,10 @@ class PickleMachine {
   ValuePtr pop();
   ValuePtr& top();
   std::vector<ValuePtr> pop_to_mark();
-  void push(ValuePtr v) { stack_.push_back(std::move(v)); }
+  void push(ValuePtr v) {
+    if (++pushes_ > kMaxPushes) refuse("the pickle makes more objects than a state dict's");
+    stack_.push_back(std::move(v));
+  }
   void push_container(Value::Kind kind, std::vector<ValuePtr> items);
   void add_to(const ValuePtr& container, std::vector<ValuePtr> items);
   void memoize(uint64_t key);
@@ -97,7 +103,7 @@ class PickleMachine {
 
   const std::string& in_;
   std::string what_;
-  size_t at_ = 0, op_at_ = 0;
+  size_t at_ = 0, op_at_ = 0, pushes_ = 0;
   std::vector<ValuePtr> stack_;
   std::vector<size_t> marks_;
   std::map<uint64_t, ValuePtr> memo_;
@@ -180,6 +186,8 @@ void PickleMachine::add_to(const ValuePtr& container, std::vector<ValuePtr> item
 }
 
 void PickleMachine::memoize(uint64_t key) {
+  if (memo_.size() >= kMaxMemo && !memo_.count(key))
+    refuse("the pickle memoizes more objects than a state dict's");
   memo_[key] = top();
 }
 

@@ -321,6 +321,10 @@ void LoraSpec::read_layer_keys(const nlohmann::json& j, const std::string& sourc
         layers_to_transform.push_back(l.get<int64_t>());
       }
     }
+    // PEFT asks whether a layer is in the list: [3, 1, 3] chooses what [1, 3] does, and is it.
+    std::sort(layers_to_transform.begin(), layers_to_transform.end());
+    layers_to_transform.erase(std::unique(layers_to_transform.begin(), layers_to_transform.end()),
+                              layers_to_transform.end());
     refuse_beside_string("layers_to_transform");  // PEFT: "is not None", even []
   }
   if (given("layers_pattern")) {

@@ -51,6 +51,11 @@ TEST(LoraLayers, LayersToTransformChoosesTheLayersOfTheListedProjections) {
   EXPECT_EQ(c.lora.to_json()["layers_to_transform"], nlohmann::json({1, 3}));
   EXPECT_TRUE(LoraSpec::from_peft_json(c.lora.to_json(), "b.json") == c.lora);
   EXPECT_FALSE(LoraSpec::from_peft_json(listed, "b.json") == c.lora);
+  // The list's order and repeats choose nothing: [3, 1, 3] is the spec of [1, 3] (a resume of
+  // a run from either is one run).
+  j["layers_to_transform"] = {3, 1, 3};
+  EXPECT_TRUE(adapted(j).lora == c.lora);
+  EXPECT_EQ(adapted(j).lora.to_json()["layers_to_transform"], nlohmann::json({1, 3}));
   // One index, as an integer; an empty list is every layer (PEFT's "not using layer indexes").
   j["layers_to_transform"] = 2;
   EXPECT_EQ(adapted_modules(adapted(j)), (std::vector<std::string>{"2:q_proj", "2:down_proj"}));
@@ -227,7 +232,7 @@ TEST(LoraLayers, BadLayerKeysAreRefusedNamingTheFileAndKey) {
   nlohmann::json beyond = base;
   beyond["layers_to_transform"] = {1, 4, -1};
   EXPECT_NE(four.set_lora(LoraSpec::from_peft_json(beyond, "a.json"))
-                .find("a.json: layers_to_transform names layer(s) 4, -1, which the model does not "
+                .find("a.json: layers_to_transform names layer(s) -1, 4, which the model does not "
                       "have (its layers: 0 to 3); as PEFT does, zerotrain adapts the others"),
             std::string::npos);
   EXPECT_EQ(adapted_modules(four), std::vector<std::string>{"1:q_proj"});

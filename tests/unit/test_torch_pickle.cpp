@@ -85,6 +85,8 @@ TEST(TorchPickle, HostilePicklesAreRefusedNamingWhy) {
       {head + "\xff."s, "opcode 0xff"},
       {"\x80\x06."s, "protocol 6"},
       {head + "t."s, "MARK that is not there"},
+      {head + std::string(3'000'000, 'N') + ".", "more objects than a state dict's"},
+      {head + "N"s + std::string(3'000'000, '\x94') + ".", "memoizes more objects"},
   };
   for (const auto& [pickle, says] : cases) {
     const std::string error = refusal(pickle);
