@@ -3,7 +3,8 @@
 
 test_lora_layers.py's small random LlamaForCausalLM (four layers, grouped heads, norm weights
 drawn around 1), saved in bf16 and imported. An adapter config with use_dora: true on all seven
-projections, v_proj at r 2 (rank_pattern) and o_proj at alpha 32 (alpha_pattern), trained by
+projections of layers 1 and 3 (layers_to_transform), with use_rslora, v_proj at r 2
+(rank_pattern) and o_proj at alpha 32 (alpha_pattern), trained by
 `train --lora-config FILE`. The reference is PEFT 0.13.2's get_peft_model(LlamaForCausalLM,
 LoraConfig(**file)) in float64 on the same weights: lora_A set to zerotrain's initial A, lora_B
 zero, each lora_magnitude_vector PEFT's own (the norms of the base weight's rows), trained with
@@ -54,8 +55,8 @@ import test_lora_phi3 as phi3  # noqa: E402
 import torch  # noqa: E402
 
 DORA = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8, "use_dora": True,
-        "target_modules": lora.TARGETS, "rank_pattern": {"v_proj": 2},
-        "alpha_pattern": {"o_proj": 32}}
+        "use_rslora": True, "target_modules": lora.TARGETS, "layers_to_transform": [1, 3],
+        "rank_pattern": {"v_proj": 2}, "alpha_pattern": {"o_proj": 32}}
 MAGNITUDE = ".lora_magnitude_vector"
 MAGNITUDE_BOUND = 1e-6  # fp32 rounding of a norm PEFT computes in float64
 
@@ -199,9 +200,10 @@ def check_command_line_and_init_from(zt, work, initial):
     names = {n[len(lora.PREFIX):] for n in cli}
     check(sum(n.endswith(MAGNITUDE) for n in names) == 4 * len(lora.TARGETS),
           f"--use-dora trains {sorted(names)[:4]}...")
-    for n in names:
+    check(set(initial) < names, "--use-dora does not adapt every module the config file does")
+    for n in set(initial):
         # v_proj is at r 2 in the config file; B moved by 1e-30 along gradients that o_proj's
-        # alpha changes.
+        # alpha and use_rslora change; the config file adapts layers 1 and 3 alone.
         if "v_proj" not in n and ".lora_B." not in n:
             check(torch.equal(cli[lora.PREFIX + n].to(torch.float64), initial[n]),
                   f"--use-dora's initial {n} differs from the config file's")
@@ -258,9 +260,9 @@ def check_refusals(zt, work, path):
 
     for case, edit, says in (
             ("no_magnitudes", without_magnitudes,
-             f"no tensor '{lora.PREFIX}model.layers.0.self_attn.q_proj{MAGNITUDE}', which "
-             "adapter_config.json (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj with "
-             "rank_pattern and alpha_pattern, use_dora: true) implies"),
+             f"no tensor '{lora.PREFIX}model.layers.1.self_attn.q_proj{MAGNITUDE}', which "
+             "adapter_config.json (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj in "
+             "layers 1, 3 with rank_pattern and alpha_pattern, use_dora: true) implies"),
             ("not_dora", without_dora, "a DoRA magnitude, and adapter_config.json has no "
              "use_dora: true")):
         d = work("adapter_" + case)
@@ -297,7 +299,7 @@ def main():
         from transformers import LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM
         gemma2.save_random(work("hf"), LlamaConfig, LlamaForCausalLM, layers.CONFIG, 1.0)
         path, tokens, eval_tokens, initial = prepared(args.zerotrain, work, args.source_dir,
-                                                      DORA, 4 * len(lora.TARGETS))
+                                                      DORA, 2 * len(lora.TARGETS))
         check_trained(args.zerotrain, work, args, layers.base_model, path, tokens, eval_tokens,
                       initial)
         if args.mutation:
@@ -310,7 +312,8 @@ def main():
         os.makedirs(work("phi3"))
         fused = lambda *parts: work("phi3", *parts)  # noqa: E731
         gemma2.save_random(fused("hf"), Phi3Config, Phi3ForCausalLM, phi3.CONFIG, 1.0)
-        adapter = dict(DORA, target_modules="all-linear", rank_pattern={}, alpha_pattern={})
+        adapter = dict({k: v for k, v in DORA.items() if k != "layers_to_transform"},
+                       target_modules="all-linear", rank_pattern={}, alpha_pattern={})
         modules = phi3.CONFIG["num_hidden_layers"] * len(phi3.FUSED)
         path, tokens, eval_tokens, initial = prepared(args.zerotrain, fused, args.source_dir,
                                                       adapter, modules)
