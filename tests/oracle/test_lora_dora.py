@@ -15,7 +15,8 @@ windows).
    each step's gradient and Adam moments of every lora_A, lora_B and lora_magnitude_vector, and
    the final adapters equal PEFT's within test_lora.py's fp32 bound (1e-4 relative);
 3. OUT/final is PEFT's: PeftModel.from_pretrained loads it (use_dora, the magnitudes under PEFT's
-   names) and its loss is zerotrain's end-of-run evaluation's;
+   names) and its loss is zerotrain's end-of-run evaluation's; `generate --adapter OUT/final`
+   picks at every new position the token of PEFT's largest logit (test_lora_io.py's check);
 4. export --merge-lora writes each adapted projection m/‖W + s·B·A‖ ⊙ (W + s·B·A) within one bf16
    ulp of PEFT's merge_and_unload, every other tensor bitwise the base's;
 5. dropout 0.25 (one window a step): PEFT's lora_dropout modules applying zerotrain's masks
@@ -50,6 +51,7 @@ from lora_dropout_mask import MaskedDropout  # noqa: E402
 import numpy as np  # noqa: E402
 import test_lora as lora  # noqa: E402
 import test_lora_gemma2 as gemma2  # noqa: E402
+import test_lora_io as lora_io  # noqa: E402
 import test_lora_layers as layers  # noqa: E402
 import test_lora_phi3 as phi3  # noqa: E402
 import torch  # noqa: E402
@@ -157,6 +159,7 @@ def check_trained(zt, work, args, base_model, path, tokens, eval_tokens, initial
     check(all(m.use_dora["default"] for m in loaded.modules() if hasattr(m, "use_dora")),
           "PEFT does not read OUT/final as a DoRA adapter")
     lora.check_loaded_loss("", loaded, eval_tokens, work("one"))
+    lora_io.check_generated(zt, work("model"), work("one", "final"), loaded)
     adapted = {n[:-len(".lora_A.weight")] for n in initial if ".lora_A." in n}
     layers.check_merge(zt, work, work("one"), loaded, adapted)
 

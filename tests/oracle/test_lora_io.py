@@ -208,6 +208,29 @@ def eval_command(zt, work, eval_tokens):
             "--micro-batch", str(windows), "--seq-len", str(seq_len)]
 
 
+def check_generated(zt, model_dir, adapter_dir, peft, with_adapter=True):
+    """`generate --adapter adapter_dir` (without it, with_adapter False) picks at every new
+    position the token with the largest logit of `peft` (a float64 PeftModel), or one within
+    TOLERANCE of the logits' scale of it (a near tie)."""
+    generate = [zt, "generate", "--model", model_dir, "--prompt", "The ", "--tokenizer", "byte",
+                "--json", "--ignore-eos", "--max-new-tokens", "24"]
+    generated = last_json_line(run_tool(generate + (["--adapter", adapter_dir] if with_adapter
+                                                    else [])))
+    prompt, new = generated["prompt_tokens"], generated["new_tokens"]
+    with torch.no_grad():
+        logits = peft(input_ids=torch.tensor([prompt + new])).logits[0]
+    worst_gap = 0.0
+    for i, token in enumerate(new):
+        row = logits[len(prompt) - 1 + i]
+        gap = (row.max() - row[token]).item()
+        worst_gap = max(worst_gap, gap)
+        check(gap <= TOLERANCE * row.abs().max().item(),
+              f"generate --adapter's token {i} is {token}, PEFT's largest logit is token "
+              f"{row.argmax().item()}, {gap:.3e} above it")
+    print(f"generate --adapter: {len(new)} tokens, each PEFT's largest logit (worst gap "
+          f"{worst_gap:.1e}): {bytes(new)!r}")
+
+
 def check_adapter_commands(zt, mpirun, work, weights, eval_tokens, mutation):
     """eval and generate with --adapter OUT/final against PEFT's unmerged model (float64)."""
     from peft import PeftModel
@@ -224,24 +247,9 @@ def check_adapter_commands(zt, mpirun, work, weights, eval_tokens, mutation):
     alone = last_json_line(run_tool([zt] + one_window))["loss"]
     ranks = last_json_line(run_tool([mpirun, "-n", "2", zt] + one_window))["loss"]
     check(ranks == alone, f"eval --adapter at 2 ranks: loss {ranks}, at 1 rank {alone}")
-    generate = [zt, "generate", "--model", work("model"), "--prompt", "The ", "--tokenizer",
-                "byte", "--json", "--ignore-eos", "--max-new-tokens", "24"]
-    generated = last_json_line(run_tool(generate + (adapter if mutation != "generate" else [])))
-    prompt, new = generated["prompt_tokens"], generated["new_tokens"]
     peft = PeftModel.from_pretrained(base_model(work("model"), weights),
                                      work("run", "final")).to(torch.float64)
-    with torch.no_grad():
-        logits = peft(input_ids=torch.tensor([prompt + new])).logits[0]
-    worst_gap = 0.0
-    for i, token in enumerate(new):
-        row = logits[len(prompt) - 1 + i]
-        gap = (row.max() - row[token]).item()
-        worst_gap = max(worst_gap, gap)
-        check(gap <= TOLERANCE * row.abs().max().item(),
-              f"generate --adapter's token {i} is {token}, PEFT's largest logit is token "
-              f"{row.argmax().item()}, {gap:.3e} above it")
-    print(f"generate --adapter: {len(new)} tokens, each PEFT's largest logit (worst gap "
-          f"{worst_gap:.1e}): {bytes(new)!r}")
+    check_generated(zt, work("model"), work("run", "final"), peft, mutation != "generate")
     refused([zt, "eval", "--model", work("model"), "--adapter", work("absent"), "--data",
              work("tok.h5")], "eval: --adapter '" + work("absent") + "' is not a directory")
     refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--tokenizer",
