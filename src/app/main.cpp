@@ -30,7 +30,8 @@ const std::vector<Subcommand>& subcommands() {
       {"consolidate", "write a training checkpoint's weights as a bf16 model directory",
        zt::cmd_consolidate},
       {"import",
-       "import a Hugging Face checkpoint (safetensors) or a GGUF file as a model directory",
+       "import a Hugging Face checkpoint (safetensors or PyTorch .bin) or a GGUF file as a model "
+       "directory",
        zt::cmd_import},
       {"export", "write a model directory as Hugging Face safetensors + config.json, or as GGUF",
        zt::cmd_export},

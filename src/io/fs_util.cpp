@@ -62,6 +62,14 @@ ReadOnlyFile::~ReadOnlyFile() {
   ::close(fd);
 }
 
+std::string leading_bytes(const std::string& path, size_t n) {
+  const ReadOnlyFile file(path);
+  std::string out(n, '\0');
+  const ssize_t got = ::pread(file.fd, out.data(), n, 0);
+  out.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return out;
+}
+
 std::string errno_text(int e) {
   const char* name = e == ENOSPC   ? "ENOSPC"
                      : e == EACCES ? "EACCES"

@@ -66,6 +66,9 @@ struct ReadOnlyFile {
   int fd;
 };
 
+// The first `n` bytes of a file (fewer when it is shorter); opening fails naming the file.
+std::string leading_bytes(const std::string& path, size_t n);
+
 // pread(2) until `bytes` arrived at `offset`; errors (end of file included) name `path`.
 void read_exact(int fd, uint64_t offset, void* out, size_t bytes, const std::string& path);
 // write(2) until every byte is written (EINTR retried); errors name `path` and the cause.

@@ -57,9 +57,7 @@ bool is_row_major(const TorchTensor& t) {
 }  // namespace
 
 bool starts_as_pickle(const std::string& path) {
-  ReadOnlyFile file(path);
-  uint8_t magic = 0;
-  return ::pread(file.fd, &magic, 1, 0) == 1 && magic == 0x80;
+  return leading_bytes(path, 1) == "\x80";
 }
 
 TorchCheckpointReader::TorchCheckpointReader(const std::string& path) : zip_(zip_format(path)) {
@@ -111,11 +109,17 @@ void TorchCheckpointReader::read_range_f32(const std::string& name, int64_t begi
     const uint64_t first = static_cast<uint64_t>(t.storage_offset + begin);
     read_exact(file.fd, entry.data_offset + first * size, bytes.data(), bytes.size(), path());
   } else {  // the view's whole span of its storage, then each element from its place in it
-    int64_t span = 1;
-    for (size_t d = 0; d < t.shape.size(); ++d) span += (t.shape[d] - 1) * t.stride[d];
-    std::vector<uint8_t> storage(static_cast<size_t>(span) * size);
-    read_exact(file.fd, entry.data_offset + static_cast<uint64_t>(t.storage_offset) * size,
-               storage.data(), storage.size(), path());
+    const std::lock_guard<std::mutex> lock(span_mutex_);
+    if (span_tensor_ != name) {
+      int64_t span = 1;
+      for (size_t d = 0; d < t.shape.size(); ++d) span += (t.shape[d] - 1) * t.stride[d];
+      span_tensor_.clear();
+      span_.assign(static_cast<size_t>(span) * size, 0);
+      read_exact(file.fd, entry.data_offset + static_cast<uint64_t>(t.storage_offset) * size,
+                 span_.data(), span_.size(), path());
+      span_tensor_ = name;
+    }
+    const std::vector<uint8_t>& storage = span_;
     for (int64_t i = 0; i < count; ++i) {
       int64_t rest = begin + i, at = 0;
       for (size_t d = t.shape.size(); d-- > 0;) {

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,8 @@ class TorchCheckpointReader {
   const TorchTensor& tensor(const std::string& name) const;
   // Elements [begin, begin+count) of a BF16, F16, F32 or F64 tensor in row-major order, as
   // SafetensorsReader::read_range_f32 reads them; a view that is not contiguous (a transposed
-  // tensor, torch.save keeping its strides) is gathered from its storage.
+  // tensor, torch.save keeping its strides) is gathered from the span of its storage it covers,
+  // read once and kept while that tensor is read (its bytes: the one tensor held whole).
   void read_range_f32(const std::string& name, int64_t begin, int64_t count, float* out) const;
 
  private:
@@ -34,6 +36,9 @@ class TorchCheckpointReader {
   TorchStateDict dict_;
   std::map<std::string, size_t> by_name_;
   std::map<std::string, ZipEntry> storage_entries_;  // storage key -> its bytes
+  mutable std::mutex span_mutex_;
+  mutable std::string span_tensor_;  // whose span span_ holds
+  mutable std::vector<uint8_t> span_;
 };
 
 // Whether `path` starts as a pickle does (torch.save's format before PyTorch 1.6).

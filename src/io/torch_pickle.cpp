@@ -28,7 +28,16 @@ constexpr const char* kOrderedDict = "collections.OrderedDict";
 constexpr const char* kRebuildTensor = "torch._utils._rebuild_tensor_v2";
 constexpr const char* kRebuildParameter = "torch._utils._rebuild_parameter";
 constexpr const char* kRebuildParameterWithState = "torch._utils._rebuild_parameter_with_state";
-constexpr int kMaxNesting = 32;  // a state dict nests 4 deep; bounds the destructors' recursion
+// torch 2's way for a tensor with Python attributes: _rebuild_from_type_v2(func, type, args,
+// state), the type torch.Tensor or Parameter; the attributes are read past.
+constexpr const char* kRebuildFromType = "torch._tensor._rebuild_from_type_v2";
+constexpr const char* kTensorType = "torch.Tensor";
+constexpr const char* kParameterType = "torch.nn.parameter.Parameter";
+// A state dict nests 4 deep. A container is complete before it is placed in another (Python's
+// pickler writes them so; one changed later is refused), so this bounds every chain, and the
+// destructors' recursion with it.
+constexpr int kMaxNesting = 32;
+constexpr size_t kMaxDims = 16;  // a weight has at most 5
 // Objects pushed and memo entries: a state dict of N tensors pushes about 15 N (a 7B model's
 // shard, 300 tensors, 5,000); bounds the memory a hostile pickle of many small opcodes takes.
 constexpr size_t kMaxPushes = size_t{1} << 21, kMaxMemo = size_t{1} << 21;
@@ -60,6 +69,7 @@ struct Value {
   std::vector<std::pair<ValuePtr, ValuePtr>> entries;
   TorchTensor tensor;
   int nesting = 0;
+  bool placed = false;  // inside a container, no longer to be changed
 };
 
 ValuePtr make(Value::Kind kind) {
@@ -159,8 +169,10 @@ void PickleMachine::push_container(Value::Kind kind, std::vector<ValuePtr> items
   if (kind == Value::Kind::kDict) {
     add_to(v, std::move(items));
   } else {
-    add_to(v, {});
-    for (const ValuePtr& item : items) v->nesting = std::max(v->nesting, item->nesting + 1);
+    for (const ValuePtr& item : items) {
+      v->nesting = std::max(v->nesting, item->nesting + 1);
+      item->placed = true;
+    }
     if (v->nesting > kMaxNesting) refuse("objects nest deeper than a state dict's");
     v->items = std::move(items);
   }
@@ -169,9 +181,12 @@ void PickleMachine::push_container(Value::Kind kind, std::vector<ValuePtr> items
 
 // SETITEM(S) on a dict, APPEND(S) on a list.
 void PickleMachine::add_to(const ValuePtr& container, std::vector<ValuePtr> items) {
+  if (container->placed && !items.empty())
+    refuse("a container is changed after it was placed in another");
   for (const ValuePtr& item : items) {
     if (item == container) refuse("a container holds itself");
     container->nesting = std::max(container->nesting, item->nesting + 1);
+    item->placed = true;
   }
   if (container->nesting > kMaxNesting) refuse("objects nest deeper than a state dict's");
   if (container->kind == Value::Kind::kList) {
@@ -199,11 +214,17 @@ ValuePtr PickleMachine::recall(uint64_t key) {
 
 ValuePtr PickleMachine::global(const std::string& name) {
   const bool known = name == kOrderedDict || name == kRebuildTensor || name == kRebuildParameter ||
-                     name == kRebuildParameterWithState || storage_dtypes().count(name) > 0;
+                     name == kRebuildParameterWithState || name == kRebuildFromType ||
+                     name == kTensorType || name == kParameterType ||
+                     storage_dtypes().count(name) > 0;
+  if (!known && name.starts_with("torch.") && name.ends_with("Storage"))
+    refuse("a tensor is stored as '" + name +
+           "', a type zerotrain does not read (float, integer and bool storages; weights in "
+           "BF16, F16, F32 or F64)");
   if (!known)
-    refuse("the pickle calls '" + name +
-           "', which a state dict of tensors does not; zerotrain runs no pickled code (as "
-           "torch.load(weights_only=True) would not): save the weights as safetensors");
+    refuse("the pickle names '" + name +
+           "', which is none of the few calls a state dict of tensors makes; zerotrain runs no "
+           "pickled code: save the weights as safetensors");
   ValuePtr v = make(Value::Kind::kGlobal);
   v->text = name;
   return v;
@@ -231,6 +252,9 @@ ValuePtr PickleMachine::persistent_storage(const ValuePtr& id,
 
 std::vector<int64_t> PickleMachine::int_tuple(const ValuePtr& v, const char* what) {
   if (v->kind != Value::Kind::kTuple) refuse(std::string("a tensor's ") + what + " is no tuple");
+  if (v->items.size() > kMaxDims)
+    refuse("a tensor has " + std::to_string(v->items.size()) + " dimensions, more than " +
+           std::to_string(kMaxDims));
   std::vector<int64_t> out;
   for (const ValuePtr& item : v->items) {
     if (item->kind != Value::Kind::kInt || item->integer < 0)
@@ -268,6 +292,14 @@ ValuePtr PickleMachine::reduce(const ValuePtr& callable, const ValuePtr& args) {
     return make(Value::Kind::kDict);
   }
   if (name == kRebuildTensor) return rebuild_tensor(a);
+  if (name == kRebuildFromType) {  // (func, type, args, state)
+    if (a.size() != 4 || a[0]->kind != Value::Kind::kGlobal || a[0]->text != kRebuildTensor ||
+        a[1]->kind != Value::Kind::kGlobal ||
+        (a[1]->text != kTensorType && a[1]->text != kParameterType) ||
+        a[2]->kind != Value::Kind::kTuple)
+      refuse(name + " rebuilds something other than a tensor or a Parameter");
+    return rebuild_tensor(a[2]->items);
+  }
   if (name == kRebuildParameter || name == kRebuildParameterWithState) {
     if (a.size() < 3 || a[0]->kind != Value::Kind::kTensor)
       refuse(name + " has arguments torch.save does not write");
@@ -450,7 +482,8 @@ bool PickleMachine::step(uint8_t op, std::map<std::string, TorchStorage>& storag
   char hex[8];
   std::snprintf(hex, sizeof hex, "0x%02x", op);
   refuse(std::string("pickle opcode ") + hex +
-         " is not one torch.save writes for a state dict of tensors");
+         " is none zerotrain reads: it reads the binary opcodes of pickle protocols 2 to 5 that "
+         "a state dict of tensors needs (torch.save writes protocol 2 unless told otherwise)");
 }
 
 ValuePtr PickleMachine::run(std::map<std::string, TorchStorage>& storages) {
@@ -476,7 +509,7 @@ void check_view(const TorchTensor& t, const TorchStorage& s, const std::string& 
       overflow |= __builtin_add_overflow(last, reach, &last);
     }
   }
-  ZT_CHECK(!overflow && numel < (uint64_t{1} << 62),
+  ZT_CHECK(!overflow && numel < (uint64_t{1} << 50),
            what + ": tensor '" + t.name + "' is too large");
   ZT_CHECK(numel == 0 || last < s.numel, what + ": tensor '" + t.name + "' reaches element " +
                                              std::to_string(last) + " of storage '" + s.key +

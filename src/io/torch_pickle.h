@@ -1,9 +1,10 @@
 // The pickle torch.save writes for a state dict (docs/fine-tuning.md "PyTorch checkpoints"),
 // read without running it. A pickle can call any Python function; this reader runs a small
 // pickle machine that knows only the calls a state dict of tensors is made of
-// (collections.OrderedDict, torch._utils._rebuild_tensor_v2 and _rebuild_parameter, torch's typed
-// storage classes), as torch.load(weights_only=True) allows only such, and refuses any other,
-// naming it. Nothing in the file is executed.
+// (collections.OrderedDict, torch._utils._rebuild_tensor_v2, _rebuild_parameter and torch 2's
+// _rebuild_from_type_v2 of a plain tensor or Parameter, torch's typed storage classes): a subset
+// of what torch.load(weights_only=True) allows. Any other name is refused, naming it. Nothing in
+// the file is executed.
 #pragma once
 #include <cstdint>
 #include <map>

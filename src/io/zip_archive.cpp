@@ -79,7 +79,8 @@ DirectoryPlace find_directory(int fd, uint64_t file_size, const std::string& pat
   const Record locator{locator_bytes.data(), locator_bytes.size(), what};
   ZT_CHECK(locator.u32(0) == kZip64Locator, what + ": the ZIP64 locator is missing");
   const uint64_t record_at = locator.u64(8);
-  ZT_CHECK(record_at <= file_size - kZip64EndBytes, what + ": the ZIP64 record is past the end");
+  ZT_CHECK(file_size >= kZip64EndBytes && record_at <= file_size - kZip64EndBytes,
+           what + ": the ZIP64 record is past the end");
   const std::vector<uint8_t> record_bytes = read_bytes(fd, record_at, kZip64EndBytes, path);
   const Record record{record_bytes.data(), record_bytes.size(), what};
   ZT_CHECK(record.u32(0) == kZip64End, what + ": no ZIP64 record where the locator points");
@@ -92,6 +93,8 @@ void read_zip64_extra(const Record& header, size_t extra_at, size_t extra_bytes,
   size_t at = extra_at;
   while (at + 4 <= extra_at + extra_bytes) {
     const uint16_t id = header.u16(at), bytes = header.u16(at + 2);
+    ZT_CHECK(at + 4 + bytes <= extra_at + extra_bytes,
+             header.what + ": an extra field runs past its entry's");
     if (id == 0x0001) {
       size_t field = at + 4;
       for (uint64_t* value : {&size, &compressed, &local_offset}) {
@@ -109,9 +112,7 @@ void read_zip64_extra(const Record& header, size_t extra_at, size_t extra_bytes,
 }  // namespace
 
 bool starts_as_zip(const std::string& path) {
-  ReadOnlyFile file(path);
-  uint8_t magic[4] = {};
-  return ::pread(file.fd, magic, 4, 0) == 4 && Record{magic, 4, path}.u32(0) == kLocalHeader;
+  return leading_bytes(path, 4) == "PK\x03\x04";
 }
 
 StoredZipArchive::StoredZipArchive(std::string path) : path_(std::move(path)) {
@@ -121,9 +122,12 @@ StoredZipArchive::StoredZipArchive(std::string path) : path_(std::move(path)) {
   file_size_ = static_cast<uint64_t>(st.st_size);
   const DirectoryPlace place = find_directory(file.fd, file_size_, path_);
   const std::string what = "'" + path_ + "'";
-  ZT_CHECK(place.offset <= file_size_ && place.bytes <= file_size_ - place.offset &&
-               place.bytes <= kMaxDirectoryBytes,
+  ZT_CHECK(place.offset <= file_size_ && place.bytes <= file_size_ - place.offset,
            what + ": the zip directory lies past the end of the file (truncated?)");
+  ZT_CHECK(place.bytes <= kMaxDirectoryBytes, what + ": the zip directory holds " +
+                                                  std::to_string(place.bytes) +
+                                                  " bytes, more than a PyTorch checkpoint's (" +
+                                                  std::to_string(kMaxDirectoryBytes) + ")");
   const std::vector<uint8_t> dir = read_bytes(file.fd, place.offset, place.bytes, path_);
   size_t at = 0;
   for (uint64_t i = 0; i < place.count; ++i) {

@@ -162,17 +162,39 @@ def write_zip64(source, target, extra_entries=0):
         f.write(out.getvalue())
 
 
+class AttributePickle:
+    """A pickle module for torch.save whose Pickler writes ATTRIBUTED's tensor as PyTorch 2 writes
+    a tensor that carries Python attributes: _rebuild_from_type_v2(_rebuild_tensor_v2,
+    torch.Tensor, args, {attribute: value}) (PyTorch 1.13 drops the attributes)."""
+    import pickle
+    ATTRIBUTED = "model.layers.1.mlp.down_proj.weight"
+    tensors = set()
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, torch.Tensor) and id(obj) in AttributePickle.tensors:
+                func, args = obj._reduce_ex_internal(2)
+                return (torch._tensor._rebuild_from_type_v2,
+                        (func, torch.Tensor, args, {"_is_hf_initialized": True}))
+            return NotImplemented
+
+
 def check_strided_views(zt, work, mutation):
     sd = strided_state_dict()
     shutil.copytree(work("single"), work("strided"), ignore=shutil.ignore_patterns("*.bin"))
-    torch.save(sd, work("strided", "pytorch_model.bin"))
+    AttributePickle.tensors = {id(sd[AttributePickle.ATTRIBUTED])}
+    torch.save(sd, work("strided", "pytorch_model.bin"), pickle_module=AttributePickle)
+    with zipfile.ZipFile(work("strided", "pytorch_model.bin")) as z:
+        check(b"_rebuild_from_type_v2" in z.read("pytorch_model/data.pkl"),
+              "the attributed tensor is not pickled as PyTorch 2 pickles it")
     want = dict(sd)
     if mutation == "strides":
         for layer in range(CONFIG["num_hidden_layers"]):
             name = f"model.layers.{layer}.mlp.gate_proj.weight"
             want[name] = want[name].t()
     check_imported(zt, work("strided"), work("strided_imported"), want,
-                   "torch.save's views (storage offsets, strides, stride 0, fp16, a Parameter)")
+                   "torch.save's views (storage offsets, strides, stride 0, fp16, a Parameter, "
+                   "a tensor with attributes)")
     shutil.copytree(work("single"), work("zip64"), ignore=shutil.ignore_patterns("*.bin"))
     write_zip64(work("strided", "pytorch_model.bin"), work("zip64", "pytorch_model.bin"),
                 extra_entries=65536)
@@ -247,8 +269,9 @@ def repack(source, target, change=lambda name, data: data, add=(), compression=z
 
 
 def fabricated(target, numel, size):
-    """A zip holding a state dict of one float32 tensor `size` over a storage of `numel`, as
-    torch.save's pickle would be if its tensor were outside its storage."""
+    """A zip holding a state dict of one float32 tensor `size` (row-major) over a storage of
+    `numel`, as torch.save's pickle would be for a tensor outside its storage, or of too many
+    dimensions."""
     import pickle
 
     class Storage:
@@ -257,7 +280,9 @@ def fabricated(target, numel, size):
     class Tensor:
         def __reduce__(self):
             return (torch._utils._rebuild_tensor_v2,
-                    (Storage(), 0, size, (size[1], 1), False, collections.OrderedDict()))
+                    (Storage(), 0, size, tuple(int(torch.tensor(size[d + 1:]).prod())
+                                               for d in range(len(size))),
+                     False, collections.OrderedDict()))
 
     class Pickler(pickle.Pickler):
         def persistent_id(self, obj):
@@ -288,7 +313,7 @@ def bad_files(work, sd):
     prefix = "pytorch_model/"
     return [
         ("os_system", lambda p: torch.save({"lm_head.weight": Marker(work("marker"))}, p),
-         "calls 'posix.system'"),
+         "the pickle names 'posix.system'"),
         ("legacy", lambda p: torch.save(sd, p, _use_new_zipfile_serialization=False),
          "the format before PyTorch 1.6"),
         ("compressed", lambda p: repack(good, p, compression=zipfile.ZIP_DEFLATED),
@@ -300,6 +325,11 @@ def bad_files(work, sd):
          "fewer than"),
         ("view_past_storage", lambda p: fabricated(p, 4, (1, 64)),
          "tensor 'model.norm.weight' reaches element 63 of storage '0', which holds 4"),
+        ("seventeen_dims", lambda p: fabricated(p, 1, (1,) * 17),
+         "a tensor has 17 dimensions, more than 16"),
+        ("complex", lambda p: torch.save({"lm_head.weight": torch.zeros(2, dtype=torch.cfloat)},
+                                         p),
+         "a tensor is stored as 'torch.ComplexFloatStorage', a type zerotrain does not read"),
         ("training_checkpoint", lambda p: torch.save({"model": sd, "step": 3}, p),
          "'model' is not a tensor but a dict (a training checkpoint?"),
         ("torchscript", lambda p: torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), p),

@@ -66,8 +66,8 @@ TEST(TorchPickle, HostilePicklesAreRefusedNamingWhy) {
   const std::pair<std::string, std::string> cases[] = {
       {head + "cposix\nsystem\n(X\x02\x00\x00\x00"
               "lst\x85R."s,
-       "calls 'posix.system'"},
-      {head + "c__builtin__\neval\n."s, "calls '__builtin__.eval'"},
+       "names 'posix.system'"},
+      {head + "c__builtin__\neval\n."s, "names '__builtin__.eval'"},
       {head + "h\x05."s, "memo 5, never PUT"},
       {head + "X\xff\xff\xff\x7f"s, "ends inside an opcode's argument"},
       {head + "\x8a\x09"s + std::string(9, '\1') + ".", "wider than 64 bits"},
@@ -85,6 +85,16 @@ TEST(TorchPickle, HostilePicklesAreRefusedNamingWhy) {
       {head + "\xff."s, "opcode 0xff"},
       {"\x80\x06."s, "protocol 6"},
       {head + "t."s, "MARK that is not there"},
+      {head + "ctorch\nComplexFloatStorage\n."s, "stored as 'torch.ComplexFloatStorage'"},
+      {head + "I1\n."s, "opcode 0x49 is none zerotrain reads"},
+      // A list placed in another and then changed: the chain of lists it would allow nests
+      // deeper than any bound checked when each was placed (and than the stack's recursion).
+      {head + "]q\x00"
+              "0h\x00"
+              "]q\x01"
+              "a0h\x01"
+              "]a."s,
+       "changed after it was placed"},
       {head + std::string(3'000'000, 'N') + ".", "more objects than a state dict's"},
       {head + "N"s + std::string(3'000'000, '\x94') + ".", "memoizes more objects"},
   };
