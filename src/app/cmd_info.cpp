@@ -258,22 +258,33 @@ void info_checkpoint(const std::string& dir, bool json, bool verify) {
   print_summary(j, json, "training checkpoint");
 }
 
-// A Hugging Face directory (one `export` wrote, or a PyTorch checkpoint's): every weight file's
-// header (or pickle) is validated.
-void info_hf_weights(const std::string& dir, bool json) {
-  const auto weight_map = hf_weight_map(dir);
+// A Hugging Face directory (one `export` wrote, or a PyTorch checkpoint's), or one of its weight
+// files: every weight file's header (or pickle) is validated.
+void info_hf_weights(const std::string& path, bool json) {
+  std::error_code ec;
+  const bool one_file = !fs::is_directory(path, ec);
+  const std::string dir = one_file ? fs::path(path).parent_path().string() : path;
+  std::map<std::string, std::string> weight_map;
+  if (one_file) {
+    const std::string name = fs::path(path).filename().string();
+    const WeightFile file(path);
+    for (const StoredTensor& t : file.tensors()) weight_map[t.name] = name;
+  } else {
+    weight_map = hf_weight_map(dir);
+  }
   const bool pytorch = !weight_map.empty() && !weight_map.begin()->second.ends_with(".safetensors");
   std::map<std::string, StoredTensor> entries;
   std::set<std::string> files;
   for (const auto& [name, file] : weight_map) files.insert(file);
   for (const std::string& file : files) {
-    const WeightFile reader(dir + "/" + file);
+    const WeightFile reader((fs::path(dir) / file).string());
     for (const StoredTensor& e : reader.tensors()) entries[e.name] = e;
   }
   nlohmann::json tensors = nlohmann::json::array();
   uint64_t params = 0, bytes = 0;
   for (const auto& [name, file] : weight_map) {
-    ZT_CHECK(entries.count(name), "'" + dir + "/" + file + "' has no tensor '" + name + "'");
+    ZT_CHECK(entries.count(name),
+             "'" + (fs::path(dir) / file).string() + "' has no tensor '" + name + "'");
     const StoredTensor& e = entries.at(name);
     params += safetensors_numel(e.shape);
     bytes += safetensors_numel(e.shape) * safetensors_dtype_size(e.dtype);
@@ -281,7 +292,7 @@ void info_hf_weights(const std::string& dir, bool json) {
   }
   if (json) {
     std::cout << nlohmann::json{{"kind", pytorch ? "pytorch" : "safetensors"},
-                                {"path", dir},
+                                {"path", path},
                                 {"tensors", tensors},
                                 {"parameters", params},
                                 {"bytes", bytes},
@@ -291,7 +302,7 @@ void info_hf_weights(const std::string& dir, bool json) {
     return;
   }
   std::cout << "Hugging Face " << (pytorch ? "PyTorch checkpoint" : "safetensors")
-            << " directory: " << dir << "\ntensors:\n";
+            << (one_file ? " file: " : " directory: ") << path << "\ntensors:\n";
   for (const auto& t : tensors) {
     const std::string shape = h5::shape_string(t["shape"].get<std::vector<int64_t>>());
     std::printf("  %-48s %-16s %-5s %s\n", t["name"].get<std::string>().c_str(), shape.c_str(),
@@ -363,8 +374,9 @@ void info_peft_adapter(const std::string& dir, bool json) {
 int cmd_info(int argc, char** argv) {
   const CommandSpec spec{
       "info",
-      "Summarise a model directory, a token dataset (.h5), a training checkpoint directory or a "
-      "PEFT LoRA adapter directory; or, with --env, this installation and what this rank sees "
+      "Summarise a model directory, a token dataset (.h5), a training checkpoint directory, a "
+      "PEFT LoRA adapter directory, or a Hugging Face checkpoint directory or weight file "
+      "(safetensors, PyTorch .bin); or, with --env, this installation and what this rank sees "
       "(like DeepSpeed's ds_report).",
       "zerotrain info PATH [--json] [--verify]\n  zerotrain info DATA.h5 [--seq-len T] [--json]\n"
       "  zerotrain info --env [--json]"};
@@ -428,6 +440,15 @@ int cmd_info(int argc, char** argv) {
     } else {
       fail(what);
     }
+    return 0;
+  }
+  // A weight file as Hugging Face tools write them (an llm.c .bin token file is no zip).
+  if (path.ends_with(".safetensors") ||
+      ((path.ends_with(".bin") || path.ends_with(".pt") || path.ends_with(".pth")) &&
+       (starts_as_zip(path) || starts_as_pickle(path)))) {
+    ZT_CHECK(!vm.count("seq-len"),
+             "info --seq-len describes a token dataset's windows; '" + path + "' is a weight file");
+    info_hf_weights(path, json);
     return 0;
   }
   h5::require_readable_hdf5(path, "expected a model directory, token dataset or checkpoint, but");

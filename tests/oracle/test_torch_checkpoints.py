@@ -5,7 +5,8 @@
 1. transformers' save_pretrained(safe_serialization=False) of a small Llama, as one
    pytorch_model.bin (float32) and as shards under pytorch_model.bin.index.json (bf16): `import`
    gives every tensor as torch.load(weights_only=True) reads it, rounded to bf16, and the same
-   HDF5 bytes as the import of the model's safetensors; `info` lists the PyTorch directory.
+   HDF5 bytes as the import of the model's safetensors; `info` lists the PyTorch directory and
+   one .bin file.
 2. Module.state_dict() (with the _metadata attribute torch pickles beside its items) as torch.save
    wrote it, with the layouts a state dict may hold: q, k and v as row views
    of one fused storage (storage offsets), gate_proj transposed in place (strides), the final
@@ -107,7 +108,12 @@ def check_transformers_files(zt, work):
     info = json.loads(run_tool([zt, "info", work("sharded"), "--json"]))
     check(info["kind"] == "pytorch" and len(info["tensors"]) == len(index),
           f"info of the sharded PyTorch directory: {info['kind']}, {len(info['tensors'])} tensors")
-    print("ok   the sharded .bin import is the safetensors import's bytes; info lists it")
+    one = json.loads(run_tool([zt, "info", work("single", "pytorch_model.bin"), "--json"]))
+    check(one["kind"] == "pytorch" and len(one["tensors"]) == len(single)
+          and {t["dtype"] for t in one["tensors"]} == {"F32"},
+          f"info of one pytorch_model.bin: {one['kind']}, {len(one['tensors'])} tensors")
+    print("ok   the sharded .bin import is the safetensors import's bytes; info lists the "
+          "directory and one file")
 
 
 def strided_state_dict():
