@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "io/fs_util.h"
@@ -108,29 +109,46 @@ void TorchCheckpointReader::read_range_f32(const std::string& name, int64_t begi
   if (is_row_major(t)) {
     const uint64_t first = static_cast<uint64_t>(t.storage_offset + begin);
     read_exact(file.fd, entry.data_offset + first * size, bytes.data(), bytes.size(), path());
-  } else {  // the view's whole span of its storage, then each element from its place in it
-    const std::lock_guard<std::mutex> lock(span_mutex_);
-    if (span_tensor_ != name) {
-      int64_t span = 1;
-      for (size_t d = 0; d < t.shape.size(); ++d) span += (t.shape[d] - 1) * t.stride[d];
-      span_tensor_.clear();
-      span_.assign(static_cast<size_t>(span) * size, 0);
-      read_exact(file.fd, entry.data_offset + static_cast<uint64_t>(t.storage_offset) * size,
-                 span_.data(), span_.size(), path());
-      span_tensor_ = name;
-    }
-    const std::vector<uint8_t>& storage = span_;
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t rest = begin + i, at = 0;
-      for (size_t d = t.shape.size(); d-- > 0;) {
-        at += (rest % t.shape[d]) * t.stride[d];
-        rest /= t.shape[d];
-      }
-      std::memcpy(bytes.data() + static_cast<size_t>(i) * size,
-                  storage.data() + static_cast<size_t>(at) * size, size);
-    }
+  } else {
+    gather_view(file.fd, entry, t, begin, count, bytes.data());
   }
   widen_weights_to_f32(t.dtype, bytes.data(), count, out, what, begin);
+}
+
+void TorchCheckpointReader::gather_view(int fd, const ZipEntry& entry, const TorchTensor& t,
+                                        int64_t begin, int64_t count, uint8_t* out) const {
+  const size_t size = safetensors_dtype_size(t.dtype);
+  int64_t span = 1;  // elements of the storage from the view's first to its last
+  for (size_t d = 0; d < t.shape.size(); ++d) span += (t.shape[d] - 1) * t.stride[d];
+  const auto first = entry.data_offset + static_cast<uint64_t>(t.storage_offset) * size;
+  // Where the i-th element (row-major) of the view lies in its span.
+  auto place = [&](int64_t i) {
+    int64_t rest = begin + i, at = 0;
+    for (size_t d = t.shape.size(); d-- > 0;) {
+      at += (rest % t.shape[d]) * t.stride[d];
+      rest /= t.shape[d];
+    }
+    return static_cast<uint64_t>(at) * size;
+  };
+  // A dense view (transposed, a slice): its span, read once and kept while the tensor is read.
+  // A sparse one (a span past twice the tensor and 16 MiB, which only a hand-made stride
+  // gives): each element read where it lies, so that no stride buys a buffer the file's size.
+  const auto numel = static_cast<int64_t>(safetensors_numel(t.shape));
+  if (span > std::max<int64_t>(2 * numel, (int64_t{16} << 20) / static_cast<int64_t>(size))) {
+    for (int64_t i = 0; i < count; ++i)
+      read_exact(fd, first + place(i), out + static_cast<size_t>(i) * size, size, path());
+    return;
+  }
+  const std::lock_guard<std::mutex> lock(span_mutex_);
+  if (!span_valid_ || span_tensor_ != t.name) {
+    span_valid_ = false;
+    span_.assign(static_cast<size_t>(span) * size, 0);
+    read_exact(fd, first, span_.data(), span_.size(), path());
+    span_tensor_ = t.name;
+    span_valid_ = true;
+  }
+  for (int64_t i = 0; i < count; ++i)
+    std::memcpy(out + static_cast<size_t>(i) * size, span_.data() + place(i), size);
 }
 
 }  // namespace zt

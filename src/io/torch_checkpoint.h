@@ -28,7 +28,8 @@ class TorchCheckpointReader {
   // Elements [begin, begin+count) of a BF16, F16, F32 or F64 tensor in row-major order, as
   // SafetensorsReader::read_range_f32 reads them; a view that is not contiguous (a transposed
   // tensor, torch.save keeping its strides) is gathered from the span of its storage it covers,
-  // read once and kept while that tensor is read (its bytes: the one tensor held whole).
+  // read once and kept until another such view of this file is read (a sparse view, whose span
+  // is past twice its size, element by element).
   void read_range_f32(const std::string& name, int64_t begin, int64_t count, float* out) const;
 
  private:
@@ -36,8 +37,14 @@ class TorchCheckpointReader {
   TorchStateDict dict_;
   std::map<std::string, size_t> by_name_;
   std::map<std::string, ZipEntry> storage_entries_;  // storage key -> its bytes
+  // Copies the bytes of `count` elements of the non-contiguous view t, from element `begin` in
+  // row-major order, to out.
+  void gather_view(int fd, const ZipEntry& entry, const TorchTensor& t, int64_t begin,
+                   int64_t count, uint8_t* out) const;
+
   mutable std::mutex span_mutex_;
-  mutable std::string span_tensor_;  // whose span span_ holds
+  mutable bool span_valid_ = false;
+  mutable std::string span_tensor_;  // whose span span_ holds, when span_valid_
   mutable std::vector<uint8_t> span_;
 };
 

@@ -94,15 +94,18 @@ class PickleMachine {
   ValuePtr pop();
   ValuePtr& top();
   std::vector<ValuePtr> pop_to_mark();
-  void push(ValuePtr v) {
+  void count_object() {
     if (++pushes_ > kMaxPushes) refuse("the pickle makes more objects than a state dict's");
+  }
+  void push(ValuePtr v) {
+    count_object();
     stack_.push_back(std::move(v));
   }
   void push_container(Value::Kind kind, std::vector<ValuePtr> items);
   void add_to(const ValuePtr& container, std::vector<ValuePtr> items);
   void memoize(uint64_t key);
   ValuePtr recall(uint64_t key);
-  ValuePtr global(const std::string& name);
+  ValuePtr global(const std::string& full_name);
   ValuePtr persistent_storage(const ValuePtr& id, std::map<std::string, TorchStorage>& storages);
   ValuePtr reduce(const ValuePtr& callable, const ValuePtr& args);
   ValuePtr rebuild_tensor(const std::vector<ValuePtr>& args);
@@ -212,11 +215,13 @@ ValuePtr PickleMachine::recall(uint64_t key) {
   return it->second;
 }
 
-ValuePtr PickleMachine::global(const std::string& name) {
-  const bool known = name == kOrderedDict || name == kRebuildTensor || name == kRebuildParameter ||
-                     name == kRebuildParameterWithState || name == kRebuildFromType ||
-                     name == kTensorType || name == kParameterType ||
-                     storage_dtypes().count(name) > 0;
+ValuePtr PickleMachine::global(const std::string& full_name) {
+  const std::string& n = full_name;
+  const bool known = n == kOrderedDict || n == kRebuildTensor || n == kRebuildParameter ||
+                     n == kRebuildParameterWithState || n == kRebuildFromType || n == kTensorType ||
+                     n == kParameterType || storage_dtypes().count(n) > 0;
+  // Named in messages up to 200 bytes: a hostile name may be megabytes long.
+  const std::string name = full_name.substr(0, 200);
   if (!known && name.starts_with("torch.") && name.ends_with("Storage"))
     refuse("a tensor is stored as '" + name +
            "', a type zerotrain does not read (float, integer and bool storages; weights in "
@@ -226,7 +231,7 @@ ValuePtr PickleMachine::global(const std::string& name) {
            "', which is none of the few calls a state dict of tensors makes; zerotrain runs no "
            "pickled code: save the weights as safetensors");
   ValuePtr v = make(Value::Kind::kGlobal);
-  v->text = name;
+  v->text = full_name;
   return v;
 }
 
@@ -433,6 +438,7 @@ bool PickleMachine::step(uint8_t op, std::map<std::string, TorchStorage>& storag
     case '.':
       return false;  // STOP
     case '(':
+      count_object();
       marks_.push_back(stack_.size());
       return true;
     case '0':

@@ -10,7 +10,8 @@
 2. Module.state_dict() (with the _metadata attribute torch pickles beside its items) as torch.save
    wrote it, with the layouts a state dict may hold: q, k and v as row views
    of one fused storage (storage offsets), gate_proj transposed in place (strides), the final
-   norm expanded from one element (stride 0), up_proj in fp16, an nn.Parameter, RoPE's inv_freq
+   norm expanded from one element (stride 0), a layer norm as every 2^17th element of a 32 MiB
+   storage (a sparse view), up_proj in fp16, an nn.Parameter, RoPE's inv_freq
    buffer; and the same file repacked as ZIP64 (every size and offset in the extra field, as
    torch's writer does past 4 GiB, and 65,536 extra entries, past the classic directory's
    count), and in PyTorch 2's layout (archive/, a byteorder record): `import` reads each tensor
@@ -132,10 +133,15 @@ def strided_state_dict():
         sd[p + "mlp.gate_proj.weight"] = sd[p + "mlp.gate_proj.weight"].t().contiguous().t()
         sd[p + "mlp.up_proj.weight"] = sd[p + "mlp.up_proj.weight"].half()
     sd["model.norm.weight"] = torch.full((1,), 0.75).expand(CONFIG["hidden_size"])
+    # A sparse view: every 2^17th element of a 32 MiB storage (read element by element).
+    sparse = torch.zeros(CONFIG["hidden_size"] << 17)
+    sparse[::1 << 17] = 0.5 + torch.arange(CONFIG["hidden_size"]) / CONFIG["hidden_size"]
+    sd["model.layers.0.input_layernorm.weight"] = sparse[::1 << 17]
     sd["lm_head.weight"] = torch.nn.Parameter(sd["lm_head.weight"])
     sd["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
     check(not sd["model.layers.0.mlp.gate_proj.weight"].is_contiguous()
-          and sd["model.layers.0.self_attn.k_proj.weight"].storage_offset() > 0,
+          and sd["model.layers.0.self_attn.k_proj.weight"].storage_offset() > 0
+          and sd["model.layers.0.input_layernorm.weight"].stride() == (1 << 17,),
           "the strided state dict holds no strided views")
     return sd
 

@@ -33,6 +33,24 @@ const std::string kProtocol4 = from_hex(
     "8c0773746f72616765948c05746f726368948c0f42466c6f6174313653746f726167659493948c0130948c03"
     "637075944b0c7494514b024b034b0286944b014b03869489680229529474945294732e");
 
+// torch 2's pickle of {"w": torch.nn.Parameter(torch.arange(6.).view(2, 3))} carrying Python
+// attributes: _rebuild_from_type_v2(_rebuild_tensor_v2, Parameter, args, {}), written by torch
+// 1.13's Pickler given that reduction (a reducer_override); and the same with the type
+// collections.OrderedDict, which is no tensor's.
+const std::string kFromTypeParameter = from_hex(
+    "800263636f6c6c656374696f6e730a4f726465726564446963740a710029527101580100000077710263746f"
+    "7263682e5f74656e736f720a5f72656275696c645f66726f6d5f747970655f76320a71032863746f7263682e"
+    "5f7574696c730a5f72656275696c645f74656e736f725f76320a710463746f7263682e6e6e2e706172616d65"
+    "7465720a506172616d657465720a71052828580700000073746f72616765710663746f7263680a466c6f6174"
+    "53746f726167650a71075801000000307108580300000063707571094b0674710a514b004b024b0386710b4b"
+    "034b0186710c8968002952710d74710e7d710f747110527111732e");
+const std::string kFromTypeOrderedDict = from_hex(
+    "800263636f6c6c656374696f6e730a4f726465726564446963740a710029527101580100000077710263746f"
+    "7263682e5f74656e736f720a5f72656275696c645f66726f6d5f747970655f76320a71032863746f7263682e"
+    "5f7574696c730a5f72656275696c645f74656e736f725f76320a710468002828580700000073746f72616765"
+    "710563746f7263680a466c6f617453746f726167650a71065801000000307107580300000063707571084b06"
+    "747109514b004b024b0386710a4b034b0186710b8968002952710c74710d7d710e74710f527110732e");
+
 std::string refusal(const std::string& pickle) {
   return error_of([&] { read_torch_state_dict(pickle, "'f.bin'"); });
 }
@@ -52,6 +70,18 @@ TEST(TorchPickle, ReadsTorchsStateDictAtProtocolsTwoAndFour) {
     EXPECT_EQ(d.storages.at("0").numel, 12u);
     EXPECT_EQ(d.storages.at("0").dtype, "BF16");
   }
+}
+
+TEST(TorchPickle, ReadsTorch2sRebuildFromTypeOfAParameterAndNoOtherType) {
+  const TorchStateDict d = read_torch_state_dict(kFromTypeParameter, "'f.bin'");
+  ASSERT_EQ(d.tensors.size(), 1u);
+  EXPECT_EQ(d.tensors[0].name, "w");
+  EXPECT_EQ(d.tensors[0].dtype, "F32");
+  EXPECT_EQ(d.tensors[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(d.tensors[0].stride, (std::vector<int64_t>{3, 1}));
+  EXPECT_NE(refusal(kFromTypeOrderedDict).find("rebuilds something other than a tensor"),
+            std::string::npos)
+      << refusal(kFromTypeOrderedDict);
 }
 
 TEST(TorchPickle, EveryTruncationIsAnErrorNamingTheFile) {
@@ -95,6 +125,13 @@ TEST(TorchPickle, HostilePicklesAreRefusedNamingWhy) {
               "a0h\x01"
               "]a."s,
        "changed after it was placed"},
+      // The same for a dict: placed in a list, then given an item.
+      {head + "}q\x00"
+              "0]h\x00"
+              "a0h\x00"
+              "K\x01K\x02s."s,
+       "changed after it was placed"},
+      {head + std::string(3'000'000, '(') + ".", "more objects than a state dict's"},
       {head + std::string(3'000'000, 'N') + ".", "more objects than a state dict's"},
       {head + "N"s + std::string(3'000'000, '\x94') + ".", "memoizes more objects"},
   };
