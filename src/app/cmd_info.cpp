@@ -264,21 +264,21 @@ void info_hf_weights(const std::string& path, bool json) {
   std::error_code ec;
   const bool one_file = !fs::is_directory(path, ec);
   const std::string dir = one_file ? fs::path(path).parent_path().string() : path;
-  std::map<std::string, std::string> weight_map;
+  HfWeights weights;
   if (one_file) {
     const std::string name = fs::path(path).filename().string();
-    const WeightFile file(path);
-    for (const StoredTensor& t : file.tensors()) weight_map[t.name] = name;
+    const auto& file = weights.files[name] = std::make_unique<WeightFile>(path);
+    for (const StoredTensor& t : file->tensors()) weights.weight_map[t.name] = name;
   } else {
-    weight_map = hf_weight_map(dir);
+    weights = open_hf_weights(dir);
   }
+  const std::map<std::string, std::string>& weight_map = weights.weight_map;
   const bool pytorch = !weight_map.empty() && !weight_map.begin()->second.ends_with(".safetensors");
   std::map<std::string, StoredTensor> entries;
   std::set<std::string> files;
-  for (const auto& [name, file] : weight_map) files.insert(file);
-  for (const std::string& file : files) {
-    const WeightFile reader((fs::path(dir) / file).string());
-    for (const StoredTensor& e : reader.tensors()) entries[e.name] = e;
+  for (const auto& [file, reader] : weights.files) {
+    files.insert(file);
+    for (const StoredTensor& e : reader->tensors()) entries[e.name] = e;
   }
   nlohmann::json tensors = nlohmann::json::array();
   uint64_t params = 0, bytes = 0;

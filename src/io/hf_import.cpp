@@ -182,20 +182,17 @@ HfImportResult import_hf_model(const std::string& hf_dir, const std::string& out
   const ParamLayout layout(result.config);
 
   // Where each tensor is, every file's header read and checked once.
-  const std::map<std::string, std::string> weight_map =
-      hf_weight_map(hf_dir, &result.index_ignored);
+  HfWeights weights = open_hf_weights(hf_dir);
+  const std::map<std::string, std::string>& weight_map = weights.weight_map;
+  const Readers& readers = weights.files;
+  result.index_ignored = weights.index_ignored;
   const CheckpointNaming naming = checkpoint_naming(multimodal, weight_map, hf_dir);
-  Readers readers;
-  for (const auto& [name, file] : weight_map) {
-    ZT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
-             "import: '" + hf_dir + "': tensor '" + name + "' is mapped to '" + file +
-                 "', not a file name inside the directory");
-    auto& reader = readers[file];
-    if (!reader) {
-      reader = std::make_unique<WeightFile>((fs::path(hf_dir) / file).string());
-      result.source_files.push_back(reader->path());
-      result.weights_format = reader->format();
-    }
+  for (const auto& [name, file] : weight_map) {  // in the order the tensors name them
+    const WeightFile& reader = *readers.at(file);
+    if (std::find(result.source_files.begin(), result.source_files.end(), reader.path()) ==
+        result.source_files.end())
+      result.source_files.push_back(reader.path());
+    result.weights_format = reader.format();
   }
   // Every tensor a shard holds must be one the index maps to that shard.
   for (const auto& [file, reader] : readers) {

@@ -37,12 +37,13 @@ std::string archive_prefix(const StoredZipArchive& zip) {
 
 // `path`, refused when it is a PyTorch file older than the zip format.
 const std::string& zip_format(const std::string& path) {
-  ZT_CHECK(!starts_as_pickle(path),
+  const std::string head = leading_bytes(path, 4);
+  ZT_CHECK(head.empty() || head[0] != '\x80',
            "'" + path + "' is a PyTorch file in the format before PyTorch 1.6 (a bare pickle), " +
                "which zerotrain does not read; load it with torch 1.6 or later and save it " +
                "again, best as safetensors (save_pretrained(..., safe_serialization=True))");
-  ZT_CHECK(starts_as_zip(path), "'" + path + "' is not a PyTorch checkpoint (torch.save writes a " +
-                                    "zip archive, which starts with \"PK\")");
+  ZT_CHECK(head == kZipMagic, "'" + path + "' is not a PyTorch checkpoint (torch.save writes a " +
+                                  "zip archive, which starts with \"PK\")");
   return path;
 }
 

@@ -55,20 +55,29 @@ std::map<std::string, std::string> index_weight_map(const std::string& index) {
 
 }  // namespace
 
-std::map<std::string, std::string> hf_weight_map(const std::string& dir, bool* index_ignored) {
+HfWeights open_hf_weights(const std::string& dir) {
   std::error_code ec;
+  HfWeights w;
   for (const auto& [single, index] : {std::pair{kSafetensorsFile, kSafetensorsIndexFile},
                                       std::pair{kPytorchFile, kPytorchIndexFile}}) {
     const bool has_index = fs::exists(fs::path(dir) / index, ec);
-    if (index_ignored) *index_ignored = false;
     if (fs::exists(fs::path(dir) / single, ec)) {
-      if (index_ignored) *index_ignored = has_index;
-      std::map<std::string, std::string> map;
-      const WeightFile file((fs::path(dir) / single).string());
-      for (const StoredTensor& t : file.tensors()) map[t.name] = single;
-      return map;
+      w.index_ignored = has_index;
+      auto& file = w.files[single];
+      file = std::make_unique<WeightFile>((fs::path(dir) / single).string());
+      for (const StoredTensor& t : file->tensors()) w.weight_map[t.name] = single;
+      return w;
     }
-    if (has_index) return index_weight_map((fs::path(dir) / index).string());
+    if (!has_index) continue;
+    w.weight_map = index_weight_map((fs::path(dir) / index).string());
+    for (const auto& [name, file] : w.weight_map) {
+      ZT_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
+               "'" + dir + "': tensor '" + name + "' is mapped to '" + file +
+                   "', not a file name inside the directory");
+      auto& open = w.files[file];
+      if (!open) open = std::make_unique<WeightFile>((fs::path(dir) / file).string());
+    }
+    return w;
   }
   fail("'" + dir + "' has none of " + kSafetensorsFile + ", " + kSafetensorsIndexFile + ", " +
        kPytorchFile + " or " + kPytorchIndexFile);

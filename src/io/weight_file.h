@@ -44,12 +44,17 @@ class WeightFile {
   std::map<std::string, size_t> by_name_;
 };
 
-// Tensor name -> file name of a Hugging Face directory, as transformers' from_pretrained chooses
-// its weights: model.safetensors, else model.safetensors.index.json's map, else
-// pytorch_model.bin, else pytorch_model.bin.index.json's map. `index_ignored` tells whether a
-// single file was read while its index sat beside it.
-std::map<std::string, std::string> hf_weight_map(const std::string& dir,
-                                                 bool* index_ignored = nullptr);
+// A Hugging Face directory's weights, as transformers' from_pretrained chooses them:
+// model.safetensors, else model.safetensors.index.json's map, else pytorch_model.bin, else
+// pytorch_model.bin.index.json's map. Every file is opened once (its header or pickle read and
+// checked); a map entry that is not a file name inside the directory is refused naming the
+// tensor.
+struct HfWeights {
+  std::map<std::string, std::string> weight_map;             // tensor name -> file name
+  std::map<std::string, std::unique_ptr<WeightFile>> files;  // file name -> the open file
+  bool index_ignored = false;  // a single file was read while its index sat beside it
+};
+HfWeights open_hf_weights(const std::string& dir);
 
 // Whether `dir` looks like a Hugging Face checkpoint (config.json and weights in either format).
 bool is_hf_checkpoint_dir(const std::string& dir);

@@ -112,7 +112,7 @@ void read_zip64_extra(const Record& header, size_t extra_at, size_t extra_bytes,
 }  // namespace
 
 bool starts_as_zip(const std::string& path) {
-  return leading_bytes(path, 4) == "PK\x03\x04";
+  return leading_bytes(path, 4) == kZipMagic;
 }
 
 StoredZipArchive::StoredZipArchive(std::string path) : path_(std::move(path)) {

@@ -38,7 +38,10 @@ class StoredZipArchive {
   std::map<std::string, ZipEntry> entries_;
 };
 
-// Whether the file starts as a zip archive does ("PK\3\4").
+// The four bytes a zip archive starts with (a local header's signature).
+inline constexpr char kZipMagic[] = "PK\x03\x04";
+
+// Whether the file starts as a zip archive does (kZipMagic).
 bool starts_as_zip(const std::string& path);
 
 }  // namespace zt

@@ -157,7 +157,7 @@ TEST(Safetensors, ShardsWithIndexPastTheLimit) {
   const nlohmann::json index = read_json_file(tmp / "hf/model.safetensors.index.json");
   EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), result.bytes);
   ModelDirReader model(tmp / "model");
-  const auto weight_map = hf_weight_map(tmp / "hf");
+  const auto weight_map = open_hf_weights(tmp / "hf").weight_map;
   ASSERT_EQ(weight_map.size(), model.layout().tensors().size());
   uint64_t total = 0;
   size_t previous_shard = 0;
