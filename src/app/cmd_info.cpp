@@ -258,9 +258,52 @@ void info_checkpoint(const std::string& dir, bool json, bool verify) {
   print_summary(j, json, "training checkpoint");
 }
 
+// info --verify of weight files: every value of each tensor (a pair of its file and name) read,
+// each tensor's digest returned by name (TensorValues::sha256; null for a dtype that is not read,
+// named in `unread_dtypes`). A value that is not finite fails once all are read, naming the
+// file, the tensors and their first such element (import refuses such a value too).
+std::map<std::string, nlohmann::json> verify_weight_values(
+    const std::vector<std::pair<const WeightFile*, std::string>>& tensors,
+    std::set<std::string>& unread_dtypes) {
+  std::map<std::string, nlohmann::json> digests;
+  std::string bad;
+  int64_t bad_tensors = 0;
+  for (const auto& [file, name] : tensors) {
+    const std::string& dtype = file->tensor(name).dtype;
+    if (!is_readable_weight_dtype(dtype)) {
+      unread_dtypes.insert(dtype);
+      digests[name] = nullptr;
+      continue;
+    }
+    const TensorValues values = read_tensor_values(*file, name);
+    digests[name] = values.sha256;
+    if (values.non_finite > 0 && ++bad_tensors <= 4)
+      bad += "\n  '" + file->path() + "': tensor '" + name +
+             "': " + std::to_string(values.non_finite) + " value(s), the first at element " +
+             std::to_string(values.first_non_finite);
+  }
+  if (bad_tensors > 0)
+    fail("info --verify: " + std::to_string(bad_tensors) +
+         " tensor(s) hold values that are not finite (NaN or infinity):" + bad +
+         (bad_tensors > 4 ? "\n  and " + std::to_string(bad_tensors - 4) + " more" : ""));
+  return digests;
+}
+
+// What verify_weight_values read (`digests`), as the summary's "values:" line.
+void print_verified(const std::map<std::string, nlohmann::json>& digests,
+                    const std::set<std::string>& unread_dtypes) {
+  std::string unread;
+  for (const std::string& d : unread_dtypes) unread += (unread.empty() ? "" : ", ") + d;
+  const auto read = std::count_if(digests.begin(), digests.end(),
+                                  [](const auto& d) { return !d.second.is_null(); });
+  std::cout << "values: all finite in the " << read
+            << " tensor(s) read (each one's SHA-256 of its values as fp32 in --json)"
+            << (unread.empty() ? "" : "; tensors of " + unread + " not read") << "\n";
+}
+
 // A Hugging Face directory (one `export` wrote, or a PyTorch checkpoint's), or one of its weight
-// files: every weight file's header (or pickle) is validated.
-void info_hf_weights(const std::string& path, bool json) {
+// files: every weight file's header (or pickle) is validated; with `verify`, every value read.
+void info_hf_weights(const std::string& path, bool json, bool verify) {
   std::error_code ec;
   const bool one_file = !fs::is_directory(path, ec);
   const std::string dir = one_file ? fs::path(path).parent_path().string() : path;
@@ -282,6 +325,7 @@ void info_hf_weights(const std::string& path, bool json) {
   }
   nlohmann::json tensors = nlohmann::json::array();
   uint64_t params = 0, bytes = 0;
+  std::vector<std::pair<const WeightFile*, std::string>> to_verify;
   for (const auto& [name, file] : weight_map) {
     ZT_CHECK(entries.count(name),
              "'" + (fs::path(dir) / file).string() + "' has no tensor '" + name + "'");
@@ -289,6 +333,13 @@ void info_hf_weights(const std::string& path, bool json) {
     params += safetensors_numel(e.shape);
     bytes += safetensors_numel(e.shape) * safetensors_dtype_size(e.dtype);
     tensors.push_back({{"name", name}, {"shape", e.shape}, {"dtype", e.dtype}, {"file", file}});
+    to_verify.emplace_back(weights.files.at(file).get(), name);
+  }
+  std::set<std::string> unread_dtypes;
+  std::map<std::string, nlohmann::json> digests;
+  if (verify) {
+    digests = verify_weight_values(to_verify, unread_dtypes);
+    for (nlohmann::json& t : tensors) t["values_sha256"] = digests.at(t["name"]);
   }
   if (json) {
     std::cout << nlohmann::json{{"kind", pytorch ? "pytorch" : "safetensors"},
@@ -296,7 +347,8 @@ void info_hf_weights(const std::string& path, bool json) {
                                 {"tensors", tensors},
                                 {"parameters", params},
                                 {"bytes", bytes},
-                                {"files", files}}
+                                {"files", files},
+                                {"verified", verify}}
                      .dump(2)
               << "\n";
     return;
@@ -311,6 +363,7 @@ void info_hf_weights(const std::string& path, bool json) {
   std::fflush(stdout);
   std::cout << "files: " << files.size() << "\nparameters: " << with_commas(params) << " ("
             << short_count(params) << ")\nbytes: " << with_commas(bytes) << "\n";
+  if (verify) print_verified(digests, unread_dtypes);
 }
 
 // A PEFT LoRA adapter directory (a LoRA run's OUT/final, or PEFT's save_pretrained): its
@@ -332,7 +385,7 @@ std::string adapted_projections(const LoraSpec& spec, const WeightFile& weights)
   return text.empty() ? spec.targets_as_given() : text;
 }
 
-void info_peft_adapter(const std::string& dir, bool json) {
+void info_peft_adapter(const std::string& dir, bool json, bool verify) {
   nlohmann::json config;
   const LoraSpec spec = read_peft_adapter_config(dir + "/" + kPeftConfigFile,
                                                  LoraSpec::Use::kTrainedWeights, &config);
@@ -363,7 +416,17 @@ void info_peft_adapter(const std::string& dir, bool json) {
   nlohmann::json layer_keys;  // layers_to_transform, rank_pattern, ...: those given
   spec.write_layer_keys(layer_keys);
   if (!layer_keys.is_null()) j.update(layer_keys);
+  std::set<std::string> unread_dtypes;
+  std::map<std::string, nlohmann::json> digests;
+  if (verify) {
+    std::vector<std::pair<const WeightFile*, std::string>> to_verify;
+    for (const StoredTensor& e : reader.tensors()) to_verify.emplace_back(&reader, e.name);
+    digests = verify_weight_values(to_verify, unread_dtypes);
+    if (json) j["values_sha256"] = digests;
+  }
+  if (json) j["verified"] = verify;
   print_summary(j, json, "PEFT LoRA adapter");
+  if (verify && !json) print_verified(digests, unread_dtypes);
   if (!json)
     std::cout << "use it on its base with eval/generate --adapter, train --lora-init-from or "
                  "export --merge-lora\n";
@@ -387,8 +450,9 @@ int cmd_info(int argc, char** argv) {
       "report zerotrain's build, its libraries, the CPU and GPUs, and the launcher and rank "
       "variables this process sees (no PATH)")(
       "verify", po::bool_switch(),
-      "model directory: read every tensor and check it is finite; checkpoint: check every "
-      "file's CRC-32C")(
+      "model directory, Hugging Face weights or PEFT adapter: read every tensor and check it is "
+      "finite (weights and adapters: with each tensor's SHA-256 of its values as fp32 in --json); "
+      "checkpoint: check every file's CRC-32C")(
       "seq-len", po::value<int64_t>(),
       "token dataset: the windows each train --packing cuts it into at this --seq-len, and the "
       "share of their rows that hold data rather than padding");
@@ -425,18 +489,14 @@ int cmd_info(int argc, char** argv) {
              "info --seq-len describes a token dataset's windows; '" + path + "' is a directory");
     if (is_hf_checkpoint_dir(path) || fs::exists(path + "/" + kSafetensorsFile) ||
         fs::exists(path + "/" + kSafetensorsIndexFile)) {
-      info_hf_weights(path, json);
+      info_hf_weights(path, json, vm["verify"].as<bool>());
     } else if (fs::exists(path + "/" + kModelConfigFile) ||
                fs::exists(path + "/" + kModelIndexFile)) {
       info_model(path, json, vm["verify"].as<bool>());
     } else if (fs::exists(path + "/" + kCheckpointManifestFile)) {
       info_checkpoint(path, json, vm["verify"].as<bool>());
     } else if (fs::exists(path + "/" + kPeftConfigFile)) {
-      ZT_CHECK(!vm["verify"].as<bool>(),
-               "info --verify reads a model directory's or a "
-               "checkpoint's values; '" +
-                   path + "' is a PEFT adapter");
-      info_peft_adapter(path, json);
+      info_peft_adapter(path, json, vm["verify"].as<bool>());
     } else {
       fail(what);
     }
@@ -448,7 +508,7 @@ int cmd_info(int argc, char** argv) {
        (starts_as_zip(path) || starts_as_pickle(path)))) {
     ZT_CHECK(!vm.count("seq-len"),
              "info --seq-len describes a token dataset's windows; '" + path + "' is a weight file");
-    info_hf_weights(path, json);
+    info_hf_weights(path, json, vm["verify"].as<bool>());
     return 0;
   }
   h5::require_readable_hdf5(path, "expected a model directory, token dataset or checkpoint, but");

@@ -1,12 +1,17 @@
 #include "io/weight_file.h"
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <filesystem>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "io/fs_util.h"
 #include "util/error.h"
 #include "util/json_text.h"
+#include "util/sha256.h"
 
 namespace zt {
 
@@ -36,6 +41,29 @@ void WeightFile::read_range_f32(const std::string& name, int64_t begin, int64_t 
     safetensors_->read_range_f32(name, begin, count, out);
   else
     torch_->read_range_f32(name, begin, count, out);
+}
+
+TensorValues read_tensor_values(const WeightFile& file, const std::string& name) {
+  static_assert(std::endian::native == std::endian::little, "the digest hashes fp32 as held");
+  const StoredTensor& t = file.tensor(name);
+  ZT_CHECK(is_readable_weight_dtype(t.dtype), "'" + file.path() + "': tensor '" + name + "' is " +
+                                                  t.dtype + "; its values are read in " +
+                                                  kReadableWeightDtypes);
+  const auto numel = static_cast<int64_t>(safetensors_numel(t.shape));
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<float> values(static_cast<size_t>(std::min(numel, kChunk)));
+  Sha256 sha;
+  TensorValues result;
+  for (int64_t begin = 0; begin < numel; begin += kChunk) {
+    const int64_t n = std::min(kChunk, numel - begin);
+    file.read_range_f32(name, begin, n, values.data());
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(values[static_cast<size_t>(i)]) && result.non_finite++ == 0)
+        result.first_non_finite = begin + i;
+    sha.update(values.data(), static_cast<size_t>(n) * sizeof(float));
+  }
+  result.sha256 = sha.hex_digest();
+  return result;
 }
 
 namespace {

@@ -44,6 +44,19 @@ class WeightFile {
   std::map<std::string, size_t> by_name_;
 };
 
+// What reading every value of a stored tensor found (info --verify): the SHA-256 of its values as
+// little-endian fp32 in row-major order (an F64 tensor's rounded to fp32 first), which is what
+// hashlib gives for torch's t.float().contiguous().numpy().tobytes(); and how many values are not
+// finite, the first at element first_non_finite (-1: none).
+struct TensorValues {
+  std::string sha256;
+  int64_t non_finite = 0;
+  int64_t first_non_finite = -1;
+};
+// Reads the tensor `name` of `file` in bounded chunks; a dtype read_range_f32 does not read
+// (is_readable_weight_dtype) is refused naming the file and the tensor.
+TensorValues read_tensor_values(const WeightFile& file, const std::string& name);
+
 // A Hugging Face directory's weights, as transformers' from_pretrained chooses them:
 // model.safetensors, else model.safetensors.index.json's map, else pytorch_model.bin, else
 // pytorch_model.bin.index.json's map. Every file is opened once (its header or pickle read and

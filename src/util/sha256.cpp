@@ -94,10 +94,14 @@ std::array<uint8_t, 32> Sha256::digest() {
   return out;
 }
 
+std::string Sha256::hex_digest() {
+  return hex(digest());
+}
+
 std::string sha256_hex(const std::string& bytes) {
   Sha256 h;
   h.update(bytes.data(), bytes.size());
-  return hex(h.digest());
+  return h.hex_digest();
 }
 
 std::string sha256_file_hex(const std::string& path) {
@@ -110,7 +114,7 @@ std::string sha256_file_hex(const std::string& path) {
     h.update(block.data(), static_cast<size_t>(in.gcount()));
   }
   ZT_CHECK(in.eof(), "error reading '" + path + "' to compute its SHA-256");
-  return hex(h.digest());
+  return h.hex_digest();
 }
 
 }  // namespace zt

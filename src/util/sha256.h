@@ -15,6 +15,7 @@ class Sha256 {
   Sha256();
   void update(const void* data, size_t size);
   std::array<uint8_t, 32> digest();
+  std::string hex_digest();  // digest() in lower-case hex
 
  private:
   void compress(const uint8_t* block);  // one 64-byte block into state_
