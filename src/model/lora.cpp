@@ -430,6 +430,15 @@ LoraSpec LoraSpec::from_peft_json(const nlohmann::json& j, const std::string& so
              source + ": key '" + key + "' must be a number, got " + quoted_json(j[key]));
     return j[key].get<double>();
   };
+  if (!j.contains("r") && !j.contains("peft_type")) {  // another tool's file under PEFT's name
+    std::string keys;
+    int listed = 0;
+    for (const auto& [key, value] : j.items())
+      if (++listed <= 8) keys += (keys.empty() ? "'" : ", '") + key.substr(0, 80) + "'";
+    if (listed > 8) keys += " and " + std::to_string(listed - 8) + " more";
+    fail(source + ": neither 'peft_type' nor 'r' (the LoRA rank): not a PEFT LoRA adapter config" +
+         (keys.empty() ? std::string(" (an empty object)") : " (its keys: " + keys + ")"));
+  }
   ZT_CHECK(j.contains("r"), source + ": missing required key 'r' (the LoRA rank)");
   ZT_CHECK(j["r"].is_number_integer(),
            source + ": key 'r' must be an integer, got " + quoted_json(j["r"]));

@@ -190,7 +190,8 @@ def check_refusals(zt, data, work):
              "--batches", "1", "--adapter", wrong],
             os.path.join(wrong, "adapter_model.bin"))
     refused([zt, "info", os.path.join(data, "lerobot-libero")],
-            "lerobot-libero/adapter_config.json: missing required key 'r'")
+            "lerobot-libero/adapter_config.json: neither 'peft_type' nor 'r' (the LoRA rank): not a "
+            "PEFT LoRA adapter config (its keys: 'base_model')")
     tensors = torch_state_dict(os.path.join(data, FMS, "pytorch_model_fsdp.bin"))
     name = "base_model.model.model.layers.5.self_attn.v_proj.lora_B.weight"
     tensors[name].view(-1)[37] = float("nan")
