@@ -10,6 +10,7 @@
 #include "io/fs_util.h"
 #include "io/gguf_import.h"
 #include "io/hf_import.h"
+#include "io/meta_import.h"
 #include "model/layout.h"
 #include "util/error.h"
 
@@ -27,8 +28,30 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The lines import_hf and import_meta end with: tensors rounded, the config file's unknown keys
+// (a warning each, `unread_by` saying who else reads past them) and the stored tensors read past.
+void print_import_notes(int64_t rounded, const std::string& config_file,
+                        const std::vector<std::string>& unknown_keys, const std::string& unread_by,
+                        const std::vector<std::string>& ignored_tensors) {
+  if (rounded > 0)
+    std::cout << "  " << rounded
+              << " tensor(s) stored in F16/F32 were rounded to bf16 (nearest even)\n";
+  for (const std::string& key : unknown_keys)
+    std::cerr << "zerotrain import: warning: " << config_file << " key '" << key
+              << "' is not one zerotrain reads or knows; accepted as not changing the model ("
+              << unread_by << "; --strict-config refuses it), recorded in " << kImportRecordFile
+              << "\n";
+  if (!ignored_tensors.empty())
+    std::cout << "  stored tensors that are not parameters of the model, ignored: "
+              << listed(ignored_tensors) << "\n";
+}
+
 void import_hf(const po::variables_map& vm, const std::string& source, const std::string& out,
                uint64_t shard_bytes) {
+  ZT_CHECK(vm["llama-version"].as<std::string>().empty(),
+           "import: --llama-version applies to a Meta checkpoint (params.json, "
+           "consolidated.00.pth); '" +
+               source + "' is a Hugging Face directory, whose config.json says what it is");
   ZT_CHECK(vm["tokenizer"].as<std::string>().empty(),
            "import: --tokenizer applies to a GGUF file; a Hugging Face directory's own tokenizer "
            "files are copied");
@@ -46,27 +69,20 @@ void import_hf(const po::variables_map& vm, const std::string& source, const std
               << ".index.json beside it was not used (transformers reads the single file too)\n";
   if (!r.tokenizer_files.empty())
     std::cout << "  tokenizer files copied beside the model: " << listed(r.tokenizer_files) << "\n";
-  if (r.rounded_tensors > 0)
-    std::cout << "  " << r.rounded_tensors
-              << " tensor(s) stored in F16/F32 were rounded to bf16 (nearest even)\n";
   if (!r.ignored_keys.empty())
     std::cout << "  config.json keys that do not change the model, ignored: "
               << listed(r.ignored_keys) << "\n";
-  for (const std::string& key : r.unknown_keys)
-    std::cerr << "zerotrain import: warning: config.json key '" << key
-              << "' is not one zerotrain reads or knows; accepted as not changing the model "
-                 "(transformers' modelling code does not read it either; --strict-config refuses "
-                 "it), recorded in "
-              << kImportRecordFile << "\n";
-  if (!r.ignored_tensors.empty())
-    std::cout << "  stored tensors that are not parameters of the model, ignored: "
-              << listed(r.ignored_tensors) << "\n";
+  print_import_notes(r.rounded_tensors, "config.json", r.unknown_keys,
+                     "transformers' modelling code does not read it either", r.ignored_tensors);
 }
 
 void import_gguf(const po::variables_map& vm, const std::string& source, const std::string& out,
                  uint64_t shard_bytes) {
   ZT_CHECK(!vm["strict-config"].as<bool>(),
            "import: --strict-config applies to a Hugging Face config.json, not a GGUF file");
+  ZT_CHECK(vm["llama-version"].as<std::string>().empty(),
+           "import: --llama-version applies to a Meta checkpoint, not a GGUF file (its metadata "
+           "says what it is)");
   const auto start = std::chrono::steady_clock::now();
   const GgufImportResult r = import_gguf_model(source, out, shard_bytes, vm["overwrite"].as<bool>(),
                                                vm["tokenizer"].as<std::string>());
@@ -82,30 +98,59 @@ void import_gguf(const po::variables_map& vm, const std::string& source, const s
             << "\n";
 }
 
+void import_meta(const po::variables_map& vm, const std::string& source, const std::string& out,
+                 uint64_t shard_bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string tokenizer = vm["tokenizer"].as<std::string>();
+  const MetaImportResult r = import_meta_model(
+      source, out, shard_bytes, vm["overwrite"].as<bool>(), vm["llama-version"].as<std::string>(),
+      tokenizer,
+      vm["strict-config"].as<bool>() ? UnknownConfigKeys::kRefuse : UnknownConfigKeys::kAccept);
+  std::cout << "imported " << source << " (Meta's layout, Llama "
+            << vm["llama-version"].as<std::string>() << ") -> " << out << ": "
+            << ParamLayout(r.config).total_numel() << " parameters from " << r.weights_file << ", "
+            << r.bytes_written << " bytes of bf16 in " << seconds_since(start) << " s\n";
+  if (!r.tokenizer_files.empty())
+    std::cout << "  tokenizer files copied from " << tokenizer << ": " << listed(r.tokenizer_files)
+              << "\n";
+  else
+    std::cout << "  no tokenizer files: Meta's tokenizer.model is not converted; --tokenizer "
+                 "HF_DIR copies a Hugging Face directory's (the Hub repository's root)\n";
+  print_import_notes(r.rounded_tensors, "params.json", r.unknown_keys,
+                     "Meta's reference code and transformers' converter do not read it either",
+                     r.ignored_tensors);
+}
+
 }  // namespace
 
 int cmd_import(int argc, char** argv) {
   const CommandSpec spec{
       "import",
-      "Import a Hugging Face checkpoint (config.json + safetensors or PyTorch .bin weights) or a "
-      "llama.cpp GGUF file as a "
-      "zerotrain model directory (bf16 HDF5 shards, with the tokenizer files).",
-      "zerotrain import (HF_DIR | FILE.gguf) --out MODEL_DIR [--shard-size-mb N] [--overwrite] "
-      "[--strict-config] [--tokenizer HF_TOKENIZER_DIR]"};
+      "Import a Hugging Face checkpoint (config.json + safetensors or PyTorch .bin weights), a "
+      "llama.cpp GGUF file or a Llama checkpoint in Meta's layout (params.json + "
+      "consolidated.00.pth) as a zerotrain model directory (bf16 HDF5 shards, with the "
+      "tokenizer files).",
+      "zerotrain import (HF_DIR | FILE.gguf | META_DIR --llama-version V) --out MODEL_DIR "
+      "[--shard-size-mb N] [--overwrite] [--strict-config] [--tokenizer HF_TOKENIZER_DIR]"};
   po::options_description options("import options");
   options.add_options()("source", po::value<std::string>(),
                         "a Hugging Face directory (config.json and model.safetensors or "
                         "model.safetensors.index.json with its shards; without them "
-                        "pytorch_model.bin or pytorch_model.bin.index.json), or a GGUF file")(
+                        "pytorch_model.bin or pytorch_model.bin.index.json), a GGUF file, or a "
+                        "directory of Meta's params.json and consolidated.00.pth")(
       "out", po::value<std::string>(), "output model directory")(
       "shard-size-mb", po::value<int64_t>()->default_value(2048),
       "largest shard file size in MiB (shards split at tensor boundaries)")(
       "overwrite", po::bool_switch(), "replace an existing non-empty output directory")(
       "strict-config", po::bool_switch(),
-      "refuse config.json keys zerotrain does not know (default: accept them with a warning)")(
-      "tokenizer", po::value<std::string>()->default_value(""),
-      "GGUF: take the tokenizer files from this Hugging Face directory instead of rebuilding "
-      "them from the file's vocabulary");
+      "refuse config.json (params.json) keys zerotrain does not know (default: accept them with "
+      "a warning)")("tokenizer", po::value<std::string>()->default_value(""),
+                    "GGUF: take the tokenizer files from this Hugging Face directory instead of "
+                    "rebuilding them from the file's vocabulary; Meta's layout: copy them from it")(
+      "llama-version", po::value<std::string>()->default_value(""),
+      "Meta's layout: the Llama it is (1, 2, 3, 3.1, 3.2 or Guard-3), as transformers' "
+      "convert_llama_weights_to_hf.py --llama_version: the context length, RoPE scaling and "
+      "tied head follow from it");
   po::positional_options_description positional;
   positional.add("source", 1);
   po::variables_map vm;
@@ -129,6 +174,8 @@ int cmd_import(int argc, char** argv) {
                                        "' is a file but not a GGUF file (no 'GGUF' magic); give "
                                        "a GGUF file or a Hugging Face directory");
     import_gguf(vm, source, out, shard_bytes);
+  } else if (is_meta_checkpoint_dir(source)) {
+    import_meta(vm, source, out, shard_bytes);
   } else {
     import_hf(vm, source, out, shard_bytes);
   }

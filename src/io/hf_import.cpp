@@ -71,32 +71,6 @@ CheckpointNaming checkpoint_naming(const MultimodalWrapper* multimodal,
   return naming;
 }
 
-// A tied checkpoint that stores its head anyway (lm_head.weight, a multimodal checkpoint's under
-// its naming): transformers ties it to the embedding on load, and so does zerotrain; the stored
-// copy is compared (as fp32 values, in bounded chunks) only to say whether it was the same.
-// Returns the note for the ignored-tensor list.
-std::string tied_head_note(const WeightFile& head, const std::string& head_name,
-                           const WeightFile& embedding, const std::string& embedding_name,
-                           const std::vector<int64_t>& shape) {
-  const StoredTensor& stored = head.tensor(head_name);
-  ZT_CHECK(stored.shape == shape, "import: '" + head.path() + "': tensor '" + head_name +
-                                      "' has shape " + nlohmann::json(stored.shape).dump() +
-                                      ", the tied embedding " + nlohmann::json(shape).dump());
-  const int64_t numel = shape[0] * shape[1];
-  constexpr int64_t kChunk = int64_t{1} << 20;
-  std::vector<float> a(static_cast<size_t>(std::min(numel, kChunk))), b(a.size());
-  for (int64_t begin = 0; begin < numel; begin += kChunk) {
-    const int64_t n = std::min(kChunk, numel - begin);
-    head.read_range_f32(head_name, begin, n, a.data());
-    embedding.read_range_f32(embedding_name, begin, n, b.data());
-    for (int64_t i = 0; i < n; ++i)
-      if (round_to_bf16(a[static_cast<size_t>(i)]) != round_to_bf16(b[static_cast<size_t>(i)]))
-        return head_name + " (tie_word_embeddings: differs from the embedding at element " +
-               std::to_string(begin + i) + "; transformers also uses the embedding)";
-  }
-  return head_name + " (tie_word_embeddings: the same values as the embedding)";
-}
-
 using Readers = std::map<std::string, std::unique_ptr<WeightFile>>;
 
 // Every tensor of the model is in the checkpoint, readable and of its shape; every other stored
@@ -113,16 +87,8 @@ void check_checkpoint_tensors(const ParamLayout& layout, const CheckpointNaming&
     const auto where = weight_map.find(name);
     ZT_CHECK(where != weight_map.end(), "import: '" + hf_dir + "' has no tensor '" + name +
                                             "', which the model of " + config_path + " needs");
-    const WeightFile& reader = *readers.at(where->second);
-    const StoredTensor& stored = reader.tensor(name);
-    ZT_CHECK(stored.dtype == "BF16" || stored.dtype == "F16" || stored.dtype == "F32",
-             "import: '" + reader.path() + "': tensor '" + name + "' is " + stored.dtype +
-                 "; zerotrain reads BF16, F16 or F32 weights");
-    ZT_CHECK(stored.shape == t.shape, "import: '" + reader.path() + "': tensor '" + name +
-                                          "' has shape " + nlohmann::json(stored.shape).dump() +
-                                          ", " + config_path + " gives " +
-                                          nlohmann::json(t.shape).dump());
-    if (stored.dtype != "BF16") ++result.rounded_tensors;
+    if (check_importable_tensor(*readers.at(where->second), name, t.shape, config_path))
+      ++result.rounded_tensors;
   }
   int64_t vision_tensors = 0;
   for (const auto& [name, file] : weight_map) {

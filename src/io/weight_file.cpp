@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/fs_util.h"
+#include "util/bf16.h"
 #include "util/error.h"
 #include "util/json_text.h"
 #include "util/sha256.h"
@@ -64,6 +65,40 @@ TensorValues read_tensor_values(const WeightFile& file, const std::string& name)
   }
   result.sha256 = sha.hex_digest();
   return result;
+}
+
+bool check_importable_tensor(const WeightFile& file, const std::string& name,
+                             const std::vector<int64_t>& shape, const std::string& shape_source) {
+  const StoredTensor& stored = file.tensor(name);
+  ZT_CHECK(stored.dtype == "BF16" || stored.dtype == "F16" || stored.dtype == "F32",
+           "import: '" + file.path() + "': tensor '" + name + "' is " + stored.dtype +
+               "; zerotrain reads BF16, F16 or F32 weights");
+  ZT_CHECK(stored.shape == shape, "import: '" + file.path() + "': tensor '" + name +
+                                      "' has shape " + nlohmann::json(stored.shape).dump() + ", " +
+                                      shape_source + " gives " + nlohmann::json(shape).dump());
+  return stored.dtype != "BF16";
+}
+
+std::string tied_head_note(const WeightFile& head, const std::string& head_name,
+                           const WeightFile& embedding, const std::string& embedding_name,
+                           const std::vector<int64_t>& shape) {
+  const StoredTensor& stored = head.tensor(head_name);
+  ZT_CHECK(stored.shape == shape, "import: '" + head.path() + "': tensor '" + head_name +
+                                      "' has shape " + nlohmann::json(stored.shape).dump() +
+                                      ", the tied embedding " + nlohmann::json(shape).dump());
+  const int64_t numel = shape[0] * shape[1];
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<float> a(static_cast<size_t>(std::min(numel, kChunk))), b(a.size());
+  for (int64_t begin = 0; begin < numel; begin += kChunk) {
+    const int64_t n = std::min(kChunk, numel - begin);
+    head.read_range_f32(head_name, begin, n, a.data());
+    embedding.read_range_f32(embedding_name, begin, n, b.data());
+    for (int64_t i = 0; i < n; ++i)
+      if (round_to_bf16(a[static_cast<size_t>(i)]) != round_to_bf16(b[static_cast<size_t>(i)]))
+        return head_name + " (tie_word_embeddings: differs from the embedding at element " +
+               std::to_string(begin + i) + "; transformers also uses the embedding)";
+  }
+  return head_name + " (tie_word_embeddings: the same values as the embedding)";
 }
 
 namespace {

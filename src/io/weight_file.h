@@ -57,6 +57,21 @@ struct TensorValues {
 // (is_readable_weight_dtype) is refused naming the file and the tensor.
 TensorValues read_tensor_values(const WeightFile& file, const std::string& name);
 
+// A stored tensor an import reads: BF16, F16 or F32, of the shape `shape` (what `shape_source`,
+// a config file, gives), else refused naming the file and the tensor. Returns whether its values
+// are rounded to bf16 (F16, F32).
+bool check_importable_tensor(const WeightFile& file, const std::string& name,
+                             const std::vector<int64_t>& shape, const std::string& shape_source);
+
+// A tied model whose file stores its head anyway (Hugging Face's lm_head.weight, Meta's
+// output.weight): transformers ties it to the embedding on load, and so does zerotrain; the stored
+// copy is compared (as bf16 values, in bounded chunks) only to say whether it was the same.
+// Returns the note for the list of tensors read past; a shape other than the embedding's
+// (`shape`) is refused naming the file.
+std::string tied_head_note(const WeightFile& head, const std::string& head_name,
+                           const WeightFile& embedding, const std::string& embedding_name,
+                           const std::vector<int64_t>& shape);
+
 // A Hugging Face directory's weights, as transformers' from_pretrained chooses them:
 // model.safetensors, else model.safetensors.index.json's map, else pytorch_model.bin, else
 // pytorch_model.bin.index.json's map. Every file is opened once (its header or pickle read and

@@ -84,6 +84,20 @@ def fresh_work_dir(path):
     return lambda *parts: os.path.join(path, *parts)
 
 
+def mutation_oracle_arguments(description, mutations, *modules):
+    """argument_parser's arguments and --mutation (one of `mutations`: the reference mutated)
+    with --expect-mismatch; parses them, imports torch and `modules` from the venv
+    (require_venv_modules), gives torch one thread and recreates the scratch directory. Returns
+    (args, work, torch)."""
+    parser = argument_parser(description)
+    parser.add_argument("--mutation", choices=mutations)
+    parser.add_argument("--expect-mismatch", action="store_true")
+    args = parser.parse_args()
+    torch = require_venv_modules("torch", *modules)[0]
+    torch.set_num_threads(1)
+    return args, fresh_work_dir(args.work_dir), torch
+
+
 def lora_oracle_arguments(description, mutations):
     """argument_parser's arguments and --mutation (one of `mutations`, PEFT's side mutated) with
     --expect-mismatch; parses them, checks the venv has PEFT and transformers, and recreates the

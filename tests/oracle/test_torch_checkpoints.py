@@ -43,8 +43,8 @@ import sys
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (argument_parser, check, exit_status, last_json_line,  # noqa: E402
-                            refused, run_tool)
+from oracle_harness import (check, exit_status, last_json_line,  # noqa: E402
+                            mutation_oracle_arguments, refused, run_tool)
 
 torch = transformers = None
 CONFIG = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -53,14 +53,8 @@ CONFIG = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_l
 
 def model_dir_bits(model_dir):
     """Every tensor of a zerotrain model directory, its bf16 values widened to float32."""
-    import h5py
-    from llama_reference import read_float32
-    index = json.load(open(os.path.join(model_dir, "model.h5.index.json")))["weight_map"]
-    out = {}
-    for name, shard in index.items():
-        with h5py.File(os.path.join(model_dir, shard), "r") as f:
-            out[name] = torch.from_numpy(read_float32(f[name]).copy())
-    return out
+    from llama_reference import load_weights
+    return load_weights(model_dir, torch.float32)
 
 
 def bf16_bits(t):
@@ -400,15 +394,9 @@ def check_fuzzed_pickles(zt, work):
 
 def main():
     global torch, transformers
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--mutation", choices=["strides"])
-    parser.add_argument("--expect-mismatch", action="store_true")
-    args = parser.parse_args()
-    from oracle_harness import fresh_work_dir, require_venv_modules
-    torch, transformers = require_venv_modules("torch", "transformers")
-    require_venv_modules("peft", "h5py")
-    work = fresh_work_dir(args.work_dir)
-    torch.set_num_threads(1)
+    args, work, torch = mutation_oracle_arguments(__doc__.split("\n")[0], ["strides"],
+                                                  "transformers", "peft", "h5py")
+    import transformers
 
     def checks():
         check_transformers_files(args.zerotrain, work)

@@ -33,8 +33,8 @@ import sys
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle_harness import (SetupError, argument_parser, check, exit_status,  # noqa: E402
-                            last_json_line, refused, run_tool)
+from oracle_harness import (SetupError, check, exit_status, last_json_line,  # noqa: E402
+                            mutation_oracle_arguments, refused, run_tool)
 
 torch = None
 FMS = "fms-hf-tuning--tuned_llama_with_added_tokens"
@@ -190,8 +190,8 @@ def check_refusals(zt, data, work):
              "--batches", "1", "--adapter", wrong],
             os.path.join(wrong, "adapter_model.bin"))
     refused([zt, "info", os.path.join(data, "lerobot-libero")],
-            "lerobot-libero/adapter_config.json: neither 'peft_type' nor 'r' (the LoRA rank): not a "
-            "PEFT LoRA adapter config (its keys: 'base_model')")
+            "lerobot-libero/adapter_config.json: neither 'peft_type' nor 'r' (the LoRA rank): not "
+            "a PEFT LoRA adapter config (its keys: 'base_model')")
     tensors = torch_state_dict(os.path.join(data, FMS, "pytorch_model_fsdp.bin"))
     name = "base_model.model.model.layers.5.self_attn.v_proj.lora_B.weight"
     tensors[name].view(-1)[37] = float("nan")
@@ -210,16 +210,9 @@ def check_refusals(zt, data, work):
 
 def main():
     global torch
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--mutation", choices=["roll"])
-    parser.add_argument("--expect-mismatch", action="store_true")
-    args = parser.parse_args()
-    from oracle_harness import fresh_work_dir, require_venv_modules
-    torch, _ = require_venv_modules("torch", "transformers")
-    require_venv_modules("safetensors")
-    work = fresh_work_dir(args.work_dir)
+    args, work, torch = mutation_oracle_arguments(__doc__.split("\n")[0], ["roll"],
+                                                  "transformers", "safetensors")
     data = os.path.join(args.source_dir, "tests", "data", "torch_checkpoints")
-    torch.set_num_threads(1)
 
     def checks():
         check_sources(data)

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Llama checkpoints in Meta's layout (params.json, consolidated.00.pth) imported as transformers'
+convert_llama_weights_to_hf.py converts them (CTest label "oracle", in the project venv).
+
+1. For Llama 2 (vocab_size -1, rope.freqs stored, no n_kv_heads), Llama 3.1 (grouped-query
+   attention, ffn_dim_multiplier, use_scaled_rope) and Llama 3.2 (its head stored and tied):
+   torch.save of Meta's state dict (random bf16 values), converted by transformers'
+   write_model at that --llama_version, and the same directory imported by
+   `zerotrain import META_DIR --llama-version V`: every tensor of the model directory is bitwise
+   the import of the converter's output (q and k rows in rotate-half order), and the model's
+   config (context length, llama3 RoPE scaling, tied head) is the same. --tokenizer copies a
+   Hugging Face tokenizer.json beside it.
+2. Refused, naming the file, the key or the tensor, leaving no output: no --llama-version, a
+   version that contradicts use_scaled_rope, --llama-version for a Hugging Face directory, a
+   model-parallel shard (consolidated.01.pth), a tensor missing or left over, a shape params.json
+   does not give, quantization_args, a NaN; an unknown key is a warning (--strict-config refuses
+   it).
+
+--mutation unpermuted: the reference keeps Meta's q rows as stored, so the q_proj check must fail
+(with --expect-mismatch, only it).
+
+Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_harness import (check, exit_status, mutation_oracle_arguments, refused,  # noqa: E402
+                            run_tool)
+
+torch = None
+VOCAB = 256
+CASES = {
+    "2": dict(dim=64, n_layers=2, n_heads=4, multiple_of=32, norm_eps=1e-05, vocab_size=-1),
+    "3.1": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=VOCAB, multiple_of=48,
+                ffn_dim_multiplier=1.3, norm_eps=1e-05, rope_theta=500000.0, use_scaled_rope=True),
+    "3.2": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=VOCAB, multiple_of=32,
+                ffn_dim_multiplier=1.5, norm_eps=1e-05, rope_theta=500000.0, use_scaled_rope=True,
+                max_seq_len=4096),
+}
+
+
+def meta_state_dict(params, version, seed):
+    """Meta's Transformer state dict for params (random bf16 values)."""
+    from transformers.models.llama.convert_llama_weights_to_hf import compute_intermediate_size
+    torch.manual_seed(seed)
+    dim, heads = params["dim"], params["n_heads"]
+    kv_dim = dim // heads * params.get("n_kv_heads", heads)
+    hidden = compute_intermediate_size(dim, params.get("ffn_dim_multiplier", 1),
+                                       params.get("multiple_of", 256))
+
+    def rand(*shape):
+        return (torch.randn(*shape) * 0.1).to(torch.bfloat16)
+    sd = {"tok_embeddings.weight": rand(VOCAB, dim), "norm.weight": rand(dim) + 1,
+          "output.weight": rand(VOCAB, dim)}
+    for i in range(params["n_layers"]):
+        p = f"layers.{i}."
+        sd.update({p + "attention.wq.weight": rand(dim, dim), p + "attention.wk.weight":
+                   rand(kv_dim, dim), p + "attention.wv.weight": rand(kv_dim, dim),
+                   p + "attention.wo.weight": rand(dim, dim),
+                   p + "feed_forward.w1.weight": rand(hidden, dim),
+                   p + "feed_forward.w2.weight": rand(dim, hidden),
+                   p + "feed_forward.w3.weight": rand(hidden, dim),
+                   p + "attention_norm.weight": rand(dim) + 1,
+                   p + "ffn_norm.weight": rand(dim) + 1})
+    if version == "2":  # Llama 2's files keep RoPE's frequencies
+        head_dim = dim // heads
+        sd["rope.freqs"] = 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    if version == "3.2":  # stored, and tied by the converter
+        sd["output.weight"] = sd["tok_embeddings.weight"].clone()
+    return sd
+
+
+def write_meta_dir(target, params, sd):
+    shutil.rmtree(target, ignore_errors=True)
+    os.makedirs(target)
+    with open(os.path.join(target, "params.json"), "w") as f:
+        json.dump(params, f)
+    torch.save(sd, os.path.join(target, "consolidated.00.pth"))
+    return target
+
+
+def model_dir_bits(model_dir):
+    """Every tensor of a zerotrain model directory, its bf16 values widened to float32."""
+    from llama_reference import load_weights
+    return load_weights(model_dir, torch.float32)
+
+
+def config_of(zt, model_dir):
+    return json.loads(run_tool([zt, "info", model_dir, "--json"]))["config"]
+
+
+def check_version(zt, work, version, mutation):
+    from transformers.models.llama.convert_llama_weights_to_hf import write_model
+    params = CASES[version]
+    sd = meta_state_dict(params, version, seed=len(version))
+    meta = write_meta_dir(work(f"meta_{version}"), params, sd)
+    write_model(work(f"hf_{version}"), meta, safe_serialization=True, llama_version=version,
+                vocab_size=VOCAB, num_shards=1)
+    run_tool([zt, "import", work(f"hf_{version}"), "--out", work(f"from_hf_{version}")])
+    out = run_tool([zt, "import", meta, "--llama-version", version, "--out",
+                    work(f"from_meta_{version}")])
+    want, got = model_dir_bits(work(f"from_hf_{version}")), model_dir_bits(
+        work(f"from_meta_{version}"))
+    if mutation == "unpermuted":
+        want["model.layers.0.self_attn.q_proj.weight"] = sd["layers.0.attention.wq.weight"].float()
+    check(set(got) == set(want), f"Llama {version}: tensors {sorted(set(got) ^ set(want))}")
+    for name in sorted(want):
+        check(torch.equal(got[name], want[name]),
+              f"Llama {version}: {name} is not the converter's")
+    config, reference = config_of(zt, work(f"from_meta_{version}")), config_of(
+        zt, work(f"from_hf_{version}"))
+    check(config == reference, f"Llama {version}: config {config} is not the converter's "
+          f"{reference}")
+    ignored = [line for line in out.splitlines() if "ignored" in line]
+    print(f"ok   Llama {version}: {len(got)} tensors bitwise the converter's, the same config "
+          f"(max_position_embeddings {config['max_position_embeddings']}, rope_scaling "
+          f"{config.get('rope_scaling')}, tied {config['tie_word_embeddings']}); {ignored}")
+    return sd
+
+
+def check_tokenizer(zt, work):
+    from tokenizers import Tokenizer, models
+    tokens = {f"t{i}": i for i in range(VOCAB)}
+    os.makedirs(work("tokenizer"))
+    Tokenizer(models.WordLevel(vocab=tokens, unk_token="t0")).save(work("tokenizer",
+                                                                        "tokenizer.json"))
+    run_tool([zt, "import", work("meta_3.1"), "--llama-version", "3.1", "--tokenizer",
+              work("tokenizer"), "--out", work("with_tokenizer")])
+    with open(work("tokenizer", "tokenizer.json")) as a, \
+            open(work("with_tokenizer", "tokenizer.json")) as b:
+        check(json.load(a) == json.load(b), "--tokenizer: tokenizer.json was not copied")
+    print("ok   --tokenizer copies a Hugging Face tokenizer.json beside the model")
+
+
+def check_refusals(zt, work, sd):
+    params = CASES["3.1"]
+    base = work("meta_3.1")
+
+    def variant(name, change_params=None, change_sd=None, extra_file=None):
+        p = dict(params)
+        s = dict(sd)
+        if change_params:
+            change_params(p)
+        if change_sd:
+            change_sd(s)
+        target = write_meta_dir(work("bad_" + name), p, s)
+        if extra_file:
+            shutil.copyfile(os.path.join(base, "consolidated.00.pth"),
+                            os.path.join(target, extra_file))
+        return target
+
+    def refuses(meta, says, extra=()):
+        out = work("refused_out")
+        refused([zt, "import", meta, "--out", out] + list(extra), says)
+        check(not os.path.exists(out), f"a refused import left {out}")
+
+    refuses(base, "say which Llama it is with --llama-version")
+    refuses(base, "use_scaled_rope is true, which Llama 3.1, 3.2 and Guard-3 have; "
+            "--llama-version is 3", ["--llama-version", "3"])
+    refuses(base, "--llama-version must be 1, 2, 3, 3.1, 3.2 or Guard-3, got '3.3'",
+            ["--llama-version", "3.3"])
+    refuses(work("hf_3.1"), "--llama-version applies to a Meta checkpoint",
+            ["--llama-version", "3.1"])
+    v = ["--llama-version", "3.1"]
+    shard = variant("shard", extra_file="consolidated.01.pth")
+    refuses(shard, os.path.join(shard, "consolidated.01.pth") + "' is a model-parallel shard", v)
+    refuses(variant("missing", change_sd=lambda s: s.pop("layers.1.feed_forward.w3.weight")),
+            "has no tensor 'layers.1.feed_forward.w3.weight'", v)
+    refuses(variant("extra", change_sd=lambda s: s.update(extra=torch.zeros(2))),
+            "has tensor 'extra', which the model of params.json does not have", v)
+    refuses(variant("shape", change_params=lambda p: p.update(multiple_of=32)),
+            "tensor 'layers.0.feed_forward.w1.weight' has shape [240,64], params.json (as "
+            "transformers' converter reads it) gives [224,64]", v)
+    refuses(variant("quantized", change_params=lambda p: p.update(
+        quantization_args={"scheme": "int4_weight_int8_dynamic_activation"})),
+        "key 'quantization_args'", v)
+
+    def nan(s):
+        s["layers.1.attention.wk.weight"] = s["layers.1.attention.wk.weight"].clone()
+        s["layers.1.attention.wk.weight"][3, 5] = float("nan")
+    refuses(variant("nan", change_sd=nan),
+            "tensor 'layers.1.attention.wk.weight' holds a value that is not finite", v)
+    unknown = variant("unknown", change_params=lambda p: p.update(new_setting=1))
+    refuses(unknown, "key 'new_setting' is not one zerotrain reads or knows",
+            v + ["--strict-config"])
+    proc = subprocess.run([zt, "import", unknown, "--out", work("unknown_out")] + v,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(proc.returncode == 0 and "warning: params.json key 'new_setting'" in proc.stdout,
+          f"an unknown params.json key: exit {proc.returncode}, {proc.stdout}")
+    print("ok   bad Meta directories are refused naming the file, key or tensor; an unknown key "
+          "is a warning")
+
+
+def main():
+    global torch
+    args, work, torch = mutation_oracle_arguments(__doc__.split("\n")[0], ["unpermuted"],
+                                                  "transformers", "h5py", "tokenizers")
+
+    def checks():
+        check_version(args.zerotrain, work, "2", args.mutation)
+        sd = check_version(args.zerotrain, work, "3.1", args.mutation)
+        check_version(args.zerotrain, work, "3.2", args.mutation)
+        check_tokenizer(args.zerotrain, work)
+        check_refusals(args.zerotrain, work, sd)
+
+    return exit_status(checks, args.mutation if args.expect_mismatch else None,
+                       "q_proj.weight is not the converter's")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
