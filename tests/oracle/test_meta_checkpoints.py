@@ -8,8 +8,10 @@ convert_llama_weights_to_hf.py converts them (CTest label "oracle", in the proje
    write_model at that --llama_version, and the same directory imported by
    `zerotrain import META_DIR --llama-version V`: every tensor of the model directory is bitwise
    the import of the converter's output (q and k rows in rotate-half order), and the model's
-   config (context length, llama3 RoPE scaling, tied head) is the same. --tokenizer copies a
-   Hugging Face tokenizer.json beside it.
+   config (context length, llama3 RoPE scaling, tied head) is the same. The same for torchtune's
+   tiny_fair_checkpoint.pt (tests/data/torch_checkpoints/SOURCES.md), the state dict of Meta's
+   Llama 2 Transformer as torch 2 saved it. --tokenizer copies a Hugging Face tokenizer.json
+   beside it.
 2. Refused, naming the file, the key or the tensor, leaving no output: no --llama-version, a
    version that contradicts use_scaled_rope, --llama-version for a Hugging Face directory, a
    model-parallel shard (consolidated.01.pth), a tensor missing or left over, a shape params.json
@@ -93,33 +95,54 @@ def config_of(zt, model_dir):
     return json.loads(run_tool([zt, "info", model_dir, "--json"]))["config"]
 
 
-def check_version(zt, work, version, mutation):
+def compare_with_converter(zt, work, tag, meta, version, vocab, mutation, sd):
+    """`import META --llama-version V` against the import of transformers' write_model output:
+    the same bits and config. Returns what the import printed as read past."""
     from transformers.models.llama.convert_llama_weights_to_hf import write_model
+    write_model(work(f"hf_{tag}"), meta, safe_serialization=True, llama_version=version,
+                vocab_size=vocab, num_shards=1)
+    run_tool([zt, "import", work(f"hf_{tag}"), "--out", work(f"from_hf_{tag}")])
+    out = run_tool([zt, "import", meta, "--llama-version", version, "--out",
+                    work(f"from_meta_{tag}")])
+    want, got = model_dir_bits(work(f"from_hf_{tag}")), model_dir_bits(work(f"from_meta_{tag}"))
+    if mutation == "unpermuted":
+        want["model.layers.0.self_attn.q_proj.weight"] = sd["layers.0.attention.wq.weight"].float()
+    check(set(got) == set(want), f"{tag}: tensors {sorted(set(got) ^ set(want))}")
+    for name in sorted(want):
+        check(torch.equal(got[name], want[name]), f"{tag}: {name} is not the converter's")
+    config, reference = config_of(zt, work(f"from_meta_{tag}")), config_of(zt,
+                                                                           work(f"from_hf_{tag}"))
+    check(config == reference, f"{tag}: config {config} is not the converter's {reference}")
+    print(f"ok   {'Llama ' + tag if tag in CASES else tag}: {len(got)} tensors bitwise the converter's, the same config "
+          f"(max_position_embeddings {config['max_position_embeddings']}, rope_scaling "
+          f"{config.get('rope_scaling')}, tied {config['tie_word_embeddings']}); "
+          f"{[line.strip() for line in out.splitlines() if 'ignored' in line]}")
+
+
+def check_version(zt, work, version, mutation):
     params = CASES[version]
     sd = meta_state_dict(params, version, seed=len(version))
     meta = write_meta_dir(work(f"meta_{version}"), params, sd)
-    write_model(work(f"hf_{version}"), meta, safe_serialization=True, llama_version=version,
-                vocab_size=VOCAB, num_shards=1)
-    run_tool([zt, "import", work(f"hf_{version}"), "--out", work(f"from_hf_{version}")])
-    out = run_tool([zt, "import", meta, "--llama-version", version, "--out",
-                    work(f"from_meta_{version}")])
-    want, got = model_dir_bits(work(f"from_hf_{version}")), model_dir_bits(
-        work(f"from_meta_{version}"))
-    if mutation == "unpermuted":
-        want["model.layers.0.self_attn.q_proj.weight"] = sd["layers.0.attention.wq.weight"].float()
-    check(set(got) == set(want), f"Llama {version}: tensors {sorted(set(got) ^ set(want))}")
-    for name in sorted(want):
-        check(torch.equal(got[name], want[name]),
-              f"Llama {version}: {name} is not the converter's")
-    config, reference = config_of(zt, work(f"from_meta_{version}")), config_of(
-        zt, work(f"from_hf_{version}"))
-    check(config == reference, f"Llama {version}: config {config} is not the converter's "
-          f"{reference}")
-    ignored = [line for line in out.splitlines() if "ignored" in line]
-    print(f"ok   Llama {version}: {len(got)} tensors bitwise the converter's, the same config "
-          f"(max_position_embeddings {config['max_position_embeddings']}, rope_scaling "
-          f"{config.get('rope_scaling')}, tied {config['tie_word_embeddings']}); {ignored}")
+    compare_with_converter(zt, work, version, meta, version, VOCAB, mutation, sd)
     return sd
+
+
+def check_torchtune_file(zt, work, source_dir):
+    """torchtune's tiny_fair_checkpoint.pt: Meta's Llama 2 Transformer as torch 2 saved it, with
+    the params.json of the constructor arguments torchtune's tests give."""
+    from test_torch_real_files import check_sources
+    data = os.path.join(source_dir, "tests", "data", "torch_checkpoints")
+    check_sources(data)
+    params = dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=4, vocab_size=500, multiple_of=256,
+                  norm_eps=1e-05)
+    meta = work("meta_torchtune")
+    os.makedirs(meta)
+    with open(os.path.join(meta, "params.json"), "w") as f:
+        json.dump(params, f)
+    shutil.copyfile(os.path.join(data, "torchtune", "tiny_fair_checkpoint.pt"),
+                    os.path.join(meta, "consolidated.00.pth"))
+    compare_with_converter(zt, work, "torchtune's tiny_fair_checkpoint.pt", meta, "2", 500, None,
+                           None)
 
 
 def check_tokenizer(zt, work):
@@ -204,6 +227,7 @@ def main():
         check_version(args.zerotrain, work, "2", args.mutation)
         sd = check_version(args.zerotrain, work, "3.1", args.mutation)
         check_version(args.zerotrain, work, "3.2", args.mutation)
+        check_torchtune_file(args.zerotrain, work, args.source_dir)
         check_tokenizer(args.zerotrain, work)
         check_refusals(args.zerotrain, work, sd)
 

@@ -58,7 +58,7 @@ def source_files(data):
 
 def check_sources(data):
     files = source_files(data)
-    check(len(files) == 11, f"SOURCES.md lists {len(files)} files, not 11")
+    check(len(files) == 12, f"SOURCES.md lists {len(files)} files, not 12")
     for name, digest in files.items():
         with open(os.path.join(data, name), "rb") as f:
             check(hashlib.sha256(f.read()).hexdigest() == digest,
