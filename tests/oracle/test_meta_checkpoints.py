@@ -113,7 +113,8 @@ def compare_with_converter(zt, work, tag, meta, version, vocab, mutation, sd):
     config, reference = config_of(zt, work(f"from_meta_{tag}")), config_of(zt,
                                                                            work(f"from_hf_{tag}"))
     check(config == reference, f"{tag}: config {config} is not the converter's {reference}")
-    print(f"ok   {'Llama ' + tag if tag in CASES else tag}: {len(got)} tensors bitwise the converter's, the same config "
+    what = "Llama " + tag if tag in CASES else tag
+    print(f"ok   {what}: {len(got)} tensors bitwise the converter's, the same config "
           f"(max_position_embeddings {config['max_position_embeddings']}, rope_scaling "
           f"{config.get('rope_scaling')}, tied {config['tie_word_embeddings']}); "
           f"{[line.strip() for line in out.splitlines() if 'ignored' in line]}")
