@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "io/data_loader.h"
 #include "io/fs_util.h"
+#include "io/meta_import.h"
 #include "io/model_dir.h"
 #include "io/peft_adapter_file.h"
 #include "io/token_dataset.h"
@@ -497,6 +498,11 @@ int cmd_info(int argc, char** argv) {
       info_checkpoint(path, json, vm["verify"].as<bool>());
     } else if (fs::exists(path + "/" + kPeftConfigFile)) {
       info_peft_adapter(path, json, vm["verify"].as<bool>());
+    } else if (is_meta_checkpoint_dir(path)) {
+      fail("'" + path + "' is a Llama checkpoint in Meta's layout: `info " +
+           (fs::path(path) / kMetaWeightsFile).string() +
+           "` lists its tensors, and `zerotrain import " + path +
+           " --llama-version V` makes a model directory of it (docs/fine-tuning.md)");
     } else {
       fail(what);
     }

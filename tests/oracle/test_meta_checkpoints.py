@@ -183,6 +183,8 @@ def check_refusals(zt, work, sd):
         check(not os.path.exists(out), f"a refused import left {out}")
 
     refuses(base, "say which Llama it is with --llama-version")
+    refused([zt, "info", base], "is a Llama checkpoint in Meta's layout: `info " +
+            os.path.join(base, "consolidated.00.pth") + "` lists its tensors")
     refuses(base, "use_scaled_rope is true, which Llama 3.1, 3.2 and Guard-3 have; "
             "--llama-version is 3", ["--llama-version", "3"])
     refuses(base, "--llama-version must be 1, 2, 3, 3.1, 3.2 or Guard-3, got '3.3'",
