@@ -108,8 +108,8 @@ void import_meta(const po::variables_map& vm, const std::string& source, const s
       vm["strict-config"].as<bool>() ? UnknownConfigKeys::kRefuse : UnknownConfigKeys::kAccept);
   std::cout << "imported " << source << " (Meta's layout, Llama "
             << vm["llama-version"].as<std::string>() << ") -> " << out << ": "
-            << ParamLayout(r.config).total_numel() << " parameters from " << r.weights_file << ", "
-            << r.bytes_written << " bytes of bf16 in " << seconds_since(start) << " s\n";
+            << ParamLayout(r.config).total_numel() << " parameters from " << listed(r.weights_files)
+            << ", " << r.bytes_written << " bytes of bf16 in " << seconds_since(start) << " s\n";
   if (!r.tokenizer_files.empty())
     std::cout << "  tokenizer files copied from " << tokenizer << ": " << listed(r.tokenizer_files)
               << "\n";

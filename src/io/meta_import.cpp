@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 
@@ -180,37 +182,174 @@ nlohmann::json meta_hf_config(const nlohmann::json& file, const std::string& lla
 
 namespace {
 
-// Every tensor of the layout in the file with its shape and a readable dtype; RoPE's stored
+// A Meta checkpoint's weight files, consolidated.00.pth to consolidated.NN.pth: one, or the
+// model-parallel shards of a larger model (Llama 2 13B: 2, 70B: 8). Each shard holds a slice of
+// every matrix, Meta's ColumnParallelLinear by rows (wq, wk, wv, w1, w3, output) and its
+// RowParallelLinear by columns (wo, w2), the embedding by columns in Llama 1 and 2 and by rows in
+// Llama 3, and a copy of every norm, which is read from the first (as transformers' converter
+// joins them). How a tensor is split is read from its shape, which fits one way only.
+class MetaShards {
+ public:
+  explicit MetaShards(const std::string& dir);
+  size_t count() const { return files_.size(); }
+  const WeightFile& file(size_t i) const { return *files_.at(i); }
+  // Every shard holds `name` in a dtype import reads, sliced from `shape` (the whole tensor) one
+  // way; refused naming the shard otherwise. Returns whether its values are rounded to bf16.
+  bool check(const std::string& name, const std::vector<int64_t>& shape);
+  // Row `row` of the whole [rows, cols] tensor `name`, joined from the shards.
+  void read_row(const std::string& name, int64_t row, int64_t rows, int64_t cols, float* out) const;
+
+ private:
+  enum class Split { kWhole, kRows, kColumns };
+  std::vector<std::unique_ptr<WeightFile>> files_;
+  std::map<std::string, Split> splits_;
+};
+
+MetaShards::MetaShards(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("consolidated.") && name.ends_with(".pth")) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  ZT_CHECK(names.size() <= 128, "import: '" + dir + "' holds " + std::to_string(names.size()) +
+                                    " consolidated.*.pth files; a Meta checkpoint has at most 128");
+  for (size_t i = 0; i < names.size(); ++i) {
+    char expected[48];
+    std::snprintf(expected, sizeof expected, "consolidated.%02zu.pth", i);
+    ZT_CHECK(names[i] == expected, "import: '" + (fs::path(dir) / names[i]).string() + "' is not " +
+                                       expected +
+                                       ": the model-parallel shards of "
+                                       "a Meta checkpoint are consolidated.00.pth onwards, "
+                                       "numbered without a gap");
+    files_.push_back(std::make_unique<WeightFile>((fs::path(dir) / names[i]).string()));
+  }
+}
+
+bool MetaShards::check(const std::string& name, const std::vector<int64_t>& shape) {
+  const auto n = static_cast<int64_t>(files_.size());
+  bool rounded = false;
+  for (const auto& file : files_) {
+    const std::vector<StoredTensor>& all = file->tensors();
+    ZT_CHECK(
+        std::any_of(all.begin(), all.end(), [&](const StoredTensor& s) { return s.name == name; }),
+        "import: '" + file->path() + "' has no tensor '" + name +
+            "', which the model of params.json needs");
+    std::vector<int64_t> slice = shape;  // what this shard holds, found by its shape
+    Split split = Split::kWhole;
+    const std::vector<int64_t>& stored = file->tensor(name).shape;
+    if (n > 1 && shape.size() == 2 && stored.size() == 2 && shape[0] % n == 0 &&
+        stored[0] == shape[0] / n) {
+      split = Split::kRows;
+      slice[0] = shape[0] / n;
+    } else if (n > 1 && shape.size() == 2 && stored.size() == 2 && shape[1] % n == 0 &&
+               stored[1] == shape[1] / n) {
+      split = Split::kColumns;
+      slice[1] = shape[1] / n;
+    }
+    ZT_CHECK(n == 1 || shape.size() != 2 || split != Split::kWhole,
+             "import: '" + file->path() + "': tensor '" + name + "' has shape " +
+                 nlohmann::json(stored).dump() + "; one of " + std::to_string(n) +
+                 " model-parallel shards of " + nlohmann::json(shape).dump() +
+                 " holds its rows or its columns split " + std::to_string(n) + " ways");
+    rounded = check_importable_tensor(
+        *file, name, slice,
+        "params.json (as transformers' converter reads it" +
+            (n > 1 ? ", one of " + std::to_string(n) + " model-parallel shards" : std::string()) +
+            ")");
+    ZT_CHECK(!splits_.count(name) || splits_[name] == split,
+             "import: '" + file->path() + "': tensor '" + name +
+                 "' is sliced otherwise than in consolidated.00.pth");
+    splits_[name] = split;
+  }
+  return rounded;
+}
+
+void MetaShards::read_row(const std::string& name, int64_t row, int64_t rows, int64_t cols,
+                          float* out) const {
+  const auto n = static_cast<int64_t>(files_.size());
+  switch (splits_.at(name)) {
+    case Split::kWhole:
+      return files_.front()->read_range_f32(name, row * cols, cols, out);
+    case Split::kRows: {
+      const int64_t per = rows / n;
+      return files_[static_cast<size_t>(row / per)]->read_range_f32(name, (row % per) * cols, cols,
+                                                                    out);
+    }
+    case Split::kColumns:
+      for (int64_t s = 0; s < n; ++s)
+        files_[static_cast<size_t>(s)]->read_range_f32(name, row * (cols / n), cols / n,
+                                                       out + s * (cols / n));
+      return;
+  }
+}
+
+// Every tensor of the layout in the shards with its shape and a readable dtype; RoPE's stored
 // frequencies and a tied model's head read past (into result.ignored_tensors), anything else
 // refused.
-void check_meta_tensors(const WeightFile& weights, const ParamLayout& layout,
-                        MetaImportResult& result) {
+void check_meta_tensors(MetaShards& shards, const ParamLayout& layout, MetaImportResult& result) {
   std::set<std::string> expected;
   for (const TensorInfo& t : layout.tensors()) {
     const std::string name = meta_tensor_name(t.name);
     expected.insert(name);
-    const std::vector<StoredTensor>& all = weights.tensors();
-    ZT_CHECK(
-        std::any_of(all.begin(), all.end(), [&](const StoredTensor& s) { return s.name == name; }),
-        "import: '" + weights.path() + "' has no tensor '" + name +
-            "', which the model of params.json needs");
-    if (check_importable_tensor(weights, name, t.shape,
-                                "params.json (as transformers' converter reads it)"))
-      ++result.rounded_tensors;
+    if (shards.check(name, t.shape)) ++result.rounded_tensors;
   }
-  for (const StoredTensor& s : weights.tensors()) {
-    if (expected.count(s.name)) continue;
-    if (s.name == "rope.freqs") {  // Llama 1 and 2 keep RoPE's frequencies, computed again here
-      result.ignored_tensors.push_back(s.name);
-    } else if (s.name == "output.weight" && result.config.tie_word_embeddings) {
-      result.ignored_tensors.push_back(tied_head_note(weights, s.name, weights,
-                                                      "tok_embeddings.weight",
-                                                      layout.tensor(TensorRole::kEmbedding).shape));
-    } else {
-      fail("import: '" + weights.path() + "' has tensor '" + s.name +
-           "', which the model of params.json does not have");
+  for (size_t i = 0; i < shards.count(); ++i) {
+    for (const StoredTensor& s : shards.file(i).tensors()) {
+      if (expected.count(s.name)) continue;
+      if (s.name == "rope.freqs") {  // Llama 1 and 2 keep RoPE's frequencies, computed here
+        if (i == 0) result.ignored_tensors.push_back(s.name);
+      } else if (s.name == "output.weight" && result.config.tie_word_embeddings) {
+        if (i == 0 && shards.count() == 1)
+          result.ignored_tensors.push_back(
+              tied_head_note(shards.file(0), s.name, shards.file(0), "tok_embeddings.weight",
+                             layout.tensor(TensorRole::kEmbedding).shape));
+        else if (i == 0)
+          result.ignored_tensors.push_back(s.name + " (tie_word_embeddings: read past)");
+      } else {
+        fail("import: '" + shards.file(i).path() + "' has tensor '" + s.name +
+             "', which the model of params.json does not have");
+      }
     }
   }
+}
+
+// tok_embeddings' rows, for a params.json whose vocab_size is -1 (Llama 1 and 2): those of the
+// first shard, times the shards where they split it by rows (its columns are then params' dim).
+int64_t stored_vocab(const MetaShards& shards, const nlohmann::json& params) {
+  for (const StoredTensor& s : shards.file(0).tensors()) {
+    if (s.name != "tok_embeddings.weight" || s.shape.size() != 2) continue;
+    const bool by_rows = params.contains("dim") && params["dim"].is_number_integer() &&
+                         params["dim"].get<int64_t>() == s.shape[1];
+    return by_rows ? s.shape[0] * static_cast<int64_t>(shards.count()) : s.shape[0];
+  }
+  return -1;
+}
+
+// The values of layout tensor `t`, elements [begin, begin + count) (whole rows), joined from the
+// shards; Meta's wq and wk rotate adjacent pairs, so each Hugging Face row of theirs is read from
+// where transformers' converter takes it (the inverse of llama.cpp's permutation).
+void read_meta_values(const MetaShards& shards, const TensorInfo& t, int64_t head_dim,
+                      int64_t begin, int64_t count, float* out) {
+  const std::string name = meta_tensor_name(t.name);
+  const bool permuted = t.name.ends_with("q_proj.weight") || t.name.ends_with("k_proj.weight");
+  if (t.shape.size() == 1 || (!permuted && shards.count() == 1)) {
+    shards.file(0).read_range_f32(name, begin, count, out);
+  } else {
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    for (int64_t r = 0; r < count / cols; ++r) {
+      const int64_t row = begin / cols + r;
+      shards.read_row(name, permuted ? gguf_permuted_row(row, head_dim) : row, rows, cols,
+                      out + r * cols);
+    }
+  }
+  for (int64_t i = 0; i < count; ++i)
+    ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
+             "import: '" + shards.file(0).path() + "'" +
+                 (shards.count() > 1 ? " (or a shard beside it)" : "") + ": tensor '" + name +
+                 "' holds a value that is not finite in bf16 (element " +
+                 std::to_string(begin + i) + " of its Hugging Face order)");
 }
 
 }  // namespace
@@ -229,26 +368,13 @@ MetaImportResult import_meta_model(const std::string& meta_dir, const std::strin
       std::find(kMetaLlamaVersions.begin(), kMetaLlamaVersions.end(), llama_version) !=
           kMetaLlamaVersions.end(),
       "import: --llama-version must be 1, 2, 3, 3.1, 3.2 or Guard-3, got '" + llama_version + "'");
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(meta_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    ZT_CHECK(
-        !name.starts_with("consolidated.") || !name.ends_with(".pth") || name == kMetaWeightsFile,
-        "import: '" + entry.path().string() +
-            "' is a model-parallel shard of a Meta checkpoint; zerotrain reads a single "
-            "consolidated.00.pth (Llama 2 7B, Llama 3 and 3.1 8B, Llama 3.2): join the "
-            "shards with transformers' convert_llama_weights_to_hf.py and import its output");
-  }
   const std::string params_path = (fs::path(meta_dir) / kMetaParamsFile).string();
-  const WeightFile weights((fs::path(meta_dir) / kMetaWeightsFile).string());
   const nlohmann::json params = read_json_file(params_path);
-  int64_t stored_vocab = -1;
-  for (const StoredTensor& s : weights.tensors())
-    if (s.name == "tok_embeddings.weight" && s.shape.size() == 2) stored_vocab = s.shape[0];
+  MetaShards shards(meta_dir);
   MetaImportResult result;
-  result.weights_file = weights.path();
-  const nlohmann::json hf =
-      meta_hf_config(params, llama_version, stored_vocab, params_path, result.unknown_keys);
+  for (size_t i = 0; i < shards.count(); ++i) result.weights_files.push_back(shards.file(i).path());
+  const nlohmann::json hf = meta_hf_config(params, llama_version, stored_vocab(shards, params),
+                                           params_path, result.unknown_keys);
   ZT_CHECK(unknown == UnknownConfigKeys::kAccept || result.unknown_keys.empty(),
            "import: " + params_path + ": key '" +
                (result.unknown_keys.empty() ? "" : result.unknown_keys[0]) +
@@ -256,7 +382,7 @@ MetaImportResult import_meta_model(const std::string& meta_dir, const std::strin
   result.config = ModelConfig::from_hf_json(
       hf, params_path + " (as transformers' converter reads it for Llama " + llama_version + ")");
   const ParamLayout layout(result.config);
-  check_meta_tensors(weights, layout, result);
+  check_meta_tensors(shards, layout, result);
 
   TokenizerFiles tokenizer;
   if (!tokenizer_dir.empty()) {
@@ -268,7 +394,7 @@ MetaImportResult import_meta_model(const std::string& meta_dir, const std::strin
   for (const auto& [name, text] : files) result.tokenizer_files.push_back(name);
   files[kImportRecordFile] = nlohmann::json{{"meta_dir", fs::absolute(meta_dir).string()},
                                             {"llama_version", llama_version},
-                                            {"source_files", {result.weights_file}},
+                                            {"source_files", result.weights_files},
                                             {"hf_config", hf},
                                             {"unknown_config_keys", result.unknown_keys},
                                             {"ignored_tensors", result.ignored_tensors},
@@ -280,22 +406,7 @@ MetaImportResult import_meta_model(const std::string& meta_dir, const std::strin
   result.bytes_written = write_model_dir_streaming(
       out_dir, result.config,
       [&](const TensorInfo& t, int64_t begin, int64_t count, float* out) {
-        const std::string name = meta_tensor_name(t.name);
-        // Meta's wq and wk rotate adjacent pairs: each Hugging Face row is read from where
-        // transformers' converter takes it (the inverse of llama.cpp's permutation).
-        if (t.name.ends_with("q_proj.weight") || t.name.ends_with("k_proj.weight")) {
-          const int64_t cols = t.shape[1];
-          for (int64_t r = 0; r < count / cols; ++r)
-            weights.read_range_f32(name, gguf_permuted_row(begin / cols + r, head_dim) * cols, cols,
-                                   out + r * cols);
-        } else {
-          weights.read_range_f32(name, begin, count, out);
-        }
-        for (int64_t i = 0; i < count; ++i)
-          ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
-                   "import: '" + weights.path() + "': tensor '" + name +
-                       "' holds a value that is not finite in bf16 (element " +
-                       std::to_string(begin + i) + " of its Hugging Face order)");
+        read_meta_values(shards, t, head_dim, begin, count, out);
       },
       shard_limit_bytes, overwrite, files);
   return result;

@@ -6,10 +6,11 @@
 // out by the Llama version it is told (--llama_version, here --llama-version): the context
 // length, Llama 3.1's and 3.2's RoPE scaling (factor 8 or 32), Llama 3.2's tied head. Meta's
 // wq and wk rotate adjacent pairs; their rows are read in Hugging Face's rotate-half order, as
-// the converter permutes them. One file only: the model-parallel shards of a 13B or 70B model
-// (consolidated.01.pth, ...) are refused. The tokenizer (Meta's tokenizer.model) is not
-// converted: --tokenizer copies a Hugging Face directory's files. Everything is checked before
-// a byte is written, and the directory appears only when complete (io/model_dir.h).
+// the converter permutes them. The model-parallel shards of a 13B or 70B model
+// (consolidated.00.pth, consolidated.01.pth, ...) are joined as the converter joins them. The
+// tokenizer (Meta's tokenizer.model) is not converted: --tokenizer copies a Hugging Face
+// directory's files. Everything is checked before a byte is written, and the directory appears
+// only when complete (io/model_dir.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -42,7 +43,7 @@ nlohmann::json meta_hf_config(const nlohmann::json& params, const std::string& l
 
 struct MetaImportResult {
   ModelConfig config;
-  std::string weights_file;                  // consolidated.00.pth
+  std::vector<std::string> weights_files;    // consolidated.00.pth and any model-parallel shards
   std::vector<std::string> unknown_keys;     // params.json keys zerotrain does not know
   std::vector<std::string> ignored_tensors;  // rope.freqs, a tied model's output.weight
   std::vector<std::string> tokenizer_files;  // copied from --tokenizer

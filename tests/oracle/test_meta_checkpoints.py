@@ -10,13 +10,15 @@ convert_llama_weights_to_hf.py converts them (CTest label "oracle", in the proje
    the import of the converter's output (q and k rows in rotate-half order), and the model's
    config (context length, llama3 RoPE scaling, tied head) is the same. The same for torchtune's
    tiny_fair_checkpoint.pt (tests/data/torch_checkpoints/SOURCES.md), the state dict of Meta's
-   Llama 2 Transformer as torch 2 saved it. --tokenizer copies a Hugging Face tokenizer.json
-   beside it.
+   Llama 2 Transformer as torch 2 saved it; and for Llama 2 and 3.1 in two model-parallel
+   shards (consolidated.00.pth and .01.pth, sliced as Meta's parallel layers slice them; the
+   embedding by columns in Llama 2, by rows in Llama 3), which the converter joins.
+   --tokenizer copies a Hugging Face tokenizer.json beside it.
 2. Refused, naming the file, the key or the tensor, leaving no output: no --llama-version, a
    version that contradicts use_scaled_rope, --llama-version for a Hugging Face directory, a
-   model-parallel shard (consolidated.01.pth), a tensor missing or left over, a shape params.json
-   does not give, quantization_args, a NaN; an unknown key is a warning (--strict-config refuses
-   it).
+   second shard holding whole matrices, a gap in the shards' numbers, a tensor missing or left
+   over, a shape params.json does not give, quantization_args, a NaN; an unknown key is a warning
+   (--strict-config refuses it).
 
 --mutation unpermuted: the reference keeps Meta's q rows as stored, so the q_proj check must fail
 (with --expect-mismatch, only it).
@@ -95,12 +97,12 @@ def config_of(zt, model_dir):
     return json.loads(run_tool([zt, "info", model_dir, "--json"]))["config"]
 
 
-def compare_with_converter(zt, work, tag, meta, version, vocab, mutation, sd):
+def compare_with_converter(zt, work, tag, meta, version, vocab, mutation, sd, shards=1):
     """`import META --llama-version V` against the import of transformers' write_model output:
     the same bits and config. Returns what the import printed as read past."""
     from transformers.models.llama.convert_llama_weights_to_hf import write_model
     write_model(work(f"hf_{tag}"), meta, safe_serialization=True, llama_version=version,
-                vocab_size=vocab, num_shards=1)
+                vocab_size=vocab, num_shards=shards)
     run_tool([zt, "import", work(f"hf_{tag}"), "--out", work(f"from_hf_{tag}")])
     out = run_tool([zt, "import", meta, "--llama-version", version, "--out",
                     work(f"from_meta_{tag}")])
@@ -113,7 +115,8 @@ def compare_with_converter(zt, work, tag, meta, version, vocab, mutation, sd):
     config, reference = config_of(zt, work(f"from_meta_{tag}")), config_of(zt,
                                                                            work(f"from_hf_{tag}"))
     check(config == reference, f"{tag}: config {config} is not the converter's {reference}")
-    what = "Llama " + tag if tag in CASES else tag
+    what = ("Llama " + tag if tag in CASES else
+            f"Llama {tag[3:]} in 2 model-parallel shards" if tag.startswith("mp_") else tag)
     print(f"ok   {what}: {len(got)} tensors bitwise the converter's, the same config "
           f"(max_position_embeddings {config['max_position_embeddings']}, rope_scaling "
           f"{config.get('rope_scaling')}, tied {config['tie_word_embeddings']}); "
@@ -126,6 +129,36 @@ def check_version(zt, work, version, mutation):
     meta = write_meta_dir(work(f"meta_{version}"), params, sd)
     compare_with_converter(zt, work, version, meta, version, VOCAB, mutation, sd)
     return sd
+
+
+def model_parallel_shards(sd, n, version):
+    """Meta's model-parallel slices of sd: ColumnParallelLinear by rows, RowParallelLinear by
+    columns, the embedding by columns in Llama 1 and 2 (ParallelEmbedding) and by rows in Llama 3
+    (VocabParallelEmbedding), the norms and rope.freqs copied."""
+    by_columns = ("attention.wo.weight", "feed_forward.w2.weight")
+    shards = [{} for _ in range(n)]
+    for name, t in sd.items():
+        if t.dim() == 1:
+            parts = [t.clone() for _ in range(n)]
+        else:
+            columns = name.endswith(by_columns) or (name == "tok_embeddings.weight"
+                                                     and version in ("1", "2"))
+            parts = [p.clone() for p in t.chunk(n, dim=1 if columns else 0)]
+        for shard, part in zip(shards, parts):
+            shard[name] = part
+    return shards
+
+
+def check_model_parallel(zt, work, version, mutation):
+    """Two shards; vocab_size -1 (the embedding's rows tell it, times the shards where they split
+    its rows)."""
+    params = dict(CASES[version], vocab_size=-1)
+    sd = meta_state_dict(params, version, seed=7)
+    meta = write_meta_dir(work(f"meta_mp_{version}"), params, {})
+    os.remove(os.path.join(meta, "consolidated.00.pth"))
+    for i, shard in enumerate(model_parallel_shards(sd, 2, version)):
+        torch.save(shard, os.path.join(meta, f"consolidated.0{i}.pth"))
+    compare_with_converter(zt, work, f"mp_{version}", meta, version, VOCAB, mutation, sd, 2)
 
 
 def check_torchtune_file(zt, work, source_dir):
@@ -192,8 +225,12 @@ def check_refusals(zt, work, sd):
     refuses(work("hf_3.1"), "--llama-version applies to a Meta checkpoint",
             ["--llama-version", "3.1"])
     v = ["--llama-version", "3.1"]
-    shard = variant("shard", extra_file="consolidated.01.pth")
-    refuses(shard, os.path.join(shard, "consolidated.01.pth") + "' is a model-parallel shard", v)
+    whole = variant("whole", extra_file="consolidated.01.pth")
+    refuses(whole, os.path.join(whole, "consolidated.00.pth") + "': tensor 'tok_embeddings.weight' "
+            "has shape [256,64]; one of 2 model-parallel shards of [256,64] holds its rows or its "
+            "columns split 2 ways", v)
+    gap = variant("gap", extra_file="consolidated.02.pth")
+    refuses(gap, os.path.join(gap, "consolidated.02.pth") + "' is not consolidated.01.pth", v)
     refuses(variant("missing", change_sd=lambda s: s.pop("layers.1.feed_forward.w3.weight")),
             "has no tensor 'layers.1.feed_forward.w3.weight'", v)
     refuses(variant("extra", change_sd=lambda s: s.update(extra=torch.zeros(2))),
@@ -231,6 +268,8 @@ def main():
         sd = check_version(args.zerotrain, work, "3.1", args.mutation)
         check_version(args.zerotrain, work, "3.2", args.mutation)
         check_torchtune_file(args.zerotrain, work, args.source_dir)
+        check_model_parallel(args.zerotrain, work, "2", args.mutation)
+        check_model_parallel(args.zerotrain, work, "3.1", args.mutation)
         check_tokenizer(args.zerotrain, work)
         check_refusals(args.zerotrain, work, sd)
 
