@@ -4,18 +4,19 @@ the project venv). The files are tests/data/torch_checkpoints/ (SOURCES.md names
 repository, commit and SHA-256, checked here first); torch versions from 2.0 and before to after
 2.2 wrote them, through PEFT, FSDP and transformers' Trainer.
 
-1. `info FILE --verify --json` of each state dict (a TinyLlama-1.1B LoRA adapter whose storages
+1. `info FILE --verify --json` of each state dict (a Pythia-70m LoRA adapter whose storages
    were saved on cuda:0, an FSDP-saved LoRA whose tensors torch 2 wrapped in
    _rebuild_from_type_v2, 606 scalar tensors in the newest layout): the names, shapes and dtypes
    torch.load gives, and each tensor's SHA-256 of its values as fp32 that hashlib gives for
-   torch's (int64 tensors are not read: null). `info DIR --verify --json` of the two PEFT adapter
-   directories: their rank, alpha and targets, and the same digests.
+   torch's (int64 tensors are not read: null). `info DIR --verify --json` of the FSDP-saved
+   adapter as a PEFT adapter directory: its rank, alpha and targets, and the same digests.
 2. The FSDP-saved adapter on its base model's real config.json (Maykeye/TinyLLama-v0, weights made
    here): `eval --adapter` and `export --merge-lora` with the file as it was saved give what a
    safetensors copy of torch.load's tensors gives, bit for bit, and the adapter moves the loss.
 3. Refused, naming the file: the Trainer's optimizer.bin, training_args.bin, rng_state_0.pth and
    scheduler.pt beside that adapter (info, and eval --adapter of a directory whose
-   adapter_model.bin is the optimizer's state); an adapter_config.json that is no PEFT config;
+   adapter_model.bin is the optimizer's state); an adapter_config.json that is no PEFT config,
+   and the Pythia adapter's, whose GPT-NeoX module zerotrain does not adapt;
    `info --verify` of a .bin and of a safetensors file holding a NaN or an infinity (the tensor
    and the element named), which `info` alone lists.
 
@@ -101,7 +102,7 @@ def check_digests(got, want, mutation, what):
 
 
 def check_state_dicts(zt, data, work, mutation):
-    for name in (f"{FMS}/pytorch_model_fsdp.bin", "poem-generator--model/adapter_model.bin",
+    for name in (f"{FMS}/pytorch_model_fsdp.bin", "kimiko-lora-alpaca/adapter_model.bin",
                  "lerobot-libero/adapter_model.bin"):
         path = os.path.join(data, name)
         want = torch_state_dict(path)
@@ -116,20 +117,15 @@ def check_state_dicts(zt, data, work, mutation):
         unread = sum(t.dtype == torch.int64 for t in want.values())
         print(f"ok   info --verify of {name}: {len(want)} tensors, the values of "
               f"{len(want) - unread} hashed as torch's ({unread} int64 not read)")
-    for adapter, r, alpha in (("poem-generator--model", 4, 32.0), (FMS, 8, 32.0)):
-        directory = os.path.join(data, adapter)
-        if adapter == FMS:  # saved under FSDP's name: a copy named as PEFT names its weights
-            directory = adapter_directory(data, work("fms_adapter"))
-        info = json.loads(run_tool([zt, "info", directory, "--verify", "--json"]))
-        check(info["kind"] == "peft_adapter" and info["r"] == r and info["lora_alpha"] == alpha
-              and info["target_modules"] == "q_proj,v_proj",
-              f"info of {adapter}: r {info['r']}, alpha {info['lora_alpha']}, "
-              f"{info['target_modules']}")
-        check_digests(info["values_sha256"],
-                      torch_state_dict(os.path.join(directory, "adapter_model.bin")), mutation,
-                      adapter)
-        print(f"ok   info --verify of the adapter directory {adapter}: r {r}, alpha {alpha:g}, "
-              "q_proj and v_proj, torch's digests")
+    directory = adapter_directory(data, work("fms_adapter"))  # named as PEFT names its weights
+    info = json.loads(run_tool([zt, "info", directory, "--verify", "--json"]))
+    check(info["kind"] == "peft_adapter" and info["r"] == 8 and info["lora_alpha"] == 32.0
+          and info["target_modules"] == "q_proj,v_proj",
+          f"info of {FMS}: r {info['r']}, alpha {info['lora_alpha']}, {info['target_modules']}")
+    check_digests(info["values_sha256"],
+                  torch_state_dict(os.path.join(directory, "adapter_model.bin")), mutation, FMS)
+    print(f"ok   info --verify of the adapter directory {FMS}: r 8, alpha 32, q_proj and "
+          "v_proj, torch's digests")
 
 
 def adapter_directory(data, target, weights=f"{FMS}/pytorch_model_fsdp.bin"):
@@ -189,6 +185,8 @@ def check_refusals(zt, data, work):
     refused([zt, "eval", "--model", work("base"), "--data", work("tok.h5"), "--seq-len", "32",
              "--batches", "1", "--adapter", wrong],
             os.path.join(wrong, "adapter_model.bin"))
+    refused([zt, "info", os.path.join(data, "kimiko-lora-alpaca")],
+            "target_modules: 'query_key_value' is not a projection zerotrain can adapt")
     refused([zt, "info", os.path.join(data, "lerobot-libero")],
             "lerobot-libero/adapter_config.json: neither 'peft_type' nor 'r' (the LoRA rank): not "
             "a PEFT LoRA adapter config (its keys: 'base_model')")
