@@ -53,8 +53,8 @@ void import_hf(const po::variables_map& vm, const std::string& source, const std
            "consolidated.00.pth); '" +
                source + "' is a Hugging Face directory, whose config.json says what it is");
   ZT_CHECK(vm["tokenizer"].as<std::string>().empty(),
-           "import: --tokenizer applies to a GGUF file; a Hugging Face directory's own tokenizer "
-           "files are copied");
+           "import: --tokenizer applies to a GGUF file or a Meta checkpoint; a Hugging Face "
+           "directory's own tokenizer files are copied");
   const auto start = std::chrono::steady_clock::now();
   const HfImportResult r = import_hf_model(
       source, out, shard_bytes, vm["overwrite"].as<bool>(),
@@ -167,15 +167,22 @@ int cmd_import(int argc, char** argv) {
   std::error_code ec;
   ZT_CHECK(std::filesystem::exists(source, ec),
            "import: '" + source +
-               "' does not exist (import takes a Hugging Face model directory or a GGUF file; "
-               "Hub ids are not downloaded)");
+               "' does not exist (import takes a Hugging Face model directory, a GGUF file or a "
+               "Meta checkpoint directory; Hub ids are not downloaded)");
+  const std::filesystem::path dir(source);
   if (std::filesystem::is_regular_file(source, ec)) {
-    ZT_CHECK(is_gguf_file(source), "import: '" + source +
-                                       "' is a file but not a GGUF file (no 'GGUF' magic); give "
-                                       "a GGUF file or a Hugging Face directory");
+    ZT_CHECK(is_gguf_file(source),
+             "import: '" + source +
+                 "' is a file but not a GGUF file (no 'GGUF' magic); give a GGUF file, or the "
+                 "directory of a Hugging Face checkpoint or of Meta's params.json and "
+                 "consolidated.00.pth");
     import_gguf(vm, source, out, shard_bytes);
   } else if (is_meta_checkpoint_dir(source)) {
     import_meta(vm, source, out, shard_bytes);
+  } else if (std::filesystem::exists(dir / kMetaParamsFile, ec) &&
+             !std::filesystem::exists(dir / "config.json", ec)) {
+    fail("import: '" + source + "' has Meta's params.json but no " + kMetaWeightsFile +
+         " (a Meta checkpoint's weights), and no config.json (a Hugging Face checkpoint's)");
   } else {
     import_hf(vm, source, out, shard_bytes);
   }

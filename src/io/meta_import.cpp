@@ -94,13 +94,14 @@ bool is_meta_checkpoint_dir(const std::string& dir) {
          fs::is_regular_file(d / kMetaWeightsFile, ec) && !fs::exists(d / "config.json", ec);
 }
 
-nlohmann::json meta_hf_config(const nlohmann::json& file, const std::string& llama_version,
+nlohmann::json meta_hf_config(const nlohmann::json& params_json, const std::string& llama_version,
                               int64_t stored_vocab, const std::string& source,
                               std::vector<std::string>& unknown_keys) {
-  ZT_CHECK(file.is_object(), source + ": expected a JSON object");
+  ZT_CHECK(params_json.is_object(), source + ": expected a JSON object");
   // transformers' converter reads the keys under "model" where a file nests them there.
-  const nlohmann::json& params =
-      file.contains("model") && file["model"].is_object() ? file["model"] : file;
+  const nlohmann::json& params = params_json.contains("model") && params_json["model"].is_object()
+                                     ? params_json["model"]
+                                     : params_json;
   for (const auto& [key, value] : params.items()) {
     if (kReadKeys.count(key) || kInertKeys.count(key)) continue;
     if (kRefusedKeys.count(key)) {
@@ -138,12 +139,17 @@ nlohmann::json meta_hf_config(const nlohmann::json& file, const std::string& lla
   ZT_CHECK(params.contains("norm_eps"), source + ": missing key 'norm_eps'");
   const double multiplier = number("ffn_dim_multiplier", 1.0);
   ZT_CHECK(multiplier > 0 && multiplier < 64,
-           source + ": ffn_dim_multiplier must lie in (0, 64), got " + std::to_string(multiplier));
+           source + ": ffn_dim_multiplier must lie in (0, 64), got " + quoted_json(multiplier));
   // Meta's FeedForward (and transformers' compute_intermediate_size): int(2 · 4·dim / 3), times
   // ffn_dim_multiplier truncated, rounded up to a multiple of multiple_of.
   const auto hidden = static_cast<int64_t>(multiplier * static_cast<double>(8 * dim / 3));
   const int64_t intermediate = multiple_of * ((hidden + multiple_of - 1) / multiple_of);
-  const bool scaled = params.contains("use_scaled_rope") && params["use_scaled_rope"] == true;
+  const bool has_scaled =
+      params.contains("use_scaled_rope") && !params["use_scaled_rope"].is_null();
+  ZT_CHECK(!has_scaled || params["use_scaled_rope"].is_boolean(),
+           source + ": key 'use_scaled_rope' must be true or false, got " +
+               quoted_json(params["use_scaled_rope"]));
+  const bool scaled = has_scaled && params["use_scaled_rope"].get<bool>();
   ZT_CHECK(scaled == scales_rope(llama_version),
            source +
                (scaled ? ": use_scaled_rope is true, which Llama 3.1, 3.2 and Guard-3 "
@@ -231,11 +237,8 @@ bool MetaShards::check(const std::string& name, const std::vector<int64_t>& shap
   const auto n = static_cast<int64_t>(files_.size());
   bool rounded = false;
   for (const auto& file : files_) {
-    const std::vector<StoredTensor>& all = file->tensors();
-    ZT_CHECK(
-        std::any_of(all.begin(), all.end(), [&](const StoredTensor& s) { return s.name == name; }),
-        "import: '" + file->path() + "' has no tensor '" + name +
-            "', which the model of params.json needs");
+    ZT_CHECK(file->has(name), "import: '" + file->path() + "' has no tensor '" + name +
+                                  "', which the model of params.json needs");
     std::vector<int64_t> slice = shape;  // what this shard holds, found by its shape
     Split split = Split::kWhole;
     const std::vector<int64_t>& stored = file->tensor(name).shape;
@@ -253,7 +256,7 @@ bool MetaShards::check(const std::string& name, const std::vector<int64_t>& shap
                  nlohmann::json(stored).dump() + "; one of " + std::to_string(n) +
                  " model-parallel shards of " + nlohmann::json(shape).dump() +
                  " holds its rows or its columns split " + std::to_string(n) + " ways");
-    rounded = check_importable_tensor(
+    rounded |= check_importable_tensor(
         *file, name, slice,
         "params.json (as transformers' converter reads it" +
             (n > 1 ? ", one of " + std::to_string(n) + " model-parallel shards" : std::string()) +
@@ -344,12 +347,25 @@ void read_meta_values(const MetaShards& shards, const TensorInfo& t, int64_t hea
                       out + r * cols);
     }
   }
-  for (int64_t i = 0; i < count; ++i)
-    ZT_CHECK(std::isfinite(round_to_bf16(out[i])),
-             "import: '" + shards.file(0).path() + "'" +
-                 (shards.count() > 1 ? " (or a shard beside it)" : "") + ": tensor '" + name +
-                 "' holds a value that is not finite in bf16 (element " +
-                 std::to_string(begin + i) + " of its Hugging Face order)");
+  for (int64_t i = 0; i < count; ++i) {
+    if (std::isfinite(round_to_bf16(out[i]))) continue;
+    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : count, row = (begin + i) / cols;
+    const int64_t stored_row = permuted ? gguf_permuted_row(row, head_dim) : row;
+    fail("import: '" + shards.file(0).path() + "'" +
+         (shards.count() > 1 ? " (or a shard beside it)" : "") + ": tensor '" + name +
+         "' holds a value that is not finite in bf16, at " +
+         (t.shape.size() == 2 ? "[" + std::to_string(stored_row) + ", " +
+                                    std::to_string((begin + i) % cols) + "] of the whole tensor"
+                              : "element " + std::to_string(begin + i)));
+  }
+}
+
+// The layers the first weight file holds (its distinct layers.N. prefixes).
+int64_t stored_layers(const MetaShards& shards) {
+  std::set<std::string> layers;
+  for (const StoredTensor& s : shards.file(0).tensors())
+    if (s.name.starts_with("layers.")) layers.insert(s.name.substr(0, s.name.find('.', 7)));
+  return static_cast<int64_t>(layers.size());
 }
 
 }  // namespace
@@ -371,9 +387,25 @@ MetaImportResult import_meta_model(const std::string& meta_dir, const std::strin
   const std::string params_path = (fs::path(meta_dir) / kMetaParamsFile).string();
   const nlohmann::json params = read_json_file(params_path);
   MetaShards shards(meta_dir);
+  // Checked before the layout is built, so that a params.json naming millions of layers costs
+  // nothing; and a vocab_size of -1 needs the embedding to tell it.
+  const nlohmann::json& model =
+      params.contains("model") && params["model"].is_object() ? params["model"] : params;
+  const int64_t layers = stored_layers(shards);
+  ZT_CHECK(!model.contains("n_layers") || !model["n_layers"].is_number_integer() ||
+               model["n_layers"].get<int64_t>() == layers,
+           "import: " + params_path + ": n_layers is " + quoted_json(model.value("n_layers", 0)) +
+               ", but '" + shards.file(0).path() + "' holds " + std::to_string(layers) +
+               " (distinct layers.N. names)");
+  ZT_CHECK(stored_vocab(shards, model) > 0 ||
+               (model.contains("vocab_size") && model["vocab_size"].is_number_integer() &&
+                model["vocab_size"].get<int64_t>() > 0),
+           "import: '" + shards.file(0).path() +
+               "' has no tok_embeddings.weight to tell the vocabulary size, which " + params_path +
+               " leaves at -1");
   MetaImportResult result;
   for (size_t i = 0; i < shards.count(); ++i) result.weights_files.push_back(shards.file(i).path());
-  const nlohmann::json hf = meta_hf_config(params, llama_version, stored_vocab(shards, params),
+  const nlohmann::json hf = meta_hf_config(params, llama_version, stored_vocab(shards, model),
                                            params_path, result.unknown_keys);
   ZT_CHECK(unknown == UnknownConfigKeys::kAccept || result.unknown_keys.empty(),
            "import: " + params_path + ": key '" +

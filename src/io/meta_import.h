@@ -31,13 +31,13 @@ inline const std::vector<std::string> kMetaLlamaVersions = {"1", "2", "3", "3.1"
 // directory that also keeps Meta's files is read as Hugging Face's).
 bool is_meta_checkpoint_dir(const std::string& dir);
 
-// The Hugging Face config.json transformers' converter writes for `params` (params.json, named
+// The Hugging Face config.json transformers' converter writes for `params_json` (params.json, named
 // `source` in errors) at `llama_version`; `stored_vocab` (tok_embeddings' rows) stands in for a
 // vocab_size of -1, as Llama 1 and 2 give it. Keys of params.json are read (dim, n_layers,
 // n_heads, n_kv_heads, vocab_size, multiple_of, ffn_dim_multiplier, norm_eps, rope_theta,
 // use_scaled_rope), read past (max_batch_size, max_seq_len: Meta's inference sizes), refused
 // (quantization, LoRA and vision settings), or unknown, which are returned in `unknown_keys`.
-nlohmann::json meta_hf_config(const nlohmann::json& params, const std::string& llama_version,
+nlohmann::json meta_hf_config(const nlohmann::json& params_json, const std::string& llama_version,
                               int64_t stored_vocab, const std::string& source,
                               std::vector<std::string>& unknown_keys);
 

@@ -33,6 +33,7 @@ class WeightFile {
   const char* format() const { return safetensors_ ? "safetensors" : "PyTorch"; }
   const std::vector<StoredTensor>& tensors() const { return tensors_; }  // the file's order
   const StoredTensor& tensor(const std::string& name) const;
+  bool has(const std::string& name) const { return by_name_.count(name) > 0; }
   // SafetensorsReader::read_range_f32's contract, for either format.
   void read_range_f32(const std::string& name, int64_t begin, int64_t count, float* out) const;
 

@@ -81,6 +81,12 @@ void ModelConfig::validate() const {
   positive(hidden_size, "hidden_size");
   positive(intermediate_size, "intermediate_size");
   positive(num_layers, "num_hidden_layers");
+  // The layout keeps a record per tensor of each layer before any file is read: a bound far
+  // above any real model (the deepest published have 126 layers) keeps a hostile config from
+  // costing gigabytes first.
+  ZT_CHECK(num_layers <= kMaxLayers, "model config: num_hidden_layers must be at most " +
+                                         std::to_string(kMaxLayers) + ", got " +
+                                         std::to_string(num_layers));
   positive(num_heads, "num_attention_heads");
   positive(num_kv_heads, "num_key_value_heads");
   positive(vocab_size, "vocab_size");

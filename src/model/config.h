@@ -25,6 +25,9 @@ inline constexpr int64_t kPhi3DefaultOriginalPositions = 4096;
 // inert.
 enum class UnknownConfigKeys { kAccept, kRefuse };
 
+// The most layers a model config may have (ModelConfig::validate).
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;
+
 struct ModelConfig {
   int64_t hidden_size = 0;        // d_model
   int64_t intermediate_size = 0;  // the gated MLP's hidden width

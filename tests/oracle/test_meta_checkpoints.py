@@ -8,7 +8,9 @@ convert_llama_weights_to_hf.py converts them (CTest label "oracle", in the proje
    write_model at that --llama_version, and the same directory imported by
    `zerotrain import META_DIR --llama-version V`: every tensor of the model directory is bitwise
    the import of the converter's output (q and k rows in rotate-half order), and the model's
-   config (context length, llama3 RoPE scaling, tied head) is the same. The same for torchtune's
+   config (context length, llama3 RoPE scaling, tied head) is the same, and import.json's record
+   of it is the converter's config.json; Llama 1, 3, Guard-3 and Code Llama (16384 positions)
+   likewise. The same for torchtune's
    tiny_fair_checkpoint.pt (tests/data/torch_checkpoints/SOURCES.md), the state dict of Meta's
    Llama 2 Transformer as torch 2 saved it; and for Llama 2 and 3.1 in two model-parallel
    shards (consolidated.00.pth and .01.pth, sliced as Meta's parallel layers slice them; the
@@ -17,7 +19,9 @@ convert_llama_weights_to_hf.py converts them (CTest label "oracle", in the proje
 2. Refused, naming the file, the key or the tensor, leaving no output: no --llama-version, a
    version that contradicts use_scaled_rope, --llama-version for a Hugging Face directory, a
    second shard holding whole matrices, a gap in the shards' numbers, a tensor missing or left
-   over, a shape params.json does not give, quantization_args, a NaN; an unknown key is a warning
+   over, a shape params.json does not give, quantization_args, a NaN (named where the file holds
+   it), an n_layers other than the file's, use_scaled_rope as a string, vocab_size -1 without an
+   embedding, params.json without consolidated.00.pth; an unknown key is a warning
    (--strict-config refuses it).
 
 --mutation unpermuted: the reference keeps Meta's q rows as stored, so the q_proj check must fail
@@ -44,6 +48,14 @@ CASES = {
     "3.2": dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=VOCAB, multiple_of=32,
                 ffn_dim_multiplier=1.5, norm_eps=1e-05, rope_theta=500000.0, use_scaled_rope=True,
                 max_seq_len=4096),
+}
+# The other versions' rules, on Llama 2's shapes: Llama 1's context, Llama 3's unscaled RoPE,
+# Guard-3's scaling, and Code Llama's 16384 positions (a Llama 2 with a larger rope_theta).
+MORE_CASES = {
+    "1": ("1", dict(CASES["2"], norm_eps=1e-06)),
+    "3": ("3", dict(CASES["3.1"], use_scaled_rope=False)),
+    "Guard-3": ("Guard-3", CASES["3.1"]),
+    "codellama": ("2", dict(CASES["2"], rope_theta=1000000.0)),
 }
 
 
@@ -115,7 +127,14 @@ def compare_with_converter(zt, work, tag, meta, version, vocab, mutation, sd, sh
     config, reference = config_of(zt, work(f"from_meta_{tag}")), config_of(zt,
                                                                            work(f"from_hf_{tag}"))
     check(config == reference, f"{tag}: config {config} is not the converter's {reference}")
-    what = ("Llama " + tag if tag in CASES else
+    with open(work(f"from_meta_{tag}", "import.json")) as f:
+        recorded = json.load(f)["hf_config"]
+    with open(work(f"hf_{tag}", "config.json")) as f:
+        written = json.load(f)
+    check(all(written.get(k) == v for k, v in recorded.items()),
+          f"{tag}: import.json's hf_config differs from the converter's config.json at "
+          f"{[k for k, v in recorded.items() if written.get(k) != v]}")
+    what = ("Llama " + tag if tag in CASES or tag in MORE_CASES else
             f"Llama {tag[3:]} in 2 model-parallel shards" if tag.startswith("mp_") else tag)
     print(f"ok   {what}: {len(got)} tensors bitwise the converter's, the same config "
           f"(max_position_embeddings {config['max_position_embeddings']}, rope_scaling "
@@ -123,11 +142,11 @@ def compare_with_converter(zt, work, tag, meta, version, vocab, mutation, sd, sh
           f"{[line.strip() for line in out.splitlines() if 'ignored' in line]}")
 
 
-def check_version(zt, work, version, mutation):
-    params = CASES[version]
-    sd = meta_state_dict(params, version, seed=len(version))
-    meta = write_meta_dir(work(f"meta_{version}"), params, sd)
-    compare_with_converter(zt, work, version, meta, version, VOCAB, mutation, sd)
+def check_version(zt, work, version, mutation, tag=None, params=None):
+    tag, params = tag or version, params or CASES[version]
+    sd = meta_state_dict(params, version, seed=len(tag))
+    meta = write_meta_dir(work(f"meta_{tag}"), params, sd)
+    compare_with_converter(zt, work, tag, meta, version, VOCAB, mutation, sd)
     return sd
 
 
@@ -245,8 +264,19 @@ def check_refusals(zt, work, sd):
     def nan(s):
         s["layers.1.attention.wk.weight"] = s["layers.1.attention.wk.weight"].clone()
         s["layers.1.attention.wk.weight"][3, 5] = float("nan")
-    refuses(variant("nan", change_sd=nan),
-            "tensor 'layers.1.attention.wk.weight' holds a value that is not finite", v)
+    refuses(variant("nan", change_sd=nan), "tensor 'layers.1.attention.wk.weight' holds a value "
+            "that is not finite in bf16, at [3, 5] of the whole tensor", v)
+    refuses(variant("layers", change_params=lambda p: p.update(n_layers=10 ** 9)),
+            "n_layers is 1000000000, but '" + work("bad_layers", "consolidated.00.pth") +
+            "' holds 2 (distinct layers.N. names)", v)
+    refuses(variant("scaled_string", change_params=lambda p: p.update(use_scaled_rope="true")),
+            "key 'use_scaled_rope' must be true or false, got \"true\"", v)
+    refuses(variant("no_embedding", change_params=lambda p: p.update(vocab_size=-1),
+                    change_sd=lambda s: s.pop("tok_embeddings.weight")),
+            "has no tok_embeddings.weight to tell the vocabulary size", v)
+    no_weights = variant("no_weights")
+    os.remove(os.path.join(no_weights, "consolidated.00.pth"))
+    refuses(no_weights, "has Meta's params.json but no consolidated.00.pth", v)
     unknown = variant("unknown", change_params=lambda p: p.update(new_setting=1))
     refuses(unknown, "key 'new_setting' is not one zerotrain reads or knows",
             v + ["--strict-config"])
@@ -267,6 +297,8 @@ def main():
         check_version(args.zerotrain, work, "2", args.mutation)
         sd = check_version(args.zerotrain, work, "3.1", args.mutation)
         check_version(args.zerotrain, work, "3.2", args.mutation)
+        for tag, (version, params) in MORE_CASES.items():
+            check_version(args.zerotrain, work, version, args.mutation, tag, params)
         check_torchtune_file(args.zerotrain, work, args.source_dir)
         check_model_parallel(args.zerotrain, work, "2", args.mutation)
         check_model_parallel(args.zerotrain, work, "3.1", args.mutation)
