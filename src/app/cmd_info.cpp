@@ -22,6 +22,7 @@
 #include "io/weight_file.h"
 #include "model/lora.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 namespace zt {
 
@@ -54,12 +55,22 @@ std::string short_count(uint64_t n) {
 }
 
 // Reads every tensor in bounded chunks so NaN/Inf values and unreadable data are reported.
-void verify_model_values(ModelDirReader& reader) {
+// Returns each one's SHA-256 of its values as little-endian fp32 (TensorValues' digest: a bf16
+// model imported from bf16 weights has the digests `info --verify` gives for those weights).
+std::map<std::string, std::string> verify_model_values(ModelDirReader& reader) {
   constexpr int64_t kChunk = int64_t{4} << 20;
   std::vector<float> buf(kChunk);
-  for (const auto& t : reader.layout().tensors())
-    for (int64_t off = 0; off < t.numel; off += kChunk)
-      reader.read_tensor_range_f32(t.name, off, std::min(kChunk, t.numel - off), buf.data());
+  std::map<std::string, std::string> digests;
+  for (const auto& t : reader.layout().tensors()) {
+    Sha256 sha;
+    for (int64_t off = 0; off < t.numel; off += kChunk) {
+      const int64_t n = std::min(kChunk, t.numel - off);
+      reader.read_tensor_range_f32(t.name, off, n, buf.data());
+      sha.update(buf.data(), static_cast<size_t>(n) * sizeof(float));
+    }
+    digests[t.name] = sha.hex_digest();
+  }
+  return digests;
 }
 
 void info_model(const std::string& dir, bool json, bool verify) {
@@ -74,7 +85,10 @@ void info_model(const std::string& dir, bool json, bool verify) {
                        {"dtype", dtype_name(dtype)},
                        {"file", reader.shard_of(t.name)}});
   }
-  if (verify) verify_model_values(reader);
+  if (verify) {
+    const std::map<std::string, std::string> digests = verify_model_values(reader);
+    for (nlohmann::json& t : tensors) t["values_sha256"] = digests.at(t["name"]);
+  }
   const auto params = static_cast<uint64_t>(reader.layout().total_numel());
   if (json) {
     std::cout << nlohmann::json{{"kind", "model"},
@@ -452,8 +466,8 @@ int cmd_info(int argc, char** argv) {
       "variables this process sees (no PATH)")(
       "verify", po::bool_switch(),
       "model directory, Hugging Face weights or PEFT adapter: read every tensor and check it is "
-      "finite (weights and adapters: with each tensor's SHA-256 of its values as fp32 in --json); "
-      "checkpoint: check every file's CRC-32C")(
+      "finite (with each tensor's SHA-256 of its values as fp32 in --json); checkpoint: check "
+      "every file's CRC-32C")(
       "seq-len", po::value<int64_t>(),
       "token dataset: the windows each train --packing cuts it into at this --seq-len, and the "
       "share of their rows that hold data rather than padding");

@@ -6,7 +6,7 @@
    pytorch_model.bin (float32) and as shards under pytorch_model.bin.index.json (bf16): `import`
    gives every tensor as torch.load(weights_only=True) reads it, rounded to bf16, and the same
    HDF5 bytes as the import of the model's safetensors; `info` lists the PyTorch directory and
-   one .bin file.
+   one .bin file, and `info --verify` gives the bf16 shards the digests of their import.
 2. Module.state_dict() (with the _metadata attribute torch pickles beside its items) as torch.save
    wrote it, with the layouts a state dict may hold: q, k and v as row views
    of one fused storage (storage offsets), gate_proj transposed in place (strides), the final
@@ -98,6 +98,11 @@ def check_transformers_files(zt, work):
         sharded.update(torch.load(work("sharded", shard), weights_only=True))
     got = check_imported(zt, work("sharded"), work("sharded_imported"), sharded,
                          f"transformers' {len(set(index.values()))} pytorch_model shards (bf16)")
+    digests = [{t["name"]: t["values_sha256"] for t in
+                json.loads(run_tool([zt, "info", d, "--verify", "--json"]))["tensors"]}
+               for d in (work("sharded"), work("sharded_imported"))]
+    check(digests[0] == digests[1] and len(digests[1]) == len(got),
+          "info --verify: the bf16 shards' digests are not their import's")
     import_model(zt, work("safetensors"), work("safetensors_imported"))
     same = model_dir_bits(work("safetensors_imported"))
     check(all(torch.equal(same[n], got[n]) for n in got), "the .bin and safetensors imports differ")
