@@ -10,7 +10,8 @@ convert_llama_weights_to_hf.py converts them (CTest label "oracle", in the proje
    the import of the converter's output (q and k rows in rotate-half order), and the model's
    config (context length, llama3 RoPE scaling, tied head) is the same, and import.json's record
    of it is the converter's config.json; Llama 1, 3, Guard-3 and Code Llama (16384 positions)
-   likewise. The same for torchtune's
+   likewise, and a Llama 3.2 whose stored head differs from its embedding (tied, and said). The
+   same for torchtune's
    tiny_fair_checkpoint.pt (tests/data/torch_checkpoints/SOURCES.md), the state dict of Meta's
    Llama 2 Transformer as torch 2 saved it; and for Llama 2 and 3.1 in two model-parallel
    shards (consolidated.00.pth and .01.pth, sliced as Meta's parallel layers slice them; the
@@ -140,6 +141,7 @@ def compare_with_converter(zt, work, tag, meta, version, vocab, mutation, sd, sh
           f"(max_position_embeddings {config['max_position_embeddings']}, rope_scaling "
           f"{config.get('rope_scaling')}, tied {config['tie_word_embeddings']}); "
           f"{[line.strip() for line in out.splitlines() if 'ignored' in line]}")
+    return out
 
 
 def check_version(zt, work, version, mutation, tag=None, params=None):
@@ -196,6 +198,18 @@ def check_torchtune_file(zt, work, source_dir):
                     os.path.join(meta, "consolidated.00.pth"))
     compare_with_converter(zt, work, "torchtune's tiny_fair_checkpoint.pt", meta, "2", 500, None,
                            None)
+
+
+def check_tied_head_that_differs(zt, work):
+    """A Llama 3.2 whose stored output.weight is not its embedding: tied as the converter ties it,
+    the difference said."""
+    params = CASES["3.2"]
+    sd = meta_state_dict(params, "3.2", seed=11)
+    sd["output.weight"] = sd["output.weight"] + 1
+    meta = write_meta_dir(work("meta_untied_3.2"), params, sd)
+    out = compare_with_converter(zt, work, "untied_3.2", meta, "3.2", VOCAB, None, sd)
+    check("output.weight (tie_word_embeddings: differs from the embedding at element 0" in out,
+          "the import did not say that the stored head differs from the embedding")
 
 
 def check_tokenizer(zt, work):
@@ -302,6 +316,7 @@ def main():
         check_torchtune_file(args.zerotrain, work, args.source_dir)
         check_model_parallel(args.zerotrain, work, "2", args.mutation)
         check_model_parallel(args.zerotrain, work, "3.1", args.mutation)
+        check_tied_head_that_differs(args.zerotrain, work)
         check_tokenizer(args.zerotrain, work)
         check_refusals(args.zerotrain, work, sd)
 
