@@ -349,6 +349,7 @@ ModelConfig gguf_model_config(const GgufReader& g) {
   ModelConfig c;
   c.hidden_size = g.integer(key("embedding_length"));
   c.num_layers = g.integer(key("block_count"));
+  check_layer_count(c.num_layers, g.path() + " (" + key("block_count") + ")");
   c.intermediate_size = g.integer(key("feed_forward_length"));
   c.num_heads = g.integer(key("attention.head_count"));
   c.num_kv_heads = g.has(key("attention.head_count_kv")) ? g.integer(key("attention.head_count_kv"))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -190,82 +191,108 @@ namespace {
 
 // A Meta checkpoint's weight files, consolidated.00.pth to consolidated.NN.pth: one, or the
 // model-parallel shards of a larger model (Llama 2 13B: 2, 70B: 8). Each shard holds a slice of
-// every matrix, Meta's ColumnParallelLinear by rows (wq, wk, wv, w1, w3, output) and its
-// RowParallelLinear by columns (wo, w2), the embedding by columns in Llama 1 and 2 and by rows in
-// Llama 3, and a copy of every norm, which is read from the first (as transformers' converter
-// joins them). How a tensor is split is read from its shape, which fits one way only.
+// every matrix, as Meta's fairscale layers cut them: ColumnParallelLinear by rows (wq, wk, wv,
+// w1, w3, output), RowParallelLinear by columns (wo, w2), the embedding by columns in Llama 1 and
+// 2 (ParallelEmbedding) and by rows in Llama 3 (VocabParallelEmbedding); and a copy of every
+// norm, read from the first (as transformers' converter joins them; the copies must agree).
 class MetaShards {
  public:
+  enum class Split { kWhole, kRows, kColumns };
   explicit MetaShards(const std::string& dir);
   size_t count() const { return files_.size(); }
   const WeightFile& file(size_t i) const { return *files_.at(i); }
-  // Every shard holds `name` in a dtype import reads, sliced from `shape` (the whole tensor) one
-  // way; refused naming the shard otherwise. Returns whether its values are rounded to bf16.
-  bool check(const std::string& name, const std::vector<int64_t>& shape);
+  // How Meta's layers cut the tensor `name` (Meta's) among shards at `llama_version`.
+  Split split_of(const std::string& name, const std::string& llama_version) const;
+  // Every shard holds `name` in a dtype import reads, its `split` slice of `shape` (the whole
+  // tensor); refused naming the shard otherwise. Returns whether its values are rounded to bf16.
+  bool check(const std::string& name, const std::vector<int64_t>& shape, Split split);
   // Row `row` of the whole [rows, cols] tensor `name`, joined from the shards.
   void read_row(const std::string& name, int64_t row, int64_t rows, int64_t cols, float* out) const;
+  // The shard that holds element [row, col] of the whole [rows, cols] tensor `name`.
+  const WeightFile& holder(const std::string& name, int64_t row, int64_t rows, int64_t col,
+                           int64_t cols) const;
 
  private:
-  enum class Split { kWhole, kRows, kColumns };
   std::vector<std::unique_ptr<WeightFile>> files_;
   std::map<std::string, Split> splits_;
 };
 
 MetaShards::MetaShards(const std::string& dir) {
-  std::vector<std::string> names;
+  std::vector<std::pair<int64_t, std::string>> numbered;  // consolidated.NN.pth by NN
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.starts_with("consolidated.") && name.ends_with(".pth")) names.push_back(name);
+    if (!name.starts_with("consolidated.") || !name.ends_with(".pth")) continue;
+    const std::string digits = name.substr(13, name.size() - 17);
+    ZT_CHECK(
+        !digits.empty() && digits.size() <= 4 &&
+            std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }),
+        "import: '" + entry.path().string() +
+            "' is not a shard name Meta writes (consolidated.NN.pth)");
+    numbered.emplace_back(std::stoll(digits), name);
   }
-  std::sort(names.begin(), names.end());
-  ZT_CHECK(names.size() <= 128, "import: '" + dir + "' holds " + std::to_string(names.size()) +
-                                    " consolidated.*.pth files; a Meta checkpoint has at most 128");
-  for (size_t i = 0; i < names.size(); ++i) {
+  std::sort(numbered.begin(), numbered.end());
+  ZT_CHECK(numbered.size() <= 128, "import: '" + dir + "' holds " +
+                                       std::to_string(numbered.size()) +
+                                       " consolidated.*.pth files; a Meta checkpoint has at most "
+                                       "128");
+  for (size_t i = 0; i < numbered.size(); ++i) {
     char expected[48];
     std::snprintf(expected, sizeof expected, "consolidated.%02zu.pth", i);
-    ZT_CHECK(names[i] == expected, "import: '" + (fs::path(dir) / names[i]).string() + "' is not " +
-                                       expected +
-                                       ": the model-parallel shards of "
-                                       "a Meta checkpoint are consolidated.00.pth onwards, "
-                                       "numbered without a gap");
-    files_.push_back(std::make_unique<WeightFile>((fs::path(dir) / names[i]).string()));
+    const std::string& name = numbered[i].second;
+    ZT_CHECK(name == expected, "import: '" + (fs::path(dir) / name).string() + "' is not " +
+                                   expected +
+                                   ": the model-parallel shards of a Meta checkpoint are "
+                                   "consolidated.00.pth onwards, numbered without a gap");
+    files_.push_back(std::make_unique<WeightFile>((fs::path(dir) / name).string()));
   }
 }
 
-bool MetaShards::check(const std::string& name, const std::vector<int64_t>& shape) {
+MetaShards::Split MetaShards::split_of(const std::string& name,
+                                       const std::string& llama_version) const {
+  if (files_.size() == 1) return Split::kWhole;
+  if (name == "tok_embeddings.weight")
+    return llama_version == "1" || llama_version == "2" ? Split::kColumns : Split::kRows;
+  if (name.ends_with("attention.wo.weight") || name.ends_with("feed_forward.w2.weight"))
+    return Split::kColumns;
+  if (name.ends_with("norm.weight")) return Split::kWhole;
+  return Split::kRows;
+}
+
+bool MetaShards::check(const std::string& name, const std::vector<int64_t>& shape, Split split) {
   const auto n = static_cast<int64_t>(files_.size());
+  std::vector<int64_t> slice = shape;  // what each shard holds
+  const char* how = "";
+  if (split != Split::kWhole) {
+    const size_t dim = split == Split::kRows ? 0 : 1;
+    ZT_CHECK(shape[dim] % n == 0, "import: tensor '" + name + "' of shape " +
+                                      nlohmann::json(shape).dump() + " (params.json's) cannot be " +
+                                      "cut into " + std::to_string(n) +
+                                      " model-parallel shards as Meta's layers cut it");
+    slice[dim] = shape[dim] / n;
+    how = dim == 0 ? ", its rows cut among the model-parallel shards as Meta's layers cut them"
+                   : ", its columns cut among the model-parallel shards as Meta's layers cut them";
+  }
   bool rounded = false;
+  std::vector<float> first, copy;
   for (const auto& file : files_) {
     ZT_CHECK(file->has(name), "import: '" + file->path() + "' has no tensor '" + name +
                                   "', which the model of params.json needs");
-    std::vector<int64_t> slice = shape;  // what this shard holds, found by its shape
-    Split split = Split::kWhole;
-    const std::vector<int64_t>& stored = file->tensor(name).shape;
-    if (n > 1 && shape.size() == 2 && stored.size() == 2 && shape[0] % n == 0 &&
-        stored[0] == shape[0] / n) {
-      split = Split::kRows;
-      slice[0] = shape[0] / n;
-    } else if (n > 1 && shape.size() == 2 && stored.size() == 2 && shape[1] % n == 0 &&
-               stored[1] == shape[1] / n) {
-      split = Split::kColumns;
-      slice[1] = shape[1] / n;
-    }
-    ZT_CHECK(n == 1 || shape.size() != 2 || split != Split::kWhole,
-             "import: '" + file->path() + "': tensor '" + name + "' has shape " +
-                 nlohmann::json(stored).dump() + "; one of " + std::to_string(n) +
-                 " model-parallel shards of " + nlohmann::json(shape).dump() +
-                 " holds its rows or its columns split " + std::to_string(n) + " ways");
     rounded |= check_importable_tensor(
         *file, name, slice,
-        "params.json (as transformers' converter reads it" +
-            (n > 1 ? ", one of " + std::to_string(n) + " model-parallel shards" : std::string()) +
-            ")");
-    ZT_CHECK(!splits_.count(name) || splits_[name] == split,
-             "import: '" + file->path() + "': tensor '" + name +
-                 "' is sliced otherwise than in consolidated.00.pth");
-    splits_[name] = split;
+        std::string("params.json (as transformers' converter reads it") + how + ")");
+    if (split == Split::kWhole && n > 1) {  // a norm's copies, which must be the same
+      std::vector<float>& values = first.empty() ? first : copy;
+      values.resize(static_cast<size_t>(safetensors_numel(slice)));
+      file->read_range_f32(name, 0, static_cast<int64_t>(values.size()), values.data());
+      ZT_CHECK(&values == &first ||
+                   std::equal(first.begin(), first.end(), copy.begin(),
+                              [](float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }),
+               "import: '" + file->path() + "': tensor '" + name +
+                   "' is not the copy consolidated.00.pth holds (each shard holds the same norm)");
+    }
   }
+  splits_[name] = split;
   return rounded;
 }
 
@@ -288,15 +315,25 @@ void MetaShards::read_row(const std::string& name, int64_t row, int64_t rows, in
   }
 }
 
+const WeightFile& MetaShards::holder(const std::string& name, int64_t row, int64_t rows,
+                                     int64_t col, int64_t cols) const {
+  const auto n = static_cast<int64_t>(files_.size());
+  const auto it = splits_.find(name);
+  if (it == splits_.end() || it->second == Split::kWhole) return *files_.front();
+  return *files_[static_cast<size_t>(it->second == Split::kRows ? row / (rows / n)
+                                                                : col / (cols / n))];
+}
+
 // Every tensor of the layout in the shards with its shape and a readable dtype; RoPE's stored
 // frequencies and a tied model's head read past (into result.ignored_tensors), anything else
 // refused.
-void check_meta_tensors(MetaShards& shards, const ParamLayout& layout, MetaImportResult& result) {
+void check_meta_tensors(MetaShards& shards, const ParamLayout& layout,
+                        const std::string& llama_version, MetaImportResult& result) {
   std::set<std::string> expected;
   for (const TensorInfo& t : layout.tensors()) {
     const std::string name = meta_tensor_name(t.name);
     expected.insert(name);
-    if (shards.check(name, t.shape)) ++result.rounded_tensors;
+    if (shards.check(name, t.shape, shards.split_of(name, llama_version))) ++result.rounded_tensors;
   }
   for (size_t i = 0; i < shards.count(); ++i) {
     for (const StoredTensor& s : shards.file(i).tensors()) {
@@ -319,12 +356,11 @@ void check_meta_tensors(MetaShards& shards, const ParamLayout& layout, MetaImpor
 }
 
 // tok_embeddings' rows, for a params.json whose vocab_size is -1 (Llama 1 and 2): those of the
-// first shard, times the shards where they split it by rows (its columns are then params' dim).
-int64_t stored_vocab(const MetaShards& shards, const nlohmann::json& params) {
+// first shard, times the shards where Meta's layers cut its rows (Llama 3's).
+int64_t stored_vocab(const MetaShards& shards, const std::string& llama_version) {
   for (const StoredTensor& s : shards.file(0).tensors()) {
     if (s.name != "tok_embeddings.weight" || s.shape.size() != 2) continue;
-    const bool by_rows = params.contains("dim") && params["dim"].is_number_integer() &&
-                         params["dim"].get<int64_t>() == s.shape[1];
+    const bool by_rows = shards.split_of(s.name, llama_version) == MetaShards::Split::kRows;
     return by_rows ? s.shape[0] * static_cast<int64_t>(shards.count()) : s.shape[0];
   }
   return -1;
@@ -351,11 +387,11 @@ void read_meta_values(const MetaShards& shards, const TensorInfo& t, int64_t hea
     if (std::isfinite(round_to_bf16(out[i]))) continue;
     const int64_t cols = t.shape.size() == 2 ? t.shape[1] : count, row = (begin + i) / cols;
     const int64_t stored_row = permuted ? gguf_permuted_row(row, head_dim) : row;
-    fail("import: '" + shards.file(0).path() + "'" +
-         (shards.count() > 1 ? " (or a shard beside it)" : "") + ": tensor '" + name +
-         "' holds a value that is not finite in bf16, at " +
-         (t.shape.size() == 2 ? "[" + std::to_string(stored_row) + ", " +
-                                    std::to_string((begin + i) % cols) + "] of the whole tensor"
+    const int64_t col = (begin + i) % cols;
+    fail("import: '" + shards.holder(name, stored_row, t.shape[0], col, cols).path() +
+         "': tensor '" + name + "' holds a value that is not finite in bf16, at " +
+         (t.shape.size() == 2 ? "[" + std::to_string(stored_row) + ", " + std::to_string(col) +
+                                    "] of the whole tensor"
                               : "element " + std::to_string(begin + i)));
   }
 }
@@ -397,24 +433,31 @@ MetaImportResult import_meta_model(const std::string& meta_dir, const std::strin
            "import: " + params_path + ": n_layers is " + quoted_json(model.value("n_layers", 0)) +
                ", but '" + shards.file(0).path() + "' holds " + std::to_string(layers) +
                " (distinct layers.N. names)");
-  ZT_CHECK(stored_vocab(shards, model) > 0 ||
+  ZT_CHECK(stored_vocab(shards, llama_version) > 0 ||
                (model.contains("vocab_size") && model["vocab_size"].is_number_integer() &&
                 model["vocab_size"].get<int64_t>() > 0),
            "import: '" + shards.file(0).path() +
                "' has no tok_embeddings.weight to tell the vocabulary size, which " + params_path +
-               " leaves at -1");
+               " leaves out or at -1");
   MetaImportResult result;
   for (size_t i = 0; i < shards.count(); ++i) result.weights_files.push_back(shards.file(i).path());
-  const nlohmann::json hf = meta_hf_config(params, llama_version, stored_vocab(shards, model),
-                                           params_path, result.unknown_keys);
+  const nlohmann::json hf = meta_hf_config(
+      params, llama_version, stored_vocab(shards, llama_version), params_path, result.unknown_keys);
   ZT_CHECK(unknown == UnknownConfigKeys::kAccept || result.unknown_keys.empty(),
            "import: " + params_path + ": key '" +
                (result.unknown_keys.empty() ? "" : result.unknown_keys[0]) +
                "' is not one zerotrain reads or knows (--strict-config refuses it)");
   result.config = ModelConfig::from_hf_json(
       hf, params_path + " (as transformers' converter reads it for Llama " + llama_version + ")");
+  const auto n = static_cast<int64_t>(shards.count());
+  ZT_CHECK(result.config.num_heads % n == 0 && result.config.num_kv_heads % n == 0,
+           "import: '" + meta_dir + "' holds " + std::to_string(n) +
+               " model-parallel shards, which do not divide " + params_path + "'s " +
+               std::to_string(result.config.num_heads) + " heads and " +
+               std::to_string(result.config.num_kv_heads) +
+               " key/value heads (Meta gives each shard whole heads)");
   const ParamLayout layout(result.config);
-  check_meta_tensors(shards, layout, result);
+  check_meta_tensors(shards, layout, llama_version, result);
 
   TokenizerFiles tokenizer;
   if (!tokenizer_dir.empty()) {

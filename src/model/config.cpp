@@ -71,6 +71,12 @@ void ModelConfig::check_rope_scaling() const {
   }
 }
 
+void check_layer_count(int64_t layers, const std::string& source) {
+  ZT_CHECK(layers >= 1 && layers <= kMaxLayers,
+           source + ": num_hidden_layers must be 1 to " + std::to_string(kMaxLayers) +
+               " (the deepest published models have 126 layers), got " + std::to_string(layers));
+}
+
 void ModelConfig::validate() const {
   // Each size is a GEMM or index dimension: 32-bit for the BLAS and CUDA libraries.
   auto positive = [](int64_t v, const char* name) {
@@ -82,11 +88,8 @@ void ModelConfig::validate() const {
   positive(intermediate_size, "intermediate_size");
   positive(num_layers, "num_hidden_layers");
   // The layout keeps a record per tensor of each layer before any file is read: a bound far
-  // above any real model (the deepest published have 126 layers) keeps a hostile config from
-  // costing gigabytes first.
-  ZT_CHECK(num_layers <= kMaxLayers, "model config: num_hidden_layers must be at most " +
-                                         std::to_string(kMaxLayers) + ", got " +
-                                         std::to_string(num_layers));
+  // above any real model keeps a hostile config from costing gigabytes first.
+  check_layer_count(num_layers, "model config");
   positive(num_heads, "num_attention_heads");
   positive(num_kv_heads, "num_key_value_heads");
   positive(vocab_size, "vocab_size");

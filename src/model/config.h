@@ -25,8 +25,11 @@ inline constexpr int64_t kPhi3DefaultOriginalPositions = 4096;
 // inert.
 enum class UnknownConfigKeys { kAccept, kRefuse };
 
-// The most layers a model config may have (ModelConfig::validate).
+// The most layers a model config may have (ModelConfig::validate), and its check where a reader
+// first learns the count, before any per-layer list is built: 1 to kMaxLayers, else an error
+// naming `source`.
 inline constexpr int64_t kMaxLayers = int64_t{1} << 16;
+void check_layer_count(int64_t layers, const std::string& source);
 
 struct ModelConfig {
   int64_t hidden_size = 0;        // d_model

@@ -427,6 +427,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.hidden_size = required_key<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required_key<int64_t>(j, "intermediate_size", source);
   c.num_layers = required_key<int64_t>(j, "num_hidden_layers", source);
+  check_layer_count(c.num_layers, source);  // before any per-layer list is built
   c.num_heads = required_key<int64_t>(j, "num_attention_heads", source);
   // Absent, each family's config class default (hf_family_defaults; Llama's and Phi-3's: the
   // query heads); null is the query heads in every one.

@@ -19,7 +19,9 @@ convert_llama_weights_to_hf.py converts them (CTest label "oracle", in the proje
    --tokenizer copies a Hugging Face tokenizer.json beside it.
 2. Refused, naming the file, the key or the tensor, leaving no output: no --llama-version, a
    version that contradicts use_scaled_rope, --llama-version for a Hugging Face directory, a
-   second shard holding whole matrices, a gap in the shards' numbers, a tensor missing or left
+   second shard holding whole matrices, a matrix cut otherwise than Meta's layers cut it, norms
+   whose copies differ, a NaN in the second shard (named), 4 shards of 2 key/value heads, a gap
+   in the shards' numbers, a tensor missing or left
    over, a shape params.json does not give, quantization_args, a NaN (named where the file holds
    it), an n_layers other than the file's, use_scaled_rope as a string, vocab_size -1 without an
    embedding, params.json without consolidated.00.pth; an unknown key is a warning
@@ -260,8 +262,42 @@ def check_refusals(zt, work, sd):
     v = ["--llama-version", "3.1"]
     whole = variant("whole", extra_file="consolidated.01.pth")
     refuses(whole, os.path.join(whole, "consolidated.00.pth") + "': tensor 'tok_embeddings.weight' "
-            "has shape [256,64]; one of 2 model-parallel shards of [256,64] holds its rows or its "
-            "columns split 2 ways", v)
+            "has shape [256,64], params.json (as transformers' converter reads it, its rows cut "
+            "among the model-parallel shards as Meta's layers cut them) gives [128,64]", v)
+
+    def sharded(name, n, change=None):
+        """params 3.1 cut into n shards, `change(shards)` applied."""
+        target = write_meta_dir(work("bad_" + name), params, {})
+        os.remove(os.path.join(target, "consolidated.00.pth"))
+        shards = model_parallel_shards(sd, n, "3.1")
+        if change:
+            change(shards)
+        for i, shard in enumerate(shards):
+            torch.save(shard, os.path.join(target, f"consolidated.0{i}.pth"))
+        return target
+
+    def wo_by_rows(shards):
+        whole = sd["layers.0.attention.wo.weight"]
+        for shard, part in zip(shards, whole.chunk(2, dim=0)):
+            shard["layers.0.attention.wo.weight"] = part.clone()
+    rows = sharded("wo_rows", 2, wo_by_rows)
+    refuses(rows, os.path.join(rows, "consolidated.00.pth") + "': tensor "
+            "'layers.0.attention.wo.weight' has shape [32,64], params.json (as transformers' "
+            "converter reads it, its columns cut", v)
+
+    def other_norm(shards):
+        shards[1]["norm.weight"] = shards[1]["norm.weight"] + 1
+    norms = sharded("norms", 2, other_norm)
+    refuses(norms, os.path.join(norms, "consolidated.01.pth") + "': tensor 'norm.weight' is not "
+            "the copy consolidated.00.pth holds", v)
+
+    def nan_in_second(shards):
+        shards[1]["layers.1.feed_forward.w1.weight"][2, 7] = float("nan")
+    second = sharded("nan_second", 2, nan_in_second)
+    refuses(second, os.path.join(second, "consolidated.01.pth") + "': tensor "
+            "'layers.1.feed_forward.w1.weight' holds a value that is not finite in bf16, at "
+            "[122, 7] of the whole tensor", v)
+    refuses(sharded("four", 4), "holds 4 model-parallel shards, which do not divide", v)
     gap = variant("gap", extra_file="consolidated.02.pth")
     refuses(gap, os.path.join(gap, "consolidated.02.pth") + "' is not consolidated.01.pth", v)
     refuses(variant("missing", change_sd=lambda s: s.pop("layers.1.feed_forward.w3.weight")),

@@ -68,9 +68,11 @@ TEST(Config, SizesBeyondWhatCanBeAddressedAreRefused) {
     }
   };
   refused("vocab_size", int64_t{1} << 40, "vocab_size must be positive and below 2^31");
-  refused("num_hidden_layers", int64_t{1} << 31, "num_hidden_layers must be positive and below");
+  refused("num_hidden_layers", int64_t{1} << 31, "cfg.json: num_hidden_layers must be 1 to 65536");
+  refused("num_hidden_layers", 0, "cfg.json: num_hidden_layers must be 1 to 65536");
   refused("num_hidden_layers", kMaxLayers + 1,
-          "num_hidden_layers must be at most 65536, got 65537");
+          "num_hidden_layers must be 1 to 65536 (the deepest published models have 126 layers), "
+          "got 65537");
   refused("intermediate_size", INT64_MAX, "intermediate_size must be positive and below 2^31");
   refused("max_position_embeddings", int64_t{1} << 40, "max_position_embeddings");
   // Every size below 2^31, but a 2^20 × 2^21 embedding: beyond 2^40 elements per matrix.

@@ -31,6 +31,7 @@
 #include "model/hf_multimodal_config.h"
 #include "model/layout.h"
 #include "model/rope_freq_factors.h"
+#include "util/error.h"
 
 namespace zt {
 namespace {
@@ -192,6 +193,24 @@ TEST(HfConfigCorpus, PublishedConfigsAreReadWithTheirShapes) {
     }
   }
   EXPECT_EQ(seen.size(), corpus().size()) << "a table entry without its directory";
+}
+
+// A published config with its layer count made hostile: refused where the count is read, before
+// any per-layer list (SmolLM3's layers without RoPE, one entry per layer) is built.
+TEST(HfConfigCorpus, AHostileLayerCountIsRefusedBeforeAnyPerLayerList) {
+  std::ifstream in(fs::path(ZT_SOURCE_DIR) / "tests/data/hf_models/HuggingFaceTB--SmolLM3-3B" /
+                   "config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["num_hidden_layers"] = int64_t{2000000000};
+  try {
+    ModelConfig::from_hf_json(j, "SmolLM3-3B/config.json");
+    ADD_FAILURE() << "two billion layers accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("SmolLM3-3B/config.json: num_hidden_layers must be 1 to 65536"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
