@@ -86,6 +86,15 @@ const std::set<std::string> kRefusedKeys = {"quantization_args",
                                             "vision_model",
                                             "moe_args"};
 
+// The object params.json keeps the model's keys in: the file itself, or its "model" object where
+// it nests them there (transformers' converter reads them from there).
+const nlohmann::json& meta_model_keys(const nlohmann::json& params_json) {
+  return params_json.is_object() && params_json.contains("model") &&
+                 params_json["model"].is_object()
+             ? params_json["model"]
+             : params_json;
+}
+
 }  // namespace
 
 bool is_meta_checkpoint_dir(const std::string& dir) {
@@ -99,10 +108,7 @@ nlohmann::json meta_hf_config(const nlohmann::json& params_json, const std::stri
                               int64_t stored_vocab, const std::string& source,
                               std::vector<std::string>& unknown_keys) {
   ZT_CHECK(params_json.is_object(), source + ": expected a JSON object");
-  // transformers' converter reads the keys under "model" where a file nests them there.
-  const nlohmann::json& params = params_json.contains("model") && params_json["model"].is_object()
-                                     ? params_json["model"]
-                                     : params_json;
+  const nlohmann::json& params = meta_model_keys(params_json);
   for (const auto& [key, value] : params.items()) {
     if (kReadKeys.count(key) || kInertKeys.count(key)) continue;
     if (kRefusedKeys.count(key)) {
@@ -425,24 +431,24 @@ MetaImportResult import_meta_model(const std::string& meta_dir, const std::strin
   MetaShards shards(meta_dir);
   // Checked before the layout is built, so that a params.json naming millions of layers costs
   // nothing; and a vocab_size of -1 needs the embedding to tell it.
-  const nlohmann::json& model =
-      params.contains("model") && params["model"].is_object() ? params["model"] : params;
+  const nlohmann::json& model = meta_model_keys(params);
   const int64_t layers = stored_layers(shards);
   ZT_CHECK(!model.contains("n_layers") || !model["n_layers"].is_number_integer() ||
                model["n_layers"].get<int64_t>() == layers,
            "import: " + params_path + ": n_layers is " + quoted_json(model.value("n_layers", 0)) +
                ", but '" + shards.file(0).path() + "' holds " + std::to_string(layers) +
                " (distinct layers.N. names)");
-  ZT_CHECK(stored_vocab(shards, llama_version) > 0 ||
-               (model.contains("vocab_size") && model["vocab_size"].is_number_integer() &&
-                model["vocab_size"].get<int64_t>() > 0),
-           "import: '" + shards.file(0).path() +
-               "' has no tok_embeddings.weight to tell the vocabulary size, which " + params_path +
-               " leaves out or at -1");
+  const int64_t vocab_rows = stored_vocab(shards, llama_version);
+  ZT_CHECK(
+      vocab_rows > 0 || (model.contains("vocab_size") && model["vocab_size"].is_number_integer() &&
+                         model["vocab_size"].get<int64_t>() > 0),
+      "import: '" + shards.file(0).path() +
+          "' has no tok_embeddings.weight to tell the vocabulary size, which " + params_path +
+          " leaves out or at -1");
   MetaImportResult result;
   for (size_t i = 0; i < shards.count(); ++i) result.weights_files.push_back(shards.file(i).path());
-  const nlohmann::json hf = meta_hf_config(
-      params, llama_version, stored_vocab(shards, llama_version), params_path, result.unknown_keys);
+  const nlohmann::json hf =
+      meta_hf_config(params, llama_version, vocab_rows, params_path, result.unknown_keys);
   ZT_CHECK(unknown == UnknownConfigKeys::kAccept || result.unknown_keys.empty(),
            "import: " + params_path + ": key '" +
                (result.unknown_keys.empty() ? "" : result.unknown_keys[0]) +
