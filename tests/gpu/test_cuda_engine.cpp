@@ -30,6 +30,8 @@
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"
 #include "model/config.h"
+#include "model/layout.h"
+#include "model/trainable.h"
 #include "util/bf16.h"
 #include "util/error.h"
 #if ZEROTRAIN_HAVE_NCCL
@@ -55,6 +57,8 @@ std::vector<StepStats> train_steps(Backend& backend, Communicator& data, Communi
   EngineSpec spec;
   spec.model = model ? *model : preset_config("small");
   const ModelConfig& cfg = spec.model;
+  // What train gives it: with LoRA adapters they train and the base is frozen (model/trainable.h).
+  spec.trainable = TrainableSet::from_patterns(ParamLayout(cfg), {}, {});
   spec.zero.stage = stage;
   spec.zero.reduce_bucket_size = 200'000;
   spec.zero.allgather_bucket_size = 200'000;

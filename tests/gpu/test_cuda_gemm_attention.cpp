@@ -69,7 +69,8 @@ TEST_P(CudaGemm, WeightGradientAssignOverwritesWhateverTheBufferHeld) {
   for (int64_t i = 0; i < count; ++i)
     cpu_.matmul_backward(nullptr, want.data() + i * N * K, dy.data() + i * M * N, x.data(), nullptr,
                          M, N, K, false, GradWrite::kAdd);
-  DeviceBuffer<float> d_x(x), d_dy(dy), d_added(std::vector<float>(N * K, 0.0f)), d_assigned(nan);
+  DeviceBuffer<float> d_x(x), d_dy(dy), d_added(std::vector<float>(N * K, 0.0f)),
+      d_assigned(std::vector<float>(nan.begin(), nan.begin() + N * K));
   gpu_->matmul_backward(nullptr, d_added.get(), d_dy.get(), d_x.get(), nullptr, M, N, K, false,
                         GradWrite::kAdd);
   gpu_->matmul_backward(nullptr, d_assigned.get(), d_dy.get(), d_x.get(), nullptr, M, N, K, false,

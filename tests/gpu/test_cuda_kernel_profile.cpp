@@ -15,6 +15,7 @@ TEST(CudaKernelProfile, RecordsTheBackendsKernelsAndCopiesInTheirCategories) {
   auto gpu = make_cuda_backend(0);
   const int64_t M = 256, N = 512, K = 384;
   DeviceBuffer<float> x(random_floats(M * K, 1)), w(random_floats(N * K, 2)), y(M * N);
+  DeviceBuffer<double> norm(1);
   gpu->matmul_forward(y.get(), x.get(), w.get(), M, N, K);  // before the window: not recorded
   gpu->synchronize();
   std::unique_ptr<KernelProfiler> profiler = gpu->make_kernel_profiler();
@@ -23,14 +24,16 @@ TEST(CudaKernelProfile, RecordsTheBackendsKernelsAndCopiesInTheirCategories) {
     const uint64_t begin = profiler->now();
     gpu->matmul_forward(y.get(), x.get(), w.get(), M, N, K);
     gpu->matmul_forward(y.get(), x.get(), w.get(), M, N, K);
-    gpu->scale_inplace(y.get(), 0.5f, M * N);
-    x.upload(random_floats(M * K, 3));  // a host-to-device copy
+    gpu->scale_inplace(y.get(), 0.5f, M * N);         // pointwise (LoRA's scaled products use it)
+    gpu->sum_squares_to(norm.get(), y.get(), M * N);  // optimizer: partial sums, then their sum
+    x.upload(random_floats(M * K, 3));                // a host-to-device copy
     const uint64_t end = profiler->now();
     const KernelProfiler::Recording r = profiler->stop();
     const KernelProfile p = summarize_kernel_profile(r.activities, {{begin, end}}, 1);
     auto of = [&](KernelCategory c) { return p.categories[static_cast<size_t>(c)]; };
     EXPECT_GE(of(KernelCategory::kGemm).calls, 2) << kernel_profile_table(p);
-    EXPECT_EQ(of(KernelCategory::kOptimizer).calls, 1) << kernel_profile_table(p);
+    EXPECT_EQ(of(KernelCategory::kPointwise).calls, 1) << kernel_profile_table(p);
+    EXPECT_EQ(of(KernelCategory::kOptimizer).calls, 2) << kernel_profile_table(p);
     EXPECT_GE(of(KernelCategory::kCopies).calls, 1) << kernel_profile_table(p);
     // cuBLASLt may add helper kernels of its own; ours and the GEMMs must not land in "other".
     for (const KernelProfile::Row& row : p.rows) {
