@@ -234,7 +234,7 @@ void add_attention_option(po::options_description& options, AttentionRequest* va
       word_option<AttentionRequest>(value, parse_attention_request, attention_request_name(*value)),
       "CUDA attention: gemm (GEMMs + row kernels in fp32) | fused (cuDNN SDPA on bf16 inputs) | "
       "auto (the default: fused where built, supported and accepted by cuDNN at start-up, unless "
-      "--precision fp32; else gemm)");
+      "--precision fp32 or document masks, not yet validated on the fused path; else gemm)");
 }
 
 void add_document_masking_option(po::options_description& options, AutoSwitch* value) {

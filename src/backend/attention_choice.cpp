@@ -1,7 +1,9 @@
 #include "backend/attention_choice.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
+#include <utility>
 
 #include "util/error.h"
 
@@ -109,6 +111,12 @@ AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int
                                    : "this build has no cuDNN fused attention (no cuDNN or "
                                      "cuDNN frontend headers at build time; ./run.sh fetches "
                                      "the headers)";
+  // Not a limit of the hardware but of our evidence (docs/gpu.md, "with document masks").
+  if (reason.empty() && request == AttentionRequest::kAuto && document_masks)
+    return {AttentionKernel::kGemm,
+            "gemm (auto: document masks on the fused path are not yet validated on a GPU: on an "
+            "H100 one attention fed micro-batches with other documents gave other gradients than "
+            "a fresh one, see docs/gpu.md; --attention fused runs them there)"};
   if (reason.empty()) {
     const std::string refused = cudnn_refusal();
     if (!refused.empty()) reason = "cuDNN refused the graph: " + refused;
@@ -143,8 +151,7 @@ RaggedGraphShape ragged_graph_shape(int64_t B, int64_t T, int64_t longest, int64
   // The plain graph's scores per head, B·T², in units of one sequence's L² (B·T < 2³¹, L ≤ T).
   const int64_t budget = B * T / g.length * T / g.length;
   g.sequences = 1;
-  while (g.sequences * 2 <= power_of_two_at_least(documents) && g.sequences * 2 <= budget)
-    g.sequences *= 2;
+  while (g.sequences * 2 <= documents && g.sequences * 2 <= budget) g.sequences *= 2;
   return g;
 }
 
@@ -176,18 +183,48 @@ RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T)
   r.documents = static_cast<int64_t>(lengths.size());
   r.graph =
       ragged_graph_shape(B, T, *std::max_element(lengths.begin(), lengths.end()), r.documents);
-  const int64_t K = r.graph.sequences;
-  r.calls = (r.documents + K - 1) / K;
-  for (int64_t c = 0; c < r.calls; ++c) {
-    for (int64_t k = 0; k < K; ++k) {
-      const auto n = static_cast<size_t>(c * K + k);
-      const bool real = n < lengths.size();
-      r.lengths.push_back(real ? lengths[n] : 0);
-      r.token_offsets.push_back(real ? starts[n] : B * T);
-    }
-    r.token_offsets.push_back(B * T);
-  }
+  r.document_lengths = std::move(lengths);
+  r.document_starts = std::move(starts);
+  const int64_t first_choice = r.graph.sequences;
+  return regrouped(std::move(r), first_choice);
+}
+
+RaggedDocuments regrouped(RaggedDocuments r, int64_t K) {
+  ZT_CHECK(K >= 1 && (K & (K - 1)) == 0 && K <= r.graph.sequences,
+           "ragged documents: " + std::to_string(K) +
+               " sequences per graph is not a power of two "
+               "within the first choice's " +
+               std::to_string(r.graph.sequences));
+  r.graph.sequences = K;
+  r.call_sequences.clear(), r.call_first.clear();
+  int64_t first = 0;
+  const auto call = [&](int64_t sequences) {
+    r.call_sequences.push_back(sequences);
+    r.call_first.push_back(first);
+    first += sequences;
+  };
+  while (r.documents - first >= K) call(K);
+  for (int64_t k = K / 2; k >= 1; k /= 2)  // the rest, less than K: its binary expansion
+    if (r.documents - first >= k) call(k);
   return r;
+}
+
+std::vector<int64_t> RaggedDocuments::call_token_offsets(int64_t c) const {
+  ZT_CHECK(c >= 0 && c < calls(), "ragged documents: no call " + std::to_string(c));
+  const auto first = static_cast<size_t>(call_first[static_cast<size_t>(c)]);
+  const auto K = static_cast<size_t>(call_sequences[static_cast<size_t>(c)]);
+  std::vector<int64_t> offsets(document_starts.begin() + static_cast<std::ptrdiff_t>(first),
+                               document_starts.begin() + static_cast<std::ptrdiff_t>(first + K));
+  offsets.push_back(document_starts[first + K - 1] + document_lengths[first + K - 1]);
+  return offsets;
+}
+
+int64_t sequences_within_workspace(int64_t first, size_t limit,
+                                   const std::function<size_t(int64_t)>& workspace_of) {
+  if (limit == 0) return first;
+  int64_t K = first;
+  while (workspace_of(K) > limit && K > 1) K /= 2;
+  return workspace_of(K) <= limit ? K : first;
 }
 
 size_t SdpaGraphKeyHash::operator()(const SdpaGraphKey& key) const {

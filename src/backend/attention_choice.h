@@ -67,7 +67,8 @@ struct AttentionChoice {
 // `--attention fused` that cannot run is a zt::Error naming the reason; auto falls back to gemm
 // and says why. document_masks: the run packs documents with per-document masks
 // (--document-masking): the fused path runs them as ragged sequences (RaggedDocuments), which
-// cudnn_refusal must then build.
+// cudnn_refusal must then build; auto keeps them on gemm until that path is validated on a GPU
+// (docs/gpu.md), and `fused` runs them there.
 AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int sm_major,
                                  const AttentionShape& shape, bool fp32_run,
                                  const std::function<std::string()>& cudnn_refusal,
@@ -76,8 +77,8 @@ AttentionChoice choose_attention(AttentionRequest request, bool fused_built, int
 // The documents of a micro-batch (Backend's doc_start, [B, T]) as the sequences of cuDNN's packed
 // (ragged, THD) layout: one sequence per stretch of a row that one document covers, in token order,
 // each attending causally within itself. A graph runs `sequences` of them of at most `length`
-// tokens (RaggedGraphShape); a micro-batch takes `calls` executions of it, the sequences past the
-// real ones empty (length 0, starting at B·T), as Transformer Engine pads its packed batches.
+// tokens (RaggedGraphShape); a micro-batch takes several calls (RaggedDocuments), none of them with
+// an empty sequence.
 struct RaggedGraphShape {
   int64_t length = 0;     // L: a power of two at least the longest document (2 at least, T at most)
   int64_t sequences = 0;  // K: a power of two, K·L² ≤ B·T² (see ragged_graph_shape)
@@ -85,22 +86,41 @@ struct RaggedGraphShape {
 };
 // The graph for a micro-batch of `documents` documents, the longest `longest` tokens. cuDNN's
 // deterministic backward keeps dP for sequences × L × L scores per head, so K is capped where
-// K·L² reaches B·T², the plain causal graph's: every ragged graph's workspace stays within the one
-// the run planned, and a micro-batch with more documents than K takes several calls. K is at most
-// the document count rounded up to a power of two.
+// K·L² reaches B·T², the plain causal graph's, and a micro-batch with more documents than K takes
+// several calls. K is at most the document count (a power of two at most it). This is the first
+// choice: cuDNN pads each sequence's scores to its tiles, so short sequences take more workspace
+// than K·L² says, and CudnnAttention halves K further until the graph's workspace, as cuDNN
+// reports it, fits the one prepared at start-up (regrouped).
 RaggedGraphShape ragged_graph_shape(int64_t B, int64_t T, int64_t longest, int64_t documents);
 
+// The calls of a micro-batch: as many full calls of graph.sequences (K) documents as there are,
+// then the rest in calls of the powers of two of its binary expansion, largest first (13 left of
+// K = 16: 8, 4, 1), each a graph of its own K. No sequence is empty: cuDNN before 9.25 does not
+// take zero-length sequences (the cuDNN frontend's own tests of them require 9.25), and the
+// H100's was 9.19.
 struct RaggedDocuments {
   int64_t B = 0, T = 0;
-  int64_t documents = 0;  // the real sequences
-  RaggedGraphShape graph;
-  int64_t calls = 0;                   // ⌈documents / graph.sequences⌉
-  std::vector<int32_t> lengths;        // [calls · K]
-  std::vector<int64_t> token_offsets;  // [calls · (K + 1)]: b·T + t of each first token; B·T after
+  int64_t documents = 0;                  // the sequences
+  std::vector<int32_t> document_lengths;  // [documents], in token order
+  std::vector<int64_t> document_starts;   // [documents]: b·T + t of each first token
+  RaggedGraphShape graph;                 // L, and the largest K of a call
+  std::vector<int64_t> call_sequences;    // K of each call: graph.sequences, then smaller
+  std::vector<int64_t> call_first;        // the first document of each call
+  int64_t calls() const { return static_cast<int64_t>(call_sequences.size()); }
+  // Call c's token offsets: its documents' first tokens, then the end of its last document.
+  std::vector<int64_t> call_token_offsets(int64_t c) const;
 };
 // Throws a zt::Error naming the entry when doc_start breaks Backend's contract (0 ≤ doc_start[t] ≤
 // t, staying or jumping to t along a row). B·T must fit int32 (cuDNN's sequence lengths).
 RaggedDocuments ragged_documents(const int32_t* doc_start, int64_t B, int64_t T);
+// The same documents in calls of at most `sequences` (a power of two, at most the graph's K; the
+// length L stays).
+RaggedDocuments regrouped(RaggedDocuments docs, int64_t sequences);
+// The sequences per graph a micro-batch runs with: `first` (ragged_graph_shape's choice) halved
+// until workspace_of(K), the bytes cuDNN asks for that graph, is at most `limit`; `first` when no
+// limit was prepared (0) or when even K = 1 asks for more (then the workspace grows instead).
+int64_t sequences_within_workspace(int64_t first, size_t limit,
+                                   const std::function<size_t(int64_t)>& workspace_of);
 
 // Everything a cuDNN SDPA graph is specialised on: a graph built for one key runs only that key.
 // The scale (1/√hd) and the causal mask follow from the shape.
@@ -111,7 +131,7 @@ struct SdpaGraphKey {
   // activations stored in fp16 (--precision fp16).
   DType io = DType::kBf16;
   // {0, 0}: plain causal attention over each of the B rows. Otherwise the documents' ragged layout
-  // (RaggedDocuments::graph).
+  // (RaggedDocuments::graph, with the call's own K).
   RaggedGraphShape ragged;
   friend bool operator==(const SdpaGraphKey&, const SdpaGraphKey&) = default;
 };

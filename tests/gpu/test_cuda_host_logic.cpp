@@ -283,14 +283,21 @@ TEST(AttentionChoice, CudnnRefusingTheGraphMakesAutoGemmAndFusedAnError) {
       AttentionKernel::kFused);
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::kFused), "fused");
   EXPECT_STREQ(attention_kernel_name(AttentionKernel::kGemm), "gemm");
-  // Document masks: the fused path runs them as ragged sequences on Hopper, asking cuDNN for those
-  // graphs; on other GPUs auto runs gemm without asking and says why, and fused is refused.
-  const AttentionChoice masked = choose_attention(AttentionRequest::kAuto, true, 9,
-                                                  heads(16, 16, 64), false, cudnn_accepts, true);
-  EXPECT_EQ(masked.kernel, AttentionKernel::kFused) << masked.why;
-  const AttentionChoice masked_refused =
+  // Document masks: the fused path runs them as ragged sequences on Hopper when asked for, asking
+  // cuDNN for those graphs; auto keeps them on gemm there until the fused path is validated on a
+  // GPU (docs/gpu.md), without asking; on other GPUs auto runs gemm and says why, and fused is
+  // refused.
+  const AttentionChoice masked =
       choose_attention(AttentionRequest::kAuto, true, 9, heads(16, 16, 64), false, refuses, true);
-  EXPECT_EQ(masked_refused.kernel, AttentionKernel::kGemm);
+  EXPECT_EQ(masked.kernel, AttentionKernel::kGemm) << masked.why;
+  EXPECT_NE(masked.why.find("not yet validated on a GPU"), std::string::npos) << masked.why;
+  EXPECT_EQ(asked, 2);
+  const AttentionChoice masked_fused = choose_attention(
+      AttentionRequest::kFused, true, 9, heads(16, 16, 64), false, cudnn_accepts, true);
+  EXPECT_EQ(masked_fused.kernel, AttentionKernel::kFused) << masked_fused.why;
+  EXPECT_THROW(
+      choose_attention(AttentionRequest::kFused, true, 9, heads(16, 16, 64), false, refuses, true),
+      Error);
   EXPECT_EQ(asked, 3);
   for (int sm : {8, 10}) {
     const AttentionChoice elsewhere = choose_attention(AttentionRequest::kAuto, true, sm,
@@ -313,12 +320,13 @@ TEST(AttentionChoice, CudnnRefusingTheGraphMakesAutoGemmAndFusedAnError) {
 }
 
 // The ragged graph a micro-batch runs: L a power of two covering its longest document (at most
-// T), K a power of two covering its documents but with K·L² within the plain graph's B·T².
+// T), K a power of two no more than its documents (no call has an empty sequence) and with K·L²
+// within the plain graph's B·T².
 TEST(AttentionChoice, RaggedGraphShapeKeepsTheScoresOfThePlainGraph) {
   EXPECT_EQ(ragged_graph_shape(4, 2048, 2048, 4), (RaggedGraphShape{2048, 4}));
   EXPECT_EQ(ragged_graph_shape(4, 2048, 800, 20), (RaggedGraphShape{1024, 16}));
-  EXPECT_EQ(ragged_graph_shape(4, 2048, 800, 9), (RaggedGraphShape{1024, 16}));
-  EXPECT_EQ(ragged_graph_shape(4, 2048, 300, 20), (RaggedGraphShape{512, 32}));
+  EXPECT_EQ(ragged_graph_shape(4, 2048, 800, 9), (RaggedGraphShape{1024, 8}));
+  EXPECT_EQ(ragged_graph_shape(4, 2048, 300, 20), (RaggedGraphShape{512, 16}));
   EXPECT_EQ(ragged_graph_shape(4, 2048, 1, 8192), (RaggedGraphShape{2, 8192}));
   EXPECT_EQ(ragged_graph_shape(3, 37, 37, 3), (RaggedGraphShape{37, 2}));
   EXPECT_EQ(ragged_graph_shape(1, 2, 1, 2), (RaggedGraphShape{2, 1}));
@@ -328,6 +336,7 @@ TEST(AttentionChoice, RaggedGraphShapeKeepsTheScoresOfThePlainGraph) {
         const RaggedGraphShape g = ragged_graph_shape(B, 2048, longest, documents);
         EXPECT_LE(g.sequences * g.length * g.length, B * 2048 * 2048) << B << " " << longest;
         EXPECT_GE(g.length, longest);
+        EXPECT_LE(g.sequences, documents);
       }
   const std::string e = error_of([] { ragged_graph_shape(2, 8, 9, 3); });
   EXPECT_NE(e.find("the longest 9 tokens, do not fit B=2 T=8"), std::string::npos) << e;
@@ -337,29 +346,83 @@ TEST(AttentionChoice, RaggedGraphShapeKeepsTheScoresOfThePlainGraph) {
 // Rows of T = 6: row 0 holds documents [0,2) [2,3) [3,6); row 1 one document cut by the window.
 // clang-format on
 TEST(AttentionChoice, RaggedDocumentsFollowTheRows) {
+  // The token offsets of every call, in order.
+  const auto offsets_of = [](const RaggedDocuments& d) {
+    std::vector<std::vector<int64_t>> out;
+    for (int64_t c = 0; c < d.calls(); ++c) out.push_back(d.call_token_offsets(c));
+    return out;
+  };
+  using Offsets = std::vector<std::vector<int64_t>>;
   const std::vector<int32_t> doc_start = {0, 0, 2, 3, 3, 3, /**/ 0, 0, 0, 0, 0, 0};
   const RaggedDocuments r = ragged_documents(doc_start.data(), 2, 6);
   EXPECT_EQ(r.documents, 4);
   EXPECT_EQ(r.graph, (RaggedGraphShape{6, 2}));  // L = T; K·L² ≤ 2·6²
-  EXPECT_EQ(r.calls, 2);
-  EXPECT_EQ(r.lengths, (std::vector<int32_t>{2, 1, /**/ 3, 6}));
-  EXPECT_EQ(r.token_offsets, (std::vector<int64_t>{0, 2, 12, /**/ 3, 6, 12}));
+  EXPECT_EQ(r.call_sequences, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(r.document_lengths, (std::vector<int32_t>{2, 1, 3, 6}));
+  EXPECT_EQ(offsets_of(r), (Offsets{{0, 2, 3}, {3, 6, 12}}));
   // Sixteen documents of 4 tokens in a row of 64: one call of 16 sequences of L = 4.
   std::vector<int32_t> short_docs(64);
   for (int t = 0; t < 64; ++t) short_docs[static_cast<size_t>(t)] = t - t % 4;
   const RaggedDocuments s = ragged_documents(short_docs.data(), 1, 64);
   EXPECT_EQ(s.graph, (RaggedGraphShape{4, 16}));
-  EXPECT_EQ(s.calls, 1);
-  EXPECT_EQ(s.lengths, std::vector<int32_t>(16, 4));
-  // Five documents, the longest 24 tokens: L = 32 allows K = 4 in a row of 64, so two calls, the
-  // second padded with empty sequences at B·T.
+  EXPECT_EQ(s.call_sequences, (std::vector<int64_t>{16}));
+  EXPECT_EQ(s.document_lengths, std::vector<int32_t>(16, 4));
+  // Five documents, the longest 24 tokens: L = 32 allows K = 4 in a row of 64, so a call of four
+  // and one of the fifth alone, no sequence empty.
   std::vector<int32_t> five(64);
   for (int t = 0; t < 64; ++t) five[static_cast<size_t>(t)] = t < 40 ? t - t % 10 : 40;
   const RaggedDocuments p = ragged_documents(five.data(), 1, 64);
   EXPECT_EQ(p.graph, (RaggedGraphShape{32, 4}));
-  EXPECT_EQ(p.calls, 2);
-  EXPECT_EQ(p.lengths, (std::vector<int32_t>{10, 10, 10, 10, /**/ 24, 0, 0, 0}));
-  EXPECT_EQ(p.token_offsets, (std::vector<int64_t>{0, 10, 20, 30, 64, /**/ 40, 64, 64, 64, 64}));
+  EXPECT_EQ(p.call_sequences, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(p.call_first, (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(p.document_lengths, (std::vector<int32_t>{10, 10, 10, 10, 24}));
+  EXPECT_EQ(offsets_of(p), (Offsets{{0, 10, 20, 30, 40}, {40, 64}}));
+  // The same documents two to a call (CudnnAttention's fit to its prepared workspace), and one.
+  const RaggedDocuments pairs = regrouped(p, 2);
+  EXPECT_EQ(pairs.graph, (RaggedGraphShape{32, 2}));
+  EXPECT_EQ(pairs.call_sequences, (std::vector<int64_t>{2, 2, 1}));
+  EXPECT_EQ(offsets_of(pairs), (Offsets{{0, 10, 20}, {20, 30, 40}, {40, 64}}));
+  const RaggedDocuments single = regrouped(pairs, 1);
+  EXPECT_EQ(single.call_sequences, (std::vector<int64_t>(5, 1)));
+  EXPECT_EQ(offsets_of(single), (Offsets{{0, 10}, {10, 20}, {20, 30}, {30, 40}, {40, 64}}));
+  EXPECT_EQ(offsets_of(regrouped(p, 4)), offsets_of(p));
+  // 22 documents of at most 6 tokens in rows of 64: K = 16 (no more than there are), then the
+  // rest in its binary expansion: 16, 4, 2.
+  std::vector<int32_t> sixes(128);
+  for (int i = 0; i < 128; ++i) sixes[static_cast<size_t>(i)] = i % 64 - i % 64 % 6;
+  const RaggedDocuments m = ragged_documents(sixes.data(), 2, 64);
+  EXPECT_EQ(m.graph, (RaggedGraphShape{8, 16}));
+  EXPECT_EQ(m.call_sequences, (std::vector<int64_t>{16, 4, 2}));
+  EXPECT_EQ(m.call_first, (std::vector<int64_t>{0, 16, 20}));
+  EXPECT_EQ(offsets_of(m).back(), (std::vector<int64_t>{64 + 54, 64 + 60, 128}));
+  // Every document in exactly one call, in order, whatever the count: calls of K while K are
+  // left, then powers of two, each smaller than the one before, none empty.
+  for (int period : {1, 2, 3, 5, 7, 13, 64}) {
+    std::vector<int32_t> docs(256);
+    for (int i = 0; i < 256; ++i) docs[static_cast<size_t>(i)] = i % 64 - i % 64 % period;
+    for (const RaggedDocuments& d : {ragged_documents(docs.data(), 4, 64),
+                                     regrouped(ragged_documents(docs.data(), 4, 64), 1)}) {
+      int64_t next = 0;
+      for (int64_t c = 0; c < d.calls(); ++c) {
+        const int64_t K = d.call_sequences[static_cast<size_t>(c)];
+        EXPECT_EQ(d.call_first[static_cast<size_t>(c)], next) << period;
+        EXPECT_TRUE(K >= 1 && (K & (K - 1)) == 0 && K <= d.graph.sequences) << period;
+        if (c > 0 && d.call_sequences[static_cast<size_t>(c - 1)] < d.graph.sequences) {
+          EXPECT_LT(K, d.call_sequences[static_cast<size_t>(c - 1)]) << period;
+        }
+        next += K;
+      }
+      EXPECT_EQ(next, d.documents) << period;
+      for (int32_t length : d.document_lengths) EXPECT_GT(length, 0) << period;
+    }
+  }
+  for (int64_t bad : {0, 3, 8}) {
+    const std::string e = error_of([&] { regrouped(p, bad); });
+    EXPECT_NE(e.find(std::to_string(bad) + " sequences per graph is not a power of two within the "
+                                           "first choice's 4"),
+              std::string::npos)
+        << e;
+  }
   // A doc_start that breaks the contract names the entry.
   for (const auto& [bad, entry] :
        {std::pair{std::vector<int32_t>{1, 1, 2}, "doc_start[0,0] = 1"},
@@ -368,6 +431,25 @@ TEST(AttentionChoice, RaggedDocumentsFollowTheRows) {
     const std::string e = error_of([&] { ragged_documents(bad.data(), 1, 3); });
     EXPECT_NE(e.find(entry), std::string::npos) << e;
   }
+}
+
+// CudnnAttention's fit of a micro-batch's graph to the workspace prepared at start-up, with
+// cuDNN's figures replaced by a table: K halved until its workspace fits; the first choice where
+// nothing was prepared or where even one sequence per call does not fit.
+TEST(AttentionChoice, SequencesAreHalvedUntilTheWorkspaceFits) {
+  std::vector<int64_t> asked;
+  const auto tiles = [&](int64_t K) {  // one 128 × 128 tile of bf16 scores per sequence
+    asked.push_back(K);
+    return static_cast<size_t>(K) * 128 * 128 * 2;
+  };
+  EXPECT_EQ(sequences_within_workspace(128, 4 * 128 * 128 * 2, tiles), 4);
+  EXPECT_EQ(asked, (std::vector<int64_t>{128, 64, 32, 16, 8, 4, 4}));
+  EXPECT_EQ(sequences_within_workspace(128, 5 * 128 * 128 * 2, tiles), 4);  // powers of two
+  EXPECT_EQ(sequences_within_workspace(8, 8 * 128 * 128 * 2, tiles), 8);    // fits at once
+  asked.clear();
+  EXPECT_EQ(sequences_within_workspace(64, 0, tiles), 64);  // nothing prepared: not asked
+  EXPECT_TRUE(asked.empty());
+  EXPECT_EQ(sequences_within_workspace(64, 100, tiles), 64);  // K = 1 does not fit either
 }
 
 TEST(AttentionChoice, GraphCacheBuildsOncePerShapeAndDirection) {

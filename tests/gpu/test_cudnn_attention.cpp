@@ -21,12 +21,18 @@
 // for the second-order terms. The GEMM path with exact fp32 GEMMs must meet the same bound (it
 // is more accurate). With bf16 storage both paths must give bitwise what fp32 storage gives,
 // rounded once (the backend contract's rounding points).
+// fp16 storage (a graph of its own) rounds P, dS and its results with a finer unit roundoff
+// (2⁻¹¹) but in a narrower range: below 2⁻¹⁴ fp16 is subnormal, with a fixed spacing of 2⁻²⁴. A
+// rounding there errs by up to h = 2⁻²⁵ absolute, so its bound adds h·Σ|operand| over the terms a
+// rounded P or dS multiplies (Σ_j |v_jd| for O, Σ_i |dO_id| for dV, Σ_j |k_jd| for dQ, Σ_i |q_id|
+// for dK) and h for each rounded result (one more per head of a GQA group for dK and dV).
 // clang-format on
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_device_arena.h"
@@ -38,9 +44,10 @@
 namespace zt::gpu_test {
 namespace {
 
-constexpr double kU = 1.0 / 256.0;         // bf16 unit roundoff
-constexpr double kE = 1.0 / 16777216.0;    // fp32 unit roundoff
-constexpr double kSecondOrderSlack = 2.0;  // see the header comment
+constexpr double kU = 1.0 / 256.0;                       // bf16 unit roundoff
+constexpr double kE = 1.0 / 16777216.0;                  // fp32 unit roundoff
+constexpr double kSecondOrderSlack = 2.0;                // see the header comment
+constexpr double kHalfFp16Subnormal = 1.0 / 33554432.0;  // 2⁻²⁵: half fp16's subnormal spacing
 
 std::vector<float> bf16_rounded(std::vector<float> x) {
   for (float& v : x) v = round_to_bf16(v);
@@ -60,7 +67,15 @@ std::vector<float> both_16bit(std::vector<float> x) {
 struct Reference {
   std::vector<double> out, lse, dq, dk, dv;                     // values
   std::vector<double> out_bound, dq_bound, dk_bound, dv_bound;  // allowed |error|
+  // fp16 storage's extra absolute error from its subnormal range (header comment)
+  std::vector<double> out_fp16, dq_fp16, dk_fp16, dv_fp16;
 };
+
+// `bound` + `extra`, elementwise.
+std::vector<double> plus(std::vector<double> bound, const std::vector<double>& extra) {
+  for (size_t i = 0; i < bound.size(); ++i) bound[i] += extra[i];
+  return bound;
+}
 
 // doc_start (empty: none): query i of row b sees keys doc_start[b·T+i] ≤ j ≤ i (backend.h).
 Reference reference(const std::vector<float>& q, const std::vector<float>& k,
@@ -73,6 +88,11 @@ Reference reference(const std::vector<float>& q, const std::vector<float>& k,
   r.dq.assign(q_n, 0), r.dq_bound.assign(q_n, 0);
   r.dk.assign(kv_n, 0), r.dk_bound.assign(kv_n, 0), r.dv.assign(kv_n, 0),
       r.dv_bound.assign(kv_n, 0);
+  // each result rounded once, and under GQA each head's partial of dK and dV too
+  r.out_fp16.assign(q_n, kHalfFp16Subnormal), r.dq_fp16.assign(q_n, kHalfFp16Subnormal);
+  const double kv_roundings = group > 1 ? static_cast<double>(group + 1) : 1.0;
+  r.dk_fp16.assign(kv_n, kv_roundings * kHalfFp16Subnormal);
+  r.dv_fp16.assign(kv_n, kv_roundings * kHalfFp16Subnormal);
   auto qi = [&](int64_t b, int64_t t, int64_t h) { return ((b * s.T + t) * s.H + h) * s.hd; };
   auto ki = [&](int64_t b, int64_t t, int64_t g) { return ((b * s.T + t) * s.Hkv + g) * s.hd; };
   std::vector<double> p(s.T), ds(s.T), ds_err(s.T);
@@ -106,6 +126,7 @@ Reference reference(const std::vector<float>& q, const std::vector<float>& k,
           for (int64_t j = lo; j <= i; ++j) {
             o += p[j] * v[ki(b, j, g) + d];
             abs_o += p[j] * std::fabs(v[ki(b, j, g) + d]);
+            r.out_fp16[qi(b, i, h) + d] += kHalfFp16Subnormal * std::fabs(v[ki(b, j, g) + d]);
           }
           r.out[qi(b, i, h) + d] = o;
           r.out_bound[qi(b, i, h) + d] = p_rel * abs_o + kU * std::fabs(o);
@@ -138,6 +159,9 @@ Reference reference(const std::vector<float>& q, const std::vector<float>& k,
             r.dq_bound[qi(b, i, h) + d] += ds_err[j] * std::fabs(k[kv]);
             r.dk[kv] += ds[j] * qr[d];
             r.dk_bound[kv] += (ds_err[j] + kv_extra * std::fabs(ds[j])) * std::fabs(qr[d]);
+            r.dv_fp16[kv] += kHalfFp16Subnormal * std::fabs(dor[d]);
+            r.dq_fp16[qi(b, i, h) + d] += kHalfFp16Subnormal * std::fabs(k[kv]);
+            r.dk_fp16[kv] += kHalfFp16Subnormal * std::fabs(qr[d]);
           }
         }
       }
@@ -157,10 +181,10 @@ Reference reference(const std::vector<float>& q, const std::vector<float>& k,
     if (!(std::fabs(got[i] - want[i]) <= allowed) && bad++ == 0) first = i;
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << want.size()
-                                       << " elements beyond the bf16 bound (first at " << first
-                                       << ": got " << got[first] << ", reference " << want[first]
-                                       << ", allowed " << kSecondOrderSlack * bound[first] << ")";
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << want.size() << " elements beyond the bound (first at "
+         << first << ": got " << got[first] << ", reference " << want[first] << ", allowed "
+         << kSecondOrderSlack * bound[first] << ")";
 }
 
 struct AttentionRun {
@@ -306,7 +330,8 @@ void check_case(const AttentionShape& s, const std::vector<int32_t>& doc_start =
   }
   // fp16 storage (--activations fp16): the GEMM path likewise gives the fp32-storage run rounded
   // once to fp16; the fused path runs cuDNN's fp16 graph (another SdpaGraphKey::io), whose results
-  // stay within the reference's bounds (derived for bf16's coarser rounding).
+  // stay within the reference's bounds (derived for bf16's coarser rounding) plus the absolute
+  // error of fp16's subnormal range (header comment).
   {
     SCOPED_TRACE("gemm, fp16 storage");
     expect_bitwise(
@@ -317,10 +342,10 @@ void check_case(const AttentionShape& s, const std::vector<int32_t>& doc_start =
     SCOPED_TRACE("fused, fp16 storage");
     const AttentionRun half =
         run_16bit_storage(*fused_backend, DType::kFloat16, q, k, v, dout, ref, s, doc_start);
-    EXPECT_TRUE(within(half.out, ref.out, ref.out_bound, "out"));
-    EXPECT_TRUE(within(half.dq, ref.dq, ref.dq_bound, "dq"));
-    EXPECT_TRUE(within(half.dk, ref.dk, ref.dk_bound, "dk"));
-    EXPECT_TRUE(within(half.dv, ref.dv, ref.dv_bound, "dv"));
+    EXPECT_TRUE(within(half.out, ref.out, plus(ref.out_bound, ref.out_fp16), "out"));
+    EXPECT_TRUE(within(half.dq, ref.dq, plus(ref.dq_bound, ref.dq_fp16), "dq"));
+    EXPECT_TRUE(within(half.dk, ref.dk, plus(ref.dk_bound, ref.dk_fp16), "dk"));
+    EXPECT_TRUE(within(half.dv, ref.dv, plus(ref.dv_bound, ref.dv_fp16), "dv"));
   }
   // The deterministic backward: a second run gives the same bits.
   const AttentionRun again = run(*fused_backend, q, k, v, dout, ref, s, doc_start);
@@ -351,8 +376,8 @@ TEST(CudnnAttention, MatchesReferenceAndGemmPath) {
 // Document masks (the default for packed SFT data) on the fused path: cuDNN's ragged sequences
 // against the reference that runs each document's keys alone and against the GEMM path's masks,
 // in every storage, deterministic. Rows with documents of 5, 8 and 11 tokens (periodic_doc_starts,
-// documents cut by the row ends; padded graphs: 13 documents in graphs of 16 sequences and more),
-// a row of one document beside one-token documents (two calls of a graph of 2 sequences).
+// documents cut by the row ends; calls of several sizes: 13 documents as calls of 8, 4 and 1),
+// a row of one document beside one-token documents (calls of a graph of 2 sequences).
 TEST(CudnnAttention, DocumentMasksMatchReferenceAndGemmPath) {
   if (cuda_compute_capability_major(0) != 9) GTEST_SKIP() << "cuDNN's ragged layout: Hopper only";
   const AttentionShape cases[] = {{2, 37, 4, 2, 16}, {3, 64, 8, 8, 64}, {1, 130, 4, 2, 128}};
@@ -373,11 +398,59 @@ TEST(CudnnAttention, DocumentMasksMatchReferenceAndGemmPath) {
   }
 }
 
+// Micro-batches of 2 rows of 64 whose documents change as a run's do: documents of 6 (22, L = 8),
+// one long document beside 32 pairs (L = 64), 128 one-token documents, then the first two again.
+struct DocumentRound {
+  const char* name;
+  std::vector<int32_t> doc_start;
+};
+std::vector<DocumentRound> changing_document_rounds() {
+  std::vector<int32_t> sixes(128), long_and_pairs(128, 0), single_tokens(128);
+  for (int i = 0; i < 128; ++i) {
+    const int t = i % 64;
+    sixes[static_cast<size_t>(i)] = t - t % 6;
+    long_and_pairs[static_cast<size_t>(i)] = i < 64 ? 0 : t - t % 2;
+    single_tokens[static_cast<size_t>(i)] = t;
+  }
+  return {{"documents of 6", sixes},
+          {"one long beside pairs", long_and_pairs},
+          {"one-token documents", single_tokens},
+          {"documents of 6 again", sixes},
+          {"one long beside pairs again", long_and_pairs}};
+}
+
+// The training run's case through the Backend interface: micro-batches whose documents differ,
+// one after the other on one prepared fused backend (its CudnnAttention, document table and
+// workspace carried from each to the next), each within the bounds of the fp64 reference of its
+// own documents. Where DocumentsChangeFromMicroBatchToMicroBatch shows that a long-lived attention
+// differs from a fresh one, this says which of the two is wrong.
+TEST(CudnnAttention, ChangingDocumentsStayWithinTheReferenceOnOneBackend) {
+  if (cuda_compute_capability_major(0) != 9) GTEST_SKIP() << "cuDNN's ragged layout: Hopper only";
+  const AttentionShape s{2, 64, 4, 2, 32};
+  const int64_t q_n = s.B * s.T * s.H * s.hd, kv_n = s.B * s.T * s.Hkv * s.hd;
+  const auto q = both_16bit(random_floats(q_n, 81, 0.5f)),
+             k = both_16bit(random_floats(kv_n, 82, 0.5f)), v = both_16bit(random_floats(kv_n, 83)),
+             dout = both_16bit(random_floats(q_n, 84));
+  auto backend = backend_with(AttentionKernel::kFused, s);
+  backend->prepare_fused_attention(s, DType::kFloat32, true, /*document_masks=*/true);
+  for (const auto& [name, docs] : changing_document_rounds()) {
+    SCOPED_TRACE(name);
+    const Reference ref = reference(q, k, v, dout, s, docs);
+    const AttentionRun got = run(*backend, q, k, v, dout, ref, s, docs);
+    EXPECT_TRUE(within(got.out, ref.out, ref.out_bound, "out"));
+    EXPECT_TRUE(within(got.dq, ref.dq, ref.dq_bound, "dq"));
+    EXPECT_TRUE(within(got.dk, ref.dk, ref.dk_bound, "dk"));
+    EXPECT_TRUE(within(got.dv, ref.dv, ref.dv_bound, "dv"));
+  }
+}
+
 // One CudnnAttention over micro-batches whose documents differ, as a run meets them: prepare()
-// takes the workspace of the largest ragged graph, the others are built on first use and fit in
-// it; the table of each micro-batch replaces the last one's (a recomputed forward reuses it); a
-// micro-batch without documents runs the plain graph. Each output is checked against a fresh
-// CudnnAttention given only that micro-batch.
+// takes the workspace of the largest ragged graph and every other graph runs within it (K halved
+// where cuDNN's tiles would need more: 128 one-token documents); the table of each micro-batch
+// replaces the last one's (a recomputed forward reuses it); a micro-batch without documents runs
+// the plain graph. Each output is checked against a fresh, prepared CudnnAttention given only
+// that micro-batch, and again after the shared one's workspace was filled with 0xff bytes: no
+// result may depend on what the workspace held.
 TEST(CudnnAttention, DocumentsChangeFromMicroBatchToMicroBatch) {
   if (cuda_compute_capability_major(0) != 9) GTEST_SKIP() << "cuDNN's ragged layout: Hopper only";
   const AttentionShape s{2, 64, 4, 2, 32};
@@ -399,24 +472,32 @@ TEST(CudnnAttention, DocumentsChangeFromMicroBatchToMicroBatch) {
       return std::vector<std::vector<float>>{out.download(), lse.download(), dq.download(),
                                              dk.download(), dv.download()};
     };
-    std::vector<int32_t> many(128), one_long(128, 0), tiny(128);
-    for (int i = 0; i < 128; ++i) {
-      const int t = i % 64;
-      many[static_cast<size_t>(i)] = t - t % 6;                   // 22 documents, L = 8
-      one_long[static_cast<size_t>(i)] = i < 64 ? 0 : t - t % 2;  // L = 64 beside 32 pairs
-      tiny[static_cast<size_t>(i)] = t;                           // 128 one-token documents
-    }
+    const char* tensor_names[] = {"out", "lse", "dq", "dk", "dv"};
+    const auto expect_same = [&](const std::vector<std::vector<float>>& got,
+                                 const std::vector<std::vector<float>>& want) {
+      for (size_t t = 0; t < got.size(); ++t)
+        EXPECT_TRUE(bitwise_equal(got[t], want[t], tensor_names[t]));
+    };
     cuda::CudnnAttention attention(stream);
     attention.prepare(s, DType::kFloat32, true, /*document_masks=*/true);
     const int64_t prepared = attention.workspace_bytes();
     EXPECT_EQ(attention.graphs_built(), 4);  // plain and largest ragged, both directions
-    for (const auto* docs : {&many, &one_long, &tiny, &many, &one_long}) {
-      const auto got = pass(attention, *docs);
+    for (const auto& [name, docs] : changing_document_rounds()) {
+      SCOPED_TRACE(name);
+      const auto got = pass(attention, docs);
       cuda::CudnnAttention alone(stream);
-      const auto want = pass(alone, *docs);
-      for (size_t t = 0; t < got.size(); ++t) EXPECT_TRUE(bitwise_equal(got[t], want[t], "tensor"));
+      alone.prepare(s, DType::kFloat32, true, /*document_masks=*/true);
+      {
+        SCOPED_TRACE("against a fresh CudnnAttention");
+        expect_same(got, pass(alone, docs));
+      }
+      attention.fill_workspace(0xff);
+      {
+        SCOPED_TRACE("after the workspace was filled with 0xff bytes");
+        expect_same(pass(attention, docs), got);
+      }
+      EXPECT_EQ(attention.workspace_bytes(), prepared);
     }
-    EXPECT_EQ(attention.workspace_bytes(), prepared);
     const int64_t built = attention.graphs_built();
     pass(attention, {});  // the plain graph, prepared already
     EXPECT_EQ(attention.graphs_built(), built);

@@ -10,10 +10,12 @@
 #include <cudnn.h>
 
 #include <cudnn_frontend.h>
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_attention_staging.h"
@@ -252,10 +254,10 @@ void* io_input(DeviceArena& arena, ConstTensorView src, DType io, int64_t n, cud
   return const_cast<void*>(staged_input(arena, src, io, n, stream));
 }
 
-// The documents' per-sequence inputs in device memory, for each call of the graph: int64 element
-// offsets of the q-like, kv-like and statistics tensors ([K + 1] each) and the int32 lengths ([K]),
-// every array starting at a 16-byte boundary (cuDNN's default tensor alignment). One block,
-// uploaded once per micro-batch and attention shape.
+// The documents' per-sequence inputs in device memory, for each call (RaggedDocuments, K its own):
+// int64 element offsets of the q-like, kv-like and statistics tensors ([K + 1] each) and the int32
+// lengths ([K]), every array starting at a 16-byte boundary (cuDNN's default tensor alignment). One
+// block, uploaded once per micro-batch and attention shape.
 class RaggedTable {
  public:
   ~RaggedTable() { cudaFree(device_); }
@@ -264,22 +266,28 @@ class RaggedTable {
   // call.
   void upload(const RaggedDocuments& docs, const AttentionShape& s, cudaStream_t stream) {
     if (uploaded_ && uploaded_for_ == s) return;
-    const int64_t K = docs.graph.sequences;
-    offsets_stride_ = (K + 2) / 2 * 2;  // K + 1 int64, rounded up to 16 bytes
-    lengths_stride_ = (K + 3) / 4 * 4;  // K int32, likewise
-    call_bytes_ =
-        static_cast<size_t>(3 * offsets_stride_) * 8 + static_cast<size_t>(lengths_stride_) * 4;
-    host_.assign(call_bytes_ * static_cast<size_t>(docs.calls), 0);
-    for (int64_t c = 0; c < docs.calls; ++c) {
-      unsigned char* call = host_.data() + static_cast<size_t>(c) * call_bytes_;
-      auto* offsets = reinterpret_cast<int64_t*>(call);
-      auto* lengths = reinterpret_cast<int32_t*>(offsets + 3 * offsets_stride_);
-      for (int64_t k = 0; k <= K; ++k) {
-        const int64_t token = docs.token_offsets[static_cast<size_t>(c * (K + 1) + k)];
-        offsets[k] = token * s.H * s.hd;
-        offsets[offsets_stride_ + k] = token * s.Hkv * s.hd;
-        offsets[2 * offsets_stride_ + k] = token * s.H;
-        if (k < K) lengths[k] = docs.lengths[static_cast<size_t>(c * K + k)];
+    calls_.clear();
+    size_t bytes = 0;
+    for (int64_t c = 0; c < docs.calls(); ++c) {
+      const int64_t K = docs.call_sequences[static_cast<size_t>(c)];
+      const int64_t offsets_stride = (K + 2) / 2 * 2;  // K + 1 int64, rounded up to 16 bytes
+      const int64_t lengths_stride = (K + 3) / 4 * 4;  // K int32, likewise
+      calls_.push_back({bytes, offsets_stride});
+      bytes +=
+          static_cast<size_t>(3 * offsets_stride) * 8 + static_cast<size_t>(lengths_stride) * 4;
+    }
+    host_.assign(bytes, 0);
+    for (int64_t c = 0; c < docs.calls(); ++c) {
+      const CallBlock& block = calls_[static_cast<size_t>(c)];
+      auto* offsets = reinterpret_cast<int64_t*>(host_.data() + block.offset);
+      auto* lengths = reinterpret_cast<int32_t*>(offsets + 3 * block.offsets_stride);
+      const std::vector<int64_t> tokens = docs.call_token_offsets(c);
+      const auto first = static_cast<size_t>(docs.call_first[static_cast<size_t>(c)]);
+      for (size_t k = 0; k < tokens.size(); ++k) {
+        offsets[k] = tokens[k] * s.H * s.hd;
+        offsets[block.offsets_stride + static_cast<int64_t>(k)] = tokens[k] * s.Hkv * s.hd;
+        offsets[2 * block.offsets_stride + static_cast<int64_t>(k)] = tokens[k] * s.H;
+        if (k + 1 < tokens.size()) lengths[k] = docs.document_lengths[first + k];
       }
     }
     if (host_.size() > capacity_) {
@@ -296,18 +304,22 @@ class RaggedTable {
   void invalidate() { uploaded_ = false; }
   // The ragged graph's extra inputs for call `c`.
   void add_to(std::unordered_map<int64_t, void*>& pack, int64_t c) const {
-    auto* offsets = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(device_) +
-                                               static_cast<size_t>(c) * call_bytes_);
+    const CallBlock& block = calls_.at(static_cast<size_t>(c));
+    auto* offsets = reinterpret_cast<int64_t*>(static_cast<unsigned char*>(device_) + block.offset);
     pack[kQOffsets] = offsets;
-    pack[kKvOffsets] = offsets + offsets_stride_;
-    pack[kStatsOffsets] = offsets + 2 * offsets_stride_;
-    pack[kSeqLenQ] = pack[kSeqLenKv] = offsets + 3 * offsets_stride_;
+    pack[kKvOffsets] = offsets + block.offsets_stride;
+    pack[kStatsOffsets] = offsets + 2 * block.offsets_stride;
+    pack[kSeqLenQ] = pack[kSeqLenKv] = offsets + 3 * block.offsets_stride;
   }
 
  private:
+  struct CallBlock {
+    size_t offset;           // bytes from the table's start (a multiple of 16)
+    int64_t offsets_stride;  // elements of each offsets array
+  };
   void* device_ = nullptr;  // cudaMalloc: 256-byte aligned
-  size_t capacity_ = 0, call_bytes_ = 0;
-  int64_t offsets_stride_ = 0, lengths_stride_ = 0;
+  size_t capacity_ = 0;
+  std::vector<CallBlock> calls_;
   std::vector<unsigned char> host_;
   bool uploaded_ = false;
   AttentionShape uploaded_for_;
@@ -324,8 +336,13 @@ struct CudnnAttention::Impl {
   // backward's is large: it keeps dP as B·H·T² bf16.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  // The micro-batch's documents (set_documents), and their device table.
+  // The workspace prepare() allocated (0: none prepared) and whether it planned the backward.
+  size_t prepared_workspace = 0;
+  bool prepared_backward = false;
+  // The micro-batch's documents (set_documents), whether their K was fitted to the prepared
+  // workspace (fit_documents), and their device table.
   std::optional<RaggedDocuments> documents;
+  bool documents_fitted = false;
   RaggedTable table;
 
   void* workspace_for(const SdpaGraphKey& key, const BuiltGraph& built) {
@@ -355,6 +372,30 @@ struct CudnnAttention::Impl {
     });
   }
 
+  // Once per micro-batch: halves the documents' K (ragged_graph_shape's first choice) until the
+  // graphs that need the most workspace, the backward ones in training (those of every call the
+  // grouping makes: K and the smaller powers of two of the rest), fit the workspace prepare()
+  // allocated, as cuDNN reports it; so that a micro-batch of many short documents (whose scores
+  // cuDNN pads to its tiles) runs more calls instead of growing the workspace mid-run. Without a
+  // prepared workspace, or where K = 1 does not fit either, the first choice stays and the
+  // workspace grows at the call.
+  void fit_documents(const AttentionShape& s, DType io, bool backward) {
+    if (documents_fitted) return;
+    SdpaGraphKey probe{s, backward || prepared_backward, io, documents->graph};
+    const auto most_workspace = [&](int64_t K) {
+      size_t most = 0;
+      for (int64_t sequences : regrouped(*documents, K).call_sequences) {
+        probe.ragged.sequences = sequences;
+        most = std::max(most, static_cast<size_t>(std::max<int64_t>(graph(probe).workspace, 0)));
+      }
+      return most;
+    };
+    const int64_t K =
+        sequences_within_workspace(documents->graph.sequences, prepared_workspace, most_workspace);
+    if (K != documents->graph.sequences) documents = regrouped(std::move(*documents), K);
+    documents_fitted = true;  // only once every probe was built (a refusal throws before)
+  }
+
   // The graph key of a call: the documents' ragged layout when the call has document masks.
   SdpaGraphKey key_for(const AttentionShape& s, bool backward, DType io, bool with_documents) {
     ZT_CHECK(s.scores.softcap <= 0.0f && s.scores.window == 0,
@@ -369,6 +410,7 @@ struct CudnnAttention::Impl {
              "fused attention with document masks: the documents were set for B=" +
                  std::to_string(documents->B) + " T=" + std::to_string(documents->T) +
                  ", the call has " + describe(s));
+    fit_documents(s, io, backward);
     table.upload(*documents, s, stream);
     return {s, backward, io, documents->graph};
   }
@@ -381,15 +423,34 @@ struct CudnnAttention::Impl {
     check_fused_attention_fits(key, staging, region.capacity() - region.used());
   }
 
-  // One call: the graph (built on first use), the fit check and cuDNN's workspace before
+  // The key of call `c` of the documents' calls: the call's own K.
+  SdpaGraphKey call_key(const SdpaGraphKey& key, int64_t c) const {
+    SdpaGraphKey k = key;
+    k.ragged.sequences = documents->call_sequences[static_cast<size_t>(c)];
+    return k;
+  }
+  // Every graph the call of `key` runs (one, or one per K of the documents' calls), each built on
+  // first use and within cuDNN's workspace, before anything is enqueued; the workspace.
+  void* prepare_graphs(const SdpaGraphKey& key) {
+    if (!ragged(key)) {
+      workspace_for(key, graph(key));
+    } else {
+      for (int64_t c = 0; c < documents->calls(); ++c) {
+        const SdpaGraphKey k = call_key(key, c);
+        workspace_for(k, graph(k));
+      }
+    }
+    return workspace;
+  }
+
+  // One call: the graphs (built on first use), the fit check and cuDNN's workspace before
   // anything is enqueued, then the staging in the scratch (returned when the call ends) with the
   // statistics' block.
   struct Call {
     Call(Impl& impl, DeviceArena& arena, const SdpaGraphKey& key, DType storage)
         : impl(impl),
           key(key),
-          built(impl.graph(key)),
-          workspace((check_fits(arena, key, storage), impl.workspace_for(key, built))),
+          workspace((check_fits(arena, key, storage), impl.prepare_graphs(key))),
           scope(arena),
           q_n(key.shape.B * key.shape.T * key.shape.H * key.shape.hd),
           kv_n(key.shape.B * key.shape.T * key.shape.Hkv * key.shape.hd),
@@ -398,15 +459,15 @@ struct CudnnAttention::Impl {
     // for a ragged graph, added here): once, or once per call of the documents' sequences.
     void execute(std::unordered_map<int64_t, void*> pack) {
       pack[kStats] = stats;
-      const int64_t calls = ragged(key) ? impl.documents->calls : 1;
+      const int64_t calls = ragged(key) ? impl.documents->calls() : 1;
       for (int64_t c = 0; c < calls; ++c) {
+        const SdpaGraphKey k = ragged(key) ? impl.call_key(key, c) : key;
         if (ragged(key)) impl.table.add_to(pack, c);
-        check_frontend(built.graph->execute(impl.handle, pack, workspace), key, "execute");
+        check_frontend(impl.graph(k).graph->execute(impl.handle, pack, workspace), k, "execute");
       }
     }
     Impl& impl;
     const SdpaGraphKey key;
-    BuiltGraph& built;
     void* workspace;
     const ArenaScope scope;
     const int64_t q_n, kv_n;
@@ -433,6 +494,7 @@ CudnnAttention::~CudnnAttention() {
 
 void CudnnAttention::set_documents(const int32_t* host_doc_start, int64_t B, int64_t T) {
   impl_->table.invalidate();
+  impl_->documents_fitted = false;
   if (host_doc_start == nullptr) {
     impl_->documents.reset();
     return;
@@ -457,6 +519,13 @@ void CudnnAttention::prepare(const AttentionShape& shape, DType storage, bool wi
   // complete at start-up (scratch_bytes), and a workspace that cannot be had is a refusal here
   // rather than an error at the first step.
   for (const SdpaGraphKey& key : keys) impl_->workspace_for(key, impl_->graph(key));
+  impl_->prepared_workspace = impl_->workspace_bytes;
+  impl_->prepared_backward = impl_->prepared_backward || with_backward;
+}
+
+void CudnnAttention::fill_workspace(unsigned char byte) {
+  if (impl_->workspace_bytes > 0)
+    ZT_CUDA_CHECK(cudaMemsetAsync(impl_->workspace, byte, impl_->workspace_bytes, impl_->stream));
 }
 
 int64_t CudnnAttention::graphs_built() const {

@@ -19,10 +19,12 @@
 // ragged (THD) layout, read in place through per-sequence element offsets, with the padding mask
 // giving each its length and the causal mask applied within it (RaggedDocuments; Hopper only). A
 // graph takes K sequences of at most L tokens (powers of two, K·L² within the plain graph's B·T²,
-// so that the deterministic backward's dP fits the workspace planned at start-up); a micro-batch
-// with more documents runs it several times. The statistics are token-major there and transposed
-// to the model's lse. set_documents gives the micro-batch's documents (host memory) before its
-// calls; the first call with documents uploads their offsets (16-byte aligned arrays).
+// K halved further until cuDNN's workspace for it fits the one prepare() planned at start-up:
+// fit_documents); a micro-batch with more documents runs it several times, and the rest in
+// graphs of smaller powers of two, no sequence empty (RaggedDocuments). The statistics are
+// token-major there and transposed to the model's lse. set_documents gives the micro-batch's
+// documents (host memory) before its calls; the first call with documents uploads their offsets
+// (16-byte aligned arrays).
 //
 // Graphs are built once per key (shape, direction, storage, ragged K and L: SdpaGraphKey) and
 // cached; a training run without documents builds two, one with them a few more (one per K and L
@@ -74,6 +76,10 @@ class CudnnAttention {
   // with the largest workspace (L = T), whose workspace every other ragged graph fits in.
   void prepare(const AttentionShape& shape, DType storage, bool with_backward = true,
                bool document_masks = false);
+
+  // Fills the cuDNN workspace held with `byte`, on the stream (nothing when none is held): what a
+  // test uses to show that no result depends on what the workspace held before a call.
+  void fill_workspace(unsigned char byte);
 
   int64_t graphs_built() const;
   // Bytes of cuDNN workspace held (sized for the largest graph prepared or run so far).
