@@ -148,11 +148,13 @@ TEST_F(CudaKernels, GluForwardBackward) {
 }
 
 // Forward copies rows; backward sums each id's rows in token order and adds the sum once, like
-// the CPU: both bitwise equal, repeats (few distinct ids) and many distinct ids alike, and rows
-// wider than the block (several columns per thread).
+// the CPU: both bitwise equal, repeats (few distinct ids, long runs of one id) and many distinct
+// ids alike, and rows wider than the block (several columns per thread). The sorted kernel runs
+// every shape but the last, whose 600,000 positions' sort does not fit the reduction scratch, so
+// the scan kernel runs it.
 TEST_F(CudaKernels, EmbeddingForwardBackwardBitwise) {
-  const int64_t shapes[][3] = {
-      {1, 3, 5}, {37, 64, 7}, {300, 130, 50}, {1000, 33, 5000}, {70, 4100, 9}};
+  const int64_t shapes[][3] = {{1, 3, 5},     {37, 64, 7},   {300, 130, 50}, {1000, 33, 5000},
+                               {70, 4100, 9}, {4096, 96, 3}, {600000, 3, 50}};
   for (const auto& s : shapes) {
     const int64_t n = s[0], D = s[1];
     const int32_t V = static_cast<int32_t>(s[2]);
@@ -303,6 +305,33 @@ TEST_F(CudaKernels, CrossEntropyIgnoredTargetHasNoLossAndNoGradient) {
   for (int j = 0; j < 10; ++j) EXPECT_EQ(dlogits[static_cast<size_t>(j)], 0.0f) << j;
 }
 
+// A NaN logit makes its row's loss and gradient NaN (never a finite loss that hides it), where a
+// thread folds consecutive logits (V = 2048: aligned rows of whole chunks) and logits blockDim
+// apart (V = 2049): row 0 has it among finite logits; row 1 beside −∞ only in its group in either
+// layout (elements 1..7, and 256·k for k = 1..7), where fmaxf alone would pass over it; row 2
+// stays finite.
+TEST_F(CudaKernels, CrossEntropyNaNLogitIsNaNLoss) {
+  for (int64_t V : {2048, 2049}) {
+    SCOPED_TRACE("V=" + std::to_string(V));
+    std::vector<float> logits = random_floats(3 * V, 16);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float minus_inf = -std::numeric_limits<float>::infinity();
+    logits[37] = nan;
+    for (int64_t j = 1; j < 8; ++j) logits[V + j] = logits[V + 256 * j] = minus_inf;
+    logits[V] = nan;
+    DeviceBuffer<float> d_logits(logits), d_losses(3), d_dlogits(3 * V);
+    DeviceBuffer<int32_t> d_targets(std::vector<int32_t>{3, 50, 5});
+    gpu_->cross_entropy(d_losses.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), 3, V,
+                        1.0f);
+    const auto losses = d_losses.download();
+    const auto dlogits = d_dlogits.download();
+    EXPECT_TRUE(std::isnan(losses[0])) << losses[0];
+    EXPECT_TRUE(std::isnan(losses[1])) << losses[1];
+    EXPECT_TRUE(std::isfinite(losses[2])) << losses[2];
+    EXPECT_TRUE(std::isnan(dlogits[static_cast<size_t>(V) + 50])) << "row 1's gradient";
+  }
+}
+
 TEST_F(CudaKernels, CrossEntropyBadTargetIsNaN) {
   const std::vector<float> logits = random_floats(2 * 10, 16);
   DeviceBuffer<float> d_logits(logits), d_losses(2), d_dlogits(20);
@@ -336,6 +365,25 @@ TEST_F(CudaKernels, AdamWMatchesCpuBitwise) {
       EXPECT_TRUE(bitwise_equal(d_v.download(), v, "v"));
       EXPECT_TRUE(bitwise_equal(d_f32.download(), out_f32, "fp32 params"));
       EXPECT_TRUE(bitwise_equal(d_bf16.download(), out_bf16, "bf16 params"));
+      // A shard that starts one element into its buffers (not 16-byte aligned): element by
+      // element, the same bits; fp32 params only (the bf16 copy's own alignment is covered above).
+      const auto shifted = [](const std::vector<float>& x) {
+        std::vector<float> out(x.size() + 1, 0.0f);
+        std::copy(x.begin(), x.end(), out.begin() + 1);
+        return out;
+      };
+      DeviceBuffer<float> s_master(shifted(master0)), s_m(shifted(m0)), s_v(shifted(v0)),
+          s_grad(shifted(grad)), s_f32(n + 1);
+      gpu_->adamw(s_master.get() + 1, s_m.get() + 1, s_v.get() + 1, s_grad.get() + 1, nullptr,
+                  s_f32.get() + 1, n, h);
+      const auto past_first = [](std::vector<float> x) {
+        x.erase(x.begin());
+        return x;
+      };
+      EXPECT_TRUE(bitwise_equal(past_first(s_master.download()), master, "master, unaligned"));
+      EXPECT_TRUE(bitwise_equal(past_first(s_f32.download()), out_f32, "fp32 params, unaligned"));
+      EXPECT_TRUE(bitwise_equal(past_first(s_m.download()), m, "m, unaligned"));
+      EXPECT_TRUE(bitwise_equal(past_first(s_v.download()), v, "v, unaligned"));
     }
   }
 }

@@ -499,9 +499,20 @@ void CudaBackend::embedding_forward(TensorView x, const int32_t* tokens, ConstTe
   launch_embedding_forward(x, tokens, table, n, D, state_->stream);
 }
 
+// The sorted kernel where its scratch fits the reduction region (every micro-batch of up to about
+// half a million tokens), else the scan kernel; both give the CPU's bits.
 void CudaBackend::embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens,
                                      int64_t n, int64_t D) {
-  launch_embedding_backward(dtable, dx, tokens, n, D, state_->stream);
+  if (n == 0 || D == 0) return;
+  const ArenaScope scope(*state_->arena);
+  const BumpRegion& region = state_->arena->region(ScratchCategory::kReduction);
+  const size_t need = embedding_sort_scratch_bytes(n);
+  if (need + kArenaAlignment > region.capacity() - region.used()) {
+    launch_embedding_backward(dtable, dx, tokens, n, D, state_->stream);
+    return;
+  }
+  void* scratch = state_->arena->allocate_bytes(ScratchCategory::kReduction, need);
+  launch_embedding_backward_sorted(dtable, dx, tokens, n, D, scratch, need, state_->stream);
 }
 
 void CudaBackend::cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,

@@ -107,6 +107,14 @@ inline bool aligned16(std::initializer_list<const void*> pointers) {
   return true;
 }
 
+// 16-byte accesses along rows of D elements: whole chunks per row and every tensor of the call
+// aligned. For for_row's callers which positions a thread sums, and in which order, does not
+// depend on it; the cross-entropy groups its logits otherwise when chunked (cuda_cross_entropy.cu),
+// so its bits depend on the alignment, which the device arena fixes for a run.
+inline bool chunked_rows(int64_t D, std::initializer_list<const void*> pointers) {
+  return D % kChunk == 0 && aligned16(pointers);
+}
+
 // Enqueues op over n elements, chunked when `chunkable` (the op's own condition) and every
 // pointer in `pointers` is 16-byte aligned; a failed launch is a zt::Error naming `name`.
 template <typename Op>

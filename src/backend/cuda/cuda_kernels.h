@@ -45,12 +45,11 @@ void launch_glu_backward(TensorView dgate, TensorView dup, ConstTensorView dh, C
                          ConstTensorView up, int64_t n, GluActivation act, cudaStream_t stream);
 void launch_embedding_forward(TensorView x, const int32_t* tokens, ConstTensorView table, int64_t n,
                               int64_t D, cudaStream_t stream);
+// The scan kernel: O(n · distinct ids) comparisons, no scratch (micro-batches whose sort does not
+// fit the reduction scratch).
 void launch_embedding_backward(float* dtable, ConstTensorView dx, const int32_t* tokens, int64_t n,
                                int64_t D, cudaStream_t stream);
-// dlogits may alias logits (then both have its type).
-void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
-                          const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                          float softcap, cudaStream_t stream);
+
 // y[M,N] += b[N] (b may be stored in another type than y).
 void launch_bias_forward(TensorView y, ConstTensorView b, int64_t M, int64_t N,
                          cudaStream_t stream);
@@ -64,6 +63,21 @@ void launch_softcap(TensorView y, float c, int64_t n, cudaStream_t stream);  // 
 // (backend/dropout_hash.h).
 void launch_dropout(TensorView y, ConstTensorView x, int64_t n, uint64_t first_element, float p,
                     uint64_t stream_key, cudaStream_t stream);
+
+// ---- cuda_cross_entropy.cu ----
+// dlogits may alias logits (then both have its type).
+void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
+                          const int32_t* targets, int64_t M, int64_t V, float grad_scale,
+                          float softcap, cudaStream_t stream);
+
+// ---- cuda_embedding_sort.cu ----
+// The embedding backward over positions sorted by id (CUB's radix sort), the CPU's order: the same
+// bits as launch_embedding_backward. Takes embedding_sort_scratch_bytes(n) of 256-byte aligned
+// device scratch.
+size_t embedding_sort_scratch_bytes(int64_t n);
+void launch_embedding_backward_sorted(float* dtable, ConstTensorView dx, const int32_t* tokens,
+                                      int64_t n, int64_t D, void* scratch, size_t scratch_bytes,
+                                      cudaStream_t stream);
 
 // ---- cuda_dora.cu (backend.h's DoRA ops) ----
 void launch_dora_weight_norms(float* norms, ConstTensorView w, ConstTensorView b, ConstTensorView a,

@@ -1,6 +1,7 @@
 // CUDA backend: RMSNorm and rotary position embedding, forward and backward side by side.
 // Activations and the norm weight in either storage type (cuda_storage.cuh): read widened,
 // computed in fp32, each output rounded once.
+#include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 
@@ -99,8 +100,10 @@ struct RmsnormDgTerm {
 // x1 = x[2i], x2 = x[2i + 1], one pair per thread, never chunked). The explicit
 // _rn intrinsics keep nvcc from fusing into FMAs, so the result is the CPU's bit for bit (same
 // table, same unfused fp32 operations). A chunk (cuda_elementwise.cuh) is kChunk consecutive i of
-// one head, which needs r/2 and hd to be multiples of kChunk.
-template <typename A>
+// one head, which needs r/2 and hd to be multiples of kChunk. Index: the type a pair's position
+// is taken apart in, 32-bit where every pair's index fits (divisions by H, T and r/2 are several
+// times cheaper than 64-bit ones), else 64-bit.
+template <typename A, typename Index>
 struct RopeRotate {
   A* x;
   const float* cos_table;
@@ -111,9 +114,13 @@ struct RopeRotate {
   const int32_t* doc_start;  // null: position t
   template <typename At>
   __device__ void operator()(At at) const {
-    const int64_t i = at.first % half;
-    const int64_t bth = at.first / half;                                     // (b·T + t)·H + h
-    const int64_t t = (bth / H) % T - (doc_start ? doc_start[bth / H] : 0);  // the position
+    const auto first = static_cast<Index>(at.first);
+    const auto i = static_cast<int64_t>(first % static_cast<Index>(half));
+    const Index head = first / static_cast<Index>(half);  // (b·T + t)·H + h
+    const Index row = head / static_cast<Index>(H);       // b·T + t
+    const int64_t t = static_cast<int64_t>(row % static_cast<Index>(T)) -
+                      (doc_start ? doc_start[row] : 0);  // the position
+    const auto bth = static_cast<int64_t>(head);
     const At here{0};
     A* x1 = x + bth * hd + i * step;  // chunks only with step 1: consecutive pairs
     float a[At::kCount], b[At::kCount], c[At::kCount], s[At::kCount];
@@ -133,11 +140,6 @@ struct RopeRotate {
   }
 };
 
-// 16-byte accesses along the rows: whole chunks per row and every tensor of the call aligned
-// (which positions a thread sums, and in which order, does not depend on it: for_row).
-bool chunked_rows(int64_t D, std::initializer_list<const void*> pointers) {
-  return D % kChunk == 0 && aligned16(pointers);
-}
 }  // namespace
 
 void launch_rmsnorm_forward(TensorView y, float* rstd, ConstTensorView x, ConstTensorView g,
@@ -187,13 +189,20 @@ void launch_rope(TensorView x, const float* cos_table, const float* sin_table, i
                  int64_t H, int64_t hd, int64_t rotated, int64_t step, int64_t partner,
                  float sin_sign, const int32_t* doc_start, cudaStream_t stream) {
   const int64_t half = rotated / 2, pairs = B * T * H * half;
+  const bool chunkable = step == 1 && half % kChunk == 0 && hd % kChunk == 0;
   with_storage(x.dtype, "rope x", [&](auto tag) {
     using A = std::remove_pointer_t<decltype(tag)>;
-    launch_elementwise("rope",
-                       RopeRotate<A>{typed<A>(x), cos_table, sin_table, T, H, half, hd, step,
-                                     partner, sin_sign, doc_start},
-                       pairs, {x.data, cos_table, sin_table}, stream,
-                       step == 1 && half % kChunk == 0 && hd % kChunk == 0);
+    const auto launch = [&](auto index) {
+      using Index = decltype(index);
+      launch_elementwise("rope",
+                         RopeRotate<A, Index>{typed<A>(x), cos_table, sin_table, T, H, half, hd,
+                                              step, partner, sin_sign, doc_start},
+                         pairs, {x.data, cos_table, sin_table}, stream, chunkable);
+    };
+    if (pairs <= static_cast<int64_t>(UINT32_MAX))
+      launch(uint32_t{});
+    else
+      launch(uint64_t{});
   });
 }
 

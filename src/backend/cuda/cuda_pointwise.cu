@@ -99,7 +99,8 @@ __global__ void embedding_forward_kernel(A* x, const int32_t* tokens, const W* t
 // holding columns t, t + blockDim, ... (at most kEmbeddingColumnsPerThread of them). After the
 // last tile each sum is added into dtable[v] once. Every element is therefore the sum over
 // positions in position order, from zero, added once — the CPU backend's order, so the results
-// are bitwise equal. Cost O(n · distinct ids) id comparisons (L2-resident).
+// are bitwise equal. Cost O(n · distinct ids) id comparisons (L2-resident): the backend runs it
+// only where the sorted kernel's scratch does not fit (cuda_embedding_sort.cu).
 constexpr int kEmbeddingColumnsPerThread = 64;  // D ≤ 64·kRowThreads = 16384
 
 template <typename A>
@@ -149,107 +150,6 @@ __global__ void embedding_backward_kernel(float* dtable, const A* dx, const int3
   for (int c = 0; c < kEmbeddingColumnsPerThread; ++c) {
     const int64_t d = threadIdx.x + static_cast<int64_t>(c) * blockDim.x;
     if (d < D) row[d] += sum[c];
-  }
-}
-
-// ---- fused softmax + cross-entropy ----
-// Online (max, Σ exp) pair: merging (m1, s1) and (m2, s2) gives (m, s1·e^(m1−m) + s2·e^(m2−m)).
-struct MaxSum {
-  float max;
-  double sum;
-};
-
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  if (b.sum == 0.0) return a;
-  if (a.sum == 0.0) return b;
-  const float m = fmaxf(a.max, b.max);
-  return {m, a.sum * static_cast<double>(expf(a.max - m)) +
-                 b.sum * static_cast<double>(expf(b.max - m))};
-}
-
-__device__ MaxSum block_max_sum(MaxSum value) {
-  __shared__ float maxes[kWarpSize];
-  __shared__ double sums[kWarpSize];
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    const MaxSum other{__shfl_xor_sync(0xffffffffu, value.max, offset),
-                       __shfl_xor_sync(0xffffffffu, value.sum, offset)};
-    value = merge(value, other);
-  }
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  if (lane == 0) {
-    maxes[warp] = value.max;
-    sums[warp] = value.sum;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const bool present = lane < static_cast<int>(blockDim.x) / kWarpSize;
-    value = present ? MaxSum{maxes[lane], sums[lane]} : MaxSum{-INFINITY, 0.0};
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-      const MaxSum other{__shfl_xor_sync(0xffffffffu, value.max, offset),
-                         __shfl_xor_sync(0xffffffffu, value.sum, offset)};
-      value = merge(value, other);
-    }
-    if (lane == 0) {
-      maxes[0] = value.max;
-      sums[0] = value.sum;
-    }
-  }
-  __syncthreads();
-  return {maxes[0], sums[0]};
-}
-
-// One block per row: lse = max + log Σ exp(x − max) (one online pass), loss = lse − x[target];
-// dlogits = (exp(x − max)/Σ − [j = target])·grad_scale. Every read of the row (the target logit
-// included) happens before the block-wide reduction, every write after it, so dlogits may alias
-// logits. An ignored target (kIgnoredTarget) gives loss 0 and a zero dlogits row; any other
-// out-of-range target a NaN loss and a NaN dlogits row. softcap c > 0: x holds soft-capped logits
-// s = c·tanh(z/c), and each dlogits element is also multiplied by 1 − (s/c)² (the gradient with
-// respect to z).
-template <typename A>
-__global__ void cross_entropy_kernel(float* losses, A* dlogits, const A* logits,
-                                     const int32_t* targets, int64_t V, float grad_scale,
-                                     float softcap) {
-  const int64_t row = blockIdx.x;
-  const A* x = logits + row * V;
-  const int32_t target = targets[row];
-  if (target == kIgnoredTarget) {  // uniform across the block: every thread returns here
-    if (threadIdx.x == 0) losses[row] = 0.0f;
-    if (dlogits != nullptr)
-      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) store(dlogits + row * V, j, 0.0f);
-    return;
-  }
-  const bool valid = target >= 0 && target < V;
-  const float target_logit = valid ? load(x, target) : NAN;
-  MaxSum local{-INFINITY, 0.0};
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float value = load(x, j);
-    if (value == -INFINITY) continue;  // adds e^−∞ = 0; two in a row would make e^(−∞+∞) = NaN
-    if (local.sum == 0.0) {
-      local = {value, 1.0};
-    } else if (value > local.max) {
-      local.sum = local.sum * static_cast<double>(expf(local.max - value)) + 1.0;
-      local.max = value;
-    } else {
-      local.sum += static_cast<double>(expf(value - local.max));
-    }
-  }
-  const MaxSum total = block_max_sum(local);
-  if (threadIdx.x == 0) {
-    losses[row] = static_cast<float>(static_cast<double>(total.max) + log(total.sum) -
-                                     static_cast<double>(target_logit));
-  }
-  if (dlogits == nullptr) return;
-  A* dx = dlogits + row * V;
-  const float factor = static_cast<float>(static_cast<double>(grad_scale) / total.sum);
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    // The product and the difference rounded apart, as the CPU's two passes round them (nvcc
-    // would otherwise fuse p − grad_scale into one FMA).
-    const float s = load(x, j);
-    const float p = __fmul_rn(expf(s - total.max), factor);
-    const float d = !valid ? NAN : (j == target ? __fsub_rn(p, grad_scale) : p);
-    const float t = softcap > 0.0f ? s / softcap : 0.0f;  // tanh(z/c) with a cap
-    store(dx, j, softcap > 0.0f ? __fmul_rn(d, 1.0f - t * t) : d);
   }
 }
 
@@ -390,18 +290,6 @@ void launch_embedding_backward(float* dtable, ConstTensorView dx, const int32_t*
         dtable, typed<A>(dx), tokens, n, D);
   });
   ZT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
-}
-
-void launch_cross_entropy(float* losses, TensorView dlogits, ConstTensorView logits,
-                          const int32_t* targets, int64_t M, int64_t V, float grad_scale,
-                          float softcap, cudaStream_t stream) {
-  if (M == 0) return;
-  with_storage(shared_storage("cross_entropy", {dlogits, logits}), "cross_entropy", [&](auto tag) {
-    using A = std::remove_pointer_t<decltype(tag)>;
-    cross_entropy_kernel<<<static_cast<unsigned>(M), kRowThreads, 0, stream>>>(
-        losses, typed<A>(dlogits), typed<A>(logits), targets, V, grad_scale, softcap);
-  });
-  ZT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
 }
 
 void launch_add(TensorView y, ConstTensorView x, int64_t n, cudaStream_t stream) {
