@@ -26,6 +26,9 @@ p = json.load(open(sys.argv[2]))
 shares = ", ".join(f"{k} {100 * v['share']:.1f}%" for k, v in p["categories"].items())
 print(f"{sys.argv[1]} kernel profile: {p['per_step_ms']:.1f} ms/step; {shares}; "
       f"{p['distinct_kernels']} kernels, dropped {p['dropped_records']}")
+for g in p.get("idle_gaps", [])[:5]:
+    print(f"  idle {g['ms'] / p['steps']:.3f} ms/step in {g['count']} gap(s): "
+          f"{g['after'][:70]} -> {g['before'][:70]}")
 PY
   pack_evidence
 }

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "util/error.h"
@@ -38,12 +40,14 @@ KernelCategory classify_kernel(std::string_view name) {
     return std::any_of(parts.begin(), parts.end(), has);
   };
   if (has("cross_entropy")) return KernelCategory::kCrossEntropy;
-  // cuDNN's generated SDPA kernels, flash/fmha from other libraries, and our GEMM path's
+  // cuDNN's generated SDPA kernels and its backward's helpers (cudnn::fusion: dQ of the
+  // deterministic algorithm, rowsum(dO∘O)), flash/fmha from other libraries, and our GEMM path's
   // softmax and its statistics transpose.
-  if (any({"sdpa", "attention", "flash_fprop", "flash_bprop", "fmha", "flash::"}))
+  if (any({"sdpa", "attention", "flash_fprop", "flash_bprop", "fmha", "flash::", "cudnn::fusion"}))
     return KernelCategory::kAttention;
-  // AdamW and the gradient norm's sums of squares (the clipping and loss scale ride in AdamW).
-  if (any({"adamw", "sum_squares"})) return KernelCategory::kOptimizer;
+  // AdamW (its elementwise body AdamWUpdate) and the gradient norm's sums of squares (the
+  // clipping and loss scale ride in AdamW).
+  if (any({"adamw", "AdamW", "sum_squares"})) return KernelCategory::kOptimizer;
   if (any({"nccl", "rank_tree_add"})) return KernelCategory::kCommunication;
   if (any({"nvjet", "gemm", "gemv", "cutlass", "splitKreduce", "cublasLt::", "cublas"}))
     return KernelCategory::kGemm;
@@ -51,10 +55,58 @@ KernelCategory classify_kernel(std::string_view name) {
            "Convert", "AddInPlace", "dropout_kernel", "dora_",
            // the model's scaling passes (MapInPlace: ScaleBy for LoRA's rank-r products and
            // Gemma's embedding, SoftCap for Gemma 2's logits)
-           "MapInPlace"}))
+           "MapInPlace",
+           // CUB's radix sort, which the embedding backward sorts its positions with
+           "cub::"}))
     return KernelCategory::kPointwise;
   return KernelCategory::kOther;
 }
+
+namespace {
+
+// An activity's interval clipped to one window.
+struct Clipped {
+  size_t window = 0;
+  uint64_t start_ns = 0, end_ns = 0;
+  const std::string* name = nullptr;
+  bool operator<(const Clipped& o) const {
+    return std::tie(window, start_ns, end_ns) < std::tie(o.window, o.start_ns, o.end_ns);
+  }
+};
+
+// busy_ns (the union of the intervals, overlapping time on concurrent streams counted once) and
+// idle_gaps, window by window; `clipped` sorted.
+void sweep_windows(KernelProfile& p, const std::vector<Clipped>& clipped,
+                   const std::vector<ProfileWindow>& windows) {
+  static const std::string kStepStart = "(step start)", kStepEnd = "(step end)";
+  std::map<std::pair<std::string, std::string>, KernelProfile::IdleGap> gaps;
+  const auto add_gap = [&](const std::string& after, const std::string& before, uint64_t ns) {
+    if (ns == 0) return;
+    KernelProfile::IdleGap& gap = gaps[{after, before}];
+    gap.after = after, gap.before = before;
+    gap.count += 1;
+    gap.total_ns += ns;
+  };
+  size_t i = 0;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    uint64_t covered_until = windows[w].start_ns;
+    const std::string* last = &kStepStart;
+    for (; i < clipped.size() && clipped[i].window == w; ++i) {
+      const Clipped& c = clipped[i];
+      if (c.start_ns > covered_until) add_gap(*last, *c.name, c.start_ns - covered_until);
+      if (c.end_ns <= covered_until) continue;  // within what is already covered
+      p.busy_ns += c.end_ns - std::max(c.start_ns, covered_until);
+      covered_until = c.end_ns;
+      last = c.name;
+    }
+    add_gap(*last, kStepEnd, windows[w].end_ns - covered_until);
+  }
+  for (auto& [pair, gap] : gaps) p.idle_gaps.push_back(std::move(gap));
+  std::stable_sort(p.idle_gaps.begin(), p.idle_gaps.end(),
+                   [](const auto& a, const auto& b) { return a.total_ns > b.total_ns; });
+}
+
+}  // namespace
 
 KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activities,
                                        const std::vector<ProfileWindow>& windows, int64_t steps) {
@@ -68,15 +120,15 @@ KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activi
     p.window_ns += windows[w].end_ns - windows[w].start_ns;
   }
   std::map<std::string, KernelProfile::Row> by_name;
-  std::vector<std::pair<uint64_t, uint64_t>> intervals;
+  std::vector<Clipped> clipped;
   for (const DeviceActivity& a : activities) {
     uint64_t inside = 0;
-    for (const ProfileWindow& w : windows) {
-      const uint64_t start = std::max(a.start_ns, w.start_ns);
-      const uint64_t end = std::min(a.end_ns, w.end_ns);
+    for (size_t w = 0; w < windows.size(); ++w) {
+      const uint64_t start = std::max(a.start_ns, windows[w].start_ns);
+      const uint64_t end = std::min(a.end_ns, windows[w].end_ns);
       if (end <= start) continue;  // outside this window (or empty)
       inside += end - start;
-      intervals.emplace_back(start, end);
+      clipped.push_back({w, start, end, &a.name});
     }
     if (inside == 0) continue;
     const KernelCategory c =
@@ -90,14 +142,8 @@ KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activi
     total.calls += 1;
     total.total_ns += inside;
   }
-  // busy: the union of the intervals, overlapping time (concurrent streams) counted once.
-  std::sort(intervals.begin(), intervals.end());
-  uint64_t covered_until = 0;
-  for (const auto& [start, end] : intervals) {
-    const uint64_t from = std::max(start, covered_until);
-    if (end > from) p.busy_ns += end - from;
-    covered_until = std::max(covered_until, end);
-  }
+  std::sort(clipped.begin(), clipped.end());
+  sweep_windows(p, clipped, windows);
   for (auto& [name, row] : by_name) p.rows.push_back(std::move(row));
   std::stable_sort(p.rows.begin(), p.rows.end(),
                    [](const auto& a, const auto& b) { return a.total_ns > b.total_ns; });
@@ -141,6 +187,13 @@ std::string kernel_profile_json(const KernelProfile& p, int top_kernels) {
   }
   j["kernels"] = kernels;
   j["distinct_kernels"] = p.rows.size();
+  nlohmann::ordered_json gaps = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < p.idle_gaps.size() && static_cast<int>(i) < top_kernels; ++i) {
+    const KernelProfile::IdleGap& g = p.idle_gaps[i];
+    gaps.push_back(
+        {{"after", g.after}, {"before", g.before}, {"ms", ms(g.total_ns)}, {"count", g.count}});
+  }
+  j["idle_gaps"] = gaps;
   j["dropped_records"] = p.dropped_records;
   j["untimed_records"] = p.untimed_records;
   return j.dump(2) + "\n";
@@ -172,6 +225,13 @@ std::string kernel_profile_table(const KernelProfile& p, int top_kernels) {
     std::snprintf(line, sizeof line, "  %9.3f %7.1f  %-13s %.160s\n", ms(r.total_ns) / steps,
                   static_cast<double>(r.calls) / steps, kernel_category_name(r.category),
                   r.name.c_str());
+    out += line;
+  }
+  if (!p.idle_gaps.empty()) out += "longest idle gaps (ms/step, gaps/step, after -> before):\n";
+  for (size_t i = 0; i < p.idle_gaps.size() && static_cast<int>(i) < top_kernels; ++i) {
+    const KernelProfile::IdleGap& g = p.idle_gaps[i];
+    std::snprintf(line, sizeof line, "  %9.3f %7.1f  %.80s -> %.80s\n", ms(g.total_ns) / steps,
+                  static_cast<double>(g.count) / steps, g.after.c_str(), g.before.c_str());
     out += line;
   }
   if (p.dropped_records > 0 || p.untimed_records > 0)

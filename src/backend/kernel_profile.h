@@ -38,7 +38,8 @@ const char* kernel_category_name(KernelCategory c);
 
 // The category of a kernel by its (demangled) name: zerotrain's own kernels by name, cuBLASLt's
 // (nvjet_*, *_xmma_gemm_*, cutlass*, splitKreduce), cuDNN's fused attention
-// (cudnn_generated_*sdpa*) and NCCL's (nccl*). Case-sensitive substrings, checked in a fixed
+// (cudnn_generated_*sdpa*), NCCL's (nccl*) and CUB's (cub::, the embedding backward's sort, as
+// pointwise). Case-sensitive substrings, checked in a fixed
 // order (cross-entropy, attention, optimizer, communication, GEMM, pointwise).
 KernelCategory classify_kernel(std::string_view name);
 
@@ -64,6 +65,17 @@ struct KernelProfile {
   uint64_t idle_ns() const { return window_ns - busy_ns; }
   std::array<CategoryTotal, kNumKernelCategories> categories{};
   std::vector<Row> rows;  // one per distinct name, the longest total first
+  // The idle time by where it falls: each stretch of a window with no activity, named by the
+  // activity that ended last before it and the one that starts it ("(step start)" and
+  // "(step end)" at a window's ends), summed over equal pairs, the longest total first. Their
+  // total is idle_ns(): a host that blocks on the device, or issues work late, shows up as the
+  // gap before the activity it issues next.
+  struct IdleGap {
+    std::string after, before;
+    int64_t count = 0;
+    uint64_t total_ns = 0;
+  };
+  std::vector<IdleGap> idle_gaps;
   // Records the profiler lost (its buffers full) and kernels it recorded without timestamps
   // (CUPTI short of device memory): time the figures above miss.
   int64_t dropped_records = 0, untimed_records = 0;
@@ -78,9 +90,10 @@ KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activi
 
 // {steps, window_ms, busy_ms, idle_ms, per_step_ms, categories: {name: {ms, calls, share}},
 //  kernels: [{name, category, ms, calls}] (the `top_kernels` longest), distinct_kernels,
-//  dropped_records, untimed_records}; share is of the windows. Returned as JSON text.
+//  idle_gaps: [{after, before, ms, count}] (the `top_kernels` longest), dropped_records,
+//  untimed_records}; share is of the windows. Returned as JSON text.
 std::string kernel_profile_json(const KernelProfile& p, int top_kernels = 40);
-// The same as a fixed-width table: categories, idle, then the top kernels.
+// The same as a fixed-width table: categories, idle, the top kernels, then the longest idle gaps.
 std::string kernel_profile_table(const KernelProfile& p, int top_kernels = 15);
 
 // Records device activity between start() and stop(); a backend makes one (Backend::

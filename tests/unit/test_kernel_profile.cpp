@@ -70,7 +70,7 @@ TEST(KernelProfile, EveryZerotrainKernelHasANamedCategory) {
   // The __global__ functions of src/**/cuda (17 names, the elementwise template several times).
   ASSERT_GE(kernels.size(), 17u) << "nm found too few kernels in " << ZT_CUDA_LIBRARY;
   std::map<std::string, KernelCategory> expected = {
-      {"adamw_kernel", KernelCategory::kOptimizer},
+      {"AdamWUpdate", KernelCategory::kOptimizer},  // elementwise_kernel<AdamWUpdate>
       {"sum_squares_partials_kernel", KernelCategory::kOptimizer},
       {"block_sum_squares_kernel", KernelCategory::kOptimizer},
       {"cross_entropy_kernel", KernelCategory::kCrossEntropy},
@@ -78,6 +78,9 @@ TEST(KernelProfile, EveryZerotrainKernelHasANamedCategory) {
       {"transpose_attention_stats_kernel", KernelCategory::kAttention},
       {"rmsnorm_forward_kernel", KernelCategory::kPointwise},
       {"embedding_backward_kernel", KernelCategory::kPointwise},
+      {"embedding_backward_sorted_kernel", KernelCategory::kPointwise},
+      {"embedding_positions_kernel", KernelCategory::kPointwise},
+      {"DeviceRadixSortOnesweepKernel", KernelCategory::kPointwise},  // CUB: the embedding's sort
       {"column_sum_partials_kernel", KernelCategory::kPointwise},
       {"rank_tree_add_kernel", KernelCategory::kCommunication},
       {"gemm_fingerprint_kernel", KernelCategory::kGemm},  // --gemm-algorithms timed's trials
@@ -186,8 +189,47 @@ TEST(KernelProfile, BusyIsTheUnionWithinTheStepsAndIdleTheRest) {
   const std::string table = kernel_profile_table(p);
   EXPECT_NE(table.find("idle"), std::string::npos) << table;
   EXPECT_NE(table.find("nvjet_tst_128x256"), std::string::npos) << table;
+  // Idle by where it falls: after the copy and the cross-entropy to their windows' ends, between
+  // the GEMMs, after the attention kernel (which ended last, past the second GEMM) and after AdamW.
+  ASSERT_EQ(p.idle_gaps.size(), 5u);
+  uint64_t gaps = 0;
+  for (const auto& g : p.idle_gaps) gaps += g.total_ns;
+  EXPECT_EQ(gaps, p.idle_ns());
+  EXPECT_EQ(p.idle_gaps[0].after, "cross_entropy_kernel");
+  EXPECT_EQ(p.idle_gaps[0].before, "(step end)");
+  EXPECT_EQ(p.idle_gaps[0].total_ns, 400u);
+  EXPECT_EQ(p.idle_gaps[1].after, "cudnn_generated_fort_native_sdpa_sm90_flash_fprop");
+  EXPECT_EQ(p.idle_gaps[1].before, "memcpy HtoD");
+  EXPECT_EQ(p.idle_gaps[1].total_ns, 100u);
+  EXPECT_EQ(p.idle_gaps[4].after, "adamw_kernel");
+  EXPECT_EQ(p.idle_gaps[4].before, "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT");
+  EXPECT_EQ(p.idle_gaps[4].total_ns, 50u);
+  EXPECT_EQ(j["idle_gaps"].size(), 4u);
+  EXPECT_EQ(j["idle_gaps"][0]["before"], "(step end)");
+  EXPECT_DOUBLE_EQ(j["idle_gaps"][0]["ms"].get<double>(), 400e-6);
+  EXPECT_NE(table.find("cross_entropy_kernel -> (step end)"), std::string::npos) << table;
   EXPECT_THROW(summarize_kernel_profile(a, {{2000, 1000}}, 1), Error);
   EXPECT_THROW(summarize_kernel_profile(a, {{1000, 2000}, {1500, 2500}}, 2), Error);
+}
+
+// A step whose first kernel starts late (the host prepared the batch first) in both windows, and
+// one window that ends idle: the gaps add up over the windows, each pair once with its count.
+TEST(KernelProfile, IdleGapsAddUpByTheActivitiesAroundThem) {
+  const std::vector<DeviceActivity> a = {kernel("rope_kernel", 30, 60),
+                                         kernel("adamw_kernel", 60, 100),
+                                         kernel("rope_kernel", 250, 300)};
+  const KernelProfile p = summarize_kernel_profile(a, {{0, 100}, {200, 300}}, 2);
+  EXPECT_EQ(p.idle_ns(), 80u);
+  ASSERT_EQ(p.idle_gaps.size(), 1u);
+  EXPECT_EQ(p.idle_gaps[0].after, "(step start)");
+  EXPECT_EQ(p.idle_gaps[0].before, "rope_kernel");
+  EXPECT_EQ(p.idle_gaps[0].count, 2);
+  EXPECT_EQ(p.idle_gaps[0].total_ns, 80u);
+  const KernelProfile empty = summarize_kernel_profile({}, {{0, 100}}, 1);
+  ASSERT_EQ(empty.idle_gaps.size(), 1u);
+  EXPECT_EQ(empty.idle_gaps[0].after, "(step start)");
+  EXPECT_EQ(empty.idle_gaps[0].before, "(step end)");
+  EXPECT_EQ(empty.idle_gaps[0].total_ns, 100u);
 }
 
 // A profiler that records what StepProfiling asks of it; its clock moves 100 ns per now().
