@@ -14,10 +14,15 @@
 #           offload 57 s; big 164 s (then 3 steps at micro-batch 1). Since then pytorch repeats
 #           each row 3 times, train has 16 runs, and profile, masking and big's no-offload and
 #           micro-batch-1 runs were added: all parts do not fit in 15 minutes of device time.
-#           A plan (not yet timed), in the order of the open rows:
-#             call 1  preflight,tests,train,profile   ZT_CALL_SECONDS=540 ZT_STEP_SECONDS=120
-#             call 2  pytorch,offload,masking          ZT_PRESETS=1b ZT_PYTORCH_PRESET=1b
-#             call 3  big (an H200 adds the no-offload 6b runs), then sanitize if time is left
+#           Measured (H100, 2026-12-06): preflight,tests,train,profile took 355 s with
+#           ZT_CALL_SECONDS=520 ZT_STEP_SECONDS=120; pytorch with 100 s steps measured only
+#           PyTorch eager, its compiled rows need steps of at least 300 s (compilation).
+#           A plan, in the order of the open rows:
+#             call 1  preflight,tests,train,profile   ZT_CALL_SECONDS=520 ZT_STEP_SECONDS=120
+#             call 2  pytorch                          ZT_PRESETS=1b ZT_PYTORCH_PRESET=1b
+#                                                      ZT_STEP_SECONDS=330
+#             call 3  offload,masking, then big (an H200 adds the no-offload 6b runs), then
+#                     sanitize if time is left
 #           calls issued within the 30 s the machine stays warm. A start costs about 40 s
 #           and none begins under 4 minutes left: give each call ZT_CALL_SECONDS = the device
 #           tool's budget_left_s minus 60, so that it ends its steps itself instead of being cut.
@@ -55,7 +60,8 @@
 #                --attentions; on CUDA by default its defaults alone, since the train part times
 #                the other attention paths in the same call)
 #     masking    bench_document_masking.py for ZT_MASKING_PRESET (default 1b): tokens/s with document
-#                masks on and off, on the default (fused) and on the GEMM attention, on packed
+#                masks on and off, on the fused and on the GEMM attention (named: auto keeps
+#                masks on gemm until the fused path is validated, docs/gpu.md), on packed
 #                200-800-token documents
 #     offload    bench_offload.py for ZT_OFFLOAD_PRESET (default 1b): no offload vs optimizer cpu
 #                (exact overlap; with bf16, then fp32 gradient copies), cpu without it and cpu with
