@@ -24,8 +24,10 @@ adapter parameters alone.
 6. --lora-init-from OUT/final starts from those adapters bitwise, its first loss PEFT's with them;
    so does --lora-init-from PEFT's own save_pretrained directory of the float64 reference (F64)
    and that directory with its tensors saved as F32, from PEFT's values rounded to fp32;
-   export --merge-lora writes W + s·B·A within one bf16 ulp of PEFT's merge_and_unload (rounded
-   to bf16), every other tensor bitwise the base's.
+   export --merge-lora writes W + s·B·A within the rounding both do of PEFT's merge_and_unload
+   (rounded to bf16; merge_bounds: half a bf16 step at each value, an fp32 step, and the fp32
+   error of export's sum, which passes a bf16 step where W and s·B·A nearly cancel), every other
+   tensor bitwise the base's.
 7. Dropout 0.25: the losses, gradient norms and final adapters of PEFT whose lora_dropout modules
    apply the mask docs/lora.md describes (lora_dropout_mask.py, written from its description),
    within the same bound (Adam's epsilon 1e-3 on both sides: see DROPOUT_EPS).
@@ -166,6 +168,58 @@ def read_merged(hf_dir):
     from safetensors.torch import load_file
     return {n: t.to(torch.bfloat16) for n, t in
             load_file(os.path.join(hf_dir, "model.safetensors")).items()}
+
+
+def ulp_bf16(w):
+    """One bf16 step at each element's magnitude (frexp: |w| = m·2^e, m in [0.5, 1)); below
+    2^-126, and at zero, the subnormal step 2^-133."""
+    _, e = torch.frexp(w)
+    e = torch.where(w == 0, torch.full_like(e, -125), e.clamp(min=-125))
+    return torch.ldexp(torch.ones_like(w), e - 8)
+
+
+def merge_bounds(peft_model):
+    """{merged weight's name: how far each element of export --merge-lora's bf16 tensor may lie from
+    the exact merge of the same adapter, elementwise}, read from a float64 PeftModel before its
+    merge_and_unload. export forms W + s·Σ_k B[i,k]·A[k,j] in fp32 (io/lora_merge.cpp): r products
+    and sums, a product by s and a sum with W, each rounded (fused or not), at most
+    (r + 2)·2^-24·(|W| + |s|·Σ_k |B[i,k]|·|A[k,j]|) from the exact value; then rounds it to bf16,
+    half a step at its value. DoRA then scales each row by m/‖row‖ (the norm in double, the factor
+    and the product in fp32): that factor's relative error is at most ‖E_row‖/‖row‖ + 4·2^-24.
+    Where W and s·B·A nearly cancel, the fp32 error can exceed a bf16 step of the small result, so
+    a bound of one bf16 step there would hold on one machine's adapters and not on another's."""
+    u = 2.0 ** -24
+    bounds = {}
+    for name, module in peft_model.named_modules():
+        if not (hasattr(module, "lora_A") and "default" in module.lora_A):
+            continue
+        with torch.no_grad():
+            a = module.lora_A["default"].weight.double()
+            b = module.lora_B["default"].weight.double()
+            s = float(module.scaling["default"])
+            w = module.get_base_layer().weight.double()
+            error = (a.shape[0] + 2) * u * (w.abs() + abs(s) * (b.abs() @ a.abs())) * 1.001
+            merged = w + s * (b @ a)
+            if getattr(module, "use_dora", {}).get("default", False):
+                m = module.lora_magnitude_vector["default"].weight.double().reshape(-1, 1)
+                row = merged.norm(dim=1, keepdim=True)
+                factor = (m / row).abs()
+                relative = error.norm(dim=1, keepdim=True) / row + 4 * u
+                error = factor * (error + merged.abs() * relative) * 1.001
+        bounds[name[len(PREFIX):] + ".weight"] = error
+    return bounds
+
+
+def merge_excess(got, want, bound=None):
+    """The largest |got − want| of two bf16 tensors (export's merge and the reference's, rounded
+    from fp32) over what rounding allows: export's fp32 error `bound` (merge_bounds; 0 where no
+    adapter), half a bf16 step at each value, and an fp32 step (the reference's first rounding).
+    At most 1 where the two agree within the derivation."""
+    g, w = got.double(), want.double()
+    allowed = 0.5 * ulp_bf16(g) + 0.5 * ulp_bf16(w) + ulp_bf16(w) * 2.0 ** -16
+    if bound is not None:
+        allowed = allowed + bound
+    return float(((g - w).abs() / allowed).max())
 
 
 def bf16_ulps(a, b):
@@ -525,27 +579,29 @@ def main():
             print(f"--lora-init-from PEFT's {peft_dir}: adapters PEFT's in fp32, bitwise; first "
                   f"loss {first:.7f}")
 
-        # export --merge-lora: W + s·B·A as PEFT's merge_and_unload, in bf16 (at most one bf16
-        # ulp apart: both round a sum that differs only by fp32 rounding); the rest bitwise.
+        # export --merge-lora: W + s·B·A as PEFT's merge_and_unload, in bf16, within the rounding
+        # both do (merge_bounds); the rest bitwise.
         run_tool([zt, "export", work("model"), "--merge-lora", work("one", "final"), "--out",
                   work("merged")])
         from peft import PeftModel
-        merged_ref = PeftModel.from_pretrained(base_model(work("model"), weights),
-                                               work("one", "final")).merge_and_unload()
-        ref_state = merged_ref.state_dict()
+        unmerged = PeftModel.from_pretrained(base_model(work("model"), weights),
+                                             work("one", "final"))
+        bounds = merge_bounds(unmerged)
+        ref_state = unmerged.merge_and_unload().state_dict()
         merged = read_merged(work("merged"))
-        worst_ulps = 0
+        worst = 0.0
         for name, got in merged.items():
             want = ref_state[name].to(torch.float32).to(torch.bfloat16)
             if ".lora" in name or not any(f".{t}." in name for t in TARGETS):
                 check(torch.equal(got, weights[name].to(torch.bfloat16)),
                       f"merge changed {name}")
                 continue
-            ulps = bf16_ulps(got, want)
-            worst_ulps = max(worst_ulps, ulps)
-            check(ulps <= 1, f"merged {name} is {ulps} bf16 ulps from PEFT's merge")
-        print(f"--merge-lora: adapted projections within {worst_ulps} bf16 ulp of PEFT's "
-              "merge_and_unload, the other tensors bitwise")
+            check(name in bounds, f"merge: PEFT has no adapter on {name}")
+            excess = merge_excess(got, want, bounds.get(name))
+            worst = max(worst, excess)
+            check(excess <= 1, f"merged {name} is {excess:.2f}x its rounding bound from PEFT's merge")
+        print(f"--merge-lora: adapted projections within {worst:.2f} of their rounding bound from "
+              "PEFT's merge_and_unload, the other tensors bitwise")
 
         # estimate counts the adapters and shows full fine-tuning beside them: 6b, r 16 on every
         # projection, bf16, one GPU (stage 0: 2 bytes per parameter, 16 more per adapter one).

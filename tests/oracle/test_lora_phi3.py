@@ -17,7 +17,8 @@ test_lora.py (whose helpers and constants this uses: r 4, alpha 8, STEPS steps o
    end-of-run evaluation's. export --format peft of the 2-rank run's last checkpoint writes
    final/'s tensors bitwise, under PEFT's names.
 4. export --merge-lora to a Hugging Face directory: its qkv_proj and gate_up_proj are PEFT's
-   merge_and_unload (rounded to bf16) within one bf16 ulp; transformers loads it. PEFT's own
+   merge_and_unload (rounded to bf16) within the rounding both do (test_lora.merge_bounds);
+   transformers loads it. PEFT's own
    save_pretrained of its trained adapter: eval --adapter gives PEFT's loss, and a run that
    continues it (--lora-init-from) starts from PEFT's loss.
 5. Dropout 0.25: one mask per fused module (PEFT drops the shared input once), as
@@ -117,17 +118,24 @@ def compare_run(what, out, want_losses, want_norms, want_final):
 
 
 def check_merge(zt, work, out, want_model):
-    """export --merge-lora's fused tensors against PEFT's merge_and_unload, within a bf16 ulp."""
+    """export --merge-lora's fused tensors against PEFT's merge_and_unload of the same adapter
+    (want_model), within the rounding both do (test_lora.merge_bounds)."""
     run_tool([zt, "export", work("model"), "--merge-lora", os.path.join(out, "final"),
               "--out", work("merged")])
     got = lora.read_merged(work("merged"))
-    want = {n: t.to(torch.bfloat16) for n, t in want_model.merge_and_unload().state_dict().items()}
+    bounds = lora.merge_bounds(want_model)
+    want = {n: t.to(torch.float32).to(torch.bfloat16)
+            for n, t in want_model.merge_and_unload().state_dict().items()}
+    worst = 0.0
     for name in [n for n in want if "qkv_proj" in n or "gate_up_proj" in n]:
-        ulps = lora.bf16_ulps(got[name], want[name])
-        check(ulps <= 1, f"merge: {name} is {ulps} bf16 ulps from PEFT's merge_and_unload")
+        excess = lora.merge_excess(got[name], want[name], bounds.get(name))
+        worst = max(worst, excess)
+        check(name in bounds and excess <= 1,
+              f"merge: {name} is {excess:.2f}x its rounding bound from PEFT's merge_and_unload")
     from transformers import Phi3ForCausalLM
     Phi3ForCausalLM.from_pretrained(work("merged"))  # transformers loads the merged model
-    print("export --merge-lora: qkv_proj and gate_up_proj within 1 bf16 ulp of PEFT's merge")
+    print(f"export --merge-lora: qkv_proj and gate_up_proj within {worst:.2f} of their rounding "
+          "bound from PEFT's merge")
 
 
 def check_peft_saved(zt, work, model, tokens, eval_tokens):
