@@ -1,6 +1,8 @@
 // The runs of a group's range [begin, begin+count) that share one weight-decay setting: each
 // tensor's overlap with the range (its `weight_decay` flag), then the padding past the last
-// tensor (no decay). AdamW is elementwise, so updating segment by segment is the same math.
+// tensor (no decay), adjacent runs of the same setting merged (a Llama layer's q, k, v and o
+// projections are one run, its MLP's three another: four AdamW launches a layer, not nine).
+// AdamW is elementwise, so updating segment by segment is the same math, whatever the cuts.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -22,7 +24,11 @@ inline std::vector<DecaySegment> decay_segments(const ParamLayout& layout, int g
   std::vector<DecaySegment> out;
   int64_t pos = begin;
   auto add = [&](int64_t lo, int64_t hi, bool decay) {
-    if (lo < hi) out.push_back({lo, hi, decay});
+    if (lo >= hi) return;
+    if (!out.empty() && out.back().end == lo && out.back().decay == decay)
+      out.back().end = hi;
+    else
+      out.push_back({lo, hi, decay});
   };
   for (int ti : layout.groups()[static_cast<size_t>(g)].tensors) {
     const TensorInfo& t = layout.tensors()[static_cast<size_t>(ti)];
