@@ -26,8 +26,15 @@ p = json.load(open(sys.argv[2]))
 shares = ", ".join(f"{k} {100 * v['share']:.1f}%" for k, v in p["categories"].items())
 print(f"{sys.argv[1]} kernel profile: {p['per_step_ms']:.1f} ms/step; {shares}; "
       f"{p['distinct_kernels']} kernels, dropped {p['dropped_records']}")
+sizes = ", ".join(f"{b['from_us']:g}-{b['to_us']:g} us" if b["to_us"] is not None
+                  else f">= {b['from_us']:g} us" for b in p.get("idle_gap_sizes", []))
+if sizes:
+    print(f"  idle by gap length ({sizes}): " + ", ".join(
+        f"{b['ms'] / p['steps']:.3f} ms in {b['count'] / p['steps']:.0f}"
+        for b in p["idle_gap_sizes"]) + " a step")
 for g in p.get("idle_gaps", [])[:5]:
-    print(f"  idle {g['ms'] / p['steps']:.3f} ms/step in {g['count']} gap(s): "
+    steps = p["steps"]
+    print(f"  idle {g['ms'] / steps:.3f} ms/step in {g['count'] / steps:.1f} gap(s)/step: "
           f"{g['after'][:70]} -> {g['before'][:70]}")
 PY
   pack_evidence

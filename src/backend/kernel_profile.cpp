@@ -86,6 +86,11 @@ void sweep_windows(KernelProfile& p, const std::vector<Clipped>& clipped,
     gap.after = after, gap.before = before;
     gap.count += 1;
     gap.total_ns += ns;
+    const auto& bounds = KernelProfile::kIdleGapBucketsNs;
+    const auto bucket =
+        static_cast<size_t>(std::upper_bound(bounds.begin(), bounds.end(), ns) - bounds.begin());
+    p.idle_gap_sizes[bucket].calls += 1;
+    p.idle_gap_sizes[bucket].total_ns += ns;
   };
   size_t i = 0;
   for (size_t w = 0; w < windows.size(); ++w) {
@@ -194,6 +199,18 @@ std::string kernel_profile_json(const KernelProfile& p, int top_kernels) {
         {{"after", g.after}, {"before", g.before}, {"ms", ms(g.total_ns)}, {"count", g.count}});
   }
   j["idle_gaps"] = gaps;
+  nlohmann::ordered_json sizes = nlohmann::ordered_json::array();
+  const auto& bounds = KernelProfile::kIdleGapBucketsNs;
+  for (size_t b = 0; b < p.idle_gap_sizes.size(); ++b) {
+    const KernelProfile::CategoryTotal& t = p.idle_gap_sizes[b];
+    sizes.push_back(
+        {{"from_us", b == 0 ? 0.0 : static_cast<double>(bounds[b - 1]) * 1e-3},
+         {"to_us", b < bounds.size() ? nlohmann::ordered_json(static_cast<double>(bounds[b]) * 1e-3)
+                                     : nlohmann::ordered_json(nullptr)},
+         {"ms", ms(t.total_ns)},
+         {"count", t.calls}});
+  }
+  j["idle_gap_sizes"] = sizes;
   j["dropped_records"] = p.dropped_records;
   j["untimed_records"] = p.untimed_records;
   return j.dump(2) + "\n";
@@ -227,6 +244,20 @@ std::string kernel_profile_table(const KernelProfile& p, int top_kernels) {
                   r.name.c_str());
     out += line;
   }
+  out += "idle gaps by length (ms/step, gaps/step):";
+  const auto& bounds = KernelProfile::kIdleGapBucketsNs;
+  for (size_t b = 0; b < p.idle_gap_sizes.size(); ++b) {
+    const KernelProfile::CategoryTotal& t = p.idle_gap_sizes[b];
+    const std::string range =
+        b == 0 ? "<" + std::to_string(bounds[0] / 1000) + "us"
+        : b < bounds.size()
+            ? std::to_string(bounds[b - 1] / 1000) + "-" + std::to_string(bounds[b] / 1000) + "us"
+            : ">=" + std::to_string(bounds[b - 1] / 1000) + "us";
+    std::snprintf(line, sizeof line, "  %s %.3f/%.1f", range.c_str(), ms(t.total_ns) / steps,
+                  static_cast<double>(t.calls) / steps);
+    out += line;
+  }
+  out += "\n";
   if (!p.idle_gaps.empty()) out += "longest idle gaps (ms/step, gaps/step, after -> before):\n";
   for (size_t i = 0; i < p.idle_gaps.size() && static_cast<int>(i) < top_kernels; ++i) {
     const KernelProfile::IdleGap& g = p.idle_gaps[i];

@@ -76,6 +76,12 @@ struct KernelProfile {
     uint64_t total_ns = 0;
   };
   std::vector<IdleGap> idle_gaps;
+  // The same stretches by length: many short ones are the device's own gaps between back-to-back
+  // kernels and the host's launch rate (fewer kernels, or CUDA graphs, remove them); a few long
+  // ones are a host that waited or computed. Bucket b holds lengths in
+  // [kIdleGapBucketsNs[b - 1], kIdleGapBucketsNs[b]), the first from 0, the last unbounded.
+  static constexpr std::array<uint64_t, 4> kIdleGapBucketsNs = {5'000, 20'000, 100'000, 1'000'000};
+  std::array<CategoryTotal, kIdleGapBucketsNs.size() + 1> idle_gap_sizes{};
   // Records the profiler lost (its buffers full) and kernels it recorded without timestamps
   // (CUPTI short of device memory): time the figures above miss.
   int64_t dropped_records = 0, untimed_records = 0;
@@ -90,7 +96,8 @@ KernelProfile summarize_kernel_profile(const std::vector<DeviceActivity>& activi
 
 // {steps, window_ms, busy_ms, idle_ms, per_step_ms, categories: {name: {ms, calls, share}},
 //  kernels: [{name, category, ms, calls}] (the `top_kernels` longest), distinct_kernels,
-//  idle_gaps: [{after, before, ms, count}] (the `top_kernels` longest), dropped_records,
+//  idle_gaps: [{after, before, ms, count}] (the `top_kernels` longest),
+//  idle_gap_sizes: [{from_us, to_us (null: unbounded), ms, count}], dropped_records,
 //  untimed_records}; share is of the windows. Returned as JSON text.
 std::string kernel_profile_json(const KernelProfile& p, int top_kernels = 40);
 // The same as a fixed-width table: categories, idle, the top kernels, then the longest idle gaps.

@@ -232,6 +232,28 @@ TEST(KernelProfile, IdleGapsAddUpByTheActivitiesAroundThem) {
   EXPECT_EQ(empty.idle_gaps[0].total_ns, 100u);
 }
 
+// Gaps of 3, 5 (a bucket's lower bound counts in it), 50 and 500 µs, then 1437 µs to the window's
+// end: one in each bucket of length.
+TEST(KernelProfile, IdleGapsAreCountedByLength) {
+  const std::vector<DeviceActivity> a = {kernel("k", 0, 1'000), kernel("k", 4'000, 5'000),
+                                         kernel("k", 10'000, 11'000), kernel("k", 61'000, 62'000),
+                                         kernel("k", 562'000, 563'000)};
+  const KernelProfile p = summarize_kernel_profile(a, {{0, 2'000'000}}, 1);
+  const uint64_t want_ns[] = {3'000, 5'000, 50'000, 500'000, 1'437'000};
+  ASSERT_EQ(p.idle_gap_sizes.size(), 5u);
+  for (size_t b = 0; b < 5; ++b) {
+    EXPECT_EQ(p.idle_gap_sizes[b].calls, 1) << "bucket " << b;
+    EXPECT_EQ(p.idle_gap_sizes[b].total_ns, want_ns[b]) << "bucket " << b;
+  }
+  const nlohmann::json j = nlohmann::json::parse(kernel_profile_json(p));
+  EXPECT_DOUBLE_EQ(j["idle_gap_sizes"][1]["from_us"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(j["idle_gap_sizes"][1]["to_us"].get<double>(), 20.0);
+  EXPECT_DOUBLE_EQ(j["idle_gap_sizes"][2]["ms"].get<double>(), 0.05);
+  EXPECT_TRUE(j["idle_gap_sizes"][4]["to_us"].is_null());
+  const std::string table = kernel_profile_table(p);
+  EXPECT_NE(table.find(">=1000us 1.437/1.0"), std::string::npos) << table;
+}
+
 // A profiler that records what StepProfiling asks of it; its clock moves 100 ns per now().
 class FakeProfiler final : public KernelProfiler {
  public:
