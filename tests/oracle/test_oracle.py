@@ -248,6 +248,23 @@ def check_stored_ops(path, weights, config, logits, B, T, dtype):
         exponent = torch.clamp(torch.floor(torch.log2(t.abs())), min=min_exponent)
         return torch.where(t == 0, torch.zeros_like(t), torch.exp2(exponent - bits))
 
+    def attention_slack(q, k, v, probs):
+        """Twice the float32 bound of softmax(q·kᵀ/√hd)·v between two implementations, per
+        element, where neither cancels less: each score's hd products, their sum and the scale
+        ((hd + 1)·2⁻²⁴·Σ|q||k|/√hd each side); an error δ in every score of a row moves each
+        probability by at most 2δ relatively; the engine's exp (fast_expf, under 3e-7 relative:
+        FastExpAccuracyAndRange) and the normaliser's and the output's T-term sums, all relative
+        to Σ_j p_j·|v_j|. A softmax·v that cancels has a small result whose bf16 step is finer
+        than that error, so one step alone (no bound) would depend on the machine's roundings."""
+        u = 2.0 ** -24
+        kk = k.view(B, T, Hkv, hd).abs().repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
+        vv = v.view(B, T, Hkv, hd).abs().repeat_interleave(H // Hkv, dim=2).transpose(1, 2)
+        qq = q.view(B, T, H, hd).abs().transpose(1, 2)
+        scores = (qq @ kk.transpose(-1, -2)) * (2 * (hd + 1) * u / hd ** 0.5)
+        worst = scores.masked_fill(~causal, 0.0).amax(dim=-1, keepdim=True)
+        relative = 2 * worst + 2 * 3e-7 + 4 * (T + 2) * u
+        return ((probs @ vv) * relative).transpose(1, 2).reshape(B * T, D)
+
     def rope_abs(a, heads):
         """|rope| of magnitudes: |c|·a_j + |s|·a_partner (RoPE mixes j and j ± hd/2)."""
         a4 = a.view(B, T, heads, hd)
@@ -279,9 +296,11 @@ def check_stored_ops(path, weights, config, logits, B, T, dtype):
             else:  # a flip of the product's rounding moves it one step, then RoPE mixes pairs
                 check(f"{l}.{name}_proj+rope", a[name], R(rope(product, heads)), steps,
                       rope_abs(bound + step(product), heads))
-        att, _ = ref._attention_f32(a["q"].view(B, T, H, hd), a["k"].view(B, T, Hkv, hd),
-                                    a["v"].view(B, T, Hkv, hd), causal)
-        check(f"{l}.attention", a["att"], R(att.reshape(B * T, D)), 1)
+        att, probs = ref._attention_f32(a["q"].view(B, T, H, hd), a["k"].view(B, T, Hkv, hd),
+                                        a["v"].view(B, T, Hkv, hd), causal)
+        want_att = R(att.reshape(B * T, D))
+        check(f"{l}.attention", a["att"], want_att, 1,
+              attention_slack(a["q"], a["k"], a["v"], probs) + step(want_att))
         wo = w[p + "self_attn.o_proj.weight"]
         # The residual is added to the fp32 product inside the GEMM: one rounding.
         check(f"{l}.o_proj+residual", a["x2"], R(a["att"] @ wo.T + a["x"]), 1, slack(a["att"], wo))
