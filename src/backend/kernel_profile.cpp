@@ -165,6 +165,15 @@ double share(uint64_t part, uint64_t whole) {
   return whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole);
 }
 
+// Bucket b of KernelProfile::idle_gap_sizes: [from_ns, to_ns), to_ns 0 for the unbounded last.
+struct GapBucket {
+  uint64_t from_ns = 0, to_ns = 0;
+};
+GapBucket gap_bucket(size_t b) {
+  const auto& bounds = KernelProfile::kIdleGapBucketsNs;
+  return {b == 0 ? 0 : bounds[b - 1], b < bounds.size() ? bounds[b] : 0};
+}
+
 }  // namespace
 
 std::string kernel_profile_json(const KernelProfile& p, int top_kernels) {
@@ -200,15 +209,15 @@ std::string kernel_profile_json(const KernelProfile& p, int top_kernels) {
   }
   j["idle_gaps"] = gaps;
   nlohmann::ordered_json sizes = nlohmann::ordered_json::array();
-  const auto& bounds = KernelProfile::kIdleGapBucketsNs;
   for (size_t b = 0; b < p.idle_gap_sizes.size(); ++b) {
     const KernelProfile::CategoryTotal& t = p.idle_gap_sizes[b];
-    sizes.push_back(
-        {{"from_us", b == 0 ? 0.0 : static_cast<double>(bounds[b - 1]) * 1e-3},
-         {"to_us", b < bounds.size() ? nlohmann::ordered_json(static_cast<double>(bounds[b]) * 1e-3)
-                                     : nlohmann::ordered_json(nullptr)},
-         {"ms", ms(t.total_ns)},
-         {"count", t.calls}});
+    const GapBucket bucket = gap_bucket(b);
+    nlohmann::ordered_json to_us = nullptr;
+    if (bucket.to_ns > 0) to_us = static_cast<double>(bucket.to_ns) * 1e-3;
+    sizes.push_back({{"from_us", static_cast<double>(bucket.from_ns) * 1e-3},
+                     {"to_us", to_us},
+                     {"ms", ms(t.total_ns)},
+                     {"count", t.calls}});
   }
   j["idle_gap_sizes"] = sizes;
   j["dropped_records"] = p.dropped_records;
@@ -245,14 +254,14 @@ std::string kernel_profile_table(const KernelProfile& p, int top_kernels) {
     out += line;
   }
   out += "idle gaps by length (ms/step, gaps/step):";
-  const auto& bounds = KernelProfile::kIdleGapBucketsNs;
   for (size_t b = 0; b < p.idle_gap_sizes.size(); ++b) {
     const KernelProfile::CategoryTotal& t = p.idle_gap_sizes[b];
-    const std::string range =
-        b == 0 ? "<" + std::to_string(bounds[0] / 1000) + "us"
-        : b < bounds.size()
-            ? std::to_string(bounds[b - 1] / 1000) + "-" + std::to_string(bounds[b] / 1000) + "us"
-            : ">=" + std::to_string(bounds[b - 1] / 1000) + "us";
+    const GapBucket bucket = gap_bucket(b);
+    const std::string from = std::to_string(bucket.from_ns / 1000),
+                      to = std::to_string(bucket.to_ns / 1000);
+    const std::string range = bucket.to_ns == 0     ? ">=" + from + "us"
+                              : bucket.from_ns == 0 ? "<" + to + "us"
+                                                    : from + "-" + to + "us";
     std::snprintf(line, sizeof line, "  %s %.3f/%.1f", range.c_str(), ms(t.total_ns) / steps,
                   static_cast<double>(t.calls) / steps);
     out += line;
