@@ -56,8 +56,8 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
 10. DoRA: PEFT's own DoRA adapter on the model (r 8, every projection, its lora_B and
    magnitudes moved off their start by a seeded draw), saved by save_pretrained: `eval
    --adapter` gives PEFT's loss with it, and `export --merge-lora` gives each adapted projection
-   within one bf16 step of PEFT's merge_and_unload (where W and s·B·A nearly cancel, within
-   2^-16 of the row's largest element: the two fp32 sums part by their rounding there).
+   within the rounding both sides do of PEFT's float64 merge_and_unload (test_lora.merge_bounds:
+   export's fp32 error, DoRA's row factor, half a bf16 step at each value), the rest bitwise.
 
 Bound for the losses: test_hf_families.py's (both sides compute in fp32 on the same bf16 weights).
 

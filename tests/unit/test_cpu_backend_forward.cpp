@@ -126,44 +126,89 @@ TEST(CpuBackendForward, RopeTableCacheAcrossLengths) {
   EXPECT_NE(other_theta[H * hd + 1], short_a[H * hd + 1]);  // theta is part of the cache key
 }
 
-// Direct causal GQA attention in double: out and lse. scores: the scale (1/sqrt(hd) when 0),
-// Gemma 2's soft cap c of the scores, s ← c·tanh(s/c) (none when 0), and a sliding window w: query
-// i sees keys i − w < j ≤ i, as transformers' masks keep them (every earlier key when 0).
-void attention_reference(std::vector<double>& out, std::vector<double>& lse,
-                         const std::vector<float>& q, const std::vector<float>& k,
-                         const std::vector<float>& v, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                         int64_t hd, const AttentionScores& scores = {}) {
+// Direct causal GQA attention in double: out and lse, with the bound on a float32 engine's error
+// at each element. scores: the scale (1/sqrt(hd) when 0), Gemma 2's soft cap c of the scores,
+// s ← c·tanh(s/c) (none when 0), and a sliding window w: query i sees keys i − w < j ≤ i, as
+// transformers' masks keep them (every earlier key when 0).
+//
+// The bound, per query row (u = 2^-24; first order, with 1% on top): each score is an hd-term
+// fp32 dot product times the scale, within δ_j = (hd + 1)·u·scale·Σ_d |q_d·k_d| in whatever order
+// sgemm sums (Higham §3.1); a soft cap's division, tanh (2 ulps) and product add u·(|s_j| + 3c)
+// and bend nothing further (|d tanh| ≤ 1). exp(s_j − max) adds the subtraction's rounding, at
+// most u·R with R the row's score range, and fast_expf's 3e-7 (FastExpAccuracyAndRange): each
+// term is within ε = max_j δ_j + 3e-7 + u·R relatively, the max cancelling. lse is then within
+// ε + u·|log Σ| + u·|lse| (two float roundings); each probability within 2ε + 2u (the
+// normaliser's float reciprocal and product); out = Σ_j p_j·v_j, at most T terms, within
+// (2ε + (T + 2)·u)·Σ_j p_j·|v_j|.
+struct AttentionReference {
+  std::vector<double> out, lse, out_bound, lse_bound;
+};
+
+AttentionReference attention_reference(const std::vector<float>& q, const std::vector<float>& k,
+                                       const std::vector<float>& v, int64_t B, int64_t T, int64_t H,
+                                       int64_t Hkv, int64_t hd,
+                                       const AttentionScores& scores = {}) {
+  constexpr double u = 0x1p-24, kFastExpError = 3e-7, kMargin = 1.01;
   const double scale = scores.scale > 0 ? double{scores.scale} : 1.0 / std::sqrt(double(hd));
   const double cap = scores.softcap;
-  out.assign(B * T * H * hd, 0.0);
-  lse.assign(B * H * T, 0.0);
+  AttentionReference ref{std::vector<double>(B * T * H * hd), std::vector<double>(B * H * T),
+                         std::vector<double>(B * T * H * hd), std::vector<double>(B * H * T)};
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = h / (H / Hkv);
       for (int64_t i = 0; i < T; ++i) {
         const int64_t first = scores.window > 0 ? std::max<int64_t>(0, i - scores.window + 1) : 0;
         std::vector<double> s(i + 1);
-        double mx = -1e300;
+        double mx = -1e300, mn = 1e300, delta = 0.0;
         for (int64_t j = first; j <= i; ++j) {
+          double magnitude = 0.0;
           for (int64_t d = 0; d < hd; ++d) {
-            s[j] += double(q[((b * T + i) * H + h) * hd + d]) * k[((b * T + j) * Hkv + g) * hd + d];
+            const double qk =
+                double(q[((b * T + i) * H + h) * hd + d]) * k[((b * T + j) * Hkv + g) * hd + d];
+            s[j] += qk;
+            magnitude += std::abs(qk);
           }
           s[j] *= scale;
-          if (cap > 0) s[j] = cap * std::tanh(s[j] / cap);
+          double error = double(hd + 1) * u * scale * magnitude;
+          if (cap > 0) {
+            error += u * (std::abs(s[j]) + 3.0 * cap);
+            s[j] = cap * std::tanh(s[j] / cap);
+          }
+          delta = std::max(delta, error);
           mx = std::max(mx, s[j]);
+          mn = std::min(mn, s[j]);
         }
+        const double term_error = delta + kFastExpError + u * (mx - mn);
         double sum = 0.0;
         for (int64_t j = first; j <= i; ++j) sum += std::exp(s[j] - mx);
-        lse[(b * H + h) * T + i] = mx + std::log(sum);
+        const int64_t row = (b * H + h) * T + i;
+        ref.lse[row] = mx + std::log(sum);
+        ref.lse_bound[row] =
+            kMargin * (term_error + u * std::abs(std::log(sum)) + u * std::abs(ref.lse[row]));
+        const double relative = kMargin * (2.0 * term_error + double(T + 2) * u);
         for (int64_t j = first; j <= i; ++j) {
           const double p = std::exp(s[j] - mx) / sum;
           for (int64_t d = 0; d < hd; ++d) {
-            out[((b * T + i) * H + h) * hd + d] += p * v[((b * T + j) * Hkv + g) * hd + d];
+            const double vj = v[((b * T + j) * Hkv + g) * hd + d];
+            ref.out[((b * T + i) * H + h) * hd + d] += p * vj;
+            ref.out_bound[((b * T + i) * H + h) * hd + d] += relative * p * std::abs(vj);
           }
         }
       }
     }
   }
+  return ref;
+}
+
+// The largest |got − want| / bound over the elements: at most 1 when each is within its bound.
+double excess_over_bound(const std::vector<float>& got, const std::vector<double>& want,
+                         const std::vector<double>& bound) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0.0;
+  for (size_t n = 0; n < got.size() && n < want.size(); ++n) {
+    worst = std::max(worst, std::abs(got[n] - want[n]) / bound[n]);
+  }
+  return worst;
 }
 
 // Plain scores, and Gemma 2's: its own scale (query_pre_attn_scalar^−½) and a soft cap small
@@ -186,12 +231,11 @@ TEST(CpuBackendForward, AttentionMatchesDirectGqa) {
       std::vector<float> out(q.size()), lse(c.B * c.H * c.T);
       be->attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H,
                             c.Hkv, c.hd, nullptr, scores);
-      std::vector<double> out_ref, lse_ref;
-      attention_reference(out_ref, lse_ref, q, k, v, c.B, c.T, c.H, c.Hkv, c.hd, scores);
-      // |out| ≲ 1, so an absolute bound is a relative one on the typical element.
-      EXPECT_LT(max_relative_error(out, out_ref, 1.0), 2e-6)
+      const AttentionReference ref =
+          attention_reference(q, k, v, c.B, c.T, c.H, c.Hkv, c.hd, scores);
+      EXPECT_LE(excess_over_bound(out, ref.out, ref.out_bound), 1.0)
           << "T=" << c.T << " softcap=" << scores.softcap << " window=" << scores.window;
-      EXPECT_LT(max_relative_error(lse, lse_ref, 1.0), 2e-6)
+      EXPECT_LE(excess_over_bound(lse, ref.lse, ref.lse_bound), 1.0)
           << "T=" << c.T << " softcap=" << scores.softcap << " window=" << scores.window;
     }
   }
@@ -219,26 +263,31 @@ TEST(CpuBackendForward, RopeAfterCachedRowsRotatesThemAsTheWholeSequence) {
 }
 
 // Query rows past..T−1 over the keys and values of rows 0..T−1: those rows of the direct causal
-// attention, within the bound above; with past = 0 bitwise attention_forward.
+// attention, within the derived bound above; with past = 0 bitwise attention_forward.
 void attention_after_cached_rows_matches(const std::vector<float>& q, const std::vector<float>& k,
                                          const std::vector<float>& v, int64_t T, int64_t H,
                                          int64_t Hkv, int64_t hd, const AttentionScores& scores) {
   auto be = make_cpu_backend();
-  std::vector<double> out_ref, lse_ref;
-  attention_reference(out_ref, lse_ref, q, k, v, 1, T, H, Hkv, hd, scores);
+  const AttentionReference ref = attention_reference(q, k, v, 1, T, H, Hkv, hd, scores);
   for (const int64_t past : {int64_t{0}, int64_t{1}, int64_t{8}, T - 1}) {
     const int64_t n = T - past;
     const std::vector<float> q_new(q.begin() + past * H * hd, q.end());
     std::vector<float> out(n * H * hd), lse(H * n);
     be->attention_forward_after(out.data(), lse.data(), q_new.data(), k.data(), v.data(), 1, n,
                                 past, H, Hkv, hd, scores);
-    const std::vector<double> want(out_ref.begin() + past * H * hd, out_ref.end());
-    EXPECT_LT(max_relative_error(out, want, 1.0), 2e-6)
+    // Rows past..T−1 of the reference: out's are its last n·H·hd, lse's the last n of each head.
+    const auto rows_after = [&](const std::vector<double>& whole) {
+      return std::vector<double>(whole.begin() + past * H * hd, whole.end());
+    };
+    const auto lse_rows_after = [&](const std::vector<double>& whole) {
+      std::vector<double> rows(H * n);
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < n; ++i) rows[h * n + i] = whole[h * T + past + i];
+      return rows;
+    };
+    EXPECT_LE(excess_over_bound(out, rows_after(ref.out), rows_after(ref.out_bound)), 1.0)
         << "past=" << past << " softcap=" << scores.softcap << " window=" << scores.window;
-    std::vector<double> lse_want(H * n);
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < n; ++i) lse_want[h * n + i] = lse_ref[h * T + past + i];
-    EXPECT_LT(max_relative_error(lse, lse_want, 1.0), 2e-6)
+    EXPECT_LE(excess_over_bound(lse, lse_rows_after(ref.lse), lse_rows_after(ref.lse_bound)), 1.0)
         << "past=" << past << " softcap=" << scores.softcap << " window=" << scores.window;
     if (past > 0) continue;
     std::vector<float> whole(out.size()), whole_lse(lse.size());
