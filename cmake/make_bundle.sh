@@ -227,8 +227,26 @@ for c in "$OMPI_PKGLIBDIR"/mca_*.so; do
 done
 [ ${#COMPONENTS[@]} -gt 0 ] || die "no Open MPI components in $OMPI_PKGLIBDIR"
 
+# --include-cuda: the CUDA libraries zerotrain opens at run time (dlopen), which ldd does not list:
+# cuBLASLt (the GEMMs) and CUPTI (--profile-steps, where this toolkit has it), of libcudart's major
+# and from its folder.
+collect_opened_at_run_time() {
+  local soname major dir lib
+  for soname in "${!LIB_SRC[@]}"; do
+    case $soname in libcudart.so.*) ;; *) continue ;; esac
+    major=${soname#libcudart.so.} dir=$(dirname "${LIB_SRC[$soname]}")
+    [ -e "$dir/libcublasLt.so.$major" ] || die "libcublasLt.so.$major is not beside ${LIB_SRC[$soname]}"
+    for lib in "libcublasLt.so.$major" "libcupti.so.$major"; do
+      [ -e "$dir/$lib" ] || continue
+      LIB_SRC[$lib]=$dir/$lib
+      collect "$dir/$lib"
+    done
+  done
+}
+
 collect "$BIN"
 for extra in "${EXTRAS[@]}"; do collect "$extra"; done
+[ "$include_cuda" -eq 0 ] || collect_opened_at_run_time
 for exe in orterun orted ompi_info; do collect "$OMPI_BINDIR/$exe"; done
 for c in "${COMPONENTS[@]}"; do collect "$c"; done
 if [ -n "$PMIX_COMPDIR" ]; then

@@ -6,7 +6,7 @@
 # these folders out.
 #   .cu   device code, nvcc, C++17, sm_80 + sm_90a code and compute_80 PTX (which the driver
 #         compiles for newer GPUs: Blackwell's sm_100 and sm_120), warnings are errors
-#   .cpp  host code that calls the CUDA runtime / cuBLASLt / NCCL, the host C++20 compiler with the
+#   .cpp  host code that calls the CUDA runtime / cuBLASLt (opened at run time) / NCCL, the host C++20 compiler with the
 #         project's warnings
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
@@ -28,7 +28,9 @@ add_library(zt_cuda STATIC ${ZT_CUDA_SOURCES})
 target_compile_options(zt_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80 -gencode=arch=compute_90a,code=sm_90a -Werror=all-warnings>
   $<$<COMPILE_LANGUAGE:CXX>:${ZT_WARNINGS}>)
-target_link_libraries(zt_cuda PUBLIC zt_core CUDA::cudart CUDA::cublasLt)
+# cuBLASLt is not linked: it is opened at run time (backend/cuda/cublaslt_api.h), so that a process
+# that runs no GEMM on a GPU does not pay its load (~85 ms a start); dlopen is in libdl.
+target_link_libraries(zt_cuda PUBLIC zt_core CUDA::cudart ${CMAKE_DL_LIBS})
 target_compile_definitions(zt_cuda PUBLIC ZEROTRAIN_HAVE_CUDA=1)
 
 # ---- NCCL (header and library from the CUDA toolkit or /usr/local, /usr) ----
@@ -84,7 +86,6 @@ if(CUPTI_INCLUDE_DIR)
   set(ZEROTRAIN_HAVE_CUPTI ON)
   target_sources(zt_cuda PRIVATE ${ZT_CUPTI_SOURCES})
   target_include_directories(zt_cuda PRIVATE ${CUPTI_INCLUDE_DIR})
-  target_link_libraries(zt_cuda PUBLIC ${CMAKE_DL_LIBS})
   target_compile_definitions(zt_cuda PUBLIC ZEROTRAIN_HAVE_CUPTI=1)
 else()
   set(ZEROTRAIN_HAVE_CUPTI OFF)

@@ -1,9 +1,11 @@
 #include "backend/cuda/cuda_environment.h"
 
-#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <string>
+
+#include "backend/cuda/cublaslt_api.h"
+#include "util/error.h"
 
 #if ZEROTRAIN_HAVE_CUDNN
 #include "backend/cuda/cudnn_attention.h"
@@ -39,7 +41,12 @@ nlohmann::json cuda_environment() {
     out["driver"] = nullptr;
     out["missing"].push_back("no CUDA driver (libcuda) on this host");
   }
-  out["cublaslt"] = library_version_text(cublasLtGetVersion());
+  try {  // loaded here, at run time: a host without it is reported, not refused
+    out["cublaslt"] = library_version_text(cublaslt().get_version());
+  } catch (const Error& e) {
+    out["cublaslt"] = nullptr;
+    out["missing"].push_back(e.what());
+  }
 #if ZEROTRAIN_HAVE_CUDNN
   out["cudnn"] = library_version_text(cudnn_library_version());
 #else

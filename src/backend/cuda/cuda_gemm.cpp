@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "backend/cuda/cublaslt_api.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "util/cuda/cuda_check.h"
 #include "util/error.h"
@@ -22,10 +23,10 @@ struct LtGemm::Plan {
   double saved_ms_per_call = 0;  // timed and replaced: the heuristic's median − the chosen's
 
   ~Plan() {
-    if (layout_c) cublasLtMatrixLayoutDestroy(layout_c);
-    if (layout_b) cublasLtMatrixLayoutDestroy(layout_b);
-    if (layout_a) cublasLtMatrixLayoutDestroy(layout_a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (layout_c) cublaslt().matrix_layout_destroy(layout_c);
+    if (layout_b) cublaslt().matrix_layout_destroy(layout_b);
+    if (layout_a) cublaslt().matrix_layout_destroy(layout_a);
+    if (desc) cublaslt().matmul_desc_destroy(desc);
   }
 };
 
@@ -52,18 +53,18 @@ cudaDataType_t cuda_type(DType type, const std::string& what) {
 cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64_t ld,
                                    int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, cuda_type(type, "gemm"),
-                                             static_cast<uint64_t>(rows),
-                                             static_cast<uint64_t>(cols), ld));
+  ZT_CUBLAS_CHECK(cublaslt().matrix_layout_create(&layout, cuda_type(type, "gemm"),
+                                                  static_cast<uint64_t>(rows),
+                                                  static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     try {  // the layout is not yet the plan's, which frees the others
       const int32_t count = static_cast<int32_t>(batch);
-      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                       &count, sizeof(count)));
-      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+      ZT_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      ZT_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(
           layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     } catch (...) {
-      cublasLtMatrixLayoutDestroy(layout);
+      cublaslt().matrix_layout_destroy(layout);
       throw;
     }
   }
@@ -76,10 +77,10 @@ class Preference {
  public:
   Preference(size_t workspace_bytes, int64_t align_a, int64_t align_b, int64_t align_c,
              DType c_type) {
-    ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&handle_));
+    ZT_CUBLAS_CHECK(cublaslt().preference_create(&handle_));
     try {
       const uint64_t workspace = workspace_bytes;
-      ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      ZT_CUBLAS_CHECK(cublaslt().preference_set_attribute(
           handle_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
       const uint32_t alignments[4] = {
           static_cast<uint32_t>(align_a), static_cast<uint32_t>(align_b),
@@ -88,23 +89,23 @@ class Preference {
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
       for (int i = 0; i < 4; ++i) {
-        ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(handle_, which[i], &alignments[i],
-                                                             sizeof(alignments[i])));
+        ZT_CUBLAS_CHECK(cublaslt().preference_set_attribute(handle_, which[i], &alignments[i],
+                                                            sizeof(alignments[i])));
       }
       if (c_type != DType::kFloat32) {
         // A split-K reduction in the output type would round a bf16 result more than once; only
         // schemes that sum the partials in fp32 keep "computed in fp32, rounded once".
         const uint32_t schemes =
             CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-        ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        ZT_CUBLAS_CHECK(cublaslt().preference_set_attribute(
             handle_, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
       }
     } catch (...) {
-      cublasLtMatmulPreferenceDestroy(handle_);
+      cublaslt().preference_destroy(handle_);
       throw;
     }
   }
-  ~Preference() { cublasLtMatmulPreferenceDestroy(handle_); }
+  ~Preference() { cublaslt().preference_destroy(handle_); }
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
   cublasLtMatmulPreference_t get() const { return handle_; }
@@ -124,8 +125,8 @@ std::vector<cublasLtMatmulAlgo_t> heuristic_algorithms(
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
   int returned = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, desc, layout_a, layout_b, layout_c, layout_c,
-                                     preference, count, results.data(), &returned);
+      cublaslt().algo_get_heuristic(handle, desc, layout_a, layout_b, layout_c, layout_c,
+                                    preference, count, results.data(), &returned);
   const bool refused =
       status == CUBLAS_STATUS_NOT_SUPPORTED || (batched && status == CUBLAS_STATUS_INVALID_VALUE);
   if (!refused) ZT_CUBLAS_CHECK(status);
@@ -204,9 +205,9 @@ struct SplitOfK {
 SplitOfK split_of_k(const cublasLtMatmulAlgo_t& algo) {
   SplitOfK split;
   size_t written = 0;
-  ZT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(
+  ZT_CUBLAS_CHECK(cublaslt().algo_config_get_attribute(
       &algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split.splits, sizeof(split.splits), &written));
-  ZT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+  ZT_CUBLAS_CHECK(cublaslt().algo_config_get_attribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
                                                        &split.reduction, sizeof(split.reduction),
                                                        &written));
   return split;
@@ -223,13 +224,13 @@ std::string describe(const RowMajorGemm& g) {
 
 LtGemm::LtGemm(cudaStream_t stream, void* workspace, size_t workspace_bytes, GemmCompute compute)
     : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes), compute_(compute) {
-  ZT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  ZT_CUBLAS_CHECK(cublaslt().create(&handle_));
 }
 
 LtGemm::~LtGemm() {
   plans_.clear();
   if (fingerprint_slot_) cudaFree(fingerprint_slot_);
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) cublaslt().destroy(handle_);
 }
 
 void LtGemm::time_algorithms() {
@@ -249,9 +250,9 @@ GemmTuningReport LtGemm::tuning_report() const {
 cublasStatus_t LtGemm::launch(const Plan& plan, const RowMajorGemm& g,
                               const cublasLtMatmulAlgo_t& algo) {
   const void* c_in = g.c_in != nullptr ? g.c_in : g.c;
-  return cublasLtMatmul(handle_, plan.desc, &g.alpha, g.b, plan.layout_a, g.a, plan.layout_b,
-                        &g.beta, c_in, plan.layout_c, g.c, plan.layout_c, &algo, workspace_,
-                        workspace_bytes_, stream_);
+  return cublaslt().matmul(handle_, plan.desc, &g.alpha, g.b, plan.layout_a, g.a, plan.layout_b,
+                           &g.beta, c_in, plan.layout_c, g.c, plan.layout_c, &algo, workspace_,
+                           workspace_bytes_, stream_);
 }
 
 GemmFingerprint LtGemm::output_fingerprint(const RowMajorGemm& g) {
@@ -374,13 +375,13 @@ LtGemm::Plan* LtGemm::plan_for(const RowMajorGemm& g) {
   const cublasComputeType_t compute = g.a_type != DType::kFloat32 || compute_ == GemmCompute::kFp32
                                           ? CUBLAS_COMPUTE_32F
                                           : CUBLAS_COMPUTE_32F_FAST_16BF;
-  ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+  ZT_CUBLAS_CHECK(cublaslt().matmul_desc_create(&plan->desc, compute, CUDA_R_32F));
   const cublasOperation_t op_a = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  ZT_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  ZT_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  ZT_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                       &op_a, sizeof(op_a)));
+  ZT_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                       &op_b, sizeof(op_b)));
   // Stored (column-major) shapes: cuBLAS A is m×k (N) or k×m (T); cuBLAS B is k×n (N) or n×k (T).
   const int64_t m = g.cols, n = g.rows, k = g.inner;
   plan->layout_a = g.transpose_b ? make_layout(g.b_type, k, m, g.ldb, g.batch, g.stride_b)

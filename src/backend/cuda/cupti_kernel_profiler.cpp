@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 #include <cupti.h>
 #include <cxxabi.h>
-#include <dlfcn.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "util/cuda/cuda_check.h"
+#include "util/cuda/runtime_library.h"
 #include "util/error.h"
 
 namespace zt::cuda {
@@ -38,28 +38,21 @@ CuptiApi g_cupti;
 // The library of the CUDA major this build targets (its records have this header's layout).
 const CuptiApi& load_cupti() {
   if (g_cupti.get_version) return g_cupti;
-  const std::string soname = "libcupti.so." + std::to_string(CUDART_VERSION / 1000);
-  void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* why = dlerror();
-    fail("--profile-steps: cannot load " + soname + " (" + (why ? why : "not found") +
-         "): CUPTI ships with the CUDA toolkit (lib64, or extras/CUPTI/lib64) and in PyPI's "
-         "nvidia-cuda-cupti wheels; add its folder to LD_LIBRARY_PATH");
-  }
+  const RuntimeLibrary lib(
+      "libcupti.so." + std::to_string(CUDART_VERSION / 1000), "--profile-steps",
+      "CUPTI ships with the CUDA toolkit (lib64, or extras/CUPTI/lib64) and in "
+      "PyPI's nvidia-cuda-cupti wheels; add its folder to LD_LIBRARY_PATH");
+  const std::string& soname = lib.soname();
   CuptiApi api;
-  auto bind = [&](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-    ZT_CHECK(fn != nullptr, "--profile-steps: " + soname + " has no " + name);
-  };
-  bind(api.get_version, "cuptiGetVersion");
-  bind(api.result_string, "cuptiGetResultString");
-  bind(api.register_callbacks, "cuptiActivityRegisterCallbacks");
-  bind(api.enable, "cuptiActivityEnable");
-  bind(api.disable, "cuptiActivityDisable");
-  bind(api.flush_all, "cuptiActivityFlushAll");
-  bind(api.next_record, "cuptiActivityGetNextRecord");
-  bind(api.dropped_records, "cuptiActivityGetNumDroppedRecords");
-  bind(api.timestamp, "cuptiGetTimestamp");
+  lib.bind(api.get_version, "cuptiGetVersion");
+  lib.bind(api.result_string, "cuptiGetResultString");
+  lib.bind(api.register_callbacks, "cuptiActivityRegisterCallbacks");
+  lib.bind(api.enable, "cuptiActivityEnable");
+  lib.bind(api.disable, "cuptiActivityDisable");
+  lib.bind(api.flush_all, "cuptiActivityFlushAll");
+  lib.bind(api.next_record, "cuptiActivityGetNextRecord");
+  lib.bind(api.dropped_records, "cuptiActivityGetNumDroppedRecords");
+  lib.bind(api.timestamp, "cuptiGetTimestamp");
   uint32_t version = 0;
   ZT_CHECK(api.get_version(&version) == CUPTI_SUCCESS,
            "--profile-steps: cuptiGetVersion failed in " + soname);
