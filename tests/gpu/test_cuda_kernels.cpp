@@ -151,15 +151,21 @@ TEST_F(CudaKernels, GluForwardBackward) {
 // the CPU: both bitwise equal, repeats (few distinct ids, long runs of one id) and many distinct
 // ids alike, and rows wider than the block (several columns per thread). The sorted kernel runs
 // every shape but the last, whose 600,000 positions' sort does not fit the reduction scratch, so
-// the scan kernel runs it.
+// the scan kernel runs it. Up to 4096 positions CUB sorts in one block; a 1b step's 8192 and
+// 16384 take its multi-pass sort, with Zipf-like ids (skewed_ids: runs of hundreds of one id,
+// longer than a block's 256 and spread over two column tiles at D = 2048).
 TEST_F(CudaKernels, EmbeddingForwardBackwardBitwise) {
-  const int64_t shapes[][3] = {{1, 3, 5},     {37, 64, 7},   {300, 130, 50}, {1000, 33, 5000},
-                               {70, 4100, 9}, {4096, 96, 3}, {600000, 3, 50}};
+  const int64_t shapes[][4] = {{1, 3, 5, 0},           {37, 64, 7, 0},    {300, 130, 50, 0},
+                               {1000, 33, 5000, 0},    {70, 4100, 9, 0},  {4096, 96, 3, 0},
+                               {8192, 2048, 32000, 1}, {16384, 96, 3, 1}, {16384, 40, 50000, 1},
+                               {600000, 3, 50, 0}};
   for (const auto& s : shapes) {
     const int64_t n = s[0], D = s[1];
     const int32_t V = static_cast<int32_t>(s[2]);
-    SCOPED_TRACE("n=" + std::to_string(n) + " D=" + std::to_string(D) + " V=" + std::to_string(V));
-    const auto tokens = random_ids(n, V, 10);
+    const bool skewed = s[3] != 0;
+    SCOPED_TRACE("n=" + std::to_string(n) + " D=" + std::to_string(D) + " V=" + std::to_string(V) +
+                 (skewed ? " skewed ids" : ""));
+    const auto tokens = skewed ? skewed_ids(n, V, 10) : random_ids(n, V, 10);
     auto grad_tokens = tokens;  // the padding token's positions add nothing (-1)
     for (int64_t i = 0; i < n; i += 5) grad_tokens[static_cast<size_t>(i)] = -1;
     const auto table = random_floats(V * D, 11), dx = random_floats(n * D, 12);
