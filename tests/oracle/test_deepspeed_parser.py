@@ -22,12 +22,11 @@ needed; deepspeed.comm answers the world size. Its pydantic blocks run unmodifie
    tests/data/deepspeed_configs/ (SOURCES.md names each), given to `train` as the files are, at 2
    ranks, resolve as in 1 (the Trainer's precision added as accelerate adds it); the three that
    zerotrain refuses (REAL_REFUSED) are refused naming the file and the key, and the one DeepSpeed
-   refuses too is refused by DeepSpeedConfig for that key. With --expect-mismatch every one of
-   the 37 others must disagree.
+   refuses too is refused by DeepSpeedConfig for that key.
 
---expect-mismatch gives DeepSpeed the other precision (the precision blocks removed, or bf16
-enabled where zerotrain trains fp32) and passes only if every resolution then disagrees: the
-comparison can fail.
+The comparison can fail: each resolution of 1 and 3 is also given to DeepSpeed with the other
+precision (the precision blocks removed, or bf16 enabled where zerotrain trains fp32), against
+the same zerotrain run, and every one must then disagree.
 
 Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 """
@@ -283,39 +282,47 @@ RESOLUTION_CASES = [
 ]
 
 
-def check_resolution(deepspeed, name, config, run, world, expect_mismatch, adam_defaults):
-    """1 when DeepSpeed's resolution of `config` (filled as the Trainer fills it; the other
-    precision with expect_mismatch) and zerotrain's run.json `run` disagree, or agree though they
-    should not; 0 otherwise. Prints the verdict."""
-    filled = hf_fill_auto(config, run, run["model"]["hidden_size"])
-    if expect_mismatch:
-        flip_precision(filled, run)
-    # axolotl's torch_compile files give an older DeepSpeed's compile keys (disable, backend),
-    # which 0.19.8's CompileConfig refuses; zerotrain ignores the block with a warning.
-    if "compile" in filled and "compile: not implemented" in json.dumps(run.get("deepspeed")):
-        del filled["compile"]
-    try:
-        ds = deepspeed.parse(filled, world)
-    except Exception as e:  # noqa: BLE001 - DeepSpeed's own refusal is a finding
-        print(f"FAIL {name}: DeepSpeed refuses the filled config: {e}")
-        return 1
-    diffs = compare(name, config, ds, run, adam_defaults)
-    failed = bool(diffs) != expect_mismatch
-    print(f"{'FAIL' if failed else 'ok  '} {name} at {world} rank(s): "
-          + ("; ".join(diffs) if diffs else "DeepSpeed agreed though it should not" if failed
-             else "batch, stage, offload, precision, optimizer agree"))
-    return int(failed)
+def check_resolution(deepspeed, name, config, run, world, adam_defaults):
+    """The number of failed verdicts (0 to 2) of DeepSpeed's resolution of `config`, filled as the
+    Trainer fills it, against zerotrain's run.json `run`: it must agree; and given the other
+    precision (flip_precision) it must disagree, or the comparison could not fail. Prints both."""
+    failures = 0
+    for other_precision in (False, True):
+        filled = hf_fill_auto(config, run, run["model"]["hidden_size"])
+        if other_precision:
+            flip_precision(filled, run)
+        # axolotl's torch_compile files give an older DeepSpeed's compile keys (disable,
+        # backend), which 0.19.8's CompileConfig refuses; zerotrain ignores the block with a
+        # warning.
+        if "compile" in filled and "compile: not implemented" in json.dumps(run.get("deepspeed")):
+            del filled["compile"]
+        try:
+            ds = deepspeed.parse(filled, world)
+        except Exception as e:  # noqa: BLE001 - DeepSpeed's own refusal is a finding
+            print(f"FAIL {name}: DeepSpeed refuses the filled config: {e}")
+            failures += 1
+            continue
+        diffs = compare(name, config, ds, run, adam_defaults)
+        failed = bool(diffs) != other_precision
+        failures += failed
+        if other_precision:
+            print(f"{'FAIL' if failed else 'ok  '} {name}, DeepSpeed given the other precision: "
+                  + ("it agreed though it should not" if failed else "; ".join(diffs)))
+        else:
+            print(f"{'FAIL' if failed else 'ok  '} {name} at {world} rank(s): "
+                  + ("; ".join(diffs) if failed else
+                     "batch, stage, offload, precision, optimizer agree"))
+    return failures
 
 
-def resolution_checks(args, deepspeed, data, expect_mismatch):
+def resolution_checks(args, deepspeed):
     cases = [(f"inputs_{os.path.basename(p)[:-5]}", json.load(open(p)), 2, [])
              for p in sorted(glob.glob(os.path.join(args.source_dir, "inputs/configs/*.json")))]
     adam_defaults = deepspeed.adam_keywords()
     failures = 0
     for name, config, world, extra in cases + RESOLUTION_CASES:
         run = zerotrain_run(args, args.data, name, config, world, extra)
-        failures += check_resolution(deepspeed, name, config, run, world, expect_mismatch,
-                                     adam_defaults)
+        failures += check_resolution(deepspeed, name, config, run, world, adam_defaults)
     return failures
 
 
@@ -332,14 +339,14 @@ REAL_REFUSED = {
 
 
 def flip_precision(filled, run):
-    """DeepSpeed given the other precision: bf16 <-> fp32 (the mismatch variant)."""
+    """DeepSpeed given the other precision: bf16 <-> fp32 (the verdict that must disagree)."""
     for key in ("bf16", "bfloat16", "fp16"):
         filled.pop(key, None)
     if run["config"]["precision"] == "fp32":
         filled["bf16"] = {"enabled": True}
 
 
-def real_config_checks(args, deepspeed, expect_mismatch=False):
+def real_config_checks(args, deepspeed):
     """The DeepSpeed configs of public fine-tuning repositories (tests/data/deepspeed_configs/,
     their sources in its SOURCES.md), given to `train` as the files are: each trains one step at
     2 ranks and resolves as DeepSpeedConfig resolves it, or is refused as REAL_REFUSED says."""
@@ -353,8 +360,6 @@ def real_config_checks(args, deepspeed, expect_mismatch=False):
     for path in paths:
         base = os.path.basename(path)
         config = json.load(open(path))
-        if base in REAL_REFUSED and expect_mismatch:
-            continue
         if base in REAL_REFUSED:
             text, deepspeed_refuses = REAL_REFUSED[base]
             status, output = estimate(args, base, config, path=path)
@@ -377,8 +382,7 @@ def real_config_checks(args, deepspeed, expect_mismatch=False):
             print(f"FAIL {base}: {e}")
             failures += 1
             continue
-        failures += check_resolution(deepspeed, base, config, run, 2, expect_mismatch,
-                                     adam_defaults)
+        failures += check_resolution(deepspeed, base, config, run, 2, adam_defaults)
     return failures
 
 
@@ -502,10 +506,9 @@ def main():
         args.data = os.path.join(args.work_dir, "sample.h5")
         run_tool([args.zerotrain, "prepare-data", "--text",
                   os.path.join(args.source_dir, "inputs/data/sample.txt"), "--out", args.data])
-        failures = resolution_checks(args, deepspeed, args.data, args.expect_mismatch)
-        if not args.expect_mismatch:
-            failures += key_checks(args, deepspeed)
-        failures += real_config_checks(args, deepspeed, args.expect_mismatch)
+        failures = resolution_checks(args, deepspeed)
+        failures += key_checks(args, deepspeed)
+        failures += real_config_checks(args, deepspeed)
         check(failures == 0, f"{failures} check(s) failed")
 
     return exit_status(checks)
