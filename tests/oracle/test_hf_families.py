@@ -338,10 +338,12 @@ def logits_to_keep_key():
     return "logits_to_keep" if (major, minor) >= (4, 49) else "num_logits_to_keep"
 
 
-def greedy_scores(model, prompt_ids, count):
-    """The scores of transformers' greedy generation, step by step: GenerationMixin's loop
-    (prepare_inputs_for_generation, the forward, _update_model_kwargs_for_generation) run here,
-    as generate() itself does not start on Debian's torch 1.13 with Python 3.11. Phi-3's
+def scores_along(model, prompt_ids, chosen):
+    """transformers' scores at each step of a generation that continues with the tokens `chosen`
+    (zerotrain's): GenerationMixin's loop (prepare_inputs_for_generation, the forward,
+    _update_model_kwargs_for_generation) run here, as generate() itself does not start on
+    Debian's torch 1.13 with Python 3.11, fed zerotrain's token at each step, so that a near tie
+    that went the other way does not part the two contexts for the steps after it. Phi-3's
     prepare_inputs_for_generation drops the cache where longrope switches to the long factors.
     Gemma 2's generation needs its HybridCache, which torch 1.13 cannot build (torch._dynamo):
     each step runs the whole sequence instead, the same scores as a cache would give."""
@@ -350,9 +352,9 @@ def greedy_scores(model, prompt_ids, count):
     if model.config.model_type == "gemma2":
         scores = []
         with torch.no_grad():
-            for _ in range(count):
+            for token in chosen:
                 scores.append(model(input_ids=ids, use_cache=False).logits[0, -1].double())
-                ids = torch.cat([ids, scores[-1].argmax().view(1, 1)], dim=1)
+                ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
         return scores
     kwargs = {"attention_mask": torch.ones_like(ids), "use_cache": True,
               "past_key_values": DynamicCache(), "cache_position": torch.arange(len(prompt_ids))}
@@ -363,12 +365,11 @@ def greedy_scores(model, prompt_ids, count):
         kwargs[logits_to_keep_key()] = 1
     scores = []
     with torch.no_grad():
-        for _ in range(count):
+        for token in chosen:
             inputs = model.prepare_inputs_for_generation(ids, **kwargs)
             out = model(**inputs, return_dict=True)
-            row = out.logits[0, -1].double()
-            scores.append(row)
-            ids = torch.cat([ids, row.argmax().view(1, 1)], dim=1)
+            scores.append(out.logits[0, -1].double())
+            ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
             kwargs = model._update_model_kwargs_for_generation(out, kwargs)
     return scores
 
@@ -378,7 +379,8 @@ def check_generate(zt, imported, model, tokens, family, original):
     rotates each forward with the factors of its key/value length (the prompt's forward, then
     each new token's with the cache before it), and past a sliding window (every position from
     the prompt's on sees 12 keys): every new token is the largest of transformers' scores at its
-    step, within 1e-4 of the row's largest magnitude."""
+    step, given the same tokens before it (scores_along), within 1e-4 of the row's largest
+    magnitude."""
     prompt_ids = [int(t) for t in tokens[:24]]
     check(all(0 < t < 128 for t in prompt_ids), "the prompt is ASCII")
     new_count = 2 * original + 8 - len(prompt_ids)  # past the original length either way
@@ -397,7 +399,7 @@ def check_generate(zt, imported, model, tokens, family, original):
     # oracle_hf_phi4_mini_longrope_long.
     if family in PARTIAL_ROTARY and len(prompt_ids) <= original:
         new = new[:original + 2 - len(prompt_ids)]
-    scores = greedy_scores(model, prompt_ids, len(new))
+    scores = scores_along(model, prompt_ids, new)
     worst = 0.0
     for i, token in enumerate(new):
         row = scores[i]
