@@ -37,11 +37,14 @@ __global__ void embedding_positions_kernel(int32_t* positions, int64_t n) {
 
 // Block (x, y): sorted index x, columns [y·kSortedTileColumns, (y + 1)·kSortedTileColumns). Thread
 // t holds columns t, t + blockDim, ... (kSortedColumnsPerThread of them) in registers and walks
-// the run once, so each position issues that many independent row loads, not one: a frequent
-// token's run (hundreds of positions in real text) is walked at the loads' throughput rather than
-// their latency. The run's end is found blockDim ids at a time (the ids are sorted, so the ones
-// equal to the run's id are a prefix of each look).
+// the run once, kSortedRowsInFlight positions at a time: their positions, then all their row
+// loads, are issued before the first add, so a frequent token's run (hundreds of positions in
+// real text; a run is one block's, and the kernel lasts as long as its longest run) is walked at
+// the loads' throughput rather than two load latencies a position. The adds keep position order.
+// The run's end is found blockDim ids at a time (the ids are sorted, so the ones equal to the
+// run's id are a prefix of each look).
 constexpr int kSortedColumnsPerThread = 4;
+constexpr int kSortedRowsInFlight = 4;
 constexpr int64_t kSortedTileColumns = int64_t{kSortedColumnsPerThread} * kRowThreads;
 
 template <typename A>
@@ -59,12 +62,25 @@ __global__ void embedding_backward_sorted_kernel(float* dtable, const A* dx, con
   }
   const int64_t column0 = static_cast<int64_t>(blockIdx.y) * kSortedTileColumns + threadIdx.x;
   float sum[kSortedColumnsPerThread] = {};
-  for (int64_t k = first; k < end; ++k) {
-    const A* source = dx + static_cast<int64_t>(positions[k]) * D;
+  for (int64_t k = first; k < end; k += kSortedRowsInFlight) {
+    const A* source[kSortedRowsInFlight];  // null past the run's end (uniform across the block)
 #pragma unroll
-    for (int c = 0; c < kSortedColumnsPerThread; ++c) {
-      const int64_t d = column0 + int64_t{c} * kRowThreads;
-      if (d < D) sum[c] += load(source, d);
+    for (int r = 0; r < kSortedRowsInFlight; ++r)
+      source[r] = k + r < end ? dx + static_cast<int64_t>(positions[k + r]) * D : nullptr;
+    float value[kSortedRowsInFlight][kSortedColumnsPerThread];
+#pragma unroll
+    for (int r = 0; r < kSortedRowsInFlight; ++r) {
+#pragma unroll
+      for (int c = 0; c < kSortedColumnsPerThread; ++c) {
+        const int64_t d = column0 + int64_t{c} * kRowThreads;
+        value[r][c] = source[r] != nullptr && d < D ? load(source[r], d) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kSortedRowsInFlight; ++r) {
+      if (source[r] == nullptr) break;
+#pragma unroll
+      for (int c = 0; c < kSortedColumnsPerThread; ++c) sum[c] += value[r][c];
     }
   }
   float* row = dtable + static_cast<int64_t>(id) * D;
