@@ -371,25 +371,33 @@ TEST_F(CudaKernels, AdamWMatchesCpuBitwise) {
       EXPECT_TRUE(bitwise_equal(d_v.download(), v, "v"));
       EXPECT_TRUE(bitwise_equal(d_f32.download(), out_f32, "fp32 params"));
       EXPECT_TRUE(bitwise_equal(d_bf16.download(), out_bf16, "bf16 params"));
-      // A shard that starts one element into its buffers (not 16-byte aligned): element by
-      // element, the same bits; fp32 params only (the bf16 copy's own alignment is covered above).
-      const auto shifted = [](const std::vector<float>& x) {
-        std::vector<float> out(x.size() + 1, 0.0f);
-        std::copy(x.begin(), x.end(), out.begin() + 1);
-        return out;
-      };
-      DeviceBuffer<float> s_master(shifted(master0)), s_m(shifted(m0)), s_v(shifted(v0)),
-          s_grad(shifted(grad)), s_f32(n + 1);
-      gpu_->adamw(s_master.get() + 1, s_m.get() + 1, s_v.get() + 1, s_grad.get() + 1, nullptr,
-                  s_f32.get() + 1, n, h);
-      const auto past_first = [](std::vector<float> x) {
-        x.erase(x.begin());
-        return x;
-      };
-      EXPECT_TRUE(bitwise_equal(past_first(s_master.download()), master, "master, unaligned"));
-      EXPECT_TRUE(bitwise_equal(past_first(s_f32.download()), out_f32, "fp32 params, unaligned"));
-      EXPECT_TRUE(bitwise_equal(past_first(s_m.download()), m, "m, unaligned"));
-      EXPECT_TRUE(bitwise_equal(past_first(s_v.download()), v, "v, unaligned"));
+      // Shards that start `shift` elements into their buffers: 1 and 5 (every buffer off 16-byte
+      // alignment: the first elements one by one, then 16-byte accesses), 4 (the fp32 buffers
+      // aligned, the bf16 copy 8 bytes off); and the gradient one element further in than the
+      // rest (misaligned to one another: element by element throughout). The same bits each time.
+      for (const auto& [shift, grad_shift] :
+           {std::pair<int64_t, int64_t>{1, 1}, {4, 4}, {5, 5}, {0, 1}}) {
+        SCOPED_TRACE("shift " + std::to_string(shift) + ", gradient " + std::to_string(grad_shift));
+        const auto shifted = [](const std::vector<float>& x, int64_t by) {
+          std::vector<float> out(x.size() + static_cast<size_t>(by), 0.0f);
+          std::copy(x.begin(), x.end(), out.begin() + by);
+          return out;
+        };
+        DeviceBuffer<float> s_master(shifted(master0, shift)), s_m(shifted(m0, shift)),
+            s_v(shifted(v0, shift)), s_grad(shifted(grad, grad_shift)), s_f32(n + shift);
+        DeviceBuffer<bf16_t> s_bf16(n + shift);
+        gpu_->adamw(s_master.get() + shift, s_m.get() + shift, s_v.get() + shift,
+                    s_grad.get() + grad_shift, s_bf16.get() + shift, s_f32.get() + shift, n, h);
+        const auto past_shift = [shift](auto x) {
+          x.erase(x.begin(), x.begin() + shift);
+          return x;
+        };
+        EXPECT_TRUE(bitwise_equal(past_shift(s_master.download()), master, "master, shifted"));
+        EXPECT_TRUE(bitwise_equal(past_shift(s_f32.download()), out_f32, "fp32 params, shifted"));
+        EXPECT_TRUE(bitwise_equal(past_shift(s_bf16.download()), out_bf16, "bf16 params, shifted"));
+        EXPECT_TRUE(bitwise_equal(past_shift(s_m.download()), m, "m, shifted"));
+        EXPECT_TRUE(bitwise_equal(past_shift(s_v.download()), v, "v, shifted"));
+      }
     }
   }
 }

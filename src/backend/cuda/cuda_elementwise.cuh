@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_reduce.cuh"
 #include "backend/cuda/cuda_storage.cuh"
+#include "backend/vector_alignment.h"
 #include "util/cuda/cuda_check.h"
 
 namespace zt::cuda {

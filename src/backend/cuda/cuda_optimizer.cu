@@ -1,4 +1,6 @@
 // CUDA backend: AdamW and the deterministic sum of squares (gradient norm).
+#include <algorithm>
+
 #include "backend/cuda/cuda_elementwise.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_reduce.cuh"
@@ -79,11 +81,27 @@ __global__ void block_sum_squares_kernel(double* out, const float* x, int64_t n,
 
 }  // namespace
 
+// A shard that starts off 16-byte alignment (stage 3 at world > 1 cuts its flat buffers at any
+// element) has its first elements, up to where every buffer is aligned, updated one by one and the
+// rest in 16-byte accesses; buffers misaligned to one another go element by element throughout.
+// The same arithmetic either way, so the same bits.
 void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t* out_bf16,
                   float* out_f32, int64_t n, const AdamConstants& c, cudaStream_t stream) {
   if (n == 0) return;
-  launch_elementwise("adamw", AdamWUpdate{master, m, v, grad, out_bf16, out_f32, c}, n,
-                     {master, m, v, grad, out_bf16, out_f32}, stream);
+  const int64_t head = std::min(
+      n, elements_to_alignment(
+             {{master, 4}, {m, 4}, {v, 4}, {grad, 4}, {out_bf16, 2}, {out_f32, 4}}, kChunk));
+  if (head > 0)
+    launch_elementwise("adamw", AdamWUpdate{master, m, v, grad, out_bf16, out_f32, c}, head, {},
+                       stream, /*chunkable=*/false);
+  const auto past_head = [head](auto* p) { return p ? p + head : p; };
+  launch_elementwise(
+      "adamw",
+      AdamWUpdate{master + head, m + head, v + head, grad + head, past_head(out_bf16),
+                  past_head(out_f32), c},
+      n - head,
+      {master + head, m + head, v + head, grad + head, past_head(out_bf16), past_head(out_f32)},
+      stream);
 }
 
 void launch_sum_squares(double* result, double* partials, const float* x, int64_t n,
