@@ -132,14 +132,14 @@ TEST(CpuBackendForward, RopeTableCacheAcrossLengths) {
 // transformers' masks keep them (every earlier key when 0).
 //
 // The bound, per query row (u = 2^-24; first order, with 1% on top): each score is an hd-term
-// fp32 dot product times the scale, within δ_j = (hd + 1)·u·scale·Σ_d |q_d·k_d| in whatever order
-// sgemm sums (Higham §3.1); a soft cap's division, tanh (2 ulps) and product add u·(|s_j| + 3c)
-// and bend nothing further (|d tanh| ≤ 1). exp(s_j − max) adds the subtraction's rounding, at
-// most u·R with R the row's score range, and fast_expf's 3e-7 (FastExpAccuracyAndRange): each
-// term is within ε = max_j δ_j + 3e-7 + u·R relatively, the max cancelling. lse is then within
-// ε + u·|log Σ| + u·|lse| (two float roundings); each probability within 2ε + 2u (the
-// normaliser's float reciprocal and product); out = Σ_j p_j·v_j, at most T terms, within
-// (2ε + (T + 2)·u)·Σ_j p_j·|v_j|.
+// fp32 dot product times the scale, rounded to float (1/√hd), within
+// δ_j = (hd + 2)·u·scale·Σ_d |q_d·k_d| in whatever order sgemm sums (Higham §3.1); a soft cap's
+// division, tanh (2 ulps) and product add u·(|s_j| + 3c) and bend nothing further (|d tanh| ≤ 1).
+// exp(s_j − max) adds the subtraction's rounding, at most u·R with R the row's score range, and
+// fast_expf's 3e-7 (FastExpAccuracyAndRange): each term is within ε = max_j δ_j + 3e-7 + u·R
+// relatively, the max cancelling. lse is then within ε + u·|log Σ| + u·|lse| (two float roundings);
+// each probability within 2ε + 2u (the normaliser's float reciprocal and product); out = Σ_j
+// p_j·v_j, at most T terms, within (2ε + (T + 2)·u)·Σ_j p_j·|v_j|.
 struct AttentionReference {
   std::vector<double> out, lse, out_bound, lse_bound;
 };
@@ -169,7 +169,7 @@ AttentionReference attention_reference(const std::vector<float>& q, const std::v
             magnitude += std::abs(qk);
           }
           s[j] *= scale;
-          double error = double(hd + 1) * u * scale * magnitude;
+          double error = double(hd + 2) * u * scale * magnitude;
           if (cap > 0) {
             error += u * (std::abs(s[j]) + 3.0 * cap);
             s[j] = cap * std::tanh(s[j] / cap);
@@ -200,13 +200,16 @@ AttentionReference attention_reference(const std::vector<float>& q, const std::v
   return ref;
 }
 
-// The largest |got − want| / bound over the elements: at most 1 when each is within its bound.
+// The largest |got − want| / bound over the elements: at most 1 when each is within its bound;
+// infinite where an element is NaN (which no comparison would otherwise count).
 double excess_over_bound(const std::vector<float>& got, const std::vector<double>& want,
                          const std::vector<double>& bound) {
   EXPECT_EQ(got.size(), want.size());
   double worst = 0.0;
   for (size_t n = 0; n < got.size() && n < want.size(); ++n) {
-    worst = std::max(worst, std::abs(got[n] - want[n]) / bound[n]);
+    const double excess = std::abs(got[n] - want[n]) / bound[n];
+    worst = std::isnan(excess) ? std::numeric_limits<double>::infinity() : std::max(worst, excess);
+    if (std::isinf(worst)) break;
   }
   return worst;
 }
