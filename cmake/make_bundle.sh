@@ -227,26 +227,43 @@ for c in "$OMPI_PKGLIBDIR"/mca_*.so; do
 done
 [ ${#COMPONENTS[@]} -gt 0 ] || die "no Open MPI components in $OMPI_PKGLIBDIR"
 
-# --include-cuda: the CUDA libraries zerotrain opens at run time (dlopen), which ldd does not list:
-# cuBLASLt (the GEMMs) and CUPTI (--profile-steps, where this toolkit has it), of libcudart's major
-# and from its folder.
-collect_opened_at_run_time() {
-  local soname major dir lib
-  for soname in "${!LIB_SRC[@]}"; do
-    case $soname in libcudart.so.*) ;; *) continue ;; esac
-    major=${soname#libcudart.so.} dir=$(dirname "${LIB_SRC[$soname]}")
-    [ -e "$dir/libcublasLt.so.$major" ] || die "libcublasLt.so.$major is not beside ${LIB_SRC[$soname]}"
-    for lib in "libcublasLt.so.$major" "libcupti.so.$major"; do
-      [ -e "$dir/$lib" ] || continue
-      LIB_SRC[$lib]=$dir/$lib
-      collect "$dir/$lib"
+# The CUDA libraries zerotrain opens at run time (dlopen), which ldd does not list: cuBLASLt (the
+# GEMMs) and CUPTI (--profile-steps, where this toolkit has it), of libcudart's major, looked for
+# where the loader would look for the binary: LD_LIBRARY_PATH, its RUNPATH, libcudart's folder,
+# /usr/local/cuda/lib64. Bundled with --include-cuda; otherwise their folder joins zerotrain's
+# RUNPATH, as those of the libraries ldd lists do.
+add_opened_at_run_time() {
+  local cudart major lib found d runpath dirs=() entries=()
+  cudart=$(deps "$BIN" | awk -F'\t' '$1 ~ /^libcudart\.so\./ { print $1 "\t" $2; exit }')
+  [ -n "$cudart" ] || return 0 # built without CUDA
+  major=${cudart%%$'\t'*} && major=${major#libcudart.so.}
+  IFS=: read -ra entries <<<"${LD_LIBRARY_PATH:-}" && dirs+=("${entries[@]}")
+  runpath=$(LC_ALL=C readelf -d "$BIN" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]$/\1/p')
+  IFS=: read -ra entries <<<"$runpath" && dirs+=("${entries[@]}")
+  dirs+=("$(dirname "${cudart#*$'\t'}")" /usr/local/cuda/lib64)
+  for lib in "libcublasLt.so.$major" "libcupti.so.$major"; do
+    found=""
+    for d in "${dirs[@]}"; do
+      case $d in '' | *'$'*) continue ;; esac # $ORIGIN: the build's own folders
+      if [ -e "$d/$lib" ]; then found=$d/$lib && break; fi
     done
+    if [ -z "$found" ]; then
+      [ "$lib" != "libcublasLt.so.$major" ] ||
+        note "warning: $lib (which zerotrain opens at run time) not found here; left out"
+      continue
+    fi
+    if [ "$include_cuda" -eq 1 ]; then
+      LIB_SRC[$lib]=$found
+      collect "$found"
+    else
+      add_extra_dir "$(dirname "$found")"
+    fi
   done
 }
 
 collect "$BIN"
 for extra in "${EXTRAS[@]}"; do collect "$extra"; done
-[ "$include_cuda" -eq 0 ] || collect_opened_at_run_time
+add_opened_at_run_time
 for exe in orterun orted ompi_info; do collect "$OMPI_BINDIR/$exe"; done
 for c in "${COMPONENTS[@]}"; do collect "$c"; done
 if [ -n "$PMIX_COMPDIR" ]; then

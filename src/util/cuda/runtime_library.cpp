@@ -3,7 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
-#include <filesystem>
+#include <climits>
 #include <string>
 #include <utility>
 
@@ -17,12 +17,17 @@ std::string last_dl_error() {
   return why ? why : "not found";
 }
 
-// The folder of the libcudart this process runs on ("" when it cannot be told).
+// The folder of the libcudart this process runs on ("" when it cannot be told), asked of the
+// loaded library itself: in an executable built without PIE, the address of a cudart function
+// would be the executable's own call stub, not the library's.
 std::string cuda_runtime_folder() {
-  Dl_info info{};
-  const void* runtime_symbol = reinterpret_cast<const void*>(&cudaRuntimeGetVersion);
-  if (dladdr(runtime_symbol, &info) == 0 || info.dli_fname == nullptr) return "";
-  return std::filesystem::path(info.dli_fname).parent_path().string();
+  const std::string soname = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+  void* handle = dlopen(soname.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return "";
+  char origin[PATH_MAX] = {};
+  const bool known = dlinfo(handle, RTLD_DI_ORIGIN, origin) == 0;
+  dlclose(handle);
+  return known ? std::string(origin) : "";
 }
 
 }  // namespace
