@@ -1,7 +1,8 @@
-// cuBLASLt's entry points, bound at run time (util/cuda/runtime_library.h) on the first GEMM or
-// version query, not linked: a zerotrain process that never runs a GEMM on a GPU (every CPU run,
-// prepare-data, estimate, export) does not pay the library's load. Each member has the type
-// cublasLt.h declares, so a call through it is checked as the direct call was.
+// cuBLASLt's entry points, bound at run time (util/cuda/runtime_library.h) when a CUDA backend's
+// GEMMs are set up (LtGemm) or the version is asked for, not linked: a zerotrain process that
+// makes no CUDA backend (every CPU run, prepare-data, estimate, export) does not pay the
+// library's load. Each member has the type cublasLt.h declares, so a call through it is checked
+// as the direct call was.
 #pragma once
 #include <cublasLt.h>
 
