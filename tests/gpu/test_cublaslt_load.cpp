@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "../support/error_text.h"
 #include "backend/cuda/cublaslt_api.h"
 #include "util/cuda/runtime_library.h"
 #include "util/error.h"
@@ -47,15 +48,6 @@ TEST(CublasLtLoad, MappedAtTheFirstUseNotAtStart) {
     EXPECT_NE(entry, nullptr);
   }
   EXPECT_EQ(&cublaslt(), &api);  // bound once
-}
-
-std::string error_of(void (*attempt)()) {
-  try {
-    attempt();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(RuntimeLibrary, AMissingLibraryOrSymbolIsNamed) {
