@@ -88,20 +88,25 @@ __global__ void block_sum_squares_kernel(double* out, const float* x, int64_t n,
 void launch_adamw(float* master, float* m, float* v, const float* grad, uint16_t* out_bf16,
                   float* out_f32, int64_t n, const AdamConstants& c, cudaStream_t stream) {
   if (n == 0) return;
+  constexpr size_t kF32 = sizeof(float), kBf16 = sizeof(uint16_t);
   const int64_t head = std::min(
-      n, elements_to_alignment(
-             {{master, 4}, {m, 4}, {v, 4}, {grad, 4}, {out_bf16, 2}, {out_f32, 4}}, kChunk));
-  if (head > 0)
-    launch_elementwise("adamw", AdamWUpdate{master, m, v, grad, out_bf16, out_f32, c}, head, {},
-                       stream, /*chunkable=*/false);
-  const auto past_head = [head](auto* p) { return p ? p + head : p; };
-  launch_elementwise(
-      "adamw",
-      AdamWUpdate{master + head, m + head, v + head, grad + head, past_head(out_bf16),
-                  past_head(out_f32), c},
-      n - head,
-      {master + head, m + head, v + head, grad + head, past_head(out_bf16), past_head(out_f32)},
-      stream);
+      n,
+      elements_to_alignment(
+          {{master, kF32}, {m, kF32}, {v, kF32}, {grad, kF32}, {out_bf16, kBf16}, {out_f32, kF32}},
+          kChunk));
+  const auto from = [&](int64_t at) {  // the update of elements at.. (null outputs stay null)
+    return AdamWUpdate{master + at,
+                       m + at,
+                       v + at,
+                       grad + at,
+                       out_bf16 ? out_bf16 + at : nullptr,
+                       out_f32 ? out_f32 + at : nullptr,
+                       c};
+  };
+  if (head > 0) launch_elementwise("adamw", from(0), head, {}, stream, /*chunkable=*/false);
+  const AdamWUpdate rest = from(head);
+  launch_elementwise("adamw", rest, n - head,
+                     {rest.master, rest.m, rest.v, rest.grad, rest.out_bf16, rest.out_f32}, stream);
 }
 
 void launch_sum_squares(double* result, double* partials, const float* x, int64_t n,
