@@ -12,7 +12,10 @@ the GEMM path's row kernels, and on a Hopper GPU cuDNN's fused kernels on ragged
 the loss counts fewer targets (one per document boundary). On CUDA the rows name their kernel:
 both modes with --attention fused (which --attention auto does not pick for masks until that
 path is validated on a GPU, docs/gpu.md) and with --attention gemm, so that each attention
-kernel's cost of the masks shows; the issue's target is on/off of the fused rows.
+kernel's cost of the masks shows; the issue's target is on/off of the fused rows. A fused row
+also prints report.json's `attention_graphs`: the cuDNN graphs built and their seconds, which a
+masked run may spend in steps after the first (one graph per call size its documents need), and
+so inside the mean.
 
   /usr/bin/python3 bench/bench_document_masking.py --zerotrain build/zerotrain
   (on a GPU: --backend cuda --preset 1b --seq-len 2048 --micro-batch 4)
@@ -107,9 +110,12 @@ def main():
                 if check != masking:
                     raise SystemExit(f"run.json says document_masking {check!r}, ran {masking}")
                 tps = report["mean_tokens_per_s"]
+                graphs = report.get("attention_graphs")  # the fused rows: cuDNN's graph builds
+                built = (f", {graphs['built']} cuDNN graphs built in {graphs['build_s']:.2f} s"
+                         if graphs else "")
                 print(f"  run {r + 1} {label:>8}: {tps:10.1f} tokens/s, attention "
-                      f"{ran.get('attention_kernel')}, loss tokens of step 1 {ran['loss_tokens']}",
-                      flush=True)
+                      f"{ran.get('attention_kernel')}, loss tokens of step 1 {ran['loss_tokens']}"
+                      f"{built}", flush=True)
                 best[label] = max(best.get(label, 0.0), tps)
         ratios = []
         for on in (label for label in best if label.startswith("on")):

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_devices.h"
 #include "util/bf16.h"
 #include "util/cuda/cuda_check.h"
 

@@ -274,7 +274,7 @@ run_part_preflight() {
 # In order of what a hang would cost most to miss: the kernels and GEMMs every path runs, the
 # fused attention (the fast path), then the engine and the communicators.
 gpu_test_groups=('kernels=CudaKernels.*:CudaBf16Storage.*:CudaFp16Storage.*:CudaFusedKernels.*'
-  'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*:CudaGemmTuning.*'
+  'gemm_attention=*CudaGemm.*:*CudaBatchedGemm*:*CudaAttention.*:CudaGemmTuning.*:CudaRunReport.*'
   'fused_attention=CudnnAttention.*' 'engine=CudaEngine.*:CudaDeviceMemory.*:CudaKernelProfile.*'
   'comm=NcclComm.*:StagedComm.*')
 group_filter() {  # group_filter NAME: the gtest filter of that group

@@ -379,11 +379,11 @@ void finish_run(ZeroEngine& engine, const TrainInputs& in, const TrainOptions& o
       {"precision", precision_name(o.precision)},
       {"global_batch_tokens", o.micro_batch * o.grad_accum * world * o.seq_len}};
   if (!eval.is_null()) extra["eval"] = eval;
-  if (const std::optional<GemmTuningReport> gemm = backend.gemm_tuning_report()) {
-    extra["gemm_algorithms"] = gemm_tuning_json(*gemm);  // rank 0's: report.json is rank 0's
-    if (comm.rank() == 0)
-      std::cerr << "zerotrain train: GEMM algorithms, rank 0: " << gemm->summary() << "\n";
-  }
+  const BackendTallies tallies = backend_tallies(backend);  // rank 0's: report.json is rank 0's
+  extra.update(tallies.fields);
+  if (comm.rank() == 0)
+    for (const std::string& line : tallies.log_lines)
+      std::cerr << "zerotrain train: rank 0's " << line << "\n";
   recorder.write_report(extra, total_time_s);
   if (comm.rank() == 0 && !eval.is_null()) std::cerr << "eval: " << eval.dump() << "\n";
 }

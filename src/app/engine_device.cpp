@@ -12,6 +12,7 @@
 #if ZEROTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device_memory.h"
+#include "backend/cuda/cuda_devices.h"
 #include "backend/device_arena_plan.h"
 #include "comm/collective_outcome.h"
 #include "comm/cuda/staged_device_communicator.h"

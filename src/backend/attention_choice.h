@@ -13,6 +13,7 @@
 // auto asks cuDNN itself before it picks fused: the run's forward and backward graphs are built
 // (not run) once at start-up, and a graph cuDNN refuses makes the run gemm, saying why.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -140,8 +141,18 @@ struct SdpaGraphKeyHash {
 };
 std::string describe(const SdpaGraphKey& key);
 
+// Adds the seconds of its scope (steady clock) to `total` as it ends, by a throw too.
+struct AddElapsedSeconds {
+  double& total;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~AddElapsedSeconds() {
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
 // Builds each value once per key and keeps it: get() calls build(key) only for a key it has not
-// seen. builds() counts the calls (a training run builds 2 graphs: one forward, one backward).
+// seen. builds() counts the calls (a training run builds 2 graphs: one forward, one backward), and
+// build_seconds() is their wall time (steady clock), a build that threw included.
 template <typename Key, typename Value, typename Hash>
 class BuildOnceCache {
  public:
@@ -149,7 +160,11 @@ class BuildOnceCache {
   Value& get(const Key& key, const Builder& build) {
     auto it = entries_.find(key);
     if (it == entries_.end()) {
-      std::shared_ptr<Value> value = build(key);
+      std::shared_ptr<Value> value;
+      {
+        const AddElapsedSeconds timer{build_seconds_};
+        value = build(key);
+      }
       ++builds_;
       it = entries_.emplace(key, std::move(value)).first;
     }
@@ -157,10 +172,12 @@ class BuildOnceCache {
   }
   size_t size() const { return entries_.size(); }
   int64_t builds() const { return builds_; }
+  double build_seconds() const { return build_seconds_; }
 
  private:
   std::unordered_map<Key, std::shared_ptr<Value>, Hash> entries_;
   int64_t builds_ = 0;
+  double build_seconds_ = 0;
 };
 
 // Bytes one attention call stages through the backend's attention scratch before its own work,

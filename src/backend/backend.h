@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/attention_graph_report.h"
 #include "backend/attention_scores.h"
 #include "backend/gemm_tuning.h"
 #include "backend/glu_activation.h"
@@ -275,6 +276,11 @@ class Backend {
   // --gemm-algorithms timed (backend/gemm_tuning.h): the tally of the GEMM shapes so far; none
   // where the backend has no GEMM algorithms to choose from or was not asked to time them.
   virtual std::optional<GemmTuningReport> gemm_tuning_report() const { return std::nullopt; }
+  // The fused attention's graphs so far (their count, build seconds and workspace); none where
+  // the backend runs no fused attention.
+  virtual std::optional<AttentionGraphReport> attention_graph_report() const {
+    return std::nullopt;
+  }
   virtual void to_bf16(bf16_t* out, const float* in, int64_t n) = 0;  // round to nearest even
   virtual void from_bf16(float* out, const bf16_t* in, int64_t n) = 0;
   // IEEE fp16 (--precision fp16): round to nearest even, ±inf beyond 65504 (util/bf16.h's

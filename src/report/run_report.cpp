@@ -169,6 +169,27 @@ nlohmann::json gemm_tuning_json(const GemmTuningReport& tally) {
           {"saved_ms", tally.saved_ms}};
 }
 
+nlohmann::json attention_graphs_json(const AttentionGraphReport& graphs) {
+  return {{"built", graphs.graphs_built},
+          {"build_s", graphs.build_seconds},
+          {"workspace_bytes", graphs.workspace_bytes}};
+}
+
+BackendTallies backend_tallies(const Backend& backend) {
+  BackendTallies tallies;
+  if (const std::optional<GemmTuningReport> gemm = backend.gemm_tuning_report()) {
+    tallies.fields["gemm_algorithms"] = gemm_tuning_json(*gemm);
+    tallies.log_lines.push_back("GEMM algorithms: " + gemm->summary());
+  }
+  if (const std::optional<AttentionGraphReport> graphs = backend.attention_graph_report()) {
+    tallies.fields["attention_graphs"] = attention_graphs_json(*graphs);
+    tallies.log_lines.push_back("cuDNN attention graphs: " + std::to_string(graphs->graphs_built) +
+                                " built in " + fixed(graphs->build_seconds, 2) + " s, workspace " +
+                                human_bytes(static_cast<double>(graphs->workspace_bytes)));
+  }
+  return tallies;
+}
+
 std::string report_markdown(const nlohmann::json& report) {
   auto num = [](const nlohmann::json& v, int digits) {
     return v.is_number() ? fixed(v.get<double>(), digits) : std::string("n/a");
@@ -192,6 +213,11 @@ std::string report_markdown(const nlohmann::json& report) {
     md << "| GEMM algorithms timed, rank 0 (shapes replaced of timed; ms saved) | "
        << gemm.value("replaced", 0) << " of " << gemm.value("timed", 0) << "; "
        << num(gemm["saved_ms"], 2) << " |\n";
+  }
+  if (report.contains("attention_graphs")) {
+    const nlohmann::json& graphs = report["attention_graphs"];
+    md << "| cuDNN attention graphs, rank 0 (built; build seconds) | " << graphs.value("built", 0)
+       << "; " << num(graphs["build_s"], 2) << " |\n";
   }
   md << "| training time (s) | " << num(report["train_time_s"], 2) << " |\n";
   md << "| total time (s) | " << num(report["total_time_s"], 2) << " |\n\n";

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/attention_graph_report.h"
+#include "backend/backend.h"
 #include "backend/gemm_tuning.h"
 #include "report/metrics_log.h"
 
@@ -66,6 +68,19 @@ class RunSummary {
 // --gemm-algorithms timed: the tally of a rank's GEMM shapes (backend/gemm_tuning.h), as
 // report.json's `gemm_algorithms`.
 nlohmann::json gemm_tuning_json(const GemmTuningReport& tally);
+// The fused attention's graphs (backend/attention_graph_report.h), as report.json's
+// `attention_graphs`:
+// {"built", "build_s", "workspace_bytes"}.
+nlohmann::json attention_graphs_json(const AttentionGraphReport& graphs);
+
+// What the backend tallied over the run, for report.json (the rank's own; report.json is rank
+// 0's): `gemm_algorithms` (--gemm-algorithms timed) and `attention_graphs` (the fused attention),
+// each where the backend has it; and one line of each for the log.
+struct BackendTallies {
+  nlohmann::json fields = nlohmann::json::object();
+  std::vector<std::string> log_lines;
+};
+BackendTallies backend_tallies(const Backend& backend);
 
 std::string report_markdown(const nlohmann::json& report);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_devices.h"
 #include "runtime/mpi_runtime.h"
 
 int main(int argc, char** argv) {

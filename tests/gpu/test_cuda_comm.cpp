@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_devices.h"
 #include "comm/cuda/nccl_communicator.h"
 #include "comm/cuda/nccl_rank_tree_add.h"
 #include "comm/cuda/staged_device_communicator.h"

@@ -26,6 +26,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device_memory.h"
+#include "backend/cuda/cuda_devices.h"
 #include "comm/cuda/staged_device_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "engine/zero_engine.h"

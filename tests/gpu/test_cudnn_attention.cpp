@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_device_arena.h"
+#include "backend/cuda/cuda_devices.h"
 #include "backend/cuda/cudnn_attention.h"
 #include "gpu_test_util.h"
 #include "util/bf16.h"
@@ -524,17 +525,23 @@ TEST(CudnnAttention, BuildsEachGraphOnce) {
     attention.prepare(a, DType::kFloat32);
     EXPECT_EQ(attention.graphs_built(), 2);
     const int64_t prepared_workspace = attention.workspace_bytes();
+    const AttentionGraphReport prepared = attention.graph_report();
+    EXPECT_EQ(prepared.graphs_built, 2);
+    EXPECT_GT(prepared.build_seconds, 0.0);  // the report's build time: the builds' own
     for (int call = 0; call < 3; ++call) {
       attention.forward(arena, out.get(), lse.get(), q.get(), kv.get(), kv.get(), a);
       attention.backward(arena, dq.get(), dk.get(), dv.get(), q.get(), q.get(), kv.get(), kv.get(),
                          out.get(), lse.get(), a);
     }
     EXPECT_EQ(attention.graphs_built(), 2);
+    EXPECT_EQ(attention.graph_report().build_seconds, prepared.build_seconds);  // calls: none
     // The deterministic backward keeps dP in cuDNN's workspace: held, and counted as scratch.
     EXPECT_GT(attention.workspace_bytes(), 0);
     EXPECT_EQ(attention.workspace_bytes(), prepared_workspace);
+    EXPECT_EQ(attention.graph_report().workspace_bytes, prepared_workspace);
     attention.forward(arena, out.get(), lse.get(), q.get(), kv.get(), kv.get(), b);
     EXPECT_EQ(attention.graphs_built(), 3);
+    EXPECT_GT(attention.graph_report().build_seconds, prepared.build_seconds);
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   ZT_CUDA_CHECK(cudaStreamDestroy(stream));

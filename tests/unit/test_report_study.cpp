@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "engine/engine_spec_json.h"
 #include "engine/estimator.h"
 #include "io/fs_util.h"
@@ -296,6 +297,24 @@ TEST(RunSummary, TheLowestEvaluationIsNamedWithItsStep) {
   EXPECT_NE(report_markdown(report).find("Lowest: after step 2 (2.0000)."), std::string::npos)
       << report_markdown(report);
   EXPECT_FALSE(RunSummary().to_json({}, 1.0).contains("eval_best"));
+}
+
+// The fused attention's tally as report.json and report.md give it (CudaRunReport.* checks a CUDA
+// backend's own figures); a CPU backend tallies nothing, so its report has neither row.
+TEST(RunSummary, AttentionGraphsReadBackIntoTheReportTable) {
+  const nlohmann::json graphs = attention_graphs_json({6, 1.25, 3 << 20});
+  EXPECT_EQ(graphs,
+            nlohmann::json({{"built", 6}, {"build_s", 1.25}, {"workspace_bytes", 3 << 20}}));
+  nlohmann::json report = RunSummary().to_json({}, 1.0);
+  EXPECT_EQ(report_markdown(report).find("attention graphs"), std::string::npos);
+  report["attention_graphs"] = graphs;
+  const std::string md = report_markdown(report);
+  EXPECT_NE(md.find("| cuDNN attention graphs, rank 0 (built; build seconds) | 6; 1.25 |"),
+            std::string::npos)
+      << md;
+  const BackendTallies cpu = backend_tallies(*make_cpu_backend());
+  EXPECT_TRUE(cpu.fields.empty()) << cpu.fields.dump();
+  EXPECT_TRUE(cpu.log_lines.empty());
 }
 
 }  // namespace

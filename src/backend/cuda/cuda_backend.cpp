@@ -23,6 +23,7 @@
 #endif
 #include "backend/cuda/cuda_device_arena.h"
 #include "backend/cuda/cuda_device_memory.h"
+#include "backend/cuda/cuda_devices.h"
 #include "backend/cuda/cuda_event_timeline.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -31,42 +32,6 @@
 #include "util/error.h"
 
 namespace zt {
-
-int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver/device" error
-    return 0;
-  }
-  return count;
-}
-
-int cuda_compute_capability_major(int device) {
-  int major = 0;
-  ZT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major;
-}
-
-std::string cuda_device_uuid(int device) {
-  cudaDeviceProp properties{};
-  ZT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
-  static const char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (const char byte : properties.uuid.bytes) {
-    const auto b = static_cast<unsigned char>(byte);
-    hex += kHex[b >> 4];
-    hex += kHex[b & 15];
-  }
-  return hex;
-}
-
-void check_cuda_device_supported(int device) {
-  cudaDeviceProp prop{};
-  ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  const std::string unsupported =
-      cuda_device_support_problem(device, prop.name, prop.major, prop.minor);
-  ZT_CHECK(unsupported.empty(), "CUDA backend: " + unsupported);
-}
 
 std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
                                                      const cuda::CudaBackendOptions& options) {
@@ -183,6 +148,12 @@ void CudaBackend::time_gemm_algorithms() {
 std::optional<GemmTuningReport> CudaBackend::gemm_tuning_report() const {
   if (!state_->gemm_timed) return std::nullopt;
   return state_->gemm->tuning_report();
+}
+std::optional<AttentionGraphReport> CudaBackend::attention_graph_report() const {
+#if ZEROTRAIN_HAVE_CUDNN
+  if (state_->fused_attention) return state_->fused_attention->graph_report();
+#endif
+  return std::nullopt;
 }
 PhaseTimeline& CudaBackend::timeline() {
   return *state_->timeline;

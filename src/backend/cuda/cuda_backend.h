@@ -197,6 +197,7 @@ class CudaBackend final : public Backend {
   // first call (LtGemm::time_algorithms); gemm_tuning_report() then has their tally.
   void time_gemm_algorithms();
   std::optional<GemmTuningReport> gemm_tuning_report() const override;
+  std::optional<AttentionGraphReport> attention_graph_report() const override;
   // The cudaStream_t every op runs on (as void*, to keep CUDA headers out of this header).
   void* stream_handle() const;
   int device() const;
@@ -227,18 +228,6 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace cuda
-
-// Number of CUDA devices this process sees; 0 when there is no driver or no device.
-int cuda_device_count();
-// The major compute capability of `device` (8 for A100, 9 for H100/H200); zt::Error when the
-// device does not exist.
-int cuda_compute_capability_major(int device);
-// Fails naming `device`, its name and compute capability when the CUDA backend cannot run on it
-// (cuda_device_support_problem, backend/backend_choice.h).
-void check_cuda_device_supported(int device);
-// The UUID of `device` as 32 hex digits: one physical GPU (or MIG instance) whichever host,
-// CUDA_VISIBLE_DEVICES or index shows it; zt::Error when the device does not exist.
-std::string cuda_device_uuid(int device);
 
 std::unique_ptr<cuda::CudaBackend> make_cuda_backend(int device,
                                                      const cuda::CudaBackendOptions& options = {});

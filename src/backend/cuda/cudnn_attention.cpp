@@ -532,6 +532,10 @@ int64_t CudnnAttention::graphs_built() const {
   return impl_->graphs.builds();
 }
 
+AttentionGraphReport CudnnAttention::graph_report() const {
+  return {impl_->graphs.builds(), impl_->graphs.build_seconds(), workspace_bytes()};
+}
+
 int64_t CudnnAttention::workspace_bytes() const {
   return static_cast<int64_t>(impl_->workspace_bytes);
 }

@@ -39,6 +39,7 @@
 #include <memory>
 
 #include "backend/attention_choice.h"
+#include "backend/attention_graph_report.h"
 #include "backend/cuda/cuda_device_arena.h"
 #include "util/tensor_view.h"
 
@@ -82,6 +83,8 @@ class CudnnAttention {
   void fill_workspace(unsigned char byte);
 
   int64_t graphs_built() const;
+  // The graphs built so far, their builds' seconds and the workspace held (a run's report).
+  AttentionGraphReport graph_report() const;
   // Bytes of cuDNN workspace held (sized for the largest graph prepared or run so far).
   int64_t workspace_bytes() const;
 
