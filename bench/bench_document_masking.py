@@ -13,9 +13,9 @@ the loss counts fewer targets (one per document boundary). On CUDA the rows name
 both modes with --attention fused (which --attention auto does not pick for masks until that
 path is validated on a GPU, docs/gpu.md) and with --attention gemm, so that each attention
 kernel's cost of the masks shows; the issue's target is on/off of the fused rows. A fused row
-also prints report.json's `attention_graphs`: the cuDNN graphs built and their seconds, which a
-masked run may spend in steps after the first (one graph per call size its documents need), and
-so inside the mean.
+also prints report.json's `attention_graphs`: the cuDNN graphs built in steps (after the
+start-up check: one per call size its documents need, at the first micro-batch that needs it) and
+their seconds, the most that builds add to its steps (step 1's, outside the mean, included).
 
   /usr/bin/python3 bench/bench_document_masking.py --zerotrain build/zerotrain
   (on a GPU: --backend cuda --preset 1b --seq-len 2048 --micro-batch 4)
@@ -111,8 +111,8 @@ def main():
                     raise SystemExit(f"run.json says document_masking {check!r}, ran {masking}")
                 tps = report["mean_tokens_per_s"]
                 graphs = report.get("attention_graphs")  # the fused rows: cuDNN's graph builds
-                built = (f", {graphs['built']} cuDNN graphs built in {graphs['build_s']:.2f} s"
-                         if graphs else "")
+                built = (f", cuDNN graphs built in steps {graphs['built_in_steps']} in "
+                         f"{graphs['build_s_in_steps']:.2f} s" if graphs else "")
                 print(f"  run {r + 1} {label:>8}: {tps:10.1f} tokens/s, attention "
                       f"{ran.get('attention_kernel')}, loss tokens of step 1 {ran['loss_tokens']}"
                       f"{built}", flush=True)

@@ -1,7 +1,8 @@
 // The fused attention's graphs over a run, for its report (report.json's `attention_graphs`,
-// report/run_report.h): how many were built, the seconds their builds took, and the cuDNN
-// workspace held. cuDNN's plans are built at the first call of each graph's shape: a
-// document-masked run may build some in later steps, whose times then include them.
+// report/run_report.h): how many were built and the seconds their builds took, in all and at
+// start-up (CudnnAttention::prepare, before the first step), and the cuDNN workspace held. The
+// builds after start-up happen inside steps: a document-masked run builds the graph of a call
+// size at the first micro-batch that needs it, and that step's time includes the build.
 #pragma once
 #include <cstdint>
 
@@ -10,6 +11,8 @@ namespace zt {
 struct AttentionGraphReport {
   int64_t graphs_built = 0;
   double build_seconds = 0;
+  int64_t built_at_start = 0;  // of graphs_built, those prepare() built
+  double build_seconds_at_start = 0;
   int64_t workspace_bytes = 0;
 };
 

@@ -69,8 +69,8 @@ class RunSummary {
 // report.json's `gemm_algorithms`.
 nlohmann::json gemm_tuning_json(const GemmTuningReport& tally);
 // The fused attention's graphs (backend/attention_graph_report.h), as report.json's
-// `attention_graphs`:
-// {"built", "build_s", "workspace_bytes"}.
+// `attention_graphs`: {"built", "build_s", "built_in_steps", "build_s_in_steps",
+// "workspace_bytes"} (in steps: after start-up's prepare).
 nlohmann::json attention_graphs_json(const AttentionGraphReport& graphs);
 
 // What the backend tallied over the run, for report.json (the rank's own; report.json is rank

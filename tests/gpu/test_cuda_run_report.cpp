@@ -3,7 +3,8 @@
 // with the fused attention, each with the numbers the backend's own parts hold.
 #include <gtest/gtest.h>
 
-#include <optional>
+#include <cstdint>
+#include <vector>
 
 #include "backend/attention_graph_report.h"
 #include "gpu_test_util.h"
@@ -48,15 +49,34 @@ TEST(CudaRunReport, FusedAttentionGraphsAreTallied) {
   backend->prepare_fused_attention(s, DType::kBf16);
   const AttentionGraphReport graphs = backend->attention_graph_report().value();
   EXPECT_EQ(graphs.graphs_built, 2);
+  EXPECT_EQ(graphs.built_at_start, 2);
   EXPECT_GT(graphs.build_seconds, 0.0);
+  EXPECT_EQ(graphs.build_seconds_at_start, graphs.build_seconds);
   EXPECT_GT(graphs.workspace_bytes, 0);
-  const BackendTallies tallies = backend_tallies(*backend);
+  BackendTallies tallies = backend_tallies(*backend);
+  ASSERT_TRUE(tallies.fields.contains("attention_graphs")) << tallies.fields.dump();
   EXPECT_EQ(tallies.fields["attention_graphs"]["built"], 2);
+  EXPECT_EQ(tallies.fields["attention_graphs"]["built_in_steps"], 0);
   EXPECT_EQ(tallies.fields["attention_graphs"]["build_s"], graphs.build_seconds);
   EXPECT_EQ(tallies.fields["attention_graphs"]["workspace_bytes"], graphs.workspace_bytes);
   ASSERT_EQ(tallies.log_lines.size(), 1u);
   EXPECT_EQ(tallies.log_lines[0].rfind("cuDNN attention graphs: 2 built in ", 0), 0u)
       << tallies.log_lines[0];
+  // A call of another shape after start-up (what a step meets): one graph built in steps.
+  const AttentionShape later{1, 64, 4, 2, 32};
+  const uint16_t one = 0x3f80;  // 1.0 in bf16
+  DeviceBuffer<uint16_t> q(std::vector<uint16_t>(64 * 4 * 32, one)),
+      kv(std::vector<uint16_t>(64 * 2 * 32, one)), out(q.size());
+  DeviceBuffer<float> lse(4 * 64);
+  backend->attention_forward({out.get(), DType::kBf16}, lse.get(), {q.get(), DType::kBf16},
+                             {kv.get(), DType::kBf16}, {kv.get(), DType::kBf16}, later.B, later.T,
+                             later.H, later.Hkv, later.hd);
+  backend->synchronize();
+  tallies = backend_tallies(*backend);
+  ASSERT_TRUE(tallies.fields.contains("attention_graphs")) << tallies.fields.dump();
+  EXPECT_EQ(tallies.fields["attention_graphs"]["built"], 3);
+  EXPECT_EQ(tallies.fields["attention_graphs"]["built_in_steps"], 1);
+  EXPECT_GT(tallies.fields["attention_graphs"]["build_s_in_steps"].get<double>(), 0.0);
 }
 #endif
 

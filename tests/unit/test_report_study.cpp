@@ -302,14 +302,18 @@ TEST(RunSummary, TheLowestEvaluationIsNamedWithItsStep) {
 // The fused attention's tally as report.json and report.md give it (CudaRunReport.* checks a CUDA
 // backend's own figures); a CPU backend tallies nothing, so its report has neither row.
 TEST(RunSummary, AttentionGraphsReadBackIntoTheReportTable) {
-  const nlohmann::json graphs = attention_graphs_json({6, 1.25, 3 << 20});
-  EXPECT_EQ(graphs,
-            nlohmann::json({{"built", 6}, {"build_s", 1.25}, {"workspace_bytes", 3 << 20}}));
+  const nlohmann::json graphs = attention_graphs_json({6, 1.25, 4, 0.875, 3 << 20});
+  EXPECT_EQ(graphs, nlohmann::json({{"built", 6},
+                                    {"build_s", 1.25},
+                                    {"built_in_steps", 2},
+                                    {"build_s_in_steps", 0.375},
+                                    {"workspace_bytes", 3 << 20}}));
   nlohmann::json report = RunSummary().to_json({}, 1.0);
   EXPECT_EQ(report_markdown(report).find("attention graphs"), std::string::npos);
   report["attention_graphs"] = graphs;
   const std::string md = report_markdown(report);
-  EXPECT_NE(md.find("| cuDNN attention graphs, rank 0 (built; build seconds) | 6; 1.25 |"),
+  EXPECT_NE(md.find("| cuDNN attention graphs, rank 0 (built; build seconds; those in steps) | "
+                    "6; 1.25; 2 in 0.38 s |"),
             std::string::npos)
       << md;
   const BackendTallies cpu = backend_tallies(*make_cpu_backend());

@@ -1,6 +1,6 @@
 // Which CUDA devices this process sees and what they are: the count, a device's compute
-// capability and UUID, and whether the CUDA backend runs on it. Used by device selection
-// (runtime) and by the backend's construction.
+// capability and UUID, and whether the CUDA backend runs on it. Used by the device choice
+// (app/engine_device.cpp) and by the backend's construction.
 #pragma once
 #include <string>
 

@@ -339,6 +339,9 @@ struct CudnnAttention::Impl {
   // The workspace prepare() allocated (0: none prepared) and whether it planned the backward.
   size_t prepared_workspace = 0;
   bool prepared_backward = false;
+  // The graph cache's builds and seconds as the last prepare() left them (the run's start-up).
+  int64_t prepared_builds = 0;
+  double prepared_build_seconds = 0;
   // The micro-batch's documents (set_documents), whether their K was fitted to the prepared
   // workspace (fit_documents), and their device table.
   std::optional<RaggedDocuments> documents;
@@ -521,6 +524,8 @@ void CudnnAttention::prepare(const AttentionShape& shape, DType storage, bool wi
   for (const SdpaGraphKey& key : keys) impl_->workspace_for(key, impl_->graph(key));
   impl_->prepared_workspace = impl_->workspace_bytes;
   impl_->prepared_backward = impl_->prepared_backward || with_backward;
+  impl_->prepared_builds = impl_->graphs.builds();
+  impl_->prepared_build_seconds = impl_->graphs.build_seconds();
 }
 
 void CudnnAttention::fill_workspace(unsigned char byte) {
@@ -533,7 +538,8 @@ int64_t CudnnAttention::graphs_built() const {
 }
 
 AttentionGraphReport CudnnAttention::graph_report() const {
-  return {impl_->graphs.builds(), impl_->graphs.build_seconds(), workspace_bytes()};
+  return {impl_->graphs.builds(), impl_->graphs.build_seconds(), impl_->prepared_builds,
+          impl_->prepared_build_seconds, workspace_bytes()};
 }
 
 int64_t CudnnAttention::workspace_bytes() const {

@@ -83,7 +83,8 @@ class CudnnAttention {
   void fill_workspace(unsigned char byte);
 
   int64_t graphs_built() const;
-  // The graphs built so far, their builds' seconds and the workspace held (a run's report).
+  // The graphs built so far and their builds' seconds, in all and by prepare(), and the
+  // workspace held (a run's report).
   AttentionGraphReport graph_report() const;
   // Bytes of cuDNN workspace held (sized for the largest graph prepared or run so far).
   int64_t workspace_bytes() const;
