@@ -56,6 +56,7 @@ from oracle_harness import (check, checkpoint_masters, exit_status,  # noqa: E40
                             frozen_digest_mismatches, lora_oracle_arguments, refused, run_tool,
                             write_byte_windows)
 import llama_reference as ref  # noqa: E402
+from lora_merge_reference import PREFIX, compare_merge, read_merged  # noqa: E402
 from lora_dropout_mask import MaskedDropout  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -69,7 +70,6 @@ TOLERANCE = 1e-4  # test_oracle.py's fp32 bound (relative; float64 reference)
 # size of its gradient, so a gradient within fp32 rounding of 0 takes either sign on the two sides
 # and the adapters part by lr; with 1e-3 the step is smooth in the gradient for small ones.
 DROPOUT_EPS = 1e-3
-PREFIX = "base_model.model."
 
 
 def read_safetensors(path):
@@ -161,74 +161,6 @@ def train_steps(model, trained, optimizer, tokens, history=None):
                             for n, p in trained.items()})
         optimizer.zero_grad(set_to_none=True)
     return losses, norms
-
-
-def read_merged(hf_dir):
-    """The tensors of an exported Hugging Face directory (one safetensors file), as bf16."""
-    from safetensors.torch import load_file
-    return {n: t.to(torch.bfloat16) for n, t in
-            load_file(os.path.join(hf_dir, "model.safetensors")).items()}
-
-
-def ulp_bf16(w):
-    """One bf16 step at each element's magnitude (frexp: |w| = m·2^e, m in [0.5, 1)); below
-    2^-126, and at zero, the subnormal step 2^-133."""
-    _, e = torch.frexp(w)
-    e = torch.where(w == 0, torch.full_like(e, -125), e.clamp(min=-125))
-    return torch.ldexp(torch.ones_like(w), e - 8)
-
-
-def merge_bounds(peft_model):
-    """{merged weight's name: how far each element of export --merge-lora's bf16 tensor may lie from
-    the exact merge of the same adapter, elementwise}, read from a float64 PeftModel before its
-    merge_and_unload. export forms W + s·Σ_k B[i,k]·A[k,j] in fp32 (io/lora_merge.cpp): r products
-    and sums, a product by s and a sum with W, each rounded (fused or not), at most
-    (r + 2)·2^-24·(|W| + |s|·Σ_k |B[i,k]|·|A[k,j]|) from the exact value; then rounds it to bf16,
-    half a step at its value. DoRA then scales each row by m/‖row‖ (the norm in double, the factor
-    and the product in fp32): that factor's relative error is at most ‖E_row‖/‖row‖ + 4·2^-24.
-    Where W and s·B·A nearly cancel, the fp32 error can exceed a bf16 step of the small result, so
-    a bound of one bf16 step there would hold on one machine's adapters and not on another's."""
-    u = 2.0 ** -24
-    bounds = {}
-    for name, module in peft_model.named_modules():
-        if not (hasattr(module, "lora_A") and "default" in module.lora_A):
-            continue
-        with torch.no_grad():
-            a = module.lora_A["default"].weight.double()
-            b = module.lora_B["default"].weight.double()
-            s = float(module.scaling["default"])
-            w = module.get_base_layer().weight.double()
-            error = (a.shape[0] + 2) * u * (w.abs() + abs(s) * (b.abs() @ a.abs())) * 1.001
-            merged = w + s * (b @ a)
-            if getattr(module, "use_dora", {}).get("default", False):
-                m = module.lora_magnitude_vector["default"].weight.double().reshape(-1, 1)
-                row = merged.norm(dim=1, keepdim=True)
-                factor = (m / row).abs()
-                relative = error.norm(dim=1, keepdim=True) / row + 4 * u
-                error = factor * (error + merged.abs() * relative) * 1.001
-        bounds[name[len(PREFIX):] + ".weight"] = error
-    return bounds
-
-
-def merge_excess(got, want, bound=None):
-    """The largest |got − want| of two bf16 tensors (export's merge and the reference's, rounded
-    from fp32) over what rounding allows: export's fp32 error `bound` (merge_bounds; 0 where no
-    adapter), half a bf16 step at each value, and an fp32 step (the reference's first rounding).
-    At most 1 where the two agree within the derivation."""
-    g, w = got.double(), want.double()
-    allowed = 0.5 * ulp_bf16(g) + 0.5 * ulp_bf16(w) + ulp_bf16(w) * 2.0 ** -16
-    if bound is not None:
-        allowed = allowed + bound
-    return float(((g - w).abs() / allowed).max())
-
-
-def bf16_ulps(a, b):
-    """The largest distance in bf16 steps between elements of two bf16 tensors (their bit
-    patterns made monotonic: a negative value's magnitude bits negated)."""
-    def ordered(t):
-        i = t.view(torch.int16).to(torch.int32)
-        return torch.where(i < 0, -(i & 0x7fff), i)
-    return int((ordered(a) - ordered(b)).abs().max().item())
 
 
 def rewrite_config(adapter_dir, **changes):
@@ -586,22 +518,15 @@ def main():
         from peft import PeftModel
         unmerged = PeftModel.from_pretrained(base_model(work("model"), weights),
                                              work("one", "final"))
-        bounds = merge_bounds(unmerged)
-        ref_state = unmerged.merge_and_unload().state_dict()
-        merged = read_merged(work("merged"))
-        worst = 0.0
-        for name, got in merged.items():
-            want = ref_state[name].to(torch.float32).to(torch.bfloat16)
-            if ".lora" in name or not any(f".{t}." in name for t in TARGETS):
-                check(torch.equal(got, weights[name].to(torch.bfloat16)),
-                      f"merge changed {name}")
-                continue
-            check(name in bounds, f"merge: PEFT has no adapter on {name}")
-            excess = merge_excess(got, want, bounds.get(name))
-            worst = max(worst, excess)
-            check(excess <= 1, f"merged {name} is {excess:.2f}x its rounding bound from PEFT's merge")
-        print(f"--merge-lora: adapted projections within {worst:.2f} of their rounding bound from "
-              "PEFT's merge_and_unload, the other tensors bitwise")
+        c = compare_merge(read_merged(work("merged")), unmerged)
+        check(not c.unmatched, f"merge: tensors on one side only: {c.unmatched}")
+        targeted = sorted(n for n in c.exact if any(f".{t}." in n for t in TARGETS))
+        check(c.adapted == targeted, f"PEFT adapts {c.adapted}, not every target")
+        check(c.worst <= 1, f"a merged projection is {c.worst:.2f}x its rounding bound from "
+              "PEFT's merge")
+        check(c.others == 0, f"merge changed a tensor without an adapter by {c.others} bf16 steps")
+        print(f"--merge-lora: adapted projections within {c.worst:.2f} of their rounding bound "
+              "from PEFT's merge_and_unload, the other tensors bitwise")
 
         # estimate counts the adapters and shows full fine-tuning beside them: 6b, r 16 on every
         # projection, bf16, one GPU (stage 0: 2 bytes per parameter, 16 more per adapter one).

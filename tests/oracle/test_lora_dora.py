@@ -18,7 +18,7 @@ windows).
    names) and its loss is zerotrain's end-of-run evaluation's; `generate --adapter OUT/final`
    picks at every new position the token of PEFT's largest logit (test_lora_io.py's check);
 4. export --merge-lora writes each adapted projection m/‖W + s·B·A‖ ⊙ (W + s·B·A) within the
-   rounding both do of PEFT's merge_and_unload (test_lora.merge_bounds), every other tensor
+   rounding both do of PEFT's merge_and_unload (merge_bounds), every other tensor
    bitwise the base's;
 5. dropout 0.25 (one window a step): PEFT's lora_dropout modules applying zerotrain's masks
    (lora_dropout_mask.py), its DoRA layers multiplying the dropped input by the base weight

@@ -21,7 +21,7 @@ stage 0:
    so is one in fp16 (the base rounds to other values; the message names both precisions), and
    so is consolidating a run without adapters saved with --checkpoint-frozen digest.
 4. `export --merge-lora`: the merged directory holds exactly the base's tensor names, each within
-   the rounding both do of PEFT's merge_and_unload rounded to bf16 (test_lora.merge_bounds), its
+   the rounding both do of PEFT's merge_and_unload rounded to bf16 (merge_bounds), its
    lm_head the adapter's rounded; transformers' from_pretrained on it gives
    exactly the loss of its tensors in the base's configuration (its config.json), and PEFT's
    loss with the adapter unmerged within twice the first-order effect of one bf16 step on every
@@ -57,10 +57,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (check, exit_status, last_json_line,  # noqa: E402
                             lora_oracle_arguments, refused, run_tool)
 import torch  # noqa: E402
-from test_lora import (LR, PREFIX, RANK, STEPS, TOLERANCE,  # noqa: E402
-                       base_model, initial_adapters, merge_bounds, merge_excess,
-                       peft_reference, read_merged, read_safetensors, rel_error,
-                       tiny_model_and_windows, train_args, ulp_bf16, window_loss)
+from lora_merge_reference import PREFIX, compare_merge, read_merged, ulp_bf16  # noqa: E402
+from test_lora import (LR, RANK, STEPS, TOLERANCE, base_model,  # noqa: E402
+                       initial_adapters, peft_reference, read_safetensors, rel_error,
+                       tiny_model_and_windows, train_args, window_loss)
 
 HEAD = "lm_head.weight"
 
@@ -171,12 +171,12 @@ def check_merge(zt, work, weights, final, eval_tokens, mutation):
                                          work("run", "final")).to(torch.float64)
     with torch.no_grad():
         want = window_loss(unmerged, eval_tokens).item()
-    bounds = merge_bounds(unmerged)
-    exact = {n: t.detach().clone() for n, t in unmerged.merge_and_unload().state_dict().items()}
-    worst = max(merge_excess(merged[n], exact[n].to(torch.float32).to(torch.bfloat16),
-                             bounds.get(n)) for n in merged)
-    check(worst <= 1, f"a merged tensor is {worst:.2f}x its rounding bound from PEFT's merge")
-    model = base_model(work("model"), exact)
+    c = compare_merge(merged, unmerged)
+    check(not c.unmatched, f"the merged model's tensors are not PEFT's: {c.unmatched}")
+    check(c.worst <= 1, f"a merged tensor is {c.worst:.2f}x its rounding bound from PEFT's merge")
+    check(c.others == 0, "merge: a tensor without an adapter (the base's, or the trained "
+          "lm_head) differs from PEFT's")
+    model = base_model(work("model"), c.exact)
     for p in model.parameters():
         p.requires_grad_(True)
     window_loss(model, eval_tokens).backward()
@@ -190,7 +190,8 @@ def check_merge(zt, work, weights, final, eval_tokens, mutation):
         got, direct = window_loss(loaded, eval_tokens).item(), window_loss(same, eval_tokens).item()
     print(f"merged model in transformers: loss {got:.12f} (its tensors in the base's config: "
           f"{direct:.12f}); PEFT unmerged {want:.9f}, |diff| {abs(got - want):.2e}, bound "
-          f"{bound:.2e}; the tensors within {worst} bf16 step of PEFT's merge")
+          f"{bound:.2e}; the adapted tensors within {c.worst:.2f} of their rounding bound from "
+          "PEFT's merge, the rest bitwise")
     check(got == direct, "from_pretrained of the merged directory is not its tensors in the "
           "base model's config (config.json)")
     check(abs(got - want) <= bound, f"the merged model's loss {got} is beyond {bound} of {want}")

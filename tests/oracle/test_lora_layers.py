@@ -20,7 +20,7 @@ windows). For each config:
 3. OUT/final/adapter_config.json carries the keys back: PeftModel.from_pretrained loads the
    adapter with the same modules and scales, and its loss is zerotrain's end-of-run evaluation;
 4. export --merge-lora writes each adapted projection W + s·B·A, s the module's own scale, within
-   the rounding both do of PEFT's merge_and_unload (test_lora.merge_bounds), and every other
+   the rounding both do of PEFT's merge_and_unload (merge_bounds), and every other
    tensor bitwise the base's.
 
 --mutation alpha (PEFT without alpha_pattern) with --expect-mismatch: the comparison must fail.
@@ -35,6 +35,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import check, exit_status, lora_oracle_arguments, run_tool  # noqa: E402
 import test_lora as lora  # noqa: E402
+from lora_merge_reference import compare_merge, read_merged  # noqa: E402
 import test_lora_gemma2 as gemma2  # noqa: E402
 import test_lora_phi3 as phi3  # noqa: E402
 import torch  # noqa: E402
@@ -96,28 +97,20 @@ def peft_model(hf_dir, adapter, initial_a, mutation):
 
 def check_merge(zt, work, out, want_model, adapted):
     """export --merge-lora against PEFT's merge_and_unload of the same adapter (want_model):
-    adapted projections within the rounding both do (test_lora.merge_bounds), every other tensor
+    adapted projections within the rounding both do (merge_bounds), every other tensor
     bitwise."""
     merged = out + "-merged"
     run_tool([zt, "export", work("model"), "--merge-lora", os.path.join(out, "final"),
               "--out", merged])
-    got = lora.read_merged(merged)
-    bounds = lora.merge_bounds(want_model)
-    want = {n: t.to(torch.float32).to(torch.bfloat16)
-            for n, t in want_model.merge_and_unload().state_dict().items()}
-    check(set(got) == set(want), "the merged model's tensors are not PEFT's")
-    worst_other, worst = 0, 0.0
-    for name, tensor in want.items():
-        if name[:-len(".weight")] in adapted:
-            excess = lora.merge_excess(got[name], tensor, bounds.get(name))
-            worst = max(worst, excess)
-            check(name in bounds and excess <= 1, f"merge: {name} is {excess:.2f}x its rounding "
-                  "bound from PEFT's merge_and_unload")
-        else:
-            worst_other = max(worst_other, lora.bf16_ulps(got[name], tensor))
-    check(worst_other == 0, "merge: a tensor without an adapter differs from the base")
-    print(f"export --merge-lora: {len(adapted)} projections within {worst:.2f} of their rounding "
-          "bound from PEFT's merge, the rest bitwise")
+    c = compare_merge(read_merged(merged), want_model)
+    check(not c.unmatched, f"the merged model's tensors are not PEFT's: {c.unmatched}")
+    check(c.adapted == sorted(n + ".weight" for n in adapted),
+          f"PEFT adapts {c.adapted}, zerotrain {sorted(adapted)}")
+    check(c.worst <= 1, f"merge: a projection is {c.worst:.2f}x its rounding bound from PEFT's "
+          "merge_and_unload")
+    check(c.others == 0, "merge: a tensor without an adapter differs from the base")
+    print(f"export --merge-lora: {len(adapted)} projections within {c.worst:.2f} of their "
+          "rounding bound from PEFT's merge, the rest bitwise")
 
 
 def check_config(zt, work, args, name, adapter, tokens, eval_tokens):

@@ -17,7 +17,7 @@ test_lora.py (whose helpers and constants this uses: r 4, alpha 8, STEPS steps o
    end-of-run evaluation's. export --format peft of the 2-rank run's last checkpoint writes
    final/'s tensors bitwise, under PEFT's names.
 4. export --merge-lora to a Hugging Face directory: its qkv_proj and gate_up_proj are PEFT's
-   merge_and_unload (rounded to bf16) within the rounding both do (test_lora.merge_bounds);
+   merge_and_unload (rounded to bf16) within the rounding both do (merge_bounds);
    transformers loads it. PEFT's own
    save_pretrained of its trained adapter: eval --adapter gives PEFT's loss, and a run that
    continues it (--lora-init-from) starts from PEFT's loss.
@@ -42,6 +42,7 @@ from oracle_harness import (check, exit_status, lora_oracle_arguments, refused, 
                             run_tool, write_byte_windows)
 from lora_dropout_mask import MaskedDropout  # noqa: E402
 import test_lora as lora  # noqa: E402
+from lora_merge_reference import compare_merge, read_merged  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -118,24 +119,22 @@ def compare_run(what, out, want_losses, want_norms, want_final):
 
 
 def check_merge(zt, work, out, want_model):
-    """export --merge-lora's fused tensors against PEFT's merge_and_unload of the same adapter
-    (want_model), within the rounding both do (test_lora.merge_bounds)."""
+    """export --merge-lora against PEFT's merge_and_unload of the same adapter (want_model): the
+    adapted projections, the fused qkv_proj and gate_up_proj among them, within the rounding both
+    do (lora_merge_reference.merge_bounds), every other tensor bitwise."""
     run_tool([zt, "export", work("model"), "--merge-lora", os.path.join(out, "final"),
               "--out", work("merged")])
-    got = lora.read_merged(work("merged"))
-    bounds = lora.merge_bounds(want_model)
-    want = {n: t.to(torch.float32).to(torch.bfloat16)
-            for n, t in want_model.merge_and_unload().state_dict().items()}
-    worst = 0.0
-    for name in [n for n in want if "qkv_proj" in n or "gate_up_proj" in n]:
-        excess = lora.merge_excess(got[name], want[name], bounds.get(name))
-        worst = max(worst, excess)
-        check(name in bounds and excess <= 1,
-              f"merge: {name} is {excess:.2f}x its rounding bound from PEFT's merge_and_unload")
+    c = compare_merge(read_merged(work("merged")), want_model)
+    check(not c.unmatched, f"the merged model's tensors are not PEFT's: {c.unmatched}")
+    fused = [n for n in c.exact if "qkv_proj" in n or "gate_up_proj" in n]
+    check(fused and set(fused) <= set(c.adapted), f"PEFT adapts {c.adapted}: not every fused one")
+    check(c.worst <= 1, f"merge: a projection is {c.worst:.2f}x its rounding bound from PEFT's "
+          "merge_and_unload")
+    check(c.others == 0, "merge: a tensor without an adapter differs from the base")
     from transformers import Phi3ForCausalLM
     Phi3ForCausalLM.from_pretrained(work("merged"))  # transformers loads the merged model
-    print(f"export --merge-lora: qkv_proj and gate_up_proj within {worst:.2f} of their rounding "
-          "bound from PEFT's merge")
+    print(f"export --merge-lora: {len(c.adapted)} projections (qkv_proj and gate_up_proj among "
+          f"them) within {c.worst:.2f} of their rounding bound from PEFT's merge, the rest bitwise")
 
 
 def check_peft_saved(zt, work, model, tokens, eval_tokens):

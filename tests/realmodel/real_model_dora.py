@@ -5,7 +5,7 @@ import torch
 
 from oracle_harness import check, run_tool
 from test_hf_families import hf_loss, last_json_line
-from test_lora import bf16_ulps, merge_bounds, merge_excess
+from lora_merge_reference import compare_merge
 
 
 def check_dora_adapter(work, zt, reference, tokens, compare, bound, shape):
@@ -39,18 +39,14 @@ def check_dora_adapter(work, zt, reference, tokens, compare, bound, shape):
     merged = {n: t.to(torch.bfloat16) for n, t in
               load_file(work("dora_merged", "model.safetensors")).items()}
     # Each merged projection within the rounding both sides do of the exact merge (float64
-    # merge_and_unload; test_lora.merge_bounds: export's fp32 error, DoRA's row factor included,
+    # merge_and_unload; merge_bounds: export's fp32 error, DoRA's row factor included,
     # and half a bf16 step at each value); every other tensor bitwise the base's.
-    exact_model = copy.deepcopy(adapted).to(torch.float64)
-    bounds = merge_bounds(exact_model)
-    exact = {n: t.to(torch.float32).to(torch.bfloat16)
-             for n, t in exact_model.merge_and_unload().state_dict().items()}
-    check(set(bounds) <= set(exact) and set(merged) == set(exact) - {"lm_head.weight"},
-          f"the merged tensors are not PEFT's: {sorted(set(merged) ^ set(exact))}")
-    worst = max(merge_excess(merged[n], exact[n], bounds[n]) for n in bounds)
-    others = max(bf16_ulps(merged[n], exact[n]) for n in merged if n not in bounds)
+    c = compare_merge(merged, copy.deepcopy(adapted).to(torch.float64))
+    check(c.unmatched == ["lm_head.weight"] and "lm_head.weight" not in merged,  # tied: not saved
+          f"the merged tensors are not PEFT's: {c.unmatched}")
+    worst = c.worst
     check(worst <= 1, f"export --merge-lora of the DoRA adapter is {worst:.2f} times its "
           "rounding bound from PEFT's merge_and_unload")
-    check(others == 0, f"a tensor without an adapter is {others} bf16 steps from the base's")
+    check(c.others == 0, f"a tensor without an adapter is {c.others} bf16 steps from the base's")
     print(f"ok   DoRA: eval --adapter gives PEFT's loss ({base:.6f} for the base); the merge is "
           f"within {worst:.2f} of its rounding bound from PEFT's merge_and_unload, the rest bitwise")

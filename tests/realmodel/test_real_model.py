@@ -56,7 +56,7 @@ with every weight rounded to bf16, as a zerotrain model directory stores it:
 10. DoRA: PEFT's own DoRA adapter on the model (r 8, every projection, its lora_B and
    magnitudes moved off their start by a seeded draw), saved by save_pretrained: `eval
    --adapter` gives PEFT's loss with it, and `export --merge-lora` gives each adapted projection
-   within the rounding both sides do of PEFT's float64 merge_and_unload (test_lora.merge_bounds:
+   within the rounding both sides do of PEFT's float64 merge_and_unload (merge_bounds:
    export's fp32 error, DoRA's row factor, half a bf16 step at each value), the rest bitwise.
 
 Bound for the losses: test_hf_families.py's (both sides compute in fp32 on the same bf16 weights).
