@@ -141,7 +141,8 @@ add_extra_dir() {
   for d in "${EXTRA_DIRS[@]}"; do [ "$d" != "$1" ] || return 0; done
   EXTRA_DIRS+=("$1")
 }
-# collect FILE: adds FILE's non-system closure to LIB_SRC; dies naming a library not found.
+# collect FILE [DEPS]: adds FILE's non-system closure to LIB_SRC (DEPS: deps FILE's answer, when
+# already asked); dies naming a library not found.
 collect() {
   local file=$1 soname path
   while IFS=$'\t' read -r soname path; do
@@ -163,15 +164,17 @@ collect() {
       die "library $soname resolves to both ${LIB_SRC[$soname]} and $path"
     fi
     LIB_SRC[$soname]=$path
-  done < <(deps "$file")
+  done < <(if [ $# -lt 2 ]; then deps "$file"; elif [ -n "$2" ]; then printf '%s\n' "$2"; fi)
 }
 
+# The binary's closure, asked once: its libmpi, its libcudart and collect use it.
+bin_deps=$(deps "$BIN")
 # The binary's libmpi must be the Open MPI whose runtime is bundled.
-mpi_of() { deps "$1" | awk -F'\t' '$1 ~ /^libmpi\.so/ { print $2 }'; }
-bin_mpi=$(mpi_of "$BIN")
+libmpi_in() { awk -F'\t' '$1 ~ /^libmpi\.so/ { print $2 }'; } # of a deps answer on stdin
+bin_mpi=$(libmpi_in <<<"$bin_deps")
 [ -n "$bin_mpi" ] || die "$BIN does not link libmpi"
 [ "$bin_mpi" != "not found" ] || die "library libmpi.so needed by $BIN not found (ldd)"
-info_mpi=$(mpi_of "$OMPI_BINDIR/ompi_info")
+info_mpi=$(deps "$OMPI_BINDIR/ompi_info" | libmpi_in)
 [ "$(readlink -f "$bin_mpi")" = "$(readlink -f "$info_mpi")" ] ||
   die "$BIN links $bin_mpi but $OMPI_INFO belongs to the Open MPI of $info_mpi"
 
@@ -234,7 +237,7 @@ done
 # RUNPATH, as those of the libraries ldd lists do.
 add_opened_at_run_time() {
   local cudart major lib found d runpath dirs=() entries=()
-  cudart=$(deps "$BIN" | awk -F'\t' '$1 ~ /^libcudart\.so\./ { print $1 "\t" $2; exit }')
+  cudart=$(awk -F'\t' '$1 ~ /^libcudart\.so\./ { print $1 "\t" $2; exit }' <<<"$bin_deps")
   [ -n "$cudart" ] || return 0 # built without CUDA
   major=${cudart%%$'\t'*} && major=${major#libcudart.so.}
   IFS=: read -ra entries <<<"${LD_LIBRARY_PATH:-}" && dirs+=("${entries[@]}")
@@ -261,7 +264,7 @@ add_opened_at_run_time() {
   done
 }
 
-collect "$BIN"
+collect "$BIN" "$bin_deps"
 for extra in "${EXTRAS[@]}"; do collect "$extra"; done
 add_opened_at_run_time
 for exe in orterun orted ompi_info; do collect "$OMPI_BINDIR/$exe"; done

@@ -14,6 +14,9 @@ struct AttentionGraphReport {
   int64_t built_at_start = 0;  // of graphs_built, those prepare() built
   double build_seconds_at_start = 0;
   int64_t workspace_bytes = 0;
+
+  int64_t built_in_steps() const { return graphs_built - built_at_start; }
+  double build_seconds_in_steps() const { return build_seconds - build_seconds_at_start; }
 };
 
 }  // namespace zt

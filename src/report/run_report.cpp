@@ -173,8 +173,8 @@ nlohmann::json gemm_tuning_json(const GemmTuningReport& tally) {
 nlohmann::json attention_graphs_json(const AttentionGraphReport& graphs) {
   return {{"built", graphs.graphs_built},
           {"build_s", graphs.build_seconds},
-          {"built_in_steps", graphs.graphs_built - graphs.built_at_start},
-          {"build_s_in_steps", graphs.build_seconds - graphs.build_seconds_at_start},
+          {"built_in_steps", graphs.built_in_steps()},
+          {"build_s_in_steps", graphs.build_seconds_in_steps()},
           {"workspace_bytes", graphs.workspace_bytes}};
 }
 
@@ -185,12 +185,11 @@ BackendTallies backend_tallies(const Backend& backend) {
     tallies.log_lines.push_back("GEMM algorithms: " + gemm->summary());
   }
   if (const std::optional<AttentionGraphReport> graphs = backend.attention_graph_report()) {
-    const nlohmann::json j = attention_graphs_json(*graphs);
-    tallies.fields["attention_graphs"] = j;
+    tallies.fields["attention_graphs"] = attention_graphs_json(*graphs);
     tallies.log_lines.push_back("cuDNN attention graphs: " + std::to_string(graphs->graphs_built) +
                                 " built in " + fixed(graphs->build_seconds, 2) + " s, " +
-                                j["built_in_steps"].dump() + " of them in steps (" +
-                                fixed(j["build_s_in_steps"].get<double>(), 2) + " s); workspace " +
+                                std::to_string(graphs->built_in_steps()) + " of them in steps (" +
+                                fixed(graphs->build_seconds_in_steps(), 2) + " s); workspace " +
                                 human_bytes(static_cast<double>(graphs->workspace_bytes)));
   }
   return tallies;
