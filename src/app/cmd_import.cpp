@@ -1,6 +1,5 @@
 // zerotrain import: a Hugging Face checkpoint directory (io/hf_import.h) or a llama.cpp GGUF file
 // (io/gguf_import.h) as a zerotrain model directory. Prints what it read, rounded and ignored.
-#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -13,6 +12,7 @@
 #include "io/meta_import.h"
 #include "model/layout.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -22,10 +22,6 @@ std::string listed(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The lines import_hf and import_meta end with: tensors rounded, the config file's unknown keys
@@ -55,14 +51,13 @@ void import_hf(const po::variables_map& vm, const std::string& source, const std
   ZT_CHECK(vm["tokenizer"].as<std::string>().empty(),
            "import: --tokenizer applies to a GGUF file or a Meta checkpoint; a Hugging Face "
            "directory's own tokenizer files are copied");
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   const HfImportResult r = import_hf_model(
       source, out, shard_bytes, vm["overwrite"].as<bool>(),
       vm["strict-config"].as<bool>() ? UnknownConfigKeys::kRefuse : UnknownConfigKeys::kAccept);
   std::cout << "imported " << source << " -> " << out << ": " << ParamLayout(r.config).total_numel()
             << " parameters from " << r.source_files.size() << " " << r.weights_format
-            << " file(s), " << r.bytes_written << " bytes of bf16 in " << seconds_since(start)
-            << " s\n";
+            << " file(s), " << r.bytes_written << " bytes of bf16 in " << clock.seconds() << " s\n";
   if (r.index_ignored)
     std::cout << "  read " << std::filesystem::path(r.source_files.at(0)).filename().string()
               << "; the " << std::filesystem::path(r.source_files.at(0)).filename().string()
@@ -83,7 +78,7 @@ void import_gguf(const po::variables_map& vm, const std::string& source, const s
   ZT_CHECK(vm["llama-version"].as<std::string>().empty(),
            "import: --llama-version applies to a Meta checkpoint, not a GGUF file (its metadata "
            "says what it is)");
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   const GgufImportResult r = import_gguf_model(source, out, shard_bytes, vm["overwrite"].as<bool>(),
                                                vm["tokenizer"].as<std::string>());
   std::string types;
@@ -93,14 +88,14 @@ void import_gguf(const po::variables_map& vm, const std::string& source, const s
             << ParamLayout(r.config).total_numel() << " parameters ("
             << (r.config.tie_word_embeddings ? "tied embeddings" : "untied embeddings")
             << "), dequantized from " << types << " tensors into " << r.bytes_written
-            << " bytes of bf16 in " << seconds_since(start) << " s\n";
+            << " bytes of bf16 in " << clock.seconds() << " s\n";
   std::cout << "  tokenizer from " << r.tokenizer_source << ": " << listed(r.tokenizer_files)
             << "\n";
 }
 
 void import_meta(const po::variables_map& vm, const std::string& source, const std::string& out,
                  uint64_t shard_bytes) {
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   const std::string tokenizer = vm["tokenizer"].as<std::string>();
   const MetaImportResult r = import_meta_model(
       source, out, shard_bytes, vm["overwrite"].as<bool>(), vm["llama-version"].as<std::string>(),
@@ -109,7 +104,7 @@ void import_meta(const po::variables_map& vm, const std::string& source, const s
   std::cout << "imported " << source << " (Meta's layout, Llama "
             << vm["llama-version"].as<std::string>() << ") -> " << out << ": "
             << ParamLayout(r.config).total_numel() << " parameters from " << listed(r.weights_files)
-            << ", " << r.bytes_written << " bytes of bf16 in " << seconds_since(start) << " s\n";
+            << ", " << r.bytes_written << " bytes of bf16 in " << clock.seconds() << " s\n";
   if (!r.tokenizer_files.empty())
     std::cout << "  tokenizer files copied from " << tokenizer << ": " << listed(r.tokenizer_files)
               << "\n";

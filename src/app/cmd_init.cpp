@@ -1,5 +1,4 @@
 // zerotrain init: writes a freshly initialised bf16 model directory.
-#include <chrono>
 #include <iostream>
 
 #include "app/cli.h"
@@ -10,6 +9,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -45,13 +45,11 @@ int cmd_init(int argc, char** argv) {
   ZT_CHECK(seed >= 0, "init: --seed must be >= 0, got " + std::to_string(seed));
   check_count(shard_mb, 1, "shard-size-mb", spec.name);
   const std::string out = vm["out"].as<std::string>();
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   write_model_dir_from_init(out, config, static_cast<uint64_t>(seed),
                             static_cast<uint64_t>(shard_mb) << 20, vm["overwrite"].as<bool>());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "wrote " << out << ": " << ParamLayout(config).total_numel() << " parameters in "
-            << seconds << " s\n";
+            << clock.seconds() << " s\n";
   return 0;
 }
 

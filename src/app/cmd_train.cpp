@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +55,7 @@
 #include "runtime/mpi_runtime.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 namespace {
@@ -99,10 +99,6 @@ class Progress {
   bool tty_, active_;
   int64_t total_, log_every_;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // What every rank opens on its own before the job's first collective: the model (configuration,
 // and with --model its weights), the dataset and its data order, the checkpoint to resume.
@@ -497,7 +493,7 @@ int run_steps(TrainLoop& loop, int64_t first_step) {
 }
 
 int run_training(TrainOptions o) {
-  const auto t_start = std::chrono::steady_clock::now();
+  const Stopwatch run_clock;
   MpiRuntime runtime;
   MpiCommunicator comm;
   comm.set_timeout_seconds(o.comm_timeout);
@@ -576,7 +572,7 @@ int run_training(TrainOptions o) {
          training_flops_per_token(config, o.seq_len, in.spec.trainable), backend->name()});
     TrainLoop loop{o, in, engine, comm, *backend, checkpointing, recorder, *profiling};
     if (run_steps(loop, start.step + 1) == kStoppedExitCode) return kStoppedExitCode;
-    finish_run(engine, in, o, comm, recorder, *backend, seconds_since(t_start));
+    finish_run(engine, in, o, comm, recorder, *backend, run_clock.seconds());
     return 0;
   });
 }

@@ -1,6 +1,5 @@
 #include "app/train_checkpointing.h"
 
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include "io/fs_util.h"
 #include "runtime/signals.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -140,7 +140,7 @@ Packing packing_for_run(Packing requested, const CheckpointFlags& flags, const s
 }
 
 TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   const int world = comm_.world_size();
   const std::string precision = precision_name(engine.precision());
   std::vector<std::string> warnings;
@@ -149,8 +149,7 @@ TrainingProgress TrainCheckpointing::resume(ZeroEngine& engine) {
         warnings = check_resume_hyperparameters(m, hyper_, world, precision, resume_dir_,
                                                 flags_.allow_data_change);
       });
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = clock.seconds();
   if (comm_.rank() == 0) {
     for (const std::string& w : warnings)
       std::fprintf(stderr, "warning: resuming from %s: %s\n", resume_dir_.c_str(), w.c_str());

@@ -1,11 +1,11 @@
 #include "app/train_eval.h"
 
-#include <chrono>
 #include <vector>
 
 #include "io/data_loader.h"
 #include "io/tokenizer_files.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -64,7 +64,7 @@ TrainEvalSet open_eval_set(const TrainOptions& o, const TokenDataset& training_d
 
 StepEval evaluate_windows(ZeroEngine& engine, const TrainEvalSet& set, const TrainOptions& o,
                           int rank, int world) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   EvalBatch batch(o.micro_batch, o.seq_len, set.document_masks);
   double loss_sum = 0, counted = 0;           // counted targets: exact in a double below 2^53
   for (int64_t k = 0; k < set.rounds; ++k) {  // the same count on every rank: a collective each
@@ -75,9 +75,7 @@ StepEval evaluate_windows(ZeroEngine& engine, const TrainEvalSet& set, const Tra
   engine.communicator().all_reduce_sum_blocking(&counted, 1);
   const auto loss_tokens = static_cast<int64_t>(counted);
   check_eval_targets_counted(*set.data, set.windows.windows, loss_tokens);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {loss_sum / counted, loss_tokens, seconds};
+  return {loss_sum / counted, loss_tokens, clock.seconds()};
 }
 
 nlohmann::json eval_report_json(const StepEval& eval, const TrainEvalSet& set,

@@ -13,7 +13,6 @@
 // auto asks cuDNN itself before it picks fused: the run's forward and backward graphs are built
 // (not run) once at start-up, and a graph cuDNN refuses makes the run gemm, saying why.
 #pragma once
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -24,6 +23,7 @@
 
 #include "backend/attention_scores.h"
 #include "util/dtype.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -142,12 +142,16 @@ struct SdpaGraphKeyHash {
 std::string describe(const SdpaGraphKey& key);
 
 // Adds the seconds of its scope (steady clock) to `total` as it ends, by a throw too.
-struct AddElapsedSeconds {
-  double& total;
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  ~AddElapsedSeconds() {
-    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+class AddElapsedSeconds {
+ public:
+  explicit AddElapsedSeconds(double& total) : total_(total) {}
+  AddElapsedSeconds(const AddElapsedSeconds&) = delete;
+  AddElapsedSeconds& operator=(const AddElapsedSeconds&) = delete;
+  ~AddElapsedSeconds() { total_ += clock_.seconds(); }
+
+ private:
+  double& total_;
+  Stopwatch clock_;
 };
 
 // Builds each value once per key and keeps it: get() calls build(key) only for a key it has not

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,16 +16,13 @@
 #include "io/fs_util.h"
 #include "io/tokenizer_files.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void remove_tree(const std::string& path) {
   std::error_code ec;
@@ -281,7 +277,7 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
                                 const TrainingHyperparameters& hyper,
                                 const CheckpointSaveOptions& options) {
   engine.apply_delayed_update();  // the held-back update belongs to what is saved
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   Communicator& comm = engine.communicator();
   const int rank = comm.rank(), world = comm.world_size();
   const std::string name = checkpoint_step_dir_name(progress.step);
@@ -360,7 +356,7 @@ SavedCheckpoint save_checkpoint(ZeroEngine& engine, const TrainingProgress& prog
     }
     throw;
   }
-  saved.seconds = seconds_since(t0);
+  saved.seconds = clock.seconds();
   return saved;
 }
 

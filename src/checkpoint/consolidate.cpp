@@ -1,7 +1,6 @@
 #include "checkpoint/consolidate.h"
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "io/parallel_model_dir.h"
 #include "io/tokenizer_files.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -23,10 +23,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int64_t kChunkElems = int64_t{8} << 20;  // fp32 staging bound per write (32 MiB)
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 bool use_parallel_hdf5(const ConsolidateOptions& options) {
   return !options.serial && ParallelModelDirWriter::available();
@@ -137,7 +133,7 @@ std::string consolidated_step_dir(const std::string& out_dir, int64_t step) {
 ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
                                          const std::string& out_dir, MpiCommunicator& comm,
                                          const ConsolidateOptions& options) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   const std::string dir = strip_trailing_slashes(checkpoint_dir);
   const int rank = comm.rank(), world = comm.world_size();
   CheckpointManifest manifest;
@@ -151,7 +147,7 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
       result.bytes = write_adapter_of(dir, manifest, config, result.dir, options.overwrite);
       carry_tokenizer_files(dir, result.dir);
     });
-    result.seconds = seconds_since(t0);
+    result.seconds = clock.seconds();
     return result;
   }
   ZT_CHECK(!keeps_frozen_digests(manifest),
@@ -182,13 +178,13 @@ ConsolidatedModel consolidate_checkpoint(const std::string& checkpoint_dir,
   run_collectively(comm, [&] {
     if (rank == 0) carry_tokenizer_files(dir, result.dir);
   });
-  result.seconds = seconds_since(t0);
+  result.seconds = clock.seconds();
   return result;
 }
 
 ConsolidatedModel write_checkpoint_adapter(const std::string& checkpoint_dir,
                                            const std::string& out_dir, bool overwrite) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   const std::string dir = strip_trailing_slashes(checkpoint_dir);
   CheckpointManifest manifest;
   ModelConfig config;
@@ -201,7 +197,7 @@ ConsolidatedModel write_checkpoint_adapter(const std::string& checkpoint_dir,
   result.dir = strip_trailing_slashes(out_dir);
   result.bytes = write_adapter_of(dir, manifest, config, result.dir, overwrite);
   carry_tokenizer_files(dir, result.dir);
-  result.seconds = seconds_since(t0);
+  result.seconds = clock.seconds();
   return result;
 }
 
@@ -209,7 +205,7 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
                                            MpiCommunicator& comm,
                                            const ConsolidateOptions& options) {
   engine.apply_delayed_update();  // the held-back update belongs to what is saved
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   ConsolidatedModel result;
   result.dir = strip_trailing_slashes(dir);
   // A model with NaN or infinite weights is not written: it would look like a result.
@@ -220,7 +216,7 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
   result.parallel = use_parallel_hdf5(options);
   if (!result.parallel) {
     result.bytes = write_through_rank0(engine, result.dir, comm, options);
-    result.seconds = seconds_since(t0);
+    result.seconds = clock.seconds();
     return result;
   }
   // Each rank writes the slice of every group it would save in a training checkpoint, which it
@@ -257,7 +253,7 @@ ConsolidatedModel write_consolidated_model(ZeroEngine& engine, const std::string
   writer.write_on_every_rank([&] { write_own_ranges(writer, own_range, masters); });
   if (staged_group >= 0) engine.release_optimizer_shard(staged_group, /*modified=*/false);
   result.bytes = writer.finish();
-  result.seconds = seconds_since(t0);
+  result.seconds = clock.seconds();
   return result;
 }
 

@@ -11,6 +11,7 @@
 #include "comm/rank_tree_schedule.h"
 #include "util/error.h"
 #include "util/scratch_files.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -339,10 +340,10 @@ void Communicator::device_wait(CommHandle& handle) {
 }
 
 double Communicator::finish_device_waits() {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   for (CommHandle& h : device_waited_) h.wait();
   device_waited_.clear();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return clock.seconds();
 }
 
 void Communicator::set_context(int64_t step, const char* phase) {

@@ -1,6 +1,5 @@
 #include "io/gguf_export.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include "util/bf16.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -331,7 +331,7 @@ GgufOutType parse_gguf_out_type(const std::string& name) {
 
 GgufExport export_gguf(const std::string& model_dir, const std::string& out_path, GgufOutType type,
                        bool overwrite) {
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   check_output_file_writable(out_path, overwrite);
   ModelDirReader model(model_dir);
   const ModelConfig& c = model.config();
@@ -387,7 +387,7 @@ GgufExport export_gguf(const std::string& model_dir, const std::string& out_path
   });
   result.path = out_path;
   result.bytes = fs::file_size(out_path);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = clock.seconds();
   return result;
 }
 

@@ -1,7 +1,6 @@
 #include "io/safetensors_export.h"
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -13,6 +12,7 @@
 #include "io/tokenizer_files.h"
 #include "model/hf_checkpoint_tensors.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 
 namespace zt {
 
@@ -56,7 +56,7 @@ void write_safetensors_shard(ModelDirReader& model, const std::string& path,
 
 SafetensorsExport export_safetensors(const std::string& model_dir, const std::string& out_dir,
                                      uint64_t max_shard_bytes, bool overwrite) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch clock;
   ZT_CHECK(max_shard_bytes > 0, "export: the shard size limit must be positive");
   ModelDirReader model(model_dir);
   SafetensorsExport result;
@@ -128,7 +128,7 @@ SafetensorsExport export_safetensors(const std::string& model_dir, const std::st
     fs::remove_all(tmp, ec);
     throw;
   }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.seconds = clock.seconds();
   return result;
 }
 

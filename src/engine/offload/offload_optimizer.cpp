@@ -1,7 +1,6 @@
 #include "engine/offload/offload_optimizer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -12,6 +11,7 @@
 #include "engine/offload/nvme_swapper.h"
 #include "util/bf16.h"
 #include "util/error.h"
+#include "util/stopwatch.h"
 #include "util/tensor_view.h"
 
 namespace zt {
@@ -354,13 +354,12 @@ void OffloadOptimizer::adam_tile(const StateTile& t, AdamWHyper h, float weight_
     if (lo >= hi) continue;
     const int64_t at = lo - t.begin;
     h.weight_decay = s.decay ? weight_decay : 0.0f;
-    const auto start = std::chrono::steady_clock::now();
+    const Stopwatch clock;
     bf16_t* const bf16_out = out_bf16 ? out_bf16 + at : nullptr;
     float* const f32_out = out_f32 ? out_f32 + at : nullptr;
     adam_on_copies(bf16_grads_, path, t.master + at, t.m + at, t.v + at, grads, lo, bf16_out,
                    f32_out, hi - lo, h);
-    timing.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    timing.seconds += clock.seconds();
     timing.params += hi - lo;
     // fp16: the updated masters, rounded (the Adam kernels write bf16 or fp32 only).
     if (out_fp16) floats_to_fp16(t.master + at, out_fp16 + at, static_cast<size_t>(hi - lo));
@@ -442,7 +441,7 @@ double OffloadOptimizer::measure_adam_rate(int64_t elements) {
     AdamWHyper h;
     for (int pass = 0; pass < 3; ++pass) {
       h.step = pass + 1;
-      const auto start = std::chrono::steady_clock::now();
+      const Stopwatch clock;
       // The outputs adam_tile writes: bf16 or fp32 by the kernel, fp16 rounded after it.
       bf16_t* const bf16_out = work == DType::kBf16 ? out_16bit.data() : nullptr;
       float* const f32_out = work == DType::kFloat32 ? out_f32.data() : nullptr;
@@ -451,8 +450,7 @@ double OffloadOptimizer::measure_adam_rate(int64_t elements) {
       adam_on_copies(bf16_grads, path, master.data(), m.data(), v.data(), grads, 0, bf16_out,
                      f32_out, elements, h);
       if (work == DType::kFloat16) floats_to_fp16(master.data(), out_16bit.data(), n);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double seconds = clock.seconds();
       if (pass > 0 && seconds > 0) best = std::max(best, static_cast<double>(elements) / seconds);
     }
   });
