@@ -26,13 +26,12 @@ tokenizer_config.json); the examples pair consecutive lines of inputs/data/sampl
    equals `zerotrain eval` of OUT/final; each step's metrics count the step's unmasked targets.
    `consolidate` of the last checkpoint writes final/'s tokenizer files and evaluates as final/. A
    step whose whole global batch is masked is trained without a loss gradient and warned about.
-4. Bad input: a line without its response field names the file, the line and the field; the SFT
-   field options without --sft-jsonl, byte-level data for train and eval of a model that
-   carries a tokenizer.json, a Hub id as the tokenizer (named, with the command that
-   downloads it), two equal field names (also within --prompt-field's
-   list), an empty name in the list, a first prompt field no line holds, --chat-template with a
-   tokenizer
-   that has no chat template, --messages-field or --tools-field without --chat-template, a
+4. Bad input (sft_refusals.py): a line without its response field names the file, the line and
+   the field; the SFT field options without --sft-jsonl, byte-level data for train and eval of a
+   model that carries a tokenizer.json, a Hub id as the tokenizer (named, with the command that
+   downloads it), two equal field names (also within --prompt-field's list), an empty name in
+   the list, a first prompt field no line holds, --chat-template with a tokenizer that has no
+   chat template, --messages-field or --tools-field without --chat-template, a
    conversation without an assistant turn or with an unknown role (a completion's message named
    by its own field and index), a reasoning_content the template does not render, a message key
    no role holds, a tool result answering no call, a call naming no function, a tools field that
@@ -58,7 +57,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (argument_parser, check, exit_status, fp32_model_bound,  # noqa: E402
                             fresh_work_dir, require_venv_modules, run_tool)
-from test_hf_tokenizer import dataset, refused, train_tokenizer  # noqa: E402
+from test_hf_tokenizer import dataset, train_tokenizer  # noqa: E402
+from sft_refusals import check_sft_refusals  # noqa: E402
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
 
@@ -214,20 +214,57 @@ def alpaca_input(zt, work, source_dir, reference, eos, check_against_chat_templa
           "null input, and 'instruction, input' with a blank")
 
 
-def main():
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--mpirun", default="mpirun")
-    args = parser.parse_args()
-    work = fresh_work_dir(args.work_dir)
-    zt = args.zerotrain
-    python = ["--python", sys.executable]
+class SftOracle:
+    """The check's parts, run in order by run(); each reads what the parts before it left on self
+    (the tokenizer, the records and their dataset, the conversations, the trained model)."""
 
-    def checks():
-        text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
-        tok = train_tokenizer(text_file, work("tok"))
-        reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("tok"))
-        eos = tok.token_to_id("</s>")
+    def __init__(self, args, work):
+        self.args, self.work, self.zt, self.seq_len = args, work, args.zerotrain, SEQ_LEN
+        self.python = ["--python", sys.executable]
+        self.text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
+        self.tok = train_tokenizer(self.text_file, work("tok"))
+        self.reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("tok"))
+        self.eos = self.tok.token_to_id("</s>")
 
+    def run(self):
+        self.sft_dataset()
+        self.chat_template()
+        self.tool_calls()
+        self.unread_fields()
+        self.eval_imported()
+        self.train_export()
+        self.masked_steps()
+        self.generate()
+        check_sft_refusals(self)
+
+    def check_against_chat_template(self, what, options, out, conversations, **kwargs):
+        return chat_template_check(self.zt, self.work, self.chat_reference, what, options, out,
+                                   conversations, **kwargs)
+
+    # The reference is transformers on the packed windows: plain causal attention across the
+    # examples (--document-masking off). Per-example masks: oracle_document_masking.
+    def zt_eval(self, model_dir):
+        out = run_tool([self.zt, "eval", "--model", model_dir, "--data", self.work("sft.h5"),
+                        "--batches", str(BATCHES), "--micro-batch", str(MICRO_BATCH),
+                        "--seq-len", str(SEQ_LEN), "--precision", "fp32",
+                        "--document-masking", "off"])
+        return json.loads(out.strip().splitlines()[-1])
+
+    def bound(self, value):
+        widest = max(SIZES["hidden_size"], SIZES["intermediate_size"], self.tok.get_vocab_size())
+        return fp32_model_bound(widest, SIZES["num_hidden_layers"], value)
+
+    def compare(self, what, got, want):
+        diff = abs(got - want)
+        print(f"{what}: zerotrain {got:.9f} transformers {want:.9f} |diff| {diff:.3e} "
+              f"bound {self.bound(want):.3e}", flush=True)
+        check(diff <= self.bound(want),
+              f"{what}: |{got} - {want}| = {diff} > {self.bound(want)}")
+
+    def sft_dataset(self):
+        """Part 1: prompt-response pairs, as TRL encodes them."""
+        zt, work, python, text_file, reference, eos = (
+            self.zt, self.work, self.python, self.text_file, self.reference, self.eos)
         # 1. The SFT dataset, example by example.
         records = examples(text_file, 40)
         with open(work("sft.jsonl"), "w") as f:
@@ -248,16 +285,18 @@ def main():
         check(label == "hf:tok", f"sft: label {label}")
         print(f"ok   sft: {len(records)} examples, {len(tokens)} tokens, {int(mask.sum())} "
               "counted: transformers' ids, the prompts masked")
+        self.records, self.tokens, self.mask = records, tokens, mask
 
+    def chat_template(self):
+        """Parts 1b to 1d: single turns, conversations, prompt-completion."""
+        work, records, check_against_chat_template = (
+            self.work, self.records, self.check_against_chat_template)
         # 1b. --chat-template: transformers renders each example; its own assistant mask (the
         # template's {% generation %} span, return_assistant_tokens_mask) is the reference.
         shutil.copytree(work("tok"), work("chat_tok"))
         add_chat_template(work("chat_tok"))
         chat_reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("chat_tok"))
-
-        def check_against_chat_template(what, options, out, conversations, **kwargs):
-            return chat_template_check(zt, work, chat_reference, what, options, out,
-                                       conversations, **kwargs)
+        self.chat_reference = chat_reference
 
         pairs = [[{"role": "user", "content": r["question"]},
                   {"role": "assistant", "content": r["answer"]}] for r in records]
@@ -296,7 +335,12 @@ def main():
               f"whole conversations {counted}")
         print(f"ok   conversational prompt-completion: {got_count} tokens, {got_counted} counted "
               "(the completions alone), as transformers' assistant mask past the prompt")
+        self.conversations = conversations
 
+    def tool_calls(self):
+        """Part 1e."""
+        work, records, check_against_chat_template = (
+            self.work, self.records, self.check_against_chat_template)
         # 1e. Tool calls (TRL's format): a turn that only calls tools (no content), the results
         # (one call answered, then two at once), the answer; the tools column on some lines, as
         # a JSON string on one; one line with null keys, as Arrow exports it. The calls count,
@@ -334,6 +378,11 @@ def main():
         print(f"ok   tool calls: {len(tool_chats)} conversations, {count} tokens, {counted} counted "
               "(the calls and the answers), as transformers' assistant mask")
 
+    def unread_fields(self):
+        """Parts 1f and 1g: the fields no option reads, Alpaca's input."""
+        zt, work, python, args, reference, eos, check_against_chat_template = (
+            self.zt, self.work, self.python, self.args, self.reference, self.eos,
+            self.check_against_chat_template)
         # 1f. Fields no option reads (Alpaca's "input" beside its instruction) are named once a
         # file, with the first line holding each; the fields read are not named.
         with open(work("alpaca.jsonl"), "w") as f:
@@ -368,6 +417,11 @@ def main():
         print("ok   a JSON array with a byte-order mark: the JSON lines' tokens and mask")
         alpaca_input(zt, work, args.source_dir, reference, eos, check_against_chat_template)
 
+    def eval_imported(self):
+        """Part 2."""
+        zt, work, tok, eos, tokens, mask, zt_eval, bound, compare = (
+            self.zt, self.work, self.tok, self.eos, self.tokens, self.mask, self.zt_eval,
+            self.bound, self.compare)
         # 2. Eval of an imported model: transformers' own ignore_index loss.
         config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), **SIZES,
                                           bos_token_id=tok.token_to_id("<s>"), eos_token_id=eos)
@@ -377,27 +431,6 @@ def main():
         model = transformers.AutoModelForCausalLM.from_pretrained(
             work("hf"), torch_dtype=torch.float32).eval()
         run_tool([zt, "import", work("hf"), "--out", work("model")])
-        D, F, V, L = SIZES["hidden_size"], SIZES["intermediate_size"], config.vocab_size, \
-            SIZES["num_hidden_layers"]
-
-        # The reference is transformers on the packed windows: plain causal attention across the
-        # examples (--document-masking off). Per-example masks: oracle_document_masking.
-        def zt_eval(model_dir):
-            out = run_tool([zt, "eval", "--model", model_dir, "--data", work("sft.h5"),
-                            "--batches", str(BATCHES), "--micro-batch", str(MICRO_BATCH),
-                            "--seq-len", str(SEQ_LEN), "--precision", "fp32",
-                            "--document-masking", "off"])
-            return json.loads(out.strip().splitlines()[-1])
-
-        def bound(value):
-            return fp32_model_bound(max(D, F, V), L, value)
-
-        def compare(what, got, want):
-            diff = abs(got - want)
-            print(f"{what}: zerotrain {got:.9f} transformers {want:.9f} |diff| {diff:.3e} "
-                  f"bound {bound(want):.3e}", flush=True)
-            check(diff <= bound(want), f"{what}: |{got} - {want}| = {diff} > {bound(want)}")
-
         result = zt_eval(work("model"))
         n = MICRO_BATCH * BATCHES * (SEQ_LEN + 1)
         counted = int(mask[:n].reshape(-1, SEQ_LEN + 1)[:, 1:].sum())
@@ -408,6 +441,11 @@ def main():
         check(abs(result["loss"] - unmasked) > bound(unmasked),
               f"the masked loss {result['loss']} is the unmasked one {unmasked}")
 
+    def train_export(self):
+        """Parts 3 and 3a: train, export, consolidate."""
+        zt, work, args, tokens, mask, reference, zt_eval, compare = (
+            self.zt, self.work, self.args, self.tokens, self.mask, self.reference, self.zt_eval,
+            self.compare)
         # 3. Train at 2 ranks, ZeRO-3, export, transformers' masked loss of the export.
         run_tool([args.mpirun, "-n", "2", zt, "train", "--model", work("model"), "--data",
                   work("sft.h5"), "--out", work("run"), "--steps", "3", "--micro-batch",
@@ -439,7 +477,11 @@ def main():
         consolidated_tok = transformers.AutoTokenizer.from_pretrained(work("consolidated"))
         check(consolidated_tok("a b")["input_ids"] == reference("a b")["input_ids"],
               "the consolidated model's tokenizer encodes otherwise than the data's")
+        self.reloaded = reloaded
 
+    def masked_steps(self):
+        """Part 3b."""
+        zt, work, args = self.zt, self.work, self.args
         # 3b. A step whose whole global batch is masked trains with no loss gradient, and says
         # so; the others do not warn. The mask keeps only the targets of the first 10 windows of
         # T+1 tokens (about 11 of the wrapped windows, pinned so that they are every T tokens), so
@@ -462,6 +504,11 @@ def main():
         print(f"ok   steps without a counted target are trained without a loss gradient and "
               f"warned about (loss_tokens {counted})")
 
+    def generate(self):
+        """Part 5."""
+        zt, work, python, records, reference, reloaded, eos, bound = (
+            self.zt, self.work, self.python, self.records, self.reference, self.reloaded, self.eos,
+            self.bound)
         # 5. generate on the trained model: greedy against transformers' generate(), the text
         # against its tokenizer's decode; sampling with top-k 1 is greedy again.
         prompt = records[0]["question"]
@@ -507,131 +554,13 @@ def main():
         print(f"ok   generate: greedy {ours['new_tokens']} as transformers' greedy decoding, "
               f"text {ours['text']!r} as its decode")
 
-        # 4. Bad input.
-        with open(work("bad.jsonl"), "w") as f:
-            f.write(json.dumps(records[0]) + "\n" + json.dumps({"question": "no answer"}) + "\n")
-        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("bad.jsonl"),
-                 "--prompt-field", "question", "--response-field", "answer",
-                 "--out", work("bad.h5")] + python,
-                [work("bad.jsonl") + ":2", "'answer'"], work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", "HuggingFaceTB/SmolLM2-135M-Instruct",
-                 "--sft-jsonl", work("sft.jsonl"), "--out", work("bad.h5")] + python,
-                ["tokenizer 'HuggingFaceTB/SmolLM2-135M-Instruct' does not exist",
-                 "hf download HuggingFaceTB/SmolLM2-135M-Instruct"], work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--jsonl", work("sft.jsonl"),
-                 "--response-field", "answer", "--out", work("bad.h5")] + python,
-                ["--response-field", "--sft-jsonl"], work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
-                 "--text-field", "question", "--out", work("bad.h5")] + python,
-                ["--text-field applies to --jsonl", "--prompt-field"], work("bad.h5"))
-        for fields, named in [(["answer", "answer"], ["--prompt-field", "--response-field"]),
-                              (["question,answer", "answer"], ["--prompt-field",
-                                                               "--response-field"]),
-                              (["question,,id", "answer"], ["'question,,id'", "empty field"]),
-                              (["question,id,question", "answer"], ["'question' twice"]),
-                              (["id,question", "answer"], [work("sft.jsonl") + ":1",
-                                                           "no string field 'id'"])]:
-            refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl",
-                     work("sft.jsonl"), "--prompt-field", fields[0], "--response-field",
-                     fields[1], "--out", work("bad.h5")] + python, named, work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
-                 "--prompt-field", "question", "--response-field", "answer", "--chat-template",
-                 "--out", work("bad.h5")] + python,
-                [work("tok", "tokenizer_config.json"), "chat_template"], work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                 work("chats.jsonl"), "--messages-field", "messages", "--out", work("bad.h5")]
-                + python, ["--messages-field", "--chat-template"], work("bad.h5"))
-        with open(work("bad_chats.jsonl"), "w") as f:
-            f.write(json.dumps({"messages": conversations[0]}) + "\n")
-            f.write(json.dumps({"messages": conversations[0][:2]}) + "\n")
-            f.write(json.dumps({"messages": [{"role": "tool", "content": "x"}]}) + "\n")
-        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                 work("bad_chats.jsonl"), "--messages-field", "messages", "--chat-template",
-                 "--out", work("bad.h5")] + python,
-                [work("bad_chats.jsonl") + ":2", "'messages'", "no assistant"], work("bad.h5"))
-        # TRL's names, told where the error is: the completion field, a conversational prompt
-        # without --chat-template.
-        with open(work("trl_names.jsonl"), "w") as f:
-            f.write(json.dumps({"prompt": "q", "completion": "a"}) + "\n")
-        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl",
-                 work("trl_names.jsonl"), "--out", work("bad.h5")] + python,
-                [work("trl_names.jsonl") + ":1", "'response'", "--response-field completion"],
-                work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                 work("prompt_completion.jsonl"), "--prompt-field", "prompt", "--response-field",
-                 "completion", "--out", work("bad.h5")] + python,
-                [work("prompt_completion.jsonl") + ":1", "'prompt'", "--chat-template"],
-                work("bad.h5"))
-        with open(work("half_conversational.jsonl"), "w") as f:
-            f.write(json.dumps({"prompt": "q", "completion": conversations[0][4:]}) + "\n")
-        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                 work("half_conversational.jsonl"), "--prompt-field", "prompt",
-                 "--response-field", "completion", "--chat-template", "--out", work("bad.h5")]
-                + python, [work("half_conversational.jsonl") + ":1",
-                           "'completion' is a list of messages, so 'prompt' must be one too"],
-                work("bad.h5"))
-        # A bad message of a prompt-completion line is named by its own field and index.
-        with open(work("bad_completion.jsonl"), "w") as f:
-            f.write(json.dumps({"prompt": conversations[0][:2],
-                                "completion": [conversations[0][2],
-                                               {"role": "function", "content": "x"}]}) + "\n")
-        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                 work("bad_completion.jsonl"), "--prompt-field", "prompt", "--response-field",
-                 "completion", "--chat-template", "--out", work("bad.h5")] + python,
-                [work("bad_completion.jsonl") + ":1: 'completion'[1] is not a message"],
-                work("bad.h5"))
-        # An unknown role (OpenAI's retired "function"); a reasoning_content this template does
-        # not render (it would be dropped unseen), a key no role holds (Harmony's "thinking");
-        # tool calls that do not hold together: a result answering no call, a call naming no
-        # function, tools not JSON.
-        user = {"role": "user", "content": "q"}
-        for name, record, named in [
-                ("bad_keys", {"messages": [user, {"role": "assistant", "content": "a",
-                                                  "reasoning_content": "r"}]},
-                 ["'messages'[1]", "reasoning_content", "does not render"]),
-                ("unknown_key", {"messages": [user, {"role": "assistant", "content": "a",
-                                                     "thinking": "r"}]},
-                 ["'messages'[1]", "'thinking'"]),
-                ("bad_roles", {"messages": [{"role": "function", "content": "x"}]},
-                 ["'messages'[0]", "role", "write it as a tool message"]),
-                ("unasked_result", {"messages": [user, {"role": "tool", "content": "r"},
-                                                 {"role": "assistant", "content": "a"}]},
-                 ["'messages'[1]", "tool result", "tool_calls"]),
-                ("nameless_call", {"messages": [user, {"role": "assistant", "tool_calls": [
-                    {"type": "function", "function": {"arguments": {}}}]}]},
-                 ["'messages'[1]", "'tool_calls'", "name"]),
-                ("bad_tools", {"messages": [user, {"role": "assistant", "content": "a"}],
-                               "tools": "[{"}, ["'tools'", "not JSON"])]:
-            with open(work(name + ".jsonl"), "w") as f:
-                f.write(json.dumps(record) + "\n")
-            refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                     work(name + ".jsonl"), "--messages-field", "messages", "--chat-template",
-                     "--out", work("bad.h5")] + python,
-                    [work(name + ".jsonl") + ":1"] + named, work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", work("tok"), "--sft-jsonl", work("sft.jsonl"),
-                 "--tools-field", "functions", "--out", work("bad.h5")] + python,
-                ["--tools-field", "--chat-template"], work("bad.h5"))
-        refused([zt, "prepare-data", "--tokenizer", work("chat_tok"), "--sft-jsonl",
-                 work("chats.jsonl"), "--messages-field", "messages", "--chat-template",
-                 "--tools-field", "messages", "--out", work("bad.h5")] + python,
-                ["--tools-field", "holds the examples"], work("bad.h5"))
-        # Byte-level data (prepare-data --text without --tokenizer) for a model that carries
-        # its own tokenizer.json: its bytes would be read as that tokenizer's ids.
-        run_tool([zt, "prepare-data", "--text", text_file, "--out", work("bytes.h5")])
-        for command in (["train", "--out", work("byte_run"), "--steps", "1"], ["eval"]):
-            refused([zt, *command, "--model", work("run", "final"), "--data", work("bytes.h5"),
-                     "--seq-len", str(SEQ_LEN), "--micro-batch", "1"],
-                    [work("bytes.h5"), "holds bytes", "tokenizer.json",
-                     "--tokenizer " + work("run", "final")], work("byte_run"))
-        refused([zt, "generate", "--model", work("model"), "--prompt", "x"] + python,
-                [work("model"), "tokenizer.json", "--tokenizer"], work("no_output"))
-        refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x", "--do-sample",
-                 "--temperature", "0"] + python, ["--temperature"], work("no_output"))
-        refused([zt, "generate", "--model", work("run", "final"), "--prompt", "x " * 200]
-                + python, ["the model's max_position_embeddings 128"], work("no_output"))
-        print("ok   bad inputs refused, naming the file, the line and the field")
 
-    return exit_status(checks)
+def main():
+    parser = argument_parser(__doc__.split("\n")[0])
+    parser.add_argument("--mpirun", default="mpirun")
+    args = parser.parse_args()
+    work = fresh_work_dir(args.work_dir)
+    return exit_status(lambda: SftOracle(args, work).run())
 
 
 if __name__ == "__main__":
