@@ -48,7 +48,6 @@ Exit status: 0 all checks passed, 1 a check failed, 2 the test could not run.
 
 import json
 import os
-import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +55,7 @@ from oracle_harness import (check, checkpoint_masters, exit_status,  # noqa: E40
                             frozen_digest_mismatches, lora_oracle_arguments, refused, run_tool,
                             write_byte_windows)
 import llama_reference as ref  # noqa: E402
+from lora_refusals import check_lora_refusals  # noqa: E402
 from lora_merge_reference import PREFIX, compare_merge, read_merged  # noqa: E402
 from lora_dropout_mask import MaskedDropout  # noqa: E402
 import numpy as np  # noqa: E402
@@ -161,27 +161,6 @@ def train_steps(model, trained, optimizer, tokens, history=None):
                             for n, p in trained.items()})
         optimizer.zero_grad(set_to_none=True)
     return losses, norms
-
-
-def rewrite_config(adapter_dir, **changes):
-    path = os.path.join(adapter_dir, "adapter_config.json")
-    with open(path) as f:
-        config = json.load(f)
-    config.update(changes)
-    with open(path, "w") as f:
-        json.dump(config, f)
-
-
-def poison_element_5(adapter_dir):
-    """Writes a NaN over element 5 of the first lora_B tensor of an adapter's safetensors file."""
-    path = os.path.join(adapter_dir, "adapter_model.safetensors")
-    with open(path, "r+b") as f:
-        header_bytes = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(header_bytes))
-        name = sorted(k for k in header if k.endswith("lora_B.weight"))[0]
-        assert header[name]["dtype"] == "F32", header[name]
-        f.seek(8 + header_bytes + header[name]["data_offsets"][0] + 5 * 4)
-        f.write(struct.pack("<f", float("nan")))
 
 
 def check_dropout(zt, work, source_dir, weights, initial_a):
@@ -333,11 +312,38 @@ def check_gradients_per_step(what, out, history):
     return worst
 
 
-def main():
-    args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["scale", "base"])
-    zt = args.zerotrain
+class LoraOracle:
+    """The check's parts, run in order by run(); each reads what the parts before it left on self
+    (the tiny model and its windows, PEFT's reference run, its saved adapter directory)."""
 
-    def checks():
+    def __init__(self, args, work):
+        self.args, self.work, self.zt = args, work, args.zerotrain
+        self.train_args, self.seq_len = train_args, SEQ_LEN
+
+    def run(self):
+        self.peft_reference_run()
+        if not self.compare_world_runs():
+            return  # the mutated reference is compared with the first run only
+        self.deepspeed_config()
+        self.offload_and_resume()
+        self.lora_init_from()
+        self.merge()
+        self.estimate()
+        check_dropout(self.zt, self.work, self.args.source_dir, self.weights, self.initial_a)
+        check_lora_refusals(self)
+
+    def compare_world_runs(self):
+        """Each world's run (world_runs) against PEFT; False when a mutation ends the test."""
+        for what, (out, world_args, launcher) in world_runs(self.work, self.args.mpirun).items():
+            final = self.train_like_peft(what, out, world_args, launcher)
+            if self.args.mutation:
+                return False
+            self.check_run_outputs(what, out, final)
+        return True
+
+    def peft_reference_run(self):
+        """PEFT's run from zerotrain's initial adapters; its adapter config accepted."""
+        zt, work, args = self.zt, self.work, self.args
         tokens, eval_tokens, weights = tiny_model_and_windows(zt, work, args.source_dir)
         initial = initial_adapters(zt, work, [])
         initial_a = {n[len(PREFIX):]: t.to(torch.float64) for n, t in initial.items()
@@ -363,64 +369,73 @@ def main():
               f"the adapter config written back differs: {written}")
         print("PEFT losses:      " + " ".join(f"{x:.7f}" for x in want_losses))
         print("PEFT grad norms:  " + " ".join(f"{x:.7f}" for x in want_norms))
+        self.tokens, self.eval_tokens, self.weights, self.initial_a, self.history, self.want_losses, self.want_norms, self.want_final, self.peft_model = tokens, eval_tokens, weights, initial_a, history, want_losses, want_norms, want_final, peft_model
 
-        for what, (out, world_args, launcher) in world_runs(work, args.mpirun).items():
-            run_tool(launcher + train_args(zt, work, out, world_args, save_every=1))
-            with open(os.path.join(out, "metrics.jsonl")) as f:
-                metrics = [json.loads(line) for line in f]
-            check(len(metrics) == STEPS, f"{what}: {len(metrics)} metrics lines")
-            for key, want in (("loss", want_losses), ("grad_norm", want_norms)):
-                got = [m[key] for m in metrics]
-                print(f"{what} {key}: " + " ".join(f"{x:.7f}" for x in got))
-                for step, (g, w) in enumerate(zip(got, want), start=1):
-                    err = abs(g - w) / abs(w)
-                    check(err < TOLERANCE, f"{what}: step {step} {key} {g} vs PEFT {w} ({err:.2e})")
-            final = read_safetensors(os.path.join(out, "final", "adapter_model.safetensors"))
-            check({n[len(PREFIX):] for n in final} == set(want_final),
-                  f"{what}: final/ holds {sorted(final)[:3]}...")
-            worst = max(rel_error(t, want_final[n[len(PREFIX):]]) for n, t in final.items())
-            check(worst < TOLERANCE, f"{what}: final adapters differ from PEFT's by {worst:.2e}")
-            print(f"{what}: final adapters within {worst:.2e} of PEFT's")
-            worst = check_gradients_per_step(what, out, history)
-            print(f"{what}: every step's A/B gradients, m and v within {worst:.2e} of PEFT's")
-            if args.mutation:  # the mutated reference is compared with the first run only
-                return
-            # The base is kept as digests (--checkpoint-frozen auto under LoRA): the rank files
-            # hold no base tensor, and the model's tensors digest here to the manifest's.
-            last = os.path.join(out, "checkpoints", f"step-{STEPS:08d}")
-            stored = [n for n in checkpoint_masters(last) if ".lora_" not in n]
-            check(not stored, f"{what}: the checkpoint stores base tensors {stored[:3]}")
-            start = ref.load_weights(work("model"), torch.float32)
-            kept, changed = frozen_digest_mismatches(last, {n: t.numpy() for n, t in start.items()})
-            check(kept > 0 and not changed,
-                  f"{what}: {kept} frozen groups kept as digests; differing: {changed[:3]}")
-            # consolidate keeps the adapters apart from the base: the checkpoint's masters as
-            # PEFT's directory, bitwise OUT/final's tensors.
-            run_tool([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
-                      "--out", out + "-consolidated"])
-            consolidated = read_safetensors(os.path.join(out + "-consolidated",
-                                                         "adapter_model.safetensors"))
-            check(set(consolidated) == set(final) and
-                  all(torch.equal(consolidated[n], final[n]) for n in final),
-                  f"{what}: the consolidated checkpoint's adapters differ from final/")
-            # Another consolidate into the same directory is refused without --overwrite, and
-            # the adapter there stays.
-            refused([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
-                     "--out", out + "-consolidated"], "exists and is not empty (use --overwrite)")
-            check(os.path.isfile(os.path.join(out + "-consolidated", "adapter_model.safetensors")),
-                  f"{what}: a refused consolidate removed the adapter already there")
-            # PEFT loads the adapter onto the base; its loss is zerotrain's evaluation's.
-            from peft import PeftModel
-            loaded = PeftModel.from_pretrained(base_model(work("model"), weights),
-                                               os.path.join(out, "final")).to(torch.float64)
-            with torch.no_grad():
-                peft_loss = window_loss(loaded, eval_tokens).item()
-            with open(os.path.join(out, "report.json")) as f:
-                eval_loss = json.load(f)["eval"]["loss"]
-            err = abs(peft_loss - eval_loss) / abs(peft_loss)
-            print(f"{what}: PEFT-loaded loss {peft_loss:.7f}, zerotrain eval {eval_loss:.7f}")
-            check(err < TOLERANCE, f"{what}: the exported adapter's loss differs by {err:.2e}")
+    def train_like_peft(self, what, out, world_args, launcher):
+        """Part 1 and the final adapters of part 2: one run against PEFT."""
+        zt, work, want_losses, want_norms, want_final, history = self.zt, self.work, self.want_losses, self.want_norms, self.want_final, self.history
+        run_tool(launcher + train_args(zt, work, out, world_args, save_every=1))
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            metrics = [json.loads(line) for line in f]
+        check(len(metrics) == STEPS, f"{what}: {len(metrics)} metrics lines")
+        for key, want in (("loss", want_losses), ("grad_norm", want_norms)):
+            got = [m[key] for m in metrics]
+            print(f"{what} {key}: " + " ".join(f"{x:.7f}" for x in got))
+            for step, (g, w) in enumerate(zip(got, want), start=1):
+                err = abs(g - w) / abs(w)
+                check(err < TOLERANCE, f"{what}: step {step} {key} {g} vs PEFT {w} ({err:.2e})")
+        final = read_safetensors(os.path.join(out, "final", "adapter_model.safetensors"))
+        check({n[len(PREFIX):] for n in final} == set(want_final),
+              f"{what}: final/ holds {sorted(final)[:3]}...")
+        worst = max(rel_error(t, want_final[n[len(PREFIX):]]) for n, t in final.items())
+        check(worst < TOLERANCE, f"{what}: final adapters differ from PEFT's by {worst:.2e}")
+        print(f"{what}: final adapters within {worst:.2e} of PEFT's")
+        worst = check_gradients_per_step(what, out, history)
+        print(f"{what}: every step's A/B gradients, m and v within {worst:.2e} of PEFT's")
+        return final
 
+    def check_run_outputs(self, what, out, final):
+        """Parts 2 and 3: the checkpoint's base digests, consolidate, PEFT's load."""
+        zt, work, weights, eval_tokens = self.zt, self.work, self.weights, self.eval_tokens
+        # The base is kept as digests (--checkpoint-frozen auto under LoRA): the rank files
+        # hold no base tensor, and the model's tensors digest here to the manifest's.
+        last = os.path.join(out, "checkpoints", f"step-{STEPS:08d}")
+        stored = [n for n in checkpoint_masters(last) if ".lora_" not in n]
+        check(not stored, f"{what}: the checkpoint stores base tensors {stored[:3]}")
+        start = ref.load_weights(work("model"), torch.float32)
+        kept, changed = frozen_digest_mismatches(last, {n: t.numpy() for n, t in start.items()})
+        check(kept > 0 and not changed,
+              f"{what}: {kept} frozen groups kept as digests; differing: {changed[:3]}")
+        # consolidate keeps the adapters apart from the base: the checkpoint's masters as
+        # PEFT's directory, bitwise OUT/final's tensors.
+        run_tool([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
+                  "--out", out + "-consolidated"])
+        consolidated = read_safetensors(os.path.join(out + "-consolidated",
+                                                     "adapter_model.safetensors"))
+        check(set(consolidated) == set(final) and
+              all(torch.equal(consolidated[n], final[n]) for n in final),
+              f"{what}: the consolidated checkpoint's adapters differ from final/")
+        # Another consolidate into the same directory is refused without --overwrite, and
+        # the adapter there stays.
+        refused([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
+                 "--out", out + "-consolidated"], "exists and is not empty (use --overwrite)")
+        check(os.path.isfile(os.path.join(out + "-consolidated", "adapter_model.safetensors")),
+              f"{what}: a refused consolidate removed the adapter already there")
+        # PEFT loads the adapter onto the base; its loss is zerotrain's evaluation's.
+        from peft import PeftModel
+        loaded = PeftModel.from_pretrained(base_model(work("model"), weights),
+                                           os.path.join(out, "final")).to(torch.float64)
+        with torch.no_grad():
+            peft_loss = window_loss(loaded, eval_tokens).item()
+        with open(os.path.join(out, "report.json")) as f:
+            eval_loss = json.load(f)["eval"]["loss"]
+        err = abs(peft_loss - eval_loss) / abs(peft_loss)
+        print(f"{what}: PEFT-loaded loss {peft_loss:.7f}, zerotrain eval {eval_loss:.7f}")
+        check(err < TOLERANCE, f"{what}: the exported adapter's loss differs by {err:.2e}")
+
+    def deepspeed_config(self):
+        """Part 5's DeepSpeed JSON."""
+        zt, work, args = self.zt, self.work, self.args
         # A DeepSpeed JSON (ZeRO-3, micro-batch 1) with PEFT's own adapter_config.json: the
         # 2-rank stage-3 run above, bitwise.
         with open(work("ds.json"), "w") as f:
@@ -437,6 +452,9 @@ def main():
                   f"the DeepSpeed + PEFT config run's losses {ds_losses} differ from the CLI run's")
         print("a DeepSpeed JSON with PEFT's adapter_config.json: the CLI run's losses, bitwise")
 
+    def offload_and_resume(self):
+        """Part 4."""
+        zt, work, args = self.zt, self.work, self.args
         # A resume continues the adapters bitwise (2 ranks, stage 3, from step 2 of 4).
         two_args = world_runs(work, args.mpirun)["2 ranks stage 3"][1]
         launcher = [args.mpirun, "--oversubscribe", "-n", "2"]
@@ -467,6 +485,9 @@ def main():
             check(a.read() == b.read(), "the resumed run's adapters differ from the uninterrupted")
         print("resume at step 2: losses and final adapters bitwise the uninterrupted run's")
 
+    def lora_init_from(self):
+        """Part 6's --lora-init-from."""
+        zt, work, peft_model, tokens = self.zt, self.work, self.peft_model, self.tokens
         # --lora-init-from continues a PEFT adapter: a step too small to move fp32 values gives
         # the adapter back bitwise, and the first loss is PEFT's with those adapters.
         run_tool(train_args(zt, work, work("continued"),
@@ -511,6 +532,9 @@ def main():
             print(f"--lora-init-from PEFT's {peft_dir}: adapters PEFT's in fp32, bitwise; first "
                   f"loss {first:.7f}")
 
+    def merge(self):
+        """Part 6's export --merge-lora."""
+        zt, work, weights = self.zt, self.work, self.weights
         # export --merge-lora: W + s·B·A as PEFT's merge_and_unload, in bf16, within the rounding
         # both do (merge_bounds); the rest bitwise.
         run_tool([zt, "export", work("model"), "--merge-lora", work("one", "final"), "--out",
@@ -528,6 +552,9 @@ def main():
         print(f"--merge-lora: adapted projections within {c.worst:.2f} of their rounding bound "
               "from PEFT's merge_and_unload, the other tensors bitwise")
 
+    def estimate(self):
+        """Part 8."""
+        zt = self.zt
         # estimate counts the adapters and shows full fine-tuning beside them: 6b, r 16 on every
         # projection, bf16, one GPU (stage 0: 2 bytes per parameter, 16 more per adapter one).
         est = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json", "--lora-rank", "16",
@@ -548,55 +575,11 @@ def main():
         print(f"estimate 6b LoRA r 16: states {stage0['model_states'] / 2**30:.2f} GiB, full "
               f"fine-tuning {full0['model_states'] / 2**30:.2f} GiB")
 
-        check_dropout(zt, work, args.source_dir, weights, initial_a)
 
-        # Bad input.
-        bad = work("bad")
-        for name, config, says in (
-                ("replicated.json", {"r": 4, "target_modules": ["q_proj"],
-                                     "layer_replication": [[0, 1]]}, "key 'layer_replication'"),
-                ("regex.json", {"r": 4, "target_modules": r"model\.layers\.7\..*proj"},
-                 "selects no projection in the model's 2 layers"),
-                ("head.json", {"r": 4, "target_modules": ["lm_head"]}, "'lm_head' is not"),
-                ("dropout.json", {"r": 4, "lora_dropout": 1.0}, "lora_dropout must be in")):
-            with open(work(name), "w") as f:
-                json.dump(config, f)
-            refused([zt, "train", "--backend", "cpu", "--model", work("model"), "--data",
-                     work("tok.h5"), "--out", bad, "--seq-len", str(SEQ_LEN),
-                     "--lora-config", work(name)], says)
-        refused(train_args(zt, work, bad, ["--trainable", r"layers\.0\.mlp\.up_proj"]),
-                "with LoRA a decoder layer's own tensors stay frozen")
-        refused(train_args(zt, work, bad, [], targets="q_proj,qproj"), "'qproj' is not")
-        refused(train_args(zt, work, bad, ["--lora-rank", "0"], targets=None) +
-                ["--lora-alpha", "16"], "--lora-alpha needs --lora-rank R")
-        # Adapter directories that do not fit: no weights, another rank than the file's, a
-        # safetensors file under the .bin name; and the options that would contradict the
-        # directory's config.
-        import shutil
-        for case, edit, says in (
-                ("no_weights", lambda d: os.remove(os.path.join(d, "adapter_model.safetensors")),
-                 "has neither adapter_model.safetensors nor adapter_model.bin"),
-                ("other_rank", lambda d: rewrite_config(d, r=8), "has shape"),
-                ("renamed", lambda d: os.replace(os.path.join(d, "adapter_model.safetensors"),
-                                                 os.path.join(d, "adapter_model.bin")),
-                 "adapter_model.bin' is not a PyTorch checkpoint"),
-                ("nan", poison_element_5, "lora_B.weight' holds a non-finite value (NaN or "
-                 "infinity) at element 5")):
-            d = work("adapter_" + case)
-            shutil.copytree(work("one", "final"), d)
-            edit(d)
-            refused(train_args(zt, work, bad, ["--lora-init-from", d, "--micro-batch", "2"],
-                               targets=None), says)
-            check(not os.path.exists(bad), f"a refused --lora-init-from ({case}) left {bad}")
-            refused([zt, "export", work("model"), "--merge-lora", d, "--out", bad], says)
-        refused(train_args(zt, work, bad, ["--lora-init-from", work("one", "final")]),
-                "brings its adapter_config.json")
-
-        refused(train_args(zt, work, bad, ["--lora-config", work("replicated.json")]),
-                "both specify the adapters")
-
-    return exit_status(checks, args.mutation if args.expect_mismatch else None,
-                       "1 rank stage 0: step")
+def main():
+    args, work = lora_oracle_arguments(__doc__.split("\n")[0], ["scale", "base"])
+    return exit_status(lambda: LoraOracle(args, work).run(),
+                       args.mutation if args.expect_mismatch else None, "1 rank stage 0: step")
 
 
 if __name__ == "__main__":
