@@ -89,19 +89,29 @@ def refused(cmd, named, leaves_nothing):
     check(not os.path.exists(leaves_nothing), f"{leaves_nothing} was left behind")
 
 
-def main():
-    parser = argument_parser(__doc__.split("\n")[0])
-    args = parser.parse_args()
-    work = fresh_work_dir(args.work_dir)
-    zt = args.zerotrain
-    python = ["--python", sys.executable]
+class TokenizerOracle:
+    """The check's parts, run in order by run(); each reads what the parts before it left on self
+    (the tokenizer trained here, the text, the documents' ids, the imported model)."""
 
-    def checks():
-        text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
-        tok = train_tokenizer(text_file, work("tok"))
-        vocab = tok.get_vocab_size()
-        reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("tok"))
+    def __init__(self, args, work):
+        self.zt, self.work = args.zerotrain, work
+        self.python = ["--python", sys.executable]
+        self.text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
+        self.tok = train_tokenizer(self.text_file, work("tok"))
+        self.vocab = self.tok.get_vocab_size()
+        self.reference = transformers.PreTrainedTokenizerFast.from_pretrained(work("tok"))
 
+    def run(self):
+        self.plain_text()
+        self.json_lines()
+        self.round_trip()
+        self.bad_input()
+        self.private_files()
+
+    def plain_text(self):
+        """Part 1: plain text, with and without EOS."""
+        zt, work, python, text_file, tok, vocab, reference = (
+            self.zt, self.work, self.python, self.text_file, self.tok, self.vocab, self.reference)
         # 1. Text: one document per file, ending with EOS as TRL ends a text example (its
         # eos_token appended to the text); --document-eos off: tokenizer(text) alone.
         out = run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--text", text_file,
@@ -124,7 +134,11 @@ def main():
         check(data_vocab == vocab and label == "hf:tok", f"text: vocab {data_vocab}, {label}")
         print(f"ok   text: {len(tokens)} tokens equal transformers' ids of the text and EOS (not "
               f"truncated), vocab {vocab}; without EOS under --document-eos off")
+        self.text = text
 
+    def json_lines(self):
+        """Part 2: JSON lines, and JSON records given as --text."""
+        zt, work, python, reference = self.zt, self.work, self.python, self.reference
         # 2. JSON lines, a named field. The tokenizer step imports no torch (a second of
         # start-up): here a torch module that raises shadows the real one, and the step runs.
         with open(work("docs.jsonl"), "w") as f:
@@ -161,7 +175,11 @@ def main():
                   reference(raw + reference.eos_token)["input_ids"],
                   f"--text of {name}: not the tokens of its text")
         print("ok   JSON records given as --text: their text's tokens, with a note naming --jsonl")
+        self.want = want
 
+    def round_trip(self):
+        """Part 3: import, train and export keep the tokenizer."""
+        zt, work, tok, vocab, want = self.zt, self.work, self.tok, self.vocab, self.want
         # 3. import -> train -> export keeps the tokenizer; transformers loads it.
         config = transformers.LlamaConfig(
             vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -216,6 +234,10 @@ def main():
         print(f"ok   export: AutoTokenizer ({type(loaded).__name__}) encodes as the dataset, "
               f"generation_config bos {generation.bos_token_id} eos {generation.eos_token_id}")
 
+    def bad_input(self):
+        """Part 4."""
+        zt, work, python, text_file, reference, text, vocab = (
+            self.zt, self.work, self.python, self.text_file, self.reference, self.text, self.vocab)
         # 4. Bad input.
         with open(work("bad.jsonl"), "w") as f:
             f.write(json.dumps({"content": "fine"}) + "\n" + json.dumps({"text": "no"}) + "\n")
@@ -283,6 +305,9 @@ def main():
         print("ok   bad inputs refused, naming the file, the line, the field, the vocabularies, "
               "the ids another tokenizer reads otherwise")
 
+    def private_files(self):
+        """Part 5."""
+        zt, work, python, text_file = self.zt, self.work, self.python, self.text_file
         # 5. The step's text and its refusal travel through private files in $TMPDIR, removed
         # after a refusal and after a run.
         os.makedirs(work("tmp"))
@@ -298,7 +323,12 @@ def main():
             check(not left, f"the tokenizer step left {left} in $TMPDIR")
         print("ok   the step's files in $TMPDIR are removed after a refusal and after a run")
 
-    return exit_status(checks)
+
+def main():
+    parser = argument_parser(__doc__.split("\n")[0])
+    args = parser.parse_args()
+    work = fresh_work_dir(args.work_dir)
+    return exit_status(lambda: TokenizerOracle(args, work).run())
 
 
 if __name__ == "__main__":
