@@ -16,6 +16,8 @@ config, independently of zerotrain's code:
      transformers loads the export with `from_pretrained` and its loss equals `zerotrain eval`'s
      on the trained model.
 
+The reference models are built in hf_family_reference.py.
+
 Qwen3 (q/k norms) is newer than the transformers pinned here (the last release that runs on
 Debian's torch 1.13). Its reference is transformers' Llama with the same explicit head_dim and a
 per-head RMSNorm (Qwen3RMSNorm's arithmetic) on the outputs of q_proj and k_proj, added through
@@ -57,210 +59,18 @@ from oracle_harness import (CheckFailed, SetupError, check, fp32_model_bound,  #
                             last_json_line, refused, require_venv_modules, run_tool)
 
 h5py, np, torch, transformers = require_venv_modules("h5py", "numpy", "torch", "transformers")
-from gemma3_reference import (GEMMA3_KEYS, build_gemma3, save_tensors,  # noqa: E402
-                              write_gemma3_config)
 from multimodal_reference import write_multimodal  # noqa: E402
 from hf_family_gguf import (check_gemma_gguf, check_glm_gguf, check_granite_gguf,  # noqa: E402
                             check_ministral3_gguf, check_olmo2_gguf, check_smollm3_gguf,
                             check_yarn_gguf, gguf_export_refused)
-from olmo3_reference import (OLMO3_KEYS, build_olmo3, olmo3_config,  # noqa: E402
-                             write_olmo3_config)
-from glm4_reference import GLM4_KEYS, build_glm4, glm_config, write_glm4_config  # noqa: E402
-from ministral3_reference import (as_transformers4, check_length_refused,  # noqa: E402
-                                  write_ministral3_config)
-from hf_families_table import (COMMON, FAMILIES, GLM, GLM4, MINISTRAL3, MODEL_TYPES,  # noqa: E402
-                               OLMO3, PARTIAL_ROTARY, QWEN3_KEYS, REFERENCE_OVERRIDES,
-                               SMOLLM3_NO_ROPE_LAYERS, TRANSFORMERS_449, WRITTEN_AS)
-
-
-class HeadRMSNorm(torch.nn.Module):
-    """Qwen3RMSNorm over each head's hd values: weight · (x · rsqrt(mean(x²) + eps))."""
-
-    def __init__(self, head_dim, eps):
-        super().__init__()
-        self.head_dim, self.eps = head_dim, eps
-        self.weight = torch.nn.Parameter(torch.ones(head_dim))
-
-    def forward(self, x):
-        heads = x.view(*x.shape[:-1], -1, self.head_dim)
-        normed = heads * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight * normed).view(x.shape)
-
-
-def add_qk_norms(model, config):
-    """Qwen3's attention on transformers' Llama: q_norm/k_norm modules (named as Qwen3 names its
-    tensors) applied to q_proj's and k_proj's outputs by forward hooks."""
-    for layer in model.model.layers:
-        attn = layer.self_attn
-        attn.q_norm = HeadRMSNorm(config.head_dim, config.rms_norm_eps)
-        attn.k_norm = HeadRMSNorm(config.head_dim, config.rms_norm_eps)
-        attn.q_proj.register_forward_hook(lambda mod, inp, out, n=attn.q_norm: n(out))
-        attn.k_proj.register_forward_hook(lambda mod, inp, out, n=attn.k_norm: n(out))
-    return model
-
-
-def drop_rope(model, no_rope_layers):
-    """SmolLM3's NoPE layers on transformers' Llama: each layer whose no_rope_layers entry is 0
-    gets the identity rotation (cos 1, sin 0) in place of the model's, which is what
-    SmolLM3Attention computes when it skips apply_rotary_pos_emb (q·1 + rotate_half(q)·0 = q)."""
-    for layer, rotates in zip(model.model.layers, no_rope_layers):
-        if rotates:
-            continue
-        attn = layer.self_attn
-        forward = attn.forward
-
-        def unrotated(*args, forward=forward, **kwargs):
-            cos, sin = kwargs["position_embeddings"]
-            kwargs["position_embeddings"] = (torch.ones_like(cos), torch.zeros_like(sin))
-            return forward(*args, **kwargs)
-        attn.forward = unrotated
-    return model
-
-
-def randomize_small_tensors(model):
-    """Biases ~ N(0, 0.1²), q/k norm weights (OLMo 2's and Granite's every norm weight)
-    ~ 1 + N(0, 0.1²) and Gemma's norm weights ~ N(0, 0.1²): transformers starts them at 0, 1 and 0, where leaving one out would change
-    nothing."""
-    gemma = model.config.model_type in ("gemma", "gemma2")
-    # OLMo 2's, Granite's and GLM's other norms too (~ 1 + N(0, 0.1²)): at 1, a norm weight left
-    # out would change neither the loss nor any gradient.
-    every_norm = model.config.model_type in ("olmo2", "granite", "glm")
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith(".bias") or (gemma and name.endswith("norm.weight")):
-                param.normal_(0.0, 0.1)
-            elif name.endswith("q_norm.weight") or name.endswith("k_norm.weight") or (
-                    every_norm and name.endswith("norm.weight")):
-                param.normal_(1.0, 0.1)
-
-
-def build_reference(family, config):
-    if family.startswith("gemma3"):
-        return build_gemma3(config)
-    if family in OLMO3:
-        return build_olmo3(config)
-    if family in GLM4:
-        return build_glm4(config)
-    model = getattr(transformers, FAMILIES[family][1])(config)
-    if family.startswith("smollm3"):
-        return drop_rope(model, SMOLLM3_NO_ROPE_LAYERS)
-    return add_qk_norms(model, config) if family.startswith("qwen3") else model
-
-
-def save_written_as(family, model, config, out_dir):
-    """A Qwen3, SmolLM3 or Gemma 3 checkpoint (config.json as Qwen3Config, SmolLM3Config or
-    Gemma3TextConfig writes it, one safetensors file)."""
-    save_tensors(model, config, out_dir)
-    if family.startswith("gemma3"):
-        write_gemma3_config(config, out_dir)
-        return
-    if family in OLMO3:
-        write_olmo3_config(config, out_dir)
-        return
-    if family in GLM4 | MINISTRAL3:
-        (write_glm4_config if family in GLM4 else write_ministral3_config)(config, out_dir)
-        return
-    saved = {k: v for k, v in config.to_dict().items()
-             if k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                      "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
-                      "rms_norm_eps", "rope_theta", "rope_scaling", "tie_word_embeddings",
-                      "head_dim", "hidden_act", "attention_dropout", "initializer_range")}
-    if family.startswith("qwen3"):
-        saved.update(QWEN3_KEYS, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
-                     torch_dtype="bfloat16")
-    else:  # SmolLM3's own keys, with a tie its config would default to anyway
-        saved.update(model_type="smollm3", architectures=["SmolLM3ForCausalLM"],
-                     no_rope_layers=SMOLLM3_NO_ROPE_LAYERS, no_rope_layer_interval=4,
-                     use_sliding_window=False, sliding_window=None, attention_bias=False,
-                     mlp_bias=False, pad_token_id=config.pad_token_id, torch_dtype="bfloat16")
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(saved, f, indent=2)
-
-
-def check_same_rotation(hf_dir, saved, config):
-    """The directory's config.json gives the reference's rotation: its rope_theta and
-    rope_scaling give the inverse frequencies and the factor on cos and sin that transformers'
-    own rope functions compute for the reference's config (an export's yarn, written with its
-    band's ends, is compared by what it computes, not by its keys)."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    def rotation(c):
-        scaling = c.rope_scaling or {}
-        return ROPE_INIT_FUNCTIONS[scaling.get("rope_type", scaling.get("type", "default"))](
-            c, "cpu")
-    written = transformers.LlamaConfig(**{k: saved[k] for k in (
-        "hidden_size", "num_attention_heads", "max_position_embeddings", "rope_theta", "head_dim",
-        "partial_rotary_factor") if k in saved}, rope_scaling=saved.get("rope_scaling"))
-    (want, want_factor), (got, got_factor) = rotation(config), rotation(written)
-    # transformers 4.46 takes yarn's band from max_position_embeddings, not this key: compared
-    # as it stands.
-    original = "original_max_position_embeddings"
-    check((saved.get("rope_scaling") or {}).get(original) ==
-          (config.rope_scaling or {}).get(original),
-          f"{hf_dir}/config.json: rope_scaling's {original} is not the reference's")
-    check(torch.equal(want, got) and want_factor == got_factor,
-          f"{hf_dir}/config.json: rope_theta {saved.get('rope_theta')} and rope_scaling "
-          f"{saved.get('rope_scaling')} rotate otherwise than the reference's")
-
-
-def load_reference(family, config, hf_dir):
-    """The model of hf_dir in fp32: transformers' from_pretrained (with the family's
-    REFERENCE_OVERRIDES), or for Qwen3 and SmolLM3 the reference above with every tensor of the
-    directory's safetensors files loaded strictly."""
-    if family not in WRITTEN_AS:
-        return transformers.AutoModelForCausalLM.from_pretrained(
-            hf_dir, torch_dtype=torch.float32, **REFERENCE_OVERRIDES.get(family, {}))
-    import safetensors.torch
-    with open(os.path.join(hf_dir, "config.json")) as f:
-        saved = json.load(f)
-    model_type = MODEL_TYPES.get(family, family)
-    check(saved.get("model_type") == model_type,
-          f"{hf_dir}/config.json is not a {model_type} config")
-    if model_type == "ministral3":  # rope_parameters alone, read as 4.x's keys
-        saved = as_transformers4(saved)
-    # The reference is built from `config`: the directory's config.json must describe that model
-    # (an export's too), key by key, with the keys whose defaults differ between families given.
-    expected = {k: getattr(config, k) for k in (
-        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
-        "head_dim", "pad_token_id")}
-    if family.startswith("smollm3"):
-        expected["no_rope_layers"] = SMOLLM3_NO_ROPE_LAYERS
-    if family in OLMO3:
-        expected.update({k: getattr(config, k) for k in OLMO3_KEYS + ("attention_bias",)})
-    if family in GLM4:
-        expected.update({k: getattr(config, k) for k in GLM4_KEYS + ("attention_bias",)})
-    check_same_rotation(hf_dir, saved, config)
-    if family.startswith("gemma3"):
-        expected.update({k: getattr(config, k) for k in GEMMA3_KEYS + (
-            "query_pre_attn_scalar", "sliding_window", "attn_logit_softcapping",
-            "final_logit_softcapping")})
-        scaling = saved.get("rope_scaling") or {}
-        got = (scaling.get("rope_type", scaling.get("type")), scaling.get("factor"))
-        want = config.rope_scaling or {}
-        check(got == ((want["rope_type"], want["factor"]) if want else (None, None)),
-              f"{hf_dir}/config.json: 'rope_scaling' is {saved.get('rope_scaling')}, the "
-              f"reference's {config.rope_scaling}")
-    # Absent, head_dim is hidden_size / num_attention_heads and pad_token_id none (Qwen3's).
-    absent = {"head_dim": config.hidden_size // config.num_attention_heads,
-              "pad_token_id": None if family.startswith("qwen3") else "required"}
-    for key, want in expected.items():
-        got = saved.get(key, absent.get(key, "required"))
-        check(got == want, f"{hf_dir}/config.json: '{key}' is {got}, the reference's {want}")
-    model = build_reference(family, config)
-    state = {}
-    for name in sorted(os.listdir(hf_dir)):
-        if name.endswith(".safetensors"):
-            state.update(safetensors.torch.load_file(os.path.join(hf_dir, name)))
-    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-    missing = set(model.state_dict()) - set(state) - {
-        k for k in model.state_dict() if k.endswith("rotary_emb.inv_freq")}
-    if config.tie_word_embeddings:
-        missing.discard("lm_head.weight")
-    check(not missing and not set(state) - set(model.state_dict()),
-          f"{hf_dir}: tensors differ from the reference's: missing {sorted(missing)}, "
-          f"extra {sorted(set(state) - set(model.state_dict()))}")
-    return model.float()
+from olmo3_reference import olmo3_config  # noqa: E402
+from glm4_reference import glm_config  # noqa: E402
+from ministral3_reference import check_length_refused  # noqa: E402
+from hf_families_table import (COMMON, FAMILIES, GLM, GLM4, MINISTRAL3, OLMO3,  # noqa: E402
+                               PARTIAL_ROTARY, SMOLLM3_NO_ROPE_LAYERS, TRANSFORMERS_449,
+                               WRITTEN_AS)
+from hf_family_reference import (build_reference, load_reference,  # noqa: E402
+                                 randomize_small_tensors, save_written_as)
 
 
 def imported_random_llama(zt, work):
@@ -435,7 +245,7 @@ def check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n):
             f"exceeds yarn's factor × original_max_position_embeddings, {longest}")
 
 
-def main():
+def parse_arguments():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--zerotrain", required=True)
     p.add_argument("--dump", required=True, help="zt_oracle_dump binary")
@@ -453,87 +263,122 @@ def main():
                    help="change a config.json key after saving (repeatable), so that zerotrain "
                         "imports another model than transformers runs: the imported loss must "
                         "then differ beyond the bound (exit 0 when it does, 1 when it does not)")
-    args = p.parse_args()
-    torch.set_num_threads(1)
-    torch.manual_seed(1234)
-    zt = args.zerotrain
-    work = args.work_dir
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    return p.parse_args()
 
-    if args.family in TRANSFORMERS_449 and logits_to_keep_key() != "logits_to_keep":
-        raise SetupError(f"{args.family} needs transformers 4.49 (its Phi3 applies "
-                         f"partial_rotary_factor; it has Olmo2), found {transformers.__version__}: "
-                         "put .venv/transformers-4.49 (./run.sh deps) first on PYTHONPATH")
-    config_name, model_name, extra = FAMILIES[args.family]
-    config = (olmo3_config if args.family in OLMO3 else glm_config if args.family in GLM
-              else getattr(transformers, config_name))(**{**COMMON, **extra})
-    model = build_reference(args.family, config)
-    randomize_small_tensors(model)
-    model = model.to(torch.bfloat16)
-    hf_dir = os.path.join(work, "hf")
-    if args.family in WRITTEN_AS:
-        save_written_as(args.family, model, config, hf_dir)
-    else:
-        model.save_pretrained(hf_dir, safe_serialization=True,
-                              max_shard_size="100KB" if args.sharded else "10GB")
-    if args.sharded:
-        check(os.path.exists(os.path.join(hf_dir, "model.safetensors.index.json")),
-              "save_pretrained wrote no index for --sharded")
-    # The reference reads the saved files back in fp32 (the bf16 weights, exactly): the model
-    # object itself would keep its rotary inv_freq buffer rounded to bf16 by .to(bfloat16).
-    model = load_reference(args.family, config, hf_dir).eval()
-    if args.break_config:
-        path = os.path.join(hf_dir, "config.json")
-        with open(path) as f:
-            saved = json.load(f)
-        for change in args.break_config:
-            key, value = change.split("=", 1)
-            saved[key] = json.loads(value)
-        with open(path, "w") as f:
-            json.dump(saved, f)
 
-    data = os.path.join(work, "data.h5")
-    run_tool([zt, "prepare-data", "--text", os.path.join(args.source_dir, "inputs/data/sample.txt"),
-              "--out", data])
-    with h5py.File(data, "r") as f:
-        tokens = f["/tokens"][:]
+class FamilyOracle:
+    """One family's checks, in order (run()): its checkpoint saved by transformers and imported,
+    the loss and gradients compared, the family's own checks, then a 2-rank stage-3 run exported
+    and read back by transformers (and GGUF where the family has it)."""
 
-    imported = os.path.join(work, "imported")
-    source = hf_dir
-    if args.multimodal:  # the same text model inside a multimodal checkpoint
-        source = os.path.join(work, "hf-multimodal")
-        # The 4.52 naming with a tied head stored anyway (a re-save's), which import ignores.
-        write_multimodal(hf_dir, source, args.multimodal + ".",
-                         "mistral3" if args.family.startswith(("mistral", "ministral"))
-                         else "gemma3",
-                         store_tied_head=args.multimodal == "model.language_model")
-    run_tool([zt, "import", source, "--out", imported])
-    run_tool([zt, "info", "--verify", imported])
+    def __init__(self, args):
+        self.args, self.zt, self.family = args, args.zerotrain, args.family
+        self.work = args.work_dir
+        self.seq_len, self.micro_batch, self.batches = 32, 2, 2
+        self.windows = list(range(self.micro_batch * self.batches))
 
-    seq_len, micro_batch, batches = 32, 2, 2
-    windows = list(range(micro_batch * batches))
-    D, F, V, L = (COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_size"],
-                  config.num_hidden_layers)
-    n = max(D, F, V, COMMON["num_attention_heads"] * extra.get("head_dim", 0))
+    def run(self):
+        self.save_checkpoint()
+        self.import_checkpoint()
+        imported_zt, imported_hf = self.zt_eval(self.imported), self.hf_loss(self.model)
+        if self.args.break_config:  # the loss, then the gradients, must see the change
+            return self.check_broken_config(imported_zt, imported_hf)
+        self.compare("imported loss", imported_zt, imported_hf)
+        self.compare_gradients()
+        self.check_family_extras()
+        self.train_and_export()
+        self.check_export_gguf()
+        return 0
 
-    def zt_eval(model_dir):
-        out = run_tool([zt, "eval", "--model", model_dir, "--data", data, "--batches",
-                        str(batches), "--micro-batch", str(micro_batch), "--seq-len",
-                        str(seq_len), "--precision", "fp32"])
+    def save_checkpoint(self):
+        """transformers builds the family's model and saves it (bf16) under work/hf; the reference
+        reads it back. With --break-config, config.json is changed after saving."""
+        args, work = self.args, self.work
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        if args.family in TRANSFORMERS_449 and logits_to_keep_key() != "logits_to_keep":
+            raise SetupError(f"{args.family} needs transformers 4.49 (its Phi3 applies "
+                             "partial_rotary_factor; it has Olmo2), found "
+                             f"{transformers.__version__}: "
+                             "put .venv/transformers-4.49 (./run.sh deps) first on PYTHONPATH")
+        config_name, model_name, extra = FAMILIES[args.family]
+        config = (olmo3_config if args.family in OLMO3 else glm_config if args.family in GLM
+                  else getattr(transformers, config_name))(**{**COMMON, **extra})
+        model = build_reference(args.family, config)
+        randomize_small_tensors(model)
+        model = model.to(torch.bfloat16)
+        hf_dir = os.path.join(work, "hf")
+        if args.family in WRITTEN_AS:
+            save_written_as(args.family, model, config, hf_dir)
+        else:
+            model.save_pretrained(hf_dir, safe_serialization=True,
+                                  max_shard_size="100KB" if args.sharded else "10GB")
+        if args.sharded:
+            check(os.path.exists(os.path.join(hf_dir, "model.safetensors.index.json")),
+                  "save_pretrained wrote no index for --sharded")
+        # The reference reads the saved files back in fp32 (the bf16 weights, exactly): the model
+        # object itself would keep its rotary inv_freq buffer rounded to bf16 by .to(bfloat16).
+        model = load_reference(args.family, config, hf_dir).eval()
+        if args.break_config:
+            path = os.path.join(hf_dir, "config.json")
+            with open(path) as f:
+                saved = json.load(f)
+            for change in args.break_config:
+                key, value = change.split("=", 1)
+                saved[key] = json.loads(value)
+            with open(path, "w") as f:
+                json.dump(saved, f)
+
+        self.config, self.extra, self.model, self.hf_dir = config, extra, model, hf_dir
+
+    def import_checkpoint(self):
+        """The byte dataset, and `zerotrain import` of the checkpoint (inside a multimodal one
+        with --multimodal), verified."""
+        args, zt, work, hf_dir, config, extra = (self.args, self.zt, self.work, self.hf_dir,
+                                                 self.config, self.extra)
+        data = os.path.join(work, "data.h5")
+        run_tool([zt, "prepare-data", "--text",
+                  os.path.join(args.source_dir, "inputs/data/sample.txt"), "--out", data])
+        with h5py.File(data, "r") as f:
+            tokens = f["/tokens"][:]
+
+        imported = os.path.join(work, "imported")
+        source = hf_dir
+        if args.multimodal:  # the same text model inside a multimodal checkpoint
+            source = os.path.join(work, "hf-multimodal")
+            # The 4.52 naming with a tied head stored anyway (a re-save's), which import ignores.
+            write_multimodal(hf_dir, source, args.multimodal + ".",
+                             "mistral3" if args.family.startswith(("mistral", "ministral"))
+                             else "gemma3",
+                             store_tied_head=args.multimodal == "model.language_model")
+        run_tool([zt, "import", source, "--out", imported])
+        run_tool([zt, "info", "--verify", imported])
+        D, F, V, L = (COMMON["hidden_size"], COMMON["intermediate_size"], COMMON["vocab_size"],
+                      config.num_hidden_layers)
+        n = max(D, F, V, COMMON["num_attention_heads"] * extra.get("head_dim", 0))
+        self.data, self.tokens, self.imported, self.n, self.L = data, tokens, imported, n, L
+
+    def hf_loss(self, model):
+        return hf_loss(model, self.tokens, self.windows, self.seq_len)
+
+    def zt_eval(self, model_dir):
+        out = run_tool([self.zt, "eval", "--model", model_dir, "--data", self.data, "--batches",
+                        str(self.batches), "--micro-batch", str(self.micro_batch), "--seq-len",
+                        str(self.seq_len), "--precision", "fp32"])
         return last_json_line(out)["loss"]
 
-    def compare(what, zt_value, hf_value):
-        bound = fp32_model_bound(n, L, hf_value)
+    def compare(self, what, zt_value, hf_value):
+        bound = fp32_model_bound(self.n, self.L, hf_value)
         diff = abs(zt_value - hf_value)
-        print(f"{args.family} {what}: zerotrain {zt_value:.9f} transformers {hf_value:.9f} "
+        print(f"{self.family} {what}: zerotrain {zt_value:.9f} transformers {hf_value:.9f} "
               f"|diff| {diff:.3e} bound {bound:.3e}", flush=True)
         check(diff <= bound, f"{what}: |{zt_value} - {hf_value}| = {diff} > {bound}")
 
-    imported_zt, imported_hf = zt_eval(imported), hf_loss(model, tokens, windows, seq_len)
-
-    def compare_gradients():
+    def compare_gradients(self):
         """The gradients of one micro-batch of the imported model, tensor by tensor."""
+        args, work, imported, data, model, tokens = (self.args, self.work, self.imported,
+                                                     self.data, self.model, self.tokens)
+        micro_batch, seq_len, n, L = self.micro_batch, self.seq_len, self.n, self.L
         dump = os.path.join(work, "dump.h5")
         run_tool([args.dump, "--model", imported, "--tokens", data, "--out", dump, "--precision",
                   "fp32", "--micro-batch", str(micro_batch), "--seq-len", str(seq_len),
@@ -556,7 +401,10 @@ def main():
         print(f"{args.family} gradients: {len(reference)} tensors, worst ‖Δ‖/‖ref‖ "
               f"{worst[0]:.3e} ({worst[1]}), bound {grad_bound:.3e}", flush=True)
 
-    if args.break_config:  # the loss, then the gradients, must see the change
+
+    def check_broken_config(self, imported_zt, imported_hf):
+        """With --break-config: exit 0 when the loss or the gradients see the change."""
+        args, compare, compare_gradients = self.args, self.compare, self.compare_gradients
         for what, comparison in (("loss", lambda: compare("imported loss", imported_zt,
                                                           imported_hf)),
                                  ("gradients", compare_gradients)):
@@ -567,63 +415,87 @@ def main():
                 return 0
         raise CheckFailed(f"with {args.break_config} the losses and gradients still agree: the "
                           "comparison cannot see that key")
-    compare("imported loss", imported_zt, imported_hf)
-    compare_gradients()
 
-    if "yarn" in args.family:
-        check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)
-    if args.family in MINISTRAL3:
-        check_length_refused(zt, imported, data, config.max_position_embeddings)
-    if "longrope" in args.family or "window" in args.family or args.family in (
-            "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2", "granite") or (
-            args.family in OLMO3 | GLM):
-        check_generate(zt, imported, model, tokens, args.family,
-                       extra.get("original_max_position_embeddings", 16))
+    def check_family_extras(self):
+        """YaRN past the original positions, Ministral 3's length refusal, generate."""
+        args, zt, imported, data, model, tokens, config, n, extra = (
+            self.args, self.zt, self.imported, self.data, self.model, self.tokens, self.config,
+            self.n, self.extra)
+        if "yarn" in args.family:
+            check_yarn_past_max_positions(zt, imported, data, model, tokens, config, n)
+        if args.family in MINISTRAL3:
+            check_length_refused(zt, imported, data, config.max_position_embeddings)
+        if "longrope" in args.family or "window" in args.family or args.family in (
+                "smollm3", "gemma", "gemma2", "gemma3", "gemma3-linear", "olmo2", "granite") or (
+                args.family in OLMO3 | GLM):
+            check_generate(zt, imported, model, tokens, args.family,
+                           extra.get("original_max_position_embeddings", 16))
 
-    # Train from the import at 2 ranks, stage 3, export, and let transformers read the export.
-    run = os.path.join(work, "run")
-    run_tool([args.mpirun, "-n", "2", zt, "train", "--model", imported, "--data", data, "--out",
-              run, "--steps", "3", "--micro-batch", "2", "--seq-len", str(seq_len),
-              "--zero-stage", "3", "--lr", "1e-3", "--warmup-steps", "0", "--seed", "7",
-              "--eval-batches", "0", "--comm-timeout", "60"])
-    final = os.path.join(run, "final")
-    exported = os.path.join(work, "exported")
-    run_tool([zt, "export", final, "--format", "safetensors", "--out", exported])
-    # The export is written as its family: transformers reads it back (the reference for Qwen3).
-    with open(os.path.join(exported, "config.json")) as f:
-        exported_type = json.load(f)["model_type"]
-    with open(os.path.join(hf_dir, "config.json")) as f:
-        imported_type = json.load(f).get("model_type")
-    # A Mistral without a window is a Llama: zerotrain writes it as one.
-    check(exported_type == imported_type or (imported_type, exported_type) == ("mistral", "llama"),
-          f"the export's model_type {exported_type} is not the checkpoint's {imported_type}")
-    reloaded = load_reference(args.family, config, exported)
-    print(f"the export ({exported_type}) loads as {type(reloaded).__name__}", flush=True)
-    trained_hf = hf_loss(reloaded.eval(), tokens, windows, seq_len)
-    compare("trained loss", zt_eval(final), trained_hf)
-    if args.family in ("qwen2-yarn", "llama-yarn-extended"):
-        check_yarn_gguf(zt, work, final, exported, config)
-    if args.family == "smollm3":
-        check_smollm3_gguf(zt, work, final, exported, args.source_dir, config,
-                           SMOLLM3_NO_ROPE_LAYERS)
-    if args.family.startswith("olmo2"):
-        check_olmo2_gguf(zt, work, final, exported, config)
-    if args.family in OLMO3:
-        gguf_export_refused(zt, work, final, "is an OLMo 3, which zerotrain does not write to GGUF",
-                            "an OLMo 3")
-    if args.family in MINISTRAL3:
-        check_ministral3_gguf(zt, work, final, exported, args.source_dir, config)
-    if args.family in GLM4:
-        check_glm_gguf(zt, work, final, exported, config)
-    elif args.family in GLM:  # GlmForCausalLM
-        gguf_export_refused(zt, work, final, "which llama.cpp reads as its chatglm",
-                            "a GlmForCausalLM")
-    if args.family.startswith("granite"):
-        check_granite_gguf(zt, work, final, exported, args.source_dir, config)
-    if args.family in ("gemma", "gemma2", "gemma3"):
-        check_gemma_gguf(zt, work, final, exported, args.source_dir, config,
-                         "gemma3" if args.family == "gemma3" else config.model_type)
-    return 0
+
+    def train_and_export(self):
+        """A 2-rank stage-3 run from the import, exported; transformers reads the export back
+        (the reference for Qwen3) and its loss is zerotrain's."""
+        args, zt, work, imported, data, seq_len, hf_dir, config = (
+            self.args, self.zt, self.work, self.imported, self.data, self.seq_len, self.hf_dir,
+            self.config)
+        tokens, windows, compare, zt_eval = self.tokens, self.windows, self.compare, self.zt_eval
+        # Train from the import at 2 ranks, stage 3, export, and let transformers read the export.
+        run = os.path.join(work, "run")
+        run_tool([args.mpirun, "-n", "2", zt, "train", "--model", imported, "--data", data, "--out",
+                  run, "--steps", "3", "--micro-batch", "2", "--seq-len", str(seq_len),
+                  "--zero-stage", "3", "--lr", "1e-3", "--warmup-steps", "0", "--seed", "7",
+                  "--eval-batches", "0", "--comm-timeout", "60"])
+        final = os.path.join(run, "final")
+        exported = os.path.join(work, "exported")
+        run_tool([zt, "export", final, "--format", "safetensors", "--out", exported])
+        # The export is written as its family: transformers reads it back (the reference for Qwen3).
+        with open(os.path.join(exported, "config.json")) as f:
+            exported_type = json.load(f)["model_type"]
+        with open(os.path.join(hf_dir, "config.json")) as f:
+            imported_type = json.load(f).get("model_type")
+        # A Mistral without a window is a Llama: zerotrain writes it as one.
+        check(exported_type == imported_type or
+              (imported_type, exported_type) == ("mistral", "llama"),
+              f"the export's model_type {exported_type} is not the checkpoint's {imported_type}")
+        reloaded = load_reference(args.family, config, exported)
+        print(f"the export ({exported_type}) loads as {type(reloaded).__name__}", flush=True)
+        trained_hf = hf_loss(reloaded.eval(), tokens, windows, seq_len)
+        compare("trained loss", zt_eval(final), trained_hf)
+        self.final, self.exported = final, exported
+
+    def check_export_gguf(self):
+        """The family's GGUF export read back (or its refusal)."""
+        args, zt, work, final, exported, config = (self.args, self.zt, self.work, self.final,
+                                                   self.exported, self.config)
+        if args.family in ("qwen2-yarn", "llama-yarn-extended"):
+            check_yarn_gguf(zt, work, final, exported, config)
+        if args.family == "smollm3":
+            check_smollm3_gguf(zt, work, final, exported, args.source_dir, config,
+                               SMOLLM3_NO_ROPE_LAYERS)
+        if args.family.startswith("olmo2"):
+            check_olmo2_gguf(zt, work, final, exported, config)
+        if args.family in OLMO3:
+            gguf_export_refused(zt, work, final,
+                                "is an OLMo 3, which zerotrain does not write to GGUF", "an OLMo 3")
+        if args.family in MINISTRAL3:
+            check_ministral3_gguf(zt, work, final, exported, args.source_dir, config)
+        if args.family in GLM4:
+            check_glm_gguf(zt, work, final, exported, config)
+        elif args.family in GLM:  # GlmForCausalLM
+            gguf_export_refused(zt, work, final, "which llama.cpp reads as its chatglm",
+                                "a GlmForCausalLM")
+        if args.family.startswith("granite"):
+            check_granite_gguf(zt, work, final, exported, args.source_dir, config)
+        if args.family in ("gemma", "gemma2", "gemma3"):
+            check_gemma_gguf(zt, work, final, exported, args.source_dir, config,
+                             "gemma3" if args.family == "gemma3" else config.model_type)
+
+
+def main():
+    args = parse_arguments()
+    torch.set_num_threads(1)
+    torch.manual_seed(1234)
+    return FamilyOracle(args).run()
 
 
 if __name__ == "__main__":
