@@ -139,25 +139,35 @@ def interrupted(zt, options, kill, started):
     return code, said, workers + steps
 
 
-def main():
-    args = argument_parser(__doc__.split("\n")[0]).parse_args()
-    work = fresh_work_dir(args.work_dir)
-    zt = args.zerotrain
-    python = ["--python", sys.executable]
-    left_running = []
+class WorkersOracle:
+    """The check's parts, run in order by run(); each reads what the parts before it left on self
+    (the tokenizer with its chat template, the records, the conversations and their lines).
+    left_running collects the processes a part started, for main() to stop after a failure."""
 
-    def prepare(options, out, workers):
-        run_tool([zt, "prepare-data", "--tokenizer", work("tok"), "--workers", str(workers),
-                  "--out", work(out)] + options + python)
-        return contents(work(out))
-
-    def checks():
-        text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
-        train_tokenizer(text_file, work("tok"))
+    def __init__(self, args, work):
+        self.zt, self.work, self.left_running = args.zerotrain, work, []
+        self.python = ["--python", sys.executable]
+        self.text_file = os.path.join(args.source_dir, "inputs/data/sample.txt")
+        train_tokenizer(self.text_file, work("tok"))
         add_chat_template(work("tok"))
-        reference = transformers.AutoTokenizer.from_pretrained(work("tok"))
-        records = examples(text_file, 256)  # 32 batches of 8 conversations
+        self.reference = transformers.AutoTokenizer.from_pretrained(work("tok"))
+        self.records = examples(self.text_file, 256)  # 32 batches of 8 conversations
 
+    def run(self):
+        self.chat_sft()
+        self.other_inputs()
+        self.first_failure()
+        self.deepest_record()
+        self.interrupted_runs()
+
+    def prepare(self, options, out, workers):
+        run_tool([self.zt, "prepare-data", "--tokenizer", self.work("tok"), "--workers",
+                  str(workers), "--out", self.work(out)] + options + self.python)
+        return contents(self.work(out))
+
+    def chat_sft(self):
+        """Part 1: chat SFT at 3 workers against transformers and against 1 worker."""
+        work, reference, records, prepare = self.work, self.reference, self.records, self.prepare
         # 1. The same dataset from 3 workers as from one, transformers' ids and mask.
         chats = conversations(records)
         with open(work("chats.jsonl"), "w") as f:
@@ -183,7 +193,11 @@ def main():
         print(f"ok   chat SFT at --workers 3: {len(chats)} conversations, {len(ids)} tokens, "
               f"{sum(mask)} counted, as transformers' apply_chat_template; the file as one "
               "process writes it")
+        self.chats, self.chat_options = chats, chat_options
 
+    def other_inputs(self):
+        """Part 1, the other inputs: 3 workers write what one writes."""
+        work, records, chats, prepare = self.work, self.records, self.chats, self.prepare
         with open(work("pairs.jsonl"), "w") as f:
             for r in records:
                 f.write(json.dumps(r) + "\n")
@@ -209,6 +223,10 @@ def main():
                   f"{what}: --workers 3 and --workers 1 wrote different datasets")
             print(f"ok   {what} at --workers 3: the file as one process writes it")
 
+    def first_failure(self):
+        """Part 2: the first failure in input order is the one reported."""
+        zt, work, python, text_file, chats, chat_options = (
+            self.zt, self.work, self.python, self.text_file, self.chats, self.chat_options)
         # 2. The first failure in input order, whoever finds it, at 1 and 3 workers: a bad
         # message (a job's error) before a line that is not JSON (the reading's, which runs
         # ahead) or before an error nobody foresaw (a lone surrogate, which the tokenizer
@@ -247,7 +265,12 @@ def main():
         refused([zt, "prepare-data", "--workers", "2", "--text", text_file, "--out",
                  work("bad.h5")], ["--workers", "--tokenizer"], work("bad.h5"))
         print("ok   the first failure in input order is reported, whichever process finds it")
+        self.lines = lines
 
+    def deepest_record(self):
+        """Part 2: the deepest record one process reads, at 3 workers."""
+        zt, work, python, chats, chat_options, lines = (
+            self.zt, self.work, self.python, self.chats, self.chat_options, self.lines)
         # A record as deeply nested as one process reads (in a field no option reads) cannot be
         # pickled to a worker: the batch is made by the main process, as --workers 1 makes it.
         def deep(depth, count):
@@ -274,6 +297,10 @@ def main():
         print(f"ok   a record nested {low} deep, the deepest one process reads: --workers 3 "
               "writes what one process writes")
 
+    def interrupted_runs(self):
+        """Part 3."""
+        zt, work, python, chat_options, lines, left_running = (
+            self.zt, self.work, self.python, self.chat_options, self.lines, self.left_running)
         # 3. Stopped, or a worker killed, while the workers run: nothing is left running or
         # written.
         with open(work("many.jsonl"), "w") as f:
@@ -299,11 +326,22 @@ def main():
             print(f"ok   {what} while 2 workers ran: prepare-data said so, and no process or "
                   "file is left")
 
+
+def main():
+    args = argument_parser(__doc__.split("\n")[0]).parse_args()
+    work = fresh_work_dir(args.work_dir)
+    oracle = None
+
+    def checks():
+        nonlocal oracle
+        oracle = WorkersOracle(args, work)
+        oracle.run()
+
     try:
         return exit_status(checks)
     finally:
-        for pid, start in left_running:  # what a failed check left, not a reused pid
-            if start is not None and started_at(pid) == start:
+        for pid, start in oracle.left_running if oracle else []:
+            if start is not None and started_at(pid) == start:  # not a reused pid
                 os.kill(pid, signal.SIGKILL)
 
 
