@@ -42,6 +42,7 @@ import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle_harness import (argument_parser, check, exit_status, fresh_work_dir,  # noqa: E402
@@ -274,20 +275,10 @@ def check_gguf_edges(work, zt, vocab, templates, imported):
           "sharing a GGUF key, refused")
 
 
-def check_generate(work, zt, vocab, templates):
-    """`generate --chat` (after --system's message) and `generate --messages` render the
-    messages with the template transformers picks (tool_use with --tools, else default) or the
-    one --chat-template names, with the tools: the prompt ids are apply_chat_template's
-    (tokenize=True, add_generation_prompt=True). The model's context holds tool_use's long system
-    prompt."""
-    os.makedirs(work("generate"))
-    source, imported = work("generate", "model.gguf"), work("generate", "model")
-    write_gguf(source, "llama", dict(metadata("llama", len(vocab[0])),
-                                     **{"llama.context_length": ("uint32", 2048)}),
-               model_tensors(np.random.default_rng(5), "llama", len(vocab[0])), vocab,
-               chat_template=templates)
-    run_tool([zt, "import", source, "--out", imported])
-    tok = transformers.AutoTokenizer.from_pretrained(imported)
+def generate_inputs(work):
+    """The files generate --chat and --messages read here: the tools (one, and an empty list),
+    two conversations that end where the assistant's next turn begins, and a template of one's
+    own (written with CRLF); with the message and the turns they render."""
     message = "What is the weather in Paris?"
     tools_file = work("tools.json")
     with open(tools_file, "w", encoding="utf-8") as f:
@@ -310,6 +301,15 @@ def check_generate(work, zt, vocab, templates):
     own_file = work("own.jinja")
     with open(own_file, "w", encoding="utf-8", newline="\r\n") as f:
         f.write(own_template)
+    return SimpleNamespace(message=message, tools_file=tools_file, empty_file=empty_file,
+                           conversations=conversations, user=user, system=system,
+                           own_template=own_template, own_file=own_file)
+
+
+
+def check_generate_prompts(zt, imported, tok, given):
+    """Each way to give the messages, tools and template: apply_chat_template's prompt ids."""
+    message, tools_file, empty_file, conversations, user, system, own_template, own_file = given.message, given.tools_file, given.empty_file, given.conversations, given.user, given.system, given.own_template, given.own_file
     prompts = {}
     for label, extra, messages, tools, name in (
             ("no tools", ["--chat", message], user, None, None),
@@ -342,6 +342,11 @@ def check_generate(work, zt, vocab, templates):
     check(prompts["--system"] != prompts["no tools"], "--system renders as no system message")
     check(prompts["--chat-template-file"] != prompts["no tools"],
           "--chat-template-file renders as the tokenizer's default template")
+
+
+def check_empty_tools(work, zt, imported, tok, given):
+    """--tools with an empty list, for a template that tells [] from none."""
+    message, empty_file = given.message, given.empty_file
     # An empty list is no tools even for a template that tells [] from none (as Llama 3.1's
     # does): the model of one such template renders it as apply_chat_template(tools=None).
     # (transformers 4.46 does not read chat_template.jinja: the reference is given the template.)
@@ -358,6 +363,11 @@ def check_generate(work, zt, vocab, templates):
                          for tools in (None, []))
     check(as_none != as_empty and answer["prompt_tokens"] == as_none,
           "generate --chat --tools with an empty list: not rendered as no tools")
+
+
+def check_generate_refusals(work, zt, imported, given):
+    """Unknown names, options that do not go together, bad messages and tools files."""
+    tools_file, conversations, own_file = given.tools_file, given.conversations, given.own_file
     chat = [zt, "generate", "--model", imported, "--max-new-tokens", "1"]
     refused(chat + ["--chat", "Hi", "--chat-template", "rag"],
             [f"--chat-template: {imported} has no chat template named 'rag'; its templates are "
@@ -405,6 +415,26 @@ def check_generate(work, zt, vocab, templates):
     refused(chat + ["--chat", "Hi", "--tools", work("bad-tools-latin1.json")],
             [f"--tools: {work('bad-tools-latin1.json')}: not a UTF-8 JSON file"],
             work("no-such-output"))
+
+
+def check_generate(work, zt, vocab, templates):
+    """`generate --chat` (after --system's message) and `generate --messages` render the
+    messages with the template transformers picks (tool_use with --tools, else default) or the
+    one --chat-template names, with the tools: the prompt ids are apply_chat_template's
+    (tokenize=True, add_generation_prompt=True). The model's context holds tool_use's long system
+    prompt."""
+    os.makedirs(work("generate"))
+    source, imported = work("generate", "model.gguf"), work("generate", "model")
+    write_gguf(source, "llama", dict(metadata("llama", len(vocab[0])),
+                                     **{"llama.context_length": ("uint32", 2048)}),
+               model_tensors(np.random.default_rng(5), "llama", len(vocab[0])), vocab,
+               chat_template=templates)
+    run_tool([zt, "import", source, "--out", imported])
+    tok = transformers.AutoTokenizer.from_pretrained(imported)
+    given = generate_inputs(work)
+    check_generate_prompts(zt, imported, tok, given)
+    check_empty_tools(work, zt, imported, tok, given)
+    check_generate_refusals(work, zt, imported, given)
     print("ok   generate --chat: default (with no tools or an empty list), tool_use with --tools, "
           "--chat-template default with them, --chat-template-file, --system, --messages with a tool call and its "
           "result and with a system message and an earlier round: apply_chat_template's prompt "
