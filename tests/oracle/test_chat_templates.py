@@ -442,6 +442,107 @@ def check_nemotron(work, zt, source_dir):
     print(f"ok   {name}: the replies count as its template closes them ({runs}); a turn of "
           "calls, which it closes unlike at the end of a conversation, is refused")
 
+def refuse_record(work, zt, file, record, tokenizer, message, *named):
+    """prepare-data of a file holding `record` (as --messages-field messages, --chat-template) is
+    refused with `message` after the line number, and the `named` parts, leaving no data."""
+    path = work(file)
+    with open(path, "w") as f:
+        f.write(json.dumps(record) + "\n")
+    refused([zt, "prepare-data", "--tokenizer", work(tokenizer), "--sft-jsonl", path,
+             "--messages-field", "messages", "--chat-template", "--out", work("bad.h5"),
+             "--python", sys.executable], [path + ":1:" + message, *named], work("bad.h5"))
+
+
+def check_refused_renderings(work, zt):
+    """Templates that drop or garble a message: the line is refused naming the message (or with
+    the template's own error), not trained on what the template wrote."""
+    refuse_record(work, zt, "nemo-system.jsonl", conversations("system")[0],
+                  "mistralai-Mistral-Nemo-Instruct-2407",
+                  " the chat template leaves 'messages'[0] (system) out")
+    print("ok   Mistral Nemo's template, which leaves the system message out: refused naming "
+          "it, no data left")
+
+    # Granite 3.3's template writes a message's content alone: a turn of calls is refused
+    # naming it rather than trained as an empty reply.
+    refuse_record(work, zt, "granite-calls.jsonl", conversations("tools")[1],
+                  "ibm-granite-granite-3.3-instruct-2504",
+                  " the chat template does not render the tool_calls of 'messages'[1]")
+    print("ok   Granite 3.3's template, which writes no tool_calls: a turn of calls is "
+          "refused naming it, no data left")
+
+    # Gemma's template refuses a system message itself: the line is refused with its error.
+    refuse_record(work, zt, "gemma-system.jsonl", conversations("system")[0],
+                  "google-codegemma-7b-it", "", "System role not supported")
+    print("ok   Gemma's template, which refuses a system message: refused with its error, no "
+          "data left")
+
+    # Mistral Small's template reads a system message's first part alone, and prints a tool
+    # result's list as Python prints it: each is refused naming the message.
+    system = conversations("parts")[0]
+    system["messages"][0]["content"] = parts("Be ", "brief.")
+    tool = conversations("tools")[1]
+    tool["messages"][2]["content"] = parts("18C and windy")
+    for what, record, message in (("system", system, "'messages'[0] (system)"),
+                                  ("tool", tool, "'messages'[2] (tool)")):
+        refuse_record(work, zt, f"small-{what}-parts.jsonl", record,
+                      "Mistral-Small-3.2-24B-Instruct-2506",
+                      f" the chat template does not render the list of content parts of "
+                      f"{message} as their text")
+    print("ok   Mistral Small's template, which reads a system message's first part alone and "
+          "prints a tool result's list: refused naming the message, no data left")
+
+    # Gemma 3's template reads a system message's first part alone too.
+    record = conversations("parts")[0]
+    record["messages"][0]["content"] = parts("Be ", "brief.")
+    refuse_record(work, zt, "gemma3-system-parts.jsonl", record, "google-gemma-3-4b-it",
+                  " the chat template does not render the list of content parts of "
+                  "'messages'[0] (system) as their text")
+    print("ok   Gemma 3's template, which reads a system message's first part alone: refused "
+          "naming the message, no data left")
+
+    # Mistral Small 3.1's template reads a reply's first part alone: a reply of two parts is
+    # refused naming it.
+    record = conversations("user_parts")[0]
+    record["messages"][2]["content"] = parts("Two, three ", "and five.")
+    refuse_record(work, zt, "small31-reply-parts.jsonl", record,
+                  "mistralai-Mistral-Small-3.1-24B-Instruct-2503",
+                  " the chat template does not render the list of content parts of "
+                  "'messages'[2] (assistant) as their text")
+    print("ok   Mistral Small 3.1's template, which reads a reply's first part alone: a reply "
+          "of two parts is refused naming it, no data left")
+
+
+def check_deepseek_calls(work, zt):
+    """DeepSeek-R1's template and a turn of calls: content none, empty, and dict arguments."""
+    # DeepSeek-R1's template renders a turn's calls only when its content is none: a turn of
+    # calls with an empty content is rendered so too (as without one); with arguments that
+    # are not a string it fails, and is refused with its error.
+    name = "deepseek-ai-DeepSeek-R1-Distill-Llama-8B"
+    record, first = conversations("null_calls")[0], None
+    for n, (said, arguments) in enumerate(((None, None), ("", None), (None, {"city": "P"}))):
+        record["messages"][1]["content"] = said
+        if arguments:
+            record["messages"][1]["tool_calls"][0]["function"]["arguments"] = arguments
+        path = work(f"r1-calls{n}.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(record) + "\n")
+        cmd = [zt, "prepare-data", "--tokenizer", work(name), "--sft-jsonl", path,
+               "--messages-field", "messages", "--chat-template", "--out", path + ".h5",
+               "--python", sys.executable]
+        if arguments:
+            refused(cmd, [path + ":1: the chat template does not render the tool_calls of "
+                          "'messages'[1]", "not written for tool calls; given a null content "
+                          "instead, it fails: TypeError"], path + ".h5")
+            continue
+        run_tool(cmd)
+        with h5py.File(path + ".h5", "r") as f:
+            got = (f["tokens"][:].tolist(), f["loss_mask"][:].tolist())
+        check(n == 0 or got == first, "DeepSeek-R1: a turn of calls with an empty content "
+              "is not rendered as one with none")
+        first = got
+    print("ok   DeepSeek-R1's template: a turn of calls with an empty content is rendered as "
+          "with none; dict arguments, which it cannot render, are refused with its error")
+
 
 def main():
     args = argument_parser(__doc__.split("\n")[0]).parse_args()
@@ -450,121 +551,8 @@ def main():
     def checks():
         for name in TEMPLATES:
             check_template(work, args.zerotrain, args.source_dir, name)
-
-        def refused_record(file, record, tokenizer, message):
-            """prepare-data of a file holding `record` is refused with `message` after the line
-            number, leaving no data."""
-            path = work(file)
-            with open(path, "w") as f:
-                f.write(json.dumps(record) + "\n")
-            refused([args.zerotrain, "prepare-data", "--tokenizer", work(tokenizer),
-                     "--sft-jsonl", path, "--messages-field", "messages", "--chat-template",
-                     "--out", work("bad.h5"), "--python", sys.executable],
-                    [path + ":1: " + message], work("bad.h5"))
-
-        refused_record("nemo-system.jsonl", conversations("system")[0],
-                       "mistralai-Mistral-Nemo-Instruct-2407",
-                       "the chat template leaves 'messages'[0] (system) out")
-        print("ok   Mistral Nemo's template, which leaves the system message out: refused naming "
-              "it, no data left")
-
-        # Granite 3.3's template writes a message's content alone: a turn of calls is refused
-        # naming it rather than trained as an empty reply.
-        refused_record("granite-calls.jsonl", conversations("tools")[1],
-                       "ibm-granite-granite-3.3-instruct-2504",
-                       "the chat template does not render the tool_calls of 'messages'[1]")
-        print("ok   Granite 3.3's template, which writes no tool_calls: a turn of calls is "
-              "refused naming it, no data left")
-
-        # Gemma's template refuses a system message itself: the line is refused with its error.
-        path = work("gemma-system.jsonl")
-        with open(path, "w") as f:
-            f.write(json.dumps(conversations("system")[0]) + "\n")
-        refused([args.zerotrain, "prepare-data", "--tokenizer", work("google-codegemma-7b-it"),
-                 "--sft-jsonl", path, "--messages-field", "messages", "--chat-template", "--out",
-                 work("bad.h5"), "--python", sys.executable],
-                [path + ":1:", "System role not supported"], work("bad.h5"))
-        print("ok   Gemma's template, which refuses a system message: refused with its error, no "
-              "data left")
-
-        # Mistral Small's template reads a system message's first part alone, and prints a tool
-        # result's list as Python prints it: each is refused naming the message.
-        name = "Mistral-Small-3.2-24B-Instruct-2506"
-        system = conversations("parts")[0]
-        system["messages"][0]["content"] = parts("Be ", "brief.")
-        tool = conversations("tools")[1]
-        tool["messages"][2]["content"] = parts("18C and windy")
-        for what, record, message in (("system", system, "'messages'[0] (system)"),
-                                      ("tool", tool, "'messages'[2] (tool)")):
-            path = work(f"small-{what}-parts.jsonl")
-            with open(path, "w") as f:
-                f.write(json.dumps(record) + "\n")
-            refused([args.zerotrain, "prepare-data", "--tokenizer", work(name), "--sft-jsonl",
-                     path, "--messages-field", "messages", "--chat-template", "--out",
-                     work("bad.h5"), "--python", sys.executable],
-                    [path + ":1: the chat template does not render the list of content parts of "
-                     + message + " as their text"], work("bad.h5"))
-        print("ok   Mistral Small's template, which reads a system message's first part alone and "
-              "prints a tool result's list: refused naming the message, no data left")
-
-        # Gemma 3's template reads a system message's first part alone too.
-        record = conversations("parts")[0]
-        record["messages"][0]["content"] = parts("Be ", "brief.")
-        path = work("gemma3-system-parts.jsonl")
-        with open(path, "w") as f:
-            f.write(json.dumps(record) + "\n")
-        refused([args.zerotrain, "prepare-data", "--tokenizer", work("google-gemma-3-4b-it"),
-                 "--sft-jsonl", path, "--messages-field", "messages", "--chat-template", "--out",
-                 work("bad.h5"), "--python", sys.executable],
-                [path + ":1: the chat template does not render the list of content parts of "
-                 "'messages'[0] (system) as their text"], work("bad.h5"))
-        print("ok   Gemma 3's template, which reads a system message's first part alone: refused "
-              "naming the message, no data left")
-
-        # Mistral Small 3.1's template reads a reply's first part alone: a reply of two parts is
-        # refused naming it.
-        name = "mistralai-Mistral-Small-3.1-24B-Instruct-2503"
-        record = conversations("user_parts")[0]
-        record["messages"][2]["content"] = parts("Two, three ", "and five.")
-        path = work("small31-reply-parts.jsonl")
-        with open(path, "w") as f:
-            f.write(json.dumps(record) + "\n")
-        refused([args.zerotrain, "prepare-data", "--tokenizer", work(name), "--sft-jsonl", path,
-                 "--messages-field", "messages", "--chat-template", "--out", work("bad.h5"),
-                 "--python", sys.executable],
-                [path + ":1: the chat template does not render the list of content parts of "
-                 "'messages'[2] (assistant) as their text"], work("bad.h5"))
-        print("ok   Mistral Small 3.1's template, which reads a reply's first part alone: a reply "
-              "of two parts is refused naming it, no data left")
-
-        # DeepSeek-R1's template renders a turn's calls only when its content is none: a turn of
-        # calls with an empty content is rendered so too (as without one); with arguments that
-        # are not a string it fails, and is refused with its error.
-        name = "deepseek-ai-DeepSeek-R1-Distill-Llama-8B"
-        record, first = conversations("null_calls")[0], None
-        for n, (said, arguments) in enumerate(((None, None), ("", None), (None, {"city": "P"}))):
-            record["messages"][1]["content"] = said
-            if arguments:
-                record["messages"][1]["tool_calls"][0]["function"]["arguments"] = arguments
-            path = work(f"r1-calls{n}.jsonl")
-            with open(path, "w") as f:
-                f.write(json.dumps(record) + "\n")
-            cmd = [args.zerotrain, "prepare-data", "--tokenizer", work(name), "--sft-jsonl", path,
-                   "--messages-field", "messages", "--chat-template", "--out", path + ".h5",
-                   "--python", sys.executable]
-            if arguments:
-                refused(cmd, [path + ":1: the chat template does not render the tool_calls of "
-                              "'messages'[1]", "not written for tool calls; given a null content instead, it fails: TypeError"],
-                        path + ".h5")
-                continue
-            run_tool(cmd)
-            with h5py.File(path + ".h5", "r") as f:
-                got = (f["tokens"][:].tolist(), f["loss_mask"][:].tolist())
-            check(n == 0 or got == first, "DeepSeek-R1: a turn of calls with an empty content "
-                  "is not rendered as one with none")
-            first = got
-        print("ok   DeepSeek-R1's template: a turn of calls with an empty content is rendered as "
-              "with none; dict arguments, which it cannot render, are refused with its error")
+        check_refused_renderings(work, args.zerotrain)
+        check_deepseek_calls(work, args.zerotrain)
         check_nemotron(work, args.zerotrain, args.source_dir)
 
     return exit_status(checks)
