@@ -120,15 +120,65 @@ def check_bf16_checkpoint(zt, work, mpirun, initial, trainable):
           "checkpoint consolidates to final/ bitwise")
 
 
-def main():
-    parser = argument_parser(__doc__.split("\n")[0])
-    parser.add_argument("--mpirun", default="mpirun")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    work = fresh_work_dir(args.work_dir)
-    zt = args.zerotrain
+def check_estimates(zt):
+    """The 6B analysis's projection-only estimate, and the checkpoint bytes of frozen tensors."""
+    est = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json", "--trainable",
+                               r"^lm_head\.", "--trainable", r"^model\.norm\."]))
+    psi, trained = est["psi"], 32000 * 4096 + 4096
+    check(est["trainable_psi"] == trained, f"estimate trainable_psi {est['trainable_psi']}")
+    stage0 = est["stages"][0]
+    check(stage0["params"] == 2 * psi and stage0["grads"] == 4 * trained and
+          stage0["optimizer"] == 12 * trained,
+          f"6b projection-only stage 0 states: {stage0}")
+    check(stage0["theory_model_states"] == 2 * psi + 16 * trained,
+          f"6b projection-only theory {stage0['theory_model_states']}")
+    # A checkpoint: 12 bytes per element of the head's and the norm's groups (all trainable),
+    # 2 per element of the rest (bf16, frozen).
+    check(est["checkpoint_bytes"] == 12 * trained + 2 * (psi - trained),
+          f"6b projection-only checkpoint_bytes {est['checkpoint_bytes']}")
+    # With --checkpoint-frozen digest (LoRA's default) the frozen groups take no bytes.
+    est = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json", "--trainable",
+                               r"^lm_head\.", "--trainable", r"^model\.norm\.",
+                               "--checkpoint-frozen", "digest"]))
+    check(est["checkpoint_bytes"] == 12 * trained,
+          f"6b projection-only checkpoint_bytes with digests {est['checkpoint_bytes']}")
+    for frozen in ("auto", "values"):
+        lora = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json",
+                                    "--lora-rank", "16", "--lora-targets", "q_proj",
+                                    "--checkpoint-frozen", frozen]))
+        c = lora["model_config"]  # r·(in + out) for each layer's q_proj [d, d]
+        adapters = c["num_hidden_layers"] * 16 * 2 * c["hidden_size"]
+        want = 12 * adapters + (0 if frozen == "auto" else 2 * (lora["psi"] - adapters))
+        check(lora["state_psi"] == adapters and lora["checkpoint_bytes"] == want,
+              f"6b LoRA q_proj --checkpoint-frozen {frozen}: checkpoint_bytes "
+              f"{lora['checkpoint_bytes']}, want {want} (adapters {adapters})")
+    print(f"6b projection-only: model states {stage0['model_states'] / 2**30:.2f} GiB "
+          f"(everything trainable: {18 * psi / 2**30:.2f} GiB)")
 
-    def checks():
+
+class FrozenOracle:
+    """The check's parts, run in order by run(): PyTorch's reference training of the selected
+    tensors, each world's run against it, the bf16 checkpoint, the refusals and the estimates."""
+
+    def __init__(self, args, work):
+        self.args, self.work, self.zt = args, work, args.zerotrain
+
+    def run(self):
+        self.reference_run()
+        runs = {"1 rank stage 0": (self.work("one"), ["--micro-batch", "1", "--grad-accum", "2"],
+                                   []),
+                "2 ranks stage 3": (self.work("two"), ["--micro-batch", "1", "--grad-accum", "1",
+                                                       "--zero-stage", "3"],
+                                    [self.args.mpirun, "--oversubscribe", "-n", "2"])}
+        for what, (out, world_args, launcher) in runs.items():
+            self.check_run(what, out, world_args, launcher)
+        check_bf16_checkpoint(self.zt, self.work, self.args.mpirun, self.initial, self.trainable)
+        self.refusals()
+        check_estimates(self.zt)
+
+    def reference_run(self):
+        """The tiny model, its tokens, and PyTorch's training of the selected tensors."""
+        zt, work, args = self.zt, self.work, self.args
         run_tool([zt, "init", "--preset", "tiny", "--seed", "1234", "--out", work("model")])
         tokens = write_tokens(work("tok.h5"), os.path.join(args.source_dir, "inputs", "data",
                                                            "sample.txt"))
@@ -139,56 +189,58 @@ def main():
         want_losses, want_masters = reference(weights, config, tokens, trainable)
         print("reference losses: " + " ".join(f"{x:.7f}" for x in want_losses))
         initial = model_tensors(work("model"))
+        self.weights, self.trainable, self.initial = weights, trainable, initial
+        self.want_losses, self.want_masters = want_losses, want_masters
 
-        runs = {"1 rank stage 0": (work("one"), ["--micro-batch", "1", "--grad-accum", "2"], []),
-                "2 ranks stage 3": (work("two"), ["--micro-batch", "1", "--grad-accum", "1",
-                                                  "--zero-stage", "3"],
-                                    [args.mpirun, "--oversubscribe", "-n", "2"])}
-        for what, (out, world_args, launcher) in runs.items():
-            run_tool(launcher + train_args(zt, work, out, world_args))
-            with open(os.path.join(out, "metrics.jsonl")) as f:
-                losses = [json.loads(line)["loss"] for line in f]
-            print(f"{what} losses:   " + " ".join(f"{x:.7f}" for x in losses))
-            check(len(losses) == STEPS, f"{what}: {len(losses)} metrics lines")
-            for step, (got, want) in enumerate(zip(losses, want_losses), start=1):
-                err = abs(got - want) / abs(want)
-                check(err < TOLERANCE, f"{what}: step {step} loss {got} vs {want} ({err:.2e})")
-            masters = checkpoint_masters(os.path.join(out, "checkpoints", f"step-{STEPS:08d}"))
-            worst = 0.0
-            for name, (value, frozen) in masters.items():
-                check(frozen == (name not in trainable),
-                      f"{what}: the checkpoint records {name} as frozen={frozen}")
-                if name in trainable:
-                    err = rel_error(value, want_masters[name])
-                    worst = max(worst, err)
-                    check(err < TOLERANCE, f"{what}: {name} differs from PyTorch by {err:.2e}")
-                    check(not np.array_equal(value, initial[name].numpy()),
-                          f"{what}: {name} did not train")
-                else:
-                    check(np.array_equal(value, initial[name].numpy()),
-                          f"{what}: frozen {name} changed")
-            print(f"{what}: trainable masters within {worst:.2e} of PyTorch, frozen ones bitwise")
-            final = model_tensors(os.path.join(out, "final"))
-            for name in initial:
-                if name not in trainable:
-                    check(torch.equal(final[name], initial[name]), f"{what}: final/{name} changed")
-            # The checkpoint consolidates to the whole model, bitwise final/.
-            run_tool([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
-                      "--out", out + "-consolidated"])
-            consolidated = model_tensors(out + "-consolidated")
-            check(set(consolidated) == set(final) and
-                  all(torch.equal(consolidated[n], final[n]) for n in final),
-                  f"{what}: the consolidated checkpoint differs from final/")
-            with open(os.path.join(out, "run.json")) as f:
-                run = json.load(f)
-            check(run["trainable_parameters"] == sum(weights[n].numel() for n in trainable),
-                  f"{what}: run.json trainable_parameters {run['trainable_parameters']}")
-            check(sorted(run["frozen_tensors"]) == sorted(set(weights) - trainable),
-                  f"{what}: run.json frozen_tensors")
+    def check_run(self, what, out, world_args, launcher):
+        """One world's run: losses, masters, final/, consolidate and run.json."""
+        zt, work, weights, trainable, want_losses, want_masters, initial = (
+            self.zt, self.work, self.weights, self.trainable, self.want_losses, self.want_masters,
+            self.initial)
+        run_tool(launcher + train_args(zt, work, out, world_args))
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            losses = [json.loads(line)["loss"] for line in f]
+        print(f"{what} losses:   " + " ".join(f"{x:.7f}" for x in losses))
+        check(len(losses) == STEPS, f"{what}: {len(losses)} metrics lines")
+        for step, (got, want) in enumerate(zip(losses, want_losses), start=1):
+            err = abs(got - want) / abs(want)
+            check(err < TOLERANCE, f"{what}: step {step} loss {got} vs {want} ({err:.2e})")
+        masters = checkpoint_masters(os.path.join(out, "checkpoints", f"step-{STEPS:08d}"))
+        worst = 0.0
+        for name, (value, frozen) in masters.items():
+            check(frozen == (name not in trainable),
+                  f"{what}: the checkpoint records {name} as frozen={frozen}")
+            if name in trainable:
+                err = rel_error(value, want_masters[name])
+                worst = max(worst, err)
+                check(err < TOLERANCE, f"{what}: {name} differs from PyTorch by {err:.2e}")
+                check(not np.array_equal(value, initial[name].numpy()),
+                      f"{what}: {name} did not train")
+            else:
+                check(np.array_equal(value, initial[name].numpy()),
+                      f"{what}: frozen {name} changed")
+        print(f"{what}: trainable masters within {worst:.2e} of PyTorch, frozen ones bitwise")
+        final = model_tensors(os.path.join(out, "final"))
+        for name in initial:
+            if name not in trainable:
+                check(torch.equal(final[name], initial[name]), f"{what}: final/{name} changed")
+        # The checkpoint consolidates to the whole model, bitwise final/.
+        run_tool([zt, "consolidate", os.path.join(out, "checkpoints", f"step-{STEPS:08d}"),
+                  "--out", out + "-consolidated"])
+        consolidated = model_tensors(out + "-consolidated")
+        check(set(consolidated) == set(final) and
+              all(torch.equal(consolidated[n], final[n]) for n in final),
+              f"{what}: the consolidated checkpoint differs from final/")
+        with open(os.path.join(out, "run.json")) as f:
+            run = json.load(f)
+        check(run["trainable_parameters"] == sum(weights[n].numel() for n in trainable),
+              f"{what}: run.json trainable_parameters {run['trainable_parameters']}")
+        check(sorted(run["frozen_tensors"]) == sorted(set(weights) - trainable),
+              f"{what}: run.json frozen_tensors")
 
-        check_bf16_checkpoint(zt, work, args.mpirun, initial, trainable)
-
-        # Bad input.
+    def refusals(self):
+        """Bad input: a resume that freezes a trained tensor, a pattern matching nothing."""
+        zt, work = self.zt, self.work
         out = work("one")
         refused([zt, "train", "--model", work("model"), "--data", work("tok.h5"), "--out", out,
                  "--resume", "auto", "--steps", str(STEPS + 2), "--micro-batch", "1",
@@ -200,41 +252,14 @@ def main():
         refused(train_args(zt, work, work("bad"), ["--trainable", "q_porj"]),
                 "--trainable 'q_porj' matches no tensor")
 
-        # The 6B analysis's projection-only estimate.
-        est = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json", "--trainable",
-                                   r"^lm_head\.", "--trainable", r"^model\.norm\."]))
-        psi, trained = est["psi"], 32000 * 4096 + 4096
-        check(est["trainable_psi"] == trained, f"estimate trainable_psi {est['trainable_psi']}")
-        stage0 = est["stages"][0]
-        check(stage0["params"] == 2 * psi and stage0["grads"] == 4 * trained and
-              stage0["optimizer"] == 12 * trained,
-              f"6b projection-only stage 0 states: {stage0}")
-        check(stage0["theory_model_states"] == 2 * psi + 16 * trained,
-              f"6b projection-only theory {stage0['theory_model_states']}")
-        # A checkpoint: 12 bytes per element of the head's and the norm's groups (all trainable),
-        # 2 per element of the rest (bf16, frozen).
-        check(est["checkpoint_bytes"] == 12 * trained + 2 * (psi - trained),
-              f"6b projection-only checkpoint_bytes {est['checkpoint_bytes']}")
-        # With --checkpoint-frozen digest (LoRA's default) the frozen groups take no bytes.
-        est = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json", "--trainable",
-                                   r"^lm_head\.", "--trainable", r"^model\.norm\.",
-                                   "--checkpoint-frozen", "digest"]))
-        check(est["checkpoint_bytes"] == 12 * trained,
-              f"6b projection-only checkpoint_bytes with digests {est['checkpoint_bytes']}")
-        for frozen in ("auto", "values"):
-            lora = json.loads(run_tool([zt, "estimate", "--preset", "6b", "--json",
-                                        "--lora-rank", "16", "--lora-targets", "q_proj",
-                                        "--checkpoint-frozen", frozen]))
-            c = lora["model_config"]  # r·(in + out) for each layer's q_proj [d, d]
-            adapters = c["num_hidden_layers"] * 16 * 2 * c["hidden_size"]
-            want = 12 * adapters + (0 if frozen == "auto" else 2 * (lora["psi"] - adapters))
-            check(lora["state_psi"] == adapters and lora["checkpoint_bytes"] == want,
-                  f"6b LoRA q_proj --checkpoint-frozen {frozen}: checkpoint_bytes "
-                  f"{lora['checkpoint_bytes']}, want {want} (adapters {adapters})")
-        print(f"6b projection-only: model states {stage0['model_states'] / 2**30:.2f} GiB "
-              f"(everything trainable: {18 * psi / 2**30:.2f} GiB)")
 
-    return exit_status(checks)
+def main():
+    parser = argument_parser(__doc__.split("\n")[0])
+    parser.add_argument("--mpirun", default="mpirun")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    work = fresh_work_dir(args.work_dir)
+    return exit_status(lambda: FrozenOracle(args, work).run())
 
 
 if __name__ == "__main__":
